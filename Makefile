@@ -1,0 +1,38 @@
+# Two commands do all the set-up on a fresh machine: `make demo` and `make test`.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test lint typecheck pytest bench clean postgres-tools
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[test,bench]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(PY) examples/demo.py
+
+postgres-tools:
+	@command -v initdb >/dev/null 2>&1 || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null)
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check agentgate tests benchmarks examples
+	$(VENV)/bin/ruff format --check agentgate tests benchmarks examples
+
+typecheck: $(STAMP)
+	$(VENV)/bin/mypy agentgate
+
+pytest: $(STAMP) postgres-tools
+	$(VENV)/bin/pytest -q
+
+test: lint typecheck pytest
+
+bench: $(STAMP)
+	for b in benchmarks/*.py; do case $$b in */_*) continue;; esac; $(PY) $$b --json || exit 1; done
+
+clean:
+	rm -rf $(VENV) .agentgate .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,1 @@
+"""The ``agentgate`` command (docs/cli.md)."""

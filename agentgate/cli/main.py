@@ -1,0 +1,63 @@
+"""Entry point of the ``agentgate`` command.
+
+Each verb group lives in its own module with a ``register(subparsers)`` function; handlers
+return the exit code. Exit codes are a contract (docs/cli.md): 0 success or allow, 1 deny,
+tampered or error findings, 2 unusable input, 3 approval required. Errors are one line on
+stderr, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Callable, Sequence
+
+from agentgate.errors import AgentGateError
+
+# One module per verb group; a new group is one more line here.
+GROUPS = (
+    "agentgate.cli.keys",
+    "agentgate.cli.grant",
+)
+
+Handler = Callable[[argparse.Namespace], int]
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.print_usage(sys.stderr)
+        sys.stderr.write(f"agentgate: error: {message}\n")
+        raise SystemExit(2)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="agentgate", description="Authority, scheduling and evidence for AI agents.")
+    sub = parser.add_subparsers(dest="group", metavar="COMMAND", parser_class=_Parser)
+    sub.required = True
+    for name in GROUPS:
+        importlib.import_module(name).register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    handler: Handler = args.handler
+    try:
+        return handler(args)
+    except AgentGateError as exc:
+        sys.stderr.write(f"agentgate: error: {_one_line(str(exc))}\n")
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())[:2000]
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,163 @@
+"""One exception tree for the whole package.
+
+Callers catch one family, never a library's internals: lower-level errors (PyNaCl, PyYAML,
+pydantic, sqlite3, psycopg, httpx) are mapped to these at the boundary where they happen.
+A denial is data (a ``Decision`` with findings) on the normal path; the ``AuthorityError``
+family is raised only where the caller asked to enforce.
+"""
+
+from __future__ import annotations
+
+
+class AgentGateError(Exception):
+    """Base of every error agentgate raises on purpose."""
+
+
+# --- input -----------------------------------------------------------------------------------
+
+
+class InputError(AgentGateError):
+    """Input that cannot be used at all: unreadable, malformed or hostile (CLI exit code 2)."""
+
+
+class KeyFileError(InputError):
+    """A key file is missing, malformed, or readable by others than its owner."""
+
+
+class TokenFormatError(InputError):
+    """A token's bytes do not follow docs/token-format.md (encoding, version, fields, size)."""
+
+
+class CapabilityError(InputError):
+    """A capability or constraint cannot be parsed, or names a resource ambiguously."""
+
+
+class PolicyError(InputError):
+    """A policy file cannot be loaded; carries the file, line and column, and a hint."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        file: str | None = None,
+        line: int | None = None,
+        column: int | None = None,
+        expected: str | None = None,
+        hint: str | None = None,
+    ) -> None:
+        self.message = message
+        self.file = file
+        self.line = line
+        self.column = column
+        self.expected = expected
+        self.hint = hint
+        super().__init__(self.__str__())
+
+    def __str__(self) -> str:
+        where = self.file or "<policy>"
+        if self.line is not None:
+            where += f":{self.line}"
+            if self.column is not None:
+                where += f":{self.column}"
+        text = f"{where}: {self.message}"
+        if self.expected:
+            text += f" (expected {self.expected})"
+        if self.hint:
+            text += f"; hint: {self.hint}"
+        return text
+
+
+class InventoryError(InputError):
+    """A GPU inventory file cannot be loaded; same location conventions as ``PolicyError``."""
+
+
+# --- authority -------------------------------------------------------------------------------
+
+
+class AuthorityError(AgentGateError):
+    """An authority check failed; raised only where the caller asked to enforce."""
+
+
+class Denied(AuthorityError):
+    """A call was denied; ``decision`` holds the reasons and findings when there is one."""
+
+    def __init__(self, message: str, decision: object | None = None) -> None:
+        super().__init__(message)
+        self.decision = decision
+
+
+class ScopeCreep(AuthorityError):
+    """A delegation or call asks for more than its parent grant holds."""
+
+
+class Revoked(AuthorityError):
+    """A grant, or one of its ancestors, has been revoked."""
+
+
+class Expired(AuthorityError):
+    """A grant or invocation is outside its validity window."""
+
+
+class InvalidSignature(AuthorityError):
+    """A signature does not verify under the key it must verify under."""
+
+
+class ReplayDetected(AuthorityError):
+    """An invocation nonce has been seen before within its validity window."""
+
+
+class ApprovalRequired(AuthorityError):
+    """The policy requires a human approval before this call can run."""
+
+
+class BudgetExceeded(AuthorityError):
+    """A reservation would take a budget or quota below zero."""
+
+
+# --- scheduling ------------------------------------------------------------------------------
+
+
+class SchedulingError(AgentGateError):
+    """The task scheduler could not run a call."""
+
+
+class Overloaded(SchedulingError):
+    """A queue is full; the call was refused rather than queued."""
+
+
+class DeadlineExceeded(SchedulingError):
+    """A call could not start, or finish, before its deadline."""
+
+
+class CircuitOpen(SchedulingError):
+    """The circuit breaker for a tool or backend is open."""
+
+
+# --- dispatch --------------------------------------------------------------------------------
+
+
+class DispatchError(AgentGateError):
+    """A model call could not be routed or served."""
+
+
+class NoBackend(DispatchError):
+    """No healthy backend that serves the model can take the request within its SLO."""
+
+
+class BackendFailed(DispatchError):
+    """A backend answered with an error, garbage, or not at all."""
+
+
+# --- evidence and storage --------------------------------------------------------------------
+
+
+class StoreError(AgentGateError):
+    """The store cannot be reached or refused a write; callers fail closed on it."""
+
+
+class AuditError(AgentGateError):
+    """The audit log cannot be written or read."""
+
+
+class TamperDetected(AuditError):
+    """The audit log, a checkpoint or a proof does not verify."""

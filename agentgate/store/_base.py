@@ -1,0 +1,71 @@
+"""The store: one small connection layer, two dialects.
+
+Every domain (grants and revocations, nonces, audit log, budget ledger, approvals, leases) keeps
+its SQL in its own module under ``agentgate/store/`` and runs it through this interface, so that
+PostgreSQL is one more implementation of the connection layer, not a second copy of every query.
+SQL is written with ``?`` placeholders; the PostgreSQL implementation rewrites them to ``%s``.
+Portable SQL only in the shared statements (``INSERT ... ON CONFLICT``, ``RETURNING``, CTEs);
+DDL may differ per dialect and is given per dialect to ``ensure_schema``.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any, Literal
+
+Dialect = Literal["sqlite", "postgresql"]
+Row = tuple[Any, ...]
+
+
+class Transaction(abc.ABC):
+    """One open transaction; every statement in it commits or rolls back together."""
+
+    @abc.abstractmethod
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
+        """Run one statement; returns its rows (empty for statements without a result)."""
+
+    @abc.abstractmethod
+    def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        """Run one statement for each parameter row."""
+
+    @property
+    @abc.abstractmethod
+    def rowcount(self) -> int:
+        """Rows changed by the last ``execute``."""
+
+
+class Store(abc.ABC):
+    """Persistence shared by every part of agentgate. Thread-safe; fails closed with ``StoreError``."""
+
+    dialect: Dialect
+    url: str
+
+    @abc.abstractmethod
+    @contextmanager
+    def transaction(self, *, immediate: bool = True) -> Iterator[Transaction]:
+        """A transaction that commits on normal exit and rolls back on an exception.
+
+        ``immediate`` takes the write lock at the start (SQLite ``BEGIN IMMEDIATE``), so that a
+        conditional update never races with a reader that upgrades later.
+        """
+
+    @abc.abstractmethod
+    def ensure_schema(self, name: str, ddl: dict[Dialect, str]) -> None:
+        """Create one domain's tables if missing; idempotent, safe to call from every process."""
+
+    def query(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
+        """One statement in its own short transaction."""
+        with self.transaction(immediate=False) as tx:
+            return tx.execute(sql, params)
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Release connections; the store cannot be used afterwards."""
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

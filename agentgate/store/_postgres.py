@@ -1,0 +1,105 @@
+"""PostgreSQL store: several gateway processes or hosts sharing one authority.
+
+psycopg 3 with a connection pool. Statements use ``?`` placeholders like the SQLite store and
+are rewritten to ``%s`` once (and cached). Transactions run at READ COMMITTED; the domains that
+need serialization (audit appends, budget spends) take row or advisory locks inside their own
+statements, documented where they do.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from functools import lru_cache
+from typing import Any
+
+import psycopg
+from psycopg_pool import ConnectionPool
+
+from agentgate.errors import StoreError
+from agentgate.store._base import Dialect, Row, Store, Transaction
+
+_PLACEHOLDER = re.compile(r"\?")
+
+
+@lru_cache(maxsize=512)
+def _to_pyformat(sql: str) -> str:
+    return _PLACEHOLDER.sub("%s", sql.replace("%", "%%"))
+
+
+class _PgTransaction(Transaction):
+    def __init__(self, conn: psycopg.Connection[Any]) -> None:
+        self._conn = conn
+        self._rowcount = 0
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
+        cursor = self._conn.execute(_to_pyformat(sql), tuple(params))  # type: ignore[arg-type]
+        self._rowcount = cursor.rowcount
+        return list(cursor.fetchall()) if cursor.description else []
+
+    def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        with self._conn.cursor() as cursor:
+            cursor.executemany(_to_pyformat(sql), [tuple(r) for r in rows])  # type: ignore[arg-type]
+
+    @property
+    def rowcount(self) -> int:
+        return self._rowcount
+
+
+class PostgresStore(Store):
+    dialect: Dialect = "postgresql"
+
+    def __init__(self, url: str, *, min_size: int = 1, max_size: int = 8) -> None:
+        self.url = url
+        self._schemas: set[str] = set()
+        try:
+            self.pool = ConnectionPool(url, min_size=min_size, max_size=max_size, open=True, timeout=10.0)
+            self.pool.wait(timeout=10.0)
+        except Exception as exc:  # psycopg_pool raises PoolTimeout, psycopg OperationalError...
+            raise StoreError(f"cannot connect to PostgreSQL at {_redact(url)}: {exc}") from exc
+
+    @contextmanager
+    def transaction(self, *, immediate: bool = True) -> Iterator[Transaction]:
+        try:
+            with self.pool.connection() as conn, conn.transaction():
+                yield _PgTransaction(conn)
+        except psycopg.Error as exc:
+            raise StoreError(f"PostgreSQL error: {exc}") from exc
+        except Exception as exc:
+            if type(exc).__name__ == "PoolTimeout":
+                raise StoreError(f"PostgreSQL at {_redact(self.url)} unreachable: {exc}") from exc
+            raise
+
+    def ensure_schema(self, name: str, ddl: dict[Dialect, str]) -> None:
+        if name in self._schemas:
+            return
+        # Advisory lock: two processes creating the same tables at once would otherwise race.
+        with self.transaction() as tx:
+            tx.execute("SELECT pg_advisory_xact_lock(hashtext(?))", (f"agentgate-schema-{name}",))
+            for statement in _split_sql(ddl["postgresql"]):
+                tx.execute(statement)
+        self._schemas.add(name)
+
+    def close(self) -> None:
+        self.pool.close()
+
+
+def _split_sql(script: str) -> list[str]:
+    """Split a DDL script on ``;`` at line ends, keeping ``$$``-quoted function bodies whole."""
+    statements, current, in_body = [], [], False
+    for line in script.splitlines():
+        current.append(line)
+        if line.count("$$") % 2 == 1:
+            in_body = not in_body
+        if not in_body and line.rstrip().endswith(";"):
+            statements.append("\n".join(current).strip())
+            current = []
+    tail = "\n".join(current).strip()
+    if tail:
+        statements.append(tail)
+    return [s for s in statements if s]
+
+
+def _redact(url: str) -> str:
+    return re.sub(r"//([^:/@]+):[^@]*@", r"//\1:***@", url)

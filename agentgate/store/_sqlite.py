@@ -1,0 +1,116 @@
+"""SQLite store: the embedded default. One file, WAL mode, durable commits by default.
+
+``synchronous=FULL`` makes every commit of the audit log and the ledger survive a power loss
+(one fsync of the WAL per commit). ``AGENTGATE_SQLITE_SYNCHRONOUS=NORMAL`` trades that for speed:
+a committed transaction can then be lost on power failure (never on a process crash), which
+docs/operations.md explains. One connection per thread; writers serialize on SQLite's own lock,
+which works across processes.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from agentgate.errors import StoreError
+from agentgate.store._base import Dialect, Row, Store, Transaction
+
+_SYNCHRONOUS = {"FULL", "NORMAL", "EXTRA"}
+
+
+class _SQLiteTransaction(Transaction):
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self._conn = conn
+        self._rowcount = 0
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
+        cursor = self._conn.execute(sql, tuple(params))
+        rows = cursor.fetchall()
+        self._rowcount = cursor.rowcount
+        return rows
+
+    def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        self._conn.executemany(sql, rows)
+
+    @property
+    def rowcount(self) -> int:
+        return self._rowcount
+
+
+class SQLiteStore(Store):
+    dialect: Dialect = "sqlite"
+
+    def __init__(self, path: str | Path, *, synchronous: str | None = None) -> None:
+        self.path = Path(path)
+        self.url = str(self.path)
+        mode = (synchronous or os.environ.get("AGENTGATE_SQLITE_SYNCHRONOUS", "FULL")).upper()
+        if mode not in _SYNCHRONOUS:
+            raise StoreError(f"AGENTGATE_SQLITE_SYNCHRONOUS must be one of {sorted(_SYNCHRONOUS)}, got {mode!r}")
+        self.synchronous = mode
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StoreError(f"cannot create the store directory {self.path.parent}: {exc.strerror}") from exc
+        self._local = threading.local()
+        self._all: list[sqlite3.Connection] = []
+        self._lock = threading.Lock()
+        self._closed = False
+        self._schemas: set[str] = set()
+        self._connection()  # fail now, not at the first decision, if the file is unusable
+
+    def _connection(self) -> sqlite3.Connection:
+        if self._closed:
+            raise StoreError("the store is closed")
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            try:
+                conn = sqlite3.connect(self.path, timeout=30.0, isolation_level=None, check_same_thread=False)
+                conn.execute("PRAGMA journal_mode=WAL")
+                conn.execute(f"PRAGMA synchronous={self.synchronous}")
+                conn.execute("PRAGMA foreign_keys=ON")
+                conn.execute("PRAGMA busy_timeout=30000")
+            except sqlite3.Error as exc:
+                raise StoreError(f"cannot open the SQLite store {self.path}: {exc}") from exc
+            self._local.conn = conn
+            with self._lock:
+                self._all.append(conn)
+        return conn
+
+    @contextmanager
+    def transaction(self, *, immediate: bool = True) -> Iterator[Transaction]:
+        conn = self._connection()
+        try:
+            conn.execute("BEGIN IMMEDIATE" if immediate else "BEGIN")
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot start a transaction on {self.path}: {exc}") from exc
+        try:
+            yield _SQLiteTransaction(conn)
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        try:
+            conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            conn.execute("ROLLBACK")
+            raise StoreError(f"commit failed on {self.path}: {exc}") from exc
+
+    def ensure_schema(self, name: str, ddl: dict[Dialect, str]) -> None:
+        if name in self._schemas:
+            return
+        try:
+            self._connection().executescript(ddl["sqlite"])
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot create the {name} tables in {self.path}: {exc}") from exc
+        self._schemas.add(name)
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            for conn in self._all:
+                conn.close()
+            self._all.clear()
