@@ -1,0 +1,1 @@
+"""Evidence: the Merkle audit log's entries, hashing, signed checkpoints, proofs and spans."""

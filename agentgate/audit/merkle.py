@@ -1,0 +1,237 @@
+"""RFC 9162 (RFC 6962) Merkle tree hashing, inclusion proofs and consistency proofs.
+
+Hashing is SHA-256 with domain separation: a leaf is ``SHA-256(0x00 || entry)``, an interior node
+``SHA-256(0x01 || left || right)``, the empty tree ``SHA-256("")``. A tree of ``n`` leaves splits
+at ``k``, the largest power of two below ``n``: the left subtree holds ``k`` leaves, the right one
+the rest (RFC 9162 section 2.1.1).
+
+Written by hand rather than taken from a library because the algorithms are short, fully
+specified, and the conformance suite (tests/test_rfc6962_vectors.py, the 196 transparency-dev
+cases) pins them; no maintained Python package implements both generation and verification of
+RFC 9162 proofs without pulling in a whole transparency-log client.
+
+- ``RootAccumulator`` computes the root of a stream of leaf hashes in O(log n) memory, the way
+  a log verifier walks a million entries without holding them.
+- ``inclusion_proof`` / ``consistency_proof`` generate proofs from the leaf hashes (RFC 9162
+  2.1.3.1 and 2.1.4.1); ``verify_inclusion`` / ``verify_consistency`` follow RFC 9162 2.1.3.2
+  and 2.1.4.2 and raise ``TamperDetected`` naming the check that failed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Sequence
+
+from agentgate.errors import TamperDetected
+
+HASH_SIZE = 32
+EMPTY_ROOT = hashlib.sha256(b"").digest()
+
+_sha256 = hashlib.sha256
+
+
+def leaf_hash(entry: bytes) -> bytes:
+    """``SHA-256(0x00 || entry)``: the hash of one log entry."""
+    return _sha256(b"\x00" + entry).digest()
+
+
+def node_hash(left: bytes, right: bytes) -> bytes:
+    """``SHA-256(0x01 || left || right)``: the hash of an interior node."""
+    return _sha256(b"\x01" + left + right).digest()
+
+
+class RootAccumulator:
+    """The root of a growing list of leaf hashes, in O(log n) memory.
+
+    Keeps the roots of the perfect subtrees that cover the leaves so far (at most one per bit of
+    ``size``), merging equal heights as leaves arrive; ``root()`` folds them right to left, which
+    is exactly the RFC 9162 split of a tree whose size is not a power of two.
+    """
+
+    __slots__ = ("_stack", "size")
+
+    def __init__(self) -> None:
+        self._stack: list[bytes] = []
+        self.size = 0
+
+    def add(self, leaf: bytes) -> None:
+        """Append one leaf hash (already ``leaf_hash``-ed)."""
+        stack = self._stack
+        node = leaf
+        size = self.size
+        # Each trailing 1 bit of the old size is a complete subtree to merge with.
+        while size & 1:
+            node = _sha256(b"\x01" + stack.pop() + node).digest()
+            size >>= 1
+        stack.append(node)
+        self.size += 1
+
+    def root(self) -> bytes:
+        """The root of the leaves added so far (``EMPTY_ROOT`` when none)."""
+        if not self._stack:
+            return EMPTY_ROOT
+        node = self._stack[-1]
+        for left in reversed(self._stack[:-1]):
+            node = node_hash(left, node)
+        return node
+
+
+def root_of(leaves: Iterable[bytes]) -> bytes:
+    """The Merkle tree hash of the given leaf hashes."""
+    acc = RootAccumulator()
+    for leaf in leaves:
+        acc.add(leaf)
+    return acc.root()
+
+
+def _split(n: int) -> int:
+    """The largest power of two strictly below ``n`` (n >= 2)."""
+    return 1 << ((n - 1).bit_length() - 1)
+
+
+def _subtree_root(leaves: Sequence[bytes], lo: int, hi: int) -> bytes:
+    acc = RootAccumulator()
+    for i in range(lo, hi):
+        acc.add(leaves[i])
+    return acc.root()
+
+
+def inclusion_proof(leaves: Sequence[bytes], index: int, size: int | None = None) -> list[bytes]:
+    """The audit path of leaf ``index`` in the tree of the first ``size`` leaves (RFC 9162 2.1.3.1).
+
+    Raises ``ValueError`` when ``index`` is not in that tree.
+    """
+    size = len(leaves) if size is None else size
+    if not 0 <= index < size <= len(leaves):
+        raise ValueError(f"leaf {index} is not in a tree of size {size}")
+    proof: list[bytes] = []
+    lo, hi = 0, size
+    while hi - lo > 1:
+        k = _split(hi - lo)
+        if index < lo + k:
+            proof.append(_subtree_root(leaves, lo + k, hi))
+            hi = lo + k
+        else:
+            proof.append(_subtree_root(leaves, lo, lo + k))
+            lo = lo + k
+    proof.reverse()
+    return proof
+
+
+def consistency_proof(leaves: Sequence[bytes], size1: int, size2: int | None = None) -> list[bytes]:
+    """The proof that the tree of ``size1`` leaves is a prefix of the one of ``size2`` (RFC 9162 2.1.4.1).
+
+    Empty when the sizes are equal. Raises ``ValueError`` unless ``0 < size1 <= size2 <= len(leaves)``.
+    """
+    size2 = len(leaves) if size2 is None else size2
+    if not 0 < size1 <= size2 <= len(leaves):
+        raise ValueError(f"no consistency proof from size {size1} to size {size2}")
+    proof: list[bytes] = []
+    _subproof(leaves, size1, 0, size2, True, proof)
+    return proof
+
+
+def _subproof(leaves: Sequence[bytes], m: int, lo: int, hi: int, complete: bool, out: list[bytes]) -> None:
+    n = hi - lo
+    if m == n:
+        if not complete:
+            out.append(_subtree_root(leaves, lo, hi))
+        return
+    k = _split(n)
+    if m <= k:
+        _subproof(leaves, m, lo, lo + k, complete, out)
+        out.append(_subtree_root(leaves, lo + k, hi))
+    else:
+        _subproof(leaves, m - k, lo + k, hi, False, out)
+        out.append(_subtree_root(leaves, lo, lo + k))
+
+
+def _check_hashes(proof: Sequence[bytes]) -> None:
+    for i, item in enumerate(proof):
+        if len(item) != HASH_SIZE:
+            raise TamperDetected(f"proof hash {i} is {len(item)} bytes, not {HASH_SIZE}")
+
+
+def root_from_inclusion_proof(leaf: bytes, index: int, size: int, proof: Sequence[bytes]) -> bytes:
+    """The root that ``proof`` implies for ``leaf`` at ``index`` in a tree of ``size`` (RFC 9162 2.1.3.2).
+
+    Raises ``TamperDetected`` when the proof cannot belong to such a tree.
+    """
+    if not 0 <= index < size:
+        raise TamperDetected(f"leaf index {index} is outside a tree of size {size}")
+    if len(leaf) != HASH_SIZE:
+        raise TamperDetected(f"leaf hash is {len(leaf)} bytes, not {HASH_SIZE}")
+    _check_hashes(proof)
+    fn, sn, r = index, size - 1, leaf
+    for p in proof:
+        if sn == 0:
+            raise TamperDetected("inclusion proof is longer than the tree is deep")
+        if fn & 1 or fn == sn:
+            r = node_hash(p, r)
+            while not fn & 1 and fn != 0:
+                fn >>= 1
+                sn >>= 1
+        else:
+            r = node_hash(r, p)
+        fn >>= 1
+        sn >>= 1
+    if sn != 0:
+        raise TamperDetected("inclusion proof is shorter than the tree is deep")
+    return r
+
+
+def verify_inclusion(leaf: bytes, index: int, size: int, proof: Sequence[bytes], root: bytes) -> None:
+    """Return if ``proof`` shows ``leaf`` at ``index`` in the tree of ``size`` with ``root``.
+
+    Raises ``TamperDetected`` otherwise.
+    """
+    if root_from_inclusion_proof(leaf, index, size, proof) != root:
+        raise TamperDetected(f"inclusion proof for leaf {index} does not lead to the root of size {size}")
+
+
+def verify_consistency(size1: int, size2: int, proof: Sequence[bytes], root1: bytes, root2: bytes) -> None:
+    """Return if ``proof`` shows the tree (``size1``, ``root1``) is a prefix of (``size2``, ``root2``).
+
+    Follows RFC 9162 2.1.4.2. A proof from the empty tree is refused (it proves nothing), as is a
+    non-empty proof between equal sizes. Raises ``TamperDetected`` naming the failed check.
+    """
+    if size1 > size2:
+        raise TamperDetected(f"size1 {size1} is larger than size2 {size2}: a log never shrinks")
+    if size1 == 0:
+        raise TamperDetected("a consistency proof from the empty tree proves nothing")
+    if size1 == size2:
+        if proof:
+            raise TamperDetected("sizes are equal but the consistency proof is not empty")
+        if root1 != root2:
+            raise TamperDetected(f"two different roots for the same size {size1}")
+        return
+    if not proof:
+        raise TamperDetected("consistency proof is empty")
+    _check_hashes(proof)
+    path = list(proof)
+    if size1 & (size1 - 1) == 0:  # size1 is a power of two: its root is the first node
+        path.insert(0, root1)
+    fn, sn = size1 - 1, size2 - 1
+    while fn & 1:
+        fn >>= 1
+        sn >>= 1
+    fr = sr = path[0]
+    for c in path[1:]:
+        if sn == 0:
+            raise TamperDetected("consistency proof is longer than the trees are deep")
+        if fn & 1 or fn == sn:
+            fr = node_hash(c, fr)
+            sr = node_hash(c, sr)
+            while not fn & 1 and fn != 0:
+                fn >>= 1
+                sn >>= 1
+        else:
+            sr = node_hash(sr, c)
+        fn >>= 1
+        sn >>= 1
+    if sn != 0:
+        raise TamperDetected("consistency proof is shorter than the trees are deep")
+    if fr != root1:
+        raise TamperDetected(f"consistency proof does not lead to the root of size {size1}")
+    if sr != root2:
+        raise TamperDetected(f"consistency proof does not lead to the root of size {size2}")
