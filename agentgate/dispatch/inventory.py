@@ -1,0 +1,328 @@
+"""The GPU inventory: nodes, GPUs, the interconnect hierarchy and the inference backends.
+
+An inventory is a YAML file, loaded safely and validated like a policy: unknown fields are
+rejected, every reference (a GPU's node, a backend's GPUs) must resolve, and errors are
+``InventoryError`` naming ``file:line``. The loaded ``Inventory`` is immutable and answers the
+topology questions the router and the GPU broker ask (``gpus``, ``domain_of``, ``node_of``,
+``rack_of``, ``gpus_in``, ``shared_level``).
+
+Example::
+
+    interconnect:
+      hierarchy: [nvlink_domain, node, rack]      # innermost first
+    racks: [{name: rack-1}]
+    nodes:
+      - {name: node-a, rack: rack-1}
+    gpus:
+      - {id: a0, type: H100, memory_gb: 80, node: node-a, nvlink_domain: nvl-a}
+    backends:
+      - name: vllm-a
+        url: http://10.0.0.1:8000
+        engine: vllm
+        models: [llama-3.1-8b]
+        gpus: [a0]
+        max_concurrency: 256
+        metrics_url: http://10.0.0.1:8000/metrics
+        kv_capacity_tokens: 400000
+        cost: {input_per_mtok: 150000, output_per_mtok: 600000}
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from functools import cached_property
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from agentgate.dispatch._yaml import LineMap, line_of, load_yaml_with_lines, read_text
+from agentgate.errors import InventoryError
+
+Engine = Literal["vllm", "sglang", "tgi", "llamacpp", "openai"]
+"""The inference engines whose metrics agentgate reads; ``openai`` is any OpenAI-compatible server."""
+
+Level = Literal["nvlink_domain", "node", "rack"]
+"""A level of the interconnect hierarchy."""
+
+_NAME = r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}$"
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=False)
+
+
+class Rack(_Frozen):
+    """A rack: the outermost level of the interconnect hierarchy."""
+
+    name: str = Field(pattern=_NAME)
+    """Unique rack name."""
+
+
+class Node(_Frozen):
+    """A host with GPUs."""
+
+    name: str = Field(pattern=_NAME)
+    """Unique node name."""
+    rack: str | None = None
+    """The rack the node sits in; ``None`` when racks are not modelled."""
+
+
+class GPU(_Frozen):
+    """One GPU, addressed by a unique id."""
+
+    id: str = Field(pattern=_NAME)
+    """Unique GPU id (e.g. ``node-a/0``)."""
+    type: str = Field(min_length=1, max_length=64)
+    """Model name, e.g. ``H100``, ``H200``, ``A800``."""
+    memory_gb: float = Field(gt=0, le=4096)
+    """Device memory in GB."""
+    node: str
+    """The node the GPU is installed in."""
+    nvlink_domain: str | None = Field(default=None, pattern=_NAME)
+    """The NVLink domain; GPUs in one domain talk over NVLink. ``None``: its own domain."""
+
+
+class Interconnect(_Frozen):
+    """The interconnect as an ordered hierarchy, innermost (fastest) level first."""
+
+    hierarchy: tuple[Level, ...] = ("nvlink_domain", "node", "rack")
+    """Levels innermost first; must be a subsequence-preserving order of nvlink_domain, node, rack."""
+    bandwidth_gbps: dict[Level, float] = Field(default_factory=dict)
+    """Optional per-level bandwidth in GB/s, informative for placement scorers."""
+
+    @field_validator("hierarchy")
+    @classmethod
+    def _ordered(cls, value: tuple[Level, ...]) -> tuple[Level, ...]:
+        order = ("nvlink_domain", "node", "rack")
+        if len(set(value)) != len(value):
+            raise ValueError("hierarchy levels must be distinct")
+        positions = [order.index(level) for level in value]
+        if positions != sorted(positions):
+            raise ValueError("hierarchy must run from the innermost level out: nvlink_domain, node, rack")
+        return value
+
+
+class BackendCost(_Frozen):
+    """Price of a backend's tokens, integer micro-dollars per million tokens (never a float)."""
+
+    input_per_mtok: int = Field(default=0, ge=0)
+    """Micro-dollars per million prompt tokens."""
+    output_per_mtok: int = Field(default=0, ge=0)
+    """Micro-dollars per million generated tokens."""
+
+
+class Backend(_Frozen):
+    """An OpenAI-compatible inference server running on some of the GPUs."""
+
+    name: str = Field(pattern=_NAME)
+    """Unique backend name."""
+    url: str = Field(pattern=r"^https?://[^\s]+$")
+    """Base URL; ``{url}/v1/chat/completions`` serves requests."""
+    engine: Engine = "openai"
+    """Which engine runs there; decides which metric names are read."""
+    models: tuple[str, ...] = Field(min_length=1)
+    """Model names the backend serves."""
+    gpus: tuple[str, ...] = ()
+    """GPU ids the backend runs on."""
+    max_concurrency: int = Field(default=256, ge=1, le=1_000_000)
+    """Most requests the router keeps in flight on this backend."""
+    metrics_url: str | None = Field(default=None, pattern=r"^https?://[^\s]+$")
+    """Prometheus text endpoint; ``None``: the router relies on its own in-flight accounting."""
+    cost: BackendCost = Field(default_factory=BackendCost)
+    """Token prices."""
+    kv_capacity_tokens: int | None = Field(default=None, ge=1)
+    """KV cache capacity in tokens; sizes the router's prefix index. ``None``: read it from
+    ``vllm:cache_config_info`` when the engine publishes it, else assume 100,000."""
+
+    @property
+    def chat_url(self) -> str:
+        """The chat-completions endpoint."""
+        return self.url.rstrip("/") + "/v1/chat/completions"
+
+
+class Inventory(_Frozen):
+    """A validated inventory; every cross-reference resolves. Build it with ``load_inventory``."""
+
+    interconnect: Interconnect = Field(default_factory=Interconnect)
+    racks: tuple[Rack, ...] = ()
+    nodes: tuple[Node, ...] = ()
+    gpus: tuple[GPU, ...] = ()
+    backends: tuple[Backend, ...] = ()
+
+    @model_validator(mode="after")
+    def _references_resolve(self) -> Inventory:
+        _unique("racks", [r.name for r in self.racks])
+        _unique("nodes", [n.name for n in self.nodes])
+        _unique("gpus", [g.id for g in self.gpus])
+        _unique("backends", [b.name for b in self.backends])
+        racks = {r.name for r in self.racks}
+        for i, node in enumerate(self.nodes):
+            if node.rack is not None and node.rack not in racks:
+                raise _RefError(("nodes", i, "rack"), f"node {node.name!r}: unknown rack {node.rack!r}")
+        nodes = {n.name: n for n in self.nodes}
+        domain_rack: dict[str, str | None] = {}
+        for i, gpu in enumerate(self.gpus):
+            if gpu.node not in nodes:
+                raise _RefError(("gpus", i, "node"), f"gpu {gpu.id!r}: unknown node {gpu.node!r}")
+            if gpu.nvlink_domain is not None:
+                rack = nodes[gpu.node].rack
+                seen = domain_rack.setdefault(gpu.nvlink_domain, rack)
+                if seen != rack:
+                    raise _RefError(
+                        ("gpus", i, "nvlink_domain"),
+                        f"gpu {gpu.id!r}: nvlink domain {gpu.nvlink_domain!r} spans racks",
+                    )
+        gpu_ids = {g.id for g in self.gpus}
+        for i, backend in enumerate(self.backends):
+            for j, gpu_id in enumerate(backend.gpus):
+                if gpu_id not in gpu_ids:
+                    raise _RefError(
+                        ("backends", i, "gpus", j), f"backend {backend.name!r}: unknown gpu {gpu_id!r}"
+                    )
+            if len(set(backend.gpus)) != len(backend.gpus):
+                raise _RefError(("backends", i, "gpus"), f"backend {backend.name!r}: a gpu is listed twice")
+        return self
+
+    # --- lookups -------------------------------------------------------------------------
+
+    @cached_property
+    def _gpu_by_id(self) -> dict[str, GPU]:
+        return {g.id: g for g in self.gpus}
+
+    @cached_property
+    def _node_by_name(self) -> dict[str, Node]:
+        return {n.name: n for n in self.nodes}
+
+    @cached_property
+    def _backend_by_name(self) -> dict[str, Backend]:
+        return {b.name: b for b in self.backends}
+
+    def gpu(self, gpu_id: str) -> GPU:
+        """The GPU with this id; raises ``InventoryError`` if there is none."""
+        try:
+            return self._gpu_by_id[gpu_id]
+        except KeyError:
+            raise InventoryError(f"unknown gpu {gpu_id!r}") from None
+
+    def node(self, name: str) -> Node:
+        """The node with this name; raises ``InventoryError`` if there is none."""
+        try:
+            return self._node_by_name[name]
+        except KeyError:
+            raise InventoryError(f"unknown node {name!r}") from None
+
+    def backend(self, name: str) -> Backend:
+        """The backend with this name; raises ``InventoryError`` if there is none."""
+        try:
+            return self._backend_by_name[name]
+        except KeyError:
+            raise InventoryError(f"unknown backend {name!r}") from None
+
+    def backends_serving(self, model: str) -> tuple[Backend, ...]:
+        """Backends that list ``model``, in inventory order."""
+        return tuple(b for b in self.backends if model in b.models)
+
+    def domain_of(self, gpu_id: str) -> str:
+        """The GPU's NVLink domain; a GPU without one is its own domain (``gpu:<id>``)."""
+        gpu = self.gpu(gpu_id)
+        return gpu.nvlink_domain if gpu.nvlink_domain is not None else f"gpu:{gpu.id}"
+
+    def node_of(self, gpu_id: str) -> str:
+        """The node the GPU is installed in."""
+        return self.gpu(gpu_id).node
+
+    def rack_of(self, gpu_id: str) -> str:
+        """The GPU's rack; a node without one is its own rack (``node:<name>``)."""
+        node = self.node(self.node_of(gpu_id))
+        return node.rack if node.rack is not None else f"node:{node.name}"
+
+    def group_of(self, gpu_id: str, level: Level) -> str:
+        """The GPU's group at ``level`` of the hierarchy."""
+        if level == "nvlink_domain":
+            return self.domain_of(gpu_id)
+        if level == "node":
+            return self.node_of(gpu_id)
+        return self.rack_of(gpu_id)
+
+    def gpus_in(self, level: Level, group: str) -> tuple[GPU, ...]:
+        """The GPUs whose group at ``level`` is ``group``, in inventory order."""
+        return tuple(g for g in self.gpus if self.group_of(g.id, level) == group)
+
+    def groups(self, level: Level) -> dict[str, tuple[GPU, ...]]:
+        """Every group at ``level`` with its GPUs, in inventory order."""
+        out: dict[str, list[GPU]] = {}
+        for g in self.gpus:
+            out.setdefault(self.group_of(g.id, level), []).append(g)
+        return {k: tuple(v) for k, v in out.items()}
+
+    def shared_level(self, gpu_ids: list[str] | tuple[str, ...]) -> Level | None:
+        """The innermost hierarchy level at which all the GPUs share one group, or ``None``."""
+        if not gpu_ids:
+            return None
+        for level in self.interconnect.hierarchy:
+            if len({self.group_of(g, level) for g in gpu_ids}) == 1:
+                return level
+        return None
+
+
+class _RefError(ValueError):
+    def __init__(self, loc: tuple[str | int, ...], message: str) -> None:
+        super().__init__(message)
+        self.loc = loc
+        self.message = message
+
+
+def _unique(kind: str, names: list[str]) -> None:
+    seen: set[str] = set()
+    for i, name in enumerate(names):
+        if name in seen:
+            raise _RefError((kind, i), f"duplicate {kind[:-1]} {name!r}")
+        seen.add(name)
+
+
+def parse_inventory(text: str, *, source: str = "<inventory>") -> Inventory:
+    """Parse and validate inventory YAML text.
+
+    Raises ``InventoryError`` with ``source:line`` for malformed YAML, unknown or missing fields,
+    out-of-range values and references that do not resolve.
+    """
+    data, lines = load_yaml_with_lines(text, source=source)
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise InventoryError(f"{source}:1: the inventory must be a mapping")
+    return inventory_from_mapping(data, source=source, lines=lines)
+
+
+def inventory_from_mapping(
+    data: Mapping[str, Any], *, source: str = "<inventory>", lines: LineMap | None = None
+) -> Inventory:
+    """Validate already-parsed inventory data; raises ``InventoryError`` like ``parse_inventory``."""
+    lines = lines or {}
+    try:
+        return Inventory.model_validate(dict(data))
+    except _RefError as exc:
+        raise InventoryError(_located(source, lines, exc.loc, exc.message)) from None
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = tuple(err["loc"])
+        ctx_error = (err.get("ctx") or {}).get("error")
+        if isinstance(ctx_error, _RefError):
+            raise InventoryError(_located(source, lines, ctx_error.loc, ctx_error.message)) from None
+        field = ".".join(str(p) for p in loc) or "inventory"
+        message = f"{field}: {err['msg']}"
+        if err["type"] == "extra_forbidden":
+            message = f"{field}: unknown field"
+        raise InventoryError(_located(source, lines, loc, message)) from None
+
+
+def load_inventory(path: str | Path) -> Inventory:
+    """Load and validate an inventory file; raises ``InventoryError`` naming ``file:line``."""
+    p = Path(path)
+    return parse_inventory(read_text(p), source=str(p))
+
+
+def _located(source: str, lines: LineMap, loc: tuple[str | int, ...], message: str) -> str:
+    line = line_of(lines, loc)
+    return f"{source}:{line}: {message}" if line is not None else f"{source}: {message}"

@@ -1,0 +1,93 @@
+"""The inventory: validated like a policy, with the topology lookups the router and broker use."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from agentgate.dispatch.inventory import load_inventory, parse_inventory
+from agentgate.errors import InventoryError
+
+REPO = Path(__file__).resolve().parents[1]
+
+SMALL = """\
+racks: [{name: r1}, {name: r2}]
+nodes:
+  - {name: n1, rack: r1}
+  - {name: n2, rack: r2}
+gpus:
+  - {id: g0, type: H100, memory_gb: 80, node: n1, nvlink_domain: d1}
+  - {id: g1, type: H100, memory_gb: 80, node: n1, nvlink_domain: d1}
+  - {id: g2, type: H200, memory_gb: 141, node: n1}
+  - {id: g3, type: H200, memory_gb: 141, node: n2, nvlink_domain: d2}
+backends:
+  - name: b1
+    url: http://127.0.0.1:8000
+    engine: vllm
+    models: [m]
+    gpus: [g0, g1]
+"""
+
+
+def test_example_inventory_loads_and_answers_topology_questions() -> None:
+    inv = load_inventory(REPO / "policies" / "inventory.yaml")
+    assert len(inv.gpus) == 8
+    assert inv.domain_of("node-a/0") == "nvl-a"
+    assert inv.node_of("node-b/1") == "node-b"
+    assert inv.rack_of("node-b/1") == "rack-1"
+    assert [b.name for b in inv.backends_serving("qwen3-32b")] == ["qwen-a23"]
+    assert inv.backend("llama-a0").chat_url == "http://127.0.0.1:8100/v1/chat/completions"
+
+
+def test_shared_level_is_the_innermost_common_group() -> None:
+    inv = parse_inventory(SMALL)
+    assert inv.shared_level(["g0", "g1"]) == "nvlink_domain"
+    assert inv.shared_level(["g0", "g2"]) == "node"
+    assert inv.shared_level(["g0", "g3"]) is None
+    assert inv.domain_of("g2") == "gpu:g2"
+    assert {g.id for g in inv.gpus_in("node", "n1")} == {"g0", "g1", "g2"}
+    assert set(inv.groups("rack")) == {"r1", "r2"}
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "words"),
+    [
+        (SMALL.replace("gpus: [g0, g1]", "gpus: [g0, g9]"), 15, "unknown gpu 'g9'"),
+        (SMALL.replace("node: n2,", "node: n7,"), 9, "unknown node 'n7'"),
+        (SMALL.replace("engine: vllm", "engine: vlm"), 13, "engine"),
+        (SMALL.replace("models: [m]", "models: [m]\n    max_concurency: 4"), 15, "unknown field"),
+        (SMALL.replace("memory_gb: 141, node: n2", "memory_gb: -1, node: n2"), 9, "memory_gb"),
+        (SMALL.replace("{name: r2}", "{name: r1}"), 1, "duplicate rack"),
+        ("a: !!python/object/apply:os.system [ls]\n", 1, "bad value"),
+        ("gpus: [\n", 2, "malformed YAML"),
+        ("nodes: {a: 1}\nnodes: {b: 2}\n", 2, "duplicate key"),
+    ],
+)
+def test_bad_inventory_is_rejected_with_file_and_line(text: str, line: int, words: str) -> None:
+    with pytest.raises(InventoryError) as info:
+        parse_inventory(text, source="inv.yaml")
+    assert str(info.value).startswith(f"inv.yaml:{line}:")
+    assert words in str(info.value)
+
+
+def test_nvlink_domain_cannot_span_racks() -> None:
+    text = SMALL.replace("node: n2, nvlink_domain: d2", "node: n2, nvlink_domain: d1")
+    with pytest.raises(InventoryError, match="spans racks"):
+        parse_inventory(text)
+
+
+def test_hierarchy_must_run_innermost_first() -> None:
+    with pytest.raises(InventoryError, match="innermost"):
+        parse_inventory("interconnect: {hierarchy: [rack, node]}\n")
+
+
+def test_unknown_lookup_is_a_typed_error() -> None:
+    inv = parse_inventory(SMALL)
+    with pytest.raises(InventoryError, match="unknown gpu"):
+        inv.domain_of("nope")
+
+
+def test_missing_file_is_a_typed_error(tmp_path: Path) -> None:
+    with pytest.raises(InventoryError, match="cannot read"):
+        load_inventory(tmp_path / "absent.yaml")
