@@ -34,13 +34,13 @@ class _PgTransaction(Transaction):
         self._rowcount = 0
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
-        cursor = self._conn.execute(_to_pyformat(sql), tuple(params))  # type: ignore[arg-type]
+        cursor = self._conn.execute(_to_pyformat(sql), tuple(params))
         self._rowcount = cursor.rowcount
         return list(cursor.fetchall()) if cursor.description else []
 
     def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
         with self._conn.cursor() as cursor:
-            cursor.executemany(_to_pyformat(sql), [tuple(r) for r in rows])  # type: ignore[arg-type]
+            cursor.executemany(_to_pyformat(sql), [tuple(r) for r in rows])
 
     @property
     def rowcount(self) -> int:

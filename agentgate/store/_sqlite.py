@@ -50,7 +50,9 @@ class SQLiteStore(Store):
         self.url = str(self.path)
         mode = (synchronous or os.environ.get("AGENTGATE_SQLITE_SYNCHRONOUS", "FULL")).upper()
         if mode not in _SYNCHRONOUS:
-            raise StoreError(f"AGENTGATE_SQLITE_SYNCHRONOUS must be one of {sorted(_SYNCHRONOUS)}, got {mode!r}")
+            raise StoreError(
+                f"AGENTGATE_SQLITE_SYNCHRONOUS must be one of {sorted(_SYNCHRONOUS)}, got {mode!r}"
+            )
         self.synchronous = mode
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,616 @@
+"""The capability and constraint algebra: the one vocabulary that policies and grants speak.
+
+A capability is a resource pattern, an action and constraints on the call's arguments::
+
+    tool:payments.refund  invoke  {amount: {le: 500}, currency: {in: [EUR, USD]}}
+
+Constraints are a small closed algebra over one argument each: ``eq``, ``in`` (one-of), the
+numeric bounds ``lt``/``le``/``gt``/``ge``, and string ``prefix``; the operators given for one
+field are a conjunction, and so are the fields. Because the algebra is closed and small, every
+conjunction has a normal form (empty, a finite set, a numeric interval, or a string prefix),
+and inclusion between normal forms is decidable exactly. That is what makes scope creep
+*detectable*: ``attenuates(parent, child)`` is exact, and when it is false ``witness`` returns a
+concrete call that the child allows and the parent does not.
+
+Numbers are the reals: ``amount <= 500`` admits 499.5, so an interval is never a subset of a
+finite set unless it is a single point. Booleans are not numbers (``True`` never equals ``1``).
+NaN and infinities are refused wherever a value enters the algebra.
+
+Resource names are canonical or refused, never guessed: a tool name is lower-case ASCII
+segments (``[a-z0-9_-]``) joined by dots, so ``Run_Shell``, `` run_shell``, ``run_shell\\n``,
+a zero-width or look-alike character, or ``../`` is a ``CapabilityError`` (the caller denies).
+Model names may also use upper case, ``/`` and ``:`` (``model:Qwen/Qwen3-32B``), matched exactly.
+A pattern ending in ``.*`` matches one or more further segments; ``tool:*`` matches every tool.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import urllib.parse
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, TypeAlias
+
+from agentgate.errors import CapabilityError
+
+Scalar: TypeAlias = str | int | float | bool
+RESOURCE_KINDS = ("tool", "model", "gpu")
+DEFAULT_ACTIONS = {"tool": "invoke", "model": "generate", "gpu": "lease"}
+OPERATORS = ("eq", "in", "lt", "le", "gt", "ge", "prefix")
+
+_TOOL_NAME = re.compile(r"[a-z0-9][a-z0-9_-]*(?:\.[a-z0-9][a-z0-9_-]*)*")
+_MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*(?:[./:][A-Za-z0-9][A-Za-z0-9_-]*)*")
+_ACTION = re.compile(r"[a-z][a-z0-9_]*|\*")
+_FIELD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*")
+MAX_NAME_LENGTH = 200
+MAX_SET_SIZE = 1000
+
+
+# --- values -----------------------------------------------------------------------------------
+
+
+def _check_value(value: object, where: str) -> Scalar:
+    """A scalar the algebra accepts, or ``CapabilityError``."""
+    if isinstance(value, bool | str):
+        return value
+    if isinstance(value, int):
+        if abs(value) >= 2**63:
+            raise CapabilityError(f"{where}: integer {value} is out of range (|v| < 2**63)")
+        return value
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise CapabilityError(f"{where}: {value} is not a finite number")
+        return value
+    raise CapabilityError(
+        f"{where}: {type(value).__name__} is not a constraint value (string, number, boolean)"
+    )
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _same(a: object, b: object) -> bool:
+    """Equality that keeps booleans apart from numbers."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return isinstance(a, bool) and isinstance(b, bool) and a == b
+    if _is_number(a) and _is_number(b):
+        return a == b
+    return type(a) is type(b) and a == b
+
+
+def _key(value: Scalar) -> tuple[str, Scalar]:
+    """A hashable identity under ``_same``: numbers by value, booleans and strings by type."""
+    if isinstance(value, bool):
+        return ("b", value)
+    if isinstance(value, int | float):
+        return ("n", float(value) if isinstance(value, float) and not value.is_integer() else int(value))
+    return ("s", value)
+
+
+# --- normal forms -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Empty:
+    def contains(self, value: object) -> bool:
+        return False
+
+
+@dataclass(frozen=True)
+class _Finite:
+    values: tuple[Scalar, ...]
+
+    def contains(self, value: object) -> bool:
+        return any(_same(value, v) for v in self.values)
+
+
+@dataclass(frozen=True)
+class _Interval:
+    lo: float
+    hi: float
+    lo_open: bool
+    hi_open: bool
+
+    def contains(self, value: object) -> bool:
+        if not _is_number(value):
+            return False
+        v = float(value)  # type: ignore[arg-type]
+        above = v > self.lo or (v == self.lo and not self.lo_open)
+        below = v < self.hi or (v == self.hi and not self.hi_open)
+        return above and below
+
+
+@dataclass(frozen=True)
+class _Prefix:
+    prefix: str
+
+    def contains(self, value: object) -> bool:
+        return isinstance(value, str) and value.startswith(self.prefix)
+
+
+_Normal: TypeAlias = _Empty | _Finite | _Interval | _Prefix
+
+
+# --- constraints ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Constraint:
+    """A conjunction of operators on one argument. Immutable; build with ``Constraint.of``."""
+
+    eq: Scalar | None = None
+    one_of: tuple[Scalar, ...] | None = None
+    lt: float | None = None
+    le: float | None = None
+    gt: float | None = None
+    ge: float | None = None
+    prefix: str | None = None
+    _normal: _Normal = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_normal", self._normalize())
+
+    @classmethod
+    def of(cls, spec: Mapping[str, Any], where: str = "constraint") -> Constraint:
+        """From the mapping form ``{"le": 500, "in": ["EUR"]}``; refuses unknown operators and bad values."""
+        if not isinstance(spec, Mapping) or not spec:
+            raise CapabilityError(f"{where}: expected a non-empty mapping of operators {OPERATORS}")
+        kwargs: dict[str, Any] = {}
+        for op, raw in spec.items():
+            if op not in OPERATORS:
+                raise CapabilityError(f"{where}: unknown operator {op!r}; use one of {', '.join(OPERATORS)}")
+            if op == "in":
+                if not isinstance(raw, list | tuple) or not raw or len(raw) > MAX_SET_SIZE:
+                    raise CapabilityError(
+                        f"{where}: 'in' takes a non-empty list of at most {MAX_SET_SIZE} values"
+                    )
+                values: list[Scalar] = []
+                for v in raw:
+                    checked = _check_value(v, where)
+                    if not any(_same(checked, seen) for seen in values):
+                        values.append(checked)
+                kwargs["one_of"] = tuple(values)
+            elif op == "eq":
+                kwargs["eq"] = _check_value(raw, where)
+            elif op == "prefix":
+                if not isinstance(raw, str):
+                    raise CapabilityError(f"{where}: 'prefix' takes a string")
+                kwargs["prefix"] = raw
+            else:
+                value = _check_value(raw, where)
+                if not _is_number(value):
+                    raise CapabilityError(f"{where}: {op!r} takes a number, got {raw!r}")
+                kwargs[op] = value
+        return cls(**kwargs)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The mapping form, operators in a fixed order; inverse of ``of``."""
+        out: dict[str, Any] = {}
+        if self.eq is not None:
+            out["eq"] = self.eq
+        if self.one_of is not None:
+            out["in"] = list(self.one_of)
+        for op in ("lt", "le", "gt", "ge"):
+            bound = getattr(self, op)
+            if bound is not None:
+                out[op] = bound
+        if self.prefix is not None:
+            out["prefix"] = self.prefix
+        return out
+
+    def _normalize(self) -> _Normal:
+        finite: list[Scalar] | None = None
+        if self.eq is not None:
+            finite = [self.eq]
+        if self.one_of is not None:
+            finite = [v for v in self.one_of if finite is None or any(_same(v, f) for f in finite)]
+        lo, lo_open, hi, hi_open = -math.inf, True, math.inf, True
+        bounded = False
+        for bound, is_lower, is_open in (
+            (self.gt, True, True),
+            (self.ge, True, False),
+            (self.lt, False, True),
+            (self.le, False, False),
+        ):
+            if bound is None:
+                continue
+            bounded = True
+            b = float(bound)
+            if is_lower and (b > lo or (b == lo and is_open)):
+                lo, lo_open = b, is_open
+            if not is_lower and (b < hi or (b == hi and is_open)):
+                hi, hi_open = b, is_open
+        interval = _Interval(lo, hi, lo_open, hi_open) if bounded else None
+        prefix = _Prefix(self.prefix) if self.prefix is not None else None
+        if finite is not None:
+            kept = tuple(
+                v
+                for v in finite
+                if (interval is None or interval.contains(v)) and (prefix is None or prefix.contains(v))
+            )
+            return _Finite(kept) if kept else _Empty()
+        if interval is not None and prefix is not None:
+            return _Empty()  # a value cannot be both a number and a string
+        if interval is not None:
+            if interval.lo > interval.hi or (
+                interval.lo == interval.hi and (interval.lo_open or interval.hi_open)
+            ):
+                return _Empty()
+            if interval.lo == interval.hi:
+                point = int(interval.lo) if interval.lo.is_integer() else interval.lo
+                return _Finite((point,))
+            return interval
+        assert prefix is not None  # Constraint.of refuses an empty spec
+        return prefix
+
+    @property
+    def is_empty(self) -> bool:
+        """True when no value satisfies it (a contradictory conjunction)."""
+        return isinstance(self._normal, _Empty)
+
+    def allows(self, value: object) -> bool:
+        return self._normal.contains(value)
+
+    def __str__(self) -> str:
+        return "&".join(f"{op}:{v}" for op, v in self.to_dict().items())
+
+
+def _subset(child: _Normal, parent: _Normal) -> bool:
+    """Exact inclusion of one normal form in another."""
+    if isinstance(child, _Empty):
+        return True
+    if isinstance(child, _Finite):
+        return all(parent.contains(v) for v in child.values)
+    if isinstance(parent, _Empty | _Finite):
+        return False  # child is infinite (a non-degenerate interval, or a prefix)
+    if isinstance(child, _Interval):
+        if not isinstance(parent, _Interval):
+            return False
+        lo_ok = child.lo > parent.lo or (child.lo == parent.lo and (child.lo_open or not parent.lo_open))
+        hi_ok = child.hi < parent.hi or (child.hi == parent.hi and (child.hi_open or not parent.hi_open))
+        return lo_ok and hi_ok
+    return isinstance(parent, _Prefix) and child.prefix.startswith(parent.prefix)
+
+
+def _members(normal: _Normal, avoid: _Normal | None) -> Iterable[Scalar]:
+    """Candidate members of ``normal``, for witnesses; ones outside ``avoid`` come early."""
+    if isinstance(normal, _Finite):
+        yield from normal.values
+    elif isinstance(normal, _Prefix):
+        yield normal.prefix
+        for suffix in ("\x01", "zz-witness", "0"):
+            yield normal.prefix + suffix
+    elif isinstance(normal, _Interval):
+        lo = normal.lo if math.isfinite(normal.lo) else min(normal.hi, 0.0) - 1e6
+        hi = normal.hi if math.isfinite(normal.hi) else max(normal.lo, 0.0) + 1e6
+        candidates = [lo, hi, (lo + hi) / 2, math.nextafter(lo, math.inf), math.nextafter(hi, -math.inf)]
+        if isinstance(avoid, _Interval):
+            for b in (avoid.lo, avoid.hi):
+                if math.isfinite(b):
+                    candidates += [b, math.nextafter(b, math.inf), math.nextafter(b, -math.inf)]
+        if isinstance(avoid, _Finite):  # more distinct points than a finite set can hold
+            candidates += [lo + (hi - lo) * k / (MAX_SET_SIZE + 9) for k in range(1, MAX_SET_SIZE + 9)]
+        for c in candidates:
+            yield int(c) if c.is_integer() and abs(c) < 2**53 else c
+
+
+# --- resources --------------------------------------------------------------------------------
+
+
+def canonical_resource(resource: str) -> str:
+    """Return ``resource`` if it is canonical (``kind:name``), else raise ``CapabilityError``.
+
+    Nothing is normalized silently: a name that differs from its canonical form in case,
+    whitespace, Unicode or path syntax is ambiguous, and ambiguity is refused.
+    """
+    if not isinstance(resource, str):
+        raise CapabilityError(f"resource must be a string, got {type(resource).__name__}")
+    if len(resource) > MAX_NAME_LENGTH:
+        raise CapabilityError(f"resource name longer than {MAX_NAME_LENGTH} characters")
+    kind, sep, name = resource.partition(":")
+    if not sep or kind not in RESOURCE_KINDS:
+        raise CapabilityError(
+            f"resource {resource!r} must start with one of {', '.join(k + ':' for k in RESOURCE_KINDS)}"
+        )
+    grammar = _MODEL_NAME if kind == "model" else _TOOL_NAME
+    if not grammar.fullmatch(name):
+        raise CapabilityError(
+            f"resource name {name!r} is not canonical for {kind}: "
+            + (
+                "letters, digits, '_', '-', joined by '.', '/' or ':'"
+                if kind == "model"
+                else "lower-case ASCII letters, digits, '_' and '-', joined by '.'"
+            )
+        )
+    return resource
+
+
+def _check_pattern(pattern: str) -> str:
+    if pattern.endswith(":*"):
+        kind = pattern[:-2]
+        if kind not in RESOURCE_KINDS:
+            raise CapabilityError(f"resource pattern {pattern!r}: unknown kind {kind!r}")
+        return pattern
+    if pattern.endswith(".*"):
+        canonical_resource(pattern[:-2])
+        return pattern
+    return canonical_resource(pattern)
+
+
+def pattern_matches(pattern: str, resource: str) -> bool:
+    """Whether a canonical ``resource`` is named by ``pattern`` (exact, ``kind:*`` or ``prefix.*``)."""
+    if pattern.endswith(":*"):
+        return resource.startswith(pattern[:-1]) and len(resource) > len(pattern) - 1
+    if pattern.endswith(".*"):
+        return resource.startswith(pattern[:-1]) and len(resource) > len(pattern) - 1
+    return resource == pattern
+
+
+def pattern_within(child: str, parent: str) -> bool:
+    """Exact: every resource named by ``child`` is named by ``parent``."""
+    if child == parent:
+        return True
+    if child.endswith((":*", ".*")):
+        # a wildcard child is within a wildcard parent whose stem it extends
+        if not parent.endswith((":*", ".*")):
+            return False
+        return child[:-1].startswith(parent[:-1])
+    return pattern_matches(parent, child)
+
+
+def _pattern_witness(child: str, parent: str) -> str:
+    """A resource named by ``child``, preferably one that ``parent`` does not name."""
+    if not child.endswith((":*", ".*")):
+        return child
+    for suffix in ("zz-witness", "zz-other.zz", "0"):
+        if not pattern_matches(parent, child[:-1] + suffix):
+            return child[:-1] + suffix
+    return child[:-1] + "zz-witness"
+
+
+# --- capabilities ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Call:
+    """A concrete call: a canonical resource, an action, and its arguments."""
+
+    resource: str
+    action: str
+    args: Mapping[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def tool(cls, name: str, args: Mapping[str, Any] | None = None) -> Call:
+        return cls(canonical_resource(f"tool:{name}"), "invoke", dict(args or {}))
+
+    @classmethod
+    def model(cls, name: str, args: Mapping[str, Any] | None = None) -> Call:
+        return cls(canonical_resource(f"model:{name}"), "generate", dict(args or {}))
+
+
+@dataclass(frozen=True)
+class Capability:
+    """A resource pattern, an action (or ``*``), and per-argument constraints (a conjunction)."""
+
+    resource: str
+    action: str
+    constraints: tuple[tuple[str, Constraint], ...] = ()
+
+    def __post_init__(self) -> None:
+        _check_pattern(self.resource)
+        if not _ACTION.fullmatch(self.action):
+            raise CapabilityError(f"action {self.action!r} is not a lower-case identifier or '*'")
+        names = [name for name, _ in self.constraints]
+        if len(set(names)) != len(names):
+            raise CapabilityError(f"{self.resource}: an argument is constrained twice; merge the operators")
+        for name in names:
+            if not _FIELD.fullmatch(name):
+                raise CapabilityError(f"{self.resource}: argument name {name!r} is not an identifier")
+        object.__setattr__(self, "constraints", tuple(sorted(self.constraints, key=lambda c: c[0])))
+
+    @classmethod
+    def of(
+        cls,
+        resource: str,
+        action: str | None = None,
+        constraints: Mapping[str, Mapping[str, Any]] | None = None,
+    ) -> Capability:
+        """Build from plain values; the action defaults to the resource kind's (``invoke`` for tools)."""
+        kind = resource.partition(":")[0]
+        where = f"{resource}"
+        return cls(
+            resource,
+            action or DEFAULT_ACTIONS.get(kind, "invoke"),
+            tuple(
+                (name, Constraint.of(spec, f"{where} {name}")) for name, spec in (constraints or {}).items()
+            ),
+        )
+
+    @classmethod
+    def parse(cls, text: str) -> Capability:
+        """Parse the one-line form ``RESOURCE[#ACTION][?FIELD OP VALUE(&...)]`` (docs/cli.md)."""
+        return parse_capability(text)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Capability:
+        if not isinstance(data, Mapping) or set(data) - {"resource", "action", "constraints"}:
+            raise CapabilityError("a capability has exactly the fields resource, action, constraints")
+        resource, action = data.get("resource"), data.get("action")
+        constraints = data.get("constraints", {})
+        if (
+            not isinstance(resource, str)
+            or not isinstance(action, str)
+            or not isinstance(constraints, Mapping)
+        ):
+            raise CapabilityError("capability resource and action must be strings, constraints a mapping")
+        return cls.of(resource, action, constraints)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "resource": self.resource,
+            "action": self.action,
+            "constraints": {name: c.to_dict() for name, c in self.constraints},
+        }
+
+    @property
+    def constraint_map(self) -> dict[str, Constraint]:
+        return dict(self.constraints)
+
+    def __str__(self) -> str:
+        return format_capability(self)
+
+
+def covers(capability: Capability, call: Call) -> bool:
+    """Whether ``capability`` allows ``call``: resource, action, and every constraint (a missing argument fails)."""
+    if not pattern_matches(capability.resource, call.resource):
+        return False
+    if capability.action != "*" and capability.action != call.action:
+        return False
+    for name, constraint in capability.constraints:
+        if name not in call.args or not constraint.allows(call.args[name]):
+            return False
+    return True
+
+
+def attenuates(parent: Capability, child: Capability) -> bool:
+    """Exact: every call that ``child`` covers, ``parent`` covers too."""
+    return witness(parent, child) is None
+
+
+def witness(parent: Capability, child: Capability) -> Call | None:
+    """A call that ``child`` covers and ``parent`` does not, or ``None`` when ``child`` attenuates ``parent``.
+
+    A child with a contradictory constraint covers nothing and so attenuates anything.
+    """
+    if any(c.is_empty for _, c in child.constraints):
+        return None
+    child_map = child.constraint_map
+    base_args: dict[str, Any] = {}
+    for name, constraint in child.constraints:
+        base_args[name] = next(iter(_members(constraint._normal, None)))
+    resource = _pattern_witness(child.resource, parent.resource)
+    action = child.action if child.action != "*" else ("zz_witness" if parent.action != "*" else "invoke")
+    if not pattern_within(child.resource, parent.resource):
+        return Call(resource, action, base_args)
+    if parent.action != "*" and action != parent.action:
+        return Call(resource, action, base_args)
+    for name, p_constraint in parent.constraints:
+        c_constraint = child_map.get(name)
+        if c_constraint is None:
+            for value in _violations(p_constraint):
+                return Call(resource, action, {**base_args, name: value})
+            continue  # pragma: no cover - every constraint has a violating value
+        if not _subset(c_constraint._normal, p_constraint._normal):
+            for value in _members(c_constraint._normal, p_constraint._normal):
+                if c_constraint.allows(value) and not p_constraint.allows(value):
+                    return Call(resource, action, {**base_args, name: value})
+            raise AssertionError(f"no witness for {c_constraint} outside {p_constraint}")  # pragma: no cover
+    return None
+
+
+def _violations(constraint: Constraint) -> Iterable[Scalar]:
+    """Values that ``constraint`` refuses (every constraint refuses something)."""
+    for value in ("\x00zz-witness", -1e300, 1e300, True, 0):
+        if not constraint.allows(value):
+            yield value
+
+
+# --- the one-line form ------------------------------------------------------------------------------
+
+_CLAUSE = re.compile(r"(?P<field>[A-Za-z_][A-Za-z0-9_.]*)(?P<op><=|>=|\^=|=|<|>)(?P<value>.*)", re.S)
+_NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?")
+
+
+def _parse_scalar(text: str) -> Scalar:
+    if len(text) >= 2 and text[0] == text[-1] == '"':
+        return urllib.parse.unquote(text[1:-1])
+    if text in ("true", "false"):
+        return text == "true"
+    if _NUMBER.fullmatch(text):
+        number = float(text) if any(c in text for c in ".eE") else int(text)
+        return _check_value(number, "value")
+    return urllib.parse.unquote(text)
+
+
+def parse_capability(text: str) -> Capability:
+    """Parse ``tool:payments.refund?amount<=500&currency=EUR|USD``.
+
+    Grammar: ``RESOURCE [ "#" ACTION ] [ "?" CLAUSE ( "&" CLAUSE )* ]`` where a clause is
+    ``FIELD=V`` (equals), ``FIELD=V1|V2`` (one of), ``FIELD<N``, ``<=``, ``>``, ``>=``, or
+    ``FIELD^=PREFIX``. Values that look like numbers are numbers, ``true``/``false`` are
+    booleans; quote with ``"..."`` to force a string; percent-encode ``&``, ``|``, ``"``.
+    Several clauses on one field are a conjunction.
+    """
+    if not isinstance(text, str) or not text or len(text) > 4096:
+        raise CapabilityError("a capability is a non-empty string of at most 4096 characters")
+    head, _, query = text.partition("?")
+    resource, _, action = head.partition("#")
+    ops: dict[str, dict[str, Any]] = {}
+    if query:
+        for clause in query.split("&"):
+            match = _CLAUSE.fullmatch(clause)
+            if not match:
+                raise CapabilityError(f"capability {text!r}: cannot read clause {clause!r} (FIELD OP VALUE)")
+            name, op, raw = match["field"], match["op"], match["value"]
+            spec = ops.setdefault(name, {})
+            if op == "=":
+                values = [_parse_scalar(v) for v in raw.split("|")]
+                key, value = ("eq", values[0]) if len(values) == 1 else ("in", values)
+            elif op == "^=":
+                key, value = "prefix", urllib.parse.unquote(raw.strip('"'))
+            else:
+                key = {"<": "lt", "<=": "le", ">": "gt", ">=": "ge"}[op]
+                value = _parse_scalar(raw)
+            if key in spec:
+                raise CapabilityError(f"capability {text!r}: {name} {op} given twice")
+            spec[key] = value
+    kind = resource.partition(":")[0]
+    return Capability.of(resource, action or DEFAULT_ACTIONS.get(kind), ops)
+
+
+def _format_scalar(value: Scalar) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    quoted = urllib.parse.quote(value, safe="")
+    return (
+        f'"{quoted}"' if _NUMBER.fullmatch(value) or value in ("true", "false") or quoted != value else value
+    )
+
+
+def format_capability(cap: Capability) -> str:
+    """The one-line form; ``parse_capability(format_capability(c)) == c``."""
+    kind = cap.resource.partition(":")[0]
+    text = cap.resource + ("" if cap.action == DEFAULT_ACTIONS.get(kind) else f"#{cap.action}")
+    clauses: list[str] = []
+    symbols: dict[str, str] = {"lt": "<", "le": "<=", "gt": ">", "ge": ">="}
+    for name, c in cap.constraints:
+        for op, value in c.to_dict().items():
+            if op == "eq":
+                clauses.append(f"{name}={_format_scalar(value)}")
+            elif op == "in":
+                clauses.append(f"{name}=" + "|".join(_format_scalar(v) for v in value))
+            elif op == "prefix":
+                clauses.append(f"{name}^=" + urllib.parse.quote(value, safe=""))
+            else:
+                clauses.append(f"{name}{symbols[op]}{_format_scalar(value)}")
+    return text + ("?" + "&".join(clauses) if clauses else "")
+
+
+__all__ = [
+    "DEFAULT_ACTIONS",
+    "Call",
+    "Capability",
+    "Constraint",
+    "attenuates",
+    "canonical_resource",
+    "covers",
+    "format_capability",
+    "parse_capability",
+    "pattern_matches",
+    "pattern_within",
+    "witness",
+]
