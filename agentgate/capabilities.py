@@ -183,6 +183,8 @@ class Constraint:
                 if not _is_number(value):
                     raise CapabilityError(f"{where}: {op!r} takes a number, got {raw!r}")
                 kwargs[op] = value
+        if "eq" not in kwargs and len(kwargs.get("one_of", ())) == 1:
+            kwargs["eq"] = kwargs.pop("one_of")[0]  # one canonical spelling of a single value
         return cls(**kwargs)
 
     def to_dict(self) -> dict[str, Any]:
@@ -489,7 +491,7 @@ def witness(parent: Capability, child: Capability) -> Call | None:
     child_map = child.constraint_map
     base_args: dict[str, Any] = {}
     for name, constraint in child.constraints:
-        base_args[name] = next(iter(_members(constraint._normal, None)))
+        base_args[name] = next(v for v in _members(constraint._normal, None) if constraint.allows(v))
     resource = _pattern_witness(child.resource, parent.resource)
     action = child.action if child.action != "*" else ("zz_witness" if parent.action != "*" else "invoke")
     if not pattern_within(child.resource, parent.resource):
@@ -592,7 +594,8 @@ def format_capability(cap: Capability) -> str:
             if op == "eq":
                 clauses.append(f"{name}={_format_scalar(value)}")
             elif op == "in":
-                clauses.append(f"{name}=" + "|".join(_format_scalar(v) for v in value))
+                values = value if len(value) > 1 else value * 2  # `a=x|x` keeps a one-value set a set
+                clauses.append(f"{name}=" + "|".join(_format_scalar(v) for v in values))
             elif op == "prefix":
                 clauses.append(f"{name}^=" + urllib.parse.quote(value, safe=""))
             else:

@@ -67,8 +67,19 @@ class PostgresServer:
 
     def create_database(self) -> str:
         name = "t_" + uuid.uuid4().hex[:12]
-        self.run(_pg_bin("psql"), "-h", str(self.socket_dir), "-p", str(self.port), "-U", self.user,
-                 "-d", "postgres", "-c", f"CREATE DATABASE {name}")
+        self.run(
+            _pg_bin("psql"),
+            "-h",
+            str(self.socket_dir),
+            "-p",
+            str(self.port),
+            "-U",
+            self.user,
+            "-d",
+            "postgres",
+            "-c",
+            f"CREATE DATABASE {name}",
+        )
         return self.url(name)
 
     def destroy(self) -> None:
