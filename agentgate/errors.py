@@ -75,7 +75,12 @@ class InventoryError(InputError):
 
 
 class AuthorityError(AgentGateError):
-    """An authority check failed; raised only where the caller asked to enforce."""
+    """An authority check failed; raised only where the caller asked to enforce.
+
+    ``finding`` holds the typed ``agentgate.findings.Finding`` that explains it, when there is one.
+    """
+
+    finding: object | None = None
 
 
 class Denied(AuthorityError):
@@ -146,6 +151,14 @@ class NoBackend(DispatchError):
 
 class BackendFailed(DispatchError):
     """A backend answered with an error, garbage, or not at all."""
+
+
+class BrokerError(DispatchError):
+    """A GPU lease request or lease operation is refused: malformed, impossible, or unknown tenant."""
+
+
+class LeaseLost(BrokerError):
+    """A GPU lease is not held any more (released, expired, preempted) or was never granted."""
 
 
 # --- evidence and storage --------------------------------------------------------------------

@@ -19,6 +19,8 @@ from agentgate.errors import AgentGateError
 GROUPS = (
     "agentgate.cli.keys",
     "agentgate.cli.grant",
+    "agentgate.cli.broker",
+    "agentgate.cli.audit",
 )
 
 Handler = Callable[[argparse.Namespace], int]

@@ -1,0 +1,206 @@
+"""``agentgate broker``: show the GPU inventory, the broker's leases and its queue.
+
+The broker process writes its state to the store after every change
+(``agentgate.store.broker_leases``); these commands read the last state written, from the store
+named by ``--store`` or ``AGENTGATE_STORE``, and print when it was taken.
+
+    agentgate broker inventory --inventory cluster.yaml     GPUs by rack, node and NVLink domain
+    agentgate broker leases [--json]                        live leases
+    agentgate broker queue [--json]                         waiting requests, in scheduling order
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from datetime import UTC, datetime
+from typing import Any
+
+from agentgate.dispatch.broker import BrokerSnapshot, Lease, QueuedRequest, from_inventory
+from agentgate.dispatch.inventory import load_inventory
+from agentgate.store import open_store
+from agentgate.store.broker_leases import BrokerLeaseStore
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``broker`` verb group."""
+    parser = subparsers.add_parser("broker", help="show the GPU broker's inventory, leases and queue")
+    sub = parser.add_subparsers(dest="broker_command", metavar="SUBCOMMAND", parser_class=type(parser))
+    sub.required = True
+
+    def common(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--store", help="store URL or SQLite path (default: AGENTGATE_STORE, then .agentgate)")
+        p.add_argument("--broker", default="default", help="broker name in the store (default: default)")
+        p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
+    inventory = sub.add_parser("inventory", help="GPUs by rack, node and NVLink domain, with who holds them")
+    inventory.add_argument("--inventory", required=True, metavar="FILE", help="inventory YAML file")
+    common(inventory)
+    inventory.set_defaults(handler=_inventory)
+
+    leases = sub.add_parser("leases", help="live leases")
+    common(leases)
+    leases.set_defaults(handler=_leases)
+
+    queue = sub.add_parser("queue", help="waiting requests in scheduling order")
+    common(queue)
+    queue.set_defaults(handler=_queue)
+
+
+def _snapshot(args: argparse.Namespace) -> BrokerSnapshot | None:
+    with open_store(args.store) as store:
+        return BrokerLeaseStore(store, args.broker).load()
+
+
+def _when(t: float) -> str:
+    if not math.isfinite(t):
+        return "-"
+    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _header(snapshot: BrokerSnapshot | None, broker: str) -> str:
+    if snapshot is None:
+        return f"broker {broker!r}: no state written yet"
+    return f"broker {broker!r}: state as of {_when(snapshot.taken_at)}"
+
+
+def _table(rows: list[list[str]]) -> str:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows)
+
+
+def _inventory(args: argparse.Namespace) -> int:
+    topology = from_inventory(load_inventory(args.inventory))
+    snapshot = _snapshot(args)
+    holder: dict[str, str] = {}
+    if snapshot is not None:
+        for lease in snapshot.leases:
+            holder.update(dict.fromkeys(lease.gpus, lease.id))
+        for q in snapshot.queue:
+            for gpu in q.nominated:
+                holder.setdefault(gpu, f"(reserved: {q.request.id})")
+    if args.json:
+        out = [
+            {
+                "id": g.id,
+                "type": g.type,
+                "memory_gb": g.memory_gb,
+                "node": g.node,
+                "nvlink_domain": g.nvlink_domain,
+                "rack": g.rack,
+                "lease": holder.get(g.id),
+            }
+            for g in topology.gpus
+        ]
+        print(json.dumps({"gpus": out}, indent=2))
+        return 0
+    rows = [["RACK", "NODE", "NVLINK DOMAIN", "GPU", "TYPE", "MEMORY GB", "HELD BY"]]
+    for g in sorted(topology.gpus, key=lambda g: (g.rack, g.node, g.nvlink_domain, topology.number(g.id))):
+        rows.append(
+            [g.rack, g.node, g.nvlink_domain, g.id, g.type, f"{g.memory_gb:g}", holder.get(g.id, "-")]
+        )
+    free = sum(1 for g in topology.gpus if g.id not in holder)
+    print(_header(snapshot, args.broker))
+    print(_table(rows))
+    print(f"{len(topology)} GPUs, {free} free")
+    return 0
+
+
+def _lease_json(lease: Lease) -> dict[str, Any]:
+    return {
+        "id": lease.id,
+        "tenant": lease.tenant,
+        "holder": lease.request.holder,
+        "priority": lease.priority,
+        "gpus": list(lease.gpus),
+        "state": lease.state,
+        "level": lease.level,
+        "granted_at": lease.granted_at,
+        "expires_at": lease.expires_at,
+        "notice_deadline": lease.notice_deadline,
+        "preempted_by": lease.preempted_by,
+        "preempt_reason": lease.preempt_reason,
+    }
+
+
+def _leases(args: argparse.Namespace) -> int:
+    snapshot = _snapshot(args)
+    leases = () if snapshot is None else snapshot.leases
+    if args.json:
+        print(
+            json.dumps(
+                {"taken_at": snapshot and snapshot.taken_at, "leases": [_lease_json(x) for x in leases]}
+            )
+        )
+        return 0
+    print(_header(snapshot, args.broker))
+    if not leases:
+        print("no leases")
+        return 0
+    rows = [["LEASE", "TENANT", "PRIO", "GPUS", "PLACED IN", "STATE", "EXPIRES", "NOTICE UNTIL", "FOR"]]
+    for lease in leases:
+        rows.append(
+            [
+                lease.id,
+                lease.tenant,
+                str(lease.priority),
+                str(len(lease.gpus)),
+                lease.level or "spread",
+                lease.state,
+                _when(lease.expires_at),
+                _when(lease.notice_deadline) if lease.notice_deadline is not None else "-",
+                lease.preempted_by or "-",
+            ]
+        )
+    print(_table(rows))
+    return 0
+
+
+def _queued_json(q: QueuedRequest) -> dict[str, Any]:
+    r = q.request
+    return {
+        "id": r.id,
+        "tenant": r.tenant,
+        "priority": r.priority,
+        "gpus": r.gpus,
+        "bound": r.hint.bound,
+        "kind": r.hint.kind,
+        "submitted_at": q.submitted_at,
+        "deadline": q.deadline if math.isfinite(q.deadline) else None,
+        "nominated": list(q.nominated),
+        "victims": list(q.victims),
+    }
+
+
+def _queue(args: argparse.Namespace) -> int:
+    snapshot = _snapshot(args)
+    queue = () if snapshot is None else snapshot.queue
+    if args.json:
+        print(
+            json.dumps(
+                {"taken_at": snapshot and snapshot.taken_at, "queue": [_queued_json(q) for q in queue]}
+            )
+        )
+        return 0
+    print(_header(snapshot, args.broker))
+    if not queue:
+        print("queue empty")
+        return 0
+    rows = [["REQUEST", "TENANT", "PRIO", "GPUS", "WORKLOAD", "SUBMITTED", "TIMES OUT", "WAITING ON"]]
+    for q in queue:
+        r = q.request
+        rows.append(
+            [
+                r.id,
+                r.tenant,
+                str(r.priority),
+                str(r.gpus),
+                f"{r.hint.bound}/{r.hint.kind}",
+                _when(q.submitted_at),
+                _when(q.deadline),
+                ",".join(q.victims) if q.victims else "-",
+            ]
+        )
+    print(_table(rows))
+    return 0

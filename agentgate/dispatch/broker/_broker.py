@@ -1,0 +1,482 @@
+"""The GPU broker: gang leases with quotas, borrowing, reclaim, preemption and expiry.
+
+Written by hand because this is agentgate's own idea: Kueue's admission rules (nominal quota,
+cohort borrowing, reclaim, priority preemption) applied to leases on a topology, inside one
+process, without Kubernetes. The rules (docs/broker.md has worked examples):
+
+* **All or nothing.** A request is granted all its GPUs at once or waits with none. A waiting
+  request times out after ``timeout_s`` with nothing held.
+* **Quota.** A tenant may use its ``nominal`` quota, and borrow up to ``borrowing_limit`` more
+  from the unused nominal quota of its cohort. The cohort as a whole never exceeds the sum of its
+  members' nominal quotas.
+* **Preemption.** A request that does not fit may preempt, Kueue-style: lower-priority leases of
+  its own tenant, and, when the request stays within its tenant's nominal quota, any lease of a
+  cohort member that is borrowing (reclaim). Victims are chosen borrowing-tenants first, then
+  lowest priority, then newest, and the set is minimized. Each victim gets a ``CheckpointNotice``
+  and keeps its GPUs until it releases them or its grace ends; the preemptor is *nominated*: the
+  GPUs it will get are reserved so nobody else takes them, and it is granted only when every
+  victim has ended.
+* **Expiry.** A lease lasts ``ttl_s`` after its grant or its last renewal; a holder that dies
+  stops renewing and its GPUs return at expiry.
+* **Order.** Waiting requests are tried by priority, then arrival (Kueue's BestEffortFIFO: one
+  that does not fit does not block smaller ones behind it).
+
+Every public call first applies what the clock says has happened (expiries, grace ends,
+timeouts), then does its work, then tries the queue. The clock is injectable, so tests and the
+benchmark run in simulated time.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from agentgate.dispatch.broker._model import (
+    BrokerEvent,
+    BrokerSnapshot,
+    CheckpointNotice,
+    EndReason,
+    GangRequest,
+    Granted,
+    Lease,
+    LeaseEnded,
+    PreemptReason,
+    QueuedRequest,
+    TenantQuota,
+    TimedOut,
+)
+from agentgate.dispatch.broker._placement import FreeIndex, PlacementPolicy, TopologyAware, eligibility
+from agentgate.dispatch.broker._topology import Topology
+from agentgate.errors import BrokerError, LeaseLost
+
+Clock = Callable[[], float]
+
+
+class LeaseJournal(Protocol):
+    """Where the broker writes its state after each change (``agentgate.store.broker_leases``)."""
+
+    def save(self, snapshot: BrokerSnapshot) -> None:
+        """Replace the stored state with ``snapshot``; raises ``StoreError`` on failure."""
+        ...
+
+
+@dataclass
+class _Waiting:
+    request: GangRequest
+    submitted_at: float
+    deadline: float
+    seq: int
+    nominated: tuple[int, ...] = ()
+    victims: set[str] = field(default_factory=set)
+
+
+class Broker:
+    """Leases GPUs of one topology to gangs. Thread-safe (one lock around every call).
+
+    ``quotas`` lists every tenant that may ask; ``policy`` defaults to ``TopologyAware``.
+    ``ttl_s`` and ``grace_s`` are the defaults for requests that do not set their own;
+    ``locality_wait_s`` is how long a communication-bound gang (or one with a preferred
+    constraint) waits for its preferred placement before it accepts a looser one.
+    """
+
+    def __init__(
+        self,
+        topology: Topology,
+        quotas: Sequence[TenantQuota],
+        *,
+        policy: PlacementPolicy | None = None,
+        clock: Clock = time.time,
+        ttl_s: float = 60.0,
+        grace_s: float = 120.0,
+        locality_wait_s: float = 300.0,
+        journal: LeaseJournal | None = None,
+    ) -> None:
+        for name, value in (("ttl_s", ttl_s), ("grace_s", grace_s), ("locality_wait_s", locality_wait_s)):
+            if not math.isfinite(value) or value < 0:
+                raise BrokerError(f"broker {name} must be finite and >= 0, got {value}")
+        self.topology = topology
+        self.policy: PlacementPolicy = policy or TopologyAware(topology)
+        self.clock = clock
+        self.ttl_s = ttl_s
+        self.grace_s = grace_s
+        self.locality_wait_s = locality_wait_s
+        self.journal = journal
+        self._quotas: dict[str, TenantQuota] = {}
+        for quota in quotas:
+            if quota.tenant in self._quotas:
+                raise BrokerError(f"tenant {quota.tenant!r} has two quotas")
+            self._quotas[quota.tenant] = quota
+        self._cohort_nominal: dict[str, int] = {}
+        for quota in self._quotas.values():
+            if quota.cohort is not None:
+                self._cohort_nominal[quota.cohort] = self._cohort_nominal.get(quota.cohort, 0) + quota.nominal
+        self._usage = dict.fromkeys(self._quotas, 0)
+        self._cohort_usage = dict.fromkeys(self._cohort_nominal, 0)
+        self._free = FreeIndex(topology)
+        self._owner: list[str | None] = [None] * len(topology)
+        self._reserved: list[str | None] = [None] * len(topology)
+        self._leases: dict[str, Lease] = {}
+        self._victims: set[str] = set()  # notified leases: not charged to their tenant any more
+        self._waiting: dict[str, _Waiting] = {}
+        self._seq = 0
+        self._outbox: list[BrokerEvent] = []
+        self._dirty = False
+        self._lock = threading.RLock()
+
+    # --- public calls ------------------------------------------------------------------------
+
+    def submit(self, request: GangRequest) -> list[BrokerEvent]:
+        """Queue ``request`` and try to place it now; returns the events this call caused.
+
+        Raises ``BrokerError`` for an unknown tenant, an id already live, or a gang that could
+        never be placed (more GPUs than the cluster, its quota, its filters or its required
+        topology level allow). Nothing changes when it raises.
+        """
+        with self._lock:
+            now = self.clock()
+            self._apply_time(now)
+            self._check_placeable(request)
+            if request.id in self._leases or request.id in self._waiting:
+                raise BrokerError(f"request {request.id!r} is already live")
+            self._seq += 1
+            self._waiting[request.id] = _Waiting(request, now, now + request.timeout_s, self._seq)
+            self._dirty = True
+            self._schedule(now)
+            return self._drain()
+
+    def release(self, lease_id: str) -> list[BrokerEvent]:
+        """End a lease now (or withdraw a waiting request); returns the events this call caused.
+
+        Raises ``LeaseLost`` when there is no such live lease or waiting request.
+        """
+        with self._lock:
+            now = self.clock()
+            self._apply_time(now)
+            self._dirty = True
+            if lease_id in self._leases:
+                self._end(lease_id, "released", now)
+            elif lease_id in self._waiting and not self._waiting[lease_id].nominated:
+                del self._waiting[lease_id]
+            elif lease_id in self._waiting:
+                self._withdraw_nominated(self._waiting.pop(lease_id))
+            else:
+                raise LeaseLost(f"lease {lease_id!r} is not held (released, expired or preempted)")
+            self._schedule(now)
+            return self._drain()
+
+    def renew(self, lease_id: str) -> Lease:
+        """Extend a live lease to ``ttl_s`` from now and return it.
+
+        A notified lease still ends at its notice deadline. Raises ``LeaseLost`` when the lease
+        is not live (a holder that renews too late learns here that its GPUs are gone).
+        """
+        with self._lock:
+            now = self.clock()
+            self._apply_time(now)
+            self._schedule(now)
+            lease = self._leases.get(lease_id)
+            if lease is None:
+                raise LeaseLost(f"lease {lease_id!r} is not held (released, expired or preempted)")
+            lease = dataclasses.replace(lease, expires_at=now + self._ttl(lease.request))
+            self._leases[lease_id] = lease
+            self._dirty = True
+            self._save(now)
+            return lease
+
+    def advance(self) -> list[BrokerEvent]:
+        """Apply expiries, grace ends and timeouts up to the clock's now, then try the queue.
+
+        Returns every event since the last call that returned events.
+        """
+        with self._lock:
+            now = self.clock()
+            self._apply_time(now)
+            self._schedule(now)
+            return self._drain()
+
+    def next_deadline(self) -> float | None:
+        """The next clock time at which ``advance`` would change something by itself, if any."""
+        with self._lock:
+            times = [
+                min(lease.expires_at, lease.notice_deadline or math.inf) for lease in self._leases.values()
+            ]
+            for w in self._waiting.values():
+                if not w.nominated:
+                    times.append(w.deadline)
+                    times.append(w.submitted_at + self.locality_wait_s)
+            now = self.clock()
+            future = [t for t in times if t > now and math.isfinite(t)]
+            return min(future) if future else None
+
+    def leases(self) -> list[Lease]:
+        """Live leases, oldest grant first."""
+        with self._lock:
+            return sorted(self._leases.values(), key=lambda lease: (lease.granted_at, lease.id))
+
+    def queue(self) -> list[QueuedRequest]:
+        """Waiting requests in the order the broker tries them."""
+        with self._lock:
+            gpus = self.topology.gpus
+            return [
+                QueuedRequest(
+                    request=w.request,
+                    submitted_at=w.submitted_at,
+                    deadline=w.deadline,
+                    nominated=tuple(gpus[i].id for i in w.nominated),
+                    victims=tuple(sorted(w.victims)),
+                )
+                for w in self._ordered_waiting()
+            ]
+
+    def usage(self, tenant: str) -> int:
+        """GPUs charged to ``tenant``'s quota: its live leases (less those being preempted)
+        plus the GPUs reserved for its nominated requests. Raises ``BrokerError`` if unknown."""
+        with self._lock:
+            if tenant not in self._usage:
+                raise BrokerError(f"unknown tenant {tenant!r}")
+            return self._usage[tenant]
+
+    def free_gpus(self) -> int:
+        """GPUs neither leased nor reserved for a nominated request."""
+        with self._lock:
+            return self._free.total
+
+    def snapshot(self) -> BrokerSnapshot:
+        """The whole state now."""
+        with self._lock:
+            return BrokerSnapshot(self.clock(), tuple(self.leases()), tuple(self.queue()))
+
+    # --- validation ---------------------------------------------------------------------------
+
+    def _check_placeable(self, request: GangRequest) -> None:
+        quota = self._quotas.get(request.tenant)
+        if quota is None:
+            raise BrokerError(f"request {request.id!r}: unknown tenant {request.tenant!r}")
+        n = request.gpus
+        ceiling = quota.nominal
+        if quota.cohort is not None:
+            cohort = self._cohort_nominal[quota.cohort]
+            ceiling = (
+                cohort
+                if quota.borrowing_limit is None
+                else min(cohort, quota.nominal + quota.borrowing_limit)
+            )
+        if n > ceiling:
+            raise BrokerError(
+                f"request {request.id!r}: {n} GPUs exceed what tenant {request.tenant!r} may ever hold ({ceiling})"
+            )
+        eligible = eligibility(request, self.topology)
+        constraint = request.topology
+        if constraint is not None and constraint.required:
+            groups = self.topology.members[constraint.level]
+            largest = max(sum(1 for i in g if eligible is None or eligible(i)) for g in groups)
+            if n > largest:
+                raise BrokerError(
+                    f"request {request.id!r}: {n} GPUs never fit in one {constraint.level} (largest has {largest})"
+                )
+        else:
+            count = sum(1 for i in range(len(self.topology)) if eligible is None or eligible(i))
+            if n > count:
+                raise BrokerError(f"request {request.id!r}: {n} GPUs but only {count} match its filters")
+
+    def _ttl(self, request: GangRequest) -> float:
+        return self.ttl_s if request.ttl_s is None else request.ttl_s
+
+    # --- time -------------------------------------------------------------------------------
+
+    def _apply_time(self, now: float) -> None:
+        for lease in list(self._leases.values()):
+            if lease.notice_deadline is not None and lease.notice_deadline <= now:
+                self._end(lease.id, "preempted", now)
+            elif lease.expires_at <= now:
+                self._end(lease.id, "expired", now)
+        for w in list(self._waiting.values()):
+            if not w.nominated and w.deadline <= now:
+                del self._waiting[w.request.id]
+                self._dirty = True
+                self._outbox.append(TimedOut(w.request))
+
+    # --- scheduling ---------------------------------------------------------------------------
+
+    def _ordered_waiting(self) -> list[_Waiting]:
+        return sorted(self._waiting.values(), key=lambda w: (-w.request.priority, w.submitted_at, w.seq))
+
+    def _schedule(self, now: float) -> None:
+        for w in self._ordered_waiting():
+            if w.nominated:
+                continue
+            request = w.request
+            loosen = now - w.submitted_at >= self.locality_wait_s
+            if self._fits_quota(request.tenant, request.gpus, {}):
+                chosen = self.policy.place(request, self._free, loosen=loosen)
+                if chosen is not None:
+                    self._free.take(chosen)
+                    self._charge(request.tenant, request.gpus)
+                    self._grant(w, chosen, now)
+                    continue
+            self._try_preempt(w, now, loosen)
+        self._save(now)
+
+    def _grant(self, w: _Waiting, gpus: Sequence[int], now: float) -> None:
+        request = w.request
+        del self._waiting[request.id]
+        for i in gpus:
+            self._owner[i] = request.id
+            self._reserved[i] = None
+        lease = Lease(
+            id=request.id,
+            request=request,
+            gpus=tuple(self.topology.gpus[i].id for i in gpus),
+            granted_at=now,
+            expires_at=now + self._ttl(request),
+            level=self.topology.shared_level(gpus),
+        )
+        self._leases[request.id] = lease
+        self._dirty = True
+        self._outbox.append(Granted(lease))
+
+    def _end(self, lease_id: str, reason: EndReason, now: float) -> None:
+        lease = self._leases.pop(lease_id)
+        self._dirty = True
+        nums = [self.topology.number(g) for g in lease.gpus]
+        if lease_id in self._victims:
+            self._victims.discard(lease_id)
+        else:
+            self._charge(lease.tenant, -len(nums))
+        for i in nums:
+            self._owner[i] = None
+        self._free.give(i for i in nums if self._reserved[i] is None)
+        self._outbox.append(LeaseEnded(lease, reason))
+        if lease.preempted_by is not None and lease.preempted_by in self._waiting:
+            w = self._waiting[lease.preempted_by]
+            w.victims.discard(lease_id)
+            if not w.victims and all(self._owner[i] is None for i in w.nominated):
+                self._grant(w, w.nominated, now)
+
+    def _withdraw_nominated(self, w: _Waiting) -> None:
+        # Victims already notified stay notified: their holders were told to checkpoint, and
+        # un-telling them would race with a checkpoint in progress.
+        self._charge(w.request.tenant, -w.request.gpus)
+        unowned = [i for i in w.nominated if self._owner[i] is None]
+        for i in w.nominated:
+            self._reserved[i] = None
+        self._free.give(unowned)
+
+    # --- quota --------------------------------------------------------------------------------
+
+    def _charge(self, tenant: str, gpus: int) -> None:
+        self._usage[tenant] += gpus
+        cohort = self._quotas[tenant].cohort
+        if cohort is not None:
+            self._cohort_usage[cohort] += gpus
+
+    def _fits_quota(self, tenant: str, n: int, released: dict[str, int]) -> bool:
+        """Whether ``tenant`` may take ``n`` more GPUs if the ``released`` usage were gone."""
+        quota = self._quotas[tenant]
+        used = self._usage[tenant] - released.get(tenant, 0)
+        if used + n <= quota.nominal and quota.cohort is None:
+            return True
+        if quota.cohort is None:
+            return False
+        if quota.borrowing_limit is not None and used + n - quota.nominal > quota.borrowing_limit:
+            return False
+        cohort_released = sum(g for t, g in released.items() if self._quotas[t].cohort == quota.cohort)
+        return self._cohort_usage[quota.cohort] - cohort_released + n <= self._cohort_nominal[quota.cohort]
+
+    # --- preemption ---------------------------------------------------------------------------
+
+    def _candidates(self, request: GangRequest) -> list[tuple[Lease, PreemptReason]]:
+        quota = self._quotas[request.tenant]
+        reclaiming = quota.cohort is not None and self._usage[request.tenant] + request.gpus <= quota.nominal
+        found: list[tuple[Lease, PreemptReason]] = []
+        for lease in self._leases.values():
+            if lease.id in self._victims:
+                continue
+            if lease.tenant == request.tenant:
+                if lease.priority < request.priority:
+                    found.append((lease, "priority"))
+            elif reclaiming:
+                other = self._quotas[lease.tenant]
+                if other.cohort == quota.cohort and self._usage[lease.tenant] > other.nominal:
+                    found.append((lease, "reclaim"))
+        # Borrowed capacity first, then the least important, then the newest (least work lost).
+        found.sort(key=lambda c: (c[1] != "reclaim", c[0].priority, -c[0].granted_at, c[0].id))
+        return found
+
+    def _what_if(
+        self, request: GangRequest, victims: Iterable[tuple[Lease, PreemptReason]], loosen: bool
+    ) -> list[int] | None:
+        """The placement ``request`` would get, and fit its quota, were ``victims`` gone."""
+        released: dict[str, int] = {}
+        trial = self._free.copy()
+        for lease, _ in victims:
+            released[lease.tenant] = released.get(lease.tenant, 0) + len(lease.gpus)
+            trial.give(self.topology.number(g) for g in lease.gpus)
+        if not self._fits_quota(request.tenant, request.gpus, released):
+            return None
+        return self.policy.place(request, trial, loosen=loosen)
+
+    def _try_preempt(self, w: _Waiting, now: float, loosen: bool) -> None:
+        request = w.request
+        candidates = self._candidates(request)
+        if not candidates:
+            return
+        chosen: list[tuple[Lease, PreemptReason]] = []
+        borrowed = {t: self._usage[t] - q.nominal for t, q in self._quotas.items()}
+        placement: list[int] | None = None
+        for lease, reason in candidates:
+            # Reclaim only while the lender's tenant is still borrowing after earlier victims.
+            if reason == "reclaim" and borrowed[lease.tenant] <= 0:
+                continue
+            chosen.append((lease, reason))
+            borrowed[lease.tenant] -= len(lease.gpus)
+            placement = self._what_if(request, chosen, loosen)
+            if placement is not None:
+                break
+        if placement is None:
+            return
+        # Minimize: drop any victim (newest choice first) the gang can do without.
+        for victim in list(reversed(chosen[:-1])):
+            fewer = [c for c in chosen if c is not victim]
+            again = self._what_if(request, fewer, loosen)
+            if again is not None:
+                chosen, placement = fewer, again
+        self._nominate(w, placement, chosen, now)
+
+    def _nominate(
+        self, w: _Waiting, placement: list[int], victims: list[tuple[Lease, PreemptReason]], now: float
+    ) -> None:
+        request = w.request
+        self._dirty = True
+        w.nominated = tuple(placement)
+        w.deadline = math.inf
+        self._charge(request.tenant, request.gpus)
+        self._free.take(i for i in placement if self._owner[i] is None)
+        for i in placement:
+            self._reserved[i] = request.id
+        for lease, reason in victims:
+            grace = self.grace_s if lease.request.grace_s is None else lease.request.grace_s
+            notified = dataclasses.replace(
+                lease, notice_deadline=now + grace, preempted_by=request.id, preempt_reason=reason
+            )
+            self._leases[lease.id] = notified
+            self._victims.add(lease.id)
+            self._charge(lease.tenant, -len(lease.gpus))
+            w.victims.add(lease.id)
+            self._outbox.append(CheckpointNotice(notified, now + grace, request.id, reason))
+
+    # --- output -------------------------------------------------------------------------------
+
+    def _drain(self) -> list[BrokerEvent]:
+        events, self._outbox = self._outbox, []
+        return events
+
+    def _save(self, now: float) -> None:
+        if self.journal is not None and self._dirty:
+            self.journal.save(BrokerSnapshot(now, tuple(self.leases()), tuple(self.queue())))
+        self._dirty = False

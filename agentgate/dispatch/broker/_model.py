@@ -1,0 +1,217 @@
+"""The values that flow in and out of the broker: requests, quotas, leases and events.
+
+All are frozen dataclasses: the broker replaces a lease when it renews or notifies it, and never
+mutates one a caller holds.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Literal
+
+from agentgate.dispatch.broker._topology import Level
+from agentgate.errors import BrokerError
+
+Bound = Literal["compute", "memory", "communication"]
+"""What limits the workload: compute, device memory, or communication between its GPUs."""
+
+Kind = Literal["training", "inference", "preprocessing"]
+"""What the workload does; decides placement preferences together with ``Bound``."""
+
+EndReason = Literal["released", "expired", "preempted"]
+"""Why a lease ended: its holder released it, it was not renewed in time, or its grace ran out."""
+
+PreemptReason = Literal["priority", "reclaim"]
+"""Why a lease is preempted: a higher-priority gang of its tenant, or a lender reclaiming quota."""
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadHint:
+    """How the gang behaves; changes where it is placed (docs/broker.md, "Topology")."""
+
+    bound: Bound = "compute"
+    """``communication``: packed inside one NVLink domain; ``memory``: largest-memory GPUs first."""
+    kind: Kind = "training"
+    """``inference`` prefers one node; ``preprocessing`` takes the smallest-memory GPUs first."""
+
+
+@dataclass(frozen=True, slots=True)
+class TopologyConstraint:
+    """All GPUs of the gang in one group at ``level``; ``required`` or only preferred."""
+
+    level: Level
+    """``nvlink_domain``, ``node`` or ``rack``."""
+    required: bool = True
+    """Required: the gang waits (or times out) rather than spread. Preferred: it spreads only
+    after the broker's locality wait."""
+
+
+@dataclass(frozen=True, slots=True)
+class GangRequest:
+    """A request for ``gpus`` GPUs, all granted together or none.
+
+    Raises ``BrokerError`` on construction for an empty id or tenant, fewer than one GPU, or a
+    negative or non-finite time.
+    """
+
+    id: str
+    """Unique request id; the lease, once granted, has the same id."""
+    tenant: str
+    """The tenant whose quota pays for the GPUs."""
+    gpus: int
+    """How many GPUs, all or nothing."""
+    priority: int = 0
+    """Higher preempts lower within a tenant (never across tenants, except reclaim)."""
+    hint: WorkloadHint = field(default_factory=WorkloadHint)
+    """Workload characterization that changes placement."""
+    topology: TopologyConstraint | None = None
+    """Explicit topology constraint; ``None``: the hint decides."""
+    gpu_type: str | None = None
+    """Only GPUs of this type."""
+    min_memory_gb: float = 0.0
+    """Only GPUs with at least this much memory."""
+    timeout_s: float = 300.0
+    """How long the request may wait in the queue before it times out with nothing."""
+    ttl_s: float | None = None
+    """Lease time-to-live between renewals; ``None``: the broker's default."""
+    grace_s: float | None = None
+    """Checkpoint grace after a preemption notice; ``None``: the broker's default."""
+    holder: str = ""
+    """Who holds the lease (a process, an agent); informative."""
+
+    def __post_init__(self) -> None:
+        if not self.id or not self.tenant:
+            raise BrokerError("a gang request needs a non-empty id and tenant")
+        if self.gpus < 1:
+            raise BrokerError(f"request {self.id!r}: gpus must be at least 1, got {self.gpus}")
+        for name in ("timeout_s", "ttl_s", "grace_s", "min_memory_gb"):
+            value = getattr(self, name)
+            if value is not None and (not math.isfinite(value) or value < 0):
+                raise BrokerError(f"request {self.id!r}: {name} must be finite and >= 0, got {value}")
+
+
+@dataclass(frozen=True, slots=True)
+class TenantQuota:
+    """A tenant's GPU quota, as a Kueue ClusterQueue with one resource.
+
+    Raises ``BrokerError`` on construction for a negative quota or limit.
+    """
+
+    tenant: str
+    """The tenant."""
+    nominal: int
+    """GPUs the tenant is guaranteed; what it lends to its cohort while it does not use them."""
+    borrowing_limit: int | None = None
+    """Most GPUs above ``nominal`` it may borrow from its cohort; ``None``: no limit but the
+    cohort's unused quota."""
+    cohort: str | None = None
+    """Tenants in one cohort lend each other unused nominal quota; ``None``: no borrowing."""
+
+    def __post_init__(self) -> None:
+        if not self.tenant:
+            raise BrokerError("a quota needs a tenant")
+        if self.nominal < 0 or (self.borrowing_limit is not None and self.borrowing_limit < 0):
+            raise BrokerError(f"quota of {self.tenant!r}: nominal and borrowing_limit must be >= 0")
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """GPUs held by one gang until ``expires_at`` unless renewed."""
+
+    id: str
+    """Same as the request's id."""
+    request: GangRequest
+    """The request it grants."""
+    gpus: tuple[str, ...]
+    """GPU ids, all held together."""
+    granted_at: float
+    """Clock time of the grant."""
+    expires_at: float
+    """Clock time at which the GPUs return unless renewed (or, once notified, the grace end)."""
+    notice_deadline: float | None = None
+    """Set once preempted: the end of the checkpoint grace; the lease ends then at the latest."""
+    preempted_by: str | None = None
+    """The request that preempts it."""
+    preempt_reason: PreemptReason | None = None
+    """Why it is preempted."""
+    level: Level | None = None
+    """The innermost level whose one group holds all its GPUs (``None``: spread over racks)."""
+
+    @property
+    def tenant(self) -> str:
+        """The tenant paying for it."""
+        return self.request.tenant
+
+    @property
+    def priority(self) -> int:
+        """The request's priority."""
+        return self.request.priority
+
+    @property
+    def state(self) -> Literal["active", "notified"]:
+        """``notified`` once a preemption notice was sent, else ``active``."""
+        return "active" if self.notice_deadline is None else "notified"
+
+
+@dataclass(frozen=True, slots=True)
+class Granted:
+    """The gang got all its GPUs."""
+
+    lease: Lease
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointNotice:
+    """The holder must checkpoint and release before ``deadline``; the lease ends then anyway."""
+
+    lease: Lease
+    deadline: float
+    preemptor: str
+    reason: PreemptReason
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseEnded:
+    """The lease's GPUs are back (free, or handed to a waiting preemptor)."""
+
+    lease: Lease
+    reason: EndReason
+
+
+@dataclass(frozen=True, slots=True)
+class TimedOut:
+    """The request waited ``timeout_s`` without being placed whole; it holds nothing."""
+
+    request: GangRequest
+
+
+BrokerEvent = Granted | CheckpointNotice | LeaseEnded | TimedOut
+"""Everything the broker tells its callers, returned by each call that changes state."""
+
+
+@dataclass(frozen=True, slots=True)
+class QueuedRequest:
+    """A waiting request as ``Broker.queue()`` shows it."""
+
+    request: GangRequest
+    submitted_at: float
+    deadline: float
+    """When it times out (``inf`` once nominated: a nominated request is granted by the end of
+    its victims' grace)."""
+    nominated: tuple[str, ...] = ()
+    """GPUs reserved for it while its victims checkpoint; empty when not nominated."""
+    victims: tuple[str, ...] = ()
+    """Leases it waits on."""
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerSnapshot:
+    """The broker's whole state at one moment: what the CLI shows and the store keeps."""
+
+    taken_at: float
+    """Clock time of the snapshot."""
+    leases: tuple[Lease, ...]
+    """Live leases, oldest grant first."""
+    queue: tuple[QueuedRequest, ...]
+    """Waiting requests in scheduling order."""

@@ -1,0 +1,177 @@
+"""The broker's view of the GPUs: one flat, immutable list with its interconnect groups.
+
+The broker places gangs by interconnect level (NVLink domain, node, rack), so it keeps its own
+small value model instead of asking the YAML inventory on every decision: GPUs are numbered
+``0..n-1`` once, and each level maps a GPU number to a group number. ``from_inventory`` builds it
+from a loaded ``agentgate.dispatch.inventory.Inventory``; ``synthetic_topology`` builds regular
+clusters for tests and benchmarks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Literal
+
+from agentgate.errors import InventoryError
+
+if TYPE_CHECKING:
+    from agentgate.dispatch.inventory import Inventory
+
+Level = Literal["nvlink_domain", "node", "rack"]
+"""A level of the interconnect hierarchy, innermost first."""
+
+LEVELS: tuple[Level, ...] = ("nvlink_domain", "node", "rack")
+
+
+@dataclass(frozen=True, slots=True)
+class GpuSpec:
+    """One GPU as the broker sees it."""
+
+    id: str
+    """Unique GPU id."""
+    type: str
+    """Model name, e.g. ``H100``."""
+    memory_gb: float
+    """Device memory in GB."""
+    node: str
+    """The node it is installed in."""
+    nvlink_domain: str
+    """Its NVLink domain (a GPU without NVLink peers is its own domain)."""
+    rack: str
+    """Its rack (a node without a rack is its own rack)."""
+
+    def group(self, level: Level) -> str:
+        """The GPU's group name at ``level``."""
+        if level == "nvlink_domain":
+            return self.nvlink_domain
+        if level == "node":
+            return self.node
+        return self.rack
+
+
+@dataclass(frozen=True)
+class Topology:
+    """An immutable set of GPUs with their groups at each interconnect level.
+
+    ``group_of[level][i]`` is the group number of GPU ``i``; ``members[level][g]`` the GPU numbers
+    of group ``g`` in order; ``group_names[level][g]`` its name. Raises ``InventoryError`` for an
+    empty list or a duplicate GPU id.
+    """
+
+    gpus: tuple[GpuSpec, ...]
+    index: dict[str, int] = field(init=False, repr=False, compare=False)
+    group_of: dict[Level, tuple[int, ...]] = field(init=False, repr=False, compare=False)
+    members: dict[Level, tuple[tuple[int, ...], ...]] = field(init=False, repr=False, compare=False)
+    group_names: dict[Level, tuple[str, ...]] = field(init=False, repr=False, compare=False)
+    group_memory_gb: dict[Level, tuple[float, ...]] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if not self.gpus:
+            raise InventoryError("the broker needs at least one GPU")
+        index: dict[str, int] = {}
+        for i, gpu in enumerate(self.gpus):
+            if gpu.id in index:
+                raise InventoryError(f"duplicate gpu {gpu.id!r}")
+            index[gpu.id] = i
+        group_of: dict[Level, tuple[int, ...]] = {}
+        members: dict[Level, tuple[tuple[int, ...], ...]] = {}
+        names: dict[Level, tuple[str, ...]] = {}
+        memory: dict[Level, tuple[float, ...]] = {}
+        for level in LEVELS:
+            numbers: dict[str, int] = {}
+            lists: list[list[int]] = []
+            of: list[int] = []
+            for i, gpu in enumerate(self.gpus):
+                g = numbers.setdefault(gpu.group(level), len(numbers))
+                if g == len(lists):
+                    lists.append([])
+                lists[g].append(i)
+                of.append(g)
+            group_of[level] = tuple(of)
+            members[level] = tuple(tuple(m) for m in lists)
+            names[level] = tuple(numbers)
+            # A group is as good for memory-bound work as its smallest GPU.
+            memory[level] = tuple(min(self.gpus[i].memory_gb for i in m) for m in lists)
+        object.__setattr__(self, "index", index)
+        object.__setattr__(self, "group_of", group_of)
+        object.__setattr__(self, "members", members)
+        object.__setattr__(self, "group_names", names)
+        object.__setattr__(self, "group_memory_gb", memory)
+
+    def __len__(self) -> int:
+        return len(self.gpus)
+
+    def number(self, gpu_id: str) -> int:
+        """The GPU's number; raises ``InventoryError`` for an unknown id."""
+        try:
+            return self.index[gpu_id]
+        except KeyError:
+            raise InventoryError(f"unknown gpu {gpu_id!r}") from None
+
+    def shared_level(self, numbers: Iterable[int]) -> Level | None:
+        """The innermost level at which all the given GPUs share one group, or ``None``."""
+        nums = list(numbers)
+        if not nums:
+            return None
+        for level in LEVELS:
+            of = self.group_of[level]
+            if len({of[i] for i in nums}) == 1:
+                return level
+        return None
+
+
+def synthetic_topology(
+    nodes: int = 8,
+    gpus_per_node: int = 8,
+    *,
+    domains_per_node: int = 1,
+    nodes_per_rack: int = 4,
+    types: Sequence[tuple[str, float]] = (("H100", 80.0),),
+) -> Topology:
+    """A regular cluster: ``nodes`` x ``gpus_per_node`` GPUs, ``domains_per_node`` NVLink domains
+    per node, ``nodes_per_rack`` nodes per rack; node ``k`` gets GPU type ``types[k % len(types)]``.
+
+    Raises ``InventoryError`` for non-positive sizes or a node that does not split evenly into
+    domains.
+    """
+    if nodes < 1 or gpus_per_node < 1 or domains_per_node < 1 or nodes_per_rack < 1 or not types:
+        raise InventoryError("synthetic topology sizes must be positive")
+    if gpus_per_node % domains_per_node:
+        raise InventoryError("gpus_per_node must split evenly into domains_per_node")
+    per_domain = gpus_per_node // domains_per_node
+    gpus = []
+    for n in range(nodes):
+        gpu_type, memory = types[n % len(types)]
+        for k in range(gpus_per_node):
+            gpus.append(
+                GpuSpec(
+                    id=f"n{n:03d}/g{k}",
+                    type=gpu_type,
+                    memory_gb=memory,
+                    node=f"n{n:03d}",
+                    nvlink_domain=f"n{n:03d}/nvl{k // per_domain}",
+                    rack=f"r{n // nodes_per_rack:02d}",
+                )
+            )
+    return Topology(tuple(gpus))
+
+
+def from_inventory(inventory: Inventory) -> Topology:
+    """The broker's topology for a loaded inventory, GPUs in inventory order.
+
+    Raises ``InventoryError`` when the inventory declares no GPU.
+    """
+    return Topology(
+        tuple(
+            GpuSpec(
+                id=gpu.id,
+                type=gpu.type,
+                memory_gb=gpu.memory_gb,
+                node=gpu.node,
+                nvlink_domain=inventory.domain_of(gpu.id),
+                rack=inventory.rack_of(gpu.id),
+            )
+            for gpu in inventory.gpus
+        )
+    )

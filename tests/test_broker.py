@@ -1,0 +1,417 @@
+"""The GPU broker's rules: gangs, quotas, borrowing, reclaim, preemption, expiry (docs/broker.md)."""
+
+from __future__ import annotations
+
+import contextlib
+import random
+from collections.abc import Sequence
+
+import pytest
+
+from agentgate.dispatch.broker import (
+    Broker,
+    BrokerEvent,
+    CheckpointNotice,
+    GangRequest,
+    Granted,
+    LeaseEnded,
+    TenantQuota,
+    TimedOut,
+    Topology,
+    TopologyConstraint,
+    WorkloadHint,
+    synthetic_topology,
+)
+from agentgate.errors import BrokerError, LeaseLost
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def make_broker(
+    clock: FakeClock,
+    quotas: Sequence[TenantQuota] | None = None,
+    topology: Topology | None = None,
+    **kwargs: float,
+) -> Broker:
+    topology = topology or synthetic_topology(2, 8)
+    quotas = quotas or [TenantQuota("a", len(topology)), TenantQuota("b", len(topology))]
+    settings = {"ttl_s": 1000.0, "grace_s": 60.0, "locality_wait_s": 100.0, **kwargs}
+    return Broker(topology, quotas, clock=clock, **settings)
+
+
+def granted(events: Sequence[BrokerEvent]) -> dict[str, tuple[str, ...]]:
+    return {e.lease.id: e.lease.gpus for e in events if isinstance(e, Granted)}
+
+
+def only(events: Sequence[BrokerEvent], kind: type) -> list[BrokerEvent]:
+    return [e for e in events if isinstance(e, kind)]
+
+
+# --- all or nothing ------------------------------------------------------------------------------
+
+
+def test_gang_that_does_not_fit_whole_gets_nothing_and_waits() -> None:
+    clock = FakeClock()
+    broker = make_broker(clock)
+    assert len(granted(broker.submit(GangRequest("big", "a", 10)))["big"]) == 10
+    events = broker.submit(GangRequest("gang", "b", 8))
+    assert granted(events) == {}
+    assert [lease.id for lease in broker.leases()] == ["big"]
+    assert broker.free_gpus() == 6  # nothing held or reserved for the waiting gang
+    assert [q.request.id for q in broker.queue()] == ["gang"]
+    events = broker.release("big")
+    assert len(granted(events)["gang"]) == 8
+
+
+def test_waiting_gang_times_out_holding_nothing() -> None:
+    clock = FakeClock()
+    broker = make_broker(clock)
+    broker.submit(GangRequest("big", "a", 12))
+    broker.submit(GangRequest("gang", "b", 8, timeout_s=30))
+    clock.now = 29.9
+    assert broker.advance() == []
+    clock.now = 30.0
+    events = broker.advance()
+    assert [e.request.id for e in only(events, TimedOut)] == ["gang"]
+    assert broker.queue() == []
+    assert broker.free_gpus() == 4
+    assert granted(broker.release("big")) == {}
+
+
+def test_no_partial_placement_under_random_load() -> None:
+    """Invariant over 3,000 random operations: every lease holds exactly its gang, no GPU is in
+    two leases, a waiting request holds no GPU, and GPUs are conserved."""
+    rng = random.Random(7)
+    clock = FakeClock()
+    topology = synthetic_topology(4, 8)
+    quotas = [TenantQuota(t, 12, borrowing_limit=8, cohort="c") for t in ("a", "b")] + [TenantQuota("c", 8)]
+    broker = make_broker(clock, quotas, topology, ttl_s=50.0, grace_s=10.0, locality_wait_s=20.0)
+    live: set[str] = set()
+    for step in range(3000):
+        clock.now += rng.random() * 3
+        op = rng.random()
+        if op < 0.5:
+            tenant = rng.choice("abc")
+            hint = WorkloadHint(bound=rng.choice(["compute", "memory", "communication"]))
+            constraint = rng.choice(
+                [None, TopologyConstraint("nvlink_domain"), TopologyConstraint("node", False)]
+            )
+            request = GangRequest(
+                f"r{step}", tenant, rng.randint(1, 8), rng.randint(0, 2), hint, constraint, timeout_s=40
+            )
+            events = broker.submit(request)
+        elif op < 0.8 and live:
+            lease_id = rng.choice(sorted(live))
+            try:
+                events = broker.release(lease_id)
+            except LeaseLost:
+                events = broker.advance()
+        elif op < 0.9 and live:
+            with contextlib.suppress(LeaseLost):
+                broker.renew(rng.choice(sorted(live)))
+            events = broker.advance()
+        else:
+            events = broker.advance()
+        for e in events:
+            if isinstance(e, Granted):
+                assert len(e.lease.gpus) == e.lease.request.gpus
+                live.add(e.lease.id)
+            elif isinstance(e, LeaseEnded):
+                live.discard(e.lease.id)
+        held = [g for lease in broker.leases() for g in lease.gpus]
+        assert len(held) == len(set(held))
+        assert {lease.id for lease in broker.leases()} == live
+        reserved = [g for q in broker.queue() for g in q.nominated]
+        assert not set(reserved) & {
+            g for lease in broker.leases() if lease.state == "active" for g in lease.gpus
+        }
+        assert broker.free_gpus() == len(topology) - len(set(held) | set(reserved))
+        for q in broker.queue():
+            assert q.request.id not in live
+            assert q.nominated == () or len(q.nominated) == q.request.gpus
+
+
+# --- topology and hints --------------------------------------------------------------------------
+
+
+def test_required_domain_waits_rather_than_spread() -> None:
+    clock = FakeClock()
+    broker = make_broker(clock)
+    broker.submit(GangRequest("x", "a", 5, topology=TopologyConstraint("nvlink_domain")))
+    broker.submit(GangRequest("y", "a", 5, topology=TopologyConstraint("nvlink_domain")))
+    assert {lease.level for lease in broker.leases()} == {"nvlink_domain"}
+    assert broker.free_gpus() == 6  # 3 + 3: enough GPUs, but not in one domain
+    request = GangRequest("z", "b", 6, topology=TopologyConstraint("nvlink_domain"))
+    assert granted(broker.submit(request)) == {}
+    clock.now = 250  # past the locality wait: a required constraint never loosens
+    broker.renew("x")
+    broker.renew("y")
+    assert granted(broker.advance()) == {}
+    x_domain = {g.split("/")[0] for g in next(le.gpus for le in broker.leases() if le.id == "x")}
+    events = broker.release("x")
+    assert {g.split("/")[0] for g in granted(events)["z"]} == x_domain
+
+
+def test_communication_bound_gang_waits_for_one_domain_then_spreads() -> None:
+    clock = FakeClock()
+    broker = make_broker(clock, locality_wait_s=100.0)
+    broker.submit(GangRequest("x", "a", 5, topology=TopologyConstraint("nvlink_domain")))
+    broker.submit(GangRequest("y", "a", 5, topology=TopologyConstraint("nvlink_domain")))
+    comm = GangRequest("comm", "b", 6, hint=WorkloadHint(bound="communication"))
+    assert granted(broker.submit(comm)) == {}
+    clock.now = 99
+    assert granted(broker.advance()) == {}
+    clock.now = 100
+    events = broker.advance()
+    assert len(granted(events)["comm"]) == 6
+    assert next(le for le in broker.leases() if le.id == "comm").level == "rack"
+
+
+def test_communication_bound_gang_is_packed_in_one_domain() -> None:
+    clock = FakeClock()
+    broker = make_broker(clock, topology=synthetic_topology(2, 8, domains_per_node=2))
+    broker.submit(GangRequest("one", "a", 1))
+    events = broker.submit(GangRequest("comm", "b", 4, hint=WorkloadHint(bound="communication")))
+    gpus = granted(events)["comm"]
+    assert len({g.split("/")[0] for g in gpus}) == 1
+    assert next(le for le in broker.leases() if le.id == "comm").level == "nvlink_domain"
+
+
+def test_small_gangs_fill_fragments_and_keep_whole_domains_free() -> None:
+    clock = FakeClock()
+    broker = make_broker(clock, topology=synthetic_topology(4, 8))
+    broker.submit(GangRequest("five", "a", 5, topology=TopologyConstraint("nvlink_domain")))
+    events = broker.submit(GangRequest("two", "a", 2))
+    five_node = next(le for le in broker.leases() if le.id == "five").gpus[0].split("/")[0]
+    assert {g.split("/")[0] for g in granted(events)["two"]} == {five_node}
+
+
+def test_memory_bound_work_gets_largest_memory_gpus_and_preprocessing_the_smallest() -> None:
+    clock = FakeClock()
+    topology = synthetic_topology(4, 8, types=(("A100", 40.0), ("H200", 141.0)))
+    broker = make_broker(clock, topology=topology)
+    memory = broker.submit(GangRequest("mem", "a", 2, hint=WorkloadHint(bound="memory")))
+    prep = broker.submit(GangRequest("prep", "a", 2, hint=WorkloadHint(kind="preprocessing")))
+    by_id = {g.id: g for g in topology.gpus}
+    assert {by_id[g].memory_gb for g in granted(memory)["mem"]} == {141.0}
+    assert {by_id[g].memory_gb for g in granted(prep)["prep"]} == {40.0}
+
+
+def test_gpu_type_filter_is_respected() -> None:
+    clock = FakeClock()
+    topology = synthetic_topology(2, 8, types=(("A100", 40.0), ("H200", 141.0)))
+    broker = make_broker(clock, topology=topology)
+    events = broker.submit(GangRequest("h", "a", 3, gpu_type="H200"))
+    assert {g.startswith("n001") for g in granted(events)["h"]} == {True}
+
+
+# --- quotas, borrowing, reclaim ----------------------------------------------------------------
+
+
+def cohort_quotas(borrowing_limit: int | None = None) -> list[TenantQuota]:
+    return [
+        TenantQuota("a", 8, borrowing_limit=borrowing_limit, cohort="lab"),
+        TenantQuota("b", 8, borrowing_limit=borrowing_limit, cohort="lab"),
+    ]
+
+
+def test_tenant_borrows_unused_quota_of_its_cohort() -> None:
+    broker = make_broker(FakeClock(), cohort_quotas())
+    assert len(granted(broker.submit(GangRequest("a1", "a", 12)))["a1"]) == 12
+    assert broker.usage("a") == 12
+
+
+def test_borrowing_limit_caps_what_a_tenant_borrows() -> None:
+    broker = make_broker(FakeClock(), cohort_quotas(borrowing_limit=2))
+    with pytest.raises(BrokerError, match="may ever hold"):
+        broker.submit(GangRequest("too-big", "a", 11))
+    assert granted(broker.submit(GangRequest("a1", "a", 10)))
+    assert granted(broker.submit(GangRequest("a2", "a", 1))) == {}  # 6 GPUs free, quota spent
+    assert broker.free_gpus() == 6
+
+
+def test_without_a_cohort_there_is_no_borrowing() -> None:
+    broker = make_broker(FakeClock(), [TenantQuota("a", 4), TenantQuota("b", 12)])
+    assert granted(broker.submit(GangRequest("a1", "a", 4)))
+    assert granted(broker.submit(GangRequest("a2", "a", 1))) == {}
+    assert broker.free_gpus() == 12
+
+
+def test_lender_reclaims_borrowed_capacity_with_notice() -> None:
+    clock = FakeClock()
+    broker = make_broker(clock, cohort_quotas(), grace_s=60.0)
+    broker.submit(GangRequest("a-old", "a", 8))
+    clock.now = 1
+    broker.submit(GangRequest("a-new", "a", 6))  # borrows 6 of b's quota
+    clock.now = 2
+    events = broker.submit(GangRequest("b1", "b", 4))
+    notices = only(events, CheckpointNotice)
+    # Only the borrowed lease is reclaimed, and one victim is enough.
+    assert [(n.lease.id, n.reason, n.deadline) for n in notices] == [("a-new", "reclaim", 62.0)]
+    assert granted(events) == {}
+    clock.now = 30
+    events = broker.release("a-new")
+    assert len(granted(events)["b1"]) == 4
+    assert broker.usage("a") == 8 and broker.usage("b") == 4
+
+
+def test_tenant_within_nominal_is_not_reclaimed_from() -> None:
+    clock = FakeClock()
+    broker = make_broker(clock, cohort_quotas())
+    broker.submit(GangRequest("a1", "a", 8))
+    broker.submit(GangRequest("b1", "b", 8))
+    events = broker.submit(GangRequest("b2", "b", 2))
+    assert events == []
+    assert {lease.state for lease in broker.leases()} == {"active"}
+
+
+def test_priority_never_preempts_another_tenant_within_its_quota() -> None:
+    clock = FakeClock()
+    broker = make_broker(clock, [TenantQuota("a", 8, cohort="lab"), TenantQuota("b", 8, cohort="lab")])
+    broker.submit(GangRequest("a-low", "a", 8, priority=0))
+    broker.submit(GangRequest("b-low", "b", 8, priority=0))
+    assert broker.submit(GangRequest("a-high", "a", 8, priority=5)) != []  # preempts a-low only
+    assert {le.id: le.state for le in broker.leases()} == {"a-low": "notified", "b-low": "active"}
+
+
+# --- preemption ----------------------------------------------------------------------------------
+
+
+def test_preempted_lease_gets_notice_and_grace_and_gpus_move_only_after() -> None:
+    clock = FakeClock()
+    broker = make_broker(clock, grace_s=60.0)
+    victim_gpus = granted(broker.submit(GangRequest("low", "a", 16, priority=0)))["low"]
+    clock.now = 10
+    events = broker.submit(GangRequest("high", "a", 8, priority=2))
+    (notice,) = only(events, CheckpointNotice)
+    assert notice.lease.id == "low" and notice.deadline == 70.0 and notice.preemptor == "high"
+    assert notice.reason == "priority"
+    assert granted(events) == {}
+    (low,) = broker.leases()
+    assert low.state == "notified" and low.gpus == victim_gpus  # still holds every GPU
+    (queued,) = broker.queue()
+    assert queued.victims == ("low",) and len(queued.nominated) == 8
+    clock.now = 69.9
+    assert granted(broker.advance()) == {}
+    clock.now = 40
+    events = broker.release("low")  # checkpoint done early
+    assert [type(e) for e in events] == [LeaseEnded, Granted]
+    assert granted(events)["high"] == queued.nominated
+    assert broker.free_gpus() == 8
+
+
+def test_grace_end_takes_the_gpus_even_if_the_victim_never_answers() -> None:
+    clock = FakeClock()
+    broker = make_broker(clock, grace_s=60.0)
+    broker.submit(GangRequest("low", "a", 16, priority=0, ttl_s=10_000))
+    broker.submit(GangRequest("high", "a", 16, priority=1))
+    clock.now = 59
+    assert broker.advance() == []
+    clock.now = 60
+    events = broker.advance()
+    assert [(type(e), getattr(e, "reason", None)) for e in events] == [
+        (LeaseEnded, "preempted"),
+        (Granted, None),
+    ]
+
+
+def test_reserved_gpus_are_not_given_to_others_during_grace() -> None:
+    clock = FakeClock()
+    broker = make_broker(clock, grace_s=60.0)
+    broker.submit(GangRequest("low", "a", 12, priority=0))
+    broker.submit(GangRequest("high", "a", 16, priority=1))  # reserves the 4 free GPUs too
+    assert broker.free_gpus() == 0
+    assert granted(broker.submit(GangRequest("small", "b", 1, priority=9))) == {}
+
+
+def test_notified_lease_cannot_renew_past_its_notice_deadline() -> None:
+    clock = FakeClock()
+    broker = make_broker(clock, grace_s=60.0)
+    broker.submit(GangRequest("low", "a", 16))
+    broker.submit(GangRequest("high", "a", 16, priority=1))
+    clock.now = 50
+    broker.renew("low")
+    clock.now = 60
+    assert [e.lease.id for e in only(broker.advance(), Granted)] == ["high"]
+
+
+def test_withdrawn_preemptor_frees_its_reservation() -> None:
+    clock = FakeClock()
+    broker = make_broker(clock)
+    broker.submit(GangRequest("low", "a", 12))
+    broker.submit(GangRequest("high", "a", 16, priority=1))
+    assert broker.free_gpus() == 0
+    broker.release("high")
+    assert broker.free_gpus() == 4
+    assert broker.usage("a") == 0  # the notified victim is no longer charged
+
+
+# --- expiry --------------------------------------------------------------------------------------
+
+
+def test_dead_holder_releases_its_gpus_at_expiry() -> None:
+    clock = FakeClock()
+    broker = make_broker(clock, ttl_s=30.0)
+    broker.submit(GangRequest("holder", "a", 16))
+    broker.submit(GangRequest("next", "b", 8, timeout_s=500))
+    clock.now = 20
+    assert broker.renew("holder").expires_at == 50
+    clock.now = 49.9  # the holder dies: no more renewals
+    assert broker.advance() == []
+    clock.now = 50
+    events = broker.advance()
+    assert [(type(e), getattr(e, "reason", None)) for e in events] == [
+        (LeaseEnded, "expired"),
+        (Granted, None),
+    ]
+    with pytest.raises(LeaseLost):
+        broker.renew("holder")
+
+
+def test_next_deadline_names_the_next_expiry() -> None:
+    clock = FakeClock()
+    broker = make_broker(clock, ttl_s=30.0)
+    assert broker.next_deadline() is None
+    broker.submit(GangRequest("x", "a", 1))
+    assert broker.next_deadline() == 30.0
+
+
+# --- refusals ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("request_", "match"),
+    [
+        (GangRequest("x", "nobody", 1), "unknown tenant"),
+        (GangRequest("x", "a", 17), "may ever hold"),
+        (
+            GangRequest("x", "a", 9, topology=TopologyConstraint("nvlink_domain")),
+            "never fit in one nvlink_domain",
+        ),
+        (GangRequest("x", "a", 2, gpu_type="B200"), "match its filters"),
+    ],
+)
+def test_impossible_requests_are_refused_and_change_nothing(request_: GangRequest, match: str) -> None:
+    broker = make_broker(FakeClock())
+    with pytest.raises(BrokerError, match=match):
+        broker.submit(request_)
+    assert broker.queue() == [] and broker.leases() == [] and broker.free_gpus() == 16
+
+
+def test_malformed_requests_and_duplicate_ids_are_refused() -> None:
+    with pytest.raises(BrokerError, match="at least 1"):
+        GangRequest("x", "a", 0)
+    with pytest.raises(BrokerError, match="timeout_s"):
+        GangRequest("x", "a", 1, timeout_s=-1)
+    broker = make_broker(FakeClock())
+    broker.submit(GangRequest("x", "a", 1))
+    with pytest.raises(BrokerError, match="already live"):
+        broker.submit(GangRequest("x", "a", 1))
+    with pytest.raises(LeaseLost):
+        broker.release("nope")
