@@ -1,0 +1,193 @@
+"""Audit entries and their canonical bytes (docs/audit-format.md, "Entry bytes").
+
+An entry's bytes are UTF-8 JSON with every field present (``null`` where unset), keys sorted,
+no whitespace, and no floats outside the caller's clear arguments; ``"v": 1`` names the format.
+The bytes are what the Merkle leaf hashes, so every field that matters (decision, principal,
+chain hash, policy hash, rule, resource, argument digest, approver, budget delta, time, reasons,
+outcome) is covered by the log's signed checkpoints. ``AuditEntry.from_bytes`` refuses bytes that
+are not in canonical form, so one entry has exactly one byte string.
+
+Argument values reach the log only as ``argument_digest`` (SHA-256 of their canonical JSON) plus
+the fields the policy marks loggable (``redact``); a secret in an unmarked field never does.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from agentgate.errors import InputError, TamperDetected
+
+FORMAT_VERSION = 1
+
+EntryKind = Literal["allow", "deny", "approval_required", "approval_given", "revoke", "spend", "outcome"]
+ENTRY_KINDS: tuple[str, ...] = (
+    "allow",
+    "deny",
+    "approval_required",
+    "approval_given",
+    "revoke",
+    "spend",
+    "outcome",
+)
+
+_TIME = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z$")
+
+
+def utc_now() -> str:
+    """The current time in the one format entries use: ``YYYY-MM-DDTHH:MM:SS.ffffffZ``."""
+    return format_time(datetime.now(UTC))
+
+
+def format_time(moment: datetime) -> str:
+    """``moment`` (timezone-aware) in entry time format; raises ``InputError`` if it is naive."""
+    if moment.tzinfo is None:
+        raise InputError("audit times must be timezone-aware")
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def canonical_json(value: Any) -> bytes:
+    """Sorted-key, whitespace-free UTF-8 JSON; raises ``InputError`` on values JSON cannot hold.
+
+    Finite floats are written in Python's shortest round-trip form; NaN and infinities are refused.
+    """
+    _check_json(value, "$")
+    try:
+        text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise InputError(f"value cannot be encoded as canonical JSON: {exc}") from exc
+    return text.encode("utf-8")
+
+
+def _check_json(value: Any, where: str) -> None:
+    if value is None or isinstance(value, bool | int | str):
+        return
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise InputError(f"{where}: {value} cannot be encoded as JSON")
+        return
+    if isinstance(value, list | tuple):
+        for i, item in enumerate(value):
+            _check_json(item, f"{where}[{i}]")
+        return
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise InputError(f"{where}: object key {key!r} is not a string")
+            _check_json(item, f"{where}.{key}")
+        return
+    raise InputError(f"{where}: a {type(value).__name__} cannot be encoded as JSON")
+
+
+def argument_digest(args: Mapping[str, Any]) -> str:
+    """``sha256:<hex>`` of the canonical JSON of ``args``; raises ``InputError`` on non-JSON values."""
+    return "sha256:" + hashlib.sha256(canonical_json(dict(args))).hexdigest()
+
+
+def redact(args: Mapping[str, Any], loggable_fields: Iterable[str]) -> dict[str, Any]:
+    """Only the top-level ``args`` fields named in ``loggable_fields``; every other value is dropped.
+
+    Nothing is masked in place: a field that is not named does not appear at all, so a secret in an
+    unmarked field cannot reach the log or a span in clear.
+    """
+    allowed = set(loggable_fields)
+    return {key: args[key] for key in sorted(args) if key in allowed}
+
+
+class AuditEntry(BaseModel):
+    """One decision or outcome in the audit log. Immutable; ``to_bytes`` is what the log hashes."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+
+    v: Literal[1] = 1
+    """Format version of the entry bytes."""
+    index: int = Field(ge=0)
+    """Position in the log, from 0, gap-free."""
+    time: str
+    """When the entry was written, UTC, ``YYYY-MM-DDTHH:MM:SS.ffffffZ``."""
+    kind: EntryKind
+    """allow, deny, approval_required, approval_given, revoke, spend or outcome."""
+    principal: str = Field(min_length=1, max_length=512)
+    """The ``did:key`` of the caller (for revoke: the revoker)."""
+    chain_hash: str | None = None
+    """Hash of the caller's grant (the chain tip), or the revoked grant's hash."""
+    policy_hash: str | None = None
+    """Hash of the policy the decision was made under."""
+    rule: str | None = None
+    """The policy rule that decided, when one did."""
+    resource: str | None = None
+    """The tool or model, e.g. ``tool:payments.refund`` or ``model:llama-3.1-8b``."""
+    args_digest: str | None = None
+    """``argument_digest`` of the full call arguments."""
+    args: dict[str, Any] = Field(default_factory=dict)
+    """The arguments the policy marks loggable, in clear (see ``redact``)."""
+    approver: str | None = None
+    """The ``did:key`` of the approver, for approval_given and approved calls."""
+    budget_delta: int = 0
+    """Budget change in integer minor units: reserved or spent (positive), released (negative)."""
+    reasons: tuple[str, ...] = ()
+    """Reasons and finding codes behind the decision."""
+    status: str | None = None
+    """Outcome status (``ok``, ``error``, ``timeout``...) for outcome entries."""
+    ref: int | None = Field(default=None, ge=0)
+    """Index of the decision entry an outcome or spend belongs to."""
+
+    @field_validator("time")
+    @classmethod
+    def _time_format(cls, value: str) -> str:
+        if not _TIME.match(value):
+            raise ValueError("time must be UTC in the form YYYY-MM-DDTHH:MM:SS.ffffffZ")
+        return value
+
+    @field_validator("args")
+    @classmethod
+    def _args_are_json(cls, value: dict[str, Any]) -> dict[str, Any]:
+        try:
+            _check_json(value, "args")
+        except InputError as exc:
+            raise ValueError(str(exc)) from exc
+        return value
+
+    @classmethod
+    def build(cls, **fields: Any) -> AuditEntry:
+        """An entry from plain values (lists accepted for ``reasons``); raises ``InputError`` on bad ones."""
+        if "reasons" in fields and fields["reasons"] is not None:
+            fields["reasons"] = tuple(fields["reasons"])
+        try:
+            return cls(**fields)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first["loc"]) or "entry"
+            raise InputError(f"audit entry field {where}: {first['msg']}") from exc
+
+    def to_bytes(self) -> bytes:
+        """The canonical bytes of this entry (docs/audit-format.md)."""
+        data = self.model_dump(mode="python")
+        data["reasons"] = list(self.reasons)
+        return canonical_json(data)
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> AuditEntry:
+        """Parse canonical entry bytes; raises ``TamperDetected`` if they are not exactly canonical."""
+        try:
+            raw = json.loads(data.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise TamperDetected(f"entry bytes are not UTF-8 JSON: {exc}") from exc
+        if not isinstance(raw, dict):
+            raise TamperDetected("entry bytes are not a JSON object")
+        if isinstance(raw.get("reasons"), list):
+            raw["reasons"] = tuple(raw["reasons"])
+        try:
+            entry = cls(**raw)
+        except (ValidationError, TypeError) as exc:
+            raise TamperDetected(f"entry fields are invalid: {exc}") from exc
+        if entry.to_bytes() != data:
+            raise TamperDetected(f"entry {entry.index} is not in canonical form")
+        return entry

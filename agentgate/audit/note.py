@@ -1,0 +1,137 @@
+"""Signed checkpoints: C2SP signed-note envelopes around C2SP tlog-checkpoint bodies.
+
+A checkpoint's text is three lines, each ending in ``\\n``: the log's origin, the tree size in
+decimal, the base64 root hash. The signed note is that text, one blank line, then one signature
+line per signer: ``— <key name> <base64(key id || Ed25519 signature)>``. The key id is the first
+four bytes of ``SHA-256(key name || 0x0A || 0x01 || public key)`` (0x01 = Ed25519), and the
+signature covers the text only. A verifier key is written ``<name>+<hex key id>+<base64(0x01 ||
+public key)>``, the form other signed-note tools accept. Verification needs only the public key.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import re
+from dataclasses import dataclass
+
+from agentgate.audit.merkle import HASH_SIZE
+from agentgate.errors import InputError, InvalidSignature, TamperDetected
+from agentgate.keys import PublicKey, SigningKey
+
+_ED25519 = b"\x01"
+_EM_DASH = "\u2014"
+_NAME = re.compile(r"^[^\s+]+$")
+_MAX_NOTE = 1 << 16
+
+
+def _check_name(name: str) -> None:
+    if not name or not _NAME.match(name):
+        raise InputError(f"invalid log origin / key name {name!r}: non-empty, no spaces, no '+'")
+
+
+def key_id(name: str, public_key: PublicKey) -> bytes:
+    """The 4-byte signed-note key id of an Ed25519 key under ``name``."""
+    return hashlib.sha256(name.encode() + b"\n" + _ED25519 + public_key.raw).digest()[:4]
+
+
+def verifier_key(name: str, public_key: PublicKey) -> str:
+    """The signed-note verifier key string ``name+keyid+base64(0x01||key)``."""
+    _check_name(name)
+    encoded = base64.b64encode(_ED25519 + public_key.raw).decode()
+    return f"{name}+{key_id(name, public_key).hex()}+{encoded}"
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """A tree head: ``size`` leaves with Merkle ``root``, in the log named ``origin``."""
+
+    origin: str
+    size: int
+    root: bytes
+
+    def text(self) -> str:
+        """The checkpoint body, three newline-terminated lines."""
+        _check_name(self.origin)
+        if self.size < 0 or len(self.root) != HASH_SIZE:
+            raise InputError("a checkpoint needs a size >= 0 and a 32-byte root")
+        return f"{self.origin}\n{self.size}\n{base64.b64encode(self.root).decode()}\n"
+
+    @classmethod
+    def parse(cls, text: str) -> Checkpoint:
+        """Parse a checkpoint body; raises ``TamperDetected`` if it is malformed."""
+        lines = text.split("\n")
+        if len(lines) < 4 or lines[-1] != "" or any(line == "" for line in lines[:-1]):
+            raise TamperDetected("checkpoint body must be at least three non-empty lines ending in newline")
+        origin, size_text, root_text = lines[0], lines[1], lines[2]
+        if not re.fullmatch(r"0|[1-9][0-9]{0,19}", size_text):
+            raise TamperDetected(f"checkpoint tree size {size_text[:40]!r} is not a decimal number")
+        try:
+            root = base64.b64decode(root_text, validate=True)
+        except (binascii.Error, ValueError) as exc:
+            raise TamperDetected("checkpoint root hash is not base64") from exc
+        if len(root) != HASH_SIZE:
+            raise TamperDetected(f"checkpoint root hash is {len(root)} bytes, not {HASH_SIZE}")
+        return cls(origin, int(size_text), root)
+
+
+def sign_note(text: str, key: SigningKey, name: str) -> str:
+    """The signed note of ``text`` (which must end in a newline) with one signature by ``key``."""
+    _check_name(name)
+    if not text.endswith("\n") or "\n\n" in text:
+        raise InputError("note text must end in a newline and contain no blank line")
+    signature = key.sign(text.encode())
+    line = base64.b64encode(key_id(name, key.public) + signature).decode()
+    return f"{text}\n{_EM_DASH} {name} {line}\n"
+
+
+def open_note(note: str, public_key: PublicKey, name: str) -> str:
+    """The text of ``note`` if it carries a valid signature by ``public_key`` under ``name``.
+
+    Signature lines by other keys are ignored (they may be witnesses'). Raises ``TamperDetected``
+    when the note is malformed or no line verifies under the key.
+    """
+    if len(note) > _MAX_NOTE:
+        raise TamperDetected("signed note is too large")
+    text, sep, signatures = note.partition("\n\n")
+    if not sep or not signatures.endswith("\n"):
+        raise TamperDetected("signed note has no signature block")
+    text += "\n"
+    wanted = key_id(name, public_key)
+    for line in signatures[:-1].split("\n"):
+        parts = line.split(" ")
+        if len(parts) != 3 or parts[0] != _EM_DASH:
+            raise TamperDetected(f"malformed signature line {line[:80]!r}")
+        try:
+            blob = base64.b64decode(parts[2], validate=True)
+        except (binascii.Error, ValueError) as exc:
+            raise TamperDetected("signature line is not base64") from exc
+        if parts[1] != name or blob[:4] != wanted:
+            continue
+        try:
+            public_key.verify(text.encode(), blob[4:])
+        except InvalidSignature as exc:
+            raise TamperDetected(f"checkpoint signature by {name} does not verify") from exc
+        return text
+    raise TamperDetected(f"note carries no signature by the log key {name}")
+
+
+def sign_checkpoint(checkpoint: Checkpoint, key: SigningKey) -> str:
+    """The checkpoint as a signed note, signed under its origin as key name."""
+    return sign_note(checkpoint.text(), key, checkpoint.origin)
+
+
+def open_checkpoint(note: str, public_key: PublicKey, origin: str | None = None) -> Checkpoint:
+    """A checkpoint whose signature by ``public_key`` verifies; raises ``TamperDetected`` otherwise.
+
+    ``origin``, when given, must match the checkpoint's; otherwise the origin on its first line is
+    taken as the key name.
+    """
+    first_line = note.split("\n", 1)[0]
+    name = origin if origin is not None else first_line
+    text = open_note(note, public_key, name)
+    checkpoint = Checkpoint.parse(text)
+    if checkpoint.origin != name:
+        raise TamperDetected(f"checkpoint is for log {checkpoint.origin!r}, expected {name!r}")
+    return checkpoint

@@ -1,0 +1,90 @@
+"""Offline proof bundles in the C2SP tlog-proof format.
+
+::
+
+    c2sp.org/tlog-proof@v1
+    extra <base64 of the entry's canonical bytes>
+    index <leaf index>
+    <base64 inclusion proof hash>      (zero or more lines)
+
+    <signed checkpoint note>
+
+The ``extra`` line carries the audit entry itself, so one file answers "is this entry in the log
+whose key I hold, and what does it say?" with nothing but the log's public key.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+from dataclasses import dataclass
+
+from agentgate.audit.entry import AuditEntry
+from agentgate.audit.merkle import leaf_hash, verify_inclusion
+from agentgate.audit.note import Checkpoint, open_checkpoint
+from agentgate.errors import TamperDetected
+from agentgate.keys import PublicKey
+
+HEADER = "c2sp.org/tlog-proof@v1"
+_MAX_BUNDLE = 1 << 20
+
+
+@dataclass(frozen=True)
+class ProofBundle:
+    """An entry, its index, its inclusion proof, and the signed checkpoint the proof leads to."""
+
+    index: int
+    entry: bytes
+    proof: tuple[bytes, ...]
+    checkpoint_note: str
+
+    def text(self) -> str:
+        """The bundle in tlog-proof text form."""
+        lines = [HEADER, "extra " + base64.b64encode(self.entry).decode(), f"index {self.index}"]
+        lines += [base64.b64encode(h).decode() for h in self.proof]
+        return "\n".join(lines) + "\n\n" + self.checkpoint_note
+
+    @classmethod
+    def parse(cls, text: str) -> ProofBundle:
+        """Parse tlog-proof text; raises ``TamperDetected`` when it is malformed."""
+        if len(text) > _MAX_BUNDLE:
+            raise TamperDetected("proof bundle is too large")
+        head, sep, note = text.partition("\n\n")
+        if not sep:
+            raise TamperDetected("proof bundle has no checkpoint after a blank line")
+        lines = head.split("\n")
+        if lines[0] != HEADER:
+            raise TamperDetected(f"not a tlog-proof (first line must be {HEADER!r})")
+        rest = lines[1:]
+        entry = b""
+        try:
+            if rest and rest[0].startswith("extra "):
+                entry = base64.b64decode(rest.pop(0)[6:], validate=True)
+            if not rest or not re.fullmatch(r"index (0|[1-9][0-9]{0,19})", rest[0]):
+                raise TamperDetected("proof bundle has no valid 'index N' line")
+            index = int(rest.pop(0)[6:])
+            proof = tuple(base64.b64decode(line, validate=True) for line in rest)
+        except (binascii.Error, ValueError) as exc:
+            raise TamperDetected("proof bundle holds a line that is not base64") from exc
+        if not entry:
+            raise TamperDetected("proof bundle carries no entry (extra line)")
+        return cls(index, entry, proof, note)
+
+
+def verify_bundle(
+    text: str, public_key: PublicKey, origin: str | None = None
+) -> tuple[AuditEntry, Checkpoint]:
+    """The entry and checkpoint of a proof bundle, once everything in it verifies.
+
+    Checks: the checkpoint's signature under ``public_key`` (and ``origin`` if given), the
+    inclusion proof from the entry's leaf hash to the checkpoint's root, and that the entry's own
+    index is the proven index. Raises ``TamperDetected`` naming the first check that fails.
+    """
+    bundle = ProofBundle.parse(text)
+    checkpoint = open_checkpoint(bundle.checkpoint_note, public_key, origin)
+    verify_inclusion(leaf_hash(bundle.entry), bundle.index, checkpoint.size, bundle.proof, checkpoint.root)
+    entry = AuditEntry.from_bytes(bundle.entry)
+    if entry.index != bundle.index:
+        raise TamperDetected(f"entry says index {entry.index} but the proof is for index {bundle.index}")
+    return entry, checkpoint

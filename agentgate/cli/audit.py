@@ -1,0 +1,229 @@
+"""``agentgate audit``: verify, read, prove and report on the signed audit log.
+
+    agentgate audit verify [--checkpoint FILE]       exit 0 intact, 1 tampered, 2 unusable input
+    agentgate audit show [--principal DID] [--tool NAME] [--kind KIND] [--since TIME] [--json]
+    agentgate audit explain INDEX                    the authority behind one entry
+    agentgate audit checkpoint [--out FILE]          sign and store a checkpoint, print or save it
+    agentgate audit prove INDEX --out FILE           a C2SP tlog-proof bundle for one entry
+    agentgate audit verify-proof FILE --key PUBFILE  offline, with only the log's public key
+    agentgate audit report --out FILE.html           one self-contained page for people
+
+The store is ``--store`` or ``AGENTGATE_STORE``; the log key is found as docs/operations.md says
+(``AGENTGATE_LOG_KEY``, else ``log.key`` next to the SQLite database); the log's origin is
+``AGENTGATE_LOG_ORIGIN`` (default ``agentgate.local/audit``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from agentgate.audit.entry import AuditEntry
+from agentgate.audit.note import Checkpoint, open_checkpoint, verifier_key
+from agentgate.audit.proof import verify_bundle
+from agentgate.audit.report import render_report
+from agentgate.errors import InputError, TamperDetected
+from agentgate.keys import load_public_key
+from agentgate.store import Store, open_store
+from agentgate.store.audit import AuditLog, log_origin, open_log_key
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``audit`` verb group."""
+    parser = subparsers.add_parser("audit", help="verify, read, prove and report on the signed audit log")
+    sub = parser.add_subparsers(dest="audit_command", metavar="SUBCOMMAND", parser_class=type(parser))
+    sub.required = True
+
+    def add(name: str, help_text: str, handler: Any) -> argparse.ArgumentParser:
+        p: argparse.ArgumentParser = sub.add_parser(name, help=help_text)
+        p.add_argument("--store", help="store URL or SQLite path (default: AGENTGATE_STORE, then .agentgate)")
+        p.set_defaults(handler=handler)
+        return p
+
+    verify = add("verify", "recompute the tree and check every checkpoint", _verify)
+    verify.add_argument(
+        "--checkpoint", metavar="FILE", help="a checkpoint saved earlier, outside the database"
+    )
+
+    show = add("show", "list entries", _show)
+    show.add_argument("--principal", metavar="DID")
+    show.add_argument("--tool", metavar="NAME", help="resource, e.g. tool:payments.refund (or its name)")
+    show.add_argument("--kind", metavar="KIND")
+    show.add_argument("--since", metavar="TIME", help="UTC time prefix, e.g. 2026-11-29 or 2026-11-29T10:00")
+    show.add_argument("--json", action="store_true", help="one JSON object per line")
+
+    explain = add("explain", "the authority behind one entry", _explain)
+    explain.add_argument("index", type=int)
+
+    checkpoint = add("checkpoint", "sign and store a checkpoint of the log", _checkpoint)
+    checkpoint.add_argument("--out", metavar="FILE", help="also write the signed note here")
+
+    prove = add("prove", "write a proof bundle for one entry", _prove)
+    prove.add_argument("index", type=int)
+    prove.add_argument("--out", metavar="FILE", required=True)
+
+    verify_proof = sub.add_parser("verify-proof", help="verify a proof bundle offline")
+    verify_proof.add_argument("file", metavar="FILE")
+    verify_proof.add_argument(
+        "--key", metavar="PUBFILE", required=True, help="the log's public key (log.pub)"
+    )
+    verify_proof.add_argument("--origin", help="the log's origin, if it must match")
+    verify_proof.set_defaults(handler=_verify_proof)
+
+    report = add("report", "write a self-contained HTML report", _report)
+    report.add_argument("--out", metavar="FILE.html", required=True)
+
+
+def _open(args: argparse.Namespace, *, create_key: bool = False) -> tuple[Store, AuditLog]:
+    store = open_store(args.store)
+    try:
+        return store, AuditLog(store, open_log_key(store, create=create_key), log_origin())
+    except BaseException:
+        store.close()
+        raise
+
+
+def _read(path: str) -> str:
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"{path}: cannot read: {exc}") from exc
+
+
+def _write(path: str, text: str) -> None:
+    try:
+        Path(path).write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise InputError(f"{path}: cannot write: {exc.strerror}") from exc
+
+
+def _verify(args: argparse.Namespace) -> int:
+    saved = None
+    if args.checkpoint:
+        saved = _read(args.checkpoint)
+        try:
+            Checkpoint.parse(saved.partition("\n\n")[0] + "\n")
+        except TamperDetected as exc:
+            raise InputError(f"{args.checkpoint}: not a checkpoint: {exc}") from exc
+    store, log = _open(args)
+    with store:
+        report = log.verify(saved_checkpoint=saved)
+    if report.ok:
+        print(
+            f"intact: {report.size} entries, root {report.root.hex()}, {report.checkpoints_checked} checkpoints"
+        )
+        return 0
+    print(f"TAMPERED: {len(report.problems)} problem(s)")
+    if report.first_bad_index is not None:
+        print(f"first bad index: {report.first_bad_index}")
+    for problem in report.problems:
+        print(f"  - {problem}")
+    return 1
+
+
+def _matches(entry: AuditEntry, args: argparse.Namespace) -> bool:
+    if args.principal and entry.principal != args.principal:
+        return False
+    if args.kind and entry.kind != args.kind:
+        return False
+    if args.since and entry.time < args.since:
+        return False
+    if args.tool:
+        resource = entry.resource or ""
+        if resource != args.tool and resource.split(":", 1)[-1] != args.tool:
+            return False
+    return True
+
+
+def _show(args: argparse.Namespace) -> int:
+    store, log = _open(args)
+    with store:
+        for entry in log.entries():
+            if not _matches(entry, args):
+                continue
+            if args.json:
+                print(json.dumps(entry.model_dump(mode="json"), sort_keys=True))
+            else:
+                reasons = "; ".join(entry.reasons)
+                print(
+                    f"{entry.index:>6}  {entry.time}  {entry.kind:<17} {entry.principal[:32]:<32} "
+                    f"{entry.resource or '-':<28} {entry.budget_delta:>8}  {reasons}"
+                )
+    return 0
+
+
+def _explain(args: argparse.Namespace) -> int:
+    store, log = _open(args)
+    with store:
+        entry = log.entry(args.index)
+        related = [
+            e
+            for e in log.entries()
+            if e.ref == entry.index or (entry.ref is not None and e.index == entry.ref)
+        ]
+    print(f"entry {entry.index}: {entry.kind} at {entry.time}")
+    print(f"├── principal: {entry.principal}")
+    print(f"├── resource: {entry.resource or '-'}   arguments: {entry.args_digest or '-'}")
+    if entry.args:
+        print(f"│   └── logged in clear: {json.dumps(entry.args, sort_keys=True)}")
+    print(f"├── authority: grant chain tip {entry.chain_hash or '(none recorded)'}")
+    print("│   └── the grants behind this tip are not in the audit log; `agentgate grant` shows them")
+    print(f"├── policy: {entry.policy_hash or '-'}   rule: {entry.rule or '-'}")
+    print(f"├── approver: {entry.approver or '(no approval)'}")
+    print(f"├── budget delta: {entry.budget_delta}")
+    for reason in entry.reasons:
+        print(f"├── reason: {reason}")
+    for other in related:
+        print(
+            f"├── related entry {other.index}: {other.kind} {other.status or ''} budget {other.budget_delta}"
+        )
+    print(f"└── outcome status: {entry.status or '-'}")
+    return 0
+
+
+def _checkpoint(args: argparse.Namespace) -> int:
+    store, log = _open(args, create_key=True)
+    with store:
+        note = log.checkpoint()
+        public = log.public_key
+    if args.out:
+        _write(args.out, note)
+    sys.stdout.write(note)
+    print(f"verifier key: {verifier_key(log.origin, public)}")
+    return 0
+
+
+def _prove(args: argparse.Namespace) -> int:
+    store, log = _open(args)
+    with store:
+        bundle = log.prove(args.index)
+    _write(args.out, bundle.text())
+    print(f"wrote the proof of entry {args.index} ({len(bundle.proof)} hashes) to {args.out}")
+    return 0
+
+
+def _verify_proof(args: argparse.Namespace) -> int:
+    text = _read(args.file)
+    key = load_public_key(args.key)
+    try:
+        entry, checkpoint = verify_bundle(text, key, args.origin)
+    except TamperDetected as exc:
+        print(f"INVALID: {exc}")
+        return 1
+    print(f"valid: entry {entry.index} ({entry.kind}, {entry.principal}) is in {checkpoint.origin}")
+    print(f"       at tree size {checkpoint.size}, signed by {key.did}")
+    return 0
+
+
+def _report(args: argparse.Namespace) -> int:
+    store, log = _open(args)
+    with store:
+        entries = list(log.entries())
+        note = log.latest_checkpoint()
+        checkpoint = open_checkpoint(note, log.public_key, log.origin) if note else None
+    _write(args.out, render_report(entries, checkpoint))
+    print(f"wrote {args.out}: {len(entries)} entries")
+    return 0

@@ -1,0 +1,421 @@
+"""The audit log's tables and the ``AuditLog``: append, checkpoint, verify, prove.
+
+Tables (DDL per dialect below):
+
+- ``audit_log(idx, entry, leaf_hash)``: one row per entry, ``idx`` from 0 without gaps, the
+  entry's canonical bytes and their RFC 9162 leaf hash. Triggers refuse UPDATE, DELETE (and on
+  PostgreSQL TRUNCATE), and any INSERT whose ``idx`` is not the next one.
+- ``audit_checkpoints(id, size, root, note, created)``: signed checkpoints, append-only too.
+
+Appends are serialized so that indexes have no gaps: SQLite's write lock (the store's
+transactions are ``BEGIN IMMEDIATE``) does it on SQLite, a transaction-scoped advisory lock on
+PostgreSQL. ``append`` runs inside the caller's transaction when given one, so that a decision's
+entry and its budget change commit together, or neither does (log before allow).
+
+The log key signs checkpoints. ``open_log_key`` finds it: the file named by ``AGENTGATE_LOG_KEY``,
+else ``log.key`` next to the SQLite database (``.agentgate/log.key`` in the working directory for
+PostgreSQL), created with mode 0600 on first use; ``log.pub`` beside it holds the public key.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+from agentgate.audit.entry import AuditEntry, utc_now
+from agentgate.audit.merkle import RootAccumulator, consistency_proof, inclusion_proof, leaf_hash
+from agentgate.audit.note import Checkpoint, open_checkpoint, sign_checkpoint
+from agentgate.audit.proof import ProofBundle
+from agentgate.errors import AuditError, InputError, KeyFileError, StoreError, TamperDetected
+from agentgate.keys import PublicKey, SigningKey, load_signing_key, save_key
+from agentgate.store._base import Dialect, Row, Store, Transaction
+from agentgate.store._sqlite import SQLiteStore
+
+DEFAULT_ORIGIN = "agentgate.local/audit"
+_BATCH = 20_000
+# pg_advisory_xact_lock key that serializes appends: ASCII "agaudit" as an integer.
+_APPEND_LOCK = int.from_bytes(b"agaudit", "big")
+
+AUDIT_DDL: dict[Dialect, str] = {
+    "sqlite": """
+CREATE TABLE IF NOT EXISTS audit_log (
+    idx INTEGER PRIMARY KEY,
+    entry BLOB NOT NULL,
+    leaf_hash BLOB NOT NULL CHECK (length(leaf_hash) = 32)
+);
+CREATE TABLE IF NOT EXISTS audit_checkpoints (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    size INTEGER NOT NULL,
+    root BLOB NOT NULL,
+    note TEXT NOT NULL,
+    created TEXT NOT NULL
+);
+CREATE TRIGGER IF NOT EXISTS audit_log_next_index BEFORE INSERT ON audit_log
+WHEN NEW.idx IS NOT (SELECT COALESCE(MAX(idx) + 1, 0) FROM audit_log)
+BEGIN SELECT RAISE(ABORT, 'audit_log: index must be the next one'); END;
+CREATE TRIGGER IF NOT EXISTS audit_log_no_update BEFORE UPDATE ON audit_log
+BEGIN SELECT RAISE(ABORT, 'audit_log is append-only'); END;
+CREATE TRIGGER IF NOT EXISTS audit_log_no_delete BEFORE DELETE ON audit_log
+BEGIN SELECT RAISE(ABORT, 'audit_log is append-only'); END;
+CREATE TRIGGER IF NOT EXISTS audit_checkpoints_no_update BEFORE UPDATE ON audit_checkpoints
+BEGIN SELECT RAISE(ABORT, 'audit_checkpoints is append-only'); END;
+CREATE TRIGGER IF NOT EXISTS audit_checkpoints_no_delete BEFORE DELETE ON audit_checkpoints
+BEGIN SELECT RAISE(ABORT, 'audit_checkpoints is append-only'); END;
+""",
+    "postgresql": """
+CREATE TABLE IF NOT EXISTS audit_log (
+    idx BIGINT PRIMARY KEY,
+    entry BYTEA NOT NULL,
+    leaf_hash BYTEA NOT NULL CHECK (octet_length(leaf_hash) = 32)
+);
+CREATE TABLE IF NOT EXISTS audit_checkpoints (
+    id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    size BIGINT NOT NULL,
+    root BYTEA NOT NULL,
+    note TEXT NOT NULL,
+    created TEXT NOT NULL
+);
+CREATE OR REPLACE FUNCTION agentgate_append_only() RETURNS trigger AS $$
+BEGIN
+    RAISE EXCEPTION '% is append-only (% refused)', TG_TABLE_NAME, TG_OP;
+END;
+$$ LANGUAGE plpgsql;
+CREATE OR REPLACE FUNCTION agentgate_audit_next_index() RETURNS trigger AS $$
+BEGIN
+    IF NEW.idx IS DISTINCT FROM (SELECT COALESCE(MAX(idx) + 1, 0) FROM audit_log) THEN
+        RAISE EXCEPTION 'audit_log: index % is not the next one', NEW.idx;
+    END IF;
+    RETURN NEW;
+END;
+$$ LANGUAGE plpgsql;
+CREATE OR REPLACE TRIGGER audit_log_next_index BEFORE INSERT ON audit_log
+    FOR EACH ROW EXECUTE FUNCTION agentgate_audit_next_index();
+CREATE OR REPLACE TRIGGER audit_log_append_only BEFORE UPDATE OR DELETE ON audit_log
+    FOR EACH ROW EXECUTE FUNCTION agentgate_append_only();
+CREATE OR REPLACE TRIGGER audit_log_no_truncate BEFORE TRUNCATE ON audit_log
+    FOR EACH STATEMENT EXECUTE FUNCTION agentgate_append_only();
+CREATE OR REPLACE TRIGGER audit_checkpoints_append_only BEFORE UPDATE OR DELETE ON audit_checkpoints
+    FOR EACH ROW EXECUTE FUNCTION agentgate_append_only();
+CREATE OR REPLACE TRIGGER audit_checkpoints_no_truncate BEFORE TRUNCATE ON audit_checkpoints
+    FOR EACH STATEMENT EXECUTE FUNCTION agentgate_append_only();
+""",
+}
+
+
+def log_origin() -> str:
+    """The log's origin: ``AGENTGATE_LOG_ORIGIN``, else ``agentgate.local/audit``."""
+    return os.environ.get("AGENTGATE_LOG_ORIGIN") or DEFAULT_ORIGIN
+
+
+def log_key_path(store: Store) -> Path:
+    """Where the log key lives for ``store`` (see the module docstring)."""
+    configured = os.environ.get("AGENTGATE_LOG_KEY")
+    if configured:
+        return Path(configured)
+    if isinstance(store, SQLiteStore):
+        return store.path.parent / "log.key"
+    return Path(".agentgate") / "log.key"
+
+
+def open_log_key(store: Store, *, create: bool = True) -> SigningKey:
+    """The log's signing key, created (0600, with ``log.pub`` beside it) on first use if ``create``.
+
+    Raises ``KeyFileError`` when the file is unreadable, too widely readable, or missing and
+    ``create`` is false.
+    """
+    path = log_key_path(store)
+    if path.exists() or not create:
+        return load_signing_key(path)
+    if path.suffix != ".key":
+        raise KeyFileError(f"{path}: AGENTGATE_LOG_KEY must name a file ending in .key")
+    try:
+        save_key(SigningKey.generate(), path.parent, path.stem)
+    except KeyFileError:
+        if not path.exists():
+            raise
+    return load_signing_key(path)  # another process may have won the race: use its key
+
+
+@dataclass(frozen=True)
+class VerifyReport:
+    """What ``AuditLog.verify`` found. ``ok`` is true only if nothing at all is wrong."""
+
+    size: int
+    """Entries in the log."""
+    root: bytes
+    """Merkle root recomputed from the entries' bytes."""
+    checkpoints_checked: int
+    """Stored checkpoints whose signature and root were checked."""
+    first_bad_index: int | None = None
+    """The smallest index implicated by a problem, when one can be named."""
+    problems: tuple[str, ...] = field(default_factory=tuple)
+    """Each thing that is wrong, in the order found."""
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+def _wrap(exc: Exception, what: str) -> AuditError:
+    return AuditError(f"audit log: {what} failed: {exc}")
+
+
+def _execute(tx: Transaction, sql: str, params: Sequence[Any] = ()) -> list[Row]:
+    try:
+        return tx.execute(sql, params)
+    except (sqlite3.Error, psycopg.Error) as exc:
+        raise _wrap(exc, "a statement") from exc
+
+
+class AuditLog:
+    """The append-only, signed Merkle audit log kept in ``store``."""
+
+    def __init__(self, store: Store, signer: SigningKey, origin: str = DEFAULT_ORIGIN) -> None:
+        self.store = store
+        self.signer = signer
+        self.origin = origin
+        Checkpoint(origin, 0, bytes(32)).text()  # validates the origin now, not at the first checkpoint
+        store.ensure_schema("audit", AUDIT_DDL)
+
+    @property
+    def public_key(self) -> PublicKey:
+        return self.signer.public
+
+    # --- writing ------------------------------------------------------------------------------
+
+    def append(self, fields: Mapping[str, Any], tx: Transaction | None = None) -> int:
+        """Append one entry and return its index.
+
+        ``fields`` are ``AuditEntry`` fields except ``index`` (assigned here) and ``time``
+        (defaults to now). With ``tx`` the entry commits with the caller's transaction; without,
+        it commits before this returns. Raises ``InputError`` for bad fields and ``AuditError``
+        (or ``StoreError``) when the entry cannot be written, in which case nothing was written.
+        """
+        if tx is None:
+            try:
+                with self.store.transaction() as own:
+                    return self._append(own, fields)
+            except StoreError as exc:
+                raise AuditError(f"audit log: entry not written: {exc}") from exc
+        return self._append(tx, fields)
+
+    def append_many(self, batch: Sequence[Mapping[str, Any]]) -> list[int]:
+        """Append several entries in one transaction (group commit); all or none are written."""
+        try:
+            with self.store.transaction() as tx:
+                return [self._append(tx, fields) for fields in batch]
+        except StoreError as exc:
+            raise AuditError(f"audit log: entries not written: {exc}") from exc
+
+    def _append(self, tx: Transaction, fields: Mapping[str, Any]) -> int:
+        if "index" in fields:
+            raise InputError("audit entry field index is assigned by the log, not the caller")
+        if self.store.dialect == "postgresql":
+            _execute(tx, "SELECT pg_advisory_xact_lock(?)", (_APPEND_LOCK,))
+        index = int(_execute(tx, "SELECT COALESCE(MAX(idx) + 1, 0) FROM audit_log")[0][0])
+        values = dict(fields)
+        values.setdefault("time", utc_now())
+        data = AuditEntry.build(index=index, **values).to_bytes()
+        _execute(
+            tx,
+            "INSERT INTO audit_log (idx, entry, leaf_hash) VALUES (?, ?, ?)",
+            (index, data, leaf_hash(data)),
+        )
+        return index
+
+    def checkpoint(self) -> str:
+        """Sign and store a checkpoint of the whole log; returns the signed note.
+
+        Refuses (``TamperDetected``) to sign a log whose prefix no longer matches the latest
+        checkpoint, or whose newer entries do not match their stored leaf hashes, so a tampered
+        log is never laundered by a fresh signature.
+        """
+        latest = self._latest_checkpoint_row()
+        prev_size, prev_root = (int(latest[0]), bytes(latest[1])) if latest else (0, b"")
+        acc = RootAccumulator()
+        for idx, data, stored in self._rows(include_entry_from=prev_size):
+            if idx != acc.size:
+                raise TamperDetected(f"audit log: entry {acc.size} is missing")
+            if data is not None and leaf_hash(data) != stored:
+                raise TamperDetected(f"audit log: entry {idx} does not match its leaf hash")
+            acc.add(stored)
+            if acc.size == prev_size and acc.root() != prev_root:
+                raise TamperDetected(f"audit log: the first {prev_size} entries no longer match checkpoint")
+        if acc.size < prev_size:
+            raise TamperDetected(f"audit log: has {acc.size} entries, the last checkpoint had {prev_size}")
+        if latest and acc.size == prev_size:
+            return str(latest[2])
+        note = sign_checkpoint(Checkpoint(self.origin, acc.size, acc.root()), self.signer)
+        with self.store.transaction() as tx:
+            _execute(
+                tx,
+                "INSERT INTO audit_checkpoints (size, root, note, created) VALUES (?, ?, ?, ?)",
+                (acc.size, acc.root(), note, utc_now()),
+            )
+        return note
+
+    # --- reading ------------------------------------------------------------------------------
+
+    def size(self) -> int:
+        """Entries in the log."""
+        return int(self.store.query("SELECT COUNT(*) FROM audit_log")[0][0])
+
+    def entry_bytes(self, index: int) -> bytes:
+        """The stored bytes of entry ``index``; raises ``InputError`` if there is none."""
+        rows = self.store.query("SELECT entry FROM audit_log WHERE idx = ?", (index,))
+        if not rows:
+            raise InputError(f"audit log has no entry {index}")
+        return bytes(rows[0][0])
+
+    def entry(self, index: int) -> AuditEntry:
+        """Entry ``index``, parsed; ``TamperDetected`` if its bytes are not canonical."""
+        return AuditEntry.from_bytes(self.entry_bytes(index))
+
+    def entries(self, start: int = 0) -> Iterator[AuditEntry]:
+        """Every entry from ``start`` in index order, read in batches."""
+        for _idx, data, _leaf in self._rows(include_entry_from=start, start=start):
+            assert data is not None
+            yield AuditEntry.from_bytes(data)
+
+    def checkpoints(self) -> list[str]:
+        """Every stored signed checkpoint, oldest first."""
+        return [str(r[0]) for r in self.store.query("SELECT note FROM audit_checkpoints ORDER BY id")]
+
+    def latest_checkpoint(self) -> str | None:
+        row = self._latest_checkpoint_row()
+        return str(row[2]) if row else None
+
+    def _latest_checkpoint_row(self) -> Row | None:
+        rows = self.store.query(
+            "SELECT size, root, note FROM audit_checkpoints ORDER BY size DESC, id DESC LIMIT 1"
+        )
+        return rows[0] if rows else None
+
+    def _rows(self, *, include_entry_from: int, start: int = 0) -> Iterator[tuple[int, bytes | None, bytes]]:
+        """``(idx, entry or None, leaf_hash)`` in index order; entries only from ``include_entry_from``."""
+        last = start - 1
+        while True:
+            rows = self.store.query(
+                "SELECT idx, CASE WHEN idx >= ? THEN entry END, leaf_hash FROM audit_log "
+                "WHERE idx > ? ORDER BY idx LIMIT ?",
+                (include_entry_from, last, _BATCH),
+            )
+            for idx, data, stored in rows:
+                yield int(idx), (bytes(data) if data is not None else None), bytes(stored)
+            if len(rows) < _BATCH:
+                return
+            last = int(rows[-1][0])
+
+    def _leaf_hashes(self, size: int) -> list[bytes]:
+        leaves = [stored for _i, _d, stored in self._rows(include_entry_from=size)][:size]
+        if len(leaves) < size:
+            raise TamperDetected(f"audit log has {len(leaves)} entries, fewer than {size}")
+        return leaves
+
+    # --- proofs -------------------------------------------------------------------------------
+
+    def prove(self, index: int, checkpoint_note: str | None = None) -> ProofBundle:
+        """A tlog-proof bundle for entry ``index`` against ``checkpoint_note`` (default: a fresh one).
+
+        Raises ``InputError`` if the entry does not exist or the checkpoint does not cover it.
+        """
+        note = checkpoint_note or self.checkpoint()
+        checkpoint = open_checkpoint(note, self.public_key, self.origin)
+        if not 0 <= index < checkpoint.size:
+            raise InputError(f"entry {index} is not covered by a checkpoint of size {checkpoint.size}")
+        proof = inclusion_proof(self._leaf_hashes(checkpoint.size), index, checkpoint.size)
+        return ProofBundle(index, self.entry_bytes(index), tuple(proof), note)
+
+    def consistency(self, size1: int, size2: int) -> list[bytes]:
+        """The RFC 9162 consistency proof between two sizes of this log."""
+        try:
+            return consistency_proof(self._leaf_hashes(size2), size1, size2)
+        except ValueError as exc:
+            raise InputError(str(exc)) from exc
+
+    # --- verification -------------------------------------------------------------------------
+
+    def verify(self, saved_checkpoint: str | None = None) -> VerifyReport:
+        """Recompute the tree from the entries' bytes and check everything that can be checked.
+
+        Checks: indexes run from 0 without gaps; each entry's bytes match its stored leaf hash;
+        every stored checkpoint is signed by the log key, and no two disagree about one size; the
+        recomputed root at each checkpoint's size equals its root; no checkpoint is larger than
+        the log (deleted entries, or a database restored from an older copy); and the log is
+        consistent with ``saved_checkpoint`` (a signed note kept elsewhere) when one is given.
+        Never raises for a tampered log: the report names the first bad index and what is wrong.
+        """
+        problems: list[str] = []
+        bad: list[int] = []
+        expected: dict[int, bytes] = {}
+        checked = 0
+        notes = self.checkpoints()
+        for position, note in enumerate([*notes, saved_checkpoint] if saved_checkpoint else notes):
+            label = "saved checkpoint" if position == len(notes) else f"checkpoint #{position + 1}"
+            try:
+                cp = open_checkpoint(note, self.public_key, self.origin)
+            except TamperDetected as exc:
+                problems.append(f"{label}: {exc}")
+                continue
+            checked += position < len(notes)
+            if cp.size in expected and expected[cp.size] != cp.root:
+                problems.append(f"{label}: two checkpoints of size {cp.size} have different roots (a fork)")
+                bad.append(max(cp.size - 1, 0))
+                continue
+            expected[cp.size] = cp.root
+
+        acc = RootAccumulator()
+        last_good = 0
+        for idx, data, stored in self._rows(include_entry_from=0):
+            if idx != acc.size:
+                problems.append(f"entry {acc.size}: missing (next stored index is {idx})")
+                bad.append(acc.size)
+                break
+            assert data is not None
+            computed = leaf_hash(data)
+            if computed != stored:
+                problems.append(f"entry {idx}: bytes do not match the stored leaf hash (entry edited)")
+                bad.append(idx)
+            acc.add(computed)
+            want = expected.get(acc.size)
+            if want is not None:
+                if acc.root() != want:
+                    named = [i for i in bad if last_good <= i < acc.size]
+                    if named:
+                        cause = f"explained by entry {named[0]} above"
+                    else:
+                        first_bad, cause = self._diagnose(last_good, acc.size)
+                        bad.append(first_bad)
+                    problems.append(
+                        f"checkpoint of size {acc.size}: root does not match the entries; {cause}"
+                    )
+                else:
+                    last_good = acc.size
+        size = acc.size
+        for cp_size in sorted(s for s in expected if s > size):
+            problems.append(
+                f"a checkpoint covers {cp_size} entries but the log has {size}: "
+                "entries were deleted or the database was restored from an older copy"
+            )
+            bad.append(size)
+        return VerifyReport(size, acc.root(), checked, min(bad) if bad else None, tuple(problems))
+
+    def _diagnose(self, lo: int, hi: int) -> tuple[int, str]:
+        """Find the first entry in ``[lo, hi)`` that is not what it claims to be (after a root mismatch)."""
+        rows = self.store.query(
+            "SELECT idx, entry FROM audit_log WHERE idx >= ? AND idx < ? ORDER BY idx", (lo, hi)
+        )
+        for idx, data in rows:
+            try:
+                entry = AuditEntry.from_bytes(bytes(data))
+            except TamperDetected as exc:
+                return int(idx), f"entry {idx} is malformed: {exc}"
+            if entry.index != idx:
+                return int(idx), f"entry {idx} holds the entry of index {entry.index} (inserted or reordered)"
+        return lo, f"an entry in [{lo}, {hi}) was changed together with its leaf hash"

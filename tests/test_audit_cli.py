@@ -1,0 +1,92 @@
+"""``agentgate audit``: show, explain, prove, verify-proof, checkpoint and report."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from agentgate.cli.main import main
+from agentgate.store import SQLiteStore
+from agentgate.store.audit import AuditLog, open_log_key
+
+
+@pytest.fixture
+def populated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setattr("agentgate.cli.main.GROUPS", ("agentgate.cli.audit",))
+    monkeypatch.delenv("AGENTGATE_LOG_KEY", raising=False)
+    monkeypatch.delenv("AGENTGATE_LOG_ORIGIN", raising=False)
+    db = tmp_path / "agentgate.db"
+    monkeypatch.setenv("AGENTGATE_STORE", str(db))
+    with SQLiteStore(db) as store:
+        log = AuditLog(store, open_log_key(store))
+        for i in range(6):
+            who = "did:key:zAlice" if i % 2 else "did:key:zBob"
+            index = log.append(
+                {"kind": "allow", "principal": who, "resource": "tool:search", "budget_delta": 10}
+            )
+            log.append(
+                {
+                    "kind": "spend",
+                    "principal": who,
+                    "resource": "tool:search",
+                    "budget_delta": 7,
+                    "ref": index,
+                }
+            )
+        log.append(
+            {
+                "kind": "deny",
+                "principal": "did:key:zBob",
+                "resource": "tool:run_shell",
+                "reasons": ["no grant"],
+            }
+        )
+    return tmp_path
+
+
+def test_show_filters_and_prints_json(populated: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["audit", "show", "--principal", "did:key:zBob", "--tool", "run_shell", "--json"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 1 and json.loads(lines[0])["kind"] == "deny"
+    assert main(["audit", "show", "--kind", "spend"]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 6
+
+
+def test_explain_prints_the_entry_and_its_outcome(
+    populated: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["audit", "explain", "0"]) == 0
+    out = capsys.readouterr().out
+    assert "principal: did:key:zBob" in out and "related entry 1: spend" in out
+    assert main(["audit", "explain", "999"]) == 2
+
+
+def test_prove_then_verify_proof_offline(populated: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    proof = populated / "entry.tlog-proof"
+    assert main(["audit", "prove", "12", "--out", str(proof)]) == 0
+    pub = populated / "log.pub"
+    assert main(["audit", "verify-proof", str(proof), "--key", str(pub)]) == 0
+    assert "entry 12 (deny" in capsys.readouterr().out
+    proof.write_text(proof.read_text().replace("index 12", "index 11"))
+    assert main(["audit", "verify-proof", str(proof), "--key", str(pub)]) == 1
+    assert main(["audit", "verify-proof", str(populated / "missing"), "--key", str(pub)]) == 2
+
+
+def test_report_is_one_self_contained_page(populated: Path) -> None:
+    out = populated / "report.html"
+    assert main(["audit", "checkpoint"]) == 0
+    assert main(["audit", "report", "--out", str(out)]) == 0
+    page = out.read_text()
+    assert page.startswith("<!DOCTYPE html>") and "<svg" in page and "Budget burn-down" in page
+    assert "did:key:zAlice</code>: 21 spent" in page
+    assert "http://" not in page.replace('xmlns="http://www.w3.org/2000/svg"', "")
+    assert "<script" not in page and "<link" not in page
+
+
+def test_verify_without_a_log_key_is_unusable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("agentgate.cli.main.GROUPS", ("agentgate.cli.audit",))
+    monkeypatch.setenv("AGENTGATE_STORE", str(tmp_path / "empty.db"))
+    monkeypatch.delenv("AGENTGATE_LOG_KEY", raising=False)
+    assert main(["audit", "verify"]) == 2

@@ -1,0 +1,99 @@
+"""Audit entries: canonical bytes, argument digests and redaction."""
+
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+
+from agentgate.audit.entry import AuditEntry, argument_digest, canonical_json, redact
+from agentgate.errors import InputError, TamperDetected
+
+# The worked example of docs/audit-format.md, byte for byte.
+EXAMPLE = AuditEntry.build(
+    index=7,
+    time="2026-11-29T10:15:00.000000Z",
+    kind="allow",
+    principal="did:key:z6MkhaXgBZDvotDkL5257faiztiGiC2QtKLGpbnnEGta2doK",
+    chain_hash="sha256:1111111111111111111111111111111111111111111111111111111111111111",
+    policy_hash="sha256:2222222222222222222222222222222222222222222222222222222222222222",
+    rule="refunds-small",
+    resource="tool:payments.refund",
+    args_digest=argument_digest({"amount": 120, "card": "4111-1111-1111-1111", "currency": "EUR"}),
+    args=redact({"amount": 120, "card": "4111-1111-1111-1111", "currency": "EUR"}, ["amount", "currency"]),
+    budget_delta=120,
+    reasons=["capability covers call"],
+)
+EXAMPLE_BYTES = (
+    b'{"approver":null,"args":{"amount":120,"currency":"EUR"},'
+    b'"args_digest":"sha256:'
+    + hashlib.sha256(b'{"amount":120,"card":"4111-1111-1111-1111","currency":"EUR"}').hexdigest().encode()
+    + b'","budget_delta":120,'
+    b'"chain_hash":"sha256:1111111111111111111111111111111111111111111111111111111111111111",'
+    b'"index":7,"kind":"allow","policy_hash":"sha256:2222222222222222222222222222222222222222222222222222222222222222",'
+    b'"principal":"did:key:z6MkhaXgBZDvotDkL5257faiztiGiC2QtKLGpbnnEGta2doK","reasons":["capability covers call"],'
+    b'"ref":null,"resource":"tool:payments.refund","rule":"refunds-small","status":null,'
+    b'"time":"2026-11-29T10:15:00.000000Z","v":1}'
+)
+
+
+def test_canonical_bytes_match_the_documented_example() -> None:
+    assert EXAMPLE.to_bytes() == EXAMPLE_BYTES
+
+
+def test_bytes_round_trip() -> None:
+    assert AuditEntry.from_bytes(EXAMPLE_BYTES) == EXAMPLE
+
+
+def test_non_canonical_bytes_are_refused() -> None:
+    with pytest.raises(TamperDetected):
+        AuditEntry.from_bytes(EXAMPLE_BYTES.replace(b'"index":7,', b'"index": 7,'))
+    with pytest.raises(TamperDetected):
+        AuditEntry.from_bytes(EXAMPLE_BYTES.replace(b'"v":1}', b'"v":1,"extra":1}'))
+
+
+def test_every_field_is_covered_by_the_bytes() -> None:
+    changes = {
+        "kind": "deny",
+        "principal": "did:key:zOther",
+        "chain_hash": "x",
+        "policy_hash": "y",
+        "rule": "r",
+        "resource": "tool:other",
+        "args_digest": "sha256:00",
+        "args": {},
+        "approver": "did:key:zA",
+        "budget_delta": 121,
+        "reasons": ("other",),
+        "status": "ok",
+        "ref": 1,
+        "time": "2026-11-29T10:15:00.000001Z",
+        "index": 8,
+    }
+    for name, value in changes.items():
+        assert EXAMPLE.model_copy(update={name: value}).to_bytes() != EXAMPLE_BYTES, name
+
+
+def test_secret_fields_are_dropped_not_masked() -> None:
+    clear = redact({"query": "q", "api_key": "sk-secret", "token": "t"}, ["query"])
+    assert clear == {"query": "q"}
+    assert b"sk-secret" not in EXAMPLE.model_copy(update={"args": clear}).to_bytes()
+
+
+def test_argument_digest_ignores_key_order_but_not_values() -> None:
+    assert argument_digest({"a": 1, "b": [1, 2]}) == argument_digest({"b": [1, 2], "a": 1})
+    assert argument_digest({"a": 1}) != argument_digest({"a": 2})
+    assert argument_digest({"a": 1}) != argument_digest({"a": "1"})
+
+
+def test_values_json_cannot_hold_are_refused() -> None:
+    with pytest.raises(InputError):
+        argument_digest({"a": float("nan")})
+    with pytest.raises(InputError):
+        canonical_json({"a": object()})
+    with pytest.raises(InputError):
+        AuditEntry.build(index=0, time="yesterday", kind="allow", principal="did:key:z")
+    with pytest.raises(InputError):
+        AuditEntry.build(
+            index=0, time="2026-11-29T10:15:00.000000Z", kind="allow", principal="p", budget_delta=1.5
+        )
