@@ -1,0 +1,200 @@
+"""The budget ledger: reserve, commit the actual amount, release on failure. Integer minor units.
+
+Every grant with a budget has one ``budget_ledger`` row, created on first use with the grant's cap
+as its ``remaining``. Spending at a child counts against every ancestor: a reservation decrements
+each grant of the chain (root to tip) that has a cap, each with a conditional update
+``UPDATE ... SET remaining = remaining - ? WHERE grant_id = ? AND remaining >= ?`` and never a
+read-then-write, so two processes can never both fit into the last unit of a budget. If any grant
+lacks the amount, ``BudgetExceeded`` is raised and the transaction rolls back, undoing the
+decrements already made (callers must let it propagate out of the transaction). The grants of a
+chain are always updated in chain order, so concurrent reservations lock rows in the same order
+and cannot deadlock on PostgreSQL; SQLite serializes writers anyway.
+
+``commit`` settles a reservation at the actual amount (refunding the difference, or charging an
+overrun conditionally) and ``release`` returns it whole; both change a reservation's state with a
+conditional update from ``reserved``, so a reservation is settled exactly once.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from agentgate.audit.entry import utc_now
+from agentgate.errors import BudgetExceeded, InputError
+from agentgate.store._base import Dialect, Store, Transaction
+
+LEDGER_DDL: dict[Dialect, str] = {
+    "sqlite": """
+CREATE TABLE IF NOT EXISTS budget_ledger (
+    grant_id TEXT PRIMARY KEY,
+    cap INTEGER NOT NULL CHECK (cap >= 0),
+    remaining INTEGER NOT NULL CHECK (remaining >= 0),
+    spent INTEGER NOT NULL DEFAULT 0
+);
+CREATE TABLE IF NOT EXISTS budget_reservations (
+    id TEXT PRIMARY KEY,
+    chain TEXT NOT NULL,
+    amount INTEGER NOT NULL CHECK (amount >= 0),
+    state TEXT NOT NULL CHECK (state IN ('reserved', 'committed', 'released')),
+    actual INTEGER,
+    created TEXT NOT NULL,
+    settled TEXT
+);
+""",
+    "postgresql": """
+CREATE TABLE IF NOT EXISTS budget_ledger (
+    grant_id TEXT PRIMARY KEY,
+    cap BIGINT NOT NULL CHECK (cap >= 0),
+    remaining BIGINT NOT NULL CHECK (remaining >= 0),
+    spent BIGINT NOT NULL DEFAULT 0
+);
+CREATE TABLE IF NOT EXISTS budget_reservations (
+    id TEXT PRIMARY KEY,
+    chain TEXT NOT NULL,
+    amount BIGINT NOT NULL CHECK (amount >= 0),
+    state TEXT NOT NULL CHECK (state IN ('reserved', 'committed', 'released')),
+    actual BIGINT,
+    created TEXT NOT NULL,
+    settled TEXT
+);
+""",
+}
+
+
+def _amount(value: object, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise InputError(f"{what} must be a non-negative integer in minor units, got {value!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class Reservation:
+    """A reservation as stored: the chain it was taken from, its amount and its state."""
+
+    id: str
+    chain: tuple[str, ...]
+    amount: int
+    state: str
+    actual: int | None
+
+
+class BudgetLedger:
+    """Budgets per grant, shared by every process that uses the same store."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        store.ensure_schema("ledger", LEDGER_DDL)
+
+    @contextmanager
+    def _tx(self, tx: Transaction | None) -> Iterator[Transaction]:
+        if tx is not None:
+            yield tx
+        else:
+            with self.store.transaction() as own:
+                yield own
+
+    def reserve(
+        self, tx: Transaction | None, chain: Sequence[str], caps: Mapping[str, int], amount: int
+    ) -> str:
+        """Reserve ``amount`` against every grant of ``chain`` (root..tip) that has a cap in ``caps``.
+
+        Grants not in ``caps`` have no budget of their own. A grant's row is created on first use
+        with its cap (later caps for the same grant are ignored: a grant's budget is fixed when
+        it is signed). Returns the reservation id. Raises ``BudgetExceeded`` naming the first
+        grant that lacks the amount (nothing is reserved then, once the transaction rolls back)
+        and ``InputError`` for a malformed chain or amount.
+        """
+        amount = _amount(amount, "amount")
+        if not chain or any(not isinstance(g, str) or not g for g in chain) or len(set(chain)) != len(chain):
+            raise InputError("chain must be a non-empty list of distinct grant ids, root first")
+        with self._tx(tx) as t:
+            for grant_id in chain:
+                if grant_id not in caps:
+                    continue
+                cap = _amount(caps[grant_id], f"cap of grant {grant_id}")
+                t.execute(
+                    "INSERT INTO budget_ledger (grant_id, cap, remaining) VALUES (?, ?, ?) "
+                    "ON CONFLICT (grant_id) DO NOTHING",
+                    (grant_id, cap, cap),
+                )
+                t.execute(
+                    "UPDATE budget_ledger SET remaining = remaining - ? WHERE grant_id = ? AND remaining >= ?",
+                    (amount, grant_id, amount),
+                )
+                if t.rowcount != 1:
+                    raise BudgetExceeded(f"grant {grant_id}: budget has less than {amount} left")
+            reservation = uuid.uuid4().hex
+            t.execute(
+                "INSERT INTO budget_reservations (id, chain, amount, state, created) VALUES (?, ?, ?, 'reserved', ?)",
+                (reservation, json.dumps([g for g in chain if g in caps]), amount, utc_now()),
+            )
+        return reservation
+
+    def commit(self, reservation: str, actual: int, tx: Transaction | None = None) -> None:
+        """Settle ``reservation`` at ``actual``: refund what was not used, charge an overrun.
+
+        Raises ``InputError`` if the reservation does not exist or was already settled, and
+        ``BudgetExceeded`` if an overrun (``actual`` above the reserved amount) does not fit.
+        """
+        actual = _amount(actual, "actual amount")
+        with self._tx(tx) as t:
+            held = self._settle(t, reservation, "committed", actual)
+            delta = held.amount - actual  # > 0: refund; < 0: overrun to charge
+            for grant_id in held.chain:
+                if delta >= 0:
+                    t.execute(
+                        "UPDATE budget_ledger SET remaining = remaining + ?, spent = spent + ? WHERE grant_id = ?",
+                        (delta, actual, grant_id),
+                    )
+                else:
+                    t.execute(
+                        "UPDATE budget_ledger SET remaining = remaining - ?, spent = spent + ? "
+                        "WHERE grant_id = ? AND remaining >= ?",
+                        (-delta, actual, grant_id, -delta),
+                    )
+                    if t.rowcount != 1:
+                        raise BudgetExceeded(f"grant {grant_id}: overrun of {-delta} does not fit the budget")
+
+    def release(self, reservation: str, tx: Transaction | None = None) -> None:
+        """Return the whole reservation to every grant; ``InputError`` if unknown or already settled."""
+        with self._tx(tx) as t:
+            held = self._settle(t, reservation, "released", 0)
+            for grant_id in held.chain:
+                t.execute(
+                    "UPDATE budget_ledger SET remaining = remaining + ? WHERE grant_id = ?",
+                    (held.amount, grant_id),
+                )
+
+    def _settle(self, t: Transaction, reservation: str, state: str, actual: int) -> Reservation:
+        t.execute(
+            "UPDATE budget_reservations SET state = ?, actual = ?, settled = ? WHERE id = ? AND state = 'reserved'",
+            (state, actual, utc_now(), reservation),
+        )
+        if t.rowcount != 1:
+            raise InputError(f"reservation {reservation!r} does not exist or is already settled")
+        row = t.execute("SELECT chain, amount FROM budget_reservations WHERE id = ?", (reservation,))[0]
+        return Reservation(reservation, tuple(json.loads(row[0])), int(row[1]), state, actual)
+
+    def reservation(self, reservation: str) -> Reservation:
+        """One reservation; ``InputError`` if unknown."""
+        rows = self.store.query(
+            "SELECT chain, amount, state, actual FROM budget_reservations WHERE id = ?", (reservation,)
+        )
+        if not rows:
+            raise InputError(f"reservation {reservation!r} does not exist")
+        chain, amount, state, actual = rows[0]
+        return Reservation(reservation, tuple(json.loads(chain)), int(amount), str(state), actual)
+
+    def remaining(self, grant_id: str) -> int | None:
+        """What is left of a grant's budget, or ``None`` if it was never used."""
+        rows = self.store.query("SELECT remaining FROM budget_ledger WHERE grant_id = ?", (grant_id,))
+        return int(rows[0][0]) if rows else None
+
+    def spent(self, grant_id: str) -> int:
+        """Committed spend of a grant (its own and its descendants'), 0 if never used."""
+        rows = self.store.query("SELECT spent FROM budget_ledger WHERE grant_id = ?", (grant_id,))
+        return int(rows[0][0]) if rows else 0

@@ -1,0 +1,82 @@
+"""The budget ledger on both stores: reserve, commit, release, ancestors pay too."""
+
+from __future__ import annotations
+
+import pytest
+
+from agentgate.errors import BudgetExceeded, InputError
+from agentgate.store import Store
+from agentgate.store.ledger import BudgetLedger
+
+CHAIN = ["root", "team", "agent"]
+CAPS = {"root": 1000, "team": 500, "agent": 200}
+
+
+def test_spending_at_a_child_counts_against_every_ancestor(store: Store) -> None:
+    ledger = BudgetLedger(store)
+    reservation = ledger.reserve(None, CHAIN, CAPS, 150)
+    assert [ledger.remaining(g) for g in CHAIN] == [850, 350, 50]
+    ledger.commit(reservation, 120)
+    assert [ledger.remaining(g) for g in CHAIN] == [880, 380, 80]
+    assert [ledger.spent(g) for g in CHAIN] == [120, 120, 120]
+
+
+def test_reservation_above_any_ancestor_is_refused_and_reserves_nothing(store: Store) -> None:
+    ledger = BudgetLedger(store)
+    ledger.reserve(None, ["root", "sibling"], {"root": 1000, "sibling": 900}, 900)
+    with pytest.raises(BudgetExceeded, match="grant root"):
+        ledger.reserve(None, CHAIN, CAPS, 150)
+    assert ledger.remaining("root") == 100
+
+
+def test_a_refusal_at_the_tip_undoes_the_ancestors_decrements(store: Store) -> None:
+    ledger = BudgetLedger(store)
+    ledger.reserve(None, CHAIN, CAPS, 10)
+    with pytest.raises(BudgetExceeded, match="grant agent"):
+        ledger.reserve(None, CHAIN, CAPS, 195)
+    assert [ledger.remaining(g) for g in CHAIN] == [990, 490, 190]
+
+
+def test_release_returns_everything_once(store: Store) -> None:
+    ledger = BudgetLedger(store)
+    reservation = ledger.reserve(None, CHAIN, CAPS, 200)
+    with pytest.raises(BudgetExceeded):
+        ledger.reserve(None, CHAIN, CAPS, 1)
+    ledger.release(reservation)
+    assert ledger.remaining("agent") == 200
+    with pytest.raises(InputError):
+        ledger.release(reservation)
+    with pytest.raises(InputError):
+        ledger.commit(reservation, 10)
+    assert ledger.reservation(reservation).state == "released"
+
+
+def test_overrun_is_charged_only_if_it_fits(store: Store) -> None:
+    ledger = BudgetLedger(store)
+    first = ledger.reserve(None, CHAIN, CAPS, 100)
+    ledger.commit(first, 150)
+    assert ledger.remaining("agent") == 50
+    second = ledger.reserve(None, CHAIN, CAPS, 40)
+    with pytest.raises(BudgetExceeded):
+        ledger.commit(second, 100)
+    assert ledger.remaining("agent") == 10  # the failed commit changed nothing
+
+
+def test_grants_without_a_cap_are_not_limited(store: Store) -> None:
+    ledger = BudgetLedger(store)
+    ledger.commit(ledger.reserve(None, CHAIN, {"agent": 5}, 5), 5)
+    assert ledger.remaining("root") is None and ledger.remaining("agent") == 0
+
+
+def test_reserve_joins_the_callers_transaction(store: Store) -> None:
+    ledger = BudgetLedger(store)
+    with pytest.raises(RuntimeError), store.transaction() as tx:
+        ledger.reserve(tx, CHAIN, CAPS, 100)
+        raise RuntimeError("the audit entry could not be written")
+    assert ledger.remaining("agent") is None
+
+
+@pytest.mark.parametrize("bad", [-1, 1.5, True, "10"])
+def test_amounts_are_non_negative_integers(store: Store, bad: object) -> None:
+    with pytest.raises(InputError):
+        BudgetLedger(store).reserve(None, CHAIN, CAPS, bad)  # type: ignore[arg-type]
