@@ -1,0 +1,454 @@
+"""Decisions: allow, deny or approval required, for one signed invocation.
+
+Order of checks (docs/token-format.md, "Deciding"): the chain (from the cache, or parsed and
+verified and then cached by its token), holder binding, the invocation signature, the call
+against the signed fields, validity times, coverage by the tip's capabilities, the approval hook,
+and finally one store statement that checks revocation of every link and records the nonce.
+Everything that depends on time or on the store is checked on every decision; only the
+time-independent verification of the chain (signatures, links, attenuation) is cached.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, Protocol
+
+from agentgate.authority._grant import (
+    DEFAULT_SKEW,
+    Budget,
+    Chain,
+    _anchors,
+    _encode_chain,
+    _short,
+    chain_finding,
+    parse_chain,
+    public_key,
+    time_finding,
+)
+from agentgate.authority._invocation import INVOCATION_CONTEXT, Invocation, args_digest
+from agentgate.capabilities import (
+    Call,
+    Capability,
+    canonical_resource,
+    covers,
+    format_capability,
+    pattern_matches,
+)
+from agentgate.errors import CapabilityError, InvalidSignature, KeyFileError, StoreError, TokenFormatError
+from agentgate.findings import Finding, FindingKind
+from agentgate.keys import PublicKey
+from agentgate.store.grants import GrantRepository
+
+_SCOPE = FindingKind.SCOPE_CREEP
+_TRUST = FindingKind.IMPLICIT_TRUST_INHERITANCE
+_REVOCABLE = FindingKind.NON_REVOCABLE_GRANT
+_OPACITY = FindingKind.AUTHORITY_CHAIN_OPACITY
+
+
+class Outcome(StrEnum):
+    ALLOW = "allow"
+    DENY = "deny"
+    APPROVAL_REQUIRED = "approval_required"
+
+
+@dataclass(frozen=True)
+class ApprovalRequirement:
+    """What the approval hook asks for: who may approve, how many of them, and why."""
+
+    approvers: tuple[str, ...]
+    quorum: int = 1
+    reason: str = ""
+
+
+class ApprovalHook(Protocol):
+    """Given a verified call and chain, says whether a human must approve it first.
+
+    The Gate passes one in; it returns ``None`` when no approval is needed, or when a valid
+    approval bound to ``invocation.id`` has already been given (the Gate checks approvals).
+    """
+
+    def __call__(self, call: Call, chain: Chain, invocation: Invocation) -> ApprovalRequirement | None: ...
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The answer for one invocation, with the evidence an audit entry needs."""
+
+    outcome: Outcome
+    reasons: tuple[str, ...]
+    findings: tuple[Finding, ...] = ()
+    principal: str | None = None
+    """The invoking principal (the invocation's signer)."""
+    resource: str | None = None
+    action: str | None = None
+    args_digest: str | None = None
+    chain: tuple[str, ...] = ()
+    """Grant ids, root first, when the chain could be parsed."""
+    invocation_id: str | None = None
+    budgets: tuple[tuple[str, Budget], ...] = ()
+    """(grant id, budget) of every link that has one: a spend counts against each."""
+    approval: ApprovalRequirement | None = None
+    decided_at: int = 0
+    call: Call | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def allowed(self) -> bool:
+        return self.outcome is Outcome.ALLOW
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready form (``grant check --json``)."""
+        return {
+            "outcome": self.outcome.value,
+            "reasons": list(self.reasons),
+            "findings": [f.model_dump(mode="json", exclude_none=True) for f in self.findings],
+            "principal": self.principal,
+            "resource": self.resource,
+            "action": self.action,
+            "args_digest": self.args_digest,
+            "chain": list(self.chain),
+            "invocation_id": self.invocation_id,
+            "budgets": [{"grant": g, **b.to_dict()} for g, b in self.budgets],
+            "approval": None
+            if self.approval is None
+            else {
+                "approvers": list(self.approval.approvers),
+                "quorum": self.approval.quorum,
+                "reason": self.approval.reason,
+            },
+            "decided_at": self.decided_at,
+        }
+
+
+class ChainCache:
+    """Verified chains by (trust anchors, token); bounded, oldest entries dropped first."""
+
+    def __init__(self, size: int = 4096) -> None:
+        self.size = size
+        self._items: dict[tuple[frozenset[str], str], Chain] = {}
+
+    def get(self, anchors: frozenset[str], token: str) -> Chain | None:
+        return self._items.get((anchors, token))
+
+    def put(self, anchors: frozenset[str], token: str, chain: Chain) -> None:
+        if len(self._items) >= self.size:
+            self._items.pop(next(iter(self._items)))
+        self._items[(anchors, token)] = chain
+
+    def clear(self) -> None:
+        self._items.clear()
+
+
+_SHARED_CACHE = ChainCache()
+
+
+def _f(
+    kind: FindingKind, code: str, message: str, grant: str | None = None, field: str | None = None
+) -> Finding:
+    return Finding(kind=kind, code=code, message=message, grant=grant, field=field)
+
+
+def _not_covered(call: Call, capabilities: tuple[Capability, ...], grant: str) -> Finding:
+    for cap in capabilities:
+        if pattern_matches(cap.resource, call.resource) and cap.action in ("*", call.action):
+            for name, constraint in cap.constraints:
+                if name not in call.args:
+                    return _f(
+                        _SCOPE,
+                        "call_not_covered",
+                        f"argument {name} is required by {format_capability(cap)} but missing from the call",
+                        grant,
+                        f"constraints.{name}",
+                    )
+                if not constraint.allows(call.args[name]):
+                    return _f(
+                        _SCOPE,
+                        "call_not_covered",
+                        f"{name}={call.args[name]!r} is outside the granted "
+                        f"{format_capability(cap)}; ask for a grant that covers it",
+                        grant,
+                        f"constraints.{name}",
+                    )
+    held = ", ".join(format_capability(c) for c in capabilities)
+    return _f(
+        _SCOPE,
+        "call_not_covered",
+        f"the grant does not cover {call.resource} {call.action} (it holds {held})",
+        grant,
+        "capabilities",
+    )
+
+
+def decide(
+    invocation: Invocation,
+    *,
+    repo: GrantRepository,
+    trusted: PublicKey | str | Iterable[PublicKey | str],
+    approvals: ApprovalHook | None = None,
+    now: float | None = None,
+    skew: int = DEFAULT_SKEW,
+    cache: ChainCache | None = None,
+) -> Decision:
+    """Decide ``invocation`` against the trust anchors ``trusted``; never raises for bad input.
+
+    Every failure is a ``deny`` with one finding (kind, code, message); a store that cannot be
+    read is a deny (``non_revocable_grant``/``revocation_unreachable``): fail closed. The nonce is
+    recorded only when the answer is ``allow``, so an ``approval_required`` invocation may be
+    decided again once the approval exists.
+    """
+    anchors = trusted if isinstance(trusted, frozenset) else _anchors(trusted)
+    return _decide(invocation, repo, anchors, approvals, now, skew, cache or _SHARED_CACHE)
+
+
+def _decide(
+    inv: Invocation,
+    repo: GrantRepository,
+    anchors: frozenset[str],
+    approvals: ApprovalHook | None,
+    now: float | None,
+    skew: int,
+    cache: ChainCache,
+) -> Decision:
+    t = int(time.time() if now is None else now)
+    call = inv.call
+    ids: tuple[str, ...] = ()
+
+    def deny(finding: Finding) -> Decision:
+        return Decision(
+            Outcome.DENY,
+            (finding.message,),
+            (finding,),
+            principal=inv.issuer,
+            resource=call.resource,
+            action=call.action,
+            args_digest=inv.args_digest,
+            chain=ids,
+            invocation_id=inv.id,
+            decided_at=t,
+            call=call,
+        )
+
+    chain = cache.get(anchors, inv.chain_token)
+    if chain is None:
+        try:
+            chain = parse_chain(inv.chain_token)
+        except TokenFormatError as exc:
+            return deny(_f(_OPACITY, "malformed_token", f"the chain cannot be read: {exc}"))
+        ids = chain.ids
+        found = chain_finding(chain, anchors)
+        if found is not None:
+            return deny(found)
+        cache.put(anchors, inv.chain_token, chain)
+    ids = chain.ids
+    tip = chain.tip
+    if inv.issuer != tip.audience:
+        return deny(
+            _f(
+                _TRUST,
+                "wrong_holder",
+                f"invocation signed by {_short(inv.issuer)}, but this chain was "
+                f"granted to {_short(tip.audience)}; a copied token is useless: delegate to the caller's "
+                "own key instead",
+                tip.id,
+                "audience",
+            )
+        )
+    if inv.tip != tip.id:
+        return deny(
+            _f(
+                _OPACITY,
+                "tip_mismatch",
+                "the invocation names a different grant than the chain's tip",
+                tip.id,
+                "tip",
+            )
+        )
+    try:
+        public_key(inv.issuer).verify(INVOCATION_CONTEXT + inv.payload, inv.signature)
+    except (InvalidSignature, KeyFileError, TokenFormatError):
+        return deny(
+            _f(
+                _OPACITY,
+                "bad_invocation_signature",
+                f"the invocation is not validly signed by {_short(inv.issuer)}",
+                tip.id,
+                "signature",
+            )
+        )
+    try:
+        canonical_resource(call.resource)
+    except CapabilityError as exc:
+        return deny(
+            _f(_OPACITY, "ambiguous_resource", f"{exc}; refused rather than guessed", tip.id, "resource")
+        )
+    if call.resource != inv.resource or call.action != inv.action:
+        return deny(
+            _f(
+                _OPACITY,
+                "call_mismatch",
+                f"the invocation was signed for {inv.resource} {inv.action}, not "
+                f"{call.resource} {call.action}",
+                tip.id,
+                "resource",
+            )
+        )
+    try:
+        digest = args_digest(call.args)
+    except TokenFormatError as exc:
+        return deny(
+            _f(_OPACITY, "args_not_canonical", f"call arguments cannot be digested: {exc}", tip.id, "args")
+        )
+    if digest != inv.args_digest:
+        return deny(
+            _f(
+                _OPACITY,
+                "args_digest_mismatch",
+                "the call's arguments differ from the ones the caller signed",
+                tip.id,
+                "args",
+            )
+        )
+    if t >= inv.expires:
+        return deny(
+            _f(
+                _SCOPE,
+                "invocation_expired",
+                f"the invocation expired at {inv.expires} (now {t}); sign the call again",
+                tip.id,
+                "expiry",
+            )
+        )
+    if inv.issued_at > t + skew:
+        return deny(
+            _f(
+                _SCOPE,
+                "invocation_not_yet_valid",
+                f"the invocation is dated {inv.issued_at}, more than "
+                f"{skew}s after now ({t}); check the caller's clock",
+                tip.id,
+                "issued_at",
+            )
+        )
+    found = time_finding(chain, t, skew)
+    if found is not None:
+        return deny(found)
+    if not any(covers(cap, call) for cap in tip.capabilities):
+        return deny(_not_covered(call, tip.capabilities, tip.id))
+    requirement = approvals(call, chain, inv) if approvals is not None else None
+    try:
+        if requirement is None:
+            status = repo.consume_nonce(inv.issuer, inv.nonce, inv.expires + skew, ids)
+        else:
+            status = "revoked" if repo.revoked(ids) else "fresh"
+    except StoreError as exc:
+        return deny(
+            _f(
+                _REVOCABLE,
+                "revocation_unreachable",
+                f"the revocation state cannot be read ({exc}); failing closed: restore the store and retry",
+                tip.id,
+            )
+        )
+    if status == "revoked":
+        try:
+            revoked = repo.revoked(ids)
+        except StoreError:
+            revoked = set()
+        which = next((i for i, g in enumerate(ids) if g in revoked), None)
+        where = f"link {which} ({ids[which][:16]}...)" if which is not None else "a link"
+        return deny(
+            _f(
+                _REVOCABLE,
+                "revoked",
+                f"{where} of this chain has been revoked; every grant below a revoked grant is dead",
+                ids[which] if which is not None else tip.id,
+            )
+        )
+    if status == "replay":
+        return deny(
+            _f(
+                _TRUST,
+                "replayed_invocation",
+                "this invocation's nonce was already used; each call must be signed afresh",
+                tip.id,
+                "nonce",
+            )
+        )
+    budgets = tuple((link.id, link.budget) for link in chain.links if link.budget is not None)
+    outcome = Outcome.ALLOW if requirement is None else Outcome.APPROVAL_REQUIRED
+    reason = (
+        f"{call.resource} {call.action} is covered by grant {tip.id[:16]}... held by {_short(inv.issuer)}"
+        if requirement is None
+        else f"approval required from {', '.join(requirement.approvers) or 'an approver'}"
+        + (f": {requirement.reason}" if requirement.reason else "")
+    )
+    return Decision(
+        outcome,
+        (reason,),
+        (),
+        principal=inv.issuer,
+        resource=call.resource,
+        action=call.action,
+        args_digest=digest,
+        chain=ids,
+        invocation_id=inv.id,
+        budgets=budgets,
+        approval=requirement,
+        decided_at=t,
+        call=call,
+    )
+
+
+class Authority:
+    """The authority engine bound to one store and one set of trust anchors, with its own chain cache."""
+
+    def __init__(
+        self,
+        repo: GrantRepository,
+        trusted: PublicKey | str | Iterable[PublicKey | str],
+        *,
+        approvals: ApprovalHook | None = None,
+        skew: int = DEFAULT_SKEW,
+        cache_size: int = 4096,
+    ) -> None:
+        self.repo = repo
+        self.anchors = _anchors(trusted)
+        self.approvals = approvals
+        self.skew = skew
+        self.cache = ChainCache(cache_size)
+
+    def decide(self, invocation: Invocation, *, now: float | None = None) -> Decision:
+        """``decide`` with this engine's store, anchors, hook and cache."""
+        return _decide(invocation, self.repo, self.anchors, self.approvals, now, self.skew, self.cache)
+
+    def revoke(self, grant: Chain | str, *, reason: str = "", now: float | None = None) -> str:
+        """Revoke a grant (a chain: its tip; or a grant id); see ``revoke``."""
+        return revoke(self.repo, grant, reason=reason, now=now)
+
+
+def revoke(repo: GrantRepository, grant: Chain | str, *, reason: str = "", now: float | None = None) -> str:
+    """Revoke the tip of ``grant`` (a ``Chain``, a chain token, or a 64-hex grant id); return its id.
+
+    Durable before it returns; from then on every decision over a chain that contains this grant
+    (it, or any descendant, recorded or not) is denied. Raises ``TokenFormatError`` for a value
+    that is neither, ``StoreError`` when the store cannot be written.
+    """
+    if isinstance(grant, Chain):
+        grant_id = grant.id
+    elif isinstance(grant, str) and len(grant) == 64 and all(c in "0123456789abcdef" for c in grant):
+        grant_id = grant
+    else:
+        grant_id = parse_chain(grant).id
+    repo.revoke(grant_id, now=int(time.time() if now is None else now), reason=reason)
+    return grant_id
+
+
+def record(repo: GrantRepository, chain: Chain, *, now: float | None = None) -> None:
+    """Remember every link of ``chain`` in the store, so that revocation by id can list descendants."""
+    rows = [
+        (link.id, link.parent, link.issuer, link.audience, link.expires, _encode_chain(chain.links[: i + 1]))
+        for i, link in enumerate(chain.links)
+    ]
+    repo.record_grants(rows, now=int(time.time() if now is None else now))

@@ -1,0 +1,101 @@
+"""Canonical bytes and strict parsing: the low-level half of docs/token-format.md.
+
+Canonical JSON here is exactly ``json.dumps(value, sort_keys=True, separators=(",", ":"),
+ensure_ascii=False, allow_nan=False)`` encoded as UTF-8. Inside tokens only integers appear as
+numbers (floats are refused), so the bytes are the same in every language that sorts keys by code
+point and writes integers in plain decimal. Parsing is the strict inverse: duplicate keys, floats,
+NaN, bad UTF-8 and any byte that differs from the canonical re-encoding are refused.
+
+Written by hand (not a library) because the refusals are the product: a lenient JSON or base64
+decoder is exactly how "reordered keys" and "trailing bytes" get through.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import json
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from agentgate.errors import TokenFormatError
+
+_B64URL = re.compile(r"[A-Za-z0-9_-]*")
+
+
+def canonical_json(value: Any) -> bytes:
+    """The canonical bytes of ``value``; raises ``TokenFormatError`` for NaN, infinities or bad text."""
+    try:
+        return json.dumps(
+            value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+        ).encode("utf-8")
+    except (ValueError, TypeError, UnicodeEncodeError, RecursionError) as exc:
+        raise TokenFormatError(f"value cannot be encoded canonically: {exc}") from exc
+
+
+def sha256_hex(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise TokenFormatError(f"duplicate key {key!r}")
+        out[key] = value
+    return out
+
+
+def _no_float(text: str) -> Any:
+    raise TokenFormatError(f"non-integer number {text[:40]!r}: tokens carry integers only")
+
+
+def _no_constant(text: str) -> Any:
+    raise TokenFormatError(f"{text} is not allowed in a token")
+
+
+def parse_canonical(data: bytes, what: str) -> dict[str, Any]:
+    """Parse one canonical JSON object; refuses anything that is not byte-for-byte canonical."""
+    try:
+        text = data.decode("utf-8")
+        value = json.loads(text, object_pairs_hook=_pairs, parse_float=_no_float, parse_constant=_no_constant)
+    except TokenFormatError as exc:
+        raise TokenFormatError(f"{what}: {exc}") from None
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise TokenFormatError(f"{what}: not valid JSON: {str(exc)[:120]}") from None
+    if not isinstance(value, dict):
+        raise TokenFormatError(f"{what}: expected a JSON object")
+    if canonical_json(value) != data:
+        raise TokenFormatError(f"{what}: bytes are not in canonical form (key order, whitespace or escapes)")
+    return value
+
+
+def b64url_encode(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
+
+
+def b64url_decode(text: str, what: str) -> bytes:
+    """Strict unpadded base64url: only the alphabet, no padding, canonical trailing bits."""
+    if not _B64URL.fullmatch(text) or len(text) % 4 == 1:
+        raise TokenFormatError(f"{what}: not unpadded base64url")
+    try:
+        data = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+    except (binascii.Error, ValueError) as exc:
+        raise TokenFormatError(f"{what}: not unpadded base64url") from exc
+    if b64url_encode(data) != text:
+        raise TokenFormatError(f"{what}: base64url is not canonical (stray trailing bits)")
+    return data
+
+
+def require(obj: Mapping[str, Any], name: str, kind: type | tuple[type, ...], what: str) -> Any:
+    """Field ``name`` of ``obj`` with the given JSON type (booleans are never integers)."""
+    if name not in obj:
+        raise TokenFormatError(f"{what}: missing field {name!r}")
+    value = obj[name]
+    if isinstance(value, bool) and bool not in (kind if isinstance(kind, tuple) else (kind,)):
+        raise TokenFormatError(f"{what}: field {name!r} has the wrong type")
+    if not isinstance(value, kind):
+        raise TokenFormatError(f"{what}: field {name!r} has the wrong type")
+    return value

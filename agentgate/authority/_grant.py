@@ -1,0 +1,784 @@
+"""Grants and chains: issuing, delegating, parsing and verifying (docs/token-format.md).
+
+A grant is a canonical JSON payload signed with Ed25519 by its issuer; a chain is the root grant
+followed by each delegation, each naming its parent by hash. The algorithm is fixed: nothing in a
+token names an algorithm or carries a key the verifier would trust. The root issuer must be a
+trust anchor the verifier was given; every later issuer must be the audience of the link before
+it, whose key that link's (already verified) signer vouched for.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from agentgate.authority._encoding import (
+    b64url_decode,
+    b64url_encode,
+    canonical_json,
+    parse_canonical,
+    require,
+    sha256_hex,
+)
+from agentgate.capabilities import Capability, format_capability, pattern_within, witness
+from agentgate.errors import (
+    AgentGateError,
+    AuthorityError,
+    CapabilityError,
+    Denied,
+    Expired,
+    InvalidSignature,
+    KeyFileError,
+    Revoked,
+    ScopeCreep,
+    TokenFormatError,
+)
+from agentgate.findings import Finding, FindingKind
+from agentgate.keys import PublicKey, SigningKey, public_key_from_did
+
+VERSION = 1
+TOKEN_PREFIX = "ag1"
+GRANT_CONTEXT = b"agentgate/grant/v1\x00"
+MAX_TOKEN_BYTES = 32 * 1024
+MAX_LINKS = 16
+MAX_DEPTH = MAX_LINKS - 1
+MAX_PAYLOAD_BYTES = 8 * 1024
+MAX_CAPABILITIES = 64
+MAX_PURPOSE = 256
+MAX_TIME = 2**40
+MAX_AMOUNT = 2**63 - 1
+DEFAULT_SKEW = 30
+"""Seconds of clock skew tolerated on not-before and on invocation times (never on expiry)."""
+
+_REQUIRED = frozenset(
+    {"v", "iss", "aud", "caps", "budget", "nbf", "exp", "depth", "nonce", "purpose", "parent"}
+)
+_OPTIONAL = frozenset({"ext", "crit"})
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+_HEX32 = re.compile(r"[0-9a-f]{32}")
+_UNIT = re.compile(r"[a-z][a-z0-9_]{0,31}")
+
+_SCOPE = FindingKind.SCOPE_CREEP
+_TRUST = FindingKind.IMPLICIT_TRUST_INHERITANCE
+_REVOCABLE = FindingKind.NON_REVOCABLE_GRANT
+_OPACITY = FindingKind.AUTHORITY_CHAIN_OPACITY
+
+
+# --- values ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Budget:
+    """A spending limit in integer minor units of one unit (``micro_usd``, ``tokens``, ``calls``)."""
+
+    amount: int
+    unit: str = "micro_usd"
+
+    def __post_init__(self) -> None:
+        if isinstance(self.amount, bool) or not isinstance(self.amount, int):
+            raise TokenFormatError(
+                f"budget amount must be an integer number of minor units, got {self.amount!r}"
+            )
+        if not 0 <= self.amount <= MAX_AMOUNT:
+            raise TokenFormatError(f"budget amount {self.amount} is outside 0 .. 2**63-1")
+        if not isinstance(self.unit, str) or not _UNIT.fullmatch(self.unit):
+            raise TokenFormatError(f"budget unit {self.unit!r} must match [a-z][a-z0-9_]{{0,31}}")
+
+    @classmethod
+    def parse(cls, text: str) -> Budget:
+        """``AMOUNT[:UNIT]``, e.g. ``500000`` or ``1000:calls``; refuses signs, fractions, NaN and overflow."""
+        amount, _, unit = str(text).strip().partition(":")
+        if not re.fullmatch(r"[0-9]{1,19}", amount):
+            raise TokenFormatError(
+                f"budget {text!r}: the amount must be a whole, non-negative number of minor units (e.g. 500000:micro_usd)"
+            )
+        return cls(int(amount), unit or "micro_usd")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"amount": self.amount, "unit": self.unit}
+
+    def __str__(self) -> str:
+        return f"{self.amount} {self.unit}"
+
+
+@dataclass(frozen=True)
+class Grant:
+    """One signed link: ``issuer`` gives ``audience`` these capabilities, budget and lifetime."""
+
+    issuer: str
+    audience: str
+    capabilities: tuple[Capability, ...]
+    budget: Budget | None
+    not_before: int
+    expires: int
+    max_depth: int
+    """How many further delegation levels may follow this grant (0: none)."""
+    nonce: str
+    purpose: str
+    parent: str | None
+    """Hash (id) of the parent grant; ``None`` for a root grant."""
+    payload: bytes
+    """The exact signed bytes (canonical JSON)."""
+    signature: bytes
+    id: str
+    """SHA-256 of ``payload``, hex: the grant's id and revocation id."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """A readable form for ``grant inspect --json`` (not the signed bytes)."""
+        return {
+            "id": self.id,
+            "issuer": self.issuer,
+            "audience": self.audience,
+            "capabilities": [format_capability(c) for c in self.capabilities],
+            "budget": self.budget.to_dict() if self.budget else None,
+            "not_before": self.not_before,
+            "expires": self.expires,
+            "max_depth": self.max_depth,
+            "purpose": self.purpose,
+            "parent": self.parent,
+        }
+
+
+@dataclass(frozen=True)
+class Chain:
+    """Root grant first, the caller's grant (the tip) last. ``token`` is its wire form."""
+
+    links: tuple[Grant, ...]
+    token: str
+
+    @property
+    def tip(self) -> Grant:
+        return self.links[-1]
+
+    @property
+    def root(self) -> Grant:
+        return self.links[0]
+
+    @property
+    def id(self) -> str:
+        """The tip's grant id."""
+        return self.links[-1].id
+
+    @property
+    def holder(self) -> str:
+        """The only principal that may invoke with this chain: the tip's audience."""
+        return self.links[-1].audience
+
+    @property
+    def ids(self) -> tuple[str, ...]:
+        return tuple(link.id for link in self.links)
+
+    def __str__(self) -> str:
+        return self.token
+
+
+# --- encoding -------------------------------------------------------------------------------------
+
+
+def _token_value(value: Any, where: str) -> Any:
+    """Constraint values as they go into a token: integral floats become integers, others are refused."""
+    if isinstance(value, float):
+        if not math.isfinite(value) or not value.is_integer():
+            raise CapabilityError(
+                f"{where}: {value!r} is not an integer; tokens carry integers only (use minor units)"
+            )
+        return int(value)
+    if isinstance(value, list):
+        return [_token_value(v, where) for v in value]
+    return value
+
+
+def _capability_payload(cap: Capability) -> dict[str, Any]:
+    data = cap.to_dict()
+    data["constraints"] = {
+        name: {op: _token_value(v, f"{cap.resource} {name}") for op, v in spec.items()}
+        for name, spec in data["constraints"].items()
+    }
+    return data
+
+
+def _encode_chain(links: Sequence[Grant]) -> str:
+    parts = [TOKEN_PREFIX]
+    for link in links:
+        parts += [b64url_encode(link.payload), b64url_encode(link.signature)]
+    return ".".join(parts)
+
+
+def _did(value: str | PublicKey | SigningKey, what: str) -> str:
+    if isinstance(value, PublicKey | SigningKey):
+        return value.did
+    try:
+        public_key_from_did(value)
+    except KeyFileError as exc:
+        raise TokenFormatError(f"{what}: {exc}") from None
+    return value
+
+
+def _now(now: float | None) -> int:
+    return int(time.time() if now is None else now)
+
+
+def _sign(
+    key: SigningKey,
+    *,
+    audience: str,
+    capabilities: Sequence[Capability],
+    budget: Budget | None,
+    not_before: int,
+    expires: int,
+    max_depth: int,
+    purpose: str,
+    parent: str | None,
+) -> Grant:
+    if not capabilities or len(capabilities) > MAX_CAPABILITIES:
+        raise TokenFormatError(f"a grant names 1 to {MAX_CAPABILITIES} capabilities")
+    if isinstance(max_depth, bool) or not isinstance(max_depth, int) or not 0 <= max_depth <= MAX_DEPTH:
+        raise TokenFormatError(f"max depth must be an integer from 0 to {MAX_DEPTH}")
+    if not isinstance(purpose, str) or len(purpose) > MAX_PURPOSE:
+        raise TokenFormatError(f"purpose must be a string of at most {MAX_PURPOSE} characters")
+    if not 0 <= not_before < expires < MAX_TIME:
+        raise TokenFormatError("expiry must be after not-before (a grant without expiry is refused)")
+    body: dict[str, Any] = {
+        "v": VERSION,
+        "iss": key.did,
+        "aud": audience,
+        "caps": [_capability_payload(c) for c in capabilities],
+        "budget": budget.to_dict() if budget else None,
+        "nbf": not_before,
+        "exp": expires,
+        "depth": max_depth,
+        "nonce": os.urandom(16).hex(),
+        "purpose": purpose,
+        "parent": parent,
+    }
+    payload = canonical_json(body)
+    if len(payload) > MAX_PAYLOAD_BYTES:
+        raise TokenFormatError(f"grant payload is {len(payload)} bytes; the limit is {MAX_PAYLOAD_BYTES}")
+    return parse_grant(payload, key.sign(GRANT_CONTEXT + payload))
+
+
+def parse_grant(payload: bytes, signature: bytes, where: str = "grant") -> Grant:
+    """Parse one link's payload strictly (no signature check); raises ``TokenFormatError``."""
+    if len(payload) > MAX_PAYLOAD_BYTES:
+        raise TokenFormatError(f"{where}: payload larger than {MAX_PAYLOAD_BYTES} bytes")
+    if len(signature) > 128:
+        raise TokenFormatError(f"{where}: signature field larger than 128 bytes")
+    obj = parse_canonical(payload, where)
+    if obj.get("v") != VERSION or isinstance(obj.get("v"), bool):
+        raise TokenFormatError(
+            f"{where}: unsupported version {obj.get('v')!r} (this verifier reads v{VERSION})"
+        )
+    unknown = set(obj) - _REQUIRED - _OPTIONAL
+    if unknown:
+        raise TokenFormatError(
+            f"{where}: unknown field(s) {', '.join(sorted(unknown))}; every top-level field is critical "
+            "(algorithm and key fields are never accepted)"
+        )
+    if "crit" in obj:
+        crit = obj["crit"]
+        names = ", ".join(map(str, crit)) if isinstance(crit, list) else repr(crit)
+        raise TokenFormatError(f"{where}: unknown critical extension(s): {names}")
+    if "ext" in obj and not isinstance(obj["ext"], dict):
+        raise TokenFormatError(f"{where}: ext must be an object")
+    issuer = _did(require(obj, "iss", str, where), f"{where} iss")
+    audience = _did(require(obj, "aud", str, where), f"{where} aud")
+    raw_caps = require(obj, "caps", list, where)
+    if not raw_caps or len(raw_caps) > MAX_CAPABILITIES:
+        raise TokenFormatError(f"{where}: caps must hold 1 to {MAX_CAPABILITIES} capabilities")
+    caps: list[Capability] = []
+    for i, raw in enumerate(raw_caps):
+        try:
+            cap = Capability.from_dict(raw)
+        except CapabilityError as exc:
+            raise TokenFormatError(f"{where} caps[{i}]: {exc}") from None
+        if _capability_payload(cap) != raw:
+            raise TokenFormatError(f"{where} caps[{i}]: capability is not in canonical form")
+        caps.append(cap)
+    raw_budget = require(obj, "budget", (dict, type(None)), where)
+    budget = None
+    if raw_budget is not None:
+        if set(raw_budget) != {"amount", "unit"}:
+            raise TokenFormatError(f"{where}: budget has exactly the fields amount and unit")
+        budget = Budget(raw_budget["amount"], raw_budget["unit"])
+    times = [require(obj, name, int, where) for name in ("nbf", "exp")]
+    if not 0 <= times[0] < times[1] < MAX_TIME:
+        raise TokenFormatError(f"{where}: need 0 <= nbf < exp < 2**40")
+    depth = require(obj, "depth", int, where)
+    if not 0 <= depth <= MAX_DEPTH:
+        raise TokenFormatError(f"{where}: depth must be 0 to {MAX_DEPTH}")
+    nonce = require(obj, "nonce", str, where)
+    if not _HEX32.fullmatch(nonce):
+        raise TokenFormatError(f"{where}: nonce must be 32 lower-case hex digits")
+    purpose = require(obj, "purpose", str, where)
+    if len(purpose) > MAX_PURPOSE:
+        raise TokenFormatError(f"{where}: purpose longer than {MAX_PURPOSE} characters")
+    parent = require(obj, "parent", (str, type(None)), where)
+    if parent is not None and not _HEX64.fullmatch(parent):
+        raise TokenFormatError(f"{where}: parent must be 64 lower-case hex digits or null")
+    return Grant(
+        issuer=issuer,
+        audience=audience,
+        capabilities=tuple(caps),
+        budget=budget,
+        not_before=times[0],
+        expires=times[1],
+        max_depth=depth,
+        nonce=nonce,
+        purpose=purpose,
+        parent=parent,
+        payload=payload,
+        signature=signature,
+        id=sha256_hex(payload),
+    )
+
+
+def parse_chain(token: str) -> Chain:
+    """Parse a chain's wire form strictly, checking sizes before decoding anything.
+
+    Checks no signature. Raises ``TokenFormatError`` for anything not exactly in the format.
+    """
+    if not isinstance(token, str):
+        raise TokenFormatError("a token is a string")
+    if len(token) > MAX_TOKEN_BYTES:
+        raise TokenFormatError(f"token is {len(token)} bytes; the limit is {MAX_TOKEN_BYTES}")
+    if not token.isascii():
+        raise TokenFormatError("token contains non-ASCII characters")
+    parts = token.split(".", 2 * MAX_LINKS + 1)
+    if parts[0] != TOKEN_PREFIX:
+        raise TokenFormatError(
+            f"unknown token version {parts[0][:16]!r}; this verifier reads {TOKEN_PREFIX!r} tokens only"
+        )
+    rest = parts[1:]
+    if len(rest) > 2 * MAX_LINKS:
+        raise TokenFormatError(f"chain longer than {MAX_LINKS} links")
+    if not rest or len(rest) % 2:
+        raise TokenFormatError("token must be ag1 followed by payload.signature pairs (a link is unsigned)")
+    links = []
+    for i in range(0, len(rest), 2):
+        where = f"link {i // 2}"
+        links.append(
+            parse_grant(
+                b64url_decode(rest[i], where), b64url_decode(rest[i + 1], f"{where} signature"), where
+            )
+        )
+    return Chain(tuple(links), token)
+
+
+# --- checks ---------------------------------------------------------------------------------------
+
+_KEY_CACHE: dict[str, PublicKey] = {}
+
+
+def public_key(did: str) -> PublicKey:
+    """The verification key of a ``did:key`` (decoded once, bounded cache)."""
+    key = _KEY_CACHE.get(did)
+    if key is None:
+        if len(_KEY_CACHE) >= 4096:
+            _KEY_CACHE.clear()
+        key = _KEY_CACHE[did] = PublicKey.from_did(did)
+    return key
+
+
+def _finding(
+    kind: FindingKind, code: str, message: str, grant: Grant | None, field: str | None = None
+) -> Finding:
+    return Finding(kind=kind, code=code, message=message, grant=grant.id if grant else None, field=field)
+
+
+def _short(did: str) -> str:
+    return did if len(did) <= 24 else did[:16] + "..." + did[-6:]
+
+
+def _capability_finding(parent: Grant, child: Grant, cap: Capability) -> Finding | None:
+    near: tuple[Capability, Any] | None = None
+    for p in parent.capabilities:
+        call = witness(p, cap)
+        if call is None:
+            return None
+        if near is None and pattern_within(cap.resource, p.resource) and p.action in ("*", cap.action):
+            near = (p, call)
+    if near is not None:
+        p, call = near
+        for name, constraint in p.constraints:
+            if name not in call.args or not constraint.allows(call.args[name]):
+                value = call.args.get(name, "<any value>")
+                return _finding(
+                    _SCOPE,
+                    "constraint_widened",
+                    f"child capability {format_capability(cap)} allows {name}={value!r}, which the parent's "
+                    f"{format_capability(p)} does not; narrow {name} to within the parent's constraint",
+                    child,
+                    f"constraints.{name}",
+                )
+    call = witness(parent.capabilities[0], cap)
+    assert call is not None
+    held = ", ".join(format_capability(p) for p in parent.capabilities)
+    return _finding(
+        _SCOPE,
+        "capability_widened",
+        f"child capability {format_capability(cap)} allows {call.resource} {call.action}, which no parent "
+        f"capability covers (parent holds {held})",
+        child,
+        "capabilities",
+    )
+
+
+def link_findings(links: Sequence[Grant], child: Grant) -> list[Finding]:
+    """Everything that stops ``child`` from attenuating the chain ``links`` (signatures aside)."""
+    parent = links[-1]
+    out: list[Finding] = []
+    if child.parent != parent.id:
+        out.append(
+            _finding(
+                _OPACITY,
+                "parent_mismatch",
+                "link does not name the previous link as its parent "
+                "(links reordered, spliced from another chain, or one dropped)",
+                child,
+                "parent",
+            )
+        )
+        return out
+    if child.issuer != parent.audience:
+        out.append(
+            _finding(
+                _OPACITY,
+                "issuer_not_parent_audience",
+                f"link is signed by {_short(child.issuer)}, but "
+                f"the parent grant was given to {_short(parent.audience)}",
+                child,
+                "issuer",
+            )
+        )
+        return out
+    if child.audience == child.issuer:
+        out.append(
+            _finding(
+                _TRUST,
+                "self_delegation",
+                "a principal delegated to itself; delegate to the sub-agent's own key instead",
+                child,
+                "audience",
+            )
+        )
+    elif child.audience in {link.issuer for link in links} | {link.audience for link in links}:
+        out.append(
+            _finding(
+                _TRUST,
+                "delegation_cycle",
+                f"{_short(child.audience)} already appears in this chain; "
+                "authority may not flow back to an earlier holder",
+                child,
+                "audience",
+            )
+        )
+    if parent.max_depth == 0:
+        out.append(
+            _finding(
+                _SCOPE,
+                "delegation_not_allowed",
+                "the parent grant allows no further delegation (max depth 0)",
+                child,
+                "max_depth",
+            )
+        )
+    elif child.max_depth > parent.max_depth - 1:
+        out.append(
+            _finding(
+                _SCOPE,
+                "depth_widened",
+                f"child allows {child.max_depth} further delegation levels; "
+                f"the parent leaves at most {parent.max_depth - 1}",
+                child,
+                "max_depth",
+            )
+        )
+    for cap in child.capabilities:
+        found = _capability_finding(parent, child, cap)
+        if found is not None:
+            out.append(found)
+    if parent.budget is not None:
+        if child.budget is None:
+            out.append(
+                _finding(
+                    _SCOPE,
+                    "budget_widened",
+                    f"child has no budget limit; the parent is limited to {parent.budget}",
+                    child,
+                    "budget",
+                )
+            )
+        elif child.budget.unit != parent.budget.unit:
+            out.append(
+                _finding(
+                    _SCOPE,
+                    "budget_unit_changed",
+                    f"child budget is in {child.budget.unit}, the parent's in {parent.budget.unit}",
+                    child,
+                    "budget",
+                )
+            )
+        elif child.budget.amount > parent.budget.amount:
+            out.append(
+                _finding(
+                    _SCOPE,
+                    "budget_widened",
+                    f"child budget {child.budget} exceeds the parent's {parent.budget}",
+                    child,
+                    "budget",
+                )
+            )
+    if child.expires > parent.expires:
+        out.append(
+            _finding(
+                _REVOCABLE,
+                "outlives_parent",
+                f"child expires at {child.expires}, after its parent "
+                f"({parent.expires}); a child never outlives its parent",
+                child,
+                "expiry",
+            )
+        )
+    if child.not_before < parent.not_before:
+        out.append(
+            _finding(
+                _SCOPE,
+                "starts_before_parent",
+                "child becomes valid before its parent does",
+                child,
+                "not_before",
+            )
+        )
+    return out
+
+
+def chain_finding(chain: Chain, anchors: frozenset[str]) -> Finding | None:
+    """The first reason ``chain`` is not a valid, attenuating chain from one of ``anchors``; else ``None``.
+
+    Time-independent (signatures, links, attenuation), so the result may be cached by token.
+    """
+    root = chain.root
+    if root.parent is not None:
+        return _finding(
+            _OPACITY,
+            "root_has_parent",
+            "the first link names a parent: the chain's start was dropped",
+            root,
+            "parent",
+        )
+    if root.issuer not in anchors:
+        return _finding(
+            _OPACITY,
+            "untrusted_root",
+            f"root grant issued by {_short(root.issuer)}, which is not a trust anchor of this verifier",
+            root,
+            "issuer",
+        )
+    for i, link in enumerate(chain.links):
+        try:
+            public_key(link.issuer).verify(GRANT_CONTEXT + link.payload, link.signature)
+        except (InvalidSignature, KeyFileError):
+            return _finding(
+                _OPACITY,
+                "bad_signature",
+                f"link {i} is not validly signed by its issuer {_short(link.issuer)}",
+                link,
+                "signature",
+            )
+        if i:
+            found = link_findings(chain.links[:i], link)
+            if found:
+                return found[0]
+    return None
+
+
+def time_finding(chain: Chain, now: int, skew: int = DEFAULT_SKEW) -> Finding | None:
+    """Whether every link is valid at ``now`` (not-before with ``skew`` tolerance; expiry exact)."""
+    for link in chain.links:
+        if now >= link.expires:
+            return _finding(
+                _SCOPE,
+                "grant_expired",
+                f"grant expired at {link.expires} (now {now}); ask its issuer for a new one",
+                link,
+                "expiry",
+            )
+        if now + skew < link.not_before:
+            return _finding(
+                _SCOPE,
+                "grant_not_yet_valid",
+                f"grant is valid from {link.not_before} (now {now}, tolerance {skew}s)",
+                link,
+                "not_before",
+            )
+    return None
+
+
+def error_for(finding: Finding) -> AuthorityError:
+    """The exception from ``agentgate.errors`` that enforces ``finding`` (with it attached)."""
+    cls: type[AuthorityError]
+    if finding.code in (
+        "grant_expired",
+        "grant_not_yet_valid",
+        "invocation_expired",
+        "invocation_not_yet_valid",
+    ):
+        cls = Expired
+    elif finding.code in ("revoked",):
+        cls = Revoked
+    elif finding.code in ("bad_signature", "bad_invocation_signature"):
+        cls = InvalidSignature
+    elif finding.kind == _SCOPE or finding.code == "outlives_parent":
+        cls = ScopeCreep
+    else:
+        cls = Denied
+    error = cls(f"{finding.code}: {finding.message}")
+    error.finding = finding
+    return error
+
+
+def _anchors(trusted: PublicKey | str | Iterable[PublicKey | str]) -> frozenset[str]:
+    items: Iterable[PublicKey | str] = [trusted] if isinstance(trusted, PublicKey | str) else trusted
+    return frozenset(_did(item, "trust anchor") for item in items)
+
+
+# --- the public operations ------------------------------------------------------------------------
+
+
+def _as_chain(chain: Chain | str) -> Chain:
+    return chain if isinstance(chain, Chain) else parse_chain(chain)
+
+
+def _caps(capabilities: Iterable[Capability | str]) -> list[Capability]:
+    return [c if isinstance(c, Capability) else Capability.parse(c) for c in capabilities]
+
+
+def issue(
+    issuer: SigningKey,
+    audience: str | PublicKey,
+    capabilities: Iterable[Capability | str],
+    *,
+    ttl: int,
+    budget: Budget | None = None,
+    max_depth: int = 2,
+    purpose: str = "",
+    now: float | None = None,
+) -> Chain:
+    """A root grant from ``issuer`` (a trust anchor) to ``audience``, valid from now for ``ttl`` seconds.
+
+    Raises ``TokenFormatError`` or ``CapabilityError`` for values that cannot go into a token
+    (non-positive ttl, non-integer constraint numbers, too many capabilities...).
+    """
+    if isinstance(ttl, bool) or not isinstance(ttl, int) or ttl <= 0:
+        raise TokenFormatError("ttl must be a positive whole number of seconds (expiry is required)")
+    start = _now(now)
+    grant = _sign(
+        issuer,
+        audience=_did(audience, "audience"),
+        capabilities=_caps(capabilities),
+        budget=budget,
+        not_before=start,
+        expires=start + ttl,
+        max_depth=max_depth,
+        purpose=purpose,
+        parent=None,
+    )
+    return Chain((grant,), _encode_chain([grant]))
+
+
+def delegate(
+    parent: Chain | str,
+    holder: SigningKey,
+    audience: str | PublicKey,
+    capabilities: Iterable[Capability | str],
+    *,
+    ttl: int,
+    budget: Budget | None = None,
+    max_depth: int | None = None,
+    purpose: str = "",
+    now: float | None = None,
+) -> Chain:
+    """Extend ``parent`` with a narrower grant from its holder to ``audience``.
+
+    ``budget=None`` keeps the parent's budget; ``max_depth=None`` takes one less than the parent's.
+    Refuses (raising with the finding attached) anything that does not attenuate: ``ScopeCreep``
+    for wider capabilities, constraints, budget, depth or a later expiry, ``Denied`` when
+    ``holder`` is not the parent's audience or the delegation would cycle, ``Expired`` when the
+    parent is no longer valid.
+    """
+    chain = _as_chain(parent)
+    tip = chain.tip
+    if holder.did != tip.audience:
+        raise error_for(
+            _finding(
+                _TRUST,
+                "not_the_audience",
+                f"{_short(holder.did)} cannot delegate a grant given to {_short(tip.audience)}",
+                tip,
+                "audience",
+            )
+        )
+    if isinstance(ttl, bool) or not isinstance(ttl, int) or ttl <= 0:
+        raise TokenFormatError("ttl must be a positive whole number of seconds (expiry is required)")
+    start = _now(now)
+    found = time_finding(chain, start, 0)
+    if found is not None:
+        raise error_for(found)
+    if tip.max_depth == 0:
+        raise error_for(
+            _finding(
+                _SCOPE,
+                "delegation_not_allowed",
+                "the parent grant allows no further delegation (max depth 0)",
+                tip,
+                "max_depth",
+            )
+        )
+    grant = _sign(
+        holder,
+        audience=_did(audience, "audience"),
+        capabilities=_caps(capabilities),
+        budget=tip.budget if budget is None else budget,
+        not_before=max(start, tip.not_before),
+        expires=start + ttl,
+        max_depth=tip.max_depth - 1 if max_depth is None else max_depth,
+        purpose=purpose,
+        parent=tip.id,
+    )
+    found_all = link_findings(chain.links, grant)
+    if found_all:
+        raise error_for(found_all[0])
+    links = (*chain.links, grant)
+    return Chain(links, _encode_chain(links))
+
+
+def verify_chain(
+    chain: Chain | str,
+    trusted: PublicKey | str | Iterable[PublicKey | str],
+    *,
+    now: float | None = None,
+    skew: int = DEFAULT_SKEW,
+) -> Chain:
+    """Parse and fully verify a chain against the trust anchors at time ``now``; return it.
+
+    Checks sizes, format, every signature, every link's parent hash and issuer, attenuation and
+    validity times; not revocation (that needs the store: use ``decide``). Raises
+    ``TokenFormatError`` for malformed bytes, else the ``AuthorityError`` of the first finding.
+    """
+    parsed = _as_chain(chain)
+    found = chain_finding(parsed, _anchors(trusted)) or time_finding(parsed, _now(now), skew)
+    if found is not None:
+        raise error_for(found)
+    return parsed
+
+
+def findings_of(error: AgentGateError) -> list[Finding]:
+    """The finding an authority error carries, or an opacity finding for malformed input."""
+    if isinstance(error, AuthorityError) and isinstance(error.finding, Finding):
+        return [error.finding]
+    return [Finding(kind=_OPACITY, code="malformed_token", message=str(error))]

@@ -1,0 +1,163 @@
+"""Invocations: the holder's signature over one concrete call (holder binding).
+
+The caller signs the resource, action, SHA-256 of the canonical arguments, the chain's tip id, a
+fresh nonce and the time. The signed bytes are always recomputed from the fields, never taken on
+trust, so an ``Invocation`` whose fields were edited simply fails its signature check.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from agentgate.authority._encoding import (
+    b64url_decode,
+    b64url_encode,
+    canonical_json,
+    parse_canonical,
+    require,
+    sha256_hex,
+)
+from agentgate.authority._grant import MAX_TIME, Chain, _as_chain, _did
+from agentgate.capabilities import Call
+from agentgate.errors import TokenFormatError
+from agentgate.keys import SigningKey
+
+INVOCATION_PREFIX = "agi1"
+INVOCATION_CONTEXT = b"agentgate/invocation/v1\x00"
+DEFAULT_INVOCATION_TTL = 60
+MAX_INVOCATION_TTL = 300
+MAX_INVOCATION_BYTES = 4096
+_FIELDS = frozenset({"v", "iss", "tip", "res", "act", "args", "nonce", "iat", "exp"})
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+_HEX32 = re.compile(r"[0-9a-f]{32}")
+
+
+def args_digest(args: Mapping[str, Any]) -> str:
+    """SHA-256 (hex) of the canonical JSON of the call's arguments.
+
+    Floats are allowed here and written as Python's shortest round-trip ``repr``; NaN and
+    infinities raise ``TokenFormatError``.
+    """
+    if not isinstance(args, Mapping):
+        raise TokenFormatError("call arguments must be a JSON object")
+    return sha256_hex(canonical_json(dict(args)))
+
+
+@dataclass(frozen=True)
+class Invocation:
+    """A signed request to make ``call`` under the chain ``chain_token``."""
+
+    chain_token: str
+    call: Call
+    """The call as the caller presents it (checked against the signed fields)."""
+    issuer: str
+    tip: str
+    resource: str
+    action: str
+    args_digest: str
+    nonce: str
+    issued_at: int
+    expires: int
+    signature: bytes
+
+    @property
+    def payload(self) -> bytes:
+        """The signed bytes, recomputed from the fields."""
+        return canonical_json(
+            {
+                "v": 1,
+                "iss": self.issuer,
+                "tip": self.tip,
+                "res": self.resource,
+                "act": self.action,
+                "args": self.args_digest,
+                "nonce": self.nonce,
+                "iat": self.issued_at,
+                "exp": self.expires,
+            }
+        )
+
+    @property
+    def id(self) -> str:
+        """SHA-256 of the signed bytes: what an approval or an audit entry binds to."""
+        return sha256_hex(self.payload)
+
+    @classmethod
+    def sign(
+        cls,
+        key: SigningKey,
+        chain: Chain | str,
+        call: Call,
+        *,
+        now: float | None = None,
+        ttl: int = DEFAULT_INVOCATION_TTL,
+    ) -> Invocation:
+        """Sign ``call`` as ``key`` under ``chain``, with a fresh 128-bit nonce, valid ``ttl`` seconds."""
+        if isinstance(ttl, bool) or not isinstance(ttl, int) or not 0 < ttl <= MAX_INVOCATION_TTL:
+            raise TokenFormatError(f"invocation ttl must be 1 to {MAX_INVOCATION_TTL} seconds")
+        parsed = _as_chain(chain)
+        issued = int(time.time() if now is None else now)
+        unsigned = cls(
+            chain_token=parsed.token,
+            call=call,
+            issuer=key.did,
+            tip=parsed.id,
+            resource=call.resource,
+            action=call.action,
+            args_digest=args_digest(call.args),
+            nonce=os.urandom(16).hex(),
+            issued_at=issued,
+            expires=issued + ttl,
+            signature=b"",
+        )
+        return replace(unsigned, signature=key.sign(INVOCATION_CONTEXT + unsigned.payload))
+
+    def encode(self) -> str:
+        """Wire form ``agi1.B64URL(payload).B64URL(signature)``; the chain and call travel beside it."""
+        return f"{INVOCATION_PREFIX}.{b64url_encode(self.payload)}.{b64url_encode(self.signature)}"
+
+    @classmethod
+    def decode(cls, text: str, chain: Chain | str, call: Call) -> Invocation:
+        """Parse the wire form strictly (no signature check: ``decide`` does that).
+
+        Raises ``TokenFormatError`` for anything not exactly in the format.
+        """
+        if not isinstance(text, str) or len(text) > MAX_INVOCATION_BYTES or not text.isascii():
+            raise TokenFormatError(
+                f"an invocation is an ASCII string of at most {MAX_INVOCATION_BYTES} bytes"
+            )
+        parts = text.split(".")
+        if len(parts) != 3 or parts[0] != INVOCATION_PREFIX:
+            raise TokenFormatError(f"invocation must be {INVOCATION_PREFIX}.PAYLOAD.SIGNATURE")
+        payload = b64url_decode(parts[1], "invocation")
+        signature = b64url_decode(parts[2], "invocation signature")
+        obj = parse_canonical(payload, "invocation")
+        if obj.get("v") != 1 or isinstance(obj.get("v"), bool):
+            raise TokenFormatError(f"invocation: unsupported version {obj.get('v')!r}")
+        if set(obj) != _FIELDS:
+            raise TokenFormatError(f"invocation: fields must be exactly {', '.join(sorted(_FIELDS))}")
+        tip, digest, nonce = (require(obj, name, str, "invocation") for name in ("tip", "args", "nonce"))
+        if not _HEX64.fullmatch(tip) or not _HEX64.fullmatch(digest) or not _HEX32.fullmatch(nonce):
+            raise TokenFormatError("invocation: tip and args are 64 hex digits, nonce 32")
+        issued, expires = (require(obj, name, int, "invocation") for name in ("iat", "exp"))
+        if not 0 <= issued < expires < MAX_TIME or expires - issued > MAX_INVOCATION_TTL:
+            raise TokenFormatError(f"invocation: need iat < exp <= iat + {MAX_INVOCATION_TTL}")
+        token = chain.token if isinstance(chain, Chain) else chain
+        return cls(
+            chain_token=token,
+            call=call,
+            issuer=_did(require(obj, "iss", str, "invocation"), "invocation iss"),
+            tip=tip,
+            resource=require(obj, "res", str, "invocation"),
+            action=require(obj, "act", str, "invocation"),
+            args_digest=digest,
+            nonce=nonce,
+            issued_at=issued,
+            expires=expires,
+            signature=signature,
+        )

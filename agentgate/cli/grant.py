@@ -1,0 +1,353 @@
+"""``agentgate grant``: issue, delegate, inspect, check and revoke capability grants.
+
+Exit codes (docs/cli.md): 0 success or allow, 1 deny (a finding), 2 unusable input, 3 approval
+required. The store comes from ``AGENTGATE_STORE``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from agentgate.authority import (
+    MAX_TOKEN_BYTES,
+    Budget,
+    Chain,
+    GrantRepository,
+    Invocation,
+    Outcome,
+    decide,
+    delegate,
+    issue,
+    parse_chain,
+    record,
+    revoke,
+)
+from agentgate.authority._grant import GRANT_CONTEXT, link_findings, public_key
+from agentgate.capabilities import Call, Capability
+from agentgate.errors import (
+    AuthorityError,
+    InputError,
+    InvalidSignature,
+    KeyFileError,
+    StoreError,
+    TokenFormatError,
+)
+from agentgate.findings import Finding
+from agentgate.keys import load_public_key, load_signing_key
+from agentgate.store import open_store
+
+_DURATION = re.compile(r"(?:[0-9]{1,9}[smhd])+")
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+MAX_DURATION = 10 * 366 * 86400
+
+
+def parse_duration(text: str) -> int:
+    """Seconds in ``30s``, ``15m``, ``1h``, ``7d`` or a sum like ``1h30m``; zero, negative or > 10 years is refused."""
+    if not isinstance(text, str) or not _DURATION.fullmatch(text):
+        raise InputError(
+            f"duration {text!r}: write a positive number with a unit s, m, h or d (e.g. 15m, 7d)"
+        )
+    seconds = sum(int(n) * _UNITS[u] for n, u in re.findall(r"([0-9]+)([smhd])", text))
+    if seconds <= 0 or seconds > MAX_DURATION:
+        raise InputError(f"duration {text!r} must be more than zero and at most 10 years")
+    return seconds
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "grant", help="issue, delegate, inspect, check and revoke grants", description=__doc__
+    )
+    sub = parser.add_subparsers(dest="grant_command", metavar="ACTION", parser_class=type(parser))
+    sub.required = True
+
+    p = sub.add_parser("issue", help="issue a root grant signed by a trust anchor's key")
+    p.add_argument("--issuer", required=True, type=Path, metavar="KEYFILE", help="the issuer's private key")
+    _common_grant_args(p)
+    p.add_argument(
+        "--max-depth", type=int, default=2, metavar="N", help="further delegation levels (default 2)"
+    )
+    p.set_defaults(handler=_issue)
+
+    p = sub.add_parser(
+        "delegate", help="give part of a grant to another principal (exit 1 if it would widen)"
+    )
+    p.add_argument("token", type=Path, metavar="TOKENFILE")
+    p.add_argument(
+        "--as", dest="holder", required=True, type=Path, metavar="KEYFILE", help="the holder's key"
+    )
+    _common_grant_args(p)
+    p.add_argument(
+        "--max-depth", type=int, default=None, metavar="N", help="default: one less than the parent"
+    )
+    p.set_defaults(handler=_delegate)
+
+    p = sub.add_parser("inspect", help="show a chain as a tree: who gave what to whom")
+    p.add_argument("token", type=Path, metavar="TOKENFILE")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a tree")
+    p.set_defaults(handler=_inspect)
+
+    p = sub.add_parser(
+        "check",
+        help="sign an invocation and decide it (exit 0 allow, 1 deny, 3 approval required)",
+        description="Sign an invocation of TOOL with ARGS as KEYFILE under the chain in TOKENFILE and decide it "
+        "against the trust anchor PUBFILE, with revocation and replay checked in the store.",
+    )
+    p.add_argument("token", type=Path, metavar="TOKENFILE")
+    p.add_argument("--as", dest="holder", required=True, type=Path, metavar="KEYFILE")
+    p.add_argument("--trust", required=True, action="append", metavar="PUBFILE", help="root key (repeatable)")
+    target = p.add_mutually_exclusive_group(required=True)
+    target.add_argument("--tool", metavar="NAME", help="tool name, e.g. payments.refund")
+    target.add_argument("--model", metavar="NAME", help="model name, e.g. llama-3.1-8b")
+    p.add_argument("--args", default="{}", metavar="JSON", help="the call's arguments as a JSON object")
+    p.add_argument("--json", action="store_true", help="print the decision and its findings as JSON")
+    p.set_defaults(handler=_check)
+
+    p = sub.add_parser("revoke", help="revoke a grant and, with it, every grant below it")
+    p.add_argument(
+        "target", metavar="TOKENFILE|ID", help="a token file (its tip is revoked) or a 64-hex grant id"
+    )
+    p.add_argument("--reason", default="", help="recorded with the revocation")
+    p.set_defaults(handler=_revoke)
+
+
+def _common_grant_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--to", required=True, metavar="DID|PUBFILE", help="the audience")
+    p.add_argument("--allow", required=True, action="append", metavar="CAP", help="capability (repeatable)")
+    p.add_argument("--ttl", required=True, metavar="DURATION", help="lifetime: 30s, 15m, 1h, 7d")
+    p.add_argument(
+        "--budget", metavar="AMOUNT", help="AMOUNT[:UNIT] in integer minor units (default micro_usd)"
+    )
+    p.add_argument("--purpose", default="", help="free text, signed into the grant")
+    p.add_argument("--out", type=Path, metavar="FILE", help="write the token here instead of stdout")
+
+
+def _capabilities(args: argparse.Namespace) -> list[Capability]:
+    # The policy variant (--policy FILE --role ROLE) will add the role's capabilities here.
+    return [Capability.parse(text) for text in args.allow]
+
+
+def _read_token(path: Path) -> Chain:
+    try:
+        with path.open("rb") as handle:
+            data = handle.read(MAX_TOKEN_BYTES + 3)
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read token: {exc.strerror}") from None
+    try:
+        text = data.decode("ascii").rstrip("\r\n")
+    except UnicodeDecodeError:
+        raise TokenFormatError(f"{path}: token is not ASCII") from None
+    try:
+        return parse_chain(text)
+    except TokenFormatError as exc:
+        raise TokenFormatError(f"{path}: {exc}") from None
+
+
+def _write_token(chain: Chain, out: Path | None) -> None:
+    if out is None:
+        sys.stdout.write(chain.token + "\n")
+        return
+    try:
+        fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as handle:
+            handle.write(chain.token + "\n")
+    except OSError as exc:
+        raise InputError(f"{out}: cannot write token: {exc.strerror}") from None
+    sys.stderr.write(f"wrote {out} (grant {chain.id})\n")
+
+
+def _repo() -> GrantRepository:
+    return GrantRepository(open_store())
+
+
+def _budget(text: str | None) -> Budget | None:
+    return None if text is None else Budget.parse(text)
+
+
+def _finding_line(finding: Finding) -> str:
+    where = f" [{finding.field}]" if finding.field else ""
+    return f"{finding.kind.value} {finding.code}{where}: {finding.message}"
+
+
+def _issue(args: argparse.Namespace) -> int:
+    key = load_signing_key(args.issuer)
+    chain = issue(
+        key,
+        load_public_key(args.to),
+        _capabilities(args),
+        ttl=parse_duration(args.ttl),
+        budget=_budget(args.budget),
+        max_depth=args.max_depth,
+        purpose=args.purpose,
+    )
+    record(_repo(), chain)
+    _write_token(chain, args.out)
+    return 0
+
+
+def _delegate(args: argparse.Namespace) -> int:
+    parent = _read_token(args.token)
+    holder = load_signing_key(args.holder)
+    audience, ttl, budget = load_public_key(args.to), parse_duration(args.ttl), _budget(args.budget)
+    repo = _repo()
+    revoked = repo.revoked(parent.ids)
+    if revoked:
+        sys.stderr.write(
+            f"deny: non_revocable_grant revoked: grant {sorted(revoked)[0]} in this chain is revoked\n"
+        )
+        return 1
+    try:
+        chain = delegate(
+            parent,
+            holder,
+            audience,
+            _capabilities(args),
+            ttl=ttl,
+            budget=budget,
+            max_depth=args.max_depth,
+            purpose=args.purpose,
+        )
+    except AuthorityError as exc:
+        if isinstance(exc.finding, Finding):
+            sys.stderr.write("deny: " + _finding_line(exc.finding) + "\n")
+        else:
+            sys.stderr.write(f"deny: {exc}\n")
+        return 1
+    record(repo, chain)
+    _write_token(chain, args.out)
+    return 0
+
+
+def _when(ts: int) -> str:
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _inspect(args: argparse.Namespace) -> int:
+    chain = _read_token(args.token)
+    try:
+        revoked: set[str] | None = _repo().revoked(chain.ids)
+    except StoreError:
+        revoked = None
+    now = int(time.time())
+    links: list[dict[str, Any]] = []
+    for i, link in enumerate(chain.links):
+        try:
+            public_key(link.issuer).verify(GRANT_CONTEXT + link.payload, link.signature)
+            signature = "valid"
+        except (InvalidSignature, KeyFileError):
+            signature = "INVALID"
+        problems = (
+            [f.model_dump(mode="json", exclude_none=True) for f in link_findings(chain.links[:i], link)]
+            if i
+            else []
+        )
+        links.append(
+            {
+                **link.to_dict(),
+                "signature": signature,
+                "revoked": None if revoked is None else link.id in revoked,
+                "expired": now >= link.expires,
+                "findings": problems,
+            }
+        )
+    if args.json:
+        sys.stdout.write(
+            json.dumps({"tip": chain.id, "holder": chain.holder, "links": links}, indent=2) + "\n"
+        )
+        return 0
+    out = [f"chain of {len(links)} link(s); holder {chain.holder}; tip {chain.id}"]
+    for i, shown in enumerate(links):
+        pad = "   " * i
+        marks = []
+        if shown["revoked"]:
+            marks.append("REVOKED")
+        elif shown["revoked"] is None:
+            marks.append("revocation unknown (store unreachable)")
+        if shown["expired"]:
+            marks.append("EXPIRED")
+        if shown["signature"] != "valid":
+            marks.append("SIGNATURE INVALID")
+        mark = f"  [{', '.join(marks)}]" if marks else ""
+        out.append(f"{pad}└─ [{i}] {shown['id']}{mark}")
+        out.append(f"{pad}     {shown['issuer']}")
+        out.append(f"{pad}       gave {shown['audience']}")
+        for cap in shown["capabilities"]:
+            out.append(f"{pad}     allow {cap}")
+        budget = shown["budget"]
+        out.append(
+            f"{pad}     budget {'unlimited' if budget is None else str(budget['amount']) + ' ' + budget['unit']}"
+            f" · valid {_when(shown['not_before'])} → {_when(shown['expires'])} · may delegate {shown['max_depth']} more"
+        )
+        if shown["purpose"]:
+            out.append(f"{pad}     purpose: {shown['purpose']}")
+        for problem in shown["findings"]:
+            out.append(f"{pad}     ! {problem['kind']} {problem['code']}: {problem['message']}")
+    sys.stdout.write("\n".join(out) + "\n")
+    return 0
+
+
+def _strict_object(text: str) -> dict[str, Any]:
+    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        seen: dict[str, Any] = {}
+        for k, v in items:
+            if k in seen:
+                raise InputError(f"--args: duplicate key {k!r}")
+            seen[k] = v
+        return seen
+
+    def constant(name: str) -> Any:
+        raise InputError(f"--args: {name} is not a JSON value")
+
+    try:
+        value = json.loads(text, object_pairs_hook=pairs, parse_constant=constant)
+    except (ValueError, RecursionError) as exc:
+        raise InputError(f"--args is not valid JSON: {str(exc)[:120]}") from None
+    if not isinstance(value, dict):
+        raise InputError("--args must be a JSON object")
+    return value
+
+
+def _check(args: argparse.Namespace) -> int:
+    chain = _read_token(args.token)
+    holder = load_signing_key(args.holder)
+    anchors = [load_public_key(spec) for spec in args.trust]
+    call_args = _strict_object(args.args)
+    # Not canonicalized here: an ambiguous name must reach decide() and be denied with a finding.
+    call = (
+        Call(f"tool:{args.tool}", "invoke", call_args)
+        if args.tool is not None
+        else Call(f"model:{args.model}", "generate", call_args)
+    )
+    invocation = Invocation.sign(holder, chain, call)
+    decision = decide(invocation, repo=_repo(), trusted=anchors)
+    if args.json:
+        sys.stdout.write(json.dumps(decision.to_dict(), indent=2, ensure_ascii=False) + "\n")
+    else:
+        lines = [f"{decision.outcome.value}: {reason}" for reason in decision.reasons]
+        lines += ["  " + _finding_line(f) for f in decision.findings]
+        sys.stdout.write("\n".join(lines) + "\n")
+    return {Outcome.ALLOW: 0, Outcome.DENY: 1, Outcome.APPROVAL_REQUIRED: 3}[decision.outcome]
+
+
+def _revoke(args: argparse.Namespace) -> int:
+    target: str = args.target
+    if re.fullmatch(r"[0-9a-f]{64}", target):
+        grant_id = target
+    elif Path(target).exists():
+        grant_id = _read_token(Path(target)).id
+    else:
+        raise InputError(f"{target!r} is neither a token file nor a 64-hex grant id")
+    repo = _repo()
+    revoke(repo, grant_id, reason=args.reason)
+    below = repo.descendants(grant_id)
+    sys.stdout.write(f"revoked {grant_id}\n")
+    if below:
+        sys.stdout.write(f"{len(below)} recorded descendant grant(s) are dead with it: {', '.join(below)}\n")
+    return 0

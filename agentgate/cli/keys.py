@@ -1,0 +1,34 @@
+"""``agentgate keys``: create Ed25519 key pairs."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from agentgate.keys import SigningKey, save_key
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "keys", help="create Ed25519 key pairs", description="Manage Ed25519 keys."
+    )
+    sub = parser.add_subparsers(dest="keys_command", metavar="ACTION", parser_class=type(parser))
+    sub.required = True
+    new = sub.add_parser(
+        "new",
+        help="write DIR/NAME.key (mode 0600) and DIR/NAME.pub, print the did:key",
+        description="Generate a key pair: DIR/NAME.key (PKCS#8 PEM, mode 0600, never overwritten) and "
+        "DIR/NAME.pub (the did:key). Prints the did:key.",
+    )
+    new.add_argument("name", metavar="NAME", help="plain file name, without extension")
+    new.add_argument("--dir", default=".", type=Path, metavar="DIR", help="directory (default: current)")
+    new.set_defaults(handler=_new)
+
+
+def _new(args: argparse.Namespace) -> int:
+    key = SigningKey.generate()
+    save_key(key, args.dir, args.name)
+    sys.stdout.write(key.did + "\n")
+    return 0

@@ -1,0 +1,237 @@
+"""Issued grants, revocations and invocation nonces, for SQLite and PostgreSQL.
+
+Hot path: every decision runs one statement that both checks the chain's grant ids against the
+revocation table and records the invocation nonce (``INSERT ... SELECT ... WHERE NOT EXISTS``),
+so revocation is read fresh on every decision and no revocation cache can be stale.
+
+Durability of nonces (docs/concepts.md, "Replay and restarts"): on SQLite the nonce statement
+runs on a dedicated connection in WAL mode with ``synchronous=NORMAL``: a committed nonce
+survives a crash or restart of the process (it is in the WAL file) but not a power loss of the
+host, and costs no fsync. On PostgreSQL the nonce transaction sets ``synchronous_commit=off``:
+it survives any client crash, and a server crash can lose at most the last ~0.6 s of nonces
+(``3 x wal_writer_delay``). ``durable_nonces=True`` makes both fully durable (one fsync each).
+Revocations and issued grants are always written durably through the store.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Iterable, Sequence
+from functools import lru_cache
+from typing import Literal
+
+from agentgate.errors import StoreError
+from agentgate.store._base import Dialect, Store
+from agentgate.store._sqlite import SQLiteStore
+
+_DDL: dict[Dialect, str] = {
+    "sqlite": """
+CREATE TABLE IF NOT EXISTS agentgate_grants (
+    id TEXT PRIMARY KEY,
+    parent TEXT,
+    issuer TEXT NOT NULL,
+    audience TEXT NOT NULL,
+    expires INTEGER NOT NULL,
+    recorded_at INTEGER NOT NULL,
+    token TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS agentgate_grants_parent ON agentgate_grants (parent);
+CREATE TABLE IF NOT EXISTS agentgate_revocations (
+    grant_id TEXT PRIMARY KEY,
+    revoked_at INTEGER NOT NULL,
+    reason TEXT NOT NULL DEFAULT ''
+);
+CREATE TABLE IF NOT EXISTS agentgate_nonces (
+    principal TEXT NOT NULL,
+    nonce TEXT NOT NULL,
+    expires INTEGER NOT NULL,
+    PRIMARY KEY (principal, nonce)
+);
+CREATE INDEX IF NOT EXISTS agentgate_nonces_expires ON agentgate_nonces (expires);
+""",
+    "postgresql": """
+CREATE TABLE IF NOT EXISTS agentgate_grants (
+    id TEXT PRIMARY KEY,
+    parent TEXT,
+    issuer TEXT NOT NULL,
+    audience TEXT NOT NULL,
+    expires BIGINT NOT NULL,
+    recorded_at BIGINT NOT NULL,
+    token TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS agentgate_grants_parent ON agentgate_grants (parent);
+CREATE TABLE IF NOT EXISTS agentgate_revocations (
+    grant_id TEXT PRIMARY KEY,
+    revoked_at BIGINT NOT NULL,
+    reason TEXT NOT NULL DEFAULT ''
+);
+CREATE TABLE IF NOT EXISTS agentgate_nonces (
+    principal TEXT NOT NULL,
+    nonce TEXT NOT NULL,
+    expires BIGINT NOT NULL,
+    PRIMARY KEY (principal, nonce)
+);
+CREATE INDEX IF NOT EXISTS agentgate_nonces_expires ON agentgate_nonces (expires);
+""",
+}
+
+NonceStatus = Literal["fresh", "replay", "revoked"]
+GrantRow = tuple[str, str | None, str, str, int, str]
+"""(id, parent id, issuer did, audience did, expires, chain token up to this grant)."""
+
+_PRUNE_EVERY = 1024
+
+
+@lru_cache(maxsize=32)
+def _consume_sql(n: int) -> str:
+    marks = ",".join("?" * n)
+    return (
+        "INSERT INTO agentgate_nonces (principal, nonce, expires) "
+        f"SELECT ?, ?, CAST(? AS BIGINT) WHERE NOT EXISTS "
+        f"(SELECT 1 FROM agentgate_revocations WHERE grant_id IN ({marks})) "
+        "ON CONFLICT DO NOTHING"
+    )
+
+
+@lru_cache(maxsize=32)
+def _revoked_sql(n: int) -> str:
+    return f"SELECT grant_id FROM agentgate_revocations WHERE grant_id IN ({','.join('?' * n)})"
+
+
+class GrantRepository:
+    """Persistence of the authority engine. Thread-safe; every failure is a ``StoreError``."""
+
+    def __init__(self, store: Store, *, durable_nonces: bool = False) -> None:
+        self.store = store
+        self.durable_nonces = durable_nonces
+        store.ensure_schema("grants", _DDL)
+        self._lock = threading.Lock()
+        self._consumed = 0
+        self._hot: sqlite3.Connection | None = None
+        self._sqlite = isinstance(store, SQLiteStore)
+        if isinstance(store, SQLiteStore):
+            try:
+                self._hot = sqlite3.connect(
+                    store.path, timeout=30.0, isolation_level=None, check_same_thread=False
+                )
+                self._hot.execute("PRAGMA journal_mode=WAL")
+                self._hot.execute(f"PRAGMA synchronous={'FULL' if durable_nonces else 'NORMAL'}")
+                self._hot.execute("PRAGMA busy_timeout=30000")
+            except sqlite3.Error as exc:
+                raise StoreError(f"cannot open the SQLite store {store.path}: {exc}") from exc
+
+    # --- grants and revocations ---------------------------------------------------------------
+
+    def record_grants(self, rows: Iterable[GrantRow], *, now: int) -> None:
+        """Remember issued grants (idempotent), so that ``revoke`` by id can list descendants."""
+        with self.store.transaction() as tx:
+            tx.executemany(
+                "INSERT INTO agentgate_grants (id, parent, issuer, audience, expires, recorded_at, token) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+                [(*row, now) for row in rows],
+            )
+
+    def token(self, grant_id: str) -> str | None:
+        """The chain token recorded for ``grant_id``, if it was issued through this store."""
+        rows = self.store.query("SELECT token FROM agentgate_grants WHERE id = ?", (grant_id,))
+        return str(rows[0][0]) if rows else None
+
+    def descendants(self, grant_id: str) -> list[str]:
+        """Ids of recorded grants below ``grant_id`` (children, grandchildren...), nearest first."""
+        rows = self.store.query(
+            "WITH RECURSIVE below(id, level) AS ("
+            " SELECT id, 1 FROM agentgate_grants WHERE parent = ?"
+            " UNION SELECT g.id, b.level + 1 FROM agentgate_grants g JOIN below b ON g.parent = b.id"
+            " WHERE b.level < 64"
+            ") SELECT id FROM below ORDER BY level, id",
+            (grant_id,),
+        )
+        return [str(r[0]) for r in rows]
+
+    def revoke(self, grant_id: str, *, now: int, reason: str = "") -> bool:
+        """Revoke one grant, durably; every chain through it is dead from the next decision on.
+
+        Returns False when it was already revoked. Descendants need no rows of their own: every
+        decision checks every link of its chain.
+        """
+        with self.store.transaction() as tx:
+            tx.execute(
+                "INSERT INTO agentgate_revocations (grant_id, revoked_at, reason) VALUES (?, ?, ?) "
+                "ON CONFLICT DO NOTHING",
+                (grant_id, now, reason[:500]),
+            )
+            return tx.rowcount == 1
+
+    def _hot_connection(self) -> sqlite3.Connection | None:
+        if self._sqlite and self._hot is None:
+            raise StoreError("the grant repository is closed")
+        return self._hot
+
+    def revoked(self, grant_ids: Sequence[str]) -> set[str]:
+        """Which of ``grant_ids`` are revoked, read fresh from the store."""
+        if not grant_ids:
+            return set()
+        sql = _revoked_sql(len(grant_ids))
+        hot = self._hot_connection()
+        if hot is not None:
+            with self._lock:
+                try:
+                    rows = hot.execute(sql, tuple(grant_ids)).fetchall()
+                except sqlite3.Error as exc:
+                    raise StoreError(f"cannot read revocations: {exc}") from exc
+        else:
+            rows = self.store.query(sql, tuple(grant_ids))
+        return {str(r[0]) for r in rows}
+
+    # --- nonces ----------------------------------------------------------------------------------
+
+    def consume_nonce(
+        self, principal: str, nonce: str, expires: int, grant_ids: Sequence[str]
+    ) -> NonceStatus:
+        """Record an invocation nonce unless a grant in ``grant_ids`` is revoked or it was seen before.
+
+        One statement: ``revoked`` when any grant id is revoked (nothing recorded), ``replay`` when
+        ``(principal, nonce)`` is already stored, else ``fresh``. Raises ``StoreError`` when the
+        store cannot answer, which the caller turns into a deny.
+        """
+        sql = _consume_sql(len(grant_ids))
+        params = (principal, nonce, expires, *grant_ids)
+        hot = self._hot_connection()
+        if hot is not None:
+            with self._lock:
+                try:
+                    changed = hot.execute(sql, params).rowcount
+                    self._consumed += 1
+                    if self._consumed % _PRUNE_EVERY == 0:
+                        hot.execute("DELETE FROM agentgate_nonces WHERE expires < ?", (expires - 3600,))
+                except sqlite3.Error as exc:
+                    raise StoreError(f"cannot record the invocation nonce: {exc}") from exc
+        else:
+            with self.store.transaction(immediate=False) as tx:
+                if not self.durable_nonces:
+                    tx.execute("SET LOCAL synchronous_commit TO OFF")
+                tx.execute(sql, params)
+                changed = tx.rowcount
+                self._consumed += 1
+                if self._consumed % _PRUNE_EVERY == 0:
+                    tx.execute("DELETE FROM agentgate_nonces WHERE expires < ?", (expires - 3600,))
+        if changed == 1:
+            return "fresh"
+        return "revoked" if self.revoked(grant_ids) else "replay"
+
+    def prune_nonces(self, before: int) -> int:
+        """Forget nonces that expired before ``before``; their invocations are refused by time anyway."""
+        with self.store.transaction() as tx:
+            tx.execute("DELETE FROM agentgate_nonces WHERE expires < ?", (before,))
+            return tx.rowcount
+
+    def close(self) -> None:
+        """Close the dedicated connection (the store itself stays open)."""
+        with self._lock:
+            if self._hot is not None:
+                self._hot.close()
+                self._hot = None
+
+
+__all__ = ["GrantRepository", "GrantRow", "NonceStatus"]
