@@ -149,6 +149,14 @@ class NoBackend(DispatchError):
     """No healthy backend that serves the model can take the request within its SLO."""
 
 
+class Shed(NoBackend):
+    """Refused under load (priority class or tenant quota): HTTP 429 with ``retry_after_s``."""
+
+    def __init__(self, message: str, retry_after_s: float) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
 class BackendFailed(DispatchError):
     """A backend answered with an error, garbage, or not at all."""
 

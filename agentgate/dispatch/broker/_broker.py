@@ -16,6 +16,12 @@ process, without Kubernetes. The rules (docs/broker.md has worked examples):
   and keeps its GPUs until it releases them or its grace ends; the preemptor is *nominated*: the
   GPUs it will get are reserved so nobody else takes them, and it is granted only when every
   victim has ended.
+* **Draining.** A gang that waits for one group at its innermost level (communication-bound, or
+  with a topology constraint) and has waited ``drain_after_s`` may reserve the group that is
+  closest to holding it: its free GPUs are reserved at once and the busy ones as their leases
+  end, nobody else is placed there meanwhile, and the gang is granted when all are free. At most
+  ``max_draining`` gangs drain at once, since reserved GPUs sit idle. Without this, small gangs
+  that backfill every freed GPU keep a whole domain from ever coming free.
 * **Expiry.** A lease lasts ``ttl_s`` after its grant or its last renewal; a holder that dies
   stops renewing and its GPUs return at expiry.
 * **Order.** Waiting requests are tried by priority, then arrival (Kueue's BestEffortFIFO: one
@@ -50,7 +56,13 @@ from agentgate.dispatch.broker._model import (
     TenantQuota,
     TimedOut,
 )
-from agentgate.dispatch.broker._placement import FreeIndex, PlacementPolicy, TopologyAware, eligibility
+from agentgate.dispatch.broker._placement import (
+    FreeIndex,
+    PlacementPolicy,
+    TopologyAware,
+    eligibility,
+    levels_to_try,
+)
 from agentgate.dispatch.broker._topology import Topology
 from agentgate.errors import BrokerError, LeaseLost
 
@@ -73,6 +85,7 @@ class _Waiting:
     seq: int
     nominated: tuple[int, ...] = ()
     victims: set[str] = field(default_factory=set)
+    draining: bool = False
 
 
 class Broker:
@@ -81,7 +94,8 @@ class Broker:
     ``quotas`` lists every tenant that may ask; ``policy`` defaults to ``TopologyAware``.
     ``ttl_s`` and ``grace_s`` are the defaults for requests that do not set their own;
     ``locality_wait_s`` is how long a communication-bound gang (or one with a preferred
-    constraint) waits for its preferred placement before it accepts a looser one.
+    constraint) waits for its preferred placement before it accepts a looser one;
+    ``drain_after_s`` and ``max_draining`` govern draining (module docstring).
     """
 
     def __init__(
@@ -94,9 +108,18 @@ class Broker:
         ttl_s: float = 60.0,
         grace_s: float = 120.0,
         locality_wait_s: float = 300.0,
+        drain_after_s: float = 60.0,
+        max_draining: int = 1,
         journal: LeaseJournal | None = None,
     ) -> None:
-        for name, value in (("ttl_s", ttl_s), ("grace_s", grace_s), ("locality_wait_s", locality_wait_s)):
+        settings = (
+            ("ttl_s", ttl_s),
+            ("grace_s", grace_s),
+            ("locality_wait_s", locality_wait_s),
+            ("drain_after_s", drain_after_s),
+            ("max_draining", max_draining),
+        )
+        for name, value in settings:
             if not math.isfinite(value) or value < 0:
                 raise BrokerError(f"broker {name} must be finite and >= 0, got {value}")
         self.topology = topology
@@ -105,6 +128,8 @@ class Broker:
         self.ttl_s = ttl_s
         self.grace_s = grace_s
         self.locality_wait_s = locality_wait_s
+        self.drain_after_s = drain_after_s
+        self.max_draining = max_draining
         self.journal = journal
         self._quotas: dict[str, TenantQuota] = {}
         for quota in quotas:
@@ -206,9 +231,11 @@ class Broker:
                 min(lease.expires_at, lease.notice_deadline or math.inf) for lease in self._leases.values()
             ]
             for w in self._waiting.values():
-                if not w.nominated:
+                if not w.nominated or w.draining:
                     times.append(w.deadline)
+                if not w.nominated:
                     times.append(w.submitted_at + self.locality_wait_s)
+                    times.append(w.submitted_at + self.drain_after_s)
             now = self.clock()
             future = [t for t in times if t > now and math.isfinite(t)]
             return min(future) if future else None
@@ -229,6 +256,7 @@ class Broker:
                     deadline=w.deadline,
                     nominated=tuple(gpus[i].id for i in w.nominated),
                     victims=tuple(sorted(w.victims)),
+                    draining=w.draining,
                 )
                 for w in self._ordered_waiting()
             ]
@@ -296,8 +324,10 @@ class Broker:
             elif lease.expires_at <= now:
                 self._end(lease.id, "expired", now)
         for w in list(self._waiting.values()):
-            if not w.nominated and w.deadline <= now:
+            if (not w.nominated or w.draining) and w.deadline <= now:
                 del self._waiting[w.request.id]
+                if w.draining:
+                    self._withdraw_nominated(w)
                 self._dirty = True
                 self._outbox.append(TimedOut(w.request))
 
@@ -319,7 +349,8 @@ class Broker:
                     self._charge(request.tenant, request.gpus)
                     self._grant(w, chosen, now)
                     continue
-            self._try_preempt(w, now, loosen)
+            if not self._try_preempt(w, now, loosen) and now - w.submitted_at >= self.drain_after_s:
+                self._try_drain(w)
         self._save(now)
 
     def _grant(self, w: _Waiting, gpus: Sequence[int], now: float) -> None:
@@ -352,8 +383,9 @@ class Broker:
             self._owner[i] = None
         self._free.give(i for i in nums if self._reserved[i] is None)
         self._outbox.append(LeaseEnded(lease, reason))
-        if lease.preempted_by is not None and lease.preempted_by in self._waiting:
-            w = self._waiting[lease.preempted_by]
+        waiting_on = {self._reserved[i] for i in nums} | {lease.preempted_by}
+        for request_id in sorted(r for r in waiting_on if r is not None and r in self._waiting):
+            w = self._waiting[request_id]
             w.victims.discard(lease_id)
             if not w.victims and all(self._owner[i] is None for i in w.nominated):
                 self._grant(w, w.nominated, now)
@@ -416,16 +448,19 @@ class Broker:
         trial = self._free.copy()
         for lease, _ in victims:
             released[lease.tenant] = released.get(lease.tenant, 0) + len(lease.gpus)
-            trial.give(self.topology.number(g) for g in lease.gpus)
+            # GPUs a draining gang reserved stay out of reach even when their lease ends.
+            nums = (self.topology.number(g) for g in lease.gpus)
+            trial.give(i for i in nums if self._reserved[i] is None)
         if not self._fits_quota(request.tenant, request.gpus, released):
             return None
         return self.policy.place(request, trial, loosen=loosen)
 
-    def _try_preempt(self, w: _Waiting, now: float, loosen: bool) -> None:
+    def _try_preempt(self, w: _Waiting, now: float, loosen: bool) -> bool:
+        """Nominate ``w`` with the fewest victims that let it fit; whether it did."""
         request = w.request
         candidates = self._candidates(request)
         if not candidates:
-            return
+            return False
         chosen: list[tuple[Lease, PreemptReason]] = []
         borrowed = {t: self._usage[t] - q.nominal for t, q in self._quotas.items()}
         placement: list[int] | None = None
@@ -439,7 +474,7 @@ class Broker:
             if placement is not None:
                 break
         if placement is None:
-            return
+            return False
         # Minimize: drop any victim (newest choice first) the gang can do without.
         for victim in list(reversed(chosen[:-1])):
             fewer = [c for c in chosen if c is not victim]
@@ -447,6 +482,42 @@ class Broker:
             if again is not None:
                 chosen, placement = fewer, again
         self._nominate(w, placement, chosen, now)
+        return True
+
+    def _try_drain(self, w: _Waiting) -> None:
+        """Reserve for ``w`` the group at its innermost level that is closest to holding it."""
+        request = w.request
+        level = levels_to_try(request, loosen=False)[0]
+        if level is None or request.gpus < 2 or not self._fits_quota(request.tenant, request.gpus, {}):
+            return
+        if sum(1 for x in self._waiting.values() if x.draining) >= self.max_draining:
+            return
+        eligible = eligibility(request, self.topology)
+        best: tuple[int, int, list[int]] | None = None
+        for g, members in enumerate(self.topology.members[level]):
+            usable = [i for i in members if self._reserved[i] is None and (eligible is None or eligible(i))]
+            if len(usable) < request.gpus:
+                continue
+            free = [i for i in usable if self._owner[i] is None]
+            # Free GPUs first, then those of the oldest leases.
+            busy = sorted((i for i in usable if self._owner[i] is not None), key=self._lease_age_key)
+            key = (-len(free), g, (free + busy)[: request.gpus])
+            if best is None or key[:2] < best[:2]:
+                best = key
+        if best is None:
+            return
+        chosen = best[2]
+        self._dirty = True
+        w.nominated = tuple(chosen)
+        w.draining = True
+        self._charge(request.tenant, request.gpus)
+        self._free.take(i for i in chosen if self._owner[i] is None)
+        for i in chosen:
+            self._reserved[i] = request.id
+
+    def _lease_age_key(self, gpu: int) -> tuple[float, int]:
+        owner = self._owner[gpu]
+        return (self._leases[owner].granted_at if owner is not None else 0.0, gpu)
 
     def _nominate(
         self, w: _Waiting, placement: list[int], victims: list[tuple[Lease, PreemptReason]], now: float

@@ -197,12 +197,15 @@ class QueuedRequest:
     request: GangRequest
     submitted_at: float
     deadline: float
-    """When it times out (``inf`` once nominated: a nominated request is granted by the end of
-    its victims' grace)."""
+    """When it times out (``inf`` once nominated by preemption: it is granted by the end of its
+    victims' grace)."""
     nominated: tuple[str, ...] = ()
     """GPUs reserved for it while its victims checkpoint; empty when not nominated."""
     victims: tuple[str, ...] = ()
     """Leases it waits on."""
+    draining: bool = False
+    """Whether ``nominated`` is a draining reservation (module docstring of the broker): some of
+    those GPUs may still be held by leases that were not preempted."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,217 @@
+"""The shared frame of every routing policy: candidate filtering, accounting, and the hooks.
+
+A policy (the agentgate router or a baseline) sees the backends that serve the model, are
+healthy, have room under ``max_concurrency`` and that the caller's ``allowed`` predicate admits,
+and chooses among them. Every policy gets the same information: its own dispatch accounting
+(counted at dispatch), first tokens and completions, and the engines' scraped metrics.
+"""
+
+from __future__ import annotations
+
+import random
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+from agentgate.dispatch.inventory import Backend, Inventory
+from agentgate.dispatch.metrics import EngineLoad
+from agentgate.dispatch.prefix_index import PrefixIndex
+from agentgate.dispatch.state import BackendState, SpeedModel
+from agentgate.errors import NoBackend
+
+AllowedBackend = Callable[[Backend], bool]
+"""The caller's grant and tenant quota as a predicate: may this request use this backend?"""
+
+
+@dataclass(frozen=True, slots=True)
+class RouteRequest:
+    """One model call as the router sees it."""
+
+    id: str
+    """Unique per call."""
+    model: str
+    """Model name, matched against the backends' ``models``."""
+    prompt_tokens: int
+    """Prompt length (estimated if no tokenizer is at hand)."""
+    max_output_tokens: int = 256
+    """Upper bound on generated tokens."""
+    prefix_hashes: tuple[int, ...] = ()
+    """Chained block hashes of the prompt (``agentgate.dispatch.prefix.block_hashes``)."""
+    tenant: str = "default"
+    """Tenant whose quota pays."""
+    priority: int = 1
+    """Priority class: 0 is the highest; larger waits or is shed first."""
+    slo_ttft_s: float = 2.0
+    """Time-to-first-token objective."""
+    session: str | None = None
+    """Agent run or conversation id, for affinity."""
+    arrived_at: float = 0.0
+    """When the call arrived (the router's clock); waiting counts against the SLO."""
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """One backend's prediction for a request."""
+
+    backend: str
+    predicted_ttft_s: float
+    cached_tokens: int
+    in_flight: int
+
+
+@dataclass(frozen=True, slots=True)
+class RoutePlan:
+    """The routing decision for one request: where it goes, or how long to wait and ask again."""
+
+    request_id: str
+    action: Literal["dispatch", "wait"]
+    backend: str | None
+    """The chosen backend (``None`` when waiting)."""
+    predicted_ttft_s: float
+    """Predicted arrival-to-first-token time on that backend, waiting so far included."""
+    meets_slo: bool
+    cached_tokens: int
+    """Prompt tokens predicted to be served from the backend's prefix cache."""
+    reason: str
+    """Why this choice, in a few words (for logs and the audit entry)."""
+    wait_s: float = 0.0
+    """Ask again after this long (``action == "wait"``)."""
+    candidates: tuple[Candidate, ...] = field(default=())
+    """Every candidate considered, with its prediction."""
+
+
+@dataclass(slots=True)
+class _Dispatch:
+    backend: str
+    at: float
+    predicted_s: float
+
+
+class RoutingPolicy(ABC):
+    """Base of the agentgate router and the baselines: same inputs, different choice."""
+
+    name = "policy"
+
+    def __init__(
+        self,
+        inventory: Inventory,
+        *,
+        speed: SpeedModel | Mapping[str, SpeedModel] | None = None,
+        block_tokens: int = 16,
+        seed: int = 0,
+        metrics_max_age_s: float = 2.0,
+    ) -> None:
+        self.inventory = inventory
+        self.block_tokens = block_tokens
+        self.rng = random.Random(seed)
+        self.states: dict[str, BackendState] = {}
+        for backend in inventory.backends:
+            sp = (
+                speed.get(backend.name, SpeedModel()) if isinstance(speed, Mapping) else speed or SpeedModel()
+            )
+            capacity = backend.kv_capacity_tokens or 100_000
+            self.states[backend.name] = BackendState(
+                backend=backend,
+                speed=sp,
+                index=PrefixIndex(max(1, capacity // block_tokens)),
+                block_tokens=block_tokens,
+                metrics_max_age_s=metrics_max_age_s,
+            )
+        self._inflight: dict[str, _Dispatch] = {}
+
+    # --- the decision --------------------------------------------------------------------
+
+    def route(self, request: RouteRequest, now: float, allowed: AllowedBackend | None = None) -> RoutePlan:
+        """Choose a backend for ``request`` and count it there at once.
+
+        Raises ``NoBackend`` when no backend serves the model, is healthy, has room and is
+        allowed; ``Shed`` (a ``NoBackend``) when the policy refuses the request under load.
+        """
+        serving = [s for s in self.states.values() if request.model in s.backend.models]
+        if not serving:
+            raise NoBackend(f"no backend serves model {request.model!r}")
+        permitted = [s for s in serving if allowed is None or allowed(s.backend)]
+        if not permitted:
+            raise NoBackend(f"the caller may use none of the backends serving {request.model!r}")
+        live = [s for s in permitted if s.healthy]
+        if not live:
+            raise NoBackend(f"every backend serving {request.model!r} is down")
+        roomy = [s for s in live if s.in_flight < s.backend.max_concurrency]
+        plan = self.choose(roomy or live, request, now)
+        if plan.action == "dispatch" and plan.backend is not None:
+            self._record(plan, request, now)
+        return plan
+
+    @abstractmethod
+    def choose(self, candidates: list[BackendState], request: RouteRequest, now: float) -> RoutePlan:
+        """Pick among ``candidates`` (never empty); may return a wait plan or raise ``Shed``."""
+
+    def _record(self, plan: RoutePlan, request: RouteRequest, now: float) -> None:
+        assert plan.backend is not None
+        state = self.states[plan.backend]
+        cached = state.cached_tokens(request.prefix_hashes, request.prompt_tokens)
+        seconds = state.speed.prefill_s(request.prompt_tokens - cached, cached)
+        state.dispatched(
+            request.id,
+            request.prefix_hashes,
+            request.prompt_tokens,
+            request.max_output_tokens,
+            cached,
+            seconds,
+        )
+        waited = max(0.0, now - request.arrived_at)
+        self._inflight[request.id] = _Dispatch(plan.backend, now, max(0.0, plan.predicted_ttft_s - waited))
+
+    def plan(
+        self, state: BackendState, request: RouteRequest, reason: str, predicted: float = 0.0
+    ) -> RoutePlan:
+        """A dispatch plan to ``state``'s backend."""
+        return RoutePlan(
+            request_id=request.id,
+            action="dispatch",
+            backend=state.name,
+            predicted_ttft_s=predicted,
+            meets_slo=predicted <= request.slo_ttft_s,
+            cached_tokens=state.cached_tokens(request.prefix_hashes, request.prompt_tokens),
+            reason=reason,
+        )
+
+    # --- what happened -------------------------------------------------------------------
+
+    def first_token(self, request_id: str, now: float) -> None:
+        """The request's first token arrived."""
+        d = self._inflight.get(request_id)
+        if d is not None:
+            self.states[d.backend].first_token(request_id)
+            self.on_first_token(d.backend, now - d.at, d.predicted_s)
+
+    def on_first_token(self, backend: str, ttft_s: float, predicted_s: float) -> None:
+        """Hook for policies that learn from observed TTFT; the default learns nothing."""
+        return None
+
+    def finished(self, request_id: str, now: float) -> None:
+        """The request ended, successfully or not; it no longer counts anywhere."""
+        d = self._inflight.pop(request_id, None)
+        if d is not None:
+            self.states[d.backend].finished(request_id)
+
+    def observe(self, backend: str, load: EngineLoad) -> None:
+        """New metrics scraped from ``backend``."""
+        self.states[backend].observe(load)
+
+    def mark_down(self, backend: str) -> None:
+        """The backend failed: skip it until ``mark_up``; its in-flight work is forgotten."""
+        state = self.states[backend]
+        state.healthy = False
+        for rid in [rid for rid, d in self._inflight.items() if d.backend == backend]:
+            del self._inflight[rid]
+        state.reset()
+
+    def mark_up(self, backend: str) -> None:
+        """The backend answers its health check again."""
+        self.states[backend].healthy = True
+
+    def in_flight(self, backend: str) -> int:
+        """Requests outstanding on ``backend``."""
+        return self.states[backend].in_flight

@@ -1,0 +1,161 @@
+"""Engine metrics: Prometheus text from vLLM, SGLang, TGI and llama.cpp, read into one shape.
+
+Each engine publishes its load under its own names; ``ENGINE_METRICS`` maps them onto the three
+signals the router uses (running, waiting, KV usage) plus vLLM's prefix-cache counters and cache
+size. Parsing uses ``prometheus_client``'s text parser; a series with several label sets (a
+data-parallel engine, several models) is summed, and KV usage is averaged. Text that does not
+parse, or that carries none of the engine's names, raises ``BackendFailed``: a backend that
+answers garbage is a failed backend, never a crash.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from agentgate.dispatch.inventory import Engine
+from agentgate.errors import BackendFailed
+
+
+@dataclass(frozen=True, slots=True)
+class MetricNames:
+    """The names one engine publishes its load under (``None``: not published)."""
+
+    running: str | None
+    waiting: str | None
+    kv_usage: str | None
+    prefix_queries: str | None = None
+    prefix_hits: str | None = None
+
+
+ENGINE_METRICS: dict[Engine, MetricNames] = {
+    "vllm": MetricNames(
+        running="vllm:num_requests_running",
+        waiting="vllm:num_requests_waiting",
+        kv_usage="vllm:kv_cache_usage_perc",
+        prefix_queries="vllm:prefix_cache_queries",
+        prefix_hits="vllm:prefix_cache_hits",
+    ),
+    "sglang": MetricNames(
+        running="sglang:num_running_reqs", waiting="sglang:num_queue_reqs", kv_usage="sglang:token_usage"
+    ),
+    "tgi": MetricNames(running="tgi_batch_current_size", waiting="tgi_queue_size", kv_usage=None),
+    "llamacpp": MetricNames(
+        running="llamacpp:requests_processing",
+        waiting="llamacpp:requests_deferred",
+        kv_usage="llamacpp:kv_cache_usage_ratio",
+    ),
+    "openai": MetricNames(running=None, waiting=None, kv_usage=None),
+}
+"""Engine -> the metric names it publishes (from each engine's /metrics documentation)."""
+
+_FALLBACKS = {"vllm:kv_cache_usage_perc": "vllm:gpu_cache_usage_perc"}  # vLLM V0's name
+
+
+@dataclass(frozen=True, slots=True)
+class EngineLoad:
+    """A backend's load as its engine last reported it."""
+
+    running: float | None = None
+    """Requests in the running batch."""
+    waiting: float | None = None
+    """Requests queued in the engine."""
+    kv_usage: float | None = None
+    """Fraction of KV cache held by running requests, 0..1."""
+    prefix_queries: float | None = None
+    """Cumulative prompt tokens looked up in the prefix cache."""
+    prefix_hits: float | None = None
+    """Cumulative prompt tokens found there."""
+    kv_capacity_tokens: int | None = None
+    """``block_size x num_gpu_blocks`` from ``vllm:cache_config_info``."""
+    scraped_at: float = 0.0
+    """When the scrape happened (the caller's clock)."""
+
+
+def parse_samples(text: str) -> dict[str, list[tuple[dict[str, str], float]]]:
+    """Every sample in Prometheus text by name (counters also under their name without ``_total``).
+
+    Raises ``BackendFailed`` if the text does not parse.
+    """
+    out: dict[str, list[tuple[dict[str, str], float]]] = {}
+    try:
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                out.setdefault(sample.name, []).append((dict(sample.labels), float(sample.value)))
+                if family.type == "counter" and sample.name == family.name + "_total":
+                    out.setdefault(family.name, []).append((dict(sample.labels), float(sample.value)))
+    except (ValueError, TypeError, IndexError, KeyError) as exc:
+        raise BackendFailed(f"metrics are not Prometheus text: {exc}") from None
+    return out
+
+
+def load_from_text(text: str, engine: Engine, *, now: float = 0.0) -> EngineLoad:
+    """Read an engine's Prometheus text into an ``EngineLoad``.
+
+    Raises ``BackendFailed`` if the text does not parse, or if an engine that publishes load
+    metrics published none of them, or a value is not a finite non-negative number.
+    """
+    samples = parse_samples(text)
+    flat: dict[str, float] = {}
+    for name, series in samples.items():
+        values = [v for _, v in series]
+        flat[name] = (
+            sum(values) / len(values)
+            if name.endswith(("usage_perc", "token_usage", "ratio"))
+            else sum(values)
+        )
+    load = load_from_values(flat, engine, now=now)
+    info = samples.get("vllm:cache_config_info")
+    if info:
+        labels = info[0][0]
+        try:
+            capacity = int(labels["block_size"]) * int(labels["num_gpu_blocks"])
+        except (KeyError, ValueError):
+            capacity = 0
+        if capacity > 0:
+            load = EngineLoad(
+                load.running,
+                load.waiting,
+                load.kv_usage,
+                load.prefix_queries,
+                load.prefix_hits,
+                capacity,
+                load.scraped_at,
+            )
+    return load
+
+
+def load_from_values(values: Mapping[str, float], engine: Engine, *, now: float = 0.0) -> EngineLoad:
+    """Build an ``EngineLoad`` from metric values by name (the simulator hands these over directly).
+
+    Raises ``BackendFailed`` as ``load_from_text`` does.
+    """
+    names = ENGINE_METRICS[engine]
+
+    def pick(name: str | None) -> float | None:
+        if name is None:
+            return None
+        value = values.get(name)
+        if value is None and name in _FALLBACKS:
+            value = values.get(_FALLBACKS[name])
+        if value is None:
+            return None
+        if not math.isfinite(value) or value < 0:
+            raise BackendFailed(f"metric {name} has an impossible value {value!r}")
+        return value
+
+    running, waiting = pick(names.running), pick(names.waiting)
+    kv = pick(names.kv_usage)
+    if names.running is not None and running is None and waiting is None:
+        raise BackendFailed(f"metrics carry none of {engine}'s load metrics")
+    return EngineLoad(
+        running=running,
+        waiting=waiting,
+        kv_usage=None if kv is None else min(kv, 1.0),
+        prefix_queries=pick(names.prefix_queries),
+        prefix_hits=pick(names.prefix_hits),
+        scraped_at=now,
+    )

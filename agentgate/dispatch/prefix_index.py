@@ -1,0 +1,64 @@
+"""The router's own record of which prompt blocks each backend probably holds in its KV cache.
+
+Engines do not say which prefixes they hold (vLLM publishes only hit counters), so the router
+remembers the block hashes of the prompts it sent to each backend, in an LRU sized to the
+backend's KV capacity: once more blocks have been sent there than fit, the oldest are assumed
+evicted, as the engine's own LRU would. The engine's measured hit rate corrects the estimate
+(``confidence``): when the engine hits less often than the index predicted, the index's matches
+are discounted.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Sequence
+
+
+class PrefixIndex:
+    """LRU set of chained block hashes believed cached on one backend."""
+
+    def __init__(self, capacity_blocks: int) -> None:
+        if capacity_blocks <= 0:
+            raise ValueError("capacity must be positive")
+        self.capacity_blocks = capacity_blocks
+        self._blocks: OrderedDict[int, None] = OrderedDict()
+        self.predicted_tokens = 0.0
+        self.queried_tokens = 0.0
+        self.confidence = 1.0
+
+    def __len__(self) -> int:
+        return len(self._blocks)
+
+    def match(self, hashes: Sequence[int]) -> int:
+        """Number of leading blocks of ``hashes`` believed cached (chained: stop at the first miss)."""
+        n = 0
+        for h in hashes:
+            if h not in self._blocks:
+                break
+            n += 1
+        return n
+
+    def record(self, hashes: Sequence[int]) -> None:
+        """Note that a prompt with these blocks was sent here: they are now the most recent."""
+        for h in hashes:
+            self._blocks[h] = None
+            self._blocks.move_to_end(h)
+        while len(self._blocks) > self.capacity_blocks:
+            self._blocks.popitem(last=False)
+
+    def resize(self, capacity_blocks: int) -> None:
+        """Change the capacity (the engine reported its real cache size), evicting if needed."""
+        self.capacity_blocks = max(1, capacity_blocks)
+        while len(self._blocks) > self.capacity_blocks:
+            self._blocks.popitem(last=False)
+
+    def clear(self) -> None:
+        """Forget everything (the backend restarted: its cache is empty)."""
+        self._blocks.clear()
+
+    def calibrate(self, predicted_hit_rate: float, measured_hit_rate: float, weight: float = 0.2) -> None:
+        """Move ``confidence`` towards measured / predicted hit rate (clamped to 0.2..1)."""
+        if predicted_hit_rate <= 0.01:
+            return
+        ratio = min(1.0, max(0.2, measured_hit_rate / predicted_hit_rate))
+        self.confidence += weight * (ratio - self.confidence)

@@ -1,0 +1,57 @@
+"""Per-tenant token buckets, the quota half of the router's admission rule.
+
+A bucket holds up to ``burst`` tokens and refills at ``rate`` tokens per second. Dispatching a
+request debits its cost (prompt + maximum output tokens) whether or not the bucket holds enough:
+the router is work-conserving and lets a tenant borrow idle capacity. Only when the pool cannot
+meet a request's SLO does the balance matter: tenants in debt are shed first, with a
+``Retry-After`` equal to the time their bucket needs to pay for the request. The balance never
+falls below ``-burst``, so a tenant's debt, and its wait, stay bounded.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class TenantQuota:
+    """A tenant's share of model tokens."""
+
+    rate_tokens_per_s: float
+    """Refill rate."""
+    burst_tokens: float
+    """Bucket size."""
+
+
+class TokenBucket:
+    """One tenant's balance."""
+
+    def __init__(self, quota: TenantQuota, now: float) -> None:
+        if quota.rate_tokens_per_s <= 0 or quota.burst_tokens <= 0:
+            raise ValueError("a quota's rate and burst must be positive")
+        self.quota = quota
+        self.tokens = quota.burst_tokens
+        self.updated = now
+
+    def _refill(self, now: float) -> None:
+        if now > self.updated:
+            self.tokens = min(
+                self.quota.burst_tokens, self.tokens + (now - self.updated) * self.quota.rate_tokens_per_s
+            )
+            self.updated = now
+
+    def can_pay(self, cost: float, now: float) -> bool:
+        """True if the balance covers ``cost`` now."""
+        self._refill(now)
+        return self.tokens >= cost
+
+    def debit(self, cost: float, now: float) -> None:
+        """Take ``cost`` tokens; the balance may go negative, never below ``-burst``."""
+        self._refill(now)
+        self.tokens = max(-self.quota.burst_tokens, self.tokens - cost)
+
+    def seconds_until(self, cost: float, now: float) -> float:
+        """Seconds until the balance covers ``cost`` (0 if it does)."""
+        self._refill(now)
+        missing = min(cost, self.quota.burst_tokens) - self.tokens
+        return max(0.0, missing / self.quota.rate_tokens_per_s)

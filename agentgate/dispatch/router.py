@@ -1,0 +1,193 @@
+"""The agentgate router: the backend with the lowest predicted time to first token that meets the
+request's SLO, with cache locality, session affinity, priority classes and tenant quotas.
+
+For each candidate (serves the model, healthy, below ``max_concurrency``, admitted by the
+caller's ``allowed`` predicate) the router predicts TTFT with ``scorers.predicted_ttft()``:
+queued prefill work, the uncached part of the prompt (the router-side prefix index), the decode
+load sharing each step, and KV pressure, scaled by a per-backend correction learned from
+observed first tokens. Backends without KV headroom for the request are dropped unless none has
+any. Then:
+
+1. *Affinity*: a session's previous backend is kept if it meets the SLO and is not saturated
+   (its prediction is within ``affinity_slack`` of the best).
+2. *SLO met somewhere*: the lowest prediction wins; candidates within ``tie_tolerance`` of it
+   are near-ties, and two of them drawn at random are compared by in-flight count (power of two
+   choices), so that equal predictions do not pile onto one backend between scrapes.
+3. *SLO met nowhere*: a tenant that has spent its token bucket is shed (``Shed``, HTTP 429,
+   ``Retry-After`` = the bucket's refill time); class 0 is dispatched to the best backend
+   anyway; class 1 waits (a ``wait`` plan) while its SLO budget lasts, then is shed; classes
+   2 and lower are shed at once. Shed requests count as misses in every figure.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Mapping
+
+from agentgate.dispatch._policy import (
+    AllowedBackend,
+    Candidate,
+    RoutePlan,
+    RouteRequest,
+    RoutingPolicy,
+)
+from agentgate.dispatch.inventory import Inventory
+from agentgate.dispatch.quota import TenantQuota, TokenBucket
+from agentgate.dispatch.scorers import Scorer, predicted_ttft
+from agentgate.dispatch.state import BackendState, SpeedModel
+from agentgate.errors import Shed
+
+__all__ = ["AllowedBackend", "Candidate", "RoutePlan", "RouteRequest", "Router"]
+
+
+class Router(RoutingPolicy):
+    """SLO-aware, cache-aware, quota-aware routing (see the module docstring)."""
+
+    name = "agentgate"
+
+    def __init__(
+        self,
+        inventory: Inventory,
+        *,
+        speed: SpeedModel | Mapping[str, SpeedModel] | None = None,
+        block_tokens: int = 16,
+        seed: int = 0,
+        metrics_max_age_s: float = 2.0,
+        quotas: Mapping[str, TenantQuota] | None = None,
+        predictor: Scorer | None = None,
+        tie_tolerance: float = 0.1,
+        affinity_slack: float = 0.25,
+        max_sessions: int = 100_000,
+    ) -> None:
+        super().__init__(
+            inventory, speed=speed, block_tokens=block_tokens, seed=seed, metrics_max_age_s=metrics_max_age_s
+        )
+        self.predictor = predictor or predicted_ttft()
+        self.quotas = dict(quotas or {})
+        self.tie_tolerance = tie_tolerance
+        self.affinity_slack = affinity_slack
+        self.max_sessions = max_sessions
+        self._buckets: dict[str, TokenBucket] = {}
+        self._sessions: OrderedDict[str, str] = OrderedDict()
+
+    def choose(self, candidates: list[BackendState], request: RouteRequest, now: float) -> RoutePlan:
+        """Apply the rule in the module docstring; raises ``Shed`` when the request is refused."""
+        waited = max(0.0, now - request.arrived_at)
+        scored = sorted(
+            ((self.predictor(s, request, now) + waited, s) for s in candidates), key=lambda item: item[0]
+        )
+        roomy = [(p, s) for p, s in scored if self._kv_fits(s, request, now)]
+        scored = roomy or scored
+        alternatives = tuple(
+            Candidate(s.name, p, s.cached_tokens(request.prefix_hashes, request.prompt_tokens), s.in_flight)
+            for p, s in scored
+        )
+        best_p, best = scored[0]
+        cost = float(request.prompt_tokens + request.max_output_tokens)
+        bucket = self._bucket(request.tenant, now)
+
+        if best_p <= request.slo_ttft_s:
+            sticky = self._sessions.get(request.session) if request.session else None
+            for p, s in scored:
+                if (
+                    s.name == sticky
+                    and p <= request.slo_ttft_s
+                    and p <= best_p * (1 + self.affinity_slack) + 0.02
+                ):
+                    return self._go(s, p, request, now, "session affinity", alternatives)
+            ties = [(p, s) for p, s in scored if p <= best_p * (1 + self.tie_tolerance) + 1e-3]
+            if len(ties) > 1:
+                a, b = self.rng.sample(ties, 2)
+                p, s = min(a, b, key=lambda item: (item[1].in_flight, item[0]))
+                return self._go(
+                    s,
+                    p,
+                    request,
+                    now,
+                    f"lowest predicted TTFT ({len(ties)} near-ties, 2 choices)",
+                    alternatives,
+                )
+            return self._go(best, best_p, request, now, "lowest predicted TTFT", alternatives)
+
+        if bucket is not None and not bucket.can_pay(cost, now):
+            raise Shed(
+                f"SLO {request.slo_ttft_s:.2f}s cannot be met (best {best_p:.2f}s) and tenant "
+                f"{request.tenant!r} is over its token quota",
+                retry_after_s=max(1.0, bucket.seconds_until(cost, now)),
+            )
+        if request.priority <= 0:
+            return self._go(
+                best, best_p, request, now, "SLO unmet anywhere; class 0 served best-effort", alternatives
+            )
+        budget = request.slo_ttft_s - waited
+        excess = best_p - waited - budget
+        if request.priority == 1 and budget > 0 and excess < budget:
+            wait = min(max(0.05, excess), budget / 2)
+            return RoutePlan(
+                request_id=request.id,
+                action="wait",
+                backend=None,
+                predicted_ttft_s=best_p,
+                meets_slo=False,
+                cached_tokens=0,
+                reason=f"SLO unmet anywhere; class {request.priority} waits",
+                wait_s=wait,
+                candidates=alternatives,
+            )
+        raise Shed(
+            f"SLO {request.slo_ttft_s:.2f}s cannot be met (best predicted {best_p:.2f}s); "
+            f"class {request.priority} shed",
+            retry_after_s=max(1.0, excess),
+        )
+
+    def _go(
+        self,
+        state: BackendState,
+        predicted: float,
+        request: RouteRequest,
+        now: float,
+        reason: str,
+        alternatives: tuple[Candidate, ...],
+    ) -> RoutePlan:
+        bucket = self._bucket(request.tenant, now)
+        if bucket is not None:
+            bucket.debit(float(request.prompt_tokens + request.max_output_tokens), now)
+        if request.session:
+            self._sessions[request.session] = state.name
+            self._sessions.move_to_end(request.session)
+            if len(self._sessions) > self.max_sessions:
+                self._sessions.popitem(last=False)
+        return RoutePlan(
+            request_id=request.id,
+            action="dispatch",
+            backend=state.name,
+            predicted_ttft_s=predicted,
+            meets_slo=predicted <= request.slo_ttft_s,
+            cached_tokens=state.cached_tokens(request.prefix_hashes, request.prompt_tokens),
+            reason=reason,
+            candidates=alternatives,
+        )
+
+    def _bucket(self, tenant: str, now: float) -> TokenBucket | None:
+        quota = self.quotas.get(tenant)
+        if quota is None:
+            return None
+        bucket = self._buckets.get(tenant)
+        if bucket is None:
+            bucket = self._buckets[tenant] = TokenBucket(quota, now)
+        return bucket
+
+    @staticmethod
+    def _kv_fits(state: BackendState, request: RouteRequest, now: float) -> bool:
+        cached = state.cached_tokens(request.prefix_hashes, request.prompt_tokens)
+        need = request.prompt_tokens - cached + request.max_output_tokens
+        return state.kv_used_tokens(now) + need <= state.kv_capacity_tokens
+
+    def on_first_token(self, backend: str, ttft_s: float, predicted_s: float) -> None:
+        """Learn the backend's correction factor from observed versus predicted TTFT (EWMA)."""
+        state = self.states[backend]
+        base = predicted_s / state.correction if state.correction > 0 else predicted_s
+        if base <= 1e-4 or ttft_s <= 0:
+            return
+        ratio = min(3.0, max(0.5, ttft_s / base))
+        state.correction += 0.1 * (ratio - state.correction)

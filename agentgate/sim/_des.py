@@ -1,0 +1,180 @@
+"""Discrete-event replay of a trace against simulated engines, in simulated time.
+
+A ``ReplayDispatcher`` (a router under test, wired by the caller) is asked where each request
+goes when it arrives; it may send it to a backend, ask to be asked again later, or reject it. The
+dispatcher learns what any router would learn in production and nothing more: its own dispatches,
+first tokens and completions as they happen, and each engine's metrics (vLLM names) every
+``scrape_interval`` seconds. Seeded and deterministic: equal inputs give equal outcomes.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from agentgate.sim._engine import Engine, SimRequest, StepResult
+from agentgate.sim.traces import TraceRequest
+
+
+@dataclass(frozen=True, slots=True)
+class Send:
+    """Dispatch to this backend now."""
+
+    backend: str
+
+
+@dataclass(frozen=True, slots=True)
+class Wait:
+    """Ask again after this many seconds."""
+
+    seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class Reject:
+    """Refuse the request (shed); it counts as a miss."""
+
+    reason: str
+
+
+Choice = Send | Wait | Reject
+
+
+class ReplayDispatcher(Protocol):
+    """What the replay needs from a router."""
+
+    def route(self, request: TraceRequest, now: float) -> Choice: ...
+
+    def first_token(self, backend: str, request: TraceRequest, now: float) -> None: ...
+
+    def finished(self, backend: str, request: TraceRequest, now: float) -> None: ...
+
+    def observe(self, backend: str, metrics: Mapping[str, float], now: float) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What happened to one request."""
+
+    request: TraceRequest
+    backend: str | None
+    dispatched_at: float | None
+    first_token_at: float | None
+    finished_at: float | None
+    cached_tokens: int
+    rejected: str | None
+    preemptions: int
+
+    @property
+    def ttft(self) -> float | None:
+        """Arrival to first token (seconds), waiting in the router included."""
+        return None if self.first_token_at is None else self.first_token_at - self.request.arrival
+
+    @property
+    def tpot(self) -> float | None:
+        """Mean time per output token after the first."""
+        if self.finished_at is None or self.first_token_at is None or self.request.output_tokens < 2:
+            return None
+        return (self.finished_at - self.first_token_at) / (self.request.output_tokens - 1)
+
+    @property
+    def e2e(self) -> float | None:
+        return None if self.finished_at is None else self.finished_at - self.request.arrival
+
+
+_STEP = 0
+
+
+def replay(
+    requests: Sequence[TraceRequest],
+    engines: Mapping[str, Engine],
+    dispatcher: ReplayDispatcher,
+    *,
+    scrape_interval: float = 0.5,
+    max_wait_s: float = 600.0,
+) -> list[Outcome]:
+    """Replay ``requests`` (sorted by arrival) through ``dispatcher`` onto ``engines``.
+
+    Every request ends with an outcome: served, or rejected by the dispatcher, or rejected after
+    waiting longer than ``max_wait_s`` in the router. Raises ``ValueError`` if the dispatcher
+    names an unknown backend.
+    """
+    routes: list[tuple[float, int, TraceRequest]] = [(r.arrival, i, r) for i, r in enumerate(requests)]
+    heapq.heapify(routes)
+    seq = len(requests)
+    events: list[tuple[float, int, int, str]] = []
+    pending: dict[str, StepResult] = {}
+    busy: dict[str, bool] = dict.fromkeys(engines, False)
+    live: dict[str, tuple[TraceRequest, SimRequest, str, float]] = {}
+    outcomes: dict[str, Outcome] = {}
+    now = 0.0
+    next_scrape = 0.0
+
+    def start_step(name: str, t: float) -> None:
+        nonlocal seq
+        engine = engines[name]
+        if not engine.has_work():
+            busy[name] = False
+            return
+        horizon = min(routes[0][0] if routes else math.inf, next_scrape)
+        result = engine.decode_run(t, horizon) if horizon > t else None
+        if result is None:
+            result = engine.step(t)
+        pending[name] = result
+        busy[name] = True
+        seq += 1
+        heapq.heappush(events, (t + result.duration, _STEP, seq, name))
+
+    def finish_step(name: str, t: float) -> None:
+        result = pending.pop(name)
+        for sim in result.first_token:
+            trace_req = live[sim.id][0]
+            dispatcher.first_token(name, trace_req, t)
+        for sim in result.finished:
+            trace_req, _, backend, dispatched = live.pop(sim.id)
+            dispatcher.finished(backend, trace_req, t)
+            outcomes[sim.id] = Outcome(
+                trace_req,
+                backend,
+                dispatched,
+                sim.first_token_at,
+                t,
+                sim.cached_tokens,
+                None,
+                sim.preemptions,
+            )
+        start_step(name, t)
+
+    while routes or events:
+        t_route = routes[0][0] if routes else math.inf
+        t_event = events[0][0] if events else math.inf
+        if next_scrape <= min(t_route, t_event):
+            now = next_scrape
+            for name, engine in engines.items():
+                dispatcher.observe(name, engine.metrics(), now)
+            next_scrape = now + scrape_interval
+            continue
+        if t_event <= t_route:
+            now, _, _, name = heapq.heappop(events)
+            finish_step(name, now)
+            continue
+        now, _, req = heapq.heappop(routes)
+        choice = dispatcher.route(req, now)
+        if isinstance(choice, Send):
+            if choice.backend not in engines:
+                raise ValueError(f"dispatcher chose unknown backend {choice.backend!r}")
+            sim = SimRequest(req.id, req.prompt_tokens, req.output_tokens, req.hashes, arrival=req.arrival)
+            engines[choice.backend].add(sim)
+            live[req.id] = (req, sim, choice.backend, now)
+            if not busy[choice.backend]:
+                start_step(choice.backend, now)
+        elif isinstance(choice, Wait) and now + choice.seconds - req.arrival <= max_wait_s:
+            seq += 1
+            heapq.heappush(routes, (now + max(choice.seconds, 1e-3), seq, req))
+        else:
+            reason = choice.reason if isinstance(choice, Reject) else "waited too long"
+            outcomes[req.id] = Outcome(req, None, None, None, None, 0, reason, 0)
+    return [outcomes[r.id] for r in requests]

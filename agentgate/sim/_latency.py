@@ -1,0 +1,96 @@
+"""The iteration latency model of a vLLM-like engine, calibrated from published figures.
+
+One engine iteration (a "step") runs the whole batch through the model once. Its time is::
+
+    step = base                                   # read the weights once (bandwidth bound)
+         + decode_seq_s    * decoding sequences   # per-sequence sampling and scheduling overhead
+         + kv_read_s       * context tokens read by the decoding sequences (attention, bandwidth)
+         + prefill_token_s * prefill tokens       # linear layers (compute bound)
+         + attention_pair_s * (prefill token, context token) pairs   # prefill attention
+
+The sources and the fit are in docs/simulation.md; the profiles below carry the numbers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class LatencyModel:
+    """Per-step cost coefficients of one model on one GPU type (seconds)."""
+
+    name: str
+    """Profile name, e.g. ``llama-3.1-8b@h100``."""
+    base_s: float
+    """Weight-read time of one step: the decode time per token at batch size 1."""
+    decode_seq_s: float
+    """Added per decoding sequence in the batch."""
+    kv_read_s: float
+    """Added per context token that a decoding sequence attends to (KV bytes / HBM bandwidth)."""
+    prefill_token_s: float
+    """Added per prompt token computed in the step (2 x parameters FLOPs / effective FLOP/s)."""
+    attention_pair_s: float
+    """Added per (prefill token, earlier context token) pair: prefill attention, quadratic."""
+    kv_capacity_tokens: int
+    """KV cache capacity of one replica in tokens (HBM left after weights / KV bytes per token)."""
+
+    def step_time(self, n_decode: int, decode_context: int, prefill_tokens: int, prefill_pairs: int) -> float:
+        """Seconds one step takes for this batch; never less than ``base_s``."""
+        return (
+            self.base_s
+            + self.decode_seq_s * n_decode
+            + self.kv_read_s * decode_context
+            + self.prefill_token_s * prefill_tokens
+            + self.attention_pair_s * prefill_pairs
+        )
+
+    def prefill_time(self, uncached: int, cached: int = 0) -> float:
+        """Seconds to prefill ``uncached`` tokens after ``cached`` ones, alone on an idle engine."""
+        pairs = uncached * cached + uncached * (uncached + 1) // 2
+        return self.step_time(0, 0, uncached, pairs)
+
+
+# Llama-3.1-8B, BF16, one H100 SXM (3.35 TB/s HBM, ~989 dense BF16 TFLOP/s).
+# base: NVIDIA NIM decode 4.6 ms/token at concurrency 1 (weight-bandwidth bound: 16 GB / 3.35 TB/s
+# = 4.8 ms). decode_seq + kv_read: 7.6 ms/token at concurrency 100, with ~300 context tokens per
+# sequence: 4.6 + 100 x 0.018 + 100 x 300 x 0.039e-3 = 7.6 ms. kv_read: 128 KiB of KV per token
+# (32 layers x 8 KV heads x 128 x 2 x 2 bytes) / 3.35 TB/s. prefill_token: NIM TTFT ~10 ms for a
+# ~180-token prompt at concurrency 1: (10 - 4.6) / 180 = 30 us (16 GFLOP/token at ~53% of peak).
+# attention_pair: 4 x 32 layers x 4096 FLOPs / 500 TFLOP/s. kv capacity: (80 - 16) GB x 0.9 / 128 KiB.
+LLAMA_8B_H100 = LatencyModel(
+    name="llama-3.1-8b@h100",
+    base_s=4.6e-3,
+    decode_seq_s=0.018e-3,
+    kv_read_s=0.039e-6,
+    prefill_token_s=30e-6,
+    attention_pair_s=1.05e-9,
+    kv_capacity_tokens=440_000,
+)
+
+# Same model on one H200 (4.8 TB/s, 141 GB): weight-bandwidth bound decode 3.3 ms; same compute.
+LLAMA_8B_H200 = LatencyModel(
+    name="llama-3.1-8b@h200",
+    base_s=3.3e-3,
+    decode_seq_s=0.018e-3,
+    kv_read_s=0.027e-6,
+    prefill_token_s=30e-6,
+    attention_pair_s=1.05e-9,
+    kv_capacity_tokens=900_000,
+)
+
+# Qwen3-32B: a 10,000-token prompt takes 4.3 s to first token uncached (the published figure);
+# 10,000 x 0.41 ms + 4e-9 x 10,000^2 / 2 + 12 ms = 4.3 s. KV: 64 layers x 8 KV heads x 128 x 2 x 2
+# bytes = 256 KiB per token.
+QWEN3_32B = LatencyModel(
+    name="qwen3-32b",
+    base_s=12e-3,
+    decode_seq_s=0.03e-3,
+    kv_read_s=0.08e-6,
+    prefill_token_s=0.41e-3,
+    attention_pair_s=4e-9,
+    kv_capacity_tokens=200_000,
+)
+
+PROFILES: dict[str, LatencyModel] = {m.name: m for m in (LLAMA_8B_H100, LLAMA_8B_H200, QWEN3_32B)}
+"""Every built-in profile by name."""

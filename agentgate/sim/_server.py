@@ -1,0 +1,400 @@
+"""The simulated engine behind a real OpenAI-compatible HTTP server on loopback.
+
+``SimServer`` runs one ``Engine`` (the same one the discrete-event replay uses) in a uvicorn
+server on its own thread and event loop. Engine steps take their simulated duration times
+``time_scale`` of wall-clock time, so tests run fast. Endpoints:
+
+- ``POST /v1/chat/completions``: OpenAI chat completions, streaming (SSE) or not; the prompt is
+  estimated at four characters per token and ``max_tokens`` tokens are generated.
+- ``GET /v1/models``: the served model.
+- ``GET /metrics``: Prometheus text with vLLM's metric names, refreshed every ``scrape_lag_s``
+  simulated seconds (vLLM's own gauges also trail the engine).
+- ``GET /health``: 200 while serving.
+
+Faults for tests: ``fault = "hang"`` (accept and never answer), ``"garbage"`` (a 200 with bytes
+that are not JSON or SSE), ``"error"`` (HTTP 500), ``"metrics_down"`` (``/metrics`` answers 503);
+``kill()`` closes the port and drops every connection, ``revive()`` serves again on the same port.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import json
+import socket
+import threading
+import time
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import uvicorn
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.exposition import generate_latest
+from prometheus_client.registry import Collector, CollectorRegistry
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from agentgate.dispatch.prefix import block_hashes, estimate_tokens, prompt_text
+from agentgate.sim._engine import Engine, EngineConfig, SimRequest
+from agentgate.sim._latency import LLAMA_8B_H100, LatencyModel
+
+Fault = Literal["none", "hang", "garbage", "error", "metrics_down"]
+
+
+@dataclass(slots=True)
+class _Live:
+    sim: SimRequest
+    queue: asyncio.Queue[int | None]
+
+
+class _Runner:
+    """Drives the engine in scaled wall-clock time and hands tokens to the waiting handlers."""
+
+    def __init__(self, engine: Engine, time_scale: float, scrape_lag_s: float) -> None:
+        self.engine = engine
+        self.time_scale = time_scale
+        self.scrape_lag_s = scrape_lag_s
+        self.live: dict[str, _Live] = {}
+        self.wake = asyncio.Event()
+        self.wall0 = time.monotonic()
+        self.sim_now = 0.0
+        self.snapshot = engine.metrics()
+        self.snapshot_at = 0.0
+
+    def clock(self) -> float:
+        return (time.monotonic() - self.wall0) / self.time_scale
+
+    def submit(self, sim: SimRequest) -> asyncio.Queue[int | None]:
+        queue: asyncio.Queue[int | None] = asyncio.Queue()
+        self.live[sim.id] = _Live(sim, queue)
+        sim.arrival = self.clock()
+        self.engine.add(sim)
+        self.wake.set()
+        return queue
+
+    def cancel(self, request_id: str) -> None:
+        if self.live.pop(request_id, None) is not None:
+            self.engine.abort(request_id)
+
+    def refresh_snapshot(self) -> None:
+        now = self.clock()
+        if now - self.snapshot_at >= self.scrape_lag_s:
+            self.snapshot = self.engine.metrics()
+            self.snapshot_at = now
+
+    async def run(self) -> None:
+        while True:
+            self.refresh_snapshot()
+            if not self.engine.has_work():
+                self.wake.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(
+                        self.wake.wait(), timeout=max(0.01, self.scrape_lag_s * self.time_scale)
+                    )
+                continue
+            start = max(self.sim_now, self.clock())
+            result = self.engine.step(start)
+            self.sim_now = start + result.duration
+            delay = self.wall0 + self.sim_now * self.time_scale - time.monotonic()
+            await asyncio.sleep(max(0.0, delay))
+            for sim in (*result.first_token, *result.decoded):
+                live = self.live.get(sim.id)
+                if live is not None:
+                    live.queue.put_nowait(sim.generated)
+            for sim in result.finished:
+                live = self.live.pop(sim.id, None)
+                if live is not None:
+                    live.queue.put_nowait(None)
+
+
+class _Metrics(Collector):
+    def __init__(self, server: SimServer) -> None:
+        self.server = server
+
+    def collect(self) -> Iterator[Metric]:
+        runner = self.server._runner
+        snap = runner.snapshot if runner is not None else {}
+        labels = ["model_name", "engine"]
+        values = [self.server.model_name, "0"]
+        for name, doc in (
+            ("vllm:num_requests_running", "Number of requests in model execution batches."),
+            ("vllm:num_requests_waiting", "Number of requests waiting to be processed."),
+            ("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage."),
+        ):
+            gauge = GaugeMetricFamily(name, doc, labels=labels)
+            gauge.add_metric(values, snap.get(name, 0.0))
+            yield gauge
+        for name, doc in (
+            ("vllm:prefix_cache_queries", "Prefix cache queries, in terms of number of queried tokens."),
+            ("vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens."),
+            ("vllm:num_preemptions", "Cumulative number of preemption from the engine."),
+        ):
+            counter = CounterMetricFamily(name, doc, labels=labels)
+            counter.add_metric(values, snap.get(name, 0.0))
+            yield counter
+        engine = self.server.engine
+        info = GaugeMetricFamily(
+            "vllm:cache_config_info",
+            "Information of the LLMEngine CacheConfig",
+            labels=["block_size", "num_gpu_blocks", "enable_prefix_caching"],
+        )
+        blocks = engine.kv.capacity // engine.config.block_tokens
+        info.add_metric([str(engine.config.block_tokens), str(blocks), "True"], 1.0)
+        yield info
+
+
+class SimServer:
+    """A simulated vLLM backend served over HTTP on 127.0.0.1 from a background thread.
+
+    Use as a context manager, or call ``start()`` / ``stop()``. ``url`` is the base URL.
+    """
+
+    def __init__(
+        self,
+        model: LatencyModel = LLAMA_8B_H100,
+        config: EngineConfig | None = None,
+        *,
+        model_name: str = "llama-3.1-8b",
+        time_scale: float = 1.0,
+        scrape_lag_s: float = 0.5,
+        port: int = 0,
+    ) -> None:
+        self.model = model
+        self.config = config or EngineConfig()
+        self.model_name = model_name
+        self.time_scale = time_scale
+        self.scrape_lag_s = scrape_lag_s
+        self.fault: Fault = "none"
+        self.engine = Engine(model, self.config)
+        self.port = port or _free_port()
+        self._runner: _Runner | None = None
+        self._server: uvicorn.Server | None = None
+        self._thread: threading.Thread | None = None
+        self._ids = itertools.count()
+        self._registry = CollectorRegistry(auto_describe=False)
+        self._registry.register(_Metrics(self))
+        self.served = 0
+
+    @property
+    def url(self) -> str:
+        """Base URL, e.g. ``http://127.0.0.1:41234``."""
+        return f"http://127.0.0.1:{self.port}"
+
+    # --- lifecycle -----------------------------------------------------------------------
+
+    def start(self, timeout: float = 10.0) -> SimServer:
+        """Serve in a background thread; returns once the port accepts connections."""
+        if self._thread is not None:
+            return self
+        config = uvicorn.Config(
+            self._app(),
+            host="127.0.0.1",
+            port=self.port,
+            log_level="warning",
+            lifespan="on",
+            access_log=False,
+        )
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(target=self._server.run, name=f"sim-{self.port}", daemon=True)
+        self._thread.start()
+        deadline = time.monotonic() + timeout
+        while not self._server.started:
+            if time.monotonic() > deadline or not self._thread.is_alive():
+                raise RuntimeError(f"simulated backend on port {self.port} did not start")
+            time.sleep(0.01)
+        return self
+
+    def stop(self) -> None:
+        """Stop serving and join the thread; in-flight requests are cut off."""
+        if self._server is None or self._thread is None:
+            return
+        self._server.should_exit = True
+        self._server.force_exit = True
+        self._thread.join(timeout=10)
+        self._server = None
+        self._thread = None
+
+    def kill(self) -> None:
+        """Simulate a crash: close the port and drop the engine's state."""
+        self.stop()
+        self.engine = Engine(self.model, self.config)
+
+    def revive(self) -> None:
+        """Serve again on the same port after ``kill``."""
+        self.start()
+
+    def __enter__(self) -> SimServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # --- HTTP ----------------------------------------------------------------------------
+
+    def _app(self) -> Starlette:
+        @contextlib.asynccontextmanager
+        async def lifespan(app: Starlette) -> AsyncIterator[None]:
+            self._runner = _Runner(self.engine, self.time_scale, self.scrape_lag_s)
+            task = asyncio.create_task(self._runner.run())
+            try:
+                yield
+            finally:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+
+        return Starlette(
+            routes=[
+                Route("/v1/chat/completions", self._chat, methods=["POST"]),
+                Route("/v1/models", self._models, methods=["GET"]),
+                Route("/metrics", self._metrics, methods=["GET"]),
+                Route("/health", self._health, methods=["GET"]),
+            ],
+            lifespan=lifespan,
+        )
+
+    async def _health(self, request: Request) -> Response:
+        if self.fault in ("hang", "error"):
+            return await self._fault_response()
+        return PlainTextResponse("ok")
+
+    async def _models(self, request: Request) -> Response:
+        return JSONResponse(
+            {
+                "object": "list",
+                "data": [{"id": self.model_name, "object": "model", "owned_by": "agentgate-sim"}],
+            }
+        )
+
+    async def _metrics(self, request: Request) -> Response:
+        if self.fault in ("metrics_down", "hang", "error"):
+            return PlainTextResponse("metrics unavailable", status_code=503)
+        return Response(generate_latest(self._registry), media_type="text/plain; version=0.0.4")
+
+    async def _fault_response(self) -> Response:
+        if self.fault == "hang":
+            await asyncio.sleep(3600)
+        if self.fault == "garbage":
+            return Response(b"\x00\xffnot json{{", media_type="application/json")
+        return JSONResponse(
+            {"error": {"message": "simulated failure", "type": "server_error"}}, status_code=500
+        )
+
+    async def _chat(self, request: Request) -> Response:
+        if self.fault in ("hang", "garbage", "error"):
+            return await self._fault_response()
+        try:
+            body = await request.json()
+            messages = body["messages"]
+            if not isinstance(messages, list) or not messages:
+                raise ValueError("messages must be a non-empty list")
+            max_tokens = int(body.get("max_tokens") or 16)
+            if max_tokens < 1:
+                raise ValueError("max_tokens must be positive")
+            model = str(body.get("model", self.model_name))
+        except (ValueError, KeyError, TypeError) as exc:
+            return JSONResponse({"error": {"message": f"bad request: {exc}", "type": "invalid_request"}}, 400)
+        if model != self.model_name:
+            return JSONResponse(
+                {"error": {"message": f"model {model!r} not served", "type": "not_found"}}, 404
+            )
+        runner = self._runner
+        assert runner is not None
+        text = prompt_text(messages)
+        rid = f"chatcmpl-sim{self.port}-{next(self._ids)}"
+        sim = SimRequest(rid, estimate_tokens(text), max_tokens, block_hashes(text, self.config.block_tokens))
+        queue = runner.submit(sim)
+        self.served += 1
+        if body.get("stream"):
+            include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+            return StreamingResponse(
+                self._stream(runner, sim, queue, include_usage), media_type="text/event-stream"
+            )
+        try:
+            while await queue.get() is not None:
+                pass
+        except asyncio.CancelledError:
+            runner.cancel(rid)
+            raise
+        return JSONResponse(self._completion(sim))
+
+    async def _stream(
+        self, runner: _Runner, sim: SimRequest, queue: asyncio.Queue[int | None], include_usage: bool
+    ) -> AsyncIterator[bytes]:
+        created = int(time.time())
+        try:
+            sent = 0
+            while True:
+                n = await queue.get()
+                if n is None:
+                    break
+                for _ in range(n - sent):
+                    yield _sse(_chunk(sim.id, created, self.model_name, {"content": f"tok{sent} "}, None))
+                    sent += 1
+            yield _sse(_chunk(sim.id, created, self.model_name, {}, "length"))
+            if include_usage:
+                yield _sse(
+                    {
+                        "id": sim.id,
+                        "object": "chat.completion.chunk",
+                        "created": created,
+                        "model": self.model_name,
+                        "choices": [],
+                        "usage": _usage(sim),
+                    }
+                )
+            yield b"data: [DONE]\n\n"
+        finally:
+            runner.cancel(sim.id)
+
+    def _completion(self, sim: SimRequest) -> dict[str, Any]:
+        return {
+            "id": sim.id,
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": self.model_name,
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {
+                        "role": "assistant",
+                        "content": " ".join(f"tok{i}" for i in range(sim.generated)),
+                    },
+                    "finish_reason": "length",
+                }
+            ],
+            "usage": _usage(sim),
+        }
+
+
+def _usage(sim: SimRequest) -> dict[str, Any]:
+    return {
+        "prompt_tokens": sim.prompt_tokens,
+        "completion_tokens": sim.generated,
+        "total_tokens": sim.prompt_tokens + sim.generated,
+        "prompt_tokens_details": {"cached_tokens": sim.cached_tokens},
+    }
+
+
+def _chunk(rid: str, created: int, model: str, delta: dict[str, str], finish: str | None) -> dict[str, Any]:
+    return {
+        "id": rid,
+        "object": "chat.completion.chunk",
+        "created": created,
+        "model": model,
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+    }
+
+
+def _sse(payload: dict[str, Any]) -> bytes:
+    return b"data: " + json.dumps(payload, separators=(",", ":")).encode() + b"\n\n"
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])

@@ -1,0 +1,49 @@
+"""Drive any agentgate ``RoutingPolicy`` (the router or a baseline) from the trace replay."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from agentgate.dispatch._policy import RouteRequest, RoutingPolicy
+from agentgate.dispatch.metrics import load_from_values
+from agentgate.errors import NoBackend
+from agentgate.sim._des import Choice, Reject, Send, Wait
+from agentgate.sim.traces import TraceRequest
+
+
+class PolicyDispatcher:
+    """A ``ReplayDispatcher`` over a routing policy; metrics reach it as vLLM names, as scraped."""
+
+    def __init__(self, policy: RoutingPolicy, model: str) -> None:
+        self.policy = policy
+        self.model = model
+
+    def route(self, request: TraceRequest, now: float) -> Choice:
+        req = RouteRequest(
+            id=request.id,
+            model=self.model,
+            prompt_tokens=request.prompt_tokens,
+            max_output_tokens=request.output_tokens,
+            prefix_hashes=request.hashes,
+            tenant=request.tenant,
+            priority=request.priority,
+            slo_ttft_s=request.slo_ttft_s,
+            session=request.session,
+            arrived_at=request.arrival,
+        )
+        try:
+            plan = self.policy.route(req, now)
+        except NoBackend as exc:
+            return Reject(str(exc))
+        if plan.action == "wait" or plan.backend is None:
+            return Wait(plan.wait_s)
+        return Send(plan.backend)
+
+    def first_token(self, backend: str, request: TraceRequest, now: float) -> None:
+        self.policy.first_token(request.id, now)
+
+    def finished(self, backend: str, request: TraceRequest, now: float) -> None:
+        self.policy.finished(request.id, now)
+
+    def observe(self, backend: str, metrics: Mapping[str, float], now: float) -> None:
+        self.policy.observe(backend, load_from_values(metrics, "vllm", now=now))

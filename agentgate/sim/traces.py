@@ -1,0 +1,129 @@
+"""Public request traces: the Azure LLM inference CSV and the Mooncake JSONL formats.
+
+Both become ``TraceRequest`` values with arrival times in seconds from the first request. The
+Mooncake ``hash_ids`` (one id per 512-token block, equal ids = equal prefix) become chained block
+hashes; Azure rows carry no prefix information, so their hashes are unique per request.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime
+from pathlib import Path
+
+from agentgate.errors import InputError
+
+MOONCAKE_BLOCK_TOKENS = 512
+"""Tokens per ``hash_ids`` entry in the Mooncake traces."""
+
+
+@dataclass(frozen=True, slots=True)
+class TraceRequest:
+    """One request of a trace."""
+
+    id: str
+    arrival: float
+    """Seconds from the start of the trace."""
+    prompt_tokens: int
+    output_tokens: int
+    hashes: tuple[int, ...] = ()
+    """Chained hashes of the prompt's blocks (``block_tokens`` each; the last may be partial)."""
+    block_tokens: int = MOONCAKE_BLOCK_TOKENS
+    session: str | None = None
+    """The agent run or conversation the request belongs to, when known."""
+    tenant: str = "default"
+    priority: int = 1
+    """0 = interactive (highest) ... larger = lower."""
+    slo_ttft_s: float = 10.0
+    """Time-to-first-token objective."""
+
+
+def chain_hashes(ids: Iterable[object]) -> tuple[int, ...]:
+    """Chained 63-bit hashes: block ``i``'s hash covers blocks ``0..i`` (equal hash = equal prefix)."""
+    out: list[int] = []
+    prev = b""
+    for block_id in ids:
+        digest = hashlib.blake2b(prev + repr(block_id).encode(), digest_size=8).digest()
+        prev = digest
+        out.append(int.from_bytes(digest, "big") >> 1)
+    return tuple(out)
+
+
+def load_trace(path: str | Path, limit: int | None = None) -> list[TraceRequest]:
+    """Read an Azure CSV or Mooncake JSONL trace (chosen by suffix), first ``limit`` requests.
+
+    Raises ``InputError`` naming the file and line for unreadable or malformed rows.
+    """
+    p = Path(path)
+    if p.suffix == ".csv":
+        return load_azure(p, limit)
+    if p.suffix in (".jsonl", ".json"):
+        return load_mooncake(p, limit)
+    raise InputError(f"{p}: unknown trace format (expected .csv or .jsonl)")
+
+
+def load_mooncake(path: Path, limit: int | None = None) -> list[TraceRequest]:
+    """Read a Mooncake JSONL trace (``timestamp`` ms, ``input_length``, ``output_length``, ``hash_ids``)."""
+    out: list[TraceRequest] = []
+    try:
+        with path.open(encoding="utf-8") as fh:
+            for lineno, line in enumerate(fh, 1):
+                if limit is not None and len(out) >= limit:
+                    break
+                if not line.strip():
+                    continue
+                try:
+                    row = json.loads(line)
+                    ids: Sequence[object] = row["hash_ids"]
+                    req = TraceRequest(
+                        id=f"r{lineno}",
+                        arrival=float(row["timestamp"]) / 1000.0,
+                        prompt_tokens=int(row["input_length"]),
+                        output_tokens=int(row["output_length"]),
+                        hashes=chain_hashes(ids),
+                        session=f"s{ids[1]}" if len(ids) > 1 else None,
+                    )
+                except (ValueError, KeyError, TypeError, IndexError) as exc:
+                    raise InputError(f"{path}:{lineno}: malformed trace row: {exc}") from None
+                out.append(req)
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read: {exc}") from None
+    return _from_zero(out)
+
+
+def load_azure(path: Path, limit: int | None = None) -> list[TraceRequest]:
+    """Read an Azure LLM inference CSV (``TIMESTAMP``, ``ContextTokens``, ``GeneratedTokens``)."""
+    out: list[TraceRequest] = []
+    try:
+        with path.open(encoding="utf-8", newline="") as fh:
+            for lineno, row in enumerate(csv.DictReader(fh), 2):
+                if limit is not None and len(out) >= limit:
+                    break
+                try:
+                    stamp = datetime.fromisoformat(row["TIMESTAMP"][:26])
+                    prompt = int(row["ContextTokens"])
+                    req = TraceRequest(
+                        id=f"r{lineno}",
+                        arrival=stamp.timestamp(),
+                        prompt_tokens=prompt,
+                        output_tokens=int(row["GeneratedTokens"]),
+                        hashes=chain_hashes((lineno, i) for i in range(-(-prompt // MOONCAKE_BLOCK_TOKENS))),
+                    )
+                except (ValueError, KeyError, TypeError) as exc:
+                    raise InputError(f"{path}:{lineno}: malformed trace row: {exc}") from None
+                out.append(req)
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read: {exc}") from None
+    return _from_zero(out)
+
+
+def _from_zero(requests: list[TraceRequest]) -> list[TraceRequest]:
+    if not requests:
+        return requests
+    requests.sort(key=lambda r: r.arrival)
+    t0 = requests[0].arrival
+    return [replace(r, arrival=r.arrival - t0) for r in requests]
