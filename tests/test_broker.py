@@ -128,7 +128,9 @@ def test_no_partial_placement_under_random_load() -> None:
         assert len(held) == len(set(held))
         assert {lease.id for lease in broker.leases()} == live
         reserved = [g for q in broker.queue() for g in q.nominated]
-        assert not set(reserved) & {
+        assert len(reserved) == len(set(reserved))
+        preempting = {g for q in broker.queue() if not q.draining for g in q.nominated}
+        assert not preempting & {
             g for lease in broker.leases() if lease.state == "active" for g in lease.gpus
         }
         assert broker.free_gpus() == len(topology) - len(set(held) | set(reserved))
@@ -160,7 +162,7 @@ def test_required_domain_waits_rather_than_spread() -> None:
 
 def test_communication_bound_gang_waits_for_one_domain_then_spreads() -> None:
     clock = FakeClock()
-    broker = make_broker(clock, locality_wait_s=100.0)
+    broker = make_broker(clock, locality_wait_s=100.0, drain_after_s=1000.0)
     broker.submit(GangRequest("x", "a", 5, topology=TopologyConstraint("nvlink_domain")))
     broker.submit(GangRequest("y", "a", 5, topology=TopologyConstraint("nvlink_domain")))
     comm = GangRequest("comm", "b", 6, hint=WorkloadHint(bound="communication"))
@@ -181,6 +183,40 @@ def test_communication_bound_gang_is_packed_in_one_domain() -> None:
     gpus = granted(events)["comm"]
     assert len({g.split("/")[0] for g in gpus}) == 1
     assert next(le for le in broker.leases() if le.id == "comm").level == "nvlink_domain"
+
+
+def test_draining_reserves_one_domain_until_the_gang_fits() -> None:
+    clock = FakeClock()
+    broker = make_broker(clock, locality_wait_s=10_000.0, drain_after_s=60.0)
+    broker.submit(GangRequest("x", "a", 6, topology=TopologyConstraint("nvlink_domain")))
+    broker.submit(GangRequest("y", "a", 5, topology=TopologyConstraint("nvlink_domain")))
+    broker.submit(GangRequest("comm", "b", 4, hint=WorkloadHint(bound="communication")))
+    assert broker.free_gpus() == 5
+    clock.now = 60
+    assert broker.advance() == []
+    (queued,) = broker.queue()
+    y_gpus = next(le.gpus for le in broker.leases() if le.id == "y")
+    y_domain = {g.split("/")[0] for g in y_gpus}
+    # The domain with the most free GPUs (y's, 3 free) is drained: 3 reserved now, 1 of y's later.
+    assert queued.draining and {g.split("/")[0] for g in queued.nominated} == y_domain
+    assert len(set(queued.nominated) & set(y_gpus)) == 1
+    assert broker.free_gpus() == 2
+    small = granted(broker.submit(GangRequest("small", "a", 2)))["small"]
+    assert not set(small) & set(queued.nominated)
+    events = broker.release("y")
+    assert granted(events)["comm"] == queued.nominated
+    assert next(le for le in broker.leases() if le.id == "comm").level == "nvlink_domain"
+
+
+def test_draining_gang_that_times_out_frees_its_reservation() -> None:
+    clock = FakeClock()
+    broker = make_broker(clock, drain_after_s=0.0)
+    broker.submit(GangRequest("x", "a", 12))
+    broker.submit(GangRequest("comm", "b", 8, hint=WorkloadHint(bound="communication"), timeout_s=50))
+    assert broker.queue()[0].draining and broker.free_gpus() == 0
+    clock.now = 50
+    assert [type(e) for e in broker.advance()] == [TimedOut]
+    assert broker.free_gpus() == 4 and broker.usage("b") == 0
 
 
 def test_small_gangs_fill_fragments_and_keep_whole_domains_free() -> None:

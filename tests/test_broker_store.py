@@ -1,0 +1,173 @@
+"""The broker's state in the store (SQLite and PostgreSQL), the topology adapter, and the CLI."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import pytest
+
+from agentgate.cli import broker as broker_cli
+from agentgate.dispatch.broker import (
+    Broker,
+    GangRequest,
+    TenantQuota,
+    TopologyConstraint,
+    WorkloadHint,
+    from_inventory,
+    synthetic_topology,
+)
+from agentgate.dispatch.inventory import parse_inventory
+from agentgate.errors import InventoryError
+from agentgate.store import SQLiteStore, Store
+from agentgate.store.broker_leases import BrokerLeaseStore
+
+INVENTORY = """
+racks: [{name: rack-1}]
+nodes:
+  - {name: node-a, rack: rack-1}
+  - {name: node-b}
+gpus:
+  - {id: a0, type: H100, memory_gb: 80, node: node-a, nvlink_domain: nvl-a}
+  - {id: a1, type: H100, memory_gb: 80, node: node-a, nvlink_domain: nvl-a}
+  - {id: b0, type: H200, memory_gb: 141, node: node-b}
+"""
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1_700_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def busy_broker(journal: BrokerLeaseStore, clock: FakeClock) -> Broker:
+    """A broker with an active lease, a notified one, a nominated preemptor and a plain waiter."""
+    quotas = [TenantQuota("a", 16, cohort="lab"), TenantQuota("b", 16, cohort="lab")]
+    broker = Broker(synthetic_topology(2, 8), quotas, clock=clock, ttl_s=60, grace_s=30, journal=journal)
+    broker.submit(GangRequest("low", "a", 8, holder="trainer-1", hint=WorkloadHint("communication")))
+    broker.submit(GangRequest("keep", "b", 6, topology=TopologyConstraint("node", required=False)))
+    clock.now += 5
+    broker.submit(GangRequest("high", "a", 8, priority=3))
+    broker.submit(GangRequest("wait", "b", 4, timeout_s=100, hint=WorkloadHint("memory", "inference")))
+    return broker
+
+
+def test_saved_state_reads_back_equal(store: Store) -> None:
+    clock = FakeClock()
+    journal = BrokerLeaseStore(store)
+    broker = busy_broker(journal, clock)
+    loaded = journal.load()
+    assert loaded is not None
+    expected = broker.snapshot()
+    assert loaded.leases == expected.leases
+    assert loaded.queue == expected.queue
+    assert loaded.taken_at == clock.now
+    assert {lease.id: lease.state for lease in loaded.leases} == {"low": "notified", "keep": "active"}
+    assert [q.request.id for q in loaded.queue] == ["high", "wait"]
+
+
+def test_save_replaces_the_previous_state(store: Store) -> None:
+    clock = FakeClock()
+    journal = BrokerLeaseStore(store)
+    broker = busy_broker(journal, clock)
+    broker.release("low")  # checkpoint done: high gets the GPUs
+    loaded = journal.load()
+    assert loaded is not None
+    assert sorted(lease.id for lease in loaded.leases) == ["high", "keep"]
+    assert [q.request.id for q in loaded.queue] == ["wait"]
+
+
+def test_brokers_sharing_a_store_keep_their_own_state(store: Store) -> None:
+    clock = FakeClock()
+    busy_broker(BrokerLeaseStore(store, "east"), clock)
+    other = BrokerLeaseStore(store, "west")
+    assert other.load() is None
+    Broker(synthetic_topology(1, 8), [TenantQuota("a", 8)], clock=clock, journal=other).submit(
+        GangRequest("solo", "a", 1)
+    )
+    west = other.load()
+    east = BrokerLeaseStore(store, "east").load()
+    assert west is not None and east is not None
+    assert [lease.id for lease in west.leases] == ["solo"]
+    assert "solo" not in {lease.id for lease in east.leases}
+
+
+def test_from_inventory_maps_domains_nodes_and_racks() -> None:
+    topology = from_inventory(parse_inventory(INVENTORY))
+    assert [(g.id, g.nvlink_domain, g.node, g.rack) for g in topology.gpus] == [
+        ("a0", "nvl-a", "node-a", "rack-1"),
+        ("a1", "nvl-a", "node-a", "rack-1"),
+        ("b0", "gpu:b0", "node-b", "node:node-b"),
+    ]
+    assert topology.shared_level([0, 1]) == "nvlink_domain"
+    assert topology.shared_level([0, 2]) is None
+
+
+def test_empty_inventory_is_refused() -> None:
+    with pytest.raises(InventoryError, match="at least one GPU"):
+        from_inventory(parse_inventory("gpus: []"))
+
+
+# --- CLI ---------------------------------------------------------------------------------------
+
+
+def run_cli(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="agentgate")
+    broker_cli.register(parser.add_subparsers(dest="group"))
+    args = parser.parse_args(argv)
+    code: int = args.handler(args)
+    return code
+
+
+@pytest.fixture
+def cli_store(tmp_path: Path) -> str:
+    path = tmp_path / "agentgate.db"
+    with SQLiteStore(path) as store:
+        busy_broker(BrokerLeaseStore(store), FakeClock())
+    return str(path)
+
+
+def test_cli_shows_leases_and_queue(cli_store: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert run_cli(["broker", "leases", "--store", cli_store]) == 0
+    out = capsys.readouterr().out
+    assert "state as of 2023-11-14T22:13:25Z" in out
+    low = next(line for line in out.splitlines() if line.startswith("low "))
+    assert "notified" in low and "high" in low and "nvlink_domain" in low
+    assert run_cli(["broker", "queue", "--store", cli_store, "--json"]) == 0
+    queue = json.loads(capsys.readouterr().out)["queue"]
+    assert [(q["id"], q["victims"], q["deadline"]) for q in queue] == [
+        ("high", ["low"], None),
+        ("wait", [], 1_700_000_105.0),
+    ]
+
+
+def test_cli_shows_inventory_with_holders(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "inv.yaml"
+    path.write_text(INVENTORY)
+    store_path = tmp_path / "agentgate.db"
+    with SQLiteStore(store_path) as store:
+        topology = from_inventory(parse_inventory(INVENTORY))
+        broker = Broker(topology, [TenantQuota("a", 3)], journal=BrokerLeaseStore(store))
+        broker.submit(GangRequest("pair", "a", 2, hint=WorkloadHint("communication")))
+    assert (
+        run_cli(["broker", "inventory", "--inventory", str(path), "--store", str(store_path), "--json"]) == 0
+    )
+    gpus = {g["id"]: g["lease"] for g in json.loads(capsys.readouterr().out)["gpus"]}
+    assert gpus == {"a0": "pair", "a1": "pair", "b0": None}
+    assert run_cli(["broker", "inventory", "--inventory", str(path), "--store", str(store_path)]) == 0
+    assert "3 GPUs, 1 free" in capsys.readouterr().out
+
+
+def test_cli_with_no_state_says_so(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert run_cli(["broker", "leases", "--store", str(tmp_path / "empty.db")]) == 0
+    assert "no state written yet" in capsys.readouterr().out
+
+
+def test_cli_bad_inventory_is_a_typed_error(tmp_path: Path) -> None:
+    path = tmp_path / "inv.yaml"
+    path.write_text("gpus:\n  - {id: a0, type: H100, memory_gb: 80, node: nowhere}\n")
+    with pytest.raises(InventoryError, match=r"inv\.yaml:2"):
+        run_cli(["broker", "inventory", "--inventory", str(path), "--store", str(tmp_path / "s.db")])
