@@ -1,0 +1,809 @@
+"""``Gate``: the composition root that the integrations and the CLI use.
+
+One tool call or model call, end to end (docs/architecture.md):
+
+1. ``authorize``: the policy's rule for the caller (``policy.PolicyIndex``), then the authority
+   decision over an invocation signed by the agent's own key (``authority.Authority``: chain
+   verified, holder binding, nothing revoked, nonce fresh, approval gate), then, in ONE store
+   transaction, the budget reserved against every grant of the chain (``store.ledger``), a
+   signed approval consumed (``store.approvals``) and the decision appended to the audit log
+   (``store.audit``). If that transaction fails, the call does not run.
+2. ``run`` / ``arun``: the call runs under the scheduler (``tasks``: limits, deadline, safe
+   retries, breakers); its outcome is audited and the budget committed with the actual usage or
+   released, inside an OpenTelemetry span.
+
+The gate composes; each rule lives in the part that owns it. A refusal is data: an
+``Authorization`` that is not allowed, whose ``explain()`` tells the agent what was refused and
+why, without tokens, keys or argument values.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import math
+import threading
+import time
+import weakref
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from contextvars import ContextVar
+from dataclasses import dataclass, field, replace
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, ParamSpec, TypeVar
+
+from opentelemetry import trace
+
+from agentgate.audit.entry import argument_digest, canonical_json, redact
+from agentgate.authority import (
+    ApprovalRequirement,
+    Authority,
+    Budget,
+    Chain,
+    Decision,
+    GrantRepository,
+    Invocation,
+    delegate,
+    issue,
+    record,
+    revoke,
+)
+from agentgate.capabilities import Call, Capability
+from agentgate.errors import (
+    AgentGateError,
+    BudgetExceeded,
+    Denied,
+    Expired,
+    InputError,
+    KeyFileError,
+)
+from agentgate.findings import Finding, FindingKind
+from agentgate.keys import PublicKey, SigningKey
+from agentgate.policy import ApprovalRequirement as PolicyApproval
+from agentgate.policy import Outcome, Policy, PolicyDecision, PolicyIndex, load_policy, role_grant_template
+from agentgate.store import Store, open_store
+from agentgate.store.approvals import ApprovalStore
+from agentgate.store.audit import AuditLog, VerifyReport, open_log_key
+from agentgate.store.ledger import BudgetLedger
+from agentgate.tasks import (
+    Attempt,
+    RateLimit,
+    RetryPolicy,
+    Scheduler,
+    SchedulerConfig,
+    SyncScheduler,
+    ToolCall,
+    ToolLimits,
+)
+
+__all__ = ["AgentIdentity", "Approval", "Authorization", "Gate", "Verdict", "scheduler_config"]
+
+T = TypeVar("T")
+P = ParamSpec("P")
+
+_tracer = trace.get_tracer("agentgate")
+
+# The approval gate the policy set for the call being decided in this context: the authority
+# engine asks its hook after verifying the chain and before consuming the nonce.
+_pending_approval: ContextVar[ApprovalRequirement | None] = ContextVar(
+    "agentgate_pending_approval", default=None
+)
+
+
+def _approval_hook(call: Call, chain: Chain, invocation: Invocation) -> ApprovalRequirement | None:
+    return _pending_approval.get()
+
+
+class Verdict:
+    """The three answers a decision gives (the same words as ``authority.Outcome``)."""
+
+    ALLOW = "allow"
+    DENY = "deny"
+    APPROVAL_REQUIRED = "approval_required"
+
+
+@dataclass(frozen=True)
+class AgentIdentity:
+    """Who an agent is in one run: its name, its own key, and the chain of grants it holds.
+
+    Carried in the run's context, never in state or messages; its ``repr`` shows neither the
+    key nor the token.
+    """
+
+    name: str
+    key: SigningKey = field(repr=False)
+    chain: Chain = field(repr=False)
+    tenant: str = "default"
+
+    @property
+    def did(self) -> str:
+        return self.key.did
+
+    @property
+    def grant_id(self) -> str:
+        return self.chain.id
+
+
+@dataclass(frozen=True)
+class Approval:
+    """An approver's signed yes to one approval request, bound to the exact call (``call_hash``).
+
+    The store makes it single-use and expiring (``store.approvals``); the signature makes it
+    unforgeable: only a key the policy names as an approver can produce one.
+    """
+
+    request: str
+    """The approval request id from the interrupt payload."""
+    call_hash: str
+    """Hash of the tool, the arguments' digest, the grant and the tool call id."""
+    approver: str
+    """The approver's ``did:key``."""
+    signature: bytes = field(repr=False)
+
+    def signed_bytes(self) -> bytes:
+        return b"agentgate-approval-v1\n" + canonical_json(
+            {"request": self.request, "call": self.call_hash, "approver": self.approver}
+        )
+
+    @classmethod
+    def sign(cls, payload: Mapping[str, Any], approver: SigningKey) -> Approval:
+        """Sign the request shown in an interrupt payload (or the request itself) as ``approver``.
+
+        Raises ``InputError`` when the payload carries no request id and call hash.
+        """
+        inner = payload.get("request", payload)
+        if not isinstance(inner, Mapping) or not all(
+            isinstance(inner.get(k), str) for k in ("id", "call_hash")
+        ):
+            raise InputError(
+                "an approval needs the request's 'id' and 'call_hash': pass the interrupt payload"
+            )
+        unsigned = cls(inner["id"], inner["call_hash"], approver.did, b"")
+        return replace(unsigned, signature=approver.sign(unsigned.signed_bytes()))
+
+    def verify(self) -> bool:
+        """Whether the signature is the approver's own."""
+        try:
+            return PublicKey.from_did(self.approver).is_valid(self.signed_bytes(), self.signature)
+        except (KeyFileError, AgentGateError):
+            return False
+
+    def to_dict(self) -> dict[str, str]:
+        """Plain strings: what ``Command(resume=...)`` carries through any checkpointer."""
+        return {
+            "request": self.request,
+            "call_hash": self.call_hash,
+            "approver": self.approver,
+            "signature": self.signature.hex(),
+        }
+
+    @classmethod
+    def parse(cls, value: object) -> Approval | None:
+        """An approval from a resume value (an ``Approval`` or its ``to_dict()``); ``None`` for
+        anything else, which leaves the call unapproved rather than failing the run."""
+        if isinstance(value, Approval):
+            return value
+        if not isinstance(value, Mapping):
+            return None
+        try:
+            return cls(
+                str(value["request"]),
+                str(value["call_hash"]),
+                str(value["approver"]),
+                bytes.fromhex(str(value["signature"])),
+            )
+        except (KeyError, ValueError, TypeError):
+            return None
+
+
+@dataclass(frozen=True)
+class Authorization:
+    """A recorded decision about one call and what it reserved. Produced by ``Gate.authorize``."""
+
+    verdict: str
+    call: Call
+    identity: AgentIdentity | None = field(repr=False)
+    reasons: tuple[str, ...] = ()
+    findings: tuple[Finding, ...] = ()
+    audit_index: int | None = None
+    reservations: tuple[tuple[str, str, int], ...] = ()
+    """(reservation id, unit, amount) held in the ledger until the outcome."""
+    request: Mapping[str, Any] | None = None
+    """The approval request, when the verdict is ``approval_required``."""
+    approver: str | None = None
+    decision: Decision | None = field(default=None, repr=False)
+    """The authority engine's decision, when one was made."""
+
+    @property
+    def allowed(self) -> bool:
+        return self.verdict == Verdict.ALLOW
+
+    @property
+    def needs_approval(self) -> bool:
+        return self.verdict == Verdict.APPROVAL_REQUIRED
+
+    def approval_payload(self) -> dict[str, Any]:
+        """What ``interrupt()`` shows a human: what is asked, by whom, and why."""
+        return {"agentgate": "approval_required", "request": dict(self.request or {})}
+
+    def explain(self) -> str:
+        """What was refused and why, for the model: the resource and the reasons, never tokens or keys."""
+        what = f"{self.call.resource} ({self.call.action})"
+        why = "; ".join([*self.reasons, *(f"[{f.kind}/{f.code}]" for f in self.findings)]) or "not allowed"
+        if self.needs_approval:
+            return f"agentgate: {what} needs a human approval that was not given: {why}"
+        return f"agentgate refused {what}: {why}. Do not retry this call; choose another way or stop."
+
+
+def scheduler_config(policy: Policy) -> SchedulerConfig:
+    """The scheduler's per-tool limits, one to one from the policy's ``tools`` section."""
+    tools: dict[str, ToolLimits] = {}
+    for name, tool in policy.document.tools.items():
+        retry = tool.retry
+        tools[name] = ToolLimits(
+            concurrency=tool.concurrency,
+            rate=RateLimit(tool.rate.per_second, tool.rate.burst) if tool.rate else None,
+            timeout_s=tool.timeout_s,
+            retry=RetryPolicy(
+                attempts=retry.attempts,
+                backoff_initial_s=retry.backoff_initial_s,
+                backoff_max_s=max(retry.backoff_max_s, retry.backoff_initial_s),
+                multiplier=retry.multiplier,
+                retry_on=tuple(retry.retry_on),
+            ),
+            idempotent=tool.idempotent,
+            takes_idempotency_key=tool.takes_idempotency_key,
+        )
+    return SchedulerConfig(tools=tools)
+
+
+def _finding(kind: FindingKind, code: str, message: str, hint: str | None = None) -> Finding:
+    return Finding(kind=kind, code=code, message=message, hint=hint)
+
+
+class Gate:
+    """Answers tool and model calls for agent identities: decide, reserve, audit, run, settle.
+
+    Thread-safe; one per process and policy. ``Gate.open`` builds one from files with the
+    embedded defaults (SQLite under ``.agentgate/``, the log key beside it).
+    """
+
+    def __init__(
+        self,
+        policy: Policy,
+        store: Store,
+        *,
+        trust_anchors: Iterable[PublicKey | str] | None = None,
+        log_key: SigningKey | None = None,
+        scheduler: SchedulerConfig | None = None,
+    ) -> None:
+        self.policy = policy
+        self.store = store
+        self.index = PolicyIndex(policy)
+        anchors = (
+            list(trust_anchors)
+            if trust_anchors is not None
+            else [d for d in policy.anchor_dids.values() if d]
+        )
+        self.grants = GrantRepository(store)
+        self.authority = Authority(self.grants, anchors, approvals=_approval_hook)
+        self.ledger = BudgetLedger(store)
+        self.approvals = ApprovalStore(store)
+        self.audit = AuditLog(store, log_key or open_log_key(store))
+        self._config = scheduler or scheduler_config(policy)
+        self._sync_scheduler: SyncScheduler | None = None
+        self._async_schedulers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Scheduler] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._lock = threading.Lock()
+        self.delegations: list[tuple[str, AgentIdentity]] = []
+        """(parent agent name, sub-agent identity) for every delegation this gate made, in order."""
+
+    @classmethod
+    def open(cls, policy: str | Path, store: str | None = None, *, key_dir: str | Path | None = None) -> Gate:
+        """A gate over a policy file and a store URL (``AGENTGATE_STORE``, else ``.agentgate/agentgate.db``).
+
+        Raises ``PolicyError`` for a policy that cannot be loaded, ``StoreError`` for a store
+        that cannot be opened.
+        """
+        return cls(load_policy(policy, key_dir=key_dir), open_store(store))
+
+    def close(self) -> None:
+        """Stop the scheduler thread and close the store."""
+        if self._sync_scheduler is not None:
+            self._sync_scheduler.close()
+        self.grants.close()
+        self.store.close()
+
+    def __enter__(self) -> Gate:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- grants ---------------------------------------------------------------------------
+
+    def issue(
+        self, anchor: SigningKey, *, name: str, key: SigningKey, role: str, tenant: str | None = None
+    ) -> AgentIdentity:
+        """A root grant from ``anchor`` (a trust anchor) to ``key`` holding exactly what ``role`` allows.
+
+        Raises ``PolicyError`` for an unknown role.
+        """
+        template = role_grant_template(self.policy, role)
+        budget = Budget(template.budget.limit, template.budget.unit) if template.budget else None
+        chain = issue(
+            anchor,
+            key.public,
+            template.capabilities,
+            ttl=template.ttl_s,
+            budget=budget,
+            max_depth=template.max_depth,
+            purpose=f"role {role}",
+        )
+        record(self.grants, chain)
+        return AgentIdentity(name, key, chain, tenant or self._tenant_of(key.did))
+
+    def delegate(
+        self,
+        parent: AgentIdentity | None,
+        *,
+        name: str,
+        key: SigningKey,
+        capabilities: Iterable[Capability | str],
+        ttl: timedelta,
+        budget: int | None = None,
+    ) -> AgentIdentity:
+        """A sub-agent identity: a fresh grant from ``parent`` to ``key``, attenuated to
+        ``capabilities`` and ``budget``, living ``ttl`` and never past the parent.
+
+        Raises the authority's error when the parent cannot make it (``ScopeCreep``,
+        ``Expired``, ``Denied``), and ``Denied`` when there is no parent identity at all.
+        """
+        if parent is None:
+            raise Denied("no identity in the run context: there is no grant to delegate from")
+        tip = parent.chain.tip
+        seconds = max(1, min(int(ttl.total_seconds()), tip.expires - int(time.time())))
+        unit = tip.budget.unit if tip.budget else "usd_micros"
+        chain = delegate(
+            parent.chain,
+            parent.key,
+            key.public,
+            capabilities,
+            ttl=seconds,
+            budget=Budget(budget, unit) if budget is not None else None,
+            purpose=f"sub-agent {name}",
+        )
+        record(self.grants, chain)
+        child = AgentIdentity(name, key, chain, parent.tenant)
+        with self._lock:
+            self.delegations.append((parent.name, child))
+        return child
+
+    def revoke(self, grant: AgentIdentity | Chain | str, *, by: str = "operator", reason: str = "") -> str:
+        """Revoke a grant and, through it, every grant below it; audited. Returns the grant id."""
+        target = grant.chain if isinstance(grant, AgentIdentity) else grant
+        grant_id = revoke(self.grants, target, reason=reason)
+        self.audit.append(
+            {"kind": "revoke", "principal": by, "chain_hash": grant_id, "reasons": [reason] if reason else []}
+        )
+        return grant_id
+
+    def _tenant_of(self, did: str) -> str:
+        name = self.index.principal_name(did)
+        principal = self.policy.document.principals.get(name) if name else None
+        return principal.tenant if principal and principal.tenant else "default"
+
+    # --- deciding -------------------------------------------------------------------------
+
+    def authorize(
+        self,
+        identity: AgentIdentity | None,
+        call: Call,
+        *,
+        agent: str | None = None,
+        agent_did: str | None = None,
+        approval: Approval | None = None,
+        tokens: tuple[int, int] | None = None,
+        call_id: str | None = None,
+    ) -> Authorization:
+        """Decide ``call`` for ``identity`` and record the decision before anything runs.
+
+        ``agent``/``agent_did``: the agent the caller runs as; an identity that belongs to another
+        agent is refused (``implicit_trust_inheritance``). ``tokens``: (prompt, max output) for a
+        model call, to reserve its cost. ``call_id``: the framework's id for the call, which binds
+        an approval request to this very call. Never raises for a refused call; raises
+        ``AuditError``/``StoreError`` only if even the refusal cannot be recorded (then nothing runs).
+        """
+        early = self._precheck(identity, call, agent, agent_did)
+        if early is not None:
+            return self._record_refusal(early)
+        assert identity is not None
+        verdict = self.index.evaluate(self._policy_principal(identity), call)
+        if verdict.outcome is Outcome.DENY:
+            return self._record_refusal(Authorization(Verdict.DENY, call, identity, verdict.reasons))
+        request = self._approval_request(identity, call, verdict, call_id)
+        approved = (
+            approval if request is not None and self._approval_valid(approval, request, verdict) else None
+        )
+
+        pending = None
+        if request is not None and approved is None and verdict.approval is not None:
+            gate = verdict.approval
+            pending = ApprovalRequirement(gate.approvers, gate.quorum, f"approval gate {gate.gate}")
+        invocation = Invocation.sign(identity.key, identity.chain, call)
+        token = _pending_approval.set(pending)
+        try:
+            decision = self.authority.decide(invocation)
+        finally:
+            _pending_approval.reset(token)
+        auth = Authorization(
+            decision.outcome.value,
+            call,
+            identity,
+            (*verdict.reasons, *decision.reasons),
+            decision.findings,
+            decision=decision,
+        )
+        if auth.needs_approval:
+            return self._record_approval_request(auth, request)
+        if not auth.allowed:
+            return self._record_refusal(auth)
+        return self._record_allow(auth, approved, request, tokens)
+
+    def _precheck(
+        self, identity: AgentIdentity | None, call: Call, agent: str | None, agent_did: str | None
+    ) -> Authorization | None:
+        if identity is None:
+            return Authorization(
+                Verdict.DENY,
+                call,
+                None,
+                findings=(
+                    _finding(
+                        FindingKind.AUTHORITY_CHAIN_OPACITY,
+                        "no_chain",
+                        "the run carries no agent identity, so no authority can be shown for this call",
+                        "run the agent with context=AgentIdentity(...)",
+                    ),
+                ),
+            )
+        if (agent is not None and identity.name != agent) or (
+            agent_did is not None and identity.did != agent_did
+        ):
+            return Authorization(
+                Verdict.DENY,
+                call,
+                identity,
+                (f"agent {agent} has no grant of its own; it is running on the identity of {identity.name}",),
+                (
+                    _finding(
+                        FindingKind.IMPLICIT_TRUST_INHERITANCE,
+                        "inherited_identity",
+                        f"nested agent {agent} inherited the run context of {identity.name}",
+                        "expose the sub-agent through delegation_tool so that it gets its own attenuated grant",
+                    ),
+                ),
+            )
+        return None
+
+    def _policy_principal(self, identity: AgentIdentity) -> str:
+        # A sub-agent the policy names is judged by its own roles; one with a key made at run
+        # time is judged as the principal its chain was first issued to (and its grant narrows that).
+        if self.index.principal_name(identity.did) is not None:
+            return identity.did
+        return identity.chain.root.audience
+
+    # --- approvals ------------------------------------------------------------------------
+
+    def _approval_request(
+        self, identity: AgentIdentity, call: Call, verdict: PolicyDecision, call_id: str | None
+    ) -> dict[str, Any] | None:
+        gate = verdict.approval
+        if verdict.outcome is not Outcome.APPROVAL_REQUIRED or gate is None:
+            return None
+        digest = argument_digest(call.args)
+        call_hash = hashlib.sha256(
+            canonical_json(
+                {
+                    "res": call.resource,
+                    "act": call.action,
+                    "args": digest,
+                    "grant": identity.grant_id,
+                    "call": call_id or "",
+                }
+            )
+        ).hexdigest()
+        return {
+            "id": "",
+            "call_hash": call_hash,
+            "gate": gate.gate,
+            "resource": call.resource,
+            "args": redact(call.args, self._loggable(call)),
+            "args_digest": digest,
+            "requester": identity.name,
+            "requester_did": identity.did,
+            "approvers": list(gate.approvers),
+            "quorum": gate.quorum,
+            "expires_at": int(time.time()) + gate.expiry_s,
+            "reasons": list(verdict.reasons),
+        }
+
+    def _approval_valid(
+        self, approval: Approval | None, request: Mapping[str, Any], verdict: PolicyDecision
+    ) -> bool:
+        gate: PolicyApproval | None = verdict.approval
+        if approval is None or gate is None or gate.quorum != 1:
+            # The approvals store records one approver per request: a quorum above one is never met.
+            return False
+        allowed = {did for did in gate.approver_dids if did}
+        return (
+            approval.call_hash == request["call_hash"]
+            and approval.approver in allowed
+            and approval.approver != request["requester_did"]
+            and approval.verify()
+        )
+
+    def approve(self, payload: Mapping[str, Any], approver: SigningKey) -> dict[str, str]:
+        """Convenience for a human's tool: sign the request in ``payload``; the resume value."""
+        return Approval.sign(payload, approver).to_dict()
+
+    # --- recording ------------------------------------------------------------------------
+
+    def _entry(self, auth: Authorization, kind: str) -> dict[str, Any]:
+        identity = auth.identity
+        return {
+            "kind": kind,
+            "principal": identity.did if identity else "unknown",
+            "chain_hash": identity.grant_id if identity else None,
+            "policy_hash": self.policy.digest or None,
+            "resource": auth.call.resource,
+            "args_digest": argument_digest(auth.call.args),
+            "args": redact(auth.call.args, self._loggable(auth.call)),
+            "approver": auth.approver,
+            "reasons": [*auth.reasons, *(f"{f.kind}:{f.code}" for f in auth.findings)],
+        }
+
+    def _loggable(self, call: Call) -> list[str]:
+        tool = self.policy.document.tools.get(call.resource.removeprefix("tool:"))
+        return list(tool.loggable) if tool else []
+
+    def _record_refusal(self, auth: Authorization) -> Authorization:
+        return replace(auth, verdict=Verdict.DENY, audit_index=self.audit.append(self._entry(auth, "deny")))
+
+    def _record_approval_request(
+        self, auth: Authorization, request: Mapping[str, Any] | None
+    ) -> Authorization:
+        assert request is not None and auth.identity is not None
+        with self.store.transaction() as tx:
+            request_id = self.approvals.request(
+                request["call_hash"], auth.identity.did, request["expires_at"], tx=tx
+            )
+            index = self.audit.append(self._entry(auth, "approval_required"), tx)
+        return replace(auth, audit_index=index, request={**request, "id": request_id})
+
+    def _record_allow(
+        self,
+        auth: Authorization,
+        approval: Approval | None,
+        request: Mapping[str, Any] | None,
+        tokens: tuple[int, int] | None,
+    ) -> Authorization:
+        identity, decision = auth.identity, auth.decision
+        assert identity is not None and decision is not None
+        amounts = self._cost(auth.call, tokens)
+        try:
+            with self.store.transaction() as tx:
+                if approval is not None and request is not None:
+                    self.approvals.approve(approval.request, approval.approver, tx=tx)
+                    self.approvals.consume(approval.request, request["call_hash"], tx=tx)
+                    auth = replace(auth, approver=approval.approver)
+                held = []
+                for unit, caps in self._caps(decision).items():
+                    amount = amounts.get(unit, 0)
+                    if amount > 0:
+                        held.append((self.ledger.reserve(tx, identity.chain.ids, caps, amount), unit, amount))
+                index = self.audit.append(self._entry(auth, "allow"), tx)
+        except BudgetExceeded as exc:
+            return self._record_refusal(replace(auth, reasons=(self._budget_reason(identity, exc),)))
+        except (Denied, Expired, InputError) as exc:
+            return self._record_refusal(replace(auth, reasons=(f"approval not usable: {exc}",)))
+        return replace(auth, audit_index=index, reservations=tuple(held))
+
+    def _budget_reason(self, identity: AgentIdentity, exc: BudgetExceeded) -> str:
+        parts = []
+        for link in identity.chain.links:
+            if link.budget is not None:
+                spent = self.ledger.spent(link.id)
+                parts.append(
+                    f"{spent} of {link.budget.amount} {link.budget.unit} spent on grant {link.id[:12]}"
+                )
+        return f"budget exhausted ({'; '.join(parts) or exc})"
+
+    @staticmethod
+    def _caps(decision: Decision) -> dict[str, dict[str, int]]:
+        by_unit: dict[str, dict[str, int]] = {}
+        for grant_id, budget in decision.budgets:
+            by_unit.setdefault(budget.unit, {})[grant_id] = budget.amount
+        return by_unit
+
+    def _cost(self, call: Call, tokens: tuple[int, int] | None) -> dict[str, int]:
+        """What a call costs in each budget unit: calls always 1; tokens and money for model calls."""
+        cost = {"calls": 1}
+        if tokens is not None and call.resource.startswith("model:"):
+            prompt, output = tokens
+            cost["tokens"] = prompt + output
+            spec = self.policy.document.models.get(call.resource.removeprefix("model:"))
+            if spec is not None:
+                micros = math.ceil(
+                    (prompt * spec.cost_per_mtok.input + output * spec.cost_per_mtok.output) / 1_000_000
+                )
+                cost["usd_micros"] = cost["micro_usd"] = micros
+        return cost
+
+    # --- running --------------------------------------------------------------------------
+
+    def _tool_call(self, auth: Authorization, call_id: str | None) -> ToolCall:
+        identity = auth.identity
+        assert identity is not None
+        return ToolCall(
+            tool=auth.call.resource.removeprefix("tool:"),
+            arguments=auth.call.args,
+            tenant=identity.tenant,
+            principal=identity.name,
+            run_id=identity.grant_id,
+            call_id=call_id,
+            grant_expires_at=float(identity.chain.tip.expires),
+            authority_chain=identity.chain.ids,
+        )
+
+    def run(
+        self,
+        auth: Authorization,
+        fn: Callable[[], T],
+        *,
+        call_id: str | None = None,
+        failed: Callable[[T], bool] | None = None,
+        spent: Callable[[T], tuple[int, int] | None] | None = None,
+    ) -> T:
+        """Run ``fn`` for an allowed call (tools under the scheduler), audit the outcome, settle the budget.
+
+        Raises ``Denied`` for an authorization that is not an allow. Re-raises what ``fn`` (or
+        the scheduler: ``Overloaded``, ``DeadlineExceeded``, ``CircuitOpen``) raises, after
+        recording the failure and releasing the reservation.
+        """
+        self._check_allowed(auth)
+        with _tracer.start_as_current_span(_span_name(auth.call)) as span:
+            _annotate(span, auth)
+            try:
+                if auth.call.resource.startswith("tool:"):
+                    result = self._sync().submit(self._tool_call(auth, call_id), lambda _attempt: fn())
+                else:
+                    result = fn()
+            except BaseException as exc:
+                self._settle(auth, "error", type(exc).__name__, None)
+                span.set_attribute("error.type", type(exc).__name__)
+                raise
+            status = "error" if failed is not None and failed(result) else "ok"
+            self._settle(auth, status, None, spent(result) if spent is not None else None)
+            return result
+
+    async def arun(
+        self,
+        auth: Authorization,
+        fn: Callable[[], Awaitable[T]],
+        *,
+        call_id: str | None = None,
+        failed: Callable[[T], bool] | None = None,
+        spent: Callable[[T], tuple[int, int] | None] | None = None,
+    ) -> T:
+        """The async twin of ``run``: the scheduler's limits hold for coroutines too."""
+        self._check_allowed(auth)
+        with _tracer.start_as_current_span(_span_name(auth.call)) as span:
+            _annotate(span, auth)
+            try:
+                if auth.call.resource.startswith("tool:"):
+
+                    async def attempt(_attempt: Attempt) -> T:
+                        return await fn()
+
+                    result = await self._async().submit(self._tool_call(auth, call_id), attempt)
+                else:
+                    result = await fn()
+            except BaseException as exc:
+                await self.to_thread(self._settle, auth, "error", type(exc).__name__, None)
+                span.set_attribute("error.type", type(exc).__name__)
+                raise
+            status = "error" if failed is not None and failed(result) else "ok"
+            await self.to_thread(
+                self._settle, auth, status, None, spent(result) if spent is not None else None
+            )
+            return result
+
+    async def to_thread(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+        """Run a blocking gate step (store I/O) off the event loop, keeping the context variables."""
+        return await asyncio.to_thread(fn, *args, **kwargs)
+
+    def _sync(self) -> SyncScheduler:
+        with self._lock:
+            if self._sync_scheduler is None:
+                self._sync_scheduler = SyncScheduler(self._config)
+            return self._sync_scheduler
+
+    def _async(self) -> Scheduler:
+        # One scheduler per event loop: an asyncio scheduler cannot be shared across loops.
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            scheduler = self._async_schedulers.get(loop)
+            if scheduler is None:
+                scheduler = self._async_schedulers[loop] = Scheduler(self._config)
+            return scheduler
+
+    def _check_allowed(self, auth: Authorization) -> None:
+        if not auth.allowed or auth.audit_index is None:
+            raise Denied(auth.explain(), auth.decision)
+
+    def _settle(
+        self, auth: Authorization, status: str, error: str | None, usage: tuple[int, int] | None
+    ) -> None:
+        identity = auth.identity
+        actual = self._cost(auth.call, usage) if usage is not None else None
+        delta = 0
+        with self.store.transaction() as tx:
+            for reservation, unit, amount in auth.reservations:
+                if status == "ok" or actual is not None:
+                    used = actual.get(unit, amount) if actual is not None else amount
+                    self.ledger.commit(reservation, used, tx)
+                    delta += used
+                else:
+                    self.ledger.release(reservation, tx)
+            self.audit.append(
+                {
+                    "kind": "outcome",
+                    "principal": identity.did if identity else "unknown",
+                    "chain_hash": identity.grant_id if identity else None,
+                    "resource": auth.call.resource,
+                    "status": status,
+                    "ref": auth.audit_index,
+                    "budget_delta": delta,
+                    "reasons": [error] if error else [],
+                },
+                tx,
+            )
+
+    def model_for(self, auth: Authorization) -> object | None:
+        """The chat model chosen for an allowed model call; ``None``: the agent's own model.
+
+        No dispatcher is composed yet, so this is always ``None``.
+        """
+        return None
+
+    # --- evidence -------------------------------------------------------------------------
+
+    def remaining(self, identity: AgentIdentity) -> dict[str, tuple[int, int]]:
+        """Per grant of the identity's chain that has a budget: (spent, limit)."""
+        return {
+            link.id: (self.ledger.spent(link.id), link.budget.amount)
+            for link in identity.chain.links
+            if link.budget is not None
+        }
+
+    def verify(self) -> VerifyReport:
+        """Sign a checkpoint, then recompute the audit log's tree and check every checkpoint."""
+        self.audit.checkpoint()
+        return self.audit.verify()
+
+
+def _span_name(call: Call) -> str:
+    kind, _, name = call.resource.partition(":")
+    return f"execute_tool {name}" if kind == "tool" else f"chat {name}"
+
+
+def _annotate(span: trace.Span, auth: Authorization) -> None:
+    span.set_attribute("agentgate.decision", auth.verdict)
+    if auth.audit_index is not None:
+        span.set_attribute("agentgate.audit.index", auth.audit_index)
+    if auth.identity is not None:
+        span.set_attribute("gen_ai.agent.name", auth.identity.name)
+        span.set_attribute("agentgate.chain.depth", len(auth.identity.chain.links))
+        span.set_attribute("agentgate.capability.id", auth.identity.grant_id)

@@ -1,0 +1,401 @@
+"""LangGraph / LangChain integration: every tool call and model call of an agent goes through a ``Gate``.
+
+The only module of agentgate that imports langgraph or langchain (the optional ``langgraph`` extra).
+
+- ``GateMiddleware`` for ``langchain.agents.create_agent``: ``wrap_tool_call`` / ``awrap_tool_call``
+  (decision, approval through ``interrupt()``, scheduler, audit) and ``wrap_model_call`` /
+  ``awrap_model_call`` (model capability and token budget reserved, backend chosen by the gate
+  where a dispatcher is configured, actual usage from ``usage_metadata`` committed).
+- ``gated_tool_node`` for hand-built ``StateGraph``s: a ``ToolNode`` whose sync and async paths
+  both go through the gate, so the scheduler's limits hold under ``ainvoke`` too (LangGraph's
+  own async ToolNode path gathers every call at once and ignores ``max_concurrency``).
+- ``delegation_tool``: a sub-agent exposed as a tool; each call hands the sub-agent a fresh grant,
+  attenuated to what the supervisor declares, bound to the sub-agent's own key, shorter-lived.
+- ``ScriptedChatModel``: a deterministic chat model for offline examples, tests and benchmarks.
+
+Identity travels in the run's context (``context=AgentIdentity(...)``, ``context_schema``), never in
+state or messages, so the model never sees a key or a token. LangGraph hands a nested agent its
+parent's context when it is invoked without one; the middleware of the nested agent sees an
+identity that is not its own and refuses every call with an ``implicit_trust_inheritance`` finding.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from datetime import timedelta
+from typing import Any
+
+from langchain.agents import create_agent
+from langchain.agents.middleware import AgentMiddleware, ModelRequest, ModelResponse
+from langchain.tools import ToolRuntime
+from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
+from langchain_core.language_models.chat_models import BaseChatModel
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+from langchain_core.outputs import ChatGeneration, ChatResult
+from langchain_core.tools import BaseTool, StructuredTool
+from langgraph.prebuilt import ToolNode
+from langgraph.prebuilt.tool_node import ToolCallRequest
+from langgraph.types import Command, interrupt
+
+from agentgate.capabilities import Call, Capability
+from agentgate.errors import AgentGateError, Denied
+from agentgate.gate import AgentIdentity, Approval, Authorization, Gate
+from agentgate.keys import SigningKey
+
+__all__ = [
+    "GateMiddleware",
+    "ScriptedChatModel",
+    "create_gated_agent",
+    "delegation_tool",
+    "gated_tool_node",
+    "identity_from_context",
+]
+
+ToolResult = ToolMessage | Command[Any]
+
+
+def identity_from_context(context: object) -> AgentIdentity | None:
+    """The ``AgentIdentity`` carried by a run context: the context itself, its ``agentgate``
+    attribute, or its ``"agentgate"`` key. ``None`` when the run carries none."""
+    if isinstance(context, AgentIdentity):
+        return context
+    found = context.get("agentgate") if isinstance(context, dict) else getattr(context, "agentgate", None)
+    return found if isinstance(found, AgentIdentity) else None
+
+
+def _tool_call_of(request: ToolCallRequest) -> Call:
+    return Call.tool(request.tool_call["name"], request.tool_call.get("args") or {})
+
+
+def _refusal(auth: Authorization, tool_call_id: str, name: str) -> ToolMessage:
+    return ToolMessage(content=auth.explain(), tool_call_id=tool_call_id, name=name, status="error")
+
+
+def _failure(tool_call_id: str, name: str, exc: BaseException) -> ToolMessage:
+    # The exception's text can carry secrets from the tool's arguments or environment: the model
+    # is told the kind of failure only; the audit outcome records the same.
+    detail = str(exc) if isinstance(exc, AgentGateError) else type(exc).__name__
+    return ToolMessage(
+        content=f"agentgate: tool {name} failed ({detail}); the failure is recorded.",
+        tool_call_id=tool_call_id,
+        name=name,
+        status="error",
+    )
+
+
+class GateMiddleware(AgentMiddleware[Any, Any, Any]):
+    """Authorizes, schedules and audits every tool and model call of one agent through ``gate``.
+
+    ``agent`` is the name this agent runs under; a run whose context carries another agent's
+    identity (a nested agent that inherited its parent's context) is refused. With ``agent_did``
+    the identity's key must be that key too. ``enforce=True`` raises ``Denied`` instead of
+    telling the model. ``model`` names the model resource (``model:NAME``) when the chat model's
+    own name is not the one the policy uses; ``gate_models=False`` leaves model calls ungated
+    (for policies that govern tools only).
+    """
+
+    def __init__(
+        self,
+        gate: Gate,
+        *,
+        agent: str,
+        agent_did: str | None = None,
+        enforce: bool = False,
+        model: str | None = None,
+        max_tokens: int = 1024,
+        gate_models: bool = True,
+    ) -> None:
+        super().__init__()
+        self.gate_models = gate_models
+        self.gate = gate
+        self.agent = agent
+        self.agent_did = agent_did
+        self.enforce = enforce
+        self.model = model
+        self.max_tokens = max_tokens
+
+    @property
+    def name(self) -> str:
+        return f"agentgate[{self.agent}]"
+
+    # --- tools ----------------------------------------------------------------------------
+
+    def _authorize_tool(self, request: ToolCallRequest) -> Authorization:
+        identity = identity_from_context(request.runtime.context if request.runtime else None)
+        call = _tool_call_of(request)
+        call_id = request.tool_call["id"]
+        auth = self.gate.authorize(
+            identity, call, agent=self.agent, agent_did=self.agent_did, call_id=call_id
+        )
+        while auth.needs_approval:
+            # Each answer is one resume value; an approval that does not hold (wrong approver,
+            # the requester itself, another call's, already used) is asked for again, and an
+            # answer that is not an approval at all (None, "deny") refuses the call.
+            approval = Approval.parse(interrupt(auth.approval_payload()))
+            if approval is None:
+                break
+            auth = self.gate.authorize(
+                identity, call, agent=self.agent, agent_did=self.agent_did, call_id=call_id, approval=approval
+            )
+        if not auth.allowed and self.enforce:
+            raise Denied(auth.explain(), auth.decision)
+        return auth
+
+    def wrap_tool_call(
+        self,
+        request: ToolCallRequest,
+        handler: Callable[[ToolCallRequest], ToolResult],
+    ) -> ToolResult:
+        """Decide, ask for approval where needed, run under the scheduler, audit the outcome."""
+        call_id, name = request.tool_call["id"] or "", request.tool_call["name"]
+        auth = self._authorize_tool(request)
+        if not auth.allowed:
+            return _refusal(auth, call_id, name)
+        try:
+            return self.gate.run(auth, lambda: handler(request), call_id=call_id, failed=_failed)
+        except AgentGateError as exc:
+            if self.enforce:
+                raise
+            return _failure(call_id, name, exc)
+        except Exception as exc:
+            return _failure(call_id, name, exc)
+
+    async def awrap_tool_call(
+        self,
+        request: ToolCallRequest,
+        handler: Callable[[ToolCallRequest], Awaitable[ToolResult]],
+    ) -> ToolResult:
+        """The async twin of ``wrap_tool_call``; limits hold because the scheduler's slots are async."""
+        call_id, name = request.tool_call["id"] or "", request.tool_call["name"]
+        auth = await self.gate.to_thread(self._authorize_tool, request)
+        if not auth.allowed:
+            return _refusal(auth, call_id, name)
+        try:
+            return await self.gate.arun(auth, lambda: handler(request), call_id=call_id, failed=_failed)
+        except AgentGateError as exc:
+            if self.enforce:
+                raise
+            return _failure(call_id, name, exc)
+        except Exception as exc:
+            return _failure(call_id, name, exc)
+
+    # --- models ---------------------------------------------------------------------------
+
+    def _model_call(self, request: ModelRequest[Any]) -> Call:
+        name = self.model or getattr(request.model, "model_name", None) or request.model._llm_type
+        limit = request.model_settings.get("max_tokens") or self.max_tokens
+        return Call.model(str(name), {"max_tokens": int(limit)})
+
+    def _authorize_model(self, request: ModelRequest[Any]) -> tuple[Authorization, ModelRequest[Any]]:
+        identity = identity_from_context(request.runtime.context)
+        call = self._model_call(request)
+        prompt = sum(len(str(m.content)) for m in request.messages) // 4 + 1
+        auth = self.gate.authorize(
+            identity,
+            call,
+            agent=self.agent,
+            agent_did=self.agent_did,
+            tokens=(prompt, call.args["max_tokens"]),
+        )
+        if not auth.allowed and self.enforce:
+            raise Denied(auth.explain(), auth.decision)
+        backend = self.gate.model_for(auth)
+        if isinstance(backend, BaseChatModel):
+            request = request.override(model=backend)
+        return auth, request
+
+    def _stopped(self, auth: Authorization) -> ModelResponse[Any]:
+        # A refused model call ends the run: an answer without tool calls is the agent's exit.
+        return ModelResponse(result=[AIMessage(content=auth.explain(), name=self.agent)])
+
+    def wrap_model_call(
+        self,
+        request: ModelRequest[Any],
+        handler: Callable[[ModelRequest[Any]], ModelResponse[Any]],
+    ) -> ModelResponse[Any] | AIMessage:
+        """Reserve the token budget, run the model, commit the tokens it reports using."""
+        if not self.gate_models:
+            return handler(request)
+        auth, request = self._authorize_model(request)
+        if not auth.allowed:
+            return self._stopped(auth)
+        return self.gate.run(auth, lambda: handler(request), spent=_tokens_used)
+
+    async def awrap_model_call(
+        self,
+        request: ModelRequest[Any],
+        handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
+    ) -> ModelResponse[Any] | AIMessage:
+        """The async twin of ``wrap_model_call``."""
+        if not self.gate_models:
+            return await handler(request)
+        auth, request = await self.gate.to_thread(self._authorize_model, request)
+        if not auth.allowed:
+            return self._stopped(auth)
+        return await self.gate.arun(auth, lambda: handler(request), spent=_tokens_used)
+
+
+def _failed(result: object) -> bool:
+    return isinstance(result, ToolMessage) and result.status == "error"
+
+
+def _tokens_used(response: object) -> tuple[int, int] | None:
+    """(input, output) tokens the response reports in ``usage_metadata``; ``None`` when it reports none."""
+    messages = response.result if isinstance(response, ModelResponse) else [response]
+    usages = [u for m in messages if (u := getattr(m, "usage_metadata", None))]
+    if not usages:
+        return None
+    return sum(int(u.get("input_tokens", 0)) for u in usages), sum(
+        int(u.get("output_tokens", 0)) for u in usages
+    )
+
+
+def create_gated_agent(
+    gate: Gate,
+    *,
+    name: str,
+    model: BaseChatModel,
+    tools: Sequence[BaseTool | Callable[..., Any]] = (),
+    system_prompt: str | None = None,
+    agent_did: str | None = None,
+    enforce: bool = False,
+    model_name: str | None = None,
+    gate_models: bool = True,
+    max_tokens: int = 1024,
+    middleware: Sequence[AgentMiddleware[Any, Any, Any]] = (),
+    checkpointer: Any = None,
+) -> Any:
+    """``create_agent`` with the gate's middleware installed first (outermost) and ``AgentIdentity``
+    as the context schema. Run it with ``context=identity``."""
+    return create_agent(
+        model,
+        list(tools),
+        system_prompt=system_prompt,
+        middleware=[
+            GateMiddleware(
+                gate,
+                agent=name,
+                agent_did=agent_did,
+                enforce=enforce,
+                model=model_name,
+                gate_models=gate_models,
+                max_tokens=max_tokens,
+            ),
+            *middleware,
+        ],
+        context_schema=AgentIdentity,
+        checkpointer=checkpointer,
+        name=name,
+    )
+
+
+def gated_tool_node(
+    gate: Gate,
+    tools: Sequence[BaseTool | Callable[..., Any]],
+    *,
+    agent: str,
+    agent_did: str | None = None,
+    enforce: bool = False,
+    name: str = "tools",
+) -> ToolNode:
+    """A ``ToolNode`` for hand-built graphs whose every call, sync or async, goes through ``gate``."""
+    middleware = GateMiddleware(gate, agent=agent, agent_did=agent_did, enforce=enforce)
+    return ToolNode(
+        list(tools),
+        name=name,
+        wrap_tool_call=middleware.wrap_tool_call,
+        awrap_tool_call=middleware.awrap_tool_call,
+    )
+
+
+def delegation_tool(
+    gate: Gate,
+    *,
+    name: str,
+    agent: Any,
+    key: SigningKey,
+    capabilities: Iterable[Capability | str],
+    ttl: timedelta,
+    budget: int | None = None,
+    description: str | None = None,
+) -> BaseTool:
+    """Expose ``agent`` (a compiled graph gated under ``name``) to a supervisor as the tool ``ask_NAME``.
+
+    Each call delegates from the supervisor's grant a fresh one to ``key`` (the sub-agent's own
+    key), attenuated to ``capabilities`` and ``budget``, living ``ttl`` at most and never past the
+    parent's expiry, and runs the sub-agent with it. A delegation the parent cannot make (scope
+    creep, an expired or revoked parent) is refused as a tool error; the sub-agent does not run.
+    """
+    caps = tuple(c if isinstance(c, Capability) else Capability.parse(c) for c in capabilities)
+
+    def _delegate(runtime: ToolRuntime[Any, Any]) -> AgentIdentity:
+        parent = identity_from_context(runtime.context)
+        return gate.delegate(parent, name=name, key=key, capabilities=caps, ttl=ttl, budget=budget)
+
+    def _answer(result: dict[str, Any]) -> str:
+        messages: list[BaseMessage] = result.get("messages", [])
+        return str(messages[-1].content) if messages else ""
+
+    def run(task: str, runtime: ToolRuntime[Any, Any]) -> str:
+        child = _delegate(runtime)
+        return _answer(agent.invoke({"messages": [HumanMessage(content=task)]}, context=child))
+
+    async def arun(task: str, runtime: ToolRuntime[Any, Any]) -> str:
+        child = await gate.to_thread(_delegate, runtime)
+        return _answer(await agent.ainvoke({"messages": [HumanMessage(content=task)]}, context=child))
+
+    return StructuredTool.from_function(
+        func=run,
+        coroutine=arun,
+        name=f"ask_{name}",
+        description=description or f"Hand a task to the {name} agent and get its answer.",
+    )
+
+
+class ScriptedChatModel(BaseChatModel):
+    """A deterministic chat model for offline runs: answer ``n`` is ``turns[n]``, where ``n`` counts
+    the AI messages already in the conversation (so a resumed or restarted run picks up where it
+    was). Past the script it answers ``final``. Reports token usage from the text lengths."""
+
+    turns: list[AIMessage]
+    final: str = "Done."
+    model_name: str = "scripted"
+
+    @property
+    def _llm_type(self) -> str:
+        return "scripted"
+
+    def bind_tools(self, tools: Any, **kwargs: Any) -> ScriptedChatModel:  # type: ignore[override]
+        return self
+
+    def _reply(self, messages: list[BaseMessage]) -> ChatResult:
+        n = sum(1 for m in messages if isinstance(m, AIMessage))
+        template = self.turns[n] if n < len(self.turns) else AIMessage(content=self.final)
+        prompt = sum(len(str(m.content)) for m in messages) // 4 + 1
+        output = len(str(template.content)) // 4 + 8 * len(template.tool_calls) + 1
+        message = AIMessage(
+            content=template.content,
+            tool_calls=[
+                {**c, "id": c.get("id") or f"call_{n}_{i}"} for i, c in enumerate(template.tool_calls)
+            ],
+            usage_metadata={"input_tokens": prompt, "output_tokens": output, "total_tokens": prompt + output},
+        )
+        return ChatResult(generations=[ChatGeneration(message=message)])
+
+    def _generate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: CallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        return self._reply(messages)
+
+    async def _agenerate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: AsyncCallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        return self._reply(messages)
