@@ -1,0 +1,76 @@
+"""``agentgate tasks``: look at what the tool-call scheduler gave up on.
+
+``agentgate tasks dead-letters [--json] [--limit N] [--tool NAME] [--store URL]`` lists dead
+letters, newest first, from the store (``--store``, else ``AGENTGATE_STORE``, else the default
+SQLite file). Circuit breaker state lives in each scheduler process and is exported there as the
+``agentgate_tasks_breaker_state`` metric, so there is no ``breakers`` command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from datetime import UTC, datetime
+from typing import Any
+
+from agentgate.store import open_store
+from agentgate.store.dead_letters import DeadLetterStore
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "tasks",
+        help="inspect the tool-call scheduler (dead letters)",
+        description="Inspect the tool-call scheduler.",
+    )
+    sub = parser.add_subparsers(dest="tasks_command", metavar="ACTION", parser_class=type(parser))
+    sub.required = True
+    dead = sub.add_parser(
+        "dead-letters",
+        help="list calls the scheduler gave up on, newest first",
+        description="List dead letters: calls given up after failing, with their authority chain and errors.",
+    )
+    dead.add_argument("--json", action="store_true", help="one JSON array instead of a table")
+    dead.add_argument(
+        "--limit", type=_positive, default=100, metavar="N", help="at most N letters (default 100)"
+    )
+    dead.add_argument("--tool", metavar="NAME", help="only letters of this tool")
+    dead.add_argument("--store", metavar="URL", help="store URL or path (default: AGENTGATE_STORE)")
+    dead.set_defaults(handler=_dead_letters)
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def _dead_letters(args: argparse.Namespace) -> int:
+    store = open_store(args.store)
+    try:
+        letters = DeadLetterStore(store).recent(limit=args.limit, tool=args.tool)
+    finally:
+        store.close()
+    if args.json:
+        sys.stdout.write(json.dumps([letter.to_json() for letter in letters], indent=2) + "\n")
+        return 0
+    if not letters:
+        sys.stdout.write("no dead letters\n")
+        return 0
+    sys.stdout.write(
+        f"{'recorded (UTC)':<20} {'tool':<24} {'tenant':<12} {'reason':<26} {'tries':>5}  last error\n"
+    )
+    for letter in letters:
+        when = datetime.fromtimestamp(letter.recorded_at, UTC).strftime("%Y-%m-%d %H:%M:%S")
+        last = letter.errors[-1] if letter.errors else None
+        error = f"{last.error_type} ({last.error_class}): {last.message}" if last else "-"
+        sys.stdout.write(
+            f"{when:<20} {letter.tool[:24]:<24} {letter.tenant[:12]:<12} {letter.reason:<26} "
+            f"{len(letter.errors):>5}  {' '.join(error.split())[:80]}\n"
+        )
+    return 0

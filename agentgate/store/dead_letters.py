@@ -1,0 +1,148 @@
+"""Dead letters: tool calls the scheduler gave up on, with everything needed to look into them.
+
+A dead letter keeps the call (tool, tenant, principal, run and call ids, the argument digest:
+never the arguments themselves, which may hold secrets), its authority chain as the caller gave
+it (opaque strings, grant hashes say), why the scheduler gave up, and the error of every attempt.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from agentgate.store._base import Dialect, Store
+
+SCHEMA: dict[Dialect, str] = {
+    "sqlite": """
+CREATE TABLE IF NOT EXISTS agentgate_dead_letters (
+    id TEXT PRIMARY KEY,
+    recorded_at REAL NOT NULL,
+    tool TEXT NOT NULL,
+    tenant TEXT NOT NULL,
+    principal TEXT NOT NULL,
+    run_id TEXT,
+    call_id TEXT,
+    idempotency_key TEXT,
+    arguments_digest TEXT NOT NULL,
+    authority_chain TEXT NOT NULL,
+    reason TEXT NOT NULL,
+    errors TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS agentgate_dead_letters_time ON agentgate_dead_letters (recorded_at);
+""",
+    "postgresql": """
+CREATE TABLE IF NOT EXISTS agentgate_dead_letters (
+    id TEXT PRIMARY KEY,
+    recorded_at DOUBLE PRECISION NOT NULL,
+    tool TEXT NOT NULL,
+    tenant TEXT NOT NULL,
+    principal TEXT NOT NULL,
+    run_id TEXT,
+    call_id TEXT,
+    idempotency_key TEXT,
+    arguments_digest TEXT NOT NULL,
+    authority_chain TEXT NOT NULL,
+    reason TEXT NOT NULL,
+    errors TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS agentgate_dead_letters_time ON agentgate_dead_letters (recorded_at);
+""",
+}
+
+_COLUMNS = (
+    "id, recorded_at, tool, tenant, principal, run_id, call_id, idempotency_key, arguments_digest, "
+    "authority_chain, reason, errors"
+)
+
+
+@dataclass(frozen=True)
+class AttemptError:
+    """The failure of one attempt."""
+
+    attempt: int
+    error_class: str
+    error_type: str
+    message: str
+    at: float
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    """A call the scheduler gave up on. ``reason`` is the rule that stopped it (docs/tasks.md)."""
+
+    id: str
+    recorded_at: float
+    tool: str
+    tenant: str
+    principal: str
+    run_id: str | None
+    call_id: str | None
+    idempotency_key: str | None
+    arguments_digest: str
+    authority_chain: tuple[str, ...]
+    reason: str
+    errors: tuple[AttemptError, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready dict (what ``agentgate tasks dead-letters --json`` prints per letter)."""
+        data = asdict(self)
+        data["authority_chain"] = list(self.authority_chain)
+        data["errors"] = [asdict(e) for e in self.errors]
+        return data
+
+
+class DeadLetterStore:
+    """Dead letters in the store (SQLite or PostgreSQL)."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        store.ensure_schema("dead_letters", SCHEMA)
+
+    def record(self, letter: DeadLetter) -> None:
+        """Persist ``letter``; raises ``StoreError`` if the store refuses it."""
+        errors = json.dumps([asdict(e) for e in letter.errors], separators=(",", ":"))
+        with self.store.transaction() as tx:
+            tx.execute(
+                f"INSERT INTO agentgate_dead_letters ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    letter.id,
+                    letter.recorded_at,
+                    letter.tool,
+                    letter.tenant,
+                    letter.principal,
+                    letter.run_id,
+                    letter.call_id,
+                    letter.idempotency_key,
+                    letter.arguments_digest,
+                    json.dumps(list(letter.authority_chain)),
+                    letter.reason,
+                    errors,
+                ),
+            )
+
+    def recent(self, *, limit: int = 100, tool: str | None = None) -> list[DeadLetter]:
+        """The newest ``limit`` dead letters (of ``tool`` when given), newest first."""
+        where, params = ("WHERE tool = ? ", [tool]) if tool else ("", [])
+        rows = self.store.query(
+            f"SELECT {_COLUMNS} FROM agentgate_dead_letters {where}ORDER BY recorded_at DESC, id LIMIT ?",
+            (*params, limit),
+        )
+        return [_letter(row) for row in rows]
+
+
+def _letter(row: tuple[Any, ...]) -> DeadLetter:
+    return DeadLetter(
+        id=row[0],
+        recorded_at=float(row[1]),
+        tool=row[2],
+        tenant=row[3],
+        principal=row[4],
+        run_id=row[5],
+        call_id=row[6],
+        idempotency_key=row[7],
+        arguments_digest=row[8],
+        authority_chain=tuple(json.loads(row[9])),
+        reason=row[10],
+        errors=tuple(AttemptError(**e) for e in json.loads(row[11])),
+    )

@@ -1,0 +1,197 @@
+"""Concurrency slots shared by processes and hosts: leases that expire when their holder dies.
+
+A limit of N for a key (``tool:payments.refund``) is N rows ``(lease_key, slot)``, slot in
+``0..N-1``. Taking a slot is one conditional upsert: insert the row, or take it over if its
+lease has expired (``ON CONFLICT ... DO UPDATE ... WHERE expires_at <= now``). On PostgreSQL the
+conflicting row is locked and the ``WHERE`` is re-checked on its newest version, so two
+processes can never both get a slot; on SQLite ``BEGIN IMMEDIATE`` serializes the writers.
+
+A holder renews all of its leases in one statement from a heartbeat thread every ``ttl_s / 3``,
+so a live holder keeps its slots however long its call runs, and the slots of a holder that was
+killed (SIGKILL, a lost host) come back at most ``ttl_s`` after its last heartbeat.
+
+Expiry times are the holders' wall clocks (``time.time()``): hosts must keep their clocks within
+a small fraction of ``ttl_s`` of each other (NTP does).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from agentgate.errors import InputError, StoreError
+from agentgate.store._base import Dialect, Store
+
+SCHEMA: dict[Dialect, str] = {
+    "sqlite": """
+CREATE TABLE IF NOT EXISTS agentgate_leases (
+    lease_key TEXT NOT NULL,
+    slot INTEGER NOT NULL,
+    holder TEXT NOT NULL,
+    lease_id TEXT NOT NULL,
+    expires_at REAL NOT NULL,
+    PRIMARY KEY (lease_key, slot)
+);
+CREATE INDEX IF NOT EXISTS agentgate_leases_holder ON agentgate_leases (holder);
+""",
+    "postgresql": """
+CREATE TABLE IF NOT EXISTS agentgate_leases (
+    lease_key TEXT NOT NULL,
+    slot INTEGER NOT NULL,
+    holder TEXT NOT NULL,
+    lease_id TEXT NOT NULL,
+    expires_at DOUBLE PRECISION NOT NULL,
+    PRIMARY KEY (lease_key, slot)
+);
+CREATE INDEX IF NOT EXISTS agentgate_leases_holder ON agentgate_leases (holder);
+""",
+}
+
+_TAKEN = "SELECT slot FROM agentgate_leases WHERE lease_key = ? AND expires_at > ?"
+_CLAIM = (
+    "INSERT INTO agentgate_leases (lease_key, slot, holder, lease_id, expires_at) VALUES (?, ?, ?, ?, ?) "
+    "ON CONFLICT (lease_key, slot) DO UPDATE SET holder = excluded.holder, lease_id = excluded.lease_id, "
+    "expires_at = excluded.expires_at WHERE agentgate_leases.expires_at <= ?"
+)
+_RELEASE = "DELETE FROM agentgate_leases WHERE lease_key = ? AND slot = ? AND lease_id = ?"
+_RENEW = "UPDATE agentgate_leases SET expires_at = ? WHERE holder = ?"
+
+
+@dataclass(frozen=True)
+class Lease:
+    """One held slot."""
+
+    key: str
+    slot: int
+    lease_id: str
+    holder: str
+
+
+@dataclass(frozen=True)
+class LeaseRow:
+    """A slot as the store has it (for operators and tests)."""
+
+    key: str
+    slot: int
+    holder: str
+    expires_at: float
+
+
+class LeaseManager:
+    """Takes, renews and gives back slots for one holder (one process). Thread-safe.
+
+    ``holder`` names this process in the table (default ``host:pid:random``). The heartbeat
+    thread starts with the first lease and stops in ``close()``, which also gives back every
+    lease still held.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        ttl_s: float = 10.0,
+        holder: str | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        if ttl_s <= 0:
+            raise InputError(f"lease ttl_s must be > 0, got {ttl_s}")
+        self.store = store
+        self.ttl_s = ttl_s
+        self.holder = holder or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._held: set[Lease] = set()
+        self._stop = threading.Event()
+        self._heartbeat: threading.Thread | None = None
+        self._closed = False
+        store.ensure_schema("leases", SCHEMA)
+
+    def try_acquire(self, key: str, limit: int) -> Lease | None:
+        """Take a free slot of ``key`` (at most ``limit`` held at once, by everyone); None if all are held.
+
+        Raises ``StoreError`` when the store cannot be reached (callers fail closed: no slot).
+        """
+        if limit < 1:
+            raise InputError(f"lease limit for {key!r} must be >= 1, got {limit}")
+        if self._closed:
+            raise StoreError("the lease manager is closed")
+        lease_id = uuid.uuid4().hex
+        with self.store.transaction() as tx:
+            now = self._clock()
+            taken = {row[0] for row in tx.execute(_TAKEN, (key, now))}
+            for slot in range(limit):
+                if slot in taken:
+                    continue
+                tx.execute(_CLAIM, (key, slot, self.holder, lease_id, now + self.ttl_s, now))
+                if tx.rowcount == 1:
+                    lease = Lease(key, slot, lease_id, self.holder)
+                    break
+            else:
+                return None
+        with self._lock:
+            self._held.add(lease)
+            if self._heartbeat is None:
+                self._heartbeat = threading.Thread(
+                    target=self._beat, name="agentgate-lease-heartbeat", daemon=True
+                )
+                self._heartbeat.start()
+        return lease
+
+    def release(self, lease: Lease) -> None:
+        """Give ``lease`` back (a lease already taken over after expiring is left alone)."""
+        with self._lock:
+            self._held.discard(lease)
+        with self.store.transaction() as tx:
+            tx.execute(_RELEASE, (lease.key, lease.slot, lease.lease_id))
+
+    def renew(self) -> int:
+        """Push the expiry of every lease this holder has to now + ttl; returns the rows renewed."""
+        with self.store.transaction() as tx:
+            tx.execute(_RENEW, (self._clock() + self.ttl_s, self.holder))
+            return tx.rowcount
+
+    def held(self) -> int:
+        """How many leases this manager holds now."""
+        with self._lock:
+            return len(self._held)
+
+    def rows(self, key: str) -> list[LeaseRow]:
+        """The live (unexpired) slots of ``key``, by anyone."""
+        rows = self.store.query(
+            "SELECT lease_key, slot, holder, expires_at FROM agentgate_leases WHERE lease_key = ? AND expires_at > ? "
+            "ORDER BY slot",
+            (key, self._clock()),
+        )
+        return [LeaseRow(r[0], int(r[1]), r[2], float(r[3])) for r in rows]
+
+    def _beat(self) -> None:
+        while not self._stop.wait(self.ttl_s / 3):
+            if self.held():
+                try:
+                    self.renew()
+                except StoreError:
+                    # The store is unreachable: keep trying; leases not renewed in time expire,
+                    # which is the safe direction (slots come back rather than leak).
+                    continue
+
+    def close(self) -> None:
+        """Stop the heartbeat and give back every lease still held. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        self._stop.set()
+        if self._heartbeat is not None:
+            self._heartbeat.join()
+        with self._lock:
+            held, self._held = list(self._held), set()
+        for lease in held:
+            try:
+                with self.store.transaction() as tx:
+                    tx.execute(_RELEASE, (lease.key, lease.slot, lease.lease_id))
+            except StoreError:
+                continue  # it expires by itself within ttl_s

@@ -1,0 +1,150 @@
+"""Circuit breaker: stop calling a tool or backend that keeps failing, then probe it.
+
+States and transitions (one breaker per key, shared by every caller of one scheduler):
+
+- CLOSED: calls pass. ``failure_threshold`` consecutive failures of a class in ``trip_on``
+  open it; a success resets the count.
+- OPEN: calls are refused (``CircuitOpen``) until ``reset_timeout_s`` has passed since opening.
+- HALF_OPEN: up to ``half_open_max_calls`` probe calls pass; the first probe success closes the
+  breaker, a probe failure opens it again for another ``reset_timeout_s``.
+
+Failures outside ``trip_on`` (a bad argument, say) say nothing about the tool's health and leave
+the count alone, so one agent's bad calls cannot switch a tool off for everyone.
+
+Written here (pybreaker and purgatory exist) because the breaker must take the scheduler's
+error classes and reserve half-open probes from an async and a sync path alike; the whole
+mechanism is the state machine above.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import StrEnum
+
+from agentgate.tasks._config import BreakerPolicy
+
+
+class BreakerState(StrEnum):
+    """The three states; the value is what metrics and the CLI show."""
+
+    CLOSED = "closed"
+    OPEN = "open"
+    HALF_OPEN = "half_open"
+
+
+@dataclass(frozen=True)
+class BreakerSnapshot:
+    """A breaker's visible state at one moment."""
+
+    key: str
+    state: BreakerState
+    consecutive_failures: int
+    opened_count: int
+    retry_after_s: float
+
+
+class CircuitBreaker:
+    """One breaker. Thread-safe. ``on_change(key, old, new)`` is called on every transition."""
+
+    def __init__(
+        self,
+        key: str,
+        policy: BreakerPolicy,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        on_change: Callable[[str, BreakerState, BreakerState], None] | None = None,
+    ) -> None:
+        self.key = key
+        self.policy = policy
+        self._clock = clock
+        self._on_change = on_change
+        self._lock = threading.Lock()
+        self._state = BreakerState.CLOSED
+        self._failures = 0
+        self._opened_at = 0.0
+        self._opened_count = 0
+        self._probes = 0
+
+    def _set(self, new: BreakerState) -> None:
+        old, self._state = self._state, new
+        if new is BreakerState.OPEN:
+            self._opened_at = self._clock()
+            self._opened_count += 1
+        if new is not BreakerState.HALF_OPEN:
+            self._probes = 0
+        if self._on_change is not None and old is not new:
+            self._on_change(self.key, old, new)
+
+    def _current(self) -> BreakerState:
+        if (
+            self._state is BreakerState.OPEN
+            and self._clock() - self._opened_at >= self.policy.reset_timeout_s
+        ):
+            self._set(BreakerState.HALF_OPEN)
+        return self._state
+
+    @property
+    def state(self) -> BreakerState:
+        """The state now (an OPEN breaker whose timeout passed reads HALF_OPEN)."""
+        with self._lock:
+            return self._current()
+
+    def refuses(self) -> bool:
+        """True while the breaker is OPEN and its reset timeout has not passed (a cheap pre-check)."""
+        if self._state is BreakerState.CLOSED:
+            return False
+        return self.state is BreakerState.OPEN
+
+    def allow(self) -> bool:
+        """May a call run now? In HALF_OPEN this reserves a probe: report its outcome, or ``release``."""
+        if self._state is BreakerState.CLOSED:
+            return True  # the common case, without the lock: a stale CLOSED read admits one call
+        with self._lock:
+            state = self._current()
+            if state is BreakerState.CLOSED:
+                return True
+            if state is BreakerState.HALF_OPEN and self._probes < self.policy.half_open_max_calls:
+                self._probes += 1
+                return True
+            return False
+
+    def release(self) -> None:
+        """Give back a probe reserved by ``allow`` for a call that did not run."""
+        with self._lock:
+            if self._state is BreakerState.HALF_OPEN and self._probes > 0:
+                self._probes -= 1
+
+    def record_success(self) -> None:
+        """A call succeeded: reset the failure count; a probe success closes the breaker."""
+        if self._state is BreakerState.CLOSED and not self._failures:
+            return
+        with self._lock:
+            self._failures = 0
+            if self._state is not BreakerState.CLOSED:
+                self._set(BreakerState.CLOSED)
+
+    def record_failure(self, error_class: str) -> None:
+        """A call failed with ``error_class``; counts only if the class is in ``trip_on``."""
+        with self._lock:
+            state = self._current()
+            if error_class not in self.policy.trip_on:
+                if state is BreakerState.HALF_OPEN and self._probes > 0:
+                    self._probes -= 1  # the probe told us nothing about the tool's health
+                return
+            self._failures += 1
+            if state is BreakerState.HALF_OPEN or (
+                state is BreakerState.CLOSED and self._failures >= self.policy.failure_threshold
+            ):
+                self._set(BreakerState.OPEN)
+
+    def snapshot(self) -> BreakerSnapshot:
+        """The visible state now."""
+        with self._lock:
+            state = self._current()
+            retry_after = 0.0
+            if state is BreakerState.OPEN:
+                retry_after = max(0.0, self.policy.reset_timeout_s - (self._clock() - self._opened_at))
+            return BreakerSnapshot(self.key, state, self._failures, self._opened_count, retry_after)

@@ -1,0 +1,116 @@
+"""What is scheduled: a ``ToolCall``, the ``Attempt`` a tool receives, and idempotency keys.
+
+An idempotency key names one logical call, the same across retries and re-submissions:
+``sha256("agentgate-idempotency-v1" 0 run_id 0 tool 0 call_id 0 argument_digest)``. It exists
+only when the caller names the run and the tool call id; without them two calls with equal
+arguments are different calls (two refunds of 10 EUR are two refunds).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from agentgate.errors import InputError
+
+
+def argument_digest(arguments: Mapping[str, Any]) -> str:
+    """SHA-256 (hex) of the arguments as canonical JSON (sorted keys, no spaces, UTF-8).
+
+    Raises ``InputError`` when the arguments are not JSON values (the digest must be stable
+    across processes, so ``repr`` of arbitrary objects is not accepted).
+    """
+    try:
+        text = json.dumps(
+            arguments, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+        )
+    except (TypeError, ValueError) as exc:
+        raise InputError(f"tool call arguments are not JSON values: {exc}") from exc
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def idempotency_key(run_id: str, tool: str, call_id: str, digest: str) -> str:
+    """The idempotency key of one logical tool call (see the module docstring)."""
+    material = "\0".join(("agentgate-idempotency-v1", run_id, tool, call_id, digest))
+    return hashlib.sha256(material.encode("utf-8")).hexdigest()
+
+
+def _unix_time(value: datetime | float | None, what: str) -> float | None:
+    if value is None or isinstance(value, float | int):
+        return value
+    if value.tzinfo is None:
+        raise InputError(f"tool call {what} must be timezone-aware, got {value.isoformat()}")
+    return value.timestamp()
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """One tool call to schedule.
+
+    ``tenant`` and ``principal`` (the agent) decide fair sharing and per-tenant / per-principal
+    limits. ``priority`` names a ``PriorityClass`` (None: the default class). ``run_id`` and
+    ``call_id`` together with the arguments give the idempotency key. ``deadline`` (the
+    invocation's) and ``grant_expires_at`` are absolute times (aware datetimes or Unix seconds):
+    the call's deadline is the earlier of the two. ``authority_chain`` is opaque to the scheduler
+    (grant hashes, say) and is recorded with a dead letter. ``breaker_key`` overrides the circuit
+    breaker the call counts against (default ``tool:<tool>``; the dispatcher uses ``backend:<name>``).
+    ``arguments_digest`` may be given instead of computed from ``arguments``.
+    """
+
+    tool: str
+    arguments: Mapping[str, Any] = field(default_factory=dict)
+    tenant: str = "default"
+    principal: str = "anonymous"
+    priority: str | None = None
+    run_id: str | None = None
+    call_id: str | None = None
+    deadline: datetime | float | None = None
+    grant_expires_at: datetime | float | None = None
+    authority_chain: tuple[str, ...] = ()
+    breaker_key: str | None = None
+    arguments_digest: str | None = None
+
+    def __post_init__(self) -> None:
+        if not self.tool:
+            raise InputError("a tool call needs a tool name")
+
+    def digest(self) -> str:
+        """The argument digest: the given one, else ``argument_digest(arguments)``."""
+        return self.arguments_digest or argument_digest(self.arguments)
+
+    def idempotency_key(self) -> str | None:
+        """The call's idempotency key, or None when ``run_id`` or ``call_id`` is missing."""
+        if not self.run_id or not self.call_id:
+            return None
+        return idempotency_key(self.run_id, self.tool, self.call_id, self.digest())
+
+    def absolute_deadline(self) -> float | None:
+        """The earlier of ``deadline`` and ``grant_expires_at``, in Unix seconds (None: none)."""
+        times = [
+            t
+            for t in (
+                _unix_time(self.deadline, "deadline"),
+                _unix_time(self.grant_expires_at, "grant_expires_at"),
+            )
+            if t is not None
+        ]
+        return min(times) if times else None
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """What a tool function receives: which attempt this is and what bounds it.
+
+    ``number`` starts at 1. ``idempotency_key`` is the same for every attempt of a logical call
+    (None when the call has no run and call id). ``deadline`` is this attempt's deadline in Unix
+    seconds (the earliest of the call's deadline and the tool's timeout), None when unbounded.
+    """
+
+    call: ToolCall
+    number: int
+    idempotency_key: str | None
+    deadline: float | None

@@ -1,0 +1,219 @@
+"""Weighted fair queueing of waiting calls: priority rank, then class, tenant, agent, tool.
+
+This is agentgate's own scheduling idea, so it is written here. Waiting calls sit in a tree:
+
+    rank (strict: a lower rank is always served first)
+      -> priority class (weighted share among classes of one rank)
+        -> tenant (weighted share, weights from the configuration)
+          -> agent / principal (equal share within its tenant)
+            -> one FIFO per tool
+
+At each level the next child is chosen by stride scheduling (Waldspurger and Weihl, 1995), the
+unit-cost form of weighted fair queueing: every child has a *pass*; the child with the lowest
+pass among those with work that can start is served, and its pass grows by ``1 / weight``. So
+over any period in which two tenants both have work waiting, the numbers of calls they start
+differ from the ratio of their weights by at most one. A child that had no work and gets some
+starts at the parent's current virtual time (the pass of the child served last), so idle time
+does not turn into a burst of saved-up credit that would starve the others.
+
+Within an agent the tool FIFOs are merged by arrival order, skipping tools that cannot start now
+(at their concurrency limit, out of rate tokens; the caller passes the set of tools that can): a call never waits behind a call to another,
+saturated tool, and calls to the same tool from one agent start in arrival order (FIFO within
+class and tenant for calls that compete for the same limits). Tenants and agents at their own
+concurrency limit are skipped the same way, which keeps the queue work-conserving.
+
+A call that leaves the queue without starting (deadline, cancellation) is marked dead and
+dropped lazily when it reaches the head, so removal is O(depth) and never scans a FIFO.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import deque
+from collections.abc import Callable
+from typing import Any, Generic, TypeVar
+
+T = TypeVar("T")
+
+Blocked = Callable[[str], bool]
+AgentBlocked = Callable[[str, str], bool]
+
+_CLASS, _TENANT, _AGENT = 1, 2, 3
+
+
+class _Node:
+    __slots__ = ("backlog", "children", "key", "pass_", "queues", "tools", "vtime", "weight")
+
+    def __init__(self, key: str, weight: float) -> None:
+        self.key = key
+        self.weight = weight
+        self.pass_ = 0.0
+        self.vtime = 0.0
+        self.backlog = 0
+        self.tools: dict[str, int] = {}
+        self.children: dict[str, _Node] = {}
+        self.queues: dict[str, deque[Entry[Any]]] = {}
+
+
+class Entry(Generic[T]):
+    """A waiting item's place in the queue; ``alive`` is False once it left."""
+
+    __slots__ = ("alive", "item", "path", "seq", "tenant", "tool")
+
+    def __init__(self, item: T, seq: int, tenant: str, tool: str, path: tuple[_Node, ...]) -> None:
+        self.item = item
+        self.seq = seq
+        self.tenant = tenant
+        self.tool = tool
+        self.path = path
+        self.alive = True
+
+
+class FairQueue(Generic[T]):
+    """The queue tree described in the module docstring. Not thread-safe (one event loop)."""
+
+    def __init__(self) -> None:
+        self._ranks: dict[int, _Node] = {}
+        self._order: list[int] = []
+        self._seq = 0
+        self.size = 0
+        self.tenant_sizes: dict[str, int] = {}
+        self.tool_sizes: dict[str, int] = {}
+
+    def push(
+        self,
+        item: T,
+        *,
+        rank: int,
+        priority: str,
+        priority_weight: float,
+        tenant: str,
+        tenant_weight: float,
+        agent: str,
+        tool: str,
+    ) -> Entry[T]:
+        """Append ``item`` at the tail of its tool FIFO; returns its entry (for ``discard``)."""
+        root = self._ranks.get(rank)
+        if root is None:
+            root = self._ranks[rank] = _Node(str(rank), 1.0)
+            bisect.insort(self._order, rank)
+        node = root
+        path = [root]
+        for key, weight in ((priority, priority_weight), (tenant, tenant_weight), (agent, 1.0)):
+            child = node.children.get(key)
+            if child is None:
+                child = node.children[key] = _Node(key, weight)
+            child.weight = weight
+            if child.backlog == 0:
+                child.pass_ = max(child.pass_, node.vtime)
+            path.append(child)
+            node = child
+        queue = node.queues.get(tool)
+        if queue is None:
+            queue = node.queues[tool] = deque()
+        self._seq += 1
+        entry: Entry[T] = Entry(item, self._seq, tenant, tool, tuple(path))
+        queue.append(entry)
+        for member in path:
+            member.backlog += 1
+            member.tools[tool] = member.tools.get(tool, 0) + 1
+        self.size += 1
+        self.tenant_sizes[tenant] = self.tenant_sizes.get(tenant, 0) + 1
+        self.tool_sizes[tool] = self.tool_sizes.get(tool, 0) + 1
+        return entry
+
+    def discard(self, entry: Entry[T]) -> None:
+        """Take ``entry`` out of the queue if it is still in it (its slot in the FIFO is dropped lazily)."""
+        if not entry.alive:
+            return
+        entry.alive = False
+        tool = entry.tool
+        for member in entry.path:
+            member.backlog -= 1
+            _decrement(member.tools, tool)
+        leaf = entry.path[-1]
+        if tool not in leaf.tools:
+            del leaf.queues[tool]  # only dead entries are left in it
+        self.size -= 1
+        _decrement(self.tenant_sizes, entry.tenant)
+        _decrement(self.tool_sizes, tool)
+
+    def pop(self, open_tools: set[str], tenant_blocked: Blocked, agent_blocked: AgentBlocked) -> T | None:
+        """Remove and return the next item that can start, or None when none can.
+
+        ``open_tools`` are the tools that can start a call now (the caller works them out from
+        ``tool_sizes``); subtrees without waiting calls to an open tool are not visited, so a
+        dispatch after one slot came free costs the depth of the tree, not its size. The
+        predicates say whether a tenant, or an agent (tenant, agent), cannot start a call now.
+        """
+        if not open_tools:
+            return None
+        for rank in self._order:
+            root = self._ranks[rank]
+            if root.backlog and not open_tools.isdisjoint(root.tools):
+                entry = self._pick(root, _CLASS, "", open_tools, tenant_blocked, agent_blocked)
+                if entry is not None:
+                    self.discard(entry)
+                    item: T = entry.item
+                    return item
+        return None
+
+    def _pick(
+        self,
+        node: _Node,
+        level: int,
+        tenant: str,
+        open_tools: set[str],
+        tenant_blocked: Blocked,
+        agent_blocked: AgentBlocked,
+    ) -> Entry[Any] | None:
+        if len(node.children) == 1:  # its tools are the node's own, which the caller checked
+            active = list(node.children.values())
+        else:
+            active = [c for c in node.children.values() if c.backlog and not open_tools.isdisjoint(c.tools)]
+            if len(active) > 1:
+                active.sort(key=_by_pass)
+        for child in active:
+            if level == _TENANT and tenant_blocked(child.key):
+                continue
+            if level == _AGENT:
+                if agent_blocked(tenant, child.key):
+                    continue
+                entry = self._pick_tool(child, open_tools)
+            else:
+                entry = self._pick(
+                    child,
+                    level + 1,
+                    child.key if level == _TENANT else tenant,
+                    open_tools,
+                    tenant_blocked,
+                    agent_blocked,
+                )
+            if entry is not None:
+                node.vtime = child.pass_
+                child.pass_ += 1.0 / child.weight
+                return entry
+        return None
+
+    @staticmethod
+    def _pick_tool(leaf: _Node, open_tools: set[str]) -> Entry[Any] | None:
+        best: deque[Entry[Any]] | None = None
+        for tool in open_tools.intersection(leaf.tools):
+            queue = leaf.queues[tool]
+            while not queue[0].alive:
+                queue.popleft()
+            if best is None or queue[0].seq < best[0].seq:
+                best = queue
+        return best[0] if best is not None else None
+
+
+def _by_pass(node: _Node) -> float:
+    return node.pass_
+
+
+def _decrement(counts: dict[str, int], key: str) -> None:
+    left = counts[key] - 1
+    if left:
+        counts[key] = left
+    else:
+        del counts[key]

@@ -1,0 +1,633 @@
+"""The scheduler's async core: one event loop, no locks, no threads of its own.
+
+``Scheduler.submit(call, fn)`` runs ``fn`` under the call's limits and returns its result:
+
+1. Reuse: a call with an idempotency key whose result is cached returns it without running; a
+   call whose twin (same key) is running waits for the twin's outcome instead of running again.
+2. Admission: a call that can start now (nothing waiting, every limit has room) starts at once;
+   otherwise it waits in the fair queue (``_fair.py``), or is refused with ``Overloaded`` when the
+   queue or its tenant's share of it is full, or with ``DeadlineExceeded`` when its deadline
+   passes before it could start. A waiting call is never started after its deadline.
+3. Run: the breaker is asked (``CircuitOpen``), the cross-process lease is taken when a store is
+   configured, and ``fn(attempt)`` runs in the caller's task under the attempt deadline (the
+   earlier of the call's deadline and ``now + timeout_s``), so cancelling the caller cancels the
+   tool.
+4. Failure: the error is classified, the breaker told, and the retry rule asked. A retry waits a
+   full-jitter backoff with its slots released, and is given up when the wait would end past the
+   deadline. A call given up after at least one failed attempt becomes a dead letter.
+
+Everything runs on the event loop the scheduler is first used from; it is not thread-safe (use
+``SyncScheduler`` from threads).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+import uuid
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+from prometheus_client import CollectorRegistry
+
+from agentgate.errors import (
+    CircuitOpen,
+    DeadlineExceeded,
+    InputError,
+    Overloaded,
+    SchedulingError,
+    StoreError,
+)
+from agentgate.store._base import Store
+from agentgate.store.dead_letters import AttemptError, DeadLetter, DeadLetterStore
+from agentgate.store.leases import Lease, LeaseManager
+from agentgate.tasks._backoff import full_jitter
+from agentgate.tasks._breaker import BreakerSnapshot, BreakerState, CircuitBreaker
+from agentgate.tasks._call import Attempt, ToolCall
+from agentgate.tasks._classify import DEFAULT_CLASSIFIER, Classifier
+from agentgate.tasks._config import PriorityClass, SchedulerConfig, ToolLimits
+from agentgate.tasks._fair import Entry, FairQueue
+from agentgate.tasks._metrics import SchedulerMetrics
+from agentgate.tasks._retry import Failure, RetryRule, rule_for
+from agentgate.tasks._token_bucket import TokenBucket
+
+T = TypeVar("T")
+
+#: Longest pause between two tries for a cross-process lease while all slots are held.
+_LEASE_POLL_MAX_S = 0.25
+_DEAD_LETTERS_KEPT = 1_000
+
+
+class _Waiter:
+    __slots__ = ("call", "entry", "future", "granted", "limits", "queued_at")
+
+    def __init__(
+        self, call: ToolCall, limits: ToolLimits, future: asyncio.Future[None], queued_at: float
+    ) -> None:
+        self.call = call
+        self.limits = limits
+        self.future = future
+        self.queued_at = queued_at
+        self.granted = False
+        self.entry: Entry[_Waiter] | None = None
+
+
+class _GiveUp(Exception):
+    """Internal: the call is given up for ``reason``; ``error`` is what the caller gets."""
+
+    def __init__(self, reason: str, error: BaseException) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.error = error
+
+
+class Scheduler:
+    """Schedules tool calls: priority, tenant fairness, limits, deadlines, safe retries, breakers.
+
+    ``store``: when given, dead letters are persisted there and per-tool concurrency limits are
+    also held across processes with leases (``agentgate.store.leases``). ``rng``: the source of
+    backoff jitter (seed it to reproduce delays). ``classifier``: maps exceptions to error classes.
+    ``registry``: the Prometheus registry for this scheduler's metrics (default: a new one).
+    """
+
+    def __init__(
+        self,
+        config: SchedulerConfig | None = None,
+        *,
+        store: Store | None = None,
+        rng: random.Random | None = None,
+        classifier: Classifier = DEFAULT_CLASSIFIER,
+        registry: CollectorRegistry | None = None,
+    ) -> None:
+        self.config = config or SchedulerConfig()
+        self._rng = rng or random.Random()
+        self._classifier = classifier
+        self._queue: FairQueue[_Waiter] = FairQueue()
+        self._in_flight = 0
+        self._tool_in_flight: dict[str, int] = {}
+        self._tenant_in_flight: dict[str, int] = {}
+        self._principal_in_flight: dict[tuple[str, str], int] = {}
+        self._buckets: dict[str, TokenBucket] = {}
+        self._breakers: dict[str, CircuitBreaker] = {}
+        self._rules: dict[ToolLimits, RetryRule] = {}
+        self._limits_cache: dict[str, ToolLimits] = {}
+        config = self.config
+        # Without global, tenant or principal limits, a slot given back can only start a call to its tool.
+        self._per_tool_only = (
+            config.max_concurrency is None
+            and config.principal_concurrency is None
+            and config.tenant.concurrency is None
+            and all(share.concurrency is None for share in config.tenants.values())
+        )
+        self._results: OrderedDict[str, Any] = OrderedDict()
+        self._twins: dict[str, asyncio.Future[Any]] = {}
+        self._tasks: dict[asyncio.Task[Any], int] = {}
+        self._dead: list[DeadLetter] = []
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at = 0.0
+        self._rate_wait = 0.0
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._idle: asyncio.Event | None = None
+        self._closed = False
+        self._dead_store = DeadLetterStore(store) if store is not None else None
+        self._leases = LeaseManager(store, ttl_s=self.config.lease_ttl_s) if store is not None else None
+        self.metrics = SchedulerMetrics(
+            registry,
+            queue_depth=lambda: self._queue.tenant_sizes,
+            in_flight=self._tool_in_flight,
+            breakers=self.breakers,
+        )
+
+    # --- public ---------------------------------------------------------------------------------
+
+    @property
+    def registry(self) -> CollectorRegistry:
+        """The Prometheus registry holding this scheduler's metrics."""
+        return self.metrics.registry
+
+    async def submit(self, call: ToolCall, fn: Callable[[Attempt], Awaitable[T]]) -> T:
+        """Run ``fn`` for ``call`` under the call's limits, deadlines and retry policy; return its result.
+
+        Raises ``Overloaded`` (queue full), ``DeadlineExceeded`` (could not start, or an attempt
+        did not finish, before the deadline), ``CircuitOpen`` (breaker open), ``InputError`` (an
+        unknown priority class, arguments that are not JSON), ``SchedulingError`` (scheduler
+        closed), or the tool's own last exception when the call is given up. Cancelling the
+        caller cancels the running attempt and gives its slots back.
+        """
+        return await self._submit(call, fn, preemptive=True)
+
+    def breaker(self, key: str) -> CircuitBreaker:
+        """The circuit breaker for ``key`` (``tool:<name>`` or ``backend:<name>``), created closed."""
+        found = self._breakers.get(key)
+        if found is None:
+            found = self._breakers[key] = CircuitBreaker(
+                key, self.config.breaker, on_change=self._breaker_changed
+            )
+        return found
+
+    def breakers(self) -> list[BreakerSnapshot]:
+        """The state of every breaker this scheduler has used."""
+        return [b.snapshot() for b in list(self._breakers.values())]
+
+    def dead_letters(self) -> list[DeadLetter]:
+        """Dead letters recorded by this scheduler (the newest 1,000), oldest first."""
+        return list(self._dead)
+
+    @property
+    def queued(self) -> int:
+        """Calls waiting to start."""
+        return self._queue.size
+
+    @property
+    def in_flight(self) -> int:
+        """Attempts running."""
+        return self._in_flight
+
+    async def aclose(self, *, drain: bool = True, timeout_s: float | None = None) -> None:
+        """Stop taking calls, then let submitted calls finish (``drain``) or cancel them.
+
+        Draining waits at most ``timeout_s`` (None: until done) and cancels what is left after
+        it. On return no call of this scheduler is running or waiting, its timer is cancelled,
+        and its leases are given back.
+        """
+        self._closed = True
+        if self._tasks and drain:
+            self._idle = asyncio.Event()
+            try:
+                async with asyncio.timeout(timeout_s):
+                    await self._idle.wait()
+            except TimeoutError:
+                pass
+        current = asyncio.current_task()
+        pending = [t for t in self._tasks if t is not current]
+        for task in pending:
+            task.cancel()
+        if pending:
+            await asyncio.wait(pending)
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self._leases is not None:
+            await asyncio.to_thread(self._leases.close)
+
+    # --- the call -------------------------------------------------------------------------------
+
+    async def _submit(self, call: ToolCall, fn: Callable[[Attempt], Awaitable[T]], *, preemptive: bool) -> T:
+        if self._closed:
+            raise SchedulingError("the scheduler is closed")
+        loop = self._loop
+        if loop is None:
+            loop = self._loop = asyncio.get_running_loop()
+        config = self.config
+        limits = self._limits(call.tool)
+        priority = config.priority_class(call.priority)
+        key = call.idempotency_key()
+        if key is not None:
+            if key in self._results:
+                self._results.move_to_end(key)
+                self.metrics.event("reused", call.tool, {"agentgate.idempotency_key": key})
+                return self._results[key]  # type: ignore[no-any-return]
+            twin = self._twins.get(key)
+            if twin is not None:
+                self.metrics.event(
+                    "reused", call.tool, {"agentgate.idempotency_key": key, "agentgate.joined": True}
+                )
+                return await asyncio.shield(twin)
+        task = asyncio.current_task()
+        assert task is not None  # submit is a coroutine run by a task
+        self._tasks[task] = self._tasks.get(task, 0) + 1
+        outcome: asyncio.Future[Any] | None = None
+        if key is not None:
+            outcome = self._twins[key] = loop.create_future()
+        try:
+            result = await self._run(call, fn, limits, priority, key, loop, preemptive)
+        except BaseException as exc:
+            if outcome is not None:
+                if isinstance(exc, asyncio.CancelledError):
+                    outcome.cancel()
+                else:
+                    outcome.set_exception(exc)
+                    outcome.exception()  # twins that never came must not log "never retrieved"
+            raise
+        else:
+            if key is not None and outcome is not None:
+                outcome.set_result(result)
+                if config.result_cache_size:
+                    self._results[key] = result
+                    if len(self._results) > config.result_cache_size:
+                        self._results.popitem(last=False)
+            return result
+        finally:
+            if key is not None:
+                self._twins.pop(key, None)
+            left = self._tasks[task] - 1
+            if left:
+                self._tasks[task] = left
+            else:
+                del self._tasks[task]
+                if not self._tasks and self._idle is not None:
+                    self._idle.set()
+
+    async def _run(
+        self,
+        call: ToolCall,
+        fn: Callable[[Attempt], Awaitable[T]],
+        limits: ToolLimits,
+        priority: PriorityClass,
+        key: str | None,
+        loop: asyncio.AbstractEventLoop,
+        preemptive: bool,
+    ) -> T:
+        absolute = call.absolute_deadline()
+        deadline = None if absolute is None else loop.time() + (absolute - time.time())
+        breaker = self.breaker(call.breaker_key or f"tool:{call.tool}")
+        rule = self._rules.get(limits)
+        if rule is None:
+            rule = self._rules[limits] = rule_for(limits)
+        errors: list[AttemptError] = []
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                try:
+                    result = await self._attempt(
+                        call, fn, limits, priority, key, loop, deadline, breaker, attempt, preemptive
+                    )
+                except _GiveUp:
+                    raise
+                except Exception as exc:
+                    error_class = self._classifier(exc) or "error"
+                    errors.append(
+                        AttemptError(
+                            attempt, error_class, type(exc).__qualname__, str(exc)[:500], time.time()
+                        )
+                    )
+                    breaker.record_failure(error_class)
+                    failure = Failure(exc, error_class, attempt, limits, key is not None)
+                    reason = rule.objection(failure)
+                    delay = 0.0
+                    if reason is None:
+                        delay = full_jitter(limits.retry, attempt, self._rng)
+                        if deadline is not None and loop.time() + delay >= deadline:
+                            reason = "deadline"
+                    if reason is not None:
+                        raise _GiveUp(reason, exc) from exc
+                    self.metrics.event(
+                        "retried",
+                        call.tool,
+                        {
+                            "agentgate.attempt": attempt,
+                            "agentgate.error_class": error_class,
+                            "agentgate.delay_s": delay,
+                        },
+                    )
+                    await asyncio.sleep(delay)
+                    continue
+                breaker.record_success()
+                return result
+            except _GiveUp as stop:
+                if errors:
+                    await self._dead_letter(call, key, errors, stop.reason)
+                raise stop.error from None
+
+    async def _attempt(
+        self,
+        call: ToolCall,
+        fn: Callable[[Attempt], Awaitable[T]],
+        limits: ToolLimits,
+        priority: PriorityClass,
+        key: str | None,
+        loop: asyncio.AbstractEventLoop,
+        deadline: float | None,
+        breaker: CircuitBreaker,
+        number: int,
+        preemptive: bool,
+    ) -> T:
+        """One attempt: admission, breaker, lease, the tool. Raises ``_GiveUp`` when it cannot start."""
+        tool = call.tool
+        if breaker.refuses():
+            raise _GiveUp("circuit_open", CircuitOpen(f"the circuit breaker {breaker.key} is open"))
+        try:
+            waiter = await self._admit(call, limits, priority, loop, deadline)
+        except SchedulingError as exc:
+            reasons = {DeadlineExceeded: "deadline", Overloaded: "shed"}
+            raise _GiveUp(reasons.get(type(exc), "closed"), exc) from exc
+        lease: Lease | None = None
+        probing = False
+        try:
+            if not breaker.allow():
+                raise _GiveUp("circuit_open", CircuitOpen(f"the circuit breaker {breaker.key} is open"))
+            probing = True
+            if self._leases is not None and limits.concurrency is not None:
+                lease = await self._lease(f"tool:{tool}", limits.concurrency, loop, deadline)
+            attempt_deadline = deadline
+            if limits.timeout_s is not None:
+                own = loop.time() + limits.timeout_s
+                attempt_deadline = own if attempt_deadline is None else min(own, attempt_deadline)
+            unix_deadline = (
+                None if attempt_deadline is None else time.time() + (attempt_deadline - loop.time())
+            )
+            self.metrics.event("started", tool, {"agentgate.attempt": number})
+            attempt = Attempt(call, number, key, unix_deadline)
+            probing = False  # from here on the outcome is reported to the breaker by the caller
+            if attempt_deadline is None or not preemptive:
+                return await fn(attempt)
+            timeout = asyncio.timeout_at(attempt_deadline)
+            try:
+                async with timeout:
+                    return await fn(attempt)
+            except TimeoutError as exc:
+                if timeout.expired():
+                    raise DeadlineExceeded(
+                        f"tool {tool}: attempt {number} did not finish before its deadline"
+                    ) from exc
+                raise
+        except asyncio.CancelledError:
+            if not probing:  # a cancelled call says nothing about the tool; free a half-open probe
+                breaker.release()
+            raise
+        finally:
+            if probing:
+                breaker.release()
+            if lease is not None and self._leases is not None:
+                await asyncio.shield(asyncio.to_thread(self._leases.release, lease))
+            self._finish(waiter)
+
+    async def _lease(
+        self, key: str, limit: int, loop: asyncio.AbstractEventLoop, deadline: float | None
+    ) -> Lease:
+        assert self._leases is not None
+        pause = 0.005
+        while True:
+            try:
+                lease = await asyncio.to_thread(self._leases.try_acquire, key, limit)
+            except StoreError as exc:
+                raise _GiveUp("store_unavailable", exc) from exc
+            if lease is not None:
+                return lease
+            if deadline is not None and loop.time() + pause >= deadline:
+                raise _GiveUp(
+                    "deadline", DeadlineExceeded(f"no {key} slot free across processes before the deadline")
+                )
+            await asyncio.sleep(self._rng.uniform(0, pause))
+            pause = min(pause * 2, _LEASE_POLL_MAX_S)
+
+    # --- admission ------------------------------------------------------------------------------
+
+    async def _admit(
+        self,
+        call: ToolCall,
+        limits: ToolLimits,
+        priority: PriorityClass,
+        loop: asyncio.AbstractEventLoop,
+        deadline: float | None,
+    ) -> _Waiter:
+        now = loop.time()
+        if self._closed:
+            raise SchedulingError("the scheduler is closed")
+        if deadline is not None and deadline <= now:
+            raise DeadlineExceeded(f"tool {call.tool}: the call's deadline passed before it could start")
+        waiter = _Waiter(call, limits, loop.create_future(), now)
+        if not self._queue.size and self._has_room(call, limits):
+            self._start(waiter)
+            self.metrics.wait.observe(0.0)
+            return waiter
+        config = self.config
+        share = config.tenant_share(call.tenant)
+        if self._queue.size >= config.max_queued or (
+            share.max_queued is not None and self._queue.tenant_sizes.get(call.tenant, 0) >= share.max_queued
+        ):
+            self.metrics.event("shed", call.tool, {"agentgate.tenant": call.tenant})
+            raise Overloaded(
+                f"tool {call.tool}: queue full for tenant {call.tenant!r} "
+                f"({self._queue.size} waiting, limit {config.max_queued}, tenant limit {share.max_queued})"
+            )
+        waiter.entry = self._queue.push(
+            waiter,
+            rank=priority.rank,
+            priority=priority.name,
+            priority_weight=priority.weight,
+            tenant=call.tenant,
+            tenant_weight=share.weight,
+            agent=call.principal,
+            tool=call.tool,
+        )
+        self.metrics.event(
+            "queued", call.tool, {"agentgate.tenant": call.tenant, "agentgate.priority": priority.name}
+        )
+        self._dispatch(call.tool)
+        if not waiter.granted:
+            try:
+                if deadline is None:
+                    await waiter.future
+                else:
+                    async with asyncio.timeout_at(deadline):
+                        await waiter.future
+            except BaseException as exc:
+                if waiter.granted:
+                    self._finish(waiter)
+                elif waiter.entry is not None:
+                    self._queue.discard(waiter.entry)
+                if isinstance(exc, TimeoutError):
+                    raise DeadlineExceeded(
+                        f"tool {call.tool}: could not start before the call's deadline (queued {loop.time() - now:.3f}s)"
+                    ) from exc
+                raise
+        self.metrics.wait.observe(loop.time() - now)
+        return waiter
+
+    def _has_room(self, call: ToolCall, limits: ToolLimits) -> bool:
+        """Can ``call`` start now? Takes the rate token when it can (so: call once, then start)."""
+        config = self.config
+        if config.max_concurrency is not None and self._in_flight >= config.max_concurrency:
+            return False
+        if limits.concurrency is not None and self._tool_in_flight.get(call.tool, 0) >= limits.concurrency:
+            return False
+        if self._tenant_blocked(call.tenant):
+            return False
+        if self._agent_blocked(call.tenant, call.principal):
+            return False
+        return limits.rate is None or self._bucket(call.tool, limits).try_take()
+
+    def _bucket(self, tool: str, limits: ToolLimits) -> TokenBucket:
+        bucket = self._buckets.get(tool)
+        if bucket is None:
+            assert limits.rate is not None
+            bucket = self._buckets[tool] = TokenBucket(limits.rate.per_second, limits.rate.burst)
+        return bucket
+
+    def _tenant_blocked(self, tenant: str) -> bool:
+        limit = self.config.tenant_share(tenant).concurrency
+        return limit is not None and self._tenant_in_flight.get(tenant, 0) >= limit
+
+    def _agent_blocked(self, tenant: str, principal: str) -> bool:
+        limit = self.config.principal_concurrency
+        return limit is not None and self._principal_in_flight.get((tenant, principal), 0) >= limit
+
+    def _tool_open(self, tool: str) -> bool:
+        """Can ``tool`` start an attempt now? Notes the earliest rate-token time when it cannot."""
+        limits = self._limits(tool)
+        if limits.concurrency is not None and self._tool_in_flight.get(tool, 0) >= limits.concurrency:
+            return False
+        if limits.rate is not None:
+            wait = self._bucket(tool, limits).wait_s()
+            if wait > 0:
+                self._rate_wait = min(self._rate_wait, wait)
+                return False
+        return True
+
+    def _limits(self, tool: str) -> ToolLimits:
+        found = self._limits_cache.get(tool)
+        if found is None:
+            found = self._limits_cache[tool] = self.config.tool_limits(tool)
+        return found
+
+    def _start(self, waiter: _Waiter) -> None:
+        call = waiter.call
+        waiter.granted = True
+        self._in_flight += 1
+        self._tool_in_flight[call.tool] = self._tool_in_flight.get(call.tool, 0) + 1
+        self._tenant_in_flight[call.tenant] = self._tenant_in_flight.get(call.tenant, 0) + 1
+        agent = (call.tenant, call.principal)
+        self._principal_in_flight[agent] = self._principal_in_flight.get(agent, 0) + 1
+
+    def _finish(self, waiter: _Waiter) -> None:
+        call = waiter.call
+        self._in_flight -= 1
+        _decrement(self._tool_in_flight, call.tool)
+        _decrement(self._tenant_in_flight, call.tenant)
+        _decrement(self._principal_in_flight, (call.tenant, call.principal))
+        if self._queue.size:
+            self._dispatch(call.tool if self._per_tool_only else None)
+
+    def _dispatch(self, tool: str | None = None) -> None:
+        """Start waiting calls, fairest first, while limits have room; arm the rate timer if needed.
+
+        ``tool``: only that tool's room can have changed (a call to it was queued, or it gave a
+        slot back while no global, tenant or principal limit is configured), so only its
+        waiting calls can start: after every dispatch, no other tool with waiting calls has room.
+        """
+        max_concurrency = self.config.max_concurrency
+        if max_concurrency is not None and self._in_flight >= max_concurrency:
+            return
+        self._rate_wait = float("inf")
+        if tool is not None:
+            open_tools = {tool} if tool in self._queue.tool_sizes and self._tool_open(tool) else set()
+        else:
+            open_tools = {name for name in self._queue.tool_sizes if self._tool_open(name)}
+        while open_tools and (max_concurrency is None or self._in_flight < max_concurrency):
+            waiter = self._queue.pop(open_tools, self._tenant_blocked, self._agent_blocked)
+            if waiter is None:
+                break
+            started = waiter.call.tool
+            if not waiter.future.done():  # done: its caller was cancelled after it was picked
+                if waiter.limits.rate is not None:
+                    self._bucket(started, waiter.limits).try_take()
+                self._start(waiter)
+                waiter.future.set_result(None)
+            if started not in self._queue.tool_sizes or not self._tool_open(started):
+                open_tools.discard(started)
+        if self._queue.size and self._rate_wait != float("inf"):
+            assert self._loop is not None
+            at = self._loop.time() + self._rate_wait
+            if self._timer is None or at < self._timer_at:
+                if self._timer is not None:
+                    self._timer.cancel()
+                self._timer = self._loop.call_at(at, self._on_timer)
+                self._timer_at = at
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        self._dispatch()
+
+    # --- visibility -----------------------------------------------------------------------------
+
+    def _breaker_changed(self, key: str, old: BreakerState, new: BreakerState) -> None:
+        names = {BreakerState.OPEN: "breaker_opened", BreakerState.HALF_OPEN: "breaker_half_open"}
+        self.metrics.event(names.get(new, "breaker_closed"), key, {"agentgate.breaker_from": old.value})
+
+    async def _dead_letter(
+        self, call: ToolCall, key: str | None, errors: list[AttemptError], reason: str
+    ) -> None:
+        letter = DeadLetter(
+            id=uuid.uuid4().hex,
+            recorded_at=time.time(),
+            tool=call.tool,
+            tenant=call.tenant,
+            principal=call.principal,
+            run_id=call.run_id,
+            call_id=call.call_id,
+            idempotency_key=key,
+            arguments_digest=_digest_or_unknown(call),
+            authority_chain=call.authority_chain,
+            reason=reason,
+            errors=tuple(errors),
+        )
+        self._dead.append(letter)
+        del self._dead[:-_DEAD_LETTERS_KEPT]
+        self.metrics.event(
+            "gave_up", call.tool, {"agentgate.reason": reason, "agentgate.attempts": len(errors)}
+        )
+        if self._dead_store is not None:
+            try:
+                await asyncio.to_thread(self._dead_store.record, letter)
+            except StoreError:
+                # The caller gets the tool's error either way; a lost record is counted, not hidden.
+                self.metrics.event("dead_letter_not_stored", call.tool, {"agentgate.reason": reason})
+
+
+def _decrement(counts: dict[Any, int], key: Any) -> None:
+    left = counts[key] - 1
+    if left:
+        counts[key] = left
+    else:
+        del counts[key]
+
+
+def _digest_or_unknown(call: ToolCall) -> str:
+    try:
+        return call.digest()
+    except InputError:
+        return "unknown: arguments are not JSON values"

@@ -1,0 +1,54 @@
+"""Token bucket: ``burst`` calls at once, ``rate`` calls per second on average.
+
+The bucket holds up to ``burst`` tokens and starts full. Tokens accrue continuously at ``rate``
+per second; a call takes one. Instead of a timer that adds tokens, the level is brought up to
+date lazily whenever the bucket is asked: ``level = min(burst, level + (now - last) * rate)``.
+``wait_s`` says how long until one token is there, which the scheduler uses to set one timer for
+the earliest rate-limited call rather than polling.
+
+Written here rather than taken from aiolimiter because the scheduler must ask "is there a token
+*now*" without waiting (it skips rate-limited calls and serves others), from both its async core
+and the cross-process path, and aiolimiter only offers an awaitable ``acquire``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+
+class TokenBucket:
+    """A token bucket; not thread-safe (the scheduler touches it from its event loop only)."""
+
+    __slots__ = ("_clock", "_last", "_level", "burst", "rate")
+
+    def __init__(self, rate: float, burst: int, *, clock: Callable[[], float] = time.monotonic) -> None:
+        if rate <= 0 or burst < 1:
+            raise ValueError(f"a token bucket needs rate > 0 and burst >= 1, got rate={rate}, burst={burst}")
+        self.rate = rate
+        self.burst = burst
+        self._clock = clock
+        self._level = float(burst)
+        self._last = clock()
+
+    def _refill(self) -> float:
+        now = self._clock()
+        self._level = min(float(self.burst), self._level + (now - self._last) * self.rate)
+        self._last = now
+        return self._level
+
+    def try_take(self) -> bool:
+        """Take one token if there is one now; True when taken."""
+        if self._refill() >= 1.0:
+            self._level -= 1.0
+            return True
+        return False
+
+    def wait_s(self) -> float:
+        """Seconds until one token is available (0 when one is there now)."""
+        return max(0.0, (1.0 - self._refill()) / self.rate)
+
+    @property
+    def level(self) -> float:
+        """Tokens available now (fractional)."""
+        return self._refill()

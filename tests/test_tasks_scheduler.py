@@ -1,0 +1,351 @@
+"""The async scheduler core: limits, fairness, queue bounds, deadlines, cancellation, shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import random
+import time
+
+import pytest
+
+from agentgate.errors import DeadlineExceeded, InputError, Overloaded, SchedulingError
+from agentgate.tasks import (
+    Attempt,
+    PriorityClass,
+    RateLimit,
+    Scheduler,
+    SchedulerConfig,
+    TenantShare,
+    ToolCall,
+    ToolLimits,
+)
+
+
+class Gauge:
+    """Counts attempts running at once, per key and in all, and remembers the peaks."""
+
+    def __init__(self) -> None:
+        self.now: dict[str, int] = {}
+        self.peak: dict[str, int] = {}
+
+    def enter(self, *keys: str) -> None:
+        for key in (*keys, "*"):
+            self.now[key] = self.now.get(key, 0) + 1
+            self.peak[key] = max(self.peak.get(key, 0), self.now[key])
+
+    def leave(self, *keys: str) -> None:
+        for key in (*keys, "*"):
+            self.now[key] -= 1
+
+
+async def test_concurrency_limits_never_exceeded_under_1000_submissions() -> None:
+    config = SchedulerConfig(
+        max_concurrency=12,
+        principal_concurrency=3,
+        tenant=TenantShare(concurrency=6),
+        tools={"search": ToolLimits(concurrency=4), "fetch": ToolLimits(concurrency=5)},
+    )
+    scheduler = Scheduler(config)
+    gauge = Gauge()
+    rng = random.Random(7)
+
+    def make(i: int) -> tuple[ToolCall, float]:
+        call = ToolCall(
+            rng.choice(["search", "fetch", "other"]),
+            tenant=f"t{i % 3}",
+            principal=f"a{i % 7}",
+            arguments={"i": i},
+        )
+        return call, rng.choice([0, 0.0005, 0.001])
+
+    async def run(call: ToolCall, pause: float) -> int:
+        keys = (f"tool:{call.tool}", f"tenant:{call.tenant}", f"agent:{call.tenant}/{call.principal}")
+
+        async def tool(attempt: Attempt) -> int:
+            gauge.enter(*keys)
+            try:
+                await asyncio.sleep(pause)
+            finally:
+                gauge.leave(*keys)
+            return int(attempt.call.arguments["i"])
+
+        return await scheduler.submit(call, tool)
+
+    results = await asyncio.gather(*(run(*make(i)) for i in range(1000)))
+    assert sorted(results) == list(range(1000))
+    assert gauge.peak["*"] == 12  # the global limit is reached and never exceeded
+    assert gauge.peak["tool:search"] <= 4 and gauge.peak["tool:fetch"] <= 5
+    assert max(v for k, v in gauge.peak.items() if k.startswith("tenant:")) <= 6
+    assert max(v for k, v in gauge.peak.items() if k.startswith("agent:")) <= 3
+    assert scheduler.queued == 0 and scheduler.in_flight == 0
+    await scheduler.aclose()
+
+
+def jain(values: list[float]) -> float:
+    return sum(values) ** 2 / (len(values) * sum(v * v for v in values))
+
+
+async def test_flooding_tenant_does_not_starve_an_equal_weight_tenant() -> None:
+    scheduler = Scheduler(SchedulerConfig(max_concurrency=4))
+    done: list[tuple[str, float]] = []
+    waits: dict[str, list[float]] = {"flood": [], "quiet": []}
+
+    async def one(tenant: str, i: int) -> None:
+        submitted = time.monotonic()
+
+        async def tool(attempt: Attempt) -> None:
+            waits[tenant].append(time.monotonic() - submitted)
+            await asyncio.sleep(0.0005)
+            done.append((tenant, time.monotonic()))
+
+        await scheduler.submit(ToolCall("work", tenant=tenant, principal=f"{tenant}-agent"), tool)
+
+    flood = [asyncio.create_task(one("flood", i)) for i in range(1200)]
+    await asyncio.sleep(0.01)  # the flood is queued first, then the quiet tenant arrives
+    quiet = [asyncio.create_task(one("quiet", i)) for i in range(150)]
+    await asyncio.gather(*quiet)
+    quiet_end = max(t for tenant, t in done if tenant == "quiet")
+    quiet_start = min(t for tenant, t in done if tenant == "quiet")
+    # While both tenants had work waiting, they completed equal shares of it.
+    window = [tenant for tenant, t in done if quiet_start <= t <= quiet_end]
+    counts = [window.count("flood"), window.count("quiet")]
+    assert jain([float(c) for c in counts]) >= 0.9, counts
+    # The quiet tenant's p99 wait is bounded by its own backlog, not by the flood ahead of it:
+    # it waited for far less than the time the flood's 1,200 calls take.
+    quiet_waits = sorted(waits["quiet"])
+    p99 = quiet_waits[math.ceil(0.99 * len(quiet_waits)) - 1]
+    assert p99 < 0.5 * max(waits["flood"]), (p99, max(waits["flood"]))
+    assert counts[0] <= counts[1] + 5  # the flood did not get more than its half
+    await asyncio.gather(*flood)
+    await scheduler.aclose()
+
+
+async def test_tenant_weights_share_in_proportion() -> None:
+    config = SchedulerConfig(max_concurrency=1, tenants={"gold": TenantShare(weight=3.0)})
+    scheduler = Scheduler(config)
+    order: list[str] = []
+
+    async def tool(attempt: Attempt) -> None:
+        order.append(attempt.call.tenant)
+        await asyncio.sleep(0)
+
+    blocker = asyncio.Event()
+
+    async def hold(attempt: Attempt) -> None:
+        await blocker.wait()
+
+    first = asyncio.create_task(scheduler.submit(ToolCall("x", tenant="setup"), hold))
+    await asyncio.sleep(0)
+    calls = [
+        asyncio.create_task(scheduler.submit(ToolCall("x", tenant=t), tool))
+        for t in ["gold"] * 60 + ["silver"] * 60
+    ]
+    await asyncio.sleep(0)
+    blocker.set()
+    await asyncio.gather(first, *calls)
+    head = order[:40]
+    assert head.count("gold") == 30 and head.count("silver") == 10  # 3 : 1 while both wait
+    await scheduler.aclose()
+
+
+async def test_agents_share_equally_within_a_tenant_and_fifo_within_an_agent() -> None:
+    scheduler = Scheduler(SchedulerConfig(max_concurrency=1))
+    order: list[tuple[str, int]] = []
+    gate = asyncio.Event()
+
+    async def hold(attempt: Attempt) -> None:
+        await gate.wait()
+
+    async def tool(attempt: Attempt) -> None:
+        order.append((attempt.call.principal, int(attempt.call.arguments["i"])))
+
+    first = asyncio.create_task(scheduler.submit(ToolCall("x"), hold))
+    await asyncio.sleep(0)
+    calls = [
+        asyncio.create_task(scheduler.submit(ToolCall("x", principal="busy", arguments={"i": i}), tool))
+        for i in range(20)
+    ]
+    calls += [
+        asyncio.create_task(scheduler.submit(ToolCall("x", principal="calm", arguments={"i": i}), tool))
+        for i in range(3)
+    ]
+    await asyncio.sleep(0)
+    gate.set()
+    await asyncio.gather(first, *calls)
+    calm_positions = [n for n, (agent, _) in enumerate(order) if agent == "calm"]
+    assert max(calm_positions) <= 6  # interleaved with the busy agent, not behind its 20 calls
+    busy = [i for agent, i in order if agent == "busy"]
+    assert busy == sorted(busy)  # FIFO within one agent
+    await scheduler.aclose()
+
+
+async def test_lower_rank_runs_first() -> None:
+    classes = (PriorityClass("interactive", 0), PriorityClass("batch", 5))
+    scheduler = Scheduler(
+        SchedulerConfig(max_concurrency=1, priority_classes=classes, default_priority="batch")
+    )
+    order: list[str] = []
+    gate = asyncio.Event()
+
+    async def hold(attempt: Attempt) -> None:
+        await gate.wait()
+
+    async def tool(attempt: Attempt) -> None:
+        order.append(attempt.call.priority or "batch")
+
+    first = asyncio.create_task(scheduler.submit(ToolCall("x"), hold))
+    await asyncio.sleep(0)
+    calls = [asyncio.create_task(scheduler.submit(ToolCall("x"), tool)) for _ in range(5)]
+    calls += [
+        asyncio.create_task(scheduler.submit(ToolCall("x", priority="interactive"), tool)) for _ in range(5)
+    ]
+    await asyncio.sleep(0)
+    gate.set()
+    await asyncio.gather(first, *calls)
+    assert order == ["interactive"] * 5 + ["batch"] * 5
+    with pytest.raises(InputError, match="unknown priority class 'urgent'"):
+        await scheduler.submit(ToolCall("x", priority="urgent"), tool)
+    await scheduler.aclose()
+
+
+async def test_full_queue_is_refused_with_overloaded() -> None:
+    config = SchedulerConfig(max_concurrency=1, max_queued=3, tenants={"small": TenantShare(max_queued=1)})
+    scheduler = Scheduler(config)
+    gate = asyncio.Event()
+
+    async def hold(attempt: Attempt) -> None:
+        await gate.wait()
+
+    running = asyncio.create_task(scheduler.submit(ToolCall("x"), hold))
+    await asyncio.sleep(0)
+    waiting = [asyncio.create_task(scheduler.submit(ToolCall("x", tenant="small"), hold))]
+    await asyncio.sleep(0)
+    with pytest.raises(Overloaded, match="tenant 'small'"):
+        await scheduler.submit(ToolCall("x", tenant="small"), hold)
+    waiting += [asyncio.create_task(scheduler.submit(ToolCall("x"), hold)) for _ in range(2)]
+    await asyncio.sleep(0)
+    with pytest.raises(Overloaded, match="queue full"):
+        await scheduler.submit(ToolCall("x"), hold)
+    assert scheduler.metrics.count("shed", "x") == 2
+    gate.set()
+    await asyncio.gather(running, *waiting)
+    await scheduler.aclose()
+
+
+async def test_a_call_that_cannot_start_before_its_deadline_is_not_started() -> None:
+    scheduler = Scheduler(SchedulerConfig(tools={"x": ToolLimits(concurrency=1)}))
+    gate = asyncio.Event()
+    started: list[int] = []
+
+    async def hold(attempt: Attempt) -> None:
+        await gate.wait()
+
+    async def tool(attempt: Attempt) -> None:
+        started.append(attempt.number)
+
+    running = asyncio.create_task(scheduler.submit(ToolCall("x"), hold))
+    await asyncio.sleep(0)
+    with pytest.raises(DeadlineExceeded, match="could not start"):
+        await scheduler.submit(ToolCall("x", deadline=time.time() + 0.05), tool)
+    with pytest.raises(DeadlineExceeded, match="deadline passed"):
+        await scheduler.submit(ToolCall("x", grant_expires_at=time.time() - 1), tool)
+    gate.set()
+    await running
+    assert started == []
+    assert scheduler.queued == 0 and scheduler.in_flight == 0  # the expired waiter left no trace
+    await scheduler.aclose()
+
+
+async def test_tool_timeout_cancels_the_running_tool() -> None:
+    scheduler = Scheduler(SchedulerConfig(tools={"slow": ToolLimits(timeout_s=0.05)}))
+    cancelled = asyncio.Event()
+
+    async def slow(attempt: Attempt) -> None:
+        assert attempt.deadline is not None and attempt.deadline <= time.time() + 0.06
+        try:
+            await asyncio.sleep(10)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+
+    with pytest.raises(DeadlineExceeded, match="did not finish"):
+        await scheduler.submit(ToolCall("slow"), slow)
+    assert cancelled.is_set()
+    assert scheduler.in_flight == 0
+    await scheduler.aclose()
+
+
+async def test_cancelling_the_caller_cancels_the_tool_and_frees_its_slot() -> None:
+    scheduler = Scheduler(SchedulerConfig(tools={"x": ToolLimits(concurrency=1)}))
+    entered, cancelled = asyncio.Event(), asyncio.Event()
+
+    async def tool(attempt: Attempt) -> str:
+        entered.set()
+        try:
+            await asyncio.sleep(10)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+        return "never"
+
+    task = asyncio.create_task(scheduler.submit(ToolCall("x"), tool))
+    await entered.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert cancelled.is_set() and scheduler.in_flight == 0
+
+    async def quick(attempt: Attempt) -> str:
+        return "ran"
+
+    assert await scheduler.submit(ToolCall("x"), quick) == "ran"  # the slot came back
+    await scheduler.aclose()
+
+
+async def test_rate_limit_spaces_attempts() -> None:
+    scheduler = Scheduler(SchedulerConfig(tools={"api": ToolLimits(rate=RateLimit(per_second=50, burst=2))}))
+    starts: list[float] = []
+
+    async def tool(attempt: Attempt) -> None:
+        starts.append(time.monotonic())
+
+    t0 = time.monotonic()
+    await asyncio.gather(*(scheduler.submit(ToolCall("api"), tool) for _ in range(7)))
+    # 2 from the burst, then 5 more at 50/s: the last cannot start before 5/50 s = 0.1 s.
+    assert len(starts) == 7
+    assert starts[-1] - t0 >= 0.1 - 0.005
+    for n, started in enumerate(starts):
+        assert started - t0 >= max(0, n - 1) / 50 - 0.005  # never ahead of the bucket
+    await scheduler.aclose()
+
+
+async def test_shutdown_drains_then_leaves_no_tasks() -> None:
+    scheduler = Scheduler(SchedulerConfig(max_concurrency=2))
+    finished: list[int] = []
+
+    async def tool(attempt: Attempt) -> None:
+        await asyncio.sleep(0.01)
+        finished.append(1)
+
+    calls = [asyncio.create_task(scheduler.submit(ToolCall("x"), tool)) for _ in range(6)]
+    await asyncio.sleep(0)
+    await scheduler.aclose(drain=True)
+    assert len(finished) == 6 and all(c.done() for c in calls)
+    with pytest.raises(SchedulingError, match="closed"):
+        await scheduler.submit(ToolCall("x"), tool)
+    assert asyncio.all_tasks() == {asyncio.current_task()}
+
+
+async def test_shutdown_without_drain_cancels_running_and_waiting_calls() -> None:
+    scheduler = Scheduler(SchedulerConfig(max_concurrency=1))
+
+    async def tool(attempt: Attempt) -> None:
+        await asyncio.sleep(10)
+
+    calls = [asyncio.create_task(scheduler.submit(ToolCall("x"), tool)) for _ in range(3)]
+    await asyncio.sleep(0.01)
+    await scheduler.aclose(drain=False)
+    assert all(c.cancelled() for c in calls)
+    assert scheduler.queued == 0 and scheduler.in_flight == 0
+    assert asyncio.all_tasks() == {asyncio.current_task()}
