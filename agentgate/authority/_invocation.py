@@ -25,7 +25,7 @@ from agentgate.authority._encoding import (
 from agentgate.authority._grant import MAX_TIME, Chain, _as_chain, _did
 from agentgate.capabilities import Call
 from agentgate.errors import TokenFormatError
-from agentgate.keys import SigningKey
+from agentgate.keys import SIGNATURE_SIZE, SigningKey
 
 INVOCATION_PREFIX = "agi1"
 INVOCATION_CONTEXT = b"agentgate/invocation/v1\x00"
@@ -136,6 +136,8 @@ class Invocation:
             raise TokenFormatError(f"invocation must be {INVOCATION_PREFIX}.PAYLOAD.SIGNATURE")
         payload = b64url_decode(parts[1], "invocation")
         signature = b64url_decode(parts[2], "invocation signature")
+        if len(signature) != SIGNATURE_SIZE:
+            raise TokenFormatError(f"invocation: an Ed25519 signature is 64 bytes, got {len(signature)}")
         obj = parse_canonical(payload, "invocation")
         if obj.get("v") != 1 or isinstance(obj.get("v"), bool):
             raise TokenFormatError(f"invocation: unsupported version {obj.get('v')!r}")

@@ -127,7 +127,7 @@ class GrantRepository:
         """Remember issued grants (idempotent), so that ``revoke`` by id can list descendants."""
         with self.store.transaction() as tx:
             tx.executemany(
-                "INSERT INTO agentgate_grants (id, parent, issuer, audience, expires, recorded_at, token) "
+                "INSERT INTO agentgate_grants (id, parent, issuer, audience, expires, token, recorded_at) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
                 [(*row, now) for row in rows],
             )

@@ -1,0 +1,318 @@
+"""Decisions: holder binding, replay (also across restarts and crashes), revocation cascade,
+fail-closed store, canonical tool names, approvals; on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from agentgate.authority import (
+    ApprovalRequirement,
+    Authority,
+    Budget,
+    Chain,
+    ChainCache,
+    GrantRepository,
+    Invocation,
+    Outcome,
+    decide,
+    delegate,
+    issue,
+    record,
+    revoke,
+)
+from agentgate.capabilities import Call
+from agentgate.findings import FindingKind
+from agentgate.keys import SigningKey
+from agentgate.store import SQLiteStore, Store
+
+NOW = 1_800_000_000
+ROOT, ALICE, BOB, CAROL = (SigningKey(bytes([i]) * 32) for i in range(11, 15))
+CALL = Call.tool("payments.refund", {"amount": 50, "currency": "EUR"})
+
+
+def chain3() -> Chain:
+    c1 = issue(ROOT, ALICE.did, ["tool:payments.refund?amount<=500&currency=EUR|USD"], ttl=3600,
+               budget=Budget(1_000_000), now=NOW)  # fmt: skip
+    c2 = delegate(c1, ALICE, BOB.did, ["tool:payments.refund?amount<=100&currency=EUR"], ttl=1800, now=NOW)
+    return delegate(c2, BOB, CAROL.did, ["tool:payments.refund?amount<=60&currency=EUR"], ttl=600, now=NOW)
+
+
+@pytest.fixture
+def repo(store: Store) -> GrantRepository:
+    """Both stores: for everything that touches revocations and nonces."""
+    return GrantRepository(store)
+
+
+@pytest.fixture
+def local(sqlite_store: SQLiteStore) -> GrantRepository:
+    """SQLite only: for rules decided before the store is consulted."""
+    return GrantRepository(sqlite_store)
+
+
+def run(
+    repo: GrantRepository, inv: Invocation, now: float = NOW + 1, **kw: object
+) -> tuple[Outcome, str | None]:
+    d = decide(inv, repo=repo, trusted=ROOT.public, now=now, cache=ChainCache(), **kw)  # type: ignore[arg-type]
+    assert (d.outcome is Outcome.DENY) == bool(d.findings)
+    return d.outcome, (d.findings[0].code if d.findings else None)
+
+
+def test_allow_carries_the_evidence(repo: GrantRepository) -> None:
+    chain = chain3()
+    inv = Invocation.sign(CAROL, chain, CALL, now=NOW)
+    d = decide(inv, repo=repo, trusted=ROOT.public, now=NOW + 1)
+    assert d.outcome is Outcome.ALLOW and d.allowed
+    assert d.chain == chain.ids and d.principal == CAROL.did and d.invocation_id == inv.id
+    assert d.budgets == tuple((g.id, Budget(1_000_000)) for g in chain.links)
+
+
+def test_token_used_by_someone_other_than_its_audience_is_denied(local: GrantRepository) -> None:
+    chain = chain3()
+    for thief in (BOB, ALICE, SigningKey.generate()):
+        d = decide(Invocation.sign(thief, chain, CALL, now=NOW), repo=local, trusted=ROOT.public, now=NOW)
+        assert d.outcome is Outcome.DENY
+        assert (d.findings[0].kind, d.findings[0].code) == (
+            FindingKind.IMPLICIT_TRUST_INHERITANCE,
+            "wrong_holder",
+        )
+
+
+def test_replayed_invocation_is_denied(repo: GrantRepository) -> None:
+    chain = chain3()
+    inv = Invocation.sign(CAROL, chain, CALL, now=NOW)
+    assert run(repo, inv) == (Outcome.ALLOW, None)
+    assert run(repo, inv) == (Outcome.DENY, "replayed_invocation")
+    wire = Invocation.decode(inv.encode(), chain.token, CALL)
+    assert run(repo, wire) == (Outcome.DENY, "replayed_invocation")
+
+
+def test_replay_is_denied_after_a_restart(store: Store) -> None:
+    inv = Invocation.sign(CAROL, chain3(), CALL, now=NOW)
+    assert run(GrantRepository(store), inv) == (Outcome.ALLOW, None)
+    reopened = type(store)(store.url)  # a new process would open the store like this
+    try:
+        assert run(GrantRepository(reopened), inv) == (Outcome.DENY, "replayed_invocation")
+    finally:
+        reopened.close()
+
+
+def test_replay_is_denied_after_the_process_is_killed(tmp_path: Path) -> None:
+    """SIGKILL right after an allow: the nonce (synchronous=NORMAL, WAL) must still be there."""
+    db = tmp_path / "a.db"
+    chain = chain3()
+    inv = Invocation.sign(CAROL, chain, CALL, now=NOW)
+    (tmp_path / "inv").write_text(inv.encode())
+    (tmp_path / "chain").write_text(chain.token)
+    script = textwrap.dedent(f"""
+        import os, signal
+        from pathlib import Path
+        from agentgate.authority import GrantRepository, Invocation, decide
+        from agentgate.capabilities import Call
+        from agentgate.keys import PublicKey
+        from agentgate.store import SQLiteStore
+        d = Path({str(tmp_path)!r})
+        call = Call.tool("payments.refund", {{"amount": 50, "currency": "EUR"}})
+        inv = Invocation.decode((d / "inv").read_text(), (d / "chain").read_text(), call)
+        decision = decide(inv, repo=GrantRepository(SQLiteStore({str(db)!r})),
+                          trusted=PublicKey.from_did({ROOT.did!r}), now={NOW + 1})
+        print(decision.outcome.value, flush=True)
+        os.kill(os.getpid(), signal.SIGKILL)
+    """)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert proc.stdout.strip() == "allow", proc.stderr
+    assert proc.returncode == -9
+    store = SQLiteStore(db)
+    try:
+        assert run(GrantRepository(store), inv) == (Outcome.DENY, "replayed_invocation")
+    finally:
+        store.close()
+
+
+def test_invocation_replayed_for_another_tool_or_arguments_is_denied(local: GrantRepository) -> None:
+    chain = chain3()
+    wire = Invocation.sign(CAROL, chain, CALL, now=NOW).encode()
+    other_args = Call.tool("payments.refund", {"amount": 60, "currency": "EUR"})
+    assert run(local, Invocation.decode(wire, chain, other_args)) == (Outcome.DENY, "args_digest_mismatch")
+    other_tool = Call.tool("payments.charge", {"amount": 50, "currency": "EUR"})
+    assert run(local, Invocation.decode(wire, chain, other_tool)) == (Outcome.DENY, "call_mismatch")
+    # the original is still unused, so it goes through once
+    assert run(local, Invocation.decode(wire, chain, CALL)) == (Outcome.ALLOW, None)
+
+
+def test_edited_invocation_fields_fail_the_signature(local: GrantRepository) -> None:
+    from dataclasses import replace
+
+    inv = Invocation.sign(CAROL, chain3(), CALL, now=NOW)
+    assert run(local, replace(inv, expires=inv.expires + 100)) == (Outcome.DENY, "bad_invocation_signature")
+    assert run(local, replace(inv, signature=b"")) == (Outcome.DENY, "bad_invocation_signature")
+
+
+def test_call_outside_the_grant_is_scope_creep(local: GrantRepository) -> None:
+    chain = chain3()
+    for call in (
+        Call.tool("payments.refund", {"amount": 61, "currency": "EUR"}),
+        Call.tool("payments.refund", {"amount": 50, "currency": "USD"}),
+        Call.tool("payments.refund", {"amount": 50}),
+        Call.tool("shell.run", {}),
+    ):
+        d = decide(Invocation.sign(CAROL, chain, call, now=NOW), repo=local, trusted=ROOT.public, now=NOW)
+        assert d.outcome is Outcome.DENY
+        assert (d.findings[0].kind, d.findings[0].code) == (FindingKind.SCOPE_CREEP, "call_not_covered")
+
+
+@pytest.mark.parametrize(
+    "name", ["Payments.refund", " payments.refund", "payments.refund\n", "payments.re\u200bfund",
+             "payments.refund\u0430", "payments/../refund", "../payments.refund", "ｐayments.refund"],
+)  # fmt: skip
+def test_ambiguous_tool_names_are_denied_never_guessed(local: GrantRepository, name: str) -> None:
+    call = Call(f"tool:{name}", "invoke", {"amount": 50, "currency": "EUR"})
+    assert run(local, Invocation.sign(CAROL, chain3(), call, now=NOW)) == (Outcome.DENY, "ambiguous_resource")
+
+
+def test_revoked_ancestor_kills_the_live_child(repo: GrantRepository) -> None:
+    chain = chain3()
+    record(repo, chain, now=NOW)
+    assert run(repo, Invocation.sign(CAROL, chain, CALL, now=NOW)) == (Outcome.ALLOW, None)
+    revoke(repo, chain.root.id, now=NOW)
+    d = decide(Invocation.sign(CAROL, chain, CALL, now=NOW), repo=repo, trusted=ROOT.public, now=NOW)
+    assert (d.outcome, d.findings[0].kind, d.findings[0].code) == (
+        Outcome.DENY, FindingKind.NON_REVOCABLE_GRANT, "revoked")  # fmt: skip
+    assert d.findings[0].grant == chain.root.id
+    assert set(repo.descendants(chain.root.id)) == set(chain.ids[1:])
+
+
+def test_revocation_is_seen_through_a_warm_cache(repo: GrantRepository) -> None:
+    """The chain is cached; revocation still is read on every decision, also from another connection."""
+    chain = chain3()
+    authority = Authority(repo, ROOT.public)
+    assert authority.decide(Invocation.sign(CAROL, chain, CALL, now=NOW), now=NOW).allowed
+    other = type(repo.store)(repo.store.url)
+    try:
+        revoke(GrantRepository(other), chain.links[1].id, now=NOW)
+    finally:
+        other.close()
+    d = authority.decide(Invocation.sign(CAROL, chain, CALL, now=NOW), now=NOW)
+    assert d.outcome is Outcome.DENY and d.findings[0].code == "revoked"
+
+
+def test_unreachable_revocation_state_fails_closed(store: Store) -> None:
+    repo = GrantRepository(store)
+    repo.close()
+    store.close()
+    d = decide(Invocation.sign(CAROL, chain3(), CALL, now=NOW), repo=repo, trusted=ROOT.public, now=NOW)
+    assert d.outcome is Outcome.DENY
+    assert (d.findings[0].kind, d.findings[0].code) == (
+        FindingKind.NON_REVOCABLE_GRANT,
+        "revocation_unreachable",
+    )
+
+
+def test_times_are_checked_on_every_decision(local: GrantRepository) -> None:
+    chain = chain3()  # tip expires at NOW + 600
+    authority = Authority(local, ROOT.public)
+    assert authority.decide(Invocation.sign(CAROL, chain, CALL, now=NOW + 500), now=NOW + 500).allowed
+    d = authority.decide(Invocation.sign(CAROL, chain, CALL, now=NOW + 600), now=NOW + 600)
+    assert d.findings[0].code == "grant_expired"
+    d = authority.decide(Invocation.sign(CAROL, chain, CALL, now=NOW - 31), now=NOW - 31)
+    assert d.findings[0].code == "grant_not_yet_valid"
+
+
+def test_expired_invocation_and_clock_skew_beyond_tolerance(local: GrantRepository) -> None:
+    chain = chain3()
+    inv = Invocation.sign(CAROL, chain, CALL, now=NOW, ttl=60)
+    assert run(local, inv, now=NOW + 60) == (Outcome.DENY, "invocation_expired")
+    future = Invocation.sign(CAROL, chain, CALL, now=NOW + 120)
+    assert run(local, future, now=NOW) == (Outcome.DENY, "invocation_not_yet_valid")
+    slightly = Invocation.sign(CAROL, chain, CALL, now=NOW + 20)
+    assert run(local, slightly, now=NOW) == (Outcome.ALLOW, None)
+
+
+def test_malformed_chain_in_an_invocation_is_denied(local: GrantRepository) -> None:
+    inv = Invocation.sign(CAROL, chain3(), CALL, now=NOW)
+    from dataclasses import replace
+
+    for token in ("", "ag1", "ag1.%%%.AA", "x" * 100_000, inv.chain_token + ".AA"):
+        assert run(local, replace(inv, chain_token=token))[0] is Outcome.DENY
+
+
+def test_approval_hook_produces_approval_required_without_spending_the_nonce(repo: GrantRepository) -> None:
+    seen: list[str] = []
+
+    def hook(call: Call, chain: Chain, invocation: Invocation) -> ApprovalRequirement | None:
+        if invocation.id in seen:
+            return None  # the Gate found a valid approval bound to this invocation
+        seen.append(invocation.id)
+        return ApprovalRequirement(("did:key:finance-lead",), reason="refunds need a second person")
+
+    authority = Authority(repo, ROOT.public, approvals=hook)
+    inv = Invocation.sign(CAROL, chain3(), CALL, now=NOW)
+    first = authority.decide(inv, now=NOW)
+    assert first.outcome is Outcome.APPROVAL_REQUIRED and first.approval is not None
+    assert first.approval.approvers == ("did:key:finance-lead",) and not first.findings
+    assert authority.decide(inv, now=NOW).outcome is Outcome.ALLOW
+    assert authority.decide(inv, now=NOW).findings[0].code == "replayed_invocation"
+
+
+def test_approval_hook_is_not_asked_for_calls_that_are_denied_anyway(local: GrantRepository) -> None:
+    asked: list[Call] = []
+
+    def hook(call: Call, chain: Chain, invocation: Invocation) -> ApprovalRequirement | None:
+        asked.append(call)
+        return ApprovalRequirement(("x",))
+
+    call = Call.tool("payments.refund", {"amount": 500, "currency": "EUR"})
+    d = Authority(local, ROOT.public, approvals=hook).decide(
+        Invocation.sign(CAROL, chain3(), call, now=NOW), now=NOW
+    )
+    assert d.outcome is Outcome.DENY and asked == []
+
+
+def test_invocation_wire_form_is_strict() -> None:
+    from agentgate.errors import TokenFormatError
+
+    chain = chain3()
+    wire = Invocation.sign(CAROL, chain, CALL, now=NOW).encode()
+    for bad in (wire + ".", wire + "A", "agi2" + wire[4:], wire.replace(".", "..", 1), ""):
+        with pytest.raises(TokenFormatError):
+            Invocation.decode(bad, chain, CALL)
+
+
+def test_decisions_are_frozen_and_serializable(local: GrantRepository) -> None:
+    import dataclasses
+    import json
+
+    d = run(local, Invocation.sign(CAROL, chain3(), CALL, now=NOW))
+    decision = decide(
+        Invocation.sign(CAROL, chain3(), CALL, now=NOW), repo=local, trusted=ROOT.public, now=NOW
+    )
+    assert d[0] is Outcome.ALLOW
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        decision.outcome = Outcome.DENY  # type: ignore[misc]
+    assert json.loads(json.dumps(decision.to_dict()))["outcome"] == "allow"
+
+
+def test_nonces_can_be_pruned(local: GrantRepository) -> None:
+    inv = Invocation.sign(CAROL, chain3(), CALL, now=NOW)
+    assert run(local, inv)[0] is Outcome.ALLOW
+    assert local.prune_nonces(NOW) == 0
+    assert local.prune_nonces(inv.expires + 3600) == 1
+
+
+def test_env_store_is_used(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from agentgate.store import open_store
+
+    monkeypatch.setenv("AGENTGATE_STORE", str(tmp_path / "e.db"))
+    store = open_store()
+    try:
+        assert (
+            run(GrantRepository(store), Invocation.sign(CAROL, chain3(), CALL, now=NOW))[0] is Outcome.ALLOW
+        )
+    finally:
+        store.close()
+    assert os.path.exists(tmp_path / "e.db")
