@@ -1,0 +1,196 @@
+"""OpenTelemetry spans that follow the GenAI semantic conventions, plus ``agentgate.*`` attributes.
+
+Followed: the GenAI agent, tool and model-call spans of OpenTelemetry semantic conventions
+``SEMCONV_VERSION`` (the tracer carries ``SCHEMA_URL``):
+
+- ``invoke_agent {name}`` (INTERNAL): ``gen_ai.operation.name=invoke_agent``, ``gen_ai.agent.name``,
+  ``gen_ai.agent.id``;
+- ``execute_tool {name}`` (INTERNAL): ``gen_ai.operation.name=execute_tool``, ``gen_ai.tool.name``,
+  ``gen_ai.tool.call.id``, ``gen_ai.tool.type``; ``gen_ai.tool.call.arguments`` and
+  ``gen_ai.tool.call.result`` only when content capture is opted in (argument
+  ``record_content=True`` or ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true``), and
+  then only what the caller passes (pass ``redact``-ed arguments);
+- ``chat {model}`` (CLIENT): ``gen_ai.operation.name=chat``, ``gen_ai.request.model``,
+  ``gen_ai.provider.name``, and ``gen_ai.usage.input_tokens`` / ``output_tokens`` via
+  ``record_usage``.
+
+``record_decision`` adds ``agentgate.decision``, ``agentgate.policy.id``,
+``agentgate.capability.id``, ``agentgate.chain.depth``, ``agentgate.budget.remaining`` and
+``agentgate.audit.index`` (the index of the signed audit entry, so a trace links to the
+evidence). A deny sets the span status to ERROR and ``error.type=agentgate.denied``. An exception
+escaping a span sets ERROR and ``error.type`` to the exception's class name.
+
+Exporters: whatever ``TracerProvider`` the application installed; ``configure_from_env`` installs
+one from the standard ``OTEL_*`` variables for applications that have none.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any
+
+from opentelemetry import trace
+from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer
+
+from agentgate.audit.entry import canonical_json
+from agentgate.errors import InputError
+
+SEMCONV_VERSION = "1.44.0"
+SCHEMA_URL = f"https://opentelemetry.io/schemas/{SEMCONV_VERSION}"
+CAPTURE_CONTENT_ENV = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
+DENIED = "agentgate.denied"
+
+
+def get_tracer(provider: trace.TracerProvider | None = None) -> Tracer:
+    """agentgate's tracer, from ``provider`` or the globally installed one."""
+    return trace.get_tracer("agentgate", schema_url=SCHEMA_URL, tracer_provider=provider)
+
+
+def _capture(record_content: bool | None) -> bool:
+    if record_content is not None:
+        return record_content
+    return os.environ.get(CAPTURE_CONTENT_ENV, "").strip().lower() == "true"
+
+
+@contextmanager
+def _span(name: str, kind: SpanKind, attributes: Mapping[str, Any], tracer: Tracer | None) -> Iterator[Span]:
+    clean = {k: v for k, v in attributes.items() if v is not None}
+    with (tracer or get_tracer()).start_as_current_span(
+        name, kind=kind, attributes=clean, record_exception=True, set_status_on_exception=False
+    ) as span:
+        try:
+            yield span
+        except BaseException as exc:
+            span.set_attribute("error.type", type(exc).__qualname__)
+            span.set_status(Status(StatusCode.ERROR, str(exc)[:200]))
+            raise
+
+
+@contextmanager
+def invoke_agent_span(
+    name: str, *, agent_id: str | None = None, tracer: Tracer | None = None
+) -> Iterator[Span]:
+    """A span for one run of the agent ``name`` (``agent_id``: its did, for example)."""
+    attributes = {
+        "gen_ai.operation.name": "invoke_agent",
+        "gen_ai.agent.name": name,
+        "gen_ai.agent.id": agent_id,
+    }
+    with _span(f"invoke_agent {name}", SpanKind.INTERNAL, attributes, tracer) as span:
+        yield span
+
+
+@contextmanager
+def execute_tool_span(
+    name: str,
+    *,
+    call_id: str | None = None,
+    tool_type: str = "function",
+    arguments: Mapping[str, Any] | None = None,
+    record_content: bool | None = None,
+    tracer: Tracer | None = None,
+) -> Iterator[Span]:
+    """A span for one tool call. ``arguments`` are recorded only if content capture is opted in."""
+    attributes: dict[str, Any] = {
+        "gen_ai.operation.name": "execute_tool",
+        "gen_ai.tool.name": name,
+        "gen_ai.tool.call.id": call_id,
+        "gen_ai.tool.type": tool_type,
+    }
+    if arguments is not None and _capture(record_content):
+        attributes["gen_ai.tool.call.arguments"] = canonical_json(dict(arguments)).decode()
+    with _span(f"execute_tool {name}", SpanKind.INTERNAL, attributes, tracer) as span:
+        yield span
+
+
+def record_tool_result(span: Span, result: Any, *, record_content: bool | None = None) -> None:
+    """Set ``gen_ai.tool.call.result`` if content capture is opted in; otherwise record nothing."""
+    if _capture(record_content):
+        text = result if isinstance(result, str) else json.dumps(result, default=str, sort_keys=True)
+        span.set_attribute("gen_ai.tool.call.result", text)
+
+
+@contextmanager
+def chat_span(model: str, *, provider: str | None = None, tracer: Tracer | None = None) -> Iterator[Span]:
+    """A span for one chat model call to ``model`` (``provider``: e.g. ``openai``, ``vllm``)."""
+    attributes = {
+        "gen_ai.operation.name": "chat",
+        "gen_ai.request.model": model,
+        "gen_ai.provider.name": provider,
+    }
+    with _span(f"chat {model}", SpanKind.CLIENT, attributes, tracer) as span:
+        yield span
+
+
+def record_usage(
+    span: Span, input_tokens: int, output_tokens: int, *, response_model: str | None = None
+) -> None:
+    """Token usage of a model call, as ``gen_ai.usage.*`` (and the model that answered)."""
+    span.set_attribute("gen_ai.usage.input_tokens", int(input_tokens))
+    span.set_attribute("gen_ai.usage.output_tokens", int(output_tokens))
+    if response_model is not None:
+        span.set_attribute("gen_ai.response.model", response_model)
+
+
+def record_decision(
+    span: Span,
+    decision: str,
+    *,
+    policy_id: str | None = None,
+    capability_id: str | None = None,
+    chain_depth: int | None = None,
+    budget_remaining: int | None = None,
+    audit_index: int | None = None,
+    reason: str | None = None,
+) -> None:
+    """The authority decision behind the span. A ``deny`` marks the span ERROR, ``agentgate.denied``."""
+    values: dict[str, Any] = {
+        "agentgate.decision": decision,
+        "agentgate.policy.id": policy_id,
+        "agentgate.capability.id": capability_id,
+        "agentgate.chain.depth": chain_depth,
+        "agentgate.budget.remaining": budget_remaining,
+        "agentgate.audit.index": audit_index,
+    }
+    span.set_attributes({k: v for k, v in values.items() if v is not None})
+    if decision == "deny":
+        span.set_attribute("error.type", DENIED)
+        span.set_status(Status(StatusCode.ERROR, reason or "denied by agentgate"))
+
+
+def configure_from_env() -> trace.TracerProvider:
+    """Install a TracerProvider built from the standard ``OTEL_*`` variables, and return it.
+
+    ``OTEL_SERVICE_NAME`` and ``OTEL_RESOURCE_ATTRIBUTES`` name the resource;
+    ``OTEL_TRACES_EXPORTER`` is ``none`` (default), ``console`` or ``otlp`` (which needs the
+    ``opentelemetry-exporter-otlp`` package; ``InputError`` if it is missing). Applications that
+    configure OpenTelemetry themselves should not call this.
+    """
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SpanExporter
+
+    provider = TracerProvider(resource=Resource.create())
+    exporters = [e.strip() for e in os.environ.get("OTEL_TRACES_EXPORTER", "none").split(",") if e.strip()]
+    for name in exporters:
+        exporter: SpanExporter
+        if name == "none":
+            continue
+        if name == "console":
+            exporter = ConsoleSpanExporter()
+        elif name == "otlp":
+            try:
+                from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+            except ImportError as exc:
+                raise InputError(
+                    "OTEL_TRACES_EXPORTER=otlp needs: pip install opentelemetry-exporter-otlp"
+                ) from exc
+            exporter = OTLPSpanExporter()
+        else:
+            raise InputError(f"OTEL_TRACES_EXPORTER={name!r} is not supported (none, console, otlp)")
+        provider.add_span_processor(BatchSpanProcessor(exporter))
+    trace.set_tracer_provider(provider)
+    return provider

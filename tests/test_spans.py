@@ -1,0 +1,114 @@
+"""OpenTelemetry spans: GenAI semantic conventions, agentgate attributes, content opt-in only."""
+
+from __future__ import annotations
+
+import pytest
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind, StatusCode, Tracer
+
+from agentgate.audit.entry import redact
+from agentgate.audit.spans import (
+    CAPTURE_CONTENT_ENV,
+    SCHEMA_URL,
+    chat_span,
+    execute_tool_span,
+    get_tracer,
+    invoke_agent_span,
+    record_decision,
+    record_tool_result,
+    record_usage,
+)
+
+
+@pytest.fixture
+def exporter() -> InMemorySpanExporter:
+    return InMemorySpanExporter()
+
+
+@pytest.fixture
+def tracer(exporter: InMemorySpanExporter) -> Tracer:
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    return get_tracer(provider)
+
+
+def test_agent_tool_and_chat_spans_follow_the_genai_conventions(
+    tracer: Tracer, exporter: InMemorySpanExporter
+) -> None:
+    with invoke_agent_span("researcher", agent_id="did:key:zAgent", tracer=tracer):
+        with execute_tool_span("web_search", call_id="call_1", tracer=tracer) as span:
+            record_decision(
+                span,
+                "allow",
+                policy_id="p1",
+                capability_id="c1",
+                chain_depth=2,
+                budget_remaining=880,
+                audit_index=41,
+            )
+        with chat_span("llama-3.1-8b", provider="vllm", tracer=tracer) as span:
+            record_usage(span, 120, 30, response_model="llama-3.1-8b")
+    tool, chat, agent = exporter.get_finished_spans()
+    assert agent.name == "invoke_agent researcher" and agent.kind == SpanKind.INTERNAL
+    assert agent.attributes == {
+        "gen_ai.operation.name": "invoke_agent",
+        "gen_ai.agent.name": "researcher",
+        "gen_ai.agent.id": "did:key:zAgent",
+    }
+    assert tool.name == "execute_tool web_search" and tool.parent.span_id == agent.context.span_id
+    assert tool.attributes["gen_ai.operation.name"] == "execute_tool"
+    assert tool.attributes["gen_ai.tool.call.id"] == "call_1"
+    assert tool.attributes["agentgate.decision"] == "allow"
+    assert tool.attributes["agentgate.audit.index"] == 41
+    assert tool.attributes["agentgate.chain.depth"] == 2
+    assert tool.attributes["agentgate.budget.remaining"] == 880
+    assert tool.status.status_code == StatusCode.UNSET
+    assert chat.name == "chat llama-3.1-8b" and chat.kind == SpanKind.CLIENT
+    assert chat.attributes["gen_ai.usage.input_tokens"] == 120
+    assert chat.attributes["gen_ai.usage.output_tokens"] == 30
+    assert tool.instrumentation_scope.schema_url == SCHEMA_URL
+
+
+def test_deny_sets_error_status_and_type(tracer: Tracer, exporter: InMemorySpanExporter) -> None:
+    with execute_tool_span("run_shell", tracer=tracer) as span:
+        record_decision(span, "deny", reason="no grant covers tool:run_shell", audit_index=7)
+    (span,) = exporter.get_finished_spans()
+    assert span.status.status_code == StatusCode.ERROR
+    assert span.attributes["error.type"] == "agentgate.denied"
+    assert span.status.description == "no grant covers tool:run_shell"
+
+
+def test_tool_arguments_and_results_are_recorded_only_when_opted_in(
+    tracer: Tracer, exporter: InMemorySpanExporter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    args = {"query": "weather", "api_key": "sk-secret"}
+    monkeypatch.delenv(CAPTURE_CONTENT_ENV, raising=False)
+    with execute_tool_span("search", arguments=args, tracer=tracer) as span:
+        record_tool_result(span, {"answer": 42})
+    monkeypatch.setenv(CAPTURE_CONTENT_ENV, "true")
+    with execute_tool_span("search", arguments=redact(args, ["query"]), tracer=tracer) as span:
+        record_tool_result(span, {"answer": 42})
+    default, opted_in = exporter.get_finished_spans()
+    assert "gen_ai.tool.call.arguments" not in default.attributes
+    assert "gen_ai.tool.call.result" not in default.attributes
+    assert opted_in.attributes["gen_ai.tool.call.arguments"] == '{"query":"weather"}'
+    assert opted_in.attributes["gen_ai.tool.call.result"] == '{"answer": 42}'
+    assert all("sk-secret" not in str(v) for s in (default, opted_in) for v in s.attributes.values())
+
+
+def test_an_exception_marks_the_span_with_its_type(tracer: Tracer, exporter: InMemorySpanExporter) -> None:
+    with pytest.raises(TimeoutError), execute_tool_span("slow", tracer=tracer):
+        raise TimeoutError("deadline")
+    (span,) = exporter.get_finished_spans()
+    assert span.status.status_code == StatusCode.ERROR and span.attributes["error.type"] == "TimeoutError"
+
+
+def test_configure_from_env_refuses_an_unknown_exporter(monkeypatch: pytest.MonkeyPatch) -> None:
+    from agentgate.audit.spans import configure_from_env
+    from agentgate.errors import InputError
+
+    monkeypatch.setenv("OTEL_TRACES_EXPORTER", "carrier-pigeon")
+    with pytest.raises(InputError, match="carrier-pigeon"):
+        configure_from_env()
