@@ -1,0 +1,244 @@
+"""Gate: the composition root. Each test states one rule of the end-to-end path of a call."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from agentgate.audit.entry import AuditEntry
+from agentgate.capabilities import Call
+from agentgate.errors import AuditError, Denied
+from agentgate.gate import AgentIdentity, Approval, Gate
+from agentgate.keys import SigningKey
+from agentgate.policy import parse_policy
+from agentgate.store import SQLiteStore
+
+POLICY = """
+version: 1
+trust_anchors:
+  root: {{did: "{root}"}}
+principals:
+  agent: {{kind: agent, did: "{agent}", roles: [worker]}}
+  lead: {{kind: human, did: "{lead}", roles: [lead]}}
+tools:
+  lookup:
+    args: {{id: {{type: string, required: true}}, secret: {{type: string}}}}
+    idempotent: true
+    loggable: [id]
+  refund:
+    args: {{amount: {{type: integer, required: true}}}}
+    loggable: [amount]
+models:
+  small: {{cost_per_mtok: {{input: 1000000, output: 2000000}}}}
+roles:
+  worker:
+    kind: agent
+    capabilities:
+      - resource: tool:lookup
+      - resource: tool:refund
+        constraints: {{amount: {{le: 1000}}}}
+      - resource: model:small
+    budget: {{limit: {budget}, unit: usd_micros}}
+    ttl_s: 600
+    delegation:
+      max_depth: 1
+      capabilities:
+        - resource: tool:lookup
+  lead:
+    kind: human
+    capabilities:
+      - resource: tool:refund
+    ttl_s: 600
+approvals:
+  big-refund:
+    resource: tool:refund
+    when: {{amount: {{gt: 100}}}}
+    approvers: [lead]
+"""
+
+
+class Setup:
+    def __init__(self, path: Path, budget: int = 10_000) -> None:
+        self.keys = {n: SigningKey.generate() for n in ("root", "agent", "lead", "helper")}
+        text = POLICY.format(budget=budget, **{n: k.did for n, k in self.keys.items()})
+        self.gate = Gate(parse_policy(text, source="gate.yaml"), SQLiteStore(path / "agentgate.db"))
+        self.agent = self.gate.issue(self.keys["root"], name="agent", key=self.keys["agent"], role="worker")
+
+    def entries(self) -> list[AuditEntry]:
+        return list(self.gate.audit.entries())
+
+
+@pytest.fixture
+def setup(tmp_path: Path) -> Iterator[Setup]:
+    made = Setup(tmp_path)
+    yield made
+    made.gate.close()
+
+
+def test_allowed_call_is_audited_before_it_runs_and_its_outcome_after(setup: Setup) -> None:
+    seen: list[int] = []
+    auth = setup.gate.authorize(setup.agent, Call.tool("lookup", {"id": "42", "secret": "hunter2"}))
+    assert auth.allowed and auth.audit_index is not None
+
+    def tool() -> str:
+        seen.append(setup.gate.audit.size())
+        return "ok"
+
+    assert setup.gate.run(auth, tool) == "ok"
+    decision, outcome = setup.entries()
+    assert seen == [1]  # the decision entry was committed when the tool started
+    assert decision.kind == "allow" and decision.args == {"id": "42"}
+    assert "hunter2" not in decision.to_bytes().decode()
+    assert outcome.kind == "outcome" and outcome.status == "ok" and outcome.ref == decision.index
+
+
+def test_if_the_audit_log_cannot_be_written_nothing_runs(setup: Setup) -> None:
+    with setup.gate.store.transaction() as tx:  # a real write failure inside SQLite, not a mock
+        tx.execute(
+            "CREATE TRIGGER refuse_audit BEFORE INSERT ON audit_log BEGIN SELECT RAISE(ABORT, 'disk full'); END"
+        )
+    ran: list[str] = []
+    with pytest.raises(AuditError):
+        auth = setup.gate.authorize(setup.agent, Call.model("small"), tokens=(10, 10))
+        setup.gate.run(auth, lambda: ran.append("model"))
+    assert ran == []
+    # The reservation made in the same transaction was rolled back with the failed entry.
+    assert setup.gate.ledger.remaining(setup.agent.chain.root.id) in (None, 10_000)
+
+
+def test_refused_call_is_recorded_and_cannot_be_run(setup: Setup) -> None:
+    auth = setup.gate.authorize(setup.agent, Call.tool("refund", {"amount": 5000}))
+    assert not auth.allowed and "amount=5000" in auth.explain()
+    assert setup.entries()[0].kind == "deny"
+    with pytest.raises(Denied):
+        setup.gate.run(auth, lambda: "never")
+
+
+def test_no_identity_is_an_opacity_finding(setup: Setup) -> None:
+    auth = setup.gate.authorize(None, Call.tool("lookup", {"id": "1"}))
+    assert [f.code for f in auth.findings] == ["no_chain"]
+    assert [f.kind.value for f in auth.findings] == ["authority_chain_opacity"]
+
+
+def test_identity_of_another_agent_is_implicit_trust_inheritance(setup: Setup) -> None:
+    auth = setup.gate.authorize(setup.agent, Call.tool("lookup", {"id": "1"}), agent="helper")
+    assert [(f.kind.value, f.code) for f in auth.findings] == [
+        ("implicit_trust_inheritance", "inherited_identity")
+    ]
+
+
+def test_a_copied_grant_is_useless_to_another_key(setup: Setup) -> None:
+    thief = AgentIdentity("agent", setup.keys["helper"], setup.agent.chain)
+    auth = setup.gate.authorize(thief, Call.tool("lookup", {"id": "1"}))
+    assert not auth.allowed and [f.code for f in auth.findings] == ["wrong_holder"]
+
+
+def test_delegated_grant_is_attenuated_and_revocation_cascades(setup: Setup) -> None:
+    from datetime import timedelta
+
+    helper = setup.gate.delegate(
+        setup.agent,
+        name="helper",
+        key=setup.keys["helper"],
+        capabilities=["tool:lookup"],
+        ttl=timedelta(seconds=60),
+    )
+    assert setup.gate.authorize(helper, Call.tool("lookup", {"id": "1"})).allowed
+    assert not setup.gate.authorize(helper, Call.tool("refund", {"amount": 1})).allowed
+    setup.gate.revoke(setup.agent, reason="test")
+    refused = setup.gate.authorize(helper, Call.tool("lookup", {"id": "2"}))
+    assert [f.code for f in refused.findings] == ["revoked"]
+
+
+def test_model_cost_is_reserved_then_committed_at_actual_usage(setup: Setup) -> None:
+    auth = setup.gate.authorize(setup.agent, Call.model("small", {"max_tokens": 100}), tokens=(50, 100))
+    # 50 input tokens at 1 micro-dollar, 100 output at 2: 250 reserved.
+    assert [(unit, amount) for _, unit, amount in auth.reservations] == [("usd_micros", 250)]
+    setup.gate.run(auth, lambda: "text", spent=lambda _: (50, 10))
+    root = setup.agent.chain.root.id
+    assert setup.gate.remaining(setup.agent)[root] == (70, 10_000)
+    assert setup.entries()[-1].budget_delta == 70
+
+
+def test_failed_call_releases_its_reservation(setup: Setup) -> None:
+    auth = setup.gate.authorize(setup.agent, Call.model("small"), tokens=(50, 100))
+
+    def broken() -> str:
+        raise ConnectionError("backend gone")
+
+    with pytest.raises(ConnectionError):
+        setup.gate.run(auth, broken)
+    assert setup.gate.remaining(setup.agent)[setup.agent.chain.root.id] == (0, 10_000)
+    assert setup.entries()[-1].status == "error"
+
+
+def test_budget_exhausted_is_a_refusal_naming_the_budget(tmp_path: Path) -> None:
+    made = Setup(tmp_path, budget=300)
+    try:
+        first = made.gate.authorize(made.agent, Call.model("small"), tokens=(100, 100))
+        made.gate.run(first, lambda: "x", spent=lambda _: (100, 100))
+        second = made.gate.authorize(made.agent, Call.model("small"), tokens=(100, 100))
+        assert not second.allowed
+        assert "budget exhausted (300 of 300 usd_micros spent" in second.explain()
+    finally:
+        made.gate.close()
+
+
+def _approval_request(setup: Setup, amount: int = 500) -> tuple[Call, dict[str, object]]:
+    call = Call.tool("refund", {"amount": amount})
+    auth = setup.gate.authorize(setup.agent, call, call_id="c1")
+    assert auth.needs_approval
+    return call, auth.approval_payload()
+
+
+def test_signed_approval_by_an_allowed_approver_allows_once(setup: Setup) -> None:
+    call, payload = _approval_request(setup)
+    approval = Approval.sign(payload, setup.keys["lead"])
+    auth = setup.gate.authorize(setup.agent, call, call_id="c1", approval=approval)
+    assert auth.allowed and auth.approver == setup.keys["lead"].did
+    replay = setup.gate.authorize(setup.agent, call, call_id="c1", approval=approval)
+    assert not replay.allowed and "already used" in replay.explain()
+
+
+@pytest.mark.parametrize("signer", ["agent", "helper"])
+def test_approval_by_the_requester_or_an_unlisted_key_does_not_count(setup: Setup, signer: str) -> None:
+    call, payload = _approval_request(setup)
+    approval = Approval.sign(payload, setup.keys[signer])
+    assert setup.gate.authorize(setup.agent, call, call_id="c1", approval=approval).needs_approval
+
+
+def test_approval_for_other_arguments_is_decided_afresh(setup: Setup) -> None:
+    _, payload = _approval_request(setup, amount=500)
+    approval = Approval.sign(payload, setup.keys["lead"])
+    edited = Call.tool("refund", {"amount": 900})
+    assert setup.gate.authorize(setup.agent, edited, call_id="c1", approval=approval).needs_approval
+
+
+def test_forged_approval_signature_does_not_count(setup: Setup) -> None:
+    call, payload = _approval_request(setup)
+    good = Approval.sign(payload, setup.keys["lead"])
+    forged = Approval(good.request, good.call_hash, good.approver, bytes(64))
+    assert setup.gate.authorize(setup.agent, call, call_id="c1", approval=forged).needs_approval
+
+
+async def test_async_run_settles_like_sync(setup: Setup) -> None:
+    auth = await setup.gate.to_thread(setup.gate.authorize, setup.agent, Call.tool("lookup", {"id": "9"}))
+
+    async def tool() -> str:
+        await asyncio.sleep(0)
+        return "async-ok"
+
+    assert await setup.gate.arun(auth, tool) == "async-ok"
+    assert [e.kind for e in setup.entries()] == ["allow", "outcome"]
+
+
+def test_audit_log_verifies_after_a_mixed_session(setup: Setup) -> None:
+    for args in ({"id": "1"}, {"id": "2"}):
+        auth = setup.gate.authorize(setup.agent, Call.tool("lookup", args))
+        setup.gate.run(auth, lambda: "ok")
+    setup.gate.authorize(setup.agent, Call.tool("refund", {"amount": 99999}))
+    report = setup.gate.verify()
+    assert report.first_bad_index is None and report.size == 5
