@@ -21,6 +21,8 @@ GROUPS = (
     "agentgate.cli.grant",
     "agentgate.cli.broker",
     "agentgate.cli.audit",
+    "agentgate.cli.policy",
+    "agentgate.cli.tasks",
 )
 
 Handler = Callable[[argparse.Namespace], int]

@@ -1,0 +1,127 @@
+"""``agentgate policy lint | explain | schema``.
+
+Exit codes: lint 0 clean (warnings allowed), 1 any error finding, 2 invalid file; explain 0
+allow, 1 deny, 3 approval required, 2 invalid input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from agentgate.capabilities import Call
+from agentgate.errors import CapabilityError, PolicyError
+from agentgate.findings import Severity
+from agentgate.policy import Outcome, PolicyIndex, explain, json_schema_text, lint, load_policy
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser("policy", help="lint, explain and describe YAML policies")
+    sub = parser.add_subparsers(dest="policy_command", metavar="SUBCOMMAND")
+    sub.required = True
+
+    p_lint = sub.add_parser("lint", help="find the four failure states in a policy file")
+    p_lint.add_argument("file")
+    p_lint.add_argument("--json", action="store_true", help="print findings as JSON")
+    p_lint.set_defaults(handler=_lint)
+
+    p_explain = sub.add_parser("explain", help="say whether a call is allowed and why")
+    p_explain.add_argument("file")
+    p_explain.add_argument("--as", dest="principal", required=True, help="principal name or did:key")
+    p_explain.add_argument("--tool", required=True, help="tool name, e.g. payments.refund")
+    p_explain.add_argument("--args", default="{}", help="call arguments as a JSON object")
+    p_explain.add_argument("--json", action="store_true")
+    p_explain.set_defaults(handler=_explain)
+
+    p_schema = sub.add_parser("schema", help="print the policy JSON Schema")
+    p_schema.add_argument("--output", "-o", help="write to this file instead of stdout")
+    p_schema.set_defaults(handler=_schema)
+
+
+def _lint(args: argparse.Namespace) -> int:
+    try:
+        policy = load_policy(args.file)
+    except PolicyError as exc:
+        if args.json:
+            print(json.dumps({"file": args.file, "valid": False, "error": _error_dict(exc), "findings": []}))
+        else:
+            sys.stderr.write(f"agentgate: error: {exc}\n")
+        return 2
+    findings = lint(policy)
+    errors = sum(f.severity is Severity.ERROR for f in findings)
+    if args.json:
+        out = {
+            "file": args.file,
+            "valid": True,
+            "findings": [f.model_dump(mode="json", exclude_none=True) for f in findings],
+        }
+        print(json.dumps(out, indent=2))
+    else:
+        for f in findings:
+            print(f"{f.where()}: {f.severity}: {f.kind}/{f.code}: {f.message}")
+            if f.hint:
+                print(f"    fix: {f.hint}")
+        warnings = len(findings) - errors
+        print(f"{args.file}: {errors} error(s), {warnings} warning(s)")
+    return 1 if errors else 0
+
+
+def _error_dict(exc: PolicyError) -> dict[str, Any]:
+    return {
+        "message": exc.message,
+        "file": exc.file,
+        "line": exc.line,
+        "column": exc.column,
+        "expected": exc.expected,
+        "hint": exc.hint,
+    }
+
+
+def _explain(args: argparse.Namespace) -> int:
+    policy = load_policy(args.file)
+    try:
+        call_args = json.loads(args.args)
+    except json.JSONDecodeError as exc:
+        raise PolicyError(
+            f"--args is not JSON: {exc.msg}",
+            expected="a JSON object",
+            hint="quote it: --args '{\"amount\": 80}'",
+        ) from None
+    if not isinstance(call_args, dict):
+        raise PolicyError("--args must be a JSON object", expected="{...}", hint="--args '{\"amount\": 80}'")
+    try:
+        call = Call.tool(args.tool, call_args)
+    except CapabilityError as exc:
+        print(f"DENY: {exc}")
+        return 1
+    decision, text = explain(PolicyIndex(policy), args.principal, call)
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "decision": decision.outcome.value,
+                    "principal": decision.principal,
+                    "resource": decision.resource,
+                    "role": decision.role,
+                    "rule": str(decision.rule) if decision.rule else None,
+                    "approval": decision.approval.gate if decision.approval else None,
+                    "quotas": [q.name for q in decision.quotas],
+                    "reasons": list(decision.reasons),
+                }
+            )
+        )
+    else:
+        print(text)
+    return {Outcome.ALLOW: 0, Outcome.DENY: 1, Outcome.APPROVAL_REQUIRED: 3}[decision.outcome]
+
+
+def _schema(args: argparse.Namespace) -> int:
+    text = json_schema_text()
+    if args.output:
+        Path(args.output).write_text(text, encoding="utf-8")
+    else:
+        sys.stdout.write(text)
+    return 0

@@ -1,0 +1,48 @@
+"""Explain a decision in words a person reads once."""
+
+from __future__ import annotations
+
+from agentgate.capabilities import Call
+from agentgate.policy._index import Outcome, PolicyDecision, PolicyIndex
+
+_VERDICT = {
+    Outcome.ALLOW: "ALLOW",
+    Outcome.DENY: "DENY",
+    Outcome.APPROVAL_REQUIRED: "APPROVAL REQUIRED",
+}
+
+
+def explain(index: PolicyIndex, principal: str, call: Call) -> tuple[PolicyDecision, str]:
+    """Evaluate ``call`` by ``principal`` and return the decision with a plain-text account of it."""
+    decision = index.evaluate(principal, call)
+    policy = index.policy
+    who = decision.principal or principal
+    lines = [f"{_VERDICT[decision.outcome]}: {who} calling {call.resource} with {dict(call.args)}"]
+    if decision.principal is not None:
+        roles = policy.principal_roles(decision.principal)
+        lines.append(f"  roles held: {', '.join(roles) or 'none'}")
+    if decision.rule is not None:
+        cap = decision.rule.capability
+        lines.append(f"  rule: {decision.rule}")
+        if cap.constraints:
+            lines.append("  constraints checked: " + ", ".join(f"{a} {c}" for a, c in cap.constraints))
+        else:
+            lines.append("  constraints checked: none (the rule allows any arguments)")
+    if decision.budget is not None:
+        lines.append(
+            f"  budget of role {decision.role}: {decision.budget.limit} {decision.budget.unit} per grant"
+        )
+    for q in decision.quotas:
+        lines.append(f"  quota {q.name} ({q.subject}): {q.limit} {q.unit} per {q.window_s}s")
+    if decision.approval is not None:
+        a = decision.approval
+        lines.append(
+            f"  approval: gate {a.gate} needs {a.quorum} of {', '.join(a.approvers)} to sign off within {a.expiry_s}s"
+        )
+    elif decision.outcome is Outcome.ALLOW:
+        lines.append("  approval: none needed")
+    lines.append("  why:")
+    lines.extend(f"    - {reason}" for reason in decision.reasons)
+    if decision.outcome is Outcome.DENY:
+        lines.append("    - anything not explicitly allowed is denied")
+    return decision, "\n".join(lines)

@@ -1,0 +1,605 @@
+"""Static lint: the four failure states of an authority boundary, found before anything runs.
+
+Each check is one small rule object with a ``code``, a ``kind`` and a ``severity``; ``RULES``
+lists them all, and adding a check is adding one class to that list. A rule reads the compiled
+``Policy`` and yields findings that name the file and line and say how to fix it. docs/lint.md
+explains every code.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import ClassVar
+
+from agentgate.capabilities import Capability, attenuates, pattern_matches, pattern_within, witness
+from agentgate.findings import Finding, FindingKind, Severity
+from agentgate.policy._load import Policy, RuleRef
+
+SCOPE = FindingKind.SCOPE_CREEP
+INHERIT = FindingKind.IMPLICIT_TRUST_INHERITANCE
+REVOKE = FindingKind.NON_REVOCABLE_GRANT
+OPAQUE = FindingKind.AUTHORITY_CHAIN_OPACITY
+
+
+class LintRule:
+    """One check. Subclasses set the class attributes and implement ``check``."""
+
+    code: ClassVar[str]
+    kind: ClassVar[FindingKind]
+    severity: ClassVar[Severity] = Severity.ERROR
+    hint: ClassVar[str]
+
+    def check(self, policy: Policy) -> Iterator[Finding]:
+        raise NotImplementedError
+
+    def finding(
+        self,
+        policy: Policy,
+        message: str,
+        line: int | None,
+        *,
+        field: str | None = None,
+        hint: str | None = None,
+        severity: Severity | None = None,
+    ) -> Finding:
+        return Finding(
+            kind=self.kind,
+            code=self.code,
+            message=message,
+            severity=severity or self.severity,
+            file=policy.source,
+            line=line,
+            field=field,
+            hint=hint or self.hint,
+        )
+
+
+def _declared(policy: Policy) -> list[str]:
+    doc = policy.document
+    return [f"tool:{n}" for n in doc.tools] + [f"model:{n}" for n in doc.models]
+
+
+def _action_within(child: str, parent: str) -> bool:
+    return parent == "*" or child == parent
+
+
+# --- scope_creep -------------------------------------------------------------------------------------
+
+
+class DelegatesUnheldCapability(LintRule):
+    code = "delegates_unheld_capability"
+    kind = SCOPE
+    hint = "delegate only capabilities the role holds, or add the capability to the role"
+
+    def check(self, policy: Policy) -> Iterator[Finding]:
+        for role, delegable in policy.delegable.items():
+            held = policy.effective_rules(role)
+            for d in delegable:
+                cap = d.capability
+                if not any(
+                    pattern_within(cap.resource, h.capability.resource)
+                    and _action_within(cap.action, h.capability.action)
+                    for h in held
+                ):
+                    yield self.finding(
+                        policy, f"role {role} may delegate {cap}, which it does not hold", d.line
+                    )
+
+
+class DelegationWiderThanRole(LintRule):
+    code = "delegation_wider_than_role"
+    kind = SCOPE
+    hint = "narrow the delegated constraints to within the role's own (or drop the delegation entry)"
+
+    def check(self, policy: Policy) -> Iterator[Finding]:
+        for role, delegable in policy.delegable.items():
+            held = policy.effective_rules(role)
+            for d in delegable:
+                cap = d.capability
+                named = [
+                    h
+                    for h in held
+                    if pattern_within(cap.resource, h.capability.resource)
+                    and _action_within(cap.action, h.capability.action)
+                ]
+                if named and not any(attenuates(h.capability, cap) for h in named):
+                    call = witness(named[0].capability, cap)
+                    example = f"; e.g. {call.args}" if call is not None and call.args else ""
+                    yield self.finding(
+                        policy,
+                        f"role {role} may delegate {cap}, wider than what it holds ({named[0].capability}){example}",
+                        d.line,
+                    )
+
+
+class DelegatedBudgetAboveRole(LintRule):
+    code = "delegated_budget_above_role"
+    kind = SCOPE
+    hint = "lower delegation.budget.limit to at most the role's budget, in the same unit"
+
+    def check(self, policy: Policy) -> Iterator[Finding]:
+        for name, role in policy.document.roles.items():
+            if role.delegation is None or role.delegation.budget is None or role.budget is None:
+                continue
+            d, own = role.delegation.budget, role.budget
+            if d.unit != own.unit or d.limit > own.limit:
+                yield self.finding(
+                    policy,
+                    f"role {name} may delegate a budget of {d.limit} {d.unit}, above its own {own.limit} {own.unit}",
+                    policy.line_of("roles", name, "delegation", "budget"),
+                )
+
+
+class ApprovalGateBypass(LintRule):
+    code = "approval_gate_bypass"
+    kind = SCOPE
+    hint = "widen the gate's resource pattern to the sibling tools, or narrow the rule to the gated tool"
+
+    def check(self, policy: Policy) -> Iterator[Finding]:
+        declared = _declared(policy)
+        tools = policy.document.tools
+        for gname, gate in policy.document.approvals.items():
+            gated = {r for r in declared if pattern_matches(gate.resource, r)}
+            args = set(gate.when)
+            if not gated:
+                continue
+            for role in policy.document.roles:
+                for rule in policy.rules.get(role, ()):
+                    pattern = rule.capability.resource
+                    if not pattern.endswith("*") or not any(pattern_matches(pattern, r) for r in gated):
+                        continue
+                    around = [
+                        r
+                        for r in declared
+                        if r not in gated
+                        and r.startswith("tool:")
+                        and pattern_matches(pattern, r)
+                        and args <= set(tools[r.removeprefix("tool:")].args)
+                    ]
+                    if around:
+                        yield self.finding(
+                            policy,
+                            f"{rule} reaches {', '.join(sorted(around))}, which take the same arguments as "
+                            f"{gate.resource} but pass no approval gate {gname}",
+                            rule.line,
+                        )
+
+
+# --- implicit_trust_inheritance -----------------------------------------------------------------------
+
+
+class AgentInheritsRole(LintRule):
+    code = "agent_inherits_role"
+    kind = INHERIT
+    hint = "list the capabilities the agent needs instead of inheriting a whole role"
+
+    def check(self, policy: Policy) -> Iterator[Finding]:
+        for name, role in policy.document.roles.items():
+            if role.inherits and policy.is_agent_role(name):
+                yield self.finding(
+                    policy,
+                    f"agent role {name} inherits {', '.join(role.inherits)} wholesale",
+                    policy.line_of("roles", name, "inherits"),
+                )
+
+
+class WildcardCapabilityForAgent(LintRule):
+    code = "wildcard_capability_for_agent"
+    kind = INHERIT
+    hint = "name the tools the agent needs; a wildcard also grants every tool added later"
+
+    def check(self, policy: Policy) -> Iterator[Finding]:
+        for name in policy.document.roles:
+            if not policy.is_agent_role(name):
+                continue
+            for rule in policy.rules.get(name, ()):
+                pattern = rule.capability.resource
+                if pattern.endswith(":*"):
+                    yield self.finding(
+                        policy, f"agent role {name} holds every {pattern[:-2]}: {pattern}", rule.line
+                    )
+                elif pattern.endswith(".*"):
+                    yield self.finding(
+                        policy,
+                        f"agent role {name} holds the wildcard {pattern}",
+                        rule.line,
+                        severity=Severity.WARNING,
+                    )
+
+
+class PrincipalWithoutKey(LintRule):
+    code = "principal_without_key"
+    kind = INHERIT
+    hint = "give the principal its own 'did:' or 'key:'; without one it can only act on someone else's key"
+
+    def check(self, policy: Policy) -> Iterator[Finding]:
+        for name, did in policy.principal_dids.items():
+            if did is None:
+                yield self.finding(
+                    policy,
+                    f"principal {name} has no key of its own",
+                    policy.line_of("principals", name, key=True),
+                )
+
+
+class SubAgentSharesGrant(LintRule):
+    code = "sub_agent_shares_grant"
+    kind = INHERIT
+    hint = "set share_grant: false; the delegator issues each sub-agent its own narrower grant"
+
+    def check(self, policy: Policy) -> Iterator[Finding]:
+        for name, role in policy.document.roles.items():
+            if role.delegation is not None and role.delegation.share_grant:
+                yield self.finding(
+                    policy,
+                    f"role {name} lets sub-agents run on its own grant",
+                    policy.line_of("roles", name, "delegation", "share_grant"),
+                )
+
+
+# --- non_revocable_grant ----------------------------------------------------------------------------
+
+
+class RoleWithoutTtl(LintRule):
+    code = "role_without_ttl"
+    kind = REVOKE
+    hint = "add ttl_s to the role (at most settings.max_ttl_s)"
+
+    def check(self, policy: Policy) -> Iterator[Finding]:
+        for name, role in policy.document.roles.items():
+            if role.ttl_s is None and role.capabilities:
+                yield self.finding(
+                    policy, f"role {name} has no ttl_s", policy.line_of("roles", name, key=True)
+                )
+
+
+class TtlAbovePolicyMax(LintRule):
+    code = "ttl_above_policy_max"
+    kind = REVOKE
+    hint = "lower the TTL to at most settings.max_ttl_s"
+
+    def check(self, policy: Policy) -> Iterator[Finding]:
+        limit = policy.document.settings.max_ttl_s
+        for name, role in policy.document.roles.items():
+            if role.ttl_s is not None and role.ttl_s > limit:
+                yield self.finding(
+                    policy,
+                    f"role {name} ttl_s {role.ttl_s} is above the policy maximum {limit}",
+                    policy.line_of("roles", name, "ttl_s"),
+                )
+            d = role.delegation
+            if d is not None and d.max_ttl_s is not None and d.max_ttl_s > limit:
+                yield self.finding(
+                    policy,
+                    f"role {name} delegation max_ttl_s {d.max_ttl_s} is above the policy maximum {limit}",
+                    policy.line_of("roles", name, "delegation", "max_ttl_s"),
+                )
+
+
+class DelegationWithoutTtl(LintRule):
+    code = "delegation_without_ttl"
+    kind = REVOKE
+    hint = "add delegation.max_ttl_s, shorter than the role's ttl_s"
+
+    def check(self, policy: Policy) -> Iterator[Finding]:
+        for name, role in policy.document.roles.items():
+            d = role.delegation
+            if d is not None and d.max_depth > 0 and d.max_ttl_s is None:
+                yield self.finding(
+                    policy,
+                    f"role {name} may delegate with no limit on the delegated grant's life",
+                    policy.line_of("roles", name, "delegation"),
+                )
+
+
+class DelegatedTtlAboveDelegator(LintRule):
+    code = "delegated_ttl_above_delegator"
+    kind = REVOKE
+    hint = "a delegated grant must not outlive its parent: make delegation.max_ttl_s <= the role's ttl_s"
+
+    def check(self, policy: Policy) -> Iterator[Finding]:
+        for name, role in policy.document.roles.items():
+            d = role.delegation
+            if (
+                d is not None
+                and d.max_ttl_s is not None
+                and role.ttl_s is not None
+                and d.max_ttl_s > role.ttl_s
+            ):
+                yield self.finding(
+                    policy,
+                    f"role {name} may delegate grants living {d.max_ttl_s}s, longer than its own {role.ttl_s}s",
+                    policy.line_of("roles", name, "delegation", "max_ttl_s"),
+                )
+
+
+class RevocationDisabled(LintRule):
+    code = "revocation_disabled"
+    kind = REVOKE
+    hint = "remove 'revocation: false' / 'revocable: false'; a grant that cannot be revoked cannot be stopped"
+
+    def check(self, policy: Policy) -> Iterator[Finding]:
+        if not policy.document.settings.revocation:
+            yield self.finding(
+                policy,
+                "revocation checks are switched off for the whole policy",
+                policy.line_of("settings", "revocation"),
+            )
+        for name, role in policy.document.roles.items():
+            if not role.revocable:
+                yield self.finding(
+                    policy,
+                    f"grants for role {name} cannot be revoked",
+                    policy.line_of("roles", name, "revocable"),
+                )
+
+
+# --- authority_chain_opacity -------------------------------------------------------------------------
+
+
+class ToolWithoutRule(LintRule):
+    code = "tool_without_rule"
+    kind = OPAQUE
+    severity = Severity.WARNING
+    hint = "grant the tool to a role, or remove its declaration"
+
+    def check(self, policy: Policy) -> Iterator[Finding]:
+        exact = {r.capability.resource for rules in policy.rules.values() for r in rules}
+        wild = {p for p in exact if p.endswith("*")}
+        for name in policy.document.tools:
+            resource = f"tool:{name}"
+            if resource not in exact and not any(pattern_matches(p, resource) for p in wild):
+                yield self.finding(
+                    policy, f"no role can call {resource}", policy.line_of("tools", name, key=True)
+                )
+
+
+class RuleForUndeclaredResource(LintRule):
+    code = "rule_for_undeclared_resource"
+    kind = OPAQUE
+    hint = "check the spelling against the tools and models sections, or declare the tool"
+
+    def check(self, policy: Policy) -> Iterator[Finding]:
+        declared = _declared(policy)
+        known = set(declared)
+        for rules in (*policy.rules.values(), *policy.delegable.values()):
+            for rule in rules:
+                pattern = rule.capability.resource
+                if pattern.startswith("gpu:"):
+                    continue
+                if pattern.endswith("*"):
+                    if not any(pattern_matches(pattern, r) for r in declared):
+                        yield self.finding(
+                            policy,
+                            f"{rule} names no declared tool or model",
+                            rule.line,
+                            severity=Severity.WARNING,
+                        )
+                elif pattern not in known:
+                    yield self.finding(
+                        policy,
+                        f"{rule} names {pattern}, which is not declared: it can never match",
+                        rule.line,
+                    )
+
+
+class ConstraintOnUndeclaredArgument(LintRule):
+    code = "constraint_on_undeclared_argument"
+    kind = OPAQUE
+    hint = "constrain an argument the tool declares (a call with an undeclared argument is denied)"
+
+    def check(self, policy: Policy) -> Iterator[Finding]:
+        tools = policy.document.tools
+        for rules in (*policy.rules.values(), *policy.delegable.values()):
+            for rule in rules:
+                cap = rule.capability
+                for name in _tools_named(cap, tools):
+                    missing = [a for a, _ in cap.constraints if a not in tools[name].args]
+                    if missing:
+                        yield self.finding(
+                            policy,
+                            f"{rule} constrains {', '.join(missing)}, which tool:{name} does not declare: it never matches",
+                            rule.line,
+                        )
+
+
+def _tools_named(cap: Capability, tools: Mapping[str, object]) -> list[str]:
+    if not cap.resource.startswith("tool:"):
+        return []
+    if not cap.resource.endswith("*"):
+        name = cap.resource.removeprefix("tool:")
+        return [name] if name in tools else []
+    return [n for n in tools if pattern_matches(cap.resource, f"tool:{n}")]
+
+
+class ContradictoryConstraint(LintRule):
+    code = "contradictory_constraint"
+    kind = OPAQUE
+    hint = "fix the bounds so that some value satisfies all of them"
+
+    def check(self, policy: Policy) -> Iterator[Finding]:
+        for rules in (*policy.rules.values(), *policy.delegable.values()):
+            for rule in rules:
+                empty = [a for a, c in rule.capability.constraints if c.is_empty]
+                if empty:
+                    yield self.finding(
+                        policy,
+                        f"{rule}: no value of {', '.join(empty)} satisfies it: it never matches",
+                        rule.line,
+                    )
+        for gname, conditions in policy.gate_conditions.items():
+            empty = [a for a, c in conditions if c.is_empty]
+            if empty:
+                yield self.finding(
+                    policy,
+                    f"approval gate {gname}: no value of {', '.join(empty)} satisfies its condition",
+                    policy.line_of("approvals", gname, "when"),
+                )
+
+
+class ConstraintTypeMismatch(LintRule):
+    code = "constraint_type_mismatch"
+    kind = OPAQUE
+    hint = "use numeric bounds on integer/number arguments, prefix on strings, values of the declared type"
+
+    def check(self, policy: Policy) -> Iterator[Finding]:
+        tools = policy.document.tools
+        for rules in policy.rules.values():
+            for rule in rules:
+                for name in _tools_named(rule.capability, tools):
+                    for arg, c in rule.capability.constraints:
+                        decl = tools[name].args.get(arg)
+                        if (
+                            decl is not None
+                            and not c.is_empty
+                            and not _type_can_satisfy(decl.type, c.to_dict())
+                        ):
+                            yield self.finding(
+                                policy,
+                                f"{rule}: {arg} is a {decl.type} but the constraint {c} admits no {decl.type}",
+                                rule.line,
+                            )
+
+
+def _type_can_satisfy(kind: str, ops: dict[str, object]) -> bool:
+    numeric = kind in ("integer", "number")
+    if any(op in ops for op in ("lt", "le", "gt", "ge")) and not numeric:
+        return False
+    if "prefix" in ops and kind != "string":
+        return False
+    listed = ops.get("in")
+    values: list[object] = [ops["eq"]] if "eq" in ops else list(listed) if isinstance(listed, list) else []
+    return not values or any(_fits(kind, v) for v in values)
+
+
+def _fits(kind: str, value: object) -> bool:
+    if kind == "boolean":
+        return isinstance(value, bool)
+    if kind == "string":
+        return isinstance(value, str)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    return kind == "number" or float(value).is_integer()
+
+
+class ShadowedRule(LintRule):
+    code = "shadowed_rule"
+    kind = OPAQUE
+    severity = Severity.WARNING
+    hint = "remove the narrower rule, or narrow the wider one if the narrower was meant"
+
+    def check(self, policy: Policy) -> Iterator[Finding]:
+        for role in policy.document.roles:
+            rules = policy.effective_rules(role)
+            own = [r for r in rules if r.role == role]
+            by_resource: dict[str, list[RuleRef]] = {}
+            wild: list[RuleRef] = []
+            for r in rules:
+                (
+                    wild
+                    if r.capability.resource.endswith("*")
+                    else by_resource.setdefault(r.capability.resource, [])
+                ).append(r)
+            for rule in own:
+                cap = rule.capability
+                candidates = [*by_resource.get(cap.resource, ()), *wild]
+                for other in candidates:
+                    if other is rule:
+                        continue
+                    if attenuates(other.capability, cap) and (
+                        not attenuates(cap, other.capability)
+                        or (other.role, other.index) < (rule.role, rule.index)
+                    ):
+                        yield self.finding(
+                            policy,
+                            f"{rule} is shadowed by {other}, which allows everything it allows",
+                            rule.line,
+                        )
+                        break
+
+
+class TrustAnchorWithoutKey(LintRule):
+    code = "trust_anchor_without_key"
+    kind = OPAQUE
+    hint = "give the anchor 'did:' or 'key:'; a root grant from it could not be verified"
+
+    def check(self, policy: Policy) -> Iterator[Finding]:
+        for name, did in policy.anchor_dids.items():
+            if did is None:
+                yield self.finding(
+                    policy, f"trust anchor {name} has no key", policy.line_of("trust_anchors", name, key=True)
+                )
+
+
+class ToolNotAudited(LintRule):
+    code = "tool_not_audited"
+    kind = OPAQUE
+    hint = "remove 'audit: false'; arguments are digested, and 'loggable' chooses what is kept in clear"
+
+    def check(self, policy: Policy) -> Iterator[Finding]:
+        for name, tool in policy.document.tools.items():
+            if not tool.audit:
+                yield self.finding(
+                    policy,
+                    f"calls to tool:{name} would not be audited",
+                    policy.line_of("tools", name, "audit"),
+                )
+
+
+class GateOnUndeclaredArgument(LintRule):
+    code = "gate_on_undeclared_argument"
+    kind = OPAQUE
+    hint = "name an argument the guarded tool declares"
+
+    def check(self, policy: Policy) -> Iterator[Finding]:
+        tools = policy.document.tools
+        for gname, gate in policy.document.approvals.items():
+            names = [n for n in tools if pattern_matches(gate.resource, f"tool:{n}")]
+            if not names:
+                yield self.finding(
+                    policy,
+                    f"approval gate {gname} guards {gate.resource}, which names no declared tool",
+                    policy.line_of("approvals", gname, "resource"),
+                )
+                continue
+            for name in names:
+                missing = sorted(a for a in gate.when if a not in tools[name].args)
+                if missing:
+                    yield self.finding(
+                        policy,
+                        f"approval gate {gname} looks at {', '.join(missing)}, which tool:{name} does not declare",
+                        policy.line_of("approvals", gname, "when"),
+                    )
+
+
+RULES: tuple[LintRule, ...] = (
+    DelegatesUnheldCapability(),
+    DelegationWiderThanRole(),
+    DelegatedBudgetAboveRole(),
+    ApprovalGateBypass(),
+    AgentInheritsRole(),
+    WildcardCapabilityForAgent(),
+    PrincipalWithoutKey(),
+    SubAgentSharesGrant(),
+    RoleWithoutTtl(),
+    TtlAbovePolicyMax(),
+    DelegationWithoutTtl(),
+    DelegatedTtlAboveDelegator(),
+    RevocationDisabled(),
+    ToolWithoutRule(),
+    RuleForUndeclaredResource(),
+    ConstraintOnUndeclaredArgument(),
+    ContradictoryConstraint(),
+    ConstraintTypeMismatch(),
+    ShadowedRule(),
+    TrustAnchorWithoutKey(),
+    ToolNotAudited(),
+    GateOnUndeclaredArgument(),
+)
+"""Every lint rule, in the order their findings are reported for the same line."""
+
+
+def lint(policy: Policy, rules: tuple[LintRule, ...] = RULES) -> tuple[Finding, ...]:
+    """Every finding of ``rules`` on ``policy``, ordered by line. Never raises for a loaded policy."""
+    findings = [f for rule in rules for f in rule.check(policy)]
+    return tuple(sorted(findings, key=lambda f: (f.line if f.line is not None else 0, f.code)))

@@ -1,0 +1,478 @@
+"""Loading a policy file: safe YAML, schema validation, references, keys; every error located.
+
+The result is a ``Policy``: the validated document plus what evaluation and lint need compiled
+once (capabilities per role, resolved keys, where each rule is in the file).
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pydantic import BaseModel, ValidationError
+from pydantic_core import ErrorDetails
+
+from agentgate.capabilities import Capability, Constraint, canonical_resource
+from agentgate.errors import CapabilityError, KeyFileError, PolicyError
+from agentgate.keys import load_public_key
+from agentgate.policy import _schema as schema
+from agentgate.policy._yaml import Locations, Mark, load_yaml
+
+MAX_POLICY_BYTES = 8 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class RuleRef:
+    """One capability rule of a role, and where it is written."""
+
+    role: str
+    """The role whose ``capabilities`` list holds the rule."""
+    index: int
+    """Its position in that list."""
+    capability: Capability
+    line: int | None = None
+
+    def __str__(self) -> str:
+        where = f" (line {self.line})" if self.line is not None else ""
+        return f"role {self.role} rule {self.index + 1}: {self.capability}{where}"
+
+
+@dataclass(frozen=True)
+class Policy:
+    """A loaded, validated policy. Build with ``load_policy``, ``parse_policy`` or ``deny_all``."""
+
+    document: schema.PolicyDocument
+    source: str | None = None
+    """The file it came from, as given."""
+    digest: str = ""
+    """SHA-256 of the file's bytes (hex): the policy hash recorded in audit entries."""
+    locations: Locations = field(default_factory=Locations, repr=False, compare=False)
+    principal_dids: Mapping[str, str | None] = field(default_factory=dict)
+    """Principal name -> its did:key (from ``did`` or its key file), ``None`` without a key."""
+    anchor_dids: Mapping[str, str | None] = field(default_factory=dict)
+    """Trust anchor name -> its did:key, ``None`` without a key."""
+    rules: Mapping[str, tuple[RuleRef, ...]] = field(default_factory=dict)
+    """Role -> its own capability rules, compiled."""
+    delegable: Mapping[str, tuple[RuleRef, ...]] = field(default_factory=dict)
+    """Role -> the capabilities its delegation rule lets it hand on, compiled."""
+    gate_conditions: Mapping[str, tuple[tuple[str, Constraint], ...]] = field(default_factory=dict)
+    """Approval gate -> its ``when`` constraints, compiled."""
+
+    @classmethod
+    def deny_all(cls) -> Policy:
+        """The policy used when none is given: no principals, no roles; every call is denied."""
+        document = schema.PolicyDocument(version=1)
+        return cls(document, None, hashlib.sha256(b"").hexdigest())
+
+    def line_of(self, *loc: str | int, key: bool = False) -> int | None:
+        """The source line of a location path (its key's line if ``key``), where known."""
+        mark = self.locations.of(loc, key=key)
+        return mark.line if mark is not None else None
+
+    def role_closure(self, role: str) -> tuple[str, ...]:
+        """``role`` followed by every role it inherits, depth first, each once."""
+        seen: list[str] = []
+
+        def visit(name: str) -> None:
+            if name in seen or name not in self.document.roles:
+                return
+            seen.append(name)
+            for parent in self.document.roles[name].inherits:
+                visit(parent)
+
+        visit(role)
+        return tuple(seen)
+
+    def effective_rules(self, role: str) -> tuple[RuleRef, ...]:
+        """The rules a holder of ``role`` has: its own, then those of the roles it inherits."""
+        return tuple(rule for name in self.role_closure(role) for rule in self.rules.get(name, ()))
+
+    def principal_roles(self, principal: str) -> tuple[str, ...]:
+        """Every role a principal holds, inherited ones included, each once, in declaration order."""
+        out: list[str] = []
+        entry = self.document.principals.get(principal)
+        for role in entry.roles if entry is not None else ():
+            out.extend(r for r in self.role_closure(role) if r not in out)
+        return tuple(out)
+
+    def is_agent_role(self, role: str) -> bool:
+        """A role declared ``kind: agent`` or held (directly) by any agent principal."""
+        if self.document.roles[role].kind == "agent":
+            return True
+        return any(p.kind == "agent" and role in p.roles for p in self.document.principals.values())
+
+
+def load_policy(path: str | Path, *, key_dir: str | Path | None = None) -> Policy:
+    """Load and validate a policy file.
+
+    Key files named in the policy are read relative to ``key_dir`` when given, else to the
+    policy file's directory. Raises ``PolicyError`` with file, line, column, what was expected
+    and a hint for anything wrong: unreadable or empty file, malformed YAML, duplicate keys,
+    tags, alias bombs, unknown fields, wrong types, unknown references, bad capabilities, and
+    key files that are missing or unreadable.
+    """
+    source = str(path)
+    try:
+        data = Path(path).read_bytes()[: MAX_POLICY_BYTES + 1]
+    except OSError as exc:
+        raise PolicyError(
+            f"cannot read policy: {exc.strerror}",
+            file=source,
+            expected="a readable YAML file",
+            hint="check the path; with no policy at all, agentgate denies everything",
+        ) from None
+    base = Path(key_dir) if key_dir is not None else Path(path).resolve().parent
+    return parse_policy(data, source=source, base_dir=base)
+
+
+def parse_policy(
+    data: bytes | str, *, source: str = "<policy>", base_dir: str | Path | None = None
+) -> Policy:
+    """Validate a policy given as text; see ``load_policy``. Key files resolve against ``base_dir``."""
+    raw = data.encode("utf-8") if isinstance(data, str) else data
+    if len(raw) > MAX_POLICY_BYTES:
+        raise PolicyError(
+            f"policy is larger than {MAX_POLICY_BYTES} bytes", file=source, hint="split it or trim it"
+        )
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise PolicyError(
+            f"not UTF-8 text (byte {exc.start})",
+            file=source,
+            expected="a UTF-8 YAML file",
+            hint="re-save as UTF-8",
+        ) from None
+    content, locations = load_yaml(text, source=source)
+    if content is None:
+        raise PolicyError(
+            "the policy file is empty",
+            file=source,
+            line=1,
+            column=1,
+            expected="a mapping starting with 'version: 1'",
+            hint="an empty policy would deny everything; write 'version: 1' and the roles you mean",
+        )
+    if not isinstance(content, dict):
+        raise PolicyError(
+            f"the policy is a {type(content).__name__}, not a mapping",
+            file=source,
+            line=1,
+            column=1,
+            expected="a mapping starting with 'version: 1'",
+            hint="top-level keys are version, settings, trust_anchors, principals, tools, roles, ...",
+        )
+    if content.get("version") != schema.SCHEMA_VERSION:
+        mark = locations.of(("version",)) if "version" in content else Mark(1, 1)
+        raise PolicyError(
+            f"unsupported or missing policy version {content.get('version')!r}",
+            file=source,
+            line=mark.line if mark else None,
+            column=mark.column if mark else None,
+            expected=f"version: {schema.SCHEMA_VERSION}",
+            hint=f"add 'version: {schema.SCHEMA_VERSION}' at the top of the file",
+        )
+    try:
+        document = schema.PolicyDocument.model_validate(content)
+    except ValidationError as exc:
+        raise _schema_error(exc, source, locations) from None
+    base = Path(base_dir) if base_dir is not None else Path.cwd()
+    return _Compiler(document, source, locations, base).compile(hashlib.sha256(raw).hexdigest())
+
+
+# --- schema errors ---------------------------------------------------------------------------------
+
+_EXPECTED = {
+    "int_type": "an integer",
+    "float_type": "a number",
+    "string_type": "a string",
+    "bool_type": "true or false",
+    "dict_type": "a mapping",
+    "list_type": "a list",
+    "model_type": "a mapping",
+    "missing": "this field",
+    "extra_forbidden": "one of the fields this section defines",
+    "literal_error": "one of the allowed values",
+    "string_pattern_mismatch": "a name of letters, digits, '_', '.', '-'",
+}
+
+
+def _all_field_names() -> list[str]:
+    names: set[str] = set()
+    for model in vars(schema).values():
+        if isinstance(model, type) and issubclass(model, BaseModel):
+            for name, info in model.model_fields.items():
+                names.add(info.alias or name)
+    return sorted(names)
+
+
+def _schema_error(exc: ValidationError, source: str, locations: Locations) -> PolicyError:
+    errors = exc.errors(include_url=False)
+    first: ErrorDetails = errors[0]
+    loc = [part for part in first["loc"] if isinstance(part, str | int)]
+    data_loc = _data_path(loc, locations)
+    kind = first["type"]
+    mark = locations.of(data_loc, key=kind == "extra_forbidden")
+    dotted = ".".join(str(p) for p in data_loc) or "<top>"
+    hint = "see docs/policy-reference.md for this section"
+    if kind == "extra_forbidden":
+        bad = str(loc[-1])
+        close = difflib.get_close_matches(bad, _all_field_names(), n=1)
+        hint = (
+            f"did you mean {close[0]!r}?" if close else "remove it; unknown fields are refused, never ignored"
+        )
+        message = f"unknown field {dotted}"
+    elif kind == "missing":
+        message = f"{'.'.join(str(p) for p in loc)} is required"
+        hint = "add it"
+    else:
+        message = f"{dotted}: {first['msg']}"
+        if kind in ("int_type", "float_type", "bool_type") and isinstance(first.get("input"), str):
+            hint = "write the value unquoted"
+    more = len(errors) - 1
+    if more:
+        message += f" (and {more} more error{'s' if more > 1 else ''})"
+    return PolicyError(
+        message,
+        file=source,
+        line=mark.line if mark else None,
+        column=mark.column if mark else None,
+        expected=_EXPECTED.get(kind, first["msg"].removeprefix("Input should be ").strip() or None),
+        hint=hint,
+    )
+
+
+def _data_path(loc: Sequence[str | int], locations: Locations) -> list[str | int]:
+    """The longest prefix of a pydantic location that names a place in the data."""
+    for n in range(len(loc), -1, -1):
+        if tuple(loc[:n]) in locations.values or tuple(loc[:n]) in locations.keys:
+            return list(loc[:n])
+    return []
+
+
+# --- references, capabilities, keys -----------------------------------------------------------------
+
+
+class _Compiler:
+    def __init__(
+        self, document: schema.PolicyDocument, source: str, locations: Locations, base: Path
+    ) -> None:
+        self.doc = document
+        self.source = source
+        self.locations = locations
+        self.base = base
+
+    def error(
+        self, loc: Sequence[str | int], message: str, expected: str, hint: str, *, key: bool = False
+    ) -> PolicyError:
+        mark = self.locations.of(loc, key=key)
+        return PolicyError(
+            message,
+            file=self.source,
+            line=mark.line if mark else None,
+            column=mark.column if mark else None,
+            expected=expected,
+            hint=hint,
+        )
+
+    def compile(self, digest: str) -> Policy:
+        doc = self.doc
+        self._names()
+        self._references()
+        anchors = {
+            name: self._did(("trust_anchors", name), a.did, a.key) for name, a in doc.trust_anchors.items()
+        }
+        principals = {
+            name: self._did(("principals", name), p.did, p.key) for name, p in doc.principals.items()
+        }
+        rules = {
+            role: tuple(
+                RuleRef(
+                    role,
+                    i,
+                    self._capability(("roles", role, "capabilities", i), rule),
+                    self._line(("roles", role, "capabilities", i)),
+                )
+                for i, rule in enumerate(spec.capabilities)
+            )
+            for role, spec in doc.roles.items()
+        }
+        delegable = {
+            role: tuple(
+                RuleRef(
+                    role,
+                    i,
+                    self._capability(("roles", role, "delegation", "capabilities", i), rule),
+                    self._line(("roles", role, "delegation", "capabilities", i)),
+                )
+                for i, rule in enumerate(spec.delegation.capabilities)
+            )
+            for role, spec in doc.roles.items()
+            if spec.delegation is not None
+        }
+        gates = {}
+        for name, gate in doc.approvals.items():
+            self._pattern(("approvals", name, "resource"), gate.resource)
+            gates[name] = tuple(
+                (arg, self._constraint(("approvals", name, "when", arg), spec))
+                for arg, spec in sorted(gate.when.items())
+            )
+        for name, quota in doc.quotas.items():
+            for i, pattern in enumerate(quota.resources):
+                self._pattern(("quotas", name, "resources", i), pattern)
+        return Policy(doc, self.source, digest, self.locations, principals, anchors, rules, delegable, gates)
+
+    def _line(self, loc: tuple[str | int, ...]) -> int | None:
+        mark = self.locations.of(loc)
+        return mark.line if mark else None
+
+    def _names(self) -> None:
+        for section, kind in (("tools", "tool"), ("models", "model")):
+            for name in getattr(self.doc, section):
+                try:
+                    canonical_resource(f"{kind}:{name}")
+                except CapabilityError as exc:
+                    raise self.error(
+                        (section, name),
+                        str(exc),
+                        f"a canonical {kind} name",
+                        "use lower-case names joined by '.'",
+                        key=True,
+                    ) from None
+
+    def _ref(self, loc: tuple[str | int, ...], name: str, section: str) -> None:
+        known = getattr(self.doc, section)
+        if name not in known:
+            close = difflib.get_close_matches(name, list(known), n=1)
+            raise self.error(
+                loc,
+                f"{name!r} is not declared in {section}",
+                f"one of: {', '.join(sorted(known)) or '(none declared)'}",
+                f"did you mean {close[0]!r}?" if close else f"declare it under {section}",
+            )
+
+    def _references(self) -> None:
+        doc = self.doc
+        for name, p in doc.principals.items():
+            if p.tenant is not None:
+                self._ref(("principals", name, "tenant"), p.tenant, "tenants")
+            for i, held in enumerate(p.roles):
+                self._ref(("principals", name, "roles", i), held, "roles")
+        for name, role in doc.roles.items():
+            for i, parent in enumerate(role.inherits):
+                self._ref(("roles", name, "inherits", i), parent, "roles")
+        for name in doc.roles:
+            self._cycle(name, [])
+        for name, model in doc.models.items():
+            for i, cls in enumerate(model.priority_classes):
+                self._ref(("models", name, "priority_classes", i), cls, "priority_classes")
+        for name, quota in doc.quotas.items():
+            for section, subject in (
+                ("tenants", quota.tenant),
+                ("principals", quota.principal),
+                ("roles", quota.role),
+            ):
+                if subject is not None:
+                    self._ref(("quotas", name, section[:-1]), subject, section)
+        for name, gate in doc.approvals.items():
+            for i, approver in enumerate(gate.approvers):
+                self._ref(("approvals", name, "approvers", i), approver, "principals")
+            if gate.quorum > len(set(gate.approvers)):
+                raise self.error(
+                    ("approvals", name, "quorum"),
+                    f"quorum {gate.quorum} is more than the {len(set(gate.approvers))} approvers named",
+                    f"a quorum of at most {len(set(gate.approvers))}",
+                    "name more approvers or lower the quorum; otherwise no call could ever be approved",
+                )
+
+    def _cycle(self, role: str, stack: list[str]) -> None:
+        if role in stack:
+            raise self.error(
+                ("roles", stack[0], "inherits"),
+                "roles inherit in a cycle: " + " -> ".join([*stack[stack.index(role) :], role]),
+                "an inheritance tree",
+                "remove one of the inherits entries",
+            )
+        for parent in self.doc.roles[role].inherits:
+            self._cycle(parent, [*stack, role])
+
+    def _did(self, loc: tuple[str, str], did: str | None, key: str | None) -> str | None:
+        resolved: str | None = None
+        if did is not None:
+            try:
+                resolved = load_public_key(did).did if did.startswith("did:") else None
+            except KeyFileError as exc:
+                raise self.error(
+                    (*loc, "did"),
+                    str(exc),
+                    "an Ed25519 did:key (did:key:z6Mk...)",
+                    "copy the did from the .pub file",
+                ) from None
+            if resolved is None:
+                raise self.error(
+                    (*loc, "did"), f"{did!r} is not a did:key", "did:key:z6Mk...", "use 'key:' for a key file"
+                )
+        if key is not None:
+            path = Path(key) if Path(key).is_absolute() else self.base / key
+            if not path.is_file():
+                raise self.error(
+                    (*loc, "key"),
+                    f"key file {key!r} does not exist (looked at {path})",
+                    "an existing public key file",
+                    "create it with 'agentgate keys generate', or give 'did:' instead",
+                )
+            try:
+                from_file = load_public_key(path).did
+            except KeyFileError as exc:
+                raise self.error(
+                    (*loc, "key"),
+                    str(exc),
+                    "a did:key or PEM public key file",
+                    "point at the .pub file, not the .key",
+                ) from None
+            if resolved is not None and resolved != from_file:
+                raise self.error(
+                    (*loc, "key"),
+                    "key file and did name different keys",
+                    "one key",
+                    "keep only one of 'did' and 'key'",
+                )
+            resolved = from_file
+        return resolved
+
+    def _pattern(self, loc: tuple[str | int, ...], pattern: str) -> None:
+        try:
+            Capability.of(pattern)
+        except CapabilityError as exc:
+            raise self.error(
+                loc,
+                str(exc),
+                "tool:NAME, tool:prefix.*, tool:*, model:NAME",
+                "resource names are lower-case, '.'-separated",
+            ) from None
+
+    def _constraint(self, loc: tuple[str | int, ...], spec: schema.ConstraintSpec) -> Constraint:
+        try:
+            return Constraint.of(spec.as_mapping(), ".".join(str(p) for p in loc))
+        except CapabilityError as exc:
+            raise self.error(
+                loc, str(exc), "operators eq, in, lt, le, gt, ge, prefix", "give at least one operator"
+            ) from None
+
+    def _capability(self, loc: tuple[str | int, ...], rule: schema.CapabilityRule) -> Capability:
+        for arg, spec in rule.constraints.items():
+            self._constraint((*loc, "constraints", arg), spec)
+        try:
+            return Capability.of(
+                rule.resource, rule.action, {arg: spec.as_mapping() for arg, spec in rule.constraints.items()}
+            )
+        except CapabilityError as exc:
+            raise self.error(
+                (*loc, "resource"),
+                str(exc),
+                "tool:NAME, tool:prefix.*, tool:*, model:NAME",
+                "resource names are lower-case, '.'-separated",
+            ) from None

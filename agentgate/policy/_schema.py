@@ -1,0 +1,304 @@
+"""The policy schema, version 1: frozen pydantic models, unknown fields refused.
+
+Every field has a docstring; the JSON Schema export (``agentgate policy schema``) carries them
+to editors. Durations are whole seconds (``*_s``) and money is integer micro-dollars
+(``usd_micros``): a policy never holds a float amount of money.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+
+Name = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")]
+Scalar = str | int | float | bool
+PrincipalKind = Literal["human", "service", "agent"]
+BudgetUnit = Literal["usd_micros", "tokens", "calls"]
+SCHEMA_VERSION = 1
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True, use_attribute_docstrings=True)
+
+
+class Settings(_Model):
+    """Policy-wide limits."""
+
+    max_ttl_s: int = Field(default=86_400, gt=0)
+    """No grant issued under this policy may live longer than this many seconds."""
+    revocation: bool = True
+    """Whether revocation is checked for grants under this policy. Switching it off is a lint error."""
+
+
+class TrustAnchor(_Model):
+    """A key that may issue root grants. Give exactly one of ``did`` and ``key``."""
+
+    did: str | None = None
+    """The anchor's ``did:key``."""
+    key: str | None = None
+    """A public key file (did:key text or PEM), relative to the policy file."""
+    description: str = ""
+
+
+class Tenant(_Model):
+    """A group of principals that quotas and fairness apply to."""
+
+    description: str = ""
+
+
+class Principal(_Model):
+    """A human, service or agent, with its own key, its tenant and its roles."""
+
+    kind: PrincipalKind
+    """``human``, ``service`` or ``agent``."""
+    did: str | None = None
+    """The principal's ``did:key``."""
+    key: str | None = None
+    """A public key file (did:key text or PEM), relative to the policy file."""
+    tenant: Name | None = None
+    """The tenant it belongs to (a key of ``tenants``)."""
+    roles: list[Name] = []
+    """Roles it holds (keys of ``roles``)."""
+    description: str = ""
+
+
+class Argument(_Model):
+    """A declared tool argument."""
+
+    type: Literal["string", "integer", "number", "boolean"]
+    """The JSON type of the value."""
+    required: bool = False
+    """A call without it is denied."""
+    description: str = ""
+
+
+class RateLimit(_Model):
+    """A token bucket: ``per_second`` refill, ``burst`` capacity."""
+
+    per_second: float = Field(gt=0)
+    """Sustained calls per second."""
+    burst: int = Field(default=1, ge=1)
+    """Calls allowed at once after an idle period."""
+
+
+class RetryPolicy(_Model):
+    """How the scheduler retries a failed call (never after an ambiguous failure of a non-idempotent tool)."""
+
+    attempts: int = Field(default=1, ge=1, le=20)
+    """Total attempts, including the first; 1 means no retry."""
+    backoff_initial_s: float = Field(default=0.5, ge=0)
+    """Wait before the second attempt."""
+    backoff_max_s: float = Field(default=30.0, ge=0)
+    """Longest wait between attempts."""
+    multiplier: float = Field(default=2.0, ge=1)
+    """Each wait is the previous one times this (capped by ``backoff_max_s``)."""
+    retry_on: list[Literal["timeout", "connection", "rate_limited", "server_error"]] = [
+        "timeout",
+        "connection",
+    ]
+    """Failure classes that may be retried."""
+
+
+class Tool(_Model):
+    """A tool agents may call, its arguments and how the scheduler runs it."""
+
+    description: str = ""
+    args: dict[str, Argument] = {}
+    """Declared arguments; a call with an undeclared argument is denied."""
+    idempotent: bool = False
+    """Whether running it twice has the effect of running it once."""
+    takes_idempotency_key: bool = False
+    """Whether the tool accepts an idempotency key, which makes retries safe."""
+    timeout_s: float = Field(default=30.0, gt=0)
+    """Deadline for one attempt."""
+    concurrency: int | None = Field(default=None, ge=1)
+    """Most calls running at once; unlimited when absent."""
+    rate: RateLimit | None = None
+    """Rate limit; unlimited when absent."""
+    retry: RetryPolicy = RetryPolicy()
+    """Retry policy; no retry by default."""
+    loggable: list[str] = []
+    """Argument names that may be written to the audit log in clear (others are digested)."""
+    audit: bool = True
+    """Whether calls are recorded in the audit log. Switching it off is a lint error."""
+
+
+class ModelCost(_Model):
+    """Price in micro-dollars per million tokens."""
+
+    input: int = Field(ge=0)
+    """Micro-dollars per million input (prompt) tokens."""
+    output: int = Field(ge=0)
+    """Micro-dollars per million output (generated) tokens."""
+
+
+class SloTargets(_Model):
+    """Latency targets the router aims for."""
+
+    ttft_ms: int | None = Field(default=None, gt=0)
+    """Time to first token, milliseconds."""
+    tpot_ms: int | None = Field(default=None, gt=0)
+    """Time per output token, milliseconds."""
+
+
+class ModelSpec(_Model):
+    """A model agents may call."""
+
+    description: str = ""
+    cost_per_mtok: ModelCost
+    """Price per million tokens, micro-dollars."""
+    priority_classes: list[Name] = []
+    """Priority classes requests for this model may use (keys of ``priority_classes``)."""
+    slo: SloTargets | None = None
+    """Latency targets."""
+
+
+class PriorityClass(_Model):
+    """Who waits and who is shed when capacity is short."""
+
+    priority: int = Field(ge=0, le=1000)
+    """Higher runs first."""
+    preemptible: bool = False
+    """Whether work in this class may be preempted (with a checkpoint notice)."""
+    description: str = ""
+
+
+class ConstraintSpec(_Model):
+    """Operators on one argument, all of which must hold (see agentgate.capabilities)."""
+
+    model_config = ConfigDict(populate_by_name=False)
+
+    eq: Scalar | None = None
+    """Equal to this value."""
+    in_: list[Scalar] | None = Field(default=None, alias="in")
+    """One of these values."""
+    lt: int | float | None = None
+    """Less than."""
+    le: int | float | None = None
+    """Less than or equal."""
+    gt: int | float | None = None
+    """Greater than."""
+    ge: int | float | None = None
+    """Greater than or equal."""
+    prefix: str | None = None
+    """A string starting with this."""
+
+    def as_mapping(self) -> dict[str, Any]:
+        """The mapping form ``Constraint.of`` takes."""
+        return {k: v for k, v in self.model_dump(by_alias=True, exclude_none=True).items()}
+
+
+class CapabilityRule(_Model):
+    """A capability: resource pattern, action, and constraints on the call's arguments."""
+
+    resource: str
+    """``tool:NAME``, ``model:NAME``, ``gpu:NAME``, or a pattern ``tool:prefix.*`` / ``tool:*``."""
+    action: str | None = None
+    """Defaults to the resource kind's action (``invoke``, ``generate``, ``lease``)."""
+    constraints: dict[str, ConstraintSpec] = {}
+    """Argument name -> operators, e.g. ``{amount: {le: 500}}``."""
+
+
+class Budget(_Model):
+    """A spending limit in integer minor units."""
+
+    limit: int = Field(ge=0)
+    """Most that may be spent."""
+    unit: BudgetUnit = "usd_micros"
+    """``usd_micros``, ``tokens`` or ``calls``."""
+
+
+class Delegation(_Model):
+    """What a holder of the role may hand on to sub-agents."""
+
+    max_depth: int = Field(default=1, ge=0, le=16)
+    """How many further delegation steps the role's grant allows."""
+    max_ttl_s: int | None = Field(default=None, gt=0)
+    """Longest life of a delegated grant; must not exceed the role's ``ttl_s``."""
+    capabilities: list[CapabilityRule] = []
+    """Capabilities that may be handed on, each within one the role holds."""
+    budget: Budget | None = None
+    """Most budget a delegated grant may carry."""
+    share_grant: bool = False
+    """Let sub-agents run on the delegator's own grant. A lint error: give each sub-agent its own."""
+
+
+class Role(_Model):
+    """A set of capabilities with a budget, a lifetime and delegation rules."""
+
+    description: str = ""
+    kind: PrincipalKind | None = None
+    """Which kind of principal the role is for; a role held by any agent is an agent role."""
+    inherits: list[Name] = []
+    """Roles whose capabilities this role also holds, whole."""
+    capabilities: list[CapabilityRule] = []
+    """What holders may do; anything else is denied."""
+    budget: Budget | None = None
+    """Spending limit of a grant for this role."""
+    ttl_s: int | None = Field(default=None, gt=0)
+    """Lifetime of a grant for this role, seconds."""
+    delegation: Delegation | None = None
+    """What may be handed on; absent means nothing (``max_depth`` 0)."""
+    revocable: bool = True
+    """Whether grants for this role can be revoked. Switching it off is a lint error."""
+
+
+class Quota(_Model):
+    """A limit per time window on one tenant, principal or role (exactly one of the three)."""
+
+    tenant: Name | None = None
+    principal: Name | None = None
+    role: Name | None = None
+    window_s: int = Field(gt=0)
+    """Length of the window, seconds."""
+    limit: int = Field(ge=0)
+    """Most usage in one window."""
+    unit: BudgetUnit = "calls"
+    """``calls``, ``tokens`` or ``usd_micros``."""
+    resources: list[str] = ["tool:*", "model:*"]
+    """Resource patterns the quota counts."""
+
+    @model_validator(mode="after")
+    def _one_subject(self) -> Quota:
+        if sum(x is not None for x in (self.tenant, self.principal, self.role)) != 1:
+            raise ValueError("give exactly one of tenant, principal, role")
+        return self
+
+
+class ApprovalGate(_Model):
+    """Calls that need a human sign-off before they run."""
+
+    resource: str
+    """The tool (or tool pattern) the gate guards."""
+    when: dict[str, ConstraintSpec] = {}
+    """The gate applies when every one of these holds (always when empty). A call missing a named argument needs approval."""
+    approvers: list[Name] = Field(min_length=1)
+    """Principals who may approve (keys of ``principals``); never the requester."""
+    quorum: int = Field(default=1, ge=1)
+    """How many distinct approvers must sign."""
+    expiry_s: int = Field(default=3600, gt=0)
+    """How long an approval stays valid, seconds."""
+
+
+class PolicyDocument(_Model):
+    """An agentgate policy file."""
+
+    version: Literal[1]
+    """Schema version; this is version 1."""
+    name: str = ""
+    description: str = ""
+    settings: Settings = Settings()
+    trust_anchors: dict[Name, TrustAnchor] = {}
+    """Keys that may issue root grants."""
+    tenants: dict[Name, Tenant] = {}
+    principals: dict[Name, Principal] = {}
+    tools: dict[str, Tool] = {}
+    """Tool name (e.g. ``payments.refund``) -> declaration."""
+    models: dict[str, ModelSpec] = {}
+    """Model name (e.g. ``llama-3.1-8b``) -> declaration."""
+    priority_classes: dict[Name, PriorityClass] = {}
+    roles: dict[Name, Role] = {}
+    quotas: dict[Name, Quota] = {}
+    approvals: dict[Name, ApprovalGate] = {}
+    """Approval gates by name."""

@@ -1,0 +1,205 @@
+"""Safe YAML that remembers where every value came from, and refuses what it should not trust.
+
+PyYAML's safe loader composes the node tree; this module builds the plain data from it
+itself, so that it can record the line and column of every key and value (pydantic reports
+errors by location path, ``("roles", "support", "ttl_s")``, which this map turns back into
+``file:line:column``) and refuse, with a location, what a policy file must not contain:
+
+- duplicate keys (PyYAML silently keeps the last one, so a second ``ttl_s`` would win);
+- custom or Python tags (``!!python/object``, ``!include``), and merge keys (``<<``);
+- more than ``MAX_ALIASES`` aliases or ``MAX_NODES`` built values (an alias bomb expands
+  exponentially when the tree is built).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+import yaml
+
+from agentgate.errors import PolicyError
+
+MAX_ALIASES = 16
+MAX_NODES = 200_000
+Path_ = tuple[str | int, ...]
+
+# libyaml's parser when PyYAML was built with it (about 20x faster), else the pure-Python one.
+_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_SCALAR_TAGS = frozenset(
+    "tag:yaml.org,2002:" + t for t in ("str", "int", "float", "bool", "null", "timestamp")
+)
+_STR = "tag:yaml.org,2002:str"
+_MAP, _SEQ = "tag:yaml.org,2002:map", "tag:yaml.org,2002:seq"
+
+
+class Mark(NamedTuple):
+    """A 1-based line and column in the source."""
+
+    line: int
+    column: int
+
+
+class Locations:
+    """Where each location path's key and value start in the source."""
+
+    def __init__(self) -> None:
+        self.values: dict[Path_, Mark] = {}
+        self.keys: dict[Path_, Mark] = {}
+
+    def of(self, loc: Sequence[str | int], *, key: bool = False) -> Mark | None:
+        """The mark of the longest prefix of ``loc`` that has one (the key's mark if ``key``)."""
+        path = tuple(loc)
+        while True:
+            if key and path in self.keys:
+                return self.keys[path]
+            if path in self.values:
+                return self.values[path]
+            if not path:
+                return None
+            path = path[:-1]
+
+
+def load_yaml(text: str, *, source: str) -> tuple[Any, Locations]:
+    """Parse ``text`` and return ``(data, locations)``; ``data`` is ``None`` for an empty document.
+
+    Raises ``PolicyError`` (with ``source``, line and column) on malformed YAML, several
+    documents, duplicate or non-string keys, merge keys, tags outside the core schema, and
+    alias bombs.
+    """
+    loader = _Loader(text)
+    try:
+        node = loader.get_single_node()
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise PolicyError(
+            f"malformed YAML: {problem}",
+            file=source,
+            line=mark.line + 1 if mark is not None else None,
+            column=mark.column + 1 if mark is not None else None,
+            expected="a YAML mapping",
+            hint="check the indentation and quoting around this position",
+        ) from None
+    finally:
+        loader.dispose()
+    locations = Locations()
+    if node is None:
+        return None, locations
+    builder = _Builder(source, locations)
+    try:
+        return builder.build(node, ()), locations
+    finally:
+        builder.scalars.dispose()
+
+
+class _Builder:
+    def __init__(self, source: str, locations: Locations) -> None:
+        self.source = source
+        self.locations = locations
+        self.count = 0
+        self.seen: set[int] = set()
+        self.aliases = 0
+        self.inside_alias = False
+        self.scalars = yaml.SafeLoader("")
+
+    def error(self, node: yaml.Node, message: str, expected: str, hint: str) -> PolicyError:
+        return PolicyError(
+            message,
+            file=self.source,
+            line=node.start_mark.line + 1,
+            column=node.start_mark.column + 1,
+            expected=expected,
+            hint=hint,
+        )
+
+    def build(self, node: yaml.Node, path: Path_) -> Any:
+        self.count += 1
+        if self.count > MAX_NODES:
+            raise self.error(
+                node,
+                f"the document expands to more than {MAX_NODES} values",
+                "a policy of sane size",
+                "remove aliases that repeat large structures",
+            )
+        if id(node) in self.seen and not self.inside_alias:
+            self._alias(path)
+            self.inside_alias = True
+            try:
+                return self.build(node, path)
+            finally:
+                self.inside_alias = False
+        self.seen.add(id(node))
+        self.locations.values.setdefault(path, Mark(node.start_mark.line + 1, node.start_mark.column + 1))
+        if isinstance(node, yaml.MappingNode):
+            return self._mapping(node, path)
+        if isinstance(node, yaml.SequenceNode):
+            if node.tag != _SEQ:
+                raise self._tag_error(node)
+            return [self.build(item, (*path, i)) for i, item in enumerate(node.value)]
+        if node.tag not in _SCALAR_TAGS:
+            raise self._tag_error(node)
+        if node.tag == _STR:
+            return node.value
+        try:
+            return self.scalars.construct_object(node, deep=True)
+        except yaml.YAMLError as exc:
+            problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+            raise self.error(node, f"bad value: {problem}", "a plain value", "quote the value") from None
+
+    def _alias(self, path: Path_) -> None:
+        # The composer shares one node between an anchor and its aliases, so a node met twice
+        # is an alias; counting them stops an alias bomb long before it expands.
+        self.aliases += 1
+        if self.aliases > MAX_ALIASES:
+            mark = self.locations.of(path[:-1])
+            raise PolicyError(
+                f"more than {MAX_ALIASES} YAML aliases",
+                file=self.source,
+                line=mark.line if mark else None,
+                column=mark.column if mark else None,
+                expected="at most a few '*alias' references",
+                hint="write the values out; many aliases are how an alias bomb expands",
+            )
+
+    def _mapping(self, node: yaml.MappingNode, path: Path_) -> dict[str, Any]:
+        if node.tag != _MAP:
+            raise self._tag_error(node)
+        out: dict[str, Any] = {}
+        for key_node, value_node in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                raise self.error(
+                    key_node,
+                    "YAML merge keys ('<<') are not allowed",
+                    "explicit keys",
+                    "write the keys out: a merge silently brings in fields a reviewer does not see",
+                )
+            if not isinstance(key_node, yaml.ScalarNode) or key_node.tag != "tag:yaml.org,2002:str":
+                raise self.error(
+                    key_node,
+                    "mapping keys must be plain strings",
+                    "a string key",
+                    "quote keys that look like numbers, booleans or null (e.g. 'yes')",
+                )
+            key = str(key_node.value)
+            if key in out:
+                first = self.locations.keys[(*path, key)]
+                raise self.error(
+                    key_node,
+                    f"duplicate key {key!r} (first at line {first.line})",
+                    "each key once",
+                    "remove one of them: YAML would silently keep only the last",
+                )
+            self.locations.keys[(*path, key)] = Mark(
+                key_node.start_mark.line + 1, key_node.start_mark.column + 1
+            )
+            out[key] = self.build(value_node, (*path, key))
+        return out
+
+    def _tag_error(self, node: yaml.Node) -> PolicyError:
+        return self.error(
+            node,
+            f"tag {node.tag!r} is not allowed",
+            "plain YAML values (strings, numbers, booleans, lists, mappings)",
+            "remove the '!' tag; policies use the YAML core schema only",
+        )

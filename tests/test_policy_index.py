@@ -1,0 +1,147 @@
+"""Evaluation: the index answers exactly what scanning every rule would, on the example policies too."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from agentgate.capabilities import Call, attenuates, covers
+from agentgate.errors import PolicyError
+from agentgate.policy import Outcome, PolicyIndex, load_policy, parse_policy, role_grant_template
+
+POLICIES = Path(__file__).resolve().parents[1] / "policies"
+SUPPORT = load_policy(POLICIES / "support.yaml")
+RESEARCH = load_policy(POLICIES / "research_team.yaml")
+GPU = load_policy(POLICIES / "gpu_platform.yaml")
+
+
+def _refund(amount: Any, currency: str = "EUR") -> Call:
+    return Call.tool("payments.refund", {"order_id": "o-1", "amount": amount, "currency": currency})
+
+
+def test_support_agent_small_refund_is_allowed_with_budget_and_quotas() -> None:
+    decision = PolicyIndex(SUPPORT).evaluate("support-agent", _refund(80))
+    assert decision.outcome is Outcome.ALLOW and decision.allowed
+    assert decision.role == "support-agent" and decision.rule is not None and decision.rule.line is not None
+    assert decision.budget is not None and decision.budget.limit == 50_000_000
+    assert {q.name for q in decision.quotas} == {"agent-refunds-per-hour", "acme-calls-per-minute"}
+
+
+def test_support_agent_refund_above_the_limit_needs_an_approval() -> None:
+    decision = PolicyIndex(SUPPORT).evaluate("support-agent", _refund(500.5))
+    assert decision.outcome is Outcome.APPROVAL_REQUIRED and not decision.allowed
+    assert decision.approval is not None
+    assert decision.approval.approvers == ("alice", "bob") and decision.approval.quorum == 1
+    assert decision.approval.approver_dids == (SUPPORT.principal_dids["alice"], SUPPORT.principal_dids["bob"])
+
+
+def test_support_agent_refund_beyond_its_reach_is_denied_with_the_reason() -> None:
+    index = PolicyIndex(SUPPORT)
+    decision = index.evaluate("support-agent", _refund(2500))
+    assert decision.outcome is Outcome.DENY and "amount=2500" in decision.reasons[0]
+    assert index.evaluate("support-agent", _refund(10, "GBP")).outcome is Outcome.DENY
+    assert index.evaluate("alice", _refund(2500, "GBP")).outcome is Outcome.APPROVAL_REQUIRED
+
+
+def test_principal_may_be_named_by_did() -> None:
+    index = PolicyIndex(SUPPORT)
+    did = SUPPORT.principal_dids["support-agent"]
+    assert did is not None and index.principal_name(did) == "support-agent"
+    assert index.evaluate(did, _refund(10)).allowed
+
+
+def test_research_sub_agents_hold_less_than_the_supervisor() -> None:
+    index = PolicyIndex(RESEARCH)
+    blog = Call.tool("web.fetch", {"url": "https://blog.example/post"})
+    arxiv = Call.tool("web.fetch", {"url": "https://arxiv.org/abs/2401.00001"})
+    assert index.evaluate("supervisor", blog).allowed
+    assert not index.evaluate("researcher", blog).allowed
+    assert index.evaluate("researcher", arxiv).allowed
+    final = Call.tool("docs.write", {"path": "reports/final/r.md", "content": "x"})
+    assert index.evaluate("supervisor", final).allowed and not index.evaluate("writer", final).allowed
+    publish = Call.tool("docs.publish", {"path": "reports/final/r.md"})
+    assert index.evaluate("supervisor", publish).outcome is Outcome.APPROVAL_REQUIRED
+    assert index.evaluate("researcher", publish).outcome is Outcome.DENY
+
+
+def test_research_delegation_rule_only_hands_on_what_the_supervisor_holds() -> None:
+    held = [r.capability for r in RESEARCH.effective_rules("supervisor")]
+    for rule in RESEARCH.delegable["supervisor"]:
+        assert any(attenuates(h, rule.capability) for h in held)
+
+
+def test_gpu_platform_priority_classes_and_tenant_quotas() -> None:
+    index = PolicyIndex(GPU)
+    interactive = Call.model("llama-3.1-8b", {"max_tokens": 512, "priority": "interactive"})
+    assert index.evaluate("svc-a", interactive).allowed
+    assert not index.evaluate("svc-b", interactive).allowed
+    batch = Call.model("llama-3.1-70b", {"max_tokens": 512, "priority": "batch"})
+    decision = index.evaluate("svc-b", batch)
+    assert decision.allowed and {q.name for q in decision.quotas} == {"team-b-tokens-per-hour"}
+    lease = Call("gpu:h100", "lease", {"count": 4})
+    assert index.evaluate("svc-a", lease).allowed and not index.evaluate("agent-a", lease).allowed
+    assert index.evaluate("erin", Call("gpu:b200", "lease", {"count": 64})).allowed
+
+
+def test_role_grant_template_holds_exactly_the_role() -> None:
+    caps, budget, ttl, depth = role_grant_template(RESEARCH, "supervisor")
+    assert caps == tuple(r.capability for r in RESEARCH.rules["supervisor"])
+    assert budget is not None and budget.limit == 20_000_000 and ttl == 7200 and depth == 1
+    assert role_grant_template(SUPPORT, "support-agent").max_depth == 0
+    with pytest.raises(PolicyError, match="no role"):
+        role_grant_template(SUPPORT, "root")
+
+
+def test_role_grant_template_includes_inherited_rules_and_caps_the_ttl() -> None:
+    policy = parse_policy(
+        "version: 1\nsettings: {max_ttl_s: 100}\n"
+        "roles:\n  base: {capabilities: [{resource: 'tool:a'}], ttl_s: 50}\n"
+        "  top: {inherits: [base], capabilities: [{resource: 'tool:b'}]}\n"
+        "  long: {capabilities: [{resource: 'tool:c'}], ttl_s: 1000}\n"
+    )
+    template = role_grant_template(policy, "top")
+    assert [c.resource for c in template.capabilities] == ["tool:b", "tool:a"]
+    assert template.ttl_s == 100 and role_grant_template(policy, "long").ttl_s == 100
+
+
+_POLICY = parse_policy(
+    """
+version: 1
+principals:
+  p: {kind: service, did: did:key:z6MkqQP5oTUxZ95rgbJg29FwyrJ5N8HrRPpEBQbPrAUCkPXm, roles: [r1, r2]}
+tools:
+  pay.refund: {args: {amount: {type: number}, cur: {type: string}}}
+  pay.void: {args: {amount: {type: number}, cur: {type: string}}}
+  crm.read: {args: {amount: {type: number}, cur: {type: string}}}
+roles:
+  r1:
+    capabilities:
+      - {resource: "tool:pay.refund", constraints: {amount: {le: 100}}}
+      - {resource: "tool:pay.*", constraints: {cur: {in: [EUR]}, amount: {gt: 50}}}
+  r2:
+    inherits: [r3]
+  r3:
+    capabilities:
+      - {resource: "tool:crm.read", constraints: {cur: {prefix: U}}}
+"""
+)
+_INDEX = PolicyIndex(_POLICY)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    tool=st.sampled_from(["pay.refund", "pay.void", "crm.read"]),
+    amount=st.one_of(st.none(), st.floats(-10, 300, allow_nan=False), st.integers(-10, 300)),
+    cur=st.one_of(st.none(), st.sampled_from(["EUR", "USD", "eur", "U", ""])),
+)
+def test_index_agrees_with_scanning_every_rule(tool: str, amount: float | None, cur: str | None) -> None:
+    args: dict[str, Any] = {k: v for k, v in (("amount", amount), ("cur", cur)) if v is not None}
+    call = Call.tool(tool, args)
+    scanned = any(
+        covers(rule.capability, call) for role in _POLICY.principal_roles("p") for rule in _POLICY.rules[role]
+    )
+    assert _INDEX.evaluate("p", call).allowed == scanned
