@@ -26,6 +26,7 @@ one from the standard ``OTEL_*`` variables for applications that have none.
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 from collections.abc import Iterator, Mapping
@@ -182,13 +183,13 @@ def configure_from_env() -> trace.TracerProvider:
         if name == "console":
             exporter = ConsoleSpanExporter()
         elif name == "otlp":
-            try:
-                from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+            try:  # optional package: imported by name so that agentgate does not require it
+                otlp = importlib.import_module("opentelemetry.exporter.otlp.proto.http.trace_exporter")
             except ImportError as exc:
                 raise InputError(
                     "OTEL_TRACES_EXPORTER=otlp needs: pip install opentelemetry-exporter-otlp"
                 ) from exc
-            exporter = OTLPSpanExporter()
+            exporter = otlp.OTLPSpanExporter()
         else:
             raise InputError(f"OTEL_TRACES_EXPORTER={name!r} is not supported (none, console, otlp)")
         provider.add_span_processor(BatchSpanProcessor(exporter))
