@@ -44,18 +44,21 @@ from agentgate.authority import (
     GrantRepository,
     Invocation,
     delegate,
+    findings_of,
     issue,
     record,
     revoke,
 )
-from agentgate.capabilities import Call, Capability
+from agentgate.capabilities import Call, Capability, attenuates
 from agentgate.errors import (
     AgentGateError,
+    AuthorityError,
     BudgetExceeded,
     Denied,
     Expired,
     InputError,
     KeyFileError,
+    ScopeCreep,
 )
 from agentgate.findings import Finding, FindingKind
 from agentgate.keys import PublicKey, SigningKey
@@ -355,30 +358,108 @@ class Gate:
         budget: int | None = None,
     ) -> AgentIdentity:
         """A sub-agent identity: a fresh grant from ``parent`` to ``key``, attenuated to
-        ``capabilities`` and ``budget``, living ``ttl`` and never past the parent.
+        ``capabilities`` and ``budget``, living ``ttl`` and never past the parent. Audited either way.
 
-        Raises the authority's error when the parent cannot make it (``ScopeCreep``,
-        ``Expired``, ``Denied``), and ``Denied`` when there is no parent identity at all.
+        The policy's ``delegation`` rule of the parent's roles bounds what may be handed on
+        (capabilities, TTL, budget); the authority engine checks attenuation against the
+        parent's grant and its delegation depth. Raises ``ScopeCreep`` (with the finding) when
+        either refuses, ``Expired``/``Denied`` from the authority engine, and ``Denied`` when there
+        is no parent identity at all.
         """
+        caps = [c if isinstance(c, Capability) else Capability.parse(c) for c in capabilities]
+        resource = f"agent:{name}"
         if parent is None:
+            self.audit.append(
+                {"kind": "deny", "principal": "unknown", "resource": resource, "reasons": ["no_chain"]}
+            )
             raise Denied("no identity in the run context: there is no grant to delegate from")
         tip = parent.chain.tip
         seconds = max(1, min(int(ttl.total_seconds()), tip.expires - int(time.time())))
-        unit = tip.budget.unit if tip.budget else "usd_micros"
-        chain = delegate(
-            parent.chain,
-            parent.key,
-            key.public,
-            capabilities,
-            ttl=seconds,
-            budget=Budget(budget, unit) if budget is not None else None,
-            purpose=f"sub-agent {name}",
-        )
+        try:
+            self._check_delegation_rule(parent, caps, seconds, budget)
+            unit = tip.budget.unit if tip.budget else "usd_micros"
+            chain = delegate(
+                parent.chain,
+                parent.key,
+                key.public,
+                caps,
+                ttl=seconds,
+                budget=Budget(budget, unit) if budget is not None else None,
+                purpose=f"sub-agent {name}",
+            )
+        except AuthorityError as exc:
+            reasons = [str(exc), *(f"{f.kind}:{f.code}" for f in findings_of(exc))]
+            self.audit.append(
+                {
+                    "kind": "deny",
+                    "principal": parent.did,
+                    "chain_hash": parent.grant_id,
+                    "resource": resource,
+                    "reasons": reasons,
+                }
+            )
+            raise
         record(self.grants, chain)
         child = AgentIdentity(name, key, chain, parent.tenant)
+        self.audit.append(
+            {
+                "kind": "allow",
+                "principal": parent.did,
+                "chain_hash": parent.grant_id,
+                "policy_hash": self.policy.digest or None,
+                "resource": resource,
+                "reasons": [
+                    f"delegated grant {chain.id} to {name} ({key.did}): "
+                    + ", ".join(str(c) for c in caps)
+                    + f"; {seconds}s"
+                    + (f"; budget {budget}" if budget is not None else "")
+                ],
+            }
+        )
         with self._lock:
             self.delegations.append((parent.name, child))
         return child
+
+    def _check_delegation_rule(
+        self, parent: AgentIdentity, caps: list[Capability], seconds: int, budget: int | None
+    ) -> None:
+        """Refuse (``ScopeCreep``) a delegation the policy's rules for the parent's roles do not allow."""
+        name = self.index.principal_name(parent.did)
+        principal = self.policy.document.principals.get(name) if name else None
+        roles = [
+            r for r in (principal.roles if principal else []) if self.policy.document.roles[r].delegation
+        ]
+
+        def refuse(code: str, message: str) -> ScopeCreep:
+            error = ScopeCreep(message)
+            error.finding = _finding(FindingKind.SCOPE_CREEP, code, message)
+            return error
+
+        if not roles:
+            if principal is None:
+                return  # a key made at run time: its grant's own depth and attenuation bound it
+            raise refuse("delegation_not_in_policy", f"the roles of {parent.name} may not delegate at all")
+        for cap in caps:
+            if not any(
+                attenuates(rule.capability, cap) for r in roles for rule in self.policy.delegable.get(r, ())
+            ):
+                raise refuse(
+                    "delegation_wider_than_policy", f"the policy does not let {parent.name} hand on {cap}"
+                )
+        rules = [self.policy.document.roles[r].delegation for r in roles]
+        max_ttl = max((d.max_ttl_s for d in rules if d and d.max_ttl_s), default=None)
+        if max_ttl is not None and seconds > max_ttl:
+            raise refuse(
+                "delegation_ttl_above_policy",
+                f"a delegated grant may live {max_ttl}s at most, not {seconds}s",
+            )
+        limits = [d.budget.limit for d in rules if d and d.budget]
+        if limits and (budget is None or budget > max(limits)):
+            asked = "the parent's whole budget" if budget is None else str(budget)
+            raise refuse(
+                "delegation_budget_above_policy",
+                f"a delegated grant may carry a budget of {max(limits)} at most, not {asked}",
+            )
 
     def revoke(self, grant: AgentIdentity | Chain | str, *, by: str = "operator", reason: str = "") -> str:
         """Revoke a grant and, through it, every grant below it; audited. Returns the grant id."""

@@ -57,8 +57,6 @@ tools:
     loggable: [path]
   shell:
     args: {{cmd: {{type: string, required: true}}}}
-  ask_researcher:
-    args: {{task: {{type: string, required: true}}}}
   ask_stowaway:
     args: {{task: {{type: string, required: true}}}}
 models:
@@ -70,7 +68,6 @@ roles:
       - resource: tool:search
       - resource: tool:publish
         constraints: {{path: {{prefix: "reports/"}}}}
-      - resource: tool:ask_researcher
       - resource: tool:ask_stowaway
       - resource: model:scripted
     budget: {{limit: {budget}, unit: usd_micros}}
@@ -314,6 +311,26 @@ def test_sub_agent_runs_on_a_fresh_attenuated_grant_of_its_own(team: Team) -> No
     assert chain.tip.audience == researcher_did
     assert chain.tip.expires <= int(time.time()) + 300
     assert chain.tip.budget is not None and chain.tip.budget.amount == 50_000
+
+
+def test_delegation_wider_than_the_policy_allows_is_refused_and_the_sub_agent_never_runs(team: Team) -> None:
+    ask = delegation_tool(
+        team.gate,
+        name="researcher",
+        agent=_researcher(team),
+        key=team.keys["researcher"],
+        capabilities=["tool:search", "tool:publish"],
+        ttl=timedelta(minutes=5),
+    )
+    model = ScriptedChatModel(turns=[_calls(("ask_researcher", {"task": "find papers"}))])
+    supervisor = create_gated_agent(team.gate, name="supervisor", model=model, tools=[ask])
+    result = supervisor.invoke({"messages": [{"role": "user", "content": "go"}]}, context=team.supervisor)
+    (message,) = _tool_messages(result)
+    assert message.status == "error" and "hand on tool:publish" in str(message.content)
+    assert team.ran == [] and team.gate.delegations == []
+    refused = [e for e in _entries(team.gate) if e.resource == "agent:researcher"]
+    assert [e.kind for e in refused] == ["deny"]
+    assert "scope_creep:delegation_wider_than_policy" in refused[0].reasons
 
 
 def test_nested_agent_without_a_grant_cannot_run_tools(team: Team) -> None:

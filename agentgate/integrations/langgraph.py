@@ -52,6 +52,7 @@ __all__ = [
 ]
 
 ToolResult = ToolMessage | Command[Any]
+DELEGATION_KEY = "agentgate_delegation"
 
 
 def identity_from_context(context: object) -> AgentIdentity | None:
@@ -148,6 +149,11 @@ class GateMiddleware(AgentMiddleware[Any, Any, Any]):
     ) -> ToolResult:
         """Decide, ask for approval where needed, run under the scheduler, audit the outcome."""
         call_id, name = request.tool_call["id"] or "", request.tool_call["name"]
+        if _is_delegation(request):
+            try:
+                return handler(request)
+            except AgentGateError as exc:
+                return _failure(call_id, name, exc)
         auth = self._authorize_tool(request)
         if not auth.allowed:
             return _refusal(auth, call_id, name)
@@ -167,6 +173,11 @@ class GateMiddleware(AgentMiddleware[Any, Any, Any]):
     ) -> ToolResult:
         """The async twin of ``wrap_tool_call``; limits hold because the scheduler's slots are async."""
         call_id, name = request.tool_call["id"] or "", request.tool_call["name"]
+        if _is_delegation(request):
+            try:
+                return await handler(request)
+            except AgentGateError as exc:
+                return _failure(call_id, name, exc)
         auth = await self.gate.to_thread(self._authorize_tool, request)
         if not auth.allowed:
             return _refusal(auth, call_id, name)
@@ -233,6 +244,13 @@ class GateMiddleware(AgentMiddleware[Any, Any, Any]):
         if not auth.allowed:
             return self._stopped(auth)
         return await self.gate.arun(auth, lambda: handler(request), spent=_tokens_used)
+
+
+def _is_delegation(request: ToolCallRequest) -> bool:
+    # A delegation is authorized by the policy's delegation rule and the parent's grant
+    # (Gate.delegate), and audited there; the sub-agent's own calls go through its own middleware.
+    metadata = request.tool.metadata if request.tool is not None else None
+    return bool(metadata and metadata.get(DELEGATION_KEY))
 
 
 def _failed(result: object) -> bool:
@@ -321,7 +339,8 @@ def delegation_tool(
 ) -> BaseTool:
     """Expose ``agent`` (a compiled graph gated under ``name``) to a supervisor as the tool ``ask_NAME``.
 
-    Each call delegates from the supervisor's grant a fresh one to ``key`` (the sub-agent's own
+    The tool call itself is authorized as a delegation (``Gate.delegate``: the policy's delegation
+    rule for the supervisor's roles, then attenuation of its grant), not as a tool rule. Each call delegates from the supervisor's grant a fresh one to ``key`` (the sub-agent's own
     key), attenuated to ``capabilities`` and ``budget``, living ``ttl`` at most and never past the
     parent's expiry, and runs the sub-agent with it. A delegation the parent cannot make (scope
     creep, an expired or revoked parent) is refused as a tool error; the sub-agent does not run.
@@ -349,6 +368,7 @@ def delegation_tool(
         coroutine=arun,
         name=f"ask_{name}",
         description=description or f"Hand a task to the {name} agent and get its answer.",
+        metadata={DELEGATION_KEY: name},
     )
 
 
