@@ -12,7 +12,7 @@ are read from the scheduler's own counters when scraped, so the hot path only bu
 - ``agentgate_tasks_in_flight{tool}``: attempts running.
 - ``agentgate_tasks_events_total{event,tool}``: every scheduling event (retries are ``retried``).
 - ``agentgate_tasks_breaker_state{key}``: 0 closed, 1 half open, 2 open.
-- ``agentgate_tasks_wait_seconds``: time from submission to start, histogram.
+- ``agentgate_tasks_wait_seconds``: time each attempt waited for its slots, histogram.
 """
 
 from __future__ import annotations
@@ -92,7 +92,7 @@ class SchedulerMetrics:
         self.events: dict[tuple[str, str], int] = {}
         self.wait = Histogram(
             "agentgate_tasks_wait_seconds",
-            "Time from submission to the start of the first attempt.",
+            "Time each attempt waited for its slots (admission to start).",
             buckets=WAIT_BUCKETS,
             registry=self.registry,
         )

@@ -1,0 +1,133 @@
+"""Circuit breakers: closed -> open -> half-open -> closed (or open again), visible in state and metrics."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from agentgate.errors import CircuitOpen
+from agentgate.tasks import (
+    Attempt,
+    BreakerPolicy,
+    BreakerState,
+    CircuitBreaker,
+    Scheduler,
+    SchedulerConfig,
+    ToolCall,
+)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_breaker_state_machine() -> None:
+    clock = Clock()
+    changes: list[tuple[BreakerState, BreakerState]] = []
+    breaker = CircuitBreaker(
+        "tool:x",
+        BreakerPolicy(failure_threshold=3, reset_timeout_s=10, half_open_max_calls=1),
+        clock=clock,
+        on_change=lambda key, old, new: changes.append((old, new)),
+    )
+    for _ in range(2):
+        assert breaker.allow()
+        breaker.record_failure("transient")
+    breaker.record_success()  # a success resets the count
+    for _ in range(2):
+        breaker.record_failure("timeout")
+    breaker.record_failure("error")  # not a health signal: does not count
+    assert breaker.state is BreakerState.CLOSED
+    breaker.record_failure("connection")
+    assert breaker.state is BreakerState.OPEN and not breaker.allow()
+    assert breaker.snapshot().retry_after_s == 10
+    clock.now += 10
+    assert breaker.state is BreakerState.HALF_OPEN
+    assert breaker.allow() and not breaker.allow()  # exactly one probe
+    breaker.record_failure("transient")
+    assert breaker.state is BreakerState.OPEN  # the probe failed: open again
+    clock.now += 10
+    assert breaker.allow()
+    breaker.release()  # the probe did not run: it may be taken again
+    assert breaker.allow()
+    breaker.record_success()
+    assert breaker.state is BreakerState.CLOSED
+    closed, opened, half = BreakerState.CLOSED, BreakerState.OPEN, BreakerState.HALF_OPEN
+    assert changes == [(closed, opened), (opened, half), (half, opened), (opened, half), (half, closed)]
+    assert breaker.snapshot().opened_count == 2
+
+
+async def test_scheduler_breaker_opens_refuses_then_recovers() -> None:
+    policy = BreakerPolicy(failure_threshold=2, reset_timeout_s=0.05)
+    scheduler = Scheduler(SchedulerConfig(breaker=policy))
+    healthy = False
+    runs = 0
+
+    async def backend(attempt: Attempt) -> str:
+        nonlocal runs
+        runs += 1
+        if not healthy:
+            raise ConnectionRefusedError("down")
+        return "ok"
+
+    for _ in range(2):
+        with pytest.raises(ConnectionRefusedError):
+            await scheduler.submit(ToolCall("search"), backend)
+    with pytest.raises(CircuitOpen, match="tool:search"):
+        await scheduler.submit(ToolCall("search"), backend)
+    assert runs == 2  # refused without running
+    [snap] = scheduler.breakers()
+    assert snap.key == "tool:search" and snap.state is BreakerState.OPEN
+    assert scheduler.registry.get_sample_value("agentgate_tasks_breaker_state", {"key": "tool:search"}) == 2
+    await asyncio.sleep(0.06)
+    assert scheduler.breaker("tool:search").state is BreakerState.HALF_OPEN
+    healthy = True
+    assert await scheduler.submit(ToolCall("search"), backend) == "ok"
+    assert scheduler.breaker("tool:search").state is BreakerState.CLOSED
+    assert scheduler.registry.get_sample_value("agentgate_tasks_breaker_state", {"key": "tool:search"}) == 0
+    assert scheduler.metrics.count("breaker_opened", "tool:search") == 1
+    assert scheduler.metrics.count("breaker_closed", "tool:search") == 1
+    await scheduler.aclose()
+
+
+async def test_breaker_key_can_name_a_backend_shared_by_tools() -> None:
+    scheduler = Scheduler(SchedulerConfig(breaker=BreakerPolicy(failure_threshold=1, reset_timeout_s=60)))
+
+    async def down(attempt: Attempt) -> None:
+        raise TimeoutError
+
+    with pytest.raises(TimeoutError):
+        await scheduler.submit(ToolCall("a", breaker_key="backend:gpu-1"), down)
+    with pytest.raises(CircuitOpen):
+        await scheduler.submit(ToolCall("b", breaker_key="backend:gpu-1"), down)
+    assert scheduler.breaker("tool:a").state is BreakerState.CLOSED
+    await scheduler.aclose()
+
+
+async def test_cancelled_half_open_probe_is_given_back() -> None:
+    scheduler = Scheduler(SchedulerConfig(breaker=BreakerPolicy(failure_threshold=1, reset_timeout_s=0.01)))
+
+    async def fail(attempt: Attempt) -> None:
+        raise TimeoutError
+
+    async def hang(attempt: Attempt) -> None:
+        await asyncio.sleep(10)
+
+    async def ok(attempt: Attempt) -> str:
+        return "ok"
+
+    with pytest.raises(TimeoutError):
+        await scheduler.submit(ToolCall("x"), fail)
+    await asyncio.sleep(0.02)
+    probe = asyncio.create_task(scheduler.submit(ToolCall("x"), hang))
+    await asyncio.sleep(0.005)
+    probe.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await probe
+    assert await scheduler.submit(ToolCall("x"), ok) == "ok"  # the probe slot was not lost
+    await scheduler.aclose()
