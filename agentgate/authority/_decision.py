@@ -25,8 +25,8 @@ from agentgate.authority._grant import (
     _short,
     chain_finding,
     parse_chain,
-    public_key,
     time_finding,
+    verify_signature,
 )
 from agentgate.authority._invocation import INVOCATION_CONTEXT, Invocation, args_digest
 from agentgate.capabilities import (
@@ -266,7 +266,7 @@ def _decide(
             )
         )
     try:
-        public_key(inv.issuer).verify(INVOCATION_CONTEXT + inv.payload, inv.signature)
+        verify_signature(inv.issuer, INVOCATION_CONTEXT + inv.payload, inv.signature)
     except (InvalidSignature, KeyFileError, TokenFormatError):
         return deny(
             _f(

@@ -25,12 +25,13 @@ from agentgate.errors import TokenFormatError
 _B64URL = re.compile(r"[A-Za-z0-9_-]*")
 
 
+_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
 def canonical_json(value: Any) -> bytes:
     """The canonical bytes of ``value``; raises ``TokenFormatError`` for NaN, infinities or bad text."""
     try:
-        return json.dumps(
-            value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-        ).encode("utf-8")
+        return _ENCODER.encode(value).encode("utf-8")
     except (ValueError, TypeError, UnicodeEncodeError, RecursionError) as exc:
         raise TokenFormatError(f"value cannot be encoded canonically: {exc}") from exc
 
@@ -57,10 +58,15 @@ def _no_constant(text: str) -> Any:
 
 
 def parse_canonical(data: bytes, what: str) -> dict[str, Any]:
-    """Parse one canonical JSON object; refuses anything that is not byte-for-byte canonical."""
+    """Parse one canonical JSON object; refuses anything that is not byte-for-byte canonical.
+
+    Duplicate keys cannot survive the comparison with the canonical re-encoding (the parser
+    keeps one of them, so the bytes differ); the slower duplicate-detecting parse runs only to
+    name the problem in the error.
+    """
     try:
         text = data.decode("utf-8")
-        value = json.loads(text, object_pairs_hook=_pairs, parse_float=_no_float, parse_constant=_no_constant)
+        value = json.loads(text, parse_float=_no_float, parse_constant=_no_constant)
     except TokenFormatError as exc:
         raise TokenFormatError(f"{what}: {exc}") from None
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
@@ -68,6 +74,10 @@ def parse_canonical(data: bytes, what: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise TokenFormatError(f"{what}: expected a JSON object")
     if canonical_json(value) != data:
+        try:
+            json.loads(text, object_pairs_hook=_pairs)
+        except TokenFormatError as exc:
+            raise TokenFormatError(f"{what}: {exc}") from None
         raise TokenFormatError(f"{what}: bytes are not in canonical form (key order, whitespace or escapes)")
     return value
 
@@ -99,3 +109,31 @@ def require(obj: Mapping[str, Any], name: str, kind: type | tuple[type, ...], wh
     if not isinstance(value, kind):
         raise TokenFormatError(f"{what}: field {name!r} has the wrong type")
     return value
+
+
+_B58 = "123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz"
+_B58_INDEX = {c: i for i, c in enumerate(_B58)}
+_DID_PREFIX = "did:key:z"
+_ED25519_HEAD = 0xED01 << 256
+_MAX_DID = 0xED02 << 256
+
+
+def did_public_key(did: str) -> bytes:
+    """The raw Ed25519 key inside a ``did:key``, checked strictly; ``TokenFormatError`` otherwise.
+
+    Same rules as ``agentgate.keys.public_key_from_did`` (multicodec ``0xed01``, canonical
+    base58btc), decoded with integer arithmetic: it runs on every link of every cold decision.
+    A spelling is canonical exactly when it has no leading ``1`` (a zero byte, impossible before
+    ``0xed``) and its value lies in the 34-byte range that starts with ``0xed01``.
+    """
+    if not isinstance(did, str) or not did.startswith(_DID_PREFIX) or not 40 < len(did) <= 64:
+        raise TokenFormatError(f"not an Ed25519 did:key: {str(did)[:80]!r}")
+    value = 0
+    try:
+        for char in did[len(_DID_PREFIX) :]:
+            value = value * 58 + _B58_INDEX[char]
+    except KeyError:
+        raise TokenFormatError(f"did:key is not valid base58btc: {did[:80]!r}") from None
+    if did[len(_DID_PREFIX)] == "1" or not _ED25519_HEAD <= value < _MAX_DID:
+        raise TokenFormatError(f"did:key does not hold an Ed25519 public key in canonical form: {did[:80]!r}")
+    return (value - _ED25519_HEAD).to_bytes(32, "big")

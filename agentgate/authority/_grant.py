@@ -17,10 +17,14 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import nacl.exceptions
+import nacl.signing
+
 from agentgate.authority._encoding import (
     b64url_decode,
     b64url_encode,
     canonical_json,
+    did_public_key,
     parse_canonical,
     require,
     sha256_hex,
@@ -33,13 +37,12 @@ from agentgate.errors import (
     Denied,
     Expired,
     InvalidSignature,
-    KeyFileError,
     Revoked,
     ScopeCreep,
     TokenFormatError,
 )
 from agentgate.findings import Finding, FindingKind
-from agentgate.keys import PublicKey, SigningKey, public_key_from_did
+from agentgate.keys import SIGNATURE_SIZE, PublicKey, SigningKey
 
 VERSION = 1
 TOKEN_PREFIX = "ag1"
@@ -60,6 +63,7 @@ _REQUIRED = frozenset(
 )
 _OPTIONAL = frozenset({"ext", "crit"})
 _HEX64 = re.compile(r"[0-9a-f]{64}")
+_DID_FORMAT = re.compile(r"did:key:z[1-9A-HJ-NP-Za-km-z]{47}")
 _HEX32 = re.compile(r"[0-9a-f]{32}")
 _UNIT = re.compile(r"[a-z][a-z0-9_]{0,31}")
 
@@ -213,8 +217,8 @@ def _did(value: str | PublicKey | SigningKey, what: str) -> str:
     if isinstance(value, PublicKey | SigningKey):
         return value.did
     try:
-        public_key_from_did(value)
-    except KeyFileError as exc:
+        did_public_key(value)
+    except TokenFormatError as exc:
         raise TokenFormatError(f"{what}: {exc}") from None
     return value
 
@@ -285,8 +289,11 @@ def parse_grant(payload: bytes, signature: bytes, where: str = "grant") -> Grant
         raise TokenFormatError(f"{where}: unknown critical extension(s): {names}")
     if "ext" in obj and not isinstance(obj["ext"], dict):
         raise TokenFormatError(f"{where}: ext must be an object")
-    issuer = _did(require(obj, "iss", str, where), f"{where} iss")
-    audience = _did(require(obj, "aud", str, where), f"{where} aud")
+    # The form is checked here; the key inside is decoded strictly when a signature is verified
+    # (every issuer, and the invocation signer that must equal the tip's audience).
+    issuer, audience = (require(obj, name, str, where) for name in ("iss", "aud"))
+    if not _DID_FORMAT.fullmatch(issuer) or not _DID_FORMAT.fullmatch(audience):
+        raise TokenFormatError(f"{where}: iss and aud must be Ed25519 did:key identifiers")
     raw_caps = require(obj, "caps", list, where)
     if not raw_caps or len(raw_caps) > MAX_CAPABILITIES:
         raise TokenFormatError(f"{where}: caps must hold 1 to {MAX_CAPABILITIES} capabilities")
@@ -371,17 +378,29 @@ def parse_chain(token: str) -> Chain:
 
 # --- checks ---------------------------------------------------------------------------------------
 
-_KEY_CACHE: dict[str, PublicKey] = {}
+_KEY_CACHE: dict[str, nacl.signing.VerifyKey] = {}
 
 
-def public_key(did: str) -> PublicKey:
-    """The verification key of a ``did:key`` (decoded once, bounded cache)."""
+def verify_signature(did: str, message: bytes, signature: bytes) -> None:
+    """Raise ``InvalidSignature`` unless ``signature`` is the Ed25519 signature of ``message`` by ``did``.
+
+    Verification keys are decoded once per ``did`` (bounded cache). libsodium refuses
+    non-canonical S and small-order keys; the length is checked here first.
+    """
     key = _KEY_CACHE.get(did)
     if key is None:
         if len(_KEY_CACHE) >= 4096:
             _KEY_CACHE.clear()
-        key = _KEY_CACHE[did] = PublicKey.from_did(did)
-    return key
+        try:
+            key = _KEY_CACHE[did] = nacl.signing.VerifyKey(did_public_key(did))
+        except (TokenFormatError, nacl.exceptions.CryptoError) as exc:
+            raise InvalidSignature(f"{did[:80]!r} is not a usable Ed25519 key") from exc
+    if len(signature) != SIGNATURE_SIZE:
+        raise InvalidSignature(f"an Ed25519 signature is {SIGNATURE_SIZE} bytes, got {len(signature)}")
+    try:
+        key.verify(message, signature)
+    except nacl.exceptions.CryptoError as exc:
+        raise InvalidSignature(f"signature does not verify under {did}") from exc
 
 
 def _finding(
@@ -581,8 +600,8 @@ def chain_finding(chain: Chain, anchors: frozenset[str]) -> Finding | None:
         )
     for i, link in enumerate(chain.links):
         try:
-            public_key(link.issuer).verify(GRANT_CONTEXT + link.payload, link.signature)
-        except (InvalidSignature, KeyFileError):
+            verify_signature(link.issuer, GRANT_CONTEXT + link.payload, link.signature)
+        except InvalidSignature:
             return _finding(
                 _OPACITY,
                 "bad_signature",

@@ -12,6 +12,8 @@ import re
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from functools import cached_property
+from json.encoder import encode_basestring
 from typing import Any
 
 from agentgate.authority._encoding import (
@@ -35,6 +37,13 @@ MAX_INVOCATION_BYTES = 4096
 _FIELDS = frozenset({"v", "iss", "tip", "res", "act", "args", "nonce", "iat", "exp"})
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 _HEX32 = re.compile(r"[0-9a-f]{32}")
+
+
+def _string(value: str) -> str:
+    """A JSON string exactly as ``canonical_json`` writes it (the same C escaper)."""
+    if not isinstance(value, str):
+        raise TokenFormatError("invocation fields must be strings")
+    return encode_basestring(value)
 
 
 def args_digest(args: Mapping[str, Any]) -> str:
@@ -65,24 +74,18 @@ class Invocation:
     expires: int
     signature: bytes
 
-    @property
+    @cached_property
     def payload(self) -> bytes:
-        """The signed bytes, recomputed from the fields."""
-        return canonical_json(
-            {
-                "v": 1,
-                "iss": self.issuer,
-                "tip": self.tip,
-                "res": self.resource,
-                "act": self.action,
-                "args": self.args_digest,
-                "nonce": self.nonce,
-                "iat": self.issued_at,
-                "exp": self.expires,
-            }
-        )
+        """The signed bytes, recomputed from the fields (canonical JSON, built directly)."""
+        if type(self.issued_at) is not int or type(self.expires) is not int:
+            raise TokenFormatError("invocation times must be integers")
+        return (
+            f'{{"act":{_string(self.action)},"args":{_string(self.args_digest)},"exp":{self.expires},'
+            f'"iat":{self.issued_at},"iss":{_string(self.issuer)},"nonce":{_string(self.nonce)},'
+            f'"res":{_string(self.resource)},"tip":{_string(self.tip)},"v":1}}'
+        ).encode()
 
-    @property
+    @cached_property
     def id(self) -> str:
         """SHA-256 of the signed bytes: what an approval or an audit entry binds to."""
         return sha256_hex(self.payload)

@@ -30,7 +30,7 @@ from agentgate.authority import (
     record,
     revoke,
 )
-from agentgate.authority._grant import GRANT_CONTEXT, link_findings, public_key
+from agentgate.authority._grant import GRANT_CONTEXT, link_findings, verify_signature
 from agentgate.capabilities import Call, Capability
 from agentgate.errors import (
     AuthorityError,
@@ -239,7 +239,7 @@ def _inspect(args: argparse.Namespace) -> int:
     links: list[dict[str, Any]] = []
     for i, link in enumerate(chain.links):
         try:
-            public_key(link.issuer).verify(GRANT_CONTEXT + link.payload, link.signature)
+            verify_signature(link.issuer, GRANT_CONTEXT + link.payload, link.signature)
             signature = "valid"
         except (InvalidSignature, KeyFileError):
             signature = "INVALID"

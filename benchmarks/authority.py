@@ -1,0 +1,188 @@
+"""Authority engine benchmark: decisions over a 3-link chain against biscuit-python 0.4.0.
+
+Measured side by side in one run, in interleaved rounds so that machine load hits every
+contender alike:
+
+- floor: one Ed25519 verification of the same bytes with PyNaCl (the library agentgate uses)
+  and with ``cryptography`` (to justify the choice);
+- biscuit: ``Biscuit.from_base64`` (parse + verify 3 blocks) and authorizing one request with
+  an ``AuthorizerBuilder`` (equivalent 3-block token: authority block, two attenuation blocks);
+- cold decision: nothing cached (chain cache and key cache empty), chain parsed and 3 link
+  signatures verified, invocation (holder) signature verified, revocation + nonce in SQLite;
+- warm decision: chain cached by token; invocation signature, call binding, times, coverage,
+  revocation and nonce still checked on every decision.
+
+Goals: cold p50 <= 1.25 x biscuit p50, warm p50 <= 0.5 x biscuit p50.
+Run: ``.venv/bin/python benchmarks/authority.py [--quick] [--json]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import gc
+import json
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+from agentgate.authority import Authority, Budget, ChainCache, GrantRepository, Invocation, delegate, issue
+from agentgate.authority._decision import _decide
+from agentgate.authority._grant import _KEY_CACHE, DEFAULT_SKEW, GRANT_CONTEXT
+from agentgate.capabilities import Call
+from agentgate.keys import SigningKey
+from agentgate.store import SQLiteStore
+
+
+def _percentile(samples: list[float], q: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def _biscuit_setup() -> Callable[[], None]:
+    from biscuit_auth import AuthorizerBuilder, Biscuit, BiscuitBuilder, BlockBuilder, KeyPair
+
+    root = KeyPair()
+    token = (
+        BiscuitBuilder(
+            'right("tool:payments.refund", "invoke"); check if time($t), $t < 2030-01-01T00:00:00Z;'
+        )
+        .build(root.private_key)
+        .append(
+            BlockBuilder(
+                'check if resource("tool:payments.refund"), amount($a), $a <= 100;'
+                "check if time($t), $t < 2029-01-01T00:00:00Z;"
+            )
+        )
+        .append(BlockBuilder('check if resource("tool:payments.refund"), amount($a), $a <= 60;'))
+        .to_base64()
+    )
+    public = root.public_key
+    policy = (
+        'resource("tool:payments.refund"); operation("invoke"); amount(50); time(2026-11-29T00:00:00Z);'
+        "allow if right($r, $op), resource($r), operation($op);"
+    )
+
+    def run() -> None:
+        parsed = Biscuit.from_base64(token, public)
+        builder = AuthorizerBuilder(policy)
+        limits = builder.limits()
+        limits.max_time = datetime.timedelta(milliseconds=100)  # default 1 ms trips under machine load
+        builder.set_limits(limits)
+        builder.build(parsed).authorize()
+
+    run()
+    return run
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="short run (fewer rounds)")
+    parser.add_argument("--json", action="store_true", help="(the JSON line is always printed last)")
+    args = parser.parse_args(argv)
+    rounds, per_round = (5, 100) if args.quick else (20, 250)
+
+    root, alice, bob, carol = (SigningKey.generate() for _ in range(4))
+    now = int(time.time())
+    c1 = issue(root, alice.did, ["tool:payments.refund?amount<=500&currency=EUR|USD"], ttl=3600,
+               budget=Budget(1_000_000), now=now)  # fmt: skip
+    c2 = delegate(c1, alice, bob.did, ["tool:payments.refund?amount<=100&currency=EUR"], ttl=1800, now=now)
+    chain = delegate(c2, bob, carol.did, ["tool:payments.refund?amount<=60&currency=EUR"], ttl=600, now=now)
+    call = Call.tool("payments.refund", {"amount": 50, "currency": "EUR"})
+
+    tmp = tempfile.mkdtemp(prefix="agentgate-bench-")
+    store = SQLiteStore(Path(tmp) / "bench.db")
+    repo = GrantRepository(store)
+    authority = Authority(repo, root.public)
+    anchors = authority.anchors
+
+    message = GRANT_CONTEXT + chain.tip.payload
+    signature = chain.tip.signature
+    nacl_key = bob.public._verifier
+    crypto_key = Ed25519PublicKey.from_public_bytes(bob.public.raw)
+    biscuit = _biscuit_setup()
+
+    def warm_sample() -> float:
+        inv = Invocation.sign(carol, chain.token, call, now=now)
+        start = time.perf_counter_ns()
+        decision = authority.decide(inv, now=now)
+        elapsed = time.perf_counter_ns() - start
+        assert decision.allowed, decision.reasons
+        return elapsed / 1000
+
+    def cold_sample() -> float:
+        inv = Invocation.sign(carol, chain.token, call, now=now)
+        _KEY_CACHE.clear()
+        cache = ChainCache()
+        start = time.perf_counter_ns()
+        decision = _decide(inv, repo, anchors, None, now, DEFAULT_SKEW, cache)
+        elapsed = time.perf_counter_ns() - start
+        assert decision.allowed, decision.reasons
+        return elapsed / 1000
+
+    def timed(fn: Callable[[], object]) -> Callable[[], float]:
+        def sample() -> float:
+            start = time.perf_counter_ns()
+            fn()
+            return (time.perf_counter_ns() - start) / 1000
+
+        return sample
+
+    contenders: dict[str, Callable[[], float]] = {
+        "floor_pynacl_verify": timed(lambda: nacl_key.verify(message, signature)),
+        "floor_cryptography_verify": timed(lambda: crypto_key.verify(signature, message)),
+        "biscuit_verify_authorize": timed(biscuit),
+        "cold_decision": cold_sample,
+        "warm_decision": warm_sample,
+    }
+    samples: dict[str, list[float]] = {name: [] for name in contenders}
+    authority.decide(Invocation.sign(carol, chain.token, call, now=now), now=now)  # warm the cache
+    gc.disable()
+    try:
+        for _ in range(rounds):
+            for name, sample in contenders.items():
+                samples[name].extend(sample() for _ in range(per_round))
+            gc.collect()
+    finally:
+        gc.enable()
+    repo.close()
+    store.close()
+
+    figures: dict[str, float] = {}
+    print(f"{'measurement':28} {'p50 us':>9} {'p99 us':>9} {'n':>6}")
+    for name, values in samples.items():
+        p50, p99 = statistics.median(values), _percentile(values, 0.99)
+        figures[f"{name}_p50_us"] = round(p50, 1)
+        figures[f"{name}_p99_us"] = round(p99, 1)
+        print(f"{name:28} {p50:9.1f} {p99:9.1f} {len(values):6d}")
+    biscuit_p50 = figures["biscuit_verify_authorize_p50_us"]
+    cold_ratio = figures["cold_decision_p50_us"] / biscuit_p50
+    warm_ratio = figures["warm_decision_p50_us"] / biscuit_p50
+    figures["cold_over_biscuit"] = round(cold_ratio, 3)
+    figures["warm_over_biscuit"] = round(warm_ratio, 3)
+    figures["cryptography_over_pynacl"] = round(
+        figures["floor_cryptography_verify_p50_us"] / figures["floor_pynacl_verify_p50_us"], 3
+    )
+    print(
+        f"cold / biscuit = {cold_ratio:.3f} (goal <= 1.25); warm / biscuit = {warm_ratio:.3f} (goal <= 0.5)"
+    )
+    print(f"cryptography / PyNaCl verify = {figures['cryptography_over_pynacl']:.3f}")
+    result = {
+        "benchmark": "authority",
+        "figures": figures,
+        "goals": {
+            "cold_decision_over_biscuit": {"value": round(cold_ratio, 3), "limit": 1.25, "better": "lower"},
+            "warm_decision_over_biscuit": {"value": round(warm_ratio, 3), "limit": 0.5, "better": "lower"},
+        },
+    }
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
