@@ -85,8 +85,10 @@ def parse_samples(text: str) -> dict[str, list[tuple[dict[str, str], float]]]:
         for family in text_string_to_metric_families(text):
             for sample in family.samples:
                 out.setdefault(sample.name, []).append((dict(sample.labels), float(sample.value)))
-                if family.type == "counter" and sample.name == family.name + "_total":
-                    out.setdefault(family.name, []).append((dict(sample.labels), float(sample.value)))
+                if sample.name.endswith("_total"):
+                    out.setdefault(sample.name[: -len("_total")], []).append(
+                        (dict(sample.labels), float(sample.value))
+                    )
     except (ValueError, TypeError, IndexError, KeyError) as exc:
         raise BackendFailed(f"metrics are not Prometheus text: {exc}") from None
     return out

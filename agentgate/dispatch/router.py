@@ -9,7 +9,7 @@ observed first tokens. Backends without KV headroom for the request are dropped 
 any. Then:
 
 1. *Affinity*: a session's previous backend is kept if it meets the SLO and is not saturated
-   (its prediction is within ``affinity_slack`` of the best).
+   (its prediction exceeds the best by less than ``affinity_slack`` x the SLO).
 2. *SLO met somewhere*: the lowest prediction wins; candidates within ``tie_tolerance`` of it
    are near-ties, and two of them drawn at random are compared by in-flight count (power of two
    choices), so that equal predictions do not pile onto one backend between scrapes.
@@ -92,7 +92,7 @@ class Router(RoutingPolicy):
                 if (
                     s.name == sticky
                     and p <= request.slo_ttft_s
-                    and p <= best_p * (1 + self.affinity_slack) + 0.02
+                    and p <= best_p + self.affinity_slack * request.slo_ttft_s
                 ):
                     return self._go(s, p, request, now, "session affinity", alternatives)
             ties = [(p, s) for p, s in scored if p <= best_p * (1 + self.tie_tolerance) + 1e-3]

@@ -194,7 +194,7 @@ class SimServer:
             self._app(),
             host="127.0.0.1",
             port=self.port,
-            log_level="warning",
+            log_level="critical",
             lifespan="on",
             access_log=False,
         )

@@ -1,0 +1,207 @@
+"""Async HTTP clients for OpenAI-compatible inference backends: chat, streaming, metrics, health.
+
+One pooled ``httpx.AsyncClient`` serves every backend. Whatever goes wrong below this module
+(refused connection, timeout, a connection cut mid-stream, an HTTP error, bytes that are not the
+JSON or SSE promised) surfaces as ``BackendFailed``, which the dispatcher answers by failing
+over; a 4xx that says the request itself is bad surfaces as ``DispatchError`` and is not retried.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from agentgate.dispatch.inventory import Backend
+from agentgate.dispatch.metrics import EngineLoad, load_from_text
+from agentgate.errors import BackendFailed, DispatchError
+
+_CALLER_ERRORS = frozenset({400, 401, 403, 413, 422})
+
+
+@dataclass(frozen=True, slots=True)
+class Timeouts:
+    """How long a backend may take (seconds)."""
+
+    connect_s: float = 2.0
+    """To open a connection."""
+    first_token_s: float = 60.0
+    """From sending the request to the first token (or the whole answer when not streaming)."""
+    idle_s: float = 30.0
+    """Between two chunks of a stream."""
+    probe_s: float = 1.0
+    """For a health check or a metrics scrape."""
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """Token counts a backend reported."""
+
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_tokens: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ChatChunk:
+    """One streamed piece of an answer."""
+
+    content: str
+    finish_reason: str | None = None
+    usage: Usage | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ChatResult:
+    """A complete answer."""
+
+    backend: str
+    content: str
+    finish_reason: str | None
+    usage: Usage
+    body: Mapping[str, Any]
+
+
+class BackendClient:
+    """Talks to one backend over a shared, pooled ``httpx.AsyncClient``."""
+
+    def __init__(self, backend: Backend, http: httpx.AsyncClient, timeouts: Timeouts | None = None) -> None:
+        self.backend = backend
+        self.http = http
+        self.timeouts = timeouts or Timeouts()
+
+    def _timeout(self, read: float) -> httpx.Timeout:
+        return httpx.Timeout(
+            connect=self.timeouts.connect_s, read=read, write=read, pool=self.timeouts.connect_s
+        )
+
+    async def chat(self, payload: Mapping[str, Any]) -> ChatResult:
+        """POST a non-streaming chat completion.
+
+        Raises ``BackendFailed`` on any transport failure, timeout, 5xx/429 or malformed body;
+        ``DispatchError`` when the backend rejects the request as invalid (400, 422, ...).
+        """
+        body = {**payload, "stream": False}
+        try:
+            async with asyncio.timeout(self.timeouts.first_token_s):
+                response = await self.http.post(
+                    self.backend.chat_url, json=body, timeout=self._timeout(self.timeouts.first_token_s)
+                )
+        except TimeoutError:
+            raise BackendFailed(
+                f"{self.backend.name}: no answer within {self.timeouts.first_token_s}s"
+            ) from None
+        except httpx.HTTPError as exc:
+            raise BackendFailed(f"{self.backend.name}: {type(exc).__name__}: {exc}") from None
+        self._check_status(response.status_code, response.text[:200])
+        try:
+            data = response.json()
+            choice = data["choices"][0]
+            content = choice["message"]["content"] or ""
+            if not isinstance(content, str):
+                raise TypeError("content is not a string")
+            return ChatResult(
+                self.backend.name, content, choice.get("finish_reason"), _usage(data.get("usage")), data
+            )
+        except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
+            raise BackendFailed(f"{self.backend.name}: malformed chat completion: {exc}") from None
+
+    async def stream(self, payload: Mapping[str, Any]) -> AsyncIterator[ChatChunk]:
+        """POST a streaming chat completion and yield its chunks until ``[DONE]``.
+
+        Raises ``BackendFailed`` on transport failure, a timeout before the first token or
+        between chunks, a stream that ends without ``[DONE]``, or an event that is not JSON.
+        Closing the iterator cancels the request (the connection is closed).
+        """
+        body = {**payload, "stream": True, "stream_options": {"include_usage": True}}
+        first = True
+        try:
+            async with self.http.stream(
+                "POST", self.backend.chat_url, json=body, timeout=self._timeout(self.timeouts.idle_s)
+            ) as response:
+                if response.status_code >= 300:
+                    text = (await response.aread())[:200].decode("utf-8", "replace")
+                    self._check_status(response.status_code, text)
+                lines = response.aiter_lines()
+                while True:
+                    wait = self.timeouts.first_token_s if first else self.timeouts.idle_s
+                    try:
+                        async with asyncio.timeout(wait):
+                            line = await anext(lines)
+                    except StopAsyncIteration:
+                        raise BackendFailed(f"{self.backend.name}: stream ended without [DONE]") from None
+                    except TimeoutError:
+                        raise BackendFailed(f"{self.backend.name}: stream silent for {wait}s") from None
+                    if not line or line.startswith(":"):
+                        continue
+                    if not line.startswith("data:"):
+                        raise BackendFailed(f"{self.backend.name}: not an SSE event: {line[:80]!r}")
+                    data = line[5:].strip()
+                    if data == "[DONE]":
+                        return
+                    chunk = _parse_chunk(self.backend.name, data)
+                    if chunk is not None:
+                        first = False
+                        yield chunk
+        except httpx.HTTPError as exc:
+            raise BackendFailed(f"{self.backend.name}: {type(exc).__name__}: {exc}") from None
+
+    async def scrape(self, now: float) -> EngineLoad:
+        """Read the backend's Prometheus metrics; raises ``BackendFailed`` if they cannot be read."""
+        if self.backend.metrics_url is None:
+            raise BackendFailed(f"{self.backend.name}: no metrics_url")
+        try:
+            response = await self.http.get(
+                self.backend.metrics_url, timeout=self._timeout(self.timeouts.probe_s)
+            )
+        except httpx.HTTPError as exc:
+            raise BackendFailed(f"{self.backend.name}: metrics: {type(exc).__name__}") from None
+        if response.status_code != 200:
+            raise BackendFailed(f"{self.backend.name}: metrics answered HTTP {response.status_code}")
+        return load_from_text(response.text, self.backend.engine, now=now)
+
+    async def health(self) -> bool:
+        """True if ``GET /health`` answers 200 within ``probe_s`` (vLLM, SGLang, TGI, llama.cpp all serve it)."""
+        try:
+            async with asyncio.timeout(self.timeouts.probe_s):
+                response = await self.http.get(
+                    self.backend.url.rstrip("/") + "/health", timeout=self._timeout(self.timeouts.probe_s)
+                )
+        except (httpx.HTTPError, TimeoutError):
+            return False
+        return response.status_code == 200
+
+    def _check_status(self, status: int, text: str) -> None:
+        if status < 300:
+            return
+        if status in _CALLER_ERRORS:
+            raise DispatchError(f"{self.backend.name} rejected the request: HTTP {status}: {text}")
+        raise BackendFailed(f"{self.backend.name}: HTTP {status}: {text}")
+
+
+def _parse_chunk(backend: str, data: str) -> ChatChunk | None:
+    try:
+        event = json.loads(data)
+        usage = _usage(event["usage"]) if event.get("usage") else None
+        choices = event.get("choices") or []
+        if not choices:
+            return ChatChunk("", None, usage) if usage else None
+        choice = choices[0]
+        content = (choice.get("delta") or {}).get("content") or ""
+        if not isinstance(content, str):
+            raise TypeError("content is not a string")
+        return ChatChunk(content, choice.get("finish_reason"), usage)
+    except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
+        raise BackendFailed(f"{backend}: malformed stream event: {exc}") from None
+
+
+def _usage(raw: object) -> Usage:
+    if not isinstance(raw, Mapping):
+        return Usage()
+    details = raw.get("prompt_tokens_details")
+    cached = details.get("cached_tokens", 0) if isinstance(details, Mapping) else 0
+    return Usage(int(raw.get("prompt_tokens", 0)), int(raw.get("completion_tokens", 0)), int(cached or 0))

@@ -1,0 +1,232 @@
+"""The dispatcher: routes each model call, sends it, and fails over when a backend fails.
+
+It owns one pooled HTTP client, one ``BackendClient`` per inventory backend and two background
+loops: a metrics scraper (every ``scrape_interval_s``; a backend whose metrics cannot be read is
+simply left to the router's in-flight accounting once its last scrape is stale) and a health
+prober (every ``health_interval_s``; a backend that fails its probe, or a request, is marked down
+at once and skipped by the router; it is used again once it passes a probe after
+``cooldown_s``). A call that fails before it has produced any output is retried on another
+backend, at most ``max_attempts`` times in all; a stream that fails after output has been
+delivered cannot be replayed transparently and ends with ``BackendFailed``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import time
+from collections.abc import AsyncIterator, Callable, Mapping
+from typing import Any
+
+import httpx
+
+from agentgate.dispatch._policy import AllowedBackend, RoutePlan, RouteRequest, RoutingPolicy
+from agentgate.dispatch.backends import BackendClient, ChatChunk, ChatResult, Timeouts
+from agentgate.dispatch.inventory import Inventory
+from agentgate.dispatch.prefix import block_hashes, estimate_tokens, prompt_text
+from agentgate.errors import BackendFailed, DispatchError, NoBackend
+
+
+class Dispatcher:
+    """Routes and sends model calls over the inventory's backends. Use ``async with``."""
+
+    def __init__(
+        self,
+        inventory: Inventory,
+        router: RoutingPolicy,
+        *,
+        timeouts: Timeouts | None = None,
+        scrape_interval_s: float = 0.5,
+        health_interval_s: float = 0.25,
+        cooldown_s: float = 1.0,
+        max_attempts: int = 3,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.inventory = inventory
+        self.router = router
+        self.timeouts = timeouts or Timeouts()
+        self.scrape_interval_s = scrape_interval_s
+        self.health_interval_s = health_interval_s
+        self.cooldown_s = cooldown_s
+        self.max_attempts = max(1, max_attempts)
+        self.clock = clock
+        self._http: httpx.AsyncClient | None = None
+        self.clients: dict[str, BackendClient] = {}
+        self._down_since: dict[str, float] = {}
+        self._tasks: list[asyncio.Task[None]] = []
+        self._ids = itertools.count()
+
+    async def __aenter__(self) -> Dispatcher:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def start(self) -> None:
+        """Open the connection pool and start the scrape and health loops."""
+        if self._http is not None:
+            return
+        self._http = httpx.AsyncClient(
+            limits=httpx.Limits(max_connections=1000, max_keepalive_connections=100)
+        )
+        self.clients = {b.name: BackendClient(b, self._http, self.timeouts) for b in self.inventory.backends}
+        self._tasks = [asyncio.create_task(self._scrape_loop()), asyncio.create_task(self._health_loop())]
+
+    async def aclose(self) -> None:
+        """Stop the loops and close every connection."""
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks = []
+        if self._http is not None:
+            await self._http.aclose()
+            self._http = None
+
+    # --- calls ---------------------------------------------------------------------------
+
+    def route_request(
+        self,
+        payload: Mapping[str, Any],
+        *,
+        tenant: str = "default",
+        priority: int = 1,
+        slo_ttft_s: float = 2.0,
+        session: str | None = None,
+        request_id: str | None = None,
+    ) -> RouteRequest:
+        """The ``RouteRequest`` for an OpenAI chat payload; raises ``DispatchError`` if it is malformed."""
+        messages = payload.get("messages")
+        model = payload.get("model")
+        if not isinstance(messages, list) or not messages or not isinstance(model, str):
+            raise DispatchError("a chat call needs a model name and a non-empty list of messages")
+        text = prompt_text(m for m in messages if isinstance(m, Mapping))
+        try:
+            max_tokens = int(payload.get("max_tokens") or payload.get("max_completion_tokens") or 256)
+        except (TypeError, ValueError):
+            raise DispatchError("max_tokens must be an integer") from None
+        return RouteRequest(
+            id=request_id or f"req-{next(self._ids)}",
+            model=model,
+            prompt_tokens=estimate_tokens(text),
+            max_output_tokens=max(1, max_tokens),
+            prefix_hashes=block_hashes(text, self.router.block_tokens),
+            tenant=tenant,
+            priority=priority,
+            slo_ttft_s=slo_ttft_s,
+            session=session,
+            arrived_at=self.clock(),
+        )
+
+    async def chat(
+        self, payload: Mapping[str, Any], *, allowed: AllowedBackend | None = None, **route: Any
+    ) -> ChatResult:
+        """Route and send a non-streaming call, failing over as the module docstring says.
+
+        Raises ``Shed`` / ``NoBackend`` when the router refuses or nothing can serve,
+        ``BackendFailed`` after ``max_attempts`` failed tries, ``DispatchError`` for a bad request.
+        """
+        request = self.route_request(payload, **route)
+        errors: list[str] = []
+        for _ in range(self.max_attempts):
+            plan = await self._plan(request, allowed, errors)
+            assert plan.backend is not None
+            try:
+                result = await self.clients[plan.backend].chat(payload)
+            except BackendFailed as exc:
+                self._failed(request.id, plan.backend, str(exc), errors)
+                continue
+            except BaseException:
+                self.router.finished(request.id, self.clock())
+                raise
+            now = self.clock()
+            self.router.first_token(request.id, now)
+            self.router.finished(request.id, now)
+            return result
+        raise BackendFailed(f"call failed on {self.max_attempts} attempts: " + "; ".join(errors))
+
+    async def stream(
+        self, payload: Mapping[str, Any], *, allowed: AllowedBackend | None = None, **route: Any
+    ) -> AsyncIterator[ChatChunk]:
+        """Route and stream a call; fails over only before the first chunk has been yielded.
+
+        Raises as ``chat`` does; a failure after output was delivered raises ``BackendFailed``.
+        """
+        request = self.route_request(payload, **route)
+        errors: list[str] = []
+        for _ in range(self.max_attempts):
+            plan = await self._plan(request, allowed, errors)
+            assert plan.backend is not None
+            delivered = False
+            try:
+                async for chunk in self.clients[plan.backend].stream(payload):
+                    if not delivered:
+                        self.router.first_token(request.id, self.clock())
+                        delivered = True
+                    yield chunk
+            except BackendFailed as exc:
+                self._failed(request.id, plan.backend, str(exc), errors)
+                if delivered:
+                    raise BackendFailed(f"stream from {plan.backend} broke after output: {exc}") from None
+                continue
+            finally:
+                self.router.finished(request.id, self.clock())
+            return
+        raise BackendFailed(f"call failed on {self.max_attempts} attempts: " + "; ".join(errors))
+
+    async def _plan(
+        self, request: RouteRequest, allowed: AllowedBackend | None, errors: list[str]
+    ) -> RoutePlan:
+        while True:
+            try:
+                plan = self.router.route(request, self.clock(), allowed)
+            except NoBackend as exc:
+                if errors:
+                    raise NoBackend(f"{exc} (after: {'; '.join(errors)})") from None
+                raise
+            if plan.action == "dispatch":
+                return plan
+            await asyncio.sleep(plan.wait_s)
+
+    def _failed(self, request_id: str, backend: str, error: str, errors: list[str]) -> None:
+        errors.append(error)
+        self.router.finished(request_id, self.clock())
+        self._mark_down(backend)
+
+    # --- background loops ----------------------------------------------------------------
+
+    def _mark_down(self, backend: str) -> None:
+        if backend not in self._down_since:
+            self._down_since[backend] = self.clock()
+            self.router.mark_down(backend)
+
+    async def _scrape_loop(self) -> None:
+        while True:
+            await asyncio.gather(
+                *(self._scrape(c) for c in self.clients.values() if c.backend.metrics_url is not None)
+            )
+            await asyncio.sleep(self.scrape_interval_s)
+
+    async def _scrape(self, client: BackendClient) -> None:
+        with contextlib.suppress(BackendFailed):
+            self.router.observe(client.backend.name, await client.scrape(self.clock()))
+
+    async def _health_loop(self) -> None:
+        while True:
+            names = list(self.clients)
+            results = await asyncio.gather(*(self.clients[n].health() for n in names))
+            now = self.clock()
+            for name, ok in zip(names, results, strict=True):
+                if not ok:
+                    self._mark_down(name)
+                elif name in self._down_since and now - self._down_since[name] >= self.cooldown_s:
+                    del self._down_since[name]
+                    self.router.mark_up(name)
+            await asyncio.sleep(self.health_interval_s)
+
+    def is_down(self, backend: str) -> bool:
+        """True while the backend is marked down."""
+        return backend in self._down_since

@@ -1,0 +1,77 @@
+"""The simulated backend over real HTTP: OpenAI endpoints, SSE, vLLM metrics, cancellation."""
+
+from __future__ import annotations
+
+import time
+
+import httpx
+import openai
+
+from agentgate.dispatch.metrics import load_from_text
+from agentgate.sim import SimServer
+
+
+def test_openai_client_talks_to_the_simulator() -> None:
+    with SimServer(time_scale=0.05) as server:
+        client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused")
+        assert [m.id for m in client.models.list().data] == ["llama-3.1-8b"]
+        reply = client.chat.completions.create(
+            model="llama-3.1-8b", messages=[{"role": "user", "content": "hello " * 50}], max_tokens=7
+        )
+        assert reply.usage is not None and reply.usage.completion_tokens == 7
+        stream = client.chat.completions.create(
+            model="llama-3.1-8b",
+            messages=[{"role": "user", "content": "hello " * 50}],
+            max_tokens=5,
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+        chunks = list(stream)
+        assert sum(1 for c in chunks if c.choices and c.choices[0].delta.content) == 5
+        assert chunks[-1].usage is not None and chunks[-1].usage.prompt_tokens_details is not None
+        assert chunks[-1].usage.prompt_tokens_details.cached_tokens > 0  # same prompt as before
+
+
+def test_metrics_use_vllm_names_and_trail_the_engine() -> None:
+    with SimServer(time_scale=0.05, scrape_lag_s=0.2) as server, httpx.Client() as http:
+        http.post(
+            server.url + "/v1/chat/completions",
+            json={
+                "model": "llama-3.1-8b",
+                "messages": [{"role": "user", "content": "x " * 400}],
+                "max_tokens": 3,
+            },
+        )
+        time.sleep(0.05)
+        load = load_from_text(http.get(server.url + "/metrics").text, "vllm")
+        assert (
+            load.prefix_queries is not None
+            and load.kv_capacity_tokens == server.engine.kv.capacity // 16 * 16
+        )
+        assert load.running == 0 and load.waiting == 0
+
+
+def test_bad_requests_get_openai_errors() -> None:
+    with SimServer(time_scale=0.05) as server, httpx.Client() as http:
+        url = server.url + "/v1/chat/completions"
+        assert http.post(url, content=b"not json").status_code == 400
+        assert http.post(url, json={"model": "llama-3.1-8b", "messages": []}).status_code == 400
+        assert (
+            http.post(
+                url, json={"model": "other", "messages": [{"role": "user", "content": "x"}]}
+            ).status_code
+            == 404
+        )
+
+
+def test_cancelled_stream_frees_the_engine() -> None:
+    with SimServer(time_scale=0.05) as server, httpx.Client() as http:
+        body = {"model": "llama-3.1-8b", "messages": [{"role": "user", "content": "x"}], "max_tokens": 5000}
+        with http.stream("POST", server.url + "/v1/chat/completions", json={**body, "stream": True}) as resp:
+            for line in resp.iter_lines():
+                if line.startswith("data:"):
+                    break
+        deadline = time.monotonic() + 3
+        while server.engine.has_work() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert not server.engine.has_work()
