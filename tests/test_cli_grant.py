@@ -1,0 +1,228 @@
+"""The `agentgate keys` and `agentgate grant` commands: verbs, flags and exit codes are a contract."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from agentgate.cli.grant import parse_duration
+from agentgate.cli.main import main
+from agentgate.errors import InputError
+
+REFUND = "tool:payments.refund?amount<=500&currency=EUR|USD"
+
+
+@pytest.fixture
+def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("AGENTGATE_STORE", str(tmp_path / "store.db"))
+    monkeypatch.chdir(tmp_path)
+    for name in ("root", "alice", "bob"):
+        assert main(["keys", "new", name, "--dir", "k"]) == 0
+    return tmp_path
+
+
+def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    try:
+        code = main(list(argv))
+    except SystemExit as exc:  # argparse refusals (usage, then one error line)
+        code = int(exc.code or 0)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def issue_and_delegate(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli(capsys, "grant", "issue", "--issuer", "k/root.key", "--to", "k/alice.pub", "--allow", REFUND,
+               "--allow", "tool:search.*", "--ttl", "1h", "--budget", "1000000", "--out", "a.tok")[0] == 0  # fmt: skip
+    assert cli(capsys, "grant", "delegate", "a.tok", "--as", "k/alice.key", "--to", "k/bob.pub", "--allow",
+               "tool:payments.refund?amount<=100&currency=EUR", "--ttl", "10m", "--out", "b.tok")[0] == 0  # fmt: skip
+
+
+def test_keys_new_writes_a_private_0600_key_and_prints_the_did(
+    env: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, _ = cli(capsys, "keys", "new", "carol", "--dir", "k")
+    assert code == 0 and out.startswith("did:key:z6Mk")
+    assert stat.S_IMODE((env / "k" / "carol.key").stat().st_mode) == 0o600
+    assert (env / "k" / "carol.pub").read_text().strip() == out.strip()
+    code, _, err = cli(capsys, "keys", "new", "carol", "--dir", "k")
+    assert code == 2 and "already exists" in err
+
+
+def test_issue_delegate_check_revoke(env: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    issue_and_delegate(capsys)
+    check = [
+        "grant",
+        "check",
+        "b.tok",
+        "--as",
+        "k/bob.key",
+        "--trust",
+        "k/root.pub",
+        "--tool",
+        "payments.refund",
+    ]
+    code, out, _ = cli(capsys, *check, "--args", '{"amount": 50, "currency": "EUR"}')
+    assert code == 0 and out.startswith("allow:")
+    code, out, _ = cli(capsys, *check, "--args", '{"amount": 150, "currency": "EUR"}', "--json")
+    decision = json.loads(out)
+    assert code == 1 and decision["outcome"] == "deny"
+    assert {"kind", "code", "message"} <= set(decision["findings"][0])
+    assert decision["findings"][0]["kind"] == "scope_creep"
+    code, out, _ = cli(capsys, "grant", "revoke", "a.tok")
+    assert code == 0 and out.startswith("revoked ") and "1 recorded descendant" in out
+    code, out, _ = cli(capsys, *check, "--args", '{"amount": 50, "currency": "EUR"}', "--json")
+    assert code == 1 and json.loads(out)["findings"][0]["code"] == "revoked"
+    code, out, _ = cli(capsys, "grant", "inspect", "b.tok")
+    assert code == 0 and "REVOKED" in out
+
+
+def test_revoke_by_id(env: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    issue_and_delegate(capsys)
+    code, out, _ = cli(capsys, "grant", "inspect", "b.tok", "--json")
+    tip = json.loads(out)["tip"]
+    assert cli(capsys, "grant", "revoke", tip)[0] == 0
+    code, out, _ = cli(capsys, "grant", "check", "b.tok", "--as", "k/bob.key", "--trust", "k/root.pub", "--tool",
+                       "payments.refund", "--args", '{"amount": 5, "currency": "EUR"}')  # fmt: skip
+    assert code == 1 and "revoked" in out
+
+
+def test_delegate_that_widens_exits_1_with_the_scope_creep_finding(
+    env: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    issue_and_delegate(capsys)
+    code, out, err = cli(capsys, "grant", "delegate", "a.tok", "--as", "k/alice.key", "--to", "k/bob.pub",
+                         "--allow", "tool:payments.refund?amount<=900&currency=EUR", "--ttl", "10m")  # fmt: skip
+    assert code == 1 and out == ""
+    assert "scope_creep constraint_widened [constraints.amount]" in err
+    code, _, err = cli(capsys, "grant", "delegate", "a.tok", "--as", "k/alice.key", "--to", "k/bob.pub",
+                       "--allow", "tool:search.web", "--ttl", "2h")  # fmt: skip
+    assert code == 1 and "outlives_parent" in err
+
+
+def test_token_copied_to_another_agent_is_denied(env: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    issue_and_delegate(capsys)
+    code, out, _ = cli(capsys, "grant", "check", "b.tok", "--as", "k/alice.key", "--trust", "k/root.pub", "--tool",
+                       "payments.refund", "--args", '{"amount": 5, "currency": "EUR"}', "--json")  # fmt: skip
+    assert code == 1
+    assert json.loads(out)["findings"][0]["kind"] == "implicit_trust_inheritance"
+
+
+@pytest.mark.parametrize(
+    "tool", ["Payments.refund", "payments.refund ", "payments.re\u200bfund", "../payments.refund"]
+)
+def test_ambiguous_tool_names_are_denied(env: Path, capsys: pytest.CaptureFixture[str], tool: str) -> None:
+    issue_and_delegate(capsys)
+    code, out, _ = cli(capsys, "grant", "check", "b.tok", "--as", "k/bob.key", "--trust", "k/root.pub", "--tool",
+                       tool, "--args", '{"amount": 5, "currency": "EUR"}', "--json")  # fmt: skip
+    assert code == 1 and json.loads(out)["findings"][0]["code"] == "ambiguous_resource"
+
+
+def test_inspect_shows_who_gave_what_to_whom(env: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    issue_and_delegate(capsys)
+    code, out, _ = cli(capsys, "grant", "inspect", "b.tok")
+    alice = (env / "k" / "alice.pub").read_text().strip()
+    assert code == 0
+    assert "chain of 2 link(s)" in out and f"gave {alice}" in out
+    assert "allow tool:payments.refund?amount<=100&currency=EUR" in out and "budget 1000000 micro_usd" in out
+    code, out, _ = cli(capsys, "grant", "inspect", "b.tok", "--json")
+    links = json.loads(out)["links"]
+    assert [link["signature"] for link in links] == ["valid", "valid"]
+    assert links[1]["revoked"] is False
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--ttl", "0s"],
+        ["--ttl", "-1h"],
+        ["--ttl", "1.5h"],
+        ["--ttl", "forever"],
+        ["--ttl", "1h", "--budget", "-5"],
+        ["--ttl", "1h", "--budget", "1.5"],
+        ["--ttl", "1h", "--budget", "nan"],
+        ["--ttl", "1h", "--budget", "inf"],
+        ["--ttl", "1h", "--budget", str(2**63)],
+        ["--ttl", "1h", "--allow", "tool:Run_Shell"],
+        ["--ttl", "1h", "--allow", "tool:x?amount<=1.5"],
+        ["--ttl", "1h", "--allow", "tool:x?amount~1"],
+        ["--ttl", "1h", "--max-depth", "99"],
+    ],
+)
+def test_bad_issue_input_exits_2_with_one_line(
+    env: Path, capsys: pytest.CaptureFixture[str], argv: list[str]
+) -> None:
+    base = ["grant", "issue", "--issuer", "k/root.key", "--to", "k/alice.pub", "--allow", "tool:x"]
+    code, out, err = cli(capsys, *base, *argv)
+    assert code == 2 and out == ""
+    assert "Traceback" not in err and err.strip().splitlines()[-1].startswith("agentgate: error:")
+
+
+def test_bad_files_and_arguments_exit_2(env: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    issue_and_delegate(capsys)
+    (env / "g.tok").write_text("garbage\n")
+    (env / "big.tok").write_text("ag1." + "A" * 40000)
+    (env / "bin.tok").write_bytes(b"ag1.\xff\xfe")
+    os.chmod(env / "k" / "bob.key", 0o644)
+    check = ["--trust", "k/root.pub", "--tool", "x"]
+    cases = [
+        ["grant", "inspect", "g.tok"],
+        ["grant", "inspect", "big.tok"],
+        ["grant", "inspect", "bin.tok"],
+        ["grant", "inspect", "missing.tok"],
+        ["grant", "check", "b.tok", "--as", "k/bob.key", *check],  # key readable by others
+        ["grant", "check", "b.tok", "--as", "k/alice.key", *check, "--args", "[1"],
+        ["grant", "check", "b.tok", "--as", "k/alice.key", *check, "--args", '{"a":1,"a":2}'],
+        ["grant", "check", "b.tok", "--as", "k/alice.key", *check, "--args", '{"a":NaN}'],
+        ["grant", "check", "b.tok", "--as", "k/alice.key", *check, "--args", "[]"],
+        ["grant", "check", "b.tok", "--as", "k/alice.key", "--trust", "did:key:zzz", "--tool", "x"],
+        ["grant", "revoke", "not-a-file-or-id"],
+        [
+            "grant",
+            "issue",
+            "--issuer",
+            "k/root.pub",
+            "--to",
+            "k/alice.pub",
+            "--allow",
+            "tool:x",
+            "--ttl",
+            "1h",
+        ],
+        [
+            "grant",
+            "issue",
+            "--issuer",
+            "k/root.key",
+            "--to",
+            "did:key:z6Mk../../x",
+            "--allow",
+            "tool:x",
+            "--ttl",
+            "1h",
+        ],
+    ]
+    for argv in cases:
+        code, _, err = cli(capsys, *argv)
+        assert code == 2, (argv, err)
+        assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, (argv, err)
+
+
+def test_no_traceback_from_the_installed_command(env: Path) -> None:
+    (env / "g.tok").write_text("ag1.%%%.AA\n")
+    proc = subprocess.run([sys.executable, "-m", "agentgate.cli.main", "grant", "inspect", "g.tok"],
+                          capture_output=True, text=True, cwd=env, timeout=60)  # fmt: skip
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("agentgate: error:") and len(proc.stderr.splitlines()) == 1
+
+
+def test_duration_grammar() -> None:
+    assert [parse_duration(t) for t in ("30s", "15m", "1h", "7d", "1h30m")] == [30, 900, 3600, 604800, 5400]
+    for bad in ("0s", "0d", "-5m", "5", "5 m", "1.5h", "1w", "", "s", "99999999999d"):
+        with pytest.raises(InputError):
+            parse_duration(bad)
