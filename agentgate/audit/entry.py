@@ -59,6 +59,10 @@ def canonical_json(value: Any) -> bytes:
     Finite floats are written in Python's shortest round-trip form; NaN and infinities are refused.
     """
     _check_json(value, "$")
+    return _dumps(value)
+
+
+def _dumps(value: Any) -> bytes:
     try:
         text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
     except (TypeError, ValueError) as exc:
@@ -171,7 +175,7 @@ class AuditEntry(BaseModel):
         """The canonical bytes of this entry (docs/audit-format.md)."""
         data = self.model_dump(mode="python")
         data["reasons"] = list(self.reasons)
-        return canonical_json(data)
+        return _dumps(data)  # every field was checked at construction; ``args`` by its validator
 
     @classmethod
     def from_bytes(cls, data: bytes) -> AuditEntry:

@@ -19,6 +19,7 @@ PostgreSQL), created with mode 0600 on first use; ``log.pub`` beside it holds th
 
 from __future__ import annotations
 
+import hashlib
 import os
 import sqlite3
 from collections.abc import Iterator, Mapping, Sequence
@@ -38,6 +39,7 @@ from agentgate.store._base import Dialect, Row, Store, Transaction
 from agentgate.store._sqlite import SQLiteStore
 
 DEFAULT_ORIGIN = "agentgate.local/audit"
+_sha256 = hashlib.sha256
 _BATCH = 20_000
 # pg_advisory_xact_lock key that serializes appends: ASCII "agaudit" as an integer.
 _APPEND_LOCK = int.from_bytes(b"agaudit", "big")
@@ -312,6 +314,20 @@ class AuditLog:
                 return
             last = int(rows[-1][0])
 
+    def _batches(self) -> Iterator[list[Row]]:
+        """Every ``(idx, entry, leaf_hash)`` row in index order, in batches."""
+        last = -1
+        while True:
+            rows = self.store.query(
+                "SELECT idx, entry, leaf_hash FROM audit_log WHERE idx > ? ORDER BY idx LIMIT ?",
+                (last, _BATCH),
+            )
+            if rows:
+                yield rows
+            if len(rows) < _BATCH:
+                return
+            last = int(rows[-1][0])
+
     def _leaf_hashes(self, size: int) -> list[bytes]:
         leaves = [stored for _i, _d, stored in self._rows(include_entry_from=size)][:size]
         if len(leaves) < size:
@@ -372,31 +388,49 @@ class AuditLog:
 
         acc = RootAccumulator()
         last_good = 0
-        for idx, data, stored in self._rows(include_entry_from=0):
-            if idx != acc.size:
-                problems.append(f"entry {acc.size}: missing (next stored index is {idx})")
-                bad.append(acc.size)
-                break
-            assert data is not None
-            computed = leaf_hash(data)
-            if computed != stored:
-                problems.append(f"entry {idx}: bytes do not match the stored leaf hash (entry edited)")
-                bad.append(idx)
-            acc.add(computed)
-            want = expected.get(acc.size)
-            if want is not None:
-                if acc.root() != want:
-                    named = [i for i in bad if last_good <= i < acc.size]
-                    if named:
-                        cause = f"explained by entry {named[0]} above"
-                    else:
-                        first_bad, cause = self._diagnose(last_good, acc.size)
-                        bad.append(first_bad)
-                    problems.append(
-                        f"checkpoint of size {acc.size}: root does not match the entries; {cause}"
-                    )
-                else:
+        sizes = sorted(expected)
+        for rows in self._batches():
+            idxs, datas, stored = zip(*rows, strict=True)
+            first, count = acc.size, len(rows)
+            if idxs[0] != first or idxs[-1] != first + count - 1:  # ordered and unique: a gap inside
+                gap = next(k for k, i in enumerate(idxs) if i != first + k)
+                problems.append(f"entry {first + gap}: missing (the next stored index is {idxs[gap]})")
+                bad.append(first + gap)
+                rows, datas, stored = rows[:gap], datas[:gap], stored[:gap]
+            computed = [_sha256(b"\x00" + d).digest() for d in datas]
+            if computed != list(stored):
+                for k, (c, h) in enumerate(zip(computed, stored, strict=True)):
+                    if c != h:
+                        problems.append(
+                            f"entry {first + k}: bytes do not match the stored leaf hash (entry edited)"
+                        )
+                        bad.append(first + k)
+            # Feed the tree in segments that end at checkpoint sizes, checking each root on the way.
+            position = 0
+            while position < len(computed):
+                target = next((c for c in sizes if c > acc.size), None)
+                take = (
+                    len(computed) - position
+                    if target is None
+                    else min(target - acc.size, len(computed) - position)
+                )
+                acc.extend(computed[position : position + take])
+                position += take
+                want = expected.get(acc.size)
+                if want is None:
+                    continue
+                if acc.root() == want:
                     last_good = acc.size
+                    continue
+                named = [i for i in bad if last_good <= i < acc.size]
+                if named:
+                    cause = f"explained by entry {named[0]} above"
+                else:
+                    first_bad, cause = self._diagnose(last_good, acc.size)
+                    bad.append(first_bad)
+                problems.append(f"checkpoint of size {acc.size}: root does not match the entries; {cause}")
+            if len(rows) < count:
+                break
         size = acc.size
         for cp_size in sorted(s for s in expected if s > size):
             problems.append(
