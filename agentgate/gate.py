@@ -50,11 +50,14 @@ from agentgate.authority import (
     revoke,
 )
 from agentgate.capabilities import Call, Capability, attenuates
+from agentgate.dispatch.backends import ChatResult
+from agentgate.dispatch.dispatcher import Dispatcher
 from agentgate.errors import (
     AgentGateError,
     AuthorityError,
     BudgetExceeded,
     Denied,
+    DispatchError,
     Expired,
     InputError,
     KeyFileError,
@@ -299,6 +302,9 @@ class Gate:
             weakref.WeakKeyDictionary()
         )
         self._lock = threading.Lock()
+        self._dispatch: tuple[Dispatcher, asyncio.AbstractEventLoop, threading.Thread] | None = None
+        self._open_requests: dict[str, tuple[str, int, float]] = {}
+        """Approval requests asked in this process and not yet answered: call hash -> (id, audit index, expiry)."""
         self.delegations: list[tuple[str, AgentIdentity]] = []
         """(parent agent name, sub-agent identity) for every delegation this gate made, in order."""
 
@@ -312,9 +318,10 @@ class Gate:
         return cls(load_policy(policy, key_dir=key_dir), open_store(store))
 
     def close(self) -> None:
-        """Stop the scheduler thread and close the store."""
+        """Stop the scheduler and dispatcher threads and close the store."""
         if self._sync_scheduler is not None:
             self._sync_scheduler.close()
+        self._close_dispatcher()
         self.grants.close()
         self.store.close()
 
@@ -522,7 +529,9 @@ class Gate:
             decision.outcome.value,
             call,
             identity,
-            (*verdict.reasons, *decision.reasons),
+            (*verdict.reasons, *decision.reasons)
+            if decision.outcome.value != Verdict.DENY
+            else decision.reasons,
             decision.findings,
             decision=decision,
         )
@@ -656,11 +665,20 @@ class Gate:
         self, auth: Authorization, request: Mapping[str, Any] | None
     ) -> Authorization:
         assert request is not None and auth.identity is not None
-        with self.store.transaction() as tx:
-            request_id = self.approvals.request(
-                request["call_hash"], auth.identity.did, request["expires_at"], tx=tx
+        call_hash = request["call_hash"]
+        with self._lock:
+            known = self._open_requests.get(call_hash)
+        if known is not None and known[2] > time.time():
+            # The same call asked again (LangGraph re-runs a node when it resumes): one request,
+            # one audit entry, until it is answered or expires.
+            return replace(
+                auth, audit_index=known[1], request={**request, "id": known[0], "expires_at": known[2]}
             )
+        with self.store.transaction() as tx:
+            request_id = self.approvals.request(call_hash, auth.identity.did, request["expires_at"], tx=tx)
             index = self.audit.append(self._entry(auth, "approval_required"), tx)
+        with self._lock:
+            self._open_requests[call_hash] = (request_id, index, float(request["expires_at"]))
         return replace(auth, audit_index=index, request={**request, "id": request_id})
 
     def _record_allow(
@@ -679,6 +697,8 @@ class Gate:
                     self.approvals.approve(approval.request, approval.approver, tx=tx)
                     self.approvals.consume(approval.request, request["call_hash"], tx=tx)
                     auth = replace(auth, approver=approval.approver)
+                    with self._lock:
+                        self._open_requests.pop(request["call_hash"], None)
                 held = []
                 for unit, caps in self._caps(decision).items():
                     amount = amounts.get(unit, 0)
@@ -852,12 +872,50 @@ class Gate:
                 tx,
             )
 
-    def model_for(self, auth: Authorization) -> object | None:
-        """The chat model chosen for an allowed model call; ``None``: the agent's own model.
+    # --- model dispatch -------------------------------------------------------------------
 
-        No dispatcher is composed yet, so this is always ``None``.
-        """
-        return None
+    def attach_dispatcher(self, dispatcher: Dispatcher) -> None:
+        """Serve model calls through ``dispatcher`` (``dispatch.Dispatcher``), which runs on a
+        private event loop thread owned by the gate until ``close()``."""
+        loop = asyncio.new_event_loop()
+        thread = threading.Thread(target=loop.run_forever, name="agentgate-dispatch", daemon=True)
+        thread.start()
+        asyncio.run_coroutine_threadsafe(dispatcher.start(), loop).result()
+        self._dispatch = (dispatcher, loop, thread)
+
+    @property
+    def dispatches(self) -> bool:
+        """Whether a dispatcher is attached."""
+        return self._dispatch is not None
+
+    def dispatch(self, payload: Mapping[str, Any], *, tenant: str = "default") -> ChatResult:
+        """Route and send an OpenAI-style chat payload (blocking). Raises ``DispatchError`` when
+        no dispatcher is attached, and what ``Dispatcher.chat`` raises (``NoBackend``, ``Shed``,
+        ``BackendFailed``)."""
+        dispatcher, loop = self._dispatcher()
+        return asyncio.run_coroutine_threadsafe(dispatcher.chat(payload, tenant=tenant), loop).result()
+
+    async def adispatch(self, payload: Mapping[str, Any], *, tenant: str = "default") -> ChatResult:
+        """The async twin of ``dispatch``: awaits the dispatcher's loop without blocking this one."""
+        dispatcher, loop = self._dispatcher()
+        return await asyncio.wrap_future(
+            asyncio.run_coroutine_threadsafe(dispatcher.chat(payload, tenant=tenant), loop)
+        )
+
+    def _dispatcher(self) -> tuple[Dispatcher, asyncio.AbstractEventLoop]:
+        if self._dispatch is None:
+            raise DispatchError("no dispatcher is attached to this gate (Gate.attach_dispatcher)")
+        return self._dispatch[0], self._dispatch[1]
+
+    def _close_dispatcher(self) -> None:
+        if self._dispatch is None:
+            return
+        dispatcher, loop, thread = self._dispatch
+        self._dispatch = None
+        asyncio.run_coroutine_threadsafe(dispatcher.aclose(), loop).result()
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join()
+        loop.close()
 
     # --- evidence -------------------------------------------------------------------------
 

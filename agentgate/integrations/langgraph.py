@@ -210,9 +210,6 @@ class GateMiddleware(AgentMiddleware[Any, Any, Any]):
         )
         if not auth.allowed and self.enforce:
             raise Denied(auth.explain(), auth.decision)
-        backend = self.gate.model_for(auth)
-        if isinstance(backend, BaseChatModel):
-            request = request.override(model=backend)
         return auth, request
 
     def _stopped(self, auth: Authorization) -> ModelResponse[Any]:
@@ -375,11 +372,18 @@ def delegation_tool(
 class ScriptedChatModel(BaseChatModel):
     """A deterministic chat model for offline runs: answer ``n`` is ``turns[n]``, where ``n`` counts
     the AI messages already in the conversation (so a resumed or restarted run picks up where it
-    was). Past the script it answers ``final``. Reports token usage from the text lengths."""
+    was). Past the script it answers ``final``.
+
+    Token usage is estimated from the text lengths, unless ``served_by`` is a gate with a
+    dispatcher: then the prompt really goes to a backend (e.g. ``agentgate.sim`` servers) for as
+    many output tokens as the scripted answer holds, and the backend's latency and reported usage
+    are the call's. A simulator cannot reason, so the script still decides what is said.
+    """
 
     turns: list[AIMessage]
     final: str = "Done."
     model_name: str = "scripted"
+    served_by: Any = None
 
     @property
     def _llm_type(self) -> str:
@@ -388,18 +392,32 @@ class ScriptedChatModel(BaseChatModel):
     def bind_tools(self, tools: Any, **kwargs: Any) -> ScriptedChatModel:  # type: ignore[override]
         return self
 
-    def _reply(self, messages: list[BaseMessage]) -> ChatResult:
+    def _answer(self, messages: list[BaseMessage]) -> tuple[AIMessage, dict[str, Any]]:
         n = sum(1 for m in messages if isinstance(m, AIMessage))
         template = self.turns[n] if n < len(self.turns) else AIMessage(content=self.final)
-        prompt = sum(len(str(m.content)) for m in messages) // 4 + 1
         output = len(str(template.content)) // 4 + 8 * len(template.tool_calls) + 1
+        payload = {
+            "model": self.model_name,
+            "messages": [{"role": _role(m), "content": str(m.content) or "(tool call)"} for m in messages],
+            "max_tokens": output,
+        }
         message = AIMessage(
             content=template.content,
             tool_calls=[
                 {**c, "id": c.get("id") or f"call_{n}_{i}"} for i, c in enumerate(template.tool_calls)
             ],
-            usage_metadata={"input_tokens": prompt, "output_tokens": output, "total_tokens": prompt + output},
         )
+        return message, payload
+
+    @staticmethod
+    def _result(message: AIMessage, prompt: int, output: int, backend: str | None) -> ChatResult:
+        message.usage_metadata = {
+            "input_tokens": prompt,
+            "output_tokens": output,
+            "total_tokens": prompt + output,
+        }
+        if backend is not None:
+            message.response_metadata = {"backend": backend}
         return ChatResult(generations=[ChatGeneration(message=message)])
 
     def _generate(
@@ -409,7 +427,14 @@ class ScriptedChatModel(BaseChatModel):
         run_manager: CallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> ChatResult:
-        return self._reply(messages)
+        message, payload = self._answer(messages)
+        if self.served_by is None:
+            prompt = sum(len(m["content"]) for m in payload["messages"]) // 4 + 1
+            return self._result(message, prompt, payload["max_tokens"], None)
+        served = self.served_by.dispatch(payload)
+        return self._result(
+            message, served.usage.prompt_tokens, served.usage.completion_tokens, served.backend
+        )
 
     async def _agenerate(
         self,
@@ -418,4 +443,15 @@ class ScriptedChatModel(BaseChatModel):
         run_manager: AsyncCallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> ChatResult:
-        return self._reply(messages)
+        message, payload = self._answer(messages)
+        if self.served_by is None:
+            prompt = sum(len(m["content"]) for m in payload["messages"]) // 4 + 1
+            return self._result(message, prompt, payload["max_tokens"], None)
+        served = await self.served_by.adispatch(payload)
+        return self._result(
+            message, served.usage.prompt_tokens, served.usage.completion_tokens, served.backend
+        )
+
+
+def _role(message: BaseMessage) -> str:
+    return {"ai": "assistant", "system": "system"}.get(message.type, "user")

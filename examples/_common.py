@@ -1,0 +1,179 @@
+"""What the examples share: a fresh demo directory, fresh keys, the model, and the one-screen summary.
+
+Not part of the agentgate API. Every example runs offline by default with a scripted chat model;
+with ``AGENTGATE_OPENAI_BASE_URL`` set it talks to any OpenAI-compatible endpoint instead
+(docs/quickstart.md):
+
+    AGENTGATE_OPENAI_BASE_URL=http://127.0.0.1:8000/v1   # vLLM, llama.cpp server, ...
+    AGENTGATE_OPENAI_MODEL=meta-llama/Llama-3.1-8B-Instruct
+    AGENTGATE_OPENAI_API_KEY=...                        # if the endpoint wants one
+
+(that mode needs ``pip install langchain-openai``).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import sys
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+from langchain_core.language_models.chat_models import BaseChatModel
+from langchain_core.messages import AIMessage
+
+from agentgate.gate import AgentIdentity, Gate
+from agentgate.integrations.langgraph import ScriptedChatModel
+from agentgate.keys import SigningKey, save_key
+from agentgate.policy import Policy, parse_policy
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def demo_dir(name: str) -> Path:
+    """``.agentgate/demo/NAME`` under the current directory, emptied: each run starts fresh."""
+    path = Path(os.environ.get("AGENTGATE_DEMO_DIR", ".agentgate/demo")) / name
+    shutil.rmtree(path, ignore_errors=True)
+    (path / "keys").mkdir(parents=True)
+    return path
+
+
+def fresh_keys(policy_file: Path, directory: Path) -> tuple[Policy, dict[str, SigningKey]]:
+    """The policy with a freshly generated key for every trust anchor and principal.
+
+    Each ``did:`` in the file is replaced by the new key's did:key, in place, so that the line
+    numbers in decisions still point into the real file; ``key:`` files are written to
+    ``directory/keys`` (with their private halves, 0600) and read from there.
+    """
+    text = policy_file.read_text()
+    document = yaml.safe_load(text)
+    keys: dict[str, SigningKey] = {}
+    for section in ("trust_anchors", "principals"):
+        for name, spec in (document.get(section) or {}).items():
+            key = keys[name] = SigningKey.generate()
+            save_key(key, directory / "keys", name)
+            if spec.get("did"):
+                text = text.replace(spec["did"], key.did)
+    source = str(policy_file.relative_to(ROOT)) if policy_file.is_relative_to(ROOT) else str(policy_file)
+    return parse_policy(text, source=source, base_dir=directory), keys
+
+
+def chat_model(turns: Sequence[AIMessage], *, name: str, served_by: Gate | None = None) -> BaseChatModel:
+    """The scripted model, or the OpenAI-compatible endpoint named by the environment."""
+    base_url = os.environ.get("AGENTGATE_OPENAI_BASE_URL")
+    if not base_url:
+        return ScriptedChatModel(turns=list(turns), model_name=name, served_by=served_by)
+    try:
+        from langchain_openai import ChatOpenAI  # type: ignore[import-not-found]
+    except ImportError:
+        sys.exit("AGENTGATE_OPENAI_BASE_URL is set: install the client with `pip install langchain-openai`")
+    model: BaseChatModel = ChatOpenAI(
+        base_url=base_url,
+        model=os.environ.get("AGENTGATE_OPENAI_MODEL", name),
+        api_key=os.environ.get("AGENTGATE_OPENAI_API_KEY", "not-needed"),
+        temperature=0,
+    )
+    return model
+
+
+def calls(*items: tuple[str, dict[str, Any]], say: str = "") -> AIMessage:
+    """One scripted model turn asking for these tool calls (run in parallel)."""
+    return AIMessage(
+        content=say,
+        tool_calls=[{"name": n, "args": a, "id": f"{n}-{abs(hash(repr(a))) % 10**8}"} for n, a in items],
+    )
+
+
+# --- the one-screen summary -----------------------------------------------------------------
+
+
+_RULE = re.compile(r"(?:allowed by )?role \S+ rule \d+: \S+ \(line (\d+)\):? ?")
+
+
+def readable(text: str, width: int = 86) -> str:
+    """A refusal as a person reads it: the policy rule named by its line, cut to ``width``."""
+    text = re.sub(r"^agentgate refused \S+ \(\w+\): ", "refused: ", text)
+    return _short(_RULE.sub(r"policy line \1: ", text), width)
+
+
+def _short(text: str, width: int = 86) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def summary(
+    gate: Gate,
+    identities: Iterable[AgentIdentity],
+    *,
+    peaks: dict[str, int] | None = None,
+    store: Path,
+    names: dict[str, str] | None = None,
+) -> None:
+    """Print what was allowed, denied, approved, scheduled and spent, the delegation tree, and
+    whether the audit log verifies."""
+    people = {**(names or {}), **{i.did: i.name for i in identities}}
+    for _, child in gate.delegations:
+        people[child.did] = child.name
+    entries = list(gate.audit.entries())
+    tally: Counter[tuple[str, str]] = Counter()
+    for e in entries:
+        kind = "model" if (e.resource or "").startswith("model:") else e.kind
+        if e.kind in ("allow", "deny", "approval_required") and not (e.resource or "").startswith("agent:"):
+            tally[(people.get(e.principal, e.principal[:16]), kind)] += 1
+    print("\nDecisions per agent (tool calls; model calls):")
+    for who in dict.fromkeys(name for name, _ in tally):
+        print(
+            f"  {who:<12} {tally[(who, 'allow')]:>3} allowed {tally[(who, 'deny')]:>3} denied"
+            f" {tally[(who, 'approval_required')]:>3} approval asked; {tally[(who, 'model')]:>3} model calls"
+        )
+    print("\nRefused, and why:")
+    for e in entries:
+        if e.kind == "deny":
+            who = people.get(e.principal, "?")
+            why = _RULE.sub(
+                r"policy line \1: ", "; ".join(r for r in e.reasons if not r.startswith("approval gate"))
+            )
+            print(f"  #{e.index:<3} {who:<11} {e.resource:<18} {_short(why, 72)}")
+    approved = [e for e in entries if e.kind == "allow" and e.approver]
+    print("\nApproved by a human:")
+    for e in approved:
+        print(f"  #{e.index:<3} {e.resource} {e.args} approved by {people.get(e.approver or '', e.approver)}")
+    if not approved:
+        print("  (none)")
+    if peaks:
+        print("\nScheduled (peak concurrent calls / policy limit):")
+        for tool, peak in sorted(peaks.items()):
+            spec = gate.policy.document.tools.get(tool)
+            limit = spec.concurrency if spec and spec.concurrency else "none"
+            print(f"  {tool:<16} peak {peak}  limit {limit}")
+    print("\nSpent (committed, against each grant's budget):")
+    seen: set[str] = set()
+    for identity in [*identities, *(child for _, child in gate.delegations)]:
+        for link in identity.chain.links:
+            if link.budget is None or link.id in seen:
+                continue
+            seen.add(link.id)
+            holder = people.get(link.audience, link.audience[:16])
+            print(
+                f"  grant {link.id[:10]} of {holder:<11} {gate.ledger.spent(link.id):>9} of "
+                f"{link.budget.amount:>10} {link.budget.unit}"
+            )
+    if gate.delegations:
+        print("\nDelegation tree:")
+        for parent, child in gate.delegations:
+            tip = child.chain.tip
+            caps = ", ".join(str(c) for c in tip.capabilities)
+            print(
+                f"  {parent} -> {child.name}  grant {tip.id[:10]}, {_short(caps, 60)}, expires in {tip.expires - tip.not_before}s"
+            )
+    report = gate.verify()
+    ok = report.first_bad_index is None and not report.problems
+    print(
+        f"\nAudit log: {report.size} entries, signed checkpoint, "
+        f"{'VERIFIES' if ok else 'DOES NOT VERIFY: ' + '; '.join(report.problems)}"
+    )
+    print(f"  check it yourself: AGENTGATE_STORE={store} .venv/bin/agentgate audit verify")

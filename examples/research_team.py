@@ -1,0 +1,221 @@
+"""A research team under agentgate: a supervisor and two sub-agents, each on its own grant.
+
+    .venv/bin/python examples/research_team.py        # what `make demo` runs; offline
+
+- The supervisor holds a root grant for its role in policies/research_team.yaml. It searches (in
+  parallel, under the tools' concurrency and rate limits), hands work to a researcher and a
+  writer, and publishes the report, which needs a signed approval from dana (the run pauses with
+  LangGraph's ``interrupt()`` and resumes with ``Command(resume=approval)``).
+- Each sub-agent gets a fresh grant, attenuated to what the supervisor declares and the policy's
+  delegation rule allows, bound to the sub-agent's own key, shorter-lived. What it tries beyond
+  that is refused, and the model is told why.
+- Model calls are dispatched to two simulated vLLM backends (agentgate.sim, real HTTP on
+  127.0.0.1) through the dispatcher; the scripted model decides what is said, the backends serve
+  the tokens, and the budget is charged with the usage they report.
+
+The keys are made fresh for each run and the store lives in .agentgate/demo/research_team/.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections import defaultdict
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from langchain_core.tools import BaseTool, StructuredTool
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.types import Command
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _common import ROOT, calls, chat_model, demo_dir, fresh_keys, summary
+
+from agentgate.dispatch import inventory_from_mapping
+from agentgate.dispatch.dispatcher import Dispatcher
+from agentgate.dispatch.router import Router
+from agentgate.gate import Gate
+from agentgate.integrations.langgraph import create_gated_agent, delegation_tool
+from agentgate.sim import SimServer
+from agentgate.store import SQLiteStore
+
+MODEL = "llama-3.1-8b"
+ARXIV = [f"https://arxiv.org/abs/24{i:02d}.0{i}{i}17" for i in range(1, 7)]
+
+
+class ToolBench:
+    """Fake tools that take a little time and record how many of each ran at once."""
+
+    def __init__(self) -> None:
+        self.running: dict[str, int] = defaultdict(int)
+        self.peaks: dict[str, int] = defaultdict(int)
+
+    def tool(self, name: str, result: str, seconds: float = 0.05) -> BaseTool:
+        async def run(**kwargs: Any) -> str:
+            self.running[name] += 1
+            self.peaks[name] = max(self.peaks[name], self.running[name])
+            try:
+                await asyncio.sleep(seconds)
+            finally:
+                self.running[name] -= 1
+            return result.format(**kwargs)
+
+        schemas = {
+            "web.search": {"query": (str, ...), "max_results": (int, 5)},
+            "web.fetch": {"url": (str, ...)},
+            "docs.write": {"path": (str, ...), "content": (str, ...)},
+            "docs.publish": {"path": (str, ...)},
+        }
+        from pydantic import create_model
+
+        args = create_model(f"{name.replace('.', '_')}_args", **schemas[name])  # type: ignore[call-overload]
+        return StructuredTool.from_function(coroutine=run, name=name, description=name, args_schema=args)
+
+
+def agents(gate: Gate, keys: dict[str, Any], bench: ToolBench) -> Any:
+    search = bench.tool("web.search", "5 results for '{query}'")
+    fetch = bench.tool("web.fetch", "abstract of {url}", 0.1)
+    write = bench.tool("docs.write", "wrote {path}")
+    publish = bench.tool("docs.publish", "published {path}")
+
+    researcher = create_gated_agent(
+        gate,
+        name="researcher",
+        model=chat_model(
+            [
+                calls(
+                    *[("web.fetch", {"url": u}) for u in ARXIV],
+                    ("web.fetch", {"url": "https://evil.example/x"}),
+                ),
+                calls(("docs.publish", {"path": "reports/final/leak.md"})),
+            ],
+            name=MODEL,
+            served_by=gate,
+        ),
+        tools=[fetch, search, publish],
+    )
+    writer = create_gated_agent(
+        gate,
+        name="writer",
+        model=chat_model(
+            [
+                calls(
+                    ("docs.write", {"path": "reports/drafts/summary.md", "content": "draft"}),
+                    ("docs.write", {"path": "reports/final/summary.md", "content": "not mine to write"}),
+                )
+            ],
+            name=MODEL,
+            served_by=gate,
+        ),
+        tools=[write],
+    )
+    ask_researcher = delegation_tool(
+        gate,
+        name="researcher",
+        agent=researcher,
+        key=keys["researcher"],
+        capabilities=[
+            "tool:web.fetch?url^=https://arxiv.org/",
+            "tool:web.search?max_results<=10",
+            f"model:{MODEL}?max_tokens<=2048",
+        ],
+        ttl=timedelta(minutes=10),
+        budget=1_000_000,
+    )
+    ask_writer = delegation_tool(
+        gate,
+        name="writer",
+        agent=writer,
+        key=keys["writer"],
+        capabilities=["tool:docs.write?path^=reports/drafts/", f"model:{MODEL}?max_tokens<=2048"],
+        ttl=timedelta(minutes=10),
+        budget=1_000_000,
+    )
+    supervisor_turns = [
+        calls(
+            *[
+                ("web.search", {"query": q, "max_results": 5})
+                for q in ("kv cache", "prefix routing", "slo goodput")
+            ],
+            ("web.search", {"query": "everything", "max_results": 500}),
+            ("ask_researcher", {"task": "read the six arXiv papers on prefix-aware routing"}),
+            ("ask_writer", {"task": "draft a one-page summary"}),
+        ),
+        calls(
+            ("docs.write", {"path": "reports/final/report.md", "content": "the report"}),
+            ("docs.publish", {"path": "reports/final/report.md"}),
+        ),
+    ]
+    return create_gated_agent(
+        gate,
+        name="supervisor",
+        model=chat_model(supervisor_turns, name=MODEL, served_by=gate),
+        tools=[search, write, publish, ask_researcher, ask_writer],
+        checkpointer=InMemorySaver(),
+    )
+
+
+async def main() -> None:
+    workdir = demo_dir("research_team")
+    policy, keys = fresh_keys(ROOT / "policies" / "research_team.yaml", workdir)
+    store = workdir / "agentgate.db"
+    gate = Gate(policy, SQLiteStore(store))
+    servers = [SimServer(model_name=MODEL, time_scale=0.2).start() for _ in range(2)]
+    try:
+        inventory = inventory_from_mapping(
+            {
+                "backends": [
+                    {
+                        "name": f"sim-{i}",
+                        "url": s.url,
+                        "engine": "vllm",
+                        "models": [MODEL],
+                        "metrics_url": s.url + "/metrics",
+                        "kv_capacity_tokens": 400_000,
+                    }
+                    for i, s in enumerate(servers)
+                ]
+            }
+        )
+        gate.attach_dispatcher(Dispatcher(inventory, Router(inventory)))
+        supervisor = gate.issue(
+            keys["research-root"], name="supervisor", key=keys["supervisor"], role="supervisor"
+        )
+        bench = ToolBench()
+        team = agents(gate, keys, bench)
+        config = {"configurable": {"thread_id": "research-1"}}
+
+        print("agentgate demo: a supervisor and two sub-agents under policies/research_team.yaml")
+        state = await team.ainvoke(
+            {"messages": [{"role": "user", "content": "Write the report."}]}, config, context=supervisor
+        )
+        for pending in state.get("__interrupt__", []):
+            request = pending.value["request"]
+            print(
+                f"\nPaused for approval: {request['requester']} asks to run {request['resource']} {request['args']}"
+                f"\n  gate {request['gate']}; approvers {', '.join(request['approvers'])}; dana signs it."
+            )
+            approval = gate.approve(pending.value, keys["dana"])
+            state = await team.ainvoke(Command(resume=approval), config, context=supervisor)
+        print(f"Run finished: {state['messages'][-1].content}")
+        served = {s.url: s.served for s in servers}
+        print(
+            f"Model calls served by the simulated backends: {sum(served.values())} ({', '.join(map(str, served.values()))})"
+        )
+        summary(
+            gate,
+            [supervisor],
+            peaks=dict(bench.peaks),
+            store=store,
+            names={k.did: n for n, k in keys.items()},
+        )
+    finally:
+        gate.close()
+        for server in servers:
+            server.stop()
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

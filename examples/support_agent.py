@@ -1,0 +1,119 @@
+"""A support agent under agentgate: refunds behind an approval gate, and a grant revoked mid-run.
+
+    .venv/bin/python examples/support_agent.py        # offline, scripted model
+
+policies/support.yaml lets the agent refund up to 2000 (EUR or USD); above 500 one of the two
+support leads must approve. The run shows:
+
+- a refund of 2500: denied, and the model is told why (outside the grant's constraint);
+- a refund of 800: the run pauses (``interrupt()``), the checkpoint is in SQLite, alice signs the
+  approval, the run resumes (``Command(resume=...)``) and the refund runs;
+- an operator revokes the agent's grant while it runs; its next call is refused.
+
+Model calls are not gated here: this policy governs tools only (``gate_models=False``).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import sys
+from pathlib import Path
+from typing import Any
+
+from langchain_core.tools import BaseTool, StructuredTool
+from langgraph.checkpoint.sqlite import SqliteSaver
+from langgraph.types import Command
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _common import ROOT, calls, chat_model, demo_dir, fresh_keys, readable, summary
+
+from agentgate.gate import AgentIdentity, Gate
+from agentgate.integrations.langgraph import create_gated_agent
+from agentgate.store import SQLiteStore
+
+SCRIPT = [
+    calls(("tickets.read", {"ticket_id": "T-1001"}), ("customers.lookup", {"email": "ana@example.com"})),
+    calls(
+        ("payments.refund", {"order_id": "O-77", "amount": 2500, "currency": "EUR"}),
+        ("payments.refund", {"order_id": "O-78", "amount": 40, "currency": "EUR"}),
+    ),
+    calls(("payments.refund", {"order_id": "O-77", "amount": 800, "currency": "EUR", "reason": "damaged"})),
+    calls(
+        ("tickets.reply", {"ticket_id": "T-1001", "body": "Refunded 800 EUR for O-77 and 40 EUR for O-78."})
+    ),
+    calls(("payments.refund", {"order_id": "O-99", "amount": 1999, "currency": "EUR"})),
+]
+
+
+def tools(gate: Gate, agent: list[AgentIdentity]) -> list[BaseTool]:
+    def read(ticket_id: str) -> str:
+        return f"{ticket_id}: 'My order O-77 arrived broken, and O-78 was charged twice.'"
+
+    def lookup(email: str) -> str:
+        return f"{email}: orders O-77 (800 EUR), O-78 (40 EUR)"
+
+    def refund(order_id: str, amount: float, currency: str, reason: str = "") -> str:
+        return f"refunded {amount} {currency} on {order_id}"
+
+    def reply(ticket_id: str, body: str) -> str:
+        # Meanwhile, an operator sees the agent being steered toward an unknown order and
+        # revokes its grant. Every later call of the running agent is refused.
+        print("[operator] revoking support-agent's grant while it runs")
+        gate.revoke(agent[0], by="operator", reason="suspicious refund pattern")
+        return f"replied on {ticket_id}"
+
+    return [
+        StructuredTool.from_function(func=f, name=n, description=n)
+        for f, n in (
+            (read, "tickets.read"),
+            (lookup, "customers.lookup"),
+            (refund, "payments.refund"),
+            (reply, "tickets.reply"),
+        )
+    ]
+
+
+def main() -> None:
+    workdir = demo_dir("support_agent")
+    policy, keys = fresh_keys(ROOT / "policies" / "support.yaml", workdir)
+    store = workdir / "agentgate.db"
+    gate = Gate(policy, SQLiteStore(store))
+    identity = gate.issue(
+        keys["ops-root"], name="support-agent", key=keys["support-agent"], role="support-agent"
+    )
+    config: Any = {"configurable": {"thread_id": "ticket-T-1001"}}
+    print("agentgate demo: a support agent under policies/support.yaml")
+    try:
+        with sqlite3.connect(workdir / "checkpoints.sqlite", check_same_thread=False) as conn:
+            agent = create_gated_agent(
+                gate,
+                name="support-agent",
+                model=chat_model(SCRIPT, name="support-model"),
+                tools=tools(gate, [identity]),
+                checkpointer=SqliteSaver(conn),
+                gate_models=False,
+            )
+            state = agent.invoke(
+                {"messages": [{"role": "user", "content": "Ticket T-1001"}]}, config, context=identity
+            )
+            for pending in state.get("__interrupt__", []):
+                request = pending.value["request"]
+                print(
+                    f"Paused for approval (checkpoint saved in SQLite): {request['resource']} {request['args']}"
+                    f" by {request['requester']}; approvers {', '.join(request['approvers'])}; alice signs it."
+                )
+                approval = gate.approve(pending.value, keys["alice"])
+                state = agent.invoke(Command(resume=approval), config, context=identity)
+        conn.close()
+        print("\nWhat the model was told:")
+        for message in state["messages"]:
+            if message.type == "tool":
+                print(f"  {message.status:<7} {message.name:<16} {readable(str(message.content), 90)}")
+        summary(gate, [identity], store=store, names={k.did: n for n, k in keys.items()})
+    finally:
+        gate.close()
+
+
+if __name__ == "__main__":
+    main()
