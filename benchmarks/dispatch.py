@@ -1,0 +1,361 @@
+"""Trace replay: the agentgate router against the known routers, on simulated vLLM backends.
+
+Every router sees the same pool (``--backends`` simulated Llama-3.1-8B replicas on H200, the
+calibrated model in docs/simulation.md), the same requests and the same information (its own
+dispatch accounting plus engine metrics scraped every ``--scrape`` seconds). Arrival times are
+scaled so that the offered load is a chosen fraction of the pool's estimated capacity (see
+``capacity_rps``). Each request gets a tenant, a priority class and a TTFT SLO from a seeded
+draw (``annotate``); goodput counts requests whose first token came within their SLO, shed
+requests counted as misses.
+
+    python benchmarks/dispatch.py --trace ../shared/data/traces/mooncake_conversation_trace.jsonl \
+        --load 0.5,0.8,1.0,1.1 --seeds 1 --json
+
+Prints a table per trace, writes a PNG of p99 TTFT against load (``--plot``), and prints one
+JSON object as its last line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import random
+import statistics
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from agentgate.dispatch import inventory_from_mapping  # noqa: E402
+from agentgate.dispatch._policy import RoutingPolicy  # noqa: E402
+from agentgate.dispatch.baselines import BASELINES  # noqa: E402
+from agentgate.dispatch.inventory import Inventory  # noqa: E402
+from agentgate.dispatch.quota import TenantQuota  # noqa: E402
+from agentgate.dispatch.router import Router  # noqa: E402
+from agentgate.dispatch.state import SpeedModel  # noqa: E402
+from agentgate.sim import LLAMA_8B_H200, Engine, EngineConfig, LatencyModel, Outcome, load_trace, replay  # noqa: E402
+from agentgate.sim.routing import PolicyDispatcher  # noqa: E402
+from agentgate.sim.traces import TraceRequest  # noqa: E402
+
+TRACES = REPO.parent / "shared" / "data" / "traces"
+DEFAULT_TRACES = [TRACES / "mooncake_conversation_trace.jsonl", TRACES / "AzureLLMInferenceTrace_conv.csv"]
+MODEL = LLAMA_8B_H200
+BLOCK = 512
+TENANTS = (("t0", 0.4), ("t1", 0.3), ("t2", 0.2), ("t3", 0.1))
+CLASSES = ((0, 0.2, 0.25, 3.0), (1, 0.6, 0.5, 5.0), (2, 0.2, 1.0, 10.0))
+"""(class, share, SLO floor s, SLO multiple of the prompt's prefill time alone)."""
+LOAD_BASED = ("round-robin", "litellm-least-busy", "litellm-latency", "load-balanced")
+CACHE_AWARE = "mooncake"
+LOAD_BALANCED = "load-balanced"
+
+
+def capacity_rps(
+    requests: Sequence[TraceRequest], model: LatencyModel, backends: int, max_seqs: int = 256
+) -> float:
+    """Requests per second the pool sustains on this mix with no prefix reuse: each request costs
+    its prefill alone plus its output tokens at the batch size KV memory allows."""
+    mean_in = statistics.fmean(r.prompt_tokens for r in requests)
+    mean_out = statistics.fmean(r.output_tokens for r in requests)
+    ctx = mean_in + mean_out / 2
+    batch = max(1.0, min(max_seqs, model.kv_capacity_tokens / ctx))
+    per_token = model.base_s / batch + model.decode_seq_s + model.kv_read_s * ctx
+    work = statistics.fmean(model.prefill_time(r.prompt_tokens) for r in requests) + mean_out * per_token
+    return backends / work
+
+
+def annotate(requests: Sequence[TraceRequest], seed: int, model: LatencyModel) -> list[TraceRequest]:
+    """Give each request a tenant (per session where the trace has sessions), a class and an SLO."""
+    rng = random.Random(seed)
+    tenant_of: dict[str, str] = {}
+    out = []
+    for r in requests:
+        key = r.session or r.id
+        if key not in tenant_of:
+            tenant_of[key] = rng.choices([t for t, _ in TENANTS], [w for _, w in TENANTS])[0]
+        cls, _, floor, mult = rng.choices(CLASSES, [c[1] for c in CLASSES])[0]
+        slo = floor + mult * model.prefill_time(r.prompt_tokens)
+        out.append(dataclasses.replace(r, tenant=tenant_of[key], priority=cls, slo_ttft_s=slo))
+    return out
+
+
+def scale(requests: Sequence[TraceRequest], rate: float) -> list[TraceRequest]:
+    """Stretch or squeeze arrival times so the mean rate is ``rate`` requests per second."""
+    span = requests[-1].arrival - requests[0].arrival
+    factor = span / (len(requests) / rate) if span > 0 else 1.0
+    return [dataclasses.replace(r, arrival=r.arrival / factor) for r in requests]
+
+
+def pool(n: int) -> Inventory:
+    return inventory_from_mapping(
+        {
+            "backends": [
+                {
+                    "name": f"gpu{i}",
+                    "url": f"http://sim{i}",
+                    "engine": "vllm",
+                    "models": ["m"],
+                    "kv_capacity_tokens": MODEL.kv_capacity_tokens,
+                    "max_concurrency": 256,
+                }
+                for i in range(n)
+            ]
+        }
+    )
+
+
+def routers(
+    inv: Inventory, seed: int, quotas: dict[str, TenantQuota]
+) -> dict[str, Callable[[], RoutingPolicy]]:
+    speed = SpeedModel(
+        base_s=MODEL.base_s,
+        decode_seq_s=MODEL.decode_seq_s,
+        kv_read_s=MODEL.kv_read_s,
+        prefill_token_s=MODEL.prefill_token_s,
+        attention_pair_s=MODEL.attention_pair_s,
+    )
+    common: dict[str, Any] = {"speed": speed, "block_tokens": BLOCK, "seed": seed}
+    made: dict[str, Callable[[], RoutingPolicy]] = {"agentgate": lambda: Router(inv, quotas=quotas, **common)}
+    for name, cls in BASELINES.items():
+        made[name] = lambda cls=cls: cls(inv, **common)
+    return made
+
+
+def pct(values: list[float], q: float) -> float:
+    if not values:
+        return math.nan
+    values = sorted(values)
+    return values[min(len(values) - 1, int(q * len(values)))]
+
+
+def jain(xs: list[float]) -> float:
+    return sum(xs) ** 2 / (len(xs) * sum(x * x for x in xs)) if xs and any(xs) else 0.0
+
+
+def figures(outcomes: list[Outcome]) -> dict[str, Any]:
+    served = [o for o in outcomes if o.ttft is not None]
+    ttft = [o.ttft for o in served if o.ttft is not None]
+    met = [o for o in served if o.ttft is not None and o.ttft <= o.request.slo_ttft_s]
+    by_class: dict[str, float] = {}
+    for cls, *_ in CLASSES:
+        members = [o for o in outcomes if o.request.priority == cls]
+        ok = sum(1 for o in members if o.ttft is not None and o.ttft <= o.request.slo_ttft_s)
+        by_class[str(cls)] = ok / len(members) if members else math.nan
+    per_tenant = []
+    for t, _ in TENANTS:
+        members = [o for o in outcomes if o.request.tenant == t]
+        if members:
+            per_tenant.append(sum(1 for o in members if o in met) / len(members))
+    prompt = sum(o.request.prompt_tokens for o in served)
+    return {
+        "ttft_mean": statistics.fmean(ttft) if ttft else math.nan,
+        "ttft_p50": pct(ttft, 0.5),
+        "ttft_p90": pct(ttft, 0.9),
+        "ttft_p99": pct(ttft, 0.99),
+        "tpot_mean": statistics.fmean(t for o in served if (t := o.tpot) is not None),
+        "e2e_p50": pct([e for o in served if (e := o.e2e) is not None], 0.5),
+        "e2e_p99": pct([e for o in served if (e := o.e2e) is not None], 0.99),
+        "prefix_hit_rate": sum(o.cached_tokens for o in served) / prompt if prompt else 0.0,
+        "goodput": len(met) / len(outcomes),
+        "shed": sum(1 for o in outcomes if o.rejected) / len(outcomes),
+        "slo_by_class": by_class,
+        "jain_tenants": jain(per_tenant),
+        "preemptions": sum(o.preemptions for o in outcomes),
+    }
+
+
+def run_trace(
+    path: Path, loads: list[float], seeds: int, limit: int, backends: int, scrape: float
+) -> dict[str, Any]:
+    base = load_trace(path, limit=limit)
+    cap = capacity_rps(base, MODEL, backends)
+    mean_tokens = statistics.fmean(r.prompt_tokens + r.output_tokens for r in base)
+    quotas = {
+        t: TenantQuota(cap * mean_tokens / len(TENANTS), 20 * cap * mean_tokens / len(TENANTS))
+        for t, _ in TENANTS
+    }
+    inv = pool(backends)
+    results: dict[str, dict[str, list[dict[str, Any]]]] = {}
+    for load in loads:
+        for seed in range(seeds):
+            reqs = scale(annotate(base, seed, MODEL), load * cap)
+            for name, make in routers(inv, seed, quotas).items():
+                engines = {b.name: Engine(MODEL, EngineConfig(block_tokens=BLOCK)) for b in inv.backends}
+                t0 = time.perf_counter()
+                out = replay(reqs, engines, PolicyDispatcher(make(), "m"), scrape_interval=scrape)
+                fig = figures(out)
+                fig["wall_s"] = time.perf_counter() - t0
+                results.setdefault(name, {}).setdefault(str(load), []).append(fig)
+    merged = {
+        name: {load: _mean_figs(runs) for load, runs in per_load.items()}
+        for name, per_load in results.items()
+    }
+    return {
+        "trace": path.name,
+        "requests": len(base),
+        "capacity_rps": cap,
+        "backends": backends,
+        "routers": merged,
+    }
+
+
+def _mean_figs(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in runs[0].items():
+        if isinstance(value, dict):
+            out[key] = {k: statistics.fmean(r[key][k] for r in runs) for k in value}
+        else:
+            out[key] = statistics.fmean(r[key] for r in runs)
+    return out
+
+
+def print_table(res: dict[str, Any]) -> None:
+    print(
+        f"\n== {res['trace']}: first {res['requests']} requests, {res['backends']} backends, "
+        f"capacity {res['capacity_rps']:.2f} req/s =="
+    )
+    head = (
+        f"{'router':20s} {'load':>4s} {'mean':>7s} {'p50':>6s} {'p90':>7s} {'p99':>7s} {'tpot':>6s} "
+        f"{'e2e50':>6s} {'hit':>5s} {'good':>5s} {'shed':>5s} {'c0':>5s} {'c1':>5s} {'c2':>5s} {'jain':>5s}"
+    )
+    print(head)
+    for name, per_load in res["routers"].items():
+        for load, f in per_load.items():
+            c = f["slo_by_class"]
+            print(
+                f"{name:20s} {float(load):4.1f} {f['ttft_mean']:7.2f} {f['ttft_p50']:6.2f} {f['ttft_p90']:7.2f} "
+                f"{f['ttft_p99']:7.2f} {f['tpot_mean'] * 1000:5.1f}m {f['e2e_p50']:6.1f} {f['prefix_hit_rate']:5.3f} "
+                f"{f['goodput']:5.3f} {f['shed']:5.3f} {c['0']:5.2f} {c['1']:5.2f} {c['2']:5.2f} {f['jain_tenants']:5.3f}"
+            )
+
+
+def plot(all_results: list[dict[str, Any]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(all_results), figsize=(7 * len(all_results), 5), squeeze=False)
+    for ax, res in zip(axes[0], all_results, strict=True):
+        for name, per_load in res["routers"].items():
+            xs = [float(x) for x in per_load]
+            ax.plot(
+                xs,
+                [per_load[x]["ttft_p99"] for x in per_load],
+                marker="o",
+                label=name,
+                linewidth=3 if name == "agentgate" else 1.2,
+            )
+        ax.set_yscale("log")
+        ax.set_xlabel("offered load (fraction of estimated capacity)")
+        ax.set_ylabel("p99 TTFT (s)")
+        ax.set_title(f"{res['trace']} ({res['requests']} requests)")
+        ax.grid(True, which="both", alpha=0.3)
+    axes[0][0].legend(fontsize=8)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def goals(all_results: list[dict[str, Any]]) -> tuple[dict[str, Any], dict[str, Any]]:
+    figs: dict[str, Any] = {}
+    gl: dict[str, Any] = {}
+    for res in all_results:
+        routers_ = res["routers"]
+        tag = (
+            "mooncake" if "mooncake" in res["trace"] else "azure" if "Azure" in res["trace"] else res["trace"]
+        )
+        for name, per_load in routers_.items():
+            for load, f in per_load.items():
+                for key in ("ttft_mean", "ttft_p99", "goodput", "shed", "prefix_hit_rate"):
+                    figs[f"{tag}.{name}.load{load}.{key}"] = round(f[key], 4)
+        loads = list(routers_["agentgate"])
+        if tag == "mooncake":
+            gate_load = max((x for x in loads if float(x) <= 1.0), key=float, default=loads[0])
+            r, lb, ca = (routers_[n][gate_load]["ttft_mean"] for n in ("random", LOAD_BALANCED, CACHE_AWARE))
+            gl["mooncake_sanity_random_gt_lb_gt_cache_aware"] = {
+                "value": 1 if r > lb > ca else 0,
+                "limit": 1,
+                "better": "higher",
+            }
+            figs["mooncake.sanity_mean_ttft"] = {
+                "load": gate_load,
+                "random": r,
+                "load_balanced": lb,
+                "cache_aware": ca,
+            }
+            window = [x for x in loads if 0.8 <= float(x) <= 1.0] or loads
+            ratios, gaps = [], []
+            for x in window:
+                base = {n: per[x] for n, per in routers_.items() if n != "agentgate"}
+                ratios.append(
+                    routers_["agentgate"][x]["ttft_p99"] / min(f["ttft_p99"] for f in base.values())
+                )
+                gaps.append(routers_["agentgate"][x]["goodput"] - max(f["goodput"] for f in base.values()))
+            gl["mooncake_p99_ttft_vs_best_baseline_load_0.8_1.0"] = {
+                "value": round(max(ratios), 4),
+                "limit": 0.8,
+                "better": "lower",
+            }
+            gl["mooncake_goodput_minus_best_baseline_load_0.8_1.0"] = {
+                "value": round(min(gaps), 4),
+                "limit": 0.0,
+                "better": "higher",
+            }
+        elif tag == "azure":
+            ratios = []
+            for x in loads:
+                best = min(routers_[n][x]["ttft_p99"] for n in LOAD_BASED)
+                ratios.append(routers_["agentgate"][x]["ttft_p99"] / best)
+            gl["azure_p99_ttft_vs_best_load_based"] = {
+                "value": round(max(ratios), 4),
+                "limit": 1.05,
+                "better": "lower",
+            }
+    return figs, gl
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--trace", action="append", type=Path, help="trace file (repeatable); default: both")
+    ap.add_argument("--load", default="0.5,0.8,1.0,1.1")
+    ap.add_argument("--seeds", type=int, default=1)
+    ap.add_argument("--limit", type=int, default=3000, help="first N requests of each trace")
+    ap.add_argument("--backends", type=int, default=8)
+    ap.add_argument("--scrape", type=float, default=0.5, help="metrics scrape interval (s)")
+    ap.add_argument("--quick", action="store_true", help="1000 requests, loads 0.8 and 1.0")
+    ap.add_argument("--plot", type=Path, default=REPO / "out" / "dispatch_p99_ttft.png")
+    ap.add_argument("--json", action="store_true", help="print the JSON line (always printed last)")
+    args = ap.parse_args(argv)
+    loads = [float(x) for x in args.load.split(",")]
+    limit = args.limit
+    if args.quick:
+        loads, limit = [0.8, 1.0], min(limit, 1000)
+    traces = args.trace or DEFAULT_TRACES
+    all_results = []
+    for path in traces:
+        res = run_trace(path, loads, args.seeds, limit, args.backends, args.scrape)
+        print_table(res)
+        all_results.append(res)
+    plot(all_results, args.plot)
+    print(f"\nplot: {args.plot}")
+    figs, gl = goals(all_results)
+    figs["config"] = {
+        "limit": limit,
+        "loads": loads,
+        "seeds": args.seeds,
+        "backends": args.backends,
+        "model": MODEL.name,
+        "scrape_interval_s": args.scrape,
+    }
+    print(json.dumps({"benchmark": "dispatch", "figures": figs, "goals": gl}))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
