@@ -145,3 +145,25 @@ def test_index_agrees_with_scanning_every_rule(tool: str, amount: float | None, 
         covers(rule.capability, call) for role in _POLICY.principal_roles("p") for rule in _POLICY.rules[role]
     )
     assert _INDEX.evaluate("p", call).allowed == scanned
+
+
+_NUMBERS = st.one_of(
+    st.integers(-5, 5), st.floats(-5, 5), st.sampled_from([float("inf"), float("-inf"), float("nan"), True])
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    bounds=st.dictionaries(st.sampled_from(["lt", "le", "gt", "ge"]), st.integers(-3, 3) | st.floats(-3, 3)),
+    value=_NUMBERS,
+)
+def test_compiled_numeric_checks_agree_with_the_constraint(bounds: dict[str, float], value: object) -> None:
+    from agentgate.capabilities import Capability
+    from agentgate.policy._index import _compile, _passes
+    from agentgate.policy._load import RuleRef
+
+    if not bounds:
+        return
+    cap = Capability.of("tool:x", None, {"n": bounds})
+    checks = _compile(RuleRef("r", 0, cap))[3]
+    assert _passes(checks, {"n": value}) == cap.constraint_map["n"].allows(value)

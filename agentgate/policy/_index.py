@@ -13,20 +13,22 @@ argument, or no rule that covers the call is a deny that says why.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, NamedTuple
 
-from agentgate.capabilities import Call, Capability, Constraint, covers, pattern_matches
+from agentgate.capabilities import Call, Capability, Constraint, pattern_matches
 from agentgate.errors import PolicyError
 from agentgate.policy._load import Policy, RuleRef
-from agentgate.policy._schema import Budget, Tool
+from agentgate.policy._schema import Budget
 
-_TYPES: dict[str, tuple[type, ...]] = {
-    "string": (str,),
-    "integer": (int,),
-    "number": (int, float),
-    "boolean": (bool,),
+# Exact types: a bool is not an integer here, and a str subclass is not a string.
+_TYPES: dict[str, frozenset[type]] = {
+    "string": frozenset({str}),
+    "integer": frozenset({int}),
+    "number": frozenset({int, float}),
+    "boolean": frozenset({bool}),
 }
 
 
@@ -117,6 +119,20 @@ class _Principal(NamedTuple):
     name: str
     roles: tuple[str, ...]
     quotas: tuple[_Quota, ...]
+    quota_cache: dict[str, tuple[QuotaRef, ...]]
+    """Resource -> the quotas that count it, filled on first use (bounded by the resources seen)."""
+
+
+class _Slot(NamedTuple):
+    """Everything a decision on one declared resource needs, in one place (one dict lookup)."""
+
+    kind: str
+    types: dict[str, frozenset[type]] | None
+    """Argument types by name (tools), or ``None`` (models: arguments are not declared)."""
+    required: tuple[str, ...]
+    rules: dict[str, tuple[_Compiled, ...]]
+    """Role -> its rules that name this resource (exact or wildcard), compiled, in declaration order."""
+    gates: tuple[_Gate, ...]
 
 
 class PolicyIndex:
@@ -125,29 +141,9 @@ class PolicyIndex:
     def __init__(self, policy: Policy) -> None:
         self.policy = policy
         doc = policy.document
-        declared = [f"tool:{n}" for n in doc.tools] + [f"model:{n}" for n in doc.models]
-        self._tools: dict[str, Tool] = {f"tool:{n}": t for n, t in doc.tools.items()}
-        self._models = frozenset(f"model:{n}" for n in doc.models)
-        self._by_role: dict[str, dict[str, tuple[RuleRef, ...]]] = {}
-        self._wild_by_role: dict[str, tuple[RuleRef, ...]] = {}
-        for role in doc.roles:
-            table: dict[str, list[RuleRef]] = {}
-            wild: list[RuleRef] = []
-            for rule in policy.rules.get(role, ()):
-                pattern = rule.capability.resource
-                if pattern.endswith("*"):
-                    wild.append(rule)
-                    for resource in declared:
-                        if pattern_matches(pattern, resource):
-                            table.setdefault(resource, []).append(rule)
-                else:
-                    table.setdefault(pattern, []).append(rule)
-            self._by_role[role] = {r: tuple(sorted(v, key=lambda x: x.index)) for r, v in table.items()}
-            self._wild_by_role[role] = tuple(wild)
-        self._gates: dict[str, tuple[_Gate, ...]] = {}
-        self._wild_gates: list[_Gate] = []
-        for name, gate in doc.approvals.items():
-            compiled = _Gate(
+        self._budgets: dict[str, Budget | None] = {name: role.budget for name, role in doc.roles.items()}
+        gates = [
+            _Gate(
                 name,
                 gate.resource,
                 ApprovalRequirement(
@@ -160,13 +156,57 @@ class PolicyIndex:
                     policy.line_of("approvals", name),
                 ),
             )
-            if gate.resource.endswith("*"):
-                self._wild_gates.append(compiled)
-                for resource in declared:
-                    if pattern_matches(gate.resource, resource):
-                        self._gates[resource] = (*self._gates.get(resource, ()), compiled)
-            else:
-                self._gates[gate.resource] = (*self._gates.get(gate.resource, ()), compiled)
+            for name, gate in doc.approvals.items()
+        ]
+        self._wild_gates = tuple(g for g in gates if g.pattern.endswith("*"))
+        exact_gates: dict[str, list[_Gate]] = {}
+        for g in gates:
+            if not g.pattern.endswith("*"):
+                exact_gates.setdefault(g.pattern, []).append(g)
+        # Rules by exact resource, and the wildcard rules, per role.
+        exact: dict[str, dict[str, list[RuleRef]]] = {}
+        self._wild_by_role: dict[str, tuple[RuleRef, ...]] = {}
+        for role in doc.roles:
+            wild: list[RuleRef] = []
+            for rule in policy.rules.get(role, ()):
+                pattern = rule.capability.resource
+                if pattern.endswith("*"):
+                    wild.append(rule)
+                else:
+                    exact.setdefault(pattern, {}).setdefault(role, []).append(rule)
+            self._wild_by_role[role] = tuple(wild)
+        self._slots: dict[str, _Slot] = {}
+        declared: list[tuple[str, dict[str, frozenset[type]] | None, tuple[str, ...]]] = [
+            (
+                f"tool:{name}",
+                {arg: _TYPES[spec.type] for arg, spec in tool.args.items()},
+                tuple(arg for arg, spec in tool.args.items() if spec.required),
+            )
+            for name, tool in doc.tools.items()
+        ] + [(f"model:{name}", None, ()) for name in doc.models]
+        # Tools with the same declared arguments share one signature (interned, for locality).
+        signatures: dict[tuple[Any, ...], tuple[dict[str, frozenset[type]] | None, tuple[str, ...]]] = {}
+        for resource, types, required in declared:
+            key = (
+                tuple(sorted(types.items(), key=lambda kv: kv[0])) if types is not None else None,
+                required,
+            )
+            types, required = signatures.setdefault(key, (types, required))
+            rules: dict[str, tuple[_Compiled, ...]] = {}
+            for role in doc.roles:
+                named = list(exact.get(resource, {}).get(role, ()))
+                named += [
+                    r for r in self._wild_by_role[role] if pattern_matches(r.capability.resource, resource)
+                ]
+                if named:
+                    rules[role] = tuple(_compile(r) for r in sorted(named, key=lambda r: r.index))
+            slot_gates = tuple(exact_gates.get(resource, ())) + tuple(
+                g for g in self._wild_gates if pattern_matches(g.pattern, resource)
+            )
+            self._slots[resource] = _Slot(resource.partition(":")[0], types, required, rules, slot_gates)
+        self._exact_other = {
+            resource: by_role for resource, by_role in exact.items() if resource not in self._slots
+        }
         self._principals: dict[str, _Principal] = {}
         for name, spec in doc.principals.items():
             roles = policy.principal_roles(name)
@@ -191,7 +231,7 @@ class PolicyIndex:
                 or q.principal == name
                 or (q.role is not None and q.role in roles)
             )
-            entry = _Principal(name, roles, quotas)
+            entry = _Principal(name, roles, quotas, {})
             self._principals[name] = entry
             did = policy.principal_dids.get(name)
             if did is not None:
@@ -210,61 +250,65 @@ class PolicyIndex:
             return PolicyDecision(
                 Outcome.DENY, None, resource, reasons=(f"{principal!r} is not a principal of this policy",)
             )
-        refusal = self._check_declared(call)
-        if refusal is not None:
-            return PolicyDecision(Outcome.DENY, entry.name, resource, reasons=(refusal,))
+        slot = self._slots.get(resource)
+        if slot is None:
+            return self._evaluate_undeclared(entry, call)
+        if slot.types is not None:
+            refusal = _check_arguments(slot, call)
+            if refusal is not None:
+                return PolicyDecision(Outcome.DENY, entry.name, resource, reasons=(refusal,))
         misses: list[str] = []
         for role in entry.roles:
-            rules = self._by_role[role].get(resource)
-            if rules is None:
-                if resource in self._tools or resource in self._models:
-                    continue
-                rules = tuple(
-                    r for r in self._wild_by_role[role] if pattern_matches(r.capability.resource, resource)
-                )
-            for rule in rules:
-                if covers(rule.capability, call):
-                    return self._allowed(entry, call, role, rule)
+            for rule, action, allowed_by, checks in slot.rules.get(role, ()):
+                if (action == "*" or action == call.action) and _passes(checks, call.args):
+                    return self._allowed(entry, call, rule, slot.gates, allowed_by)
                 misses.append(_miss(rule, call))
-        if not misses:
-            reason = f"no rule of {entry.name}'s roles ({', '.join(entry.roles) or 'none'}) names {resource}"
+        return self._denied(entry, resource, misses)
+
+    def _evaluate_undeclared(self, entry: _Principal, call: Call) -> PolicyDecision:
+        """Tools and models must be declared; other resources (``gpu:``) are matched by their rules."""
+        resource = call.resource
+        kind = resource.partition(":")[0]
+        if kind in ("tool", "model"):
+            reason = f"{resource} is not declared in the policy's {kind}s"
             return PolicyDecision(Outcome.DENY, entry.name, resource, reasons=(reason,))
+        misses: list[str] = []
+        by_role = self._exact_other.get(resource, {})
+        for role in entry.roles:
+            rules = [*by_role.get(role, ())]
+            rules += [r for r in self._wild_by_role[role] if pattern_matches(r.capability.resource, resource)]
+            for rule in sorted(rules, key=lambda r: r.index):
+                if _satisfies(rule.capability, call):
+                    gates = tuple(g for g in self._wild_gates if pattern_matches(g.pattern, resource))
+                    return self._allowed(entry, call, rule, gates, rule.allowed_by)
+                misses.append(_miss(rule, call))
+        return self._denied(entry, resource, misses)
+
+    def _denied(self, entry: _Principal, resource: str, misses: list[str]) -> PolicyDecision:
+        if not misses:
+            misses = [
+                f"no rule of {entry.name}'s roles ({', '.join(entry.roles) or 'none'}) names {resource}"
+            ]
         return PolicyDecision(Outcome.DENY, entry.name, resource, reasons=tuple(misses))
 
-    def _check_declared(self, call: Call) -> str | None:
+    def _allowed(
+        self, entry: _Principal, call: Call, rule: RuleRef, gates: tuple[_Gate, ...], allowed_by: str
+    ) -> PolicyDecision:
         resource = call.resource
-        if resource.startswith("model:"):
-            return None if resource in self._models else f"{resource} is not declared in the policy's models"
-        if not resource.startswith("tool:"):
-            return None
-        tool = self._tools.get(resource)
-        if tool is None:
-            return f"{resource} is not declared in the policy's tools"
-        declared = tool.args
-        for name, value in call.args.items():
-            arg = declared.get(name)
-            if arg is None:
-                return f"{resource} does not declare an argument {name!r}"
-            types = _TYPES[arg.type]
-            if not isinstance(value, types) or (arg.type != "boolean" and isinstance(value, bool)):
-                return f"argument {name!r} must be a {arg.type}, got {type(value).__name__}"
-        for name, arg in declared.items():
-            if arg.required and name not in call.args:
-                return f"required argument {name!r} is missing"
-        return None
-
-    def _allowed(self, entry: _Principal, call: Call, role: str, rule: RuleRef) -> PolicyDecision:
-        resource = call.resource
-        quotas = tuple(q.ref for q in entry.quotas if any(pattern_matches(p, resource) for p in q.patterns))
-        budget = self.policy.document.roles[role].budget
-        reasons = [f"allowed by {rule}" + (f", held through role {role}" if rule.role != role else "")]
-        gates = self._gates.get(resource)
-        if gates is None and resource not in self._tools:
-            gates = tuple(g for g in self._wild_gates if pattern_matches(g.pattern, resource))
-        for gate in gates or ():
+        quotas: tuple[QuotaRef, ...] = ()
+        if entry.quotas:
+            cached = entry.quota_cache.get(resource)
+            if cached is None:
+                cached = tuple(
+                    q.ref for q in entry.quotas if any(pattern_matches(p, resource) for p in q.patterns)
+                )
+                entry.quota_cache[resource] = cached
+            quotas = cached
+        budget = self._budgets[rule.role]
+        for gate in gates:
             if _gate_applies(gate.requirement.conditions, call.args):
                 req = gate.requirement
-                reasons.append(
+                reason = (
                     f"approval gate {gate.name} applies: {req.quorum} of {', '.join(req.approvers)} must approve"
                     f" within {req.expiry_s}s"
                 )
@@ -277,11 +321,94 @@ class PolicyIndex:
                     budget,
                     quotas,
                     req,
-                    tuple(reasons),
+                    (allowed_by, reason),
                 )
         return PolicyDecision(
-            Outcome.ALLOW, entry.name, resource, rule.role, rule, budget, quotas, None, tuple(reasons)
+            Outcome.ALLOW, entry.name, resource, rule.role, rule, budget, quotas, None, (allowed_by,)
         )
+
+
+_TYPE_NAMES = {frozenset({str}): "string", frozenset({int}): "integer", frozenset({int, float}): "number"}
+
+
+def _check_arguments(slot: _Slot, call: Call) -> str | None:
+    """Why the call's arguments do not fit the tool's declaration, or ``None`` when they do."""
+    types = slot.types
+    assert types is not None
+    args = call.args
+    for name, value in args.items():
+        accepted = types.get(name)
+        if accepted is None:
+            return f"{call.resource} does not declare an argument {name!r}"
+        if type(value) not in accepted:
+            expected = _TYPE_NAMES.get(accepted, "boolean")
+            return f"argument {name!r} must be a {expected}, got {type(value).__name__}"
+    for name in slot.required:
+        if name not in args:
+            return f"required argument {name!r} is missing"
+    return None
+
+
+# A rule compiled for the index: (rule, action, "allowed by ..." reason, flat checks). The checks
+# are one flat tuple, six entries per constrained argument: (argument, lower, upper, lower
+# inclusive, upper inclusive, general). Pure numeric bounds are compared inline; any other
+# constraint goes through ``general.allows``. The point is locality: a decision reads a few flat
+# tuples instead of a graph of objects, which keeps a 1,000-rule policy about as fast as a
+# 10-rule one (benchmarks/policy.py).
+_Compiled = tuple[RuleRef, str, str, tuple[Any, ...]]
+
+
+def _compile(rule: RuleRef) -> _Compiled:
+    checks: list[Any] = []
+    for name, c in rule.capability.constraints:
+        if c.eq is None and c.one_of is None and c.prefix is None and not c.is_empty:
+            lo, lo_incl = (float(c.ge), True) if c.ge is not None else (-math.inf, False)
+            if c.gt is not None and (c.ge is None or c.gt >= c.ge):
+                lo, lo_incl = float(c.gt), False
+            hi, hi_incl = (float(c.le), True) if c.le is not None else (math.inf, False)
+            if c.lt is not None and (c.le is None or c.lt <= c.le):
+                hi, hi_incl = float(c.lt), False
+            checks += (name, lo, hi, lo_incl, hi_incl, None)
+        else:
+            checks += (name, -math.inf, math.inf, False, False, c)
+    return (rule, rule.capability.action, rule.allowed_by, tuple(checks))
+
+
+def _passes(checks: tuple[Any, ...], args: Any) -> bool:
+    """Every check holds; exactly ``Constraint.allows`` for each (numbers are finite, never bool)."""
+    for i in range(0, len(checks), 6):
+        name = checks[i]
+        if name not in args:
+            return False
+        value = args[name]
+        general = checks[i + 5]
+        if general is not None:
+            if not general.allows(value):
+                return False
+            continue
+        kind = type(value)
+        if kind is float:
+            if not math.isfinite(value):
+                return False
+        elif kind is not int:
+            return False
+        lo, hi = checks[i + 1], checks[i + 2]
+        if not (lo < value or (checks[i + 3] and lo == value)) or not (
+            value < hi or (checks[i + 4] and hi == value)
+        ):
+            return False
+    return True
+
+
+def _satisfies(cap: Capability, call: Call) -> bool:
+    """``covers`` without the resource match, which the index has already done."""
+    if cap.action != "*" and cap.action != call.action:
+        return False
+    args = call.args
+    for name, constraint in cap.constraints:
+        if name not in args or not constraint.allows(args[name]):
+            return False
+    return True
 
 
 def _gate_applies(conditions: tuple[tuple[str, Constraint], ...], args: Any) -> bool:

@@ -34,10 +34,18 @@ class RuleRef:
     """Its position in that list."""
     capability: Capability
     line: int | None = None
+    label: str = field(init=False, repr=False, compare=False)
+    """``role R rule N: CAPABILITY (line L)``, formatted once (decisions quote it)."""
+    allowed_by: str = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        where = f" (line {self.line})" if self.line is not None else ""
+        label = f"role {self.role} rule {self.index + 1}: {self.capability}{where}"
+        object.__setattr__(self, "label", label)
+        object.__setattr__(self, "allowed_by", "allowed by " + label)
 
     def __str__(self) -> str:
-        where = f" (line {self.line})" if self.line is not None else ""
-        return f"role {self.role} rule {self.index + 1}: {self.capability}{where}"
+        return self.label
 
 
 @dataclass(frozen=True)
