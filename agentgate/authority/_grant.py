@@ -270,8 +270,10 @@ def parse_grant(payload: bytes, signature: bytes, where: str = "grant") -> Grant
     """Parse one link's payload strictly (no signature check); raises ``TokenFormatError``."""
     if len(payload) > MAX_PAYLOAD_BYTES:
         raise TokenFormatError(f"{where}: payload larger than {MAX_PAYLOAD_BYTES} bytes")
-    if len(signature) > 128:
-        raise TokenFormatError(f"{where}: signature field larger than 128 bytes")
+    if len(signature) != SIGNATURE_SIZE:
+        raise TokenFormatError(
+            f"{where}: an Ed25519 signature is {SIGNATURE_SIZE} bytes, got {len(signature)}"
+        )
     obj = parse_canonical(payload, where)
     if obj.get("v") != VERSION or isinstance(obj.get("v"), bool):
         raise TokenFormatError(
