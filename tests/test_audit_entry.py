@@ -97,3 +97,22 @@ def test_values_json_cannot_hold_are_refused() -> None:
         AuditEntry.build(
             index=0, time="2026-11-29T10:15:00.000000Z", kind="allow", principal="p", budget_delta=1.5
         )
+
+
+def test_documented_leaf_hash_and_signed_checkpoint() -> None:
+    from agentgate.audit.merkle import leaf_hash
+    from agentgate.audit.note import Checkpoint, sign_checkpoint, verifier_key
+    from agentgate.keys import SigningKey
+
+    leaf = leaf_hash(EXAMPLE_BYTES)
+    assert leaf.hex() == "a96e59d92718aa59692a5e6d17262180e261ffcaf2b5bfde8fbbc609af4fc6cd"
+    key = SigningKey(b"\x07" * 32)
+    note = sign_checkpoint(Checkpoint("example.com/agentgate-audit", 1, leaf), key)
+    assert note == (
+        "example.com/agentgate-audit\n1\nqW5Z2ScYqllpKl5tFyYhgOJh/8rytb/ej7vGCa9Pxs0=\n\n"
+        "\u2014 example.com/agentgate-audit Z/F7nnU5JzGNiZhp2IQOasSjh/6KeftBpnWo+2ev3EXEeaJ7Sma"
+        "vJlPgzJHZtICthNPEbaP8FRkQp6OOMgmkOnP3Dg8=\n"
+    )
+    assert verifier_key("example.com/agentgate-audit", key.public) == (
+        "example.com/agentgate-audit+67f17b9e+AepKbGPinFIKvvVQexMuxfmVR3auvr57kkIe6mkURtIs"
+    )

@@ -154,3 +154,17 @@ def test_log_key_is_created_once_with_mode_0600(tmp_path: Path, monkeypatch: pyt
     monkeypatch.setenv("AGENTGATE_LOG_KEY", str(tmp_path / "elsewhere" / "mylog.key"))
     assert open_log_key(store) != key
     store.close()
+
+
+def test_checkpoints_of_a_rotated_out_key_still_verify(store: Store) -> None:
+    old_key, new_key = SigningKey(b"\x07" * 32), SigningKey(b"\x08" * 32)
+    log = AuditLog(store, old_key, origin="test.example/audit")
+    log.append(decision(1))
+    log.checkpoint()
+    rotated = AuditLog(store, new_key, origin="test.example/audit")
+    rotated.append(decision(2))
+    rotated.checkpoint()
+    assert not rotated.verify().ok  # the old checkpoint is not trusted without its key
+    trusted = AuditLog(store, new_key, origin="test.example/audit", previous_keys=[old_key.public])
+    report = trusted.verify()
+    assert report.ok and report.checkpoints_checked == 2

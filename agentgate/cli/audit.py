@@ -10,7 +10,8 @@
 
 The store is ``--store`` or ``AGENTGATE_STORE``; the log key is found as docs/operations.md says
 (``AGENTGATE_LOG_KEY``, else ``log.key`` next to the SQLite database); the log's origin is
-``AGENTGATE_LOG_ORIGIN`` (default ``agentgate.local/audit``).
+``AGENTGATE_LOG_ORIGIN`` (default ``agentgate.local/audit``); checkpoints signed by rotated-out log
+keys verify when ``AGENTGATE_LOG_PREVIOUS_KEYS`` lists their public keys.
 """
 
 from __future__ import annotations
@@ -22,13 +23,13 @@ from pathlib import Path
 from typing import Any
 
 from agentgate.audit.entry import AuditEntry
-from agentgate.audit.note import Checkpoint, open_checkpoint, verifier_key
+from agentgate.audit.note import Checkpoint, verifier_key
 from agentgate.audit.proof import verify_bundle
 from agentgate.audit.report import render_report
 from agentgate.errors import InputError, TamperDetected
 from agentgate.keys import load_public_key
 from agentgate.store import Store, open_store
-from agentgate.store.audit import AuditLog, log_origin, open_log_key
+from agentgate.store.audit import AuditLog, log_origin, open_log_key, previous_log_keys
 
 
 def register(subparsers: Any) -> None:
@@ -80,7 +81,8 @@ def register(subparsers: Any) -> None:
 def _open(args: argparse.Namespace, *, create_key: bool = False) -> tuple[Store, AuditLog]:
     store = open_store(args.store)
     try:
-        return store, AuditLog(store, open_log_key(store, create=create_key), log_origin())
+        key = open_log_key(store, create=create_key)
+        return store, AuditLog(store, key, log_origin(), previous_keys=previous_log_keys())
     except BaseException:
         store.close()
         raise
@@ -223,7 +225,7 @@ def _report(args: argparse.Namespace) -> int:
     with store:
         entries = list(log.entries())
         note = log.latest_checkpoint()
-        checkpoint = open_checkpoint(note, log.public_key, log.origin) if note else None
+        checkpoint = log.open_checkpoint(note) if note else None
     _write(args.out, render_report(entries, checkpoint))
     print(f"wrote {args.out}: {len(entries)} entries")
     return 0

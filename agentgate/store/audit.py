@@ -34,7 +34,7 @@ from agentgate.audit.merkle import RootAccumulator, consistency_proof, inclusion
 from agentgate.audit.note import Checkpoint, open_checkpoint, sign_checkpoint
 from agentgate.audit.proof import ProofBundle
 from agentgate.errors import AuditError, InputError, KeyFileError, StoreError, TamperDetected
-from agentgate.keys import PublicKey, SigningKey, load_signing_key, save_key
+from agentgate.keys import PublicKey, SigningKey, load_public_key, load_signing_key, save_key
 from agentgate.store._base import Dialect, Row, Store, Transaction
 from agentgate.store._sqlite import SQLiteStore
 
@@ -115,6 +115,12 @@ def log_origin() -> str:
     return os.environ.get("AGENTGATE_LOG_ORIGIN") or DEFAULT_ORIGIN
 
 
+def previous_log_keys() -> list[PublicKey]:
+    """Public keys of rotated-out log keys: ``AGENTGATE_LOG_PREVIOUS_KEYS``, comma-separated files or dids."""
+    specs = os.environ.get("AGENTGATE_LOG_PREVIOUS_KEYS", "")
+    return [load_public_key(spec.strip()) for spec in specs.split(",") if spec.strip()]
+
+
 def log_key_path(store: Store) -> Path:
     """Where the log key lives for ``store`` (see the module docstring)."""
     configured = os.environ.get("AGENTGATE_LOG_KEY")
@@ -178,12 +184,37 @@ def _execute(tx: Transaction, sql: str, params: Sequence[Any] = ()) -> list[Row]
 class AuditLog:
     """The append-only, signed Merkle audit log kept in ``store``."""
 
-    def __init__(self, store: Store, signer: SigningKey, origin: str = DEFAULT_ORIGIN) -> None:
+    def __init__(
+        self,
+        store: Store,
+        signer: SigningKey,
+        origin: str = DEFAULT_ORIGIN,
+        *,
+        previous_keys: Sequence[PublicKey] = (),
+    ) -> None:
+        """The log in ``store``, signing new checkpoints with ``signer``.
+
+        ``previous_keys`` are the public keys of log keys rotated out: checkpoints they signed
+        still verify; new checkpoints are signed only with ``signer``.
+        """
         self.store = store
         self.signer = signer
         self.origin = origin
+        self.previous_keys = tuple(previous_keys)
         Checkpoint(origin, 0, bytes(32)).text()  # validates the origin now, not at the first checkpoint
         store.ensure_schema("audit", AUDIT_DDL)
+
+    def open_checkpoint(self, note: str) -> Checkpoint:
+        """A checkpoint of this log signed by its key or a previous one; ``TamperDetected`` otherwise."""
+        try:
+            return open_checkpoint(note, self.public_key, self.origin)
+        except TamperDetected:
+            for key in self.previous_keys:
+                try:
+                    return open_checkpoint(note, key, self.origin)
+                except TamperDetected:
+                    continue
+            raise
 
     @property
     def public_key(self) -> PublicKey:
@@ -342,7 +373,7 @@ class AuditLog:
         Raises ``InputError`` if the entry does not exist or the checkpoint does not cover it.
         """
         note = checkpoint_note or self.checkpoint()
-        checkpoint = open_checkpoint(note, self.public_key, self.origin)
+        checkpoint = self.open_checkpoint(note)
         if not 0 <= index < checkpoint.size:
             raise InputError(f"entry {index} is not covered by a checkpoint of size {checkpoint.size}")
         proof = inclusion_proof(self._leaf_hashes(checkpoint.size), index, checkpoint.size)
@@ -375,7 +406,7 @@ class AuditLog:
         for position, note in enumerate([*notes, saved_checkpoint] if saved_checkpoint else notes):
             label = "saved checkpoint" if position == len(notes) else f"checkpoint #{position + 1}"
             try:
-                cp = open_checkpoint(note, self.public_key, self.origin)
+                cp = self.open_checkpoint(note)
             except TamperDetected as exc:
                 problems.append(f"{label}: {exc}")
                 continue
