@@ -213,13 +213,19 @@ class PrincipalWithoutKey(LintRule):
     hint = "give the principal its own 'did:' or 'key:'; without one it can only act on someone else's key"
 
     def check(self, policy: Policy) -> Iterator[Finding]:
+        first_holder: dict[str, str] = {}
         for name, did in policy.principal_dids.items():
+            line = policy.line_of("principals", name, key=True)
             if did is None:
+                yield self.finding(policy, f"principal {name} has no key of its own", line)
+            elif did in first_holder:
                 yield self.finding(
                     policy,
-                    f"principal {name} has no key of its own",
-                    policy.line_of("principals", name, key=True),
+                    f"principal {name} uses the same key as {first_holder[did]}: neither has its own",
+                    line,
                 )
+            else:
+                first_holder[did] = name
 
 
 class SubAgentSharesGrant(LintRule):
