@@ -4,7 +4,7 @@ Hot path: every decision runs one statement that both checks the chain's grant i
 revocation table and records the invocation nonce (``INSERT ... SELECT ... WHERE NOT EXISTS``),
 so revocation is read fresh on every decision and no revocation cache can be stale.
 
-Durability of nonces (docs/concepts.md, "Replay and restarts"): on SQLite the nonce statement
+Durability of nonces (docs/token-format.md, "Replay and revocation guarantees"): on SQLite the nonce statement
 runs on a dedicated connection in WAL mode with ``synchronous=NORMAL``: a committed nonce
 survives a crash or restart of the process (it is in the WAL file) but not a power loss of the
 host, and costs no fsync. On PostgreSQL the nonce transaction sets ``synchronous_commit=off``:
