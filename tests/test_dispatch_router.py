@@ -12,6 +12,7 @@ from agentgate.dispatch.inventory import Inventory
 from agentgate.dispatch.metrics import EngineLoad
 from agentgate.dispatch.quota import TenantQuota
 from agentgate.dispatch.router import Router, RouteRequest
+from agentgate.dispatch.scorers import predicted_ttft
 from agentgate.errors import NoBackend, Shed
 from agentgate.sim import chain_hashes
 
@@ -149,12 +150,15 @@ def test_tenant_over_its_quota_is_shed_first_under_load() -> None:
 
 
 def test_observed_ttft_corrects_the_prediction() -> None:
-    router = Router(pool(1))
+    router = Router(pool(1), predictor=predicted_ttft(calibrated=True))
     for i in range(30):
         plan = router.route(at(req(i), float(i)), float(i))
         router.first_token(plan.request_id, i + plan.predicted_ttft_s * 2)
         router.finished(plan.request_id, i + 0.9)
     assert router.states["b0"].correction > 1.5
+    plan = router.route(at(req(99), 40.0), 40.0)
+    uncalibrated = predicted_ttft()(router.states["b0"], at(req(100), 40.0), 40.0)
+    assert plan.predicted_ttft_s > 1.4 * uncalibrated
 
 
 def test_route_plan_is_frozen() -> None:

@@ -4,8 +4,8 @@ request's SLO, with cache locality, session affinity, priority classes and tenan
 For each candidate (serves the model, healthy, below ``max_concurrency``, admitted by the
 caller's ``allowed`` predicate) the router predicts TTFT with ``scorers.predicted_ttft()``:
 queued prefill work, the uncached part of the prompt (the router-side prefix index), the decode
-load sharing each step, and KV pressure, scaled by a per-backend correction learned from
-observed first tokens. Backends without KV headroom for the request are dropped unless none has
+load sharing each step, and KV pressure (optionally scaled by a per-backend correction learned
+from observed first tokens: ``predicted_ttft(calibrated=True)``). Backends without KV headroom for the request are dropped unless none has
 any. Then:
 
 1. *Affinity*: a session's previous backend is kept if it meets the SLO and is not saturated

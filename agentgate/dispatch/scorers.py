@@ -3,7 +3,10 @@
 A scorer maps (backend state, request, now) to a number where lower is better. The agentgate
 router's scorers are in seconds and add up to a predicted time to first token::
 
-    predicted_ttft = Calibrated(QueuedPrefill() + UncachedPrefill() + DecodeInterference() + KvPressure())
+    predicted_ttft = QueuedPrefill() + UncachedPrefill() + DecodeInterference() + KvPressure()
+
+optionally wrapped in ``Calibrated`` (scaled by the per-backend correction learned from observed
+first tokens).
 
 ``a + b`` adds two scorers, ``w * a`` weights one, so a new signal is a new class, not a new
 branch in the router (tenacity's ``stop | stop`` style).
@@ -61,13 +64,12 @@ class Weighted(Scorer):
 
 class QueuedPrefill(Scorer):
     """Seconds of prefill already queued there: what this router sent and is not yet prefilled,
-    plus requests the engine reports waiting that other clients sent (at the mean prompt cost)."""
+    plus requests other clients queued there (each costed like this prompt)."""
 
     def __call__(self, state: BackendState, request: RouteRequest, now: float) -> float:
         extra = state.extra_waiting(now)
         if extra:
-            mean = state.queued_prefill_s / len(state.prefilling) if state.prefilling else 0.0
-            return state.queued_prefill_s + extra * max(mean, state.speed.prefill_s(request.prompt_tokens, 0))
+            return state.queued_prefill_s + extra * state.speed.prefill_s(request.prompt_tokens, 0)
         return state.queued_prefill_s
 
 
@@ -123,6 +125,9 @@ class Calibrated(Scorer):
         return state.correction * self.inner(state, request, now)
 
 
-def predicted_ttft() -> Scorer:
-    """The agentgate router's TTFT predictor."""
-    return Calibrated(QueuedPrefill() + UncachedPrefill() + DecodeInterference() + KvPressure())
+def predicted_ttft(*, calibrated: bool = False) -> Scorer:
+    """The agentgate router's TTFT predictor; ``calibrated`` scales it by each backend's learned
+    correction, for pools whose ``SpeedModel`` is not known well (on the simulated pool, where it
+    is, the correction only adds noise: docs/dispatch.md)."""
+    core = QueuedPrefill() + UncachedPrefill() + DecodeInterference() + KvPressure()
+    return Calibrated(core) if calibrated else core

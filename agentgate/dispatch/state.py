@@ -2,9 +2,9 @@
 
 In-flight work is counted at dispatch, not at the next scrape: a request is "prefilling" from the
 moment it is sent until its first token, then "decoding" until it ends. Engine metrics (scraped
-on an interval, so stale by up to that interval) raise these counts when the engine reports
-more work than this router sent (other clients); when metrics are missing or stale the router's
-own accounting stands alone.
+on an interval, so stale by up to that interval) add the work the engine reported beyond what
+this router had outstanding at scrape time (other clients' requests); when metrics are missing
+or stale the router's own accounting stands alone.
 """
 
 from __future__ import annotations
@@ -60,6 +60,8 @@ class BackendState:
     decoding: dict[str, tuple[int, int]] = field(default_factory=dict)
     queued_prefill_s: float = 0.0
     queued_prefill_tokens: int = 0
+    foreign_running: float = 0.0
+    foreign_waiting: float = 0.0
     decode_context: int = 0
     _last_queries: float | None = None
     _last_hits: float | None = None
@@ -91,19 +93,13 @@ class BackendState:
         return self.load
 
     def engine_running(self, now: float) -> float:
-        """Requests decoding: our count, raised to the engine's if it reports more."""
-        ours = float(len(self.decoding))
-        load = self.fresh_load(now)
-        if load is not None and load.running is not None:
-            return max(ours, load.running - len(self.prefilling))
-        return ours
+        """Requests decoding: ours plus those other clients had running at the last fresh scrape."""
+        foreign = self.foreign_running if self.fresh_load(now) is not None else 0.0
+        return len(self.decoding) + foreign
 
     def extra_waiting(self, now: float) -> float:
         """Requests queued at the engine that this router did not send (other clients)."""
-        load = self.fresh_load(now)
-        if load is None or load.waiting is None:
-            return 0.0
-        return max(0.0, load.waiting - len(self.prefilling))
+        return self.foreign_waiting if self.fresh_load(now) is not None else 0.0
 
     def kv_used_tokens(self, now: float) -> float:
         """KV held by running requests: the engine's figure when fresh, else our estimate."""
@@ -174,6 +170,13 @@ class BackendState:
             self.index.clear()  # counters went backwards: the engine restarted with an empty cache
         self._last_queries = load.prefix_queries
         self._last_hits = load.prefix_hits
+        # Work the engine reports beyond ours, judged now, when the scrape is fresh: comparing a
+        # stale scrape with later accounting would invent phantom requests.
+        ours = len(self.prefilling) + len(self.decoding)
+        if load.running is not None or load.waiting is not None:
+            running, waiting = load.running or 0.0, load.waiting or 0.0
+            self.foreign_waiting = max(0.0, waiting - len(self.prefilling))
+            self.foreign_running = max(0.0, running + waiting - ours - self.foreign_waiting)
         self.load = load
         if self.backend.kv_capacity_tokens is None and load.kv_capacity_tokens:
             self.index.resize(load.kv_capacity_tokens // self.block_tokens)
