@@ -61,14 +61,32 @@ def parse_duration(text: str) -> int:
     return seconds
 
 
+_EPILOG = """\
+exit codes: 0 success or allow, 1 deny (the finding is printed), 2 unusable input (one line on
+stderr), 3 approval required.
+DURATION: a positive number with a unit s, m, h or d (30s, 15m, 1h, 7d; sums like 1h30m).
+CAP: RESOURCE[#ACTION][?FIELD OP VALUE(&FIELD OP VALUE)*], OP one of = (one of: V1|V2), <, <=,
+>, >=, ^= (prefix); e.g. 'tool:payments.refund?amount<=500&currency=EUR|USD'.
+AMOUNT: a whole number of minor units, optionally :UNIT (default micro_usd), e.g. 1000:calls.
+The store is AGENTGATE_STORE (a path or a postgresql:// URL), default .agentgate/agentgate.db.
+See docs/cli.md."""
+
+
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
-        "grant", help="issue, delegate, inspect, check and revoke grants", description=__doc__
+        "grant",
+        help="issue, delegate, inspect, check and revoke grants",
+        description=__doc__,
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sub = parser.add_subparsers(dest="grant_command", metavar="ACTION", parser_class=type(parser))
     sub.required = True
 
-    p = sub.add_parser("issue", help="issue a root grant signed by a trust anchor's key")
+    raw = argparse.RawDescriptionHelpFormatter
+    p = sub.add_parser(
+        "issue", help="issue a root grant signed by a trust anchor's key", epilog=_EPILOG, formatter_class=raw
+    )
     p.add_argument("--issuer", required=True, type=Path, metavar="KEYFILE", help="the issuer's private key")
     _common_grant_args(p)
     p.add_argument(
@@ -77,7 +95,10 @@ def register(subparsers: Any) -> None:
     p.set_defaults(handler=_issue)
 
     p = sub.add_parser(
-        "delegate", help="give part of a grant to another principal (exit 1 if it would widen)"
+        "delegate",
+        help="give part of a grant to another principal (exit 1 if it would widen)",
+        epilog=_EPILOG,
+        formatter_class=raw,
     )
     p.add_argument("token", type=Path, metavar="TOKENFILE")
     p.add_argument(
@@ -99,6 +120,8 @@ def register(subparsers: Any) -> None:
         help="sign an invocation and decide it (exit 0 allow, 1 deny, 3 approval required)",
         description="Sign an invocation of TOOL with ARGS as KEYFILE under the chain in TOKENFILE and decide it "
         "against the trust anchor PUBFILE, with revocation and replay checked in the store.",
+        epilog=_EPILOG,
+        formatter_class=raw,
     )
     p.add_argument("token", type=Path, metavar="TOKENFILE")
     p.add_argument("--as", dest="holder", required=True, type=Path, metavar="KEYFILE")
