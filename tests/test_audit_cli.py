@@ -90,3 +90,29 @@ def test_verify_without_a_log_key_is_unusable(tmp_path: Path, monkeypatch: pytes
     monkeypatch.setenv("AGENTGATE_STORE", str(tmp_path / "empty.db"))
     monkeypatch.delenv("AGENTGATE_LOG_KEY", raising=False)
     assert main(["audit", "verify"]) == 2
+
+
+def test_explain_shows_the_grant_chain_when_the_grant_store_has_it(
+    populated: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from agentgate.store.grants import GrantRepository
+
+    db = populated / "agentgate.db"
+    with SQLiteStore(db) as store:
+        grants = GrantRepository(store)
+        grants.record_grants(
+            [
+                ("g-root", None, "did:key:zAnchor", "did:key:zBoss", 2_000_000_000, "t1"),
+                ("g-child", "g-root", "did:key:zBoss", "did:key:zAlice", 1_900_000_000, "t2"),
+            ],
+            now=1,
+        )
+        grants.revoke("g-root", now=2)
+        grants.close()
+        log = AuditLog(store, open_log_key(store))
+        index = log.append({"kind": "allow", "principal": "did:key:zAlice", "chain_hash": "g-child"})
+    assert main(["audit", "explain", str(index)]) == 0
+    out = capsys.readouterr().out
+    assert "grant g-root: did:key:zAnchor -> did:key:zBoss (REVOKED)" in out
+    assert "grant g-child: did:key:zBoss -> did:key:zAlice (expires 1900000000)" in out
+    assert out.index("grant g-root:") < out.index("grant g-child:")

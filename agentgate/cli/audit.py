@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sqlite3
 import sys
 from pathlib import Path
 from typing import Any
@@ -26,7 +27,7 @@ from agentgate.audit.entry import AuditEntry
 from agentgate.audit.note import Checkpoint, verifier_key
 from agentgate.audit.proof import verify_bundle
 from agentgate.audit.report import render_report
-from agentgate.errors import InputError, TamperDetected
+from agentgate.errors import InputError, StoreError, TamperDetected
 from agentgate.keys import load_public_key
 from agentgate.store import Store, open_store
 from agentgate.store.audit import AuditLog, log_origin, open_log_key, previous_log_keys
@@ -166,13 +167,19 @@ def _explain(args: argparse.Namespace) -> int:
             for e in log.entries()
             if e.ref == entry.index or (entry.ref is not None and e.index == entry.ref)
         ]
+        chain = _grant_chain(store, entry.chain_hash) if entry.chain_hash else None
     print(f"entry {entry.index}: {entry.kind} at {entry.time}")
     print(f"├── principal: {entry.principal}")
     print(f"├── resource: {entry.resource or '-'}   arguments: {entry.args_digest or '-'}")
     if entry.args:
         print(f"│   └── logged in clear: {json.dumps(entry.args, sort_keys=True)}")
     print(f"├── authority: grant chain tip {entry.chain_hash or '(none recorded)'}")
-    print("│   └── the grants behind this tip are not in the audit log; `agentgate grant` shows them")
+    if chain is None:
+        print("│   └── (the grant store has no record of this chain: only what the entry holds is shown)")
+    for depth, (grant_id, issuer, audience, expires, revoked) in enumerate(chain or []):
+        pad = "│   " + "    " * depth
+        state = "REVOKED" if revoked else f"expires {expires}"
+        print(f"{pad}└── grant {grant_id[:24]}: {issuer} -> {audience} ({state})")
     print(f"├── policy: {entry.policy_hash or '-'}   rule: {entry.rule or '-'}")
     print(f"├── approver: {entry.approver or '(no approval)'}")
     print(f"├── budget delta: {entry.budget_delta}")
@@ -184,6 +191,31 @@ def _explain(args: argparse.Namespace) -> int:
         )
     print(f"└── outcome status: {entry.status or '-'}")
     return 0
+
+
+def _grant_chain(store: Store, tip: str) -> list[tuple[str, str, str, int, bool]] | None:
+    """Root-first ``(id, issuer, audience, expires, revoked)`` of the chain ending at ``tip``, if recorded.
+
+    Reads the grant store's tables (``agentgate.store.grants``) when they exist; ``None`` when they
+    do not, or when they hold no grant ``tip``.
+    """
+    links: list[tuple[str, str, str, int, bool]] = []
+    current: str | None = tip
+    try:
+        while current is not None and len(links) < 64:
+            rows = store.query(
+                "SELECT g.parent, g.issuer, g.audience, g.expires, r.grant_id FROM agentgate_grants g "
+                "LEFT JOIN agentgate_revocations r ON r.grant_id = g.id WHERE g.id = ?",
+                (current,),
+            )
+            if not rows:
+                break
+            parent, issuer, audience, expires, revoked = rows[0]
+            links.append((current, str(issuer), str(audience), int(expires), revoked is not None))
+            current = parent
+    except (StoreError, sqlite3.Error):
+        return None
+    return list(reversed(links)) or None
 
 
 def _checkpoint(args: argparse.Namespace) -> int:
