@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import logging
 import math
+import queue
 import threading
 import time
 import weakref
@@ -67,7 +69,7 @@ from agentgate.findings import Finding, FindingKind
 from agentgate.keys import PublicKey, SigningKey
 from agentgate.policy import ApprovalRequirement as PolicyApproval
 from agentgate.policy import Outcome, Policy, PolicyDecision, PolicyIndex, load_policy, role_grant_template
-from agentgate.store import Store, open_store
+from agentgate.store import Store, Transaction, open_store
 from agentgate.store.approvals import ApprovalStore
 from agentgate.store.audit import AuditLog, VerifyReport, open_log_key
 from agentgate.store.ledger import BudgetLedger
@@ -88,6 +90,7 @@ T = TypeVar("T")
 P = ParamSpec("P")
 
 _tracer = trace.get_tracer("agentgate")
+_log = logging.getLogger("agentgate.gate")
 
 # The approval gate the policy set for the call being decided in this context: the authority
 # engine asks its hook after verifying the chain and before consuming the nonce.
@@ -241,6 +244,70 @@ class Authorization:
         return f"agentgate refused {what}: {why}. Do not retry this call; choose another way or stop."
 
 
+_Outcome = tuple[Authorization, str, str | None, tuple[int, int] | None]
+
+
+class _GroupCommit:
+    """A background thread that commits queued outcomes in batches, one transaction per batch.
+
+    Items queued while a batch commits go into the next one, so N concurrent or back-to-back
+    outcomes cost one durable commit rather than N. A batch that fails is retried item by item;
+    an item that still fails is logged and left out (its budget reservation stays held, which
+    never lets a budget be overspent).
+    """
+
+    def __init__(self, write: Callable[[list[_Outcome]], None]) -> None:
+        self._write = write
+        self._queue: queue.Queue[_Outcome | None] = queue.Queue()
+        self._thread = threading.Thread(target=self._loop, name="agentgate-outcomes", daemon=True)
+        self._thread.start()
+
+    def put(self, item: _Outcome) -> None:
+        self._queue.put(item)
+
+    def flush(self) -> None:
+        self._queue.join()
+
+    def close(self) -> None:
+        self._queue.put(None)
+        self._thread.join()
+
+    def _loop(self) -> None:
+        while True:
+            first = self._queue.get()
+            batch = [] if first is None else [first]
+            stop = first is None
+            while not stop:
+                try:
+                    item = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                stop = item is None
+                if item is not None:
+                    batch.append(item)
+            try:
+                self._commit(batch)
+            finally:
+                for _ in range(len(batch) + (1 if stop else 0)):
+                    self._queue.task_done()
+            if stop:
+                return
+
+    def _commit(self, batch: list[_Outcome]) -> None:
+        if not batch:
+            return
+        try:
+            self._write(batch)
+        except AgentGateError:
+            for item in batch:
+                try:
+                    self._write([item])
+                except AgentGateError as exc:
+                    _log.error(
+                        "agentgate: outcome of audit entry %s not recorded: %s", item[0].audit_index, exc
+                    )
+
+
 def scheduler_config(policy: Policy) -> SchedulerConfig:
     """The scheduler's per-tool limits, one to one from the policy's ``tools`` section."""
     tools: dict[str, ToolLimits] = {}
@@ -297,6 +364,7 @@ class Gate:
         self.approvals = ApprovalStore(store)
         self.audit = AuditLog(store, log_key or open_log_key(store))
         self._config = scheduler or scheduler_config(policy)
+        self._outcomes = _GroupCommit(self._write_outcomes)
         self._sync_scheduler: SyncScheduler | None = None
         self._async_schedulers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Scheduler] = (
             weakref.WeakKeyDictionary()
@@ -322,6 +390,7 @@ class Gate:
         if self._sync_scheduler is not None:
             self._sync_scheduler.close()
         self._close_dispatcher()
+        self._outcomes.close()
         self.grants.close()
         self.store.close()
 
@@ -712,6 +781,7 @@ class Gate:
         return replace(auth, audit_index=index, reservations=tuple(held))
 
     def _budget_reason(self, identity: AgentIdentity, exc: BudgetExceeded) -> str:
+        self.flush()
         parts = []
         for link in identity.chain.links:
             if link.budget is not None:
@@ -812,13 +882,11 @@ class Gate:
                 else:
                     result = await fn()
             except BaseException as exc:
-                await self.to_thread(self._settle, auth, "error", type(exc).__name__, None)
+                self._settle(auth, "error", type(exc).__name__, None)
                 span.set_attribute("error.type", type(exc).__name__)
                 raise
             status = "error" if failed is not None and failed(result) else "ok"
-            await self.to_thread(
-                self._settle, auth, status, None, spent(result) if spent is not None else None
-            )
+            self._settle(auth, status, None, spent(result) if spent is not None else None)
             return result
 
     async def to_thread(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
@@ -847,30 +915,51 @@ class Gate:
     def _settle(
         self, auth: Authorization, status: str, error: str | None, usage: tuple[int, int] | None
     ) -> None:
+        # The decision was durable before the call ran; the outcome and its budget settlement go
+        # to the group-commit writer (one transaction for both), so that a sequential agent pays
+        # one durable commit per call, not two. ``flush`` waits for them.
+        self._outcomes.put((auth, status, error, usage))
+
+    def _write_outcomes(self, batch: list[_Outcome]) -> None:
+        with self.store.transaction() as tx:
+            for auth, status, error, usage in batch:
+                self._write_outcome(tx, auth, status, error, usage)
+
+    def _write_outcome(
+        self,
+        tx: Transaction,
+        auth: Authorization,
+        status: str,
+        error: str | None,
+        usage: tuple[int, int] | None,
+    ) -> None:
         identity = auth.identity
         actual = self._cost(auth.call, usage) if usage is not None else None
         delta = 0
-        with self.store.transaction() as tx:
-            for reservation, unit, amount in auth.reservations:
-                if status == "ok" or actual is not None:
-                    used = actual.get(unit, amount) if actual is not None else amount
-                    self.ledger.commit(reservation, used, tx)
-                    delta += used
-                else:
-                    self.ledger.release(reservation, tx)
-            self.audit.append(
-                {
-                    "kind": "outcome",
-                    "principal": identity.did if identity else "unknown",
-                    "chain_hash": identity.grant_id if identity else None,
-                    "resource": auth.call.resource,
-                    "status": status,
-                    "ref": auth.audit_index,
-                    "budget_delta": delta,
-                    "reasons": [error] if error else [],
-                },
-                tx,
-            )
+        for reservation, unit, amount in auth.reservations:
+            if status == "ok" or actual is not None:
+                used = actual.get(unit, amount) if actual is not None else amount
+                self.ledger.commit(reservation, used, tx)
+                delta += used
+            else:
+                self.ledger.release(reservation, tx)
+        self.audit.append(
+            {
+                "kind": "outcome",
+                "principal": identity.did if identity else "unknown",
+                "chain_hash": identity.grant_id if identity else None,
+                "resource": auth.call.resource,
+                "status": status,
+                "ref": auth.audit_index,
+                "budget_delta": delta,
+                "reasons": [error] if error else [],
+            },
+            tx,
+        )
+
+    def flush(self) -> None:
+        """Wait until every outcome handed to the writer is committed (or recorded as failed)."""
+        self._outcomes.flush()
 
     # --- model dispatch -------------------------------------------------------------------
 
@@ -921,6 +1010,7 @@ class Gate:
 
     def remaining(self, identity: AgentIdentity) -> dict[str, tuple[int, int]]:
         """Per grant of the identity's chain that has a budget: (spent, limit)."""
+        self.flush()
         return {
             link.id: (self.ledger.spent(link.id), link.budget.amount)
             for link in identity.chain.links
@@ -929,6 +1019,7 @@ class Gate:
 
     def verify(self) -> VerifyReport:
         """Sign a checkpoint, then recompute the audit log's tree and check every checkpoint."""
+        self.flush()
         self.audit.checkpoint()
         return self.audit.verify()
 

@@ -118,6 +118,7 @@ def summary(
     people = {**(names or {}), **{i.did: i.name for i in identities}}
     for _, child in gate.delegations:
         people[child.did] = child.name
+    gate.flush()
     entries = list(gate.audit.entries())
     tally: Counter[tuple[str, str]] = Counter()
     for e in entries:

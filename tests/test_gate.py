@@ -68,6 +68,7 @@ class Setup:
         self.agent = self.gate.issue(self.keys["root"], name="agent", key=self.keys["agent"], role="worker")
 
     def entries(self) -> list[AuditEntry]:
+        self.gate.flush()
         return list(self.gate.audit.entries())
 
 

@@ -158,6 +158,7 @@ def _tool_messages(result: dict[str, Any]) -> list[ToolMessage]:
 
 
 def _entries(gate: Gate) -> list[Any]:
+    gate.flush()
     return list(gate.audit.entries())
 
 

@@ -1,0 +1,228 @@
+"""What agentgate's LangGraph middleware costs: the same scripted agent run with and without it.
+
+    .venv/bin/python benchmarks/langgraph_overhead.py [--quick] [--json]
+
+The run: a supervisor makes 5 sequential tool calls and hands work to 3 sub-agents (each on a
+fresh attenuated grant when gated), each of which makes 5 sequential tool calls: 20 tool calls,
+3 delegations and 27 model calls (a scripted chat model: no network, no GPU). Four variants run
+interleaved in the same process, so they see the same machine:
+
+- ``plain``: create_agent without agentgate (sub-agents invoked directly);
+- ``tools``: agentgate on tool calls only (``gate_models=False``), durable store;
+- ``gated``: agentgate on tool and model calls, durable store (SQLite ``synchronous=FULL``,
+  every decision and outcome fsynced before the call goes on);
+- ``relaxed``: as ``gated`` with ``synchronous=NORMAL`` (what AGENTGATE_SQLITE_SYNCHRONOUS=NORMAL
+  selects: a power loss may lose the last commits, a process crash does not).
+
+Figures: median whole-run time of each, the ratios gated/plain and relaxed/plain (goals <= 1.25
+and <= 1.10), and the microseconds added per tool call ((tools - plain) / 20, delegations
+included) and per model call ((gated - tools) / 27).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from langchain.agents import create_agent
+from langchain_core.messages import AIMessage
+from langchain_core.tools import BaseTool, StructuredTool
+
+from agentgate.gate import AgentIdentity, Gate
+from agentgate.integrations.langgraph import ScriptedChatModel, create_gated_agent, delegation_tool
+from agentgate.keys import SigningKey
+from agentgate.policy import parse_policy
+from agentgate.store import SQLiteStore
+
+SUBAGENTS = ("alpha", "beta", "gamma")
+CALLS_PER_AGENT = 5
+TOOL_CALLS = CALLS_PER_AGENT * (1 + len(SUBAGENTS))
+MODEL_CALLS = (CALLS_PER_AGENT + len(SUBAGENTS) + 1) + len(SUBAGENTS) * (CALLS_PER_AGENT + 1)
+
+POLICY = """
+version: 1
+trust_anchors: {{root: {{did: "{root}"}}}}
+principals:
+  boss: {{kind: agent, did: "{boss}", roles: [boss]}}
+{subagents}
+tools:
+  lookup:
+    args: {{key: {{type: string, required: true}}}}
+    idempotent: true
+    concurrency: 8
+models:
+  scripted: {{cost_per_mtok: {{input: 100000, output: 200000}}}}
+roles:
+  boss:
+    kind: agent
+    capabilities: [{{resource: tool:lookup}}, {{resource: model:scripted}}]
+    budget: {{limit: 1000000000000, unit: usd_micros}}
+    ttl_s: 3600
+    delegation:
+      max_depth: 1
+      max_ttl_s: 600
+      capabilities: [{{resource: tool:lookup}}, {{resource: model:scripted}}]
+  worker:
+    kind: agent
+    capabilities: [{{resource: tool:lookup}}, {{resource: model:scripted}}]
+    ttl_s: 600
+"""
+
+
+def _script(prefix: str, extra: list[dict[str, Any]] | None = None) -> list[AIMessage]:
+    turns = [
+        AIMessage(
+            content="",
+            tool_calls=[{"name": "lookup", "args": {"key": f"{prefix}{i}"}, "id": f"{prefix}-{i}"}],
+        )
+        for i in range(CALLS_PER_AGENT)
+    ]
+    turns += [AIMessage(content="", tool_calls=[call]) for call in extra or []]
+    return turns
+
+
+def _lookup() -> BaseTool:
+    def lookup(key: str) -> str:
+        return f"value of {key}"
+
+    return StructuredTool.from_function(func=lookup, name="lookup", description="look a key up")
+
+
+def _delegations() -> list[dict[str, Any]]:
+    return [{"name": f"ask_{n}", "args": {"task": f"task for {n}"}, "id": f"ask-{n}"} for n in SUBAGENTS]
+
+
+def build_plain() -> Callable[[], Any]:
+    tools: list[BaseTool] = [_lookup()]
+    for name in SUBAGENTS:
+        sub = create_agent(ScriptedChatModel(turns=_script(name)), [_lookup()], name=name)
+
+        def ask(task: str, sub: Any = sub) -> str:
+            return str(sub.invoke({"messages": [{"role": "user", "content": task}]})["messages"][-1].content)
+
+        tools.append(StructuredTool.from_function(func=ask, name=f"ask_{name}", description=f"ask {name}"))
+    boss = create_agent(ScriptedChatModel(turns=_script("boss", _delegations())), tools, name="boss")
+    return lambda: boss.invoke({"messages": [{"role": "user", "content": "go"}]})
+
+
+def build_gated(workdir: Path, synchronous: str, gate_models: bool) -> tuple[Callable[[], Any], Gate]:
+    keys = {n: SigningKey.generate() for n in ("root", "boss", *SUBAGENTS)}
+    subagents = "\n".join(f'  {n}: {{kind: agent, did: "{keys[n].did}", roles: [worker]}}' for n in SUBAGENTS)
+    text = POLICY.format(root=keys["root"].did, boss=keys["boss"].did, subagents=subagents)
+    store = SQLiteStore(workdir / f"{synchronous}-{gate_models}.db", synchronous=synchronous)
+    gate = Gate(parse_policy(text, source="bench.yaml"), store)
+    boss_identity: AgentIdentity = gate.issue(keys["root"], name="boss", key=keys["boss"], role="boss")
+    tools: list[BaseTool] = [_lookup()]
+    for name in SUBAGENTS:
+        sub = create_gated_agent(
+            gate,
+            name=name,
+            model=ScriptedChatModel(turns=_script(name), model_name="scripted"),
+            tools=[_lookup()],
+            gate_models=gate_models,
+        )
+        tools.append(
+            delegation_tool(
+                gate,
+                name=name,
+                agent=sub,
+                key=keys[name],
+                capabilities=["tool:lookup", "model:scripted"],
+                ttl=timedelta(minutes=5),
+            )
+        )
+    boss = create_gated_agent(
+        gate,
+        name="boss",
+        model=ScriptedChatModel(turns=_script("boss", _delegations()), model_name="scripted"),
+        tools=tools,
+        gate_models=gate_models,
+    )
+    return lambda: boss.invoke({"messages": [{"role": "user", "content": "go"}]}, context=boss_identity), gate
+
+
+def _check(result: Any, gated: bool) -> None:
+    statuses = [m.status for m in result["messages"] if m.type == "tool"]
+    if statuses != ["success"] * (CALLS_PER_AGENT + len(SUBAGENTS)):
+        raise SystemExit(f"benchmark run went wrong ({'gated' if gated else 'plain'}): {statuses}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="a few repetitions only")
+    parser.add_argument("--json", action="store_true", help="(the JSON line is always printed last)")
+    args = parser.parse_args()
+    repetitions = 5 if args.quick else 25
+    with tempfile.TemporaryDirectory(prefix="agentgate-bench-") as tmp:
+        workdir = Path(tmp)
+        variants: dict[str, Callable[[], Any]] = {"plain": build_plain()}
+        gates: list[Gate] = []
+        for label, synchronous, models in (
+            ("tools", "FULL", False),
+            ("gated", "FULL", True),
+            ("relaxed", "NORMAL", True),
+        ):
+            run, gate = build_gated(workdir, synchronous, models)
+            variants[label] = run
+            gates.append(gate)
+        try:
+            for label, run in variants.items():  # warm-up, and a correctness check of each variant
+                _check(run(), label != "plain")
+            times: dict[str, list[float]] = {label: [] for label in variants}
+            for _ in range(repetitions):
+                for label, run in variants.items():
+                    start = time.perf_counter()
+                    run()
+                    times[label].append(time.perf_counter() - start)
+        finally:
+            for gate in gates:
+                gate.close()
+    median = {label: statistics.median(t) for label, t in times.items()}
+    ratio_durable = median["gated"] / median["plain"]
+    ratio_relaxed = median["relaxed"] / median["plain"]
+    per_tool_us = (median["tools"] - median["plain"]) / TOOL_CALLS * 1e6
+    per_model_us = (median["gated"] - median["tools"]) / MODEL_CALLS * 1e6
+    print(
+        f"LangGraph run: {TOOL_CALLS} tool calls, {len(SUBAGENTS)} sub-agents, {MODEL_CALLS} model calls; "
+        f"{repetitions} runs each, interleaved"
+    )
+    print(f"{'variant':<10}{'median ms':>12}{'p90 ms':>10}{'x plain':>10}")
+    for label, t in times.items():
+        p90 = sorted(t)[int(0.9 * (len(t) - 1))]
+        print(
+            f"{label:<10}{median[label] * 1e3:>12.2f}{p90 * 1e3:>10.2f}{median[label] / median['plain']:>10.3f}"
+        )
+    print(f"added per tool call (durable, incl. delegation): {per_tool_us:8.0f} us")
+    print(f"added per model call (durable):                  {per_model_us:8.0f} us")
+    figures = {
+        "plain_ms": round(median["plain"] * 1e3, 3),
+        "tools_only_ms": round(median["tools"] * 1e3, 3),
+        "gated_durable_ms": round(median["gated"] * 1e3, 3),
+        "gated_relaxed_ms": round(median["relaxed"] * 1e3, 3),
+        "ratio_durable": round(ratio_durable, 4),
+        "ratio_relaxed": round(ratio_relaxed, 4),
+        "us_per_tool_call": round(per_tool_us, 1),
+        "us_per_model_call": round(per_model_us, 1),
+        "tool_calls": TOOL_CALLS,
+        "model_calls": MODEL_CALLS,
+        "subagents": len(SUBAGENTS),
+        "repetitions": repetitions,
+    }
+    goals = {
+        "ratio_durable": {"value": round(ratio_durable, 4), "limit": 1.25, "better": "lower"},
+        "ratio_relaxed": {"value": round(ratio_relaxed, 4), "limit": 1.10, "better": "lower"},
+    }
+    print(json.dumps({"benchmark": "langgraph_overhead", "figures": figures, "goals": goals}))
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
