@@ -13,7 +13,7 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from agentgate.errors import InputError
 
@@ -40,7 +40,7 @@ def idempotency_key(run_id: str, tool: str, call_id: str, digest: str) -> str:
 
 
 def _unix_time(value: datetime | float | None, what: str) -> float | None:
-    if value is None or isinstance(value, float | int):
+    if value is None or isinstance(value, (float, int)):
         return value
     if value.tzinfo is None:
         raise InputError(f"tool call {what} must be timezone-aware, got {value.isoformat()}")
@@ -90,6 +90,8 @@ class ToolCall:
 
     def absolute_deadline(self) -> float | None:
         """The earlier of ``deadline`` and ``grant_expires_at``, in Unix seconds (None: none)."""
+        if self.deadline is None and self.grant_expires_at is None:
+            return None
         times = [
             t
             for t in (
@@ -101,9 +103,11 @@ class ToolCall:
         return min(times) if times else None
 
 
-@dataclass(frozen=True)
-class Attempt:
-    """What a tool function receives: which attempt this is and what bounds it.
+class Attempt(NamedTuple):
+    """What a tool function receives: which attempt this is and what bounds it (immutable).
+
+    A named tuple rather than a frozen dataclass: one is built per attempt on the scheduler's
+    hot path, and a tuple is built several times faster.
 
     ``number`` starts at 1. ``idempotency_key`` is the same for every attempt of a logical call
     (None when the call has no run and call id). ``deadline`` is this attempt's deadline in Unix

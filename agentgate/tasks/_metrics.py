@@ -17,12 +17,13 @@ are read from the scheduler's own counters when scraped, so the hot path only bu
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from opentelemetry import trace
-from prometheus_client import CollectorRegistry, Histogram
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
 from agentgate.tasks._breaker import BreakerSnapshot, BreakerState
 
@@ -41,6 +42,34 @@ def _copy(mapping: Mapping[Any, int]) -> list[tuple[Any, int]]:
     return []
 
 
+class WaitHistogram:
+    """Bucket counts of wait times, kept as plain integers (prometheus_client's ``Histogram`` takes a
+    lock per observation, which the scheduler's hot path cannot afford) and exported on scrape."""
+
+    def __init__(self, buckets: tuple[float, ...] = WAIT_BUCKETS) -> None:
+        self.buckets = buckets
+        self.counts = [0] * (len(buckets) + 1)
+        self.total = 0.0
+
+    def observe(self, seconds: float) -> None:
+        """Count one wait of ``seconds``."""
+        self.counts[bisect.bisect_left(self.buckets, seconds) if seconds > 0 else 0] += 1
+        self.total += seconds
+
+    def metric(self) -> HistogramMetricFamily:
+        """The Prometheus view: cumulative buckets, ``+Inf``, sum."""
+        cumulative, running = [], 0
+        for bound, count in zip((*self.buckets, float("inf")), list(self.counts), strict=True):
+            running += count
+            cumulative.append(("+Inf" if bound == float("inf") else repr(bound), running))
+        return HistogramMetricFamily(
+            "agentgate_tasks_wait_seconds",
+            "Time each attempt waited for its slots (admission to start).",
+            buckets=cumulative,
+            sum_value=self.total,
+        )
+
+
 class _Collector:
     def __init__(
         self,
@@ -48,7 +77,9 @@ class _Collector:
         in_flight: Mapping[str, int],
         events: Mapping[tuple[str, str], int],
         breakers: Callable[[], list[BreakerSnapshot]],
+        wait: WaitHistogram,
     ) -> None:
+        self._wait = wait
         self._queue_depth = queue_depth
         self._in_flight = in_flight
         self._events = events
@@ -75,6 +106,7 @@ class _Collector:
         for snap in self._breakers():
             state.add_metric([snap.key], BREAKER_STATE_VALUE[snap.state])
         yield state
+        yield self._wait.metric()
 
 
 class SchedulerMetrics:
@@ -90,13 +122,9 @@ class SchedulerMetrics:
     ) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
         self.events: dict[tuple[str, str], int] = {}
-        self.wait = Histogram(
-            "agentgate_tasks_wait_seconds",
-            "Time each attempt waited for its slots (admission to start).",
-            buckets=WAIT_BUCKETS,
-            registry=self.registry,
-        )
-        self.registry.register(_Collector(queue_depth, in_flight, self.events, breakers))
+        self.wait = WaitHistogram()
+        self.observe_wait = self.wait.observe
+        self.registry.register(_Collector(queue_depth, in_flight, self.events, breakers, self.wait))
 
     def event(self, name: str, tool: str, attributes: Mapping[str, str | int | float | bool]) -> None:
         """Count ``name`` for ``tool`` and add it to the current span when one is recording."""

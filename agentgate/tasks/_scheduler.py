@@ -63,12 +63,11 @@ _DEAD_LETTERS_KEPT = 1_000
 class _Waiter:
     __slots__ = ("call", "entry", "future", "granted", "limits", "queued_at")
 
-    def __init__(
-        self, call: ToolCall, limits: ToolLimits, future: asyncio.Future[None], queued_at: float
-    ) -> None:
+    future: asyncio.Future[None]  # set only when the call has to wait
+
+    def __init__(self, call: ToolCall, limits: ToolLimits, queued_at: float) -> None:
         self.call = call
         self.limits = limits
-        self.future = future
         self.queued_at = queued_at
         self.granted = False
         self.entry: Entry[_Waiter] | None = None
@@ -111,7 +110,8 @@ class Scheduler:
         self._principal_in_flight: dict[tuple[str, str], int] = {}
         self._buckets: dict[str, TokenBucket] = {}
         self._breakers: dict[str, CircuitBreaker] = {}
-        self._rules: dict[ToolLimits, RetryRule] = {}
+        self._rules: dict[str, RetryRule] = {}
+        self._priorities: dict[str | None, PriorityClass] = {}
         self._limits_cache: dict[str, ToolLimits] = {}
         config = self.config
         # Without global, tenant or principal limits, a slot given back can only start a call to its tool.
@@ -131,6 +131,9 @@ class Scheduler:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._idle: asyncio.Event | None = None
         self._closed = False
+        # False only inside SyncScheduler, whose tools run in their callers' threads and cannot be
+        # interrupted: their timeout is checked, not enforced (see _sync.py).
+        self._preemptive = True
         self._dead_store = DeadLetterStore(store) if store is not None else None
         self._leases = LeaseManager(store, ttl_s=self.config.lease_ttl_s) if store is not None else None
         self.metrics = SchedulerMetrics(
@@ -146,17 +149,6 @@ class Scheduler:
     def registry(self) -> CollectorRegistry:
         """The Prometheus registry holding this scheduler's metrics."""
         return self.metrics.registry
-
-    async def submit(self, call: ToolCall, fn: Callable[[Attempt], Awaitable[T]]) -> T:
-        """Run ``fn`` for ``call`` under the call's limits, deadlines and retry policy; return its result.
-
-        Raises ``Overloaded`` (queue full), ``DeadlineExceeded`` (could not start, or an attempt
-        did not finish, before the deadline), ``CircuitOpen`` (breaker open), ``InputError`` (an
-        unknown priority class, arguments that are not JSON), ``SchedulingError`` (scheduler
-        closed), or the tool's own last exception when the call is given up. Cancelling the
-        caller cancels the running attempt and gives its slots back.
-        """
-        return await self._submit(call, fn, preemptive=True)
 
     def breaker(self, key: str) -> CircuitBreaker:
         """The circuit breaker for ``key`` (``tool:<name>`` or ``backend:<name>``), created closed."""
@@ -214,7 +206,15 @@ class Scheduler:
 
     # --- the call -------------------------------------------------------------------------------
 
-    async def _submit(self, call: ToolCall, fn: Callable[[Attempt], Awaitable[T]], *, preemptive: bool) -> T:
+    async def submit(self, call: ToolCall, fn: Callable[[Attempt], Awaitable[T]]) -> T:
+        """Run ``fn`` for ``call`` under the call's limits, deadlines and retry policy; return its result.
+
+        Raises ``Overloaded`` (queue full), ``DeadlineExceeded`` (could not start, or an attempt
+        did not finish, before the deadline), ``CircuitOpen`` (breaker open), ``InputError`` (an
+        unknown priority class, arguments that are not JSON), ``SchedulingError`` (scheduler
+        closed), or the tool's own last exception when the call is given up. Cancelling the
+        caller cancels the running attempt and gives its slots back.
+        """
         if self._closed:
             raise SchedulingError("the scheduler is closed")
         loop = self._loop
@@ -222,7 +222,9 @@ class Scheduler:
             loop = self._loop = asyncio.get_running_loop()
         config = self.config
         limits = self._limits(call.tool)
-        priority = config.priority_class(call.priority)
+        priority = self._priorities.get(call.priority)
+        if priority is None:
+            priority = self._priorities[call.priority] = config.priority_class(call.priority)
         key = call.idempotency_key()
         if key is not None:
             if key in self._results:
@@ -242,7 +244,7 @@ class Scheduler:
         if key is not None:
             outcome = self._twins[key] = loop.create_future()
         try:
-            result = await self._run(call, fn, limits, priority, key, loop, preemptive)
+            result = await self._run(call, fn, limits, priority, key, loop)
         except BaseException as exc:
             if outcome is not None:
                 if isinstance(exc, asyncio.CancelledError):
@@ -278,14 +280,13 @@ class Scheduler:
         priority: PriorityClass,
         key: str | None,
         loop: asyncio.AbstractEventLoop,
-        preemptive: bool,
     ) -> T:
         absolute = call.absolute_deadline()
         deadline = None if absolute is None else loop.time() + (absolute - time.time())
-        breaker = self.breaker(call.breaker_key or f"tool:{call.tool}")
-        rule = self._rules.get(limits)
+        breaker = self.breaker(call.breaker_key or "tool:" + call.tool)
+        rule = self._rules.get(call.tool)
         if rule is None:
-            rule = self._rules[limits] = rule_for(limits)
+            rule = self._rules[call.tool] = rule_for(limits)
         errors: list[AttemptError] = []
         attempt = 0
         while True:
@@ -293,7 +294,7 @@ class Scheduler:
             try:
                 try:
                     result = await self._attempt(
-                        call, fn, limits, priority, key, loop, deadline, breaker, attempt, preemptive
+                        call, fn, limits, priority, key, loop, deadline, breaker, attempt
                     )
                 except _GiveUp:
                     raise
@@ -343,14 +344,15 @@ class Scheduler:
         deadline: float | None,
         breaker: CircuitBreaker,
         number: int,
-        preemptive: bool,
     ) -> T:
         """One attempt: admission, breaker, lease, the tool. Raises ``_GiveUp`` when it cannot start."""
         tool = call.tool
         if breaker.refuses():
             raise _GiveUp("circuit_open", CircuitOpen(f"the circuit breaker {breaker.key} is open"))
         try:
-            waiter = await self._admit(call, limits, priority, loop, deadline)
+            waiter = self._start_now(call, limits, loop, deadline)
+            if waiter is None:
+                waiter = await self._admit(call, limits, priority, loop, deadline)
         except SchedulingError as exc:
             reasons = {DeadlineExceeded: "deadline", Overloaded: "shed"}
             raise _GiveUp(reasons.get(type(exc), "closed"), exc) from exc
@@ -372,7 +374,7 @@ class Scheduler:
             self.metrics.event("started", tool, {"agentgate.attempt": number})
             attempt = Attempt(call, number, key, unix_deadline)
             probing = False  # from here on the outcome is reported to the breaker by the caller
-            if attempt_deadline is None or not preemptive:
+            if attempt_deadline is None or not self._preemptive:
                 return await fn(attempt)
             timeout = asyncio.timeout_at(attempt_deadline)
             try:
@@ -416,6 +418,22 @@ class Scheduler:
 
     # --- admission ------------------------------------------------------------------------------
 
+    def _start_now(
+        self, call: ToolCall, limits: ToolLimits, loop: asyncio.AbstractEventLoop, deadline: float | None
+    ) -> _Waiter | None:
+        """The fast path: start ``call`` at once if nothing waits and every limit has room, else None."""
+        if self._closed:
+            raise SchedulingError("the scheduler is closed")
+        now = loop.time()
+        if deadline is not None and deadline <= now:
+            raise DeadlineExceeded(f"tool {call.tool}: the call's deadline passed before it could start")
+        if self._queue.size or not self._has_room(call, limits):
+            return None
+        waiter = _Waiter(call, limits, now)
+        self._start(waiter)
+        self.metrics.observe_wait(0.0)
+        return waiter
+
     async def _admit(
         self,
         call: ToolCall,
@@ -424,16 +442,10 @@ class Scheduler:
         loop: asyncio.AbstractEventLoop,
         deadline: float | None,
     ) -> _Waiter:
+        """The slow path: wait in the fair queue (or be refused) until the call may start."""
         now = loop.time()
-        if self._closed:
-            raise SchedulingError("the scheduler is closed")
-        if deadline is not None and deadline <= now:
-            raise DeadlineExceeded(f"tool {call.tool}: the call's deadline passed before it could start")
-        waiter = _Waiter(call, limits, loop.create_future(), now)
-        if not self._queue.size and self._has_room(call, limits):
-            self._start(waiter)
-            self.metrics.wait.observe(0.0)
-            return waiter
+        waiter = _Waiter(call, limits, now)
+        waiter.future = loop.create_future()
         config = self.config
         share = config.tenant_share(call.tenant)
         if self._queue.size >= config.max_queued or (
@@ -475,7 +487,7 @@ class Scheduler:
                         f"tool {call.tool}: could not start before the call's deadline (queued {loop.time() - now:.3f}s)"
                     ) from exc
                 raise
-        self.metrics.wait.observe(loop.time() - now)
+        self.metrics.observe_wait(loop.time() - now)
         return waiter
 
     def _has_room(self, call: ToolCall, limits: ToolLimits) -> bool:
@@ -485,9 +497,9 @@ class Scheduler:
             return False
         if limits.concurrency is not None and self._tool_in_flight.get(call.tool, 0) >= limits.concurrency:
             return False
-        if self._tenant_blocked(call.tenant):
-            return False
-        if self._agent_blocked(call.tenant, call.principal):
+        if not self._per_tool_only and (
+            self._tenant_blocked(call.tenant) or self._agent_blocked(call.tenant, call.principal)
+        ):
             return False
         return limits.rate is None or self._bucket(call.tool, limits).try_take()
 
@@ -529,16 +541,18 @@ class Scheduler:
         waiter.granted = True
         self._in_flight += 1
         self._tool_in_flight[call.tool] = self._tool_in_flight.get(call.tool, 0) + 1
-        self._tenant_in_flight[call.tenant] = self._tenant_in_flight.get(call.tenant, 0) + 1
-        agent = (call.tenant, call.principal)
-        self._principal_in_flight[agent] = self._principal_in_flight.get(agent, 0) + 1
+        if not self._per_tool_only:  # the tenant and principal counts matter only to their limits
+            self._tenant_in_flight[call.tenant] = self._tenant_in_flight.get(call.tenant, 0) + 1
+            agent = (call.tenant, call.principal)
+            self._principal_in_flight[agent] = self._principal_in_flight.get(agent, 0) + 1
 
     def _finish(self, waiter: _Waiter) -> None:
         call = waiter.call
         self._in_flight -= 1
         _decrement(self._tool_in_flight, call.tool)
-        _decrement(self._tenant_in_flight, call.tenant)
-        _decrement(self._principal_in_flight, (call.tenant, call.principal))
+        if not self._per_tool_only:
+            _decrement(self._tenant_in_flight, call.tenant)
+            _decrement(self._principal_in_flight, (call.tenant, call.principal))
         if self._queue.size:
             self._dispatch(call.tool if self._per_tool_only else None)
 

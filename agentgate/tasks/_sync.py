@@ -53,6 +53,7 @@ class SyncScheduler:
         registry: CollectorRegistry | None = None,
     ) -> None:
         self.scheduler = Scheduler(config, store=store, rng=rng, classifier=classifier, registry=registry)
+        self.scheduler._preemptive = False
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(
             target=self._loop.run_forever, name="agentgate-scheduler", daemon=True
@@ -88,7 +89,7 @@ class SyncScheduler:
         async def in_caller_context() -> T:
             token = otel_context.attach(caller_context)
             try:
-                return await self.scheduler._submit(call, hand_to_caller, preemptive=False)
+                return await self.scheduler.submit(call, hand_to_caller)
             finally:
                 otel_context.detach(token)
 
