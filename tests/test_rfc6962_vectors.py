@@ -113,3 +113,19 @@ def test_streaming_root_of_a_million_leaves_uses_logarithmic_memory() -> None:
     for part in reversed(parts[:-1]):
         expected = node_hash(part, expected)
     assert acc.root() == expected
+
+
+def test_extend_in_any_pieces_equals_adding_one_leaf_at_a_time() -> None:
+    import random
+
+    rng = random.Random(9)
+    leaves = [leaf_hash(i.to_bytes(4, "big")) for i in range(700)]
+    for _ in range(8):
+        acc = RootAccumulator()
+        position = 0
+        while position < len(leaves):
+            step = rng.choice([1, 2, 3, 5, 16, 31, 64, 100, 257])
+            acc.extend(leaves[position : position + step])
+            position += step
+            assert acc.size == min(position, len(leaves))
+            assert acc.root() == _naive_root(leaves[: acc.size])

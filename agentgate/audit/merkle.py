@@ -66,18 +66,40 @@ class RootAccumulator:
         stack.append(node)
         self.size += 1
 
-    def extend(self, leaves: Iterable[bytes]) -> None:
-        """Append many leaf hashes; the same as ``add`` for each, with less per-leaf overhead."""
-        stack, size, sha = self._stack, self.size, _sha256
-        pop, push = stack.pop, stack.append
-        for node in leaves:
-            pending = size
-            while pending & 1:
-                node = sha(b"\x01" + pop() + node).digest()
-                pending >>= 1
-            push(node)
-            size += 1
-        self.size = size
+    def extend(self, leaves: Sequence[bytes]) -> None:
+        """Append many leaf hashes; the same as ``add`` for each, faster.
+
+        The leaves are cut greedily into the largest perfect subtrees that the current size
+        allows (a subtree of 2**h leaves can join when the size is a multiple of 2**h); each is
+        hashed level by level, which costs the same n - 1 node hashes with far less interpreter
+        work per node, then joins the stack as one node.
+        """
+        sha = _sha256
+        position, count = 0, len(leaves)
+        while position < count:
+            remaining = count - position
+            height = min(
+                (self.size & -self.size).bit_length() - 1 if self.size else 64, remaining.bit_length() - 1
+            )
+            width = 1 << height
+            level = list(leaves[position : position + width])
+            while len(level) > 1:
+                pairs = iter(level)
+                level = [
+                    sha(b"\x01" + left + right).digest() for left, right in zip(pairs, pairs, strict=False)
+                ]
+            self._push(level[0], height)
+            position += width
+
+    def _push(self, node: bytes, height: int) -> None:
+        """Add the root of a perfect subtree of 2**height leaves; the size must be a multiple of it."""
+        stack = self._stack
+        pending = self.size >> height
+        while pending & 1:
+            node = _sha256(b"\x01" + stack.pop() + node).digest()
+            pending >>= 1
+        stack.append(node)
+        self.size += 1 << height
 
     def root(self) -> bytes:
         """The root of the leaves added so far (``EMPTY_ROOT`` when none)."""
