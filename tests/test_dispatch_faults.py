@@ -67,7 +67,7 @@ async def wait_for(condition: object, timeout: float) -> float:
 @pytest.mark.slow
 async def test_backend_killed_mid_replay_loses_no_request_and_is_used_again(servers: list[SimServer]) -> None:
     inv = inventory(servers)
-    timeouts = Timeouts(connect_s=0.5, first_token_s=5.0, idle_s=2.0, probe_s=0.3)
+    timeouts = Timeouts(connect_s=2.0, first_token_s=10.0, idle_s=5.0, probe_s=1.0)
     async with Dispatcher(inv, Router(inv), timeouts=timeouts, health_interval_s=0.1, cooldown_s=0.3) as d:
 
         async def call(i: int) -> str:

@@ -6,8 +6,10 @@ simply left to the router's in-flight accounting once its last scrape is stale) 
 prober (every ``health_interval_s``; a backend that fails its probe, or a request, is marked down
 at once and skipped by the router; it is used again once it passes a probe after
 ``cooldown_s``). A call that fails before it has produced any output is retried on another
-backend, at most ``max_attempts`` times in all; a stream that fails after output has been
-delivered cannot be replayed transparently and ends with ``BackendFailed``.
+backend, at most ``max_attempts`` times in all; when every usable backend is marked down the
+call waits up to ``recovery_wait_s`` for one to come back before it fails with ``NoBackend``. A
+stream that fails after output has been delivered cannot be replayed transparently and ends
+with ``BackendFailed``.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from agentgate.dispatch._policy import AllowedBackend, RoutePlan, RouteRequest, 
 from agentgate.dispatch.backends import BackendClient, ChatChunk, ChatResult, Timeouts
 from agentgate.dispatch.inventory import Inventory
 from agentgate.dispatch.prefix import block_hashes, estimate_tokens, prompt_text
-from agentgate.errors import BackendFailed, DispatchError, NoBackend
+from agentgate.errors import BackendFailed, DispatchError, NoBackend, Shed
 
 
 class Dispatcher:
@@ -41,6 +43,7 @@ class Dispatcher:
         health_interval_s: float = 0.25,
         cooldown_s: float = 1.0,
         max_attempts: int = 3,
+        recovery_wait_s: float = 2.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.inventory = inventory
@@ -50,6 +53,7 @@ class Dispatcher:
         self.health_interval_s = health_interval_s
         self.cooldown_s = cooldown_s
         self.max_attempts = max(1, max_attempts)
+        self.recovery_wait_s = recovery_wait_s
         self.clock = clock
         self._http: httpx.AsyncClient | None = None
         self.clients: dict[str, BackendClient] = {}
@@ -180,10 +184,16 @@ class Dispatcher:
     async def _plan(
         self, request: RouteRequest, allowed: AllowedBackend | None, errors: list[str]
     ) -> RoutePlan:
+        recovery_deadline = self.clock() + self.recovery_wait_s
         while True:
             try:
                 plan = self.router.route(request, self.clock(), allowed)
             except NoBackend as exc:
+                # Everything we may use is marked down: wait (bounded) for the health loop to
+                # bring one back rather than fail a call over a transient blip.
+                if self._down_since and self.clock() < recovery_deadline and not isinstance(exc, Shed):
+                    await asyncio.sleep(self.health_interval_s)
+                    continue
                 if errors:
                     raise NoBackend(f"{exc} (after: {'; '.join(errors)})") from None
                 raise
