@@ -376,7 +376,6 @@ def _decide(
                 "nonce",
             )
         )
-    budgets = tuple((link.id, link.budget) for link in chain.links if link.budget is not None)
     outcome = Outcome.ALLOW if requirement is None else Outcome.APPROVAL_REQUIRED
     reason = (
         f"{call.resource} {call.action} is covered by grant {tip.id[:16]}... held by {_short(inv.issuer)}"
@@ -394,7 +393,7 @@ def _decide(
         args_digest=digest,
         chain=ids,
         invocation_id=inv.id,
-        budgets=budgets,
+        budgets=chain.budgets,
         approval=requirement,
         decided_at=t,
         call=call,

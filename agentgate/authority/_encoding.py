@@ -57,6 +57,9 @@ def _no_constant(text: str) -> Any:
     raise TokenFormatError(f"{text} is not allowed in a token")
 
 
+_DECODER = json.JSONDecoder(parse_float=_no_float, parse_constant=_no_constant)
+
+
 def parse_canonical(data: bytes, what: str) -> dict[str, Any]:
     """Parse one canonical JSON object; refuses anything that is not byte-for-byte canonical.
 
@@ -66,7 +69,7 @@ def parse_canonical(data: bytes, what: str) -> dict[str, Any]:
     """
     try:
         text = data.decode("utf-8")
-        value = json.loads(text, parse_float=_no_float, parse_constant=_no_constant)
+        value = _DECODER.decode(text)
     except TokenFormatError as exc:
         raise TokenFormatError(f"{what}: {exc}") from None
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:

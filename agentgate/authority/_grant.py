@@ -15,10 +15,11 @@ import re
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
+import nacl.bindings
 import nacl.exceptions
-import nacl.signing
 
 from agentgate.authority._encoding import (
     b64url_decode,
@@ -173,9 +174,15 @@ class Chain:
         """The only principal that may invoke with this chain: the tip's audience."""
         return self.links[-1].audience
 
-    @property
+    @cached_property
     def ids(self) -> tuple[str, ...]:
+        """Grant ids, root first."""
         return tuple(link.id for link in self.links)
+
+    @cached_property
+    def budgets(self) -> tuple[tuple[str, Budget], ...]:
+        """(grant id, budget) of every link that has a budget, root first."""
+        return tuple((link.id, link.budget) for link in self.links if link.budget is not None)
 
     def __str__(self) -> str:
         return self.token
@@ -380,13 +387,13 @@ def parse_chain(token: str) -> Chain:
 
 # --- checks ---------------------------------------------------------------------------------------
 
-_KEY_CACHE: dict[str, nacl.signing.VerifyKey] = {}
+_KEY_CACHE: dict[str, bytes] = {}
 
 
 def verify_signature(did: str, message: bytes, signature: bytes) -> None:
     """Raise ``InvalidSignature`` unless ``signature`` is the Ed25519 signature of ``message`` by ``did``.
 
-    Verification keys are decoded once per ``did`` (bounded cache). libsodium refuses
+    Keys are decoded from the did once (bounded cache). libsodium's ``crypto_sign_open`` refuses
     non-canonical S and small-order keys; the length is checked here first.
     """
     key = _KEY_CACHE.get(did)
@@ -394,13 +401,13 @@ def verify_signature(did: str, message: bytes, signature: bytes) -> None:
         if len(_KEY_CACHE) >= 4096:
             _KEY_CACHE.clear()
         try:
-            key = _KEY_CACHE[did] = nacl.signing.VerifyKey(did_public_key(did))
-        except (TokenFormatError, nacl.exceptions.CryptoError) as exc:
+            key = _KEY_CACHE[did] = did_public_key(did)
+        except TokenFormatError as exc:
             raise InvalidSignature(f"{did[:80]!r} is not a usable Ed25519 key") from exc
     if len(signature) != SIGNATURE_SIZE:
         raise InvalidSignature(f"an Ed25519 signature is {SIGNATURE_SIZE} bytes, got {len(signature)}")
     try:
-        key.verify(message, signature)
+        nacl.bindings.crypto_sign_open(signature + message, key)
     except nacl.exceptions.CryptoError as exc:
         raise InvalidSignature(f"signature does not verify under {did}") from exc
 
