@@ -168,3 +168,25 @@ def test_checkpoints_of_a_rotated_out_key_still_verify(store: Store) -> None:
     trusted = AuditLog(store, new_key, origin="test.example/audit", previous_keys=[old_key.public])
     report = trusted.verify()
     assert report.ok and report.checkpoints_checked == 2
+
+
+def test_concurrent_appends_get_distinct_gap_free_indexes(store: Store) -> None:
+    import threading
+
+    log = AuditLog(store, SigningKey(b"\x07" * 32), origin="test.example/audit")
+    got: list[int] = []
+    lock = threading.Lock()
+
+    def writer() -> None:
+        for i in range(10):
+            index = log.append(decision(i))
+            with lock:
+                got.append(index)
+
+    threads = [threading.Thread(target=writer) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(got) == list(range(60))
+    assert log.verify().ok

@@ -15,6 +15,7 @@ from agentgate.audit.entry import AuditEntry
 from agentgate.audit.merkle import leaf_hash
 from agentgate.audit.note import Checkpoint, sign_checkpoint
 from agentgate.cli.main import main
+from agentgate.errors import TamperDetected
 from agentgate.keys import SigningKey
 from agentgate.store import SQLiteStore, Store
 from agentgate.store.audit import AuditLog
@@ -225,3 +226,18 @@ def test_cli_verify_exit_codes(
     (tmp_path / "garbage.txt").write_text("not a checkpoint")
     assert main(["audit", "verify", "--checkpoint", str(tmp_path / "garbage.txt")]) == 2
     store.close()
+
+
+def test_checkpoint_refuses_to_sign_a_tampered_log(store: Store) -> None:
+    log = _fill(store)
+    log.checkpoint()
+    forged = _flip_decision(_row(store, 4)[0])
+    _attack(
+        store, ("UPDATE audit_log SET entry = ?, leaf_hash = ? WHERE idx = 4", (forged, leaf_hash(forged)))
+    )
+    log.append({"kind": "allow", "principal": "did:key:zAlice"})
+    with pytest.raises(TamperDetected, match="no longer match"):
+        log.checkpoint()
+    _attack(store, ("UPDATE audit_log SET entry = ? WHERE idx = 10", (b'{"forged":1}',)))
+    with pytest.raises(TamperDetected):
+        log.checkpoint()

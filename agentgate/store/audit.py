@@ -271,17 +271,22 @@ class AuditLog:
         """
         latest = self._latest_checkpoint_row()
         prev_size, prev_root = (int(latest[0]), bytes(latest[1])) if latest else (0, b"")
-        acc = RootAccumulator()
+        leaves: list[bytes] = []
         for idx, data, stored in self._rows(include_entry_from=prev_size):
-            if idx != acc.size:
-                raise TamperDetected(f"audit log: entry {acc.size} is missing")
+            if idx != len(leaves):
+                raise TamperDetected(f"audit log: entry {len(leaves)} is missing")
             if data is not None and leaf_hash(data) != stored:
                 raise TamperDetected(f"audit log: entry {idx} does not match its leaf hash")
-            acc.add(stored)
-            if acc.size == prev_size and acc.root() != prev_root:
-                raise TamperDetected(f"audit log: the first {prev_size} entries no longer match checkpoint")
-        if acc.size < prev_size:
-            raise TamperDetected(f"audit log: has {acc.size} entries, the last checkpoint had {prev_size}")
+            leaves.append(stored)
+        if len(leaves) < prev_size:
+            raise TamperDetected(f"audit log: has {len(leaves)} entries, the last checkpoint had {prev_size}")
+        acc = RootAccumulator()
+        acc.extend(leaves[:prev_size])
+        if latest and acc.root() != prev_root:
+            raise TamperDetected(
+                f"audit log: the first {prev_size} entries no longer match the last checkpoint"
+            )
+        acc.extend(leaves[prev_size:])
         if latest and acc.size == prev_size:
             return str(latest[2])
         note = sign_checkpoint(Checkpoint(self.origin, acc.size, acc.root()), self.signer)
