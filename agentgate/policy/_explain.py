@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from agentgate.capabilities import Call
 from agentgate.policy._index import Outcome, PolicyDecision, PolicyIndex
+from agentgate.policy._load import describe_constraint
 
 _VERDICT = {
     Outcome.ALLOW: "ALLOW",
@@ -25,7 +26,9 @@ def explain(index: PolicyIndex, principal: str, call: Call) -> tuple[PolicyDecis
         cap = decision.rule.capability
         lines.append(f"  rule: {decision.rule}")
         if cap.constraints:
-            lines.append("  constraints checked: " + ", ".join(f"{a} {c}" for a, c in cap.constraints))
+            lines.append(
+                "  constraints checked: " + "; ".join(describe_constraint(a, c) for a, c in cap.constraints)
+            )
         else:
             lines.append("  constraints checked: none (the rule allows any arguments)")
     if decision.budget is not None:

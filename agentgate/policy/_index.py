@@ -1,11 +1,12 @@
 """Policy evaluation: an index built once, so a decision looks rules up instead of scanning them.
 
-For each role the index holds a dict from every declared resource to the rules whose pattern
-names it (exact rules, and wildcard rules matched once at build time), plus the wildcard rules
-for resources the policy does not declare (``gpu:``). A principal maps to its roles (inherited
-ones included), an approval gate and a quota to the resources they name. A decision is then a
-few dict lookups and the constraint checks of the few rules that name the resource: its cost
-does not grow with the number of rules.
+For every declared tool and model the index holds one slot: the argument signature, the approval
+gates that guard it, and per role the rules whose pattern names it (exact rules, and wildcard
+rules matched once at build time), compiled to flat tuples. Resources the policy does not
+declare (``gpu:``) are matched against each role's exact and wildcard rules. A principal maps to
+its roles (inherited ones included) and its quotas. A decision is then a few dict lookups and
+the constraint checks of the few rules that name the resource: its cost does not grow with the
+number of rules.
 
 Default deny: an unknown principal, an undeclared tool or model, an undeclared or mistyped
 argument, or no rule that covers the call is a deny that says why.
@@ -20,7 +21,7 @@ from typing import Any, NamedTuple
 
 from agentgate.capabilities import Call, Capability, Constraint, pattern_matches
 from agentgate.errors import PolicyError
-from agentgate.policy._load import Policy, RuleRef
+from agentgate.policy._load import Policy, RuleRef, describe_constraint
 from agentgate.policy._schema import Budget
 
 # Exact types: a bool is not an integer here, and a str subclass is not a string.
@@ -126,7 +127,6 @@ class _Principal(NamedTuple):
 class _Slot(NamedTuple):
     """Everything a decision on one declared resource needs, in one place (one dict lookup)."""
 
-    kind: str
     types: dict[str, frozenset[type]] | None
     """Argument types by name (tools), or ``None`` (models: arguments are not declared)."""
     required: tuple[str, ...]
@@ -203,7 +203,7 @@ class PolicyIndex:
             slot_gates = tuple(exact_gates.get(resource, ())) + tuple(
                 g for g in self._wild_gates if pattern_matches(g.pattern, resource)
             )
-            self._slots[resource] = _Slot(resource.partition(":")[0], types, required, rules, slot_gates)
+            self._slots[resource] = _Slot(types, required, rules, slot_gates)
         self._exact_other = {
             resource: by_role for resource, by_role in exact.items() if resource not in self._slots
         }
@@ -424,7 +424,9 @@ def _miss(rule: RuleRef, call: Call) -> str:
         if name not in call.args:
             return f"{rule} requires argument {name!r}"
         if not constraint.allows(call.args[name]):
-            return f"{rule}: {name}={call.args[name]!r} is outside {constraint}"
+            return (
+                f"{rule}: {name}={call.args[name]!r} does not satisfy {describe_constraint(name, constraint)}"
+            )
     return f"{rule} does not cover the call"  # pragma: no cover - covers() was false for a reason above
 
 

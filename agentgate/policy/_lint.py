@@ -13,7 +13,7 @@ from typing import ClassVar
 
 from agentgate.capabilities import Capability, attenuates, pattern_matches, pattern_within, witness
 from agentgate.findings import Finding, FindingKind, Severity
-from agentgate.policy._load import Policy, RuleRef
+from agentgate.policy._load import Policy, RuleRef, describe
 
 SCOPE = FindingKind.SCOPE_CREEP
 INHERIT = FindingKind.IMPLICIT_TRUST_INHERITANCE
@@ -82,7 +82,7 @@ class DelegatesUnheldCapability(LintRule):
                     for h in held
                 ):
                     yield self.finding(
-                        policy, f"role {role} may delegate {cap}, which it does not hold", d.line
+                        policy, f"role {role} may delegate {describe(cap)}, which it does not hold", d.line
                     )
 
 
@@ -107,7 +107,7 @@ class DelegationWiderThanRole(LintRule):
                     example = f"; e.g. {call.args}" if call is not None and call.args else ""
                     yield self.finding(
                         policy,
-                        f"role {role} may delegate {cap}, wider than what it holds ({named[0].capability}){example}",
+                        f"role {role} may delegate {describe(cap)}, wider than what it holds ({describe(named[0].capability)}){example}",
                         d.line,
                     )
 

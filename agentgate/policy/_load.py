@@ -15,13 +15,38 @@ from pathlib import Path
 from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
-from agentgate.capabilities import Capability, Constraint, canonical_resource
+from agentgate.capabilities import DEFAULT_ACTIONS, Capability, Constraint, canonical_resource
 from agentgate.errors import CapabilityError, KeyFileError, PolicyError
 from agentgate.keys import load_public_key
 from agentgate.policy import _schema as schema
 from agentgate.policy._yaml import Locations, Mark, load_yaml
 
 MAX_POLICY_BYTES = 8 * 1024 * 1024
+
+
+_SYMBOLS = {"eq": "=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
+
+
+def describe_constraint(name: str, constraint: Constraint) -> str:
+    """``amount > 0 and amount <= 2000``, ``currency in [EUR, USD]``, ``url starts with "https://"``."""
+    parts = []
+    for op, value in constraint.to_dict().items():
+        if op == "in":
+            parts.append(f"{name} in [{', '.join(str(v) for v in value)}]")
+        elif op == "prefix":
+            parts.append(f'{name} starts with "{value}"')
+        else:
+            parts.append(f"{name} {_SYMBOLS[op]} {value}")
+    return " and ".join(parts)
+
+
+def describe(capability: Capability) -> str:
+    """A capability in words: ``tool:payments.refund where amount <= 2000 and currency in [EUR]``."""
+    action = "" if capability.action in ("invoke", "generate", "lease") else f" ({capability.action})"
+    if not capability.constraints:
+        return f"{capability.resource}{action}"
+    where = " and ".join(describe_constraint(n, c) for n, c in capability.constraints)
+    return f"{capability.resource}{action} where {where}"
 
 
 @dataclass(frozen=True)
@@ -40,7 +65,7 @@ class RuleRef:
 
     def __post_init__(self) -> None:
         where = f" (line {self.line})" if self.line is not None else ""
-        label = f"role {self.role} rule {self.index + 1}: {self.capability}{where}"
+        label = f"role {self.role} rule {self.index + 1}: {describe(self.capability)}{where}"
         object.__setattr__(self, "label", label)
         object.__setattr__(self, "allowed_by", "allowed by " + label)
 
@@ -471,12 +496,13 @@ class _Compiler:
             ) from None
 
     def _capability(self, loc: tuple[str | int, ...], rule: schema.CapabilityRule) -> Capability:
-        for arg, spec in rule.constraints.items():
-            self._constraint((*loc, "constraints", arg), spec)
+        constraints = tuple(
+            (arg, self._constraint((*loc, "constraints", arg), spec))
+            for arg, spec in rule.constraints.items()
+        )
+        action = rule.action or DEFAULT_ACTIONS.get(rule.resource.partition(":")[0], "invoke")
         try:
-            return Capability.of(
-                rule.resource, rule.action, {arg: spec.as_mapping() for arg, spec in rule.constraints.items()}
-            )
+            return Capability(rule.resource, action, constraints)
         except CapabilityError as exc:
             raise self.error(
                 (*loc, "resource"),

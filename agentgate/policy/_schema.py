@@ -15,6 +15,8 @@ Name = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,9
 Scalar = str | int | float | bool
 PrincipalKind = Literal["human", "service", "agent"]
 BudgetUnit = Literal["usd_micros", "tokens", "calls"]
+RetryClass = Literal["timeout", "connection", "rate_limited", "server_error"]
+_RETRY_ON_DEFAULT: tuple[RetryClass, ...] = ("timeout", "connection")
 SCHEMA_VERSION = 1
 
 
@@ -58,7 +60,7 @@ class Principal(_Model):
     """A public key file (did:key text or PEM), relative to the policy file."""
     tenant: Name | None = None
     """The tenant it belongs to (a key of ``tenants``)."""
-    roles: list[Name] = []
+    roles: list[Name] = Field(default_factory=list)
     """Roles it holds (keys of ``roles``)."""
     description: str = ""
 
@@ -93,10 +95,7 @@ class RetryPolicy(_Model):
     """Longest wait between attempts."""
     multiplier: float = Field(default=2.0, ge=1)
     """Each wait is the previous one times this (capped by ``backoff_max_s``)."""
-    retry_on: list[Literal["timeout", "connection", "rate_limited", "server_error"]] = [
-        "timeout",
-        "connection",
-    ]
+    retry_on: list[RetryClass] = Field(default_factory=lambda: list(_RETRY_ON_DEFAULT))
     """Failure classes that may be retried."""
 
 
@@ -104,7 +103,7 @@ class Tool(_Model):
     """A tool agents may call, its arguments and how the scheduler runs it."""
 
     description: str = ""
-    args: dict[str, Argument] = {}
+    args: dict[str, Argument] = Field(default_factory=dict)
     """Declared arguments; a call with an undeclared argument is denied."""
     idempotent: bool = False
     """Whether running it twice has the effect of running it once."""
@@ -116,9 +115,9 @@ class Tool(_Model):
     """Most calls running at once; unlimited when absent."""
     rate: RateLimit | None = None
     """Rate limit; unlimited when absent."""
-    retry: RetryPolicy = RetryPolicy()
+    retry: RetryPolicy = Field(default_factory=RetryPolicy)
     """Retry policy; no retry by default."""
-    loggable: list[str] = []
+    loggable: list[str] = Field(default_factory=list)
     """Argument names that may be written to the audit log in clear (others are digested)."""
     audit: bool = True
     """Whether calls are recorded in the audit log. Switching it off is a lint error."""
@@ -148,7 +147,7 @@ class ModelSpec(_Model):
     description: str = ""
     cost_per_mtok: ModelCost
     """Price per million tokens, micro-dollars."""
-    priority_classes: list[Name] = []
+    priority_classes: list[Name] = Field(default_factory=list)
     """Priority classes requests for this model may use (keys of ``priority_classes``)."""
     slo: SloTargets | None = None
     """Latency targets."""
@@ -196,7 +195,7 @@ class CapabilityRule(_Model):
     """``tool:NAME``, ``model:NAME``, ``gpu:NAME``, or a pattern ``tool:prefix.*`` / ``tool:*``."""
     action: str | None = None
     """Defaults to the resource kind's action (``invoke``, ``generate``, ``lease``)."""
-    constraints: dict[str, ConstraintSpec] = {}
+    constraints: dict[str, ConstraintSpec] = Field(default_factory=dict)
     """Argument name -> operators, e.g. ``{amount: {le: 500}}``."""
 
 
@@ -216,7 +215,7 @@ class Delegation(_Model):
     """How many further delegation steps the role's grant allows."""
     max_ttl_s: int | None = Field(default=None, gt=0)
     """Longest life of a delegated grant; must not exceed the role's ``ttl_s``."""
-    capabilities: list[CapabilityRule] = []
+    capabilities: list[CapabilityRule] = Field(default_factory=list)
     """Capabilities that may be handed on, each within one the role holds."""
     budget: Budget | None = None
     """Most budget a delegated grant may carry."""
@@ -230,9 +229,9 @@ class Role(_Model):
     description: str = ""
     kind: PrincipalKind | None = None
     """Which kind of principal the role is for; a role held by any agent is an agent role."""
-    inherits: list[Name] = []
+    inherits: list[Name] = Field(default_factory=list)
     """Roles whose capabilities this role also holds, whole."""
-    capabilities: list[CapabilityRule] = []
+    capabilities: list[CapabilityRule] = Field(default_factory=list)
     """What holders may do; anything else is denied."""
     budget: Budget | None = None
     """Spending limit of a grant for this role."""
@@ -271,7 +270,7 @@ class ApprovalGate(_Model):
 
     resource: str
     """The tool (or tool pattern) the gate guards."""
-    when: dict[str, ConstraintSpec] = {}
+    when: dict[str, ConstraintSpec] = Field(default_factory=dict)
     """The gate applies when every one of these holds (always when empty). A call missing a named argument needs approval."""
     approvers: list[Name] = Field(min_length=1)
     """Principals who may approve (keys of ``principals``); never the requester."""
@@ -288,17 +287,17 @@ class PolicyDocument(_Model):
     """Schema version; this is version 1."""
     name: str = ""
     description: str = ""
-    settings: Settings = Settings()
-    trust_anchors: dict[Name, TrustAnchor] = {}
+    settings: Settings = Field(default_factory=Settings)
+    trust_anchors: dict[Name, TrustAnchor] = Field(default_factory=dict)
     """Keys that may issue root grants."""
-    tenants: dict[Name, Tenant] = {}
+    tenants: dict[Name, Tenant] = Field(default_factory=dict)
     principals: dict[Name, Principal] = {}
-    tools: dict[str, Tool] = {}
+    tools: dict[str, Tool] = Field(default_factory=dict)
     """Tool name (e.g. ``payments.refund``) -> declaration."""
-    models: dict[str, ModelSpec] = {}
+    models: dict[str, ModelSpec] = Field(default_factory=dict)
     """Model name (e.g. ``llama-3.1-8b``) -> declaration."""
-    priority_classes: dict[Name, PriorityClass] = {}
+    priority_classes: dict[Name, PriorityClass] = Field(default_factory=dict)
     roles: dict[Name, Role] = {}
-    quotas: dict[Name, Quota] = {}
+    quotas: dict[Name, Quota] = Field(default_factory=dict)
     approvals: dict[Name, ApprovalGate] = {}
     """Approval gates by name."""

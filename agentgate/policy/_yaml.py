@@ -44,17 +44,20 @@ class Locations:
     """Where each location path's key and value start in the source."""
 
     def __init__(self) -> None:
-        self.values: dict[Path_, Mark] = {}
-        self.keys: dict[Path_, Mark] = {}
+        # PyYAML's own 0-based marks, kept as they are (converting 20,000 of them costs more
+        # than loading the values); ``of`` converts the one an error needs.
+        self.values: dict[Path_, Any] = {}
+        self.keys: dict[Path_, Any] = {}
 
     def of(self, loc: Sequence[str | int], *, key: bool = False) -> Mark | None:
         """The mark of the longest prefix of ``loc`` that has one (the key's mark if ``key``)."""
         path = tuple(loc)
         while True:
-            if key and path in self.keys:
-                return self.keys[path]
-            if path in self.values:
-                return self.values[path]
+            found = self.keys.get(path) if key else None
+            if found is None:
+                found = self.values.get(path)
+            if found is not None:
+                return Mark(found.line + 1, found.column + 1)
             if not path:
                 return None
             path = path[:-1]
@@ -122,6 +125,10 @@ class _Builder:
                 "a policy of sane size",
                 "remove aliases that repeat large structures",
             )
+        self.locations.values.setdefault(path, node.start_mark)
+        if isinstance(node, yaml.ScalarNode):
+            return self._scalar(node)
+        # Only collections expand when aliased, so only they are counted.
         if id(node) in self.seen and not self.inside_alias:
             self._alias(path)
             self.inside_alias = True
@@ -130,13 +137,15 @@ class _Builder:
             finally:
                 self.inside_alias = False
         self.seen.add(id(node))
-        self.locations.values.setdefault(path, Mark(node.start_mark.line + 1, node.start_mark.column + 1))
         if isinstance(node, yaml.MappingNode):
             return self._mapping(node, path)
         if isinstance(node, yaml.SequenceNode):
             if node.tag != _SEQ:
                 raise self._tag_error(node)
             return [self.build(item, (*path, i)) for i, item in enumerate(node.value)]
+        raise self._tag_error(node)
+
+    def _scalar(self, node: yaml.Node) -> Any:
         if node.tag not in _SCALAR_TAGS:
             raise self._tag_error(node)
         if node.tag == _STR:
@@ -182,18 +191,16 @@ class _Builder:
                     "quote keys that look like numbers, booleans or null (e.g. 'yes')",
                 )
             key = str(key_node.value)
+            child = (*path, key)
             if key in out:
-                first = self.locations.keys[(*path, key)]
                 raise self.error(
                     key_node,
-                    f"duplicate key {key!r} (first at line {first.line})",
+                    f"duplicate key {key!r} (first at line {self.locations.keys[child].line + 1})",
                     "each key once",
                     "remove one of them: YAML would silently keep only the last",
                 )
-            self.locations.keys[(*path, key)] = Mark(
-                key_node.start_mark.line + 1, key_node.start_mark.column + 1
-            )
-            out[key] = self.build(value_node, (*path, key))
+            self.locations.keys[child] = key_node.start_mark
+            out[key] = self.build(value_node, child)
         return out
 
     def _tag_error(self, node: yaml.Node) -> PolicyError:
