@@ -138,7 +138,8 @@ class BudgetLedger:
         """Settle ``reservation`` at ``actual``: refund what was not used, charge an overrun.
 
         Raises ``InputError`` if the reservation does not exist or was already settled, and
-        ``BudgetExceeded`` if an overrun (``actual`` above the reserved amount) does not fit.
+        ``BudgetExceeded`` if an overrun (``actual`` above the reserved amount) does not fit; then
+        nothing changes and the reservation stays open (commit a smaller amount, or release it).
         """
         actual = _amount(actual, "actual amount")
         with self._tx(tx) as t:
