@@ -14,7 +14,7 @@ from agentgate.errors import AuditError, Denied
 from agentgate.gate import AgentIdentity, Approval, Gate
 from agentgate.keys import SigningKey
 from agentgate.policy import parse_policy
-from agentgate.store import SQLiteStore
+from agentgate.store import SQLiteStore, Store
 
 POLICY = """
 version: 1
@@ -243,3 +243,27 @@ def test_audit_log_verifies_after_a_mixed_session(setup: Setup) -> None:
     setup.gate.authorize(setup.agent, Call.tool("refund", {"amount": 99999}))
     report = setup.gate.verify()
     assert report.first_bad_index is None and report.size == 5
+
+
+def test_the_same_path_on_both_stores(store: Store) -> None:
+    keys = {n: SigningKey.generate() for n in ("root", "agent", "lead", "helper")}
+    text = POLICY.format(budget=1000, **{n: k.did for n, k in keys.items()})
+    gate = Gate(parse_policy(text, source="gate.yaml"), store, log_key=SigningKey.generate())
+    agent = gate.issue(keys["root"], name="agent", key=keys["agent"], role="worker")
+    auth = gate.authorize(agent, Call.model("small"), tokens=(100, 100))
+    gate.run(auth, lambda: "x", spent=lambda _: (100, 50))
+    call = Call.tool("refund", {"amount": 500})
+    asked = gate.authorize(agent, call, call_id="c")
+    approval = Approval.sign(asked.approval_payload(), keys["lead"])
+    approved = gate.authorize(agent, call, call_id="c", approval=approval)
+    gate.run(approved, lambda: "refunded")
+    assert not gate.authorize(agent, call, call_id="c", approval=approval).allowed
+    gate.revoke(agent)
+    assert not gate.authorize(agent, Call.tool("lookup", {"id": "1"})).allowed
+    assert gate.remaining(agent)[agent.chain.root.id] == (200, 1000)
+    report = gate.verify()
+    assert report.ok and report.size == 8
+    kinds = sorted(e.kind for e in gate.audit.entries())
+    assert kinds == sorted(
+        ["allow", "outcome", "approval_required", "allow", "outcome", "deny", "revoke", "deny"]
+    )

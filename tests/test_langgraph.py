@@ -518,3 +518,39 @@ async def test_async_run_with_sub_agent_and_approval(team: Team) -> None:
     approval = team.gate.approve(paused["__interrupt__"][0].value, team.keys["dana"])
     await agent.ainvoke(Command(resume=approval), config, context=team.supervisor)
     assert team.ran == ["search:papers", "publish:reports/final"]
+
+
+@pytest.mark.postgres
+def test_approval_resumes_after_a_restart_with_postgres_saver_and_store(
+    tmp_path: Path, postgres_url: str
+) -> None:
+    from langgraph.checkpoint.postgres import PostgresSaver
+
+    from agentgate.store._postgres import PostgresStore
+
+    keys = {name: SigningKey.generate() for name in NAMES}
+    policy = parse_policy(_policy_text({n: k.did for n, k in keys.items()}, 1_000_000), source="team.yaml")
+    log_key = SigningKey.generate()
+    gate = Gate(policy, PostgresStore(postgres_url), log_key=log_key)
+    supervisor = gate.issue(keys["root"], name="supervisor", key=keys["supervisor"], role="supervisor")
+    team = Team(gate, keys, supervisor, tmp_path, [])
+    config = {"configurable": {"thread_id": "pg-restart"}}
+    with PostgresSaver.from_conn_string(postgres_url) as saver:
+        saver.setup()
+        paused = _publisher(gate, saver, team).invoke(
+            {"messages": [{"role": "user", "content": "go"}]}, config, context=supervisor
+        )
+    payload = paused["__interrupt__"][0].value
+    gate.close()
+
+    gate = Gate(policy, PostgresStore(postgres_url), log_key=log_key)  # a new process
+    try:
+        with PostgresSaver.from_conn_string(postgres_url) as saver:
+            done = _publisher(gate, saver, team).invoke(
+                Command(resume=gate.approve(payload, keys["dana"])), config, context=supervisor
+            )
+        assert "__interrupt__" not in done
+        assert team.ran == ["publish:reports/final"]
+        assert gate.verify().ok
+    finally:
+        gate.close()
