@@ -80,3 +80,25 @@ def test_schema_prints_the_committed_schema(capsys: pytest.CaptureFixture[str], 
     assert capsys.readouterr().out == json_schema_text()
     assert main(["policy", "schema", "-o", str(tmp_path / "s.json")]) == 0
     assert (tmp_path / "s.json").read_text() == (POLICIES / "policy.schema.json").read_text()
+
+
+def test_explain_unknown_principal_is_a_deny(capsys: pytest.CaptureFixture[str]) -> None:
+    cmd = [
+        "policy",
+        "explain",
+        SUPPORT,
+        "--as",
+        "mallory",
+        "--tool",
+        "tickets.read",
+        "--args",
+        '{"ticket_id": "T"}',
+    ]
+    assert main(cmd) == 1
+    assert "'mallory' is not a principal of this policy" in capsys.readouterr().out
+
+
+def test_explain_invalid_policy_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
+    path = str(CORPUS / "055-empty-file" / "policy.yaml")
+    assert main(["policy", "explain", path, "--as", "bot", "--tool", "x"]) == 2
+    assert "the policy file is empty" in capsys.readouterr().err

@@ -73,9 +73,12 @@ class RuleRef:
         return self.label
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Policy:
-    """A loaded, validated policy. Build with ``load_policy``, ``parse_policy`` or ``deny_all``."""
+    """A loaded, validated policy. Build with ``load_policy``, ``parse_policy`` or ``deny_all``.
+
+    Compared and hashed by identity; ``digest`` identifies the content.
+    """
 
     document: schema.PolicyDocument
     source: str | None = None
