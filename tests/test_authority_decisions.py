@@ -187,6 +187,23 @@ def test_revoked_ancestor_kills_the_live_child(repo: GrantRepository) -> None:
     assert set(repo.descendants(chain.root.id)) == set(chain.ids[1:])
 
 
+def test_child_delegated_after_its_parent_was_revoked_is_dead(repo: GrantRepository) -> None:
+    c1 = issue(ROOT, ALICE.did, ["tool:payments.refund?amount<=500&currency=EUR"], ttl=3600, now=NOW)
+    revoke(repo, c1, now=NOW)
+    late = delegate(c1, ALICE, CAROL.did, ["tool:payments.refund?amount<=60&currency=EUR"], ttl=60, now=NOW)
+    d = decide(Invocation.sign(CAROL, late, CALL, now=NOW), repo=repo, trusted=ROOT.public, now=NOW)
+    assert d.outcome is Outcome.DENY and d.findings[0].code == "revoked"
+
+
+def test_trust_anchors_may_be_keys_or_dids(local: GrantRepository) -> None:
+    chain = chain3()
+    for trusted in (ROOT.public, ROOT.did, [ROOT.did], frozenset({ROOT.public}), (CAROL.public, ROOT.public)):
+        inv = Invocation.sign(CAROL, chain, CALL, now=NOW)
+        assert decide(inv, repo=local, trusted=trusted, now=NOW).allowed  # type: ignore[arg-type]
+    inv = Invocation.sign(CAROL, chain, CALL, now=NOW)
+    assert decide(inv, repo=local, trusted=[CAROL.did], now=NOW).findings[0].code == "untrusted_root"
+
+
 def test_revocation_is_seen_through_a_warm_cache(repo: GrantRepository) -> None:
     """The chain is cached; revocation still is read on every decision, also from another connection."""
     chain = chain3()

@@ -10,6 +10,7 @@ time-independent verification of the chain (signatures, links, attenuation) is c
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -128,17 +129,20 @@ class ChainCache:
     def __init__(self, size: int = 4096) -> None:
         self.size = size
         self._items: dict[tuple[frozenset[str], str], Chain] = {}
+        self._lock = threading.Lock()
 
     def get(self, anchors: frozenset[str], token: str) -> Chain | None:
         return self._items.get((anchors, token))
 
     def put(self, anchors: frozenset[str], token: str, chain: Chain) -> None:
-        if len(self._items) >= self.size:
-            self._items.pop(next(iter(self._items)))
-        self._items[(anchors, token)] = chain
+        with self._lock:
+            if len(self._items) >= self.size:
+                self._items.pop(next(iter(self._items)))
+            self._items[(anchors, token)] = chain
 
     def clear(self) -> None:
-        self._items.clear()
+        with self._lock:
+            self._items.clear()
 
 
 _SHARED_CACHE = ChainCache()
@@ -198,7 +202,7 @@ def decide(
     recorded only when the answer is ``allow``, so an ``approval_required`` invocation may be
     decided again once the approval exists.
     """
-    anchors = trusted if isinstance(trusted, frozenset) else _anchors(trusted)
+    anchors = _anchors(trusted)
     return _decide(invocation, repo, anchors, approvals, now, skew, cache or _SHARED_CACHE)
 
 
