@@ -72,9 +72,9 @@ SIZES = ((1, 0.25), (2, 0.20), (3, 0.05), (4, 0.25), (6, 0.05), (8, 0.20))
 PRIORITIES = ((0, 0.60), (1, 0.30), (2, 0.10))
 CHECKPOINT_S = 60.0
 GRACE_S = 120.0
-LOCALITY_WAIT_S = 1800.0
-DRAIN_AFTER_S = 300.0
-MAX_DRAINING = 2
+LOCALITY_WAIT_S = math.inf  # communication-bound gangs never spread (docs/broker.md, Benchmark)
+DRAIN_AFTER_S = 600.0
+MAX_DRAINING = 0
 
 
 @dataclass

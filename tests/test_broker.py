@@ -91,7 +91,16 @@ def test_no_partial_placement_under_random_load() -> None:
     clock = FakeClock()
     topology = synthetic_topology(4, 8)
     quotas = [TenantQuota(t, 12, borrowing_limit=8, cohort="c") for t in ("a", "b")] + [TenantQuota("c", 8)]
-    broker = make_broker(clock, quotas, topology, ttl_s=50.0, grace_s=10.0, locality_wait_s=20.0)
+    broker = make_broker(
+        clock,
+        quotas,
+        topology,
+        ttl_s=50.0,
+        grace_s=10.0,
+        locality_wait_s=20.0,
+        drain_after_s=5.0,
+        max_draining=2,
+    )
     live: set[str] = set()
     for step in range(3000):
         clock.now += rng.random() * 3
@@ -162,7 +171,7 @@ def test_required_domain_waits_rather_than_spread() -> None:
 
 def test_communication_bound_gang_waits_for_one_domain_then_spreads() -> None:
     clock = FakeClock()
-    broker = make_broker(clock, locality_wait_s=100.0, drain_after_s=1000.0)
+    broker = make_broker(clock, locality_wait_s=100.0)
     broker.submit(GangRequest("x", "a", 5, topology=TopologyConstraint("nvlink_domain")))
     broker.submit(GangRequest("y", "a", 5, topology=TopologyConstraint("nvlink_domain")))
     comm = GangRequest("comm", "b", 6, hint=WorkloadHint(bound="communication"))
@@ -187,7 +196,7 @@ def test_communication_bound_gang_is_packed_in_one_domain() -> None:
 
 def test_draining_reserves_one_domain_until_the_gang_fits() -> None:
     clock = FakeClock()
-    broker = make_broker(clock, locality_wait_s=10_000.0, drain_after_s=60.0)
+    broker = make_broker(clock, locality_wait_s=10_000.0, drain_after_s=60.0, max_draining=1)
     broker.submit(GangRequest("x", "a", 6, topology=TopologyConstraint("nvlink_domain")))
     broker.submit(GangRequest("y", "a", 5, topology=TopologyConstraint("nvlink_domain")))
     broker.submit(GangRequest("comm", "b", 4, hint=WorkloadHint(bound="communication")))
@@ -210,7 +219,7 @@ def test_draining_reserves_one_domain_until_the_gang_fits() -> None:
 
 def test_draining_gang_that_times_out_frees_its_reservation() -> None:
     clock = FakeClock()
-    broker = make_broker(clock, drain_after_s=0.0)
+    broker = make_broker(clock, drain_after_s=0.0, max_draining=1)
     broker.submit(GangRequest("x", "a", 12))
     broker.submit(GangRequest("comm", "b", 8, hint=WorkloadHint(bound="communication"), timeout_s=50))
     assert broker.queue()[0].draining and broker.free_gpus() == 0
@@ -451,3 +460,26 @@ def test_malformed_requests_and_duplicate_ids_are_refused() -> None:
         broker.submit(GangRequest("x", "a", 1))
     with pytest.raises(LeaseLost):
         broker.release("nope")
+
+
+def test_infinite_locality_wait_never_spreads_a_communication_bound_gang() -> None:
+    clock = FakeClock()
+    broker = make_broker(clock, locality_wait_s=float("inf"))
+    broker.submit(GangRequest("x", "a", 5, topology=TopologyConstraint("nvlink_domain")))
+    broker.submit(GangRequest("y", "a", 5, topology=TopologyConstraint("nvlink_domain")))
+    comm = GangRequest("comm", "b", 6, hint=WorkloadHint(bound="communication"), timeout_s=900)
+    assert broker.submit(comm) == []
+    assert broker.next_deadline() == 900
+    clock.now = 899
+    assert broker.advance() == []
+
+
+@pytest.mark.parametrize("setting", [{"ttl_s": -1.0}, {"grace_s": float("inf")}, {"locality_wait_s": -5.0}])
+def test_broker_settings_are_checked(setting: dict[str, float]) -> None:
+    with pytest.raises(BrokerError, match="must be"):
+        Broker(synthetic_topology(1, 8), [TenantQuota("a", 8)], **setting)  # type: ignore[arg-type]
+
+
+def test_a_tenant_cannot_have_two_quotas() -> None:
+    with pytest.raises(BrokerError, match="two quotas"):
+        Broker(synthetic_topology(1, 8), [TenantQuota("a", 4), TenantQuota("a", 4)])

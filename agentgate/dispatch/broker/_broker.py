@@ -94,8 +94,9 @@ class Broker:
     ``quotas`` lists every tenant that may ask; ``policy`` defaults to ``TopologyAware``.
     ``ttl_s`` and ``grace_s`` are the defaults for requests that do not set their own;
     ``locality_wait_s`` is how long a communication-bound gang (or one with a preferred
-    constraint) waits for its preferred placement before it accepts a looser one;
-    ``drain_after_s`` and ``max_draining`` govern draining (module docstring).
+    constraint) waits for its preferred placement before it accepts a looser one (``inf``:
+    never); ``drain_after_s`` and ``max_draining`` govern draining (module docstring; off by
+    default). Raises ``BrokerError`` for a negative setting or a tenant with two quotas.
     """
 
     def __init__(
@@ -107,21 +108,18 @@ class Broker:
         clock: Clock = time.time,
         ttl_s: float = 60.0,
         grace_s: float = 120.0,
-        locality_wait_s: float = 300.0,
-        drain_after_s: float = 60.0,
-        max_draining: int = 1,
+        locality_wait_s: float = 1800.0,
+        drain_after_s: float = 600.0,
+        max_draining: int = 0,
         journal: LeaseJournal | None = None,
     ) -> None:
-        settings = (
-            ("ttl_s", ttl_s),
-            ("grace_s", grace_s),
-            ("locality_wait_s", locality_wait_s),
-            ("drain_after_s", drain_after_s),
-            ("max_draining", max_draining),
-        )
-        for name, value in settings:
+        for name, value in (("ttl_s", ttl_s), ("grace_s", grace_s), ("max_draining", max_draining)):
             if not math.isfinite(value) or value < 0:
                 raise BrokerError(f"broker {name} must be finite and >= 0, got {value}")
+        # An infinite wait is allowed: never loosen a preference, never drain.
+        for name, value in (("locality_wait_s", locality_wait_s), ("drain_after_s", drain_after_s)):
+            if math.isnan(value) or value < 0:
+                raise BrokerError(f"broker {name} must be >= 0, got {value}")
         self.topology = topology
         self.policy: PlacementPolicy = policy or TopologyAware(topology)
         self.clock = clock
@@ -235,7 +233,8 @@ class Broker:
                     times.append(w.deadline)
                 if not w.nominated:
                     times.append(w.submitted_at + self.locality_wait_s)
-                    times.append(w.submitted_at + self.drain_after_s)
+                    if self.max_draining:
+                        times.append(w.submitted_at + self.drain_after_s)
             now = self.clock()
             future = [t for t in times if t > now and math.isfinite(t)]
             return min(future) if future else None
