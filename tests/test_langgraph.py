@@ -554,3 +554,36 @@ def test_approval_resumes_after_a_restart_with_postgres_saver_and_store(
         assert gate.verify().ok
     finally:
         gate.close()
+
+
+def test_model_calls_are_routed_through_the_dispatcher_to_a_backend(team: Team) -> None:
+    from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+
+    from agentgate.dispatch import inventory_from_mapping
+    from agentgate.dispatch.dispatcher import Dispatcher
+    from agentgate.dispatch.router import Router
+    from agentgate.sim import SimServer
+
+    server = SimServer(model_name="scripted", time_scale=0.1).start()
+    try:
+        backend = {"name": "sim-0", "url": server.url, "engine": "vllm", "models": ["scripted"]}
+        inventory = inventory_from_mapping(
+            {"backends": [{**backend, "metrics_url": server.url + "/metrics"}]}
+        )
+        team.gate.attach_dispatcher(Dispatcher(inventory, Router(inventory)))
+        own = GenericFakeChatModel(messages=iter([]))  # raises if the agent's own model were called
+        agent = create_gated_agent(
+            team.gate, name="supervisor", model=own, tools=_tools(team), model_name="scripted", max_tokens=16
+        )
+        result = agent.invoke(
+            {"messages": [{"role": "user", "content": "summarize"}]}, context=team.supervisor
+        )
+        answer = result["messages"][-1]
+        assert answer.response_metadata["backend"] == "sim-0" and server.served == 1
+        usage = answer.usage_metadata
+        assert usage is not None and 0 < usage["output_tokens"] <= 16
+        # 1 micro-dollar per token at this policy's price: the budget is charged what the backend reported.
+        spent, _ = team.gate.remaining(team.supervisor)[team.supervisor.chain.root.id]
+        assert spent == usage["input_tokens"] + usage["output_tokens"]
+    finally:
+        server.stop()

@@ -21,6 +21,7 @@ identity that is not its own and refuses every call with an ``implicit_trust_inh
 
 from __future__ import annotations
 
+import json
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from datetime import timedelta
 from typing import Any
@@ -30,12 +31,20 @@ from langchain.agents.middleware import AgentMiddleware, ModelRequest, ModelResp
 from langchain.tools import ToolRuntime
 from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
 from langchain_core.language_models.chat_models import BaseChatModel
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+from langchain_core.messages import (
+    AIMessage,
+    BaseMessage,
+    HumanMessage,
+    ToolMessage,
+    convert_to_openai_messages,
+)
 from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.tools import BaseTool, StructuredTool
+from langchain_core.utils.function_calling import convert_to_openai_tool
 from langgraph.prebuilt import ToolNode
 from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.types import Command, interrupt
+from pydantic import Field
 
 from agentgate.capabilities import Call, Capability
 from agentgate.errors import AgentGateError, Denied
@@ -43,6 +52,7 @@ from agentgate.gate import AgentIdentity, Approval, Authorization, Gate
 from agentgate.keys import SigningKey
 
 __all__ = [
+    "DispatchedChatModel",
     "GateMiddleware",
     "ScriptedChatModel",
     "create_gated_agent",
@@ -210,6 +220,20 @@ class GateMiddleware(AgentMiddleware[Any, Any, Any]):
         )
         if not auth.allowed and self.enforce:
             raise Denied(auth.explain(), auth.decision)
+        if (
+            auth.allowed
+            and self.gate.dispatches
+            and not isinstance(request.model, ScriptedChatModel | DispatchedChatModel)
+        ):
+            # The dispatcher chooses the backend: the agent's own model is swapped for one that
+            # sends the same request through it (OpenAI-compatible chat completions).
+            model = DispatchedChatModel(
+                gate=self.gate,
+                model_name=call.resource.removeprefix("model:"),
+                max_tokens=call.args["max_tokens"],
+                tenant=identity.tenant if identity else "default",
+            )
+            request = request.override(model=model)
         return auth, request
 
     def _stopped(self, auth: Authorization) -> ModelResponse[Any]:
@@ -367,6 +391,77 @@ def delegation_tool(
         description=description or f"Hand a task to the {name} agent and get its answer.",
         metadata={DELEGATION_KEY: name},
     )
+
+
+class DispatchedChatModel(BaseChatModel):
+    """A chat model served through the gate's dispatcher: the router picks the backend (an
+    OpenAI-compatible server: vLLM, SGLang, TGI, llama.cpp) for each call. Tools bound to it are
+    sent in OpenAI's format and tool calls in the answer are parsed back."""
+
+    gate: Any
+    model_name: str
+    max_tokens: int = 1024
+    tenant: str = "default"
+    tools: list[dict[str, Any]] = Field(default_factory=list)
+
+    @property
+    def _llm_type(self) -> str:
+        return "agentgate-dispatched"
+
+    def bind_tools(self, tools: Any, **kwargs: Any) -> DispatchedChatModel:  # type: ignore[override]
+        return self.model_copy(update={"tools": [convert_to_openai_tool(t) for t in tools]})
+
+    def _payload(self, messages: list[BaseMessage]) -> dict[str, Any]:
+        payload: dict[str, Any] = {
+            "model": self.model_name,
+            "messages": convert_to_openai_messages(messages),
+            "max_tokens": self.max_tokens,
+        }
+        if self.tools:
+            payload["tools"] = self.tools
+        return payload
+
+    @staticmethod
+    def _result(served: Any) -> ChatResult:
+        choice = (served.body.get("choices") or [{}])[0].get("message") or {}
+        calls = []
+        for raw in choice.get("tool_calls") or []:
+            function = raw.get("function") or {}
+            try:
+                args = json.loads(function.get("arguments") or "{}")
+            except json.JSONDecodeError:
+                args = {}
+            calls.append({"name": function.get("name", ""), "args": args, "id": raw.get("id")})
+        usage = served.usage
+        message = AIMessage(
+            content=served.content,
+            tool_calls=calls,
+            usage_metadata={
+                "input_tokens": usage.prompt_tokens,
+                "output_tokens": usage.completion_tokens,
+                "total_tokens": usage.prompt_tokens + usage.completion_tokens,
+            },
+            response_metadata={"backend": served.backend, "finish_reason": served.finish_reason},
+        )
+        return ChatResult(generations=[ChatGeneration(message=message)])
+
+    def _generate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: CallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        return self._result(self.gate.dispatch(self._payload(messages), tenant=self.tenant))
+
+    async def _agenerate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: AsyncCallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        return self._result(await self.gate.adispatch(self._payload(messages), tenant=self.tenant))
 
 
 class ScriptedChatModel(BaseChatModel):
