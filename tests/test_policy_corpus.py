@@ -3,8 +3,8 @@
 Each folder is one policy; ``cases.json`` says what loading it must do (``load_error``: the
 line and a fragment of the message), which lint findings it must produce (``findings``: the
 exact multiset of kind and code), and what each request must get (``requests``: principal,
-tool or model or resource, arguments, expected decision, and optionally the role, the gate and
-the quotas). A new case is a new folder; this module does not change.
+tool or model or resource, arguments, expected decision, and optionally the role, the gate, its
+approvers and the quotas). A new case is a new folder; this module does not change.
 """
 
 from __future__ import annotations
@@ -88,6 +88,8 @@ def test_corpus_case(folder: Path) -> None:
             assert decision.role == request["role"]
         if "approval" in request:
             assert decision.approval is not None and decision.approval.gate == request["approval"]
+        if "approvers" in request:
+            assert decision.approval is not None and list(decision.approval.approvers) == request["approvers"]
         if "quotas" in request:
             assert sorted(q.name for q in decision.quotas) == sorted(request["quotas"])
         assert decision.reasons

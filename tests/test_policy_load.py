@@ -7,11 +7,14 @@ import shutil
 from pathlib import Path
 
 import pytest
+import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from agentgate.capabilities import Call
 from agentgate.errors import PolicyError
 from agentgate.keys import SigningKey, save_key
-from agentgate.policy import Outcome, Policy, PolicyIndex, json_schema_text, load_policy, parse_policy
+from agentgate.policy import Outcome, Policy, PolicyIndex, json_schema_text, lint, load_policy, parse_policy
 
 POLICIES = Path(__file__).resolve().parents[1] / "policies"
 EXAMPLES = ["support.yaml", "research_team.yaml", "gpu_platform.yaml"]
@@ -136,3 +139,48 @@ def test_policy_digest_is_the_file_hash(tmp_path: Path) -> None:
     text = "version: 1\n"
     (tmp_path / "p.yaml").write_text(text)
     assert load_policy(tmp_path / "p.yaml").digest == hashlib.sha256(text.encode()).hexdigest()
+
+
+_KEYS = st.sampled_from(
+    [
+        "version",
+        "roles",
+        "tools",
+        "principals",
+        "capabilities",
+        "resource",
+        "ttl_s",
+        "args",
+        "type",
+        "kind",
+        "le",
+        "x",
+    ]
+)
+_LEAVES = st.one_of(st.none(), st.booleans(), st.integers(-3, 3), st.text(max_size=8), st.just("tool:a.b"))
+_TREES = st.recursive(
+    _LEAVES,
+    lambda children: st.lists(children, max_size=3) | st.dictionaries(_KEYS, children, max_size=4),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(tree=_TREES)
+def test_any_structure_loads_or_raises_policy_error(tree: object) -> None:
+    text = yaml.safe_dump({"version": 1, "roles": tree}) if isinstance(tree, dict) else yaml.safe_dump(tree)
+    try:
+        policy = parse_policy(text, source="fuzz.yaml")
+    except PolicyError as exc:
+        assert exc.file == "fuzz.yaml" and exc.message
+    else:
+        lint(policy)
+
+
+@settings(max_examples=200, deadline=None)
+@given(text=st.text(alphabet=st.sampled_from(list("version: 1\n-[]{}&*!'\"#:ab,? \t|>")), max_size=60))
+def test_any_text_loads_or_raises_policy_error(text: str) -> None:
+    try:
+        parse_policy(text, source="fuzz.yaml")
+    except PolicyError as exc:
+        assert exc.file == "fuzz.yaml"

@@ -15,7 +15,7 @@ argument, or no rule that covers the call is a deny that says why.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any, NamedTuple
 
@@ -308,6 +308,22 @@ class PolicyIndex:
         for gate in gates:
             if _gate_applies(gate.requirement.conditions, call.args):
                 req = gate.requirement
+                if entry.name in req.approvers:
+                    # Nobody approves their own call: the requester leaves the approver list.
+                    keep = [i for i, a in enumerate(req.approvers) if a != entry.name]
+                    if len(keep) < req.quorum:
+                        reason = (
+                            f"approval gate {gate.name} applies, and without the requester {entry.name} only "
+                            f"{len(keep)} approver(s) remain for a quorum of {req.quorum}: no approval can be valid"
+                        )
+                        return PolicyDecision(
+                            Outcome.DENY, entry.name, resource, reasons=(allowed_by, reason)
+                        )
+                    req = replace(
+                        req,
+                        approvers=tuple(req.approvers[i] for i in keep),
+                        approver_dids=tuple(req.approver_dids[i] for i in keep),
+                    )
                 reason = (
                     f"approval gate {gate.name} applies: {req.quorum} of {', '.join(req.approvers)} must approve"
                     f" within {req.expiry_s}s"

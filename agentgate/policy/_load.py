@@ -495,7 +495,10 @@ class _Compiler:
             return Constraint.of(spec.as_mapping(), ".".join(str(p) for p in loc))
         except CapabilityError as exc:
             raise self.error(
-                loc, str(exc), "operators eq, in, lt, le, gt, ge, prefix", "give at least one operator"
+                loc,
+                str(exc),
+                "operators eq, in, lt, le, gt, ge, prefix",
+                "lt, le, gt, ge take finite numbers, prefix a string, eq a value, in a non-empty list",
             ) from None
 
     def _capability(self, loc: tuple[str | int, ...], rule: schema.CapabilityRule) -> Capability:
