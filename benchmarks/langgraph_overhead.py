@@ -149,6 +149,20 @@ def build_gated(workdir: Path, synchronous: str, gate_models: bool) -> tuple[Cal
     return lambda: boss.invoke({"messages": [{"role": "user", "content": "go"}]}, context=boss_identity), gate
 
 
+def commit_cost(workdir: Path, synchronous: str, n: int = 200) -> float:
+    """Median seconds of one small INSERT + COMMIT at this durability setting, on the same disk."""
+    store = SQLiteStore(workdir / f"floor-{synchronous}.db", synchronous=synchronous)
+    store.ensure_schema("floor", {"sqlite": "CREATE TABLE IF NOT EXISTS floor (x BLOB)", "postgresql": ""})
+    samples = []
+    for _ in range(n):
+        start = time.perf_counter()
+        with store.transaction() as tx:
+            tx.execute("INSERT INTO floor (x) VALUES (?)", (b"x" * 200,))
+        samples.append(time.perf_counter() - start)
+    store.close()
+    return statistics.median(samples)
+
+
 def _check(result: Any, gated: bool) -> None:
     statuses = [m.status for m in result["messages"] if m.type == "tool"]
     if statuses != ["success"] * (CALLS_PER_AGENT + len(SUBAGENTS)):
@@ -186,6 +200,10 @@ def main() -> None:
             for gate in gates:
                 gate.close()
     median = {label: statistics.median(t) for label, t in times.items()}
+    commit_full, commit_normal = (
+        commit_cost(Path(tempfile.mkdtemp()), "FULL"),
+        commit_cost(Path(tempfile.mkdtemp()), "NORMAL"),
+    )
     ratio_durable = median["gated"] / median["plain"]
     ratio_relaxed = median["relaxed"] / median["plain"]
     per_tool_us = (median["tools"] - median["plain"]) / TOOL_CALLS * 1e6
@@ -202,6 +220,10 @@ def main() -> None:
         )
     print(f"added per tool call (durable, incl. delegation): {per_tool_us:8.0f} us")
     print(f"added per model call (durable):                  {per_model_us:8.0f} us")
+    print(
+        f"floor on this disk: one durable commit {commit_full * 1e6:.0f} us, one relaxed commit "
+        f"{commit_normal * 1e6:.0f} us (a call costs one durable commit before it runs)"
+    )
     figures = {
         "plain_ms": round(median["plain"] * 1e3, 3),
         "tools_only_ms": round(median["tools"] * 1e3, 3),
@@ -211,6 +233,8 @@ def main() -> None:
         "ratio_relaxed": round(ratio_relaxed, 4),
         "us_per_tool_call": round(per_tool_us, 1),
         "us_per_model_call": round(per_model_us, 1),
+        "durable_commit_us": round(commit_full * 1e6, 1),
+        "relaxed_commit_us": round(commit_normal * 1e6, 1),
         "tool_calls": TOOL_CALLS,
         "model_calls": MODEL_CALLS,
         "subagents": len(SUBAGENTS),
