@@ -483,3 +483,18 @@ def test_broker_settings_are_checked(setting: dict[str, float]) -> None:
 def test_a_tenant_cannot_have_two_quotas() -> None:
     with pytest.raises(BrokerError, match="two quotas"):
         Broker(synthetic_topology(1, 8), [TenantQuota("a", 4), TenantQuota("a", 4)])
+
+
+def test_inference_gang_prefers_one_node_where_a_compute_gang_fills_fragments() -> None:
+    broker = make_broker(FakeClock(), topology=synthetic_topology(2, 8, domains_per_node=4))
+    holders = {}
+    for k in range(16):
+        (gpu,) = granted(broker.submit(GangRequest(f"f{k}", "a", 1)))[f"f{k}"]
+        holders[gpu] = f"f{k}"
+    for gpu in ("n000/g0", "n000/g2", "n001/g0", "n001/g2", "n001/g4", "n001/g6"):
+        broker.release(holders[gpu])
+    inference = GangRequest("serve", "b", 4, hint=WorkloadHint(kind="inference"))
+    assert {g.split("/")[0] for g in granted(broker.submit(inference))["serve"]} == {"n001"}
+    broker.release("serve")
+    batch = granted(broker.submit(GangRequest("batch", "b", 4)))["batch"]
+    assert {g.split("/")[0] for g in batch} == {"n000", "n001"}

@@ -12,6 +12,7 @@ from agentgate.cli import broker as broker_cli
 from agentgate.dispatch.broker import (
     Broker,
     GangRequest,
+    LeaseEnded,
     TenantQuota,
     TopologyConstraint,
     WorkloadHint,
@@ -19,7 +20,7 @@ from agentgate.dispatch.broker import (
     synthetic_topology,
 )
 from agentgate.dispatch.inventory import parse_inventory
-from agentgate.errors import InventoryError
+from agentgate.errors import BrokerError, InventoryError
 from agentgate.store import SQLiteStore, Store
 from agentgate.store.broker_leases import BrokerLeaseStore
 
@@ -43,10 +44,14 @@ class FakeClock:
         return self.now
 
 
+def empty_broker(journal: BrokerLeaseStore, clock: FakeClock) -> Broker:
+    quotas = [TenantQuota("a", 16, cohort="lab"), TenantQuota("b", 16, cohort="lab")]
+    return Broker(synthetic_topology(2, 8), quotas, clock=clock, ttl_s=60, grace_s=30, journal=journal)
+
+
 def busy_broker(journal: BrokerLeaseStore, clock: FakeClock) -> Broker:
     """A broker with an active lease, a notified one, a nominated preemptor and a plain waiter."""
-    quotas = [TenantQuota("a", 16, cohort="lab"), TenantQuota("b", 16, cohort="lab")]
-    broker = Broker(synthetic_topology(2, 8), quotas, clock=clock, ttl_s=60, grace_s=30, journal=journal)
+    broker = empty_broker(journal, clock)
     broker.submit(GangRequest("low", "a", 8, holder="trainer-1", hint=WorkloadHint("communication")))
     broker.submit(GangRequest("keep", "b", 6, topology=TopologyConstraint("node", required=False)))
     clock.now += 5
@@ -93,6 +98,51 @@ def test_brokers_sharing_a_store_keep_their_own_state(store: Store) -> None:
     assert west is not None and east is not None
     assert [lease.id for lease in west.leases] == ["solo"]
     assert "solo" not in {lease.id for lease in east.leases}
+
+
+def test_restarted_broker_takes_over_the_saved_state(store: Store) -> None:
+    clock = FakeClock()
+    before = busy_broker(BrokerLeaseStore(store), clock)
+    journal = BrokerLeaseStore(store)
+    saved = journal.load()
+    assert saved is not None
+    after = empty_broker(journal, clock)
+    after.restore(saved)
+    assert after.leases() == before.leases() and after.queue() == before.queue()
+    assert after.free_gpus() == before.free_gpus() == 0
+    assert (after.usage("a"), after.usage("b")) == (before.usage("a"), before.usage("b"))
+    clock.now += 30  # low's grace ends: the preemptor gets its GPUs from the new broker
+    events = after.advance()
+    assert [(type(e).__name__, getattr(e, "reason", "")) for e in events][:2] == [
+        ("LeaseEnded", "preempted"),
+        ("Granted", ""),
+    ]
+
+
+def test_holder_that_died_during_a_broker_restart_still_expires(store: Store) -> None:
+    clock = FakeClock()
+    busy_broker(BrokerLeaseStore(store), clock)
+    saved = BrokerLeaseStore(store).load()
+    assert saved is not None
+    after = empty_broker(BrokerLeaseStore(store), clock)
+    after.restore(saved)
+    clock.now += 60  # nobody renewed "keep"
+    ended = {e.lease.id: e.reason for e in after.advance() if isinstance(e, LeaseEnded)}
+    assert ended["keep"] == "expired"
+
+
+def test_restore_refuses_a_snapshot_of_another_cluster_and_changes_nothing(sqlite_store: Store) -> None:
+    clock = FakeClock()
+    busy_broker(BrokerLeaseStore(sqlite_store), clock)
+    saved = BrokerLeaseStore(sqlite_store).load()
+    assert saved is not None
+    small = Broker(synthetic_topology(1, 8), [TenantQuota("a", 8), TenantQuota("b", 8)], clock=clock)
+    with pytest.raises(BrokerError, match="unknown gpu"):
+        small.restore(saved)
+    assert small.leases() == [] and small.queue() == [] and small.free_gpus() == 8
+    busy = busy_broker(BrokerLeaseStore(sqlite_store, "other"), clock)
+    with pytest.raises(BrokerError, match="done nothing yet"):
+        busy.restore(saved)
 
 
 def test_from_inventory_maps_domains_nodes_and_racks() -> None:

@@ -278,6 +278,73 @@ class Broker:
         with self._lock:
             return BrokerSnapshot(self.clock(), tuple(self.leases()), tuple(self.queue()))
 
+    def restore(self, snapshot: BrokerSnapshot) -> None:
+        """Take over the leases and queue of a saved snapshot (a restarted broker).
+
+        Only on a broker that has done nothing yet. Leases keep their expiry and notice
+        deadlines, so a lease whose holder died while the broker was down ends at the next call.
+        Raises ``BrokerError``, changing nothing, when the broker is not empty or the snapshot
+        does not match this topology and these quotas (unknown GPU or tenant, a GPU held twice,
+        a gang of the wrong size).
+        """
+        with self._lock:
+            if self._leases or self._waiting or self._seq:
+                raise BrokerError("restore needs a broker that has done nothing yet")
+            holders: dict[int, str] = {}
+            reserved: dict[int, str] = {}
+
+            def numbers(owner: str, gpus: Sequence[str], size: int, into: dict[int, str]) -> list[int]:
+                if len(gpus) not in (0, size):
+                    raise BrokerError(f"snapshot: {owner!r} holds {len(gpus)} GPUs for a gang of {size}")
+                nums = []
+                for gpu in gpus:
+                    if gpu not in self.topology.index:
+                        raise BrokerError(f"snapshot: {owner!r} names unknown gpu {gpu!r}")
+                    i = self.topology.index[gpu]
+                    if i in into:
+                        raise BrokerError(f"snapshot: gpu {gpu!r} is held by {into[i]!r} and {owner!r}")
+                    into[i] = owner
+                    nums.append(i)
+                return nums
+
+            for lease in snapshot.leases:
+                if lease.tenant not in self._quotas:
+                    raise BrokerError(f"snapshot: lease {lease.id!r} has unknown tenant {lease.tenant!r}")
+                numbers(lease.id, lease.gpus, lease.request.gpus, holders)
+            for q in snapshot.queue:
+                if q.request.tenant not in self._quotas:
+                    raise BrokerError(
+                        f"snapshot: request {q.request.id!r} has unknown tenant {q.request.tenant!r}"
+                    )
+                numbers(q.request.id, q.nominated, q.request.gpus, reserved)
+            for lease in snapshot.leases:
+                nums = [self.topology.index[g] for g in lease.gpus]
+                for i in nums:
+                    self._owner[i] = lease.id
+                self._free.take(nums)
+                self._leases[lease.id] = lease
+                if lease.notice_deadline is not None:
+                    self._victims.add(lease.id)
+                else:
+                    self._charge(lease.tenant, len(nums))
+            for q in snapshot.queue:
+                self._seq += 1
+                nums = [self.topology.index[g] for g in q.nominated]
+                w = _Waiting(q.request, q.submitted_at, q.deadline, self._seq, tuple(nums), set(q.victims))
+                w.draining = q.draining
+                self._waiting[q.request.id] = w
+                if nums:
+                    self._charge(q.request.tenant, len(nums))
+                    self._free.take(i for i in nums if self._owner[i] is None)
+                    for i in nums:
+                        self._reserved[i] = q.request.id
+            self._dirty = True
+            # A victim that ended while the broker was down releases its preemptor now.
+            for w in list(self._waiting.values()):
+                w.victims &= set(self._leases)
+                if w.nominated and not w.victims and all(self._owner[i] is None for i in w.nominated):
+                    self._grant(w, w.nominated, self.clock())
+
     # --- validation ---------------------------------------------------------------------------
 
     def _check_placeable(self, request: GangRequest) -> None:
@@ -307,7 +374,7 @@ class Broker:
                     f"request {request.id!r}: {n} GPUs never fit in one {constraint.level} (largest has {largest})"
                 )
         else:
-            count = sum(1 for i in range(len(self.topology)) if eligible is None or eligible(i))
+            count = len(self.topology) if eligible is None else sum(map(eligible, range(len(self.topology))))
             if n > count:
                 raise BrokerError(f"request {request.id!r}: {n} GPUs but only {count} match its filters")
 
