@@ -15,8 +15,10 @@ Name = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,9
 Scalar = str | int | float | bool
 PrincipalKind = Literal["human", "service", "agent"]
 BudgetUnit = Literal["usd_micros", "tokens", "calls"]
-RetryClass = Literal["timeout", "connection", "rate_limited", "server_error"]
-_RETRY_ON_DEFAULT: tuple[RetryClass, ...] = ("timeout", "connection")
+RetryClass = Literal["transient", "timeout", "connection", "error"]
+"""The scheduler's error classes (agentgate.tasks): ``transient`` failed before any effect;
+``timeout`` and ``connection`` are ambiguous (the effect may have happened); ``error`` is anything else."""
+_RETRY_ON_DEFAULT: tuple[RetryClass, ...] = ("transient",)
 SCHEMA_VERSION = 1
 
 
@@ -89,14 +91,22 @@ class RetryPolicy(_Model):
 
     attempts: int = Field(default=1, ge=1, le=20)
     """Total attempts, including the first; 1 means no retry."""
-    backoff_initial_s: float = Field(default=0.5, ge=0)
+    backoff_initial_s: float = Field(default=0.1, ge=0)
     """Wait before the second attempt."""
-    backoff_max_s: float = Field(default=30.0, ge=0)
+    backoff_max_s: float = Field(default=10.0, ge=0)
     """Longest wait between attempts."""
     multiplier: float = Field(default=2.0, ge=1)
     """Each wait is the previous one times this (capped by ``backoff_max_s``)."""
     retry_on: list[RetryClass] = Field(default_factory=lambda: list(_RETRY_ON_DEFAULT))
-    """Failure classes that may be retried."""
+    """Failure classes that may be retried: ``transient``, ``timeout``, ``connection``, ``error``.
+    The scheduler retries an ambiguous one (``timeout``, ``connection``) only on a tool that is
+    idempotent or takes an idempotency key."""
+
+    @model_validator(mode="after")
+    def _backoff_order(self) -> RetryPolicy:
+        if self.backoff_max_s < self.backoff_initial_s:
+            raise ValueError("backoff_max_s must be >= backoff_initial_s")
+        return self
 
 
 class Tool(_Model):
@@ -154,10 +164,12 @@ class ModelSpec(_Model):
 
 
 class PriorityClass(_Model):
-    """Who waits and who is shed when capacity is short."""
+    """Who waits and who is shed when capacity is short (the scheduler's ``PriorityClass``)."""
 
-    priority: int = Field(ge=0, le=1000)
-    """Higher runs first."""
+    rank: int = Field(default=0, ge=0, le=1000)
+    """Lower runs first, strictly."""
+    weight: float = Field(default=1.0, gt=0)
+    """Share among classes of equal rank."""
     preemptible: bool = False
     """Whether work in this class may be preempted (with a checkpoint notice)."""
     description: str = ""
