@@ -454,6 +454,14 @@ def test_malformed_requests_and_duplicate_ids_are_refused() -> None:
         GangRequest("x", "a", 0)
     with pytest.raises(BrokerError, match="timeout_s"):
         GangRequest("x", "a", 1, timeout_s=-1)
+    with pytest.raises(BrokerError, match="gpus must be an integer"):
+        GangRequest("x", "a", "8")  # type: ignore[arg-type]
+    with pytest.raises(BrokerError, match="ttl_s"):
+        GangRequest("x", "a", 1, ttl_s=float("nan"))
+    with pytest.raises(BrokerError, match="must be integers"):
+        TenantQuota("a", 2.5)  # type: ignore[arg-type]
+    with pytest.raises(BrokerError, match=">= 0"):
+        TenantQuota("a", 4, borrowing_limit=-1)
     broker = make_broker(FakeClock())
     broker.submit(GangRequest("x", "a", 1))
     with pytest.raises(BrokerError, match="already live"):

@@ -81,14 +81,20 @@ class GangRequest:
     """Who holds the lease (a process, an agent); informative."""
 
     def __post_init__(self) -> None:
-        if not self.id or not self.tenant:
+        if not isinstance(self.id, str) or not isinstance(self.tenant, str) or not self.id or not self.tenant:
             raise BrokerError("a gang request needs a non-empty id and tenant")
+        for name in ("gpus", "priority"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise BrokerError(f"request {self.id!r}: {name} must be an integer, got {value!r}")
         if self.gpus < 1:
             raise BrokerError(f"request {self.id!r}: gpus must be at least 1, got {self.gpus}")
         for name in ("timeout_s", "ttl_s", "grace_s", "min_memory_gb"):
             value = getattr(self, name)
-            if value is not None and (not math.isfinite(value) or value < 0):
-                raise BrokerError(f"request {self.id!r}: {name} must be finite and >= 0, got {value}")
+            if value is None and name in ("ttl_s", "grace_s"):
+                continue
+            if not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
+                raise BrokerError(f"request {self.id!r}: {name} must be finite and >= 0, got {value!r}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,8 +115,11 @@ class TenantQuota:
     """Tenants in one cohort lend each other unused nominal quota; ``None``: no borrowing."""
 
     def __post_init__(self) -> None:
-        if not self.tenant:
+        if not isinstance(self.tenant, str) or not self.tenant:
             raise BrokerError("a quota needs a tenant")
+        for value in (self.nominal, 0 if self.borrowing_limit is None else self.borrowing_limit):
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise BrokerError(f"quota of {self.tenant!r}: nominal and borrowing_limit must be integers")
         if self.nominal < 0 or (self.borrowing_limit is not None and self.borrowing_limit < 0):
             raise BrokerError(f"quota of {self.tenant!r}: nominal and borrowing_limit must be >= 0")
 
