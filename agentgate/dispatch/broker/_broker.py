@@ -20,8 +20,8 @@ process, without Kubernetes. The rules (docs/broker.md has worked examples):
   with a topology constraint) and has waited ``drain_after_s`` may reserve the group that is
   closest to holding it: its free GPUs are reserved at once and the busy ones as their leases
   end, nobody else is placed there meanwhile, and the gang is granted when all are free. At most
-  ``max_draining`` gangs drain at once, since reserved GPUs sit idle. Without this, small gangs
-  that backfill every freed GPU keep a whole domain from ever coming free.
+  ``max_draining`` gangs drain at once (default 0: off), since reserved GPUs sit idle; it bounds
+  how long small gangs that backfill every freed GPU can keep a whole domain from coming free.
 * **Expiry.** A lease lasts ``ttl_s`` after its grant or its last renewal; a holder that dies
   stops renewing and its GPUs return at expiry.
 * **Order.** Waiting requests are tried by priority, then arrival (Kueue's BestEffortFIFO: one
