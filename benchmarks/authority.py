@@ -10,7 +10,9 @@ contender alike:
 - cold decision: nothing cached (chain cache and key cache empty), chain parsed and 3 link
   signatures verified, invocation (holder) signature verified, revocation + nonce in SQLite;
 - warm decision: chain cached by token; invocation signature, call binding, times, coverage,
-  revocation and nonce still checked on every decision.
+  revocation and nonce still checked on every decision;
+- store statement: the one SQLite statement of every decision alone (revocation check of the
+  3 links + nonce insert, WAL, synchronous=NORMAL), to show how much of a decision it is.
 
 Goals: cold p50 <= 1.25 x biscuit p50, warm p50 <= 0.5 x biscuit p50.
 Run: ``.venv/bin/python benchmarks/authority.py [--quick] [--json]``.
@@ -133,12 +135,23 @@ def main(argv: list[str] | None = None) -> int:
 
         return sample
 
+    counter = iter(range(10**9))
+
+    def store_sample() -> float:
+        nonce = f"{next(counter):032x}"
+        start = time.perf_counter_ns()
+        status = repo.consume_nonce("did:key:bench", nonce, now + 60, chain.ids)
+        elapsed = time.perf_counter_ns() - start
+        assert status == "fresh"
+        return elapsed / 1000
+
     contenders: dict[str, Callable[[], float]] = {
         "floor_pynacl_verify": timed(lambda: nacl_key.verify(message, signature)),
         "floor_cryptography_verify": timed(lambda: crypto_key.verify(signature, message)),
         "biscuit_verify_authorize": timed(biscuit),
         "cold_decision": cold_sample,
         "warm_decision": warm_sample,
+        "store_statement": store_sample,
     }
     samples: dict[str, list[float]] = {name: [] for name in contenders}
     authority.decide(Invocation.sign(carol, chain.token, call, now=now), now=now)  # warm the cache

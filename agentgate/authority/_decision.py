@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Protocol
 
+from agentgate.authority._encoding import sha256_hex
 from agentgate.authority._grant import (
     DEFAULT_SKEW,
     Budget,
@@ -38,7 +39,7 @@ from agentgate.capabilities import (
     format_capability,
     pattern_matches,
 )
-from agentgate.errors import CapabilityError, InvalidSignature, KeyFileError, StoreError, TokenFormatError
+from agentgate.errors import CapabilityError, InvalidSignature, StoreError, TokenFormatError
 from agentgate.findings import Finding, FindingKind
 from agentgate.keys import PublicKey
 from agentgate.store.grants import GrantRepository
@@ -218,6 +219,14 @@ def _decide(
     t = int(time.time() if now is None else now)
     call = inv.call
     ids: tuple[str, ...] = ()
+    try:
+        payload = inv.payload
+    except TokenFormatError as exc:
+        payload = b""
+        malformed: str | None = str(exc)
+    else:
+        malformed = None
+    invocation_id = sha256_hex(payload) if malformed is None else None
 
     def deny(finding: Finding) -> Decision:
         return Decision(
@@ -229,7 +238,7 @@ def _decide(
             action=call.action,
             args_digest=inv.args_digest,
             chain=ids,
-            invocation_id=inv.id,
+            invocation_id=invocation_id,
             decided_at=t,
             call=call,
         )
@@ -270,8 +279,10 @@ def _decide(
             )
         )
     try:
-        verify_signature(inv.issuer, INVOCATION_CONTEXT + inv.payload, inv.signature)
-    except (InvalidSignature, KeyFileError, TokenFormatError):
+        if malformed is not None:
+            raise InvalidSignature(malformed)
+        verify_signature(inv.issuer, INVOCATION_CONTEXT + payload, inv.signature)
+    except InvalidSignature:
         return deny(
             _f(
                 _OPACITY,
@@ -335,9 +346,10 @@ def _decide(
                 "issued_at",
             )
         )
-    found = time_finding(chain, t, skew)
-    if found is not None:
-        return deny(found)
+    if not chain.not_before - skew <= t < chain.expires:
+        found = time_finding(chain, t, skew)
+        if found is not None:
+            return deny(found)
     if not any(covers(cap, call) for cap in tip.capabilities):
         return deny(_not_covered(call, tip.capabilities, tip.id))
     requirement = approvals(call, chain, inv) if approvals is not None else None
@@ -382,7 +394,7 @@ def _decide(
         )
     outcome = Outcome.ALLOW if requirement is None else Outcome.APPROVAL_REQUIRED
     reason = (
-        f"{call.resource} {call.action} is covered by grant {tip.id[:16]}... held by {_short(inv.issuer)}"
+        f"{call.resource} {call.action} is covered by grant {tip.id[:16]}... held by {inv.issuer}"
         if requirement is None
         else f"approval required from {', '.join(requirement.approvers) or 'an approver'}"
         + (f": {requirement.reason}" if requirement.reason else "")
@@ -396,7 +408,7 @@ def _decide(
         action=call.action,
         args_digest=digest,
         chain=ids,
-        invocation_id=inv.id,
+        invocation_id=invocation_id,
         budgets=chain.budgets,
         approval=requirement,
         decided_at=t,

@@ -180,6 +180,16 @@ class Chain:
         return tuple(link.id for link in self.links)
 
     @cached_property
+    def not_before(self) -> int:
+        """The latest not-before of any link: the chain is valid from then on."""
+        return max(link.not_before for link in self.links)
+
+    @cached_property
+    def expires(self) -> int:
+        """The earliest expiry of any link: the chain is dead from then on."""
+        return min(link.expires for link in self.links)
+
+    @cached_property
     def budgets(self) -> tuple[tuple[str, Budget], ...]:
         """(grant id, budget) of every link that has a budget, root first."""
         return tuple((link.id, link.budget) for link in self.links if link.budget is not None)

@@ -12,7 +12,6 @@ import re
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from functools import cached_property
 from json.encoder import encode_basestring
 from typing import Any
 
@@ -74,7 +73,7 @@ class Invocation:
     expires: int
     signature: bytes
 
-    @cached_property
+    @property
     def payload(self) -> bytes:
         """The signed bytes, recomputed from the fields (canonical JSON, built directly)."""
         if type(self.issued_at) is not int or type(self.expires) is not int:
@@ -85,7 +84,7 @@ class Invocation:
             f'"res":{_string(self.resource)},"tip":{_string(self.tip)},"v":1}}'
         ).encode()
 
-    @cached_property
+    @property
     def id(self) -> str:
         """SHA-256 of the signed bytes: what an approval or an audit entry binds to."""
         return sha256_hex(self.payload)
