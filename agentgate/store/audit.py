@@ -426,15 +426,15 @@ class AuditLog:
         last_good = 0
         sizes = sorted(expected)
         for rows in self._batches():
-            idxs, datas, stored = zip(*rows, strict=True)
             first, count = acc.size, len(rows)
-            if idxs[0] != first or idxs[-1] != first + count - 1:  # ordered and unique: a gap inside
-                gap = next(k for k, i in enumerate(idxs) if i != first + k)
-                problems.append(f"entry {first + gap}: missing (the next stored index is {idxs[gap]})")
+            if rows[0][0] != first or rows[-1][0] != first + count - 1:  # ordered and unique: a gap inside
+                gap = next(k for k, row in enumerate(rows) if row[0] != first + k)
+                problems.append(f"entry {first + gap}: missing (the next stored index is {rows[gap][0]})")
                 bad.append(first + gap)
-                rows, datas, stored = rows[:gap], datas[:gap], stored[:gap]
-            computed = [_sha256(b"\x00" + d).digest() for d in datas]
-            if computed != list(stored):
+                rows = rows[:gap]
+            computed = [_sha256(b"\x00" + row[1]).digest() for row in rows]
+            stored = [row[2] for row in rows]
+            if computed != stored:
                 for k, (c, h) in enumerate(zip(computed, stored, strict=True)):
                     if c != h:
                         problems.append(
