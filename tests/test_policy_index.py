@@ -167,3 +167,19 @@ def test_compiled_numeric_checks_agree_with_the_constraint(bounds: dict[str, flo
     cap = Capability.of("tool:x", None, {"n": bounds})
     checks = _compile(RuleRef("r", 0, cap))[3]
     assert _passes(checks, {"n": value}) == cap.constraint_map["n"].allows(value)
+
+
+def test_an_inherited_rule_spends_the_budget_of_the_role_held() -> None:
+    policy = parse_policy(
+        "version: 1\n"
+        "principals:\n  lead: {kind: human, did: did:key:z6MkqQP5oTUxZ95rgbJg29FwyrJ5N8HrRPpEBQbPrAUCkPXm, roles: [lead]}\n"
+        "tools:\n  a: {}\n"
+        "roles:\n  base: {capabilities: [{resource: 'tool:a'}], budget: {limit: 10}, ttl_s: 60}\n"
+        "  lead: {inherits: [base], budget: {limit: 1000}, ttl_s: 60}\n"
+    )
+    decision = PolicyIndex(policy).evaluate("lead", Call.tool("a"))
+    assert decision.allowed and decision.role == "base" and decision.held_role == "lead"
+    assert (
+        decision.budget is not None
+        and decision.budget.limit == role_grant_template(policy, "lead").budget.limit
+    )  # type: ignore[union-attr]

@@ -33,7 +33,7 @@ def explain(index: PolicyIndex, principal: str, call: Call) -> tuple[PolicyDecis
             lines.append("  constraints checked: none (the rule allows any arguments)")
     if decision.budget is not None:
         lines.append(
-            f"  budget of role {decision.role}: {decision.budget.limit} {decision.budget.unit} per grant"
+            f"  budget of role {decision.held_role}: {decision.budget.limit} {decision.budget.unit} per grant"
         )
     for q in decision.quotas:
         lines.append(f"  quota {q.name} ({q.subject}): {q.limit} {q.unit} per {q.window_s}s")

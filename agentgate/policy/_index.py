@@ -81,11 +81,14 @@ class PolicyDecision:
     rule: RuleRef | None = None
     """The rule that allows the call (its constraints are ``rule.capability.constraints``)."""
     budget: Budget | None = None
-    """The allowing role's budget."""
+    """The budget of ``held_role``: what a grant for the role the principal holds may spend."""
     quotas: tuple[QuotaRef, ...] = ()
     approval: ApprovalRequirement | None = None
     reasons: tuple[str, ...] = ()
     """Why, in sentences: the rule that allowed it, or each reason it was refused."""
+    held_role: str | None = None
+    """The role the principal holds that brings the allowing rule: ``role`` itself, or a role
+    that inherits it. Its budget is the one that applies (a root grant for it carries that budget)."""
 
     @property
     def allowed(self) -> bool:
@@ -120,6 +123,8 @@ class _Principal(NamedTuple):
     name: str
     roles: tuple[str, ...]
     quotas: tuple[_Quota, ...]
+    via: dict[str, str]
+    """Role (inherited ones included) -> the role the principal holds that brings it."""
     quota_cache: dict[str, tuple[QuotaRef, ...]]
     """Resource -> the quotas that count it, filled on first use (bounded by the resources seen)."""
 
@@ -231,7 +236,11 @@ class PolicyIndex:
                 or q.principal == name
                 or (q.role is not None and q.role in roles)
             )
-            entry = _Principal(name, roles, quotas, {})
+            via: dict[str, str] = {}
+            for held in spec.roles:
+                for role in policy.role_closure(held):
+                    via.setdefault(role, held)
+            entry = _Principal(name, roles, quotas, via, {})
             self._principals[name] = entry
             did = policy.principal_dids.get(name)
             if did is not None:
@@ -261,7 +270,7 @@ class PolicyIndex:
         for role in entry.roles:
             for rule, action, allowed_by, checks in slot.rules.get(role, ()):
                 if (action == "*" or action == call.action) and _passes(checks, call.args):
-                    return self._allowed(entry, call, rule, slot.gates, allowed_by)
+                    return self._allowed(entry, call, rule, slot.gates, allowed_by, role)
                 misses.append(_miss(rule, call))
         return self._denied(entry, resource, misses)
 
@@ -280,7 +289,7 @@ class PolicyIndex:
             for rule in sorted(rules, key=lambda r: r.index):
                 if _satisfies(rule.capability, call):
                     gates = tuple(g for g in self._wild_gates if pattern_matches(g.pattern, resource))
-                    return self._allowed(entry, call, rule, gates, rule.allowed_by)
+                    return self._allowed(entry, call, rule, gates, rule.allowed_by, role)
                 misses.append(_miss(rule, call))
         return self._denied(entry, resource, misses)
 
@@ -292,7 +301,13 @@ class PolicyIndex:
         return PolicyDecision(Outcome.DENY, entry.name, resource, reasons=tuple(misses))
 
     def _allowed(
-        self, entry: _Principal, call: Call, rule: RuleRef, gates: tuple[_Gate, ...], allowed_by: str
+        self,
+        entry: _Principal,
+        call: Call,
+        rule: RuleRef,
+        gates: tuple[_Gate, ...],
+        allowed_by: str,
+        role: str,
     ) -> PolicyDecision:
         resource = call.resource
         quotas: tuple[QuotaRef, ...] = ()
@@ -304,7 +319,8 @@ class PolicyIndex:
                 )
                 entry.quota_cache[resource] = cached
             quotas = cached
-        budget = self._budgets[rule.role]
+        held = entry.via[role]
+        budget = self._budgets[held]
         for gate in gates:
             if _gate_applies(gate.requirement.conditions, call.args):
                 req = gate.requirement
@@ -338,9 +354,10 @@ class PolicyIndex:
                     quotas,
                     req,
                     (allowed_by, reason),
+                    held,
                 )
         return PolicyDecision(
-            Outcome.ALLOW, entry.name, resource, rule.role, rule, budget, quotas, None, (allowed_by,)
+            Outcome.ALLOW, entry.name, resource, rule.role, rule, budget, quotas, None, (allowed_by,), held
         )
 
 
