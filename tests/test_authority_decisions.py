@@ -333,3 +333,25 @@ def test_env_store_is_used(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> N
     finally:
         store.close()
     assert os.path.exists(tmp_path / "e.db")
+
+
+def test_chain_cache_is_bounded_in_entries_and_bytes(local: GrantRepository) -> None:
+    cache = ChainCache(size=2, max_bytes=10**9)
+    chains = [chain3() for _ in range(3)]
+    for chain in chains:
+        assert decide(Invocation.sign(CAROL, chain, CALL, now=NOW), repo=local, trusted=ROOT.public,
+                      now=NOW, cache=cache).allowed  # fmt: skip
+    anchors = frozenset({ROOT.did})
+    assert cache.get(anchors, chains[0].token) is None
+    assert cache.get(anchors, chains[2].token) == chains[2]
+    small = ChainCache(size=100, max_bytes=len(chains[0].token) + 10)
+    small.put(anchors, chains[0].token, chains[0])
+    small.put(anchors, chains[1].token, chains[1])
+    assert small.get(anchors, chains[0].token) is None and small.get(anchors, chains[1].token) == chains[1]
+
+
+def test_a_grant_holds_at_most_16_capabilities() -> None:
+    from agentgate.errors import TokenFormatError
+
+    with pytest.raises(TokenFormatError, match="16"):
+        issue(ROOT, ALICE.did, [f"tool:t{i}" for i in range(17)], ttl=60, now=NOW)

@@ -125,11 +125,16 @@ class Decision:
 
 
 class ChainCache:
-    """Verified chains by (trust anchors, token); bounded, oldest entries dropped first."""
+    """Verified chains by (trust anchors, token), bounded in entries and in token bytes.
 
-    def __init__(self, size: int = 4096) -> None:
+    Only chains that passed the time-independent checks are stored; the oldest entries go first.
+    """
+
+    def __init__(self, size: int = 4096, max_bytes: int = 16 * 1024 * 1024) -> None:
         self.size = size
+        self.max_bytes = max_bytes
         self._items: dict[tuple[frozenset[str], str], Chain] = {}
+        self._bytes = 0
         self._lock = threading.Lock()
 
     def get(self, anchors: frozenset[str], token: str) -> Chain | None:
@@ -137,13 +142,21 @@ class ChainCache:
 
     def put(self, anchors: frozenset[str], token: str, chain: Chain) -> None:
         with self._lock:
-            if len(self._items) >= self.size:
-                self._items.pop(next(iter(self._items)))
+            if (anchors, token) in self._items:
+                return
+            while self._items and (
+                len(self._items) >= self.size or self._bytes + len(token) > self.max_bytes
+            ):
+                oldest = next(iter(self._items))
+                del self._items[oldest]
+                self._bytes -= len(oldest[1])
             self._items[(anchors, token)] = chain
+            self._bytes += len(token)
 
     def clear(self) -> None:
         with self._lock:
             self._items.clear()
+            self._bytes = 0
 
 
 _SHARED_CACHE = ChainCache()

@@ -52,7 +52,8 @@ MAX_TOKEN_BYTES = 32 * 1024
 MAX_LINKS = 16
 MAX_DEPTH = MAX_LINKS - 1
 MAX_PAYLOAD_BYTES = 8 * 1024
-MAX_CAPABILITIES = 64
+MAX_CAPABILITIES = 16
+"""Per grant; bounds attenuation checking to 16 x 16 capability pairs per link."""
 MAX_PURPOSE = 256
 MAX_TIME = 2**40
 MAX_AMOUNT = 2**63 - 1
