@@ -447,3 +447,28 @@ def test_serialize_then_parse_is_the_identity(amount: int, limit: int, depth: in
                   max_depth=depth, purpose=purpose, now=NOW)  # fmt: skip
     assert parse_chain(chain.token) == chain
     assert _encode_chain(chain.links) == chain.token
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    limit=st.integers(min_value=0, max_value=1000),
+    budget=st.integers(min_value=0, max_value=2_000_000),
+    exp=st.integers(min_value=NOW + 1, max_value=NOW + 7200),
+    depth=st.integers(min_value=0, max_value=3),
+)
+def test_a_link_verifies_exactly_when_it_attenuates(limit: int, budget: int, exp: int, depth: int) -> None:
+    """Hand-built child links (no ``delegate`` checks): verification accepts exactly the narrowing ones."""
+    parent = root_chain()  # amount<=500, budget 1_000_000, expires NOW+3600, depth 2
+    body = json.loads(parent.root.payload)
+    body.update(iss=ALICE.did, aud=BOB.did, parent=parent.root.id, exp=exp, depth=depth, nbf=NOW,
+                budget={"amount": budget, "unit": "micro_usd"},
+                caps=[{"resource": "tool:payments.refund", "action": "invoke",
+                       "constraints": {"amount": {"le": limit}, "currency": {"eq": "EUR"}}}])  # fmt: skip
+    token = token_of((parent.root.payload, parent.root.signature), signed_link(ALICE, body))
+    narrows = limit <= 500 and budget <= 1_000_000 and exp <= NOW + 3600 and depth <= 1
+    try:
+        verify_chain(token, ROOT.public, now=NOW)
+        verified = True
+    except AuthorityError:
+        verified = False
+    assert verified == narrows
