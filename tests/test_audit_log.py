@@ -190,3 +190,19 @@ def test_concurrent_appends_get_distinct_gap_free_indexes(store: Store) -> None:
         t.join()
     assert sorted(got) == list(range(60))
     assert log.verify().ok
+
+
+def test_no_entry_no_spend_the_reservation_rolls_back_with_a_failed_append(
+    log: AuditLog, store: Store
+) -> None:
+    from agentgate.store.ledger import BudgetLedger
+
+    ledger = BudgetLedger(store)
+    with pytest.raises(InputError), store.transaction() as tx:
+        ledger.reserve(tx, ["root"], {"root": 100}, 40)
+        log.append({**decision(1), "principal": ""}, tx=tx)  # the entry cannot be written
+    assert ledger.remaining("root") is None and log.size() == 0
+    with store.transaction() as tx:
+        ledger.reserve(tx, ["root"], {"root": 100}, 40)
+        log.append(decision(40), tx=tx)
+    assert ledger.remaining("root") == 60 and log.size() == 1
