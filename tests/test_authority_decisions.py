@@ -355,3 +355,12 @@ def test_a_grant_holds_at_most_16_capabilities() -> None:
 
     with pytest.raises(TokenFormatError, match="16"):
         issue(ROOT, ALICE.did, [f"tool:t{i}" for i in range(17)], ttl=60, now=NOW)
+
+
+def test_durable_nonces_refuse_replays_too(store: Store) -> None:
+    repo = GrantRepository(store, durable_nonces=True)
+    inv = Invocation.sign(CAROL, chain3(), CALL, now=NOW)
+    assert run(repo, inv) == (Outcome.ALLOW, None)
+    assert run(repo, inv) == (Outcome.DENY, "replayed_invocation")
+    if isinstance(store, SQLiteStore):
+        assert repo._hot is not None and repo._hot.execute("PRAGMA synchronous").fetchone() == (2,)
