@@ -418,7 +418,6 @@ class AuditLog:
             checked += position < len(notes)
             if cp.size in expected and expected[cp.size] != cp.root:
                 problems.append(f"{label}: two checkpoints of size {cp.size} have different roots (a fork)")
-                bad.append(max(cp.size - 1, 0))
                 continue
             expected[cp.size] = cp.root
 
