@@ -9,8 +9,11 @@ One tool call or model call, end to end (docs/architecture.md):
    signed approval consumed (``store.approvals``) and the decision appended to the audit log
    (``store.audit``). If that transaction fails, the call does not run.
 2. ``run`` / ``arun``: the call runs under the scheduler (``tasks``: limits, deadline, safe
-   retries, breakers); its outcome is audited and the budget committed with the actual usage or
-   released, inside an OpenTelemetry span.
+   retries, breakers) inside an OpenTelemetry span; its outcome entry and the budget settlement
+   (committed at the actual usage, or released) are written in one transaction, carried by the
+   next decision's transaction or committed by a background thread within ``linger_s`` (20 ms).
+   A crash in that window can lose an outcome entry, never a decision: the reservation then stays
+   held, so a budget is never overspent. ``flush()`` commits them at once.
 
 The gate composes; each rule lives in the part that owns it. A refusal is data: an
 ``Authorization`` that is not allowed, whose ``explain()`` tells the agent what was refused and
@@ -23,11 +26,11 @@ import asyncio
 import hashlib
 import logging
 import math
-import queue
 import threading
 import time
 import weakref
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
@@ -247,65 +250,62 @@ class Authorization:
 _Outcome = tuple[Authorization, str, str | None, tuple[int, int] | None]
 
 
-class _GroupCommit:
-    """A background thread that commits queued outcomes in batches, one transaction per batch.
+class _PendingOutcomes:
+    """Outcomes waiting to be committed, with their budget settlements.
 
-    Items queued while a batch commits go into the next one, so N concurrent or back-to-back
-    outcomes cost one durable commit rather than N. A batch that fails is retried item by item;
-    an item that still fails is logged and left out (its budget reservation stays held, which
-    never lets a budget be overspent).
+    The next decision's transaction carries whatever is pending (``take``), so an agent that calls
+    one tool after another pays one durable commit per call, not two, and never waits for a
+    second writer's lock. What no decision picks up within ``linger_s`` a background thread
+    commits on its own. ``flush`` commits what is pending now, in the caller's thread.
     """
 
-    def __init__(self, write: Callable[[list[_Outcome]], None]) -> None:
-        self._write = write
-        self._queue: queue.Queue[_Outcome | None] = queue.Queue()
+    def __init__(self, commit: Callable[[list[_Outcome]], None], linger_s: float = 0.02) -> None:
+        self._commit = commit
+        self._linger_s = linger_s
+        self._items: list[_Outcome] = []
+        self._cond = threading.Condition()
+        self._closed = False
         self._thread = threading.Thread(target=self._loop, name="agentgate-outcomes", daemon=True)
         self._thread.start()
 
     def put(self, item: _Outcome) -> None:
-        self._queue.put(item)
+        with self._cond:
+            self._items.append(item)
+            self._cond.notify()
+
+    def take(self) -> list[_Outcome]:
+        with self._cond:
+            items, self._items = self._items, []
+        return items
+
+    def restore(self, items: list[_Outcome]) -> None:
+        """Put back outcomes whose carrying transaction did not commit."""
+        if items:
+            with self._cond:
+                self._items[:0] = items
+                self._cond.notify()
 
     def flush(self) -> None:
-        self._queue.join()
+        items = self.take()
+        if items:
+            self._commit(items)
 
     def close(self) -> None:
-        self._queue.put(None)
+        with self._cond:
+            self._closed = True
+            self._cond.notify()
         self._thread.join()
+        self.flush()
 
     def _loop(self) -> None:
         while True:
-            first = self._queue.get()
-            batch = [] if first is None else [first]
-            stop = first is None
-            while not stop:
-                try:
-                    item = self._queue.get_nowait()
-                except queue.Empty:
-                    break
-                stop = item is None
-                if item is not None:
-                    batch.append(item)
-            try:
-                self._commit(batch)
-            finally:
-                for _ in range(len(batch) + (1 if stop else 0)):
-                    self._queue.task_done()
-            if stop:
-                return
-
-    def _commit(self, batch: list[_Outcome]) -> None:
-        if not batch:
-            return
-        try:
-            self._write(batch)
-        except AgentGateError:
-            for item in batch:
-                try:
-                    self._write([item])
-                except AgentGateError as exc:
-                    _log.error(
-                        "agentgate: outcome of audit entry %s not recorded: %s", item[0].audit_index, exc
-                    )
+            with self._cond:
+                while not self._items and not self._closed:
+                    self._cond.wait()
+                if self._closed:
+                    return
+            time.sleep(self._linger_s)  # leave them to the next decision's transaction if one comes
+            self.flush()
 
 
 def scheduler_config(policy: Policy) -> SchedulerConfig:
@@ -364,7 +364,7 @@ class Gate:
         self.approvals = ApprovalStore(store)
         self.audit = AuditLog(store, log_key or open_log_key(store))
         self._config = scheduler or scheduler_config(policy)
-        self._outcomes = _GroupCommit(self._write_outcomes)
+        self._outcomes = _PendingOutcomes(self._write_outcomes)
         self._sync_scheduler: SyncScheduler | None = None
         self._async_schedulers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Scheduler] = (
             weakref.WeakKeyDictionary()
@@ -727,8 +727,22 @@ class Gate:
         tool = self.policy.document.tools.get(call.resource.removeprefix("tool:"))
         return list(tool.loggable) if tool else []
 
+    @contextmanager
+    def _decision_transaction(self) -> Iterator[Transaction]:
+        """A store transaction for a decision that also commits the outcomes pending until now."""
+        carried = self._outcomes.take()
+        try:
+            with self.store.transaction() as tx:
+                self._carry(tx, carried)
+                yield tx
+        except BaseException:
+            self._outcomes.restore(carried)
+            raise
+
     def _record_refusal(self, auth: Authorization) -> Authorization:
-        return replace(auth, verdict=Verdict.DENY, audit_index=self.audit.append(self._entry(auth, "deny")))
+        with self._decision_transaction() as tx:
+            index = self.audit.append(self._entry(auth, "deny"), tx)
+        return replace(auth, verdict=Verdict.DENY, audit_index=index)
 
     def _record_approval_request(
         self, auth: Authorization, request: Mapping[str, Any] | None
@@ -743,7 +757,7 @@ class Gate:
             return replace(
                 auth, audit_index=known[1], request={**request, "id": known[0], "expires_at": known[2]}
             )
-        with self.store.transaction() as tx:
+        with self._decision_transaction() as tx:
             request_id = self.approvals.request(call_hash, auth.identity.did, request["expires_at"], tx=tx)
             index = self.audit.append(self._entry(auth, "approval_required"), tx)
         with self._lock:
@@ -761,7 +775,7 @@ class Gate:
         assert identity is not None and decision is not None
         amounts = self._cost(auth.call, tokens)
         try:
-            with self.store.transaction() as tx:
+            with self._decision_transaction() as tx:
                 if approval is not None and request is not None:
                     self.approvals.approve(approval.request, approval.approver, tx=tx)
                     self.approvals.consume(approval.request, request["call_hash"], tx=tx)
@@ -915,15 +929,29 @@ class Gate:
     def _settle(
         self, auth: Authorization, status: str, error: str | None, usage: tuple[int, int] | None
     ) -> None:
-        # The decision was durable before the call ran; the outcome and its budget settlement go
-        # to the group-commit writer (one transaction for both), so that a sequential agent pays
-        # one durable commit per call, not two. ``flush`` waits for them.
+        # The decision was durable before the call ran; the outcome and its budget settlement
+        # (one transaction for both) ride with the next decision or the background commit.
         self._outcomes.put((auth, status, error, usage))
 
     def _write_outcomes(self, batch: list[_Outcome]) -> None:
-        with self.store.transaction() as tx:
-            for auth, status, error, usage in batch:
+        try:
+            with self.store.transaction() as tx:
+                self._carry(tx, batch)
+        except AgentGateError as exc:
+            _log.error("agentgate: %d outcomes not recorded: %s", len(batch), exc)
+
+    def _carry(self, tx: Transaction, batch: list[_Outcome]) -> None:
+        # Each outcome in its own savepoint: one that cannot be written (logged) never takes the
+        # others, or the decision that carries them, down with it. Its reservation stays held,
+        # which can only make a budget look smaller, never let it be overspent.
+        for auth, status, error, usage in batch:
+            tx.execute("SAVEPOINT agentgate_outcome")
+            try:
                 self._write_outcome(tx, auth, status, error, usage)
+            except AgentGateError as exc:
+                tx.execute("ROLLBACK TO SAVEPOINT agentgate_outcome")
+                _log.error("agentgate: outcome of audit entry %s not recorded: %s", auth.audit_index, exc)
+            tx.execute("RELEASE SAVEPOINT agentgate_outcome")
 
     def _write_outcome(
         self,
@@ -958,7 +986,7 @@ class Gate:
         )
 
     def flush(self) -> None:
-        """Wait until every outcome handed to the writer is committed (or recorded as failed)."""
+        """Commit every outcome pending now (failures are logged; see ``_carry``)."""
         self._outcomes.flush()
 
     # --- model dispatch -------------------------------------------------------------------
