@@ -63,6 +63,7 @@ from agentgate.dispatch.broker._placement import (
     eligibility,
     levels_to_try,
 )
+from agentgate.dispatch.broker._quota import QuotaBook
 from agentgate.dispatch.broker._topology import Topology
 from agentgate.errors import BrokerError, LeaseLost
 
@@ -129,17 +130,7 @@ class Broker:
         self.drain_after_s = drain_after_s
         self.max_draining = max_draining
         self.journal = journal
-        self._quotas: dict[str, TenantQuota] = {}
-        for quota in quotas:
-            if quota.tenant in self._quotas:
-                raise BrokerError(f"tenant {quota.tenant!r} has two quotas")
-            self._quotas[quota.tenant] = quota
-        self._cohort_nominal: dict[str, int] = {}
-        for quota in self._quotas.values():
-            if quota.cohort is not None:
-                self._cohort_nominal[quota.cohort] = self._cohort_nominal.get(quota.cohort, 0) + quota.nominal
-        self._usage = dict.fromkeys(self._quotas, 0)
-        self._cohort_usage = dict.fromkeys(self._cohort_nominal, 0)
+        self._quota = QuotaBook(quotas)
         self._free = FreeIndex(topology)
         self._owner: list[str | None] = [None] * len(topology)
         self._reserved: list[str | None] = [None] * len(topology)
@@ -264,9 +255,7 @@ class Broker:
         """GPUs charged to ``tenant``'s quota: its live leases (less those being preempted)
         plus the GPUs reserved for its nominated requests. Raises ``BrokerError`` if unknown."""
         with self._lock:
-            if tenant not in self._usage:
-                raise BrokerError(f"unknown tenant {tenant!r}")
-            return self._usage[tenant]
+            return self._quota.used(tenant)
 
     def free_gpus(self) -> int:
         """GPUs neither leased nor reserved for a nominated request."""
@@ -308,11 +297,11 @@ class Broker:
                 return nums
 
             for lease in snapshot.leases:
-                if lease.tenant not in self._quotas:
+                if lease.tenant not in self._quota:
                     raise BrokerError(f"snapshot: lease {lease.id!r} has unknown tenant {lease.tenant!r}")
                 numbers(lease.id, lease.gpus, lease.request.gpus, holders)
             for q in snapshot.queue:
-                if q.request.tenant not in self._quotas:
+                if q.request.tenant not in self._quota:
                     raise BrokerError(
                         f"snapshot: request {q.request.id!r} has unknown tenant {q.request.tenant!r}"
                     )
@@ -326,7 +315,7 @@ class Broker:
                 if lease.notice_deadline is not None:
                     self._victims.add(lease.id)
                 else:
-                    self._charge(lease.tenant, len(nums))
+                    self._quota.charge(lease.tenant, len(nums))
             for q in snapshot.queue:
                 self._seq += 1
                 nums = [self.topology.index[g] for g in q.nominated]
@@ -334,7 +323,7 @@ class Broker:
                 w.draining = q.draining
                 self._waiting[q.request.id] = w
                 if nums:
-                    self._charge(q.request.tenant, len(nums))
+                    self._quota.charge(q.request.tenant, len(nums))
                     self._free.take(i for i in nums if self._owner[i] is None)
                     for i in nums:
                         self._reserved[i] = q.request.id
@@ -348,18 +337,11 @@ class Broker:
     # --- validation ---------------------------------------------------------------------------
 
     def _check_placeable(self, request: GangRequest) -> None:
-        quota = self._quotas.get(request.tenant)
-        if quota is None:
-            raise BrokerError(f"request {request.id!r}: unknown tenant {request.tenant!r}")
+        try:
+            ceiling = self._quota.ceiling(request.tenant)
+        except BrokerError as exc:
+            raise BrokerError(f"request {request.id!r}: {exc}") from None
         n = request.gpus
-        ceiling = quota.nominal
-        if quota.cohort is not None:
-            cohort = self._cohort_nominal[quota.cohort]
-            ceiling = (
-                cohort
-                if quota.borrowing_limit is None
-                else min(cohort, quota.nominal + quota.borrowing_limit)
-            )
         if n > ceiling:
             raise BrokerError(
                 f"request {request.id!r}: {n} GPUs exceed what tenant {request.tenant!r} may ever hold ({ceiling})"
@@ -408,11 +390,11 @@ class Broker:
                 continue
             request = w.request
             loosen = now - w.submitted_at >= self.locality_wait_s
-            if self._fits_quota(request.tenant, request.gpus, {}):
+            if self._quota.fits(request.tenant, request.gpus):
                 chosen = self.policy.place(request, self._free, loosen=loosen)
                 if chosen is not None:
                     self._free.take(chosen)
-                    self._charge(request.tenant, request.gpus)
+                    self._quota.charge(request.tenant, request.gpus)
                     self._grant(w, chosen, now)
                     continue
             if not self._try_preempt(w, now, loosen) and now - w.submitted_at >= self.drain_after_s:
@@ -444,7 +426,7 @@ class Broker:
         if lease_id in self._victims:
             self._victims.discard(lease_id)
         else:
-            self._charge(lease.tenant, -len(nums))
+            self._quota.charge(lease.tenant, -len(nums))
         for i in nums:
             self._owner[i] = None
         self._free.give(i for i in nums if self._reserved[i] is None)
@@ -459,38 +441,15 @@ class Broker:
     def _withdraw_nominated(self, w: _Waiting) -> None:
         # Victims already notified stay notified: their holders were told to checkpoint, and
         # un-telling them would race with a checkpoint in progress.
-        self._charge(w.request.tenant, -w.request.gpus)
+        self._quota.charge(w.request.tenant, -w.request.gpus)
         unowned = [i for i in w.nominated if self._owner[i] is None]
         for i in w.nominated:
             self._reserved[i] = None
         self._free.give(unowned)
 
-    # --- quota --------------------------------------------------------------------------------
-
-    def _charge(self, tenant: str, gpus: int) -> None:
-        self._usage[tenant] += gpus
-        cohort = self._quotas[tenant].cohort
-        if cohort is not None:
-            self._cohort_usage[cohort] += gpus
-
-    def _fits_quota(self, tenant: str, n: int, released: dict[str, int]) -> bool:
-        """Whether ``tenant`` may take ``n`` more GPUs if the ``released`` usage were gone."""
-        quota = self._quotas[tenant]
-        used = self._usage[tenant] - released.get(tenant, 0)
-        if used + n <= quota.nominal and quota.cohort is None:
-            return True
-        if quota.cohort is None:
-            return False
-        if quota.borrowing_limit is not None and used + n - quota.nominal > quota.borrowing_limit:
-            return False
-        cohort_released = sum(g for t, g in released.items() if self._quotas[t].cohort == quota.cohort)
-        return self._cohort_usage[quota.cohort] - cohort_released + n <= self._cohort_nominal[quota.cohort]
-
     # --- preemption ---------------------------------------------------------------------------
 
     def _candidates(self, request: GangRequest) -> list[tuple[Lease, PreemptReason]]:
-        quota = self._quotas[request.tenant]
-        reclaiming = quota.cohort is not None and self._usage[request.tenant] + request.gpus <= quota.nominal
         found: list[tuple[Lease, PreemptReason]] = []
         for lease in self._leases.values():
             if lease.id in self._victims:
@@ -498,10 +457,8 @@ class Broker:
             if lease.tenant == request.tenant:
                 if lease.priority < request.priority:
                     found.append((lease, "priority"))
-            elif reclaiming:
-                other = self._quotas[lease.tenant]
-                if other.cohort == quota.cohort and self._usage[lease.tenant] > other.nominal:
-                    found.append((lease, "reclaim"))
+            elif self._quota.may_reclaim_from(request.tenant, request.gpus, lease.tenant):
+                found.append((lease, "reclaim"))
         # Borrowed capacity first, then the least important, then the newest (least work lost).
         found.sort(key=lambda c: (c[1] != "reclaim", c[0].priority, -c[0].granted_at, c[0].id))
         return found
@@ -517,7 +474,7 @@ class Broker:
             # GPUs a draining gang reserved stay out of reach even when their lease ends.
             nums = (self.topology.number(g) for g in lease.gpus)
             trial.give(i for i in nums if self._reserved[i] is None)
-        if not self._fits_quota(request.tenant, request.gpus, released):
+        if not self._quota.fits(request.tenant, request.gpus, released):
             return None
         return self.policy.place(request, trial, loosen=loosen)
 
@@ -528,7 +485,7 @@ class Broker:
         if not candidates:
             return False
         chosen: list[tuple[Lease, PreemptReason]] = []
-        borrowed = {t: self._usage[t] - q.nominal for t, q in self._quotas.items()}
+        borrowed = {lease.tenant: self._quota.borrowed(lease.tenant) for lease, _ in candidates}
         placement: list[int] | None = None
         for lease, reason in candidates:
             # Reclaim only while the lender's tenant is still borrowing after earlier victims.
@@ -554,7 +511,7 @@ class Broker:
         """Reserve for ``w`` the group at its innermost level that is closest to holding it."""
         request = w.request
         level = levels_to_try(request, loosen=False)[0]
-        if level is None or request.gpus < 2 or not self._fits_quota(request.tenant, request.gpus, {}):
+        if level is None or request.gpus < 2 or not self._quota.fits(request.tenant, request.gpus):
             return
         if sum(1 for x in self._waiting.values() if x.draining) >= self.max_draining:
             return
@@ -576,7 +533,7 @@ class Broker:
         self._dirty = True
         w.nominated = tuple(chosen)
         w.draining = True
-        self._charge(request.tenant, request.gpus)
+        self._quota.charge(request.tenant, request.gpus)
         self._free.take(i for i in chosen if self._owner[i] is None)
         for i in chosen:
             self._reserved[i] = request.id
@@ -592,7 +549,7 @@ class Broker:
         self._dirty = True
         w.nominated = tuple(placement)
         w.deadline = math.inf
-        self._charge(request.tenant, request.gpus)
+        self._quota.charge(request.tenant, request.gpus)
         self._free.take(i for i in placement if self._owner[i] is None)
         for i in placement:
             self._reserved[i] = request.id
@@ -603,7 +560,7 @@ class Broker:
             )
             self._leases[lease.id] = notified
             self._victims.add(lease.id)
-            self._charge(lease.tenant, -len(lease.gpus))
+            self._quota.charge(lease.tenant, -len(lease.gpus))
             w.victims.add(lease.id)
             self._outbox.append(CheckpointNotice(notified, now + grace, request.id, reason))
 

@@ -1,0 +1,67 @@
+"""Quota accounting as Kueue's cohorts: nominal quota, borrowing, borrowing limit, reclaim."""
+
+from __future__ import annotations
+
+import pytest
+
+from agentgate.dispatch.broker import TenantQuota
+from agentgate.dispatch.broker._quota import QuotaBook
+from agentgate.errors import BrokerError
+
+
+def lab(borrowing_limit: int | None = None) -> QuotaBook:
+    return QuotaBook(
+        [
+            TenantQuota("a", 8, borrowing_limit=borrowing_limit, cohort="lab"),
+            TenantQuota("b", 4, cohort="lab"),
+            TenantQuota("solo", 2),
+        ]
+    )
+
+
+def test_without_a_cohort_a_tenant_stays_within_its_nominal_quota() -> None:
+    book = lab()
+    assert book.fits("solo", 2) and not book.fits("solo", 3)
+    book.charge("solo", 2)
+    assert not book.fits("solo", 1)
+    assert book.ceiling("solo") == 2
+
+
+def test_a_tenant_borrows_what_its_cohort_leaves_unused() -> None:
+    book = lab()
+    assert book.fits("a", 12) and not book.fits("a", 13)
+    book.charge("b", 3)
+    assert book.fits("a", 9) and not book.fits("a", 10)
+    assert book.ceiling("a") == 12
+
+
+def test_borrowing_limit_caps_borrowing() -> None:
+    book = lab(borrowing_limit=1)
+    assert book.fits("a", 9) and not book.fits("a", 10)
+    assert book.ceiling("a") == 9
+
+
+def test_released_usage_counts_as_gone() -> None:
+    book = lab()
+    book.charge("a", 12)
+    assert not book.fits("b", 1)
+    assert book.fits("b", 4, {"a": 4})
+    assert not book.fits("b", 4, {"a": 3})
+
+
+def test_reclaim_only_from_a_borrowing_cohort_member_by_a_tenant_within_nominal() -> None:
+    book = lab()
+    book.charge("a", 10)  # borrows 2
+    assert book.borrowed("a") == 2
+    assert book.may_reclaim_from("b", 2, "a")
+    assert not book.may_reclaim_from("b", 5, "a")  # b would itself be borrowing
+    assert not book.may_reclaim_from("solo", 1, "a")  # not in the cohort
+    book.charge("a", -2)
+    assert not book.may_reclaim_from("b", 2, "a")  # a no longer borrows
+
+
+def test_unknown_tenants_and_duplicate_quotas_are_refused() -> None:
+    with pytest.raises(BrokerError, match="unknown tenant"):
+        lab().used("nobody")
+    with pytest.raises(BrokerError, match="two quotas"):
+        QuotaBook([TenantQuota("a", 1), TenantQuota("a", 2)])
