@@ -5,7 +5,9 @@ three tenants with quotas) is replayed in simulated time on a 64-GPU inventory (
 one NVLink domain per node, 4 nodes per rack) through three configurations of the same broker:
 
 - ``agentgate``: ``TopologyAware`` placement, quotas with cohort borrowing and reclaim, priority
-  preemption with a checkpoint notice, locality wait for communication-bound gangs;
+  preemption with a checkpoint notice; communication-bound gangs wait for one NVLink domain
+  (``--locality-wait``, default never spread) and draining is off (``--max-draining 0``);
+  docs/broker.md shows the other settings tried;
 - ``kueue-like``: the same quotas, priorities and preemption, placement without topology
   (``FirstFit``: lowest-numbered free GPUs), no locality wait;
 - ``first-fit``: no quotas (each tenant may use the whole cluster), no priorities, ``FirstFit``.
