@@ -364,3 +364,14 @@ def test_durable_nonces_refuse_replays_too(store: Store) -> None:
     assert run(repo, inv) == (Outcome.DENY, "replayed_invocation")
     if isinstance(store, SQLiteStore):
         assert repo._hot is not None and repo._hot.execute("PRAGMA synchronous").fetchone() == (2,)
+
+
+def test_a_failing_approval_hook_fails_closed(local: GrantRepository) -> None:
+    def hook(call: Call, chain: Chain, invocation: Invocation) -> ApprovalRequirement | None:
+        raise RuntimeError("approvals database is down")
+
+    d = Authority(local, ROOT.public, approvals=hook).decide(
+        Invocation.sign(CAROL, chain3(), CALL, now=NOW), now=NOW
+    )
+    assert d.outcome is Outcome.DENY and d.findings[0].code == "approval_check_failed"
+    assert "approvals database is down" in d.findings[0].message

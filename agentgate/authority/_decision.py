@@ -365,7 +365,17 @@ def _decide(
             return deny(found)
     if not any(covers(cap, call) for cap in tip.capabilities):
         return deny(_not_covered(call, tip.capabilities, tip.id))
-    requirement = approvals(call, chain, inv) if approvals is not None else None
+    try:
+        requirement = approvals(call, chain, inv) if approvals is not None else None
+    except Exception as exc:  # a failing approval check must not let the call through: fail closed
+        return deny(
+            _f(
+                _OPACITY,
+                "approval_check_failed",
+                f"the approval check failed ({type(exc).__name__}: {exc}); failing closed",
+                tip.id,
+            )
+        )
     try:
         if requirement is None:
             status = repo.consume_nonce(inv.issuer, inv.nonce, inv.expires + skew, ids)
