@@ -165,8 +165,8 @@ def test_compiled_numeric_checks_agree_with_the_constraint(bounds: dict[str, flo
     if not bounds:
         return
     cap = Capability.of("tool:x", None, {"n": bounds})
-    checks = _compile(RuleRef("r", 0, cap))[3]
-    assert _passes(checks, {"n": value}) == cap.constraint_map["n"].allows(value)
+    compiled = _compile(RuleRef("r", 0, cap))
+    assert _passes(compiled, {"n": value}) == cap.constraint_map["n"].allows(value)
 
 
 def test_an_inherited_rule_spends_the_budget_of_the_role_held() -> None:

@@ -181,6 +181,7 @@ class PolicyIndex:
                     exact.setdefault(pattern, {}).setdefault(role, []).append(rule)
             self._wild_by_role[role] = tuple(wild)
         self._slots: dict[str, _Slot] = {}
+        wild_roles = [role for role, wild in self._wild_by_role.items() if wild]
         declared: list[tuple[str, dict[str, frozenset[type]] | None, tuple[str, ...]]] = [
             (
                 f"tool:{name}",
@@ -197,14 +198,17 @@ class PolicyIndex:
                 required,
             )
             types, required = signatures.setdefault(key, (types, required))
-            rules: dict[str, tuple[_Compiled, ...]] = {}
-            for role in doc.roles:
-                named = list(exact.get(resource, {}).get(role, ()))
-                named += [
+            named: dict[str, list[RuleRef]] = {role: list(rs) for role, rs in exact.get(resource, {}).items()}
+            for role in wild_roles:
+                matched = [
                     r for r in self._wild_by_role[role] if pattern_matches(r.capability.resource, resource)
                 ]
-                if named:
-                    rules[role] = tuple(_compile(r) for r in sorted(named, key=lambda r: r.index))
+                if matched:
+                    named.setdefault(role, []).extend(matched)
+            rules = {
+                role: tuple(_compile(r) for r in sorted(rs, key=lambda r: r.index))
+                for role, rs in named.items()
+            }
             slot_gates = tuple(exact_gates.get(resource, ())) + tuple(
                 g for g in self._wild_gates if pattern_matches(g.pattern, resource)
             )
@@ -268,10 +272,11 @@ class PolicyIndex:
                 return PolicyDecision(Outcome.DENY, entry.name, resource, reasons=(refusal,))
         misses: list[str] = []
         for role in entry.roles:
-            for rule, action, allowed_by, checks in slot.rules.get(role, ()):
-                if (action == "*" or action == call.action) and _passes(checks, call.args):
-                    return self._allowed(entry, call, rule, slot.gates, allowed_by, role)
-                misses.append(_miss(rule, call))
+            for compiled in slot.rules.get(role, ()):
+                action = compiled[1]
+                if (action == "*" or action == call.action) and _passes(compiled, call.args):
+                    return self._allowed(entry, call, compiled[0], slot.gates, compiled[2], role)
+                misses.append(_miss(compiled[0], call))
         return self._denied(entry, resource, misses)
 
     def _evaluate_undeclared(self, entry: _Principal, call: Call) -> PolicyDecision:
@@ -382,13 +387,14 @@ def _check_arguments(slot: _Slot, call: Call) -> str | None:
     return None
 
 
-# A rule compiled for the index: (rule, action, "allowed by ..." reason, flat checks). The checks
-# are one flat tuple, six entries per constrained argument: (argument, lower, upper, lower
-# inclusive, upper inclusive, general). Pure numeric bounds are compared inline; any other
+# A rule compiled for the index is one flat tuple: (rule, action, "allowed by ..." reason, then six
+# entries per constrained argument: argument, lower, upper, lower inclusive, upper inclusive,
+# general). Pure numeric bounds are compared inline; any other
 # constraint goes through ``general.allows``. The point is locality: a decision reads a few flat
 # tuples instead of a graph of objects, which keeps a 1,000-rule policy about as fast as a
 # 10-rule one (benchmarks/policy.py).
-_Compiled = tuple[RuleRef, str, str, tuple[Any, ...]]
+_Compiled = tuple[Any, ...]
+_FIRST_CHECK = 3
 
 
 def _compile(rule: RuleRef) -> _Compiled:
@@ -404,12 +410,13 @@ def _compile(rule: RuleRef) -> _Compiled:
             checks += (name, lo, hi, lo_incl, hi_incl, None)
         else:
             checks += (name, -math.inf, math.inf, False, False, c)
-    return (rule, rule.capability.action, rule.allowed_by, tuple(checks))
+    return (rule, rule.capability.action, rule.allowed_by, *checks)
 
 
-def _passes(checks: tuple[Any, ...], args: Any) -> bool:
-    """Every check holds; exactly ``Constraint.allows`` for each (numbers are finite, never bool)."""
-    for i in range(0, len(checks), 6):
+def _passes(checks: _Compiled, args: Any) -> bool:
+    """Every check of a compiled rule holds; exactly ``Constraint.allows`` for each (numbers are
+    finite, never bool)."""
+    for i in range(_FIRST_CHECK, len(checks), 6):
         name = checks[i]
         if name not in args:
             return False
