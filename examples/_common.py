@@ -91,7 +91,7 @@ def calls(*items: tuple[str, dict[str, Any]], say: str = "") -> AIMessage:
 # --- the one-screen summary -----------------------------------------------------------------
 
 
-_RULE = re.compile(r"(?:allowed by )?role \S+ rule \d+: \S+ \(line (\d+)\):? ?")
+_RULE = re.compile(r"(?:allowed by )?role \S+ rule \d+: .*?\(line (\d+)\):? ?")
 
 
 def readable(text: str, width: int = 86) -> str:
@@ -138,7 +138,7 @@ def summary(
             why = _RULE.sub(
                 r"policy line \1: ", "; ".join(r for r in e.reasons if not r.startswith("approval gate"))
             )
-            print(f"  #{e.index:<3} {who:<11} {e.resource:<18} {_short(why, 72)}")
+            print(f"  #{e.index:<3} {who:<11} {e.resource:<18} {_short(why, 84)}")
     approved = [e for e in entries if e.kind == "allow" and e.approver]
     print("\nApproved by a human:")
     for e in approved:
@@ -167,10 +167,13 @@ def summary(
         print("\nDelegation tree:")
         for parent, child in gate.delegations:
             tip = child.chain.tip
-            caps = ", ".join(str(c) for c in tip.capabilities)
-            print(
-                f"  {parent} -> {child.name}  grant {tip.id[:10]}, {_short(caps, 60)}, expires in {tip.expires - tip.not_before}s"
+            caps = "; ".join(
+                c.resource + "".join(f" {name} {constraint}" for name, constraint in c.constraints)
+                for c in tip.capabilities
             )
+            life = tip.expires - tip.not_before
+            print(f"  {parent} -> {child.name}: grant {tip.id[:10]}, {life}s, budget {tip.budget}")
+            print(f"      {_short(caps, 100)}")
     report = gate.verify()
     ok = report.first_bad_index is None and not report.problems
     print(
