@@ -128,11 +128,13 @@ def _bench_appends(store: Store, n: int, rounds: int) -> dict[str, float]:
             tx.execute("INSERT INTO bare_log (idx, entry) VALUES (?, ?)", (next_bare[0], data))
         next_bare[0] += 1
 
-    def bare_group() -> None:
+    def bare_group() -> None:  # one executemany per commit, as append_many does
         with store.transaction() as tx:
-            for _ in range(GROUP):
-                tx.execute("INSERT INTO bare_log (idx, entry) VALUES (?, ?)", (next_bare[0], data))
-                next_bare[0] += 1
+            first = next_bare[0]
+            tx.executemany(
+                "INSERT INTO bare_log (idx, entry) VALUES (?, ?)", [(first + k, data) for k in range(GROUP)]
+            )
+            next_bare[0] += GROUP
 
     def append_one() -> None:
         log.append(_fields(7))

@@ -206,3 +206,12 @@ def test_no_entry_no_spend_the_reservation_rolls_back_with_a_failed_append(
         ledger.reserve(tx, ["root"], {"root": 100}, 40)
         log.append(decision(40), tx=tx)
     assert ledger.remaining("root") == 60 and log.size() == 1
+
+
+def test_group_append_is_all_or_nothing(log: AuditLog) -> None:
+    log.append(decision(0))
+    assert log.append_many([decision(1), decision(2), decision(3)]) == [1, 2, 3]
+    with pytest.raises(InputError):
+        log.append_many([decision(4), {**decision(5), "kind": "perhaps"}])
+    assert log.size() == 4 and log.verify().ok
+    assert [e.budget_delta for e in log.entries()] == [0, 1, 2, 3]

@@ -242,25 +242,32 @@ class AuditLog:
         """Append several entries in one transaction (group commit); all or none are written."""
         try:
             with self.store.transaction() as tx:
-                return [self._append(tx, fields) for fields in batch]
-        except StoreError as exc:
+                index = self._next_index(tx)
+                rows = [self._row(index + k, fields) for k, fields in enumerate(batch)]
+                if rows:
+                    tx.executemany("INSERT INTO audit_log (idx, entry, leaf_hash) VALUES (?, ?, ?)", rows)
+                return [row[0] for row in rows]
+        except (StoreError, sqlite3.Error, psycopg.Error) as exc:
             raise AuditError(f"audit log: entries not written: {exc}") from exc
 
-    def _append(self, tx: Transaction, fields: Mapping[str, Any]) -> int:
-        if "index" in fields:
-            raise InputError("audit entry field index is assigned by the log, not the caller")
+    def _next_index(self, tx: Transaction) -> int:
+        """The next index, with the append lock held until ``tx`` ends (SQLite: its write lock)."""
         if self.store.dialect == "postgresql":
             _execute(tx, "SELECT pg_advisory_xact_lock(?)", (_APPEND_LOCK,))
-        index = int(_execute(tx, "SELECT COALESCE(MAX(idx) + 1, 0) FROM audit_log")[0][0])
+        return int(_execute(tx, "SELECT COALESCE(MAX(idx) + 1, 0) FROM audit_log")[0][0])
+
+    def _row(self, index: int, fields: Mapping[str, Any]) -> tuple[int, bytes, bytes]:
+        if "index" in fields:
+            raise InputError("audit entry field index is assigned by the log, not the caller")
         values = dict(fields)
         values.setdefault("time", utc_now())
         data = AuditEntry.build(index=index, **values).to_bytes()
-        _execute(
-            tx,
-            "INSERT INTO audit_log (idx, entry, leaf_hash) VALUES (?, ?, ?)",
-            (index, data, leaf_hash(data)),
-        )
-        return index
+        return index, data, leaf_hash(data)
+
+    def _append(self, tx: Transaction, fields: Mapping[str, Any]) -> int:
+        row = self._row(self._next_index(tx), fields)
+        _execute(tx, "INSERT INTO audit_log (idx, entry, leaf_hash) VALUES (?, ?, ?)", row)
+        return row[0]
 
     def checkpoint(self) -> str:
         """Sign and store a checkpoint of the whole log; returns the signed note.
