@@ -96,6 +96,8 @@ class Policy:
     """Role -> the capabilities its delegation rule lets it hand on, compiled."""
     gate_conditions: Mapping[str, tuple[tuple[str, Constraint], ...]] = field(default_factory=dict)
     """Approval gate -> its ``when`` constraints, compiled."""
+    agent_roles: frozenset[str] = frozenset()
+    """Roles declared ``kind: agent`` or held (directly) by an agent principal."""
 
     @classmethod
     def deny_all(cls) -> Policy:
@@ -136,9 +138,7 @@ class Policy:
 
     def is_agent_role(self, role: str) -> bool:
         """A role declared ``kind: agent`` or held (directly) by any agent principal."""
-        if self.document.roles[role].kind == "agent":
-            return True
-        return any(p.kind == "agent" and role in p.roles for p in self.document.principals.values())
+        return role in self.agent_roles
 
 
 def load_policy(path: str | Path, *, key_dir: str | Path | None = None) -> Policy:
@@ -359,7 +359,21 @@ class _Compiler:
         for name, quota in doc.quotas.items():
             for i, pattern in enumerate(quota.resources):
                 self._pattern(("quotas", name, "resources", i), pattern)
-        return Policy(doc, self.source, digest, self.locations, principals, anchors, rules, delegable, gates)
+        agent_roles = frozenset(name for name, role in doc.roles.items() if role.kind == "agent") | frozenset(
+            role for p in doc.principals.values() if p.kind == "agent" for role in p.roles
+        )
+        return Policy(
+            doc,
+            self.source,
+            digest,
+            self.locations,
+            principals,
+            anchors,
+            rules,
+            delegable,
+            gates,
+            agent_roles,
+        )
 
     def _line(self, loc: tuple[str | int, ...]) -> int | None:
         mark = self.locations.of(loc)
