@@ -71,7 +71,7 @@ class GangRequest:
     """Only GPUs of this type."""
     min_memory_gb: float = 0.0
     """Only GPUs with at least this much memory."""
-    timeout_s: float = 300.0
+    timeout_s: float = 3600.0
     """How long the request may wait in the queue before it times out with nothing."""
     ttl_s: float | None = None
     """Lease time-to-live between renewals; ``None``: the broker's default."""
