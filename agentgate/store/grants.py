@@ -132,11 +132,6 @@ class GrantRepository:
                 [(*row, now) for row in rows],
             )
 
-    def token(self, grant_id: str) -> str | None:
-        """The chain token recorded for ``grant_id``, if it was issued through this store."""
-        rows = self.store.query("SELECT token FROM agentgate_grants WHERE id = ?", (grant_id,))
-        return str(rows[0][0]) if rows else None
-
     def descendants(self, grant_id: str) -> list[str]:
         """Ids of recorded grants below ``grant_id`` (children, grandchildren...), nearest first."""
         rows = self.store.query(
