@@ -37,9 +37,10 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
 
-from opentelemetry import trace
+from opentelemetry.trace import Span, Tracer
 
 from agentgate.audit.entry import argument_digest, canonical_json, redact
+from agentgate.audit.spans import chat_span, execute_tool_span, get_tracer, record_decision, record_usage
 from agentgate.authority import (
     ApprovalRequirement,
     Authority,
@@ -92,7 +93,6 @@ __all__ = ["AgentIdentity", "Approval", "Authorization", "Gate", "Verdict", "sch
 T = TypeVar("T")
 P = ParamSpec("P")
 
-_tracer = trace.get_tracer("agentgate")
 _log = logging.getLogger("agentgate.gate")
 
 # The approval gate the policy set for the call being decided in this context: the authority
@@ -349,8 +349,10 @@ class Gate:
         trust_anchors: Iterable[PublicKey | str] | None = None,
         log_key: SigningKey | None = None,
         scheduler: SchedulerConfig | None = None,
+        tracer: Tracer | None = None,
     ) -> None:
         self.policy = policy
+        self.tracer = tracer or get_tracer()
         self.store = store
         self.index = PolicyIndex(policy)
         anchors = (
@@ -742,7 +744,10 @@ class Gate:
     def _record_refusal(self, auth: Authorization) -> Authorization:
         with self._decision_transaction() as tx:
             index = self.audit.append(self._entry(auth, "deny"), tx)
-        return replace(auth, verdict=Verdict.DENY, audit_index=index)
+        refused = replace(auth, verdict=Verdict.DENY, audit_index=index)
+        with self._span(refused):  # a refused call shows in the trace too, as an ERROR span
+            pass
+        return refused
 
     def _record_approval_request(
         self, auth: Authorization, request: Mapping[str, Any] | None
@@ -858,8 +863,7 @@ class Gate:
         recording the failure and releasing the reservation.
         """
         self._check_allowed(auth)
-        with _tracer.start_as_current_span(_span_name(auth.call)) as span:
-            _annotate(span, auth)
+        with self._span(auth, call_id) as span:
             try:
                 if auth.call.resource.startswith("tool:"):
                     result = self._sync().submit(self._tool_call(auth, call_id), lambda _attempt: fn())
@@ -867,10 +871,8 @@ class Gate:
                     result = fn()
             except BaseException as exc:
                 self._settle(auth, "error", type(exc).__name__, None)
-                span.set_attribute("error.type", type(exc).__name__)
                 raise
-            status = "error" if failed is not None and failed(result) else "ok"
-            self._settle(auth, status, None, spent(result) if spent is not None else None)
+            self._finish(span, auth, result, failed, spent)
             return result
 
     async def arun(
@@ -884,8 +886,7 @@ class Gate:
     ) -> T:
         """The async twin of ``run``: the scheduler's limits hold for coroutines too."""
         self._check_allowed(auth)
-        with _tracer.start_as_current_span(_span_name(auth.call)) as span:
-            _annotate(span, auth)
+        with self._span(auth, call_id) as span:
             try:
                 if auth.call.resource.startswith("tool:"):
 
@@ -897,11 +898,46 @@ class Gate:
                     result = await fn()
             except BaseException as exc:
                 self._settle(auth, "error", type(exc).__name__, None)
-                span.set_attribute("error.type", type(exc).__name__)
                 raise
-            status = "error" if failed is not None and failed(result) else "ok"
-            self._settle(auth, status, None, spent(result) if spent is not None else None)
+            self._finish(span, auth, result, failed, spent)
             return result
+
+    @contextmanager
+    def _span(self, auth: Authorization, call_id: str | None = None) -> Iterator[Span]:
+        """The GenAI span of the call (``execute_tool NAME`` or ``chat MODEL``) with the decision on it."""
+        kind, _, name = auth.call.resource.partition(":")
+        opened = (
+            execute_tool_span(name, call_id=call_id, tracer=self.tracer)
+            if kind == "tool"
+            else chat_span(name, tracer=self.tracer)
+        )
+        with opened as span:
+            identity = auth.identity
+            record_decision(
+                span,
+                auth.verdict,
+                policy_id=self.policy.digest or None,
+                capability_id=identity.grant_id if identity else None,
+                chain_depth=len(identity.chain.links) if identity else None,
+                audit_index=auth.audit_index,
+                reason="; ".join(auth.reasons)[:200] or None,
+            )
+            if identity is not None:
+                span.set_attribute("gen_ai.agent.name", identity.name)
+            yield span
+
+    def _finish(
+        self,
+        span: Span,
+        auth: Authorization,
+        result: T,
+        failed: Callable[[T], bool] | None,
+        spent: Callable[[T], tuple[int, int] | None] | None,
+    ) -> None:
+        usage = spent(result) if spent is not None else None
+        if usage is not None:
+            record_usage(span, *usage)
+        self._settle(auth, "error" if failed is not None and failed(result) else "ok", None, usage)
 
     async def to_thread(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         """Run a blocking gate step (store I/O) off the event loop, keeping the context variables."""
@@ -1050,18 +1086,3 @@ class Gate:
         self.flush()
         self.audit.checkpoint()
         return self.audit.verify()
-
-
-def _span_name(call: Call) -> str:
-    kind, _, name = call.resource.partition(":")
-    return f"execute_tool {name}" if kind == "tool" else f"chat {name}"
-
-
-def _annotate(span: trace.Span, auth: Authorization) -> None:
-    span.set_attribute("agentgate.decision", auth.verdict)
-    if auth.audit_index is not None:
-        span.set_attribute("agentgate.audit.index", auth.audit_index)
-    if auth.identity is not None:
-        span.set_attribute("gen_ai.agent.name", auth.identity.name)
-        span.set_attribute("agentgate.chain.depth", len(auth.identity.chain.links))
-        span.set_attribute("agentgate.capability.id", auth.identity.grant_id)

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from opentelemetry.trace import Tracer
 
 from agentgate.audit.entry import AuditEntry
 from agentgate.capabilities import Call
@@ -61,10 +62,12 @@ approvals:
 
 
 class Setup:
-    def __init__(self, path: Path, budget: int = 10_000) -> None:
+    def __init__(self, path: Path, budget: int = 10_000, tracer: Tracer | None = None) -> None:
         self.keys = {n: SigningKey.generate() for n in ("root", "agent", "lead", "helper")}
         text = POLICY.format(budget=budget, **{n: k.did for n, k in self.keys.items()})
-        self.gate = Gate(parse_policy(text, source="gate.yaml"), SQLiteStore(path / "agentgate.db"))
+        self.gate = Gate(
+            parse_policy(text, source="gate.yaml"), SQLiteStore(path / "agentgate.db"), tracer=tracer
+        )
         self.agent = self.gate.issue(self.keys["root"], name="agent", key=self.keys["agent"], role="worker")
 
     def entries(self) -> list[AuditEntry]:
@@ -267,3 +270,38 @@ def test_the_same_path_on_both_stores(store: Store) -> None:
     assert kinds == sorted(
         ["allow", "outcome", "approval_required", "allow", "outcome", "deny", "revoke", "deny"]
     )
+
+
+def test_every_decision_leaves_a_genai_span_linked_to_its_audit_entry(tmp_path: Path) -> None:
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    made = Setup(tmp_path, tracer=provider.get_tracer("test"))
+    gate = made.gate
+    try:
+        allowed = gate.authorize(made.agent, Call.tool("lookup", {"id": "7", "secret": "hunter2"}))
+        gate.run(allowed, lambda: "ok", call_id="t1")
+        model = gate.authorize(made.agent, Call.model("small"), tokens=(10, 10))
+        gate.run(model, lambda: "text", spent=lambda _: (10, 4))
+        refused = gate.authorize(made.agent, Call.tool("refund", {"amount": 99999}))
+    finally:
+        gate.close()
+    spans = {s.name: s for s in exporter.get_finished_spans()}
+    tool, chat, deny = spans["execute_tool lookup"], spans["chat small"], spans["execute_tool refund"]
+    assert tool.attributes["agentgate.decision"] == "allow"
+    assert tool.attributes["agentgate.audit.index"] == allowed.audit_index
+    assert tool.attributes["gen_ai.tool.call.id"] == "t1"
+    assert "hunter2" not in str(dict(tool.attributes))
+    assert (
+        chat.attributes["gen_ai.usage.output_tokens"] == 4
+        and chat.attributes["agentgate.decision"] == "allow"
+    )
+    assert (
+        deny.attributes["agentgate.decision"] == "deny"
+        and deny.attributes["error.type"] == "agentgate.denied"
+    )
+    assert deny.attributes["agentgate.audit.index"] == refused.audit_index
