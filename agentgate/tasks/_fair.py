@@ -30,15 +30,13 @@ from __future__ import annotations
 
 import bisect
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
 
 Blocked = Callable[[str], bool]
 AgentBlocked = Callable[[str, str], bool]
-
-_CLASS, _TENANT, _AGENT = 1, 2, 3
 
 
 class _Node:
@@ -130,7 +128,12 @@ class FairQueue(Generic[T]):
         tool = entry.tool
         for member in entry.path:
             member.backlog -= 1
-            _decrement(member.tools, tool)
+            counts = member.tools
+            left = counts[tool] - 1
+            if left:
+                counts[tool] = left
+            else:
+                del counts[tool]
         leaf = entry.path[-1]
         if tool not in leaf.tools:
             del leaf.queues[tool]  # only dead entries are left in it
@@ -138,61 +141,39 @@ class FairQueue(Generic[T]):
         _decrement(self.tenant_sizes, entry.tenant)
         _decrement(self.tool_sizes, tool)
 
-    def pop(self, open_tools: set[str], tenant_blocked: Blocked, agent_blocked: AgentBlocked) -> T | None:
+    def pop(
+        self, open_tools: set[str], tenant_blocked: Blocked | None, agent_blocked: AgentBlocked | None
+    ) -> T | None:
         """Remove and return the next item that can start, or None when none can.
 
         ``open_tools`` are the tools that can start a call now (the caller works them out from
         ``tool_sizes``); subtrees without waiting calls to an open tool are not visited, so a
         dispatch after one slot came free costs the depth of the tree, not its size. The
-        predicates say whether a tenant, or an agent (tenant, agent), cannot start a call now.
+        predicates say whether a tenant, or an agent (tenant, agent), cannot start a call now
+        (None: no such limits).
         """
         if not open_tools:
             return None
         for rank in self._order:
             root = self._ranks[rank]
-            if root.backlog and not open_tools.isdisjoint(root.tools):
-                entry = self._pick(root, _CLASS, "", open_tools, tenant_blocked, agent_blocked)
-                if entry is not None:
-                    self.discard(entry)
-                    item: T = entry.item
-                    return item
-        return None
-
-    def _pick(
-        self,
-        node: _Node,
-        level: int,
-        tenant: str,
-        open_tools: set[str],
-        tenant_blocked: Blocked,
-        agent_blocked: AgentBlocked,
-    ) -> Entry[Any] | None:
-        if len(node.children) == 1:  # its tools are the node's own, which the caller checked
-            active = list(node.children.values())
-        else:
-            active = [c for c in node.children.values() if c.backlog and not open_tools.isdisjoint(c.tools)]
-            if len(active) > 1:
-                active.sort(key=_by_pass)
-        for child in active:
-            if level == _TENANT and tenant_blocked(child.key):
+            if not root.backlog or open_tools.isdisjoint(root.tools):
                 continue
-            if level == _AGENT:
-                if agent_blocked(tenant, child.key):
-                    continue
-                entry = self._pick_tool(child, open_tools)
-            else:
-                entry = self._pick(
-                    child,
-                    level + 1,
-                    child.key if level == _TENANT else tenant,
-                    open_tools,
-                    tenant_blocked,
-                    agent_blocked,
-                )
-            if entry is not None:
-                node.vtime = child.pass_
-                child.pass_ += 1.0 / child.weight
-                return entry
+            for klass in _by_turn(root, open_tools):
+                for tenant in _by_turn(klass, open_tools):
+                    if tenant_blocked is not None and tenant_blocked(tenant.key):
+                        continue
+                    for agent in _by_turn(tenant, open_tools):
+                        if agent_blocked is not None and agent_blocked(tenant.key, agent.key):
+                            continue
+                        entry = self._pick_tool(agent, open_tools)
+                        if entry is None:
+                            continue
+                        for parent, child in ((root, klass), (klass, tenant), (tenant, agent)):
+                            parent.vtime = child.pass_
+                            child.pass_ += 1.0 / child.weight
+                        self.discard(entry)
+                        item: T = entry.item
+                        return item
         return None
 
     @staticmethod
@@ -209,6 +190,17 @@ class FairQueue(Generic[T]):
 
 def _by_pass(node: _Node) -> float:
     return node.pass_
+
+
+def _by_turn(node: _Node, open_tools: set[str]) -> Iterable[_Node]:
+    """The children of ``node`` with waiting calls to an open tool, lowest pass first."""
+    children = node.children
+    if len(children) == 1:  # the only child holds all of the node's calls, which the caller checked
+        return children.values()
+    active = [c for c in children.values() if c.backlog and not open_tools.isdisjoint(c.tools)]
+    if len(active) > 1:
+        active.sort(key=_by_pass)
+    return active
 
 
 def _decrement(counts: dict[str, int], key: str) -> None:

@@ -281,121 +281,146 @@ class Scheduler:
         key: str | None,
         loop: asyncio.AbstractEventLoop,
     ) -> T:
+        """The attempts of one call (one function: this is the hot path, see the module docstring)."""
+        tool = call.tool
         absolute = call.absolute_deadline()
         deadline = None if absolute is None else loop.time() + (absolute - time.time())
-        breaker = self.breaker(call.breaker_key or "tool:" + call.tool)
-        rule = self._rules.get(call.tool)
-        if rule is None:
-            rule = self._rules[call.tool] = rule_for(limits)
+        breaker = self.breaker(call.breaker_key or "tool:" + tool)
         errors: list[AttemptError] = []
-        attempt = 0
+        number = 0
         while True:
-            attempt += 1
+            number += 1
             try:
+                # 1. admission: start now, or wait in the fair queue (never past the deadline)
+                if breaker.refuses():
+                    raise _GiveUp("circuit_open", CircuitOpen(f"the circuit breaker {breaker.key} is open"))
                 try:
-                    result = await self._attempt(
-                        call, fn, limits, priority, key, loop, deadline, breaker, attempt
+                    waiter = self._start_now(call, limits, loop, deadline)
+                    if waiter is None:
+                        waiter = self._enqueue(call, limits, priority, loop)
+                        if not waiter.granted:
+                            await self._until_started(waiter, loop, deadline)
+                        self.metrics.observe_wait(loop.time() - waiter.queued_at)
+                except SchedulingError as exc:
+                    reasons = {DeadlineExceeded: "deadline", Overloaded: "shed"}
+                    raise _GiveUp(reasons.get(type(exc), "closed"), exc) from exc
+                # 2. the attempt, under the breaker, the cross-process lease and the attempt deadline
+                lease: Lease | None = None
+                probing = False
+                try:
+                    if not breaker.allow():
+                        raise _GiveUp(
+                            "circuit_open", CircuitOpen(f"the circuit breaker {breaker.key} is open")
+                        )
+                    probing = True
+                    if self._leases is not None and limits.concurrency is not None:
+                        lease = await self._lease("tool:" + tool, limits.concurrency, loop, deadline)
+                    attempt_deadline = deadline
+                    if limits.timeout_s is not None:
+                        own = loop.time() + limits.timeout_s
+                        attempt_deadline = own if attempt_deadline is None else min(own, attempt_deadline)
+                    unix_deadline = (
+                        None if attempt_deadline is None else time.time() + (attempt_deadline - loop.time())
                     )
+                    self.metrics.event("started", tool, {"agentgate.attempt": number})
+                    attempt = Attempt(call, number, key, unix_deadline)
+                    probing = False  # from here on the outcome is reported to the breaker below
+                    if attempt_deadline is None or not self._preemptive:
+                        result = await fn(attempt)
+                    else:
+                        timeout = asyncio.timeout_at(attempt_deadline)
+                        try:
+                            async with timeout:
+                                result = await fn(attempt)
+                        except TimeoutError as exc:
+                            if timeout.expired():
+                                raise DeadlineExceeded(
+                                    f"tool {tool}: attempt {number} did not finish before its deadline"
+                                ) from exc
+                            raise
+                except asyncio.CancelledError:
+                    if not probing:  # a cancelled call says nothing about the tool; free a probe
+                        breaker.release()
+                    raise
                 except _GiveUp:
                     raise
                 except Exception as exc:
+                    # 3. a failed attempt: classify, tell the breaker, ask the retry rule
                     error_class = self._classifier(exc) or "error"
                     errors.append(
-                        AttemptError(
-                            attempt, error_class, type(exc).__qualname__, str(exc)[:500], time.time()
-                        )
+                        AttemptError(number, error_class, type(exc).__qualname__, str(exc)[:500], time.time())
                     )
                     breaker.record_failure(error_class)
-                    failure = Failure(exc, error_class, attempt, limits, key is not None)
-                    reason = rule.objection(failure)
-                    delay = 0.0
-                    if reason is None:
-                        delay = full_jitter(limits.retry, attempt, self._rng)
-                        if deadline is not None and loop.time() + delay >= deadline:
-                            reason = "deadline"
-                    if reason is not None:
-                        raise _GiveUp(reason, exc) from exc
+                    delay = self._retry_delay(call, limits, key, exc, error_class, number, loop, deadline)
                     self.metrics.event(
                         "retried",
-                        call.tool,
+                        tool,
                         {
-                            "agentgate.attempt": attempt,
+                            "agentgate.attempt": number,
                             "agentgate.error_class": error_class,
                             "agentgate.delay_s": delay,
                         },
                     )
-                    await asyncio.sleep(delay)
-                    continue
-                breaker.record_success()
-                return result
+                else:
+                    breaker.record_success()
+                    return result
+                finally:
+                    if probing:
+                        breaker.release()
+                    if lease is not None and self._leases is not None:
+                        await asyncio.shield(asyncio.to_thread(self._leases.release, lease))
+                    self._finish(waiter)
+                # 4. back off with every slot released, then try again
+                await asyncio.sleep(delay)
             except _GiveUp as stop:
                 if errors:
                     await self._dead_letter(call, key, errors, stop.reason)
                 raise stop.error from None
 
-    async def _attempt(
+    def _retry_delay(
         self,
         call: ToolCall,
-        fn: Callable[[Attempt], Awaitable[T]],
         limits: ToolLimits,
-        priority: PriorityClass,
         key: str | None,
+        error: Exception,
+        error_class: str,
+        number: int,
         loop: asyncio.AbstractEventLoop,
         deadline: float | None,
-        breaker: CircuitBreaker,
-        number: int,
-    ) -> T:
-        """One attempt: admission, breaker, lease, the tool. Raises ``_GiveUp`` when it cannot start."""
-        tool = call.tool
-        if breaker.refuses():
-            raise _GiveUp("circuit_open", CircuitOpen(f"the circuit breaker {breaker.key} is open"))
+    ) -> float:
+        """The backoff before the next attempt; raises ``_GiveUp`` (with the rule's reason) when there is none."""
+        rule = self._rules.get(call.tool)
+        if rule is None:
+            rule = self._rules[call.tool] = rule_for(limits)
+        reason = rule.objection(Failure(error, error_class, number, limits, key is not None))
+        if reason is None:
+            delay = full_jitter(limits.retry, number, self._rng)
+            if deadline is None or loop.time() + delay < deadline:
+                return delay
+            reason = "deadline"
+        raise _GiveUp(reason, error) from error
+
+    async def _until_started(
+        self, waiter: _Waiter, loop: asyncio.AbstractEventLoop, deadline: float | None
+    ) -> None:
+        """Wait until ``waiter`` is started; ``DeadlineExceeded`` (and out of the queue) if the deadline comes first."""
         try:
-            waiter = self._start_now(call, limits, loop, deadline)
-            if waiter is None:
-                waiter = await self._admit(call, limits, priority, loop, deadline)
-        except SchedulingError as exc:
-            reasons = {DeadlineExceeded: "deadline", Overloaded: "shed"}
-            raise _GiveUp(reasons.get(type(exc), "closed"), exc) from exc
-        lease: Lease | None = None
-        probing = False
-        try:
-            if not breaker.allow():
-                raise _GiveUp("circuit_open", CircuitOpen(f"the circuit breaker {breaker.key} is open"))
-            probing = True
-            if self._leases is not None and limits.concurrency is not None:
-                lease = await self._lease(f"tool:{tool}", limits.concurrency, loop, deadline)
-            attempt_deadline = deadline
-            if limits.timeout_s is not None:
-                own = loop.time() + limits.timeout_s
-                attempt_deadline = own if attempt_deadline is None else min(own, attempt_deadline)
-            unix_deadline = (
-                None if attempt_deadline is None else time.time() + (attempt_deadline - loop.time())
-            )
-            self.metrics.event("started", tool, {"agentgate.attempt": number})
-            attempt = Attempt(call, number, key, unix_deadline)
-            probing = False  # from here on the outcome is reported to the breaker by the caller
-            if attempt_deadline is None or not self._preemptive:
-                return await fn(attempt)
-            timeout = asyncio.timeout_at(attempt_deadline)
-            try:
-                async with timeout:
-                    return await fn(attempt)
-            except TimeoutError as exc:
-                if timeout.expired():
-                    raise DeadlineExceeded(
-                        f"tool {tool}: attempt {number} did not finish before its deadline"
-                    ) from exc
-                raise
-        except asyncio.CancelledError:
-            if not probing:  # a cancelled call says nothing about the tool; free a half-open probe
-                breaker.release()
+            if deadline is None:
+                await waiter.future
+            else:
+                async with asyncio.timeout_at(deadline):
+                    await waiter.future
+        except BaseException as exc:
+            if waiter.granted:
+                self._finish(waiter)
+            elif waiter.entry is not None:
+                self._queue.discard(waiter.entry)
+            if isinstance(exc, TimeoutError):
+                raise DeadlineExceeded(
+                    f"tool {waiter.call.tool}: could not start before the call's deadline "
+                    f"(queued {loop.time() - waiter.queued_at:.3f}s)"
+                ) from exc
             raise
-        finally:
-            if probing:
-                breaker.release()
-            if lease is not None and self._leases is not None:
-                await asyncio.shield(asyncio.to_thread(self._leases.release, lease))
-            self._finish(waiter)
 
     async def _lease(
         self, key: str, limit: int, loop: asyncio.AbstractEventLoop, deadline: float | None
@@ -434,17 +459,11 @@ class Scheduler:
         self.metrics.observe_wait(0.0)
         return waiter
 
-    async def _admit(
-        self,
-        call: ToolCall,
-        limits: ToolLimits,
-        priority: PriorityClass,
-        loop: asyncio.AbstractEventLoop,
-        deadline: float | None,
+    def _enqueue(
+        self, call: ToolCall, limits: ToolLimits, priority: PriorityClass, loop: asyncio.AbstractEventLoop
     ) -> _Waiter:
-        """The slow path: wait in the fair queue (or be refused) until the call may start."""
-        now = loop.time()
-        waiter = _Waiter(call, limits, now)
+        """The slow path: queue ``call`` fairly (``Overloaded`` when full); the caller awaits its future."""
+        waiter = _Waiter(call, limits, loop.time())
         waiter.future = loop.create_future()
         config = self.config
         share = config.tenant_share(call.tenant)
@@ -469,25 +488,9 @@ class Scheduler:
         self.metrics.event(
             "queued", call.tool, {"agentgate.tenant": call.tenant, "agentgate.priority": priority.name}
         )
-        self._dispatch(call.tool)
-        if not waiter.granted:
-            try:
-                if deadline is None:
-                    await waiter.future
-                else:
-                    async with asyncio.timeout_at(deadline):
-                        await waiter.future
-            except BaseException as exc:
-                if waiter.granted:
-                    self._finish(waiter)
-                elif waiter.entry is not None:
-                    self._queue.discard(waiter.entry)
-                if isinstance(exc, TimeoutError):
-                    raise DeadlineExceeded(
-                        f"tool {call.tool}: could not start before the call's deadline (queued {loop.time() - now:.3f}s)"
-                    ) from exc
-                raise
-        self.metrics.observe_wait(loop.time() - now)
+        # A tool at its concurrency limit starts nothing now; a rate-limited one needs its timer armed.
+        if limits.rate is not None or self._tool_open(call.tool):
+            self._dispatch(call.tool)
         return waiter
 
     def _has_room(self, call: ToolCall, limits: ToolLimits) -> bool:
@@ -520,7 +523,7 @@ class Scheduler:
 
     def _tool_open(self, tool: str) -> bool:
         """Can ``tool`` start an attempt now? Notes the earliest rate-token time when it cannot."""
-        limits = self._limits(tool)
+        limits = self._limits_cache.get(tool) or self._limits(tool)
         if limits.concurrency is not None and self._tool_in_flight.get(tool, 0) >= limits.concurrency:
             return False
         if limits.rate is not None:
@@ -572,7 +575,11 @@ class Scheduler:
         else:
             open_tools = {name for name in self._queue.tool_sizes if self._tool_open(name)}
         while open_tools and (max_concurrency is None or self._in_flight < max_concurrency):
-            waiter = self._queue.pop(open_tools, self._tenant_blocked, self._agent_blocked)
+            waiter = self._queue.pop(
+                open_tools,
+                None if self._per_tool_only else self._tenant_blocked,
+                None if self._per_tool_only else self._agent_blocked,
+            )
             if waiter is None:
                 break
             started = waiter.call.tool
