@@ -19,7 +19,7 @@ import math
 import re
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -28,15 +28,7 @@ from agentgate.errors import InputError, TamperDetected
 FORMAT_VERSION = 1
 
 EntryKind = Literal["allow", "deny", "approval_required", "approval_given", "revoke", "spend", "outcome"]
-ENTRY_KINDS: tuple[str, ...] = (
-    "allow",
-    "deny",
-    "approval_required",
-    "approval_given",
-    "revoke",
-    "spend",
-    "outcome",
-)
+ENTRY_KINDS: tuple[str, ...] = get_args(EntryKind)
 
 _TIME = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z$")
 
