@@ -285,10 +285,10 @@ def test_duplicate_keys_are_refused() -> None:
         ({"flags": 1}, "unknown field"),
         ({"exp": None}, "exp"),
         ({"exp": 1.5e9}, "integer"),
-        ({"budget": {"amount": -1, "unit": "micro_usd"}}, "budget"),
-        ({"budget": {"amount": 2**63, "unit": "micro_usd"}}, "budget"),
-        ({"budget": {"amount": 1.5, "unit": "micro_usd"}}, "integer"),
-        ({"budget": {"amount": 5, "unit": "micro_usd", "extra": 1}}, "budget"),
+        ({"budget": {"amount": -1, "unit": "usd_micros"}}, "budget"),
+        ({"budget": {"amount": 2**63, "unit": "usd_micros"}}, "budget"),
+        ({"budget": {"amount": 1.5, "unit": "usd_micros"}}, "integer"),
+        ({"budget": {"amount": 5, "unit": "usd_micros", "extra": 1}}, "budget"),
         ({"depth": 99}, "depth"),
         ({"nonce": "zz"}, "nonce"),
         ({"parent": "../x"}, "parent"),
@@ -402,7 +402,7 @@ def test_bad_budget_text_is_refused(text: str) -> None:
 
 
 def test_budget_text_grammar() -> None:
-    assert Budget.parse("500000") == Budget(500000, "micro_usd")
+    assert Budget.parse("500000") == Budget(500000, "usd_micros")
     assert Budget.parse("10:calls") == Budget(10, "calls")
     assert Budget.parse("9223372036854775807").amount == 2**63 - 1
 
@@ -461,7 +461,7 @@ def test_a_link_verifies_exactly_when_it_attenuates(limit: int, budget: int, exp
     parent = root_chain()  # amount<=500, budget 1_000_000, expires NOW+3600, depth 2
     body = json.loads(parent.root.payload)
     body.update(iss=ALICE.did, aud=BOB.did, parent=parent.root.id, exp=exp, depth=depth, nbf=NOW,
-                budget={"amount": budget, "unit": "micro_usd"},
+                budget={"amount": budget, "unit": "usd_micros"},
                 caps=[{"resource": "tool:payments.refund", "action": "invoke",
                        "constraints": {"amount": {"le": limit}, "currency": {"eq": "EUR"}}}])  # fmt: skip
     token = token_of((parent.root.payload, parent.root.signature), signed_link(ALICE, body))

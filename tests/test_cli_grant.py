@@ -129,7 +129,7 @@ def test_inspect_shows_who_gave_what_to_whom(env: Path, capsys: pytest.CaptureFi
     alice = (env / "k" / "alice.pub").read_text().strip()
     assert code == 0
     assert "chain of 2 link(s)" in out and f"gave {alice}" in out
-    assert "allow tool:payments.refund?amount<=100&currency=EUR" in out and "budget 1000000 micro_usd" in out
+    assert "allow tool:payments.refund?amount<=100&currency=EUR" in out and "budget 1000000 usd_micros" in out
     code, out, _ = cli(capsys, "grant", "inspect", "b.tok", "--json")
     links = json.loads(out)["links"]
     assert [link["signature"] for link in links] == ["valid", "valid"]
@@ -226,3 +226,63 @@ def test_duration_grammar() -> None:
     for bad in ("0s", "0d", "-5m", "5", "5 m", "1.5h", "1w", "", "s", "99999999999d"):
         with pytest.raises(InputError):
             parse_duration(bad)
+
+
+POLICY = """\
+version: 1
+name: cli-test
+settings:
+  max_ttl_s: 3600
+trust_anchors:
+  root:
+    key: k/root.pub
+tools:
+  payments.refund:
+    args:
+      amount: {type: number, required: true}
+      currency: {type: string, required: true}
+roles:
+  refunder:
+    kind: agent
+    capabilities:
+      - resource: tool:payments.refund
+        constraints:
+          amount: {le: 100}
+          currency: {in: [EUR]}
+    budget: {limit: 5000, unit: usd_micros}
+    ttl_s: 600
+    delegation: {max_depth: 1}
+"""
+
+
+def test_issue_from_a_policy_role(env: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (env / "pol.yaml").write_text(POLICY)
+    base = ["grant", "issue", "--issuer", "k/root.key", "--to", "k/alice.pub", "--policy", "pol.yaml"]
+    assert cli(capsys, *base, "--role", "refunder", "--out", "r.tok")[0] == 0
+    code, out, _ = cli(capsys, "grant", "inspect", "r.tok", "--json")
+    link = json.loads(out)["links"][0]
+    assert link["capabilities"] == ["tool:payments.refund?amount<=100&currency=EUR"]
+    assert link["budget"] == {"amount": 5000, "unit": "usd_micros"}
+    assert link["expires"] - link["not_before"] == 600 and link["max_depth"] == 1
+    code, out, _ = cli(capsys, "grant", "check", "r.tok", "--as", "k/alice.key", "--trust", "k/root.pub",
+                       "--tool", "payments.refund", "--args", '{"amount": 100, "currency": "EUR"}')  # fmt: skip
+    assert code == 0
+    # the flags may narrow the role, never widen it, and only a trust anchor may issue
+    assert (
+        cli(capsys, *base, "--role", "refunder", "--ttl", "5m", "--budget", "10", "--max-depth", "0")[0] == 0
+    )
+    for argv, message in [
+        (["--role", "refunder", "--ttl", "2h"], "TTL"),
+        (["--role", "refunder", "--budget", "9000"], "budget"),
+        (["--role", "refunder", "--budget", "10:calls"], "budget"),
+        (["--role", "refunder", "--max-depth", "2"], "depth"),
+        (["--role", "refunder", "--allow", "tool:x"], "--allow"),
+        (["--role", "nobody"], "no role"),
+    ]:
+        code, _, err = cli(capsys, *base, *argv)
+        assert code == 2 and message in err, (argv, err)
+    code, _, err = cli(capsys, "grant", "issue", "--issuer", "k/alice.key", "--to", "k/bob.pub",
+                       "--policy", "pol.yaml", "--role", "refunder")  # fmt: skip
+    assert code == 2 and "trust anchor" in err
+    code, _, err = cli(capsys, "grant", "issue", "--issuer", "k/root.key", "--to", "k/alice.pub")
+    assert code == 2 and "--policy FILE --role ROLE" in err

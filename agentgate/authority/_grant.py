@@ -80,10 +80,10 @@ _OPACITY = FindingKind.AUTHORITY_CHAIN_OPACITY
 
 @dataclass(frozen=True)
 class Budget:
-    """A spending limit in integer minor units of one unit (``micro_usd``, ``tokens``, ``calls``)."""
+    """A spending limit in integer minor units of one unit (``usd_micros``, ``tokens``, ``calls``)."""
 
     amount: int
-    unit: str = "micro_usd"
+    unit: str = "usd_micros"
 
     def __post_init__(self) -> None:
         if isinstance(self.amount, bool) or not isinstance(self.amount, int):
@@ -101,9 +101,9 @@ class Budget:
         amount, _, unit = str(text).strip().partition(":")
         if not re.fullmatch(r"[0-9]{1,19}", amount):
             raise TokenFormatError(
-                f"budget {text!r}: the amount must be a whole, non-negative number of minor units (e.g. 500000:micro_usd)"
+                f"budget {text!r}: the amount must be a whole, non-negative number of minor units (e.g. 500000:usd_micros)"
             )
-        return cls(int(amount), unit or "micro_usd")
+        return cls(int(amount), unit or "usd_micros")
 
     def to_dict(self) -> dict[str, Any]:
         return {"amount": self.amount, "unit": self.unit}

@@ -42,6 +42,7 @@ from agentgate.errors import (
 )
 from agentgate.findings import Finding
 from agentgate.keys import load_public_key, load_signing_key
+from agentgate.policy import load_policy, role_grant_template
 from agentgate.store import open_store
 
 _DURATION = re.compile(r"(?:[0-9]{1,9}[smhd])+")
@@ -67,7 +68,7 @@ stderr), 3 approval required.
 DURATION: a positive number with a unit s, m, h or d (30s, 15m, 1h, 7d; sums like 1h30m).
 CAP: RESOURCE[#ACTION][?FIELD OP VALUE(&FIELD OP VALUE)*], OP one of = (one of: V1|V2), <, <=,
 >, >=, ^= (prefix); e.g. 'tool:payments.refund?amount<=500&currency=EUR|USD'.
-AMOUNT: a whole number of minor units, optionally :UNIT (default micro_usd), e.g. 1000:calls.
+AMOUNT: a whole number of minor units, optionally :UNIT (default usd_micros), e.g. 1000:calls.
 The store is AGENTGATE_STORE (a path or a postgresql:// URL), default .agentgate/agentgate.db.
 See docs/cli.md."""
 
@@ -85,12 +86,25 @@ def register(subparsers: Any) -> None:
 
     raw = argparse.RawDescriptionHelpFormatter
     p = sub.add_parser(
-        "issue", help="issue a root grant signed by a trust anchor's key", epilog=_EPILOG, formatter_class=raw
+        "issue",
+        help="issue a root grant signed by a trust anchor's key",
+        description="Issue a root grant: give --allow CAP ... --ttl DURATION, or --policy FILE --role ROLE\n"
+        "(the role's capabilities, budget, TTL and depth; the flags may only narrow them).",
+        epilog=_EPILOG,
+        formatter_class=raw,
     )
     p.add_argument("--issuer", required=True, type=Path, metavar="KEYFILE", help="the issuer's private key")
-    _common_grant_args(p)
+    _common_grant_args(p, required=False)
     p.add_argument(
-        "--max-depth", type=int, default=2, metavar="N", help="further delegation levels (default 2)"
+        "--max-depth",
+        type=int,
+        default=None,
+        metavar="N",
+        help="further delegation levels (default 2, or the role's)",
+    )
+    p.add_argument("--policy", type=Path, metavar="FILE", help="take the grant from ROLE in this policy")
+    p.add_argument(
+        "--role", metavar="ROLE", help="the policy role whose capabilities, budget, TTL and depth to grant"
     )
     p.set_defaults(handler=_issue)
 
@@ -141,20 +155,48 @@ def register(subparsers: Any) -> None:
     p.set_defaults(handler=_revoke)
 
 
-def _common_grant_args(p: argparse.ArgumentParser) -> None:
+def _common_grant_args(p: argparse.ArgumentParser, *, required: bool = True) -> None:
     p.add_argument("--to", required=True, metavar="DID|PUBFILE", help="the audience")
-    p.add_argument("--allow", required=True, action="append", metavar="CAP", help="capability (repeatable)")
-    p.add_argument("--ttl", required=True, metavar="DURATION", help="lifetime: 30s, 15m, 1h, 7d")
     p.add_argument(
-        "--budget", metavar="AMOUNT", help="AMOUNT[:UNIT] in integer minor units (default micro_usd)"
+        "--allow", required=required, action="append", metavar="CAP", help="capability (repeatable)"
+    )
+    p.add_argument("--ttl", required=required, metavar="DURATION", help="lifetime: 30s, 15m, 1h, 7d")
+    p.add_argument(
+        "--budget", metavar="AMOUNT", help="AMOUNT[:UNIT] in integer minor units (default usd_micros)"
     )
     p.add_argument("--purpose", default="", help="free text, signed into the grant")
     p.add_argument("--out", type=Path, metavar="FILE", help="write the token here instead of stdout")
 
 
 def _capabilities(args: argparse.Namespace) -> list[Capability]:
-    # The policy variant (--policy FILE --role ROLE) will add the role's capabilities here.
     return [Capability.parse(text) for text in args.allow]
+
+
+def _role_grant(args: argparse.Namespace, issuer: str) -> tuple[list[Capability], int, Budget | None, int]:
+    """Capabilities, TTL, budget and depth of ``--role`` in ``--policy``; the flags may only narrow them."""
+    if not (args.policy and args.role):
+        raise InputError("--policy and --role go together")
+    if args.allow:
+        raise InputError("--allow cannot be combined with --policy: the role names the capabilities")
+    policy = load_policy(args.policy)
+    if issuer not in {did for did in policy.anchor_dids.values() if did}:
+        raise InputError(f"{args.issuer}: not the key of a trust anchor of {args.policy}")
+    template = role_grant_template(policy, args.role)
+    ttl = template.ttl_s if args.ttl is None else parse_duration(args.ttl)
+    if ttl > template.ttl_s:
+        raise InputError(f"--ttl {args.ttl} exceeds role {args.role}'s TTL of {template.ttl_s}s")
+    budget = Budget(template.budget.limit, template.budget.unit) if template.budget else None
+    if args.budget is not None:
+        asked = Budget.parse(args.budget)
+        if budget is not None and (asked.unit != budget.unit or asked.amount > budget.amount):
+            raise InputError(f"--budget {args.budget} exceeds role {args.role}'s budget of {budget}")
+        budget = asked
+    depth = template.max_depth if args.max_depth is None else args.max_depth
+    if depth > template.max_depth:
+        raise InputError(
+            f"--max-depth {depth} exceeds role {args.role}'s delegation depth {template.max_depth}"
+        )
+    return list(template.capabilities), ttl, budget, depth
 
 
 def _read_token(path: Path) -> Chain:
@@ -201,15 +243,17 @@ def _finding_line(finding: Finding) -> str:
 
 def _issue(args: argparse.Namespace) -> int:
     key = load_signing_key(args.issuer)
-    chain = issue(
-        key,
-        load_public_key(args.to),
-        _capabilities(args),
-        ttl=parse_duration(args.ttl),
-        budget=_budget(args.budget),
-        max_depth=args.max_depth,
-        purpose=args.purpose,
-    )
+    audience = load_public_key(args.to)
+    purpose = args.purpose
+    if args.policy or args.role:
+        capabilities, ttl, budget, depth = _role_grant(args, key.did)
+        purpose = purpose or f"role {args.role}"
+    else:
+        if not args.allow or args.ttl is None:
+            raise InputError("grant issue needs --allow CAP and --ttl DURATION, or --policy FILE --role ROLE")
+        capabilities, ttl, budget = _capabilities(args), parse_duration(args.ttl), _budget(args.budget)
+        depth = 2 if args.max_depth is None else args.max_depth
+    chain = issue(key, audience, capabilities, ttl=ttl, budget=budget, max_depth=depth, purpose=purpose)
     record(_repo(), chain)
     _write_token(chain, args.out)
     return 0

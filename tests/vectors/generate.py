@@ -72,7 +72,7 @@ def body(
         "iss": iss.did,
         "aud": aud.did,
         "caps": caps,
-        "budget": {"amount": 1_000_000, "unit": "micro_usd"},
+        "budget": {"amount": 1_000_000, "unit": "usd_micros"},
         "nbf": NOW - 60,
         "exp": NOW + 3600,
         "depth": 2,
@@ -106,7 +106,7 @@ def build_cases() -> dict[str, dict[str, Any]]:
     root_p = canonical_json(body(ROOT, ALICE, [REFUND_500], parent=None, nonce=1))
     root = link(ROOT, root_p)
     child_p = canonical_json(body(ALICE, BOB, [REFUND_100], parent=gid(root_p), nonce=2, exp=NOW + 600, depth=1,
-                                  budget={"amount": 5000, "unit": "micro_usd"}))  # fmt: skip
+                                  budget={"amount": 5000, "unit": "usd_micros"}))  # fmt: skip
     child = link(ALICE, child_p)
     good = token(root, child)
 
@@ -155,12 +155,12 @@ def build_cases() -> dict[str, dict[str, Any]]:
     signed_variant(
         "budget-2-63",
         "budget amount 2**63",
-        canonical_json({**b, "budget": {"amount": 2**63, "unit": "micro_usd"}}),
+        canonical_json({**b, "budget": {"amount": 2**63, "unit": "usd_micros"}}),
     )
     signed_variant(
         "budget-negative",
         "negative budget",
-        canonical_json({**b, "budget": {"amount": -1, "unit": "micro_usd"}}),
+        canonical_json({**b, "budget": {"amount": -1, "unit": "usd_micros"}}),
     )
     signed_variant("no-expiry", "expiry missing", canonical_json({k: v for k, v in b.items() if k != "exp"}))
     chain_case("unsigned", "payload without a signature segment", f"ag1.{b64url_encode(root_p)}",
@@ -197,7 +197,7 @@ def build_cases() -> dict[str, dict[str, Any]]:
     child_case("widened-tool", "child names another tool", "capability_widened",
                caps=[{"resource": "tool:shell.run", "action": "invoke", "constraints": {}}])  # fmt: skip
     child_case("widened-budget", "child budget above the parent's", "budget_widened",
-               budget={"amount": 2_000_000, "unit": "micro_usd"})  # fmt: skip
+               budget={"amount": 2_000_000, "unit": "usd_micros"})  # fmt: skip
     child_case("outlives-parent", "child expires after its parent", "outlives_parent", exp=NOW + 7200)
     child_case("widened-depth", "child allows as many levels as its parent", "depth_widened", depth=2)
     child_case("self-delegation", "alice delegates to alice", "self_delegation", aud=ALICE)
