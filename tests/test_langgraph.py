@@ -77,6 +77,7 @@ roles:
       max_ttl_s: 600
       capabilities:
         - resource: tool:search
+        - resource: tool:publish
         - resource: model:scripted
   researcher:
     kind: agent
@@ -320,14 +321,14 @@ def test_delegation_wider_than_the_policy_allows_is_refused_and_the_sub_agent_ne
         name="researcher",
         agent=_researcher(team),
         key=team.keys["researcher"],
-        capabilities=["tool:search", "tool:publish"],
+        capabilities=["tool:search", "tool:shell"],
         ttl=timedelta(minutes=5),
     )
     model = ScriptedChatModel(turns=[_calls(("ask_researcher", {"task": "find papers"}))])
     supervisor = create_gated_agent(team.gate, name="supervisor", model=model, tools=[ask])
     result = supervisor.invoke({"messages": [{"role": "user", "content": "go"}]}, context=team.supervisor)
     (message,) = _tool_messages(result)
-    assert message.status == "error" and "hand on tool:publish" in str(message.content)
+    assert message.status == "error" and "hand on tool:shell" in str(message.content)
     assert team.ran == [] and team.gate.delegations == []
     refused = [e for e in _entries(team.gate) if e.resource == "agent:researcher"]
     assert [e.kind for e in refused] == ["deny"]
@@ -587,3 +588,30 @@ def test_model_calls_are_routed_through_the_dispatcher_to_a_backend(team: Team) 
         assert spent == usage["input_tokens"] + usage["output_tokens"]
     finally:
         server.stop()
+
+
+def test_sub_agent_approval_pauses_the_supervisor_and_resumes_on_the_same_grant(team: Team) -> None:
+    ask = delegation_tool(
+        team.gate,
+        name="researcher",
+        agent=_researcher(team),
+        key=team.keys["researcher"],
+        capabilities=["tool:search", "tool:publish?path^=reports/", "model:scripted"],
+        ttl=timedelta(minutes=5),
+    )
+    model = ScriptedChatModel(turns=[_calls(("ask_researcher", {"task": "find and publish"}))])
+    supervisor = create_gated_agent(
+        team.gate, name="supervisor", model=model, tools=[ask], checkpointer=InMemorySaver()
+    )
+    config = {"configurable": {"thread_id": "nested-approval"}}
+    paused = supervisor.invoke(
+        {"messages": [{"role": "user", "content": "go"}]}, config, context=team.supervisor
+    )
+    (pending,) = paused["__interrupt__"]
+    assert pending.value["request"]["requester"] == "researcher"
+    assert team.ran == ["search:papers"]
+    approval = team.gate.approve(pending.value, team.keys["dana"])
+    done = supervisor.invoke(Command(resume=approval), config, context=team.supervisor)
+    assert "__interrupt__" not in done
+    assert team.ran == ["search:papers", "publish:reports/x"]
+    assert len(team.gate.delegations) == 1

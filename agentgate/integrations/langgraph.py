@@ -22,6 +22,8 @@ identity that is not its own and refuses every call with an ``implicit_trust_inh
 from __future__ import annotations
 
 import json
+import threading
+import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from datetime import timedelta
 from typing import Any
@@ -41,6 +43,7 @@ from langchain_core.messages import (
 from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.tools import BaseTool, StructuredTool
 from langchain_core.utils.function_calling import convert_to_openai_tool
+from langgraph.errors import GraphBubbleUp
 from langgraph.prebuilt import ToolNode
 from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.types import Command, interrupt
@@ -169,6 +172,8 @@ class GateMiddleware(AgentMiddleware[Any, Any, Any]):
             return _refusal(auth, call_id, name)
         try:
             return self.gate.run(auth, lambda: handler(request), call_id=call_id, failed=_failed)
+        except GraphBubbleUp:
+            raise  # interrupt() or Command(graph=PARENT) from inside the tool: LangGraph's to handle
         except AgentGateError as exc:
             if self.enforce:
                 raise
@@ -193,6 +198,8 @@ class GateMiddleware(AgentMiddleware[Any, Any, Any]):
             return _refusal(auth, call_id, name)
         try:
             return await self.gate.arun(auth, lambda: handler(request), call_id=call_id, failed=_failed)
+        except GraphBubbleUp:
+            raise
         except AgentGateError as exc:
             if self.enforce:
                 raise
@@ -367,10 +374,25 @@ def delegation_tool(
     creep, an expired or revoked parent) is refused as a tool error; the sub-agent does not run.
     """
     caps = tuple(c if isinstance(c, Capability) else Capability.parse(c) for c in capabilities)
+    # One grant per delegating tool call: when LangGraph re-runs the tool to resume an interrupt
+    # (a sub-agent waiting for an approval), the sub-agent resumes on the grant it had, so an
+    # approval bound to that grant still matches. Lives in this process; after a restart the
+    # sub-agent gets a fresh grant and its pending approval is asked for again.
+    granted: dict[tuple[str, str], AgentIdentity] = {}
+    lock = threading.Lock()
 
     def _delegate(runtime: ToolRuntime[Any, Any]) -> AgentIdentity:
         parent = identity_from_context(runtime.context)
-        return gate.delegate(parent, name=name, key=key, capabilities=caps, ttl=ttl, budget=budget)
+        slot = (parent.grant_id if parent else "", runtime.tool_call_id or "")
+        with lock:
+            child = granted.get(slot)
+        if child is not None and child.chain.tip.expires > time.time():
+            return child
+        child = gate.delegate(parent, name=name, key=key, capabilities=caps, ttl=ttl, budget=budget)
+        if runtime.tool_call_id:
+            with lock:
+                granted[slot] = child
+        return child
 
     def _answer(result: dict[str, Any]) -> str:
         messages: list[BaseMessage] = result.get("messages", [])
