@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from agentgate.sim import (
     LLAMA_8B_H100,
@@ -166,3 +168,37 @@ def test_decode_run_matches_single_steps() -> None:
     assert run_result is not None
     assert [r.id for r in run_result.finished] == [r.id for r in result.finished] == ["r0"]
     assert run_result.duration == pytest.approx(t_step, rel=1e-9)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.integers(1, 3000), st.integers(1, 60), st.integers(0, 3), st.integers(0, 2)),
+        min_size=1,
+        max_size=25,
+    )
+)
+def test_kv_accounting_never_overflows_and_everything_is_released(
+    specs: list[tuple[int, int, int, int]],
+) -> None:
+    engine = Engine(
+        LLAMA_8B_H100, EngineConfig(kv_capacity_tokens=4096, block_tokens=16, max_num_batched_tokens=512)
+    )
+    now = 0.0
+    for i, (prompt, output, family, delay) in enumerate(specs):
+        prompt = min(prompt, 4000)
+        engine.add(
+            SimRequest(f"r{i}", prompt, output, chain_hashes((family, b) for b in range(prompt // 16)))
+        )
+        for _ in range(delay):
+            if engine.has_work():
+                now += engine.step(now).duration
+            assert 0 <= engine.kv.used_tokens <= engine.kv.capacity
+            assert engine.kv.free_tokens >= 0
+    steps = 0
+    while engine.has_work() and steps < 20_000:
+        now += engine.step(now).duration
+        steps += 1
+        assert 0 <= engine.kv.used_tokens <= engine.kv.capacity
+    assert not engine.has_work()
+    assert engine.kv.used_tokens == 0
