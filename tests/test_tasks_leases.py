@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
@@ -14,7 +15,8 @@ import pytest
 
 from agentgate.errors import InputError
 from agentgate.store import Store
-from agentgate.store.leases import LeaseManager
+from agentgate.store.leases import LeaseManager, SharedRateLimits
+from agentgate.tasks import Attempt, RateLimit, Scheduler, SchedulerConfig, ToolCall, ToolLimits
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -137,7 +139,8 @@ _HOLDER = textwrap.dedent(
     import sys, time
     from pathlib import Path
     from agentgate.store import open_store
-    from agentgate.store.leases import LeaseManager
+    from agentgate.store.leases import LeaseManager, SharedRateLimits
+from agentgate.tasks import Attempt, RateLimit, Scheduler, SchedulerConfig, ToolCall, ToolLimits
 
     manager = LeaseManager(open_store(sys.argv[1]), ttl_s=float(sys.argv[3]))
     assert manager.try_acquire("tool:solo", 1) is not None
@@ -174,3 +177,38 @@ def test_sigkilled_holders_slot_comes_back_within_the_lease_time(store: Store, t
     assert lease.slot == 0
     assert came_back <= ttl + 0.25, came_back
     me.close()
+
+
+def test_shared_rate_bucket_burst_then_rate(store: Store) -> None:
+    now = [5000.0]
+    first = SharedRateLimits(store, clock=lambda: now[0])
+    second = SharedRateLimits(store, clock=lambda: now[0])
+    assert [first.try_take("tool:api", 10.0, 2), second.try_take("tool:api", 10.0, 2)] == [0.0, 0.0]
+    assert second.try_take("tool:api", 10.0, 2) == pytest.approx(0.1)  # the burst is shared
+    now[0] += 0.05
+    assert first.try_take("tool:api", 10.0, 2) == pytest.approx(0.05)
+    now[0] += 0.05
+    assert first.try_take("tool:api", 10.0, 2) == 0.0
+    assert second.try_take("tool:other", 10.0, 2) == 0.0  # another key, another bucket
+    behind = SharedRateLimits(store, clock=lambda: now[0] - 60)  # a host whose clock is a minute behind
+    assert behind.try_take("tool:api", 10.0, 2) > 0  # no refill for time running backwards
+    with pytest.raises(InputError):
+        first.try_take("tool:api", 0, 2)
+
+
+async def test_rate_limit_holds_across_schedulers_sharing_a_store(store: Store) -> None:
+    config = SchedulerConfig(tools={"api": ToolLimits(rate=RateLimit(per_second=20, burst=2))})
+    first, second = Scheduler(config, store=store), Scheduler(config, store=store)
+    starts: list[float] = []
+
+    async def tool(attempt: Attempt) -> None:
+        starts.append(time.monotonic())
+
+    t0 = time.monotonic()
+    await asyncio.gather(*(s.submit(ToolCall("api"), tool) for s in (first, second) for _ in range(6)))
+    # 12 calls, 2 from the shared burst, 10 more at 20/s: at least 0.5 s. Each scheduler alone
+    # would have finished its 6 in 0.2 s.
+    assert len(starts) == 12
+    assert max(starts) - t0 >= 0.5 - 0.02
+    await first.aclose()
+    await second.aclose()

@@ -1,4 +1,5 @@
-"""Concurrency slots shared by processes and hosts: leases that expire when their holder dies.
+"""Limits shared by processes and hosts: concurrency leases that expire when their holder dies,
+and token buckets for rate limits.
 
 A limit of N for a key (``tool:payments.refund``) is N rows ``(lease_key, slot)``, slot in
 ``0..N-1``. Taking a slot is one conditional upsert: insert the row, or take it over if its
@@ -10,8 +11,13 @@ A holder renews all of its leases in one statement from a heartbeat thread every
 so a live holder keeps its slots however long its call runs, and the slots of a holder that was
 killed (SIGKILL, a lost host) come back at most ``ttl_s`` after its last heartbeat.
 
-Expiry times are the holders' wall clocks (``time.time()``): hosts must keep their clocks within
-a small fraction of ``ttl_s`` of each other (NTP does).
+A rate limit shared by processes is one row per key: the token level and when it was last
+brought up to date. Taking a token reads the row, refills it for the time passed (never for time
+running backwards between two hosts' clocks), and writes it back only if the row is still what
+was read (compare and swap); a lost race is retried.
+
+Expiry and refill times are the holders' wall clocks (``time.time()``): hosts must keep their
+clocks within a small fraction of ``ttl_s`` of each other (NTP does).
 """
 
 from __future__ import annotations
@@ -38,6 +44,11 @@ CREATE TABLE IF NOT EXISTS agentgate_leases (
     PRIMARY KEY (lease_key, slot)
 );
 CREATE INDEX IF NOT EXISTS agentgate_leases_holder ON agentgate_leases (holder);
+CREATE TABLE IF NOT EXISTS agentgate_rate_buckets (
+    bucket_key TEXT PRIMARY KEY,
+    tokens REAL NOT NULL,
+    updated_at REAL NOT NULL
+);
 """,
     "postgresql": """
 CREATE TABLE IF NOT EXISTS agentgate_leases (
@@ -49,6 +60,11 @@ CREATE TABLE IF NOT EXISTS agentgate_leases (
     PRIMARY KEY (lease_key, slot)
 );
 CREATE INDEX IF NOT EXISTS agentgate_leases_holder ON agentgate_leases (holder);
+CREATE TABLE IF NOT EXISTS agentgate_rate_buckets (
+    bucket_key TEXT PRIMARY KEY,
+    tokens DOUBLE PRECISION NOT NULL,
+    updated_at DOUBLE PRECISION NOT NULL
+);
 """,
 }
 
@@ -195,3 +211,50 @@ class LeaseManager:
                     tx.execute(_RELEASE, (lease.key, lease.slot, lease.lease_id))
             except StoreError:
                 continue  # it expires by itself within ttl_s
+
+
+_BUCKET_CREATE = (
+    "INSERT INTO agentgate_rate_buckets (bucket_key, tokens, updated_at) VALUES (?, ?, ?) "
+    "ON CONFLICT (bucket_key) DO NOTHING"
+)
+_BUCKET_READ = "SELECT tokens, updated_at FROM agentgate_rate_buckets WHERE bucket_key = ?"
+_BUCKET_SWAP = (
+    "UPDATE agentgate_rate_buckets SET tokens = ?, updated_at = ? "
+    "WHERE bucket_key = ? AND tokens = ? AND updated_at = ?"
+)
+_SWAP_TRIES = 20
+
+
+class SharedRateLimits:
+    """Token buckets in the store, shared by every process that uses it. Thread-safe.
+
+    A bucket starts full (``burst`` tokens) and refills at ``per_second``; ``try_take`` returns
+    0.0 when it took a token, else the seconds until one will be there.
+    """
+
+    def __init__(self, store: Store, *, clock: Callable[[], float] = time.time) -> None:
+        self.store = store
+        self._clock = clock
+        store.ensure_schema("leases", SCHEMA)
+
+    def try_take(self, key: str, per_second: float, burst: int) -> float:
+        """Take one token from ``key``'s bucket: 0.0 when taken, else the wait until one is due.
+
+        Raises ``StoreError`` when the store cannot be reached, or when the row keeps changing
+        under us (``_SWAP_TRIES`` lost races in a row), so the caller fails closed.
+        """
+        if per_second <= 0 or burst < 1:
+            raise InputError(f"rate for {key!r} needs per_second > 0 and burst >= 1")
+        for _ in range(_SWAP_TRIES):
+            now = self._clock()
+            with self.store.transaction() as tx:
+                tx.execute(_BUCKET_CREATE, (key, float(burst), now))
+                row = tx.execute(_BUCKET_READ, (key,))[0]
+                tokens, updated_at = float(row[0]), float(row[1])
+                level = min(float(burst), tokens + max(0.0, now - updated_at) * per_second)
+                if level < 1.0:
+                    return (1.0 - level) / per_second
+                tx.execute(_BUCKET_SWAP, (level - 1.0, max(now, updated_at), key, tokens, updated_at))
+                if tx.rowcount == 1:
+                    return 0.0
+        raise StoreError(f"rate bucket {key!r}: too much contention, no token taken")

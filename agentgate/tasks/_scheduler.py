@@ -42,7 +42,7 @@ from agentgate.errors import (
 )
 from agentgate.store._base import Store
 from agentgate.store.dead_letters import AttemptError, DeadLetter, DeadLetterStore
-from agentgate.store.leases import Lease, LeaseManager
+from agentgate.store.leases import Lease, LeaseManager, SharedRateLimits
 from agentgate.tasks._backoff import full_jitter
 from agentgate.tasks._breaker import BreakerSnapshot, BreakerState, CircuitBreaker
 from agentgate.tasks._call import Attempt, ToolCall
@@ -85,8 +85,8 @@ class _GiveUp(Exception):
 class Scheduler:
     """Schedules tool calls: priority, tenant fairness, limits, deadlines, safe retries, breakers.
 
-    ``store``: when given, dead letters are persisted there and per-tool concurrency limits are
-    also held across processes with leases (``agentgate.store.leases``). ``rng``: the source of
+    ``store``: when given, dead letters are persisted there, and per-tool concurrency and rate
+    limits also hold across every process sharing the store (``agentgate.store.leases``). ``rng``: the source of
     backoff jitter (seed it to reproduce delays). ``classifier``: maps exceptions to error classes.
     ``registry``: the Prometheus registry for this scheduler's metrics (default: a new one).
     """
@@ -136,6 +136,7 @@ class Scheduler:
         self._preemptive = True
         self._dead_store = DeadLetterStore(store) if store is not None else None
         self._leases = LeaseManager(store, ttl_s=self.config.lease_ttl_s) if store is not None else None
+        self._rates = SharedRateLimits(store) if store is not None else None
         self.metrics = SchedulerMetrics(
             registry,
             queue_depth=lambda: self._queue.tenant_sizes,
@@ -315,6 +316,8 @@ class Scheduler:
                     probing = True
                     if self._leases is not None and limits.concurrency is not None:
                         lease = await self._lease("tool:" + tool, limits.concurrency, loop, deadline)
+                    if self._rates is not None and limits.rate is not None:
+                        await self._shared_token("tool:" + tool, limits, loop, deadline)
                     attempt_deadline = deadline
                     if limits.timeout_s is not None:
                         own = loop.time() + limits.timeout_s
@@ -421,6 +424,26 @@ class Scheduler:
                     f"(queued {loop.time() - waiter.queued_at:.3f}s)"
                 ) from exc
             raise
+
+    async def _shared_token(
+        self, key: str, limits: ToolLimits, loop: asyncio.AbstractEventLoop, deadline: float | None
+    ) -> None:
+        """Take a token from the rate bucket shared through the store, waiting for one up to the deadline."""
+        assert self._rates is not None and limits.rate is not None
+        rate = limits.rate
+        while True:
+            try:
+                wait = await asyncio.to_thread(self._rates.try_take, key, rate.per_second, rate.burst)
+            except StoreError as exc:
+                raise _GiveUp("store_unavailable", exc) from exc
+            if wait <= 0:
+                return
+            if deadline is not None and loop.time() + wait >= deadline:
+                raise _GiveUp(
+                    "deadline", DeadlineExceeded(f"no {key} rate token across processes before the deadline")
+                )
+            # Jitter spreads the processes that all wait for the same token.
+            await asyncio.sleep(wait * (1.0 + 0.1 * self._rng.random()))
 
     async def _lease(
         self, key: str, limit: int, loop: asyncio.AbstractEventLoop, deadline: float | None
