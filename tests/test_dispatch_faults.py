@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -54,10 +54,10 @@ def payload(i: int, max_tokens: int = 100) -> dict[str, object]:
     }
 
 
-async def wait_for(condition: object, timeout: float) -> float:
+async def wait_for(condition: Callable[[], bool], timeout: float) -> float:
     """Seconds until ``condition()`` holds; fails the test after ``timeout``."""
     start = time.monotonic()
-    while not condition():  # type: ignore[operator]
+    while not condition():
         if time.monotonic() - start > timeout:
             pytest.fail(f"condition not met within {timeout}s")
         await asyncio.sleep(0.02)
