@@ -139,8 +139,7 @@ _HOLDER = textwrap.dedent(
     import sys, time
     from pathlib import Path
     from agentgate.store import open_store
-    from agentgate.store.leases import LeaseManager, SharedRateLimits
-from agentgate.tasks import Attempt, RateLimit, Scheduler, SchedulerConfig, ToolCall, ToolLimits
+    from agentgate.store.leases import LeaseManager
 
     manager = LeaseManager(open_store(sys.argv[1]), ttl_s=float(sys.argv[3]))
     assert manager.try_acquire("tool:solo", 1) is not None
