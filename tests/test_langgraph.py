@@ -615,3 +615,19 @@ def test_sub_agent_approval_pauses_the_supervisor_and_resumes_on_the_same_grant(
     assert "__interrupt__" not in done
     assert team.ran == ["search:papers", "publish:reports/x"]
     assert len(team.gate.delegations) == 1
+
+
+def test_a_failing_tool_becomes_an_error_message_without_its_secret_text(team: Team) -> None:
+    def search(query: str) -> str:
+        raise RuntimeError("db password is hunter2")
+
+    broken = StructuredTool.from_function(func=search, name="search", description="search")
+    model = ScriptedChatModel(turns=[_calls(("search", {"query": "x"})), _calls(("shell", {"cmd": "ls"}))])
+    agent = create_gated_agent(team.gate, name="supervisor", model=model, tools=[broken], gate_models=False)
+    result = agent.invoke({"messages": [{"role": "user", "content": "go"}]}, context=team.supervisor)
+    failed = _tool_messages(result)[0]
+    assert failed.status == "error" and "RuntimeError" in str(failed.content)
+    assert "hunter2" not in repr(result)
+    assert len(_tool_messages(result)) == 2  # the run went on to the next turn
+    outcome = [e for e in _entries(team.gate) if e.kind == "outcome" and e.resource == "tool:search"]
+    assert [(e.status, e.reasons) for e in outcome] == [("error", ("RuntimeError",))]
