@@ -41,8 +41,6 @@ from agentgate.store._sqlite import SQLiteStore
 DEFAULT_ORIGIN = "agentgate.local/audit"
 _sha256 = hashlib.sha256
 _BATCH = 20_000
-# pg_advisory_xact_lock key that serializes appends: ASCII "agaudit" as an integer.
-_APPEND_LOCK = int.from_bytes(b"agaudit", "big")
 
 AUDIT_DDL: dict[Dialect, str] = {
     "sqlite": """
@@ -88,6 +86,14 @@ BEGIN
     RAISE EXCEPTION '% is append-only (% refused)', TG_TABLE_NAME, TG_OP;
 END;
 $$ LANGUAGE plpgsql;
+CREATE OR REPLACE FUNCTION agentgate_audit_lock_next() RETURNS bigint AS $$
+BEGIN
+    -- One round trip: take the append lock (held to the end of the transaction), then read the
+    -- next index with a fresh snapshot (a volatile function's queries each take their own).
+    PERFORM pg_advisory_xact_lock(27416741019937140);  -- ASCII "agaudit"
+    RETURN (SELECT COALESCE(MAX(idx) + 1, 0) FROM audit_log);
+END;
+$$ LANGUAGE plpgsql VOLATILE;
 CREATE OR REPLACE FUNCTION agentgate_audit_next_index() RETURNS trigger AS $$
 BEGIN
     IF NEW.idx IS DISTINCT FROM (SELECT COALESCE(MAX(idx) + 1, 0) FROM audit_log) THEN
@@ -253,7 +259,7 @@ class AuditLog:
     def _next_index(self, tx: Transaction) -> int:
         """The next index, with the append lock held until ``tx`` ends (SQLite: its write lock)."""
         if self.store.dialect == "postgresql":
-            _execute(tx, "SELECT pg_advisory_xact_lock(?)", (_APPEND_LOCK,))
+            return int(_execute(tx, "SELECT agentgate_audit_lock_next()")[0][0])
         return int(_execute(tx, "SELECT COALESCE(MAX(idx) + 1, 0) FROM audit_log")[0][0])
 
     def _row(self, index: int, fields: Mapping[str, Any]) -> tuple[int, bytes, bytes]:
