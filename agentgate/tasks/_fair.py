@@ -29,6 +29,7 @@ dropped lazily when it reaches the head, so removal is O(depth) and never scans 
 from __future__ import annotations
 
 import bisect
+import itertools
 from collections import deque
 from collections.abc import Callable, Iterable
 from typing import Any, Generic, TypeVar
@@ -77,11 +78,11 @@ class FairQueue(Generic[T]):
         self.size = 0
         self.tenant_sizes: dict[str, int] = {}
         self.tool_sizes: dict[str, int] = {}
+        self._paths: dict[tuple[int, str, str, str], tuple[_Node, ...]] = {}
 
     def push(
         self,
         item: T,
-        *,
         rank: int,
         priority: str,
         priority_weight: float,
@@ -90,35 +91,50 @@ class FairQueue(Generic[T]):
         agent: str,
         tool: str,
     ) -> Entry[T]:
-        """Append ``item`` at the tail of its tool FIFO; returns its entry (for ``discard``)."""
-        root = self._ranks.get(rank)
-        if root is None:
-            root = self._ranks[rank] = _Node(str(rank), 1.0)
-            bisect.insort(self._order, rank)
-        node = root
-        path = [root]
-        for key, weight in ((priority, priority_weight), (tenant, tenant_weight), (agent, 1.0)):
-            child = node.children.get(key)
-            if child is None:
-                child = node.children[key] = _Node(key, weight)
-            child.weight = weight
-            if child.backlog == 0:
-                child.pass_ = max(child.pass_, node.vtime)
-            path.append(child)
-            node = child
-        queue = node.queues.get(tool)
+        """Append ``item`` at the tail of its tool FIFO; returns its entry (for ``discard``).
+
+        The weights of a class and a tenant are taken when their node is first made (they come
+        from a frozen configuration).
+        """
+        path = self._paths.get((rank, priority, tenant, agent))
+        if path is None:
+            path = self._path(rank, priority, priority_weight, tenant, tenant_weight, agent)
+        leaf = path[3]
+        if not leaf.backlog:  # the agent had nothing waiting; its ancestors may have been idle too
+            for parent, child in itertools.pairwise(path):
+                if not child.backlog:
+                    child.pass_ = max(child.pass_, parent.vtime)
+        queue = leaf.queues.get(tool)
         if queue is None:
-            queue = node.queues[tool] = deque()
+            queue = leaf.queues[tool] = deque()
         self._seq += 1
-        entry: Entry[T] = Entry(item, self._seq, tenant, tool, tuple(path))
+        entry: Entry[T] = Entry(item, self._seq, tenant, tool, path)
         queue.append(entry)
         for member in path:
             member.backlog += 1
-            member.tools[tool] = member.tools.get(tool, 0) + 1
+            counts = member.tools
+            counts[tool] = counts.get(tool, 0) + 1
         self.size += 1
         self.tenant_sizes[tenant] = self.tenant_sizes.get(tenant, 0) + 1
         self.tool_sizes[tool] = self.tool_sizes.get(tool, 0) + 1
         return entry
+
+    def _path(
+        self, rank: int, priority: str, priority_weight: float, tenant: str, tenant_weight: float, agent: str
+    ) -> tuple[_Node, ...]:
+        root = self._ranks.get(rank)
+        if root is None:
+            root = self._ranks[rank] = _Node(str(rank), 1.0)
+            bisect.insort(self._order, rank)
+        node, path = root, [root]
+        for key, weight in ((priority, priority_weight), (tenant, tenant_weight), (agent, 1.0)):
+            child = node.children.get(key)
+            if child is None:
+                child = node.children[key] = _Node(key, weight)
+            path.append(child)
+            node = child
+        found = self._paths[(rank, priority, tenant, agent)] = tuple(path)
+        return found
 
     def discard(self, entry: Entry[T]) -> None:
         """Take ``entry`` out of the queue if it is still in it (its slot in the FIFO is dropped lazily)."""

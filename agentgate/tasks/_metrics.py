@@ -134,6 +134,11 @@ class SchedulerMetrics:
         if span.is_recording():
             span.add_event(f"agentgate.task.{name}", {"agentgate.tool": tool, **attributes})
 
+    def tally(self, name: str, tool: str) -> None:
+        """Count ``name`` for ``tool`` only: for callers that know no span is recording."""
+        key = (name, tool)
+        self.events[key] = self.events.get(key, 0) + 1
+
     def count(self, name: str, tool: str) -> int:
         """How many ``name`` events ``tool`` had."""
         return self.events.get((name, tool), 0)

@@ -30,6 +30,7 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
+from opentelemetry import trace
 from prometheus_client import CollectorRegistry
 
 from agentgate.errors import (
@@ -287,6 +288,8 @@ class Scheduler:
         absolute = call.absolute_deadline()
         deadline = None if absolute is None else loop.time() + (absolute - time.time())
         breaker = self.breaker(call.breaker_key or "tool:" + tool)
+        # Looked up once per call: the hot path skips building span attributes nobody records.
+        traced = trace.get_current_span().is_recording()
         errors: list[AttemptError] = []
         number = 0
         while True:
@@ -298,7 +301,7 @@ class Scheduler:
                 try:
                     waiter = self._start_now(call, limits, loop, deadline)
                     if waiter is None:
-                        waiter = self._enqueue(call, limits, priority, loop)
+                        waiter = self._enqueue(call, limits, priority, loop, traced)
                         if not waiter.granted:
                             await self._until_started(waiter, loop, deadline)
                         self.metrics.observe_wait(loop.time() - waiter.queued_at)
@@ -325,7 +328,10 @@ class Scheduler:
                     unix_deadline = (
                         None if attempt_deadline is None else time.time() + (attempt_deadline - loop.time())
                     )
-                    self.metrics.event("started", tool, {"agentgate.attempt": number})
+                    if traced:
+                        self.metrics.event("started", tool, {"agentgate.attempt": number})
+                    else:
+                        self.metrics.tally("started", tool)
                     attempt = Attempt(call, number, key, unix_deadline)
                     probing = False  # from here on the outcome is reported to the breaker below
                     if attempt_deadline is None or not self._preemptive:
@@ -483,7 +489,12 @@ class Scheduler:
         return waiter
 
     def _enqueue(
-        self, call: ToolCall, limits: ToolLimits, priority: PriorityClass, loop: asyncio.AbstractEventLoop
+        self,
+        call: ToolCall,
+        limits: ToolLimits,
+        priority: PriorityClass,
+        loop: asyncio.AbstractEventLoop,
+        traced: bool,
     ) -> _Waiter:
         """The slow path: queue ``call`` fairly (``Overloaded`` when full); the caller awaits its future."""
         waiter = _Waiter(call, limits, loop.time())
@@ -500,17 +511,20 @@ class Scheduler:
             )
         waiter.entry = self._queue.push(
             waiter,
-            rank=priority.rank,
-            priority=priority.name,
-            priority_weight=priority.weight,
-            tenant=call.tenant,
-            tenant_weight=share.weight,
-            agent=call.principal,
-            tool=call.tool,
+            priority.rank,
+            priority.name,
+            priority.weight,
+            call.tenant,
+            share.weight,
+            call.principal,
+            call.tool,
         )
-        self.metrics.event(
-            "queued", call.tool, {"agentgate.tenant": call.tenant, "agentgate.priority": priority.name}
-        )
+        if traced:
+            self.metrics.event(
+                "queued", call.tool, {"agentgate.tenant": call.tenant, "agentgate.priority": priority.name}
+            )
+        else:
+            self.metrics.tally("queued", call.tool)
         # A tool at its concurrency limit starts nothing now; a rate-limited one needs its timer armed.
         if limits.rate is not None or self._tool_open(call.tool):
             self._dispatch(call.tool)
