@@ -308,6 +308,21 @@ class _PendingOutcomes:
             self.flush()
 
 
+def _redact_reasons(reasons: Iterable[str], args: Mapping[str, Any], loggable: Iterable[str]) -> list[str]:
+    """Reasons as the audit log may keep them: a value of an argument the policy does not mark
+    loggable, quoted by a rule's explanation (``name=value``), is replaced by a placeholder."""
+    clear = set(loggable)
+    hidden = [
+        (f"{name}={value!r}", f"{name}=<not loggable>") for name, value in args.items() if name not in clear
+    ]
+    out = []
+    for reason in reasons:
+        for quoted, placeholder in hidden:
+            reason = reason.replace(quoted, placeholder)
+        out.append(reason)
+    return out
+
+
 def scheduler_config(policy: Policy) -> SchedulerConfig:
     """The scheduler's per-tool limits, one to one from the policy's ``tools`` section."""
     tools: dict[str, ToolLimits] = {}
@@ -722,7 +737,10 @@ class Gate:
             "args_digest": argument_digest(auth.call.args),
             "args": redact(auth.call.args, self._loggable(auth.call)),
             "approver": auth.approver,
-            "reasons": [*auth.reasons, *(f"{f.kind}:{f.code}" for f in auth.findings)],
+            "reasons": [
+                *_redact_reasons(auth.reasons, auth.call.args, self._loggable(auth.call)),
+                *(f"{f.kind}:{f.code}" for f in auth.findings),
+            ],
         }
 
     def _loggable(self, call: Call) -> list[str]:

@@ -32,6 +32,8 @@ tools:
   refund:
     args: {{amount: {{type: integer, required: true}}}}
     loggable: [amount]
+  vault:
+    args: {{pin: {{type: string, required: true}}}}
 models:
   small: {{cost_per_mtok: {{input: 1000000, output: 2000000}}}}
 roles:
@@ -42,6 +44,8 @@ roles:
       - resource: tool:refund
         constraints: {{amount: {{le: 1000}}}}
       - resource: model:small
+      - resource: tool:vault
+        constraints: {{pin: {{prefix: "12"}}}}
     budget: {{limit: {budget}, unit: usd_micros}}
     ttl_s: 600
     delegation:
@@ -305,3 +309,14 @@ def test_every_decision_leaves_a_genai_span_linked_to_its_audit_entry(tmp_path: 
         and deny.attributes["error.type"] == "agentgate.denied"
     )
     assert deny.attributes["agentgate.audit.index"] == refused.audit_index
+
+
+def test_a_refusal_never_writes_a_non_loggable_value_to_the_audit_log(setup: Setup) -> None:
+    # refund.amount is loggable; vault.pin is not, and the rule that refuses it quotes it.
+    setup.gate.authorize(setup.agent, Call.tool("refund", {"amount": 5000}))
+    refused = setup.gate.authorize(setup.agent, Call.tool("vault", {"pin": "99-hunter2"}))
+    entries = setup.entries()
+    assert "amount=5000" in " ".join(entries[0].reasons)
+    assert "pin=<not loggable>" in " ".join(entries[1].reasons)
+    assert "hunter2" not in entries[1].to_bytes().decode()
+    assert "99-hunter2" in refused.explain()  # the model is told about its own argument
