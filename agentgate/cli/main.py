@@ -23,6 +23,7 @@ GROUPS = (
     "agentgate.cli.audit",
     "agentgate.cli.policy",
     "agentgate.cli.tasks",
+    "agentgate.cli.serve",
 )
 
 Handler = Callable[[argparse.Namespace], int]

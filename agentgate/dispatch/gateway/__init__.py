@@ -1,0 +1,34 @@
+"""The OpenAI-compatible gateway: chat completions for any OpenAI client, under agentgate's authority.
+
+Server: ``Gateway(GatewayGate(policy, store), inventory).app`` (ASGI), served by
+``GatewayServer`` or ``agentgate serve``. Client: ``InvocationSigner(key, chain)`` (an httpx hook
+for ``openai`` and ``ChatOpenAI``) or ``invocation_headers(key, chain, body)``. docs/gateway.md.
+"""
+
+from __future__ import annotations
+
+from agentgate.dispatch.gateway._app import Gateway, GatewayServer, error_response
+from agentgate.dispatch.gateway._authority import CallerIdentity, GatewayDecision, GatewayGate
+from agentgate.dispatch.gateway._client import (
+    DEFAULT_MAX_TOKENS,
+    INVOCATION_HEADER,
+    InvocationSigner,
+    chat_call,
+    invocation_headers,
+    max_tokens_of,
+)
+
+__all__ = [
+    "DEFAULT_MAX_TOKENS",
+    "INVOCATION_HEADER",
+    "CallerIdentity",
+    "Gateway",
+    "GatewayDecision",
+    "GatewayGate",
+    "GatewayServer",
+    "InvocationSigner",
+    "chat_call",
+    "error_response",
+    "invocation_headers",
+    "max_tokens_of",
+]

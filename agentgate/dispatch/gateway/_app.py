@@ -1,0 +1,379 @@
+"""The OpenAI-compatible gateway: an ASGI app (Starlette) in front of the dispatcher, under the Gate.
+
+``POST /v1/chat/completions`` (JSON or SSE stream), ``GET /v1/models``, ``GET /metrics``
+(Prometheus text, a registry of its own per app), ``GET /healthz``. One chat call:
+
+1. The body is read and checked (400 for anything that is not a chat completion request).
+2. ``GatewayGate.authorize_invocation`` (in a worker thread: it does store I/O) decides the
+   invocation from the headers and records the decision: the budget reserved for the estimated
+   prompt and the output limit, and the audit entry, in one transaction before anything is sent.
+   A refusal answers 401, 402 or 403 with an OpenAI-style error body, and has reserved nothing.
+3. The dispatcher routes the call to a backend that serves the model, with the call's output
+   limit set to what was reserved; the answer (or the stream) goes back to the caller.
+4. The usage the backend reports is charged and the outcome audited (``Gate.arun`` /
+   ``GatewayGate.gated_stream``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import threading
+import time
+import uuid
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from typing import Any
+
+import uvicorn
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from agentgate.capabilities import Call
+from agentgate.dispatch._policy import RoutingPolicy
+from agentgate.dispatch.backends import ChatChunk, ChatResult, Timeouts
+from agentgate.dispatch.dispatcher import Dispatcher
+from agentgate.dispatch.gateway._authority import GatewayDecision, GatewayGate
+from agentgate.dispatch.gateway._client import INVOCATION_HEADER, chat_call, max_tokens_of
+from agentgate.dispatch.inventory import Inventory
+from agentgate.dispatch.prefix import estimate_tokens, prompt_text
+from agentgate.dispatch.router import Router
+from agentgate.errors import AgentGateError, BackendFailed, DispatchError, InputError, NoBackend, Shed
+
+_ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    402: "insufficient_quota",
+    403: "permission_error",
+    404: "not_found_error",
+    429: "rate_limit_error",
+    502: "api_error",
+    503: "service_unavailable",
+}
+_UNPARSED = Call("gateway:chat.completions", "generate")
+"""The call recorded for a body too malformed to name a model."""
+MAX_BODY_BYTES = 8 * 1024 * 1024
+
+
+def error_response(
+    status: int, message: str, code: str, *, headers: Mapping[str, str] | None = None
+) -> JSONResponse:
+    """An OpenAI-style error: ``{"error": {"message", "type", "param", "code"}}``."""
+    body = {
+        "error": {
+            "message": message,
+            "type": _ERROR_TYPES.get(status, "api_error"),
+            "param": None,
+            "code": code,
+        }
+    }
+    return JSONResponse(body, status_code=status, headers=dict(headers or {}))
+
+
+class Gateway:
+    """The gateway for one ``GatewayGate`` and one inventory; ``app`` is the ASGI application.
+
+    The dispatcher (its connection pool and its scrape and health loops) runs on the app's event
+    loop, started and stopped by the app's lifespan. The gate is the caller's to close.
+    """
+
+    def __init__(
+        self,
+        gate: GatewayGate,
+        inventory: Inventory,
+        *,
+        router: RoutingPolicy | None = None,
+        timeouts: Timeouts | None = None,
+        slo_ttft_s: float = 2.0,
+    ) -> None:
+        self.gate = gate
+        self.inventory = inventory
+        self.dispatcher = Dispatcher(inventory, router or Router(inventory), timeouts=timeouts)
+        self.slo_ttft_s = slo_ttft_s
+        self.models = sorted({m for b in inventory.backends for m in b.models})
+        self.registry = CollectorRegistry()
+        self._requests = Counter(
+            "agentgate_gateway_requests",
+            "Chat completion requests answered, by HTTP status.",
+            ["status"],
+            registry=self.registry,
+        )
+        self._decision_seconds = Histogram(
+            "agentgate_gateway_decision_seconds",
+            "Time to decide and record a call (authority, budget reservation, audit).",
+            registry=self.registry,
+            buckets=(0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5),
+        )
+        self._tokens = Counter(
+            "agentgate_gateway_tokens",
+            "Tokens the backends reported for answered calls, by kind.",
+            ["kind"],
+            registry=self.registry,
+        )
+        self.app = Starlette(
+            routes=[
+                Route("/v1/chat/completions", self._chat, methods=["POST"]),
+                Route("/v1/models", self._models, methods=["GET"]),
+                Route("/metrics", self._metrics, methods=["GET"]),
+                Route("/healthz", self._health, methods=["GET"]),
+            ],
+            lifespan=self._lifespan,
+        )
+
+    @contextlib.asynccontextmanager
+    async def _lifespan(self, app: Starlette) -> AsyncIterator[None]:
+        await self.dispatcher.start()
+        try:
+            yield
+        finally:
+            await self.dispatcher.aclose()
+
+    # --- small endpoints ------------------------------------------------------------------
+
+    async def _health(self, request: Request) -> Response:
+        return JSONResponse({"status": "ok"})
+
+    async def _models(self, request: Request) -> Response:
+        data = [{"id": m, "object": "model", "created": 0, "owned_by": "agentgate"} for m in self.models]
+        return JSONResponse({"object": "list", "data": data})
+
+    async def _metrics(self, request: Request) -> Response:
+        return Response(generate_latest(self.registry), media_type=CONTENT_TYPE_LATEST)
+
+    # --- chat completions -----------------------------------------------------------------
+
+    async def _chat(self, request: Request) -> Response:
+        response = await self._answer(request)
+        self._requests.labels(status=str(response.status_code)).inc()
+        return response
+
+    async def _answer(self, request: Request) -> Response:
+        raw = await request.body()
+        try:
+            body = _parse_body(raw)
+            call = chat_call(body)
+        except InputError as exc:
+            return await self._refuse_body(str(exc))
+        max_tokens = max_tokens_of(body)
+        prompt = estimate_tokens(prompt_text(m for m in body["messages"]))
+        started = time.perf_counter()
+        decision = await asyncio.to_thread(
+            self.gate.authorize_invocation,
+            _bearer(request.headers.get("authorization")),
+            request.headers.get(INVOCATION_HEADER),
+            call,
+            (prompt, max_tokens),
+        )
+        self._decision_seconds.observe(time.perf_counter() - started)
+        if not decision.allowed:
+            return error_response(decision.status, decision.message, decision.code or "refused")
+        identity = decision.auth.identity
+        tenant = identity.tenant if identity is not None else "default"
+        payload = {**body, "max_tokens": max_tokens}
+        payload.pop("max_completion_tokens", None)
+        headers = {"X-Agentgate-Audit-Index": str(decision.auth.audit_index)}
+        if body.get("stream"):
+            return await self._stream(decision, payload, tenant, (prompt, max_tokens), headers)
+        try:
+            result = await self.gate.arun(
+                decision.auth,
+                lambda: self.dispatcher.chat(payload, tenant=tenant, slo_ttft_s=self.slo_ttft_s),
+                spent=_spent,
+            )
+        except AgentGateError as exc:
+            return _dispatch_error(exc)
+        self._count_tokens(result.usage.prompt_tokens, result.usage.completion_tokens)
+        return JSONResponse(dict(result.body), headers=headers)
+
+    async def _refuse_body(self, reason: str) -> Response:
+        decision = await asyncio.to_thread(self.gate.refuse, _UNPARSED, 400, "invalid_request", reason)
+        return error_response(400, f"malformed chat completion request: {reason}", decision.code or "invalid")
+
+    async def _stream(
+        self,
+        decision: GatewayDecision,
+        payload: Mapping[str, Any],
+        tenant: str,
+        reserved: tuple[int, int],
+        headers: dict[str, str],
+    ) -> Response:
+        chunks = self.gate.gated_stream(
+            decision.auth,
+            self.dispatcher.stream(payload, tenant=tenant, slo_ttft_s=self.slo_ttft_s),
+            reserved,
+        )
+        # Wait for the first chunk before answering, so that a call no backend can take gets an
+        # HTTP error status rather than a 200 stream that fails.
+        try:
+            first: ChatChunk | None = await anext(chunks)
+        except StopAsyncIteration:
+            first = None
+        except AgentGateError as exc:
+            return _dispatch_error(exc)
+        options = payload.get("stream_options")
+        include_usage = isinstance(options, Mapping) and bool(options.get("include_usage"))
+        events = self._events(chunks, first, str(payload["model"]), include_usage)
+        return StreamingResponse(events, media_type="text/event-stream", headers=headers)
+
+    async def _events(
+        self,
+        chunks: AsyncGenerator[ChatChunk, None],
+        first: ChatChunk | None,
+        model: str,
+        include_usage: bool,
+    ) -> AsyncIterator[bytes]:
+        ident = f"chatcmpl-{uuid.uuid4().hex}"
+        created = int(time.time())
+
+        def event(choices: list[dict[str, Any]], usage: dict[str, int] | None = None) -> bytes:
+            body: dict[str, Any] = {
+                "id": ident,
+                "object": "chat.completion.chunk",
+                "created": created,
+                "model": model,
+                "choices": choices,
+            }
+            if usage is not None:
+                body["usage"] = usage
+            return b"data: " + json.dumps(body, separators=(",", ":")).encode() + b"\n\n"
+
+        usage = None
+        role_sent = False
+        try:
+            pending = first
+            while pending is not None:
+                if pending.usage is not None:
+                    usage = pending.usage
+                if pending.content or pending.finish_reason:
+                    delta: dict[str, str] = {"content": pending.content}
+                    if not role_sent:
+                        delta["role"] = "assistant"
+                        role_sent = True
+                    yield event([{"index": 0, "delta": delta, "finish_reason": pending.finish_reason}])
+                pending = await anext(chunks, None)
+        except AgentGateError as exc:
+            # Output already went out: the stream ends with an error event, as OpenAI's does.
+            body = {
+                "error": {"message": str(exc), "type": "api_error", "param": None, "code": "backend_failed"}
+            }
+            yield b"data: " + json.dumps(body).encode() + b"\n\n"
+            return
+        finally:
+            await chunks.aclose()
+        if usage is not None:
+            self._count_tokens(usage.prompt_tokens, usage.completion_tokens)
+            if include_usage:
+                yield event(
+                    [],
+                    {
+                        "prompt_tokens": usage.prompt_tokens,
+                        "completion_tokens": usage.completion_tokens,
+                        "total_tokens": usage.prompt_tokens + usage.completion_tokens,
+                    },
+                )
+        yield b"data: [DONE]\n\n"
+
+    def _count_tokens(self, prompt: int, completion: int) -> None:
+        self._tokens.labels(kind="prompt").inc(prompt)
+        self._tokens.labels(kind="completion").inc(completion)
+
+
+def _parse_body(raw: bytes) -> dict[str, Any]:
+    """The request body as a chat completion request; raises ``InputError`` naming what is wrong."""
+    if len(raw) > MAX_BODY_BYTES:
+        raise InputError(f"the body is over {MAX_BODY_BYTES} bytes")
+    try:
+        body = json.loads(raw)
+    except ValueError as exc:
+        raise InputError(f"the body is not JSON ({exc})") from None
+    if not isinstance(body, dict):
+        raise InputError("the body must be a JSON object")
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) for m in messages):
+        raise InputError("'messages' must be a non-empty list of message objects")
+    if not isinstance(body.get("stream", False), bool):
+        raise InputError("'stream' must be true or false")
+    return body
+
+
+def _bearer(value: str | None) -> str | None:
+    if value is None:
+        return None
+    scheme, _, token = value.partition(" ")
+    if scheme.lower() != "bearer":
+        return None
+    return token.strip() or None
+
+
+def _spent(result: ChatResult) -> tuple[int, int]:
+    return result.usage.prompt_tokens, result.usage.completion_tokens
+
+
+def _dispatch_error(exc: AgentGateError) -> Response:
+    """The HTTP answer for a call that was allowed but could not be served (nothing was charged)."""
+    if isinstance(exc, Shed):
+        return error_response(429, str(exc), "shed", headers={"Retry-After": "1"})
+    if isinstance(exc, NoBackend):
+        return error_response(503, str(exc), "no_backend")
+    if isinstance(exc, BackendFailed):
+        return error_response(502, str(exc), "backend_failed")
+    if isinstance(exc, DispatchError):
+        return error_response(400, str(exc), "rejected_by_backend")
+    return error_response(503, str(exc), type(exc).__name__)
+
+
+class GatewayServer:
+    """Serves a ``Gateway`` with uvicorn, in the foreground (``run``) or a background thread (``start``)."""
+
+    def __init__(self, gateway: Gateway, *, host: str = "127.0.0.1", port: int = 8000) -> None:
+        self.gateway = gateway
+        self.host = host
+        config = uvicorn.Config(
+            gateway.app,
+            host=host,
+            port=port,
+            log_level="warning",
+            access_log=False,
+            lifespan="on",
+            # A chain token travels in a header and may be up to 32 KiB (docs/token-format.md).
+            h11_max_incomplete_event_size=64 * 1024,
+        )
+        self.server = uvicorn.Server(config)
+        self.port = port
+        self._thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        """The OpenAI base URL, e.g. ``http://127.0.0.1:8000/v1``."""
+        return f"http://{self.host}:{self.port}/v1"
+
+    def run(self) -> None:
+        """Serve until interrupted."""
+        self.server.run()
+
+    def start(self, timeout: float = 10.0) -> GatewayServer:
+        """Serve in a background thread; returns once the port accepts connections (port 0: any
+        free port, then in ``port`` and ``url``).
+
+        Raises ``DispatchError`` if it does not start within ``timeout`` seconds.
+        """
+        self._thread = threading.Thread(target=self.server.run, name=f"gateway-{self.port}", daemon=True)
+        self._thread.start()
+        deadline = time.monotonic() + timeout
+        while not self.server.started:
+            if time.monotonic() > deadline or not self._thread.is_alive():
+                raise DispatchError(f"the gateway on {self.host}:{self.port} did not start")
+            time.sleep(0.01)
+        if self.port == 0:  # the operating system chose one
+            self.port = int(self.server.servers[0].sockets[0].getsockname()[1])
+        return self
+
+    def stop(self) -> None:
+        """Stop serving and wait for the thread."""
+        self.server.should_exit = True
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+            self._thread = None

@@ -1,0 +1,233 @@
+"""The gateway's decision for one HTTP call: the Gate's own path, for an invocation signed elsewhere.
+
+``Gate.authorize`` signs the invocation itself with the agent's key, which an in-process agent
+holds. A gateway caller holds its key on its side and sends the signed invocation in a header, so
+``GatewayGate.authorize_invocation`` takes that invocation and then follows ``Gate.authorize``
+step for step with the Gate's own parts: the policy index, the authority engine (chain, holder
+binding, signature, digest, coverage, revocation, nonce), and the Gate's recording of the
+decision (budget reserved and audit entry appended in one transaction; a refusal audited). It
+adds only what HTTP needs: which status a refusal answers with.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+from collections import OrderedDict
+from collections.abc import AsyncGenerator, AsyncIterator, Iterable
+from dataclasses import dataclass
+
+from opentelemetry.trace import Tracer
+
+from agentgate.audit.spans import record_usage
+from agentgate.authority import Chain, Invocation, parse_chain
+from agentgate.capabilities import Call
+from agentgate.dispatch.backends import ChatChunk
+from agentgate.errors import TokenFormatError
+from agentgate.findings import Finding, FindingKind
+from agentgate.gate import AgentIdentity, Authorization, Gate, Verdict
+from agentgate.keys import PublicKey, SigningKey
+from agentgate.policy import Outcome, Policy
+from agentgate.store import Store
+from agentgate.tasks import SchedulerConfig
+
+_COVERAGE_CODES = frozenset({"call_not_covered", "ambiguous_resource"})
+
+
+@dataclass(frozen=True)
+class CallerIdentity(AgentIdentity):
+    """A remote caller: the holder of ``chain``, who signed its invocation on its own side.
+
+    ``did`` is the chain's holder (the authority engine has checked the invocation's signer is
+    that holder). ``key`` is the gateway's own, required by ``AgentIdentity`` and never used to
+    sign for the caller: the gateway never calls ``Gate.authorize`` or ``Gate.delegate`` with it.
+    """
+
+    @property
+    def did(self) -> str:
+        return self.chain.holder
+
+
+@dataclass(frozen=True)
+class GatewayDecision:
+    """The recorded authorization and, for a refusal, the HTTP status and error code it answers with."""
+
+    auth: Authorization
+    status: int = 200
+    code: str | None = None
+
+    @property
+    def allowed(self) -> bool:
+        return self.auth.allowed
+
+    @property
+    def message(self) -> str:
+        """Why it was refused, for the caller (no tokens, keys or argument values)."""
+        return self.auth.explain()
+
+
+class GatewayGate(Gate):
+    """A ``Gate`` that also decides invocations signed by remote callers (``authorize_invocation``)."""
+
+    _parsed_limit = 1024
+
+    def __init__(
+        self,
+        policy: Policy,
+        store: Store,
+        *,
+        trust_anchors: Iterable[PublicKey | str] | None = None,
+        log_key: SigningKey | None = None,
+        scheduler: SchedulerConfig | None = None,
+        tracer: Tracer | None = None,
+    ) -> None:
+        super().__init__(
+            policy, store, trust_anchors=trust_anchors, log_key=log_key, scheduler=scheduler, tracer=tracer
+        )
+        self._own_key = SigningKey.generate()
+        self._parsed: OrderedDict[str, Chain] = OrderedDict()
+        self._parsed_lock = threading.Lock()
+
+    def authorize_invocation(
+        self,
+        chain_token: str | None,
+        invocation_text: str | None,
+        call: Call,
+        tokens: tuple[int, int],
+    ) -> GatewayDecision:
+        """Decide ``call`` presented with a chain token and a signed invocation; record the decision.
+
+        Refusals: 401 for a missing, malformed, forged, expired, replayed or revoked authority;
+        403 for a call that the grant or the policy does not cover (or that needs a human
+        approval, which the gateway cannot ask for); 402 for a budget that cannot hold the
+        reservation for ``tokens`` (prompt, max output). Each refusal is audited and reserves
+        nothing. Raises ``AuditError``/``StoreError`` only if even a refusal cannot be recorded.
+        """
+        if not chain_token or not invocation_text:
+            missing = "Authorization: Bearer <chain>" if not chain_token else "X-Agentgate-Invocation"
+            return self.refuse(call, 401, "missing_invocation", f"no {missing} header")
+        try:
+            chain = self._chain(chain_token)
+            invocation = Invocation.decode(invocation_text, chain, call)
+        except TokenFormatError as exc:
+            return self.refuse(call, 401, "malformed_token", f"unreadable authority: {exc}")
+        identity = CallerIdentity(
+            self.index.principal_name(chain.holder) or "caller",
+            self._own_key,
+            chain,
+            self._tenant_of(chain.holder),
+        )
+        verdict = self.index.evaluate(self._policy_principal(identity), call)
+        if verdict.outcome is not Outcome.ALLOW:
+            reasons = verdict.reasons
+            if verdict.outcome is Outcome.APPROVAL_REQUIRED:
+                reasons = (*reasons, "a call that needs a human approval cannot be made through the gateway")
+            auth = self._record_refusal(Authorization(Verdict.DENY, call, identity, reasons))
+            return GatewayDecision(auth, 403, "policy_denied")
+        decision = self.authority.decide(invocation)
+        auth = Authorization(
+            decision.outcome.value,
+            call,
+            identity,
+            (*verdict.reasons, *decision.reasons) if decision.allowed else decision.reasons,
+            decision.findings,
+            decision=decision,
+        )
+        if not decision.allowed:
+            refused = self._record_refusal(auth)
+            codes = [f.code for f in decision.findings]
+            scope = any(
+                f.kind == FindingKind.SCOPE_CREEP or f.code in _COVERAGE_CODES for f in decision.findings
+            )
+            return GatewayDecision(
+                refused, 403 if scope else 401, codes[0] if codes else "invocation_refused"
+            )
+        recorded = self._record_allow(auth, None, None, tokens)
+        if not recorded.allowed:
+            # The authority allowed the call; the ledger could not hold its reservation.
+            return GatewayDecision(recorded, 402, "budget_exhausted")
+        return GatewayDecision(recorded)
+
+    async def gated_stream(
+        self, auth: Authorization, chunks: AsyncIterator[ChatChunk], reserved: tuple[int, int]
+    ) -> AsyncGenerator[ChatChunk, None]:
+        """Pass a streamed answer through for an allowed call, in its span, then settle its budget.
+
+        The usage the backend reports is charged. A stream that ends after delivering output but
+        without usage (cut by the backend, or by the caller going away) is charged its whole
+        reservation ``reserved`` (prompt, max output): the gateway cannot know how much was
+        generated, and never charges less than may have been used. One that delivered nothing is
+        released. Raises ``Denied`` for an authorization that is not an allow, and re-raises what
+        ``chunks`` raises, after recording it.
+
+        The backend stream is read by a task of its own, so that the call's span is entered and
+        left in one context (a web server may resume this generator from another task).
+        """
+        self._check_allowed(auth)
+        queue: asyncio.Queue[ChatChunk | BaseException | None] = asyncio.Queue()
+        pump = asyncio.create_task(self._pump(auth, chunks, reserved, queue))
+        try:
+            while (item := await queue.get()) is not None:
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+        finally:
+            if not pump.done():
+                pump.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await pump
+
+    async def _pump(
+        self,
+        auth: Authorization,
+        chunks: AsyncIterator[ChatChunk],
+        reserved: tuple[int, int],
+        queue: asyncio.Queue[ChatChunk | BaseException | None],
+    ) -> None:
+        usage: tuple[int, int] | None = None
+        delivered = False
+        error: str | None = None
+        with self._span(auth) as span:
+            try:
+                async for chunk in chunks:
+                    if chunk.usage is not None:
+                        usage = (chunk.usage.prompt_tokens, chunk.usage.completion_tokens)
+                    delivered = delivered or bool(chunk.content)
+                    queue.put_nowait(chunk)
+            except Exception as exc:
+                error = type(exc).__name__
+                queue.put_nowait(exc)
+            except BaseException as exc:
+                error = type(exc).__name__
+                raise
+            finally:
+                if isinstance(chunks, AsyncGenerator):
+                    await chunks.aclose()  # closes the backend request now, not at garbage collection
+                queue.put_nowait(None)
+                if usage is None and delivered:
+                    usage = reserved
+                if usage is not None:
+                    record_usage(span, *usage)
+                self._settle(auth, "ok" if error is None else "error", error, usage)
+
+    def refuse(self, call: Call, status: int, code: str, reason: str) -> GatewayDecision:
+        """Audit a refusal of ``call`` by an unidentified caller (nothing reserved) and answer ``status``."""
+        finding = Finding(kind=FindingKind.AUTHORITY_CHAIN_OPACITY, code=code, message=reason)
+        auth = self._record_refusal(Authorization(Verdict.DENY, call, None, (reason,), (finding,)))
+        return GatewayDecision(auth, status, code)
+
+    def _chain(self, token: str) -> Chain:
+        # Parsing checks no signature (the authority engine verifies the chain on every decision,
+        # from its own cache); keeping parsed chains only saves re-reading the same token.
+        with self._parsed_lock:
+            chain = self._parsed.get(token)
+            if chain is not None:
+                self._parsed.move_to_end(token)
+                return chain
+        chain = parse_chain(token)
+        with self._parsed_lock:
+            self._parsed[token] = chain
+            if len(self._parsed) > self._parsed_limit:
+                self._parsed.popitem(last=False)
+        return chain

@@ -1,0 +1,120 @@
+"""The caller's side of the gateway's header contract (docs/gateway.md, "Authenticating callers").
+
+Every ``POST /v1/chat/completions`` carries two headers:
+
+- ``Authorization: Bearer <chain>``: the caller's agentgate chain token (``ag1....``); with the
+  ``openai`` client this is simply the ``api_key``.
+- ``X-Agentgate-Invocation: <invocation>``: an invocation (``agi1....``, docs/token-format.md)
+  signed by the chain's holder over ``model:<model>`` / ``generate`` with the arguments
+  ``{"max_tokens": N, "body_sha256": D}``, where ``N`` is the body's ``max_completion_tokens``,
+  else ``max_tokens``, else ``DEFAULT_MAX_TOKENS``, and ``D`` is the SHA-256 of the canonical JSON
+  of the whole request body. The signature therefore binds the model, the output limit and the
+  exact prompt; the nonce makes it single-use.
+
+``InvocationSigner`` is an httpx request hook that adds both headers to each request as it is
+sent, so that any client built on httpx (``openai``, ``langchain_openai.ChatOpenAI``) signs the
+exact bytes it sends, retries included (each retry is a new request, with a fresh nonce).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import httpx
+
+from agentgate.authority import Chain, Invocation, args_digest, parse_chain
+from agentgate.capabilities import Call
+from agentgate.errors import InputError, TokenFormatError
+from agentgate.keys import SigningKey
+
+INVOCATION_HEADER = "X-Agentgate-Invocation"
+DEFAULT_MAX_TOKENS = 1024
+"""The output limit reserved and enforced when the body names none."""
+MAX_TOKENS_LIMIT = 1_000_000
+
+
+def max_tokens_of(body: Mapping[str, Any]) -> int:
+    """The body's output limit (``max_completion_tokens``, else ``max_tokens``, else the default).
+
+    Raises ``InputError`` when it is present but not a whole number from 1 to 1,000,000.
+    """
+    value = body.get("max_completion_tokens")
+    if value is None:
+        value = body.get("max_tokens")
+    if value is None:
+        return DEFAULT_MAX_TOKENS
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= MAX_TOKENS_LIMIT:
+        raise InputError(f"max_tokens must be a whole number from 1 to {MAX_TOKENS_LIMIT}, not {value!r}")
+    return int(value)
+
+
+def chat_call(body: Mapping[str, Any]) -> Call:
+    """The call a chat completion body makes: ``model:<model>`` / ``generate`` with
+    ``max_tokens`` and ``body_sha256``.
+
+    Raises ``InputError`` for a body without a model name, with a bad output limit, or with a
+    value that has no canonical JSON form (NaN, infinity); ``CapabilityError`` (an ``InputError``)
+    for a model name that is not a canonical resource name.
+    """
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        raise InputError("the body needs a 'model' string")
+    try:
+        digest = args_digest(body)
+    except (TokenFormatError, TypeError, ValueError) as exc:
+        raise InputError(f"the body has no canonical JSON form: {exc}") from None
+    return Call.model(model, {"max_tokens": max_tokens_of(body), "body_sha256": digest})
+
+
+def invocation_headers(
+    key: SigningKey, chain: Chain | str, body: Mapping[str, Any], *, ttl: int = 60
+) -> dict[str, str]:
+    """The two headers that authorize ``body`` for the holder of ``chain`` (signed with ``key``).
+
+    ``body`` must be exactly what is sent (its canonical JSON is hashed). Raises ``InputError``
+    as ``chat_call`` does, ``TokenFormatError`` for a chain that cannot be parsed.
+    """
+    parsed = chain if isinstance(chain, Chain) else parse_chain(chain)
+    invocation = Invocation.sign(key, parsed, chat_call(body), ttl=ttl)
+    return {"Authorization": f"Bearer {parsed.token}", INVOCATION_HEADER: invocation.encode()}
+
+
+class InvocationSigner:
+    """An httpx request hook that signs every chat completion request with the caller's key.
+
+    ``openai.OpenAI(base_url=..., api_key=chain.token, http_client=signer.client())`` or
+    ``ChatOpenAI(..., http_client=signer.client(), http_async_client=signer.async_client())``.
+    Requests to other paths pass unchanged.
+    """
+
+    def __init__(self, key: SigningKey, chain: Chain | str, *, ttl: int = 60) -> None:
+        self.key = key
+        self.chain = chain if isinstance(chain, Chain) else parse_chain(chain)
+        self.ttl = ttl
+
+    def __call__(self, request: httpx.Request) -> None:
+        """Add the headers to ``request`` if it is a chat completion; raises ``InputError`` for a
+        body that is not a JSON object."""
+        if request.method != "POST" or not request.url.path.endswith("/chat/completions"):
+            return
+        try:
+            body = json.loads(request.content)
+        except ValueError:
+            raise InputError("a chat completion body must be JSON") from None
+        if not isinstance(body, dict):
+            raise InputError("a chat completion body must be a JSON object")
+        request.headers.update(invocation_headers(self.key, self.chain, body, ttl=self.ttl))
+
+    async def async_hook(self, request: httpx.Request) -> None:
+        """The same hook for ``httpx.AsyncClient`` (whose hooks must be coroutines)."""
+        self(request)
+
+    def client(self, **kwargs: Any) -> httpx.Client:
+        """An ``httpx.Client`` that signs its chat completion requests."""
+        return httpx.Client(event_hooks={"request": [self]}, **kwargs)
+
+    def async_client(self, **kwargs: Any) -> httpx.AsyncClient:
+        """An ``httpx.AsyncClient`` that signs its chat completion requests."""
+        return httpx.AsyncClient(event_hooks={"request": [self.async_hook]}, **kwargs)

@@ -1,0 +1,511 @@
+"""The OpenAI-compatible gateway over real HTTP on 127.0.0.1: the `openai` client and
+`langchain_openai.ChatOpenAI` as callers, simulated vLLM backends behind it, a real SQLite store."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import pytest
+from langchain_openai import ChatOpenAI
+
+from agentgate.dispatch import inventory_from_mapping
+from agentgate.dispatch.gateway import (
+    INVOCATION_HEADER,
+    Gateway,
+    GatewayGate,
+    GatewayServer,
+    InvocationSigner,
+    invocation_headers,
+)
+from agentgate.gate import AgentIdentity
+from agentgate.keys import SigningKey
+from agentgate.policy import parse_policy
+from agentgate.sim import SimServer
+from agentgate.store import SQLiteStore
+
+MODEL = "llama-3.1-8b"
+OTHER = "qwen3-32b"
+NAMES = ("root", "agent", "poor", "outsider")
+
+
+def _policy_text(dids: dict[str, str]) -> str:
+    # One micro-dollar per token in and out, so that a charge reads as a token count.
+    return f"""
+version: 1
+trust_anchors:
+  root: {{did: "{dids["root"]}"}}
+tenants:
+  lab: {{}}
+principals:
+  agent: {{kind: agent, did: "{dids["agent"]}", tenant: lab, roles: [chat]}}
+  poor: {{kind: agent, did: "{dids["poor"]}", tenant: lab, roles: [thrifty]}}
+models:
+  {MODEL}: {{cost_per_mtok: {{input: 1000000, output: 1000000}}}}
+  {OTHER}: {{cost_per_mtok: {{input: 1000000, output: 1000000}}}}
+roles:
+  chat:
+    kind: agent
+    capabilities:
+      - resource: model:{MODEL}
+        constraints: {{max_tokens: {{le: 512}}}}
+      - resource: model:{OTHER}
+    budget: {{limit: 1000000, unit: usd_micros}}
+    ttl_s: 3600
+    delegation:
+      max_depth: 1
+      max_ttl_s: 600
+      capabilities:
+        - resource: model:{MODEL}
+        - resource: model:{OTHER}
+  thrifty:
+    kind: agent
+    capabilities:
+      - resource: model:{MODEL}
+    budget: {{limit: 100, unit: usd_micros}}
+    ttl_s: 3600
+"""
+
+
+@dataclass
+class Env:
+    gate: GatewayGate
+    server: GatewayServer
+    keys: dict[str, SigningKey]
+    agent: AgentIdentity
+    poor: AgentIdentity
+    backend: SimServer
+    clients: list[openai.OpenAI | httpx.Client] = field(default_factory=list)
+
+    @property
+    def base_url(self) -> str:
+        return self.server.url
+
+    def openai(self, identity: AgentIdentity | None = None, **kwargs: Any) -> openai.OpenAI:
+        who = identity or self.agent
+        signer = InvocationSigner(who.key, who.chain)
+        client = openai.OpenAI(
+            base_url=self.base_url,
+            api_key=who.chain.token,
+            http_client=signer.client(),
+            max_retries=0,
+            **kwargs,
+        )
+        self.clients.append(client)
+        return client
+
+    def close(self) -> None:
+        for client in self.clients:
+            client.close()
+
+    def ledger(self) -> list[tuple[Any, ...]]:
+        """Every budget row and reservation: what 'nothing charged' compares."""
+        self.gate.flush()
+        rows = self.gate.store.query("SELECT * FROM budget_ledger ORDER BY grant_id")
+        rows += self.gate.store.query("SELECT * FROM budget_reservations ORDER BY id")
+        return [tuple(r) for r in rows]
+
+    def entries(self) -> list[Any]:
+        self.gate.flush()
+        return list(self.gate.audit.entries())
+
+    def spent(self, identity: AgentIdentity | None = None) -> int:
+        who = identity or self.agent
+        return self.gate.remaining(who)[who.chain.root.id][0]
+
+
+@pytest.fixture(scope="module")
+def backends() -> Iterator[tuple[SimServer, SimServer]]:
+    servers = (
+        SimServer(model_name=MODEL, time_scale=0.01).start(),
+        SimServer(model_name=OTHER, time_scale=0.01).start(),
+    )
+    yield servers
+    for server in servers:
+        server.stop()
+
+
+@pytest.fixture
+def env(tmp_path: Path, backends: tuple[SimServer, SimServer]) -> Iterator[Env]:
+    keys = {name: SigningKey.generate() for name in NAMES}
+    policy = parse_policy(_policy_text({n: k.did for n, k in keys.items()}), source="gateway.yaml")
+    gate = GatewayGate(policy, SQLiteStore(tmp_path / "agentgate.db"))
+    inventory = inventory_from_mapping(
+        {
+            "backends": [
+                {"name": f"sim-{i}", "url": s.url, "engine": "vllm", "models": [s.model_name]}
+                for i, s in enumerate(backends)
+            ]
+        }
+    )
+    server = GatewayServer(Gateway(gate, inventory), port=0).start()
+    agent = gate.issue(keys["root"], name="agent", key=keys["agent"], role="chat")
+    poor = gate.issue(keys["root"], name="poor", key=keys["poor"], role="thrifty")
+    made = Env(gate, server, keys, agent, poor, backends[0])
+    try:
+        yield made
+    finally:
+        made.close()
+        server.stop()
+        gate.close()
+
+
+def _messages(text: str = "Say something short.") -> list[dict[str, str]]:
+    return [{"role": "user", "content": text}]
+
+
+def _body(**extra: Any) -> dict[str, Any]:
+    return {"model": MODEL, "messages": _messages(), "max_tokens": 8, **extra}
+
+
+def _post(env: Env, body: Any, headers: dict[str, str] | None = None) -> httpx.Response:
+    content = body if isinstance(body, bytes) else json.dumps(body).encode()
+    return httpx.post(
+        f"{env.base_url}/chat/completions",
+        content=content,
+        headers={"content-type": "application/json", **(headers or {})},
+        timeout=10,
+    )
+
+
+def _assert_refused(
+    env: Env, response: httpx.Response, status: int, before: list[Any], count: int
+) -> dict[str, Any]:
+    """The refusal answers ``status`` with an OpenAI error body, charges nothing and is audited as a deny."""
+    assert response.status_code == status, response.text
+    error = response.json()["error"]
+    assert set(error) == {"message", "type", "param", "code"} and error["message"]
+    assert env.ledger() == before
+    entries = env.entries()
+    assert [e.kind for e in entries[count:]] == ["deny"]
+    return dict(error)
+
+
+# --- the happy paths, with the official clients ------------------------------------------------
+
+
+def test_openai_client_gets_an_answer_and_the_reported_usage_is_charged(env: Env) -> None:
+    client = env.openai()
+    completion = client.chat.completions.create(model=MODEL, messages=_messages(), max_tokens=8)
+    assert completion.choices[0].message.content
+    usage = completion.usage
+    assert usage is not None and usage.completion_tokens == 8
+    assert env.spent() == usage.prompt_tokens + usage.completion_tokens
+    kinds = [(e.kind, e.resource) for e in env.entries()]
+    assert ("allow", f"model:{MODEL}") in kinds and ("outcome", f"model:{MODEL}") in kinds
+
+
+def test_openai_client_streams_and_the_streamed_usage_is_charged(env: Env) -> None:
+    client = env.openai()
+    stream = client.chat.completions.create(
+        model=MODEL,
+        messages=_messages(),
+        max_tokens=6,
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    chunks = list(stream)
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    usage = chunks[-1].usage
+    assert text and usage is not None and usage.completion_tokens == 6
+    assert chunks[0].choices[0].delta.role == "assistant"
+    assert env.spent() == usage.prompt_tokens + usage.completion_tokens
+
+
+def test_a_stream_without_usage_requested_is_still_charged_what_the_backend_reported(env: Env) -> None:
+    client = env.openai()
+    chunks = list(
+        client.chat.completions.create(model=MODEL, messages=_messages(), max_tokens=5, stream=True)
+    )
+    assert all(c.usage is None for c in chunks)
+    # The backend always reports usage to the gateway; 5 output tokens plus the prompt.
+    assert 5 < env.spent() < 5 + 64
+
+
+def test_chat_openai_invoke_stream_and_ainvoke(env: Env) -> None:
+    signer = InvocationSigner(env.agent.key, env.agent.chain)
+    sync_http, async_http = signer.client(), signer.async_client()
+    env.clients.append(sync_http)
+    chat = ChatOpenAI(
+        model=MODEL,
+        base_url=env.base_url,
+        api_key=env.agent.chain.token,
+        max_tokens=7,
+        max_retries=0,
+        http_client=sync_http,
+        http_async_client=async_http,
+        stream_usage=True,
+    )
+    answer = chat.invoke("hello")
+    assert answer.content and answer.usage_metadata is not None
+    assert answer.usage_metadata["output_tokens"] == 7
+    pieces = list(chat.stream("hello again"))
+    assert "".join(str(p.content) for p in pieces)
+    streamed = [p.usage_metadata for p in pieces if p.usage_metadata]
+    assert streamed and streamed[-1]["output_tokens"] == 7
+
+    async def ainvoke() -> Any:
+        try:
+            return await chat.ainvoke("and once more")
+        finally:
+            await async_http.aclose()  # on the loop that opened its connections
+
+    later = asyncio.run(ainvoke())
+    assert later.usage_metadata is not None
+    charged = [answer.usage_metadata, streamed[-1], later.usage_metadata]
+    assert env.spent() == sum(u["input_tokens"] + u["output_tokens"] for u in charged)
+    assert sum(1 for e in env.entries() if e.kind == "allow") == 3
+
+
+def test_models_health_and_metrics(env: Env) -> None:
+    client = env.openai()
+    assert sorted(m.id for m in client.models.list()) == sorted([MODEL, OTHER])
+    assert httpx.get(env.base_url.removesuffix("/v1") + "/healthz").json() == {"status": "ok"}
+    client.chat.completions.create(model=MODEL, messages=_messages(), max_tokens=4)
+    _post(env, _body())  # no invocation: 401
+    metrics = httpx.get(env.base_url.removesuffix("/v1") + "/metrics").text
+    assert 'agentgate_gateway_requests_total{status="200"} 1.0' in metrics
+    assert 'agentgate_gateway_requests_total{status="401"} 1.0' in metrics
+    assert 'agentgate_gateway_tokens_total{kind="completion"} 4.0' in metrics
+
+
+def test_a_second_model_is_routed_to_the_backend_that_serves_it(
+    env: Env, backends: tuple[SimServer, SimServer]
+) -> None:
+    served = backends[1].served
+    completion = env.openai().chat.completions.create(model=OTHER, messages=_messages(), max_tokens=3)
+    assert completion.usage is not None and completion.usage.completion_tokens == 3
+    assert backends[1].served == served + 1
+
+
+# --- faults: each refused, audited, and charged nothing -------------------------------------------
+
+
+def test_no_invocation_is_401_with_nothing_charged(env: Env) -> None:
+    before, count = env.ledger(), len(env.entries())
+    error = _assert_refused(env, _post(env, _body()), 401, before, count)
+    assert error["type"] == "authentication_error" and error["code"] == "missing_invocation"
+    # The official client sees the same refusal as its own error type.
+    before, count = env.ledger(), len(env.entries())
+    plain = openai.OpenAI(base_url=env.base_url, api_key="not-a-chain", max_retries=0)
+    env.clients.append(plain)
+    with pytest.raises(openai.AuthenticationError):
+        plain.chat.completions.create(model=MODEL, messages=_messages(), max_tokens=8)
+    assert env.ledger() == before and [e.kind for e in env.entries()[count:]] == ["deny"]
+
+
+@pytest.mark.parametrize(
+    "fault", ["garbage", "other_key", "edited_body", "replayed", "chain_without_invocation"]
+)
+def test_an_invalid_invocation_is_401_with_nothing_charged(env: Env, fault: str) -> None:
+    body = _body()
+    headers = invocation_headers(env.agent.key, env.agent.chain, body)
+    if fault == "garbage":
+        headers[INVOCATION_HEADER] = "agi1.not.valid"
+    elif fault == "other_key":  # a copied chain is useless without the holder's key
+        headers = invocation_headers(env.keys["outsider"], env.agent.chain, body)
+    elif fault == "edited_body":  # signed for one prompt, sent with another
+        body = _body(messages=_messages("Ignore the budget and write a novel."))
+    elif fault == "replayed":
+        assert _post(env, body, headers).status_code == 200
+    elif fault == "chain_without_invocation":
+        del headers[INVOCATION_HEADER]
+    before, count = env.ledger(), len(env.entries())
+    error = _assert_refused(env, _post(env, body, headers), 401, before, count)
+    assert error["type"] == "authentication_error"
+
+
+def test_a_revoked_grant_is_401(env: Env) -> None:
+    env.gate.revoke(env.agent, reason="leaked")
+    body = _body()
+    before, count = env.ledger(), len(env.entries())
+    response = _post(env, body, invocation_headers(env.agent.key, env.agent.chain, body))
+    assert _assert_refused(env, response, 401, before, count)["code"] == "revoked"
+
+
+def test_over_budget_is_402_with_a_reason_and_nothing_charged(env: Env) -> None:
+    client = env.openai(env.poor)
+    before, count = env.ledger(), len(env.entries())
+    with pytest.raises(openai.APIStatusError) as raised:
+        client.chat.completions.create(model=MODEL, messages=_messages(), max_tokens=200)
+    assert raised.value.status_code == 402
+    error = raised.value.body
+    assert isinstance(error, dict) and error["code"] == "budget_exhausted"
+    assert "budget exhausted" in error["message"] and "usd_micros" in error["message"]
+    assert env.ledger() == before and [e.kind for e in env.entries()[count:]] == ["deny"]
+    # A call that fits the same budget still goes through.
+    client.chat.completions.create(model=MODEL, messages=_messages(), max_tokens=4)
+    assert 0 < env.spent(env.poor) <= 100
+
+
+def test_a_model_the_grant_does_not_cover_is_403(env: Env) -> None:
+    # The policy lets `agent` use both models; a delegated grant narrows it to one. The
+    # authority engine refuses the other model under that grant.
+    narrow = env.gate.delegate(
+        env.agent,
+        name="helper",
+        key=SigningKey.generate(),
+        capabilities=[f"model:{MODEL}?max_tokens<=256"],
+        ttl=timedelta(minutes=5),
+        budget=1000,
+    )
+    body = {**_body(), "model": OTHER}
+    before, count = env.ledger(), len(env.entries())
+    response = _post(env, body, invocation_headers(narrow.key, narrow.chain, body))
+    error = _assert_refused(env, response, 403, before, count)
+    assert error["type"] == "permission_error" and error["code"] == "call_not_covered"
+    # The same grant may call the model it covers.
+    body = _body()
+    assert _post(env, body, invocation_headers(narrow.key, narrow.chain, body)).status_code == 200
+
+
+def test_a_model_the_policy_does_not_allow_and_arguments_outside_the_grant_are_403(env: Env) -> None:
+    client = env.openai(env.poor)
+    before, count = env.ledger(), len(env.entries())
+    with pytest.raises(openai.PermissionDeniedError):
+        client.chat.completions.create(model=OTHER, messages=_messages(), max_tokens=4)
+    assert env.ledger() == before and [e.kind for e in env.entries()[count:]] == ["deny"]
+    before, count = env.ledger(), len(env.entries())
+    body = _body(max_tokens=4096)  # the grant caps max_tokens at 512
+    response = _post(env, body, invocation_headers(env.agent.key, env.agent.chain, body))
+    assert _assert_refused(env, response, 403, before, count)["type"] == "permission_error"
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"{not json",
+        b"[1, 2]",
+        {"model": MODEL},
+        {"model": MODEL, "messages": []},
+        {"messages": _messages()},
+        {"model": MODEL, "messages": _messages(), "max_tokens": -1},
+        {"model": MODEL, "messages": _messages(), "stream": "yes"},
+    ],
+    ids=[
+        "not_json",
+        "not_object",
+        "no_messages",
+        "empty_messages",
+        "no_model",
+        "bad_max_tokens",
+        "bad_stream",
+    ],
+)
+def test_a_malformed_body_is_400_with_nothing_charged(env: Env, body: Any) -> None:
+    headers = {"Authorization": f"Bearer {env.agent.chain.token}"}
+    before, count = env.ledger(), len(env.entries())
+    error = _assert_refused(env, _post(env, body, headers), 400, before, count)
+    assert error["type"] == "invalid_request_error"
+
+
+def test_openai_client_sees_400_as_bad_request(env: Env) -> None:
+    client = env.openai()
+    before = env.ledger()
+    with pytest.raises(openai.BadRequestError):
+        client.chat.completions.create(model=MODEL, messages=[], max_tokens=4)
+    assert env.ledger() == before
+
+
+def test_a_backend_that_is_down_answers_503_and_releases_the_reservation(env: Env) -> None:
+    env.backend.kill()
+    try:
+        client = env.openai()
+        with pytest.raises(openai.APIStatusError) as raised:
+            client.chat.completions.create(model=MODEL, messages=_messages(), max_tokens=4)
+        assert raised.value.status_code in (502, 503)
+    finally:
+        env.backend.revive()
+    env.gate.flush()
+    assert env.spent() == 0
+    outcomes = [e for e in env.entries() if e.kind == "outcome"]
+    assert outcomes and outcomes[-1].status == "error"
+
+
+# --- agentgate serve ------------------------------------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_agentgate_serve_answers_models_health_and_chat(
+    tmp_path: Path, backends: tuple[SimServer, SimServer]
+) -> None:
+    keys = {name: SigningKey.generate() for name in NAMES}
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(_policy_text({n: k.did for n, k in keys.items()}))
+    inventory = tmp_path / "inventory.yaml"
+    inventory.write_text(
+        "backends:\n"
+        + "".join(
+            f"  - {{name: sim-{i}, url: '{s.url}', engine: vllm, models: [{s.model_name}]}}\n"
+            for i, s in enumerate(backends)
+        )
+    )
+    store = tmp_path / "serve.db"
+    port = _free_port()
+    command = [sys.executable, "-m", "agentgate.cli.main", "serve", "--policy", str(policy)]
+    command += ["--inventory", str(inventory), "--port", str(port), "--store", str(store)]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                if httpx.get(base + "/healthz").status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert process.poll() is None and time.monotonic() < deadline, "agentgate serve did not start"
+            time.sleep(0.1)
+        models = httpx.get(base + "/v1/models").json()
+        assert sorted(m["id"] for m in models["data"]) == sorted([MODEL, OTHER])
+        # The grant is issued into the store the server uses; the server decides against it.
+        issuer = GatewayGate(parse_policy(policy.read_text(), source=str(policy)), SQLiteStore(store))
+        try:
+            agent = issuer.issue(keys["root"], name="agent", key=keys["agent"], role="chat")
+        finally:
+            issuer.close()
+        body = _body()
+        response = httpx.post(
+            base + "/v1/chat/completions", json=body, headers=invocation_headers(agent.key, agent.chain, body)
+        )
+        assert response.status_code == 200 and response.json()["usage"]["completion_tokens"] == 8
+        assert httpx.post(base + "/v1/chat/completions", json=body).status_code == 401
+    finally:
+        process.terminate()
+        process.communicate(timeout=20)
+
+
+def test_agentgate_serve_refuses_a_missing_policy_in_one_line(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "agentgate.cli.main",
+            "serve",
+            "--policy",
+            str(tmp_path / "nope.yaml"),
+            "--inventory",
+            str(tmp_path / "inv.yaml"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert done.stderr.startswith("agentgate: error:") and len(done.stderr.strip().splitlines()) == 1
