@@ -16,7 +16,9 @@ interleaved in the same process, so they see the same machine:
 
 Figures: median whole-run time of each, the ratios gated/plain and relaxed/plain (goals <= 1.25
 and <= 1.10), and the microseconds added per tool call ((tools - plain) / 20, delegations
-included) and per model call ((gated - tools) / 27).
+included) and per model call ((gated - tools) / 27). On a shared, loaded machine wall time is
+dominated by waiting (fsync, CPU run queues), so the process's CPU time (all threads) is also
+reported: a figure that load inflates much less.
 """
 
 from __future__ import annotations
@@ -191,15 +193,19 @@ def main() -> None:
             for label, run in variants.items():  # warm-up, and a correctness check of each variant
                 _check(run(), label != "plain")
             times: dict[str, list[float]] = {label: [] for label in variants}
+            cpu: dict[str, list[float]] = {label: [] for label in variants}
             for _ in range(repetitions):
                 for label, run in variants.items():
-                    start = time.perf_counter()
+                    start, start_cpu = time.perf_counter(), time.process_time()
                     run()
                     times[label].append(time.perf_counter() - start)
+                    cpu[label].append(time.process_time() - start_cpu)
         finally:
             for gate in gates:
                 gate.close()
     median = {label: statistics.median(t) for label, t in times.items()}
+    median_cpu = {label: statistics.median(t) for label, t in cpu.items()}
+    cpu_per_call_us = (median_cpu["gated"] - median_cpu["plain"]) / (TOOL_CALLS + MODEL_CALLS) * 1e6
     commit_full, commit_normal = (
         commit_cost(Path(tempfile.mkdtemp()), "FULL"),
         commit_cost(Path(tempfile.mkdtemp()), "NORMAL"),
@@ -212,14 +218,16 @@ def main() -> None:
         f"LangGraph run: {TOOL_CALLS} tool calls, {len(SUBAGENTS)} sub-agents, {MODEL_CALLS} model calls; "
         f"{repetitions} runs each, interleaved"
     )
-    print(f"{'variant':<10}{'median ms':>12}{'p90 ms':>10}{'x plain':>10}")
+    print(f"{'variant':<10}{'median ms':>12}{'p90 ms':>10}{'x plain':>10}{'cpu ms':>10}{'cpu x':>8}")
     for label, t in times.items():
         p90 = sorted(t)[int(0.9 * (len(t) - 1))]
         print(
             f"{label:<10}{median[label] * 1e3:>12.2f}{p90 * 1e3:>10.2f}{median[label] / median['plain']:>10.3f}"
+            f"{median_cpu[label] * 1e3:>10.2f}{median_cpu[label] / median_cpu['plain']:>8.3f}"
         )
     print(f"added per tool call (durable, incl. delegation): {per_tool_us:8.0f} us")
     print(f"added per model call (durable):                  {per_model_us:8.0f} us")
+    print(f"CPU added per call (all threads, durable):       {cpu_per_call_us:8.0f} us")
     print(
         f"floor on this disk: one durable commit {commit_full * 1e6:.0f} us, one relaxed commit "
         f"{commit_normal * 1e6:.0f} us (a call costs one durable commit before it runs)"
@@ -233,6 +241,8 @@ def main() -> None:
         "ratio_relaxed": round(ratio_relaxed, 4),
         "us_per_tool_call": round(per_tool_us, 1),
         "us_per_model_call": round(per_model_us, 1),
+        "cpu_ratio_durable": round(median_cpu["gated"] / median_cpu["plain"], 4),
+        "cpu_us_added_per_call": round(cpu_per_call_us, 1),
         "durable_commit_us": round(commit_full * 1e6, 1),
         "relaxed_commit_us": round(commit_normal * 1e6, 1),
         "tool_calls": TOOL_CALLS,
