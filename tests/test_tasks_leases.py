@@ -13,10 +13,19 @@ from pathlib import Path
 
 import pytest
 
-from agentgate.errors import InputError
+from agentgate.errors import CircuitOpen, InputError
 from agentgate.store import Store
-from agentgate.store.leases import LeaseManager, SharedRateLimits
-from agentgate.tasks import Attempt, RateLimit, Scheduler, SchedulerConfig, ToolCall, ToolLimits
+from agentgate.store.leases import LeaseManager, SharedBreakers, SharedRateLimits
+from agentgate.tasks import (
+    Attempt,
+    BreakerPolicy,
+    BreakerState,
+    RateLimit,
+    Scheduler,
+    SchedulerConfig,
+    ToolCall,
+    ToolLimits,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -209,5 +218,42 @@ async def test_rate_limit_holds_across_schedulers_sharing_a_store(store: Store) 
     # would have finished its 6 in 0.2 s.
     assert len(starts) == 12
     assert max(starts) - t0 >= 0.5 - 0.02
+    await first.aclose()
+    await second.aclose()
+
+
+async def test_breaker_state_is_shared_through_the_store(store: Store) -> None:
+    # The second scheduler alone would stay open for a minute: it can only close by adopting.
+    first = Scheduler(
+        SchedulerConfig(breaker=BreakerPolicy(failure_threshold=2, reset_timeout_s=0.8)), store=store
+    )
+    second = Scheduler(
+        SchedulerConfig(breaker=BreakerPolicy(failure_threshold=2, reset_timeout_s=60)), store=store
+    )
+    healthy = False
+
+    async def backend(attempt: Attempt) -> str:
+        if not healthy:
+            raise ConnectionRefusedError("down")
+        return "ok"
+
+    assert await second.submit(ToolCall("search"), lambda a: asyncio.sleep(0, "warm")) == "warm"
+    for _ in range(2):
+        with pytest.raises(ConnectionRefusedError):
+            await first.submit(ToolCall("search"), backend)
+    assert first.breaker("tool:search").state is BreakerState.OPEN
+    await asyncio.sleep(0.3)  # the second scheduler reads the shared state at most every 0.25 s
+    with pytest.raises(CircuitOpen):  # opened by the first scheduler's failures, not its own
+        await second.submit(ToolCall("search"), backend)
+    [shared] = SharedBreakers(store).all()
+    assert (shared.key, shared.state) == ("tool:search", "open")
+    await asyncio.sleep(0.55)  # past the reset timeout: the first scheduler lets a probe through
+    healthy = True
+    assert await first.submit(ToolCall("search"), backend) == "ok"  # the probe closes it
+    assert second.breaker("tool:search").state is BreakerState.OPEN
+    await asyncio.sleep(0.3)
+    assert await second.submit(ToolCall("search"), backend) == "ok"  # closed by the first's probe
+    assert second.breaker("tool:search").state is BreakerState.CLOSED
+    assert SharedBreakers(store).all()[0].state == "closed"
     await first.aclose()
     await second.aclose()

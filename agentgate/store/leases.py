@@ -1,5 +1,5 @@
-"""Limits shared by processes and hosts: concurrency leases that expire when their holder dies,
-and token buckets for rate limits.
+"""Scheduling state shared by processes and hosts: concurrency leases that expire when their
+holder dies, token buckets for rate limits, and circuit breaker states.
 
 A limit of N for a key (``tool:payments.refund``) is N rows ``(lease_key, slot)``, slot in
 ``0..N-1``. Taking a slot is one conditional upsert: insert the row, or take it over if its
@@ -16,7 +16,12 @@ brought up to date. Taking a token reads the row, refills it for the time passed
 running backwards between two hosts' clocks), and writes it back only if the row is still what
 was read (compare and swap); a lost race is retried.
 
-Expiry and refill times are the holders' wall clocks (``time.time()``): hosts must keep their
+A breaker state shared by processes is one row per breaker key: ``open`` (with the wall time it
+opened) or ``closed``, and a version that every write increases. A process publishes its own
+transitions to open and to closed and adopts newer ones it reads (half-open is derived locally
+from the opening time), so one process seeing a backend fail opens the breaker for all.
+
+Expiry, refill and opening times are the holders' wall clocks (``time.time()``): hosts must keep their
 clocks within a small fraction of ``ttl_s`` of each other (NTP does).
 """
 
@@ -49,6 +54,12 @@ CREATE TABLE IF NOT EXISTS agentgate_rate_buckets (
     tokens REAL NOT NULL,
     updated_at REAL NOT NULL
 );
+CREATE TABLE IF NOT EXISTS agentgate_breakers (
+    breaker_key TEXT PRIMARY KEY,
+    state TEXT NOT NULL,
+    opened_at REAL NOT NULL,
+    version INTEGER NOT NULL
+);
 """,
     "postgresql": """
 CREATE TABLE IF NOT EXISTS agentgate_leases (
@@ -64,6 +75,12 @@ CREATE TABLE IF NOT EXISTS agentgate_rate_buckets (
     bucket_key TEXT PRIMARY KEY,
     tokens DOUBLE PRECISION NOT NULL,
     updated_at DOUBLE PRECISION NOT NULL
+);
+CREATE TABLE IF NOT EXISTS agentgate_breakers (
+    breaker_key TEXT PRIMARY KEY,
+    state TEXT NOT NULL,
+    opened_at DOUBLE PRECISION NOT NULL,
+    version BIGINT NOT NULL
 );
 """,
 }
@@ -258,3 +275,49 @@ class SharedRateLimits:
                 if tx.rowcount == 1:
                     return 0.0
         raise StoreError(f"rate bucket {key!r}: too much contention, no token taken")
+
+
+@dataclass(frozen=True)
+class SharedBreakerState:
+    """A breaker's state as the store has it: ``open`` or ``closed``, when it opened, its version."""
+
+    key: str
+    state: str
+    opened_at: float
+    version: int
+
+
+class SharedBreakers:
+    """Circuit breaker states in the store, shared by every process that uses it. Thread-safe."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        store.ensure_schema("leases", SCHEMA)
+
+    def publish(self, key: str, state: str, opened_at: float) -> None:
+        """Record that ``key`` became ``state`` (``open`` or ``closed``); raises ``StoreError``."""
+        if state not in ("open", "closed"):
+            raise InputError(f"a shared breaker state is open or closed, got {state!r}")
+        with self.store.transaction() as tx:
+            tx.execute(
+                "INSERT INTO agentgate_breakers (breaker_key, state, opened_at, version) VALUES (?, ?, ?, 1) "
+                "ON CONFLICT (breaker_key) DO UPDATE SET state = excluded.state, opened_at = excluded.opened_at, "
+                "version = agentgate_breakers.version + 1",
+                (key, state, opened_at),
+            )
+
+    def read(self, key: str) -> SharedBreakerState | None:
+        """The shared state of ``key``, or None if no process has published one."""
+        rows = self.store.query(
+            "SELECT state, opened_at, version FROM agentgate_breakers WHERE breaker_key = ?", (key,)
+        )
+        if not rows:
+            return None
+        return SharedBreakerState(key, str(rows[0][0]), float(rows[0][1]), int(rows[0][2]))
+
+    def all(self) -> list[SharedBreakerState]:
+        """Every shared breaker state, by key."""
+        rows = self.store.query(
+            "SELECT breaker_key, state, opened_at, version FROM agentgate_breakers ORDER BY breaker_key"
+        )
+        return [SharedBreakerState(str(r[0]), str(r[1]), float(r[2]), int(r[3])) for r in rows]

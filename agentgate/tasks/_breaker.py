@@ -140,6 +140,21 @@ class CircuitBreaker:
             ):
                 self._set(BreakerState.OPEN)
 
+    def adopt_open(self, opened_ago_s: float) -> None:
+        """Open because another process opened this breaker ``opened_ago_s`` seconds ago."""
+        with self._lock:
+            if self._state is not BreakerState.OPEN:
+                self._set(BreakerState.OPEN)
+            self._opened_at = self._clock() - max(0.0, opened_ago_s)
+            self._failures = 0
+
+    def adopt_closed(self) -> None:
+        """Close because another process's probe succeeded."""
+        with self._lock:
+            self._failures = 0
+            if self._current() is not BreakerState.CLOSED:
+                self._set(BreakerState.CLOSED)
+
     def snapshot(self) -> BreakerSnapshot:
         """The visible state now."""
         with self._lock:

@@ -43,7 +43,7 @@ from agentgate.errors import (
 )
 from agentgate.store._base import Store
 from agentgate.store.dead_letters import AttemptError, DeadLetter, DeadLetterStore
-from agentgate.store.leases import Lease, LeaseManager, SharedRateLimits
+from agentgate.store.leases import Lease, LeaseManager, SharedBreakers, SharedRateLimits
 from agentgate.tasks._backoff import full_jitter
 from agentgate.tasks._breaker import BreakerSnapshot, BreakerState, CircuitBreaker
 from agentgate.tasks._call import Attempt, ToolCall
@@ -59,6 +59,8 @@ T = TypeVar("T")
 #: Longest pause between two tries for a cross-process lease while all slots are held.
 _LEASE_POLL_MAX_S = 0.25
 _DEAD_LETTERS_KEPT = 1_000
+#: How often a scheduler with a store reads a breaker's shared state (per breaker key).
+_BREAKER_SYNC_S = 0.25
 
 
 class _Waiter:
@@ -138,6 +140,11 @@ class Scheduler:
         self._dead_store = DeadLetterStore(store) if store is not None else None
         self._leases = LeaseManager(store, ttl_s=self.config.lease_ttl_s) if store is not None else None
         self._rates = SharedRateLimits(store) if store is not None else None
+        self._shared_breakers = SharedBreakers(store) if store is not None else None
+        self._breaker_seen: dict[str, tuple[float, int]] = {}  # key -> (next read, version seen)
+        self._opened_wall: dict[str, float] = {}  # key -> wall time this process knows it opened
+        self._adopting = False
+        self._background: set[asyncio.Task[None]] = set()
         self.metrics = SchedulerMetrics(
             registry,
             queue_depth=lambda: self._queue.tenant_sizes,
@@ -203,6 +210,8 @@ class Scheduler:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+        if self._background:
+            await asyncio.wait(list(self._background))
         if self._leases is not None:
             await asyncio.to_thread(self._leases.close)
 
@@ -296,6 +305,8 @@ class Scheduler:
             number += 1
             try:
                 # 1. admission: start now, or wait in the fair queue (never past the deadline)
+                if self._shared_breakers is not None:
+                    await self._sync_breaker(breaker, loop)
                 if breaker.refuses():
                     raise _GiveUp("circuit_open", CircuitOpen(f"the circuit breaker {breaker.key} is open"))
                 try:
@@ -645,6 +656,60 @@ class Scheduler:
     def _breaker_changed(self, key: str, old: BreakerState, new: BreakerState) -> None:
         names = {BreakerState.OPEN: "breaker_opened", BreakerState.HALF_OPEN: "breaker_half_open"}
         self.metrics.event(names.get(new, "breaker_closed"), key, {"agentgate.breaker_from": old.value})
+        if self._shared_breakers is None or self._adopting or new is BreakerState.HALF_OPEN:
+            return
+        opened_at = time.time()
+        if new is BreakerState.OPEN:
+            self._opened_wall[key] = opened_at
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            state = "open" if new is BreakerState.OPEN else "closed"
+            # Called under the breaker's lock, maybe from another thread: publish from the loop.
+            loop.call_soon_threadsafe(self._publish_breaker, key, state, opened_at)
+
+    def _publish_breaker(self, key: str, state: str, opened_at: float) -> None:
+        assert self._shared_breakers is not None and self._loop is not None
+        task = self._loop.create_task(
+            asyncio.to_thread(self._shared_breakers.publish, key, state, opened_at),
+            name=f"agentgate-breaker-{key}",
+        )
+        self._background.add(task)
+        task.add_done_callback(self._published)
+
+    def _published(self, task: asyncio.Task[None]) -> None:
+        self._background.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            # The local breaker still works; the other processes learn nothing from this one.
+            self.metrics.tally("breaker_not_shared", task.get_name())
+
+    async def _sync_breaker(self, breaker: CircuitBreaker, loop: asyncio.AbstractEventLoop) -> None:
+        """Adopt a newer breaker state another process published (read at most every _BREAKER_SYNC_S)."""
+        assert self._shared_breakers is not None
+        key = breaker.key
+        now = loop.time()
+        seen = self._breaker_seen.get(key)
+        if seen is not None and now < seen[0]:
+            return
+        version = seen[1] if seen is not None else 0
+        self._breaker_seen[key] = (now + _BREAKER_SYNC_S, version)
+        try:
+            remote = await asyncio.to_thread(self._shared_breakers.read, key)
+        except StoreError:
+            return  # the local breaker still protects this process
+        if remote is None or remote.version <= version:
+            return
+        self._breaker_seen[key] = (now + _BREAKER_SYNC_S, remote.version)
+        self._adopting = True
+        try:
+            if remote.state == "open":
+                known = self._opened_wall.get(key)
+                if breaker.state is BreakerState.CLOSED or known is None or remote.opened_at > known:
+                    breaker.adopt_open(time.time() - remote.opened_at)
+                    self._opened_wall[key] = remote.opened_at
+            elif breaker.state is not BreakerState.CLOSED:
+                breaker.adopt_closed()
+        finally:
+            self._adopting = False
 
     async def _dead_letter(
         self, call: ToolCall, key: str | None, errors: list[AttemptError], reason: str
