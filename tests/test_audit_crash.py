@@ -14,6 +14,7 @@ import random
 import signal
 import threading
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -57,7 +58,12 @@ class Writer:
 
     def __init__(self, url: str) -> None:
         read_end, write_end = os.pipe()
-        self.pid = os.fork()
+        with warnings.catch_warnings():
+            # Python >= 3.12 warns about fork() in a process with threads (a previous round's
+            # reader); the child touches none of the parent's locks: it opens its own store,
+            # writes, and leaves with os._exit.
+            warnings.simplefilter("ignore", DeprecationWarning)
+            self.pid = os.fork()
         if self.pid == 0:  # the child: write until killed; never return into pytest
             os.close(read_end)
             try:
