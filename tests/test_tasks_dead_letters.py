@@ -10,6 +10,7 @@ import pytest
 from agentgate.cli.main import main
 from agentgate.store import SQLiteStore, Store
 from agentgate.store.dead_letters import AttemptError, DeadLetter, DeadLetterStore
+from agentgate.store.leases import SharedBreakers
 from agentgate.tasks import Attempt, RetryPolicy, Scheduler, SchedulerConfig, ToolCall, ToolLimits
 
 
@@ -81,3 +82,18 @@ def test_cli_lists_dead_letters(tmp_path: Path, capsys: pytest.CaptureFixture[st
     with pytest.raises(SystemExit) as exit_info:
         main(["tasks", "dead-letters", "--limit", "0", "--store", str(path)])
     assert exit_info.value.code == 2
+
+
+def test_cli_lists_shared_breakers(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "ag.db"
+    assert main(["tasks", "breakers", "--store", str(path)]) == 0
+    assert capsys.readouterr().out == "no shared breaker states\n"
+    with SQLiteStore(path) as store:
+        SharedBreakers(store).publish("tool:search", "open", 1_800_000_000.0)
+        SharedBreakers(store).publish("backend:gpu-1", "closed", 1_800_000_000.0)
+    assert main(["tasks", "breakers", "--store", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "tool:search" in out and "open" in out and "2027-01-15" in out
+    assert main(["tasks", "breakers", "--json", "--store", str(path)]) == 0
+    states = {b["key"]: b["state"] for b in json.loads(capsys.readouterr().out)}
+    assert states == {"tool:search": "open", "backend:gpu-1": "closed"}

@@ -2,8 +2,9 @@
 
 ``agentgate tasks dead-letters [--json] [--limit N] [--tool NAME] [--store URL]`` lists dead
 letters, newest first, from the store (``--store``, else ``AGENTGATE_STORE``, else the default
-SQLite file). Circuit breaker state lives in each scheduler process and is exported there as the
-``agentgate_tasks_breaker_state`` metric, so there is no ``breakers`` command.
+SQLite file). ``agentgate tasks breakers [--json] [--store URL]`` lists the circuit breaker
+states that schedulers using that store have shared (each process also exports its own as the
+``agentgate_tasks_breaker_state`` metric).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 
 from agentgate.store import open_store
 from agentgate.store.dead_letters import DeadLetterStore
+from agentgate.store.leases import SharedBreakers
 
 
 def register(subparsers: Any) -> None:
@@ -38,6 +40,14 @@ def register(subparsers: Any) -> None:
     dead.add_argument("--tool", metavar="NAME", help="only letters of this tool")
     dead.add_argument("--store", metavar="URL", help="store URL or path (default: AGENTGATE_STORE)")
     dead.set_defaults(handler=_dead_letters)
+    breakers = sub.add_parser(
+        "breakers",
+        help="list circuit breaker states shared through the store",
+        description="List the circuit breaker states that schedulers sharing the store have published.",
+    )
+    breakers.add_argument("--json", action="store_true", help="one JSON array instead of a table")
+    breakers.add_argument("--store", metavar="URL", help="store URL or path (default: AGENTGATE_STORE)")
+    breakers.set_defaults(handler=_breakers)
 
 
 def _positive(text: str) -> int:
@@ -73,4 +83,30 @@ def _dead_letters(args: argparse.Namespace) -> int:
             f"{when:<20} {letter.tool[:24]:<24} {letter.tenant[:12]:<12} {letter.reason:<26} "
             f"{len(letter.errors):>5}  {' '.join(error.split())[:80]}\n"
         )
+    return 0
+
+
+def _breakers(args: argparse.Namespace) -> int:
+    store = open_store(args.store)
+    try:
+        states = SharedBreakers(store).all()
+    finally:
+        store.close()
+    if args.json:
+        rows = [
+            {"key": b.key, "state": b.state, "opened_at": b.opened_at, "version": b.version} for b in states
+        ]
+        sys.stdout.write(json.dumps(rows, indent=2) + "\n")
+        return 0
+    if not states:
+        sys.stdout.write("no shared breaker states\n")
+        return 0
+    sys.stdout.write(f"{'key':<40} {'state':<8} {'opened (UTC)':<20} {'version':>7}\n")
+    for b in states:
+        opened = (
+            datetime.fromtimestamp(b.opened_at, UTC).strftime("%Y-%m-%d %H:%M:%S")
+            if b.state == "open"
+            else "-"
+        )
+        sys.stdout.write(f"{b.key[:40]:<40} {b.state:<8} {opened:<20} {b.version:>7}\n")
     return 0
