@@ -225,6 +225,8 @@ class Authorization:
     approver: str | None = None
     decision: Decision | None = field(default=None, repr=False)
     """The authority engine's decision, when one was made."""
+    budget_exhausted: bool = False
+    """Refused because a budget of the chain has too little left: the run should end."""
 
     @property
     def allowed(self) -> bool:
@@ -812,7 +814,9 @@ class Gate:
                         held.append((self.ledger.reserve(tx, identity.chain.ids, caps, amount), unit, amount))
                 index = self.audit.append(self._entry(auth, "allow"), tx)
         except BudgetExceeded as exc:
-            return self._record_refusal(replace(auth, reasons=(self._budget_reason(identity, exc),)))
+            return self._record_refusal(
+                replace(auth, reasons=(self._budget_reason(identity, exc),), budget_exhausted=True)
+            )
         except (Denied, Expired, InputError) as exc:
             return self._record_refusal(replace(auth, reasons=(f"approval not usable: {exc}",)))
         return replace(auth, audit_index=index, reservations=tuple(held))

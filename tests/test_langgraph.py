@@ -35,7 +35,7 @@ from agentgate.store import SQLiteStore
 NAMES = ("root", "supervisor", "researcher", "dana")
 
 
-def _policy_text(dids: dict[str, str], budget: int) -> str:
+def _policy_text(dids: dict[str, str], budget: int, unit: str = "usd_micros") -> str:
     return f"""
 version: 1
 trust_anchors:
@@ -70,7 +70,7 @@ roles:
         constraints: {{path: {{prefix: "reports/"}}}}
       - resource: tool:ask_stowaway
       - resource: model:scripted
-    budget: {{limit: {budget}, unit: usd_micros}}
+    budget: {{limit: {budget}, unit: {unit}}}
     ttl_s: 3600
     delegation:
       max_depth: 1
@@ -114,9 +114,9 @@ class Team:
         return self.gate
 
 
-def _make_team(tmp_path: Path, budget: int = 1_000_000) -> Team:
+def _make_team(tmp_path: Path, budget: int = 1_000_000, unit: str = "usd_micros") -> Team:
     keys = {name: SigningKey.generate() for name in NAMES}
-    policy = parse_policy(_policy_text({n: k.did for n, k in keys.items()}, budget), source="team.yaml")
+    policy = parse_policy(_policy_text({n: k.did for n, k in keys.items()}, budget, unit), source="team.yaml")
     gate = Gate(policy, SQLiteStore(tmp_path / "agentgate.db"))
     supervisor = gate.issue(keys["root"], name="supervisor", key=keys["supervisor"], role="supervisor")
     return Team(gate, keys, supervisor, tmp_path, [])
@@ -631,3 +631,24 @@ def test_a_failing_tool_becomes_an_error_message_without_its_secret_text(team: T
     assert len(_tool_messages(result)) == 2  # the run went on to the next turn
     outcome = [e for e in _entries(team.gate) if e.kind == "outcome" and e.resource == "tool:search"]
     assert [(e.status, e.reasons) for e in outcome] == [("error", ("RuntimeError",))]
+
+
+def test_an_exhausted_tool_call_budget_ends_the_run_too(tmp_path: Path) -> None:
+    made = _make_team(tmp_path, budget=3, unit="calls")
+    try:
+        turns = [_calls(("search", {"query": f"q{i}"})) for i in range(10)]
+        agent = create_gated_agent(
+            made.gate,
+            name="supervisor",
+            model=ScriptedChatModel(turns=turns),
+            tools=_tools(made),
+            gate_models=False,
+        )
+        result = agent.invoke({"messages": [{"role": "user", "content": "go"}]}, context=made.supervisor)
+        assert made.ran == ["search:q0", "search:q1", "search:q2"]
+        last = result["messages"][-1]
+        assert isinstance(last, AIMessage) and not last.tool_calls
+        assert "budget exhausted (3 of 3 calls spent" in str(last.content)
+        assert len(_tool_messages(result)) == 4  # three ran, the fourth was refused, then the run ended
+    finally:
+        made.gate.close()

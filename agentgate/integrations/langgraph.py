@@ -66,6 +66,7 @@ __all__ = [
 
 ToolResult = ToolMessage | Command[Any]
 DELEGATION_KEY = "agentgate_delegation"
+BUDGET_KEY = "agentgate_budget_exhausted"
 
 
 def identity_from_context(context: object) -> AgentIdentity | None:
@@ -82,7 +83,28 @@ def _tool_call_of(request: ToolCallRequest) -> Call:
 
 
 def _refusal(auth: Authorization, tool_call_id: str, name: str) -> ToolMessage:
-    return ToolMessage(content=auth.explain(), tool_call_id=tool_call_id, name=name, status="error")
+    return ToolMessage(
+        content=auth.explain(),
+        tool_call_id=tool_call_id,
+        name=name,
+        status="error",
+        artifact={BUDGET_KEY: True} if auth.budget_exhausted else None,
+    )
+
+
+def _budget_stop(messages: Sequence[BaseMessage]) -> str | None:
+    """The refusal to end the run on, when a tool call since the model's last turn was refused
+    for an exhausted budget: asking the model again would only spend more."""
+    for message in reversed(messages):
+        if isinstance(message, AIMessage):
+            return None
+        if (
+            isinstance(message, ToolMessage)
+            and isinstance(message.artifact, dict)
+            and message.artifact.get(BUDGET_KEY)
+        ):
+            return str(message.content)
+    return None
 
 
 def _failure(tool_call_id: str, name: str, exc: BaseException) -> ToolMessage:
@@ -253,6 +275,8 @@ class GateMiddleware(AgentMiddleware[Any, Any, Any]):
         handler: Callable[[ModelRequest[Any]], ModelResponse[Any]],
     ) -> ModelResponse[Any] | AIMessage:
         """Reserve the token budget, run the model, commit the tokens it reports using."""
+        if (stop := _budget_stop(request.messages)) is not None:
+            return ModelResponse(result=[AIMessage(content=stop, name=self.agent)])
         if not self.gate_models:
             return handler(request)
         auth, request = self._authorize_model(request)
@@ -266,6 +290,8 @@ class GateMiddleware(AgentMiddleware[Any, Any, Any]):
         handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
     ) -> ModelResponse[Any] | AIMessage:
         """The async twin of ``wrap_model_call``."""
+        if (stop := _budget_stop(request.messages)) is not None:
+            return ModelResponse(result=[AIMessage(content=stop, name=self.agent)])
         if not self.gate_models:
             return await handler(request)
         auth, request = await self.gate.to_thread(self._authorize_model, request)
