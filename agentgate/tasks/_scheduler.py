@@ -1,4 +1,5 @@
-"""The scheduler's async core: one event loop, no locks, no threads of its own.
+"""The scheduler's async core: one event loop, no locks, no threads of its own (with a store, the
+lease heartbeat is one thread, joined by ``aclose``).
 
 ``Scheduler.submit(call, fn)`` runs ``fn`` under the call's limits and returns its result:
 
@@ -8,8 +9,8 @@
    otherwise it waits in the fair queue (``_fair.py``), or is refused with ``Overloaded`` when the
    queue or its tenant's share of it is full, or with ``DeadlineExceeded`` when its deadline
    passes before it could start. A waiting call is never started after its deadline.
-3. Run: the breaker is asked (``CircuitOpen``), the cross-process lease is taken when a store is
-   configured, and ``fn(attempt)`` runs in the caller's task under the attempt deadline (the
+3. Run: the breaker is asked (``CircuitOpen``), the cross-process lease and rate token are taken
+   when a store is configured, and ``fn(attempt)`` runs in the caller's task under the attempt deadline (the
    earlier of the call's deadline and ``now + timeout_s``), so cancelling the caller cancels the
    tool.
 4. Failure: the error is classified, the breaker told, and the retry rule asked. A retry waits a
@@ -223,7 +224,8 @@ class Scheduler:
         Raises ``Overloaded`` (queue full), ``DeadlineExceeded`` (could not start, or an attempt
         did not finish, before the deadline), ``CircuitOpen`` (breaker open), ``InputError`` (an
         unknown priority class, arguments that are not JSON), ``SchedulingError`` (scheduler
-        closed), or the tool's own last exception when the call is given up. Cancelling the
+        closed), or the tool's own last exception when the call is given up (``DeadlineExceeded``
+        instead when the deadline passed while a retry waited for its turn). Cancelling the
         caller cancels the running attempt and gives its slots back.
         """
         if self._closed:
