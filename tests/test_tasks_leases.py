@@ -65,11 +65,11 @@ def test_expired_lease_is_taken_over(store: Store) -> None:
 
 
 def test_heartbeat_renews_held_leases(store: Store) -> None:
-    manager = LeaseManager(store, ttl_s=0.3)
+    manager = LeaseManager(store, ttl_s=0.6)
     lease = manager.try_acquire("k", 1)
     assert lease is not None
-    time.sleep(0.5)  # longer than the ttl: only the heartbeat keeps it
-    other = LeaseManager(store, ttl_s=0.3)
+    time.sleep(1.0)  # longer than the ttl: only the heartbeat keeps it
+    other = LeaseManager(store, ttl_s=0.6)
     assert other.try_acquire("k", 1) is None
     manager.close()
     assert other.try_acquire("k", 1) is not None
@@ -222,6 +222,14 @@ async def test_rate_limit_holds_across_schedulers_sharing_a_store(store: Store) 
     await second.aclose()
 
 
+async def shared_state(store: Store, key: str, state: str) -> None:
+    """Wait (up to 10 s) until a scheduler's background publish of ``key`` has reached the store."""
+    deadline = time.monotonic() + 10
+    while (found := SharedBreakers(store).read(key)) is None or found.state != state:
+        assert time.monotonic() < deadline, f"{key} never became {state}"
+        await asyncio.sleep(0.01)
+
+
 async def test_breaker_state_is_shared_through_the_store(store: Store) -> None:
     # The second scheduler alone would stay open for a minute: it can only close by adopting.
     first = Scheduler(
@@ -242,6 +250,7 @@ async def test_breaker_state_is_shared_through_the_store(store: Store) -> None:
         with pytest.raises(ConnectionRefusedError):
             await first.submit(ToolCall("search"), backend)
     assert first.breaker("tool:search").state is BreakerState.OPEN
+    await shared_state(store, "tool:search", "open")
     await asyncio.sleep(0.3)  # the second scheduler reads the shared state at most every 0.25 s
     with pytest.raises(CircuitOpen):  # opened by the first scheduler's failures, not its own
         await second.submit(ToolCall("search"), backend)
@@ -251,6 +260,7 @@ async def test_breaker_state_is_shared_through_the_store(store: Store) -> None:
     healthy = True
     assert await first.submit(ToolCall("search"), backend) == "ok"  # the probe closes it
     assert second.breaker("tool:search").state is BreakerState.OPEN
+    await shared_state(store, "tool:search", "closed")
     await asyncio.sleep(0.3)
     assert await second.submit(ToolCall("search"), backend) == "ok"  # closed by the first's probe
     assert second.breaker("tool:search").state is BreakerState.CLOSED

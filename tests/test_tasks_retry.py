@@ -188,8 +188,8 @@ async def test_deadline_cuts_retries() -> None:
     # busy machine overslept the backoff and the deadline passed before the retry could start.
     with pytest.raises((Transient, DeadlineExceeded)):
         await scheduler.submit(ToolCall("t", deadline=time.time() + 0.1), tool)  # type: ignore[arg-type]
-    assert time.monotonic() - started < 0.1 + 0.05
-    assert 1 <= len(seen) < 100  # at most 0.1 s of attempts spaced by <= 0.02 s of backoff
+    assert time.monotonic() - started < 0.1 + 0.5  # cut at the deadline; 100 attempts would take ~1 s
+    assert 1 <= len(seen) < 100
     assert scheduler.dead_letters()[0].reason == "deadline"
     await scheduler.aclose()
 
