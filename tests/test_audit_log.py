@@ -7,6 +7,7 @@ import os
 import sqlite3
 import stat
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -215,3 +216,43 @@ def test_group_append_is_all_or_nothing(log: AuditLog) -> None:
         log.append_many([decision(4), {**decision(5), "kind": "perhaps"}])
     assert log.size() == 4 and log.verify().ok
     assert [e.budget_delta for e in log.entries()] == [0, 1, 2, 3]
+
+
+@pytest.mark.postgres
+def test_a_select_insert_only_role_can_log_but_not_bypass_the_triggers(
+    postgres_server: Any, postgres_url: str
+) -> None:
+    from agentgate.store._postgres import PostgresStore
+    from agentgate.store.approvals import ApprovalStore
+    from agentgate.store.ledger import BudgetLedger
+
+    with PostgresStore(postgres_url) as owner:
+        AuditLog(owner, SigningKey(b"\x07" * 32), origin="test.example/audit").append(decision(0))
+        BudgetLedger(owner)
+        ApprovalStore(owner)
+        with owner.transaction() as tx:
+            tx.execute(
+                "DO $$ BEGIN IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'ag_app') "
+                "THEN CREATE ROLE ag_app LOGIN; END IF; END $$"
+            )
+            tx.execute("GRANT SELECT, INSERT ON audit_log, audit_checkpoints TO ag_app")
+            tx.execute(
+                "GRANT SELECT, INSERT, UPDATE ON budget_ledger, budget_reservations, approvals TO ag_app"
+            )
+    app_url = postgres_url.replace(f"postgresql://{postgres_server.user}@", "postgresql://ag_app@")
+    with PostgresStore(app_url) as app:
+        log = AuditLog(app, SigningKey(b"\x07" * 32), origin="test.example/audit")
+        assert log.append(decision(1)) == 1
+        log.checkpoint()
+        for statement in (
+            "ALTER TABLE audit_log DISABLE TRIGGER USER",
+            "UPDATE audit_log SET entry = entry",
+            "TRUNCATE audit_log",
+        ):
+            with pytest.raises(StoreError), app.transaction() as tx:
+                tx.execute(statement)
+        assert log.verify().ok and log.size() == 2
+        ledger = BudgetLedger(app)
+        ledger.commit(ledger.reserve(None, ["g"], {"g": 10}, 4), 3)
+        assert ledger.remaining("g") == 7
+        ApprovalStore(app).request("call", "did:key:zA", 1e12)

@@ -32,18 +32,27 @@ CREATE TABLE IF NOT EXISTS approvals (
 CREATE INDEX IF NOT EXISTS approvals_call ON approvals (call_hash);
 """,
     "postgresql": """
-CREATE TABLE IF NOT EXISTS approvals (
-    id TEXT PRIMARY KEY,
-    call_hash TEXT NOT NULL,
-    requester TEXT NOT NULL,
-    state TEXT NOT NULL CHECK (state IN ('pending', 'approved', 'denied', 'consumed')),
-    approver TEXT,
-    created DOUBLE PRECISION NOT NULL,
-    expires_at DOUBLE PRECISION NOT NULL,
-    decided_at DOUBLE PRECISION,
-    consumed_at DOUBLE PRECISION
-);
-CREATE INDEX IF NOT EXISTS approvals_call ON approvals (call_hash);
+DO $$
+BEGIN
+    -- Created only when missing: a role without CREATE on the schema can still start agentgate.
+    IF to_regclass('approvals') IS NULL THEN
+        CREATE TABLE approvals (
+            id TEXT PRIMARY KEY,
+            call_hash TEXT NOT NULL,
+            requester TEXT NOT NULL,
+            state TEXT NOT NULL CHECK (state IN ('pending', 'approved', 'denied', 'consumed')),
+            approver TEXT,
+            created DOUBLE PRECISION NOT NULL,
+            expires_at DOUBLE PRECISION NOT NULL,
+            decided_at DOUBLE PRECISION,
+            consumed_at DOUBLE PRECISION
+        );
+    END IF;
+    IF to_regclass('approvals_call') IS NULL THEN
+        CREATE INDEX approvals_call ON approvals (call_hash);
+    END IF;
+END;
+$$;
 """,
 }
 

@@ -69,49 +69,68 @@ CREATE TRIGGER IF NOT EXISTS audit_checkpoints_no_delete BEFORE DELETE ON audit_
 BEGIN SELECT RAISE(ABORT, 'audit_checkpoints is append-only'); END;
 """,
     "postgresql": """
-CREATE TABLE IF NOT EXISTS audit_log (
-    idx BIGINT PRIMARY KEY,
-    entry BYTEA NOT NULL,
-    leaf_hash BYTEA NOT NULL CHECK (octet_length(leaf_hash) = 32)
-);
-CREATE TABLE IF NOT EXISTS audit_checkpoints (
-    id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-    size BIGINT NOT NULL,
-    root BYTEA NOT NULL,
-    note TEXT NOT NULL,
-    created TEXT NOT NULL
-);
-CREATE OR REPLACE FUNCTION agentgate_append_only() RETURNS trigger AS $$
+DO $$
 BEGIN
-    RAISE EXCEPTION '% is append-only (% refused)', TG_TABLE_NAME, TG_OP;
-END;
-$$ LANGUAGE plpgsql;
-CREATE OR REPLACE FUNCTION agentgate_audit_lock_next() RETURNS bigint AS $$
-BEGIN
-    -- One round trip: take the append lock (held to the end of the transaction), then read the
-    -- next index with a fresh snapshot (a volatile function's queries each take their own).
-    PERFORM pg_advisory_xact_lock(27416741019937140);  -- ASCII "agaudit"
-    RETURN (SELECT COALESCE(MAX(idx) + 1, 0) FROM audit_log);
-END;
-$$ LANGUAGE plpgsql VOLATILE;
-CREATE OR REPLACE FUNCTION agentgate_audit_next_index() RETURNS trigger AS $$
-BEGIN
-    IF NEW.idx IS DISTINCT FROM (SELECT COALESCE(MAX(idx) + 1, 0) FROM audit_log) THEN
-        RAISE EXCEPTION 'audit_log: index % is not the next one', NEW.idx;
+    -- Everything is created only when missing, so that a role that may only SELECT and INSERT
+    -- (docs/operations.md, least privilege) can start agentgate on a schema made by the owner.
+    IF to_regclass('audit_log') IS NULL THEN
+        CREATE TABLE audit_log (
+            idx BIGINT PRIMARY KEY,
+            entry BYTEA NOT NULL,
+            leaf_hash BYTEA NOT NULL CHECK (octet_length(leaf_hash) = 32)
+        );
     END IF;
-    RETURN NEW;
+    IF to_regclass('audit_checkpoints') IS NULL THEN
+        CREATE TABLE audit_checkpoints (
+            id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+            size BIGINT NOT NULL,
+            root BYTEA NOT NULL,
+            note TEXT NOT NULL,
+            created TEXT NOT NULL
+        );
+    END IF;
+    IF to_regprocedure('agentgate_append_only()') IS NULL THEN
+        CREATE FUNCTION agentgate_append_only() RETURNS trigger LANGUAGE plpgsql AS $fn$
+        BEGIN
+            RAISE EXCEPTION '% is append-only (% refused)', TG_TABLE_NAME, TG_OP;
+        END;
+        $fn$;
+    END IF;
+    IF to_regprocedure('agentgate_audit_lock_next()') IS NULL THEN
+        -- One round trip: take the append lock (held to the end of the transaction), then read
+        -- the next index with a fresh snapshot (a volatile function's queries each take one).
+        CREATE FUNCTION agentgate_audit_lock_next() RETURNS bigint LANGUAGE plpgsql VOLATILE AS $fn$
+        BEGIN
+            PERFORM pg_advisory_xact_lock(27416741019937140);  -- ASCII "agaudit"
+            RETURN (SELECT COALESCE(MAX(idx) + 1, 0) FROM audit_log);
+        END;
+        $fn$;
+    END IF;
+    IF to_regprocedure('agentgate_audit_next_index()') IS NULL THEN
+        CREATE FUNCTION agentgate_audit_next_index() RETURNS trigger LANGUAGE plpgsql AS $fn$
+        BEGIN
+            IF NEW.idx IS DISTINCT FROM (SELECT COALESCE(MAX(idx) + 1, 0) FROM audit_log) THEN
+                RAISE EXCEPTION 'audit_log: index % is not the next one', NEW.idx;
+            END IF;
+            RETURN NEW;
+        END;
+        $fn$;
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = 'audit_log'::regclass
+                   AND tgname = 'audit_log_next_index') THEN
+        CREATE TRIGGER audit_log_next_index BEFORE INSERT ON audit_log
+            FOR EACH ROW EXECUTE FUNCTION agentgate_audit_next_index();
+        CREATE TRIGGER audit_log_append_only BEFORE UPDATE OR DELETE ON audit_log
+            FOR EACH ROW EXECUTE FUNCTION agentgate_append_only();
+        CREATE TRIGGER audit_log_no_truncate BEFORE TRUNCATE ON audit_log
+            FOR EACH STATEMENT EXECUTE FUNCTION agentgate_append_only();
+        CREATE TRIGGER audit_checkpoints_append_only BEFORE UPDATE OR DELETE ON audit_checkpoints
+            FOR EACH ROW EXECUTE FUNCTION agentgate_append_only();
+        CREATE TRIGGER audit_checkpoints_no_truncate BEFORE TRUNCATE ON audit_checkpoints
+            FOR EACH STATEMENT EXECUTE FUNCTION agentgate_append_only();
+    END IF;
 END;
-$$ LANGUAGE plpgsql;
-CREATE OR REPLACE TRIGGER audit_log_next_index BEFORE INSERT ON audit_log
-    FOR EACH ROW EXECUTE FUNCTION agentgate_audit_next_index();
-CREATE OR REPLACE TRIGGER audit_log_append_only BEFORE UPDATE OR DELETE ON audit_log
-    FOR EACH ROW EXECUTE FUNCTION agentgate_append_only();
-CREATE OR REPLACE TRIGGER audit_log_no_truncate BEFORE TRUNCATE ON audit_log
-    FOR EACH STATEMENT EXECUTE FUNCTION agentgate_append_only();
-CREATE OR REPLACE TRIGGER audit_checkpoints_append_only BEFORE UPDATE OR DELETE ON audit_checkpoints
-    FOR EACH ROW EXECUTE FUNCTION agentgate_append_only();
-CREATE OR REPLACE TRIGGER audit_checkpoints_no_truncate BEFORE TRUNCATE ON audit_checkpoints
-    FOR EACH STATEMENT EXECUTE FUNCTION agentgate_append_only();
+$$;
 """,
 }
 

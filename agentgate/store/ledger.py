@@ -46,21 +46,30 @@ CREATE TABLE IF NOT EXISTS budget_reservations (
 );
 """,
     "postgresql": """
-CREATE TABLE IF NOT EXISTS budget_ledger (
-    grant_id TEXT PRIMARY KEY,
-    cap BIGINT NOT NULL CHECK (cap >= 0),
-    remaining BIGINT NOT NULL CHECK (remaining >= 0),
-    spent BIGINT NOT NULL DEFAULT 0
-);
-CREATE TABLE IF NOT EXISTS budget_reservations (
-    id TEXT PRIMARY KEY,
-    chain TEXT NOT NULL,
-    amount BIGINT NOT NULL CHECK (amount >= 0),
-    state TEXT NOT NULL CHECK (state IN ('reserved', 'committed', 'released')),
-    actual BIGINT,
-    created TEXT NOT NULL,
-    settled TEXT
-);
+DO $$
+BEGIN
+    -- Created only when missing: a role without CREATE on the schema can still start agentgate.
+    IF to_regclass('budget_ledger') IS NULL THEN
+        CREATE TABLE budget_ledger (
+            grant_id TEXT PRIMARY KEY,
+            cap BIGINT NOT NULL CHECK (cap >= 0),
+            remaining BIGINT NOT NULL CHECK (remaining >= 0),
+            spent BIGINT NOT NULL DEFAULT 0
+        );
+    END IF;
+    IF to_regclass('budget_reservations') IS NULL THEN
+        CREATE TABLE budget_reservations (
+            id TEXT PRIMARY KEY,
+            chain TEXT NOT NULL,
+            amount BIGINT NOT NULL CHECK (amount >= 0),
+            state TEXT NOT NULL CHECK (state IN ('reserved', 'committed', 'released')),
+            actual BIGINT,
+            created TEXT NOT NULL,
+            settled TEXT
+        );
+    END IF;
+END;
+$$;
 """,
 }
 
