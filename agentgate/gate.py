@@ -265,27 +265,26 @@ class _PendingOutcomes:
         self._commit = commit
         self._linger_s = linger_s
         self._items: list[_Outcome] = []
-        self._cond = threading.Condition()
-        self._closed = False
+        self._lock = threading.Lock()
+        self._closed = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="agentgate-outcomes", daemon=True)
         self._thread.start()
 
     def put(self, item: _Outcome) -> None:
-        with self._cond:
+        # No wake-up here: waking a thread per call costs more than the call's own bookkeeping.
+        with self._lock:
             self._items.append(item)
-            self._cond.notify()
 
     def take(self) -> list[_Outcome]:
-        with self._cond:
+        with self._lock:
             items, self._items = self._items, []
         return items
 
     def restore(self, items: list[_Outcome]) -> None:
         """Put back outcomes whose carrying transaction did not commit."""
         if items:
-            with self._cond:
+            with self._lock:
                 self._items[:0] = items
-                self._cond.notify()
 
     def flush(self) -> None:
         items = self.take()
@@ -293,21 +292,15 @@ class _PendingOutcomes:
             self._commit(items)
 
     def close(self) -> None:
-        with self._cond:
-            self._closed = True
-            self._cond.notify()
+        self._closed.set()
         self._thread.join()
         self.flush()
 
     def _loop(self) -> None:
-        while True:
-            with self._cond:
-                while not self._items and not self._closed:
-                    self._cond.wait()
-                if self._closed:
-                    return
-            time.sleep(self._linger_s)  # leave them to the next decision's transaction if one comes
-            self.flush()
+        # Every ``linger_s``, commit what no decision's transaction carried in the meantime.
+        while not self._closed.wait(self._linger_s):
+            if self._items:
+                self.flush()
 
 
 def _redact_reasons(reasons: Iterable[str], args: Mapping[str, Any], loggable: Iterable[str]) -> list[str]:
@@ -999,17 +992,29 @@ class Gate:
             _log.error("agentgate: %d outcomes not recorded: %s", len(batch), exc)
 
     def _carry(self, tx: Transaction, batch: list[_Outcome]) -> None:
-        # Each outcome in its own savepoint: one that cannot be written (logged) never takes the
-        # others, or the decision that carries them, down with it. Its reservation stays held,
-        # which can only make a budget look smaller, never let it be overspent.
-        for auth, status, error, usage in batch:
-            tx.execute("SAVEPOINT agentgate_outcome")
-            try:
+        # Under a savepoint: an outcome that cannot be written (logged) never takes the others, or
+        # the decision that carries them, down with it. Its reservation stays held, which can only
+        # make a budget look smaller, never let it be overspent. One savepoint for the batch;
+        # one per outcome only after the batch failed.
+        if not batch:
+            return
+        tx.execute("SAVEPOINT agentgate_outcomes")
+        try:
+            for auth, status, error, usage in batch:
                 self._write_outcome(tx, auth, status, error, usage)
-            except AgentGateError as exc:
-                tx.execute("ROLLBACK TO SAVEPOINT agentgate_outcome")
-                _log.error("agentgate: outcome of audit entry %s not recorded: %s", auth.audit_index, exc)
-            tx.execute("RELEASE SAVEPOINT agentgate_outcome")
+        except AgentGateError:
+            tx.execute("ROLLBACK TO SAVEPOINT agentgate_outcomes")
+            tx.execute("RELEASE SAVEPOINT agentgate_outcomes")
+            for auth, status, error, usage in batch:
+                tx.execute("SAVEPOINT agentgate_outcome")
+                try:
+                    self._write_outcome(tx, auth, status, error, usage)
+                except AgentGateError as exc:
+                    tx.execute("ROLLBACK TO SAVEPOINT agentgate_outcome")
+                    _log.error("agentgate: outcome of audit entry %s not recorded: %s", auth.audit_index, exc)
+                tx.execute("RELEASE SAVEPOINT agentgate_outcome")
+            return
+        tx.execute("RELEASE SAVEPOINT agentgate_outcomes")
 
     def _write_outcome(
         self,

@@ -320,3 +320,19 @@ def test_a_refusal_never_writes_a_non_loggable_value_to_the_audit_log(setup: Set
     assert "pin=<not loggable>" in " ".join(entries[1].reasons)
     assert "hunter2" not in entries[1].to_bytes().decode()
     assert "99-hunter2" in refused.explain()  # the model is told about its own argument
+
+
+def test_an_outcome_that_cannot_be_written_is_logged_and_does_not_sink_the_others(
+    setup: Setup, caplog: pytest.LogCaptureFixture
+) -> None:
+    auth = setup.gate.authorize(setup.agent, Call.model("small"), tokens=(10, 10))
+    setup.gate.run(auth, lambda: "x", spent=lambda _: (10, 10))
+    setup.gate.run(auth, lambda: "x", spent=lambda _: (10, 10))  # misuse: its reservation is settled twice
+    other = setup.gate.authorize(setup.agent, Call.tool("lookup", {"id": "1"}))
+    setup.gate.run(other, lambda: "ok")
+    with caplog.at_level("ERROR", logger="agentgate.gate"):
+        entries = setup.entries()
+    outcomes = [e.ref for e in entries if e.kind == "outcome"]
+    assert sorted(outcomes) == sorted([auth.audit_index, other.audit_index])
+    assert "not recorded" in caplog.text
+    assert setup.gate.verify().ok
