@@ -91,9 +91,10 @@ class Scheduler:
     """Schedules tool calls: priority, tenant fairness, limits, deadlines, safe retries, breakers.
 
     ``store``: when given, dead letters are persisted there, and per-tool concurrency and rate
-    limits also hold across every process sharing the store (``agentgate.store.leases``). ``rng``: the source of
-    backoff jitter (seed it to reproduce delays). ``classifier``: maps exceptions to error classes.
-    ``registry``: the Prometheus registry for this scheduler's metrics (default: a new one).
+    limits and breaker states are shared by every process using the store
+    (``agentgate.store.leases``). ``rng``: the source of backoff jitter (seed it to reproduce
+    delays). ``classifier``: maps exceptions to error classes. ``registry``: the Prometheus
+    registry for this scheduler's metrics (default: a new one).
     """
 
     def __init__(
@@ -402,9 +403,11 @@ class Scheduler:
                     finally:
                         if probing:
                             breaker.release()
+                        # The local slot first: a second cancellation during the lease's release
+                        # must not skip it. The release itself runs to the end, shielded.
+                        self._finish(waiter)
                         if lease is not None and self._leases is not None:
                             await asyncio.shield(asyncio.to_thread(self._leases.release, lease))
-                        self._finish(waiter)
                     # 4. back off with every slot released, then try again
                     await asyncio.sleep(delay)
                 except _GiveUp as stop:
