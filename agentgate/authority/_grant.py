@@ -14,8 +14,7 @@ import os
 import re
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
-from functools import cached_property
+from dataclasses import dataclass, field
 from typing import Any
 
 import nacl.bindings
@@ -27,7 +26,6 @@ from agentgate.authority._encoding import (
     canonical_json,
     did_public_key,
     parse_canonical,
-    require,
     sha256_hex,
 )
 from agentgate.capabilities import Capability, format_capability, pattern_within, witness
@@ -64,6 +62,8 @@ _REQUIRED = frozenset(
     {"v", "iss", "aud", "caps", "budget", "nbf", "exp", "depth", "nonce", "purpose", "parent"}
 )
 _OPTIONAL = frozenset({"ext", "crit"})
+_BUDGET_FIELDS = frozenset({"amount", "unit"})
+_FIELD_ORDER = ("v", "iss", "aud", "caps", "budget", "nbf", "exp", "depth", "nonce", "purpose", "parent")
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 _DID_FORMAT = re.compile(r"did:key:z[1-9A-HJ-NP-Za-km-z]{47}")
 _HEX32 = re.compile(r"[0-9a-f]{32}")
@@ -152,10 +152,29 @@ class Grant:
 
 @dataclass(frozen=True)
 class Chain:
-    """Root grant first, the caller's grant (the tip) last. ``token`` is its wire form."""
+    """Root grant first, the caller's grant (the tip) last. ``token`` is its wire form.
+
+    ``ids``, ``not_before``, ``expires`` and ``budgets`` are computed once, when the chain is built.
+    """
 
     links: tuple[Grant, ...]
     token: str
+    ids: tuple[str, ...] = field(init=False, repr=False, compare=False)
+    """Grant ids, root first."""
+    not_before: int = field(init=False, repr=False, compare=False)
+    """The latest not-before of any link: the chain is valid from then on."""
+    expires: int = field(init=False, repr=False, compare=False)
+    """The earliest expiry of any link: the chain is dead from then on."""
+    budgets: tuple[tuple[str, Budget], ...] = field(init=False, repr=False, compare=False)
+    """(grant id, budget) of every link that has a budget, root first."""
+
+    def __post_init__(self) -> None:
+        links = self.links
+        set_ = object.__setattr__
+        set_(self, "ids", tuple([link.id for link in links]))
+        set_(self, "not_before", max([link.not_before for link in links]))
+        set_(self, "expires", min([link.expires for link in links]))
+        set_(self, "budgets", tuple([(link.id, link.budget) for link in links if link.budget is not None]))
 
     @property
     def tip(self) -> Grant:
@@ -174,26 +193,6 @@ class Chain:
     def holder(self) -> str:
         """The only principal that may invoke with this chain: the tip's audience."""
         return self.links[-1].audience
-
-    @cached_property
-    def ids(self) -> tuple[str, ...]:
-        """Grant ids, root first."""
-        return tuple(link.id for link in self.links)
-
-    @cached_property
-    def not_before(self) -> int:
-        """The latest not-before of any link: the chain is valid from then on."""
-        return max(link.not_before for link in self.links)
-
-    @cached_property
-    def expires(self) -> int:
-        """The earliest expiry of any link: the chain is dead from then on."""
-        return min(link.expires for link in self.links)
-
-    @cached_property
-    def budgets(self) -> tuple[tuple[str, Budget], ...]:
-        """(grant id, budget) of every link that has a budget, root first."""
-        return tuple((link.id, link.budget) for link in self.links if link.budget is not None)
 
     def __str__(self) -> str:
         return self.token
@@ -293,11 +292,83 @@ def parse_grant(payload: bytes, signature: bytes, where: str = "grant") -> Grant
             f"{where}: an Ed25519 signature is {SIGNATURE_SIZE} bytes, got {len(signature)}"
         )
     obj = parse_canonical(payload, where)
-    if obj.get("v") != VERSION or isinstance(obj.get("v"), bool):
+    if obj.get("v") != VERSION or type(obj.get("v")) is not int:
         raise TokenFormatError(
             f"{where}: unsupported version {obj.get('v')!r} (this verifier reads v{VERSION})"
         )
-    unknown = set(obj) - _REQUIRED - _OPTIONAL
+    if obj.keys() != _REQUIRED:
+        _check_extra_fields(obj, where)
+    # Field types: exact types (a boolean is never an integer, a float was refused while parsing).
+    issuer, audience, raw_caps, raw_budget = obj["iss"], obj["aud"], obj["caps"], obj["budget"]
+    not_before, expires, depth = obj["nbf"], obj["exp"], obj["depth"]
+    nonce, purpose, parent = obj["nonce"], obj["purpose"], obj["parent"]
+    for name, value, kind in (
+        ("iss", issuer, str),
+        ("aud", audience, str),
+        ("caps", raw_caps, list),
+        ("nbf", not_before, int),
+        ("exp", expires, int),
+        ("depth", depth, int),
+        ("nonce", nonce, str),
+        ("purpose", purpose, str),
+    ):
+        if type(value) is not kind:
+            raise TokenFormatError(f"{where}: field {name!r} has the wrong type")
+    if raw_budget is not None and type(raw_budget) is not dict:
+        raise TokenFormatError(f"{where}: field 'budget' has the wrong type")
+    if parent is not None and type(parent) is not str:
+        raise TokenFormatError(f"{where}: field 'parent' has the wrong type")
+    # The form is checked here; the key inside is decoded strictly when a signature is verified
+    # (every issuer, and the invocation signer that must equal the tip's audience).
+    if not _DID_FORMAT.fullmatch(issuer) or not _DID_FORMAT.fullmatch(audience):
+        raise TokenFormatError(f"{where}: iss and aud must be Ed25519 did:key identifiers")
+    if not raw_caps or len(raw_caps) > MAX_CAPABILITIES:
+        raise TokenFormatError(f"{where}: caps must hold 1 to {MAX_CAPABILITIES} capabilities")
+    caps: list[Capability] = []
+    for i, raw in enumerate(raw_caps):
+        try:
+            cap = Capability.from_dict(raw)
+        except CapabilityError as exc:
+            raise TokenFormatError(f"{where} caps[{i}]: {exc}") from None
+        # The payload holds no float (parse_canonical), so the token form is ``to_dict`` itself.
+        if cap.to_dict() != raw:
+            raise TokenFormatError(f"{where} caps[{i}]: capability is not in canonical form")
+        caps.append(cap)
+    budget = None
+    if raw_budget is not None:
+        if raw_budget.keys() != _BUDGET_FIELDS:
+            raise TokenFormatError(f"{where}: budget has exactly the fields amount and unit")
+        budget = Budget(raw_budget["amount"], raw_budget["unit"])
+    if not 0 <= not_before < expires < MAX_TIME:
+        raise TokenFormatError(f"{where}: need 0 <= nbf < exp < 2**40")
+    if not 0 <= depth <= MAX_DEPTH:
+        raise TokenFormatError(f"{where}: depth must be 0 to {MAX_DEPTH}")
+    if not _HEX32.fullmatch(nonce):
+        raise TokenFormatError(f"{where}: nonce must be 32 lower-case hex digits")
+    if len(purpose) > MAX_PURPOSE:
+        raise TokenFormatError(f"{where}: purpose longer than {MAX_PURPOSE} characters")
+    if parent is not None and not _HEX64.fullmatch(parent):
+        raise TokenFormatError(f"{where}: parent must be 64 lower-case hex digits or null")
+    return Grant(
+        issuer=issuer,
+        audience=audience,
+        capabilities=tuple(caps),
+        budget=budget,
+        not_before=not_before,
+        expires=expires,
+        max_depth=depth,
+        nonce=nonce,
+        purpose=purpose,
+        parent=parent,
+        payload=payload,
+        signature=signature,
+        id=sha256_hex(payload),
+    )
+
+
+def _check_extra_fields(obj: dict[str, Any], where: str) -> None:
+    """All required fields, and beside them only ``ext`` (an object); raise ``TokenFormatError`` otherwise."""
+    unknown = obj.keys() - _REQUIRED - _OPTIONAL
     if unknown:
         raise TokenFormatError(
             f"{where}: unknown field(s) {', '.join(sorted(unknown))}; every top-level field is critical "
@@ -309,59 +380,9 @@ def parse_grant(payload: bytes, signature: bytes, where: str = "grant") -> Grant
         raise TokenFormatError(f"{where}: unknown critical extension(s): {names}")
     if "ext" in obj and not isinstance(obj["ext"], dict):
         raise TokenFormatError(f"{where}: ext must be an object")
-    # The form is checked here; the key inside is decoded strictly when a signature is verified
-    # (every issuer, and the invocation signer that must equal the tip's audience).
-    issuer, audience = (require(obj, name, str, where) for name in ("iss", "aud"))
-    if not _DID_FORMAT.fullmatch(issuer) or not _DID_FORMAT.fullmatch(audience):
-        raise TokenFormatError(f"{where}: iss and aud must be Ed25519 did:key identifiers")
-    raw_caps = require(obj, "caps", list, where)
-    if not raw_caps or len(raw_caps) > MAX_CAPABILITIES:
-        raise TokenFormatError(f"{where}: caps must hold 1 to {MAX_CAPABILITIES} capabilities")
-    caps: list[Capability] = []
-    for i, raw in enumerate(raw_caps):
-        try:
-            cap = Capability.from_dict(raw)
-        except CapabilityError as exc:
-            raise TokenFormatError(f"{where} caps[{i}]: {exc}") from None
-        if _capability_payload(cap) != raw:
-            raise TokenFormatError(f"{where} caps[{i}]: capability is not in canonical form")
-        caps.append(cap)
-    raw_budget = require(obj, "budget", (dict, type(None)), where)
-    budget = None
-    if raw_budget is not None:
-        if set(raw_budget) != {"amount", "unit"}:
-            raise TokenFormatError(f"{where}: budget has exactly the fields amount and unit")
-        budget = Budget(raw_budget["amount"], raw_budget["unit"])
-    times = [require(obj, name, int, where) for name in ("nbf", "exp")]
-    if not 0 <= times[0] < times[1] < MAX_TIME:
-        raise TokenFormatError(f"{where}: need 0 <= nbf < exp < 2**40")
-    depth = require(obj, "depth", int, where)
-    if not 0 <= depth <= MAX_DEPTH:
-        raise TokenFormatError(f"{where}: depth must be 0 to {MAX_DEPTH}")
-    nonce = require(obj, "nonce", str, where)
-    if not _HEX32.fullmatch(nonce):
-        raise TokenFormatError(f"{where}: nonce must be 32 lower-case hex digits")
-    purpose = require(obj, "purpose", str, where)
-    if len(purpose) > MAX_PURPOSE:
-        raise TokenFormatError(f"{where}: purpose longer than {MAX_PURPOSE} characters")
-    parent = require(obj, "parent", (str, type(None)), where)
-    if parent is not None and not _HEX64.fullmatch(parent):
-        raise TokenFormatError(f"{where}: parent must be 64 lower-case hex digits or null")
-    return Grant(
-        issuer=issuer,
-        audience=audience,
-        capabilities=tuple(caps),
-        budget=budget,
-        not_before=times[0],
-        expires=times[1],
-        max_depth=depth,
-        nonce=nonce,
-        purpose=purpose,
-        parent=parent,
-        payload=payload,
-        signature=signature,
-        id=sha256_hex(payload),
-    )
+    for name in _FIELD_ORDER:
+        if name not in obj:
+            raise TokenFormatError(f"{where}: missing field {name!r}")
 
 
 def parse_chain(token: str) -> Chain:
