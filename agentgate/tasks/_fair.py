@@ -184,9 +184,12 @@ class FairQueue(Generic[T]):
                         entry = self._pick_tool(agent, open_tools)
                         if entry is None:
                             continue
-                        for parent, child in ((root, klass), (klass, tenant), (tenant, agent)):
-                            parent.vtime = child.pass_
-                            child.pass_ += 1.0 / child.weight
+                        root.vtime = klass.pass_
+                        klass.pass_ += 1.0 / klass.weight
+                        klass.vtime = tenant.pass_
+                        tenant.pass_ += 1.0 / tenant.weight
+                        tenant.vtime = agent.pass_
+                        agent.pass_ += 1.0 / agent.weight
                         self.discard(entry)
                         item: T = entry.item
                         return item
@@ -195,7 +198,11 @@ class FairQueue(Generic[T]):
     @staticmethod
     def _pick_tool(leaf: _Node, open_tools: set[str]) -> Entry[Any] | None:
         best: deque[Entry[Any]] | None = None
-        for tool in open_tools.intersection(leaf.tools):
+        # One open tool (a dispatch after a slot came free) is the common case: no set algebra.
+        tools = open_tools if len(open_tools) == 1 else open_tools.intersection(leaf.tools)
+        for tool in tools:
+            if tool not in leaf.tools:
+                continue
             queue = leaf.queues[tool]
             while not queue[0].alive:
                 queue.popleft()
@@ -213,7 +220,11 @@ def _by_turn(node: _Node, open_tools: set[str]) -> Iterable[_Node]:
     children = node.children
     if len(children) == 1:  # the only child holds all of the node's calls, which the caller checked
         return children.values()
-    active = [c for c in children.values() if c.backlog and not open_tools.isdisjoint(c.tools)]
+    if len(open_tools) == 1:
+        [tool] = open_tools
+        active = [c for c in children.values() if tool in c.tools]
+    else:
+        active = [c for c in children.values() if not open_tools.isdisjoint(c.tools)]
     if len(active) > 1:
         active.sort(key=_by_pass)
     return active
