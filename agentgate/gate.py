@@ -23,6 +23,8 @@ why, without tokens, keys or argument values.
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import functools
 import hashlib
 import logging
 import math
@@ -30,12 +32,13 @@ import threading
 import time
 import weakref
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, ParamSpec, TypeVar
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from opentelemetry.trace import Span, Tracer
 
@@ -303,6 +306,47 @@ class _PendingOutcomes:
                 self.flush()
 
 
+class _StoreThread:
+    """The one thread that does the gate's store work.
+
+    Frameworks run tool calls on threads they create and drop (LangGraph makes a thread pool per
+    run), and the SQLite store keeps one connection per thread it has seen: doing the gate's
+    reads and writes here keeps the number of connections fixed, whatever the framework does,
+    and the process's writers never wait on each other's SQLite lock. The work is serial anyway:
+    SQLite has one writer, and Python one interpreter lock.
+    """
+
+    def __init__(self) -> None:
+        self._ident: int | None = None
+        self._executor = ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix="agentgate-store", initializer=self._remember
+        )
+
+    def _remember(self) -> None:
+        self._ident = threading.get_ident()
+
+    def call(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+        """``fn(*args, **kwargs)`` on the store thread (directly when already there), in the
+        caller's context (OpenTelemetry span, context variables)."""
+        if threading.get_ident() == self._ident:
+            return fn(*args, **kwargs)
+        context = contextvars.copy_context()
+        return self._executor.submit(lambda: context.run(fn, *args, **kwargs)).result()
+
+    def close(self) -> None:
+        self._executor.shutdown(wait=True)
+
+
+def _on_store_thread(method: Callable[Concatenate[Gate, P], T]) -> Callable[Concatenate[Gate, P], T]:
+    """Run a ``Gate`` method on the gate's store thread (see ``_StoreThread``)."""
+
+    def wrapper(self: Gate, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        return self._io.call(method, self, *args, **kwargs)
+
+    functools.update_wrapper(wrapper, method)
+    return wrapper
+
+
 def _redact_reasons(reasons: Iterable[str], args: Mapping[str, Any], loggable: Iterable[str]) -> list[str]:
     """Reasons as the audit log may keep them: a value of an argument the policy does not mark
     loggable, quoted by a rule's explanation (``name=value``), is replaced by a placeholder."""
@@ -376,7 +420,8 @@ class Gate:
         self.approvals = ApprovalStore(store)
         self.audit = AuditLog(store, log_key or open_log_key(store))
         self._config = scheduler or scheduler_config(policy)
-        self._outcomes = _PendingOutcomes(self._write_outcomes)
+        self._io = _StoreThread()
+        self._outcomes = _PendingOutcomes(lambda batch: self._io.call(self._write_outcomes, batch))
         self._sync_scheduler: SyncScheduler | None = None
         self._async_schedulers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Scheduler] = (
             weakref.WeakKeyDictionary()
@@ -403,6 +448,7 @@ class Gate:
             self._sync_scheduler.close()
         self._close_dispatcher()
         self._outcomes.close()
+        self._io.close()
         self.grants.close()
         self.store.close()
 
@@ -414,6 +460,7 @@ class Gate:
 
     # --- grants ---------------------------------------------------------------------------
 
+    @_on_store_thread
     def issue(
         self, anchor: SigningKey, *, name: str, key: SigningKey, role: str, tenant: str | None = None
     ) -> AgentIdentity:
@@ -435,6 +482,7 @@ class Gate:
         record(self.grants, chain)
         return AgentIdentity(name, key, chain, tenant or self._tenant_of(key.did))
 
+    @_on_store_thread
     def delegate(
         self,
         parent: AgentIdentity | None,
@@ -549,6 +597,7 @@ class Gate:
                 f"a delegated grant may carry a budget of {max(limits)} at most, not {asked}",
             )
 
+    @_on_store_thread
     def revoke(self, grant: AgentIdentity | Chain | str, *, by: str = "operator", reason: str = "") -> str:
         """Revoke a grant and, through it, every grant below it; audited. Returns the grant id."""
         target = grant.chain if isinstance(grant, AgentIdentity) else grant
@@ -565,6 +614,7 @@ class Gate:
 
     # --- deciding -------------------------------------------------------------------------
 
+    @_on_store_thread
     def authorize(
         self,
         identity: AgentIdentity | None,
@@ -1048,6 +1098,7 @@ class Gate:
             tx,
         )
 
+    @_on_store_thread
     def flush(self) -> None:
         """Commit every outcome pending now (failures are logged; see ``_carry``)."""
         self._outcomes.flush()
@@ -1099,6 +1150,7 @@ class Gate:
 
     # --- evidence -------------------------------------------------------------------------
 
+    @_on_store_thread
     def remaining(self, identity: AgentIdentity) -> dict[str, tuple[int, int]]:
         """Per grant of the identity's chain that has a budget: (spent, limit)."""
         self.flush()
@@ -1108,6 +1160,7 @@ class Gate:
             if link.budget is not None
         }
 
+    @_on_store_thread
     def verify(self) -> VerifyReport:
         """Sign a checkpoint, then recompute the audit log's tree and check every checkpoint."""
         self.flush()

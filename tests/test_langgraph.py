@@ -652,3 +652,21 @@ def test_an_exhausted_tool_call_budget_ends_the_run_too(tmp_path: Path) -> None:
         assert len(_tool_messages(result)) == 4  # three ran, the fourth was refused, then the run ended
     finally:
         made.gate.close()
+
+
+def test_runs_on_fresh_framework_threads_do_not_pile_up_store_connections(team: Team) -> None:
+    import os
+
+    def open_files() -> int:
+        return len(os.listdir("/proc/self/fd"))
+
+    sync_tool, _, _ = _peak_tools(team, 0.0)
+    turns = [_calls(*[("search", {"query": f"q{i}"}) for i in range(4)]), _calls(("search", {"query": "z"}))]
+    agent = create_gated_agent(
+        team.gate, name="supervisor", model=ScriptedChatModel(turns=turns), tools=[sync_tool]
+    )
+    agent.invoke({"messages": [{"role": "user", "content": "go"}]}, context=team.supervisor)
+    before = open_files()
+    for _ in range(5):  # LangGraph runs each invoke's tool calls on threads it makes for that run
+        agent.invoke({"messages": [{"role": "user", "content": "go"}]}, context=team.supervisor)
+    assert open_files() - before <= 2
