@@ -11,6 +11,13 @@ host, and costs no fsync. On PostgreSQL the nonce transaction sets ``synchronous
 it survives any client crash, and a server crash can lose at most the last ~0.6 s of nonces
 (``3 x wal_writer_delay``). ``durable_nonces=True`` makes both fully durable (one fsync each).
 Revocations and issued grants are always written durably through the store.
+
+Nonce table: one key ``(expires, principal, nonce)`` (SQLite: ``WITHOUT ROWID``, so the key is the
+table): a replayed invocation carries the same signed ``exp``, so it hits the same key; inserts land
+at the time-ordered right edge of one B-tree and pruning is a range delete at its left edge.
+Compared with the earlier ``(principal, nonce)`` key plus an index on ``expires`` this writes one
+B-tree instead of three per decision. Stores created with the earlier schema keep it and work
+unchanged (their key is stricter; pruning uses their ``expires`` index).
 """
 
 from __future__ import annotations
@@ -43,12 +50,11 @@ CREATE TABLE IF NOT EXISTS agentgate_revocations (
     reason TEXT NOT NULL DEFAULT ''
 );
 CREATE TABLE IF NOT EXISTS agentgate_nonces (
+    expires INTEGER NOT NULL,
     principal TEXT NOT NULL,
     nonce TEXT NOT NULL,
-    expires INTEGER NOT NULL,
-    PRIMARY KEY (principal, nonce)
-);
-CREATE INDEX IF NOT EXISTS agentgate_nonces_expires ON agentgate_nonces (expires);
+    PRIMARY KEY (expires, principal, nonce)
+) WITHOUT ROWID;
 """,
     "postgresql": """
 CREATE TABLE IF NOT EXISTS agentgate_grants (
@@ -67,12 +73,11 @@ CREATE TABLE IF NOT EXISTS agentgate_revocations (
     reason TEXT NOT NULL DEFAULT ''
 );
 CREATE TABLE IF NOT EXISTS agentgate_nonces (
+    expires BIGINT NOT NULL,
     principal TEXT NOT NULL,
     nonce TEXT NOT NULL,
-    expires BIGINT NOT NULL,
-    PRIMARY KEY (principal, nonce)
+    PRIMARY KEY (expires, principal, nonce)
 );
-CREATE INDEX IF NOT EXISTS agentgate_nonces_expires ON agentgate_nonces (expires);
 """,
 }
 
