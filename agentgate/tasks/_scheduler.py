@@ -31,6 +31,7 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
+from opentelemetry import context as otel_context
 from opentelemetry import trace
 from prometheus_client import CollectorRegistry
 
@@ -50,7 +51,7 @@ from agentgate.tasks._backoff import full_jitter
 from agentgate.tasks._breaker import BreakerSnapshot, BreakerState, CircuitBreaker
 from agentgate.tasks._call import Attempt, ToolCall
 from agentgate.tasks._classify import DEFAULT_CLASSIFIER, Classifier
-from agentgate.tasks._config import PriorityClass, SchedulerConfig, ToolLimits
+from agentgate.tasks._config import PriorityClass, SchedulerConfig, TenantShare, ToolLimits
 from agentgate.tasks._fair import Entry, FairQueue
 from agentgate.tasks._metrics import SchedulerMetrics
 from agentgate.tasks._retry import Failure, RetryRule, rule_for
@@ -119,6 +120,7 @@ class Scheduler:
         self._rules: dict[str, RetryRule] = {}
         self._priorities: dict[str | None, PriorityClass] = {}
         self._limits_cache: dict[str, ToolLimits] = {}
+        self._shares: dict[str, TenantShare] = {}
         config = self.config
         # Without global, tenant or principal limits, a slot given back can only start a call to its tool.
         self._per_tool_only = (
@@ -240,7 +242,7 @@ class Scheduler:
             priority = self._priorities.get(call.priority)
             if priority is None:
                 priority = self._priorities[call.priority] = self.config.priority_class(call.priority)
-            key = call.idempotency_key()
+            key = call.idempotency_key() if call.run_id and call.call_id else None
         except AgentGateError as exc:
             return _raise(exc)
         if key is not None:
@@ -304,11 +306,16 @@ class Scheduler:
         self._tasks[task] = self._tasks.get(task, 0) + 1
         try:
             tool = call.tool
-            absolute = call.absolute_deadline()
-            deadline = None if absolute is None else loop.time() + (absolute - time.time())
-            breaker = self.breaker(call.breaker_key or "tool:" + tool)
+            deadline = None
+            if call.deadline is not None or call.grant_expires_at is not None:
+                absolute = call.absolute_deadline()
+                assert absolute is not None
+                deadline = loop.time() + (absolute - time.time())
+            breaker_key = call.breaker_key or "tool:" + tool
+            breaker = self._breakers.get(breaker_key) or self.breaker(breaker_key)
             # Looked up once per call: the hot path skips building span attributes nobody records.
-            traced = trace.get_current_span().is_recording()
+            context = otel_context.get_current()
+            traced = bool(context) and trace.get_current_span(context).is_recording()
             errors: list[AttemptError] = []
             number = 0
             while True:
@@ -537,7 +544,9 @@ class Scheduler:
         waiter = _Waiter(call, limits, loop.time())
         waiter.future = loop.create_future()
         config = self.config
-        share = config.tenant_share(call.tenant)
+        share = self._shares.get(call.tenant)
+        if share is None:
+            share = self._shares[call.tenant] = config.tenant_share(call.tenant)
         if self._queue.size >= config.max_queued or (
             share.max_queued is not None and self._queue.tenant_sizes.get(call.tenant, 0) >= share.max_queued
         ):
@@ -563,7 +572,9 @@ class Scheduler:
         else:
             self.metrics.tally("queued", call.tool)
         # A tool at its concurrency limit starts nothing now; a rate-limited one needs its timer armed.
-        if limits.rate is not None or self._tool_open(call.tool):
+        if limits.rate is not None or (
+            limits.concurrency is None or self._tool_in_flight.get(call.tool, 0) < limits.concurrency
+        ):
             self._dispatch(call.tool)
         return waiter
 
@@ -626,7 +637,12 @@ class Scheduler:
     def _finish(self, waiter: _Waiter) -> None:
         call = waiter.call
         self._in_flight -= 1
-        _decrement(self._tool_in_flight, call.tool)
+        counts = self._tool_in_flight
+        left = counts[call.tool] - 1
+        if left:
+            counts[call.tool] = left
+        else:
+            del counts[call.tool]
         if not self._per_tool_only:
             _decrement(self._tenant_in_flight, call.tenant)
             _decrement(self._principal_in_flight, (call.tenant, call.principal))
