@@ -20,6 +20,7 @@ import openai
 import pytest
 from langchain_openai import ChatOpenAI
 
+from agentgate.authority import Budget, issue
 from agentgate.dispatch import inventory_from_mapping
 from agentgate.dispatch.gateway import (
     INVOCATION_HEADER,
@@ -509,3 +510,21 @@ def test_agentgate_serve_refuses_a_missing_policy_in_one_line(tmp_path: Path) ->
     )
     assert done.returncode == 2
     assert done.stderr.startswith("agentgate: error:") and len(done.stderr.strip().splitlines()) == 1
+
+
+def test_a_chain_issued_elsewhere_is_honoured_and_charged(env: Env) -> None:
+    # As `agentgate grant issue` makes it: signed by the trust anchor, never recorded in the
+    # gateway's store. The authority engine verifies it; the ledger opens its budget on first use.
+    chain = issue(
+        env.keys["root"],
+        env.keys["agent"].public,
+        [f"model:{MODEL}?max_tokens<=64"],
+        ttl=600,
+        budget=Budget(10_000, "usd_micros"),
+    )
+    body = _body()
+    response = _post(env, body, invocation_headers(env.keys["agent"], chain, body))
+    assert response.status_code == 200, response.text
+    usage = response.json()["usage"]
+    env.gate.flush()
+    assert env.gate.ledger.spent(chain.id) == usage["prompt_tokens"] + usage["completion_tokens"]

@@ -167,7 +167,8 @@ class Gateway:
             call,
             (prompt, max_tokens),
         )
-        self._decision_seconds.observe(time.perf_counter() - started)
+        decided = time.perf_counter()
+        self._decision_seconds.observe(decided - started)
         if not decision.allowed:
             return error_response(decision.status, decision.message, decision.code or "refused")
         identity = decision.auth.identity
@@ -185,7 +186,12 @@ class Gateway:
             )
         except AgentGateError as exc:
             return _dispatch_error(exc)
+        answered = time.perf_counter()
         self._count_tokens(result.usage.prompt_tokens, result.usage.completion_tokens)
+        # Where the time went, for the caller's own measurements (W3C Server-Timing, milliseconds).
+        headers["Server-Timing"] = (
+            f"decide;dur={(decided - started) * 1000:.3f}, backend;dur={(answered - decided) * 1000:.3f}"
+        )
         return JSONResponse(dict(result.body), headers=headers)
 
     async def _refuse_body(self, reason: str) -> Response:

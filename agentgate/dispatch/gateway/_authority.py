@@ -112,11 +112,15 @@ class GatewayGate(Gate):
             invocation = Invocation.decode(invocation_text, chain, call)
         except TokenFormatError as exc:
             return self.refuse(call, 401, "malformed_token", f"unreadable authority: {exc}")
+        # A holder the policy does not name (a sub-agent's run-time key) acts for the principal
+        # its chain was first issued to, as in ``Gate``: that principal's name and tenant.
+        named = self.index.principal_name(chain.holder)
+        principal = chain.holder if named is not None else chain.root.audience
         identity = CallerIdentity(
-            self.index.principal_name(chain.holder) or "caller",
+            named or self.index.principal_name(principal) or "caller",
             self._own_key,
             chain,
-            self._tenant_of(chain.holder),
+            self._tenant_of(principal),
         )
         verdict = self.index.evaluate(self._policy_principal(identity), call)
         if verdict.outcome is not Outcome.ALLOW:

@@ -1,0 +1,298 @@
+"""Added latency of the gateway over real HTTP: agentgate serve against direct httpx and LiteLLM's Router.
+
+One simulated vLLM backend (``agentgate.sim.SimServer``, time scale 1e-6 so that it answers at
+once) runs in a process of its own on 127.0.0.1. In the same run, interleaved in a random order
+per round, one caller process sends the same non-streaming chat completion (8 output tokens):
+
+- ``direct``: ``httpx.Client`` straight to the backend (the floor);
+- ``gateway``: ``httpx.Client`` to ``agentgate serve`` (its own process, default durable SQLite
+  store, ``synchronous=FULL``), with a freshly signed invocation per call (signing is timed: a
+  caller must do it);
+- ``gateway-relaxed``: the same with ``AGENTGATE_SQLITE_SYNCHRONOUS=NORMAL`` (a commit survives a
+  process crash but not a power loss), to show what the durable commit costs;
+- ``litellm``: ``litellm.Router.completion`` in this process, with one deployment pointing at the
+  same backend (``openai/`` provider, ``api_base`` the backend).
+
+Added latency = p50 of the path minus p50 of ``direct``. Goals (docs/gateway.md): the gateway's
+added p50 <= 1 ms, and <= 0.5 x LiteLLM Router's added p50.
+
+    .venv/bin/python benchmarks/dispatch_http.py [--quick] [--rounds N] --json
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import json
+import os
+import random
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+import httpx  # noqa: E402
+
+from agentgate.dispatch.gateway import GatewayGate, invocation_headers  # noqa: E402
+from agentgate.keys import SigningKey  # noqa: E402
+from agentgate.policy import parse_policy  # noqa: E402
+from agentgate.store import SQLiteStore  # noqa: E402
+
+MODEL = "llama-3.1-8b"
+MESSAGES = [{"role": "user", "content": "Reply with a few words."}]
+MAX_TOKENS = 8
+BACKEND_SCRIPT = """
+import sys, time
+from agentgate.sim import SimServer
+SimServer(model_name=sys.argv[1], time_scale=1e-6, port=int(sys.argv[2])).start()
+while True:
+    time.sleep(3600)
+"""
+
+
+def _policy(root: str, agent: str) -> str:
+    return f"""
+version: 1
+trust_anchors:
+  root: {{did: "{root}"}}
+principals:
+  bench: {{kind: agent, did: "{agent}", roles: [chat]}}
+models:
+  {MODEL}: {{cost_per_mtok: {{input: 100000, output: 300000}}}}
+roles:
+  chat:
+    kind: agent
+    capabilities:
+      - resource: model:{MODEL}
+        constraints: {{max_tokens: {{le: 4096}}}}
+    budget: {{limit: 1000000000000, unit: usd_micros}}
+    ttl_s: 86400
+"""
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _wait_ready(url: str, process: subprocess.Popen[bytes], what: str, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if httpx.get(url, timeout=1).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        if process.poll() is not None or time.monotonic() > deadline:
+            raise SystemExit(
+                f"{what} did not start: {process.stderr.read().decode() if process.stderr else ''}"
+            )
+        time.sleep(0.05)
+
+
+def _percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def _litellm_router(backend_url: str) -> tuple[Callable[[], Any] | None, str]:
+    """A call through LiteLLM's Router, or None and why it cannot be measured."""
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # no network fetch at import
+    try:
+        import litellm
+        from litellm import Router
+    except Exception as exc:  # an import failure of an optional comparison must not stop the run
+        return None, f"litellm not importable: {type(exc).__name__}: {exc}"
+    litellm.telemetry = False
+    litellm.suppress_debug_info = True
+    router = Router(
+        model_list=[
+            {
+                "model_name": MODEL,
+                "litellm_params": {
+                    "model": f"openai/{MODEL}",
+                    "api_base": backend_url + "/v1",
+                    "api_key": "none",
+                },
+            }
+        ],
+        num_retries=0,
+    )
+
+    def call() -> Any:
+        return router.completion(model=MODEL, messages=MESSAGES, max_tokens=MAX_TOKENS)
+
+    return call, f"litellm {importlib.metadata.version('litellm')}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="300 rounds instead of 2,000")
+    parser.add_argument("--rounds", type=int, default=None, help="measured rounds (one call per path each)")
+    parser.add_argument("--warmup", type=int, default=50, help="unmeasured rounds first")
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--json", action="store_true", help="(the JSON line is always printed last)")
+    args = parser.parse_args()
+    rounds = args.rounds or (300 if args.quick else 2000)
+    rng = random.Random(args.seed)
+
+    workdir = Path(tempfile.mkdtemp(prefix="agentgate-bench-http-"))
+    root, agent = SigningKey.generate(), SigningKey.generate()
+    policy = workdir / "policy.yaml"
+    policy.write_text(_policy(root.did, agent.did))
+    backend_port = _free_port()
+    backend_url = f"http://127.0.0.1:{backend_port}"
+    inventory = workdir / "inventory.yaml"
+    inventory.write_text(
+        f"backends:\n  - {{name: sim-0, url: '{backend_url}', engine: vllm, models: [{MODEL}]}}\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    processes: list[subprocess.Popen[bytes]] = []
+    try:
+        backend = subprocess.Popen(
+            [sys.executable, "-c", BACKEND_SCRIPT, MODEL, str(backend_port)], env=env, stderr=subprocess.PIPE
+        )
+        processes.append(backend)
+        _wait_ready(backend_url + "/health", backend, "the simulated backend")
+
+        gateways: dict[str, str] = {}
+        chains: dict[str, Any] = {}
+        for name, synchronous in (("gateway", "FULL"), ("gateway-relaxed", "NORMAL")):
+            store = workdir / f"{name}.db"
+            issuer = GatewayGate(parse_policy(policy.read_text(), source=str(policy)), SQLiteStore(store))
+            try:
+                chains[name] = issuer.issue(root, name="bench", key=agent, role="chat").chain
+            finally:
+                issuer.close()
+            port = _free_port()
+            command = [sys.executable, "-m", "agentgate.cli.main", "serve", "--policy", str(policy)]
+            command += ["--inventory", str(inventory), "--port", str(port), "--store", str(store)]
+            process = subprocess.Popen(
+                command,
+                env={**env, "AGENTGATE_SQLITE_SYNCHRONOUS": synchronous},
+                stderr=subprocess.PIPE,
+            )
+            processes.append(process)
+            gateways[name] = f"http://127.0.0.1:{port}"
+            _wait_ready(gateways[name] + "/healthz", process, name)
+
+        body = {"model": MODEL, "messages": MESSAGES, "max_tokens": MAX_TOKENS}
+        raw = json.dumps(body).encode()
+        http = httpx.Client(timeout=30)
+        json_headers = {"content-type": "application/json"}
+
+        def direct() -> Any:
+            response = http.post(backend_url + "/v1/chat/completions", content=raw, headers=json_headers)
+            response.raise_for_status()
+            return response
+
+        stages: dict[str, dict[str, list[float]]] = {
+            name: {"decide": [], "backend": []} for name in ("gateway", "gateway-relaxed")
+        }
+
+        def through(name: str) -> Callable[[], Any]:
+            url = gateways[name] + "/v1/chat/completions"
+            chain = chains[name]
+
+            def call() -> Any:
+                headers = {**json_headers, **invocation_headers(agent, chain, body)}
+                response = http.post(url, content=raw, headers=headers)
+                response.raise_for_status()
+                timing = dict(
+                    part.strip().split(";dur=") for part in response.headers["server-timing"].split(",")
+                )
+                stages[name]["decide"].append(float(timing["decide"]))
+                stages[name]["backend"].append(float(timing["backend"]))
+                return response
+
+            return call
+
+        paths: dict[str, Callable[[], Any]] = {
+            "direct": direct,
+            "gateway": through("gateway"),
+            "gateway-relaxed": through("gateway-relaxed"),
+        }
+        litellm_call, litellm_note = _litellm_router(backend_url)
+        if litellm_call is not None:
+            paths["litellm"] = litellm_call
+
+        samples: dict[str, list[float]] = {name: [] for name in paths}
+        names = list(paths)
+        for i in range(args.warmup + rounds):
+            rng.shuffle(names)
+            for name in names:
+                started = time.perf_counter()
+                paths[name]()
+                elapsed = time.perf_counter() - started
+                if i >= args.warmup:
+                    samples[name].append(elapsed * 1000)
+
+        sign_ms = []
+        for _ in range(500):
+            started = time.perf_counter()
+            invocation_headers(agent, chains["gateway"], body)
+            sign_ms.append((time.perf_counter() - started) * 1000)
+        http.close()
+    finally:
+        for process in processes:
+            process.terminate()
+        for process in processes:
+            process.communicate(timeout=30)
+
+    p50 = {name: statistics.median(values) for name, values in samples.items()}
+    p99 = {name: _percentile(values, 0.99) for name, values in samples.items()}
+    added = {name: p50[name] - p50["direct"] for name in p50 if name != "direct"}
+
+    print(f"dispatch_http: {rounds} rounds, interleaved, 1 caller, max_tokens={MAX_TOKENS}, loopback")
+    print(f"{'path':<17}{'p50 ms':>9}{'p99 ms':>9}{'added p50 ms':>14}")
+    for name in paths:
+        extra = f"{added[name]:>14.3f}" if name in added else f"{'-':>14}"
+        print(f"{name:<17}{p50[name]:>9.3f}{p99[name]:>9.3f}{extra}")
+    if litellm_call is None:
+        print(f"litellm          not measured: {litellm_note}")
+    print(
+        f"client-side invocation signing p50: {statistics.median(sign_ms):.3f} ms (inside the gateway rows)"
+    )
+    stage_p50 = {
+        name: {stage: statistics.median(v[-rounds:]) for stage, v in parts.items()}
+        for name, parts in stages.items()
+    }
+    for name, parts in stage_p50.items():
+        print(
+            f"{name}: inside the gateway p50 decide {parts['decide']:.3f} ms, backend call (router + httpx"
+            f" + backend) {parts['backend']:.3f} ms"
+        )
+
+    ratio = added["gateway"] / added["litellm"] if "litellm" in added and added["litellm"] > 0 else None
+    figures: dict[str, Any] = {
+        "rounds": rounds,
+        "p50_ms": {k: round(v, 4) for k, v in p50.items()},
+        "p99_ms": {k: round(v, 4) for k, v in p99.items()},
+        "added_p50_ms": {k: round(v, 4) for k, v in added.items()},
+        "gateway_vs_litellm_added": None if ratio is None else round(ratio, 3),
+        "sign_p50_ms": round(statistics.median(sign_ms), 4),
+        "gateway_stage_p50_ms": {n: {k: round(v, 4) for k, v in p.items()} for n, p in stage_p50.items()},
+        "litellm": litellm_note,
+    }
+    goals: dict[str, Any] = {
+        "gateway_added_p50_ms": {"value": round(added["gateway"], 4), "limit": 1.0, "better": "lower"},
+        "gateway_added_vs_litellm_added": {
+            "value": None if ratio is None else round(ratio, 3),
+            "limit": 0.5,
+            "better": "lower",
+        },
+    }
+    print(json.dumps({"benchmark": "dispatch_http", "figures": figures, "goals": goals}))
+
+
+if __name__ == "__main__":
+    main()
