@@ -33,8 +33,42 @@ _FROM_URLSAFE = str.maketrans("-_", "+/")
 _ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
+_SCALARS = frozenset({str, int, bool, type(None)})
+
+
+def _plain(value: Any) -> bool:
+    """Whether ``value`` is built only of dicts with string keys, lists, strings, integers,
+    booleans and ``None`` (exact types): the values whose orjson encoding is canonical."""
+    stack: list[Any] = [value]
+    scalars = _SCALARS
+    while stack:
+        item = stack.pop()
+        kind = type(item)
+        if kind is dict:
+            for key in item:
+                if type(key) is not str:
+                    return False
+            stack.extend(item.values())
+        elif kind is list:
+            stack.extend(item)
+        elif kind not in scalars:
+            return False
+    return True
+
+
 def canonical_json(value: Any) -> bytes:
-    """The canonical bytes of ``value``; raises ``TokenFormatError`` for NaN, infinities or bad text."""
+    """The canonical bytes of ``value``; raises ``TokenFormatError`` for NaN, infinities or bad text.
+
+    Values made only of dicts, lists, strings, integers, booleans and ``None`` are written by
+    orjson, whose sorted output is byte-identical to the reference encoder for them (see
+    ``parse_canonical``); anything else (floats, tuples, subclasses, integers beyond 64 bits,
+    lone surrogates) goes through the reference encoder.
+    """
+    if _plain(value):
+        try:
+            return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+        except orjson.JSONEncodeError:
+            pass  # the reference encoder decides (and names the problem)
     try:
         return _ENCODER.encode(value).encode("utf-8")
     except (ValueError, TypeError, UnicodeEncodeError, RecursionError) as exc:

@@ -15,6 +15,8 @@ from dataclasses import dataclass, replace
 from json.encoder import encode_basestring
 from typing import Any
 
+import orjson
+
 from agentgate.authority._encoding import (
     b64url_decode,
     b64url_encode,
@@ -36,13 +38,6 @@ MAX_INVOCATION_BYTES = 4096
 _FIELDS = frozenset({"v", "iss", "tip", "res", "act", "args", "nonce", "iat", "exp"})
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 _HEX32 = re.compile(r"[0-9a-f]{32}")
-
-
-def _string(value: str) -> str:
-    """A JSON string exactly as ``canonical_json`` writes it (the same C escaper)."""
-    if not isinstance(value, str):
-        raise TokenFormatError("invocation fields must be strings")
-    return encode_basestring(value)
 
 
 def args_digest(args: Mapping[str, Any]) -> str:
@@ -75,14 +70,43 @@ class Invocation:
 
     @property
     def payload(self) -> bytes:
-        """The signed bytes, recomputed from the fields (canonical JSON, built directly)."""
+        """The signed bytes, recomputed from the fields (canonical JSON).
+
+        Raises ``TokenFormatError`` when a field has the wrong type or a string cannot be encoded.
+        """
         if type(self.issued_at) is not int or type(self.expires) is not int:
             raise TokenFormatError("invocation times must be integers")
-        return (
-            f'{{"act":{_string(self.action)},"args":{_string(self.args_digest)},"exp":{self.expires},'
-            f'"iat":{self.issued_at},"iss":{_string(self.issuer)},"nonce":{_string(self.nonce)},'
-            f'"res":{_string(self.resource)},"tip":{_string(self.tip)},"v":1}}'
-        ).encode()
+        fields = (self.action, self.args_digest, self.issuer, self.nonce, self.resource, self.tip)
+        for value in fields:
+            if type(value) is not str:
+                raise TokenFormatError("invocation fields must be strings")
+        # Strings and integers only: orjson's sorted output is the canonical form (_encoding.py).
+        try:
+            return orjson.dumps(
+                {
+                    "act": self.action,
+                    "args": self.args_digest,
+                    "exp": self.expires,
+                    "iat": self.issued_at,
+                    "iss": self.issuer,
+                    "nonce": self.nonce,
+                    "res": self.resource,
+                    "tip": self.tip,
+                    "v": 1,
+                }
+            )
+        except orjson.JSONEncodeError:  # a lone surrogate, or a time beyond 64 bits
+            pass
+        text = (
+            f'{{"act":{encode_basestring(self.action)},"args":{encode_basestring(self.args_digest)},'
+            f'"exp":{self.expires},"iat":{self.issued_at},"iss":{encode_basestring(self.issuer)},'
+            f'"nonce":{encode_basestring(self.nonce)},"res":{encode_basestring(self.resource)},'
+            f'"tip":{encode_basestring(self.tip)},"v":1}}'
+        )
+        try:
+            return text.encode()
+        except UnicodeEncodeError as exc:
+            raise TokenFormatError(f"invocation field cannot be encoded: {exc}") from None
 
     @property
     def id(self) -> str:
