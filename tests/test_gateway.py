@@ -30,6 +30,7 @@ from agentgate.dispatch.gateway import (
     InvocationSigner,
     invocation_headers,
 )
+from agentgate.dispatch.prefix import estimate_tokens, prompt_text
 from agentgate.gate import AgentIdentity
 from agentgate.keys import SigningKey
 from agentgate.policy import parse_policy
@@ -528,3 +529,39 @@ def test_a_chain_issued_elsewhere_is_honoured_and_charged(env: Env) -> None:
     usage = response.json()["usage"]
     env.gate.flush()
     assert env.gate.ledger.spent(chain.id) == usage["prompt_tokens"] + usage["completion_tokens"]
+
+
+def test_a_stream_the_caller_abandons_is_charged_its_whole_reservation(env: Env) -> None:
+    # A slow backend (real-time simulation) so that the caller can leave mid-answer.
+    slow = SimServer(model_name=MODEL, time_scale=1.0).start()
+    inventory = inventory_from_mapping(
+        {"backends": [{"name": "slow", "url": slow.url, "engine": "vllm", "models": [MODEL]}]}
+    )
+    server = GatewayServer(Gateway(env.gate, inventory), port=0).start()
+    try:
+        body = _body(max_tokens=400, stream=True)
+        headers = {
+            "content-type": "application/json",
+            **invocation_headers(env.agent.key, env.agent.chain, body),
+        }
+        with (
+            httpx.Client(timeout=10) as http,
+            http.stream(
+                "POST", f"{server.url}/chat/completions", content=json.dumps(body), headers=headers
+            ) as response,
+        ):
+            assert response.status_code == 200
+            events = response.iter_lines()
+            assert next(line for line in events if line.startswith("data: {"))
+        # The caller is gone before the answer ended: no usage was reported to the gateway.
+        deadline = time.monotonic() + 10
+        while not [e for e in env.entries() if e.kind == "outcome"]:
+            assert time.monotonic() < deadline, "no outcome recorded for the abandoned stream"
+            time.sleep(0.05)
+        outcome = [e for e in env.entries() if e.kind == "outcome"][-1]
+        assert outcome.status == "error"
+        reserved = estimate_tokens(prompt_text(body["messages"])) + 400
+        assert env.spent() == reserved
+    finally:
+        server.stop()
+        slow.stop()
