@@ -333,7 +333,20 @@ class Scheduler:
                         if waiter is None:
                             waiter = self._enqueue(call, limits, priority, loop, traced)
                             if not waiter.granted:
-                                await self._until_started(waiter, loop, deadline)
+                                try:
+                                    if deadline is None:
+                                        await waiter.future
+                                    else:
+                                        async with asyncio.timeout_at(deadline):
+                                            await waiter.future
+                                except BaseException as exc:
+                                    self._abandon(waiter)
+                                    if isinstance(exc, TimeoutError):
+                                        raise DeadlineExceeded(
+                                            f"tool {tool}: could not start before the call's deadline "
+                                            f"(queued {loop.time() - waiter.queued_at:.3f}s)"
+                                        ) from exc
+                                    raise
                             self.metrics.observe_wait(loop.time() - waiter.queued_at)
                     except SchedulingError as exc:
                         reasons = {DeadlineExceeded: "deadline", Overloaded: "shed"}
@@ -453,27 +466,12 @@ class Scheduler:
             reason = "deadline"
         raise _GiveUp(reason, error) from error
 
-    async def _until_started(
-        self, waiter: _Waiter, loop: asyncio.AbstractEventLoop, deadline: float | None
-    ) -> None:
-        """Wait until ``waiter`` is started; ``DeadlineExceeded`` (and out of the queue) if the deadline comes first."""
-        try:
-            if deadline is None:
-                await waiter.future
-            else:
-                async with asyncio.timeout_at(deadline):
-                    await waiter.future
-        except BaseException as exc:
-            if waiter.granted:
-                self._finish(waiter)
-            elif waiter.entry is not None:
-                self._queue.discard(waiter.entry)
-            if isinstance(exc, TimeoutError):
-                raise DeadlineExceeded(
-                    f"tool {waiter.call.tool}: could not start before the call's deadline "
-                    f"(queued {loop.time() - waiter.queued_at:.3f}s)"
-                ) from exc
-            raise
+    def _abandon(self, waiter: _Waiter) -> None:
+        """A waiting call gives up (deadline, cancellation): out of the queue, or its slot back."""
+        if waiter.granted:
+            self._finish(waiter)
+        elif waiter.entry is not None:
+            self._queue.discard(waiter.entry)
 
     async def _shared_token(
         self, key: str, limits: ToolLimits, loop: asyncio.AbstractEventLoop, deadline: float | None
