@@ -151,9 +151,8 @@ class Gateway:
         return response
 
     async def _answer(self, request: Request) -> Response:
-        raw = await request.body()
         try:
-            body = _parse_body(raw)
+            body = _parse_body(await _read_body(request))
             call = chat_call(body)
         except InputError as exc:
             return await self._refuse_body(str(exc))
@@ -287,10 +286,20 @@ class Gateway:
         self._tokens.labels(kind="completion").inc(completion)
 
 
+async def _read_body(request: Request) -> bytes:
+    """The request body, refused (``InputError``) as soon as it passes ``MAX_BODY_BYTES``."""
+    parts: list[bytes] = []
+    size = 0
+    async for part in request.stream():
+        size += len(part)
+        if size > MAX_BODY_BYTES:
+            raise InputError(f"the body is over {MAX_BODY_BYTES} bytes")
+        parts.append(part)
+    return b"".join(parts)
+
+
 def _parse_body(raw: bytes) -> dict[str, Any]:
     """The request body as a chat completion request; raises ``InputError`` naming what is wrong."""
-    if len(raw) > MAX_BODY_BYTES:
-        raise InputError(f"the body is over {MAX_BODY_BYTES} bytes")
     try:
         body = json.loads(raw)
     except ValueError as exc:
