@@ -63,6 +63,8 @@ class CircuitBreaker:
         self._on_change = on_change
         self._lock = threading.Lock()
         self._state = BreakerState.CLOSED
+        #: True while CLOSED: a plain attribute, read without the lock on every call's fast path.
+        self.closed = True
         self._failures = 0
         self._opened_at = 0.0
         self._opened_count = 0
@@ -70,6 +72,7 @@ class CircuitBreaker:
 
     def _set(self, new: BreakerState) -> None:
         old, self._state = self._state, new
+        self.closed = new is BreakerState.CLOSED
         if new is BreakerState.OPEN:
             self._opened_at = self._clock()
             self._opened_count += 1

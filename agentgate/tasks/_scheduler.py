@@ -324,7 +324,7 @@ class Scheduler:
                     # 1. admission: start now, or wait in the fair queue (never past the deadline)
                     if self._shared_breakers is not None:
                         await self._sync_breaker(breaker, loop)
-                    if breaker.refuses():
+                    if not breaker.closed and breaker.refuses():
                         raise _GiveUp(
                             "circuit_open", CircuitOpen(f"the circuit breaker {breaker.key} is open")
                         )
@@ -355,7 +355,7 @@ class Scheduler:
                     lease: Lease | None = None
                     probing = False
                     try:
-                        if not breaker.allow():
+                        if not breaker.closed and not breaker.allow():
                             raise _GiveUp(
                                 "circuit_open", CircuitOpen(f"the circuit breaker {breaker.key} is open")
                             )
@@ -376,7 +376,9 @@ class Scheduler:
                         if traced:
                             self.metrics.event("started", tool, {"agentgate.attempt": number})
                         else:
-                            self.metrics.tally("started", tool)
+                            events = self.metrics.events
+                            counted = ("started", tool)
+                            events[counted] = events.get(counted, 0) + 1
                         attempt = Attempt(call, number, key, unix_deadline)
                         probing = False  # from here on the outcome is reported to the breaker below
                         if attempt_deadline is None or not self._preemptive:
