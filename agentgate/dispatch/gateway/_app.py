@@ -151,6 +151,7 @@ class Gateway:
         return response
 
     async def _answer(self, request: Request) -> Response:
+        arrived = time.perf_counter()
         try:
             body = _parse_body(await _read_body(request))
             call = chat_call(body)
@@ -189,7 +190,8 @@ class Gateway:
         self._count_tokens(result.usage.prompt_tokens, result.usage.completion_tokens)
         # Where the time went, for the caller's own measurements (W3C Server-Timing, milliseconds).
         headers["Server-Timing"] = (
-            f"decide;dur={(decided - started) * 1000:.3f}, backend;dur={(answered - decided) * 1000:.3f}"
+            f"decide;dur={(decided - started) * 1000:.3f}, backend;dur={(answered - decided) * 1000:.3f}, "
+            f"total;dur={(time.perf_counter() - arrived) * 1000:.3f}"
         )
         return JSONResponse(dict(result.body), headers=headers)
 
