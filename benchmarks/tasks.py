@@ -78,7 +78,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="2,000 calls, 2 repeats")
     parser.add_argument("--json", action="store_true", help="(the JSON line is always printed last)")
     parser.add_argument("--calls", type=int, default=20_000)
-    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--repeat", type=int, default=9)
     args = parser.parse_args()
     calls, repeat = (2_000, 2) if args.quick else (args.calls, args.repeat)
 

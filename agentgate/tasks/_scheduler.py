@@ -117,6 +117,7 @@ class Scheduler:
         self._principal_in_flight: dict[tuple[str, str], int] = {}
         self._buckets: dict[str, TokenBucket] = {}
         self._breakers: dict[str, CircuitBreaker] = {}
+        self._tool_breakers: dict[str, CircuitBreaker] = {}  # tool -> its default breaker
         self._rules: dict[str, RetryRule] = {}
         self._priorities: dict[str | None, PriorityClass] = {}
         self._limits_cache: dict[str, ToolLimits] = {}
@@ -171,6 +172,10 @@ class Scheduler:
             found = self._breakers[key] = CircuitBreaker(
                 key, self.config.breaker, on_change=self._breaker_changed
             )
+        return found
+
+    def _tool_breaker(self, tool: str) -> CircuitBreaker:
+        found = self._tool_breakers[tool] = self.breaker("tool:" + tool)
         return found
 
     def breakers(self) -> list[BreakerSnapshot]:
@@ -311,8 +316,10 @@ class Scheduler:
                 absolute = call.absolute_deadline()
                 assert absolute is not None
                 deadline = loop.time() + (absolute - time.time())
-            breaker_key = call.breaker_key or "tool:" + tool
-            breaker = self._breakers.get(breaker_key) or self.breaker(breaker_key)
+            if call.breaker_key is None:
+                breaker = self._tool_breakers.get(tool) or self._tool_breaker(tool)
+            else:
+                breaker = self._breakers.get(call.breaker_key) or self.breaker(call.breaker_key)
             # Looked up once per call: the hot path skips building span attributes nobody records.
             context = otel_context.get_current()
             traced = bool(context) and trace.get_current_span(context).is_recording()
@@ -570,7 +577,9 @@ class Scheduler:
                 "queued", call.tool, {"agentgate.tenant": call.tenant, "agentgate.priority": priority.name}
             )
         else:
-            self.metrics.tally("queued", call.tool)
+            events = self.metrics.events
+            counted = ("queued", call.tool)
+            events[counted] = events.get(counted, 0) + 1
         # A tool at its concurrency limit starts nothing now; a rate-limited one needs its timer armed.
         if limits.rate is not None or (
             limits.concurrency is None or self._tool_in_flight.get(call.tool, 0) < limits.concurrency
