@@ -261,11 +261,14 @@ class _PendingOutcomes:
     The next decision's transaction carries whatever is pending (``take``), so an agent that calls
     one tool after another pays one durable commit per call, not two, and never waits for a
     second writer's lock. What no decision picks up within ``linger_s`` a background thread
-    commits on its own. ``flush`` commits what is pending now, in the caller's thread.
+    commits on its own. ``take`` and ``flush`` are called on the gate's store thread only.
     """
 
-    def __init__(self, commit: Callable[[list[_Outcome]], None], linger_s: float = 0.02) -> None:
+    def __init__(
+        self, commit: Callable[[list[_Outcome]], None], tick: Callable[[], None], linger_s: float = 0.02
+    ) -> None:
         self._commit = commit
+        self._tick = tick
         self._linger_s = linger_s
         self._items: list[_Outcome] = []
         self._lock = threading.Lock()
@@ -295,15 +298,17 @@ class _PendingOutcomes:
             self._commit(items)
 
     def close(self) -> None:
+        """Stop the background commits (the caller flushes what is left)."""
         self._closed.set()
         self._thread.join()
-        self.flush()
 
     def _loop(self) -> None:
-        # Every ``linger_s``, commit what no decision's transaction carried in the meantime.
+        # Every ``linger_s``, have what no decision's transaction carried in the meantime committed
+        # (``tick`` does it on the store thread, where every ``take`` happens, so a reader that
+        # flushes first never misses outcomes that another thread took but had not written yet).
         while not self._closed.wait(self._linger_s):
             if self._items:
-                self.flush()
+                self._tick()
 
 
 class _StoreThread:
@@ -421,7 +426,7 @@ class Gate:
         self.audit = AuditLog(store, log_key or open_log_key(store))
         self._config = scheduler or scheduler_config(policy)
         self._io = _StoreThread()
-        self._outcomes = _PendingOutcomes(lambda batch: self._io.call(self._write_outcomes, batch))
+        self._outcomes = _PendingOutcomes(self._write_outcomes, tick=self.flush)
         self._sync_scheduler: SyncScheduler | None = None
         self._async_schedulers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Scheduler] = (
             weakref.WeakKeyDictionary()
@@ -448,6 +453,7 @@ class Gate:
             self._sync_scheduler.close()
         self._close_dispatcher()
         self._outcomes.close()
+        self.flush()
         self._io.close()
         self.grants.close()
         self.store.close()
