@@ -336,7 +336,14 @@ class Scheduler:
                             "circuit_open", CircuitOpen(f"the circuit breaker {breaker.key} is open")
                         )
                     try:
-                        waiter = self._start_now(call, limits, loop, deadline)
+                        if self._closed:
+                            raise SchedulingError("the scheduler is closed")
+                        if deadline is not None and deadline <= loop.time():
+                            raise DeadlineExceeded(
+                                f"tool {tool}: the call's deadline passed before it could start"
+                            )
+                        # Someone waiting: this call queues behind them (no method call to find out).
+                        waiter = None if self._queue.size else self._start_now(call, limits, loop)
                         if waiter is None:
                             waiter = self._enqueue(call, limits, priority, loop, traced)
                             if not waiter.granted:
@@ -386,7 +393,8 @@ class Scheduler:
                             events = self.metrics.events
                             counted = ("started", tool)
                             events[counted] = events.get(counted, 0) + 1
-                        attempt = Attempt(call, number, key, unix_deadline)
+                        # tuple.__new__ directly: Attempt's generated __new__ is one more Python call.
+                        attempt = tuple.__new__(Attempt, (call, number, key, unix_deadline))
                         probing = False  # from here on the outcome is reported to the breaker below
                         if attempt_deadline is None or not self._preemptive:
                             result = await fn(attempt)
@@ -524,17 +532,12 @@ class Scheduler:
     # --- admission ------------------------------------------------------------------------------
 
     def _start_now(
-        self, call: ToolCall, limits: ToolLimits, loop: asyncio.AbstractEventLoop, deadline: float | None
+        self, call: ToolCall, limits: ToolLimits, loop: asyncio.AbstractEventLoop
     ) -> _Waiter | None:
-        """The fast path: start ``call`` at once if nothing waits and every limit has room, else None."""
-        if self._closed:
-            raise SchedulingError("the scheduler is closed")
-        now = loop.time()
-        if deadline is not None and deadline <= now:
-            raise DeadlineExceeded(f"tool {call.tool}: the call's deadline passed before it could start")
-        if self._queue.size or not self._has_room(call, limits):
+        """The fast path, when nothing waits: start ``call`` at once if every limit has room, else None."""
+        if not self._has_room(call, limits):
             return None
-        waiter = _Waiter(call, limits, now)
+        waiter = _Waiter(call, limits, loop.time())
         self._start(waiter)
         self.metrics.observe_wait(0.0)
         return waiter
