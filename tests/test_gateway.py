@@ -567,3 +567,12 @@ def test_a_stream_the_caller_abandons_is_charged_its_whole_reservation(env: Env)
     finally:
         server.stop()
         slow.stop()
+
+
+def test_authentication_comes_before_authorization(env: Env) -> None:
+    # A copied chain without its key, asking for a model the policy refuses its holder: 401, not
+    # 403, so that a caller without valid authority learns nothing about the policy.
+    body = {**_body(), "model": OTHER}
+    headers = invocation_headers(env.keys["outsider"], env.poor.chain, body)
+    before, count = env.ledger(), len(env.entries())
+    assert _assert_refused(env, _post(env, body, headers), 401, before, count)["code"] == "wrong_holder"

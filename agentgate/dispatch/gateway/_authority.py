@@ -3,10 +3,12 @@
 ``Gate.authorize`` signs the invocation itself with the agent's key, which an in-process agent
 holds. A gateway caller holds its key on its side and sends the signed invocation in a header, so
 ``GatewayGate.authorize_invocation`` takes that invocation and then follows ``Gate.authorize``
-step for step with the Gate's own parts: the policy index, the authority engine (chain, holder
-binding, signature, digest, coverage, revocation, nonce), and the Gate's recording of the
-decision (budget reserved and audit entry appended in one transaction; a refusal audited). It
-adds only what HTTP needs: which status a refusal answers with.
+with the Gate's own parts: the authority engine (chain, holder binding, signature, digest,
+coverage, revocation, nonce), the policy index, and the Gate's recording of the decision (budget
+reserved and audit entry appended in one transaction; a refusal audited). It differs in two
+things HTTP needs: the authority is checked before the policy (authentication before
+authorization, so a caller without valid authority learns nothing about the policy), and each
+refusal carries the HTTP status it answers with.
 """
 
 from __future__ import annotations
@@ -122,24 +124,15 @@ class GatewayGate(Gate):
             chain,
             self._tenant_of(principal),
         )
-        verdict = self.index.evaluate(self._policy_principal(identity), call)
-        if verdict.outcome is not Outcome.ALLOW:
-            reasons = verdict.reasons
-            if verdict.outcome is Outcome.APPROVAL_REQUIRED:
-                reasons = (*reasons, "a call that needs a human approval cannot be made through the gateway")
-            auth = self._record_refusal(Authorization(Verdict.DENY, call, identity, reasons))
-            return GatewayDecision(auth, 403, "policy_denied")
+        # Authentication before authorization: a caller that cannot prove its authority learns
+        # nothing about what the policy would allow (401 before 403). The nonce is spent either way.
         decision = self.authority.decide(invocation)
-        auth = Authorization(
-            decision.outcome.value,
-            call,
-            identity,
-            (*verdict.reasons, *decision.reasons) if decision.allowed else decision.reasons,
-            decision.findings,
-            decision=decision,
-        )
         if not decision.allowed:
-            refused = self._record_refusal(auth)
+            refused = self._record_refusal(
+                Authorization(
+                    Verdict.DENY, call, identity, decision.reasons, decision.findings, decision=decision
+                )
+            )
             codes = [f.code for f in decision.findings]
             scope = any(
                 f.kind == FindingKind.SCOPE_CREEP or f.code in _COVERAGE_CODES for f in decision.findings
@@ -147,6 +140,21 @@ class GatewayGate(Gate):
             return GatewayDecision(
                 refused, 403 if scope else 401, codes[0] if codes else "invocation_refused"
             )
+        verdict = self.index.evaluate(self._policy_principal(identity), call)
+        if verdict.outcome is not Outcome.ALLOW:
+            reasons = verdict.reasons
+            if verdict.outcome is Outcome.APPROVAL_REQUIRED:
+                reasons = (*reasons, "a call that needs a human approval cannot be made through the gateway")
+            auth = self._record_refusal(Authorization(Verdict.DENY, call, identity, reasons))
+            return GatewayDecision(auth, 403, "policy_denied")
+        auth = Authorization(
+            Verdict.ALLOW,
+            call,
+            identity,
+            (*verdict.reasons, *decision.reasons),
+            decision.findings,
+            decision=decision,
+        )
         recorded = self._record_allow(auth, None, None, tokens)
         if not recorded.allowed:
             # The authority allowed the call; the ledger could not hold its reservation.
