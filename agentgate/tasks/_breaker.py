@@ -65,6 +65,8 @@ class CircuitBreaker:
         self._state = BreakerState.CLOSED
         #: True while CLOSED: a plain attribute, read without the lock on every call's fast path.
         self.closed = True
+        #: True while CLOSED with no failure counted: a success has nothing to reset.
+        self.healthy = True
         self._failures = 0
         self._opened_at = 0.0
         self._opened_count = 0
@@ -73,6 +75,7 @@ class CircuitBreaker:
     def _set(self, new: BreakerState) -> None:
         old, self._state = self._state, new
         self.closed = new is BreakerState.CLOSED
+        self.healthy = self.closed and not self._failures
         if new is BreakerState.OPEN:
             self._opened_at = self._clock()
             self._opened_count += 1
@@ -126,6 +129,7 @@ class CircuitBreaker:
             return
         with self._lock:
             self._failures = 0
+            self.healthy = self._state is BreakerState.CLOSED
             if self._state is not BreakerState.CLOSED:
                 self._set(BreakerState.CLOSED)
 
@@ -138,6 +142,7 @@ class CircuitBreaker:
                     self._probes -= 1  # the probe told us nothing about the tool's health
                 return
             self._failures += 1
+            self.healthy = False
             if state is BreakerState.HALF_OPEN or (
                 state is BreakerState.CLOSED and self._failures >= self.policy.failure_threshold
             ):
@@ -157,6 +162,7 @@ class CircuitBreaker:
             self._failures = 0
             if self._current() is not BreakerState.CLOSED:
                 self._set(BreakerState.CLOSED)
+            self.healthy = True
 
     def snapshot(self) -> BreakerSnapshot:
         """The visible state now."""

@@ -435,7 +435,8 @@ class Scheduler:
                             },
                         )
                     else:
-                        breaker.record_success()
+                        if not breaker.healthy:
+                            breaker.record_success()
                         return result
                     finally:
                         if probing:
