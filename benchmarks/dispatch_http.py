@@ -104,8 +104,8 @@ def _percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def _litellm_router(backend_url: str) -> tuple[Callable[[], Any] | None, str]:
-    """A call through LiteLLM's Router, or None and why it cannot be measured."""
+def _litellm_router(backend_url: str) -> tuple[Any, str]:
+    """LiteLLM's Router over the backend, or None and why it cannot be measured."""
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # no network fetch at import
     try:
         import litellm
@@ -128,10 +128,18 @@ def _litellm_router(backend_url: str) -> tuple[Callable[[], Any] | None, str]:
         num_retries=0,
     )
 
-    def call() -> Any:
-        return router.completion(model=MODEL, messages=MESSAGES, max_tokens=MAX_TOKENS)
+    return router, f"litellm {importlib.metadata.version('litellm')}"
 
-    return call, f"litellm {importlib.metadata.version('litellm')}"
+
+def _first_content_ms(lines: Any, started: float) -> float:
+    """Read an SSE stream to its end; milliseconds from ``started`` to the first content event."""
+    first = None
+    for line in lines:
+        if first is None and line.startswith("data: {") and '"content":"' in line.replace(" ", ""):
+            first = (time.perf_counter() - started) * 1000
+    if first is None:
+        raise SystemExit("a stream delivered no content")
+    return first
 
 
 def main() -> None:
@@ -140,6 +148,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=None, help="measured rounds (one call per path each)")
     parser.add_argument("--warmup", type=int, default=50, help="unmeasured rounds first")
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument(
+        "--stream", action="store_true", help="also time streamed calls (time to first token), same rounds"
+    )
     parser.add_argument("--json", action="store_true", help="(the JSON line is always printed last)")
     args = parser.parse_args()
     rounds = args.rounds or (300 if args.quick else 2000)
@@ -190,10 +201,27 @@ def main() -> None:
         http = httpx.Client(timeout=30)
         json_headers = {"content-type": "application/json"}
 
-        def direct() -> Any:
+        def direct() -> None:
             response = http.post(backend_url + "/v1/chat/completions", content=raw, headers=json_headers)
             response.raise_for_status()
-            return response
+
+        stream_body = {**body, "stream": True}
+        stream_raw = json.dumps(stream_body).encode()
+
+        def direct_stream() -> float:
+            started = time.perf_counter()
+            url = backend_url + "/v1/chat/completions"
+            with http.stream("POST", url, content=stream_raw, headers=json_headers) as response:
+                response.raise_for_status()
+                return _first_content_ms(response.iter_lines(), started)
+
+        def gateway_stream() -> float:
+            started = time.perf_counter()
+            headers = {**json_headers, **invocation_headers(agent, chains["gateway"], stream_body)}
+            url = gateways["gateway"] + "/v1/chat/completions"
+            with http.stream("POST", url, content=stream_raw, headers=headers) as response:
+                response.raise_for_status()
+                return _first_content_ms(response.iter_lines(), started)
 
         stages: dict[str, dict[str, list[float]]] = {
             name: {"decide": [], "backend": [], "handler": []} for name in ("gateway", "gateway-relaxed")
@@ -203,7 +231,7 @@ def main() -> None:
             url = gateways[name] + "/v1/chat/completions"
             chain = chains[name]
 
-            def call() -> Any:
+            def call() -> None:
                 headers = {**json_headers, **invocation_headers(agent, chain, body)}
                 response = http.post(url, content=raw, headers=headers)
                 response.raise_for_status()
@@ -213,18 +241,38 @@ def main() -> None:
                 stages[name]["decide"].append(float(timing["decide"]))
                 stages[name]["backend"].append(float(timing["backend"]))
                 stages[name]["handler"].append(float(timing["total"]))
-                return response
 
             return call
 
-        paths: dict[str, Callable[[], Any]] = {
+        paths: dict[str, Callable[[], float | None]] = {
             "direct": direct,
             "gateway": through("gateway"),
             "gateway-relaxed": through("gateway-relaxed"),
         }
-        litellm_call, litellm_note = _litellm_router(backend_url)
-        if litellm_call is not None:
+        router, litellm_note = _litellm_router(backend_url)
+        if router is not None:
+
+            def litellm_call() -> None:
+                router.completion(model=MODEL, messages=MESSAGES, max_tokens=MAX_TOKENS)
+
+            def litellm_stream() -> float:
+                started = time.perf_counter()
+                first = None
+                for chunk in router.completion(
+                    model=MODEL, messages=MESSAGES, max_tokens=MAX_TOKENS, stream=True
+                ):
+                    if first is None and chunk.choices and chunk.choices[0].delta.content:
+                        first = (time.perf_counter() - started) * 1000
+                if first is None:
+                    raise SystemExit("the LiteLLM stream delivered no content")
+                return first
+
             paths["litellm"] = litellm_call
+        if args.stream:
+            paths["direct-stream"] = direct_stream
+            paths["gateway-stream"] = gateway_stream
+            if router is not None:
+                paths["litellm-stream"] = litellm_stream
 
         samples: dict[str, list[float]] = {name: [] for name in paths}
         names = list(paths)
@@ -232,10 +280,10 @@ def main() -> None:
             rng.shuffle(names)
             for name in names:
                 started = time.perf_counter()
-                paths[name]()
-                elapsed = time.perf_counter() - started
+                ttft = paths[name]()
+                elapsed = (time.perf_counter() - started) * 1000
                 if i >= args.warmup:
-                    samples[name].append(elapsed * 1000)
+                    samples[name].append(elapsed if ttft is None else ttft)
 
         sign_ms = []
         for _ in range(500):
@@ -251,14 +299,19 @@ def main() -> None:
 
     p50 = {name: statistics.median(values) for name, values in samples.items()}
     p99 = {name: _percentile(values, 0.99) for name, values in samples.items()}
-    added = {name: p50[name] - p50["direct"] for name in p50 if name != "direct"}
+    added = {
+        name: p50[name] - p50["direct-stream" if name.endswith("-stream") else "direct"]
+        for name in p50
+        if not name.startswith("direct")
+    }
 
     print(f"dispatch_http: {rounds} rounds, interleaved, 1 caller, max_tokens={MAX_TOKENS}, loopback")
+    print("(streamed rows: time to the first content event; the others: the whole call)")
     print(f"{'path':<17}{'p50 ms':>9}{'p99 ms':>9}{'added p50 ms':>14}")
     for name in paths:
         extra = f"{added[name]:>14.3f}" if name in added else f"{'-':>14}"
         print(f"{name:<17}{p50[name]:>9.3f}{p99[name]:>9.3f}{extra}")
-    if litellm_call is None:
+    if router is None:
         print(f"litellm          not measured: {litellm_note}")
     print(
         f"client-side invocation signing p50: {statistics.median(sign_ms):.3f} ms (inside the gateway rows)"
