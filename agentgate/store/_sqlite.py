@@ -21,6 +21,7 @@ from agentgate.errors import StoreError
 from agentgate.store._base import Dialect, Row, Store, Transaction
 
 _SYNCHRONOUS = {"FULL", "NORMAL", "EXTRA"}
+_MAX_IDLE = 8
 
 
 class _SQLiteTransaction(Transaction):
@@ -58,61 +59,74 @@ class SQLiteStore(Store):
             self.path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise StoreError(f"cannot create the store directory {self.path.parent}: {exc.strerror}") from exc
-        self._local = threading.local()
-        self._all: list[sqlite3.Connection] = []
+        self._idle: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
         self._closed = False
         self._schemas: set[str] = set()
-        self._connection()  # fail now, not at the first decision, if the file is unusable
+        self._release(self._connect())  # fail now, not at the first decision, if the file is unusable
 
-    def _connection(self) -> sqlite3.Connection:
-        if self._closed:
-            raise StoreError("the store is closed")
-        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
-        if conn is None:
-            try:
-                conn = sqlite3.connect(self.path, timeout=30.0, isolation_level=None, check_same_thread=False)
-                conn.execute("PRAGMA journal_mode=WAL")
-                conn.execute(f"PRAGMA synchronous={self.synchronous}")
-                conn.execute("PRAGMA foreign_keys=ON")
-                conn.execute("PRAGMA busy_timeout=30000")
-            except sqlite3.Error as exc:
-                raise StoreError(f"cannot open the SQLite store {self.path}: {exc}") from exc
-            self._local.conn = conn
-            with self._lock:
-                self._all.append(conn)
+    def _connect(self) -> sqlite3.Connection:
+        try:
+            conn = sqlite3.connect(self.path, timeout=30.0, isolation_level=None, check_same_thread=False)
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute(f"PRAGMA synchronous={self.synchronous}")
+            conn.execute("PRAGMA foreign_keys=ON")
+            conn.execute("PRAGMA busy_timeout=30000")
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot open the SQLite store {self.path}: {exc}") from exc
         return conn
+
+    def _acquire(self) -> sqlite3.Connection:
+        with self._lock:
+            if self._closed:
+                raise StoreError("the store is closed")
+            if self._idle:
+                return self._idle.pop()
+        return self._connect()
+
+    def _release(self, conn: sqlite3.Connection) -> None:
+        with self._lock:
+            if not self._closed and len(self._idle) < _MAX_IDLE:
+                self._idle.append(conn)
+                return
+        conn.close()
 
     @contextmanager
     def transaction(self, *, immediate: bool = True) -> Iterator[Transaction]:
-        conn = self._connection()
+        conn = self._acquire()
         try:
-            conn.execute("BEGIN IMMEDIATE" if immediate else "BEGIN")
-        except sqlite3.Error as exc:
-            raise StoreError(f"cannot start a transaction on {self.path}: {exc}") from exc
-        try:
-            yield _SQLiteTransaction(conn)
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-        try:
-            conn.execute("COMMIT")
-        except sqlite3.Error as exc:
-            conn.execute("ROLLBACK")
-            raise StoreError(f"commit failed on {self.path}: {exc}") from exc
+            try:
+                conn.execute("BEGIN IMMEDIATE" if immediate else "BEGIN")
+            except sqlite3.Error as exc:
+                raise StoreError(f"cannot start a transaction on {self.path}: {exc}") from exc
+            try:
+                yield _SQLiteTransaction(conn)
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            try:
+                conn.execute("COMMIT")
+            except sqlite3.Error as exc:
+                conn.execute("ROLLBACK")
+                raise StoreError(f"commit failed on {self.path}: {exc}") from exc
+        finally:
+            self._release(conn)
 
     def ensure_schema(self, name: str, ddl: dict[Dialect, str]) -> None:
         if name in self._schemas:
             return
+        conn = self._acquire()
         try:
-            self._connection().executescript(ddl["sqlite"])
+            conn.executescript(ddl["sqlite"])
         except sqlite3.Error as exc:
             raise StoreError(f"cannot create the {name} tables in {self.path}: {exc}") from exc
+        finally:
+            self._release(conn)
         self._schemas.add(name)
 
     def close(self) -> None:
         with self._lock:
             self._closed = True
-            for conn in self._all:
-                conn.close()
-            self._all.clear()
+            idle, self._idle = self._idle, []
+        for conn in idle:
+            conn.close()
