@@ -353,3 +353,17 @@ async def test_shutdown_without_drain_cancels_running_and_waiting_calls() -> Non
     assert all(c.cancelled() for c in calls)
     assert scheduler.queued == 0 and scheduler.in_flight == 0
     assert asyncio.all_tasks() == {asyncio.current_task()}
+
+
+async def test_a_tool_may_submit_a_call_of_its_own() -> None:
+    scheduler = Scheduler(SchedulerConfig(tools={"inner": ToolLimits(concurrency=1)}))
+
+    async def inner(attempt: Attempt) -> str:
+        return "inner"
+
+    async def outer(attempt: Attempt) -> str:
+        return "outer+" + await scheduler.submit(ToolCall("inner"), inner)
+
+    assert await scheduler.submit(ToolCall("outer"), outer) == "outer+inner"
+    await scheduler.aclose(drain=True, timeout_s=1)  # nothing left in flight: returns at once
+    assert scheduler.in_flight == 0 and scheduler.queued == 0

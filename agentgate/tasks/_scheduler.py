@@ -24,6 +24,7 @@ Everything runs on the event loop the scheduler is first used from; it is not th
 from __future__ import annotations
 
 import asyncio
+import bisect
 import random
 import time
 import uuid
@@ -132,7 +133,8 @@ class Scheduler:
         )
         self._results: OrderedDict[str, Any] = OrderedDict()
         self._twins: dict[str, asyncio.Future[Any]] = {}
-        self._tasks: dict[asyncio.Task[Any], int] = {}
+        self._tasks: set[asyncio.Task[Any]] = set()  # tasks inside a call of this scheduler
+        self._nested: dict[asyncio.Task[Any], int] = {}  # those inside more than one (a tool that submits)
         self._dead: list[DeadLetter] = []
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at = 0.0
@@ -308,7 +310,10 @@ class Scheduler:
             loop = self._loop = asyncio.get_running_loop()
         task = asyncio.current_task()
         assert task is not None  # awaited inside a task
-        self._tasks[task] = self._tasks.get(task, 0) + 1
+        if task in self._tasks:
+            self._nested[task] = self._nested.get(task, 0) + 1
+        else:
+            self._tasks.add(task)
         try:
             tool = call.tool
             deadline = None
@@ -361,7 +366,10 @@ class Scheduler:
                                             f"(queued {loop.time() - waiter.queued_at:.3f}s)"
                                         ) from exc
                                     raise
-                            self.metrics.observe_wait(loop.time() - waiter.queued_at)
+                            waited = loop.time() - waiter.queued_at
+                            histogram = self.metrics.wait
+                            histogram.counts[bisect.bisect_left(histogram.buckets, waited)] += 1
+                            histogram.total += waited
                     except SchedulingError as exc:
                         reasons = {DeadlineExceeded: "deadline", Overloaded: "shed"}
                         raise _GiveUp(reasons.get(type(exc), "closed"), exc) from exc
@@ -453,11 +461,14 @@ class Scheduler:
                         await self._dead_letter(call, key, errors, stop.reason)
                     raise stop.error from None
         finally:
-            left = self._tasks[task] - 1
-            if left:
-                self._tasks[task] = left
+            nested = self._nested.get(task) if self._nested else None
+            if nested is not None:
+                if nested > 1:
+                    self._nested[task] = nested - 1
+                else:
+                    del self._nested[task]
             else:
-                del self._tasks[task]
+                self._tasks.discard(task)
                 if not self._tasks and self._idle is not None:
                     self._idle.set()
 
