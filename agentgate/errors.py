@@ -32,8 +32,11 @@ class CapabilityError(InputError):
     """A capability or constraint cannot be parsed, or names a resource ambiguously."""
 
 
-class PolicyError(InputError):
-    """A policy file cannot be loaded; carries the file, line and column, and a hint."""
+class SourceError(InputError):
+    """A YAML file cannot be loaded; carries the file, line and column, what was expected, and a hint."""
+
+    default_source: str | None = None
+    """Named in the message when no file is known."""
 
     def __init__(
         self,
@@ -54,7 +57,9 @@ class PolicyError(InputError):
         super().__init__(self.__str__())
 
     def __str__(self) -> str:
-        where = self.file or "<policy>"
+        where = self.file or self.default_source
+        if where is None:
+            return self.message
         if self.line is not None:
             where += f":{self.line}"
             if self.column is not None:
@@ -67,8 +72,14 @@ class PolicyError(InputError):
         return text
 
 
-class InventoryError(InputError):
-    """A GPU inventory file cannot be loaded; same location conventions as ``PolicyError``."""
+class PolicyError(SourceError):
+    """A policy file cannot be loaded or is not a valid policy."""
+
+    default_source = "<policy>"
+
+
+class InventoryError(SourceError):
+    """A GPU inventory file cannot be loaded, or names a GPU, node or backend it does not have."""
 
 
 # --- authority -------------------------------------------------------------------------------

@@ -36,7 +36,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from agentgate.dispatch._yaml import LineMap, line_of, load_yaml_with_lines, read_text
+from agentgate._yaml import Locations, load_yaml, read_source
 from agentgate.errors import InventoryError
 
 Engine = Literal["vllm", "sglang", "tgi", "llamacpp", "openai"]
@@ -287,42 +287,42 @@ def parse_inventory(text: str, *, source: str = "<inventory>") -> Inventory:
     Raises ``InventoryError`` with ``source:line`` for malformed YAML, unknown or missing fields,
     out-of-range values and references that do not resolve.
     """
-    data, lines = load_yaml_with_lines(text, source=source)
+    data, lines = load_yaml(text, source=source, error=InventoryError)
     if data is None:
         data = {}
     if not isinstance(data, dict):
-        raise InventoryError(f"{source}:1: the inventory must be a mapping")
+        raise InventoryError("the inventory must be a mapping", file=source, line=1)
     return inventory_from_mapping(data, source=source, lines=lines)
 
 
 def inventory_from_mapping(
-    data: Mapping[str, Any], *, source: str = "<inventory>", lines: LineMap | None = None
+    data: Mapping[str, Any], *, source: str = "<inventory>", lines: Locations | None = None
 ) -> Inventory:
     """Validate already-parsed inventory data; raises ``InventoryError`` like ``parse_inventory``."""
-    lines = lines or {}
+    lines = lines or Locations()
     try:
         return Inventory.model_validate(dict(data))
     except _RefError as exc:
-        raise InventoryError(_located(source, lines, exc.loc, exc.message)) from None
+        raise _located(source, lines, exc.loc, exc.message) from None
     except ValidationError as exc:
         err = exc.errors()[0]
         loc = tuple(err["loc"])
         ctx_error = (err.get("ctx") or {}).get("error")
         if isinstance(ctx_error, _RefError):
-            raise InventoryError(_located(source, lines, ctx_error.loc, ctx_error.message)) from None
+            raise _located(source, lines, ctx_error.loc, ctx_error.message) from None
         field = ".".join(str(p) for p in loc) or "inventory"
         message = f"{field}: {err['msg']}"
         if err["type"] == "extra_forbidden":
             message = f"{field}: unknown field"
-        raise InventoryError(_located(source, lines, loc, message)) from None
+        raise _located(source, lines, loc, message) from None
 
 
 def load_inventory(path: str | Path) -> Inventory:
     """Load and validate an inventory file; raises ``InventoryError`` naming ``file:line``."""
     p = Path(path)
-    return parse_inventory(read_text(p), source=str(p))
+    return parse_inventory(read_source(p, InventoryError), source=str(p))
 
 
-def _located(source: str, lines: LineMap, loc: tuple[str | int, ...], message: str) -> str:
-    line = line_of(lines, loc)
-    return f"{source}:{line}: {message}" if line is not None else f"{source}: {message}"
+def _located(source: str, lines: Locations, loc: tuple[str | int, ...], message: str) -> InventoryError:
+    mark = lines.of(loc)
+    return InventoryError(message, file=source, line=mark.line if mark else None)

@@ -15,11 +15,11 @@ from pathlib import Path
 from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
+from agentgate._yaml import Locations, Mark, load_yaml
 from agentgate.capabilities import DEFAULT_ACTIONS, Capability, Constraint, canonical_resource
 from agentgate.errors import CapabilityError, KeyFileError, PolicyError
 from agentgate.keys import load_public_key
 from agentgate.policy import _schema as schema
-from agentgate.policy._yaml import Locations, Mark, load_yaml
 
 MAX_POLICY_BYTES = 8 * 1024 * 1024
 

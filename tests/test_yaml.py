@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from agentgate._yaml import MAX_ALIASES, load_yaml
 from agentgate.errors import PolicyError
-from agentgate.policy._yaml import MAX_ALIASES, load_yaml
 
 
 def _error(text: str) -> PolicyError:
@@ -78,3 +78,18 @@ def test_malformed_yaml_names_the_position() -> None:
 
 def test_several_documents_are_refused() -> None:
     assert "malformed" in _error("a: 1\n---\nb: 2\n").message
+
+
+def test_inventory_files_get_the_same_protection_as_policies() -> None:
+    """One loader for every YAML file: an inventory alias bomb is refused with its own error type."""
+    from agentgate.dispatch import parse_inventory
+    from agentgate.errors import InventoryError
+
+    bomb = "a: &a [x, x]\n" + "".join(
+        f"b{i}: &b{i} [*{'a' if i == 0 else f'b{i - 1}'}, *{'a' if i == 0 else f'b{i - 1}'}]\n"
+        for i in range(20)
+    )
+    with pytest.raises(InventoryError, match="aliases"):
+        parse_inventory(bomb, source="inv.yaml")
+    with pytest.raises(InventoryError, match="merge keys"):
+        parse_inventory("base: &b {x: 1}\nnodes:\n  <<: *b\n", source="inv.yaml")

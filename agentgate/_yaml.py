@@ -1,9 +1,12 @@
 """Safe YAML that remembers where every value came from, and refuses what it should not trust.
 
+Used for every YAML file agentgate reads (policies, inventories); the caller names the error
+class (a ``SourceError``) its file's problems are reported as.
+
 PyYAML's safe loader composes the node tree; this module builds the plain data from it
 itself, so that it can record the line and column of every key and value (pydantic reports
 errors by location path, ``("roles", "support", "ttl_s")``, which this map turns back into
-``file:line:column``) and refuse, with a location, what a policy file must not contain:
+``file:line:column``) and refuse, with a location, what a configuration file must not contain:
 
 - duplicate keys (PyYAML silently keeps the last one, so a second ``ttl_s`` would win);
 - custom or Python tags (``!!python/object``, ``!include``), and merge keys (``<<``);
@@ -14,11 +17,12 @@ errors by location path, ``("roles", "support", "ttl_s")``, which this map turns
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, NamedTuple
 
 import yaml
 
-from agentgate.errors import PolicyError
+from agentgate.errors import PolicyError, SourceError
 
 MAX_ALIASES = 16
 MAX_NODES = 200_000
@@ -63,12 +67,20 @@ class Locations:
             path = path[:-1]
 
 
-def load_yaml(text: str, *, source: str) -> tuple[Any, Locations]:
+def read_source(path: str | Path, error: type[SourceError] = PolicyError) -> str:
+    """Read a UTF-8 file; raises ``error`` naming the file if it cannot be read or decoded."""
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
+        raise error(f"cannot read: {reason}", file=str(path)) from None
+
+
+def load_yaml(text: str, *, source: str, error: type[SourceError] = PolicyError) -> tuple[Any, Locations]:
     """Parse ``text`` and return ``(data, locations)``; ``data`` is ``None`` for an empty document.
 
-    Raises ``PolicyError`` (with ``source``, line and column) on malformed YAML, several
-    documents, duplicate or non-string keys, merge keys, tags outside the core schema, and
-    alias bombs.
+    Raises ``error`` (with ``source``, line and column) on malformed YAML, several documents,
+    duplicate or non-string keys, merge keys, tags outside the core schema, and alias bombs.
     """
     loader = _Loader(text)
     try:
@@ -76,7 +88,7 @@ def load_yaml(text: str, *, source: str) -> tuple[Any, Locations]:
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise PolicyError(
+        raise error(
             f"malformed YAML: {problem}",
             file=source,
             line=mark.line + 1 if mark is not None else None,
@@ -89,7 +101,7 @@ def load_yaml(text: str, *, source: str) -> tuple[Any, Locations]:
     locations = Locations()
     if node is None:
         return None, locations
-    builder = _Builder(source, locations)
+    builder = _Builder(source, locations, error)
     try:
         return builder.build(node, ()), locations
     finally:
@@ -97,8 +109,9 @@ def load_yaml(text: str, *, source: str) -> tuple[Any, Locations]:
 
 
 class _Builder:
-    def __init__(self, source: str, locations: Locations) -> None:
+    def __init__(self, source: str, locations: Locations, error: type[SourceError]) -> None:
         self.source = source
+        self.error_type = error
         self.locations = locations
         self.count = 0
         self.seen: set[int] = set()
@@ -106,8 +119,8 @@ class _Builder:
         self.inside_alias = False
         self.scalars = yaml.SafeLoader("")
 
-    def error(self, node: yaml.Node, message: str, expected: str, hint: str) -> PolicyError:
-        return PolicyError(
+    def error(self, node: yaml.Node, message: str, expected: str, hint: str) -> SourceError:
+        return self.error_type(
             message,
             file=self.source,
             line=node.start_mark.line + 1,
@@ -122,7 +135,7 @@ class _Builder:
             raise self.error(
                 node,
                 f"the document expands to more than {MAX_NODES} values",
-                "a policy of sane size",
+                "a file of sane size",
                 "remove aliases that repeat large structures",
             )
         self.locations.values.setdefault(path, node.start_mark)
@@ -162,7 +175,7 @@ class _Builder:
         self.aliases += 1
         if self.aliases > MAX_ALIASES:
             mark = self.locations.of(path[:-1])
-            raise PolicyError(
+            raise self.error_type(
                 f"more than {MAX_ALIASES} YAML aliases",
                 file=self.source,
                 line=mark.line if mark else None,
@@ -203,10 +216,10 @@ class _Builder:
             out[key] = self.build(value_node, child)
         return out
 
-    def _tag_error(self, node: yaml.Node) -> PolicyError:
+    def _tag_error(self, node: yaml.Node) -> SourceError:
         return self.error(
             node,
             f"tag {node.tag!r} is not allowed",
             "plain YAML values (strings, numbers, booleans, lists, mappings)",
-            "remove the '!' tag; policies use the YAML core schema only",
+            "remove the '!' tag; agentgate files use the YAML core schema only",
         )
