@@ -13,10 +13,12 @@ per round, one caller process sends the same non-streaming chat completion (8 ou
 - ``litellm``: ``litellm.Router.completion`` in this process, with one deployment pointing at the
   same backend (``openai/`` provider, ``api_base`` the backend).
 
-Added latency = p50 of the path minus p50 of ``direct``. Goals (docs/gateway.md): the gateway's
+With ``--stream`` each round also streams the call directly, through the gateway and through
+LiteLLM, timing the first content event. Added latency = p50 of the path minus p50 of ``direct``
+(``direct-stream`` for streamed rows). Goals (docs/gateway.md): the gateway's
 added p50 <= 1 ms, and <= 0.5 x LiteLLM Router's added p50.
 
-    .venv/bin/python benchmarks/dispatch_http.py [--quick] [--rounds N] --json
+    .venv/bin/python benchmarks/dispatch_http.py [--quick] [--rounds N] [--stream] --json
 """
 
 from __future__ import annotations
