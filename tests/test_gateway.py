@@ -35,7 +35,7 @@ from agentgate.gate import AgentIdentity
 from agentgate.keys import SigningKey
 from agentgate.policy import parse_policy
 from agentgate.sim import SimServer
-from agentgate.store import SQLiteStore
+from agentgate.store import SQLiteStore, Store
 
 MODEL = "llama-3.1-8b"
 OTHER = "qwen3-32b"
@@ -576,3 +576,37 @@ def test_authentication_comes_before_authorization(env: Env) -> None:
     headers = invocation_headers(env.keys["outsider"], env.poor.chain, body)
     before, count = env.ledger(), len(env.entries())
     assert _assert_refused(env, _post(env, body, headers), 401, before, count)["code"] == "wrong_holder"
+
+
+def test_the_gateway_decides_and_charges_on_both_stores(
+    store: Store, backends: tuple[SimServer, SimServer], tmp_path: Path
+) -> None:
+    # Several gateway processes share one authority through PostgreSQL; the path is the same.
+    keys = {name: SigningKey.generate() for name in NAMES}
+    policy = parse_policy(_policy_text({n: k.did for n, k in keys.items()}), source="gateway.yaml")
+    gate = GatewayGate(policy, store, log_key=SigningKey.generate())
+    inventory = inventory_from_mapping(
+        {"backends": [{"name": "sim-0", "url": backends[0].url, "engine": "vllm", "models": [MODEL]}]}
+    )
+    server = GatewayServer(Gateway(gate, inventory), port=0).start()
+    try:
+        agent = gate.issue(keys["root"], name="agent", key=keys["agent"], role="chat")
+        poor = gate.issue(keys["root"], name="poor", key=keys["poor"], role="thrifty")
+        url = f"{server.url}/chat/completions"
+        body = _body()
+        allowed = httpx.post(url, json=body, headers=invocation_headers(agent.key, agent.chain, body))
+        assert allowed.status_code == 200
+        usage = allowed.json()["usage"]
+        assert (
+            gate.remaining(agent)[agent.chain.root.id][0]
+            == usage["prompt_tokens"] + usage["completion_tokens"]
+        )
+        body = _body(max_tokens=200)
+        refused = httpx.post(url, json=body, headers=invocation_headers(poor.key, poor.chain, body))
+        assert refused.status_code == 402 and refused.json()["error"]["code"] == "budget_exhausted"
+        assert gate.remaining(poor) == {poor.chain.root.id: (0, 100)}
+        gate.flush()
+        assert [e.kind for e in gate.audit.entries()][-1] == "deny"
+    finally:
+        server.stop()
+        gate.close()
