@@ -23,7 +23,6 @@ why, without tokens, keys or argument values.
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import functools
 import hashlib
 import logging
@@ -32,7 +31,6 @@ import threading
 import time
 import weakref
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
@@ -261,7 +259,7 @@ class _PendingOutcomes:
     The next decision's transaction carries whatever is pending (``take``), so an agent that calls
     one tool after another pays one durable commit per call, not two, and never waits for a
     second writer's lock. What no decision picks up within ``linger_s`` a background thread
-    commits on its own. ``take`` and ``flush`` are called on the gate's store thread only.
+    commits on its own. ``take`` and ``flush`` are called holding the gate's store lock only.
     """
 
     def __init__(
@@ -304,49 +302,26 @@ class _PendingOutcomes:
 
     def _loop(self) -> None:
         # Every ``linger_s``, have what no decision's transaction carried in the meantime committed
-        # (``tick`` does it on the store thread, where every ``take`` happens, so a reader that
-        # flushes first never misses outcomes that another thread took but had not written yet).
+        # (``tick`` does it under the store lock, under which every ``take`` happens, so a reader
+        # that flushes first never misses outcomes that another thread took but had not written yet).
         while not self._closed.wait(self._linger_s):
             if self._items:
                 self._tick()
 
 
-class _StoreThread:
-    """The one thread that does the gate's store work.
+def _serialized(method: Callable[Concatenate[Gate, P], T]) -> Callable[Concatenate[Gate, P], T]:
+    """Run a ``Gate`` method holding the gate's store lock (re-entrant).
 
-    Frameworks run tool calls on threads they create and drop (LangGraph makes a thread pool per
-    run), and the SQLite store keeps one connection per thread it has seen: doing the gate's
-    reads and writes here keeps the number of connections fixed, whatever the framework does,
-    and the process's writers never wait on each other's SQLite lock. The work is serial anyway:
-    SQLite has one writer, and Python one interpreter lock.
+    The gate's reads and writes run one at a time, in the caller's own thread: SQLite has one
+    writer anyway, and a Python lock hands over at once, where two SQLite connections racing
+    for the write lock would wait in SQLite's busy handler (sleeps of milliseconds). The store
+    pools its connections, so the threads a framework makes and drops (LangGraph makes a thread
+    pool per run) leave none open.
     """
 
-    def __init__(self) -> None:
-        self._ident: int | None = None
-        self._executor = ThreadPoolExecutor(
-            max_workers=1, thread_name_prefix="agentgate-store", initializer=self._remember
-        )
-
-    def _remember(self) -> None:
-        self._ident = threading.get_ident()
-
-    def call(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
-        """``fn(*args, **kwargs)`` on the store thread (directly when already there), in the
-        caller's context (OpenTelemetry span, context variables)."""
-        if threading.get_ident() == self._ident:
-            return fn(*args, **kwargs)
-        context = contextvars.copy_context()
-        return self._executor.submit(lambda: context.run(fn, *args, **kwargs)).result()
-
-    def close(self) -> None:
-        self._executor.shutdown(wait=True)
-
-
-def _on_store_thread(method: Callable[Concatenate[Gate, P], T]) -> Callable[Concatenate[Gate, P], T]:
-    """Run a ``Gate`` method on the gate's store thread (see ``_StoreThread``)."""
-
     def wrapper(self: Gate, /, *args: P.args, **kwargs: P.kwargs) -> T:
-        return self._io.call(method, self, *args, **kwargs)
+        with self._store_lock:
+            return method(self, *args, **kwargs)
 
     functools.update_wrapper(wrapper, method)
     return wrapper
@@ -425,7 +400,7 @@ class Gate:
         self.approvals = ApprovalStore(store)
         self.audit = AuditLog(store, log_key or open_log_key(store))
         self._config = scheduler or scheduler_config(policy)
-        self._io = _StoreThread()
+        self._store_lock = threading.RLock()
         self._outcomes = _PendingOutcomes(self._write_outcomes, tick=self.flush)
         self._sync_scheduler: SyncScheduler | None = None
         self._async_schedulers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Scheduler] = (
@@ -454,7 +429,6 @@ class Gate:
         self._close_dispatcher()
         self._outcomes.close()
         self.flush()
-        self._io.close()
         self.grants.close()
         self.store.close()
 
@@ -466,7 +440,7 @@ class Gate:
 
     # --- grants ---------------------------------------------------------------------------
 
-    @_on_store_thread
+    @_serialized
     def issue(
         self, anchor: SigningKey, *, name: str, key: SigningKey, role: str, tenant: str | None = None
     ) -> AgentIdentity:
@@ -488,7 +462,7 @@ class Gate:
         record(self.grants, chain)
         return AgentIdentity(name, key, chain, tenant or self._tenant_of(key.did))
 
-    @_on_store_thread
+    @_serialized
     def delegate(
         self,
         parent: AgentIdentity | None,
@@ -603,7 +577,7 @@ class Gate:
                 f"a delegated grant may carry a budget of {max(limits)} at most, not {asked}",
             )
 
-    @_on_store_thread
+    @_serialized
     def revoke(self, grant: AgentIdentity | Chain | str, *, by: str = "operator", reason: str = "") -> str:
         """Revoke a grant and, through it, every grant below it; audited. Returns the grant id."""
         target = grant.chain if isinstance(grant, AgentIdentity) else grant
@@ -620,7 +594,7 @@ class Gate:
 
     # --- deciding -------------------------------------------------------------------------
 
-    @_on_store_thread
+    @_serialized
     def authorize(
         self,
         identity: AgentIdentity | None,
@@ -1104,7 +1078,7 @@ class Gate:
             tx,
         )
 
-    @_on_store_thread
+    @_serialized
     def flush(self) -> None:
         """Commit every outcome pending now (failures are logged; see ``_carry``)."""
         self._outcomes.flush()
@@ -1156,7 +1130,7 @@ class Gate:
 
     # --- evidence -------------------------------------------------------------------------
 
-    @_on_store_thread
+    @_serialized
     def remaining(self, identity: AgentIdentity) -> dict[str, tuple[int, int]]:
         """Per grant of the identity's chain that has a budget: (spent, limit)."""
         self.flush()
@@ -1166,7 +1140,7 @@ class Gate:
             if link.budget is not None
         }
 
-    @_on_store_thread
+    @_serialized
     def verify(self) -> VerifyReport:
         """Sign a checkpoint, then recompute the audit log's tree and check every checkpoint."""
         self.flush()
