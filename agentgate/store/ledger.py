@@ -74,6 +74,9 @@ $$;
 }
 
 
+_RESERVE = "UPDATE budget_ledger SET remaining = remaining - ? WHERE grant_id = ? AND remaining >= ?"
+
+
 def _amount(value: object, what: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise InputError(f"{what} must be a non-negative integer in minor units, got {value!r}")
@@ -125,17 +128,20 @@ class BudgetLedger:
                 if grant_id not in caps:
                     continue
                 cap = _amount(caps[grant_id], f"cap of grant {grant_id}")
-                t.execute(
-                    "INSERT INTO budget_ledger (grant_id, cap, remaining) VALUES (?, ?, ?) "
-                    "ON CONFLICT (grant_id) DO NOTHING",
-                    (grant_id, cap, cap),
-                )
-                t.execute(
-                    "UPDATE budget_ledger SET remaining = remaining - ? WHERE grant_id = ? AND remaining >= ?",
-                    (amount, grant_id, amount),
-                )
+                # The conditional update first: once a grant's row exists (every use after the
+                # first) it is the only statement. When it changes nothing, the row is created if
+                # missing and the same conditional update decides (on PostgreSQL it then also sees
+                # a row another transaction created and committed meanwhile).
+                t.execute(_RESERVE, (amount, grant_id, amount))
                 if t.rowcount != 1:
-                    raise BudgetExceeded(f"grant {grant_id}: budget has less than {amount} left")
+                    t.execute(
+                        "INSERT INTO budget_ledger (grant_id, cap, remaining) VALUES (?, ?, ?) "
+                        "ON CONFLICT (grant_id) DO NOTHING",
+                        (grant_id, cap, cap),
+                    )
+                    t.execute(_RESERVE, (amount, grant_id, amount))
+                    if t.rowcount != 1:
+                        raise BudgetExceeded(f"grant {grant_id}: budget has less than {amount} left")
             reservation = uuid.uuid4().hex
             t.execute(
                 "INSERT INTO budget_reservations (id, chain, amount, state, created) VALUES (?, ?, ?, 'reserved', ?)",
@@ -180,14 +186,15 @@ class BudgetLedger:
                 )
 
     def _settle(self, t: Transaction, reservation: str, state: str, actual: int) -> Reservation:
-        t.execute(
-            "UPDATE budget_reservations SET state = ?, actual = ?, settled = ? WHERE id = ? AND state = 'reserved'",
+        rows = t.execute(
+            "UPDATE budget_reservations SET state = ?, actual = ?, settled = ? "
+            "WHERE id = ? AND state = 'reserved' RETURNING chain, amount",
             (state, actual, utc_now(), reservation),
         )
-        if t.rowcount != 1:
+        if len(rows) != 1:
             raise InputError(f"reservation {reservation!r} does not exist or is already settled")
-        row = t.execute("SELECT chain, amount FROM budget_reservations WHERE id = ?", (reservation,))[0]
-        return Reservation(reservation, tuple(json.loads(row[0])), int(row[1]), state, actual)
+        chain, amount = rows[0]
+        return Reservation(reservation, tuple(json.loads(chain)), int(amount), state, actual)
 
     def reservation(self, reservation: str) -> Reservation:
         """One reservation; ``InputError`` if unknown."""
