@@ -7,8 +7,9 @@ so revocation is read fresh on every decision and no revocation cache can be sta
 Durability of nonces (docs/token-format.md, "Replay and revocation guarantees"): on SQLite the nonce statement
 runs on a dedicated connection in WAL mode with ``synchronous=NORMAL``: a committed nonce
 survives a crash or restart of the process (it is in the WAL file) but not a power loss of the
-host, and costs no fsync. On PostgreSQL the nonce transaction sets ``synchronous_commit=off``:
-it survives any client crash, and a server crash can lose at most the last ~0.6 s of nonces
+host, and costs no fsync. On PostgreSQL the nonce statement runs as one autocommit round trip
+on a pooled connection and sets ``synchronous_commit=off`` for its own transaction
+(``set_config(..., true)`` inside the statement): it survives any client crash, and a server crash can lose at most the last ~0.6 s of nonces
 (``3 x wal_writer_delay``). ``durable_nonces=True`` makes both fully durable (one fsync each).
 Revocations and issued grants are always written durably through the store.
 
@@ -26,11 +27,14 @@ import sqlite3
 import threading
 from collections.abc import Iterable, Sequence
 from functools import lru_cache
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from agentgate.errors import StoreError
 from agentgate.store._base import Dialect, Store
 from agentgate.store._sqlite import SQLiteStore
+
+if TYPE_CHECKING:
+    from psycopg_pool import ConnectionPool
 
 _DDL: dict[Dialect, str] = {
     "sqlite": """
@@ -100,6 +104,23 @@ def _consume_sql(n: int) -> str:
 
 
 @lru_cache(maxsize=32)
+def _consume_pg_sql(n: int, durable: bool) -> str:
+    """The PostgreSQL form of ``_consume_sql``, for one autocommit round trip.
+
+    Unless ``durable``, the statement itself sets ``synchronous_commit`` off for its own
+    (implicit) transaction, so no ``BEGIN``/``SET LOCAL``/``COMMIT`` round trips are needed.
+    """
+    marks = ",".join(["%s"] * n)
+    source = "(SELECT set_config('synchronous_commit', 'off', true)) AS cfg " if not durable else ""
+    return (
+        "INSERT INTO agentgate_nonces (principal, nonce, expires) "
+        f"SELECT %s, %s, CAST(%s AS BIGINT) {'FROM ' + source if source else ''}WHERE NOT EXISTS "
+        f"(SELECT 1 FROM agentgate_revocations WHERE grant_id IN ({marks})) "
+        "ON CONFLICT DO NOTHING"
+    )
+
+
+@lru_cache(maxsize=32)
 def _revoked_sql(n: int) -> str:
     return f"SELECT grant_id FROM agentgate_revocations WHERE grant_id IN ({','.join('?' * n)})"
 
@@ -115,6 +136,12 @@ class GrantRepository:
         self._consumed = 0
         self._hot: sqlite3.Connection | None = None
         self._sqlite = isinstance(store, SQLiteStore)
+        self._pool: ConnectionPool | None = None
+        if store.dialect == "postgresql":
+            from agentgate.store._postgres import PostgresStore
+
+            if isinstance(store, PostgresStore):
+                self._pool = store.pool
         if isinstance(store, SQLiteStore):
             try:
                 self._hot = sqlite3.connect(
@@ -207,6 +234,11 @@ class GrantRepository:
                         hot.execute("DELETE FROM agentgate_nonces WHERE expires < ?", (expires - 3600,))
                 except sqlite3.Error as exc:
                     raise StoreError(f"cannot record the invocation nonce: {exc}") from exc
+        elif self._pool is not None:
+            changed = self._consume_pg(params, len(grant_ids))
+            self._consumed += 1
+            if self._consumed % _PRUNE_EVERY == 0:
+                self.prune_nonces(expires - 3600)
         else:
             with self.store.transaction(immediate=False) as tx:
                 if not self.durable_nonces:
@@ -219,6 +251,28 @@ class GrantRepository:
         if changed == 1:
             return "fresh"
         return "revoked" if self.revoked(grant_ids) else "replay"
+
+    def _consume_pg(self, params: tuple[object, ...], n: int) -> int:
+        """Run the nonce statement on PostgreSQL in one autocommit round trip; its row count."""
+        import psycopg
+
+        assert self._pool is not None
+        try:
+            with self._pool.connection() as conn:
+                conn.autocommit = True
+                try:
+                    return conn.execute(_consume_pg_sql(n, self.durable_nonces), params).rowcount
+                finally:
+                    if not conn.closed:
+                        conn.autocommit = False
+        except psycopg.Error as exc:
+            raise StoreError(f"cannot record the invocation nonce: {exc}") from exc
+        except Exception as exc:
+            if type(exc).__name__ == "PoolTimeout":
+                raise StoreError(
+                    f"cannot record the invocation nonce: PostgreSQL unreachable: {exc}"
+                ) from exc
+            raise
 
     def prune_nonces(self, before: int) -> int:
         """Forget nonces that expired before ``before``; their invocations are refused by time anyway."""
