@@ -31,14 +31,15 @@ import threading
 import time
 import weakref
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
-from opentelemetry.trace import Span, Tracer
+from opentelemetry import trace
+from opentelemetry.trace import INVALID_SPAN, ProxyTracerProvider, Span, Tracer
 
 from agentgate.audit.entry import argument_digest, canonical_json, redact
 from agentgate.audit.spans import chat_span, execute_tool_span, get_tracer, record_decision, record_usage
@@ -387,6 +388,7 @@ class Gate:
     ) -> None:
         self.policy = policy
         self.tracer = tracer or get_tracer()
+        self._global_tracer = tracer is None
         self.store = store
         self.index = PolicyIndex(policy)
         anchors = (
@@ -753,6 +755,7 @@ class Gate:
 
     def _entry(self, auth: Authorization, kind: str) -> dict[str, Any]:
         identity = auth.identity
+        loggable = self._loggable(auth.call)
         return {
             "kind": kind,
             "principal": identity.did if identity else "unknown",
@@ -760,10 +763,10 @@ class Gate:
             "policy_hash": self.policy.digest or None,
             "resource": auth.call.resource,
             "args_digest": argument_digest(auth.call.args),
-            "args": redact(auth.call.args, self._loggable(auth.call)),
+            "args": redact(auth.call.args, loggable),
             "approver": auth.approver,
             "reasons": [
-                *_redact_reasons(auth.reasons, auth.call.args, self._loggable(auth.call)),
+                *(_redact_reasons(auth.reasons, auth.call.args, loggable) if auth.reasons else ()),
                 *(f"{f.kind}:{f.code}" for f in auth.findings),
             ],
         }
@@ -842,7 +845,18 @@ class Gate:
             )
         except (Denied, Expired, InputError) as exc:
             return self._record_refusal(replace(auth, reasons=(f"approval not usable: {exc}",)))
-        return replace(auth, audit_index=index, reservations=tuple(held))
+        return Authorization(  # built directly: dataclasses.replace costs more than the rest of this step
+            auth.verdict,
+            auth.call,
+            identity,
+            auth.reasons,
+            auth.findings,
+            index,
+            tuple(held),
+            auth.request,
+            auth.approver,
+            decision,
+        )
 
     def _budget_reason(self, identity: AgentIdentity, exc: BudgetExceeded) -> str:
         self.flush()
@@ -947,9 +961,19 @@ class Gate:
             self._finish(span, auth, result, failed, spent)
             return result
 
+    def _span(self, auth: Authorization, call_id: str | None = None) -> AbstractContextManager[Span]:
+        """The GenAI span of the call (``execute_tool NAME`` or ``chat MODEL``) with the decision on it.
+
+        No span at all while the gate traces through the global tracer and no tracer provider is
+        installed: nothing could record it (the current span, and so the context a tool sees,
+        stays what it was). A provider installed later is used from the next call on.
+        """
+        if self._global_tracer and isinstance(trace.get_tracer_provider(), ProxyTracerProvider):
+            return nullcontext(INVALID_SPAN)
+        return self._open_span(auth, call_id)
+
     @contextmanager
-    def _span(self, auth: Authorization, call_id: str | None = None) -> Iterator[Span]:
-        """The GenAI span of the call (``execute_tool NAME`` or ``chat MODEL``) with the decision on it."""
+    def _open_span(self, auth: Authorization, call_id: str | None) -> Iterator[Span]:
         kind, _, name = auth.call.resource.partition(":")
         opened = (
             execute_tool_span(name, call_id=call_id, tracer=self.tracer)
@@ -958,17 +982,18 @@ class Gate:
         )
         with opened as span:
             identity = auth.identity
-            record_decision(
-                span,
-                auth.verdict,
-                policy_id=self.policy.digest or None,
-                capability_id=identity.grant_id if identity else None,
-                chain_depth=len(identity.chain.links) if identity else None,
-                audit_index=auth.audit_index,
-                reason="; ".join(auth.reasons)[:200] or None,
-            )
-            if identity is not None:
-                span.set_attribute("gen_ai.agent.name", identity.name)
+            if span.is_recording():  # a sampled-out span drops attributes: skip building them
+                record_decision(
+                    span,
+                    auth.verdict,
+                    policy_id=self.policy.digest or None,
+                    capability_id=identity.grant_id if identity else None,
+                    chain_depth=len(identity.chain.links) if identity else None,
+                    audit_index=auth.audit_index,
+                    reason="; ".join(auth.reasons)[:200] or None,
+                )
+                if identity is not None:
+                    span.set_attribute("gen_ai.agent.name", identity.name)
             yield span
 
     def _finish(
