@@ -5,7 +5,8 @@
 The run: a supervisor makes 5 sequential tool calls and hands work to 3 sub-agents (each on a
 fresh attenuated grant when gated), each of which makes 5 sequential tool calls: 20 tool calls,
 3 delegations and 27 model calls (a scripted chat model: no network, no GPU). Four variants run
-interleaved in the same process, so they see the same machine:
+interleaved in the same process, so they see the same machine (each round starts at another
+variant; the heap is collected before each run, outside the timing):
 
 - ``plain``: create_agent without agentgate (sub-agents invoked directly);
 - ``tools``: agentgate on tool calls only (``gate_models=False``), durable store;
@@ -24,6 +25,7 @@ reported: a figure that load inflates much less.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import statistics
 import sys
@@ -194,8 +196,15 @@ def main() -> None:
                 _check(run(), label != "plain")
             times: dict[str, list[float]] = {label: [] for label in variants}
             cpu: dict[str, list[float]] = {label: [] for label in variants}
-            for _ in range(repetitions):
-                for label, run in variants.items():
+            labels = list(variants)
+            for round_ in range(repetitions):
+                # Each round starts at another variant, so no variant always runs right after the
+                # same one (whose garbage or cache state it would inherit); the heap is collected
+                # before every run, outside the timing.
+                shift = round_ % len(labels)
+                for label in labels[shift:] + labels[:shift]:
+                    run = variants[label]
+                    gc.collect()
                     start, start_cpu = time.perf_counter(), time.process_time()
                     run()
                     times[label].append(time.perf_counter() - start)
