@@ -15,7 +15,7 @@ def test_approval_is_consumed_once_for_its_call(store: Store) -> None:
     approvals = ApprovalStore(store)
     request = approvals.request("call-1", "did:key:zAgent", time.time() + 60)
     approvals.approve(request, "did:key:zHuman")
-    assert approvals.consume(request, "call-1") == "did:key:zHuman"
+    assert approvals.consume(request, "call-1") == ("did:key:zHuman",)
     with pytest.raises(Denied, match="already used"):
         approvals.consume(request, "call-1")
 
@@ -57,3 +57,25 @@ def test_denied_request_cannot_be_consumed(store: Store) -> None:
         approvals.approve(request, "did:key:zHuman")
     with pytest.raises(InputError):
         approvals.get("nope")
+
+
+def test_a_quorum_needs_that_many_distinct_approvers(store: Store) -> None:
+    approvals = ApprovalStore(store)
+    request = approvals.request("call-q", "did:key:zAgent", time.time() + 60, quorum=2)
+    approvals.approve(request, "did:key:zAlice")
+    with pytest.raises(Denied, match="is pending"):
+        approvals.consume(request, "call-q")  # one yes of two is not an approval
+    with pytest.raises(Denied, match="counts once"):
+        approvals.approve(request, "did:key:zAlice")
+    with pytest.raises(Denied, match="requester"):
+        approvals.approve(request, "did:key:zAgent")
+    approvals.approve(request, "did:key:zBob")
+    assert approvals.get(request).state == "approved"
+    assert approvals.consume(request, "call-q") == ("did:key:zAlice", "did:key:zBob")
+    with pytest.raises(Denied, match="already used"):
+        approvals.consume(request, "call-q")
+
+
+def test_a_quorum_below_one_is_refused(store: Store) -> None:
+    with pytest.raises(InputError):
+        ApprovalStore(store).request("call", "did:key:zAgent", time.time() + 60, quorum=0)

@@ -1,10 +1,13 @@
 """Approvals: a human signs off one exact call, once, before it expires.
 
 An approval request is bound to a call hash (the hash of tool, arguments, chain and nonce that
-the authority core computes) and has an expiry. Every state change is a conditional update on
+the authority core computes), has an expiry and a quorum: how many distinct approvers must say
+yes. Each yes is one row in ``approval_votes`` (one per approver), and the request becomes
+``approved`` when the votes reach the quorum. Every state change is a conditional statement on
 the row's current state, so: an approval cannot be given after the request expired (a late
-approval never flips a timed-out request), the approver must differ from the requester, and an
-approval is consumed once, for the call it was given for; a replay finds it already consumed.
+approval never flips a timed-out request), an approver must differ from the requester and counts
+once, and an approval is consumed once, for the call it was given for; a replay finds it already
+consumed.
 """
 
 from __future__ import annotations
@@ -24,12 +27,19 @@ CREATE TABLE IF NOT EXISTS approvals (
     requester TEXT NOT NULL,
     state TEXT NOT NULL CHECK (state IN ('pending', 'approved', 'denied', 'consumed')),
     approver TEXT,
+    quorum INTEGER NOT NULL DEFAULT 1 CHECK (quorum >= 1),
     created REAL NOT NULL,
     expires_at REAL NOT NULL,
     decided_at REAL,
     consumed_at REAL
 );
 CREATE INDEX IF NOT EXISTS approvals_call ON approvals (call_hash);
+CREATE TABLE IF NOT EXISTS approval_votes (
+    approval_id TEXT NOT NULL REFERENCES approvals (id),
+    approver TEXT NOT NULL,
+    decided_at REAL NOT NULL,
+    PRIMARY KEY (approval_id, approver)
+);
 """,
     "postgresql": """
 DO $$
@@ -42,6 +52,7 @@ BEGIN
             requester TEXT NOT NULL,
             state TEXT NOT NULL CHECK (state IN ('pending', 'approved', 'denied', 'consumed')),
             approver TEXT,
+            quorum INTEGER NOT NULL DEFAULT 1 CHECK (quorum >= 1),
             created DOUBLE PRECISION NOT NULL,
             expires_at DOUBLE PRECISION NOT NULL,
             decided_at DOUBLE PRECISION,
@@ -50,6 +61,14 @@ BEGIN
     END IF;
     IF to_regclass('approvals_call') IS NULL THEN
         CREATE INDEX approvals_call ON approvals (call_hash);
+    END IF;
+    IF to_regclass('approval_votes') IS NULL THEN
+        CREATE TABLE approval_votes (
+            approval_id TEXT NOT NULL REFERENCES approvals (id),
+            approver TEXT NOT NULL,
+            decided_at DOUBLE PRECISION NOT NULL,
+            PRIMARY KEY (approval_id, approver)
+        );
     END IF;
 END;
 $$;
@@ -66,7 +85,9 @@ class Approval:
     requester: str
     state: str
     approver: str | None
+    """The approver whose yes completed the quorum (or who denied), once decided."""
     expires_at: float
+    quorum: int = 1
 
 
 class ApprovalStore:
@@ -85,53 +106,79 @@ class ApprovalStore:
             return own.rowcount
 
     def request(
-        self, call_hash: str, requester: str, expires_at: float, *, tx: Transaction | None = None
+        self,
+        call_hash: str,
+        requester: str,
+        expires_at: float,
+        *,
+        quorum: int = 1,
+        tx: Transaction | None = None,
     ) -> str:
-        """Open a request for the call ``call_hash``; returns its id. ``InputError`` on empty values."""
+        """Open a request for the call ``call_hash`` that ``quorum`` distinct approvers must approve.
+
+        Returns its id. ``InputError`` on empty values or a quorum below one.
+        """
         if not call_hash or not requester:
             raise InputError("an approval request needs a call hash and a requester")
+        if not isinstance(quorum, int) or isinstance(quorum, bool) or quorum < 1:
+            raise InputError(f"an approval quorum is a whole number >= 1, got {quorum!r}")
         approval_id = uuid.uuid4().hex
         self._run(
             tx,
-            "INSERT INTO approvals (id, call_hash, requester, state, created, expires_at) "
-            "VALUES (?, ?, ?, 'pending', ?, ?)",
-            (approval_id, call_hash, requester, time.time(), float(expires_at)),
+            "INSERT INTO approvals (id, call_hash, requester, state, quorum, created, expires_at) "
+            "VALUES (?, ?, ?, 'pending', ?, ?, ?)",
+            (approval_id, call_hash, requester, quorum, time.time(), float(expires_at)),
         )
         return approval_id
 
     def approve(
         self, approval_id: str, approver: str, *, now: float | None = None, tx: Transaction | None = None
     ) -> None:
-        """Approve a pending, unexpired request as ``approver`` (who must not be the requester).
+        """Record ``approver``'s yes on a pending, unexpired request; it is approved at its quorum.
 
-        Raises ``Expired`` if the request has expired, ``Denied`` if the approver is the requester
-        or the request was already decided, ``InputError`` if there is no such request.
+        Raises ``Expired`` if the request has expired, ``Denied`` if the approver is the requester,
+        has already approved it, or the request was already decided, ``InputError`` if there is no
+        such request.
         """
-        self._decide(approval_id, approver, "approved", now, tx)
+        now = time.time() if now is None else now
+        voted = self._run(
+            tx,
+            "INSERT INTO approval_votes (approval_id, approver, decided_at) "
+            "SELECT id, ?, ? FROM approvals WHERE id = ? AND state = 'pending' AND expires_at > ? "
+            "AND requester <> ? ON CONFLICT DO NOTHING",
+            (approver, now, approval_id, now, approver),
+        )
+        if voted != 1:
+            self._explain(tx, approval_id, now, approver=approver)
+        self._run(
+            tx,
+            "UPDATE approvals SET state = 'approved', approver = ?, decided_at = ? "
+            "WHERE id = ? AND state = 'pending' "
+            "AND (SELECT count(*) FROM approval_votes WHERE approval_id = ?) >= quorum",
+            (approver, now, approval_id, approval_id),
+        )
 
     def deny(
         self, approval_id: str, approver: str, *, now: float | None = None, tx: Transaction | None = None
     ) -> None:
-        """Refuse a pending request; same rules and errors as ``approve``."""
-        self._decide(approval_id, approver, "denied", now, tx)
+        """Refuse a pending request: one approver's no closes it, whatever the quorum.
 
-    def _decide(
-        self, approval_id: str, approver: str, state: str, now: float | None, tx: Transaction | None
-    ) -> None:
+        Same rules and errors as ``approve``.
+        """
         now = time.time() if now is None else now
         changed = self._run(
             tx,
-            "UPDATE approvals SET state = ?, approver = ?, decided_at = ? "
+            "UPDATE approvals SET state = 'denied', approver = ?, decided_at = ? "
             "WHERE id = ? AND state = 'pending' AND expires_at > ? AND requester <> ?",
-            (state, approver, now, approval_id, now, approver),
+            (approver, now, approval_id, now, approver),
         )
         if changed != 1:
             self._explain(tx, approval_id, now, approver=approver)
 
     def consume(
         self, approval_id: str, call_hash: str, *, now: float | None = None, tx: Transaction | None = None
-    ) -> str:
-        """Use an approval for the call ``call_hash``, once; returns the approver's id.
+    ) -> tuple[str, ...]:
+        """Use an approval for the call ``call_hash``, once; returns the approvers' ids, sorted.
 
         Raises ``Denied`` if it is not approved, was already used, or was given for another call;
         ``Expired`` if it has expired; ``InputError`` if there is no such approval.
@@ -145,9 +192,13 @@ class ApprovalStore:
         )
         if changed != 1:
             self._explain(tx, approval_id, now, call_hash=call_hash)
-        record = self._read(tx, approval_id)
-        assert record.approver is not None
-        return record.approver
+        return self.approvers(approval_id, tx=tx)
+
+    def approvers(self, approval_id: str, *, tx: Transaction | None = None) -> tuple[str, ...]:
+        """Who has approved the request so far, sorted."""
+        sql = "SELECT approver FROM approval_votes WHERE approval_id = ? ORDER BY approver"
+        rows = tx.execute(sql, (approval_id,)) if tx is not None else self.store.query(sql, (approval_id,))
+        return tuple(str(r[0]) for r in rows)
 
     def _read(self, tx: Transaction | None, approval_id: str) -> Approval:
         return self.get(approval_id) if tx is None else self._get(tx, approval_id)
@@ -164,6 +215,8 @@ class ApprovalStore:
             raise Expired(f"approval {approval_id} expired")
         if approver and record.requester == approver:
             raise Denied("the approver must not be the requester")
+        if approver and record.state == "pending" and approver in self.approvers(approval_id, tx=tx):
+            raise Denied(f"{approver} has already approved request {approval_id}; each approver counts once")
         raise Denied(f"approval {approval_id} is {record.state}")
 
     def get(self, approval_id: str) -> Approval:
@@ -173,10 +226,12 @@ class ApprovalStore:
 
     def _get(self, tx: Transaction, approval_id: str) -> Approval:
         rows = tx.execute(
-            "SELECT call_hash, requester, state, approver, expires_at FROM approvals WHERE id = ?",
+            "SELECT call_hash, requester, state, approver, expires_at, quorum FROM approvals WHERE id = ?",
             (approval_id,),
         )
         if not rows:
             raise InputError(f"no approval request {approval_id!r}")
-        call_hash, requester, state, approver, expires_at = rows[0]
-        return Approval(approval_id, str(call_hash), str(requester), str(state), approver, float(expires_at))
+        call_hash, requester, state, approver, expires_at, quorum = rows[0]
+        return Approval(
+            approval_id, str(call_hash), str(requester), str(state), approver, float(expires_at), int(quorum)
+        )
