@@ -16,6 +16,7 @@ from agentgate.gate import AgentIdentity, Approval, Gate
 from agentgate.keys import SigningKey
 from agentgate.policy import parse_policy
 from agentgate.store import SQLiteStore, Store
+from agentgate.store.audit import AuditLog
 
 POLICY = """
 version: 1
@@ -335,4 +336,22 @@ def test_an_outcome_that_cannot_be_written_is_logged_and_does_not_sink_the_other
     outcomes = [e.ref for e in entries if e.kind == "outcome"]
     assert sorted(outcomes) == sorted([auth.audit_index, other.audit_index])
     assert "not recorded" in caplog.text
+    assert setup.gate.verify().ok
+
+
+def test_audit_indexes_stay_gap_free_when_another_writer_appends_or_a_transaction_rolls_back(
+    setup: Setup, tmp_path: Path
+) -> None:
+    # The gate's log guesses its next index on SQLite; another log over the same database (another
+    # process) and a rolled-back append make the guess stale, and the next-index trigger makes it retry.
+    other = AuditLog(SQLiteStore(tmp_path / "agentgate.db"), SigningKey.generate())
+    first = setup.gate.authorize(setup.agent, Call.tool("lookup", {"id": "1"}))
+    other.append({"kind": "revoke", "principal": "operator"})
+    second = setup.gate.authorize(setup.agent, Call.tool("lookup", {"id": "2"}))
+    with pytest.raises(RuntimeError), setup.gate.store.transaction() as tx:
+        setup.gate.audit.append({"kind": "deny", "principal": "operator"}, tx)
+        raise RuntimeError("rolled back")
+    third = setup.gate.authorize(setup.agent, Call.tool("lookup", {"id": "3"}))
+    assert (first.audit_index, second.audit_index, third.audit_index) == (0, 2, 3)
+    assert [e.index for e in setup.entries()] == [0, 1, 2, 3]
     assert setup.gate.verify().ok

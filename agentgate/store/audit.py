@@ -41,6 +41,7 @@ from agentgate.store._sqlite import SQLiteStore
 DEFAULT_ORIGIN = "agentgate.local/audit"
 _sha256 = hashlib.sha256
 _BATCH = 20_000
+_INSERT = "INSERT INTO audit_log (idx, entry, leaf_hash) VALUES (?, ?, ?)"
 
 AUDIT_DDL: dict[Dialect, str] = {
     "sqlite": """
@@ -228,6 +229,13 @@ class AuditLog:
         self.previous_keys = tuple(previous_keys)
         Checkpoint(origin, 0, bytes(32)).text()  # validates the origin now, not at the first checkpoint
         store.ensure_schema("audit", AUDIT_DDL)
+        # Appends guess the next index only where the next-index trigger is known to guard them.
+        self._guessing = store.dialect == "sqlite" and bool(
+            store.query(
+                "SELECT 1 FROM sqlite_master WHERE type = 'trigger' AND name = 'audit_log_next_index'"
+            )
+        )
+        self._guess: int | None = None
 
     def open_checkpoint(self, note: str) -> Checkpoint:
         """A checkpoint of this log signed by its key or a previous one; ``TamperDetected`` otherwise."""
@@ -290,8 +298,25 @@ class AuditLog:
         return index, data, leaf_hash(data)
 
     def _append(self, tx: Transaction, fields: Mapping[str, Any]) -> int:
+        guess = self._guess
+        if guess is not None:
+            # SQLite: the index after this log's last append, without reading it. The
+            # audit_log_next_index trigger refuses the row unless it is exactly the next index, and
+            # a refused statement leaves the transaction usable, so a stale guess (another
+            # connection appended, or a rollback undid an append) costs one retry below, never a
+            # gap or a duplicate.
+            row = self._row(guess, fields)
+            try:
+                tx.execute(_INSERT, row)
+            except sqlite3.IntegrityError:
+                pass
+            else:
+                self._guess = guess + 1
+                return guess
         row = self._row(self._next_index(tx), fields)
-        _execute(tx, "INSERT INTO audit_log (idx, entry, leaf_hash) VALUES (?, ?, ?)", row)
+        _execute(tx, _INSERT, row)
+        if self._guessing:
+            self._guess = row[0] + 1
         return row[0]
 
     def checkpoint(self) -> str:
