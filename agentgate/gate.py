@@ -270,6 +270,7 @@ class _PendingOutcomes:
         self._tick = tick
         self._linger_s = linger_s
         self._items: list[_Outcome] = []
+        self._oldest = 0.0  # time.monotonic() when the oldest pending outcome was put
         self._lock = threading.Lock()
         self._closed = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="agentgate-outcomes", daemon=True)
@@ -278,6 +279,8 @@ class _PendingOutcomes:
     def put(self, item: _Outcome) -> None:
         # No wake-up here: waking a thread per call costs more than the call's own bookkeeping.
         with self._lock:
+            if not self._items:
+                self._oldest = time.monotonic()
             self._items.append(item)
 
     def take(self) -> list[_Outcome]:
@@ -290,6 +293,7 @@ class _PendingOutcomes:
         if items:
             with self._lock:
                 self._items[:0] = items
+                self._oldest = 0.0  # they have waited already: the next tick commits them
 
     def flush(self) -> None:
         items = self.take()
@@ -302,11 +306,15 @@ class _PendingOutcomes:
         self._thread.join()
 
     def _loop(self) -> None:
-        # Every ``linger_s``, have what no decision's transaction carried in the meantime committed
-        # (``tick`` does it under the store lock, under which every ``take`` happens, so a reader
-        # that flushes first never misses outcomes that another thread took but had not written yet).
-        while not self._closed.wait(self._linger_s):
-            if self._items:
+        # Every half ``linger_s``, have committed what has waited at least that long, so nothing
+        # waits much more than ``linger_s``, and an outcome put just before a tick is left to the
+        # next decision (an agent calling one tool after another otherwise paid an extra commit,
+        # durable, under the store lock, about every ``linger_s``). ``tick`` commits under the
+        # store lock, under which every ``take`` happens, so a reader that flushes first never
+        # misses outcomes that another thread took but had not written yet.
+        half = self._linger_s / 2
+        while not self._closed.wait(half):
+            if self._items and time.monotonic() - self._oldest >= half:
                 self._tick()
 
 
