@@ -1,7 +1,7 @@
 """Findings: the typed evidence of the four failure states of an authority boundary.
 
-Both the policy linter and the authority engine report findings; this module is below both so
-that ``policy`` never imports ``authority``.
+Both the policy linter and the authority engine report findings and decide outcomes; this
+module is below both so that ``policy`` never imports ``authority``.
 """
 
 from __future__ import annotations
@@ -18,6 +18,14 @@ class FindingKind(StrEnum):
     IMPLICIT_TRUST_INHERITANCE = "implicit_trust_inheritance"
     NON_REVOCABLE_GRANT = "non_revocable_grant"
     AUTHORITY_CHAIN_OPACITY = "authority_chain_opacity"
+
+
+class Outcome(StrEnum):
+    """The answer of a decision, from the policy alone or from the whole authority check."""
+
+    ALLOW = "allow"
+    DENY = "deny"
+    APPROVAL_REQUIRED = "approval_required"
 
 
 class Severity(StrEnum):

@@ -13,7 +13,6 @@ from agentgate.authority._decision import (
     Authority,
     ChainCache,
     Decision,
-    Outcome,
     decide,
     record,
     revoke,
@@ -32,6 +31,7 @@ from agentgate.authority._grant import (
     verify_chain,
 )
 from agentgate.authority._invocation import Invocation, args_digest
+from agentgate.findings import Outcome
 from agentgate.store.grants import GrantRepository
 
 sign_invocation = Invocation.sign

@@ -14,7 +14,6 @@ import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from enum import StrEnum
 from typing import Any, Protocol
 
 from agentgate.authority._encoding import sha256_hex
@@ -40,7 +39,7 @@ from agentgate.capabilities import (
     pattern_matches,
 )
 from agentgate.errors import CapabilityError, InvalidSignature, StoreError, TokenFormatError
-from agentgate.findings import Finding, FindingKind
+from agentgate.findings import Finding, FindingKind, Outcome
 from agentgate.keys import PublicKey
 from agentgate.store.grants import GrantRepository
 
@@ -48,12 +47,6 @@ _SCOPE = FindingKind.SCOPE_CREEP
 _TRUST = FindingKind.IMPLICIT_TRUST_INHERITANCE
 _REVOCABLE = FindingKind.NON_REVOCABLE_GRANT
 _OPACITY = FindingKind.AUTHORITY_CHAIN_OPACITY
-
-
-class Outcome(StrEnum):
-    ALLOW = "allow"
-    DENY = "deny"
-    APPROVAL_REQUIRED = "approval_required"
 
 
 @dataclass(frozen=True)

@@ -13,11 +13,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from agentgate.findings import Outcome
 from agentgate.policy._explain import explain
 from agentgate.policy._index import (
     ApprovalRequirement,
     GrantTemplate,
-    Outcome,
     PolicyDecision,
     PolicyIndex,
     QuotaRef,

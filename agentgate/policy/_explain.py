@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from agentgate.capabilities import Call
-from agentgate.policy._index import Outcome, PolicyDecision, PolicyIndex
+from agentgate.findings import Outcome
+from agentgate.policy._index import PolicyDecision, PolicyIndex
 from agentgate.policy._load import describe_constraint
 
 _VERDICT = {

@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from enum import StrEnum
 from typing import Any, NamedTuple
 
 from agentgate.capabilities import Call, Capability, Constraint, pattern_matches
 from agentgate.errors import PolicyError
+from agentgate.findings import Outcome
 from agentgate.policy._load import Policy, RuleRef, describe_constraint
 from agentgate.policy._schema import Budget
 
@@ -31,12 +31,6 @@ _TYPES: dict[str, frozenset[type]] = {
     "number": frozenset({int, float}),
     "boolean": frozenset({bool}),
 }
-
-
-class Outcome(StrEnum):
-    ALLOW = "allow"
-    DENY = "deny"
-    APPROVAL_REQUIRED = "approval_required"
 
 
 @dataclass(frozen=True)
