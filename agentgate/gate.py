@@ -23,6 +23,7 @@ why, without tokens, keys or argument values.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import hashlib
 import logging
@@ -632,9 +633,7 @@ class Gate:
         if verdict.outcome is Outcome.DENY:
             return self._record_refusal(Authorization(Verdict.DENY, call, identity, verdict.reasons))
         request = self._approval_request(identity, call, verdict, call_id)
-        approved = (
-            approval if request is not None and self._approval_valid(approval, request, verdict) else None
-        )
+        approved = self._approval_complete(approval, request, verdict) if request is not None else None
 
         pending = None
         if request is not None and approved is None and verdict.approval is not None:
@@ -744,8 +743,7 @@ class Gate:
         self, approval: Approval | None, request: Mapping[str, Any], verdict: PolicyDecision
     ) -> bool:
         gate: PolicyApproval | None = verdict.approval
-        if approval is None or gate is None or gate.quorum != 1:
-            # The approvals store records one approver per request: a quorum above one is never met.
+        if approval is None or gate is None:
             return False
         allowed = {did for did in gate.approver_dids if did}
         return (
@@ -754,6 +752,28 @@ class Gate:
             and approval.approver != request["requester_did"]
             and approval.verify()
         )
+
+    def _approval_complete(
+        self, approval: Approval | None, request: Mapping[str, Any], verdict: PolicyDecision
+    ) -> Approval | None:
+        """The approval that completes the gate's quorum, or ``None`` while it is not complete.
+
+        A quorum of one is decided with the call, in the decision's transaction. Above one, each
+        valid approval is recorded at once as one approver's vote (``store.approvals``; an
+        approver counts once), and the call is approved when the votes reach the quorum; until
+        then it stays ``approval_required`` and the run asks the next approver.
+        """
+        if not self._approval_valid(approval, request, verdict):
+            return None
+        assert approval is not None and verdict.approval is not None
+        quorum = verdict.approval.quorum
+        if quorum == 1:
+            return approval
+        # A repeated, late or misdirected vote adds nothing; the count below decides.
+        with contextlib.suppress(Denied, Expired, InputError):
+            self.approvals.approve(approval.request, approval.approver, call_hash=request["call_hash"])
+        votes = self.approvals.approvers(approval.request)
+        return approval if len(votes) >= quorum else None
 
     def approve(self, payload: Mapping[str, Any], approver: SigningKey) -> dict[str, str]:
         """Convenience for a human's tool: sign the request in ``payload``; the resume value."""
@@ -813,11 +833,16 @@ class Gate:
         if known is not None and known[2] > time.time():
             # The same call asked again (LangGraph re-runs a node when it resumes): one request,
             # one audit entry, until it is answered or expires.
+            votes = list(self.approvals.approvers(known[0])) if request["quorum"] > 1 else []
             return replace(
-                auth, audit_index=known[1], request={**request, "id": known[0], "expires_at": known[2]}
+                auth,
+                audit_index=known[1],
+                request={**request, "id": known[0], "expires_at": known[2], "approved_by": votes},
             )
         with self._decision_transaction() as tx:
-            request_id = self.approvals.request(call_hash, auth.identity.did, request["expires_at"], tx=tx)
+            request_id = self.approvals.request(
+                call_hash, auth.identity.did, request["expires_at"], quorum=request["quorum"], tx=tx
+            )
             index = self.audit.append(self._entry(auth, "approval_required"), tx)
         with self._lock:
             self._open_requests[call_hash] = (request_id, index, float(request["expires_at"]))
@@ -836,9 +861,10 @@ class Gate:
         try:
             with self._decision_transaction() as tx:
                 if approval is not None and request is not None:
-                    self.approvals.approve(approval.request, approval.approver, tx=tx)
-                    self.approvals.consume(approval.request, request["call_hash"], tx=tx)
-                    auth = replace(auth, approver=approval.approver)
+                    if request["quorum"] == 1:
+                        self.approvals.approve(approval.request, approval.approver, tx=tx)
+                    approvers = self.approvals.consume(approval.request, request["call_hash"], tx=tx)
+                    auth = replace(auth, approver=",".join(approvers))
                     with self._lock:
                         self._open_requests.pop(request["call_hash"], None)
                 held = []

@@ -355,3 +355,30 @@ def test_audit_indexes_stay_gap_free_when_another_writer_appends_or_a_transactio
     assert (first.audit_index, second.audit_index, third.audit_index) == (0, 2, 3)
     assert [e.index for e in setup.entries()] == [0, 1, 2, 3]
     assert setup.gate.verify().ok
+
+
+def test_a_quorum_of_two_needs_two_distinct_approvers(tmp_path: Path) -> None:
+    keys = {n: SigningKey.generate() for n in ("root", "agent", "lead", "lead2")}
+    text = POLICY.format(budget=10_000, **{n: k.did for n, k in keys.items() if n != "lead2"})
+    text = text.replace(
+        "  lead: {kind: human,",
+        f'  lead2: {{kind: human, did: "{keys["lead2"].did}", roles: [lead]}}\n  lead: {{kind: human,',
+    ).replace("approvers: [lead]\n", "approvers: [lead, lead2]\n    quorum: 2\n")
+    gate = Gate(parse_policy(text, source="quorum.yaml"), SQLiteStore(tmp_path / "agentgate.db"))
+    try:
+        agent = gate.issue(keys["root"], name="agent", key=keys["agent"], role="worker")
+        call = Call.tool("refund", {"amount": 500})
+        payload = gate.authorize(agent, call, call_id="q1").approval_payload()
+        first = Approval.sign(payload, keys["lead"])
+        waiting = gate.authorize(agent, call, call_id="q1", approval=first)
+        assert waiting.needs_approval  # one yes of two
+        again = gate.authorize(agent, call, call_id="q1", approval=first)
+        assert again.needs_approval and again.request is not None
+        assert again.request["approved_by"] == [keys["lead"].did]  # the same approver counts once
+        second = Approval.sign(again.approval_payload(), keys["lead2"])
+        auth = gate.authorize(agent, call, call_id="q1", approval=second)
+        assert auth.allowed
+        assert set((auth.approver or "").split(",")) == {keys["lead"].did, keys["lead2"].did}
+        assert not gate.authorize(agent, call, call_id="q1", approval=second).allowed  # single use
+    finally:
+        gate.close()

@@ -132,24 +132,30 @@ class ApprovalStore:
         return approval_id
 
     def approve(
-        self, approval_id: str, approver: str, *, now: float | None = None, tx: Transaction | None = None
+        self,
+        approval_id: str,
+        approver: str,
+        *,
+        call_hash: str | None = None,
+        now: float | None = None,
+        tx: Transaction | None = None,
     ) -> None:
         """Record ``approver``'s yes on a pending, unexpired request; it is approved at its quorum.
 
         Raises ``Expired`` if the request has expired, ``Denied`` if the approver is the requester,
         has already approved it, or the request was already decided, ``InputError`` if there is no
-        such request.
+        such request. With ``call_hash``, the yes counts only if the request is for that call.
         """
         now = time.time() if now is None else now
         voted = self._run(
             tx,
             "INSERT INTO approval_votes (approval_id, approver, decided_at) "
             "SELECT id, ?, ? FROM approvals WHERE id = ? AND state = 'pending' AND expires_at > ? "
-            "AND requester <> ? ON CONFLICT DO NOTHING",
-            (approver, now, approval_id, now, approver),
+            "AND requester <> ? AND call_hash = coalesce(?, call_hash) ON CONFLICT DO NOTHING",
+            (approver, now, approval_id, now, approver, call_hash),
         )
         if voted != 1:
-            self._explain(tx, approval_id, now, approver=approver)
+            self._explain(tx, approval_id, now, approver=approver, call_hash=call_hash or "")
         self._run(
             tx,
             "UPDATE approvals SET state = 'approved', approver = ?, decided_at = ? "
