@@ -926,7 +926,7 @@ class Gate:
 
     # --- running --------------------------------------------------------------------------
 
-    def _tool_call(self, auth: Authorization, call_id: str | None) -> ToolCall:
+    def _tool_call(self, auth: Authorization, call_id: str | None, run_id: str | None) -> ToolCall:
         identity = auth.identity
         assert identity is not None
         return ToolCall(
@@ -934,7 +934,9 @@ class Gate:
             arguments=auth.call.args,
             tenant=identity.tenant,
             principal=identity.name,
-            run_id=identity.grant_id,
+            # Idempotency keys (and the reuse of a completed result) are scoped to the run the
+            # caller names (a LangGraph thread), else to the grant.
+            run_id=run_id or identity.grant_id,
             call_id=call_id,
             grant_expires_at=float(identity.chain.tip.expires),
             authority_chain=identity.chain.ids,
@@ -946,6 +948,7 @@ class Gate:
         fn: Callable[[], T],
         *,
         call_id: str | None = None,
+        run_id: str | None = None,
         failed: Callable[[T], bool] | None = None,
         spent: Callable[[T], tuple[int, int] | None] | None = None,
     ) -> T:
@@ -959,7 +962,9 @@ class Gate:
         with self._span(auth, call_id) as span:
             try:
                 if auth.call.resource.startswith("tool:"):
-                    result = self._sync().submit(self._tool_call(auth, call_id), lambda _attempt: fn())
+                    result = self._sync().submit(
+                        self._tool_call(auth, call_id, run_id), lambda _attempt: fn()
+                    )
                 else:
                     result = fn()
             except BaseException as exc:
@@ -974,6 +979,7 @@ class Gate:
         fn: Callable[[], Awaitable[T]],
         *,
         call_id: str | None = None,
+        run_id: str | None = None,
         failed: Callable[[T], bool] | None = None,
         spent: Callable[[T], tuple[int, int] | None] | None = None,
     ) -> T:
@@ -986,7 +992,7 @@ class Gate:
                     async def attempt(_attempt: Attempt) -> T:
                         return await fn()
 
-                    result = await self._async().submit(self._tool_call(auth, call_id), attempt)
+                    result = await self._async().submit(self._tool_call(auth, call_id, run_id), attempt)
                 else:
                     result = await fn()
             except BaseException as exc:
@@ -1047,10 +1053,21 @@ class Gate:
         """Run a blocking gate step (store I/O) off the event loop, keeping the context variables."""
         return await asyncio.to_thread(fn, *args, **kwargs)
 
+    @property
+    def _shared_store(self) -> Store | None:
+        """The store the schedulers share limits, breakers and dead letters through: PostgreSQL only.
+
+        On PostgreSQL several gateway processes or hosts share one authority, so per-tool
+        concurrency and rate limits must hold across them (leases that expire when a holder
+        dies). The embedded SQLite default serves one process, where the in-process limits
+        are exact and a durable lease write per call would only add latency.
+        """
+        return self.store if self.store.dialect == "postgresql" else None
+
     def _sync(self) -> SyncScheduler:
         with self._lock:
             if self._sync_scheduler is None:
-                self._sync_scheduler = SyncScheduler(self._config)
+                self._sync_scheduler = SyncScheduler(self._config, store=self._shared_store)
             return self._sync_scheduler
 
     def _async(self) -> Scheduler:
@@ -1059,7 +1076,7 @@ class Gate:
         with self._lock:
             scheduler = self._async_schedulers.get(loop)
             if scheduler is None:
-                scheduler = self._async_schedulers[loop] = Scheduler(self._config)
+                scheduler = self._async_schedulers[loop] = Scheduler(self._config, store=self._shared_store)
             return scheduler
 
     def _check_allowed(self, auth: Authorization) -> None:

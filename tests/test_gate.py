@@ -382,3 +382,27 @@ def test_a_quorum_of_two_needs_two_distinct_approvers(tmp_path: Path) -> None:
         assert not gate.authorize(agent, call, call_id="q1", approval=second).allowed  # single use
     finally:
         gate.close()
+
+
+@pytest.mark.postgres
+def test_on_postgresql_dead_letters_are_shared_through_the_store(postgres_url: str) -> None:
+    from agentgate.store._postgres import PostgresStore
+    from agentgate.store.dead_letters import DeadLetterStore
+
+    keys = {n: SigningKey.generate() for n in ("root", "agent", "lead")}
+    text = POLICY.format(budget=10_000, **{n: k.did for n, k in keys.items()})
+    gate = Gate(parse_policy(text, source="pg.yaml"), PostgresStore(postgres_url))
+    try:
+        agent = gate.issue(keys["root"], name="agent", key=keys["agent"], role="worker")
+        auth = gate.authorize(agent, Call.tool("lookup", {"id": "7"}), call_id="c-dead")
+
+        def broken() -> str:
+            raise RuntimeError("backend down")
+
+        with pytest.raises(RuntimeError):
+            gate.run(auth, broken, call_id="c-dead", run_id="thread-1")
+        letters = DeadLetterStore(gate.store).recent()
+        assert [(d.tool, d.call_id, d.run_id) for d in letters] == [("lookup", "c-dead", "thread-1")]
+        assert tuple(letters[0].authority_chain) == tuple(agent.chain.ids)
+    finally:
+        gate.close()

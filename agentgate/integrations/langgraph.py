@@ -78,6 +78,14 @@ def identity_from_context(context: object) -> AgentIdentity | None:
     return found if isinstance(found, AgentIdentity) else None
 
 
+def _run_id(request: ToolCallRequest) -> str | None:
+    """The LangGraph thread the call belongs to: the scope of its idempotency key, so that a run
+    resumed after a restart reuses a tool call's completed result instead of running it again."""
+    config = getattr(request.runtime, "config", None) or {}
+    thread = (config.get("configurable") or {}).get("thread_id")
+    return str(thread) if thread is not None else None
+
+
 def _tool_call_of(request: ToolCallRequest) -> Call:
     return Call.tool(request.tool_call["name"], request.tool_call.get("args") or {})
 
@@ -193,7 +201,9 @@ class GateMiddleware(AgentMiddleware[Any, Any, Any]):
         if not auth.allowed:
             return _refusal(auth, call_id, name)
         try:
-            return self.gate.run(auth, lambda: handler(request), call_id=call_id, failed=_failed)
+            return self.gate.run(
+                auth, lambda: handler(request), call_id=call_id, run_id=_run_id(request), failed=_failed
+            )
         except GraphBubbleUp:
             raise  # interrupt() or Command(graph=PARENT) from inside the tool: LangGraph's to handle
         except AgentGateError as exc:
@@ -219,7 +229,9 @@ class GateMiddleware(AgentMiddleware[Any, Any, Any]):
         if not auth.allowed:
             return _refusal(auth, call_id, name)
         try:
-            return await self.gate.arun(auth, lambda: handler(request), call_id=call_id, failed=_failed)
+            return await self.gate.arun(
+                auth, lambda: handler(request), call_id=call_id, run_id=_run_id(request), failed=_failed
+            )
         except GraphBubbleUp:
             raise
         except AgentGateError as exc:
