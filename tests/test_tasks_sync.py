@@ -4,12 +4,24 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from agentgate.errors import SchedulingError
-from agentgate.tasks import Attempt, RetryPolicy, SchedulerConfig, SyncScheduler, ToolCall, ToolLimits
+from agentgate.errors import CircuitOpen, DeadlineExceeded, SchedulingError
+from agentgate.tasks import (
+    Attempt,
+    BreakerPolicy,
+    BreakerState,
+    RateLimit,
+    RetryPolicy,
+    SchedulerConfig,
+    SyncScheduler,
+    TenantShare,
+    ToolCall,
+    ToolLimits,
+)
 
 
 class Transient(Exception):
@@ -94,3 +106,197 @@ def test_closed_sync_scheduler_refuses_and_leaves_no_thread() -> None:
     with pytest.raises(SchedulingError, match="closed"):
         scheduler.submit(ToolCall("x"), lambda a: 1)
     assert {t.ident for t in threading.enumerate()} == before
+
+
+def _wait_until(predicate: Callable[[], bool], timeout_s: float = 5.0) -> None:
+    end = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < end, "timed out waiting"
+        time.sleep(0.001)
+
+
+def test_a_newcomer_does_not_overtake_queued_calls() -> None:
+    config = SchedulerConfig(tools={"t": ToolLimits(concurrency=1)})
+    release = threading.Event()
+    order: list[str] = []
+
+    def tool(attempt: Attempt) -> str:
+        name = str(attempt.call.arguments["name"])
+        order.append(name)
+        if name == "A":
+            release.wait(5)
+        return name
+
+    with SyncScheduler(config) as scheduler, ThreadPoolExecutor(max_workers=8) as pool:
+        core = scheduler.scheduler
+        first = pool.submit(scheduler.submit, ToolCall("t", arguments={"name": "A"}), tool)
+        _wait_until(lambda: order == ["A"])
+        queued = []
+        for i in range(5):  # one at a time, so their arrival order is known
+            queued.append(pool.submit(scheduler.submit, ToolCall("t", arguments={"name": f"B{i}"}), tool))
+            _wait_until(lambda i=i: core.queued == i + 1)  # type: ignore[misc]
+        release.set()
+        # The slot A gives back goes to B0 at once (under the lock): the newcomer finds no room.
+        assert scheduler.submit(ToolCall("t", arguments={"name": "N"}), tool) == "N"
+        assert first.result() == "A" and [f.result() for f in queued] == [f"B{i}" for i in range(5)]
+    assert order == ["A", "B0", "B1", "B2", "B3", "B4", "N"]
+    assert core.metrics.count("queued", "t") == 6  # the newcomer queued too
+
+
+def test_every_limit_holds_under_1000_sync_submissions_fast_and_queued() -> None:
+    config = SchedulerConfig(
+        max_concurrency=7,
+        principal_concurrency=2,
+        tenants={"a": TenantShare(concurrency=4), "b": TenantShare(concurrency=3)},
+        tools={"db": ToolLimits(concurrency=3), "web": ToolLimits(concurrency=5)},
+    )
+    lock = threading.Lock()
+    now: dict[str, int] = {}
+    peak: dict[str, int] = {}
+
+    def tool(attempt: Attempt) -> int:
+        call = attempt.call
+        keys = ["*", call.tool, "tenant:" + call.tenant, f"agent:{call.tenant}/{call.principal}"]
+        with lock:
+            for key in keys:
+                now[key] = now.get(key, 0) + 1
+                peak[key] = max(peak.get(key, 0), now[key])
+        time.sleep(0.0001 * (int(call.arguments["i"]) % 3))
+        with lock:
+            for key in keys:
+                now[key] -= 1
+        return int(call.arguments["i"])
+
+    calls = [
+        ToolCall(
+            ("db", "web")[i % 2],
+            arguments={"i": i},
+            tenant=("a", "b")[i % 3 % 2],
+            principal=f"p{i % 5}",
+            run_id="run" if i % 4 == 0 else None,  # a quarter with idempotency keys
+            call_id=str(i),
+        )
+        for i in range(1000)
+    ]
+    with SyncScheduler(config) as scheduler, ThreadPoolExecutor(max_workers=32) as pool:
+        results = list(pool.map(lambda call: scheduler.submit(call, tool), calls))
+        core = scheduler.scheduler
+        assert core.queued == 0 and core.in_flight == 0
+        queued = core.metrics.count("queued", "db") + core.metrics.count("queued", "web")
+        started = core.metrics.count("started", "db") + core.metrics.count("started", "web")
+    assert sorted(results) == list(range(1000)) and started == 1000
+    assert 0 < queued < 1000  # both paths were taken: started at once, and after waiting
+    assert peak["*"] <= 7 and peak["db"] <= 3 and peak["web"] <= 5
+    assert peak["tenant:a"] <= 4 and peak["tenant:b"] <= 3
+    assert max(v for k, v in peak.items() if k.startswith("agent:")) <= 2
+    assert peak["*"] >= 2
+
+
+def test_a_queued_sync_call_gives_up_at_its_deadline_and_frees_nothing_it_did_not_hold() -> None:
+    config = SchedulerConfig(tools={"t": ToolLimits(concurrency=1)})
+    release = threading.Event()
+    with SyncScheduler(config) as scheduler, ThreadPoolExecutor(max_workers=2) as pool:
+        holder = pool.submit(scheduler.submit, ToolCall("t"), lambda a: release.wait(5))
+        _wait_until(lambda: scheduler.scheduler.in_flight == 1)
+        with pytest.raises(DeadlineExceeded, match="could not start"):
+            scheduler.submit(ToolCall("t", deadline=time.time() + 0.05), lambda a: "never")
+        assert scheduler.scheduler.queued == 0 and scheduler.scheduler.in_flight == 1
+        release.set()
+        assert holder.result() is True
+        assert scheduler.submit(ToolCall("t"), lambda a: "next") == "next"
+
+
+def test_twins_with_one_idempotency_key_run_once_from_threads() -> None:
+    runs = 0
+    gate = threading.Event()
+
+    def tool(attempt: Attempt) -> str:
+        nonlocal runs
+        runs += 1
+        gate.wait(5)
+        return "paid " + str(attempt.idempotency_key)[:8]
+
+    call = ToolCall("pay", arguments={"amount": 10}, run_id="r1", call_id="c1")
+    with SyncScheduler() as scheduler, ThreadPoolExecutor(max_workers=4) as pool:
+        first = pool.submit(scheduler.submit, call, tool)
+        _wait_until(lambda: runs == 1)
+        twins = [pool.submit(scheduler.submit, call, tool) for _ in range(3)]
+        _wait_until(lambda: scheduler.scheduler.metrics.count("reused", "pay") == 3)
+        gate.set()
+        results = {first.result(), *(t.result() for t in twins), scheduler.submit(call, tool)}
+    assert runs == 1 and len(results) == 1
+
+
+def test_sync_rate_limit_spaces_starts_and_the_timer_wakes_queued_callers() -> None:
+    config = SchedulerConfig(tools={"r": ToolLimits(rate=RateLimit(per_second=50, burst=1))})
+    starts: list[float] = []
+    with SyncScheduler(config) as scheduler, ThreadPoolExecutor(max_workers=6) as pool:
+        began = time.monotonic()
+        list(
+            pool.map(
+                lambda _: scheduler.submit(ToolCall("r"), lambda a: starts.append(time.monotonic())), range(6)
+            )
+        )
+    assert len(starts) == 6
+    assert max(starts) - began >= 5 / 50 * 0.9  # one start at once, then one per 20 ms
+
+
+def test_sync_breaker_opens_and_refuses_without_running() -> None:
+    config = SchedulerConfig(breaker=BreakerPolicy(failure_threshold=2, reset_timeout_s=60))
+    runs = 0
+
+    def failing(attempt: Attempt) -> None:
+        nonlocal runs
+        runs += 1
+        raise Transient("down")
+
+    with SyncScheduler(config) as scheduler:
+        for _ in range(2):
+            with pytest.raises(Transient):
+                scheduler.submit(ToolCall("flaky"), failing)
+        with pytest.raises(CircuitOpen):
+            scheduler.submit(ToolCall("flaky"), failing)
+        assert [b.state for b in scheduler.breakers()] == [BreakerState.OPEN]
+        assert [d.reason for d in scheduler.dead_letters()] == ["attempts_exhausted"] * 2
+    assert runs == 2
+
+
+def test_close_without_draining_refuses_queued_calls_and_returns_running_ones() -> None:
+    before = {t.ident for t in threading.enumerate()}
+    config = SchedulerConfig(tools={"t": ToolLimits(concurrency=1)})
+    release = threading.Event()
+    scheduler = SyncScheduler(config)
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        running = pool.submit(scheduler.submit, ToolCall("t"), lambda a: release.wait(5) and "done")
+        _wait_until(lambda: scheduler.scheduler.in_flight == 1)
+        waiting = pool.submit(scheduler.submit, ToolCall("t"), lambda a: "never")
+        _wait_until(lambda: scheduler.scheduler.queued == 1)
+        scheduler.close(drain=False)
+        with pytest.raises(SchedulingError, match="shut down"):
+            waiting.result()
+        release.set()
+        assert running.result() == "done"
+    assert scheduler.scheduler.in_flight == 0
+    assert {t.ident for t in threading.enumerate()} == before
+
+
+def test_a_newcomer_does_not_take_a_rate_token_a_queued_call_waits_for() -> None:
+    config = SchedulerConfig(tools={"r": ToolLimits(rate=RateLimit(per_second=20, burst=1))})
+    order: list[str] = []
+
+    def tool(attempt: Attempt) -> str:
+        name = str(attempt.call.arguments["name"])
+        order.append(name)
+        return name
+
+    with SyncScheduler(config) as scheduler, ThreadPoolExecutor(max_workers=2) as pool:
+        assert scheduler.submit(ToolCall("r", arguments={"name": "A"}), tool) == "A"  # takes the token
+        waiting = pool.submit(scheduler.submit, ToolCall("r", arguments={"name": "B"}), tool)
+        _wait_until(lambda: scheduler.scheduler.queued == 1)
+        # Hold the loop thread so the rate timer cannot fire: the next token is there after 50 ms,
+        # and only the newcomer's own admission can hand it out.
+        scheduler._loop.call_soon_threadsafe(time.sleep, 0.3)
+        time.sleep(0.1)
+        assert scheduler.submit(ToolCall("r", arguments={"name": "N"}), tool) == "N"
+        assert waiting.result() == "B"
+    assert order == ["A", "B", "N"]

@@ -18,7 +18,8 @@ lease heartbeat is one thread, joined by ``aclose``).
    deadline. A call given up after at least one failed attempt becomes a dead letter.
 
 Everything runs on the event loop the scheduler is first used from; it is not thread-safe (use
-``SyncScheduler`` from threads).
+``SyncScheduler`` from threads: without a store it runs this module's admission code in its
+callers' threads, always under its one lock, and never uses the async attempt loop below).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
@@ -67,10 +68,19 @@ _DEAD_LETTERS_KEPT = 1_000
 _BREAKER_SYNC_S = 0.25
 
 
+class Signal(Protocol):
+    """How a waiting call learns it was started: an ``asyncio.Future`` for async callers, a
+    thread-safe one-shot signal for the sync facade's callers (``_sync.py``)."""
+
+    def done(self) -> bool: ...
+
+    def set_result(self, result: None, /) -> None: ...
+
+
 class _Waiter:
     __slots__ = ("call", "entry", "future", "granted", "limits", "queued_at")
 
-    future: asyncio.Future[None]  # set only when the call has to wait
+    future: Signal  # set only when the call has to wait
 
     def __init__(self, call: ToolCall, limits: ToolLimits, queued_at: float) -> None:
         self.call = call
@@ -139,6 +149,8 @@ class Scheduler:
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at = 0.0
         self._rate_wait = 0.0
+        #: Set by ``SyncScheduler``, whose dispatches run in callers' threads: arms the rate timer.
+        self._timer_hook: Callable[[float], None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._idle: asyncio.Event | None = None
         self._closed = False
@@ -350,14 +362,15 @@ class Scheduler:
                         # Someone waiting: this call queues behind them (no method call to find out).
                         waiter = None if self._queue.size else self._start_now(call, limits, loop)
                         if waiter is None:
-                            waiter = self._enqueue(call, limits, priority, loop, traced)
+                            future: asyncio.Future[None] = loop.create_future()
+                            waiter = self._enqueue(call, limits, priority, loop, traced, future)
                             if not waiter.granted:
                                 try:
                                     if deadline is None:
-                                        await waiter.future
+                                        await future
                                     else:
                                         async with asyncio.timeout_at(deadline):
-                                            await waiter.future
+                                            await future
                                 except BaseException as exc:
                                     self._abandon(waiter)
                                     if isinstance(exc, TimeoutError):
@@ -561,10 +574,11 @@ class Scheduler:
         priority: PriorityClass,
         loop: asyncio.AbstractEventLoop,
         traced: bool,
+        future: Signal,
     ) -> _Waiter:
-        """The slow path: queue ``call`` fairly (``Overloaded`` when full); the caller awaits its future."""
+        """The slow path: queue ``call`` fairly (``Overloaded`` when full); ``future`` is set when it starts."""
         waiter = _Waiter(call, limits, loop.time())
-        waiter.future = loop.create_future()
+        waiter.future = future
         config = self.config
         share = self._shares.get(call.tenant)
         if share is None:
@@ -707,7 +721,9 @@ class Scheduler:
         if self._queue.size and self._rate_wait != float("inf"):
             assert self._loop is not None
             at = self._loop.time() + self._rate_wait
-            if self._timer is None or at < self._timer_at:
+            if self._timer_hook is not None:  # the sync facade: maybe not on the loop's thread
+                self._timer_hook(at)
+            elif self._timer is None or at < self._timer_at:
                 if self._timer is not None:
                     self._timer.cancel()
                 self._timer = self._loop.call_at(at, self._on_timer)
@@ -780,6 +796,18 @@ class Scheduler:
     async def _dead_letter(
         self, call: ToolCall, key: str | None, errors: list[AttemptError], reason: str
     ) -> None:
+        letter = self._record_dead(call, key, errors, reason)
+        if self._dead_store is not None:
+            try:
+                await asyncio.to_thread(self._dead_store.record, letter)
+            except StoreError:
+                # The caller gets the tool's error either way; a lost record is counted, not hidden.
+                self.metrics.event("dead_letter_not_stored", call.tool, {"agentgate.reason": reason})
+
+    def _record_dead(
+        self, call: ToolCall, key: str | None, errors: list[AttemptError], reason: str
+    ) -> DeadLetter:
+        """Keep the dead letter of a call given up for ``reason`` in memory and count it; return it."""
         letter = DeadLetter(
             id=uuid.uuid4().hex,
             recorded_at=time.time(),
@@ -799,12 +827,7 @@ class Scheduler:
         self.metrics.event(
             "gave_up", call.tool, {"agentgate.reason": reason, "agentgate.attempts": len(errors)}
         )
-        if self._dead_store is not None:
-            try:
-                await asyncio.to_thread(self._dead_store.record, letter)
-            except StoreError:
-                # The caller gets the tool's error either way; a lost record is counted, not hidden.
-                self.metrics.event("dead_letter_not_stored", call.tool, {"agentgate.reason": reason})
+        return letter
 
 
 def _decrement(counts: dict[Any, int], key: Any) -> None:

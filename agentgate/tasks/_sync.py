@@ -1,11 +1,26 @@
 """The sync facade: ``SyncScheduler.submit(call, fn)`` for callers without an event loop.
 
-Design (docs/tasks.md, "sync callers"): the scheduler's async core runs on one event loop in one
-thread that this object owns and joins in ``close()``; the tool function itself runs in the
-*caller's* thread. For every attempt the core hands the caller an ``Attempt`` through a private
-queue and waits for the caller to report the outcome; admission, fairness, limits, retries and
-breakers are the core's, identical for sync and async callers. So no thread pool is needed, a
-tool runs with its caller's thread-locals and context, and the only thread is the loop thread.
+Design (docs/tasks.md, "sync callers"). The tool function always runs in the *caller's* thread,
+so a tool keeps its caller's thread-locals and context and no thread pool is needed.
+
+Without a store (the gate's case) the caller's thread also runs the scheduling itself: the
+admission state of the core (in-flight counts, token buckets, the fair queue, the result cache)
+is only ever touched under this object's one lock, by the callers' threads and by the loop
+thread's rate timer. A call that can start now (nothing queued, every limit has room: the core's
+own ``_start_now`` rule) starts without leaving its thread; one that cannot is pushed into the
+same fair queue (``_enqueue``) and its thread blocks on a one-shot signal that the dispatch sets
+when a slot is given back: whoever gives a slot back (a caller's thread, or the rate timer) runs
+the core's ``_dispatch`` under the lock and wakes the fairest waiting call's thread. Newcomers
+never overtake: while anything is queued they queue too. Retries, the retry rule, breakers, dead
+letters and metrics use the core's objects and methods; only the attempt loop is written twice
+(``Scheduler._run`` for coroutines, ``_attempts`` here for functions), step for step the same.
+
+With a store (cross-process leases, shared rate buckets and breakers, persisted dead letters,
+which are blocking store work inside the core's async attempt loop), every attempt is handed to
+the loop thread and back instead (``_submit_handed``): the core decides, the caller's thread
+runs the tool.
+
+The loop thread is owned by this object and joined in ``close()``.
 
 Limit: a sync function cannot be interrupted. Its timeout is not enforced while it runs: it keeps
 its slot until it returns (so concurrency limits hold even then), a result that arrives late is
@@ -20,24 +35,74 @@ import contextlib
 import queue
 import random
 import threading
+import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 from opentelemetry import context as otel_context
+from opentelemetry import trace
 from prometheus_client import CollectorRegistry
 
-from agentgate.errors import SchedulingError
+from agentgate.errors import CircuitOpen, DeadlineExceeded, Overloaded, SchedulingError
 from agentgate.store._base import Store
-from agentgate.store.dead_letters import DeadLetter
-from agentgate.tasks._breaker import BreakerSnapshot
+from agentgate.store.dead_letters import AttemptError, DeadLetter
+from agentgate.tasks._breaker import BreakerSnapshot, CircuitBreaker
 from agentgate.tasks._call import Attempt, ToolCall
 from agentgate.tasks._classify import DEFAULT_CLASSIFIER, Classifier
-from agentgate.tasks._config import SchedulerConfig
-from agentgate.tasks._scheduler import Scheduler
+from agentgate.tasks._config import PriorityClass, SchedulerConfig, ToolLimits
+from agentgate.tasks._scheduler import Scheduler, _GiveUp, _Waiter
 
 T = TypeVar("T")
 
 _Work = tuple[Attempt, "asyncio.Future[Any]"]
+
+
+class _Wake:
+    """A one-shot signal a queued caller's thread blocks on until the dispatch starts its call.
+
+    ``set_result`` and ``cancel`` are only called under the scheduler's lock (so at most once).
+    """
+
+    __slots__ = ("_lock", "_set", "cancelled")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._lock.acquire()
+        self._set = False
+        self.cancelled = False
+
+    def done(self) -> bool:
+        return self._set
+
+    def set_result(self, result: None, /) -> None:
+        if not self._set:
+            self._set = True
+            self._lock.release()
+
+    def cancel(self) -> None:
+        self.cancelled = True
+        self.set_result(None)
+
+    def wait(self, timeout: float | None) -> bool:
+        """Block until set (True) or ``timeout`` seconds passed (False)."""
+        if timeout is None:
+            return self._lock.acquire()
+        return self._lock.acquire(timeout=max(timeout, 0.0))
+
+
+class _Twin:
+    """The outcome of a running keyed call, for the calls with the same key that join it.
+
+    Written under the scheduler's lock before ``finished`` (made by the first joiner) is set.
+    """
+
+    __slots__ = ("error", "finished", "interrupted", "result")
+
+    def __init__(self) -> None:
+        self.result: Any = None
+        self.error: Exception | None = None
+        self.interrupted = False
+        self.finished: threading.Event | None = None
 
 
 class SyncScheduler:
@@ -55,6 +120,17 @@ class SyncScheduler:
         self.scheduler = Scheduler(config, store=store, rng=rng, classifier=classifier, registry=registry)
         self.scheduler._preemptive = False
         self._loop = asyncio.new_event_loop()
+        self._direct = store is None
+        #: Guards the core's admission state, the result cache and the fields below (direct mode).
+        self._lock = threading.Lock()
+        self._idle = threading.Condition(self._lock)
+        self._active = 0  # calls inside submit (direct mode)
+        self._waiting: set[_Wake] = set()  # queued callers' signals, cancelled by close()
+        self._twins: dict[str, _Twin] = {}
+        self._closing = threading.Event()  # wakes callers sleeping a retry backoff
+        if self._direct:
+            self.scheduler._loop = self._loop
+            self.scheduler._timer_hook = self._arm_timer
         self._thread = threading.Thread(
             target=self._loop.run_forever, name="agentgate-scheduler", daemon=True
         )
@@ -77,6 +153,275 @@ class SyncScheduler:
             raise SchedulingError("SyncScheduler.submit must not be called from the scheduler's own thread")
         if self._closed:
             raise SchedulingError("the scheduler is closed")
+        if not self._direct:
+            return self._submit_handed(call, fn)
+        core = self.scheduler
+        limits = core._limits_cache.get(call.tool) or core._limits(call.tool)
+        priority = core._priorities.get(call.priority)
+        if priority is None:
+            priority = core._priorities[call.priority] = core.config.priority_class(call.priority)
+        key = call.idempotency_key() if call.run_id and call.call_id else None
+        with self._lock:
+            if core._closed:
+                raise SchedulingError("the scheduler is closed")
+            self._active += 1
+        try:
+            if key is None:
+                return self._attempts(call, fn, limits, priority, None)
+            return self._keyed(call, fn, limits, priority, key)
+        finally:
+            with self._lock:
+                self._active -= 1
+                if not self._active and core._closed:
+                    self._idle.notify_all()
+
+    # --- direct mode: scheduling in the caller's thread -------------------------------------------
+
+    def _keyed(
+        self,
+        call: ToolCall,
+        fn: Callable[[Attempt], T],
+        limits: ToolLimits,
+        priority: PriorityClass,
+        key: str,
+    ) -> T:
+        """A call with an idempotency key: reuse a completed result, join a running twin, or run."""
+        core = self.scheduler
+        results = core._results
+        with self._lock:
+            if key in results:
+                results.move_to_end(key)
+                core.metrics.event("reused", call.tool, {"agentgate.idempotency_key": key})
+                return results[key]  # type: ignore[no-any-return]
+            twin = self._twins.get(key)
+            if twin is None:
+                mine = self._twins[key] = _Twin()
+            else:
+                core.metrics.event(
+                    "reused", call.tool, {"agentgate.idempotency_key": key, "agentgate.joined": True}
+                )
+                if twin.finished is None:
+                    twin.finished = threading.Event()
+                joined = twin.finished
+        if twin is not None:
+            joined.wait()
+            if twin.error is not None:
+                raise twin.error
+            if twin.interrupted:
+                raise SchedulingError(f"tool {call.tool}: the running twin of this call was interrupted")
+            return twin.result  # type: ignore[no-any-return]
+        try:
+            result = self._attempts(call, fn, limits, priority, key)
+        except BaseException as exc:
+            with self._lock:
+                del self._twins[key]
+                if isinstance(exc, Exception):
+                    mine.error = exc
+                else:
+                    mine.interrupted = True
+                done = mine.finished
+            if done is not None:
+                done.set()
+            raise
+        with self._lock:
+            del self._twins[key]
+            mine.result = result
+            done = mine.finished
+            if core.config.result_cache_size:
+                results[key] = result
+                if len(results) > core.config.result_cache_size:
+                    results.popitem(last=False)
+        if done is not None:
+            done.set()
+        return result
+
+    def _breaker(self, call: ToolCall) -> CircuitBreaker:
+        core = self.scheduler
+        if call.breaker_key is None:
+            found = core._tool_breakers.get(call.tool)
+            if found is None:
+                with self._lock:
+                    found = core._tool_breaker(call.tool)
+        else:
+            found = core._breakers.get(call.breaker_key)
+            if found is None:
+                with self._lock:
+                    found = core.breaker(call.breaker_key)
+        return found
+
+    def _attempts(
+        self,
+        call: ToolCall,
+        fn: Callable[[Attempt], T],
+        limits: ToolLimits,
+        priority: PriorityClass,
+        key: str | None,
+    ) -> T:
+        """The attempts of one call: ``Scheduler._run`` step for step, with ``fn`` called in this thread."""
+        core = self.scheduler
+        lock = self._lock
+        metrics = core.metrics
+        clock = self._loop.time  # time.monotonic, callable from any thread
+        tool = call.tool
+        deadline = None
+        if call.deadline is not None or call.grant_expires_at is not None:
+            absolute = call.absolute_deadline()
+            assert absolute is not None
+            deadline = clock() + (absolute - time.time())
+        breaker = self._breaker(call)
+        context = otel_context.get_current()
+        traced = bool(context) and trace.get_current_span(context).is_recording()
+        errors: list[AttemptError] = []
+        number = 0
+        while True:
+            number += 1
+            try:
+                # 1. admission: start now, or wait in the fair queue (never past the deadline)
+                if not breaker.closed and breaker.refuses():
+                    raise _GiveUp("circuit_open", CircuitOpen(f"the circuit breaker {breaker.key} is open"))
+                waiter = self._admit(call, limits, priority, deadline, traced)
+                # 2. the attempt, under the breaker and the attempt deadline (checked, not enforced)
+                probing = False
+                try:
+                    if not breaker.closed and not breaker.allow():
+                        raise _GiveUp(
+                            "circuit_open", CircuitOpen(f"the circuit breaker {breaker.key} is open")
+                        )
+                    probing = True
+                    attempt_deadline = deadline
+                    if limits.timeout_s is not None:
+                        own = clock() + limits.timeout_s
+                        attempt_deadline = own if attempt_deadline is None else min(own, attempt_deadline)
+                    unix_deadline = (
+                        None if attempt_deadline is None else time.time() + (attempt_deadline - clock())
+                    )
+                    with lock:
+                        if traced:
+                            metrics.event("started", tool, {"agentgate.attempt": number})
+                        else:
+                            metrics.tally("started", tool)
+                    attempt = tuple.__new__(Attempt, (call, number, key, unix_deadline))
+                    probing = False  # from here on the outcome is reported to the breaker below
+                    result = fn(attempt)
+                except _GiveUp:
+                    raise
+                except Exception as exc:
+                    # 3. a failed attempt: classify, tell the breaker, ask the retry rule
+                    error_class = core._classifier(exc) or "error"
+                    errors.append(
+                        AttemptError(number, error_class, type(exc).__qualname__, str(exc)[:500], time.time())
+                    )
+                    breaker.record_failure(error_class)
+                    delay = core._retry_delay(
+                        call, limits, key, exc, error_class, number, self._loop, deadline
+                    )
+                    with lock:
+                        metrics.event(
+                            "retried",
+                            tool,
+                            {
+                                "agentgate.attempt": number,
+                                "agentgate.error_class": error_class,
+                                "agentgate.delay_s": delay,
+                            },
+                        )
+                except BaseException:
+                    if not probing:  # interrupted while the tool ran: it says nothing about the tool
+                        breaker.release()
+                    raise
+                else:
+                    if not breaker.healthy:
+                        breaker.record_success()
+                    return result
+                finally:
+                    if probing:
+                        breaker.release()
+                    with lock:
+                        core._finish(waiter)  # wakes the fairest waiting call's thread, if any
+                # 4. back off with every slot released (close() cuts it short), then try again
+                self._closing.wait(delay)
+            except _GiveUp as stop:
+                if errors:
+                    with lock:
+                        core._record_dead(call, key, errors, stop.reason)
+                raise stop.error from None
+
+    def _admit(
+        self,
+        call: ToolCall,
+        limits: ToolLimits,
+        priority: PriorityClass,
+        deadline: float | None,
+        traced: bool,
+    ) -> _Waiter:
+        """Take the call's slots now, or wait for them in the fair queue; raises ``_GiveUp``."""
+        core = self.scheduler
+        loop = self._loop
+        lock = self._lock
+        try:
+            with lock:
+                if core._closed:
+                    raise SchedulingError("the scheduler is closed")
+                if deadline is not None and deadline <= loop.time():
+                    raise DeadlineExceeded(
+                        f"tool {call.tool}: the call's deadline passed before it could start"
+                    )
+                # Someone waiting: this call queues behind them, exactly as in the async core.
+                waiter = None if core._queue.size else core._start_now(call, limits, loop)
+                if waiter is not None:
+                    return waiter
+                wake = _Wake()
+                waiter = core._enqueue(call, limits, priority, loop, traced, wake)
+                if waiter.granted:
+                    core.metrics.observe_wait(loop.time() - waiter.queued_at)
+                    return waiter
+                self._waiting.add(wake)
+            try:
+                woke = wake.wait(None if deadline is None else deadline - loop.time())
+            except BaseException:
+                with lock:
+                    self._waiting.discard(wake)
+                    core._abandon(waiter)
+                raise
+            with lock:
+                self._waiting.discard(wake)
+                if woke and not wake.cancelled:
+                    core.metrics.observe_wait(loop.time() - waiter.queued_at)
+                    return waiter
+                core._abandon(waiter)  # out of the queue, or (granted at the last moment) its slot back
+            if wake.cancelled:
+                raise SchedulingError("the scheduler shut down before the call could start")
+            raise DeadlineExceeded(
+                f"tool {call.tool}: could not start before the call's deadline "
+                f"(queued {loop.time() - waiter.queued_at:.3f}s)"
+            )
+        except SchedulingError as exc:
+            reasons = {DeadlineExceeded: "deadline", Overloaded: "shed"}
+            raise _GiveUp(reasons.get(type(exc), "closed"), exc) from exc
+
+    def _arm_timer(self, at: float) -> None:
+        """The core's rate-timer hook (called under the lock, from any thread): arm it on the loop."""
+        with contextlib.suppress(RuntimeError):  # a closed loop: nothing is waiting any more
+            self._loop.call_soon_threadsafe(self._set_timer, at)
+
+    def _set_timer(self, at: float) -> None:
+        core = self.scheduler
+        with self._lock:
+            if core._timer is not None:
+                if core._timer_at <= at:
+                    return
+                core._timer.cancel()
+            core._timer = self._loop.call_at(at, self._on_timer)
+            core._timer_at = at
+
+    def _on_timer(self) -> None:
+        with self._lock:
+            self.scheduler._timer = None
+            self.scheduler._dispatch()
+
+    # --- with a store: every attempt handed to the loop thread and back ---------------------------
+
+    def _submit_handed(self, call: ToolCall, fn: Callable[[Attempt], T]) -> T:
         loop = self._loop
         inbox: queue.SimpleQueue[_Work | None] = queue.SimpleQueue()
         caller_context = otel_context.get_current()
@@ -128,20 +473,38 @@ class SyncScheduler:
         with contextlib.suppress(RuntimeError):  # a closed loop: shutdown already cancelled the call
             self._loop.call_soon_threadsafe(settle)
 
+    # --- state and shutdown -----------------------------------------------------------------------
+
     def breakers(self) -> list[BreakerSnapshot]:
         """The state of every breaker the scheduler has used."""
         return self.scheduler.breakers()
 
     def dead_letters(self) -> list[DeadLetter]:
         """Dead letters recorded by the scheduler, oldest first."""
-        return self.scheduler.dead_letters()
+        with self._lock:
+            return self.scheduler.dead_letters()
 
     def close(self, *, drain: bool = True, timeout_s: float | None = None) -> None:
-        """Drain (or cancel) the calls in progress, stop the loop thread and join it. Idempotent."""
+        """Drain (or cancel) the calls in progress, stop the loop thread and join it. Idempotent.
+
+        Draining lets running and queued calls finish (at most ``timeout_s``, None: no limit);
+        retries not yet started give up (``SchedulingError``). Then, or at once when not
+        draining, queued calls are refused with ``SchedulingError``. A sync tool already running
+        cannot be interrupted: it finishes in its caller's thread and its result is returned.
+        """
         with self._close_lock:
             if self._closed:
                 return
             self._closed = True
+        if self._direct:
+            with self._lock:
+                self.scheduler._closed = True
+            self._closing.set()
+            with self._lock:
+                if drain:
+                    self._idle.wait_for(lambda: not self._active, timeout_s)
+                for wake in self._waiting:
+                    wake.cancel()
         asyncio.run_coroutine_threadsafe(
             self.scheduler.aclose(drain=drain, timeout_s=timeout_s), self._loop
         ).result()
