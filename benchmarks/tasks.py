@@ -12,6 +12,12 @@ concurrency limits really bind and calls really queue.
 
 Goal: scheduler time <= 2.0 x bare time. Prints a table, then one JSON line (the last line).
 
+Sync figures (no goal; wall time, best of the repeats): ``SyncScheduler.submit`` of a no-op
+function from one thread, without and with an idempotency key (the gate's calls have one),
+in microseconds per call; and 8 threads sharing a limit of 2 (every call contends) through the
+scheduler against ``threading.BoundedSemaphore(2)`` doing the same work (which barges and keeps
+no order, so it is a floor, not an equal).
+
     .venv/bin/python benchmarks/tasks.py [--quick] [--json] [--calls N] [--repeat R]
 """
 
@@ -21,9 +27,19 @@ import argparse
 import asyncio
 import gc
 import json
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
-from agentgate.tasks import PriorityClass, Scheduler, SchedulerConfig, ToolCall, ToolLimits
+from agentgate.tasks import (
+    Attempt,
+    PriorityClass,
+    Scheduler,
+    SchedulerConfig,
+    SyncScheduler,
+    ToolCall,
+    ToolLimits,
+)
 
 TOOLS = 10
 LIMIT = 16
@@ -73,6 +89,50 @@ async def scheduled(calls: int) -> float:
     return elapsed
 
 
+def _noop_sync(_attempt: Attempt) -> None:
+    return None
+
+
+def sync_uncontended(calls: int, *, keyed: bool) -> float:
+    """Microseconds per ``SyncScheduler.submit`` of a no-op from one thread (never waits)."""
+    stamp = time.time_ns()
+    requests = [
+        ToolCall("t", arguments={"i": i}, run_id=f"run{stamp}" if keyed else None, call_id=str(i))
+        for i in range(calls)
+    ]
+    with SyncScheduler(SchedulerConfig(tools={"t": ToolLimits(concurrency=2)})) as scheduler:
+        submit = scheduler.submit
+        start = time.perf_counter()
+        for call in requests:
+            submit(call, _noop_sync)
+        elapsed = time.perf_counter() - start
+    return elapsed / calls * 1e6
+
+
+def _yield(_attempt: object = None) -> None:
+    time.sleep(0)  # lets another thread run, as any real tool would
+
+
+def sync_contended(calls: int) -> tuple[float, float]:
+    """Microseconds per call, 8 threads through a limit of 2: (scheduler, BoundedSemaphore)."""
+    requests = [ToolCall("t", arguments={"i": i}) for i in range(calls)]
+    semaphore = threading.BoundedSemaphore(2)
+
+    def bare_one(_call: ToolCall) -> None:
+        with semaphore:
+            _yield()
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        start = time.perf_counter()
+        list(pool.map(bare_one, requests))
+        bare_us = (time.perf_counter() - start) / calls * 1e6
+        with SyncScheduler(SchedulerConfig(tools={"t": ToolLimits(concurrency=2)})) as scheduler:
+            start = time.perf_counter()
+            list(pool.map(lambda call: scheduler.submit(call, _yield), requests))
+            sched_us = (time.perf_counter() - start) / calls * 1e6
+    return sched_us, bare_us
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="2,000 calls, 2 repeats")
@@ -88,6 +148,11 @@ def main() -> None:
         bare_s.append(asyncio.run(bare(calls)))
         gc.collect()
         sched_s.append(asyncio.run(scheduled(calls)))
+    sync_calls = calls // 2
+    sync_plain = min(sync_uncontended(sync_calls, keyed=False) for _ in range(repeat))
+    sync_keyed = min(sync_uncontended(sync_calls, keyed=True) for _ in range(repeat))
+    contended = [sync_contended(sync_calls // 4) for _ in range(repeat)]
+    sync_busy, semaphore_busy = min(c[0] for c in contended), min(c[1] for c in contended)
     b, s = min(bare_s), min(sched_s)
     ratio = s / b
     added_us = (s - b) / calls * 1e6
@@ -103,6 +168,14 @@ def main() -> None:
         print(f"{name:<30} {seconds:>9.4f} {rate:>11.0f}")
     print(f"ratio scheduler/bare: {ratio:.2f}   added per call: {added_us:.1f} us")
     print(
+        f"sync submit of a no-op, one thread: {sync_plain:.1f} us, with an idempotency key: "
+        f"{sync_keyed:.1f} us ({sync_calls} calls)"
+    )
+    print(
+        f"sync, 8 threads, limit 2: scheduler {sync_busy:.1f} us/call, "
+        f"BoundedSemaphore {semaphore_busy:.1f} us/call ({sync_calls // 4} calls)"
+    )
+    print(
         json.dumps(
             {
                 "benchmark": "tasks",
@@ -113,6 +186,10 @@ def main() -> None:
                     "bare_calls_per_s": round(calls / b),
                     "scheduler_calls_per_s": round(calls / s),
                     "added_us_per_call": round(added_us, 2),
+                    "sync_submit_us": round(sync_plain, 2),
+                    "sync_submit_keyed_us": round(sync_keyed, 2),
+                    "sync_contended_us": round(sync_busy, 2),
+                    "semaphore_contended_us": round(semaphore_busy, 2),
                 },
                 "goals": {
                     "scheduler_vs_bare_ratio": {"value": round(ratio, 3), "limit": 2.0, "better": "lower"}
