@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import threading
 import time
 from collections.abc import Callable
@@ -300,3 +301,33 @@ def test_a_newcomer_does_not_take_a_rate_token_a_queued_call_waits_for() -> None
         assert scheduler.submit(ToolCall("r", arguments={"name": "N"}), tool) == "N"
         assert waiting.result() == "B"
     assert order == ["A", "B", "N"]
+
+
+def test_draining_close_finishes_queued_calls_and_cuts_a_retry_backoff_short() -> None:
+    policy = RetryPolicy(attempts=3, backoff_initial_s=30, backoff_max_s=30, retry_on=("transient",))
+    config = SchedulerConfig(tools={"t": ToolLimits(concurrency=1), "flaky": ToolLimits(retry=policy)})
+    release = threading.Event()
+    tries = 0
+
+    def flaky(attempt: Attempt) -> None:
+        nonlocal tries
+        tries += 1
+        raise Transient("down")
+
+    scheduler = SyncScheduler(config, rng=random.Random(1))
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        running = pool.submit(scheduler.submit, ToolCall("t"), lambda a: release.wait(5) and "first")
+        _wait_until(lambda: scheduler.scheduler.in_flight == 1)
+        queued = pool.submit(scheduler.submit, ToolCall("t"), lambda a: "second")
+        _wait_until(lambda: scheduler.scheduler.queued == 1)
+        backing_off = pool.submit(scheduler.submit, ToolCall("flaky"), flaky)
+        _wait_until(lambda: scheduler.scheduler.metrics.count("retried", "flaky") == 1)
+        began = time.monotonic()
+        threading.Timer(0.05, release.set).start()
+        scheduler.close()  # drains: the queued call still runs; the backoff is cut short
+        assert time.monotonic() - began < 5
+        assert running.result() == "first" and queued.result() == "second"
+        with pytest.raises(SchedulingError, match="closed"):
+            backing_off.result()
+    assert tries == 1
+    assert [d.reason for d in scheduler.dead_letters()] == ["closed"]
