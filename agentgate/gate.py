@@ -230,6 +230,8 @@ class Authorization:
     """The authority engine's decision, when one was made."""
     budget_exhausted: bool = False
     """Refused because a budget of the chain has too little left: the run should end."""
+    rule: str | None = None
+    """The policy rule that allows the call (``role R rule N``), recorded in its audit entries."""
 
     @property
     def allowed(self) -> bool:
@@ -654,6 +656,9 @@ class Gate:
             else decision.reasons,
             decision.findings,
             decision=decision,
+            rule=f"role {verdict.rule.role} rule {verdict.rule.index + 1}"
+            if verdict.rule is not None
+            else None,
         )
         if auth.needs_approval:
             return self._record_approval_request(auth, request)
@@ -789,6 +794,7 @@ class Gate:
             "principal": identity.did if identity else "unknown",
             "chain_hash": identity.grant_id if identity else None,
             "policy_hash": self.policy.digest or None,
+            "rule": auth.rule,
             "resource": auth.call.resource,
             "args_digest": argument_digest(auth.call.args),
             "args": redact(auth.call.args, loggable),
@@ -890,6 +896,7 @@ class Gate:
             auth.request,
             auth.approver,
             decision,
+            rule=auth.rule,
         )
 
     def _budget_reason(self, identity: AgentIdentity, exc: BudgetExceeded) -> str:

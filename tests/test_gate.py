@@ -100,6 +100,7 @@ def test_allowed_call_is_audited_before_it_runs_and_its_outcome_after(setup: Set
     decision, outcome = setup.entries()
     assert seen == [1]  # the decision entry was committed when the tool started
     assert decision.kind == "allow" and decision.args == {"id": "42"}
+    assert decision.rule == "role worker rule 1" and decision.policy_hash == setup.gate.policy.digest
     assert "hunter2" not in decision.to_bytes().decode()
     assert outcome.kind == "outcome" and outcome.status == "ok" and outcome.ref == decision.index
 
