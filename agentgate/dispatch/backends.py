@@ -11,16 +11,18 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
+import orjson
 
 from agentgate.dispatch.inventory import Backend
 from agentgate.dispatch.metrics import EngineLoad, load_from_text
 from agentgate.errors import BackendFailed, DispatchError
 
 _CALLER_ERRORS = frozenset({400, 401, 403, 413, 422})
+_JSON = {"content-type": "application/json"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +66,8 @@ class ChatResult:
     finish_reason: str | None
     usage: Usage
     body: Mapping[str, Any]
+    raw: bytes = field(default=b"", repr=False)
+    """The body as the backend sent it (``body`` is its decoded form); empty if not kept."""
 
 
 class BackendClient:
@@ -73,6 +77,10 @@ class BackendClient:
         self.backend = backend
         self.http = http
         self.timeouts = timeouts or Timeouts()
+        # Built once: the same limits for every request of a kind.
+        self._answer_timeout = self._timeout(self.timeouts.first_token_s)
+        self._stream_timeout = self._timeout(self.timeouts.idle_s)
+        self._probe_timeout = self._timeout(self.timeouts.probe_s)
 
     def _timeout(self, read: float) -> httpx.Timeout:
         return httpx.Timeout(
@@ -87,9 +95,13 @@ class BackendClient:
         """
         body = {**payload, "stream": False}
         try:
+            content = orjson.dumps(body)
+        except orjson.JSONEncodeError:  # what orjson does not take (an integer beyond 64 bits)
+            content = json.dumps(body).encode()
+        try:
             async with asyncio.timeout(self.timeouts.first_token_s):
                 response = await self.http.post(
-                    self.backend.chat_url, json=body, timeout=self._timeout(self.timeouts.first_token_s)
+                    self.backend.chat_url, content=content, headers=_JSON, timeout=self._answer_timeout
                 )
         except TimeoutError:
             raise BackendFailed(
@@ -98,14 +110,15 @@ class BackendClient:
         except httpx.HTTPError as exc:
             raise BackendFailed(f"{self.backend.name}: {type(exc).__name__}: {exc}") from None
         self._check_status(response.status_code, response.text[:200])
+        raw = response.content
         try:
-            data = response.json()
+            data = orjson.loads(raw)
             choice = data["choices"][0]
-            content = choice["message"]["content"] or ""
-            if not isinstance(content, str):
+            text = choice["message"]["content"] or ""
+            if not isinstance(text, str):
                 raise TypeError("content is not a string")
             return ChatResult(
-                self.backend.name, content, choice.get("finish_reason"), _usage(data.get("usage")), data
+                self.backend.name, text, choice.get("finish_reason"), _usage(data.get("usage")), data, raw
             )
         except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
             raise BackendFailed(f"{self.backend.name}: malformed chat completion: {exc}") from None
@@ -121,7 +134,7 @@ class BackendClient:
         first = True
         try:
             async with self.http.stream(
-                "POST", self.backend.chat_url, json=body, timeout=self._timeout(self.timeouts.idle_s)
+                "POST", self.backend.chat_url, json=body, timeout=self._stream_timeout
             ) as response:
                 if response.status_code >= 300:
                     text = (await response.aread())[:200].decode("utf-8", "replace")
@@ -155,9 +168,7 @@ class BackendClient:
         if self.backend.metrics_url is None:
             raise BackendFailed(f"{self.backend.name}: no metrics_url")
         try:
-            response = await self.http.get(
-                self.backend.metrics_url, timeout=self._timeout(self.timeouts.probe_s)
-            )
+            response = await self.http.get(self.backend.metrics_url, timeout=self._probe_timeout)
         except httpx.HTTPError as exc:
             raise BackendFailed(f"{self.backend.name}: metrics: {type(exc).__name__}") from None
         if response.status_code != 200:
@@ -169,7 +180,7 @@ class BackendClient:
         try:
             async with asyncio.timeout(self.timeouts.probe_s):
                 response = await self.http.get(
-                    self.backend.url.rstrip("/") + "/health", timeout=self._timeout(self.timeouts.probe_s)
+                    self.backend.url.rstrip("/") + "/health", timeout=self._probe_timeout
                 )
         except (httpx.HTTPError, TimeoutError):
             return False

@@ -4,10 +4,13 @@
 (Prometheus text, a registry of its own per app), ``GET /healthz``. One chat call:
 
 1. The body is read and checked (400 for anything that is not a chat completion request).
-2. ``GatewayGate.authorize_invocation`` (in a worker thread: it does store I/O) decides the
+2. ``GatewayGate.authorize_invocation`` decides the
    invocation from the headers and records the decision: the budget reserved for the estimated
    prompt and the output limit, and the audit entry, in one transaction before anything is sent.
    A refusal answers 401, 402 or 403 with an OpenAI-style error body, and has reserved nothing.
+   The step blocks (store I/O): it runs in a worker thread while other chat calls are in flight,
+   and on the event loop itself when this call is the only one (nothing else could run on the
+   loop meanwhile, and the hand-off to a thread and back costs more than the rest of the step).
 3. The dispatcher routes the call to a backend that serves the model, with the call's output
    limit set to what was reserved; the answer (or the stream) goes back to the caller.
 4. The usage the backend reports is charged and the outcome audited (``Gate.arun`` /
@@ -22,8 +25,8 @@ import json
 import threading
 import time
 import uuid
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping
-from typing import Any
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
+from typing import Any, ParamSpec, TypeVar
 
 import uvicorn
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
@@ -56,6 +59,8 @@ _ERROR_TYPES = {
 _UNPARSED = Call("gateway:chat.completions", "generate")
 """The call recorded for a body too malformed to name a model."""
 MAX_BODY_BYTES = 8 * 1024 * 1024
+P = ParamSpec("P")
+T = TypeVar("T")
 
 
 def error_response(
@@ -94,6 +99,8 @@ class Gateway:
         self.dispatcher = Dispatcher(inventory, router or Router(inventory), timeouts=timeouts)
         self.slo_ttft_s = slo_ttft_s
         self.models = sorted({m for b in inventory.backends for m in b.models})
+        self._in_flight = 0
+        """Chat calls being answered now, streams until their last event (event loop only)."""
         self.registry = CollectorRegistry()
         self._requests = Counter(
             "agentgate_gateway_requests",
@@ -146,9 +153,23 @@ class Gateway:
     # --- chat completions -----------------------------------------------------------------
 
     async def _chat(self, request: Request) -> Response:
-        response = await self._answer(request)
+        self._in_flight += 1
+        streaming = False
+        try:
+            response = await self._answer(request)
+            # A stream is in flight until its events end (``_events`` counts it out).
+            streaming = isinstance(response, StreamingResponse)
+        finally:
+            if not streaming:
+                self._in_flight -= 1
         self._requests.labels(status=str(response.status_code)).inc()
         return response
+
+    async def _blocking(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+        """Run a blocking gate step: inline when this is the only chat call in flight, else in a thread."""
+        if self._in_flight <= 1:
+            return fn(*args, **kwargs)
+        return await asyncio.to_thread(fn, *args, **kwargs)
 
     async def _answer(self, request: Request) -> Response:
         arrived = time.perf_counter()
@@ -160,7 +181,7 @@ class Gateway:
         max_tokens = max_tokens_of(body)
         prompt = estimate_tokens(prompt_text(m for m in body["messages"]))
         started = time.perf_counter()
-        decision = await asyncio.to_thread(
+        decision = await self._blocking(
             self.gate.authorize_invocation,
             _bearer(request.headers.get("authorization")),
             request.headers.get(INVOCATION_HEADER),
@@ -193,10 +214,13 @@ class Gateway:
             f"decide;dur={(decided - started) * 1000:.3f}, backend;dur={(answered - decided) * 1000:.3f}, "
             f"total;dur={(time.perf_counter() - arrived) * 1000:.3f}"
         )
+        # The backend's own bytes when it sent them (the body is not decoded and encoded again).
+        if result.raw:
+            return Response(result.raw, media_type="application/json", headers=headers)
         return JSONResponse(dict(result.body), headers=headers)
 
     async def _refuse_body(self, reason: str) -> Response:
-        decision = await asyncio.to_thread(self.gate.refuse, _UNPARSED, 400, "invalid_request", reason)
+        decision = await self._blocking(self.gate.refuse, _UNPARSED, 400, "invalid_request", reason)
         return error_response(400, f"malformed chat completion request: {reason}", decision.code or "invalid")
 
     async def _stream(
@@ -270,6 +294,7 @@ class Gateway:
             return
         finally:
             await chunks.aclose()
+            self._in_flight -= 1
         if usage is not None:
             self._count_tokens(usage.prompt_tokens, usage.completion_tokens)
             if include_usage:

@@ -105,7 +105,20 @@ class GatewayGate(Gate):
         approval, which the gateway cannot ask for); 402 for a budget that cannot hold the
         reservation for ``tokens`` (prompt, max output). Each refusal is audited and reserves
         nothing. Raises ``AuditError``/``StoreError`` only if even a refusal cannot be recorded.
+
+        Runs holding the gate's store lock, as ``Gate.authorize`` does: decisions are recorded
+        one at a time, and the outcomes a decision's transaction carries are taken under it.
         """
+        with self._store_lock:
+            return self._authorize_invocation(chain_token, invocation_text, call, tokens)
+
+    def _authorize_invocation(
+        self,
+        chain_token: str | None,
+        invocation_text: str | None,
+        call: Call,
+        tokens: tuple[int, int],
+    ) -> GatewayDecision:
         if not chain_token or not invocation_text:
             missing = "Authorization: Bearer <chain>" if not chain_token else "X-Agentgate-Invocation"
             return self.refuse(call, 401, "missing_invocation", f"no {missing} header")
@@ -224,9 +237,13 @@ class GatewayGate(Gate):
                 self._settle(auth, "ok" if error is None else "error", error, usage)
 
     def refuse(self, call: Call, status: int, code: str, reason: str) -> GatewayDecision:
-        """Audit a refusal of ``call`` by an unidentified caller (nothing reserved) and answer ``status``."""
+        """Audit a refusal of ``call`` by an unidentified caller (nothing reserved) and answer ``status``.
+
+        Raises ``AuditError``/``StoreError`` if the refusal cannot be recorded.
+        """
         finding = Finding(kind=FindingKind.AUTHORITY_CHAIN_OPACITY, code=code, message=reason)
-        auth = self._record_refusal(Authorization(Verdict.DENY, call, None, (reason,), (finding,)))
+        with self._store_lock:
+            auth = self._record_refusal(Authorization(Verdict.DENY, call, None, (reason,), (finding,)))
         return GatewayDecision(auth, status, code)
 
     def _chain(self, token: str) -> Chain:
