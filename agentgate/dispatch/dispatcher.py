@@ -1,6 +1,7 @@
 """The dispatcher: routes each model call, sends it, and fails over when a backend fails.
 
-It owns one pooled HTTP client, one ``BackendClient`` per inventory backend and two background
+It owns the pooled HTTP clients (``httpx`` for streams, scrapes and probes; ``aiohttp`` for
+non-streamed calls, the faster of the two there), one ``BackendClient`` per inventory backend and two background
 loops: a metrics scraper (every ``scrape_interval_s``; a backend whose metrics cannot be read is
 simply left to the router's in-flight accounting once its last scrape is stale) and a health
 prober (every ``health_interval_s``; a backend that fails its probe, or a request, is marked down
@@ -21,6 +22,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
+import aiohttp
 import httpx
 
 from agentgate.dispatch._policy import AllowedBackend, RoutePlan, RouteRequest, RoutingPolicy
@@ -56,6 +58,7 @@ class Dispatcher:
         self.recovery_wait_s = recovery_wait_s
         self.clock = clock
         self._http: httpx.AsyncClient | None = None
+        self._session: aiohttp.ClientSession | None = None
         self.clients: dict[str, BackendClient] = {}
         self._down_since: dict[str, float] = {}
         self._tasks: list[asyncio.Task[None]] = []
@@ -75,7 +78,16 @@ class Dispatcher:
         self._http = httpx.AsyncClient(
             limits=httpx.Limits(max_connections=1000, max_keepalive_connections=100)
         )
-        self.clients = {b.name: BackendClient(b, self._http, self.timeouts) for b in self.inventory.backends}
+        # Idle connections are dropped before a backend's own keep-alive timeout (uvicorn's: 5 s)
+        # could close one under a request.
+        self._session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=1000, limit_per_host=0, keepalive_timeout=4.0),
+            skip_auto_headers=("User-Agent",),
+        )
+        self.clients = {
+            b.name: BackendClient(b, self._http, self.timeouts, session=self._session)
+            for b in self.inventory.backends
+        }
         self._tasks = [asyncio.create_task(self._scrape_loop()), asyncio.create_task(self._health_loop())]
 
     async def aclose(self) -> None:
@@ -89,6 +101,9 @@ class Dispatcher:
         if self._http is not None:
             await self._http.aclose()
             self._http = None
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
 
     # --- calls ---------------------------------------------------------------------------
 
