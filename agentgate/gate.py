@@ -79,6 +79,7 @@ from agentgate.policy import Outcome, Policy, PolicyDecision, PolicyIndex, load_
 from agentgate.store import Store, Transaction, open_store
 from agentgate.store.approvals import ApprovalStore
 from agentgate.store.audit import AuditLog, VerifyReport, open_log_key
+from agentgate.store.dead_letters import DeadLetterStore
 from agentgate.store.ledger import BudgetLedger
 from agentgate.tasks import (
     Attempt,
@@ -1071,10 +1072,17 @@ class Gate:
         """
         return self.store if self.store.dialect == "postgresql" else None
 
+    @property
+    def _dead_letters(self) -> DeadLetterStore | None:
+        """Where dead letters persist on the embedded store (PostgreSQL does it through ``store``)."""
+        return DeadLetterStore(self.store) if self._shared_store is None else None
+
     def _sync(self) -> SyncScheduler:
         with self._lock:
             if self._sync_scheduler is None:
-                self._sync_scheduler = SyncScheduler(self._config, store=self._shared_store)
+                self._sync_scheduler = SyncScheduler(
+                    self._config, store=self._shared_store, dead_letters=self._dead_letters
+                )
             return self._sync_scheduler
 
     def _async(self) -> Scheduler:
@@ -1083,7 +1091,9 @@ class Gate:
         with self._lock:
             scheduler = self._async_schedulers.get(loop)
             if scheduler is None:
-                scheduler = self._async_schedulers[loop] = Scheduler(self._config, store=self._shared_store)
+                scheduler = self._async_schedulers[loop] = Scheduler(
+                    self._config, store=self._shared_store, dead_letters=self._dead_letters
+                )
             return scheduler
 
     def _check_allowed(self, auth: Authorization) -> None:

@@ -385,14 +385,13 @@ def test_a_quorum_of_two_needs_two_distinct_approvers(tmp_path: Path) -> None:
         gate.close()
 
 
-@pytest.mark.postgres
-def test_on_postgresql_dead_letters_are_shared_through_the_store(postgres_url: str) -> None:
-    from agentgate.store._postgres import PostgresStore
+def test_dead_letters_persist_in_the_store(store: Store) -> None:
+    """On PostgreSQL through the shared scheduler state, on SQLite through the dead-letter table."""
     from agentgate.store.dead_letters import DeadLetterStore
 
     keys = {n: SigningKey.generate() for n in ("root", "agent", "lead")}
     text = POLICY.format(budget=10_000, **{n: k.did for n, k in keys.items()})
-    gate = Gate(parse_policy(text, source="pg.yaml"), PostgresStore(postgres_url))
+    gate = Gate(parse_policy(text, source="dl.yaml"), store)
     try:
         agent = gate.issue(keys["root"], name="agent", key=keys["agent"], role="worker")
         auth = gate.authorize(agent, Call.tool("lookup", {"id": "7"}), call_id="c-dead")

@@ -104,7 +104,8 @@ class Scheduler:
 
     ``store``: when given, dead letters are persisted there, and per-tool concurrency and rate
     limits and breaker states are shared by every process using the store
-    (``agentgate.store.leases``). ``rng``: the source of backoff jitter (seed it to reproduce
+    (``agentgate.store.leases``). ``dead_letters``: persist dead letters there without sharing
+    limits (a single-process deployment on the embedded store). ``rng``: the source of backoff jitter (seed it to reproduce
     delays). ``classifier``: maps exceptions to error classes. ``registry``: the Prometheus
     registry for this scheduler's metrics (default: a new one).
     """
@@ -114,6 +115,7 @@ class Scheduler:
         config: SchedulerConfig | None = None,
         *,
         store: Store | None = None,
+        dead_letters: DeadLetterStore | None = None,
         rng: random.Random | None = None,
         classifier: Classifier = DEFAULT_CLASSIFIER,
         registry: CollectorRegistry | None = None,
@@ -157,7 +159,7 @@ class Scheduler:
         # False only inside SyncScheduler, whose tools run in their callers' threads and cannot be
         # interrupted: their timeout is checked, not enforced (see _sync.py).
         self._preemptive = True
-        self._dead_store = DeadLetterStore(store) if store is not None else None
+        self._dead_store = DeadLetterStore(store) if store is not None else dead_letters
         self._leases = LeaseManager(store, ttl_s=self.config.lease_ttl_s) if store is not None else None
         self._rates = SharedRateLimits(store) if store is not None else None
         self._shared_breakers = SharedBreakers(store) if store is not None else None

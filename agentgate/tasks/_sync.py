@@ -43,9 +43,9 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 from prometheus_client import CollectorRegistry
 
-from agentgate.errors import CircuitOpen, DeadlineExceeded, Overloaded, SchedulingError
+from agentgate.errors import CircuitOpen, DeadlineExceeded, Overloaded, SchedulingError, StoreError
 from agentgate.store._base import Store
-from agentgate.store.dead_letters import AttemptError, DeadLetter
+from agentgate.store.dead_letters import AttemptError, DeadLetter, DeadLetterStore
 from agentgate.tasks._breaker import BreakerSnapshot, CircuitBreaker
 from agentgate.tasks._call import Attempt, ToolCall
 from agentgate.tasks._classify import DEFAULT_CLASSIFIER, Classifier
@@ -113,11 +113,14 @@ class SyncScheduler:
         config: SchedulerConfig | None = None,
         *,
         store: Store | None = None,
+        dead_letters: DeadLetterStore | None = None,
         rng: random.Random | None = None,
         classifier: Classifier = DEFAULT_CLASSIFIER,
         registry: CollectorRegistry | None = None,
     ) -> None:
-        self.scheduler = Scheduler(config, store=store, rng=rng, classifier=classifier, registry=registry)
+        self.scheduler = Scheduler(
+            config, store=store, dead_letters=dead_letters, rng=rng, classifier=classifier, registry=registry
+        )
         self.scheduler._preemptive = False
         self._loop = asyncio.new_event_loop()
         self._direct = store is None
@@ -343,7 +346,14 @@ class SyncScheduler:
             except _GiveUp as stop:
                 if errors:
                     with lock:
-                        core._record_dead(call, key, errors, stop.reason)
+                        letter = core._record_dead(call, key, errors, stop.reason)
+                    if core._dead_store is not None:
+                        try:
+                            core._dead_store.record(letter)
+                        except StoreError:  # the caller gets the tool's error either way
+                            core.metrics.event(
+                                "dead_letter_not_stored", call.tool, {"agentgate.reason": stop.reason}
+                            )
                 raise stop.error from None
 
     def _admit(
