@@ -1,7 +1,7 @@
 """The dispatcher: routes each model call, sends it, and fails over when a backend fails.
 
-It owns the pooled HTTP clients (``httpx`` for streams, scrapes and probes; ``aiohttp`` for
-non-streamed calls, the faster of the two there), one ``BackendClient`` per inventory backend and two background
+It owns the pooled HTTP clients (``aiohttp`` for chat calls, the faster of the two there;
+``httpx`` for scrapes and probes), one ``BackendClient`` per inventory backend and two background
 loops: a metrics scraper (every ``scrape_interval_s``; a backend whose metrics cannot be read is
 simply left to the router's in-flight accounting once its last scrape is stale) and a health
 prober (every ``health_interval_s``; a backend that fails its probe, or a request, is marked down
@@ -83,6 +83,7 @@ class Dispatcher:
         self._session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=1000, limit_per_host=0, keepalive_timeout=4.0),
             skip_auto_headers=("User-Agent",),
+            read_bufsize=1 << 20,  # the longest stream event line it reads
         )
         self.clients = {
             b.name: BackendClient(b, self._http, self.timeouts, session=self._session)
