@@ -325,7 +325,7 @@ def main() -> None:
     for name, parts in stage_p50.items():
         print(
             f"{name}: inside the gateway p50: handler {parts['handler']:.3f} ms, of which decide"
-            f" {parts['decide']:.3f} ms and backend call (router + httpx + backend) {parts['backend']:.3f} ms"
+            f" {parts['decide']:.3f} ms and backend call (router + HTTP client + backend) {parts['backend']:.3f} ms"
         )
 
     ratio = added["gateway"] / added["litellm"] if "litellm" in added and added["litellm"] > 0 else None

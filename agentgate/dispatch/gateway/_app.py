@@ -4,9 +4,9 @@
 (Prometheus text, a registry of its own per app), ``GET /healthz``. One chat call:
 
 1. The body is read and checked (400 for anything that is not a chat completion request).
-2. ``GatewayGate.authorize_invocation`` decides the
-   invocation from the headers and records the decision: the budget reserved for the estimated
-   prompt and the output limit, and the audit entry, in one transaction before anything is sent.
+2. ``GatewayGate.authorize_invocation`` decides the invocation from the headers and records the
+   decision: the budget reserved for the estimated prompt and the output limit, and the audit
+   entry, in one transaction before anything is sent.
    A refusal answers 401, 402 or 403 with an OpenAI-style error body, and has reserved nothing.
    The step blocks (store I/O): it runs in a worker thread while other chat calls are in flight,
    and on the event loop itself when this call is the only one (nothing else could run on the
