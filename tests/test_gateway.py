@@ -610,3 +610,39 @@ def test_the_gateway_decides_and_charges_on_both_stores(
     finally:
         server.stop()
         gate.close()
+
+
+def test_concurrent_callers_are_each_decided_charged_and_audited_once(env: Env) -> None:
+    """Many callers at once take the gateway's threaded decision path; nothing is lost or doubled."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    clients = [env.openai() for _ in range(8)]
+
+    def calls(i: int) -> int:
+        used = 0
+        for j in range(4):
+            if (i + j) % 3 == 0:
+                stream = clients[i].chat.completions.create(
+                    model=MODEL,
+                    messages=_messages(),
+                    max_tokens=8,
+                    stream=True,
+                    stream_options={"include_usage": True},
+                )
+                chunks = list(stream)
+                usage = chunks[-1].usage
+            else:
+                usage = (
+                    clients[i].chat.completions.create(model=MODEL, messages=_messages(), max_tokens=8).usage
+                )
+            assert usage is not None
+            used += usage.prompt_tokens + usage.completion_tokens
+        return used
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        total = sum(pool.map(calls, range(8)))
+    entries = env.entries()
+    assert sum(e.kind == "allow" for e in entries) == 32
+    assert sum(e.kind == "outcome" for e in entries) == 32
+    assert env.spent() == total
+    assert env.gate.verify().ok
