@@ -575,6 +575,11 @@ class ScriptedChatModel(BaseChatModel):
             message.response_metadata = {"backend": backend}
         return ChatResult(generations=[ChatGeneration(message=message)])
 
+    def _unserved(self, message: AIMessage, payload: dict[str, Any]) -> ChatResult:
+        """The scripted answer with estimated usage (about four characters a token), no backend."""
+        prompt = sum(len(m["content"]) for m in payload["messages"]) // 4 + 1
+        return self._result(message, prompt, payload["max_tokens"], None)
+
     def _generate(
         self,
         messages: list[BaseMessage],
@@ -584,8 +589,7 @@ class ScriptedChatModel(BaseChatModel):
     ) -> ChatResult:
         message, payload = self._answer(messages)
         if self.served_by is None:
-            prompt = sum(len(m["content"]) for m in payload["messages"]) // 4 + 1
-            return self._result(message, prompt, payload["max_tokens"], None)
+            return self._unserved(message, payload)
         served = self.served_by.dispatch(payload)
         return self._result(
             message, served.usage.prompt_tokens, served.usage.completion_tokens, served.backend
@@ -600,8 +604,7 @@ class ScriptedChatModel(BaseChatModel):
     ) -> ChatResult:
         message, payload = self._answer(messages)
         if self.served_by is None:
-            prompt = sum(len(m["content"]) for m in payload["messages"]) // 4 + 1
-            return self._result(message, prompt, payload["max_tokens"], None)
+            return self._unserved(message, payload)
         served = await self.served_by.adispatch(payload)
         return self._result(
             message, served.usage.prompt_tokens, served.usage.completion_tokens, served.backend
