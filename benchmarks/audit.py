@@ -25,10 +25,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import os
-import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -40,6 +37,7 @@ from agentgate.audit.entry import AuditEntry, argument_digest, utc_now
 from agentgate.audit.merkle import RootAccumulator, leaf_hash
 from agentgate.keys import SigningKey
 from agentgate.store import SQLiteStore, Store
+from agentgate.store._pgserver import PostgresServer, pg_binary
 from agentgate.store.audit import AuditLog
 
 BARE_DDL: dict[str, str] = {
@@ -62,59 +60,6 @@ def _fields(i: int) -> dict[str, Any]:
         "budget_delta": i % 100,
         "reasons": ["capability covers call"],
     }
-
-
-class _Postgres:
-    """A throwaway PostgreSQL cluster (as tests/conftest.py starts one), or ``None`` without initdb."""
-
-    def __init__(self) -> None:
-        self.root = Path(tempfile.mkdtemp(prefix="agentgate-bench-pg-"))
-        self.sock = self.root / "sock"
-        self.sock.mkdir()
-        self.as_user: list[str] = []
-        if os.geteuid() == 0:
-            shutil.chown(self.root, "postgres")
-            shutil.chown(self.sock, "postgres")
-            self.as_user = ["runuser", "-u", "postgres", "--"]
-        self.user = "postgres" if self.as_user else os.environ.get("USER", "postgres")
-        self.port = 7000 + os.getpid() % 1000
-
-    @staticmethod
-    def binary(name: str) -> str | None:
-        found = shutil.which(name)
-        if found:
-            return found
-        candidates = sorted(Path("/usr/lib/postgresql").glob(f"*/bin/{name}"), reverse=True)
-        return str(candidates[0]) if candidates else None
-
-    def start(self) -> str:
-        initdb, pg_ctl = self.binary("initdb"), self.binary("pg_ctl")
-        assert initdb and pg_ctl
-        data = self.root / "data"
-        run = [*self.as_user]
-        subprocess.run(
-            [*run, initdb, "-D", str(data), "-U", self.user, "--auth=trust"], check=True, capture_output=True
-        )
-        with open(data / "postgresql.conf", "a") as conf:
-            conf.write(
-                f"listen_addresses = ''\nunix_socket_directories = '{self.sock}'\nport = {self.port}\nfsync = on\n"
-            )
-        subprocess.run(
-            [*run, pg_ctl, "-D", str(data), "-l", str(self.root / "log"), "-w", "start"],
-            check=True,
-            capture_output=True,
-        )
-        return f"postgresql://{self.user}@/postgres?host={self.sock}&port={self.port}"
-
-    def stop(self) -> None:
-        pg_ctl = self.binary("pg_ctl")
-        if pg_ctl:
-            subprocess.run(
-                [*self.as_user, pg_ctl, "-D", str(self.root / "data"), "-m", "immediate", "-w", "stop"],
-                capture_output=True,
-                check=False,
-            )
-        shutil.rmtree(self.root, ignore_errors=True)
 
 
 def _bench_appends(store: Store, n: int, rounds: int) -> dict[str, float]:
@@ -267,16 +212,18 @@ def main() -> int:
         sqlite = SQLiteStore(Path(tmp) / "append.db")
         figures["sqlite"] = _bench_appends(sqlite, appends, rounds)
         sqlite.close()
-        if _Postgres.binary("initdb"):
-            server = _Postgres()
+        if pg_binary("initdb"):
+            server = PostgresServer()
             try:
                 from agentgate.store._postgres import PostgresStore
 
-                pg = PostgresStore(server.start())
+                server.init()
+                server.start()
+                pg = PostgresStore(server.url())
                 figures["postgresql"] = _bench_appends(pg, appends, rounds)
                 pg.close()
             finally:
-                server.stop()
+                server.destroy()
         else:
             figures["postgresql"] = None
         figures["verify"] = _bench_verify(n_verify, Path(tmp), 3)

@@ -1,0 +1,92 @@
+"""A throwaway PostgreSQL cluster on a unix socket, for the test suite and the benchmarks.
+
+Not part of the API: it exists so that tests and benchmarks start a *real* server the same way
+(initdb and pg_ctl into a temporary directory, no TCP listener). PostgreSQL refuses to run as
+root, so under root the server runs as the ``postgres`` user.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+import uuid
+from pathlib import Path
+
+
+def pg_binary(name: str) -> str | None:
+    """``initdb``, ``pg_ctl`` or ``psql`` from PATH, else from Debian's versioned directory."""
+    found = shutil.which(name)
+    if found:
+        return found
+    candidates = sorted(Path("/usr/lib/postgresql").glob(f"*/bin/{name}"), reverse=True)
+    return str(candidates[0]) if candidates else None
+
+
+def _require(name: str) -> str:
+    found = pg_binary(name)
+    if found is None:
+        raise RuntimeError(f"{name} not found: install PostgreSQL (make test does it with apt-get)")
+    return found
+
+
+class PostgresServer:
+    """A throwaway PostgreSQL cluster in a temporary directory, reachable on a unix socket only."""
+
+    def __init__(self, port: int | None = None) -> None:
+        self.root = Path(tempfile.mkdtemp(prefix="agentgate-pg-"))
+        self.data = self.root / "data"
+        self.socket_dir = self.root / "sock"
+        self.socket_dir.mkdir()
+        self.port = port if port is not None else 6432 + os.getpid() % 1000
+        self.as_user: list[str] = []
+        if os.geteuid() == 0:
+            shutil.chown(self.root, "postgres")
+            shutil.chown(self.socket_dir, "postgres")
+            self.as_user = ["runuser", "-u", "postgres", "--"]
+        self.user = "postgres" if self.as_user else os.environ.get("USER", "postgres")
+
+    def run(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([*self.as_user, *args], check=check, capture_output=True, text=True)
+
+    def init(self) -> None:
+        self.run(_require("initdb"), "-D", str(self.data), "-U", self.user, "--auth=trust", "-E", "UTF8")
+        with open(self.data / "postgresql.conf", "a") as conf:
+            conf.write(
+                f"listen_addresses = ''\nunix_socket_directories = '{self.socket_dir}'\nport = {self.port}\n"
+                "max_connections = 200\nfsync = on\n"
+            )
+
+    def start(self) -> None:
+        self.run(_require("pg_ctl"), "-D", str(self.data), "-l", str(self.root / "log"), "-w", "start")
+
+    def stop(self, mode: str = "fast") -> None:
+        pg_ctl = pg_binary("pg_ctl")
+        if pg_ctl is not None:
+            self.run(pg_ctl, "-D", str(self.data), "-m", mode, "-w", "stop", check=False)
+
+    def url(self, dbname: str = "postgres") -> str:
+        return f"postgresql://{self.user}@/{dbname}?host={self.socket_dir}&port={self.port}"
+
+    def create_database(self) -> str:
+        """A fresh, empty database; returns its URL."""
+        name = "t_" + uuid.uuid4().hex[:12]
+        self.run(
+            _require("psql"),
+            "-h",
+            str(self.socket_dir),
+            "-p",
+            str(self.port),
+            "-U",
+            self.user,
+            "-d",
+            "postgres",
+            "-c",
+            f"CREATE DATABASE {name}",
+        )
+        return self.url(name)
+
+    def destroy(self) -> None:
+        self.stop("immediate")
+        shutil.rmtree(self.root, ignore_errors=True)
