@@ -56,6 +56,10 @@ def test_explain_exit_codes_follow_the_decision(capsys: pytest.CaptureFixture[st
     assert "anything not explicitly allowed is denied" in capsys.readouterr().out
     assert main([*base, "not json"]) == 2
     assert "not JSON" in capsys.readouterr().err
+    # A duplicate key would let a reviewer read 80 while JSON keeps 8000: refused, as `grant check` does.
+    assert main([*base, '{"order_id": "o", "amount": 80, "amount": 8000, "currency": "EUR"}']) == 2
+    assert "duplicate key 'amount'" in capsys.readouterr().err
+    assert main([*base, '{"order_id": "o", "amount": NaN, "currency": "EUR"}']) == 2
 
 
 def test_explain_json_and_non_canonical_tool(capsys: pytest.CaptureFixture[str]) -> None:

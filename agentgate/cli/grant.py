@@ -32,6 +32,7 @@ from agentgate.authority import (
 )
 from agentgate.authority._grant import GRANT_CONTEXT, link_findings, verify_signature
 from agentgate.capabilities import Call, Capability
+from agentgate.cli._args import json_object
 from agentgate.errors import (
     AuthorityError,
     InputError,
@@ -360,32 +361,11 @@ def _inspect(args: argparse.Namespace) -> int:
     return 0
 
 
-def _strict_object(text: str) -> dict[str, Any]:
-    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
-        seen: dict[str, Any] = {}
-        for k, v in items:
-            if k in seen:
-                raise InputError(f"--args: duplicate key {k!r}")
-            seen[k] = v
-        return seen
-
-    def constant(name: str) -> Any:
-        raise InputError(f"--args: {name} is not a JSON value")
-
-    try:
-        value = json.loads(text, object_pairs_hook=pairs, parse_constant=constant)
-    except (ValueError, RecursionError) as exc:
-        raise InputError(f"--args is not valid JSON: {str(exc)[:120]}") from None
-    if not isinstance(value, dict):
-        raise InputError("--args must be a JSON object")
-    return value
-
-
 def _check(args: argparse.Namespace) -> int:
     chain = _read_token(args.token)
     holder = load_signing_key(args.holder)
     anchors = [load_public_key(spec) for spec in args.trust]
-    call_args = _strict_object(args.args)
+    call_args = json_object(args.args)
     # Not canonicalized here: an ambiguous name must reach decide() and be denied with a finding.
     call = (
         Call(f"tool:{args.tool}", "invoke", call_args)

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from agentgate.capabilities import Call
+from agentgate.cli._args import json_object
 from agentgate.errors import CapabilityError, PolicyError
 from agentgate.findings import Severity
 from agentgate.policy import Outcome, PolicyIndex, explain, json_schema_text, lint, load_policy
@@ -82,16 +83,7 @@ def _error_dict(exc: PolicyError) -> dict[str, Any]:
 
 def _explain(args: argparse.Namespace) -> int:
     policy = load_policy(args.file)
-    try:
-        call_args = json.loads(args.args)
-    except json.JSONDecodeError as exc:
-        raise PolicyError(
-            f"--args is not JSON: {exc.msg}",
-            expected="a JSON object",
-            hint="quote it: --args '{\"amount\": 80}'",
-        ) from None
-    if not isinstance(call_args, dict):
-        raise PolicyError("--args must be a JSON object", expected="{...}", hint="--args '{\"amount\": 80}'")
+    call_args = json_object(args.args)
     try:
         call = Call.tool(args.tool, call_args)
     except CapabilityError as exc:

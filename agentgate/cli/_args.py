@@ -1,0 +1,37 @@
+"""Argument parsing shared by the verb groups."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from agentgate.errors import InputError
+
+
+def json_object(text: str, flag: str = "--args") -> dict[str, Any]:
+    """Parse a call's arguments given on the command line: one JSON object, strictly.
+
+    Duplicate keys (JSON would silently keep the last one), ``NaN`` and ``Infinity``, and
+    anything but an object are refused with ``InputError`` naming ``flag``.
+    """
+
+    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        seen: dict[str, Any] = {}
+        for key, value in items:
+            if key in seen:
+                raise InputError(f"{flag}: duplicate key {key!r}")
+            seen[key] = value
+        return seen
+
+    def constant(name: str) -> Any:
+        raise InputError(f"{flag}: {name} is not a JSON value")
+
+    try:
+        value = json.loads(text, object_pairs_hook=pairs, parse_constant=constant)
+    except (ValueError, RecursionError) as exc:
+        raise InputError(
+            f"{flag} is not JSON: {str(exc)[:120]}; quote it: {flag} '{{\"amount\": 80}}'"
+        ) from None
+    if not isinstance(value, dict):
+        raise InputError(f"{flag} must be a JSON object, e.g. {flag} '{{\"amount\": 80}}'")
+    return value
