@@ -178,10 +178,7 @@ class Engine:
             if req.generated >= req.output_tokens and req.finished_at is None:
                 req.finished_at = end
                 result.finished.append(req)
-        for req in result.finished:
-            self.running.remove(req)
-            self._release(req)
-            self._by_id.pop(req.id, None)
+        self._retire(result.finished)
         return result
 
     def decode_run(self, now: float, until: float) -> StepResult | None:
@@ -206,7 +203,7 @@ class Engine:
         t = now
         k = 0
         while k < k_max:
-            t += m.base_s + m.decode_seq_s * b + m.kv_read_s * (ctx + k * b)
+            t += m.step_time(b, ctx + k * b, 0, 0)
             k += 1
             if t >= until:
                 break
@@ -218,11 +215,15 @@ class Engine:
             if req.generated >= req.output_tokens:
                 req.finished_at = t
                 result.finished.append(req)
-        for req in result.finished:
+        self._retire(result.finished)
+        return result
+
+    def _retire(self, finished: list[SimRequest]) -> None:
+        """Take finished requests out of the batch and give back their KV blocks."""
+        for req in finished:
             self.running.remove(req)
             self._release(req)
             self._by_id.pop(req.id, None)
-        return result
 
     def metrics(self) -> dict[str, float]:
         """The engine's gauges and counters under vLLM's Prometheus names."""
