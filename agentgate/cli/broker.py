@@ -14,9 +14,9 @@ from __future__ import annotations
 import argparse
 import json
 import math
-from datetime import UTC, datetime
 from typing import Any
 
+from agentgate.cli._common import utc
 from agentgate.dispatch.broker import BrokerSnapshot, Lease, QueuedRequest, from_inventory
 from agentgate.dispatch.inventory import load_inventory
 from agentgate.store import open_store
@@ -53,16 +53,10 @@ def _snapshot(args: argparse.Namespace) -> BrokerSnapshot | None:
         return BrokerLeaseStore(store, args.broker).load()
 
 
-def _when(t: float) -> str:
-    if not math.isfinite(t):
-        return "-"
-    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def _header(snapshot: BrokerSnapshot | None, broker: str) -> str:
     if snapshot is None:
         return f"broker {broker!r}: no state written yet"
-    return f"broker {broker!r}: state as of {_when(snapshot.taken_at)}"
+    return f"broker {broker!r}: state as of {utc(snapshot.taken_at)}"
 
 
 def _table(rows: list[list[str]]) -> str:
@@ -148,8 +142,8 @@ def _leases(args: argparse.Namespace) -> int:
                 str(len(lease.gpus)),
                 lease.level or "spread",
                 lease.state,
-                _when(lease.expires_at),
-                _when(lease.notice_deadline) if lease.notice_deadline is not None else "-",
+                utc(lease.expires_at),
+                utc(lease.notice_deadline),
                 lease.preempted_by or "-",
             ]
         )
@@ -197,8 +191,8 @@ def _queue(args: argparse.Namespace) -> int:
                 str(r.priority),
                 str(r.gpus),
                 f"{r.hint.bound}/{r.hint.kind}",
-                _when(q.submitted_at),
-                _when(q.deadline),
+                utc(q.submitted_at),
+                utc(q.deadline),
                 ",".join(q.victims) if q.victims else "-",
             ]
         )

@@ -12,7 +12,6 @@ import os
 import re
 import sys
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +31,7 @@ from agentgate.authority import (
 )
 from agentgate.authority._grant import GRANT_CONTEXT, link_findings, verify_signature
 from agentgate.capabilities import Call, Capability
-from agentgate.cli._args import json_object
+from agentgate.cli._common import json_object, utc
 from agentgate.errors import (
     AuthorityError,
     InputError,
@@ -293,10 +292,6 @@ def _delegate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _when(ts: int) -> str:
-    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def _inspect(args: argparse.Namespace) -> int:
     chain = _read_token(args.token)
     try:
@@ -351,7 +346,7 @@ def _inspect(args: argparse.Namespace) -> int:
         budget = shown["budget"]
         out.append(
             f"{pad}     budget {'unlimited' if budget is None else str(budget['amount']) + ' ' + budget['unit']}"
-            f" · valid {_when(shown['not_before'])} → {_when(shown['expires'])} · may delegate {shown['max_depth']} more"
+            f" · valid {utc(shown['not_before'])} → {utc(shown['expires'])} · may delegate {shown['max_depth']} more"
         )
         if shown["purpose"]:
             out.append(f"{pad}     purpose: {shown['purpose']}")

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from agentgate.capabilities import Call
-from agentgate.cli._args import json_object
+from agentgate.cli._common import json_object
 from agentgate.errors import CapabilityError, PolicyError
 from agentgate.findings import Severity
 from agentgate.policy import Outcome, PolicyIndex, explain, json_schema_text, lint, load_policy

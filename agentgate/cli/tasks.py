@@ -12,9 +12,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from datetime import UTC, datetime
 from typing import Any
 
+from agentgate.cli._common import utc
 from agentgate.store import open_store
 from agentgate.store.dead_letters import DeadLetterStore
 from agentgate.store.leases import SharedBreakers
@@ -73,10 +73,10 @@ def _dead_letters(args: argparse.Namespace) -> int:
         sys.stdout.write("no dead letters\n")
         return 0
     sys.stdout.write(
-        f"{'recorded (UTC)':<20} {'tool':<24} {'tenant':<12} {'reason':<26} {'tries':>5}  last error\n"
+        f"{'recorded':<20} {'tool':<24} {'tenant':<12} {'reason':<26} {'tries':>5}  last error\n"
     )
     for letter in letters:
-        when = datetime.fromtimestamp(letter.recorded_at, UTC).strftime("%Y-%m-%d %H:%M:%S")
+        when = utc(letter.recorded_at)
         last = letter.errors[-1] if letter.errors else None
         error = f"{last.error_type} ({last.error_class}): {last.message}" if last else "-"
         sys.stdout.write(
@@ -101,12 +101,8 @@ def _breakers(args: argparse.Namespace) -> int:
     if not states:
         sys.stdout.write("no shared breaker states\n")
         return 0
-    sys.stdout.write(f"{'key':<40} {'state':<8} {'opened (UTC)':<20} {'version':>7}\n")
+    sys.stdout.write(f"{'key':<40} {'state':<8} {'opened':<20} {'version':>7}\n")
     for b in states:
-        opened = (
-            datetime.fromtimestamp(b.opened_at, UTC).strftime("%Y-%m-%d %H:%M:%S")
-            if b.state == "open"
-            else "-"
-        )
+        opened = utc(b.opened_at) if b.state == "open" else "-"
         sys.stdout.write(f"{b.key[:40]:<40} {b.state:<8} {opened:<20} {b.version:>7}\n")
     return 0

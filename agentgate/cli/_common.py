@@ -1,8 +1,10 @@
-"""Argument parsing shared by the verb groups."""
+"""What the verb groups share: strict JSON arguments and one way to print a time."""
 
 from __future__ import annotations
 
 import json
+import math
+from datetime import UTC, datetime
 from typing import Any
 
 from agentgate.errors import InputError
@@ -35,3 +37,10 @@ def json_object(text: str, flag: str = "--args") -> dict[str, Any]:
     if not isinstance(value, dict):
         raise InputError(f"{flag} must be a JSON object, e.g. {flag} '{{\"amount\": 80}}'")
     return value
+
+
+def utc(timestamp: float | None) -> str:
+    """A Unix time as ``2026-11-29T18:00:00Z`` (UTC, seconds); ``-`` for none or a non-finite one."""
+    if timestamp is None or not math.isfinite(timestamp):
+        return "-"
+    return datetime.fromtimestamp(timestamp, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
