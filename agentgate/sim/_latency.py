@@ -1,4 +1,4 @@
-"""The iteration latency model of a vLLM-like engine, calibrated from published figures.
+"""The iteration latency model of a vLLM-like engine, calibrated from published figures and measurements.
 
 One engine iteration (a "step") runs the whole batch through the model once. Its time is::
 
@@ -68,15 +68,22 @@ LLAMA_8B_H100 = LatencyModel(
     kv_capacity_tokens=440_000,
 )
 
-# Same model on one H200 (4.8 TB/s, 141 GB): weight-bandwidth bound decode 3.3 ms; same compute.
+# Same model on one H200 (4.8 TB/s, 141 GB), measured: benchmarks/calibrate_gpu.py timed 27 steps of
+# the Llama-3.1-8B architecture in BF16 on an H200 (data: benchmarks/calibration/llama-3.1-8b-h200.json)
+# and its least-squares fit gives decode_seq 18.4 us, kv_read 28.0 ns per context token, prefill
+# 25.5 us per token (cuBLAS at ~630 TFLOP/s) and 1.61 ns per attention pair (PyTorch's FlashAttention-2;
+# vLLM's FlashAttention-3 is faster, so long prompts here are conservative), every point within 6.2%.
+# base is the weight-bandwidth bound, 16.06 GB / 4.8 TB/s = 3.3 ms: the plain PyTorch step measured
+# 7.6 ms at batch 1 because its ~25 unfused kernels per layer cost ~4 ms that engines' fused kernels
+# do not. KV capacity: (150.1 GB, the memory the GPU reports, - 16.06 GB of weights) x 0.9 / 128 KiB.
 LLAMA_8B_H200 = LatencyModel(
     name="llama-3.1-8b@h200",
     base_s=3.3e-3,
-    decode_seq_s=0.018e-3,
-    kv_read_s=0.027e-6,
-    prefill_token_s=30e-6,
-    attention_pair_s=1.05e-9,
-    kv_capacity_tokens=900_000,
+    decode_seq_s=18.4e-6,
+    kv_read_s=28.0e-9,
+    prefill_token_s=25.5e-6,
+    attention_pair_s=1.61e-9,
+    kv_capacity_tokens=920_000,
 )
 
 # Qwen3-32B: a 10,000-token prompt takes 4.3 s to first token uncached (the published figure);
