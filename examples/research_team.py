@@ -11,7 +11,10 @@
   that is refused, and the model is told why.
 - Model calls are dispatched to two simulated vLLM backends (agentgate.sim, real HTTP on
   127.0.0.1) through the dispatcher; the scripted model decides what is said, the backends serve
-  the tokens, and the budget is charged with the usage they report.
+  the tokens, and the budget is charged with the usage they report. With
+  ``AGENTGATE_OPENAI_BASE_URL`` set (see _common.py), the endpoint's model decides and serves
+  instead: no simulated backends, and model calls are still decided as ``model:llama-3.1-8b``,
+  the name the policy grants, whatever the endpoint calls its model.
 
 The keys are made fresh for each run and the store lives in .agentgate/demo/research_team/.
 """
@@ -19,6 +22,7 @@ The keys are made fresh for each run and the store lives in .agentgate/demo/rese
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 from collections import defaultdict
 from datetime import timedelta
@@ -83,6 +87,7 @@ def agents(gate: Gate, keys: dict[str, Any], bench: ToolBench) -> Any:
     researcher = create_gated_agent(
         gate,
         name="researcher",
+        model_name=MODEL,
         model=chat_model(
             [
                 calls(
@@ -99,6 +104,7 @@ def agents(gate: Gate, keys: dict[str, Any], bench: ToolBench) -> Any:
     writer = create_gated_agent(
         gate,
         name="writer",
+        model_name=MODEL,
         model=chat_model(
             [
                 calls(
@@ -151,6 +157,7 @@ def agents(gate: Gate, keys: dict[str, Any], bench: ToolBench) -> Any:
     return create_gated_agent(
         gate,
         name="supervisor",
+        model_name=MODEL,
         model=chat_model(supervisor_turns, name=MODEL, served_by=gate),
         tools=[search, write, publish, ask_researcher, ask_writer],
         checkpointer=InMemorySaver(),
@@ -162,24 +169,27 @@ async def main() -> None:
     policy, keys = fresh_keys(ROOT / "policies" / "research_team.yaml", workdir)
     store = workdir / "agentgate.db"
     gate = Gate(policy, SQLiteStore(store))
-    servers = [SimServer(model_name=MODEL, time_scale=0.2).start() for _ in range(2)]
+    # Offline: two simulated backends behind the dispatcher. With an endpoint: the endpoint alone.
+    endpoint = bool(os.environ.get("AGENTGATE_OPENAI_BASE_URL"))
+    servers = [] if endpoint else [SimServer(model_name=MODEL, time_scale=0.2).start() for _ in range(2)]
     try:
-        inventory = inventory_from_mapping(
-            {
-                "backends": [
-                    {
-                        "name": f"sim-{i}",
-                        "url": s.url,
-                        "engine": "vllm",
-                        "models": [MODEL],
-                        "metrics_url": s.url + "/metrics",
-                        "kv_capacity_tokens": 400_000,
-                    }
-                    for i, s in enumerate(servers)
-                ]
-            }
-        )
-        gate.attach_dispatcher(Dispatcher(inventory, Router(inventory)))
+        if servers:
+            inventory = inventory_from_mapping(
+                {
+                    "backends": [
+                        {
+                            "name": f"sim-{i}",
+                            "url": s.url,
+                            "engine": "vllm",
+                            "models": [MODEL],
+                            "metrics_url": s.url + "/metrics",
+                            "kv_capacity_tokens": 400_000,
+                        }
+                        for i, s in enumerate(servers)
+                    ]
+                }
+            )
+            gate.attach_dispatcher(Dispatcher(inventory, Router(inventory)))
         supervisor = gate.issue(
             keys["research-root"], name="supervisor", key=keys["supervisor"], role="supervisor"
         )
@@ -200,10 +210,13 @@ async def main() -> None:
             approval = gate.approve(pending.value, keys["dana"])
             state = await team.ainvoke(Command(resume=approval), config, context=supervisor)
         print(f"Run finished: {state['messages'][-1].content}")
-        served = {s.url: s.served for s in servers}
-        print(
-            f"Model calls served by the simulated backends: {sum(served.values())} ({', '.join(map(str, served.values()))})"
-        )
+        if servers:
+            served = [s.served for s in servers]
+            print(
+                f"Model calls served by the simulated backends: {sum(served)} ({', '.join(map(str, served))})"
+            )
+        else:
+            print(f"Model calls served by {os.environ['AGENTGATE_OPENAI_BASE_URL']}")
         summary(
             gate,
             [supervisor],
