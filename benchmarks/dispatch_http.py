@@ -11,7 +11,11 @@ per round, one caller process sends the same non-streaming chat completion (8 ou
 - ``gateway-relaxed``: the same with ``AGENTGATE_SQLITE_SYNCHRONOUS=NORMAL`` (a commit survives a
   process crash but not a power loss), to show what the durable commit costs;
 - ``litellm``: ``litellm.Router.completion`` in this process, with one deployment pointing at the
-  same backend (``openai/`` provider, ``api_base`` the backend).
+  same backend (``openai/`` provider, ``api_base`` the backend);
+- the floor of a second hop, on the same uvicorn (uvloop, httptools) as the gateway, each its own
+  process: ``bare-hop``, a raw ASGI app answering fixed bytes (what any HTTP server in front
+  costs), and ``bare-proxy``, a raw ASGI app that forwards the body to the backend over a pooled
+  aiohttp session and returns its bytes (a proxy that decides nothing: the least a gateway adds).
 
 With ``--stream`` each round also streams the call directly, through the gateway and through
 LiteLLM, timing the first content event. Added latency = p50 of the path minus p50 of ``direct``
@@ -60,6 +64,40 @@ while True:
 """
 
 
+FLOOR_SCRIPT = """
+import sys, aiohttp, uvicorn
+kind, port, backend = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+FIXED = b'{"ok":true}'
+session = None
+async def app(scope, receive, send):
+    global session
+    if scope["type"] == "lifespan":
+        while (await receive())["type"] != "lifespan.shutdown":
+            await send({"type": "lifespan.startup.complete"})
+        if session is not None:
+            await session.close()
+        await send({"type": "lifespan.shutdown.complete"})
+        return
+    parts = []
+    while True:
+        message = await receive()
+        parts.append(message.get("body", b""))
+        if not message.get("more_body"):
+            break
+    out = FIXED
+    if kind == "bare-proxy" and scope["path"] == "/v1/chat/completions":
+        if session is None:
+            session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(keepalive_timeout=4.0))
+        async with session.post(backend + scope["path"], data=b"".join(parts),
+                                headers={"content-type": "application/json"}) as answer:
+            out = await answer.read()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(out)).encode())]
+    await send({"type": "http.response.start", "status": 200, "headers": headers})
+    await send({"type": "http.response.body", "body": out})
+uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
+"""
+
+
 def _policy(root: str, agent: str) -> str:
     return f"""
 version: 1
@@ -78,6 +116,10 @@ roles:
     budget: {{limit: 1000000000000, unit: usd_micros}}
     ttl_s: 86400
 """
+
+
+STAGES = ("parse", "decide", "backend", "total")
+"""The gateway's ``Server-Timing`` entries (milliseconds)."""
 
 
 def _free_port() -> int:
@@ -198,6 +240,18 @@ def main() -> None:
             gateways[name] = f"http://127.0.0.1:{port}"
             _wait_ready(gateways[name] + "/healthz", process, name)
 
+        floors: dict[str, str] = {}
+        for name in ("bare-hop", "bare-proxy"):
+            port = _free_port()
+            process = subprocess.Popen(
+                [sys.executable, "-c", FLOOR_SCRIPT, name, str(port), backend_url],
+                env=env,
+                stderr=subprocess.PIPE,
+            )
+            processes.append(process)
+            floors[name] = f"http://127.0.0.1:{port}"
+            _wait_ready(floors[name] + "/healthz", process, name)
+
         body = {"model": MODEL, "messages": MESSAGES, "max_tokens": MAX_TOKENS}
         raw = json.dumps(body).encode()
         http = httpx.Client(timeout=30)
@@ -225,8 +279,19 @@ def main() -> None:
                 response.raise_for_status()
                 return _first_content_ms(response.iter_lines(), started)
 
+        def floor(name: str) -> Callable[[], None]:
+            url = floors[name] + "/v1/chat/completions"
+
+            def call() -> None:
+                # The gateway rows' headers (a fresh invocation each call), so that the same bytes travel.
+                headers = {**json_headers, **invocation_headers(agent, chains["gateway"], body)}
+                response = http.post(url, content=raw, headers=headers)
+                response.raise_for_status()
+
+            return call
+
         stages: dict[str, dict[str, list[float]]] = {
-            name: {"decide": [], "backend": [], "handler": []} for name in ("gateway", "gateway-relaxed")
+            name: {stage: [] for stage in (*STAGES, "outside")} for name in ("gateway", "gateway-relaxed")
         }
 
         def through(name: str) -> Callable[[], Any]:
@@ -235,14 +300,17 @@ def main() -> None:
 
             def call() -> None:
                 headers = {**json_headers, **invocation_headers(agent, chain, body)}
+                posted = time.perf_counter()
                 response = http.post(url, content=raw, headers=headers)
+                posted_ms = (time.perf_counter() - posted) * 1000
                 response.raise_for_status()
                 timing = dict(
                     part.strip().split(";dur=") for part in response.headers["server-timing"].split(",")
                 )
-                stages[name]["decide"].append(float(timing["decide"]))
-                stages[name]["backend"].append(float(timing["backend"]))
-                stages[name]["handler"].append(float(timing["total"]))
+                for stage in STAGES:
+                    stages[name][stage].append(float(timing[stage]))
+                # Per call: the caller's HTTP request minus the handler (the hop, both ways).
+                stages[name]["outside"].append(posted_ms - float(timing["total"]))
 
             return call
 
@@ -250,6 +318,8 @@ def main() -> None:
             "direct": direct,
             "gateway": through("gateway"),
             "gateway-relaxed": through("gateway-relaxed"),
+            "bare-hop": floor("bare-hop"),
+            "bare-proxy": floor("bare-proxy"),
         }
         router, litellm_note = _litellm_router(backend_url)
         if router is not None:
@@ -324,9 +394,17 @@ def main() -> None:
     }
     for name, parts in stage_p50.items():
         print(
-            f"{name}: inside the gateway p50: handler {parts['handler']:.3f} ms, of which decide"
-            f" {parts['decide']:.3f} ms and backend call (router + HTTP client + backend) {parts['backend']:.3f} ms"
+            f"{name}: inside the gateway p50: handler {parts['total']:.3f} ms = parse {parts['parse']:.3f}"
+            f" + decide {parts['decide']:.3f} + backend call (router + HTTP client + backend)"
+            f" {parts['backend']:.3f} + answer; outside the handler (the HTTP hop, per call)"
+            f" {parts['outside']:.3f} ms"
         )
+    over_floor = {name: p50[name] - p50["bare-proxy"] for name in ("gateway", "gateway-relaxed")}
+    print(
+        f"floor: bare-hop {p50['bare-hop']:.3f} ms (a trivial ASGI answer), bare-proxy adds"
+        f" {added['bare-proxy']:.3f} ms over direct; the gateway adds {over_floor['gateway']:.3f} ms"
+        f" over bare-proxy ({over_floor['gateway-relaxed']:.3f} relaxed)"
+    )
 
     ratio = added["gateway"] / added["litellm"] if "litellm" in added and added["litellm"] > 0 else None
     figures: dict[str, Any] = {
@@ -337,6 +415,7 @@ def main() -> None:
         "gateway_vs_litellm_added": None if ratio is None else round(ratio, 3),
         "sign_p50_ms": round(statistics.median(sign_ms), 4),
         "gateway_stage_p50_ms": {n: {k: round(v, 4) for k, v in p.items()} for n, p in stage_p50.items()},
+        "gateway_over_bare_proxy_p50_ms": {k: round(v, 4) for k, v in over_floor.items()},
         "litellm": litellm_note,
     }
     goals: dict[str, Any] = {

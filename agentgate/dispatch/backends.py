@@ -15,7 +15,7 @@ import contextlib
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import aiohttp
 import httpx
@@ -74,9 +74,17 @@ class ChatResult:
     """The body as the backend sent it (``body`` is its decoded form); empty if not kept."""
 
 
+class ChatTransport(Protocol):
+    """What non-streamed chat calls can go over instead of ``session`` (the gateway's lean pool)."""
+
+    async def post(self, url: str, body: bytes) -> tuple[int, bytes]:
+        """POST the JSON ``body``: the status and the whole answer; raises ``OSError`` if none can be read."""
+        ...
+
+
 class BackendClient:
     """Talks to one backend over a shared, pooled ``httpx.AsyncClient`` (and ``session``, if given,
-    for chat calls)."""
+    for chat calls; ``transport``, if set, for non-streamed ones)."""
 
     def __init__(
         self,
@@ -89,6 +97,7 @@ class BackendClient:
         self.backend = backend
         self.http = http
         self.session = session
+        self.transport: ChatTransport | None = None
         self.timeouts = timeouts or Timeouts()
         self._session_timeout = aiohttp.ClientTimeout(
             total=None, connect=self.timeouts.connect_s, sock_read=self.timeouts.first_token_s
@@ -120,7 +129,7 @@ class BackendClient:
             raise BackendFailed(
                 f"{self.backend.name}: no answer within {self.timeouts.first_token_s}s"
             ) from None
-        except (httpx.HTTPError, aiohttp.ClientError) as exc:
+        except (httpx.HTTPError, aiohttp.ClientError, OSError) as exc:
             raise BackendFailed(f"{self.backend.name}: {type(exc).__name__}: {exc}") from None
         self._check_status(status, raw[:200].decode("utf-8", "replace"))
         try:
@@ -137,6 +146,8 @@ class BackendClient:
 
     async def _post(self, content: bytes) -> tuple[int, bytes]:
         """POST ``content`` to the chat endpoint: the status and the whole body."""
+        if self.transport is not None:
+            return await self.transport.post(self.backend.chat_url, content)
         if self.session is not None:
             async with self.session.post(
                 self.backend.chat_url, data=content, headers=_JSON, timeout=self._session_timeout

@@ -14,7 +14,13 @@
 3. The dispatcher routes the call to a backend that serves the model, with the call's output
    limit set to what was reserved; the answer (or the stream) goes back to the caller.
 4. The usage the backend reports is charged and the outcome audited (``Gate.arun`` /
-   ``GatewayGate.gated_stream``).
+   ``GatewayGate.gated_stream``). The outcome is committed after the answer has gone out: by a
+   worker thread as soon as no chat call is in flight, else carried by the next decision's
+   transaction (the Gate's batching), so it is never on the critical path of the call it
+   belongs to, and under load it costs no commit of its own.
+
+``POST /v1/chat/completions`` is dispatched straight from the ASGI entry point, not through
+Starlette's middleware and router (which serve the other endpoints); the answer is the same.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import threading
 import time
 import uuid
@@ -31,9 +38,10 @@ from typing import Any, ParamSpec, TypeVar
 import uvicorn
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
 from starlette.applications import Starlette
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from agentgate.capabilities import Call
 from agentgate.dispatch._policy import RoutingPolicy
@@ -41,6 +49,7 @@ from agentgate.dispatch.backends import ChatChunk, ChatResult, Timeouts
 from agentgate.dispatch.dispatcher import Dispatcher
 from agentgate.dispatch.gateway._authority import GatewayDecision, GatewayGate
 from agentgate.dispatch.gateway._client import INVOCATION_HEADER, chat_call, max_tokens_of
+from agentgate.dispatch.gateway._upstream import UpstreamPool
 from agentgate.dispatch.inventory import Inventory
 from agentgate.dispatch.prefix import estimate_tokens, prompt_text
 from agentgate.dispatch.router import Router
@@ -59,6 +68,7 @@ _ERROR_TYPES = {
 _UNPARSED = Call("gateway:chat.completions", "generate")
 """The call recorded for a body too malformed to name a model."""
 MAX_BODY_BYTES = 8 * 1024 * 1024
+_log = logging.getLogger(__name__)
 P = ParamSpec("P")
 T = TypeVar("T")
 
@@ -120,23 +130,36 @@ class Gateway:
             ["kind"],
             registry=self.registry,
         )
-        self.app = Starlette(
+        self._flushing: asyncio.Task[None] | None = None
+        """The worker thread's commit of finished calls' outcomes, while it runs (event loop only)."""
+        self._starlette = Starlette(
             routes=[
-                Route("/v1/chat/completions", self._chat, methods=["POST"]),
+                # Served by ``app`` directly; the route answers 405 to other methods.
+                Route("/v1/chat/completions", self._chat_not_allowed, methods=["POST"]),
                 Route("/v1/models", self._models, methods=["GET"]),
                 Route("/metrics", self._metrics, methods=["GET"]),
                 Route("/healthz", self._health, methods=["GET"]),
             ],
             lifespan=self._lifespan,
         )
+        self.app = _Entry(self._chat, self._starlette)
+        """The ASGI application: chat completions directly, everything else through Starlette."""
 
     @contextlib.asynccontextmanager
     async def _lifespan(self, app: Starlette) -> AsyncIterator[None]:
         await self.dispatcher.start()
+        # Non-streamed backend calls go over the gateway's lean keep-alive pool (streams, scrapes
+        # and health probes stay on the dispatcher's clients).
+        upstream = UpstreamPool(connect_s=self.dispatcher.timeouts.connect_s)
+        for client in self.dispatcher.clients.values():
+            client.transport = upstream
         try:
             yield
         finally:
+            if self._flushing is not None:
+                await asyncio.wait((self._flushing,))
             await self.dispatcher.aclose()
+            await upstream.aclose()
 
     # --- small endpoints ------------------------------------------------------------------
 
@@ -152,35 +175,59 @@ class Gateway:
 
     # --- chat completions -----------------------------------------------------------------
 
-    async def _chat(self, request: Request) -> Response:
+    async def _chat_not_allowed(self, request: Request) -> Response:
+        # Never reached: ``app`` takes every POST to this path before Starlette sees it.
+        return error_response(405, "use POST", "method_not_allowed")
+
+    async def _chat(self, scope: Scope, receive: Receive, send: Send) -> None:
+        # A call is in flight until its answer (a stream: its last event) has been sent.
         self._in_flight += 1
-        streaming = False
+        settled = False
         try:
-            response = await self._answer(request)
-            # A stream is in flight until its events end (``_events`` counts it out).
-            streaming = isinstance(response, StreamingResponse)
+            response, settled = await self._answer(Request(scope, receive))
+            await response(scope, receive, send)
+        except ClientDisconnect:
+            return  # gone while its body was being read: nothing was decided, nothing to answer
         finally:
-            if not streaming:
-                self._in_flight -= 1
+            self._in_flight -= 1
+            if settled:
+                self._flush_when_idle()
         self._requests.labels(status=str(response.status_code)).inc()
-        return response
+
+    def _flush_when_idle(self) -> None:
+        """Commit finished calls' outcomes in a worker thread if no chat call is in flight.
+
+        While calls are in flight their outcomes are left pending, and the next decision's
+        transaction carries them (one commit for both, under load).
+        """
+        if self._in_flight == 0 and (self._flushing is None or self._flushing.done()):
+            self._flushing = asyncio.get_running_loop().create_task(asyncio.to_thread(self.gate.flush))
+            self._flushing.add_done_callback(_log_failure)
 
     async def _blocking(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
-        """Run a blocking gate step: inline when this is the only chat call in flight, else in a thread."""
+        """Run a blocking gate step: inline when this is the only chat call in flight, else in a thread.
+
+        Inline, it first waits (without blocking the loop) for an outcome commit in progress,
+        which holds the gate's store lock.
+        """
         if self._in_flight <= 1:
-            return fn(*args, **kwargs)
+            if self._flushing is not None and not self._flushing.done():
+                await asyncio.wait((self._flushing,))
+            if self._in_flight <= 1:
+                return fn(*args, **kwargs)
         return await asyncio.to_thread(fn, *args, **kwargs)
 
-    async def _answer(self, request: Request) -> Response:
+    async def _answer(self, request: Request) -> tuple[Response, bool]:
+        """The answer to one chat call, and whether an allowed call's outcome was left to commit."""
         arrived = time.perf_counter()
         try:
             body = _parse_body(await _read_body(request))
             call = chat_call(body)
         except InputError as exc:
-            return await self._refuse_body(str(exc))
+            return await self._refuse_body(str(exc)), False
         max_tokens = max_tokens_of(body)
         prompt = estimate_tokens(prompt_text(m for m in body["messages"]))
-        started = time.perf_counter()
+        started = time.perf_counter()  # the body is read, checked and hashed
         decision = await self._blocking(
             self.gate.authorize_invocation,
             _bearer(request.headers.get("authorization")),
@@ -191,14 +238,14 @@ class Gateway:
         decided = time.perf_counter()
         self._decision_seconds.observe(decided - started)
         if not decision.allowed:
-            return error_response(decision.status, decision.message, decision.code or "refused")
+            return error_response(decision.status, decision.message, decision.code or "refused"), False
         identity = decision.auth.identity
         tenant = identity.tenant if identity is not None else "default"
         payload = {**body, "max_tokens": max_tokens}
         payload.pop("max_completion_tokens", None)
         headers = {"X-Agentgate-Audit-Index": str(decision.auth.audit_index)}
         if body.get("stream"):
-            return await self._stream(decision, payload, tenant, (prompt, max_tokens), headers)
+            return await self._stream(decision, payload, tenant, (prompt, max_tokens), headers), True
         try:
             result = await self.gate.arun(
                 decision.auth,
@@ -206,18 +253,19 @@ class Gateway:
                 spent=_spent,
             )
         except AgentGateError as exc:
-            return _dispatch_error(exc)
+            return _dispatch_error(exc), True
         answered = time.perf_counter()
         self._count_tokens(result.usage.prompt_tokens, result.usage.completion_tokens)
         # Where the time went, for the caller's own measurements (W3C Server-Timing, milliseconds).
         headers["Server-Timing"] = (
-            f"decide;dur={(decided - started) * 1000:.3f}, backend;dur={(answered - decided) * 1000:.3f}, "
+            f"parse;dur={(started - arrived) * 1000:.3f}, decide;dur={(decided - started) * 1000:.3f}, "
+            f"backend;dur={(answered - decided) * 1000:.3f}, "
             f"total;dur={(time.perf_counter() - arrived) * 1000:.3f}"
         )
         # The backend's own bytes when it sent them (the body is not decoded and encoded again).
         if result.raw:
-            return Response(result.raw, media_type="application/json", headers=headers)
-        return JSONResponse(dict(result.body), headers=headers)
+            return Response(result.raw, media_type="application/json", headers=headers), True
+        return JSONResponse(dict(result.body), headers=headers), True
 
     async def _refuse_body(self, reason: str) -> Response:
         decision = await self._blocking(self.gate.refuse, _UNPARSED, 400, "invalid_request", reason)
@@ -294,7 +342,6 @@ class Gateway:
             return
         finally:
             await chunks.aclose()
-            self._in_flight -= 1
         if usage is not None:
             self._count_tokens(usage.prompt_tokens, usage.completion_tokens)
             if include_usage:
@@ -341,6 +388,12 @@ def _parse_body(raw: bytes) -> dict[str, Any]:
     return body
 
 
+def _log_failure(task: asyncio.Task[None]) -> None:
+    # ``Gate.flush`` logs the outcomes a store error kept out; anything else is logged here.
+    if not task.cancelled() and (exc := task.exception()) is not None:
+        _log.error("agentgate gateway: committing outcomes failed: %s: %s", type(exc).__name__, exc)
+
+
 def _bearer(value: str | None) -> str | None:
     if value is None:
         return None
@@ -365,6 +418,20 @@ def _dispatch_error(exc: AgentGateError) -> Response:
     if isinstance(exc, DispatchError):
         return error_response(400, str(exc), "rejected_by_backend")
     return error_response(503, str(exc), type(exc).__name__)
+
+
+class _Entry:
+    """The ASGI entry point: ``POST /v1/chat/completions`` straight to ``chat``, the rest to ``other``."""
+
+    def __init__(self, chat: ASGIApp, other: ASGIApp) -> None:
+        self.chat = chat
+        self.other = other
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] == "POST" and scope["path"] == "/v1/chat/completions":
+            await self.chat(scope, receive, send)
+        else:
+            await self.other(scope, receive, send)
 
 
 class GatewayServer:
