@@ -12,6 +12,7 @@ Typical use::
 from __future__ import annotations
 
 from agentgate.dispatch.broker._broker import Broker, Clock, LeaseJournal
+from agentgate.dispatch.broker._gated import GatedBroker, GatedRequest
 from agentgate.dispatch.broker._model import (
     Bound,
     BrokerEvent,
@@ -44,6 +45,8 @@ __all__ = [
     "FirstFit",
     "FreeIndex",
     "GangRequest",
+    "GatedBroker",
+    "GatedRequest",
     "GpuSpec",
     "Granted",
     "Kind",

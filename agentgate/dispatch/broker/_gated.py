@@ -1,0 +1,192 @@
+"""The broker under agentgate's authority: a lease is decided and audited before it is queued.
+
+``Broker`` itself knows tenants and priorities, not authority: anyone holding it may queue work
+for any tenant at any priority. ``GatedBroker`` is the door agents use. A request is a call on
+``gpu:TYPE`` (the GPU type in lower case, e.g. ``gpu:h100``) with the arguments ``count`` (GPUs)
+and ``priority``, decided by the ``Gate`` exactly as a tool call is: the caller's grant chain and
+the policy must allow it, and the decision is in the audit log before the broker sees the request.
+Since priority is what lets one lease preempt another, a policy can bound it like any argument
+(``priority: {le: 1}``). The tenant whose quota pays is the identity's, the holder is the
+identity's DID; neither is the caller's to choose. Only the holder may release or renew its
+lease. What happens to a lease afterwards (granted, notified of preemption, ended, timed out)
+is appended to the log as an ``outcome`` entry that refers to the decision.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from dataclasses import dataclass
+
+from agentgate.capabilities import Call, canonical_resource
+from agentgate.dispatch.broker._broker import Broker
+from agentgate.dispatch.broker._model import (
+    BrokerEvent,
+    CheckpointNotice,
+    GangRequest,
+    Granted,
+    Lease,
+    LeaseEnded,
+    TimedOut,
+)
+from agentgate.errors import AgentGateError, BrokerError, CapabilityError, Denied, LeaseLost
+from agentgate.gate import AgentIdentity, Authorization, Gate
+
+
+@dataclass(frozen=True)
+class GatedRequest:
+    """The answer to one gated request: the decision, and what the broker did if it was allowed."""
+
+    authorization: Authorization
+    """The Gate's decision, already in the audit log (``authorization.audit_index``)."""
+    events: tuple[BrokerEvent, ...] = ()
+    """What the broker did in that call (a grant of this request, notices to its victims...);
+    empty when the request was refused."""
+
+    @property
+    def allowed(self) -> bool:
+        return self.authorization.allowed
+
+    def lease(self) -> Lease | None:
+        """This request's lease if the broker granted it at once; ``None`` if it waits or was refused."""
+        own = self.authorization.call.args.get("request")
+        return next((e.lease for e in self.events if isinstance(e, Granted) and e.lease.id == own), None)
+
+
+@dataclass(frozen=True)
+class _Decided:
+    principal: str
+    chain_hash: str
+    resource: str
+    audit_index: int | None
+
+
+class GatedBroker:
+    """``broker`` behind ``gate``: decide, audit, then queue; audit every change of the lease."""
+
+    def __init__(self, gate: Gate, broker: Broker) -> None:
+        self.gate = gate
+        self.broker = broker
+        self._decided: dict[str, _Decided] = {}
+        self._lock = threading.Lock()
+
+    def submit(self, identity: AgentIdentity | None, request: GangRequest) -> GatedRequest:
+        """Decide ``request`` for ``identity``; if allowed, queue it with the identity's tenant and DID.
+
+        Never raises for a refused request (the refusal is audited and returned). Raises
+        ``BrokerError`` for a request without ``gpu_type`` (a grant covers ``gpu:TYPE``, so the
+        type must be known before the decision) or a type that is no resource name; and, after an
+        allowed decision, whatever ``Broker.submit`` raises (an unknown tenant, a duplicate id, a
+        gang that could never be placed), with an ``error`` outcome appended first.
+        """
+        resource = _resource(request)
+        call = Call(
+            resource, "lease", {"count": request.gpus, "priority": request.priority, "request": request.id}
+        )
+        auth = self.gate.authorize(identity, call)
+        if not auth.allowed:
+            return GatedRequest(auth)
+        assert identity is not None
+        decided = _Decided(identity.did, identity.grant_id, resource, auth.audit_index)
+        owned = dataclasses.replace(request, tenant=identity.tenant, holder=identity.did)
+        with self._lock:
+            self._decided[request.id] = decided
+        try:
+            events = self.broker.submit(owned)
+        except AgentGateError as exc:
+            with self._lock:
+                self._decided.pop(request.id, None)
+            self._append(decided, "error", str(exc))
+            raise
+        self._record(events)
+        return GatedRequest(auth, tuple(events))
+
+    def release(self, identity: AgentIdentity, lease_id: str) -> list[BrokerEvent]:
+        """End ``identity``'s lease (or withdraw its waiting request); the events are audited.
+
+        Raises ``Denied`` when the lease or request is another holder's, ``LeaseLost`` when it is
+        not live.
+        """
+        self._check_holder(identity, lease_id)
+        events = self.broker.release(lease_id)
+        self._record(events)
+        return events
+
+    def renew(self, identity: AgentIdentity, lease_id: str) -> Lease:
+        """Extend ``identity``'s live lease; raises ``Denied`` (another holder's) or ``LeaseLost``."""
+        self._check_holder(identity, lease_id)
+        return self.broker.renew(lease_id)
+
+    def advance(self) -> list[BrokerEvent]:
+        """Apply the clock (expiries, grace ends, timeouts, grants that follow); the events are audited."""
+        events = self.broker.advance()
+        self._record(events)
+        return events
+
+    def _check_holder(self, identity: AgentIdentity, lease_id: str) -> None:
+        holders = {lease.id: lease.request.holder for lease in self.broker.leases()}
+        holders.update((q.request.id, q.request.holder) for q in self.broker.queue())
+        if lease_id not in holders:
+            raise LeaseLost(f"lease {lease_id!r} is not held (released, expired or preempted)")
+        if holders[lease_id] != identity.did:
+            raise Denied(f"lease {lease_id!r} is held by another principal; only its holder may change it")
+
+    def _record(self, events: list[BrokerEvent]) -> None:
+        for event in events:
+            request = event.request if isinstance(event, TimedOut) else event.lease.request
+            with self._lock:
+                decided = self._decided.get(request.id)
+                if isinstance(event, LeaseEnded | TimedOut):
+                    self._decided.pop(request.id, None)
+            if decided is None:  # queued around the gate, or before this process started
+                decided = _Decided(request.holder or "unknown", "", _resource_or_any(request), None)
+            status, reason = _describe(event)
+            self._append(decided, status, reason)
+
+    def _append(self, decided: _Decided, status: str, reason: str) -> None:
+        self.gate.audit.append(
+            {
+                "kind": "outcome",
+                "principal": decided.principal,
+                "chain_hash": decided.chain_hash or None,
+                "resource": decided.resource,
+                "status": status,
+                "ref": decided.audit_index,
+                "budget_delta": 0,
+                "reasons": [reason],
+            }
+        )
+
+
+def _resource(request: GangRequest) -> str:
+    if not request.gpu_type:
+        raise BrokerError(f"request {request.id!r}: name its gpu_type: grants cover gpu:TYPE, e.g. gpu:h100")
+    try:
+        return canonical_resource(f"gpu:{request.gpu_type.lower()}")
+    except CapabilityError as exc:
+        raise BrokerError(
+            f"request {request.id!r}: gpu_type {request.gpu_type!r} is no resource name: {exc}"
+        ) from exc
+
+
+def _resource_or_any(request: GangRequest) -> str:
+    try:
+        return _resource(request)
+    except BrokerError:
+        return "gpu:*"
+
+
+def _describe(event: BrokerEvent) -> tuple[str, str]:
+    """The outcome status and the one-line reason an event is audited with."""
+    if isinstance(event, Granted):
+        lease = event.lease
+        where = f" inside one {lease.level}" if lease.level else ""
+        return "lease_granted", f"granted {len(lease.gpus)} GPUs{where}: {', '.join(lease.gpus)}"
+    if isinstance(event, CheckpointNotice):
+        return (
+            "lease_preempt_notice",
+            f"preempted ({event.reason}) by {event.preemptor}: checkpoint and release before {event.deadline:.3f}",
+        )
+    if isinstance(event, LeaseEnded):
+        return f"lease_{event.reason}", f"lease ended ({event.reason}); {len(event.lease.gpus)} GPUs returned"
+    return "lease_timed_out", f"waited {event.request.timeout_s:g} s without being placed whole; held nothing"

@@ -1,0 +1,175 @@
+"""GatedBroker: GPU leases decided by the Gate and audited, the tenant and holder the identity's."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from agentgate.audit.entry import AuditEntry
+from agentgate.dispatch.broker import (
+    Broker,
+    CheckpointNotice,
+    GangRequest,
+    GatedBroker,
+    Granted,
+    TenantQuota,
+    synthetic_topology,
+)
+from agentgate.errors import BrokerError, Denied, LeaseLost
+from agentgate.gate import Gate
+from agentgate.keys import SigningKey
+from agentgate.policy import parse_policy
+from agentgate.store import SQLiteStore
+
+POLICY = """
+version: 1
+trust_anchors:
+  root: {{did: "{root}"}}
+tenants:
+  team-a: {{}}
+  team-b: {{}}
+principals:
+  trainer: {{kind: service, did: "{trainer}", tenant: team-a, roles: [trainer]}}
+  other: {{kind: service, did: "{other}", tenant: team-b, roles: [trainer]}}
+  chat: {{kind: agent, did: "{chat}", tenant: team-a, roles: [chat]}}
+tools:
+  lookup: {{}}
+roles:
+  trainer:
+    kind: service
+    capabilities:
+      - resource: gpu:h100
+        constraints: {{count: {{ge: 1, le: 8}}, priority: {{le: 1}}}}
+    ttl_s: 3600
+  chat:
+    kind: agent
+    capabilities:
+      - resource: tool:lookup
+    ttl_s: 3600
+"""
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Setup:
+    def __init__(self, path: Path) -> None:
+        self.keys = {n: SigningKey.generate() for n in ("root", "trainer", "other", "chat")}
+        text = POLICY.format(**{n: k.did for n, k in self.keys.items()})
+        self.gate = Gate(parse_policy(text, source="gpu.yaml"), SQLiteStore(path / "agentgate.db"))
+        self.clock = Clock()
+        quotas = [TenantQuota("team-a", 16, cohort="lab"), TenantQuota("team-b", 8, cohort="lab")]
+        self.broker = Broker(synthetic_topology(nodes=3, gpus_per_node=8), quotas, clock=self.clock, ttl_s=60)
+        self.gated = GatedBroker(self.gate, self.broker)
+        self.ids = {
+            n: self.gate.issue(self.keys["root"], name=n, key=self.keys[n], role=role)
+            for n, role in (("trainer", "trainer"), ("other", "trainer"), ("chat", "chat"))
+        }
+
+    def entries(self) -> list[AuditEntry]:
+        self.gate.flush()
+        return list(self.gate.audit.entries())
+
+
+@pytest.fixture
+def setup(tmp_path: Path) -> Iterator[Setup]:
+    made = Setup(tmp_path)
+    yield made
+    made.gate.close()
+
+
+def test_an_allowed_lease_is_decided_and_audited_before_the_broker_grants_it(setup: Setup) -> None:
+    answer = setup.gated.submit(
+        setup.ids["trainer"], GangRequest("ft-1", "team-b", 8, gpu_type="H100", holder="someone-else")
+    )
+    assert answer.allowed
+    lease = answer.lease()
+    assert lease is not None and len(lease.gpus) == 8
+    # the tenant that pays and the holder are the identity's, not what the request said
+    assert lease.tenant == "team-a" and lease.request.holder == setup.ids["trainer"].did
+    decision, granted = setup.entries()
+    assert (decision.kind, decision.resource, decision.principal) == (
+        "allow",
+        "gpu:h100",
+        setup.ids["trainer"].did,
+    )
+    assert decision.index < granted.index
+    assert (granted.kind, granted.status, granted.ref) == ("outcome", "lease_granted", decision.index)
+
+
+@pytest.mark.parametrize(
+    ("who", "gpus", "priority"),
+    [("trainer", 16, 0), ("trainer", 8, 5), ("chat", 1, 0)],
+    ids=["more-gpus-than-the-grant", "priority-above-the-grant", "no-gpu-capability"],
+)
+def test_a_refused_lease_never_reaches_the_broker(setup: Setup, who: str, gpus: int, priority: int) -> None:
+    answer = setup.gated.submit(setup.ids[who], GangRequest("x", "team-a", gpus, priority, gpu_type="H100"))
+    assert not answer.allowed and answer.events == () and answer.lease() is None
+    assert setup.broker.leases() == [] and setup.broker.queue() == []
+    (entry,) = setup.entries()
+    assert (entry.kind, entry.resource) == ("deny", "gpu:h100")
+
+
+def test_no_identity_is_refused(setup: Setup) -> None:
+    answer = setup.gated.submit(None, GangRequest("x", "team-a", 1, gpu_type="H100"))
+    assert not answer.allowed and setup.broker.queue() == []
+
+
+def test_only_the_holder_may_release_or_renew(setup: Setup) -> None:
+    setup.gated.submit(setup.ids["trainer"], GangRequest("ft-1", "team-a", 8, gpu_type="H100"))
+    with pytest.raises(Denied):
+        setup.gated.release(setup.ids["other"], "ft-1")
+    with pytest.raises(Denied):
+        setup.gated.renew(setup.ids["other"], "ft-1")
+    assert [lease.id for lease in setup.broker.leases()] == ["ft-1"]
+    setup.clock.now += 30
+    assert setup.gated.renew(setup.ids["trainer"], "ft-1").expires_at == setup.clock.now + 60
+    setup.gated.release(setup.ids["trainer"], "ft-1")
+    assert setup.broker.leases() == []
+    assert setup.entries()[-1].status == "lease_released"
+    with pytest.raises(LeaseLost):
+        setup.gated.release(setup.ids["trainer"], "ft-1")
+
+
+def test_preemption_notice_and_expiry_are_audited_for_the_victim(setup: Setup) -> None:
+    for rid in ("low-1", "low-2", "low-3"):
+        assert setup.gated.submit(setup.ids["trainer"], GangRequest(rid, "t", 8, 0, gpu_type="H100")).lease()
+    # team-a is over its nominal quota (24 of 16, borrowing from team-b); team-b reclaims
+    answer = setup.gated.submit(setup.ids["other"], GangRequest("reclaim", "t", 8, 0, gpu_type="H100"))
+    assert answer.allowed and answer.lease() is None
+    notices = [e for e in answer.events if isinstance(e, CheckpointNotice)]
+    assert len(notices) == 1
+    victim = notices[0].lease.id
+    audited = [e for e in setup.entries() if e.status == "lease_preempt_notice"]
+    assert len(audited) == 1 and audited[0].principal == setup.ids["trainer"].did
+    decisions = {e.index: e for e in setup.entries() if e.kind == "allow"}
+    assert audited[0].ref in decisions  # refers to the victim's own decision
+    setup.clock.now += 10_000  # grace and every lease's ttl pass; the preemptor gets the GPUs
+    events = setup.gated.advance()
+    assert any(isinstance(e, Granted) and e.lease.id == "reclaim" for e in events)
+    statuses = [e.status for e in setup.entries() if e.kind == "outcome"]
+    assert statuses.count("lease_preempted") == 1 and "lease_expired" in statuses
+    assert victim not in {lease.id for lease in setup.broker.leases()}
+
+
+def test_a_request_without_gpu_type_is_refused_before_any_decision(setup: Setup) -> None:
+    with pytest.raises(BrokerError, match="gpu_type"):
+        setup.gated.submit(setup.ids["trainer"], GangRequest("x", "team-a", 1))
+    with pytest.raises(BrokerError, match="no resource name"):
+        setup.gated.submit(setup.ids["trainer"], GangRequest("x", "team-a", 1, gpu_type="../h100"))
+    assert setup.entries() == []
+
+
+def test_a_broker_error_after_the_decision_is_audited_as_an_error_outcome(setup: Setup) -> None:
+    setup.gated.submit(setup.ids["trainer"], GangRequest("dup", "team-a", 1, gpu_type="H100"))
+    with pytest.raises(BrokerError, match="already live"):
+        setup.gated.submit(setup.ids["trainer"], GangRequest("dup", "team-a", 1, gpu_type="H100"))
+    last = setup.entries()[-1]
+    assert (last.kind, last.status) == ("outcome", "error") and "already live" in last.reasons[0]
