@@ -19,6 +19,7 @@ from agentgate.errors import AgentGateError
 GROUPS = (
     "agentgate.cli.keys",
     "agentgate.cli.grant",
+    "agentgate.cli.approval",
     "agentgate.cli.broker",
     "agentgate.cli.audit",
     "agentgate.cli.policy",

@@ -241,3 +241,25 @@ class ApprovalStore:
         return Approval(
             approval_id, str(call_hash), str(requester), str(state), approver, float(expires_at), int(quorum)
         )
+
+    def open_requests(self, now: float | None = None) -> list[tuple[Approval, tuple[str, ...]]]:
+        """Requests still waiting for votes (pending, not expired), oldest first, with their votes."""
+        moment = time.time() if now is None else now
+        rows = self.store.query(
+            "SELECT id, call_hash, requester, state, approver, expires_at, quorum FROM approvals "
+            "WHERE state = 'pending' AND expires_at > ? ORDER BY created, id",
+            (moment,),
+        )
+        found = []
+        for approval_id, call_hash, requester, state, approver, expires_at, quorum in rows:
+            record = Approval(
+                str(approval_id),
+                str(call_hash),
+                str(requester),
+                str(state),
+                approver,
+                float(expires_at),
+                int(quorum),
+            )
+            found.append((record, self.approvers(record.id)))
+        return found

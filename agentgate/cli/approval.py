@@ -1,0 +1,150 @@
+"""``agentgate approval``: a human's side of an approval gate.
+
+``agentgate approval list [--store URL] [--json]`` lists the requests still waiting for votes.
+``agentgate approval sign PAYLOAD --as KEYFILE [--out FILE]`` shows what the request in
+PAYLOAD asks (the JSON that ``interrupt()`` carried, or the request inside it; ``-`` reads standard
+input) and writes the signed approval: the value to resume the run with
+(``Command(resume=approval)``). Exit codes: 0 signed (or listed), 1 refused (the request expired,
+or the signer is the requester), 2 unreadable or malformed input.
+
+Signing does not decide anything: the Gate checks the signature, that the signer is an approver
+the policy names, that the approval is for this very call, unused and unexpired, when the run
+resumes. The command refuses early only what would certainly be refused then.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from agentgate.cli._common import utc
+from agentgate.errors import InputError
+from agentgate.gate import Approval
+from agentgate.keys import load_signing_key
+from agentgate.store import open_store
+from agentgate.store.approvals import ApprovalStore
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "approval",
+        help="list open approval requests and sign one",
+        description="A human's side of an approval gate: see what is asked, sign a yes.",
+    )
+    sub = parser.add_subparsers(dest="approval_command", metavar="ACTION", parser_class=type(parser))
+    sub.required = True
+    listing = sub.add_parser(
+        "list",
+        help="requests still waiting for votes, oldest first",
+        description="List approval requests that are pending and not expired, with the votes they have.",
+    )
+    listing.add_argument("--json", action="store_true", help="one JSON array instead of a table")
+    listing.add_argument("--store", metavar="URL", help="store URL or path (default: AGENTGATE_STORE)")
+    listing.set_defaults(handler=_list)
+    sign = sub.add_parser(
+        "sign",
+        help="show what a request asks and sign a yes to it",
+        description=(
+            "Show the request in PAYLOAD (the interrupt payload, or the request inside it) and write "
+            "the signed approval, the value to resume the run with."
+        ),
+    )
+    sign.add_argument(
+        "payload", metavar="PAYLOAD", help="JSON file with the interrupt payload, or - for stdin"
+    )
+    sign.add_argument("--as", dest="key", required=True, metavar="KEYFILE", help="the approver's private key")
+    sign.add_argument("--out", metavar="FILE", help="write the approval here (default: standard output)")
+    sign.set_defaults(handler=_sign)
+
+
+def _list(args: argparse.Namespace) -> int:
+    store = open_store(args.store)
+    try:
+        found = ApprovalStore(store).open_requests()
+    finally:
+        store.close()
+    rows: list[dict[str, Any]] = [
+        {
+            "id": record.id,
+            "requester": record.requester,
+            "call_hash": record.call_hash,
+            "quorum": record.quorum,
+            "approved_by": list(votes),
+            "expires_at": record.expires_at,
+        }
+        for record, votes in found
+    ]
+    if args.json:
+        sys.stdout.write(json.dumps(rows, indent=2) + "\n")
+        return 0
+    if not rows:
+        sys.stdout.write("no open approval requests\n")
+        return 0
+    sys.stdout.write(f"{'request':<34} {'expires':<21} {'votes':>5}  requester\n")
+    for row in rows:
+        votes = f"{len(row['approved_by'])}/{row['quorum']}"
+        sys.stdout.write(f"{row['id']:<34} {utc(row['expires_at']):<21} {votes:>5}  {row['requester']}\n")
+    return 0
+
+
+def _sign(args: argparse.Namespace) -> int:
+    request = _request(_read(args.payload))
+    key = load_signing_key(args.key)
+    expires = request.get("expires_at")
+    if isinstance(expires, int | float) and not isinstance(expires, bool) and expires <= time.time():
+        sys.stderr.write(f"agentgate: refused: request {request['id']} expired at {utc(float(expires))}\n")
+        return 1
+    if request.get("requester_did") == key.did:
+        sys.stderr.write("agentgate: refused: the approver must not be the requester\n")
+        return 1
+    sys.stderr.write(_describe(request, key.did))
+    approval = Approval.sign({"request": request}, key).to_dict()
+    text = json.dumps(approval, indent=2) + "\n"
+    if args.out:
+        Path(args.out).write_text(text)
+        sys.stderr.write(f"approval written to {args.out}: resume the run with it\n")
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def _read(source: str) -> Any:
+    try:
+        text = sys.stdin.read() if source == "-" else Path(source).read_text()
+    except OSError as exc:
+        raise InputError(f"{source}: cannot read: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise InputError(f"{source}: not UTF-8 text") from None
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        raise InputError(f"{source}: not JSON: {str(exc)[:120]}") from None
+
+
+def _request(payload: Any) -> dict[str, Any]:
+    """The request in an interrupt payload (or the request itself), checked for what signing needs."""
+    inner = payload.get("request", payload) if isinstance(payload, dict) else None
+    if not isinstance(inner, dict):
+        raise InputError("PAYLOAD must be a JSON object: the interrupt payload or its 'request'")
+    for field in ("id", "call_hash"):
+        if not isinstance(inner.get(field), str) or not inner[field]:
+            raise InputError(f"PAYLOAD: the request has no {field!r}; pass the whole interrupt payload")
+    return inner
+
+
+def _describe(request: dict[str, Any], signer: str) -> str:
+    """What the approver is about to say yes to, in the words of the request."""
+    lines = [
+        f"approval request {request['id']}",
+        f"  requester  {request.get('requester', '?')} ({request.get('requester_did', '?')})",
+        f"  asks for   {request.get('resource', '?')} {json.dumps(request.get('args', {}), sort_keys=True)}",
+        f"  gate       {request.get('gate', '?')}; approvers {', '.join(map(str, request.get('approvers', [])))}",
+        f"  why        {'; '.join(map(str, request.get('reasons', []))) or '-'}",
+        f"  expires    {utc(request['expires_at']) if isinstance(request.get('expires_at'), int | float) else '-'}",
+        f"  signed by  {signer}",
+    ]
+    return "\n".join(lines) + "\n"
