@@ -7,8 +7,17 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agentgate.authority._encoding import _parse_canonical_reference, canonical_json, parse_canonical
-from agentgate.errors import TokenFormatError
+from agentgate.authority._encoding import (
+    _parse_canonical_reference,
+    b64url_decode,
+    b64url_decode_parts,
+    b64url_encode,
+    canonical_json,
+    did_public_key,
+    parse_canonical,
+)
+from agentgate.errors import KeyFileError, TokenFormatError
+from agentgate.keys import did_from_public_key, public_key_from_did
 
 KEYS = st.text(max_size=6)
 LEAVES = st.one_of(
@@ -60,3 +69,65 @@ def test_floats_and_duplicates_are_refused_on_both_paths() -> None:
         "ok",
         {"a": 1, "b": [True, None, "x"]},
     )
+
+
+# --- base64url of every part at once, and did:key decoding ------------------------------------------------
+
+PART_TEXT = st.text(alphabet="ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_.", max_size=24)
+ODD_TEXT = st.text(alphabet="AQgw-_.+/=é \n", max_size=12)
+
+
+def _one_by_one(text: str) -> list[bytes] | None:
+    try:
+        return [b64url_decode(part, "part") for part in text.split(".")]
+    except TokenFormatError:
+        return None
+
+
+@settings(max_examples=600, deadline=None)
+@given(
+    st.one_of(
+        PART_TEXT,
+        ODD_TEXT,
+        st.binary(max_size=16).map(lambda b: b64url_encode(b) + "." + b64url_encode(b[::-1])),
+    )
+)
+def test_decoding_all_parts_agrees_with_decoding_each(text: str) -> None:
+    assert b64url_decode_parts(text) == _one_by_one(text)
+
+
+def test_decoding_all_parts_refuses_what_each_refuses() -> None:
+    good = b64url_encode(b"payload") + "." + b64url_encode(b"\xff" * 64)
+    assert b64url_decode_parts(good) == [b"payload", b"\xff" * 64]
+    for bad in (good + "=", good.replace("_", "/"), good + ".A", "QR.AA", "é"):
+        assert b64url_decode_parts(bad) is None and _one_by_one(bad) is None
+
+
+def _key_file_verdict(did: str) -> bytes | None:
+    try:
+        return public_key_from_did(did)
+    except KeyFileError:
+        return None
+
+
+def _token_verdict(did: str) -> bytes | None:
+    try:
+        return did_public_key(did)
+    except TokenFormatError:
+        return None
+
+
+KEYS_32 = st.binary(min_size=32, max_size=32)
+
+
+@settings(max_examples=400, deadline=None)
+@given(KEYS_32, st.integers(0, 60), st.sampled_from(["", "1", "z", "0", "l", "é", "11"]), st.booleans())
+def test_did_decoding_agrees_with_the_key_module(
+    raw: bytes, position: int, insert: str, replace: bool
+) -> None:
+    """The integer base58 decoder accepts exactly the canonical did:key strings, with the same key."""
+    did = did_from_public_key(raw)
+    assert _token_verdict(did) == raw
+    cut = min(position, len(did))
+    changed = did[:cut] + insert + did[cut + (1 if replace and insert else 0) :]
+    assert _token_verdict(changed) == _key_file_verdict(changed)

@@ -22,7 +22,14 @@ from agentgate.authority import (
     verify_chain,
 )
 from agentgate.authority._encoding import b64url_decode, b64url_encode, canonical_json
-from agentgate.authority._grant import GRANT_CONTEXT, TOKEN_PREFIX, _encode_chain, parse_grant
+from agentgate.authority._grant import (
+    GRANT_CONTEXT,
+    TOKEN_PREFIX,
+    _encode_chain,
+    _grant_from_canonical,
+    _parse_grant_reference,
+    parse_grant,
+)
 from agentgate.capabilities import Capability
 from agentgate.errors import (
     AuthorityError,
@@ -472,3 +479,115 @@ def test_a_link_verifies_exactly_when_it_attenuates(limit: int, budget: int, exp
     except AuthorityError:
         verified = False
     assert verified == narrows
+
+
+# --- the fast parsing path agrees with the reference steps ---------------------------------------------------
+
+LEAVES = st.one_of(
+    st.integers(min_value=-(2**64), max_value=2**64),
+    st.sampled_from([2**63 - 1, 2**63, -(2**63) + 1, -(2**63), 0, 1, -1]),
+    st.text(max_size=4),
+    st.booleans(),
+    st.none(),
+    st.floats(allow_nan=False, allow_infinity=False),
+)
+SPECS = st.dictionaries(
+    st.sampled_from(["eq", "in", "lt", "le", "gt", "ge", "prefix", "ne"]),
+    st.one_of(LEAVES, st.lists(st.one_of(LEAVES, st.sampled_from(["EUR", "USD", 1, 1])), max_size=3)),
+    max_size=3,
+)
+CAPABILITY_OBJECTS = st.one_of(
+    st.fixed_dictionaries(
+        {
+            "resource": st.sampled_from(
+                ["tool:payments.refund", "tool:search.*", "tool:*", "Tool:x", "tool:a/b"]
+            ),
+            "action": st.sampled_from(["invoke", "*", "", "Invoke"]),
+            "constraints": st.dictionaries(
+                st.sampled_from(["amount", "currency", "a.b", "1x"]), SPECS, max_size=2
+            ),
+        }
+    ),
+    st.dictionaries(st.sampled_from(["resource", "action", "constraints", "x"]), LEAVES, max_size=3),
+)
+VALID_CAPABILITIES = st.sampled_from(
+    [
+        Capability.parse(text).to_dict()
+        for text in (
+            REFUND,
+            "tool:search.*",
+            "tool:*#*",
+            "tool:x?s^=ab&n>0&n<=9",
+            "model:m?k=1|2|x",
+            "tool:y?b=true",
+        )
+    ]
+)
+FIELD_VALUES: dict[str, st.SearchStrategy[object]] = {
+    "v": st.sampled_from([1, 2, True, 1.0]),
+    "iss": st.sampled_from([ALICE.did, BOB.did, ALICE.did + "x", "did:key:z", 5]),
+    "aud": st.sampled_from([BOB.did, CAROL.did, BOB.did.upper(), None]),
+    "caps": st.lists(st.one_of(VALID_CAPABILITIES, CAPABILITY_OBJECTS), max_size=3),
+    "budget": st.one_of(
+        st.none(),
+        st.fixed_dictionaries({"amount": LEAVES, "unit": st.sampled_from(["usd_micros", "Calls", "", 1])}),
+        st.dictionaries(st.sampled_from(["amount", "unit", "x"]), LEAVES, max_size=3),
+    ),
+    "nbf": st.one_of(st.sampled_from([NOW, 0, -1, 2**40, True]), LEAVES),
+    "exp": st.sampled_from([NOW + 600, NOW, 2**40 - 1, 2**40, 1.5]),
+    "depth": st.sampled_from([0, 1, 15, 16, -1, False]),
+    "nonce": st.sampled_from(["0" * 32, "A" * 32, "0" * 31, 0]),
+    "purpose": st.one_of(st.text(max_size=3), st.just("p" * 257)),
+    "parent": st.sampled_from([None, "a" * 64, "A" * 64, "a" * 63, 7]),
+    "ext": st.dictionaries(st.text(max_size=2), LEAVES, max_size=1),
+    "crit": st.lists(st.text(max_size=2), max_size=1),
+}
+
+
+def _assert_fast_path_agrees(payload: bytes, signature: bytes) -> bool:
+    """The fast path returns a grant only when the reference steps accept an equal one (types and
+    normal forms included); returns whether it took the payload."""
+    fast = _grant_from_canonical(payload, signature)
+    if fast is None:
+        return False
+    reference = _parse_grant_reference(payload, signature, "grant")
+    assert repr(fast) == repr(reference)
+    assert fast == reference
+    normals = [[repr(c._normal) for _, c in cap.constraints] for cap in fast.capabilities]
+    assert normals == [[repr(c._normal) for _, c in cap.constraints] for cap in reference.capabilities]
+    return True
+
+
+@settings(max_examples=600, deadline=None)
+@given(
+    st.dictionaries(st.sampled_from(sorted(FIELD_VALUES)), st.integers(0, 2**32), max_size=3),
+    st.data(),
+    st.sampled_from(["canonical", "spaced", "drop"]),
+)
+def test_fast_grant_parsing_accepts_only_what_the_reference_accepts(
+    changed: dict[str, int], data: st.DataObject, spelling: str
+) -> None:
+    body = json.loads(two_links().tip.payload)
+    for name in changed:
+        body[name] = data.draw(FIELD_VALUES[name], label=name)
+    if spelling == "drop":
+        body.pop(data.draw(st.sampled_from(sorted(body))))
+    try:
+        payload = canonical_json(body)
+    except TokenFormatError:
+        payload = json.dumps(body, sort_keys=True).encode("utf-8", "surrogatepass")
+    if spelling == "spaced":
+        payload = json.dumps(body, sort_keys=True).encode("utf-8", "surrogatepass")
+    _assert_fast_path_agrees(payload, ALICE.sign(GRANT_CONTEXT + payload))
+
+
+def test_fast_grant_parsing_takes_the_common_shapes() -> None:
+    """Every link the engine issues (sets, single values, bounds, wildcards, budgets or none) takes
+    the fast path and parses to the same grant as the reference steps."""
+    chain = delegate(
+        issue(ROOT, ALICE.did, [REFUND, "tool:search.*", "tool:*#read?q^=abc", "model:Qwen/Qwen3-32B?n>=1&n<9"],
+              ttl=600, now=NOW),
+        ALICE, BOB.did, ["tool:payments.refund?amount<=100&currency=EUR", "tool:search.web"], ttl=60, now=NOW,
+    )  # fmt: skip
+    for link in chain.links:
+        assert _assert_fast_path_agrees(link.payload, link.signature)

@@ -9,11 +9,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agentgate.capabilities import (
+    OPERATORS,
     Call,
     Capability,
     Constraint,
     attenuates,
     canonical_resource,
+    capability_from_canonical,
     covers,
     format_capability,
     parse_capability,
@@ -234,3 +236,85 @@ def test_contradictory_child_covers_nothing_and_attenuates() -> None:
     child = parse_capability("tool:t?n<1&n>2")
     assert child.constraint_map["n"].is_empty
     assert attenuates(parse_capability("tool:t?n=7"), child)
+
+
+# --- building from a token's canonical form -----------------------------------------------------------------
+
+TOKEN_VALUES = st.one_of(
+    st.integers(min_value=-(2**64), max_value=2**64),
+    st.sampled_from([2**63 - 1, 2**63, -(2**63) + 1, -(2**63), 0, 1]),
+    st.sampled_from(["EUR", "USD", "", "a", "1"]),
+    st.booleans(),
+    st.none(),
+    st.floats(allow_nan=False),
+)
+SMALL = st.one_of(st.integers(-3, 3), st.sampled_from(["EUR", "USD", "a"]))
+TOKEN_SPECS = st.one_of(
+    st.fixed_dictionaries(
+        {},
+        optional={
+            "eq": SMALL,
+            "in": st.lists(SMALL, max_size=3),
+            "le": st.integers(-3, 3),
+            "gt": st.integers(-3, 3),
+            "prefix": st.sampled_from(["", "a", "EU"]),
+        },
+    ),
+    st.dictionaries(
+        st.sampled_from([*OPERATORS, "ne"]), st.one_of(SMALL, st.lists(SMALL, max_size=2)), max_size=2
+    ),
+    st.dictionaries(
+        st.sampled_from([*OPERATORS, "ne"]),
+        st.one_of(TOKEN_VALUES, st.lists(TOKEN_VALUES, max_size=3), st.tuples(TOKEN_VALUES)),
+        max_size=3,
+    ),
+)
+TOKEN_CAPABILITIES = st.one_of(
+    st.builds(lambda cap: cap.to_dict(), capabilities()),
+    st.fixed_dictionaries(
+        {
+            "resource": st.sampled_from(
+                ["tool:pay.refund"] * 4 + ["tool:search.*", "tool:*", "Tool:x", "tool:a/b", 1]
+            ),
+            "action": st.sampled_from(["invoke"] * 4 + ["*", "", "Invoke", None]),
+            "constraints": st.dictionaries(
+                st.sampled_from(["amount", "currency", "a.b", "1x"]), TOKEN_SPECS, max_size=3
+            ),
+        }
+    ),
+    st.dictionaries(st.sampled_from(["resource", "action", "constraints", "x"]), TOKEN_VALUES, max_size=4),
+)
+
+
+def _reference_from_token(data: object) -> Capability | None:
+    """What grant parsing accepted before the fast path: ``from_dict``, then the canonical-form check."""
+    try:
+        cap = Capability.from_dict(data)  # type: ignore[arg-type]
+    except CapabilityError:
+        return None
+    return cap if cap.to_dict() == data else None
+
+
+@settings(max_examples=500, deadline=None)
+@given(TOKEN_CAPABILITIES)
+def test_building_from_canonical_form_agrees_with_from_dict(data: dict[str, object]) -> None:
+    """A capability built by the fast path is one the reference steps accept, with equal fields,
+    types and normal forms; values it is unsure of are left to the reference steps."""
+    fast = capability_from_canonical(data)
+    if fast is None:
+        return
+    reference = _reference_from_token(data)
+    assert reference is not None, data
+    assert repr(fast) == repr(reference) and fast == reference
+    assert [repr(c._normal) for _, c in fast.constraints] == [
+        repr(c._normal) for _, c in reference.constraints
+    ]
+
+
+def test_building_from_canonical_form_takes_the_token_shapes() -> None:
+    for text in ("tool:pay.refund?amount<=500&currency=EUR|USD", "tool:*#*", "tool:x?s^=ab&n>0&n<=9&k=1|x"):
+        cap = parse_capability(text)
+        assert capability_from_canonical(cap.to_dict()) == cap
+    for refused in ({"in": ["EUR"]}, {"in": ["EUR", "EUR"]}, {"le": 1.5}, {"eq": True}, {"le": 2**63}):
+        data = {"resource": "tool:x", "action": "invoke", "constraints": {"a": refused}}
+        assert capability_from_canonical(data) is None
