@@ -646,3 +646,147 @@ def test_concurrent_callers_are_each_decided_charged_and_audited_once(env: Env) 
     assert sum(e.kind == "outcome" for e in entries) == 32
     assert env.spent() == total
     assert env.gate.verify().ok
+
+
+def test_a_finished_calls_outcome_is_committed_once_the_gateway_is_idle(env: Env) -> None:
+    """The outcome goes to the store after the answer, without waiting for the next decision to
+    carry it (the gate's own background committer is stopped here, so only the gateway commits)."""
+    env.gate._outcomes.close()
+    client = env.openai()
+    client.chat.completions.create(model=MODEL, messages=_messages(), max_tokens=8)
+    stream = client.chat.completions.create(model=MODEL, messages=_messages(), max_tokens=8, stream=True)
+    assert "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+    deadline = time.monotonic() + 10
+    kinds: list[str] = []
+    while time.monotonic() < deadline:
+        kinds = [e.kind for e in env.gate.audit.entries()]  # read without flushing
+        if kinds.count("outcome") == 2:
+            break
+        time.sleep(0.02)
+    assert kinds == ["allow", "outcome", "allow", "outcome"]
+
+
+# --- the lean upstream pool, against a real TCP server on 127.0.0.1 -----------------------------
+
+
+class _RawBackend:
+    """A loopback HTTP server whose answer per path is written by hand: ``/cl`` (Content-Length,
+    keep-alive), ``/chunked``, ``/eof`` (ends with the connection), ``/garbage``, ``/drop``."""
+
+    def __init__(self) -> None:
+        self.connections = 0
+        self.server: asyncio.Server | None = None
+        self.handlers: set[asyncio.Task[Any]] = set()
+
+    async def __aenter__(self) -> str:
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        return f"http://127.0.0.1:{self.server.sockets[0].getsockname()[1]}"
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self.server is not None
+        self.server.close()
+        await self.server.wait_closed()
+        # Each handler ends once its client has closed the connection (the pool is closed first).
+        async with asyncio.timeout(5):
+            await asyncio.gather(*self.handlers)
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        task = asyncio.current_task()
+        assert task is not None
+        self.handlers.add(task)
+        try:
+            while True:
+                try:
+                    head = (await reader.readuntil(b"\r\n\r\n")).decode()
+                except asyncio.IncompleteReadError:
+                    return
+                length = next(
+                    int(line.split(":")[1])
+                    for line in head.split("\r\n")
+                    if line.lower().startswith("content-length")
+                )
+                body = await reader.readexactly(length)
+                path = "/" + head.split(" ")[1].split("/")[1]  # the first segment decides
+                if path == "/cl":
+                    writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+                elif path == "/chunked":
+                    half = len(body) // 2
+                    writer.write(b"HTTP/1.1 201 Created\r\nTransfer-Encoding: chunked\r\n\r\n")
+                    writer.write(
+                        b"%x\r\n%s\r\n%x\r\n%s\r\n0\r\n\r\n"
+                        % (half, body[:half], len(body) - half, body[half:])
+                    )
+                elif path == "/eof":
+                    writer.write(b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n" + body)
+                    await writer.drain()
+                    return
+                elif path == "/garbage":
+                    writer.write(b"this is not http\r\n\r\n")
+                    await writer.drain()
+                    return
+                else:  # /drop
+                    return
+                await writer.drain()
+        finally:
+            writer.close()
+
+
+def test_upstream_pool_keeps_connections_alive_and_reads_every_framing() -> None:
+    from agentgate.dispatch.gateway._upstream import UpstreamPool
+
+    async def scenario() -> None:
+        backend = _RawBackend()
+        async with backend as url:
+            pool = UpstreamPool()
+            assert await pool.post(url + "/cl", b'{"a":1}') == (200, b'{"a":1}')
+            assert await pool.post(url + "/cl", b'{"b":2}') == (200, b'{"b":2}')
+            assert await pool.post(url + "/chunked", b'{"chunked":true}') == (201, b'{"chunked":true}')
+            assert backend.connections == 1  # one kept-alive connection for all three
+            assert await pool.post(url + "/eof", b"{}") == (200, b"{}")
+            assert await pool.post(url + "/cl", b"{}") == (200, b"{}")
+            assert backend.connections == 2  # the closed one was not reused
+            await pool.aclose()
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.parametrize("path", ["/garbage", "/drop"])
+def test_upstream_pool_raises_for_an_answer_it_cannot_read_and_the_client_reports_backend_failed(
+    path: str,
+) -> None:
+    from agentgate.dispatch.backends import BackendClient
+    from agentgate.dispatch.gateway._upstream import UpstreamError, UpstreamPool
+    from agentgate.dispatch.inventory import Backend
+    from agentgate.errors import BackendFailed
+
+    async def scenario() -> None:
+        async with _RawBackend() as url:
+            pool = UpstreamPool()
+            with pytest.raises(UpstreamError):
+                await pool.post(url + path, b"{}")
+            # Through the backend client, as the gateway calls it: a BackendFailed (failover), nothing else.
+            async with httpx.AsyncClient() as http:
+                client = BackendClient(Backend(name="raw", url=url + path, models=(MODEL,)), http)
+                client.transport = pool
+                with pytest.raises(BackendFailed, match="raw"):
+                    await client.chat(_body())
+            await pool.aclose()
+
+    asyncio.run(scenario())
+
+
+def test_upstream_pool_refused_connection_is_an_os_error() -> None:
+    from agentgate.dispatch.gateway._upstream import UpstreamPool
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]  # closed again before the call: nothing listens there
+
+    async def scenario() -> None:
+        pool = UpstreamPool()
+        with pytest.raises(OSError):
+            await pool.post(f"http://127.0.0.1:{port}/v1/chat/completions", b"{}")
+        await pool.aclose()
+
+    asyncio.run(scenario())

@@ -39,6 +39,7 @@ class _Connection(asyncio.Protocol):
         self._complete = False
         self._headers_done = False
         self._framed = False  # a Content-Length or chunked answer (else it ends when the connection does)
+        self._keep_alive = False
 
     # --- asyncio.Protocol -----------------------------------------------------------------
 
@@ -74,6 +75,8 @@ class _Connection(asyncio.Protocol):
 
     def on_message_complete(self) -> None:
         self._complete = True
+        # Read now: the parser answers False once it has moved past the message.
+        self._keep_alive = self._framed and self._parser.should_keep_alive()
         waiter = self._waiter
         if waiter is not None and not waiter.done():
             waiter.set_result((self._parser.get_status_code(), b"".join(self._body)))
@@ -92,7 +95,7 @@ class _Connection(asyncio.Protocol):
         if self.transport is None:
             raise UpstreamError("the connection is closed")
         self._body = []
-        self._complete = self._headers_done = self._framed = False
+        self._complete = self._headers_done = self._framed = self._keep_alive = False
         self._waiter = asyncio.get_running_loop().create_future()
         self.transport.write(data)
         try:
@@ -102,7 +105,7 @@ class _Connection(asyncio.Protocol):
 
     def reusable(self) -> bool:
         """True after a complete answer that lets the connection stay open."""
-        return self._complete and self.usable and self._parser.should_keep_alive()
+        return self._complete and self._keep_alive and self.usable
 
     def close(self) -> None:
         if self.transport is not None:
