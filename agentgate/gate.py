@@ -421,6 +421,10 @@ class Gate:
             weakref.WeakKeyDictionary()
         )
         self._lock = threading.Lock()
+        """Guards the in-memory bookkeeping below; taken inside decision transactions, so never
+        held while waiting for the store (that order would deadlock against a decision)."""
+        self._scheduler_lock = threading.Lock()
+        """Guards making the schedulers, which may create tables: store I/O, so not ``_lock``."""
         self._dispatch: tuple[Dispatcher, asyncio.AbstractEventLoop, threading.Thread] | None = None
         self._open_requests: dict[str, tuple[str, int, float]] = {}
         """Approval requests asked in this process and not yet answered: call hash -> (id, audit index, expiry)."""
@@ -529,23 +533,26 @@ class Gate:
                 }
             )
             raise
-        record(self.grants, chain)
         child = AgentIdentity(name, key, chain, parent.tenant)
-        self.audit.append(
-            {
-                "kind": "allow",
-                "principal": parent.did,
-                "chain_hash": parent.grant_id,
-                "policy_hash": self.policy.digest or None,
-                "resource": resource,
-                "reasons": [
-                    f"delegated grant {chain.id} to {name} ({key.did}): "
-                    + ", ".join(str(c) for c in caps)
-                    + f"; {seconds}s"
-                    + (f"; budget {budget}" if budget is not None else "")
-                ],
-            }
-        )
+        # The grant's record and the delegation's audit entry: one transaction, one commit.
+        with self._decision_transaction() as tx, self.grants.within(tx):
+            record(self.grants, chain)
+            self.audit.append(
+                {
+                    "kind": "allow",
+                    "principal": parent.did,
+                    "chain_hash": parent.grant_id,
+                    "policy_hash": self.policy.digest or None,
+                    "resource": resource,
+                    "reasons": [
+                        f"delegated grant {chain.id} to {name} ({key.did}): "
+                        + ", ".join(str(c) for c in caps)
+                        + f"; {seconds}s"
+                        + (f"; budget {budget}" if budget is not None else "")
+                    ],
+                },
+                tx,
+            )
         with self._lock:
             self.delegations.append((parent.name, child))
         return child
@@ -643,29 +650,39 @@ class Gate:
             gate = verdict.approval
             pending = ApprovalRequirement(gate.approvers, gate.quorum, f"approval gate {gate.gate}")
         invocation = Invocation.sign(identity.key, identity.chain, call)
-        token = _pending_approval.set(pending)
-        try:
-            decision = self.authority.decide(invocation)
-        finally:
-            _pending_approval.reset(token)
-        auth = Authorization(
-            decision.outcome.value,
-            call,
-            identity,
-            (*verdict.reasons, *decision.reasons)
-            if decision.outcome.value != Verdict.DENY
-            else decision.reasons,
-            decision.findings,
-            decision=decision,
-            rule=f"role {verdict.rule.role} rule {verdict.rule.index + 1}"
-            if verdict.rule is not None
-            else None,
-        )
-        if auth.needs_approval:
-            return self._record_approval_request(auth, request)
+        # One transaction, one commit per decision: the authority engine's nonce statement and
+        # revocation read run in it (``GrantRepository.within``), with the outcomes carried from
+        # earlier calls, the budget reservation and the decision's audit entry. Nothing of an
+        # allow is visible, and the call does not run, before that commit.
+        with self._decision_transaction() as tx:
+            with self.grants.within(tx):
+                token = _pending_approval.set(pending)
+                try:
+                    decision = self.authority.decide(invocation)
+                finally:
+                    _pending_approval.reset(token)
+            auth = Authorization(
+                decision.outcome.value,
+                call,
+                identity,
+                (*verdict.reasons, *decision.reasons)
+                if decision.outcome.value != Verdict.DENY
+                else decision.reasons,
+                decision.findings,
+                decision=decision,
+                rule=f"role {verdict.rule.role} rule {verdict.rule.index + 1}"
+                if verdict.rule is not None
+                else None,
+            )
+            if auth.needs_approval:
+                return self._record_approval_request(auth, request, tx)
+            if auth.allowed:
+                auth = self._record_allow(auth, approved, request, tokens, tx)
+            else:
+                auth = self._write_refusal(auth, tx)
         if not auth.allowed:
-            return self._record_refusal(auth)
-        return self._record_allow(auth, approved, request, tokens)
+            self._refusal_span(auth)
+        return auth
 
     def _precheck(
         self, identity: AgentIdentity | None, call: Call, agent: str | None, agent_did: str | None
@@ -823,15 +840,22 @@ class Gate:
             raise
 
     def _record_refusal(self, auth: Authorization) -> Authorization:
+        """Record a refusal in a decision transaction of its own; the refused authorization."""
         with self._decision_transaction() as tx:
-            index = self.audit.append(self._entry(auth, "deny"), tx)
-        refused = replace(auth, verdict=Verdict.DENY, audit_index=index)
-        with self._span(refused):  # a refused call shows in the trace too, as an ERROR span
-            pass
+            refused = self._write_refusal(auth, tx)
+        self._refusal_span(refused)
         return refused
 
+    def _write_refusal(self, auth: Authorization, tx: Transaction) -> Authorization:
+        index = self.audit.append(self._entry(auth, "deny"), tx)
+        return replace(auth, verdict=Verdict.DENY, audit_index=index)
+
+    def _refusal_span(self, refused: Authorization) -> None:
+        with self._span(refused):  # a refused call shows in the trace too, as an ERROR span
+            pass
+
     def _record_approval_request(
-        self, auth: Authorization, request: Mapping[str, Any] | None
+        self, auth: Authorization, request: Mapping[str, Any] | None, tx: Transaction | None = None
     ) -> Authorization:
         assert request is not None and auth.identity is not None
         call_hash = request["call_hash"]
@@ -840,17 +864,17 @@ class Gate:
         if known is not None and known[2] > time.time():
             # The same call asked again (LangGraph re-runs a node when it resumes): one request,
             # one audit entry, until it is answered or expires.
-            votes = list(self.approvals.approvers(known[0])) if request["quorum"] > 1 else []
+            votes = list(self.approvals.approvers(known[0], tx=tx)) if request["quorum"] > 1 else []
             return replace(
                 auth,
                 audit_index=known[1],
                 request={**request, "id": known[0], "expires_at": known[2], "approved_by": votes},
             )
-        with self._decision_transaction() as tx:
+        with self._decision_transaction() if tx is None else nullcontext(tx) as t:
             request_id = self.approvals.request(
-                call_hash, auth.identity.did, request["expires_at"], quorum=request["quorum"], tx=tx
+                call_hash, auth.identity.did, request["expires_at"], quorum=request["quorum"], tx=t
             )
-            index = self.audit.append(self._entry(auth, "approval_required"), tx)
+            index = self.audit.append(self._entry(auth, "approval_required"), t)
         with self._lock:
             self._open_requests[call_hash] = (request_id, index, float(request["expires_at"]))
         return replace(auth, audit_index=index, request={**request, "id": request_id})
@@ -861,31 +885,55 @@ class Gate:
         approval: Approval | None,
         request: Mapping[str, Any] | None,
         tokens: tuple[int, int] | None,
+        tx: Transaction | None = None,
     ) -> Authorization:
+        """Record an allow (approval consumed, budget reserved, audit entry) in ``tx``, or in a
+        decision transaction of its own; a budget or an approval that does not hold turns it into
+        a recorded refusal in the same transaction (the reservation's partial writes rolled back
+        to a savepoint)."""
+        if tx is None:
+            with self._decision_transaction() as own:
+                recorded = self._record_allow(auth, approval, request, tokens, own)
+            if not recorded.allowed:
+                self._refusal_span(recorded)
+            return recorded
         identity, decision = auth.identity, auth.decision
         assert identity is not None and decision is not None
         amounts = self._cost(auth.call, tokens)
+        reserve = [
+            (unit, caps, amounts.get(unit, 0))
+            for unit, caps in self._caps(decision).items()
+            if amounts.get(unit, 0) > 0
+        ]
+        # Only what can refuse (an approval to consume, a budget to reserve) needs the savepoint.
+        guarded = bool(reserve) or approval is not None
+        if guarded:
+            tx.execute("SAVEPOINT agentgate_allow")
         try:
-            with self._decision_transaction() as tx:
-                if approval is not None and request is not None:
-                    if request["quorum"] == 1:
-                        self.approvals.approve(approval.request, approval.approver, tx=tx)
-                    approvers = self.approvals.consume(approval.request, request["call_hash"], tx=tx)
-                    auth = replace(auth, approver=",".join(approvers))
-                    with self._lock:
-                        self._open_requests.pop(request["call_hash"], None)
-                held = []
-                for unit, caps in self._caps(decision).items():
-                    amount = amounts.get(unit, 0)
-                    if amount > 0:
-                        held.append((self.ledger.reserve(tx, identity.chain.ids, caps, amount), unit, amount))
-                index = self.audit.append(self._entry(auth, "allow"), tx)
-        except BudgetExceeded as exc:
-            return self._record_refusal(
-                replace(auth, reasons=(self._budget_reason(identity, exc),), budget_exhausted=True)
+            if approval is not None and request is not None:
+                if request["quorum"] == 1:
+                    self.approvals.approve(approval.request, approval.approver, tx=tx)
+                approvers = self.approvals.consume(approval.request, request["call_hash"], tx=tx)
+                auth = replace(auth, approver=",".join(approvers))
+                with self._lock:
+                    self._open_requests.pop(request["call_hash"], None)
+            held = tuple(
+                (self.ledger.reserve(tx, identity.chain.ids, caps, amount), unit, amount)
+                for unit, caps, amount in reserve
             )
-        except (Denied, Expired, InputError) as exc:
-            return self._record_refusal(replace(auth, reasons=(f"approval not usable: {exc}",)))
+        except (BudgetExceeded, Denied, Expired, InputError) as exc:
+            tx.execute("ROLLBACK TO SAVEPOINT agentgate_allow")
+            tx.execute("RELEASE SAVEPOINT agentgate_allow")
+            if isinstance(exc, BudgetExceeded):
+                refused = replace(
+                    auth, reasons=(self._budget_reason(identity, exc, tx),), budget_exhausted=True
+                )
+            else:
+                refused = replace(auth, reasons=(f"approval not usable: {exc}",))
+            return self._write_refusal(refused, tx)
+        if guarded:
+            tx.execute("RELEASE SAVEPOINT agentgate_allow")
+        index = self.audit.append(self._entry(auth, "allow"), tx)
         return Authorization(  # built directly: dataclasses.replace costs more than the rest of this step
             auth.verdict,
             auth.call,
@@ -893,19 +941,19 @@ class Gate:
             auth.reasons,
             auth.findings,
             index,
-            tuple(held),
+            held,
             auth.request,
             auth.approver,
             decision,
             rule=auth.rule,
         )
 
-    def _budget_reason(self, identity: AgentIdentity, exc: BudgetExceeded) -> str:
-        self.flush()
+    def _budget_reason(self, identity: AgentIdentity, exc: BudgetExceeded, tx: Transaction) -> str:
+        # Read in the decision's transaction: it holds the write lock and the outcomes it carries.
         parts = []
         for link in identity.chain.links:
             if link.budget is not None:
-                spent = self.ledger.spent(link.id)
+                spent = self.ledger.spent(link.id, tx=tx)
                 parts.append(
                     f"{spent} of {link.budget.amount} {link.budget.unit} spent on grant {link.id[:12]}"
                 )
@@ -1078,7 +1126,10 @@ class Gate:
         return DeadLetterStore(self.store) if self._shared_store is None else None
 
     def _sync(self) -> SyncScheduler:
-        with self._lock:
+        scheduler = self._sync_scheduler
+        if scheduler is not None:
+            return scheduler
+        with self._scheduler_lock:
             if self._sync_scheduler is None:
                 self._sync_scheduler = SyncScheduler(
                     self._config, store=self._shared_store, dead_letters=self._dead_letters
@@ -1088,7 +1139,7 @@ class Gate:
     def _async(self) -> Scheduler:
         # One scheduler per event loop: an asyncio scheduler cannot be shared across loops.
         loop = asyncio.get_running_loop()
-        with self._lock:
+        with self._scheduler_lock:
             scheduler = self._async_schedulers.get(loop)
             if scheduler is None:
                 scheduler = self._async_schedulers[loop] = Scheduler(

@@ -3,10 +3,23 @@
 from __future__ import annotations
 
 import hashlib
+import json
+import re
+from datetime import UTC, datetime
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from agentgate.audit.entry import AuditEntry, argument_digest, canonical_json, redact
+from agentgate.audit.entry import (
+    ENTRY_KINDS,
+    AuditEntry,
+    argument_digest,
+    canonical_json,
+    encode_entry,
+    redact,
+    utc_now,
+)
 from agentgate.errors import InputError, TamperDetected
 
 # The worked example of docs/audit-format.md, byte for byte.
@@ -116,3 +129,106 @@ def test_documented_leaf_hash_and_signed_checkpoint() -> None:
     assert verifier_key("example.com/agentgate-audit", key.public) == (
         "example.com/agentgate-audit+67f17b9e+AepKbGPinFIKvvVQexMuxfmVR3auvr57kkIe6mkURtIs"
     )
+
+
+# --- the hot path: encode_entry writes exactly what the model writes, and refuses what it refuses
+
+
+def _model_bytes(fields: dict[str, object]) -> bytes | str:
+    try:
+        return AuditEntry.build(**fields).to_bytes()
+    except InputError as exc:
+        return f"refused: {exc}"
+
+
+def _fast_bytes(fields: dict[str, object]) -> bytes | str:
+    try:
+        return encode_entry(fields)
+    except InputError as exc:
+        return f"refused: {exc}"
+
+
+_json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3),
+    max_leaves=8,
+)
+_text_or_odd = st.none() | st.text(max_size=20) | st.integers() | st.just(b"x")
+
+
+@given(
+    index=st.integers(min_value=-1, max_value=2**70) | st.just(True),
+    time=st.sampled_from(
+        ["2026-11-29T10:15:00.000000Z", "2026-11-29 10:15:00", "2026-11-29T10:15:00.000000Z\n"]
+    ),
+    kind=st.sampled_from([*ENTRY_KINDS, "allowed", ""]),
+    principal=st.text(max_size=600) | st.integers(),
+    optional=st.dictionaries(
+        st.sampled_from(
+            ["chain_hash", "policy_hash", "rule", "resource", "args_digest", "approver", "status"]
+        ),
+        _text_or_odd,
+    ),
+    args=st.dictionaries(st.text(max_size=8), _json_values, max_size=4)
+    | st.dictionaries(st.integers(), st.integers(), min_size=1, max_size=2)
+    | st.just({"x": float("nan")})
+    | st.just([1]),
+    reasons=st.lists(st.text(max_size=10), max_size=3)
+    | st.tuples(st.text())
+    | st.just(["ok", 1])
+    | st.none(),
+    extra=st.dictionaries(
+        st.sampled_from(["budget_delta", "ref", "v", "bogus"]), st.integers(-2, 3) | st.none()
+    ),
+)
+def test_encode_entry_is_the_models_encoding(
+    index: object,
+    time: str,
+    kind: str,
+    principal: object,
+    optional: dict[str, object],
+    args: object,
+    reasons: object,
+    extra: dict[str, object],
+) -> None:
+    fields = {
+        "index": index,
+        "time": time,
+        "kind": kind,
+        "principal": principal,
+        "args": args,
+        "reasons": reasons,
+        **optional,
+        **extra,
+    }
+    assert _fast_bytes(dict(fields)) == _model_bytes(dict(fields))
+
+
+def test_encode_entry_matches_the_documented_example() -> None:
+    fields = EXAMPLE.model_dump()
+    assert encode_entry(fields) == EXAMPLE_BYTES
+
+
+@given(_json_values)
+def test_canonical_json_fast_path_is_the_reference_encoding(value: object) -> None:
+    try:
+        reference = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+    except UnicodeEncodeError:
+        return  # a lone surrogate: no UTF-8 at all, the reference path raises as before
+    assert canonical_json(value) == reference
+
+
+def test_utc_now_is_in_entry_time_format_and_current() -> None:
+    before = datetime.now(UTC)
+    stamp = utc_now()
+    after = datetime.now(UTC)
+    assert re.fullmatch(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z", stamp)
+    parsed = datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
+    assert before.replace(microsecond=0) <= parsed <= after
+
+
+def test_encode_entry_takes_the_fast_path_for_a_decision_entry() -> None:
+    # The property above holds whichever path runs; this one keeps the hot path in use.
+    from agentgate.audit.entry import _fast_fields
+
+    assert _fast_fields(EXAMPLE.model_dump()) is not None

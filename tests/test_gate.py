@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import threading
+import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -15,7 +18,7 @@ from agentgate.errors import AuditError, Denied
 from agentgate.gate import AgentIdentity, Approval, Gate
 from agentgate.keys import SigningKey
 from agentgate.policy import parse_policy
-from agentgate.store import SQLiteStore, Store
+from agentgate.store import SQLiteStore, Store, Transaction
 from agentgate.store.audit import AuditLog
 
 POLICY = """
@@ -195,6 +198,65 @@ def test_budget_exhausted_is_a_refusal_naming_the_budget(tmp_path: Path) -> None
         assert "budget exhausted (300 of 300 usd_micros spent" in second.explain()
     finally:
         made.gate.close()
+
+
+class CountingStore(SQLiteStore):
+    """A real SQLite store that counts the transactions it opens (commits and rollbacks)."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.opened = 0
+
+    @contextmanager
+    def transaction(self, *, immediate: bool = True) -> Iterator[Transaction]:
+        self.opened += 1
+        with super().transaction(immediate=immediate) as tx:
+            yield tx
+
+
+def _nonces(store: Store) -> int:
+    return int(store.query("SELECT COUNT(*) FROM agentgate_nonces")[0][0])
+
+
+def test_a_decision_is_one_commit_with_its_nonce_reservation_and_entry(tmp_path: Path) -> None:
+    keys = {n: SigningKey.generate() for n in ("root", "agent", "lead", "helper")}
+    store = CountingStore(tmp_path / "agentgate.db")
+    gate = Gate(
+        parse_policy(POLICY.format(budget=300, **{n: k.did for n, k in keys.items()}), source="g"), store
+    )
+    try:
+        agent = gate.issue(keys["root"], name="agent", key=keys["agent"], role="worker")
+        gate.flush()
+        store.opened, nonces = 0, _nonces(store)
+        first = gate.authorize(agent, Call.model("small"), tokens=(100, 100))
+        assert first.allowed and first.reservations
+        assert store.opened == 1  # nonce, reservation and allow entry: one transaction, one commit
+        assert _nonces(store) == nonces + 1
+        gate.run(first, lambda: "x", spent=lambda _: (100, 100))
+        # The second call does not fit: the refusal is recorded in the decision's one transaction,
+        # with the first call's outcome it carries, and nothing of its reservation is left.
+        store.opened = 0
+        second = gate.authorize(agent, Call.model("small"), tokens=(100, 100))
+        assert not second.allowed and second.budget_exhausted and store.opened == 1
+        assert "300 of 300 usd_micros spent" in second.explain()
+        assert _nonces(store) == nonces + 2  # the refused invocation's nonce is spent all the same
+        assert gate.ledger.remaining(agent.chain.root.id) == 0
+        held = store.query("SELECT COUNT(*) FROM budget_reservations WHERE state = 'reserved'")
+        assert held == [(0,)]
+        assert [e.kind for e in gate.audit.entries()][-3:] == ["allow", "outcome", "deny"]
+    finally:
+        gate.close()
+
+
+def test_a_rolled_back_decision_leaves_no_nonce_behind(setup: Setup) -> None:
+    with setup.gate.store.transaction() as tx:  # a real write failure inside SQLite, not a mock
+        tx.execute(
+            "CREATE TRIGGER refuse_audit BEFORE INSERT ON audit_log BEGIN SELECT RAISE(ABORT, 'disk full'); END"
+        )
+    before = _nonces(setup.gate.store)
+    with pytest.raises(AuditError):
+        setup.gate.authorize(setup.agent, Call.tool("lookup", {"id": "1"}))
+    assert _nonces(setup.gate.store) == before
 
 
 def _approval_request(setup: Setup, amount: int = 500) -> tuple[Call, dict[str, object]]:
@@ -406,3 +468,29 @@ def test_dead_letters_persist_in_the_store(store: Store) -> None:
         assert tuple(letters[0].authority_chain) == tuple(agent.chain.ids)
     finally:
         gate.close()
+
+
+def test_the_first_call_does_not_deadlock_against_a_decision_in_progress(setup: Setup) -> None:
+    # Regression: the first call made the scheduler (creating its dead-letter table: a store
+    # write) holding the lock that a decision takes inside its transaction. A decision holding
+    # the store's write lock then waited for that lock, the first call for the write lock, and
+    # both sat out SQLite's 30 s busy timeout (seen as a tool failing with "database is locked").
+    auth = setup.gate.authorize(setup.agent, Call.tool("lookup", {"id": "1"}))
+    in_transaction = threading.Event()
+
+    def decision_in_progress() -> None:
+        with setup.gate._decision_transaction() as tx:
+            setup.gate.audit.append({"kind": "deny", "principal": "did:key:zProbe"}, tx)
+            in_transaction.set()
+            time.sleep(0.3)  # meanwhile the first call starts and needs the write lock
+            with setup.gate._lock:  # what recording an approval request or an allow takes
+                pass
+
+    decider = threading.Thread(target=decision_in_progress)
+    decider.start()
+    assert in_transaction.wait(5)
+    started = time.monotonic()
+    assert setup.gate.run(auth, lambda: "ok") == "ok"
+    assert time.monotonic() - started < 5  # not the busy timeout
+    decider.join(10)
+    assert not decider.is_alive()

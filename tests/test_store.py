@@ -4,6 +4,7 @@ import pytest
 
 from agentgate.errors import StoreError
 from agentgate.store import Store, open_store
+from agentgate.store.grants import GrantRepository
 
 DDL = {
     "sqlite": "CREATE TABLE IF NOT EXISTS t_probe (k TEXT PRIMARY KEY, v INTEGER NOT NULL);",
@@ -44,3 +45,23 @@ def test_unreachable_store_is_a_typed_error(tmp_path) -> None:
     blocker.write_text("")
     with pytest.raises(StoreError):
         open_store(str(blocker / "sub" / "a.db"))
+
+
+def test_nonces_bound_to_a_transaction_commit_and_roll_back_with_it(store: Store) -> None:
+    repo = GrantRepository(store)
+    try:
+        with pytest.raises(RuntimeError), store.transaction() as tx, repo.within(tx):
+            assert repo.consume_nonce("did:key:zA", "n1", 2_000_000_000, ["g1"]) == "fresh"
+            raise RuntimeError("the decision failed")
+        # Rolled back with the decision: the nonce was never spent.
+        with store.transaction() as tx, repo.within(tx):
+            assert repo.consume_nonce("did:key:zA", "n1", 2_000_000_000, ["g1"]) == "fresh"
+        assert repo.consume_nonce("did:key:zA", "n1", 2_000_000_000, ["g1"]) == "replay"
+        repo.revoke("g1", now=1)
+        with store.transaction() as tx, repo.within(tx):
+            assert repo.revoked(["g0", "g1"]) == {"g1"}
+            assert repo.consume_nonce("did:key:zA", "n2", 2_000_000_000, ["g0", "g1"]) == "revoked"
+        # Outside the block the repository is unbound again.
+        assert repo.consume_nonce("did:key:zA", "n3", 2_000_000_000, ["g0"]) == "fresh"
+    finally:
+        repo.close()

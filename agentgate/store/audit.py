@@ -29,7 +29,7 @@ from typing import Any
 
 import psycopg
 
-from agentgate.audit.entry import AuditEntry, utc_now
+from agentgate.audit.entry import AuditEntry, encode_entry, utc_now
 from agentgate.audit.merkle import RootAccumulator, consistency_proof, inclusion_proof, leaf_hash
 from agentgate.audit.note import Checkpoint, open_checkpoint, sign_checkpoint
 from agentgate.audit.proof import ProofBundle
@@ -294,7 +294,8 @@ class AuditLog:
             raise InputError("audit entry field index is assigned by the log, not the caller")
         values = dict(fields)
         values.setdefault("time", utc_now())
-        data = AuditEntry.build(index=index, **values).to_bytes()
+        values["index"] = index
+        data = encode_entry(values)
         return index, data, leaf_hash(data)
 
     def _append(self, tx: Transaction, fields: Mapping[str, Any]) -> int:

@@ -4,7 +4,13 @@ Hot path: every decision runs one statement that both checks the chain's grant i
 revocation table and records the invocation nonce (``INSERT ... SELECT ... WHERE NOT EXISTS``),
 so revocation is read fresh on every decision and no revocation cache can be stale.
 
-Durability of nonces (docs/token-format.md, "Replay and revocation guarantees"): on SQLite the nonce statement
+A caller that records a decision in a store transaction of its own (``Gate``) binds that
+transaction to the repository for the decision (``within``): the nonce statement, revocation
+reads and grant records of that thread then run inside it, so the nonce, the decision's audit
+entry and its budget reservation commit together, in one commit, as durably as the store's
+commits are. Without a bound transaction the nonce statement is its own commit, as follows.
+
+Durability of unbound nonces (docs/token-format.md, "Replay and revocation guarantees"): on SQLite the nonce statement
 runs on a dedicated connection in WAL mode with ``synchronous=NORMAL``: a committed nonce
 survives a crash or restart of the process (it is in the WAL file) but not a power loss of the
 host, and costs no fsync. On PostgreSQL the nonce statement runs as one autocommit round trip
@@ -23,14 +29,18 @@ unchanged (their key is stricter; pruning uses their ``expires`` index).
 
 from __future__ import annotations
 
+import itertools
 import sqlite3
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from functools import lru_cache
 from typing import TYPE_CHECKING, Literal
 
+import psycopg
+
 from agentgate.errors import StoreError
-from agentgate.store._base import Dialect, Store
+from agentgate.store._base import Dialect, Store, Transaction
 from agentgate.store._sqlite import SQLiteStore
 
 if TYPE_CHECKING:
@@ -132,8 +142,9 @@ class GrantRepository:
         self.store = store
         self.durable_nonces = durable_nonces
         store.ensure_schema("grants", _DDL)
-        self._lock = threading.Lock()
-        self._consumed = 0
+        self._lock = threading.Lock()  # the hot connection's; held while it waits for SQLite
+        self._consumed = itertools.count(1)  # nonces recorded (``next`` is atomic: no lock needed)
+        self._bound = threading.local()
         self._hot: sqlite3.Connection | None = None
         self._sqlite = isinstance(store, SQLiteStore)
         self._pool: ConnectionPool | None = None
@@ -153,16 +164,39 @@ class GrantRepository:
             except sqlite3.Error as exc:
                 raise StoreError(f"cannot open the SQLite store {store.path}: {exc}") from exc
 
+    @contextmanager
+    def within(self, tx: Transaction) -> Iterator[None]:
+        """Run this thread's nonce statements, revocation reads and grant records inside ``tx``
+        until the block ends (see the module docstring). Their writes then commit or roll back
+        with ``tx``; a statement that fails raises ``StoreError`` and leaves ``tx`` to the caller."""
+        previous = getattr(self._bound, "tx", None)
+        self._bound.tx = tx
+        try:
+            yield
+        finally:
+            self._bound.tx = previous
+
+    def _bound_tx(self) -> Transaction | None:
+        tx: Transaction | None = getattr(self._bound, "tx", None)
+        return tx
+
     # --- grants and revocations ---------------------------------------------------------------
 
     def record_grants(self, rows: Iterable[GrantRow], *, now: int) -> None:
         """Remember issued grants (idempotent), so that ``revoke`` by id can list descendants."""
+        sql = (
+            "INSERT INTO agentgate_grants (id, parent, issuer, audience, expires, token, recorded_at) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING"
+        )
+        bound = self._bound_tx()
+        if bound is not None:
+            try:
+                bound.executemany(sql, [(*row, now) for row in rows])
+            except (sqlite3.Error, psycopg.Error) as exc:
+                raise StoreError(f"cannot record grants: {exc}") from exc
+            return
         with self.store.transaction() as tx:
-            tx.executemany(
-                "INSERT INTO agentgate_grants (id, parent, issuer, audience, expires, token, recorded_at) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
-                [(*row, now) for row in rows],
-            )
+            tx.executemany(sql, [(*row, now) for row in rows])
 
     def descendants(self, grant_id: str) -> list[str]:
         """Ids of recorded grants below ``grant_id`` (children, grandchildren...), nearest first."""
@@ -200,6 +234,13 @@ class GrantRepository:
         if not grant_ids:
             return set()
         sql = _revoked_sql(len(grant_ids))
+        bound = self._bound_tx()
+        if bound is not None:
+            try:
+                rows = bound.execute(sql, tuple(grant_ids))
+            except (sqlite3.Error, psycopg.Error) as exc:
+                raise StoreError(f"cannot read revocations: {exc}") from exc
+            return {str(r[0]) for r in rows}
         hot = self._hot_connection()
         if hot is not None:
             with self._lock:
@@ -224,20 +265,29 @@ class GrantRepository:
         """
         sql = _consume_sql(len(grant_ids))
         params = (principal, nonce, expires, *grant_ids)
-        hot = self._hot_connection()
-        if hot is not None:
+        bound = self._bound_tx()
+        hot = self._hot_connection() if bound is None else None
+        if bound is not None:
+            # Not under ``_lock``: a thread holding it may be waiting for the write lock that ``bound``
+            # holds, and taking it here would deadlock the two.
+            try:
+                bound.execute(sql, params)
+                changed = bound.rowcount
+                if next(self._consumed) % _PRUNE_EVERY == 0:
+                    bound.execute("DELETE FROM agentgate_nonces WHERE expires < ?", (expires - 3600,))
+            except (sqlite3.Error, psycopg.Error) as exc:
+                raise StoreError(f"cannot record the invocation nonce: {exc}") from exc
+        elif hot is not None:
             with self._lock:
                 try:
                     changed = hot.execute(sql, params).rowcount
-                    self._consumed += 1
-                    if self._consumed % _PRUNE_EVERY == 0:
+                    if next(self._consumed) % _PRUNE_EVERY == 0:
                         hot.execute("DELETE FROM agentgate_nonces WHERE expires < ?", (expires - 3600,))
                 except sqlite3.Error as exc:
                     raise StoreError(f"cannot record the invocation nonce: {exc}") from exc
         elif self._pool is not None:
             changed = self._consume_pg(params, len(grant_ids))
-            self._consumed += 1
-            if self._consumed % _PRUNE_EVERY == 0:
+            if next(self._consumed) % _PRUNE_EVERY == 0:
                 self.prune_nonces(expires - 3600)
         else:
             with self.store.transaction(immediate=False) as tx:
@@ -245,8 +295,7 @@ class GrantRepository:
                     tx.execute("SET LOCAL synchronous_commit TO OFF")
                 tx.execute(sql, params)
                 changed = tx.rowcount
-                self._consumed += 1
-                if self._consumed % _PRUNE_EVERY == 0:
+                if next(self._consumed) % _PRUNE_EVERY == 0:
                     tx.execute("DELETE FROM agentgate_nonces WHERE expires < ?", (expires - 3600,))
         if changed == 1:
             return "fresh"
@@ -254,8 +303,6 @@ class GrantRepository:
 
     def _consume_pg(self, params: tuple[object, ...], n: int) -> int:
         """Run the nonce statement on PostgreSQL in one autocommit round trip; its row count."""
-        import psycopg
-
         assert self._pool is not None
         try:
             with self._pool.connection() as conn:

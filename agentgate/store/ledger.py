@@ -211,7 +211,9 @@ class BudgetLedger:
         rows = self.store.query("SELECT remaining FROM budget_ledger WHERE grant_id = ?", (grant_id,))
         return int(rows[0][0]) if rows else None
 
-    def spent(self, grant_id: str) -> int:
-        """Committed spend of a grant (its own and its descendants'), 0 if never used."""
-        rows = self.store.query("SELECT spent FROM budget_ledger WHERE grant_id = ?", (grant_id,))
+    def spent(self, grant_id: str, *, tx: Transaction | None = None) -> int:
+        """Committed spend of a grant (its own and its descendants'), 0 if never used; read in
+        ``tx`` when given (what it has written counts), else in a short transaction of its own."""
+        sql, params = "SELECT spent FROM budget_ledger WHERE grant_id = ?", (grant_id,)
+        rows = tx.execute(sql, params) if tx is not None else self.store.query(sql, params)
         return int(rows[0][0]) if rows else 0
