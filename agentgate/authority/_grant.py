@@ -532,13 +532,16 @@ def parse_chain(token: str) -> Chain:
 _KEY_CACHE: dict[str, bytes] = {}
 
 
-def verify_signature(did: str, message: bytes, signature: bytes) -> None:
+def verify_signature(did: str, message: bytes, signature: bytes, key: bytes | None = None) -> None:
     """Raise ``InvalidSignature`` unless ``signature`` is the Ed25519 signature of ``message`` by ``did``.
 
-    Keys are decoded from the did once (bounded cache). libsodium's ``crypto_sign_open`` refuses
-    non-canonical S and small-order keys; the length is checked here first.
+    ``key``, when given, is the key already decoded from ``did`` (a configured trust anchor's).
+    Otherwise keys are decoded from the did once (a bounded cache: the key is a pure function of
+    the string). libsodium's ``crypto_sign_open`` refuses non-canonical S and small-order keys;
+    the length is checked here first.
     """
-    key = _KEY_CACHE.get(did)
+    if key is None:
+        key = _KEY_CACHE.get(did)
     if key is None:
         if len(_KEY_CACHE) >= 4096:
             _KEY_CACHE.clear()
@@ -783,9 +786,12 @@ def chain_finding(chain: Chain, anchors: frozenset[str]) -> Finding | None:
             root,
             "issuer",
         )
+    root_key = anchors.public_keys.get(root.issuer) if isinstance(anchors, TrustAnchors) else None
     for i, link in enumerate(chain.links):
         try:
-            verify_signature(link.issuer, GRANT_CONTEXT + link.payload, link.signature)
+            verify_signature(
+                link.issuer, GRANT_CONTEXT + link.payload, link.signature, root_key if i == 0 else None
+            )
         except InvalidSignature:
             return _finding(
                 _OPACITY,
@@ -846,9 +852,36 @@ def error_for(finding: Finding) -> AuthorityError:
     return error
 
 
-def _anchors(trusted: PublicKey | str | Iterable[PublicKey | str]) -> frozenset[str]:
+class TrustAnchors(frozenset[str]):
+    """A verifier's trust anchors (root did:keys), with each key decoded once, when configured.
+
+    A set of did strings like any other (chain caches key on it); ``public_keys`` spares
+    verification the decoding of the root issuer's did, as a verifier configured with raw keys
+    would. Configuration, not a cache: it never holds anything the verifier was not given.
+    """
+
+    public_keys: dict[str, bytes]
+
+    def __new__(cls, public_keys: dict[str, bytes]) -> TrustAnchors:
+        anchors = super().__new__(cls, public_keys)
+        anchors.public_keys = public_keys
+        return anchors
+
+
+def _anchors(trusted: PublicKey | str | Iterable[PublicKey | str]) -> TrustAnchors:
+    """The trust anchors, each did checked strictly; raises ``TokenFormatError`` naming a bad one."""
     items: Iterable[PublicKey | str] = [trusted] if isinstance(trusted, PublicKey | str) else trusted
-    return frozenset(_did(item, "trust anchor") for item in items)
+    public_keys: dict[str, bytes] = {}
+    for item in items:
+        if isinstance(item, PublicKey | SigningKey):
+            key = item if isinstance(item, PublicKey) else item.public
+            public_keys[key.did] = key.raw
+            continue
+        try:
+            public_keys[item] = did_public_key(item)
+        except TokenFormatError as exc:
+            raise TokenFormatError(f"trust anchor: {exc}") from None
+    return TrustAnchors(public_keys)
 
 
 # --- the public operations ------------------------------------------------------------------------
