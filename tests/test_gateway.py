@@ -671,7 +671,8 @@ def test_a_finished_calls_outcome_is_committed_once_the_gateway_is_idle(env: Env
 
 class _RawBackend:
     """A loopback HTTP server whose answer per path is written by hand: ``/cl`` (Content-Length,
-    keep-alive), ``/chunked``, ``/eof`` (ends with the connection), ``/garbage``, ``/drop``."""
+    keep-alive), ``/chunked``, ``/sse`` (a chunked event stream), ``/eof`` (ends with the connection),
+    ``/garbage``, ``/drop``."""
 
     def __init__(self) -> None:
         self.connections = 0
@@ -717,6 +718,15 @@ class _RawBackend:
                         b"%x\r\n%s\r\n%x\r\n%s\r\n0\r\n\r\n"
                         % (half, body[:half], len(body) - half, body[half:])
                     )
+                elif path == "/sse":  # two events, cut across chunks mid-line, \r\n and \n line ends
+                    events = b"data: " + body + b"\r\n\r\ndata: [DONE]\n\n"
+                    writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+                    for i in range(0, len(events), 5):
+                        piece = events[i : i + 5]
+                        writer.write(b"%x\r\n%s\r\n" % (len(piece), piece))
+                        await writer.drain()
+                        await asyncio.sleep(0)
+                    writer.write(b"0\r\n\r\n")
                 elif path == "/eof":
                     writer.write(b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n" + body)
                     await writer.drain()
@@ -728,6 +738,8 @@ class _RawBackend:
                 else:  # /drop
                     return
                 await writer.drain()
+        except ConnectionError:
+            return  # the client left mid-answer (as a caller that stops reading a stream does)
         finally:
             writer.close()
 
@@ -743,9 +755,17 @@ def test_upstream_pool_keeps_connections_alive_and_reads_every_framing() -> None
             assert await pool.post(url + "/cl", b'{"b":2}') == (200, b'{"b":2}')
             assert await pool.post(url + "/chunked", b'{"chunked":true}') == (201, b'{"chunked":true}')
             assert backend.connections == 1  # one kept-alive connection for all three
+            async with pool.stream(url + "/sse", b'{"x":1}') as (status, _, lines):
+                assert status == 200
+                assert [line async for line in lines] == ['data: {"x":1}', "", "data: [DONE]", ""]
+            assert backend.connections == 1  # the stream was read to its end: the connection stays
+            async with pool.stream(url + "/sse", b"{}") as (status, _, lines):
+                assert await anext(lines) == "data: {}"  # left early: that connection is closed
+            assert await pool.post(url + "/cl", b"{}") == (200, b"{}")
+            assert backend.connections == 2
             assert await pool.post(url + "/eof", b"{}") == (200, b"{}")
             assert await pool.post(url + "/cl", b"{}") == (200, b"{}")
-            assert backend.connections == 2  # the closed one was not reused
+            assert backend.connections == 3  # the closed one was not reused
             await pool.aclose()
 
     asyncio.run(scenario())

@@ -75,16 +75,25 @@ class ChatResult:
 
 
 class ChatTransport(Protocol):
-    """What non-streamed chat calls can go over instead of ``session`` (the gateway's lean pool)."""
+    """What chat calls can go over instead of ``session`` (the gateway's lean pool)."""
 
     async def post(self, url: str, body: bytes) -> tuple[int, bytes]:
         """POST the JSON ``body``: the status and the whole answer; raises ``OSError`` if none can be read."""
         ...
 
+    def stream(
+        self, url: str, body: bytes
+    ) -> contextlib.AbstractAsyncContextManager[
+        tuple[int, Callable[[], Awaitable[bytes]], AsyncIterator[str]]
+    ]:
+        """POST the JSON ``body`` for a streamed answer: the status, a reader of the whole body, its
+        lines; raises ``OSError`` if the answer cannot be read."""
+        ...
+
 
 class BackendClient:
     """Talks to one backend over a shared, pooled ``httpx.AsyncClient`` (and ``session``, if given,
-    for chat calls; ``transport``, if set, for non-streamed ones)."""
+    for chat calls; ``transport``, if set, instead of both)."""
 
     def __init__(
         self,
@@ -191,7 +200,7 @@ class BackendClient:
                     if chunk is not None:
                         first = False
                         yield chunk
-        except (httpx.HTTPError, aiohttp.ClientError, ValueError) as exc:
+        except (httpx.HTTPError, aiohttp.ClientError, ValueError, OSError) as exc:
             # ValueError: aiohttp's line reader refusing a line over its limit.
             raise BackendFailed(f"{self.backend.name}: {type(exc).__name__}: {exc}") from None
 
@@ -200,6 +209,10 @@ class BackendClient:
         self, body: Mapping[str, Any]
     ) -> AsyncIterator[tuple[int, Callable[[], Awaitable[bytes]], AsyncIterator[str]]]:
         """POST a streaming request: the status, a reader of the whole body, and its lines."""
+        if self.transport is not None:
+            async with self.transport.stream(self.backend.chat_url, _encode(body)) as answer:
+                yield answer
+            return
         if self.session is not None:
             async with self.session.post(
                 self.backend.chat_url, data=_encode(body), headers=_JSON, timeout=self._stream_session_timeout

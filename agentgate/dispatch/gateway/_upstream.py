@@ -3,8 +3,8 @@
 The gateway's backend call is one POST of a small JSON body and one JSON answer. aiohttp does that
 with a request object, a response object, a stream reader and timers per call; this pool writes
 the request in one ``send`` on a kept-alive connection and parses the answer with httptools (the
-parser uvicorn uses), which takes about 0.3 ms less per call on the development machine. Streams
-stay on aiohttp. Timeouts are the caller's (``BackendClient.chat`` bounds the whole call); a
+parser uvicorn uses), which takes about 0.3 ms less per call on the development machine. Streamed
+answers are read the same way (``stream``), their lines handed on as they arrive. Timeouts are the caller's (``BackendClient.chat`` bounds the whole call); a
 connection is opened within ``connect_s``.
 
 A connection carries one request at a time and goes back to the pool only after a complete answer
@@ -16,7 +16,9 @@ backend does not close it under a request).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from typing import cast
 from urllib.parse import urlsplit
 
@@ -28,16 +30,22 @@ class UpstreamError(ConnectionError):
 
 
 class _Connection(asyncio.Protocol):
-    """One keep-alive connection; ``request`` sends a whole request and waits for the whole answer."""
+    """One keep-alive connection carrying one request at a time: ``open`` sends it and waits for the
+    answer's head, then ``read_all`` or ``pieces`` read its body as it arrives."""
 
     def __init__(self) -> None:
         self.transport: asyncio.Transport | None = None
         self.idle_since = 0.0
         self._parser = httptools.HttpResponseParser(self)
+        self._wake: asyncio.Future[None] | None = None
+        self._reset()
+
+    def _reset(self) -> None:
         self._body: list[bytes] = []
-        self._waiter: asyncio.Future[tuple[int, bytes]] | None = None
-        self._complete = False
+        self._status = 0
+        self._error: Exception | None = None
         self._headers_done = False
+        self._complete = False
         self._framed = False  # a Content-Length or chunked answer (else it ends when the connection does)
         self._keep_alive = False
 
@@ -58,7 +66,8 @@ class _Connection(asyncio.Protocol):
         if exc is None and self._headers_done and not self._framed and not self._complete:
             self.on_message_complete()  # an answer delimited by the end of the connection
             return
-        self._fail(UpstreamError(f"the backend closed the connection ({exc or 'EOF'}) before answering"))
+        if not self._complete:
+            self._fail(UpstreamError(f"the backend closed the connection ({exc or 'EOF'}) before answering"))
 
     # --- httptools callbacks ----------------------------------------------------------------
 
@@ -69,17 +78,18 @@ class _Connection(asyncio.Protocol):
 
     def on_headers_complete(self) -> None:
         self._headers_done = True
+        self._status = self._parser.get_status_code()
+        self._notify()
 
     def on_body(self, body: bytes) -> None:
         self._body.append(body)
+        self._notify()
 
     def on_message_complete(self) -> None:
         self._complete = True
         # Read now: the parser answers False once it has moved past the message.
         self._keep_alive = self._framed and self._parser.should_keep_alive()
-        waiter = self._waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result((self._parser.get_status_code(), b"".join(self._body)))
+        self._notify()
 
     # --- use ------------------------------------------------------------------------------
 
@@ -87,21 +97,34 @@ class _Connection(asyncio.Protocol):
     def usable(self) -> bool:
         return self.transport is not None and not self.transport.is_closing()
 
-    async def request(self, data: bytes) -> tuple[int, bytes]:
-        """Send ``data`` (a whole request) and return the answer's status and body.
+    async def open(self, data: bytes) -> int:
+        """Send ``data`` (a whole request) and return the answer's status once its head is read.
 
-        Raises ``UpstreamError`` if the connection closes or the answer is not HTTP.
+        Raises ``UpstreamError`` if the connection closes first or the answer is not HTTP.
         """
         if self.transport is None:
             raise UpstreamError("the connection is closed")
-        self._body = []
-        self._complete = self._headers_done = self._framed = self._keep_alive = False
-        self._waiter = asyncio.get_running_loop().create_future()
+        self._reset()
         self.transport.write(data)
-        try:
-            return await self._waiter
-        finally:
-            self._waiter = None
+        await self._until(lambda: self._headers_done)
+        return self._status
+
+    async def read_all(self) -> bytes:
+        """The rest of the answer's body, once it is complete; raises ``UpstreamError`` as ``open``."""
+        await self._until(lambda: self._complete)
+        body, self._body = b"".join(self._body), []
+        return body
+
+    async def pieces(self) -> AsyncGenerator[bytes, None]:
+        """The answer's body as it arrives, until it is complete; raises ``UpstreamError`` as ``open``."""
+        while True:
+            if self._body:
+                piece, self._body = b"".join(self._body), []
+                yield piece
+            elif self._complete:
+                return
+            else:
+                await self._until(lambda: bool(self._body) or self._complete)
 
     def reusable(self) -> bool:
         """True after a complete answer that lets the connection stay open."""
@@ -112,20 +135,37 @@ class _Connection(asyncio.Protocol):
             self.transport.close()
             self.transport = None
 
+    async def _until(self, ready: Callable[[], bool]) -> None:
+        while not ready():
+            if self._error is not None:
+                raise self._error
+            self._wake = asyncio.get_running_loop().create_future()
+            try:
+                await self._wake
+            finally:
+                self._wake = None
+
+    def _notify(self) -> None:
+        if self._wake is not None and not self._wake.done():
+            self._wake.set_result(None)
+
     def _fail(self, exc: Exception) -> None:
-        waiter = self._waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_exception(exc)
+        self._error = exc
+        self._notify()
 
 
 class UpstreamPool:
-    """Kept-alive HTTP/1.1 connections per backend origin, for ``post``; ``aclose`` closes them all.
+    """Kept-alive HTTP/1.1 connections per backend origin, for ``post`` and ``stream``; ``aclose``
+    closes them all.
 
     Used on one event loop only.
     """
 
-    def __init__(self, *, connect_s: float = 2.0, idle_s: float = 4.0, max_idle: int = 100) -> None:
+    def __init__(
+        self, *, connect_s: float = 2.0, idle_s: float = 4.0, max_idle: int = 100, max_line: int = 1 << 20
+    ) -> None:
         self.connect_s = connect_s
+        self.max_line = max_line
         self.idle_s = idle_s
         self.max_idle = max_idle
         self._idle: dict[tuple[str, int], list[_Connection]] = {}
@@ -143,15 +183,35 @@ class UpstreamPool:
         if connection is None:
             connection = await self._connect(origin)
         try:
-            answer = await connection.request(head + str(len(body)).encode() + b"\r\n\r\n" + body)
+            status = await connection.open(head + str(len(body)).encode() + b"\r\n\r\n" + body)
+            answer = await connection.read_all()
         except BaseException:
             connection.close()
             raise
-        if connection.reusable() and not self._closed:
-            self._give_back(origin, connection)
-        else:
+        self._release(origin, connection)
+        return status, answer
+
+    @contextlib.asynccontextmanager
+    async def stream(
+        self, url: str, body: bytes
+    ) -> AsyncIterator[tuple[int, Callable[[], Awaitable[bytes]], AsyncIterator[str]]]:
+        """POST ``body`` to ``url`` for a streamed answer: its status, a reader of its whole body, and
+        its lines as they arrive (without line ends).
+
+        Raises as ``post``; reading the lines raises ``UpstreamError`` for a line over
+        ``max_line`` bytes. Leaving before the answer is complete closes the connection.
+        """
+        origin, head = self._head(url)
+        connection = self._take(origin)
+        if connection is None:
+            connection = await self._connect(origin)
+        try:
+            status = await connection.open(head + str(len(body)).encode() + b"\r\n\r\n" + body)
+            yield status, connection.read_all, _lines(connection.pieces(), self.max_line)
+        except BaseException:
             connection.close()
-        return answer
+            raise
+        self._release(origin, connection)
 
     async def aclose(self) -> None:
         """Close every idle connection; connections in use close when their call ends."""
@@ -189,7 +249,11 @@ class UpstreamPool:
             connection.close()
         return None
 
-    def _give_back(self, origin: tuple[str, int], connection: _Connection) -> None:
+    def _release(self, origin: tuple[str, int], connection: _Connection) -> None:
+        """Keep ``connection`` for the next call if its answer is complete and it may stay open."""
+        if not connection.reusable() or self._closed:
+            connection.close()
+            return
         connections = self._idle.setdefault(origin, [])
         if len(connections) >= self.max_idle:
             connection.close()
@@ -202,3 +266,20 @@ class UpstreamPool:
         async with asyncio.timeout(self.connect_s):
             _, connection = await loop.create_connection(_Connection, *origin)
         return connection
+
+
+async def _lines(pieces: AsyncGenerator[bytes, None], limit: int) -> AsyncIterator[str]:
+    """The lines of a body read as ``pieces`` (``\\n`` or ``\\r\\n`` ends, removed), decoded as UTF-8."""
+    buffer = b""
+    try:
+        async for piece in pieces:
+            buffer += piece
+            while (end := buffer.find(b"\n")) >= 0:
+                line, buffer = buffer[:end], buffer[end + 1 :]
+                yield line.decode("utf-8", "replace").rstrip("\r")
+            if len(buffer) > limit:
+                raise UpstreamError(f"a streamed line is over {limit} bytes")
+        if buffer:
+            yield buffer.decode("utf-8", "replace").rstrip("\r")
+    finally:
+        await pieces.aclose()
