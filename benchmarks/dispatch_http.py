@@ -118,7 +118,7 @@ roles:
 """
 
 
-STAGES = ("parse", "decide", "backend", "total")
+STAGES = ("read", "parse", "decide", "backend", "total")
 """The gateway's ``Server-Timing`` entries (milliseconds)."""
 
 
@@ -394,7 +394,8 @@ def main() -> None:
     }
     for name, parts in stage_p50.items():
         print(
-            f"{name}: inside the gateway p50: handler {parts['total']:.3f} ms = parse {parts['parse']:.3f}"
+            f"{name}: inside the gateway p50: handler {parts['total']:.3f} ms = read the body {parts['read']:.3f}"
+            f" + parse {parts['parse']:.3f}"
             f" + decide {parts['decide']:.3f} + backend call (router + HTTP client + backend)"
             f" {parts['backend']:.3f} + answer; outside the handler (the HTTP hop, per call)"
             f" {parts['outside']:.3f} ms"

@@ -208,6 +208,18 @@ def test_openai_client_gets_an_answer_and_the_reported_usage_is_charged(env: Env
     assert ("allow", f"model:{MODEL}") in kinds and ("outcome", f"model:{MODEL}") in kinds
 
 
+def test_a_json_answer_is_the_backends_bytes_with_the_audit_index_and_server_timing(env: Env) -> None:
+    body = _body()
+    response = _post(env, body, invocation_headers(env.agent.key, env.agent.chain, body))
+    assert response.status_code == 200, response.text
+    assert response.json()["choices"][0]["message"]["content"]
+    assert response.headers["x-agentgate-audit-index"] == str(env.entries()[0].index)
+    timing = dict(part.strip().split(";dur=") for part in response.headers["server-timing"].split(","))
+    assert list(timing) == ["read", "parse", "decide", "backend", "total"]
+    assert all(float(ms) >= 0 for ms in timing.values())
+    assert float(timing["total"]) >= float(timing["decide"]) + float(timing["backend"])
+
+
 def test_openai_client_streams_and_the_streamed_usage_is_charged(env: Env) -> None:
     client = env.openai()
     stream = client.chat.completions.create(

@@ -221,7 +221,9 @@ class Gateway:
         """The answer to one chat call, and whether an allowed call's outcome was left to commit."""
         arrived = time.perf_counter()
         try:
-            body = _parse_body(await _read_body(request))
+            raw = await _read_body(request)
+            received = time.perf_counter()
+            body = _parse_body(raw)
             call = chat_call(body)
         except InputError as exc:
             return await self._refuse_body(str(exc)), False
@@ -258,7 +260,8 @@ class Gateway:
         self._count_tokens(result.usage.prompt_tokens, result.usage.completion_tokens)
         # Where the time went, for the caller's own measurements (W3C Server-Timing, milliseconds).
         headers["Server-Timing"] = (
-            f"parse;dur={(started - arrived) * 1000:.3f}, decide;dur={(decided - started) * 1000:.3f}, "
+            f"read;dur={(received - arrived) * 1000:.3f}, parse;dur={(started - received) * 1000:.3f}, "
+            f"decide;dur={(decided - started) * 1000:.3f}, "
             f"backend;dur={(answered - decided) * 1000:.3f}, "
             f"total;dur={(time.perf_counter() - arrived) * 1000:.3f}"
         )
