@@ -37,13 +37,21 @@ _TIME = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z$")
 
 def utc_now() -> str:
     """The current time in the one format entries use: ``YYYY-MM-DDTHH:MM:SS.ffffffZ``."""
-    # Formatted by hand: ``strftime`` costs several times more, and every decision needs a time.
+    # Formatted by hand, the date and time of day once per second: ``strftime`` costs several
+    # times more, and every decision stamps its entries and its reservation.
+    global _second
     seconds, micros = divmod(time.time_ns() // 1000, 1_000_000)
-    t = time.gmtime(seconds)
-    return (
-        f"{t.tm_year:04d}-{t.tm_mon:02d}-{t.tm_mday:02d}T"
-        f"{t.tm_hour:02d}:{t.tm_min:02d}:{t.tm_sec:02d}.{micros:06d}Z"
-    )
+    cached = _second  # one read: another thread may replace it meanwhile, never half of it
+    if cached[0] != seconds:
+        t = time.gmtime(seconds)
+        cached = _second = (
+            seconds,
+            f"{t.tm_year:04d}-{t.tm_mon:02d}-{t.tm_mday:02d}T{t.tm_hour:02d}:{t.tm_min:02d}:{t.tm_sec:02d}",
+        )
+    return f"{cached[1]}.{micros:06d}Z"
+
+
+_second: tuple[int, str] = (-1, "")
 
 
 def format_time(moment: datetime) -> str:

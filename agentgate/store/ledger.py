@@ -18,7 +18,8 @@ conditional update from ``reserved``, so a reservation is settled exactly once.
 from __future__ import annotations
 
 import json
-import uuid
+import os
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -43,7 +44,7 @@ CREATE TABLE IF NOT EXISTS budget_reservations (
     actual INTEGER,
     created TEXT NOT NULL,
     settled TEXT
-);
+) WITHOUT ROWID;
 """,
     "postgresql": """
 DO $$
@@ -75,6 +76,17 @@ $$;
 
 
 _RESERVE = "UPDATE budget_ledger SET remaining = remaining - ? WHERE grant_id = ? AND remaining >= ?"
+
+
+def _reservation_id() -> str:
+    """32 hex digits: the time in nanoseconds, then 64 random bits (unique across processes).
+
+    Time first, so that new reservations land at the right edge of the primary key's B-tree and
+    a settlement, soon after, finds its row on a page the reservation just wrote: fewer pages per
+    commit than random ids. (SQLite stores made before this keep their rowid table and its
+    separate key index; both orders work.)
+    """
+    return f"{time.time_ns():016x}{os.urandom(8).hex()}"
 
 
 def _amount(value: object, what: str) -> int:
@@ -142,7 +154,7 @@ class BudgetLedger:
                     t.execute(_RESERVE, (amount, grant_id, amount))
                     if t.rowcount != 1:
                         raise BudgetExceeded(f"grant {grant_id}: budget has less than {amount} left")
-            reservation = uuid.uuid4().hex
+            reservation = _reservation_id()
             t.execute(
                 "INSERT INTO budget_reservations (id, chain, amount, state, created) VALUES (?, ?, ?, 'reserved', ?)",
                 (reservation, json.dumps([g for g in chain if g in caps]), amount, utc_now()),
