@@ -996,6 +996,9 @@ class Gate:
             call_id=call_id,
             grant_expires_at=float(identity.chain.tip.expires),
             authority_chain=identity.chain.ids,
+            # The authority engine digested these very arguments by the same rule (SHA-256 of
+            # their canonical JSON) to decide the call: the idempotency key reuses it.
+            arguments_digest=auth.decision.args_digest if auth.decision is not None else None,
         )
 
     def run(

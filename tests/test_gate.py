@@ -494,3 +494,18 @@ def test_the_first_call_does_not_deadlock_against_a_decision_in_progress(setup: 
     assert time.monotonic() - started < 5  # not the busy timeout
     decider.join(10)
     assert not decider.is_alive()
+
+
+@pytest.mark.parametrize(
+    "args", [{"id": "42"}, {"id": "é", "secret": "x"}, {"id": 'q"u\\o', "secret": "\u2028 \U0001f600 \x00"}]
+)
+def test_a_tool_calls_idempotency_key_is_the_schedulers_own(setup: Setup, args: dict[str, object]) -> None:
+    # The gate hands the scheduler the digest the authority engine computed for the decision;
+    # it must be the digest the scheduler would compute itself, or a resumed run would not find
+    # a completed call's result.
+    from agentgate.tasks._call import argument_digest, idempotency_key
+
+    auth = setup.gate.authorize(setup.agent, Call.tool("lookup", args), call_id="c1")
+    assert auth.allowed
+    call = setup.gate._tool_call(auth, "c1", "run-1")
+    assert call.idempotency_key() == idempotency_key("run-1", "lookup", "c1", argument_digest(args))
