@@ -31,6 +31,7 @@ import re
 import urllib.parse
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, TypeAlias, TypeVar
 
 from agentgate.errors import CapabilityError
@@ -69,7 +70,10 @@ def _check_value(value: object, where: str) -> Scalar:
 
 
 def _is_number(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    """A finite real: an integer (of any size; never a boolean) or a finite float."""
+    if isinstance(value, bool):
+        return False
+    return isinstance(value, int) or (isinstance(value, float) and math.isfinite(value))
 
 
 def _same(a: object, b: object) -> bool:
@@ -99,11 +103,33 @@ class _Empty:
         return False
 
 
+_PLAIN_SCALARS = frozenset({str, int, float, bool})
+
+
 @dataclass(frozen=True)
 class _Finite:
     values: tuple[Scalar, ...]
 
+    @cached_property
+    def _by_type(self) -> tuple[frozenset[Scalar], frozenset[Scalar]] | None:
+        """The string values and the number values, when every value has an exact plain type.
+
+        Then ``_same`` is set membership: a string equals only a string, and a number (never a
+        boolean) only a number of equal value, whose hashes agree (``1 == 1.0``).
+        """
+        if not all(
+            type(v) in _PLAIN_SCALARS and (type(v) is not float or math.isfinite(v)) for v in self.values
+        ):
+            return None
+        strings = frozenset(v for v in self.values if type(v) is str)
+        return strings, frozenset(v for v in self.values if type(v) is int or type(v) is float)
+
     def contains(self, value: object) -> bool:
+        kind = type(value)
+        if kind is str or kind is int or kind is float:
+            by_type = self._by_type
+            if by_type is not None:
+                return value in by_type[0 if kind is str else 1]
         return any(_same(value, v) for v in self.values)
 
 
@@ -115,9 +141,17 @@ class _Interval:
     hi_open: bool
 
     def contains(self, value: object) -> bool:
-        if not _is_number(value):
+        # A float needs no finiteness check: NaN fails every comparison, and an infinite bound
+        # is always open, so an infinity is never inside.
+        if type(value) is float:
+            v: float | int = value
+        elif not _is_number(value):
             return False
-        v = float(value)  # type: ignore[arg-type]
+        else:
+            try:
+                v = float(value)  # type: ignore[arg-type]
+            except OverflowError:  # an integer beyond float range: Python compares it exactly
+                v = value  # type: ignore[assignment]
         above = v > self.lo or (v == self.lo and not self.lo_open)
         below = v < self.hi or (v == self.hi and not self.hi_open)
         return above and below

@@ -22,6 +22,7 @@ from agentgate.capabilities import (
     pattern_within,
     witness,
 )
+from agentgate.capabilities import _same as same_value_and_kind
 from agentgate.errors import CapabilityError
 
 # --- strategies -----------------------------------------------------------------------------------
@@ -318,3 +319,52 @@ def test_building_from_canonical_form_takes_the_token_shapes() -> None:
     for refused in ({"in": ["EUR"]}, {"in": ["EUR", "EUR"]}, {"le": 1.5}, {"eq": True}, {"le": 2**63}):
         data = {"resource": "tool:x", "action": "invoke", "constraints": {"a": refused}}
         assert capability_from_canonical(data) is None
+
+
+# --- membership of normal forms -------------------------------------------------------------------------------
+
+
+class _Str(str):
+    pass
+
+
+class _Int(int):
+    pass
+
+
+QUERIES = st.one_of(
+    SCALARS,
+    st.sampled_from(
+        [math.inf, -math.inf, math.nan, 10**400, -(10**400), 2**53 + 1, 1.0, _Str("EUR"), _Int(1)]
+    ),
+)
+MEMBERS = st.one_of(SCALARS, st.sampled_from([_Str("EUR"), _Int(1), 1.0, 0.0, -0.0]))
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(MEMBERS, min_size=1, max_size=4), QUERIES)
+def test_finite_membership_is_same_value_and_kind(values: list[object], query: object) -> None:
+    """Set lookups for plain strings and numbers answer exactly as comparing one by one would."""
+    finite = (
+        Constraint.of({"in": values})._normal if len(values) > 1 else Constraint.of({"eq": values[0]})._normal
+    )
+    members = getattr(finite, "values", ())
+    assert finite.contains(query) == any(same_value_and_kind(query, v) for v in members)
+
+
+def test_a_huge_integer_argument_is_compared_exactly_not_a_crash() -> None:
+    cap = parse_capability("tool:x?a<=5&b=1|2&c>=5")
+    assert not covers(cap, Call("tool:x", "invoke", {"a": 10**400, "b": 1, "c": 10**400}))
+    assert covers(cap, Call("tool:x", "invoke", {"a": -(10**400), "b": 1, "c": 10**400}))
+    assert not covers(cap, Call("tool:x", "invoke", {"a": 1, "b": 10**400, "c": 10**400}))
+    assert not Constraint.of({"le": 5}).allows(math.nan) and not Constraint.of({"ge": 5}).allows(math.inf)
+
+
+def test_subclassed_values_keep_their_kind_in_sets() -> None:
+    """The general rule holds among plain values too: a string equals only a string of the same
+    type, a number any number of equal value (an int subclass included), never a boolean."""
+    assert not Constraint.of({"in": [_Str("EUR"), "USD"]}).allows("EUR")
+    assert Constraint.of({"in": [_Int(1), 2]}).allows(1)
+    assert Constraint.of({"in": ["EUR", 1]}).allows(1.0) and not Constraint.of({"in": ["EUR", 1]}).allows(
+        True
+    )

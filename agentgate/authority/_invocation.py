@@ -46,9 +46,11 @@ def args_digest(args: Mapping[str, Any]) -> str:
     Floats are allowed here and written as Python's shortest round-trip ``repr``; NaN and
     infinities raise ``TokenFormatError``.
     """
-    if not isinstance(args, Mapping):
-        raise TokenFormatError("call arguments must be a JSON object")
-    return sha256_hex(canonical_json(dict(args)))
+    if type(args) is not dict:
+        if not isinstance(args, Mapping):
+            raise TokenFormatError("call arguments must be a JSON object")
+        args = dict(args)
+    return sha256_hex(canonical_json(args))
 
 
 @dataclass(frozen=True)
