@@ -9,12 +9,21 @@ machine load hits every contender alike), with the garbage collector off while t
   an ``AuthorizerBuilder``, over a 3-block token equivalent to the chain (the same right, amount
   and currency limits and lifetimes per block; the goals use it), and, for comparison only, over
   a lighter 3-block token (amount limits and one expiry) that this benchmark used before;
-- cold decision: nothing cached (chain cache and key cache empty), chain parsed and 3 link
-  signatures verified, invocation (holder) signature verified, revocation + nonce in SQLite;
+- cold decision: nothing cached (chain cache and did:key cache empty), chain parsed and 3 link
+  signatures verified, invocation (holder) signature verified, revocation + nonce in SQLite. The
+  trust anchor's key is decoded once when the verifier is configured (``Authority``), as
+  biscuit's root ``PublicKey`` is built before its timing; the other three did:keys (two link
+  issuers and the holder) are decoded in every cold sample;
 - warm decision: chain cached by token; invocation signature, call binding, times, coverage,
   revocation and nonce still checked on every decision;
 - store statement: the one SQLite statement of every decision alone (revocation check of the
   3 links + nonce insert, WAL, synchronous=NORMAL), to show how much of a decision it is.
+
+After these, kept apart so that they cannot warm the cold samples above, a breakdown pass times
+the parts of cold decisions from inside them (Ed25519 verification, did:key decoding, parsing the
+chain, link checks, the store statement; the rest by difference), one biscuit sample between
+decisions as above, and cold decisions with the did:key cache kept (a new chain between
+principals whose keys were decoded before; for comparison only).
 
 Goals: cold p50 <= 1.25 x biscuit p50, warm p50 <= 0.5 x biscuit p50.
 Run: ``.venv/bin/python benchmarks/authority.py [--quick] [--json]``.
@@ -30,12 +39,24 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from agentgate.authority import Authority, Budget, ChainCache, GrantRepository, Invocation, delegate, issue
+from agentgate.authority import (
+    Authority,
+    Budget,
+    ChainCache,
+    GrantRepository,
+    Invocation,
+    _decision,
+    _grant,
+    delegate,
+    issue,
+)
 from agentgate.authority._decision import _decide
 from agentgate.authority._grant import _KEY_CACHE, DEFAULT_SKEW, GRANT_CONTEXT
 from agentgate.capabilities import Call
@@ -117,6 +138,50 @@ def _biscuit_setup(now: int, *, minimal: bool = False) -> Callable[[], None]:
         authorize(allowed)
 
     return run
+
+
+PARTS = {
+    "signatures": "Ed25519 verifications (3 links + holder)",
+    "did_keys": "did:key decoding (2 issuers + holder)",
+    "parse": "parsing the 3 links (parse_chain)",
+    "links": "link checks (parents, holders, attenuation)",
+    "store": "store statement (revocation + nonce)",
+    "rest": "the rest (invocation, call, coverage, decision)",
+}
+
+
+@contextmanager
+def _timing_parts(repo: GrantRepository, spent: dict[str, int]) -> Iterator[None]:
+    """While active, time spent in the parts of a decision is added to ``spent`` (ns)."""
+
+    def timed(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        def wrapper(*args: Any) -> Any:
+            start = time.perf_counter_ns()
+            try:
+                return fn(*args)
+            finally:
+                spent[name] = spent.get(name, 0) + time.perf_counter_ns() - start
+
+        return wrapper
+
+    patches = [
+        (_grant, "_sign_open", "signatures"),
+        (_grant, "did_public_key", "did_keys"),
+        (_decision, "parse_chain", "parse"),
+        (_grant, "link_findings", "links"),
+        (repo, "consume_nonce", "store"),
+    ]
+    originals = [(owner, attr, getattr(owner, attr)) for owner, attr, _ in patches]
+    for owner, attr, name in patches:
+        setattr(owner, attr, timed(name, getattr(owner, attr)))
+    try:
+        yield
+    finally:
+        for owner, attr, original in originals:
+            if owner is repo:
+                delattr(repo, attr)
+            else:
+                setattr(owner, attr, original)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -201,6 +266,27 @@ def main(argv: list[str] | None = None) -> int:
                 for name, sample in contenders.items():
                     samples[name].append(sample())
             gc.collect()
+        # Breakdown pass: cold decisions timed from inside, and with the did:key cache kept.
+        parts: dict[str, list[float]] = {name: [] for name in PARTS}
+        known_keys: list[float] = []
+        for i in range(rounds * per_round // 4):
+            spent: dict[str, int] = {}
+            biscuit()
+            inv = Invocation.sign(carol, chain.token, call, now=now)
+            _KEY_CACHE.clear()
+            with _timing_parts(repo, spent):
+                start = time.perf_counter_ns()
+                assert _decide(inv, repo, anchors, None, now, DEFAULT_SKEW, ChainCache()).allowed
+                total = time.perf_counter_ns() - start
+            for name in PARTS:
+                parts[name].append((spent[name] if name != "rest" else total - sum(spent.values())) / 1000)
+            biscuit()
+            inv = Invocation.sign(carol, chain.token, call, now=now)
+            start = time.perf_counter_ns()
+            assert _decide(inv, repo, anchors, None, now, DEFAULT_SKEW, ChainCache()).allowed
+            known_keys.append((time.perf_counter_ns() - start) / 1000)
+            if i % per_round == 0:
+                gc.collect()
     finally:
         gc.enable()
     repo.close()
@@ -241,6 +327,15 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(f"cryptography / PyNaCl verify = {figures['cryptography_over_pynacl']:.3f}")
     print(f"4 PyNaCl verifications alone / biscuit = {figures['cold_signature_floor_over_biscuit']:.3f}")
+    print(f"inside cold decisions (breakdown pass, {len(known_keys)} decisions), p50 of each part:")
+    for name, label in PARTS.items():
+        p50 = statistics.median(parts[name])
+        figures[f"cold_part_{name}_p50_us"] = round(p50, 1)
+        print(f"  {label:50} {p50:7.1f} us {p50 / floor:5.2f} floors")
+    figures["cold_decision_known_keys_p50_us"] = round(statistics.median(known_keys), 1)
+    print(
+        f"cold decision with the did:key cache kept: p50 {figures['cold_decision_known_keys_p50_us']:.1f} us"
+    )
     print(
         f"over their own floor (signatures + store statement): cold {figures['cold_over_its_floor']:.3f}, "
         f"warm {figures['warm_over_its_floor']:.3f}"
