@@ -25,9 +25,12 @@ from agentgate.authority._encoding import b64url_decode, b64url_encode, canonica
 from agentgate.authority._grant import (
     GRANT_CONTEXT,
     TOKEN_PREFIX,
+    _anchors,
+    _bindings_open,
     _encode_chain,
     _grant_from_canonical,
     _parse_grant_reference,
+    _sign_open,
     parse_grant,
 )
 from agentgate.capabilities import Capability
@@ -256,6 +259,27 @@ def test_wycheproof_style_malformed_signatures_are_refused(name: str, sig: bytes
     # wrong lengths are malformed bytes; well-formed but invalid ones fail verification
     with pytest.raises(TokenFormatError if len(sig) != 64 else InvalidSignature):
         verify_chain(_with_signature(sig), ROOT.public, now=NOW)
+
+
+def test_the_direct_libsodium_call_agrees_with_pynacls_binding() -> None:
+    """``_sign_open`` (crypto_sign_open with no output buffer) answers as nacl.bindings does."""
+    root = root_chain().root
+    message = GRANT_CONTEXT + root.payload
+    small_order_key = (1).to_bytes(32, "little")  # the identity point
+    cases = [(root.signature, ROOT.public.raw, True)]
+    cases += [(sig, ROOT.public.raw, False) for _, sig in _malformed_signatures() if len(sig) == 64]
+    cases += [(root.signature, ALICE.public.raw, False), (root.signature, small_order_key, False)]
+    for signature, key, valid in cases:
+        assert _sign_open(signature + message, key) is valid
+        assert _bindings_open(signature + message, key) is valid
+
+
+def test_trust_anchors_carry_their_keys_and_refuse_bad_dids() -> None:
+    anchors = _anchors([ROOT.public, ALICE.did, BOB])  # type: ignore[list-item]
+    assert anchors == {ROOT.did, ALICE.did, BOB.did}
+    assert anchors.public_keys == {k.did: k.public.raw for k in (ROOT, ALICE, BOB)}
+    with pytest.raises(TokenFormatError, match="trust anchor"):
+        _anchors(["did:key:zNotAKey"])
 
 
 # --- strict encoding -----------------------------------------------------------------------------------
