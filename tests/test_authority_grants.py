@@ -276,7 +276,7 @@ def test_the_direct_libsodium_call_agrees_with_pynacls_binding() -> None:
 
 def test_trust_anchors_carry_their_keys_and_refuse_bad_dids() -> None:
     anchors = _anchors([ROOT.public, ALICE.did, BOB])  # type: ignore[list-item]
-    assert anchors == {ROOT.did, ALICE.did, BOB.did}
+    assert anchors == frozenset({ROOT.did, ALICE.did, BOB.did})
     assert anchors.public_keys == {k.did: k.public.raw for k in (ROOT, ALICE, BOB)}
     with pytest.raises(TokenFormatError, match="trust anchor"):
         _anchors(["did:key:zNotAKey"])
