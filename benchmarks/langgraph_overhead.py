@@ -9,6 +9,9 @@ interleaved in the same process, so they see the same machine (each round starts
 variant; the heap is collected before each run, outside the timing):
 
 - ``plain``: create_agent without agentgate (sub-agents invoked directly);
+- ``passthrough``: as ``plain`` with a middleware whose hooks only call the handler, and the
+  identity's context schema: what LangChain charges any gating middleware (the floor under
+  ``tools`` and ``gated``);
 - ``tools``: agentgate on tool calls only (``gate_models=False``), durable store;
 - ``gated``: agentgate on tool and model calls, durable store (SQLite ``synchronous=FULL``,
   every decision and outcome fsynced before the call goes on);
@@ -16,8 +19,9 @@ variant; the heap is collected before each run, outside the timing):
   selects: a power loss may lose the last commits, a process crash does not).
 
 Figures: median whole-run time of each, the ratios gated/plain and relaxed/plain (goals <= 1.25
-and <= 1.10), and the microseconds added per tool call ((tools - plain) / 20, delegations
-included) and per model call ((gated - tools) / 27). On a shared, loaded machine wall time is
+and <= 1.10) and passthrough/plain, the microseconds added per tool call ((tools - plain) / 20,
+delegations included) and per model call ((gated - tools) / 27), and the parts of one call timed
+alone (``breakdown``). On a shared, loaded machine wall time is
 dominated by waiting (fsync, CPU run queues), so the process's CPU time (all threads) is also
 reported: a figure that load inflates much less.
 """
@@ -37,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from langchain.agents import create_agent
+from langchain.agents.middleware import AgentMiddleware
 from langchain_core.messages import AIMessage
 from langchain_core.tools import BaseTool, StructuredTool
 from langsmith import traceable
@@ -107,16 +112,29 @@ def _delegations() -> list[dict[str, Any]]:
     return [{"name": f"ask_{n}", "args": {"task": f"task for {n}"}, "id": f"ask-{n}"} for n in SUBAGENTS]
 
 
-def build_plain() -> Callable[[], Any]:
+class PassThrough(AgentMiddleware[Any, Any, Any]):
+    """A middleware that decides nothing: its hooks only call the handler."""
+
+    def wrap_tool_call(self, request: Any, handler: Callable[[Any], Any]) -> Any:
+        return handler(request)
+
+    def wrap_model_call(self, request: Any, handler: Callable[[Any], Any]) -> Any:
+        return handler(request)
+
+
+def build_plain(passthrough: bool = False) -> Callable[[], Any]:
+    extra: dict[str, Any] = (
+        {"middleware": [PassThrough()], "context_schema": AgentIdentity} if passthrough else {}
+    )
     tools: list[BaseTool] = [_lookup()]
     for name in SUBAGENTS:
-        sub = create_agent(ScriptedChatModel(turns=_script(name)), [_lookup()], name=name)
+        sub = create_agent(ScriptedChatModel(turns=_script(name)), [_lookup()], name=name, **extra)
 
         def ask(task: str, sub: Any = sub) -> str:
             return str(sub.invoke({"messages": [{"role": "user", "content": task}]})["messages"][-1].content)
 
         tools.append(StructuredTool.from_function(func=ask, name=f"ask_{name}", description=f"ask {name}"))
-    boss = create_agent(ScriptedChatModel(turns=_script("boss", _delegations())), tools, name="boss")
+    boss = create_agent(ScriptedChatModel(turns=_script("boss", _delegations())), tools, name="boss", **extra)
     return lambda: boss.invoke({"messages": [{"role": "user", "content": "go"}]})
 
 
@@ -246,7 +264,10 @@ def main() -> None:
     repetitions = 5 if args.quick else 25
     with tempfile.TemporaryDirectory(prefix="agentgate-bench-") as tmp:
         workdir = Path(tmp)
-        variants: dict[str, Callable[[], Any]] = {"plain": build_plain()}
+        variants: dict[str, Callable[[], Any]] = {
+            "plain": build_plain(),
+            "passthrough": build_plain(passthrough=True),
+        }
         gates: list[Gate] = []
         for label, synchronous, models in (
             ("tools", "FULL", False),
@@ -258,7 +279,7 @@ def main() -> None:
             gates.append(gate)
         try:
             for label, run in variants.items():  # warm-up, and a correctness check of each variant
-                _check(run(), label != "plain")
+                _check(run(), label not in ("plain", "passthrough"))
             times: dict[str, list[float]] = {label: [] for label in variants}
             cpu: dict[str, list[float]] = {label: [] for label in variants}
             labels = list(variants)
@@ -285,6 +306,7 @@ def main() -> None:
         commit_cost(Path(tempfile.mkdtemp()), "NORMAL"),
     )
     parts = breakdown(Path(tempfile.mkdtemp()))
+    ratio_passthrough = median["passthrough"] / median["plain"]
     ratio_durable = median["gated"] / median["plain"]
     ratio_relaxed = median["relaxed"] / median["plain"]
     per_tool_us = (median["tools"] - median["plain"]) / TOOL_CALLS * 1e6
@@ -315,6 +337,8 @@ def main() -> None:
         "tools_only_ms": round(median["tools"] * 1e3, 3),
         "gated_durable_ms": round(median["gated"] * 1e3, 3),
         "gated_relaxed_ms": round(median["relaxed"] * 1e3, 3),
+        "ratio_passthrough": round(ratio_passthrough, 4),
+        "cpu_ratio_passthrough": round(median_cpu["passthrough"] / median_cpu["plain"], 4),
         "ratio_durable": round(ratio_durable, 4),
         "ratio_relaxed": round(ratio_relaxed, 4),
         "us_per_tool_call": round(per_tool_us, 1),
