@@ -17,12 +17,14 @@ per round, one caller process sends the same non-streaming chat completion (8 ou
   costs), and ``bare-proxy``, a raw ASGI app that forwards the body to the backend over a pooled
   aiohttp session and returns its bytes (a proxy that decides nothing: the least a gateway adds).
 
-With ``--stream`` each round also streams the call directly, through the gateway and through
+With ``--baseline TREE`` the gateway is also served from another source tree (``git worktree add
+TREE <commit>``), durable and relaxed (and streamed), as the rows ``baseline*`` of the same run:
+a before/after comparison under the same load. With ``--stream`` each round also streams the call directly, through the gateway and through
 LiteLLM, timing the first content event. Added latency = p50 of the path minus p50 of ``direct``
 (``direct-stream`` for streamed rows). Goals (docs/gateway.md): the gateway's
 added p50 <= 1 ms, and <= 0.5 x LiteLLM Router's added p50.
 
-    .venv/bin/python benchmarks/dispatch_http.py [--quick] [--rounds N] [--stream] --json
+    .venv/bin/python benchmarks/dispatch_http.py [--quick] [--rounds N] [--stream] [--baseline TREE] --json
 """
 
 from __future__ import annotations
@@ -195,6 +197,13 @@ def main() -> None:
     parser.add_argument(
         "--stream", action="store_true", help="also time streamed calls (time to first token), same rounds"
     )
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        metavar="TREE",
+        help="also serve the gateway from another source tree (a checkout of an earlier commit),"
+        " as the rows baseline, baseline-relaxed (and baseline-stream), in the same interleaved run",
+    )
     parser.add_argument("--json", action="store_true", help="(the JSON line is always printed last)")
     args = parser.parse_args()
     rounds = args.rounds or (300 if args.quick else 2000)
@@ -221,7 +230,10 @@ def main() -> None:
 
         gateways: dict[str, str] = {}
         chains: dict[str, Any] = {}
-        for name, synchronous in (("gateway", "FULL"), ("gateway-relaxed", "NORMAL")):
+        served = [("gateway", "FULL", REPO), ("gateway-relaxed", "NORMAL", REPO)]
+        if args.baseline is not None:
+            served += [("baseline", "FULL", args.baseline), ("baseline-relaxed", "NORMAL", args.baseline)]
+        for name, synchronous, tree in served:
             store = workdir / f"{name}.db"
             issuer = GatewayGate(parse_policy(policy.read_text(), source=str(policy)), SQLiteStore(store))
             try:
@@ -233,7 +245,8 @@ def main() -> None:
             command += ["--inventory", str(inventory), "--port", str(port), "--store", str(store)]
             process = subprocess.Popen(
                 command,
-                env={**env, "AGENTGATE_SQLITE_SYNCHRONOUS": synchronous},
+                env={**env, "PYTHONPATH": str(tree), "AGENTGATE_SQLITE_SYNCHRONOUS": synchronous},
+                cwd=tree,
                 stderr=subprocess.PIPE,
             )
             processes.append(process)
@@ -271,13 +284,17 @@ def main() -> None:
                 response.raise_for_status()
                 return _first_content_ms(response.iter_lines(), started)
 
-        def gateway_stream() -> float:
-            started = time.perf_counter()
-            headers = {**json_headers, **invocation_headers(agent, chains["gateway"], stream_body)}
-            url = gateways["gateway"] + "/v1/chat/completions"
-            with http.stream("POST", url, content=stream_raw, headers=headers) as response:
-                response.raise_for_status()
-                return _first_content_ms(response.iter_lines(), started)
+        def streamed(name: str) -> Callable[[], float]:
+            url = gateways[name] + "/v1/chat/completions"
+
+            def call() -> float:
+                started = time.perf_counter()
+                headers = {**json_headers, **invocation_headers(agent, chains[name], stream_body)}
+                with http.stream("POST", url, content=stream_raw, headers=headers) as response:
+                    response.raise_for_status()
+                    return _first_content_ms(response.iter_lines(), started)
+
+            return call
 
         def floor(name: str) -> Callable[[], None]:
             url = floors[name] + "/v1/chat/completions"
@@ -297,6 +314,13 @@ def main() -> None:
         def through(name: str) -> Callable[[], Any]:
             url = gateways[name] + "/v1/chat/completions"
             chain = chains[name]
+            if name not in stages:  # a baseline tree: its Server-Timing may differ, only the call is timed
+
+                def plain() -> None:
+                    headers = {**json_headers, **invocation_headers(agent, chain, body)}
+                    http.post(url, content=raw, headers=headers).raise_for_status()
+
+                return plain
 
             def call() -> None:
                 headers = {**json_headers, **invocation_headers(agent, chain, body)}
@@ -321,6 +345,9 @@ def main() -> None:
             "bare-hop": floor("bare-hop"),
             "bare-proxy": floor("bare-proxy"),
         }
+        if args.baseline is not None:
+            paths["baseline"] = through("baseline")
+            paths["baseline-relaxed"] = through("baseline-relaxed")
         router, litellm_note = _litellm_router(backend_url)
         if router is not None:
 
@@ -342,7 +369,9 @@ def main() -> None:
             paths["litellm"] = litellm_call
         if args.stream:
             paths["direct-stream"] = direct_stream
-            paths["gateway-stream"] = gateway_stream
+            paths["gateway-stream"] = streamed("gateway")
+            if args.baseline is not None:
+                paths["baseline-stream"] = streamed("baseline")
             if router is not None:
                 paths["litellm-stream"] = litellm_stream
 
@@ -427,6 +456,9 @@ def main() -> None:
             "better": "lower",
         },
     }
+    if args.baseline is not None:
+        print(f"baseline: the gateway served from {args.baseline} in the same run (its rows above)")
+        figures["baseline"] = str(args.baseline)
     print(json.dumps({"benchmark": "dispatch_http", "figures": figures, "goals": goals}))
 
 
