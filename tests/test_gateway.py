@@ -808,6 +808,30 @@ def test_upstream_pool_raises_for_an_answer_it_cannot_read_and_the_client_report
     asyncio.run(scenario())
 
 
+def test_chat_calls_take_the_lean_pool_for_http_backends_only(
+    tmp_path: Path, backends: tuple[SimServer, SimServer]
+) -> None:
+    keys = {name: SigningKey.generate() for name in NAMES}
+    policy = parse_policy(_policy_text({n: k.did for n, k in keys.items()}), source="gateway.yaml")
+    gate = GatewayGate(policy, SQLiteStore(tmp_path / "agentgate.db"))
+    inventory = inventory_from_mapping(
+        {
+            "backends": [
+                {"name": "plain", "url": backends[0].url, "engine": "vllm", "models": [MODEL]},
+                {"name": "tls", "url": "https://127.0.0.1:9", "engine": "vllm", "models": [OTHER]},
+            ]
+        }
+    )
+    server = GatewayServer(Gateway(gate, inventory), port=0).start()
+    try:
+        clients = server.gateway.dispatcher.clients
+        assert clients["plain"].transport is not None
+        assert clients["tls"].transport is None  # https stays on aiohttp
+    finally:
+        server.stop()
+        gate.close()
+
+
 def test_upstream_pool_refused_connection_is_an_os_error() -> None:
     from agentgate.dispatch.gateway._upstream import UpstreamPool
 

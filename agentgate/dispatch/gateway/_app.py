@@ -148,11 +148,12 @@ class Gateway:
     @contextlib.asynccontextmanager
     async def _lifespan(self, app: Starlette) -> AsyncIterator[None]:
         await self.dispatcher.start()
-        # Non-streamed backend calls go over the gateway's lean keep-alive pool (streams, scrapes
-        # and health probes stay on the dispatcher's clients).
+        # Chat calls to plain-http backends go over the gateway's lean keep-alive pool; https
+        # backends, metric scrapes and health probes stay on the dispatcher's clients.
         upstream = UpstreamPool(connect_s=self.dispatcher.timeouts.connect_s)
         for client in self.dispatcher.clients.values():
-            client.transport = upstream
+            if client.backend.chat_url.startswith("http://"):
+                client.transport = upstream
         try:
             yield
         finally:

@@ -1,11 +1,13 @@
-"""A lean HTTP/1.1 client for the gateway's non-streamed backend calls: pooled keep-alive connections.
+"""A lean HTTP/1.1 client for the gateway's backend calls: pooled keep-alive connections.
 
 The gateway's backend call is one POST of a small JSON body and one JSON answer. aiohttp does that
 with a request object, a response object, a stream reader and timers per call; this pool writes
 the request in one ``send`` on a kept-alive connection and parses the answer with httptools (the
 parser uvicorn uses), which takes about 0.3 ms less per call on the development machine. Streamed
-answers are read the same way (``stream``), their lines handed on as they arrive. Timeouts are the caller's (``BackendClient.chat`` bounds the whole call); a
-connection is opened within ``connect_s``.
+answers are read the same way (``stream``), their lines handed on as they arrive. Plain http
+only: the gateway leaves https backends on aiohttp. Timeouts are the caller's
+(``BackendClient`` bounds the call and each streamed line); a connection is opened within
+``connect_s``.
 
 A connection carries one request at a time and goes back to the pool only after a complete answer
 that allows keep-alive; anything else (an error, a cancelled call, a server that closes) closes
