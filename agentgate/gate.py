@@ -3,8 +3,8 @@
 One tool call or model call, end to end (docs/architecture.md):
 
 1. ``authorize``: the policy's rule for the caller (``policy.PolicyIndex``), then the authority
-   decision over an invocation signed by the agent's own key (``authority.Authority``: chain
-   verified, holder binding, nothing revoked, nonce fresh, approval gate), then, in ONE store
+   decision with the agent's own key in hand (``authority.Authority.decide_held``: chain
+   verified, holder binding, nothing revoked, approval gate), then, in ONE store
    transaction, the budget reserved against every grant of the chain (``store.ledger``), a
    signed approval consumed (``store.approvals``) and the decision appended to the audit log
    (``store.audit``). If that transaction fails, the call does not run.
@@ -100,13 +100,13 @@ P = ParamSpec("P")
 _log = logging.getLogger("agentgate.gate")
 
 # The approval gate the policy set for the call being decided in this context: the authority
-# engine asks its hook after verifying the chain and before consuming the nonce.
+# engine asks its hook after verifying the chain and before reading revocation.
 _pending_approval: ContextVar[ApprovalRequirement | None] = ContextVar(
     "agentgate_pending_approval", default=None
 )
 
 
-def _approval_hook(call: Call, chain: Chain, invocation: Invocation) -> ApprovalRequirement | None:
+def _approval_hook(call: Call, chain: Chain, invocation: Invocation | None) -> ApprovalRequirement | None:
     return _pending_approval.get()
 
 
@@ -649,16 +649,17 @@ class Gate:
         if request is not None and approved is None and verdict.approval is not None:
             gate = verdict.approval
             pending = ApprovalRequirement(gate.approvers, gate.quorum, f"approval gate {gate.gate}")
-        invocation = Invocation.sign(identity.key, identity.chain, call)
-        # One transaction, one commit per decision: the authority engine's nonce statement and
-        # revocation read run in it (``GrantRepository.within``), with the outcomes carried from
+        # The Gate holds the agent's key: the authority engine decides with it in hand
+        # (``decide_held``), without signing an invocation only to verify it at once; a caller in
+        # another process signs one (the gateway). One transaction, one commit per decision: the
+        # revocation read runs in it (``GrantRepository.within``), with the outcomes carried from
         # earlier calls, the budget reservation and the decision's audit entry. Nothing of an
         # allow is visible, and the call does not run, before that commit.
         with self._decision_transaction() as tx:
             with self.grants.within(tx):
                 token = _pending_approval.set(pending)
                 try:
-                    decision = self.authority.decide(invocation)
+                    decision = self.authority.decide_held(identity.key, identity.chain, call)
                 finally:
                     _pending_approval.reset(token)
             auth = Authorization(

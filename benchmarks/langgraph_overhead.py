@@ -204,20 +204,25 @@ def _median_us(step: Callable[[int], object], n: int) -> float:
 def breakdown(workdir: Path, n: int = 300) -> dict[str, float]:
     """Median microseconds of the parts of one gated call, each timed alone in this process.
 
-    A decision is: sign the invocation (the holder's Ed25519 key), decide it (chain from the
-    cache, signature verified, capability and revocation checked, nonce recorded), record it
-    (the outcome carried from the previous call, budget reserved, audit entry) in one
-    transaction, and commit. Timed alone, in a tight loop, these run faster than inside an agent
+    A decision is: decide with the agent's key in hand (``decide_held``: chain from the cache,
+    holder, capability and revocation checked), record it (the outcome carried from the previous
+    call, budget reserved, audit entry) in one transaction, and commit. For comparison, what a
+    caller in another process pays instead of ``decide_held`` (the gateway's path): sign an
+    invocation, then decide it (signature verified, nonce recorded). Timed alone, in a tight loop, these run faster than inside an agent
     run (warm caches, no other threads): the figures say where the time goes, not its total.
     """
     gate, _keys, identity = _gate(workdir / "parts.db", "NORMAL")
     tool, model = Call.tool("lookup", {"key": "k"}), Call.model("scripted", {"max_tokens": 1024})
     parts: dict[str, float] = {}
     try:
-        parts["sign"] = _median_us(lambda _: Invocation.sign(identity.key, identity.chain, tool), n)
+        with gate.store.transaction() as tx, gate.grants.within(tx):
+            parts["decide_held"] = _median_us(
+                lambda _: gate.authority.decide_held(identity.key, identity.chain, tool), n
+            )
+        parts["remote_sign"] = _median_us(lambda _: Invocation.sign(identity.key, identity.chain, tool), n)
         signed = [Invocation.sign(identity.key, identity.chain, tool) for _ in range(n)]
         with gate.store.transaction() as tx, gate.grants.within(tx):
-            parts["decide"] = _median_us(lambda i: gate.authority.decide(signed[i]), n)
+            parts["remote_decide"] = _median_us(lambda i: gate.authority.decide(signed[i]), n)
 
         def empty_transaction(_: int) -> None:
             with gate.store.transaction():

@@ -375,3 +375,81 @@ def test_a_failing_approval_hook_fails_closed(local: GrantRepository) -> None:
     )
     assert d.outcome is Outcome.DENY and d.findings[0].code == "approval_check_failed"
     assert "approvals database is down" in d.findings[0].message
+
+
+# --- decide_held: the caller holds the holder's key (the Gate) --------------------------------
+
+
+def _nonce_count(repo: GrantRepository) -> int:
+    return int(repo.store.query("SELECT COUNT(*) FROM agentgate_nonces")[0][0])
+
+
+def test_a_held_decision_allows_with_the_same_evidence_and_records_no_nonce(repo: GrantRepository) -> None:
+    chain = chain3()
+    signed = decide(Invocation.sign(CAROL, chain, CALL, now=NOW), repo=repo, trusted=ROOT.public, now=NOW)
+    before = _nonce_count(repo)
+    held = Authority(repo, ROOT.public).decide_held(CAROL, chain, CALL, now=NOW)
+    assert held.allowed and held.invocation_id is None and _nonce_count(repo) == before
+    for field in ("principal", "resource", "action", "args_digest", "chain", "budgets"):
+        assert getattr(held, field) == getattr(signed, field), field
+    # again and again: nothing to replay without a signed invocation
+    assert Authority(repo, ROOT.public).decide_held(CAROL, chain.token, CALL, now=NOW).allowed
+
+
+def test_a_held_decision_binds_the_key_to_the_chains_holder(local: GrantRepository) -> None:
+    chain = chain3()
+    for other in (BOB, ALICE, SigningKey.generate()):
+        d = Authority(local, ROOT.public).decide_held(other, chain, CALL, now=NOW)
+        assert (d.outcome, d.findings[0].kind, d.findings[0].code) == (
+            Outcome.DENY, FindingKind.IMPLICIT_TRUST_INHERITANCE, "wrong_holder")  # fmt: skip
+
+
+def test_a_held_decision_reads_the_chain_from_its_token_not_the_objects_fields(
+    local: GrantRepository,
+) -> None:
+    # A Chain whose links claim CAROL holds it, but whose token is BOB's chain: the token decides.
+    carol, bob = chain3(), issue(ROOT, BOB.did, ["tool:payments.refund"], ttl=3600, now=NOW)
+    forged = Chain(carol.links, bob.token)
+    d = Authority(local, ROOT.public).decide_held(CAROL, forged, CALL, now=NOW)
+    assert d.findings[0].code == "wrong_holder"
+    d = Authority(local, ROOT.public).decide_held(CAROL, carol.token[:-4] + "AAAA", CALL, now=NOW)
+    assert d.outcome is Outcome.DENY and d.findings[0].kind is FindingKind.AUTHORITY_CHAIN_OPACITY
+
+
+def test_a_held_decision_checks_scope_times_and_names(local: GrantRepository) -> None:
+    chain = chain3()
+    authority = Authority(local, ROOT.public)
+    over = Call.tool("payments.refund", {"amount": 61, "currency": "EUR"})
+    assert authority.decide_held(CAROL, chain, over, now=NOW).findings[0].kind is FindingKind.SCOPE_CREEP
+    assert authority.decide_held(CAROL, chain, CALL, now=NOW + 600).findings[0].code == "grant_expired"
+    odd = Call("tool:payments.Refund", "invoke", {"amount": 1, "currency": "EUR"})
+    assert authority.decide_held(CAROL, chain, odd, now=NOW).findings[0].code == "ambiguous_resource"
+
+
+def test_a_held_decision_sees_revocation_and_fails_closed(store: Store) -> None:
+    repo = GrantRepository(store)
+    chain = chain3()
+    record(repo, chain, now=NOW)
+    assert Authority(repo, ROOT.public).decide_held(CAROL, chain, CALL, now=NOW).allowed
+    revoke(repo, chain.links[1].id, now=NOW)
+    d = Authority(repo, ROOT.public).decide_held(CAROL, chain, CALL, now=NOW)
+    assert (d.outcome, d.findings[0].code, d.findings[0].grant) == (
+        Outcome.DENY,
+        "revoked",
+        chain.links[1].id,
+    )
+    repo.close()
+    store.close()
+    d = Authority(repo, ROOT.public).decide_held(CAROL, chain, CALL, now=NOW)
+    assert (d.outcome, d.findings[0].code) == (Outcome.DENY, "revocation_unreachable")
+
+
+def test_a_held_decision_asks_the_approval_hook_without_an_invocation(local: GrantRepository) -> None:
+    seen: list[object] = []
+
+    def hook(call: Call, chain: Chain, invocation: Invocation | None) -> ApprovalRequirement:
+        seen.append(invocation)
+        return ApprovalRequirement(("lead",))
+
+    d = Authority(local, ROOT.public, approvals=hook).decide_held(CAROL, chain3(), CALL, now=NOW)
+    assert d.outcome is Outcome.APPROVAL_REQUIRED and seen == [None]

@@ -1,4 +1,4 @@
-"""Decisions: allow, deny or approval required, for one signed invocation.
+"""Decisions: allow, deny or approval required, for one signed invocation (or one call by the key holder).
 
 Order of checks (docs/token-format.md, "Deciding"): the chain (from the cache, or parsed and
 verified and then cached by its token), holder binding, the invocation signature, the call
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -21,6 +21,7 @@ from agentgate.authority._grant import (
     DEFAULT_SKEW,
     Budget,
     Chain,
+    Grant,
     _anchors,
     _encode_chain,
     _short,
@@ -40,7 +41,7 @@ from agentgate.capabilities import (
 )
 from agentgate.errors import CapabilityError, InvalidSignature, StoreError, TokenFormatError
 from agentgate.findings import Finding, FindingKind, Outcome
-from agentgate.keys import PublicKey
+from agentgate.keys import PublicKey, SigningKey
 from agentgate.store.grants import GrantRepository
 
 _SCOPE = FindingKind.SCOPE_CREEP
@@ -62,10 +63,14 @@ class ApprovalHook(Protocol):
     """Given a verified call and chain, says whether a human must approve it first.
 
     The Gate passes one in; it returns ``None`` when no approval is needed, or when a valid
-    approval bound to ``invocation.id`` has already been given (the Gate checks approvals).
+    approval for this call has already been given (the Gate checks approvals). ``invocation`` is
+    the signed invocation, or ``None`` for a decision made with the holder's key in hand
+    (``Authority.decide_held``).
     """
 
-    def __call__(self, call: Call, chain: Chain, invocation: Invocation) -> ApprovalRequirement | None: ...
+    def __call__(
+        self, call: Call, chain: Chain, invocation: Invocation | None
+    ) -> ApprovalRequirement | None: ...
 
 
 @dataclass(frozen=True)
@@ -213,6 +218,60 @@ def decide(
     return _decide(invocation, repo, anchors, approvals, now, skew, cache or _SHARED_CACHE)
 
 
+def _verified_chain(
+    token: str, anchors: frozenset[str], cache: ChainCache
+) -> tuple[Chain | None, tuple[str, ...], Finding | None]:
+    """The chain of ``token`` verified against ``anchors`` (from the cache, or parsed, verified and
+    cached), its grant ids when readable, and the finding when it is not valid."""
+    chain = cache.get(anchors, token)
+    if chain is not None:
+        return chain, chain.ids, None
+    try:
+        chain = parse_chain(token)
+    except TokenFormatError as exc:
+        return None, (), _f(_OPACITY, "malformed_token", f"the chain cannot be read: {exc}")
+    found = chain_finding(chain, anchors)
+    if found is not None:
+        return None, chain.ids, found
+    cache.put(anchors, token, chain)
+    return chain, chain.ids, None
+
+
+def _denial(
+    t: int, call: Call, principal: str, digest: str | None, ids: tuple[str, ...], invocation_id: str | None
+) -> Callable[[Finding], Decision]:
+    def deny(finding: Finding) -> Decision:
+        return Decision(
+            Outcome.DENY,
+            (finding.message,),
+            (finding,),
+            principal=principal,
+            resource=call.resource,
+            action=call.action,
+            args_digest=digest,
+            chain=ids,
+            invocation_id=invocation_id,
+            decided_at=t,
+            call=call,
+        )
+
+    return deny
+
+
+def _wrong_holder(holder: str, tip: Grant, signed: bool) -> Finding:
+    who = (
+        f"invocation signed by {_short(holder)}" if signed else f"call made with the key of {_short(holder)}"
+    )
+    return _f(
+        _TRUST,
+        "wrong_holder",
+        f"{who}, but this chain was granted to {_short(tip.audience)}; a copied token is useless: "
+        "delegate to the caller's own key instead",
+        tip.id,
+        "audience",
+    )
+
+
 def _decide(
     inv: Invocation,
     repo: GrantRepository,
@@ -224,7 +283,6 @@ def _decide(
 ) -> Decision:
     t = int(time.time() if now is None else now)
     call = inv.call
-    ids: tuple[str, ...] = ()
     try:
         payload = inv.payload
     except TokenFormatError as exc:
@@ -234,46 +292,14 @@ def _decide(
         malformed = None
     invocation_id = sha256_hex(payload) if malformed is None else None
 
-    def deny(finding: Finding) -> Decision:
-        return Decision(
-            Outcome.DENY,
-            (finding.message,),
-            (finding,),
-            principal=inv.issuer,
-            resource=call.resource,
-            action=call.action,
-            args_digest=inv.args_digest,
-            chain=ids,
-            invocation_id=invocation_id,
-            decided_at=t,
-            call=call,
-        )
-
-    chain = cache.get(anchors, inv.chain_token)
+    chain, ids, found = _verified_chain(inv.chain_token, anchors, cache)
+    deny = _denial(t, call, inv.issuer, inv.args_digest, ids, invocation_id)
     if chain is None:
-        try:
-            chain = parse_chain(inv.chain_token)
-        except TokenFormatError as exc:
-            return deny(_f(_OPACITY, "malformed_token", f"the chain cannot be read: {exc}"))
-        ids = chain.ids
-        found = chain_finding(chain, anchors)
-        if found is not None:
-            return deny(found)
-        cache.put(anchors, inv.chain_token, chain)
-    ids = chain.ids
+        assert found is not None
+        return deny(found)
     tip = chain.tip
     if inv.issuer != tip.audience:
-        return deny(
-            _f(
-                _TRUST,
-                "wrong_holder",
-                f"invocation signed by {_short(inv.issuer)}, but this chain was "
-                f"granted to {_short(tip.audience)}; a copied token is useless: delegate to the caller's "
-                "own key instead",
-                tip.id,
-                "audience",
-            )
-        )
+        return deny(_wrong_holder(inv.issuer, tip, signed=True))
     if inv.tip != tip.id:
         return deny(
             _f(
@@ -352,6 +378,61 @@ def _decide(
                 "issued_at",
             )
         )
+    return _conclude(chain, call, digest, t, skew, approvals, inv, repo, inv.issuer, invocation_id, deny)
+
+
+def _decide_held(
+    holder: str,
+    token: str,
+    call: Call,
+    repo: GrantRepository,
+    anchors: frozenset[str],
+    approvals: ApprovalHook | None,
+    now: float | None,
+    skew: int,
+    cache: ChainCache,
+) -> Decision:
+    t = int(time.time() if now is None else now)
+    chain, ids, found = _verified_chain(token, anchors, cache)
+    deny = _denial(t, call, holder, None, ids, None)
+    if chain is None:
+        assert found is not None
+        return deny(found)
+    tip = chain.tip
+    if holder != tip.audience:
+        return deny(_wrong_holder(holder, tip, signed=False))
+    try:
+        canonical_resource(call.resource)
+    except CapabilityError as exc:
+        return deny(
+            _f(_OPACITY, "ambiguous_resource", f"{exc}; refused rather than guessed", tip.id, "resource")
+        )
+    try:
+        digest = args_digest(call.args)
+    except TokenFormatError as exc:
+        return deny(
+            _f(_OPACITY, "args_not_canonical", f"call arguments cannot be digested: {exc}", tip.id, "args")
+        )
+    return _conclude(chain, call, digest, t, skew, approvals, None, repo, holder, None, deny)
+
+
+def _conclude(
+    chain: Chain,
+    call: Call,
+    digest: str,
+    t: int,
+    skew: int,
+    approvals: ApprovalHook | None,
+    inv: Invocation | None,
+    repo: GrantRepository,
+    principal: str,
+    invocation_id: str | None,
+    deny: Callable[[Finding], Decision],
+) -> Decision:
+    """What every decision checks once the caller is bound to the chain: validity times, coverage,
+    the approval hook, and one store statement for revocation (and the nonce of a signed
+    invocation that is allowed)."""
+    tip, ids = chain.tip, chain.ids
     if not chain.not_before - skew <= t < chain.expires:
         found = time_finding(chain, t, skew)
         if found is not None:
@@ -370,7 +451,7 @@ def _decide(
             )
         )
     try:
-        if requirement is None:
+        if requirement is None and inv is not None:
             status = repo.consume_nonce(inv.issuer, inv.nonce, inv.expires + skew, ids)
         else:
             status = "revoked" if repo.revoked(ids) else "fresh"
@@ -410,7 +491,7 @@ def _decide(
         )
     outcome = Outcome.ALLOW if requirement is None else Outcome.APPROVAL_REQUIRED
     reason = (
-        f"{call.resource} {call.action} is covered by grant {tip.id[:16]}... held by {inv.issuer}"
+        f"{call.resource} {call.action} is covered by grant {tip.id[:16]}... held by {principal}"
         if requirement is None
         else f"approval required from {', '.join(requirement.approvers) or 'an approver'}"
         + (f": {requirement.reason}" if requirement.reason else "")
@@ -419,7 +500,7 @@ def _decide(
         outcome,
         (reason,),
         (),
-        principal=inv.issuer,
+        principal=principal,
         resource=call.resource,
         action=call.action,
         args_digest=digest,
@@ -453,6 +534,25 @@ class Authority:
     def decide(self, invocation: Invocation, *, now: float | None = None) -> Decision:
         """``decide`` with this engine's store, anchors, hook and cache."""
         return _decide(invocation, self.repo, self.anchors, self.approvals, now, self.skew, self.cache)
+
+    def decide_held(
+        self, holder: SigningKey, chain: Chain | str, call: Call, *, now: float | None = None
+    ) -> Decision:
+        """Decide ``call`` for the holder of ``chain`` when the caller holds the holder's private key.
+
+        For a caller in the holder's own process (the ``Gate``, which keeps each agent's key): it
+        has the key in hand, so signing an invocation only to verify that signature at once would
+        prove nothing more, and with no signed invocation there is nothing to replay, so no nonce
+        is recorded. Every other check is ``decide``'s: the chain (verified from its token, never
+        from a ``Chain`` object's fields), holder binding (``holder``'s DID must be the tip's
+        audience), the resource and arguments, validity times, coverage, the approval hook
+        (called with ``invocation=None``), and revocation read from the store. Never raises for
+        bad input; a store that cannot be read is a deny.
+        """
+        token = chain.token if isinstance(chain, Chain) else chain
+        return _decide_held(
+            holder.did, token, call, self.repo, self.anchors, self.approvals, now, self.skew, self.cache
+        )
 
     def revoke(self, grant: Chain | str, *, reason: str = "", now: float | None = None) -> str:
         """Revoke a grant (a chain: its tip; or a grant id); see ``revoke``."""
