@@ -153,6 +153,9 @@ def _percentile(values: list[float], q: float) -> float:
 def _litellm_router(backend_url: str) -> tuple[Any, str]:
     """LiteLLM's Router over the backend, or None and why it cannot be measured."""
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # no network fetch at import
+    # LiteLLM's streaming path asks Hugging Face for a tokenizer; offline, it falls back at once
+    # instead of retrying a download (nothing may be downloaded at run time).
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
     try:
         import litellm
         from litellm import Router
