@@ -23,6 +23,7 @@ from langchain_openai import ChatOpenAI
 from agentgate.authority import Budget, issue
 from agentgate.dispatch import inventory_from_mapping
 from agentgate.dispatch.gateway import (
+    APPROVAL_HEADER,
     INVOCATION_HEADER,
     Gateway,
     GatewayGate,
@@ -31,7 +32,7 @@ from agentgate.dispatch.gateway import (
     invocation_headers,
 )
 from agentgate.dispatch.prefix import estimate_tokens, prompt_text
-from agentgate.gate import AgentIdentity
+from agentgate.gate import AgentIdentity, Approval
 from agentgate.keys import SigningKey
 from agentgate.policy import parse_policy
 from agentgate.sim import SimServer
@@ -39,7 +40,7 @@ from agentgate.store import SQLiteStore, Store
 
 MODEL = "llama-3.1-8b"
 OTHER = "qwen3-32b"
-NAMES = ("root", "agent", "poor", "outsider")
+NAMES = ("root", "agent", "poor", "outsider", "lead")
 
 
 def _policy_text(dids: dict[str, str]) -> str:
@@ -53,6 +54,7 @@ tenants:
 principals:
   agent: {{kind: agent, did: "{dids["agent"]}", tenant: lab, roles: [chat]}}
   poor: {{kind: agent, did: "{dids["poor"]}", tenant: lab, roles: [thrifty]}}
+  lead: {{kind: human, did: "{dids["lead"]}", roles: [lead]}}
 models:
   {MODEL}: {{cost_per_mtok: {{input: 1000000, output: 1000000}}}}
   {OTHER}: {{cost_per_mtok: {{input: 1000000, output: 1000000}}}}
@@ -77,6 +79,16 @@ roles:
       - resource: model:{MODEL}
     budget: {{limit: 100, unit: usd_micros}}
     ttl_s: 3600
+  lead:
+    kind: human
+    capabilities:
+      - resource: model:{OTHER}
+    ttl_s: 3600
+approvals:
+  long-answers:
+    resource: model:{OTHER}
+    when: {{max_tokens: {{gt: 100}}}}
+    approvers: [lead]
 """
 
 
@@ -301,6 +313,76 @@ def test_a_second_model_is_routed_to_the_backend_that_serves_it(
     completion = env.openai().chat.completions.create(model=OTHER, messages=_messages(), max_tokens=3)
     assert completion.usage is not None and completion.usage.completion_tokens == 3
     assert backends[1].served == served + 1
+
+
+# --- approvals over HTTP -------------------------------------------------------------------------
+
+
+def _long(env: Env) -> Any:
+    """A sender of one call behind the approval gate (200 tokens of OTHER), each time freshly signed."""
+    body = {"model": OTHER, "messages": _messages(), "max_tokens": 200}
+    return lambda extra=None: _post(
+        env, body, {**invocation_headers(env.agent.key, env.agent.chain, body), **(extra or {})}
+    )
+
+
+def test_a_call_behind_an_approval_gate_asks_then_runs_once_with_a_signed_approval(env: Env) -> None:
+    send = _long(env)
+    before = env.ledger()
+    asked = send()
+    assert asked.status_code == 403 and asked.json()["error"]["code"] == "approval_required"
+    payload = asked.json()
+    assert payload["agentgate"] == "approval_required"
+    assert payload["request"]["resource"] == f"model:{OTHER}" and payload["request"]["approvers"] == ["lead"]
+    assert env.ledger() == before  # nothing reserved while it waits
+    assert [e.kind for e in env.entries()][-1] == "approval_required"
+    again = send()  # asked again before anyone answered: the same request, not a second one
+    assert again.json()["request"]["id"] == payload["request"]["id"]
+
+    approval = json.dumps(Approval.sign(payload, env.keys["lead"]).to_dict())
+    answered = send({APPROVAL_HEADER: approval})
+    assert answered.status_code == 200, answered.text
+    assert answered.json()["usage"]["completion_tokens"] == 200
+    assert env.spent() > 0
+    allowed = [e for e in env.entries() if e.kind == "allow"][-1]
+    assert allowed.approver == env.keys["lead"].did
+    # single use: the same approval again is refused; without it, the call asks anew
+    replay = send({APPROVAL_HEADER: approval})
+    assert replay.status_code == 403 and replay.json()["error"]["code"] == "approval_not_usable"
+    assert "already used" in replay.json()["error"]["message"]
+    anew = send()
+    assert anew.json()["error"]["code"] == "approval_required"
+    assert anew.json()["request"]["id"] != payload["request"]["id"]
+
+
+def test_an_approval_is_bound_to_the_body_and_to_an_allowed_approver(env: Env) -> None:
+    send = _long(env)
+    payload = send().json()
+    other = {"model": OTHER, "messages": _messages("Something else."), "max_tokens": 200}
+    approval = json.dumps(Approval.sign(payload, env.keys["lead"]).to_dict())
+    moved = _post(
+        env, other, {**invocation_headers(env.agent.key, env.agent.chain, other), APPROVAL_HEADER: approval}
+    )
+    assert moved.status_code == 403 and moved.json()["error"]["code"] == "approval_required"
+    by_outsider = json.dumps(Approval.sign(payload, env.keys["outsider"]).to_dict())
+    assert send({APPROVAL_HEADER: by_outsider}).json()["error"]["code"] == "approval_required"
+    by_requester = json.dumps(Approval.sign(payload, env.keys["agent"]).to_dict())
+    assert send({APPROVAL_HEADER: by_requester}).json()["error"]["code"] == "approval_required"
+    assert env.spent() == 0
+
+
+def test_a_malformed_approval_header_is_400_with_nothing_charged(env: Env) -> None:
+    send = _long(env)
+    before = env.ledger()
+    for bad in ("not json", "[1]", '{"request": "x"}'):
+        answer = send({APPROVAL_HEADER: bad})
+        assert answer.status_code == 400 and answer.json()["error"]["code"] == "malformed_approval"
+    assert env.ledger() == before
+
+
+def test_calls_below_the_gate_need_no_approval(env: Env) -> None:
+    body = {"model": OTHER, "messages": _messages(), "max_tokens": 100}
+    assert _post(env, body, invocation_headers(env.agent.key, env.agent.chain, body)).status_code == 200
 
 
 # --- faults: each refused, audited, and charged nothing -------------------------------------------

@@ -8,7 +8,12 @@ for ``openai`` and ``ChatOpenAI``) or ``invocation_headers(key, chain, body)``. 
 from __future__ import annotations
 
 from agentgate.dispatch.gateway._app import Gateway, GatewayServer, error_response
-from agentgate.dispatch.gateway._authority import CallerIdentity, GatewayDecision, GatewayGate
+from agentgate.dispatch.gateway._authority import (
+    APPROVAL_HEADER,
+    CallerIdentity,
+    GatewayDecision,
+    GatewayGate,
+)
 from agentgate.dispatch.gateway._client import (
     DEFAULT_MAX_TOKENS,
     INVOCATION_HEADER,
@@ -19,6 +24,7 @@ from agentgate.dispatch.gateway._client import (
 )
 
 __all__ = [
+    "APPROVAL_HEADER",
     "DEFAULT_MAX_TOKENS",
     "INVOCATION_HEADER",
     "CallerIdentity",

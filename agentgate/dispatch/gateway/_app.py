@@ -47,7 +47,7 @@ from agentgate.capabilities import Call
 from agentgate.dispatch._policy import RoutingPolicy
 from agentgate.dispatch.backends import ChatChunk, ChatResult, Timeouts
 from agentgate.dispatch.dispatcher import Dispatcher
-from agentgate.dispatch.gateway._authority import GatewayDecision, GatewayGate
+from agentgate.dispatch.gateway._authority import APPROVAL_HEADER, GatewayDecision, GatewayGate
 from agentgate.dispatch.gateway._client import INVOCATION_HEADER, chat_call, max_tokens_of
 from agentgate.dispatch.gateway._upstream import UpstreamPool
 from agentgate.dispatch.inventory import Inventory
@@ -74,16 +74,23 @@ T = TypeVar("T")
 
 
 def error_response(
-    status: int, message: str, code: str, *, headers: Mapping[str, str] | None = None
+    status: int,
+    message: str,
+    code: str,
+    *,
+    headers: Mapping[str, str] | None = None,
+    extra: Mapping[str, Any] | None = None,
 ) -> JSONResponse:
-    """An OpenAI-style error: ``{"error": {"message", "type", "param", "code"}}``."""
-    body = {
+    """An OpenAI-style error: ``{"error": {"message", "type", "param", "code"}}``, plus ``extra``'s
+    top-level keys (an approval request: ``{"agentgate": "approval_required", "request": {...}}``)."""
+    body: dict[str, Any] = {
         "error": {
             "message": message,
             "type": _ERROR_TYPES.get(status, "api_error"),
             "param": None,
             "code": code,
-        }
+        },
+        **(extra or {}),
     }
     return JSONResponse(body, status_code=status, headers=dict(headers or {}))
 
@@ -237,11 +244,18 @@ class Gateway:
             request.headers.get(INVOCATION_HEADER),
             call,
             (prompt, max_tokens),
+            request.headers.get(APPROVAL_HEADER),
         )
         decided = time.perf_counter()
         self._decision_seconds.observe(decided - started)
         if not decision.allowed:
-            return error_response(decision.status, decision.message, decision.code or "refused"), False
+            # A call behind an approval gate: the body carries what an approver signs
+            # (`agentgate approval sign`), and the caller retries the same body with the approval.
+            extra = decision.auth.approval_payload() if decision.auth.needs_approval else None
+            answer = error_response(
+                decision.status, decision.message, decision.code or "refused", extra=extra
+            )
+            return answer, False
         identity = decision.auth.identity
         tenant = identity.tenant if identity is not None else "default"
         payload = {**body, "max_tokens": max_tokens}

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import threading
 from collections import OrderedDict
 from collections.abc import AsyncGenerator, AsyncIterator, Iterable
@@ -28,13 +29,24 @@ from agentgate.capabilities import Call
 from agentgate.dispatch.backends import ChatChunk
 from agentgate.errors import TokenFormatError
 from agentgate.findings import Finding, FindingKind
-from agentgate.gate import AgentIdentity, Authorization, Gate, Verdict
+from agentgate.gate import AgentIdentity, Approval, Authorization, Gate, Verdict
 from agentgate.keys import PublicKey, SigningKey
 from agentgate.policy import Outcome, Policy
 from agentgate.store import Store
 from agentgate.tasks import SchedulerConfig
 
 _COVERAGE_CODES = frozenset({"call_not_covered", "ambiguous_resource"})
+APPROVAL_HEADER = "X-Agentgate-Approval"
+"""The header that carries a signed approval (compact JSON) for a call behind an approval gate."""
+
+
+def _approval(text: str) -> Approval | None:
+    """The signed approval in an ``X-Agentgate-Approval`` header; ``None`` when it is not one."""
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+    return Approval.parse(value) if isinstance(value, dict) else None
 
 
 @dataclass(frozen=True)
@@ -97,20 +109,25 @@ class GatewayGate(Gate):
         invocation_text: str | None,
         call: Call,
         tokens: tuple[int, int],
+        approval_text: str | None = None,
     ) -> GatewayDecision:
         """Decide ``call`` presented with a chain token and a signed invocation; record the decision.
 
         Refusals: 401 for a missing, malformed, forged, expired, replayed or revoked authority;
-        403 for a call that the grant or the policy does not cover (or that needs a human
-        approval, which the gateway cannot ask for); 402 for a budget that cannot hold the
-        reservation for ``tokens`` (prompt, max output). Each refusal is audited and reserves
-        nothing. Raises ``AuditError``/``StoreError`` only if even a refusal cannot be recorded.
+        403 for a call that the grant or the policy does not cover; 403 ``approval_required`` for
+        a call behind an approval gate without a usable approval (an approval request is opened
+        and audited: ``approval_payload()`` of the answer's ``auth`` is what an approver signs);
+        402 for a budget that cannot hold the reservation for ``tokens`` (prompt, max output).
+        ``approval_text``: the ``X-Agentgate-Approval`` header, a signed approval as JSON (what
+        ``agentgate approval sign`` writes); 400 ``malformed_approval`` when it is not one. Each
+        refusal is audited and reserves nothing. Raises ``AuditError``/``StoreError`` only if even
+        a refusal cannot be recorded.
 
         Runs holding the gate's store lock, as ``Gate.authorize`` does: decisions are recorded
         one at a time, and the outcomes a decision's transaction carries are taken under it.
         """
         with self._store_lock:
-            return self._authorize_invocation(chain_token, invocation_text, call, tokens)
+            return self._authorize_invocation(chain_token, invocation_text, call, tokens, approval_text)
 
     def _authorize_invocation(
         self,
@@ -118,6 +135,7 @@ class GatewayGate(Gate):
         invocation_text: str | None,
         call: Call,
         tokens: tuple[int, int],
+        approval_text: str | None,
     ) -> GatewayDecision:
         if not chain_token or not invocation_text:
             missing = "Authorization: Bearer <chain>" if not chain_token else "X-Agentgate-Invocation"
@@ -154,12 +172,31 @@ class GatewayGate(Gate):
                 refused, 403 if scope else 401, codes[0] if codes else "invocation_refused"
             )
         verdict = self.index.evaluate(self._policy_principal(identity), call)
-        if verdict.outcome is not Outcome.ALLOW:
-            reasons = verdict.reasons
-            if verdict.outcome is Outcome.APPROVAL_REQUIRED:
-                reasons = (*reasons, "a call that needs a human approval cannot be made through the gateway")
-            auth = self._record_refusal(Authorization(Verdict.DENY, call, identity, reasons))
+        if verdict.outcome is Outcome.DENY:
+            auth = self._record_refusal(Authorization(Verdict.DENY, call, identity, verdict.reasons))
             return GatewayDecision(auth, 403, "policy_denied")
+        request = approved = None
+        if verdict.outcome is Outcome.APPROVAL_REQUIRED:
+            approval = None
+            if approval_text is not None:
+                approval = _approval(approval_text)
+                if approval is None:
+                    reason = f"the {APPROVAL_HEADER} header is not a signed approval (JSON: request, call_hash, approver, signature)"
+                    auth = self._record_refusal(Authorization(Verdict.DENY, call, identity, (reason,)))
+                    return GatewayDecision(auth, 400, "malformed_approval")
+            # Bound to the grant, the model and the exact body (its digest is in the call's
+            # arguments): the caller retries the same body, with a fresh invocation, and the header.
+            request = self._approval_request(identity, call, verdict, None)
+            assert request is not None
+            approved = self._approval_complete(approval, request, verdict)
+            if approved is None:
+                asked = self._record_approval_request(
+                    Authorization(
+                        Verdict.APPROVAL_REQUIRED, call, identity, verdict.reasons, decision=decision
+                    ),
+                    request,
+                )
+                return GatewayDecision(asked, 403, "approval_required")
         auth = Authorization(
             Verdict.ALLOW,
             call,
@@ -168,10 +205,13 @@ class GatewayGate(Gate):
             decision.findings,
             decision=decision,
         )
-        recorded = self._record_allow(auth, None, None, tokens)
+        recorded = self._record_allow(auth, approved, request, tokens)
         if not recorded.allowed:
-            # The authority allowed the call; the ledger could not hold its reservation.
-            return GatewayDecision(recorded, 402, "budget_exhausted")
+            # The authority allowed the call; the ledger could not hold its reservation, or the
+            # approval was used or expired meanwhile.
+            if recorded.budget_exhausted:
+                return GatewayDecision(recorded, 402, "budget_exhausted")
+            return GatewayDecision(recorded, 403, "approval_not_usable")
         return GatewayDecision(recorded)
 
     async def gated_stream(
