@@ -25,6 +25,7 @@ from typing import Any, Literal, get_args
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from agentgate._json import is_plain
 from agentgate.errors import InputError, TamperDetected
 
 FORMAT_VERSION = 1
@@ -66,38 +67,13 @@ def canonical_json(value: Any) -> bytes:
 
     Finite floats are written in Python's shortest round-trip form; NaN and infinities are refused.
     """
-    if _plain(value):
+    if is_plain(value):
         try:
             return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
         except orjson.JSONEncodeError:
             pass  # a lone surrogate or an integer beyond 64 bits: the reference encoder decides
     _check_json(value, "$")
     return _dumps(value)
-
-
-_SCALARS = frozenset({str, int, bool, type(None)})
-
-
-def _plain(value: Any) -> bool:
-    """Whether ``value`` is built only of dicts with string keys, lists, strings, integers,
-    booleans and ``None`` (exact types). For these values orjson's sorted output is byte for byte
-    the reference encoding (``_dumps``): the same escapes, keys sorted by code point (which UTF-8
-    byte order preserves), integers in plain decimal. Floats and tuples take the reference path."""
-    stack: list[Any] = [value]
-    scalars = _SCALARS
-    while stack:
-        item = stack.pop()
-        kind = type(item)
-        if kind is dict:
-            for key in item:
-                if type(key) is not str:
-                    return False
-            stack.extend(item.values())
-        elif kind is list:
-            stack.extend(item)
-        elif kind not in scalars:
-            return False
-    return True
 
 
 def _dumps(value: Any) -> bytes:
@@ -154,7 +130,7 @@ def encode_entry(fields: Mapping[str, Any]) -> bytes:
     values = _fast_fields(fields)
     if values is None:
         return AuditEntry.build(**fields).to_bytes()
-    if _plain(values["args"]):  # the other fields are exact strings, integers, None and a list of strings
+    if is_plain(values["args"]):  # the other fields are exact strings, integers, None and a list of strings
         try:
             return orjson.dumps(values, option=orjson.OPT_SORT_KEYS)
         except orjson.JSONEncodeError:

@@ -23,6 +23,7 @@ from typing import Any
 
 import orjson
 
+from agentgate._json import is_plain
 from agentgate.errors import TokenFormatError
 
 _B64URL_ALPHABET = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
@@ -30,29 +31,6 @@ _FROM_URLSAFE = bytes.maketrans(b"-_", b"+/")
 
 
 _ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-
-
-_SCALARS = frozenset({str, int, bool, type(None)})
-
-
-def _plain(value: Any) -> bool:
-    """Whether ``value`` is built only of dicts with string keys, lists, strings, integers,
-    booleans and ``None`` (exact types): the values whose orjson encoding is canonical."""
-    stack: list[Any] = [value]
-    scalars = _SCALARS
-    while stack:
-        item = stack.pop()
-        kind = type(item)
-        if kind is dict:
-            for key in item:
-                if type(key) is not str:
-                    return False
-            stack.extend(item.values())
-        elif kind is list:
-            stack.extend(item)
-        elif kind not in scalars:
-            return False
-    return True
 
 
 def canonical_json(value: Any) -> bytes:
@@ -63,7 +41,7 @@ def canonical_json(value: Any) -> bytes:
     ``parse_canonical``); anything else (floats, tuples, subclasses, integers beyond 64 bits,
     lone surrogates) goes through the reference encoder.
     """
-    if _plain(value):
+    if is_plain(value):
         try:
             return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
         except orjson.JSONEncodeError:
