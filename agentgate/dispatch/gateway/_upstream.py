@@ -180,12 +180,8 @@ class UpstreamPool:
         Raises ``OSError`` (``UpstreamError``, a refused connection, ...) if no answer can be read,
         ``TimeoutError`` if no connection opens within ``connect_s``.
         """
-        origin, head = self._head(url)
-        connection = self._take(origin)
-        if connection is None:
-            connection = await self._connect(origin)
+        origin, connection, status = await self._send(url, body)
         try:
-            status = await connection.open(head + str(len(body)).encode() + b"\r\n\r\n" + body)
             answer = await connection.read_all()
         except BaseException:
             connection.close()
@@ -203,17 +199,27 @@ class UpstreamPool:
         Raises as ``post``; reading the lines raises ``UpstreamError`` for a line over
         ``max_line`` bytes. Leaving before the answer is complete closes the connection.
         """
+        origin, connection, status = await self._send(url, body)
+        try:
+            yield status, connection.read_all, _lines(connection.pieces(), self.max_line)
+        except BaseException:
+            connection.close()
+            raise
+        self._release(origin, connection)
+
+    async def _send(self, url: str, body: bytes) -> tuple[tuple[str, int], _Connection, int]:
+        """Send the request on an idle or new connection to ``url``'s origin: origin, connection
+        and the answer's status (its body not yet read). Closes the connection if that fails."""
         origin, head = self._head(url)
         connection = self._take(origin)
         if connection is None:
             connection = await self._connect(origin)
         try:
             status = await connection.open(head + str(len(body)).encode() + b"\r\n\r\n" + body)
-            yield status, connection.read_all, _lines(connection.pieces(), self.max_line)
         except BaseException:
             connection.close()
             raise
-        self._release(origin, connection)
+        return origin, connection, status
 
     async def aclose(self) -> None:
         """Close every idle connection; connections in use close when their call ends."""
