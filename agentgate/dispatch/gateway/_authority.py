@@ -18,21 +18,22 @@ import contextlib
 import json
 import threading
 from collections import OrderedDict
-from collections.abc import AsyncGenerator, AsyncIterator, Iterable
+from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from opentelemetry.trace import Tracer
 
 from agentgate.audit.spans import record_usage
-from agentgate.authority import Chain, Invocation, parse_chain
+from agentgate.authority import Chain, Decision, Invocation, parse_chain
 from agentgate.capabilities import Call
 from agentgate.dispatch.backends import ChatChunk
 from agentgate.errors import TokenFormatError
 from agentgate.findings import Finding, FindingKind
 from agentgate.gate import AgentIdentity, Approval, Authorization, Gate, Verdict
 from agentgate.keys import PublicKey, SigningKey
-from agentgate.policy import Outcome, Policy
-from agentgate.store import Store
+from agentgate.policy import Outcome, Policy, PolicyDecision
+from agentgate.store import Store, Transaction
 from agentgate.tasks import SchedulerConfig
 
 _COVERAGE_CODES = frozenset({"call_not_covered", "ambiguous_resource"})
@@ -47,6 +48,20 @@ def _approval(text: str) -> Approval | None:
     except (ValueError, RecursionError):
         return None
     return Approval.parse(value) if isinstance(value, dict) else None
+
+
+def _authority_refusal(
+    decision: Decision, call: Call, identity: CallerIdentity
+) -> tuple[Authorization, int, str]:
+    """The refusal of a call the authority engine denied, and its status: 403 when the grant does
+    not cover the call, 401 when the caller's authority does not hold (forged, expired, replayed,
+    revoked...)."""
+    refused = Authorization(
+        Verdict.DENY, call, identity, decision.reasons, decision.findings, decision=decision
+    )
+    codes = [f.code for f in decision.findings]
+    scope = any(f.kind == FindingKind.SCOPE_CREEP or f.code in _COVERAGE_CODES for f in decision.findings)
+    return refused, 403 if scope else 401, codes[0] if codes else "invocation_refused"
 
 
 @dataclass(frozen=True)
@@ -156,47 +171,77 @@ class GatewayGate(Gate):
             self._tenant_of(principal),
         )
         # Authentication before authorization: a caller that cannot prove its authority learns
-        # nothing about what the policy would allow (401 before 403). The nonce is spent either way.
+        # nothing about what the policy would allow (401 before 403). The policy's verdict is
+        # computed first (it reads nothing) but only answered after the authority's.
+        verdict = self.index.evaluate(self._policy_principal(identity), call)
+        if verdict.outcome is Outcome.APPROVAL_REQUIRED:
+            return self._authorize_gated(invocation, identity, call, tokens, approval_text, verdict)
+        # The common path: the authority's nonce statement and revocation read, then the refusal,
+        # or the budget reservation and the allow entry, in one transaction and one commit.
+        with self._decision_transaction() as tx:
+            with self.grants.within(tx):
+                decision = self.authority.decide(invocation)
+            if not decision.allowed:
+                refused, status, code = _authority_refusal(decision, call, identity)
+                answer = GatewayDecision(self._write_refusal(refused, tx), status, code)
+            elif verdict.outcome is Outcome.DENY:
+                refused = Authorization(Verdict.DENY, call, identity, verdict.reasons)
+                answer = GatewayDecision(self._write_refusal(refused, tx), 403, "policy_denied")
+            else:
+                answer = self._allow(decision, verdict, identity, call, tokens, None, None, tx)
+        if not answer.allowed:
+            self._refusal_span(answer.auth)
+        return answer
+
+    def _authorize_gated(
+        self,
+        invocation: Invocation,
+        identity: CallerIdentity,
+        call: Call,
+        tokens: tuple[int, int],
+        approval_text: str | None,
+        verdict: PolicyDecision,
+    ) -> GatewayDecision:
+        """A call behind an approval gate: decided, then recorded in a second transaction, since
+        an approval vote towards a quorum above one is written in a transaction of its own."""
         decision = self.authority.decide(invocation)
         if not decision.allowed:
-            refused = self._record_refusal(
-                Authorization(
-                    Verdict.DENY, call, identity, decision.reasons, decision.findings, decision=decision
-                )
+            refused, status, code = _authority_refusal(decision, call, identity)
+            return GatewayDecision(self._record_refusal(refused), status, code)
+        approval = None
+        if approval_text is not None:
+            approval = _approval(approval_text)
+            if approval is None:
+                reason = f"the {APPROVAL_HEADER} header is not a signed approval (JSON: request, call_hash, approver, signature)"
+                auth = self._record_refusal(Authorization(Verdict.DENY, call, identity, (reason,)))
+                return GatewayDecision(auth, 400, "malformed_approval")
+        # Bound to the grant, the model and the exact body (its digest is in the call's
+        # arguments): the caller retries the same body, with a fresh invocation, and the header.
+        request = self._approval_request(identity, call, verdict, None)
+        assert request is not None
+        approved = self._approval_complete(approval, request, verdict)
+        if approved is None:
+            asked = self._record_approval_request(
+                Authorization(Verdict.APPROVAL_REQUIRED, call, identity, verdict.reasons, decision=decision),
+                request,
             )
-            codes = [f.code for f in decision.findings]
-            scope = any(
-                f.kind == FindingKind.SCOPE_CREEP or f.code in _COVERAGE_CODES for f in decision.findings
-            )
-            return GatewayDecision(
-                refused, 403 if scope else 401, codes[0] if codes else "invocation_refused"
-            )
-        verdict = self.index.evaluate(self._policy_principal(identity), call)
-        if verdict.outcome is Outcome.DENY:
-            auth = self._record_refusal(Authorization(Verdict.DENY, call, identity, verdict.reasons))
-            return GatewayDecision(auth, 403, "policy_denied")
-        request = approved = None
-        if verdict.outcome is Outcome.APPROVAL_REQUIRED:
-            approval = None
-            if approval_text is not None:
-                approval = _approval(approval_text)
-                if approval is None:
-                    reason = f"the {APPROVAL_HEADER} header is not a signed approval (JSON: request, call_hash, approver, signature)"
-                    auth = self._record_refusal(Authorization(Verdict.DENY, call, identity, (reason,)))
-                    return GatewayDecision(auth, 400, "malformed_approval")
-            # Bound to the grant, the model and the exact body (its digest is in the call's
-            # arguments): the caller retries the same body, with a fresh invocation, and the header.
-            request = self._approval_request(identity, call, verdict, None)
-            assert request is not None
-            approved = self._approval_complete(approval, request, verdict)
-            if approved is None:
-                asked = self._record_approval_request(
-                    Authorization(
-                        Verdict.APPROVAL_REQUIRED, call, identity, verdict.reasons, decision=decision
-                    ),
-                    request,
-                )
-                return GatewayDecision(asked, 403, "approval_required")
+            return GatewayDecision(asked, 403, "approval_required")
+        answer = self._allow(decision, verdict, identity, call, tokens, approved, request, None)
+        if not answer.allowed:
+            self._refusal_span(answer.auth)
+        return answer
+
+    def _allow(
+        self,
+        decision: Decision,
+        verdict: PolicyDecision,
+        identity: CallerIdentity,
+        call: Call,
+        tokens: tuple[int, int],
+        approved: Approval | None,
+        request: Mapping[str, Any] | None,
+        tx: Transaction | None,
+    ) -> GatewayDecision:
         auth = Authorization(
             Verdict.ALLOW,
             call,
@@ -205,7 +250,7 @@ class GatewayGate(Gate):
             decision.findings,
             decision=decision,
         )
-        recorded = self._record_allow(auth, approved, request, tokens)
+        recorded = self._record_allow(auth, approved, request, tokens, tx)
         if not recorded.allowed:
             # The authority allowed the call; the ledger could not hold its reservation, or the
             # approval was used or expired meanwhile.
