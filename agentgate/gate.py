@@ -130,6 +130,8 @@ class AgentIdentity:
     key: SigningKey = field(repr=False)
     chain: Chain = field(repr=False)
     tenant: str = "default"
+    """Informative: what the operator or the policy said when the grant was issued. Quotas, fair
+    shares and leases count against ``Gate.tenant_of(identity)``, read from the policy."""
 
     @property
     def did(self) -> str:
@@ -613,6 +615,19 @@ class Gate:
         principal = self.policy.document.principals.get(name) if name else None
         return principal.tenant if principal and principal.tenant else "default"
 
+    def tenant_of(self, identity: AgentIdentity) -> str:
+        """The tenant whose quotas and fair share ``identity``'s calls count against, from the policy.
+
+        The tenant of the principal the identity acts for: its holder when the policy names that
+        key, else the principal its chain was first issued to (a sub-agent's run-time key acts
+        for its root's principal); ``default`` when the policy gives that principal none. Never
+        ``identity.tenant``, a field any caller could set on its own copy.
+        """
+        chain = identity.chain
+        holder = chain.holder
+        principal = holder if self.index.principal_name(holder) is not None else chain.root.audience
+        return self._tenant_of(principal)
+
     # --- deciding -------------------------------------------------------------------------
 
     @_serialized
@@ -989,7 +1004,7 @@ class Gate:
         return ToolCall(
             tool=auth.call.resource.removeprefix("tool:"),
             arguments=auth.call.args,
-            tenant=identity.tenant,
+            tenant=self.tenant_of(identity),
             principal=identity.name,
             # Idempotency keys (and the reuse of a completed result) are scoped to the run the
             # caller names (a LangGraph thread), else to the grant.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -41,7 +42,7 @@ roles:
     kind: service
     capabilities:
       - resource: gpu:h100
-        constraints: {{count: {{ge: 1, le: 8}}, priority: {{le: 1}}}}
+        constraints: {{count: {{ge: 1, le: 8}}, priority: {{le: 1}}{extra}}}
     ttl_s: 3600
   chat:
     kind: agent
@@ -60,9 +61,12 @@ class Clock:
 
 
 class Setup:
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, constraints: str = "") -> None:
         self.keys = {n: SigningKey.generate() for n in ("root", "trainer", "other", "chat")}
-        text = POLICY.format(**{n: k.did for n, k in self.keys.items()})
+        extra = ", " + constraints.replace("{", "{{").replace("}", "}}") if constraints else ""
+        text = POLICY.format(
+            extra=extra.replace("{{", "{").replace("}}", "}"), **{n: k.did for n, k in self.keys.items()}
+        )
         self.gate = Gate(parse_policy(text, source="gpu.yaml"), SQLiteStore(path / "agentgate.db"))
         self.clock = Clock()
         quotas = [TenantQuota("team-a", 16, cohort="lab"), TenantQuota("team-b", 8, cohort="lab")]
@@ -168,8 +172,61 @@ def test_a_request_without_gpu_type_is_refused_before_any_decision(setup: Setup)
 
 
 def test_a_broker_error_after_the_decision_is_audited_as_an_error_outcome(setup: Setup) -> None:
-    setup.gated.submit(setup.ids["trainer"], GangRequest("dup", "team-a", 1, gpu_type="H100"))
+    never = GangRequest("big", "team-a", 8, gpu_type="H100", min_memory_gb=1000)  # no GPU that large
+    with pytest.raises(BrokerError):
+        setup.gated.submit(setup.ids["trainer"], never)
+    decision, error = setup.entries()
+    assert decision.kind == "allow" and (error.kind, error.status, error.ref) == (
+        "outcome",
+        "error",
+        decision.index,
+    )
+
+
+def test_a_live_id_is_refused_before_any_decision_and_keeps_its_holders_audit_link(setup: Setup) -> None:
+    first = setup.gated.submit(setup.ids["trainer"], GangRequest("ft-1", "x", 8, gpu_type="H100"))
+    count = len(setup.entries())
     with pytest.raises(BrokerError, match="already live"):
-        setup.gated.submit(setup.ids["trainer"], GangRequest("dup", "team-a", 1, gpu_type="H100"))
-    last = setup.entries()[-1]
-    assert (last.kind, last.status) == ("outcome", "error") and "already live" in last.reasons[0]
+        setup.gated.submit(setup.ids["other"], GangRequest("ft-1", "x", 1, gpu_type="H100"))
+    assert len(setup.entries()) == count
+    setup.gated.release(setup.ids["trainer"], "ft-1")
+    released = setup.entries()[-1]
+    assert (released.status, released.ref) == ("lease_released", first.authorization.audit_index)
+    assert released.chain_hash == setup.ids["trainer"].grant_id
+
+
+def test_the_tenant_that_pays_comes_from_the_policy_not_the_identity_object(setup: Setup) -> None:
+    spoofed = dataclasses.replace(setup.ids["trainer"], tenant="team-b")
+    lease = setup.gated.submit(spoofed, GangRequest("ft-1", "x", 8, gpu_type="H100")).lease()
+    assert lease is not None and lease.tenant == "team-a"
+
+
+def test_a_renewal_is_decided_again_and_audited(setup: Setup) -> None:
+    setup.gated.submit(setup.ids["trainer"], GangRequest("ft-1", "x", 8, gpu_type="H100"))
+    count = len(setup.entries())
+    setup.clock.now += 30
+    setup.gated.renew(setup.ids["trainer"], "ft-1")
+    renewal = setup.entries()[-1]
+    assert len(setup.entries()) == count + 1 and (renewal.kind, renewal.resource) == ("allow", "gpu:h100")
+    setup.gate.revoke(setup.ids["trainer"], reason="compromised")
+    setup.clock.now += 30
+    with pytest.raises(Denied, match="renewal"):
+        setup.gated.renew(setup.ids["trainer"], "ft-1")
+    setup.clock.now += 60  # not renewed: the lease expires and its GPUs return
+    setup.gated.advance()
+    assert setup.broker.leases() == []
+
+
+def test_lease_times_are_decided_so_a_policy_can_bound_them(tmp_path: Path) -> None:
+    bounded = Setup(tmp_path, constraints="grace_s: {le: 120}, ttl_s: {le: 3600}")
+    try:
+        ok = bounded.gated.submit(
+            bounded.ids["trainer"], GangRequest("a", "x", 1, gpu_type="H100", grace_s=30, ttl_s=60)
+        )
+        assert ok.allowed, ok.authorization.reasons
+        long = GangRequest("b", "x", 1, gpu_type="H100", grace_s=1e9)  # would outlast any preemption
+        assert not bounded.gated.submit(bounded.ids["trainer"], long).allowed
+        default = bounded.gated.submit(bounded.ids["trainer"], GangRequest("c", "x", 1, gpu_type="H100"))
+        assert default.allowed  # the broker's defaults (ttl 60 s, grace 120 s) are what is decided
+    finally:
+        bounded.gate.close()

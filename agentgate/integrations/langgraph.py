@@ -272,7 +272,7 @@ class GateMiddleware(AgentMiddleware[Any, Any, Any]):
                 gate=self.gate,
                 model_name=call.resource.removeprefix("model:"),
                 max_tokens=call.args["max_tokens"],
-                tenant=identity.tenant if identity else "default",
+                tenant=self.gate.tenant_of(identity) if identity else "default",
             )
             request = request.override(model=model)
         return auth, request

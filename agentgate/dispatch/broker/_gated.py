@@ -2,14 +2,17 @@
 
 ``Broker`` itself knows tenants and priorities, not authority: anyone holding it may queue work
 for any tenant at any priority. ``GatedBroker`` is the door agents use. A request is a call on
-``gpu:TYPE`` (the GPU type in lower case, e.g. ``gpu:h100``) with the arguments ``count`` (GPUs)
-and ``priority``, decided by the ``Gate`` exactly as a tool call is: the caller's grant chain and
-the policy must allow it, and the decision is in the audit log before the broker sees the request.
-Since priority is what lets one lease preempt another, a policy can bound it like any argument
-(``priority: {le: 1}``). The tenant whose quota pays is the identity's, the holder is the
-identity's DID; neither is the caller's to choose. Only the holder may release or renew its
-lease. What happens to a lease afterwards (granted, notified of preemption, ended, timed out)
-is appended to the log as an ``outcome`` entry that refers to the decision.
+``gpu:TYPE`` (the GPU type in lower case, e.g. ``gpu:h100``) with the arguments ``count`` (GPUs),
+``priority``, ``ttl_s``, ``grace_s`` and ``timeout_s`` (the request's, or the broker's defaults)
+and ``request`` (its id), decided by the ``Gate`` exactly as a tool call is: the caller's grant
+chain and the policy must allow it, and the decision is in the audit log before the broker sees
+the request. Since priority and a long grace are what let one lease keep or take GPUs from
+another, a policy can bound them like any argument (``priority: {le: 1}``, ``grace_s: {le:
+600}``). The tenant whose quota pays is the one the policy gives the identity's principal
+(``Gate.tenant_of``), the holder is the identity's DID; neither is the caller's to choose. Only
+the holder may release or renew its lease, and a renewal is decided again (a revoked or expired
+grant cannot keep its GPUs). What happens to a lease afterwards (granted, notified of preemption,
+ended, timed out) is appended to the log as an ``outcome`` entry that refers to the decision.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from agentgate.dispatch.broker._model import (
     LeaseEnded,
     TimedOut,
 )
-from agentgate.errors import AgentGateError, BrokerError, CapabilityError, Denied, LeaseLost
+from agentgate.errors import BrokerError, CapabilityError, Denied, LeaseLost
 from agentgate.gate import AgentIdentity, Authorization, Gate
 
 
@@ -68,36 +71,43 @@ class GatedBroker:
         self.gate = gate
         self.broker = broker
         self._decided: dict[str, _Decided] = {}
+        self._claimed: set[str] = set()  # ids being decided right now
         self._lock = threading.Lock()
 
     def submit(self, identity: AgentIdentity | None, request: GangRequest) -> GatedRequest:
-        """Decide ``request`` for ``identity``; if allowed, queue it with the identity's tenant and DID.
+        """Decide ``request`` for ``identity``; if allowed, queue it with the policy's tenant and the DID.
 
         Never raises for a refused request (the refusal is audited and returned). Raises
         ``BrokerError`` for a request without ``gpu_type`` (a grant covers ``gpu:TYPE``, so the
-        type must be known before the decision) or a type that is no resource name; and, after an
-        allowed decision, whatever ``Broker.submit`` raises (an unknown tenant, a duplicate id, a
-        gang that could never be placed), with an ``error`` outcome appended first.
+        type must be known before the decision), a type that is no resource name, or an id that
+        is already live through this ``GatedBroker`` (before any decision); and, after an allowed
+        decision, whatever ``Broker.submit`` raises (an unknown tenant, a duplicate id, a gang
+        that could never be placed), with an ``error`` outcome appended first.
         """
         resource = _resource(request)
-        call = Call(
-            resource, "lease", {"count": request.gpus, "priority": request.priority, "request": request.id}
-        )
-        auth = self.gate.authorize(identity, call)
-        if not auth.allowed:
-            return GatedRequest(auth)
-        assert identity is not None
-        decided = _Decided(identity.did, identity.grant_id, resource, auth.audit_index)
-        owned = dataclasses.replace(request, tenant=identity.tenant, holder=identity.did)
         with self._lock:
-            self._decided[request.id] = decided
+            if request.id in self._decided or request.id in self._claimed:
+                raise BrokerError(f"request {request.id!r} is already live")
+            self._claimed.add(request.id)
         try:
-            events = self.broker.submit(owned)
-        except AgentGateError as exc:
+            auth = self.gate.authorize(identity, self._call(resource, request))
+            if not auth.allowed:
+                return GatedRequest(auth)
+            assert identity is not None
+            decided = _Decided(identity.did, identity.grant_id, resource, auth.audit_index)
+            owned = dataclasses.replace(request, tenant=self.gate.tenant_of(identity), holder=identity.did)
             with self._lock:
-                self._decided.pop(request.id, None)
-            self._append(decided, "error", str(exc))
-            raise
+                self._decided[request.id] = decided
+            try:
+                events = self.broker.submit(owned)
+            except Exception as exc:
+                with self._lock:
+                    self._decided.pop(request.id, None)
+                self._append(decided, "error", str(exc) or type(exc).__name__)
+                raise
+        finally:
+            with self._lock:
+                self._claimed.discard(request.id)
         self._record(events)
         return GatedRequest(auth, tuple(events))
 
@@ -105,17 +115,41 @@ class GatedBroker:
         """End ``identity``'s lease (or withdraw its waiting request); the events are audited.
 
         Raises ``Denied`` when the lease or request is another holder's, ``LeaseLost`` when it is
-        not live.
+        not live. Releasing needs no decision: giving GPUs back is always allowed.
         """
-        self._check_holder(identity, lease_id)
+        self._holder_request(identity, lease_id)
         events = self.broker.release(lease_id)
         self._record(events)
         return events
 
     def renew(self, identity: AgentIdentity, lease_id: str) -> Lease:
-        """Extend ``identity``'s live lease; raises ``Denied`` (another holder's) or ``LeaseLost``."""
-        self._check_holder(identity, lease_id)
+        """Extend ``identity``'s live lease, decided again like the request (audited).
+
+        Raises ``Denied`` when the lease is another holder's or the renewal is refused (the grant
+        was revoked or has expired, or no longer covers the lease), ``LeaseLost`` when it is not
+        live.
+        """
+        request = self._holder_request(identity, lease_id)
+        auth = self.gate.authorize(identity, self._call(_resource_or_any(request), request))
+        if not auth.allowed:
+            raise Denied(f"renewal of lease {lease_id!r} refused: {auth.explain()}", auth.decision)
         return self.broker.renew(lease_id)
+
+    def _call(self, resource: str, request: GangRequest) -> Call:
+        """The call a lease request is decided as: every setting that gives a lease power over others."""
+        broker = self.broker
+        return Call(
+            resource,
+            "lease",
+            {
+                "count": request.gpus,
+                "priority": request.priority,
+                "ttl_s": _number(broker.ttl_s if request.ttl_s is None else request.ttl_s),
+                "grace_s": _number(broker.grace_s if request.grace_s is None else request.grace_s),
+                "timeout_s": _number(request.timeout_s),
+                "request": request.id,
+            },
+        )
 
     def advance(self) -> list[BrokerEvent]:
         """Apply the clock (expiries, grace ends, timeouts, grants that follow); the events are audited."""
@@ -123,13 +157,16 @@ class GatedBroker:
         self._record(events)
         return events
 
-    def _check_holder(self, identity: AgentIdentity, lease_id: str) -> None:
-        holders = {lease.id: lease.request.holder for lease in self.broker.leases()}
-        holders.update((q.request.id, q.request.holder) for q in self.broker.queue())
-        if lease_id not in holders:
+    def _holder_request(self, identity: AgentIdentity, lease_id: str) -> GangRequest:
+        """The request of ``identity``'s live lease or waiting request ``lease_id``."""
+        found = {lease.id: lease.request for lease in self.broker.leases()}
+        found.update((q.request.id, q.request) for q in self.broker.queue())
+        request = found.get(lease_id)
+        if request is None:
             raise LeaseLost(f"lease {lease_id!r} is not held (released, expired or preempted)")
-        if holders[lease_id] != identity.did:
+        if request.holder != identity.did:
             raise Denied(f"lease {lease_id!r} is held by another principal; only its holder may change it")
+        return request
 
     def _record(self, events: list[BrokerEvent]) -> None:
         for event in events:
@@ -167,6 +204,12 @@ def _resource(request: GangRequest) -> str:
         raise BrokerError(
             f"request {request.id!r}: gpu_type {request.gpu_type!r} is no resource name: {exc}"
         ) from exc
+
+
+def _number(seconds: float) -> int | float:
+    """A time as the decision sees it: an integer when it is one (``600``, not ``600.0``), since
+    the capability algebra compares numbers exactly; infinite times are refused by ``GangRequest``."""
+    return int(seconds) if float(seconds).is_integer() else float(seconds)
 
 
 def _resource_or_any(request: GangRequest) -> str:
