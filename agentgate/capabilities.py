@@ -143,15 +143,9 @@ class _Interval:
     def contains(self, value: object) -> bool:
         # A float needs no finiteness check: NaN fails every comparison, and an infinite bound
         # is always open, so an infinity is never inside.
-        if type(value) is float:
-            v: float | int = value
-        elif not _is_number(value):
+        if not (type(value) is float or type(value) is int or _is_number(value)):
             return False
-        else:
-            try:
-                v = float(value)  # type: ignore[arg-type]
-            except OverflowError:  # an integer beyond float range: Python compares it exactly
-                v = value  # type: ignore[assignment]
+        v: Any = value  # Python compares integers and floats exactly, at any size
         above = v > self.lo or (v == self.lo and not self.lo_open)
         below = v < self.hi or (v == self.hi and not self.hi_open)
         return above and below
@@ -248,7 +242,7 @@ class Constraint:
                 if eq is None and one_of:
                     return _Finite(tuple(one_of))
             elif eq is None and one_of is None and type(le) is int:
-                return _Interval(-math.inf, float(le), True, False)
+                return _Interval(-math.inf, le, True, False)
         finite: list[Scalar] | None = None
         if self.eq is not None:
             finite = [self.eq]
@@ -265,7 +259,7 @@ class Constraint:
             if bound is None:
                 continue
             bounded = True
-            b = float(bound)
+            b = bound  # an integer bound stays an integer: compared exactly, also beyond 2**53
             if is_lower and (b > lo or (b == lo and is_open)):
                 lo, lo_open = b, is_open
             if not is_lower and (b < hi or (b == hi and is_open)):
@@ -287,7 +281,8 @@ class Constraint:
             ):
                 return _Empty()
             if interval.lo == interval.hi:
-                point = int(interval.lo) if interval.lo.is_integer() else interval.lo
+                lo = interval.lo
+                point = lo if type(lo) is int or not float(lo).is_integer() else int(lo)
                 return _Finite((point,))
             return interval
         assert prefix is not None  # Constraint.of refuses an empty spec
@@ -341,7 +336,7 @@ def _members(normal: _Normal, avoid: _Normal | None) -> Iterable[Scalar]:
         if isinstance(avoid, _Finite):  # more distinct points than a finite set can hold
             candidates += [lo + (hi - lo) * k / (MAX_SET_SIZE + 9) for k in range(1, MAX_SET_SIZE + 9)]
         for c in candidates:
-            yield int(c) if c.is_integer() and abs(c) < 2**53 else c
+            yield c if type(c) is int else int(c) if c.is_integer() and abs(c) < 2**53 else c
 
 
 # --- resources --------------------------------------------------------------------------------

@@ -183,7 +183,7 @@ class Approval:
         """Whether the signature is the approver's own."""
         try:
             return PublicKey.from_did(self.approver).is_valid(self.signed_bytes(), self.signature)
-        except (KeyFileError, AgentGateError):
+        except (KeyFileError, AgentGateError, UnicodeError):
             return False
 
     def to_dict(self) -> dict[str, str]:
@@ -204,14 +204,17 @@ class Approval:
         if not isinstance(value, Mapping):
             return None
         try:
-            return cls(
+            parsed = cls(
                 str(value["request"]),
                 str(value["call_hash"]),
                 str(value["approver"]),
                 bytes.fromhex(str(value["signature"])),
             )
-        except (KeyError, ValueError, TypeError):
+            for text in (parsed.request, parsed.call_hash, parsed.approver):
+                text.encode("utf-8")  # a lone surrogate is no approval anyone signed
+        except (KeyError, ValueError, TypeError):  # UnicodeEncodeError is a ValueError
             return None
+        return parsed
 
 
 @dataclass(frozen=True)
@@ -355,6 +358,16 @@ def _redact_reasons(reasons: Iterable[str], args: Mapping[str, Any], loggable: I
             reason = reason.replace(quoted, placeholder)
         out.append(reason)
     return out
+
+
+def _recordable(text: str) -> str:
+    """``text`` as the audit log can hold it: unchanged, or with what is not valid Unicode (a
+    lone surrogate from a hostile argument or name) escaped, so a refusal is still recorded."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
 
 
 def scheduler_config(policy: Policy) -> SchedulerConfig:
@@ -823,20 +836,27 @@ class Gate:
     def _entry(self, auth: Authorization, kind: str) -> dict[str, Any]:
         identity = auth.identity
         loggable = self._loggable(auth.call)
+        reasons = [
+            *(_redact_reasons(auth.reasons, auth.call.args, loggable) if auth.reasons else ()),
+            *(f"{f.kind}:{f.code}" for f in auth.findings),
+        ]
+        try:
+            digest: str | None = argument_digest(auth.call.args)
+            shown = redact(auth.call.args, loggable)
+        except InputError:  # arguments without a canonical form (a lone surrogate...): refused
+            digest, shown = None, {}
+            reasons.append("the arguments have no canonical JSON form; they are not recorded")
         return {
             "kind": kind,
             "principal": identity.did if identity else "unknown",
             "chain_hash": identity.grant_id if identity else None,
             "policy_hash": self.policy.digest or None,
             "rule": auth.rule,
-            "resource": auth.call.resource,
-            "args_digest": argument_digest(auth.call.args),
-            "args": redact(auth.call.args, loggable),
+            "resource": _recordable(auth.call.resource),
+            "args_digest": digest,
+            "args": shown,
             "approver": auth.approver,
-            "reasons": [
-                *(_redact_reasons(auth.reasons, auth.call.args, loggable) if auth.reasons else ()),
-                *(f"{f.kind}:{f.code}" for f in auth.findings),
-            ],
+            "reasons": [_recordable(reason) for reason in reasons],
         }
 
     def _loggable(self, call: Call) -> list[str]:

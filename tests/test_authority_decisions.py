@@ -411,7 +411,14 @@ def test_a_held_decision_reads_the_chain_from_its_token_not_the_objects_fields(
     carol, bob = chain3(), issue(ROOT, BOB.did, ["tool:payments.refund"], ttl=3600, now=NOW)
     forged = Chain(carol.links, bob.token)
     d = Authority(local, ROOT.public).decide_held(CAROL, forged, CALL, now=NOW)
+    assert d.findings[0].code == "tip_mismatch"  # its caller would budget and audit other grants
+    d = Authority(local, ROOT.public).decide_held(CAROL, bob.token, CALL, now=NOW)  # the token alone
     assert d.findings[0].code == "wrong_holder"
+    swapped = Chain(bob.links, carol.token)  # the token is CAROL's, the links another chain's
+    assert (
+        Authority(local, ROOT.public).decide_held(CAROL, swapped, CALL, now=NOW).findings[0].code
+        == "tip_mismatch"
+    )
     d = Authority(local, ROOT.public).decide_held(CAROL, carol.token[:-4] + "AAAA", CALL, now=NOW)
     assert d.outcome is Outcome.DENY and d.findings[0].kind is FindingKind.AUTHORITY_CHAIN_OPACITY
 

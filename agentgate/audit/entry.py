@@ -81,7 +81,10 @@ def _dumps(value: Any) -> bytes:
         text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
     except (TypeError, ValueError) as exc:
         raise InputError(f"value cannot be encoded as canonical JSON: {exc}") from exc
-    return text.encode("utf-8")
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError as exc:  # a lone surrogate: text that is not Unicode scalar values
+        raise InputError(f"value holds text that is not valid Unicode (position {exc.start})") from None
 
 
 def _check_json(value: Any, where: str) -> None:
@@ -155,14 +158,15 @@ _DEFAULTS: dict[str, Any] = {
 _OPTIONAL_TEXT = ("chain_hash", "policy_hash", "rule", "resource", "args_digest", "approver", "status")
 _KINDS = frozenset(ENTRY_KINDS)
 _FIELD_COUNT = len(_DEFAULTS) + 4  # and the four without a default: index, time, kind, principal
+_REQUIRED = frozenset({"index", "time", "kind", "principal"})
 
 
 def _fast_fields(fields: Mapping[str, Any]) -> dict[str, Any] | None:
     """``fields`` with defaults filled in, as ``to_bytes`` dumps them, when they certainly make a
     valid entry; ``None`` when the model must judge them (then ``AuditEntry.build`` decides)."""
     values = {**_DEFAULTS, **fields}
-    if len(values) != _FIELD_COUNT:  # an unknown field, or index, time, kind or principal missing
-        return None
+    if len(values) != _FIELD_COUNT or not fields.keys() >= _REQUIRED:
+        return None  # an unknown field, or index, time, kind or principal missing (or misspelt)
     index, when, kind, principal = values["index"], values["time"], values["kind"], values["principal"]
     ref, reasons, args = values["ref"], values["reasons"], values["args"]
     if not (

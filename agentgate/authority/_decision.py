@@ -384,6 +384,7 @@ def _decide(
 def _decide_held(
     holder: str,
     token: str,
+    claimed: tuple[str, ...] | None,
     call: Call,
     repo: GrantRepository,
     anchors: frozenset[str],
@@ -399,6 +400,18 @@ def _decide_held(
         assert found is not None
         return deny(found)
     tip = chain.tip
+    if claimed is not None and claimed != ids:
+        # A Chain object whose links are not its token's: its caller would reserve budget,
+        # audit and bind approvals by grants this decision never saw.
+        return deny(
+            _f(
+                _OPACITY,
+                "tip_mismatch",
+                "the chain's links are not the ones its token carries",
+                tip.id,
+                "tip",
+            )
+        )
     if holder != tip.audience:
         return deny(_wrong_holder(holder, tip, signed=False))
     try:
@@ -544,14 +557,15 @@ class Authority:
         has the key in hand, so signing an invocation only to verify that signature at once would
         prove nothing more, and with no signed invocation there is nothing to replay, so no nonce
         is recorded. Every other check is ``decide``'s: the chain (verified from its token, never
-        from a ``Chain`` object's fields), holder binding (``holder``'s DID must be the tip's
+        from a ``Chain`` object's fields, and a ``Chain`` whose grant ids differ from its token's is
+        refused, ``tip_mismatch``), holder binding (``holder``'s DID must be the tip's
         audience), the resource and arguments, validity times, coverage, the approval hook
         (called with ``invocation=None``), and revocation read from the store. Never raises for
         bad input; a store that cannot be read is a deny.
         """
-        token = chain.token if isinstance(chain, Chain) else chain
+        token, ids = (chain.token, chain.ids) if isinstance(chain, Chain) else (chain, None)
         return _decide_held(
-            holder.did, token, call, self.repo, self.anchors, self.approvals, now, self.skew, self.cache
+            holder.did, token, ids, call, self.repo, self.anchors, self.approvals, now, self.skew, self.cache
         )
 
     def revoke(self, grant: Chain | str, *, reason: str = "", now: float | None = None) -> str:
