@@ -43,4 +43,7 @@ def utc(timestamp: float | None) -> str:
     """A Unix time as ``2026-11-29T18:00:00Z`` (UTC, seconds); ``-`` for none or a non-finite one."""
     if timestamp is None or not math.isfinite(timestamp):
         return "-"
-    return datetime.fromtimestamp(timestamp, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    try:
+        return datetime.fromtimestamp(timestamp, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    except (OverflowError, ValueError, OSError):  # beyond the years a datetime can hold
+        return "-"

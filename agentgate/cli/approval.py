@@ -15,12 +15,14 @@ resumes. The command refuses early only what would certainly be refused then.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
+from agentgate.audit.entry import argument_digest, canonical_json
 from agentgate.cli._common import utc
 from agentgate.errors import InputError
 from agentgate.gate import Approval
@@ -94,18 +96,25 @@ def _list(args: argparse.Namespace) -> int:
 def _sign(args: argparse.Namespace) -> int:
     request = _request(_read(args.payload))
     key = load_signing_key(args.key)
-    expires = request.get("expires_at")
-    if isinstance(expires, int | float) and not isinstance(expires, bool) and expires <= time.time():
-        sys.stderr.write(f"agentgate: refused: request {request['id']} expired at {utc(float(expires))}\n")
+    if request["expires_at"] <= time.time():
+        sys.stderr.write(
+            f"agentgate: refused: request {request['id']} expired at {utc(request['expires_at'])}\n"
+        )
         return 1
     if request.get("requester_did") == key.did:
         sys.stderr.write("agentgate: refused: the approver must not be the requester\n")
+        return 1
+    if _call_hash(request) not in (None, request["call_hash"]):
+        sys.stderr.write("agentgate: refused: the request's call_hash is not the hash of the call it shows\n")
         return 1
     sys.stderr.write(_describe(request, key.did))
     approval = Approval.sign({"request": request}, key).to_dict()
     text = json.dumps(approval, indent=2) + "\n"
     if args.out:
-        Path(args.out).write_text(text)
+        try:
+            Path(args.out).write_text(text)
+        except OSError as exc:
+            raise InputError(f"--out {args.out}: cannot write: {exc.strerror}") from None
         sys.stderr.write(f"approval written to {args.out}: resume the run with it\n")
     else:
         sys.stdout.write(text)
@@ -125,26 +134,72 @@ def _read(source: str) -> Any:
         raise InputError(f"{source}: not JSON: {str(exc)[:120]}") from None
 
 
+_TEXT_FIELDS = ("gate", "resource", "action", "grant", "call_id", "args_digest", "requester", "requester_did")
+_LATEST = 10**11  # seconds since 1970: the year 5138; later is no expiry a Gate writes
+
+
 def _request(payload: Any) -> dict[str, Any]:
-    """The request in an interrupt payload (or the request itself), checked for what signing needs."""
+    """The request in an interrupt payload (or the request itself), checked for what signing needs.
+
+    Raises ``InputError`` (exit 2) for a request without a text ``id`` and ``call_hash``, an
+    ``expires_at`` that is not a number of seconds, fields of the wrong type, or text that is not
+    valid Unicode.
+    """
     inner = payload.get("request", payload) if isinstance(payload, dict) else None
     if not isinstance(inner, dict):
         raise InputError("PAYLOAD must be a JSON object: the interrupt payload or its 'request'")
     for field in ("id", "call_hash"):
         if not isinstance(inner.get(field), str) or not inner[field]:
             raise InputError(f"PAYLOAD: the request has no {field!r}; pass the whole interrupt payload")
+    expires = inner.get("expires_at")
+    if isinstance(expires, bool) or not isinstance(expires, int | float) or not 0 <= expires < _LATEST:
+        raise InputError("PAYLOAD: the request's 'expires_at' must be a time in seconds since 1970")
+    for field in _TEXT_FIELDS:
+        if field in inner and not isinstance(inner[field], str):
+            raise InputError(f"PAYLOAD: the request's {field!r} must be text")
+    for field in ("approvers", "reasons"):
+        value = inner.get(field, [])
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise InputError(f"PAYLOAD: the request's {field!r} must be a list of text")
+    if not isinstance(inner.get("args", {}), dict):
+        raise InputError("PAYLOAD: the request's 'args' must be an object")
+    try:
+        json.dumps(inner, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        raise InputError("PAYLOAD holds text that is not valid Unicode") from None
     return inner
+
+
+def _call_hash(request: dict[str, Any]) -> str | None:
+    """The hash of the call the request shows (resource, action, argument digest, grant, call id),
+    as the Gate computes it; ``None`` for a request that does not show all of them."""
+    parts = {"res": "resource", "act": "action", "args": "args_digest", "grant": "grant", "call": "call_id"}
+    if not all(isinstance(request.get(field), str) for field in parts.values()):
+        return None
+    shown = {key: request[field] for key, field in parts.items()}
+    return hashlib.sha256(canonical_json(shown)).hexdigest()
+
+
+def _digest(args: Any) -> str | None:
+    try:
+        return argument_digest(args)
+    except InputError:
+        return None
 
 
 def _describe(request: dict[str, Any], signer: str) -> str:
     """What the approver is about to say yes to, in the words of the request."""
+    complete = request.get("args_digest") == _digest(request.get("args", {}))
     lines = [
         f"approval request {request['id']}",
         f"  requester  {request.get('requester', '?')} ({request.get('requester_did', '?')})",
         f"  asks for   {request.get('resource', '?')} {json.dumps(request.get('args', {}), sort_keys=True)}",
+        "  arguments  all shown"
+        if complete
+        else "  arguments  NOT all shown: only those the policy marks loggable; the digest signed covers all",
         f"  gate       {request.get('gate', '?')}; approvers {', '.join(map(str, request.get('approvers', [])))}",
         f"  why        {'; '.join(map(str, request.get('reasons', []))) or '-'}",
-        f"  expires    {utc(request['expires_at']) if isinstance(request.get('expires_at'), int | float) else '-'}",
+        f"  expires    {utc(request['expires_at'])}",
         f"  signed by  {signer}",
     ]
     return "\n".join(lines) + "\n"
