@@ -57,3 +57,13 @@ def test_the_h200_profile_predicts_every_measured_step(measured: dict[str, Any])
     for p in measured["prefill"]:
         model = LLAMA_8B_H200.prefill_time(p["uncached"], p["cached"])
         assert model + overhead == pytest.approx(p["seconds"], rel=0.10), p
+
+
+def test_the_h200_profiles_base_and_kv_capacity_follow_from_the_measured_machine(
+    measured: dict[str, Any],
+) -> None:
+    weights = 2 * measured["info"]["parameters"]  # BF16 bytes
+    assert LLAMA_8B_H200.base_s == pytest.approx(weights / 4.8e12, rel=0.03)  # read once per step at 4.8 TB/s
+    kv_bytes_per_token = 32 * 8 * 128 * 2 * 2  # layers x KV heads x head dim x (K, V) x BF16
+    capacity = (measured["info"]["memory_bytes"] - weights) * 0.9 / kv_bytes_per_token
+    assert LLAMA_8B_H200.kv_capacity_tokens == pytest.approx(capacity, rel=0.02)
