@@ -1,13 +1,16 @@
-"""What the verb groups share: strict JSON arguments and one way to print a time."""
+"""What the verb groups share: strict JSON arguments, one way to print a time, opening a store to read."""
 
 from __future__ import annotations
 
 import json
 import math
+import os
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from agentgate.errors import InputError
+from agentgate.store import DEFAULT_PATH, Store, open_store
 
 
 def json_object(text: str, flag: str = "--args") -> dict[str, Any]:
@@ -47,3 +50,14 @@ def utc(timestamp: float | None) -> str:
         return datetime.fromtimestamp(timestamp, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     except (OverflowError, ValueError, OSError):  # beyond the years a datetime can hold
         return "-"
+
+
+def open_existing_store(url: str | None) -> Store:
+    """``open_store`` for a command that only reads: a SQLite file that does not exist is an
+    ``InputError`` (a mistyped path), not a new empty store that looks like an empty answer."""
+    target = url or os.environ.get("AGENTGATE_STORE") or DEFAULT_PATH
+    if not target.startswith(("postgresql://", "postgres://")):
+        path = target.removeprefix("sqlite:///")
+        if not Path(path).exists():
+            raise InputError(f"no store at {path}: check --store or AGENTGATE_STORE")
+    return open_store(target)

@@ -23,11 +23,10 @@ from pathlib import Path
 from typing import Any
 
 from agentgate.audit.entry import argument_digest, canonical_json
-from agentgate.cli._common import utc
+from agentgate.cli._common import open_existing_store, utc
 from agentgate.errors import InputError
 from agentgate.gate import Approval
 from agentgate.keys import load_signing_key
-from agentgate.store import open_store
 from agentgate.store.approvals import ApprovalStore
 
 
@@ -64,7 +63,7 @@ def register(subparsers: Any) -> None:
 
 
 def _list(args: argparse.Namespace) -> int:
-    store = open_store(args.store)
+    store = open_existing_store(args.store)
     try:
         found = ApprovalStore(store).open_requests()
     finally:
