@@ -38,9 +38,7 @@ def test_open_requests_order_votes_and_the_expiry_edge(store: Store) -> None:
 
 
 @pytest.mark.postgres
-def test_list_reads_a_postgresql_store(
-    postgres_url: str, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_list_reads_a_postgresql_store(postgres_url: str, capsys: pytest.CaptureFixture[str]) -> None:
     from agentgate.store._postgres import PostgresStore
 
     opened = PostgresStore(postgres_url)
