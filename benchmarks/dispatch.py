@@ -184,8 +184,10 @@ def ttft_floor_p99(requests: Sequence[TraceRequest], model: LatencyModel) -> flo
 
     A request's TTFT is never below that time (queueing, batching and cache misses only add to
     it), and if every value of one list is at least the matching value of another, so is each of
-    its percentiles. Only full blocks count as cached, and the last prompt token is always
-    computed, as in the simulator.
+    its percentiles (for a router that serves every request: the figures take p99 over served
+    requests, which shedding the longest prompts would lower). Only full blocks count as cached,
+    and the last prompt token is always computed; the simulator reuses at most
+    ``(prompt - 1) // block`` blocks, never more than this counts, so the bound holds.
     """
     seen: set[int] = set()
     alone = []
