@@ -272,6 +272,25 @@ def _wrong_holder(holder: str, tip: Grant, signed: bool) -> Finding:
     )
 
 
+def _resource_finding(call: Call, tip: Grant) -> Finding | None:
+    """``ambiguous_resource`` for a resource name that is not canonical, else ``None``."""
+    try:
+        canonical_resource(call.resource)
+    except CapabilityError as exc:
+        return _f(_OPACITY, "ambiguous_resource", f"{exc}; refused rather than guessed", tip.id, "resource")
+    return None
+
+
+def _digest(call: Call, tip: Grant) -> tuple[str, None] | tuple[None, Finding]:
+    """The call's argument digest, or ``args_not_canonical`` when the arguments have none."""
+    try:
+        return args_digest(call.args), None
+    except TokenFormatError as exc:
+        return None, _f(
+            _OPACITY, "args_not_canonical", f"call arguments cannot be digested: {exc}", tip.id, "args"
+        )
+
+
 def _decide(
     inv: Invocation,
     repo: GrantRepository,
@@ -324,12 +343,9 @@ def _decide(
                 "signature",
             )
         )
-    try:
-        canonical_resource(call.resource)
-    except CapabilityError as exc:
-        return deny(
-            _f(_OPACITY, "ambiguous_resource", f"{exc}; refused rather than guessed", tip.id, "resource")
-        )
+    found = _resource_finding(call, tip)
+    if found is not None:
+        return deny(found)
     if call.resource != inv.resource or call.action != inv.action:
         return deny(
             _f(
@@ -341,12 +357,10 @@ def _decide(
                 "resource",
             )
         )
-    try:
-        digest = args_digest(call.args)
-    except TokenFormatError as exc:
-        return deny(
-            _f(_OPACITY, "args_not_canonical", f"call arguments cannot be digested: {exc}", tip.id, "args")
-        )
+    digest, found = _digest(call, tip)
+    if digest is None:
+        assert found is not None
+        return deny(found)
     if digest != inv.args_digest:
         return deny(
             _f(
@@ -414,18 +428,13 @@ def _decide_held(
         )
     if holder != tip.audience:
         return deny(_wrong_holder(holder, tip, signed=False))
-    try:
-        canonical_resource(call.resource)
-    except CapabilityError as exc:
-        return deny(
-            _f(_OPACITY, "ambiguous_resource", f"{exc}; refused rather than guessed", tip.id, "resource")
-        )
-    try:
-        digest = args_digest(call.args)
-    except TokenFormatError as exc:
-        return deny(
-            _f(_OPACITY, "args_not_canonical", f"call arguments cannot be digested: {exc}", tip.id, "args")
-        )
+    found = _resource_finding(call, tip)
+    if found is not None:
+        return deny(found)
+    digest, found = _digest(call, tip)
+    if digest is None:
+        assert found is not None
+        return deny(found)
     return _conclude(chain, call, digest, t, skew, approvals, None, repo, holder, None, deny)
 
 
