@@ -19,7 +19,7 @@ from agentgate.dispatch.broker import (
     synthetic_topology,
 )
 from agentgate.errors import BrokerError, Denied, LeaseLost
-from agentgate.gate import Gate
+from agentgate.gate import Approval, Gate
 from agentgate.keys import SigningKey
 from agentgate.policy import parse_policy
 from agentgate.store import SQLiteStore
@@ -61,12 +61,11 @@ class Clock:
 
 
 class Setup:
-    def __init__(self, path: Path, constraints: str = "") -> None:
+    def __init__(self, path: Path, constraints: str = "", approvals: str = "") -> None:
         self.keys = {n: SigningKey.generate() for n in ("root", "trainer", "other", "chat")}
-        extra = ", " + constraints.replace("{", "{{").replace("}", "}}") if constraints else ""
-        text = POLICY.format(
-            extra=extra.replace("{{", "{").replace("}}", "}"), **{n: k.did for n, k in self.keys.items()}
-        )
+        extra = ", " + constraints if constraints else ""  # format arguments are not parsed again
+        gates = f"approvals: {{{approvals}}}\n" if approvals else ""
+        text = POLICY.format(extra=extra, **{n: k.did for n, k in self.keys.items()}) + gates
         self.gate = Gate(parse_policy(text, source="gpu.yaml"), SQLiteStore(path / "agentgate.db"))
         self.clock = Clock()
         quotas = [TenantQuota("team-a", 16, cohort="lab"), TenantQuota("team-b", 8, cohort="lab")]
@@ -230,3 +229,26 @@ def test_lease_times_are_decided_so_a_policy_can_bound_them(tmp_path: Path) -> N
         assert default.allowed  # the broker's defaults (ttl 60 s, grace 120 s) are what is decided
     finally:
         bounded.gate.close()
+
+
+def test_a_lease_behind_an_approval_gate_waits_for_a_signed_approval(tmp_path: Path) -> None:
+    gated = Setup(
+        tmp_path, approvals="big-leases: {resource: gpu:h100, when: {count: {gt: 4}}, approvers: [chat]}"
+    )
+    try:
+        request = GangRequest("ft-9", "x", 8, gpu_type="H100")
+        asked = gated.gated.submit(gated.ids["trainer"], request)
+        assert asked.needs_approval and not asked.allowed and gated.broker.queue() == []
+        approval = Approval.sign(asked.authorization.approval_payload(), gated.keys["chat"])
+        granted = gated.gated.submit(gated.ids["trainer"], request, approval=approval)
+        assert granted.allowed and granted.lease() is not None
+        assert [e for e in gated.entries() if e.kind == "allow"][-1].approver == gated.keys["chat"].did
+        gated.clock.now += 30
+        assert gated.gated.renew(gated.ids["trainer"], "ft-9")  # renewals are not asked again
+        gated.gated.release(gated.ids["trainer"], "ft-9")
+        again = gated.gated.submit(
+            gated.ids["trainer"], GangRequest("ft-9", "x", 8, gpu_type="H100"), approval=approval
+        )
+        assert not again.allowed  # an approval is used once
+    finally:
+        gated.gate.close()

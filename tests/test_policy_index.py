@@ -182,3 +182,34 @@ def test_an_inherited_rule_spends_the_budget_of_the_role_held() -> None:
     template = role_grant_template(policy, "lead")
     assert template.budget is not None and template.budget.limit == 1000
     assert decision.budget == template.budget
+
+
+def test_an_approval_gate_on_an_exact_gpu_resource_applies() -> None:
+    # Resources that need no declaration (gpu:) are matched by their rules; the gates on that very
+    # resource apply to them as well as the wildcard ones (only the wildcard ones did before).
+    policy = parse_policy(
+        """
+version: 1
+principals:
+  svc: {kind: service, roles: [trainer]}
+  lead: {kind: human, roles: [trainer]}
+roles:
+  trainer:
+    kind: service
+    capabilities:
+      - resource: gpu:h100
+        constraints: {count: {le: 8}}
+    ttl_s: 600
+approvals:
+  big: {resource: gpu:h100, when: {count: {gt: 4}}, approvers: [lead]}
+  any: {resource: "gpu:*", when: {count: {gt: 7}}, approvers: [lead]}
+""",
+        source="gpu.yaml",
+    )
+    index = PolicyIndex(policy)
+    assert index.evaluate("svc", Call("gpu:h100", "lease", {"count": 2})).outcome is Outcome.ALLOW
+    big = index.evaluate("svc", Call("gpu:h100", "lease", {"count": 5}))
+    assert (
+        big.outcome is Outcome.APPROVAL_REQUIRED and big.approval is not None and big.approval.gate == "big"
+    )
+    assert index.evaluate("svc", Call("gpu:h100", "lease", {"count": 8})).outcome is Outcome.APPROVAL_REQUIRED

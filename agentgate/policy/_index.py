@@ -162,6 +162,7 @@ class PolicyIndex:
         for g in gates:
             if not g.pattern.endswith("*"):
                 exact_gates.setdefault(g.pattern, []).append(g)
+        self._exact_gates = {pattern: tuple(found) for pattern, found in exact_gates.items()}
         # Rules by exact resource, and the wildcard rules, per role.
         exact: dict[str, dict[str, list[RuleRef]]] = {}
         self._wild_by_role: dict[str, tuple[RuleRef, ...]] = {}
@@ -287,7 +288,10 @@ class PolicyIndex:
             rules += [r for r in self._wild_by_role[role] if pattern_matches(r.capability.resource, resource)]
             for rule in sorted(rules, key=lambda r: r.index):
                 if _satisfies(rule.capability, call):
-                    gates = tuple(g for g in self._wild_gates if pattern_matches(g.pattern, resource))
+                    # The gates on this very resource (``gpu:h100``) and the wildcard ones that match it.
+                    gates = self._exact_gates.get(resource, ()) + tuple(
+                        g for g in self._wild_gates if pattern_matches(g.pattern, resource)
+                    )
                     return self._allowed(entry, call, rule, gates, rule.allowed_by, role)
                 misses.append(_miss(rule, call))
         return self._denied(entry, resource, misses)

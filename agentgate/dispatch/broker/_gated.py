@@ -33,7 +33,7 @@ from agentgate.dispatch.broker._model import (
     TimedOut,
 )
 from agentgate.errors import BrokerError, CapabilityError, Denied, LeaseLost
-from agentgate.gate import AgentIdentity, Authorization, Gate
+from agentgate.gate import AgentIdentity, Approval, Authorization, Gate
 
 
 @dataclass(frozen=True)
@@ -49,6 +49,11 @@ class GatedRequest:
     @property
     def allowed(self) -> bool:
         return self.authorization.allowed
+
+    @property
+    def needs_approval(self) -> bool:
+        """Whether a human approval is asked for (``authorization.approval_payload()``)."""
+        return self.authorization.needs_approval
 
     def lease(self) -> Lease | None:
         """This request's lease if the broker granted it at once; ``None`` if it waits or was refused."""
@@ -74,10 +79,15 @@ class GatedBroker:
         self._claimed: set[str] = set()  # ids being decided right now
         self._lock = threading.Lock()
 
-    def submit(self, identity: AgentIdentity | None, request: GangRequest) -> GatedRequest:
+    def submit(
+        self, identity: AgentIdentity | None, request: GangRequest, *, approval: Approval | None = None
+    ) -> GatedRequest:
         """Decide ``request`` for ``identity``; if allowed, queue it with the policy's tenant and the DID.
 
-        Never raises for a refused request (the refusal is audited and returned). Raises
+        Behind an approval gate of the policy the answer is ``needs_approval`` (nothing queued;
+        ``authorization.approval_payload()`` is what an approver signs, e.g. with ``agentgate
+        approval sign``); the same request submitted again with the signed ``approval`` is decided
+        with it, once. Never raises for a refused request (the refusal is audited and returned). Raises
         ``BrokerError`` for a request without ``gpu_type`` (a grant covers ``gpu:TYPE``, so the
         type must be known before the decision), a type that is no resource name, or an id that
         is already live through this ``GatedBroker`` (before any decision); and, after an allowed
@@ -90,7 +100,8 @@ class GatedBroker:
                 raise BrokerError(f"request {request.id!r} is already live")
             self._claimed.add(request.id)
         try:
-            auth = self.gate.authorize(identity, self._call(resource, request))
+            call = self._call(resource, request)
+            auth = self.gate.authorize(identity, call, approval=approval, call_id=request.id)
             if not auth.allowed:
                 return GatedRequest(auth)
             assert identity is not None
@@ -131,7 +142,9 @@ class GatedBroker:
         """
         request = self._holder_request(identity, lease_id)
         auth = self.gate.authorize(identity, self._call(_resource_or_any(request), request))
-        if not auth.allowed:
+        # A lease behind an approval gate was approved when it was granted: its renewals are not
+        # asked again (an approval is for one call); what a renewal checks is the authority.
+        if not (auth.allowed or auth.needs_approval):
             raise Denied(f"renewal of lease {lease_id!r} refused: {auth.explain()}", auth.decision)
         return self.broker.renew(lease_id)
 
