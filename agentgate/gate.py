@@ -360,6 +360,13 @@ def _redact_reasons(reasons: Iterable[str], args: Mapping[str, Any], loggable: I
     return out
 
 
+def approval_call_hash(resource: str, action: str, args_digest: str, grant: str, call_id: str) -> str:
+    """What an approval is bound to: SHA-256 (hex) of the canonical JSON of the call's resource,
+    action, argument digest, grant id and the framework's call id (empty when there is none)."""
+    fields = {"res": resource, "act": action, "args": args_digest, "grant": grant, "call": call_id}
+    return hashlib.sha256(canonical_json(fields)).hexdigest()
+
+
 def _recordable(text: str) -> str:
     """``text`` as the audit log can hold it: unchanged, or with what is not valid Unicode (a
     lone surrogate from a hostile argument or name) escaped, so a refusal is still recorded."""
@@ -631,15 +638,17 @@ class Gate:
     def tenant_of(self, identity: AgentIdentity) -> str:
         """The tenant whose quotas and fair share ``identity``'s calls count against, from the policy.
 
-        The tenant of the principal the identity acts for: its holder when the policy names that
-        key, else the principal its chain was first issued to (a sub-agent's run-time key acts
-        for its root's principal); ``default`` when the policy gives that principal none. Never
+        The tenant of the principal the identity's calls are judged as (``_principal_of``);
+        ``default`` when the policy gives that principal none. Never
         ``identity.tenant``, a field any caller could set on its own copy.
         """
-        chain = identity.chain
-        holder = chain.holder
-        principal = holder if self.index.principal_name(holder) is not None else chain.root.audience
-        return self._tenant_of(principal)
+        return self._tenant_of(self._policy_principal(identity))
+
+    def _principal_of(self, did: str, chain: Chain) -> str:
+        """The principal the caller ``did`` holding ``chain`` is judged and counted as: itself when
+        the policy names it; else (a sub-agent's key made at run time) the principal its chain
+        was first issued to, whose grant it narrows."""
+        return did if self.index.principal_name(did) is not None else chain.root.audience
 
     # --- deciding -------------------------------------------------------------------------
 
@@ -750,11 +759,7 @@ class Gate:
         return None
 
     def _policy_principal(self, identity: AgentIdentity) -> str:
-        # A sub-agent the policy names is judged by its own roles; one with a key made at run
-        # time is judged as the principal its chain was first issued to (and its grant narrows that).
-        if self.index.principal_name(identity.did) is not None:
-            return identity.did
-        return identity.chain.root.audience
+        return self._principal_of(identity.did, identity.chain)
 
     # --- approvals ------------------------------------------------------------------------
 
@@ -765,20 +770,11 @@ class Gate:
         if verdict.outcome is not Outcome.APPROVAL_REQUIRED or gate is None:
             return None
         digest = argument_digest(call.args)
-        call_hash = hashlib.sha256(
-            canonical_json(
-                {
-                    "res": call.resource,
-                    "act": call.action,
-                    "args": digest,
-                    "grant": identity.grant_id,
-                    "call": call_id or "",
-                }
-            )
-        ).hexdigest()
         return {
             "id": "",
-            "call_hash": call_hash,
+            "call_hash": approval_call_hash(
+                call.resource, call.action, digest, identity.grant_id, call_id or ""
+            ),
             "gate": gate.gate,
             "resource": call.resource,
             "action": call.action,

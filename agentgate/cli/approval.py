@@ -15,17 +15,16 @@ resumes. The command refuses early only what would certainly be refused then.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from agentgate.audit.entry import argument_digest, canonical_json
+from agentgate.audit.entry import argument_digest
 from agentgate.cli._common import open_existing_store, utc
 from agentgate.errors import InputError
-from agentgate.gate import Approval
+from agentgate.gate import Approval, approval_call_hash
 from agentgate.keys import load_signing_key
 from agentgate.store.approvals import ApprovalStore
 
@@ -170,13 +169,12 @@ def _request(payload: Any) -> dict[str, Any]:
 
 
 def _call_hash(request: dict[str, Any]) -> str | None:
-    """The hash of the call the request shows (resource, action, argument digest, grant, call id),
-    as the Gate computes it; ``None`` for a request that does not show all of them."""
-    parts = {"res": "resource", "act": "action", "args": "args_digest", "grant": "grant", "call": "call_id"}
-    if not all(isinstance(request.get(field), str) for field in parts.values()):
+    """The hash of the call the request shows (``approval_call_hash``, as the Gate computes it);
+    ``None`` for a request that does not show all of its parts."""
+    parts = ("resource", "action", "args_digest", "grant", "call_id")
+    if not all(isinstance(request.get(field), str) for field in parts):
         return None
-    shown = {key: request[field] for key, field in parts.items()}
-    return hashlib.sha256(canonical_json(shown)).hexdigest()
+    return approval_call_hash(*(request[field] for field in parts))
 
 
 def _digest(args: Any) -> str | None:

@@ -257,7 +257,7 @@ class Gateway:
             )
             return answer, False
         identity = decision.auth.identity
-        tenant = identity.tenant if identity is not None else "default"
+        tenant = self.gate.tenant_of(identity) if identity is not None else "default"
         payload = {**body, "max_tokens": max_tokens}
         payload.pop("max_completion_tokens", None)
         headers = {"X-Agentgate-Audit-Index": str(decision.auth.audit_index)}

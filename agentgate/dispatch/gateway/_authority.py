@@ -162,13 +162,9 @@ class GatewayGate(Gate):
             return self.refuse(call, 401, "malformed_token", f"unreadable authority: {exc}")
         # A holder the policy does not name (a sub-agent's run-time key) acts for the principal
         # its chain was first issued to, as in ``Gate``: that principal's name and tenant.
-        named = self.index.principal_name(chain.holder)
-        principal = chain.holder if named is not None else chain.root.audience
+        principal = self._principal_of(chain.holder, chain)
         identity = CallerIdentity(
-            named or self.index.principal_name(principal) or "caller",
-            self._own_key,
-            chain,
-            self._tenant_of(principal),
+            self.index.principal_name(principal) or "caller", self._own_key, chain, self._tenant_of(principal)
         )
         # Authentication before authorization: a caller that cannot prove its authority learns
         # nothing about what the policy would allow (401 before 403). The policy's verdict is
