@@ -87,9 +87,25 @@ def test_report_is_one_self_contained_page(populated: Path) -> None:
 
 def test_verify_without_a_log_key_is_unusable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("agentgate.cli.main.GROUPS", ("agentgate.cli.audit",))
+    SQLiteStore(tmp_path / "empty.db").close()
     monkeypatch.setenv("AGENTGATE_STORE", str(tmp_path / "empty.db"))
     monkeypatch.delenv("AGENTGATE_LOG_KEY", raising=False)
     assert main(["audit", "verify"]) == 2
+
+
+def test_a_mistyped_store_is_refused_not_created(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Every audit verb reads an existing log: a path with no store is an error naming it, and
+    nothing (no database, no log key) is created there, not even by ``checkpoint``."""
+    monkeypatch.setattr("agentgate.cli.main.GROUPS", ("agentgate.cli.audit",))
+    typo = tmp_path / "typo" / "agentgate.db"
+    monkeypatch.setenv("AGENTGATE_STORE", str(typo))
+    monkeypatch.delenv("AGENTGATE_LOG_KEY", raising=False)
+    for verb in (["verify"], ["show"], ["checkpoint"], ["report", "--out", str(tmp_path / "r.html")]):
+        assert main(["audit", *verb]) == 2
+        assert f"no store at {typo}" in capsys.readouterr().err
+    assert not typo.parent.exists()
 
 
 def test_explain_shows_the_grant_chain_when_the_grant_store_has_it(

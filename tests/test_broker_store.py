@@ -20,7 +20,7 @@ from agentgate.dispatch.broker import (
     synthetic_topology,
 )
 from agentgate.dispatch.inventory import parse_inventory
-from agentgate.errors import BrokerError, InventoryError
+from agentgate.errors import BrokerError, InputError, InventoryError
 from agentgate.store import SQLiteStore, Store
 from agentgate.store.broker_leases import BrokerLeaseStore
 
@@ -212,8 +212,17 @@ def test_cli_shows_inventory_with_holders(tmp_path: Path, capsys: pytest.Capture
 
 
 def test_cli_with_no_state_says_so(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    SQLiteStore(tmp_path / "empty.db").close()
     assert run_cli(["broker", "leases", "--store", str(tmp_path / "empty.db")]) == 0
     assert "no state written yet" in capsys.readouterr().out
+
+
+def test_cli_refuses_a_store_that_does_not_exist(tmp_path: Path) -> None:
+    """A mistyped --store is an error naming the path, not a new empty store read as 'no state'."""
+    for verb in ("leases", "queue"):
+        with pytest.raises(InputError, match="no store at"):
+            run_cli(["broker", verb, "--store", str(tmp_path / "typo.db")])
+    assert not (tmp_path / "typo.db").exists()
 
 
 def test_cli_bad_inventory_is_a_typed_error(tmp_path: Path) -> None:

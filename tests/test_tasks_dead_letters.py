@@ -77,8 +77,13 @@ def test_cli_lists_dead_letters(tmp_path: Path, capsys: pytest.CaptureFixture[st
     [item] = json.loads(capsys.readouterr().out)
     assert item["authority_chain"] == ["grant-root", "grant-child"]
     assert [e["error_class"] for e in item["errors"]] == ["transient", "timeout"]
-    assert main(["tasks", "dead-letters", "--store", str(tmp_path / "empty.db")]) == 0
+    empty = tmp_path / "empty.db"
+    SQLiteStore(empty).close()
+    assert main(["tasks", "dead-letters", "--store", str(empty)]) == 0
     assert capsys.readouterr().out == "no dead letters\n"
+    # A mistyped path is an error, not an empty store created on the spot.
+    assert main(["tasks", "dead-letters", "--store", str(tmp_path / "typo.db")]) == 2
+    assert "no store at" in capsys.readouterr().err and not (tmp_path / "typo.db").exists()
     with pytest.raises(SystemExit) as exit_info:
         main(["tasks", "dead-letters", "--limit", "0", "--store", str(path)])
     assert exit_info.value.code == 2
@@ -86,6 +91,7 @@ def test_cli_lists_dead_letters(tmp_path: Path, capsys: pytest.CaptureFixture[st
 
 def test_cli_lists_shared_breakers(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "ag.db"
+    SQLiteStore(path).close()
     assert main(["tasks", "breakers", "--store", str(path)]) == 0
     assert capsys.readouterr().out == "no shared breaker states\n"
     with SQLiteStore(path) as store:

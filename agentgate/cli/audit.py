@@ -27,9 +27,10 @@ from agentgate.audit.entry import AuditEntry
 from agentgate.audit.note import Checkpoint, verifier_key
 from agentgate.audit.proof import verify_bundle
 from agentgate.audit.report import render_report
+from agentgate.cli._common import open_existing_store
 from agentgate.errors import InputError, StoreError, TamperDetected
 from agentgate.keys import load_public_key
-from agentgate.store import Store, open_store
+from agentgate.store import Store
 from agentgate.store.audit import AuditLog, log_origin, open_log_key, previous_log_keys
 
 
@@ -80,7 +81,7 @@ def register(subparsers: Any) -> None:
 
 
 def _open(args: argparse.Namespace, *, create_key: bool = False) -> tuple[Store, AuditLog]:
-    store = open_store(args.store)
+    store = open_existing_store(args.store)
     try:
         key = open_log_key(store, create=create_key)
         return store, AuditLog(store, key, log_origin(), previous_keys=previous_log_keys())

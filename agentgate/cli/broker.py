@@ -16,10 +16,9 @@ import json
 import math
 from typing import Any
 
-from agentgate.cli._common import utc
+from agentgate.cli._common import open_existing_store, utc
 from agentgate.dispatch.broker import BrokerSnapshot, Lease, QueuedRequest, from_inventory
 from agentgate.dispatch.inventory import load_inventory
-from agentgate.store import open_store
 from agentgate.store.broker_leases import BrokerLeaseStore
 
 
@@ -49,7 +48,7 @@ def register(subparsers: Any) -> None:
 
 
 def _snapshot(args: argparse.Namespace) -> BrokerSnapshot | None:
-    with open_store(args.store) as store:
+    with open_existing_store(args.store) as store:
         return BrokerLeaseStore(store, args.broker).load()
 
 

@@ -14,8 +14,7 @@ import json
 import sys
 from typing import Any
 
-from agentgate.cli._common import utc
-from agentgate.store import open_store
+from agentgate.cli._common import open_existing_store, utc
 from agentgate.store.dead_letters import DeadLetterStore
 from agentgate.store.leases import SharedBreakers
 
@@ -61,7 +60,7 @@ def _positive(text: str) -> int:
 
 
 def _dead_letters(args: argparse.Namespace) -> int:
-    store = open_store(args.store)
+    store = open_existing_store(args.store)
     try:
         letters = DeadLetterStore(store).recent(limit=args.limit, tool=args.tool)
     finally:
@@ -87,7 +86,7 @@ def _dead_letters(args: argparse.Namespace) -> int:
 
 
 def _breakers(args: argparse.Namespace) -> int:
-    store = open_store(args.store)
+    store = open_existing_store(args.store)
     try:
         states = SharedBreakers(store).all()
     finally:
