@@ -38,6 +38,8 @@ from agentgate.tasks import SchedulerConfig
 
 _COVERAGE_CODES = frozenset({"call_not_covered", "ambiguous_resource"})
 APPROVAL_HEADER = "X-Agentgate-Approval"
+STREAM_AHEAD = 64
+"""Chunks of a streamed answer read from the backend ahead of the caller (``gated_stream``)."""
 """The header that carries a signed approval (compact JSON) for a call behind an approval gate."""
 
 
@@ -268,10 +270,12 @@ class GatewayGate(Gate):
         ``chunks`` raises, after recording it.
 
         The backend stream is read by a task of its own, so that the call's span is entered and
-        left in one context (a web server may resume this generator from another task).
+        left in one context (a web server may resume this generator from another task). It reads
+        at most ``STREAM_AHEAD`` chunks ahead of the caller: a caller that reads slowly slows the
+        backend read down instead of having its answer pile up in the gateway's memory.
         """
         self._check_allowed(auth)
-        queue: asyncio.Queue[ChatChunk | BaseException | None] = asyncio.Queue()
+        queue: asyncio.Queue[ChatChunk | BaseException | None] = asyncio.Queue(STREAM_AHEAD)
         pump = asyncio.create_task(self._pump(auth, chunks, reserved, queue))
         try:
             while (item := await queue.get()) is not None:
@@ -294,28 +298,29 @@ class GatewayGate(Gate):
         usage: tuple[int, int] | None = None
         delivered = False
         error: str | None = None
+        last: BaseException | None = None  # what ends the caller's stream: None, or the failure
         with self._span(auth) as span:
             try:
                 async for chunk in chunks:
                     if chunk.usage is not None:
                         usage = (chunk.usage.prompt_tokens, chunk.usage.completion_tokens)
                     delivered = delivered or bool(chunk.content)
-                    queue.put_nowait(chunk)
+                    await queue.put(chunk)  # waits while the caller is STREAM_AHEAD chunks behind
             except Exception as exc:
                 error = type(exc).__name__
-                queue.put_nowait(exc)
-            except BaseException as exc:
+                last = exc
+            except BaseException as exc:  # cancelled: the caller is gone, nobody reads the queue
                 error = type(exc).__name__
                 raise
             finally:
                 if isinstance(chunks, AsyncGenerator):
                     await chunks.aclose()  # closes the backend request now, not at garbage collection
-                queue.put_nowait(None)
                 if usage is None and delivered:
                     usage = reserved
                 if usage is not None:
                     record_usage(span, *usage)
                 self._settle(auth, "ok" if error is None else "error", error, usage)
+        await queue.put(last)
 
     def refuse(self, call: Call, status: int, code: str, reason: str) -> GatewayDecision:
         """Audit a refusal of ``call`` by an unidentified caller (nothing reserved) and answer ``status``.

@@ -26,6 +26,9 @@ from urllib.parse import urlsplit
 
 import httptools
 
+HIGH_WATER = 1 << 18
+"""Bytes of a streamed answer read ahead of its reader before the socket stops being read."""
+
 
 class UpstreamError(ConnectionError):
     """The backend's answer could not be read (connection closed early, bytes that are not HTTP)."""
@@ -40,10 +43,14 @@ class _Connection(asyncio.Protocol):
         self.idle_since = 0.0
         self._parser = httptools.HttpResponseParser(self)
         self._wake: asyncio.Future[None] | None = None
+        self._paused = False  # the socket is not being read (back-pressure, see ``on_body``)
         self._reset()
 
     def _reset(self) -> None:
         self._body: list[bytes] = []
+        self._buffered = 0  # bytes in ``_body``
+        self._streaming = False  # read by ``pieces``: reading pauses when the reader falls behind
+        self._resume()
         self._status = 0
         self._error: Exception | None = None
         self._headers_done = False
@@ -85,6 +92,12 @@ class _Connection(asyncio.Protocol):
 
     def on_body(self, body: bytes) -> None:
         self._body.append(body)
+        self._buffered += len(body)
+        if self._streaming and self._buffered > HIGH_WATER and self.transport is not None:
+            # Back-pressure: the caller reads slower than the backend writes. Stop reading the
+            # socket, so the backend's own writes block, instead of buffering its answer here.
+            self.transport.pause_reading()
+            self._paused = True
         self._notify()
 
     def on_message_complete(self) -> None:
@@ -118,10 +131,17 @@ class _Connection(asyncio.Protocol):
         return body
 
     async def pieces(self) -> AsyncGenerator[bytes, None]:
-        """The answer's body as it arrives, until it is complete; raises ``UpstreamError`` as ``open``."""
+        """The answer's body as it arrives, until it is complete; raises ``UpstreamError`` as ``open``.
+
+        At most about ``HIGH_WATER`` bytes wait here for the reader: past that the socket is not
+        read until the reader takes them, so a slow caller slows the backend down (TCP flow
+        control) rather than filling the gateway's memory.
+        """
+        self._streaming = True
         while True:
             if self._body:
-                piece, self._body = b"".join(self._body), []
+                piece, self._body, self._buffered = b"".join(self._body), [], 0
+                self._resume()
                 yield piece
             elif self._complete:
                 return
@@ -131,6 +151,11 @@ class _Connection(asyncio.Protocol):
     def reusable(self) -> bool:
         """True after a complete answer that lets the connection stay open."""
         return self._complete and self._keep_alive and self.usable
+
+    def _resume(self) -> None:
+        if self._paused and self.transport is not None:
+            self.transport.resume_reading()
+        self._paused = False
 
     def close(self) -> None:
         if self.transport is not None:
