@@ -87,6 +87,7 @@ from agentgate.tasks import (
     RetryPolicy,
     Scheduler,
     SchedulerConfig,
+    SharedLimits,
     SyncScheduler,
     ToolCall,
     ToolLimits,
@@ -438,6 +439,8 @@ class Gate:
         self._config = scheduler or scheduler_config(policy)
         self._store_lock = threading.RLock()
         self._outcomes = _PendingOutcomes(self._write_outcomes, tick=self.flush)
+        self._limits = SharedLimits(self._config)
+        """One set of limits for every scheduler below: a policy's limits are the Gate's."""
         self._sync_scheduler: SyncScheduler | None = None
         self._async_schedulers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Scheduler] = (
             weakref.WeakKeyDictionary()
@@ -466,6 +469,7 @@ class Gate:
         """Stop the scheduler and dispatcher threads and close the store."""
         if self._sync_scheduler is not None:
             self._sync_scheduler.close()
+        self._limits.close()
         self._close_dispatcher()
         self._outcomes.close()
         self.flush()
@@ -1002,9 +1006,24 @@ class Gate:
         return by_unit
 
     def _cost(self, call: Call, tokens: tuple[int, int] | None) -> dict[str, int]:
-        """What a call costs in each budget unit: calls always 1; tokens and money for model calls."""
+        """What a call costs in each budget unit: calls always 1; tokens and money for model calls;
+        money for a GPU lease of a type the policy prices (``count`` GPUs for ``hold_s``, else
+        ``ttl_s``, seconds: ``policy._schema.lease_cost``). Raises ``InputError`` for a priced
+        lease call whose count or time is not one (nothing is recorded then)."""
         cost = {"calls": 1}
-        if tokens is not None and call.resource.startswith("model:"):
+        gpu = (
+            self.policy.document.gpus.get(call.resource.removeprefix("gpu:"))
+            if call.resource.startswith("gpu:")
+            else None
+        )
+        if gpu is not None:
+            args = call.args
+            try:
+                micros = gpu.lease_cost(args["count"], args["hold_s"] if "hold_s" in args else args["ttl_s"])
+            except (KeyError, ValueError) as exc:
+                raise InputError(f"{call.resource}: the lease cannot be priced: {exc}") from exc
+            cost["usd_micros"] = cost["micro_usd"] = micros
+        elif tokens is not None and call.resource.startswith("model:"):
             prompt, output = tokens
             cost["tokens"] = prompt + output
             spec = self.policy.document.models.get(call.resource.removeprefix("model:"))
@@ -1170,18 +1189,19 @@ class Gate:
         with self._scheduler_lock:
             if self._sync_scheduler is None:
                 self._sync_scheduler = SyncScheduler(
-                    self._config, store=self._shared_store, dead_letters=self._dead_letters
+                    store=self._shared_store, dead_letters=self._dead_letters, limits=self._limits
                 )
             return self._sync_scheduler
 
     def _async(self) -> Scheduler:
-        # One scheduler per event loop: an asyncio scheduler cannot be shared across loops.
+        # One scheduler per event loop (an asyncio scheduler cannot be shared across loops), all
+        # admitting through the Gate's one SharedLimits, as the sync scheduler does.
         loop = asyncio.get_running_loop()
         with self._scheduler_lock:
             scheduler = self._async_schedulers.get(loop)
             if scheduler is None:
                 scheduler = self._async_schedulers[loop] = Scheduler(
-                    self._config, store=self._shared_store, dead_letters=self._dead_letters
+                    store=self._shared_store, dead_letters=self._dead_letters, limits=self._limits
                 )
             return scheduler
 

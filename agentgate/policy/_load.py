@@ -380,7 +380,7 @@ class _Compiler:
         return mark.line if mark else None
 
     def _names(self) -> None:
-        for section, kind in (("tools", "tool"), ("models", "model")):
+        for section, kind in (("tools", "tool"), ("models", "model"), ("gpus", "gpu")):
             for name in getattr(self.doc, section):
                 try:
                     canonical_resource(f"{kind}:{name}")

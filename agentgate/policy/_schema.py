@@ -7,6 +7,7 @@ to editors. Durations are whole seconds (``*_s``) and money is integer micro-dol
 
 from __future__ import annotations
 
+import math
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
@@ -163,6 +164,35 @@ class ModelSpec(_Model):
     """Latency targets."""
 
 
+def lease_cost(gpus: int, seconds: int | float, cost_per_gpu_hour: int) -> int:
+    """Micro-dollars for ``gpus`` GPUs held ``seconds`` at ``cost_per_gpu_hour``: the time rounded up
+    to whole seconds, the amount up to a whole micro-dollar, in exact integer arithmetic.
+
+    Raises ``ValueError`` for a count or a price that is not a non-negative integer, or a time
+    that is not a finite number >= 0.
+    """
+    for name, value in (("gpus", gpus), ("cost_per_gpu_hour", cost_per_gpu_hour)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not 0 <= seconds < math.inf:
+        raise ValueError(f"seconds must be a finite number >= 0, got {seconds!r}")
+    return -(-gpus * math.ceil(seconds) * cost_per_gpu_hour // 3600)
+
+
+class GpuType(_Model):
+    """A GPU type agents lease through the broker (``gpu:NAME``), and its price."""
+
+    description: str = ""
+    cost_per_gpu_hour: int = Field(ge=0)
+    """Micro-dollars per GPU-hour of lease time. A lease decision reserves ``count`` GPUs times
+    the seconds it grants (rounded up) at this price from the chain's ``usd_micros`` budgets; the
+    lease's end settles the time actually held. A type not declared here is leased free of charge."""
+
+    def lease_cost(self, gpus: int, seconds: int | float) -> int:
+        """``lease_cost(gpus, seconds, self.cost_per_gpu_hour)``."""
+        return lease_cost(gpus, seconds, self.cost_per_gpu_hour)
+
+
 class PriorityClass(_Model):
     """Who waits and who is shed when capacity is short (the scheduler's ``PriorityClass``)."""
 
@@ -308,6 +338,8 @@ class PolicyDocument(_Model):
     """Tool name (e.g. ``payments.refund``) -> declaration."""
     models: dict[str, ModelSpec] = Field(default_factory=dict)
     """Model name (e.g. ``llama-3.1-8b``) -> declaration."""
+    gpus: dict[str, GpuType] = Field(default_factory=dict)
+    """GPU type (lower case, as in ``gpu:h100``) -> price; types not declared lease free of charge."""
     priority_classes: dict[Name, PriorityClass] = Field(default_factory=dict)
     roles: dict[Name, Role] = {}
     quotas: dict[Name, Quota] = Field(default_factory=dict)

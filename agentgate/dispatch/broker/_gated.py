@@ -13,11 +13,20 @@ another, a policy can bound them like any argument (``priority: {le: 1}``, ``gra
 the holder may release or renew its lease, and a renewal is decided again (a revoked or expired
 grant cannot keep its GPUs). What happens to a lease afterwards (granted, notified of preemption,
 ended, timed out) is appended to the log as an ``outcome`` entry that refers to the decision.
+
+The link from a lease to its decision lives in the store (``store/broker_decisions.py``), not in
+the process: a ``GatedBroker`` started after a restart, over the same store and a broker restored
+from its journal, audits the leases decided before the restart against their own decisions and
+settles their budgets. GPU time costs what the policy says (``gpus: {TYPE: {cost_per_gpu_hour:
+...}}``): the decision of a request reserves ``count`` x ``ttl_s`` at that price, a renewal the
+time it adds, and the lease's end settles the time actually held, rounded up to the second, and
+returns the rest.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import threading
 from dataclasses import dataclass
 
@@ -32,8 +41,14 @@ from agentgate.dispatch.broker._model import (
     LeaseEnded,
     TimedOut,
 )
-from agentgate.errors import BrokerError, CapabilityError, Denied, LeaseLost
+from agentgate.errors import BrokerError, BudgetExceeded, CapabilityError, Denied, LeaseLost
 from agentgate.gate import AgentIdentity, Approval, Authorization, Gate
+from agentgate.policy._schema import lease_cost
+from agentgate.store import Transaction
+from agentgate.store.broker_decisions import BrokerDecisionStore, LeaseDecision, Reservation
+
+_MONEY = ("usd_micros", "micro_usd")
+"""The budget units a lease's price is reserved in (the Gate prices money under both names)."""
 
 
 @dataclass(frozen=True)
@@ -61,23 +76,19 @@ class GatedRequest:
         return next((e.lease for e in self.events if isinstance(e, Granted) and e.lease.id == own), None)
 
 
-@dataclass(frozen=True)
-class _Decided:
-    principal: str
-    chain_hash: str
-    resource: str
-    audit_index: int | None
-
-
 class GatedBroker:
-    """``broker`` behind ``gate``: decide, audit, then queue; audit every change of the lease."""
+    """``broker`` behind ``gate``: decide, audit, then queue; audit every change of the lease.
 
-    def __init__(self, gate: Gate, broker: Broker) -> None:
+    ``name`` is the broker's name in the store, the same as its journal's
+    (``BrokerLeaseStore(store, broker=name)``). Calls are serialized: each one decides through the
+    Gate, whose decisions run one at a time anyway.
+    """
+
+    def __init__(self, gate: Gate, broker: Broker, *, name: str = "default") -> None:
         self.gate = gate
         self.broker = broker
-        self._decided: dict[str, _Decided] = {}
-        self._claimed: set[str] = set()  # ids being decided right now
-        self._lock = threading.Lock()
+        self.decisions = BrokerDecisionStore(gate.store, name)
+        self._lock = threading.RLock()
 
     def submit(
         self, identity: AgentIdentity | None, request: GangRequest, *, approval: Approval | None = None
@@ -87,69 +98,137 @@ class GatedBroker:
         Behind an approval gate of the policy the answer is ``needs_approval`` (nothing queued;
         ``authorization.approval_payload()`` is what an approver signs, e.g. with ``agentgate
         approval sign``); the same request submitted again with the signed ``approval`` is decided
-        with it, once. Never raises for a refused request (the refusal is audited and returned). Raises
-        ``BrokerError`` for a request without ``gpu_type`` (a grant covers ``gpu:TYPE``, so the
-        type must be known before the decision), a type that is no resource name, or an id that
-        is already live through this ``GatedBroker`` (before any decision); and, after an allowed
-        decision, whatever ``Broker.submit`` raises (an unknown tenant, a duplicate id, a gang
-        that could never be placed), with an ``error`` outcome appended first.
+        with it, once. A GPU type the policy prices has ``count`` x ``ttl_s`` reserved from the
+        chain's budgets with the decision; a budget too small for it refuses the request, naming
+        the budget. Never raises for a refused request (the refusal is audited and returned).
+        Raises ``BrokerError`` for a request without ``gpu_type`` (a grant covers ``gpu:TYPE``, so
+        the type must be known before the decision), a type that is no resource name, or an id
+        that is already live through a ``GatedBroker`` of this name (before any decision); and,
+        after an allowed decision, whatever ``Broker.submit`` raises (an unknown tenant, a
+        duplicate id, a gang that could never be placed), with an ``error`` outcome appended and
+        the reservation returned first.
         """
         resource = _resource(request)
         with self._lock:
-            if request.id in self._decided or request.id in self._claimed:
+            if self.decisions.get(request.id) is not None:
                 raise BrokerError(f"request {request.id!r} is already live")
-            self._claimed.add(request.id)
-        try:
-            call = self._call(resource, request)
+            call = self._call(resource, request, self._ttl(request))
             auth = self.gate.authorize(identity, call, approval=approval, call_id=request.id)
             if not auth.allowed:
                 return GatedRequest(auth)
             assert identity is not None
-            decided = _Decided(identity.did, identity.grant_id, resource, auth.audit_index)
+            decided = LeaseDecision(
+                request.id,
+                identity.did,
+                identity.grant_id,
+                resource,
+                auth.audit_index,
+                self._price(resource),
+                _held(auth),
+            )
+            # Written right after the decision's transaction, which Gate.authorize commits on its
+            # own, and before the broker sees the request: no lease exists without its link. A
+            # crash between the two leaves the reservation held (a budget can look smaller,
+            # never be overspent) and no lease.
+            self.decisions.add(decided)
             owned = dataclasses.replace(request, tenant=self.gate.tenant_of(identity), holder=identity.did)
-            with self._lock:
-                self._decided[request.id] = decided
             try:
                 events = self.broker.submit(owned)
             except Exception as exc:
-                with self._lock:
-                    self._decided.pop(request.id, None)
-                self._append(decided, "error", str(exc) or type(exc).__name__)
+                self._end(request.id, decided.principal, resource, "error", str(exc) or type(exc).__name__)
                 raise
-        finally:
-            with self._lock:
-                self._claimed.discard(request.id)
-        self._record(events)
+            self._record(events)
         return GatedRequest(auth, tuple(events))
 
     def release(self, identity: AgentIdentity, lease_id: str) -> list[BrokerEvent]:
         """End ``identity``'s lease (or withdraw its waiting request); the events are audited.
 
-        Raises ``Denied`` when the lease or request is another holder's, ``LeaseLost`` when it is
-        not live. Releasing needs no decision: giving GPUs back is always allowed.
+        The lease's budget is settled at the time it was held. Raises ``Denied`` when the lease
+        or request is another holder's, ``LeaseLost`` when it is not live. Releasing needs no
+        decision: giving GPUs back is always allowed.
         """
-        self._holder_request(identity, lease_id)
-        events = self.broker.release(lease_id)
-        self._record(events)
+        with self._lock:
+            self._holder_request(identity, lease_id)
+            events = self.broker.release(lease_id)
+            self._record(events)
         return events
 
     def renew(self, identity: AgentIdentity, lease_id: str) -> Lease:
         """Extend ``identity``'s live lease, decided again like the request (audited).
 
-        Raises ``Denied`` when the lease is another holder's or the renewal is refused (the grant
-        was revoked or has expired, or no longer covers the lease), ``LeaseLost`` when it is not
-        live.
+        The renewal reserves the time it adds to the lease (from its current expiry, or notice
+        deadline, to ``ttl_s`` from now) at the policy's price. Raises ``Denied`` when the lease is
+        another holder's or the renewal is refused (the grant was revoked or has expired, no
+        longer covers the lease, or its budget cannot pay for the extension), ``LeaseLost`` when
+        it is not live (nothing is reserved then).
         """
-        request = self._holder_request(identity, lease_id)
-        auth = self.gate.authorize(identity, self._call(_resource_or_any(request), request))
-        # A lease behind an approval gate was approved when it was granted: its renewals are not
-        # asked again (an approval is for one call); what a renewal checks is the authority.
-        if not (auth.allowed or auth.needs_approval):
-            raise Denied(f"renewal of lease {lease_id!r} refused: {auth.explain()}", auth.decision)
-        return self.broker.renew(lease_id)
+        with self._lock:
+            self._record(self.broker.advance())  # a lease that expired meanwhile is not renewed
+            request = self._holder_request(identity, lease_id)
+            lease = next((held for held in self.broker.leases() if held.id == lease_id), None)
+            resource = _resource_or_any(request)
+            auth = self.gate.authorize(
+                identity, self._call(resource, request, self._extension(request, lease))
+            )
+            # A lease behind an approval gate was approved when it was granted: its renewals are
+            # not asked again (an approval is for one call); what a renewal checks is the
+            # authority, and its budget, which the Gate reserves only for an allow.
+            if not (auth.allowed or auth.needs_approval):
+                raise Denied(f"renewal of lease {lease_id!r} refused: {auth.explain()}", auth.decision)
+            held = _held(auth) if auth.allowed else self._reserve(identity, lease_id, auth)
+            try:
+                renewed = self.broker.renew(lease_id)
+            except LeaseLost:
+                with self.gate.store.transaction() as tx:
+                    for reservation, _unit, _amount in held:
+                        self.gate.ledger.release(reservation, tx)
+                raise
+            if not self.decisions.add_reservations(lease_id, held):
+                # queued around the gate: this renewal is the first decision the gate made for it
+                self.decisions.add(
+                    LeaseDecision(
+                        lease_id,
+                        identity.did,
+                        identity.grant_id,
+                        resource,
+                        auth.audit_index,
+                        self._price(resource),
+                        held,
+                    )
+                )
+        return renewed
 
-    def _call(self, resource: str, request: GangRequest) -> Call:
-        """The call a lease request is decided as: every setting that gives a lease power over others."""
+    def advance(self) -> list[BrokerEvent]:
+        """Apply the clock (expiries, grace ends, timeouts, grants that follow); the events are audited."""
+        with self._lock:
+            events = self.broker.advance()
+            self._record(events)
+        return events
+
+    def reconcile(self) -> list[str]:
+        """End the recorded decisions whose lease or request the broker does not have; their ids.
+
+        For a restart whose broker lost leases (they were made after the journal's last write):
+        call it once the broker is restored. Each such lease is audited as ``lease_lost`` and its
+        reservations are returned whole, since the time it was held is not known.
+        """
+        with self._lock:
+            live = {lease.id for lease in self.broker.leases()} | {q.request.id for q in self.broker.queue()}
+            lost = [d for d in self.decisions.all() if d.request_id not in live]
+            for decided in lost:
+                self._end(
+                    decided.request_id,
+                    decided.principal,
+                    decided.resource,
+                    "lease_lost",
+                    "the broker no longer has this lease or request (lost in a restart); reservation returned",
+                )
+        return [decided.request_id for decided in lost]
+
+    def _call(self, resource: str, request: GangRequest, hold_s: float) -> Call:
+        """The call a lease request is decided as: every setting that gives a lease power over
+        others, and ``hold_s``, the GPU time (per GPU) this decision adds to the lease, which is
+        what a priced GPU type reserves."""
         broker = self.broker
         return Call(
             resource,
@@ -157,18 +236,52 @@ class GatedBroker:
             {
                 "count": request.gpus,
                 "priority": request.priority,
-                "ttl_s": _number(broker.ttl_s if request.ttl_s is None else request.ttl_s),
+                "ttl_s": _number(self._ttl(request)),
                 "grace_s": _number(broker.grace_s if request.grace_s is None else request.grace_s),
                 "timeout_s": _number(request.timeout_s),
                 "request": request.id,
+                "hold_s": _number(hold_s),
             },
         )
 
-    def advance(self) -> list[BrokerEvent]:
-        """Apply the clock (expiries, grace ends, timeouts, grants that follow); the events are audited."""
-        events = self.broker.advance()
-        self._record(events)
-        return events
+    def _ttl(self, request: GangRequest) -> float:
+        return self.broker.ttl_s if request.ttl_s is None else request.ttl_s
+
+    def _extension(self, request: GangRequest, lease: Lease | None) -> float:
+        """The time a renewal adds to ``lease``: from its end now to ``ttl_s`` from now, neither
+        past its notice deadline; 0 for a request still waiting (the broker renews no such)."""
+        if lease is None:
+            return 0.0
+        deadline = math.inf if lease.notice_deadline is None else lease.notice_deadline
+        now = self.broker.clock()
+        return max(0.0, min(now + self._ttl(request), deadline) - min(lease.expires_at, deadline))
+
+    def _price(self, resource: str) -> int | None:
+        spec = self.gate.policy.document.gpus.get(resource.removeprefix("gpu:"))
+        return None if spec is None else spec.cost_per_gpu_hour
+
+    def _reserve(
+        self, identity: AgentIdentity, lease_id: str, auth: Authorization
+    ) -> tuple[Reservation, ...]:
+        """Reserve a renewal's price that the Gate did not (it reserves for an allow only)."""
+        price = self._price(auth.call.resource)
+        amount = lease_cost(auth.call.args["count"], auth.call.args["hold_s"], price) if price else 0
+        if amount == 0:
+            return ()
+        held: list[Reservation] = []
+        try:
+            with self.gate.store.transaction() as tx:
+                for unit in _MONEY:
+                    caps = {g: b.amount for g, b in identity.chain.budgets if b.unit == unit}
+                    if caps:
+                        held.append(
+                            (self.gate.ledger.reserve(tx, identity.chain.ids, caps, amount), unit, amount)
+                        )
+        except BudgetExceeded as exc:
+            raise Denied(
+                f"renewal of lease {lease_id!r} refused: budget exhausted ({exc})", auth.decision
+            ) from exc
+        return tuple(held)
 
     def _holder_request(self, identity: AgentIdentity, lease_id: str) -> GangRequest:
         """The request of ``identity``'s live lease or waiting request ``lease_id``."""
@@ -183,17 +296,74 @@ class GatedBroker:
 
     def _record(self, events: list[BrokerEvent]) -> None:
         for event in events:
-            request = event.request if isinstance(event, TimedOut) else event.lease.request
-            with self._lock:
-                decided = self._decided.get(request.id)
-                if isinstance(event, LeaseEnded | TimedOut):
-                    self._decided.pop(request.id, None)
-            if decided is None:  # queued around the gate, or before this process started
-                decided = _Decided(request.holder or "unknown", "", _resource_or_any(request), None)
             status, reason = _describe(event)
-            self._append(decided, status, reason)
+            if isinstance(event, LeaseEnded):
+                lease = event.lease
+                deadline = math.inf if lease.notice_deadline is None else lease.notice_deadline
+                end = min(self.broker.clock(), lease.expires_at, deadline)
+                held = (len(lease.gpus), max(0.0, end - lease.granted_at))
+                self._end(
+                    lease.id, lease.request.holder, _resource_or_any(lease.request), status, reason, held
+                )
+            elif isinstance(event, TimedOut):
+                request = event.request
+                self._end(request.id, request.holder, _resource_or_any(request), status, reason)
+            else:
+                request = event.lease.request
+                decided = self.decisions.get(request.id)
+                if decided is None:  # queued around the gate
+                    decided = _unlinked(request.id, request.holder, _resource_or_any(request))
+                self._append(decided, status, reason, 0)
 
-    def _append(self, decided: _Decided, status: str, reason: str) -> None:
+    def _end(
+        self,
+        request_id: str,
+        holder: str,
+        resource: str,
+        status: str,
+        reason: str,
+        held: tuple[int, float] | None = None,
+    ) -> None:
+        """The last outcome of a request: its budget settled (``held``: GPUs and seconds held;
+        ``None``: nothing held, all returned), its decision forgotten and the outcome appended,
+        in one transaction."""
+        with self.gate.store.transaction() as tx:
+            decided = self.decisions.get(request_id, tx)
+            delta = 0
+            if decided is not None:
+                delta = self._settle(tx, decided, held)
+                self.decisions.remove(request_id, tx)
+            self._append(decided or _unlinked(request_id, holder, resource), status, reason, delta, tx)
+
+    def _settle(self, tx: Transaction, decided: LeaseDecision, held: tuple[int, float] | None) -> int:
+        """Commit what the lease used of its reservations and return the rest; the amount committed.
+
+        Each decision's call is spent once the lease was granted. Money: the GPUs times the held
+        seconds (rounded up) at the lease's price, taken from its reservations in order. They
+        cover the lease from its grant to its expiry, rounded up, which bounds the time held; the
+        ``min`` keeps the charge within them for a clock that jumps.
+        """
+        if held is None:
+            for reservation, _unit, _amount in decided.reservations:
+                self.gate.ledger.release(reservation, tx)
+            return 0
+        gpus, seconds = held
+        cost = (
+            0 if decided.cost_per_gpu_hour is None else lease_cost(gpus, seconds, decided.cost_per_gpu_hour)
+        )
+        owed = {unit: min(cost, sum(a for _, u, a in decided.reservations if u == unit)) for unit in _MONEY}
+        committed = 0
+        for reservation, unit, amount in decided.reservations:
+            used = min(amount, owed[unit]) if unit in owed else amount
+            if unit in owed:
+                owed[unit] -= used
+            self.gate.ledger.commit(reservation, used, tx)
+            committed += used
+        return committed
+
+    def _append(
+        self, decided: LeaseDecision, status: str, reason: str, delta: int, tx: Transaction | None = None
+    ) -> None:
         self.gate.audit.append(
             {
                 "kind": "outcome",
@@ -202,10 +372,20 @@ class GatedBroker:
                 "resource": decided.resource,
                 "status": status,
                 "ref": decided.audit_index,
-                "budget_delta": 0,
+                "budget_delta": delta,
                 "reasons": [reason],
-            }
+            },
+            tx,
         )
+
+
+def _held(auth: Authorization) -> tuple[Reservation, ...]:
+    return tuple((reservation, unit, amount) for reservation, unit, amount in auth.reservations)
+
+
+def _unlinked(request_id: str, holder: str, resource: str) -> LeaseDecision:
+    """A request with no recorded decision (queued on the broker directly): audited without ``ref``."""
+    return LeaseDecision(request_id, holder or "unknown", "", resource, None, None)
 
 
 def _resource(request: GangRequest) -> str:
