@@ -87,6 +87,7 @@ from agentgate.tasks import (
     RetryPolicy,
     Scheduler,
     SchedulerConfig,
+    SharedLimits,
     SyncScheduler,
     ToolCall,
     ToolLimits,
@@ -438,6 +439,8 @@ class Gate:
         self._config = scheduler or scheduler_config(policy)
         self._store_lock = threading.RLock()
         self._outcomes = _PendingOutcomes(self._write_outcomes, tick=self.flush)
+        self._limits = SharedLimits(self._config)
+        """One set of limits for every scheduler below: a policy's limits are the Gate's."""
         self._sync_scheduler: SyncScheduler | None = None
         self._async_schedulers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Scheduler] = (
             weakref.WeakKeyDictionary()
@@ -466,6 +469,7 @@ class Gate:
         """Stop the scheduler and dispatcher threads and close the store."""
         if self._sync_scheduler is not None:
             self._sync_scheduler.close()
+        self._limits.close()
         self._close_dispatcher()
         self._outcomes.close()
         self.flush()
@@ -1185,18 +1189,19 @@ class Gate:
         with self._scheduler_lock:
             if self._sync_scheduler is None:
                 self._sync_scheduler = SyncScheduler(
-                    self._config, store=self._shared_store, dead_letters=self._dead_letters
+                    store=self._shared_store, dead_letters=self._dead_letters, limits=self._limits
                 )
             return self._sync_scheduler
 
     def _async(self) -> Scheduler:
-        # One scheduler per event loop: an asyncio scheduler cannot be shared across loops.
+        # One scheduler per event loop (an asyncio scheduler cannot be shared across loops), all
+        # admitting through the Gate's one SharedLimits, as the sync scheduler does.
         loop = asyncio.get_running_loop()
         with self._scheduler_lock:
             scheduler = self._async_schedulers.get(loop)
             if scheduler is None:
                 scheduler = self._async_schedulers[loop] = Scheduler(
-                    self._config, store=self._shared_store, dead_letters=self._dead_letters
+                    store=self._shared_store, dead_letters=self._dead_letters, limits=self._limits
                 )
             return scheduler
 

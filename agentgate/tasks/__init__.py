@@ -1,7 +1,8 @@
 """The tool-call scheduler: priority, tenant fairness, limits, deadlines, safe retries, breakers.
 
 ``Scheduler`` is the async core, ``SyncScheduler`` the facade for threads; both take a
-``SchedulerConfig`` (built from the policy's tool section) and run ``ToolCall``s. docs/tasks.md
+``SchedulerConfig`` (built from the policy's tool section) and run ``ToolCall``s; schedulers
+given one ``SharedLimits`` enforce one set of limits together (a Gate's sync and async paths). docs/tasks.md
 explains the concepts, the fairness algorithm and the retry safety rules.
 """
 
@@ -29,6 +30,7 @@ from agentgate.tasks._config import (
     TenantShare,
     ToolLimits,
 )
+from agentgate.tasks._limits import SharedLimits
 from agentgate.tasks._retry import (
     Failure,
     RetryRule,
@@ -59,6 +61,7 @@ __all__ = [
     "RetryRule",
     "Scheduler",
     "SchedulerConfig",
+    "SharedLimits",
     "SyncScheduler",
     "TenantShare",
     "TokenBucket",

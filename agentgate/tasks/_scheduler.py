@@ -17,9 +17,13 @@ lease heartbeat is one thread, joined by ``aclose``).
    full-jitter backoff with its slots released, and is given up when the wait would end past the
    deadline. A call given up after at least one failed attempt becomes a dead letter.
 
-Everything runs on the event loop the scheduler is first used from; it is not thread-safe (use
-``SyncScheduler`` from threads: without a store it runs this module's admission code in its
-callers' threads, always under its one lock, and never uses the async attempt loop below).
+Everything runs on the event loop the scheduler is first used from (use ``SyncScheduler`` from
+threads). The admission state (in-flight counts, rate buckets, breakers, the fair queue) lives in
+a ``SharedLimits`` (``_limits.py``), used under its lock: a Gate gives one to its sync scheduler
+and to the scheduler of every event loop, so a policy's limits hold across all of them. The
+attempt loop's steps (deadline, breaker, failure and retry handling, dead letters) are methods
+here that the sync facade's attempt loop calls too; only the loop itself is written twice (an
+``await`` cannot be shared with a blocking call without slowing both).
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
@@ -53,11 +57,10 @@ from agentgate.tasks._backoff import full_jitter
 from agentgate.tasks._breaker import BreakerSnapshot, BreakerState, CircuitBreaker
 from agentgate.tasks._call import Attempt, ToolCall
 from agentgate.tasks._classify import DEFAULT_CLASSIFIER, Classifier
-from agentgate.tasks._config import PriorityClass, SchedulerConfig, TenantShare, ToolLimits
-from agentgate.tasks._fair import Entry, FairQueue
+from agentgate.tasks._config import PriorityClass, SchedulerConfig, ToolLimits
+from agentgate.tasks._limits import LoopSignal, SharedLimits
 from agentgate.tasks._metrics import SchedulerMetrics
 from agentgate.tasks._retry import Failure, RetryRule, rule_for
-from agentgate.tasks._token_bucket import TokenBucket
 
 T = TypeVar("T")
 
@@ -66,28 +69,6 @@ _LEASE_POLL_MAX_S = 0.25
 _DEAD_LETTERS_KEPT = 1_000
 #: How often a scheduler with a store reads a breaker's shared state (per breaker key).
 _BREAKER_SYNC_S = 0.25
-
-
-class Signal(Protocol):
-    """How a waiting call learns it was started: an ``asyncio.Future`` for async callers, a
-    thread-safe one-shot signal for the sync facade's callers (``_sync.py``)."""
-
-    def done(self) -> bool: ...
-
-    def set_result(self, result: None, /) -> None: ...
-
-
-class _Waiter:
-    __slots__ = ("call", "entry", "future", "granted", "limits", "queued_at")
-
-    future: Signal  # set only when the call has to wait
-
-    def __init__(self, call: ToolCall, limits: ToolLimits, queued_at: float) -> None:
-        self.call = call
-        self.limits = limits
-        self.queued_at = queued_at
-        self.granted = False
-        self.entry: Entry[_Waiter] | None = None
 
 
 class _GiveUp(Exception):
@@ -105,9 +86,12 @@ class Scheduler:
     ``store``: when given, dead letters are persisted there, and per-tool concurrency and rate
     limits and breaker states are shared by every process using the store
     (``agentgate.store.leases``). ``dead_letters``: persist dead letters there without sharing
-    limits (a single-process deployment on the embedded store). ``rng``: the source of backoff jitter (seed it to reproduce
-    delays). ``classifier``: maps exceptions to error classes. ``registry``: the Prometheus
-    registry for this scheduler's metrics (default: a new one).
+    limits (a single-process deployment on the embedded store). ``rng``: the source of backoff
+    jitter (seed it to reproduce delays). ``classifier``: maps exceptions to error classes.
+    ``registry``: the Prometheus registry for this scheduler's metrics (default: a new one).
+    ``limits``: the admission state to share with other schedulers (their limits then hold for
+    all of them together; its ``config`` is used, and ``config``, if given too, must be that
+    same object); without it the scheduler makes its own and closes it in ``aclose``.
     """
 
     def __init__(
@@ -119,40 +103,28 @@ class Scheduler:
         rng: random.Random | None = None,
         classifier: Classifier = DEFAULT_CLASSIFIER,
         registry: CollectorRegistry | None = None,
+        limits: SharedLimits | None = None,
     ) -> None:
-        self.config = config or SchedulerConfig()
+        if limits is None:
+            limits = SharedLimits(config)
+            self._owns_limits = True
+        else:
+            if config is not None and config is not limits.config:
+                raise InputError("a scheduler given shared limits must use their config (limits.config)")
+            self._owns_limits = False
+        #: The admission state, maybe shared with other schedulers; used under ``shared.lock``.
+        self.shared = limits
+        self.config = limits.config
         self._rng = rng or random.Random()
         self._classifier = classifier
-        self._queue: FairQueue[_Waiter] = FairQueue()
-        self._in_flight = 0
-        self._tool_in_flight: dict[str, int] = {}
-        self._tenant_in_flight: dict[str, int] = {}
-        self._principal_in_flight: dict[tuple[str, str], int] = {}
-        self._buckets: dict[str, TokenBucket] = {}
-        self._breakers: dict[str, CircuitBreaker] = {}
-        self._tool_breakers: dict[str, CircuitBreaker] = {}  # tool -> its default breaker
         self._rules: dict[str, RetryRule] = {}
         self._priorities: dict[str | None, PriorityClass] = {}
-        self._limits_cache: dict[str, ToolLimits] = {}
-        self._shares: dict[str, TenantShare] = {}
-        config = self.config
-        # Without global, tenant or principal limits, a slot given back can only start a call to its tool.
-        self._per_tool_only = (
-            config.max_concurrency is None
-            and config.principal_concurrency is None
-            and config.tenant.concurrency is None
-            and all(share.concurrency is None for share in config.tenants.values())
-        )
+        self._limits_cache = limits.limits_cache
         self._results: OrderedDict[str, Any] = OrderedDict()
         self._twins: dict[str, asyncio.Future[Any]] = {}
         self._tasks: set[asyncio.Task[Any]] = set()  # tasks inside a call of this scheduler
         self._nested: dict[asyncio.Task[Any], int] = {}  # those inside more than one (a tool that submits)
         self._dead: list[DeadLetter] = []
-        self._timer: asyncio.TimerHandle | None = None
-        self._timer_at = 0.0
-        self._rate_wait = 0.0
-        #: Set by ``SyncScheduler``, whose dispatches run in callers' threads: arms the rate timer.
-        self._timer_hook: Callable[[float], None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._idle: asyncio.Event | None = None
         self._closed = False
@@ -164,15 +136,14 @@ class Scheduler:
         self._rates = SharedRateLimits(store) if store is not None else None
         self._shared_breakers = SharedBreakers(store) if store is not None else None
         self._breaker_seen: dict[str, tuple[float, int]] = {}  # key -> (next read, version seen)
-        self._opened_wall: dict[str, float] = {}  # key -> wall time this process knows it opened
-        self._adopting = False
         self._background: set[asyncio.Task[None]] = set()
         self.metrics = SchedulerMetrics(
             registry,
-            queue_depth=lambda: self._queue.tenant_sizes,
-            in_flight=self._tool_in_flight,
-            breakers=self.breakers,
+            queue_depth=lambda: limits.queue.tenant_sizes,
+            in_flight=limits.tool_in_flight,
+            breakers=limits.breaker_snapshots,
         )
+        limits.attach(self)
 
     # --- public ---------------------------------------------------------------------------------
 
@@ -182,21 +153,15 @@ class Scheduler:
         return self.metrics.registry
 
     def breaker(self, key: str) -> CircuitBreaker:
-        """The circuit breaker for ``key`` (``tool:<name>`` or ``backend:<name>``), created closed."""
-        found = self._breakers.get(key)
-        if found is None:
-            found = self._breakers[key] = CircuitBreaker(
-                key, self.config.breaker, on_change=self._breaker_changed
-            )
-        return found
+        """The circuit breaker for ``key`` (``tool:<name>`` or ``backend:<name>``), created closed.
 
-    def _tool_breaker(self, tool: str) -> CircuitBreaker:
-        found = self._tool_breakers[tool] = self.breaker("tool:" + tool)
-        return found
+        One per key for every scheduler sharing this one's limits.
+        """
+        return self.shared.breaker(key)
 
     def breakers(self) -> list[BreakerSnapshot]:
-        """The state of every breaker this scheduler has used."""
-        return [b.snapshot() for b in list(self._breakers.values())]
+        """The state of every breaker used through this scheduler's (maybe shared) limits."""
+        return self.shared.breaker_snapshots()
 
     def dead_letters(self) -> list[DeadLetter]:
         """Dead letters recorded by this scheduler (the newest 1,000), oldest first."""
@@ -204,20 +169,20 @@ class Scheduler:
 
     @property
     def queued(self) -> int:
-        """Calls waiting to start."""
-        return self._queue.size
+        """Calls waiting to start (in every scheduler sharing this one's limits)."""
+        return self.shared.queue.size
 
     @property
     def in_flight(self) -> int:
-        """Attempts running."""
-        return self._in_flight
+        """Attempts running (in every scheduler sharing this one's limits)."""
+        return self.shared.in_flight
 
     async def aclose(self, *, drain: bool = True, timeout_s: float | None = None) -> None:
         """Stop taking calls, then let submitted calls finish (``drain``) or cancel them.
 
         Draining waits at most ``timeout_s`` (None: until done) and cancels what is left after
-        it. On return no call of this scheduler is running or waiting, its timer is cancelled,
-        and its leases are given back.
+        it. On return no call of this scheduler is running or waiting, its leases are given back,
+        and the limits it made itself (none given) are closed.
         """
         self._closed = True
         if self._tasks and drain:
@@ -233,9 +198,8 @@ class Scheduler:
             task.cancel()
         if pending:
             await asyncio.wait(pending)
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        if self._owns_limits:
+            self.shared.close()
         if self._background:
             await asyncio.wait(list(self._background))
         if self._leases is not None:
@@ -259,7 +223,7 @@ class Scheduler:
         try:
             if self._closed:
                 raise SchedulingError("the scheduler is closed")
-            limits = self._limits_cache.get(call.tool) or self._limits(call.tool)
+            limits = self._limits_cache.get(call.tool) or self.shared.tool_limits(call.tool)
             priority = self._priorities.get(call.priority)
             if priority is None:
                 priority = self._priorities[call.priority] = self.config.priority_class(call.priority)
@@ -328,17 +292,14 @@ class Scheduler:
             self._nested[task] = self._nested.get(task, 0) + 1
         else:
             self._tasks.add(task)
+        shared = self.shared
+        lock = shared.lock
         try:
             tool = call.tool
             deadline = None
             if call.deadline is not None or call.grant_expires_at is not None:
-                absolute = call.absolute_deadline()
-                assert absolute is not None
-                deadline = loop.time() + (absolute - time.time())
-            if call.breaker_key is None:
-                breaker = self._tool_breakers.get(tool) or self._tool_breaker(tool)
-            else:
-                breaker = self._breakers.get(call.breaker_key) or self.breaker(call.breaker_key)
+                deadline = self._deadline(call, loop.time())
+            breaker = shared.breaker_for(call)
             # Looked up once per call: the hot path skips building span attributes nobody records.
             context = otel_context.get_current()
             traced = bool(context) and trace.get_current_span(context).is_recording()
@@ -351,9 +312,7 @@ class Scheduler:
                     if self._shared_breakers is not None:
                         await self._sync_breaker(breaker, loop)
                     if not breaker.closed and breaker.refuses():
-                        raise _GiveUp(
-                            "circuit_open", CircuitOpen(f"the circuit breaker {breaker.key} is open")
-                        )
+                        raise _circuit_open(breaker)
                     try:
                         if self._closed:
                             raise SchedulingError("the scheduler is closed")
@@ -361,11 +320,17 @@ class Scheduler:
                             raise DeadlineExceeded(
                                 f"tool {tool}: the call's deadline passed before it could start"
                             )
-                        # Someone waiting: this call queues behind them (no method call to find out).
-                        waiter = None if self._queue.size else self._start_now(call, limits, loop)
-                        if waiter is None:
-                            future: asyncio.Future[None] = loop.create_future()
-                            waiter = self._enqueue(call, limits, priority, loop, traced, future)
+                        with lock:
+                            # Someone waiting (in any scheduler): this call queues behind them.
+                            waiter = None if shared.queue.size else shared.start_now(call, limits)
+                            if waiter is None:
+                                future: asyncio.Future[None] = loop.create_future()
+                                waiter = shared.enqueue(
+                                    call, limits, priority, traced, LoopSignal(future, loop), self.metrics
+                                )
+                        if waiter.entry is None:
+                            self.metrics.observe_wait(0.0)
+                        else:
                             if not waiter.granted:
                                 try:
                                     if deadline is None:
@@ -374,42 +339,34 @@ class Scheduler:
                                         async with asyncio.timeout_at(deadline):
                                             await future
                                 except BaseException as exc:
-                                    self._abandon(waiter)
+                                    with lock:
+                                        shared.abandon(waiter)
                                     if isinstance(exc, TimeoutError):
                                         raise DeadlineExceeded(
                                             f"tool {tool}: could not start before the call's deadline "
-                                            f"(queued {loop.time() - waiter.queued_at:.3f}s)"
+                                            f"(queued {time.monotonic() - waiter.queued_at:.3f}s)"
                                         ) from exc
                                     raise
-                            waited = loop.time() - waiter.queued_at
+                            waited = time.monotonic() - waiter.queued_at
                             histogram = self.metrics.wait
                             histogram.counts[bisect.bisect_left(histogram.buckets, waited)] += 1
                             histogram.total += waited
                     except SchedulingError as exc:
-                        reasons = {DeadlineExceeded: "deadline", Overloaded: "shed"}
-                        raise _GiveUp(reasons.get(type(exc), "closed"), exc) from exc
+                        raise _give_up(exc) from exc
                     # 2. the attempt, under the breaker, the cross-process lease and the attempt deadline
                     lease: Lease | None = None
                     probing = False
                     try:
                         if not breaker.closed and not breaker.allow():
-                            raise _GiveUp(
-                                "circuit_open", CircuitOpen(f"the circuit breaker {breaker.key} is open")
-                            )
+                            raise _circuit_open(breaker)
                         probing = True
                         if self._leases is not None and limits.concurrency is not None:
                             lease = await self._lease("tool:" + tool, limits.concurrency, loop, deadline)
                         if self._rates is not None and limits.rate is not None:
                             await self._shared_token("tool:" + tool, limits, loop, deadline)
-                        attempt_deadline = deadline
-                        if limits.timeout_s is not None:
-                            own = loop.time() + limits.timeout_s
-                            attempt_deadline = own if attempt_deadline is None else min(own, attempt_deadline)
-                        unix_deadline = (
-                            None
-                            if attempt_deadline is None
-                            else time.time() + (attempt_deadline - loop.time())
-                        )
+                        attempt_deadline = unix_deadline = None
+                        if deadline is not None or limits.timeout_s is not None:
+                            attempt_deadline, unix_deadline = _attempt_deadline(limits, deadline, loop.time())
                         if traced:
                             self.metrics.event("started", tool, {"agentgate.attempt": number})
                         else:
@@ -440,22 +397,8 @@ class Scheduler:
                         raise
                     except Exception as exc:
                         # 3. a failed attempt: classify, tell the breaker, ask the retry rule
-                        error_class = self._classifier(exc) or "error"
-                        errors.append(
-                            AttemptError(
-                                number, error_class, type(exc).__qualname__, str(exc)[:500], time.time()
-                            )
-                        )
-                        breaker.record_failure(error_class)
-                        delay = self._retry_delay(call, limits, key, exc, error_class, number, loop, deadline)
-                        self.metrics.event(
-                            "retried",
-                            tool,
-                            {
-                                "agentgate.attempt": number,
-                                "agentgate.error_class": error_class,
-                                "agentgate.delay_s": delay,
-                            },
+                        delay = self._failed(
+                            call, limits, key, exc, number, errors, breaker, deadline, loop.time()
                         )
                     else:
                         if not breaker.healthy:
@@ -466,7 +409,8 @@ class Scheduler:
                             breaker.release()
                         # The local slot first: a second cancellation during the lease's release
                         # must not skip it. The release itself runs to the end, shielded.
-                        self._finish(waiter)
+                        with lock:
+                            shared.finish(waiter)  # starts the fairest waiting call, of any scheduler
                         if lease is not None and self._leases is not None:
                             await asyncio.shield(asyncio.to_thread(self._leases.release, lease))
                     # 4. back off with every slot released, then try again
@@ -487,35 +431,57 @@ class Scheduler:
                 if not self._tasks and self._idle is not None:
                     self._idle.set()
 
-    def _retry_delay(
+    # --- the steps of an attempt loop, shared with the sync facade's (``_sync.py``) --------------
+
+    @staticmethod
+    def _deadline(call: ToolCall, now: float) -> float:
+        """The call's deadline on the monotonic clock whose time is ``now`` (the call has one)."""
+        absolute = call.absolute_deadline()
+        assert absolute is not None
+        return now + (absolute - time.time())
+
+    def _failed(
         self,
         call: ToolCall,
         limits: ToolLimits,
         key: str | None,
         error: Exception,
-        error_class: str,
         number: int,
-        loop: asyncio.AbstractEventLoop,
+        errors: list[AttemptError],
+        breaker: CircuitBreaker,
         deadline: float | None,
+        now: float,
     ) -> float:
-        """The backoff before the next attempt; raises ``_GiveUp`` (with the rule's reason) when there is none."""
+        """Attempt ``number`` failed with ``error``: note it in ``errors``, tell the breaker, count it.
+
+        Returns the backoff before the next attempt; raises ``_GiveUp`` when the retry rule has
+        no next attempt (or it would start past ``deadline``; ``now`` is the time on its clock).
+        """
+        error_class = self._classifier(error) or "error"
+        errors.append(
+            AttemptError(number, error_class, type(error).__qualname__, str(error)[:500], time.time())
+        )
+        breaker.record_failure(error_class)
         rule = self._rules.get(call.tool)
         if rule is None:
             rule = self._rules[call.tool] = rule_for(limits)
         reason = rule.objection(Failure(error, error_class, number, limits, key is not None))
         if reason is None:
             delay = full_jitter(limits.retry, number, self._rng)
-            if deadline is None or loop.time() + delay < deadline:
+            if deadline is None or now + delay < deadline:
+                with self.shared.lock:  # the sync facade's metrics are counted by many threads
+                    self.metrics.event(
+                        "retried",
+                        call.tool,
+                        {
+                            "agentgate.attempt": number,
+                            "agentgate.error_class": error_class,
+                            "agentgate.delay_s": delay,
+                        },
+                    )
                 return delay
             reason = "deadline"
         raise _GiveUp(reason, error) from error
-
-    def _abandon(self, waiter: _Waiter) -> None:
-        """A waiting call gives up (deadline, cancellation): out of the queue, or its slot back."""
-        if waiter.granted:
-            self._finish(waiter)
-        elif waiter.entry is not None:
-            self._queue.discard(waiter.entry)
 
     async def _shared_token(
         self, key: str, limits: ToolLimits, loop: asyncio.AbstractEventLoop, deadline: float | None
@@ -556,202 +522,30 @@ class Scheduler:
             await asyncio.sleep(self._rng.uniform(0, pause))
             pause = min(pause * 2, _LEASE_POLL_MAX_S)
 
-    # --- admission ------------------------------------------------------------------------------
-
-    def _start_now(
-        self, call: ToolCall, limits: ToolLimits, loop: asyncio.AbstractEventLoop
-    ) -> _Waiter | None:
-        """The fast path, when nothing waits: start ``call`` at once if every limit has room, else None."""
-        if not self._has_room(call, limits):
-            return None
-        waiter = _Waiter(call, limits, loop.time())
-        self._start(waiter)
-        self.metrics.observe_wait(0.0)
-        return waiter
-
-    def _enqueue(
-        self,
-        call: ToolCall,
-        limits: ToolLimits,
-        priority: PriorityClass,
-        loop: asyncio.AbstractEventLoop,
-        traced: bool,
-        future: Signal,
-    ) -> _Waiter:
-        """The slow path: queue ``call`` fairly (``Overloaded`` when full); ``future`` is set when it starts."""
-        waiter = _Waiter(call, limits, loop.time())
-        waiter.future = future
-        config = self.config
-        share = self._shares.get(call.tenant)
-        if share is None:
-            share = self._shares[call.tenant] = config.tenant_share(call.tenant)
-        if self._queue.size >= config.max_queued or (
-            share.max_queued is not None and self._queue.tenant_sizes.get(call.tenant, 0) >= share.max_queued
-        ):
-            self.metrics.event("shed", call.tool, {"agentgate.tenant": call.tenant})
-            raise Overloaded(
-                f"tool {call.tool}: queue full for tenant {call.tenant!r} "
-                f"({self._queue.size} waiting, limit {config.max_queued}, tenant limit {share.max_queued})"
-            )
-        waiter.entry = self._queue.push(
-            waiter,
-            priority.rank,
-            priority.name,
-            priority.weight,
-            call.tenant,
-            share.weight,
-            call.principal,
-            call.tool,
-        )
-        if traced:
-            self.metrics.event(
-                "queued", call.tool, {"agentgate.tenant": call.tenant, "agentgate.priority": priority.name}
-            )
-        else:
-            events = self.metrics.events
-            counted = ("queued", call.tool)
-            events[counted] = events.get(counted, 0) + 1
-        # A tool at its concurrency limit starts nothing now; a rate-limited one needs its timer armed.
-        if limits.rate is not None or (
-            limits.concurrency is None or self._tool_in_flight.get(call.tool, 0) < limits.concurrency
-        ):
-            self._dispatch(call.tool)
-        return waiter
-
-    def _has_room(self, call: ToolCall, limits: ToolLimits) -> bool:
-        """Can ``call`` start now? Takes the rate token when it can (so: call once, then start)."""
-        config = self.config
-        if config.max_concurrency is not None and self._in_flight >= config.max_concurrency:
-            return False
-        if limits.concurrency is not None and self._tool_in_flight.get(call.tool, 0) >= limits.concurrency:
-            return False
-        if not self._per_tool_only and (
-            self._tenant_blocked(call.tenant) or self._agent_blocked(call.tenant, call.principal)
-        ):
-            return False
-        return limits.rate is None or self._bucket(call.tool, limits).try_take()
-
-    def _bucket(self, tool: str, limits: ToolLimits) -> TokenBucket:
-        bucket = self._buckets.get(tool)
-        if bucket is None:
-            assert limits.rate is not None
-            bucket = self._buckets[tool] = TokenBucket(limits.rate.per_second, limits.rate.burst)
-        return bucket
-
-    def _tenant_blocked(self, tenant: str) -> bool:
-        limit = self.config.tenant_share(tenant).concurrency
-        return limit is not None and self._tenant_in_flight.get(tenant, 0) >= limit
-
-    def _agent_blocked(self, tenant: str, principal: str) -> bool:
-        limit = self.config.principal_concurrency
-        return limit is not None and self._principal_in_flight.get((tenant, principal), 0) >= limit
-
-    def _tool_open(self, tool: str) -> bool:
-        """Can ``tool`` start an attempt now? Notes the earliest rate-token time when it cannot."""
-        limits = self._limits_cache.get(tool) or self._limits(tool)
-        if limits.concurrency is not None and self._tool_in_flight.get(tool, 0) >= limits.concurrency:
-            return False
-        if limits.rate is not None:
-            wait = self._bucket(tool, limits).wait_s()
-            if wait > 0:
-                self._rate_wait = min(self._rate_wait, wait)
-                return False
-        return True
-
-    def _limits(self, tool: str) -> ToolLimits:
-        found = self._limits_cache.get(tool)
-        if found is None:
-            found = self._limits_cache[tool] = self.config.tool_limits(tool)
-        return found
-
-    def _start(self, waiter: _Waiter) -> None:
-        call = waiter.call
-        waiter.granted = True
-        self._in_flight += 1
-        self._tool_in_flight[call.tool] = self._tool_in_flight.get(call.tool, 0) + 1
-        if not self._per_tool_only:  # the tenant and principal counts matter only to their limits
-            self._tenant_in_flight[call.tenant] = self._tenant_in_flight.get(call.tenant, 0) + 1
-            agent = (call.tenant, call.principal)
-            self._principal_in_flight[agent] = self._principal_in_flight.get(agent, 0) + 1
-
-    def _finish(self, waiter: _Waiter) -> None:
-        call = waiter.call
-        self._in_flight -= 1
-        counts = self._tool_in_flight
-        left = counts[call.tool] - 1
-        if left:
-            counts[call.tool] = left
-        else:
-            del counts[call.tool]
-        if not self._per_tool_only:
-            _decrement(self._tenant_in_flight, call.tenant)
-            _decrement(self._principal_in_flight, (call.tenant, call.principal))
-        if self._queue.size:
-            self._dispatch(call.tool if self._per_tool_only else None)
-
-    def _dispatch(self, tool: str | None = None) -> None:
-        """Start waiting calls, fairest first, while limits have room; arm the rate timer if needed.
-
-        ``tool``: only that tool's room can have changed (a call to it was queued, or it gave a
-        slot back while no global, tenant or principal limit is configured), so only its
-        waiting calls can start: after every dispatch, no other tool with waiting calls has room.
-        """
-        max_concurrency = self.config.max_concurrency
-        if max_concurrency is not None and self._in_flight >= max_concurrency:
-            return
-        self._rate_wait = float("inf")
-        if tool is not None:
-            open_tools = {tool} if tool in self._queue.tool_sizes and self._tool_open(tool) else set()
-        else:
-            open_tools = {name for name in self._queue.tool_sizes if self._tool_open(name)}
-        while open_tools and (max_concurrency is None or self._in_flight < max_concurrency):
-            waiter = self._queue.pop(
-                open_tools,
-                None if self._per_tool_only else self._tenant_blocked,
-                None if self._per_tool_only else self._agent_blocked,
-            )
-            if waiter is None:
-                break
-            started = waiter.call.tool
-            if not waiter.future.done():  # done: its caller was cancelled after it was picked
-                if waiter.limits.rate is not None:
-                    self._bucket(started, waiter.limits).try_take()
-                self._start(waiter)
-                waiter.future.set_result(None)
-            if started not in self._queue.tool_sizes or not self._tool_open(started):
-                open_tools.discard(started)
-        if self._queue.size and self._rate_wait != float("inf"):
-            assert self._loop is not None
-            at = self._loop.time() + self._rate_wait
-            if self._timer_hook is not None:  # the sync facade: maybe not on the loop's thread
-                self._timer_hook(at)
-            elif self._timer is None or at < self._timer_at:
-                if self._timer is not None:
-                    self._timer.cancel()
-                self._timer = self._loop.call_at(at, self._on_timer)
-                self._timer_at = at
-
-    def _on_timer(self) -> None:
-        self._timer = None
-        self._dispatch()
-
     # --- visibility -----------------------------------------------------------------------------
 
-    def _breaker_changed(self, key: str, old: BreakerState, new: BreakerState) -> None:
+    def _breaker_event(self, key: str, old: BreakerState, new: BreakerState, on_span: bool) -> None:
+        """Count a transition of a (shared) breaker; ``on_span``: also add it to the current span."""
         names = {BreakerState.OPEN: "breaker_opened", BreakerState.HALF_OPEN: "breaker_half_open"}
-        self.metrics.event(names.get(new, "breaker_closed"), key, {"agentgate.breaker_from": old.value})
-        if self._shared_breakers is None or self._adopting or new is BreakerState.HALF_OPEN:
-            return
-        opened_at = time.time()
-        if new is BreakerState.OPEN:
-            self._opened_wall[key] = opened_at
-        loop = self._loop
-        if loop is not None and not loop.is_closed():
-            state = "open" if new is BreakerState.OPEN else "closed"
-            # Called under the breaker's lock, maybe from another thread: publish from the loop.
-            loop.call_soon_threadsafe(self._publish_breaker, key, state, opened_at)
+        if on_span:
+            self.metrics.event(names.get(new, "breaker_closed"), key, {"agentgate.breaker_from": old.value})
+        else:
+            self.metrics.tally(names.get(new, "breaker_closed"), key)
 
-    def _publish_breaker(self, key: str, state: str, opened_at: float) -> None:
+    def _publish_breaker(self, key: str, new: BreakerState, opened_at: float) -> bool:
+        """Publish a transition to the other processes from this scheduler's loop; False if it cannot."""
+        loop = self._loop
+        if self._shared_breakers is None or loop is None or loop.is_closed():
+            return False
+        state = "open" if new is BreakerState.OPEN else "closed"
+        try:
+            # Called under the breaker's lock, maybe from another thread: publish from the loop.
+            loop.call_soon_threadsafe(self._publish_on_loop, key, state, opened_at)
+        except RuntimeError:  # closed between the check and here
+            return False
+        return True
+
+    def _publish_on_loop(self, key: str, state: str, opened_at: float) -> None:
         assert self._shared_breakers is not None and self._loop is not None
         task = self._loop.create_task(
             asyncio.to_thread(self._shared_breakers.publish, key, state, opened_at),
@@ -783,17 +577,15 @@ class Scheduler:
         if remote is None or remote.version <= version:
             return
         self._breaker_seen[key] = (now + _BREAKER_SYNC_S, remote.version)
-        self._adopting = True
-        try:
+        opened_wall = self.shared.opened_wall
+        with self.shared.adopting():
             if remote.state == "open":
-                known = self._opened_wall.get(key)
+                known = opened_wall.get(key)
                 if breaker.state is BreakerState.CLOSED or known is None or remote.opened_at > known:
                     breaker.adopt_open(time.time() - remote.opened_at)
-                    self._opened_wall[key] = remote.opened_at
+                    opened_wall[key] = remote.opened_at
             elif breaker.state is not BreakerState.CLOSED:
                 breaker.adopt_closed()
-        finally:
-            self._adopting = False
 
     async def _dead_letter(
         self, call: ToolCall, key: str | None, errors: list[AttemptError], reason: str
@@ -832,12 +624,27 @@ class Scheduler:
         return letter
 
 
-def _decrement(counts: dict[Any, int], key: Any) -> None:
-    left = counts[key] - 1
-    if left:
-        counts[key] = left
-    else:
-        del counts[key]
+def _circuit_open(breaker: CircuitBreaker) -> _GiveUp:
+    return _GiveUp("circuit_open", CircuitOpen(f"the circuit breaker {breaker.key} is open"))
+
+
+def _give_up(error: SchedulingError) -> _GiveUp:
+    """A call that could not start: given up for the reason ``error`` names."""
+    reasons = {DeadlineExceeded: "deadline", Overloaded: "shed"}
+    return _GiveUp(reasons.get(type(error), "closed"), error)
+
+
+def _attempt_deadline(limits: ToolLimits, deadline: float | None, now: float) -> tuple[float, float]:
+    """The attempt's deadline (monotonic, the clock of ``now``) and the same as Unix time.
+
+    The earlier of the call's ``deadline`` and ``now + timeout_s``; one of them is set.
+    """
+    attempt_deadline = deadline
+    if limits.timeout_s is not None:
+        own = now + limits.timeout_s
+        attempt_deadline = own if attempt_deadline is None else min(own, attempt_deadline)
+    assert attempt_deadline is not None
+    return attempt_deadline, time.time() + (attempt_deadline - now)
 
 
 def _digest_or_unknown(call: ToolCall) -> str:

@@ -4,16 +4,17 @@ Design (docs/tasks.md, "sync callers"). The tool function always runs in the *ca
 so a tool keeps its caller's thread-locals and context and no thread pool is needed.
 
 Without a store (the gate's case) the caller's thread also runs the scheduling itself: the
-admission state of the core (in-flight counts, token buckets, the fair queue, the result cache)
-is only ever touched under this object's one lock, by the callers' threads and by the loop
-thread's rate timer. A call that can start now (nothing queued, every limit has room: the core's
-own ``_start_now`` rule) starts without leaving its thread; one that cannot is pushed into the
-same fair queue (``_enqueue``) and its thread blocks on a one-shot signal that the dispatch sets
-when a slot is given back: whoever gives a slot back (a caller's thread, or the rate timer) runs
-the core's ``_dispatch`` under the lock and wakes the fairest waiting call's thread. Newcomers
+admission state (in-flight counts, token buckets, the fair queue: a ``SharedLimits``, maybe shared
+with other schedulers) is only ever touched under its one lock, by the callers' threads, by the
+event loops of schedulers sharing it, and by its rate timer thread. A call that can start now
+(nothing queued, every limit has room) starts without leaving its thread; one that cannot is
+pushed into the same fair queue and its thread blocks on a one-shot signal that the dispatch sets
+when a slot is given back: whoever gives a slot back (a caller's thread, an event loop, the rate
+timer) dispatches under the lock and wakes the fairest waiting call's thread or task. Newcomers
 never overtake: while anything is queued they queue too. Retries, the retry rule, breakers, dead
-letters and metrics use the core's objects and methods; only the attempt loop is written twice
-(``Scheduler._run`` for coroutines, ``_attempts`` here for functions), step for step the same.
+letters and metrics use the core's objects and step methods (``Scheduler._deadline``,
+``_failed``, ``_record_dead``); only the loop around them is written twice (``Scheduler._run``
+for coroutines, ``_attempts`` here for functions), step for step the same.
 
 With a store (cross-process leases, shared rate buckets and breakers, persisted dead letters,
 which are blocking store work inside the core's async attempt loop), every attempt is handed to
@@ -43,14 +44,15 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 from prometheus_client import CollectorRegistry
 
-from agentgate.errors import CircuitOpen, DeadlineExceeded, Overloaded, SchedulingError, StoreError
+from agentgate.errors import DeadlineExceeded, SchedulingError, StoreError
 from agentgate.store._base import Store
 from agentgate.store.dead_letters import AttemptError, DeadLetter, DeadLetterStore
-from agentgate.tasks._breaker import BreakerSnapshot, CircuitBreaker
+from agentgate.tasks._breaker import BreakerSnapshot
 from agentgate.tasks._call import Attempt, ToolCall
 from agentgate.tasks._classify import DEFAULT_CLASSIFIER, Classifier
 from agentgate.tasks._config import PriorityClass, SchedulerConfig, ToolLimits
-from agentgate.tasks._scheduler import Scheduler, _GiveUp, _Waiter
+from agentgate.tasks._limits import SharedLimits, Waiter
+from agentgate.tasks._scheduler import Scheduler, _attempt_deadline, _circuit_open, _give_up, _GiveUp
 
 T = TypeVar("T")
 
@@ -106,7 +108,8 @@ class _Twin:
 
 
 class SyncScheduler:
-    """A ``Scheduler`` for threads. Same arguments as ``Scheduler``; use as a context manager or ``close()``."""
+    """A ``Scheduler`` for threads. Same arguments as ``Scheduler`` (``limits``: shared with other
+    schedulers, see ``SharedLimits``); use as a context manager or ``close()``."""
 
     def __init__(
         self,
@@ -117,23 +120,28 @@ class SyncScheduler:
         rng: random.Random | None = None,
         classifier: Classifier = DEFAULT_CLASSIFIER,
         registry: CollectorRegistry | None = None,
+        limits: SharedLimits | None = None,
     ) -> None:
         self.scheduler = Scheduler(
-            config, store=store, dead_letters=dead_letters, rng=rng, classifier=classifier, registry=registry
+            config,
+            store=store,
+            dead_letters=dead_letters,
+            rng=rng,
+            classifier=classifier,
+            registry=registry,
+            limits=limits,
         )
         self.scheduler._preemptive = False
         self._loop = asyncio.new_event_loop()
         self._direct = store is None
-        #: Guards the core's admission state, the result cache and the fields below (direct mode).
-        self._lock = threading.Lock()
+        #: The (maybe shared) limits' lock: guards the admission state, the result cache and the
+        #: fields below (direct mode).
+        self._lock = self.scheduler.shared.lock
         self._idle = threading.Condition(self._lock)
         self._active = 0  # calls inside submit (direct mode)
         self._waiting: set[_Wake] = set()  # queued callers' signals, cancelled by close()
         self._twins: dict[str, _Twin] = {}
         self._closing = threading.Event()  # wakes callers sleeping a retry backoff
-        if self._direct:
-            self.scheduler._loop = self._loop
-            self.scheduler._timer_hook = self._arm_timer
         self._thread = threading.Thread(
             target=self._loop.run_forever, name="agentgate-scheduler", daemon=True
         )
@@ -159,7 +167,7 @@ class SyncScheduler:
         if not self._direct:
             return self._submit_handed(call, fn)
         core = self.scheduler
-        limits = core._limits_cache.get(call.tool) or core._limits(call.tool)
+        limits = core._limits_cache.get(call.tool) or core.shared.tool_limits(call.tool)
         priority = core._priorities.get(call.priority)
         if priority is None:
             priority = core._priorities[call.priority] = core.config.priority_class(call.priority)
@@ -238,20 +246,6 @@ class SyncScheduler:
             done.set()
         return result
 
-    def _breaker(self, call: ToolCall) -> CircuitBreaker:
-        core = self.scheduler
-        if call.breaker_key is None:
-            found = core._tool_breakers.get(call.tool)
-            if found is None:
-                with self._lock:
-                    found = core._tool_breaker(call.tool)
-        else:
-            found = core._breakers.get(call.breaker_key)
-            if found is None:
-                with self._lock:
-                    found = core.breaker(call.breaker_key)
-        return found
-
     def _attempts(
         self,
         call: ToolCall,
@@ -260,18 +254,18 @@ class SyncScheduler:
         priority: PriorityClass,
         key: str | None,
     ) -> T:
-        """The attempts of one call: ``Scheduler._run`` step for step, with ``fn`` called in this thread."""
+        """The attempts of one call: ``Scheduler._run`` step for step (its step helpers), with ``fn``
+        called in this thread."""
         core = self.scheduler
+        shared = core.shared
         lock = self._lock
         metrics = core.metrics
-        clock = self._loop.time  # time.monotonic, callable from any thread
+        clock = time.monotonic
         tool = call.tool
         deadline = None
         if call.deadline is not None or call.grant_expires_at is not None:
-            absolute = call.absolute_deadline()
-            assert absolute is not None
-            deadline = clock() + (absolute - time.time())
-        breaker = self._breaker(call)
+            deadline = core._deadline(call, clock())
+        breaker = shared.breaker_for(call)
         context = otel_context.get_current()
         traced = bool(context) and trace.get_current_span(context).is_recording()
         errors: list[AttemptError] = []
@@ -281,23 +275,17 @@ class SyncScheduler:
             try:
                 # 1. admission: start now, or wait in the fair queue (never past the deadline)
                 if not breaker.closed and breaker.refuses():
-                    raise _GiveUp("circuit_open", CircuitOpen(f"the circuit breaker {breaker.key} is open"))
+                    raise _circuit_open(breaker)
                 waiter = self._admit(call, limits, priority, deadline, traced)
                 # 2. the attempt, under the breaker and the attempt deadline (checked, not enforced)
                 probing = False
                 try:
                     if not breaker.closed and not breaker.allow():
-                        raise _GiveUp(
-                            "circuit_open", CircuitOpen(f"the circuit breaker {breaker.key} is open")
-                        )
+                        raise _circuit_open(breaker)
                     probing = True
-                    attempt_deadline = deadline
-                    if limits.timeout_s is not None:
-                        own = clock() + limits.timeout_s
-                        attempt_deadline = own if attempt_deadline is None else min(own, attempt_deadline)
-                    unix_deadline = (
-                        None if attempt_deadline is None else time.time() + (attempt_deadline - clock())
-                    )
+                    unix_deadline = None
+                    if deadline is not None or limits.timeout_s is not None:
+                        unix_deadline = _attempt_deadline(limits, deadline, clock())[1]
                     with lock:
                         if traced:
                             metrics.event("started", tool, {"agentgate.attempt": number})
@@ -310,24 +298,7 @@ class SyncScheduler:
                     raise
                 except Exception as exc:
                     # 3. a failed attempt: classify, tell the breaker, ask the retry rule
-                    error_class = core._classifier(exc) or "error"
-                    errors.append(
-                        AttemptError(number, error_class, type(exc).__qualname__, str(exc)[:500], time.time())
-                    )
-                    breaker.record_failure(error_class)
-                    delay = core._retry_delay(
-                        call, limits, key, exc, error_class, number, self._loop, deadline
-                    )
-                    with lock:
-                        metrics.event(
-                            "retried",
-                            tool,
-                            {
-                                "agentgate.attempt": number,
-                                "agentgate.error_class": error_class,
-                                "agentgate.delay_s": delay,
-                            },
-                        )
+                    delay = core._failed(call, limits, key, exc, number, errors, breaker, deadline, clock())
                 except BaseException:
                     if not probing:  # interrupted while the tool ran: it says nothing about the tool
                         breaker.release()
@@ -340,7 +311,7 @@ class SyncScheduler:
                     if probing:
                         breaker.release()
                     with lock:
-                        core._finish(waiter)  # wakes the fairest waiting call's thread, if any
+                        shared.finish(waiter)  # starts the fairest waiting call, of any scheduler
                 # 4. back off with every slot released (close() cuts it short), then try again
                 self._closing.wait(delay)
             except _GiveUp as stop:
@@ -363,71 +334,52 @@ class SyncScheduler:
         priority: PriorityClass,
         deadline: float | None,
         traced: bool,
-    ) -> _Waiter:
+    ) -> Waiter:
         """Take the call's slots now, or wait for them in the fair queue; raises ``_GiveUp``."""
         core = self.scheduler
-        loop = self._loop
+        shared = core.shared
         lock = self._lock
+        clock = time.monotonic
         try:
             with lock:
                 if core._closed:
                     raise SchedulingError("the scheduler is closed")
-                if deadline is not None and deadline <= loop.time():
+                if deadline is not None and deadline <= clock():
                     raise DeadlineExceeded(
                         f"tool {call.tool}: the call's deadline passed before it could start"
                     )
-                # Someone waiting: this call queues behind them, exactly as in the async core.
-                waiter = None if core._queue.size else core._start_now(call, limits, loop)
+                # Someone waiting (in any scheduler): this call queues behind them.
+                waiter = None if shared.queue.size else shared.start_now(call, limits)
                 if waiter is not None:
+                    core.metrics.observe_wait(0.0)
                     return waiter
                 wake = _Wake()
-                waiter = core._enqueue(call, limits, priority, loop, traced, wake)
+                waiter = shared.enqueue(call, limits, priority, traced, wake, core.metrics)
                 if waiter.granted:
-                    core.metrics.observe_wait(loop.time() - waiter.queued_at)
+                    core.metrics.observe_wait(clock() - waiter.queued_at)
                     return waiter
                 self._waiting.add(wake)
             try:
-                woke = wake.wait(None if deadline is None else deadline - loop.time())
+                woke = wake.wait(None if deadline is None else deadline - clock())
             except BaseException:
                 with lock:
                     self._waiting.discard(wake)
-                    core._abandon(waiter)
+                    shared.abandon(waiter)
                 raise
             with lock:
                 self._waiting.discard(wake)
                 if woke and not wake.cancelled:
-                    core.metrics.observe_wait(loop.time() - waiter.queued_at)
+                    core.metrics.observe_wait(clock() - waiter.queued_at)
                     return waiter
-                core._abandon(waiter)  # out of the queue, or (granted at the last moment) its slot back
+                shared.abandon(waiter)  # out of the queue, or (granted at the last moment) its slot back
             if wake.cancelled:
                 raise SchedulingError("the scheduler shut down before the call could start")
             raise DeadlineExceeded(
                 f"tool {call.tool}: could not start before the call's deadline "
-                f"(queued {loop.time() - waiter.queued_at:.3f}s)"
+                f"(queued {clock() - waiter.queued_at:.3f}s)"
             )
         except SchedulingError as exc:
-            reasons = {DeadlineExceeded: "deadline", Overloaded: "shed"}
-            raise _GiveUp(reasons.get(type(exc), "closed"), exc) from exc
-
-    def _arm_timer(self, at: float) -> None:
-        """The core's rate-timer hook (called under the lock, from any thread): arm it on the loop."""
-        with contextlib.suppress(RuntimeError):  # a closed loop: nothing is waiting any more
-            self._loop.call_soon_threadsafe(self._set_timer, at)
-
-    def _set_timer(self, at: float) -> None:
-        core = self.scheduler
-        with self._lock:
-            if core._timer is not None:
-                if core._timer_at <= at:
-                    return
-                core._timer.cancel()
-            core._timer = self._loop.call_at(at, self._on_timer)
-            core._timer_at = at
-
-    def _on_timer(self) -> None:
-        with self._lock:
-            self.scheduler._timer = None
-            self.scheduler._dispatch()
+            raise _give_up(exc) from exc
 
     # --- with a store: every attempt handed to the loop thread and back ---------------------------
 

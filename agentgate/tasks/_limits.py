@@ -1,0 +1,409 @@
+"""The admission state every scheduler of one Gate shares: one set of limits, one fair queue.
+
+A Gate runs sync calls through a ``SyncScheduler`` and async calls through one ``Scheduler`` per
+event loop. The limits a policy declares are the Gate's, not each scheduler's, so all of them
+admit through one ``SharedLimits``: the in-flight counts (global, per tool, tenant and
+principal), the rate token buckets, the circuit breakers and the fair queue of waiting calls.
+
+Thread safety: every method whose name says it (and every field below) is used with ``lock``
+held; the sync facade's callers and every event loop thread take it. Breakers are thread-safe on
+their own and are looked up without the lock. A waiting call is told it may start through its
+``Signal``: a thread-safe one-shot for a sync caller (``_sync._Wake``), ``LoopSignal`` for an
+async caller, which resolves the caller's future on *its* loop (directly when the dispatch runs
+on that loop's thread, else through ``loop.call_soon_threadsafe``). So a slot given back by any
+scheduler starts the fairest waiting call of any scheduler, and no waiter sleeps while its slot
+is free.
+
+Rate-limited waiting calls are started by one timer thread (made on first use, joined by
+``close``) that sleeps until the earliest token and then dispatches under the lock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+import time
+import weakref
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any, Protocol
+
+from agentgate.errors import Overloaded
+from agentgate.tasks._breaker import BreakerSnapshot, BreakerState, CircuitBreaker
+from agentgate.tasks._call import ToolCall
+from agentgate.tasks._config import PriorityClass, SchedulerConfig, TenantShare, ToolLimits
+from agentgate.tasks._fair import Entry, FairQueue
+from agentgate.tasks._metrics import SchedulerMetrics
+from agentgate.tasks._token_bucket import TokenBucket
+
+if TYPE_CHECKING:
+    from agentgate.tasks._scheduler import Scheduler
+
+_NEVER = float("inf")
+
+
+class Signal(Protocol):
+    """How a waiting call learns it was started (``set_result`` is called with the lock held)."""
+
+    def done(self) -> bool: ...
+
+    def set_result(self, result: None, /) -> None: ...
+
+
+class LoopSignal:
+    """The signal of an async waiter: resolves ``future`` on its own loop, from any thread."""
+
+    __slots__ = ("_set", "future", "loop", "thread")
+
+    def __init__(self, future: asyncio.Future[None], loop: asyncio.AbstractEventLoop) -> None:
+        self.future = future
+        self.loop = loop
+        self.thread = threading.get_ident()  # made by the waiting task, so on its loop's thread
+        self._set = False
+
+    def done(self) -> bool:
+        return self._set
+
+    def set_result(self, result: None, /) -> None:
+        if self._set:
+            return
+        self._set = True
+        if threading.get_ident() == self.thread:
+            if not self.future.done():  # cancelled: its caller abandons the slot it was given
+                self.future.set_result(None)
+        else:
+            # A closed loop: its tasks are gone; the waiter never learns, and its slot was
+            # given back by ``Scheduler.aclose`` cancelling it (``abandon``) before the loop closed.
+            with contextlib.suppress(RuntimeError):
+                self.loop.call_soon_threadsafe(_resolve, self.future)
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
+class Waiter:
+    """One attempt's claim on slots: granted when started, queued (``entry``) while waiting."""
+
+    __slots__ = ("call", "entry", "future", "granted", "limits", "queued_at")
+
+    future: Signal  # set only when the call has to wait
+
+    def __init__(self, call: ToolCall, limits: ToolLimits, queued_at: float) -> None:
+        self.call = call
+        self.limits = limits
+        self.queued_at = queued_at
+        self.granted = False
+        self.entry: Entry[Waiter] | None = None
+
+
+class SharedLimits:
+    """The limits of ``config`` and the fair queue, shared by every scheduler given this object.
+
+    ``Scheduler(limits=...)`` and ``SyncScheduler(limits=...)`` admit through it; a scheduler
+    made without one makes its own. ``close()`` stops the rate timer thread (idempotent; the
+    Gate calls it, a scheduler calls it on the object it made).
+    """
+
+    def __init__(self, config: SchedulerConfig | None = None) -> None:
+        self.config = config = config or SchedulerConfig()
+        self.lock = threading.Lock()
+        self.queue: FairQueue[Waiter] = FairQueue()
+        self.in_flight = 0
+        self.tool_in_flight: dict[str, int] = {}
+        self.tenant_in_flight: dict[str, int] = {}
+        self.principal_in_flight: dict[tuple[str, str], int] = {}
+        self.buckets: dict[str, TokenBucket] = {}
+        self.limits_cache: dict[str, ToolLimits] = {}
+        self.shares: dict[str, TenantShare] = {}
+        self.breakers: dict[str, CircuitBreaker] = {}
+        self.tool_breakers: dict[str, CircuitBreaker] = {}  # tool -> its default breaker
+        #: Wall time this process knows each breaker opened (cross-process breaker sharing).
+        self.opened_wall: dict[str, float] = {}
+        # Without global, tenant or principal limits, a slot given back can only start a call to its tool.
+        self.per_tool_only = (
+            config.max_concurrency is None
+            and config.principal_concurrency is None
+            and config.tenant.concurrency is None
+            and all(share.concurrency is None for share in config.tenants.values())
+        )
+        self._rate_wait = _NEVER
+        self._timer_at = _NEVER
+        self._timer_wake = threading.Condition(self.lock)
+        self._timer: threading.Thread | None = None
+        self._stopped = False
+        self._listeners: weakref.WeakSet[Scheduler] = weakref.WeakSet()
+        self._listeners_lock = threading.Lock()
+        self._adopting = threading.local()
+
+    @property
+    def queued(self) -> int:
+        """Calls waiting to start, in every scheduler sharing these limits."""
+        return self.queue.size
+
+    # --- limits ---------------------------------------------------------------------------------
+
+    def tool_limits(self, tool: str) -> ToolLimits:
+        """The limits of ``tool`` (cached; safe without the lock)."""
+        found = self.limits_cache.get(tool)
+        if found is None:
+            found = self.limits_cache[tool] = self.config.tool_limits(tool)
+        return found
+
+    def breaker(self, key: str) -> CircuitBreaker:
+        """The circuit breaker for ``key``, created closed; one per key for all schedulers (no lock needed)."""
+        found = self.breakers.get(key)
+        if found is None:
+            made = CircuitBreaker(key, self.config.breaker, on_change=self._breaker_changed)
+            found = self.breakers.setdefault(key, made)  # atomic: two threads get the same one
+        return found
+
+    def breaker_for(self, call: ToolCall) -> CircuitBreaker:
+        """The breaker ``call`` runs under: its ``breaker_key``, else its tool's."""
+        if call.breaker_key is not None:
+            return self.breakers.get(call.breaker_key) or self.breaker(call.breaker_key)
+        found = self.tool_breakers.get(call.tool)
+        if found is None:
+            found = self.tool_breakers[call.tool] = self.breaker("tool:" + call.tool)
+        return found
+
+    def breaker_snapshots(self) -> list[BreakerSnapshot]:
+        """The state of every breaker used so far."""
+        return [b.snapshot() for b in list(self.breakers.values())]
+
+    # --- breaker transitions: told to every scheduler, published to the store once -------------
+
+    def attach(self, scheduler: Scheduler) -> None:
+        """Tell ``scheduler`` about breaker transitions from now on (held weakly)."""
+        with self._listeners_lock:
+            self._listeners.add(scheduler)
+
+    @contextlib.contextmanager
+    def adopting(self) -> Iterator[None]:
+        """Transitions in this thread inside the block came from another process: not published back."""
+        self._adopting.active = True
+        try:
+            yield
+        finally:
+            self._adopting.active = False
+
+    def _breaker_changed(self, key: str, old: BreakerState, new: BreakerState) -> None:
+        with self._listeners_lock:
+            listeners = list(self._listeners)
+        for number, scheduler in enumerate(listeners):
+            scheduler._breaker_event(key, old, new, number == 0)
+        if getattr(self._adopting, "active", False) or new is BreakerState.HALF_OPEN:
+            return
+        opened_at = time.time()
+        if new is BreakerState.OPEN:
+            self.opened_wall[key] = opened_at
+        for scheduler in listeners:
+            if scheduler._publish_breaker(key, new, opened_at):
+                break
+
+    # --- admission (all with ``lock`` held) -----------------------------------------------------
+
+    def start_now(self, call: ToolCall, limits: ToolLimits) -> Waiter | None:
+        """The fast path, when nothing waits: start ``call`` at once if every limit has room, else None."""
+        if not self.has_room(call, limits):
+            return None
+        waiter = Waiter(call, limits, 0.0)  # queued_at is read only for calls that waited
+        self.start(waiter)
+        return waiter
+
+    def enqueue(
+        self,
+        call: ToolCall,
+        limits: ToolLimits,
+        priority: PriorityClass,
+        traced: bool,
+        future: Signal,
+        metrics: SchedulerMetrics,
+    ) -> Waiter:
+        """The slow path: queue ``call`` fairly (``Overloaded`` when full); ``future`` is set when it starts.
+
+        ``metrics``: the queueing scheduler's, which counts the ``queued`` or ``shed`` event.
+        """
+        waiter = Waiter(call, limits, time.monotonic())
+        waiter.future = future
+        config = self.config
+        share = self.shares.get(call.tenant)
+        if share is None:
+            share = self.shares[call.tenant] = config.tenant_share(call.tenant)
+        queue = self.queue
+        if queue.size >= config.max_queued or (
+            share.max_queued is not None and queue.tenant_sizes.get(call.tenant, 0) >= share.max_queued
+        ):
+            metrics.event("shed", call.tool, {"agentgate.tenant": call.tenant})
+            raise Overloaded(
+                f"tool {call.tool}: queue full for tenant {call.tenant!r} "
+                f"({queue.size} waiting, limit {config.max_queued}, tenant limit {share.max_queued})"
+            )
+        waiter.entry = queue.push(
+            waiter,
+            priority.rank,
+            priority.name,
+            priority.weight,
+            call.tenant,
+            share.weight,
+            call.principal,
+            call.tool,
+        )
+        if traced:
+            metrics.event(
+                "queued", call.tool, {"agentgate.tenant": call.tenant, "agentgate.priority": priority.name}
+            )
+        else:
+            metrics.tally("queued", call.tool)
+        # A tool at its concurrency limit starts nothing now; a rate-limited one needs its timer armed.
+        if limits.rate is not None or (
+            limits.concurrency is None or self.tool_in_flight.get(call.tool, 0) < limits.concurrency
+        ):
+            self.dispatch(call.tool)
+        return waiter
+
+    def has_room(self, call: ToolCall, limits: ToolLimits) -> bool:
+        """Can ``call`` start now? Takes the rate token when it can (so: call once, then start)."""
+        config = self.config
+        if config.max_concurrency is not None and self.in_flight >= config.max_concurrency:
+            return False
+        if limits.concurrency is not None and self.tool_in_flight.get(call.tool, 0) >= limits.concurrency:
+            return False
+        if not self.per_tool_only and (
+            self._tenant_blocked(call.tenant) or self._agent_blocked(call.tenant, call.principal)
+        ):
+            return False
+        return limits.rate is None or self._bucket(call.tool, limits).try_take()
+
+    def _bucket(self, tool: str, limits: ToolLimits) -> TokenBucket:
+        bucket = self.buckets.get(tool)
+        if bucket is None:
+            assert limits.rate is not None
+            bucket = self.buckets[tool] = TokenBucket(limits.rate.per_second, limits.rate.burst)
+        return bucket
+
+    def _tenant_blocked(self, tenant: str) -> bool:
+        limit = self.config.tenant_share(tenant).concurrency
+        return limit is not None and self.tenant_in_flight.get(tenant, 0) >= limit
+
+    def _agent_blocked(self, tenant: str, principal: str) -> bool:
+        limit = self.config.principal_concurrency
+        return limit is not None and self.principal_in_flight.get((tenant, principal), 0) >= limit
+
+    def _tool_open(self, tool: str) -> bool:
+        """Can ``tool`` start an attempt now? Notes the earliest rate-token time when it cannot."""
+        limits = self.limits_cache.get(tool) or self.tool_limits(tool)
+        if limits.concurrency is not None and self.tool_in_flight.get(tool, 0) >= limits.concurrency:
+            return False
+        if limits.rate is not None:
+            wait = self._bucket(tool, limits).wait_s()
+            if wait > 0:
+                self._rate_wait = min(self._rate_wait, wait)
+                return False
+        return True
+
+    def start(self, waiter: Waiter) -> None:
+        """Count ``waiter``'s slots as taken."""
+        call = waiter.call
+        waiter.granted = True
+        self.in_flight += 1
+        self.tool_in_flight[call.tool] = self.tool_in_flight.get(call.tool, 0) + 1
+        if not self.per_tool_only:  # the tenant and principal counts matter only to their limits
+            self.tenant_in_flight[call.tenant] = self.tenant_in_flight.get(call.tenant, 0) + 1
+            agent = (call.tenant, call.principal)
+            self.principal_in_flight[agent] = self.principal_in_flight.get(agent, 0) + 1
+
+    def finish(self, waiter: Waiter) -> None:
+        """Give ``waiter``'s slots back and start the fairest waiting calls that now have room."""
+        call = waiter.call
+        self.in_flight -= 1
+        _decrement(self.tool_in_flight, call.tool)
+        if not self.per_tool_only:
+            _decrement(self.tenant_in_flight, call.tenant)
+            _decrement(self.principal_in_flight, (call.tenant, call.principal))
+        if self.queue.size:
+            self.dispatch(call.tool if self.per_tool_only else None)
+
+    def abandon(self, waiter: Waiter) -> None:
+        """A waiting call gives up (deadline, cancellation): out of the queue, or its slot back."""
+        if waiter.granted:
+            self.finish(waiter)
+        elif waiter.entry is not None:
+            self.queue.discard(waiter.entry)
+
+    def dispatch(self, tool: str | None = None) -> None:
+        """Start waiting calls, fairest first, while limits have room; arm the rate timer if needed.
+
+        ``tool``: only that tool's room can have changed (a call to it was queued, or it gave a
+        slot back while no global, tenant or principal limit is configured), so only its
+        waiting calls can start: after every dispatch, no other tool with waiting calls has room.
+        """
+        max_concurrency = self.config.max_concurrency
+        if max_concurrency is not None and self.in_flight >= max_concurrency:
+            return
+        queue = self.queue
+        self._rate_wait = _NEVER
+        if tool is not None:
+            open_tools = {tool} if tool in queue.tool_sizes and self._tool_open(tool) else set()
+        else:
+            open_tools = {name for name in queue.tool_sizes if self._tool_open(name)}
+        per_tool_only = self.per_tool_only
+        while open_tools and (max_concurrency is None or self.in_flight < max_concurrency):
+            waiter = queue.pop(
+                open_tools,
+                None if per_tool_only else self._tenant_blocked,
+                None if per_tool_only else self._agent_blocked,
+            )
+            if waiter is None:
+                break
+            started = waiter.call.tool
+            if not waiter.future.done():  # done: its caller was cancelled after it was picked
+                if waiter.limits.rate is not None:
+                    self._bucket(started, waiter.limits).try_take()
+                self.start(waiter)
+                waiter.future.set_result(None)
+            if started not in queue.tool_sizes or not self._tool_open(started):
+                open_tools.discard(started)
+        if queue.size and self._rate_wait != _NEVER:
+            self._arm(time.monotonic() + self._rate_wait)
+
+    # --- the rate timer -------------------------------------------------------------------------
+
+    def _arm(self, at: float) -> None:
+        """Have the timer thread dispatch at ``at`` (monotonic) unless it will sooner (lock held)."""
+        if self._stopped or at >= self._timer_at:
+            return
+        self._timer_at = at
+        if self._timer is None:
+            self._timer = threading.Thread(target=self._run_timer, name="agentgate-rate-timer", daemon=True)
+            self._timer.start()
+        else:
+            self._timer_wake.notify()
+
+    def _run_timer(self) -> None:
+        with self.lock:
+            while not self._stopped:
+                delay = self._timer_at - time.monotonic()
+                if delay > 0:
+                    self._timer_wake.wait(None if self._timer_at == _NEVER else delay)
+                    continue
+                self._timer_at = _NEVER
+                self.dispatch()
+
+    def close(self) -> None:
+        """Stop and join the rate timer thread; waiting rate-limited calls then start only when a slot comes free."""
+        with self.lock:
+            self._stopped = True
+            self._timer_wake.notify()
+            timer = self._timer
+        if timer is not None and timer is not threading.current_thread():
+            timer.join()
+
+
+def _decrement(counts: dict[Any, int], key: Any) -> None:
+    left = counts[key] - 1
+    if left:
+        counts[key] = left
+    else:
+        del counts[key]
