@@ -16,7 +16,7 @@ from agentgate.audit.entry import AuditEntry
 from agentgate.capabilities import Call
 from agentgate.dispatch.broker import Broker, GangRequest, GatedBroker, TenantQuota, synthetic_topology
 from agentgate.errors import Denied, InputError, PolicyError
-from agentgate.gate import AgentIdentity, Gate
+from agentgate.gate import AgentIdentity, Approval, Gate
 from agentgate.keys import SigningKey
 from agentgate.policy import parse_policy
 from agentgate.policy._schema import lease_cost
@@ -31,6 +31,7 @@ tenants:
   team-a: {{}}
 principals:
   trainer: {{kind: service, did: "{trainer}", tenant: team-a, roles: [trainer]}}
+  boss: {{kind: human, did: "{boss}", tenant: team-a}}
 gpus:
 {gpus}
 roles:
@@ -79,10 +80,11 @@ class Process:
 class World:
     """The keys, the policy and the clock that outlive a process, and the process running now."""
 
-    def __init__(self, url: str, gpus: str = PRICED, budget: int = 1_000_000) -> None:
+    def __init__(self, url: str, gpus: str = PRICED, budget: int = 1_000_000, approvals: str = "") -> None:
         self.url = url
-        self.keys = {n: SigningKey.generate() for n in ("root", "trainer")}
+        self.keys = {n: SigningKey.generate() for n in ("root", "trainer", "boss")}
         self.policy = POLICY.format(gpus=gpus, budget=budget, **{n: k.did for n, k in self.keys.items()})
+        self.policy += f"approvals: {{{approvals}}}\n" if approvals else ""
         self.log_key = SigningKey.generate()
         self.clock = Clock()
         self.process = Process(url, self.policy, self.log_key, self.clock)
@@ -204,6 +206,31 @@ def test_a_renewal_reserves_the_time_it_adds_and_is_refused_when_the_budget_cann
         world.process.gate.close()
 
 
+def test_a_renewal_behind_an_approval_gate_is_not_asked_again_but_still_pays(store: Store) -> None:
+    world = World(store.url, budget=200_000, approvals="big: {resource: gpu:h100, approvers: [boss]}")
+    try:
+        gated = world.process.gated
+        asked = gated.submit(world.trainer, lease("ft-1"))
+        assert asked.needs_approval and world.remaining() == 200_000  # nothing reserved yet
+        approval = Approval.sign(asked.authorization.approval_payload(), world.keys["boss"])
+        assert gated.submit(world.trainer, lease("ft-1"), approval=approval).allowed
+        assert world.remaining() == 80_000
+        world.clock.now += 30
+        gated.renew(world.trainer, "ft-1")  # 30 s more: 60,000
+        assert world.remaining() == 20_000
+        world.clock.now += 20
+        with pytest.raises(Denied, match="budget exhausted"):  # 20 s more: 40,000
+            gated.renew(world.trainer, "ft-1")
+        refused = world.process.entries()[-1]
+        assert (refused.kind, refused.status, refused.budget_delta) == ("outcome", "renewal_refused", 0)
+        assert world.remaining() == 20_000
+        world.clock.now += 10
+        gated.release(world.trainer, "ft-1")  # held 60 s
+        assert world.process.entries()[-1].budget_delta == 120_000 and world.spent() == 120_000
+    finally:
+        world.process.gate.close()
+
+
 def test_a_type_the_policy_does_not_price_is_leased_free_of_charge(store: Store) -> None:
     world = World(store.url, gpus=UNPRICED)
     try:
@@ -285,6 +312,6 @@ def test_lease_cost_refuses_a_time_that_is_not_one(bad: object) -> None:
 def test_the_policy_refuses_a_gpu_type_that_is_no_resource_name_or_a_negative_price(
     entry: str, message: str
 ) -> None:
-    keys = {n: SigningKey.generate().did for n in ("root", "trainer")}
+    keys = {n: SigningKey.generate().did for n in ("root", "trainer", "boss")}
     with pytest.raises(PolicyError, match=message):
         parse_policy(POLICY.format(gpus=entry, budget=1, **keys), source="gpu.yaml")

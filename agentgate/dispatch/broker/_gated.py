@@ -278,9 +278,13 @@ class GatedBroker:
                             (self.gate.ledger.reserve(tx, identity.chain.ids, caps, amount), unit, amount)
                         )
         except BudgetExceeded as exc:
-            raise Denied(
-                f"renewal of lease {lease_id!r} refused: budget exhausted ({exc})", auth.decision
-            ) from exc
+            reason = f"budget exhausted ({exc})"
+            # The Gate recorded this renewal as approval_required; its refusal is evidence too.
+            refused = LeaseDecision(
+                lease_id, identity.did, identity.grant_id, auth.call.resource, auth.audit_index, price
+            )
+            self._append(refused, "renewal_refused", reason, 0)
+            raise Denied(f"renewal of lease {lease_id!r} refused: {reason}", auth.decision) from exc
         return tuple(held)
 
     def _holder_request(self, identity: AgentIdentity, lease_id: str) -> GangRequest:
