@@ -231,6 +231,18 @@ def test_a_renewal_behind_an_approval_gate_is_not_asked_again_but_still_pays(sto
         world.process.gate.close()
 
 
+def test_a_preempted_lease_pays_until_its_grace_ends_not_until_the_broker_notices(world: World) -> None:
+    gated = world.process.gated
+    gated.submit(world.trainer, lease("low", gpus=8, grace_s=20))  # 480,000 reserved
+    world.clock.now += 10
+    high = gated.submit(world.trainer, lease("high", gpus=8, priority=1))  # notice: low ends by t=1030
+    assert high.allowed and high.lease() is None
+    world.clock.now += 1000  # the broker notices long after the grace ended
+    gated.advance()
+    preempted = next(e for e in world.process.entries() if e.status == "lease_preempted")
+    assert preempted.budget_delta == 8 * 30 * 1_000  # held t=1000..1030
+
+
 def test_a_type_the_policy_does_not_price_is_leased_free_of_charge(store: Store) -> None:
     world = World(store.url, gpus=UNPRICED)
     try:
