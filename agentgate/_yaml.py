@@ -16,6 +16,7 @@ errors by location path, ``("roles", "support", "ttl_s")``, which this map turns
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -34,6 +35,11 @@ _SCALAR_TAGS = frozenset(
     "tag:yaml.org,2002:" + t for t in ("str", "int", "float", "bool", "null", "timestamp")
 )
 _STR = "tag:yaml.org,2002:str"
+_BOOL, _INT, _FLOAT = "tag:yaml.org,2002:bool", "tag:yaml.org,2002:int", "tag:yaml.org,2002:float"
+_BOOLEANS = frozenset({"true", "True", "TRUE", "false", "False", "FALSE"})
+"""Booleans as YAML 1.2 writes them; yes/no/on/off are text here."""
+_INTEGER = re.compile(r"[-+]?(?:0|[1-9][0-9_]*|0x[0-9a-fA-F_]+|0o[0-7_]+|0b[01_]+)")
+_SEXAGESIMAL = re.compile(r"[-+]?[1-9][0-9_]*(?::[0-5]?[0-9])+")
 _MAP, _SEQ = "tag:yaml.org,2002:map", "tag:yaml.org,2002:seq"
 
 
@@ -163,11 +169,31 @@ class _Builder:
             raise self._tag_error(node)
         if node.tag == _STR:
             return node.value
+        if node.tag == _BOOL and node.value not in _BOOLEANS:
+            # YAML 1.1 reads yes/no/on/off as booleans: ``in: [NO, SE, DK]`` would hold False,
+            # not Norway. YAML 1.2 reads them as text, and so does agentgate; a field that wants
+            # a boolean then refuses the text with its location.
+            return node.value
+        if node.tag == _FLOAT and ":" in node.value:
+            return node.value  # a sexagesimal float (``1:30.5``), text in YAML 1.2
+        if node.tag == _INT and not _INTEGER.fullmatch(node.value):
+            if _SEXAGESIMAL.fullmatch(node.value):
+                return node.value  # ``10:30`` is 630 in YAML 1.1, text in YAML 1.2 and here
+            raise self.error(
+                node,
+                f"ambiguous number {node.value!r}",
+                "a decimal integer (or 0x, 0o, 0b with digits)",
+                "YAML versions disagree on a leading zero: write the number without it, or quote text",
+            )
         try:
             return self.scalars.construct_object(node, deep=True)
         except yaml.YAMLError as exc:
             problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
             raise self.error(node, f"bad value: {problem}", "a plain value", "quote the value") from None
+        except ValueError:  # Python refuses to convert integers of more than 4,300 digits
+            raise self.error(
+                node, f"number of {len(node.value)} characters", "a number of sensible size", "quote text"
+            ) from None
 
     def _alias(self, path: Path_) -> None:
         # The composer shares one node between an anchor and its aliases, so a node met twice

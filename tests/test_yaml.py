@@ -93,3 +93,30 @@ def test_inventory_files_get_the_same_protection_as_policies() -> None:
         parse_inventory(bomb, source="inv.yaml")
     with pytest.raises(InventoryError, match="merge keys"):
         parse_inventory("base: &b {x: 1}\nnodes:\n  <<: *b\n", source="inv.yaml")
+
+
+def test_yaml_1_1_booleans_are_text_and_yaml_1_2_booleans_stay_booleans() -> None:
+    """``in: [NO, SE, DK]`` holds Norway, not False (the YAML 1.1 "Norway problem")."""
+    data, _ = load_yaml(
+        "in: [NO, SE, DK]\nflags: [yes, No, on, OFF, y]\nb: [true, False, TRUE]\n", source="p.yaml"
+    )
+    assert data == {
+        "in": ["NO", "SE", "DK"],
+        "flags": ["yes", "No", "on", "OFF", "y"],
+        "b": [True, False, True],
+    }
+
+
+def test_sexagesimal_numbers_are_text_and_plain_integers_are_integers() -> None:
+    data, _ = load_yaml("t: 10:30\nf: 1:30.5\nn: [0, -7, +5, 1_000, 0x1F, 0b101]\n", source="p.yaml")
+    assert data == {"t": "10:30", "f": "1:30.5", "n": [0, -7, 5, 1000, 31, 5]}
+
+
+def test_an_integer_with_a_leading_zero_is_refused_as_ambiguous() -> None:
+    error = _error("a:\n  b: 0755\n")
+    assert (error.line, error.column) == (2, 6) and "ambiguous number '0755'" in error.message
+
+
+def test_an_integer_too_long_to_convert_is_a_policy_error() -> None:
+    error = _error("a: " + "9" * 5000 + "\n")
+    assert error.line == 1 and "number of 5000 characters" in error.message
