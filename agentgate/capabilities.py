@@ -629,17 +629,25 @@ def attenuates(parent: Capability, child: Capability) -> bool:
     return True
 
 
+_NOTHING = object()
+
+
 def witness(parent: Capability, child: Capability) -> Call | None:
     """A call that ``child`` covers and ``parent`` does not, or ``None`` when ``child`` attenuates ``parent``.
 
-    A child with a contradictory constraint covers nothing and so attenuates anything.
+    A child with a contradictory constraint covers nothing and so attenuates anything; so does
+    one that no number can satisfy although it is not a contradiction over the reals (``gt:
+    4.999999999999999, lt: 5``: no integer and no double lies between the two).
     """
     if any(c.is_empty for _, c in child.constraints):
         return None
     child_map = child.constraint_map
     base_args: dict[str, Any] = {}
     for name, constraint in child.constraints:
-        base_args[name] = next(v for v in _members(constraint._normal, None) if constraint.allows(v))
+        member = next((v for v in _members(constraint._normal, None) if constraint.allows(v)), _NOTHING)
+        if member is _NOTHING:
+            return None
+        base_args[name] = member
     resource = _pattern_witness(child.resource, parent.resource)
     action = child.action if child.action != "*" else ("zz_witness" if parent.action != "*" else "invoke")
     if not pattern_within(child.resource, parent.resource):

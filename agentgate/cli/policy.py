@@ -14,7 +14,7 @@ from typing import Any
 
 from agentgate.capabilities import Call
 from agentgate.cli._common import json_object
-from agentgate.errors import CapabilityError, PolicyError
+from agentgate.errors import CapabilityError, InputError, PolicyError
 from agentgate.findings import Severity
 from agentgate.policy import Outcome, PolicyIndex, explain, json_schema_text, lint, load_policy
 
@@ -113,7 +113,10 @@ def _explain(args: argparse.Namespace) -> int:
 def _schema(args: argparse.Namespace) -> int:
     text = json_schema_text()
     if args.output:
-        Path(args.output).write_text(text, encoding="utf-8")
+        try:
+            Path(args.output).write_text(text, encoding="utf-8")
+        except OSError as exc:
+            raise InputError(f"{args.output}: cannot write the schema: {exc.strerror or exc}") from None
     else:
         sys.stdout.write(text)
     return 0

@@ -399,12 +399,13 @@ def _compile(rule: RuleRef) -> _Compiled:
     checks: list[Any] = []
     for name, c in rule.capability.constraints:
         if c.eq is None and c.one_of is None and c.prefix is None and not c.is_empty:
-            lo, lo_incl = (float(c.ge), True) if c.ge is not None else (-math.inf, False)
+            # Bounds keep their own type: an integer bound compares exactly beyond 2**53.
+            lo, lo_incl = (c.ge, True) if c.ge is not None else (-math.inf, False)
             if c.gt is not None and (c.ge is None or c.gt >= c.ge):
-                lo, lo_incl = float(c.gt), False
-            hi, hi_incl = (float(c.le), True) if c.le is not None else (math.inf, False)
+                lo, lo_incl = c.gt, False
+            hi, hi_incl = (c.le, True) if c.le is not None else (math.inf, False)
             if c.lt is not None and (c.le is None or c.lt <= c.le):
-                hi, hi_incl = float(c.lt), False
+                hi, hi_incl = c.lt, False
             checks += (name, lo, hi, lo_incl, hi_incl, None)
         else:
             checks += (name, -math.inf, math.inf, False, False, c)
@@ -450,8 +451,21 @@ def _satisfies(cap: Capability, call: Call) -> bool:
 
 
 def _gate_applies(conditions: tuple[tuple[str, Constraint], ...], args: Any) -> bool:
-    # A call that leaves out an argument the gate looks at needs approval: fail closed.
-    return all(name not in args or c.allows(args[name]) for name, c in conditions)
+    # A call that leaves out an argument the gate looks at, or gives it a value the condition
+    # cannot compare (``max_tokens: "100000"`` against ``gt: 100``), needs approval: fail closed.
+    return all(
+        name not in args or not _comparable(c, args[name]) or c.allows(args[name]) for name, c in conditions
+    )
+
+
+def _comparable(c: Constraint, value: Any) -> bool:
+    """Whether every operator of ``c`` can compare ``value``: a bound needs a finite number (never
+    a bool), a prefix needs text; equality and membership compare any value."""
+    if (c.lt is not None or c.le is not None or c.gt is not None or c.ge is not None) and (
+        type(value) not in (int, float) or not math.isfinite(value)
+    ):
+        return False
+    return c.prefix is None or isinstance(value, str)
 
 
 def _miss(rule: RuleRef, call: Call) -> str:

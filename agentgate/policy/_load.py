@@ -201,10 +201,11 @@ def parse_policy(
             expected="a mapping starting with 'version: 1'",
             hint="top-level keys are version, settings, trust_anchors, principals, tools, roles, ...",
         )
-    if content.get("version") != schema.SCHEMA_VERSION:
+    version = content.get("version")
+    if type(version) is not int or version != schema.SCHEMA_VERSION:  # not True, not 1.0
         mark = locations.of(("version",)) if "version" in content else Mark(1, 1)
         raise PolicyError(
-            f"unsupported or missing policy version {content.get('version')!r}",
+            f"unsupported or missing policy version {version!r}",
             file=source,
             line=mark.line if mark else None,
             column=mark.column if mark else None,
