@@ -8,9 +8,9 @@ principal), the rate token buckets, the circuit breakers and the fair queue of w
 Thread safety: every method whose name says it (and every field below) is used with ``lock``
 held; the sync facade's callers and every event loop thread take it. Breakers are thread-safe on
 their own and are looked up without the lock. A waiting call is told it may start through its
-``Signal``: a thread-safe one-shot for a sync caller (``_sync._Wake``), ``LoopSignal`` for an
-async caller, which resolves the caller's future on *its* loop (directly when the dispatch runs
-on that loop's thread, else through ``loop.call_soon_threadsafe``). So a slot given back by any
+``Signal``: a thread-safe one-shot for a sync caller (``_sync._Wake``), the caller's
+``asyncio.Future`` for an async caller, resolved on *its* loop: directly when the dispatch runs on
+that loop's thread, else through ``loop.call_soon_threadsafe``. So a slot given back by any
 scheduler starts the fairest waiting call of any scheduler, and no waiter sleeps while its slot
 is free.
 
@@ -50,35 +50,7 @@ class Signal(Protocol):
     def set_result(self, result: None, /) -> None: ...
 
 
-class LoopSignal:
-    """The signal of an async waiter: resolves ``future`` on its own loop, from any thread."""
-
-    __slots__ = ("_set", "future", "loop", "thread")
-
-    def __init__(self, future: asyncio.Future[None], loop: asyncio.AbstractEventLoop) -> None:
-        self.future = future
-        self.loop = loop
-        self.thread = threading.get_ident()  # made by the waiting task, so on its loop's thread
-        self._set = False
-
-    def done(self) -> bool:
-        return self._set
-
-    def set_result(self, result: None, /) -> None:
-        if self._set:
-            return
-        self._set = True
-        if threading.get_ident() == self.thread:
-            if not self.future.done():  # cancelled: its caller abandons the slot it was given
-                self.future.set_result(None)
-        else:
-            # A closed loop: its tasks are gone; the waiter never learns, and its slot was
-            # given back by ``Scheduler.aclose`` cancelling it (``abandon``) before the loop closed.
-            with contextlib.suppress(RuntimeError):
-                self.loop.call_soon_threadsafe(_resolve, self.future)
-
-
-def _resolve(future: asyncio.Future[None]) -> None:
+def _resolve(future: Signal) -> None:
     if not future.done():
         future.set_result(None)
 
@@ -86,9 +58,10 @@ def _resolve(future: asyncio.Future[None]) -> None:
 class Waiter:
     """One attempt's claim on slots: granted when started, queued (``entry``) while waiting."""
 
-    __slots__ = ("call", "entry", "future", "granted", "limits", "queued_at")
+    __slots__ = ("call", "entry", "future", "granted", "limits", "loop", "queued_at", "thread")
 
     future: Signal  # set only when the call has to wait
+    thread: int  # the thread of ``loop``, set with it
 
     def __init__(self, call: ToolCall, limits: ToolLimits, queued_at: float) -> None:
         self.call = call
@@ -96,6 +69,8 @@ class Waiter:
         self.queued_at = queued_at
         self.granted = False
         self.entry: Entry[Waiter] | None = None
+        #: The loop whose thread must resolve ``future`` (an asyncio future); None: thread-safe signal.
+        self.loop: asyncio.AbstractEventLoop | None = None
 
 
 class SharedLimits:
@@ -220,13 +195,19 @@ class SharedLimits:
         traced: bool,
         future: Signal,
         metrics: SchedulerMetrics,
+        loop: asyncio.AbstractEventLoop | None = None,
     ) -> Waiter:
         """The slow path: queue ``call`` fairly (``Overloaded`` when full); ``future`` is set when it starts.
 
         ``metrics``: the queueing scheduler's, which counts the ``queued`` or ``shed`` event.
+        ``loop``: given when ``future`` is an asyncio future of that loop, called from its thread
+        (it is then resolved on that thread); None when ``future`` is thread-safe.
         """
         waiter = Waiter(call, limits, time.monotonic())
         waiter.future = future
+        if loop is not None:
+            waiter.loop = loop
+            waiter.thread = threading.get_ident()
         config = self.config
         share = self.shares.get(call.tenant)
         if share is None:
@@ -358,11 +339,20 @@ class SharedLimits:
             if waiter is None:
                 break
             started = waiter.call.tool
-            if not waiter.future.done():  # done: its caller was cancelled after it was picked
+            future = waiter.future
+            # done: its caller was cancelled after it was picked. Read from another thread, a
+            # cancellation can be missed: then the caller finds its slot granted and gives it back.
+            if not future.done():
                 if waiter.limits.rate is not None:
                     self._bucket(started, waiter.limits).try_take()
                 self.start(waiter)
-                waiter.future.set_result(None)
+                loop = waiter.loop
+                if loop is None or waiter.thread == threading.get_ident():
+                    future.set_result(None)
+                else:
+                    # A closed loop: its tasks are gone, their slots given back by cancellation.
+                    with contextlib.suppress(RuntimeError):
+                        loop.call_soon_threadsafe(_resolve, future)
             if started not in queue.tool_sizes or not self._tool_open(started):
                 open_tools.discard(started)
         if queue.size and self._rate_wait != _NEVER:

@@ -58,7 +58,7 @@ from agentgate.tasks._breaker import BreakerSnapshot, BreakerState, CircuitBreak
 from agentgate.tasks._call import Attempt, ToolCall
 from agentgate.tasks._classify import DEFAULT_CLASSIFIER, Classifier
 from agentgate.tasks._config import PriorityClass, SchedulerConfig, ToolLimits
-from agentgate.tasks._limits import LoopSignal, SharedLimits
+from agentgate.tasks._limits import SharedLimits
 from agentgate.tasks._metrics import SchedulerMetrics
 from agentgate.tasks._retry import Failure, RetryRule, rule_for
 
@@ -326,7 +326,7 @@ class Scheduler:
                             if waiter is None:
                                 future: asyncio.Future[None] = loop.create_future()
                                 waiter = shared.enqueue(
-                                    call, limits, priority, traced, LoopSignal(future, loop), self.metrics
+                                    call, limits, priority, traced, future, self.metrics, loop
                                 )
                         if waiter.entry is None:
                             self.metrics.observe_wait(0.0)
