@@ -164,9 +164,11 @@ def test_checkpoints_of_a_rotated_out_key_still_verify(store: Store) -> None:
     log.checkpoint()
     rotated = AuditLog(store, new_key, origin="test.example/audit")
     rotated.append(decision(2))
-    rotated.checkpoint()
     assert not rotated.verify().ok  # the old checkpoint is not trusted without its key
+    with pytest.raises(TamperDetected, match="no signature by the log key"):
+        rotated.checkpoint()  # nor signed over: a new checkpoint builds on a trusted one only
     trusted = AuditLog(store, new_key, origin="test.example/audit", previous_keys=[old_key.public])
+    trusted.checkpoint()
     report = trusted.verify()
     assert report.ok and report.checkpoints_checked == 2
 

@@ -7,6 +7,7 @@ could be lost. Real components only: SQLite files in tmp_path, real HTTP on 127.
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,12 +15,13 @@ import pytest
 
 from agentgate.capabilities import Call
 from agentgate.cli.main import main
-from agentgate.errors import PolicyError
+from agentgate.errors import PolicyError, TamperDetected
 from agentgate.findings import Outcome
 from agentgate.gate import AgentIdentity, Gate
 from agentgate.keys import SigningKey
 from agentgate.policy import PolicyIndex, parse_policy
 from agentgate.store import SQLiteStore
+from agentgate.store.audit import AuditLog, open_log_key
 
 BOT = "did:key:z6MkqQP5oTUxZ95rgbJg29FwyrJ5N8HrRPpEBQbPrAUCkPXm"
 LEAD = "did:key:z6Mktk1iFd7YoyEirJoqYtcfNUtMa5nUhqkrQsgX9tmc5Npj"
@@ -205,3 +207,92 @@ def test_an_approval_gate_applies_to_a_value_its_condition_cannot_compare(
     assert auth.needs_approval, auth.reasons
     small = gate.authorize(agent, Call.model("big", {"max_tokens": 100, "style": "formal"}))
     assert small.allowed, small.reasons
+
+
+# --- audit log ---------------------------------------------------------------------------------
+
+ORIGIN = "hardening.example/audit"
+
+
+def _log_with_checkpoint(db: Path, n: int = 5) -> tuple[SQLiteStore, AuditLog]:
+    store = SQLiteStore(db)
+    log = AuditLog(store, open_log_key(store), ORIGIN)
+    for i in range(n):
+        log.append({"kind": "deny", "principal": "did:key:zAlice", "budget_delta": i})
+    log.checkpoint()
+    return store, log
+
+
+def _rewrite(db: Path, sql: str) -> None:
+    raw = sqlite3.connect(db)
+    raw.execute("DROP TRIGGER audit_log_no_update")
+    raw.execute(sql)
+    raw.commit()
+    raw.close()
+
+
+def test_verify_reports_an_entry_edited_with_replace_which_stores_text(tmp_path: Path) -> None:
+    """The natural shell edit, ``replace()``, stores the entry as TEXT: verify raised TypeError
+    (``b"\\x00" + str``) instead of naming the entry."""
+    db = tmp_path / "agentgate.db"
+    store, log = _log_with_checkpoint(db)
+    _rewrite(db, "UPDATE audit_log SET entry = replace(entry, 'deny', 'allo') WHERE idx = 2")
+    report = log.verify()
+    store.close()
+    assert not report.ok and report.first_bad_index == 2
+
+
+def test_audit_verify_exits_1_for_an_entry_retyped_as_text_with_the_same_bytes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The bytes still hash right, but no append stores text: the row was rewritten past the
+    append-only triggers, which is reported (exit 1), not a traceback."""
+    monkeypatch.setattr("agentgate.cli.main.GROUPS", ("agentgate.cli.audit",))
+    db = tmp_path / "agentgate.db"
+    monkeypatch.setenv("AGENTGATE_STORE", str(db))
+    monkeypatch.delenv("AGENTGATE_LOG_KEY", raising=False)
+    monkeypatch.setenv("AGENTGATE_LOG_ORIGIN", ORIGIN)
+    store, _log = _log_with_checkpoint(db)
+    store.close()
+    _rewrite(db, "UPDATE audit_log SET entry = CAST(entry AS TEXT) WHERE idx = 1")
+    assert main(["audit", "verify"]) == 1
+    out = capsys.readouterr().out
+    assert "TAMPERED" in out and "entry 1: not stored as bytes" in out
+
+
+def test_sqlite_checkpoints_cannot_be_overwritten_with_insert_or_replace(tmp_path: Path) -> None:
+    """``INSERT OR REPLACE`` on an existing id deletes the old row without firing the delete
+    trigger: a signed checkpoint could be swapped for a copy of an older one, no trigger dropped."""
+    store = SQLiteStore(tmp_path / "agentgate.db")
+    log = AuditLog(store, SigningKey(b"\x07" * 32), ORIGIN)
+    for i in range(6):
+        log.append({"kind": "deny", "principal": "did:key:zAlice", "budget_delta": i})
+        if i == 2:
+            log.checkpoint()
+    log.checkpoint()
+    before = log.checkpoints()
+    with pytest.raises(sqlite3.IntegrityError, match="append-only"), store.transaction() as tx:
+        tx.execute(
+            "INSERT OR REPLACE INTO audit_checkpoints (id, size, root, note, created) "
+            "SELECT 2, size, root, note, created FROM audit_checkpoints WHERE id = 1"
+        )
+    assert log.checkpoints() == before
+    store.close()
+
+
+def test_a_new_checkpoint_builds_on_the_signed_note_not_on_the_rows_columns(tmp_path: Path) -> None:
+    """The newest checkpoint row's size and root columns are not signed: a row whose columns
+    disagree with its note (a copied older note under a larger size) is refused, not built on."""
+    db = tmp_path / "agentgate.db"
+    store, log = _log_with_checkpoint(db, n=3)
+    log.append({"kind": "deny", "principal": "did:key:zAlice", "budget_delta": 9})
+    raw = sqlite3.connect(db)
+    raw.execute(
+        "INSERT INTO audit_checkpoints (size, root, note, created) "
+        "SELECT 4, root, note, created FROM audit_checkpoints WHERE size = 3"
+    )
+    raw.commit()
+    raw.close()
+    with pytest.raises(TamperDetected, match="does not match its signed note"):
+        log.checkpoint()
+    store.close()

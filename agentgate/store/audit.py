@@ -68,6 +68,9 @@ CREATE TRIGGER IF NOT EXISTS audit_checkpoints_no_update BEFORE UPDATE ON audit_
 BEGIN SELECT RAISE(ABORT, 'audit_checkpoints is append-only'); END;
 CREATE TRIGGER IF NOT EXISTS audit_checkpoints_no_delete BEFORE DELETE ON audit_checkpoints
 BEGIN SELECT RAISE(ABORT, 'audit_checkpoints is append-only'); END;
+CREATE TRIGGER IF NOT EXISTS audit_checkpoints_no_replace BEFORE INSERT ON audit_checkpoints
+WHEN NEW.id IN (SELECT id FROM audit_checkpoints)
+BEGIN SELECT RAISE(ABORT, 'audit_checkpoints is append-only'); END;
 """,
     "postgresql": """
 DO $$
@@ -236,6 +239,11 @@ class AuditLog:
             )
         )
         self._guess: int | None = None
+        # Entries, leaf hashes and roots are read as bytes whatever type the row holds: SQLite
+        # stores what it is given, and an entry rewritten with replace() comes back as TEXT.
+        # (PostgreSQL's BYTEA columns hold nothing else.)
+        blob = "CAST({} AS BLOB)" if store.dialect == "sqlite" else "{}"
+        self._entry, self._leaf, self._root = (blob.format(c) for c in ("entry", "leaf_hash", "root"))
 
     def open_checkpoint(self, note: str) -> Checkpoint:
         """A checkpoint of this log signed by its key or a previous one; ``TamperDetected`` otherwise."""
@@ -328,7 +336,13 @@ class AuditLog:
         log is never laundered by a fresh signature.
         """
         latest = self._latest_checkpoint_row()
-        prev_size, prev_root = (int(latest[0]), bytes(latest[1])) if latest else (0, b"")
+        prev_size, prev_root = 0, b""
+        if latest:
+            # What was signed, not the row's unsigned columns, is what the log must still match.
+            signed = self.open_checkpoint(str(latest[2]))
+            if (signed.size, signed.root) != (int(latest[0]), bytes(latest[1])):
+                raise TamperDetected("audit log: the latest checkpoint row does not match its signed note")
+            prev_size, prev_root = signed.size, signed.root
         leaves: list[bytes] = []
         for idx, data, stored in self._rows(include_entry_from=prev_size):
             if idx != len(leaves):
@@ -364,7 +378,7 @@ class AuditLog:
 
     def entry_bytes(self, index: int) -> bytes:
         """The stored bytes of entry ``index``; raises ``InputError`` if there is none."""
-        rows = self.store.query("SELECT entry FROM audit_log WHERE idx = ?", (index,))
+        rows = self.store.query(f"SELECT {self._entry} FROM audit_log WHERE idx = ?", (index,))
         if not rows:
             raise InputError(f"audit log has no entry {index}")
         return bytes(rows[0][0])
@@ -389,7 +403,7 @@ class AuditLog:
 
     def _latest_checkpoint_row(self) -> Row | None:
         rows = self.store.query(
-            "SELECT size, root, note FROM audit_checkpoints ORDER BY size DESC, id DESC LIMIT 1"
+            f"SELECT size, {self._root}, note FROM audit_checkpoints ORDER BY size DESC, id DESC LIMIT 1"
         )
         return rows[0] if rows else None
 
@@ -398,7 +412,7 @@ class AuditLog:
         last = start - 1
         while True:
             rows = self.store.query(
-                "SELECT idx, CASE WHEN idx >= ? THEN entry END, leaf_hash FROM audit_log "
+                f"SELECT idx, CASE WHEN idx >= ? THEN {self._entry} END, {self._leaf} FROM audit_log "
                 "WHERE idx > ? ORDER BY idx LIMIT ?",
                 (include_entry_from, last, _BATCH),
             )
@@ -413,7 +427,7 @@ class AuditLog:
         last = -1
         while True:
             rows = self.store.query(
-                "SELECT idx, entry, leaf_hash FROM audit_log WHERE idx > ? ORDER BY idx LIMIT ?",
+                f"SELECT idx, {self._entry}, {self._leaf} FROM audit_log WHERE idx > ? ORDER BY idx LIMIT ?",
                 (last, _BATCH),
             )
             if rows:
@@ -524,6 +538,15 @@ class AuditLog:
                 problems.append(f"checkpoint of size {acc.size}: root does not match the entries; {cause}")
             if len(rows) < count:
                 break
+        if self.store.dialect == "sqlite":
+            # The same bytes stored as TEXT hash the same, but no append can store them so: the
+            # row was rewritten past the append-only triggers (SQLite's replace() returns TEXT).
+            retyped = self.store.query(
+                "SELECT MIN(idx) FROM audit_log WHERE typeof(entry) != 'blob' OR typeof(leaf_hash) != 'blob'"
+            )[0][0]
+            if retyped is not None:
+                problems.append(f"entry {retyped}: not stored as bytes (the row was rewritten)")
+                bad.append(int(retyped))
         size = acc.size
         for cp_size in sorted(s for s in expected if s > size):
             problems.append(
@@ -536,7 +559,7 @@ class AuditLog:
     def _diagnose(self, lo: int, hi: int) -> tuple[int, str]:
         """Find the first entry in ``[lo, hi)`` that is not what it claims to be (after a root mismatch)."""
         rows = self.store.query(
-            "SELECT idx, entry FROM audit_log WHERE idx >= ? AND idx < ? ORDER BY idx", (lo, hi)
+            f"SELECT idx, {self._entry} FROM audit_log WHERE idx >= ? AND idx < ? ORDER BY idx", (lo, hi)
         )
         for idx, data in rows:
             try:
