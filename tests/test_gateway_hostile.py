@@ -108,3 +108,20 @@ def test_an_approval_whose_request_id_holds_a_lone_surrogate_is_a_refusal_not_a_
     answer = _send(env, env.agent, {APPROVAL_HEADER: json.dumps({**real, "request": "\ud800"})})
     assert answer.status_code in (400, 403), (answer.status_code, answer.text)
     assert env.ledger() == before and _allows(env) == 0
+
+
+def test_a_deeply_nested_body_is_a_400_with_the_refusal_audited(env: Env) -> None:
+    """A body nested 100,000 deep (far under the 8 MiB limit) made ``json.loads`` raise
+    RecursionError, which escaped as a bare 500 with nothing audited. Nesting that does parse
+    (900 deep, inside a message) is an ordinary request or refusal, never a 500."""
+    headers = {"Authorization": f"Bearer {env.agent.chain.token}"}
+    before = len(env.entries())
+    raw = b'{"model":"x","messages":' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+    answer = _post(env, raw, headers)
+    assert answer.status_code == 400, (answer.status_code, answer.text[:200])
+    assert json.loads(answer.text)["error"]["type"] == "invalid_request_error"
+    assert len(env.entries()) == before + 1
+    for depth in (900, 5000):
+        nested = b'{"model":"x","messages":[{"role":"user","content":' + b"[" * depth + b"]" * depth + b"}]}"
+        answer = _post(env, nested, headers)
+        assert answer.status_code < 500, (depth, answer.status_code, answer.text[:200])

@@ -396,6 +396,8 @@ def _parse_body(raw: bytes) -> dict[str, Any]:
         body = json.loads(raw)
     except ValueError as exc:
         raise InputError(f"the body is not JSON ({exc})") from None
+    except RecursionError:
+        raise InputError("the body is nested too deeply") from None
     if not isinstance(body, dict):
         raise InputError("the body must be a JSON object")
     messages = body.get("messages")
