@@ -33,6 +33,7 @@ from agentgate.tasks import (
     SchedulerConfig,
     SharedLimits,
     SyncScheduler,
+    TenantShare,
     ToolCall,
     ToolLimits,
 )
@@ -347,20 +348,30 @@ def test_a_rate_limited_async_waiter_is_started_by_the_shared_timer_after_a_sync
     limits.close()
 
 
-def test_principal_concurrency_holds_across_sync_and_async_callers() -> None:
-    limits = SharedLimits(SchedulerConfig(principal_concurrency=1))
+@pytest.mark.parametrize("who", ["principal", "tenant"])
+def test_principal_and_tenant_concurrency_hold_across_sync_and_async_callers(who: str) -> None:
+    if who == "principal":
+        config = SchedulerConfig(principal_concurrency=1)
+    else:
+        config = SchedulerConfig(tenant=TenantShare(concurrency=1))
+
+    def call(tool: str, name: str) -> ToolCall:
+        return ToolCall(tool, principal=name) if who == "principal" else ToolCall(tool, tenant=name)
+
+    limits = SharedLimits(config)
     release = threading.Event()
     with loop_threads(1) as [thread], SyncScheduler(limits=limits) as sync, ThreadPoolExecutor(1) as pool:
         scheduler = _async_scheduler(thread, limits)
-        holder = pool.submit(sync.submit, ToolCall("a", principal="alice"), _blocking_sync(release))
+        holder = pool.submit(sync.submit, call("a", "alice"), _blocking_sync(release))
         _wait_until(lambda: limits.in_flight == 1)
 
         async def tool(attempt: Attempt) -> str:
-            return attempt.call.principal
+            return attempt.call.principal if who == "principal" else attempt.call.tenant
 
-        alice = thread.run(scheduler.submit(ToolCall("b", principal="alice"), tool))
+        alice = thread.run(scheduler.submit(call("b", "alice"), tool))
+        _wait_until(lambda: limits.queued == 1)
         # bob is not blocked by alice's slot, even though alice's call waits ahead of him
-        assert thread.run(scheduler.submit(ToolCall("b", principal="bob"), tool)).result(WAIT_S) == "bob"
+        assert thread.run(scheduler.submit(call("b", "bob"), tool)).result(WAIT_S) == "bob"
         assert not alice.done() and limits.queued == 1
         release.set()
         assert holder.result(WAIT_S) == "sync" and alice.result(WAIT_S) == "alice"

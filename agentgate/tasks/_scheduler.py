@@ -592,11 +592,17 @@ class Scheduler:
     ) -> None:
         letter = self._record_dead(call, key, errors, reason)
         if self._dead_store is not None:
-            try:
-                await asyncio.to_thread(self._dead_store.record, letter)
-            except StoreError:
-                # The caller gets the tool's error either way; a lost record is counted, not hidden.
-                self.metrics.event("dead_letter_not_stored", call.tool, {"agentgate.reason": reason})
+            await asyncio.to_thread(self._store_dead, letter)
+
+    def _store_dead(self, letter: DeadLetter) -> None:
+        """Persist ``letter`` (blocking; there is a dead-letter store). A failure is counted, not raised:
+        the caller gets the tool's error either way, and a lost record is counted, not hidden."""
+        assert self._dead_store is not None
+        try:
+            self._dead_store.record(letter)
+        except StoreError:
+            with self.shared.lock:  # the sync facade's metrics are counted by many threads
+                self.metrics.event("dead_letter_not_stored", letter.tool, {"agentgate.reason": letter.reason})
 
     def _record_dead(
         self, call: ToolCall, key: str | None, errors: list[AttemptError], reason: str

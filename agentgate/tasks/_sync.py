@@ -13,8 +13,8 @@ when a slot is given back: whoever gives a slot back (a caller's thread, an even
 timer) dispatches under the lock and wakes the fairest waiting call's thread or task. Newcomers
 never overtake: while anything is queued they queue too. Retries, the retry rule, breakers, dead
 letters and metrics use the core's objects and step methods (``Scheduler._deadline``,
-``_failed``, ``_record_dead``); only the loop around them is written twice (``Scheduler._run``
-for coroutines, ``_attempts`` here for functions), step for step the same.
+``_failed``, ``_record_dead``, ``_store_dead``); only the loop around them is written twice
+(``Scheduler._run`` for coroutines, ``_attempts`` here for functions), step for step the same.
 
 With a store (cross-process leases, shared rate buckets and breakers, persisted dead letters,
 which are blocking store work inside the core's async attempt loop), every attempt is handed to
@@ -44,7 +44,7 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 from prometheus_client import CollectorRegistry
 
-from agentgate.errors import DeadlineExceeded, SchedulingError, StoreError
+from agentgate.errors import DeadlineExceeded, SchedulingError
 from agentgate.store._base import Store
 from agentgate.store.dead_letters import AttemptError, DeadLetter, DeadLetterStore
 from agentgate.tasks._breaker import BreakerSnapshot
@@ -319,12 +319,7 @@ class SyncScheduler:
                     with lock:
                         letter = core._record_dead(call, key, errors, stop.reason)
                     if core._dead_store is not None:
-                        try:
-                            core._dead_store.record(letter)
-                        except StoreError:  # the caller gets the tool's error either way
-                            core.metrics.event(
-                                "dead_letter_not_stored", call.tool, {"agentgate.reason": stop.reason}
-                            )
+                        core._store_dead(letter)
                 raise stop.error from None
 
     def _admit(
