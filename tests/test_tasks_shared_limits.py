@@ -345,7 +345,9 @@ def test_a_rate_limited_async_waiter_is_started_by_the_shared_timer_after_a_sync
         assert thread.run(three()).result(WAIT_S) == ["async"] * 3
         assert scheduler.metrics.count("queued", "api") >= 1  # they waited for tokens, then ran
         _aclose(thread, scheduler)
+    assert any(t.name == "agentgate-rate-timer" for t in threading.enumerate())
     limits.close()
+    assert not any(t.name == "agentgate-rate-timer" for t in threading.enumerate())  # joined
 
 
 @pytest.mark.parametrize("who", ["principal", "tenant"])
