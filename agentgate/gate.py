@@ -27,7 +27,6 @@ import contextlib
 import functools
 import hashlib
 import logging
-import math
 import threading
 import time
 import weakref
@@ -218,6 +217,18 @@ class Approval:
         return parsed
 
 
+class _Once:
+    """A flag that can be taken once, from any thread: ``take`` answers True the first time only."""
+
+    __slots__ = ("_lock",)
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+
+    def take(self) -> bool:
+        return self._lock.acquire(blocking=False)
+
+
 @dataclass(frozen=True)
 class Authorization:
     """A recorded decision about one call and what it reserved. Produced by ``Gate.authorize``."""
@@ -239,6 +250,8 @@ class Authorization:
     """Refused because a budget of the chain has too little left: the run should end."""
     rule: str | None = None
     """The policy rule that allows the call (``role R rule N``), recorded in its audit entries."""
+    _use: _Once = field(default_factory=lambda: _Once(), repr=False, compare=False)
+    """Taken by the one ``Gate.run``/``arun``/gateway call an allow is good for (shared by copies)."""
 
     @property
     def allowed(self) -> bool:
@@ -359,6 +372,16 @@ def _redact_reasons(reasons: Iterable[str], args: Mapping[str, Any], loggable: I
             reason = reason.replace(quoted, placeholder)
         out.append(reason)
     return out
+
+
+def _token_counts(tokens: object) -> tuple[int, int]:
+    """``(prompt, output)`` token counts as two non-negative integers; ``InputError`` otherwise (a
+    negative estimate would make a call's cost negative and skip its reservation)."""
+    if isinstance(tokens, tuple | list) and len(tokens) == 2:
+        prompt, output = tokens
+        if all(type(n) is int and n >= 0 for n in (prompt, output)):
+            return prompt, output
+    raise InputError(f"token counts must be two non-negative integers (prompt, output), got {tokens!r}")
 
 
 def approval_call_hash(resource: str, action: str, args_digest: str, grant: str, call_id: str) -> str:
@@ -972,7 +995,10 @@ class Gate:
             return self._write_refusal(refused, tx)
         if guarded:
             tx.execute("RELEASE SAVEPOINT agentgate_allow")
-        index = self.audit.append(self._entry(auth, "allow"), tx)
+        entry = self._entry(auth, "allow")
+        if held:
+            entry["budget_delta"] = held[0][2]  # reserved, in the unit of the caller's own budget
+        index = self.audit.append(entry, tx)
         return Authorization(  # built directly: dataclasses.replace costs more than the rest of this step
             auth.verdict,
             auth.call,
@@ -1000,8 +1026,10 @@ class Gate:
 
     @staticmethod
     def _caps(decision: Decision) -> dict[str, dict[str, int]]:
+        """Budget caps by unit and grant; the unit of the budget nearest the tip (the caller's own)
+        first: audit entries report their ``budget_delta`` in that unit."""
         by_unit: dict[str, dict[str, int]] = {}
-        for grant_id, budget in decision.budgets:
+        for grant_id, budget in reversed(decision.budgets):
             by_unit.setdefault(budget.unit, {})[grant_id] = budget.amount
         return by_unit
 
@@ -1024,14 +1052,13 @@ class Gate:
                 raise InputError(f"{call.resource}: the lease cannot be priced: {exc}") from exc
             cost["usd_micros"] = cost["micro_usd"] = micros
         elif tokens is not None and call.resource.startswith("model:"):
-            prompt, output = tokens
+            prompt, output = _token_counts(tokens)
             cost["tokens"] = prompt + output
             spec = self.policy.document.models.get(call.resource.removeprefix("model:"))
             if spec is not None:
-                micros = math.ceil(
-                    (prompt * spec.cost_per_mtok.input + output * spec.cost_per_mtok.output) / 1_000_000
-                )
-                cost["usd_micros"] = cost["micro_usd"] = micros
+                # Integers only, rounded up: a float would round large counts and lose micro-dollars.
+                per_million = prompt * spec.cost_per_mtok.input + output * spec.cost_per_mtok.output
+                cost["usd_micros"] = cost["micro_usd"] = -(-per_million // 1_000_000)
         return cost
 
     # --- running --------------------------------------------------------------------------
@@ -1206,8 +1233,15 @@ class Gate:
             return scheduler
 
     def _check_allowed(self, auth: Authorization) -> None:
+        """Refuse (``Denied``) a refusal, and an allow that was already used: one decision, one run."""
         if not auth.allowed or auth.audit_index is None:
             raise Denied(auth.explain(), auth.decision)
+        if not auth._use.take():
+            raise Denied(
+                f"the authorization of {auth.call.resource} (audit entry {auth.audit_index}) was already "
+                "used: an allow runs its call once; decide the call again",
+                auth.decision,
+            )
 
     def _settle(
         self, auth: Authorization, status: str, error: str | None, usage: tuple[int, int] | None
@@ -1257,13 +1291,25 @@ class Gate:
         usage: tuple[int, int] | None,
     ) -> None:
         identity = auth.identity
-        actual = self._cost(auth.call, usage) if usage is not None else None
+        reasons = [error] if error else []
+        actual = None
+        if usage is not None:
+            try:
+                actual = self._cost(auth.call, usage)
+            except InputError:  # garbage from a backend: the whole reservation is charged
+                reasons.append(
+                    f"reported usage {str(usage)[:80]} is not two token counts; charged as reserved"
+                )
         delta = 0
-        for reservation, unit, amount in auth.reservations:
+        for position, (reservation, unit, amount) in enumerate(auth.reservations):
             if status == "ok" or actual is not None:
                 used = actual.get(unit, amount) if actual is not None else amount
-                self.ledger.commit(reservation, used, tx)
-                delta += used
+                # The call has run: its cost is recorded even when it overruns what was left.
+                short = self.ledger.commit(reservation, used, tx, exhaust=True)
+                if short:
+                    reasons.append(f"overran the {unit} budget by {short}; the budget is exhausted")
+                if position == 0:  # the unit of the caller's own budget (``_caps``)
+                    delta = used
             else:
                 self.ledger.release(reservation, tx)
         self.audit.append(
@@ -1275,7 +1321,7 @@ class Gate:
                 "status": status,
                 "ref": auth.audit_index,
                 "budget_delta": delta,
-                "reasons": [error] if error else [],
+                "reasons": [_recordable(r) for r in reasons],
             },
             tx,
         )

@@ -391,9 +391,11 @@ def test_a_refusal_never_writes_a_non_loggable_value_to_the_audit_log(setup: Set
 def test_an_outcome_that_cannot_be_written_is_logged_and_does_not_sink_the_others(
     setup: Setup, caplog: pytest.LogCaptureFixture
 ) -> None:
+    lost = setup.gate.authorize(setup.agent, Call.model("small"), tokens=(10, 10))
+    setup.gate.ledger.release(lost.reservations[0][0])  # settled behind the gate's back
+    setup.gate.run(lost, lambda: "x", spent=lambda _: (10, 10))  # so its outcome cannot settle it
     auth = setup.gate.authorize(setup.agent, Call.model("small"), tokens=(10, 10))
     setup.gate.run(auth, lambda: "x", spent=lambda _: (10, 10))
-    setup.gate.run(auth, lambda: "x", spent=lambda _: (10, 10))  # misuse: its reservation is settled twice
     other = setup.gate.authorize(setup.agent, Call.tool("lookup", {"id": "1"}))
     setup.gate.run(other, lambda: "ok")
     with caplog.at_level("ERROR", logger="agentgate.gate"):

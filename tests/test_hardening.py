@@ -13,9 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from agentgate.audit.entry import AuditEntry
 from agentgate.capabilities import Call
 from agentgate.cli.main import main
-from agentgate.errors import PolicyError, TamperDetected
+from agentgate.errors import Denied, InputError, PolicyError, TamperDetected
 from agentgate.findings import Outcome
 from agentgate.gate import AgentIdentity, Gate
 from agentgate.keys import SigningKey
@@ -296,3 +297,114 @@ def test_a_new_checkpoint_builds_on_the_signed_note_not_on_the_rows_columns(tmp_
     with pytest.raises(TamperDetected, match="does not match its signed note"):
         log.checkpoint()
     store.close()
+
+
+# --- budgets and single use ---------------------------------------------------------------------
+
+PRICED = """
+version: 1
+trust_anchors:
+  root: {{did: "{root}"}}
+principals:
+  agent: {{kind: agent, did: "{agent}", roles: [worker]}}
+models:
+  small: {{cost_per_mtok: {{input: 1000000, output: 2000000}}}}
+roles:
+  worker:
+    kind: agent
+    capabilities:
+      - resource: model:small
+    budget: {{limit: 10000, unit: usd_micros}}
+    ttl_s: 600
+"""
+
+
+@pytest.fixture
+def priced(tmp_path: Path) -> Iterator[tuple[Gate, AgentIdentity]]:
+    keys = {n: SigningKey.generate() for n in ("root", "agent")}
+    text = PRICED.format(**{n: k.did for n, k in keys.items()})
+    gate = Gate(parse_policy(text, source="priced.yaml"), SQLiteStore(tmp_path / "agentgate.db"))
+    agent = gate.issue(keys["root"], name="agent", key=keys["agent"], role="worker")
+    yield gate, agent
+    gate.close()
+
+
+def _outcome(gate: Gate, auth_index: int | None) -> AuditEntry:
+    gate.flush()
+    [outcome] = [e for e in gate.audit.entries() if e.kind == "outcome" and e.ref == auth_index]
+    return outcome
+
+
+def test_token_counts_that_are_not_two_non_negative_integers_are_refused(
+    priced: tuple[Gate, AgentIdentity],
+) -> None:
+    """A negative prompt estimate made the cost negative, the reservation was skipped and the call
+    allowed for free (fail open). Such counts are a caller's bug: InputError, nothing recorded."""
+    gate, agent = priced
+    before = len(list(gate.audit.entries()))
+    for tokens in ((-(10**9), 10**6), (1.5, 10), (True, 10), (10,), "10,10"):
+        with pytest.raises(InputError, match="token counts"):
+            gate.authorize(agent, Call.model("small"), tokens=tokens)  # type: ignore[arg-type]
+    assert len(list(gate.audit.entries())) == before
+
+
+def test_a_cost_no_budget_can_hold_is_a_recorded_refusal(priced: tuple[Gate, AgentIdentity]) -> None:
+    """``tokens=(10**30, 0)`` raised sqlite3's OverflowError out of ``authorize``."""
+    gate, agent = priced
+    auth = gate.authorize(agent, Call.model("small"), tokens=(10**30, 0))
+    assert not auth.allowed and auth.budget_exhausted and auth.audit_index is not None
+
+
+def test_an_overrun_that_does_not_fit_is_recorded_and_exhausts_the_budget(
+    priced: tuple[Gate, AgentIdentity],
+) -> None:
+    """Reserved 30 micro-dollars, used 20,010 with 9,970 left: the ledger refused the overrun, the
+    outcome was rolled back and only logged: no outcome entry, nothing charged, the reservation
+    open for ever. Now the call's outcome is recorded with the overrun, the budget is spent out."""
+    gate, agent = priced
+    auth = gate.authorize(agent, Call.model("small"), tokens=(10, 10))
+    assert auth.allowed
+    gate.run(auth, lambda: "answer", spent=lambda _result: (10, 10_000))
+    outcome = _outcome(gate, auth.audit_index)
+    assert outcome.status == "ok"
+    assert any("overran the usd_micros budget by 10010" in r for r in outcome.reasons), outcome.reasons
+    assert gate.ledger.spent(agent.chain.root.id) == 10_000
+    assert gate.ledger.remaining(agent.chain.root.id) == 0
+    assert not gate.authorize(agent, Call.model("small"), tokens=(1, 1)).allowed
+
+
+def test_usage_a_backend_reports_that_is_garbage_is_charged_as_reserved(
+    priced: tuple[Gate, AgentIdentity],
+) -> None:
+    """A negative usage would have refunded more than was reserved."""
+    gate, agent = priced
+    auth = gate.authorize(agent, Call.model("small"), tokens=(10, 10))
+    gate.run(auth, lambda: "answer", spent=lambda _result: (-(10**6), 5))
+    outcome = _outcome(gate, auth.audit_index)
+    assert outcome.budget_delta == 30 and any("not two token counts" in r for r in outcome.reasons)
+    assert gate.ledger.spent(agent.chain.root.id) == 30
+
+
+def test_allow_and_outcome_entries_carry_the_amounts_in_the_callers_unit(
+    priced: tuple[Gate, AgentIdentity],
+) -> None:
+    """The allow entry said 0 whatever it reserved; the outcome summed every unit (calls, tokens
+    and money) into one number."""
+    gate, agent = priced
+    auth = gate.authorize(agent, Call.model("small"), tokens=(10, 10))  # 10 + 20 micro-dollars
+    assert [unit for _id, unit, _amount in auth.reservations] == ["usd_micros"]
+    gate.run(auth, lambda: "answer", spent=lambda _result: (4, 3))  # 4 + 6
+    assert gate.audit.entry(auth.audit_index or 0).budget_delta == 30
+    assert _outcome(gate, auth.audit_index).budget_delta == 10
+
+
+def test_one_allow_runs_its_call_once(priced: tuple[Gate, AgentIdentity]) -> None:
+    """``Gate.run`` accepted the same allow again and again: extra runs had no decision, no
+    charge and no outcome entry."""
+    gate, agent = priced
+    auth = gate.authorize(agent, Call.model("small"), tokens=(10, 10))
+    ran: list[int] = []
+    gate.run(auth, lambda: ran.append(1), spent=lambda _result: (10, 10))
+    with pytest.raises(Denied, match="already used"):
+        gate.run(auth, lambda: ran.append(1), spent=lambda _result: (10, 10))
+    assert ran == [1]

@@ -64,7 +64,7 @@ def _burn_down(entries: Sequence[AuditEntry]) -> str:
     series: dict[str, list[tuple[int, int]]] = defaultdict(list)
     totals: dict[str, int] = defaultdict(int)
     for entry in entries:
-        if entry.kind == "spend":
+        if entry.kind in ("spend", "outcome") and entry.budget_delta:
             totals[entry.principal] += entry.budget_delta
             series[entry.principal].append((entry.index, totals[entry.principal]))
     if not series:

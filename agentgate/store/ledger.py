@@ -89,6 +89,10 @@ def _reservation_id() -> str:
     return f"{time.time_ns():016x}{os.urandom(8).hex()}"
 
 
+MAX_AMOUNT = 2**63 - 1
+"""The largest amount a budget can hold (a 64-bit signed column on both stores)."""
+
+
 def _amount(value: object, what: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise InputError(f"{what} must be a non-negative integer in minor units, got {value!r}")
@@ -133,6 +137,8 @@ class BudgetLedger:
         and ``InputError`` for a malformed chain or amount.
         """
         amount = _amount(amount, "amount")
+        if amount > MAX_AMOUNT:
+            raise BudgetExceeded(f"an amount of {amount} is more than any budget can hold")
         if not chain or any(not isinstance(g, str) or not g for g in chain) or len(set(chain)) != len(chain):
             raise InputError("chain must be a non-empty list of distinct grant ids, root first")
         with self._tx(tx) as t:
@@ -161,14 +167,25 @@ class BudgetLedger:
             )
         return reservation
 
-    def commit(self, reservation: str, actual: int, tx: Transaction | None = None) -> None:
+    def commit(
+        self, reservation: str, actual: int, tx: Transaction | None = None, *, exhaust: bool = False
+    ) -> int:
         """Settle ``reservation`` at ``actual``: refund what was not used, charge an overrun.
 
-        Raises ``InputError`` if the reservation does not exist or was already settled, and
-        ``BudgetExceeded`` if an overrun (``actual`` above the reserved amount) does not fit; then
-        nothing changes and the reservation stays open (commit a smaller amount, or release it).
+        An overrun (``actual`` above the reserved amount) that does not fit a grant's budget
+        raises ``BudgetExceeded``, and nothing changes (the reservation stays open), unless
+        ``exhaust``: then the grant is charged all it had (the reservation and what was left) and
+        its budget is left at zero. Use ``exhaust`` for a call that has already run: its cost is
+        a fact to record, not a request to refuse. Returns the largest part of ``actual`` that a
+        grant's budget could not cover (0 when everything fit): the caller records it. Raises
+        ``InputError`` if the reservation does not exist or was already settled.
         """
         actual = _amount(actual, "actual amount")
+        if actual > MAX_AMOUNT:
+            if not exhaust:
+                raise BudgetExceeded(f"an amount of {actual} is more than any budget can hold")
+            actual = MAX_AMOUNT
+        shortfall = 0
         with self._tx(tx) as t:
             held = self._settle(t, reservation, "committed", actual)
             delta = held.amount - actual  # > 0: refund; < 0: overrun to charge
@@ -178,14 +195,27 @@ class BudgetLedger:
                         "UPDATE budget_ledger SET remaining = remaining + ?, spent = spent + ? WHERE grant_id = ?",
                         (delta, actual, grant_id),
                     )
-                else:
-                    t.execute(
-                        "UPDATE budget_ledger SET remaining = remaining - ?, spent = spent + ? "
-                        "WHERE grant_id = ? AND remaining >= ?",
-                        (-delta, actual, grant_id, -delta),
-                    )
-                    if t.rowcount != 1:
-                        raise BudgetExceeded(f"grant {grant_id}: overrun of {-delta} does not fit the budget")
+                    continue
+                t.execute(
+                    "UPDATE budget_ledger SET remaining = remaining - ?, spent = spent + ? "
+                    "WHERE grant_id = ? AND remaining >= ?",
+                    (-delta, actual, grant_id, -delta),
+                )
+                if t.rowcount == 1:
+                    continue
+                if not exhaust:
+                    raise BudgetExceeded(f"grant {grant_id}: overrun of {-delta} does not fit the budget")
+                # Charge what the budget had (the reservation and what was left): ``spent`` never
+                # exceeds the cap; the caller records the shortfall (the audit entry says it).
+                left = int(
+                    t.execute("SELECT remaining FROM budget_ledger WHERE grant_id = ?", (grant_id,))[0][0]
+                )
+                shortfall = max(shortfall, -delta - left)
+                t.execute(
+                    "UPDATE budget_ledger SET remaining = 0, spent = spent + ? WHERE grant_id = ?",
+                    (held.amount + left, grant_id),
+                )
+        return shortfall
 
     def release(self, reservation: str, tx: Transaction | None = None) -> None:
         """Return the whole reservation to every grant; ``InputError`` if unknown or already settled."""

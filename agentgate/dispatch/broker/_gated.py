@@ -340,7 +340,8 @@ class GatedBroker:
             self._append(decided or _unlinked(request_id, holder, resource), status, reason, delta, tx)
 
     def _settle(self, tx: Transaction, decided: LeaseDecision, held: tuple[int, float] | None) -> int:
-        """Commit what the lease used of its reservations and return the rest; the amount committed.
+        """Commit what the lease used of its reservations and return the rest; the amount committed
+        in the unit of the first reservation (the caller's own budget's, see ``Gate._caps``).
 
         Each decision's call is spent once the lease was granted. Money: the GPUs times the held
         seconds (rounded up) at the lease's price, taken from its reservations in order. They
@@ -357,12 +358,14 @@ class GatedBroker:
         )
         owed = {unit: min(cost, sum(a for _, u, a in decided.reservations if u == unit)) for unit in _MONEY}
         committed = 0
+        primary = decided.reservations[0][1] if decided.reservations else None  # the caller's own unit
         for reservation, unit, amount in decided.reservations:
             used = min(amount, owed[unit]) if unit in owed else amount
             if unit in owed:
                 owed[unit] -= used
             self.gate.ledger.commit(reservation, used, tx)
-            committed += used
+            if unit == primary:  # an audit entry's budget_delta is in one unit, never a sum of several
+                committed += used
         return committed
 
     def _append(
