@@ -408,3 +408,21 @@ def test_one_allow_runs_its_call_once(priced: tuple[Gate, AgentIdentity]) -> Non
     with pytest.raises(Denied, match="already used"):
         gate.run(auth, lambda: ran.append(1), spent=lambda _result: (10, 10))
     assert ran == [1]
+
+
+@pytest.mark.parametrize(
+    ("text", "where"),
+    [
+        ("tools:\n  a:\n    timeout_s: .inf\n", "tools.a.timeout_s: Input should be a finite number"),
+        ("tools:\n  a:\n    rate: {per_second: .nan, burst: 1}\n", "tools.a.rate.per_second"),
+        ("roles:\n  r:\n    ttl_s: 0x10000000000000000000000000000000000000000\n", "roles.r.ttl_s"),
+        ("settings:\n  max_ttl_s: 315360001\n", "settings.max_ttl_s"),
+        ("roles:\n  r:\n    budget: {limit: 9223372036854775808}\n", "roles.r.budget.limit"),
+        ("roles:\n  r:\n    delegation: {max_depth: 16}\n", "roles.r.delegation.max_depth"),
+    ],
+)
+def test_policy_numbers_a_grant_or_a_timer_cannot_hold_are_refused_at_load(text: str, where: str) -> None:
+    """An infinite timeout or rate loaded and ran; a ttl of 2**160 s, a budget above 2**63 - 1 or a
+    depth of 16 loaded and linted clean, then failed at issue time with a confusing token error."""
+    with pytest.raises(PolicyError, match=where.replace(".", r"\.")):
+        parse_policy("version: 1\n" + text, source="p.yaml")

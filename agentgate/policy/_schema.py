@@ -14,6 +14,10 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_vali
 
 Name = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")]
 Scalar = str | int | float | bool
+MAX_TTL_S = 10 * 365 * 86_400
+"""Longest lifetime or window a policy may name: ten years (the command line's limit too)."""
+MAX_AMOUNT = 2**63 - 1
+"""Largest budget or quota: what a grant can carry and a 64-bit store column can hold."""
 PrincipalKind = Literal["human", "service", "agent"]
 BudgetUnit = Literal["usd_micros", "tokens", "calls"]
 RetryClass = Literal["transient", "timeout", "connection", "error"]
@@ -24,13 +28,16 @@ SCHEMA_VERSION = 1
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid", strict=True, use_attribute_docstrings=True)
+    # No infinity or NaN in any number a policy holds (a timeout of .inf never fires).
+    model_config = ConfigDict(
+        frozen=True, extra="forbid", strict=True, use_attribute_docstrings=True, allow_inf_nan=False
+    )
 
 
 class Settings(_Model):
     """Policy-wide limits."""
 
-    max_ttl_s: int = Field(default=86_400, gt=0)
+    max_ttl_s: int = Field(default=86_400, gt=0, le=MAX_TTL_S)
     """No grant issued under this policy may live longer than this many seconds."""
     revocation: bool = True
     """Whether revocation is checked for grants under this policy. Switching it off is a lint error."""
@@ -244,7 +251,7 @@ class CapabilityRule(_Model):
 class Budget(_Model):
     """A spending limit in integer minor units."""
 
-    limit: int = Field(ge=0)
+    limit: int = Field(ge=0, le=MAX_AMOUNT)
     """Most that may be spent."""
     unit: BudgetUnit = "usd_micros"
     """``usd_micros``, ``tokens`` or ``calls``."""
@@ -253,9 +260,9 @@ class Budget(_Model):
 class Delegation(_Model):
     """What a holder of the role may hand on to sub-agents."""
 
-    max_depth: int = Field(default=1, ge=0, le=16)
+    max_depth: int = Field(default=1, ge=0, le=15)
     """How many further delegation steps the role's grant allows."""
-    max_ttl_s: int | None = Field(default=None, gt=0)
+    max_ttl_s: int | None = Field(default=None, gt=0, le=MAX_TTL_S)
     """Longest life of a delegated grant; must not exceed the role's ``ttl_s``."""
     capabilities: list[CapabilityRule] = Field(default_factory=list)
     """Capabilities that may be handed on, each within one the role holds."""
@@ -277,7 +284,7 @@ class Role(_Model):
     """What holders may do; anything else is denied."""
     budget: Budget | None = None
     """Spending limit of a grant for this role."""
-    ttl_s: int | None = Field(default=None, gt=0)
+    ttl_s: int | None = Field(default=None, gt=0, le=MAX_TTL_S)
     """Lifetime of a grant for this role, seconds."""
     delegation: Delegation | None = None
     """What may be handed on; absent means nothing (``max_depth`` 0)."""
@@ -291,9 +298,9 @@ class Quota(_Model):
     tenant: Name | None = None
     principal: Name | None = None
     role: Name | None = None
-    window_s: int = Field(gt=0)
+    window_s: int = Field(gt=0, le=MAX_TTL_S)
     """Length of the window, seconds."""
-    limit: int = Field(ge=0)
+    limit: int = Field(ge=0, le=MAX_AMOUNT)
     """Most usage in one window."""
     unit: BudgetUnit = "calls"
     """``calls``, ``tokens`` or ``usd_micros``."""
