@@ -8,6 +8,7 @@ from its journal.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 
 import pytest
@@ -327,3 +328,18 @@ def test_the_policy_refuses_a_gpu_type_that_is_no_resource_name_or_a_negative_pr
     keys = {n: SigningKey.generate().did for n in ("root", "trainer", "boss")}
     with pytest.raises(PolicyError, match=message):
         parse_policy(POLICY.format(gpus=entry, budget=1, **keys), source="gpu.yaml")
+
+
+def test_the_leases_command_shows_the_decision_and_the_reservation_of_a_gated_lease(
+    world: World, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from agentgate.cli.main import main
+
+    decision = world.process.gated.submit(world.trainer, lease("ft-1")).authorization.audit_index
+    world.process.gate.flush()
+    assert main(["broker", "leases", "--json", "--store", world.url]) == 0
+    [shown] = json.loads(capsys.readouterr().out)["leases"]
+    assert (shown["id"], shown["decision"], shown["cost_per_gpu_hour"]) == ("ft-1", decision, 3_600_000)
+    assert shown["reserved"]["usd_micros"] == 120_000  # 2 GPUs x 60 s x 1,000 micro-dollars
+    assert main(["broker", "leases", "--store", world.url]) == 0
+    assert f"audit #{decision}" in capsys.readouterr().out

@@ -19,6 +19,7 @@ from typing import Any
 from agentgate.cli._common import open_existing_store, utc
 from agentgate.dispatch.broker import BrokerSnapshot, Lease, QueuedRequest, from_inventory
 from agentgate.dispatch.inventory import load_inventory
+from agentgate.store.broker_decisions import BrokerDecisionStore, LeaseDecision
 from agentgate.store.broker_leases import BrokerLeaseStore
 
 
@@ -48,8 +49,15 @@ def register(subparsers: Any) -> None:
 
 
 def _snapshot(args: argparse.Namespace) -> BrokerSnapshot | None:
+    return _state(args)[0]
+
+
+def _state(args: argparse.Namespace) -> tuple[BrokerSnapshot | None, dict[str, LeaseDecision]]:
+    """The broker's journal, and the decisions its gated leases were granted under (by lease id)."""
     with open_existing_store(args.store) as store:
-        return BrokerLeaseStore(store, args.broker).load()
+        snapshot = BrokerLeaseStore(store, args.broker).load()
+        decisions = {d.request_id: d for d in BrokerDecisionStore(store, args.broker).all()}
+    return snapshot, decisions
 
 
 def _header(snapshot: BrokerSnapshot | None, broker: str) -> str:
@@ -100,7 +108,7 @@ def _inventory(args: argparse.Namespace) -> int:
     return 0
 
 
-def _lease_json(lease: Lease) -> dict[str, Any]:
+def _lease_json(lease: Lease, decided: LeaseDecision | None) -> dict[str, Any]:
     return {
         "id": lease.id,
         "tenant": lease.tenant,
@@ -114,25 +122,29 @@ def _lease_json(lease: Lease) -> dict[str, Any]:
         "notice_deadline": lease.notice_deadline,
         "preempted_by": lease.preempted_by,
         "preempt_reason": lease.preempt_reason,
+        # Through GatedBroker: the audit entry that decided the lease, its price, what it holds.
+        "decision": None if decided is None else decided.audit_index,
+        "cost_per_gpu_hour": None if decided is None else decided.cost_per_gpu_hour,
+        "reserved": None if decided is None else {u: a for _r, u, a in decided.reservations},
     }
 
 
 def _leases(args: argparse.Namespace) -> int:
-    snapshot = _snapshot(args)
+    snapshot, decisions = _state(args)
     leases = () if snapshot is None else snapshot.leases
     if args.json:
-        print(
-            json.dumps(
-                {"taken_at": snapshot and snapshot.taken_at, "leases": [_lease_json(x) for x in leases]}
-            )
-        )
+        out = [_lease_json(x, decisions.get(x.id)) for x in leases]
+        print(json.dumps({"taken_at": snapshot and snapshot.taken_at, "leases": out}))
         return 0
     print(_header(snapshot, args.broker))
     if not leases:
         print("no leases")
         return 0
-    rows = [["LEASE", "TENANT", "PRIO", "GPUS", "PLACED IN", "STATE", "EXPIRES", "NOTICE UNTIL", "FOR"]]
+    rows = [
+        ["LEASE", "TENANT", "PRIO", "GPUS", "PLACED IN", "STATE", "EXPIRES", "NOTICE UNTIL", "FOR", "DECIDED"]
+    ]
     for lease in leases:
+        decided = decisions.get(lease.id)
         rows.append(
             [
                 lease.id,
@@ -144,6 +156,7 @@ def _leases(args: argparse.Namespace) -> int:
                 utc(lease.expires_at),
                 utc(lease.notice_deadline),
                 lease.preempted_by or "-",
+                "-" if decided is None or decided.audit_index is None else f"audit #{decided.audit_index}",
             ]
         )
     print(_table(rows))
