@@ -55,6 +55,16 @@ class Store(abc.ABC):
     def ensure_schema(self, name: str, ddl: dict[Dialect, str]) -> None:
         """Create one domain's tables if missing; idempotent, safe to call from every process."""
 
+    @contextmanager
+    def within(self, tx: Transaction | None) -> Iterator[Transaction]:
+        """``tx`` when the caller has one (its work then commits with the caller's), else a
+        transaction of its own that commits on exit."""
+        if tx is not None:
+            yield tx
+        else:
+            with self.transaction() as own:
+                yield own
+
     def query(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
         """One statement in its own short transaction."""
         with self.transaction(immediate=False) as tx:

@@ -19,8 +19,7 @@ Table (DDL per dialect below), keyed by the broker's name like ``store/broker_le
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from agentgate.errors import StoreError
@@ -79,17 +78,9 @@ class BrokerDecisionStore:
         self.broker = broker
         store.ensure_schema("broker_decisions", DECISIONS_DDL)
 
-    @contextmanager
-    def _tx(self, tx: Transaction | None) -> Iterator[Transaction]:
-        if tx is not None:
-            yield tx
-        else:
-            with self.store.transaction() as own:
-                yield own
-
     def add(self, decision: LeaseDecision, tx: Transaction | None = None) -> bool:
         """Record ``decision``; ``False`` (and nothing written) if its request id already has one."""
-        with self._tx(tx) as t:
+        with self.store.within(tx) as t:
             t.execute(
                 f"INSERT INTO broker_decisions (broker, {_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?) "
                 "ON CONFLICT (broker, request_id) DO NOTHING",
@@ -124,7 +115,7 @@ class BrokerDecisionStore:
         self, request_id: str, reservations: Sequence[Reservation], tx: Transaction | None = None
     ) -> bool:
         """Append ``reservations`` to ``request_id``'s; ``False`` (nothing written) if it has no row."""
-        with self._tx(tx) as t:
+        with self.store.within(tx) as t:
             held = self.get(request_id, t)
             if held is None:
                 return False
@@ -136,7 +127,7 @@ class BrokerDecisionStore:
 
     def remove(self, request_id: str, tx: Transaction | None = None) -> None:
         """Forget ``request_id``'s decision (its lease ended); nothing happens if it has none."""
-        with self._tx(tx) as t:
+        with self.store.within(tx) as t:
             t.execute(
                 "DELETE FROM broker_decisions WHERE broker = ? AND request_id = ?", (self.broker, request_id)
             )

@@ -20,8 +20,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from agentgate.audit.entry import utc_now
@@ -117,14 +116,6 @@ class BudgetLedger:
         self.store = store
         store.ensure_schema("ledger", LEDGER_DDL)
 
-    @contextmanager
-    def _tx(self, tx: Transaction | None) -> Iterator[Transaction]:
-        if tx is not None:
-            yield tx
-        else:
-            with self.store.transaction() as own:
-                yield own
-
     def reserve(
         self, tx: Transaction | None, chain: Sequence[str], caps: Mapping[str, int], amount: int
     ) -> str:
@@ -141,7 +132,7 @@ class BudgetLedger:
             raise BudgetExceeded(f"an amount of {amount} is more than any budget can hold")
         if not chain or any(not isinstance(g, str) or not g for g in chain) or len(set(chain)) != len(chain):
             raise InputError("chain must be a non-empty list of distinct grant ids, root first")
-        with self._tx(tx) as t:
+        with self.store.within(tx) as t:
             for grant_id in chain:
                 if grant_id not in caps:
                     continue
@@ -186,7 +177,7 @@ class BudgetLedger:
                 raise BudgetExceeded(f"an amount of {actual} is more than any budget can hold")
             actual = MAX_AMOUNT
         shortfall = 0
-        with self._tx(tx) as t:
+        with self.store.within(tx) as t:
             held = self._settle(t, reservation, "committed", actual)
             delta = held.amount - actual  # > 0: refund; < 0: overrun to charge
             for grant_id in held.chain:
@@ -219,7 +210,7 @@ class BudgetLedger:
 
     def release(self, reservation: str, tx: Transaction | None = None) -> None:
         """Return the whole reservation to every grant; ``InputError`` if unknown or already settled."""
-        with self._tx(tx) as t:
+        with self.store.within(tx) as t:
             held = self._settle(t, reservation, "released", 0)
             for grant_id in held.chain:
                 t.execute(
