@@ -127,7 +127,11 @@ class ApprovalRequired(AuthorityError):
 
 
 class BudgetExceeded(AuthorityError):
-    """A reservation would take a budget or quota below zero."""
+    """A reservation would take a budget below zero."""
+
+
+class QuotaExceeded(AuthorityError):
+    """A policy quota's current window cannot hold the call (``store.quotas``)."""
 
 
 # --- scheduling ------------------------------------------------------------------------------

@@ -30,7 +30,7 @@ import logging
 import threading
 import time
 import weakref
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
@@ -69,17 +69,27 @@ from agentgate.errors import (
     Expired,
     InputError,
     KeyFileError,
+    QuotaExceeded,
     ScopeCreep,
 )
 from agentgate.findings import Finding, FindingKind
 from agentgate.keys import PublicKey, SigningKey
 from agentgate.policy import ApprovalRequirement as PolicyApproval
-from agentgate.policy import Outcome, Policy, PolicyDecision, PolicyIndex, load_policy, role_grant_template
+from agentgate.policy import (
+    Outcome,
+    Policy,
+    PolicyDecision,
+    PolicyIndex,
+    QuotaRef,
+    load_policy,
+    role_grant_template,
+)
 from agentgate.store import Store, Transaction, open_store
 from agentgate.store.approvals import ApprovalStore
 from agentgate.store.audit import AuditLog, VerifyReport, open_log_key
 from agentgate.store.dead_letters import DeadLetterStore
 from agentgate.store.ledger import BudgetLedger
+from agentgate.store.quotas import QuotaCounter
 from agentgate.tasks import (
     Attempt,
     RateLimit,
@@ -250,6 +260,8 @@ class Authorization:
     """Refused because a budget of the chain has too little left: the run should end."""
     rule: str | None = None
     """The policy rule that allows the call (``role R rule N``), recorded in its audit entries."""
+    quota_exceeded: str | None = None
+    """Refused because this policy quota's current window is full (its name)."""
     _use: _Once = field(default_factory=lambda: _Once(), repr=False, compare=False)
     """Taken by the one ``Gate.run``/``arun``/gateway call an allow is good for (shared by copies)."""
 
@@ -457,6 +469,7 @@ class Gate:
         self.grants = GrantRepository(store)
         self.authority = Authority(self.grants, anchors, approvals=_approval_hook)
         self.ledger = BudgetLedger(store)
+        self.quotas = QuotaCounter(store)
         self.approvals = ApprovalStore(store)
         self.audit = AuditLog(store, log_key or open_log_key(store))
         self._config = scheduler or scheduler_config(policy)
@@ -742,7 +755,7 @@ class Gate:
             if auth.needs_approval:
                 return self._record_approval_request(auth, request, tx)
             if auth.allowed:
-                auth = self._record_allow(auth, approved, request, tokens, tx)
+                auth = self._record_allow(auth, approved, request, tokens, tx, verdict.quotas)
             else:
                 auth = self._write_refusal(auth, tx)
         if not auth.allowed:
@@ -948,14 +961,15 @@ class Gate:
         request: Mapping[str, Any] | None,
         tokens: tuple[int, int] | None,
         tx: Transaction | None = None,
+        quotas: Sequence[QuotaRef] = (),
     ) -> Authorization:
-        """Record an allow (approval consumed, budget reserved, audit entry) in ``tx``, or in a
-        decision transaction of its own; a budget or an approval that does not hold turns it into
-        a recorded refusal in the same transaction (the reservation's partial writes rolled back
-        to a savepoint)."""
+        """Record an allow (approval consumed, budget reserved, policy quotas counted, audit
+        entry) in ``tx``, or in a decision transaction of its own; a budget, a quota or an
+        approval that does not hold turns it into a recorded refusal in the same transaction
+        (the partial writes rolled back to a savepoint)."""
         if tx is None:
             with self._decision_transaction() as own:
-                recorded = self._record_allow(auth, approval, request, tokens, own)
+                recorded = self._record_allow(auth, approval, request, tokens, own, quotas)
             if not recorded.allowed:
                 self._refusal_span(recorded)
             return recorded
@@ -967,8 +981,9 @@ class Gate:
             for unit, caps in self._caps(decision).items()
             if amounts.get(unit, 0) > 0
         ]
-        # Only what can refuse (an approval to consume, a budget to reserve) needs the savepoint.
-        guarded = bool(reserve) or approval is not None
+        # Only what can refuse (an approval to consume, a budget or quota to count) needs the savepoint.
+        guarded = bool(reserve) or bool(quotas) or approval is not None
+        full: QuotaRef | None = None  # the quota whose window could not hold the call
         if guarded:
             tx.execute("SAVEPOINT agentgate_allow")
         try:
@@ -983,9 +998,16 @@ class Gate:
                 (self.ledger.reserve(tx, identity.chain.ids, caps, amount), unit, amount)
                 for unit, caps, amount in reserve
             )
-        except (BudgetExceeded, Denied, Expired, InputError) as exc:
+            full = self.quotas.count(tx, quotas, amounts, time.time()) if quotas else None
+            if full is not None:
+                raise QuotaExceeded(
+                    f"quota {full.name} reached: {full.limit} {full.unit} per {full.window_s} s for {full.subject}"
+                )
+        except (BudgetExceeded, QuotaExceeded, Denied, Expired, InputError) as exc:
             tx.execute("ROLLBACK TO SAVEPOINT agentgate_allow")
             tx.execute("RELEASE SAVEPOINT agentgate_allow")
+            if isinstance(exc, QuotaExceeded) and full is not None:
+                return self._write_refusal(replace(auth, reasons=(str(exc),), quota_exceeded=full.name), tx)
             if isinstance(exc, BudgetExceeded):
                 refused = replace(
                     auth, reasons=(self._budget_reason(identity, exc, tx),), budget_exhausted=True

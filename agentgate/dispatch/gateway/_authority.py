@@ -248,12 +248,14 @@ class GatewayGate(Gate):
             decision.findings,
             decision=decision,
         )
-        recorded = self._record_allow(auth, approved, request, tokens, tx)
+        recorded = self._record_allow(auth, approved, request, tokens, tx, verdict.quotas)
         if not recorded.allowed:
-            # The authority allowed the call; the ledger could not hold its reservation, or the
-            # approval was used or expired meanwhile.
+            # The authority allowed the call; the ledger could not hold its reservation, a policy
+            # quota's window is full, or the approval was used or expired meanwhile.
             if recorded.budget_exhausted:
                 return GatewayDecision(recorded, 402, "budget_exhausted")
+            if recorded.quota_exceeded:
+                return GatewayDecision(recorded, 429, "quota_exceeded")
             return GatewayDecision(recorded, 403, "approval_not_usable")
         return GatewayDecision(recorded)
 
