@@ -343,3 +343,25 @@ def test_the_leases_command_shows_the_decision_and_the_reservation_of_a_gated_le
     assert shown["reserved"]["usd_micros"] == 120_000  # 2 GPUs x 60 s x 1,000 micro-dollars
     assert main(["broker", "leases", "--store", world.url]) == 0
     assert f"audit #{decision}" in capsys.readouterr().out
+
+
+def test_withdrawing_a_waiting_request_returns_its_reservation_and_audits_it(world: World) -> None:
+    """A waiting request released by its holder emitted no event: its reservation stayed held,
+    its decision row stayed, and nothing was audited (reconcile() would later call it lost)."""
+    gated = world.process.gated
+    assert gated.submit(world.trainer, lease("all", gpus=8)).lease() is not None  # 480,000 reserved
+    waiting = gated.submit(world.trainer, lease("late", gpus=1, timeout_s=100))
+    assert waiting.allowed and waiting.lease() is None
+    assert world.remaining() == world.budget - 480_000 - 60_000
+    events = gated.release(world.trainer, "late")
+    assert [type(e).__name__ for e in events] == ["Withdrawn"]
+    assert gated.decisions.get("late") is None
+    assert world.remaining() == world.budget - 480_000
+    last = world.process.entries()[-1]
+    assert (last.kind, last.status, last.ref) == (
+        "outcome",
+        "request_withdrawn",
+        waiting.authorization.audit_index,
+    )
+    assert gated.submit(world.trainer, lease("late", gpus=1, timeout_s=100)).allowed  # its id is free again
+    assert world.process.gate.verify().ok

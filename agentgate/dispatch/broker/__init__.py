@@ -29,6 +29,7 @@ from agentgate.dispatch.broker._model import (
     TenantQuota,
     TimedOut,
     TopologyConstraint,
+    Withdrawn,
     WorkloadHint,
 )
 from agentgate.dispatch.broker._placement import FirstFit, FreeIndex, PlacementPolicy, TopologyAware
@@ -62,6 +63,7 @@ __all__ = [
     "Topology",
     "TopologyAware",
     "TopologyConstraint",
+    "Withdrawn",
     "WorkloadHint",
     "from_inventory",
     "synthetic_topology",

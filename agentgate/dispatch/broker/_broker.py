@@ -55,6 +55,7 @@ from agentgate.dispatch.broker._model import (
     QueuedRequest,
     TenantQuota,
     TimedOut,
+    Withdrawn,
 )
 from agentgate.dispatch.broker._placement import (
     FreeIndex,
@@ -174,10 +175,11 @@ class Broker:
             self._dirty = True
             if lease_id in self._leases:
                 self._end(lease_id, "released", now)
-            elif lease_id in self._waiting and not self._waiting[lease_id].nominated:
-                del self._waiting[lease_id]
             elif lease_id in self._waiting:
-                self._withdraw_nominated(self._waiting.pop(lease_id))
+                waiting = self._waiting.pop(lease_id)
+                if waiting.nominated:
+                    self._withdraw_nominated(waiting)
+                self._outbox.append(Withdrawn(waiting.request))
             else:
                 raise LeaseLost(f"lease {lease_id!r} is not held (released, expired or preempted)")
             self._schedule(now)

@@ -40,6 +40,7 @@ from agentgate.dispatch.broker._model import (
     Lease,
     LeaseEnded,
     TimedOut,
+    Withdrawn,
 )
 from agentgate.errors import BrokerError, BudgetExceeded, CapabilityError, Denied, LeaseLost
 from agentgate.gate import AgentIdentity, Approval, Authorization, Gate
@@ -309,7 +310,7 @@ class GatedBroker:
                 self._end(
                     lease.id, lease.request.holder, _resource_or_any(lease.request), status, reason, held
                 )
-            elif isinstance(event, TimedOut):
+            elif isinstance(event, TimedOut | Withdrawn):
                 request = event.request
                 self._end(request.id, request.holder, _resource_or_any(request), status, reason)
             else:
@@ -432,4 +433,6 @@ def _describe(event: BrokerEvent) -> tuple[str, str]:
         )
     if isinstance(event, LeaseEnded):
         return f"lease_{event.reason}", f"lease ended ({event.reason}); {len(event.lease.gpus)} GPUs returned"
+    if isinstance(event, Withdrawn):
+        return "request_withdrawn", "withdrawn by its holder while it waited; held nothing"
     return "lease_timed_out", f"waited {event.request.timeout_s:g} s without being placed whole; held nothing"

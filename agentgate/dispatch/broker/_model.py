@@ -195,7 +195,14 @@ class TimedOut:
     request: GangRequest
 
 
-BrokerEvent = Granted | CheckpointNotice | LeaseEnded | TimedOut
+@dataclass(frozen=True, slots=True)
+class Withdrawn:
+    """The holder released the request while it waited; it holds nothing."""
+
+    request: GangRequest
+
+
+BrokerEvent = Granted | CheckpointNotice | LeaseEnded | TimedOut | Withdrawn
 """Everything the broker tells its callers, returned by each call that changes state."""
 
 
