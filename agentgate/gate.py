@@ -70,6 +70,7 @@ from agentgate.errors import (
     InputError,
     KeyFileError,
     QuotaExceeded,
+    SchedulingError,
     ScopeCreep,
 )
 from agentgate.findings import Finding, FindingKind
@@ -288,6 +289,10 @@ class Authorization:
 
 _Outcome = tuple[Authorization, str, str | None, tuple[int, int] | None]
 
+_USAGE_UNREAD: tuple[int, int] = (-1, -1)
+"""The usage settled (by identity) for a call that ran but whose ``spent``/``failed`` callback
+raised: its outcome is an error charged as reserved."""
+
 
 class _PendingOutcomes:
     """Outcomes waiting to be committed, with their budget settlements.
@@ -486,6 +491,11 @@ class Gate:
         held while waiting for the store (that order would deadlock against a decision)."""
         self._scheduler_lock = threading.Lock()
         """Guards making the schedulers, which may create tables: store I/O, so not ``_lock``."""
+        self._runs_changed = threading.Condition(threading.Lock())
+        """Guards the three fields below (``run``/``arun`` in flight, for ``close``)."""
+        self._runs = 0
+        self._closing = False
+        self._outcomes_closed = False
         self._dispatch: tuple[Dispatcher, asyncio.AbstractEventLoop, threading.Thread] | None = None
         self._open_requests: dict[str, tuple[str, int, float]] = {}
         """Approval requests asked in this process and not yet answered: call hash -> (id, audit index, expiry)."""
@@ -501,10 +511,33 @@ class Gate:
         """
         return cls(load_policy(policy, key_dir=key_dir), open_store(store))
 
-    def close(self) -> None:
-        """Stop the scheduler and dispatcher threads and close the store."""
+    def close(self, *, timeout_s: float = 30.0) -> None:
+        """Stop taking calls, let the calls in progress settle, then stop the scheduler and
+        dispatcher threads, commit every pending outcome and close the store. Idempotent.
+
+        From the start of ``close``, ``run``/``arun`` refuse new calls and calls still waiting for
+        a slot (in any scheduler of the gate) with ``SchedulingError``; both are recorded as
+        ``error`` outcomes and their reservations released. Calls running are waited for, at
+        most ``timeout_s`` seconds, so that their outcomes are recorded; a call still running
+        after that is logged, and its outcome is lost (its reservation stays held, so a budget
+        is never overspent).
+        """
+        with self._runs_changed:
+            if self._closing:
+                return
+            self._closing = True
+        self._limits.refuse_waiting("the gate is closing: the call was not started")
+        deadline = time.monotonic() + timeout_s
+        with self._runs_changed:
+            if not self._runs_changed.wait_for(lambda: not self._runs, timeout_s):
+                _log.error(
+                    "agentgate: %d calls still running %.1fs after close(); their outcomes will not be recorded",
+                    self._runs,
+                    timeout_s,
+                )
+            self._outcomes_closed = True
         if self._sync_scheduler is not None:
-            self._sync_scheduler.close()
+            self._sync_scheduler.close(timeout_s=max(0.0, deadline - time.monotonic()))
         self._limits.close()
         self._close_dispatcher()
         self._outcomes.close()
@@ -1097,6 +1130,9 @@ class Gate:
             # caller names (a LangGraph thread), else to the grant.
             run_id=run_id or identity.grant_id,
             call_id=call_id,
+            # ``fn`` takes no ``Attempt``, so the key never reaches the tool: a tool that
+            # ``takes_idempotency_key`` is then not repeated after an ambiguous failure.
+            key_reaches_tool=False,
             grant_expires_at=float(identity.chain.tip.expires),
             authority_chain=identity.chain.ids,
             # The authority engine digested these very arguments by the same rule (SHA-256 of
@@ -1116,24 +1152,31 @@ class Gate:
     ) -> T:
         """Run ``fn`` for an allowed call (tools under the scheduler), audit the outcome, settle the budget.
 
-        Raises ``Denied`` for an authorization that is not an allow. Re-raises what ``fn`` (or
-        the scheduler: ``Overloaded``, ``DeadlineExceeded``, ``CircuitOpen``) raises, after
-        recording the failure and releasing the reservation.
+        Raises ``Denied`` for an authorization that is not an allow, ``SchedulingError`` once
+        ``close`` began. Re-raises what ``fn`` (or the scheduler: ``Overloaded``,
+        ``DeadlineExceeded``, ``CircuitOpen``) raises, after recording the failure and releasing
+        the reservation; what ``failed`` or ``spent`` raises, after recording an error outcome
+        charged as reserved (the call ran). ``fn`` gets no idempotency key, so a tool that
+        ``takes_idempotency_key`` is not repeated after an ambiguous failure (docs/tasks.md).
         """
         self._check_allowed(auth)
-        with self._span(auth, call_id) as span:
-            try:
-                if auth.call.resource.startswith("tool:"):
-                    result = self._sync().submit(
-                        self._tool_call(auth, call_id, run_id), lambda _attempt: fn()
-                    )
-                else:
-                    result = fn()
-            except BaseException as exc:
-                self._settle(auth, "error", type(exc).__name__, None)
-                raise
-            self._finish(span, auth, result, failed, spent)
-            return result
+        self._begin_run(auth)
+        try:
+            with self._span(auth, call_id) as span:
+                try:
+                    if auth.call.resource.startswith("tool:"):
+                        result = self._sync().submit(
+                            self._tool_call(auth, call_id, run_id), lambda _attempt: fn()
+                        )
+                    else:
+                        result = fn()
+                except BaseException as exc:
+                    self._settle(auth, "error", type(exc).__name__, None)
+                    raise
+                self._finish(span, auth, result, failed, spent)
+                return result
+        finally:
+            self._end_run(auth)
 
     async def arun(
         self,
@@ -1147,21 +1190,50 @@ class Gate:
     ) -> T:
         """The async twin of ``run``: the scheduler's limits hold for coroutines too."""
         self._check_allowed(auth)
-        with self._span(auth, call_id) as span:
-            try:
-                if auth.call.resource.startswith("tool:"):
+        self._begin_run(auth)
+        try:
+            with self._span(auth, call_id) as span:
+                try:
+                    if auth.call.resource.startswith("tool:"):
 
-                    async def attempt(_attempt: Attempt) -> T:
-                        return await fn()
+                        async def attempt(_attempt: Attempt) -> T:
+                            return await fn()
 
-                    result = await self._async().submit(self._tool_call(auth, call_id, run_id), attempt)
-                else:
-                    result = await fn()
-            except BaseException as exc:
-                self._settle(auth, "error", type(exc).__name__, None)
-                raise
-            self._finish(span, auth, result, failed, spent)
-            return result
+                        result = await self._async().submit(self._tool_call(auth, call_id, run_id), attempt)
+                    else:
+                        result = await fn()
+                except BaseException as exc:
+                    self._settle(auth, "error", type(exc).__name__, None)
+                    raise
+                self._finish(span, auth, result, failed, spent)
+                return result
+        finally:
+            self._end_run(auth)
+
+    def _begin_run(self, auth: Authorization) -> None:
+        """Count a ``run``/``arun`` in flight (``close`` waits for it to settle). Once ``close``
+        began, refuse it: record an ``error`` outcome (while outcomes are still written) and
+        raise ``SchedulingError``."""
+        with self._runs_changed:
+            if not self._closing:
+                self._runs += 1
+                return
+            if not self._outcomes_closed:  # close() flushes after this, under the same lock
+                self._settle(auth, "error", "SchedulingError", None)
+        raise SchedulingError(f"{auth.call.resource}: the gate is closed; the call was not run")
+
+    def _end_run(self, auth: Authorization) -> None:
+        """A ``run``/``arun`` settled (its outcome is pending) or failed to: count it out."""
+        with self._runs_changed:
+            self._runs -= 1
+            if not self._runs:
+                self._runs_changed.notify_all()
+            lost = self._outcomes_closed
+        if lost:
+            _log.error(
+                "agentgate: the outcome of audit entry %s is not recorded: the gate closed before the call settled",
+                auth.audit_index,
+            )
 
     def _span(self, auth: Authorization, call_id: str | None = None) -> AbstractContextManager[Span]:
         """The GenAI span of the call (``execute_tool NAME`` or ``chat MODEL``) with the decision on it.
@@ -1206,10 +1278,19 @@ class Gate:
         failed: Callable[[T], bool] | None,
         spent: Callable[[T], tuple[int, int] | None] | None,
     ) -> None:
-        usage = spent(result) if spent is not None else None
+        """Settle a call that ran and returned ``result``: ``spent`` reads its usage, ``failed``
+        says whether it failed. When either raises, the call is settled as an ``error`` charged
+        as reserved (it ran; what it cost cannot be read) and the exception is re-raised."""
+        try:
+            usage = spent(result) if spent is not None else None
+            status = "error" if failed is not None and failed(result) else "ok"
+        except BaseException as exc:
+            self._settle(auth, "error", type(exc).__name__, _USAGE_UNREAD)
+            raise
         if usage is not None:
-            record_usage(span, *usage)
-        self._settle(auth, "error" if failed is not None and failed(result) else "ok", None, usage)
+            with contextlib.suppress(TypeError, ValueError):  # garbage usage: charged at settlement
+                record_usage(span, *usage)
+        self._settle(auth, status, None, usage)
 
     async def to_thread(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         """Run a blocking gate step (store I/O) off the event loop, keeping the context variables."""
@@ -1315,7 +1396,9 @@ class Gate:
         identity = auth.identity
         reasons = [error] if error else []
         actual = None
-        if usage is not None:
+        if usage is _USAGE_UNREAD:
+            reasons.append("the call ran but its usage could not be read; charged as reserved")
+        elif usage is not None:
             try:
                 actual = self._cost(auth.call, usage)
             except InputError:  # garbage from a backend: the whole reservation is charged
@@ -1324,7 +1407,7 @@ class Gate:
                 )
         delta = 0
         for position, (reservation, unit, amount) in enumerate(auth.reservations):
-            if status == "ok" or actual is not None:
+            if status == "ok" or actual is not None or usage is _USAGE_UNREAD:
                 used = actual.get(unit, amount) if actual is not None else amount
                 # The call has run: its cost is recorded even when it overruns what was left.
                 short = self.ledger.commit(reservation, used, tx, exhaust=True)

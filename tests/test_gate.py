@@ -512,4 +512,12 @@ def test_a_tool_calls_idempotency_key_is_the_schedulers_own(setup: Setup, args: 
     auth = setup.gate.authorize(setup.agent, Call.tool("lookup", args), call_id="c1")
     assert auth.allowed
     call = setup.gate._tool_call(auth, "c1", "run-1")
-    assert call.idempotency_key() == idempotency_key("run-1", "lookup", "c1", argument_digest(args))
+    assert call.idempotency_key() == idempotency_key(
+        "run-1",
+        "lookup",
+        "c1",
+        argument_digest(args),
+        tenant=call.tenant,
+        principal=call.principal,
+        grant=setup.agent.grant_id,
+    )

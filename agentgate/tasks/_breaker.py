@@ -106,16 +106,22 @@ class CircuitBreaker:
 
     def allow(self) -> bool:
         """May a call run now? In HALF_OPEN this reserves a probe: report its outcome, or ``release``."""
+        return self.admit() is not None
+
+    def admit(self) -> bool | None:
+        """Like ``allow``, saying what the call holds: None when refused, True when admitted as a
+        HALF_OPEN probe (report its outcome with ``record_success`` or ``record_failure(probe=True)``,
+        or ``release`` it), False when admitted while CLOSED (it holds no probe)."""
         if self._state is BreakerState.CLOSED:
-            return True  # the common case, without the lock: a stale CLOSED read admits one call
+            return False  # the common case, without the lock: a stale CLOSED read admits one call
         with self._lock:
             state = self._current()
             if state is BreakerState.CLOSED:
-                return True
+                return False
             if state is BreakerState.HALF_OPEN and self._probes < self.policy.half_open_max_calls:
                 self._probes += 1
                 return True
-            return False
+            return None
 
     def release(self) -> None:
         """Give back a probe reserved by ``allow`` for a call that did not run."""
@@ -133,13 +139,18 @@ class CircuitBreaker:
             if self._state is not BreakerState.CLOSED:
                 self._set(BreakerState.CLOSED)
 
-    def record_failure(self, error_class: str) -> None:
-        """A call failed with ``error_class``; counts only if the class is in ``trip_on``."""
+    def record_failure(self, error_class: str, *, probe: bool = False) -> None:
+        """A call failed with ``error_class``; counts only if the class is in ``trip_on``.
+
+        ``probe``: the call held a probe (``admit`` answered True). A failure outside ``trip_on``
+        gives that probe back (it told nothing about the tool's health); a call that held none
+        (admitted while CLOSED) gives nothing back, so no more probes run than the policy allows.
+        """
         with self._lock:
             state = self._current()
             if error_class not in self.policy.trip_on:
-                if state is BreakerState.HALF_OPEN and self._probes > 0:
-                    self._probes -= 1  # the probe told us nothing about the tool's health
+                if probe and state is BreakerState.HALF_OPEN and self._probes > 0:
+                    self._probes -= 1
                 return
             self._failures += 1
             self.healthy = False

@@ -1,9 +1,14 @@
 """What is scheduled: a ``ToolCall``, the ``Attempt`` a tool receives, and idempotency keys.
 
 An idempotency key names one logical call, the same across retries and re-submissions:
-``sha256("agentgate-idempotency-v1" 0 run_id 0 tool 0 call_id 0 argument_digest)``. It exists
-only when the caller names the run and the tool call id; without them two calls with equal
-arguments are different calls (two refunds of 10 EUR are two refunds).
+``sha256("agentgate-idempotency-v2" 0 tenant 0 principal 0 grant 0 run_id 0 tool 0 call_id 0
+argument_digest)``. It exists only when the caller names the run and the tool call id; without
+them two calls with equal arguments are different calls (two refunds of 10 EUR are two refunds).
+Run and call ids are chosen by the framework and the model (a LangGraph thread "1", a tool call
+"call_0_0") and repeat across agents, so the key is scoped by who calls under what authority:
+the tenant, the principal and the grant (the last id of ``authority_chain``). Another tenant's,
+another agent's or a sub-agent's call with the same ids is another call: it never receives this
+call's result and its tool never sees this call's key.
 """
 
 from __future__ import annotations
@@ -33,9 +38,21 @@ def argument_digest(arguments: Mapping[str, Any]) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def idempotency_key(run_id: str, tool: str, call_id: str, digest: str) -> str:
-    """The idempotency key of one logical tool call (see the module docstring)."""
-    material = "\0".join(("agentgate-idempotency-v1", run_id, tool, call_id, digest))
+def idempotency_key(
+    run_id: str,
+    tool: str,
+    call_id: str,
+    digest: str,
+    *,
+    tenant: str = "default",
+    principal: str = "anonymous",
+    grant: str = "",
+) -> str:
+    """The idempotency key of one logical tool call (see the module docstring); the defaults are
+    ``ToolCall``'s (a call with no authority chain has the grant "")."""
+    material = "\0".join(
+        ("agentgate-idempotency-v2", tenant, principal, grant, run_id, tool, call_id, digest)
+    )
     return hashlib.sha256(material.encode("utf-8")).hexdigest()
 
 
@@ -59,6 +76,10 @@ class ToolCall:
     (grant hashes, say) and is recorded with a dead letter. ``breaker_key`` overrides the circuit
     breaker the call counts against (default ``tool:<tool>``; the dispatcher uses ``backend:<name>``).
     ``arguments_digest`` may be given instead of computed from ``arguments``.
+    ``key_reaches_tool``: the tool function reads ``Attempt.idempotency_key`` (False when it is
+    called without the ``Attempt``, as ``Gate.run``/``arun`` call theirs): a tool that
+    ``takes_idempotency_key`` but never receives the key cannot deduplicate, so it is not
+    repeated after an ambiguous failure.
     """
 
     tool: str
@@ -73,6 +94,7 @@ class ToolCall:
     authority_chain: tuple[str, ...] = ()
     breaker_key: str | None = None
     arguments_digest: str | None = None
+    key_reaches_tool: bool = True
 
     def __post_init__(self) -> None:
         if not self.tool:
@@ -86,7 +108,15 @@ class ToolCall:
         """The call's idempotency key, or None when ``run_id`` or ``call_id`` is missing."""
         if not self.run_id or not self.call_id:
             return None
-        return idempotency_key(self.run_id, self.tool, self.call_id, self.digest())
+        return idempotency_key(
+            self.run_id,
+            self.tool,
+            self.call_id,
+            self.digest(),
+            tenant=self.tenant,
+            principal=self.principal,
+            grant=self.authority_chain[-1] if self.authority_chain else "",
+        )
 
     def absolute_deadline(self) -> float | None:
         """The earlier of ``deadline`` and ``grant_expires_at``, in Unix seconds (None: none)."""

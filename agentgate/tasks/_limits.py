@@ -28,7 +28,7 @@ import weakref
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Protocol
 
-from agentgate.errors import Overloaded
+from agentgate.errors import Overloaded, SchedulingError
 from agentgate.tasks._breaker import BreakerSnapshot, BreakerState, CircuitBreaker
 from agentgate.tasks._call import ToolCall
 from agentgate.tasks._config import PriorityClass, SchedulerConfig, TenantShare, ToolLimits
@@ -48,6 +48,8 @@ class Signal(Protocol):
     def done(self) -> bool: ...
 
     def set_result(self, result: None, /) -> None: ...
+
+    def cancel(self) -> object: ...
 
 
 def _resolve(future: Signal) -> None:
@@ -111,6 +113,8 @@ class SharedLimits:
         self._listeners: weakref.WeakSet[Scheduler] = weakref.WeakSet()
         self._listeners_lock = threading.Lock()
         self._adopting = threading.local()
+        #: Set by ``refuse_waiting``: why no call starts any more (None: calls start).
+        self.refusing: str | None = None
 
     @property
     def queued(self) -> int:
@@ -181,7 +185,7 @@ class SharedLimits:
 
     def start_now(self, call: ToolCall, limits: ToolLimits) -> Waiter | None:
         """The fast path, when nothing waits: start ``call`` at once if every limit has room, else None."""
-        if not self.has_room(call, limits):
+        if self.refusing is not None or not self.has_room(call, limits):
             return None
         waiter = Waiter(call, limits, 0.0)  # queued_at is read only for calls that waited
         self.start(waiter)
@@ -197,12 +201,15 @@ class SharedLimits:
         metrics: SchedulerMetrics,
         loop: asyncio.AbstractEventLoop | None = None,
     ) -> Waiter:
-        """The slow path: queue ``call`` fairly (``Overloaded`` when full); ``future`` is set when it starts.
+        """The slow path: queue ``call`` fairly; ``future`` is set when it starts. Raises
+        ``Overloaded`` when the queue is full, ``SchedulingError`` after ``refuse_waiting``.
 
         ``metrics``: the queueing scheduler's, which counts the ``queued`` or ``shed`` event.
         ``loop``: given when ``future`` is an asyncio future of that loop, called from its thread
         (it is then resolved on that thread); None when ``future`` is thread-safe.
         """
+        if self.refusing is not None:
+            raise SchedulingError(self.refusing)
         waiter = Waiter(call, limits, time.monotonic())
         waiter.future = future
         if loop is not None:
@@ -342,21 +349,48 @@ class SharedLimits:
             future = waiter.future
             # done: its caller was cancelled after it was picked. Read from another thread, a
             # cancellation can be missed: then the caller finds its slot granted and gives it back.
-            if not future.done():
+            if not future.done() and self._wake(waiter):
                 if waiter.limits.rate is not None:
                     self._bucket(started, waiter.limits).try_take()
                 self.start(waiter)
-                loop = waiter.loop
-                if loop is None or waiter.thread == threading.get_ident():
-                    future.set_result(None)
-                else:
-                    # A closed loop: its tasks are gone, their slots given back by cancellation.
-                    with contextlib.suppress(RuntimeError):
-                        loop.call_soon_threadsafe(_resolve, future)
             if started not in queue.tool_sizes or not self._tool_open(started):
                 open_tools.discard(started)
         if queue.size and self._rate_wait != _NEVER:
             self._arm(time.monotonic() + self._rate_wait)
+
+    @staticmethod
+    def _wake(waiter: Waiter) -> bool:
+        """Tell ``waiter`` it starts (lock held; it is counted started right after). False when it
+        never can: its loop is closed, so no task of it runs again (``loop.close()`` cancels
+        nothing) and a slot granted to it would never be given back."""
+        loop = waiter.loop
+        if loop is None or waiter.thread == threading.get_ident():
+            waiter.future.set_result(None)
+            return True
+        try:
+            loop.call_soon_threadsafe(_resolve, waiter.future)
+        except RuntimeError:
+            return False
+        return True
+
+    def refuse_waiting(self, reason: str) -> int:
+        """From now on no call starts: every waiting call (of any scheduler) is refused with
+        ``SchedulingError(reason)``, and so is every call that asks to start later (a new call,
+        a retry). Calls already running are left to finish. Returns how many waiting calls were
+        refused. Used when the owner of these limits (a Gate) closes: what is still queued then
+        must not start after its outcome can no longer be recorded."""
+        refused = 0
+        with self.lock:
+            self.refusing = reason
+            queue = self.queue
+            while queue.size:
+                waiter = queue.pop(set(queue.tool_sizes), None, None)
+                if waiter is None:
+                    break
+                waiter.entry = None  # out of the queue: nothing for ``abandon`` to discard
+                refused += 1
+                _refuse(waiter, reason)
+        return refused
 
     # --- the rate timer -------------------------------------------------------------------------
 
@@ -389,6 +423,27 @@ class SharedLimits:
             timer = self._timer
         if timer is not None and timer is not threading.current_thread():
             timer.join()
+
+
+def _refuse(waiter: Waiter, reason: str) -> None:
+    """Tell a waiting call it will not start (lock held): a sync caller's signal is cancelled, an
+    async caller's future fails with ``SchedulingError`` on its own loop (a closed loop: nothing
+    of it runs again)."""
+    future = waiter.future
+    loop = waiter.loop
+    if loop is None:  # a thread-safe signal: its caller raises SchedulingError when cancelled
+        future.cancel()
+        return
+    if waiter.thread == threading.get_ident():
+        _fail(future, reason)
+        return
+    with contextlib.suppress(RuntimeError):
+        loop.call_soon_threadsafe(_fail, future, reason)
+
+
+def _fail(future: Signal, reason: str) -> None:
+    if not future.done() and isinstance(future, asyncio.Future):
+        future.set_exception(SchedulingError(reason))
 
 
 def _decrement(counts: dict[Any, int], key: Any) -> None:

@@ -259,10 +259,14 @@ class Scheduler:
             result = await self._run(call, fn, limits, priority, key)
         except BaseException as exc:
             if isinstance(exc, asyncio.CancelledError):
-                outcome.cancel()
+                # The twin's cancellation is its caller's own: a joiner nobody cancelled gets the
+                # sync facade's answer, not a CancelledError it would take for its own.
+                outcome.set_exception(
+                    SchedulingError(f"tool {call.tool}: the running twin of this call was interrupted")
+                )
             else:
                 outcome.set_exception(exc)
-                outcome.exception()  # twins that never came must not log "never retrieved"
+            outcome.exception()  # twins that never came must not log "never retrieved"
             raise
         else:
             outcome.set_result(result)
@@ -355,11 +359,13 @@ class Scheduler:
                         raise _give_up(exc) from exc
                     # 2. the attempt, under the breaker, the cross-process lease and the attempt deadline
                     lease: Lease | None = None
-                    probing = False
+                    held = probing = False  # held: a half-open probe; probing: held, fn not started
                     try:
-                        if not breaker.closed and not breaker.allow():
-                            raise _circuit_open(breaker)
-                        probing = True
+                        if not breaker.closed:
+                            admitted = breaker.admit()
+                            if admitted is None:
+                                raise _circuit_open(breaker)
+                            held = probing = admitted
                         if self._leases is not None and limits.concurrency is not None:
                             lease = await self._lease("tool:" + tool, limits.concurrency, loop, deadline)
                         if self._rates is not None and limits.rate is not None:
@@ -390,7 +396,7 @@ class Scheduler:
                                     ) from exc
                                 raise
                     except asyncio.CancelledError:
-                        if not probing:  # a cancelled call says nothing about the tool; free a probe
+                        if held and not probing:  # a cancelled call says nothing about the tool
                             breaker.release()
                         raise
                     except _GiveUp:
@@ -398,7 +404,7 @@ class Scheduler:
                     except Exception as exc:
                         # 3. a failed attempt: classify, tell the breaker, ask the retry rule
                         delay = self._failed(
-                            call, limits, key, exc, number, errors, breaker, deadline, loop.time()
+                            call, limits, key, exc, number, errors, breaker, deadline, loop.time(), held
                         )
                     else:
                         if not breaker.healthy:
@@ -451,8 +457,11 @@ class Scheduler:
         breaker: CircuitBreaker,
         deadline: float | None,
         now: float,
+        probe: bool = False,
     ) -> float:
-        """Attempt ``number`` failed with ``error``: note it in ``errors``, tell the breaker, count it.
+        """Attempt ``number`` failed with ``error``: note it in ``errors``, tell the breaker (``probe``:
+        the attempt held a half-open probe), count it. An idempotency key counts for the retry rule
+        only when it reaches the tool (``ToolCall.key_reaches_tool``).
 
         Returns the backoff before the next attempt; raises ``_GiveUp`` when the retry rule has
         no next attempt (or it would start past ``deadline``; ``now`` is the time on its clock).
@@ -461,11 +470,12 @@ class Scheduler:
         errors.append(
             AttemptError(number, error_class, type(error).__qualname__, str(error)[:500], time.time())
         )
-        breaker.record_failure(error_class)
+        breaker.record_failure(error_class, probe=probe)
         rule = self._rules.get(call.tool)
         if rule is None:
             rule = self._rules[call.tool] = rule_for(limits)
-        reason = rule.objection(Failure(error, error_class, number, limits, key is not None))
+        keyed = key is not None and call.key_reaches_tool
+        reason = rule.objection(Failure(error, error_class, number, limits, keyed))
         if reason is None:
             delay = full_jitter(limits.retry, number, self._rng)
             if deadline is None or now + delay < deadline:

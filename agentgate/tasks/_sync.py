@@ -278,11 +278,13 @@ class SyncScheduler:
                     raise _circuit_open(breaker)
                 waiter = self._admit(call, limits, priority, deadline, traced)
                 # 2. the attempt, under the breaker and the attempt deadline (checked, not enforced)
-                probing = False
+                held = probing = False  # held: a half-open probe; probing: held, fn not started
                 try:
-                    if not breaker.closed and not breaker.allow():
-                        raise _circuit_open(breaker)
-                    probing = True
+                    if not breaker.closed:
+                        admitted = breaker.admit()
+                        if admitted is None:
+                            raise _circuit_open(breaker)
+                        held = probing = admitted
                     unix_deadline = None
                     if deadline is not None or limits.timeout_s is not None:
                         unix_deadline = _attempt_deadline(limits, deadline, clock())[1]
@@ -298,9 +300,11 @@ class SyncScheduler:
                     raise
                 except Exception as exc:
                     # 3. a failed attempt: classify, tell the breaker, ask the retry rule
-                    delay = core._failed(call, limits, key, exc, number, errors, breaker, deadline, clock())
+                    delay = core._failed(
+                        call, limits, key, exc, number, errors, breaker, deadline, clock(), held
+                    )
                 except BaseException:
-                    if not probing:  # interrupted while the tool ran: it says nothing about the tool
+                    if held and not probing:  # interrupted while the tool ran: says nothing of the tool
                         breaker.release()
                     raise
                 else:
