@@ -45,11 +45,21 @@ class Timeouts:
 
 @dataclass(frozen=True, slots=True)
 class Usage:
-    """Token counts a backend reported."""
+    """Token counts a backend reported: non-negative integers, always (budgets are charged and
+    counters incremented with them, and neither takes a negative count).
+
+    Raises ``ValueError`` when built with anything else; ``_usage`` reads a backend's answer into
+    one, and refuses (``BackendFailed``, through its callers) what would not make one.
+    """
 
     prompt_tokens: int = 0
     completion_tokens: int = 0
     cached_tokens: int = 0
+
+    def __post_init__(self) -> None:
+        for count in (self.prompt_tokens, self.completion_tokens, self.cached_tokens):
+            if type(count) is not int or count < 0:
+                raise ValueError(f"a token count must be a non-negative integer, not {count!r}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,8 +137,10 @@ class BackendClient:
     async def chat(self, payload: Mapping[str, Any]) -> ChatResult:
         """POST a non-streaming chat completion.
 
-        Raises ``BackendFailed`` on any transport failure, timeout, 5xx/429 or malformed body;
-        ``DispatchError`` when the backend rejects the request as invalid (400, 422, ...).
+        Raises ``BackendFailed`` on any transport failure, timeout, 5xx/429 or malformed body (a
+        body that is not JSON, a choice without string content, a ``finish_reason`` that is not a
+        string, usage that is not counts: see ``_usage``); ``DispatchError`` when the backend
+        rejects the request as invalid (400, 422, ...).
         """
         content = _encode({**payload, "stream": False})
         try:
@@ -148,7 +160,7 @@ class BackendClient:
             if not isinstance(text, str):
                 raise TypeError("content is not a string")
             return ChatResult(
-                self.backend.name, text, choice.get("finish_reason"), _usage(data.get("usage")), data, raw
+                self.backend.name, text, _finish_reason(choice), _usage(data.get("usage")), data, raw
             )
         except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
             raise BackendFailed(f"{self.backend.name}: malformed chat completion: {exc}") from None
@@ -171,7 +183,8 @@ class BackendClient:
         """POST a streaming chat completion and yield its chunks until ``[DONE]``.
 
         Raises ``BackendFailed`` on transport failure, a timeout before the first token or
-        between chunks, a stream that ends without ``[DONE]``, or an event that is not JSON.
+        between chunks, a stream that ends without ``[DONE]``, or an event that is malformed (not
+        JSON, nested too deeply, or fields of the wrong kind, as ``chat`` refuses them).
         Closing the iterator cancels the request (the connection is closed).
         """
         body = {**payload, "stream": True, "stream_options": {"include_usage": True}}
@@ -268,24 +281,71 @@ async def _lines(content: aiohttp.StreamReader) -> AsyncIterator[str]:
 
 
 def _parse_chunk(backend: str, data: str) -> ChatChunk | None:
+    """One SSE event's chunk (``None`` for an event with neither choices nor usage).
+
+    orjson, not ``json``: it refuses ``NaN``, ``Infinity`` and numbers beyond float range, and
+    nesting past 1024 levels, as a ``ValueError`` (``json`` would read ``1e999`` as infinity and
+    overflow the stack on a line of a million ``[``).
+    Raises ``BackendFailed`` for a malformed event.
+    """
     try:
-        event = json.loads(data)
+        event = orjson.loads(data)
+        # vLLM sends ``"usage": null`` on every chunk but the last: an empty usage is none.
         usage = _usage(event["usage"]) if event.get("usage") else None
         choices = event.get("choices") or []
+        if not isinstance(choices, list):
+            raise TypeError("choices is not a list")
         if not choices:
             return ChatChunk("", None, usage) if usage else None
         choice = choices[0]
         content = (choice.get("delta") or {}).get("content") or ""
         if not isinstance(content, str):
             raise TypeError("content is not a string")
-        return ChatChunk(content, choice.get("finish_reason"), usage)
+        return ChatChunk(content, _finish_reason(choice), usage)
     except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
         raise BackendFailed(f"{backend}: malformed stream event: {exc}") from None
 
 
+MAX_USAGE_TOKENS = 1_000_000_000
+"""The most tokens one count of one call's usage may report (no context window comes near a
+billion tokens): a larger count is garbage, not a bill."""
+
+
+def _finish_reason(choice: Mapping[str, Any]) -> str | None:
+    """The choice's ``finish_reason``: a string or ``None``; raises ``TypeError`` for anything else."""
+    reason = choice.get("finish_reason")
+    if reason is not None and not isinstance(reason, str):
+        raise TypeError(f"finish_reason is not a string: {reason!r}")
+    return reason
+
+
+def _count(raw: Mapping[str, Any], name: str) -> int:
+    """A token count of ``raw``: absent or ``null`` is 0; an integer (or a float with an integral
+    value, as orjson reads integers beyond 64 bits) from 0 to ``MAX_USAGE_TOKENS``.
+
+    Raises ``ValueError`` for anything else: a negative or huge count, a fraction, ``true``, a string.
+    """
+    value = raw.get(name)
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"usage {name} is not a number: {value!r}")
+    if not (0 <= value <= MAX_USAGE_TOKENS) or value != int(value):
+        raise ValueError(f"usage {name} is not a token count from 0 to {MAX_USAGE_TOKENS}: {value!r}")
+    return int(value)
+
+
 def _usage(raw: object) -> Usage:
-    if not isinstance(raw, Mapping):
+    """The usage a backend reported; ``None`` (not reported) is no usage.
+
+    Raises ``ValueError`` (which the callers turn into ``BackendFailed``) for usage that is not an
+    object or whose counts are not token counts (see ``_count``); ``prompt_tokens_details`` that
+    is not an object is ignored, as engines that do not cache omit or null it.
+    """
+    if raw is None:
         return Usage()
+    if not isinstance(raw, Mapping):
+        raise ValueError(f"usage is not an object: {raw!r:.80}")
     details = raw.get("prompt_tokens_details")
-    cached = details.get("cached_tokens", 0) if isinstance(details, Mapping) else 0
-    return Usage(int(raw.get("prompt_tokens", 0)), int(raw.get("completion_tokens", 0)), int(cached or 0))
+    cached = _count(details, "cached_tokens") if isinstance(details, Mapping) else 0
+    return Usage(_count(raw, "prompt_tokens"), _count(raw, "completion_tokens"), cached)

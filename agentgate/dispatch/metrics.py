@@ -54,6 +54,13 @@ ENGINE_METRICS: dict[Engine, MetricNames] = {
 
 _FALLBACKS = {"vllm:kv_cache_usage_perc": "vllm:gpu_cache_usage_perc"}  # vLLM V0's name
 
+MAX_KV_CAPACITY_TOKENS = 10**12
+"""The largest KV cache size believed (a trillion tokens: thousands of times any real engine's);
+the router multiplies it with floats, so an unbounded one could overflow every routed call."""
+MAX_REQUESTS = 10**7
+"""The most requests an engine may report running or waiting: a larger count is garbage that would
+make the router's estimates infinite."""
+
 
 @dataclass(frozen=True, slots=True)
 class EngineLoad:
@@ -98,7 +105,9 @@ def load_from_text(text: str, engine: Engine, *, now: float = 0.0) -> EngineLoad
     """Read an engine's Prometheus text into an ``EngineLoad``.
 
     Raises ``BackendFailed`` if the text does not parse, or if an engine that publishes load
-    metrics published none of them, or a value is not a finite non-negative number.
+    metrics published none of them, or a value is not a finite non-negative number, or a request
+    count is over ``MAX_REQUESTS``, or the published KV capacity is negative or over
+    ``MAX_KV_CAPACITY_TOKENS``.
     """
     samples = parse_samples(text)
     flat: dict[str, float] = {}
@@ -111,23 +120,40 @@ def load_from_text(text: str, engine: Engine, *, now: float = 0.0) -> EngineLoad
         )
     load = load_from_values(flat, engine, now=now)
     info = samples.get("vllm:cache_config_info")
-    if info:
-        labels = info[0][0]
-        try:
-            capacity = int(labels["block_size"]) * int(labels["num_gpu_blocks"])
-        except (KeyError, ValueError):
-            capacity = 0
-        if capacity > 0:
-            load = EngineLoad(
-                load.running,
-                load.waiting,
-                load.kv_usage,
-                load.prefix_queries,
-                load.prefix_hits,
-                capacity,
-                load.scraped_at,
-            )
+    capacity = _kv_capacity(info[0][0]) if info else None
+    if capacity is not None:
+        load = EngineLoad(
+            load.running,
+            load.waiting,
+            load.kv_usage,
+            load.prefix_queries,
+            load.prefix_hits,
+            capacity,
+            load.scraped_at,
+        )
     return load
+
+
+def _kv_capacity(labels: Mapping[str, str]) -> int | None:
+    """``block_size x num_gpu_blocks`` from ``vllm:cache_config_info``'s labels.
+
+    ``None`` when either label is absent or not a decimal integer (vLLM publishes
+    ``num_gpu_blocks="None"`` until it has profiled its memory) or the product is 0. Raises
+    ``BackendFailed`` for a negative label or a capacity over ``MAX_KV_CAPACITY_TOKENS``.
+    """
+    try:
+        block_size, blocks = int(labels["block_size"]), int(labels["num_gpu_blocks"])
+    except (KeyError, ValueError):  # ValueError: also a number of more than 4300 digits
+        return None
+    if block_size < 0 or blocks < 0:
+        raise BackendFailed(f"vllm:cache_config_info has a negative size: {block_size} x {blocks}")
+    capacity = block_size * blocks
+    if capacity > MAX_KV_CAPACITY_TOKENS:
+        raise BackendFailed(
+            f"vllm:cache_config_info publishes {block_size} x {blocks} KV tokens, over "
+            f"{MAX_KV_CAPACITY_TOKENS:.0e}: not a real cache"
+        )
+    return capacity or None
 
 
 def load_from_values(values: Mapping[str, float], engine: Engine, *, now: float = 0.0) -> EngineLoad:
@@ -149,7 +175,13 @@ def load_from_values(values: Mapping[str, float], engine: Engine, *, now: float 
             raise BackendFailed(f"metric {name} has an impossible value {value!r}")
         return value
 
-    running, waiting = pick(names.running), pick(names.waiting)
+    def requests(name: str | None) -> float | None:
+        value = pick(name)
+        if value is not None and value > MAX_REQUESTS:
+            raise BackendFailed(f"metric {name} reports {value:.3g} requests, over {MAX_REQUESTS:.0e}")
+        return value
+
+    running, waiting = requests(names.running), requests(names.waiting)
     kv = pick(names.kv_usage)
     if names.running is not None and running is None and waiting is None:
         raise BackendFailed(f"metrics carry none of {engine}'s load metrics")

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from agentgate.dispatch.inventory import Backend
-from agentgate.dispatch.metrics import EngineLoad
+from agentgate.dispatch.metrics import MAX_KV_CAPACITY_TOKENS, EngineLoad
 from agentgate.dispatch.prefix_index import PrefixIndex
 
 DEFAULT_KV_CAPACITY_TOKENS = 100_000
@@ -74,11 +74,13 @@ class BackendState:
 
     @property
     def kv_capacity_tokens(self) -> int:
-        """Declared capacity, else the engine's published one, else the default."""
+        """Declared capacity, else the engine's published one, else the default; never over
+        ``MAX_KV_CAPACITY_TOKENS`` (the router multiplies it by floats: a capacity of hundreds of
+        digits, declared or published, would raise ``OverflowError`` in every routed call)."""
         if self.backend.kv_capacity_tokens is not None:
-            return self.backend.kv_capacity_tokens
+            return min(self.backend.kv_capacity_tokens, MAX_KV_CAPACITY_TOKENS)
         if self.load is not None and self.load.kv_capacity_tokens:
-            return self.load.kv_capacity_tokens
+            return min(self.load.kv_capacity_tokens, MAX_KV_CAPACITY_TOKENS)
         return DEFAULT_KV_CAPACITY_TOKENS
 
     @property
@@ -179,7 +181,7 @@ class BackendState:
             self.foreign_running = max(0.0, running + waiting - ours - self.foreign_waiting)
         self.load = load
         if self.backend.kv_capacity_tokens is None and load.kv_capacity_tokens:
-            self.index.resize(load.kv_capacity_tokens // self.block_tokens)
+            self.index.resize(self.kv_capacity_tokens // self.block_tokens)
 
     def reset(self) -> None:
         """Forget in-flight work and cached prefixes (the backend died or restarted)."""

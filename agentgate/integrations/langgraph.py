@@ -28,6 +28,7 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from datetime import timedelta
 from typing import Any
 
+import orjson
 from langchain.agents import create_agent
 from langchain.agents.middleware import AgentMiddleware, ModelRequest, ModelResponse
 from langchain.tools import ToolRuntime
@@ -37,9 +38,12 @@ from langchain_core.messages import (
     AIMessage,
     BaseMessage,
     HumanMessage,
+    InvalidToolCall,
+    ToolCall,
     ToolMessage,
     convert_to_openai_messages,
 )
+from langchain_core.messages.tool import invalid_tool_call, tool_call
 from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.tools import BaseTool, StructuredTool
 from langchain_core.utils.function_calling import convert_to_openai_tool
@@ -50,7 +54,7 @@ from langgraph.types import Command, interrupt
 from pydantic import Field
 
 from agentgate.capabilities import Call, Capability
-from agentgate.errors import AgentGateError, Denied
+from agentgate.errors import AgentGateError, BackendFailed, Denied
 from agentgate.gate import AgentIdentity, Approval, Authorization, Gate
 from agentgate.keys import SigningKey
 
@@ -483,19 +487,28 @@ class DispatchedChatModel(BaseChatModel):
 
     @staticmethod
     def _result(served: Any) -> ChatResult:
-        choice = (served.body.get("choices") or [{}])[0].get("message") or {}
-        calls = []
-        for raw in choice.get("tool_calls") or []:
-            function = raw.get("function") or {}
-            try:
-                args = json.loads(function.get("arguments") or "{}")
-            except json.JSONDecodeError:
-                args = {}
-            calls.append({"name": function.get("name", ""), "args": args, "id": raw.get("id")})
+        """The backend's answer as an ``AIMessage``: its tool calls in ``tool_calls``, the malformed
+        ones in ``invalid_tool_calls`` (see ``_tool_call``), as LangChain's own OpenAI model does.
+
+        Raises ``BackendFailed`` when ``tool_calls`` is there but not a list.
+        """
+        message_body = served.body["choices"][0]["message"]  # an object: BackendClient.chat checked
+        raw_calls = message_body.get("tool_calls") or []
+        if not isinstance(raw_calls, list):
+            raise BackendFailed(f"{served.backend}: tool_calls is not a list: {raw_calls!r:.80}")
+        calls: list[ToolCall] = []
+        invalid: list[InvalidToolCall] = []
+        for raw in raw_calls:
+            parsed = DispatchedChatModel._tool_call(raw)
+            if parsed["type"] == "tool_call":
+                calls.append(parsed)
+            else:
+                invalid.append(parsed)
         usage = served.usage
         message = AIMessage(
             content=served.content,
             tool_calls=calls,
+            invalid_tool_calls=invalid,
             usage_metadata={
                 "input_tokens": usage.prompt_tokens,
                 "output_tokens": usage.completion_tokens,
@@ -504,6 +517,58 @@ class DispatchedChatModel(BaseChatModel):
             response_metadata={"backend": served.backend, "finish_reason": served.finish_reason},
         )
         return ChatResult(generations=[ChatGeneration(message=message)])
+
+    @classmethod
+    def _tool_call(cls, raw: object) -> ToolCall | InvalidToolCall:
+        """One OpenAI-format tool call from the backend, or an invalid one saying what is wrong.
+
+        Valid: an object whose ``function`` is an object with a non-empty string ``name`` and
+        ``arguments`` that are a JSON string of an object (absent, ``null`` or ``""``: no
+        arguments), and whose ``id`` is a string or absent. Anything else (arguments sent as an
+        object, a call that is a string, ...) is kept, as text, in an ``InvalidToolCall``: never
+        run, and never an exception out of the model call.
+        """
+        if not isinstance(raw, dict):
+            return invalid_tool_call(args=cls._json_text(raw), error="the tool call is not an object")
+        function = raw.get("function")
+        ident = raw.get("id") if isinstance(raw.get("id"), str) else None
+        if not isinstance(function, dict):
+            return invalid_tool_call(
+                args=cls._json_text(raw),
+                id=ident,
+                error="the tool call's function is not an object",
+            )
+        name = function.get("name")
+        arguments = function.get("arguments")
+        text = arguments if isinstance(arguments, str) or arguments is None else cls._json_text(arguments)
+        named = name if isinstance(name, str) else None
+
+        def invalid(error: str) -> InvalidToolCall:
+            return invalid_tool_call(name=named, args=text, id=ident, error=error)
+
+        if not named:
+            return invalid("the tool call names no function")
+        if raw.get("id") is not None and ident is None:
+            return invalid("the tool call's id is not a string")
+        if not isinstance(arguments, str | None):
+            return invalid("the arguments are not a JSON string")
+        try:
+            args = json.loads(arguments) if arguments else {}
+        except (ValueError, RecursionError):
+            return invalid("the arguments are not JSON")
+        if not isinstance(args, dict):
+            return invalid("the arguments are not a JSON object")
+        return tool_call(name=named, args=args, id=ident)
+
+    @staticmethod
+    def _json_text(value: object) -> str:
+        """``value`` (decoded from a backend's JSON) as JSON text, for an ``InvalidToolCall`` to
+        show; a placeholder for one nested too deeply to encode (orjson stops at 255 levels, where
+        ``json`` would raise ``RecursionError``)."""
+        try:
+            return orjson.dumps(value).decode()
+        except orjson.JSONEncodeError:
+            return "(not shown: nested too deeply)"
 
     def _generate(
         self,

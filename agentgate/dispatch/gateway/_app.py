@@ -374,6 +374,9 @@ class Gateway:
         yield b"data: [DONE]\n\n"
 
     def _count_tokens(self, prompt: int, completion: int) -> None:
+        # Never raises: the counts come from a ``Usage``, non-negative integers by construction
+        # (a backend reporting negative usage is a ``BackendFailed`` before the answer gets here),
+        # so the counter cannot turn an answered, charged call into an error.
         self._tokens.labels(kind="prompt").inc(prompt)
         self._tokens.labels(kind="completion").inc(completion)
 
