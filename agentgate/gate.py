@@ -492,8 +492,10 @@ class Gate:
         self._scheduler_lock = threading.Lock()
         """Guards making the schedulers, which may create tables: store I/O, so not ``_lock``."""
         self._runs_changed = threading.Condition(threading.Lock())
-        """Guards the three fields below (``run``/``arun`` in flight, for ``close``)."""
+        """Guards the fields below (``run``/``arun`` in flight, for ``close``)."""
         self._runs = 0
+        self._loop_runs: dict[asyncio.AbstractEventLoop, int] = {}
+        """``arun`` calls in flight per event loop (``close`` cannot wait for its own loop's)."""
         self._closing = False
         self._outcomes_closed = False
         self._dispatch: tuple[Dispatcher, asyncio.AbstractEventLoop, threading.Thread] | None = None
@@ -520,7 +522,9 @@ class Gate:
         ``error`` outcomes and their reservations released. Calls running are waited for, at
         most ``timeout_s`` seconds, so that their outcomes are recorded; a call still running
         after that is logged, and its outcome is lost (its reservation stays held, so a budget
-        is never overspent).
+        is never overspent). Called from an event loop's thread, it cannot wait for that loop's
+        own ``arun`` calls (they cannot progress while it blocks): their outcomes are lost too;
+        close the gate after they end, or from another thread.
         """
         with self._runs_changed:
             if self._closing:
@@ -528,10 +532,18 @@ class Gate:
             self._closing = True
         self._limits.refuse_waiting("the gate is closing: the call was not started")
         deadline = time.monotonic() + timeout_s
+        try:
+            here: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            here = None
         with self._runs_changed:
-            if not self._runs_changed.wait_for(lambda: not self._runs, timeout_s):
+            # ``arun`` calls of the loop that called close() cannot progress while it waits.
+            own = self._loop_runs.get(here, 0) if here is not None else 0
+            self._runs_changed.wait_for(lambda: self._runs <= own, timeout_s)
+            if self._runs:
                 _log.error(
-                    "agentgate: %d calls still running %.1fs after close(); their outcomes will not be recorded",
+                    "agentgate: %d calls had not settled when close() stopped waiting (after at most "
+                    "%.1fs); their outcomes will not be recorded",
                     self._runs,
                     timeout_s,
                 )
@@ -1190,7 +1202,8 @@ class Gate:
     ) -> T:
         """The async twin of ``run``: the scheduler's limits hold for coroutines too."""
         self._check_allowed(auth)
-        self._begin_run(auth)
+        loop = asyncio.get_running_loop()
+        self._begin_run(auth, loop)
         try:
             with self._span(auth, call_id) as span:
                 try:
@@ -1208,24 +1221,32 @@ class Gate:
                 self._finish(span, auth, result, failed, spent)
                 return result
         finally:
-            self._end_run(auth)
+            self._end_run(auth, loop)
 
-    def _begin_run(self, auth: Authorization) -> None:
+    def _begin_run(self, auth: Authorization, loop: asyncio.AbstractEventLoop | None = None) -> None:
         """Count a ``run``/``arun`` in flight (``close`` waits for it to settle). Once ``close``
         began, refuse it: record an ``error`` outcome (while outcomes are still written) and
         raise ``SchedulingError``."""
         with self._runs_changed:
             if not self._closing:
                 self._runs += 1
+                if loop is not None:
+                    self._loop_runs[loop] = self._loop_runs.get(loop, 0) + 1
                 return
             if not self._outcomes_closed:  # close() flushes after this, under the same lock
                 self._settle(auth, "error", "SchedulingError", None)
         raise SchedulingError(f"{auth.call.resource}: the gate is closed; the call was not run")
 
-    def _end_run(self, auth: Authorization) -> None:
+    def _end_run(self, auth: Authorization, loop: asyncio.AbstractEventLoop | None = None) -> None:
         """A ``run``/``arun`` settled (its outcome is pending) or failed to: count it out."""
         with self._runs_changed:
             self._runs -= 1
+            if loop is not None:
+                left = self._loop_runs[loop] - 1
+                if left:
+                    self._loop_runs[loop] = left
+                else:
+                    del self._loop_runs[loop]
             if not self._runs:
                 self._runs_changed.notify_all()
             lost = self._outcomes_closed

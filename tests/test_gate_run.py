@@ -9,6 +9,7 @@ import asyncio
 import contextlib
 import sqlite3
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -297,3 +298,24 @@ def test_gate_close_is_bounded_when_a_call_does_not_settle(two: TwoTenants) -> N
     finally:
         release.set()
         caller.join(WAIT_S)
+
+
+async def test_gate_close_from_a_loop_does_not_wait_for_that_loops_own_calls(two: TwoTenants) -> None:
+    # An arun of the loop that calls close() cannot progress while close() blocks that loop:
+    # close() must not wait the whole timeout for it.
+    gate = two.gate
+    auth = await gate.to_thread(gate.authorize, two.alice, Call.tool("orders", {}), call_id="l1")
+    started, release = asyncio.Event(), asyncio.Event()
+
+    async def tool() -> str:
+        started.set()
+        await release.wait()
+        return "done"
+
+    task = asyncio.create_task(gate.arun(auth, tool))
+    await started.wait()
+    began = time.monotonic()
+    gate.close(timeout_s=60.0)
+    assert time.monotonic() - began < 30.0
+    release.set()
+    assert await task == "done"  # the call still finishes; its outcome is logged as lost
