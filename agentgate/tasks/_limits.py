@@ -80,7 +80,8 @@ class SharedLimits:
 
     ``Scheduler(limits=...)`` and ``SyncScheduler(limits=...)`` admit through it; a scheduler
     made without one makes its own. ``close()`` stops the rate timer thread (idempotent; the
-    Gate calls it, a scheduler calls it on the object it made).
+    Gate calls it, a scheduler calls it on the object it made). ``refuse_waiting`` refuses what
+    waits and everything asked later (the Gate calls it first when it closes).
     """
 
     def __init__(self, config: SchedulerConfig | None = None) -> None:

@@ -216,7 +216,7 @@ class Scheduler:
         Raises ``Overloaded`` (queue full), ``DeadlineExceeded`` (could not start, or an attempt
         did not finish, before the deadline), ``CircuitOpen`` (breaker open), ``InputError`` (an
         unknown priority class, arguments that are not JSON), ``SchedulingError`` (scheduler
-        closed), or the tool's own last exception when the call is given up (``DeadlineExceeded``
+        closed, limits refusing calls, or the running twin this call joined was cancelled), or the tool's own last exception when the call is given up (``DeadlineExceeded``
         instead when the deadline passed while a retry waited for its turn). Cancelling the
         caller cancels the running attempt and gives its slots back.
         """
