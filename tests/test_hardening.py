@@ -16,7 +16,7 @@ import pytest
 from agentgate.audit.entry import AuditEntry
 from agentgate.capabilities import Call
 from agentgate.cli.main import main
-from agentgate.errors import Denied, InputError, PolicyError, TamperDetected
+from agentgate.errors import Denied, InputError, PolicyError, StoreError, TamperDetected
 from agentgate.findings import Outcome
 from agentgate.gate import AgentIdentity, Gate
 from agentgate.keys import SigningKey
@@ -275,7 +275,7 @@ def test_sqlite_checkpoints_cannot_be_overwritten_with_insert_or_replace(tmp_pat
             log.checkpoint()
     log.checkpoint()
     before = log.checkpoints()
-    with pytest.raises(sqlite3.IntegrityError, match="append-only"), store.transaction() as tx:
+    with pytest.raises(StoreError, match="append-only"), store.transaction() as tx:
         tx.execute(
             "INSERT OR REPLACE INTO audit_checkpoints (id, size, root, note, created) "
             "SELECT 2, size, root, note, created FROM audit_checkpoints WHERE id = 1"
@@ -429,3 +429,81 @@ def test_policy_numbers_a_grant_or_a_timer_cannot_hold_are_refused_at_load(text:
     depth of 16 loaded and linted clean, then failed at issue time with a confusing token error."""
     with pytest.raises(PolicyError, match=where.replace(".", r"\.")):
         parse_policy("version: 1\n" + text, source="p.yaml")
+
+
+# --- the store -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "url", ["postgresql+psycopg://agentgate@127.0.0.1:1/db", "mysql://x/y", "sqlite://rel.db"]
+)
+def test_a_store_url_with_an_unknown_scheme_is_refused_not_taken_as_a_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], url: str
+) -> None:
+    """Taken as a path, ``postgresql+psycopg://...`` became a local file: ``grant revoke``
+    printed "revoked" (exit 0) while the shared store the operator named never heard of it."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("AGENTGATE_STORE", url)
+    assert main(["grant", "revoke", "ab" * 32]) == 2
+    assert "unsupported store URL" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_store_url_schemes_are_case_insensitive_and_sqlite_urls_keep_their_slashes(tmp_path: Path) -> None:
+    from agentgate.store import open_store
+
+    with pytest.raises(StoreError, match="not a valid PostgreSQL URL"):  # PostgreSQL, not a file
+        open_store("POSTGRESQL://%%%")
+    absolute = open_store(f"SQLite:///{tmp_path}/abs.db")  # four slashes: an absolute path
+    try:
+        assert absolute.url == str(tmp_path / "abs.db")
+    finally:
+        absolute.close()
+
+
+def test_a_malformed_postgresql_url_fails_at_once_without_repeating_its_password() -> None:
+    """It waited for the pool's 10 s and then said 'pool initialization incomplete'."""
+    from agentgate.store import open_store
+
+    with pytest.raises(StoreError) as caught:
+        open_store("postgresql://user:s3cret%zz@127.0.0.1/db")
+    assert "not a valid PostgreSQL URL" in str(caught.value) and "s3cret" not in str(caught.value)
+
+
+def test_a_statement_error_that_leaves_a_transaction_is_a_store_error(tmp_path: Path) -> None:
+    """Only BEGIN and COMMIT were mapped: a failing statement raised a bare sqlite3.Error past
+    every ``except StoreError`` (``grant revoke`` on a damaged store printed a traceback)."""
+    store = SQLiteStore(tmp_path / "s.db")
+    try:
+        with pytest.raises(StoreError, match="no such table"), store.transaction() as tx:
+            tx.execute("INSERT INTO no_such_table VALUES (1)")
+        with store.transaction() as tx:  # caught inside the block, the transaction goes on
+            with pytest.raises(sqlite3.OperationalError):
+                tx.execute("INSERT INTO no_such_table VALUES (1)")
+            assert tx.execute("SELECT 1") == [(1,)]
+    finally:
+        store.close()
+
+
+def test_revoke_on_a_damaged_sqlite_store_is_one_line_and_exit_2(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from agentgate.authority import GrantRepository, revoke
+
+    db = tmp_path / "store.db"
+    store = SQLiteStore(db)
+    revoke(GrantRepository(store), "ab" * 32)
+    store.close()
+    with sqlite3.connect(db) as raw:
+        raw.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        root = raw.execute(
+            "SELECT rootpage FROM sqlite_master WHERE name = 'agentgate_revocations'"
+        ).fetchone()[0]
+        size = raw.execute("PRAGMA page_size").fetchone()[0]
+    with db.open("r+b") as handle:
+        handle.seek((root - 1) * size)
+        handle.write(b"\xff" * size * 2)
+    monkeypatch.setenv("AGENTGATE_STORE", str(db))
+    assert main(["grant", "revoke", "cd" * 32]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("agentgate: error:")

@@ -7,23 +7,40 @@ for SQLite; default ``.agentgate/agentgate.db`` under the current directory.
 from __future__ import annotations
 
 import os
+import re
 
+from agentgate.errors import StoreError
 from agentgate.store._base import Dialect, Row, Store, Transaction
 from agentgate.store._sqlite import SQLiteStore
 
 DEFAULT_PATH = ".agentgate/agentgate.db"
 
 
+_SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
+
+
 def open_store(url: str | None = None) -> Store:
-    """Open the store named by ``url``, else by ``AGENTGATE_STORE``, else the default SQLite file."""
+    """Open the store named by ``url``, else by ``AGENTGATE_STORE``, else the default SQLite file.
+
+    ``postgresql://`` or ``postgres://`` (any case) is PostgreSQL; ``sqlite:///PATH`` or a plain
+    path is SQLite. Any other ``scheme://`` raises ``StoreError``: taken as a path, a mistyped URL
+    (``postgresql+psycopg://``, ``mysql://``) would quietly become a new local file, and whatever
+    was written there (a revocation, say) would never reach the store the operator named.
+    """
     url = url or os.environ.get("AGENTGATE_STORE") or DEFAULT_PATH
-    if url.startswith(("postgresql://", "postgres://")):
+    scheme = _SCHEME.match(url)
+    if scheme is None:
+        return SQLiteStore(url)
+    name = scheme.group(1).lower()
+    if name in ("postgresql", "postgres"):
         from agentgate.store._postgres import PostgresStore
 
-        return PostgresStore(url)
-    if url.startswith("sqlite:///"):
-        url = url[len("sqlite:///") :]
-    return SQLiteStore(url)
+        return PostgresStore(name + url[len(name) :])
+    if name == "sqlite" and url[scheme.end() :].startswith("/"):
+        return SQLiteStore(url[scheme.end() + 1 :])  # sqlite:///rel.db, sqlite:////abs.db
+    raise StoreError(
+        f"unsupported store URL {url.split('://')[0]}://...: use a path, sqlite:///PATH or postgresql://..."
+    )
 
 
 __all__ = ["DEFAULT_PATH", "Dialect", "Row", "SQLiteStore", "Store", "Transaction", "open_store"]

@@ -53,6 +53,10 @@ class PostgresStore(Store):
     def __init__(self, url: str, *, min_size: int = 1, max_size: int = 8) -> None:
         self.url = url
         self._schemas: set[str] = set()
+        try:  # at once, rather than after the pool's wait for a connection it can never make
+            psycopg.conninfo.conninfo_to_dict(url)
+        except psycopg.ProgrammingError:  # its message may quote the password: not repeated
+            raise StoreError(f"not a valid PostgreSQL URL: {_redact(url)}") from None
         try:
             self.pool = ConnectionPool(url, min_size=min_size, max_size=max_size, open=True, timeout=10.0)
             self.pool.wait(timeout=10.0)

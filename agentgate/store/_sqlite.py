@@ -93,7 +93,11 @@ class SQLiteStore(Store):
 
     @contextmanager
     def transaction(self, *, immediate: bool = True) -> Iterator[Transaction]:
+        """As ``Store.transaction``. A statement's ``sqlite3.Error`` may be caught inside the
+        block (the transaction stays usable, as SQLite leaves it); one that leaves the block rolls
+        the transaction back and becomes ``StoreError``, like every other store failure."""
         conn = self._acquire()
+        usable = True
         try:
             try:
                 conn.execute("BEGIN IMMEDIATE" if immediate else "BEGIN")
@@ -101,16 +105,30 @@ class SQLiteStore(Store):
                 raise StoreError(f"cannot start a transaction on {self.path}: {exc}") from exc
             try:
                 yield _SQLiteTransaction(conn)
-            except BaseException:
-                conn.execute("ROLLBACK")
+            except BaseException as exc:
+                usable = self._rollback(conn)
+                if isinstance(exc, sqlite3.Error):
+                    raise StoreError(f"SQLite error on {self.path}: {exc}") from exc
                 raise
             try:
                 conn.execute("COMMIT")
             except sqlite3.Error as exc:
-                conn.execute("ROLLBACK")
+                usable = self._rollback(conn)
                 raise StoreError(f"commit failed on {self.path}: {exc}") from exc
         finally:
-            self._release(conn)
+            if usable:
+                self._release(conn)
+            else:
+                conn.close()
+
+    @staticmethod
+    def _rollback(conn: sqlite3.Connection) -> bool:
+        """Roll back; whether the connection can be used again (a damaged file may refuse even that)."""
+        try:
+            conn.execute("ROLLBACK")
+        except sqlite3.Error:
+            return False
+        return True
 
     def ensure_schema(self, name: str, ddl: dict[Dialect, str]) -> None:
         if name in self._schemas:
