@@ -13,21 +13,66 @@ from __future__ import annotations
 
 import os
 import stat
+import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import base58
 import nacl.exceptions
 import nacl.signing
+from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from agentgate.errors import InvalidSignature, KeyFileError
+from agentgate.errors import InputError, InvalidSignature, KeyFileError
 
 _ED25519_MULTICODEC = b"\xed\x01"
 _DID_PREFIX = "did:key:z"
 SIGNATURE_SIZE = 64
 PUBLIC_KEY_SIZE = 32
+MAX_KEY_FILE_BYTES = 8192
+"""The most a key file may hold; an Ed25519 PEM key is about 120 bytes."""
+
+
+def read_regular_file(
+    path: Path | str, limit: int, what: str, error: type[InputError] = InputError
+) -> tuple[bytes, os.stat_result]:
+    """The bytes of the regular file at ``path`` (at most ``limit`` of them) and its ``fstat``.
+
+    Opens without blocking (``O_NONBLOCK``), so a FIFO or a device given in place of a file is
+    refused at once instead of waiting forever for a writer; anything but a regular file (a FIFO,
+    a directory, a device, a socket) is refused, and so is a file of more than ``limit`` bytes,
+    after reading at most ``limit + 1`` of them. The permission bits returned are those of the
+    file that was read (no second look-up by name). Raises ``error`` (an ``InputError``) naming
+    ``path`` and ``what`` it was to hold.
+    """
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+    try:
+        fd = os.open(path, flags)
+    except OSError as exc:
+        raise error(f"{path}: cannot read {what}: {exc.strerror}") from None
+    try:
+        status = os.fstat(fd)
+        if not stat.S_ISREG(status.st_mode):
+            raise error(f"{path}: cannot read {what}: not a regular file")
+        if status.st_size > limit:
+            raise error(f"{path}: cannot read {what}: larger than {limit} bytes")
+        chunks: list[bytes] = []
+        size = 0
+        while size <= limit:
+            chunk = os.read(fd, limit + 1 - size)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+    except OSError as exc:
+        raise error(f"{path}: cannot read {what}: {exc.strerror}") from None
+    finally:
+        os.close(fd)
+    if size > limit:
+        raise error(f"{path}: cannot read {what}: larger than {limit} bytes")
+    return b"".join(chunks), status
 
 
 def did_from_public_key(public_key: bytes) -> str:
@@ -117,40 +162,82 @@ def save_key(key: SigningKey, directory: Path, name: str) -> tuple[Path, Path]:
     """Write ``DIR/NAME.key`` (PKCS#8 PEM, mode 0600, never overwritten) and ``DIR/NAME.pub`` (did:key).
 
     The private file is created with ``O_EXCL`` and mode 0600 in one call, so there is no moment
-    when it exists with wider permissions.
+    when it exists with wider permissions. Raises ``KeyFileError`` for a name that is not a plain
+    file name, an existing ``NAME.key``, or a target that cannot be written (``DIR`` a file,
+    ``NAME.pub`` a directory, a name too long, no space): then no ``NAME.key`` is left without its
+    ``NAME.pub`` (the ``.pub`` is written to a temporary name and renamed; on failure the new
+    ``.key`` is removed).
     """
     if not name or "/" in name or name.startswith(".") or "\x00" in name:
         raise KeyFileError(f"invalid key name {name!r}: use a plain file name")
-    directory.mkdir(parents=True, exist_ok=True)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise KeyFileError(f"{directory}: cannot create the key directory: {exc.strerror}") from None
     key_path, pub_path = directory / f"{name}.key", directory / f"{name}.pub"
     pem = Ed25519PrivateKey.from_private_bytes(key.seed).private_bytes(
         serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
     )
     try:
-        fd = os.open(key_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError as exc:
-        raise KeyFileError(f"{key_path} already exists; refusing to overwrite a key") from exc
-    with os.fdopen(fd, "wb") as out:
-        out.write(pem)
-    pub_path.write_text(key.did + "\n")
+        fd = os.open(key_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    except FileExistsError:
+        raise KeyFileError(f"{key_path} already exists; refusing to overwrite a key") from None
+    except OSError as exc:
+        raise KeyFileError(f"{key_path}: cannot write the key: {exc.strerror}") from None
+    try:
+        with os.fdopen(fd, "wb") as out:
+            out.write(pem)
+            out.flush()
+            os.fsync(out.fileno())
+        replace_file(pub_path, (key.did + "\n").encode("ascii"), 0o644)
+    except OSError as exc:
+        key_path.unlink(missing_ok=True)
+        raise KeyFileError(f"{directory / name}: cannot write the key pair: {exc.strerror}") from None
     return key_path, pub_path
 
 
-def load_signing_key(path: Path | str) -> SigningKey:
-    """Load a private key file; refuses one that group or others can read or write."""
-    path = Path(path)
+def replace_file(path: Path, data: bytes, mode: int, before_rename: Callable[[], None] | None = None) -> None:
+    """Write ``data`` to a new file beside ``path`` and rename it over ``path``, with ``mode``.
+
+    The new file is created with ``O_EXCL`` and mode 0600 (then set to ``mode``), written and
+    synced before the rename: an existing file keeps neither its permissions nor its contents in
+    part, a symbolic link at ``path`` is replaced rather than followed, and readers see the old
+    file or the whole new one. ``before_rename`` runs after the data is safely written and before
+    the rename; if it raises, nothing is renamed. Raises ``OSError`` (or what ``before_rename``
+    raises); the temporary file never outlives a failure.
+    """
+    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=".agentgate-", suffix=".tmp")
     try:
-        mode = path.stat().st_mode
-        data = path.read_bytes()
-    except OSError as exc:
-        raise KeyFileError(f"{path}: cannot read private key: {exc.strerror}") from exc
+        with os.fdopen(fd, "wb") as out:
+            out.write(data)
+            out.flush()
+            os.fchmod(out.fileno(), mode)
+            os.fsync(out.fileno())
+        if before_rename is not None:
+            before_rename()
+        os.replace(temporary, path)
+    except BaseException:
+        os.unlink(temporary)
+        raise
+
+
+def load_signing_key(path: Path | str) -> SigningKey:
+    """Load an Ed25519 private key file (PKCS#8 PEM).
+
+    Raises ``KeyFileError`` for a file that cannot be read, is not a regular file (a FIFO is
+    refused at once, never waited on), holds more than ``MAX_KEY_FILE_BYTES``, is readable or
+    writable by group or others, or does not hold an Ed25519 private key.
+    """
+    path = Path(path)
+    data, status = read_regular_file(path, MAX_KEY_FILE_BYTES, "private key", KeyFileError)
+    mode = status.st_mode
     if mode & (stat.S_IRWXG | stat.S_IRWXO):
         raise KeyFileError(
             f"{path}: private key is accessible by others (mode {stat.S_IMODE(mode):04o}); run chmod 600 {path}"
         )
     try:
         private = serialization.load_pem_private_key(data, password=None)
-    except (ValueError, TypeError) as exc:
+    except (ValueError, TypeError, UnsupportedAlgorithm) as exc:
         raise KeyFileError(f"{path}: not a PKCS#8 PEM private key") from exc
     if not isinstance(private, Ed25519PrivateKey):
         raise KeyFileError(f"{path}: not an Ed25519 private key")
@@ -158,24 +245,27 @@ def load_signing_key(path: Path | str) -> SigningKey:
 
 
 def load_public_key(spec: str | Path) -> PublicKey:
-    """A public key from a ``did:key`` string, or from a file holding one (or a PEM public key)."""
+    """A public key from a ``did:key`` string, or from a file holding one (or a PEM public key).
+
+    Only Ed25519 keys: raises ``KeyFileError`` for a PEM key of another algorithm (RSA, X25519...),
+    a file that cannot be read, is not a regular file or holds more than ``MAX_KEY_FILE_BYTES``,
+    and for anything that is neither a ``did:key`` nor a PEM public key.
+    """
     text = str(spec).strip()
     if text.startswith("did:"):
         return PublicKey.from_did(text)
     path = Path(spec)
-    try:
-        data = path.read_bytes()[:8192]
-    except OSError as exc:
-        raise KeyFileError(f"{path}: cannot read public key: {exc.strerror}") from exc
+    data, _ = read_regular_file(path, MAX_KEY_FILE_BYTES, "public key", KeyFileError)
     stripped = data.strip()
     if stripped.startswith(b"did:"):
         return PublicKey.from_did(stripped.decode("ascii", errors="replace"))
     try:
         loaded = serialization.load_pem_public_key(stripped)
-    except (ValueError, TypeError) as exc:
+    except (ValueError, TypeError, UnsupportedAlgorithm) as exc:
         raise KeyFileError(f"{path}: neither a did:key nor a PEM public key") from exc
-    raw = loaded.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
-    return PublicKey(raw)
+    if not isinstance(loaded, Ed25519PublicKey):
+        raise KeyFileError(f"{path}: not an Ed25519 public key ({type(loaded).__name__})")
+    return PublicKey(loaded.public_bytes_raw())
 
 
 class Keyring:

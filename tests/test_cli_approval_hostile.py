@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from agentgate.audit.entry import argument_digest
+from agentgate.gate import approval_call_hash
 from agentgate.keys import SigningKey, save_key
 
 FUTURE = 4_000_000_000  # 2096
@@ -45,8 +46,21 @@ def sign(
 
 
 def request(**fields: object) -> str:
-    inner: dict[str, object] = {"id": "req-1", "call_hash": "ab" * 32, "expires_at": FUTURE}
+    """A request that shows every part of the call it hashes (as the Gate writes it), with
+    ``fields`` replacing parts; its call_hash is that of the call shown unless given."""
+    inner: dict[str, object] = {
+        "id": "req-1",
+        "expires_at": FUTURE,
+        "resource": "tool:refund",
+        "action": "invoke",
+        "args": {},
+        "args_digest": argument_digest({}),
+        "grant": "g" * 64,
+        "call_id": "",
+    }
     inner.update(fields)
+    parts = [inner[field] for field in ("resource", "action", "args_digest", "grant", "call_id")]
+    inner.setdefault("call_hash", approval_call_hash(*map(str, parts)))
     return json.dumps({"request": inner})
 
 
@@ -118,6 +132,7 @@ def test_a_call_hash_that_is_not_the_shown_calls_is_refused(key: Path, tmp_path:
         args_digest=argument_digest({"amount": 5}),
         grant="g" * 64,
         call_id="",
+        call_hash="ab" * 32,
     )
     code, out, err = sign(shown, key, tmp_path)  # call_hash "abab..." is no hash of that call
     assert (code, out) == (1, "") and "call_hash" in err

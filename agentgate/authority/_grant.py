@@ -109,13 +109,21 @@ class Budget:
 
     @classmethod
     def parse(cls, text: str) -> Budget:
-        """``AMOUNT[:UNIT]``, e.g. ``500000`` or ``1000:calls``; refuses signs, fractions, NaN and overflow."""
-        amount, _, unit = str(text).strip().partition(":")
+        """``AMOUNT[:UNIT]``, e.g. ``500000`` or ``1000:calls``; without ``:UNIT``, ``usd_micros``.
+
+        Raises ``TokenFormatError`` for signs, fractions, NaN, overflow, spaces anywhere, and a
+        ``:`` with no unit after it (``500:``): a forgotten unit is refused, never defaulted.
+        """
+        amount, colon, unit = str(text).partition(":")
         if not re.fullmatch(r"[0-9]{1,19}", amount):
             raise TokenFormatError(
                 f"budget {text!r}: the amount must be a whole, non-negative number of minor units (e.g. 500000:usd_micros)"
             )
-        return cls(int(amount), unit or "usd_micros")
+        if colon and not unit:
+            raise TokenFormatError(
+                f"budget {text!r}: name the unit after ':' (e.g. {amount}:calls) or drop the ':'"
+            )
+        return cls(int(amount), unit if colon else "usd_micros")
 
     def to_dict(self) -> dict[str, Any]:
         return {"amount": self.amount, "unit": self.unit}

@@ -5,7 +5,9 @@
 PAYLOAD asks (the JSON that ``interrupt()`` carried, or the request inside it; ``-`` reads standard
 input) and writes the signed approval: the value to resume the run with
 (``Command(resume=approval)``). Exit codes: 0 signed (or listed), 1 refused (the request expired,
-or the signer is the requester), 2 unreadable or malformed input.
+or the signer is the requester, or its call_hash is not the hash of the call it shows), 2
+unreadable or malformed input (a request that does not show every part of the call it hashes,
+a PAYLOAD that is not a regular file or is larger than ``MAX_PAYLOAD_BYTES``).
 
 Signing does not decide anything: the Gate checks the signature, that the signer is an approver
 the policy names, that the approval is for this very call, unused and unexpired, when the run
@@ -25,7 +27,7 @@ from agentgate.audit.entry import argument_digest
 from agentgate.cli._common import open_existing_store, utc
 from agentgate.errors import InputError
 from agentgate.gate import Approval, approval_call_hash
-from agentgate.keys import load_signing_key
+from agentgate.keys import load_signing_key, read_regular_file, replace_file
 from agentgate.store.approvals import ApprovalStore
 
 
@@ -102,7 +104,7 @@ def _sign(args: argparse.Namespace) -> int:
     if request.get("requester_did") == key.did:
         sys.stderr.write("agentgate: refused: the approver must not be the requester\n")
         return 1
-    if _call_hash(request) not in (None, request["call_hash"]):
+    if _call_hash(request) != request["call_hash"]:
         sys.stderr.write("agentgate: refused: the request's call_hash is not the hash of the call it shows\n")
         return 1
     sys.stderr.write(_describe(request, key.did))
@@ -110,7 +112,7 @@ def _sign(args: argparse.Namespace) -> int:
     text = json.dumps(approval, indent=2) + "\n"
     if args.out:
         try:
-            Path(args.out).write_text(text)
+            replace_file(Path(args.out), text.encode("utf-8"), 0o600)
         except OSError as exc:
             raise InputError(f"--out {args.out}: cannot write: {exc.strerror}") from None
         sys.stderr.write(f"approval written to {args.out}: resume the run with it\n")
@@ -119,11 +121,27 @@ def _sign(args: argparse.Namespace) -> int:
     return 0
 
 
+MAX_PAYLOAD_BYTES = 1 << 20
+"""The most an approval PAYLOAD may hold (1 MiB): a request shows only loggable arguments."""
+
+
 def _read(source: str) -> Any:
+    """The JSON in the file ``source`` (``-``: standard input), read bounded.
+
+    Raises ``InputError`` for a file that cannot be read, is not a regular file (a FIFO is refused
+    at once, never waited on), holds more than ``MAX_PAYLOAD_BYTES``, or is not UTF-8 JSON.
+    """
+    if source == "-":
+        try:
+            data = sys.stdin.buffer.read(MAX_PAYLOAD_BYTES + 1)
+        except OSError as exc:
+            raise InputError(f"{source}: cannot read: {exc.strerror}") from None
+        if len(data) > MAX_PAYLOAD_BYTES:
+            raise InputError(f"{source}: cannot read PAYLOAD: larger than {MAX_PAYLOAD_BYTES} bytes")
+    else:
+        data, _ = read_regular_file(source, MAX_PAYLOAD_BYTES, "PAYLOAD")
     try:
-        text = sys.stdin.read() if source == "-" else Path(source).read_text()
-    except OSError as exc:
-        raise InputError(f"{source}: cannot read: {exc.strerror}") from None
+        text = data.decode("utf-8")
     except UnicodeDecodeError:
         raise InputError(f"{source}: not UTF-8 text") from None
     try:
@@ -133,15 +151,18 @@ def _read(source: str) -> Any:
 
 
 _TEXT_FIELDS = ("gate", "resource", "action", "grant", "call_id", "args_digest", "requester", "requester_did")
+_HASHED_FIELDS = ("resource", "action", "args_digest", "grant", "call_id")
 _LATEST = 10**11  # seconds since 1970: the year 5138; later is no expiry a Gate writes
 
 
 def _request(payload: Any) -> dict[str, Any]:
     """The request in an interrupt payload (or the request itself), checked for what signing needs.
 
-    Raises ``InputError`` (exit 2) for a request without a text ``id`` and ``call_hash``, an
-    ``expires_at`` that is not a number of seconds, fields of the wrong type, or text that is not
-    valid Unicode.
+    Raises ``InputError`` (exit 2) for a request without a text ``id`` and ``call_hash``, one
+    that does not show every part of the call it hashes (``resource``, ``action``,
+    ``args_digest``, ``grant``, ``call_id``: the Gate writes all five, ``call_id`` ``""`` when the
+    call has none), an ``expires_at`` that is not a number of seconds, fields of the wrong type,
+    or text that is not valid Unicode.
     """
     inner = payload.get("request", payload) if isinstance(payload, dict) else None
     if not isinstance(inner, dict):
@@ -165,16 +186,18 @@ def _request(payload: Any) -> dict[str, Any]:
         json.dumps(inner, ensure_ascii=False).encode("utf-8")
     except UnicodeEncodeError:
         raise InputError("PAYLOAD holds text that is not valid Unicode") from None
+    for field in _HASHED_FIELDS:
+        if field not in inner:
+            raise InputError(
+                f"PAYLOAD: the request has no {field!r}: it does not show the call it asks to approve"
+            )
     return inner
 
 
-def _call_hash(request: dict[str, Any]) -> str | None:
+def _call_hash(request: dict[str, Any]) -> str:
     """The hash of the call the request shows (``approval_call_hash``, as the Gate computes it);
-    ``None`` for a request that does not show all of its parts."""
-    parts = ("resource", "action", "args_digest", "grant", "call_id")
-    if not all(isinstance(request.get(field), str) for field in parts):
-        return None
-    return approval_call_hash(*(request[field] for field in parts))
+    ``_request`` has checked that every part of it is present and text."""
+    return approval_call_hash(*(request[field] for field in _HASHED_FIELDS))
 
 
 def _digest(args: Any) -> str | None:

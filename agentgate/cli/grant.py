@@ -10,8 +10,10 @@ import argparse
 import json
 import os
 import re
+import stat
 import sys
 import time
+import unicodedata
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +43,7 @@ from agentgate.errors import (
     TokenFormatError,
 )
 from agentgate.findings import Finding
-from agentgate.keys import load_public_key, load_signing_key
+from agentgate.keys import load_public_key, load_signing_key, read_regular_file, replace_file
 from agentgate.policy import load_policy, role_grant_template
 from agentgate.store import open_store
 
@@ -200,11 +202,13 @@ def _role_grant(args: argparse.Namespace, issuer: str) -> tuple[list[Capability]
 
 
 def _read_token(path: Path) -> Chain:
-    try:
-        with path.open("rb") as handle:
-            data = handle.read(MAX_TOKEN_BYTES + 3)
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read token: {exc.strerror}") from None
+    """The chain in a token file: one token on one line, one trailing line break ignored.
+
+    Raises ``InputError`` for a file that cannot be read, is not a regular file (a FIFO is
+    refused at once, never waited on) or is larger than a token can be, ``TokenFormatError`` for
+    one that does not hold a token.
+    """
+    data, _ = read_regular_file(path, MAX_TOKEN_BYTES + 2, "token")
     try:
         text = data.decode("ascii").rstrip("\r\n")
     except UnicodeDecodeError:
@@ -215,17 +219,57 @@ def _read_token(path: Path) -> Chain:
         raise TokenFormatError(f"{path}: {exc}") from None
 
 
-def _write_token(chain: Chain, out: Path | None) -> None:
+def _record_and_write(repo: GrantRepository, chain: Chain, out: Path | None) -> None:
+    """Record ``chain`` in the store and hand its token out: to ``out`` (mode 0600) or stdout.
+
+    The token is written to a new 0600 file beside ``out`` first; the grant is recorded only once
+    that write succeeded, and the file is renamed over ``out`` (a symbolic link there is replaced,
+    not followed) only once the grant is recorded. Raises ``InputError`` when ``out`` cannot be
+    written (then nothing is recorded) and ``StoreError`` when the store fails (then ``out`` is
+    untouched).
+    """
     if out is None:
+        record(repo, chain)
         sys.stdout.write(chain.token + "\n")
         return
     try:
-        fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as handle:
-            handle.write(chain.token + "\n")
+        if stat.S_ISDIR(os.lstat(out).st_mode):
+            raise InputError(f"{out}: cannot write token: is a directory")
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        raise InputError(f"{out}: cannot write token: {exc.strerror}") from None
+    try:
+        replace_file(out, (chain.token + "\n").encode("ascii"), 0o600, lambda: record(repo, chain))
     except OSError as exc:
         raise InputError(f"{out}: cannot write token: {exc.strerror}") from None
     sys.stderr.write(f"wrote {out} (grant {chain.id})\n")
+
+
+def _purpose(text: str) -> str:
+    """``--purpose`` as given; raises ``InputError`` for control or format characters in it
+    (a newline or an escape sequence would forge lines wherever the purpose is shown)."""
+    bad = next((c for c in text if unicodedata.category(c) in _UNPRINTABLE), None)
+    if bad is not None:
+        raise InputError(f"--purpose: control character {bad!r} not allowed; write one line of text")
+    return text
+
+
+_UNPRINTABLE = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
+
+
+def _shown(text: str) -> str:
+    """``text`` with every control, format or line-separator character escaped (``\\n``,
+    ``\\x1b``, ``\\u202e``): signed text printed in the tree cannot start lines or reach the
+    terminal as escape sequences."""
+    if not any(unicodedata.category(c) in _UNPRINTABLE or c == "\\" for c in text):
+        return text
+    return "".join(
+        c.encode("unicode_escape").decode("ascii")
+        if unicodedata.category(c) in _UNPRINTABLE or c == "\\"
+        else c
+        for c in text
+    )
 
 
 def _repo() -> GrantRepository:
@@ -244,7 +288,7 @@ def _finding_line(finding: Finding) -> str:
 def _issue(args: argparse.Namespace) -> int:
     key = load_signing_key(args.issuer)
     audience = load_public_key(args.to)
-    purpose = args.purpose
+    purpose = _purpose(args.purpose)
     if args.policy or args.role:
         capabilities, ttl, budget, depth = _role_grant(args, key.did)
         purpose = purpose or f"role {args.role}"
@@ -254,8 +298,7 @@ def _issue(args: argparse.Namespace) -> int:
         capabilities, ttl, budget = _capabilities(args), parse_duration(args.ttl), _budget(args.budget)
         depth = 2 if args.max_depth is None else args.max_depth
     chain = issue(key, audience, capabilities, ttl=ttl, budget=budget, max_depth=depth, purpose=purpose)
-    record(_repo(), chain)
-    _write_token(chain, args.out)
+    _record_and_write(_repo(), chain, args.out)
     return 0
 
 
@@ -263,6 +306,7 @@ def _delegate(args: argparse.Namespace) -> int:
     parent = _read_token(args.token)
     holder = load_signing_key(args.holder)
     audience, ttl, budget = load_public_key(args.to), parse_duration(args.ttl), _budget(args.budget)
+    purpose = _purpose(args.purpose)
     repo = _repo()
     revoked = repo.revoked(parent.ids)
     if revoked:
@@ -279,7 +323,7 @@ def _delegate(args: argparse.Namespace) -> int:
             ttl=ttl,
             budget=budget,
             max_depth=args.max_depth,
-            purpose=args.purpose,
+            purpose=purpose,
         )
     except AuthorityError as exc:
         if isinstance(exc.finding, Finding):
@@ -287,8 +331,7 @@ def _delegate(args: argparse.Namespace) -> int:
         else:
             sys.stderr.write(f"deny: {exc}\n")
         return 1
-    record(repo, chain)
-    _write_token(chain, args.out)
+    _record_and_write(repo, chain, args.out)
     return 0
 
 
@@ -342,16 +385,16 @@ def _inspect(args: argparse.Namespace) -> int:
         out.append(f"{pad}     {shown['issuer']}")
         out.append(f"{pad}       gave {shown['audience']}")
         for cap in shown["capabilities"]:
-            out.append(f"{pad}     allow {cap}")
+            out.append(f"{pad}     allow {_shown(str(cap))}")
         budget = shown["budget"]
         out.append(
             f"{pad}     budget {'unlimited' if budget is None else str(budget['amount']) + ' ' + budget['unit']}"
             f" · valid {utc(shown['not_before'])} → {utc(shown['expires'])} · may delegate {shown['max_depth']} more"
         )
         if shown["purpose"]:
-            out.append(f"{pad}     purpose: {shown['purpose']}")
+            out.append(f"{pad}     purpose: {_shown(shown['purpose'])}")
         for problem in shown["findings"]:
-            out.append(f"{pad}     ! {problem['kind']} {problem['code']}: {problem['message']}")
+            out.append(f"{pad}     ! {problem['kind']} {problem['code']}: {_shown(problem['message'])}")
     sys.stdout.write("\n".join(out) + "\n")
     return 0
 
