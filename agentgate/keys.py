@@ -11,6 +11,7 @@ the 32-byte public key, base58btc-encoded with the multibase prefix ``z``.
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 import tempfile
@@ -201,11 +202,19 @@ def replace_file(path: Path, data: bytes, mode: int, before_rename: Callable[[],
 
     The new file is created with ``O_EXCL`` and mode 0600 (then set to ``mode``), written and
     synced before the rename: an existing file keeps neither its permissions nor its contents in
-    part, a symbolic link at ``path`` is replaced rather than followed, and readers see the old
-    file or the whole new one. ``before_rename`` runs after the data is safely written and before
-    the rename; if it raises, nothing is renamed. Raises ``OSError`` (or what ``before_rename``
-    raises); the temporary file never outlives a failure.
+    part, and readers see the old file or the whole new one. Only a regular file is replaced:
+    ``path`` being a symbolic link (neither followed nor replaced), a directory, a FIFO or a
+    device raises ``OSError`` before anything is written. ``before_rename`` runs after the data
+    is safely written and before the rename; if it raises, nothing is renamed. Raises ``OSError``
+    (or what ``before_rename`` raises); the temporary file never outlives a failure.
     """
+    try:
+        existing = os.lstat(path).st_mode
+    except FileNotFoundError:
+        existing = None
+    if existing is not None and not stat.S_ISREG(existing):
+        kind = "a symbolic link" if stat.S_ISLNK(existing) else "not a regular file"
+        raise OSError(errno.EEXIST, f"{kind} is there; refusing to replace it")
     fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=".agentgate-", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as out:

@@ -245,26 +245,25 @@ def test_out_to_an_existing_file_is_mode_0600(keys: Path) -> None:
     assert recorded_grants(keys / "store.db") == 1
 
 
-def test_out_replaces_a_symbolic_link_instead_of_following_it(keys: Path) -> None:
-    """A symbolic link at --out is replaced by the token file; the file it pointed to is untouched."""
+def test_out_refuses_a_symbolic_link_neither_following_nor_replacing_it(keys: Path) -> None:
+    """A symbolic link at --out is not written through (the file it points to is untouched) nor
+    replaced: exit 2, and no grant is recorded."""
     target = keys / "elsewhere"
     target.write_text("not yours\n")
     (keys / "a.tok").symlink_to(target)
     code, _out, err = run(keys, *ISSUE, "--issuer", "root.key", "--to", "alice.pub", "--out", "a.tok")
-    assert code == 0, err
-    assert target.read_text() == "not yours\n"
-    assert not (keys / "a.tok").is_symlink()
-    assert stat.S_IMODE((keys / "a.tok").stat().st_mode) == 0o600
-    code, out, err = run(keys, "grant", "inspect", "a.tok")
-    assert code == 0 and "allow tool:x" in out, err
+    assert one_line_error(code, err) and "symbolic link" in err, (code, err)
+    assert target.read_text() == "not yours\n" and (keys / "a.tok").is_symlink()
+    assert recorded_grants(keys / "store.db") == 0
 
 
-@pytest.mark.parametrize("where", ["a_directory", "in_a_missing_directory"])
+@pytest.mark.parametrize("where", ["a_directory", "in_a_missing_directory", "a_fifo"])
 def test_issue_that_cannot_write_its_token_records_no_grant(keys: Path, where: str) -> None:
-    """A grant is recorded only once its token is written: `--out` naming a directory or a path in
-    a missing directory exits 2 and the store holds no grant nobody received."""
+    """A grant is recorded only once its token is written: `--out` naming a directory, a path in
+    a missing directory or a FIFO exits 2 (at once) and the store holds no grant nobody received."""
     (keys / "outdir").mkdir()
-    out = "outdir" if where == "a_directory" else "missing/a.tok"
+    os.mkfifo(keys / "fifo")
+    out = {"a_directory": "outdir", "in_a_missing_directory": "missing/a.tok", "a_fifo": "fifo"}[where]
     code, _out, err = run(keys, *ISSUE, "--issuer", "root.key", "--to", "alice.pub", "--out", out)
     assert one_line_error(code, err), (code, err)
     assert recorded_grants(keys / "store.db") == 0
@@ -286,6 +285,10 @@ def test_replace_file_renames_nothing_when_the_hook_fails(tmp_path: Path) -> Non
     assert path.read_text() == "old" and [p.name for p in tmp_path.iterdir()] == ["f"]
     replace_file(path, b"new", 0o640)
     assert path.read_text() == "new" and stat.S_IMODE(path.stat().st_mode) == 0o640
+    (tmp_path / "link").symlink_to(path)
+    with pytest.raises(OSError, match="symbolic link"):
+        replace_file(tmp_path / "link", b"newer", 0o600)
+    assert path.read_text() == "new" and (tmp_path / "link").is_symlink()
 
 
 # --- signed text in grant inspect --------------------------------------------------------------------

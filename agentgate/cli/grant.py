@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
-import stat
 import sys
 import time
 import unicodedata
@@ -223,8 +221,8 @@ def _record_and_write(repo: GrantRepository, chain: Chain, out: Path | None) -> 
     """Record ``chain`` in the store and hand its token out: to ``out`` (mode 0600) or stdout.
 
     The token is written to a new 0600 file beside ``out`` first; the grant is recorded only once
-    that write succeeded, and the file is renamed over ``out`` (a symbolic link there is replaced,
-    not followed) only once the grant is recorded. Raises ``InputError`` when ``out`` cannot be
+    that write succeeded, and the file is renamed over ``out`` only once the grant is recorded.
+    Only a regular file at ``out`` is replaced (a symbolic link, directory or FIFO is refused). Raises ``InputError`` when ``out`` cannot be
     written (then nothing is recorded) and ``StoreError`` when the store fails (then ``out`` is
     untouched).
     """
@@ -232,13 +230,6 @@ def _record_and_write(repo: GrantRepository, chain: Chain, out: Path | None) -> 
         record(repo, chain)
         sys.stdout.write(chain.token + "\n")
         return
-    try:
-        if stat.S_ISDIR(os.lstat(out).st_mode):
-            raise InputError(f"{out}: cannot write token: is a directory")
-    except FileNotFoundError:
-        pass
-    except OSError as exc:
-        raise InputError(f"{out}: cannot write token: {exc.strerror}") from None
     try:
         replace_file(out, (chain.token + "\n").encode("ascii"), 0o600, lambda: record(repo, chain))
     except OSError as exc:
