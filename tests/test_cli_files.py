@@ -389,6 +389,21 @@ def test_approval_sign_signs_a_whole_request_with_an_empty_call_id(tmp_path: Pat
     assert stat.S_IMODE((tmp_path / "a.json").stat().st_mode) == 0o600
 
 
+def test_approval_sign_shows_payload_text_escaped(tmp_path: Path) -> None:
+    """Text from the payload (requester, gate, reasons) is shown escaped: a newline in it cannot add
+    a fake `asks for` line above the real one, and no escape character reaches the terminal."""
+    save_key(SigningKey.generate(), tmp_path, "approver")
+    request = approval_request(
+        requester="agent\n  asks for   tool:search.query {}", reasons=["ok\x1b[2K"], gate="g\u202e"
+    )
+    (tmp_path / "p.json").write_text(json.dumps({"request": request}))
+    code, _out, err = run(tmp_path, "approval", "sign", "p.json", "--as", "approver.key")
+    assert code == 0, err
+    assert next(line for line in err.splitlines() if "asks for" in line).startswith("  requester")
+    assert "\x1b" not in err and "\u202e" not in err
+    assert "ok\\x1b[2K" in err and "g\\u202e" in err
+
+
 def test_approval_payload_larger_than_its_limit_is_refused(tmp_path: Path) -> None:
     save_key(SigningKey.generate(), tmp_path, "approver")
     (tmp_path / "p.json").write_text(json.dumps({"request": approval_request(pad="x" * (1 << 20))}))

@@ -1,10 +1,12 @@
-"""What the verb groups share: strict JSON arguments, one way to print a time, opening a store to read."""
+"""What the verb groups share: strict JSON arguments, one way to print a time and untrusted text,
+opening a store to read."""
 
 from __future__ import annotations
 
 import json
 import math
 import os
+import unicodedata
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -40,6 +42,26 @@ def json_object(text: str, flag: str = "--args") -> dict[str, Any]:
     if not isinstance(value, dict):
         raise InputError(f"{flag} must be a JSON object, e.g. {flag} '{{\"amount\": 80}}'")
     return value
+
+
+_UNPRINTABLE = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
+
+
+def not_printable(char: str) -> bool:
+    """Whether ``char`` is a control, format, surrogate or line/paragraph-separator character: one
+    that can break a line, move the cursor, reorder text (bidi overrides) or hide in it."""
+    return unicodedata.category(char) in _UNPRINTABLE
+
+
+def printable(text: str) -> str:
+    """``text`` as one line safe to print: every ``not_printable`` character escaped (``\\n``,
+    ``\\x1b``, ``\\u202e``), and a backslash as ``\\\\`` so that no escape is ambiguous. Text from
+    a token or a payload printed this way cannot add lines or send escape sequences."""
+    if not any(c == "\\" or not_printable(c) for c in text):
+        return text
+    return "".join(
+        c.encode("unicode_escape").decode("ascii") if c == "\\" or not_printable(c) else c for c in text
+    )
 
 
 def utc(timestamp: float | None) -> str:

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from agentgate.audit.entry import argument_digest
-from agentgate.cli._common import open_existing_store, utc
+from agentgate.cli._common import open_existing_store, printable, utc
 from agentgate.errors import InputError
 from agentgate.gate import Approval, approval_call_hash
 from agentgate.keys import load_signing_key, read_regular_file, replace_file
@@ -208,17 +208,24 @@ def _digest(args: Any) -> str | None:
 
 
 def _describe(request: dict[str, Any], signer: str) -> str:
-    """What the approver is about to say yes to, in the words of the request."""
+    """What the approver is about to say yes to, in the words of the request; text from the
+    payload is escaped (``printable``), so a hostile payload cannot add or disguise lines."""
     complete = request.get("args_digest") == _digest(request.get("args", {}))
+
+    def text(field: str) -> str:
+        return printable(str(request.get(field, "?")))
+
+    approvers = printable(", ".join(map(str, request.get("approvers", []))))
+    reasons = printable("; ".join(map(str, request.get("reasons", [])))) or "-"
     lines = [
-        f"approval request {request['id']}",
-        f"  requester  {request.get('requester', '?')} ({request.get('requester_did', '?')})",
-        f"  asks for   {request.get('resource', '?')} {json.dumps(request.get('args', {}), sort_keys=True)}",
+        f"approval request {text('id')}",
+        f"  requester  {text('requester')} ({text('requester_did')})",
+        f"  asks for   {text('resource')} {json.dumps(request.get('args', {}), sort_keys=True)}",
         "  arguments  all shown"
         if complete
         else "  arguments  NOT all shown: only those the policy marks loggable; the digest signed covers all",
-        f"  gate       {request.get('gate', '?')}; approvers {', '.join(map(str, request.get('approvers', [])))}",
-        f"  why        {'; '.join(map(str, request.get('reasons', []))) or '-'}",
+        f"  gate       {text('gate')}; approvers {approvers}",
+        f"  why        {reasons}",
         f"  expires    {utc(request['expires_at'])}",
         f"  signed by  {signer}",
     ]

@@ -11,7 +11,6 @@ import json
 import re
 import sys
 import time
-import unicodedata
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +30,7 @@ from agentgate.authority import (
 )
 from agentgate.authority._grant import GRANT_CONTEXT, link_findings, verify_signature
 from agentgate.capabilities import Call, Capability
-from agentgate.cli._common import json_object, utc
+from agentgate.cli._common import json_object, not_printable, printable, utc
 from agentgate.errors import (
     AuthorityError,
     InputError,
@@ -240,27 +239,10 @@ def _record_and_write(repo: GrantRepository, chain: Chain, out: Path | None) -> 
 def _purpose(text: str) -> str:
     """``--purpose`` as given; raises ``InputError`` for control or format characters in it
     (a newline or an escape sequence would forge lines wherever the purpose is shown)."""
-    bad = next((c for c in text if unicodedata.category(c) in _UNPRINTABLE), None)
+    bad = next((c for c in text if not_printable(c)), None)
     if bad is not None:
         raise InputError(f"--purpose: control character {bad!r} not allowed; write one line of text")
     return text
-
-
-_UNPRINTABLE = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
-
-
-def _shown(text: str) -> str:
-    """``text`` with every control, format or line-separator character escaped (``\\n``,
-    ``\\x1b``, ``\\u202e``): signed text printed in the tree cannot start lines or reach the
-    terminal as escape sequences."""
-    if not any(unicodedata.category(c) in _UNPRINTABLE or c == "\\" for c in text):
-        return text
-    return "".join(
-        c.encode("unicode_escape").decode("ascii")
-        if unicodedata.category(c) in _UNPRINTABLE or c == "\\"
-        else c
-        for c in text
-    )
 
 
 def _repo() -> GrantRepository:
@@ -376,16 +358,16 @@ def _inspect(args: argparse.Namespace) -> int:
         out.append(f"{pad}     {shown['issuer']}")
         out.append(f"{pad}       gave {shown['audience']}")
         for cap in shown["capabilities"]:
-            out.append(f"{pad}     allow {_shown(str(cap))}")
+            out.append(f"{pad}     allow {printable(str(cap))}")
         budget = shown["budget"]
         out.append(
             f"{pad}     budget {'unlimited' if budget is None else str(budget['amount']) + ' ' + budget['unit']}"
             f" · valid {utc(shown['not_before'])} → {utc(shown['expires'])} · may delegate {shown['max_depth']} more"
         )
         if shown["purpose"]:
-            out.append(f"{pad}     purpose: {_shown(shown['purpose'])}")
+            out.append(f"{pad}     purpose: {printable(shown['purpose'])}")
         for problem in shown["findings"]:
-            out.append(f"{pad}     ! {problem['kind']} {problem['code']}: {_shown(problem['message'])}")
+            out.append(f"{pad}     ! {problem['kind']} {problem['code']}: {printable(problem['message'])}")
     sys.stdout.write("\n".join(out) + "\n")
     return 0
 
