@@ -507,3 +507,24 @@ def test_revoke_on_a_damaged_sqlite_store_is_one_line_and_exit_2(
     assert main(["grant", "revoke", "cd" * 32]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("agentgate: error:")
+
+
+# --- LangGraph middleware -----------------------------------------------------------------------
+
+
+def test_usage_metadata_that_is_not_token_counts_is_read_as_no_usage() -> None:
+    """The middleware ran ``int()`` on whatever a model's ``usage_metadata`` held: a negative
+    count would have refunded, a bad one raised out of the agent's run. Now anything but
+    non-negative integers reads as no usage, and the call is charged what it reserved."""
+    from langchain_core.messages import AIMessage
+
+    from agentgate.integrations.langgraph import _tokens_used
+
+    def answer(i: int, o: int) -> AIMessage:
+        return AIMessage(
+            content="", usage_metadata={"input_tokens": i, "output_tokens": o, "total_tokens": i + o}
+        )
+
+    assert _tokens_used(answer(7, 3)) == (7, 3)
+    assert _tokens_used(answer(-5, 3)) is None
+    assert _tokens_used(AIMessage(content="")) is None

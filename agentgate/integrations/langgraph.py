@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -328,14 +328,16 @@ def _failed(result: object) -> bool:
 
 
 def _tokens_used(response: object) -> tuple[int, int] | None:
-    """(input, output) tokens the response reports in ``usage_metadata``; ``None`` when it reports none."""
+    """(input, output) tokens the response reports in ``usage_metadata``; ``None`` when it reports
+    none, or counts that are not non-negative integers (the call is then charged what it reserved)."""
     messages = response.result if isinstance(response, ModelResponse) else [response]
     usages = [u for m in messages if (u := getattr(m, "usage_metadata", None))]
-    if not usages:
+    counts = [(u.get("input_tokens", 0), u.get("output_tokens", 0)) for u in usages if isinstance(u, Mapping)]
+    if not counts or len(counts) != len(usages):
         return None
-    return sum(int(u.get("input_tokens", 0)) for u in usages), sum(
-        int(u.get("output_tokens", 0)) for u in usages
-    )
+    if not all(type(n) is int and n >= 0 for pair in counts for n in pair):
+        return None
+    return sum(i for i, _ in counts), sum(o for _, o in counts)
 
 
 def create_gated_agent(
