@@ -91,3 +91,12 @@ def test_unknown_lookup_is_a_typed_error() -> None:
 def test_missing_file_is_a_typed_error(tmp_path: Path) -> None:
     with pytest.raises(InventoryError, match="cannot read"):
         load_inventory(tmp_path / "absent.yaml")
+
+
+def test_a_declared_kv_capacity_beyond_any_real_cache_is_a_load_error() -> None:
+    """The router multiplies the capacity by floats: an absurd one would overflow every call."""
+    text = "backends:\n  - {name: b1, url: 'http://127.0.0.1:8000', engine: vllm, models: [m], kv_capacity_tokens: 10000000000000}\n"
+    with pytest.raises(InventoryError, match=r"inv\.yaml:2"):
+        parse_inventory(text, source="inv.yaml")
+    ok = text.replace("10000000000000", "400000")
+    assert parse_inventory(ok).backends[0].kv_capacity_tokens == 400000

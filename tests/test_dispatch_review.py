@@ -25,9 +25,10 @@ from agentgate.dispatch import inventory_from_mapping
 from agentgate.dispatch.backends import MAX_USAGE_TOKENS, BackendClient, Timeouts, Usage
 from agentgate.dispatch.dispatcher import Dispatcher
 from agentgate.dispatch.gateway import Gateway, GatewayGate, GatewayServer, invocation_headers
-from agentgate.dispatch.metrics import MAX_KV_CAPACITY_TOKENS, load_from_text
+from agentgate.dispatch.inventory import MAX_KV_CAPACITY_TOKENS
+from agentgate.dispatch.metrics import load_from_text
 from agentgate.dispatch.router import Router
-from agentgate.errors import BackendFailed
+from agentgate.errors import BackendFailed, InventoryError
 from agentgate.gate import Gate
 from agentgate.integrations.langgraph import DispatchedChatModel
 from agentgate.keys import SigningKey
@@ -416,21 +417,13 @@ async def test_a_backend_publishing_an_absurd_kv_capacity_still_serves_calls(evi
     assert (result.content, result.usage) == ("hi", Usage(3, 1))
 
 
-async def test_a_declared_kv_capacity_of_hundreds_of_digits_does_not_break_routing(
+def test_a_declared_kv_capacity_of_hundreds_of_digits_is_refused_when_the_inventory_loads(
     evil: EvilBackend,
 ) -> None:
-    """The inventory's ``kv_capacity_tokens`` is bounded below only; the router caps what it
-    multiplies at ``MAX_KV_CAPACITY_TOKENS``."""
-    evil.metrics = METRICS
-    evil.answer = _chat(GOOD_USAGE)
-    inv = evil.inventory(kv_capacity_tokens=10**400, engine="vllm", metrics_url=evil.url + "/metrics")
-    router = Router(inv)
-    body = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
-    async with Dispatcher(inv, router, scrape_interval_s=0.05, health_interval_s=0.05) as d:
-        await asyncio.sleep(0.2)  # a fresh scrape with kv usage 0.5, multiplied by the capacity
-        result = await asyncio.wait_for(d.chat(body), WAIT_S)
-    assert result.content == "hi"
-    assert router.states["evil"].kv_capacity_tokens == MAX_KV_CAPACITY_TOKENS
+    """The inventory bounds ``kv_capacity_tokens`` at ``MAX_KV_CAPACITY_TOKENS`` (the router
+    multiplies it by floats; a published capacity beyond it fails that backend's scrape)."""
+    with pytest.raises(InventoryError, match="kv_capacity_tokens"):
+        evil.inventory(kv_capacity_tokens=10**400, engine="vllm", metrics_url=evil.url + "/metrics")
 
 
 # --- DispatchedChatModel: malformed tool calls are invalid tool calls ----------------------------------

@@ -39,6 +39,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from agentgate._yaml import Locations, load_yaml, read_source
 from agentgate.errors import InventoryError
 
+MAX_KV_CAPACITY_TOKENS = 10**12
+"""The largest KV cache size believed (a trillion tokens: thousands of times any real engine's);
+the router multiplies it with floats, so an unbounded one could overflow every routed call."""
+
 Engine = Literal["vllm", "sglang", "tgi", "llamacpp", "openai"]
 """The inference engines whose metrics agentgate reads; ``openai`` is any OpenAI-compatible server."""
 
@@ -131,7 +135,7 @@ class Backend(_Frozen):
     """Prometheus text endpoint; ``None``: the router relies on its own in-flight accounting."""
     cost: BackendCost = Field(default_factory=BackendCost)
     """Token prices."""
-    kv_capacity_tokens: int | None = Field(default=None, ge=1)
+    kv_capacity_tokens: int | None = Field(default=None, ge=1, le=MAX_KV_CAPACITY_TOKENS)
     """KV cache capacity in tokens; sizes the router's prefix index. ``None``: read it from
     ``vllm:cache_config_info`` when the engine publishes it, else assume 100,000."""
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from agentgate.dispatch.inventory import Engine
+from agentgate.dispatch.inventory import MAX_KV_CAPACITY_TOKENS, Engine
 from agentgate.errors import BackendFailed
 
 
@@ -54,9 +54,6 @@ ENGINE_METRICS: dict[Engine, MetricNames] = {
 
 _FALLBACKS = {"vllm:kv_cache_usage_perc": "vllm:gpu_cache_usage_perc"}  # vLLM V0's name
 
-MAX_KV_CAPACITY_TOKENS = 10**12
-"""The largest KV cache size believed (a trillion tokens: thousands of times any real engine's);
-the router multiplies it with floats, so an unbounded one could overflow every routed call."""
 MAX_REQUESTS = 10**7
 """The most requests an engine may report running or waiting: a larger count is garbage that would
 make the router's estimates infinite."""

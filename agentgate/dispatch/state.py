@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from agentgate.dispatch.inventory import Backend
-from agentgate.dispatch.metrics import MAX_KV_CAPACITY_TOKENS, EngineLoad
+from agentgate.dispatch.inventory import MAX_KV_CAPACITY_TOKENS, Backend
+from agentgate.dispatch.metrics import EngineLoad
 from agentgate.dispatch.prefix_index import PrefixIndex
 
 DEFAULT_KV_CAPACITY_TOKENS = 100_000
