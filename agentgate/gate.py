@@ -70,6 +70,7 @@ from agentgate.errors import (
     InputError,
     KeyFileError,
     QuotaExceeded,
+    Revoked,
     SchedulingError,
     ScopeCreep,
 )
@@ -617,6 +618,12 @@ class Gate:
         tip = parent.chain.tip
         seconds = max(1, min(int(ttl.total_seconds()), tip.expires - int(time.time())))
         try:
+            # A revoked grant (or ancestor) hands nothing on, whatever its signature still says.
+            revoked = self.grants.revoked(parent.chain.ids)
+            if revoked:
+                raise Revoked(
+                    f"grant {sorted(revoked)[0][:12]} of {parent.name}'s chain is revoked: nothing to delegate"
+                )
             self._check_delegation_rule(parent, caps, seconds, budget)
             unit = tip.budget.unit if tip.budget else "usd_micros"
             chain = delegate(
@@ -842,6 +849,22 @@ class Gate:
                 ),
             )
         return None
+
+    @_serialized
+    def refuse_foreign(
+        self,
+        identity: AgentIdentity | None,
+        call: Call,
+        *,
+        agent: str | None = None,
+        agent_did: str | None = None,
+    ) -> Authorization | None:
+        """The recorded refusal of ``call`` when ``identity`` is not the agent's own (none at all,
+        or another agent's: ``implicit_trust_inheritance``), as ``authorize`` would refuse it;
+        ``None`` when it is the agent's own. For calls that are decided elsewhere (a delegation,
+        by ``delegate``) but must not run on an inherited identity."""
+        early = self._precheck(identity, call, agent, agent_did)
+        return None if early is None else self._record_refusal(early)
 
     def _policy_principal(self, identity: AgentIdentity) -> str:
         return self._principal_of(identity.did, identity.chain)
@@ -1285,7 +1308,11 @@ class Gate:
                     capability_id=identity.grant_id if identity else None,
                     chain_depth=len(identity.chain.links) if identity else None,
                     audit_index=auth.audit_index,
-                    reason="; ".join(auth.reasons)[:200] or None,
+                    # As the audit log keeps them: values the policy does not mark loggable hidden.
+                    reason="; ".join(
+                        _redact_reasons(auth.reasons, auth.call.args, self._loggable(auth.call))
+                    )[:200]
+                    or None,
                 )
                 if identity is not None:
                     span.set_attribute("gen_ai.agent.name", identity.name)

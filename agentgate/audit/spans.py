@@ -59,14 +59,16 @@ def _capture(record_content: bool | None) -> bool:
 @contextmanager
 def _span(name: str, kind: SpanKind, attributes: Mapping[str, Any], tracer: Tracer | None) -> Iterator[Span]:
     clean = {k: v for k, v in attributes.items() if v is not None}
+    # Only the exception's type is exported: its message (and a recorded exception event with the
+    # message and stack) may hold a tool's arguments or a secret the audit log would redact.
     with (tracer or get_tracer()).start_as_current_span(
-        name, kind=kind, attributes=clean, record_exception=True, set_status_on_exception=False
+        name, kind=kind, attributes=clean, record_exception=False, set_status_on_exception=False
     ) as span:
         try:
             yield span
         except BaseException as exc:
             span.set_attribute("error.type", type(exc).__qualname__)
-            span.set_status(Status(StatusCode.ERROR, str(exc)[:200]))
+            span.set_status(Status(StatusCode.ERROR, type(exc).__qualname__))
             raise
 
 

@@ -189,6 +189,14 @@ class GateMiddleware(AgentMiddleware[Any, Any, Any]):
             raise Denied(auth.explain(), auth.decision)
         return auth
 
+    def _foreign(self, request: ToolCallRequest) -> Authorization | None:
+        """The recorded refusal of a delegation asked on an identity that is not this agent's own
+        (a nested agent running on its parent's context would hand on the parent's rights)."""
+        identity = identity_from_context(request.runtime.context if request.runtime else None)
+        return self.gate.refuse_foreign(
+            identity, _tool_call_of(request), agent=self.agent, agent_did=self.agent_did
+        )
+
     def wrap_tool_call(
         self,
         request: ToolCallRequest,
@@ -197,6 +205,9 @@ class GateMiddleware(AgentMiddleware[Any, Any, Any]):
         """Decide, ask for approval where needed, run under the scheduler, audit the outcome."""
         call_id, name = request.tool_call["id"] or "", request.tool_call["name"]
         if _is_delegation(request):
+            refused = self._foreign(request)
+            if refused is not None:
+                return _refusal(refused, call_id, name)
             try:
                 return handler(request)
             except AgentGateError as exc:
@@ -225,6 +236,9 @@ class GateMiddleware(AgentMiddleware[Any, Any, Any]):
         """The async twin of ``wrap_tool_call``; limits hold because the scheduler's slots are async."""
         call_id, name = request.tool_call["id"] or "", request.tool_call["name"]
         if _is_delegation(request):
+            refused = await self.gate.to_thread(self._foreign, request)
+            if refused is not None:
+                return _refusal(refused, call_id, name)
             try:
                 return await handler(request)
             except AgentGateError as exc:

@@ -106,4 +106,7 @@ def _split_sql(script: str) -> list[str]:
 
 
 def _redact(url: str) -> str:
-    return re.sub(r"//([^:/@]+):[^@]*@", r"//\1:***@", url)
+    """``url`` as an error message may show it: a password, in the user part or as a
+    ``password=`` parameter, replaced by ``***``."""
+    url = re.sub(r"//([^:/@]+):[^@]*@", r"//\1:***@", url)
+    return re.sub(r"(?i)([?&]password=)[^&#]*", r"\1***", url)
