@@ -4,14 +4,19 @@
 serves ``/v1/chat/completions``, ``/v1/models``, ``/metrics`` and ``/healthz`` with uvicorn until
 interrupted. Every call is decided under the policy's trust anchors and recorded in the store
 (``--store``, else ``AGENTGATE_STORE``, else the default SQLite file). A policy, inventory or
-store that cannot be opened is a one-line error and exit code 2.
+store that cannot be opened, an inventory without backends, a ``--host`` that does not resolve
+and an address that cannot be bound (a port in use) are a one-line error and exit code 2; the
+socket is bound before "serving" is printed.
 """
 
 from __future__ import annotations
 
 import argparse
+import socket
 import sys
 from typing import Any
+
+from agentgate.errors import InputError, InventoryError
 
 
 def register(subparsers: Any) -> None:
@@ -47,11 +52,38 @@ def _serve(args: argparse.Namespace) -> int:
 
     policy = load_policy(args.policy)
     inventory = load_inventory(args.inventory)
-    gate = GatewayGate(policy, open_store(args.store))
+    if not inventory.backends:
+        raise InventoryError("declares no backends: the gateway could answer nothing", file=args.inventory)
+    listener = _listen(args.host, args.port)
     try:
-        server = GatewayServer(Gateway(gate, inventory), host=args.host, port=args.port)
-        sys.stderr.write(f"agentgate: serving {', '.join(server.gateway.models)} on {server.url}\n")
-        server.run()
+        gate = GatewayGate(policy, open_store(args.store))
+        try:
+            server = GatewayServer(Gateway(gate, inventory), host=args.host, port=args.port)
+            sys.stderr.write(f"agentgate: serving {', '.join(server.gateway.models)} on {server.url}\n")
+            server.server.run(sockets=[listener])
+        finally:
+            gate.close()
     finally:
-        gate.close()
+        listener.close()
     return 0
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """A socket bound and listening on ``host``:``port``, before anything says "serving".
+
+    Raises ``InputError`` (one line, exit 2) when the host does not resolve or the address
+    cannot be bound (in use, not local, not permitted).
+    """
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    except (socket.gaierror, UnicodeError) as exc:
+        raise InputError(f"--host {host!r} does not resolve: {exc}") from None
+    listener = socket.socket(family, kind, proto)
+    try:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(address)
+        listener.listen(2048)
+    except OSError as exc:
+        listener.close()
+        raise InputError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    return listener

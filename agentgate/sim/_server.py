@@ -5,7 +5,10 @@ server on its own thread and event loop. Engine steps take their simulated durat
 ``time_scale`` of wall-clock time, so tests run fast. Endpoints:
 
 - ``POST /v1/chat/completions``: OpenAI chat completions, streaming (SSE) or not; the prompt is
-  estimated at four characters per token and ``max_tokens`` tokens are generated.
+  estimated at four characters per token and ``max_tokens`` tokens are generated. A malformed
+  body, or one whose prompt plus ``max_tokens`` exceeds ``max_model_len`` (the lesser of the
+  argument, default 131072, and the KV capacity), is a 400 with an OpenAI error body
+  (``_request.py``). A non-streaming request whose client hangs up is cancelled in the engine.
 - ``GET /v1/models``: the served model.
 - ``GET /metrics``: Prometheus text with vLLM's metric names, refreshed every ``scrape_lag_s``
   simulated seconds (vLLM's own gauges also trail the engine).
@@ -34,13 +37,18 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.exposition import generate_latest
 from prometheus_client.registry import Collector, CollectorRegistry
 from starlette.applications import Starlette
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from agentgate.dispatch.prefix import block_hashes, estimate_tokens, prompt_text
+from agentgate.dispatch.prefix import block_hashes
+from agentgate.errors import InputError
 from agentgate.sim._engine import Engine, EngineConfig, SimRequest
 from agentgate.sim._latency import LLAMA_8B_H100, LatencyModel
+from agentgate.sim._request import parse_chat
+
+DEFAULT_MAX_MODEL_LEN = 131_072
+"""Llama 3.1's context length, vLLM's default ``max_model_len`` for it."""
 
 Fault = Literal["none", "hang", "garbage", "error", "metrics_down"]
 
@@ -162,6 +170,7 @@ class SimServer:
         time_scale: float = 1.0,
         scrape_lag_s: float = 0.5,
         port: int = 0,
+        max_model_len: int = DEFAULT_MAX_MODEL_LEN,
     ) -> None:
         self.model = model
         self.config = config or EngineConfig()
@@ -170,6 +179,9 @@ class SimServer:
         self.scrape_lag_s = scrape_lag_s
         self.fault: Fault = "none"
         self.engine = Engine(model, self.config)
+        self.max_model_len = min(max_model_len, self.engine.kv.capacity)
+        """Most tokens (prompt + ``max_tokens``) one request may ask for; never above the KV
+        capacity, so that every admitted request can run to completion alone."""
         self.port = port or _free_port()
         self._runner: _Runner | None = None
         self._server: uvicorn.Server | None = None
@@ -288,38 +300,38 @@ class SimServer:
         if self.fault in ("hang", "garbage", "error"):
             return await self._fault_response()
         try:
-            body = await request.json()
-            messages = body["messages"]
-            if not isinstance(messages, list) or not messages:
-                raise ValueError("messages must be a non-empty list")
-            max_tokens = int(body.get("max_tokens") or 16)
-            if max_tokens < 1:
-                raise ValueError("max_tokens must be positive")
-            model = str(body.get("model", self.model_name))
-        except (ValueError, KeyError, TypeError) as exc:
-            return JSONResponse({"error": {"message": f"bad request: {exc}", "type": "invalid_request"}}, 400)
-        if model != self.model_name:
-            return JSONResponse(
-                {"error": {"message": f"model {model!r} not served", "type": "not_found"}}, 404
-            )
+            chat = parse_chat(await request.body(), self.max_model_len)
+        except InputError as exc:
+            return _error(400, "invalid_request_error", str(exc))
+        except ClientDisconnect:
+            return _error(400, "invalid_request_error", "the client went away")
+        if chat.model is not None and chat.model != self.model_name:
+            return _error(404, "not_found_error", f"model {chat.model!r} not served")
         runner = self._runner
         assert runner is not None
-        text = prompt_text(messages)
         rid = f"chatcmpl-sim{self.port}-{next(self._ids)}"
-        sim = SimRequest(rid, estimate_tokens(text), max_tokens, block_hashes(text, self.config.block_tokens))
+        sim = SimRequest(
+            rid, chat.prompt_tokens, chat.max_tokens, block_hashes(chat.text, self.config.block_tokens)
+        )
         queue = runner.submit(sim)
         self.served += 1
-        if body.get("stream"):
-            include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+        if chat.stream:
             return StreamingResponse(
-                self._stream(runner, sim, queue, include_usage), media_type="text/event-stream"
+                self._stream(runner, sim, queue, chat.include_usage), media_type="text/event-stream"
             )
+        # Starlette does not cancel a plain handler whose client hangs up: watch for it, so that a
+        # request nobody waits for stops decoding and gives back its KV.
+        finished = asyncio.ensure_future(_drain(queue))
+        gone = asyncio.ensure_future(_disconnected(request))
         try:
-            while await queue.get() is not None:
-                pass
-        except asyncio.CancelledError:
-            runner.cancel(rid)
-            raise
+            await asyncio.wait((finished, gone), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            gone.cancel()
+            if not finished.done():
+                finished.cancel()
+                runner.cancel(rid)
+        if not finished.done() or finished.cancelled():
+            return Response(status_code=499)
         return JSONResponse(self._completion(sim))
 
     async def _stream(
@@ -369,6 +381,23 @@ class SimServer:
             ],
             "usage": _usage(sim),
         }
+
+
+async def _drain(queue: asyncio.Queue[int | None]) -> None:
+    """Return once the runner marks the request finished (``None`` on its queue)."""
+    while await queue.get() is not None:
+        pass
+
+
+async def _disconnected(request: Request) -> None:
+    """Return once the client of ``request`` (whose body was read) hangs up."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+def _error(status: int, kind: str, message: str) -> JSONResponse:
+    """An OpenAI-style error body."""
+    return JSONResponse({"error": {"message": message, "type": kind, "param": None, "code": status}}, status)
 
 
 def _usage(sim: SimRequest) -> dict[str, Any]:
