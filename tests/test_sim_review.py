@@ -112,6 +112,22 @@ def test_a_huge_prompt_on_the_default_server_is_refused_quickly() -> None:
         assert _post(server, _body(max_tokens=1)).status_code == 200
 
 
+def test_a_body_over_the_size_limit_is_refused_without_reading_it_all() -> None:
+    """A body past ``MAX_BODY_BYTES`` is a 400 (memory stays bounded); the server keeps serving."""
+    from agentgate.sim._server import MAX_BODY_BYTES
+
+    with SimServer(time_scale=0.001) as server:
+        padding = "x" * (MAX_BODY_BYTES + 1)
+        try:
+            answer = _post(server, _body(messages=[{"role": "user", "content": padding}]), timeout=10.0)
+        except httpx.TransportError:
+            pass  # the server may close the connection while the client is still sending the rest
+        else:
+            assert answer.status_code == 400
+            assert "larger than" in answer.json()["error"]["message"]
+        assert _post(server, _body(max_tokens=1)).status_code == 200
+
+
 def test_a_non_streaming_client_that_hangs_up_frees_the_engine() -> None:
     """A plain (non-SSE) request whose client disconnects is aborted in the engine: it leaves the
     runner's live set and gives its KV back, instead of decoding for nobody."""

@@ -8,7 +8,7 @@ server on its own thread and event loop. Engine steps take their simulated durat
   estimated at four characters per token and ``max_tokens`` tokens are generated. A malformed
   body, or one whose prompt plus ``max_tokens`` exceeds ``max_model_len`` (the lesser of the
   argument, default 131072, and the KV capacity), is a 400 with an OpenAI error body
-  (``_request.py``). A non-streaming request whose client hangs up is cancelled in the engine.
+  (``_request.py``); a body over ``MAX_BODY_BYTES`` (16 MiB) is refused unread. A non-streaming request whose client hangs up is cancelled in the engine.
 - ``GET /v1/models``: the served model.
 - ``GET /metrics``: Prometheus text with vLLM's metric names, refreshed every ``scrape_lag_s``
   simulated seconds (vLLM's own gauges also trail the engine).
@@ -49,6 +49,9 @@ from agentgate.sim._request import parse_chat
 
 DEFAULT_MAX_MODEL_LEN = 131_072
 """Llama 3.1's context length, vLLM's default ``max_model_len`` for it."""
+
+MAX_BODY_BYTES = 16 * 1024 * 1024
+"""Largest chat body read; far above any prompt within the context limit, so memory stays bounded."""
 
 Fault = Literal["none", "hang", "garbage", "error", "metrics_down"]
 
@@ -300,7 +303,7 @@ class SimServer:
         if self.fault in ("hang", "garbage", "error"):
             return await self._fault_response()
         try:
-            chat = parse_chat(await request.body(), self.max_model_len)
+            chat = parse_chat(await _read_body(request), self.max_model_len)
         except InputError as exc:
             return _error(400, "invalid_request_error", str(exc))
         except ClientDisconnect:
@@ -381,6 +384,16 @@ class SimServer:
             ],
             "usage": _usage(sim),
         }
+
+
+async def _read_body(request: Request) -> bytes:
+    """The request's body; ``InputError`` as soon as it passes ``MAX_BODY_BYTES``."""
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > MAX_BODY_BYTES:
+            raise InputError(f"the body is larger than {MAX_BODY_BYTES} bytes")
+    return bytes(body)
 
 
 async def _drain(queue: asyncio.Queue[int | None]) -> None:
