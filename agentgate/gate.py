@@ -264,7 +264,7 @@ class Authorization:
     """The policy rule that allows the call (``role R rule N``), recorded in its audit entries."""
     quota_exceeded: str | None = None
     """Refused because this policy quota's current window is full (its name)."""
-    _use: _Once = field(default_factory=lambda: _Once(), repr=False, compare=False)
+    _use: _Once = field(default_factory=_Once, repr=False, compare=False)
     """Taken by the one ``Gate.run``/``arun``/gateway call an allow is good for (shared by copies)."""
 
     @property

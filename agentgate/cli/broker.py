@@ -49,15 +49,20 @@ def register(subparsers: Any) -> None:
 
 
 def _snapshot(args: argparse.Namespace) -> BrokerSnapshot | None:
-    return _state(args)[0]
+    return _state(args, decisions=False)[0]
 
 
-def _state(args: argparse.Namespace) -> tuple[BrokerSnapshot | None, dict[str, LeaseDecision]]:
-    """The broker's journal, and the decisions its gated leases were granted under (by lease id)."""
+def _state(
+    args: argparse.Namespace, *, decisions: bool = True
+) -> tuple[BrokerSnapshot | None, dict[str, LeaseDecision]]:
+    """The broker's journal and, if ``decisions``, the decisions its gated leases were granted
+    under (by lease id)."""
     with open_existing_store(args.store) as store:
         snapshot = BrokerLeaseStore(store, args.broker).load()
-        decisions = {d.request_id: d for d in BrokerDecisionStore(store, args.broker).all()}
-    return snapshot, decisions
+        decided = (
+            {d.request_id: d for d in BrokerDecisionStore(store, args.broker).all()} if decisions else {}
+        )
+    return snapshot, decided
 
 
 def _header(snapshot: BrokerSnapshot | None, broker: str) -> str:

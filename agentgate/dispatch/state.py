@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from agentgate.dispatch.inventory import MAX_KV_CAPACITY_TOKENS, Backend
+from agentgate.dispatch.inventory import Backend
 from agentgate.dispatch.metrics import EngineLoad
 from agentgate.dispatch.prefix_index import PrefixIndex
 
@@ -74,13 +74,13 @@ class BackendState:
 
     @property
     def kv_capacity_tokens(self) -> int:
-        """Declared capacity, else the engine's published one, else the default; never over
-        ``MAX_KV_CAPACITY_TOKENS`` (the router multiplies it by floats: a capacity of hundreds of
-        digits, declared or published, would raise ``OverflowError`` in every routed call)."""
+        """Declared capacity, else the engine's published one, else the default. Both are at
+        most ``MAX_KV_CAPACITY_TOKENS``: the inventory refuses a larger declared one when it
+        loads, and a scrape that publishes one fails (the router multiplies it by floats)."""
         if self.backend.kv_capacity_tokens is not None:
-            return min(self.backend.kv_capacity_tokens, MAX_KV_CAPACITY_TOKENS)
+            return self.backend.kv_capacity_tokens
         if self.load is not None and self.load.kv_capacity_tokens:
-            return min(self.load.kv_capacity_tokens, MAX_KV_CAPACITY_TOKENS)
+            return self.load.kv_capacity_tokens
         return DEFAULT_KV_CAPACITY_TOKENS
 
     @property
