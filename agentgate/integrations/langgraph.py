@@ -21,12 +21,14 @@ identity that is not its own and refuses every call with an ``implicit_trust_inh
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from datetime import timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 from langchain.agents import create_agent
@@ -69,6 +71,8 @@ __all__ = [
 ]
 
 ToolResult = ToolMessage | Command[Any]
+R = TypeVar("R")
+D = TypeVar("D")
 DELEGATION_KEY = "agentgate_delegation"
 BUDGET_KEY = "agentgate_budget_exhausted"
 
@@ -83,11 +87,17 @@ def identity_from_context(context: object) -> AgentIdentity | None:
 
 
 def _run_id(request: ToolCallRequest) -> str | None:
-    """The LangGraph thread the call belongs to: the scope of its idempotency key, so that a run
-    resumed after a restart reuses a tool call's completed result instead of running it again."""
+    """The scope of the call's idempotency key: the LangGraph thread and the task (one graph step
+    of one run: ``checkpoint_ns``) the call runs in. A node retried, or resumed after an
+    interrupt, runs as the same task and reuses a completed result instead of running again; the
+    same tool call id in a later turn or another run (a model that numbers its calls from 0 in
+    every answer) is another call, and runs."""
     config = getattr(request.runtime, "config", None) or {}
-    thread = (config.get("configurable") or {}).get("thread_id")
-    return str(thread) if thread is not None else None
+    configurable = config.get("configurable") or {}
+    thread, task = configurable.get("thread_id"), configurable.get("checkpoint_ns")
+    if thread is None and not task:
+        return None
+    return f"{'' if thread is None else thread}|{task or ''}"
 
 
 def _tool_call_of(request: ToolCallRequest) -> Call:
@@ -210,7 +220,9 @@ class GateMiddleware(AgentMiddleware[Any, Any, Any]):
                 return _refusal(refused, call_id, name)
             try:
                 return handler(request)
-            except AgentGateError as exc:
+            except GraphBubbleUp:
+                raise  # the sub-agent's interrupt (an approval) pauses the supervisor's run
+            except Exception as exc:  # a failing sub-agent is a failing tool, not the end of the run
                 return _failure(call_id, name, exc)
         auth = self._authorize_tool(request)
         if not auth.allowed:
@@ -241,9 +253,11 @@ class GateMiddleware(AgentMiddleware[Any, Any, Any]):
                 return _refusal(refused, call_id, name)
             try:
                 return await handler(request)
-            except AgentGateError as exc:
+            except GraphBubbleUp:
+                raise
+            except Exception as exc:
                 return _failure(call_id, name, exc)
-        auth = await self.gate.to_thread(self._authorize_tool, request)
+        auth = await self._decided(self._authorize_tool, request, lambda auth: auth)
         if not auth.allowed:
             return _refusal(auth, call_id, name)
         try:
@@ -258,6 +272,30 @@ class GateMiddleware(AgentMiddleware[Any, Any, Any]):
             return _failure(call_id, name, exc)
         except Exception as exc:
             return _failure(call_id, name, exc)
+
+    async def _decided(
+        self, decide: Callable[[R], D], request: R, auth_of: Callable[[D], Authorization]
+    ) -> D:
+        """``decide(request)`` on a worker thread (store I/O stays off the event loop).
+
+        A cancellation of the awaiting task cannot stop a decision under way: it is recorded,
+        with what it reserved. So the decision is waited for, an allow is settled as a call that
+        did not run (an ``error`` outcome, ``CancelledError``, its reservation released), and
+        the cancellation goes on. Raises what ``decide`` raises.
+        """
+        future = asyncio.ensure_future(self.gate.to_thread(decide, request))
+        try:
+            return await asyncio.shield(future)
+        except asyncio.CancelledError:
+            while not future.done():
+                with contextlib.suppress(asyncio.CancelledError):
+                    await asyncio.shield(future)
+            if not future.cancelled() and future.exception() is None:
+                auth = auth_of(future.result())
+                if auth.allowed:
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await self.gate.arun(auth, _not_run)
+            raise
 
     # --- models ---------------------------------------------------------------------------
 
@@ -324,7 +362,7 @@ class GateMiddleware(AgentMiddleware[Any, Any, Any]):
             return ModelResponse(result=[AIMessage(content=stop, name=self.agent)])
         if not self.gate_models:
             return await handler(request)
-        auth, request = await self.gate.to_thread(self._authorize_model, request)
+        auth, request = await self._decided(self._authorize_model, request, lambda decided: decided[0])
         if not auth.allowed:
             return self._stopped(auth)
         return await self.gate.arun(auth, lambda: handler(request), spent=_tokens_used)
@@ -335,6 +373,10 @@ def _is_delegation(request: ToolCallRequest) -> bool:
     # (Gate.delegate), and audited there; the sub-agent's own calls go through its own middleware.
     metadata = request.tool.metadata if request.tool is not None else None
     return bool(metadata and metadata.get(DELEGATION_KEY))
+
+
+async def _not_run() -> Any:
+    raise asyncio.CancelledError
 
 
 def _failed(result: object) -> bool:

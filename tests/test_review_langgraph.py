@@ -1,0 +1,107 @@
+"""Review R3 of the LangGraph integration: each test is a defect found by running real agents."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from langchain_core.messages import AIMessage
+from langgraph.checkpoint.memory import InMemorySaver
+from test_langgraph import Team, _calls, _entries, _make_team, _tool_messages, _tools
+from test_langgraph import team as team  # the fixture
+
+from agentgate.integrations.langgraph import ScriptedChatModel, create_gated_agent, delegation_tool
+
+GO = {"messages": [{"role": "user", "content": "go"}]}
+
+
+def _held(team: Team) -> list[Any]:
+    """Reservations still held (neither committed nor released)."""
+    team.gate.flush()
+    return list(team.gate.store.query("SELECT id FROM budget_reservations WHERE state = 'reserved'"))
+
+
+def test_a_tool_call_id_reused_by_a_later_run_runs_the_tool_again(team: Team) -> None:
+    # A model that numbers its tool calls from 0 in every answer (ScriptedChatModel, several local
+    # servers) gives the same id to a new call. It used to get the first call's cached result: the
+    # tool did not run, yet the audit log said it ran ("ok") and the budget was charged.
+    model = ScriptedChatModel(turns=[_calls(("search", {"query": "x"}))])
+    agent = create_gated_agent(team.gate, name="supervisor", model=model, tools=_tools(team))
+    for _ in range(3):
+        agent.invoke(GO, context=team.supervisor)
+    assert team.ran == ["search:x"] * 3
+
+
+def test_a_tool_call_id_reused_in_a_later_turn_of_the_same_thread_runs_again(team: Team) -> None:
+    turns = [_calls(("search", {"query": "status"})), _calls(("search", {"query": "status"}))]
+    assert turns[0].tool_calls[0]["id"] == turns[1].tool_calls[0]["id"]
+    agent = create_gated_agent(
+        team.gate,
+        name="supervisor",
+        model=ScriptedChatModel(turns=turns),
+        tools=_tools(team),
+        checkpointer=InMemorySaver(),
+    )
+    agent.invoke(GO, {"configurable": {"thread_id": "t"}}, context=team.supervisor)
+    assert team.ran == ["search:status"] * 2
+    outcomes = [e.status for e in _entries(team.gate) if e.kind == "outcome" and e.resource == "tool:search"]
+    assert outcomes == ["ok", "ok"]
+
+
+async def test_cancelling_a_run_while_its_call_is_being_decided_settles_the_decision(tmp_path: Path) -> None:
+    # The decision runs on a worker thread; a task cancelled meanwhile used to leave the recorded
+    # allow without an outcome and its budget reservation held for good.
+    made = _make_team(tmp_path)
+    try:
+        agent = create_gated_agent(
+            made.gate,
+            name="supervisor",
+            model=ScriptedChatModel(turns=[_calls(("search", {"query": "x"}))]),
+            tools=_tools(made),
+        )
+        for delay in (0.0, 0.0005, 0.001, 0.002, 0.004, 0.008, 0.016):
+            task = asyncio.create_task(agent.ainvoke(GO, context=made.supervisor))
+            await asyncio.sleep(delay)
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        await asyncio.sleep(0.2)  # a decision that outlived its task finishes on its thread
+        entries = _entries(made.gate)
+        allowed = {e.index for e in entries if e.kind == "allow"}
+        settled = {e.ref for e in entries if e.kind == "outcome"}
+        assert allowed and allowed == settled
+        assert _held(made) == []
+    finally:
+        made.gate.close()
+
+
+def test_a_sub_agent_that_raises_is_a_tool_error_not_the_end_of_the_supervisor(team: Team) -> None:
+    class Broken(ScriptedChatModel):
+        def _generate(self, *args: Any, **kwargs: Any) -> Any:
+            raise RuntimeError("backend password is hunter2")
+
+    researcher = create_gated_agent(
+        team.gate, name="researcher", model=Broken(turns=[]), tools=_tools(team), gate_models=False
+    )
+    ask = delegation_tool(
+        team.gate,
+        name="researcher",
+        agent=researcher,
+        key=team.keys["researcher"],
+        capabilities=["tool:search", "model:scripted"],
+        ttl=timedelta(minutes=5),
+    )
+    model = ScriptedChatModel(
+        turns=[_calls(("ask_researcher", {"task": "dig"})), _calls(("search", {"query": "myself"}))]
+    )
+    supervisor = create_gated_agent(team.gate, name="supervisor", model=model, tools=[ask, *_tools(team)])
+    result = supervisor.invoke(GO, context=team.supervisor)
+    failed, searched = _tool_messages(result)
+    assert searched.status == "success"
+    assert failed.status == "error" and "RuntimeError" in str(failed.content)
+    assert "hunter2" not in repr(result)
+    assert team.ran == ["search:myself"]
+    assert isinstance(result["messages"][-1], AIMessage)
