@@ -49,6 +49,7 @@ from agentgate.dispatch.backends import ChatChunk, ChatResult, Timeouts
 from agentgate.dispatch.dispatcher import Dispatcher
 from agentgate.dispatch.gateway._authority import APPROVAL_HEADER, GatewayDecision, GatewayGate
 from agentgate.dispatch.gateway._client import INVOCATION_HEADER, chat_call, max_tokens_of
+from agentgate.dispatch.gateway._http import BoundedHttpToolsProtocol
 from agentgate.dispatch.gateway._upstream import UpstreamPool
 from agentgate.dispatch.inventory import Inventory
 from agentgate.dispatch.prefix import estimate_tokens, prompt_text
@@ -68,6 +69,10 @@ _ERROR_TYPES = {
 _UNPARSED = Call("gateway:chat.completions", "generate")
 """The call recorded for a body too malformed to name a model."""
 MAX_BODY_BYTES = 8 * 1024 * 1024
+BODY_TIMEOUT_S = 60.0
+"""Seconds a client has to send a whole request body once its head has arrived."""
+_ONE_CHOICE = ("n", "best_of")
+"""Body fields that ask a backend for several sequences (vLLM honours both): absent, null or 1."""
 _log = logging.getLogger(__name__)
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -267,7 +272,7 @@ class Gateway:
             result = await self.gate.arun(
                 decision.auth,
                 lambda: self.dispatcher.chat(payload, tenant=tenant, slo_ttft_s=self.slo_ttft_s),
-                spent=_spent,
+                spent=lambda result: _spent(result, (prompt, max_tokens)),
             )
         except AgentGateError as exc:
             return _dispatch_error(exc), True
@@ -382,14 +387,19 @@ class Gateway:
 
 
 async def _read_body(request: Request) -> bytes:
-    """The request body, refused (``InputError``) as soon as it passes ``MAX_BODY_BYTES``."""
+    """The request body, refused (``InputError``) as soon as it passes ``MAX_BODY_BYTES``, or when
+    it has not all arrived ``BODY_TIMEOUT_S`` after the head (a client trickling its body)."""
     parts: list[bytes] = []
     size = 0
-    async for part in request.stream():
-        size += len(part)
-        if size > MAX_BODY_BYTES:
-            raise InputError(f"the body is over {MAX_BODY_BYTES} bytes")
-        parts.append(part)
+    try:
+        async with asyncio.timeout(BODY_TIMEOUT_S):
+            async for part in request.stream():
+                size += len(part)
+                if size > MAX_BODY_BYTES:
+                    raise InputError(f"the body is over {MAX_BODY_BYTES} bytes")
+                parts.append(part)
+    except TimeoutError:
+        raise InputError(f"the body did not arrive within {BODY_TIMEOUT_S:g} s") from None
     return b"".join(parts)
 
 
@@ -408,6 +418,11 @@ def _parse_body(raw: bytes) -> dict[str, Any]:
         raise InputError("'messages' must be a non-empty list of message objects")
     if not isinstance(body.get("stream", False), bool):
         raise InputError("'stream' must be true or false")
+    # Several choices would generate several times the output the invocation signs and the
+    # reservation holds (and a grant's max_tokens caps per choice): one choice per call.
+    for name in _ONE_CHOICE:
+        if body.get(name) not in (None, 1) or isinstance(body.get(name), bool):
+            raise InputError(f"'{name}' must be 1: the gateway answers one choice per call")
     return body
 
 
@@ -426,7 +441,13 @@ def _bearer(value: str | None) -> str | None:
     return token.strip() or None
 
 
-def _spent(result: ChatResult) -> tuple[int, int]:
+def _spent(result: ChatResult, reserved: tuple[int, int]) -> tuple[int, int]:
+    """What an answered call is charged: the usage the backend reported, or the whole reservation
+    ``reserved`` (prompt, max output) when the answer reports no completion token count (the
+    output went out; the gateway never charges less than may have been used)."""
+    usage = result.body.get("usage")
+    if not isinstance(usage, Mapping) or usage.get("completion_tokens") is None:
+        return reserved
     return result.usage.prompt_tokens, result.usage.completion_tokens
 
 
@@ -470,8 +491,9 @@ class GatewayServer:
             log_level="warning",
             access_log=False,
             lifespan="on",
-            # A chain token travels in a header and may be up to 32 KiB (docs/token-format.md).
-            h11_max_incomplete_event_size=64 * 1024,
+            # Request heads are bounded in size and time (a chain token, in a header, may be up
+            # to 32 KiB: docs/token-format.md); uvicorn's own httptools protocol bounds neither.
+            http=BoundedHttpToolsProtocol,
         )
         self.server = uvicorn.Server(config)
         self.port = port

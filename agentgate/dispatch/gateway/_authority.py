@@ -55,15 +55,18 @@ def _approval(text: str) -> Approval | None:
 def _authority_refusal(
     decision: Decision, call: Call, identity: CallerIdentity
 ) -> tuple[Authorization, int, str]:
-    """The refusal of a call the authority engine denied, and its status: 403 when the grant does
-    not cover the call, 401 when the caller's authority does not hold (forged, expired, replayed,
-    revoked...)."""
+    """The refusal of a call the authority engine denied, and its status: 403 when the only fault
+    is that a valid grant does not cover the call, 401 when the caller's authority does not hold
+    (forged, expired, not yet valid, replayed, revoked, a widened delegation...), whatever else
+    is also wrong, with that fault's code."""
     refused = Authorization(
         Verdict.DENY, call, identity, decision.reasons, decision.findings, decision=decision
     )
     codes = [f.code for f in decision.findings]
-    scope = any(f.kind == FindingKind.SCOPE_CREEP or f.code in _COVERAGE_CODES for f in decision.findings)
-    return refused, 403 if scope else 401, codes[0] if codes else "invocation_refused"
+    faults = [code for code in codes if code not in _COVERAGE_CODES]
+    if codes and not faults:
+        return refused, 403, codes[0]
+    return refused, 401, faults[0] if faults else "invocation_refused"
 
 
 @dataclass(frozen=True)

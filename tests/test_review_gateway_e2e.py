@@ -1,0 +1,301 @@
+"""(From review R4) the gateway as a remote client sees it, end to end over real HTTP on 127.0.0.1.
+
+A scripted OpenAI-compatible backend (``_Scripted``: answers as vLLM does, honouring ``n``, with
+modes for a missing usage, tool calls, a stream that dies) and simulated backends
+(``agentgate.sim``) sit behind a real ``GatewayServer`` on a real SQLite store; the callers are
+raw sockets, httpx and the ``openai`` client.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import socket
+import threading
+import time
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+from test_gateway import MODEL, NAMES, _policy_text
+
+from agentgate.dispatch import inventory_from_mapping
+from agentgate.dispatch.gateway import Gateway, GatewayGate, GatewayServer, invocation_headers
+from agentgate.dispatch.gateway import _app as gateway_app
+from agentgate.dispatch.gateway import _http as gateway_http
+from agentgate.dispatch.prefix import estimate_tokens, prompt_text
+from agentgate.gate import AgentIdentity
+from agentgate.keys import SigningKey
+from agentgate.policy import parse_policy
+from agentgate.store import SQLiteStore
+
+
+class _Scripted:
+    """An OpenAI-compatible backend on 127.0.0.1 whose answers follow ``mode``."""
+
+    def __init__(self) -> None:
+        self.mode = "ok"
+        self.bodies: list[dict[str, Any]] = []
+        app = Starlette(
+            routes=[
+                Route("/v1/chat/completions", self._chat, methods=["POST"]),
+                Route("/health", self._health),
+                Route("/metrics", self._metrics),
+            ]
+        )
+        config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="error", lifespan="off")
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.url = ""
+
+    def start(self) -> _Scripted:
+        self.thread.start()
+        deadline = time.monotonic() + 10
+        while not self.server.started:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        self.url = f"http://127.0.0.1:{self.server.servers[0].sockets[0].getsockname()[1]}"
+        return self
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(10)
+
+    async def _health(self, request: Request) -> Response:
+        return Response("ok")
+
+    async def _metrics(self, request: Request) -> Response:
+        return Response("vllm:num_requests_running 0\nvllm:num_requests_waiting 0\n")
+
+    async def _chat(self, request: Request) -> Response:
+        body = json.loads(await request.body())
+        self.bodies.append(body)
+        n, max_tokens, mode = body.get("n") or 1, body["max_tokens"], self.mode
+        usage = {"prompt_tokens": 5, "completion_tokens": n * max_tokens}
+        if not body.get("stream"):
+            choices = [
+                {
+                    "index": i,
+                    "message": {"role": "assistant", "content": "x" * max_tokens},
+                    "finish_reason": "length",
+                }
+                for i in range(n)
+            ]
+            answer: dict[str, Any] = {
+                "id": "c",
+                "object": "chat.completion",
+                "choices": choices,
+                "usage": usage,
+            }
+            if mode == "no_usage":
+                del answer["usage"]
+            return JSONResponse(answer)
+
+        async def events() -> AsyncIterator[str]:
+            for i in range(max_tokens):
+                delta = {"index": 0, "delta": {"content": "x"}, "finish_reason": None}
+                yield "data: " + json.dumps({"id": "c", "choices": [delta]}) + "\n\n"
+                if mode == "die" and i == 2:
+                    return  # the engine is gone: no usage, no [DONE]
+            yield "data: " + json.dumps({"id": "c", "choices": [], "usage": usage}) + "\n\n"
+            yield "data: [DONE]\n\n"
+
+        return StreamingResponse(events(), media_type="text/event-stream")
+
+
+@dataclass
+class Env:
+    gate: GatewayGate
+    server: GatewayServer
+    agent: AgentIdentity
+    backend: _Scripted
+
+    @property
+    def url(self) -> str:
+        return f"{self.server.url}/chat/completions"
+
+    def post(self, body: dict[str, Any], **headers: str) -> httpx.Response:
+        signed = invocation_headers(self.agent.key, self.agent.chain, body)
+        return httpx.post(self.url, json=body, headers={**signed, **headers}, timeout=10)
+
+    def spent(self) -> int:
+        self.gate.flush()
+        return self.gate.remaining(self.agent)[self.agent.chain.root.id][0]
+
+    def kinds(self) -> list[str]:
+        self.gate.flush()
+        return [e.kind for e in self.gate.audit.entries()]
+
+
+@pytest.fixture(scope="module")
+def scripted() -> Iterator[_Scripted]:
+    backend = _Scripted().start()
+    yield backend
+    backend.stop()
+
+
+@pytest.fixture
+def env(tmp_path: Path, scripted: _Scripted) -> Iterator[Env]:
+    scripted.mode = "ok"
+    scripted.bodies.clear()
+    keys = {name: SigningKey.generate() for name in NAMES}
+    policy = parse_policy(_policy_text({n: k.did for n, k in keys.items()}), source="gateway.yaml")
+    gate = GatewayGate(policy, SQLiteStore(tmp_path / "agentgate.db"))
+    inventory = inventory_from_mapping(
+        {"backends": [{"name": "scripted", "url": scripted.url, "engine": "vllm", "models": [MODEL]}]}
+    )
+    server = GatewayServer(Gateway(gate, inventory), port=0).start()
+    agent = gate.issue(keys["root"], name="agent", key=keys["agent"], role="chat")
+    try:
+        yield Env(gate, server, agent, scripted)
+    finally:
+        server.stop()
+        gate.close()
+
+
+def _body(**extra: Any) -> dict[str, Any]:
+    return {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": "Say something short."}],
+        "max_tokens": 8,
+        **extra,
+    }
+
+
+def _reserved(body: dict[str, Any]) -> int:
+    """What the gateway reserves for ``body`` at one micro-dollar a token (the tests' policy)."""
+    return estimate_tokens(prompt_text(body["messages"])) + int(body["max_tokens"])
+
+
+# --- defects found, now fixed -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("extra", [{"n": 4}, {"best_of": 3}, {"n": True}, {"n": "2"}])
+def test_several_choices_are_refused_before_anything_is_reserved_or_sent(
+    env: Env, extra: dict[str, Any]
+) -> None:
+    # vLLM generates n x max_tokens for n choices: the signed max_tokens (and a grant's cap on it)
+    # and the reservation held a quarter of what n=4 produced, which was still answered and charged
+    # beyond the reservation. One choice per call now; the refusal is audited, nothing reserved.
+    answer = env.post(_body(**extra))
+    assert answer.status_code == 400, answer.text
+    assert answer.json()["error"]["code"] == "invalid_request" and "one choice" in answer.text
+    assert env.backend.bodies == [] and env.spent() == 0 and env.kinds() == ["deny"]
+    assert env.post(_body(n=1)).status_code == 200  # n=1 is one choice
+
+
+def test_an_answer_without_usage_is_charged_its_reservation_not_nothing(env: Env) -> None:
+    # A backend that omits usage (or reports no completion count) answered the caller: it was
+    # charged 0, an unrecorded spend. It is charged the whole reservation, as a cut stream is.
+    env.backend.mode = "no_usage"
+    body = _body()
+    answer = env.post(body)
+    assert answer.status_code == 200 and answer.json()["choices"][0]["message"]["content"]
+    assert env.spent() == _reserved(body)
+    assert env.kinds() == ["allow", "outcome"]
+
+
+def test_an_expired_invocation_is_401_not_403(env: Env) -> None:
+    # docs/gateway.md: invocation_expired (and an expired or broken chain) is 401; the status
+    # followed the finding's kind (scope creep), so it answered 403 as if the grant did not cover it.
+    body = _body()
+    headers = invocation_headers(env.agent.key, env.agent.chain, body, ttl=1)
+    time.sleep(2.1)
+    answer = httpx.post(env.url, json=body, headers=headers, timeout=10)
+    assert answer.status_code == 401, answer.text
+    assert answer.json()["error"] == {
+        "message": answer.json()["error"]["message"],
+        "type": "authentication_error",
+        "param": None,
+        "code": "invocation_expired",
+    }
+    assert env.spent() == 0 and env.kinds() == ["deny"]
+
+
+def _raw(env: Env, data: bytes, *, wait: float = 10.0) -> bytes:
+    with socket.create_connection(("127.0.0.1", env.server.port), timeout=wait) as sock:
+        with contextlib.suppress(OSError):  # refused while it was still being sent
+            sock.sendall(data)
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+        return answer
+
+
+def test_a_request_head_over_64_kib_is_431_and_never_buffered_whole(env: Env) -> None:
+    # uvicorn's httptools protocol had no bound: a 50 MB header line was read whole into memory.
+    body = json.dumps(_body()).encode()
+    head = b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nX-Pad: " + b"a" * 100_000
+    answer = _raw(env, head + b"\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+    assert answer.startswith(b"HTTP/1.1 431 ")
+    assert env.backend.bodies == [] and env.kinds() == []
+    # A large body (not head) is still read: the bound is on the head only.
+    big = _body(messages=[{"role": "user", "content": "y" * 100_000}], max_tokens=4)
+    assert env.post(big).status_code == 200
+
+
+def test_a_head_sent_too_slowly_is_408(env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(gateway_http, "HEAD_TIMEOUT_S", 0.3)
+    with socket.create_connection(("127.0.0.1", env.server.port), timeout=5) as sock:
+        sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n")
+        time.sleep(0.6)
+        assert sock.recv(200).startswith(b"HTTP/1.1 408 ")
+        assert sock.recv(200) == b""  # closed
+    # A connection that never sends a byte is closed the same way.
+    with socket.create_connection(("127.0.0.1", env.server.port), timeout=5) as sock:
+        assert sock.recv(200).startswith(b"HTTP/1.1 408 ")
+    assert env.post(_body()).status_code == 200  # a normal caller is untouched
+
+
+def test_a_body_trickled_too_slowly_is_refused_and_audited(env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(gateway_app, "BODY_TIMEOUT_S", 0.3)
+    body = json.dumps(_body()).encode()
+    with socket.create_connection(("127.0.0.1", env.server.port), timeout=5) as sock:
+        sock.sendall(
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(body)
+        )
+        sock.sendall(body[:10])
+        answer = sock.recv(4096)
+    assert answer.startswith(b"HTTP/1.1 400 ") and b"did not arrive within" in answer
+    assert env.backend.bodies == [] and env.kinds() == ["deny"]
+
+
+# --- what held up -----------------------------------------------------------------------------
+
+
+def test_a_stream_whose_backend_dies_ends_with_an_error_event_and_is_charged_as_reserved(env: Env) -> None:
+    env.backend.mode = "die"
+    body = _body(stream=True)
+    answer = env.post(body)
+    assert answer.status_code == 200
+    events = [line for line in answer.text.splitlines() if line.startswith("data: ")]
+    assert events[-1] != "data: [DONE]" and json.loads(events[-1][6:])["error"]["code"] == "backend_failed"
+    assert env.spent() == _reserved(body)
+    assert env.kinds() == ["allow", "outcome"] and env.gate.verify().ok
+
+
+def test_a_caller_gone_before_the_first_token_leaves_a_settled_outcome(env: Env) -> None:
+    body = _body(stream=True, max_tokens=64)
+    headers = invocation_headers(env.agent.key, env.agent.chain, body)
+    raw = json.dumps(body).encode()
+    head = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+    with socket.create_connection(("127.0.0.1", env.server.port)) as sock:
+        sock.sendall(
+            f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n{head}Content-Length: {len(raw)}\r\n\r\n".encode()
+            + raw
+        )
+    deadline = time.monotonic() + 10
+    while env.kinds().count("outcome") < 1:
+        assert time.monotonic() < deadline, "the abandoned call left no outcome"
+        time.sleep(0.05)
+    held = env.gate.store.query("SELECT state FROM budget_reservations")
+    assert [row[0] for row in held] != ["reserved"]
+    assert env.gate.verify().ok
