@@ -105,3 +105,31 @@ def test_a_sub_agent_that_raises_is_a_tool_error_not_the_end_of_the_supervisor(t
     assert "hunter2" not in repr(result)
     assert team.ran == ["search:myself"]
     assert isinstance(result["messages"][-1], AIMessage)
+
+
+def test_every_delegating_call_hands_a_fresh_grant_even_with_a_reused_tool_call_id(team: Team) -> None:
+    # The delegation tool keeps one grant per delegating tool call (so that a sub-agent resumed
+    # after an approval keeps its grant). It keyed them by tool call id only: a later run (or turn)
+    # whose model reused the id got the earlier call's grant, with what was left of its budget.
+    researcher = create_gated_agent(
+        team.gate,
+        name="researcher",
+        model=ScriptedChatModel(turns=[_calls(("search", {"query": "papers"}))]),
+        tools=_tools(team),
+    )
+    ask = delegation_tool(
+        team.gate,
+        name="researcher",
+        agent=researcher,
+        key=team.keys["researcher"],
+        capabilities=["tool:search", "model:scripted"],
+        ttl=timedelta(minutes=5),
+        budget=50_000,
+    )
+    model = ScriptedChatModel(turns=[_calls(("ask_researcher", {"task": "find papers"}))])
+    supervisor = create_gated_agent(team.gate, name="supervisor", model=model, tools=[ask])
+    for _ in range(2):
+        supervisor.invoke(GO, context=team.supervisor)
+    grants = [child.grant_id for _, child in team.gate.delegations]
+    assert len(grants) == 2 and grants[0] != grants[1]
+    assert team.ran == ["search:papers"] * 2

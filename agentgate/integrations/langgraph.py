@@ -92,8 +92,13 @@ def _run_id(request: ToolCallRequest) -> str | None:
     interrupt, runs as the same task and reuses a completed result instead of running again; the
     same tool call id in a later turn or another run (a model that numbers its calls from 0 in
     every answer) is another call, and runs."""
-    config = getattr(request.runtime, "config", None) or {}
-    configurable = config.get("configurable") or {}
+    return _task_scope(getattr(request.runtime, "config", None))
+
+
+def _task_scope(config: Mapping[str, Any] | None) -> str | None:
+    """``thread|checkpoint_ns`` of a run config: the same for a task retried or resumed, another
+    for every other step or run. ``None`` when the config names neither."""
+    configurable = (config or {}).get("configurable") or {}
     thread, task = configurable.get("thread_id"), configurable.get("checkpoint_ns")
     if thread is None and not task:
         return None
@@ -474,23 +479,29 @@ def delegation_tool(
     creep, an expired or revoked parent) is refused as a tool error; the sub-agent does not run.
     """
     caps = tuple(c if isinstance(c, Capability) else Capability.parse(c) for c in capabilities)
-    # One grant per delegating tool call: when LangGraph re-runs the tool to resume an interrupt
-    # (a sub-agent waiting for an approval), the sub-agent resumes on the grant it had, so an
-    # approval bound to that grant still matches. Lives in this process; after a restart the
-    # sub-agent gets a fresh grant and its pending approval is asked for again.
-    granted: dict[tuple[str, str], AgentIdentity] = {}
+    # One grant per delegating tool call, in its task (thread and graph step): when LangGraph
+    # re-runs the tool to resume an interrupt (a sub-agent waiting for an approval), the
+    # sub-agent resumes on the grant it had, so an approval bound to that grant still matches;
+    # the same tool call id in another turn or run (a model that numbers its calls from 0) is
+    # another call and gets a fresh grant. Lives in this process, expired grants dropped; after
+    # a restart the sub-agent gets a fresh grant and its pending approval is asked for again.
+    granted: dict[tuple[str, str, str], AgentIdentity] = {}
     lock = threading.Lock()
 
     def _delegate(runtime: ToolRuntime[Any, Any]) -> AgentIdentity:
         parent = identity_from_context(runtime.context)
-        slot = (parent.grant_id if parent else "", runtime.tool_call_id or "")
+        scope = _task_scope(runtime.config)
+        slot = (parent.grant_id if parent else "", scope or "", runtime.tool_call_id or "")
+        now = time.time()
         with lock:
             child = granted.get(slot)
-        if child is not None and child.chain.tip.expires > time.time():
+        if child is not None and child.chain.tip.expires > now:
             return child
         child = gate.delegate(parent, name=name, key=key, capabilities=caps, ttl=ttl, budget=budget)
-        if runtime.tool_call_id:
+        if runtime.tool_call_id and scope is not None:
             with lock:
+                for stale in [s for s, c in granted.items() if c.chain.tip.expires <= now]:
+                    del granted[stale]
                 granted[slot] = child
         return child
 
