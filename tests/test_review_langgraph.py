@@ -10,6 +10,7 @@ from typing import Any
 
 from langchain_core.messages import AIMessage
 from langgraph.checkpoint.memory import InMemorySaver
+from pydantic import Field
 from test_langgraph import Team, _calls, _entries, _make_team, _tool_messages, _tools
 from test_langgraph import team as team  # the fixture
 
@@ -133,3 +134,51 @@ def test_every_delegating_call_hands_a_fresh_grant_even_with_a_reused_tool_call_
     grants = [child.grant_id for _, child in team.gate.delegations]
     assert len(grants) == 2 and grants[0] != grants[1]
     assert team.ran == ["search:papers"] * 2
+
+
+class _Recording(ScriptedChatModel):
+    """A scripted model configured, like ChatOpenAI or ChatAnthropic, with its own ``max_tokens``;
+    records the output limit each call really ran with."""
+
+    max_tokens: int | None = None
+    seen: list[int | None] = Field(default_factory=list)
+
+    def bind_tools(self, tools: Any, **kwargs: Any) -> Any:
+        return self.bind(**kwargs)  # as real chat models do: the settings reach each call
+
+    def _generate(self, messages: Any, stop: Any = None, run_manager: Any = None, **kwargs: Any) -> Any:
+        self.seen.append(kwargs.get("max_tokens", self.max_tokens))
+        return super()._generate(messages, stop, run_manager, **kwargs)
+
+
+def _bounded_researcher(team: Team, model: _Recording) -> Any:
+    researcher = create_gated_agent(team.gate, name="researcher", model=model, tools=_tools(team))
+    return delegation_tool(
+        team.gate,
+        name="researcher",
+        agent=researcher,
+        key=team.keys["researcher"],
+        capabilities=["tool:search", "model:scripted?max_tokens<=2048"],
+        ttl=timedelta(minutes=5),
+    )
+
+
+def test_a_model_call_never_runs_with_more_output_tokens_than_were_decided(team: Team) -> None:
+    # The middleware decided model calls as max_tokens=1024 (its default) whatever the model was
+    # configured with, and did not pass that limit on: a model set to 8192 output tokens ran under
+    # a grant that allows at most 2048 (the constraint was checked against a number never used).
+    wide = _Recording(turns=[_calls(("search", {"query": "x"}))], max_tokens=8192)
+    unset = _Recording(turns=[_calls(("search", {"query": "y"}))])
+    for model in (wide, unset):
+        ask = _bounded_researcher(team, model)
+        supervisor = create_gated_agent(
+            team.gate,
+            name="supervisor",
+            model=ScriptedChatModel(turns=[_calls(("ask_researcher", {"task": "go"}))]),
+            tools=[ask],
+        )
+        supervisor.invoke(GO, context=team.supervisor)
+    assert wide.seen == []  # refused: 8192 output tokens exceed the grant's 2048
+    assert unset.seen and all(seen == 1024 for seen in unset.seen)  # the decided limit, passed on
+    refused = [e for e in _entries(team.gate) if e.kind == "deny" and e.resource == "model:scripted"]
+    assert refused and "max_tokens" in " ".join(refused[0].reasons)

@@ -305,8 +305,12 @@ class GateMiddleware(AgentMiddleware[Any, Any, Any]):
     # --- models ---------------------------------------------------------------------------
 
     def _model_call(self, request: ModelRequest[Any]) -> Call:
+        """The model call to decide: ``model:NAME`` with the output limit it will run with (the
+        request's ``max_tokens``, else the chat model's own, else the middleware's)."""
         name = self.model or getattr(request.model, "model_name", None) or request.model._llm_type
-        limit = request.model_settings.get("max_tokens") or self.max_tokens
+        configured = getattr(request.model, "max_tokens", None)
+        own = configured if type(configured) is int and configured > 0 else None
+        limit = request.model_settings.get("max_tokens") or own or self.max_tokens
         return Call.model(str(name), {"max_tokens": int(limit)})
 
     def _authorize_model(self, request: ModelRequest[Any]) -> tuple[Authorization, ModelRequest[Any]]:
@@ -322,6 +326,12 @@ class GateMiddleware(AgentMiddleware[Any, Any, Any]):
         )
         if not auth.allowed and self.enforce:
             raise Denied(auth.explain(), auth.decision)
+        if auth.allowed and request.model_settings.get("max_tokens") != call.args["max_tokens"]:
+            # The call runs with the output limit it was decided (and its cost reserved) for:
+            # passed to the model as ``max_tokens``, as create_agent binds ``model_settings``.
+            request = request.override(
+                model_settings={**request.model_settings, "max_tokens": call.args["max_tokens"]}
+            )
         if (
             auth.allowed
             and self.gate.dispatches
