@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import openai
 import pytest
 import uvicorn
 from starlette.applications import Starlette
@@ -28,7 +29,13 @@ from starlette.routing import Route
 from test_gateway import MODEL, NAMES, _policy_text
 
 from agentgate.dispatch import inventory_from_mapping
-from agentgate.dispatch.gateway import Gateway, GatewayGate, GatewayServer, invocation_headers
+from agentgate.dispatch.gateway import (
+    Gateway,
+    GatewayGate,
+    GatewayServer,
+    InvocationSigner,
+    invocation_headers,
+)
 from agentgate.dispatch.gateway import _app as gateway_app
 from agentgate.dispatch.gateway import _http as gateway_http
 from agentgate.dispatch.prefix import estimate_tokens, prompt_text
@@ -100,6 +107,25 @@ class _Scripted:
             return JSONResponse(answer)
 
         async def events() -> AsyncIterator[str]:
+            if mode in ("tools", "tools_die"):  # as vLLM streams a tool call: fragments of arguments
+                for i, piece in enumerate(_TOOL_CALL_PIECES):
+                    call: dict[str, Any] = {"index": 0, "function": {"arguments": piece}}
+                    if i == 0:
+                        call.update(id="call_1", type="function")
+                        call["function"]["name"] = "get_weather"
+                    delta = {
+                        "index": 0,
+                        "delta": {"content": None, "tool_calls": [call]},
+                        "finish_reason": None,
+                    }
+                    yield "data: " + json.dumps({"id": "c", "choices": [delta], "usage": None}) + "\n\n"
+                if mode == "tools_die":
+                    return
+                end = {"index": 0, "delta": {}, "finish_reason": "tool_calls"}
+                yield "data: " + json.dumps({"id": "c", "choices": [end]}) + "\n\n"
+                yield "data: " + json.dumps({"id": "c", "choices": [], "usage": usage}) + "\n\n"
+                yield "data: [DONE]\n\n"
+                return
             for i in range(max_tokens):
                 delta = {"index": 0, "delta": {"content": "x"}, "finish_reason": None}
                 yield "data: " + json.dumps({"id": "c", "choices": [delta]}) + "\n\n"
@@ -109,6 +135,9 @@ class _Scripted:
             yield "data: [DONE]\n\n"
 
         return StreamingResponse(events(), media_type="text/event-stream")
+
+
+_TOOL_CALL_PIECES = ("", '{"city": ', '"Paris"}')
 
 
 @dataclass
@@ -218,6 +247,41 @@ def test_an_expired_invocation_is_401_not_403(env: Env) -> None:
         "code": "invocation_expired",
     }
     assert env.spent() == 0 and env.kinds() == ["deny"]
+
+
+def test_a_streamed_tool_call_reaches_the_openai_client(env: Env) -> None:
+    # The gateway re-encoded each streamed delta from its content only: the tool call fragments
+    # were dropped, and the caller got finish_reason "tool_calls" with no call at all.
+    env.backend.mode = "tools"
+    signer = InvocationSigner(env.agent.key, env.agent.chain)
+    with openai.OpenAI(
+        base_url=env.server.url, api_key=env.agent.chain.token, http_client=signer.client(), max_retries=0
+    ) as client:
+        stream = client.chat.completions.create(
+            model=MODEL,
+            messages=[{"role": "user", "content": "Weather in Paris?"}],
+            max_tokens=32,
+            stream=True,
+            tools=[
+                {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}
+            ],
+        )
+        chunks = [c for c in stream if c.choices]
+    calls = [call for c in chunks for call in (c.choices[0].delta.tool_calls or [])]
+    assert calls[0].id == "call_1" and calls[0].function and calls[0].function.name == "get_weather"
+    assert "".join(c.function.arguments or "" for c in calls if c.function) == '{"city": "Paris"}'
+    assert chunks[-1].choices[0].finish_reason == "tool_calls"
+    assert env.spent() == 5 + 32  # the usage the backend reported
+    assert env.kinds() == ["allow", "outcome"]
+
+
+def test_a_stream_cut_after_tool_call_fragments_is_charged_as_reserved(env: Env) -> None:
+    # Tool call fragments are output delivered: a cut stream is charged its reservation, not released.
+    env.backend.mode = "tools_die"
+    body = _body(stream=True)
+    answer = env.post(body)
+    assert answer.status_code == 200 and '"tool_calls"' in answer.text
+    assert env.spent() == _reserved(body)
 
 
 def _raw(env: Env, data: bytes, *, wait: float = 10.0) -> bytes:

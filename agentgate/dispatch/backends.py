@@ -69,6 +69,8 @@ class ChatChunk:
     content: str
     finish_reason: str | None = None
     usage: Usage | None = None
+    tool_calls: tuple[Mapping[str, Any], ...] = ()
+    """The delta's tool call fragments (OpenAI's ``delta.tool_calls``), passed on as sent."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -298,10 +300,14 @@ def _parse_chunk(backend: str, data: str) -> ChatChunk | None:
         if not choices:
             return ChatChunk("", None, usage) if usage else None
         choice = choices[0]
-        content = (choice.get("delta") or {}).get("content") or ""
+        delta = choice.get("delta") or {}
+        content = delta.get("content") or ""
         if not isinstance(content, str):
             raise TypeError("content is not a string")
-        return ChatChunk(content, _finish_reason(choice), usage)
+        calls = delta.get("tool_calls") or []
+        if not isinstance(calls, list) or not all(isinstance(call, dict) for call in calls):
+            raise TypeError("tool_calls is not a list of objects")
+        return ChatChunk(content, _finish_reason(choice), usage, tuple(calls))
     except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
         raise BackendFailed(f"{backend}: malformed stream event: {exc}") from None
 

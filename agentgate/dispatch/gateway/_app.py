@@ -349,8 +349,10 @@ class Gateway:
             while pending is not None:
                 if pending.usage is not None:
                     usage = pending.usage
-                if pending.content or pending.finish_reason:
-                    delta: dict[str, str] = {"content": pending.content}
+                if pending.content or pending.finish_reason or pending.tool_calls:
+                    delta: dict[str, Any] = {"content": pending.content}
+                    if pending.tool_calls:
+                        delta["tool_calls"] = list(pending.tool_calls)
                     if not role_sent:
                         delta["role"] = "assistant"
                         role_sent = True

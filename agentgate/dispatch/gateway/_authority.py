@@ -309,7 +309,7 @@ class GatewayGate(Gate):
                 async for chunk in chunks:
                     if chunk.usage is not None:
                         usage = (chunk.usage.prompt_tokens, chunk.usage.completion_tokens)
-                    delivered = delivered or bool(chunk.content)
+                    delivered = delivered or bool(chunk.content or chunk.tool_calls)
                     await queue.put(chunk)  # waits while the caller is STREAM_AHEAD chunks behind
             except Exception as exc:
                 error = type(exc).__name__
