@@ -142,15 +142,38 @@ class SchedulingError(AgentGateError):
 
 
 class Overloaded(SchedulingError):
-    """A queue is full; the call was refused rather than queued."""
+    """A queue is full; the call was refused rather than queued.
+
+    ``limit`` names the bound that refused it (the scheduler's: ``max_queued`` or
+    ``tenant_max_queued``; None when not said)."""
+
+    def __init__(self, message: str, *, limit: str | None = None) -> None:
+        super().__init__(message)
+        self.limit = limit
 
 
 class DeadlineExceeded(SchedulingError):
-    """A call could not start, or finish, before its deadline."""
+    """A call could not start, or finish, before its deadline.
+
+    ``tool``: the call's tool; ``waited_s``: how long it waited in the queue when it expired
+    there (None: it expired while running, or not said)."""
+
+    def __init__(self, message: str, *, tool: str | None = None, waited_s: float | None = None) -> None:
+        super().__init__(message)
+        self.tool = tool
+        self.waited_s = waited_s
 
 
 class CircuitOpen(SchedulingError):
-    """The circuit breaker for a tool or backend is open."""
+    """The circuit breaker for a tool or backend is open.
+
+    ``key``: the breaker (``tool:<name>``, ``backend:<name>``); ``retry_after_s``: seconds until
+    it lets a probe through (0: half open, its probes are all taken; None: not said)."""
+
+    def __init__(self, message: str, *, key: str | None = None, retry_after_s: float | None = None) -> None:
+        super().__init__(message)
+        self.key = key
+        self.retry_after_s = retry_after_s
 
 
 # --- dispatch --------------------------------------------------------------------------------

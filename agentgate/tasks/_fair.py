@@ -22,6 +22,10 @@ saturated tool, and calls to the same tool from one agent start in arrival order
 class and tenant for calls that compete for the same limits). Tenants and agents at their own
 concurrency limit are skipped the same way, which keeps the queue work-conserving.
 
+Nodes of tenants and agents with nothing waiting are forgotten once they outnumber the others
+(``_sweep``), so the tree does not grow with every agent ever seen, and neither does the cost of
+choosing among a node's children.
+
 A call that leaves the queue without starting (deadline, cancellation) is marked dead and
 dropped lazily when it reaches the head, so removal is O(depth) and never scans a FIFO.
 """
@@ -31,21 +35,25 @@ from __future__ import annotations
 import bisect
 import itertools
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
+
+#: A node forgets its children with nothing waiting when it has this many (then twice as many as it kept).
+_SWEEP_MIN = 16
 
 Blocked = Callable[[str], bool]
 AgentBlocked = Callable[[str, str], bool]
 
 
 class _Node:
-    __slots__ = ("backlog", "children", "key", "pass_", "queues", "tools", "vtime", "weight")
+    __slots__ = ("backlog", "children", "key", "pass_", "queues", "sweep_at", "tools", "vtime", "weight")
 
     def __init__(self, key: str, weight: float) -> None:
         self.key = key
         self.weight = weight
+        self.sweep_at = _SWEEP_MIN  # children count at which idle children are forgotten
         self.pass_ = 0.0
         self.vtime = 0.0
         self.backlog = 0
@@ -130,11 +138,31 @@ class FairQueue(Generic[T]):
         for key, weight in ((priority, priority_weight), (tenant, tenant_weight), (agent, 1.0)):
             child = node.children.get(key)
             if child is None:
+                if len(node.children) >= node.sweep_at:
+                    self._sweep(rank, path)
                 child = node.children[key] = _Node(key, weight)
             path.append(child)
             node = child
         found = self._paths[(rank, priority, tenant, agent)] = tuple(path)
         return found
+
+    def _sweep(self, rank: int, path: list[_Node]) -> None:
+        """Forget the children of ``path[-1]`` with nothing waiting, and the cached paths through them.
+
+        Called when a node is about to get a child and has ``sweep_at`` children; the next sweep
+        waits until the children left have doubled, so the cost is constant per child made.
+        A forgotten agent or tenant that comes back enters like a new one, at its parent's
+        virtual time (what it had used beyond that is forgiven, as for any new agent).
+        """
+        node = path[-1]
+        prefix = tuple(member.key for member in path[1:])
+        for key, child in list(node.children.items()):
+            if child.backlog:
+                continue
+            del node.children[key]
+            for priority, tenant, agent in _leaf_keys(child, (*prefix, key)):
+                self._paths.pop((rank, priority, tenant, agent), None)
+        node.sweep_at = max(_SWEEP_MIN, 2 * len(node.children))
 
     def discard(self, entry: Entry[T]) -> None:
         """Take ``entry`` out of the queue if it is still in it (its slot in the FIFO is dropped lazily)."""
@@ -209,6 +237,15 @@ class FairQueue(Generic[T]):
             if best is None or queue[0].seq < best[0].seq:
                 best = queue
         return best[0] if best is not None else None
+
+
+def _leaf_keys(node: _Node, keys: tuple[str, ...]) -> Iterator[tuple[str, str, str]]:
+    """The (class, tenant, agent) keys of the agents under ``node``, whose keys from the class down are ``keys``."""
+    if len(keys) == 3:
+        yield keys[0], keys[1], keys[2]
+        return
+    for key, child in node.children.items():
+        yield from _leaf_keys(child, (*keys, key))
 
 
 def _by_pass(node: _Node) -> float:

@@ -221,13 +221,17 @@ class SharedLimits:
         if share is None:
             share = self.shares[call.tenant] = config.tenant_share(call.tenant)
         queue = self.queue
-        if queue.size >= config.max_queued or (
-            share.max_queued is not None and queue.tenant_sizes.get(call.tenant, 0) >= share.max_queued
-        ):
+        full = None
+        if queue.size >= config.max_queued:
+            full = "max_queued"
+        elif share.max_queued is not None and queue.tenant_sizes.get(call.tenant, 0) >= share.max_queued:
+            full = "tenant_max_queued"
+        if full is not None:
             metrics.event("shed", call.tool, {"agentgate.tenant": call.tenant})
             raise Overloaded(
-                f"tool {call.tool}: queue full for tenant {call.tenant!r} "
-                f"({queue.size} waiting, limit {config.max_queued}, tenant limit {share.max_queued})"
+                f"tool {call.tool}: queue full for tenant {call.tenant!r} at its {full} "
+                f"({queue.size} waiting, limit {config.max_queued}, tenant limit {share.max_queued})",
+                limit=full,
             )
         waiter.entry = queue.push(
             waiter,
@@ -365,7 +369,14 @@ class SharedLimits:
         never can: its loop is closed, so no task of it runs again (``loop.close()`` cancels
         nothing) and a slot granted to it would never be given back."""
         loop = waiter.loop
-        if loop is None or waiter.thread == threading.get_ident():
+        if loop is None:
+            waiter.future.set_result(None)
+            return True
+        if loop.is_closed():
+            return False
+        if waiter.thread == threading.get_ident():
+            # On the loop's own thread, resolved directly (a closed loop's future cannot be: a
+            # thread that closed its loop and went on may be the one giving a slot back).
             waiter.future.set_result(None)
             return True
         try:
@@ -434,6 +445,8 @@ def _refuse(waiter: Waiter, reason: str) -> None:
     loop = waiter.loop
     if loop is None:  # a thread-safe signal: its caller raises SchedulingError when cancelled
         future.cancel()
+        return
+    if loop.is_closed():
         return
     if waiter.thread == threading.get_ident():
         _fail(future, reason)

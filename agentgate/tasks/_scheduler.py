@@ -322,7 +322,7 @@ class Scheduler:
                             raise SchedulingError("the scheduler is closed")
                         if deadline is not None and deadline <= loop.time():
                             raise DeadlineExceeded(
-                                f"tool {tool}: the call's deadline passed before it could start"
+                                f"tool {tool}: the call's deadline passed before it could start", tool=tool
                             )
                         with lock:
                             # Someone waiting (in any scheduler): this call queues behind them.
@@ -346,9 +346,12 @@ class Scheduler:
                                     with lock:
                                         shared.abandon(waiter)
                                     if isinstance(exc, TimeoutError):
+                                        waited = time.monotonic() - waiter.queued_at
                                         raise DeadlineExceeded(
                                             f"tool {tool}: could not start before the call's deadline "
-                                            f"(queued {time.monotonic() - waiter.queued_at:.3f}s)"
+                                            f"(queued {waited:.3f}s)",
+                                            tool=tool,
+                                            waited_s=waited,
                                         ) from exc
                                     raise
                             waited = time.monotonic() - waiter.queued_at
@@ -392,7 +395,8 @@ class Scheduler:
                             except TimeoutError as exc:
                                 if timeout.expired():
                                     raise DeadlineExceeded(
-                                        f"tool {tool}: attempt {number} did not finish before its deadline"
+                                        f"tool {tool}: attempt {number} did not finish before its deadline",
+                                        tool=tool,
                                     ) from exc
                                 raise
                     except asyncio.CancelledError:
@@ -641,7 +645,16 @@ class Scheduler:
 
 
 def _circuit_open(breaker: CircuitBreaker) -> _GiveUp:
-    return _GiveUp("circuit_open", CircuitOpen(f"the circuit breaker {breaker.key} is open"))
+    """A call refused by ``breaker``: the error says which breaker and when it lets a probe through."""
+    retry_after = breaker.snapshot().retry_after_s
+    return _GiveUp(
+        "circuit_open",
+        CircuitOpen(
+            f"the circuit breaker {breaker.key} is open (retry after {retry_after:.3f}s)",
+            key=breaker.key,
+            retry_after_s=retry_after,
+        ),
+    )
 
 
 def _give_up(error: SchedulingError) -> _GiveUp:

@@ -57,6 +57,8 @@ from agentgate.tasks._scheduler import Scheduler, _attempt_deadline, _circuit_op
 T = TypeVar("T")
 
 _Work = tuple[Attempt, "asyncio.Future[Any]"]
+#: Longest single lock wait: ``Lock.acquire`` overflows on timeouts past the platform's time_t.
+_LONGEST_WAIT_S = 86_400.0
 
 
 class _Wake:
@@ -86,9 +88,17 @@ class _Wake:
         self.set_result(None)
 
     def wait(self, timeout: float | None) -> bool:
-        """Block until set (True) or ``timeout`` seconds passed (False)."""
+        """Block until set (True) or ``timeout`` seconds passed (False).
+
+        A timeout longer than a lock can wait at once (a grant that expires in the year 9999) is
+        waited in steps of ``_LONGEST_WAIT_S``."""
         if timeout is None:
             return self._lock.acquire()
+        end = time.monotonic() + timeout
+        while timeout > _LONGEST_WAIT_S:
+            if self._lock.acquire(timeout=_LONGEST_WAIT_S):
+                return True
+            timeout = end - time.monotonic()
         return self._lock.acquire(timeout=max(timeout, 0.0))
 
 
@@ -345,7 +355,7 @@ class SyncScheduler:
                     raise SchedulingError("the scheduler is closed")
                 if deadline is not None and deadline <= clock():
                     raise DeadlineExceeded(
-                        f"tool {call.tool}: the call's deadline passed before it could start"
+                        f"tool {call.tool}: the call's deadline passed before it could start", tool=call.tool
                     )
                 # Someone waiting (in any scheduler): this call queues behind them.
                 waiter = None if shared.queue.size else shared.start_now(call, limits)
@@ -373,9 +383,11 @@ class SyncScheduler:
                 shared.abandon(waiter)  # out of the queue, or (granted at the last moment) its slot back
             if wake.cancelled:
                 raise SchedulingError("the scheduler shut down before the call could start")
+            waited = clock() - waiter.queued_at
             raise DeadlineExceeded(
-                f"tool {call.tool}: could not start before the call's deadline "
-                f"(queued {clock() - waiter.queued_at:.3f}s)"
+                f"tool {call.tool}: could not start before the call's deadline (queued {waited:.3f}s)",
+                tool=call.tool,
+                waited_s=waited,
             )
         except SchedulingError as exc:
             raise _give_up(exc) from exc

@@ -1,0 +1,235 @@
+"""Second review of the task scheduler (R6): what the first review (test_tasks_review.py,
+test_tasks_shared_limits.py) did not reach. Real threads and event loops, no mocks.
+
+- a sync call queued under a grant that expires far in the future (year 9999) crashed with
+  OverflowError instead of waiting;
+- a waiter of an event loop closed in the thread that later gives a slot back crashed that
+  thread's call with RuntimeError, losing the tool's result;
+- the fair queue kept a node for every tenant and agent it ever saw, so memory grew without
+  bound and every dispatch got slower with each new agent;
+- the refusals carry what a caller needs: ``CircuitOpen.retry_after_s`` and ``.key``,
+  ``Overloaded.limit``, ``DeadlineExceeded.waited_s``;
+- a retry policy with many attempts overflowed computing its backoff bound.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import random
+import threading
+import time
+
+import pytest
+
+from agentgate.errors import CircuitOpen, DeadlineExceeded, Overloaded
+from agentgate.tasks import (
+    Attempt,
+    BreakerPolicy,
+    RetryPolicy,
+    Scheduler,
+    SchedulerConfig,
+    SharedLimits,
+    SyncScheduler,
+    TenantShare,
+    ToolCall,
+    ToolLimits,
+    backoff_bound,
+    full_jitter,
+)
+
+WAIT_S = 5.0
+ONE_SLOT = SchedulerConfig(tools={"t": ToolLimits(concurrency=1)})
+
+
+def _wait_until(predicate: object, what: str) -> None:
+    assert callable(predicate)
+    for _ in range(500):
+        if predicate():
+            return
+        threading.Event().wait(0.01)
+    raise AssertionError(f"timed out waiting until {what}")
+
+
+def _hold_slot(sync: SyncScheduler) -> tuple[threading.Thread, threading.Event]:
+    running, release = threading.Event(), threading.Event()
+
+    def hold(_attempt: Attempt) -> str:
+        running.set()
+        assert release.wait(WAIT_S)
+        return "held"
+
+    holder = threading.Thread(target=lambda: sync.submit(ToolCall("t"), hold), daemon=True)
+    holder.start()
+    assert running.wait(WAIT_S)
+    return holder, release
+
+
+# --- deadlines --------------------------------------------------------------------------------------
+
+
+def test_a_queued_sync_call_under_a_grant_that_never_practically_expires_waits_and_runs() -> None:
+    far = datetime.datetime(9999, 12, 31, tzinfo=datetime.UTC)
+    with SyncScheduler(ONE_SLOT) as sync:
+        holder, release = _hold_slot(sync)
+        got: list[object] = []
+
+        def queued() -> None:
+            try:
+                got.append(sync.submit(ToolCall("t", grant_expires_at=far), lambda _a: "ran"))
+            except BaseException as exc:  # the defect: OverflowError from the wait
+                got.append(exc)
+
+        waiter = threading.Thread(target=queued)
+        waiter.start()
+        _wait_until(lambda: sync.scheduler.queued == 1 or got, "the far-deadline call queued")
+        release.set()
+        holder.join(WAIT_S)
+        waiter.join(WAIT_S)
+        assert got == ["ran"]
+
+
+def test_a_call_that_expires_in_the_queue_says_how_long_it_waited() -> None:
+    with SyncScheduler(ONE_SLOT) as sync:
+        holder, release = _hold_slot(sync)
+        try:
+            with pytest.raises(DeadlineExceeded) as caught:
+                sync.submit(ToolCall("t", deadline=time.time() + 0.05), lambda _a: "never")
+            assert caught.value.waited_s is not None and caught.value.waited_s >= 0.04
+            assert caught.value.tool == "t"
+        finally:
+            release.set()
+            holder.join(WAIT_S)
+
+
+# --- a waiter of a closed loop ------------------------------------------------------------------------
+
+
+def test_a_slot_given_back_in_the_thread_of_a_closed_loop_with_a_waiter_returns_the_result() -> None:
+    """A sync tool runs a throwaway event loop whose task queues behind it, closes the loop, and
+    returns: giving its slot back in this thread must drop the dead waiter, not raise."""
+    limits = SharedLimits(ONE_SLOT)
+    sync = SyncScheduler(limits=limits)
+    scheduler = Scheduler(limits=limits)
+
+    async def never_runs(_attempt: Attempt) -> str:
+        return "never"
+
+    def tool(_attempt: Attempt) -> str:
+        loop = asyncio.new_event_loop()
+        tasks: list[asyncio.Future[str]] = []
+
+        async def queue_one() -> None:
+            tasks.append(asyncio.ensure_future(scheduler.submit(ToolCall("t"), never_runs)))
+            for _ in range(5):
+                await asyncio.sleep(0)
+
+        loop.run_until_complete(queue_one())
+        assert limits.queued == 1
+        loop.close()  # its queued task never runs again
+        tasks.clear()
+        return "tool result"
+
+    try:
+        assert sync.submit(ToolCall("t"), tool) == "tool result"
+        assert limits.in_flight == 0 and limits.queued == 0
+        assert sync.submit(ToolCall("t", deadline=time.time() + 1.0), lambda _a: "next") == "next"
+    finally:
+        sync.close()
+        limits.close()
+
+
+# --- the fair queue does not grow with every agent it has seen ----------------------------------------
+
+
+async def test_the_fair_queue_forgets_agents_and_tenants_that_have_nothing_waiting() -> None:
+    scheduler = Scheduler(ONE_SLOT)
+    release = asyncio.Event()
+
+    async def hold(_attempt: Attempt) -> None:
+        await release.wait()
+
+    async def noop(_attempt: Attempt) -> None:
+        await asyncio.sleep(0)
+
+    sizes = []
+    for round_ in range(6):
+        release.clear()
+        holder = asyncio.ensure_future(scheduler.submit(ToolCall("t", principal="holder"), hold))
+        await asyncio.sleep(0)
+        # 200 new agents in two lasting tenants, and 5 new tenants of one agent each, per round.
+        calls = [
+            asyncio.ensure_future(
+                scheduler.submit(ToolCall("t", tenant=f"t{i % 2}", principal=f"p{round_}-{i}"), noop)
+            )
+            for i in range(200)
+        ] + [
+            asyncio.ensure_future(scheduler.submit(ToolCall("t", tenant=f"once-{round_}-{i}"), noop))
+            for i in range(5)
+        ]
+        await asyncio.sleep(0)
+        release.set()
+        await asyncio.gather(holder, *calls)
+        queue = scheduler.shared.queue
+        [klass] = queue._ranks[0].children.values()
+        agents = sum(len(tenant.children) for tenant in klass.children.values())
+        sizes.append((len(queue._paths), len(klass.children), agents))
+    await scheduler.aclose()
+    # Without forgetting, round 6 holds 6 x 205 paths and 32 tenants. Kept: at most about two rounds.
+    assert all(paths <= 420 and tenants <= 18 and agents <= 420 for paths, tenants, agents in sizes), sizes
+
+
+# --- what the refusals carry ---------------------------------------------------------------------------
+
+
+async def test_circuit_open_says_which_breaker_and_when_to_try_again() -> None:
+    config = SchedulerConfig(
+        tools={"t": ToolLimits()}, breaker=BreakerPolicy(failure_threshold=1, reset_timeout_s=30.0)
+    )
+    scheduler = Scheduler(config)
+
+    async def refused(_attempt: Attempt) -> None:
+        raise ConnectionRefusedError("down")
+
+    with pytest.raises(ConnectionRefusedError):
+        await scheduler.submit(ToolCall("t"), refused)
+    with pytest.raises(CircuitOpen) as caught:
+        await scheduler.submit(ToolCall("t"), refused)
+    assert caught.value.key == "tool:t"
+    assert caught.value.retry_after_s is not None and 29.0 < caught.value.retry_after_s <= 30.0
+    await scheduler.aclose()
+
+
+def test_overloaded_says_which_queue_bound_refused_the_call() -> None:
+    config = SchedulerConfig(
+        tools={"t": ToolLimits(concurrency=1)}, tenants={"small": TenantShare(max_queued=0)}, max_queued=1
+    )
+    with SyncScheduler(config) as sync:
+        holder, release = _hold_slot(sync)
+        try:
+            with pytest.raises(Overloaded) as by_tenant:
+                sync.submit(ToolCall("t", tenant="small"), lambda _a: "never")
+            assert by_tenant.value.limit == "tenant_max_queued"
+            queued = threading.Thread(
+                target=lambda: sync.submit(ToolCall("t", deadline=time.time() + 1.0), lambda _a: "x"),
+                daemon=True,
+            )
+            queued.start()
+            _wait_until(lambda: sync.scheduler.queued == 1, "one call queued")
+            with pytest.raises(Overloaded) as by_all:
+                sync.submit(ToolCall("t"), lambda _a: "never")
+            assert by_all.value.limit == "max_queued"
+        finally:
+            release.set()
+            holder.join(WAIT_S)
+
+
+# --- backoff -------------------------------------------------------------------------------------------
+
+
+def test_the_backoff_bound_of_a_late_retry_is_the_cap_not_an_overflow() -> None:
+    policy = RetryPolicy(attempts=5000, backoff_initial_s=0.0, backoff_max_s=0.0)
+    assert backoff_bound(policy, 2000) == 0.0
+    capped = RetryPolicy(attempts=5000, backoff_initial_s=0.01, backoff_max_s=2.0, multiplier=3.0)
+    assert backoff_bound(capped, 4000) == 2.0
+    assert 0.0 <= full_jitter(capped, 4000, random.Random(1)) <= 2.0
