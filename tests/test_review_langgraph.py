@@ -8,7 +8,9 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from langchain.agents.middleware import ModelFallbackMiddleware, ToolRetryMiddleware
 from langchain_core.messages import AIMessage
+from langchain_core.tools import StructuredTool
 from langgraph.checkpoint.memory import InMemorySaver
 from pydantic import Field
 from test_langgraph import Team, _calls, _entries, _make_team, _tool_messages, _tools
@@ -182,3 +184,59 @@ def test_a_model_call_never_runs_with_more_output_tokens_than_were_decided(team:
     assert unset.seen and all(seen == 1024 for seen in unset.seen)  # the decided limit, passed on
     refused = [e for e in _entries(team.gate) if e.kind == "deny" and e.resource == "model:scripted"]
     assert refused and "max_tokens" in " ".join(refused[0].reasons)
+
+
+def test_a_retry_middleware_given_to_create_gated_agent_cannot_rerun_a_tool_undecided(team: Team) -> None:
+    # create_gated_agent put the gate outermost, so the middleware given to it ran inside the
+    # decision: ToolRetryMiddleware ran a failing tool three times under one allow (one outcome
+    # in the audit log, and the scheduler's rule never to repeat a non-idempotent call bypassed).
+    runs: list[str] = []
+
+    def search(query: str) -> str:
+        runs.append(query)
+        raise ConnectionError("lost")
+
+    tool = StructuredTool.from_function(func=search, name="search", description="search")
+    agent = create_gated_agent(
+        team.gate,
+        name="supervisor",
+        model=ScriptedChatModel(turns=[_calls(("search", {"query": "q"}))]),
+        tools=[tool],
+        middleware=[ToolRetryMiddleware(max_retries=2, initial_delay=0.0, jitter=False)],
+    )
+    agent.invoke(GO, context=team.supervisor)
+    allowed = [e for e in _entries(team.gate) if e.kind == "allow" and e.resource == "tool:search"]
+    assert runs and len(runs) == len(allowed)
+
+
+class _Down(ScriptedChatModel):
+    def _generate(self, *args: Any, **kwargs: Any) -> Any:
+        raise ConnectionError("primary model down")
+
+
+class _Premium(ScriptedChatModel):
+    ran: list[int] = Field(default_factory=list)
+
+    def _generate(self, *args: Any, **kwargs: Any) -> Any:
+        self.ran.append(1)
+        return super()._generate(*args, **kwargs)
+
+
+def test_a_fallback_model_is_decided_under_its_own_name(team: Team) -> None:
+    # ModelFallbackMiddleware inside the gate called a model the policy does not list
+    # (model:premium) under the decision made for model:scripted.
+    for model_name in (None, "scripted"):
+        premium = _Premium(turns=[], model_name="premium")
+        agent = create_gated_agent(
+            team.gate,
+            name="supervisor",
+            model=_Down(turns=[]),
+            tools=_tools(team),
+            model_name=model_name,
+            middleware=[ModelFallbackMiddleware(premium)],
+        )
+        with contextlib.suppress(ConnectionError):
+            agent.invoke(GO, context=team.supervisor)
+        assert premium.ran == []
+    refused = [e for e in _entries(team.gate) if e.kind == "deny" and e.resource == "model:premium"]
+    assert len(refused) == 2

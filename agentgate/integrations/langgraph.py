@@ -153,8 +153,14 @@ class GateMiddleware(AgentMiddleware[Any, Any, Any]):
     identity (a nested agent that inherited its parent's context) is refused. With ``agent_did``
     the identity's key must be that key too. ``enforce=True`` raises ``Denied`` instead of
     telling the model. ``model`` names the model resource (``model:NAME``) when the chat model's
-    own name is not the one the policy uses; ``gate_models=False`` leaves model calls ungated
-    (for policies that govern tools only).
+    own name is not the one the policy uses; with ``named`` it names that chat model only, and any
+    other (one a fallback middleware swaps in) is decided under its own name. ``gate_models=False``
+    leaves model calls ungated (for policies that govern tools only).
+
+    Install it last in ``middleware=[...]`` (innermost, as ``create_gated_agent`` does): each call
+    a middleware makes (a retry, a fallback model, edited arguments) then reaches the gate and is
+    decided as it really runs. A middleware inside it would run under a decision made for another
+    call.
     """
 
     def __init__(
@@ -167,8 +173,10 @@ class GateMiddleware(AgentMiddleware[Any, Any, Any]):
         model: str | None = None,
         max_tokens: int = 1024,
         gate_models: bool = True,
+        named: BaseChatModel | None = None,
     ) -> None:
         super().__init__()
+        self.named = named
         self.gate_models = gate_models
         self.gate = gate
         self.agent = agent
@@ -307,7 +315,8 @@ class GateMiddleware(AgentMiddleware[Any, Any, Any]):
     def _model_call(self, request: ModelRequest[Any]) -> Call:
         """The model call to decide: ``model:NAME`` with the output limit it will run with (the
         request's ``max_tokens``, else the chat model's own, else the middleware's)."""
-        name = self.model or getattr(request.model, "model_name", None) or request.model._llm_type
+        named = self.model is not None and (self.named is None or request.model is self.named)
+        name = self.model if named else getattr(request.model, "model_name", None) or request.model._llm_type
         configured = getattr(request.model, "max_tokens", None)
         own = configured if type(configured) is int and configured > 0 else None
         limit = request.model_settings.get("max_tokens") or own or self.max_tokens
@@ -426,13 +435,20 @@ def create_gated_agent(
     middleware: Sequence[AgentMiddleware[Any, Any, Any]] = (),
     checkpointer: Any = None,
 ) -> Any:
-    """``create_agent`` with the gate's middleware installed first (outermost) and ``AgentIdentity``
-    as the context schema. Run it with ``context=identity``."""
+    """``create_agent`` with the gate's middleware installed last (innermost, after ``middleware``)
+    and ``AgentIdentity`` as the context schema. Run it with ``context=identity``.
+
+    Every call the other middleware makes goes through the gate: a retried tool is decided again
+    (and a tool error, which the gate turns into a message, is not retried by them), a fallback
+    model is decided under its own name (``model_name`` names ``model`` only), edited arguments
+    are decided as edited.
+    """
     return create_agent(
         model,
         list(tools),
         system_prompt=system_prompt,
         middleware=[
+            *middleware,
             GateMiddleware(
                 gate,
                 agent=name,
@@ -441,8 +457,8 @@ def create_gated_agent(
                 model=model_name,
                 gate_models=gate_models,
                 max_tokens=max_tokens,
+                named=model,
             ),
-            *middleware,
         ],
         context_schema=AgentIdentity,
         checkpointer=checkpointer,
