@@ -14,6 +14,7 @@ import socket
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -171,23 +172,29 @@ def scripted() -> Iterator[_Scripted]:
     backend.stop()
 
 
-@pytest.fixture
-def env(tmp_path: Path, scripted: _Scripted) -> Iterator[Env]:
-    scripted.mode = "ok"
-    scripted.bodies.clear()
+@contextlib.contextmanager
+def _gateway(tmp_path: Path, backend: _Scripted, policy_extra: str = "") -> Iterator[Env]:
+    backend.mode = "ok"
+    backend.bodies.clear()
     keys = {name: SigningKey.generate() for name in NAMES}
-    policy = parse_policy(_policy_text({n: k.did for n, k in keys.items()}), source="gateway.yaml")
-    gate = GatewayGate(policy, SQLiteStore(tmp_path / "agentgate.db"))
+    text = _policy_text({n: k.did for n, k in keys.items()}) + policy_extra
+    gate = GatewayGate(parse_policy(text, source="gateway.yaml"), SQLiteStore(tmp_path / "agentgate.db"))
     inventory = inventory_from_mapping(
-        {"backends": [{"name": "scripted", "url": scripted.url, "engine": "vllm", "models": [MODEL]}]}
+        {"backends": [{"name": "scripted", "url": backend.url, "engine": "vllm", "models": [MODEL]}]}
     )
     server = GatewayServer(Gateway(gate, inventory), port=0).start()
     agent = gate.issue(keys["root"], name="agent", key=keys["agent"], role="chat")
     try:
-        yield Env(gate, server, agent, scripted)
+        yield Env(gate, server, agent, backend)
     finally:
         server.stop()
         gate.close()
+
+
+@pytest.fixture
+def env(tmp_path: Path, scripted: _Scripted) -> Iterator[Env]:
+    with _gateway(tmp_path, scripted) as made:
+        yield made
 
 
 def _body(**extra: Any) -> dict[str, Any]:
@@ -284,6 +291,15 @@ def test_a_stream_cut_after_tool_call_fragments_is_charged_as_reserved(env: Env)
     assert env.spent() == _reserved(body)
 
 
+def test_a_prompt_longer_than_the_slo_allows_is_served_on_an_idle_pool_not_shed_for_ever(env: Env) -> None:
+    # 100k tokens (Llama 3.1 takes 128k) prefill in about 7 s on an idle H200; the gateway's SLO is
+    # 2 s. The router shed it at once with 429 and Retry-After: 1, on every retry, on an idle pool.
+    body = _body(messages=[{"role": "user", "content": "y" * 400_000}], max_tokens=4)
+    answer = env.post(body)
+    assert answer.status_code == 200, answer.text
+    assert env.kinds() == ["allow", "outcome"] and env.spent() == 5 + 4
+
+
 def _raw(env: Env, data: bytes, *, wait: float = 10.0) -> bytes:
     with socket.create_connection(("127.0.0.1", env.server.port), timeout=wait) as sock:
         with contextlib.suppress(OSError):  # refused while it was still being sent
@@ -330,6 +346,26 @@ def test_a_body_trickled_too_slowly_is_refused_and_audited(env: Env, monkeypatch
         answer = sock.recv(4096)
     assert answer.startswith(b"HTTP/1.1 400 ") and b"did not arrive within" in answer
     assert env.backend.bodies == [] and env.kinds() == ["deny"]
+
+
+def test_concurrent_callers_against_a_quota_get_exactly_its_limit_and_429_with_retry_after(
+    tmp_path: Path, scripted: _Scripted
+) -> None:
+    # The quota 429 carried no Retry-After (the shed one did): clients retried blind. Now the
+    # seconds to the quota's window end. 12 callers at once against 5 calls an hour: 5 served.
+    quota = "quotas:\n  agent-calls: {principal: agent, window_s: 3600, limit: 5}\n"
+    with _gateway(tmp_path, scripted, quota) as env, ThreadPoolExecutor(max_workers=12) as pool:
+        answers = list(
+            pool.map(lambda i: env.post(_body(messages=[{"role": "user", "content": f"q{i}"}])), range(12))
+        )
+        statuses = sorted(a.status_code for a in answers)
+        assert statuses == [200] * 5 + [429] * 7, statuses
+        for refused in (a for a in answers if a.status_code == 429):
+            assert refused.json()["error"]["code"] == "quota_exceeded"
+            assert 1 <= int(refused.headers["Retry-After"]) <= 3600
+        kinds = env.kinds()
+        assert kinds.count("allow") == 5 and kinds.count("deny") == 7 and kinds.count("outcome") == 5
+        assert env.spent() == 5 * (5 + 8) and env.gate.verify().ok
 
 
 # --- what held up -----------------------------------------------------------------------------

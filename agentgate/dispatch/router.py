@@ -15,8 +15,10 @@ any. Then:
    choices), so that equal predictions do not pile onto one backend between scrapes.
 3. *SLO met nowhere*: a tenant that has spent its token bucket is shed (``Shed``, HTTP 429,
    ``Retry-After`` = the bucket's refill time); class 0 is dispatched to the best backend
-   anyway; class 1 waits (a ``wait`` plan) while its SLO budget lasts, then is shed; classes
-   2 and lower are shed at once. Shed requests count as misses in every figure.
+   anyway; a request that no candidate could serve within its SLO even idle (its uncached
+   prefill alone is longer) is dispatched to the best backend too, since neither waiting nor a
+   retry could meet it; otherwise class 1 waits (a ``wait`` plan) while its SLO budget lasts,
+   then is shed; classes 2 and lower are shed at once. Shed requests count as misses in every figure.
 """
 
 from __future__ import annotations
@@ -119,6 +121,17 @@ class Router(RoutingPolicy):
             return self._go(
                 best, best_p, request, now, "SLO unmet anywhere; class 0 served best-effort", alternatives
             )
+        if self._unreachable(candidates, request):
+            # Its own prefill on an idle backend already takes longer than its SLO: neither waiting
+            # nor a retry (a shed's Retry-After) could ever meet it, so it is served best-effort.
+            return self._go(
+                best,
+                best_p,
+                request,
+                now,
+                "SLO unreachable even on an idle backend; served best-effort",
+                alternatives,
+            )
         budget = request.slo_ttft_s - waited
         excess = best_p - waited - budget
         if request.priority == 1 and budget > 0 and excess < budget:
@@ -176,6 +189,16 @@ class Router(RoutingPolicy):
         if bucket is None:
             bucket = self._buckets[tenant] = TokenBucket(quota, now)
         return bucket
+
+    @staticmethod
+    def _unreachable(candidates: list[BackendState], request: RouteRequest) -> bool:
+        """Whether no candidate could meet the request's SLO even idle: the prefill of the part of
+        its prompt not cached there is longer than the SLO everywhere."""
+        return all(
+            s.speed.prefill_s(request.prompt_tokens - cached, cached) > request.slo_ttft_s
+            for s in candidates
+            for cached in (s.cached_tokens(request.prefix_hashes, request.prompt_tokens),)
+        )
 
     @staticmethod
     def _kv_fits(state: BackendState, request: RouteRequest, now: float) -> bool:

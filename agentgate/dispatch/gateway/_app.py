@@ -29,6 +29,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import math
 import threading
 import time
 import uuid
@@ -258,7 +259,11 @@ class Gateway:
             # (`agentgate approval sign`), and the caller retries the same body with the approval.
             extra = decision.auth.approval_payload() if decision.auth.needs_approval else None
             answer = error_response(
-                decision.status, decision.message, decision.code or "refused", extra=extra
+                decision.status,
+                decision.message,
+                decision.code or "refused",
+                headers=self._retry_after(decision.auth.quota_exceeded),
+                extra=extra,
             )
             return answer, False
         identity = decision.auth.identity
@@ -289,6 +294,15 @@ class Gateway:
         if result.raw:
             return Response(result.raw, media_type="application/json", headers=headers), True
         return JSONResponse(dict(result.body), headers=headers), True
+
+    def _retry_after(self, quota: str | None) -> dict[str, str] | None:
+        """``Retry-After`` for a call refused by the policy quota ``quota``: the seconds until its
+        fixed window (aligned to the Unix epoch) rolls over; ``None`` for other refusals."""
+        quotas = self.gate.policy.document.quotas
+        window = quotas[quota].window_s if quota in quotas else None
+        if window is None:
+            return None
+        return {"Retry-After": str(max(1, math.ceil(window - time.time() % window)))}
 
     async def _refuse_body(self, reason: str) -> Response:
         decision = await self._blocking(self.gate.refuse, _UNPARSED, 400, "invalid_request", reason)
