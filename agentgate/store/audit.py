@@ -203,6 +203,11 @@ def _wrap(exc: Exception, what: str) -> AuditError:
     return AuditError(f"audit log: {what} failed: {exc}")
 
 
+def _bytes(value: object) -> bytes:
+    """A stored entry, leaf hash or root as bytes; a NULL (only in a tampered table) as empty."""
+    return b"" if value is None else bytes(value)  # type: ignore[call-overload]
+
+
 def _execute(tx: Transaction, sql: str, params: Sequence[Any] = ()) -> list[Row]:
     try:
         return tx.execute(sql, params)
@@ -340,7 +345,7 @@ class AuditLog:
         if latest:
             # What was signed, not the row's unsigned columns, is what the log must still match.
             signed = self.open_checkpoint(str(latest[2]))
-            if (signed.size, signed.root) != (int(latest[0]), bytes(latest[1])):
+            if (signed.size, signed.root) != (int(latest[0]), _bytes(latest[1])):
                 raise TamperDetected("audit log: the latest checkpoint row does not match its signed note")
             prev_size, prev_root = signed.size, signed.root
         leaves: list[bytes] = []
@@ -381,7 +386,7 @@ class AuditLog:
         rows = self.store.query(f"SELECT {self._entry} FROM audit_log WHERE idx = ?", (index,))
         if not rows:
             raise InputError(f"audit log has no entry {index}")
-        return bytes(rows[0][0])
+        return _bytes(rows[0][0])
 
     def entry(self, index: int) -> AuditEntry:
         """Entry ``index``, parsed; ``TamperDetected`` if its bytes are not canonical."""
@@ -417,7 +422,10 @@ class AuditLog:
                 (include_entry_from, last, _BATCH),
             )
             for idx, data, stored in rows:
-                yield int(idx), (bytes(data) if data is not None else None), bytes(stored)
+                # A NULL entry or leaf hash (a tampered table without its NOT NULL constraints)
+                # reads as empty bytes: it then fails the leaf hash check instead of crashing.
+                entry = (bytes(data) if data is not None else b"") if idx >= include_entry_from else None
+                yield int(idx), entry, _bytes(stored)
             if len(rows) < _BATCH:
                 return
             last = int(rows[-1][0])
@@ -431,7 +439,7 @@ class AuditLog:
                 (last, _BATCH),
             )
             if rows:
-                yield rows
+                yield [(idx, _bytes(data), _bytes(stored)) for idx, data, stored in rows]
             if len(rows) < _BATCH:
                 return
             last = int(rows[-1][0])
@@ -554,7 +562,7 @@ class AuditLog:
         )
         for idx, data in rows:
             try:
-                entry = AuditEntry.from_bytes(bytes(data))
+                entry = AuditEntry.from_bytes(_bytes(data))
             except TamperDetected as exc:
                 return int(idx), f"entry {idx} is malformed: {exc}"
             if entry.index != idx:

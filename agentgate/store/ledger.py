@@ -198,8 +198,14 @@ class BudgetLedger:
                     raise BudgetExceeded(f"grant {grant_id}: overrun of {-delta} does not fit the budget")
                 # Charge what the budget had (the reservation and what was left): ``spent`` never
                 # exceeds the cap; the caller records the shortfall (the audit entry says it).
+                # What is left is read by an UPDATE, which locks the row (PostgreSQL) until the
+                # zeroing below: a plain SELECT let another process reserve in between, and that
+                # reservation was then charged twice (counted in ``left`` and spent on its own).
                 left = int(
-                    t.execute("SELECT remaining FROM budget_ledger WHERE grant_id = ?", (grant_id,))[0][0]
+                    t.execute(
+                        "UPDATE budget_ledger SET remaining = remaining WHERE grant_id = ? RETURNING remaining",
+                        (grant_id,),
+                    )[0][0]
                 )
                 shortfall = max(shortfall, -delta - left)
                 t.execute(

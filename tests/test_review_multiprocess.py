@@ -1,0 +1,406 @@
+"""Review R2: the stores and the audit log shared by several real processes.
+
+Every test here starts separate Python processes (``subprocess``) that run agentgate code on one
+SQLite file or one PostgreSQL database, releases them together (a start file), and then checks
+what they left behind from the test process: one gap-free chain that verifies, budgets never
+overspent, revocations and nonces seen across processes.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agentgate.audit.merkle import leaf_hash, verify_consistency, verify_inclusion
+from agentgate.audit.note import open_checkpoint
+from agentgate.audit.proof import verify_bundle
+from agentgate.keys import SigningKey
+from agentgate.store import SQLiteStore, Store
+from agentgate.store.audit import AuditLog
+from agentgate.store.ledger import BudgetLedger
+
+REPO = Path(__file__).resolve().parents[1]
+ORIGIN = "test.example/audit"
+SEED = b"\x07" * 32
+
+WORKER = r"""
+import json, os, sys, time
+from pathlib import Path
+
+mode, url, go, me = sys.argv[1], sys.argv[2], Path(sys.argv[3]), int(sys.argv[4])
+extra = json.loads(sys.argv[5])
+
+from agentgate.errors import AgentGateError, BudgetExceeded
+from agentgate.keys import SigningKey
+from agentgate.store import open_store
+
+store = open_store(url)
+out = {}
+
+def wait_for_go():
+    deadline = time.monotonic() + 30
+    while not go.exists():
+        if time.monotonic() > deadline:
+            raise SystemExit("no start signal")
+        time.sleep(0.002)
+
+if mode == "append":
+    from agentgate.store.audit import AuditLog
+    log = AuditLog(store, SigningKey(b"\x07" * 32), origin="test.example/audit")
+    wait_for_go()
+    indexes, notes = [], []
+    for i in range(extra["n"]):
+        fields = {"kind": "allow", "principal": "did:key:z6Mkp" + str(me), "rule": f"p{me}-{i}",
+                  "budget_delta": i, "reasons": []}
+        if extra.get("batch") and i % 5 == 0:
+            indexes += log.append_many([fields, {**fields, "rule": f"p{me}-{i}b"}])
+        else:
+            indexes.append(log.append(fields))
+        if extra.get("checkpoint_every") and i % extra["checkpoint_every"] == 0:
+            notes.append(log.checkpoint())
+    out = {"indexes": indexes, "notes": notes}
+
+elif mode == "spend":
+    from agentgate.store.ledger import BudgetLedger
+    ledger = BudgetLedger(store)
+    wait_for_go()
+    chain, caps = extra["chain"], extra["caps"]
+    committed = refused = released = 0
+    for i in range(extra["n"]):
+        amount = 1 + (me * 7 + i * 3) % extra["max"]
+        try:
+            r = ledger.reserve(None, chain, caps, amount)
+        except BudgetExceeded:
+            refused += 1
+            continue
+        if i % 3 == 0:
+            ledger.release(r)
+            released += 1
+        else:
+            actual = amount + (1 if i % 4 == 0 else -1 if amount > 1 else 0)
+            try:
+                short = ledger.commit(r, actual, exhaust=True)
+            except BudgetExceeded:
+                raise
+            committed += actual - short
+    out = {"committed": committed, "refused": refused, "released": released}
+
+elif mode == "overrun":
+    # Threads of even processes settle calls that ran over their reservation (exhaust), the
+    # others reserve, commit and release small amounts on the same budgets at the same time.
+    import threading
+    from agentgate.store.ledger import BudgetLedger
+    ledger = BudgetLedger(store)
+    wait_for_go()
+
+    def run(t):
+        for i in range(extra["n"]):
+            grant = "g%d" % (i // extra["per_grant"])
+            try:
+                r = ledger.reserve(None, [grant], {grant: extra["cap"]}, 5)
+            except BudgetExceeded:
+                continue
+            if (me + t) % 2 == 0:
+                ledger.commit(r, 50, exhaust=True)
+            elif i % 2:
+                ledger.release(r)
+            else:
+                ledger.commit(r, 5)
+
+    threads = [threading.Thread(target=run, args=(t,)) for t in range(extra["threads"])]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+elif mode == "nonce":
+    from agentgate.store.grants import GrantRepository
+    repo = GrantRepository(store)
+    wait_for_go()
+    fresh = []
+    for i in range(extra["n"]):
+        status = repo.consume_nonce("did:key:zAlice", f"n{i}", 2**40, ["root", "leaf"])
+        if status == "fresh":
+            fresh.append(i)
+    repo.close()
+    out = {"fresh": fresh}
+
+elif mode == "revoke-watch":
+    from agentgate.store.grants import GrantRepository
+    repo = GrantRepository(store)
+    Path(extra["ready"]).write_text("ready")
+    wait_for_go()
+    status = repo.consume_nonce("did:key:zAlice", "after-revoke-" + str(me), 2**40, ["root", "leaf"])
+    out = {"status": status}
+    repo.close()
+
+store.close()
+print(json.dumps(out))
+"""
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(REPO)}
+
+
+def _run_together(tmp_path: Path, mode: str, url: str, extras: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Run one worker per ``extras`` item, release them at once, and return their JSON results."""
+    go = tmp_path / f"go-{mode}-{time.monotonic_ns()}"
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", WORKER, mode, url, str(go), str(me), json.dumps(extra)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=_env(),
+        )
+        for me, extra in enumerate(extras)
+    ]
+    go.touch()
+    results = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err[-3000:]
+        results.append(json.loads(out.strip().splitlines()[-1]))
+    return results
+
+
+@pytest.fixture
+def shared(store: Store) -> Iterator[Store]:
+    """``store`` (SQLite file or PostgreSQL database) with the audit and ledger tables created."""
+    AuditLog(store, SigningKey(SEED), origin=ORIGIN)
+    BudgetLedger(store)
+    yield store
+
+
+# --- audit log -------------------------------------------------------------------------------------
+
+
+def test_four_processes_appending_and_checkpointing_make_one_chain(shared: Store, tmp_path: Path) -> None:
+    n = 25
+    results = _run_together(
+        tmp_path,
+        "append",
+        shared.url,
+        [{"n": n, "checkpoint_every": 6 if me < 2 else 0, "batch": me == 3} for me in range(4)],
+    )
+    log = AuditLog(shared, SigningKey(SEED), origin=ORIGIN)
+    got = sorted(i for r in results for i in r["indexes"])
+    size = log.size()
+    assert got == list(range(size)), "indexes must be 0..size-1, each once"
+    # Every entry carries its own index, and each process's entries appear in its own order.
+    rules_by_proc: dict[str, list[int]] = {}
+    for entry in log.entries():
+        assert entry.rule is not None
+        rules_by_proc.setdefault(entry.rule.split("-")[0], []).append(entry.index)
+    for indexes in rules_by_proc.values():
+        assert indexes == sorted(indexes)
+    assert sum(len(v) for v in rules_by_proc.values()) == size
+    # Checkpoints signed while the others appended: each verifies, and they all lie on one tree.
+    notes = log.checkpoints()
+    assert len(notes) >= 4
+    report = log.verify()
+    assert report.ok, report.problems
+    assert report.checkpoints_checked == len(notes)
+    leaves = [leaf_hash(log.entry_bytes(i)) for i in range(size)]
+    cps = sorted(
+        {(c.size, c.root) for c in (open_checkpoint(n_, SigningKey(SEED).public, ORIGIN) for n_ in notes)}
+    )
+    assert len({s for s, _ in cps}) == len(cps), "two checkpoints of one size disagree (a fork)"
+    for (s1, r1), (s2, r2) in itertools.pairwise(cps):
+        verify_consistency(s1, s2, log.consistency(s1, s2), r1, r2)
+    final = log.checkpoint()
+    for index in (0, size // 2, size - 1):
+        bundle = log.prove(index, final)
+        verify_bundle(bundle.text(), SigningKey(SEED).public, ORIGIN)
+        cp = open_checkpoint(final, SigningKey(SEED).public, ORIGIN)
+        verify_inclusion(leaves[index], index, cp.size, list(bundle.proof), cp.root)
+
+
+def test_cli_verify_passes_on_a_log_written_by_several_processes(
+    shared: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _run_together(tmp_path, "append", shared.url, [{"n": 15, "checkpoint_every": 4} for _ in range(2)])
+    key = tmp_path / "keys" / "log.key"
+    key.parent.mkdir()
+    from agentgate.keys import save_key
+
+    save_key(SigningKey(SEED), key.parent, "log")
+    env = {
+        **_env(),
+        "AGENTGATE_STORE": shared.url,
+        "AGENTGATE_LOG_KEY": str(key),
+        "AGENTGATE_LOG_ORIGIN": ORIGIN,
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "agentgate.cli.main", "audit", "verify"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.startswith("intact: 30 entries")
+
+
+# --- budgets -----------------------------------------------------------------------------------------
+
+
+def test_processes_reserving_settling_and_releasing_never_overspend(shared: Store, tmp_path: Path) -> None:
+    cap_org, cap_agent = 300, 200
+    chain = ["org", "team", "agent"]
+    caps = {"org": cap_org, "agent": cap_agent}
+    results = _run_together(
+        tmp_path, "spend", shared.url, [{"n": 60, "chain": chain, "caps": caps, "max": 9} for _ in range(3)]
+    )
+    ledger = BudgetLedger(shared)
+    # The agent's budget is the tighter one: what the workers saw charged (less any shortfall)
+    # is what it spent. The org's may have been charged a little more on an overrun the agent's
+    # budget could not cover (each grant is charged what it can).
+    committed = sum(r["committed"] for r in results)
+    assert committed == ledger.spent("agent") <= cap_agent
+    assert committed <= ledger.spent("org") <= cap_org
+    # Every reservation is settled, and each budget adds up exactly: cap = remaining + spent.
+    assert shared.query("SELECT COUNT(*) FROM budget_reservations WHERE state = 'reserved'")[0][0] == 0
+    assert ledger.remaining("agent") == cap_agent - ledger.spent("agent")
+    assert ledger.remaining("org") == cap_org - ledger.spent("org")
+    assert sum(r["refused"] for r in results) > 0, "the budget must have run out during the race"
+
+
+def test_overruns_settled_with_exhaust_while_others_reserve_never_overspend(
+    shared: Store, tmp_path: Path
+) -> None:
+    """``commit(exhaust=True)`` read what was left, then zeroed it: on PostgreSQL a reservation
+    taken by another process in between was charged twice (spent 160 of a cap of 120)."""
+    cap, per_grant = 120, 30
+    _run_together(
+        tmp_path,
+        "overrun",
+        shared.url,
+        [{"n": 200, "per_grant": per_grant, "cap": cap, "threads": 6} for _ in range(2)],
+    )
+    rows = shared.query("SELECT grant_id, cap, remaining, spent FROM budget_ledger")
+    assert len(rows) == 200 // per_grant + 1
+    assert shared.query("SELECT COUNT(*) FROM budget_reservations WHERE state = 'reserved'")[0][0] == 0
+    broken = [r for r in rows if r[2] + r[3] != r[1] or r[3] > r[1]]
+    assert not broken, f"(grant, cap, remaining, spent) that do not add up: {broken}"
+
+
+# --- nonces and revocation -------------------------------------------------------------------------
+
+
+def test_a_nonce_is_fresh_in_exactly_one_process(shared: Store, tmp_path: Path) -> None:
+    results = _run_together(tmp_path, "nonce", shared.url, [{"n": 40} for _ in range(3)])
+    fresh = sorted(i for r in results for i in r["fresh"])
+    assert fresh == list(range(40)), "each nonce is accepted once, across all processes"
+
+
+def test_a_revocation_is_seen_by_other_processes_on_their_next_decision(
+    shared: Store, tmp_path: Path
+) -> None:
+    from agentgate.store.grants import GrantRepository
+
+    repo = GrantRepository(shared)
+    ready = [tmp_path / f"ready-{me}" for me in range(2)]
+    go = tmp_path / "go-revoke"
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                WORKER,
+                "revoke-watch",
+                shared.url,
+                str(go),
+                str(me),
+                json.dumps({"ready": str(r)}),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=_env(),
+        )
+        for me, r in enumerate(ready)
+    ]
+    deadline = time.monotonic() + 60
+    while not all(r.exists() for r in ready):  # both have opened the store (and its hot connection)
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    assert repo.revoke("leaf", now=1)
+    go.touch()
+    for proc in procs:
+        out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 0, err[-3000:]
+        assert json.loads(out.strip().splitlines()[-1]) == {"status": "revoked"}
+    repo.close()
+
+
+def test_sqlite_store_file_is_shared_not_copied(tmp_path: Path) -> None:
+    """The SQLite URL forms name one file: a worker given ``sqlite:///abs`` writes where the test reads."""
+    path = tmp_path / "shared.db"
+    with SQLiteStore(path) as store:
+        AuditLog(store, SigningKey(SEED), origin=ORIGIN)
+    _run_together(tmp_path, "append", "sqlite:///" + str(path), [{"n": 3}])
+    with SQLiteStore(path) as store:
+        assert AuditLog(store, SigningKey(SEED), origin=ORIGIN).size() == 3
+
+
+# --- tampering ---------------------------------------------------------------------------------------
+
+
+def _strip_constraints(store: Store, *statements: str) -> None:
+    """As an attacker with the owner's rights: drop the append-only triggers and NOT NULL, then edit."""
+    with store.transaction() as tx:
+        if store.dialect == "sqlite":
+            tx.execute("ALTER TABLE audit_log RENAME TO audit_log_old")
+            tx.execute("CREATE TABLE audit_log (idx INTEGER PRIMARY KEY, entry BLOB, leaf_hash BLOB)")
+            tx.execute("INSERT INTO audit_log SELECT * FROM audit_log_old")
+        else:
+            tx.execute("ALTER TABLE audit_log DISABLE TRIGGER USER")
+            tx.execute("ALTER TABLE audit_log ALTER COLUMN entry DROP NOT NULL")
+            tx.execute("ALTER TABLE audit_log ALTER COLUMN leaf_hash DROP NOT NULL")
+        for statement in statements:
+            tx.execute(statement)
+
+
+def test_a_nulled_entry_or_leaf_hash_is_reported_not_a_crash(
+    shared: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """verify, checkpoint and prove raised TypeError (a traceback from ``audit verify``)."""
+    from agentgate.cli.main import main
+    from agentgate.errors import TamperDetected
+    from agentgate.keys import save_key
+
+    log = AuditLog(shared, SigningKey(SEED), origin=ORIGIN)
+    for i in range(6):
+        log.append({"kind": "allow", "principal": "did:key:zAlice", "budget_delta": i})
+    log.checkpoint()
+    _strip_constraints(
+        shared,
+        "UPDATE audit_log SET entry = NULL WHERE idx = 2",
+        "UPDATE audit_log SET leaf_hash = NULL WHERE idx = 4",
+    )
+    report = log.verify()
+    assert not report.ok and report.first_bad_index == 2
+    assert report.problems[:2] == (
+        "entry 2: bytes do not match the stored leaf hash (entry edited)",
+        "entry 4: bytes do not match the stored leaf hash (entry edited)",
+    )
+    with pytest.raises(TamperDetected):
+        log.checkpoint()
+    with pytest.raises(TamperDetected):
+        log.entry(2)
+    save_key(SigningKey(SEED), tmp_path, "log")
+    monkeypatch.setenv("AGENTGATE_LOG_KEY", str(tmp_path / "log.key"))
+    monkeypatch.setenv("AGENTGATE_LOG_ORIGIN", ORIGIN)
+    assert main(["audit", "verify", "--store", shared.url]) == 1
