@@ -300,6 +300,17 @@ def test_a_prompt_longer_than_the_slo_allows_is_served_on_an_idle_pool_not_shed_
     assert env.kinds() == ["allow", "outcome"] and env.spent() == 5 + 4
 
 
+def test_tool_definitions_count_in_the_prompt_reserved(env: Env) -> None:
+    # The reservation counted the messages only: 40 KB of tool schemas (rendered into the prompt
+    # by the chat template, about 10k tokens) were reserved as nothing, so a small budget
+    # admitted a call whose prompt alone overran it.
+    schema = {"type": "object", "description": "d" * 40_000}
+    body = _body(tools=[{"type": "function", "function": {"name": "lookup", "parameters": schema}}])
+    assert env.post(body).status_code == 200
+    (amount,) = env.gate.store.query("SELECT amount FROM budget_reservations")[0]
+    assert amount >= _reserved(body) + 40_000 // 4
+
+
 def _raw(env: Env, data: bytes, *, wait: float = 10.0) -> bytes:
     with socket.create_connection(("127.0.0.1", env.server.port), timeout=wait) as sock:
         with contextlib.suppress(OSError):  # refused while it was still being sent

@@ -242,7 +242,7 @@ class Gateway:
         except InputError as exc:
             return await self._refuse_body(str(exc)), False
         max_tokens = max_tokens_of(body)
-        prompt = estimate_tokens(prompt_text(m for m in body["messages"]))
+        prompt = _prompt_estimate(body)
         started = time.perf_counter()  # the body is read, checked and hashed
         decision = await self._blocking(
             self.gate.authorize_invocation,
@@ -440,6 +440,17 @@ def _parse_body(raw: bytes) -> dict[str, Any]:
         if body.get(name) not in (None, 1) or isinstance(body.get(name), bool):
             raise InputError(f"'{name}' must be 1: the gateway answers one choice per call")
     return body
+
+
+def _prompt_estimate(body: Mapping[str, Any]) -> int:
+    """The prompt tokens reserved for a checked chat body: its messages' text and, since a chat
+    template renders them into the prompt too, its tool (or legacy function) definitions, at four
+    characters a token."""
+    tokens = estimate_tokens(prompt_text(m for m in body["messages"]))
+    for name in ("tools", "functions"):
+        if body.get(name):
+            tokens += estimate_tokens(json.dumps(body[name], separators=(",", ":"), ensure_ascii=False))
+    return tokens
 
 
 def _log_failure(task: asyncio.Task[None]) -> None:
