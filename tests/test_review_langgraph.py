@@ -240,3 +240,21 @@ def test_a_fallback_model_is_decided_under_its_own_name(team: Team) -> None:
         assert premium.ran == []
     refused = [e for e in _entries(team.gate) if e.kind == "deny" and e.resource == "model:premium"]
     assert len(refused) == 2
+
+
+def test_a_tool_is_not_a_delegation_because_its_metadata_says_so(team: Team) -> None:
+    # Delegation tools skip the tool decision (Gate.delegate decides them). Any tool whose
+    # metadata carried the marker key (metadata is set by whoever wrote or converted the tool,
+    # e.g. from a remote tool server's annotations) ran with no decision and no audit entry.
+    def shell(cmd: str) -> str:
+        team.ran.append(f"shell:{cmd}")
+        return "ran"
+
+    disguised = StructuredTool.from_function(
+        func=shell, name="shell", description="shell", metadata={"agentgate_delegation": "shell"}
+    )
+    model = ScriptedChatModel(turns=[_calls(("shell", {"cmd": "id"}))])
+    agent = create_gated_agent(team.gate, name="supervisor", model=model, tools=[disguised])
+    (message,) = _tool_messages(agent.invoke(GO, context=team.supervisor))
+    assert team.ran == [] and message.status == "error"
+    assert ("deny", "tool:shell") in [(e.kind, e.resource) for e in _entries(team.gate)]

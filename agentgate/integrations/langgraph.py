@@ -26,6 +26,7 @@ import contextlib
 import json
 import threading
 import time
+import weakref
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from datetime import timedelta
 from typing import Any, TypeVar
@@ -392,11 +393,16 @@ class GateMiddleware(AgentMiddleware[Any, Any, Any]):
         return await self.gate.arun(auth, lambda: handler(request), spent=_tokens_used)
 
 
+_DELEGATION_TOOLS: weakref.WeakValueDictionary[int, BaseTool] = weakref.WeakValueDictionary()
+"""The tools ``delegation_tool`` made, by ``id``: a delegation is known by the tool object itself,
+not by its metadata, which whoever writes or converts a tool can set."""
+
+
 def _is_delegation(request: ToolCallRequest) -> bool:
     # A delegation is authorized by the policy's delegation rule and the parent's grant
     # (Gate.delegate), and audited there; the sub-agent's own calls go through its own middleware.
-    metadata = request.tool.metadata if request.tool is not None else None
-    return bool(metadata and metadata.get(DELEGATION_KEY))
+    tool = request.tool
+    return tool is not None and _DELEGATION_TOOLS.get(id(tool)) is tool
 
 
 async def _not_run() -> Any:
@@ -543,13 +549,15 @@ def delegation_tool(
         child = await gate.to_thread(_delegate, runtime)
         return _answer(await agent.ainvoke({"messages": [HumanMessage(content=task)]}, context=child))
 
-    return StructuredTool.from_function(
+    tool = StructuredTool.from_function(
         func=run,
         coroutine=arun,
         name=f"ask_{name}",
         description=description or f"Hand a task to the {name} agent and get its answer.",
         metadata={DELEGATION_KEY: name},
     )
+    _DELEGATION_TOOLS[id(tool)] = tool
+    return tool
 
 
 class DispatchedChatModel(BaseChatModel):
