@@ -22,7 +22,7 @@ import time
 
 import pytest
 
-from agentgate.errors import CircuitOpen, DeadlineExceeded, Overloaded
+from agentgate.errors import CircuitOpen, DeadlineExceeded, InputError, Overloaded
 from agentgate.tasks import (
     Attempt,
     BreakerPolicy,
@@ -233,3 +233,72 @@ def test_the_backoff_bound_of_a_late_retry_is_the_cap_not_an_overflow() -> None:
     capped = RetryPolicy(attempts=5000, backoff_initial_s=0.01, backoff_max_s=2.0, multiplier=3.0)
     assert backoff_bound(capped, 4000) == 2.0
     assert 0.0 <= full_jitter(capped, 4000, random.Random(1)) <= 2.0
+
+
+# --- bad deadlines are refused, not ignored ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("bad", [float("nan"), "soon", True, object()])
+def test_a_deadline_that_is_not_a_time_is_an_input_error(bad: object) -> None:
+    with pytest.raises(InputError, match="deadline"):
+        ToolCall("t", deadline=bad)  # type: ignore[arg-type]
+    with pytest.raises(InputError, match="grant_expires_at"):
+        ToolCall("t", grant_expires_at=bad)  # type: ignore[arg-type]
+
+
+def test_a_nan_deadline_no_longer_lets_a_call_run_unbounded() -> None:
+    """It used to: NaN compares false with every time, so the sync path ran the tool."""
+    ran: list[int] = []
+    with SyncScheduler() as sync, pytest.raises(InputError):
+        sync.submit(ToolCall("t", deadline=float("nan")), lambda _a: ran.append(1))
+    assert ran == []
+
+
+# --- a call joined to a running twin waits no longer than its own deadline ---------------------------
+
+
+async def test_an_async_call_joined_to_a_slow_twin_gives_up_at_its_own_deadline() -> None:
+    scheduler = Scheduler()
+    release = asyncio.Event()
+
+    async def slow(_attempt: Attempt) -> str:
+        await release.wait()
+        return "done"
+
+    first = asyncio.ensure_future(scheduler.submit(ToolCall("t", run_id="r", call_id="c"), slow))
+    await asyncio.sleep(0)
+    started = time.monotonic()
+    with pytest.raises(DeadlineExceeded, match="idempotency key"):
+        await scheduler.submit(ToolCall("t", run_id="r", call_id="c", deadline=time.time() + 0.05), slow)
+    assert time.monotonic() - started < 1.0
+    release.set()
+    assert await first == "done"
+    # A joiner without a deadline still gets the twin's result.
+    assert await scheduler.submit(ToolCall("t", run_id="r", call_id="c"), slow) == "done"
+    await scheduler.aclose()
+
+
+def test_a_sync_call_joined_to_a_slow_twin_gives_up_at_its_own_deadline() -> None:
+    running, release = threading.Event(), threading.Event()
+
+    def slow(_attempt: Attempt) -> str:
+        running.set()
+        assert release.wait(WAIT_S)
+        return "done"
+
+    with SyncScheduler() as sync:
+        results: list[str] = []
+        first = threading.Thread(
+            target=lambda: results.append(sync.submit(ToolCall("t", run_id="r", call_id="c"), slow))
+        )
+        first.start()
+        assert running.wait(WAIT_S)
+        try:
+            started = time.monotonic()
+            with pytest.raises(DeadlineExceeded, match="idempotency key"):
+                sync.submit(ToolCall("t", run_id="r", call_id="c", deadline=time.time() + 0.05), slow)
+            assert time.monotonic() - started < 1.0
+        finally:
+            release.set()
+            first.join(WAIT_S)
+        assert results == ["done"]

@@ -56,6 +56,15 @@ def idempotency_key(
     return hashlib.sha256(material.encode("utf-8")).hexdigest()
 
 
+def _check_time(value: object, what: str) -> None:
+    """Raise ``InputError`` unless ``value`` is None, a datetime or a number of Unix seconds (not NaN:
+    a NaN deadline compares false with every time, so it would bound nothing)."""
+    if value is None or isinstance(value, datetime):
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+        raise InputError(f"tool call {what} must be an aware datetime or Unix seconds, got {value!r}")
+
+
 def _unix_time(value: datetime | float | None, what: str) -> float | None:
     if value is None or isinstance(value, (float, int)):
         return value
@@ -99,6 +108,9 @@ class ToolCall:
     def __post_init__(self) -> None:
         if not self.tool:
             raise InputError("a tool call needs a tool name")
+        if self.deadline is not None or self.grant_expires_at is not None:
+            _check_time(self.deadline, "deadline")
+            _check_time(self.grant_expires_at, "grant_expires_at")
 
     def digest(self) -> str:
         """The argument digest: the given one, else ``argument_digest(arguments)``."""

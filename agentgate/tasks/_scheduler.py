@@ -252,7 +252,18 @@ class Scheduler:
             self.metrics.event(
                 "reused", call.tool, {"agentgate.idempotency_key": key, "agentgate.joined": True}
             )
-            return await asyncio.shield(twin)
+            if call.deadline is None and call.grant_expires_at is None:
+                return await asyncio.shield(twin)
+            # The twin may run longer than this call may wait: this call's deadline bounds the wait.
+            loop = asyncio.get_running_loop()
+            waiting = asyncio.timeout_at(self._deadline(call, loop.time()))
+            try:
+                async with waiting:
+                    return await asyncio.shield(twin)
+            except TimeoutError as exc:
+                if waiting.expired():
+                    raise _twin_late(call) from exc
+                raise
         outcome: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._twins[key] = outcome
         try:
@@ -654,6 +665,15 @@ def _circuit_open(breaker: CircuitBreaker) -> _GiveUp:
             key=breaker.key,
             retry_after_s=retry_after,
         ),
+    )
+
+
+def _twin_late(call: ToolCall) -> DeadlineExceeded:
+    """The error of a call whose running twin did not finish before this call's deadline."""
+    return DeadlineExceeded(
+        f"tool {call.tool}: the running call with this call's idempotency key did not finish "
+        "before this call's deadline",
+        tool=call.tool,
     )
 
 

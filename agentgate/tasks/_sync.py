@@ -52,7 +52,14 @@ from agentgate.tasks._call import Attempt, ToolCall
 from agentgate.tasks._classify import DEFAULT_CLASSIFIER, Classifier
 from agentgate.tasks._config import PriorityClass, SchedulerConfig, ToolLimits
 from agentgate.tasks._limits import SharedLimits, Waiter
-from agentgate.tasks._scheduler import Scheduler, _attempt_deadline, _circuit_open, _give_up, _GiveUp
+from agentgate.tasks._scheduler import (
+    Scheduler,
+    _attempt_deadline,
+    _circuit_open,
+    _give_up,
+    _GiveUp,
+    _twin_late,
+)
 
 T = TypeVar("T")
 
@@ -100,6 +107,20 @@ class _Wake:
                 return True
             timeout = end - time.monotonic()
         return self._lock.acquire(timeout=max(timeout, 0.0))
+
+
+def _wait_event(event: threading.Event, deadline: float | None) -> bool:
+    """Wait until ``event`` is set (True) or the monotonic ``deadline`` passed (False; None: no
+    deadline), in steps of at most ``_LONGEST_WAIT_S``."""
+    while True:
+        if deadline is None:
+            step = _LONGEST_WAIT_S
+        else:
+            step = min(deadline - time.monotonic(), _LONGEST_WAIT_S)
+            if step <= 0:
+                return event.is_set()
+        if event.wait(step):
+            return True
 
 
 class _Twin:
@@ -225,7 +246,11 @@ class SyncScheduler:
                     twin.finished = threading.Event()
                 joined = twin.finished
         if twin is not None:
-            joined.wait()
+            deadline = None
+            if call.deadline is not None or call.grant_expires_at is not None:
+                deadline = core._deadline(call, time.monotonic())
+            if not _wait_event(joined, deadline):
+                raise _twin_late(call)
             if twin.error is not None:
                 raise twin.error
             if twin.interrupted:
