@@ -404,3 +404,62 @@ def test_a_nulled_entry_or_leaf_hash_is_reported_not_a_crash(
     monkeypatch.setenv("AGENTGATE_LOG_KEY", str(tmp_path / "log.key"))
     monkeypatch.setenv("AGENTGATE_LOG_ORIGIN", ORIGIN)
     assert main(["audit", "verify", "--store", shared.url]) == 1
+
+
+# --- PostgreSQL stopped and restarted ------------------------------------------------------------------
+
+
+@pytest.mark.postgres
+def test_postgresql_restart_fails_closed_then_the_pool_recovers_at_once(postgres_server: Any) -> None:
+    """Every idle pooled connection was dead after a restart, and each failed one more decision
+    once the server was back (3 here, up to the pool's size); now at most the first one does."""
+    import threading
+
+    from agentgate.errors import AuditError, StoreError
+    from agentgate.store._postgres import PostgresStore
+    from agentgate.store.grants import GrantRepository
+
+    store = PostgresStore(postgres_server.create_database(), max_size=8)
+    log = AuditLog(store, SigningKey(SEED), origin=ORIGIN)
+    ledger = BudgetLedger(store)
+    repo = GrantRepository(store)
+    together = threading.Barrier(5)
+
+    def hold() -> None:
+        with store.transaction() as tx:
+            tx.execute("SELECT 1")
+            together.wait(timeout=30)
+
+    threads = [threading.Thread(target=hold) for _ in range(5)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert store.pool.get_stats()["pool_available"] >= 5
+    postgres_server.stop("fast")
+    try:
+        with pytest.raises(AuditError):
+            log.append({"kind": "allow", "principal": "did:key:zAlice"})
+        with pytest.raises(StoreError):
+            repo.consume_nonce("did:key:zAlice", "down", 2**40, ["root"])
+    finally:
+        postgres_server.start()
+    failures = 0
+    for i in range(8):
+        try:
+            with store.transaction() as tx:
+                ledger.reserve(tx, ["root"], {"root": 100}, 1)
+                log.append({"kind": "allow", "principal": "did:key:zAlice", "budget_delta": 1}, tx=tx)
+        except (AuditError, StoreError):
+            failures += 1
+        try:
+            repo.consume_nonce("did:key:zAlice", f"n{i}", 2**40, ["root"])
+        except StoreError:
+            failures += 1
+    assert failures <= 1, f"{failures} decisions failed after the server was back"
+    # Nothing half-written: each entry went with its reservation, and the chain verifies.
+    assert log.verify().ok
+    assert ledger.remaining("root") == 100 - log.size()
+    assert store.pool.get_stats()["pool_size"] <= 8
+    repo.close()
+    store.close()

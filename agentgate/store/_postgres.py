@@ -8,6 +8,7 @@ statements, documented where they do.
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -65,10 +66,15 @@ class PostgresStore(Store):
 
     @contextmanager
     def transaction(self, *, immediate: bool = True) -> Iterator[Transaction]:
+        """As ``Store.transaction``; every PostgreSQL failure is a ``StoreError`` (see ``recheck``)."""
+        used: psycopg.Connection[Any] | None = None
         try:
             with self.pool.connection() as conn, conn.transaction():
+                used = conn
                 yield _PgTransaction(conn)
         except psycopg.Error as exc:
+            if used is not None and used.broken:
+                recheck(self.pool)
             raise StoreError(f"PostgreSQL error: {exc}") from exc
         except Exception as exc:
             if type(exc).__name__ == "PoolTimeout":
@@ -87,6 +93,19 @@ class PostgresStore(Store):
 
     def close(self) -> None:
         self.pool.close()
+
+
+def recheck(pool: ConnectionPool) -> None:
+    """Test the pool's idle connections, after one of them was found broken.
+
+    When the server restarts, every idle connection in the pool is dead, and the pool learns it
+    only when one is used: each would fail one more decision after the server is back. So one
+    broken connection is taken as a sign that the others may be too: ``pool.check()`` tests
+    them now (one round trip each) and replaces the dead ones, and only the decision that found
+    the first one fails. Costs nothing on the path without errors.
+    """
+    with contextlib.suppress(psycopg.Error):  # a closed pool: the caller's error stands
+        pool.check()
 
 
 def _split_sql(script: str) -> list[str]:

@@ -35,7 +35,7 @@ import threading
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from functools import lru_cache
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import psycopg
 
@@ -304,8 +304,10 @@ class GrantRepository:
     def _consume_pg(self, params: tuple[object, ...], n: int) -> int:
         """Run the nonce statement on PostgreSQL in one autocommit round trip; its row count."""
         assert self._pool is not None
+        used: psycopg.Connection[Any] | None = None
         try:
             with self._pool.connection() as conn:
+                used = conn
                 conn.autocommit = True
                 try:
                     return conn.execute(_consume_pg_sql(n, self.durable_nonces), params).rowcount
@@ -313,6 +315,10 @@ class GrantRepository:
                     if not conn.closed:
                         conn.autocommit = False
         except psycopg.Error as exc:
+            if used is not None and used.broken:
+                from agentgate.store._postgres import recheck
+
+                recheck(self._pool)
             raise StoreError(f"cannot record the invocation nonce: {exc}") from exc
         except Exception as exc:
             if type(exc).__name__ == "PoolTimeout":
