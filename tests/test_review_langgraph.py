@@ -213,6 +213,9 @@ class _Down(ScriptedChatModel):
     def _generate(self, *args: Any, **kwargs: Any) -> Any:
         raise ConnectionError("primary model down")
 
+    async def _agenerate(self, *args: Any, **kwargs: Any) -> Any:
+        raise ConnectionError("primary model down")
+
 
 class _Premium(ScriptedChatModel):
     ran: list[int] = Field(default_factory=list)
@@ -220,6 +223,10 @@ class _Premium(ScriptedChatModel):
     def _generate(self, *args: Any, **kwargs: Any) -> Any:
         self.ran.append(1)
         return super()._generate(*args, **kwargs)
+
+    async def _agenerate(self, *args: Any, **kwargs: Any) -> Any:
+        self.ran.append(1)
+        return await super()._agenerate(*args, **kwargs)
 
 
 def test_a_fallback_model_is_decided_under_its_own_name(team: Team) -> None:
@@ -258,3 +265,28 @@ def test_a_tool_is_not_a_delegation_because_its_metadata_says_so(team: Team) -> 
     (message,) = _tool_messages(agent.invoke(GO, context=team.supervisor))
     assert team.ran == [] and message.status == "error"
     assert ("deny", "tool:shell") in [(e.kind, e.resource) for e in _entries(team.gate)]
+
+
+async def test_the_same_holds_under_ainvoke(team: Team) -> None:
+    agent = create_gated_agent(
+        team.gate,
+        name="supervisor",
+        model=ScriptedChatModel(turns=[_calls(("search", {"query": "x"}))]),
+        tools=_tools(team),
+    )
+    for _ in range(2):
+        await agent.ainvoke(GO, context=team.supervisor)
+    assert team.ran == ["search:x"] * 2  # a reused tool call id runs again
+
+    premium = _Premium(turns=[], model_name="premium")
+    fallback = create_gated_agent(
+        team.gate,
+        name="supervisor",
+        model=_Down(turns=[]),
+        tools=_tools(team),
+        model_name="scripted",
+        middleware=[ModelFallbackMiddleware(premium)],
+    )
+    await fallback.ainvoke(GO, context=team.supervisor)
+    assert premium.ran == []
+    assert ("deny", "model:premium") in [(e.kind, e.resource) for e in _entries(team.gate)]
