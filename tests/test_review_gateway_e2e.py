@@ -43,6 +43,7 @@ from agentgate.dispatch.prefix import estimate_tokens, prompt_text
 from agentgate.gate import AgentIdentity
 from agentgate.keys import SigningKey
 from agentgate.policy import parse_policy
+from agentgate.sim import SimServer
 from agentgate.store import SQLiteStore
 
 
@@ -410,3 +411,53 @@ def test_a_caller_gone_before_the_first_token_leaves_a_settled_outcome(env: Env)
     held = env.gate.store.query("SELECT state FROM budget_reservations")
     assert [row[0] for row in held] != ["reserved"]
     assert env.gate.verify().ok
+
+
+@pytest.mark.parametrize("fault", ["error", "garbage"])
+def test_a_backend_answering_500_or_garbage_is_a_clear_502_or_503_with_nothing_charged(
+    tmp_path: Path, fault: str
+) -> None:
+    keys = {name: SigningKey.generate() for name in NAMES}
+    policy = parse_policy(_policy_text({n: k.did for n, k in keys.items()}), source="gateway.yaml")
+    gate = GatewayGate(policy, SQLiteStore(tmp_path / "agentgate.db"))
+    with SimServer(model_name=MODEL, time_scale=0.01) as sim:
+        sim.fault = fault  # type: ignore[assignment]
+        inventory = inventory_from_mapping(
+            {"backends": [{"name": "sim", "url": sim.url, "engine": "vllm", "models": [MODEL]}]}
+        )
+        server = GatewayServer(Gateway(gate, inventory), port=0).start()
+        try:
+            agent = gate.issue(keys["root"], name="agent", key=keys["agent"], role="chat")
+            env = Env(gate, server, agent, _Scripted())
+            for stream in (False, True):
+                answer = env.post(_body(stream=stream))
+                assert answer.status_code in (502, 503), answer.text
+                error = answer.json()["error"]
+                assert error["code"] in ("backend_failed", "no_backend") and error["message"]
+            assert env.spent() == 0
+            assert env.kinds() == ["allow", "outcome"] * 2 and gate.verify().ok
+            assert all(e.status == "error" for e in gate.audit.entries() if e.kind == "outcome")
+        finally:
+            server.stop()
+            gate.close()
+
+
+def test_an_invocation_replayed_to_a_second_gateway_on_the_same_store_is_401(
+    tmp_path: Path, scripted: _Scripted
+) -> None:
+    with _gateway(tmp_path, scripted) as env:
+        other_gate = GatewayGate(env.gate.policy, SQLiteStore(tmp_path / "agentgate.db"))
+        inventory = inventory_from_mapping(
+            {"backends": [{"name": "scripted", "url": scripted.url, "engine": "vllm", "models": [MODEL]}]}
+        )
+        other = GatewayServer(Gateway(other_gate, inventory), port=0).start()
+        try:
+            body = _body()
+            headers = invocation_headers(env.agent.key, env.agent.chain, body)
+            assert httpx.post(env.url, json=body, headers=headers, timeout=10).status_code == 200
+            replay = httpx.post(f"{other.url}/chat/completions", json=body, headers=headers, timeout=10)
+            assert replay.status_code == 401 and replay.json()["error"]["code"] == "replayed_invocation"
+            assert len(scripted.bodies) == 1
+        finally:
+            other.stop()
+            other_gate.close()
