@@ -112,9 +112,9 @@ def test_windows_are_fixed_and_each_starts_from_zero(store: Store) -> None:
             assert counter.count(tx, REFS, {"calls": 1, "tokens": 30}, now=1_000_000.0) is None
         assert counter.count(tx, REFS, {"calls": 1}, now=1_000_010.0) == REFS[0]  # same window
     assert counter.used(REFS[0], 1_000_000.0) == 3 and counter.used(REFS[1], 1_000_000.0) == 90
-    with store.transaction() as tx:  # the next window: from zero; the old one is dropped
+    with store.transaction() as tx:  # the next window: from zero; the previous one is kept (full)
         assert counter.count(tx, REFS, {"calls": 1, "tokens": 100}, now=1_000_020.0) is None
-    assert counter.used(REFS[0], 1_000_020.0) == 1 and counter.used(REFS[0], 1_000_000.0) == 0
+    assert counter.used(REFS[0], 1_000_020.0) == 1 and counter.used(REFS[0], 1_000_000.0) == 3
     with store.transaction() as tx:  # a unit the call does not use is not counted
         assert counter.count(tx, REFS, {"calls": 1}, now=1_000_020.0) is None
     assert counter.used(REFS[1], 1_000_020.0) == 100

@@ -463,3 +463,35 @@ def test_postgresql_restart_fails_closed_then_the_pool_recovers_at_once(postgres
     assert store.pool.get_stats()["pool_size"] <= 8
     repo.close()
     store.close()
+
+
+# --- quotas ----------------------------------------------------------------------------------------------
+
+
+def test_a_decider_whose_clock_is_just_before_the_boundary_cannot_restart_a_full_window(
+    shared: Store,
+) -> None:
+    """The first count in a new window deleted every older window; a process that read the clock
+    just before the boundary (or a host whose clock lags) then found its full window gone and
+    started it again from zero: one more call than the limit in that window, each time."""
+    from agentgate.policy._index import QuotaRef
+    from agentgate.store.quotas import QuotaCounter
+
+    counter = QuotaCounter(shared)
+    quota = QuotaRef("per-minute", "tenant:acme", 60, 2, "calls")
+    before, after = 600 * 60 - 0.001, 600 * 60 + 0.001  # either side of a window boundary
+    with shared.transaction() as tx:
+        assert counter.count(tx, [quota], {"calls": 1}, before) is None
+        assert counter.count(tx, [quota], {"calls": 1}, before) is None
+        assert counter.count(tx, [quota], {"calls": 1}, before) == quota  # full
+    with shared.transaction() as tx:  # another process is already past the boundary
+        assert counter.count(tx, [quota], {"calls": 1}, after) is None
+    with shared.transaction() as tx:  # the lagging one: its window is still full
+        assert counter.count(tx, [quota], {"calls": 1}, before) == quota
+    assert counter.used(quota, before) == 2 and counter.used(quota, after) == 1
+    with shared.transaction() as tx:  # one window on, the one before the previous is dropped
+        assert counter.count(tx, [quota], {"calls": 1}, after + 60) is None
+    assert [r[0] for r in shared.query("SELECT window_start FROM quota_usage ORDER BY window_start")] == [
+        36000,
+        36060,
+    ]

@@ -73,9 +73,15 @@ class QuotaCounter:
             tx.execute(_COUNT, params)
             if tx.rowcount == 1:
                 continue
-            # First use of this window: start its row (and drop the quota's older windows, which
-            # nothing reads again), then the same conditional update decides.
-            tx.execute("DELETE FROM quota_usage WHERE quota = ? AND window_start < ?", (quota.name, start))
+            # First use of this window: start its row (and drop the quota's windows before the
+            # previous one, which nothing reads again), then the same conditional update decides.
+            # The previous window stays: a decider that read the clock just before the boundary
+            # (another process, or a host whose clock lags) still counts into it, and would
+            # otherwise find it gone and start it again from zero, past its limit.
+            tx.execute(
+                "DELETE FROM quota_usage WHERE quota = ? AND window_start < ?",
+                (quota.name, start - quota.window_s),
+            )
             tx.execute(
                 "INSERT INTO quota_usage (quota, window_start, used) VALUES (?, ?, 0) "
                 "ON CONFLICT (quota, window_start) DO NOTHING",
