@@ -461,3 +461,21 @@ def test_an_invocation_replayed_to_a_second_gateway_on_the_same_store_is_401(
         finally:
             other.stop()
             other_gate.close()
+
+
+@pytest.mark.parametrize(
+    ("change", "code"),
+    [
+        ({"model": "qwen3-32b"}, "call_mismatch"),  # signed for one model, sent for another
+        ({"max_tokens": 9}, "args_digest_mismatch"),  # a larger output limit than was signed
+        ({"temperature": 0.5}, "args_digest_mismatch"),  # any other field of the body changed
+    ],
+)
+def test_a_body_other_than_the_one_signed_is_401_and_reaches_no_backend(
+    env: Env, change: dict[str, Any], code: str
+) -> None:
+    signed = _body()
+    headers = invocation_headers(env.agent.key, env.agent.chain, signed)
+    answer = httpx.post(env.url, json={**signed, **change}, headers=headers, timeout=10)
+    assert answer.status_code == 401 and answer.json()["error"]["code"] == code, answer.text
+    assert env.backend.bodies == [] and env.spent() == 0 and env.kinds() == ["deny"]
