@@ -495,3 +495,60 @@ def test_a_decider_whose_clock_is_just_before_the_boundary_cannot_restart_a_full
         36000,
         36060,
     ]
+
+
+# --- least privilege ---------------------------------------------------------------------------------
+
+
+@pytest.mark.postgres
+def test_a_role_that_may_only_read_and_write_the_tables_can_start_every_store(postgres_server: Any) -> None:
+    """docs/operations.md: agentgate creates nothing that already exists, so a role without CREATE
+    can start it. The grants, quota, lease and dead-letter stores ran ``CREATE TABLE IF NOT
+    EXISTS``, which PostgreSQL refuses without the CREATE privilege even when the table exists."""
+    from agentgate.store._postgres import PostgresStore
+    from agentgate.store.approvals import ApprovalStore
+    from agentgate.store.broker_decisions import BrokerDecisionStore
+    from agentgate.store.broker_leases import BrokerLeaseStore
+    from agentgate.store.dead_letters import DeadLetterStore
+    from agentgate.store.grants import GrantRepository
+    from agentgate.store.leases import LeaseManager, SharedBreakers, SharedRateLimits
+    from agentgate.store.quotas import QuotaCounter
+
+    kinds = (
+        AuditLog,
+        BudgetLedger,
+        ApprovalStore,
+        GrantRepository,
+        QuotaCounter,
+        LeaseManager,
+        SharedRateLimits,
+        SharedBreakers,
+        DeadLetterStore,
+        BrokerDecisionStore,
+        BrokerLeaseStore,
+    )
+
+    def open_all(store: Store) -> list[Any]:
+        return [
+            k(store, SigningKey(SEED), origin=ORIGIN) if k is AuditLog else k(store)  # type: ignore[call-arg]
+            for k in kinds
+        ]
+
+    url = postgres_server.create_database()
+    with PostgresStore(url) as owner:
+        open_all(owner)
+        with owner.transaction() as tx:
+            tx.execute(
+                "DO $$ BEGIN IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'ag_rw') "
+                "THEN CREATE ROLE ag_rw LOGIN; END IF; END $$"
+            )
+            tx.execute("REVOKE CREATE ON SCHEMA public FROM PUBLIC")
+            tx.execute("GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO ag_rw")
+    app_url = url.replace(f"postgresql://{postgres_server.user}@", "postgresql://ag_rw@")
+    with PostgresStore(app_url) as app:
+        opened = open_all(app)
+        repo = opened[kinds.index(GrantRepository)]
+        assert repo.consume_nonce("did:key:zAlice", "n1", 2**40, ["root"]) == "fresh"
+        assert repo.revoke("root", now=1)
+        assert repo.consume_nonce("did:key:zAlice", "n2", 2**40, ["root"]) == "revoked"
+        repo.close()

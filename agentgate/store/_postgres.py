@@ -22,6 +22,7 @@ from agentgate.errors import StoreError
 from agentgate.store._base import Dialect, Row, Store, Transaction
 
 _PLACEHOLDER = re.compile(r"\?")
+_CREATE_IF_MISSING = re.compile(r"CREATE\s+(?:UNIQUE\s+)?(?:TABLE|INDEX)\s+IF\s+NOT\s+EXISTS\s+(\w+)", re.I)
 
 
 @lru_cache(maxsize=512)
@@ -85,9 +86,15 @@ class PostgresStore(Store):
         if name in self._schemas:
             return
         # Advisory lock: two processes creating the same tables at once would otherwise race.
+        # A CREATE ... IF NOT EXISTS of a table or index that exists is skipped, not run:
+        # PostgreSQL checks the CREATE privilege before it looks, so a role that may only read
+        # and write the tables (docs/operations.md, least privilege) could not start otherwise.
         with self.transaction() as tx:
             tx.execute("SELECT pg_advisory_xact_lock(hashtext(?))", (f"agentgate-schema-{name}",))
             for statement in _split_sql(ddl["postgresql"]):
+                creates = _CREATE_IF_MISSING.match(statement)
+                if creates and tx.execute("SELECT to_regclass(?)", (creates.group(1),))[0][0] is not None:
+                    continue
                 tx.execute(statement)
         self._schemas.add(name)
 
