@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import threading
+import time
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -290,3 +292,52 @@ async def test_the_same_holds_under_ainvoke(team: Team) -> None:
     await fallback.ainvoke(GO, context=team.supervisor)
     assert premium.ran == []
     assert ("deny", "model:premium") in [(e.kind, e.resource) for e in _entries(team.gate)]
+
+
+async def test_a_cancelled_decision_is_settled_without_waiting_for_a_slot(team: Team) -> None:
+    # Settling the allow of a cancelled decision must not queue for the tool's concurrency slot:
+    # with both slots of search held, the cancellation would wait until one frees.
+    release = asyncio.Event()
+
+    async def search(query: str) -> str:
+        if query.startswith("hold"):
+            await release.wait()
+        return "x"
+
+    tool = StructuredTool.from_function(coroutine=search, name="search", description="search")
+    holder = create_gated_agent(
+        team.gate,
+        name="supervisor",
+        model=ScriptedChatModel(
+            turns=[_calls(("search", {"query": "hold1"}), ("search", {"query": "hold2"}))]
+        ),
+        tools=[tool],
+    )
+    cancelled = create_gated_agent(
+        team.gate,
+        name="supervisor",
+        model=ScriptedChatModel(turns=[_calls(("search", {"query": "late"}))]),
+        tools=[tool],
+    )
+    decide = team.gate.authorize
+
+    def slow_decision(identity: Any, call: Any, **kwargs: Any) -> Any:
+        if call.args.get("query") == "late":
+            decided.set()
+            time.sleep(0.2)  # the task is cancelled while this decision is being made
+        return decide(identity, call, **kwargs)
+
+    decided = threading.Event()
+    team.gate.authorize = slow_decision  # type: ignore[method-assign]
+    holding = asyncio.create_task(holder.ainvoke(GO, context=team.supervisor))
+    late = asyncio.create_task(cancelled.ainvoke(GO, context=team.supervisor))
+    await asyncio.to_thread(decided.wait, 10)
+    late.cancel()
+    done, _ = await asyncio.wait({late}, timeout=5)
+    assert done == {late} and not holding.done()  # settled while both slots are still held
+    release.set()
+    await holding
+    entries = _entries(team.gate)
+    allowed = {e.index for e in entries if e.kind == "allow"}
+    assert allowed == {e.ref for e in entries if e.kind == "outcome"}
+    assert _held(team) == []

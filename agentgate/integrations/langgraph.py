@@ -295,20 +295,24 @@ class GateMiddleware(AgentMiddleware[Any, Any, Any]):
         A cancellation of the awaiting task cannot stop a decision under way: it is recorded,
         with what it reserved. So the decision is waited for, an allow is settled as a call that
         did not run (an ``error`` outcome, ``CancelledError``, its reservation released), and
-        the cancellation goes on. Raises what ``decide`` raises.
+        the cancellation goes on, without waiting for a free slot of the tool. Raises what
+        ``decide`` raises.
         """
         future = asyncio.ensure_future(self.gate.to_thread(decide, request))
         try:
             return await asyncio.shield(future)
         except asyncio.CancelledError:
-            while not future.done():
-                with contextlib.suppress(asyncio.CancelledError):
-                    await asyncio.shield(future)
+            await _settled(future)
             if not future.cancelled() and future.exception() is None:
                 auth = auth_of(future.result())
                 if auth.allowed:
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await self.gate.arun(auth, _not_run)
+                    # ``arun``'s first step counts the call in flight and either runs ``_not_run``
+                    # at once or queues for a slot; cancelling it then leaves the queue. Either
+                    # way ``arun`` records the error outcome and releases the reservation.
+                    settling = asyncio.ensure_future(self.gate.arun(auth, _not_run))
+                    await asyncio.sleep(0)
+                    settling.cancel()
+                    await _settled(settling)
             raise
 
     # --- models ---------------------------------------------------------------------------
@@ -407,6 +411,16 @@ def _is_delegation(request: ToolCallRequest) -> bool:
 
 async def _not_run() -> Any:
     raise asyncio.CancelledError
+
+
+async def _settled(future: asyncio.Future[Any]) -> None:
+    """Wait until ``future`` is done, whatever it ends with, through further cancellations of
+    the waiting task (the work it stands for runs on regardless and must be accounted for)."""
+    while not future.done():
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.shield(future)
+    if not future.cancelled():
+        future.exception()  # retrieved: its failure is the caller's to read, not the loop's to log
 
 
 def _failed(result: object) -> bool:
