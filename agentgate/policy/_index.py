@@ -15,7 +15,7 @@ argument, or no rule that covers the call is a deny that says why.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from agentgate.capabilities import Call, Capability, Constraint, pattern_matches
@@ -324,44 +324,76 @@ class PolicyIndex:
             quotas = cached
         held = entry.via[role]
         budget = self._budgets[held]
-        for gate in gates:
-            if _gate_applies(gate.requirement.conditions, call.args):
-                req = gate.requirement
-                if entry.name in req.approvers:
-                    # Nobody approves their own call: the requester leaves the approver list.
-                    keep = [i for i, a in enumerate(req.approvers) if a != entry.name]
-                    if len(keep) < req.quorum:
-                        reason = (
-                            f"approval gate {gate.name} applies, and without the requester {entry.name} only "
-                            f"{len(keep)} approver(s) remain for a quorum of {req.quorum}: no approval can be valid"
-                        )
-                        return PolicyDecision(
-                            Outcome.DENY, entry.name, resource, reasons=(allowed_by, reason)
-                        )
-                    req = replace(
-                        req,
-                        approvers=tuple(req.approvers[i] for i in keep),
-                        approver_dids=tuple(req.approver_dids[i] for i in keep),
-                    )
-                reason = (
-                    f"approval gate {gate.name} applies: {req.quorum} of {', '.join(req.approvers)} must approve"
-                    f" within {req.expiry_s}s"
-                )
-                return PolicyDecision(
-                    Outcome.APPROVAL_REQUIRED,
-                    entry.name,
-                    resource,
-                    rule.role,
-                    rule,
-                    budget,
-                    quotas,
-                    req,
-                    (allowed_by, reason),
-                    held,
-                )
+        applying = [gate for gate in gates if _gate_applies(gate.requirement.conditions, call.args)]
+        if applying:
+            req, refusal = _combined_requirement(applying, entry.name)
+            if req is None:
+                return PolicyDecision(Outcome.DENY, entry.name, resource, reasons=(allowed_by, refusal))
+            reason = (
+                f"approval gate {req.gate} applies: {req.quorum} of {', '.join(req.approvers)} must approve"
+                f" within {req.expiry_s}s"
+            )
+            return PolicyDecision(
+                Outcome.APPROVAL_REQUIRED,
+                entry.name,
+                resource,
+                rule.role,
+                rule,
+                budget,
+                quotas,
+                req,
+                (allowed_by, reason),
+                held,
+            )
         return PolicyDecision(
             Outcome.ALLOW, entry.name, resource, rule.role, rule, budget, quotas, None, (allowed_by,), held
         )
+
+
+def _combined_requirement(
+    applying: list[_Gate], requester: str
+) -> tuple[ApprovalRequirement, str] | tuple[None, str]:
+    """One requirement that an approval meets only if it meets EVERY gate in ``applying``, or
+    ``None`` and the reason no approval can.
+
+    The requester never approves their own call, so they leave every approver list. With one
+    gate that is all. With several, an approval must satisfy each of them, so the approvers are
+    those named by every gate, the quorum the largest, the expiry the shortest; when fewer such
+    approvers remain than the quorum, no approval could be valid and the call is denied.
+    """
+    for gate in applying:
+        req = gate.requirement
+        if requester in req.approvers and len(req.approvers) - req.approvers.count(requester) < req.quorum:
+            remain = len(req.approvers) - req.approvers.count(requester)
+            return None, (
+                f"approval gate {gate.name} applies, and without the requester {requester} only "
+                f"{remain} approver(s) remain for a quorum of {req.quorum}: no approval can be valid"
+            )
+    first = applying[0].requirement
+    named = set(first.approvers)
+    for gate in applying[1:]:
+        named &= set(gate.requirement.approvers)
+    named.discard(requester)
+    keep = [i for i, a in enumerate(first.approvers) if a in named]
+    if len(applying) == 1 and len(keep) == len(first.approvers):
+        return first, ""
+    quorum = max(gate.requirement.quorum for gate in applying)
+    names = " and ".join(gate.name for gate in applying)
+    if len(keep) < quorum:
+        return None, (
+            f"approval gates {names} all apply, and only {len(keep)} approver(s) other than the requester "
+            f"are named by every one of them, for a quorum of {quorum}: no approval can satisfy them all"
+        )
+    combined = ApprovalRequirement(
+        "+".join(gate.name for gate in applying),
+        tuple(first.approvers[i] for i in keep),
+        tuple(first.approver_dids[i] for i in keep),
+        quorum,
+        min(gate.requirement.expiry_s for gate in applying),
+        tuple(c for gate in applying for c in gate.requirement.conditions),
+        first.line,
+    )
+    return combined, ""
 
 
 _TYPE_NAMES = {frozenset({str}): "string", frozenset({int}): "integer", frozenset({int, float}): "number"}

@@ -1,0 +1,309 @@
+"""Review R5: the authority core and the policy language against a hostile caller.
+
+Each test here either reproduces a defect found in review (and now fixed) or checks, against a
+naive reference written from the documents alone, a promise the other test files leave open.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from agentgate.capabilities import Call, Constraint, covers
+from agentgate.policy import Outcome, PolicyIndex, parse_policy
+
+# --- the policy index against a naive reading of the YAML -------------------------------------
+
+_DID = "did:key:z6MkqQP5oTUxZ95rgbJg29FwyrJ5N8HrRPpEBQbPrAUCkPXm"
+
+_TWO_GATES = """
+version: 1
+principals:
+  agent: {kind: agent, did: DID, roles: [r]}
+  finance: {kind: human, roles: []}
+  compliance: {kind: human, roles: []}
+  auditor: {kind: human, roles: []}
+tools:
+  payments.refund: {args: {amount: {type: integer}}}
+roles:
+  r:
+    ttl_s: 60
+    capabilities: [{resource: "tool:payments.refund"}]
+approvals:
+  large: {resource: "tool:payments.refund", when: {amount: {gt: 1000}}, approvers: [finance, auditor]}
+  every-payment: {resource: "tool:payments.*", approvers: [compliance, auditor], expiry_s: 60}
+""".replace("DID", _DID)
+
+
+def test_every_approval_gate_that_applies_is_enforced_not_only_the_first() -> None:
+    """Two gates guard a large refund; the decision used to carry only the first (``large``), so
+    finance alone could approve a payment that the ``every-payment`` gate reserves to compliance.
+    Now one requirement stands for both: only approvers named by every gate, the larger quorum,
+    the shorter expiry; and when no approver is named by all of them, the call is denied."""
+    index = PolicyIndex(parse_policy(_TWO_GATES))
+    small = index.evaluate("agent", Call.tool("payments.refund", {"amount": 5}))
+    assert small.outcome is Outcome.APPROVAL_REQUIRED and small.approval is not None
+    assert small.approval.approvers == ("compliance", "auditor")
+    large = index.evaluate("agent", Call.tool("payments.refund", {"amount": 5000}))
+    assert large.outcome is Outcome.APPROVAL_REQUIRED and large.approval is not None
+    assert large.approval.approvers == ("auditor",), large.approval
+    assert large.approval.expiry_s == 60 and large.approval.quorum == 1
+    assert "large" in large.approval.gate and "every-payment" in large.approval.gate
+
+    disjoint = parse_policy(_TWO_GATES.replace("[finance, auditor]", "[finance]"))
+    refused = PolicyIndex(disjoint).evaluate("agent", Call.tool("payments.refund", {"amount": 5000}))
+    assert refused.outcome is Outcome.DENY, refused
+    assert any("no approval can satisfy them all" in r for r in refused.reasons)
+
+
+# A random policy over a fixed vocabulary: three tools with typed arguments, one model, a GPU;
+# up to four roles (a role inherits only later ones, so there is no cycle), three principals
+# each holding up to three roles, and up to three approval gates.
+
+_TOOLS: dict[str, dict[str, Any]] = {
+    "pay.refund": {"amount": {"type": "number", "required": True}, "cur": {"type": "string"}},
+    "pay.void": {"amount": {"type": "integer"}, "cur": {"type": "string"}},
+    "crm.read": {"q": {"type": "string"}, "n": {"type": "integer"}},
+}
+_ARG_TYPES = {"string": (str,), "integer": (int,), "number": (int, float), "boolean": (bool,)}
+_PATTERNS = [
+    "tool:*",
+    "tool:pay.*",
+    "tool:pay.refund",
+    "tool:pay.void",
+    "tool:crm.read",
+    "tool:crm.*",
+    "model:*",
+    "model:m.small",
+    "gpu:h100",
+    "gpu:*",
+]
+_NUMBERS = st.one_of(
+    st.integers(-3, 3),
+    st.sampled_from([2**53 + 1, 2**63 - 1, -0.0, 0.5, 2.5, 123456.5]),
+)
+_STRINGS = st.sampled_from(["", "E", "EUR", "USD", "e\u0301", "\u00e9"])
+
+
+@st.composite
+def _constraint(draw: st.DrawFn, kind: str) -> dict[str, Any]:
+    ops = ["eq", "in", "lt", "le", "gt", "ge"] if kind != "string" else ["eq", "in", "prefix"]
+    spec: dict[str, Any] = {}
+    for op in draw(st.sets(st.sampled_from(ops), min_size=1, max_size=2)):
+        values = _STRINGS if kind == "string" else _NUMBERS
+        if op == "in":
+            spec[op] = draw(st.lists(values, min_size=1, max_size=3))
+        else:
+            spec[op] = draw(values)
+    return spec
+
+
+@st.composite
+def _rule(draw: st.DrawFn) -> dict[str, Any]:
+    resource = draw(st.sampled_from(_PATTERNS))
+    rule: dict[str, Any] = {"resource": resource}
+    name = resource.partition(":")[2]
+    declared = _TOOLS.get(name) if resource.startswith("tool:") else None
+    if declared:
+        arg = draw(st.sampled_from(sorted(declared)))
+        if draw(st.booleans()):
+            rule["constraints"] = {arg: draw(_constraint(declared[arg]["type"]))}
+    if draw(st.integers(0, 5)) == 0:
+        rule["action"] = draw(st.sampled_from(["*", "read"]))
+    return rule
+
+
+@st.composite
+def _policies(draw: st.DrawFn) -> dict[str, Any]:
+    n_roles = draw(st.integers(1, 4))
+    roles: dict[str, Any] = {}
+    for i in range(n_roles):
+        later = [f"r{j}" for j in range(i + 1, n_roles)]
+        role: dict[str, Any] = {"ttl_s": 60, "capabilities": draw(st.lists(_rule(), max_size=3))}
+        if later:
+            role["inherits"] = draw(st.lists(st.sampled_from(later), unique=True, max_size=2))
+        roles[f"r{i}"] = role
+    principals = {
+        f"p{i}": {
+            "kind": "agent",
+            "roles": draw(st.lists(st.sampled_from(sorted(roles)), unique=True, max_size=3)),
+        }
+        for i in range(3)
+    }
+    approvals: dict[str, Any] = {}
+    for i in range(draw(st.integers(0, 3))):
+        resource = draw(st.sampled_from(["tool:*", "tool:pay.*", "tool:pay.refund", "tool:crm.read"]))
+        gate: dict[str, Any] = {
+            "resource": resource,
+            "approvers": draw(st.lists(st.sampled_from(sorted(principals)), unique=True, min_size=1)),
+        }
+        gate["quorum"] = draw(st.integers(1, len(gate["approvers"])))
+        if draw(st.booleans()):
+            arg, kind = draw(st.sampled_from([("amount", "number"), ("cur", "string"), ("q", "string")]))
+            gate["when"] = {arg: draw(_constraint(kind))}
+        approvals[f"g{i}"] = gate
+    return {
+        "version": 1,
+        "principals": principals,
+        "tools": {name: {"args": args} for name, args in _TOOLS.items()},
+        "models": {"m.small": {"cost_per_mtok": {"input": 1, "output": 1}}},
+        "roles": roles,
+        "approvals": approvals,
+    }
+
+
+_CALL_VALUES = st.one_of(
+    _NUMBERS, _STRINGS, st.booleans(), st.sampled_from([-1e300, 2**70, 2**53, float(2**53), 7])
+)
+
+
+@st.composite
+def _calls(draw: st.DrawFn) -> tuple[str, Call]:
+    principal = draw(st.sampled_from(["p0", "p1", "p2", "nobody"]))
+    resource = draw(
+        st.sampled_from(
+            [
+                "tool:pay.refund",
+                "tool:pay.void",
+                "tool:crm.read",
+                "tool:pay.other",
+                "model:m.small",
+                "model:m.big",
+                "gpu:h100",
+                "gpu:a100",
+            ]
+        )
+    )
+    kind = resource.partition(":")[0]
+    action = draw(st.sampled_from([{"tool": "invoke", "model": "generate", "gpu": "lease"}[kind], "read"]))
+    args = draw(st.dictionaries(st.sampled_from(["amount", "cur", "q", "n", "x"]), _CALL_VALUES, max_size=3))
+    return principal, Call(resource, action, args)
+
+
+def _closure(doc: dict[str, Any], role: str) -> list[str]:
+    out = [role]
+    for parent in doc["roles"][role].get("inherits", []):
+        out += [r for r in _closure(doc, parent) if r not in out]
+    return out
+
+
+def _reference(doc: dict[str, Any], principal: str, call: Call) -> Outcome:
+    """The outcome read naively off the YAML (docs/policy-reference.md, "Deciding"): default
+    deny; the tool's declared argument types; any rule of any role held (inherited ones too)
+    that covers the call allows it; then EVERY approval gate on the resource whose ``when``
+    holds (a missing or incomparable argument counts as holding) must be passed, by approvers
+    other than the requester."""
+    spec = doc["principals"].get(principal)
+    kind, _, name = call.resource.partition(":")
+    if spec is None:
+        return Outcome.DENY
+    if kind == "tool":
+        declared = _TOOLS.get(name)
+        if declared is None:
+            return Outcome.DENY
+        for arg, value in call.args.items():
+            if arg not in declared or type(value) not in _ARG_TYPES[declared[arg]["type"]]:
+                return Outcome.DENY
+        if any(d.get("required") and arg not in call.args for arg, d in declared.items()):
+            return Outcome.DENY
+    if kind == "model" and name != "m.small":
+        return Outcome.DENY
+    roles: list[str] = []
+    for held in spec["roles"]:
+        roles += [r for r in _closure(doc, held) if r not in roles]
+    rules = [rule for role in roles for rule in doc["roles"][role]["capabilities"]]
+    default = {"tool": "invoke", "model": "generate", "gpu": "lease"}
+    allowed = False
+    for rule in rules:
+        resource = rule["resource"]
+        rkind = resource.partition(":")[0]
+        if resource.endswith("*"):
+            stem = resource[:-1]
+            matches = call.resource.startswith(stem) and len(call.resource) > len(stem)
+        else:
+            matches = resource == call.resource
+        action = rule.get("action", default[rkind])
+        if not matches or action not in ("*", call.action):
+            continue
+        if all(
+            arg in call.args and _holds(Constraint.of(c), call.args[arg])
+            for arg, c in rule.get("constraints", {}).items()
+        ):
+            allowed = True
+            break
+    if not allowed:
+        return Outcome.DENY
+    approver_sets: list[set[str]] = []
+    quorum = 0
+    for gate in doc["approvals"].values():
+        stem = gate["resource"][:-1]
+        on = (
+            call.resource.startswith(stem) and len(call.resource) > len(stem)
+            if gate["resource"].endswith("*")
+            else gate["resource"] == call.resource
+        )
+        if on and all(
+            arg not in call.args
+            or not _comparable(c, call.args[arg])
+            or _holds(Constraint.of(c), call.args[arg])
+            for arg, c in gate.get("when", {}).items()
+        ):
+            approvers = set(gate["approvers"]) - {principal}
+            if len(approvers) < gate["quorum"]:
+                return Outcome.DENY
+            approver_sets.append(approvers)
+            quorum = max(quorum, gate["quorum"])
+    if not approver_sets:
+        return Outcome.ALLOW
+    return Outcome.APPROVAL_REQUIRED if len(set.intersection(*approver_sets)) >= quorum else Outcome.DENY
+
+
+def _holds(constraint: Constraint, value: object) -> bool:
+    return covers_value(constraint, value)
+
+
+def covers_value(constraint: Constraint, value: object) -> bool:
+    """The constraint read operator by operator (not through its normal form)."""
+    spec = constraint.to_dict()
+    number = type(value) in (int, float) and math.isfinite(value)  # type: ignore[arg-type]
+    checks = {
+        "eq": lambda b: _same(value, b),
+        "in": lambda b: any(_same(value, v) for v in b),
+        "prefix": lambda b: isinstance(value, str) and value.startswith(b),
+        "lt": lambda b: number and value < b,
+        "le": lambda b: number and value <= b,
+        "gt": lambda b: number and value > b,
+        "ge": lambda b: number and value >= b,
+    }
+    return all(checks[op](bound) for op, bound in spec.items())
+
+
+def _same(a: object, b: object) -> bool:
+    if isinstance(a, bool) or isinstance(b, bool):
+        return type(a) is type(b) and a == b
+    return isinstance(a, str) == isinstance(b, str) and a == b
+
+
+def _comparable(spec: dict[str, Any], value: object) -> bool:
+    bounded = any(op in spec for op in ("lt", "le", "gt", "ge"))
+    if bounded and (type(value) not in (int, float) or not math.isfinite(value)):  # type: ignore[arg-type]
+        return False
+    return "prefix" not in spec or isinstance(value, str)
+
+
+@settings(max_examples=200, deadline=None)
+@given(doc=_policies(), calls=st.lists(_calls(), min_size=1, max_size=8))
+def test_the_index_agrees_with_a_naive_reading_of_the_yaml(
+    doc: dict[str, Any], calls: list[tuple[str, Call]]
+) -> None:
+    policy = parse_policy(json.dumps(doc))
+    index = PolicyIndex(policy)
+    for principal, call in calls:
+        decision = index.evaluate(principal, call)
+        assert decision.outcome is _reference(doc, principal, call), (principal, call, decision.reasons)
+        if decision.outcome is not Outcome.DENY:
+            assert decision.rule is not None and covers(decision.rule.capability, call)
