@@ -390,6 +390,7 @@ def test_a_stream_whose_backend_dies_ends_with_an_error_event_and_is_charged_as_
     assert answer.status_code == 200
     events = [line for line in answer.text.splitlines() if line.startswith("data: ")]
     assert events[-1] != "data: [DONE]" and json.loads(events[-1][6:])["error"]["code"] == "backend_failed"
+    assert "scripted" not in events[-1]  # the backend's name stays in the gateway's log
     assert env.spent() == _reserved(body)
     assert env.kinds() == ["allow", "outcome"] and env.gate.verify().ok
 
@@ -423,7 +424,7 @@ def test_a_backend_answering_500_or_garbage_is_a_clear_502_or_503_with_nothing_c
     with SimServer(model_name=MODEL, time_scale=0.01) as sim:
         sim.fault = fault  # type: ignore[assignment]
         inventory = inventory_from_mapping(
-            {"backends": [{"name": "sim", "url": sim.url, "engine": "vllm", "models": [MODEL]}]}
+            {"backends": [{"name": "gpu-node-17", "url": sim.url, "engine": "vllm", "models": [MODEL]}]}
         )
         server = GatewayServer(Gateway(gate, inventory), port=0).start()
         try:
@@ -434,6 +435,9 @@ def test_a_backend_answering_500_or_garbage_is_a_clear_502_or_503_with_nothing_c
                 assert answer.status_code in (502, 503), answer.text
                 error = answer.json()["error"]
                 assert error["code"] in ("backend_failed", "no_backend") and error["message"]
+                # The remote caller learns no backend name, address or bytes (they were passed on).
+                port = sim.url.rsplit(":", 1)[1]
+                assert not any(leak in answer.text for leak in ("gpu-node-17", port, "not json", "HTTP 500"))
             assert env.spent() == 0
             assert env.kinds() == ["allow", "outcome"] * 2 and gate.verify().ok
             assert all(e.status == "error" for e in gate.audit.entries() if e.kind == "outcome")
@@ -479,3 +483,11 @@ def test_a_body_other_than_the_one_signed_is_401_and_reaches_no_backend(
     answer = httpx.post(env.url, json={**signed, **change}, headers=headers, timeout=10)
     assert answer.status_code == 401 and answer.json()["error"]["code"] == code, answer.text
     assert env.backend.bodies == [] and env.spent() == 0 and env.kinds() == ["deny"]
+
+
+def test_a_shed_call_answers_the_routers_retry_after_not_always_one_second() -> None:
+    # docs/dispatch.md: Retry-After = the tenant bucket's refill time; the gateway sent "1" always.
+    from agentgate.errors import Shed
+
+    answer = gateway_app._dispatch_error(Shed("tenant 'lab' is over its token quota", retry_after_s=7.2))
+    assert answer.status_code == 429 and answer.headers["Retry-After"] == "8"

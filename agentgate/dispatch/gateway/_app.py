@@ -374,8 +374,11 @@ class Gateway:
                 pending = await anext(chunks, None)
         except AgentGateError as exc:
             # Output already went out: the stream ends with an error event, as OpenAI's does.
+            # The backend's own words stay in the gateway's log (names, addresses, its bytes).
+            _log.warning("agentgate gateway: a stream broke after output: %s", exc)
+            message = "the backend failed during the answer; the answer is incomplete"
             body = {
-                "error": {"message": str(exc), "type": "api_error", "param": None, "code": "backend_failed"}
+                "error": {"message": message, "type": "api_error", "param": None, "code": "backend_failed"}
             }
             yield b"data: " + json.dumps(body).encode() + b"\n\n"
             return
@@ -479,16 +482,29 @@ def _spent(result: ChatResult, reserved: tuple[int, int]) -> tuple[int, int]:
 
 
 def _dispatch_error(exc: AgentGateError) -> Response:
-    """The HTTP answer for a call that was allowed but could not be served (nothing was charged)."""
+    """The HTTP answer for a call that was allowed but could not be served (nothing was charged).
+
+    A shed call gets the router's reason and its ``Retry-After`` (seconds, rounded up). A backend
+    failure or no backend gets a fixed message: what the dispatcher says (backend names and
+    addresses, the backend's own bytes) is for the gateway's log, not for remote callers. A
+    request the backend refused as invalid keeps the backend's message: it is about the request.
+    """
     if isinstance(exc, Shed):
-        return error_response(429, str(exc), "shed", headers={"Retry-After": "1"})
-    if isinstance(exc, NoBackend):
-        return error_response(503, str(exc), "no_backend")
-    if isinstance(exc, BackendFailed):
-        return error_response(502, str(exc), "backend_failed")
+        retry = str(max(1, math.ceil(exc.retry_after_s)))
+        return error_response(429, str(exc), "shed", headers={"Retry-After": retry})
+    if isinstance(exc, NoBackend | BackendFailed):
+        _log.warning("agentgate gateway: %s: %s", type(exc).__name__, exc)
+        if isinstance(exc, NoBackend):
+            return error_response(
+                503, "no backend could take the call now; nothing was charged", "no_backend"
+            )
+        return error_response(
+            502, "the backends failed to answer the call; nothing was charged", "backend_failed"
+        )
     if isinstance(exc, DispatchError):
         return error_response(400, str(exc), "rejected_by_backend")
-    return error_response(503, str(exc), type(exc).__name__)
+    _log.warning("agentgate gateway: %s: %s", type(exc).__name__, exc)
+    return error_response(503, "the call could not be served; nothing was charged", type(exc).__name__)
 
 
 class _Entry:
