@@ -16,13 +16,16 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import gc
 import random
 import threading
 import time
+import weakref
 
 import pytest
 
 from agentgate.errors import CircuitOpen, DeadlineExceeded, InputError, Overloaded
+from agentgate.store._base import Store
 from agentgate.tasks import (
     Attempt,
     BreakerPolicy,
@@ -302,3 +305,50 @@ def test_a_sync_call_joined_to_a_slow_twin_gives_up_at_its_own_deadline() -> Non
             release.set()
             first.join(WAIT_S)
         assert results == ["done"]
+
+
+# --- a scheduler per event loop does not outlive its loop ----------------------------------------------
+
+
+def _one_call_per_asyncio_run(limits: SharedLimits, store: Store | None, runs: int) -> int:
+    """What a Gate does for ``arun``: one scheduler per loop, in a WeakKeyDictionary keyed by the
+    loop, all sharing one SharedLimits; ``runs`` times ``asyncio.run``. Returns the schedulers kept."""
+    per_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Scheduler] = weakref.WeakKeyDictionary()
+
+    async def one() -> None:
+        loop = asyncio.get_running_loop()
+        scheduler = per_loop.get(loop)
+        if scheduler is None:
+            scheduler = per_loop[loop] = Scheduler(limits=limits, store=store)
+
+        async def tool(_attempt: Attempt) -> str:
+            return "ok"
+
+        assert await scheduler.submit(ToolCall("t"), tool) == "ok"
+
+    for _ in range(runs):
+        asyncio.run(one())
+    gc.collect()
+    return len(per_loop)
+
+
+def test_a_scheduler_made_for_an_event_loop_goes_when_the_loop_goes() -> None:
+    limits = SharedLimits(ONE_SLOT)
+    try:
+        assert _one_call_per_asyncio_run(limits, None, 20) == 0
+        assert len(limits._listeners) == 0  # breaker transitions are not told to dead schedulers
+    finally:
+        limits.close()
+
+
+def test_a_dropped_scheduler_with_a_store_stops_its_lease_heartbeat_thread(sqlite_store: Store) -> None:
+    def heartbeats() -> int:
+        return sum(t.name == "agentgate-lease-heartbeat" and t.is_alive() for t in threading.enumerate())
+
+    before = heartbeats()
+    limits = SharedLimits(ONE_SLOT)
+    try:
+        assert _one_call_per_asyncio_run(limits, sqlite_store, 4) == 0
+        _wait_until(lambda: heartbeats() == before, "the heartbeat threads of dropped schedulers stopped")
+    finally:
+        limits.close()

@@ -33,6 +33,7 @@ import bisect
 import random
 import time
 import uuid
+import weakref
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
@@ -125,7 +126,10 @@ class Scheduler:
         self._tasks: set[asyncio.Task[Any]] = set()  # tasks inside a call of this scheduler
         self._nested: dict[asyncio.Task[Any], int] = {}  # those inside more than one (a tool that submits)
         self._dead: list[DeadLetter] = []
-        self._loop: asyncio.AbstractEventLoop | None = None
+        # The loop it is used on, held weakly: a Gate maps loops to their schedulers in a
+        # WeakKeyDictionary, which a strong reference here would keep alive forever (one loop,
+        # scheduler and registry leaked per ``asyncio.run``).
+        self._loop: weakref.ref[asyncio.AbstractEventLoop] | None = None
         self._idle: asyncio.Event | None = None
         self._closed = False
         # False only inside SyncScheduler, whose tools run in their callers' threads and cannot be
@@ -133,6 +137,10 @@ class Scheduler:
         self._preemptive = True
         self._dead_store = DeadLetterStore(store) if store is not None else dead_letters
         self._leases = LeaseManager(store, ttl_s=self.config.lease_ttl_s) if store is not None else None
+        if self._leases is not None:
+            # A scheduler dropped without ``aclose`` (its loop is gone) still stops its heartbeat thread.
+            finalizer = weakref.finalize(self, self._leases.close)
+            finalizer.atexit = False  # type: ignore[misc]  # a documented attribute the stubs miss
         self._rates = SharedRateLimits(store) if store is not None else None
         self._shared_breakers = SharedBreakers(store) if store is not None else None
         self._breaker_seen: dict[str, tuple[float, int]] = {}  # key -> (next read, version seen)
@@ -298,9 +306,9 @@ class Scheduler:
         key: str | None,
     ) -> T:
         """The attempts of one call (one function: this is the hot path, see the module docstring)."""
-        loop = self._loop
-        if loop is None:
-            loop = self._loop = asyncio.get_running_loop()
+        loop = asyncio.get_running_loop()
+        if self._loop is None:
+            self._loop = weakref.ref(loop)
         task = asyncio.current_task()
         assert task is not None  # awaited inside a task
         if task in self._tasks:
@@ -559,7 +567,7 @@ class Scheduler:
 
     def _publish_breaker(self, key: str, new: BreakerState, opened_at: float) -> bool:
         """Publish a transition to the other processes from this scheduler's loop; False if it cannot."""
-        loop = self._loop
+        loop = self._loop() if self._loop is not None else None
         if self._shared_breakers is None or loop is None or loop.is_closed():
             return False
         state = "open" if new is BreakerState.OPEN else "closed"
@@ -571,8 +579,8 @@ class Scheduler:
         return True
 
     def _publish_on_loop(self, key: str, state: str, opened_at: float) -> None:
-        assert self._shared_breakers is not None and self._loop is not None
-        task = self._loop.create_task(
+        assert self._shared_breakers is not None
+        task = asyncio.get_running_loop().create_task(
             asyncio.to_thread(self._shared_breakers.publish, key, state, opened_at),
             name=f"agentgate-breaker-{key}",
         )
