@@ -9,6 +9,7 @@ raw sockets, httpx and the ``openai`` client.
 from __future__ import annotations
 
 import contextlib
+import gzip
 import json
 import socket
 import threading
@@ -491,3 +492,14 @@ def test_a_shed_call_answers_the_routers_retry_after_not_always_one_second() -> 
 
     answer = gateway_app._dispatch_error(Shed("tenant 'lab' is over its token quota", retry_after_s=7.2))
     assert answer.status_code == 429 and answer.headers["Retry-After"] == "8"
+
+
+def test_a_compressed_body_is_a_400_that_says_so(env: Env) -> None:
+    # A gzip'd body was refused as "not JSON ('utf-8' codec can't decode byte 0x8b...)".
+    body = _body()
+    headers = {**invocation_headers(env.agent.key, env.agent.chain, body), "Content-Encoding": "gzip"}
+    answer = httpx.post(
+        env.url, content=gzip.compress(json.dumps(body).encode()), headers=headers, timeout=10
+    )
+    assert answer.status_code == 400 and "Content-Encoding 'gzip' is not supported" in answer.text
+    assert env.backend.bodies == [] and env.kinds() == ["deny"]

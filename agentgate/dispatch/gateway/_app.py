@@ -235,6 +235,11 @@ class Gateway:
         """The answer to one chat call, and whether an allowed call's outcome was left to commit."""
         arrived = time.perf_counter()
         try:
+            encoding = request.headers.get("content-encoding", "identity").strip().lower()
+            if encoding != "identity":
+                raise InputError(
+                    f"Content-Encoding {encoding[:40]!r} is not supported: send the body uncompressed"
+                )
             raw = await _read_body(request)
             received = time.perf_counter()
             body = _parse_body(raw)
