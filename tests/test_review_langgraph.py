@@ -58,7 +58,7 @@ def test_a_tool_call_id_reused_in_a_later_turn_of_the_same_thread_runs_again(tea
 
 async def test_cancelling_a_run_while_its_call_is_being_decided_settles_the_decision(tmp_path: Path) -> None:
     # The decision runs on a worker thread; a task cancelled meanwhile used to leave the recorded
-    # allow without an outcome and its budget reservation held for good.
+    # allow without an outcome and its budget reservation (the model call's cost) held for good.
     made = _make_team(tmp_path)
     try:
         agent = create_gated_agent(
@@ -67,17 +67,24 @@ async def test_cancelling_a_run_while_its_call_is_being_decided_settles_the_deci
             model=ScriptedChatModel(turns=[_calls(("search", {"query": "x"}))]),
             tools=_tools(made),
         )
-        for delay in (0.0, 0.0005, 0.001, 0.002, 0.004, 0.008, 0.016):
-            task = asyncio.create_task(agent.ainvoke(GO, context=made.supervisor))
-            await asyncio.sleep(delay)
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        await asyncio.sleep(0.2)  # a decision that outlived its task finishes on its thread
+        decide, deciding = made.gate.authorize, threading.Event()
+
+        def slow_decision(identity: Any, call: Any, **kwargs: Any) -> Any:
+            deciding.set()
+            time.sleep(0.1)  # the task is cancelled while this decision is being made
+            return decide(identity, call, **kwargs)
+
+        made.gate.authorize = slow_decision  # type: ignore[method-assign]
+        task = asyncio.create_task(agent.ainvoke(GO, context=made.supervisor))
+        await asyncio.to_thread(deciding.wait, 10)
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        await asyncio.sleep(0.3)  # a decision that outlived its task has been recorded by now
         entries = _entries(made.gate)
         allowed = {e.index for e in entries if e.kind == "allow"}
-        settled = {e.ref for e in entries if e.kind == "outcome"}
-        assert allowed and allowed == settled
+        assert [e.resource for e in entries if e.kind == "allow"] == ["model:scripted"]
+        assert allowed == {e.ref for e in entries if e.kind == "outcome"}
         assert _held(made) == []
     finally:
         made.gate.close()
