@@ -29,7 +29,7 @@ from agentgate.audit.proof import verify_bundle
 from agentgate.audit.report import render_report
 from agentgate.cli._common import open_existing_store
 from agentgate.errors import InputError, StoreError, TamperDetected
-from agentgate.keys import load_public_key
+from agentgate.keys import load_public_key, read_regular_file, replace_file
 from agentgate.store import Store
 from agentgate.store.audit import AuditLog, log_origin, open_log_key, previous_log_keys
 
@@ -90,24 +90,37 @@ def _open(args: argparse.Namespace, *, create_key: bool = False) -> tuple[Store,
         raise
 
 
-def _read(path: str) -> str:
+MAX_CHECKPOINT_FILE_BYTES = 1 << 16
+"""The most a saved checkpoint file may hold (a signed note is a few hundred bytes)."""
+
+MAX_BUNDLE_FILE_BYTES = 1 << 20
+"""The most a proof bundle file may hold (``verify_bundle`` refuses larger bundles anyway)."""
+
+
+def _read(path: str, limit: int, what: str) -> str:
+    """The text of the regular file ``path``, at most ``limit`` bytes: a FIFO, device or directory
+    is refused at once, a larger file after reading ``limit + 1`` bytes. Raises ``InputError``."""
+    data, _ = read_regular_file(path, limit, what)
     try:
-        return Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"{path}: cannot read: {exc}") from exc
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise InputError(f"{path}: cannot read {what}: not UTF-8 text") from None
 
 
 def _write(path: str, text: str) -> None:
+    """Write ``text`` to a new file beside ``path`` and rename it into place (``replace_file``):
+    never a partly written file, and a symbolic link, directory, FIFO or device at ``path`` is
+    refused, neither followed nor replaced. Raises ``InputError``."""
     try:
-        Path(path).write_text(text, encoding="utf-8")
+        replace_file(Path(path), text.encode("utf-8"), 0o644)
     except OSError as exc:
-        raise InputError(f"{path}: cannot write: {exc.strerror}") from exc
+        raise InputError(f"{path}: cannot write: {exc.strerror or exc}") from None
 
 
 def _verify(args: argparse.Namespace) -> int:
     saved = None
     if args.checkpoint:
-        saved = _read(args.checkpoint)
+        saved = _read(args.checkpoint, MAX_CHECKPOINT_FILE_BYTES, "checkpoint")
         try:
             Checkpoint.parse(saved.partition("\n\n")[0] + "\n")
         except TamperDetected as exc:
@@ -241,7 +254,7 @@ def _prove(args: argparse.Namespace) -> int:
 
 
 def _verify_proof(args: argparse.Namespace) -> int:
-    text = _read(args.file)
+    text = _read(args.file, MAX_BUNDLE_FILE_BYTES, "proof bundle")
     key = load_public_key(args.key)
     try:
         entry, checkpoint = verify_bundle(text, key, args.origin)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import logging
 import sys
 from collections.abc import Callable, Sequence
 
@@ -47,18 +48,32 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    handler: Handler = args.handler
+    """Run one command; returns its exit code. Ctrl-C at any point after this is entered (while
+    the verb groups load, while parsing, in a handler) is one line on stderr and exit 130."""
+    _quiet_library_logs()
     try:
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        handler: Handler = args.handler
         return handler(args)
     except AgentGateError as exc:
         sys.stderr.write(f"agentgate: error: {_one_line(str(exc))}\n")
         return 2
     except KeyboardInterrupt:
+        sys.stderr.write("agentgate: interrupted\n")
         return 130
     except BrokenPipeError:
         return 0
+
+
+def _quiet_library_logs() -> None:
+    """Keep libraries' log records off stderr, whose contract is one ``agentgate: error:`` line.
+
+    With no handler configured, Python prints warnings through its last-resort handler: psycopg's
+    pool wrote one line per failed connection attempt before the command's own error. A handler
+    that drops them stops that; a program that configures logging itself keeps its own handlers.
+    """
+    logging.getLogger("psycopg").addHandler(logging.NullHandler())
 
 
 def _one_line(text: str) -> str:

@@ -13,10 +13,13 @@ from pathlib import Path
 from typing import Any
 
 from agentgate.capabilities import Call
-from agentgate.cli._common import json_object
+from agentgate.cli._common import json_object, load_policy_file
 from agentgate.errors import CapabilityError, InputError, PolicyError
 from agentgate.findings import Severity
-from agentgate.policy import Outcome, PolicyIndex, explain, json_schema_text, lint, load_policy
+from agentgate.keys import replace_file
+from agentgate.policy import Outcome, Policy, PolicyIndex, explain, json_schema_text, lint
+from agentgate.policy._index import PolicyDecision
+from agentgate.policy._load import describe_constraint
 
 
 def register(subparsers: Any) -> None:
@@ -44,7 +47,7 @@ def register(subparsers: Any) -> None:
 
 def _lint(args: argparse.Namespace) -> int:
     try:
-        policy = load_policy(args.file)
+        policy = load_policy_file(args.file)
     except PolicyError as exc:
         if args.json:
             print(json.dumps({"file": args.file, "valid": False, "error": _error_dict(exc), "findings": []}))
@@ -82,39 +85,61 @@ def _error_dict(exc: PolicyError) -> dict[str, Any]:
 
 
 def _explain(args: argparse.Namespace) -> int:
-    policy = load_policy(args.file)
+    policy = load_policy_file(args.file)
     call_args = json_object(args.args)
     try:
         call = Call.tool(args.tool, call_args)
     except CapabilityError as exc:
-        print(f"DENY: {exc}")
+        if args.json:
+            refused = PolicyDecision(Outcome.DENY, None, f"tool:{args.tool}", reasons=(str(exc),))
+            print(json.dumps(_explain_json(policy, refused)))
+        else:
+            print(f"DENY: {exc}")
         return 1
     decision, text = explain(PolicyIndex(policy), args.principal, call)
     if args.json:
-        print(
-            json.dumps(
-                {
-                    "decision": decision.outcome.value,
-                    "principal": decision.principal,
-                    "resource": decision.resource,
-                    "role": decision.role,
-                    "rule": str(decision.rule) if decision.rule else None,
-                    "approval": decision.approval.gate if decision.approval else None,
-                    "quotas": [q.name for q in decision.quotas],
-                    "reasons": list(decision.reasons),
-                }
-            )
-        )
+        print(json.dumps(_explain_json(policy, decision)))
     else:
         print(text)
     return {Outcome.ALLOW: 0, Outcome.DENY: 1, Outcome.APPROVAL_REQUIRED: 3}[decision.outcome]
 
 
+def _explain_json(policy: Policy, decision: PolicyDecision) -> dict[str, Any]:
+    """Every fact the text of ``policy explain`` shows, as JSON: the roles held, the rule and the
+    constraints it checked, the budget, each quota with its limit, the approval gate with its
+    approvers, quorum and expiry, and the reasons."""
+    rule = decision.rule
+    approval = decision.approval
+    return {
+        "decision": decision.outcome.value,
+        "principal": decision.principal,
+        "resource": decision.resource,
+        "roles_held": list(policy.principal_roles(decision.principal)) if decision.principal else [],
+        "role": decision.role,
+        "held_role": decision.held_role,
+        "rule": str(rule) if rule else None,
+        "constraints": [describe_constraint(a, c) for a, c in rule.capability.constraints] if rule else [],
+        "budget": (
+            {"limit": decision.budget.limit, "unit": decision.budget.unit} if decision.budget else None
+        ),
+        "approval": approval.gate if approval else None,
+        "approvers": list(approval.approvers) if approval else [],
+        "quorum": approval.quorum if approval else None,
+        "approval_expiry_s": approval.expiry_s if approval else None,
+        "quotas": [q.name for q in decision.quotas],
+        "quota_limits": [
+            {"name": q.name, "subject": q.subject, "limit": q.limit, "unit": q.unit, "window_s": q.window_s}
+            for q in decision.quotas
+        ],
+        "reasons": list(decision.reasons),
+    }
+
+
 def _schema(args: argparse.Namespace) -> int:
     text = json_schema_text()
     if args.output:
-        try:
-            Path(args.output).write_text(text, encoding="utf-8")
+        try:  # whole or not at all, never through a symbolic link or into a FIFO
+            replace_file(Path(args.output), text.encode("utf-8"), 0o644)
         except OSError as exc:
             raise InputError(f"{args.output}: cannot write the schema: {exc.strerror or exc}") from None
     else:

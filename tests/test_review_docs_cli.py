@@ -1,0 +1,225 @@
+"""Review R1: the command line as a contract, and the docs that describe it.
+
+Every file a command is given is read the way docs/cli.md promises (a regular file of a sane size;
+a FIFO, device or directory is refused at once, exit 2, one line), files written with ``--out``
+are never half written and never followed through a symbolic link, ``--json`` output is complete
+and parseable, stderr carries only agentgate's own line, and the examples the docs show run.
+Real components: the ``agentgate`` entry point (in process, or in a subprocess where a hang or
+stderr matters), real files, a real SQLite store.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from agentgate.cli.main import main
+from agentgate.keys import SigningKey, save_key
+
+ROOT = Path(__file__).resolve().parents[1]
+POLICIES = ROOT / "policies"
+SUPPORT = str(POLICIES / "support.yaml")
+INVENTORY = str(POLICIES / "inventory.yaml")
+
+
+@pytest.fixture
+def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A SQLite store with one audit entry and its log key, as ``AGENTGATE_STORE``."""
+    path = tmp_path / "store.db"
+    monkeypatch.setenv("AGENTGATE_STORE", str(path))
+    monkeypatch.delenv("AGENTGATE_LOG_KEY", raising=False)
+    from agentgate.store import open_store
+    from agentgate.store.audit import AuditLog, log_origin, open_log_key
+
+    with open_store(str(path)) as opened:
+        log = AuditLog(opened, open_log_key(opened, create=True), log_origin())
+        log.append({"kind": "deny", "principal": "did:key:z6Mk-test", "reasons": ["test"]})
+    return path
+
+
+def _one_error_line(err: str, needle: str) -> None:
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("agentgate: error: ") and needle in lines[0], err
+    assert "Traceback" not in err
+
+
+# --- files given to a command: a device or a FIFO is refused at once ------------------------
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["policy", "lint", "{f}"],
+        ["policy", "explain", "{f}", "--as", "support-agent", "--tool", "tickets.read"],
+        ["grant", "issue", "--issuer", "{k}", "--to", "{d}", "--policy", "{f}", "--role", "r"],
+        ["broker", "inventory", "--inventory", "{f}"],
+        ["serve", "--policy", "{f}", "--inventory", INVENTORY, "--port", "1"],
+        ["serve", "--policy", SUPPORT, "--inventory", "{f}", "--port", "1"],
+        ["audit", "verify", "--checkpoint", "{f}"],
+        ["audit", "verify-proof", "{f}", "--key", "{d}"],
+    ],
+    ids=["lint", "explain", "issue", "broker", "serve-policy", "serve-inventory", "verify", "verify-proof"],
+)
+def test_a_device_in_place_of_a_file_is_refused_unread(
+    argv: list[str], store: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # /dev/null read as a file is empty, /dev/zero never ends: both must be refused unread.
+    key = SigningKey.generate()
+    save_key(key, tmp_path, "issuer")
+    fill = {"f": "/dev/null", "k": str(tmp_path / "issuer.key"), "d": key.did}
+    assert main([a.format(**fill) for a in argv]) == 2
+    _one_error_line(capsys.readouterr().err, "/dev/null: cannot read")
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["policy", "lint", "{f}"],
+        ["broker", "inventory", "--inventory", "{f}"],
+        ["audit", "verify", "--checkpoint", "{f}"],
+        ["audit", "verify-proof", "{f}", "--key", "{d}"],
+    ],
+    ids=["lint", "broker", "verify", "verify-proof"],
+)
+def test_a_fifo_in_place_of_a_file_is_refused_not_waited_on(
+    argv: list[str], store: Path, tmp_path: Path
+) -> None:
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    fill = {"f": str(fifo), "d": SigningKey.generate().did}
+    done = subprocess.run(
+        [sys.executable, "-m", "agentgate.cli.main", *[a.format(**fill) for a in argv]],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "AGENTGATE_STORE": str(store)},
+    )
+    assert done.returncode == 2
+    _one_error_line(done.stderr, "not a regular file")
+
+
+def test_policy_lint_json_reports_an_unreadable_file_as_json(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["policy", "lint", "/dev/null", "--json"]) == 2
+    report = json.loads(capsys.readouterr().out)
+    assert report["valid"] is False and "not a regular file" in report["error"]["message"]
+    assert report["error"]["file"] == "/dev/null"
+
+
+def test_an_oversized_policy_is_refused_without_reading_it_whole(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    big = tmp_path / "big.yaml"
+    with big.open("wb") as out:
+        out.truncate(64 * 1024 * 1024)  # sparse: nothing to read, but larger than any policy
+    assert main(["policy", "lint", str(big)]) == 2
+    _one_error_line(capsys.readouterr().err, "cannot read policy: larger than")
+
+
+# --- files written with --out: whole or not at all, never through a symbolic link -------------
+
+
+@pytest.mark.parametrize("verb", ["checkpoint", "report"])
+def test_audit_out_does_not_write_through_a_symbolic_link(
+    verb: str, store: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    target = tmp_path / "precious.txt"
+    target.write_text("keep me\n")
+    link = tmp_path / "out.txt"
+    link.symlink_to(target)
+    assert main(["audit", verb, "--out", str(link)]) == 2
+    _one_error_line(capsys.readouterr().err, "a symbolic link is there")
+    assert target.read_text() == "keep me\n"
+    assert link.is_symlink()
+
+
+def test_audit_out_replaces_a_regular_file_whole(
+    store: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "cp.txt"
+    out.write_text("x" * 100_000)
+    assert main(["audit", "checkpoint", "--out", str(out)]) == 0
+    note = out.read_text()
+    assert note == capsys.readouterr().out.split("verifier key:")[0]
+    assert main(["audit", "verify", "--checkpoint", str(out)]) == 0
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".agentgate-")]
+
+
+def test_audit_out_to_a_fifo_is_refused_not_blocked_on(store: Path, tmp_path: Path) -> None:
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    done = subprocess.run(
+        [sys.executable, "-m", "agentgate.cli.main", "audit", "report", "--out", str(fifo)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "AGENTGATE_STORE": str(store)},
+    )
+    assert done.returncode == 2
+    _one_error_line(done.stderr, "not a regular file is there")
+
+
+# --- --json is complete and parseable ---------------------------------------------------------
+
+
+def test_policy_explain_json_holds_every_fact_the_text_shows(capsys: pytest.CaptureFixture[str]) -> None:
+    args = '{"order_id": "O1", "amount": 800, "currency": "EUR"}'
+    cmd = ["policy", "explain", SUPPORT, "--as", "support-agent", "--tool", "payments.refund", "--args", args]
+    assert main([*cmd, "--json"]) == 3
+    out = json.loads(capsys.readouterr().out)
+    assert out["decision"] == "approval_required"
+    assert out["roles_held"] == ["support-agent"] and out["held_role"] == "support-agent"
+    assert out["constraints"] == ["amount <= 2000 and amount > 0", "currency in [EUR, USD]"]
+    assert out["budget"] == {"limit": 50000000, "unit": "usd_micros"}
+    assert out["approval"] == "large-refund" and out["approvers"] == ["alice", "bob"]
+    assert out["quorum"] == 1 and out["approval_expiry_s"] == 900
+    assert {"name": "agent-refunds-per-hour", "subject": "principal:support-agent", "limit": 20,
+            "unit": "calls", "window_s": 3600} in out["quota_limits"]  # fmt: skip
+    assert main(cmd) == 3
+    text = capsys.readouterr().out
+    assert "50000000 usd_micros" in text and "20 calls per 3600s" in text
+
+
+def test_policy_explain_json_of_a_non_canonical_tool_is_json(capsys: pytest.CaptureFixture[str]) -> None:
+    cmd = ["policy", "explain", SUPPORT, "--as", "support-agent", "--tool", "Payments.Refund", "--json"]
+    assert main(cmd) == 1
+    out = json.loads(capsys.readouterr().out)
+    assert out["decision"] == "deny" and "not canonical" in out["reasons"][0]
+    assert out["resource"] == "tool:Payments.Refund"
+
+
+# --- stderr is agentgate's one line -----------------------------------------------------------
+
+
+def test_library_warnings_do_not_reach_stderr(tmp_path: Path) -> None:
+    # psycopg's pool logs each failed connection attempt as a warning; with no handler set up,
+    # Python printed them before the command's own one-line error.
+    script = (
+        "import logging, sys\n"
+        "from agentgate.cli.main import main\n"
+        f"code = main(['policy', 'schema', '-o', {str(tmp_path / 's.json')!r}])\n"
+        "logging.getLogger('psycopg.pool').warning(\"error connecting in 'pool-1'\")\n"
+        "sys.exit(code)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0
+    assert done.stderr == ""
+
+
+def test_policy_schema_out_does_not_write_through_a_symbolic_link(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    target = tmp_path / "precious.txt"
+    target.write_text("keep me\n")
+    link = tmp_path / "schema.json"
+    link.symlink_to(target)
+    assert main(["policy", "schema", "-o", str(link)]) == 2
+    _one_error_line(capsys.readouterr().err, "cannot write the schema")
+    assert target.read_text() == "keep me\n"
