@@ -552,3 +552,32 @@ def test_a_role_that_may_only_read_and_write_the_tables_can_start_every_store(po
         assert repo.revoke("root", now=1)
         assert repo.consume_nonce("did:key:zAlice", "n2", 2**40, ["root"]) == "revoked"
         repo.close()
+
+
+def test_rows_swapped_after_the_last_checkpoint_are_named_and_never_signed(shared: Store) -> None:
+    """Two rows swapped (entries and leaf hashes moved together) after the last checkpoint:
+    verify said intact, and the next checkpoint signed them. Each entry carries its index."""
+    from agentgate.errors import TamperDetected
+
+    log = AuditLog(shared, SigningKey(SEED), origin=ORIGIN)
+    for i in range(8):
+        log.append({"kind": "allow", "principal": "did:key:zAlice", "budget_delta": i})
+    log.checkpoint()
+    for i in range(8, 12):
+        log.append({"kind": "deny" if i == 10 else "allow", "principal": "did:key:zAlice", "budget_delta": i})
+    assert log.verify().ok
+    _strip_constraints(
+        shared,
+        "UPDATE audit_log SET idx = -1 WHERE idx = 9",
+        "UPDATE audit_log SET idx = 9 WHERE idx = 10",
+        "UPDATE audit_log SET idx = 10 WHERE idx = -1",
+    )
+    report = log.verify()
+    assert report.first_bad_index == 9
+    assert report.problems == (
+        "entry 9: holds the entry of index 10 (rows moved, inserted or reordered)",
+        "entry 10: holds the entry of index 9 (rows moved, inserted or reordered)",
+    )
+    with pytest.raises(TamperDetected, match="entry 9 does not carry its own index"):
+        log.checkpoint()
+    assert len(log.checkpoints()) == 1

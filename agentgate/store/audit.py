@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import orjson
 import psycopg
 
 from agentgate.audit.entry import AuditEntry, encode_entry, utc_now
@@ -208,6 +209,16 @@ def _bytes(value: object) -> bytes:
     return b"" if value is None else bytes(value)  # type: ignore[call-overload]
 
 
+def _index_of(data: bytes) -> int | None:
+    """The ``index`` field an entry's bytes carry, or ``None`` if they are not an entry object."""
+    try:
+        fields = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return None
+    index = fields.get("index") if isinstance(fields, dict) else None
+    return index if isinstance(index, int) and not isinstance(index, bool) else None
+
+
 def _execute(tx: Transaction, sql: str, params: Sequence[Any] = ()) -> list[Row]:
     try:
         return tx.execute(sql, params)
@@ -337,8 +348,8 @@ class AuditLog:
         """Sign and store a checkpoint of the whole log; returns the signed note.
 
         Refuses (``TamperDetected``) to sign a log whose prefix no longer matches the latest
-        checkpoint, or whose newer entries do not match their stored leaf hashes, so a tampered
-        log is never laundered by a fresh signature.
+        checkpoint, or whose newer entries do not match their stored leaf hashes or do not carry
+        their own index (rows swapped), so a tampered log is never laundered by a fresh signature.
         """
         latest = self._latest_checkpoint_row()
         prev_size, prev_root = 0, b""
@@ -354,6 +365,8 @@ class AuditLog:
                 raise TamperDetected(f"audit log: entry {len(leaves)} is missing")
             if data is not None and leaf_hash(data) != stored:
                 raise TamperDetected(f"audit log: entry {idx} does not match its leaf hash")
+            if data is not None and _index_of(data) != idx:  # rows swapped or moved, hashes and all
+                raise TamperDetected(f"audit log: entry {idx} does not carry its own index")
             leaves.append(stored)
         if len(leaves) < prev_size:
             raise TamperDetected(f"audit log: has {len(leaves)} entries, the last checkpoint had {prev_size}")
@@ -477,6 +490,7 @@ class AuditLog:
         """Recompute the tree from the entries' bytes and check everything that can be checked.
 
         Checks: indexes run from 0 without gaps; each entry's bytes match its stored leaf hash;
+        each entry that no checkpoint covers carries its own index;
         every stored checkpoint is signed by the log key, and no two disagree about one size; the
         recomputed root at each checkpoint's size equals its root; no checkpoint is larger than
         the log (deleted entries, or a database restored from an older copy); and the log is
@@ -504,6 +518,7 @@ class AuditLog:
         acc = RootAccumulator()
         last_good = 0
         sizes = sorted(expected)
+        uncovered = sizes[-1] if sizes else 0
         for rows in self._batches():
             first, count = acc.size, len(rows)
             if rows[0][0] != first or rows[-1][0] != first + count - 1:  # ordered and unique: a gap inside
@@ -513,6 +528,7 @@ class AuditLog:
                 rows = rows[:gap]
             computed = [_sha256(b"\x00" + row[1]).digest() for row in rows]
             stored = [row[2] for row in rows]
+            edited = set()
             if computed != stored:
                 for k, (c, h) in enumerate(zip(computed, stored, strict=True)):
                     if c != h:
@@ -520,6 +536,15 @@ class AuditLog:
                             f"entry {first + k}: bytes do not match the stored leaf hash (entry edited)"
                         )
                         bad.append(first + k)
+                        edited.add(k)
+            # Entries no stored checkpoint covers: only their own index field can show that rows
+            # were swapped or moved (with their leaf hashes), so it is read for each of them.
+            for k in range(max(0, uncovered - first), len(rows)):
+                carried = _index_of(rows[k][1])
+                if k not in edited and carried != first + k:
+                    what = "is not an entry" if carried is None else f"holds the entry of index {carried}"
+                    problems.append(f"entry {first + k}: {what} (rows moved, inserted or reordered)")
+                    bad.append(first + k)
             # Feed the tree in segments that end at checkpoint sizes, checking each root on the way.
             position = 0
             while position < len(computed):
