@@ -8,13 +8,18 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from agentgate.authority import ChainCache, GrantRepository, Invocation, decide, issue
+from agentgate.authority._invocation import INVOCATION_CONTEXT
 from agentgate.capabilities import Call, Constraint, covers
+from agentgate.keys import SigningKey
 from agentgate.policy import Outcome, PolicyIndex, parse_policy
+from agentgate.store import SQLiteStore
 
 # --- the policy index against a naive reading of the YAML -------------------------------------
 
@@ -307,3 +312,42 @@ def test_the_index_agrees_with_a_naive_reading_of_the_yaml(
         assert decision.outcome is _reference(doc, principal, call), (principal, call, decision.reasons)
         if decision.outcome is not Outcome.DENY:
             assert decision.rule is not None and covers(decision.rule.capability, call)
+
+
+# --- authority: invocations and grants at their edges --------------------------------------------
+
+NOW = 1_800_000_000
+ROOT, ALICE, BOB, CAROL = (SigningKey(bytes([i]) * 32) for i in range(41, 45))
+PAY = Call.tool("pay", {})
+
+
+def _resigned(inv: Invocation, key: SigningKey, **fields: Any) -> Invocation:
+    """``inv`` with ``fields`` changed and signed again by ``key`` (what its holder could do)."""
+    edited = replace(inv, **fields)
+    return replace(edited, signature=key.sign(INVOCATION_CONTEXT + edited.payload))
+
+
+def test_an_invocation_that_claims_to_live_longer_than_300_s_is_denied(sqlite_store: SQLiteStore) -> None:
+    """``decide`` took a hand-built invocation valid for 10**6 s (the wire form refuses it). As the
+    1,024th nonce recorded, its expiry set the store's prune cut-off an hour before it, which
+    deleted every live nonce: a captured invocation of another agent could then be replayed."""
+    repo = GrantRepository(sqlite_store)
+    cache = ChainCache()
+    for_alice = issue(ROOT, ALICE.did, ["tool:pay"], ttl=10**7, now=NOW)
+    for_bob = issue(ROOT, BOB.did, ["tool:pay"], ttl=10**7, now=NOW)
+    captured = Invocation.sign(ALICE, for_alice, PAY, now=NOW)
+    assert decide(captured, repo=repo, trusted=ROOT.public, now=NOW, cache=cache).allowed
+    for _ in range(1022):
+        inv = Invocation.sign(BOB, for_bob, PAY, now=NOW)
+        assert decide(inv, repo=repo, trusted=ROOT.public, now=NOW, cache=cache).allowed
+    long_lived = _resigned(Invocation.sign(BOB, for_bob, PAY, now=NOW), BOB, expires=NOW + 10**6)
+    refused = decide(long_lived, repo=repo, trusted=ROOT.public, now=NOW, cache=cache)
+    assert refused.outcome is Outcome.DENY and refused.findings[0].code == "invocation_lifetime"
+    replay = decide(captured, repo=repo, trusted=ROOT.public, now=NOW + 5, cache=cache)
+    assert replay.outcome is Outcome.DENY and replay.findings[0].code == "replayed_invocation"
+    # Exactly 300 s is allowed; 301 s, or an expiry not after the signing time, is not.
+    edge = _resigned(Invocation.sign(BOB, for_bob, PAY, now=NOW), BOB, expires=NOW + 300)
+    assert decide(edge, repo=repo, trusted=ROOT.public, now=NOW, cache=cache).allowed
+    for expires in (NOW + 301, NOW):
+        bad = _resigned(Invocation.sign(BOB, for_bob, PAY, now=NOW), BOB, expires=expires)
+        assert not decide(bad, repo=repo, trusted=ROOT.public, now=NOW - 1, cache=cache).allowed

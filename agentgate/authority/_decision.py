@@ -30,7 +30,12 @@ from agentgate.authority._grant import (
     time_finding,
     verify_signature,
 )
-from agentgate.authority._invocation import INVOCATION_CONTEXT, Invocation, args_digest
+from agentgate.authority._invocation import (
+    INVOCATION_CONTEXT,
+    MAX_INVOCATION_TTL,
+    Invocation,
+    args_digest,
+)
 from agentgate.capabilities import (
     Call,
     Capability,
@@ -377,6 +382,20 @@ def _decide(
                 _SCOPE,
                 "invocation_expired",
                 f"the invocation expired at {inv.expires} (now {t}); sign the call again",
+                tip.id,
+                "expiry",
+            )
+        )
+    if not 0 < inv.expires - inv.issued_at <= MAX_INVOCATION_TTL:
+        # The wire form refuses such an invocation (``Invocation.decode``); one built in Python
+        # must not get further: its nonce would be kept for as long as it claims to live, and the
+        # store prunes nonces relative to the expiry it is given.
+        return deny(
+            _f(
+                _SCOPE,
+                "invocation_lifetime",
+                f"the invocation is valid from {inv.issued_at} to {inv.expires}; an invocation lives "
+                f"1 to {MAX_INVOCATION_TTL} seconds: sign the call again",
                 tip.id,
                 "expiry",
             )
