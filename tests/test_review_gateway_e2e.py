@@ -8,6 +8,7 @@ raw sockets, httpx and the ``openai`` client.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import gzip
 import json
@@ -132,6 +133,8 @@ class _Scripted:
             for i in range(max_tokens):
                 delta = {"index": 0, "delta": {"content": "x"}, "finish_reason": None}
                 yield "data: " + json.dumps({"id": "c", "choices": [delta]}) + "\n\n"
+                if mode == "slow":
+                    await asyncio.sleep(0.1)
                 if mode == "die" and i == 2:
                     return  # the engine is gone: no usage, no [DONE]
             yield "data: " + json.dumps({"id": "c", "choices": [], "usage": usage}) + "\n\n"
@@ -503,3 +506,33 @@ def test_a_compressed_body_is_a_400_that_says_so(env: Env) -> None:
     )
     assert answer.status_code == 400 and "Content-Encoding 'gzip' is not supported" in answer.text
     assert env.backend.bodies == [] and env.kinds() == ["deny"]
+
+
+def test_stopping_the_gateway_does_not_wait_for_ever_on_a_stream_and_settles_it(
+    tmp_path: Path, scripted: _Scripted
+) -> None:
+    # uvicorn waited for every call in flight with no limit: a stream (here 50 s of tokens) held
+    # GatewayServer.stop past its 10 s join, the server thread lived on, and `agentgate serve`
+    # could not stop. Now calls get shutdown_grace_s, then are cancelled and settled.
+    with _gateway(tmp_path, scripted) as env:
+        inventory = inventory_from_mapping(
+            {"backends": [{"name": "scripted", "url": scripted.url, "engine": "vllm", "models": [MODEL]}]}
+        )
+        server = GatewayServer(Gateway(env.gate, inventory), port=0, shutdown_grace_s=1).start()
+        scripted.mode = "slow"
+        body = _body(stream=True, max_tokens=500)
+        headers = invocation_headers(env.agent.key, env.agent.chain, body)
+        with (
+            httpx.Client(timeout=30) as http,
+            http.stream("POST", f"{server.url}/chat/completions", json=body, headers=headers) as answer,
+        ):
+            assert answer.status_code == 200
+            next(line for line in answer.iter_lines() if line.startswith("data: {"))
+            thread = server._thread
+            started = time.monotonic()
+            server.stop()
+            assert thread is not None and not thread.is_alive()
+            assert time.monotonic() - started < 8
+        env.gate.flush()
+        outcomes = [e for e in env.gate.audit.entries() if e.kind == "outcome"]
+        assert [o.status for o in outcomes] == ["error"] and env.spent() == _reserved(body)

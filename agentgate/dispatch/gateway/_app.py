@@ -529,9 +529,15 @@ class _Entry:
 class GatewayServer:
     """Serves a ``Gateway`` with uvicorn, in the foreground (``run``) or a background thread (``start``)."""
 
-    def __init__(self, gateway: Gateway, *, host: str = "127.0.0.1", port: int = 8000) -> None:
+    def __init__(
+        self, gateway: Gateway, *, host: str = "127.0.0.1", port: int = 8000, shutdown_grace_s: int = 10
+    ) -> None:
+        """``shutdown_grace_s``: how long stopping waits for calls in flight (a stream whose caller
+        stopped reading would otherwise hold the shutdown for as long as it lasts); then they are
+        cancelled, and each is settled as a caller that went away (its outcome recorded)."""
         self.gateway = gateway
         self.host = host
+        self.shutdown_grace_s = shutdown_grace_s
         config = uvicorn.Config(
             gateway.app,
             host=host,
@@ -542,6 +548,7 @@ class GatewayServer:
             # Request heads are bounded in size and time (a chain token, in a header, may be up
             # to 32 KiB: docs/token-format.md); uvicorn's own httptools protocol bounds neither.
             http=BoundedHttpToolsProtocol,
+            timeout_graceful_shutdown=shutdown_grace_s,
         )
         self.server = uvicorn.Server(config)
         self.port = port
@@ -574,8 +581,8 @@ class GatewayServer:
         return self
 
     def stop(self) -> None:
-        """Stop serving and wait for the thread."""
+        """Stop serving and wait for the thread (calls in flight: at most ``shutdown_grace_s``)."""
         self.server.should_exit = True
         if self._thread is not None:
-            self._thread.join(timeout=10)
+            self._thread.join(timeout=self.shutdown_grace_s + 10)
             self._thread = None
