@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import operator
 from dataclasses import replace
 from typing import Any
 
@@ -16,9 +17,19 @@ from hypothesis import strategies as st
 
 from agentgate.authority import ChainCache, GrantRepository, Invocation, decide, issue
 from agentgate.authority._invocation import INVOCATION_CONTEXT
-from agentgate.capabilities import Call, Constraint, covers
+from agentgate.capabilities import (
+    Call,
+    Capability,
+    Constraint,
+    attenuates,
+    capability_from_canonical,
+    covers,
+    witness,
+)
 from agentgate.keys import SigningKey
 from agentgate.policy import Outcome, PolicyIndex, parse_policy
+from agentgate.policy._index import _compile, _passes
+from agentgate.policy._load import RuleRef
 from agentgate.store import SQLiteStore
 
 # --- the policy index against a naive reading of the YAML -------------------------------------
@@ -351,3 +362,120 @@ def test_an_invocation_that_claims_to_live_longer_than_300_s_is_denied(sqlite_st
     for expires in (NOW + 301, NOW):
         bad = _resigned(Invocation.sign(BOB, for_bob, PAY, now=NOW), BOB, expires=expires)
         assert not decide(bad, repo=repo, trusted=ROOT.public, now=NOW - 1, cache=cache).allowed
+
+
+# --- the capability algebra at its edges -------------------------------------------------------------
+
+_EDGE_NUMBERS = st.one_of(
+    st.integers(-3, 3),
+    st.sampled_from([2**53 - 1, 2**53, 2**53 + 1, 2**63 - 1, -(2**63) + 1]),
+    st.sampled_from(
+        [-0.0, 0.5, float(2**53), 9.2e18, 1e308, 5e-324, math.nextafter(5, 6), 4.999999999999999]
+    ),
+    st.floats(allow_nan=False, allow_infinity=False),
+)
+# NFC and NFD spellings of the same letter, case pairs, a NUL: prefixes compare code points exactly.
+_EDGE_STRINGS = st.sampled_from(
+    ["", "a", "A", "ab", "\u00e9", "e\u0301", "\u00e9x", "e\u0301x", "e", "\u00df", "SS", "\x00"]
+)
+_EDGE_SCALARS = st.one_of(_EDGE_NUMBERS, _EDGE_STRINGS, st.booleans())
+
+
+@st.composite
+def _edge_spec(draw: st.DrawFn) -> dict[str, Any]:
+    spec: dict[str, Any] = {}
+    for op in draw(
+        st.sets(st.sampled_from(["eq", "in", "lt", "le", "gt", "ge", "prefix"]), min_size=1, max_size=4)
+    ):
+        if op == "eq":
+            spec[op] = draw(_EDGE_SCALARS)
+        elif op == "in":
+            spec[op] = draw(st.lists(_EDGE_SCALARS, min_size=1, max_size=4))
+        elif op == "prefix":
+            spec[op] = draw(_EDGE_STRINGS)
+        else:
+            spec[op] = draw(_EDGE_NUMBERS)
+    return spec
+
+
+_EDGE_PATTERNS = [
+    "tool:*", "tool:search.*", "tool:search", "tool:search.x", "tool:search.x.y", "tool:search.x.*",
+    "tool:searchx", "model:*", "model:llama.*", "model:llama", "gpu:*", "gpu:h100",
+]  # fmt: skip
+_EDGE_RESOURCES = [
+    "tool:search", "tool:search.x", "tool:search.x.y", "tool:searchx", "tool:search.z",
+    "model:llama", "model:llama.3", "gpu:h100", "gpu:a100",
+]  # fmt: skip
+
+
+@st.composite
+def _edge_capability(draw: st.DrawFn) -> Capability:
+    return Capability.of(
+        draw(st.sampled_from(_EDGE_PATTERNS)),
+        draw(st.sampled_from(["invoke", "*", "generate"])),
+        draw(st.dictionaries(st.sampled_from(["a", "b", "a.b"]), _edge_spec(), max_size=2)),
+    )
+
+
+@st.composite
+def _edge_call(draw: st.DrawFn) -> Call:
+    return Call(
+        draw(st.sampled_from(_EDGE_RESOURCES)),
+        draw(st.sampled_from(["invoke", "generate", "read"])),
+        draw(st.dictionaries(st.sampled_from(["a", "b", "a.b"]), _EDGE_SCALARS, max_size=3)),
+    )
+
+
+@settings(max_examples=200, deadline=None)
+@given(parent=_edge_capability(), child=_edge_capability(), calls=st.lists(_edge_call(), max_size=6))
+def test_no_attenuating_child_covers_a_call_its_parent_refuses(
+    parent: Capability, child: Capability, calls: list[Call]
+) -> None:
+    """Integers beyond 2**53, negative zero, subnormals, NFC/NFD and case in prefixes, wildcards
+    one and two segments deep: a child that attenuates never covers more (no scope creep), and
+    when it does not attenuate the witness is a real counterexample."""
+    attenuated = attenuates(parent, child)
+    for call in calls:
+        if attenuated and covers(child, call):
+            assert covers(parent, call), (parent, child, call)
+    found = witness(parent, child)
+    if found is not None:
+        assert not attenuated and covers(child, found) and not covers(parent, found)
+    elif not attenuated:  # only a child that no number can satisfy (see ``witness``)
+        assert any(c.one_of is None and c.eq is None and c.prefix is None for _, c in child.constraints)
+
+
+@settings(max_examples=200, deadline=None)
+@given(spec=_edge_spec(), values=st.lists(_EDGE_SCALARS, min_size=1, max_size=6))
+def test_normal_forms_the_index_and_the_token_fast_path_agree_with_the_operators(
+    spec: dict[str, Any], values: list[object]
+) -> None:
+    """One constraint read four ways: operator by operator (exact, no float rounding), through its
+    normal form, through the policy index's compiled check, and rebuilt from its token form."""
+    constraint = Constraint.of(spec)
+    capability = Capability.of("tool:x", "invoke", {"a": spec})
+    compiled = _compile(RuleRef("r", 0, capability))
+    token_form = capability_from_canonical(capability.to_dict())
+    for value in values:
+        expected = _direct(spec, value)
+        assert constraint.allows(value) == expected, (spec, value)
+        assert _passes(compiled, {"a": value}) == expected, (spec, value)
+        if token_form is not None:
+            assert covers(token_form, Call("tool:x", "invoke", {"a": value})) == expected
+
+
+def _direct(spec: dict[str, Any], value: object) -> bool:
+    number = type(value) in (int, float)
+    ops = {"lt": operator.lt, "le": operator.le, "gt": operator.gt, "ge": operator.ge}
+    for op, bound in spec.items():
+        if op == "eq":
+            ok = _same(value, bound)
+        elif op == "in":
+            ok = any(_same(value, v) for v in bound)
+        elif op == "prefix":
+            ok = isinstance(value, str) and value.startswith(bound)
+        else:
+            ok = number and ops[op](value, bound)
+        if not ok:
+            return False
+    return True
