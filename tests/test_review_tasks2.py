@@ -18,6 +18,7 @@ import asyncio
 import datetime
 import gc
 import random
+import sqlite3
 import threading
 import time
 import weakref
@@ -26,6 +27,7 @@ import pytest
 
 from agentgate.errors import CircuitOpen, DeadlineExceeded, InputError, Overloaded
 from agentgate.store._base import Store
+from agentgate.store._sqlite import SQLiteStore
 from agentgate.tasks import (
     Attempt,
     BreakerPolicy,
@@ -352,3 +354,40 @@ def test_a_dropped_scheduler_with_a_store_stops_its_lease_heartbeat_thread(sqlit
         _wait_until(lambda: heartbeats() == before, "the heartbeat threads of dropped schedulers stopped")
     finally:
         limits.close()
+
+
+# --- a cross-process slot taken for a cancelled call is given back --------------------------------------
+
+
+async def test_a_lease_taken_after_its_caller_was_cancelled_is_given_back(sqlite_store: SQLiteStore) -> None:
+    """The lease is taken in a worker thread; cancelling the caller while that thread waits for the
+    database used to leave the lease it then took held, and renewed by the heartbeat for ever:
+    one cross-process slot lost per such cancellation."""
+    config = SchedulerConfig(tools={"t": ToolLimits(concurrency=1)})
+    scheduler = Scheduler(config, store=sqlite_store)
+    assert scheduler._leases is not None
+    blocker = sqlite3.connect(sqlite_store.path, isolation_level=None)
+    try:
+
+        async def tool(_attempt: Attempt) -> str:
+            return "ran"
+
+        assert await scheduler.submit(ToolCall("t"), tool) == "ran"  # tables made, nothing held
+        blocker.execute("BEGIN IMMEDIATE")  # the lease's transaction now waits for this writer
+        call = asyncio.ensure_future(scheduler.submit(ToolCall("t"), tool))
+        await asyncio.sleep(0.1)
+        assert not call.done()
+        call.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await call
+        blocker.execute("ROLLBACK")
+        for _ in range(200):
+            await asyncio.sleep(0.01)
+            if scheduler._leases.held() == 0 and not scheduler._leases.rows("tool:t"):
+                break
+        assert scheduler._leases.held() == 0 and scheduler._leases.rows("tool:t") == []
+        # The slot is free for the next call, here or in another process.
+        assert await scheduler.submit(ToolCall("t", deadline=time.time() + 2.0), tool) == "ran"
+    finally:
+        blocker.close()
+        await scheduler.aclose()

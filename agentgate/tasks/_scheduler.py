@@ -542,10 +542,17 @@ class Scheduler:
         assert self._leases is not None
         pause = 0.005
         while True:
+            # The lease is taken in a worker thread, which runs to its end even when this call is
+            # cancelled meanwhile: a lease it takes then is given back, never left held (and
+            # renewed by the heartbeat) with nobody to release it.
+            taking = asyncio.ensure_future(asyncio.to_thread(self._leases.try_acquire, key, limit))
             try:
-                lease = await asyncio.to_thread(self._leases.try_acquire, key, limit)
+                lease = await asyncio.shield(taking)
             except StoreError as exc:
                 raise _GiveUp("store_unavailable", exc) from exc
+            except asyncio.CancelledError:
+                taking.add_done_callback(self._give_back_late)
+                raise
             if lease is not None:
                 return lease
             if deadline is not None and loop.time() + pause >= deadline:
@@ -554,6 +561,25 @@ class Scheduler:
                 )
             await asyncio.sleep(self._rng.uniform(0, pause))
             pause = min(pause * 2, _LEASE_POLL_MAX_S)
+
+    def _give_back_late(self, taking: asyncio.Future[Lease | None]) -> None:
+        """Release the lease a cancelled call's worker thread took after the cancellation."""
+        if taking.cancelled() or taking.exception() is not None or self._leases is None:
+            return
+        lease = taking.result()
+        if lease is not None:
+            task = asyncio.get_running_loop().create_task(
+                asyncio.to_thread(self._leases.release, lease), name=lease.key
+            )
+            self._background.add(task)
+            task.add_done_callback(self._released_late)
+
+    def _released_late(self, task: asyncio.Task[None]) -> None:
+        self._background.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            # Not given back now: it expires within lease_ttl_s once the heartbeat stops renewing
+            # it, which ``LeaseManager.release`` ensures by forgetting it first.
+            self.metrics.tally("lease_not_released", task.get_name())
 
     # --- visibility -----------------------------------------------------------------------------
 
