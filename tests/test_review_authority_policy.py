@@ -26,6 +26,7 @@ from agentgate.capabilities import (
     covers,
     witness,
 )
+from agentgate.gate import Approval, Gate
 from agentgate.keys import SigningKey
 from agentgate.policy import Outcome, PolicyIndex, parse_policy
 from agentgate.policy._index import _compile, _passes
@@ -479,3 +480,30 @@ def _direct(spec: dict[str, Any], value: object) -> bool:
         if not ok:
             return False
     return True
+
+
+def test_through_the_gate_an_approver_of_only_one_of_two_gates_cannot_release_the_call(
+    sqlite_store: SQLiteStore,
+) -> None:
+    """End to end: the Gate takes the combined requirement; finance's signed yes does not release
+    a large refund that the every-payment gate also guards; the auditor, named by both, does."""
+    keys = {n: SigningKey.generate() for n in ("root", "agent", "finance", "compliance", "auditor")}
+    text = (
+        _TWO_GATES.replace(f"did: {_DID}", f'did: "{keys["agent"].did}"')
+        .replace("finance: {kind: human,", f'finance: {{kind: human, did: "{keys["finance"].did}",')
+        .replace("compliance: {kind: human,", f'compliance: {{kind: human, did: "{keys["compliance"].did}",')
+        .replace("auditor: {kind: human,", f'auditor: {{kind: human, did: "{keys["auditor"].did}",')
+        .replace("version: 1\n", f'version: 1\ntrust_anchors: {{root: {{did: "{keys["root"].did}"}}}}\n', 1)
+    )
+    gate = Gate(parse_policy(text), sqlite_store)
+    try:
+        agent = gate.issue(keys["root"], name="agent", key=keys["agent"], role="r")
+        call = Call.tool("payments.refund", {"amount": 5000})
+        payload = gate.authorize(agent, call, call_id="c1").approval_payload()
+        for outsider in ("finance", "compliance"):
+            vote = Approval.sign(payload, keys[outsider])
+            assert not gate.authorize(agent, call, call_id="c1", approval=vote).allowed
+        vote = Approval.sign(payload, keys["auditor"])
+        assert gate.authorize(agent, call, call_id="c1", approval=vote).allowed
+    finally:
+        gate.close()
