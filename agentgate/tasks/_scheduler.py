@@ -531,7 +531,11 @@ class Scheduler:
                 return
             if deadline is not None and loop.time() + wait >= deadline:
                 raise _GiveUp(
-                    "deadline", DeadlineExceeded(f"no {key} rate token across processes before the deadline")
+                    "deadline",
+                    DeadlineExceeded(
+                        f"no {key} rate token across processes before the deadline",
+                        tool=key.removeprefix("tool:"),
+                    ),
                 )
             # Jitter spreads the processes that all wait for the same token.
             await asyncio.sleep(wait * (1.0 + 0.1 * self._rng.random()))
@@ -557,7 +561,11 @@ class Scheduler:
                 return lease
             if deadline is not None and loop.time() + pause >= deadline:
                 raise _GiveUp(
-                    "deadline", DeadlineExceeded(f"no {key} slot free across processes before the deadline")
+                    "deadline",
+                    DeadlineExceeded(
+                        f"no {key} slot free across processes before the deadline",
+                        tool=key.removeprefix("tool:"),
+                    ),
                 )
             await asyncio.sleep(self._rng.uniform(0, pause))
             pause = min(pause * 2, _LEASE_POLL_MAX_S)
