@@ -180,6 +180,9 @@ def test_serve_refuses_an_inventory_with_no_backends(tmp_path: Path) -> None:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         free = str(probe.getsockname()[1])
-    code, lines = _serve(tmp_path, *_POLICY, "--inventory", "/dev/null", "--port", free)
+    # An empty regular file: /dev/null, used before, is now refused as not a regular file.
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("")
+    code, lines = _serve(tmp_path, *_POLICY, "--inventory", str(empty), "--port", free)
     assert (code, len(lines)) == (2, 1), (code, lines)
-    assert "/dev/null" in lines[0] and "no backends" in lines[0]
+    assert str(empty) in lines[0] and "no backends" in lines[0]
