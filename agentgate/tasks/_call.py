@@ -80,10 +80,11 @@ class ToolCall:
     ``tenant`` and ``principal`` (the agent) decide fair sharing and per-tenant / per-principal
     limits. ``priority`` names a ``PriorityClass`` (None: the default class). ``run_id`` and
     ``call_id`` together with the arguments give the idempotency key. ``deadline`` (the
-    invocation's) and ``grant_expires_at`` are absolute times (aware datetimes or Unix seconds):
-    the call's deadline is the earlier of the two. ``authority_chain`` is opaque to the scheduler
+    invocation's) and ``grant_expires_at`` are absolute times (aware datetimes or Unix seconds;
+    anything else, NaN included, raises ``InputError``): the call's deadline is the earlier of the two. ``authority_chain`` is opaque to the scheduler
     (grant hashes, say) and is recorded with a dead letter. ``breaker_key`` overrides the circuit
-    breaker the call counts against (default ``tool:<tool>``; the dispatcher uses ``backend:<name>``).
+    breaker the call counts against (default ``tool:<tool>``; a key such as ``backend:<name>`` shares
+    one breaker among the tools that call one backend).
     ``arguments_digest`` may be given instead of computed from ``arguments``.
     ``key_reaches_tool``: the tool function reads ``Attempt.idempotency_key`` (False when it is
     called without the ``Attempt``, as ``Gate.run``/``arun`` call theirs): a tool that
