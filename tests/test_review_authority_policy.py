@@ -12,6 +12,7 @@ import operator
 from dataclasses import replace
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -30,6 +31,7 @@ from agentgate.gate import Approval, Gate
 from agentgate.keys import SigningKey
 from agentgate.policy import Outcome, PolicyIndex, parse_policy
 from agentgate.policy._index import _compile, _passes
+from agentgate.policy._lint import lint
 from agentgate.policy._load import RuleRef
 from agentgate.store import SQLiteStore
 
@@ -507,3 +509,36 @@ def test_through_the_gate_an_approver_of_only_one_of_two_gates_cannot_release_th
         assert gate.authorize(agent, call, call_id="c1", approval=vote).allowed
     finally:
         gate.close()
+
+
+# --- lint -------------------------------------------------------------------------------------------
+
+_LINT_BASE = """
+version: 1
+tools:
+  t: {args: {n: {type: integer}, x: {type: number}}}
+roles:
+  r: {ttl_s: 60, capabilities: [{resource: "tool:t", constraints: CONSTRAINTS}]}
+"""
+
+
+@pytest.mark.parametrize(
+    ("constraints", "dead"),
+    [
+        ("{n: {gt: 1, lt: 2}}", True),  # reals lie between, no integer does
+        ("{n: {ge: 1.5, le: 1.7}}", True),
+        ("{n: {in: [1.5, 3], lt: 2}}", True),  # the set keeps only 1.5
+        ("{n: {gt: 9007199254740992, lt: 9007199254740993}}", True),  # exact beyond 2**53
+        ("{n: {gt: 1, le: 2}}", False),
+        ("{n: {in: [1.5, 3], gt: 2}}", False),
+        ("{n: {gt: 9007199254740992, lt: 9007199254740994}}", False),
+        ("{x: {gt: 1, lt: 2}}", False),  # a number may be 1.5
+    ],
+)
+def test_lint_finds_an_integer_constraint_no_whole_number_satisfies(constraints: str, dead: bool) -> None:
+    """docs/lint.md: constraint_type_mismatch is a constraint that admits no value of the declared
+    type. For an integer argument only the values listed were checked, never the bounds, so a rule
+    ``{gt: 1, lt: 2}`` on an integer loaded lint-clean and never matched."""
+    policy = parse_policy(_LINT_BASE.replace("CONSTRAINTS", constraints))
+    codes = [f.code for f in lint(policy)]
+    assert ("constraint_type_mismatch" in codes) is dead, codes

@@ -8,10 +8,18 @@ explains every code.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Mapping
 from typing import ClassVar
 
-from agentgate.capabilities import Capability, attenuates, pattern_matches, pattern_within, witness
+from agentgate.capabilities import (
+    Capability,
+    Constraint,
+    attenuates,
+    pattern_matches,
+    pattern_within,
+    witness,
+)
 from agentgate.findings import Finding, FindingKind, Severity
 from agentgate.policy._load import Policy, RuleRef, describe
 
@@ -455,11 +463,7 @@ class ConstraintTypeMismatch(LintRule):
                 for name in _tools_named(rule.capability, tools):
                     for arg, c in rule.capability.constraints:
                         decl = tools[name].args.get(arg)
-                        if (
-                            decl is not None
-                            and not c.is_empty
-                            and not _type_can_satisfy(decl.type, c.to_dict())
-                        ):
+                        if decl is not None and not c.is_empty and not _type_can_satisfy(decl.type, c):
                             yield self.finding(
                                 policy,
                                 f"{rule}: {arg} is a {decl.type} but the constraint {c} admits no {decl.type}",
@@ -467,15 +471,42 @@ class ConstraintTypeMismatch(LintRule):
                             )
 
 
-def _type_can_satisfy(kind: str, ops: dict[str, object]) -> bool:
+def _type_can_satisfy(kind: str, constraint: Constraint) -> bool:
+    """Whether some value of the declared ``kind`` satisfies ``constraint`` (exactly)."""
+    ops = constraint.to_dict()
     numeric = kind in ("integer", "number")
-    if any(op in ops for op in ("lt", "le", "gt", "ge")) and not numeric:
+    bounded = any(op in ops for op in ("lt", "le", "gt", "ge"))
+    if bounded and not numeric:
         return False
     if "prefix" in ops and kind != "string":
         return False
     listed = ops.get("in")
     values: list[object] = [ops["eq"]] if "eq" in ops else list(listed) if isinstance(listed, list) else []
-    return not values or any(_fits(kind, v) for v in values)
+    if values:  # a finite set: one of the values it keeps must be of the type
+        return any(_fits(kind, v) and constraint.allows(v) for v in values)
+    if kind == "integer" and bounded:  # an interval: it must hold a whole number
+        return _least_integer(constraint) <= _greatest_integer(constraint)
+    return True
+
+
+def _least_integer(c: Constraint) -> float:
+    """The least integer the lower bounds admit (``-inf`` when there is none); exact at any size."""
+    candidates: list[float] = [-math.inf]
+    if c.gt is not None:
+        candidates.append(math.floor(c.gt) + 1)
+    if c.ge is not None:
+        candidates.append(math.ceil(c.ge))
+    return max(candidates)
+
+
+def _greatest_integer(c: Constraint) -> float:
+    """The greatest integer the upper bounds admit (``inf`` when there is none); exact at any size."""
+    candidates: list[float] = [math.inf]
+    if c.lt is not None:
+        candidates.append(math.ceil(c.lt) - 1)
+    if c.le is not None:
+        candidates.append(math.floor(c.le))
+    return min(candidates)
 
 
 def _fits(kind: str, value: object) -> bool:
