@@ -223,3 +223,57 @@ def test_policy_schema_out_does_not_write_through_a_symbolic_link(
     assert main(["policy", "schema", "-o", str(link)]) == 2
     _one_error_line(capsys.readouterr().err, "cannot write the schema")
     assert target.read_text() == "keep me\n"
+
+
+# --- docs/cli.md names only verbs and flags the command has -----------------------------------
+
+_CLI_DOC = (ROOT / "docs" / "cli.md").read_text(encoding="utf-8")
+
+
+def _documented_commands() -> list[tuple[str, str | None, set[str]]]:
+    """``(group, verb, flags)`` of every command line docs/cli.md shows in backquotes."""
+    import re
+
+    found = []
+    for text in re.findall(
+        r"`((?:agentgate )?(?:keys|grant|approval|policy|audit|tasks|broker|serve)\b[^`]*)`", _CLI_DOC
+    ):
+        words = text.removeprefix("agentgate ").split()
+        group = words[0]
+        verb = words[1] if len(words) > 1 and re.fullmatch(r"[a-z][a-z-]+", words[1]) else None
+        if group == "serve":
+            verb = None
+        flags = set(re.findall(r"(?<![\w-])(--?[a-z][a-z-]*)", text))
+        found.append((group, verb, flags))
+    return found
+
+
+def _subparser(group: str, verb: str | None) -> object:
+    import argparse
+
+    from agentgate.cli.main import build_parser
+
+    parser = build_parser()
+
+    def child(p: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser:
+        action = next(a for a in p._actions if isinstance(a, argparse._SubParsersAction))
+        return action.choices[name]  # type: ignore[no-any-return]
+
+    p = child(parser, group)
+    return p if verb is None else child(p, verb)
+
+
+def test_every_documented_command_line_exists_with_its_flags() -> None:
+    commands = _documented_commands()
+    assert len(commands) > 30  # the doc's command lines were found
+    missing = []
+    for group, verb, flags in commands:
+        try:
+            parser = _subparser(group, verb)
+        except (KeyError, StopIteration):
+            if verb is not None and group not in {"serve"}:
+                missing.append(f"{group} {verb}")
+            continue
+        known = {s for a in parser._actions for s in a.option_strings}  # type: ignore[attr-defined]
+        missing += [f"{group} {verb or ''} {f}" for f in flags - known]
+    assert not missing, missing
