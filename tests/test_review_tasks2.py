@@ -15,6 +15,7 @@ test_tasks_shared_limits.py) did not reach. Real threads and event loops, no moc
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime
 import gc
 import random
@@ -31,6 +32,8 @@ from agentgate.store._sqlite import SQLiteStore
 from agentgate.tasks import (
     Attempt,
     BreakerPolicy,
+    PriorityClass,
+    RateLimit,
     RetryPolicy,
     Scheduler,
     SchedulerConfig,
@@ -391,3 +394,146 @@ async def test_a_lease_taken_after_its_caller_was_cancelled_is_given_back(sqlite
     finally:
         blocker.close()
         await scheduler.aclose()
+
+
+# --- held up under review: kept as regression guards ----------------------------------------------------
+
+
+async def test_class_and_tenant_weights_hold_together_over_many_calls() -> None:
+    """Two classes of one rank weighted 3:1, three tenants weighted 2:1:1 in each, four slots,
+    calls of three tools finishing out of order: every prefix of the starts while all wait keeps
+    the shares exactly (stride scheduling), here the first 400 of 1,200."""
+    config = SchedulerConfig(
+        max_concurrency=4,
+        tenants={"a": TenantShare(weight=2), "b": TenantShare(weight=1), "c": TenantShare(weight=1)},
+        priority_classes=(PriorityClass("x", 0, 3.0), PriorityClass("y", 0, 1.0)),
+        default_priority="x",
+    )
+    scheduler = Scheduler(config)
+    rng = random.Random(5)
+    order: list[tuple[str | None, str]] = []
+    release = asyncio.Event()
+
+    async def hold(_attempt: Attempt) -> None:
+        await release.wait()
+
+    async def run(attempt: Attempt) -> None:
+        order.append((attempt.call.priority, attempt.call.tenant))
+        await asyncio.sleep(rng.random() * 0.002)
+
+    holders = [asyncio.ensure_future(scheduler.submit(ToolCall("h"), hold)) for _ in range(4)]
+    await asyncio.sleep(0)
+    calls = [
+        asyncio.ensure_future(
+            scheduler.submit(
+                ToolCall(f"t{i % 3}", tenant="abc"[i % 3], principal=f"p{i % 5}", priority="xy"[i % 2]), run
+            )
+        )
+        for i in range(1200)
+    ]
+    await asyncio.sleep(0)
+    release.set()
+    await asyncio.gather(*holders, *calls)
+    await scheduler.aclose()
+    head = order[:400]
+    assert [p for p, _ in head].count("x") == 300
+    for klass, total in (("x", 300), ("y", 100)):
+        tenants = [t for p, t in head if p == klass]
+        assert (tenants.count("a"), tenants.count("b"), tenants.count("c")) == (
+            total // 2,
+            total // 4,
+            total // 4,
+        )
+
+
+def test_cancellations_and_queue_deadlines_from_threads_and_loops_leak_no_slot() -> None:
+    """Sync callers with short deadlines and two event loops cancelling their own queued and
+    running tasks, all on one SharedLimits with tool, rate, principal and global limits: no limit
+    is exceeded and every count is back to zero at the end."""
+    config = SchedulerConfig(
+        max_concurrency=6,
+        principal_concurrency=3,
+        tools={"t": ToolLimits(concurrency=2, rate=RateLimit(500, 2)), "u": ToolLimits(concurrency=3)},
+    )
+    limits = SharedLimits(config)
+    sync = SyncScheduler(limits=limits)
+    guard = threading.Lock()
+    running = {"t": 0, "u": 0}
+    peak = {"t": 0, "u": 0}
+
+    def enter(tool: str) -> None:
+        with guard:
+            running[tool] += 1
+            peak[tool] = max(peak[tool], running[tool])
+
+    def leave(tool: str) -> None:
+        with guard:
+            running[tool] -= 1
+
+    def sync_caller(seed: int) -> None:
+        rng = random.Random(seed)
+        for _ in range(30):
+            tool = rng.choice("tu")
+
+            def fn(_attempt: Attempt, tool: str = tool) -> None:
+                enter(tool)
+                time.sleep(rng.random() * 0.002)
+                leave(tool)
+
+            with contextlib.suppress(DeadlineExceeded):
+                sync.submit(
+                    ToolCall(tool, principal=rng.choice("pq"), deadline=time.time() + rng.random() * 0.05), fn
+                )
+
+    def loop_caller(seed: int) -> None:
+        rng = random.Random(seed)
+        scheduler = Scheduler(limits=limits)
+
+        async def fn(attempt: Attempt) -> None:
+            enter(attempt.call.tool)
+            try:
+                await asyncio.sleep(rng.random() * 0.002)
+            finally:
+                leave(attempt.call.tool)
+
+        async def main() -> None:
+            tasks = [
+                asyncio.ensure_future(
+                    scheduler.submit(
+                        ToolCall(
+                            rng.choice("tu"),
+                            principal=rng.choice("pqr"),
+                            deadline=time.time() + rng.random() * 0.1 if rng.random() < 0.5 else None,
+                        ),
+                        fn,
+                    )
+                )
+                for _ in range(150)
+            ]
+            for _ in range(15):
+                await asyncio.sleep(0.003)
+                for task in rng.sample(tasks, 8):
+                    task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await scheduler.aclose()
+
+        asyncio.run(main())
+
+    threads = [threading.Thread(target=sync_caller, args=(i,)) for i in range(4)]
+    threads += [threading.Thread(target=loop_caller, args=(100 + i,)) for i in range(2)]
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(30)
+        assert peak["t"] <= 2 and peak["u"] <= 3
+        assert (limits.in_flight, limits.tool_in_flight, limits.principal_in_flight, limits.queued) == (
+            0,
+            {},
+            {},
+            0,
+        )
+        assert sync.submit(ToolCall("t", deadline=time.time() + 1.0), lambda _a: "next") == "next"
+    finally:
+        sync.close()
+        limits.close()
