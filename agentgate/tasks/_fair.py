@@ -191,8 +191,10 @@ class FairQueue(Generic[T]):
         """Remove and return the next item that can start, or None when none can.
 
         ``open_tools`` are the tools that can start a call now (the caller works them out from
-        ``tool_sizes``); subtrees without waiting calls to an open tool are not visited, so a
-        dispatch after one slot came free costs the depth of the tree, not its size. The
+        ``tool_sizes``); subtrees without waiting calls to an open tool are not visited. At each
+        level visited, the children with such calls are ordered by pass (a scan and a sort), so a
+        dispatch costs the depth of the tree times the children waiting per node: cheap for a few
+        tenants and agents, about 0.3 ms with 1,000 agents of one tenant all waiting. The
         predicates say whether a tenant, or an agent (tenant, agent), cannot start a call now
         (None: no such limits).
         """
