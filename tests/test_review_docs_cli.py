@@ -277,3 +277,22 @@ def test_every_documented_command_line_exists_with_its_flags() -> None:
         known = {s for a in parser._actions for s in a.option_strings}  # type: ignore[attr-defined]
         missing += [f"{group} {verb or ''} {f}" for f in flags - known]
     assert not missing, missing
+
+
+@pytest.mark.parametrize(
+    "args",
+    ['{"ticket_id": "T", "n": 1e400}', '{"ticket_id": "\\ud800"}'],
+    ids=["overflowing-float", "lone-surrogate"],
+)
+def test_args_that_parse_but_are_no_value_are_input_errors_everywhere(
+    args: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # 1e400 parsed as infinity and "\ud800" as a lone surrogate: policy explain decided on them
+    # (deny, allow) while grant check refused them; both are unusable input, exit 2.
+    assert (
+        main(
+            ["policy", "explain", SUPPORT, "--as", "support-agent", "--tool", "tickets.read", "--args", args]
+        )
+        == 2
+    )
+    _one_error_line(capsys.readouterr().err, "--args")

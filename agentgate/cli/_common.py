@@ -25,7 +25,8 @@ MAX_INVENTORY_BYTES = 8 * 1024 * 1024
 def json_object(text: str, flag: str = "--args") -> dict[str, Any]:
     """Parse a call's arguments given on the command line: one JSON object, strictly.
 
-    Duplicate keys (JSON would silently keep the last one), ``NaN`` and ``Infinity``, and
+    Duplicate keys (JSON would silently keep the last one), ``NaN`` and ``Infinity`` (also as a
+    number too large for a float, ``1e400``), lone surrogates (``"\\ud800"``, not Unicode text) and
     anything but an object are refused with ``InputError`` naming ``flag``.
     """
 
@@ -48,6 +49,10 @@ def json_object(text: str, flag: str = "--args") -> dict[str, Any]:
         ) from None
     if not isinstance(value, dict):
         raise InputError(f"{flag} must be a JSON object, e.g. {flag} '{{\"amount\": 80}}'")
+    try:  # what parses but is no value a call can carry: 1e400 (read as infinity), "\ud800"
+        json.dumps(value, ensure_ascii=False, allow_nan=False).encode("utf-8")
+    except (ValueError, RecursionError) as exc:
+        raise InputError(f"{flag}: {str(exc)[:120]}") from None
     return value
 
 
