@@ -122,6 +122,23 @@ elif mode == "overrun":
     for thread in threads:
         thread.join()
 
+elif mode == "settle":
+    from agentgate.errors import InputError
+    from agentgate.store.ledger import BudgetLedger
+    ledger = BudgetLedger(store)
+    wait_for_go()
+    won = []
+    for r in extra["reservations"][:: 1 if me % 2 == 0 else -1]:
+        try:
+            if me % 2 == 0:
+                ledger.commit(r, extra["actual"])
+            else:
+                ledger.release(r)
+        except InputError:
+            continue
+        won.append(r)
+    out = {"won": won}
+
 elif mode == "nonce":
     from agentgate.store.grants import GrantRepository
     repo = GrantRepository(store)
@@ -149,11 +166,12 @@ print(json.dumps(out))
 
 
 def _env() -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": str(REPO)}
+    # Concurrency is under test here, not durability (tests/test_audit_crash.py): no fsync per commit.
+    return {**os.environ, "PYTHONPATH": str(REPO), "AGENTGATE_SQLITE_SYNCHRONOUS": "NORMAL"}
 
 
-def _run_together(tmp_path: Path, mode: str, url: str, extras: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Run one worker per ``extras`` item, release them at once, and return their JSON results."""
+def _start(tmp_path: Path, mode: str, url: str, extras: list[dict[str, Any]]) -> list[subprocess.Popen[str]]:
+    """Start one worker per ``extras`` item and release them at once."""
     go = tmp_path / f"go-{mode}-{time.monotonic_ns()}"
     procs = [
         subprocess.Popen(
@@ -166,12 +184,22 @@ def _run_together(tmp_path: Path, mode: str, url: str, extras: list[dict[str, An
         for me, extra in enumerate(extras)
     ]
     go.touch()
+    return procs
+
+
+def _finish(procs: list[subprocess.Popen[str]]) -> list[dict[str, Any]]:
+    """Wait for the workers; their JSON results (a worker that failed fails the test)."""
     results = []
     for proc in procs:
         out, err = proc.communicate(timeout=120)
         assert proc.returncode == 0, err[-3000:]
         results.append(json.loads(out.strip().splitlines()[-1]))
     return results
+
+
+def _run_together(tmp_path: Path, mode: str, url: str, extras: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Run one worker per ``extras`` item, released at once, and return their JSON results."""
+    return _finish(_start(tmp_path, mode, url, extras))
 
 
 @pytest.fixture
@@ -185,13 +213,13 @@ def shared(store: Store) -> Iterator[Store]:
 # --- audit log -------------------------------------------------------------------------------------
 
 
-def test_four_processes_appending_and_checkpointing_make_one_chain(shared: Store, tmp_path: Path) -> None:
-    n = 25
+def test_three_processes_appending_and_checkpointing_make_one_chain(shared: Store, tmp_path: Path) -> None:
+    n = 16
     results = _run_together(
         tmp_path,
         "append",
         shared.url,
-        [{"n": n, "checkpoint_every": 6 if me < 2 else 0, "batch": me == 3} for me in range(4)],
+        [{"n": n, "checkpoint_every": 5 if me < 2 else 0, "batch": me == 2} for me in range(3)],
     )
     log = AuditLog(shared, SigningKey(SEED), origin=ORIGIN)
     got = sorted(i for r in results for i in r["indexes"])
@@ -207,7 +235,7 @@ def test_four_processes_appending_and_checkpointing_make_one_chain(shared: Store
     assert sum(len(v) for v in rules_by_proc.values()) == size
     # Checkpoints signed while the others appended: each verifies, and they all lie on one tree.
     notes = log.checkpoints()
-    assert len(notes) >= 4
+    assert len(notes) >= 3
     report = log.verify()
     assert report.ok, report.problems
     assert report.checkpoints_checked == len(notes)
@@ -226,31 +254,23 @@ def test_four_processes_appending_and_checkpointing_make_one_chain(shared: Store
         verify_inclusion(leaves[index], index, cp.size, list(bundle.proof), cp.root)
 
 
-def test_cli_verify_passes_on_a_log_written_by_several_processes(
-    shared: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+def test_cli_verify_passes_while_several_processes_append(
+    shared: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    _run_together(tmp_path, "append", shared.url, [{"n": 15, "checkpoint_every": 4} for _ in range(2)])
-    key = tmp_path / "keys" / "log.key"
-    key.parent.mkdir()
+    from agentgate.cli.main import main
     from agentgate.keys import save_key
 
-    save_key(SigningKey(SEED), key.parent, "log")
-    env = {
-        **_env(),
-        "AGENTGATE_STORE": shared.url,
-        "AGENTGATE_LOG_KEY": str(key),
-        "AGENTGATE_LOG_ORIGIN": ORIGIN,
-    }
-    done = subprocess.run(
-        [sys.executable, "-m", "agentgate.cli.main", "audit", "verify"],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=tmp_path,
-        timeout=60,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert done.stdout.startswith("intact: 30 entries")
+    save_key(SigningKey(SEED), tmp_path, "log")
+    monkeypatch.setenv("AGENTGATE_LOG_KEY", str(tmp_path / "log.key"))
+    monkeypatch.setenv("AGENTGATE_LOG_ORIGIN", ORIGIN)
+    procs = _start(tmp_path, "append", shared.url, [{"n": 30, "checkpoint_every": 4} for _ in range(2)])
+    runs = 0
+    while runs < 3 or any(p.poll() is None for p in procs):  # verify, again and again, during the appends
+        assert main(["audit", "verify", "--store", shared.url]) == 0, capsys.readouterr().out
+        runs += 1
+    _finish(procs)
+    assert main(["audit", "verify", "--store", shared.url]) == 0
+    assert capsys.readouterr().out.splitlines()[-1].startswith("intact: 60 entries")
 
 
 # --- budgets -----------------------------------------------------------------------------------------
@@ -261,7 +281,7 @@ def test_processes_reserving_settling_and_releasing_never_overspend(shared: Stor
     chain = ["org", "team", "agent"]
     caps = {"org": cap_org, "agent": cap_agent}
     results = _run_together(
-        tmp_path, "spend", shared.url, [{"n": 60, "chain": chain, "caps": caps, "max": 9} for _ in range(3)]
+        tmp_path, "spend", shared.url, [{"n": 45, "chain": chain, "caps": caps, "max": 9} for _ in range(3)]
     )
     ledger = BudgetLedger(shared)
     # The agent's budget is the tighter one: what the workers saw charged (less any shortfall)
@@ -296,13 +316,31 @@ def test_overruns_settled_with_exhaust_while_others_reserve_never_overspend(
     assert not broken, f"(grant, cap, remaining, spent) that do not add up: {broken}"
 
 
+def test_settlement_and_release_racing_settle_each_reservation_once(shared: Store, tmp_path: Path) -> None:
+    ledger = BudgetLedger(shared)
+    reservations = [
+        ledger.reserve(None, ["org", "agent"], {"org": 1000, "agent": 400}, 10) for _ in range(40)
+    ]
+    assert ledger.remaining("agent") == 0
+    results = _run_together(
+        tmp_path, "settle", shared.url, [{"reservations": reservations, "actual": 7} for _ in range(2)]
+    )
+    committed, released = set(results[0]["won"]), set(results[1]["won"])
+    assert not committed & released and committed | released == set(reservations)
+    assert ledger.spent("agent") == ledger.spent("org") == 7 * len(committed)
+    assert ledger.remaining("agent") == 400 - 7 * len(committed)
+    assert ledger.remaining("org") == 1000 - 7 * len(committed)
+    states = dict(shared.query("SELECT state, COUNT(*) FROM budget_reservations GROUP BY state"))
+    assert states == {k: v for k, v in (("committed", len(committed)), ("released", len(released))) if v}
+
+
 # --- nonces and revocation -------------------------------------------------------------------------
 
 
 def test_a_nonce_is_fresh_in_exactly_one_process(shared: Store, tmp_path: Path) -> None:
-    results = _run_together(tmp_path, "nonce", shared.url, [{"n": 40} for _ in range(3)])
+    results = _run_together(tmp_path, "nonce", shared.url, [{"n": 30} for _ in range(2)])
     fresh = sorted(i for r in results for i in r["fresh"])
-    assert fresh == list(range(40)), "each nonce is accepted once, across all processes"
+    assert fresh == list(range(30)), "each nonce is accepted once, across all processes"
 
 
 def test_a_revocation_is_seen_by_other_processes_on_their_next_decision(
@@ -311,7 +349,7 @@ def test_a_revocation_is_seen_by_other_processes_on_their_next_decision(
     from agentgate.store.grants import GrantRepository
 
     repo = GrantRepository(shared)
-    ready = [tmp_path / f"ready-{me}" for me in range(2)]
+    ready = [tmp_path / "ready-0"]
     go = tmp_path / "go-revoke"
     procs = [
         subprocess.Popen(
