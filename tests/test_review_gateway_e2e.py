@@ -536,3 +536,24 @@ def test_stopping_the_gateway_does_not_wait_for_ever_on_a_stream_and_settles_it(
         env.gate.flush()
         outcomes = [e for e in env.gate.audit.entries() if e.kind == "outcome"]
         assert [o.status for o in outcomes] == ["error"] and env.spent() == _reserved(body)
+
+
+@pytest.mark.parametrize(
+    ("max_tokens", "status", "code"),
+    [
+        (None, 403, "call_not_covered"),  # absent: DEFAULT_MAX_TOKENS (1,024), over the grant's 512
+        (1_000_000, 403, "call_not_covered"),  # huge: over the grant's cap, refused before any backend
+        (1_000_001, 400, "invalid_request"),  # past the gateway's own bound
+        ("100", 400, "invalid_request"),
+        (0, 400, "invalid_request"),
+    ],
+)
+def test_max_tokens_absent_huge_or_not_a_count_never_reaches_a_backend(
+    env: Env, max_tokens: Any, status: int, code: str
+) -> None:
+    body = {k: v for k, v in _body(max_tokens=max_tokens).items() if v is not None}
+    signed = {k: v for k, v in _body(max_tokens=8).items() if k != "max_tokens"} if status == 400 else body
+    headers = invocation_headers(env.agent.key, env.agent.chain, signed)
+    answer = httpx.post(env.url, json=body, headers=headers, timeout=10)
+    assert answer.status_code == status and answer.json()["error"]["code"] == code, answer.text
+    assert env.backend.bodies == [] and env.spent() == 0 and env.kinds() == ["deny"]
