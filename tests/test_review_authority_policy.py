@@ -79,6 +79,17 @@ def test_every_approval_gate_that_applies_is_enforced_not_only_the_first() -> No
     assert any("no approval can satisfy them all" in r for r in refused.reasons)
 
 
+def test_an_approver_named_twice_counts_once_toward_the_quorum() -> None:
+    """``approvers: [auditor, auditor, agent]`` with a quorum of 2 asked by ``agent``: only one
+    distinct approver is left, so no approval can ever be valid: a deny that says so, not an
+    approval request that can never complete."""
+    text = _TWO_GATES.replace("[finance, auditor]}", "[auditor, auditor, agent], quorum: 2}")
+    decision = PolicyIndex(parse_policy(text)).evaluate(
+        "agent", Call.tool("payments.refund", {"amount": 5000})
+    )
+    assert decision.outcome is Outcome.DENY and "no approval can be valid" in decision.reasons[-1]
+
+
 # A random policy over a fixed vocabulary: three tools with typed arguments, one model, a GPU;
 # up to four roles (a role inherits only later ones, so there is no cycle), three principals
 # each holding up to three roles, and up to three approval gates.

@@ -363,8 +363,8 @@ def _combined_requirement(
     """
     for gate in applying:
         req = gate.requirement
-        if requester in req.approvers and len(req.approvers) - req.approvers.count(requester) < req.quorum:
-            remain = len(req.approvers) - req.approvers.count(requester)
+        remain = len(set(req.approvers) - {requester})
+        if remain < req.quorum:
             return None, (
                 f"approval gate {gate.name} applies, and without the requester {requester} only "
                 f"{remain} approver(s) remain for a quorum of {req.quorum}: no approval can be valid"
@@ -374,7 +374,7 @@ def _combined_requirement(
     for gate in applying[1:]:
         named &= set(gate.requirement.approvers)
     named.discard(requester)
-    keep = [i for i, a in enumerate(first.approvers) if a in named]
+    keep = [i for i, a in enumerate(first.approvers) if a in named and a not in first.approvers[:i]]
     if len(applying) == 1 and len(keep) == len(first.approvers):
         return first, ""
     quorum = max(gate.requirement.quorum for gate in applying)
