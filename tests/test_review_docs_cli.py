@@ -296,3 +296,16 @@ def test_args_that_parse_but_are_no_value_are_input_errors_everywhere(
         == 2
     )
     _one_error_line(capsys.readouterr().err, "--args")
+
+
+def test_the_command_lines_ten_years_are_the_policys_ten_years() -> None:
+    # docs: lifetimes at most ten years, "315,360,000 s, the command line's limit too"; the
+    # command line allowed ten 366-day years (3660d) while a policy refuses more than 3650d.
+    from agentgate.cli.grant import parse_duration
+    from agentgate.errors import InputError
+
+    assert parse_duration("3650d") == 315_360_000
+    with pytest.raises(InputError, match="10 years"):
+        parse_duration("3650d1s")
+    with pytest.raises(InputError):
+        parse_duration("3660d")

@@ -42,11 +42,13 @@ from agentgate.errors import (
 from agentgate.findings import Finding
 from agentgate.keys import load_public_key, load_signing_key, read_regular_file, replace_file
 from agentgate.policy import role_grant_template
+from agentgate.policy._schema import MAX_TTL_S
 from agentgate.store import open_store
 
 _DURATION = re.compile(r"(?:[0-9]{1,9}[smhd])+")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-MAX_DURATION = 10 * 366 * 86400
+MAX_DURATION = MAX_TTL_S
+"""Ten years of 365 days (315,360,000 s): the longest lifetime a policy may hold too."""
 
 
 def parse_duration(text: str) -> int:
@@ -57,7 +59,7 @@ def parse_duration(text: str) -> int:
         )
     seconds = sum(int(n) * _UNITS[u] for n, u in re.findall(r"([0-9]+)([smhd])", text))
     if seconds <= 0 or seconds > MAX_DURATION:
-        raise InputError(f"duration {text!r} must be more than zero and at most 10 years")
+        raise InputError(f"duration {text!r} must be more than zero and at most 10 years ({MAX_DURATION}s)")
     return seconds
 
 
