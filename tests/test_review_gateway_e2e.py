@@ -259,6 +259,9 @@ def test_an_expired_invocation_is_401_not_403(env: Env) -> None:
         "code": "invocation_expired",
     }
     assert env.spent() == 0 and env.kinds() == ["deny"]
+    # It says what gets the call through (a fresh invocation), not "do not retry".
+    message = answer.json()["error"]["message"]
+    assert "Sign the call again" in message and "Do not retry" not in message
 
 
 def test_a_streamed_tool_call_reaches_the_openai_client(env: Env) -> None:
@@ -379,6 +382,7 @@ def test_concurrent_callers_against_a_quota_get_exactly_its_limit_and_429_with_r
         for refused in (a for a in answers if a.status_code == 429):
             assert refused.json()["error"]["code"] == "quota_exceeded"
             assert 1 <= int(refused.headers["Retry-After"]) <= 3600
+            assert "Retry once the quota's window has passed" in refused.json()["error"]["message"]
         kinds = env.kinds()
         assert kinds.count("allow") == 5 and kinds.count("deny") == 7 and kinds.count("outcome") == 5
         assert env.spent() == 5 * (5 + 8) and env.gate.verify().ok
