@@ -309,3 +309,39 @@ def test_the_command_lines_ten_years_are_the_policys_ten_years() -> None:
         parse_duration("3650d1s")
     with pytest.raises(InputError):
         parse_duration("3660d")
+
+
+def test_serve_ends_on_ctrl_c_with_exit_0(tmp_path: Path) -> None:
+    # docs/cli.md: serve "runs until interrupted (exit 0)". uvicorn shuts down on SIGINT and then
+    # raises it again, which main() turned into exit 130.
+    import signal
+    import socket
+    import time
+    import urllib.request
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    process = subprocess.Popen(
+        [sys.executable, "-m", "agentgate.cli.main", "serve", "--policy", str(POLICIES / "research_team.yaml"),
+         "--inventory", INVENTORY, "--port", str(port), "--store", str(tmp_path / "s.db")],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2) as answer:
+                    assert answer.status == 200
+                break
+            except OSError:
+                assert process.poll() is None and time.monotonic() < deadline
+                time.sleep(0.2)
+        process.send_signal(signal.SIGINT)
+        _, err = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    assert process.returncode == 0, err
+    assert "Traceback" not in err and "interrupted" not in err

@@ -12,6 +12,7 @@ socket is bound before "serving" is printed.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import socket
 import sys
 from typing import Any
@@ -59,7 +60,10 @@ def _serve(args: argparse.Namespace) -> int:
         try:
             server = GatewayServer(Gateway(gate, inventory), host=args.host, port=args.port)
             sys.stderr.write(f"agentgate: serving {', '.join(server.gateway.models)} on {server.url}\n")
-            server.server.run(sockets=[listener])
+            # uvicorn shuts down gracefully on Ctrl-C, then raises it again: that is the way
+            # this command ends (docs/cli.md: "runs until interrupted (exit 0)").
+            with contextlib.suppress(KeyboardInterrupt):
+                server.server.run(sockets=[listener])
         finally:
             gate.close()
     finally:
