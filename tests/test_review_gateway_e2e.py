@@ -561,3 +561,19 @@ def test_max_tokens_absent_huge_or_not_a_count_never_reaches_a_backend(
     answer = httpx.post(env.url, json=body, headers=headers, timeout=10)
     assert answer.status_code == status and answer.json()["error"]["code"] == code, answer.text
     assert env.backend.bodies == [] and env.spent() == 0 and env.kinds() == ["deny"]
+
+
+def test_a_store_that_cannot_record_the_decision_is_a_503_not_a_traceback(
+    env: Env, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The StoreError escaped the handler: uvicorn logged "Exception in ASGI application" with a
+    # traceback and the caller got a bare text/plain 500. Nothing reached a backend (fail closed).
+    assert env.post(_body()).status_code == 200
+    env.gate.flush()
+    env.gate.store.close()
+    for stream in (False, True):
+        answer = env.post(_body(stream=stream))
+        assert answer.status_code == 503, answer.text
+        assert answer.json()["error"]["code"] == "store_unavailable"
+    assert len(env.backend.bodies) == 1
+    assert "cannot record a decision: StoreError" in caplog.text  # one line, in the gateway's log

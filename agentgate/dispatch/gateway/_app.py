@@ -55,7 +55,16 @@ from agentgate.dispatch.gateway._upstream import UpstreamPool
 from agentgate.dispatch.inventory import Inventory
 from agentgate.dispatch.prefix import estimate_tokens, prompt_text
 from agentgate.dispatch.router import Router
-from agentgate.errors import AgentGateError, BackendFailed, DispatchError, InputError, NoBackend, Shed
+from agentgate.errors import (
+    AgentGateError,
+    AuditError,
+    BackendFailed,
+    DispatchError,
+    InputError,
+    NoBackend,
+    Shed,
+    StoreError,
+)
 
 _ERROR_TYPES = {
     400: "invalid_request_error",
@@ -198,7 +207,14 @@ class Gateway:
         self._in_flight += 1
         settled = False
         try:
-            response, settled = await self._answer(Request(scope, receive))
+            try:
+                response, settled = await self._answer(Request(scope, receive))
+            except (StoreError, AuditError) as exc:
+                # Not even the decision (or a refusal) could be recorded: nothing was decided or
+                # sent. One logged line and an OpenAI-shaped 503, not a traceback and a bare 500.
+                _log.error("agentgate gateway: cannot record a decision: %s: %s", type(exc).__name__, exc)
+                message = "the gateway cannot record decisions now; nothing was decided, sent or charged"
+                response = error_response(503, message, "store_unavailable")
             await response(scope, receive, send)
         except ClientDisconnect:
             return  # gone while its body was being read: nothing was decided, nothing to answer
