@@ -345,3 +345,30 @@ def test_serve_ends_on_ctrl_c_with_exit_0(tmp_path: Path) -> None:
             process.communicate()
     assert process.returncode == 0, err
     assert "Traceback" not in err and "interrupted" not in err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["tasks", "dead-letters", "--limit", "99999999999999999999999"],
+        ["audit", "explain", "99999999999999999999999"],
+        ["audit", "explain", "-1"],
+        ["audit", "prove", "99999999999999999999999", "--out", "p.txt"],
+    ],
+    ids=["dead-letters-limit", "explain-huge", "explain-negative", "prove-huge"],
+)
+def test_numbers_beyond_the_stores_integers_are_usage_errors(
+    argv: list[str], store: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # An index or limit past 2**63 overflowed SQLite: a traceback and exit 1.
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and err.strip().splitlines()[-1].startswith("agentgate: error: argument")
+
+
+def test_a_key_name_with_a_line_break_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["keys", "new", "a\nb", "--dir", str(tmp_path)]) == 2
+    _one_error_line(capsys.readouterr().err, "control character")
+    assert list(tmp_path.iterdir()) == []

@@ -59,13 +59,13 @@ def register(subparsers: Any) -> None:
     show.add_argument("--json", action="store_true", help="one JSON object per line")
 
     explain = add("explain", "the authority behind one entry", _explain)
-    explain.add_argument("index", type=int)
+    explain.add_argument("index", type=_index)
 
     checkpoint = add("checkpoint", "sign and store a checkpoint of the log", _checkpoint)
     checkpoint.add_argument("--out", metavar="FILE", help="also write the signed note here")
 
     prove = add("prove", "write a proof bundle for one entry", _prove)
-    prove.add_argument("index", type=int)
+    prove.add_argument("index", type=_index)
     prove.add_argument("--out", metavar="FILE", required=True)
 
     verify_proof = sub.add_parser("verify-proof", help="verify a proof bundle offline")
@@ -78,6 +78,18 @@ def register(subparsers: Any) -> None:
 
     report = add("report", "write a self-contained HTML report", _report)
     report.add_argument("--out", metavar="FILE.html", required=True)
+
+
+def _index(text: str) -> int:
+    """An entry index as given on the command line: a whole number 0 .. 2**63-1 (what a store's
+    integer holds; a larger one overflowed SQLite with a traceback)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an entry index, got {text!r}") from None
+    if not 0 <= value < 2**63:
+        raise argparse.ArgumentTypeError(f"an entry index is 0 or more, below 2**63; got {text!r}")
+    return value
 
 
 def _open(args: argparse.Namespace, *, create_key: bool = False) -> tuple[Store, AuditLog]:

@@ -7,6 +7,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from agentgate.cli._common import not_printable
+from agentgate.errors import KeyFileError
 from agentgate.keys import SigningKey, save_key
 
 
@@ -28,6 +30,11 @@ def register(subparsers: Any) -> None:
 
 
 def _new(args: argparse.Namespace) -> int:
+    bad = next((c for c in args.name if not_printable(c)), None)
+    if bad is not None:  # a line break or escape in a file name breaks every script that lists it
+        raise KeyFileError(
+            f"invalid key name {args.name!r}: control character {bad!r}; use a plain file name"
+        )
     key = SigningKey.generate()
     save_key(key, args.dir, args.name)
     sys.stdout.write(key.did + "\n")

@@ -49,13 +49,17 @@ def register(subparsers: Any) -> None:
     breakers.set_defaults(handler=_breakers)
 
 
+MAX_LIMIT = 1_000_000
+"""The most letters one listing may ask for (a larger number overflowed the store's integer)."""
+
+
 def _positive(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    if not 1 <= value <= MAX_LIMIT:
+        raise argparse.ArgumentTypeError(f"expected an integer from 1 to {MAX_LIMIT}, got {text!r}")
     return value
 
 
