@@ -42,9 +42,11 @@ from agentgate.tasks import (
     TenantShare,
     ToolCall,
     ToolLimits,
+    _fair,
     backoff_bound,
     full_jitter,
 )
+from agentgate.tasks._fair import Entry, FairQueue
 
 WAIT_S = 5.0
 ONE_SLOT = SchedulerConfig(tools={"t": ToolLimits(concurrency=1)})
@@ -537,3 +539,52 @@ def test_cancellations_and_queue_deadlines_from_threads_and_loops_leak_no_slot()
     finally:
         sync.close()
         limits.close()
+
+
+# --- many waiting agents: a heap orders them, in exactly the order the sort gave ------------------------
+
+
+def _fair_queue_run(seed: int) -> list[object]:
+    rng = random.Random(seed)
+    queue: FairQueue[tuple[int, str]] = FairQueue()
+    waiting: list[Entry[tuple[int, str]]] = []
+    popped: list[object] = []
+    classes = [("x", 0, 1.0), ("y", 0, 2.0), ("z", 1, 1.0)]
+    for step in range(3000):
+        roll = rng.random()
+        if roll < 0.55:
+            agent, tenant = f"p{rng.randrange(120)}", rng.randrange(4)
+            name, rank, weight = rng.choice(classes)
+            entry = queue.push(
+                (step, agent), rank, name, weight, f"t{tenant}", 1.0 + tenant % 2, agent, rng.choice("abc")
+            )
+            waiting.append(entry)
+        elif roll < 0.65 and waiting:
+            queue.discard(waiting.pop(rng.randrange(len(waiting))))  # a deadline or a cancellation
+        else:
+            blocked = f"t{rng.randrange(4)}"
+            popped.append(
+                queue.pop(
+                    set(rng.sample("abc", rng.randrange(1, 4))),
+                    (lambda tenant, blocked=blocked: tenant == blocked) if rng.random() < 0.3 else None,
+                    None,
+                )
+            )
+    return popped
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_the_heap_for_many_waiting_children_picks_exactly_what_sorting_picks(
+    seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Up to 120 agents wait at once: with heaps from 2 waiting children on, from 32 on (the
+    default) and never, the queue hands out the same calls in the same order."""
+    monkeypatch.setattr(_fair, "_HEAP_AT", 10**9)
+    sorted_order = _fair_queue_run(seed)
+    monkeypatch.setattr(_fair, "_HEAP_AT", 2)
+    monkeypatch.setattr(_fair, "_HEAP_OFF", 2)
+    assert _fair_queue_run(seed) == sorted_order
+    monkeypatch.setattr(_fair, "_HEAP_AT", 32)
+    monkeypatch.setattr(_fair, "_HEAP_OFF", 8)
+    assert _fair_queue_run(seed) == sorted_order
+    assert any(item is not None for item in sorted_order)
