@@ -164,7 +164,8 @@ class BudgetLedger:
         """Settle ``reservation`` at ``actual``: refund what was not used, charge an overrun.
 
         An overrun (``actual`` above the reserved amount) that does not fit a grant's budget
-        raises ``BudgetExceeded``, and nothing changes (the reservation stays open), unless
+        raises ``BudgetExceeded``, and nothing changes once the transaction rolls back (the
+        reservation stays open; like ``reserve``'s, let it propagate out of ``tx``), unless
         ``exhaust``: then the grant is charged all it had (the reservation and what was left) and
         its budget is left at zero. Use ``exhaust`` for a call that has already run: its cost is
         a fact to record, not a request to refuse. Returns the largest part of ``actual`` that a
