@@ -201,7 +201,7 @@ def _role_grant(args: argparse.Namespace, issuer: str) -> tuple[list[Capability]
 
 
 def _read_token(path: Path) -> Chain:
-    """The chain in a token file: one token on one line, one trailing line break ignored.
+    """The chain in a token file: one token on one line; the line breaks after it are ignored.
 
     Raises ``InputError`` for a file that cannot be read, is not a regular file (a FIFO is
     refused at once, never waited on) or is larger than a token can be, ``TokenFormatError`` for
