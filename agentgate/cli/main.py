@@ -73,7 +73,9 @@ def _quiet_library_logs() -> None:
     pool wrote one line per failed connection attempt before the command's own error. A handler
     that drops them stops that; a program that configures logging itself keeps its own handlers.
     """
-    logging.getLogger("psycopg").addHandler(logging.NullHandler())
+    logger = logging.getLogger("psycopg")
+    if not any(isinstance(h, logging.NullHandler) for h in logger.handlers):
+        logger.addHandler(logging.NullHandler())
 
 
 def _one_line(text: str) -> str:
