@@ -1,6 +1,6 @@
 """Review R2: the stores and the audit log shared by several real processes.
 
-Every test here starts separate Python processes (``subprocess``) that run agentgate code on one
+Every test here starts separate Python processes (``multiprocessing``) that run agentgate code on one
 SQLite file or one PostgreSQL database, releases them together (a start file), and then checks
 what they left behind from the test process: one gap-free chain that verifies, budgets never
 overspent, revocations and nonces seen across processes.
@@ -8,10 +8,11 @@ overspent, revocations and nonces seen across processes.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
+import multiprocessing
 import os
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -28,7 +29,6 @@ from agentgate.store import SQLiteStore, Store
 from agentgate.store.audit import AuditLog
 from agentgate.store.ledger import BudgetLedger
 
-REPO = Path(__file__).resolve().parents[1]
 ORIGIN = "test.example/audit"
 SEED = b"\x07" * 32
 
@@ -165,36 +165,53 @@ print(json.dumps(out))
 """
 
 
-def _env() -> dict[str, str]:
+_FORKSERVER = multiprocessing.get_context("forkserver")
+# The fork server imports agentgate once; each worker is then a fork of it, not a fresh
+# interpreter that imports everything again (about a second per worker on a loaded machine).
+_FORKSERVER.set_forkserver_preload(
+    ["agentgate.store.audit", "agentgate.store.ledger", "agentgate.store.grants"]
+)
+
+
+def _worker_main(argv: list[str], out: str) -> None:
+    """One worker process: run ``WORKER`` with ``argv``, its JSON result written to ``out``."""
     # Concurrency is under test here, not durability (tests/test_audit_crash.py): no fsync per commit.
-    return {**os.environ, "PYTHONPATH": str(REPO), "AGENTGATE_SQLITE_SYNCHRONOUS": "NORMAL"}
+    os.environ["AGENTGATE_SQLITE_SYNCHRONOUS"] = "NORMAL"
+    sys.argv = ["worker", *argv]
+    with open(out, "w") as sink, contextlib.redirect_stdout(sink):
+        exec(compile(WORKER, "worker", "exec"), {"__name__": "worker"})
 
 
-def _start(tmp_path: Path, mode: str, url: str, extras: list[dict[str, Any]]) -> list[subprocess.Popen[str]]:
+class _Worker:
+    def __init__(self, tmp_path: Path, argv: list[str]) -> None:
+        self.out = tmp_path / f"out-{time.monotonic_ns()}"
+        self.process = _FORKSERVER.Process(target=_worker_main, args=(argv, str(self.out)))
+        self.process.start()
+
+    def running(self) -> bool:
+        return self.process.is_alive()
+
+    def result(self) -> dict[str, Any]:
+        """Wait for the worker; its JSON result (a worker that failed fails the test)."""
+        self.process.join(timeout=120)
+        assert self.process.exitcode == 0, f"worker failed (exit {self.process.exitcode}); see stderr"
+        result: dict[str, Any] = json.loads(self.out.read_text().strip().splitlines()[-1])
+        return result
+
+
+def _start(tmp_path: Path, mode: str, url: str, extras: list[dict[str, Any]]) -> list[_Worker]:
     """Start one worker per ``extras`` item and release them at once."""
     go = tmp_path / f"go-{mode}-{time.monotonic_ns()}"
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-c", WORKER, mode, url, str(go), str(me), json.dumps(extra)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=_env(),
-        )
-        for me, extra in enumerate(extras)
+    workers = [
+        _Worker(tmp_path, [mode, url, str(go), str(me), json.dumps(extra)]) for me, extra in enumerate(extras)
     ]
     go.touch()
-    return procs
+    return workers
 
 
-def _finish(procs: list[subprocess.Popen[str]]) -> list[dict[str, Any]]:
-    """Wait for the workers; their JSON results (a worker that failed fails the test)."""
-    results = []
-    for proc in procs:
-        out, err = proc.communicate(timeout=120)
-        assert proc.returncode == 0, err[-3000:]
-        results.append(json.loads(out.strip().splitlines()[-1]))
-    return results
+def _finish(workers: list[_Worker]) -> list[dict[str, Any]]:
+    """Wait for the workers; their JSON results."""
+    return [w.result() for w in workers]
 
 
 def _run_together(tmp_path: Path, mode: str, url: str, extras: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -265,7 +282,7 @@ def test_cli_verify_passes_while_several_processes_append(
     monkeypatch.setenv("AGENTGATE_LOG_ORIGIN", ORIGIN)
     procs = _start(tmp_path, "append", shared.url, [{"n": 30, "checkpoint_every": 4} for _ in range(2)])
     runs = 0
-    while runs < 3 or any(p.poll() is None for p in procs):  # verify, again and again, during the appends
+    while runs < 3 or any(p.running() for p in procs):  # verify, again and again, during the appends
         assert main(["audit", "verify", "--store", shared.url]) == 0, capsys.readouterr().out
         runs += 1
     _finish(procs)
@@ -352,34 +369,17 @@ def test_a_revocation_is_seen_by_other_processes_on_their_next_decision(
     ready = [tmp_path / "ready-0"]
     go = tmp_path / "go-revoke"
     procs = [
-        subprocess.Popen(
-            [
-                sys.executable,
-                "-c",
-                WORKER,
-                "revoke-watch",
-                shared.url,
-                str(go),
-                str(me),
-                json.dumps({"ready": str(r)}),
-            ],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=_env(),
-        )
+        _Worker(tmp_path, ["revoke-watch", shared.url, str(go), str(me), json.dumps({"ready": str(r)})])
         for me, r in enumerate(ready)
     ]
     deadline = time.monotonic() + 60
-    while not all(r.exists() for r in ready):  # both have opened the store (and its hot connection)
+    while not all(r.exists() for r in ready):  # it has opened the store (and its hot connection)
         assert time.monotonic() < deadline
         time.sleep(0.01)
     assert repo.revoke("leaf", now=1)
     go.touch()
     for proc in procs:
-        out, err = proc.communicate(timeout=60)
-        assert proc.returncode == 0, err[-3000:]
-        assert json.loads(out.strip().splitlines()[-1]) == {"status": "revoked"}
+        assert proc.result() == {"status": "revoked"}
     repo.close()
 
 
