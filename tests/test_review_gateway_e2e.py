@@ -132,6 +132,8 @@ class _Scripted:
                 return
             for i in range(max_tokens):
                 delta = {"index": 0, "delta": {"content": "x"}, "finish_reason": None}
+                if mode == "sse_fields":  # SSE's other fields, as a server may send them
+                    yield f"event: message\nid: {i}\nretry: 1000\n"
                 yield "data: " + json.dumps({"id": "c", "choices": [delta]}) + "\n\n"
                 if mode == "slow":
                     await asyncio.sleep(0.1)
@@ -577,3 +579,12 @@ def test_a_store_that_cannot_record_the_decision_is_a_503_not_a_traceback(
         assert answer.json()["error"]["code"] == "store_unavailable"
     assert len(env.backend.bodies) == 1
     assert "cannot record a decision: StoreError" in caplog.text  # one line, in the gateway's log
+
+
+def test_sse_event_id_and_retry_fields_from_a_backend_are_read_past_not_a_failure(env: Env) -> None:
+    # Only "data:" lines and comments were read; a spec-valid "event:", "id:" or "retry:" line
+    # failed the stream as "not an SSE event" (502 before output, a cut stream after).
+    env.backend.mode = "sse_fields"
+    answer = env.post(_body(stream=True))
+    assert answer.status_code == 200 and answer.text.rstrip().endswith("data: [DONE]"), answer.text
+    assert env.spent() == 5 + 8

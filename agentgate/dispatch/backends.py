@@ -26,6 +26,8 @@ from agentgate.dispatch.metrics import EngineLoad, load_from_text
 from agentgate.errors import BackendFailed, DispatchError
 
 _CALLER_ERRORS = frozenset({400, 401, 403, 413, 422})
+_SSE_IGNORED = (":", "event:", "id:", "retry:")
+"""Stream lines that carry no chunk: SSE comments and the fields other than ``data``."""
 _JSON = {"content-type": "application/json"}
 
 
@@ -204,8 +206,8 @@ class BackendClient:
                         raise BackendFailed(f"{self.backend.name}: stream ended without [DONE]") from None
                     except TimeoutError:
                         raise BackendFailed(f"{self.backend.name}: stream silent for {wait}s") from None
-                    if not line or line.startswith(":"):
-                        continue
+                    if not line or line.startswith(_SSE_IGNORED):
+                        continue  # a comment, or an SSE field other than data (event, id, retry)
                     if not line.startswith("data:"):
                         raise BackendFailed(f"{self.backend.name}: not an SSE event: {line[:80]!r}")
                     data = line[5:].strip()
