@@ -619,3 +619,27 @@ def test_rows_swapped_after_the_last_checkpoint_are_named_and_never_signed(share
     with pytest.raises(TamperDetected, match="entry 9 does not carry its own index"):
         log.checkpoint()
     assert len(log.checkpoints()) == 1
+
+
+def test_a_checkpoint_row_whose_columns_were_edited_is_named_by_verify(shared: Store) -> None:
+    """checkpoint() refused to sign (the latest row no longer matched its note) while verify,
+    which read only the notes, said the log was intact: the operator had no way to see why."""
+    from agentgate.errors import TamperDetected
+
+    log = AuditLog(shared, SigningKey(SEED), origin=ORIGIN)
+    for i in range(4):
+        log.append({"kind": "allow", "principal": "did:key:zAlice", "budget_delta": i})
+    log.checkpoint()
+    log.append({"kind": "allow", "principal": "did:key:zAlice"})
+    with shared.transaction() as tx:
+        if shared.dialect == "sqlite":
+            tx.execute("DROP TRIGGER audit_checkpoints_no_update")
+        else:
+            tx.execute("ALTER TABLE audit_checkpoints DISABLE TRIGGER USER")
+        tx.execute("UPDATE audit_checkpoints SET size = 3")
+    with pytest.raises(TamperDetected, match="does not match its signed note"):
+        log.checkpoint()
+    report = log.verify()
+    assert report.problems == (
+        "checkpoint #1: its size or root column does not match its signed note (row edited)",
+    )

@@ -490,7 +490,8 @@ class AuditLog:
         """Recompute the tree from the entries' bytes and check everything that can be checked.
 
         Checks: indexes run from 0 without gaps; each entry's bytes match its stored leaf hash;
-        each entry that no checkpoint covers carries its own index;
+        each entry that no checkpoint covers carries its own index; each checkpoint row's size and
+        root columns match its signed note;
         every stored checkpoint is signed by the log key, and no two disagree about one size; the
         recomputed root at each checkpoint's size equals its root; no checkpoint is larger than
         the log (deleted entries, or a database restored from an older copy); and the log is
@@ -501,7 +502,8 @@ class AuditLog:
         bad: list[int] = []
         expected: dict[int, bytes] = {}
         checked = 0
-        notes = self.checkpoints()
+        signed_rows = self.store.query(f"SELECT note, size, {self._root} FROM audit_checkpoints ORDER BY id")
+        notes = [str(row[0]) for row in signed_rows]
         for position, note in enumerate([*notes, saved_checkpoint] if saved_checkpoint else notes):
             label = "saved checkpoint" if position == len(notes) else f"checkpoint #{position + 1}"
             try:
@@ -509,6 +511,15 @@ class AuditLog:
             except TamperDetected as exc:
                 problems.append(f"{label}: {exc}")
                 continue
+            # The row's size and root columns are what the next checkpoint() builds on: edited,
+            # they make it refuse to sign, so they are checked against the signed note here too.
+            if position < len(notes) and (cp.size, cp.root) != (
+                signed_rows[position][1],
+                _bytes(signed_rows[position][2]),
+            ):
+                problems.append(
+                    f"{label}: its size or root column does not match its signed note (row edited)"
+                )
             checked += position < len(notes)
             if cp.size in expected and expected[cp.size] != cp.root:
                 problems.append(f"{label}: two checkpoints of size {cp.size} have different roots (a fork)")
