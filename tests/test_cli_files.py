@@ -45,7 +45,7 @@ ROOT = Path(__file__).resolve().parents[1]
 ISSUE = ("grant", "issue", "--allow", "tool:x", "--ttl", "1h")
 
 
-def run(cwd: Path, *argv: str, timeout: float = 10.0, limit_as: int | None = None) -> tuple[int, str, str]:
+def run(cwd: Path, *argv: str, timeout: float = 60.0, limit_as: int | None = None) -> tuple[int, str, str]:
     """Run ``agentgate ARGV`` in ``cwd`` with the store ``cwd/store.db``: (exit code, stdout,
     stderr). A command still running after ``timeout`` seconds is killed and reported as -9."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "AGENTGATE_STORE": str(cwd / "store.db")}
@@ -147,7 +147,7 @@ def test_a_fifo_in_place_of_a_file_does_not_hang(keys: Path, which: str) -> None
         "token": ["grant", "inspect", str(fifo)],
         "payload": ["approval", "sign", str(fifo), "--as", "root.key"],
     }[which]
-    code, _out, err = run(keys, *argv, timeout=5.0)
+    code, _out, err = run(keys, *argv, timeout=60.0)
     assert one_line_error(code, err), (code, err)
     assert "not a regular file" in err
 

@@ -372,3 +372,32 @@ def test_a_key_name_with_a_line_break_is_refused(tmp_path: Path, capsys: pytest.
     assert main(["keys", "new", "a\nb", "--dir", str(tmp_path)]) == 2
     _one_error_line(capsys.readouterr().err, "control character")
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["policy", "schema"], ["audit", "show"], ["grant", "inspect", "{tok}"]],
+    ids=["schema", "audit-show", "inspect"],
+)
+def test_output_that_cannot_be_written_is_one_line_and_exit_2(
+    argv: list[str], store: Path, tmp_path: Path
+) -> None:
+    # stdout on a full disk raised OSError out of main(): a traceback and exit 1 (read as "deny").
+    from agentgate.authority import issue
+    from agentgate.capabilities import Capability
+
+    anchor, holder = SigningKey.generate(), SigningKey.generate()
+    chain = issue(anchor, holder.did, [Capability.parse("tool:x")], ttl=60)
+    token = tmp_path / "t.tok"
+    token.write_text(chain.token + "\n")
+    with open("/dev/full", "wb") as full:
+        done = subprocess.run(
+            [sys.executable, "-m", "agentgate.cli.main", *[a.format(tok=token) for a in argv]],
+            stdout=full,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=60,
+            env={**os.environ, "AGENTGATE_STORE": str(store)},
+        )
+    assert done.returncode == 2
+    _one_error_line(done.stderr, "cannot write the output: No space left on device")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import sys
 from collections.abc import Callable, Sequence
 
@@ -55,7 +56,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser = build_parser()
         args = parser.parse_args(argv)
         handler: Handler = args.handler
-        return handler(args)
+        code = handler(args)
+        sys.stdout.flush()  # a full disk or a dead pipe shows here, not after main() returned
+        return code
     except AgentGateError as exc:
         sys.stderr.write(f"agentgate: error: {_one_line(str(exc))}\n")
         return 2
@@ -64,6 +67,29 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 0
+    except OSError as exc:  # standard output cannot be written (disk full, I/O error), or a file
+        if exc.filename is not None:
+            sys.stderr.write(f"agentgate: error: {_one_line(f'{exc.filename}: {exc.strerror or exc}')}\n")
+            return 2
+        _drop_stdout()
+        sys.stderr.write(
+            f"agentgate: error: cannot write the output: {_one_line(str(exc.strerror or exc))}\n"
+        )
+        return 2
+
+
+def _drop_stdout() -> None:
+    """Point standard output at /dev/null, so that the interpreter's flush at exit does not fail
+    again on what could not be written (and print a second error)."""
+    try:
+        descriptor = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):  # not a real file (captured in-process)
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, descriptor)
+    finally:
+        os.close(devnull)
 
 
 def _quiet_library_logs() -> None:
