@@ -553,3 +553,24 @@ def test_lint_finds_an_integer_constraint_no_whole_number_satisfies(constraints:
     policy = parse_policy(_LINT_BASE.replace("CONSTRAINTS", constraints))
     codes = [f.code for f in lint(policy)]
     assert ("constraint_type_mismatch" in codes) is dead, codes
+
+
+def test_lint_flags_an_agent_that_holds_a_trust_anchors_key() -> None:
+    """An agent principal declared with the trust anchor's did:key can sign root grants for
+    itself: all authority, none of it delegated. principal_without_key compared principals with
+    each other only, so this loaded lint-clean. A human operator holding the anchor key is left
+    alone (that is what an anchor is for)."""
+    text = f"""
+version: 1
+trust_anchors: {{root: {{did: "{_DID}"}}}}
+principals:
+  bot: {{kind: agent, did: "{_DID}", roles: [r]}}
+tools:
+  t: {{args: {{}}}}
+roles:
+  r: {{kind: agent, ttl_s: 60, capabilities: [{{resource: "tool:t"}}]}}
+"""
+    found = [f for f in lint(parse_policy(text)) if f.code == "principal_without_key"]
+    assert len(found) == 1 and "trust anchor root" in found[0].message and found[0].line == 5
+    human = [f.code for f in lint(parse_policy(text.replace("bot: {kind: agent", "bot: {kind: human")))]
+    assert "principal_without_key" not in human

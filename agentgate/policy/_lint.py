@@ -234,6 +234,16 @@ class PrincipalWithoutKey(LintRule):
                 )
             else:
                 first_holder[did] = name
+        anchors = {did: name for name, did in policy.anchor_dids.items() if did is not None}
+        for name, spec in policy.document.principals.items():
+            did = policy.principal_dids.get(name)
+            if spec.kind == "agent" and did in anchors:
+                yield self.finding(
+                    policy,
+                    f"agent {name} holds the key of trust anchor {anchors[did]}: it can issue itself any root grant",
+                    policy.line_of("principals", name, key=True),
+                    hint="give the agent its own key; keep trust anchor keys away from agents",
+                )
 
 
 class SubAgentSharesGrant(LintRule):
