@@ -401,3 +401,16 @@ def test_output_that_cannot_be_written_is_one_line_and_exit_2(
         )
     assert done.returncode == 2
     _one_error_line(done.stderr, "cannot write the output: No space left on device")
+
+
+def test_reading_commands_take_store_urls_as_open_store_does(
+    store: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Schemes are case-insensitive for open_store (grant, serve); the read-only commands took
+    # SQLITE:////path for a missing file and mysql://... for "no store at mysql://...".
+    assert main(["approval", "list", "--store", f"SQLITE:///{store}"]) == 0
+    assert "no open approval requests" in capsys.readouterr().out
+    assert main(["audit", "verify", "--store", f"Sqlite:///{store}"]) == 0
+    capsys.readouterr()
+    assert main(["approval", "list", "--store", "mysql://host/db"]) == 2
+    _one_error_line(capsys.readouterr().err, "unsupported store URL")

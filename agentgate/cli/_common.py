@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import unicodedata
 from datetime import UTC, datetime
 from pathlib import Path
@@ -90,11 +91,17 @@ def open_existing_store(url: str | None) -> Store:
     """``open_store`` for a command that only reads: a SQLite file that does not exist is an
     ``InputError`` (a mistyped path), not a new empty store that looks like an empty answer."""
     target = url or os.environ.get("AGENTGATE_STORE") or DEFAULT_PATH
-    if not target.startswith(("postgresql://", "postgres://")):
-        path = target.removeprefix("sqlite:///")
+    scheme = _SCHEME.match(target)
+    if scheme is None or (scheme.group(1).lower() == "sqlite" and target[scheme.end() :].startswith("/")):
+        # A SQLite file (a path or sqlite:///PATH, the scheme in any case, as open_store reads it).
+        path = target if scheme is None else target[scheme.end() + 1 :]
         if not Path(path).exists():
             raise InputError(f"no store at {path}: check --store or AGENTGATE_STORE")
-    return open_store(target)
+    return open_store(target)  # PostgreSQL in any case; any other scheme is open_store's StoreError
+
+
+_SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
+"""A URL scheme as ``open_store`` recognizes one."""
 
 
 def read_source_file(path: str | Path, limit: int, what: str, error: type[SourceError]) -> bytes:
