@@ -585,7 +585,26 @@ class Gate:
             max_depth=template.max_depth,
             purpose=f"role {role}",
         )
-        record(self.grants, chain)
+        # The grant's record and its audit entry: one transaction, one commit. A root grant is
+        # an act of authority like a delegation, and the log shows who issued what to whom.
+        with self._decision_transaction() as tx, self.grants.within(tx):
+            record(self.grants, chain)
+            self.audit.append(
+                {
+                    "kind": "allow",
+                    "principal": anchor.did,
+                    "chain_hash": chain.id,
+                    "policy_hash": self.policy.digest or None,
+                    "resource": f"agent:{name}",
+                    "reasons": [
+                        f"issued grant {chain.id} to {name} ({key.did}) as role {role}: "
+                        + ", ".join(str(c) for c in template.capabilities)
+                        + f"; {template.ttl_s}s"
+                        + (f"; budget {budget.amount} {budget.unit}" if budget is not None else "")
+                    ],
+                },
+                tx,
+            )
         return AgentIdentity(name, key, chain, tenant or self._tenant_of(key.did))
 
     @_serialized

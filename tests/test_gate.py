@@ -77,10 +77,12 @@ class Setup:
             parse_policy(text, source="gate.yaml"), SQLiteStore(path / "agentgate.db"), tracer=tracer
         )
         self.agent = self.gate.issue(self.keys["root"], name="agent", key=self.keys["agent"], role="worker")
+        self.issued = self.gate.audit.size()  # the root grant's own audit entry comes first
 
     def entries(self) -> list[AuditEntry]:
+        """The audit entries written after the agent's grant was issued."""
         self.gate.flush()
-        return list(self.gate.audit.entries())
+        return list(self.gate.audit.entries())[self.issued :]
 
 
 @pytest.fixture
@@ -88,6 +90,20 @@ def setup(tmp_path: Path) -> Iterator[Setup]:
     made = Setup(tmp_path)
     yield made
     made.gate.close()
+
+
+def test_issuing_a_root_grant_is_audited_with_who_gave_what_to_whom(setup: Setup) -> None:
+    setup.gate.flush()
+    (issued,) = list(setup.gate.audit.entries())
+    assert issued.kind == "allow" and issued.principal == setup.keys["root"].did
+    assert issued.chain_hash == setup.agent.chain.id and issued.resource == "agent:agent"
+    assert issued.policy_hash == setup.gate.policy.digest
+    (reason,) = issued.reasons
+    assert (
+        f"issued grant {setup.agent.chain.id} to agent ({setup.keys['agent'].did}) as role worker" in reason
+    )
+    assert "tool:refund?amount<=1000" in reason and "600s" in reason and "budget 10000 usd_micros" in reason
+    assert setup.gate.verify().ok
 
 
 def test_allowed_call_is_audited_before_it_runs_and_its_outcome_after(setup: Setup) -> None:
@@ -101,7 +117,7 @@ def test_allowed_call_is_audited_before_it_runs_and_its_outcome_after(setup: Set
 
     assert setup.gate.run(auth, tool) == "ok"
     decision, outcome = setup.entries()
-    assert seen == [1]  # the decision entry was committed when the tool started
+    assert seen == [setup.issued + 1]  # the decision entry was committed when the tool started
     assert decision.kind == "allow" and decision.args == {"id": "42"}
     assert decision.rule == "role worker rule 1" and decision.policy_hash == setup.gate.policy.digest
     assert "hunter2" not in decision.to_bytes().decode()
@@ -315,7 +331,7 @@ def test_audit_log_verifies_after_a_mixed_session(setup: Setup) -> None:
         setup.gate.run(auth, lambda: "ok")
     setup.gate.authorize(setup.agent, Call.tool("refund", {"amount": 99999}))
     report = setup.gate.verify()
-    assert report.first_bad_index is None and report.size == 5
+    assert report.first_bad_index is None and report.size == setup.issued + 5
 
 
 def test_the_same_path_on_both_stores(store: Store) -> None:
@@ -335,10 +351,10 @@ def test_the_same_path_on_both_stores(store: Store) -> None:
     assert not gate.authorize(agent, Call.tool("lookup", {"id": "1"})).allowed
     assert gate.remaining(agent)[agent.chain.root.id] == (200, 1000)
     report = gate.verify()
-    assert report.ok and report.size == 8
+    assert report.ok and report.size == 9
     kinds = sorted(e.kind for e in gate.audit.entries())
     assert kinds == sorted(
-        ["allow", "outcome", "approval_required", "allow", "outcome", "deny", "revoke", "deny"]
+        ["allow", "allow", "outcome", "approval_required", "allow", "outcome", "deny", "revoke", "deny"]
     )
 
 
@@ -419,8 +435,9 @@ def test_audit_indexes_stay_gap_free_when_another_writer_appends_or_a_transactio
         setup.gate.audit.append({"kind": "deny", "principal": "operator"}, tx)
         raise RuntimeError("rolled back")
     third = setup.gate.authorize(setup.agent, Call.tool("lookup", {"id": "3"}))
-    assert (first.audit_index, second.audit_index, third.audit_index) == (0, 2, 3)
-    assert [e.index for e in setup.entries()] == [0, 1, 2, 3]
+    start = setup.issued
+    assert (first.audit_index, second.audit_index, third.audit_index) == (start, start + 2, start + 3)
+    assert [e.index for e in setup.entries()] == [start, start + 1, start + 2, start + 3]
     assert setup.gate.verify().ok
 
 
