@@ -549,14 +549,16 @@ class Gate:
                     timeout_s,
                 )
             self._outcomes_closed = True
-        if self._sync_scheduler is not None:
-            self._sync_scheduler.close(timeout_s=max(0.0, deadline - time.monotonic()))
-        self._limits.close()
-        self._close_dispatcher()
-        self._outcomes.close()
-        self.flush()
-        self.grants.close()
-        self.store.close()
+        try:
+            if self._sync_scheduler is not None:
+                self._sync_scheduler.close(timeout_s=max(0.0, deadline - time.monotonic()))
+            self._limits.close()
+            self._close_dispatcher()
+        finally:  # whatever stopping the threads raised, the outcomes are committed
+            self._outcomes.close()
+            self.flush()
+            self.grants.close()
+            self.store.close()
 
     def __enter__(self) -> Gate:
         return self

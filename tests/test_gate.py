@@ -538,3 +538,14 @@ def test_a_tool_calls_idempotency_key_is_the_schedulers_own(setup: Setup, args: 
         principal=call.principal,
         grant=setup.agent.grant_id,
     )
+
+
+async def test_close_on_an_event_loop_after_sync_runs_commits_the_outcomes(tmp_path: Path) -> None:
+    # An async application ran tools through the sync path (its scheduler has a loop thread of its
+    # own) and closes the gate in its shutdown handler, on the event loop's thread.
+    made = Setup(tmp_path)
+    auth = made.gate.authorize(made.agent, Call.tool("lookup", {"id": "1"}))
+    assert made.gate.run(auth, lambda: "ok") == "ok"
+    made.gate.close()  # did raise RuntimeError (a loop cannot run while another one runs here)
+    reopened = AuditLog(SQLiteStore(tmp_path / "agentgate.db"), SigningKey.generate())
+    assert [e.kind for e in reopened.entries()] == ["allow", "allow", "outcome"]

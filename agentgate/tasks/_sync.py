@@ -506,9 +506,11 @@ class SyncScheduler:
         asyncio.run_coroutine_threadsafe(
             self.scheduler.aclose(drain=drain, timeout_s=timeout_s), self._loop
         ).result()
+        # On the scheduler's own loop thread: the caller's thread may be running an event loop
+        # of its own (an async app's shutdown handler), where run_until_complete would refuse.
+        asyncio.run_coroutine_threadsafe(self._loop.shutdown_default_executor(), self._loop).result()
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join()
-        self._loop.run_until_complete(self._loop.shutdown_default_executor())
         self._loop.close()
 
     def __enter__(self) -> SyncScheduler:
