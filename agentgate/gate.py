@@ -959,6 +959,33 @@ class Gate:
         """Convenience for a human's tool: sign the request in ``payload``; the resume value."""
         return Approval.sign(payload, approver).to_dict()
 
+    @_serialized
+    def decline(self, auth: Authorization, reason: str = "no approval was given") -> Authorization:
+        """Record that the approval ``auth`` asked for was not given; the refusal.
+
+        For an authorization that needs approval and whose request was recorded (``authorize``
+        returned it). In one transaction: the request is closed as denied (if it is still
+        pending: one decided or expired meanwhile is left as it is) and a ``deny`` entry refers
+        to the ``approval_required`` entry (``ref``), with ``reason``. The same call asked again
+        later makes a new request. Raises ``InputError`` for any other authorization.
+        """
+        request = auth.request
+        if not auth.needs_approval or request is None or "id" not in request or auth.audit_index is None:
+            raise InputError("only an authorization waiting for a recorded approval request can be declined")
+        refused = replace(
+            auth, verdict=Verdict.DENY, reasons=(*auth.reasons, f"approval declined: {reason}"[:500])
+        )
+        with self._decision_transaction() as tx:
+            # A request no longer pending (decided, expired, unknown) is left as it is.
+            with contextlib.suppress(AuthorityError, InputError):
+                self.approvals.deny(request["id"], "agentgate:declined", tx=tx)
+            index = self.audit.append({**self._entry(refused, "deny"), "ref": auth.audit_index}, tx)
+        with self._lock:
+            self._open_requests.pop(request["call_hash"], None)
+        refused = replace(refused, audit_index=index)
+        self._refusal_span(refused)
+        return refused
+
     # --- recording ------------------------------------------------------------------------
 
     def _entry(self, auth: Authorization, kind: str) -> dict[str, Any]:

@@ -14,7 +14,7 @@ from opentelemetry.trace import Tracer
 
 from agentgate.audit.entry import AuditEntry
 from agentgate.capabilities import Call
-from agentgate.errors import AuditError, Denied
+from agentgate.errors import AuditError, Denied, InputError
 from agentgate.gate import AgentIdentity, Approval, Gate
 from agentgate.keys import SigningKey
 from agentgate.policy import parse_policy
@@ -305,6 +305,29 @@ def test_approval_for_other_arguments_is_decided_afresh(setup: Setup) -> None:
     approval = Approval.sign(payload, setup.keys["lead"])
     edited = Call.tool("refund", {"amount": 900})
     assert setup.gate.authorize(setup.agent, edited, call_id="c1", approval=approval).needs_approval
+
+
+def test_a_declined_approval_is_recorded_as_a_refusal_and_closes_the_request(setup: Setup) -> None:
+    call = Call.tool("refund", {"amount": 500})
+    asked = setup.gate.authorize(setup.agent, call, call_id="c1")
+    assert asked.needs_approval and asked.request is not None
+    refused = setup.gate.decline(asked, "the reviewer said no")
+    assert not refused.allowed and not refused.needs_approval
+    assert "approval declined: the reviewer said no" in refused.reasons
+    required, deny = setup.entries()
+    assert (required.kind, deny.kind) == ("approval_required", "deny")
+    assert deny.ref == required.index == asked.audit_index == refused.audit_index - 1
+    assert deny.args == {"amount": 500} and deny.principal == setup.agent.did
+    assert setup.gate.approvals.get(asked.request["id"]).state == "denied"
+    # An approval signed afterwards for the closed request allows nothing; asking again is a new request.
+    late = Approval.sign(asked.approval_payload(), setup.keys["lead"])
+    assert not setup.gate.authorize(setup.agent, call, call_id="c1", approval=late).allowed
+    again = setup.gate.authorize(setup.agent, call, call_id="c1")
+    assert again.needs_approval and again.request is not None
+    assert again.request["id"] != asked.request["id"]
+    with pytest.raises(InputError):
+        setup.gate.decline(refused)
+    assert setup.gate.verify().ok
 
 
 def test_forged_approval_signature_does_not_count(setup: Setup) -> None:
