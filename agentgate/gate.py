@@ -688,7 +688,9 @@ class Gate:
                 },
                 tx,
             )
-        with self._lock:
+        with self._lock:  # the live delegations only: a long-running service delegates per request
+            now = time.time()
+            self.delegations[:] = [d for d in self.delegations if d[1].chain.tip.expires > now]
             self.delegations.append((parent.name, child))
         return child
 

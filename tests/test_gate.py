@@ -182,6 +182,22 @@ def test_delegated_grant_is_attenuated_and_revocation_cascades(setup: Setup) -> 
     assert [f.code for f in refused.findings] == ["revoked"]
 
 
+def test_the_gate_keeps_only_live_delegations(setup: Setup) -> None:
+    from datetime import timedelta
+
+    def hand(name: str, seconds: int) -> AgentIdentity:
+        key = SigningKey.generate()
+        return setup.gate.delegate(
+            setup.agent, name=name, key=key, capabilities=["tool:lookup"], ttl=timedelta(seconds=seconds)
+        )
+
+    hand("brief", 1)
+    time.sleep(1.1)  # its grant has expired
+    lasting = hand("lasting", 60)
+    assert [(parent, child.name) for parent, child in setup.gate.delegations] == [("agent", "lasting")]
+    assert setup.gate.delegations[0][1] is lasting
+
+
 def test_model_cost_is_reserved_then_committed_at_actual_usage(setup: Setup) -> None:
     auth = setup.gate.authorize(setup.agent, Call.model("small", {"max_tokens": 100}), tokens=(50, 100))
     # 50 input tokens at 1 micro-dollar, 100 output at 2: 250 reserved.

@@ -82,8 +82,10 @@ async def test_cancelling_a_run_while_its_call_is_being_decided_settles_the_deci
             await task
         await asyncio.sleep(0.3)  # a decision that outlived its task has been recorded by now
         entries = _entries(made.gate)
-        allowed = {e.index for e in entries if e.kind == "allow"}
-        assert [e.resource for e in entries if e.kind == "allow"] == ["model:scripted"]
+        allowed = {
+            e.index for e in entries if e.kind == "allow" and not (e.resource or "").startswith("agent:")
+        }
+        assert [e.resource for e in entries if e.kind == "allow"] == ["agent:supervisor", "model:scripted"]
         assert allowed == {e.ref for e in entries if e.kind == "outcome"}
         assert _held(made) == []
     finally:
@@ -345,6 +347,43 @@ async def test_a_cancelled_decision_is_settled_without_waiting_for_a_slot(team: 
     release.set()
     await holding
     entries = _entries(team.gate)
-    allowed = {e.index for e in entries if e.kind == "allow"}
+    allowed = {e.index for e in entries if e.kind == "allow" and not (e.resource or "").startswith("agent:")}
     assert allowed == {e.ref for e in entries if e.kind == "outcome"}
     assert _held(team) == []
+
+
+async def test_gate_close_from_an_event_loop_after_sync_runs_closes_and_records(tmp_path: Path) -> None:
+    # An async application that ran an agent with invoke() (the sync scheduler exists) and closes
+    # the gate in its shutdown handler, on the event loop's thread: Gate.close raised RuntimeError
+    # and stopped before committing the pending outcomes and closing the store.
+    made = _make_team(tmp_path)
+    agent = create_gated_agent(
+        made.gate,
+        name="supervisor",
+        model=ScriptedChatModel(turns=[_calls(("search", {"query": "x"}))]),
+        tools=_tools(made),
+    )
+    agent.invoke(GO, context=made.supervisor)
+    made.gate.close()
+    reopened = made.reopen()
+    entries = list(reopened.audit.entries())
+    calls = [e for e in entries if e.kind == "allow" and not (e.resource or "").startswith("agent:")]
+    assert calls and len([e for e in entries if e.kind == "outcome"]) == len(calls)
+    reopened.close()
+
+
+def test_an_approval_answered_with_a_refusal_is_recorded_as_a_refusal(team: Team) -> None:
+    # Resuming an approval interrupt with something that is not an approval ("deny") refuses the
+    # call; the audit log kept only the approval_required entry and the request stayed pending.
+    from langgraph.types import Command
+    from test_langgraph import _publisher
+
+    agent = _publisher(team.gate, InMemorySaver(), team)
+    config = {"configurable": {"thread_id": "declined"}}
+    agent.invoke(GO, config, context=team.supervisor)
+    agent.invoke(Command(resume="deny"), config, context=team.supervisor)
+    assert team.ran == []
+    entries = [e for e in _entries(team.gate) if e.resource == "tool:publish"]
+    assert [e.kind for e in entries] == ["approval_required", "deny"]
+    assert entries[1].ref == entries[0].index
+    assert team.gate.store.query("SELECT id FROM approvals WHERE state = 'pending'") == []

@@ -202,9 +202,11 @@ class GateMiddleware(AgentMiddleware[Any, Any, Any]):
         while auth.needs_approval:
             # Each answer is one resume value; an approval that does not hold (wrong approver,
             # the requester itself, another call's, already used) is asked for again, and an
-            # answer that is not an approval at all (None, "deny") refuses the call.
+            # answer that is not an approval at all ("deny") refuses the call: recorded as a
+            # refusal that closes the request (``Gate.decline``).
             approval = Approval.parse(interrupt(auth.approval_payload()))
             if approval is None:
+                auth = self.gate.decline(auth, "the answer to the request was not an approval")
                 break
             auth = self.gate.authorize(
                 identity, call, agent=self.agent, agent_did=self.agent_did, call_id=call_id, approval=approval
