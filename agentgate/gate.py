@@ -285,7 +285,17 @@ class Authorization:
         why = "; ".join([*self.reasons, *(f"[{f.kind}/{f.code}]" for f in self.findings)]) or "not allowed"
         if self.needs_approval:
             return f"agentgate: {what} needs a human approval that was not given: {why}"
-        return f"agentgate refused {what}: {why}. Do not retry this call; choose another way or stop."
+        if self.quota_exceeded is not None:
+            advice = "Retry once the quota's window has passed."
+        elif any(f.code in _RESIGN for f in self.findings):
+            advice = "Sign the call again with a fresh invocation."
+        else:
+            advice = "Do not retry this call; choose another way or stop."
+        return f"agentgate refused {what}: {why}. {advice}"
+
+
+_RESIGN = frozenset({"invocation_expired", "invocation_not_yet_valid", "replayed_invocation"})
+"""Finding codes of a refusal that a freshly signed invocation of the same call can overcome."""
 
 
 _Outcome = tuple[Authorization, str, str | None, tuple[int, int] | None]
@@ -713,27 +723,36 @@ class Gate:
             if principal is None:
                 return  # a key made at run time: its grant's own depth and attenuation bound it
             raise refuse("delegation_not_in_policy", f"the roles of {parent.name} may not delegate at all")
+        # Each capability is bounded by the rule of a role that may hand it on: one such role
+        # must admit the grant's whole lifetime and budget (another role's looser limits, for
+        # capabilities it hands on, do not widen this one's).
         for cap in caps:
-            if not any(
-                attenuates(rule.capability, cap) for r in roles for rule in self.policy.delegable.get(r, ())
-            ):
+            rules = [
+                delegation
+                for r in roles
+                if (delegation := self.policy.document.roles[r].delegation) is not None
+                and any(attenuates(rule.capability, cap) for rule in self.policy.delegable.get(r, ()))
+            ]
+            if not rules:
                 raise refuse(
                     "delegation_wider_than_policy", f"the policy does not let {parent.name} hand on {cap}"
                 )
-        rules = [self.policy.document.roles[r].delegation for r in roles]
-        max_ttl = max((d.max_ttl_s for d in rules if d and d.max_ttl_s), default=None)
-        if max_ttl is not None and seconds > max_ttl:
-            raise refuse(
-                "delegation_ttl_above_policy",
-                f"a delegated grant may live {max_ttl}s at most, not {seconds}s",
-            )
-        limits = [d.budget.limit for d in rules if d and d.budget]
-        if limits and (budget is None or budget > max(limits)):
-            asked = "the parent's whole budget" if budget is None else str(budget)
-            raise refuse(
-                "delegation_budget_above_policy",
-                f"a delegated grant may carry a budget of {max(limits)} at most, not {asked}",
-            )
+            lasting = [d for d in rules if d.max_ttl_s is None or seconds <= d.max_ttl_s]
+            if not lasting:
+                longest = max(d.max_ttl_s or 0 for d in rules)
+                raise refuse(
+                    "delegation_ttl_above_policy",
+                    f"a delegated grant with {cap} may live {longest}s at most, not {seconds}s",
+                )
+            if not any(
+                d.budget is None or (budget is not None and budget <= d.budget.limit) for d in lasting
+            ):
+                largest = max(d.budget.limit for d in lasting if d.budget)
+                asked = "the parent's whole budget" if budget is None else str(budget)
+                raise refuse(
+                    "delegation_budget_above_policy",
+                    f"a delegated grant with {cap} may carry a budget of {largest} at most, not {asked}",
+                )
 
     @_serialized
     def revoke(self, grant: AgentIdentity | Chain | str, *, by: str = "operator", reason: str = "") -> str:

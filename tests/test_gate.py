@@ -15,7 +15,7 @@ from opentelemetry.trace import Tracer
 from agentgate.audit.entry import AuditEntry
 from agentgate.capabilities import Call
 from agentgate.errors import AuditError, Denied, InputError
-from agentgate.gate import AgentIdentity, Approval, Gate
+from agentgate.gate import AgentIdentity, Approval, Authorization, Gate
 from agentgate.keys import SigningKey
 from agentgate.policy import parse_policy
 from agentgate.store import SQLiteStore, Store, Transaction
@@ -588,3 +588,87 @@ async def test_close_on_an_event_loop_after_sync_runs_commits_the_outcomes(tmp_p
     made.gate.close()  # did raise RuntimeError (a loop cannot run while another one runs here)
     reopened = AuditLog(SQLiteStore(tmp_path / "agentgate.db"), SigningKey.generate())
     assert [e.kind for e in reopened.entries()] == ["allow", "allow", "outcome"]
+
+
+def test_a_delegation_is_bounded_by_the_rule_of_the_role_that_may_hand_each_capability_on(
+    tmp_path: Path,
+) -> None:
+    """``lead`` holds two roles: ``payer`` may hand on ``tool:pay`` for 60 s with a budget of 10,
+    ``searcher`` hands on ``tool:search`` for 3000 s with 1000. ``tool:pay`` was handed on for
+    3000 s with 1000: the limits were the largest over all the roles (found by review R5)."""
+    from datetime import timedelta
+
+    from agentgate.errors import ScopeCreep
+
+    root, lead = SigningKey.generate(), SigningKey.generate()
+    policy = parse_policy(
+        f"""
+version: 1
+trust_anchors: {{root: {{did: "{root.did}"}}}}
+principals:
+  lead: {{kind: agent, did: "{lead.did}", roles: [payer, searcher]}}
+tools:
+  pay: {{args: {{}}}}
+  search: {{args: {{}}}}
+roles:
+  payer:
+    capabilities: [{{resource: "tool:pay"}}]
+    budget: {{limit: 1000}}
+    ttl_s: 3600
+    delegation:
+      max_depth: 1
+      max_ttl_s: 60
+      budget: {{limit: 10}}
+      capabilities: [{{resource: "tool:pay"}}]
+  searcher:
+    capabilities: [{{resource: "tool:search"}}]
+    budget: {{limit: 1000}}
+    ttl_s: 3600
+    delegation:
+      max_depth: 1
+      max_ttl_s: 3000
+      budget: {{limit: 1000}}
+      capabilities: [{{resource: "tool:search"}}]
+"""
+    )
+    gate = Gate(policy, SQLiteStore(tmp_path / "a.db"))
+    try:
+        identity = gate.issue(root, name="lead", key=lead, role="payer")
+
+        def hand(caps: list[str], seconds: int, budget: int) -> str:
+            try:
+                gate.delegate(
+                    identity,
+                    name="sub",
+                    key=SigningKey.generate(),
+                    capabilities=caps,
+                    ttl=timedelta(seconds=seconds),
+                    budget=budget,
+                )
+            except ScopeCreep as exc:
+                return exc.finding.code
+            return "ok"
+
+        assert hand(["tool:pay"], 3000, 1000) == "delegation_ttl_above_policy"
+        assert hand(["tool:pay"], 60, 1000) == "delegation_budget_above_policy"
+        assert hand(["tool:search", "tool:pay"], 3000, 10) == "delegation_ttl_above_policy"
+        assert hand(["tool:pay"], 60, 10) == "ok"
+        assert gate.verify().ok
+    finally:
+        gate.close()
+
+
+def test_a_refusal_tells_the_caller_when_retrying_can_help() -> None:
+    # An agent obeying "Do not retry" stopped on a full quota window or an expired invocation
+    # (found by review R4).
+    from agentgate.findings import Finding, FindingKind
+    from agentgate.gate import Verdict
+
+    call = Call.tool("lookup", {"id": "1"})
+    denied = Authorization(Verdict.DENY, call, None, ("not allowed",))
+    assert denied.explain().endswith("Do not retry this call; choose another way or stop.")
+    full = Authorization(Verdict.DENY, call, None, ("quota q reached",), quota_exceeded="q")
+    assert full.explain().endswith("Retry once the quota's window has passed.")
+    stale = Finding(kind=FindingKind.AUTHORITY_CHAIN_OPACITY, code="invocation_expired", message="expired")
+    expired = Authorization(Verdict.DENY, call, None, ("expired",), (stale,))
+    assert expired.explain().endswith("Sign the call again with a fresh invocation.")
