@@ -21,3 +21,23 @@ def test_the_core_imports_without_any_framework() -> None:
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_importing_the_package_imports_no_layer_until_a_name_is_used() -> None:
+    # The command line starts (and can catch Ctrl-C) before the layers load: each public name is
+    # imported from its module on first use.
+    code = (
+        "import sys, agentgate;"
+        "early = sorted(m for m in sys.modules if m.startswith('agentgate.'));"
+        "agentgate.Gate;"
+        "print(early, 'agentgate.gate' in sys.modules); sys.exit(0 if not early else 1)"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0 and result.stdout.strip().endswith("True"), result.stdout + result.stderr
+
+
+def test_an_unknown_name_is_an_attribute_error() -> None:
+    import pytest
+
+    with pytest.raises(AttributeError, match="no attribute 'Nope'"):
+        agentgate.Nope  # noqa: B018
