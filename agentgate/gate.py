@@ -1128,9 +1128,14 @@ class Gate:
                 if request["quorum"] == 1:
                     self.approvals.approve(approval.request, approval.approver, tx=tx)
                 approvers = self.approvals.consume(approval.request, request["call_hash"], tx=tx)
-                auth = replace(auth, approver=",".join(approvers))
                 with self._lock:
-                    self._open_requests.pop(request["call_hash"], None)
+                    asked = self._open_requests.pop(request["call_hash"], None)
+                # The request, as a call that pauses before completing re-arms it (``_write_outcome``).
+                auth = replace(
+                    auth,
+                    approver=",".join(approvers),
+                    request={**request, "id": approval.request, "asked_index": asked[1] if asked else None},
+                )
             held = tuple(
                 (self.ledger.reserve(tx, identity.chain.ids, caps, amount), unit, amount)
                 for unit, caps, amount in reserve
@@ -1253,6 +1258,7 @@ class Gate:
         run_id: str | None = None,
         failed: Callable[[T], bool] | None = None,
         spent: Callable[[T], tuple[int, int] | None] | None = None,
+        paused: Callable[[BaseException], bool] | None = None,
     ) -> T:
         """Run ``fn`` for an allowed call (tools under the scheduler), audit the outcome, settle the budget.
 
@@ -1262,6 +1268,9 @@ class Gate:
         the reservation; what ``failed`` or ``spent`` raises, after recording an error outcome
         charged as reserved (the call ran). ``fn`` gets no idempotency key, so a tool that
         ``takes_idempotency_key`` is not repeated after an ambiguous failure (docs/tasks.md).
+        An exception for which ``paused`` is true is a pause, not a failure (LangGraph's
+        ``interrupt()`` inside a tool): the outcome is ``paused``, the reservation released, and
+        an approval the call consumed is put back for this call, to be replayed when it resumes.
         """
         self._check_allowed(auth)
         self._begin_run(auth)
@@ -1275,7 +1284,8 @@ class Gate:
                     else:
                         result = fn()
                 except BaseException as exc:
-                    self._settle(auth, "error", type(exc).__name__, None)
+                    pause = paused is not None and paused(exc)
+                    self._settle(auth, "paused" if pause else "error", type(exc).__name__, None)
                     raise
                 self._finish(span, auth, result, failed, spent)
                 return result
@@ -1291,6 +1301,7 @@ class Gate:
         run_id: str | None = None,
         failed: Callable[[T], bool] | None = None,
         spent: Callable[[T], tuple[int, int] | None] | None = None,
+        paused: Callable[[BaseException], bool] | None = None,
     ) -> T:
         """The async twin of ``run``: the scheduler's limits hold for coroutines too."""
         self._check_allowed(auth)
@@ -1308,7 +1319,8 @@ class Gate:
                     else:
                         result = await fn()
                 except BaseException as exc:
-                    self._settle(auth, "error", type(exc).__name__, None)
+                    pause = paused is not None and paused(exc)
+                    self._settle(auth, "paused" if pause else "error", type(exc).__name__, None)
                     raise
                 self._finish(span, auth, result, failed, spent)
                 return result
@@ -1534,6 +1546,22 @@ class Gate:
                     delta = used
             else:
                 self.ledger.release(reservation, tx)
+        request = auth.request
+        if (
+            status == "paused"
+            and auth.approver
+            and request
+            and request.get("id")
+            and self.approvals.rearm(request["id"], request["call_hash"], tx=tx)
+        ):
+            reasons.append(f"paused before completing: approval request {request['id']} is pending again")
+            if request.get("asked_index") is not None:  # the resumed call asks for the same request
+                with self._lock:
+                    self._open_requests[request["call_hash"]] = (
+                        request["id"],
+                        request["asked_index"],
+                        float(request["expires_at"]),
+                    )
         self.audit.append(
             {
                 "kind": "outcome",

@@ -672,3 +672,50 @@ def test_a_refusal_tells_the_caller_when_retrying_can_help() -> None:
     stale = Finding(kind=FindingKind.AUTHORITY_CHAIN_OPACITY, code="invocation_expired", message="expired")
     expired = Authorization(Verdict.DENY, call, None, ("expired",), (stale,))
     assert expired.explain().endswith("Sign the call again with a fresh invocation.")
+
+
+class _Pause(Exception):
+    """Stands for LangGraph's GraphInterrupt: the tool waits for a human, it has not failed."""
+
+
+def test_a_call_that_pauses_after_its_approval_is_approved_again_by_the_same_approval(setup: Setup) -> None:
+    call, payload = _approval_request(setup)
+    approval = Approval.sign(payload, setup.keys["lead"])
+    first = setup.gate.authorize(setup.agent, call, call_id="c1", approval=approval)
+    assert first.allowed
+
+    def pausing() -> str:
+        raise _Pause
+
+    with pytest.raises(_Pause):
+        setup.gate.run(first, pausing, paused=lambda exc: isinstance(exc, _Pause))
+    # Resumed: the same call, the same (replayed) approval; it runs to the end this time.
+    assert setup.gate.authorize(setup.agent, call, call_id="c1").needs_approval
+    second = setup.gate.authorize(setup.agent, call, call_id="c1", approval=approval)
+    assert second.allowed and setup.gate.run(second, lambda: "refunded") == "refunded"
+    # Completed: the approval is used up, and it never approved another call.
+    assert not setup.gate.authorize(setup.agent, call, call_id="c1", approval=approval).allowed
+    other = Call.tool("refund", {"amount": 501})
+    assert not setup.gate.authorize(setup.agent, other, call_id="c1", approval=approval).allowed
+    trail = [(e.kind, e.status) for e in setup.entries() if e.resource == "tool:refund"]
+    assert trail[:5] == [
+        ("approval_required", None),
+        ("allow", None),
+        ("outcome", "paused"),
+        ("allow", None),
+        ("outcome", "ok"),
+    ]
+    assert setup.gate.verify().ok
+
+
+def test_a_failure_is_not_a_pause_and_does_not_give_the_approval_back(setup: Setup) -> None:
+    call, payload = _approval_request(setup)
+    approval = Approval.sign(payload, setup.keys["lead"])
+    auth = setup.gate.authorize(setup.agent, call, call_id="c1", approval=approval)
+
+    def failing() -> str:
+        raise ValueError("boom")
+
+    with pytest.raises(ValueError):
+        setup.gate.run(auth, failing, paused=lambda exc: isinstance(exc, _Pause))
+    assert not setup.gate.authorize(setup.agent, call, call_id="c1", approval=approval).allowed

@@ -387,3 +387,54 @@ def test_an_approval_answered_with_a_refusal_is_recorded_as_a_refusal(team: Team
     assert [e.kind for e in entries] == ["approval_required", "deny"]
     assert entries[1].ref == entries[0].index
     assert team.gate.store.query("SELECT id FROM approvals WHERE state = 'pending'") == []
+
+
+def test_an_approved_tool_that_asks_the_human_itself_can_complete(tmp_path: Path) -> None:
+    # A tool behind an approval gate that calls interrupt() itself (a confirmation): on the resume
+    # LangGraph re-runs the node, the middleware's interrupt() replays the first resume value (the
+    # approval, already consumed by the first run), the decision refuses it ("already used"), and
+    # the tool never completes.
+    from langchain_core.tools import StructuredTool
+    from langgraph.checkpoint.memory import InMemorySaver
+    from langgraph.types import Command, interrupt
+
+    made = _make_team(tmp_path)
+    try:
+
+        def publish(path: str) -> str:
+            answer = interrupt({"confirm": path})
+            made.ran.append(f"publish:{path}:{answer}")
+            return "published"
+
+        tool = StructuredTool.from_function(func=publish, name="publish", description="publish")
+        agent = create_gated_agent(
+            made.gate,
+            name="supervisor",
+            model=ScriptedChatModel(turns=[_calls(("publish", {"path": "reports/x"}))]),
+            tools=[tool],
+            checkpointer=InMemorySaver(),
+            gate_models=False,
+        )
+        config = {"configurable": {"thread_id": "confirm"}}
+        paused = agent.invoke(
+            {"messages": [{"role": "user", "content": "go"}]}, config, context=made.supervisor
+        )
+        approval = made.gate.approve(paused["__interrupt__"][0].value, made.keys["dana"])
+        asked = agent.invoke(Command(resume=approval), config, context=made.supervisor)
+        assert asked["__interrupt__"][0].value == {"confirm": "reports/x"}
+        agent.invoke(Command(resume="yes"), config, context=made.supervisor)
+        assert made.ran == ["publish:reports/x:yes"]
+        trail = [(e.kind, e.status) for e in _entries(made.gate) if e.resource == "tool:publish"]
+        # One request (asked once, re-armed by the pause), two runs of the one approved call.
+        assert trail == [
+            ("approval_required", None),
+            ("allow", None),
+            ("outcome", "paused"),
+            ("allow", None),
+            ("outcome", "ok"),
+        ]
+        states = made.gate.store.query("SELECT state FROM approvals")
+        assert [tuple(r) for r in states] == [("consumed",)]
+        assert made.gate.verify().ok
+    finally:
+        made.gate.close()

@@ -50,7 +50,7 @@ from langchain_core.messages.tool import invalid_tool_call, tool_call
 from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.tools import BaseTool, StructuredTool
 from langchain_core.utils.function_calling import convert_to_openai_tool
-from langgraph.errors import GraphBubbleUp
+from langgraph.errors import GraphBubbleUp, GraphInterrupt
 from langgraph.prebuilt import ToolNode
 from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.types import Command, interrupt
@@ -245,7 +245,12 @@ class GateMiddleware(AgentMiddleware[Any, Any, Any]):
             return _refusal(auth, call_id, name)
         try:
             return self.gate.run(
-                auth, lambda: handler(request), call_id=call_id, run_id=_run_id(request), failed=_failed
+                auth,
+                lambda: handler(request),
+                call_id=call_id,
+                run_id=_run_id(request),
+                failed=_failed,
+                paused=_paused,
             )
         except GraphBubbleUp:
             raise  # interrupt() or Command(graph=PARENT) from inside the tool: LangGraph's to handle
@@ -278,7 +283,12 @@ class GateMiddleware(AgentMiddleware[Any, Any, Any]):
             return _refusal(auth, call_id, name)
         try:
             return await self.gate.arun(
-                auth, lambda: handler(request), call_id=call_id, run_id=_run_id(request), failed=_failed
+                auth,
+                lambda: handler(request),
+                call_id=call_id,
+                run_id=_run_id(request),
+                failed=_failed,
+                paused=_paused,
             )
         except GraphBubbleUp:
             raise
@@ -427,6 +437,11 @@ async def _settled(future: asyncio.Future[Any]) -> None:
 
 def _failed(result: object) -> bool:
     return isinstance(result, ToolMessage) and result.status == "error"
+
+
+def _paused(exc: BaseException) -> bool:
+    """A tool that called ``interrupt()``: it has not failed, it waits for its resume."""
+    return isinstance(exc, GraphInterrupt)
 
 
 def _tokens_used(response: object) -> tuple[int, int] | None:

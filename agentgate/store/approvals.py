@@ -200,6 +200,23 @@ class ApprovalStore:
             self._explain(tx, approval_id, now, call_hash=call_hash)
         return self.approvers(approval_id, tx=tx)
 
+    def rearm(self, approval_id: str, call_hash: str, *, tx: Transaction | None = None) -> bool:
+        """Put a consumed request for the call ``call_hash`` back to pending, its votes cleared.
+
+        For a call that its approval let run but that paused before completing (LangGraph re-runs
+        the node on resume): the approvals replayed then are counted again, for this call only,
+        until the request expires. Returns whether a consumed request was re-armed.
+        """
+        rearmed = self._run(
+            tx,
+            "UPDATE approvals SET state = 'pending', approver = NULL, decided_at = NULL, "
+            "consumed_at = NULL WHERE id = ? AND call_hash = ? AND state = 'consumed'",
+            (approval_id, call_hash),
+        )
+        if rearmed:
+            self._run(tx, "DELETE FROM approval_votes WHERE approval_id = ?", (approval_id,))
+        return rearmed == 1
+
     def approvers(self, approval_id: str, *, tx: Transaction | None = None) -> tuple[str, ...]:
         """Who has approved the request so far, sorted."""
         sql = "SELECT approver FROM approval_votes WHERE approval_id = ? ORDER BY approver"
