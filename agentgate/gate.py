@@ -758,10 +758,18 @@ class Gate:
     def revoke(self, grant: AgentIdentity | Chain | str, *, by: str = "operator", reason: str = "") -> str:
         """Revoke a grant and, through it, every grant below it; audited. Returns the grant id."""
         target = grant.chain if isinstance(grant, AgentIdentity) else grant
-        grant_id = revoke(self.grants, target, reason=reason)
-        self.audit.append(
-            {"kind": "revoke", "principal": by, "chain_hash": grant_id, "reasons": [reason] if reason else []}
-        )
+        # The revocation and its audit entry: one transaction, so neither exists without the other.
+        with self._decision_transaction() as tx, self.grants.within(tx):
+            grant_id = revoke(self.grants, target, reason=reason)
+            self.audit.append(
+                {
+                    "kind": "revoke",
+                    "principal": by,
+                    "chain_hash": grant_id,
+                    "reasons": [reason] if reason else [],
+                },
+                tx,
+            )
         return grant_id
 
     def _tenant_of(self, did: str) -> str:

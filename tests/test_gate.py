@@ -719,3 +719,21 @@ def test_a_failure_is_not_a_pause_and_does_not_give_the_approval_back(setup: Set
     with pytest.raises(ValueError):
         setup.gate.run(auth, failing, paused=lambda exc: isinstance(exc, _Pause))
     assert not setup.gate.authorize(setup.agent, call, call_id="c1", approval=approval).allowed
+
+
+def test_a_revocation_that_cannot_be_audited_is_not_made(
+    setup: Setup, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The revocation and its audit entry commit together: neither exists without the other.
+    def broken(*args: object, **kwargs: object) -> int:
+        raise AuditError("the log cannot be written")
+
+    monkeypatch.setattr(setup.gate.audit, "append", broken)
+    with pytest.raises(AuditError):
+        setup.gate.revoke(setup.agent, reason="test")
+    monkeypatch.undo()
+    assert setup.gate.grants.revoked(setup.agent.chain.ids) == set()
+    assert setup.gate.authorize(setup.agent, Call.tool("lookup", {"id": "1"})).allowed
+    setup.gate.revoke(setup.agent, reason="test")
+    assert [e.kind for e in setup.entries()][-1] == "revoke"
+    assert not setup.gate.authorize(setup.agent, Call.tool("lookup", {"id": "2"})).allowed

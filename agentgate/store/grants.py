@@ -216,12 +216,19 @@ class GrantRepository:
         Returns False when it was already revoked. Descendants need no rows of their own: every
         decision checks every link of its chain.
         """
+        sql = (
+            "INSERT INTO agentgate_revocations (grant_id, revoked_at, reason) VALUES (?, ?, ?) "
+            "ON CONFLICT DO NOTHING"
+        )
+        bound = self._bound_tx()
+        if bound is not None:  # in the caller's transaction (``within``): with its audit entry
+            try:
+                bound.execute(sql, (grant_id, now, reason[:500]))
+            except (sqlite3.Error, psycopg.Error) as exc:
+                raise StoreError(f"cannot record the revocation: {exc}") from exc
+            return bound.rowcount == 1
         with self.store.transaction() as tx:
-            tx.execute(
-                "INSERT INTO agentgate_revocations (grant_id, revoked_at, reason) VALUES (?, ?, ?) "
-                "ON CONFLICT DO NOTHING",
-                (grant_id, now, reason[:500]),
-            )
+            tx.execute(sql, (grant_id, now, reason[:500]))
             return tx.rowcount == 1
 
     def _hot_connection(self) -> sqlite3.Connection | None:
