@@ -563,6 +563,12 @@ class Gate:
             if self._sync_scheduler is not None:
                 self._sync_scheduler.close(timeout_s=max(0.0, deadline - time.monotonic()))
             self._limits.close()
+            # Each event loop's scheduler: its loop may be another thread's, or gone, so its
+            # leases are given back from here (their heartbeat would outlive the store).
+            with self._scheduler_lock:
+                schedulers = list(self._async_schedulers.values())
+            for scheduler in schedulers:
+                scheduler.release_leases()
             self._close_dispatcher()
         finally:  # whatever stopping the threads raised, the outcomes are committed
             self._outcomes.close()

@@ -25,8 +25,14 @@ import time
 import weakref
 
 import pytest
+from test_tasks_shared_limits import LoopThread
 
+from agentgate.capabilities import Call
 from agentgate.errors import CircuitOpen, DeadlineExceeded, InputError, Overloaded
+from agentgate.gate import Gate
+from agentgate.keys import SigningKey
+from agentgate.policy import parse_policy
+from agentgate.store import open_store
 from agentgate.store._base import Store
 from agentgate.store._sqlite import SQLiteStore
 from agentgate.tasks import (
@@ -588,3 +594,50 @@ def test_the_heap_for_many_waiting_children_picks_exactly_what_sorting_picks(
     monkeypatch.setattr(_fair, "_HEAP_OFF", 8)
     assert _fair_queue_run(seed) == sorted_order
     assert any(item is not None for item in sorted_order)
+
+
+def _heartbeats() -> int:
+    return sum(t.name == "agentgate-lease-heartbeat" and t.is_alive() for t in threading.enumerate())
+
+
+@pytest.mark.postgres
+def test_gate_close_stops_the_lease_heartbeat_of_a_live_loops_scheduler(postgres_url: str) -> None:
+    keys = {n: SigningKey.generate() for n in ("root", "agent")}
+    policy = f"""
+version: 1
+trust_anchors:
+  root: {{did: "{keys["root"].did}"}}
+principals:
+  agent: {{kind: agent, did: "{keys["agent"].did}", roles: [worker]}}
+tools:
+  lookup:
+    args: {{id: {{type: string, required: true}}}}
+    idempotent: true
+roles:
+  worker:
+    kind: agent
+    capabilities:
+      - resource: tool:lookup
+    ttl_s: 600
+"""
+    before = _heartbeats()
+    config = SchedulerConfig(tools={"lookup": ToolLimits(concurrency=1)})
+    gate = Gate(parse_policy(policy, source="open.yaml"), open_store(postgres_url), scheduler=config)
+    thread = LoopThread()
+    try:
+        agent = gate.issue(keys["root"], name="agent", key=keys["agent"], role="worker")
+        auth = gate.authorize(agent, Call.tool("lookup", {"id": "1"}))
+
+        async def quick() -> str:
+            return "ok"
+
+        assert thread.run(gate.arun(auth, quick)).result(10) == "ok"
+        assert _heartbeats() == before + 1  # the loop's scheduler took a lease: its heartbeat runs
+    finally:
+        gate.close()
+    try:
+        assert _heartbeats() == before, (
+            "the live loop's scheduler still renewed leases after Gate.close (review R6)"
+        )
+    finally:
+        thread.close()

@@ -293,3 +293,17 @@ def test_retry_rules_compose_and_name_the_objection() -> None:
     assert rule.objection(failure("timeout", 1, keyed=True, lim=keyed)) is None
     assert rule.objection(failure("timeout", 1, keyed=False, lim=keyed)) == "ambiguous_not_idempotent"
     assert rule_for(limits).objection(failure("timeout", 1)) == "ambiguous_not_idempotent"
+
+
+def test_listing_error_in_retry_on_repeats_only_tools_safe_to_repeat() -> None:
+    # A tool may raise after its effect (a payment service's 500 after the charge): "error" is as
+    # ambiguous as a timeout, and no policy setting makes a second payment possible.
+    listed = RetryPolicy(attempts=3, retry_on=("error",))
+    rule = rule_for(ToolLimits(retry=listed))
+    assert rule.objection(Failure(ValueError(), "error", 1, ToolLimits(retry=listed), False)) == (
+        "ambiguous_not_idempotent"
+    )
+    safe = ToolLimits(retry=listed, idempotent=True)
+    assert rule_for(safe).objection(Failure(ValueError(), "error", 1, safe, False)) is None
+    keyed = ToolLimits(retry=listed, takes_idempotency_key=True)
+    assert rule_for(keyed).objection(Failure(ValueError(), "error", 1, keyed, True)) is None

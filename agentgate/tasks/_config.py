@@ -14,8 +14,11 @@ from types import MappingProxyType
 
 from agentgate.errors import InputError
 
-#: Error classes that leave it unknown whether the tool's effect happened (docs/tasks.md).
-AMBIGUOUS_CLASSES = frozenset({"timeout", "connection"})
+#: Error classes that leave it unknown whether the tool's effect happened (docs/tasks.md): every
+#: class but ``transient`` (a failure known to come before any effect). ``error`` is among them:
+#: a tool may raise after its effect (a payment service's 500 after the charge, a response that
+#: does not parse), so listing it in ``retry_on`` repeats only tools that are safe to repeat.
+AMBIGUOUS_CLASSES = frozenset({"timeout", "connection", "error"})
 
 
 def _require(condition: bool, what: str) -> None:

@@ -7,8 +7,8 @@ scheduler's rule for a tool is ``rule_for(limits)``:
 
     retry_on_classes(policy.retry_on) & safe_to_repeat() & attempts_left(policy.attempts)
 
-``safe_to_repeat`` is the safety rule: after an ambiguous failure (a timeout, a lost connection)
-the effect may have happened, so the attempt is repeated only for a tool that is idempotent or
+``safe_to_repeat`` is the safety rule: after an ambiguous failure (a timeout, a lost connection,
+any error but a transient one) the effect may have happened, so the attempt is repeated only for a tool that is idempotent or
 that takes the call's idempotency key (and the call has one). No policy setting overrides it.
 The deadline is checked by the scheduler, which knows the backoff delay.
 """

@@ -213,6 +213,13 @@ class Scheduler:
         if self._leases is not None:
             await asyncio.to_thread(self._leases.close)
 
+    def release_leases(self) -> None:
+        """Stop renewing this scheduler's cross-process leases and give them back, from any thread
+        (blocking, idempotent). For an owner that cannot await ``aclose`` on the scheduler's loop:
+        a ``Gate`` closing while that loop runs in another thread, or runs no more."""
+        if self._leases is not None:
+            self._leases.close()
+
     # --- the call -------------------------------------------------------------------------------
 
     def submit(self, call: ToolCall, fn: Callable[[Attempt], Awaitable[T]]) -> Coroutine[Any, Any, T]:
