@@ -590,7 +590,8 @@ class Gate:
     ) -> AgentIdentity:
         """A root grant from ``anchor`` (a trust anchor) to ``key`` holding exactly what ``role`` allows.
 
-        Raises ``PolicyError`` for an unknown role.
+        The grant is recorded with its audit entry (an ``allow`` on ``agent:NAME`` by the anchor)
+        in one transaction. Raises ``PolicyError`` for an unknown role.
         """
         template = role_grant_template(self.policy, role)
         budget = Budget(template.budget.limit, template.budget.unit) if template.budget else None
