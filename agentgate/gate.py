@@ -287,15 +287,18 @@ class Authorization:
             return f"agentgate: {what} needs a human approval that was not given: {why}"
         if self.quota_exceeded is not None:
             advice = "Retry once the quota's window has passed."
-        elif any(f.code in _RESIGN for f in self.findings):
-            advice = "Sign the call again with a fresh invocation."
         else:
-            advice = "Do not retry this call; choose another way or stop."
+            codes = [f.code for f in self.findings if f.code in _RESIGN]
+            advice = _RESIGN[codes[0]] if codes else "Do not retry this call; choose another way or stop."
         return f"agentgate refused {what}: {why}. {advice}"
 
 
-_RESIGN = frozenset({"invocation_expired", "invocation_not_yet_valid", "replayed_invocation"})
-"""Finding codes of a refusal that a freshly signed invocation of the same call can overcome."""
+_RESIGN = {
+    "invocation_expired": "Sign the call again with a fresh invocation.",
+    "invocation_not_yet_valid": "Check the signer's clock and sign the call again.",
+    "replayed_invocation": "Each invocation is used once: sign the call again with a fresh one.",
+}
+"""Refusals that a freshly signed invocation of the same call can overcome, and what to do."""
 
 
 _Outcome = tuple[Authorization, str, str | None, tuple[int, int] | None]

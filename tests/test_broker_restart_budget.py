@@ -74,8 +74,9 @@ class Process:
         self.gated = GatedBroker(self.gate, self.broker)
 
     def entries(self) -> list[AuditEntry]:
+        """The entries of calls (the grants' own ``agent:NAME`` entries left out)."""
         self.gate.flush()
-        return list(self.gate.audit.entries())
+        return [e for e in self.gate.audit.entries() if not (e.resource or "").startswith("agent:")]
 
 
 class World:

@@ -38,17 +38,9 @@ from agentgate.tasks import SchedulerConfig
 
 _COVERAGE_CODES = frozenset({"call_not_covered", "ambiguous_resource"})
 APPROVAL_HEADER = "X-Agentgate-Approval"
-_NO_RETRY = " Do not retry this call; choose another way or stop."
-_RETRY_HINTS = {
-    "quota_exceeded": " Retry once the quota's window has passed (Retry-After, in seconds).",
-    "invocation_expired": " Sign the call again with a fresh invocation.",
-    "invocation_not_yet_valid": " Check the signer's clock and sign the call again.",
-    "replayed_invocation": " Each invocation is used once: sign the call again with a fresh one.",
-}
-"""Refusals that a later or re-signed try can pass, and what the caller is told to do instead."""
+"""The header that carries a signed approval (compact JSON) for a call behind an approval gate."""
 STREAM_AHEAD = 64
 """Chunks of a streamed answer read from the backend ahead of the caller (``gated_stream``)."""
-"""The header that carries a signed approval (compact JSON) for a call behind an approval gate."""
 
 
 def _approval(text: str) -> Approval | None:
@@ -105,17 +97,9 @@ class GatewayDecision:
 
     @property
     def message(self) -> str:
-        """Why it was refused, for the caller (no tokens, keys or argument values).
-
-        ``Authorization.explain`` ends every refusal with "Do not retry this call"; for the
-        refusals that a later or re-signed try does get through (a quota window, an expired or
-        already used invocation) the caller is told that instead.
-        """
-        text = self.auth.explain()
-        hint = _RETRY_HINTS.get(self.code or "")
-        if hint is not None and text.endswith(_NO_RETRY):
-            return text[: -len(_NO_RETRY)] + hint
-        return text
+        """Why it was refused, and whether a later or re-signed try can pass, for the caller (no
+        tokens, keys or argument values): ``Authorization.explain``."""
+        return self.auth.explain()
 
 
 class GatewayGate(Gate):
