@@ -1063,6 +1063,7 @@ class Gate:
         carried = self._outcomes.take()
         try:
             with self.store.transaction() as tx:
+                self.audit.lock(tx)  # before any row: one lock order for every writer (PostgreSQL)
                 self._carry(tx, carried)
                 yield tx
         except BaseException:
@@ -1503,6 +1504,7 @@ class Gate:
     def _write_outcomes(self, batch: list[_Outcome]) -> None:
         try:
             with self.store.transaction() as tx:
+                self.audit.lock(tx)
                 self._carry(tx, batch)
         except AgentGateError as exc:
             _log.error("agentgate: %d outcomes not recorded: %s", len(batch), exc)
@@ -1515,17 +1517,18 @@ class Gate:
         if not batch:
             return
         tx.execute("SAVEPOINT agentgate_outcomes")
+        failures: tuple[type[Exception], ...] = (AgentGateError, *self.store.driver_errors)
         try:
             for auth, status, error, usage in batch:
                 self._write_outcome(tx, auth, status, error, usage)
-        except AgentGateError:
+        except failures:
             tx.execute("ROLLBACK TO SAVEPOINT agentgate_outcomes")
             tx.execute("RELEASE SAVEPOINT agentgate_outcomes")
             for auth, status, error, usage in batch:
                 tx.execute("SAVEPOINT agentgate_outcome")
                 try:
                     self._write_outcome(tx, auth, status, error, usage)
-                except AgentGateError as exc:
+                except failures as exc:
                     tx.execute("ROLLBACK TO SAVEPOINT agentgate_outcome")
                     _log.error("agentgate: outcome of audit entry %s not recorded: %s", auth.audit_index, exc)
                 tx.execute("RELEASE SAVEPOINT agentgate_outcome")

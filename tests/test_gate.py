@@ -737,3 +737,52 @@ def test_a_revocation_that_cannot_be_audited_is_not_made(
     setup.gate.revoke(setup.agent, reason="test")
     assert [e.kind for e in setup.entries()][-1] == "revoke"
     assert not setup.gate.authorize(setup.agent, Call.tool("lookup", {"id": "2"})).allowed
+
+
+@pytest.mark.postgres
+def test_a_write_on_postgresql_takes_the_append_lock_before_any_row(postgres_url: str) -> None:
+    """Every Gate write transaction takes the audit append lock first: a decision that locked a
+    budget row and then waited for the append lock, while another process held the lock and
+    waited for that row, deadlocked (PostgreSQL aborted one: a decision denied, or outcomes lost;
+    found by review R2)."""
+    import psycopg
+
+    from agentgate.store import open_store
+
+    keys = {n: SigningKey.generate() for n in ("root", "agent", "lead", "helper")}
+    text = POLICY.format(budget=10_000, **{n: k.did for n, k in keys.items()})
+    gate = Gate(
+        parse_policy(text, source="gate.yaml"), open_store(postgres_url), log_key=SigningKey.generate()
+    )
+    holder = psycopg.connect(postgres_url)
+    try:
+        agent = gate.issue(keys["root"], name="agent", key=keys["agent"], role="worker")
+        ran = gate.authorize(agent, Call.model("small"), tokens=(100, 100))
+        gate.run(ran, lambda: "x", spent=lambda _: (100, 50))  # an outcome to carry, a row to settle
+        holder.execute("SELECT pg_advisory_xact_lock(27416741019937140)")  # another process appends
+        decided: list[Authorization] = []
+        thread = threading.Thread(
+            target=lambda: decided.append(gate.authorize(agent, Call.model("small"), tokens=(100, 100)))
+        )
+        thread.start()
+        waiting: list[tuple[int, str]] = []
+        deadline = time.monotonic() + 10
+        while not waiting and time.monotonic() < deadline:
+            time.sleep(0.05)
+            waiting = holder.execute(
+                "SELECT pid, query FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                "AND wait_event = 'advisory' AND pid <> pg_backend_pid()"
+            ).fetchall()
+        assert waiting, "no gate transaction waited for the append lock"
+        for pid, query in waiting:  # waiting at its first statement, having written nothing
+            assert query.startswith("SELECT pg_advisory_xact_lock"), query
+            written = holder.execute(
+                "SELECT count(*) FROM pg_locks WHERE pid = %s AND locktype = 'transactionid'", (pid,)
+            ).fetchone()
+            assert written == (0,)
+        holder.rollback()
+        thread.join(10)
+        assert decided and decided[0].allowed
+    finally:
+        holder.close()
+        gate.close()

@@ -41,6 +41,9 @@ class Store(abc.ABC):
 
     dialect: Dialect
     url: str
+    driver_errors: tuple[type[Exception], ...] = ()
+    """What a statement in a ``Transaction`` may raise from the database driver (``execute``
+    passes the driver's errors on, so that a caller can roll back to a savepoint and go on)."""
 
     @abc.abstractmethod
     @contextmanager

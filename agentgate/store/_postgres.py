@@ -51,6 +51,7 @@ class _PgTransaction(Transaction):
 
 class PostgresStore(Store):
     dialect: Dialect = "postgresql"
+    driver_errors = (psycopg.Error,)
 
     def __init__(self, url: str, *, min_size: int = 1, max_size: int = 8) -> None:
         self.url = url

@@ -45,6 +45,7 @@ class _SQLiteTransaction(Transaction):
 
 class SQLiteStore(Store):
     dialect: Dialect = "sqlite"
+    driver_errors = (sqlite3.Error,)
 
     def __init__(self, path: str | Path, *, synchronous: str | None = None) -> None:
         self.path = Path(path)

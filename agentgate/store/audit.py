@@ -279,6 +279,18 @@ class AuditLog:
 
     # --- writing ------------------------------------------------------------------------------
 
+    def lock(self, tx: Transaction) -> None:
+        """Take the append lock now, held to the end of ``tx``.
+
+        A writer whose transaction also changes budget, quota or nonce rows takes it first, so
+        that every writer takes its locks in one order (the append lock, then rows) and none can
+        deadlock with another that appends after locking rows. PostgreSQL: the advisory lock the
+        appends take (``agentgate_audit_lock_next``). SQLite: nothing to do, ``BEGIN IMMEDIATE``
+        already took the database's one write lock.
+        """
+        if self.store.dialect == "postgresql":
+            tx.execute("SELECT pg_advisory_xact_lock(27416741019937140)")  # as agentgate_audit_lock_next
+
     def append(self, fields: Mapping[str, Any], tx: Transaction | None = None) -> int:
         """Append one entry and return its index.
 
