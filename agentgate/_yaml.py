@@ -23,7 +23,8 @@ from typing import Any, NamedTuple
 
 import yaml
 
-from agentgate.errors import PolicyError, SourceError
+from agentgate.errors import InputError, PolicyError, SourceError
+from agentgate.keys import read_regular_file
 
 MAX_ALIASES = 16
 MAX_NODES = 200_000
@@ -73,13 +74,18 @@ class Locations:
             path = path[:-1]
 
 
-def read_source(path: str | Path, error: type[SourceError] = PolicyError) -> str:
-    """Read a UTF-8 file; raises ``error`` naming the file if it cannot be read or decoded."""
+def read_source(path: str | Path, error: type[SourceError], *, limit: int, what: str) -> bytes:
+    """The bytes of the YAML file at ``path``, read the way key and token files are.
+
+    A FIFO, device or directory is refused at once (never waited on, never read without end),
+    and so is a file of more than ``limit`` bytes, after reading at most ``limit + 1``. Raises
+    ``error`` (a ``SourceError``: one line) naming the file.
+    """
     try:
-        return Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
-        raise error(f"cannot read: {reason}", file=str(path)) from None
+        data, _ = read_regular_file(path, limit, what)
+    except InputError as exc:
+        raise error(str(exc).removeprefix(f"{path}: "), file=str(path)) from None
+    return data
 
 
 def load_yaml(text: str, *, source: str, error: type[SourceError] = PolicyError) -> tuple[Any, Locations]:

@@ -414,3 +414,40 @@ def test_reading_commands_take_store_urls_as_open_store_does(
     capsys.readouterr()
     assert main(["approval", "list", "--store", "mysql://host/db"]) == 2
     _one_error_line(capsys.readouterr().err, "unsupported store URL")
+
+
+@pytest.mark.parametrize(
+    ("call", "error"),
+    [
+        ("agentgate.policy import load_policy", "PolicyError"),
+        ("agentgate.dispatch.inventory import load_inventory", "InventoryError"),
+    ],
+)
+def test_the_library_loaders_refuse_a_fifo_at_once(tmp_path: Path, call: str, error: str) -> None:
+    # Gate.open, load_policy and load_inventory read like the command line: a FIFO (or a device)
+    # in place of the file is refused, where they blocked for ever (review R1).
+    fifo = tmp_path / "source.yaml"
+    os.mkfifo(fifo)
+    module, name = call.split(" import ")
+    script = f"from {module} import {name}\n{name}({str(fifo)!r})\n"
+    try:
+        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    except subprocess.TimeoutExpired:
+        raise AssertionError(f"{name} blocked on a FIFO") from None
+    assert error in done.stderr and "not a regular file" in done.stderr
+
+
+def test_approval_expiry_and_quorum_are_bounded_like_every_lifetime() -> None:
+    # expiry_s: 1e23 loaded and linted clean, then the agent run died inside LangGraph (msgpack
+    # cannot hold the request's expires_at); review R1.
+    from agentgate.errors import PolicyError
+    from agentgate.policy import parse_policy
+
+    head = (
+        "version: 1\nprincipals:\n  a: {kind: human, did: did:key:z6Mktk1iFd7YoyEirJoqYtcfNUtMa5nUhqkrQsgX9tmc5Npj}\n"
+        "tools:\n  t: {}\napprovals:\n  g: {resource: 'tool:t', approvers: [a], "
+    )
+    for field, value in (("expiry_s", "99999999999999999999999"), ("quorum", "1001")):
+        with pytest.raises(PolicyError, match=field):
+            parse_policy(head + f"{field}: {value}}}\n")
+    parse_policy(head + "expiry_s: 315360000}\n")

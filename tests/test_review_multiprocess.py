@@ -643,3 +643,17 @@ def test_a_checkpoint_row_whose_columns_were_edited_is_named_by_verify(shared: S
     assert report.problems == (
         "checkpoint #1: its size or root column does not match its signed note (row edited)",
     )
+
+
+def test_a_far_off_expiry_never_prunes_live_nonces(store: Store) -> None:
+    # The store pruned nonces older than (the invocation's own signed expiry - 1 h): one caller
+    # signing a far-off expiry at the 1,024th nonce deleted every live nonce, reopening replay
+    # (review R5; decisions also refuse such invocations now).
+    from agentgate.store.grants import GrantRepository
+
+    repo = GrantRepository(store)
+    soon = int(time.time()) + 60
+    assert repo.consume_nonce("did:key:zAlice", "live", soon, ["root"]) == "fresh"
+    for i in range(1024):
+        repo.consume_nonce("did:key:zMallory", f"far-{i}", 2**40, ["root"])
+    assert repo.consume_nonce("did:key:zAlice", "live", soon, ["root"]) == "replay"

@@ -1,5 +1,5 @@
 """What the verb groups share: strict JSON arguments, one way to print a time and untrusted text,
-opening a store to read, reading the policy and inventory files a command is given."""
+opening a store to read."""
 
 from __future__ import annotations
 
@@ -12,15 +12,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from agentgate.dispatch.inventory import Inventory, parse_inventory
-from agentgate.errors import InputError, InventoryError, PolicyError, SourceError
-from agentgate.keys import read_regular_file
-from agentgate.policy import Policy, parse_policy
-from agentgate.policy._load import MAX_POLICY_BYTES
+from agentgate.errors import InputError
 from agentgate.store import DEFAULT_PATH, Store, open_store
-
-MAX_INVENTORY_BYTES = 8 * 1024 * 1024
-"""The most an inventory file given to a command may hold (as much as a policy)."""
 
 
 def json_object(text: str, flag: str = "--args") -> dict[str, Any]:
@@ -102,35 +95,3 @@ def open_existing_store(url: str | None) -> Store:
 
 _SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
 """A URL scheme as ``open_store`` recognizes one."""
-
-
-def read_source_file(path: str | Path, limit: int, what: str, error: type[SourceError]) -> bytes:
-    """The bytes of the YAML file ``path`` names, read the way key and token files are.
-
-    A FIFO, device or directory is refused at once (never waited on, never read without end),
-    and so is a file of more than ``limit`` bytes, after reading at most ``limit + 1``. Raises
-    ``error`` (a ``SourceError``: one line, exit 2) naming the file.
-    """
-    try:
-        data, _ = read_regular_file(path, limit, what)
-    except InputError as exc:
-        raise error(str(exc).removeprefix(f"{path}: "), file=str(path)) from None
-    return data
-
-
-def load_policy_file(path: str | Path) -> Policy:
-    """``load_policy`` for a file named on the command line, read with ``read_source_file``: key
-    files resolve next to the policy. Raises ``PolicyError`` with file, line and column."""
-    data = read_source_file(path, MAX_POLICY_BYTES, "policy", PolicyError)
-    return parse_policy(data, source=str(path), base_dir=Path(path).resolve().parent)
-
-
-def load_inventory_file(path: str | Path) -> Inventory:
-    """``load_inventory`` for a file named on the command line, read with ``read_source_file``.
-    Raises ``InventoryError`` naming the file (and line where the YAML is wrong)."""
-    data = read_source_file(path, MAX_INVENTORY_BYTES, "inventory", InventoryError)
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise InventoryError("cannot read: not UTF-8 text", file=str(path)) from None
-    return parse_inventory(text, source=str(path))

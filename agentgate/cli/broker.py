@@ -16,8 +16,9 @@ import json
 import math
 from typing import Any
 
-from agentgate.cli._common import load_inventory_file, open_existing_store, utc
+from agentgate.cli._common import open_existing_store, utc
 from agentgate.dispatch.broker import BrokerSnapshot, Lease, QueuedRequest, from_inventory
+from agentgate.dispatch.inventory import load_inventory
 from agentgate.store.broker_decisions import BrokerDecisionStore, LeaseDecision
 from agentgate.store.broker_leases import BrokerLeaseStore
 
@@ -76,7 +77,7 @@ def _table(rows: list[list[str]]) -> str:
 
 
 def _inventory(args: argparse.Namespace) -> int:
-    topology = from_inventory(load_inventory_file(args.inventory))
+    topology = from_inventory(load_inventory(args.inventory))
     snapshot = _snapshot(args)
     holder: dict[str, str] = {}
     if snapshot is not None:

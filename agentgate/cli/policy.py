@@ -13,11 +13,11 @@ from pathlib import Path
 from typing import Any
 
 from agentgate.capabilities import Call
-from agentgate.cli._common import json_object, load_policy_file
+from agentgate.cli._common import json_object
 from agentgate.errors import CapabilityError, InputError, PolicyError
 from agentgate.findings import Severity
 from agentgate.keys import replace_file
-from agentgate.policy import Outcome, Policy, PolicyIndex, explain, json_schema_text, lint
+from agentgate.policy import Outcome, Policy, PolicyIndex, explain, json_schema_text, lint, load_policy
 from agentgate.policy._index import PolicyDecision
 from agentgate.policy._load import describe_constraint
 
@@ -47,7 +47,7 @@ def register(subparsers: Any) -> None:
 
 def _lint(args: argparse.Namespace) -> int:
     try:
-        policy = load_policy_file(args.file)
+        policy = load_policy(args.file)
     except PolicyError as exc:
         if args.json:
             print(json.dumps({"file": args.file, "valid": False, "error": _error_dict(exc), "findings": []}))
@@ -85,7 +85,7 @@ def _error_dict(exc: PolicyError) -> dict[str, Any]:
 
 
 def _explain(args: argparse.Namespace) -> int:
-    policy = load_policy_file(args.file)
+    policy = load_policy(args.file)
     call_args = json_object(args.args)
     try:
         call = Call.tool(args.tool, call_args)

@@ -46,12 +46,13 @@ def _port(text: str) -> int:
 
 def _serve(args: argparse.Namespace) -> int:
     # Imported here: the other commands need neither the gateway nor its web server.
-    from agentgate.cli._common import load_inventory_file, load_policy_file
     from agentgate.dispatch.gateway import Gateway, GatewayGate, GatewayServer
+    from agentgate.dispatch.inventory import load_inventory
+    from agentgate.policy import load_policy
     from agentgate.store import open_store
 
-    policy = load_policy_file(args.policy)
-    inventory = load_inventory_file(args.inventory)
+    policy = load_policy(args.policy)
+    inventory = load_inventory(args.inventory)
     if not inventory.backends:
         raise InventoryError("declares no backends: the gateway could answer nothing", file=args.inventory)
     listener = _listen(args.host, args.port)

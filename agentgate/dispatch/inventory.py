@@ -321,10 +321,19 @@ def inventory_from_mapping(
         raise _located(source, lines, loc, message) from None
 
 
+MAX_INVENTORY_BYTES = 8 * 1024 * 1024
+
+
 def load_inventory(path: str | Path) -> Inventory:
-    """Load and validate an inventory file; raises ``InventoryError`` naming ``file:line``."""
-    p = Path(path)
-    return parse_inventory(read_source(p, InventoryError), source=str(p))
+    """Load and validate an inventory file; raises ``InventoryError`` naming ``file:line``, and
+    for a file that is not regular (read like a policy: ``read_source``), larger than
+    ``MAX_INVENTORY_BYTES``, or not UTF-8 text."""
+    data = read_source(path, InventoryError, limit=MAX_INVENTORY_BYTES, what="inventory")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise InventoryError("cannot read: not UTF-8 text", file=str(path)) from None
+    return parse_inventory(text, source=str(path))
 
 
 def _located(source: str, lines: Locations, loc: tuple[str | int, ...], message: str) -> InventoryError:

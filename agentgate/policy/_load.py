@@ -15,7 +15,7 @@ from pathlib import Path
 from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
-from agentgate._yaml import Locations, Mark, load_yaml
+from agentgate._yaml import Locations, Mark, load_yaml, read_source
 from agentgate.capabilities import DEFAULT_ACTIONS, Capability, Constraint, canonical_resource
 from agentgate.errors import CapabilityError, KeyFileError, PolicyError
 from agentgate.keys import load_public_key
@@ -146,22 +146,14 @@ def load_policy(path: str | Path, *, key_dir: str | Path | None = None) -> Polic
 
     Key files named in the policy are read relative to ``key_dir`` when given, else to the
     policy file's directory. Raises ``PolicyError`` with file, line, column, what was expected
-    and a hint for anything wrong: unreadable or empty file, malformed YAML, duplicate keys,
+    and a hint for anything wrong: unreadable or empty file (a FIFO, device or directory, or
+    more than ``MAX_POLICY_BYTES``, is refused without waiting or reading it all), malformed YAML, duplicate keys,
     tags, alias bombs, unknown fields, wrong types, unknown references, bad capabilities, and
     key files that are missing or unreadable.
     """
-    source = str(path)
-    try:
-        data = Path(path).read_bytes()[: MAX_POLICY_BYTES + 1]
-    except OSError as exc:
-        raise PolicyError(
-            f"cannot read policy: {exc.strerror}",
-            file=source,
-            expected="a readable YAML file",
-            hint="check the path; with no policy at all, agentgate denies everything",
-        ) from None
+    data = read_source(path, PolicyError, limit=MAX_POLICY_BYTES, what="policy")
     base = Path(key_dir) if key_dir is not None else Path(path).resolve().parent
-    return parse_policy(data, source=source, base_dir=base)
+    return parse_policy(data, source=str(path), base_dir=base)
 
 
 def parse_policy(
@@ -473,7 +465,7 @@ class _Compiler:
                     (*loc, "key"),
                     f"key file {key!r} does not exist (looked at {path})",
                     "an existing public key file",
-                    "create it with 'agentgate keys generate', or give 'did:' instead",
+                    "create it with 'agentgate keys new', or give 'did:' instead",
                 )
             try:
                 from_file = load_public_key(path).did

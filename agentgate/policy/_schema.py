@@ -323,9 +323,9 @@ class ApprovalGate(_Model):
     """The gate applies when every one of these holds (always when empty). A call missing a named argument needs approval."""
     approvers: list[Name] = Field(min_length=1)
     """Principals who may approve (keys of ``principals``); never the requester."""
-    quorum: int = Field(default=1, ge=1)
+    quorum: int = Field(default=1, ge=1, le=1000)
     """How many distinct approvers must sign."""
-    expiry_s: int = Field(default=3600, gt=0)
+    expiry_s: int = Field(default=3600, gt=0, le=MAX_TTL_S)
     """How long an approval stays valid, seconds."""
 
 

@@ -32,6 +32,7 @@ from __future__ import annotations
 import itertools
 import sqlite3
 import threading
+import time
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from functools import lru_cache
@@ -133,6 +134,12 @@ def _consume_pg_sql(n: int, durable: bool) -> str:
 @lru_cache(maxsize=32)
 def _revoked_sql(n: int) -> str:
     return f"SELECT grant_id FROM agentgate_revocations WHERE grant_id IN ({','.join('?' * n)})"
+
+
+def _prune_before() -> int:
+    """Nonces of invocations that expired over an hour ago (by this clock, never by a time the
+    caller signed: a far-off expiry would otherwise prune every live nonce) can go."""
+    return int(time.time()) - 3600
 
 
 class GrantRepository:
@@ -281,7 +288,7 @@ class GrantRepository:
                 bound.execute(sql, params)
                 changed = bound.rowcount
                 if next(self._consumed) % _PRUNE_EVERY == 0:
-                    bound.execute("DELETE FROM agentgate_nonces WHERE expires < ?", (expires - 3600,))
+                    bound.execute("DELETE FROM agentgate_nonces WHERE expires < ?", (_prune_before(),))
             except (sqlite3.Error, psycopg.Error) as exc:
                 raise StoreError(f"cannot record the invocation nonce: {exc}") from exc
         elif hot is not None:
@@ -289,13 +296,13 @@ class GrantRepository:
                 try:
                     changed = hot.execute(sql, params).rowcount
                     if next(self._consumed) % _PRUNE_EVERY == 0:
-                        hot.execute("DELETE FROM agentgate_nonces WHERE expires < ?", (expires - 3600,))
+                        hot.execute("DELETE FROM agentgate_nonces WHERE expires < ?", (_prune_before(),))
                 except sqlite3.Error as exc:
                     raise StoreError(f"cannot record the invocation nonce: {exc}") from exc
         elif self._pool is not None:
             changed = self._consume_pg(params, len(grant_ids))
             if next(self._consumed) % _PRUNE_EVERY == 0:
-                self.prune_nonces(expires - 3600)
+                self.prune_nonces(_prune_before())
         else:
             with self.store.transaction(immediate=False) as tx:
                 if not self.durable_nonces:
@@ -303,7 +310,7 @@ class GrantRepository:
                 tx.execute(sql, params)
                 changed = tx.rowcount
                 if next(self._consumed) % _PRUNE_EVERY == 0:
-                    tx.execute("DELETE FROM agentgate_nonces WHERE expires < ?", (expires - 3600,))
+                    tx.execute("DELETE FROM agentgate_nonces WHERE expires < ?", (_prune_before(),))
         if changed == 1:
             return "fresh"
         return "revoked" if self.revoked(grant_ids) else "replay"
