@@ -388,8 +388,7 @@ def _decide(
         )
     if not 0 < inv.expires - inv.issued_at <= MAX_INVOCATION_TTL:
         # The wire form refuses such an invocation (``Invocation.decode``); one built in Python
-        # must not get further: its nonce would be kept for as long as it claims to live, and the
-        # store prunes nonces relative to the expiry it is given.
+        # must not get further: its nonce would be kept for as long as it claims to live.
         return deny(
             _f(
                 _SCOPE,
