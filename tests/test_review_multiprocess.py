@@ -657,3 +657,15 @@ def test_a_far_off_expiry_never_prunes_live_nonces(store: Store) -> None:
     for i in range(1024):
         repo.consume_nonce("did:key:zMallory", f"far-{i}", 2**40, ["root"])
     assert repo.consume_nonce("did:key:zAlice", "live", soon, ["root"]) == "replay"
+
+
+def test_an_unreachable_postgresql_says_why_at_once() -> None:
+    # It waited 10 s and said "pool initialization incomplete"; the reason was only in the pool's
+    # warnings (review R1).
+    from agentgate.errors import StoreError
+    from agentgate.store._postgres import PostgresStore
+
+    started = time.monotonic()
+    with pytest.raises(StoreError, match="refused") as raised:
+        PostgresStore("postgresql://agent:s3cret@127.0.0.1:1/db")
+    assert time.monotonic() - started < 8 and "s3cret" not in str(raised.value)

@@ -60,6 +60,12 @@ class PostgresStore(Store):
             psycopg.conninfo.conninfo_to_dict(url)
         except psycopg.ProgrammingError:  # its message may quote the password: not repeated
             raise StoreError(f"not a valid PostgreSQL URL: {_redact(url)}") from None
+        try:  # one connection first: its error says why (refused, unknown host, password), where
+            # the pool would wait 10 s and say only that it could not fill itself
+            psycopg.connect(url, connect_timeout=10).close()
+        except psycopg.Error as exc:
+            reason = " ".join(str(exc).split())[:300]
+            raise StoreError(f"cannot connect to PostgreSQL at {_redact(url)}: {reason}") from None
         try:
             self.pool = ConnectionPool(url, min_size=min_size, max_size=max_size, open=True, timeout=10.0)
             self.pool.wait(timeout=10.0)
