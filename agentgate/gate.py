@@ -607,26 +607,17 @@ class Gate:
             max_depth=template.max_depth,
             purpose=f"role {role}",
         )
-        # The grant's record and its audit entry: one transaction, one commit. A root grant is
-        # an act of authority like a delegation, and the log shows who issued what to whom.
-        with self._decision_transaction() as tx, self.grants.within(tx):
-            record(self.grants, chain)
-            self.audit.append(
-                {
-                    "kind": "allow",
-                    "principal": anchor.did,
-                    "chain_hash": chain.id,
-                    "policy_hash": self.policy.digest or None,
-                    "resource": f"agent:{name}",
-                    "reasons": [
-                        f"issued grant {chain.id} to {name} ({key.did}) as role {role}: "
-                        + ", ".join(str(c) for c in template.capabilities)
-                        + f"; {template.ttl_s}s"
-                        + (f"; budget {budget.amount} {budget.unit}" if budget is not None else "")
-                    ],
-                },
-                tx,
-            )
+        # A root grant is an act of authority like a delegation: the log shows who issued what to whom.
+        self._record_grant(
+            chain,
+            anchor.did,
+            chain.id,
+            f"agent:{name}",
+            f"issued grant {chain.id} to {name} ({key.did}) as role {role}: "
+            + ", ".join(str(c) for c in template.capabilities)
+            + f"; {template.ttl_s}s"
+            + (f"; budget {budget.amount} {budget.unit}" if budget is not None else ""),
+        )
         return AgentIdentity(name, key, chain, tenant or self._tenant_of(key.did))
 
     @_serialized
@@ -689,30 +680,40 @@ class Gate:
             )
             raise
         child = AgentIdentity(name, key, chain, parent.tenant)
-        # The grant's record and the delegation's audit entry: one transaction, one commit.
-        with self._decision_transaction() as tx, self.grants.within(tx):
-            record(self.grants, chain)
-            self.audit.append(
-                {
-                    "kind": "allow",
-                    "principal": parent.did,
-                    "chain_hash": parent.grant_id,
-                    "policy_hash": self.policy.digest or None,
-                    "resource": resource,
-                    "reasons": [
-                        f"delegated grant {chain.id} to {name} ({key.did}): "
-                        + ", ".join(str(c) for c in caps)
-                        + f"; {seconds}s"
-                        + (f"; budget {budget}" if budget is not None else "")
-                    ],
-                },
-                tx,
-            )
+        self._record_grant(
+            chain,
+            parent.did,
+            parent.grant_id,
+            resource,
+            f"delegated grant {chain.id} to {name} ({key.did}): "
+            + ", ".join(str(c) for c in caps)
+            + f"; {seconds}s"
+            + (f"; budget {budget}" if budget is not None else ""),
+        )
         with self._lock:  # the live delegations only: a long-running service delegates per request
             now = time.time()
             self.delegations[:] = [d for d in self.delegations if d[1].chain.tip.expires > now]
             self.delegations.append((parent.name, child))
         return child
+
+    def _record_grant(
+        self, chain: Chain, principal: str, chain_hash: str, resource: str, reason: str
+    ) -> None:
+        """Record a grant and its ``allow`` audit entry (by ``principal``, on ``resource``
+        ``agent:NAME``) in one transaction, one commit."""
+        with self._decision_transaction() as tx, self.grants.within(tx):
+            record(self.grants, chain)
+            self.audit.append(
+                {
+                    "kind": "allow",
+                    "principal": principal,
+                    "chain_hash": chain_hash,
+                    "policy_hash": self.policy.digest or None,
+                    "resource": resource,
+                    "reasons": [reason],
+                },
+                tx,
+            )
 
     def _check_delegation_rule(
         self, parent: AgentIdentity, caps: list[Capability], seconds: int, budget: int | None
