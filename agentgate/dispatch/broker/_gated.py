@@ -333,6 +333,7 @@ class GatedBroker:
         ``None``: nothing held, all returned), its decision forgotten and the outcome appended,
         in one transaction."""
         with self.gate.store.transaction() as tx:
+            self.gate.audit.lock(tx)  # before any row, as every Gate write (docs/operations.md)
             decided = self.decisions.get(request_id, tx)
             delta = 0
             if decided is not None:
