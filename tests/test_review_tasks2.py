@@ -25,7 +25,7 @@ import time
 import weakref
 
 import pytest
-from test_tasks_shared_limits import LoopThread
+from test_tasks_shared_limits import LoopThread, lookup_policy
 
 from agentgate.capabilities import Call
 from agentgate.errors import CircuitOpen, DeadlineExceeded, InputError, Overloaded
@@ -603,23 +603,7 @@ def _heartbeats() -> int:
 @pytest.mark.postgres
 def test_gate_close_stops_the_lease_heartbeat_of_a_live_loops_scheduler(postgres_url: str) -> None:
     keys = {n: SigningKey.generate() for n in ("root", "agent")}
-    policy = f"""
-version: 1
-trust_anchors:
-  root: {{did: "{keys["root"].did}"}}
-principals:
-  agent: {{kind: agent, did: "{keys["agent"].did}", roles: [worker]}}
-tools:
-  lookup:
-    args: {{id: {{type: string, required: true}}}}
-    idempotent: true
-roles:
-  worker:
-    kind: agent
-    capabilities:
-      - resource: tool:lookup
-    ttl_s: 600
-"""
+    policy = lookup_policy(keys)
     before = _heartbeats()
     config = SchedulerConfig(tools={"lookup": ToolLimits(concurrency=1)})
     gate = Gate(parse_policy(policy, source="open.yaml"), open_store(postgres_url), scheduler=config)

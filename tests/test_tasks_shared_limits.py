@@ -422,9 +422,10 @@ def test_no_lost_wake_up_under_a_mixed_storm_of_sync_threads_and_two_loops() -> 
     assert limits.in_flight == 0 and limits.queued == 0
 
 
-def test_gate_sync_and_async_calls_share_the_policys_tool_limit(tmp_path: Path) -> None:
-    keys = {n: SigningKey.generate() for n in ("root", "agent")}
-    policy = f"""
+def lookup_policy(keys: dict[str, SigningKey]) -> str:
+    """A policy whose agent ``agent`` (key ``keys["agent"]``, root ``keys["root"]``) may call the
+    idempotent tool ``lookup``."""
+    return f"""
 version: 1
 trust_anchors:
   root: {{did: "{keys["root"].did}"}}
@@ -441,6 +442,11 @@ roles:
       - resource: tool:lookup
     ttl_s: 600
 """
+
+
+def test_gate_sync_and_async_calls_share_the_policys_tool_limit(tmp_path: Path) -> None:
+    keys = {n: SigningKey.generate() for n in ("root", "agent")}
+    policy = lookup_policy(keys)
     config = SchedulerConfig(tools={"lookup": ToolLimits(concurrency=1)})
     gate = Gate(parse_policy(policy, source="shared.yaml"), SQLiteStore(tmp_path / "g.db"), scheduler=config)
     try:
