@@ -748,6 +748,9 @@ def test_a_write_on_postgresql_takes_the_append_lock_before_any_row(postgres_url
     import psycopg
 
     from agentgate.store import open_store
+    from agentgate.store.audit import APPEND_LOCK, AUDIT_DDL
+
+    assert f"pg_advisory_xact_lock({APPEND_LOCK})" in AUDIT_DDL["postgresql"]  # the appends' own lock
 
     keys = {n: SigningKey.generate() for n in ("root", "agent", "lead", "helper")}
     text = POLICY.format(budget=10_000, **{n: k.did for n, k in keys.items()})
@@ -759,7 +762,7 @@ def test_a_write_on_postgresql_takes_the_append_lock_before_any_row(postgres_url
         agent = gate.issue(keys["root"], name="agent", key=keys["agent"], role="worker")
         ran = gate.authorize(agent, Call.model("small"), tokens=(100, 100))
         gate.run(ran, lambda: "x", spent=lambda _: (100, 50))  # an outcome to carry, a row to settle
-        holder.execute("SELECT pg_advisory_xact_lock(27416741019937140)")  # another process appends
+        holder.execute(f"SELECT pg_advisory_xact_lock({APPEND_LOCK})")  # another process appends
         decided: list[Authorization] = []
         thread = threading.Thread(
             target=lambda: decided.append(gate.authorize(agent, Call.model("small"), tokens=(100, 100)))

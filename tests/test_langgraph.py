@@ -6,7 +6,7 @@ import asyncio
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -283,16 +283,26 @@ def _researcher(team: Team) -> Any:
     return create_gated_agent(team.gate, name="researcher", model=model, tools=_tools(team))
 
 
-def test_sub_agent_runs_on_a_fresh_attenuated_grant_of_its_own(team: Team) -> None:
-    ask = delegation_tool(
+def _ask_researcher(
+    team: Team,
+    agent: Any = None,
+    capabilities: Sequence[str] = ("tool:search", "model:scripted"),
+    **extra: Any,
+) -> BaseTool:
+    """The supervisor's tool that delegates to ``agent`` (``_researcher`` by default) for 5 minutes."""
+    return delegation_tool(
         team.gate,
         name="researcher",
-        agent=_researcher(team),
+        agent=_researcher(team) if agent is None else agent,
         key=team.keys["researcher"],
-        capabilities=["tool:search", "model:scripted"],
+        capabilities=list(capabilities),
         ttl=timedelta(minutes=5),
-        budget=50_000,
+        **extra,
     )
+
+
+def test_sub_agent_runs_on_a_fresh_attenuated_grant_of_its_own(team: Team) -> None:
+    ask = _ask_researcher(team, budget=50_000)
     model = ScriptedChatModel(turns=[_calls(("ask_researcher", {"task": "find papers"}))])
     supervisor = create_gated_agent(team.gate, name="supervisor", model=model, tools=[ask])
 
@@ -316,14 +326,7 @@ def test_sub_agent_runs_on_a_fresh_attenuated_grant_of_its_own(team: Team) -> No
 
 
 def test_delegation_wider_than_the_policy_allows_is_refused_and_the_sub_agent_never_runs(team: Team) -> None:
-    ask = delegation_tool(
-        team.gate,
-        name="researcher",
-        agent=_researcher(team),
-        key=team.keys["researcher"],
-        capabilities=["tool:search", "tool:shell"],
-        ttl=timedelta(minutes=5),
-    )
+    ask = _ask_researcher(team, capabilities=["tool:search", "tool:shell"])
     model = ScriptedChatModel(turns=[_calls(("ask_researcher", {"task": "find papers"}))])
     supervisor = create_gated_agent(team.gate, name="supervisor", model=model, tools=[ask])
     result = supervisor.invoke({"messages": [{"role": "user", "content": "go"}]}, context=team.supervisor)
@@ -497,14 +500,7 @@ def test_approval_resumes_after_a_restart_with_sqlite_saver(team: Team) -> None:
 
 
 async def test_async_run_with_sub_agent_and_approval(team: Team) -> None:
-    ask = delegation_tool(
-        team.gate,
-        name="researcher",
-        agent=_researcher(team),
-        key=team.keys["researcher"],
-        capabilities=["tool:search", "model:scripted"],
-        ttl=timedelta(minutes=5),
-    )
+    ask = _ask_researcher(team)
     model = ScriptedChatModel(
         turns=[_calls(("ask_researcher", {"task": "find"}), ("publish", {"path": "reports/final"}))]
     )
@@ -591,14 +587,7 @@ def test_model_calls_are_routed_through_the_dispatcher_to_a_backend(team: Team) 
 
 
 def test_sub_agent_approval_pauses_the_supervisor_and_resumes_on_the_same_grant(team: Team) -> None:
-    ask = delegation_tool(
-        team.gate,
-        name="researcher",
-        agent=_researcher(team),
-        key=team.keys["researcher"],
-        capabilities=["tool:search", "tool:publish?path^=reports/", "model:scripted"],
-        ttl=timedelta(minutes=5),
-    )
+    ask = _ask_researcher(team, capabilities=["tool:search", "tool:publish?path^=reports/", "model:scripted"])
     model = ScriptedChatModel(turns=[_calls(("ask_researcher", {"task": "find and publish"}))])
     supervisor = create_gated_agent(
         team.gate, name="supervisor", model=model, tools=[ask], checkpointer=InMemorySaver()

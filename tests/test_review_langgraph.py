@@ -6,7 +6,6 @@ import asyncio
 import contextlib
 import threading
 import time
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -15,10 +14,10 @@ from langchain_core.messages import AIMessage
 from langchain_core.tools import StructuredTool
 from langgraph.checkpoint.memory import InMemorySaver
 from pydantic import Field
-from test_langgraph import Team, _calls, _entries, _make_team, _tool_messages, _tools
+from test_langgraph import Team, _ask_researcher, _calls, _entries, _make_team, _tool_messages, _tools
 from test_langgraph import team as team  # the fixture
 
-from agentgate.integrations.langgraph import ScriptedChatModel, create_gated_agent, delegation_tool
+from agentgate.integrations.langgraph import ScriptedChatModel, create_gated_agent
 
 GO = {"messages": [{"role": "user", "content": "go"}]}
 
@@ -100,14 +99,7 @@ def test_a_sub_agent_that_raises_is_a_tool_error_not_the_end_of_the_supervisor(t
     researcher = create_gated_agent(
         team.gate, name="researcher", model=Broken(turns=[]), tools=_tools(team), gate_models=False
     )
-    ask = delegation_tool(
-        team.gate,
-        name="researcher",
-        agent=researcher,
-        key=team.keys["researcher"],
-        capabilities=["tool:search", "model:scripted"],
-        ttl=timedelta(minutes=5),
-    )
+    ask = _ask_researcher(team, agent=researcher)
     model = ScriptedChatModel(
         turns=[_calls(("ask_researcher", {"task": "dig"})), _calls(("search", {"query": "myself"}))]
     )
@@ -131,15 +123,7 @@ def test_every_delegating_call_hands_a_fresh_grant_even_with_a_reused_tool_call_
         model=ScriptedChatModel(turns=[_calls(("search", {"query": "papers"}))]),
         tools=_tools(team),
     )
-    ask = delegation_tool(
-        team.gate,
-        name="researcher",
-        agent=researcher,
-        key=team.keys["researcher"],
-        capabilities=["tool:search", "model:scripted"],
-        ttl=timedelta(minutes=5),
-        budget=50_000,
-    )
+    ask = _ask_researcher(team, agent=researcher, budget=50_000)
     model = ScriptedChatModel(turns=[_calls(("ask_researcher", {"task": "find papers"}))])
     supervisor = create_gated_agent(team.gate, name="supervisor", model=model, tools=[ask])
     for _ in range(2):
@@ -166,13 +150,8 @@ class _Recording(ScriptedChatModel):
 
 def _bounded_researcher(team: Team, model: _Recording) -> Any:
     researcher = create_gated_agent(team.gate, name="researcher", model=model, tools=_tools(team))
-    return delegation_tool(
-        team.gate,
-        name="researcher",
-        agent=researcher,
-        key=team.keys["researcher"],
-        capabilities=["tool:search", "model:scripted?max_tokens<=2048"],
-        ttl=timedelta(minutes=5),
+    return _ask_researcher(
+        team, agent=researcher, capabilities=["tool:search", "model:scripted?max_tokens<=2048"]
     )
 
 

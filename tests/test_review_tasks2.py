@@ -25,6 +25,7 @@ import time
 import weakref
 
 import pytest
+from test_tasks_review import WAIT_S, _hold_slot, _wait_until
 from test_tasks_shared_limits import LoopThread, lookup_policy
 
 from agentgate.capabilities import Call
@@ -54,31 +55,7 @@ from agentgate.tasks import (
 )
 from agentgate.tasks._fair import Entry, FairQueue
 
-WAIT_S = 5.0
 ONE_SLOT = SchedulerConfig(tools={"t": ToolLimits(concurrency=1)})
-
-
-def _wait_until(predicate: object, what: str) -> None:
-    assert callable(predicate)
-    for _ in range(500):
-        if predicate():
-            return
-        threading.Event().wait(0.01)
-    raise AssertionError(f"timed out waiting until {what}")
-
-
-def _hold_slot(sync: SyncScheduler) -> tuple[threading.Thread, threading.Event]:
-    running, release = threading.Event(), threading.Event()
-
-    def hold(_attempt: Attempt) -> str:
-        running.set()
-        assert release.wait(WAIT_S)
-        return "held"
-
-    holder = threading.Thread(target=lambda: sync.submit(ToolCall("t"), hold), daemon=True)
-    holder.start()
-    assert running.wait(WAIT_S)
-    return holder, release
 
 
 # --- deadlines --------------------------------------------------------------------------------------

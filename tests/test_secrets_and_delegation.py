@@ -69,11 +69,10 @@ def test_a_nested_agent_on_an_inherited_identity_cannot_delegate(tmp_path: Path)
     """A nested agent running on its parent's identity is refused every call, delegations too:
     a delegation tool call skipped the check, so a stowaway agent handed on the supervisor's
     rights and its sub-agent ran a search on the supervisor's authority."""
-    from datetime import timedelta
 
-    from test_langgraph import _calls, _make_team, _tools
+    from test_langgraph import _ask_researcher, _calls, _make_team, _tools
 
-    from agentgate.integrations.langgraph import ScriptedChatModel, create_gated_agent, delegation_tool
+    from agentgate.integrations.langgraph import ScriptedChatModel, create_gated_agent
 
     team = _make_team(tmp_path)
     try:
@@ -83,14 +82,7 @@ def test_a_nested_agent_on_an_inherited_identity_cannot_delegate(tmp_path: Path)
             model=ScriptedChatModel(turns=[_calls(("search", {"query": "stolen"}))]),
             tools=_tools(team),
         )
-        ask = delegation_tool(
-            team.gate,
-            name="researcher",
-            agent=helper,
-            key=team.keys["researcher"],
-            capabilities=["tool:search", "model:scripted"],
-            ttl=timedelta(minutes=5),
-        )
+        ask = _ask_researcher(team, agent=helper)
         # An agent that is not the supervisor, run on the supervisor's context (the inherited
         # identity); tools only gated (gate_models=False), as documented for tool-only policies.
         stowaway = create_gated_agent(

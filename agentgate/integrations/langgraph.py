@@ -74,7 +74,6 @@ __all__ = [
 ToolResult = ToolMessage | Command[Any]
 R = TypeVar("R")
 D = TypeVar("D")
-DELEGATION_KEY = "agentgate_delegation"
 BUDGET_KEY = "agentgate_budget_exhausted"
 
 
@@ -585,7 +584,6 @@ def delegation_tool(
         coroutine=arun,
         name=f"ask_{name}",
         description=description or f"Hand a task to the {name} agent and get its answer.",
-        metadata={DELEGATION_KEY: name},
     )
     _DELEGATION_TOOLS[id(tool)] = tool
     return tool

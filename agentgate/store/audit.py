@@ -43,6 +43,9 @@ DEFAULT_ORIGIN = "agentgate.local/audit"
 _sha256 = hashlib.sha256
 _BATCH = 20_000
 _INSERT = "INSERT INTO audit_log (idx, entry, leaf_hash) VALUES (?, ?, ?)"
+APPEND_LOCK = 27416741019937140
+"""The PostgreSQL advisory lock that serializes appends (ASCII "agaudit"; the same number is
+written in ``agentgate_audit_lock_next`` below)."""
 
 AUDIT_DDL: dict[Dialect, str] = {
     "sqlite": """
@@ -106,7 +109,7 @@ BEGIN
         -- the next index with a fresh snapshot (a volatile function's queries each take one).
         CREATE FUNCTION agentgate_audit_lock_next() RETURNS bigint LANGUAGE plpgsql VOLATILE AS $fn$
         BEGIN
-            PERFORM pg_advisory_xact_lock(27416741019937140);  -- ASCII "agaudit"
+            PERFORM pg_advisory_xact_lock(27416741019937140);  -- APPEND_LOCK, ASCII "agaudit"
             RETURN (SELECT COALESCE(MAX(idx) + 1, 0) FROM audit_log);
         END;
         $fn$;
@@ -289,7 +292,7 @@ class AuditLog:
         already took the database's one write lock.
         """
         if self.store.dialect == "postgresql":
-            tx.execute("SELECT pg_advisory_xact_lock(27416741019937140)")  # as agentgate_audit_lock_next
+            tx.execute(f"SELECT pg_advisory_xact_lock({APPEND_LOCK})")
 
     def append(self, fields: Mapping[str, Any], tx: Transaction | None = None) -> int:
         """Append one entry and return its index.
