@@ -18,7 +18,10 @@ from agentgate.dispatch.inventory import Backend, Inventory
 from agentgate.dispatch.metrics import EngineLoad
 from agentgate.dispatch.prefix_index import PrefixIndex
 from agentgate.dispatch.state import BackendState, SpeedModel
-from agentgate.errors import NoBackend
+from agentgate.errors import NoBackend, Shed
+
+SATURATED_POLL_S = 0.02
+"""How often a request waiting for a slot under ``max_concurrency`` asks again (seconds)."""
 
 AllowedBackend = Callable[[Backend], bool]
 """The caller's grant and tenant quota as a predicate: may this request use this backend?"""
@@ -125,8 +128,10 @@ class RoutingPolicy(ABC):
     def route(self, request: RouteRequest, now: float, allowed: AllowedBackend | None = None) -> RoutePlan:
         """Choose a backend for ``request`` and count it there at once.
 
-        Raises ``NoBackend`` when no backend serves the model, is healthy, has room and is
-        allowed; ``Shed`` (a ``NoBackend``) when the policy refuses the request under load.
+        When every usable backend already holds ``max_concurrency`` requests, the plan is to wait
+        (see ``_saturated``): the cap is never exceeded. Raises ``NoBackend`` when no backend
+        serves the model, is healthy and is allowed; ``Shed`` (a ``NoBackend``) when the policy
+        refuses the request under load or no slot freed within its SLO.
         """
         serving = [s for s in self.states.values() if request.model in s.backend.models]
         if not serving:
@@ -138,10 +143,34 @@ class RoutingPolicy(ABC):
         if not live:
             raise NoBackend(f"every backend serving {request.model!r} is down")
         roomy = [s for s in live if s.in_flight < s.backend.max_concurrency]
-        plan = self.choose(roomy or live, request, now)
+        if not roomy:
+            return self._saturated(request, now)
+        plan = self.choose(roomy, request, now)
         if plan.action == "dispatch" and plan.backend is not None:
             self._record(plan, request, now)
         return plan
+
+    def _saturated(self, request: RouteRequest, now: float) -> RoutePlan:
+        """Every usable backend holds ``max_concurrency`` requests: a wait plan (ask again after
+        ``SATURATED_POLL_S``, every class alike) while the request's SLO budget lasts; raises
+        ``Shed`` once it is spent."""
+        budget = request.slo_ttft_s - max(0.0, now - request.arrived_at)
+        if budget <= 0:
+            raise Shed(
+                f"every backend serving {request.model!r} is at its max_concurrency "
+                f"for longer than the SLO ({request.slo_ttft_s:.2f}s)",
+                retry_after_s=1.0,
+            )
+        return RoutePlan(
+            request_id=request.id,
+            action="wait",
+            backend=None,
+            predicted_ttft_s=0.0,
+            meets_slo=False,
+            cached_tokens=0,
+            reason="every backend is at its max_concurrency; waits for a slot",
+            wait_s=min(SATURATED_POLL_S, budget),
+        )
 
     @abstractmethod
     def choose(self, candidates: list[BackendState], request: RouteRequest, now: float) -> RoutePlan:

@@ -175,7 +175,11 @@ class BackendClient:
             return await self.transport.post(self.backend.chat_url, content)
         if self.session is not None:
             async with self.session.post(
-                self.backend.chat_url, data=content, headers=_JSON, timeout=self._session_timeout
+                self.backend.chat_url,
+                data=content,
+                headers=_JSON,
+                timeout=self._session_timeout,
+                allow_redirects=False,
             ) as answer:
                 return answer.status, await answer.read()
         response = await self.http.post(
@@ -232,7 +236,11 @@ class BackendClient:
             return
         if self.session is not None:
             async with self.session.post(
-                self.backend.chat_url, data=_encode(body), headers=_JSON, timeout=self._stream_session_timeout
+                self.backend.chat_url,
+                data=_encode(body),
+                headers=_JSON,
+                timeout=self._stream_session_timeout,
+                allow_redirects=False,
             ) as answer:
                 yield answer.status, answer.read, _lines(answer.content)
             return

@@ -1,0 +1,188 @@
+"""Review R8: the dispatcher and the GPU broker as a library user sees them.
+
+Real components only: simulated vLLM backends (``SimServer``) and hostile ones
+(``http.server``) over real HTTP on 127.0.0.1, the real SQLite and PostgreSQL stores, the real
+``agentgate`` CLI entry point.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import http.server
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from agentgate.dispatch import inventory_from_mapping
+from agentgate.dispatch.dispatcher import Dispatcher
+from agentgate.dispatch.inventory import Inventory
+from agentgate.dispatch.router import Router
+from agentgate.errors import BackendFailed, Shed
+from agentgate.sim import SimServer
+
+MODEL = "llama-3.1-8b"
+WAIT_S = 5.0
+
+
+class RawBackend:
+    """A real HTTP server on 127.0.0.1 whose POST answer is made by ``respond(handler)``."""
+
+    def __init__(self, respond: Callable[[http.server.BaseHTTPRequestHandler], None]) -> None:
+        self.posts = 0
+
+        raw = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                with contextlib.suppress(OSError):  # a probe cut short when the dispatcher closes
+                    self.send_response(200)
+                    self.send_header("content-length", "2")
+                    self.end_headers()
+                    self.wfile.write(b"ok")
+
+            def do_POST(self) -> None:
+                raw.posts += 1
+                self.rfile.read(int(self.headers.get("content-length") or 0))
+                with contextlib.suppress(OSError):  # a caller that gave up
+                    respond(self)
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, args=(0.02,), daemon=True)
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(WAIT_S)
+
+
+@pytest.fixture
+def sim() -> Iterator[SimServer]:
+    server = SimServer(time_scale=0.05, scrape_lag_s=0.05).start()
+    yield server
+    server.stop()
+
+
+def _inventory(*urls: str, **extra: Any) -> Inventory:
+    return inventory_from_mapping(
+        {
+            "backends": [
+                {"name": f"b{i}", "url": url, "engine": "vllm", "models": [MODEL], **extra}
+                for i, url in enumerate(urls)
+            ]
+        }
+    )
+
+
+def _payload(i: int = 0, max_tokens: int = 8) -> dict[str, object]:
+    return {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": f"request {i}: hello"}],
+        "max_tokens": max_tokens,
+    }
+
+
+# --- a backend that redirects: the call never leaves the inventory's hosts --------------------------
+
+
+@pytest.mark.parametrize("status", [301, 302, 303, 307, 308])
+@pytest.mark.parametrize("streamed", [False, True])
+async def test_a_redirecting_backend_is_backend_failed_and_the_payload_never_reaches_the_target(
+    sim: SimServer, status: int, streamed: bool
+) -> None:
+    def redirect(handler: http.server.BaseHTTPRequestHandler) -> None:
+        handler.send_response(status)
+        handler.send_header("location", sim.url + "/v1/chat/completions")
+        handler.send_header("content-length", "0")
+        handler.end_headers()
+
+    front = RawBackend(redirect)
+    try:
+        async with Dispatcher(_inventory(front.url), Router(_inventory(front.url)), max_attempts=1) as d:
+            with pytest.raises(BackendFailed, match=f"HTTP {status}"):
+                if streamed:
+                    async for _ in d.stream(_payload(), priority=0):
+                        pass
+                else:
+                    await d.chat(_payload(), priority=0)
+        assert front.posts == 1
+        assert sim.served == 0
+    finally:
+        front.stop()
+
+
+# --- max_concurrency is a cap, not a preference ----------------------------------------------------
+
+
+class SlowBackend(RawBackend):
+    """Answers every chat call after ``delay_s``, counting how many it holds at once."""
+
+    def __init__(self, delay_s: float) -> None:
+        self.now = 0
+        self.most = 0
+        lock = threading.Lock()
+
+        def respond(handler: http.server.BaseHTTPRequestHandler) -> None:
+            with lock:
+                self.now += 1
+                self.most = max(self.most, self.now)
+            threading.Event().wait(delay_s)
+            with lock:
+                self.now -= 1
+            body = (
+                b'{"choices":[{"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}],'
+                b'"usage":{"prompt_tokens":3,"completion_tokens":1}}'
+            )
+            handler.send_response(200)
+            handler.send_header("content-type", "application/json")
+            handler.send_header("content-length", str(len(body)))
+            handler.end_headers()
+            handler.wfile.write(body)
+
+        super().__init__(respond)
+
+
+@pytest.mark.parametrize("priority", [0, 1, 2])
+async def test_max_concurrency_is_never_exceeded_and_waiting_callers_are_served_in_their_slo(
+    priority: int,
+) -> None:
+    slow = SlowBackend(0.15)
+    try:
+        inv = _inventory(slow.url, max_concurrency=2)
+        async with Dispatcher(inv, Router(inv)) as d:
+            results = await asyncio.gather(
+                *(d.chat(_payload(i), priority=priority, slo_ttft_s=3.0) for i in range(6)),
+                return_exceptions=True,
+            )
+            assert d.router.in_flight("b0") == 0
+        assert all(not isinstance(r, BaseException) for r in results), results
+        assert slow.most <= 2
+        assert slow.posts == 6
+    finally:
+        slow.stop()
+
+
+async def test_callers_that_cannot_get_a_slot_within_their_slo_are_shed_and_hold_nothing() -> None:
+    slow = SlowBackend(1.0)
+    try:
+        inv = _inventory(slow.url, max_concurrency=1)
+        async with Dispatcher(inv, Router(inv)) as d:
+            results = await asyncio.gather(
+                *(d.chat(_payload(i), priority=0, slo_ttft_s=0.3) for i in range(4)),
+                return_exceptions=True,
+            )
+            assert d.router.in_flight("b0") == 0
+        served = [r for r in results if not isinstance(r, BaseException)]
+        shed = [r for r in results if isinstance(r, Shed)]
+        assert len(served) == 1 and len(shed) == 3, results
+        assert all("max_concurrency" in str(r) and r.retry_after_s >= 1.0 for r in shed)
+        assert slow.most == 1 and slow.posts == 1
+    finally:
+        slow.stop()
