@@ -7,21 +7,28 @@ Real components only: simulated vLLM backends (``SimServer``) and hostile ones
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
 import http.server
+import json
 import threading
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from agentgate.cli import broker as broker_cli
 from agentgate.dispatch import inventory_from_mapping
+from agentgate.dispatch.broker import Broker, GangRequest, TenantQuota, from_inventory
 from agentgate.dispatch.dispatcher import Dispatcher
-from agentgate.dispatch.inventory import Inventory
+from agentgate.dispatch.inventory import Inventory, load_inventory
 from agentgate.dispatch.router import Router
 from agentgate.errors import BackendFailed, Shed
 from agentgate.sim import SimServer
+from agentgate.store import SQLiteStore
+from agentgate.store.broker_leases import BrokerLeaseStore
 
 MODEL = "llama-3.1-8b"
 WAIT_S = 5.0
@@ -186,3 +193,48 @@ async def test_callers_that_cannot_get_a_slot_within_their_slo_are_shed_and_hold
         assert slow.most == 1 and slow.posts == 1
     finally:
         slow.stop()
+
+
+# --- the CLI prints what callers named as one printable line per row -------------------------------
+
+
+def run_cli(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="agentgate")
+    broker_cli.register(parser.add_subparsers(dest="group"))
+    args = parser.parse_args(argv)
+    code: int = args.handler(args)
+    return code
+
+
+def test_the_cli_escapes_control_characters_in_ids_so_no_row_can_be_forged(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    inventory = tmp_path / "inv.yaml"
+    inventory.write_text(
+        "nodes: [{name: n0}]\ngpus:\n"
+        "  - {id: g0, type: H100, memory_gb: 80, node: n0}\n"
+        "  - {id: g1, type: H100, memory_gb: 80, node: n0}\n"
+    )
+    tenant = "t\x1b[31m"
+    forged = "evil\nfake  t  0  8  node  active"
+    with SQLiteStore(tmp_path / "s.db") as store:
+        broker = Broker(
+            from_inventory(load_inventory(inventory)),
+            [TenantQuota(tenant, 2)],
+            journal=BrokerLeaseStore(store),
+        )
+        broker.submit(GangRequest(forged, tenant, gpus=1))
+        broker.submit(GangRequest("q\r\u202ezz", tenant, gpus=2))
+    db = str(tmp_path / "s.db")
+    for argv, lines, shown in (
+        (["broker", "leases", "--store", db], 3, "evil\\nfake"),
+        (["broker", "queue", "--store", db], 3, "q\\r\\u202ezz"),
+        (["broker", "inventory", "--inventory", str(inventory), "--store", db], 5, "evil\\nfake"),
+    ):
+        assert run_cli(argv) == 0
+        out = capsys.readouterr().out
+        assert len(out.splitlines()) == lines, out
+        assert not any(c in out for c in "\x1b\r\u202e"), out
+        assert shown in out
+    assert run_cli(["broker", "leases", "--store", db, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["leases"][0]["id"] == forged

@@ -16,7 +16,7 @@ import json
 import math
 from typing import Any
 
-from agentgate.cli._common import open_existing_store, utc
+from agentgate.cli._common import open_existing_store, printable, utc
 from agentgate.dispatch.broker import BrokerSnapshot, Lease, QueuedRequest, from_inventory
 from agentgate.dispatch.inventory import load_inventory
 from agentgate.store.broker_decisions import BrokerDecisionStore, LeaseDecision
@@ -72,6 +72,10 @@ def _header(snapshot: BrokerSnapshot | None, broker: str) -> str:
 
 
 def _table(rows: list[list[str]]) -> str:
+    """The rows as aligned columns, every cell one printable line (``printable``): lease and
+    request ids, tenants and GPU names come from callers and the inventory, and a newline or an
+    escape sequence in one must not add a row or repaint the operator's terminal."""
+    rows = [[printable(cell) for cell in row] for row in rows]
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows)
 
