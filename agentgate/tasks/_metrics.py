@@ -5,8 +5,11 @@ Span events go on the caller's current span (the ``execute_tool`` span of the in
 breaker_half_open, breaker_closed. Nothing is recorded when no span is recording, so the cost
 without tracing is one context lookup.
 
-Prometheus metrics live in a per-scheduler ``CollectorRegistry`` (pass one to share it). Gauges
-are read from the scheduler's own counters when scraped, so the hot path only bumps integers:
+Prometheus metrics live in a per-scheduler ``CollectorRegistry``, or in one the caller passes, which
+several schedulers may share (each family is exported once: events and waits summed over the
+schedulers, queue depth and in-flight summed over the distinct admission states, a breaker key's
+worst state; the counts of a scheduler that is gone stay in the sums). Gauges are read from the
+schedulers' own counters when scraped, so the hot path only bumps integers:
 
 - ``agentgate_tasks_queue_depth{tenant}``: calls waiting.
 - ``agentgate_tasks_in_flight{tool}``: attempts running.
@@ -18,7 +21,9 @@ are read from the scheduler's own counters when scraped, so the hot path only bu
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable, Iterator, Mapping
+import threading
+import weakref
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from opentelemetry import trace
@@ -56,6 +61,12 @@ class WaitHistogram:
         self.counts[bisect.bisect_left(self.buckets, seconds) if seconds > 0 else 0] += 1
         self.total += seconds
 
+    def add(self, other: WaitHistogram) -> None:
+        """Add ``other``'s counts (same buckets) to these."""
+        for i, count in enumerate(list(other.counts)):
+            self.counts[i] += count
+        self.total += other.total
+
     def metric(self) -> HistogramMetricFamily:
         """The Prometheus view: cumulative buckets, ``+Inf``, sum."""
         cumulative, running = [], 0
@@ -71,42 +82,88 @@ class WaitHistogram:
 
 
 class _Collector:
-    def __init__(
-        self,
-        queue_depth: Callable[[], Mapping[str, int]],
-        in_flight: Mapping[str, int],
-        events: Mapping[tuple[str, str], int],
-        breakers: Callable[[], list[BreakerSnapshot]],
-        wait: WaitHistogram,
-    ) -> None:
-        self._wait = wait
-        self._queue_depth = queue_depth
-        self._in_flight = in_flight
-        self._events = events
-        self._breakers = breakers
+    """The one collector of a registry: every scheduler's metrics registered there, each family once.
+
+    Schedulers are held weakly; when one is collected its events and waits are folded into
+    ``_retired``, so counters never go down. Schedulers sharing one admission state (one
+    ``in_flight`` mapping) are read once for the gauges.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._members: weakref.WeakSet[SchedulerMetrics] = weakref.WeakSet()
+        self._retired_events: dict[tuple[str, str], int] = {}
+        self._retired_wait = WaitHistogram()
+
+    def add(self, member: SchedulerMetrics) -> None:
+        with self._lock:
+            self._members.add(member)
+        weakref.finalize(member, self._retire, member.events, member.wait)
+
+    def _retire(self, events: Mapping[tuple[str, str], int], wait: WaitHistogram) -> None:
+        with self._lock:
+            for key, count in _copy(events):
+                self._retired_events[key] = self._retired_events.get(key, 0) + count
+            self._retired_wait.add(wait)
 
     def collect(self) -> Iterator[Metric]:
+        with self._lock:
+            members = list(self._members)
+            events = dict(self._retired_events)
+            wait = WaitHistogram(self._retired_wait.buckets)
+            wait.add(self._retired_wait)
+        sources = list({id(m.in_flight): m for m in members}.values())  # one per admission state
         depth = GaugeMetricFamily("agentgate_tasks_queue_depth", "Calls waiting to start.", labels=["tenant"])
-        for tenant, count in _copy(self._queue_depth()):
+        for tenant, count in _summed(_copy(m.queue_depth()) for m in sources):
             depth.add_metric([tenant], count)
         yield depth
         running = GaugeMetricFamily("agentgate_tasks_in_flight", "Attempts running.", labels=["tool"])
-        for tool, count in _copy(self._in_flight):
+        for tool, count in _summed(_copy(m.in_flight) for m in sources):
             running.add_metric([tool], count)
         yield running
-        events = CounterMetricFamily("agentgate_tasks_events", "Scheduling events.", labels=["event", "tool"])
-        for (event, tool), count in _copy(self._events):
-            events.add_metric([event, tool], count)
-        yield events
+        for member in members:
+            for key, count in _copy(member.events):
+                events[key] = events.get(key, 0) + count
+            wait.add(member.wait)
+        family = CounterMetricFamily("agentgate_tasks_events", "Scheduling events.", labels=["event", "tool"])
+        for (event, tool), count in sorted(events.items()):
+            family.add_metric([event, tool], count)
+        yield family
         state = GaugeMetricFamily(
             "agentgate_tasks_breaker_state",
             "Circuit breaker state: 0 closed, 1 half open, 2 open.",
             labels=["key"],
         )
-        for snap in self._breakers():
-            state.add_metric([snap.key], BREAKER_STATE_VALUE[snap.state])
+        worst: dict[str, int] = {}
+        for source in sources:
+            for snap in source.breakers():
+                worst[snap.key] = max(worst.get(snap.key, 0), BREAKER_STATE_VALUE[snap.state])
+        for key, value in sorted(worst.items()):
+            state.add_metric([key], value)
         yield state
-        yield self._wait.metric()
+        yield wait.metric()
+
+
+def _summed(parts: Iterable[list[tuple[str, int]]]) -> list[tuple[str, int]]:
+    total: dict[str, int] = {}
+    for part in parts:
+        for label, count in part:
+            total[label] = total.get(label, 0) + count
+    return sorted(total.items())
+
+
+_COLLECTORS: weakref.WeakKeyDictionary[CollectorRegistry, _Collector] = weakref.WeakKeyDictionary()
+_COLLECTORS_LOCK = threading.Lock()
+
+
+def _collector(registry: CollectorRegistry) -> _Collector:
+    """The collector of ``registry``, registered there by the first scheduler that uses it."""
+    with _COLLECTORS_LOCK:
+        collector = _COLLECTORS.get(registry)
+        if collector is None:
+            collector = _COLLECTORS[registry] = _Collector()
+            registry.register(collector)
+        return collector
 
 
 class SchedulerMetrics:
@@ -124,7 +181,10 @@ class SchedulerMetrics:
         self.events: dict[tuple[str, str], int] = {}
         self.wait = WaitHistogram()
         self.observe_wait = self.wait.observe
-        self.registry.register(_Collector(queue_depth, in_flight, self.events, breakers, self.wait))
+        self.queue_depth = queue_depth
+        self.in_flight = in_flight
+        self.breakers = breakers
+        _collector(self.registry).add(self)
 
     def event(self, name: str, tool: str, attributes: Mapping[str, str | int | float | bool]) -> None:
         """Count ``name`` for ``tool`` and add it to the current span when one is recording."""
