@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
 
 Name = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")]
 Scalar = str | int | float | bool
@@ -115,6 +115,14 @@ class RetryPolicy(_Model):
         if self.backoff_max_s < self.backoff_initial_s:
             raise ValueError("backoff_max_s must be >= backoff_initial_s")
         return self
+
+    @field_validator("retry_on")
+    @classmethod
+    def _distinct_classes(cls, value: list[RetryClass]) -> list[RetryClass]:
+        # The scheduler's RetryPolicy refuses a repeated class: say so here, where the line is known.
+        if len(set(value)) != len(value):
+            raise ValueError(f"retry_on repeats an error class: {value}")
+        return value
 
 
 class Tool(_Model):

@@ -18,10 +18,12 @@ from agentgate.tasks._classify import (
     always,
     by_attribute,
     by_type,
+    from_function,
     httpx_errors,
 )
 from agentgate.tasks._config import (
     AMBIGUOUS_CLASSES,
+    ERROR_CLASSES,
     BreakerPolicy,
     PriorityClass,
     RateLimit,
@@ -46,6 +48,7 @@ from agentgate.tasks._token_bucket import TokenBucket
 __all__ = [
     "AMBIGUOUS_CLASSES",
     "DEFAULT_CLASSIFIER",
+    "ERROR_CLASSES",
     "Attempt",
     "AttemptError",
     "BreakerPolicy",
@@ -73,6 +76,7 @@ __all__ = [
     "backoff_bound",
     "by_attribute",
     "by_type",
+    "from_function",
     "full_jitter",
     "httpx_errors",
     "idempotency_key",

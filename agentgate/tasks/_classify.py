@@ -10,15 +10,24 @@ ends in ``"error"``. The classes the scheduler knows:
 - ``error``: anything else; retried only if a policy lists it in ``retry_on``.
 
 A tool can classify its own exceptions by giving them an ``error_class`` attribute.
+
+A classifier that may return a class of its own (``"quota"``, ``"rate_limited"``) declares it
+in ``classes``: ``by_type`` and ``always`` declare the classes they map to, ``by_attribute`` and
+``from_function`` the ``classes`` they are given, a subclass sets ``classes`` itself, and a chain
+declares what its parts declare. A scheduler refuses a ``retry_on`` or ``trip_on`` class that is
+neither built in (``ERROR_CLASSES``) nor declared by its classifier (``InputError`` naming the
+field): such a class would never be returned, so the retry it asks for would silently never
+happen. A class returned without being declared is still used (it is just never retried).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 import httpx
 
-from agentgate.errors import DeadlineExceeded
+from agentgate.errors import DeadlineExceeded, InputError
+from agentgate.tasks._config import ERROR_CLASSES
 
 #: Where the httpx exception tree says the request may already have reached the server.
 _HTTPX: tuple[tuple[type[BaseException], str], ...] = (
@@ -31,8 +40,25 @@ _HTTPX: tuple[tuple[type[BaseException], str], ...] = (
 _HTTP_STATUS = {429: "transient", 503: "transient", 502: "connection", 504: "timeout"}
 
 
+def _declared(classes: Iterable[str], where: str) -> frozenset[str]:
+    """The names in ``classes`` that are not built in; ``InputError`` naming ``where`` unless each
+    is a non-empty string."""
+    if isinstance(classes, str):
+        raise InputError(f"{where}: give a tuple of error class names, got the string {classes!r}")
+    names = tuple(classes)
+    for name in names:
+        if not isinstance(name, str) or not name:
+            raise InputError(f"{where}: an error class is a non-empty string, got {name!r}")
+    return frozenset(names) - ERROR_CLASSES
+
+
 class Classifier:
-    """Maps an exception to an error class, or None to let the next classifier decide."""
+    """Maps an exception to an error class, or None to let the next classifier decide.
+
+    ``classes``: the error classes beyond the built-in ones (``ERROR_CLASSES``) that it may return.
+    """
+
+    classes: frozenset[str] = frozenset()
 
     def __call__(self, error: BaseException) -> str | None:
         raise NotImplementedError
@@ -44,6 +70,7 @@ class Classifier:
 class _FirstOf(Classifier):
     def __init__(self, parts: tuple[Classifier, ...]) -> None:
         self.parts = parts
+        self.classes = frozenset().union(*(part.classes for part in parts)) - ERROR_CLASSES
 
     def __call__(self, error: BaseException) -> str | None:
         for part in self.parts:
@@ -54,10 +81,14 @@ class _FirstOf(Classifier):
 
 
 class by_attribute(Classifier):
-    """The exception's own ``error_class`` attribute, when it is a string."""
+    """The exception's own ``error_class`` attribute, when it is a string.
 
-    def __init__(self, name: str = "error_class") -> None:
+    ``classes``: the classes beyond the built-in ones that the exceptions may carry.
+    """
+
+    def __init__(self, name: str = "error_class", classes: Iterable[str] = ()) -> None:
         self.name = name
+        self.classes = _declared(classes, "by_attribute classes")
 
     def __call__(self, error: BaseException) -> str | None:
         value = getattr(error, self.name, None)
@@ -69,6 +100,7 @@ class by_type(Classifier):
 
     def __init__(self, mapping: Mapping[type[BaseException], str]) -> None:
         self.mapping = tuple(mapping.items())
+        self.classes = _declared((error_class for _, error_class in self.mapping), "by_type mapping")
 
     def __call__(self, error: BaseException) -> str | None:
         for kind, error_class in self.mapping:
@@ -93,6 +125,7 @@ class always(Classifier):
     """Every exception is ``error_class`` (the fallback at the end of a chain)."""
 
     def __init__(self, error_class: str) -> None:
+        self.classes = _declared((error_class,), "always")
         self.error_class = error_class
 
     def __call__(self, error: BaseException) -> str | None:
@@ -100,10 +133,12 @@ class always(Classifier):
 
 
 class from_function(Classifier):
-    """Wrap a plain function ``exception -> class | None``."""
+    """Wrap a plain function ``exception -> class | None``; ``classes``: those beyond the built-in
+    ones that it may return."""
 
-    def __init__(self, function: Callable[[BaseException], str | None]) -> None:
+    def __init__(self, function: Callable[[BaseException], str | None], classes: Iterable[str] = ()) -> None:
         self.function = function
+        self.classes = _declared(classes, "from_function classes")
 
     def __call__(self, error: BaseException) -> str | None:
         return self.function(error)

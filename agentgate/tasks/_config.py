@@ -3,27 +3,99 @@
 The policy's ``tools`` section maps onto these one to one (``RetryPolicy``, ``RateLimit``,
 ``ToolLimits``, ``PriorityClass``); ``SchedulerConfig`` adds the limits that are not per tool.
 Every value is checked when it is built, so a scheduler never starts with a limit that cannot
-hold (a zero concurrency, a negative rate): those raise ``InputError`` naming the field.
+hold: a zero concurrency, a negative rate, a NaN or infinite duration, a ``True`` where a count
+belongs, a string where a flag belongs, a repeated or empty name; those raise ``InputError``
+naming the field and the value. Error class names (``retry_on``, ``trip_on``) are checked for
+their form here and against the classifier's classes when a scheduler is made
+(``SchedulerConfig.check_error_classes``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import math
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import NoReturn
 
 from agentgate.errors import InputError
 
-#: Error classes that leave it unknown whether the tool's effect happened (docs/tasks.md): every
-#: class but ``transient`` (a failure known to come before any effect). ``error`` is among them:
+#: The error classes every classifier may return (docs/tasks.md): ``transient``, ``timeout``,
+#: ``connection``, ``error``. A classifier that returns others declares them (``Classifier.classes``).
+ERROR_CLASSES = frozenset({"transient", "timeout", "connection", "error"})
+
+#: The one error class known to come before any effect: the only one retried for a tool that is
+#: neither idempotent nor deduplicating by key. Every other class, a custom one too, is ambiguous.
+SAFE_CLASS = "transient"
+
+#: The built-in error classes that leave it unknown whether the tool's effect happened
+#: (docs/tasks.md): every class but ``transient`` (a failure known to come before any effect);
+#: custom classes are ambiguous as well (``Failure.ambiguous``). ``error`` is among them:
 #: a tool may raise after its effect (a payment service's 500 after the charge, a response that
 #: does not parse), so listing it in ``retry_on`` repeats only tools that are safe to repeat.
 AMBIGUOUS_CLASSES = frozenset({"timeout", "connection", "error"})
 
 
+def _fail(what: str) -> NoReturn:
+    raise InputError(f"scheduler configuration: {what}")
+
+
 def _require(condition: bool, what: str) -> None:
     if not condition:
-        raise InputError(f"scheduler configuration: {what}")
+        _fail(what)
+
+
+def _integer(value: object, where: str, minimum: int, *, optional: bool = False) -> None:
+    """``value`` is an int (not a bool) >= ``minimum``, or None when ``optional``."""
+    if value is None and optional:
+        return
+    if isinstance(value, bool) or not isinstance(value, int):
+        _fail(f"{where} must be an integer, got {value!r}")
+    _require(value >= minimum, f"{where} must be >= {minimum}, got {value}")
+
+
+def _number(
+    value: object, where: str, minimum: float, *, above: bool = False, optional: bool = False
+) -> None:
+    """``value`` is a finite int or float (not a bool) >= ``minimum`` (> when ``above``), or None
+    when ``optional``."""
+    if value is None and optional:
+        return
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        _fail(f"{where} must be a number, got {value!r}")
+    _require(math.isfinite(value), f"{where} must be a finite number, got {value!r}")
+    if above:
+        _require(value > minimum, f"{where} must be > {minimum}, got {value}")
+    else:
+        _require(value >= minimum, f"{where} must be >= {minimum}, got {value}")
+
+
+def _flag(value: object, where: str) -> None:
+    if not isinstance(value, bool):
+        _fail(f"{where} must be True or False, got {value!r}")
+
+
+def _instance(value: object, kind: type, where: str, *, optional: bool = False) -> None:
+    if value is None and optional:
+        return
+    if not isinstance(value, kind):
+        _fail(f"{where} must be a {kind.__name__}, got {value!r}")
+
+
+def _name(value: object, where: str) -> None:
+    if not isinstance(value, str) or not value:
+        _fail(f"{where} must be a non-empty string, got {value!r}")
+
+
+def _class_names(owner: object, attribute: str, where: str) -> None:
+    """Check ``owner.attribute`` is a list or tuple of distinct non-empty strings; store it as a tuple."""
+    value = getattr(owner, attribute)
+    if isinstance(value, str) or not isinstance(value, tuple | list):
+        _fail(f"{where} must be a tuple of error class names, got {value!r}")
+    for item in value:
+        _name(item, f"{where} entry")
+    _require(len(set(value)) == len(value), f"{where} repeats an error class: {list(value)}")
+    object.__setattr__(owner, attribute, tuple(value))
 
 
 @dataclass(frozen=True)
@@ -44,15 +116,15 @@ class RetryPolicy:
     retry_on: tuple[str, ...] = ("transient",)
 
     def __post_init__(self) -> None:
-        _require(self.attempts >= 1, f"retry.attempts must be >= 1, got {self.attempts}")
-        _require(
-            self.backoff_initial_s >= 0, f"retry.backoff_initial_s must be >= 0, got {self.backoff_initial_s}"
-        )
+        _integer(self.attempts, "retry.attempts", 1)
+        _number(self.backoff_initial_s, "retry.backoff_initial_s", 0)
+        _number(self.backoff_max_s, "retry.backoff_max_s", 0)
         _require(
             self.backoff_max_s >= self.backoff_initial_s,
             f"retry.backoff_max_s ({self.backoff_max_s}) must be >= backoff_initial_s ({self.backoff_initial_s})",
         )
-        _require(self.multiplier >= 1, f"retry.multiplier must be >= 1, got {self.multiplier}")
+        _number(self.multiplier, "retry.multiplier", 1)
+        _class_names(self, "retry_on", "retry.retry_on")
 
 
 @dataclass(frozen=True)
@@ -63,8 +135,8 @@ class RateLimit:
     burst: int = 1
 
     def __post_init__(self) -> None:
-        _require(self.per_second > 0, f"rate.per_second must be > 0, got {self.per_second}")
-        _require(self.burst >= 1, f"rate.burst must be >= 1, got {self.burst}")
+        _number(self.per_second, "rate.per_second", 0, above=True)
+        _integer(self.burst, "rate.burst", 1)
 
 
 @dataclass(frozen=True)
@@ -86,11 +158,12 @@ class ToolLimits:
     takes_idempotency_key: bool = False
 
     def __post_init__(self) -> None:
-        _require(
-            self.concurrency is None or self.concurrency >= 1,
-            f"concurrency must be >= 1, got {self.concurrency}",
-        )
-        _require(self.timeout_s is None or self.timeout_s > 0, f"timeout_s must be > 0, got {self.timeout_s}")
+        _integer(self.concurrency, "concurrency", 1, optional=True)
+        _instance(self.rate, RateLimit, "rate", optional=True)
+        _number(self.timeout_s, "timeout_s", 0, above=True, optional=True)
+        _instance(self.retry, RetryPolicy, "retry")
+        _flag(self.idempotent, "idempotent")
+        _flag(self.takes_idempotency_key, "takes_idempotency_key")
 
 
 @dataclass(frozen=True)
@@ -102,8 +175,9 @@ class PriorityClass:
     weight: float = 1.0
 
     def __post_init__(self) -> None:
-        _require(bool(self.name), "a priority class needs a name")
-        _require(self.weight > 0, f"priority class {self.name!r}: weight must be > 0, got {self.weight}")
+        _name(self.name, "priority class name")
+        _integer(self.rank, f"priority class {self.name!r}: rank", 0)
+        _number(self.weight, f"priority class {self.name!r}: weight", 0, above=True)
 
 
 @dataclass(frozen=True)
@@ -115,15 +189,9 @@ class TenantShare:
     max_queued: int | None = None
 
     def __post_init__(self) -> None:
-        _require(self.weight > 0, f"tenant weight must be > 0, got {self.weight}")
-        _require(
-            self.concurrency is None or self.concurrency >= 1,
-            f"tenant concurrency must be >= 1, got {self.concurrency}",
-        )
-        _require(
-            self.max_queued is None or self.max_queued >= 0,
-            f"tenant max_queued must be >= 0, got {self.max_queued}",
-        )
+        _number(self.weight, "tenant weight", 0, above=True)
+        _integer(self.concurrency, "tenant concurrency", 1, optional=True)
+        _integer(self.max_queued, "tenant max_queued", 0, optional=True)
 
 
 @dataclass(frozen=True)
@@ -141,18 +209,15 @@ class BreakerPolicy:
     trip_on: tuple[str, ...] = ("transient", "timeout", "connection")
 
     def __post_init__(self) -> None:
-        _require(
-            self.failure_threshold >= 1,
-            f"breaker.failure_threshold must be >= 1, got {self.failure_threshold}",
-        )
-        _require(self.reset_timeout_s > 0, f"breaker.reset_timeout_s must be > 0, got {self.reset_timeout_s}")
-        _require(
-            self.half_open_max_calls >= 1,
-            f"breaker.half_open_max_calls must be >= 1, got {self.half_open_max_calls}",
-        )
+        _integer(self.failure_threshold, "breaker.failure_threshold", 1)
+        _number(self.reset_timeout_s, "breaker.reset_timeout_s", 0, above=True)
+        _integer(self.half_open_max_calls, "breaker.half_open_max_calls", 1)
+        _class_names(self, "trip_on", "breaker.trip_on")
 
 
 _DEFAULT_CLASSES = (PriorityClass("default", 0, 1.0),)
+MAX_LEASE_TTL_S = 10 * 365 * 86_400
+"""Longest lease lifetime: ten years (a longer one cannot be waited on by the heartbeat thread)."""
 
 
 @dataclass(frozen=True)
@@ -182,24 +247,63 @@ class SchedulerConfig:
     result_cache_size: int = 10_000
 
     def __post_init__(self) -> None:
-        _require(self.max_concurrency is None or self.max_concurrency >= 1, "max_concurrency must be >= 1")
-        _require(
-            self.principal_concurrency is None or self.principal_concurrency >= 1,
-            "principal_concurrency must be >= 1",
-        )
-        _require(self.max_queued >= 0, f"max_queued must be >= 0, got {self.max_queued}")
+        _integer(self.max_concurrency, "max_concurrency", 1, optional=True)
+        _integer(self.principal_concurrency, "principal_concurrency", 1, optional=True)
+        _integer(self.max_queued, "max_queued", 0)
+        _instance(self.tenant, TenantShare, "tenant")
+        _instance(self.tenants, Mapping, "tenants")
+        for tenant, share in self.tenants.items():
+            _name(tenant, "a tenant name in tenants")
+            _instance(share, TenantShare, f"tenants[{tenant!r}]")
+        if isinstance(self.priority_classes, PriorityClass) or not isinstance(
+            self.priority_classes, tuple | list
+        ):
+            _fail(f"priority_classes must be a tuple of PriorityClass, got {self.priority_classes!r}")
         _require(bool(self.priority_classes), "at least one priority class is needed")
+        for cls in self.priority_classes:
+            _instance(cls, PriorityClass, "a priority_classes entry")
         names = [c.name for c in self.priority_classes]
         _require(len(set(names)) == len(names), f"priority class names repeat: {names}")
         _require(
             self.default_priority in names,
             f"default_priority {self.default_priority!r} is not one of {names}",
         )
-        _require(self.lease_ttl_s > 0, f"lease_ttl_s must be > 0, got {self.lease_ttl_s}")
-        _require(self.result_cache_size >= 0, f"result_cache_size must be >= 0, got {self.result_cache_size}")
-        # Freeze the mappings: a frozen dataclass holding a dict could still be changed in place.
+        _instance(self.tools, Mapping, "tools")
+        for tool, limits in self.tools.items():
+            _name(tool, "a tool name in tools")
+            _instance(limits, ToolLimits, f"tools[{tool!r}]")
+        _instance(self.default_tool, ToolLimits, "default_tool")
+        _instance(self.breaker, BreakerPolicy, "breaker")
+        _number(self.lease_ttl_s, "lease_ttl_s", 0, above=True)
+        _require(
+            self.lease_ttl_s <= MAX_LEASE_TTL_S,
+            f"lease_ttl_s must be <= {MAX_LEASE_TTL_S}, got {self.lease_ttl_s}",
+        )
+        _integer(self.result_cache_size, "result_cache_size", 0)
+        # Freeze the values: a frozen dataclass holding a dict or a list could still be changed in place.
+        object.__setattr__(self, "priority_classes", tuple(self.priority_classes))
         object.__setattr__(self, "tenants", MappingProxyType(dict(self.tenants)))
         object.__setattr__(self, "tools", MappingProxyType(dict(self.tools)))
+
+    def check_error_classes(self, declared: Iterable[str] = ()) -> None:
+        """Raise ``InputError`` unless every ``retry_on`` and ``trip_on`` class is one a classifier
+        can return: the built-in ``ERROR_CLASSES`` or one of ``declared`` (the classifier's
+        ``classes``). A class no classifier returns would silently never be retried (or never trip
+        the breaker). The error names the field (``tools['x'].retry.retry_on``) and the class.
+        """
+        known = ERROR_CLASSES | frozenset(declared)
+        fields: list[tuple[str, tuple[str, ...]]] = [
+            (f"tools[{tool!r}].retry.retry_on", limits.retry.retry_on) for tool, limits in self.tools.items()
+        ]
+        fields.append(("default_tool.retry.retry_on", self.default_tool.retry.retry_on))
+        fields.append(("breaker.trip_on", self.breaker.trip_on))
+        for where, classes in fields:
+            for name in classes:
+                if name not in known:
+                    _fail(
+                        f"{where}: {name!r} is not an error class the classifier returns "
+                        f"(known: {sorted(known)}; a custom classifier declares its own in Classifier.classes)"
+                    )
 
     def tool_limits(self, tool: str) -> ToolLimits:
         """The limits of ``tool``: its own entry, else ``default_tool``."""

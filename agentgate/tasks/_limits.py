@@ -39,6 +39,7 @@ from agentgate.tasks._token_bucket import TokenBucket
 if TYPE_CHECKING:
     from agentgate.tasks._scheduler import Scheduler
 
+_LONGEST_TIMER_WAIT_S = 86_400.0
 _NEVER = float("inf")
 
 
@@ -422,7 +423,10 @@ class SharedLimits:
             while not self._stopped:
                 delay = self._timer_at - time.monotonic()
                 if delay > 0:
-                    self._timer_wake.wait(None if self._timer_at == _NEVER else delay)
+                    # At most a day at once: a lock cannot wait longer (a token due in 1e300 s)
+                    self._timer_wake.wait(
+                        None if self._timer_at == _NEVER else min(delay, _LONGEST_TIMER_WAIT_S)
+                    )
                     continue
                 self._timer_at = _NEVER
                 self.dispatch()

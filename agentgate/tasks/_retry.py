@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from agentgate.tasks._config import AMBIGUOUS_CLASSES, ToolLimits
+from agentgate.tasks._config import SAFE_CLASS, ToolLimits
 
 
 @dataclass(frozen=True)
@@ -32,8 +32,10 @@ class Failure:
 
     @property
     def ambiguous(self) -> bool:
-        """True when the effect may or may not have happened."""
-        return self.error_class in AMBIGUOUS_CLASSES
+        """True when the effect may or may not have happened: every class but ``transient``, the
+        built-in ``AMBIGUOUS_CLASSES`` and every custom class (no classifier can vouch that a
+        class of its own comes before the effect; classify such a failure ``transient``)."""
+        return self.error_class != SAFE_CLASS
 
 
 class RetryRule:

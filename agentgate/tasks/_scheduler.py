@@ -88,7 +88,9 @@ class Scheduler:
     limits and breaker states are shared by every process using the store
     (``agentgate.store.leases``). ``dead_letters``: persist dead letters there without sharing
     limits (a single-process deployment on the embedded store). ``rng``: the source of backoff
-    jitter (seed it to reproduce delays). ``classifier``: maps exceptions to error classes.
+    jitter (seed it to reproduce delays). ``classifier``: maps exceptions to error classes; every
+    ``retry_on`` and ``trip_on`` class of ``config`` must be built in or in ``classifier.classes``
+    (``InputError`` naming the field otherwise, see ``SchedulerConfig.check_error_classes``).
     ``registry``: the Prometheus registry for this scheduler's metrics (default: a new one).
     ``limits``: the admission state to share with other schedulers (their limits then hold for
     all of them together; its ``config`` is used, and ``config``, if given too, must be that
@@ -106,6 +108,14 @@ class Scheduler:
         registry: CollectorRegistry | None = None,
         limits: SharedLimits | None = None,
     ) -> None:
+        # Before anything is made: a retry_on or trip_on class the classifier never returns.
+        if not isinstance(classifier, Classifier):
+            raise InputError(
+                f"classifier must be a Classifier (wrap a function in from_function), got {classifier!r}"
+            )
+        (limits.config if limits is not None else config or SchedulerConfig()).check_error_classes(
+            classifier.classes
+        )
         if limits is None:
             limits = SharedLimits(config)
             self._owns_limits = True

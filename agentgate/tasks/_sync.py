@@ -352,7 +352,7 @@ class SyncScheduler:
                     with lock:
                         shared.finish(waiter)  # starts the fairest waiting call, of any scheduler
                 # 4. back off with every slot released (close() cuts it short), then try again
-                self._closing.wait(delay)
+                _wait_event(self._closing, time.monotonic() + delay)  # a long backoff in steps
             except _GiveUp as stop:
                 if errors:
                     with lock:

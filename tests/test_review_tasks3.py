@@ -1,0 +1,347 @@
+"""Third review of the task scheduler and of ``keys new`` (F2). Real threads, loops and files.
+
+- the configuration values accepted what cannot hold: ``retry_on`` classes no classifier
+  returns (the retry silently never happened), NaN and infinite durations, a negative priority
+  rank, ``True`` as a count, a string as a flag (``idempotent="false"`` made a payment tool
+  repeatable after a timeout), a bare string as a class tuple, empty names, wrong value types;
+- a policy could repeat a ``retry_on`` class, which the Gate then refused without a location;
+- a rate so low that its next token is centuries away killed the shared rate timer thread
+  (OverflowError), after which no rate-limited call of any tool was woken;
+- a sync retry whose backoff is longer than a lock can wait raised OverflowError from ``submit``;
+- ``save_key`` left NAME.key without NAME.pub when interrupted between the two (Ctrl-C).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from agentgate.errors import DeadlineExceeded, InputError, PolicyError, SchedulingError
+from agentgate.policy import parse_policy
+from agentgate.tasks import (
+    DEFAULT_CLASSIFIER,
+    ERROR_CLASSES,
+    Attempt,
+    BreakerPolicy,
+    Classifier,
+    PriorityClass,
+    RateLimit,
+    RetryPolicy,
+    Scheduler,
+    SchedulerConfig,
+    SyncScheduler,
+    TenantShare,
+    ToolCall,
+    ToolLimits,
+    always,
+    by_attribute,
+    by_type,
+    from_function,
+)
+
+INF, NAN = math.inf, math.nan
+
+
+def _tool(*, idempotent: bool = False, **retry: Any) -> SchedulerConfig:
+    return SchedulerConfig(tools={"t": ToolLimits(idempotent=idempotent, retry=RetryPolicy(**retry))})
+
+
+# --- retry_on and trip_on against the classifier's classes --------------------------------------
+
+
+def test_a_retry_on_class_no_classifier_returns_is_refused_naming_the_field_and_class() -> None:
+    config = _tool(attempts=3, retry_on=("transient", "bogus"))
+    with pytest.raises(InputError, match=r"tools\['t'\]\.retry\.retry_on: 'bogus'"):
+        Scheduler(config)
+    with pytest.raises(InputError, match=r"tools\['t'\]\.retry\.retry_on: 'bogus'"):
+        SyncScheduler(config)
+    default = SchedulerConfig(default_tool=ToolLimits(retry=RetryPolicy(retry_on=("timout",))))
+    with pytest.raises(InputError, match=r"default_tool\.retry\.retry_on: 'timout'"):
+        Scheduler(default)
+    breaker = SchedulerConfig(breaker=BreakerPolicy(trip_on=("transient", "conection")))
+    with pytest.raises(InputError, match=r"breaker\.trip_on: 'conection'"):
+        Scheduler(breaker)
+
+
+def test_the_built_in_classes_need_no_declaration() -> None:
+    assert {"transient", "timeout", "connection", "error"} == ERROR_CLASSES
+    assert DEFAULT_CLASSIFIER.classes == frozenset()  # it returns built-in classes only
+    SyncScheduler(_tool(attempts=2, retry_on=tuple(sorted(ERROR_CLASSES)))).close()
+
+
+class QuotaError(Exception):
+    pass
+
+
+class Flaky(Exception):
+    error_class = "rate_limited"
+
+
+def _fails_once(error: BaseException, calls: list[int]) -> Callable[[Attempt], str]:
+    def tool(attempt: Attempt) -> str:
+        calls.append(attempt.number)
+        if attempt.number == 1:
+            raise error
+        return "done"
+
+    return tool
+
+
+@pytest.mark.parametrize(
+    ("classifier", "error", "error_class"),
+    [
+        (by_type({QuotaError: "quota"}) | DEFAULT_CLASSIFIER, QuotaError(), "quota"),
+        (by_attribute(classes=("rate_limited",)) | DEFAULT_CLASSIFIER, Flaky(), "rate_limited"),
+        (
+            from_function(lambda e: "quota" if isinstance(e, QuotaError) else None, classes=("quota",)),
+            QuotaError(),
+            "quota",
+        ),
+        (always("odd"), QuotaError(), "odd"),
+    ],
+)
+def test_a_class_the_classifier_declares_may_be_retried_for_an_idempotent_tool(
+    classifier: Classifier, error: BaseException, error_class: str
+) -> None:
+    assert error_class in classifier.classes
+    calls: list[int] = []
+    with SyncScheduler(
+        _tool(idempotent=True, attempts=2, backoff_initial_s=0, backoff_max_s=0, retry_on=(error_class,)),
+        classifier=classifier,
+    ) as scheduler:
+        assert scheduler.submit(ToolCall("t"), _fails_once(error, calls)) == "done"
+    assert calls == [1, 2]
+
+
+def test_an_undeclared_custom_class_is_refused_even_though_the_attribute_carries_it() -> None:
+    # DEFAULT_CLASSIFIER reads error_class attributes but declares no class of its own.
+    with pytest.raises(InputError, match=r"'rate_limited'.*Classifier\.classes"):
+        Scheduler(_tool(retry_on=("rate_limited",)))
+
+
+def test_a_subclass_declares_its_classes_and_chains_declare_the_union() -> None:
+    class Mine(Classifier):
+        classes = frozenset({"quota"})
+
+        def __call__(self, error: BaseException) -> str | None:
+            return "quota" if isinstance(error, QuotaError) else None
+
+    chain = Mine() | by_type({KeyError: "missing"}) | DEFAULT_CLASSIFIER
+    assert chain.classes == {"quota", "missing"}
+    Scheduler(_tool(retry_on=("quota", "missing", "transient")), classifier=chain)
+
+
+@pytest.mark.parametrize(
+    ("make", "match"),
+    [
+        (lambda: by_attribute(classes="quota"), "string 'quota'"),
+        (lambda: by_type({KeyError: ""}), "non-empty string"),
+        (lambda: always(3), "non-empty string"),  # type: ignore[arg-type]
+        (lambda: from_function(lambda e: None, classes=(None,)), "non-empty string"),
+    ],
+)
+def test_a_declaration_that_is_not_class_names_is_an_input_error(make: Callable[[], Any], match: str) -> None:
+    with pytest.raises(InputError, match=match):
+        make()
+
+
+def test_a_plain_function_as_classifier_is_an_input_error_not_an_attribute_error() -> None:
+    with pytest.raises(InputError, match="from_function"):
+        Scheduler(classifier=lambda e: "transient")  # type: ignore[arg-type]
+
+
+# --- every field of every value --------------------------------------------------------------
+
+BAD_VALUES: list[tuple[Callable[[], object], str]] = [
+    (lambda: RetryPolicy(attempts=True), "retry.attempts must be an integer"),
+    (lambda: RetryPolicy(attempts=2.5), "retry.attempts must be an integer"),  # type: ignore[arg-type]
+    (lambda: RetryPolicy(attempts="3"), "retry.attempts must be an integer"),  # type: ignore[arg-type]
+    (lambda: RetryPolicy(backoff_initial_s=NAN), "retry.backoff_initial_s must be a finite"),
+    (lambda: RetryPolicy(backoff_initial_s=-1), "retry.backoff_initial_s must be >= 0"),
+    (lambda: RetryPolicy(backoff_initial_s=True), "retry.backoff_initial_s must be a number"),
+    (lambda: RetryPolicy(backoff_max_s=INF), "retry.backoff_max_s must be a finite"),
+    (lambda: RetryPolicy(backoff_max_s=NAN), "retry.backoff_max_s must be a finite"),
+    (lambda: RetryPolicy(multiplier=NAN), "retry.multiplier must be a finite"),
+    (lambda: RetryPolicy(multiplier=INF), "retry.multiplier must be a finite"),
+    (lambda: RetryPolicy(retry_on="transient"), "retry.retry_on must be a tuple"),  # type: ignore[arg-type]
+    (lambda: RetryPolicy(retry_on=("",)), "retry.retry_on entry must be a non-empty string"),
+    (lambda: RetryPolicy(retry_on=(1,)), "retry.retry_on entry must be a non-empty string"),  # type: ignore[arg-type]
+    (lambda: RetryPolicy(retry_on=("timeout", "timeout")), "retry.retry_on repeats"),
+    (lambda: RateLimit(per_second=INF), "rate.per_second must be a finite"),
+    (lambda: RateLimit(per_second=NAN), "rate.per_second must be a finite"),
+    (lambda: RateLimit(per_second=True), "rate.per_second must be a number"),
+    (lambda: RateLimit(1, burst=True), "rate.burst must be an integer"),
+    (lambda: RateLimit(1, burst=2.0), "rate.burst must be an integer"),  # type: ignore[arg-type]
+    (lambda: ToolLimits(timeout_s=INF), "timeout_s must be a finite"),
+    (lambda: ToolLimits(timeout_s=NAN), "timeout_s must be a finite"),
+    (lambda: ToolLimits(timeout_s=0), "timeout_s must be > 0"),
+    (lambda: ToolLimits(timeout_s=True), "timeout_s must be a number"),
+    (lambda: ToolLimits(concurrency=True), "concurrency must be an integer"),
+    (lambda: ToolLimits(concurrency=1.5), "concurrency must be an integer"),  # type: ignore[arg-type]
+    (lambda: ToolLimits(idempotent="false"), "idempotent must be True or False"),  # type: ignore[arg-type]
+    (lambda: ToolLimits(takes_idempotency_key=1), "takes_idempotency_key must be True or False"),  # type: ignore[arg-type]
+    (lambda: ToolLimits(rate={"per_second": 1}), "rate must be a RateLimit"),  # type: ignore[arg-type]
+    (lambda: ToolLimits(retry=None), "retry must be a RetryPolicy"),  # type: ignore[arg-type]
+    (lambda: PriorityClass("batch", rank=-1), "'batch': rank must be >= 0"),
+    (lambda: PriorityClass("batch", rank=True), "'batch': rank must be an integer"),
+    (lambda: PriorityClass("batch", rank=0.5), "'batch': rank must be an integer"),  # type: ignore[arg-type]
+    (lambda: PriorityClass("batch", weight=INF), "'batch': weight must be a finite"),
+    (lambda: PriorityClass("batch", weight=NAN), "'batch': weight must be a finite"),
+    (lambda: PriorityClass(""), "priority class name must be a non-empty string"),
+    (lambda: PriorityClass(None), "priority class name must be a non-empty string"),  # type: ignore[arg-type]
+    (lambda: TenantShare(weight=INF), "tenant weight must be a finite"),
+    (lambda: TenantShare(weight=NAN), "tenant weight must be a finite"),
+    (lambda: TenantShare(concurrency=True), "tenant concurrency must be an integer"),
+    (lambda: TenantShare(max_queued=-1), "tenant max_queued must be >= 0"),
+    (lambda: TenantShare(max_queued=INF), "tenant max_queued must be an integer"),  # type: ignore[arg-type]
+    (lambda: BreakerPolicy(failure_threshold=True), "breaker.failure_threshold must be an integer"),
+    (lambda: BreakerPolicy(reset_timeout_s=INF), "breaker.reset_timeout_s must be a finite"),
+    (lambda: BreakerPolicy(reset_timeout_s=NAN), "breaker.reset_timeout_s must be a finite"),
+    (lambda: BreakerPolicy(half_open_max_calls=0), "breaker.half_open_max_calls must be >= 1"),
+    (lambda: BreakerPolicy(trip_on="timeout"), "breaker.trip_on must be a tuple"),  # type: ignore[arg-type]
+    (lambda: BreakerPolicy(trip_on=("timeout", "timeout")), "breaker.trip_on repeats"),
+    (lambda: SchedulerConfig(max_concurrency=True), "max_concurrency must be an integer"),
+    (lambda: SchedulerConfig(principal_concurrency=0), "principal_concurrency must be >= 1"),
+    (lambda: SchedulerConfig(max_queued=INF), "max_queued must be an integer"),  # type: ignore[arg-type]
+    (lambda: SchedulerConfig(result_cache_size=True), "result_cache_size must be an integer"),
+    (lambda: SchedulerConfig(lease_ttl_s=INF), "lease_ttl_s must be a finite"),
+    (lambda: SchedulerConfig(lease_ttl_s=NAN), "lease_ttl_s must be a finite"),
+    (lambda: SchedulerConfig(lease_ttl_s=1e12), "lease_ttl_s must be <="),
+    (lambda: SchedulerConfig(tools={"": ToolLimits()}), "a tool name in tools must be a non-empty string"),
+    (lambda: SchedulerConfig(tools={"t": {"concurrency": 2}}), r"tools\['t'\] must be a ToolLimits"),  # type: ignore[dict-item]
+    (lambda: SchedulerConfig(tools=[("t", ToolLimits())]), "tools must be a Mapping"),  # type: ignore[arg-type]
+    (lambda: SchedulerConfig(tenants={"acme": 2.0}), r"tenants\['acme'\] must be a TenantShare"),  # type: ignore[dict-item]
+    (lambda: SchedulerConfig(tenants={"": TenantShare()}), "a tenant name in tenants"),
+    (lambda: SchedulerConfig(tenant=None), "tenant must be a TenantShare"),  # type: ignore[arg-type]
+    (lambda: SchedulerConfig(default_tool=None), "default_tool must be a ToolLimits"),  # type: ignore[arg-type]
+    (lambda: SchedulerConfig(breaker=None), "breaker must be a BreakerPolicy"),  # type: ignore[arg-type]
+    (lambda: SchedulerConfig(priority_classes=PriorityClass("default")), "priority_classes must be a tuple"),  # type: ignore[arg-type]
+    (
+        lambda: SchedulerConfig(priority_classes=("default",)),
+        "a priority_classes entry must be a PriorityClass",
+    ),  # type: ignore[arg-type]
+    (
+        lambda: SchedulerConfig(
+            priority_classes=(PriorityClass("a"), PriorityClass("a")), default_priority="a"
+        ),
+        "priority class names repeat",
+    ),
+]
+
+
+@pytest.mark.parametrize(("make", "match"), BAD_VALUES)
+def test_every_bad_field_value_is_an_input_error_naming_the_field(
+    make: Callable[[], object], match: str
+) -> None:
+    with pytest.raises(InputError, match=match):
+        make()
+
+
+def test_lists_are_taken_as_tuples_so_a_config_cannot_change_after_it_is_checked() -> None:
+    classes = [PriorityClass("default"), PriorityClass("batch", rank=1)]
+    retry_on = ["transient"]
+    config = SchedulerConfig(
+        priority_classes=classes,  # type: ignore[arg-type]
+        tools={"t": ToolLimits(retry=RetryPolicy(retry_on=retry_on))},  # type: ignore[arg-type]
+    )
+    classes.clear()
+    retry_on.append("bogus")
+    assert [c.name for c in config.priority_classes] == ["default", "batch"]
+    assert config.tools["t"].retry.retry_on == ("transient",)
+    Scheduler(config)  # the appended class did not reach it
+
+
+def test_a_string_flag_no_longer_makes_a_payment_tool_repeatable_after_a_timeout() -> None:
+    """Before: ``idempotent="false"`` was truthy, so a charge that timed out was charged again."""
+    with pytest.raises(InputError, match="idempotent must be True or False, got 'false'"):
+        ToolLimits(idempotent="false", retry=RetryPolicy(attempts=3, retry_on=("timeout",)))  # type: ignore[arg-type]
+
+
+def test_a_policy_that_repeats_a_retry_on_class_is_refused_where_it_says_so() -> None:
+    text = "version: 1\ntools:\n  t:\n    retry: {attempts: 3, retry_on: [transient, transient]}\n"
+    with pytest.raises(PolicyError, match=r"<policy>:4:.*retry_on repeats an error class"):
+        parse_policy(text)
+
+
+# --- waits longer than a lock can wait ----------------------------------------------------------
+
+
+async def test_a_rate_whose_next_token_is_centuries_away_does_not_kill_the_rate_timer() -> None:
+    """Before: the timer thread died with OverflowError, so the other tool's call that waited for
+    a token was never started and ran into its deadline."""
+    config = SchedulerConfig(
+        tools={"slow": ToolLimits(rate=RateLimit(1e-300)), "fast": ToolLimits(rate=RateLimit(20.0))}
+    )
+    scheduler = Scheduler(config)
+
+    async def tool(attempt: Attempt) -> str:
+        return attempt.call.tool
+
+    try:
+        assert await scheduler.submit(ToolCall("slow"), tool) == "slow"
+        starved = asyncio.ensure_future(scheduler.submit(ToolCall("slow", deadline=time.time() + 5), tool))
+        await asyncio.sleep(0.05)  # queued; the timer is armed for its token, 1e300 s away
+        assert await scheduler.submit(ToolCall("fast"), tool) == "fast"
+        second = await scheduler.submit(ToolCall("fast", deadline=time.time() + 5), tool)
+        assert second == "fast"  # its token came 50 ms later, through the timer
+        starved.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await starved
+        assert scheduler.shared._timer is not None and scheduler.shared._timer.is_alive()
+    finally:
+        await scheduler.aclose(drain=False)
+
+
+def test_a_sync_retry_backoff_longer_than_a_lock_can_wait_waits_until_close() -> None:
+    """Before: ``submit`` raised OverflowError from the backoff wait."""
+    policy = RetryPolicy(attempts=2, backoff_initial_s=1e300, backoff_max_s=1e300, retry_on=("transient",))
+    scheduler = SyncScheduler(SchedulerConfig(tools={"t": ToolLimits(retry=policy)}))
+    calls: list[int] = []
+    outcome: list[BaseException | str] = []
+
+    class Refused(Exception):
+        error_class = "transient"
+
+    def submit() -> None:
+        try:
+            outcome.append(scheduler.submit(ToolCall("t"), _fails_once(Refused(), calls)))
+        except BaseException as exc:
+            outcome.append(exc)
+
+    thread = threading.Thread(target=submit)
+    thread.start()
+    deadline = time.monotonic() + 5
+    while not calls and time.monotonic() < deadline:
+        time.sleep(0.01)
+    thread.join(0.2)
+    assert calls == [1] and thread.is_alive() and not outcome  # backing off, not crashed
+    scheduler.close()
+    thread.join(5)
+    assert not thread.is_alive()
+    assert len(outcome) == 1 and isinstance(outcome[0], SchedulingError | DeadlineExceeded), outcome
+
+
+def test_a_custom_class_is_ambiguous_so_a_tool_that_is_not_idempotent_is_not_repeated() -> None:
+    """Before: only timeout, connection and error counted as ambiguous, so a custom class listed in
+    ``retry_on`` repeated a payment whose service failed after charging."""
+    classifier = by_type({QuotaError: "quota"}) | DEFAULT_CLASSIFIER
+    calls: list[int] = []
+    config = _tool(attempts=3, backoff_initial_s=0, backoff_max_s=0, retry_on=("quota",))
+    with (
+        SyncScheduler(config, classifier=classifier) as scheduler,
+        pytest.raises(QuotaError),
+    ):
+        scheduler.submit(ToolCall("t"), _fails_once(QuotaError(), calls))
+    assert calls == [1]
+    assert scheduler.dead_letters()[-1].reason == "ambiguous_not_idempotent"
+    # The same tool marked idempotent is repeated.
+    idempotent = SchedulerConfig(tools={"t": ToolLimits(idempotent=True, retry=config.tools["t"].retry)})
+    with SyncScheduler(idempotent, classifier=classifier) as scheduler:
+        assert scheduler.submit(ToolCall("t"), _fails_once(QuotaError(), calls)) == "done"
+    assert calls == [1, 1, 2]
