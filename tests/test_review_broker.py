@@ -22,6 +22,7 @@ import pytest
 from agentgate.cli import broker as broker_cli
 from agentgate.dispatch import inventory_from_mapping
 from agentgate.dispatch.broker import Broker, GangRequest, TenantQuota, from_inventory
+from agentgate.dispatch.backends import ChatChunk, Timeouts
 from agentgate.dispatch.dispatcher import Dispatcher
 from agentgate.dispatch.inventory import Inventory, load_inventory
 from agentgate.dispatch.router import Router
@@ -238,3 +239,68 @@ def test_the_cli_escapes_control_characters_in_ids_so_no_row_can_be_forged(
         assert shown in out
     assert run_cli(["broker", "leases", "--store", db, "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["leases"][0]["id"] == forged
+
+
+# --- a stream's first-token and idle deadlines hold against keep-alive chatter -----------------------
+
+
+def _chatter(line: bytes) -> Callable[[http.server.BaseHTTPRequestHandler], None]:
+    """A stream that sends ``line`` every 50 ms and never a chunk, until the caller hangs up."""
+
+    def respond(handler: http.server.BaseHTTPRequestHandler) -> None:
+        handler.send_response(200)
+        handler.send_header("content-type", "text/event-stream")
+        handler.end_headers()
+        for _ in range(400):  # 20 s at most: far past every deadline of the test
+            handler.wfile.write(line)
+            handler.wfile.flush()
+            threading.Event().wait(0.05)
+
+    return respond
+
+
+FIRST = b'data: {"choices":[{"delta":{"content":"hi"},"finish_reason":null}]}\n\n'
+
+
+@pytest.mark.parametrize(
+    "line",
+    [b": keep-alive\n\n", b"event: ping\n\n", b'data: {"choices":[]}\n\n'],
+    ids=["comment", "event-field", "empty-event"],
+)
+@pytest.mark.parametrize("after_first", [False, True])
+async def test_a_stream_that_chatters_without_chunks_still_hits_its_deadline(
+    line: bytes, after_first: bool
+) -> None:
+    respond = _chatter(line)
+
+    def first_then_chatter(handler: http.server.BaseHTTPRequestHandler) -> None:
+        if after_first:
+            handler.send_response(200)
+            handler.send_header("content-type", "text/event-stream")
+            handler.end_headers()
+            handler.wfile.write(FIRST)
+            handler.wfile.flush()
+            for _ in range(400):
+                handler.wfile.write(line)
+                handler.wfile.flush()
+                threading.Event().wait(0.05)
+        else:
+            respond(handler)
+
+    backend = RawBackend(first_then_chatter)
+    try:
+        inv = _inventory(backend.url)
+        timeouts = Timeouts(first_token_s=0.5, idle_s=0.5)
+        async with Dispatcher(inv, Router(inv), timeouts=timeouts, max_attempts=1) as d:
+            chunks: list[ChatChunk] = []
+
+            async def consume() -> None:
+                async for chunk in d.stream(_payload(), priority=0):
+                    chunks.append(chunk)
+
+            with pytest.raises(BackendFailed, match="silent|no chunk"):
+                await asyncio.wait_for(consume(), WAIT_S)
+            assert len(chunks) == (1 if after_first else 0)
+            assert d.router.in_flight("b0") == 0
+    finally:
+        backend.stop()

@@ -190,26 +190,33 @@ class BackendClient:
     async def stream(self, payload: Mapping[str, Any]) -> AsyncIterator[ChatChunk]:
         """POST a streaming chat completion and yield its chunks until ``[DONE]``.
 
-        Raises ``BackendFailed`` on transport failure, a timeout before the first token or
-        between chunks, a stream that ends without ``[DONE]``, or an event that is malformed (not
+        Raises ``BackendFailed`` on transport failure, no chunk within ``first_token_s`` of the
+        request or within ``idle_s`` of the previous chunk (lines that carry no chunk, such as
+        keep-alive comments, do not count), a stream that ends without ``[DONE]``, or an event that is malformed (not
         JSON, nested too deeply, or fields of the wrong kind, as ``chat`` refuses them).
         Closing the iterator cancels the request (the connection is closed).
         """
         body = {**payload, "stream": True, "stream_options": {"include_usage": True}}
-        first = True
+        loop = asyncio.get_running_loop()
+        wait = self.timeouts.first_token_s
+        # A deadline per chunk, not per line: comments, other SSE fields and events without a
+        # chunk (keep-alive chatter) do not push it out, so a backend that chatters forever
+        # without producing output still fails in time.
+        deadline = loop.time() + wait
         try:
             async with self._post_stream(body) as (status, read, lines):
                 if status >= 300:
                     self._check_status(status, (await read())[:200].decode("utf-8", "replace"))
                 while True:
-                    wait = self.timeouts.first_token_s if first else self.timeouts.idle_s
                     try:
-                        async with asyncio.timeout(wait):
+                        async with asyncio.timeout_at(deadline):
                             line = await anext(lines)
                     except StopAsyncIteration:
                         raise BackendFailed(f"{self.backend.name}: stream ended without [DONE]") from None
                     except TimeoutError:
-                        raise BackendFailed(f"{self.backend.name}: stream silent for {wait}s") from None
+                        raise BackendFailed(
+                            f"{self.backend.name}: stream silent for {wait}s (no chunk)"
+                        ) from None
                     if not line or line.startswith(_SSE_IGNORED):
                         continue  # a comment, or an SSE field other than data (event, id, retry)
                     if not line.startswith("data:"):
@@ -219,8 +226,9 @@ class BackendClient:
                         return
                     chunk = _parse_chunk(self.backend.name, data)
                     if chunk is not None:
-                        first = False
                         yield chunk
+                        wait = self.timeouts.idle_s
+                        deadline = loop.time() + wait
         except (httpx.HTTPError, aiohttp.ClientError, ValueError, OSError) as exc:
             # ValueError: aiohttp's line reader refusing a line over its limit.
             raise BackendFailed(f"{self.backend.name}: {type(exc).__name__}: {exc}") from None
