@@ -51,6 +51,9 @@ class RouteRequest:
     """Agent run or conversation id, for affinity."""
     arrived_at: float = 0.0
     """When the call arrived (the router's clock); waiting counts against the SLO."""
+    failover: bool = False
+    """A call routed again after a backend failed it before any output: its tenant's token
+    bucket was debited when it was first dispatched and is not debited again."""
 
 
 @dataclass(frozen=True, slots=True)

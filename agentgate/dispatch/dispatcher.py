@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import itertools
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
@@ -158,6 +159,7 @@ class Dispatcher:
                 result = await self.clients[plan.backend].chat(payload)
             except BackendFailed as exc:
                 self._failed(request.id, plan.backend, str(exc), errors)
+                request = dataclasses.replace(request, failover=True)  # its tenant paid once
                 continue
             except BaseException:
                 self.router.finished(request.id, self.clock())
@@ -191,6 +193,7 @@ class Dispatcher:
                 self._failed(request.id, plan.backend, str(exc), errors)
                 if delivered:
                     raise BackendFailed(f"stream from {plan.backend} broke after output: {exc}") from None
+                request = dataclasses.replace(request, failover=True)  # its tenant paid once
                 continue
             finally:
                 self.router.finished(request.id, self.clock())

@@ -163,7 +163,7 @@ class Router(RoutingPolicy):
         alternatives: tuple[Candidate, ...],
     ) -> RoutePlan:
         bucket = self._bucket(request.tenant, now)
-        if bucket is not None:
+        if bucket is not None and not request.failover:
             bucket.debit(float(request.prompt_tokens + request.max_output_tokens), now)
         if request.session:
             self._sessions[request.session] = state.name
