@@ -26,8 +26,8 @@ from agentgate.dispatch.broker import Broker, GangRequest, TenantQuota, from_inv
 from agentgate.dispatch.dispatcher import Dispatcher
 from agentgate.dispatch.inventory import Inventory, load_inventory
 from agentgate.dispatch.quota import TenantQuota as TenantQuota_
-from agentgate.dispatch.router import Router
-from agentgate.errors import BackendFailed, Shed
+from agentgate.dispatch.router import Router, RouteRequest
+from agentgate.errors import BackendFailed, DispatchError, Shed
 from agentgate.sim import SimServer
 from agentgate.store import SQLiteStore
 from agentgate.store.broker_leases import BrokerLeaseStore
@@ -330,3 +330,28 @@ async def test_a_call_that_fails_over_debits_its_tenants_bucket_once(sim: SimSer
             assert router._buckets["acme"].tokens == pytest.approx(1e6 - 6 * cost, abs=1e-3)
     finally:
         broken.stop()
+
+
+def test_a_full_pool_makes_a_request_wait_within_its_slo_and_never_forever() -> None:
+    inv = _inventory("http://127.0.0.1:9", max_concurrency=1)
+    router = Router(inv)
+    first = router.route(RouteRequest("r1", MODEL, 10, 8, arrived_at=0.0), 0.0)
+    assert first.action == "dispatch"
+    waiting = router.route(RouteRequest("r2", MODEL, 10, 8, slo_ttft_s=1.0, arrived_at=0.0), 0.5)
+    assert waiting.action == "wait" and 0 < waiting.wait_s <= 0.5
+    for slo in (float("nan"), 0.4, -1.0):
+        with pytest.raises(Shed, match="max_concurrency"):
+            router.route(RouteRequest("r3", MODEL, 10, 8, slo_ttft_s=slo, arrived_at=0.0), 0.5)
+    router.finished("r1", 0.6)
+    assert router.route(RouteRequest("r2", MODEL, 10, 8, slo_ttft_s=1.0, arrived_at=0.0), 0.6).backend == "b0"
+
+
+async def test_a_dispatcher_used_before_start_is_a_typed_error_holding_nothing() -> None:
+    inv = _inventory("http://127.0.0.1:9")
+    d = Dispatcher(inv, Router(inv))
+    with pytest.raises(DispatchError, match="not started"):
+        await d.chat(_payload())
+    with pytest.raises(DispatchError, match="not started"):
+        async for _ in d.stream(_payload()):
+            pass
+    assert d.router.in_flight("b0") == 0

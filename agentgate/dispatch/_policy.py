@@ -158,7 +158,7 @@ class RoutingPolicy(ABC):
         ``SATURATED_POLL_S``, every class alike) while the request's SLO budget lasts; raises
         ``Shed`` once it is spent."""
         budget = request.slo_ttft_s - max(0.0, now - request.arrived_at)
-        if budget <= 0:
+        if not budget > 0:  # NaN too: an SLO that is no number never waits forever
             raise Shed(
                 f"every backend serving {request.model!r} is at its max_concurrency "
                 f"for longer than the SLO ({request.slo_ttft_s:.2f}s)",

@@ -148,8 +148,10 @@ class Dispatcher:
         """Route and send a non-streaming call, failing over as the module docstring says.
 
         Raises ``Shed`` / ``NoBackend`` when the router refuses or nothing can serve,
-        ``BackendFailed`` after ``max_attempts`` failed tries, ``DispatchError`` for a bad request.
+        ``BackendFailed`` after ``max_attempts`` failed tries, ``DispatchError`` for a bad request
+        or a dispatcher that is not started (or already closed).
         """
+        self._require_started()
         request = self.route_request(payload, **route)
         errors: list[str] = []
         for _ in range(self.max_attempts):
@@ -177,6 +179,7 @@ class Dispatcher:
 
         Raises as ``chat`` does; a failure after output was delivered raises ``BackendFailed``.
         """
+        self._require_started()
         request = self.route_request(payload, **route)
         errors: list[str] = []
         for _ in range(self.max_attempts):
@@ -199,6 +202,12 @@ class Dispatcher:
                 self.router.finished(request.id, self.clock())
             return
         raise BackendFailed(f"call failed on {self.max_attempts} attempts: " + "; ".join(errors))
+
+    def _require_started(self) -> None:
+        if self._session is None:
+            raise DispatchError(
+                "the dispatcher is not started: use `async with Dispatcher(...)` or `await start()`"
+            )
 
     async def _plan(
         self, request: RouteRequest, allowed: AllowedBackend | None, errors: list[str]
