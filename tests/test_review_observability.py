@@ -9,13 +9,33 @@ every exported byte (spans, metrics, logs at DEBUG, messages to models, HTTP ans
 from __future__ import annotations
 
 import asyncio
+import base64
 import gc
+import json
+import logging
 import threading
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
 
+import httpx
 import pytest
+from langchain_core.messages import AIMessage, ToolMessage
+from langchain_core.tools import BaseTool, StructuredTool
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.types import Command
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from agentgate.gate import Gate
+from agentgate.integrations.langgraph import ScriptedChatModel, create_gated_agent, delegation_tool
+from agentgate.keys import SigningKey
+from agentgate.policy import parse_policy
+from agentgate.store import SQLiteStore
 from agentgate.tasks import Attempt, Scheduler, SchedulerConfig, SyncScheduler, ToolCall, ToolLimits
 
 # --- metrics: schedulers sharing one registry ------------------------------------------------------
@@ -118,3 +138,270 @@ def test_each_scheduler_of_its_own_still_reports_only_its_own_calls(tools: int) 
             == 1
         )
         assert sum(value for _, value in _samples(mine.registry, "agentgate_tasks_events_total")) == tools
+
+
+# --- no secret leaves: a whole LangGraph run, every sink grepped -----------------------------------
+
+SWEEP_POLICY = """
+version: 1
+trust_anchors:
+  root: {{did: "{root}"}}
+principals:
+  boss: {{kind: agent, did: "{boss}", roles: [boss]}}
+  helper: {{kind: agent, did: "{helper}", roles: [helper]}}
+  dana: {{kind: human, did: "{dana}", roles: [owner]}}
+tools:
+  lookup:
+    args: {{id: {{type: string, required: true}}, secret: {{type: string}}}}
+    loggable: [id]
+  vault:
+    args: {{pin: {{type: string, required: true}}}}
+  transfer:
+    args: {{to: {{type: string, required: true}}, memo: {{type: string}}}}
+    loggable: [to]
+  explode:
+    args: {{password: {{type: string, required: true}}}}
+models:
+  scripted: {{cost_per_mtok: {{input: 1000000, output: 1000000}}}}
+roles:
+  boss:
+    kind: agent
+    capabilities:
+      - resource: tool:lookup
+      - resource: tool:vault
+        constraints: {{pin: {{prefix: "12"}}}}
+      - resource: tool:transfer
+      - resource: tool:explode
+      - resource: model:scripted
+    budget: {{limit: 1000000, unit: usd_micros}}
+    ttl_s: 3600
+    delegation:
+      max_depth: 1
+      max_ttl_s: 600
+      capabilities:
+        - resource: tool:lookup
+        - resource: model:scripted
+  helper:
+    kind: agent
+    capabilities:
+      - resource: tool:lookup
+      - resource: model:scripted
+    ttl_s: 600
+  owner:
+    kind: human
+    capabilities:
+      - resource: tool:transfer
+    ttl_s: 3600
+approvals:
+  transfers:
+    resource: tool:transfer
+    approvers: [dana]
+"""
+
+
+def _span_bytes(exporter: InMemorySpanExporter) -> str:
+    """Everything the exporter would send: names, attributes, events, links, status, resource."""
+    return "\n".join(span.to_json() for span in exporter.get_finished_spans())
+
+
+def _secret_forms(secret: bytes) -> list[str]:
+    return [secret.hex(), base64.b64encode(secret).decode(), base64.urlsafe_b64encode(secret).decode().rstrip("=")]
+
+
+def _calls(*calls: tuple[str, dict[str, Any]]) -> AIMessage:
+    return AIMessage(
+        content="", tool_calls=[{"name": n, "args": a, "id": f"{n}-{i}"} for i, (n, a) in enumerate(calls)]
+    )
+
+
+class Sweep:
+    """A traced Gate on a SQLite file with the sweep policy, its keys, and the boss's root grant."""
+
+    def __init__(self, path: Path) -> None:
+        self.exporter = InMemorySpanExporter()
+        provider = TracerProvider()
+        provider.add_span_processor(SimpleSpanProcessor(self.exporter))
+        self.keys = {n: SigningKey.generate() for n in ("root", "boss", "helper", "dana")}
+        policy = parse_policy(SWEEP_POLICY.format(**{n: k.did for n, k in self.keys.items()}), source="s.yaml")
+        self.gate = Gate(policy, SQLiteStore(path / "agentgate.db"), tracer=provider.get_tracer("r9"))
+        self.boss = self.gate.issue(self.keys["root"], name="boss", key=self.keys["boss"], role="boss")
+
+    def tools(self) -> list[BaseTool]:
+        def lookup(id: str, secret: str = "") -> str:
+            return f"found {id}"
+
+        def vault(pin: str) -> str:
+            return "open"
+
+        def transfer(to: str, memo: str = "") -> str:
+            return f"sent to {to}"
+
+        def explode(password: str) -> str:
+            raise RuntimeError(f"login failed with {password}")
+
+        return [
+            StructuredTool.from_function(func=f, name=f.__name__, description=f.__name__)
+            for f in (lookup, vault, transfer, explode)
+        ]
+
+
+@pytest.fixture
+def sweep(tmp_path: Path) -> Iterator[Sweep]:
+    made = Sweep(tmp_path)
+    yield made
+    made.gate.close()
+
+
+def test_no_secret_reaches_spans_logs_or_tool_messages_in_a_whole_agent_run(
+    sweep: Sweep, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A supervisor and its sub-agent: allowed calls with non-loggable arguments, a refusal that
+    quotes one, a tool whose exception names a password, a delegation, an approval. No argument
+    value the policy does not mark loggable, no token, private key or approval signature is in
+    any exported span, any log record (DEBUG, every logger), any message of the run (the refusal
+    may quote the model's own argument back to it: the model wrote it)."""
+    gate, tools = sweep.gate, sweep.tools()
+    helper = create_gated_agent(
+        gate,
+        name="helper",
+        model=ScriptedChatModel(
+            turns=[_calls(("lookup", {"id": "h", "secret": "CANARY-HELPER"})), AIMessage(content="helped")]
+        ),
+        tools=tools[:1],
+    )
+    ask = delegation_tool(
+        gate,
+        name="helper",
+        agent=helper,
+        key=sweep.keys["helper"],
+        capabilities=["tool:lookup", "model:scripted"],
+        ttl=timedelta(minutes=5),
+    )
+    model = ScriptedChatModel(
+        turns=[
+            _calls(
+                ("lookup", {"id": "1", "secret": "CANARY-LOOKUP"}),
+                ("vault", {"pin": "99-CANARY-PIN"}),
+                ("explode", {"password": "CANARY-PASSWORD"}),
+                ("ask_helper", {"task": "help"}),
+            ),
+            _calls(("transfer", {"to": "acct-7", "memo": "CANARY-MEMO"})),
+            AIMessage(content="all done"),
+        ]
+    )
+    boss = create_gated_agent(gate, name="boss", model=model, tools=[*tools, ask], checkpointer=InMemorySaver())
+    config: Any = {"configurable": {"thread_id": "t"}}
+    with caplog.at_level(logging.DEBUG):
+        paused = boss.invoke({"messages": [{"role": "user", "content": "go"}]}, config, context=sweep.boss)
+        payload = paused["__interrupt__"][0].value
+        approval = gate.approve(payload, sweep.keys["dana"])
+        done = boss.invoke(Command(resume=approval), config, context=sweep.boss)
+        gate.flush()
+    children = [child for _, child in gate.delegations]
+    secrets = [
+        sweep.boss.chain.token,
+        *(child.chain.token for child in children),
+        approval["signature"],
+        *(form for key in sweep.keys.values() for form in _secret_forms(key.seed)),
+        *_secret_forms(bytes.fromhex(approval["signature"])),
+    ]
+    values = ["CANARY-HELPER", "CANARY-LOOKUP", "CANARY-PIN", "CANARY-PASSWORD", "CANARY-MEMO"]
+    messages = [m for m in done["messages"] if isinstance(m, ToolMessage)]
+    assert [m.content for m in messages if m.status == "success"] == ["found 1", "helped", "sent to acct-7"]
+    spans, logs = _span_bytes(sweep.exporter), caplog.text
+    told = "\n".join(str(m.content) for m in messages)
+    assert "execute_tool vault" in spans and "execute_tool transfer" in spans
+    for secret in [*secrets, *values]:
+        assert secret not in spans, secret
+        assert secret not in logs, secret
+        assert secret not in json.dumps(payload), secret
+    for secret in [*secrets, *values[:2], *values[3:]]:
+        assert secret not in told, secret
+    assert "CANARY-PIN" in told  # the refusal tells the model what it asked for
+
+
+# --- the gateway over real HTTP -------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def scripted() -> Iterator[Any]:
+    from test_review_gateway_e2e import _Scripted
+
+    backend = _Scripted().start()
+    yield backend
+    backend.stop()
+
+
+def test_the_gateway_exports_no_token_key_or_prompt(
+    tmp_path: Path, scripted: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Allowed, refused (grant, missing and forged invocation, unreadable bearer), approval asked,
+    a stream the backend cut: no chain token, invocation, private key or prompt text is in a span,
+    a log record (DEBUG), /metrics, /healthz or an answer's error; every call has a span."""
+    from test_gateway import MODEL, NAMES, OTHER, _policy_text
+
+    from agentgate.dispatch import inventory_from_mapping
+    from agentgate.dispatch.gateway import Gateway, GatewayGate, GatewayServer, invocation_headers
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    keys = {n: SigningKey.generate() for n in NAMES}
+    policy = parse_policy(_policy_text({n: k.did for n, k in keys.items()}), source="gateway.yaml")
+    gate = GatewayGate(policy, SQLiteStore(tmp_path / "agentgate.db"), tracer=provider.get_tracer("r9"))
+    inventory = inventory_from_mapping(
+        {"backends": [{"name": "scripted", "url": scripted.url, "engine": "vllm", "models": [MODEL, OTHER]}]}
+    )
+    scripted.mode = "ok"
+    server = GatewayServer(Gateway(gate, inventory), port=0).start()
+    agent = gate.issue(keys["root"], name="agent", key=keys["agent"], role="chat")
+    url, root = f"{server.url}/chat/completions", server.url.removesuffix("/v1")
+    invocations: list[str] = []
+
+    def body(**extra: Any) -> dict[str, Any]:
+        return {"model": MODEL, "messages": [{"role": "user", "content": "CANARY-PROMPT hi"}], "max_tokens": 8, **extra}
+
+    def post(sent: dict[str, Any], **headers: str) -> httpx.Response:
+        signed = invocation_headers(agent.key, agent.chain, sent)
+        invocations.append(signed["X-Agentgate-Invocation"])
+        return httpx.post(url, json=sent, headers={**signed, **headers}, timeout=10)
+
+    answers: list[httpx.Response] = []
+    try:
+        with caplog.at_level(logging.DEBUG):
+            answers.append(post(body()))
+            answers.append(post(body(max_tokens=600)))  # over the grant's max_tokens: refused
+            answers.append(post(body(model=OTHER, max_tokens=200)))  # approval required
+            answers.append(httpx.post(url, json=body(), headers={"Authorization": f"Bearer {agent.chain.token}"}))
+            answers.append(post(body(), **{"X-Agentgate-Invocation": invocations[0][:-8] + "AAAAAAAA"}))
+            answers.append(httpx.post(url, json=body(), headers={"Authorization": "Bearer ag1.CANARY-BEARER"}))
+            scripted.mode = "die"
+            answers.append(post(body(stream=True)))
+            scripted.mode = "ok"
+            health = httpx.get(f"{root}/healthz", timeout=10)
+            metrics = httpx.get(f"{root}/metrics", timeout=10)
+    finally:
+        scripted.mode = "ok"
+        server.stop()
+        gate.close()
+    assert [a.status_code for a in answers] == [200, 403, 403, 401, 401, 401, 200]
+    assert health.json() == {"status": "ok"}
+    spans = _span_bytes(exporter)
+    secrets = [
+        agent.chain.token,
+        *invocations,
+        "CANARY-BEARER",
+        "CANARY-PROMPT",
+        *(form for key in keys.values() for form in _secret_forms(key.seed)),
+    ]
+    for secret in secrets:
+        for where, text in [
+            ("spans", spans),
+            ("logs", caplog.text),
+            ("metrics", metrics.text),
+            ("health", health.text),
+            *((f"answer {i}", a.text) for i, a in enumerate(answers) if a.status_code != 200),
+        ]:
+            assert secret not in text, (secret[:16], where)
+    chat_spans = [s for s in exporter.get_finished_spans() if s.name.startswith("chat ")]
+    assert len(chat_spans) >= 6  # every decided call but the approval request has its span (see r9 open)

@@ -17,6 +17,7 @@ from agentgate.audit.spans import (
     get_tracer,
     invoke_agent_span,
     record_decision,
+    record_outcome,
     record_tool_result,
     record_usage,
 )
@@ -112,3 +113,35 @@ def test_configure_from_env_refuses_an_unknown_exporter(monkeypatch: pytest.Monk
     monkeypatch.setenv("OTEL_TRACES_EXPORTER", "carrier-pigeon")
     with pytest.raises(InputError, match="carrier-pigeon"):
         configure_from_env()
+
+
+@pytest.mark.parametrize("value", [float("nan"), "\ud800", object()])
+def test_arguments_without_a_canonical_form_are_left_out_not_a_failed_call(
+    tracer: Tracer, exporter: InMemorySpanExporter, value: object
+) -> None:
+    # Review R9: with content capture on, such an argument raised InputError from the span's
+    # opening, before the tool ran: tracing made the call fail.
+    with execute_tool_span("search", arguments={"q": value}, record_content=True, tracer=tracer):
+        ran = True
+    (span,) = exporter.get_finished_spans()
+    assert ran and "gen_ai.tool.call.arguments" not in span.attributes
+
+
+def test_an_outcome_marks_a_failed_call_error_and_leaves_success_and_pauses_alone(
+    tracer: Tracer, exporter: InMemorySpanExporter
+) -> None:
+    for status, error in (("ok", None), ("paused", None), ("error", None), ("error", "TimeoutError")):
+        with execute_tool_span("t", tracer=tracer) as span:
+            record_decision(span, "allow")
+            record_outcome(span, status, error_type=error)
+    ok, paused, failed, raised = exporter.get_finished_spans()
+    assert ok.status.status_code == paused.status.status_code == StatusCode.UNSET
+    assert "error.type" not in ok.attributes and paused.attributes["agentgate.outcome"] == "paused"
+    assert (
+        failed.status.status_code == StatusCode.ERROR
+        and failed.attributes["error.type"] == "agentgate.failed"
+    )
+    assert (
+        raised.attributes["error.type"] == "TimeoutError"
+        and raised.attributes["agentgate.outcome"] == "error"
+    )

@@ -18,7 +18,10 @@ Followed: the GenAI agent, tool and model-call spans of OpenTelemetry semantic c
 ``agentgate.capability.id``, ``agentgate.chain.depth``, ``agentgate.budget.remaining`` and
 ``agentgate.audit.index`` (the index of the signed audit entry, so a trace links to the
 evidence). A deny sets the span status to ERROR and ``error.type=agentgate.denied``. An exception
-escaping a span sets ERROR and ``error.type`` to the exception's class name.
+escaping a span sets ERROR and ``error.type`` to the exception's class name (its message is not
+exported). ``record_outcome`` adds ``agentgate.outcome`` and marks a call that ran and failed
+ERROR. Allowed calls that succeed keep the status UNSET, as the conventions ask of
+instrumentation libraries (OK is for applications to set).
 
 Exporters: whatever ``TracerProvider`` the application installed; ``configure_from_env`` installs
 one from the standard ``OTEL_*`` variables for applications that have none.
@@ -26,6 +29,7 @@ one from the standard ``OTEL_*`` variables for applications that have none.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import os
@@ -43,6 +47,7 @@ SEMCONV_VERSION = "1.44.0"
 SCHEMA_URL = f"https://opentelemetry.io/schemas/{SEMCONV_VERSION}"
 CAPTURE_CONTENT_ENV = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
 DENIED = "agentgate.denied"
+FAILED = "agentgate.failed"
 
 
 def get_tracer(provider: trace.TracerProvider | None = None) -> Tracer:
@@ -104,7 +109,9 @@ def execute_tool_span(
         "gen_ai.tool.type": tool_type,
     }
     if arguments is not None and _capture(record_content):
-        attributes["gen_ai.tool.call.arguments"] = canonical_json(dict(arguments)).decode()
+        # Arguments without a canonical form (NaN, a lone surrogate...) are not recorded; the call goes on.
+        with contextlib.suppress(InputError):
+            attributes["gen_ai.tool.call.arguments"] = canonical_json(dict(arguments)).decode()
     with _span(f"execute_tool {name}", SpanKind.INTERNAL, attributes, tracer) as span:
         yield span
 
@@ -162,6 +169,18 @@ def record_decision(
     if decision == "deny":
         span.set_attribute("error.type", DENIED)
         span.set_status(Status(StatusCode.ERROR, reason or "denied by agentgate"))
+
+
+def record_outcome(span: Span, status: str, *, error_type: str | None = None) -> None:
+    """How a call that ran ended, as its audit outcome says: ``agentgate.outcome`` is ``status``
+    (``ok``, ``error``, ``paused``). An ``error`` marks the span ERROR with ``error.type``:
+    ``error_type`` (an exception's class name) or ``agentgate.failed`` (the call returned a
+    failure). ``ok`` and ``paused`` leave the status as it is."""
+    span.set_attribute("agentgate.outcome", status)
+    if status == "error":
+        kind = error_type or FAILED
+        span.set_attribute("error.type", kind)
+        span.set_status(Status(StatusCode.ERROR, kind))
 
 
 def configure_from_env() -> trace.TracerProvider:
