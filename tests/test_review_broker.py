@@ -22,6 +22,7 @@ import pytest
 from agentgate.cli import broker as broker_cli
 from agentgate.dispatch import inventory_from_mapping
 from agentgate.dispatch.backends import ChatChunk, Timeouts
+from agentgate.dispatch.baselines import RoundRobinRouter
 from agentgate.dispatch.broker import Broker, GangRequest, TenantQuota, from_inventory
 from agentgate.dispatch.dispatcher import Dispatcher
 from agentgate.dispatch.inventory import Inventory, load_inventory
@@ -355,3 +356,59 @@ async def test_a_dispatcher_used_before_start_is_a_typed_error_holding_nothing()
         async for _ in d.stream(_payload()):
             pass
     assert d.router.in_flight("b0") == 0
+
+
+# --- an error the backend reports inside a stream is a failure, not the end of an answer --------------
+
+
+def _sse(*events: str) -> Callable[[http.server.BaseHTTPRequestHandler], None]:
+    def respond(handler: http.server.BaseHTTPRequestHandler) -> None:
+        body = "".join(f"data: {event}\n\n" for event in events).encode()
+        handler.send_response(200)
+        handler.send_header("content-type", "text/event-stream")
+        handler.send_header("content-length", str(len(body)))
+        handler.end_headers()
+        handler.wfile.write(body)
+
+    return respond
+
+
+ERRORS = [
+    pytest.param(
+        '{"object":"error","message":"CUDA out of memory","type":"InternalServerError","code":500}',
+        id="vllm-object-error",
+    ),
+    pytest.param('{"error":{"message":"engine died","type":"server_error","code":500}}', id="openai-error"),
+]
+HI = '{"choices":[{"delta":{"content":"hi"},"finish_reason":null}]}'
+
+
+@pytest.mark.parametrize("error", ERRORS)
+async def test_a_streamed_error_event_before_output_fails_over_to_a_healthy_backend(
+    sim: SimServer, error: str
+) -> None:
+    broken = RawBackend(_sse(error, "[DONE]"))
+    try:
+        inv = _inventory(broken.url, sim.url)
+        async with Dispatcher(inv, RoundRobinRouter(inv), max_attempts=3) as d:  # the broken one first
+            chunks = [c async for c in d.stream(_payload(), priority=0)]
+            assert any(c.finish_reason == "length" for c in chunks), chunks
+            assert d.is_down("b0")
+        assert broken.posts == 1 and sim.served == 1
+    finally:
+        broken.stop()
+
+
+@pytest.mark.parametrize("error", ERRORS)
+async def test_a_streamed_error_event_after_output_is_backend_failed_never_a_short_answer(error: str) -> None:
+    broken = RawBackend(_sse(HI, error, "[DONE]"))
+    try:
+        inv = _inventory(broken.url)
+        async with Dispatcher(inv, Router(inv), max_attempts=1) as d:
+            chunks: list[ChatChunk] = []
+            with pytest.raises(BackendFailed, match="reported an error"):
+                async for chunk in d.stream(_payload(), priority=0):
+                    chunks.append(chunk)
+            assert [c.content for c in chunks] == ["hi"]
+    finally:
+        broken.stop()

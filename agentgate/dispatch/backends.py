@@ -141,10 +141,11 @@ class BackendClient:
     async def chat(self, payload: Mapping[str, Any]) -> ChatResult:
         """POST a non-streaming chat completion.
 
-        Raises ``BackendFailed`` on any transport failure, timeout, 5xx/429 or malformed body (a
-        body that is not JSON, a choice without string content, a ``finish_reason`` that is not a
-        string, usage that is not counts: see ``_usage``); ``DispatchError`` when the backend
-        rejects the request as invalid (400, 422, ...).
+        Raises ``BackendFailed`` on any transport failure, timeout, redirect, 5xx/429, an error
+        reported with HTTP 200 (``_reject_error``) or a malformed body (a body that is not JSON, a
+        choice without string content, a ``finish_reason`` that is not a string, usage that is
+        not counts: see ``_usage``); ``DispatchError`` when the backend rejects the request as
+        invalid (400, 422, ...).
         """
         content = _encode({**payload, "stream": False})
         try:
@@ -159,6 +160,7 @@ class BackendClient:
         self._check_status(status, raw[:200].decode("utf-8", "replace"))
         try:
             data = orjson.loads(raw)
+            _reject_error(self.backend.name, data)
             choice = data["choices"][0]
             text = choice["message"]["content"] or ""
             if not isinstance(text, str):
@@ -192,8 +194,9 @@ class BackendClient:
 
         Raises ``BackendFailed`` on transport failure, no chunk within ``first_token_s`` of the
         request or within ``idle_s`` of the previous chunk (lines that carry no chunk, such as
-        keep-alive comments, do not count), a stream that ends without ``[DONE]``, or an event that is malformed (not
-        JSON, nested too deeply, or fields of the wrong kind, as ``chat`` refuses them).
+        keep-alive comments, do not count), a stream that ends without ``[DONE]``, an error event
+        (``_reject_error``), or an event that is malformed (not JSON, nested too deeply, or fields
+        of the wrong kind, as ``chat`` refuses them).
         Closing the iterator cancels the request (the connection is closed).
         """
         body = {**payload, "stream": True, "stream_options": {"include_usage": True}}
@@ -310,6 +313,7 @@ def _parse_chunk(backend: str, data: str) -> ChatChunk | None:
     """
     try:
         event = orjson.loads(data)
+        _reject_error(backend, event)
         # vLLM sends ``"usage": null`` on every chunk but the last: an empty usage is none.
         usage = _usage(event["usage"]) if event.get("usage") else None
         choices = event.get("choices") or []
@@ -328,6 +332,20 @@ def _parse_chunk(backend: str, data: str) -> ChatChunk | None:
         return ChatChunk(content, _finish_reason(choice), usage, tuple(calls))
     except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
         raise BackendFailed(f"{backend}: malformed stream event: {exc}") from None
+
+
+def _reject_error(backend: str, body: object) -> None:
+    """Raise ``BackendFailed`` if ``body`` is an error the backend reports with HTTP 200: OpenAI's
+    ``{"error": {...}}``, or vLLM's ``{"object": "error", "message": ...}``, which it sends as a
+    stream event when generation fails mid-stream and then ends the stream with ``[DONE]`` (read
+    as chunks, that would be a short answer passed off as a whole one)."""
+    if not isinstance(body, Mapping):
+        return
+    error = body.get("error")
+    if error is None and body.get("object") != "error":
+        return
+    detail = error.get("message", error) if isinstance(error, Mapping) else error or body.get("message")
+    raise BackendFailed(f"{backend}: the backend reported an error: {str(detail)[:200]!r}")
 
 
 MAX_USAGE_TOKENS = 1_000_000_000
