@@ -160,14 +160,19 @@ class SigningKey:
 
 
 def save_key(key: SigningKey, directory: Path, name: str) -> tuple[Path, Path]:
-    """Write ``DIR/NAME.key`` (PKCS#8 PEM, mode 0600, never overwritten) and ``DIR/NAME.pub`` (did:key).
+    """Write ``DIR/NAME.key`` (PKCS#8 PEM, mode 0600) and ``DIR/NAME.pub`` (did:key), both or neither.
 
-    The private file is created with ``O_EXCL`` and mode 0600 in one call, so there is no moment
-    when it exists with wider permissions. Raises ``KeyFileError`` for a name that is not a plain
-    file name, an existing ``NAME.key``, or a target that cannot be written (``DIR`` a file,
-    ``NAME.pub`` a directory, a name too long, no space): then no ``NAME.key`` is left without its
-    ``NAME.pub`` (the ``.pub`` is written to a temporary name and renamed; on failure the new
-    ``.key`` is removed).
+    Neither file is ever overwritten. Both are first written whole to temporary files in ``DIR``
+    (the private one created with ``O_EXCL`` and mode 0600 in one call, so it never exists with
+    wider permissions) and synced; then ``NAME.pub`` and ``NAME.key`` are hard-linked into place,
+    each link failing if the name exists, and the directory is synced. Any failure or interruption
+    (an exception, Ctrl-C) removes the name linked so far and the temporary files: a ``NAME.key``
+    never exists without its ``NAME.pub``. (Only a process killed outright between the two links
+    can leave a ``NAME.pub`` alone, and a temporary ``.agentgate-*.tmp`` file, mode 0600.)
+
+    Raises ``KeyFileError`` for a name that is not a plain file name, an existing ``NAME.key`` or
+    ``NAME.pub``, or a target that cannot be written (``DIR`` a file, ``NAME.pub`` a directory, a
+    name too long, no space, a file system without hard links).
     """
     if not name or "/" in name or name.startswith(".") or "\x00" in name:
         raise KeyFileError(f"invalid key name {name!r}: use a plain file name")
@@ -179,22 +184,54 @@ def save_key(key: SigningKey, directory: Path, name: str) -> tuple[Path, Path]:
     pem = Ed25519PrivateKey.from_private_bytes(key.seed).private_bytes(
         serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
     )
+    temporaries: list[Path] = []
+    linked: list[tuple[Path, Path]] = []  # (final name, its temporary file) made by this call
     try:
-        fd = os.open(key_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-    except FileExistsError:
-        raise KeyFileError(f"{key_path} already exists; refusing to overwrite a key") from None
-    except OSError as exc:
-        raise KeyFileError(f"{key_path}: cannot write the key: {exc.strerror}") from None
-    try:
-        with os.fdopen(fd, "wb") as out:
-            out.write(pem)
-            out.flush()
-            os.fsync(out.fileno())
-        replace_file(pub_path, (key.did + "\n").encode("ascii"), 0o644)
-    except OSError as exc:
-        key_path.unlink(missing_ok=True)
-        raise KeyFileError(f"{directory / name}: cannot write the key pair: {exc.strerror}") from None
+        try:
+            for data, mode in ((pem, 0o600), ((key.did + "\n").encode("ascii"), 0o644)):
+                fd, temporary = tempfile.mkstemp(dir=directory, prefix=".agentgate-", suffix=".tmp")
+                temporaries.append(Path(temporary))
+                with os.fdopen(fd, "wb") as out:
+                    out.write(data)
+                    out.flush()
+                    os.fchmod(out.fileno(), mode)
+                    os.fsync(out.fileno())
+            for final, temporary_path in ((pub_path, temporaries[1]), (key_path, temporaries[0])):
+                try:
+                    os.link(temporary_path, final, follow_symlinks=False)
+                except FileExistsError:
+                    what = "a key" if final == key_path else "a public key"
+                    raise KeyFileError(f"{final} already exists; refusing to overwrite {what}") from None
+                linked.append((final, temporary_path))
+            _sync_directory(directory)
+        except OSError as exc:
+            raise KeyFileError(f"{directory / name}: cannot write the key pair: {exc.strerror}") from None
+    except BaseException:
+        for final, temporary_path in reversed(linked):
+            _unlink_if_same(final, temporary_path)
+        raise
+    finally:
+        for temporary_path in temporaries:
+            temporary_path.unlink(missing_ok=True)
     return key_path, pub_path
+
+
+def _unlink_if_same(path: Path, twin: Path) -> None:
+    """Remove ``path`` if it is still the file ``twin`` links to (never someone else's file)."""
+    try:
+        if os.path.samestat(os.lstat(path), os.lstat(twin)):
+            path.unlink()
+    except OSError:
+        pass  # gone already, or not ours: nothing of this call to remove
+
+
+def _sync_directory(directory: Path) -> None:
+    """``fsync`` the directory, so that the names linked into it survive a power loss."""
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def replace_file(path: Path, data: bytes, mode: int, before_rename: Callable[[], None] | None = None) -> None:

@@ -8,21 +8,27 @@
 - a rate so low that its next token is centuries away killed the shared rate timer thread
   (OverflowError), after which no rate-limited call of any tool was woken;
 - a sync retry whose backoff is longer than a lock can wait raised OverflowError from ``submit``;
-- ``save_key`` left NAME.key without NAME.pub when interrupted between the two (Ctrl-C).
+- ``save_key`` left NAME.key without NAME.pub when interrupted between the two (Ctrl-C), and
+  replaced an existing NAME.pub (the identity a policy's ``key:`` file names).
 """
 
 from __future__ import annotations
 
 import asyncio
 import math
+import os
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from agentgate.errors import DeadlineExceeded, InputError, PolicyError, SchedulingError
+from agentgate.errors import DeadlineExceeded, InputError, KeyFileError, PolicyError, SchedulingError
+from agentgate.keys import SigningKey, load_public_key, load_signing_key, save_key
 from agentgate.policy import parse_policy
 from agentgate.tasks import (
     DEFAULT_CLASSIFIER,
@@ -345,3 +351,102 @@ def test_a_custom_class_is_ambiguous_so_a_tool_that_is_not_idempotent_is_not_rep
     with SyncScheduler(idempotent, classifier=classifier) as scheduler:
         assert scheduler.submit(ToolCall("t"), _fails_once(QuotaError(), calls)) == "done"
     assert calls == [1, 1, 2]
+
+
+# --- keys new: the pair appears whole or not at all ----------------------------------------------
+
+
+def _pair_state(directory: Path, name: str = "k") -> str:
+    """ "none" or "pair" (a NAME.key and the NAME.pub of that key); anything else fails the test.
+    A temporary file left behind fails it too."""
+    names = sorted(p.name for p in directory.iterdir()) if directory.exists() else []
+    assert not [n for n in names if n.startswith(".agentgate-")], names
+    ours = [n for n in names if n in (f"{name}.key", f"{name}.pub")]
+    if not ours:
+        return "none"
+    assert ours == [f"{name}.key", f"{name}.pub"], names
+    assert load_public_key(directory / f"{name}.pub").did == load_signing_key(directory / f"{name}.key").did
+    return "pair"
+
+
+def test_save_key_interrupted_at_any_step_leaves_the_pair_or_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C at each file system step of ``save_key`` in turn. Before: a Ctrl-C while the .pub
+    was written left NAME.key alone, and the next ``keys new`` refused because it existed."""
+    steps = ("open", "fsync", "fchmod", "link", "replace", "rename")
+    real = {step: getattr(os, step) for step in steps}
+    seen = [0]
+    interrupt_at = [0]
+
+    def interrupting(step: str) -> Callable[..., Any]:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            seen[0] += 1
+            if seen[0] == interrupt_at[0]:
+                raise KeyboardInterrupt
+            return real[step](*args, **kwargs)
+
+        return call
+
+    outcomes = []
+    for n in range(1, 40):
+        directory = tmp_path / f"d{n}"
+        directory.mkdir()
+        seen[0], interrupt_at[0] = 0, n
+        for step in steps:
+            monkeypatch.setattr(os, step, interrupting(step))
+        try:
+            save_key(SigningKey.generate(), directory, "k")
+            interrupted = False
+        except KeyboardInterrupt:
+            interrupted = True
+        finally:
+            for step in steps:
+                monkeypatch.setattr(os, step, real[step])
+        state = _pair_state(directory)
+        outcomes.append((interrupted, state))
+        if not interrupted:
+            break
+        assert state == "none", f"interrupted at step {n}: {state}"
+    assert outcomes[-1] == (False, "pair") and len(outcomes) > 4, outcomes
+
+
+def test_keys_new_over_a_key_without_its_pub_changes_nothing(tmp_path: Path) -> None:
+    """The second link (NAME.key) fails: the NAME.pub linked just before is taken back."""
+    first, _ = save_key(SigningKey.generate(), tmp_path, "k")
+    (tmp_path / "k.pub").unlink()
+    before = first.read_bytes()
+    with pytest.raises(KeyFileError, match=r"k\.key already exists; refusing to overwrite a key"):
+        save_key(SigningKey.generate(), tmp_path, "k")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["k.key"]
+    assert first.read_bytes() == before
+
+
+def test_keys_new_never_overwrites_an_existing_public_key(tmp_path: Path) -> None:
+    """Before: NAME.pub was replaced, silently changing the identity a policy's ``key:`` names."""
+    colleague = SigningKey.generate()
+    (tmp_path / "bob.pub").write_text(colleague.did + "\n")
+    with pytest.raises(KeyFileError, match=r"bob\.pub already exists; refusing to overwrite a public key"):
+        save_key(SigningKey.generate(), tmp_path, "bob")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bob.pub"]
+    assert load_public_key(tmp_path / "bob.pub").did == colleague.did
+
+
+def test_keys_new_racing_processes_leave_one_whole_pair(tmp_path: Path) -> None:
+    """Four real ``agentgate keys new`` processes on one name: one wins, the others exit 2 with
+    one line, and the pair on disk is the winner's."""
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    command = [sys.executable, "-m", "agentgate.cli.main", "keys", "new", "k", "--dir", str(tmp_path / "d")]
+    processes = [
+        subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for _ in range(4)
+    ]
+    results = [(p.wait(60), *p.communicate()) for p in processes]
+    winners = [out.strip() for code, out, _ in results if code == 0]
+    assert len(winners) == 1, results
+    for code, out, err in results:
+        if code != 0:
+            assert code == 2 and out == "" and len(err.strip().splitlines()) == 1, (code, err)
+            assert "already exists" in err, err
+    assert _pair_state(tmp_path / "d") == "pair"
+    assert load_public_key(tmp_path / "d" / "k.pub").did == winners[0]
