@@ -35,6 +35,11 @@ ENTRY_KINDS: tuple[str, ...] = get_args(EntryKind)
 
 _TIME = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z$")
 
+MAX_DEPTH = 254
+"""The deepest nesting of arrays and objects a canonical JSON value may have (the value itself
+counts as one level). It is orjson's own limit, so the fast path and the reference path accept
+exactly the same values; deeper ones are an ``InputError``, not a ``RecursionError``."""
+
 
 def utc_now() -> str:
     """The current time in the one format entries use: ``YYYY-MM-DDTHH:MM:SS.ffffffZ``."""
@@ -65,7 +70,8 @@ def format_time(moment: datetime) -> str:
 def canonical_json(value: Any) -> bytes:
     """Sorted-key, whitespace-free UTF-8 JSON; raises ``InputError`` on values JSON cannot hold.
 
-    Finite floats are written in Python's shortest round-trip form; NaN and infinities are refused.
+    Finite floats are written in Python's shortest round-trip form; NaN and infinities are refused,
+    as are values nested more than ``MAX_DEPTH`` levels deep.
     """
     if is_plain(value):
         try:
@@ -79,7 +85,7 @@ def canonical_json(value: Any) -> bytes:
 def _dumps(value: Any) -> bytes:
     try:
         text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, RecursionError) as exc:
         raise InputError(f"value cannot be encoded as canonical JSON: {exc}") from exc
     try:
         return text.encode("utf-8")
@@ -88,23 +94,56 @@ def _dumps(value: Any) -> bytes:
 
 
 def _check_json(value: Any, where: str) -> None:
-    if value is None or isinstance(value, bool | int | str):
+    """Return if ``value`` is JSON that canonical encoding can write; ``InputError`` naming where not.
+
+    Walks the value without recursion, so a value nested deeper than ``MAX_DEPTH`` is refused
+    with an ``InputError`` (never a ``RecursionError``, whatever the caller's stack depth).
+    """
+    _check_scalar(value, where)
+    # (container, path, depth): a path is ``where`` or a (parent path, key or position) pair,
+    # formatted only for an error message.
+    stack: list[tuple[Any, Any, int]] = (
+        [(value, where, 0)] if isinstance(value, list | tuple | Mapping) else []
+    )
+    while stack:
+        item, path, depth = stack.pop()
+        if depth >= MAX_DEPTH:
+            raise InputError(f"{_path(path)}: nested more than {MAX_DEPTH} levels deep")
+        if isinstance(item, Mapping):
+            for key in item:
+                if not isinstance(key, str):
+                    raise InputError(f"{_path(path)}: object key {key!r} is not a string")
+            children: Iterable[tuple[Any, Any]] = item.items()
+        else:
+            children = enumerate(item)
+        for key, sub in children:
+            if sub is None or isinstance(sub, bool | int | str):
+                continue
+            if isinstance(sub, list | tuple | Mapping):
+                stack.append((sub, (path, key), depth + 1))
+            else:
+                _check_scalar(sub, (path, key))
+
+
+def _check_scalar(value: Any, path: Any) -> None:
+    """Refuse a float JSON cannot hold, or a value of a type it has no form for (containers pass)."""
+    if value is None or isinstance(value, bool | int | str | list | tuple | Mapping):
         return
     if isinstance(value, float):
         if not math.isfinite(value):
-            raise InputError(f"{where}: {value} cannot be encoded as JSON")
+            raise InputError(f"{_path(path)}: {value} cannot be encoded as JSON")
         return
-    if isinstance(value, list | tuple):
-        for i, item in enumerate(value):
-            _check_json(item, f"{where}[{i}]")
-        return
-    if isinstance(value, Mapping):
-        for key, item in value.items():
-            if not isinstance(key, str):
-                raise InputError(f"{where}: object key {key!r} is not a string")
-            _check_json(item, f"{where}.{key}")
-        return
-    raise InputError(f"{where}: a {type(value).__name__} cannot be encoded as JSON")
+    raise InputError(f"{_path(path)}: a {type(value).__name__} cannot be encoded as JSON")
+
+
+def _path(path: Any) -> str:
+    """``$.a[0]``-style text of a path built by ``_check_json``, cut to 80 characters."""
+    parts: list[str] = []
+    while isinstance(path, tuple):
+        path, key = path
+        parts.append(f"[{key}]" if isinstance(key, int) else f".{key}")
+    text = str(path) + "".join(reversed(parts))
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def argument_digest(args: Mapping[str, Any]) -> str:
@@ -131,14 +170,20 @@ def encode_entry(fields: Mapping[str, Any]) -> bytes:
     ``AuditEntry.build``, which accepts or refuses it (``InputError``) as it always did.
     """
     values = _fast_fields(fields)
-    if values is None:
-        return AuditEntry.build(**fields).to_bytes()
-    if is_plain(values["args"]):  # the other fields are exact strings, integers, None and a list of strings
-        try:
-            return orjson.dumps(values, option=orjson.OPT_SORT_KEYS)
-        except orjson.JSONEncodeError:
-            pass
-    return _dumps(values)
+    if values is not None:
+        if is_plain(values["args"]):  # the other fields are exact strings, integers, None, a list of strings
+            try:
+                return orjson.dumps(values, option=orjson.OPT_SORT_KEYS)
+            except orjson.JSONEncodeError:
+                pass  # nested deep, an integer beyond 64 bits, a lone surrogate: the model judges
+        else:
+            try:
+                _check_json(values["args"], "args")
+            except InputError:
+                pass  # the model names the problem
+            else:
+                return _dumps(values)
+    return AuditEntry.build(**fields).to_bytes()
 
 
 _DEFAULTS: dict[str, Any] = {
@@ -162,8 +207,9 @@ _REQUIRED = frozenset({"index", "time", "kind", "principal"})
 
 
 def _fast_fields(fields: Mapping[str, Any]) -> dict[str, Any] | None:
-    """``fields`` with defaults filled in, as ``to_bytes`` dumps them, when they certainly make a
-    valid entry; ``None`` when the model must judge them (then ``AuditEntry.build`` decides)."""
+    """``fields`` with defaults filled in, as ``to_bytes`` dumps them, when every field but the
+    values inside ``args`` certainly makes a valid entry (``encode_entry`` checks those); ``None``
+    when the model must judge them (then ``AuditEntry.build`` decides)."""
     values = {**_DEFAULTS, **fields}
     if len(values) != _FIELD_COUNT or not fields.keys() >= _REQUIRED:
         return None  # an unknown field, or index, time, kind or principal missing (or misspelt)
@@ -192,10 +238,6 @@ def _fast_fields(fields: Mapping[str, Any]) -> dict[str, Any] | None:
         value = values[name]
         if value is not None and type(value) is not str:
             return None
-    try:
-        _check_json(args, "args")
-    except InputError:
-        return None
     values["reasons"] = list(reasons)
     return values
 
@@ -279,6 +321,8 @@ class AuditEntry(BaseModel):
             raw = json.loads(data.decode("utf-8"))
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise TamperDetected(f"entry bytes are not UTF-8 JSON: {exc}") from exc
+        except RecursionError:  # nested deeper than the log ever writes (``MAX_DEPTH``)
+            raise TamperDetected("entry bytes are nested too deep to be an entry") from None
         if not isinstance(raw, dict):
             raise TamperDetected("entry bytes are not a JSON object")
         if isinstance(raw.get("reasons"), list):

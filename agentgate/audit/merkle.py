@@ -13,7 +13,8 @@ RFC 9162 proofs without pulling in a whole transparency-log client.
 - ``RootAccumulator`` computes the root of a stream of leaf hashes in O(log n) memory, the way
   a log verifier walks a million entries without holding them.
 - ``inclusion_proof`` / ``consistency_proof`` generate proofs from the leaf hashes (RFC 9162
-  2.1.3.1 and 2.1.4.1); ``verify_inclusion`` / ``verify_consistency`` follow RFC 9162 2.1.3.2
+  2.1.3.1 and 2.1.4.1); ``inclusion_ranges`` / ``consistency_ranges`` name the subtrees a proof
+  is made of, so a log can compute it in one streaming pass over its leaves; ``verify_inclusion`` / ``verify_consistency`` follow RFC 9162 2.1.3.2
   and 2.1.4.2 and raise ``TamperDetected`` naming the check that failed.
 """
 
@@ -131,6 +132,28 @@ def _subtree_root(leaves: Sequence[bytes], lo: int, hi: int) -> bytes:
     return acc.root()
 
 
+def inclusion_ranges(index: int, size: int) -> list[tuple[int, int]]:
+    """The leaf ranges ``[lo, hi)`` whose subtree roots are the audit path of leaf ``index`` in the
+    tree of ``size`` leaves, leaf to root (RFC 9162 2.1.3.1). Disjoint; none holds ``index``.
+
+    Raises ``ValueError`` when ``index`` is not in that tree.
+    """
+    if not 0 <= index < size:
+        raise ValueError(f"leaf {index} is not in a tree of size {size}")
+    ranges: list[tuple[int, int]] = []
+    lo, hi = 0, size
+    while hi - lo > 1:
+        k = _split(hi - lo)
+        if index < lo + k:
+            ranges.append((lo + k, hi))
+            hi = lo + k
+        else:
+            ranges.append((lo, lo + k))
+            lo = lo + k
+    ranges.reverse()
+    return ranges
+
+
 def inclusion_proof(leaves: Sequence[bytes], index: int, size: int | None = None) -> list[bytes]:
     """The audit path of leaf ``index`` in the tree of the first ``size`` leaves (RFC 9162 2.1.3.1).
 
@@ -139,18 +162,20 @@ def inclusion_proof(leaves: Sequence[bytes], index: int, size: int | None = None
     size = len(leaves) if size is None else size
     if not 0 <= index < size <= len(leaves):
         raise ValueError(f"leaf {index} is not in a tree of size {size}")
-    proof: list[bytes] = []
-    lo, hi = 0, size
-    while hi - lo > 1:
-        k = _split(hi - lo)
-        if index < lo + k:
-            proof.append(_subtree_root(leaves, lo + k, hi))
-            hi = lo + k
-        else:
-            proof.append(_subtree_root(leaves, lo, lo + k))
-            lo = lo + k
-    proof.reverse()
-    return proof
+    return [_subtree_root(leaves, lo, hi) for lo, hi in inclusion_ranges(index, size)]
+
+
+def consistency_ranges(size1: int, size2: int) -> list[tuple[int, int]]:
+    """The leaf ranges ``[lo, hi)`` whose subtree roots are the consistency proof from ``size1`` to
+    ``size2``, in proof order (RFC 9162 2.1.4.1). Disjoint; empty when the sizes are equal.
+
+    Raises ``ValueError`` unless ``0 < size1 <= size2``.
+    """
+    if not 0 < size1 <= size2:
+        raise ValueError(f"no consistency proof from size {size1} to size {size2}")
+    ranges: list[tuple[int, int]] = []
+    _subproof(size1, 0, size2, True, ranges)
+    return ranges
 
 
 def consistency_proof(leaves: Sequence[bytes], size1: int, size2: int | None = None) -> list[bytes]:
@@ -161,24 +186,22 @@ def consistency_proof(leaves: Sequence[bytes], size1: int, size2: int | None = N
     size2 = len(leaves) if size2 is None else size2
     if not 0 < size1 <= size2 <= len(leaves):
         raise ValueError(f"no consistency proof from size {size1} to size {size2}")
-    proof: list[bytes] = []
-    _subproof(leaves, size1, 0, size2, True, proof)
-    return proof
+    return [_subtree_root(leaves, lo, hi) for lo, hi in consistency_ranges(size1, size2)]
 
 
-def _subproof(leaves: Sequence[bytes], m: int, lo: int, hi: int, complete: bool, out: list[bytes]) -> None:
+def _subproof(m: int, lo: int, hi: int, complete: bool, out: list[tuple[int, int]]) -> None:
     n = hi - lo
     if m == n:
         if not complete:
-            out.append(_subtree_root(leaves, lo, hi))
+            out.append((lo, hi))
         return
     k = _split(n)
     if m <= k:
-        _subproof(leaves, m, lo, lo + k, complete, out)
-        out.append(_subtree_root(leaves, lo + k, hi))
+        _subproof(m, lo, lo + k, complete, out)
+        out.append((lo + k, hi))
     else:
-        _subproof(leaves, m - k, lo + k, hi, False, out)
-        out.append(_subtree_root(leaves, lo, lo + k))
+        _subproof(m - k, lo + k, hi, False, out)
+        out.append((lo, lo + k))
 
 
 def _check_hashes(proof: Sequence[bytes]) -> None:

@@ -4,6 +4,8 @@
     agentgate audit show [--principal DID] [--tool NAME] [--kind KIND] [--since TIME] [--json]
     agentgate audit explain INDEX                    the authority behind one entry
     agentgate audit checkpoint [--out FILE]          sign and store a checkpoint, print or save it
+                                                     (exit 1, nothing signed: the log does not extend
+                                                     the checkpoint stored last or saved in FILE)
     agentgate audit prove INDEX --out FILE           a C2SP tlog-proof bundle for one entry
     agentgate audit verify-proof FILE --key PUBFILE  offline, with only the log's public key
     agentgate audit report --out FILE.html           one self-contained page for people
@@ -18,12 +20,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import re
 import sqlite3
+import stat
 import sys
 from pathlib import Path
 from typing import Any
 
-from agentgate.audit.entry import AuditEntry
+from agentgate.audit.entry import ENTRY_KINDS, AuditEntry
 from agentgate.audit.note import Checkpoint, verifier_key
 from agentgate.audit.proof import verify_bundle
 from agentgate.audit.report import render_report
@@ -54,15 +59,21 @@ def register(subparsers: Any) -> None:
     show = add("show", "list entries", _show)
     show.add_argument("--principal", metavar="DID")
     show.add_argument("--tool", metavar="NAME", help="resource, e.g. tool:payments.refund (or its name)")
-    show.add_argument("--kind", metavar="KIND")
-    show.add_argument("--since", metavar="TIME", help="UTC time prefix, e.g. 2026-11-29 or 2026-11-29T10:00")
+    show.add_argument("--kind", metavar="KIND", choices=ENTRY_KINDS, help=", ".join(ENTRY_KINDS))
+    show.add_argument(
+        "--since", metavar="TIME", type=_since, help="UTC time prefix, e.g. 2026-11-29 or 2026-11-29T10:00"
+    )
     show.add_argument("--json", action="store_true", help="one JSON object per line")
 
     explain = add("explain", "the authority behind one entry", _explain)
     explain.add_argument("index", type=_index)
 
     checkpoint = add("checkpoint", "sign and store a checkpoint of the log", _checkpoint)
-    checkpoint.add_argument("--out", metavar="FILE", help="also write the signed note here")
+    checkpoint.add_argument(
+        "--out",
+        metavar="FILE",
+        help="also write the signed note here; a checkpoint already there must be one the log extends",
+    )
 
     prove = add("prove", "write a proof bundle for one entry", _prove)
     prove.add_argument("index", type=_index)
@@ -90,6 +101,19 @@ def _index(text: str) -> int:
     if not 0 <= value < 2**63:
         raise argparse.ArgumentTypeError(f"an entry index is 0 or more, below 2**63; got {text!r}")
     return value
+
+
+_TIME_PREFIX = re.compile(r"\d{4}(-\d{2}(-\d{2}(T\d{2}(:\d{2}(:\d{2}(\.\d{1,6}Z?)?)?)?)?)?)?")
+
+
+def _since(text: str) -> str:
+    """A prefix of the entry time format (``2026``, ``2026-11-29``, ``2026-11-29T10:00`` ...):
+    entries are compared with it as text, so anything else would select nothing or everything."""
+    if not _TIME_PREFIX.fullmatch(text):
+        raise argparse.ArgumentTypeError(
+            f"expected a UTC time prefix like 2026-11-29 or 2026-11-29T10:00, got {text!r}"
+        )
+    return text
 
 
 def _open(args: argparse.Namespace, *, create_key: bool = False) -> tuple[Store, AuditLog]:
@@ -244,10 +268,31 @@ def _grant_chain(store: Store, tip: str) -> list[tuple[str, str, str, int, bool]
     return list(reversed(links)) or None
 
 
+def _saved(path: str) -> str | None:
+    """The checkpoint already saved in the regular file ``path``, or ``None`` when there is none
+    (no file, or one that does not hold a checkpoint: replaced as before, or refused by ``_write``
+    when it is not a regular file)."""
+    try:
+        if not stat.S_ISREG(os.lstat(path).st_mode):
+            return None
+        text = _read(path, MAX_CHECKPOINT_FILE_BYTES, "checkpoint")
+        Checkpoint.parse(text.partition("\n\n")[0] + "\n")
+    except (OSError, InputError, TamperDetected):
+        return None
+    return text
+
+
 def _checkpoint(args: argparse.Namespace) -> int:
+    saved = _saved(args.out) if args.out else None
     store, log = _open(args, create_key=True)
     with store:
-        note = log.checkpoint()
+        try:
+            note = log.checkpoint(saved=saved)
+        except TamperDetected as exc:
+            print(f"REFUSED: {exc}")
+            if saved is not None:
+                print(f"{args.out} is left as it was: it is the evidence")
+            return 1
         public = log.public_key
     if args.out:
         _write(args.out, note)

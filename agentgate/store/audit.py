@@ -20,6 +20,7 @@ PostgreSQL), created with mode 0600 on first use; ``log.pub`` beside it holds th
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import sqlite3
 from collections.abc import Iterator, Mapping, Sequence
@@ -31,7 +32,7 @@ import orjson
 import psycopg
 
 from agentgate.audit.entry import AuditEntry, encode_entry, utc_now
-from agentgate.audit.merkle import RootAccumulator, consistency_proof, inclusion_proof, leaf_hash
+from agentgate.audit.merkle import RootAccumulator, consistency_ranges, inclusion_ranges, leaf_hash
 from agentgate.audit.note import Checkpoint, open_checkpoint, sign_checkpoint
 from agentgate.audit.proof import ProofBundle
 from agentgate.errors import AuditError, InputError, KeyFileError, StoreError, TamperDetected
@@ -217,7 +218,12 @@ def _index_of(data: bytes) -> int | None:
     try:
         fields = orjson.loads(data)
     except orjson.JSONDecodeError:
-        return None
+        # orjson refuses what the log legitimately writes too: an integer beyond a double's range
+        # in ``args`` (Python writes any integer); the reference parser decides.
+        try:
+            fields = json.loads(data)
+        except (ValueError, RecursionError):
+            return None
     index = fields.get("index") if isinstance(fields, dict) else None
     return index if isinstance(index, int) and not isinstance(index, bool) else None
 
@@ -359,39 +365,65 @@ class AuditLog:
             self._guess = row[0] + 1
         return row[0]
 
-    def checkpoint(self) -> str:
+    def checkpoint(self, saved: str | None = None) -> str:
         """Sign and store a checkpoint of the whole log; returns the signed note.
 
         Refuses (``TamperDetected``) to sign a log whose prefix no longer matches the latest
         checkpoint, or whose newer entries do not match their stored leaf hashes or do not carry
         their own index (rows swapped), so a tampered log is never laundered by a fresh signature.
+        ``saved``, a signed checkpoint of this log kept outside the database (the one ``agentgate
+        audit checkpoint --out FILE`` wrote last), must still be a prefix of the log too: a
+        database restored from an older copy, or forked from one, is refused, not signed over.
+        Reads the log in batches: memory does not grow with its size.
         """
+        # size -> (root, what it is): the roots the log must still have at those sizes.
+        targets: dict[int, tuple[bytes, str]] = {}
+        if saved is not None:
+            kept = self.open_checkpoint(saved)
+            targets[kept.size] = (kept.root, "the saved checkpoint")
         latest = self._latest_checkpoint_row()
-        prev_size, prev_root = 0, b""
+        prev_size = 0
         if latest:
             # What was signed, not the row's unsigned columns, is what the log must still match.
             signed = self.open_checkpoint(str(latest[2]))
             if (signed.size, signed.root) != (int(latest[0]), _bytes(latest[1])):
                 raise TamperDetected("audit log: the latest checkpoint row does not match its signed note")
-            prev_size, prev_root = signed.size, signed.root
-        leaves: list[bytes] = []
+            if targets.get(signed.size, (signed.root, ""))[0] != signed.root:
+                raise TamperDetected(
+                    f"audit log: the saved checkpoint and the last stored one disagree about size {signed.size}"
+                )
+            prev_size = signed.size
+            targets[signed.size] = (signed.root, "the last checkpoint")
+        acc = RootAccumulator()
+        pending: list[bytes] = []
+
+        def settle() -> None:
+            acc.extend(pending)
+            pending.clear()
+            if acc.size in targets and acc.root() != targets[acc.size][0]:
+                raise TamperDetected(
+                    f"audit log: the first {acc.size} entries no longer match {targets[acc.size][1]}"
+                )
+
+        settle()  # a checkpoint of the empty log
         for idx, data, stored in self._rows(include_entry_from=prev_size):
-            if idx != len(leaves):
-                raise TamperDetected(f"audit log: entry {len(leaves)} is missing")
+            count = acc.size + len(pending)
+            if idx != count:
+                raise TamperDetected(f"audit log: entry {count} is missing")
             if data is not None and leaf_hash(data) != stored:
                 raise TamperDetected(f"audit log: entry {idx} does not match its leaf hash")
             if data is not None and _index_of(data) != idx:  # rows swapped or moved, hashes and all
                 raise TamperDetected(f"audit log: entry {idx} does not carry its own index")
-            leaves.append(stored)
-        if len(leaves) < prev_size:
-            raise TamperDetected(f"audit log: has {len(leaves)} entries, the last checkpoint had {prev_size}")
-        acc = RootAccumulator()
-        acc.extend(leaves[:prev_size])
-        if latest and acc.root() != prev_root:
+            pending.append(stored)
+            if count + 1 in targets or len(pending) >= _BATCH:
+                settle()
+        settle()
+        beyond = [size for size in targets if size > acc.size]
+        if beyond:
             raise TamperDetected(
-                f"audit log: the first {prev_size} entries no longer match the last checkpoint"
+                f"audit log: has {acc.size} entries, {targets[min(beyond)][1]} had {min(beyond)} "
+                "(entries deleted, or the database restored from an older copy)"
             )
-        acc.extend(leaves[prev_size:])
         if latest and acc.size == prev_size:
             return str(latest[2])
         note = sign_checkpoint(Checkpoint(self.origin, acc.size, acc.root()), self.signer)
@@ -472,11 +504,37 @@ class AuditLog:
                 return
             last = int(rows[-1][0])
 
-    def _leaf_hashes(self, size: int) -> list[bytes]:
-        leaves = [stored for _i, _d, stored in self._rows(include_entry_from=size)][:size]
-        if len(leaves) < size:
-            raise TamperDetected(f"audit log has {len(leaves)} entries, fewer than {size}")
-        return leaves
+    def _subtree_roots(self, ranges: Sequence[tuple[int, int]], size: int) -> list[bytes]:
+        """The Merkle roots of the disjoint leaf ranges ``[lo, hi)`` within the first ``size`` entries.
+
+        Reads the stored leaf hashes once, in batches (memory does not grow with the log). Raises
+        ``TamperDetected`` when the log has fewer than ``size`` entries or a gap before ``size``.
+        """
+        accumulators = [RootAccumulator() for _ in ranges]
+        chunk: list[bytes] = []
+        start = 0
+
+        def feed() -> None:
+            nonlocal start
+            end = start + len(chunk)
+            for (lo, hi), acc in zip(ranges, accumulators, strict=True):
+                if max(lo, start) < min(hi, end):
+                    acc.extend(chunk[max(lo, start) - start : min(hi, end) - start])
+            start = end
+            chunk.clear()
+
+        for idx, _data, stored in self._rows(include_entry_from=size):
+            if idx >= size:
+                break
+            if idx != start + len(chunk):
+                raise TamperDetected(f"audit log: entry {start + len(chunk)} is missing")
+            chunk.append(stored)
+            if len(chunk) >= _BATCH:
+                feed()
+        feed()
+        if start < size:
+            raise TamperDetected(f"audit log has {start} entries, fewer than {size}")
+        return [acc.root() for acc in accumulators]
 
     # --- proofs -------------------------------------------------------------------------------
 
@@ -489,15 +547,20 @@ class AuditLog:
         checkpoint = self.open_checkpoint(note)
         if not 0 <= index < checkpoint.size:
             raise InputError(f"entry {index} is not covered by a checkpoint of size {checkpoint.size}")
-        proof = inclusion_proof(self._leaf_hashes(checkpoint.size), index, checkpoint.size)
+        proof = self._subtree_roots(inclusion_ranges(index, checkpoint.size), checkpoint.size)
         return ProofBundle(index, self.entry_bytes(index), tuple(proof), note)
 
     def consistency(self, size1: int, size2: int) -> list[bytes]:
-        """The RFC 9162 consistency proof between two sizes of this log."""
+        """The RFC 9162 consistency proof between two sizes of this log, read in one streaming pass.
+
+        Raises ``InputError`` unless ``0 < size1 <= size2``, and ``TamperDetected`` when the log
+        holds fewer than ``size2`` entries.
+        """
         try:
-            return consistency_proof(self._leaf_hashes(size2), size1, size2)
+            ranges = consistency_ranges(size1, size2)
         except ValueError as exc:
             raise InputError(str(exc)) from exc
+        return self._subtree_roots(ranges, size2)
 
     # --- verification -------------------------------------------------------------------------
 

@@ -1,0 +1,287 @@
+"""Review R7: the audit log and its evidence, attacked as an auditor and as an attacker.
+
+Each test here failed on the code before its fix (see the commit that added it).
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import tracemalloc
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agentgate.audit.entry import MAX_DEPTH, AuditEntry, argument_digest, canonical_json, encode_entry
+from agentgate.audit.proof import verify_bundle
+from agentgate.cli.main import main
+from agentgate.errors import InputError, TamperDetected
+from agentgate.keys import SigningKey
+from agentgate.store import SQLiteStore, Store
+from agentgate.store.audit import AuditLog, open_log_key
+
+KEY = SigningKey(b"\x09" * 32)
+ORIGIN = "review.example/audit"
+ENTRY = {"kind": "allow", "principal": "did:key:zAlice", "resource": "tool:pay"}
+
+
+def _nest(depth: int, leaf: Any = 1) -> Any:
+    """``leaf`` inside ``depth`` nested arrays."""
+    value = leaf
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+def _drop_triggers(store: Store) -> None:
+    with store.transaction() as tx:
+        if store.dialect == "sqlite":
+            for (name,) in tx.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'"):
+                tx.execute(f"DROP TRIGGER {name}")
+        else:
+            tx.execute("ALTER TABLE audit_log DISABLE TRIGGER USER")
+            tx.execute("ALTER TABLE audit_checkpoints DISABLE TRIGGER USER")
+
+
+# --- hostile content: what the log writes, it must read back as intact -------------------------
+
+
+def test_an_integer_beyond_a_double_in_logged_arguments_verifies_and_checkpoints(store: Store) -> None:
+    """orjson parses integers beyond a double's range as an error: verify reported the untouched
+    entry as 'not an entry (rows moved)' and checkpoint() refused to sign the log for ever."""
+    log = AuditLog(store, KEY, ORIGIN)
+    log.append({**ENTRY, "args": {"amount": 10**400}})
+    log.append({**ENTRY, "budget_delta": -(10**30)})
+    report = log.verify()
+    assert report.ok, report.problems
+    note = log.checkpoint()
+    assert log.open_checkpoint(note).size == 2
+    assert log.verify().ok
+    assert [e.args for e in log.entries()] == [{"amount": 10**400}, {}]
+
+
+@pytest.mark.parametrize("depth", [MAX_DEPTH + 1, 1_000, 100_000])
+def test_arguments_nested_too_deep_are_an_input_error_not_a_recursion_error(
+    depth: int, sqlite_store: SQLiteStore
+) -> None:
+    """Arguments nested ~1000 deep raised RecursionError (a traceback through Gate and the CLI),
+    from argument_digest, the entry encoder and the entry model alike."""
+    deep = {"a": _nest(depth)}
+    with pytest.raises(InputError, match="nested more than 254 levels"):
+        argument_digest(deep)
+    with pytest.raises(InputError, match="nested more than 254 levels"):
+        canonical_json({"a": _nest(depth, 1.5)})  # the reference encoder's path
+    with pytest.raises(InputError):
+        encode_entry({**ENTRY, "index": 0, "time": "2026-11-29T10:15:00.000000Z", "args": deep})
+    with pytest.raises(InputError):
+        AuditEntry.build(**ENTRY, index=0, time="2026-11-29T10:15:00.000000Z", args=deep)
+    log = AuditLog(sqlite_store, KEY, ORIGIN)
+    with pytest.raises(InputError):
+        log.append({**ENTRY, "args": deep})
+    assert log.size() == 0
+
+
+@pytest.mark.parametrize("leaf", [1, 1.5], ids=["orjson path", "reference path"])
+def test_both_encoders_accept_exactly_max_depth_levels(leaf: Any) -> None:
+    """The orjson fast path refused 255 levels and fell back to the reference encoder, which
+    accepted them (and far more): what was accepted depended on the caller's stack."""
+    at_limit = _nest(MAX_DEPTH, leaf)
+    assert json.loads(canonical_json(at_limit)) == at_limit
+    with pytest.raises(InputError):
+        canonical_json(_nest(MAX_DEPTH + 1, leaf))
+
+
+def test_an_entry_nested_to_the_limit_round_trips_through_log_proof_and_cli(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    db = tmp_path / "agentgate.db"
+    with SQLiteStore(db) as store:
+        log = AuditLog(store, open_log_key(store))
+        index = log.append({**ENTRY, "args": {"a": _nest(MAX_DEPTH - 1)}})
+        assert log.verify().ok
+        bundle = log.prove(index)
+        entry, _ = verify_bundle(bundle.text(), log.public_key)
+        assert entry.args == {"a": _nest(MAX_DEPTH - 1)}
+    monkeypatch.setattr("agentgate.cli.main.GROUPS", ("agentgate.cli.audit",))
+    monkeypatch.delenv("AGENTGATE_LOG_KEY", raising=False)
+    monkeypatch.delenv("AGENTGATE_LOG_ORIGIN", raising=False)
+    assert main(["audit", "show", "--json", "--store", str(db)]) == 0
+    assert main(["audit", "verify", "--store", str(db)]) == 0
+
+
+# --- rollback: a saved checkpoint is evidence, never signed over -------------------------------
+
+
+def _rollback(path: Path, backup: Path) -> None:
+    """Replace the SQLite database at ``path`` with the older copy ``backup`` (what an attacker
+    with the file, not the key, can do)."""
+    backup.replace(path)
+    for suffix in ("-wal", "-shm"):
+        Path(str(path) + suffix).unlink(missing_ok=True)
+
+
+def _copy(path: Path, backup: Path) -> None:
+    source = sqlite3.connect(path)
+    with sqlite3.connect(backup) as copy:
+        source.backup(copy)
+    copy.close()
+    source.close()
+
+
+@pytest.fixture
+def cli_db(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setattr("agentgate.cli.main.GROUPS", ("agentgate.cli.audit",))
+    monkeypatch.delenv("AGENTGATE_LOG_KEY", raising=False)
+    monkeypatch.delenv("AGENTGATE_LOG_ORIGIN", raising=False)
+    db = tmp_path / "agentgate.db"
+    monkeypatch.setenv("AGENTGATE_STORE", str(db))
+    with SQLiteStore(db) as store:
+        log = AuditLog(store, open_log_key(store))
+        for i in range(4):
+            log.append({**ENTRY, "budget_delta": i})
+    return db
+
+
+@pytest.mark.parametrize(
+    "appended_after", [0, 2, 9], ids=["rolled back", "forked, shorter", "forked, longer"]
+)
+def test_checkpoint_out_refuses_to_replace_a_saved_checkpoint_the_log_does_not_extend(
+    appended_after: int, cli_db: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A routine `audit checkpoint --out saved` after the database was restored from an older
+    copy signed the rolled-back log and overwrote the only evidence of the rollback."""
+    backup = tmp_path / "old.db"
+    _copy(cli_db, backup)
+    with SQLiteStore(cli_db) as store:
+        log = AuditLog(store, open_log_key(store))
+        for i in range(3):
+            log.append({**ENTRY, "resource": "tool:wire", "budget_delta": 1000 + i})
+    saved = tmp_path / "saved.cp"
+    assert main(["audit", "checkpoint", "--out", str(saved)]) == 0
+    evidence = saved.read_text()
+    _rollback(cli_db, backup)
+    with SQLiteStore(cli_db) as store:  # the attacker may append entries of their own
+        log = AuditLog(store, open_log_key(store))
+        for i in range(appended_after):
+            log.append({**ENTRY, "budget_delta": -i})
+    capsys.readouterr()
+    assert main(["audit", "checkpoint", "--out", str(saved)]) == 1
+    out = capsys.readouterr().out
+    assert out.startswith("REFUSED: audit log: ") and "the saved checkpoint" in out
+    assert saved.read_text() == evidence
+    with SQLiteStore(cli_db) as store:
+        assert store.query("SELECT COUNT(*) FROM audit_checkpoints")[0][0] == 0  # nothing signed
+    assert main(["audit", "verify", "--checkpoint", str(saved)]) == 1
+
+
+def test_checkpoint_out_replaces_a_saved_checkpoint_the_log_extends(
+    cli_db: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    saved = tmp_path / "saved.cp"
+    assert main(["audit", "checkpoint", "--out", str(saved)]) == 0
+    with SQLiteStore(cli_db) as store:
+        AuditLog(store, open_log_key(store)).append(ENTRY)
+    assert main(["audit", "checkpoint", "--out", str(saved)]) == 0
+    assert saved.read_text().split("\n")[1] == "5"
+    assert main(["audit", "verify", "--checkpoint", str(saved)]) == 0
+
+
+def test_a_saved_checkpoint_of_another_key_is_not_signed_over(
+    cli_db: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    saved = tmp_path / "saved.cp"
+    assert main(["audit", "checkpoint", "--out", str(saved)]) == 0
+    other = tmp_path / "other"
+    other.mkdir()
+    with SQLiteStore(other / "agentgate.db") as store:  # another log, another key, same origin
+        log = AuditLog(store, open_log_key(store))
+        log.append(ENTRY)
+        saved.write_text(log.checkpoint())
+    evidence = saved.read_text()
+    capsys.readouterr()
+    assert main(["audit", "checkpoint", "--out", str(saved)]) == 1
+    assert "REFUSED" in capsys.readouterr().out
+    assert saved.read_text() == evidence
+
+
+def test_checkpoint_with_a_saved_note_refuses_a_truncated_or_forked_log(store: Store) -> None:
+    log = AuditLog(store, KEY, ORIGIN)
+    for i in range(6):
+        log.append({**ENTRY, "budget_delta": i})
+    log.checkpoint()
+    for i in range(3):
+        log.append({**ENTRY, "budget_delta": 10 + i})
+    kept = log.checkpoint()  # size 9, saved outside the database
+    # The attacker (file access, no key) deletes the newest entries and the checkpoint covering them.
+    _drop_triggers(store)
+    with store.transaction() as tx:
+        tx.execute("DELETE FROM audit_log WHERE idx >= 6")
+        tx.execute("DELETE FROM audit_checkpoints WHERE size = 9")
+    with pytest.raises(TamperDetected, match="has 6 entries, the saved checkpoint had 9"):
+        log.checkpoint(saved=kept)
+    forger = AuditLog(store, KEY, ORIGIN)  # appends at the end the attacker left
+    for i in range(3):
+        forger.append({**ENTRY, "budget_delta": -i})
+    with pytest.raises(TamperDetected, match="the first 9 entries no longer match the saved checkpoint"):
+        log.checkpoint(saved=kept)
+    assert [log.open_checkpoint(n).size for n in log.checkpoints()] == [6]
+    assert log.checkpoint().startswith(ORIGIN)  # without the saved note nothing can tell
+
+
+# --- a large log: checkpoints and proofs stream -----------------------------------------------
+
+
+def test_checkpoint_and_proofs_do_not_hold_the_whole_log_in_memory(
+    sqlite_store: SQLiteStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """checkpoint() kept every leaf hash in a list, prove() and consistency() too: memory grew
+    with the log (tens of MB per million entries) where verify() read it in batches."""
+    monkeypatch.setattr("agentgate.store.audit._BATCH", 500)
+    log = AuditLog(sqlite_store, KEY, ORIGIN)
+    for _ in range(6):
+        log.append_many([ENTRY] * 5_000)
+    reference = AuditLog(sqlite_store, KEY, ORIGIN)  # same log: proofs must not depend on batching
+    tracemalloc.start()
+    try:
+        note = log.checkpoint()
+        bundle = log.prove(12_345, note)
+        proof = log.consistency(10_001, 30_000)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 1_000_000, peak
+    monkeypatch.setattr("agentgate.store.audit._BATCH", 7_000)
+    assert reference.prove(12_345, note) == bundle
+    assert reference.consistency(10_001, 30_000) == proof
+    entry, checkpoint = verify_bundle(bundle.text(), KEY.public, ORIGIN)
+    assert (entry.index, checkpoint.size) == (12_345, 30_000)
+
+
+# --- the command line ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "option", [["--kind", "allowed"], ["--since", "yesterday"], ["--since", "2026-11-29 10:00"]]
+)
+def test_show_refuses_a_filter_that_can_match_nothing(
+    option: list[str], cli_db: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`show --kind allowed` (a typo) or `--since yesterday` printed nothing and exited 0: an
+    auditor read 'no such entries' where the filter was garbage."""
+    with pytest.raises(SystemExit) as exited:
+        main(["audit", "show", *option])
+    assert exited.value.code == 2
+    assert "agentgate: error:" in capsys.readouterr().err
+
+
+def test_show_since_takes_any_prefix_of_the_entry_time(
+    cli_db: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with SQLiteStore(cli_db) as store:
+        first = next(AuditLog(store, open_log_key(store)).entries()).time
+    for prefix in (first[:4], first[:10], first[:16], first[:19], first):
+        capsys.readouterr()
+        assert main(["audit", "show", "--json", "--since", prefix]) == 0
+        assert len(capsys.readouterr().out.splitlines()) == 4
+    assert main(["audit", "show", "--kind", "allow"]) == 0
