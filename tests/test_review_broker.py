@@ -25,10 +25,10 @@ from agentgate.dispatch.backends import ChatChunk, Timeouts
 from agentgate.dispatch.baselines import RoundRobinRouter
 from agentgate.dispatch.broker import Broker, GangRequest, TenantQuota, from_inventory
 from agentgate.dispatch.dispatcher import Dispatcher
-from agentgate.dispatch.inventory import Inventory, load_inventory
+from agentgate.dispatch.inventory import Inventory, load_inventory, parse_inventory
 from agentgate.dispatch.quota import TenantQuota as TenantQuota_
 from agentgate.dispatch.router import Router, RouteRequest
-from agentgate.errors import BackendFailed, DispatchError, Shed
+from agentgate.errors import BackendFailed, DispatchError, InventoryError, Shed
 from agentgate.sim import SimServer
 from agentgate.store import SQLiteStore
 from agentgate.store.broker_leases import BrokerLeaseStore
@@ -412,3 +412,53 @@ async def test_a_streamed_error_event_after_output_is_backend_failed_never_a_sho
             assert [c.content for c in chunks] == ["hi"]
     finally:
         broken.stop()
+
+
+# --- an inventory whose topology contradicts itself is refused, naming the line ----------------------
+
+TWO_NODES = "nodes: [{name: n}, {name: m}]\n"
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "words"),
+    [
+        pytest.param(
+            TWO_NODES + "gpus:\n"
+            "  - {id: g, type: H100, memory_gb: 80, node: n, nvlink_domain: d}\n"
+            "  - {id: h, type: H100, memory_gb: 80, node: m, nvlink_domain: d}\n",
+            4,
+            "spans racks",
+            id="domain-over-two-rackless-nodes",
+        ),
+        pytest.param(
+            TWO_NODES + "gpus:\n"
+            "  - {id: g, type: H100, memory_gb: 80, node: n, nvlink_domain: 'gpu:h'}\n"
+            "  - {id: h, type: H100, memory_gb: 80, node: m}\n",
+            3,
+            "reserved",
+            id="domain-named-like-a-lone-gpu",
+        ),
+        pytest.param(
+            "racks: [{name: 'node:m'}]\nnodes: [{name: n, rack: 'node:m'}, {name: m}]\n",
+            1,
+            "reserved",
+            id="rack-named-like-a-rackless-node",
+        ),
+        pytest.param(
+            "interconnect: {bandwidth_gbps: {node: -5}}\n", 1, "greater than 0", id="negative-bandwidth"
+        ),
+        pytest.param("interconnect: {bandwidth_gbps: {node: .nan}}\n", 1, "finite", id="nan-bandwidth"),
+    ],
+)
+def test_a_contradictory_topology_is_refused_naming_the_line(text: str, line: int, words: str) -> None:
+    with pytest.raises(InventoryError, match=rf"inv\.yaml:{line}\b.*{words}"):
+        parse_inventory(text, source="inv.yaml")
+
+
+def test_a_domain_shared_by_the_nodes_of_one_rack_still_loads_as_one_domain() -> None:
+    inv = parse_inventory(
+        "racks: [{name: r}]\nnodes: [{name: n, rack: r}, {name: m, rack: r}]\ngpus:\n"
+        "  - {id: g, type: H100, memory_gb: 80, node: n, nvlink_domain: nvl72}\n"
+        "  - {id: h, type: H100, memory_gb: 80, node: m, nvlink_domain: nvl72}\n"
+    )
+    assert from_inventory(inv).group_names["nvlink_domain"] == ("nvl72",)

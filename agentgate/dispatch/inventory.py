@@ -32,7 +32,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -60,7 +60,12 @@ class Rack(_Frozen):
     """A rack: the outermost level of the interconnect hierarchy."""
 
     name: str = Field(pattern=_NAME)
-    """Unique rack name."""
+    """Unique rack name; not ``node:...``, the name of a rackless node's own rack."""
+
+    @field_validator("name")
+    @classmethod
+    def _not_reserved(cls, value: str) -> str:
+        return _unreserved(value, "node:", "a rack name", "rack of a node without one")
 
 
 class Node(_Frozen):
@@ -84,7 +89,15 @@ class GPU(_Frozen):
     node: str
     """The node the GPU is installed in."""
     nvlink_domain: str | None = Field(default=None, pattern=_NAME)
-    """The NVLink domain; GPUs in one domain talk over NVLink. ``None``: its own domain."""
+    """The NVLink domain; GPUs in one domain talk over NVLink. ``None``: its own domain. Not
+    ``gpu:...``, the name of a lone GPU's own domain."""
+
+    @field_validator("nvlink_domain")
+    @classmethod
+    def _not_reserved(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        return _unreserved(value, "gpu:", "an nvlink domain name", "domain of a GPU without one")
 
 
 class Interconnect(_Frozen):
@@ -92,7 +105,9 @@ class Interconnect(_Frozen):
 
     hierarchy: tuple[Level, ...] = ("nvlink_domain", "node", "rack")
     """Levels innermost first; must be a subsequence-preserving order of nvlink_domain, node, rack."""
-    bandwidth_gbps: dict[Level, float] = Field(default_factory=dict)
+    bandwidth_gbps: dict[Level, Annotated[float, Field(gt=0, allow_inf_nan=False)]] = Field(
+        default_factory=dict
+    )
     """Optional per-level bandwidth in GB/s, informative for placement scorers."""
 
     @field_validator("hierarchy")
@@ -165,12 +180,14 @@ class Inventory(_Frozen):
             if node.rack is not None and node.rack not in racks:
                 raise _RefError(("nodes", i, "rack"), f"node {node.name!r}: unknown rack {node.rack!r}")
         nodes = {n.name: n for n in self.nodes}
-        domain_rack: dict[str, str | None] = {}
+        domain_rack: dict[str, str] = {}
         for i, gpu in enumerate(self.gpus):
             if gpu.node not in nodes:
                 raise _RefError(("gpus", i, "node"), f"gpu {gpu.id!r}: unknown node {gpu.node!r}")
             if gpu.nvlink_domain is not None:
-                rack = nodes[gpu.node].rack
+                # A node without a rack is its own rack, as ``rack_of`` says: two such nodes are
+                # two racks, which one NVLink domain does not span.
+                rack = nodes[gpu.node].rack or f"node:{gpu.node}"
                 seen = domain_rack.setdefault(gpu.nvlink_domain, rack)
                 if seen != rack:
                     raise _RefError(
@@ -268,6 +285,15 @@ class Inventory(_Frozen):
             if len({self.group_of(g, level) for g in gpu_ids}) == 1:
                 return level
         return None
+
+
+def _unreserved(value: str, prefix: str, what: str, whose: str) -> str:
+    """``value``, unless it starts with ``prefix``, which the inventory reserves for the implicit
+    group ``whose`` names (``domain_of``, ``rack_of``): a name that took it could merge two groups
+    that the inventory keeps apart. Raises ``ValueError`` naming ``what``."""
+    if value.startswith(prefix):
+        raise ValueError(f"{what} may not start with {prefix!r}, reserved for the {whose}")
+    return value
 
 
 class _RefError(ValueError):
