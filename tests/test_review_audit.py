@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from agentgate.audit.entry import MAX_DEPTH, AuditEntry, argument_digest, canonical_json, encode_entry
+from agentgate.audit.merkle import leaf_hash
 from agentgate.audit.proof import verify_bundle
 from agentgate.cli.main import main
 from agentgate.errors import InputError, TamperDetected
@@ -285,3 +286,75 @@ def test_show_since_takes_any_prefix_of_the_entry_time(
         assert main(["audit", "show", "--json", "--since", prefix]) == 0
         assert len(capsys.readouterr().out.splitlines()) == 4
     assert main(["audit", "show", "--kind", "allow"]) == 0
+
+
+# --- docs/audit-format.md section 1 is enough to re-encode an entry without Python's json ------
+
+
+def _doc_string(text: str) -> str:
+    short = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\t": "\\t", "\n": "\\n", "\f": "\\f", "\r": "\\r"}
+    return '"' + "".join(short.get(c) or (f"\\u{ord(c):04x}" if ord(c) < 0x20 else c) for c in text) + '"'
+
+
+def _doc_float(x: float) -> str:
+    if x == 0:
+        return "-0.0" if str(x).startswith("-") else "0.0"
+    # the shortest digits that read back to the same double
+    p = next(p for p in range(1, 18) if float(f"{x:.{p - 1}e}") == x)
+    mantissa, exponent = f"{abs(x):.{p - 1}e}".split("e")
+    digits, e = mantissa.replace(".", ""), int(exponent)
+    sign = "-" if x < 0 else ""
+    if 1e-4 <= abs(x) < 1e16:
+        if e >= 0:
+            whole, fraction = digits[: e + 1].ljust(e + 1, "0"), digits[e + 1 :]
+        else:
+            whole, fraction = "0", "0" * (-e - 1) + digits
+        return f"{sign}{whole}.{fraction or '0'}"
+    rest = digits[1:]
+    return f"{sign}{digits[0]}{'.' + rest if rest else ''}e{'+' if e >= 0 else '-'}{abs(e):02d}"
+
+
+def _doc_json(value: Any) -> str:
+    if value is None or isinstance(value, bool):
+        return {None: "null", True: "true", False: "false"}[value]
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return _doc_float(value)
+    if isinstance(value, str):
+        return _doc_string(value)
+    if isinstance(value, list | tuple):
+        return "[" + ",".join(_doc_json(v) for v in value) + "]"
+    return "{" + ",".join(f"{_doc_string(k)}:{_doc_json(value[k])}" for k in sorted(value)) + "}"
+
+
+def test_the_documented_encoding_rules_rebuild_the_entry_bytes() -> None:
+    """docs/audit-format.md said only 'shortest form' for floats and 'no \\u escapes' (control
+    characters are escaped): the rules now written out there rebuild the bytes without json."""
+    import random
+
+    rng = random.Random(7)
+    floats = [1e16, 1e15, 9999999999999998.0, 0.0001, 0.00001, 1.5e-4, -0.0, 0.0, 1.0, 5e-324, 1e22, -2.5e-8]
+    floats += [rng.uniform(-1e6, 1e6) for _ in range(200)]
+    floats += [rng.random() * 10 ** rng.randint(-30, 30) for _ in range(200)]
+    text = "".join(chr(c) for c in range(0x80)) + "é\u2028\u2029\ufeff😀/"
+    args = {"floats": floats, "text": text, "big": 10**40, "nested": {"b": [None, True, False, {"z": ""}]}}
+    fields = {**ENTRY, "index": 3, "time": "2026-11-29T10:15:00.000000Z", "args": args, "reasons": [text]}
+    expected = _doc_json(AuditEntry.build(**fields).model_dump() | {"reasons": [text]}).encode()
+    assert encode_entry(fields) == expected
+
+
+def test_show_json_prints_each_entry_as_its_exact_bytes(
+    cli_db: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`show --json` printed json.dumps with spaces and \\u escapes: not the logged bytes, so an
+    auditor could not recompute a leaf hash from it."""
+    with SQLiteStore(cli_db) as store:
+        log = AuditLog(store, open_log_key(store))
+        log.append({**ENTRY, "args": {"note": "é\u2028\n\x00", "x": 1e16}})
+        stored = [bytes(r[0]) for r in store.query("SELECT leaf_hash FROM audit_log ORDER BY idx")]
+    capsys.readouterr()
+    assert main(["audit", "show", "--json"]) == 0
+    lines = capsys.readouterr().out.encode().split(b"\n")
+    assert lines[-1] == b""
+    assert [leaf_hash(line) for line in lines[:-1]] == stored

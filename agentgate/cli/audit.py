@@ -63,7 +63,9 @@ def register(subparsers: Any) -> None:
     show.add_argument(
         "--since", metavar="TIME", type=_since, help="UTC time prefix, e.g. 2026-11-29 or 2026-11-29T10:00"
     )
-    show.add_argument("--json", action="store_true", help="one JSON object per line")
+    show.add_argument(
+        "--json", action="store_true", help="one entry per line, its exact bytes (docs/audit-format.md)"
+    )
 
     explain = add("explain", "the authority behind one entry", _explain)
     explain.add_argument("index", type=_index)
@@ -197,8 +199,8 @@ def _show(args: argparse.Namespace) -> int:
         for entry in log.entries():
             if not _matches(entry, args):
                 continue
-            if args.json:
-                print(json.dumps(entry.model_dump(mode="json"), sort_keys=True))
+            if args.json:  # the entry's own bytes (from_bytes checked they are the stored ones)
+                print(entry.to_bytes().decode("utf-8"))
             else:
                 reasons = "; ".join(entry.reasons)
                 print(
