@@ -462,3 +462,25 @@ def test_a_domain_shared_by_the_nodes_of_one_rack_still_loads_as_one_domain() ->
         "  - {id: h, type: H100, memory_gb: 80, node: m, nvlink_domain: nvl72}\n"
     )
     assert from_inventory(inv).group_names["nvlink_domain"] == ("nvl72",)
+
+
+async def test_callers_cancelled_while_waiting_or_in_flight_keep_no_slot() -> None:
+    slow = SlowBackend(0.2)
+    try:
+        inv = _inventory(slow.url, max_concurrency=2)
+        async with Dispatcher(inv, Router(inv)) as d:
+            calls = [asyncio.create_task(d.chat(_payload(i), priority=1, slo_ttft_s=5.0)) for i in range(10)]
+            await asyncio.sleep(0.1)  # two in flight, eight waiting for a slot
+            for task in calls[::2]:
+                task.cancel()
+            results = await asyncio.gather(*calls, return_exceptions=True)
+            assert d.router.in_flight("b0") == 0
+            served = [r for r in results if not isinstance(r, BaseException)]
+            assert len(served) == 5
+            assert all(isinstance(r, asyncio.CancelledError) for r in results[::2])
+            # the slots of the cancelled callers are free: a new call is served at once
+            await asyncio.wait_for(d.chat(_payload(99), priority=1, slo_ttft_s=5.0), 2.0)
+        # (slow.most may exceed 2 here: http.server finishes a call its caller abandoned, where a
+        # real engine aborts it on the disconnect; the router's count is what the cap is about)
+    finally:
+        slow.stop()
