@@ -13,6 +13,7 @@ from agentgate.audit.spans import (
     CAPTURE_CONTENT_ENV,
     SCHEMA_URL,
     chat_span,
+    decision_span,
     execute_tool_span,
     get_tracer,
     invoke_agent_span,
@@ -145,3 +146,17 @@ def test_an_outcome_marks_a_failed_call_error_and_leaves_success_and_pauses_alon
         raised.attributes["error.type"] == "TimeoutError"
         and raised.attributes["agentgate.outcome"] == "error"
     )
+
+
+def test_a_decision_on_another_resource_is_no_genai_span(
+    tracer: Tracer, exporter: InMemorySpanExporter
+) -> None:
+    with decision_span("gpu:h100", "lease", tracer=tracer) as span:
+        record_decision(span, "deny", reason="no grant covers gpu:h100")
+    (span,) = exporter.get_finished_spans()
+    assert span.name == "lease gpu:h100" and span.kind == SpanKind.INTERNAL
+    assert (
+        span.attributes["agentgate.resource"] == "gpu:h100" and span.attributes["agentgate.action"] == "lease"
+    )
+    assert not any(key.startswith("gen_ai.") for key in span.attributes)
+    assert span.status.status_code == StatusCode.ERROR

@@ -12,7 +12,9 @@ Followed: the GenAI agent, tool and model-call spans of OpenTelemetry semantic c
   then only what the caller passes (pass ``redact``-ed arguments);
 - ``chat {model}`` (CLIENT): ``gen_ai.operation.name=chat``, ``gen_ai.request.model``,
   ``gen_ai.provider.name``, and ``gen_ai.usage.input_tokens`` / ``output_tokens`` via
-  ``record_usage``.
+  ``record_usage``;
+- ``{action} {resource}`` (INTERNAL, ``decision_span``): a decision on another kind of resource
+  (``lease gpu:h100``), with ``agentgate.resource`` and ``agentgate.action`` and no ``gen_ai.*``.
 
 ``record_decision`` adds ``agentgate.decision``, ``agentgate.policy.id``,
 ``agentgate.capability.id``, ``agentgate.chain.depth``, ``agentgate.budget.remaining`` and
@@ -132,6 +134,16 @@ def chat_span(model: str, *, provider: str | None = None, tracer: Tracer | None 
         "gen_ai.provider.name": provider,
     }
     with _span(f"chat {model}", SpanKind.CLIENT, attributes, tracer) as span:
+        yield span
+
+
+@contextmanager
+def decision_span(resource: str, action: str, *, tracer: Tracer | None = None) -> Iterator[Span]:
+    """A span for a decision on a resource that is neither a tool nor a model (``gpu:h100``
+    leases): ``{action} {resource}`` (INTERNAL) with ``agentgate.resource`` and
+    ``agentgate.action``; no ``gen_ai.*`` attribute, since it is no GenAI operation."""
+    attributes = {"agentgate.resource": resource, "agentgate.action": action}
+    with _span(f"{action} {resource}", SpanKind.INTERNAL, attributes, tracer) as span:
         yield span
 
 
