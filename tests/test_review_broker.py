@@ -18,17 +18,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_broker_gated import Setup
 
 from agentgate.cli import broker as broker_cli
 from agentgate.dispatch import inventory_from_mapping
 from agentgate.dispatch.backends import ChatChunk, Timeouts
 from agentgate.dispatch.baselines import RoundRobinRouter
-from agentgate.dispatch.broker import Broker, GangRequest, TenantQuota, from_inventory
+from agentgate.dispatch.broker import Broker, BrokerSnapshot, GangRequest, TenantQuota, from_inventory
 from agentgate.dispatch.dispatcher import Dispatcher
 from agentgate.dispatch.inventory import Inventory, load_inventory, parse_inventory
 from agentgate.dispatch.quota import TenantQuota as TenantQuota_
 from agentgate.dispatch.router import Router, RouteRequest
-from agentgate.errors import BackendFailed, DispatchError, InventoryError, Shed
+from agentgate.errors import BackendFailed, DispatchError, InventoryError, Shed, StoreError
 from agentgate.sim import SimServer
 from agentgate.store import SQLiteStore
 from agentgate.store.broker_leases import BrokerLeaseStore
@@ -484,3 +485,42 @@ async def test_callers_cancelled_while_waiting_or_in_flight_keep_no_slot() -> No
         # real engine aborts it on the disconnect; the router's count is what the cap is about)
     finally:
         slow.stop()
+
+
+# --- GatedBroker: a journal write that fails after the broker took the request -----------------------
+
+
+class FlakyJournal(BrokerLeaseStore):
+    """The real journal, with one injected fault: ``save`` raises ``StoreError`` while ``failing``
+    (what a PostgreSQL outage does between the Gate's decision and the broker's journal write)."""
+
+    failing = False
+
+    def save(self, snapshot: BrokerSnapshot) -> None:
+        if self.failing:
+            raise StoreError("injected: the journal's store is unreachable")
+        super().save(snapshot)
+
+
+def test_a_lease_whose_journal_write_failed_stays_linked_to_its_decision(tmp_path: Path) -> None:
+    setup = Setup(tmp_path)
+    try:
+        journal = FlakyJournal(setup.gate.store)
+        setup.broker.journal = journal
+        trainer = setup.ids["trainer"]
+        journal.failing = True
+        with pytest.raises(StoreError, match="injected"):
+            setup.gated.submit(trainer, GangRequest("ft-1", "ignored", gpus=2, gpu_type="H100"))
+        # The broker holds the lease (its events wait for the next call): the decision stays linked.
+        assert [lease.id for lease in setup.broker.leases()] == ["ft-1"]
+        decided = setup.gated.decisions.get("ft-1")
+        assert decided is not None
+        journal.failing = False
+        setup.gated.advance()
+        setup.gated.release(trainer, "ft-1")
+        outcomes = [(e.status, e.ref) for e in setup.entries() if e.kind == "outcome"]
+        assert outcomes == [("lease_granted", decided.audit_index), ("lease_released", decided.audit_index)]
+        assert setup.gated.decisions.get("ft-1") is None
+        assert journal.load() is not None and journal.load().leases == ()  # type: ignore[union-attr]
+    finally:
+        setup.gate.close()

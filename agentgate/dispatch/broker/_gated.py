@@ -42,7 +42,7 @@ from agentgate.dispatch.broker._model import (
     TimedOut,
     Withdrawn,
 )
-from agentgate.errors import BrokerError, BudgetExceeded, CapabilityError, Denied, LeaseLost
+from agentgate.errors import BrokerError, BudgetExceeded, CapabilityError, Denied, LeaseLost, StoreError
 from agentgate.gate import AgentIdentity, Approval, Authorization, Gate
 from agentgate.policy._schema import lease_cost
 from agentgate.store import Transaction
@@ -107,7 +107,9 @@ class GatedBroker:
         that is already live through a ``GatedBroker`` of this name (before any decision); and,
         after an allowed decision, whatever ``Broker.submit`` raises (an unknown tenant, a
         duplicate id, a gang that could never be placed), with an ``error`` outcome appended and
-        the reservation returned first.
+        the reservation returned first; except a ``StoreError`` from the broker's journal after
+        the broker took the request: the request stands (the broker's events come out of the
+        next call), linked to its decision, its reservation held.
         """
         resource = _resource(request)
         with self._lock:
@@ -136,6 +138,11 @@ class GatedBroker:
             try:
                 events = self.broker.submit(owned)
             except Exception as exc:
+                if isinstance(exc, StoreError) and self._live(request.id):
+                    # The broker took the request and only its journal write failed (StoreError):
+                    # the lease stands, its events come out of the next call, so its decision
+                    # stays linked and its budget reserved.
+                    raise
                 self._end(request.id, decided.principal, resource, "error", str(exc) or type(exc).__name__)
                 raise
             self._record(events)
@@ -287,6 +294,12 @@ class GatedBroker:
             self._append(refused, "renewal_refused", reason, 0)
             raise Denied(f"renewal of lease {lease_id!r} refused: {reason}", auth.decision) from exc
         return tuple(held)
+
+    def _live(self, request_id: str) -> bool:
+        """Whether the broker holds ``request_id`` as a lease or a waiting request."""
+        return any(lease.id == request_id for lease in self.broker.leases()) or any(
+            q.request.id == request_id for q in self.broker.queue()
+        )
 
     def _holder_request(self, identity: AgentIdentity, lease_id: str) -> GangRequest:
         """The request of ``identity``'s live lease or waiting request ``lease_id``."""
