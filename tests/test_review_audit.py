@@ -259,6 +259,27 @@ def test_checkpoint_and_proofs_do_not_hold_the_whole_log_in_memory(
     assert (entry.index, checkpoint.size) == (12_345, 30_000)
 
 
+def test_verify_and_checkpoint_read_large_entries_in_small_batches(
+    sqlite_store: SQLiteStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """verify() read 20,000 rows at a time whatever their size: a log of entries that carry
+    large loggable arguments (a document, a prompt) was read whole into memory."""
+    monkeypatch.setattr("agentgate.store.audit._FIRST_BATCH", 4, raising=False)
+    monkeypatch.setattr("agentgate.store.audit._BATCH_BYTES", 1 << 20, raising=False)
+    log = AuditLog(sqlite_store, KEY, ORIGIN)
+    for i in range(60):
+        log.append({**ENTRY, "args": {"document": f"{i:04d}" + "x" * 100_000}})
+    tracemalloc.start()
+    try:
+        note = log.checkpoint()
+        report = log.verify(saved_checkpoint=note)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert report.ok and report.size == 60, report.problems
+    assert peak < 3_000_000, peak  # the log holds 6 MB of entries
+
+
 # --- the command line ---------------------------------------------------------------------------
 
 

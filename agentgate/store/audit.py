@@ -43,6 +43,13 @@ from agentgate.store._sqlite import SQLiteStore
 DEFAULT_ORIGIN = "agentgate.local/audit"
 _sha256 = hashlib.sha256
 _BATCH = 20_000
+"""The most rows one read of the log fetches."""
+_BATCH_BYTES = 16 << 20
+"""About how many bytes of entries one read of the log fetches (memory while reading a log)."""
+_FIRST_BATCH = 64
+"""Rows in the first read, before the entries' size is known."""
+_ROW_BYTES = 100
+"""What a row costs besides its entry's bytes (index, leaf hash, Python objects), for sizing."""
 _INSERT = "INSERT INTO audit_log (idx, entry, leaf_hash) VALUES (?, ?, ?)"
 APPEND_LOCK = 27416741019937140
 """The PostgreSQL advisory lock that serializes appends (ASCII "agaudit"; the same number is
@@ -472,37 +479,45 @@ class AuditLog:
         )
         return rows[0] if rows else None
 
-    def _rows(self, *, include_entry_from: int, start: int = 0) -> Iterator[tuple[int, bytes | None, bytes]]:
-        """``(idx, entry or None, leaf_hash)`` in index order; entries only from ``include_entry_from``."""
-        last = start - 1
+    def _row_batches(
+        self, *, include_entry_from: int, start: int = 0
+    ) -> Iterator[list[tuple[int, bytes | None, bytes]]]:
+        """``(idx, entry or None, leaf_hash)`` rows in index order, from ``start``, in batches;
+        entries only from ``include_entry_from``.
+
+        A batch holds about ``_BATCH_BYTES`` (at most ``_BATCH`` rows): the first is small, the
+        next sized by the entries seen so far, so a log of large entries is read in small batches.
+        """
+        last, limit = start - 1, min(_FIRST_BATCH, _BATCH)
         while True:
             rows = self.store.query(
                 f"SELECT idx, CASE WHEN idx >= ? THEN {self._entry} END, {self._leaf} FROM audit_log "
                 "WHERE idx > ? ORDER BY idx LIMIT ?",
-                (include_entry_from, last, _BATCH),
+                (include_entry_from, last, limit),
             )
-            for idx, data, stored in rows:
-                # A NULL entry or leaf hash (a tampered table without its NOT NULL constraints)
-                # reads as empty bytes: it then fails the leaf hash check instead of crashing.
-                entry = (bytes(data) if data is not None else b"") if idx >= include_entry_from else None
-                yield int(idx), entry, _bytes(stored)
-            if len(rows) < _BATCH:
+            # A NULL entry or leaf hash (a tampered table without its NOT NULL constraints)
+            # reads as empty bytes: it then fails the leaf hash check instead of crashing.
+            batch = [
+                (int(idx), (_bytes(data) if idx >= include_entry_from else None), _bytes(stored))
+                for idx, data, stored in rows
+            ]
+            if batch:
+                yield batch
+            if len(rows) < limit:
                 return
-            last = int(rows[-1][0])
+            last = batch[-1][0]
+            size = sum(len(entry) for _i, entry, _h in batch if entry is not None) + _ROW_BYTES * len(batch)
+            limit = max(1, min(_BATCH, _BATCH_BYTES * len(batch) // size))
 
-    def _batches(self) -> Iterator[list[Row]]:
-        """Every ``(idx, entry, leaf_hash)`` row in index order, in batches."""
-        last = -1
-        while True:
-            rows = self.store.query(
-                f"SELECT idx, {self._entry}, {self._leaf} FROM audit_log WHERE idx > ? ORDER BY idx LIMIT ?",
-                (last, _BATCH),
-            )
-            if rows:
-                yield [(idx, _bytes(data), _bytes(stored)) for idx, data, stored in rows]
-            if len(rows) < _BATCH:
-                return
-            last = int(rows[-1][0])
+    def _batches(self, start: int = 0) -> Iterator[list[tuple[int, bytes, bytes]]]:
+        """Every ``(idx, entry, leaf_hash)`` row from ``start`` in index order, in batches."""
+        for batch in self._row_batches(include_entry_from=start, start=start):
+            yield [(idx, entry or b"", stored) for idx, entry, stored in batch]
+
+    def _rows(self, *, include_entry_from: int, start: int = 0) -> Iterator[tuple[int, bytes | None, bytes]]:
+        """``(idx, entry or None, leaf_hash)`` in index order; entries only from ``include_entry_from``."""
+        for batch in self._row_batches(include_entry_from=include_entry_from, start=start):
+            yield from batch
 
     def _subtree_roots(self, ranges: Sequence[tuple[int, int]], size: int) -> list[bytes]:
         """The Merkle roots of the disjoint leaf ranges ``[lo, hi)`` within the first ``size`` entries.
@@ -671,14 +686,13 @@ class AuditLog:
 
     def _diagnose(self, lo: int, hi: int) -> tuple[int, str]:
         """Find the first entry in ``[lo, hi)`` that is not what it claims to be (after a root mismatch)."""
-        rows = self.store.query(
-            f"SELECT idx, {self._entry} FROM audit_log WHERE idx >= ? AND idx < ? ORDER BY idx", (lo, hi)
-        )
-        for idx, data in rows:
+        for idx, data, _stored in self._rows(include_entry_from=lo, start=lo):
+            if idx >= hi:
+                break
             try:
-                entry = AuditEntry.from_bytes(_bytes(data))
+                entry = AuditEntry.from_bytes(data or b"")
             except TamperDetected as exc:
-                return int(idx), f"entry {idx} is malformed: {exc}"
+                return idx, f"entry {idx} is malformed: {exc}"
             if entry.index != idx:
-                return int(idx), f"entry {idx} holds the entry of index {entry.index} (inserted or reordered)"
+                return idx, f"entry {idx} holds the entry of index {entry.index} (inserted or reordered)"
         return lo, f"an entry in [{lo}, {hi}) was changed together with its leaf hash"
