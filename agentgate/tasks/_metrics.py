@@ -84,30 +84,32 @@ class WaitHistogram:
 class _Collector:
     """The one collector of a registry: every scheduler's metrics registered there, each family once.
 
-    Schedulers are held weakly; when one is collected its events and waits are folded into
-    ``_retired``, so counters never go down. Schedulers sharing one admission state (one
-    ``in_flight`` mapping) are read once for the gauges.
+    Schedulers are held weakly. The counts of one that is collected are put on ``_gone`` by its
+    finalizer (a list append: the finalizer may run inside ``collect`` or ``add``, in the middle of
+    an allocation, so it takes no lock) and folded into the retired totals by the next scrape, so
+    counters never go down. Schedulers sharing one admission state (one ``in_flight`` mapping) are
+    read once for the gauges.
     """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._members: weakref.WeakSet[SchedulerMetrics] = weakref.WeakSet()
+        self._gone: list[tuple[dict[tuple[str, str], int], WaitHistogram]] = []
         self._retired_events: dict[tuple[str, str], int] = {}
         self._retired_wait = WaitHistogram()
 
     def add(self, member: SchedulerMetrics) -> None:
         with self._lock:
             self._members.add(member)
-        weakref.finalize(member, self._retire, member.events, member.wait)
-
-    def _retire(self, events: Mapping[tuple[str, str], int], wait: WaitHistogram) -> None:
-        with self._lock:
-            for key, count in _copy(events):
-                self._retired_events[key] = self._retired_events.get(key, 0) + count
-            self._retired_wait.add(wait)
+        weakref.finalize(member, self._gone.append, (member.events, member.wait))
 
     def collect(self) -> Iterator[Metric]:
         with self._lock:
+            while self._gone:
+                gone_events, gone_wait = self._gone.pop()
+                for key, count in _copy(gone_events):
+                    self._retired_events[key] = self._retired_events.get(key, 0) + count
+                self._retired_wait.add(gone_wait)
             members = list(self._members)
             events = dict(self._retired_events)
             wait = WaitHistogram(self._retired_wait.buckets)
