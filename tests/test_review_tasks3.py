@@ -450,3 +450,56 @@ def test_keys_new_racing_processes_leave_one_whole_pair(tmp_path: Path) -> None:
             assert "already exists" in err, err
     assert _pair_state(tmp_path / "d") == "pair"
     assert load_public_key(tmp_path / "d" / "k.pub").did == winners[0]
+
+
+# --- ToolCall fields ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("fields", "match"),
+    [
+        ({"tool": 5}, "tool name"),
+        ({"tool": b"t"}, "tool name"),
+        ({"tenant": None}, "tenant and principal must be strings"),
+        ({"principal": 7}, "tenant and principal must be strings"),
+        ({"run_id": 1, "call_id": "c"}, "got 1"),
+        ({"run_id": "r", "call_id": 5}, "got 5"),
+        ({"priority": 1}, "got 1"),
+        ({"breaker_key": 3}, "got 3"),
+        ({"arguments_digest": b"d"}, "got b'd'"),
+        ({"authority_chain": "grant-hash"}, "authority_chain must be a tuple of ids"),
+        ({"authority_chain": ("a", 2)}, "authority_chain holds ids"),
+        ({"key_reaches_tool": "no"}, "key_reaches_tool must be True or False"),
+    ],
+)
+def test_a_tool_call_field_of_the_wrong_type_is_an_input_error_not_a_type_error(
+    fields: dict[str, Any], match: str
+) -> None:
+    """Before: ints as run or call ids, or a non-string tool, raised TypeError from ``submit``;
+    the others were taken as they came (see the next test for what a string chain did)."""
+    fields = {"tool": "t", **fields}
+    with pytest.raises(InputError, match=match):
+        ToolCall(**fields)
+
+
+async def test_a_chain_given_as_one_string_cannot_share_a_result_between_grants() -> None:
+    """Before: ``authority_chain="grant-b1"`` scoped the idempotency key by its last character, so
+    a call under grant b was handed the result of grant a's call without running."""
+    scheduler = Scheduler()
+    ran: list[object] = []
+
+    async def tool(attempt: Attempt) -> object:
+        ran.append(attempt.call.authority_chain)
+        return attempt.call.authority_chain
+
+    try:
+        served = []
+        for chain in ("grant-a1", "grant-b1", ["grant-a1"], ["grant-b1"]):
+            try:
+                call = ToolCall("t", run_id="r", call_id="c", authority_chain=chain)  # type: ignore[arg-type]
+            except InputError:
+                continue
+            served.append(await scheduler.submit(call, tool))
+        assert served == ran == [("grant-a1",), ("grant-b1",)]  # strings refused, lists taken as tuples
+    finally:
+        await scheduler.aclose()

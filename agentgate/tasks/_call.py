@@ -107,8 +107,31 @@ class ToolCall:
     key_reaches_tool: bool = True
 
     def __post_init__(self) -> None:
-        if not self.tool:
-            raise InputError("a tool call needs a tool name")
+        if not self.tool or not isinstance(self.tool, str):
+            raise InputError(f"a tool call needs a tool name (a non-empty string), got {self.tool!r}")
+        if not (isinstance(self.tenant, str) and isinstance(self.principal, str)):
+            raise InputError(
+                f"tool call tenant and principal must be strings, got {self.tenant!r} and {self.principal!r}"
+            )
+        for value in (self.priority, self.run_id, self.call_id, self.breaker_key, self.arguments_digest):
+            if value is not None and not isinstance(value, str):
+                raise InputError(
+                    "tool call priority, run_id, call_id, breaker_key and arguments_digest must be "
+                    f"strings or None, got {value!r}"
+                )
+        chain = self.authority_chain
+        if type(chain) is not tuple:
+            # A string here would scope the idempotency key by its last character only.
+            if not isinstance(chain, list | tuple):
+                raise InputError(f"tool call authority_chain must be a tuple of ids, got {chain!r}")
+            object.__setattr__(self, "authority_chain", chain := tuple(chain))
+        for item in chain:
+            if not isinstance(item, str):
+                raise InputError(f"tool call authority_chain holds ids (strings), got {item!r}")
+        if self.key_reaches_tool is not True and self.key_reaches_tool is not False:
+            raise InputError(
+                f"tool call key_reaches_tool must be True or False, got {self.key_reaches_tool!r}"
+            )
         if self.deadline is not None or self.grant_expires_at is not None:
             _check_time(self.deadline, "deadline")
             _check_time(self.grant_expires_at, "grant_expires_at")
