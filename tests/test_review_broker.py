@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 from test_broker_gated import Setup
+from test_broker_restart_budget import World, lease
 
 from agentgate.cli import broker as broker_cli
 from agentgate.dispatch import inventory_from_mapping
@@ -31,7 +32,7 @@ from agentgate.dispatch.quota import TenantQuota as TenantQuota_
 from agentgate.dispatch.router import Router, RouteRequest
 from agentgate.errors import BackendFailed, DispatchError, InventoryError, Shed, StoreError
 from agentgate.sim import SimServer
-from agentgate.store import SQLiteStore
+from agentgate.store import SQLiteStore, Store
 from agentgate.store.broker_leases import BrokerLeaseStore
 
 MODEL = "llama-3.1-8b"
@@ -524,3 +525,25 @@ def test_a_lease_whose_journal_write_failed_stays_linked_to_its_decision(tmp_pat
         assert journal.load() is not None and journal.load().leases == ()  # type: ignore[union-attr]
     finally:
         setup.gate.close()
+
+
+def test_a_renewal_whose_journal_write_failed_still_pays_for_the_time_it_added(store: Store) -> None:
+    world = World(store.url)
+    try:
+        journal = FlakyJournal(world.process.store)
+        world.process.broker.journal = journal
+        gated = world.process.gated
+        gated.submit(world.trainer, lease("ft-1"))  # 2 GPUs, t=1000..1060: 120,000 reserved
+        world.clock.now += 30
+        journal.failing = True
+        with pytest.raises(StoreError, match="injected"):
+            gated.renew(world.trainer, "ft-1")  # the broker renewed it (to t=1090): 60,000 more
+        journal.failing = False
+        assert world.process.broker.leases()[0].expires_at == 1090.0
+        world.clock.now += 100
+        gated.advance()
+        expired = world.process.entries()[-1]
+        assert (expired.status, expired.budget_delta) == ("lease_expired", 180_000)
+        assert world.spent() == 180_000 and world.remaining() == world.budget - 180_000
+    finally:
+        world.process.gate.close()

@@ -168,7 +168,8 @@ class GatedBroker:
         deadline, to ``ttl_s`` from now) at the policy's price. Raises ``Denied`` when the lease is
         another holder's or the renewal is refused (the grant was revoked or has expired, no
         longer covers the lease, or its budget cannot pay for the extension), ``LeaseLost`` when
-        it is not live (nothing is reserved then).
+        it is not live (nothing is reserved then), ``StoreError`` when the broker's journal write
+        fails (the lease is renewed all the same, and its extension reserved).
         """
         with self._lock:
             self._record(self.broker.advance())  # a lease that expired meanwhile is not renewed
@@ -191,20 +192,36 @@ class GatedBroker:
                     for reservation, _unit, _amount in held:
                         self.gate.ledger.release(reservation, tx)
                 raise
-            if not self.decisions.add_reservations(lease_id, held):
-                # queued around the gate: this renewal is the first decision the gate made for it
-                self.decisions.add(
-                    LeaseDecision(
-                        lease_id,
-                        identity.did,
-                        identity.grant_id,
-                        resource,
-                        auth.audit_index,
-                        self._price(resource),
-                        held,
-                    )
-                )
+            except StoreError:
+                # The broker renewed the lease and only its journal write failed: the lease runs
+                # the time this renewal added, so the lease keeps what was reserved to pay for it.
+                self._link(identity, lease_id, resource, auth, held)
+                raise
+            self._link(identity, lease_id, resource, auth, held)
         return renewed
+
+    def _link(
+        self,
+        identity: AgentIdentity,
+        lease_id: str,
+        resource: str,
+        auth: Authorization,
+        held: tuple[Reservation, ...],
+    ) -> None:
+        """Add a renewal's reservations to its lease's decision, settled when the lease ends."""
+        if not self.decisions.add_reservations(lease_id, held):
+            # queued around the gate: this renewal is the first decision the gate made for it
+            self.decisions.add(
+                LeaseDecision(
+                    lease_id,
+                    identity.did,
+                    identity.grant_id,
+                    resource,
+                    auth.audit_index,
+                    self._price(resource),
+                    held,
+                )
+            )
 
     def advance(self) -> list[BrokerEvent]:
         """Apply the clock (expiries, grace ends, timeouts, grants that follow); the events are audited."""
