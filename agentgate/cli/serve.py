@@ -1,7 +1,7 @@
 """``agentgate serve``: the OpenAI-compatible gateway (docs/gateway.md).
 
-``agentgate serve --policy FILE --inventory FILE [--host 127.0.0.1] [--port 8000] [--store URL]``
-serves ``/v1/chat/completions``, ``/v1/models``, ``/metrics`` and ``/healthz`` with uvicorn until
+``agentgate serve --policy FILE --inventory FILE [--host 127.0.0.1] [--port 8000] [--store URL]
+[--stream-stall-s SECONDS]`` serves ``/v1/chat/completions``, ``/v1/models``, ``/metrics`` and ``/healthz`` with uvicorn until
 interrupted. Every call is decided under the policy's trust anchors and recorded in the store
 (``--store``, else ``AGENTGATE_STORE``, else the default SQLite file). A policy, inventory or
 store that cannot be opened, an inventory without backends, a ``--host`` that does not resolve
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import math
 import socket
 import sys
 from typing import Any
@@ -31,6 +32,13 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     parser.add_argument("--port", type=_port, default=8000, metavar="N", help="port (default 8000)")
     parser.add_argument("--store", metavar="URL", help="store URL or path (default: AGENTGATE_STORE)")
+    parser.add_argument(
+        "--stream-stall-s",
+        type=_seconds,
+        default=None,
+        metavar="SECONDS",
+        help="cut an answer whose caller reads none of it for this long (default 30)",
+    )
     parser.set_defaults(handler=_serve)
 
 
@@ -41,6 +49,16 @@ def _port(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected a port number, got {text!r}") from None
     if not 0 < value < 65536:
         raise argparse.ArgumentTypeError(f"a port is 1 to 65535, not {value}")
+    return value
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not 0 < value < math.inf:
+        raise argparse.ArgumentTypeError(f"a stall limit is a positive number of seconds, not {text}")
     return value
 
 
@@ -59,7 +77,8 @@ def _serve(args: argparse.Namespace) -> int:
     try:
         gate = GatewayGate(policy, open_store(args.store))
         try:
-            server = GatewayServer(Gateway(gate, inventory), host=args.host, port=args.port)
+            stall = {} if args.stream_stall_s is None else {"stream_stall_s": args.stream_stall_s}
+            server = GatewayServer(Gateway(gate, inventory), host=args.host, port=args.port, **stall)
             sys.stderr.write(f"agentgate: serving {', '.join(server.gateway.models)} on {server.url}\n")
             # uvicorn shuts down gracefully on Ctrl-C, then raises it again: that is the way
             # this command ends (docs/cli.md: "runs until interrupted (exit 0)").

@@ -50,7 +50,7 @@ from agentgate.dispatch.backends import ChatChunk, ChatResult, Timeouts
 from agentgate.dispatch.dispatcher import Dispatcher
 from agentgate.dispatch.gateway._authority import APPROVAL_HEADER, GatewayDecision, GatewayGate
 from agentgate.dispatch.gateway._client import INVOCATION_HEADER, chat_call, max_tokens_of
-from agentgate.dispatch.gateway._http import BoundedHttpToolsProtocol
+from agentgate.dispatch.gateway._http import STALLED, STREAM_STALL_S, BoundedHttpToolsProtocol
 from agentgate.dispatch.gateway._upstream import UpstreamPool
 from agentgate.dispatch.inventory import Inventory
 from agentgate.dispatch.prefix import estimate_tokens, prompt_text
@@ -152,6 +152,11 @@ class Gateway:
             ["kind"],
             registry=self.registry,
         )
+        self._stalled = Counter(
+            "agentgate_gateway_streams_stalled",
+            "Streamed answers cut because the caller stopped reading (GatewayServer's stream_stall_s).",
+            registry=self.registry,
+        )
         self._flushing: asyncio.Task[None] | None = None
         """The worker thread's commit of finished calls' outcomes, while it runs (event loop only)."""
         self._starlette = Starlette(
@@ -222,6 +227,9 @@ class Gateway:
             self._in_flight -= 1
             if settled:
                 self._flush_when_idle()
+        if STALLED in scope:
+            _log.warning("agentgate gateway: %s", _stall_reason(scope))
+            self._stalled.inc()
         self._requests.labels(status=str(response.status_code)).inc()
 
     def _flush_when_idle(self) -> None:
@@ -293,7 +301,10 @@ class Gateway:
         payload.pop("max_completion_tokens", None)
         headers = {"X-Agentgate-Audit-Index": str(decision.auth.audit_index)}
         if body.get("stream"):
-            return await self._stream(decision, payload, tenant, (prompt, max_tokens), headers), True
+            stream = await self._stream(
+                decision, payload, tenant, (prompt, max_tokens), headers, request.scope
+            )
+            return stream, True
         try:
             result = await self.gate.arun(
                 decision.auth,
@@ -336,11 +347,13 @@ class Gateway:
         tenant: str,
         reserved: tuple[int, int],
         headers: dict[str, str],
+        scope: Scope,
     ) -> Response:
         chunks = self.gate.gated_stream(
             decision.auth,
             self.dispatcher.stream(payload, tenant=tenant, slo_ttft_s=self.slo_ttft_s),
             reserved,
+            left=lambda: _stall_reason(scope),
         )
         # Wait for the first chunk before answering, so that a call no backend can take gets an
         # HTTP error status rather than a 200 stream that fails.
@@ -353,7 +366,7 @@ class Gateway:
         options = payload.get("stream_options")
         include_usage = isinstance(options, Mapping) and bool(options.get("include_usage"))
         events = self._events(chunks, first, str(payload["model"]), include_usage)
-        return StreamingResponse(events, media_type="text/event-stream", headers=headers)
+        return _EventStream(events, media_type="text/event-stream", headers=headers)
 
     async def _events(
         self,
@@ -361,7 +374,7 @@ class Gateway:
         first: ChatChunk | None,
         model: str,
         include_usage: bool,
-    ) -> AsyncIterator[bytes]:
+    ) -> AsyncGenerator[bytes, None]:
         ident = f"chatcmpl-{uuid.uuid4().hex}"
         created = int(time.time())
 
@@ -528,6 +541,33 @@ def _dispatch_error(exc: AgentGateError) -> Response:
     return error_response(503, "the call could not be served; nothing was charged", type(exc).__name__)
 
 
+def _stall_reason(scope: Scope) -> str | None:
+    """Why a stream's caller went away, when it stopped reading (the protocol cut it); else None."""
+    stall = scope.get(STALLED)
+    if stall is None:
+        return None
+    return f"caller_stalled: the caller read nothing of the stream for {stall:g} s; the stream was cut"
+
+
+class _EventStream(StreamingResponse):
+    """A ``StreamingResponse`` that closes its events when it ends, however it ends.
+
+    Starlette leaves a body iterator that was waiting on ``send`` (a caller that stopped reading,
+    then was cut) suspended, to be closed whenever it is collected; closing it here settles the
+    call and closes its backend request at once.
+    """
+
+    def __init__(self, events: AsyncGenerator[bytes, None], **kwargs: Any) -> None:
+        super().__init__(events, **kwargs)
+        self._events = events
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            await self._events.aclose()
+
+
 class _Entry:
     """The ASGI entry point: ``POST /v1/chat/completions`` straight to ``chat``, the rest to ``other``."""
 
@@ -546,14 +586,27 @@ class GatewayServer:
     """Serves a ``Gateway`` with uvicorn, in the foreground (``run``) or a background thread (``start``)."""
 
     def __init__(
-        self, gateway: Gateway, *, host: str = "127.0.0.1", port: int = 8000, shutdown_grace_s: int = 10
+        self,
+        gateway: Gateway,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 8000,
+        shutdown_grace_s: int = 10,
+        stream_stall_s: float = STREAM_STALL_S,
     ) -> None:
         """``shutdown_grace_s``: how long stopping waits for calls in flight (a stream whose caller
         stopped reading would otherwise hold the shutdown for as long as it lasts); then they are
-        cancelled, and each is settled as a caller that went away (its outcome recorded)."""
+        cancelled, and each is settled as a caller that went away (its outcome recorded).
+
+        ``stream_stall_s``: how long an answer may wait for a caller that reads none of it (its
+        bytes fill the socket's buffers, nothing leaves them) before the connection is aborted,
+        the backend request cancelled and the call settled as abandoned, its outcome audited as
+        ``caller_stalled``. Raises ``InputError`` unless it is a positive number of seconds.
+        """
         self.gateway = gateway
         self.host = host
         self.shutdown_grace_s = shutdown_grace_s
+        self.stream_stall_s = stream_stall_s
         config = uvicorn.Config(
             gateway.app,
             host=host,
@@ -563,7 +616,7 @@ class GatewayServer:
             lifespan="on",
             # Request heads are bounded in size and time (a chain token, in a header, may be up
             # to 32 KiB: docs/token-format.md); uvicorn's own httptools protocol bounds neither.
-            http=BoundedHttpToolsProtocol,
+            http=BoundedHttpToolsProtocol.with_stall(stream_stall_s),
             timeout_graceful_shutdown=shutdown_grace_s,
         )
         self.server = uvicorn.Server(config)

@@ -18,7 +18,7 @@ import contextlib
 import json
 import threading
 from collections import OrderedDict
-from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -264,7 +264,12 @@ class GatewayGate(Gate):
         return GatewayDecision(recorded)
 
     async def gated_stream(
-        self, auth: Authorization, chunks: AsyncIterator[ChatChunk], reserved: tuple[int, int]
+        self,
+        auth: Authorization,
+        chunks: AsyncIterator[ChatChunk],
+        reserved: tuple[int, int],
+        *,
+        left: Callable[[], str | None] | None = None,
     ) -> AsyncGenerator[ChatChunk, None]:
         """Pass a streamed answer through for an allowed call, in its span, then settle its budget.
 
@@ -279,10 +284,14 @@ class GatewayGate(Gate):
         left in one context (a web server may resume this generator from another task). It reads
         at most ``STREAM_AHEAD`` chunks ahead of the caller: a caller that reads slowly slows the
         backend read down instead of having its answer pile up in the gateway's memory.
+
+        ``left``, when given, is asked why the caller went away when the stream is abandoned
+        (e.g. it stopped reading and its connection was cut); its answer is the outcome's reason
+        in the audit log, instead of the bare cancellation.
         """
         self._check_allowed(auth)
         queue: asyncio.Queue[ChatChunk | BaseException | None] = asyncio.Queue(STREAM_AHEAD)
-        pump = asyncio.create_task(self._pump(auth, chunks, reserved, queue))
+        pump = asyncio.create_task(self._pump(auth, chunks, reserved, queue, left))
         try:
             while (item := await queue.get()) is not None:
                 if isinstance(item, BaseException):
@@ -300,6 +309,7 @@ class GatewayGate(Gate):
         chunks: AsyncIterator[ChatChunk],
         reserved: tuple[int, int],
         queue: asyncio.Queue[ChatChunk | BaseException | None],
+        left: Callable[[], str | None] | None,
     ) -> None:
         usage: tuple[int, int] | None = None
         delivered = False
@@ -316,7 +326,7 @@ class GatewayGate(Gate):
                 error = type(exc).__name__
                 last = exc
             except BaseException as exc:  # cancelled: the caller is gone, nobody reads the queue
-                error = type(exc).__name__
+                error = (left() if left is not None else None) or type(exc).__name__
                 raise
             finally:
                 if isinstance(chunks, AsyncGenerator):

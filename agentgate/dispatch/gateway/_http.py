@@ -7,29 +7,68 @@ that sends its head a byte at a time (or nothing at all) held its connection ope
 408 and closes when a head is not complete ``HEAD_TIMEOUT_S`` after the connection opened or
 after the head's first byte arrived (an idle kept-alive connection stays under uvicorn's own
 keep-alive timeout).
+
+It also bounds the answer's side: a caller that stops reading (its socket open, its receive
+window shut) made uvicorn wait for the socket to drain with no limit, so a stalled stream held
+its connection, its backend request and its budget reservation for ever. Once the answer has
+filled the socket's buffers (the transport paused writing, as nginx's ``send_timeout`` starts
+when a write would block) and the caller then takes none of the bytes written for ``stall_s``
+seconds, the connection is aborted and the request's scope marked (``STALLED``); the app sees the
+caller gone and settles the call (docs/gateway.md). A caller that reads, however slowly, is not
+cut: each ``stall_s`` in which it took any bytes starts the clock again.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import fcntl
+import math
+import socket
+import struct
+import sys
+import termios
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from agentgate.errors import InputError
 
 MAX_HEAD_BYTES = 64 * 1024
 """The most bytes of one request's line and headers (a chain token is at most 32 KiB)."""
 HEAD_TIMEOUT_S = 10.0
 """Seconds a client has to send a whole request head."""
+STREAM_STALL_S = 30.0
+"""Default seconds an answer may wait for its caller to read anything before the connection is cut."""
+STALLED = "agentgate.stalled"
+"""Scope key set (to the stall limit, in seconds) on a request whose caller stopped reading."""
 
 
 class BoundedHttpToolsProtocol(HttpToolsProtocol):
     """``HttpToolsProtocol`` that refuses request heads over ``MAX_HEAD_BYTES`` (431) or slower
-    than ``HEAD_TIMEOUT_S`` (408); the connection is closed after either answer."""
+    than ``HEAD_TIMEOUT_S`` (408); the connection is closed after either answer. An answer that
+    the caller stops reading is cut after ``stall_s`` seconds without progress (``with_stall``)."""
+
+    stall_s = STREAM_STALL_S
+    """Seconds the send buffer may stay full with none of it read before the connection is aborted."""
 
     _head_bytes = 0
     _reading_head = True
     _tail = b""
     """The last bytes of the head read so far (an end of head may span two reads)."""
     _head_timer: asyncio.TimerHandle | None = None
+    _stall_timer: asyncio.TimerHandle | None = None
+    _stall_mark = 0
+    """Bytes the caller had not taken when the stall clock last (re)started (``_untaken``)."""
+
+    @classmethod
+    def with_stall(cls, stall_s: float) -> type[BoundedHttpToolsProtocol]:
+        """This protocol with a stall limit of ``stall_s`` seconds (a positive finite number).
+
+        Raises ``InputError`` for any other value.
+        """
+        if not (isinstance(stall_s, int | float) and 0 < stall_s < math.inf) or isinstance(stall_s, bool):
+            raise InputError(f"the stream stall limit must be a positive number of seconds, not {stall_s!r}")
+        return type(cls.__name__, (cls,), {"stall_s": float(stall_s), "__doc__": cls.__doc__})
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -66,7 +105,57 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._stop_head_timer()
+        self._stop_stall_timer()
         super().connection_lost(exc)
+
+    def pause_writing(self) -> None:
+        # The send buffer passed its high-water mark: the caller reads slower than we write.
+        super().pause_writing()
+        self._stall_mark = self._untaken()
+        self._stop_stall_timer()
+        self._stall_timer = self.loop.call_later(self.stall_s, self._check_stall)
+
+    def resume_writing(self) -> None:
+        self._stop_stall_timer()
+        super().resume_writing()
+
+    def _stop_stall_timer(self) -> None:
+        if self._stall_timer is not None:
+            self._stall_timer.cancel()
+            self._stall_timer = None
+
+    def _untaken(self) -> int:
+        """Bytes written that the caller has not taken yet: those in the transport's buffer and,
+        where the system tells (Linux: ``SIOCOUTQ``), those in the socket's send queue, so that
+        a caller reading a little at a time counts as reading (the kernel only reports the
+        socket writable again once a third of its buffer, up to MiBs, is free)."""
+        waiting = self.transport.get_write_buffer_size()
+        sock = self.transport.get_extra_info("socket")
+        if sock is not None:
+            with contextlib.suppress(OSError, ValueError):
+                queued = fcntl.ioctl(sock.fileno(), termios.TIOCOUTQ, b"\0\0\0\0")
+                waiting += int.from_bytes(queued, sys.byteorder, signed=True)
+        return waiting
+
+    def _check_stall(self) -> None:
+        """``stall_s`` after writing paused (or after the last progress): a caller that took some
+        of the bytes meanwhile gets another ``stall_s``; one that took nothing is cut."""
+        self._stall_timer = None
+        waiting = self._untaken()
+        if waiting < self._stall_mark:
+            self._stall_mark = waiting
+            self._stall_timer = self.loop.call_later(self.stall_s, self._check_stall)
+            return
+        if self.cycle is not None and not self.cycle.response_complete:
+            self.cycle.scope[STALLED] = self.stall_s  # type: ignore[literal-required]
+        # A reset, not a close: close() would wait for the unread bytes for ever, and a closed
+        # socket the kernel still tries to deliver holds its MiBs of buffers (nginx's
+        # reset_timedout_connection does the same).
+        sock = self.transport.get_extra_info("socket")
+        if sock is not None:
+            with contextlib.suppress(OSError, ValueError):
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        self.transport.abort()
 
     def _start_head_timer(self) -> None:
         self._stop_head_timer()

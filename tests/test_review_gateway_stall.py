@@ -1,0 +1,313 @@
+"""(Review F1) A streaming caller that stops reading, and the simulated backend's ``n``.
+
+A caller that read the headers of a streamed answer and then stopped reading, with its socket
+open, held its connection, the backend request (and its slot) and the budget reservation for
+ever: uvicorn waits for the socket to drain with no limit. Here over real HTTP on 127.0.0.1: a
+raw socket client with a small receive buffer (``SO_RCVBUF``), a real ``GatewayServer`` on a
+SQLite store, and a real simulated backend (``SimServer``) that streams far more than the socket
+buffers on both sides hold.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, cast
+
+import httpx
+import pytest
+import uvicorn
+
+from agentgate.cli.main import build_parser
+from agentgate.dispatch import inventory_from_mapping
+from agentgate.dispatch.gateway import Gateway, GatewayGate, GatewayServer, invocation_headers
+from agentgate.dispatch.gateway._http import STALLED, BoundedHttpToolsProtocol
+from agentgate.errors import InputError
+from agentgate.gate import AgentIdentity
+from agentgate.keys import SigningKey
+from agentgate.policy import parse_policy
+from agentgate.sim import SimServer
+from agentgate.store import SQLiteStore
+
+MODEL = "llama-3.1-8b"
+POLICY = """
+version: 1
+trust_anchors: {{root: {{did: "{root}"}}}}
+principals:
+  agent: {{kind: agent, did: "{agent}", roles: [chat]}}
+models:
+  {model}: {{cost_per_mtok: {{input: 1000000, output: 1000000}}}}
+roles:
+  chat:
+    kind: agent
+    capabilities: [{{resource: "model:{model}"}}]
+    budget: {{limit: 100000000, unit: usd_micros}}
+    ttl_s: 3600
+"""
+STALL_S = 0.5
+
+
+@dataclass
+class Env:
+    gate: GatewayGate
+    server: GatewayServer
+    sim: SimServer
+    agent: AgentIdentity
+
+    def kinds(self) -> list[str]:
+        self.gate.flush()
+        return [e.kind for e in self.gate.audit.entries()]
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> Iterator[Env]:
+    root, agent_key = SigningKey.generate(), SigningKey.generate()
+    policy = parse_policy(POLICY.format(root=root.did, agent=agent_key.did, model=MODEL), source="p.yaml")
+    gate = GatewayGate(policy, SQLiteStore(tmp_path / "agentgate.db"))
+    # Fast (thousands of tokens a second, each an SSE event of ~130 bytes): a few seconds fill
+    # the loopback socket buffers, which the kernel grows to several MiB.
+    sim = SimServer(model_name=MODEL, time_scale=0.02).start()
+    inventory = inventory_from_mapping(
+        {"backends": [{"name": "sim", "url": sim.url, "engine": "vllm", "models": [MODEL]}]}
+    )
+    server = GatewayServer(Gateway(gate, inventory), port=0, stream_stall_s=STALL_S).start()
+    agent = gate.issue(root, name="agent", key=agent_key, role="chat")
+    try:
+        yield Env(gate, server, sim, agent)
+    finally:
+        server.stop()
+        sim.stop()
+        gate.close()
+
+
+def _request(env: Env, body: dict[str, Any]) -> bytes:
+    headers = invocation_headers(env.agent.key, env.agent.chain, body)
+    raw = json.dumps(body).encode()
+    head = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+    return (
+        f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n{head}Content-Length: {len(raw)}\r\n\r\n".encode()
+        + raw
+    )
+
+
+@contextlib.contextmanager
+def _stalled_reader(env: Env, body: dict[str, Any]) -> Iterator[socket.socket]:
+    """A connection that sent ``body``, read the answer's head, and reads nothing more."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # before connecting: the window
+    try:
+        sock.settimeout(10)
+        sock.connect(("127.0.0.1", env.server.port))
+        sock.sendall(_request(env, body))
+        head = b""
+        while b"\r\n\r\n" not in head:
+            piece = sock.recv(1)
+            assert piece, "the gateway closed before answering"
+            head += piece
+        assert head.startswith(b"HTTP/1.1 200"), head
+        yield sock
+    finally:
+        sock.close()
+
+
+def _assert_reset(sock: socket.socket) -> None:
+    """The peer reset ``sock``: not closed gracefully, nothing of the unread answer kept for it."""
+    sock.settimeout(5)
+    with pytest.raises(ConnectionResetError):
+        while sock.recv(1 << 20):
+            pass
+
+
+@pytest.mark.slow
+def test_a_caller_that_stops_reading_a_stream_is_cut_settled_audited_and_closed(env: Env) -> None:
+    body = {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": "Tell me everything."}],
+        "max_tokens": 100_000,
+        "stream": True,
+    }
+    with _stalled_reader(env, body) as sock:
+        deadline = time.monotonic() + 20
+        while env.kinds().count("outcome") < 1:
+            assert time.monotonic() < deadline, "a stalled caller held its call for ever"
+            time.sleep(0.1)
+        # The outcome says why: the caller stopped reading; the stream had delivered output, so
+        # its reservation is charged (docs/gateway.md, "What is charged"), not left held.
+        (outcome,) = [e for e in env.gate.audit.entries() if e.kind == "outcome"]
+        assert outcome.status == "error"
+        assert any("stalled" in reason for reason in outcome.reasons), outcome.reasons
+        states = [row[0] for row in env.gate.store.query("SELECT state FROM budget_reservations")]
+        assert states and "reserved" not in states
+        # The backend request was cancelled (the simulated engine has nothing left to run) ...
+        assert env.sim._runner is not None
+        until = time.monotonic() + 5
+        while env.sim._runner.live or env.sim.engine.has_work():
+            assert time.monotonic() < until, "the backend request still runs"
+            time.sleep(0.05)
+        # ... and the caller's connection is reset by the gateway.
+        _assert_reset(sock)
+    assert env.gate.verify().ok
+    # The gateway still serves.
+    small = {**body, "max_tokens": 4, "stream": False}
+    headers = invocation_headers(env.agent.key, env.agent.chain, small)
+    assert (
+        httpx.post(f"{env.server.url}/chat/completions", json=small, headers=headers, timeout=10).status_code
+        == 200
+    )
+
+
+class _Firehose:
+    """uvicorn with the gateway's protocol (stall limit ``STALL_S``) serving an app that streams
+    ``TOTAL`` bytes as fast as the connection takes them: the loopback socket buffers (several
+    MiB once the kernel has grown them) fill in milliseconds, not in seconds of tokens."""
+
+    TOTAL = 24 << 20
+
+    def __init__(self) -> None:
+        self.finished: list[bool] = []
+        config = uvicorn.Config(
+            self._app,
+            host="127.0.0.1",
+            port=0,
+            log_level="warning",
+            lifespan="off",
+            interface="asgi3",
+            http=BoundedHttpToolsProtocol.with_stall(STALL_S),
+        )
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    async def _app(self, scope: Any, receive: Any, send: Any) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        block = b"x" * (64 << 10)
+        sent = 0
+        while sent < self.TOTAL:
+            await send({"type": "http.response.body", "body": block, "more_body": True})
+            sent += len(block)
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+        self.finished.append(STALLED not in scope)
+
+    def __enter__(self) -> socket.socket:
+        self.thread.start()
+        deadline = time.monotonic() + 10
+        while not self.server.started:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        port = self.server.servers[0].sockets[0].getsockname()[1]
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        self.sock.settimeout(10)
+        self.sock.connect(("127.0.0.1", port))
+        self.sock.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        return self.sock
+
+    def __exit__(self, *exc: object) -> None:
+        self.sock.close()
+        self.server.should_exit = True
+        self.thread.join(10)
+
+
+def test_a_caller_that_reads_slowly_but_steadily_is_not_cut() -> None:
+    # The limit is on progress, not on speed: a caller that keeps reading, in bursts far slower
+    # than the server writes (its send buffer stays full for four stall limits in a row),
+    # gets its whole answer.
+    firehose = _Firehose()
+    with firehose as sock:
+        time.sleep(STALL_S / 2)  # every buffer on the way fills up
+        received = 0
+        for _ in range(int(4 * STALL_S / 0.2)):  # a burst every 0.2 s, for four stall limits
+            time.sleep(0.2)
+            goal = received + (32 << 10)
+            while received < goal:
+                piece = sock.recv(goal - received)
+                assert piece, "the server cut a caller that was reading"
+                received += len(piece)
+        while piece := sock.recv(1 << 20):
+            received += len(piece)
+            if received >= _Firehose.TOTAL:
+                break
+        assert received >= _Firehose.TOTAL
+    assert firehose.finished == [True]
+
+
+def test_a_caller_that_reads_nothing_is_cut_after_the_stall_limit() -> None:
+    firehose = _Firehose()
+    with firehose as sock:
+        started = time.monotonic()
+        while not firehose.finished:
+            assert time.monotonic() < started + 10, "a caller that reads nothing held its connection"
+            time.sleep(0.05)
+        # After the limit (plus the moment it takes to fill the buffers), not at once.
+        assert STALL_S <= time.monotonic() - started < STALL_S + 5
+        assert firehose.finished == [False]  # the app saw its caller gone, and the mark
+        _assert_reset(sock)
+
+
+@pytest.mark.parametrize("stall", [0, -1, float("inf"), float("nan"), True])
+def test_a_stall_limit_that_is_not_a_positive_number_of_seconds_is_refused(env: Env, stall: Any) -> None:
+    with pytest.raises(InputError, match="stall"):
+        GatewayServer(env.server.gateway, port=0, stream_stall_s=stall)
+
+
+@pytest.mark.slow
+def test_agentgate_serve_takes_the_stall_limit(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root, agent_key = SigningKey.generate(), SigningKey.generate()
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(POLICY.format(root=root.did, agent=agent_key.did, model=MODEL))
+    command = [sys.executable, "-m", "agentgate.cli.main", "serve", "--policy", str(policy)]
+    for bad in ("0", "-1", "inf", "soon"):
+        with pytest.raises(SystemExit) as refused:
+            build_parser().parse_args(["serve", "--policy", "p", "--inventory", "i", "--stream-stall-s", bad])
+        assert refused.value.code == 2
+    assert "--stream-stall-s" in capsys.readouterr().err
+    with SimServer(model_name=MODEL, time_scale=0.02) as sim:
+        inventory = tmp_path / "inventory.yaml"
+        inventory.write_text(
+            f"backends:\n  - {{name: sim, url: '{sim.url}', engine: vllm, models: [{MODEL}]}}\n"
+        )
+        store = tmp_path / "serve.db"
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        issuer = GatewayGate(parse_policy(policy.read_text(), source=str(policy)), SQLiteStore(store))
+        agent = issuer.issue(root, name="agent", key=agent_key, role="chat")
+        command += ["--inventory", str(inventory), "--store", str(store), "--port", str(port)]
+        process = subprocess.Popen([*command, "--stream-stall-s", "0.5"], stderr=subprocess.PIPE)
+        try:
+            deadline = time.monotonic() + 20
+            while True:
+                with contextlib.suppress(httpx.TransportError):
+                    if httpx.get(f"http://127.0.0.1:{port}/healthz").status_code == 200:
+                        break
+                assert process.poll() is None and time.monotonic() < deadline, "agentgate serve did not start"
+                time.sleep(0.1)
+            env = Env(issuer, cast(GatewayServer, _Port(port)), sim, agent)
+            body = {
+                "model": MODEL,
+                "messages": [{"role": "user", "content": "Tell me everything."}],
+                "max_tokens": 100_000,
+                "stream": True,
+            }
+            with _stalled_reader(env, body):
+                deadline = time.monotonic() + 30
+                while not (outcomes := [e for e in issuer.audit.entries() if e.kind == "outcome"]):
+                    assert time.monotonic() < deadline, "agentgate serve held a stalled caller"
+                    time.sleep(0.2)
+            assert any("for 0.5 s" in reason for reason in outcomes[0].reasons), outcomes[0].reasons
+        finally:
+            process.terminate()
+            process.communicate(timeout=20)
+            issuer.close()
+
+
+@dataclass
+class _Port:
+    port: int
