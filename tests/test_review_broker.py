@@ -30,7 +30,7 @@ from agentgate.dispatch.dispatcher import Dispatcher
 from agentgate.dispatch.inventory import Inventory, load_inventory, parse_inventory
 from agentgate.dispatch.quota import TenantQuota as TenantQuota_
 from agentgate.dispatch.router import Router, RouteRequest
-from agentgate.errors import BackendFailed, DispatchError, InventoryError, Shed, StoreError
+from agentgate.errors import BackendFailed, DispatchError, InputError, InventoryError, Shed, StoreError
 from agentgate.sim import SimServer
 from agentgate.store import SQLiteStore, Store
 from agentgate.store.broker_leases import BrokerLeaseStore
@@ -547,3 +547,15 @@ def test_a_renewal_whose_journal_write_failed_still_pays_for_the_time_it_added(s
         assert world.spent() == 180_000 and world.remaining() == world.budget - 180_000
     finally:
         world.process.gate.close()
+
+
+# --- a tenant token quota that is no quota is refused when it is made, not at a tenant's first call ----
+
+
+@pytest.mark.parametrize(
+    ("rate", "burst"),
+    [(0.0, 10.0), (10.0, 0.0), (-1.0, 10.0), (float("nan"), 10.0), (10.0, float("nan")), (float("inf"), 1.0)],
+)
+def test_a_token_quota_that_is_no_quota_is_a_typed_error_when_made(rate: float, burst: float) -> None:
+    with pytest.raises(InputError, match="quota"):
+        TenantQuota_(rate_tokens_per_s=rate, burst_tokens=burst)

@@ -10,25 +10,36 @@ falls below ``-burst``, so a tenant's debt, and its wait, stay bounded.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+
+from agentgate.errors import InputError
 
 
 @dataclass(frozen=True, slots=True)
 class TenantQuota:
-    """A tenant's share of model tokens."""
+    """A tenant's share of model tokens.
+
+    Raises ``InputError`` on construction unless both numbers are positive and finite (a zero,
+    negative or NaN quota used to pass here and fail, untyped, at the tenant's first call).
+    """
 
     rate_tokens_per_s: float
     """Refill rate."""
     burst_tokens: float
     """Bucket size."""
 
+    def __post_init__(self) -> None:
+        for name in ("rate_tokens_per_s", "burst_tokens"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf:
+                raise InputError(f"token quota: {name} must be a positive finite number, got {value!r}")
+
 
 class TokenBucket:
     """One tenant's balance."""
 
     def __init__(self, quota: TenantQuota, now: float) -> None:
-        if quota.rate_tokens_per_s <= 0 or quota.burst_tokens <= 0:
-            raise ValueError("a quota's rate and burst must be positive")
         self.quota = quota
         self.tokens = quota.burst_tokens
         self.updated = now
