@@ -311,3 +311,27 @@ def test_agentgate_serve_takes_the_stall_limit(tmp_path: Path, capsys: pytest.Ca
 @dataclass
 class _Port:
     port: int
+
+
+# --- SimServer and `n` -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "extra", [{"n": 3}, {"n": 0}, {"n": True}, {"n": "2"}, {"best_of": 2}, {"n": 2, "stream": True}]
+)
+def test_the_simulated_backend_refuses_several_choices_rather_than_answer_one(extra: dict[str, Any]) -> None:
+    # SimServer ignored `n`: asked for 3 choices it generated and answered one, with the usage of
+    # one, so anything measured through it (a gateway's charge for n choices, latency under n)
+    # was off by n. It serves one choice per request and says so, as an OpenAI-style 400.
+    with SimServer(time_scale=0.05) as sim, httpx.Client() as http:
+        body = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+        answer = http.post(f"{sim.url}/v1/chat/completions", json={**body, **extra})
+        assert answer.status_code == 400, answer.text
+        error = answer.json()["error"]
+        name = "best_of" if "best_of" in extra else "n"
+        assert error["type"] == "invalid_request_error" and error["message"].startswith(f"{name}: ")
+        assert "one choice" in error["message"]
+        assert sim.served == 0 and not sim.engine.has_work()
+        for one in ({"n": 1}, {"n": None}, {"best_of": 1}):
+            reply = http.post(f"{sim.url}/v1/chat/completions", json={**body, **one})
+            assert reply.status_code == 200 and len(reply.json()["choices"]) == 1

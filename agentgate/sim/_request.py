@@ -5,7 +5,9 @@ hostile body is an ``InputError`` (HTTP 400) and never a 500 or unbounded work: 
 strict JSON (no ``NaN``/``Infinity``, nesting within the parser's depth), a JSON object whose
 ``messages`` are a non-empty list of objects with a string ``role``; ``max_tokens`` (or
 ``max_completion_tokens``) an integer from 1 to the context limit, defaulting to 16; ``stream`` a
-boolean and ``stream_options`` an object. Like vLLM, a request whose prompt plus ``max_tokens``
+boolean and ``stream_options`` an object; ``n`` and ``best_of`` absent, null or 1 (one choice per
+request: the engine models one sequence per request, so a request for several is refused rather
+than answered with one, and usage for one). Like vLLM, a request whose prompt plus ``max_tokens``
 exceeds the context limit (``max_model_len``) is refused rather than queued.
 """
 
@@ -21,6 +23,8 @@ from agentgate.errors import InputError
 
 DEFAULT_MAX_TOKENS = 16
 """Tokens generated when a request names no ``max_tokens`` (OpenAI's legacy default)."""
+_ONE_CHOICE = ("n", "best_of")
+"""Fields that ask for several sequences (vLLM honours both): absent, null or 1 here."""
 
 
 class _Message(BaseModel):
@@ -74,7 +78,7 @@ def parse_chat(raw: bytes, max_model_len: int) -> ChatRequest:
     """Read a chat-completions body, refusing anything the simulated backend cannot serve.
 
     Raises ``InputError`` naming the offending field: for bytes that are not strict JSON (or nest
-    too deeply), fields of the wrong type, a ``max_tokens`` outside 1..``max_model_len``, or a
+    too deeply), fields of the wrong type, ``n`` or ``best_of`` other than 1, a ``max_tokens`` outside 1..``max_model_len``, or a
     prompt plus ``max_tokens`` longer than ``max_model_len`` tokens.
     """
     try:
@@ -83,6 +87,14 @@ def parse_chat(raw: bytes, max_model_len: int) -> ChatRequest:
         raise InputError("the body nests too deeply") from None
     except (ValueError, UnicodeDecodeError) as exc:
         raise InputError(f"the body is not JSON: {exc}") from None
+    if isinstance(data, dict):
+        for name in _ONE_CHOICE:
+            value = data.get(name)
+            if value is not None and (value != 1 or not isinstance(value, int) or isinstance(value, bool)):
+                raise InputError(
+                    f"{name}: the simulated backend generates one choice per request; "
+                    f"send {name}=1 (or leave it out), not {json.dumps(value)[:40]}"
+                )
     try:
         body = _Body.model_validate(data)
     except ValidationError as exc:

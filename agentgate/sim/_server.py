@@ -5,7 +5,8 @@ server on its own thread and event loop. Engine steps take their simulated durat
 ``time_scale`` of wall-clock time, so tests run fast. Endpoints:
 
 - ``POST /v1/chat/completions``: OpenAI chat completions, streaming (SSE) or not; the prompt is
-  estimated at four characters per token and ``max_tokens`` tokens are generated. A malformed
+  estimated at four characters per token and ``max_tokens`` tokens are generated, one choice per
+  request (``n`` or ``best_of`` other than 1 is refused). A malformed
   body, or one whose prompt plus ``max_tokens`` exceeds ``max_model_len`` (the lesser of the
   argument, default 131072, and the KV capacity), is a 400 with an OpenAI error body
   (``_request.py``); a body over ``MAX_BODY_BYTES`` (16 MiB) is refused unread. A non-streaming request whose client hangs up is cancelled in the engine.
