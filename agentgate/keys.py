@@ -53,6 +53,8 @@ def read_regular_file(
         fd = os.open(path, flags)
     except OSError as exc:
         raise error(f"{path}: cannot read {what}: {exc.strerror}") from None
+    except ValueError:  # a NUL byte in the path, which no file name can hold
+        raise error(f"{str(path)!r}: cannot read {what}: the path holds a NUL byte") from None
     try:
         status = os.fstat(fd)
         if not stat.S_ISREG(status.st_mode):
@@ -85,7 +87,9 @@ def did_from_public_key(public_key: bytes) -> str:
 
 def public_key_from_did(did: str) -> bytes:
     """The raw public key inside an Ed25519 ``did:key``; raises ``KeyFileError`` on anything else."""
-    if not isinstance(did, str) or not did.startswith(_DID_PREFIX) or len(did) > 64:
+    if not isinstance(did, str):  # a JSON number or null where a did belongs: no TypeError
+        raise KeyFileError(f"not an Ed25519 did:key: {repr(did)[:80]}")
+    if not did.startswith(_DID_PREFIX) or len(did) > 64:
         raise KeyFileError(f"not an Ed25519 did:key: {did[:80]!r}")
     try:
         raw = base58.b58decode(did[len(_DID_PREFIX) :])
@@ -180,6 +184,10 @@ def save_key(key: SigningKey, directory: Path, name: str) -> tuple[Path, Path]:
         directory.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise KeyFileError(f"{directory}: cannot create the key directory: {exc.strerror}") from None
+    except ValueError:  # a NUL byte in the path
+        raise KeyFileError(
+            f"{str(directory)!r}: cannot create the key directory: the path holds a NUL byte"
+        ) from None
     key_path, pub_path = directory / f"{name}.key", directory / f"{name}.pub"
     pem = Ed25519PrivateKey.from_private_bytes(key.seed).private_bytes(
         serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
@@ -326,8 +334,14 @@ class Keyring:
         self._keys[key.did] = key
 
     def get(self, did: str) -> PublicKey:
-        """The key for ``did``; a ``did:key`` is self-describing, so unknown ones are decoded."""
-        key = self._keys.get(did)
+        """The key for ``did``; a ``did:key`` is self-describing, so unknown ones are decoded.
+
+        Raises ``KeyFileError`` for anything that is not an Ed25519 ``did:key`` (a list or a
+        number included)."""
+        try:
+            key = self._keys.get(did)
+        except TypeError:  # unhashable: not a did
+            raise KeyFileError(f"not an Ed25519 did:key: {repr(did)[:80]}") from None
         if key is None:
             key = PublicKey.from_did(did)
             self._keys[did] = key

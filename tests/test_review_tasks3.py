@@ -28,7 +28,7 @@ from typing import Any
 import pytest
 
 from agentgate.errors import DeadlineExceeded, InputError, KeyFileError, PolicyError, SchedulingError
-from agentgate.keys import SigningKey, load_public_key, load_signing_key, save_key
+from agentgate.keys import Keyring, PublicKey, SigningKey, load_public_key, load_signing_key, save_key
 from agentgate.policy import parse_policy
 from agentgate.tasks import (
     DEFAULT_CLASSIFIER,
@@ -503,3 +503,26 @@ async def test_a_chain_given_as_one_string_cannot_share_a_result_between_grants(
         assert served == ran == [("grant-a1",), ("grant-b1",)]  # strings refused, lists taken as tuples
     finally:
         await scheduler.aclose()
+
+
+# --- keys: what is not a did or a path -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("did", [None, 123, ["did:key:z6Mk"], {"did": "x"}])
+def test_a_did_that_is_not_a_string_is_a_key_file_error_not_a_type_error(did: object) -> None:
+    """Before: TypeError (``did[:80]`` of an int, an unhashable list in ``Keyring.get``), which
+    callers catching ``KeyFileError`` (``Approval.verify``) let escape as a traceback."""
+    with pytest.raises(KeyFileError, match="not an Ed25519 did:key"):
+        PublicKey.from_did(did)  # type: ignore[arg-type]
+    with pytest.raises(KeyFileError, match="not an Ed25519 did:key"):
+        Keyring().get(did)  # type: ignore[arg-type]
+
+
+def test_a_path_with_a_nul_byte_is_a_key_file_error_not_a_value_error(tmp_path: Path) -> None:
+    with pytest.raises(KeyFileError, match="NUL byte"):
+        load_signing_key(tmp_path / "a\0b.key")
+    with pytest.raises(KeyFileError, match="NUL byte"):
+        load_public_key(str(tmp_path / "a\0b.pub"))
+    with pytest.raises(KeyFileError, match="NUL byte"):
+        save_key(SigningKey.generate(), tmp_path / "d\0", "k")
+    assert list(tmp_path.iterdir()) == []
