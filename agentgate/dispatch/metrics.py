@@ -2,10 +2,13 @@
 
 Each engine publishes its load under its own names; ``ENGINE_METRICS`` maps them onto the three
 signals the router uses (running, waiting, KV usage) plus vLLM's prefix-cache counters and cache
-size. Parsing uses ``prometheus_client``'s text parser; a series with several label sets (a
-data-parallel engine, several models) is summed, and KV usage is averaged. Text that does not
-parse, or that carries none of the engine's names, raises ``BackendFailed``: a backend that
-answers garbage is a failed backend, never a crash.
+size. Only the lines of those names are parsed, with ``prometheus_client``'s text parser (the
+scrape runs on the dispatcher's event loop: an engine's hundreds of other series, or a backend
+answering megabytes of them, must not stall it); a series with several label sets (a
+data-parallel engine, several models) is summed, and KV usage is averaged. Text over
+``MAX_METRICS_CHARS``, lines of those names that do not parse, or text that carries none of the
+engine's names raise ``BackendFailed``: a backend that answers garbage is a failed backend,
+never a crash.
 """
 
 from __future__ import annotations
@@ -54,6 +57,10 @@ ENGINE_METRICS: dict[Engine, MetricNames] = {
 
 _FALLBACKS = {"vllm:kv_cache_usage_perc": "vllm:gpu_cache_usage_perc"}  # vLLM V0's name
 
+MAX_METRICS_CHARS = 8 * 2**20
+"""The longest metrics text read (8 Mi characters; a vLLM serving one model publishes about 100 kB):
+a longer answer is a failed scrape, not seconds of parsing on the event loop."""
+
 MAX_REQUESTS = 10**7
 """The most requests an engine may report running or waiting: a larger count is garbage that would
 make the router's estimates infinite."""
@@ -98,15 +105,34 @@ def parse_samples(text: str) -> dict[str, list[tuple[dict[str, str], float]]]:
     return out
 
 
-def load_from_text(text: str, engine: Engine, *, now: float = 0.0) -> EngineLoad:
-    """Read an engine's Prometheus text into an ``EngineLoad``.
+def _read_names(engine: Engine) -> tuple[str, ...]:
+    """The metric names ``load_from_text`` reads for ``engine`` (a counter's ``_total`` samples
+    start with its name)."""
+    names = ENGINE_METRICS[engine]
+    read = [
+        n
+        for n in (names.running, names.waiting, names.kv_usage, names.prefix_queries, names.prefix_hits)
+        if n is not None
+    ]
+    read += [_FALLBACKS[n] for n in read if n in _FALLBACKS]
+    if engine == "vllm":
+        read.append("vllm:cache_config_info")
+    return tuple(read)
 
-    Raises ``BackendFailed`` if the text does not parse, or if an engine that publishes load
-    metrics published none of them, or a value is not a finite non-negative number, or a request
-    count is over ``MAX_REQUESTS``, or the published KV capacity is negative or over
-    ``MAX_KV_CAPACITY_TOKENS``.
+
+def load_from_text(text: str, engine: Engine, *, now: float = 0.0) -> EngineLoad:
+    """Read an engine's Prometheus text into an ``EngineLoad``, parsing only the lines of the
+    names it reads (comments and every other series are skipped unparsed).
+
+    Raises ``BackendFailed`` if the text is longer than ``MAX_METRICS_CHARS``, or a line of those
+    names does not parse, or an engine that publishes load metrics published none of them, or a
+    value is not a finite non-negative number, or a request count is over ``MAX_REQUESTS``, or
+    the published KV capacity is negative or over ``MAX_KV_CAPACITY_TOKENS``.
     """
-    samples = parse_samples(text)
+    if len(text) > MAX_METRICS_CHARS:
+        raise BackendFailed(f"metrics are over {MAX_METRICS_CHARS} characters ({len(text)})")
+    read = _read_names(engine)
+    samples = parse_samples("".join(line + "\n" for line in text.split("\n") if line.startswith(read)))
     flat: dict[str, float] = {}
     for name, series in samples.items():
         values = [v for _, v in series]
