@@ -559,3 +559,27 @@ def test_a_renewal_whose_journal_write_failed_still_pays_for_the_time_it_added(s
 def test_a_token_quota_that_is_no_quota_is_a_typed_error_when_made(rate: float, burst: float) -> None:
     with pytest.raises(InputError, match="quota"):
         TenantQuota_(rate_tokens_per_s=rate, burst_tokens=burst)
+
+
+@pytest.mark.parametrize(
+    "setting", [{"block_tokens": 0}, {"block_tokens": -16}, {"metrics_max_age_s": float("nan")}]
+)
+def test_router_settings_that_cannot_work_are_a_typed_error(setting: dict[str, Any]) -> None:
+    with pytest.raises(InputError, match=next(iter(setting))):
+        Router(_inventory("http://127.0.0.1:9"), **setting)
+
+
+@pytest.mark.parametrize(
+    "setting",
+    [
+        {"health_interval_s": 0.0},
+        {"scrape_interval_s": -1.0},
+        {"health_interval_s": float("nan")},
+        {"cooldown_s": -1.0},
+        {"recovery_wait_s": float("nan")},
+    ],
+)
+def test_dispatcher_settings_that_cannot_work_are_a_typed_error(setting: dict[str, Any]) -> None:
+    inv = _inventory("http://127.0.0.1:9")
+    with pytest.raises(InputError, match=next(iter(setting))):
+        Dispatcher(inv, Router(inv), **setting)

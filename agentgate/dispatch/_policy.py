@@ -18,7 +18,7 @@ from agentgate.dispatch.inventory import Backend, Inventory
 from agentgate.dispatch.metrics import EngineLoad
 from agentgate.dispatch.prefix_index import PrefixIndex
 from agentgate.dispatch.state import BackendState, SpeedModel
-from agentgate.errors import NoBackend, Shed
+from agentgate.errors import InputError, NoBackend, Shed
 
 SATURATED_POLL_S = 0.02
 """How often a request waiting for a slot under ``max_concurrency`` asks again (seconds)."""
@@ -108,6 +108,10 @@ class RoutingPolicy(ABC):
         seed: int = 0,
         metrics_max_age_s: float = 2.0,
     ) -> None:
+        if isinstance(block_tokens, bool) or not isinstance(block_tokens, int) or block_tokens < 1:
+            raise InputError(f"router block_tokens must be an integer >= 1, got {block_tokens!r}")
+        if not metrics_max_age_s >= 0:
+            raise InputError(f"router metrics_max_age_s must be >= 0, got {metrics_max_age_s!r}")
         self.inventory = inventory
         self.block_tokens = block_tokens
         self.rng = random.Random(seed)

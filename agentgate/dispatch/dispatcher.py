@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import dataclasses
 import itertools
+import math
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
@@ -30,11 +31,15 @@ from agentgate.dispatch._policy import AllowedBackend, RoutePlan, RouteRequest, 
 from agentgate.dispatch.backends import BackendClient, ChatChunk, ChatResult, Timeouts
 from agentgate.dispatch.inventory import Inventory
 from agentgate.dispatch.prefix import block_hashes, estimate_tokens, prompt_text
-from agentgate.errors import BackendFailed, DispatchError, NoBackend, Shed
+from agentgate.errors import BackendFailed, DispatchError, InputError, NoBackend, Shed
 
 
 class Dispatcher:
-    """Routes and sends model calls over the inventory's backends. Use ``async with``."""
+    """Routes and sends model calls over the inventory's backends. Use ``async with``.
+
+    Raises ``InputError`` for an interval that is not positive and finite, or a negative or NaN
+    cooldown or recovery wait.
+    """
 
     def __init__(
         self,
@@ -49,6 +54,15 @@ class Dispatcher:
         recovery_wait_s: float = 2.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        for name, value in (
+            ("scrape_interval_s", scrape_interval_s),
+            ("health_interval_s", health_interval_s),
+        ):
+            if not 0 < value < math.inf:  # 0 would spin the event loop; NaN never sleeps
+                raise InputError(f"dispatcher {name} must be positive and finite, got {value!r}")
+        for name, value in (("cooldown_s", cooldown_s), ("recovery_wait_s", recovery_wait_s)):
+            if not value >= 0:
+                raise InputError(f"dispatcher {name} must be >= 0, got {value!r}")
         self.inventory = inventory
         self.router = router
         self.timeouts = timeouts or Timeouts()
