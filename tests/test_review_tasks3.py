@@ -27,9 +27,12 @@ from typing import Any
 
 import pytest
 
+from agentgate.cli._common import not_printable
+from agentgate.cli.main import main
 from agentgate.errors import DeadlineExceeded, InputError, KeyFileError, PolicyError, SchedulingError
 from agentgate.keys import Keyring, PublicKey, SigningKey, load_public_key, load_signing_key, save_key
 from agentgate.policy import parse_policy
+from agentgate.store import open_store
 from agentgate.tasks import (
     DEFAULT_CLASSIFIER,
     ERROR_CLASSES,
@@ -526,3 +529,39 @@ def test_a_path_with_a_nul_byte_is_a_key_file_error_not_a_value_error(tmp_path: 
     with pytest.raises(KeyFileError, match="NUL byte"):
         save_key(SigningKey.generate(), tmp_path / "d\0", "k")
     assert list(tmp_path.iterdir()) == []
+
+
+# --- agentgate tasks: what tools and callers wrote is printed escaped ----------------------------
+
+
+class Remote(Exception):
+    pass
+
+
+async def test_tasks_tables_escape_what_tools_and_callers_wrote(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Before: a tool's error message (a remote service's text), a tool, tenant or breaker key
+    reached the terminal raw: escape sequences cleared the screen, a line break forged a row."""
+    store = open_store(str(tmp_path / "s.db"))
+
+    async def tool(attempt: Attempt) -> None:
+        raise Remote("denied\x1b[2J\x1b[32m all good\u202e\rforged")
+
+    config = SchedulerConfig(breaker=BreakerPolicy(failure_threshold=1, trip_on=("error",)))
+    scheduler = Scheduler(config, store=store)
+    try:
+        call = ToolCall("t\x1b[31m", tenant="acme\nforged", breaker_key="backend:\x1b]0;title\x07")
+        with pytest.raises(Remote):
+            await scheduler.submit(call, tool)
+    finally:
+        await scheduler.aclose()
+        store.close()
+    capsys.readouterr()
+    for command in ("dead-letters", "breakers"):
+        assert await asyncio.to_thread(main, ["tasks", command, "--store", str(tmp_path / "s.db")]) == 0
+        out = capsys.readouterr().out
+        assert not [c for c in out if c != "\n" and not_printable(c)], out
+        assert len(out.splitlines()) == 2, out  # the header and one row
+    assert await asyncio.to_thread(main, ["tasks", "dead-letters", "--store", str(tmp_path / "s.db")]) == 0
+    assert "denied\\x1b[2J\\x1b[32m all good\\u202e forged" in capsys.readouterr().out

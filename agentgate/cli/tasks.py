@@ -14,7 +14,7 @@ import json
 import sys
 from typing import Any
 
-from agentgate.cli._common import open_existing_store, utc
+from agentgate.cli._common import open_existing_store, printable, utc
 from agentgate.store.dead_letters import DeadLetterStore
 from agentgate.store.leases import SharedBreakers
 
@@ -79,12 +79,19 @@ def _dead_letters(args: argparse.Namespace) -> int:
         f"{'recorded':<20} {'tool':<24} {'tenant':<12} {'reason':<26} {'tries':>5}  last error\n"
     )
     for letter in letters:
+        # Tool, tenant and error text come from callers and from tools' exceptions (a remote
+        # service's error message): escaped, so they cannot add lines or send terminal escapes.
         when = utc(letter.recorded_at)
         last = letter.errors[-1] if letter.errors else None
         error = f"{last.error_type} ({last.error_class}): {last.message}" if last else "-"
+        tool, tenant, reason = (
+            printable(letter.tool)[:24],
+            printable(letter.tenant)[:12],
+            printable(letter.reason),
+        )
         sys.stdout.write(
-            f"{when:<20} {letter.tool[:24]:<24} {letter.tenant[:12]:<12} {letter.reason:<26} "
-            f"{len(letter.errors):>5}  {' '.join(error.split())[:80]}\n"
+            f"{when:<20} {tool:<24} {tenant:<12} {reason:<26} "
+            f"{len(letter.errors):>5}  {printable(' '.join(error.split()))[:80]}\n"
         )
     return 0
 
@@ -107,5 +114,6 @@ def _breakers(args: argparse.Namespace) -> int:
     sys.stdout.write(f"{'key':<40} {'state':<8} {'opened':<20} {'version':>7}\n")
     for b in states:
         opened = utc(b.opened_at) if b.state == "open" else "-"
-        sys.stdout.write(f"{b.key[:40]:<40} {b.state:<8} {opened:<20} {b.version:>7}\n")
+        key, state = printable(b.key)[:40], printable(b.state)
+        sys.stdout.write(f"{key:<40} {state:<8} {opened:<20} {b.version:>7}\n")
     return 0
