@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -160,3 +164,22 @@ def test_a_decision_on_another_resource_is_no_genai_span(
     )
     assert not any(key.startswith("gen_ai.") for key in span.attributes)
     assert span.status.status_code == StatusCode.ERROR
+
+
+def test_configure_from_env_twice_keeps_the_installed_provider() -> None:
+    # Review R9: a second call built a provider OpenTelemetry refused to install ("Overriding of
+    # current TracerProvider is not allowed"), returned it (spans sent to it went nowhere) and
+    # left its batch exporter's thread running. In a child process: the provider is global.
+    code = (
+        "import threading\n"
+        "from opentelemetry import trace\n"
+        "from agentgate.audit.spans import configure_from_env\n"
+        "first = configure_from_env(); threads = threading.active_count()\n"
+        "second = configure_from_env()\n"
+        "assert first is second is trace.get_tracer_provider(), 'not the installed provider'\n"
+        "assert threading.active_count() == threads, 'a second exporter thread'\n"
+    )
+    env = {**os.environ, "OTEL_TRACES_EXPORTER": "console"}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "Overriding" not in done.stderr

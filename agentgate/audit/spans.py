@@ -201,12 +201,18 @@ def configure_from_env() -> trace.TracerProvider:
     ``OTEL_SERVICE_NAME`` and ``OTEL_RESOURCE_ATTRIBUTES`` name the resource;
     ``OTEL_TRACES_EXPORTER`` is ``none`` (default), ``console`` or ``otlp`` (which needs the
     ``opentelemetry-exporter-otlp`` package; ``InputError`` if it is missing). Applications that
-    configure OpenTelemetry themselves should not call this.
+    configure OpenTelemetry themselves should not call this; if a provider is installed already
+    (an earlier call, the application's own), that one is returned and nothing is built:
+    OpenTelemetry never replaces an installed provider, so a second one would export nothing and
+    keep its exporter's thread alive.
     """
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SpanExporter
 
+    installed = trace.get_tracer_provider()
+    if not isinstance(installed, trace.ProxyTracerProvider):
+        return installed
     provider = TracerProvider(resource=Resource.create())
     exporters = [e.strip() for e in os.environ.get("OTEL_TRACES_EXPORTER", "none").split(",") if e.strip()]
     for name in exporters:
