@@ -30,7 +30,15 @@ from agentgate.dispatch.dispatcher import Dispatcher
 from agentgate.dispatch.inventory import Inventory, load_inventory, parse_inventory
 from agentgate.dispatch.quota import TenantQuota as TenantQuota_
 from agentgate.dispatch.router import Router, RouteRequest
-from agentgate.errors import BackendFailed, DispatchError, InputError, InventoryError, Shed, StoreError
+from agentgate.errors import (
+    BackendFailed,
+    DispatchError,
+    InputError,
+    InventoryError,
+    NoBackend,
+    Shed,
+    StoreError,
+)
 from agentgate.sim import SimServer
 from agentgate.store import SQLiteStore, Store
 from agentgate.store.broker_leases import BrokerLeaseStore
@@ -583,3 +591,30 @@ def test_dispatcher_settings_that_cannot_work_are_a_typed_error(setting: dict[st
     inv = _inventory("http://127.0.0.1:9")
     with pytest.raises(InputError, match=next(iter(setting))):
         Dispatcher(inv, Router(inv), **setting)
+
+
+# --- every backend down, then back --------------------------------------------------------------------
+
+
+async def test_every_backend_down_is_no_backend_in_bounded_time_and_a_revived_one_serves_again() -> None:
+    servers = [SimServer(time_scale=0.05, scrape_lag_s=0.05).start() for _ in range(2)]
+    try:
+        inv = _inventory(*(s.url for s in servers))
+        async with Dispatcher(
+            inv, Router(inv), health_interval_s=0.05, cooldown_s=0.2, recovery_wait_s=0.5
+        ) as d:
+            await d.chat(_payload(0), priority=0)
+            for server in servers:
+                server.kill()
+            loop = asyncio.get_running_loop()
+            started = loop.time()
+            with pytest.raises(NoBackend, match="down"):
+                await d.chat(_payload(1), priority=0)
+            assert loop.time() - started < 3.0
+            assert d.router.in_flight("b0") == d.router.in_flight("b1") == 0
+            servers[1].revive()
+            result = await asyncio.wait_for(d.chat(_payload(2), priority=0), 5.0)  # waits for the probe
+            assert result.backend == "b1" and d.is_down("b0")
+    finally:
+        for server in servers:
+            server.stop()
