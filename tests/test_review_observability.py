@@ -31,6 +31,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from agentgate.capabilities import Call
 from agentgate.gate import Gate
 from agentgate.integrations.langgraph import ScriptedChatModel, create_gated_agent, delegation_tool
 from agentgate.keys import SigningKey
@@ -205,7 +206,11 @@ def _span_bytes(exporter: InMemorySpanExporter) -> str:
 
 
 def _secret_forms(secret: bytes) -> list[str]:
-    return [secret.hex(), base64.b64encode(secret).decode(), base64.urlsafe_b64encode(secret).decode().rstrip("=")]
+    return [
+        secret.hex(),
+        base64.b64encode(secret).decode(),
+        base64.urlsafe_b64encode(secret).decode().rstrip("="),
+    ]
 
 
 def _calls(*calls: tuple[str, dict[str, Any]]) -> AIMessage:
@@ -222,7 +227,9 @@ class Sweep:
         provider = TracerProvider()
         provider.add_span_processor(SimpleSpanProcessor(self.exporter))
         self.keys = {n: SigningKey.generate() for n in ("root", "boss", "helper", "dana")}
-        policy = parse_policy(SWEEP_POLICY.format(**{n: k.did for n, k in self.keys.items()}), source="s.yaml")
+        policy = parse_policy(
+            SWEEP_POLICY.format(**{n: k.did for n, k in self.keys.items()}), source="s.yaml"
+        )
         self.gate = Gate(policy, SQLiteStore(path / "agentgate.db"), tracer=provider.get_tracer("r9"))
         self.boss = self.gate.issue(self.keys["root"], name="boss", key=self.keys["boss"], role="boss")
 
@@ -289,7 +296,9 @@ def test_no_secret_reaches_spans_logs_or_tool_messages_in_a_whole_agent_run(
             AIMessage(content="all done"),
         ]
     )
-    boss = create_gated_agent(gate, name="boss", model=model, tools=[*tools, ask], checkpointer=InMemorySaver())
+    boss = create_gated_agent(
+        gate, name="boss", model=model, tools=[*tools, ask], checkpointer=InMemorySaver()
+    )
     config: Any = {"configurable": {"thread_id": "t"}}
     with caplog.at_level(logging.DEBUG):
         paused = boss.invoke({"messages": [{"role": "user", "content": "go"}]}, config, context=sweep.boss)
@@ -359,7 +368,12 @@ def test_the_gateway_exports_no_token_key_or_prompt(
     invocations: list[str] = []
 
     def body(**extra: Any) -> dict[str, Any]:
-        return {"model": MODEL, "messages": [{"role": "user", "content": "CANARY-PROMPT hi"}], "max_tokens": 8, **extra}
+        return {
+            "model": MODEL,
+            "messages": [{"role": "user", "content": "CANARY-PROMPT hi"}],
+            "max_tokens": 8,
+            **extra,
+        }
 
     def post(sent: dict[str, Any], **headers: str) -> httpx.Response:
         signed = invocation_headers(agent.key, agent.chain, sent)
@@ -372,9 +386,13 @@ def test_the_gateway_exports_no_token_key_or_prompt(
             answers.append(post(body()))
             answers.append(post(body(max_tokens=600)))  # over the grant's max_tokens: refused
             answers.append(post(body(model=OTHER, max_tokens=200)))  # approval required
-            answers.append(httpx.post(url, json=body(), headers={"Authorization": f"Bearer {agent.chain.token}"}))
+            answers.append(
+                httpx.post(url, json=body(), headers={"Authorization": f"Bearer {agent.chain.token}"})
+            )
             answers.append(post(body(), **{"X-Agentgate-Invocation": invocations[0][:-8] + "AAAAAAAA"}))
-            answers.append(httpx.post(url, json=body(), headers={"Authorization": "Bearer ag1.CANARY-BEARER"}))
+            answers.append(
+                httpx.post(url, json=body(), headers={"Authorization": "Bearer ag1.CANARY-BEARER"})
+            )
             scripted.mode = "die"
             answers.append(post(body(stream=True)))
             scripted.mode = "ok"
@@ -405,3 +423,77 @@ def test_the_gateway_exports_no_token_key_or_prompt(
             assert secret not in text, (secret[:16], where)
     chat_spans = [s for s in exporter.get_finished_spans() if s.name.startswith("chat ")]
     assert len(chat_spans) >= 6  # every decided call but the approval request has its span (see r9 open)
+
+
+# --- nesting ----------------------------------------------------------------------------------------
+
+
+def _parents(exporter: InMemorySpanExporter) -> dict[str, str | None]:
+    """Each span's name (with its tool call id) -> its parent's, over the finished spans."""
+    spans = exporter.get_finished_spans()
+    by_id = {s.context.span_id: s for s in spans if s.context is not None}
+
+    def label(span: Any) -> str:
+        call_id = (span.attributes or {}).get("gen_ai.tool.call.id")
+        return f"{span.name}#{call_id}" if call_id else span.name
+
+    out: dict[str, str | None] = {}
+    for span in spans:
+        parent = by_id.get(span.parent.span_id) if span.parent is not None else None
+        out[label(span)] = label(parent) if parent is not None else None
+    return out
+
+
+def test_calls_made_inside_a_call_nest_under_it_sync_and_async_without_crossing(sweep: Sweep) -> None:
+    """A tool that makes gated calls of its own (sync, under the scheduler; async, three at once
+    with gather): each inner call's span is a child of its own outer call's span, never of a
+    sibling's, so the scheduler's threads and tasks carry the caller's context."""
+    gate, boss = sweep.gate, sweep.boss
+
+    def inner_sync() -> str:
+        inner = gate.authorize(boss, Call.tool("lookup", {"id": "in"}), call_id="in-s")
+        return gate.run(inner, lambda: "x", call_id="in-s")
+
+    outer = gate.authorize(boss, Call.tool("vault", {"pin": "12-34"}), call_id="out-s")
+    gate.run(outer, inner_sync, call_id="out-s")
+
+    async def both() -> None:
+        async def inner_async(n: int) -> str:
+            inner = await gate.to_thread(
+                gate.authorize, boss, Call.tool("lookup", {"id": str(n)}), call_id=f"in-{n}"
+            )
+            return await gate.arun(inner, lambda: asyncio.sleep(0.01, "y"), call_id=f"in-{n}")
+
+        async def outer_async(n: int) -> str:
+            auth = await gate.to_thread(
+                gate.authorize, boss, Call.tool("vault", {"pin": f"12-{n}"}), call_id=f"out-{n}"
+            )
+            return await gate.arun(auth, lambda: inner_async(n), call_id=f"out-{n}")
+
+        await asyncio.gather(*(outer_async(n) for n in range(3)))
+
+    asyncio.run(both())
+    parents = _parents(sweep.exporter)
+    assert parents["execute_tool lookup#in-s"] == "execute_tool vault#out-s"
+    for n in range(3):
+        assert parents[f"execute_tool lookup#in-{n}"] == f"execute_tool vault#out-{n}"
+        assert parents[f"execute_tool vault#out-{n}"] is None
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_parallel_tool_calls_of_an_agent_are_siblings(sweep: Sweep, mode: str) -> None:
+    """One model turn with three tool calls (LangGraph runs them on a thread pool, or gathers them):
+    each call's span is a child of the caller's span, none of another call's."""
+    tracer = sweep.gate.tracer
+    model = ScriptedChatModel(
+        turns=[_calls(*(("lookup", {"id": str(n)}) for n in range(3))), AIMessage(content="done")]
+    )
+    agent = create_gated_agent(sweep.gate, name="boss", model=model, tools=sweep.tools())
+    start = {"messages": [{"role": "user", "content": "go"}]}
+    with tracer.start_as_current_span("app"):
+        if mode == "sync":
+            agent.invoke(start, context=sweep.boss)
+        else:
+            asyncio.run(agent.ainvoke(start, context=sweep.boss))
+    parents = _parents(sweep.exporter)
+    assert [parents[f"execute_tool lookup#lookup-{n}"] for n in range(3)] == ["app"] * 3
