@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import http.server
 import json
 import threading
@@ -25,13 +26,21 @@ from agentgate.cli import broker as broker_cli
 from agentgate.dispatch import inventory_from_mapping
 from agentgate.dispatch.backends import ChatChunk, Timeouts
 from agentgate.dispatch.baselines import RoundRobinRouter
-from agentgate.dispatch.broker import Broker, BrokerSnapshot, GangRequest, TenantQuota, from_inventory
+from agentgate.dispatch.broker import (
+    Broker,
+    BrokerSnapshot,
+    GangRequest,
+    TenantQuota,
+    from_inventory,
+    synthetic_topology,
+)
 from agentgate.dispatch.dispatcher import Dispatcher
 from agentgate.dispatch.inventory import Inventory, load_inventory, parse_inventory
 from agentgate.dispatch.quota import TenantQuota as TenantQuota_
 from agentgate.dispatch.router import Router, RouteRequest
 from agentgate.errors import (
     BackendFailed,
+    BrokerError,
     DispatchError,
     InputError,
     InventoryError,
@@ -618,3 +627,34 @@ async def test_every_backend_down_is_no_backend_in_bounded_time_and_a_revived_on
     finally:
         for server in servers:
             server.stop()
+
+
+# --- a broker restored from a snapshot that names one id twice -----------------------------------------
+
+
+def test_restore_refuses_a_snapshot_that_names_one_lease_or_request_twice_and_changes_nothing() -> None:
+    topology = synthetic_topology(1, 8)
+    broker = Broker(topology, [TenantQuota("a", 8)], clock=lambda: 0.0)
+    broker.submit(GangRequest("x", "a", 2))
+    broker.submit(GangRequest("y", "a", 2))
+    broker.submit(GangRequest("w", "a", 8))  # waits
+    snap = broker.snapshot()
+    x, y = snap.leases
+    twin = dataclasses.replace(y, id="x", request=dataclasses.replace(y.request, id="x"))
+    queued_twin = dataclasses.replace(
+        snap.queue[0], request=dataclasses.replace(snap.queue[0].request, id="x")
+    )
+    for bad in (
+        dataclasses.replace(snap, leases=(x, twin)),
+        dataclasses.replace(snap, queue=(queued_twin,)),
+        dataclasses.replace(snap, queue=(snap.queue[0], snap.queue[0])),
+    ):
+        fresh = Broker(topology, [TenantQuota("a", 8)], clock=lambda: 0.0)
+        with pytest.raises(BrokerError, match=r"names .* twice"):
+            fresh.restore(bad)
+        assert fresh.free_gpus() == 8 and fresh.usage("a") == 0 and not fresh.leases() and not fresh.queue()
+    fresh = Broker(topology, [TenantQuota("a", 8)], clock=lambda: 0.0)
+    fresh.restore(snap)
+    fresh.release("x")
+    fresh.release("y")
+    assert fresh.free_gpus() == 0 and [lease.id for lease in fresh.leases()] == ["w"]  # w got all 8

@@ -276,7 +276,7 @@ class Broker:
         deadlines, so a lease whose holder died while the broker was down ends at the next call.
         Raises ``BrokerError``, changing nothing, when the broker is not empty or the snapshot
         does not match this topology and these quotas (unknown GPU or tenant, a GPU held twice,
-        a gang of the wrong size).
+        a gang of the wrong size) or names one lease or request id twice.
         """
         with self._lock:
             if self._leases or self._waiting or self._seq:
@@ -298,7 +298,13 @@ class Broker:
                     nums.append(i)
                 return nums
 
+            ids = [lease.id for lease in snapshot.leases] + [q.request.id for q in snapshot.queue]
+            if len(set(ids)) != len(ids):
+                twice = next(i for i in ids if ids.count(i) > 1)
+                raise BrokerError(f"snapshot: names {twice!r} twice (a lease or request id is live once)")
             for lease in snapshot.leases:
+                if lease.id != lease.request.id:
+                    raise BrokerError(f"snapshot: lease {lease.id!r} grants request {lease.request.id!r}")
                 if lease.tenant not in self._quota:
                     raise BrokerError(f"snapshot: lease {lease.id!r} has unknown tenant {lease.tenant!r}")
                 numbers(lease.id, lease.gpus, lease.request.gpus, holders)
