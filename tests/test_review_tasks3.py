@@ -33,6 +33,7 @@ from agentgate.errors import DeadlineExceeded, InputError, KeyFileError, PolicyE
 from agentgate.keys import Keyring, PublicKey, SigningKey, load_public_key, load_signing_key, save_key
 from agentgate.policy import parse_policy
 from agentgate.store import open_store
+from agentgate.store.dead_letters import DeadLetterStore
 from agentgate.tasks import (
     DEFAULT_CLASSIFIER,
     ERROR_CLASSES,
@@ -565,3 +566,70 @@ async def test_tasks_tables_escape_what_tools_and_callers_wrote(
         assert len(out.splitlines()) == 2, out  # the header and one row
     assert await asyncio.to_thread(main, ["tasks", "dead-letters", "--store", str(tmp_path / "s.db")]) == 0
     assert "denied\\x1b[2J\\x1b[32m all good\\u202e forged" in capsys.readouterr().out
+
+
+# --- what a failing tool or classifier hands the scheduler ---------------------------------------
+
+
+class Unprintable(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("str() of this error raises")
+
+
+class Broken(Classifier):
+    def __call__(self, error: BaseException) -> str | None:
+        raise ValueError("classifier bug")
+
+
+class NotAName(Classifier):
+    def __call__(self, error: BaseException) -> str | None:
+        return 5  # type: ignore[return-value]
+
+
+@pytest.mark.parametrize(
+    ("classifier", "error", "message"),
+    [
+        (DEFAULT_CLASSIFIER, Unprintable(), "<Unprintable: str() raised>"),
+        (Broken(), Remote("m"), "m"),
+        (NotAName(), Remote("m"), "m"),
+    ],
+)
+async def test_the_tools_error_reaches_its_caller_and_the_dead_letter(
+    tmp_path: Path, classifier: Classifier, error: Exception, message: str
+) -> None:
+    """Before: an error whose ``str()`` raises, or a classifier that raises, replaced the tool's
+    error with their own and left no dead letter; a classifier's non-string answer was recorded
+    as the class."""
+    store = open_store(str(tmp_path / "s.db"))
+    scheduler = Scheduler(classifier=classifier, store=store)
+
+    async def tool(attempt: Attempt) -> None:
+        raise error
+
+    try:
+        with pytest.raises(type(error)) as raised:
+            await scheduler.submit(ToolCall("t"), tool)
+        assert raised.value is error
+        [letter] = scheduler.dead_letters()
+        assert letter.errors[0].message == message
+        assert letter.errors[0].error_class == "error"  # a broken classifier's answer: the safe class
+        await scheduler.aclose()
+        [stored] = DeadLetterStore(store).recent()
+        assert stored.errors[0].message == message
+    finally:
+        await scheduler.aclose()
+        store.close()
+
+
+@pytest.mark.parametrize("field", ["tool", "tenant", "principal", "run_id", "call_id", "breaker_key"])
+def test_a_lone_surrogate_in_a_tool_call_is_an_input_error_not_a_unicode_error(field: str) -> None:
+    """A JSON ``"\\udcff"`` escape in a model's tool call id yields a lone surrogate; before, the
+    idempotency key (or the dead letter's write) raised UnicodeEncodeError inside ``submit``."""
+    fields: dict[str, Any] = {"tool": "t", "run_id": "r", "call_id": "c", field: "x\udcff"}
+    with pytest.raises(InputError, match="not valid Unicode"):
+        ToolCall(**fields)
+    with pytest.raises(InputError, match="not valid Unicode"):
+        ToolCall("t", authority_chain=("grant\udcff",))
+    assert (
+        ToolCall("caf\u00e9", tenant="\u00e9", call_id="\U0001f600").idempotency_key() is None
+    )  # valid Unicode is fine

@@ -73,6 +73,16 @@ def _unix_time(value: datetime | float | None, what: str) -> float | None:
     return value.timestamp()
 
 
+def _encodable(text: str) -> None:
+    """Raise ``InputError`` unless ``text`` is valid Unicode (no lone surrogate, which a JSON
+    ``"\\udcff"`` escape from a model's tool call id yields): the idempotency key hashes its
+    UTF-8 bytes and the store writes them."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InputError(f"tool call text {text!r} is not valid Unicode (a lone surrogate)") from None
+
+
 @dataclass(frozen=True)
 class ToolCall:
     """One tool call to schedule.
@@ -119,6 +129,9 @@ class ToolCall:
                     "tool call priority, run_id, call_id, breaker_key and arguments_digest must be "
                     f"strings or None, got {value!r}"
                 )
+        for value in (self.tool, self.tenant, self.principal, self.run_id, self.call_id, self.breaker_key):
+            if value is not None and not value.isascii():
+                _encodable(value)
         chain = self.authority_chain
         if type(chain) is not tuple:
             # A string here would scope the idempotency key by its last character only.
@@ -128,6 +141,8 @@ class ToolCall:
         for item in chain:
             if not isinstance(item, str):
                 raise InputError(f"tool call authority_chain holds ids (strings), got {item!r}")
+            if not item.isascii():
+                _encodable(item)
         if self.key_reaches_tool is not True and self.key_reaches_tool is not False:
             raise InputError(
                 f"tool call key_reaches_tool must be True or False, got {self.key_reaches_tool!r}"

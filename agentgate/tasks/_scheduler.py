@@ -506,9 +506,13 @@ class Scheduler:
         Returns the backoff before the next attempt; raises ``_GiveUp`` when the retry rule has
         no next attempt (or it would start past ``deadline``; ``now`` is the time on its clock).
         """
-        error_class = self._classifier(error) or "error"
+        try:
+            found = self._classifier(error)
+        except Exception:  # a broken classifier must not hide the tool's error: the safe class
+            found = None
+        error_class = found if isinstance(found, str) and found else "error"
         errors.append(
-            AttemptError(number, error_class, type(error).__qualname__, str(error)[:500], time.time())
+            AttemptError(number, error_class, type(error).__qualname__, _message(error), time.time())
         )
         breaker.record_failure(error_class, probe=probe)
         rule = self._rules.get(call.tool)
@@ -712,6 +716,15 @@ class Scheduler:
             "gave_up", call.tool, {"agentgate.reason": reason, "agentgate.attempts": len(errors)}
         )
         return letter
+
+
+def _message(error: BaseException) -> str:
+    """The first 500 characters of ``str(error)``; a description of the error when its
+    ``__str__`` raises (the tool's error must still reach its caller and the dead letter)."""
+    try:
+        return str(error)[:500]
+    except Exception:
+        return f"<{type(error).__qualname__}: str() raised>"
 
 
 def _circuit_open(breaker: CircuitBreaker) -> _GiveUp:
