@@ -171,7 +171,9 @@ class _Firehose:
 
     TOTAL = 24 << 20
 
-    def __init__(self) -> None:
+    def __init__(self, *, tail: bool = False) -> None:
+        self.tail = tail
+        """End the answer as soon as 16 KiB of it wait in the transport (below its high-water mark)."""
         self.finished: list[bool] = []
         config = uvicorn.Config(
             self._app,
@@ -187,13 +189,19 @@ class _Firehose:
 
     async def _app(self, scope: Any, receive: Any, send: Any) -> None:
         await send({"type": "http.response.start", "status": 200, "headers": []})
-        block = b"x" * (64 << 10)
+        block = b"x" * (1 << 10 if self.tail else 64 << 10)
         sent = 0
         while sent < self.TOTAL:
+            if self.tail and self._transport().get_write_buffer_size() > 16 << 10:
+                break
             await send({"type": "http.response.body", "body": block, "more_body": True})
             sent += len(block)
         await send({"type": "http.response.body", "body": b"", "more_body": False})
         self.finished.append(STALLED not in scope)
+
+    def _transport(self) -> Any:
+        (connection,) = self.server.server_state.connections
+        return connection.transport  # type: ignore[attr-defined]
 
     def __enter__(self) -> socket.socket:
         self.thread.start()
@@ -236,6 +244,23 @@ def test_a_caller_that_reads_slowly_but_steadily_is_not_cut() -> None:
                 break
         assert received >= _Firehose.TOTAL
     assert firehose.finished == [True]
+
+
+def test_a_finished_answer_whose_tail_the_caller_never_reads_does_not_hold_the_connection() -> None:
+    # The answer ended with its last KiBs in the transport's buffer, under the high-water mark
+    # (writing never paused) behind full socket buffers: uvicorn's close after the keep-alive
+    # timeout waited for them for ever, holding the connection and MiBs of kernel buffers.
+    firehose = _Firehose(tail=True)
+    with firehose as sock:
+        started = time.monotonic()
+        while not firehose.finished:
+            assert time.monotonic() < started + 10
+            time.sleep(0.05)
+        assert firehose.finished == [True]  # a complete answer, as far as the app knows
+        while firehose.server.server_state.connections:
+            assert time.monotonic() < started + 10, "the connection is held for ever"
+            time.sleep(0.05)
+        _assert_reset(sock)
 
 
 def test_a_caller_that_reads_nothing_is_cut_after_the_stall_limit() -> None:

@@ -15,7 +15,9 @@ filled the socket's buffers (the transport paused writing, as nginx's ``send_tim
 when a write would block) and the caller then takes none of the bytes written for ``stall_s``
 seconds, the connection is aborted and the request's scope marked (``STALLED``); the app sees the
 caller gone and settles the call (docs/gateway.md). A caller that reads, however slowly, is not
-cut: each ``stall_s`` in which it took any bytes starts the clock again.
+cut: each ``stall_s`` in which it took any bytes starts the clock again. The same clock runs on
+an answer that ended with bytes still in the transport's buffer (below the high-water mark, so
+writing never paused): closing the connection would wait for them for ever too.
 """
 
 from __future__ import annotations
@@ -119,6 +121,14 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._stop_stall_timer()
         super().resume_writing()
 
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        # The answer's tail still waits in the transport (below the high-water mark, so writing
+        # never paused): the connection's close or keep-alive would wait for it for ever.
+        if self._stall_timer is None and self.transport.get_write_buffer_size() > 0:
+            self._stall_mark = self._untaken()
+            self._stall_timer = self.loop.call_later(self.stall_s, self._check_stall)
+
     def _stop_stall_timer(self) -> None:
         if self._stall_timer is not None:
             self._stall_timer.cancel()
@@ -141,6 +151,8 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         """``stall_s`` after writing paused (or after the last progress): a caller that took some
         of the bytes meanwhile gets another ``stall_s``; one that took nothing is cut."""
         self._stall_timer = None
+        if self.transport.get_write_buffer_size() == 0:
+            return  # all of it is with the kernel, which delivers it or gives up on its own
         waiting = self._untaken()
         if waiting < self._stall_mark:
             self._stall_mark = waiting
