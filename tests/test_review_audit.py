@@ -1,6 +1,7 @@
 """Review R7: the audit log and its evidence, attacked as an auditor and as an attacker.
 
-Each test here failed on the code before its fix (see the commit that added it).
+Each test named after a defect (its docstring says what was wrong) failed on the code before its
+fix; the others check that what held still holds around the fixes (documented encoding, batches).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import pytest
 
 from agentgate.audit.entry import MAX_DEPTH, AuditEntry, argument_digest, canonical_json, encode_entry
 from agentgate.audit.merkle import leaf_hash
+from agentgate.audit.note import Checkpoint, sign_checkpoint
 from agentgate.audit.proof import verify_bundle
 from agentgate.cli.main import main
 from agentgate.errors import InputError, TamperDetected
@@ -278,6 +280,34 @@ def test_verify_and_checkpoint_read_large_entries_in_small_batches(
         tracemalloc.stop()
     assert report.ok and report.size == 60, report.problems
     assert peak < 3_000_000, peak  # the log holds 6 MB of entries
+
+
+def test_verify_checks_every_checkpoint_when_they_are_read_in_batches(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """verify() looked up the next checkpoint size by scanning them all once per checkpoint
+    (quadratic: 20,000 checkpoints took 11 s instead of 6) and held every note in memory; it now
+    reads them in batches and bisects. Every one is still checked and named by its position."""
+    monkeypatch.setattr("agentgate.store.audit._CHECKPOINT_BATCH", 7, raising=False)
+    log = AuditLog(store, KEY, ORIGIN)
+    for i in range(30):
+        log.append({**ENTRY, "budget_delta": i})
+        log.checkpoint()
+    assert log.verify().checkpoints_checked == 30
+    other = SigningKey(b"\x0a" * 32)
+    forged = sign_checkpoint(Checkpoint(ORIGIN, 12, bytes(32)), other)  # another key
+    fork = sign_checkpoint(Checkpoint(ORIGIN, 20, bytes(32)), KEY)  # the log key, a second root at 20
+    with store.transaction() as tx:
+        for note, cp in ((forged, 12), (fork, 20)):
+            tx.execute(
+                "INSERT INTO audit_checkpoints (size, root, note, created) VALUES (?, ?, ?, ?)",
+                (cp, bytes(32), note, "2026-11-29T10:15:00.000000Z"),
+            )
+    report = log.verify()
+    assert report.checkpoints_checked == 31
+    assert report.problems[0].startswith("checkpoint #31: note carries no signature by the log key")
+    assert report.problems[1].startswith("checkpoint #32: two checkpoints of size 20 have different roots")
+    assert len(report.problems) == 2
 
 
 # --- the command line ---------------------------------------------------------------------------

@@ -19,7 +19,9 @@ PostgreSQL), created with mode 0600 on first use; ``log.pub`` beside it holds th
 
 from __future__ import annotations
 
+import bisect
 import hashlib
+import itertools
 import json
 import os
 import sqlite3
@@ -50,6 +52,8 @@ _FIRST_BATCH = 64
 """Rows in the first read, before the entries' size is known."""
 _ROW_BYTES = 100
 """What a row costs besides its entry's bytes (index, leaf hash, Python objects), for sizing."""
+_CHECKPOINT_BATCH = 1_000
+"""Checkpoint rows one read fetches."""
 _INSERT = "INSERT INTO audit_log (idx, entry, leaf_hash) VALUES (?, ?, ?)"
 APPEND_LOCK = 27416741019937140
 """The PostgreSQL advisory lock that serializes appends (ASCII "agaudit"; the same number is
@@ -519,6 +523,20 @@ class AuditLog:
         for batch in self._row_batches(include_entry_from=include_entry_from, start=start):
             yield from batch
 
+    def _checkpoint_rows(self) -> Iterator[Row]:
+        """Every ``(note, size, root)`` checkpoint row, oldest first, read in batches."""
+        last = -1
+        while True:
+            rows = self.store.query(
+                f"SELECT id, note, size, {self._root} FROM audit_checkpoints WHERE id > ? ORDER BY id LIMIT ?",
+                (last, _CHECKPOINT_BATCH),
+            )
+            for row in rows:
+                yield row[1:]
+            if len(rows) < _CHECKPOINT_BATCH:
+                return
+            last = int(rows[-1][0])
+
     def _subtree_roots(self, ranges: Sequence[tuple[int, int]], size: int) -> list[bytes]:
         """The Merkle roots of the disjoint leaf ranges ``[lo, hi)`` within the first ``size`` entries.
 
@@ -595,10 +613,14 @@ class AuditLog:
         bad: list[int] = []
         expected: dict[int, bytes] = {}
         checked = 0
-        signed_rows = self.store.query(f"SELECT note, size, {self._root} FROM audit_checkpoints ORDER BY id")
-        notes = [str(row[0]) for row in signed_rows]
-        for position, note in enumerate([*notes, saved_checkpoint] if saved_checkpoint else notes):
-            label = "saved checkpoint" if position == len(notes) else f"checkpoint #{position + 1}"
+        # Checkpoints are read in batches and only their sizes and roots kept: a log checkpointed
+        # every minute for a year has half a million of them.
+        in_table: Iterator[tuple[str, int | None, bytes | None]] = (
+            (str(note), int(size), _bytes(root)) for note, size, root in self._checkpoint_rows()
+        )
+        saved = [(saved_checkpoint, None, None)] if saved_checkpoint else []
+        for position, (note, size_column, root_column) in enumerate(itertools.chain(in_table, saved), 1):
+            label = f"checkpoint #{position}" if size_column is not None else "saved checkpoint"
             try:
                 cp = self.open_checkpoint(note)
             except TamperDetected as exc:
@@ -606,14 +628,12 @@ class AuditLog:
                 continue
             # The row's size and root columns are what the next checkpoint() builds on: edited,
             # they make it refuse to sign, so they are checked against the signed note here too.
-            if position < len(notes) and (cp.size, cp.root) != (
-                signed_rows[position][1],
-                _bytes(signed_rows[position][2]),
-            ):
-                problems.append(
-                    f"{label}: its size or root column does not match its signed note (row edited)"
-                )
-            checked += position < len(notes)
+            if size_column is not None:
+                checked += 1
+                if (cp.size, cp.root) != (size_column, root_column):
+                    problems.append(
+                        f"{label}: its size or root column does not match its signed note (row edited)"
+                    )
             if cp.size in expected and expected[cp.size] != cp.root:
                 problems.append(f"{label}: two checkpoints of size {cp.size} have different roots (a fork)")
                 continue
@@ -652,7 +672,8 @@ class AuditLog:
             # Feed the tree in segments that end at checkpoint sizes, checking each root on the way.
             position = 0
             while position < len(computed):
-                target = next((c for c in sizes if c > acc.size), None)
+                after = bisect.bisect_right(sizes, acc.size)  # the next checkpoint size
+                target = sizes[after] if after < len(sizes) else None
                 take = (
                     len(computed) - position
                     if target is None
