@@ -11,6 +11,7 @@ import argparse
 import asyncio
 import contextlib
 import dataclasses
+import gzip
 import http.server
 import json
 import threading
@@ -18,13 +19,14 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from test_broker_gated import Setup
 from test_broker_restart_budget import World, lease
 
 from agentgate.cli import broker as broker_cli
 from agentgate.dispatch import inventory_from_mapping
-from agentgate.dispatch.backends import ChatChunk, Timeouts
+from agentgate.dispatch.backends import MAX_ANSWER_BYTES, BackendClient, ChatChunk, Timeouts
 from agentgate.dispatch.baselines import RoundRobinRouter
 from agentgate.dispatch.broker import (
     Broker,
@@ -658,3 +660,49 @@ def test_restore_refuses_a_snapshot_that_names_one_lease_or_request_twice_and_ch
     fresh.release("x")
     fresh.release("y")
     assert fresh.free_gpus() == 0 and [lease.id for lease in fresh.leases()] == ["w"]  # w got all 8
+
+
+# --- an answer too large to be one is refused while it is read ----------------------------------------
+
+
+def _huge(gzipped: bool) -> Callable[[http.server.BaseHTTPRequestHandler], None]:
+    """A 200 answer whose body (after gzip, if ``gzipped``) is MAX_ANSWER_BYTES + 1 MiB."""
+    size = MAX_ANSWER_BYTES + (1 << 20)
+    body = gzip.compress(b" " * size, compresslevel=1) if gzipped else None
+
+    def respond(handler: http.server.BaseHTTPRequestHandler) -> None:
+        handler.send_response(200)
+        handler.send_header("content-type", "application/json")
+        if body is not None:
+            handler.send_header("content-encoding", "gzip")
+            handler.send_header("content-length", str(len(body)))
+            handler.end_headers()
+            handler.wfile.write(body)
+            return
+        handler.end_headers()  # no length: the body runs until the connection closes
+        block = b" " * (1 << 20)
+        for _ in range(size >> 20):
+            handler.wfile.write(block)
+
+    return respond
+
+
+@pytest.mark.parametrize("gzipped", [False, True], ids=["plain", "gzip-bomb"])
+@pytest.mark.parametrize("pooled", [True, False], ids=["aiohttp", "httpx"])
+async def test_an_answer_larger_than_any_chat_completion_is_backend_failed(
+    gzipped: bool, pooled: bool
+) -> None:
+    backend = RawBackend(_huge(gzipped))
+    try:
+        inv = _inventory(backend.url)
+        if pooled:
+            async with Dispatcher(inv, Router(inv), max_attempts=1) as d:
+                with pytest.raises(BackendFailed, match="larger than"):
+                    await d.chat(_payload(), priority=0)
+        else:
+            async with httpx.AsyncClient() as http_client:
+                client = BackendClient(inv.backends[0], http_client, Timeouts(first_token_s=10))
+                with pytest.raises(BackendFailed, match="larger than"):
+                    await client.chat(_payload())
+    finally:
+        backend.stop()

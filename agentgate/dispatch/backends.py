@@ -26,6 +26,11 @@ from agentgate.dispatch.metrics import EngineLoad, load_from_text
 from agentgate.errors import BackendFailed, DispatchError
 
 _CALLER_ERRORS = frozenset({400, 401, 403, 413, 422})
+MAX_ANSWER_BYTES = 64 * 1024 * 1024
+"""The largest non-streamed answer read (after decompression): a chat completion with every
+token's log-probabilities is a few MB; a larger body is garbage, or a bomb, not an answer."""
+_SMALL = 1 << 16
+"""An answer of at most this many bytes, not compressed, is read in one go."""
 _SSE_IGNORED = (":", "event:", "id:", "retry:")
 """Stream lines that carry no chunk: SSE comments and the fields other than ``data``."""
 _JSON = {"content-type": "application/json"}
@@ -172,7 +177,8 @@ class BackendClient:
             raise BackendFailed(f"{self.backend.name}: malformed chat completion: {exc}") from None
 
     async def _post(self, content: bytes) -> tuple[int, bytes]:
-        """POST ``content`` to the chat endpoint: the status and the whole body."""
+        """POST ``content`` to the chat endpoint: the status and the whole body (redirects not
+        followed); raises ``BackendFailed`` for a body over ``MAX_ANSWER_BYTES``."""
         if self.transport is not None:
             return await self.transport.post(self.backend.chat_url, content)
         if self.session is not None:
@@ -183,11 +189,28 @@ class BackendClient:
                 timeout=self._session_timeout,
                 allow_redirects=False,
             ) as answer:
-                return answer.status, await answer.read()
-        response = await self.http.post(
-            self.backend.chat_url, content=content, headers=_JSON, timeout=self._answer_timeout
-        )
-        return response.status_code, response.content
+                small = answer.content_length is not None and answer.content_length <= _SMALL
+                if small and "content-encoding" not in answer.headers:
+                    return answer.status, await answer.read()  # the usual answer: a few kB
+                return answer.status, await self._capped(answer.content.iter_chunked(1 << 20))
+        async with self.http.stream(
+            "POST", self.backend.chat_url, content=content, headers=_JSON, timeout=self._answer_timeout
+        ) as response:
+            return response.status_code, await self._capped(response.aiter_bytes())
+
+    async def _capped(self, chunks: AsyncIterator[bytes]) -> bytes:
+        """The body, read up to ``MAX_ANSWER_BYTES`` (decoded: a gzip bomb counts at its size
+        unpacked); raises ``BackendFailed`` once it is larger."""
+        parts: list[bytes] = []
+        size = 0
+        async for chunk in chunks:
+            size += len(chunk)
+            if size > MAX_ANSWER_BYTES:
+                raise BackendFailed(
+                    f"{self.backend.name}: answer larger than {MAX_ANSWER_BYTES} bytes: no chat completion is"
+                )
+            parts.append(chunk)
+        return b"".join(parts)
 
     async def stream(self, payload: Mapping[str, Any]) -> AsyncIterator[ChatChunk]:
         """POST a streaming chat completion and yield its chunks until ``[DONE]``.
