@@ -183,3 +183,21 @@ def test_configure_from_env_twice_keeps_the_installed_provider() -> None:
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert "Overriding" not in done.stderr
+
+
+def test_a_pause_carried_out_by_an_exception_is_not_an_error(
+    tracer: Tracer, exporter: InMemorySpanExporter
+) -> None:
+    class Interrupt(Exception):  # as LangGraph's GraphInterrupt: a pause, raised
+        pass
+
+    with pytest.raises(Interrupt), execute_tool_span("ask_human", tracer=tracer) as span:
+        record_outcome(span, "paused")
+        raise Interrupt
+    with pytest.raises(Interrupt), execute_tool_span("ask_human", tracer=tracer):
+        raise Interrupt
+    paused, failed = exporter.get_finished_spans()
+    assert paused.status.status_code == StatusCode.UNSET and "error.type" not in paused.attributes
+    assert failed.status.status_code == StatusCode.ERROR and failed.attributes["error.type"].endswith(
+        "Interrupt"
+    )

@@ -74,8 +74,11 @@ def _span(name: str, kind: SpanKind, attributes: Mapping[str, Any], tracer: Trac
         try:
             yield span
         except BaseException as exc:
-            span.set_attribute("error.type", type(exc).__qualname__)
-            span.set_status(Status(StatusCode.ERROR, type(exc).__qualname__))
+            # A call recorded as paused (LangGraph's interrupt() raises to pause a tool) has not
+            # failed: the exception that carries the pause out leaves the status alone.
+            if getattr(span, "attributes", {}).get("agentgate.outcome") != "paused":
+                span.set_attribute("error.type", type(exc).__qualname__)
+                span.set_status(Status(StatusCode.ERROR, type(exc).__qualname__))
             raise
 
 
@@ -187,7 +190,8 @@ def record_outcome(span: Span, status: str, *, error_type: str | None = None) ->
     """How a call that ran ended, as its audit outcome says: ``agentgate.outcome`` is ``status``
     (``ok``, ``error``, ``paused``). An ``error`` marks the span ERROR with ``error.type``:
     ``error_type`` (an exception's class name) or ``agentgate.failed`` (the call returned a
-    failure). ``ok`` and ``paused`` leave the status as it is."""
+    failure). ``ok`` and ``paused`` leave the status as it is, and after ``paused`` an exception
+    leaving the span (the one that carries the pause out) does not mark it ERROR."""
     span.set_attribute("agentgate.outcome", status)
     if status == "error":
         kind = error_type or FAILED
