@@ -421,6 +421,18 @@ def test_the_gateway_exports_no_token_key_or_prompt(
             *((f"answer {i}", a.text) for i, a in enumerate(answers) if a.status_code != 200),
         ]:
             assert secret not in text, (secret[:16], where)
+    # docs/gateway.md's metrics, as documented: answers by status, tokens by kind, decision times.
+    exported = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for f in text_string_to_metric_families(metrics.text)
+        for s in f.samples
+    }
+    assert exported[("agentgate_gateway_requests_total", (("status", "200"),))] == 2
+    assert exported[("agentgate_gateway_requests_total", (("status", "403"),))] == 2
+    assert exported[("agentgate_gateway_requests_total", (("status", "401"),))] == 3
+    assert exported[("agentgate_gateway_tokens_total", (("kind", "completion"),))] >= 8
+    assert exported[("agentgate_gateway_tokens_total", (("kind", "prompt"),))] > 0
+    assert exported[("agentgate_gateway_decision_seconds_count", ())] >= 2
     chat_spans = [s for s in exporter.get_finished_spans() if s.name.startswith("chat ")]
     assert len(chat_spans) >= 6  # every decided call but the approval request has its span (see r9 open)
 
