@@ -26,13 +26,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_tasks_review import _wait_until
+from test_tasks_shared_limits import lookup_policy
 
+from agentgate.capabilities import Call
 from agentgate.cli._common import not_printable
 from agentgate.cli.main import main
 from agentgate.errors import DeadlineExceeded, InputError, KeyFileError, PolicyError, SchedulingError
+from agentgate.gate import Gate
 from agentgate.keys import Keyring, PublicKey, SigningKey, load_public_key, load_signing_key, save_key
 from agentgate.policy import parse_policy
 from agentgate.store import open_store
+from agentgate.store._sqlite import SQLiteStore
 from agentgate.store.dead_letters import DeadLetterStore
 from agentgate.tasks import (
     DEFAULT_CLASSIFIER,
@@ -633,3 +638,55 @@ def test_a_lone_surrogate_in_a_tool_call_is_an_input_error_not_a_unicode_error(f
     assert (
         ToolCall("caf\u00e9", tenant="\u00e9", call_id="\U0001f600").idempotency_key() is None
     )  # valid Unicode is fine
+
+
+# --- an async function given to the sync path ----------------------------------------------------
+
+
+@pytest.mark.parametrize("with_store", [False, True])
+def test_a_sync_scheduler_refuses_an_async_function_instead_of_returning_its_coroutine(
+    tmp_path: Path, with_store: bool
+) -> None:
+    """Before: ``submit`` returned the un-awaited coroutine as the result: the tool never ran
+    and the call counted as a success (RuntimeWarning: coroutine was never awaited)."""
+    store = open_store(str(tmp_path / "s.db")) if with_store else None
+    ran: list[int] = []
+
+    async def tool(attempt: Attempt) -> str:
+        ran.append(attempt.number)
+        return "done"
+
+    try:
+        config = SchedulerConfig(breaker=BreakerPolicy(failure_threshold=1))
+        with SyncScheduler(config, store=store) as scheduler:
+            with pytest.raises(InputError, match="async function"):
+                scheduler.submit(ToolCall("t"), tool)  # type: ignore[arg-type]
+            core = scheduler.scheduler
+            _wait_until(
+                lambda: core.in_flight == 0 and not core._tasks, "the refused call let go of its slot"
+            )
+            assert core.breaker("tool:t").closed  # the refusal said nothing of the tool
+            assert scheduler.submit(ToolCall("t"), lambda attempt: "sync") == "sync"  # nothing held
+        assert ran == []
+    finally:
+        if store is not None:
+            store.close()
+
+
+def test_gate_run_of_an_async_function_records_an_error_not_a_success(tmp_path: Path) -> None:
+    keys = {n: SigningKey.generate() for n in ("root", "agent")}
+    gate = Gate(parse_policy(lookup_policy(keys)), SQLiteStore(tmp_path / "g.db"))
+    try:
+        agent = gate.issue(keys["root"], name="agent", key=keys["agent"], role="worker")
+        auth = gate.authorize(agent, Call.tool("lookup", {"id": "1"}))
+
+        async def lookup() -> str:
+            return "never"
+
+        with pytest.raises(InputError, match="async function"):
+            gate.run(auth, lookup)  # type: ignore[arg-type]
+        gate.flush()
+        outcome = [e for e in gate.audit.entries() if e.kind == "outcome"]
+        assert [e.status for e in outcome] == ["error"]
+    finally:
+        gate.close()

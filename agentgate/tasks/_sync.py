@@ -38,13 +38,14 @@ import random
 import threading
 import time
 from collections.abc import Callable
+from types import CoroutineType
 from typing import Any, TypeVar
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 from prometheus_client import CollectorRegistry
 
-from agentgate.errors import DeadlineExceeded, SchedulingError
+from agentgate.errors import DeadlineExceeded, InputError, SchedulingError
 from agentgate.store._base import Store
 from agentgate.store.dead_letters import AttemptError, DeadLetter, DeadLetterStore
 from agentgate.tasks._breaker import BreakerSnapshot
@@ -62,6 +63,15 @@ from agentgate.tasks._scheduler import (
 )
 
 T = TypeVar("T")
+
+
+def _async_function(tool: str) -> InputError:
+    """The error for a sync call whose function turned out to be async (it returned a coroutine)."""
+    return InputError(
+        f"tool {tool}: a SyncScheduler called an async function, whose body never ran; "
+        "submit it to a Scheduler (Gate.arun)"
+    )
+
 
 _Work = tuple[Attempt, "asyncio.Future[Any]"]
 #: Longest single lock wait: ``Lock.acquire`` overflows on timeouts past the platform's time_t.
@@ -343,6 +353,11 @@ class SyncScheduler:
                         breaker.release()
                     raise
                 else:
+                    if isinstance(result, CoroutineType):  # an async function: none of its body ran
+                        result.close()
+                        if held:
+                            breaker.release()  # says nothing of the tool
+                        raise _async_function(tool)
                     if not breaker.healthy:
                         breaker.record_success()
                     return result
@@ -457,6 +472,10 @@ class SyncScheduler:
                 outcome.cancel()
                 raise
             else:
+                if isinstance(value, CoroutineType):  # an async function: none of its body ran
+                    value.close()
+                    outcome.cancel()
+                    raise _async_function(call.tool)
                 self._settle(done, value, None)
 
     def _settle(self, done: asyncio.Future[Any], value: Any, error: Exception | None) -> None:
