@@ -79,7 +79,7 @@ class RawBackend:
 
             def do_POST(self) -> None:
                 raw.posts += 1
-                self.rfile.read(int(self.headers.get("content-length") or 0))
+                self.body = self.rfile.read(int(self.headers.get("content-length") or 0))
                 with contextlib.suppress(OSError):  # a caller that gave up
                     respond(self)
 
@@ -153,7 +153,8 @@ async def test_a_redirecting_backend_is_backend_failed_and_the_payload_never_rea
 
 
 class SlowBackend(RawBackend):
-    """Answers every chat call after ``delay_s``, counting how many it holds at once."""
+    """Answers every chat call after ``delay_s``, counting how many it holds at once; a call whose
+    body says ``fail-now`` gets an HTTP 503 at once."""
 
     def __init__(self, delay_s: float) -> None:
         self.now = 0
@@ -161,6 +162,11 @@ class SlowBackend(RawBackend):
         lock = threading.Lock()
 
         def respond(handler: http.server.BaseHTTPRequestHandler) -> None:
+            if b"fail-now" in handler.body:  # type: ignore[attr-defined]
+                handler.send_response(503)
+                handler.send_header("content-length", "0")
+                handler.end_headers()
+                return
             with lock:
                 self.now += 1
                 self.most = max(self.most, self.now)
@@ -706,3 +712,25 @@ async def test_an_answer_larger_than_any_chat_completion_is_backend_failed(
                     await client.chat(_payload())
     finally:
         backend.stop()
+
+
+async def test_a_backend_marked_down_by_one_failed_call_still_counts_the_calls_it_runs() -> None:
+    slow = SlowBackend(0.6)
+    try:
+        inv = _inventory(slow.url, max_concurrency=2)
+        async with Dispatcher(inv, Router(inv), health_interval_s=0.02, cooldown_s=0.05, max_attempts=1) as d:
+            running = asyncio.create_task(d.chat(_payload(0), priority=0, slo_ttft_s=5.0))
+            await asyncio.sleep(0.1)
+            failing = {"model": MODEL, "messages": [{"role": "user", "content": "fail-now"}], "max_tokens": 4}
+            with pytest.raises(BackendFailed, match="503"):
+                await d.chat(failing, priority=0, slo_ttft_s=5.0)
+            assert d.is_down("b0")
+            while d.is_down("b0"):  # its probe passes: it is used again
+                await asyncio.sleep(0.02)
+            assert d.router.in_flight("b0") == 1  # the call still running there
+            more = [asyncio.create_task(d.chat(_payload(i), priority=0, slo_ttft_s=5.0)) for i in (1, 2)]
+            await asyncio.gather(running, *more)
+            assert d.router.in_flight("b0") == 0
+        assert slow.most <= 2
+    finally:
+        slow.stop()

@@ -237,12 +237,14 @@ class RoutingPolicy(ABC):
         self.states[backend].observe(load)
 
     def mark_down(self, backend: str) -> None:
-        """The backend failed: skip it until ``mark_up``; its in-flight work is forgotten."""
+        """The backend failed: skip it until ``mark_up``; its cached prefixes are forgotten (it
+        may have restarted). The calls still running there stay counted until their callers
+        report them ``finished``, as every caller does whether a call completes or fails: one
+        failed call does not stop the others, and a backend back from a blip must not look
+        idle, or ``max_concurrency`` would be exceeded."""
         state = self.states[backend]
         state.healthy = False
-        for rid in [rid for rid, d in self._inflight.items() if d.backend == backend]:
-            del self._inflight[rid]
-        state.reset()
+        state.index.clear()
 
     def mark_up(self, backend: str) -> None:
         """The backend answers its health check again."""

@@ -182,12 +182,3 @@ class BackendState:
         self.load = load
         if self.backend.kv_capacity_tokens is None and load.kv_capacity_tokens:
             self.index.resize(self.kv_capacity_tokens // self.block_tokens)
-
-    def reset(self) -> None:
-        """Forget in-flight work and cached prefixes (the backend died or restarted)."""
-        self.prefilling.clear()
-        self.decoding.clear()
-        self.queued_prefill_s = 0.0
-        self.queued_prefill_tokens = 0
-        self.decode_context = 0
-        self.index.clear()
