@@ -199,6 +199,10 @@ class BackendFailed(DispatchError):
     """A backend answered with an error, garbage, or not at all."""
 
 
+class CallerGone(DispatchError):
+    """The gateway's caller went away (closed its connection) before its answer was delivered."""
+
+
 class BrokerError(DispatchError):
     """A GPU lease request or lease operation is refused: malformed, impossible, or unknown tenant."""
 

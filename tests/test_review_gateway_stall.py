@@ -30,6 +30,7 @@ from agentgate.cli.main import build_parser
 from agentgate.dispatch import inventory_from_mapping
 from agentgate.dispatch.gateway import Gateway, GatewayGate, GatewayServer, invocation_headers
 from agentgate.dispatch.gateway._http import STALLED, BoundedHttpToolsProtocol
+from agentgate.dispatch.prefix import estimate_tokens, prompt_text
 from agentgate.errors import InputError
 from agentgate.gate import AgentIdentity
 from agentgate.keys import SigningKey
@@ -360,3 +361,34 @@ def test_the_simulated_backend_refuses_several_choices_rather_than_answer_one(ex
         for one in ({"n": 1}, {"n": None}, {"best_of": 1}):
             reply = http.post(f"{sim.url}/v1/chat/completions", json={**body, **one})
             assert reply.status_code == 200 and len(reply.json()["choices"]) == 1
+
+
+# --- a caller that leaves a JSON (non-streamed) call -------------------------------------------
+
+
+def test_a_caller_gone_during_a_json_call_stops_the_backend_and_is_charged_its_reservation(env: Env) -> None:
+    # The gateway went on waiting for the backend's whole answer (here 20,000 tokens, seconds of
+    # GPU) for a caller that had hung up: its slot stayed busy, and a client's timeout-and-retry
+    # doubled the work. The backend request is now cancelled when the caller goes; what the
+    # backend produced cannot be read, so the call is charged its reservation (never less than
+    # may have been used, as for an abandoned stream), audited as an error that says so.
+    body = {"model": MODEL, "messages": [{"role": "user", "content": "Write a book."}], "max_tokens": 20_000}
+    with socket.create_connection(("127.0.0.1", env.server.port)) as sock:
+        sock.sendall(_request(env, body))
+        until = time.monotonic() + 5
+        while not env.sim.engine.has_work():  # the backend is generating
+            assert time.monotonic() < until
+            time.sleep(0.02)
+    left = time.monotonic()
+    while env.sim.engine.has_work() or env.kinds().count("outcome") < 1:
+        assert time.monotonic() - left < 2, "the backend went on generating for a caller that left"
+        time.sleep(0.05)
+    (outcome,) = [e for e in env.gate.audit.entries() if e.kind == "outcome"]
+    assert outcome.status == "error" and "CallerGone" in outcome.reasons, outcome.reasons
+    assert env.gate.remaining(env.agent)[env.agent.chain.root.id][0] == _reserved(body)
+    assert env.gate.verify().ok
+
+
+def _reserved(body: dict[str, Any]) -> int:
+    """What the gateway reserves for ``body`` at one micro-dollar a token (the tests' policy)."""
+    return estimate_tokens(prompt_text(body["messages"])) + int(body["max_tokens"])

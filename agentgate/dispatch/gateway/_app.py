@@ -50,7 +50,7 @@ from agentgate.dispatch.backends import ChatChunk, ChatResult, Timeouts
 from agentgate.dispatch.dispatcher import Dispatcher
 from agentgate.dispatch.gateway._authority import APPROVAL_HEADER, GatewayDecision, GatewayGate
 from agentgate.dispatch.gateway._client import INVOCATION_HEADER, chat_call, max_tokens_of
-from agentgate.dispatch.gateway._http import STALLED, STREAM_STALL_S, BoundedHttpToolsProtocol
+from agentgate.dispatch.gateway._http import ON_LOST, STALLED, STREAM_STALL_S, BoundedHttpToolsProtocol
 from agentgate.dispatch.gateway._upstream import UpstreamPool
 from agentgate.dispatch.inventory import Inventory
 from agentgate.dispatch.prefix import estimate_tokens, prompt_text
@@ -59,6 +59,7 @@ from agentgate.errors import (
     AgentGateError,
     AuditError,
     BackendFailed,
+    CallerGone,
     DispatchError,
     InputError,
     NoBackend,
@@ -308,11 +309,15 @@ class Gateway:
         try:
             result = await self.gate.arun(
                 decision.auth,
-                lambda: self.dispatcher.chat(payload, tenant=tenant, slo_ttft_s=self.slo_ttft_s),
+                lambda: self._backend_call(payload, tenant, request.scope),
                 spent=lambda result: _spent(result, (prompt, max_tokens)),
             )
+        except CallerGone:
+            # Nobody to answer: the connection is closed, so this goes nowhere (nginx's 499).
+            return error_response(499, "the caller went away", "caller_gone"), True
         except AgentGateError as exc:
             return _dispatch_error(exc), True
+        assert result is not None  # ``_spent`` raised for an abandoned call
         answered = time.perf_counter()
         self._count_tokens(result.usage.prompt_tokens, result.usage.completion_tokens)
         # Where the time went, for the caller's own measurements (W3C Server-Timing, milliseconds).
@@ -326,6 +331,33 @@ class Gateway:
         if result.raw:
             return Response(result.raw, media_type="application/json", headers=headers), True
         return JSONResponse(dict(result.body), headers=headers), True
+
+    async def _backend_call(self, payload: Mapping[str, Any], tenant: str, scope: Scope) -> ChatResult | None:
+        """The dispatcher's answer to a JSON chat call; ``None`` if the caller went away meanwhile.
+
+        The backend request is cancelled as soon as the connection is lost (the protocol calls
+        the ``ON_LOST`` hook): the engine aborts it and frees its slot, instead of generating a
+        whole answer for nobody. ``None`` then settles the call as charged its reservation
+        (``_spent``): what the backend produced before it was cut cannot be read.
+        """
+        task = asyncio.current_task()
+        assert task is not None
+        gone = False
+
+        def lost() -> None:
+            nonlocal gone
+            gone = True
+            task.cancel()
+
+        scope[ON_LOST] = lost
+        try:
+            return await self.dispatcher.chat(payload, tenant=tenant, slo_ttft_s=self.slo_ttft_s)
+        except asyncio.CancelledError:
+            if gone and task.uncancel() == 0:
+                return None
+            raise
+        finally:
+            del scope[ON_LOST]
 
     def _retry_after(self, quota: str | None) -> dict[str, str] | None:
         """``Retry-After`` for a call refused by the policy quota ``quota``: the seconds until its
@@ -505,10 +537,16 @@ def _bearer(value: str | None) -> str | None:
     return token.strip() or None
 
 
-def _spent(result: ChatResult, reserved: tuple[int, int]) -> tuple[int, int]:
+def _spent(result: ChatResult | None, reserved: tuple[int, int]) -> tuple[int, int]:
     """What an answered call is charged: the usage the backend reported, or the whole reservation
     ``reserved`` (prompt, max output) when the answer reports no completion token count (the
-    output went out; the gateway never charges less than may have been used)."""
+    output went out; the gateway never charges less than may have been used).
+
+    Raises ``CallerGone`` for a call whose caller left (``None``): ``Gate.arun`` then settles it
+    as an ``error`` charged its reservation (its usage cannot be read) and re-raises.
+    """
+    if result is None:
+        raise CallerGone("the caller went away before the answer; the backend request was cancelled")
     usage = result.body.get("usage")
     if not isinstance(usage, Mapping) or usage.get("completion_tokens") is None:
         return reserved

@@ -43,6 +43,8 @@ STREAM_STALL_S = 30.0
 """Default seconds an answer may wait for its caller to read anything before the connection is cut."""
 STALLED = "agentgate.stalled"
 """Scope key set (to the stall limit, in seconds) on a request whose caller stopped reading."""
+ON_LOST = "agentgate.on_lost"
+"""Scope key an app may set to a callable: called if the connection is lost before the answer began."""
 
 
 class BoundedHttpToolsProtocol(HttpToolsProtocol):
@@ -109,6 +111,13 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._stop_head_timer()
         self._stop_stall_timer()
         super().connection_lost(exc)
+        # uvicorn tells an app its caller left only through ``receive``, which an app waiting on
+        # something else (a backend) does not call: the app's hook, if it set one, is told now.
+        cycle = self.cycle
+        if cycle is not None and not cycle.response_started:
+            lost = cycle.scope.get(ON_LOST)
+            if callable(lost):
+                lost()
 
     def pause_writing(self) -> None:
         # The send buffer passed its high-water mark: the caller reads slower than we write.
