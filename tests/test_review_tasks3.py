@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_tasks_review import _wait_until
+from test_tasks_review import WAIT_S, _wait_until
 from test_tasks_shared_limits import lookup_policy
 
 from agentgate.capabilities import Call
@@ -690,3 +690,49 @@ def test_gate_run_of_an_async_function_records_an_error_not_a_success(tmp_path: 
         assert [e.status for e in outcome] == ["error"]
     finally:
         gate.close()
+
+
+# --- close and aclose timeouts ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("timeout_s", [math.inf, 1e300])
+def test_sync_close_with_an_unbounded_drain_timeout_drains_and_stops_its_thread(timeout_s: float) -> None:
+    """Before: OverflowError from the drain wait, after the scheduler was marked closed: a second
+    ``close()`` returned at once and the loop thread was never stopped."""
+    scheduler = SyncScheduler()
+    release = threading.Event()
+    results: list[str] = []
+
+    def tool(attempt: Attempt) -> str:
+        release.wait(WAIT_S)
+        return "done"
+
+    caller = threading.Thread(target=lambda: results.append(scheduler.submit(ToolCall("t"), tool)))
+    caller.start()
+    _wait_until(lambda: scheduler.scheduler.in_flight == 1, "the call runs")
+    closer = threading.Timer(0.1, release.set)
+    closer.start()
+    scheduler.close(timeout_s=timeout_s)
+    caller.join(WAIT_S)
+    closer.join()
+    assert results == ["done"]  # drained, not cut short
+    assert not scheduler._thread.is_alive()
+
+
+@pytest.mark.parametrize("timeout_s", [math.nan, "1", True])
+async def test_a_drain_timeout_that_is_not_a_number_closes_nothing(timeout_s: Any) -> None:
+    scheduler = SyncScheduler()
+    with pytest.raises(InputError, match="drain timeout_s"):
+        scheduler.close(timeout_s=timeout_s)
+    assert scheduler.submit(ToolCall("t"), lambda attempt: "still open") == "still open"
+    scheduler.close()
+    assert not scheduler._thread.is_alive()
+    core = Scheduler()
+    with pytest.raises(InputError, match="drain timeout_s"):
+        await core.aclose(timeout_s=timeout_s)
+
+    async def tool(attempt: Attempt) -> str:
+        return "still open"
+
+    assert await core.submit(ToolCall("t"), tool) == "still open"
+    await core.aclose()

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import math
 import random
 import time
 import uuid
@@ -198,10 +199,12 @@ class Scheduler:
     async def aclose(self, *, drain: bool = True, timeout_s: float | None = None) -> None:
         """Stop taking calls, then let submitted calls finish (``drain``) or cancel them.
 
-        Draining waits at most ``timeout_s`` (None: until done) and cancels what is left after
-        it. On return no call of this scheduler is running or waiting, its leases are given back,
-        and the limits it made itself (none given) are closed.
+        Draining waits at most ``timeout_s`` (None or infinity: until done; 0 or less: not at
+        all) and cancels what is left after it. On return no call of this scheduler is running or
+        waiting, its leases are given back, and the limits it made itself (none given) are closed.
+        A ``timeout_s`` that is not a number, or NaN, raises ``InputError`` before anything stops.
         """
+        timeout_s = _drain_timeout(timeout_s)
         self._closed = True
         if self._tasks and drain:
             self._idle = asyncio.Event()
@@ -716,6 +719,16 @@ class Scheduler:
             "gave_up", call.tool, {"agentgate.reason": reason, "agentgate.attempts": len(errors)}
         )
         return letter
+
+
+def _drain_timeout(timeout_s: object) -> float | None:
+    """``timeout_s`` of ``aclose``/``close`` as a bound to wait: None for None or infinity, at
+    least 0; ``InputError`` for anything but a number (a bool included) and for NaN."""
+    if timeout_s is None:
+        return None
+    if isinstance(timeout_s, bool) or not isinstance(timeout_s, int | float) or timeout_s != timeout_s:
+        raise InputError(f"the drain timeout_s must be a number of seconds or None, got {timeout_s!r}")
+    return None if timeout_s == math.inf else max(float(timeout_s), 0.0)
 
 
 def _message(error: BaseException) -> str:

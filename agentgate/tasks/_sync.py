@@ -57,6 +57,7 @@ from agentgate.tasks._scheduler import (
     Scheduler,
     _attempt_deadline,
     _circuit_open,
+    _drain_timeout,
     _give_up,
     _GiveUp,
     _twin_late,
@@ -508,7 +509,10 @@ class SyncScheduler:
         retries not yet started give up (``SchedulingError``). Then, or at once when not
         draining, queued calls are refused with ``SchedulingError``. A sync tool already running
         cannot be interrupted: it finishes in its caller's thread and its result is returned.
+        ``timeout_s`` as in ``Scheduler.aclose`` (not a number, or NaN: ``InputError``, and nothing
+        is closed).
         """
+        timeout_s = _drain_timeout(timeout_s)
         with self._close_lock:
             if self._closed:
                 return
@@ -518,8 +522,15 @@ class SyncScheduler:
                 self.scheduler._closed = True
             self._closing.set()
             with self._lock:
-                if drain:
-                    self._idle.wait_for(lambda: not self._active, timeout_s)
+                if drain:  # in steps: a lock cannot wait longer than a day or so at once
+                    end = None if timeout_s is None else time.monotonic() + timeout_s
+                    while self._active:
+                        step = (
+                            _LONGEST_WAIT_S if end is None else min(end - time.monotonic(), _LONGEST_WAIT_S)
+                        )
+                        if step <= 0:
+                            break
+                        self._idle.wait(step)
                 for wake in self._waiting:
                     wake.cancel()
         asyncio.run_coroutine_threadsafe(
