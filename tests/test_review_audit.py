@@ -409,3 +409,51 @@ def test_show_json_prints_each_entry_as_its_exact_bytes(
     lines = capsys.readouterr().out.encode().split(b"\n")
     assert lines[-1] == b""
     assert [leaf_hash(line) for line in lines[:-1]] == stored
+
+
+def test_report_of_a_large_log_is_bounded(sqlite_store: SQLiteStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    """report kept every entry in a list and drew a circle per entry: 100,000 entries took 305 MB
+    and wrote 12.8 MB of HTML (a million, ten times that)."""
+    from agentgate.audit.report import render_report
+
+    monkeypatch.setattr("agentgate.store.audit._BATCH_BYTES", 1 << 20, raising=False)  # the page's own memory
+    log = AuditLog(sqlite_store, KEY, ORIGIN)
+    kinds = ("allow", "outcome", "deny")
+    for start in range(0, 20_000, 5_000):
+        log.append_many(
+            [
+                {**ENTRY, "kind": kinds[i % 3], "principal": f"did:key:z{i % 4}", "budget_delta": 1}
+                for i in range(start, start + 5_000)
+            ]
+        )
+    tracemalloc.start()
+    try:
+        page = render_report(log.entries(), None, ())
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 5_000_000, peak
+    assert len(page) < 600_000, len(page)
+    assert "20000 entries" in page and "Verified intact" in page
+    assert "allow: 6667" in page and "outcome: 6667" in page and "deny: 6666" in page
+    assert "did:key:z1</code>: 1667 spent" in page  # outcomes of z1: indexes 1, 13, 25, ...
+    assert page.count("<circle") <= 3 * 900
+    assert "<td>19999</td>" in page and "<td>19500</td>" in page and "<td>19499</td>" not in page
+
+
+def test_report_of_a_tampered_log_says_so_and_exits_1(
+    cli_db: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """report never verified: the page of a tampered log looked like any other, and an entry
+    that was not canonical any more stopped it with an error."""
+    with SQLiteStore(cli_db) as store:
+        _drop_triggers(store)
+        with store.transaction() as tx:
+            tx.execute("UPDATE audit_log SET entry = ? WHERE idx = 2", (b'{"index":2,"kind":"allow"}',))
+    out = tmp_path / "r.html"
+    assert main(["audit", "report", "--out", str(out)]) == 1
+    assert "TAMPERED" in capsys.readouterr().out
+    page = out.read_text()
+    assert "TAMPERED: the log failed verification" in page
+    assert "entry 2: bytes do not match the stored leaf hash" in page
+    assert "3 entries" in page  # the three that still parse

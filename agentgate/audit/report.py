@@ -1,16 +1,18 @@
 """A self-contained HTML page about the audit log, for a person who would rather look than read.
 
-One file, no external assets (inline CSS and SVG, no scripts): the checkpoint it was made at,
-the delegation picture the entries hold (which principals acted on which grant chain tips), a
-decision timeline, and the budget burn-down per principal (cumulative committed spend, from the
-``spend`` entries, in minor units).
+One file, no external assets (inline CSS and SVG, no scripts): whether the log verified, the
+checkpoint it was made at, the delegation picture the entries hold (which principals acted on
+which grant chain tips), a decision timeline, and the budget burn-down per principal (cumulative
+committed spend, from the ``spend`` and ``outcome`` entries, in minor units). Made in one pass
+over the entries: charts keep at most one point per pixel, the table the newest 500 entries.
 """
 
 from __future__ import annotations
 
 import html
-from collections import defaultdict
-from collections.abc import Sequence
+from collections import defaultdict, deque
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 
 from agentgate.audit.entry import AuditEntry
 from agentgate.audit.note import Checkpoint
@@ -37,53 +39,115 @@ def _e(text: object) -> str:
     return html.escape(str(text), quote=True)
 
 
-def _timeline(entries: Sequence[AuditEntry]) -> str:
-    kinds = [k for k in _COLOURS if any(e.kind == k for e in entries)]
-    width, row = 900, 22
+_WIDTH = 900
+"""Horizontal pixels of the charts: at most about this many points per series are drawn."""
+_TABLE_ROWS = 500
+"""The newest entries listed in the table."""
+_MAX_TIPS = 200
+"""Grant chain tips shown in the delegation picture; entries on others are counted."""
+
+
+@dataclass
+class _Summary:
+    """What the page shows, gathered in one pass over the entries in memory that does not grow
+    with the log: points are kept per bucket of ``stride`` consecutive indexes (at most
+    ``_WIDTH`` buckets; when an index passes them, ``stride`` doubles and neighbours merge)."""
+
+    count: int = 0
+    last_index: int = 0
+    stride: int = 1
+    counts: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    # kind -> bucket -> (index and title of the bucket's first entry, entries in the bucket)
+    timeline: dict[str, dict[int, tuple[int, str, int]]] = field(default_factory=lambda: defaultdict(dict))
+    totals: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    top: int = 0
+    # principal -> bucket -> (index, cumulative spend) of the bucket's last spend
+    spend: dict[str, dict[int, tuple[int, int]]] = field(default_factory=lambda: defaultdict(dict))
+    tips: dict[str, set[str]] = field(default_factory=dict)
+    other_tips: int = 0
+    newest: deque[AuditEntry] = field(default_factory=lambda: deque(maxlen=_TABLE_ROWS))
+
+    def add(self, entry: AuditEntry) -> None:
+        self.count += 1
+        self.last_index = max(self.last_index, entry.index)
+        while entry.index // self.stride >= _WIDTH:
+            self._widen()
+        bucket = entry.index // self.stride
+        self.counts[entry.kind] += 1
+        points = self.timeline[entry.kind]
+        if bucket in points:
+            index, title, seen = points[bucket]
+            points[bucket] = (index, title, seen + 1)
+        else:
+            title = f"#{entry.index} {_e(entry.time)} {_e(entry.principal)} {_e(entry.resource or '')}"
+            points[bucket] = (entry.index, title, 1)
+        if entry.kind in ("spend", "outcome") and entry.budget_delta:
+            self.totals[entry.principal] += entry.budget_delta
+            total = self.totals[entry.principal]
+            self.top = max(self.top, total)
+            self.spend[entry.principal][bucket] = (entry.index, total)
+        tip = entry.chain_hash or "(no chain recorded)"
+        if tip in self.tips:
+            self.tips[tip].add(entry.principal)
+        elif len(self.tips) < _MAX_TIPS:
+            self.tips[tip] = {entry.principal}
+        else:
+            self.other_tips += 1
+        self.newest.append(entry)
+
+    def _widen(self) -> None:
+        self.stride *= 2
+        for kind, buckets in self.timeline.items():
+            merged: dict[int, tuple[int, str, int]] = {}
+            for bucket, (index, title, seen) in sorted(buckets.items()):
+                kept = merged.get(bucket // 2)
+                merged[bucket // 2] = (kept[0], kept[1], kept[2] + seen) if kept else (index, title, seen)
+            self.timeline[kind] = merged
+        for principal, points in self.spend.items():
+            # sorted: the later bucket's point (the last spend) wins
+            self.spend[principal] = {bucket // 2: point for bucket, point in sorted(points.items())}
+
+
+def _timeline(summary: _Summary) -> str:
+    kinds = [k for k in _COLOURS if summary.counts[k]]
+    width, row = _WIDTH, 22
     height = row * max(len(kinds), 1) + 30
-    n = max(len(entries) - 1, 1)
+    n = max(summary.last_index, 1)
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width + 160}" height="{height}">']
     for r, kind in enumerate(kinds):
         y = 15 + r * row
         parts.append(f'<text x="0" y="{y + 4}" font-size="12">{_e(kind)}</text>')
         parts.append(f'<line x1="150" y1="{y}" x2="{150 + width}" y2="{y}" stroke="#eee"/>')
-        for entry in entries:
-            if entry.kind == kind:
-                x = 150 + width * entry.index / n
-                parts.append(
-                    f'<circle cx="{x:.1f}" cy="{y}" r="4" fill="{_COLOURS[kind]}">'
-                    f"<title>#{entry.index} {_e(entry.time)} {_e(entry.principal)} {_e(entry.resource or '')}"
-                    "</title></circle>"
-                )
+        for _bucket, (index, title, seen) in sorted(summary.timeline[kind].items()):
+            x = 150 + width * index / n
+            more = f" (and {seen - 1} more)" if seen > 1 else ""
+            parts.append(
+                f'<circle cx="{x:.1f}" cy="{y}" r="4" fill="{_COLOURS[kind]}"><title>{title}{more}</title></circle>'
+            )
     parts.append(f'<text x="150" y="{height - 4}" font-size="11">entry 0</text>')
     parts.append(f'<text x="{width + 100}" y="{height - 4}" font-size="11">entry {n}</text></svg>')
     return "".join(parts)
 
 
-def _burn_down(entries: Sequence[AuditEntry]) -> str:
-    series: dict[str, list[tuple[int, int]]] = defaultdict(list)
-    totals: dict[str, int] = defaultdict(int)
-    for entry in entries:
-        if entry.kind in ("spend", "outcome") and entry.budget_delta:
-            totals[entry.principal] += entry.budget_delta
-            series[entry.principal].append((entry.index, totals[entry.principal]))
-    if not series:
+def _burn_down(summary: _Summary) -> str:
+    if not summary.spend:
         return "<p>No committed spend in the log.</p>"
-    width, height = 900, 260
-    last = max(e.index for e in entries) or 1
-    top = max(max(v for _i, v in points) for points in series.values()) or 1
+    width, height = _WIDTH, 260
+    last = summary.last_index or 1
+    top = summary.top or 1
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width + 20}" height="{height + 30}">']
     parts.append(f'<rect x="10" y="10" width="{width}" height="{height}" fill="none" stroke="#ccc"/>')
     legend = []
-    for n, (principal, points) in enumerate(sorted(series.items())):
+    for n, (principal, buckets) in enumerate(sorted(summary.spend.items())):
         colour = _PALETTE[n % len(_PALETTE)]
+        points = [(0, 0), *(point for _bucket, point in sorted(buckets.items()))]
         coords = " ".join(
-            f"{10 + width * i / last:.1f},{10 + height - height * v / top:.1f}" for i, v in [(0, 0), *points]
+            f"{10 + width * i / last:.1f},{10 + height - height * v / top:.1f}" for i, v in points
         )
         parts.append(f'<polyline points="{coords}" fill="none" stroke="{colour}" stroke-width="2"/>')
         legend.append(
             f'<li><span class="k" style="background:{colour}"></span><code>{_e(principal)}</code>: '
-            f"{totals[principal]} spent</li>"
+            f"{summary.totals[principal]} spent</li>"
         )
     parts.append(
         f'<text x="12" y="{height + 25}" font-size="11">cumulative spend (max {top}) by entry index</text>'
@@ -92,49 +156,70 @@ def _burn_down(entries: Sequence[AuditEntry]) -> str:
     return "".join(parts) + "<ul>" + "".join(legend) + "</ul>"
 
 
-def _delegation(entries: Sequence[AuditEntry]) -> str:
-    by_tip: dict[str, set[str]] = defaultdict(set)
-    for entry in entries:
-        by_tip[entry.chain_hash or "(no chain recorded)"].add(entry.principal)
+def _delegation(summary: _Summary) -> str:
     items = []
-    for tip, principals in sorted(by_tip.items()):
+    for tip, principals in sorted(summary.tips.items()):
         inner = "".join(f"<li>acted as <code>{_e(p)}</code></li>" for p in sorted(principals))
         items.append(f'<li>grant chain tip <code>{_e(tip)}</code><ul class="tree">{inner}</ul></li>')
+    others = (
+        f"<p>{summary.other_tips} more entries act on other grant chain tips (not shown).</p>"
+        if summary.other_tips
+        else ""
+    )
     return (
         "<p>The log records each decision's grant chain tip; the grants themselves live in the "
         "grant store.</p>"
-        f'<ul class="tree">{"".join(items)}</ul>'
+        f'<ul class="tree">{"".join(items)}</ul>{others}'
     )
 
 
-def render_report(entries: Sequence[AuditEntry], checkpoint: Checkpoint | None) -> str:
-    """The whole HTML page for ``entries`` (and the checkpoint they were verified against)."""
+def _verification(problems: Sequence[str] | None) -> str:
+    if problems is None:
+        return "<p>The log was not verified for this page (run <code>agentgate audit verify</code>).</p>"
+    if not problems:
+        return "<p><strong>Verified intact</strong> when this page was made (<code>agentgate audit verify</code>).</p>"
+    listed = "".join(f"<li>{_e(problem)}</li>" for problem in problems[:50])
+    more = f"<li>and {len(problems) - 50} more</li>" if len(problems) > 50 else ""
+    return (
+        f'<p style="color:#c62828"><strong>TAMPERED: the log failed verification</strong> '
+        f"({len(problems)} problem(s)); what follows shows the entries as they are stored.</p>"
+        f"<ul>{listed}{more}</ul>"
+    )
+
+
+def render_report(
+    entries: Iterable[AuditEntry], checkpoint: Checkpoint | None, problems: Sequence[str] | None = None
+) -> str:
+    """The whole HTML page for ``entries`` (in index order), read once; memory does not grow with
+    their number. ``checkpoint`` is the latest signed one; ``problems`` what verification found
+    (empty: intact; ``None``: not verified), shown at the top."""
+    summary = _Summary()
+    for entry in entries:
+        summary.add(entry)
     head = (
         f"signed checkpoint: <code>{_e(checkpoint.origin)}</code>, size {checkpoint.size}, "
         f"root <code>{checkpoint.root.hex()}</code>"
         if checkpoint
         else "no signed checkpoint yet (run <code>agentgate audit checkpoint</code>)"
     )
-    counts: dict[str, int] = defaultdict(int)
-    for entry in entries:
-        counts[entry.kind] += 1
-    summary = "".join(
-        f'<li><span class="k" style="background:{_COLOURS[k]}"></span>{_e(k)}: {counts[k]}</li>'
+    kinds = "".join(
+        f'<li><span class="k" style="background:{_COLOURS[k]}"></span>{_e(k)}: {summary.counts[k]}</li>'
         for k in _COLOURS
-        if counts[k]
+        if summary.counts[k]
     )
     rows = "".join(
         f"<tr><td>{e.index}</td><td>{_e(e.time)}</td><td>{_e(e.kind)}</td><td><code>{_e(e.principal)}</code></td>"
         f"<td>{_e(e.resource or '')}</td><td>{e.budget_delta}</td><td>{_e('; '.join(e.reasons))}</td></tr>"
-        for e in entries[-500:]
+        for e in summary.newest
     )
     return (
         '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>agentgate audit report</title>'
         f"<style>{_STYLE}</style></head><body><h1>agentgate audit report</h1>"
-        f"<p>{len(entries)} entries; {head}</p><ul>{summary}</ul>"
-        f"<h2>Delegation</h2>{_delegation(entries)}"
-        f"<h2>Decision timeline</h2>{_timeline(entries)}"
-        f"<h2>Budget burn-down per principal</h2>{_burn_down(entries)}"
+        f"{_verification(problems)}"
+        f"<p>{summary.count} entries; {head}</p><ul>{kinds}</ul>"
+        f"<h2>Delegation</h2>{_delegation(summary)}"
+        f"<h2>Decision timeline</h2>{_timeline(summary)}"
+        f"<h2>Budget burn-down per principal</h2>{_burn_down(summary)}"
         "<h2>Latest entries</h2><table><tr><th>#</th><th>time</th><th>kind</th><th>principal</th>"
         f"<th>resource</th><th>budget</th><th>reasons</th></tr>{rows}</table></body></html>\n"
     )

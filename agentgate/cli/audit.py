@@ -8,7 +8,8 @@
                                                      the checkpoint stored last or saved in FILE)
     agentgate audit prove INDEX --out FILE           a C2SP tlog-proof bundle for one entry
     agentgate audit verify-proof FILE --key PUBFILE  offline, with only the log's public key
-    agentgate audit report --out FILE.html           one self-contained page for people
+    agentgate audit report --out FILE.html           one self-contained page for people (verifies
+                                                     first: exit 1 if tampered, the page says so)
 
 The store is ``--store`` or ``AGENTGATE_STORE``; the log key is found as docs/operations.md says
 (``AGENTGATE_LOG_KEY``, else ``log.key`` next to the SQLite database); the log's origin is
@@ -328,9 +329,11 @@ def _verify_proof(args: argparse.Namespace) -> int:
 def _report(args: argparse.Namespace) -> int:
     store, log = _open(args)
     with store:
-        entries = list(log.entries())
+        verified = log.verify()
         note = log.latest_checkpoint()
-        checkpoint = log.open_checkpoint(note) if note else None
-    _write(args.out, render_report(entries, checkpoint))
-    print(f"wrote {args.out}: {len(entries)} entries")
-    return 0
+        checkpoint = log.open_checkpoint(note) if note and verified.ok else None
+        page = render_report(log.entries(skip_malformed=True), checkpoint, verified.problems)
+    _write(args.out, page)
+    state = "intact" if verified.ok else f"TAMPERED, {len(verified.problems)} problem(s) shown in the report"
+    print(f"wrote {args.out}: {verified.size} entries, {state}")
+    return 0 if verified.ok else 1

@@ -50,7 +50,7 @@ _BATCH_BYTES = 16 << 20
 """About how many bytes of entries one read of the log fetches (memory while reading a log)."""
 _FIRST_BATCH = 64
 """Rows in the first read, before the entries' size is known."""
-_ROW_BYTES = 100
+_ROW_BYTES = 300
 """What a row costs besides its entry's bytes (index, leaf hash, Python objects), for sizing."""
 _CHECKPOINT_BATCH = 1_000
 """Checkpoint rows one read fetches."""
@@ -463,11 +463,18 @@ class AuditLog:
         """Entry ``index``, parsed; ``TamperDetected`` if its bytes are not canonical."""
         return AuditEntry.from_bytes(self.entry_bytes(index))
 
-    def entries(self, start: int = 0) -> Iterator[AuditEntry]:
-        """Every entry from ``start`` in index order, read in batches."""
+    def entries(self, start: int = 0, *, skip_malformed: bool = False) -> Iterator[AuditEntry]:
+        """Every entry from ``start`` in index order, read in batches.
+
+        Raises ``TamperDetected`` at the first entry whose bytes are not a canonical entry, or
+        passes over it when ``skip_malformed`` (a report of a log that ``verify`` found tampered).
+        """
         for _idx, data, _leaf in self._rows(include_entry_from=start, start=start):
-            assert data is not None
-            yield AuditEntry.from_bytes(data)
+            try:
+                yield AuditEntry.from_bytes(data or b"")
+            except TamperDetected:
+                if not skip_malformed:
+                    raise
 
     def checkpoints(self) -> list[str]:
         """Every stored signed checkpoint, oldest first."""
