@@ -26,7 +26,7 @@ from test_broker_restart_budget import World, lease
 
 from agentgate.cli import broker as broker_cli
 from agentgate.dispatch import inventory_from_mapping
-from agentgate.dispatch.backends import MAX_ANSWER_BYTES, BackendClient, ChatChunk, Timeouts
+from agentgate.dispatch.backends import MAX_ANSWER_BYTES, MAX_USAGE_TOKENS, BackendClient, ChatChunk, Timeouts
 from agentgate.dispatch.baselines import RoundRobinRouter
 from agentgate.dispatch.broker import (
     Broker,
@@ -734,3 +734,12 @@ async def test_a_backend_marked_down_by_one_failed_call_still_counts_the_calls_i
         assert slow.most <= 2
     finally:
         slow.stop()
+
+
+@pytest.mark.parametrize("max_tokens", [float("inf"), 10**400, MAX_USAGE_TOKENS + 1])
+def test_a_max_tokens_no_backend_could_honour_is_a_typed_error_before_routing(max_tokens: object) -> None:
+    inv = _inventory("http://127.0.0.1:9")
+    d = Dispatcher(inv, Router(inv, quotas={"t": TenantQuota_(10, 100)}))
+    payload = {"model": MODEL, "messages": [{"role": "user", "content": "x"}], "max_tokens": max_tokens}
+    with pytest.raises(DispatchError, match="max_tokens"):
+        d.route_request(payload, tenant="t")

@@ -28,7 +28,7 @@ import aiohttp
 import httpx
 
 from agentgate.dispatch._policy import AllowedBackend, RoutePlan, RouteRequest, RoutingPolicy
-from agentgate.dispatch.backends import BackendClient, ChatChunk, ChatResult, Timeouts
+from agentgate.dispatch.backends import MAX_USAGE_TOKENS, BackendClient, ChatChunk, ChatResult, Timeouts
 from agentgate.dispatch.inventory import Inventory
 from agentgate.dispatch.prefix import block_hashes, estimate_tokens, prompt_text
 from agentgate.errors import BackendFailed, DispatchError, InputError, NoBackend, Shed
@@ -133,7 +133,8 @@ class Dispatcher:
         session: str | None = None,
         request_id: str | None = None,
     ) -> RouteRequest:
-        """The ``RouteRequest`` for an OpenAI chat payload; raises ``DispatchError`` if it is malformed."""
+        """The ``RouteRequest`` for an OpenAI chat payload; raises ``DispatchError`` if it is malformed
+        (no model or messages, a ``max_tokens`` that is no integer or over ``MAX_USAGE_TOKENS``)."""
         messages = payload.get("messages")
         model = payload.get("model")
         if not isinstance(messages, list) or not messages or not isinstance(model, str):
@@ -141,8 +142,10 @@ class Dispatcher:
         text = prompt_text(m for m in messages if isinstance(m, Mapping))
         try:
             max_tokens = int(payload.get("max_tokens") or payload.get("max_completion_tokens") or 256)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):  # OverflowError: an infinite float
             raise DispatchError("max_tokens must be an integer") from None
+        if max_tokens > MAX_USAGE_TOKENS:  # no backend generates that many; the router's floats overflow
+            raise DispatchError(f"max_tokens must be at most {MAX_USAGE_TOKENS}")
         return RouteRequest(
             id=request_id or f"req-{next(self._ids)}",
             model=model,
