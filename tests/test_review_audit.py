@@ -310,6 +310,31 @@ def test_verify_checks_every_checkpoint_when_they_are_read_in_batches(
     assert len(report.problems) == 2
 
 
+@pytest.mark.parametrize("size", [1, 2, 3, 4, 5, 8, 9, 16, 17, 33, 64, 65])
+def test_streamed_proofs_are_the_rfc_proofs_at_every_index(
+    size: int, sqlite_store: SQLiteStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """prove() and consistency() stream the leaves now: across batch edges (3, then 5 rows) they
+    give exactly the RFC 9162 proofs computed from the whole list of leaf hashes."""
+    from agentgate.audit.merkle import consistency_proof, inclusion_proof
+
+    monkeypatch.setattr("agentgate.store.audit._FIRST_BATCH", 3, raising=False)
+    monkeypatch.setattr("agentgate.store.audit._BATCH", 5)
+    log = AuditLog(sqlite_store, KEY, ORIGIN)
+    log.append_many([{**ENTRY, "budget_delta": i} for i in range(size)])
+    note = log.checkpoint()
+    log.append_many([ENTRY] * 3)  # entries beyond the checkpoint are not part of its proofs
+    leaves = [bytes(r[0]) for r in sqlite_store.query("SELECT leaf_hash FROM audit_log ORDER BY idx")]
+    for index in range(size):
+        assert list(log.prove(index, note).proof) == inclusion_proof(leaves, index, size)
+    for size1 in range(1, size + 1):
+        assert log.consistency(size1, size) == consistency_proof(leaves, size1, size)
+    with pytest.raises(InputError):
+        log.prove(size, note)
+    with pytest.raises(InputError):
+        log.consistency(0, size)
+
+
 # --- the command line ---------------------------------------------------------------------------
 
 
