@@ -50,8 +50,10 @@ from agentgate.tasks import (
     RetryPolicy,
     Scheduler,
     SchedulerConfig,
+    SharedLimits,
     SyncScheduler,
     TenantShare,
+    TokenBucket,
     ToolCall,
     ToolLimits,
     always,
@@ -736,3 +738,32 @@ async def test_a_drain_timeout_that_is_not_a_number_closes_nothing(timeout_s: An
 
     assert await core.submit(ToolCall("t"), tool) == "still open"
     await core.aclose()
+
+
+# --- public values built by hand ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("rate", "burst"), [(math.nan, 1), (math.inf, 1), (0, 1), (True, 1), (1.0, True), (1.0, 1.5), ("1", 1)]
+)
+def test_a_token_bucket_that_could_never_grant_or_always_grants_is_refused(rate: Any, burst: Any) -> None:
+    """Before: a NaN rate was accepted (it never grants a token: its calls wait forever)."""
+    with pytest.raises(InputError, match="token bucket"):
+        TokenBucket(rate, burst)
+
+
+@pytest.mark.parametrize(
+    ("make", "match"),
+    [
+        (lambda: Scheduler({"max_concurrency": 2}), "needs a SchedulerConfig, got dict"),  # type: ignore[arg-type]
+        (lambda: Scheduler(limits=SchedulerConfig()), "must be a SharedLimits"),  # type: ignore[arg-type]
+        (lambda: SyncScheduler({"max_concurrency": 2}), "needs a SchedulerConfig, got dict"),  # type: ignore[arg-type]
+        (lambda: SharedLimits({"max_concurrency": 2}), "need a SchedulerConfig, got dict"),  # type: ignore[arg-type]
+    ],
+)
+def test_a_scheduler_given_something_else_than_its_config_says_so(
+    make: Callable[[], object], match: str
+) -> None:
+    """Before: AttributeError ('dict' object has no attribute 'check_error_classes' or 'tools')."""
+    with pytest.raises(InputError, match=match):
+        make()

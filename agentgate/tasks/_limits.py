@@ -28,7 +28,7 @@ import weakref
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Protocol
 
-from agentgate.errors import Overloaded, SchedulingError
+from agentgate.errors import InputError, Overloaded, SchedulingError
 from agentgate.tasks._breaker import BreakerSnapshot, BreakerState, CircuitBreaker
 from agentgate.tasks._call import ToolCall
 from agentgate.tasks._config import PriorityClass, SchedulerConfig, TenantShare, ToolLimits
@@ -86,6 +86,8 @@ class SharedLimits:
     """
 
     def __init__(self, config: SchedulerConfig | None = None) -> None:
+        if config is not None and not isinstance(config, SchedulerConfig):
+            raise InputError(f"scheduler limits need a SchedulerConfig, got {type(config).__name__}")
         self.config = config = config or SchedulerConfig()
         self.lock = threading.Lock()
         self.queue: FairQueue[Waiter] = FairQueue()

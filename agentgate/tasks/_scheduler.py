@@ -114,6 +114,10 @@ class Scheduler:
             raise InputError(
                 f"classifier must be a Classifier (wrap a function in from_function), got {classifier!r}"
             )
+        if config is not None and not isinstance(config, SchedulerConfig):
+            raise InputError(f"a scheduler needs a SchedulerConfig, got {type(config).__name__}")
+        if limits is not None and not isinstance(limits, SharedLimits):
+            raise InputError(f"a scheduler's limits must be a SharedLimits, got {type(limits).__name__}")
         (limits.config if limits is not None else config or SchedulerConfig()).check_error_classes(
             classifier.classes
         )

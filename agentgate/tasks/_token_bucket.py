@@ -13,8 +13,11 @@ and the cross-process path, and aiolimiter only offers an awaitable ``acquire``.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
+
+from agentgate.errors import InputError
 
 
 class TokenBucket:
@@ -23,8 +26,12 @@ class TokenBucket:
     __slots__ = ("_clock", "_last", "_level", "burst", "rate")
 
     def __init__(self, rate: float, burst: int, *, clock: Callable[[], float] = time.monotonic) -> None:
-        if rate <= 0 or burst < 1:
-            raise ValueError(f"a token bucket needs rate > 0 and burst >= 1, got rate={rate}, burst={burst}")
+        rate_ok = not isinstance(rate, bool) and isinstance(rate, int | float) and 0 < rate < math.inf
+        burst_ok = not isinstance(burst, bool) and isinstance(burst, int) and burst >= 1
+        if not (rate_ok and burst_ok):  # a NaN rate never grants a token; an infinite one, NaN levels
+            raise InputError(
+                f"a token bucket needs a finite rate > 0 and an integer burst >= 1, got rate={rate!r}, burst={burst!r}"
+            )
         self.rate = rate
         self.burst = burst
         self._clock = clock
