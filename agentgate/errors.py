@@ -203,6 +203,10 @@ class CallerGone(DispatchError):
     """The gateway's caller went away (closed its connection) before its answer was delivered."""
 
 
+class GatewayStopped(DispatchError):
+    """The gateway stopped (its shutdown grace was over) while a call was running: the call was cut."""
+
+
 class BrokerError(DispatchError):
     """A GPU lease request or lease operation is refused: malformed, impossible, or unknown tenant."""
 

@@ -392,3 +392,52 @@ def test_a_caller_gone_during_a_json_call_stops_the_backend_and_is_charged_its_r
 def _reserved(body: dict[str, Any]) -> int:
     """What the gateway reserves for ``body`` at one micro-dollar a token (the tests' policy)."""
     return estimate_tokens(prompt_text(body["messages"])) + int(body["max_tokens"])
+
+
+def test_a_json_call_cut_by_the_gateways_shutdown_is_charged_its_reservation(tmp_path: Path) -> None:
+    # Stopping the gateway cancels the calls still running after shutdown_grace_s. A JSON call
+    # was settled as a plain cancellation, reservation released: the backend's output until then
+    # (here seconds of it) was never charged, on every restart. It is charged as reserved now.
+    root, agent_key = SigningKey.generate(), SigningKey.generate()
+    policy = parse_policy(POLICY.format(root=root.did, agent=agent_key.did, model=MODEL), source="p.yaml")
+    gate = GatewayGate(policy, SQLiteStore(tmp_path / "agentgate.db"))
+    try:
+        with SimServer(model_name=MODEL, time_scale=1.0) as sim:  # real time: about 100 tokens/s
+            inventory = inventory_from_mapping(
+                {"backends": [{"name": "sim", "url": sim.url, "engine": "vllm", "models": [MODEL]}]}
+            )
+            server = GatewayServer(Gateway(gate, inventory), port=0, shutdown_grace_s=1).start()
+            agent = gate.issue(root, name="agent", key=agent_key, role="chat")
+            body = {"model": MODEL, "messages": [{"role": "user", "content": "Go on."}], "max_tokens": 2_000}
+            headers = invocation_headers(agent.key, agent.chain, body)
+            answers: list[int | str] = []
+
+            def call() -> None:
+                try:
+                    answers.append(
+                        httpx.post(
+                            f"{server.url}/chat/completions", json=body, headers=headers, timeout=30
+                        ).status_code
+                    )
+                except httpx.TransportError as exc:
+                    answers.append(type(exc).__name__)
+
+            caller = threading.Thread(target=call)
+            caller.start()
+            until = time.monotonic() + 5
+            while not sim.engine.has_work():
+                assert time.monotonic() < until
+                time.sleep(0.02)
+            server.stop()
+            caller.join(30)
+            until = time.monotonic() + 5
+            while sim.engine.has_work():  # the backend request was cancelled too
+                assert time.monotonic() < until
+                time.sleep(0.05)
+        gate.flush()
+        (outcome,) = [e for e in gate.audit.entries() if e.kind == "outcome"]
+        assert outcome.status == "error", outcome
+        assert gate.remaining(agent)[agent.chain.root.id][0] == _reserved(body)
+        assert answers and answers[0] != 200, answers
+    finally:
+        gate.close()

@@ -34,6 +34,7 @@ import threading
 import time
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
+from dataclasses import dataclass
 from typing import Any, ParamSpec, TypeVar
 
 import uvicorn
@@ -61,6 +62,7 @@ from agentgate.errors import (
     BackendFailed,
     CallerGone,
     DispatchError,
+    GatewayStopped,
     InputError,
     NoBackend,
     Shed,
@@ -315,9 +317,12 @@ class Gateway:
         except CallerGone:
             # Nobody to answer: the connection is closed, so this goes nowhere (nginx's 499).
             return error_response(499, "the caller went away", "caller_gone"), True
+        except GatewayStopped:
+            message = "the gateway is shutting down: the call was cut, and charged as reserved"
+            return error_response(503, message, "shutting_down"), True
         except AgentGateError as exc:
             return _dispatch_error(exc), True
-        assert result is not None  # ``_spent`` raised for an abandoned call
+        assert not isinstance(result, _Cut)  # ``_spent`` raised for it
         answered = time.perf_counter()
         self._count_tokens(result.usage.prompt_tokens, result.usage.completion_tokens)
         # Where the time went, for the caller's own measurements (W3C Server-Timing, milliseconds).
@@ -332,13 +337,15 @@ class Gateway:
             return Response(result.raw, media_type="application/json", headers=headers), True
         return JSONResponse(dict(result.body), headers=headers), True
 
-    async def _backend_call(self, payload: Mapping[str, Any], tenant: str, scope: Scope) -> ChatResult | None:
-        """The dispatcher's answer to a JSON chat call; ``None`` if the caller went away meanwhile.
+    async def _backend_call(self, payload: Mapping[str, Any], tenant: str, scope: Scope) -> ChatResult | _Cut:
+        """The dispatcher's answer to a JSON chat call, or ``_Cut`` if the call was cut meanwhile.
 
         The backend request is cancelled as soon as the connection is lost (the protocol calls
         the ``ON_LOST`` hook): the engine aborts it and frees its slot, instead of generating a
-        whole answer for nobody. ``None`` then settles the call as charged its reservation
-        (``_spent``): what the backend produced before it was cut cannot be read.
+        whole answer for nobody. The server's own cancellation (its shutdown grace is over) cuts
+        it too. Either way ``_spent`` then settles the call as charged its reservation: what the
+        backend produced before it was cut cannot be read. (The cancellation ends here: the
+        handler answers, or finds its caller gone, at once.)
         """
         task = asyncio.current_task()
         assert task is not None
@@ -353,9 +360,9 @@ class Gateway:
         try:
             return await self.dispatcher.chat(payload, tenant=tenant, slo_ttft_s=self.slo_ttft_s)
         except asyncio.CancelledError:
-            if gone and task.uncancel() == 0:
-                return None
-            raise
+            if task.uncancel() > 0:  # cancelled more than once: not this step's to end
+                raise
+            return _Cut(gone)
         finally:
             del scope[ON_LOST]
 
@@ -537,16 +544,26 @@ def _bearer(value: str | None) -> str | None:
     return token.strip() or None
 
 
-def _spent(result: ChatResult | None, reserved: tuple[int, int]) -> tuple[int, int]:
+@dataclass(frozen=True)
+class _Cut:
+    """A JSON call cut before its answer: by its caller leaving, or by the server stopping."""
+
+    caller_gone: bool
+
+
+def _spent(result: ChatResult | _Cut, reserved: tuple[int, int]) -> tuple[int, int]:
     """What an answered call is charged: the usage the backend reported, or the whole reservation
     ``reserved`` (prompt, max output) when the answer reports no completion token count (the
     output went out; the gateway never charges less than may have been used).
 
-    Raises ``CallerGone`` for a call whose caller left (``None``): ``Gate.arun`` then settles it
-    as an ``error`` charged its reservation (its usage cannot be read) and re-raises.
+    Raises ``CallerGone`` for a call whose caller left, ``GatewayStopped`` for one the server's
+    shutdown cut (``_Cut``): ``Gate.arun`` then settles it as an ``error`` charged its
+    reservation (its usage cannot be read) and re-raises.
     """
-    if result is None:
-        raise CallerGone("the caller went away before the answer; the backend request was cancelled")
+    if isinstance(result, _Cut):
+        if result.caller_gone:
+            raise CallerGone("the caller went away before the answer; the backend request was cancelled")
+        raise GatewayStopped("the gateway stopped during the call; the backend request was cancelled")
     usage = result.body.get("usage")
     if not isinstance(usage, Mapping) or usage.get("completion_tokens") is None:
         return reserved
