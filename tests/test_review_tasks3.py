@@ -767,3 +767,13 @@ def test_a_scheduler_given_something_else_than_its_config_says_so(
     """Before: AttributeError ('dict' object has no attribute 'check_error_classes' or 'tools')."""
     with pytest.raises(InputError, match=match):
         make()
+
+
+def test_a_burst_too_large_for_a_float_is_refused_in_the_config_and_the_policy() -> None:
+    """Before: accepted, then the first call of the tool raised OverflowError (a float bucket)."""
+    RateLimit(1.0, burst=2**53)
+    with pytest.raises(InputError, match="rate.burst must be <="):
+        RateLimit(1.0, burst=2**53 + 1)
+    text = f"version: 1\ntools:\n  t:\n    rate: {{per_second: 1.0, burst: {10**400}}}\n"
+    with pytest.raises(PolicyError, match=r"tools\.t\.rate\.burst"):
+        parse_policy(text)

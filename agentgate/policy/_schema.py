@@ -93,6 +93,14 @@ class RateLimit(_Model):
     burst: int = Field(default=1, ge=1)
     """Calls allowed at once after an idle period."""
 
+    @field_validator("burst")
+    @classmethod
+    def _countable_burst(cls, value: int) -> int:
+        # The scheduler's buckets count in floats: refuse here, with the line, what it refuses.
+        if value > 2**53:
+            raise ValueError("burst must be <= 2**53")
+        return value
+
 
 class RetryPolicy(_Model):
     """How the scheduler retries a failed call (never after an ambiguous failure of a non-idempotent tool)."""

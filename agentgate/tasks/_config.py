@@ -36,6 +36,11 @@ SAFE_CLASS = "transient"
 AMBIGUOUS_CLASSES = frozenset({"timeout", "connection", "error"})
 
 
+MAX_BURST = 2**53
+"""Largest token bucket: buckets count tokens in floats, which hold integers exactly up to 2**53
+(a larger burst overflowed converting to float when the first call came)."""
+
+
 def _fail(what: str) -> NoReturn:
     raise InputError(f"scheduler configuration: {what}")
 
@@ -137,6 +142,7 @@ class RateLimit:
     def __post_init__(self) -> None:
         _number(self.per_second, "rate.per_second", 0, above=True)
         _integer(self.burst, "rate.burst", 1)
+        _require(self.burst <= MAX_BURST, f"rate.burst must be <= {MAX_BURST}, got {self.burst}")
 
 
 @dataclass(frozen=True)
