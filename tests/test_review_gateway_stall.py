@@ -441,3 +441,22 @@ def test_a_json_call_cut_by_the_gateways_shutdown_is_charged_its_reservation(tmp
         assert answers and answers[0] != 200, answers
     finally:
         gate.close()
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"time_scale": 0},
+        {"time_scale": -1.0},
+        {"time_scale": float("nan")},
+        {"scrape_lag_s": -1},
+        {"max_model_len": 1},
+        {"max_model_len": 0},
+    ],
+)
+def test_a_simulated_backend_with_impossible_settings_is_refused_when_made(kwargs: dict[str, Any]) -> None:
+    # time_scale=0 made every request a 500 (a division by zero in the engine's clock, with a
+    # traceback), a negative one answered at once, max_model_len 0 refused every request: all
+    # silently, from a server that had started fine.
+    with pytest.raises(InputError, match=next(iter(kwargs))):
+        SimServer(**kwargs)

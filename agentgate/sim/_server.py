@@ -26,6 +26,7 @@ import asyncio
 import contextlib
 import itertools
 import json
+import math
 import socket
 import threading
 import time
@@ -163,6 +164,8 @@ class SimServer:
     """A simulated vLLM backend served over HTTP on 127.0.0.1 from a background thread.
 
     Use as a context manager, or call ``start()`` / ``stop()``. ``url`` is the base URL.
+    Raises ``InputError`` for a ``time_scale`` that is not a positive number, a negative
+    ``scrape_lag_s``, or a ``max_model_len`` under 2.
     """
 
     def __init__(
@@ -176,6 +179,14 @@ class SimServer:
         port: int = 0,
         max_model_len: int = DEFAULT_MAX_MODEL_LEN,
     ) -> None:
+        if not 0 < time_scale < math.inf:
+            raise InputError(f"time_scale must be a positive number (1.0 is real time), not {time_scale!r}")
+        if not 0 <= scrape_lag_s < math.inf:
+            raise InputError(f"scrape_lag_s must be a number of seconds, 0 or more, not {scrape_lag_s!r}")
+        if max_model_len < 2:
+            raise InputError(
+                f"max_model_len must be at least 2 tokens (a prompt and an answer), not {max_model_len!r}"
+            )
         self.model = model
         self.config = config or EngineConfig()
         self.model_name = model_name
