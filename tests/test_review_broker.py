@@ -743,3 +743,23 @@ def test_a_max_tokens_no_backend_could_honour_is_a_typed_error_before_routing(ma
     payload = {"model": MODEL, "messages": [{"role": "user", "content": "x"}], "max_tokens": max_tokens}
     with pytest.raises(DispatchError, match="max_tokens"):
         d.route_request(payload, tenant="t")
+
+
+# --- a backend URL that no HTTP client can use is refused when the inventory loads -------------------
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["http://exa\x00mple", "http://x\x7f", "http://x:99999", "http://:80", "http://[bad", "http://x\u202e/"],
+)
+@pytest.mark.parametrize("field", ["url", "metrics_url"])
+def test_a_backend_url_no_client_can_use_is_refused_naming_the_line(url: str, field: str) -> None:
+    backend = {"name": "b", "url": "http://127.0.0.1:9", "models": [MODEL], field: url}
+    with pytest.raises(InventoryError, match=rf"inv\.yaml:1\b.*{field}"):
+        parse_inventory(json.dumps({"backends": [backend]}), source="inv.yaml")
+
+
+def test_usable_backend_urls_still_load() -> None:
+    for url in ("http://127.0.0.1:8100", "https://vllm.example.com/base/", "http://[::1]:8000", "http://u:p@h"):
+        backends = [{"name": "b", "url": url, "models": [MODEL], "metrics_url": url + "/metrics"}]
+        assert parse_inventory(json.dumps({"backends": backends})).backends[0].url == url

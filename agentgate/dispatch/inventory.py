@@ -33,6 +33,7 @@ from collections.abc import Mapping
 from functools import cached_property
 from pathlib import Path
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -153,6 +154,27 @@ class Backend(_Frozen):
     kv_capacity_tokens: int | None = Field(default=None, ge=1, le=MAX_KV_CAPACITY_TOKENS)
     """KV cache capacity in tokens; sizes the router's prefix index. ``None``: read it from
     ``vllm:cache_config_info`` when the engine publishes it, else assume 100,000."""
+
+    @field_validator("url", "metrics_url")
+    @classmethod
+    def _usable_url(cls, value: str | None) -> str | None:
+        """A URL an HTTP client can use: printable, with a host and a port in range. One that is
+        not (a NUL byte, port 99999) used to fail inside the dispatcher's health and scrape loops,
+        stopping them for every backend."""
+        if value is None:
+            return None
+        bad = next((c for c in value if not c.isprintable() or c.isspace()), None)
+        if bad is not None:
+            raise ValueError(f"the URL holds the character {bad!r}")
+        try:
+            parts = urlsplit(value)
+            # ``port`` raises ValueError when it is out of range or not a number
+            host = parts.hostname if parts.port is None or parts.port > 0 else None
+        except ValueError as exc:
+            raise ValueError(f"not a usable URL: {exc}") from None
+        if not host:
+            raise ValueError("the URL names no host, or port 0")
+        return value
 
     @property
     def chat_url(self) -> str:
