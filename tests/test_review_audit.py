@@ -19,8 +19,8 @@ from agentgate.audit.merkle import leaf_hash
 from agentgate.audit.note import Checkpoint, sign_checkpoint
 from agentgate.audit.proof import verify_bundle
 from agentgate.cli.main import main
-from agentgate.errors import InputError, TamperDetected
-from agentgate.keys import SigningKey
+from agentgate.errors import AuditError, InputError, TamperDetected
+from agentgate.keys import SigningKey, load_public_key
 from agentgate.store import SQLiteStore, Store
 from agentgate.store.audit import AuditLog, open_log_key
 
@@ -482,3 +482,37 @@ def test_report_of_a_tampered_log_says_so_and_exits_1(
     assert "TAMPERED: the log failed verification" in page
     assert "entry 2: bytes do not match the stored leaf hash" in page
     assert "3 entries" in page  # the three that still parse
+
+
+def test_an_auditor_verifies_a_copy_of_the_database_with_the_public_key_only(
+    cli_db: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Every read verb needed the private log key (verify, show, explain, report all opened it):
+    an auditor given the database and log.pub could not verify the log."""
+    assert main(["audit", "checkpoint"]) == 0
+    auditor = tmp_path / "auditor"
+    auditor.mkdir()
+    copy = auditor / "evidence.db"
+    _copy(cli_db, copy)
+    public = auditor / "log.pub"
+    public.write_bytes((cli_db.parent / "log.pub").read_bytes())
+    capsys.readouterr()
+    assert main(["audit", "verify", "--store", str(copy)]) == 2  # no log.key beside the copy
+    assert "log.key" in capsys.readouterr().err
+    assert not (auditor / "log.key").exists()
+    assert main(["audit", "verify", "--store", str(copy), "--key", str(public)]) == 0
+    assert capsys.readouterr().out.startswith("intact: 4 entries")
+    assert main(["audit", "show", "--store", str(copy), "--key", str(public), "--json"]) == 0
+    assert main(["audit", "explain", "1", "--store", str(copy), "--key", str(public)]) == 0
+    page = auditor / "r.html"
+    assert main(["audit", "report", "--store", str(copy), "--key", str(public), "--out", str(page)]) == 0
+    assert "Verified intact" in page.read_text()
+    stranger = SigningKey(b"\x0b" * 32).public.did
+    assert main(["audit", "verify", "--store", str(copy), "--key", stranger]) == 1
+    with SQLiteStore(copy) as store:
+        log = AuditLog(store, load_public_key(public))
+        assert log.checkpoint() == log.latest_checkpoint()  # nothing new to sign: the stored one
+        log.append(ENTRY)
+        with pytest.raises(AuditError, match="needs the log's private key"):
+            log.checkpoint()
+        assert len(log.checkpoints()) == 1

@@ -1,6 +1,6 @@
 """``agentgate audit``: verify, read, prove and report on the signed audit log.
 
-    agentgate audit verify [--checkpoint FILE]       exit 0 intact, 1 tampered, 2 unusable input
+    agentgate audit verify [--checkpoint FILE] [--key PUBFILE]   exit 0 intact, 1 tampered, 2 unusable
     agentgate audit show [--principal DID] [--tool NAME] [--kind KIND] [--since TIME] [--json]
     agentgate audit explain INDEX                    the authority behind one entry
     agentgate audit checkpoint [--out FILE]          sign and store a checkpoint, print or save it
@@ -12,7 +12,9 @@
                                                      first: exit 1 if tampered, the page says so)
 
 The store is ``--store`` or ``AGENTGATE_STORE``; the log key is found as docs/operations.md says
-(``AGENTGATE_LOG_KEY``, else ``log.key`` next to the SQLite database); the log's origin is
+(``AGENTGATE_LOG_KEY``, else ``log.key`` next to the SQLite database); the verbs that only read
+(verify, show, explain, report) take ``--key PUBFILE`` instead, the log's public key, so that an
+auditor with a copy of the database and ``log.pub`` needs nothing else; the log's origin is
 ``AGENTGATE_LOG_ORIGIN`` (default ``agentgate.local/audit``); checkpoints signed by rotated-out log
 keys verify when ``AGENTGATE_LOG_PREVIOUS_KEYS`` lists their public keys.
 """
@@ -46,9 +48,15 @@ def register(subparsers: Any) -> None:
     sub = parser.add_subparsers(dest="audit_command", metavar="SUBCOMMAND", parser_class=type(parser))
     sub.required = True
 
-    def add(name: str, help_text: str, handler: Any) -> argparse.ArgumentParser:
+    def add(name: str, help_text: str, handler: Any, *, reads: bool = True) -> argparse.ArgumentParser:
         p: argparse.ArgumentParser = sub.add_parser(name, help=help_text)
         p.add_argument("--store", help="store URL or SQLite path (default: AGENTGATE_STORE, then .agentgate)")
+        if reads:
+            p.add_argument(
+                "--key",
+                metavar="PUBFILE",
+                help="the log's public key (log.pub or its did:key): read without the private log key",
+            )
         p.set_defaults(handler=handler)
         return p
 
@@ -71,14 +79,14 @@ def register(subparsers: Any) -> None:
     explain = add("explain", "the authority behind one entry", _explain)
     explain.add_argument("index", type=_index)
 
-    checkpoint = add("checkpoint", "sign and store a checkpoint of the log", _checkpoint)
+    checkpoint = add("checkpoint", "sign and store a checkpoint of the log", _checkpoint, reads=False)
     checkpoint.add_argument(
         "--out",
         metavar="FILE",
         help="also write the signed note here; a checkpoint already there must be one the log extends",
     )
 
-    prove = add("prove", "write a proof bundle for one entry", _prove)
+    prove = add("prove", "write a proof bundle for one entry (signs a fresh checkpoint)", _prove, reads=False)
     prove.add_argument("index", type=_index)
     prove.add_argument("--out", metavar="FILE", required=True)
 
@@ -122,7 +130,8 @@ def _since(text: str) -> str:
 def _open(args: argparse.Namespace, *, create_key: bool = False) -> tuple[Store, AuditLog]:
     store = open_existing_store(args.store)
     try:
-        key = open_log_key(store, create=create_key)
+        public = getattr(args, "key", None)
+        key = load_public_key(public) if public else open_log_key(store, create=create_key)
         return store, AuditLog(store, key, log_origin(), previous_keys=previous_log_keys())
     except BaseException:
         store.close()

@@ -252,7 +252,7 @@ class AuditLog:
     def __init__(
         self,
         store: Store,
-        signer: SigningKey,
+        signer: SigningKey | PublicKey,
         origin: str = DEFAULT_ORIGIN,
         *,
         previous_keys: Sequence[PublicKey] = (),
@@ -260,10 +260,13 @@ class AuditLog:
         """The log in ``store``, signing new checkpoints with ``signer``.
 
         ``previous_keys`` are the public keys of log keys rotated out: checkpoints they signed
-        still verify; new checkpoints are signed only with ``signer``.
+        still verify; new checkpoints are signed only with ``signer``. Given the log key's public
+        key only (an auditor's copy), the log reads, verifies and proves against stored
+        checkpoints, and ``checkpoint`` raises ``AuditError`` when it would have to sign.
         """
         self.store = store
-        self.signer = signer
+        self.signer: SigningKey | None = signer if isinstance(signer, SigningKey) else None
+        self._public = signer.public if isinstance(signer, SigningKey) else signer
         self.origin = origin
         self.previous_keys = tuple(previous_keys)
         Checkpoint(origin, 0, bytes(32)).text()  # validates the origin now, not at the first checkpoint
@@ -295,7 +298,8 @@ class AuditLog:
 
     @property
     def public_key(self) -> PublicKey:
-        return self.signer.public
+        """The public key of the log key: what checkpoints must be signed with."""
+        return self._public
 
     # --- writing ------------------------------------------------------------------------------
 
@@ -437,6 +441,11 @@ class AuditLog:
             )
         if latest and acc.size == prev_size:
             return str(latest[2])
+        if self.signer is None:
+            raise AuditError(
+                f"audit log: a new checkpoint of {acc.size} entries needs the log's private key "
+                "(this log was opened with its public key only)"
+            )
         note = sign_checkpoint(Checkpoint(self.origin, acc.size, acc.root()), self.signer)
         with self.store.transaction() as tx:
             _execute(
