@@ -37,7 +37,7 @@ from agentgate.dispatch.broker import (
     synthetic_topology,
 )
 from agentgate.dispatch.dispatcher import Dispatcher
-from agentgate.dispatch.inventory import Inventory, load_inventory, parse_inventory
+from agentgate.dispatch.inventory import Backend, Inventory, load_inventory, parse_inventory
 from agentgate.dispatch.quota import TenantQuota as TenantQuota_
 from agentgate.dispatch.router import Router, RouteRequest
 from agentgate.errors import (
@@ -760,6 +760,30 @@ def test_a_backend_url_no_client_can_use_is_refused_naming_the_line(url: str, fi
 
 
 def test_usable_backend_urls_still_load() -> None:
-    for url in ("http://127.0.0.1:8100", "https://vllm.example.com/base/", "http://[::1]:8000", "http://u:p@h"):
+    for url in (
+        "http://127.0.0.1:8100",
+        "https://vllm.example.com/base/",
+        "http://[::1]:8000",
+        "http://u:p@h",
+    ):
         backends = [{"name": "b", "url": url, "models": [MODEL], "metrics_url": url + "/metrics"}]
         assert parse_inventory(json.dumps({"backends": backends})).backends[0].url == url
+
+
+async def test_one_backend_whose_probe_raises_does_not_stop_the_loops_for_the_others(sim: SimServer) -> None:
+    """An inventory built without validation (``model_construct``) may hold a URL httpx refuses
+    with an exception of its own; the loops probe every other backend all the same."""
+    good = _inventory(sim.url, metrics_url=sim.url + "/metrics").backends[0]
+    broken = Backend.model_construct(**{**dict(good), "name": "bad", "url": "http://exa\x00mple"})
+    broken = Backend.model_construct(**{**dict(broken), "metrics_url": "http://exa\x00mple/metrics"})
+    inv = Inventory.model_construct(backends=(good, broken))
+    async with Dispatcher(
+        inv, Router(inv), health_interval_s=0.02, scrape_interval_s=0.02, cooldown_s=0.05
+    ) as d:
+        await asyncio.sleep(0.2)
+        assert not any(task.done() for task in d._tasks)
+        assert d.is_down("bad") and not d.is_down("b0")
+        d._mark_down("b0")  # as a failed call would
+        while d.is_down("b0"):  # its probe passes: it comes back
+            await asyncio.sleep(0.02)
+        assert d.router.states["b0"].load is not None  # and its metrics are read

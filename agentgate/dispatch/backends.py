@@ -289,7 +289,7 @@ class BackendClient:
             raise BackendFailed(f"{self.backend.name}: no metrics_url")
         try:
             response = await self.http.get(self.backend.metrics_url, timeout=self._probe_timeout)
-        except httpx.HTTPError as exc:
+        except (httpx.HTTPError, httpx.InvalidURL) as exc:
             raise BackendFailed(f"{self.backend.name}: metrics: {type(exc).__name__}") from None
         if response.status_code != 200:
             raise BackendFailed(f"{self.backend.name}: metrics answered HTTP {response.status_code}")
@@ -302,7 +302,7 @@ class BackendClient:
                 response = await self.http.get(
                     self.backend.url.rstrip("/") + "/health", timeout=self._probe_timeout
                 )
-        except (httpx.HTTPError, TimeoutError):
+        except (httpx.HTTPError, httpx.InvalidURL, TimeoutError):
             return False
         return response.status_code == 200
 

@@ -258,10 +258,15 @@ class Dispatcher:
             self._down_since[backend] = self.clock()
             self.router.mark_down(backend)
 
+    # ``BackendClient.scrape`` and ``health`` turn every failure they know into ``BackendFailed``
+    # and ``False``; the loops also survive one they do not (``return_exceptions``): a loop that
+    # stopped would leave every backend unprobed, and those marked down, down for good.
+
     async def _scrape_loop(self) -> None:
         while True:
             await asyncio.gather(
-                *(self._scrape(c) for c in self.clients.values() if c.backend.metrics_url is not None)
+                *(self._scrape(c) for c in self.clients.values() if c.backend.metrics_url is not None),
+                return_exceptions=True,
             )
             await asyncio.sleep(self.scrape_interval_s)
 
@@ -272,10 +277,10 @@ class Dispatcher:
     async def _health_loop(self) -> None:
         while True:
             names = list(self.clients)
-            results = await asyncio.gather(*(self.clients[n].health() for n in names))
+            results = await asyncio.gather(*(self.clients[n].health() for n in names), return_exceptions=True)
             now = self.clock()
             for name, ok in zip(names, results, strict=True):
-                if not ok:
+                if ok is not True:
                     self._mark_down(name)
                 elif name in self._down_since and now - self._down_since[name] >= self.cooldown_s:
                     del self._down_since[name]
