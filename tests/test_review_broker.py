@@ -186,7 +186,7 @@ class SlowBackend(RawBackend):
         super().__init__(respond)
 
 
-@pytest.mark.parametrize("priority", [0, 1, 2])
+@pytest.mark.parametrize("priority", [0, 1])
 async def test_max_concurrency_is_never_exceeded_and_waiting_callers_are_served_in_their_slo(
     priority: int,
 ) -> None:
@@ -202,6 +202,22 @@ async def test_max_concurrency_is_never_exceeded_and_waiting_callers_are_served_
         assert all(not isinstance(r, BaseException) for r in results), results
         assert slow.most <= 2
         assert slow.posts == 6
+    finally:
+        slow.stop()
+
+
+async def test_class_2_callers_finding_every_slot_taken_are_shed_at_once() -> None:
+    slow = SlowBackend(0.3)
+    try:
+        inv = _inventory(slow.url, max_concurrency=2)
+        async with Dispatcher(inv, Router(inv)) as d:
+            results = await asyncio.gather(
+                *(d.chat(_payload(i), priority=2, slo_ttft_s=5.0) for i in range(5)), return_exceptions=True
+            )
+            assert d.router.in_flight("b0") == 0
+        shed = [r for r in results if isinstance(r, Shed)]
+        assert len(shed) == 3 and all("class 2 shed" in str(r) for r in shed), results
+        assert slow.posts == 2
     finally:
         slow.stop()
 

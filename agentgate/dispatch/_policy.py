@@ -158,9 +158,16 @@ class RoutingPolicy(ABC):
         return plan
 
     def _saturated(self, request: RouteRequest, now: float) -> RoutePlan:
-        """Every usable backend holds ``max_concurrency`` requests: a wait plan (ask again after
-        ``SATURATED_POLL_S``, every class alike) while the request's SLO budget lasts; raises
-        ``Shed`` once it is spent."""
+        """Every usable backend holds ``max_concurrency`` requests: classes 0 and 1 get a wait plan
+        (ask again after ``SATURATED_POLL_S``) while their SLO budget lasts; raises ``Shed`` once
+        it is spent, and at once for class 2 and lower, which would otherwise take the slots
+        that free up from the more important classes waiting for them."""
+        if request.priority >= 2:
+            raise Shed(
+                f"every backend serving {request.model!r} is at its max_concurrency; "
+                f"class {request.priority} shed",
+                retry_after_s=1.0,
+            )
         budget = request.slo_ttft_s - max(0.0, now - request.arrived_at)
         if not budget > 0:  # NaN too: an SLO that is no number never waits forever
             raise Shed(
