@@ -803,3 +803,10 @@ async def test_one_backend_whose_probe_raises_does_not_stop_the_loops_for_the_ot
         while d.is_down("b0"):  # its probe passes: it comes back
             await asyncio.sleep(0.02)
         assert d.router.states["b0"].load is not None  # and its metrics are read
+
+
+@pytest.mark.parametrize("field", ["connect_s", "first_token_s", "idle_s", "probe_s"])
+@pytest.mark.parametrize("value", [0.0, -1.0, float("nan"), float("inf")])
+def test_a_timeout_that_is_no_limit_is_a_typed_error(field: str, value: float) -> None:
+    with pytest.raises(InputError, match=field):
+        Timeouts(**{field: value})

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import math
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -23,7 +24,7 @@ import orjson
 
 from agentgate.dispatch.inventory import Backend
 from agentgate.dispatch.metrics import EngineLoad, load_from_text
-from agentgate.errors import BackendFailed, DispatchError
+from agentgate.errors import BackendFailed, DispatchError, InputError
 
 _CALLER_ERRORS = frozenset({400, 401, 403, 413, 422})
 MAX_ANSWER_BYTES = 64 * 1024 * 1024
@@ -38,7 +39,8 @@ _JSON = {"content-type": "application/json"}
 
 @dataclass(frozen=True, slots=True)
 class Timeouts:
-    """How long a backend may take (seconds)."""
+    """How long a backend may take (seconds). Raises ``InputError`` for a limit that is not
+    positive and finite (zero would fail every call; NaN or infinity would never fire)."""
 
     connect_s: float = 2.0
     """To open a connection."""
@@ -48,6 +50,12 @@ class Timeouts:
     """Between two chunks of a stream."""
     probe_s: float = 1.0
     """For a health check or a metrics scrape."""
+
+    def __post_init__(self) -> None:
+        for name in ("connect_s", "first_token_s", "idle_s", "probe_s"):
+            value = getattr(self, name)
+            if not 0 < value < math.inf:
+                raise InputError(f"timeout {name} must be positive and finite, got {value!r}")
 
 
 @dataclass(frozen=True, slots=True)
