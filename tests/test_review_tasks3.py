@@ -778,3 +778,33 @@ def test_a_burst_too_large_for_a_float_is_refused_in_the_config_and_the_policy()
     text = f"version: 1\ntools:\n  t:\n    rate: {{per_second: 1.0, burst: {10**400}}}\n"
     with pytest.raises(PolicyError, match=r"tools\.t\.rate\.burst"):
         parse_policy(text)
+
+
+@pytest.mark.parametrize("ttl", [0.001, 0.5])
+def test_a_lease_too_short_to_renew_is_refused(ttl: float) -> None:
+    """Before: accepted; the lease expired while its call ran and a second scheduler on the same
+    store started the tool too (two calls at once of a tool limited to one, measured)."""
+    with pytest.raises(InputError, match=r"lease_ttl_s must be >= 1\.0"):
+        SchedulerConfig(lease_ttl_s=ttl)
+
+
+async def test_the_shortest_lease_still_holds_one_slot_across_schedulers(tmp_path: Path) -> None:
+    config = SchedulerConfig(tools={"solo": ToolLimits(concurrency=1)}, lease_ttl_s=1.0)
+    stores = [open_store(str(tmp_path / "s.db")) for _ in range(2)]
+    first, second = (Scheduler(config, store=store) for store in stores)
+    running, peak = [0], [0]
+
+    async def tool(attempt: Attempt) -> None:
+        running[0] += 1
+        peak[0] = max(peak[0], running[0])
+        await asyncio.sleep(0.4)  # longer than a third of the lease: held by renewals
+        running[0] -= 1
+
+    try:
+        await asyncio.gather(*(s.submit(ToolCall("solo"), tool) for s in (first, second, first, second)))
+    finally:
+        await first.aclose()
+        await second.aclose()
+        for store in stores:
+            store.close()
+    assert peak[0] == 1

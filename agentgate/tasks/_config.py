@@ -224,6 +224,10 @@ class BreakerPolicy:
 _DEFAULT_CLASSES = (PriorityClass("default", 0, 1.0),)
 MAX_LEASE_TTL_S = 10 * 365 * 86_400
 """Longest lease lifetime: ten years (a longer one cannot be waited on by the heartbeat thread)."""
+MIN_LEASE_TTL_S = 1.0
+"""Shortest lease lifetime. A holder renews its leases every third of it, through the store: a
+lease of a few milliseconds expired while its call still ran, and another process took the slot
+(two calls of a tool limited to one at once)."""
 
 
 @dataclass(frozen=True)
@@ -235,7 +239,8 @@ class SchedulerConfig:
     queue bound). ``principal_concurrency``: most attempts one principal (agent) runs at once.
     ``max_queued``: calls waiting in this scheduler; beyond it ``submit`` raises ``Overloaded``.
     ``tools`` / ``default_tool``: per-tool limits and the limits of tools not listed.
-    ``lease_ttl_s``: lifetime of a cross-process slot lease; a dead holder's slot returns after it.
+    ``lease_ttl_s``: lifetime of a cross-process slot lease (1 s to ten years); a dead holder's
+    slot returns after it.
     ``result_cache_size``: completed results kept in memory for reuse by idempotency key.
     """
 
@@ -280,7 +285,7 @@ class SchedulerConfig:
             _instance(limits, ToolLimits, f"tools[{tool!r}]")
         _instance(self.default_tool, ToolLimits, "default_tool")
         _instance(self.breaker, BreakerPolicy, "breaker")
-        _number(self.lease_ttl_s, "lease_ttl_s", 0, above=True)
+        _number(self.lease_ttl_s, "lease_ttl_s", MIN_LEASE_TTL_S)
         _require(
             self.lease_ttl_s <= MAX_LEASE_TTL_S,
             f"lease_ttl_s must be <= {MAX_LEASE_TTL_S}, got {self.lease_ttl_s}",
