@@ -232,6 +232,35 @@ def test_checkpoint_with_a_saved_note_refuses_a_truncated_or_forked_log(store: S
     assert log.checkpoint().startswith(ORIGIN)  # without the saved note nothing can tell
 
 
+@pytest.mark.parametrize(
+    "forged",
+    [b'{"index":4,"kind":"allow"}', b"spaces", b"\xff\xfe not UTF-8", b"[4]"],
+    ids=["fields missing", "not canonical", "not UTF-8", "not an object"],
+)
+def test_bytes_no_agentgate_wrote_after_the_last_checkpoint_are_named_and_never_signed(
+    forged: bytes, store: Store
+) -> None:
+    """verify read only the index field of entries no checkpoint covers, and checkpoint() signed
+    them: bytes that are not an entry at all (leaf hash recomputed) passed as intact and were
+    signed, while `audit show` then failed on them."""
+    log = AuditLog(store, KEY, ORIGIN)
+    for i in range(4):
+        log.append({**ENTRY, "budget_delta": i})
+    log.checkpoint()
+    log.append({**ENTRY, "budget_delta": 4})
+    if forged == b"spaces":  # the genuine entry, pretty-printed: same fields, not the logged bytes
+        forged = json.dumps(json.loads(log.entry_bytes(4)), indent=1).encode()
+    _drop_triggers(store)
+    with store.transaction() as tx:
+        tx.execute("UPDATE audit_log SET entry = ?, leaf_hash = ? WHERE idx = 4", (forged, leaf_hash(forged)))
+    report = log.verify()
+    assert not report.ok and report.first_bad_index == 4
+    assert report.problems == ("entry 4: is not a canonical entry (bytes written outside agentgate)",)
+    with pytest.raises(TamperDetected, match="entry 4 is not a canonical entry"):
+        log.checkpoint()
+    assert len(log.checkpoints()) == 1
+
+
 # --- a large log: checkpoints and proofs stream -----------------------------------------------
 
 

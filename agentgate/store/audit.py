@@ -225,18 +225,31 @@ def _bytes(value: object) -> bytes:
 
 
 def _index_of(data: bytes) -> int | None:
-    """The ``index`` field an entry's bytes carry, or ``None`` if they are not an entry object."""
+    """The ``index`` of the entry whose bytes are ``data``, or ``None`` if they are not exactly a
+    canonical entry (what ``AuditEntry.from_bytes`` accepts, checked without building the model:
+    this runs for every entry no checkpoint covers yet)."""
     try:
         fields = orjson.loads(data)
     except orjson.JSONDecodeError:
-        # orjson refuses what the log legitimately writes too: an integer beyond a double's range
-        # in ``args`` (Python writes any integer); the reference parser decides.
+        fields = None
+    if not (isinstance(fields, dict) and _encodes_to(fields, data)):
+        # orjson reads an integer beyond 64 bits as a float and refuses one beyond a double's
+        # range, both of which the log writes in ``args``: the reference parser decides.
         try:
             fields = json.loads(data)
         except (ValueError, RecursionError):
             return None
-    index = fields.get("index") if isinstance(fields, dict) else None
-    return index if isinstance(index, int) and not isinstance(index, bool) else None
+        if not (isinstance(fields, dict) and _encodes_to(fields, data)):
+            return None
+    return int(fields["index"])
+
+
+def _encodes_to(fields: dict[str, Any], data: bytes) -> bool:
+    """Whether ``fields`` are an entry whose canonical bytes are ``data``."""
+    try:
+        return encode_entry(fields) == data
+    except InputError:
+        return False
 
 
 def _execute(tx: Transaction, sql: str, params: Sequence[Any] = ()) -> list[Row]:
@@ -427,8 +440,12 @@ class AuditLog:
                 raise TamperDetected(f"audit log: entry {count} is missing")
             if data is not None and leaf_hash(data) != stored:
                 raise TamperDetected(f"audit log: entry {idx} does not match its leaf hash")
-            if data is not None and _index_of(data) != idx:  # rows swapped or moved, hashes and all
-                raise TamperDetected(f"audit log: entry {idx} does not carry its own index")
+            if data is not None:
+                carried = _index_of(data)
+                if carried is None:  # bytes no agentgate wrote, with a matching leaf hash
+                    raise TamperDetected(f"audit log: entry {idx} is not a canonical entry")
+                if carried != idx:  # rows swapped or moved, hashes and all
+                    raise TamperDetected(f"audit log: entry {idx} does not carry its own index")
             pending.append(stored)
             if count + 1 in targets or len(pending) >= _BATCH:
                 settle()
@@ -678,12 +695,17 @@ class AuditLog:
                         bad.append(first + k)
                         edited.add(k)
             # Entries no stored checkpoint covers: only their own index field can show that rows
-            # were swapped or moved (with their leaf hashes), so it is read for each of them.
+            # were swapped or moved (with their leaf hashes), and only their form that bytes no
+            # agentgate wrote were put there, so each of them is read and re-encoded.
             for k in range(max(0, uncovered - first), len(rows)):
                 carried = _index_of(rows[k][1])
                 if k not in edited and carried != first + k:
-                    what = "is not an entry" if carried is None else f"holds the entry of index {carried}"
-                    problems.append(f"entry {first + k}: {what} (rows moved, inserted or reordered)")
+                    what = (
+                        "is not a canonical entry (bytes written outside agentgate)"
+                        if carried is None
+                        else f"holds the entry of index {carried} (rows moved, inserted or reordered)"
+                    )
+                    problems.append(f"entry {first + k}: {what}")
                     bad.append(first + k)
             # Feed the tree in segments that end at checkpoint sizes, checking each root on the way.
             position = 0
