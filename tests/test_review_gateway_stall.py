@@ -460,3 +460,47 @@ def test_a_simulated_backend_with_impossible_settings_is_refused_when_made(kwarg
     # silently, from a server that had started fine.
     with pytest.raises(InputError, match=next(iter(kwargs))):
         SimServer(**kwargs)
+
+
+def test_a_caller_gone_before_a_streams_first_token_stops_the_backend_at_once(tmp_path: Path) -> None:
+    # The gateway waits for a stream's first chunk before answering (so that a failure is still
+    # an HTTP status). A caller that left meanwhile (a client timeout under load, then a retry)
+    # left its request to queue and prefill for nobody until that first token: here a 100k-token
+    # prompt, seconds of prefill. It is cancelled when the caller goes; nothing was delivered, so
+    # nothing is charged, and the outcome says the caller went away.
+    root, agent_key = SigningKey.generate(), SigningKey.generate()
+    policy = parse_policy(POLICY.format(root=root.did, agent=agent_key.did, model=MODEL), source="p.yaml")
+    gate = GatewayGate(policy, SQLiteStore(tmp_path / "agentgate.db"))
+    try:
+        with SimServer(model_name=MODEL, time_scale=1.0) as sim:
+            inventory = inventory_from_mapping(
+                {"backends": [{"name": "sim", "url": sim.url, "engine": "vllm", "models": [MODEL]}]}
+            )
+            server = GatewayServer(Gateway(gate, inventory), port=0).start()
+            try:
+                agent = gate.issue(root, name="agent", key=agent_key, role="chat")
+                env = Env(gate, server, sim, agent)
+                body = {
+                    "model": MODEL,
+                    "messages": [{"role": "user", "content": "y" * 400_000}],
+                    "max_tokens": 8,
+                    "stream": True,
+                }
+                with socket.create_connection(("127.0.0.1", server.port)) as sock:
+                    sock.sendall(_request(env, body))
+                    until = time.monotonic() + 5
+                    while not sim.engine.has_work():  # prefilling
+                        assert time.monotonic() < until
+                        time.sleep(0.02)
+                left = time.monotonic()
+                while sim.engine.has_work() or env.kinds().count("outcome") < 1:
+                    assert time.monotonic() - left < 2, "the backend went on for a caller that left"
+                    time.sleep(0.05)
+                (outcome,) = [e for e in gate.audit.entries() if e.kind == "outcome"]
+                assert outcome.status == "error" and "CallerGone" in outcome.reasons, outcome.reasons
+                assert gate.remaining(agent)[agent.chain.root.id][0] == 0  # nothing delivered
+                assert gate.verify().ok
+            finally:
+                server.stop()
+    finally:
+        gate.close()

@@ -347,24 +347,13 @@ class Gateway:
         backend produced before it was cut cannot be read. (The cancellation ends here: the
         handler answers, or finds its caller gone, at once.)
         """
-        task = asyncio.current_task()
-        assert task is not None
-        gone = False
-
-        def lost() -> None:
-            nonlocal gone
-            gone = True
-            task.cancel()
-
-        scope[ON_LOST] = lost
-        try:
-            return await self.dispatcher.chat(payload, tenant=tenant, slo_ttft_s=self.slo_ttft_s)
-        except asyncio.CancelledError:
-            if task.uncancel() > 0:  # cancelled more than once: not this step's to end
-                raise
-            return _Cut(gone)
-        finally:
-            del scope[ON_LOST]
+        with _Watch(scope) as watch:
+            try:
+                return await self.dispatcher.chat(payload, tenant=tenant, slo_ttft_s=self.slo_ttft_s)
+            except asyncio.CancelledError:
+                if watch.task.uncancel() > 0:  # cancelled more than once: not this step's to end
+                    raise
+                return _Cut(watch.gone)
 
     def _retry_after(self, quota: str | None) -> dict[str, str] | None:
         """``Retry-After`` for a call refused by the policy quota ``quota``: the seconds until its
@@ -388,20 +377,28 @@ class Gateway:
         headers: dict[str, str],
         scope: Scope,
     ) -> Response:
+        watch = _Watch(scope)
         chunks = self.gate.gated_stream(
             decision.auth,
             self.dispatcher.stream(payload, tenant=tenant, slo_ttft_s=self.slo_ttft_s),
             reserved,
-            left=lambda: _stall_reason(scope),
+            left=lambda: _stall_reason(scope) or ("CallerGone" if watch.gone else None),
         )
         # Wait for the first chunk before answering, so that a call no backend can take gets an
-        # HTTP error status rather than a 200 stream that fails.
+        # HTTP error status rather than a 200 stream that fails. A caller that leaves meanwhile
+        # (queued, or a long prefill) has its backend request cancelled at once.
         try:
-            first: ChatChunk | None = await anext(chunks)
+            with watch:
+                first: ChatChunk | None = await anext(chunks)
         except StopAsyncIteration:
             first = None
         except AgentGateError as exc:
             return _dispatch_error(exc)
+        except asyncio.CancelledError:
+            if not watch.gone or watch.task.uncancel() > 0:
+                raise
+            await chunks.aclose()
+            return error_response(499, "the caller went away", "caller_gone")
         options = payload.get("stream_options")
         include_usage = isinstance(options, Mapping) and bool(options.get("include_usage"))
         events = self._events(chunks, first, str(payload["model"]), include_usage)
@@ -542,6 +539,31 @@ def _bearer(value: str | None) -> str | None:
     if scheme.lower() != "bearer":
         return None
     return token.strip() or None
+
+
+class _Watch:
+    """While entered: if the request's connection is lost before its answer began (the
+    protocol's ``ON_LOST`` hook), the task that entered is cancelled and ``gone`` set. A
+    ``CancelledError`` seen inside is this watch's own when ``gone`` is set and
+    ``task.uncancel()`` comes to 0; the cancellation then ends with the one who caught it."""
+
+    def __init__(self, scope: Scope) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self.task = task
+        self.scope = scope
+        self.gone = False
+
+    def __enter__(self) -> _Watch:
+        self.scope[ON_LOST] = self._lost
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        del self.scope[ON_LOST]
+
+    def _lost(self) -> None:
+        self.gone = True
+        self.task.cancel()
 
 
 @dataclass(frozen=True)

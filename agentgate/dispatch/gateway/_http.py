@@ -106,6 +106,11 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._reading_head = True
         self._head_bytes = 0
         self._tail = b""
+        # uvicorn pauses reading while a large body waits for the app, and resumes it only in
+        # ``receive``, which an app that has its whole body never calls again: the caller closing
+        # its connection (the end of the stream, read only when reading) would go unseen until
+        # the answer. The body is all here; what comes next is a next request's head (bounded).
+        self.flow.resume_reading()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._stop_head_timer()
