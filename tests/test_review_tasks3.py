@@ -808,3 +808,14 @@ async def test_the_shortest_lease_still_holds_one_slot_across_schedulers(tmp_pat
         for store in stores:
             store.close()
     assert peak[0] == 1
+
+
+def test_the_custom_classes_example_of_docs_tasks_runs_as_documented(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    text = (Path(__file__).resolve().parents[1] / "docs" / "tasks.md").read_text()
+    block = text.split("**Custom classes.**", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+    namespace: dict[str, Any] = {}
+    exec(compile(block, "docs/tasks.md", "exec"), namespace)
+    assert namespace["scheduler"].config is namespace["config"]
+    assert "tools['llm.call'].retry.retry_on: 'quota' is not" in capsys.readouterr().out
