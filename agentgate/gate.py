@@ -989,11 +989,46 @@ class Gate:
         quorum = verdict.approval.quorum
         if quorum == 1:
             return approval
-        # A repeated, late or misdirected vote adds nothing; the count below decides.
-        with contextlib.suppress(Denied, Expired, InputError):
-            self.approvals.approve(approval.request, approval.approver, call_hash=request["call_hash"])
-        votes = self.approvals.approvers(approval.request)
+        with self._decision_transaction() as tx:
+            try:
+                self.approvals.approve(
+                    approval.request, approval.approver, call_hash=request["call_hash"], tx=tx
+                )
+            except (Denied, Expired, InputError):
+                pass  # a repeated, late or misdirected vote adds nothing; the count below decides
+            else:
+                with self._lock:
+                    asked = self._open_requests.get(request["call_hash"])
+                self._write_approval_given(approval, request, asked[1] if asked else None, tx)
+            votes = self.approvals.approvers(approval.request, tx=tx)
         return approval if len(votes) >= quorum else None
+
+    def _write_approval_given(
+        self, approval: Approval, request: Mapping[str, Any], asked_index: int | None, tx: Transaction
+    ) -> None:
+        """Record one approver's counted yes (``approval_given``) in ``tx``, referring to the
+        request's ``approval_required`` entry when it is known (``asked_index``). The approval's
+        request id, call hash and signature are in ``reasons``, so the log alone shows that the
+        approver signed this very call (docs/audit-format.md)."""
+        self.audit.append(
+            {
+                "kind": "approval_given",
+                "principal": approval.approver,
+                "chain_hash": request["grant"],
+                "policy_hash": self.policy.digest or None,
+                "resource": _recordable(request["resource"]),
+                "args_digest": request["args_digest"],
+                "args": request["args"],
+                "approver": approval.approver,
+                "ref": asked_index,
+                "reasons": [
+                    f"request:{_recordable(approval.request)}",
+                    f"call_hash:{_recordable(approval.call_hash)}",
+                    f"signature:{approval.signature.hex()}",
+                ],
+            },
+            tx,
+        )
 
     def approve(self, payload: Mapping[str, Any], approver: SigningKey) -> dict[str, str]:
         """Convenience for a human's tool: sign the request in ``payload``; the resume value."""
@@ -1150,6 +1185,8 @@ class Gate:
                 approvers = self.approvals.consume(approval.request, request["call_hash"], tx=tx)
                 with self._lock:
                     asked = self._open_requests.pop(request["call_hash"], None)
+                if request["quorum"] == 1:  # a larger quorum's votes were recorded as they came
+                    self._write_approval_given(approval, request, asked[1] if asked else None, tx)
                 # The request, as a call that pauses before completing re-arms it (``_write_outcome``).
                 auth = replace(
                     auth,

@@ -390,10 +390,13 @@ def test_the_same_path_on_both_stores(store: Store) -> None:
     assert not gate.authorize(agent, Call.tool("lookup", {"id": "1"})).allowed
     assert gate.remaining(agent)[agent.chain.root.id] == (200, 1000)
     report = gate.verify()
-    assert report.ok and report.size == 9
+    assert report.ok and report.size == 10
     kinds = sorted(e.kind for e in gate.audit.entries())
     assert kinds == sorted(
-        ["allow", "allow", "outcome", "approval_required", "allow", "outcome", "deny", "revoke", "deny"]
+        [
+            *("allow", "allow", "outcome", "deny", "revoke", "deny"),
+            *("approval_required", "approval_given", "allow", "outcome"),  # the approved refund
+        ]
     )
 
 
@@ -480,7 +483,8 @@ def test_audit_indexes_stay_gap_free_when_another_writer_appends_or_a_transactio
     assert setup.gate.verify().ok
 
 
-def test_a_quorum_of_two_needs_two_distinct_approvers(tmp_path: Path) -> None:
+def _quorum_of_two(tmp_path: Path) -> tuple[Gate, dict[str, SigningKey]]:
+    """A gate whose refund approval needs two approvers, lead and lead2, and the keys."""
     keys = {n: SigningKey.generate() for n in ("root", "agent", "lead", "lead2")}
     text = POLICY.format(budget=10_000, **{n: k.did for n, k in keys.items() if n != "lead2"})
     text = text.replace(
@@ -488,6 +492,11 @@ def test_a_quorum_of_two_needs_two_distinct_approvers(tmp_path: Path) -> None:
         f'  lead2: {{kind: human, did: "{keys["lead2"].did}", roles: [lead]}}\n  lead: {{kind: human,',
     ).replace("approvers: [lead]\n", "approvers: [lead, lead2]\n    quorum: 2\n")
     gate = Gate(parse_policy(text, source="quorum.yaml"), SQLiteStore(tmp_path / "agentgate.db"))
+    return gate, keys
+
+
+def test_a_quorum_of_two_needs_two_distinct_approvers(tmp_path: Path) -> None:
+    gate, keys = _quorum_of_two(tmp_path)
     try:
         agent = gate.issue(keys["root"], name="agent", key=keys["agent"], role="worker")
         call = Call.tool("refund", {"amount": 500})
@@ -698,10 +707,12 @@ def test_a_call_that_pauses_after_its_approval_is_approved_again_by_the_same_app
     other = Call.tool("refund", {"amount": 501})
     assert not setup.gate.authorize(setup.agent, other, call_id="c1", approval=approval).allowed
     trail = [(e.kind, e.status) for e in setup.entries() if e.resource == "tool:refund"]
-    assert trail[:5] == [
+    assert trail[:7] == [  # the re-armed request counts the replayed yes again, on the record
         ("approval_required", None),
+        ("approval_given", None),
         ("allow", None),
         ("outcome", "paused"),
+        ("approval_given", None),
         ("allow", None),
         ("outcome", "ok"),
     ]
@@ -788,4 +799,51 @@ def test_a_write_on_postgresql_takes_the_append_lock_before_any_row(postgres_url
         assert decided and decided[0].allowed
     finally:
         holder.close()
+        gate.close()
+
+
+def _approval_verifies_from_the_log(entry: AuditEntry) -> bool:
+    """Whether an ``approval_given`` entry alone shows the approver's signature over the call."""
+    fields = dict(reason.split(":", 1) for reason in entry.reasons)
+    approval = Approval(
+        fields["request"], fields["call_hash"], entry.approver or "", bytes.fromhex(fields["signature"])
+    )
+    return approval.verify()
+
+
+def test_each_counted_yes_is_an_approval_given_entry_an_auditor_can_verify(setup: Setup) -> None:
+    call, payload = _approval_request(setup)
+    approval = Approval.sign(payload, setup.keys["lead"])
+    auth = setup.gate.authorize(setup.agent, call, call_id="c1", approval=approval)
+    assert auth.allowed
+    asked, given, allowed = setup.entries()[-3:]
+    assert [asked.kind, given.kind, allowed.kind] == ["approval_required", "approval_given", "allow"]
+    assert given.approver == given.principal == setup.keys["lead"].did
+    assert given.ref == asked.index and given.chain_hash == asked.chain_hash == setup.agent.grant_id
+    assert given.args_digest == asked.args_digest and given.resource == "tool:refund"
+    assert _approval_verifies_from_the_log(given)
+    assert setup.gate.verify().ok
+    # A replayed approval counts for nothing, so it leaves no approval_given behind.
+    assert not setup.gate.authorize(setup.agent, call, call_id="c1", approval=approval).allowed
+    assert [e.kind for e in setup.entries()].count("approval_given") == 1
+
+
+def test_a_quorum_records_each_approvers_yes_as_it_comes(tmp_path: Path) -> None:
+    gate, keys = _quorum_of_two(tmp_path)
+    try:
+        agent = gate.issue(keys["root"], name="agent", key=keys["agent"], role="worker")
+        call = Call.tool("refund", {"amount": 500})
+        asked = gate.authorize(agent, call, call_id="q1")
+        first = Approval.sign(asked.approval_payload(), keys["lead"])
+        assert gate.authorize(agent, call, call_id="q1", approval=first).needs_approval
+        assert gate.authorize(agent, call, call_id="q1", approval=first).needs_approval  # counted once
+        given = [e for e in gate.audit.entries() if e.kind == "approval_given"]
+        assert [(e.approver, e.ref) for e in given] == [(keys["lead"].did, asked.audit_index)]
+        second = Approval.sign(asked.approval_payload(), keys["lead2"])
+        assert gate.authorize(agent, call, call_id="q1", approval=second).allowed
+        given = [e for e in gate.audit.entries() if e.kind == "approval_given"]
+        assert [e.approver for e in given] == [keys["lead"].did, keys["lead2"].did]
+        assert all(e.ref == asked.audit_index and _approval_verifies_from_the_log(e) for e in given)
+        assert gate.verify().ok
+    finally:
         gate.close()

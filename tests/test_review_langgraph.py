@@ -404,11 +404,14 @@ def test_an_approved_tool_that_asks_the_human_itself_can_complete(tmp_path: Path
         agent.invoke(Command(resume="yes"), config, context=made.supervisor)
         assert made.ran == ["publish:reports/x:yes"]
         trail = [(e.kind, e.status) for e in _entries(made.gate) if e.resource == "tool:publish"]
-        # One request (asked once, re-armed by the pause), two runs of the one approved call.
+        # One request (asked once, re-armed by the pause), two runs of the one approved call,
+        # each let through by the one (replayed) yes, on the record each time.
         assert trail == [
             ("approval_required", None),
+            ("approval_given", None),
             ("allow", None),
             ("outcome", "paused"),
+            ("approval_given", None),
             ("allow", None),
             ("outcome", "ok"),
         ]
