@@ -91,6 +91,7 @@ from agentgate.store.approvals import ApprovalStore
 from agentgate.store.audit import AuditLog, VerifyReport, open_log_key
 from agentgate.store.dead_letters import DeadLetterStore
 from agentgate.store.ledger import BudgetLedger
+from agentgate.store.once import RUN_AGAIN, OnceCalls, OnceState
 from agentgate.store.quotas import QuotaCounter
 from agentgate.tasks import (
     Attempt,
@@ -102,6 +103,7 @@ from agentgate.tasks import (
     SyncScheduler,
     ToolCall,
     ToolLimits,
+    idempotency_key,
 )
 
 __all__ = ["AgentIdentity", "Approval", "Authorization", "Gate", "Verdict", "scheduler_config"]
@@ -264,6 +266,9 @@ class Authorization:
     """The policy rule that allows the call (``role R rule N``), recorded in its audit entries."""
     quota_exceeded: str | None = None
     """Refused because this policy quota's current window is full (its name)."""
+    once_key: str | None = None
+    """For an allowed call of a non-idempotent tool with a call id: its idempotency key, under
+    which the Gate records that it ran (``store.once``), so that it never runs twice."""
     _use: _Once = field(default_factory=_Once, repr=False, compare=False)
     """Taken by the one ``Gate.run``/``arun``/gateway call an allow is good for (shared by copies)."""
 
@@ -454,6 +459,32 @@ def scheduler_config(policy: Policy) -> SchedulerConfig:
     return SchedulerConfig(tools=tools)
 
 
+class _RanBefore(Denied):
+    """A call that must run once was decided again after it ran (or may have run)."""
+
+
+_NOT_STARTED = frozenset({"SchedulingError", "Overloaded", "CircuitOpen"})
+"""Errors with which the scheduler refuses a call before it starts (a closed gate, a full queue, an
+open breaker; a non-idempotent call is never retried after an ambiguous failure, so an attempt
+refused this way follows none that may have had an effect)."""
+
+
+def _ran_before(call: Call, state: OnceState, allow_index: int) -> str:
+    what = f"this {call.resource} call (the same run, call id and arguments)"
+    if state == "ok":
+        happened = f"already ran to completion (allowed by audit entry {allow_index})"
+    elif state == "error":
+        happened = (
+            f"already ran and failed (allowed by audit entry {allow_index}); it may have had its effect"
+        )
+    else:
+        happened = (
+            f"was started (allowed by audit entry {allow_index}) and its outcome was never recorded: its "
+            "process may have stopped while it ran, so it may have had its effect"
+        )
+    return f"{what} {happened}; a tool that is not idempotent runs once, so it is not run again"
+
+
 def _finding(kind: FindingKind, code: str, message: str, hint: str | None = None) -> Finding:
     return Finding(kind=kind, code=code, message=message, hint=hint)
 
@@ -489,6 +520,7 @@ class Gate:
         self.authority = Authority(self.grants, anchors, approvals=_approval_hook)
         self.ledger = BudgetLedger(store)
         self.quotas = QuotaCounter(store)
+        self.once = OnceCalls(store)
         self.approvals = ApprovalStore(store)
         self.audit = AuditLog(store, log_key or open_log_key(store))
         self._config = scheduler or scheduler_config(policy)
@@ -816,14 +848,19 @@ class Gate:
         approval: Approval | None = None,
         tokens: tuple[int, int] | None = None,
         call_id: str | None = None,
+        run_id: str | None = None,
     ) -> Authorization:
         """Decide ``call`` for ``identity`` and record the decision before anything runs.
 
         ``agent``/``agent_did``: the agent the caller runs as; an identity that belongs to another
         agent is refused (``implicit_trust_inheritance``). ``tokens``: (prompt, max output) for a
         model call, to reserve its cost. ``call_id``: the framework's id for the call, which binds
-        an approval request to this very call. Never raises for a refused call; raises
-        ``AuditError``/``StoreError`` only if even the refusal cannot be recorded (then nothing runs).
+        an approval request to this very call. ``run_id``: the run (a LangGraph thread and task)
+        the call belongs to, else the grant. A call of a tool the policy does not mark idempotent
+        that has a ``call_id`` runs once: the same call (run, call id, arguments) decided again
+        after it ran, or after its process stopped while it ran, is refused, also after a restart
+        (``store.once``). Never raises for a refused call; raises ``AuditError``/``StoreError``
+        only if even the refusal cannot be recorded (then nothing runs).
         """
         early = self._precheck(identity, call, agent, agent_did)
         if early is not None:
@@ -868,12 +905,34 @@ class Gate:
             if auth.needs_approval:
                 return self._record_approval_request(auth, request, tx)
             if auth.allowed:
-                auth = self._record_allow(auth, approved, request, tokens, tx, verdict.quotas)
+                once = self._once_key(identity, call, decision, call_id, run_id)
+                auth = self._record_allow(auth, approved, request, tokens, tx, verdict.quotas, once)
             else:
                 auth = self._write_refusal(auth, tx)
         if not auth.allowed:
             self._refusal_span(auth)
         return auth
+
+    def _once_key(
+        self, identity: AgentIdentity, call: Call, decision: Decision, call_id: str | None, run_id: str | None
+    ) -> str | None:
+        """The idempotency key under which a call that must run once is recorded, or ``None``
+        for a model call, a call without an id, or a tool the policy marks idempotent."""
+        if not call_id or not call.resource.startswith("tool:"):
+            return None
+        tool = call.resource.removeprefix("tool:")
+        spec = self.policy.document.tools.get(tool)
+        if spec is not None and spec.idempotent:
+            return None
+        return idempotency_key(
+            run_id or identity.grant_id,
+            tool,
+            call_id,
+            decision.args_digest or argument_digest(call.args),
+            tenant=self.tenant_of(identity),
+            principal=identity.name,
+            grant=identity.grant_id,
+        )
 
     def _precheck(
         self, identity: AgentIdentity | None, call: Call, agent: str | None, agent_did: str | None
@@ -1154,14 +1213,16 @@ class Gate:
         tokens: tuple[int, int] | None,
         tx: Transaction | None = None,
         quotas: Sequence[QuotaRef] = (),
+        once_key: str | None = None,
     ) -> Authorization:
-        """Record an allow (approval consumed, budget reserved, policy quotas counted, audit
-        entry) in ``tx``, or in a decision transaction of its own; a budget, a quota or an
-        approval that does not hold turns it into a recorded refusal in the same transaction
-        (the partial writes rolled back to a savepoint)."""
+        """Record an allow (approval consumed, a call that must run once checked and marked
+        started, budget reserved, policy quotas counted, audit entry) in ``tx``, or in a decision
+        transaction of its own; an approval, a run-once call that ran before, a budget or a quota
+        that does not hold turns it into a recorded refusal in the same transaction (the partial
+        writes rolled back to a savepoint)."""
         if tx is None:
             with self._decision_transaction() as own:
-                recorded = self._record_allow(auth, approval, request, tokens, own, quotas)
+                recorded = self._record_allow(auth, approval, request, tokens, own, quotas, once_key)
             if not recorded.allowed:
                 self._refusal_span(recorded)
             return recorded
@@ -1174,7 +1235,7 @@ class Gate:
             if amounts.get(unit, 0) > 0
         ]
         # Only what can refuse (an approval to consume, a budget or quota to count) needs the savepoint.
-        guarded = bool(reserve) or bool(quotas) or approval is not None
+        guarded = bool(reserve) or bool(quotas) or approval is not None or once_key is not None
         full: QuotaRef | None = None  # the quota whose window could not hold the call
         if guarded:
             tx.execute("SAVEPOINT agentgate_allow")
@@ -1193,6 +1254,10 @@ class Gate:
                     approver=",".join(approvers),
                     request={**request, "id": approval.request, "asked_index": asked[1] if asked else None},
                 )
+            if once_key is not None:
+                last = self.once.last(tx, once_key)
+                if last is not None and last[0] not in RUN_AGAIN:
+                    raise _RanBefore(_ran_before(auth.call, *last))
             held = tuple(
                 (self.ledger.reserve(tx, identity.chain.ids, caps, amount), unit, amount)
                 for unit, caps, amount in reserve
@@ -1211,6 +1276,8 @@ class Gate:
                 refused = replace(
                     auth, reasons=(self._budget_reason(identity, exc, tx),), budget_exhausted=True
                 )
+            elif isinstance(exc, _RanBefore):
+                refused = replace(auth, reasons=(str(exc),))
             else:
                 refused = replace(auth, reasons=(f"approval not usable: {exc}",))
             return self._write_refusal(refused, tx)
@@ -1220,6 +1287,8 @@ class Gate:
         if held:
             entry["budget_delta"] = held[0][2]  # reserved, in the unit of the caller's own budget
         index = self.audit.append(entry, tx)
+        if once_key is not None:
+            self.once.start(tx, once_key, index)
         return Authorization(  # built directly: dataclasses.replace costs more than the rest of this step
             auth.verdict,
             auth.call,
@@ -1232,6 +1301,7 @@ class Gate:
             auth.approver,
             decision,
             rule=auth.rule,
+            once_key=once_key,
         )
 
     def _budget_reason(self, identity: AgentIdentity, exc: BudgetExceeded, tx: Transaction) -> str:
@@ -1605,6 +1675,17 @@ class Gate:
                     delta = used
             else:
                 self.ledger.release(reservation, tx)
+        if auth.once_key is not None:
+            once: OnceState = (
+                "ok"
+                if status == "ok"
+                else "paused"
+                if status == "paused"
+                else "not_run"
+                if error in _NOT_STARTED
+                else "error"
+            )
+            self.once.finish(tx, auth.once_key, once)
         request = auth.request
         if (
             status == "paused"

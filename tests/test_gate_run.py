@@ -39,6 +39,7 @@ principals:
 tools:
   orders:
     args: {{}}
+    idempotent: true
     concurrency: 1
   refund:
     args: {{amount: {{type: integer, required: true}}}}
@@ -100,7 +101,8 @@ def test_a_completed_result_is_not_reused_for_another_tenants_call(two: TwoTenan
 
     assert gate.run(m, mallory_tool, call_id="call_0_0", run_id="1") == "globex's orders"
     assert ran == ["globex"]
-    # The same caller's call is still reused (a resumed run in the same process).
+    # The same caller's call is still reused (a resumed run in the same process): listing orders
+    # is idempotent, so it may be decided again (a tool that is not runs once: test_gate.py).
     again = gate.authorize(two.alice, Call.tool("orders", {}), call_id="call_0_0")
     assert gate.run(again, lambda: "ran twice", call_id="call_0_0", run_id="1") == "acme's orders"
 

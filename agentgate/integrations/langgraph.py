@@ -195,8 +195,9 @@ class GateMiddleware(AgentMiddleware[Any, Any, Any]):
         identity = identity_from_context(request.runtime.context if request.runtime else None)
         call = _tool_call_of(request)
         call_id = request.tool_call["id"]
+        run_id = _run_id(request)
         auth = self.gate.authorize(
-            identity, call, agent=self.agent, agent_did=self.agent_did, call_id=call_id
+            identity, call, agent=self.agent, agent_did=self.agent_did, call_id=call_id, run_id=run_id
         )
         while auth.needs_approval:
             # Each answer is one resume value; an approval that does not hold (wrong approver,
@@ -208,7 +209,13 @@ class GateMiddleware(AgentMiddleware[Any, Any, Any]):
                 auth = self.gate.decline(auth, "the answer to the request was not an approval")
                 break
             auth = self.gate.authorize(
-                identity, call, agent=self.agent, agent_did=self.agent_did, call_id=call_id, approval=approval
+                identity,
+                call,
+                agent=self.agent,
+                agent_did=self.agent_did,
+                call_id=call_id,
+                run_id=run_id,
+                approval=approval,
             )
         if not auth.allowed and self.enforce:
             raise Denied(auth.explain(), auth.decision)

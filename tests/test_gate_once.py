@@ -1,0 +1,178 @@
+"""A tool that is not idempotent runs once: the same call decided again is refused, after a
+restart too, and a call whose process died while it ran is never run again on its own."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+from agentgate.capabilities import Call
+from agentgate.errors import Overloaded
+from agentgate.gate import AgentIdentity, Gate
+from agentgate.keys import SigningKey, save_key
+from agentgate.policy import parse_policy
+from agentgate.store import SQLiteStore, Store
+
+POLICY = """
+version: 1
+trust_anchors: {{root: {{did: "{root}"}}}}
+principals:
+  agent: {{kind: agent, did: "{agent}", roles: [worker]}}
+tools:
+  pay:
+    args: {{amount: {{type: integer, required: true}}}}
+  lookup:
+    args: {{id: {{type: string, required: true}}}}
+    idempotent: true
+roles:
+  worker:
+    kind: agent
+    capabilities: [{{resource: tool:pay}}, {{resource: tool:lookup}}]
+    ttl_s: 600
+"""
+
+PAY = Call.tool("pay", {"amount": 40})
+RUN = "thread-1|tools:task-1"
+
+
+def _policy_text(keys: dict[str, SigningKey]) -> str:
+    return POLICY.format(root=keys["root"].did, agent=keys["agent"].did)
+
+
+def _gate(path: Path, keys: dict[str, SigningKey]) -> Gate:
+    return Gate(parse_policy(_policy_text(keys), source="once.yaml"), SQLiteStore(path))
+
+
+def _new(tmp_path: Path) -> tuple[dict[str, SigningKey], Path, AgentIdentity]:
+    keys = {n: SigningKey.generate() for n in ("root", "agent")}
+    path = tmp_path / "agentgate.db"
+    with _gate(path, keys) as gate:
+        identity = gate.issue(keys["root"], name="agent", key=keys["agent"], role="worker")
+    return keys, path, identity
+
+
+def test_a_call_that_ran_is_refused_when_decided_again_also_after_a_restart(tmp_path: Path) -> None:
+    keys, path, agent = _new(tmp_path)
+    paid: list[int] = []
+    with _gate(path, keys) as gate:
+        first = gate.authorize(agent, PAY, call_id="c1", run_id=RUN)
+        assert first.allowed
+        gate.run(first, lambda: paid.append(40), call_id="c1", run_id=RUN)
+        again = gate.authorize(agent, PAY, call_id="c1", run_id=RUN)
+        assert not again.allowed
+        assert f"already ran to completion (allowed by audit entry {first.audit_index})" in again.explain()
+    with _gate(path, keys) as restarted:  # a resumed run after a restart asks for the same call
+        after = restarted.authorize(agent, PAY, call_id="c1", run_id=RUN)
+        assert not after.allowed and "already ran to completion" in after.explain()
+        # Another call id, another run, or other arguments are other calls.
+        assert restarted.authorize(agent, PAY, call_id="c2", run_id=RUN).allowed
+        assert restarted.authorize(agent, PAY, call_id="c1", run_id="thread-2|tools:task-1").allowed
+        assert restarted.authorize(agent, Call.tool("pay", {"amount": 41}), call_id="c1", run_id=RUN).allowed
+        # The refusals are on the record, and nothing was reserved or run for them.
+        refusals = [e for e in restarted.audit.entries() if e.kind == "deny"]
+        assert len(refusals) == 2 and all("runs once" in e.reasons[0] for e in refusals)
+        assert restarted.verify().ok
+    assert paid == [40]
+
+
+def test_an_idempotent_tool_and_a_call_without_an_id_are_decided_again(tmp_path: Path) -> None:
+    keys, path, agent = _new(tmp_path)
+    with _gate(path, keys) as gate:
+        lookup = Call.tool("lookup", {"id": "o-1"})
+        for _ in range(2):
+            auth = gate.authorize(agent, lookup, call_id="c1", run_id=RUN)
+            assert auth.allowed
+            gate.run(auth, lambda: "found", call_id="c1", run_id=RUN)
+        for _ in range(2):  # no call id: nothing names the call, so nothing can say it ran before
+            auth = gate.authorize(agent, PAY)
+            assert auth.allowed
+            gate.run(auth, lambda: "paid")
+        assert gate.store.query("SELECT COUNT(*) FROM agentgate_once") == [(0,)]
+
+
+def test_a_call_that_failed_is_not_run_again_but_one_never_started_is(tmp_path: Path) -> None:
+    keys, path, agent = _new(tmp_path)
+    with _gate(path, keys) as gate:
+        failing = gate.authorize(agent, PAY, call_id="c1", run_id=RUN)
+
+        def timeout() -> None:
+            raise TimeoutError("the payment service did not answer")
+
+        try:
+            gate.run(failing, timeout, call_id="c1", run_id=RUN)
+        except TimeoutError:
+            pass
+        refused = gate.authorize(agent, PAY, call_id="c1", run_id=RUN)
+        assert not refused.allowed and "already ran and failed" in refused.explain()
+        # Refused by the scheduler before it started (a full queue): it may be decided again.
+        queued = gate.authorize(agent, PAY, call_id="c2", run_id=RUN)
+
+        def overloaded() -> None:
+            raise Overloaded("queue full")
+
+        try:
+            gate.run(queued, overloaded, call_id="c2", run_id=RUN)
+        except Overloaded:
+            pass
+        assert gate.authorize(agent, PAY, call_id="c2", run_id=RUN).allowed
+
+
+def _on_both(store: Store, keys: dict[str, SigningKey]) -> Gate:
+    return Gate(parse_policy(_policy_text(keys), source="once.yaml"), store)
+
+
+def test_the_same_rule_holds_on_postgresql_and_sqlite(store: Store) -> None:
+    keys = {n: SigningKey.generate() for n in ("root", "agent")}
+    gate = _on_both(store, keys)
+    try:
+        agent = gate.issue(keys["root"], name="agent", key=keys["agent"], role="worker")
+        first = gate.authorize(agent, PAY, call_id="c1", run_id=RUN)
+        gate.run(first, lambda: "paid", call_id="c1", run_id=RUN)
+        assert not gate.authorize(agent, PAY, call_id="c1", run_id=RUN).allowed
+        assert gate.verify().ok
+    finally:
+        gate.close()
+
+
+CRASH = textwrap.dedent(
+    """
+    import os, sys
+    from pathlib import Path
+    from agentgate.authority import parse_chain
+    from agentgate.capabilities import Call
+    from agentgate.gate import AgentIdentity, Gate
+    from agentgate.keys import load_signing_key
+    from agentgate.policy import parse_policy
+    from agentgate.store import SQLiteStore
+
+    work = Path(sys.argv[1])
+    gate = Gate(parse_policy((work / "policy.yaml").read_text(), source="once.yaml"),
+                SQLiteStore(work / "agentgate.db"))
+    agent = AgentIdentity("agent", load_signing_key(work / "agent.key"),
+                          parse_chain((work / "chain.txt").read_text()))
+    call = Call.tool("pay", {"amount": 40})
+    auth = gate.authorize(agent, call, call_id="c1", run_id=sys.argv[2])
+    assert auth.allowed
+    def pay():
+        (work / "paid").write_text("once")
+        os._exit(9)  # the process dies while the tool runs: no outcome is ever written
+    gate.run(auth, pay, call_id="c1", run_id=sys.argv[2])
+    """
+)
+
+
+def test_a_call_whose_process_died_while_it_ran_is_not_run_again(tmp_path: Path) -> None:
+    keys, path, agent = _new(tmp_path)
+    (tmp_path / "policy.yaml").write_text(_policy_text(keys))
+    (tmp_path / "chain.txt").write_text(agent.chain.token)
+    save_key(keys["agent"], tmp_path, "agent")
+    done = subprocess.run([sys.executable, "-c", CRASH, str(tmp_path), RUN], capture_output=True, timeout=120)
+    assert done.returncode == 9, done.stderr.decode()
+    assert (tmp_path / "paid").read_text() == "once"
+    with _gate(path, keys) as restarted:
+        refused = restarted.authorize(agent, PAY, call_id="c1", run_id=RUN)
+        assert not refused.allowed
+        assert "its outcome was never recorded" in refused.explain()
+        assert "it may have had its effect" in refused.explain()
