@@ -3,14 +3,22 @@ restart too, and a call whose process died while it ran is never run again on it
 
 from __future__ import annotations
 
+import contextlib
+import sqlite3
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
+
+from langchain_core.messages import AIMessage, ToolMessage
+from langchain_core.tools import StructuredTool
+from langgraph.checkpoint.sqlite import SqliteSaver
 
 from agentgate.capabilities import Call
 from agentgate.errors import Overloaded
 from agentgate.gate import AgentIdentity, Gate
+from agentgate.integrations.langgraph import ScriptedChatModel, create_gated_agent
 from agentgate.keys import SigningKey, save_key
 from agentgate.policy import parse_policy
 from agentgate.store import SQLiteStore, Store
@@ -100,10 +108,8 @@ def test_a_call_that_failed_is_not_run_again_but_one_never_started_is(tmp_path: 
         def timeout() -> None:
             raise TimeoutError("the payment service did not answer")
 
-        try:
+        with contextlib.suppress(TimeoutError):
             gate.run(failing, timeout, call_id="c1", run_id=RUN)
-        except TimeoutError:
-            pass
         refused = gate.authorize(agent, PAY, call_id="c1", run_id=RUN)
         assert not refused.allowed and "already ran and failed" in refused.explain()
         # Refused by the scheduler before it started (a full queue): it may be decided again.
@@ -112,10 +118,8 @@ def test_a_call_that_failed_is_not_run_again_but_one_never_started_is(tmp_path: 
         def overloaded() -> None:
             raise Overloaded("queue full")
 
-        try:
+        with contextlib.suppress(Overloaded):  # as the scheduler raises it for a full queue
             gate.run(queued, overloaded, call_id="c2", run_id=RUN)
-        except Overloaded:
-            pass
         assert gate.authorize(agent, PAY, call_id="c2", run_id=RUN).allowed
 
 
@@ -176,3 +180,78 @@ def test_a_call_whose_process_died_while_it_ran_is_not_run_again(tmp_path: Path)
         assert not refused.allowed
         assert "its outcome was never recorded" in refused.explain()
         assert "it may have had its effect" in refused.explain()
+
+
+LANGGRAPH_CRASH = textwrap.dedent(
+    """
+    import os, sqlite3, sys
+    from pathlib import Path
+    from langchain_core.tools import StructuredTool
+    from langgraph.checkpoint.sqlite import SqliteSaver
+    from agentgate.authority import parse_chain
+    from agentgate.gate import AgentIdentity, Gate
+    from agentgate.integrations.langgraph import create_gated_agent
+    from agentgate.keys import load_signing_key
+    from agentgate.policy import parse_policy
+    from agentgate.store import SQLiteStore
+    sys.path.insert(0, sys.argv[2])
+    from test_gate_once import scripted_payer
+
+    work = Path(sys.argv[1])
+    gate = Gate(parse_policy((work / "policy.yaml").read_text(), source="once.yaml"),
+                SQLiteStore(work / "agentgate.db"))
+    agent = AgentIdentity("agent", load_signing_key(work / "agent.key"),
+                          parse_chain((work / "chain.txt").read_text()))
+
+    def pay(amount: int) -> str:
+        (work / "paid").write_text(str(amount))
+        os._exit(9)  # dies after the payment, before LangGraph saves the tool's result
+
+    conn = sqlite3.connect(work / "checkpoints.sqlite", check_same_thread=False)
+    graph = scripted_payer(gate, StructuredTool.from_function(pay, name="pay", description="pay"),
+                           SqliteSaver(conn))
+    graph.invoke({"messages": [{"role": "user", "content": "pay 40"}]},
+                 {"configurable": {"thread_id": "t-1"}}, context=agent)
+    """
+)
+
+
+def scripted_payer(gate: Gate, pay: Any, saver: Any) -> Any:
+    """The agent of the LangGraph crash test: it pays 40 (tool call id ``pay-1``), then stops."""
+    model = ScriptedChatModel(
+        turns=[AIMessage(content="", tool_calls=[{"name": "pay", "args": {"amount": 40}, "id": "pay-1"}])]
+    )
+    return create_gated_agent(
+        gate, name="agent", model=model, tools=[pay], checkpointer=saver, gate_models=False
+    )
+
+
+def test_a_langgraph_run_resumed_after_a_crash_does_not_pay_twice(tmp_path: Path) -> None:
+    keys, path, agent = _new(tmp_path)
+    (tmp_path / "policy.yaml").write_text(_policy_text(keys))
+    (tmp_path / "chain.txt").write_text(agent.chain.token)
+    save_key(keys["agent"], tmp_path, "agent")
+    tests = str(Path(__file__).resolve().parent)
+    done = subprocess.run(
+        [sys.executable, "-c", LANGGRAPH_CRASH, str(tmp_path), tests], capture_output=True, timeout=120
+    )
+    assert done.returncode == 9, done.stderr.decode()
+    paid_again: list[int] = []
+
+    def pay(amount: int) -> str:
+        paid_again.append(amount)
+        return "paid"
+
+    tool = StructuredTool.from_function(pay, name="pay", description="pay")
+    with (
+        _gate(path, keys) as gate,
+        sqlite3.connect(tmp_path / "checkpoints.sqlite", check_same_thread=False) as conn,
+    ):
+        graph = scripted_payer(gate, tool, SqliteSaver(conn))
+        # The restarted process resumes the thread: LangGraph runs the tool node again, with the
+        # same task and tool call id, since the crash came before it saved the tool's result.
+        result = graph.invoke(None, {"configurable": {"thread_id": "t-1"}}, context=agent)
+        (message,) = [m for m in result["messages"] if isinstance(m, ToolMessage)]
+        assert message.status == "error" and "outcome was never recorded" in str(message.content)
+    conn.close()
+    assert paid_again == [] and (tmp_path / "paid").read_text() == "40"
