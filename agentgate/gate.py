@@ -459,10 +459,6 @@ def scheduler_config(policy: Policy) -> SchedulerConfig:
     return SchedulerConfig(tools=tools)
 
 
-class _RanBefore(Denied):
-    """A call that must run once was decided again after it ran (or may have run)."""
-
-
 _NOT_STARTED = frozenset({"SchedulingError", "Overloaded", "CircuitOpen"})
 """Errors with which the scheduler refuses a call before it starts (a closed gate, a full queue, an
 open breaker; a non-idempotent call is never retried after an ambiguous failure, so an attempt
@@ -902,10 +898,21 @@ class Gate:
                 if verdict.rule is not None
                 else None,
             )
+            once = (
+                self._once_key(identity, call, decision, call_id, run_id)
+                if auth.verdict != Verdict.DENY
+                else None
+            )
+            if (
+                once is not None
+                and (last := self.once.last(tx, once)) is not None
+                and last[0] not in RUN_AGAIN
+            ):
+                # Refused before a person is asked to approve a call that cannot run again.
+                auth = replace(auth, verdict=Verdict.DENY, reasons=(_ran_before(call, *last),))
             if auth.needs_approval:
-                return self._record_approval_request(auth, request, tx)
-            if auth.allowed:
-                once = self._once_key(identity, call, decision, call_id, run_id)
+                auth = self._record_approval_request(auth, request, tx)
+            elif auth.allowed:
                 auth = self._record_allow(auth, approved, request, tokens, tx, verdict.quotas, once)
             else:
                 auth = self._write_refusal(auth, tx)
@@ -1215,11 +1222,10 @@ class Gate:
         quotas: Sequence[QuotaRef] = (),
         once_key: str | None = None,
     ) -> Authorization:
-        """Record an allow (approval consumed, a call that must run once checked and marked
-        started, budget reserved, policy quotas counted, audit entry) in ``tx``, or in a decision
-        transaction of its own; an approval, a run-once call that ran before, a budget or a quota
-        that does not hold turns it into a recorded refusal in the same transaction (the partial
-        writes rolled back to a savepoint)."""
+        """Record an allow (approval consumed, budget reserved, policy quotas counted, audit
+        entry, a call that must run once marked started) in ``tx``, or in a decision transaction
+        of its own; a budget, a quota or an approval that does not hold turns it into a recorded
+        refusal in the same transaction (the partial writes rolled back to a savepoint)."""
         if tx is None:
             with self._decision_transaction() as own:
                 recorded = self._record_allow(auth, approval, request, tokens, own, quotas, once_key)
@@ -1235,7 +1241,7 @@ class Gate:
             if amounts.get(unit, 0) > 0
         ]
         # Only what can refuse (an approval to consume, a budget or quota to count) needs the savepoint.
-        guarded = bool(reserve) or bool(quotas) or approval is not None or once_key is not None
+        guarded = bool(reserve) or bool(quotas) or approval is not None
         full: QuotaRef | None = None  # the quota whose window could not hold the call
         if guarded:
             tx.execute("SAVEPOINT agentgate_allow")
@@ -1254,10 +1260,6 @@ class Gate:
                     approver=",".join(approvers),
                     request={**request, "id": approval.request, "asked_index": asked[1] if asked else None},
                 )
-            if once_key is not None:
-                last = self.once.last(tx, once_key)
-                if last is not None and last[0] not in RUN_AGAIN:
-                    raise _RanBefore(_ran_before(auth.call, *last))
             held = tuple(
                 (self.ledger.reserve(tx, identity.chain.ids, caps, amount), unit, amount)
                 for unit, caps, amount in reserve
@@ -1276,8 +1278,6 @@ class Gate:
                 refused = replace(
                     auth, reasons=(self._budget_reason(identity, exc, tx),), budget_exhausted=True
                 )
-            elif isinstance(exc, _RanBefore):
-                refused = replace(auth, reasons=(str(exc),))
             else:
                 refused = replace(auth, reasons=(f"approval not usable: {exc}",))
             return self._write_refusal(refused, tx)

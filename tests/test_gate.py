@@ -306,7 +306,9 @@ def test_signed_approval_by_an_allowed_approver_allows_once(setup: Setup) -> Non
     auth = setup.gate.authorize(setup.agent, call, call_id="c1", approval=approval)
     assert auth.allowed and auth.approver == setup.keys["lead"].did
     replay = setup.gate.authorize(setup.agent, call, call_id="c1", approval=approval)
-    assert not replay.allowed and "already used" in replay.explain()
+    assert not replay.allowed and "runs once" in replay.explain()  # refunds are not idempotent
+    with pytest.raises(Denied, match="already used"):  # and the approval itself is spent
+        setup.gate.approvals.consume(approval.request, approval.call_hash)
 
 
 @pytest.mark.parametrize("signer", ["agent", "helper"])
@@ -847,3 +849,15 @@ def test_a_quorum_records_each_approvers_yes_as_it_comes(tmp_path: Path) -> None
         assert gate.verify().ok
     finally:
         gate.close()
+
+
+def test_a_call_that_ran_is_refused_before_anyone_is_asked_to_approve_it_again(setup: Setup) -> None:
+    call, payload = _approval_request(setup)
+    approved = setup.gate.authorize(
+        setup.agent, call, call_id="c1", approval=Approval.sign(payload, setup.keys["lead"])
+    )
+    setup.gate.run(approved, lambda: "refunded")
+    again = setup.gate.authorize(setup.agent, call, call_id="c1")  # a resumed run asks again
+    assert not again.allowed and not again.needs_approval
+    assert "already ran to completion" in again.explain()
+    assert [e.kind for e in setup.entries()].count("approval_required") == 1
