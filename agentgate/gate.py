@@ -42,7 +42,15 @@ from opentelemetry import trace
 from opentelemetry.trace import INVALID_SPAN, ProxyTracerProvider, Span, Tracer
 
 from agentgate.audit.entry import argument_digest, canonical_json, redact
-from agentgate.audit.spans import chat_span, execute_tool_span, get_tracer, record_decision, record_usage
+from agentgate.audit.spans import (
+    chat_span,
+    decision_span,
+    execute_tool_span,
+    get_tracer,
+    record_decision,
+    record_outcome,
+    record_usage,
+)
 from agentgate.authority import (
     ApprovalRequirement,
     Authority,
@@ -1412,6 +1420,8 @@ class Gate:
                         result = fn()
                 except BaseException as exc:
                     pause = paused is not None and paused(exc)
+                    if pause and span.is_recording():
+                        record_outcome(span, "paused")  # a pause is not a failure of the call
                     self._settle(auth, "paused" if pause else "error", type(exc).__name__, None)
                     raise
                 self._finish(span, auth, result, failed, spent)
@@ -1447,6 +1457,8 @@ class Gate:
                         result = await fn()
                 except BaseException as exc:
                     pause = paused is not None and paused(exc)
+                    if pause and span.is_recording():
+                        record_outcome(span, "paused")  # a pause is not a failure of the call
                     self._settle(auth, "paused" if pause else "error", type(exc).__name__, None)
                     raise
                 self._finish(span, auth, result, failed, spent)
@@ -1505,6 +1517,8 @@ class Gate:
             execute_tool_span(name, call_id=call_id, tracer=self.tracer)
             if kind == "tool"
             else chat_span(name, tracer=self.tracer)
+            if kind == "model"
+            else decision_span(auth.call.resource, auth.call.action, tracer=self.tracer)
         )
         with opened as span:
             identity = auth.identity
@@ -1546,6 +1560,8 @@ class Gate:
         if usage is not None:
             with contextlib.suppress(TypeError, ValueError):  # garbage usage: charged at settlement
                 record_usage(span, *usage)
+        if span.is_recording():
+            record_outcome(span, status)
         self._settle(auth, status, None, usage)
 
     async def to_thread(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
@@ -1594,13 +1610,20 @@ class Gate:
     def _check_allowed(self, auth: Authorization) -> None:
         """Refuse (``Denied``) a refusal, and an allow that was already used: one decision, one run."""
         if not auth.allowed or auth.audit_index is None:
-            raise Denied(auth.explain(), auth.decision)
+            raise Denied(self.explain_redacted(auth), auth.decision)
         if not auth._use.take():
             raise Denied(
                 f"the authorization of {auth.call.resource} (audit entry {auth.audit_index}) was already "
                 "used: an allow runs its call once; decide the call again",
                 auth.decision,
             )
+
+    def explain_redacted(self, auth: Authorization) -> str:
+        """``auth.explain()`` as the audit log would keep it: values of arguments the policy does
+        not mark loggable replaced. For text that may reach logs (a raised ``Denied``); the model
+        is told ``explain()`` itself, its own arguments included."""
+        redacted = _redact_reasons(auth.reasons, auth.call.args, self._loggable(auth.call))
+        return replace(auth, reasons=tuple(redacted)).explain()
 
     def _settle(
         self, auth: Authorization, status: str, error: str | None, usage: tuple[int, int] | None

@@ -54,10 +54,12 @@ from langgraph.errors import GraphBubbleUp, GraphInterrupt
 from langgraph.prebuilt import ToolNode
 from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.types import Command, interrupt
+from opentelemetry.trace import Span
 from pydantic import Field
 
+from agentgate.audit.spans import execute_tool_span, invoke_agent_span, record_decision
 from agentgate.capabilities import Call, Capability
-from agentgate.errors import AgentGateError, BackendFailed, Denied
+from agentgate.errors import AgentGateError, BackendFailed, CapabilityError, Denied
 from agentgate.gate import AgentIdentity, Approval, Authorization, Gate
 from agentgate.keys import SigningKey
 
@@ -107,6 +109,17 @@ def _task_scope(config: Mapping[str, Any] | None) -> str | None:
 
 def _tool_call_of(request: ToolCallRequest) -> Call:
     return Call.tool(request.tool_call["name"], request.tool_call.get("args") or {})
+
+
+def _unnameable(tool_call_id: str, name: str, exc: CapabilityError) -> ToolMessage:
+    """A registered tool whose name is no resource name (``tool:NAME``) can be in no policy rule,
+    so it never runs under the gate: the model is told why (nothing was decided or audited)."""
+    return ToolMessage(
+        content=f"agentgate refused the call: {exc}",
+        tool_call_id=tool_call_id,
+        name=name[:200],
+        status="error",
+    )
 
 
 def _refusal(auth: Authorization, tool_call_id: str, name: str) -> ToolMessage:
@@ -218,7 +231,7 @@ class GateMiddleware(AgentMiddleware[Any, Any, Any]):
                 approval=approval,
             )
         if not auth.allowed and self.enforce:
-            raise Denied(auth.explain(), auth.decision)
+            raise Denied(self.gate.explain_redacted(auth), auth.decision)
         return auth
 
     def _foreign(self, request: ToolCallRequest) -> Authorization | None:
@@ -236,6 +249,8 @@ class GateMiddleware(AgentMiddleware[Any, Any, Any]):
     ) -> ToolResult:
         """Decide, ask for approval where needed, run under the scheduler, audit the outcome."""
         call_id, name = request.tool_call["id"] or "", request.tool_call["name"]
+        if request.tool is None:  # no such tool: ToolNode answers so and runs nothing
+            return handler(request)
         if _is_delegation(request):
             refused = self._foreign(request)
             if refused is not None:
@@ -246,7 +261,10 @@ class GateMiddleware(AgentMiddleware[Any, Any, Any]):
                 raise  # the sub-agent's interrupt (an approval) pauses the supervisor's run
             except Exception as exc:  # a failing sub-agent is a failing tool, not the end of the run
                 return _failure(call_id, name, exc)
-        auth = self._authorize_tool(request)
+        try:
+            auth = self._authorize_tool(request)
+        except CapabilityError as exc:
+            return _unnameable(call_id, name, exc)
         if not auth.allowed:
             return _refusal(auth, call_id, name)
         try:
@@ -274,6 +292,8 @@ class GateMiddleware(AgentMiddleware[Any, Any, Any]):
     ) -> ToolResult:
         """The async twin of ``wrap_tool_call``; limits hold because the scheduler's slots are async."""
         call_id, name = request.tool_call["id"] or "", request.tool_call["name"]
+        if request.tool is None:  # no such tool: ToolNode answers so and runs nothing
+            return await handler(request)
         if _is_delegation(request):
             refused = await self.gate.to_thread(self._foreign, request)
             if refused is not None:
@@ -284,7 +304,10 @@ class GateMiddleware(AgentMiddleware[Any, Any, Any]):
                 raise
             except Exception as exc:
                 return _failure(call_id, name, exc)
-        auth = await self._decided(self._authorize_tool, request, lambda auth: auth)
+        try:
+            auth = await self._decided(self._authorize_tool, request, lambda auth: auth)
+        except CapabilityError as exc:
+            return _unnameable(call_id, name, exc)
         if not auth.allowed:
             return _refusal(auth, call_id, name)
         try:
@@ -357,7 +380,7 @@ class GateMiddleware(AgentMiddleware[Any, Any, Any]):
             tokens=(prompt, call.args["max_tokens"]),
         )
         if not auth.allowed and self.enforce:
-            raise Denied(auth.explain(), auth.decision)
+            raise Denied(self.gate.explain_redacted(auth), auth.decision)
         if auth.allowed and request.model_settings.get("max_tokens") != call.args["max_tokens"]:
             # The call runs with the output limit it was decided (and its cost reserved) for:
             # passed to the model as ``max_tokens``, as create_agent binds ``model_settings``.
@@ -578,13 +601,21 @@ def delegation_tool(
         messages: list[BaseMessage] = result.get("messages", [])
         return str(messages[-1].content) if messages else ""
 
+    # Spans: the delegation is an ``execute_tool ask_NAME`` span holding an ``invoke_agent NAME``
+    # span, under which the sub-agent's own calls nest (a trace shows who asked whom).
     def run(task: str, runtime: ToolRuntime[Any, Any]) -> str:
-        child = _delegate(runtime)
-        return _answer(agent.invoke({"messages": [HumanMessage(content=task)]}, context=child))
+        with execute_tool_span(f"ask_{name}", call_id=runtime.tool_call_id, tracer=gate.tracer) as span:
+            child = _delegate(runtime)
+            _delegated(span, child)
+            with invoke_agent_span(name, agent_id=child.did, tracer=gate.tracer):
+                return _answer(agent.invoke({"messages": [HumanMessage(content=task)]}, context=child))
 
     async def arun(task: str, runtime: ToolRuntime[Any, Any]) -> str:
-        child = await gate.to_thread(_delegate, runtime)
-        return _answer(await agent.ainvoke({"messages": [HumanMessage(content=task)]}, context=child))
+        with execute_tool_span(f"ask_{name}", call_id=runtime.tool_call_id, tracer=gate.tracer) as span:
+            child = await gate.to_thread(_delegate, runtime)
+            _delegated(span, child)
+            with invoke_agent_span(name, agent_id=child.did, tracer=gate.tracer):
+                return _answer(await agent.ainvoke({"messages": [HumanMessage(content=task)]}, context=child))
 
     tool = StructuredTool.from_function(
         func=run,
@@ -594,6 +625,11 @@ def delegation_tool(
     )
     _DELEGATION_TOOLS[id(tool)] = tool
     return tool
+
+
+def _delegated(span: Span, child: AgentIdentity) -> None:
+    if span.is_recording():
+        record_decision(span, "allow", capability_id=child.grant_id, chain_depth=len(child.chain.links))
 
 
 class DispatchedChatModel(BaseChatModel):
