@@ -40,6 +40,7 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from opentelemetry import trace
 from opentelemetry.trace import INVALID_SPAN, ProxyTracerProvider, Span, Tracer
+from prometheus_client import CollectorRegistry
 
 from agentgate.audit.entry import argument_digest, canonical_json, redact
 from agentgate.audit.spans import (
@@ -497,7 +498,9 @@ class Gate:
     """Answers tool and model calls for agent identities: decide, reserve, audit, run, settle.
 
     Thread-safe; one per process and policy. ``Gate.open`` builds one from files with the
-    embedded defaults (SQLite under ``.agentgate/``, the log key beside it).
+    embedded defaults (SQLite under ``.agentgate/``, the log key beside it). ``registry``: the
+    Prometheus registry every scheduler of the gate exports its metrics to (docs/tasks.md,
+    "Visibility"); a new one by default, ``Gate.registry`` either way.
     """
 
     def __init__(
@@ -509,8 +512,10 @@ class Gate:
         log_key: SigningKey | None = None,
         scheduler: SchedulerConfig | None = None,
         tracer: Tracer | None = None,
+        registry: CollectorRegistry | None = None,
     ) -> None:
         self.policy = policy
+        self.registry = registry if registry is not None else CollectorRegistry()
         self.tracer = tracer or get_tracer()
         self._global_tracer = tracer is None
         self.store = store
@@ -868,11 +873,11 @@ class Gate:
         """
         early = self._precheck(identity, call, agent, agent_did)
         if early is not None:
-            return self._record_refusal(early)
+            return self._record_refusal(early, call_id)
         assert identity is not None
         verdict = self.index.evaluate(self._policy_principal(identity), call)
         if verdict.outcome is Outcome.DENY:
-            return self._record_refusal(Authorization(Verdict.DENY, call, identity, verdict.reasons))
+            return self._record_refusal(Authorization(Verdict.DENY, call, identity, verdict.reasons), call_id)
         request = self._approval_request(identity, call, verdict, call_id)
         approved = self._approval_complete(approval, request, verdict) if request is not None else None
 
@@ -925,7 +930,7 @@ class Gate:
             else:
                 auth = self._write_refusal(auth, tx)
         if not auth.allowed:
-            self._refusal_span(auth)
+            self._refusal_span(auth, call_id)
         return auth
 
     def _once_key(
@@ -1180,19 +1185,19 @@ class Gate:
             self._outcomes.restore(carried)
             raise
 
-    def _record_refusal(self, auth: Authorization) -> Authorization:
+    def _record_refusal(self, auth: Authorization, call_id: str | None = None) -> Authorization:
         """Record a refusal in a decision transaction of its own; the refused authorization."""
         with self._decision_transaction() as tx:
             refused = self._write_refusal(auth, tx)
-        self._refusal_span(refused)
+        self._refusal_span(refused, call_id)
         return refused
 
     def _write_refusal(self, auth: Authorization, tx: Transaction) -> Authorization:
         index = self.audit.append(self._entry(auth, "deny"), tx)
         return replace(auth, verdict=Verdict.DENY, audit_index=index)
 
-    def _refusal_span(self, refused: Authorization) -> None:
-        with self._span(refused):  # a refused call shows in the trace too, as an ERROR span
+    def _refusal_span(self, refused: Authorization, call_id: str | None = None) -> None:
+        with self._span(refused, call_id):  # a refused call shows in the trace too, as an ERROR span
             pass
 
     def _record_approval_request(
@@ -1591,7 +1596,10 @@ class Gate:
         with self._scheduler_lock:
             if self._sync_scheduler is None:
                 self._sync_scheduler = SyncScheduler(
-                    store=self._shared_store, dead_letters=self._dead_letters, limits=self._limits
+                    store=self._shared_store,
+                    dead_letters=self._dead_letters,
+                    limits=self._limits,
+                    registry=self.registry,
                 )
             return self._sync_scheduler
 
@@ -1603,7 +1611,10 @@ class Gate:
             scheduler = self._async_schedulers.get(loop)
             if scheduler is None:
                 scheduler = self._async_schedulers[loop] = Scheduler(
-                    store=self._shared_store, dead_letters=self._dead_letters, limits=self._limits
+                    store=self._shared_store,
+                    dead_letters=self._dead_letters,
+                    limits=self._limits,
+                    registry=self.registry,
                 )
             return scheduler
 

@@ -164,3 +164,34 @@ def test_a_paused_call_is_not_an_error_span(sweep: Sweep) -> None:
     (span,) = [s for s in sweep.exporter.get_finished_spans() if s.name == "execute_tool lookup"]
     assert span.status.status_code == StatusCode.UNSET
     assert span.attributes is not None and span.attributes.get("agentgate.outcome") == "paused"
+
+
+def test_a_refused_tool_calls_span_carries_its_tool_call_id(sweep: Sweep) -> None:
+    """A refusal could not be matched to the model's tool call in a trace: its span had no
+    ``gen_ai.tool.call.id``, though ``authorize`` was given one."""
+    refused = sweep.gate.authorize(sweep.boss, Call.tool("vault", {"pin": "99"}), call_id="call-7")
+    assert not refused.allowed
+    (span,) = [s for s in sweep.exporter.get_finished_spans() if s.name == "execute_tool vault"]
+    assert span.attributes is not None and span.attributes["gen_ai.tool.call.id"] == "call-7"
+
+
+def test_the_gates_schedulers_export_to_one_registry_it_exposes(sweep: Sweep) -> None:
+    """Each scheduler the Gate made had a private registry nobody could reach: the Gate's
+    metrics could not be scraped. Sync and async calls now count in ``Gate.registry``."""
+    tool = Call.tool("lookup", {"id": "1"})
+    auth = sweep.gate.authorize(sweep.boss, tool, call_id="s1")
+    sweep.gate.run(auth, lambda: "found", call_id="s1", run_id="r")
+
+    async def async_call() -> None:
+        auth = sweep.gate.authorize(sweep.boss, tool, call_id="a1")
+
+        async def found() -> str:
+            return "found"
+
+        await sweep.gate.arun(auth, found, call_id="a1", run_id="r")
+
+    asyncio.run(async_call())
+    started = sweep.gate.registry.get_sample_value(
+        "agentgate_tasks_events_total", {"event": "started", "tool": "lookup"}
+    )
+    assert started == 2
