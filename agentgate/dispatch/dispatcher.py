@@ -240,7 +240,10 @@ class Dispatcher:
                     await asyncio.sleep(self.health_interval_s)
                     continue
                 if errors:
-                    raise NoBackend(f"{exc} (after: {'; '.join(errors)})") from None
+                    message = f"{exc} (after: {'; '.join(errors)})"
+                    if isinstance(exc, Shed):  # still a refusal under load, with its Retry-After
+                        raise Shed(message, exc.retry_after_s) from None
+                    raise NoBackend(message) from None
                 raise
             if plan.action == "dispatch":
                 return plan
