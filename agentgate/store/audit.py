@@ -28,7 +28,7 @@ import sqlite3
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import orjson
 import psycopg
@@ -534,10 +534,14 @@ class AuditLog:
             )
             # A NULL entry or leaf hash (a tampered table without its NOT NULL constraints)
             # reads as empty bytes: it then fails the leaf hash check instead of crashing.
-            batch = [
-                (int(idx), (_bytes(data) if idx >= include_entry_from else None), _bytes(stored))
-                for idx, data, stored in rows
-            ]
+            batch: list[tuple[int, bytes | None, bytes]] = (
+                [(idx, _bytes(data), _bytes(stored)) for idx, data, stored in rows]
+                if include_entry_from <= start
+                else [
+                    (idx, (_bytes(data) if idx >= include_entry_from else None), _bytes(stored))
+                    for idx, data, stored in rows
+                ]
+            )
             if batch:
                 yield batch
             if len(rows) < limit:
@@ -549,7 +553,7 @@ class AuditLog:
     def _batches(self, start: int = 0) -> Iterator[list[tuple[int, bytes, bytes]]]:
         """Every ``(idx, entry, leaf_hash)`` row from ``start`` in index order, in batches."""
         for batch in self._row_batches(include_entry_from=start, start=start):
-            yield [(idx, entry or b"", stored) for idx, entry, stored in batch]
+            yield cast(list[tuple[int, bytes, bytes]], batch)  # every entry is included from start
 
     def _rows(self, *, include_entry_from: int, start: int = 0) -> Iterator[tuple[int, bytes | None, bytes]]:
         """``(idx, entry or None, leaf_hash)`` in index order; entries only from ``include_entry_from``."""
