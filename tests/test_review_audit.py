@@ -83,6 +83,8 @@ def test_arguments_nested_too_deep_are_an_input_error_not_a_recursion_error(
     with pytest.raises(InputError):
         log.append({**ENTRY, "args": deep})
     assert log.size() == 0
+    with pytest.raises(TamperDetected):  # a hostile proof bundle's entry: never a RecursionError
+        AuditEntry.from_bytes(b'{"a":' + b"[" * depth + b"]" * depth + b"}")
 
 
 @pytest.mark.parametrize("leaf", [1, 1.5], ids=["orjson path", "reference path"])
