@@ -103,6 +103,7 @@ from agentgate.store.ledger import BudgetLedger
 from agentgate.store.once import RUN_AGAIN, OnceCalls, OnceState
 from agentgate.store.quotas import QuotaCounter
 from agentgate.tasks import (
+    DEFAULT_CLASSIFIER,
     Attempt,
     RateLimit,
     RetryPolicy,
@@ -404,17 +405,34 @@ def _serialized(method: Callable[Concatenate[Gate, P], T]) -> Callable[Concatena
     return wrapper
 
 
+def _usage_after(auth: Authorization, exc: BaseException) -> tuple[int, int] | None:
+    """The usage to settle a call that ``exc`` ended with: ``None`` (the reservation released)
+    for an error, but a model call cancelled while it ran (``CancelledError``, a caller's
+    timeout, ``KeyboardInterrupt``: not an ``Exception``) may have generated up to its limit
+    already, so it is charged as reserved (``_USAGE_UNREAD``), or repeated timeouts would be free
+    generations."""
+    if not isinstance(exc, Exception) and auth.call.resource.startswith("model:"):
+        return _USAGE_UNREAD
+    return None
+
+
 def _redact_reasons(reasons: Iterable[str], args: Mapping[str, Any], loggable: Iterable[str]) -> list[str]:
     """Reasons as the audit log may keep them: a value of an argument the policy does not mark
     loggable, quoted by a rule's explanation (``name=value``), is replaced by a placeholder."""
     clear = set(loggable)
-    hidden = [
-        (f"{name}={value!r}", f"{name}=<not loggable>") for name, value in args.items() if name not in clear
-    ]
     out = []
     for reason in reasons:
-        for quoted, placeholder in hidden:
-            reason = reason.replace(quoted, placeholder)
+        # Only the arguments a reason names are rendered: a value nested thousands deep has no
+        # repr (RecursionError), and a large one costs its repr on every refusal.
+        for name, value in args.items():
+            if name in clear or f"{name}=" not in reason:
+                continue
+            try:
+                quoted = f"{name}={value!r}"
+            except RecursionError:
+                reason = "<a reason quoting an argument that is not loggable>"
+                break
+            reason = reason.replace(quoted, f"{name}=<not loggable>")
         out.append(reason)
     return out
 
@@ -533,6 +551,8 @@ class Gate:
         self.approvals = ApprovalStore(store)
         self.audit = AuditLog(store, log_key or open_log_key(store))
         self._config = scheduler or scheduler_config(policy)
+        # Refused now, not at the first call: the Gate's schedulers use the default classifier.
+        self._config.check_error_classes(DEFAULT_CLASSIFIER.classes)
         self._store_lock = threading.RLock()
         self._outcomes = _PendingOutcomes(self._write_outcomes, tick=self.flush)
         self._limits = SharedLimits(self._config)
@@ -1427,7 +1447,9 @@ class Gate:
                     pause = paused is not None and paused(exc)
                     if pause and span.is_recording():
                         record_outcome(span, "paused")  # a pause is not a failure of the call
-                    self._settle(auth, "paused" if pause else "error", type(exc).__name__, None)
+                    self._settle(
+                        auth, "paused" if pause else "error", type(exc).__name__, _usage_after(auth, exc)
+                    )
                     raise
                 self._finish(span, auth, result, failed, spent)
                 return result
@@ -1464,7 +1486,9 @@ class Gate:
                     pause = paused is not None and paused(exc)
                     if pause and span.is_recording():
                         record_outcome(span, "paused")  # a pause is not a failure of the call
-                    self._settle(auth, "paused" if pause else "error", type(exc).__name__, None)
+                    self._settle(
+                        auth, "paused" if pause else "error", type(exc).__name__, _usage_after(auth, exc)
+                    )
                     raise
                 self._finish(span, auth, result, failed, spent)
                 return result
