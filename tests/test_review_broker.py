@@ -841,3 +841,27 @@ async def test_a_call_shed_after_a_failed_attempt_is_still_shed_with_its_retry_a
     finally:
         broken.stop()
         slow.stop()
+
+
+async def test_closing_the_dispatcher_under_calls_in_flight_ends_each_with_a_typed_error() -> None:
+    slow = [SlowBackend(0.5), SlowBackend(0.5)]
+    try:
+        inv = _inventory(slow[0].url, slow[1].url)
+        d = Dispatcher(inv, Router(inv))
+        await d.start()
+
+        async def stream() -> None:
+            async for _ in d.stream(_payload(9), priority=0):
+                pass
+
+        calls = [asyncio.create_task(d.chat(_payload(i), priority=0)) for i in range(4)]
+        calls.append(asyncio.create_task(stream()))
+        await asyncio.sleep(0.15)
+        await d.aclose()
+        results = await asyncio.gather(*calls, return_exceptions=True)
+        assert all(isinstance(r, DispatchError) for r in results), results
+        assert d.router.in_flight("b0") == d.router.in_flight("b1") == 0
+        assert not d.is_down("b0") and not d.is_down("b1")  # closing is no fault of theirs
+    finally:
+        for backend in slow:
+            backend.stop()

@@ -78,6 +78,7 @@ class Dispatcher:
         self._down_since: dict[str, float] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._ids = itertools.count()
+        self._closing = False
 
     async def __aenter__(self) -> Dispatcher:
         await self.start()
@@ -90,6 +91,7 @@ class Dispatcher:
         """Open the connection pool and start the scrape and health loops."""
         if self._http is not None:
             return
+        self._closing = False
         self._http = httpx.AsyncClient(
             limits=httpx.Limits(max_connections=1000, max_keepalive_connections=100)
         )
@@ -107,7 +109,9 @@ class Dispatcher:
         self._tasks = [asyncio.create_task(self._scrape_loop()), asyncio.create_task(self._health_loop())]
 
     async def aclose(self) -> None:
-        """Stop the loops and close every connection."""
+        """Stop the loops and close every connection. Calls still in flight end with
+        ``NoBackend`` or ``BackendFailed`` (their backends are not marked down for it)."""
+        self._closing = True
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
@@ -175,6 +179,7 @@ class Dispatcher:
             plan = await self._plan(request, allowed, errors)
             assert plan.backend is not None
             try:
+                self._require_started()  # the dispatcher may have closed while the call waited
                 result = await self.clients[plan.backend].chat(payload)
             except BackendFailed as exc:
                 self._failed(request.id, plan.backend, str(exc), errors)
@@ -204,6 +209,7 @@ class Dispatcher:
             assert plan.backend is not None
             delivered = False
             try:
+                self._require_started()  # the dispatcher may have closed while the call waited
                 async for chunk in self.clients[plan.backend].stream(payload):
                     if not delivered:
                         self.router.first_token(request.id, self.clock())
@@ -221,6 +227,8 @@ class Dispatcher:
         raise BackendFailed(f"call failed on {self.max_attempts} attempts: " + "; ".join(errors))
 
     def _require_started(self) -> None:
+        if self._closing:
+            raise NoBackend("the dispatcher is closed")
         if self._session is None:
             raise DispatchError(
                 "the dispatcher is not started: use `async with Dispatcher(...)` or `await start()`"
@@ -252,7 +260,8 @@ class Dispatcher:
     def _failed(self, request_id: str, backend: str, error: str, errors: list[str]) -> None:
         errors.append(error)
         self.router.finished(request_id, self.clock())
-        self._mark_down(backend)
+        if not self._closing:  # a connection cut by aclose is no fault of the backend's
+            self._mark_down(backend)
 
     # --- background loops ----------------------------------------------------------------
 
