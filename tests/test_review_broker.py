@@ -865,3 +865,26 @@ async def test_closing_the_dispatcher_under_calls_in_flight_ends_each_with_a_typ
     finally:
         for backend in slow:
             backend.stop()
+
+
+def test_a_release_whose_journal_write_failed_is_charged_until_the_release_not_until_it_is_recorded(
+    store: Store,
+) -> None:
+    world = World(store.url)
+    try:
+        journal = FlakyJournal(world.process.store)
+        world.process.broker.journal = journal
+        gated = world.process.gated
+        gated.submit(world.trainer, lease("ft-1"))  # 2 GPUs from t=1000, 120,000 reserved
+        world.clock.now += 10
+        journal.failing = True
+        with pytest.raises(StoreError, match="injected"):
+            gated.release(world.trainer, "ft-1")  # released at t=1010; its event waits
+        journal.failing = False
+        world.clock.now += 40
+        gated.advance()  # t=1050: the event is recorded now
+        released = world.process.entries()[-1]
+        assert (released.status, released.budget_delta) == ("lease_released", 2 * 10 * 1_000)
+        assert world.spent() == 20_000 and world.remaining() == world.budget - 20_000
+    finally:
+        world.process.gate.close()

@@ -438,7 +438,7 @@ class Broker:
         for i in nums:
             self._owner[i] = None
         self._free.give(i for i in nums if self._reserved[i] is None)
-        self._outbox.append(LeaseEnded(lease, reason))
+        self._outbox.append(LeaseEnded(lease, reason, now))
         waiting_on = {self._reserved[i] for i in nums} | {lease.preempted_by}
         for request_id in sorted(r for r in waiting_on if r is not None and r in self._waiting):
             w = self._waiting[request_id]

@@ -335,7 +335,10 @@ class GatedBroker:
             if isinstance(event, LeaseEnded):
                 lease = event.lease
                 deadline = math.inf if lease.notice_deadline is None else lease.notice_deadline
-                end = min(self.broker.clock(), lease.expires_at, deadline)
+                # When the broker ended it, not now: events a failed journal write held back
+                # are recorded a call later.
+                ended = self.broker.clock() if event.at is None else event.at
+                end = min(ended, lease.expires_at, deadline)
                 held = (len(lease.gpus), max(0.0, end - lease.granted_at))
                 self._end(
                     lease.id, lease.request.holder, _resource_or_any(lease.request), status, reason, held

@@ -186,6 +186,10 @@ class LeaseEnded:
 
     lease: Lease
     reason: EndReason
+    at: float | None = None
+    """Clock time at which the broker ended it (``None``: not known); an expiry or a grace end
+    the broker applies late is at the time it applied it, while the lease ended at its
+    ``expires_at`` or ``notice_deadline``."""
 
 
 @dataclass(frozen=True, slots=True)
