@@ -25,6 +25,7 @@ from test_broker_gated import Setup
 from test_broker_restart_budget import World, lease
 
 from agentgate.cli import broker as broker_cli
+from agentgate.cli.main import main
 from agentgate.dispatch import inventory_from_mapping
 from agentgate.dispatch.backends import MAX_ANSWER_BYTES, MAX_USAGE_TOKENS, BackendClient, ChatChunk, Timeouts
 from agentgate.dispatch.baselines import RoundRobinRouter
@@ -886,5 +887,21 @@ def test_a_release_whose_journal_write_failed_is_charged_until_the_release_not_u
         released = world.process.entries()[-1]
         assert (released.status, released.budget_delta) == ("lease_released", 2 * 10 * 1_000)
         assert world.spent() == 20_000 and world.remaining() == world.budget - 20_000
+    finally:
+        world.process.gate.close()
+
+
+def test_the_leases_command_shows_everything_a_renewed_lease_holds(
+    store: Store, capsys: pytest.CaptureFixture[str]
+) -> None:
+    world = World(store.url)
+    try:
+        world.process.gated.submit(world.trainer, lease("ft-1"))  # 120,000 reserved
+        world.clock.now += 30
+        world.process.gated.renew(world.trainer, "ft-1")  # 60,000 more
+        world.process.gate.flush()
+        assert main(["broker", "leases", "--json", "--store", world.url]) == 0
+        [shown] = json.loads(capsys.readouterr().out)["leases"]
+        assert shown["reserved"] == {"usd_micros": 180_000}
     finally:
         world.process.gate.close()

@@ -117,6 +117,14 @@ def _inventory(args: argparse.Namespace) -> int:
     return 0
 
 
+def _reserved(decided: LeaseDecision) -> dict[str, int]:
+    """What a lease holds reserved, per unit: its decision's and every renewal's, summed."""
+    out: dict[str, int] = {}
+    for _reservation, unit, amount in decided.reservations:
+        out[unit] = out.get(unit, 0) + amount
+    return out
+
+
 def _lease_json(lease: Lease, decided: LeaseDecision | None) -> dict[str, Any]:
     return {
         "id": lease.id,
@@ -134,7 +142,7 @@ def _lease_json(lease: Lease, decided: LeaseDecision | None) -> dict[str, Any]:
         # Through GatedBroker: the audit entry that decided the lease, its price, what it holds.
         "decision": None if decided is None else decided.audit_index,
         "cost_per_gpu_hour": None if decided is None else decided.cost_per_gpu_hour,
-        "reserved": None if decided is None else {u: a for _r, u, a in decided.reservations},
+        "reserved": None if decided is None else _reserved(decided),
     }
 
 
