@@ -819,3 +819,10 @@ def test_the_custom_classes_example_of_docs_tasks_runs_as_documented(
     exec(compile(block, "docs/tasks.md", "exec"), namespace)
     assert namespace["scheduler"].config is namespace["config"]
     assert "tools['llm.call'].retry.retry_on: 'quota' is not" in capsys.readouterr().out
+
+
+def test_check_error_classes_takes_names_not_one_string() -> None:
+    config = _tool(retry_on=("q",))
+    with pytest.raises(InputError, match="the string 'quota'"):
+        config.check_error_classes("quota")  # its letters would include 'q'
+    config.check_error_classes({"q"})

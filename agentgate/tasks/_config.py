@@ -302,6 +302,8 @@ class SchedulerConfig:
         ``classes``). A class no classifier returns would silently never be retried (or never trip
         the breaker). The error names the field (``tools['x'].retry.retry_on``) and the class.
         """
+        if isinstance(declared, str):  # frozenset("quota") would declare its letters
+            _fail(f"declared error classes must be a collection of names, got the string {declared!r}")
         known = ERROR_CLASSES | frozenset(declared)
         fields: list[tuple[str, tuple[str, ...]]] = [
             (f"tools[{tool!r}].retry.retry_on", limits.retry.retry_on) for tool, limits in self.tools.items()
