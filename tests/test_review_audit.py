@@ -19,10 +19,10 @@ from agentgate.audit.merkle import leaf_hash
 from agentgate.audit.note import Checkpoint, sign_checkpoint
 from agentgate.audit.proof import verify_bundle
 from agentgate.cli.main import main
-from agentgate.errors import AuditError, InputError, TamperDetected
+from agentgate.errors import AuditError, InputError, KeyFileError, TamperDetected
 from agentgate.keys import SigningKey, load_public_key
 from agentgate.store import SQLiteStore, Store
-from agentgate.store.audit import AuditLog, open_log_key
+from agentgate.store.audit import AuditLog, open_log_key, previous_log_keys
 
 KEY = SigningKey(b"\x09" * 32)
 ORIGIN = "review.example/audit"
@@ -547,3 +547,40 @@ def test_an_auditor_verifies_a_copy_of_the_database_with_the_public_key_only(
         with pytest.raises(AuditError, match="needs the log's private key"):
             log.checkpoint()
         assert len(log.checkpoints()) == 1
+
+
+def test_no_new_log_key_is_made_for_a_log_that_already_has_checkpoints(
+    store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """open_log_key created a fresh key wherever it did not find one (PostgreSQL: .agentgate/ under
+    the working directory): `audit checkpoint` or a Gate started elsewhere signed with a stray key,
+    after which the service's own checkpoints and verify failed as if the log were tampered."""
+    monkeypatch.delenv("AGENTGATE_LOG_PREVIOUS_KEYS", raising=False)
+    monkeypatch.setenv("AGENTGATE_LOG_KEY", str(tmp_path / "service" / "log.key"))
+    log = AuditLog(store, open_log_key(store), ORIGIN)
+    log.append(ENTRY)
+    log.checkpoint()
+    elsewhere = tmp_path / "elsewhere" / "log.key"
+    monkeypatch.setenv("AGENTGATE_LOG_KEY", str(elsewhere))
+    with pytest.raises(KeyFileError, match="has checkpoints signed by one"):
+        open_log_key(store)
+    assert not elsewhere.exists() and not elsewhere.parent.exists()
+    # Rotating on purpose: the old public key listed first, then a new key is made and used.
+    monkeypatch.setenv("AGENTGATE_LOG_PREVIOUS_KEYS", str(tmp_path / "service" / "log.pub"))
+    rotated = AuditLog(store, open_log_key(store), ORIGIN, previous_keys=previous_log_keys())
+    assert elsewhere.exists()
+    rotated.append(ENTRY)
+    assert rotated.open_checkpoint(rotated.checkpoint()).size == 2
+    assert rotated.verify().ok
+
+
+def test_cli_checkpoint_without_the_log_key_makes_none(
+    cli_db: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["audit", "checkpoint"]) == 0
+    key = cli_db.parent / "log.key"
+    key.rename(cli_db.parent / "moved.key")
+    capsys.readouterr()
+    assert main(["audit", "checkpoint"]) == 2
+    assert "has checkpoints signed by one" in capsys.readouterr().err
+    assert not key.exists()

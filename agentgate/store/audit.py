@@ -179,20 +179,37 @@ def log_key_path(store: Store) -> Path:
 def open_log_key(store: Store, *, create: bool = True) -> SigningKey:
     """The log's signing key, created (0600, with ``log.pub`` beside it) on first use if ``create``.
 
-    Raises ``KeyFileError`` when the file is unreadable, too widely readable, or missing and
-    ``create`` is false.
+    A key is created only for a log that has no checkpoint yet, or while the key is being rotated
+    (``AGENTGATE_LOG_PREVIOUS_KEYS`` set): checkpoints signed by a key that is not where this
+    process looks (another working directory, an unset ``AGENTGATE_LOG_KEY``) mean the key is
+    missing, not that a new one is wanted. Raises ``KeyFileError`` when the file is unreadable, too
+    widely readable, or missing and ``create`` is false or no key may be created.
     """
     path = log_key_path(store)
     if path.exists() or not create:
         return load_signing_key(path)
     if path.suffix != ".key":
         raise KeyFileError(f"{path}: AGENTGATE_LOG_KEY must name a file ending in .key")
+    if not os.environ.get("AGENTGATE_LOG_PREVIOUS_KEYS", "").strip() and _has_checkpoints(store):
+        raise KeyFileError(
+            f"{path}: no log key there, but this audit log has checkpoints signed by one; point "
+            "AGENTGATE_LOG_KEY at it (to rotate the key, list the old public key in "
+            "AGENTGATE_LOG_PREVIOUS_KEYS first). No key was created."
+        )
     try:
         save_key(SigningKey.generate(), path.parent, path.stem)
     except KeyFileError:
         if not path.exists():
             raise
     return load_signing_key(path)  # another process may have won the race: use its key
+
+
+def _has_checkpoints(store: Store) -> bool:
+    """Whether ``store`` holds an audit log with at least one checkpoint."""
+    try:
+        return bool(store.query("SELECT 1 FROM audit_checkpoints LIMIT 1"))
+    except (StoreError, sqlite3.Error, psycopg.Error):
+        return False  # no audit tables yet
 
 
 @dataclass(frozen=True)
