@@ -826,3 +826,22 @@ def test_check_error_classes_takes_names_not_one_string() -> None:
     with pytest.raises(InputError, match="the string 'quota'"):
         config.check_error_classes("quota")  # its letters would include 'q'
     config.check_error_classes({"q"})
+
+
+async def test_a_tools_own_nested_call_on_its_held_limit_ends_at_its_deadline() -> None:
+    """docs/tasks.md, Limits: a call made by a running tool on a limit its parent holds waits; it
+    ends at its own deadline (DeadlineExceeded), it does not run past the limit."""
+    scheduler = Scheduler(SchedulerConfig(max_concurrency=1))
+
+    async def child(attempt: Attempt) -> str:
+        return "child ran"
+
+    async def parent(attempt: Attempt) -> str:
+        with pytest.raises(DeadlineExceeded):
+            await scheduler.submit(ToolCall("child", deadline=time.time() + 0.2), child)
+        return "parent done"
+
+    try:
+        assert await scheduler.submit(ToolCall("parent"), parent) == "parent done"
+    finally:
+        await scheduler.aclose()
