@@ -48,7 +48,7 @@ _BATCH = 20_000
 """The most rows one read of the log fetches."""
 _BATCH_BYTES = 16 << 20
 """About how many bytes of entries one read of the log fetches (memory while reading a log)."""
-_FIRST_BATCH = 64
+_FIRST_BATCH = 16
 """Rows in the first read, before the entries' size is known."""
 _ROW_BYTES = 300
 """What a row costs besides its entry's bytes (index, leaf hash, Python objects), for sizing."""
