@@ -813,37 +813,6 @@ def test_a_timeout_that_is_no_limit_is_a_typed_error(field: str, value: float) -
         Timeouts(**{field: value})
 
 
-async def test_a_call_shed_after_a_failed_attempt_is_still_shed_with_its_retry_after() -> None:
-    def fail(handler: http.server.BaseHTTPRequestHandler) -> None:
-        handler.send_response(503)
-        handler.send_header("content-length", "0")
-        handler.end_headers()
-
-    broken, slow = RawBackend(fail), SlowBackend(1.0)
-    try:
-        inv = inventory_from_mapping(
-            {
-                "backends": [
-                    {"name": "b0", "url": broken.url, "models": [MODEL]},
-                    {"name": "b1", "url": slow.url, "models": [MODEL], "max_concurrency": 1},
-                ]
-            }
-        )
-        async with Dispatcher(inv, RoundRobinRouter(inv), health_interval_s=0.02, cooldown_s=0.05) as d:
-            holder = asyncio.create_task(d.chat(_payload(0), priority=0))  # b0 fails it; b1 serves it
-            while d.router.in_flight("b1") == 0:
-                await asyncio.sleep(0.01)
-            while d.is_down("b0"):
-                await asyncio.sleep(0.01)
-            with pytest.raises(Shed, match="b0: HTTP 503") as shed:  # b0 fails it; b1 is full
-                await d.chat(_payload(1), priority=2)
-            assert shed.value.retry_after_s >= 1.0
-            await holder
-    finally:
-        broken.stop()
-        slow.stop()
-
-
 async def test_closing_the_dispatcher_under_calls_in_flight_ends_each_with_a_typed_error() -> None:
     slow = [SlowBackend(0.5), SlowBackend(0.5)]
     try:

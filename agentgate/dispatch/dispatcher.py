@@ -248,10 +248,9 @@ class Dispatcher:
                     await asyncio.sleep(self.health_interval_s)
                     continue
                 if errors:
-                    message = f"{exc} (after: {'; '.join(errors)})"
-                    if isinstance(exc, Shed):  # still a refusal under load, with its Retry-After
-                        raise Shed(message, exc.retry_after_s) from None
-                    raise NoBackend(message) from None
+                    # After failed attempts the failures are the cause, even of a shed (the SLO
+                    # budget went on them): no backend could serve it (503), not "slow down" (429).
+                    raise NoBackend(f"{exc} (after: {'; '.join(errors)})") from None
                 raise
             if plan.action == "dispatch":
                 return plan
