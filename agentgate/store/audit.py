@@ -14,7 +14,8 @@ entry and its budget change commit together, or neither does (log before allow).
 
 The log key signs checkpoints. ``open_log_key`` finds it: the file named by ``AGENTGATE_LOG_KEY``,
 else ``log.key`` next to the SQLite database (``.agentgate/log.key`` in the working directory for
-PostgreSQL), created with mode 0600 on first use; ``log.pub`` beside it holds the public key.
+PostgreSQL), created with mode 0600 on first use (only for a log without checkpoints, or while
+rotating the key); ``log.pub`` beside it holds the public key.
 """
 
 from __future__ import annotations
