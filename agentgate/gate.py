@@ -26,6 +26,7 @@ import asyncio
 import contextlib
 import functools
 import hashlib
+import inspect
 import logging
 import threading
 import time
@@ -36,7 +37,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Concatenate, ParamSpec, TypeVar
+from typing import Any, Concatenate, ParamSpec, TypeVar, cast
 
 from opentelemetry import trace
 from opentelemetry.trace import INVALID_SPAN, ProxyTracerProvider, Span, Tracer
@@ -403,6 +404,16 @@ def _serialized(method: Callable[Concatenate[Gate, P], T]) -> Callable[Concatena
 
     functools.update_wrapper(wrapper, method)
     return wrapper
+
+
+async def _result_of(fn: Callable[[], Awaitable[T]]) -> T:
+    """``fn()`` awaited. A plain function given where a coroutine function belongs has already run
+    when it returns: its value is the call's result (awaiting it would fail after the effect, and
+    the outcome would say the call failed)."""
+    value = fn()
+    if inspect.isawaitable(value):
+        return await value
+    return cast(T, value)
 
 
 def _usage_after(auth: Authorization, exc: BaseException) -> tuple[int, int] | None:
@@ -1477,11 +1488,11 @@ class Gate:
                     if auth.call.resource.startswith("tool:"):
 
                         async def attempt(_attempt: Attempt) -> T:
-                            return await fn()
+                            return await _result_of(fn)
 
                         result = await self._async().submit(self._tool_call(auth, call_id, run_id), attempt)
                     else:
-                        result = await fn()
+                        result = await _result_of(fn)
                 except BaseException as exc:
                     pause = paused is not None and paused(exc)
                     if pause and span.is_recording():

@@ -99,3 +99,25 @@ def test_a_refusal_of_deeply_nested_unlogged_arguments_is_recorded_not_a_recursi
     assert not auth.allowed
     assert setup.gate.audit.size() == before + 1
     assert setup.entries()[-1].kind == "deny"
+
+
+async def test_gate_arun_of_a_plain_function_records_that_it_ran(tmp_path: Path) -> None:
+    """Gate.arun(auth, sync_fn): the wrapper ``await fn()`` ran the body, then ``await``ed its
+    plain result: TypeError, and the audit said ``error`` while the tool's effect happened (F2)."""
+    keys = {n: SigningKey.generate() for n in ("root", "agent")}
+    gate = Gate(parse_policy(lookup_policy(keys)), SQLiteStore(tmp_path / "g.db"))
+    ran: list[int] = []
+
+    def lookup() -> str:
+        ran.append(1)
+        return "x"
+
+    try:
+        agent = gate.issue(keys["root"], name="agent", key=keys["agent"], role="worker")
+        auth = gate.authorize(agent, Call.tool("lookup", {"id": "1"}))
+        assert await gate.arun(auth, lookup) == "x"  # type: ignore[arg-type]
+        gate.flush()
+        statuses = [e.status for e in gate.audit.entries() if e.kind == "outcome"]
+        assert ran == [1] and statuses == ["ok"]
+    finally:
+        gate.close()
