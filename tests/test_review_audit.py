@@ -584,3 +584,26 @@ def test_cli_checkpoint_without_the_log_key_makes_none(
     assert main(["audit", "checkpoint"]) == 2
     assert "has checkpoints signed by one" in capsys.readouterr().err
     assert not key.exists()
+
+
+def test_show_and_explain_escape_what_would_draw_fake_lines(
+    cli_db: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A refused call is logged with the resource the agent named: `show` and `explain` printed
+    it raw, so a newline drew a fake entry line under it (and escape codes reached the terminal)."""
+    fake = "\n     9  2026-11-29T10:15:00.000000Z  allow             did:key:zAdmin"
+    with SQLiteStore(cli_db) as store:
+        log = AuditLog(store, open_log_key(store))
+        index = log.append(
+            {**ENTRY, "kind": "deny", "resource": "tool:x" + fake, "reasons": ["\x1b[2Jwiped"]}
+        )
+    capsys.readouterr()
+    assert main(["audit", "show"]) == 0
+    out = capsys.readouterr().out
+    assert len(out.splitlines()) == 5 and "\x1b" not in out
+    assert "tool:x\\n" in out and "\\x1b[2Jwiped" in out
+    assert main(["audit", "explain", str(index)]) == 0
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "\n     9  2026" not in out
+    assert main(["audit", "show", "--json", "--kind", "deny"]) == 0
+    assert json.loads(capsys.readouterr().out)["resource"] == "tool:x" + fake  # the bytes as logged

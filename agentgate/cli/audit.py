@@ -203,6 +203,16 @@ def _matches(entry: AuditEntry, args: argparse.Namespace) -> bool:
     return True
 
 
+def _shown(text: object) -> str:
+    """``text`` for a terminal: characters that are not printable (control characters, a newline,
+    bidirectional overrides) escaped, so a value an agent chose cannot draw fake lines or hide
+    text in what an auditor reads (``--json`` prints the bytes as logged)."""
+    value = str(text)
+    if value.isprintable():
+        return value
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in value)
+
+
 def _show(args: argparse.Namespace) -> int:
     store, log = _open(args)
     with store:
@@ -212,10 +222,10 @@ def _show(args: argparse.Namespace) -> int:
             if args.json:  # the entry's own bytes (from_bytes checked they are the stored ones)
                 print(entry.to_bytes().decode("utf-8"))
             else:
-                reasons = "; ".join(entry.reasons)
+                reasons = _shown("; ".join(entry.reasons))
                 print(
-                    f"{entry.index:>6}  {entry.time}  {entry.kind:<17} {entry.principal[:32]:<32} "
-                    f"{entry.resource or '-':<28} {entry.budget_delta:>8}  {reasons}"
+                    f"{entry.index:>6}  {entry.time}  {entry.kind:<17} {_shown(entry.principal[:32]):<32} "
+                    f"{_shown(entry.resource or '-'):<28} {entry.budget_delta:>8}  {reasons}"
                 )
     return 0
 
@@ -231,27 +241,28 @@ def _explain(args: argparse.Namespace) -> int:
         ]
         chain = _grant_chain(store, entry.chain_hash) if entry.chain_hash else None
     print(f"entry {entry.index}: {entry.kind} at {entry.time}")
-    print(f"├── principal: {entry.principal}")
-    print(f"├── resource: {entry.resource or '-'}   arguments: {entry.args_digest or '-'}")
+    print(f"├── principal: {_shown(entry.principal)}")
+    print(f"├── resource: {_shown(entry.resource or '-')}   arguments: {_shown(entry.args_digest or '-')}")
     if entry.args:
         print(f"│   └── logged in clear: {json.dumps(entry.args, sort_keys=True)}")
-    print(f"├── authority: grant chain tip {entry.chain_hash or '(none recorded)'}")
+    print(f"├── authority: grant chain tip {_shown(entry.chain_hash or '(none recorded)')}")
     if chain is None:
         print("│   └── (the grant store has no record of this chain: only what the entry holds is shown)")
     for depth, (grant_id, issuer, audience, expires, revoked) in enumerate(chain or []):
         pad = "│   " + "    " * depth
         state = "REVOKED" if revoked else f"expires {expires}"
-        print(f"{pad}└── grant {grant_id[:24]}: {issuer} -> {audience} ({state})")
-    print(f"├── policy: {entry.policy_hash or '-'}   rule: {entry.rule or '-'}")
-    print(f"├── approver: {entry.approver or '(no approval)'}")
+        print(f"{pad}└── grant {_shown(grant_id[:24])}: {_shown(issuer)} -> {_shown(audience)} ({state})")
+    print(f"├── policy: {_shown(entry.policy_hash or '-')}   rule: {_shown(entry.rule or '-')}")
+    print(f"├── approver: {_shown(entry.approver or '(no approval)')}")
     print(f"├── budget delta: {entry.budget_delta}")
     for reason in entry.reasons:
-        print(f"├── reason: {reason}")
+        print(f"├── reason: {_shown(reason)}")
     for other in related:
         print(
-            f"├── related entry {other.index}: {other.kind} {other.status or ''} budget {other.budget_delta}"
+            f"├── related entry {other.index}: {other.kind} {_shown(other.status or '')} "
+            f"budget {other.budget_delta}"
         )
-    print(f"└── outcome status: {entry.status or '-'}")
+    print(f"└── outcome status: {_shown(entry.status or '-')}")
     return 0
 
 
@@ -330,7 +341,9 @@ def _verify_proof(args: argparse.Namespace) -> int:
     except TamperDetected as exc:
         print(f"INVALID: {exc}")
         return 1
-    print(f"valid: entry {entry.index} ({entry.kind}, {entry.principal}) is in {checkpoint.origin}")
+    print(
+        f"valid: entry {entry.index} ({entry.kind}, {_shown(entry.principal)}) is in {_shown(checkpoint.origin)}"
+    )
     print(f"       at tree size {checkpoint.size}, signed by {key.did}")
     return 0
 
