@@ -442,9 +442,11 @@ def test_a_backend_answering_500_or_garbage_is_a_clear_502_or_503_with_nothing_c
             env = Env(gate, server, agent, _Scripted())
             for stream in (False, True):
                 answer = env.post(_body(stream=stream))
-                assert answer.status_code in (502, 503), answer.text
+                # 429 shed: the dispatcher's retry after the failure was shed (dispatcher 9bc37fb);
+                # its message named the failed backend and its bytes until review F1.
+                assert answer.status_code in (429, 502, 503), answer.text
                 error = answer.json()["error"]
-                assert error["code"] in ("backend_failed", "no_backend") and error["message"]
+                assert error["code"] in ("backend_failed", "no_backend", "shed") and error["message"]
                 # The remote caller learns no backend name, address or bytes (they were passed on).
                 port = sim.url.rsplit(":", 1)[1]
                 assert not any(leak in answer.text for leak in ("gpu-node-17", port, "not json", "HTTP 500"))

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import socket
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -31,7 +32,7 @@ from agentgate.dispatch import inventory_from_mapping
 from agentgate.dispatch.gateway import Gateway, GatewayGate, GatewayServer, invocation_headers
 from agentgate.dispatch.gateway._http import STALLED, BoundedHttpToolsProtocol
 from agentgate.dispatch.prefix import estimate_tokens, prompt_text
-from agentgate.errors import InputError
+from agentgate.errors import InputError, Shed
 from agentgate.gate import AgentIdentity
 from agentgate.keys import SigningKey
 from agentgate.policy import parse_policy
@@ -504,3 +505,71 @@ def test_a_caller_gone_before_a_streams_first_token_stops_the_backend_at_once(tm
                 server.stop()
     finally:
         gate.close()
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_caller_gone_while_its_call_is_being_decided_is_never_sent(
+    env: Env, tmp_path: Path, stream: bool
+) -> None:
+    # Under load (another call in flight) the decision runs in a worker thread while the event
+    # loop goes on: a caller that closed its connection then was noticed before any hook was
+    # set, and its call was sent to a backend for nobody, to run to its end. It is not sent now,
+    # and its reservation is released (nothing ran), the outcome saying the caller went away.
+    other = {"model": MODEL, "messages": [{"role": "user", "content": "Long."}], "max_tokens": 20_000}
+    background = threading.Thread(
+        target=httpx.post,
+        args=(f"{env.server.url}/chat/completions",),
+        kwargs={
+            "json": other,
+            "headers": invocation_headers(env.agent.key, env.agent.chain, other),
+            "timeout": 30,
+        },
+    )
+    background.start()
+    until = time.monotonic() + 5
+    while not env.sim.engine.has_work():  # the other call is decided and running
+        assert time.monotonic() < until
+        time.sleep(0.02)
+    body = {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": "Short."}],
+        "max_tokens": 4,
+        "stream": stream,
+    }
+    locker = sqlite3.connect(tmp_path / "agentgate.db", isolation_level=None)
+    try:
+        locker.execute("BEGIN IMMEDIATE")  # the decision waits for the store's write lock
+        with socket.create_connection(("127.0.0.1", env.server.port)) as sock:
+            sock.sendall(_request(env, body))
+            time.sleep(0.5)
+        time.sleep(0.3)  # the gateway sees the connection closed while deciding
+        locker.execute("COMMIT")
+    finally:
+        locker.close()
+    background.join(30)
+    until = time.monotonic() + 5
+    while env.kinds().count("outcome") < 2:
+        assert time.monotonic() < until
+        time.sleep(0.05)
+    assert env.sim.served == 1, "a call was sent to the backend for a caller that had left"
+    outcomes = [e for e in env.gate.audit.entries() if e.kind == "outcome"]
+    gone = [o for o in outcomes if "CallerGone" in o.reasons]
+    assert len(gone) == 1 and gone[0].status == "error"
+    assert env.gate.verify().ok
+
+
+def test_a_call_shed_after_a_failed_attempt_does_not_tell_the_caller_which_backend_failed() -> None:
+    # Since the dispatcher keeps a shed after failed attempts a Shed (9bc37fb), its message ends
+    # with what failed before: backend names, addresses, their bytes. The gateway passed the
+    # message on in the 429; it answers the router's own reason now, and logs the rest.
+    from agentgate.dispatch.gateway import _app as gateway_app
+
+    shed = Shed(
+        "SLO 2.00s cannot be met (best predicted 2.51s); class 1 shed "
+        "(after: gpu-node-17: malformed chat completion: b'\\x00\\xffnot json')",
+        retry_after_s=3,
+    )
+    answer = gateway_app._dispatch_error(shed)
+    assert answer.status_code == 429 and answer.headers["Retry-After"] == "3"
+    message = json.loads(answer.body)["error"]["message"]
+    assert message == "SLO 2.00s cannot be met (best predicted 2.51s); class 1 shed"

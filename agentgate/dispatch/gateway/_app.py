@@ -51,7 +51,7 @@ from agentgate.dispatch.backends import ChatChunk, ChatResult, Timeouts
 from agentgate.dispatch.dispatcher import Dispatcher
 from agentgate.dispatch.gateway._authority import APPROVAL_HEADER, GatewayDecision, GatewayGate
 from agentgate.dispatch.gateway._client import INVOCATION_HEADER, chat_call, max_tokens_of
-from agentgate.dispatch.gateway._http import ON_LOST, STALLED, STREAM_STALL_S, BoundedHttpToolsProtocol
+from agentgate.dispatch.gateway._http import LOST, ON_LOST, STALLED, STREAM_STALL_S, BoundedHttpToolsProtocol
 from agentgate.dispatch.gateway._upstream import UpstreamPool
 from agentgate.dispatch.inventory import Inventory
 from agentgate.dispatch.prefix import estimate_tokens, prompt_text
@@ -348,6 +348,8 @@ class Gateway:
         handler answers, or finds its caller gone, at once.)
         """
         with _Watch(scope) as watch:
+            if watch.gone:  # while the call was being decided: nothing is sent, nothing charged
+                raise CallerGone("the caller went away before the call was sent")
             try:
                 return await self.dispatcher.chat(payload, tenant=tenant, slo_ttft_s=self.slo_ttft_s)
             except asyncio.CancelledError:
@@ -377,6 +379,11 @@ class Gateway:
         headers: dict[str, str],
         scope: Scope,
     ) -> Response:
+        if scope.get(LOST):  # gone while the call was being decided: nothing is sent or charged
+            try:
+                await self.gate.arun(decision.auth, _gone_before_sending)
+            except CallerGone:
+                return error_response(499, "the caller went away", "caller_gone")
         watch = _Watch(scope)
         chunks = self.gate.gated_stream(
             decision.auth,
@@ -541,6 +548,11 @@ def _bearer(value: str | None) -> str | None:
     return token.strip() or None
 
 
+async def _gone_before_sending() -> None:
+    """The backend call of a streamed call whose caller left while it was being decided."""
+    raise CallerGone("the caller went away before the call was sent")
+
+
 class _Watch:
     """While entered: if the request's connection is lost before its answer began (the
     protocol's ``ON_LOST`` hook), the task that entered is cancelled and ``gone`` set. A
@@ -552,7 +564,8 @@ class _Watch:
         assert task is not None
         self.task = task
         self.scope = scope
-        self.gone = False
+        self.gone = bool(scope.get(LOST))
+        """Whether the connection is lost; already on entry if it was lost before (``LOST``)."""
 
     def __enter__(self) -> _Watch:
         self.scope[ON_LOST] = self._lost
@@ -601,8 +614,13 @@ def _dispatch_error(exc: AgentGateError) -> Response:
     request the backend refused as invalid keeps the backend's message: it is about the request.
     """
     if isinstance(exc, Shed):
+        # The router's reason is the caller's to read (its SLO, its tenant's quota); what failed
+        # before it (the dispatcher appends "(after: <backend>: <its error>; ...)") is not.
+        reason, after, _ = str(exc).partition(" (after: ")
+        if after:
+            _log.warning("agentgate gateway: %s: %s", type(exc).__name__, exc)
         retry = str(max(1, math.ceil(exc.retry_after_s)))
-        return error_response(429, str(exc), "shed", headers={"Retry-After": retry})
+        return error_response(429, reason, "shed", headers={"Retry-After": retry})
     if isinstance(exc, NoBackend | BackendFailed):
         _log.warning("agentgate gateway: %s: %s", type(exc).__name__, exc)
         if isinstance(exc, NoBackend):

@@ -45,6 +45,8 @@ STALLED = "agentgate.stalled"
 """Scope key set (to the stall limit, in seconds) on a request whose caller stopped reading."""
 ON_LOST = "agentgate.on_lost"
 """Scope key an app may set to a callable: called if the connection is lost before the answer began."""
+LOST = "agentgate.lost"
+"""Scope key set (True) when the connection was lost before the answer began."""
 
 
 class BoundedHttpToolsProtocol(HttpToolsProtocol):
@@ -120,6 +122,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         # something else (a backend) does not call: the app's hook, if it set one, is told now.
         cycle = self.cycle
         if cycle is not None and not cycle.response_started:
+            cycle.scope[LOST] = True  # type: ignore[literal-required]
             lost = cycle.scope.get(ON_LOST)
             if callable(lost):
                 lost()
