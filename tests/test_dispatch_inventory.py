@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from agentgate.dispatch.inventory import load_inventory, parse_inventory
+from agentgate.dispatch.inventory import inventory_from_mapping, load_inventory, parse_inventory
 from agentgate.errors import InventoryError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -100,3 +100,13 @@ def test_a_declared_kv_capacity_beyond_any_real_cache_is_a_load_error() -> None:
         parse_inventory(text, source="inv.yaml")
     ok = text.replace("10000000000000", "400000")
     assert parse_inventory(ok).backends[0].kv_capacity_tokens == 400000
+
+
+def test_a_backend_url_with_credentials_is_refused_without_echoing_them() -> None:
+    """``http://user:PASSWORD@host`` was accepted, and httpx logs the URL it calls at INFO: the
+    password was written on every health probe and every call (review R9)."""
+    with pytest.raises(InventoryError, match="carries credentials") as refused:
+        inventory_from_mapping(
+            {"backends": [{"name": "b", "url": "http://proxy:CANARY@127.0.0.1:9", "models": ["m"]}]}
+        )
+    assert "CANARY" not in str(refused.value)

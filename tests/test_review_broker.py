@@ -781,8 +781,7 @@ def test_usable_backend_urls_still_load() -> None:
         "http://127.0.0.1:8100",
         "https://vllm.example.com/base/",
         "http://[::1]:8000",
-        "http://u:p@h",
-    ):
+    ):  # (a URL with user:password@ is refused: test_dispatch_inventory.py)
         backends = [{"name": "b", "url": url, "models": [MODEL], "metrics_url": url + "/metrics"}]
         assert parse_inventory(json.dumps({"backends": backends})).backends[0].url == url
 

@@ -174,6 +174,10 @@ class Backend(_Frozen):
             raise ValueError(f"not a usable URL: {exc}") from None
         if not host:
             raise ValueError("the URL names no host, or port 0")
+        if parts.username is not None or parts.password is not None:
+            # HTTP clients log the URL they call (httpx at INFO): a password in it would be
+            # written on every health probe and every call.
+            raise ValueError("the URL carries credentials (user:password@), which would be logged")
         return value
 
     @property
