@@ -1413,6 +1413,8 @@ class Gate:
             # ``fn`` takes no ``Attempt``, so the key never reaches the tool: a tool that
             # ``takes_idempotency_key`` is then not repeated after an ambiguous failure.
             key_reaches_tool=False,
+            # A tool's exception text may quote its arguments: its dead letter keeps the type only.
+            keep_error_text=False,
             grant_expires_at=float(identity.chain.tip.expires),
             authority_chain=identity.chain.ids,
             # The authority engine digested these very arguments by the same rule (SHA-256 of

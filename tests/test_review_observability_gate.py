@@ -195,3 +195,32 @@ def test_the_gates_schedulers_export_to_one_registry_it_exposes(sweep: Sweep) ->
         "agentgate_tasks_events_total", {"event": "started", "tool": "lookup"}
     )
     assert started == 2
+
+
+def test_a_tools_exception_text_is_not_kept_in_its_dead_letter(sweep: Sweep, tmp_path: Path) -> None:
+    """Spans, ToolMessages and audit outcomes name a failing tool's exception by its type only (its
+    text may quote arguments or the environment), but the dead letter the Gate persists kept the
+    text (``AttemptError.message``), and ``agentgate tasks dead-letters`` printed it."""
+    import subprocess
+    import sys
+
+    auth = sweep.gate.authorize(
+        sweep.boss, Call.tool("explode", {"password": "CANARY-PASSWORD"}), call_id="x"
+    )
+
+    def explode() -> str:
+        raise RuntimeError("login failed with CANARY-PASSWORD")
+
+    with pytest.raises(RuntimeError):
+        sweep.gate.run(auth, explode, call_id="x")
+    sweep.gate.close()
+    url = f"sqlite:///{tmp_path / 'agentgate.db'}"
+    shown = subprocess.run(
+        [sys.executable, "-m", "agentgate.cli.main", "tasks", "dead-letters", "--json", "--store", url],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert shown.returncode == 0, shown.stderr
+    assert "RuntimeError" in shown.stdout
+    assert "CANARY-PASSWORD" not in shown.stdout

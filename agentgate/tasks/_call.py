@@ -100,6 +100,9 @@ class ToolCall:
     called without the ``Attempt``, as ``Gate.run``/``arun`` call theirs): a tool that
     ``takes_idempotency_key`` but never receives the key cannot deduplicate, so it is not
     repeated after an ambiguous failure.
+    ``keep_error_text``: a failed attempt's dead letter keeps the exception's text (False: only
+    agentgate's own errors keep theirs; a tool's exception text may quote its arguments or
+    secrets, so ``Gate.run``/``arun`` keep only its type, as their spans and audit entries do).
     """
 
     tool: str
@@ -115,6 +118,7 @@ class ToolCall:
     breaker_key: str | None = None
     arguments_digest: str | None = None
     key_reaches_tool: bool = True
+    keep_error_text: bool = True
 
     def __post_init__(self) -> None:
         # One join type-checks every text field (TypeError for one that is not a string) and gives
@@ -142,6 +146,7 @@ class ToolCall:
             or not self.tool
             or type(self.authority_chain) is not tuple
             or (self.key_reaches_tool is not True and self.key_reaches_tool is not False)
+            or (self.keep_error_text is not True and self.keep_error_text is not False)
         ):
             self._check_fields()
         if self.deadline is not None or self.grant_expires_at is not None:
@@ -177,10 +182,10 @@ class ToolCall:
                 raise InputError(f"tool call authority_chain holds ids (strings), got {item!r}")
             if not item.isascii():
                 _encodable(item)
-        if self.key_reaches_tool is not True and self.key_reaches_tool is not False:
-            raise InputError(
-                f"tool call key_reaches_tool must be True or False, got {self.key_reaches_tool!r}"
-            )
+        for name in ("key_reaches_tool", "keep_error_text"):
+            value = getattr(self, name)
+            if value is not True and value is not False:
+                raise InputError(f"tool call {name} must be True or False, got {value!r}")
 
     def digest(self) -> str:
         """The argument digest: the given one, else ``argument_digest(arguments)``."""

@@ -519,7 +519,13 @@ class Scheduler:
             found = None
         error_class = found if isinstance(found, str) and found else "error"
         errors.append(
-            AttemptError(number, error_class, type(error).__qualname__, _message(error), time.time())
+            AttemptError(
+                number,
+                error_class,
+                type(error).__qualname__,
+                _message(error) if call.keep_error_text or isinstance(error, AgentGateError) else "",
+                time.time(),
+            )
         )
         breaker.record_failure(error_class, probe=probe)
         rule = self._rules.get(call.tool)
