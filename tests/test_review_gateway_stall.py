@@ -285,16 +285,20 @@ def test_a_stall_limit_that_is_not_a_positive_number_of_seconds_is_refused(env: 
 
 
 @pytest.mark.slow
-def test_agentgate_serve_takes_the_stall_limit(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_agentgate_serve_takes_its_limits_and_stops_on_sigterm_with_outcomes_committed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     root, agent_key = SigningKey.generate(), SigningKey.generate()
     policy = tmp_path / "policy.yaml"
     policy.write_text(POLICY.format(root=root.did, agent=agent_key.did, model=MODEL))
     command = [sys.executable, "-m", "agentgate.cli.main", "serve", "--policy", str(policy)]
-    for bad in ("0", "-1", "inf", "soon"):
+    for option, bad in [("--stream-stall-s", b) for b in ("0", "-1", "inf", "soon")] + [
+        ("--shutdown-grace-s", b) for b in ("-1", "1.5", "soon")
+    ]:
         with pytest.raises(SystemExit) as refused:
-            build_parser().parse_args(["serve", "--policy", "p", "--inventory", "i", "--stream-stall-s", bad])
+            build_parser().parse_args(["serve", "--policy", "p", "--inventory", "i", option, bad])
         assert refused.value.code == 2
-    assert "--stream-stall-s" in capsys.readouterr().err
+        assert option in capsys.readouterr().err
     with SimServer(model_name=MODEL, time_scale=0.02) as sim:
         inventory = tmp_path / "inventory.yaml"
         inventory.write_text(
@@ -307,7 +311,8 @@ def test_agentgate_serve_takes_the_stall_limit(tmp_path: Path, capsys: pytest.Ca
         issuer = GatewayGate(parse_policy(policy.read_text(), source=str(policy)), SQLiteStore(store))
         agent = issuer.issue(root, name="agent", key=agent_key, role="chat")
         command += ["--inventory", str(inventory), "--store", str(store), "--port", str(port)]
-        process = subprocess.Popen([*command, "--stream-stall-s", "0.5"], stderr=subprocess.PIPE)
+        command += ["--stream-stall-s", "0.5", "--shutdown-grace-s", "1"]
+        process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
         try:
             deadline = time.monotonic() + 20
             while True:
@@ -329,8 +334,30 @@ def test_agentgate_serve_takes_the_stall_limit(tmp_path: Path, capsys: pytest.Ca
                     assert time.monotonic() < deadline, "agentgate serve held a stalled caller"
                     time.sleep(0.2)
             assert any("for 0.5 s" in reason for reason in outcomes[0].reasons), outcomes[0].reasons
+            # SIGTERM (what a service manager sends) with a stream in flight: uvicorn raised the
+            # signal again after its graceful shutdown, which killed the process (exit -15)
+            # before the gate committed the cut stream's outcome: its reservation stayed held
+            # and the log had an allow with no outcome. It ends as Ctrl-C does now.
+            signed = invocation_headers(agent.key, agent.chain, body)
+            with httpx.Client(timeout=30) as http:
+                url = f"http://127.0.0.1:{port}/v1/chat/completions"
+                with http.stream("POST", url, json=body, headers=signed) as answer:
+                    assert answer.status_code == 200
+                    lines = answer.iter_lines()
+                    next(lines)
+                    process.terminate()
+                    with contextlib.suppress(httpx.HTTPError):
+                        for _ in lines:
+                            pass
+            _, err = process.communicate(timeout=30)
+            assert process.returncode == 0, err
+            outcomes = [e for e in issuer.audit.entries() if e.kind == "outcome"]
+            assert len(outcomes) == 2
+            states = [row[0] for row in issuer.store.query("SELECT state FROM budget_reservations")]
+            assert len(states) == 2 and "reserved" not in states
         finally:
-            process.terminate()
+            if process.poll() is None:
+                process.kill()
             process.communicate(timeout=20)
             issuer.close()
 

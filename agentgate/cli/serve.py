@@ -1,12 +1,14 @@
 """``agentgate serve``: the OpenAI-compatible gateway (docs/gateway.md).
 
 ``agentgate serve --policy FILE --inventory FILE [--host 127.0.0.1] [--port 8000] [--store URL]
-[--stream-stall-s SECONDS]`` serves ``/v1/chat/completions``, ``/v1/models``, ``/metrics`` and ``/healthz`` with uvicorn until
+[--stream-stall-s SECONDS] [--shutdown-grace-s SECONDS]`` serves ``/v1/chat/completions``, ``/v1/models``, ``/metrics`` and ``/healthz`` with uvicorn until
 interrupted. Every call is decided under the policy's trust anchors and recorded in the store
 (``--store``, else ``AGENTGATE_STORE``, else the default SQLite file). A policy, inventory or
 store that cannot be opened, an inventory without backends, a ``--host`` that does not resolve
 and an address that cannot be bound (a port in use) are a one-line error and exit code 2; the
-socket is bound before "serving" is printed.
+socket is bound before "serving" is printed. It stops on SIGINT (Ctrl-C) or SIGTERM (what
+service managers send) alike: calls in flight get ``--shutdown-grace-s`` (default 10), then are
+cut and settled, and every outcome is committed before it exits 0.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import math
+import signal
 import socket
 import sys
 from typing import Any
@@ -39,6 +42,13 @@ def register(subparsers: Any) -> None:
         metavar="SECONDS",
         help="cut an answer whose caller reads none of it for this long (default 30)",
     )
+    parser.add_argument(
+        "--shutdown-grace-s",
+        type=_grace,
+        default=10,
+        metavar="SECONDS",
+        help="on SIGINT/SIGTERM, how long calls in flight may finish before they are cut (default 10)",
+    )
     parser.set_defaults(handler=_serve)
 
 
@@ -62,6 +72,23 @@ def _seconds(text: str) -> float:
     return value
 
 
+def _grace(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number of seconds, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"a shutdown grace is 0 seconds or more, not {value}")
+    return value
+
+
+def _terminated(signum: int, frame: object) -> None:
+    # uvicorn shuts down gracefully on SIGTERM, then raises the signal again once its own
+    # handlers are gone: by default that killed the process before the gate committed the
+    # outcomes of the calls the shutdown cut. Here it ends the command as Ctrl-C does.
+    raise KeyboardInterrupt
+
+
 def _serve(args: argparse.Namespace) -> int:
     # Imported here: the other commands need neither the gateway nor its web server.
     from agentgate.dispatch.gateway import Gateway, GatewayGate, GatewayServer
@@ -78,12 +105,23 @@ def _serve(args: argparse.Namespace) -> int:
         gate = GatewayGate(policy, open_store(args.store))
         try:
             stall = {} if args.stream_stall_s is None else {"stream_stall_s": args.stream_stall_s}
-            server = GatewayServer(Gateway(gate, inventory), host=args.host, port=args.port, **stall)
+            server = GatewayServer(
+                Gateway(gate, inventory),
+                host=args.host,
+                port=args.port,
+                shutdown_grace_s=args.shutdown_grace_s,
+                **stall,
+            )
             sys.stderr.write(f"agentgate: serving {', '.join(server.gateway.models)} on {server.url}\n")
-            # uvicorn shuts down gracefully on Ctrl-C, then raises it again: that is the way
-            # this command ends (docs/cli.md: "runs until interrupted (exit 0)").
-            with contextlib.suppress(KeyboardInterrupt):
-                server.server.run(sockets=[listener])
+            # uvicorn shuts down gracefully on Ctrl-C (or SIGTERM), then raises it again: that is
+            # the way this command ends (docs/cli.md: "runs until interrupted (exit 0)"), after
+            # ``gate.close()`` has committed every outcome.
+            previous = signal.signal(signal.SIGTERM, _terminated)
+            try:
+                with contextlib.suppress(KeyboardInterrupt):
+                    server.server.run(sockets=[listener])
+            finally:
+                signal.signal(signal.SIGTERM, previous)
         finally:
             gate.close()
     finally:
