@@ -457,7 +457,7 @@ class Gateway:
             body = {
                 "error": {"message": message, "type": "api_error", "param": None, "code": "backend_failed"}
             }
-            yield b"data: " + json.dumps(body).encode() + b"\n\n"
+            yield _sse(body)
             return
         finally:
             await chunks.aclose()
@@ -636,6 +636,11 @@ def _dispatch_error(exc: AgentGateError) -> Response:
     return error_response(503, "the call could not be served; nothing was charged", type(exc).__name__)
 
 
+def _sse(body: Mapping[str, Any]) -> bytes:
+    """One server-sent event carrying ``body`` as JSON."""
+    return b"data: " + json.dumps(body).encode() + b"\n\n"
+
+
 def _stall_reason(scope: Scope) -> str | None:
     """Why a stream's caller went away, when it stopped reading (the protocol cut it); else None."""
     stall = scope.get(STALLED)
@@ -659,6 +664,22 @@ class _EventStream(StreamingResponse):
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
             await super().__call__(scope, receive, send)
+        except asyncio.CancelledError:
+            # The server stopped and its shutdown grace is over. The stream ends with an error
+            # event, as a backend failure does, instead of a cut connection and a traceback in
+            # the server's log; a caller that does not take it within a second is left.
+            task = asyncio.current_task()
+            if task is None or task.uncancel() > 0:
+                raise
+            _log.warning("agentgate gateway: a stream was cut: the gateway is shutting down")
+            message = "the gateway is shutting down; the answer is incomplete"
+            body = {
+                "error": {"message": message, "type": "api_error", "param": None, "code": "shutting_down"}
+            }
+            with contextlib.suppress(Exception):
+                async with asyncio.timeout(1.0):
+                    await send({"type": "http.response.body", "body": _sse(body), "more_body": True})
+                    await send({"type": "http.response.body", "body": b"", "more_body": False})
         finally:
             await self._events.aclose()
 
