@@ -157,6 +157,8 @@ def test_a_caller_that_stops_reading_a_stream_is_cut_settled_audited_and_closed(
         # ... and the caller's connection is reset by the gateway.
         _assert_reset(sock)
     assert env.gate.verify().ok
+    metrics = httpx.get(env.server.url.removesuffix("/v1") + "/metrics", timeout=10).text
+    assert "agentgate_gateway_streams_stalled_total 1.0" in metrics
     # The gateway still serves.
     small = {**body, "max_tokens": 4, "stream": False}
     headers = invocation_headers(env.agent.key, env.agent.chain, small)
