@@ -602,3 +602,27 @@ def test_a_call_shed_after_a_failed_attempt_does_not_tell_the_caller_which_backe
     assert answer.status_code == 429 and answer.headers["Retry-After"] == "3"
     message = json.loads(answer.body)["error"]["message"]
     assert message == "SLO 2.00s cannot be met (best predicted 2.51s); class 1 shed"
+
+
+def test_a_stream_whose_caller_hangs_up_mid_answer_is_audited_as_caller_gone(env: Env) -> None:
+    # The outcome of a stream abandoned mid-answer said only "CancelledError", the same as a
+    # stream cut by a shutdown: the log could not tell a caller that left from the gateway
+    # stopping. It says CallerGone; charged its reservation, as documented.
+    body = {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": "Go."}],
+        "max_tokens": 20_000,
+        "stream": True,
+    }
+    with socket.create_connection(("127.0.0.1", env.server.port)) as sock:
+        sock.sendall(_request(env, body))
+        received = b""
+        while received.count(b"data: ") < 5:
+            received += sock.recv(4096)
+    until = time.monotonic() + 10
+    while env.kinds().count("outcome") < 1:
+        assert time.monotonic() < until
+        time.sleep(0.05)
+    (outcome,) = [e for e in env.gate.audit.entries() if e.kind == "outcome"]
+    assert outcome.status == "error" and "CallerGone" in outcome.reasons, outcome.reasons
+    assert env.gate.remaining(env.agent)[env.agent.chain.root.id][0] == _reserved(body)

@@ -389,7 +389,7 @@ class Gateway:
             decision.auth,
             self.dispatcher.stream(payload, tenant=tenant, slo_ttft_s=self.slo_ttft_s),
             reserved,
-            left=lambda: _stall_reason(scope) or ("CallerGone" if watch.gone else None),
+            left=lambda: _stall_reason(scope) or ("CallerGone" if scope.get(LOST) else None),
         )
         # Wait for the first chunk before answering, so that a call no backend can take gets an
         # HTTP error status rather than a 200 stream that fails. A caller that leaves meanwhile

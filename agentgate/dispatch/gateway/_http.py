@@ -46,7 +46,7 @@ STALLED = "agentgate.stalled"
 ON_LOST = "agentgate.on_lost"
 """Scope key an app may set to a callable: called if the connection is lost before the answer began."""
 LOST = "agentgate.lost"
-"""Scope key set (True) when the connection was lost before the answer began."""
+"""Scope key set (True) when the connection was lost before the answer was complete."""
 
 
 class BoundedHttpToolsProtocol(HttpToolsProtocol):
@@ -121,10 +121,10 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         # uvicorn tells an app its caller left only through ``receive``, which an app waiting on
         # something else (a backend) does not call: the app's hook, if it set one, is told now.
         cycle = self.cycle
-        if cycle is not None and not cycle.response_started:
+        if cycle is not None and not cycle.response_complete:
             cycle.scope[LOST] = True  # type: ignore[literal-required]
             lost = cycle.scope.get(ON_LOST)
-            if callable(lost):
+            if callable(lost) and not cycle.response_started:
                 lost()
 
     def pause_writing(self) -> None:
