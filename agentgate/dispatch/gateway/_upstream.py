@@ -26,6 +26,8 @@ from urllib.parse import urlsplit
 
 import httptools
 
+from agentgate.dispatch.backends import MAX_ANSWER_BYTES
+
 HIGH_WATER = 1 << 18
 """Bytes of a streamed answer read ahead of its reader before the socket stops being read."""
 
@@ -49,6 +51,7 @@ class _Connection(asyncio.Protocol):
     def _reset(self) -> None:
         self._body: list[bytes] = []
         self._buffered = 0  # bytes in ``_body``
+        self._read = 0  # body bytes of an answer read whole (``read_all``), at most MAX_ANSWER_BYTES
         self._streaming = False  # read by ``pieces``: reading pauses when the reader falls behind
         self._resume()
         self._status = 0
@@ -84,6 +87,8 @@ class _Connection(asyncio.Protocol):
         name = name.lower()
         if name == b"content-length" or (name == b"transfer-encoding" and b"chunked" in value.lower()):
             self._framed = True
+        if name == b"content-length" and value.strip().isdigit() and int(value) > MAX_ANSWER_BYTES:
+            self._too_large()
 
     def on_headers_complete(self) -> None:
         self._headers_done = True
@@ -91,6 +96,12 @@ class _Connection(asyncio.Protocol):
         self._notify()
 
     def on_body(self, body: bytes) -> None:
+        if not self._streaming:
+            # An answer read whole is held whole: no chat completion is larger than this.
+            self._read += len(body)
+            if self._read > MAX_ANSWER_BYTES:
+                self._too_large()
+                return
         self._body.append(body)
         self._buffered += len(body)
         if self._streaming and self._buffered > HIGH_WATER and self.transport is not None:
@@ -177,8 +188,15 @@ class _Connection(asyncio.Protocol):
             self._wake.set_result(None)
 
     def _fail(self, exc: Exception) -> None:
-        self._error = exc
+        if self._error is None:  # the first cause: closing after it must not replace it
+            self._error = exc
         self._notify()
+
+    def _too_large(self) -> None:
+        if self._error is None:
+            self._fail(UpstreamError(f"the answer is larger than {MAX_ANSWER_BYTES} bytes"))
+        self._body, self._buffered = [], 0
+        self.close()
 
 
 class UpstreamPool:
