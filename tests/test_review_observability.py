@@ -28,6 +28,7 @@ from langgraph.types import Command
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import StatusCode
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -434,7 +435,11 @@ def test_the_gateway_exports_no_token_key_or_prompt(
     assert exported[("agentgate_gateway_tokens_total", (("kind", "prompt"),))] > 0
     assert exported[("agentgate_gateway_decision_seconds_count", ())] >= 2
     chat_spans = [s for s in exporter.get_finished_spans() if s.name.startswith("chat ")]
-    assert len(chat_spans) >= 6  # every decided call but the approval request has its span (see r9 open)
+    assert len(chat_spans) == 7  # every decided call has its span, the approval request too
+    decisions = [(s.attributes or {}).get("agentgate.decision") for s in chat_spans]
+    assert "approval_required" in decisions
+    died = [s for s in chat_spans if (s.attributes or {}).get("agentgate.outcome") == "error"]
+    assert len(died) == 1 and died[0].status.status_code is StatusCode.ERROR  # the backend died mid-stream
 
 
 # --- nesting ----------------------------------------------------------------------------------------

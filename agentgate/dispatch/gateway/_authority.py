@@ -24,7 +24,7 @@ from typing import Any
 
 from opentelemetry.trace import Tracer
 
-from agentgate.audit.spans import record_usage
+from agentgate.audit.spans import record_outcome, record_usage
 from agentgate.authority import Chain, Decision, Invocation, parse_chain
 from agentgate.capabilities import Call
 from agentgate.dispatch.backends import ChatChunk
@@ -227,6 +227,7 @@ class GatewayGate(Gate):
                 Authorization(Verdict.APPROVAL_REQUIRED, call, identity, verdict.reasons, decision=decision),
                 request,
             )
+            self._refusal_span(asked)  # the call waits for a person: it shows in the trace too
             return GatewayDecision(asked, 403, "approval_required")
         answer = self._allow(decision, verdict, identity, call, tokens, approved, request, None)
         if not answer.allowed:
@@ -335,6 +336,8 @@ class GatewayGate(Gate):
                     usage = reserved
                 if usage is not None:
                     record_usage(span, *usage)
+                if span.is_recording():
+                    record_outcome(span, "ok" if error is None else "error", error_type=error)
                 self._settle(auth, "ok" if error is None else "error", error, usage)
         await queue.put(last)
 
