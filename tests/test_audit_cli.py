@@ -12,13 +12,20 @@ from agentgate.store import SQLiteStore
 from agentgate.store.audit import AuditLog, open_log_key
 
 
-@pytest.fixture
-def populated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def audit_cli_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The audit verbs alone, on a new SQLite file that ``AGENTGATE_STORE`` names (no log key or
+    origin from the environment); the file's path."""
     monkeypatch.setattr("agentgate.cli.main.GROUPS", ("agentgate.cli.audit",))
     monkeypatch.delenv("AGENTGATE_LOG_KEY", raising=False)
     monkeypatch.delenv("AGENTGATE_LOG_ORIGIN", raising=False)
     db = tmp_path / "agentgate.db"
     monkeypatch.setenv("AGENTGATE_STORE", str(db))
+    return db
+
+
+@pytest.fixture
+def populated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    db = audit_cli_store(tmp_path, monkeypatch)
     with SQLiteStore(db) as store:
         log = AuditLog(store, open_log_key(store))
         for i in range(6):

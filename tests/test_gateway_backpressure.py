@@ -10,14 +10,16 @@ real ``GatewayGate`` on a SQLite file.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from agentgate.authority import Invocation
 from agentgate.capabilities import Call
 from agentgate.dispatch.backends import ChatChunk
-from agentgate.dispatch.gateway._authority import STREAM_AHEAD, GatewayGate
+from agentgate.dispatch.gateway._authority import STREAM_AHEAD, GatewayDecision, GatewayGate
 from agentgate.dispatch.gateway._upstream import HIGH_WATER, UpstreamPool
+from agentgate.gate import AgentIdentity
 from agentgate.keys import SigningKey
 from agentgate.policy import parse_policy
 from agentgate.store import SQLiteStore
@@ -143,7 +145,10 @@ roles:
 """
 
 
-def test_gated_stream_reads_the_backend_only_a_bounded_way_ahead_of_its_caller(tmp_path: Path) -> None:
+@contextmanager
+def allowed_model_call(tmp_path: Path) -> Iterator[tuple[GatewayGate, AgentIdentity, GatewayDecision]]:
+    """A gateway gate whose one agent (a budget of 1,000,000 usd_micros) holds an allowed call of
+    model ``m`` (10 prompt and 100 output tokens reserved: 110 usd_micros); closed on exit."""
     root, agent_key = SigningKey.generate(), SigningKey.generate()
     gate = GatewayGate(
         parse_policy(POLICY.format(root=root.did, agent=agent_key.did), source="p.yaml"),
@@ -155,6 +160,13 @@ def test_gated_stream_reads_the_backend_only_a_bounded_way_ahead_of_its_caller(t
         invocation = Invocation.sign(agent.key, agent.chain, call).encode()
         decision = gate.authorize_invocation(agent.chain.token, invocation, call, (10, 100))
         assert decision.auth.allowed
+        yield gate, agent, decision
+    finally:
+        gate.close()
+
+
+def test_gated_stream_reads_the_backend_only_a_bounded_way_ahead_of_its_caller(tmp_path: Path) -> None:
+    with allowed_model_call(tmp_path) as (gate, agent, decision):
         produced = 0
         closed = asyncio.Event()
 
@@ -185,5 +197,3 @@ def test_gated_stream_reads_the_backend_only_a_bounded_way_ahead_of_its_caller(t
         assert len(outcomes) == 1 and outcomes[0].status == "error"  # abandoned mid-answer
         # Output was delivered without usage: the whole reservation is charged.
         assert gate.remaining(agent)[agent.chain.root.id][0] == 110  # spent
-    finally:
-        gate.close()

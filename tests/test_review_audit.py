@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_audit_cli import audit_cli_store
 
 from agentgate.audit.entry import MAX_DEPTH, AuditEntry, argument_digest, canonical_json, encode_entry
 from agentgate.audit.merkle import leaf_hash
@@ -136,11 +137,7 @@ def _copy(path: Path, backup: Path) -> None:
 
 @pytest.fixture
 def cli_db(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setattr("agentgate.cli.main.GROUPS", ("agentgate.cli.audit",))
-    monkeypatch.delenv("AGENTGATE_LOG_KEY", raising=False)
-    monkeypatch.delenv("AGENTGATE_LOG_ORIGIN", raising=False)
-    db = tmp_path / "agentgate.db"
-    monkeypatch.setenv("AGENTGATE_STORE", str(db))
+    db = audit_cli_store(tmp_path, monkeypatch)
     with SQLiteStore(db) as store:
         log = AuditLog(store, open_log_key(store))
         for i in range(4):

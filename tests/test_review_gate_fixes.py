@@ -12,11 +12,10 @@ from typing import Any
 
 import pytest
 from test_gate import Setup
+from test_gateway_backpressure import allowed_model_call
 from test_tasks_shared_limits import lookup_policy
 
-from agentgate.authority import Invocation
 from agentgate.capabilities import Call
-from agentgate.dispatch.gateway._authority import GatewayGate
 from agentgate.errors import InputError
 from agentgate.gate import Gate
 from agentgate.keys import SigningKey
@@ -24,34 +23,9 @@ from agentgate.policy import parse_policy
 from agentgate.store import SQLiteStore
 from agentgate.tasks import RetryPolicy, SchedulerConfig, ToolLimits
 
-CHAT_POLICY = """
-version: 1
-trust_anchors: {{root: {{did: "{root}"}}}}
-principals:
-  agent: {{kind: agent, did: "{agent}", roles: [chat]}}
-models:
-  m: {{cost_per_mtok: {{input: 1000000, output: 1000000}}}}
-roles:
-  chat:
-    kind: agent
-    capabilities: [{{resource: model:m}}]
-    budget: {{limit: 1000000, unit: usd_micros}}
-    ttl_s: 3600
-"""
-
 
 def test_a_model_call_cancelled_while_running_is_charged_as_reserved_not_released(tmp_path: Path) -> None:
-    root, agent_key = SigningKey.generate(), SigningKey.generate()
-    gate = GatewayGate(
-        parse_policy(CHAT_POLICY.format(root=root.did, agent=agent_key.did), source="p.yaml"),
-        SQLiteStore(tmp_path / "ag.db"),
-    )
-    try:
-        agent = gate.issue(root, name="agent", key=agent_key, role="chat")
-        call = Call.model("m", {"max_tokens": 100})
-        invocation = Invocation.sign(agent.key, agent.chain, call).encode()
-        decision = gate.authorize_invocation(agent.chain.token, invocation, call, (10, 100))
-        assert decision.auth.allowed
+    with allowed_model_call(tmp_path) as (gate, agent, decision):
 
         async def generating() -> dict[str, int]:
             await asyncio.sleep(10)  # the backend is producing tokens, a caller's timeout cuts it
@@ -65,8 +39,6 @@ def test_a_model_call_cancelled_while_running_is_charged_as_reserved_not_release
         gate.flush()
         # The backend ran for 0.2 s: it may have produced up to max_tokens. Released, it is 0.
         assert gate.remaining(agent)[agent.chain.root.id][0] == 110
-    finally:
-        gate.close()
 
 
 def test_a_gate_refuses_a_retry_class_its_classifier_never_returns_when_it_is_made(tmp_path: Path) -> None:

@@ -19,9 +19,12 @@ import math
 import signal
 import socket
 import sys
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from agentgate.errors import InputError, InventoryError
+
+T = TypeVar("T")
 
 
 def register(subparsers: Any) -> None:
@@ -52,34 +55,29 @@ def register(subparsers: Any) -> None:
     parser.set_defaults(handler=_serve)
 
 
-def _port(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a port number, got {text!r}") from None
-    if not 0 < value < 65536:
-        raise argparse.ArgumentTypeError(f"a port is 1 to 65535, not {value}")
-    return value
+def _parsed(
+    convert: Callable[[str], T], expected: str, ok: Callable[[T], bool], limit: str
+) -> Callable[[str], T]:
+    """An argparse type: ``convert(text)``, refused with ``expected`` when it does not convert and
+    with ``limit`` when ``ok`` refuses the value."""
+
+    def parse(text: str) -> T:
+        try:
+            value = convert(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}") from None
+        if not ok(value):
+            raise argparse.ArgumentTypeError(f"{limit}, not {text}")
+        return value
+
+    return parse
 
 
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
-    if not 0 < value < math.inf:
-        raise argparse.ArgumentTypeError(f"a stall limit is a positive number of seconds, not {text}")
-    return value
-
-
-def _grace(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number of seconds, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"a shutdown grace is 0 seconds or more, not {value}")
-    return value
+_port = _parsed(int, "a port number", lambda v: 0 < v < 65536, "a port is 1 to 65535")
+_seconds = _parsed(
+    float, "a number of seconds", lambda v: 0 < v < math.inf, "a stall limit is a positive number of seconds"
+)
+_grace = _parsed(int, "a whole number of seconds", lambda v: v >= 0, "a shutdown grace is 0 seconds or more")
 
 
 def _terminated(signum: int, frame: object) -> None:
