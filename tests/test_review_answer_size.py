@@ -39,7 +39,9 @@ async def test_an_answer_larger_than_any_chat_completion_is_refused_on_every_pat
     pool = UpstreamPool()
     try:
         async with httpx.AsyncClient() as http_client:
-            client = BackendClient(_inventory(backend.url).backends[0], http_client, Timeouts(first_token_s=20))
+            client = BackendClient(
+                _inventory(backend.url).backends[0], http_client, Timeouts(first_token_s=20)
+            )
             if pooled:
                 client.transport = pool
             with pytest.raises(BackendFailed, match="larger than"):
