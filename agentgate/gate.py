@@ -1332,7 +1332,7 @@ class Gate:
             entry["budget_delta"] = held[0][2]  # reserved, in the unit of the caller's own budget
         index = self.audit.append(entry, tx)
         if once_key is not None:
-            self.once.start(tx, once_key, index)
+            self.once.start(tx, once_key, index, [reservation for reservation, _, _ in held])
         return Authorization(  # built directly: dataclasses.replace costs more than the rest of this step
             auth.verdict,
             auth.call,

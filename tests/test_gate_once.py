@@ -4,6 +4,8 @@ restart too, and a call whose process died while it ran is never run again on it
 from __future__ import annotations
 
 import contextlib
+import io
+import json
 import sqlite3
 import subprocess
 import sys
@@ -11,11 +13,13 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
+import pytest
 from langchain_core.messages import AIMessage, ToolMessage
 from langchain_core.tools import StructuredTool
 from langgraph.checkpoint.sqlite import SqliteSaver
 
 from agentgate.capabilities import Call
+from agentgate.cli.main import main
 from agentgate.errors import Overloaded
 from agentgate.gate import AgentIdentity, Gate
 from agentgate.integrations.langgraph import ScriptedChatModel, create_gated_agent
@@ -38,6 +42,7 @@ roles:
   worker:
     kind: agent
     capabilities: [{{resource: tool:pay}}, {{resource: tool:lookup}}]
+    budget: {{limit: 100, unit: calls}}
     ttl_s: 600
 """
 
@@ -180,6 +185,60 @@ def test_a_call_whose_process_died_while_it_ran_is_not_run_again(tmp_path: Path)
         assert not refused.allowed
         assert "its outcome was never recorded" in refused.explain()
         assert "it may have had its effect" in refused.explain()
+        assert restarted.ledger.remaining(agent.chain.root.id) == 99  # its reservation is held
+
+
+def _cli(*argv: str) -> tuple[int, str]:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = main(list(argv))
+    return code, out.getvalue()
+
+
+@pytest.mark.parametrize("ran", [True, False])
+def test_a_person_settles_a_call_whose_outcome_was_lost_and_it_is_audited(tmp_path: Path, ran: bool) -> None:
+    keys, path, agent = _new(tmp_path)
+    with _gate(path, keys) as gate:  # a call allowed whose process then died: no outcome
+        assert gate.authorize(agent, PAY, call_id="c1", run_id=RUN).allowed
+        gate.flush()
+    code, listed = _cli("tasks", "unsettled", "--json", "--store", str(path))
+    assert code == 0
+    (row,) = json.loads(listed)
+    assert (row["state"], row["resource"], row["principal"]) == ("started", "tool:pay", agent.did)
+    said = "--ran" if ran else "--not-run"
+    code, out = _cli(
+        "tasks", "settle", row["key"], said, "--by", "alice", "--reason", "checked", "--store", str(path)
+    )
+    assert code == 0 and f"audit entry {row['allow_index']}" in out
+    assert _cli("tasks", "unsettled", "--json", "--store", str(path)) == (0, "[]\n")
+    assert main(["tasks", "settle", row["key"], "--ran", "--store", str(path)]) == 2  # settled stays so
+    with _gate(path, keys) as gate:
+        (settled,) = [e for e in gate.audit.entries() if e.kind == "outcome"]
+        assert settled.ref == row["allow_index"] and settled.status == ("ok" if ran else "not_run")
+        assert settled.reasons == (
+            f"settled by hand by alice: {'it ran' if ran else 'it did not run'} (checked)",
+        )
+        # Ran: charged as reserved and never run again; not run: released, and it may run now.
+        root = agent.chain.root.id
+        assert (gate.ledger.spent(root), gate.ledger.remaining(root)) == ((1, 99) if ran else (0, 100))
+        again = gate.authorize(agent, PAY, call_id="c1", run_id=RUN)
+        assert again.allowed is not ran
+        assert gate.verify().ok
+
+
+def test_settling_names_what_is_wrong(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    keys, path, agent = _new(tmp_path)
+    with _gate(path, keys) as gate:
+        done = gate.authorize(agent, PAY, call_id="c1", run_id=RUN)
+        gate.run(done, lambda: "paid", call_id="c1", run_id=RUN)
+        gate.flush()
+        (key,) = [r[0] for r in gate.store.query("SELECT key FROM agentgate_once")]
+    assert main(["tasks", "settle", key, "--not-run", "--store", str(path)]) == 2
+    assert "is ok, not unsettled" in capsys.readouterr().err
+    assert main(["tasks", "settle", "f" * 64, "--ran", "--store", str(path)]) == 2
+    assert "no call that must run once" in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # --ran or --not-run, one of them
+        main(["tasks", "settle", key, "--store", str(path)])
 
 
 LANGGRAPH_CRASH = textwrap.dedent(

@@ -4,7 +4,9 @@
 letters, newest first, from the store (``--store``, else ``AGENTGATE_STORE``, else the default
 SQLite file). ``agentgate tasks breakers [--json] [--store URL]`` lists the circuit breaker
 states that schedulers using that store have shared (each process also exports its own as the
-``agentgate_tasks_breaker_state`` metric).
+``agentgate_tasks_breaker_state`` metric). ``agentgate tasks unsettled`` lists the calls of tools
+that must run once whose outcome was never recorded (or that ran and failed), and ``agentgate
+tasks settle KEY --ran|--not-run`` settles one by hand, audited (``agentgate.store.once``).
 """
 
 from __future__ import annotations
@@ -15,14 +17,16 @@ import sys
 from typing import Any
 
 from agentgate.cli._common import open_existing_store, printable, utc
+from agentgate.store.audit import AuditLog, log_origin, open_log_key, previous_log_keys
 from agentgate.store.dead_letters import DeadLetterStore
 from agentgate.store.leases import SharedBreakers
+from agentgate.store.once import OnceCalls, settle
 
 
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "tasks",
-        help="inspect the tool-call scheduler (dead letters)",
+        help="inspect the tool-call scheduler; settle calls whose outcome was lost",
         description="Inspect the tool-call scheduler.",
     )
     sub = parser.add_subparsers(dest="tasks_command", metavar="ACTION", parser_class=type(parser))
@@ -47,6 +51,31 @@ def register(subparsers: Any) -> None:
     breakers.add_argument("--json", action="store_true", help="one JSON array instead of a table")
     breakers.add_argument("--store", metavar="URL", help="store URL or path (default: AGENTGATE_STORE)")
     breakers.set_defaults(handler=_breakers)
+    unsettled = sub.add_parser(
+        "unsettled",
+        help="list calls that must run once and may have run (outcome never recorded, or failed)",
+        description="List the calls of tools that are not idempotent whose process stopped while they "
+        "ran (no outcome recorded) or that ran and failed: nothing runs them again until settled.",
+    )
+    unsettled.add_argument("--json", action="store_true", help="one JSON array instead of a table")
+    unsettled.add_argument("--store", metavar="URL", help="store URL or path (default: AGENTGATE_STORE)")
+    unsettled.set_defaults(handler=_unsettled)
+    settling = sub.add_parser(
+        "settle",
+        help="settle an unsettled call by hand: it ran, or it did not (audited)",
+        description="Settle an unsettled call: --ran (never run again; a held reservation is charged) or "
+        "--not-run (it may run again; a held reservation is released). An outcome entry records it.",
+    )
+    settling.add_argument("key", metavar="KEY", help="the call's key (agentgate tasks unsettled)")
+    said = settling.add_mutually_exclusive_group(required=True)
+    said.add_argument("--ran", action="store_true", help="the call had its effect")
+    said.add_argument("--not-run", action="store_true", help="the call had no effect")
+    settling.add_argument(
+        "--by", default="operator", metavar="NAME", help="who settles it (default operator)"
+    )
+    settling.add_argument("--reason", default="", metavar="TEXT", help="why, for the audit entry")
+    settling.add_argument("--store", metavar="URL", help="store URL or path (default: AGENTGATE_STORE)")
+    settling.set_defaults(handler=_settle)
 
 
 MAX_LIMIT = 1_000_000
@@ -116,4 +145,54 @@ def _breakers(args: argparse.Namespace) -> int:
         opened = utc(b.opened_at) if b.state == "open" else "-"
         key, state = printable(b.key)[:40], printable(b.state)
         sys.stdout.write(f"{key:<40} {state:<8} {opened:<20} {b.version:>7}\n")
+    return 0
+
+
+def _unsettled(args: argparse.Namespace) -> int:
+    store = open_existing_store(args.store)
+    try:
+        records = OnceCalls(store).unsettled()
+        audit = AuditLog(
+            store, open_log_key(store, create=False), log_origin(), previous_keys=previous_log_keys()
+        )
+        allowed = {r.key: audit.entry(r.allow_index) for r in records}
+    finally:
+        store.close()
+    rows = [
+        {
+            "key": r.key,
+            "state": r.state,
+            "allow_index": r.allow_index,
+            "resource": allowed[r.key].resource,
+            "principal": allowed[r.key].principal,
+            "allowed_at": allowed[r.key].time,
+        }
+        for r in records
+    ]
+    if args.json:
+        sys.stdout.write(json.dumps(rows, indent=2) + "\n")
+        return 0
+    if not rows:
+        sys.stdout.write("no unsettled calls\n")
+        return 0
+    sys.stdout.write(f"{'allowed':<28} {'entry':>7} {'state':<8} {'resource':<28} key\n")
+    for row in rows:
+        resource = printable(str(row["resource"]))[:28]  # the tool name the agent asked for
+        sys.stdout.write(
+            f"{row['allowed_at']:<28} {row['allow_index']:>7} {row['state']:<8} {resource:<28} {row['key']}\n"
+        )
+    return 0
+
+
+def _settle(args: argparse.Namespace) -> int:
+    store = open_existing_store(args.store)
+    try:
+        audit = AuditLog(
+            store, open_log_key(store, create=False), log_origin(), previous_keys=previous_log_keys()
+        )
+        record = settle(store, audit, args.key, ran=args.ran, by=args.by, reason=args.reason)
+    finally:
+        store.close()
+    verdict = "ran: it is never run again" if args.ran else "did not run: it may run again"
+    sys.stdout.write(f"settled {record.key} (allowed by audit entry {record.allow_index}): {verdict}\n")
     return 0

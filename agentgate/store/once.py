@@ -13,27 +13,38 @@ is meant to run again) or never started (docs/tasks.md).
 
 The row outlives the process, so the refusal holds after a restart; a call whose process died
 while it ran stays ``started``: it may have had its effect, and nothing runs it again on its own.
+A person who has looked settles it (``settle``, ``agentgate tasks settle KEY --ran|--not-run``):
+it ran (never again, its reservation charged) or it did not (it may run again, its reservation
+released), with an ``outcome`` entry in the audit log.
 """
 
 from __future__ import annotations
 
-from typing import Literal
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal, cast
 
+from agentgate.errors import InputError
 from agentgate.store._base import Dialect, Store, Transaction
+from agentgate.store.audit import AuditLog
+from agentgate.store.ledger import BudgetLedger
 
 ONCE_DDL: dict[Dialect, str] = {
     "sqlite": """
 CREATE TABLE IF NOT EXISTS agentgate_once (
     key TEXT PRIMARY KEY,
     allow_index INTEGER NOT NULL,
-    state TEXT NOT NULL CHECK (state IN ('started', 'ok', 'error', 'paused', 'not_run'))
+    state TEXT NOT NULL CHECK (state IN ('started', 'ok', 'error', 'paused', 'not_run')),
+    reservations TEXT NOT NULL DEFAULT '[]'
 );
 """,
     "postgresql": """
 CREATE TABLE IF NOT EXISTS agentgate_once (
     key TEXT PRIMARY KEY,
     allow_index BIGINT NOT NULL,
-    state TEXT NOT NULL CHECK (state IN ('started', 'ok', 'error', 'paused', 'not_run'))
+    state TEXT NOT NULL CHECK (state IN ('started', 'ok', 'error', 'paused', 'not_run')),
+    reservations TEXT NOT NULL DEFAULT '[]'
 );
 """,
 }
@@ -42,6 +53,20 @@ OnceState = Literal["started", "ok", "error", "paused", "not_run"]
 
 RUN_AGAIN: frozenset[str] = frozenset({"paused", "not_run"})
 """States after which the same call may be decided and run again."""
+
+UNSETTLED: tuple[OnceState, ...] = ("started", "error")
+"""States a person may settle: outcome never recorded, or ran and failed (it may have had its effect)."""
+
+
+@dataclass(frozen=True)
+class OnceRecord:
+    """One call that must run once: its key, the ``allow`` entry that let it run, its state, and
+    the budget reservations that allow took (held until its outcome)."""
+
+    key: str
+    allow_index: int
+    state: OnceState
+    reservations: tuple[str, ...]
 
 
 class OnceCalls:
@@ -61,14 +86,90 @@ class OnceCalls:
         state, index = rows[0]
         return state, int(index)
 
-    def start(self, tx: Transaction, key: str, allow_index: int) -> None:
-        """Record in ``tx`` that the call ``key`` was allowed by entry ``allow_index`` and may run."""
+    def start(self, tx: Transaction, key: str, allow_index: int, reservations: Sequence[str] = ()) -> None:
+        """Record in ``tx`` that the call ``key`` was allowed by entry ``allow_index`` and may run,
+        holding ``reservations``."""
         tx.execute(
-            "INSERT INTO agentgate_once (key, allow_index, state) VALUES (?, ?, 'started') "
-            "ON CONFLICT (key) DO UPDATE SET allow_index = excluded.allow_index, state = 'started'",
-            (key, allow_index),
+            "INSERT INTO agentgate_once (key, allow_index, state, reservations) VALUES (?, ?, 'started', ?) "
+            "ON CONFLICT (key) DO UPDATE SET allow_index = excluded.allow_index, state = 'started', "
+            "reservations = excluded.reservations",
+            (key, allow_index, json.dumps(list(reservations))),
         )
 
     def finish(self, tx: Transaction, key: str, state: OnceState) -> None:
         """Record in ``tx`` what became of the call ``key`` (``ok``, ``error``, ``paused``, ``not_run``)."""
         tx.execute("UPDATE agentgate_once SET state = ? WHERE key = ?", (state, key))
+
+    def unsettled(self) -> list[OnceRecord]:
+        """The calls a person may have to look at (``UNSETTLED``), oldest allow first."""
+        rows = self.store.query(
+            "SELECT key, allow_index, state, reservations FROM agentgate_once "
+            "WHERE state IN ('started', 'error') ORDER BY allow_index"
+        )
+        return [_record(row) for row in rows]
+
+
+def _record(row: Sequence[object]) -> OnceRecord:
+    key, index, state, reservations = row
+    return OnceRecord(
+        str(key), int(cast(int, index)), cast(OnceState, state), tuple(json.loads(str(reservations)))
+    )
+
+
+def settle(store: Store, audit: AuditLog, key: str, *, ran: bool, by: str, reason: str = "") -> OnceRecord:
+    """Settle by hand a call that must run once and is ``UNSETTLED``; the record as it was.
+
+    In one transaction: ``ran`` marks it ``ok`` (never run again; a reservation its lost outcome
+    left held is charged as reserved), else ``not_run`` (it may be decided and run again; such a
+    reservation is released), and an ``outcome`` entry (status ``ok`` or ``not_run``) refers to
+    its ``allow`` entry, naming ``by`` and ``reason``. Raises ``InputError`` for an unknown key or
+    a call that is not unsettled.
+    """
+    if not by.strip():
+        raise InputError("say who settles the call (by)")
+    ledger = BudgetLedger(store)
+    with store.transaction() as tx:
+        audit.lock(tx)  # before any row: the lock order of every Gate write (PostgreSQL)
+        rows = tx.execute(
+            "SELECT key, allow_index, state, reservations FROM agentgate_once WHERE key = ?", (key,)
+        )
+        if not rows:
+            raise InputError(f"no call that must run once has the key {key!r}")
+        record = _record(rows[0])
+        if record.state not in UNSETTLED:
+            raise InputError(f"call {key} is {record.state}, not unsettled: there is nothing to settle")
+        allowed = audit.entry(record.allow_index)
+        tail = f" ({reason})" if reason else ""
+        charged = 0
+        if record.state == "started":  # its outcome was never written: its reservations are held
+            for reservation in record.reservations:
+                held = tx.execute(
+                    "SELECT amount FROM budget_reservations WHERE id = ? AND state = 'reserved'",
+                    (reservation,),
+                )
+                if not held:
+                    continue
+                if ran:
+                    amount = int(held[0][0])
+                    ledger.commit(reservation, amount, tx, exhaust=True)
+                    charged = charged or amount  # the first: the unit of the caller's own budget
+                else:
+                    ledger.release(reservation, tx)
+        tx.execute("UPDATE agentgate_once SET state = ? WHERE key = ?", ("ok" if ran else "not_run", key))
+        audit.append(
+            {
+                "kind": "outcome",
+                "principal": allowed.principal,
+                "chain_hash": allowed.chain_hash,
+                "policy_hash": allowed.policy_hash,
+                "resource": allowed.resource,
+                "args_digest": allowed.args_digest,
+                "args": allowed.args,
+                "status": "ok" if ran else "not_run",
+                "ref": record.allow_index,
+                "budget_delta": charged,
+                "reasons": [f"settled by hand by {by}: {'it ran' if ran else 'it did not run'}{tail}"],
+            },
+            tx,
+        )
+    return record
