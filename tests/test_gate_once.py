@@ -26,6 +26,7 @@ from agentgate.integrations.langgraph import ScriptedChatModel, create_gated_age
 from agentgate.keys import SigningKey, save_key
 from agentgate.policy import parse_policy
 from agentgate.store import SQLiteStore, Store
+from agentgate.store.once import settle
 
 POLICY = """
 version: 1
@@ -140,6 +141,10 @@ def test_the_same_rule_holds_on_postgresql_and_sqlite(store: Store) -> None:
         first = gate.authorize(agent, PAY, call_id="c1", run_id=RUN)
         gate.run(first, lambda: "paid", call_id="c1", run_id=RUN)
         assert not gate.authorize(agent, PAY, call_id="c1", run_id=RUN).allowed
+        assert gate.authorize(agent, PAY, call_id="c2", run_id=RUN).allowed  # and never run
+        (lost,) = gate.once.unsettled()
+        settle(gate.store, gate.audit, lost.key, ran=False, by="ops")
+        assert gate.once.unsettled() == [] and gate.authorize(agent, PAY, call_id="c2", run_id=RUN).allowed
         assert gate.verify().ok
     finally:
         gate.close()

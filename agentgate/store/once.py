@@ -102,9 +102,11 @@ class OnceCalls:
 
     def unsettled(self) -> list[OnceRecord]:
         """The calls a person may have to look at (``UNSETTLED``), oldest allow first."""
+        marks = ", ".join("?" for _ in UNSETTLED)
         rows = self.store.query(
             "SELECT key, allow_index, state, reservations FROM agentgate_once "
-            "WHERE state IN ('started', 'error') ORDER BY allow_index"
+            f"WHERE state IN ({marks}) ORDER BY allow_index",
+            UNSETTLED,
         )
         return [_record(row) for row in rows]
 
