@@ -341,6 +341,8 @@ def test_agentgate_serve_takes_its_limits_and_stops_on_sigterm_with_outcomes_com
             # before the gate committed the cut stream's outcome: its reservation stayed held
             # and the log had an allow with no outcome. It ends as Ctrl-C does now.
             signed = invocation_headers(agent.key, agent.chain, body)
+            events: list[str] = []
+            cut = False
             with httpx.Client(timeout=30) as http:
                 url = f"http://127.0.0.1:{port}/v1/chat/completions"
                 with http.stream("POST", url, json=body, headers=signed) as answer:
@@ -348,11 +350,18 @@ def test_agentgate_serve_takes_its_limits_and_stops_on_sigterm_with_outcomes_com
                     lines = answer.iter_lines()
                     next(lines)
                     process.terminate()
-                    events = [line for line in lines if line.startswith("data: ")]
-            assert json.loads(events[-1][6:])["error"]["code"] == "shutting_down"
+                    # The stream ends with a shutting_down error event; a caller that lags behind
+                    # by more than the socket buffers may see the connection cut instead, when the
+                    # process exits before the event leaves its buffer (docs/gateway.md).
+                    try:
+                        events.extend(line for line in lines if line.startswith("data: "))
+                    except httpx.RemoteProtocolError:
+                        cut = True
+            if not cut:
+                assert json.loads(events[-1][6:])["error"]["code"] == "shutting_down"
             _, err = process.communicate(timeout=30)
             assert process.returncode == 0, err
-            assert "Traceback" not in err, err  # the cut stream ends with an error event instead
+            assert "Traceback" not in err, err  # the cut stream ends with an error event, not a traceback
             outcomes = [e for e in issuer.audit.entries() if e.kind == "outcome"]
             assert len(outcomes) == 2
             states = [row[0] for row in issuer.store.query("SELECT state FROM budget_reservations")]
