@@ -668,9 +668,14 @@ class _EventStream(StreamingResponse):
             # The server stopped and its shutdown grace is over. The stream ends with an error
             # event, as a backend failure does, instead of a cut connection and a traceback in
             # the server's log; a caller that does not take it within a second is left.
+            # Only the server cancels a request's task, and under load it reaches us counted more
+            # than once (anyio re-delivers a cancellation to the task its scope runs in): every
+            # count is the same shutdown, so all are taken back before the last event is sent.
             task = asyncio.current_task()
-            if task is None or task.uncancel() > 0:
+            if task is None or task.cancelling() == 0:
                 raise
+            while task.uncancel() > 0:
+                pass
             _log.warning("agentgate gateway: a stream was cut: the gateway is shutting down")
             message = "the gateway is shutting down; the answer is incomplete"
             body = {
