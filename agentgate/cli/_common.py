@@ -1,5 +1,5 @@
 """What the verb groups share: strict JSON arguments, one way to print a time and untrusted text,
-opening a store to read."""
+opening a store (and its audit log) to read, a listing as JSON or as nothing to list."""
 
 from __future__ import annotations
 
@@ -7,13 +7,16 @@ import json
 import math
 import os
 import re
+import sys
 import unicodedata
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from agentgate.errors import InputError
+from agentgate.keys import load_public_key
 from agentgate.store import DEFAULT_PATH, Store, open_store
+from agentgate.store.audit import AuditLog, log_origin, open_log_key, previous_log_keys
 
 
 def json_object(text: str, flag: str = "--args") -> dict[str, Any]:
@@ -91,6 +94,31 @@ def open_existing_store(url: str | None) -> Store:
         if not Path(path).exists():
             raise InputError(f"no store at {path}: check --store or AGENTGATE_STORE")
     return open_store(target)  # PostgreSQL in any case; any other scheme is open_store's StoreError
+
+
+def open_audit_log(
+    url: str | None, public_key: str | None = None, *, create_key: bool = False
+) -> tuple[Store, AuditLog]:
+    """The store (as ``open_existing_store``) and its audit log, read with ``public_key``
+    (``log.pub`` or its did:key) when given, else with the log key where agentgate finds it
+    (created only if ``create_key``). The caller closes the store."""
+    store = open_existing_store(url)
+    try:
+        key = load_public_key(public_key) if public_key else open_log_key(store, create=create_key)
+        return store, AuditLog(store, key, log_origin(), previous_keys=previous_log_keys())
+    except BaseException:
+        store.close()
+        raise
+
+
+def listed(rows: list[Any], as_json: bool, nothing: str) -> bool:
+    """Write ``rows`` as one JSON array (``as_json``), or the line ``nothing`` when there are none;
+    whether that was the whole answer (else the caller prints its table)."""
+    if as_json:
+        sys.stdout.write(json.dumps(rows, indent=2) + "\n")
+    elif not rows:
+        sys.stdout.write(nothing + "\n")
+    return as_json or not rows
 
 
 _SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")

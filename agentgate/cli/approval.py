@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from agentgate.audit.entry import argument_digest
-from agentgate.cli._common import open_existing_store, printable, utc
+from agentgate.cli._common import listed, open_existing_store, printable, utc
 from agentgate.errors import InputError
 from agentgate.gate import Approval, approval_call_hash
 from agentgate.keys import load_signing_key, read_regular_file, replace_file
@@ -80,11 +80,7 @@ def _list(args: argparse.Namespace) -> int:
         }
         for record, votes in found
     ]
-    if args.json:
-        sys.stdout.write(json.dumps(rows, indent=2) + "\n")
-        return 0
-    if not rows:
-        sys.stdout.write("no open approval requests\n")
+    if listed(rows, args.json, "no open approval requests"):
         return 0
     sys.stdout.write(f"{'request':<34} {'expires':<21} {'votes':>5}  requester\n")
     for row in rows:

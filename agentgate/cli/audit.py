@@ -35,11 +35,11 @@ from agentgate.audit.entry import ENTRY_KINDS, AuditEntry
 from agentgate.audit.note import Checkpoint, verifier_key
 from agentgate.audit.proof import verify_bundle
 from agentgate.audit.report import render_report
-from agentgate.cli._common import open_existing_store
+from agentgate.cli._common import open_audit_log
 from agentgate.errors import InputError, StoreError, TamperDetected
 from agentgate.keys import load_public_key, read_regular_file, replace_file
 from agentgate.store import Store
-from agentgate.store.audit import AuditLog, log_origin, open_log_key, previous_log_keys
+from agentgate.store.audit import AuditLog
 
 
 def register(subparsers: Any) -> None:
@@ -128,14 +128,7 @@ def _since(text: str) -> str:
 
 
 def _open(args: argparse.Namespace, *, create_key: bool = False) -> tuple[Store, AuditLog]:
-    store = open_existing_store(args.store)
-    try:
-        public = getattr(args, "key", None)
-        key = load_public_key(public) if public else open_log_key(store, create=create_key)
-        return store, AuditLog(store, key, log_origin(), previous_keys=previous_log_keys())
-    except BaseException:
-        store.close()
-        raise
+    return open_audit_log(args.store, getattr(args, "key", None), create_key=create_key)
 
 
 MAX_CHECKPOINT_FILE_BYTES = 1 << 16

@@ -12,12 +12,10 @@ tasks settle KEY --ran|--not-run`` settles one by hand, audited (``agentgate.sto
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from typing import Any
 
-from agentgate.cli._common import open_existing_store, printable, utc
-from agentgate.store.audit import AuditLog, log_origin, open_log_key, previous_log_keys
+from agentgate.cli._common import listed, open_audit_log, open_existing_store, printable, utc
 from agentgate.store.dead_letters import DeadLetterStore
 from agentgate.store.leases import SharedBreakers
 from agentgate.store.once import OnceCalls, settle
@@ -98,11 +96,7 @@ def _dead_letters(args: argparse.Namespace) -> int:
         letters = DeadLetterStore(store).recent(limit=args.limit, tool=args.tool)
     finally:
         store.close()
-    if args.json:
-        sys.stdout.write(json.dumps([letter.to_json() for letter in letters], indent=2) + "\n")
-        return 0
-    if not letters:
-        sys.stdout.write("no dead letters\n")
+    if listed([letter.to_json() for letter in letters], args.json, "no dead letters"):
         return 0
     sys.stdout.write(
         f"{'recorded':<20} {'tool':<24} {'tenant':<12} {'reason':<26} {'tries':>5}  last error\n"
@@ -131,14 +125,8 @@ def _breakers(args: argparse.Namespace) -> int:
         states = SharedBreakers(store).all()
     finally:
         store.close()
-    if args.json:
-        rows = [
-            {"key": b.key, "state": b.state, "opened_at": b.opened_at, "version": b.version} for b in states
-        ]
-        sys.stdout.write(json.dumps(rows, indent=2) + "\n")
-        return 0
-    if not states:
-        sys.stdout.write("no shared breaker states\n")
+    rows = [{"key": b.key, "state": b.state, "opened_at": b.opened_at, "version": b.version} for b in states]
+    if listed(rows, args.json, "no shared breaker states"):
         return 0
     sys.stdout.write(f"{'key':<40} {'state':<8} {'opened':<20} {'version':>7}\n")
     for b in states:
@@ -149,12 +137,9 @@ def _breakers(args: argparse.Namespace) -> int:
 
 
 def _unsettled(args: argparse.Namespace) -> int:
-    store = open_existing_store(args.store)
+    store, audit = open_audit_log(args.store)
     try:
         records = OnceCalls(store).unsettled()
-        audit = AuditLog(
-            store, open_log_key(store, create=False), log_origin(), previous_keys=previous_log_keys()
-        )
         allowed = {r.key: audit.entry(r.allow_index) for r in records}
     finally:
         store.close()
@@ -169,11 +154,7 @@ def _unsettled(args: argparse.Namespace) -> int:
         }
         for r in records
     ]
-    if args.json:
-        sys.stdout.write(json.dumps(rows, indent=2) + "\n")
-        return 0
-    if not rows:
-        sys.stdout.write("no unsettled calls\n")
+    if listed(rows, args.json, "no unsettled calls"):
         return 0
     sys.stdout.write(f"{'allowed':<28} {'entry':>7} {'state':<8} {'resource':<28} key\n")
     for row in rows:
@@ -185,11 +166,8 @@ def _unsettled(args: argparse.Namespace) -> int:
 
 
 def _settle(args: argparse.Namespace) -> int:
-    store = open_existing_store(args.store)
+    store, audit = open_audit_log(args.store)
     try:
-        audit = AuditLog(
-            store, open_log_key(store, create=False), log_origin(), previous_keys=previous_log_keys()
-        )
         record = settle(store, audit, args.key, ran=args.ran, by=args.by, reason=args.reason)
     finally:
         store.close()

@@ -104,11 +104,13 @@ class OnceCalls:
         """The calls a person may have to look at (``UNSETTLED``), oldest allow first."""
         marks = ", ".join("?" for _ in UNSETTLED)
         rows = self.store.query(
-            "SELECT key, allow_index, state, reservations FROM agentgate_once "
-            f"WHERE state IN ({marks}) ORDER BY allow_index",
-            UNSETTLED,
+            f"SELECT {_COLUMNS} FROM agentgate_once WHERE state IN ({marks}) ORDER BY allow_index", UNSETTLED
         )
         return [_record(row) for row in rows]
+
+
+_COLUMNS = "key, allow_index, state, reservations"
+"""The columns ``_record`` reads, in its order."""
 
 
 def _record(row: Sequence[object]) -> OnceRecord:
@@ -129,12 +131,10 @@ def settle(store: Store, audit: AuditLog, key: str, *, ran: bool, by: str, reaso
     """
     if not by.strip():
         raise InputError("say who settles the call (by)")
-    ledger = BudgetLedger(store)
+    ledger, calls = BudgetLedger(store), OnceCalls(store)
     with store.transaction() as tx:
         audit.lock(tx)  # before any row: the lock order of every Gate write (PostgreSQL)
-        rows = tx.execute(
-            "SELECT key, allow_index, state, reservations FROM agentgate_once WHERE key = ?", (key,)
-        )
+        rows = tx.execute(f"SELECT {_COLUMNS} FROM agentgate_once WHERE key = ?", (key,))
         if not rows:
             raise InputError(f"no call that must run once has the key {key!r}")
         record = _record(rows[0])
@@ -157,7 +157,7 @@ def settle(store: Store, audit: AuditLog, key: str, *, ran: bool, by: str, reaso
                     charged = charged or amount  # the first: the unit of the caller's own budget
                 else:
                     ledger.release(reservation, tx)
-        tx.execute("UPDATE agentgate_once SET state = ? WHERE key = ?", ("ok" if ran else "not_run", key))
+        calls.finish(tx, key, "ok" if ran else "not_run")
         audit.append(
             {
                 "kind": "outcome",
