@@ -20,8 +20,9 @@ variant; the heap is collected before each run, outside the timing):
 
 Figures: median whole-run time of each, the ratios gated/plain and relaxed/plain (goals <= 1.25
 and <= 1.10) and passthrough/plain, the microseconds added per tool call ((tools - plain) / 20,
-delegations included) and per model call ((gated - tools) / 27), and the parts of one call timed
-alone (``breakdown``). On a shared, loaded machine wall time is
+delegations included) and per model call ((gated - tools) / 27), ``Gate.authorize`` timed inside
+relaxed runs against the same decisions alone (``in_run_vs_alone``: same work, more time between
+LangGraph's steps), and the parts of one call timed alone (``breakdown``). On a shared, loaded machine wall time is
 dominated by waiting (fsync, CPU run queues), so the process's CPU time (all threads) is also
 reported: a figure that load inflates much less.
 """
@@ -262,6 +263,54 @@ def breakdown(workdir: Path, n: int = 300) -> dict[str, float]:
     return {k: round(v, 1) for k, v in parts.items()}
 
 
+def in_run_vs_alone(workdir: Path, rounds: int) -> dict[str, float]:
+    """``Gate.authorize`` inside relaxed agent runs against the same decisions alone, in one
+    process, a run and a tight loop of as many decisions alternating (median microseconds).
+
+    Kept apart from the timed runs above (the timing wrapper is only installed here). The tight
+    loop decides the benchmark's tool and model calls as ``breakdown`` does.
+    """
+    inside: list[float] = []
+    original = Gate.authorize
+
+    def timed(self: Gate, *args: Any, **kwargs: Any) -> Any:
+        start = time.perf_counter()
+        try:
+            return original(self, *args, **kwargs)
+        finally:
+            inside.append(time.perf_counter() - start)
+
+    run, gate = build_gated(workdir, "NORMAL", True)
+    alone_gate, _keys, identity = _gate(workdir / "alone.db", "NORMAL")
+    tool, model = Call.tool("lookup", {"key": "k"}), Call.model("scripted", {"max_tokens": 1024})
+    alone: list[float] = []
+    try:
+        run()  # warm-up
+        for r in range(rounds):
+            Gate.authorize = timed  # type: ignore[method-assign]
+            try:
+                run()
+            finally:
+                Gate.authorize = original  # type: ignore[method-assign]
+            for i in range((TOOL_CALLS + MODEL_CALLS) // 2):
+                start = time.perf_counter()
+                auth = alone_gate.authorize(identity, tool, agent="boss", call_id=f"t{r}-{i}")
+                alone.append(time.perf_counter() - start)
+                alone_gate.run(auth, lambda: "v", call_id=f"t{r}-{i}", run_id="alone")
+                start = time.perf_counter()
+                auth = alone_gate.authorize(identity, model, agent="boss", tokens=(100, 1024))
+                alone.append(time.perf_counter() - start)
+                alone_gate.run(auth, lambda: "x", spent=lambda _: (100, 20))
+    finally:
+        gate.close()
+        alone_gate.close()
+    return {
+        "authorize_in_run_p50_us": round(statistics.median(inside) * 1e6, 1),
+        "authorize_alone_p50_us": round(statistics.median(alone) * 1e6, 1),
+        "in_run_over_alone": round(statistics.median(inside) / statistics.median(alone), 3),
+    }
+
+
 def _check(result: Any, gated: bool) -> None:
     statuses = [m.status for m in result["messages"] if m.type == "tool"]
     if statuses != ["success"] * (CALLS_PER_AGENT + len(SUBAGENTS)):
@@ -323,6 +372,7 @@ def main() -> None:
         commit_cost(Path(tempfile.mkdtemp()), "NORMAL"),
     )
     parts = breakdown(Path(tempfile.mkdtemp()))
+    in_run = in_run_vs_alone(Path(tempfile.mkdtemp()), 4 if args.quick else 12)
     ratio_passthrough = median["passthrough"] / median["plain"]
     ratio_durable = median["gated"] / median["plain"]
     ratio_relaxed = median["relaxed"] / median["plain"]
@@ -345,6 +395,10 @@ def main() -> None:
     print(
         f"floor on this disk: one durable commit {commit_full * 1e6:.0f} us, one relaxed commit "
         f"{commit_normal * 1e6:.0f} us (a call costs one durable commit before it runs)"
+    )
+    print(
+        f"Gate.authorize inside runs {in_run['authorize_in_run_p50_us']:.0f} us, alone "
+        f"{in_run['authorize_alone_p50_us']:.0f} us (median): {in_run['in_run_over_alone']:.2f}x"
     )
     print("where a call's time goes (each part timed alone, median us):")
     for part, value in parts.items():
@@ -369,6 +423,7 @@ def main() -> None:
         "subagents": len(SUBAGENTS),
         "repetitions": repetitions,
         "parts_us": parts,
+        **in_run,
     }
     goals = {
         "ratio_durable": {"value": round(ratio_durable, 4), "limit": 1.25, "better": "lower"},
