@@ -35,6 +35,7 @@ import argparse
 import datetime
 import gc
 import json
+import shutil
 import statistics
 import sys
 import tempfile
@@ -291,6 +292,7 @@ def main(argv: list[str] | None = None) -> int:
         gc.enable()
     repo.close()
     store.close()
+    shutil.rmtree(tmp, ignore_errors=True)
 
     figures: dict[str, float] = {}
     print(f"{'measurement':34} {'p50 us':>9} {'p99 us':>9} {'n':>6}")

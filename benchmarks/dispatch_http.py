@@ -34,6 +34,7 @@ import importlib.metadata
 import json
 import os
 import random
+import shutil
 import socket
 import statistics
 import subprocess
@@ -400,6 +401,7 @@ def main() -> None:
             process.terminate()
         for process in processes:
             process.communicate(timeout=30)
+        shutil.rmtree(workdir, ignore_errors=True)
 
     p50 = {name: statistics.median(values) for name, values in samples.items()}
     p99 = {name: _percentile(values, 0.99) for name, values in samples.items()}
