@@ -82,6 +82,11 @@ class InventoryError(SourceError):
     """A GPU inventory file cannot be loaded, or names a GPU, node or backend it does not have."""
 
 
+class BackendCredentialError(InventoryError):
+    """A backend's API key (``api_key_env``, ``api_key_file``) cannot be read or used, or is
+    written in the inventory itself; the message names the backend and where, never the key."""
+
+
 # --- authority -------------------------------------------------------------------------------
 
 
@@ -197,6 +202,11 @@ class Shed(NoBackend):
 
 class BackendFailed(DispatchError):
     """A backend answered with an error, garbage, or not at all."""
+
+
+class BackendRejectedCredentials(BackendFailed):
+    """A backend answered 401 or 403: it refused the credentials agentgate sent it (or wants some
+    and none are configured). The dispatcher stops using it until it accepts them again."""
 
 
 class CallerGone(DispatchError):

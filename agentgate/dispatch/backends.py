@@ -6,6 +6,14 @@ One pooled ``httpx.AsyncClient`` serves every backend; chat calls (streamed or n
 (refused connection, timeout, a connection cut mid-stream, an HTTP error, bytes that are not the
 JSON or SSE promised) surfaces as ``BackendFailed``, which the dispatcher answers by failing
 over; a 4xx that says the request itself is bad surfaces as ``DispatchError`` and is not retried.
+A 401 or 403 is about agentgate's credentials, not the caller's request: it surfaces as
+``BackendRejectedCredentials`` (a ``BackendFailed``).
+
+A backend with an API key (``Backend.api_key``) gets ``Authorization: Bearer <key>`` on every
+chat call, and on its health probe and metrics scrape when they go to the origin (scheme, host,
+port) of its ``url``; never to another origin. Nothing the caller sent but the JSON body reaches
+a backend (no header of the caller's, so never the caller's own ``Authorization``). The key is
+never part of an error message: text a backend sends back is scrubbed of it.
 """
 
 from __future__ import annotations
@@ -17,6 +25,7 @@ import math
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
+from urllib.parse import urlsplit
 
 import aiohttp
 import httpx
@@ -24,9 +33,10 @@ import orjson
 
 from agentgate.dispatch.inventory import Backend
 from agentgate.dispatch.metrics import EngineLoad, load_from_text
-from agentgate.errors import BackendFailed, DispatchError, InputError
+from agentgate.errors import BackendFailed, BackendRejectedCredentials, DispatchError, InputError
 
-_CALLER_ERRORS = frozenset({400, 401, 403, 413, 422})
+_CALLER_ERRORS = frozenset({400, 413, 422})
+_CREDENTIAL_ERRORS = frozenset({401, 403})
 MAX_ANSWER_BYTES = 64 * 1024 * 1024
 """The largest non-streamed answer read (after decompression): a chat completion with every
 token's log-probabilities is a few MB; a larger body is garbage, or a bomb, not an answer."""
@@ -102,14 +112,15 @@ class ChatResult:
 
 
 class ChatTransport(Protocol):
-    """What chat calls can go over instead of ``session`` (the gateway's lean pool)."""
+    """What chat calls can go over instead of ``session`` (the gateway's lean pool).
+    ``authorization``, when given, is sent as the ``Authorization`` header's value."""
 
-    async def post(self, url: str, body: bytes) -> tuple[int, bytes]:
+    async def post(self, url: str, body: bytes, authorization: str | None = None) -> tuple[int, bytes]:
         """POST the JSON ``body``: the status and the whole answer; raises ``OSError`` if none can be read."""
         ...
 
     def stream(
-        self, url: str, body: bytes
+        self, url: str, body: bytes, authorization: str | None = None
     ) -> contextlib.AbstractAsyncContextManager[
         tuple[int, Callable[[], Awaitable[bytes]], AsyncIterator[str]]
     ]:
@@ -145,6 +156,14 @@ class BackendClient:
         self._answer_timeout = self._timeout(self.timeouts.first_token_s)
         self._stream_timeout = self._timeout(self.timeouts.idle_s)
         self._probe_timeout = self._timeout(self.timeouts.probe_s)
+        key = backend.api_key
+        self._key = key.get_secret_value() if key is not None else None
+        self._authorization = f"Bearer {self._key}" if self._key is not None else None
+        auth = {"Authorization": self._authorization} if self._authorization is not None else {}
+        self._chat_headers = {**_JSON, **auth}
+        self._probe_headers = auth  # /health is on the origin of ``url``
+        same_origin = backend.metrics_url is not None and _origin(backend.metrics_url) == _origin(backend.url)
+        self._metrics_headers = auth if same_origin else {}
 
     def _timeout(self, read: float) -> httpx.Timeout:
         return httpx.Timeout(
@@ -188,12 +207,12 @@ class BackendClient:
         """POST ``content`` to the chat endpoint: the status and the whole body (redirects not
         followed); raises ``BackendFailed`` for a body over ``MAX_ANSWER_BYTES``."""
         if self.transport is not None:
-            return await self.transport.post(self.backend.chat_url, content)
+            return await self.transport.post(self.backend.chat_url, content, self._authorization)
         if self.session is not None:
             async with self.session.post(
                 self.backend.chat_url,
                 data=content,
-                headers=_JSON,
+                headers=self._chat_headers,
                 timeout=self._session_timeout,
                 allow_redirects=False,
             ) as answer:
@@ -202,7 +221,11 @@ class BackendClient:
                     return answer.status, await answer.read()  # the usual answer: a few kB
                 return answer.status, await self._capped(answer.content.iter_chunked(1 << 20))
         async with self.http.stream(
-            "POST", self.backend.chat_url, content=content, headers=_JSON, timeout=self._answer_timeout
+            "POST",
+            self.backend.chat_url,
+            content=content,
+            headers=self._chat_headers,
+            timeout=self._answer_timeout,
         ) as response:
             return response.status_code, await self._capped(response.aiter_bytes())
 
@@ -273,21 +296,27 @@ class BackendClient:
     ) -> AsyncIterator[tuple[int, Callable[[], Awaitable[bytes]], AsyncIterator[str]]]:
         """POST a streaming request: the status, a reader of the whole body, and its lines."""
         if self.transport is not None:
-            async with self.transport.stream(self.backend.chat_url, _encode(body)) as answer:
+            async with self.transport.stream(
+                self.backend.chat_url, _encode(body), self._authorization
+            ) as answer:
                 yield answer
             return
         if self.session is not None:
             async with self.session.post(
                 self.backend.chat_url,
                 data=_encode(body),
-                headers=_JSON,
+                headers=self._chat_headers,
                 timeout=self._stream_session_timeout,
                 allow_redirects=False,
             ) as answer:
                 yield answer.status, answer.read, _lines(answer.content)
             return
         async with self.http.stream(
-            "POST", self.backend.chat_url, json=body, timeout=self._stream_timeout
+            "POST",
+            self.backend.chat_url,
+            content=_encode(body),
+            headers=self._chat_headers,
+            timeout=self._stream_timeout,
         ) as response:
             yield response.status_code, response.aread, response.aiter_lines()
 
@@ -296,7 +325,9 @@ class BackendClient:
         if self.backend.metrics_url is None:
             raise BackendFailed(f"{self.backend.name}: no metrics_url")
         try:
-            response = await self.http.get(self.backend.metrics_url, timeout=self._probe_timeout)
+            response = await self.http.get(
+                self.backend.metrics_url, headers=self._metrics_headers, timeout=self._probe_timeout
+            )
         except (httpx.HTTPError, httpx.InvalidURL) as exc:
             raise BackendFailed(f"{self.backend.name}: metrics: {type(exc).__name__}") from None
         if response.status_code != 200:
@@ -308,18 +339,60 @@ class BackendClient:
         try:
             async with asyncio.timeout(self.timeouts.probe_s):
                 response = await self.http.get(
-                    self.backend.url.rstrip("/") + "/health", timeout=self._probe_timeout
+                    self.backend.url.rstrip("/") + "/health",
+                    headers=self._probe_headers,
+                    timeout=self._probe_timeout,
+                )
+        except (httpx.HTTPError, httpx.InvalidURL, TimeoutError):
+            return False
+        return response.status_code == 200
+
+    async def accepts_credentials(self) -> bool:
+        """True if ``GET /v1/models`` answers 200 within ``probe_s``, with the backend's key sent as
+        for a chat call: the probe of a backend that rejected our credentials (vLLM and SGLang
+        guard ``/v1`` with ``--api-key`` but not ``/health``, which would pass regardless)."""
+        try:
+            async with asyncio.timeout(self.timeouts.probe_s):
+                response = await self.http.get(
+                    self.backend.url.rstrip("/") + "/v1/models",
+                    headers=self._probe_headers,
+                    timeout=self._probe_timeout,
                 )
         except (httpx.HTTPError, httpx.InvalidURL, TimeoutError):
             return False
         return response.status_code == 200
 
     def _check_status(self, status: int, text: str) -> None:
+        """Raise for an answer that is not a success: ``BackendRejectedCredentials`` for 401/403,
+        ``DispatchError`` for a request the backend calls invalid, else ``BackendFailed``. The
+        backend's ``text`` is quoted scrubbed of the key (a backend may echo what it was sent)."""
         if status < 300:
             return
+        if status in _CREDENTIAL_ERRORS:
+            configured = (
+                "the API key it was sent"
+                if self._key is not None
+                else "no API key (none is configured: set api_key_env or api_key_file)"
+            )
+            raise BackendRejectedCredentials(
+                f"{self.backend.name} rejected our credentials: HTTP {status} for {configured}"
+            )
+        text = self._scrub(text)
         if status in _CALLER_ERRORS:
             raise DispatchError(f"{self.backend.name} rejected the request: HTTP {status}: {text}")
         raise BackendFailed(f"{self.backend.name}: HTTP {status}: {text}")
+
+    def _scrub(self, text: str) -> str:
+        """``text`` with the backend's API key, wherever it appears, replaced by ``[redacted]``."""
+        return text.replace(self._key, "[redacted]") if self._key else text
+
+
+def _origin(url: str) -> tuple[str, str | None, int | None]:
+    """Scheme, host and port of ``url`` (the port a default one spells out), as a browser compares
+    origins."""
+    parts = urlsplit(url)
+    port = parts.port or {"http": 80, "https": 443}.get(parts.scheme)
+    return parts.scheme, parts.hostname, port
 
 
 def _encode(body: Mapping[str, Any]) -> bytes:

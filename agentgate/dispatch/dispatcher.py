@@ -11,6 +11,12 @@ backend, at most ``max_attempts`` times in all; when every usable backend is mar
 call waits up to ``recovery_wait_s`` for one to come back before it fails with ``NoBackend``. A
 stream that fails after output has been delivered cannot be replayed transparently and ends
 with ``BackendFailed``.
+
+A backend that answers 401 or 403 rejected our credentials (``BackendRejectedCredentials``): like
+any failure it is marked down and the call fails over, but passing ``/health`` does not bring it
+back (vLLM serves ``/health`` without the key): the health loop probes it with
+``accepts_credentials`` (``GET /v1/models`` with its key) instead, and it is used again once that
+answers 200 after ``cooldown_s``. So a wrong key costs one failed attempt, not one per call.
 """
 
 from __future__ import annotations
@@ -31,7 +37,14 @@ from agentgate.dispatch._policy import AllowedBackend, RoutePlan, RouteRequest, 
 from agentgate.dispatch.backends import MAX_USAGE_TOKENS, BackendClient, ChatChunk, ChatResult, Timeouts
 from agentgate.dispatch.inventory import Inventory
 from agentgate.dispatch.prefix import block_hashes, estimate_tokens, prompt_text
-from agentgate.errors import BackendFailed, DispatchError, InputError, NoBackend, Shed
+from agentgate.errors import (
+    BackendFailed,
+    BackendRejectedCredentials,
+    DispatchError,
+    InputError,
+    NoBackend,
+    Shed,
+)
 
 
 class Dispatcher:
@@ -76,6 +89,8 @@ class Dispatcher:
         self._session: aiohttp.ClientSession | None = None
         self.clients: dict[str, BackendClient] = {}
         self._down_since: dict[str, float] = {}
+        self._rejected: set[str] = set()
+        """Backends marked down for rejecting our credentials (a subset of ``_down_since``)."""
         self._tasks: list[asyncio.Task[None]] = []
         self._ids = itertools.count()
         self._closing = False
@@ -182,7 +197,7 @@ class Dispatcher:
                 self._require_started()  # the dispatcher may have closed while the call waited
                 result = await self.clients[plan.backend].chat(payload)
             except BackendFailed as exc:
-                self._failed(request.id, plan.backend, str(exc), errors)
+                self._failed(request.id, plan.backend, exc, errors)
                 request = dataclasses.replace(request, failover=True)  # its tenant paid once
                 continue
             except BaseException:
@@ -216,7 +231,7 @@ class Dispatcher:
                         delivered = True
                     yield chunk
             except BackendFailed as exc:
-                self._failed(request.id, plan.backend, str(exc), errors)
+                self._failed(request.id, plan.backend, exc, errors)
                 if delivered:
                     raise BackendFailed(f"stream from {plan.backend} broke after output: {exc}") from None
                 request = dataclasses.replace(request, failover=True)  # its tenant paid once
@@ -256,11 +271,13 @@ class Dispatcher:
                 return plan
             await asyncio.sleep(plan.wait_s)
 
-    def _failed(self, request_id: str, backend: str, error: str, errors: list[str]) -> None:
-        errors.append(error)
+    def _failed(self, request_id: str, backend: str, exc: BackendFailed, errors: list[str]) -> None:
+        errors.append(str(exc))
         self.router.finished(request_id, self.clock())
         if not self._closing:  # a connection cut by aclose is no fault of the backend's
             self._mark_down(backend)
+            if isinstance(exc, BackendRejectedCredentials):
+                self._rejected.add(backend)
 
     # --- background loops ----------------------------------------------------------------
 
@@ -288,16 +305,27 @@ class Dispatcher:
     async def _health_loop(self) -> None:
         while True:
             names = list(self.clients)
-            results = await asyncio.gather(*(self.clients[n].health() for n in names), return_exceptions=True)
+            results = await asyncio.gather(
+                *(
+                    self.clients[n].accepts_credentials() if n in self._rejected else self.clients[n].health()
+                    for n in names
+                ),
+                return_exceptions=True,
+            )
             now = self.clock()
             for name, ok in zip(names, results, strict=True):
                 if ok is not True:
                     self._mark_down(name)
                 elif name in self._down_since and now - self._down_since[name] >= self.cooldown_s:
                     del self._down_since[name]
+                    self._rejected.discard(name)
                     self.router.mark_up(name)
             await asyncio.sleep(self.health_interval_s)
 
     def is_down(self, backend: str) -> bool:
         """True while the backend is marked down."""
         return backend in self._down_since
+
+    def rejected_credentials(self, backend: str) -> bool:
+        """True while the backend is marked down for rejecting our credentials (401/403)."""
+        return backend in self._rejected

@@ -25,20 +25,38 @@ Example::
         metrics_url: http://10.0.0.1:8000/metrics
         kv_capacity_tokens: 400000
         cost: {input_per_mtok: 150000, output_per_mtok: 600000}
+        api_key_env: VLLM_API_KEY                  # or api_key_file: /run/secrets/vllm
+
+A backend's API key is never written in the inventory: ``api_key_env`` names the environment
+variable and ``api_key_file`` the file (mode 0600) that holds it, and it is read when the
+inventory is loaded. The key is kept out of every ``repr``, ``str`` and dump of the inventory;
+``Backend.api_key`` hands it to the HTTP clients, which send it as ``Authorization: Bearer``.
 """
 
 from __future__ import annotations
 
+import os
+import stat
 from collections.abc import Mapping
 from functools import cached_property
 from pathlib import Path
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from agentgate._yaml import Locations, load_yaml, read_source
-from agentgate.errors import InventoryError
+from agentgate.errors import BackendCredentialError, InputError, InventoryError
+from agentgate.keys import read_regular_file
 
 MAX_KV_CAPACITY_TOKENS = 10**12
 """The largest KV cache size believed (a trillion tokens: thousands of times any real engine's);
@@ -51,6 +69,9 @@ Level = Literal["nvlink_domain", "node", "rack"]
 """A level of the interconnect hierarchy."""
 
 _NAME = r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}$"
+
+MAX_API_KEY_FILE_BYTES = 8192
+"""The most an ``api_key_file`` may hold: API keys are tens to a few hundred characters."""
 
 
 class _Frozen(BaseModel):
@@ -154,6 +175,70 @@ class Backend(_Frozen):
     kv_capacity_tokens: int | None = Field(default=None, ge=1, le=MAX_KV_CAPACITY_TOKENS)
     """KV cache capacity in tokens; sizes the router's prefix index. ``None``: read it from
     ``vllm:cache_config_info`` when the engine publishes it, else assume 100,000."""
+    api_key_env: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+    """The environment variable holding the backend's API key (vLLM's or SGLang's ``--api-key``,
+    a hosted endpoint's key), read when the inventory is loaded; ``None``: see ``api_key_file``."""
+    api_key_file: str | None = Field(default=None, min_length=1, max_length=4096)
+    """An absolute path to a file holding the API key (surrounding whitespace stripped), readable
+    by its owner only; read when the inventory is loaded. At most one of the two is given."""
+    _api_key: SecretStr | None = PrivateAttr(default=None)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_literal_key(cls, data: Any) -> Any:
+        """Refuse ``api_key``: a key written in the inventory would be committed, copied and
+        printed with it. The message never holds the value."""
+        if isinstance(data, Mapping) and "api_key" in data:
+            raise _RefError(
+                ("api_key",),
+                f"backend {data.get('name')!r}: an API key is never written in the inventory; "
+                "name where it is read with api_key_env (an environment variable) or "
+                "api_key_file (a file readable by its owner only)",
+                BackendCredentialError,
+            )
+        return data
+
+    @model_validator(mode="after")
+    def _read_api_key(self) -> Backend:
+        """Read the API key ``api_key_env`` or ``api_key_file`` names. Raises (as ``_RefError``,
+        which ``inventory_from_mapping`` turns into ``BackendCredentialError``) naming the backend
+        and the variable or file, never the value."""
+        if self.api_key_env is not None and self.api_key_file is not None:
+            raise _RefError(
+                ("api_key_file",),
+                f"backend {self.name!r}: give api_key_env or api_key_file, not both",
+                BackendCredentialError,
+            )
+        if self.api_key_env is not None:
+            where, field = f"the environment variable {self.api_key_env}", "api_key_env"
+            raw = os.environ.get(self.api_key_env)
+            if raw is None:
+                raise _RefError(
+                    (field,), f"backend {self.name!r}: {where} is not set", BackendCredentialError
+                )
+        elif self.api_key_file is not None:
+            where, field = f"the file {self.api_key_file}", "api_key_file"
+            raw = _read_key_file(self.name, self.api_key_file)
+        else:
+            return self
+        key = raw.strip()
+        if not key:
+            raise _RefError((field,), f"backend {self.name!r}: {where} is empty", BackendCredentialError)
+        if not all(" " < c < "\x7f" for c in key):
+            # An HTTP header value carries printable ASCII: a line break in it would end the header.
+            raise _RefError(
+                (field,),
+                f"backend {self.name!r}: the API key in {where} holds whitespace, control or "
+                "non-ASCII characters, which an Authorization header cannot carry",
+                BackendCredentialError,
+            )
+        self._api_key = SecretStr(key)
+        return self
+
+    @property
+    def api_key(self) -> SecretStr | None:
+        """The API key sent as ``Authorization: Bearer``; ``None`` when none is configured."""
+        return self._api_key
 
     @field_validator("url", "metrics_url")
     @classmethod
@@ -322,11 +407,48 @@ def _unreserved(value: str, prefix: str, what: str, whose: str) -> str:
     return value
 
 
+def _read_key_file(backend: str, path: str) -> str:
+    """The text of the API key file ``path``; raises ``_RefError`` (a ``BackendCredentialError``)
+    for a relative path, a file that cannot be read (not a regular file, too large: as key files,
+    ``keys.read_regular_file``), one readable or writable by group or others, or not UTF-8."""
+    at = ("api_key_file",)
+    if not os.path.isabs(path):
+        raise _RefError(
+            at,
+            f"backend {backend!r}: api_key_file must be an absolute path, not {path!r}",
+            BackendCredentialError,
+        )
+    try:
+        data, status = read_regular_file(path, MAX_API_KEY_FILE_BYTES, "an API key", BackendCredentialError)
+    except InputError as exc:
+        raise _RefError(at, f"backend {backend!r}: {exc}", BackendCredentialError) from None
+    mode = status.st_mode
+    if mode & (stat.S_IRWXG | stat.S_IRWXO):
+        raise _RefError(
+            at,
+            f"backend {backend!r}: {path}: the API key file is accessible by others "
+            f"(mode {stat.S_IMODE(mode):04o}); run chmod 600 {path}",
+            BackendCredentialError,
+        )
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise _RefError(
+            at, f"backend {backend!r}: {path}: the API key file is not UTF-8 text", BackendCredentialError
+        ) from None
+
+
 class _RefError(ValueError):
-    def __init__(self, loc: tuple[str | int, ...], message: str) -> None:
+    """An inventory error at ``loc`` (relative to the model whose validator raised it), raised as
+    ``error``."""
+
+    def __init__(
+        self, loc: tuple[str | int, ...], message: str, error: type[InventoryError] = InventoryError
+    ) -> None:
         super().__init__(message)
         self.loc = loc
         self.message = message
+        self.error = error
 
 
 def _unique(kind: str, names: list[str]) -> None:
@@ -359,13 +481,14 @@ def inventory_from_mapping(
     try:
         return Inventory.model_validate(dict(data))
     except _RefError as exc:
-        raise _located(source, lines, exc.loc, exc.message) from None
+        raise _located(source, lines, exc.loc, exc.message, exc.error) from None
     except ValidationError as exc:
         err = exc.errors()[0]
         loc = tuple(err["loc"])
         ctx_error = (err.get("ctx") or {}).get("error")
         if isinstance(ctx_error, _RefError):
-            raise _located(source, lines, ctx_error.loc, ctx_error.message) from None
+            # ``loc`` locates the model whose validator raised it; its own ``loc`` is within that.
+            raise _located(source, lines, loc + ctx_error.loc, ctx_error.message, ctx_error.error) from None
         field = ".".join(str(p) for p in loc) or "inventory"
         message = f"{field}: {err['msg']}"
         if err["type"] == "extra_forbidden":
@@ -388,6 +511,12 @@ def load_inventory(path: str | Path) -> Inventory:
     return parse_inventory(text, source=str(path))
 
 
-def _located(source: str, lines: Locations, loc: tuple[str | int, ...], message: str) -> InventoryError:
+def _located(
+    source: str,
+    lines: Locations,
+    loc: tuple[str | int, ...],
+    message: str,
+    error: type[InventoryError] = InventoryError,
+) -> InventoryError:
     mark = lines.of(loc)
-    return InventoryError(message, file=source, line=mark.line if mark else None)
+    return error(message, file=source, line=mark.line if mark else None)

@@ -15,6 +15,12 @@ server on its own thread and event loop. Engine steps take their simulated durat
   simulated seconds (vLLM's own gauges also trail the engine).
 - ``GET /health``: 200 while serving.
 
+With an ``api_key`` the ``/v1/*`` endpoints answer 401 (an OpenAI error body) to a request
+without ``Authorization: Bearer <api_key>``, as vLLM and SGLang started with ``--api-key`` do;
+``/health`` and ``/metrics`` stay open, as theirs do. ``authorizations`` counts the
+``Authorization`` headers the ``/v1/*`` endpoints received, per path (``None``: none), so that
+tests can check what a client sent.
+
 Faults for tests: ``fault = "hang"`` (accept and never answer), ``"garbage"`` (a 200 with bytes
 that are not JSON or SSE), ``"error"`` (HTTP 500), ``"metrics_down"`` (``/metrics`` answers 503);
 ``kill()`` closes the port and drops every connection, ``revive()`` serves again on the same port.
@@ -23,7 +29,9 @@ that are not JSON or SSE), ``"error"`` (HTTP 500), ``"metrics_down"`` (``/metric
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
+import hmac
 import itertools
 import json
 import math
@@ -165,7 +173,7 @@ class SimServer:
 
     Use as a context manager, or call ``start()`` / ``stop()``. ``url`` is the base URL.
     Raises ``InputError`` for a ``time_scale`` that is not a positive number, a negative
-    ``scrape_lag_s``, or a ``max_model_len`` under 2.
+    ``scrape_lag_s``, a ``max_model_len`` under 2, or an empty ``api_key``.
     """
 
     def __init__(
@@ -178,6 +186,7 @@ class SimServer:
         scrape_lag_s: float = 0.5,
         port: int = 0,
         max_model_len: int = DEFAULT_MAX_MODEL_LEN,
+        api_key: str | None = None,
     ) -> None:
         if not 0 < time_scale < math.inf:
             raise InputError(f"time_scale must be a positive number (1.0 is real time), not {time_scale!r}")
@@ -197,6 +206,14 @@ class SimServer:
         self.max_model_len = min(max_model_len, self.engine.kv.capacity)
         """Most tokens (prompt + ``max_tokens``) one request may ask for; never above the KV
         capacity, so that every admitted request can run to completion alone."""
+        if api_key is not None and not api_key:
+            raise InputError("api_key must not be empty (None: no key asked for)")
+        self.api_key = api_key
+        """The key ``/v1/*`` asks for as ``Authorization: Bearer``; ``None``: none. May be changed
+        while serving (a key rotated on the backend)."""
+        self.authorizations: collections.Counter[tuple[str, str | None]] = collections.Counter()
+        """How many ``/v1/*`` requests each (path, ``Authorization`` value) had (several headers
+        joined by ``", "``; ``None``: no header)."""
         self.port = port or _free_port()
         self._runner: _Runner | None = None
         self._server: uvicorn.Server | None = None
@@ -289,7 +306,20 @@ class SimServer:
             return await self._fault_response()
         return PlainTextResponse("ok")
 
+    def _refused(self, request: Request) -> Response | None:
+        """Count the request's ``Authorization``; a 401 if ``api_key`` is set and not presented."""
+        sent = request.headers.getlist("authorization")
+        self.authorizations[(request.url.path, ", ".join(sent) if sent else None)] += 1
+        if self.api_key is None:
+            return None
+        expected = f"Bearer {self.api_key}".encode()
+        if len(sent) == 1 and hmac.compare_digest(sent[0].encode(), expected):
+            return None
+        return _error(401, "authentication_error", "invalid or missing API key")
+
     async def _models(self, request: Request) -> Response:
+        if (refused := self._refused(request)) is not None:
+            return refused
         return JSONResponse(
             {
                 "object": "list",
@@ -312,6 +342,8 @@ class SimServer:
         )
 
     async def _chat(self, request: Request) -> Response:
+        if (refused := self._refused(request)) is not None:
+            return refused
         if self.fault in ("hang", "garbage", "error"):
             return await self._fault_response()
         try:

@@ -13,6 +13,10 @@ A connection carries one request at a time and goes back to the pool only after 
 that allows keep-alive; anything else (an error, a cancelled call, a server that closes) closes
 it. An idle connection is not reused after ``idle_s`` (below uvicorn's 5 s keep-alive, so that a
 backend does not close it under a request).
+
+The request carries only what the caller of ``post`` or ``stream`` gives: the URL, the JSON body
+and the backend's ``authorization`` (``BackendClient`` passes its API key's ``Bearer`` value);
+no header of the gateway's own caller is ever written here.
 """
 
 from __future__ import annotations
@@ -214,16 +218,18 @@ class UpstreamPool:
         self.idle_s = idle_s
         self.max_idle = max_idle
         self._idle: dict[tuple[str, int], list[_Connection]] = {}
-        self._heads: dict[str, tuple[tuple[str, int], bytes]] = {}
+        self._heads: dict[tuple[str, str | None], tuple[tuple[str, int], bytes]] = {}
         self._closed = False
 
-    async def post(self, url: str, body: bytes) -> tuple[int, bytes]:
-        """POST ``body`` (JSON) to ``url`` (``http://host:port/path``): the answer's status and body.
+    async def post(self, url: str, body: bytes, authorization: str | None = None) -> tuple[int, bytes]:
+        """POST ``body`` (JSON) to ``url`` (``http://host:port/path``), with the ``Authorization``
+        header ``authorization`` when given: the answer's status and body.
 
-        Raises ``OSError`` (``UpstreamError``, a refused connection, ...) if no answer can be read,
-        ``TimeoutError`` if no connection opens within ``connect_s``.
+        Raises ``OSError`` (``UpstreamError``, a refused connection, an ``authorization`` a header
+        cannot carry, ...) if no answer can be read, ``TimeoutError`` if no connection opens within
+        ``connect_s``.
         """
-        origin, connection, status = await self._send(url, body)
+        origin, connection, status = await self._send(url, body, authorization)
         try:
             answer = await connection.read_all()
         except BaseException:
@@ -234,15 +240,15 @@ class UpstreamPool:
 
     @contextlib.asynccontextmanager
     async def stream(
-        self, url: str, body: bytes
+        self, url: str, body: bytes, authorization: str | None = None
     ) -> AsyncIterator[tuple[int, Callable[[], Awaitable[bytes]], AsyncIterator[str]]]:
-        """POST ``body`` to ``url`` for a streamed answer: its status, a reader of its whole body, and
-        its lines as they arrive (without line ends).
+        """POST ``body`` to ``url`` (with ``authorization`` as ``post``) for a streamed answer: its
+        status, a reader of its whole body, and its lines as they arrive (without line ends).
 
         Raises as ``post``; reading the lines raises ``UpstreamError`` for a line over
         ``max_line`` bytes. Leaving before the answer is complete closes the connection.
         """
-        origin, connection, status = await self._send(url, body)
+        origin, connection, status = await self._send(url, body, authorization)
         try:
             yield status, connection.read_all, _lines(connection.pieces(), self.max_line)
         except BaseException:
@@ -250,10 +256,12 @@ class UpstreamPool:
             raise
         self._release(origin, connection)
 
-    async def _send(self, url: str, body: bytes) -> tuple[tuple[str, int], _Connection, int]:
+    async def _send(
+        self, url: str, body: bytes, authorization: str | None = None
+    ) -> tuple[tuple[str, int], _Connection, int]:
         """Send the request on an idle or new connection to ``url``'s origin: origin, connection
         and the answer's status (its body not yet read). Closes the connection if that fails."""
-        origin, head = self._head(url)
+        origin, head = self._head(url, authorization)
         connection = self._take(origin)
         if connection is None:
             connection = await self._connect(origin)
@@ -273,8 +281,11 @@ class UpstreamPool:
         self._idle.clear()
         await asyncio.sleep(0)  # let the transports finish closing
 
-    def _head(self, url: str) -> tuple[tuple[str, int], bytes]:
-        known = self._heads.get(url)
+    def _head(self, url: str, authorization: str | None) -> tuple[tuple[str, int], bytes]:
+        """The origin of ``url`` and the request's head up to the Content-Length value. Raises
+        ``UpstreamError`` for a URL that is not plain http, or an ``authorization`` that is not
+        printable ASCII (a line break would end the header); the message never holds it."""
+        known = self._heads.get((url, authorization))
         if known is None:
             parts = urlsplit(url)
             if parts.scheme != "http" or not parts.hostname:
@@ -283,11 +294,16 @@ class UpstreamPool:
             path = parts.path or "/"
             if parts.query:
                 path += "?" + parts.query
+            auth = ""
+            if authorization is not None:
+                if not all(" " <= c < "\x7f" for c in authorization):
+                    raise UpstreamError("the Authorization value holds characters a header cannot carry")
+                auth = f"Authorization: {authorization}\r\n"
             head = (
                 f"POST {path} HTTP/1.1\r\nHost: {parts.netloc}\r\nContent-Type: application/json\r\n"
-                "Accept: application/json\r\nContent-Length: "
+                f"Accept: application/json\r\n{auth}Content-Length: "
             ).encode()
-            known = self._heads[url] = (origin, head)
+            known = self._heads[(url, authorization)] = (origin, head)
         return known
 
     def _take(self, origin: tuple[str, int]) -> _Connection | None:

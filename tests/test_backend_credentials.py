@@ -1,0 +1,434 @@
+"""Backend credentials: an inventory names where a backend's API key is read (``api_key_env``,
+``api_key_file``), never the key; the key goes out as ``Authorization: Bearer`` on every call to
+that backend (the dispatcher's clients and the gateway's lean pool), never the caller's own
+``Authorization``; a 401/403 is ``BackendRejectedCredentials`` and the backend is left alone until
+it accepts the key again; the key shows in no repr, error, log, audit row or CLI line.
+
+Real HTTP on 127.0.0.1 throughout: ``SimServer(api_key=...)`` enforces the key on ``/v1/*`` as
+vLLM does, and a small recording server shows what probes and scrapes carry.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import http.server
+import json
+import logging
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import pytest
+
+from agentgate.cli.main import main
+from agentgate.dispatch import Dispatcher, Router, inventory_from_mapping
+from agentgate.dispatch.backends import BackendClient
+from agentgate.dispatch.gateway import Gateway, GatewayGate, GatewayServer, InvocationSigner
+from agentgate.dispatch.inventory import load_inventory, parse_inventory
+from agentgate.errors import BackendCredentialError, BackendRejectedCredentials, InventoryError, NoBackend
+from agentgate.keys import SigningKey
+from agentgate.policy import parse_policy
+from agentgate.sim import SimServer
+from agentgate.store import SQLiteStore
+
+MODEL = "llama-3.1-8b"
+KEY = "sk-test-9f8e7d6c5b4a-credential"
+"""The backend key of these tests: every leak check searches for it."""
+ENV = "AGENTGATE_TEST_BACKEND_KEY"
+CHAT = "/v1/chat/completions"
+BODY = {"model": MODEL, "messages": [{"role": "user", "content": "hello"}], "max_tokens": 3}
+
+
+def _backend(url: str, name: str = "b0", **extra: Any) -> dict[str, Any]:
+    return {"name": name, "url": url, "engine": "vllm", "models": [MODEL], **extra}
+
+
+def _inventory(*backends: dict[str, Any]) -> Any:
+    return inventory_from_mapping({"backends": list(backends)})
+
+
+@pytest.fixture
+def key_env(monkeypatch: pytest.MonkeyPatch) -> str:
+    monkeypatch.setenv(ENV, KEY)
+    return ENV
+
+
+# --- the inventory ------------------------------------------------------------------------------
+
+
+def test_api_key_env_is_read_at_load_and_shows_in_no_repr_or_dump(key_env: str) -> None:
+    inv = _inventory(_backend("http://10.0.0.1:8000", api_key_env=key_env))
+    backend = inv.backends[0]
+    assert backend.api_key is not None and backend.api_key.get_secret_value() == KEY
+    shown = [repr(inv), str(inv), repr(backend), str(backend), inv.model_dump_json(), str(inv.model_dump())]
+    shown += [repr(backend.api_key), str(backend.api_key), f"{backend.api_key}"]
+    assert all(KEY not in text for text in shown)
+    assert inv.model_dump()["backends"][0]["api_key_env"] == ENV  # the name is shown, never the value
+
+
+def test_a_backend_without_a_key_sends_none() -> None:
+    assert _inventory(_backend("http://10.0.0.1:8000")).backends[0].api_key is None
+
+
+def test_api_key_file_is_read_stripped_and_must_be_owner_only(tmp_path: Path) -> None:
+    path = tmp_path / "vllm.key"
+    path.write_text(f"  {KEY}\n")
+    path.chmod(0o600)
+    backend = _inventory(_backend("http://10.0.0.1:8000", api_key_file=str(path))).backends[0]
+    assert backend.api_key is not None and backend.api_key.get_secret_value() == KEY
+    path.chmod(0o640)
+    with pytest.raises(
+        BackendCredentialError, match=r"'b0'.*accessible by others \(mode 0640\); run chmod 600"
+    ) as info:
+        _inventory(_backend("http://10.0.0.1:8000", api_key_file=str(path)))
+    assert KEY not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("content", "mode", "reason"),
+    [
+        ("", 0o600, "is empty"),
+        ("  \n\t", 0o600, "is empty"),
+        ("sk-one\nX-Injected: yes", 0o600, "whitespace, control or non-ASCII"),
+        ("sk-\u00e9t\u00e9", 0o600, "whitespace, control or non-ASCII"),
+    ],
+)
+def test_an_unusable_key_file_is_refused_without_its_content(
+    tmp_path: Path, content: str, mode: int, reason: str
+) -> None:
+    path = tmp_path / "k"
+    path.write_text(content)
+    path.chmod(mode)
+    with pytest.raises(BackendCredentialError, match=reason) as info:
+        _inventory(_backend("http://10.0.0.1:8000", api_key_file=str(path)))
+    assert str(path) in str(info.value) and "'b0'" in str(info.value)
+    assert all(part not in str(info.value) for part in content.split() if part)
+
+
+def test_a_key_file_that_cannot_be_read_is_a_typed_error_naming_it(tmp_path: Path) -> None:
+    missing = tmp_path / "absent.key"
+    for path, reason in (
+        (str(missing), "cannot read an API key"),
+        (str(tmp_path), "not a regular file"),
+        ("secrets/vllm.key", "must be an absolute path"),
+    ):
+        with pytest.raises(BackendCredentialError, match=reason) as info:
+            _inventory(_backend("http://10.0.0.1:8000", api_key_file=path))
+        assert path in str(info.value) and "'b0'" in str(info.value)
+
+
+@pytest.mark.parametrize("value", [None, "", "   ", "sk-a\r\nHost: evil"])
+def test_an_unset_empty_or_unusable_variable_is_refused_naming_it(
+    monkeypatch: pytest.MonkeyPatch, value: str | None
+) -> None:
+    if value is None:
+        monkeypatch.delenv(ENV, raising=False)
+    else:
+        monkeypatch.setenv(ENV, value)
+    with pytest.raises(BackendCredentialError) as info:
+        _inventory(_backend("http://10.0.0.1:8000", api_key_env=ENV))
+    message = str(info.value)
+    assert f"the environment variable {ENV}" in message and "'b0'" in message
+    assert "sk-a" not in message
+
+
+def test_a_literal_key_in_the_inventory_is_refused_at_its_line_without_the_key(tmp_path: Path) -> None:
+    path = tmp_path / "inventory.yaml"
+    path.write_text(
+        f"backends:\n  - name: b0\n    url: http://10.0.0.1:8000\n    models: [m]\n    api_key: {KEY}\n"
+    )
+    with pytest.raises(BackendCredentialError) as info:
+        load_inventory(path)
+    message = str(info.value)
+    assert message.startswith(f"{path}:5: backend 'b0': an API key is never written in the inventory")
+    assert "api_key_env" in message and "api_key_file" in message and KEY not in message
+
+
+def test_a_missing_variable_names_the_file_line_backend_and_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(ENV, raising=False)
+    text = (
+        f"backends:\n  - name: b0\n    url: http://10.0.0.1:8000\n    models: [m]\n    api_key_env: {ENV}\n"
+    )
+    with pytest.raises(InventoryError) as info:
+        parse_inventory(text, source="inv.yaml")
+    assert str(info.value) == f"inv.yaml:5: backend 'b0': the environment variable {ENV} is not set"
+
+
+def test_env_and_file_together_are_refused(key_env: str, tmp_path: Path) -> None:
+    with pytest.raises(BackendCredentialError, match="api_key_env or api_key_file, not both"):
+        _inventory(_backend("http://10.0.0.1:8000", api_key_env=key_env, api_key_file=str(tmp_path / "k")))
+    with pytest.raises(InventoryError, match="api_key_env"):
+        _inventory(_backend("http://10.0.0.1:8000", api_key_env="1-not-a-name"))
+
+
+# --- the clients ----------------------------------------------------------------------------------
+
+
+async def _client_calls(client: BackendClient) -> tuple[str, str]:
+    answer = await client.chat(BODY)
+    streamed = "".join([c.content async for c in client.stream(BODY)])
+    return answer.content, streamed
+
+
+async def test_chat_and_stream_send_the_key_and_succeed(key_env: str) -> None:
+    with SimServer(time_scale=0.01, api_key=KEY) as server:
+        backend = _inventory(_backend(server.url, api_key_env=key_env)).backends[0]
+        async with httpx.AsyncClient() as http:
+            content, streamed = await _client_calls(BackendClient(backend, http))
+        assert content and streamed
+        assert server.authorizations == {(CHAT, f"Bearer {KEY}"): 2}
+
+
+@pytest.mark.parametrize("sent", ["none", "wrong"])
+async def test_a_401_is_rejected_credentials_naming_the_backend_never_the_key(
+    sent: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(ENV, KEY)
+    with SimServer(time_scale=0.01, api_key="sk-the-right-one") as server:
+        extra = {"api_key_env": ENV} if sent == "wrong" else {}
+        client = BackendClient(_inventory(_backend(server.url, **extra)).backends[0], httpx.AsyncClient())
+        try:
+            with pytest.raises(
+                BackendRejectedCredentials, match="b0 rejected our credentials: HTTP 401"
+            ) as one:
+                await client.chat(BODY)
+            with pytest.raises(BackendRejectedCredentials, match="b0 rejected our credentials") as two:
+                await anext(aiter(client.stream(BODY)))
+            assert not await client.accepts_credentials()
+        finally:
+            await client.http.aclose()
+    for info in (one, two):
+        assert KEY not in str(info.value)
+        assert ("none is configured" in str(info.value)) is (sent == "none")
+    assert server.served == 0
+
+
+class _Recorder(http.server.ThreadingHTTPServer):
+    """A real HTTP server on 127.0.0.1 that records each request's path and Authorization and
+    answers 200 with vLLM-shaped metrics (or "ok")."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, str | None]] = []
+        recorder = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                recorder.seen.append((self.path, self.headers.get("Authorization")))
+                body = b"vllm:num_requests_running 1\nvllm:num_requests_waiting 0\n"
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        super().__init__(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.serve_forever, daemon=True)
+        self.thread.start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+    def close(self) -> None:
+        self.shutdown()
+        self.server_close()
+
+
+@pytest.fixture
+def recorders() -> Iterator[tuple[_Recorder, _Recorder]]:
+    made = (_Recorder(), _Recorder())
+    yield made
+    for recorder in made:
+        recorder.close()
+
+
+async def test_probes_carry_the_key_to_the_backends_origin_only(
+    key_env: str, recorders: tuple[_Recorder, _Recorder]
+) -> None:
+    home, other = recorders
+    same = _inventory(_backend(home.url, api_key_env=key_env, metrics_url=home.url + "/metrics")).backends[0]
+    away = _inventory(_backend(home.url, api_key_env=key_env, metrics_url=other.url + "/metrics")).backends[0]
+    async with httpx.AsyncClient() as http:
+        for backend in (same, away):
+            client = BackendClient(backend, http)
+            assert await client.health() and await client.accepts_credentials()
+            assert (await client.scrape(0.0)).running == 1
+    bearer = f"Bearer {KEY}"
+    probes = [("/health", bearer), ("/v1/models", bearer)]
+    assert home.seen == [*probes, ("/metrics", bearer), *probes]
+    assert other.seen == [("/metrics", None)]  # another origin never gets the key
+
+
+# --- the dispatcher ---------------------------------------------------------------------------------
+
+
+async def test_a_rejecting_backend_costs_one_attempt_then_is_left_until_it_accepts_the_key(
+    key_env: str,
+) -> None:
+    with (
+        SimServer(time_scale=0.01, api_key="sk-rotated") as wrong,
+        SimServer(time_scale=0.01, api_key=KEY) as right,
+    ):
+        inv = _inventory(
+            _backend(wrong.url, "a", api_key_env=key_env), _backend(right.url, "b", api_key_env=key_env)
+        )
+        async with Dispatcher(inv, Router(inv), health_interval_s=0.05, cooldown_s=0.05) as d:
+            results = [await d.chat(BODY) for _ in range(6)]
+            assert {r.backend for r in results} == {"b"}
+            await asyncio.sleep(0.3)  # several health rounds: /health passes, but does not bring "a" back
+            assert d.is_down("a") and d.rejected_credentials("a")
+            results += [await d.chat(BODY) for _ in range(4)]
+            assert {r.backend for r in results} == {"b"}
+            # One chat attempt on "a", whatever the number of calls; the rest were probes.
+            assert wrong.authorizations[(CHAT, f"Bearer {KEY}")] == 1
+            assert wrong.authorizations[("/v1/models", f"Bearer {KEY}")] >= 2
+            assert wrong.served == 0
+            wrong.api_key = KEY  # the backend's key is set right: it is used again
+            for _ in range(100):
+                if not d.is_down("a"):
+                    break
+                await asyncio.sleep(0.02)
+            assert not d.is_down("a") and not d.rejected_credentials("a")
+            later = await asyncio.gather(*(d.chat(BODY) for _ in range(8)))
+            assert "a" in {r.backend for r in later}
+
+
+async def test_when_every_backend_rejects_the_call_fails_naming_the_cause(key_env: str) -> None:
+    with SimServer(time_scale=0.01, api_key="sk-other") as server:
+        inv = _inventory(_backend(server.url, "a", api_key_env=key_env))
+        async with Dispatcher(inv, Router(inv), recovery_wait_s=0.2, health_interval_s=0.05) as d:
+            with pytest.raises(NoBackend, match="a rejected our credentials: HTTP 401") as info:
+                await d.chat(BODY)
+            with pytest.raises(NoBackend):
+                await d.chat(BODY)
+    assert KEY not in str(info.value)
+    assert server.authorizations[(CHAT, f"Bearer {KEY}")] == 1
+
+
+# --- the gateway --------------------------------------------------------------------------------------
+
+
+def _policy(root: SigningKey, agent: SigningKey) -> Any:
+    return parse_policy(
+        f"""
+version: 1
+trust_anchors:
+  root: {{did: "{root.did}"}}
+tenants:
+  lab: {{}}
+principals:
+  agent: {{kind: agent, did: "{agent.did}", tenant: lab, roles: [chat]}}
+models:
+  {MODEL}: {{cost_per_mtok: {{input: 1000000, output: 1000000}}}}
+roles:
+  chat:
+    kind: agent
+    capabilities:
+      - resource: model:{MODEL}
+    budget: {{limit: 1000000, unit: usd_micros}}
+    ttl_s: 3600
+""",
+        source="credentials.yaml",
+    )
+
+
+def _gateway_calls(tmp_path: Path, server: SimServer, backend: dict[str, Any]) -> tuple[list[Any], str, Path]:
+    """Serve a gateway over ``backend``, make a plain and a streamed call with the agent's chain
+    token as the caller's ``Authorization``; the two results, the chain token and the store file."""
+    root, key = SigningKey.generate(), SigningKey.generate()
+    db = tmp_path / "agentgate.db"
+    gate = GatewayGate(_policy(root, key), SQLiteStore(db))
+    inventory = _inventory(backend)
+    gateway = GatewayServer(Gateway(gate, inventory), port=0).start()
+    try:
+        agent = gate.issue(root, name="agent", key=key, role="chat")
+        signer = InvocationSigner(agent.key, agent.chain)
+        with (
+            signer.client() as http,
+            openai.OpenAI(
+                base_url=gateway.url, api_key=agent.chain.token, http_client=http, max_retries=0
+            ) as client,
+        ):
+            results: list[Any] = []
+            for stream in (False, True):
+                try:
+                    made = client.chat.completions.create(
+                        model=MODEL, messages=BODY["messages"], max_tokens=3, stream=stream
+                    )
+                    results.append(list(made) if stream else made)
+                except openai.APIStatusError as exc:
+                    results.append(exc)
+            results.append(httpx.get(gateway.url + "/metrics").text)
+    finally:
+        gateway.stop()
+        gate.close()
+    return results, agent.chain.token, db
+
+
+def test_the_gateway_sends_the_backend_key_and_never_the_callers_token(key_env: str, tmp_path: Path) -> None:
+    with SimServer(time_scale=0.01, api_key=KEY) as server:
+        results, token, _ = _gateway_calls(tmp_path, server, _backend(server.url, api_key_env=key_env))
+    answer, chunks, _ = results
+    assert answer.choices[0].message.content and any(c.choices for c in chunks)
+    assert server.authorizations == {(CHAT, f"Bearer {KEY}"): 2}
+    assert all(token not in (value or "") for _, value in server.authorizations)
+
+
+def test_the_gateway_sends_no_authorization_to_a_backend_without_a_key(tmp_path: Path) -> None:
+    with SimServer(time_scale=0.01) as server:
+        results, _, _ = _gateway_calls(tmp_path, server, _backend(server.url))
+    assert results[0].choices[0].message.content
+    assert server.authorizations == {(CHAT, None): 2}
+
+
+def test_a_rejected_key_leaks_into_no_answer_log_metric_or_audit_row(
+    key_env: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.DEBUG), SimServer(time_scale=0.01, api_key="sk-other") as server:
+        results, _, db = _gateway_calls(tmp_path, server, _backend(server.url, api_key_env=key_env))
+    plain, streamed, metrics = results
+    assert isinstance(plain, openai.APIStatusError) and plain.status_code in (502, 503)
+    assert isinstance(streamed, openai.APIStatusError)
+    assert "rejected our credentials" in caplog.text  # the gateway's log says why
+    answers = [json.dumps(e.body) + e.response.text for e in (plain, streamed)]
+    assert all(KEY not in text for text in [*answers, metrics, caplog.text])
+    assert server.authorizations[(CHAT, f"Bearer {KEY}")] >= 1
+    stored = b"".join(p.read_bytes() for p in db.parent.glob(db.name + "*"))
+    assert stored and KEY.encode() not in stored
+
+
+# --- the CLI ----------------------------------------------------------------------------------------
+
+
+def test_serve_with_an_unusable_credential_is_one_line_naming_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    policy = tmp_path / "policy.yaml"
+    policy.write_text("version: 1\n")
+    inventory = tmp_path / "inventory.yaml"
+    monkeypatch.delenv(ENV, raising=False)
+    for line, expected in (
+        (f"api_key_env: {ENV}", f"the environment variable {ENV} is not set"),
+        (f"api_key: {KEY}", "an API key is never written in the inventory"),
+    ):
+        inventory.write_text(
+            f"backends:\n  - name: b0\n    url: http://127.0.0.1:9\n    models: [m]\n    {line}\n"
+        )
+        code = main(["serve", "--policy", str(policy), "--inventory", str(inventory), "--port", "9"])
+        out, err = capsys.readouterr()
+        assert code == 2 and out == ""
+        assert err.startswith(f"agentgate: error: {inventory}:5: backend 'b0': ") and expected in err
+        assert KEY not in err and err.count("\n") == 1
+
+
+def test_the_inventory_module_reads_the_environment_when_loaded(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A key set after loading is not seen: the inventory holds what was read at load time.
+    monkeypatch.setenv(ENV, "sk-first")
+    inv = _inventory(_backend("http://10.0.0.1:8000", api_key_env=ENV))
+    monkeypatch.setenv(ENV, "sk-second")
+    assert inv.backends[0].api_key is not None and inv.backends[0].api_key.get_secret_value() == "sk-first"
