@@ -238,3 +238,14 @@ class AuditError(AgentGateError):
 
 class TamperDetected(AuditError):
     """The audit log, a checkpoint or a proof does not verify."""
+
+
+class BeyondLogEnd(InputError):
+    """A tree size or index asked for is past the end of the audit log (input, not tampering)."""
+
+    def __init__(self, requested: int, size: int, what: str = "size") -> None:
+        super().__init__(f"audit log has only {size} entries; {what} {requested} is past its end")
+        self.requested = requested
+        """The size or index asked for."""
+        self.size = size
+        """Entries the log holds."""

@@ -29,12 +29,14 @@ import statistics
 import sys
 import tempfile
 import time
+import tracemalloc
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from agentgate.audit.entry import AuditEntry, argument_digest, utc_now
+from agentgate.audit.entry import AuditEntry, argument_digest, encode_entry, utc_now
 from agentgate.audit.merkle import RootAccumulator, leaf_hash
+from agentgate.audit.note import Checkpoint, sign_checkpoint
 from agentgate.keys import SigningKey
 from agentgate.store import SQLiteStore, Store
 from agentgate.store._pgserver import PostgresServer, pg_binary
@@ -193,6 +195,105 @@ def _bench_verify(n: int, directory: Path, repeats: int) -> dict[str, float]:
         "store_ratio": best["store"] / best["floor_store"],
         "store_vs_memory_floor_ratio": best["store"] / best["floor"],
         "entry_bytes": statistics.mean(len(e) for e in entries[:1000]),
+    }
+
+
+def _call_entries(n: int) -> list[bytes]:
+    """N entries as calls write them: an ``allow``, then its ``outcome`` (``ref`` to the allow)."""
+    out = []
+    for i in range(n):
+        fields = {**_fields(i), "index": i, "time": "2026-11-29T10:15:00.000000Z"}
+        if i % 2:
+            fields.update(kind="outcome", ref=i - 1, status="ok")
+        out.append(encode_entry(fields))
+    return out
+
+
+def _bench_explain(n: int, directory: Path, repeats: int) -> dict[str, float]:
+    """``AuditLog.explain`` (indexed lookup, inclusion proofs against the latest checkpoint) against
+    what ``audit explain`` did before: parse every entry of the log to find the related ones."""
+    entries = _call_entries(n)
+    store = SQLiteStore(directory / "explain.db", synchronous="NORMAL")
+    log = AuditLog(store, SigningKey.generate(), "bench.example/audit")
+    with store.transaction() as tx:
+        tx.executemany(
+            "INSERT INTO audit_log (idx, entry, leaf_hash) VALUES (?, ?, ?)",
+            [(i, e, leaf_hash(e)) for i, e in enumerate(entries)],
+        )
+    log.checkpoint()
+    targets = [n // 3 - n // 3 % 2, n - 2]  # an allow in the middle and one near the end
+
+    def scan(index: int) -> list[int]:  # the explain of the previous version, as it read the log
+        entry = log.entry(index)
+        return [
+            e.index
+            for e in log.entries()
+            if e.ref == entry.index or (entry.ref is not None and e.index == entry.ref)
+        ]
+
+    def indexed(index: int) -> list[int]:
+        explained = log.explain(index)
+        if explained.unproven or not explained.indexed:
+            raise AssertionError("benchmark log not covered by its checkpoint, or not indexed")
+        return [e.index for e in explained.related]
+
+    best = {"scan": float("inf"), "explain": float("inf")}
+    for _ in range(repeats):
+        for name, fn in (("scan", scan), ("explain", indexed)):
+            for target in targets:
+                start = time.perf_counter()
+                found = fn(target)
+                best[name] = min(best[name], time.perf_counter() - start)
+                if found != [target + 1]:
+                    raise AssertionError(f"{name} of entry {target} found {found}")
+    store.close()
+    return {
+        "n": n,
+        "scan_s": best["scan"],
+        "explain_s": best["explain"],
+        "speedup": best["scan"] / best["explain"],
+    }
+
+
+def _bench_verify_memory(n: int, directory: Path) -> dict[str, float]:
+    """Peak Python memory of ``AuditLog.verify`` over N entries with few checkpoints and with one
+    every 10 entries (rows signed here directly): what verify keeps per checkpoint."""
+    entries = _entries(n)
+    leaves = [leaf_hash(e) for e in entries]
+    key = SigningKey.generate()
+    peaks: dict[int, int] = {}
+    for every in (n // 4, 10):
+        store = SQLiteStore(directory / f"memory-{every}.db", synchronous="NORMAL")
+        log = AuditLog(store, key, "bench.example/audit")
+        acc, notes = RootAccumulator(), []
+        for start in range(0, n, every):
+            acc.extend(leaves[start : start + every])
+            notes.append(
+                (acc.size, acc.root(), sign_checkpoint(Checkpoint(log.origin, acc.size, acc.root()), key))
+            )
+        with store.transaction() as tx:
+            tx.executemany(
+                "INSERT INTO audit_log (idx, entry, leaf_hash) VALUES (?, ?, ?)",
+                [(i, e, h) for i, (e, h) in enumerate(zip(entries, leaves, strict=True))],
+            )
+            tx.executemany(
+                "INSERT INTO audit_checkpoints (size, root, note, created) VALUES (?, ?, ?, 'x')", notes
+            )
+        tracemalloc.start()
+        report = log.verify()
+        peaks[len(notes)] = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        store.close()
+        if not report.ok:
+            raise AssertionError(f"verification failed: {report.problems}")
+    (few, few_peak), (many, many_peak) = sorted(peaks.items())
+    return {
+        "n": n,
+        "checkpoints_few": few,
+        "peak_bytes_few": few_peak,
+        "checkpoints_many": many,
+        "peak_bytes_many": many_peak,
+        "bytes_per_checkpoint": (many_peak - few_peak) / (many - few),
     }
 
 

@@ -186,6 +186,81 @@ def encode_entry(fields: Mapping[str, Any]) -> bytes:
     return AuditEntry.build(**fields).to_bytes()
 
 
+DEFAULT_MAX_ENTRY_BYTES = 64 << 10
+"""The default bound on one entry's bytes (``AuditLog(max_entry_bytes=...)``,
+``AGENTGATE_AUDIT_MAX_ENTRY_BYTES``): larger values are recorded by digest (``encode_bounded``)."""
+MIN_MAX_ENTRY_BYTES = 4096
+"""The smallest bound an audit log accepts: room for every fixed field and a few digests."""
+_ELIDABLE_KEY = 128
+"""The longest ``args`` key that is named in its own elision reason; longer keys elide the whole object."""
+
+
+def elision(what: str, data: bytes) -> str:
+    """The reason that records ``data`` (what ``what`` held) by digest instead of inline:
+    ``elided WHAT: N bytes, sha256:HEX`` (docs/audit-format.md, "Entry size")."""
+    return f"elided {what}: {len(data)} bytes, sha256:{hashlib.sha256(data).hexdigest()}"
+
+
+def encode_bounded(fields: Mapping[str, Any], limit: int) -> bytes:
+    """The canonical bytes of the entry with ``fields``, at most ``limit`` bytes long.
+
+    An entry within the bound is exactly ``encode_entry(fields)``. A larger one keeps every field
+    but records large values by digest, in this order until it fits: the largest ``args`` values
+    (each dropped from ``args``, with a reason ``elided args.KEY: N bytes, sha256:HEX`` of its
+    canonical JSON), then the largest reasons (each replaced in place by ``elided reason: ...`` of
+    its UTF-8 bytes), then the whole remaining ``args`` (``elided args: ...``). ``args_digest``
+    is the caller's and still covers the full arguments. Raises ``InputError`` for bad fields, or
+    when the entry is still over ``limit`` after all that (a huge resource, rule or status):
+    the entry is then not written at all, never cut silently.
+    """
+    data = encode_entry(fields)
+    if len(data) <= limit:
+        return data
+    values = dict(fields)
+    args = dict(values.get("args") or {})
+    reasons = list(values.get("reasons") or ())
+    given = len(reasons)  # the caller's reasons; the elision reasons added below stay as they are
+    excess = len(data) - limit
+    # 1. The largest args values, one by one, while each saves more than its reason costs.
+    sized = sorted(((len(canonical_json(args[key])), key) for key in args), reverse=True)
+    for size, key in sized:
+        if excess <= 0 or len(key) > _ELIDABLE_KEY:
+            continue
+        note = elision(f"args.{key}", canonical_json(args[key]))
+        saving = size + len(canonical_json(key)) + 2 - len(canonical_json(note)) - 1
+        if saving <= 0:
+            break
+        del args[key]
+        reasons.append(note)
+        excess -= saving
+    data = encode_entry({**values, "args": args, "reasons": reasons})
+    # 2. The caller's largest reasons, replaced in place.
+    if len(data) > limit:
+        excess = len(data) - limit
+        for size, k in sorted(((len(canonical_json(reasons[k])), k) for k in range(given)), reverse=True):
+            note = elision("reason", reasons[k].encode("utf-8"))
+            if excess <= 0 or size <= len(canonical_json(note)):
+                break
+            excess -= size - len(canonical_json(note))
+            reasons[k] = note
+        data = encode_entry({**values, "args": args, "reasons": reasons})
+    # 3. The whole remaining args object.
+    if len(data) > limit and args:
+        reasons.append(elision("args", canonical_json(args)))
+        args = {}
+        data = encode_entry({**values, "args": args, "reasons": reasons})
+    if len(data) > limit:
+        longest = max(
+            (name for name, value in values.items() if isinstance(value, str)),
+            key=lambda name: len(values[name]),
+        )
+        raise InputError(
+            f"audit entry of {len(data)} bytes is over the log's limit of {limit} bytes after recording "
+            f"args and reasons by digest (field {longest} holds {len(values[longest])} characters)"
+        )
+    return data
+
+
 _DEFAULTS: dict[str, Any] = {
     "v": 1,
     "chain_hash": None,

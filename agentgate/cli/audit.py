@@ -2,7 +2,8 @@
 
     agentgate audit verify [--checkpoint FILE] [--key PUBFILE]   exit 0 intact, 1 tampered, 2 unusable
     agentgate audit show [--principal DID] [--tool NAME] [--kind KIND] [--since TIME] [--json]
-    agentgate audit explain INDEX                    the authority behind one entry
+    agentgate audit explain INDEX                    the authority behind one entry, its related
+                                                     entries (found by index), proven in the log
     agentgate audit checkpoint [--out FILE]          sign and store a checkpoint, print or save it
                                                      (exit 1, nothing signed: the log does not extend
                                                      the checkpoint stored last or saved in FILE)
@@ -39,7 +40,7 @@ from agentgate.cli._common import open_audit_log
 from agentgate.errors import InputError, StoreError, TamperDetected
 from agentgate.keys import load_public_key, read_regular_file, replace_file
 from agentgate.store import Store
-from agentgate.store.audit import AuditLog
+from agentgate.store.audit import AuditLog, Explanation
 
 
 def register(subparsers: Any) -> None:
@@ -226,12 +227,8 @@ def _show(args: argparse.Namespace) -> int:
 def _explain(args: argparse.Namespace) -> int:
     store, log = _open(args)
     with store:
-        entry = log.entry(args.index)
-        related = [
-            e
-            for e in log.entries()
-            if e.ref == entry.index or (entry.ref is not None and e.index == entry.ref)
-        ]
+        explained = log.explain(args.index)
+        entry, related = explained.entry, explained.related
         chain = _grant_chain(store, entry.chain_hash) if entry.chain_hash else None
     print(f"entry {entry.index}: {entry.kind} at {entry.time}")
     print(f"├── principal: {_shown(entry.principal)}")
@@ -255,8 +252,23 @@ def _explain(args: argparse.Namespace) -> int:
             f"├── related entry {other.index}: {other.kind} {_shown(other.status or '')} "
             f"budget {other.budget_delta}"
         )
-    print(f"└── outcome status: {_shown(entry.status or '-')}")
+    print(f"├── outcome status: {_shown(entry.status or '-')}")
+    print(f"└── evidence: {_evidence(explained)}")
     return 0
+
+
+def _evidence(explained: Explanation) -> str:
+    """What proves that the entries ``explain`` printed are in the signed log."""
+    shown = 1 + len(explained.related)
+    if explained.checkpoint is None:
+        return f"not proven: the log has no checkpoint yet ({shown} entries shown; run audit checkpoint)"
+    proven = shown - len(explained.unproven)
+    text = f"{proven} of {shown} entries proven in the log signed at size {explained.checkpoint.size}"
+    if explained.unproven:
+        newer = ", ".join(map(str, explained.unproven))
+        text += f"; entry {newer} is" if len(explained.unproven) == 1 else f"; entries {newer} are"
+        text += " newer than that checkpoint"
+    return text
 
 
 def _grant_chain(store: Store, tip: str) -> list[tuple[str, str, str, int, bool]] | None:

@@ -34,11 +34,24 @@ from typing import Any, cast
 import orjson
 import psycopg
 
-from agentgate.audit.entry import AuditEntry, encode_entry, utc_now
-from agentgate.audit.merkle import RootAccumulator, consistency_ranges, inclusion_ranges, leaf_hash
+from agentgate.audit.entry import (
+    DEFAULT_MAX_ENTRY_BYTES,
+    MIN_MAX_ENTRY_BYTES,
+    AuditEntry,
+    encode_bounded,
+    encode_entry,
+    utc_now,
+)
+from agentgate.audit.merkle import (
+    RootAccumulator,
+    consistency_ranges,
+    inclusion_ranges,
+    leaf_hash,
+    verify_inclusion,
+)
 from agentgate.audit.note import Checkpoint, open_checkpoint, sign_checkpoint
 from agentgate.audit.proof import ProofBundle
-from agentgate.errors import AuditError, InputError, KeyFileError, StoreError, TamperDetected
+from agentgate.errors import AuditError, BeyondLogEnd, InputError, KeyFileError, StoreError, TamperDetected
 from agentgate.keys import PublicKey, SigningKey, load_public_key, load_signing_key, save_key
 from agentgate.store._base import Dialect, Row, Store, Transaction
 from agentgate.store._sqlite import SQLiteStore
@@ -155,10 +168,98 @@ $$;
 """,
 }
 
+REFS_DDL: dict[Dialect, str] = {
+    # ``audit_refs(idx, ref)``: for each entry that refers to another (an outcome to its allow,
+    # an approval to its request), its index and that reference, kept by a trigger on audit_log
+    # so that every writer (whatever its version or its database role) keeps it complete.
+    # A lookup aid only, covered by no signature: ``AuditLog.explain`` re-reads and proves every
+    # entry it finds through it. ``audit_refs_built`` holds one row once existing entries were
+    # indexed (``AuditLog`` does that the first time it opens a log without it).
+    "sqlite": """
+CREATE TABLE IF NOT EXISTS audit_refs (
+    idx INTEGER PRIMARY KEY,
+    ref INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS audit_refs_by_ref ON audit_refs (ref);
+CREATE TABLE IF NOT EXISTS audit_refs_built (built INTEGER PRIMARY KEY CHECK (built = 1));
+CREATE TRIGGER IF NOT EXISTS audit_log_index_ref AFTER INSERT ON audit_log
+WHEN json_valid(CAST(NEW.entry AS TEXT)) AND json_type(CAST(NEW.entry AS TEXT), '$.ref') = 'integer'
+BEGIN
+    INSERT OR REPLACE INTO audit_refs (idx, ref)
+    VALUES (NEW.idx, json_extract(CAST(NEW.entry AS TEXT), '$.ref'));
+END;
+""",
+    # PostgreSQL 15 has no error-free JSON test, so the trigger reads the reference from the
+    # canonical bytes as text: the top-level ``,"ref":N,"resource":`` (or ``null``) is the last
+    # match (args may hold the same text, but the keys after ``ref`` hold no objects, and a
+    # string cannot hold an unescaped quote). SECURITY DEFINER: a
+    # role that may only insert into audit_log still keeps the index.
+    "postgresql": """
+CREATE TABLE IF NOT EXISTS audit_refs (
+    idx BIGINT PRIMARY KEY,
+    ref BIGINT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS audit_refs_by_ref ON audit_refs (ref);
+CREATE TABLE IF NOT EXISTS audit_refs_built (
+    built INTEGER PRIMARY KEY CHECK (built = 1)
+);
+DO $$
+BEGIN
+    IF to_regprocedure('agentgate_audit_index_ref()') IS NULL THEN
+        CREATE FUNCTION agentgate_audit_index_ref() RETURNS trigger LANGUAGE plpgsql
+        SECURITY DEFINER SET search_path FROM CURRENT AS $fn$
+        DECLARE
+            found text := substring(encode(NEW.entry, 'escape') FROM '^.*,"ref":(null|[0-9]{1,18}),"resource":');
+        BEGIN
+            IF found <> 'null' THEN
+                INSERT INTO audit_refs (idx, ref) VALUES (NEW.idx, found::bigint)
+                ON CONFLICT (idx) DO UPDATE SET ref = EXCLUDED.ref;
+            END IF;
+            RETURN NULL;
+        END;
+        $fn$;
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = 'audit_log'::regclass
+                   AND tgname = 'audit_log_index_ref') THEN
+        CREATE TRIGGER audit_log_index_ref AFTER INSERT ON audit_log
+            FOR EACH ROW EXECUTE FUNCTION agentgate_audit_index_ref();
+    END IF;
+END;
+$$;
+""",
+}
+_BACKFILL: dict[Dialect, str] = {
+    "sqlite": "INSERT OR IGNORE INTO audit_refs (idx, ref) "
+    "SELECT idx, json_extract(CAST(entry AS TEXT), '$.ref') FROM audit_log "
+    "WHERE json_valid(CAST(entry AS TEXT)) AND json_type(CAST(entry AS TEXT), '$.ref') = 'integer'",
+    "postgresql": "INSERT INTO audit_refs (idx, ref) SELECT idx, found::bigint FROM ("
+    "SELECT idx, substring(encode(entry, 'escape') FROM '^.*,\"ref\":(null|[0-9]{1,18}),\"resource\":') "
+    "AS found FROM audit_log) AS refs WHERE found <> 'null' ON CONFLICT (idx) DO NOTHING",
+}
+
 
 def log_origin() -> str:
     """The log's origin: ``AGENTGATE_LOG_ORIGIN``, else ``agentgate.local/audit``."""
     return os.environ.get("AGENTGATE_LOG_ORIGIN") or DEFAULT_ORIGIN
+
+
+def entry_limit(configured: int | None = None) -> int:
+    """The bound on one entry's bytes: ``configured``, else ``AGENTGATE_AUDIT_MAX_ENTRY_BYTES``,
+    else ``DEFAULT_MAX_ENTRY_BYTES``. Raises ``InputError`` when it is not a whole number of at
+    least ``MIN_MAX_ENTRY_BYTES``."""
+    if configured is None:
+        text = os.environ.get("AGENTGATE_AUDIT_MAX_ENTRY_BYTES", "").strip()
+        try:
+            configured = int(text) if text else DEFAULT_MAX_ENTRY_BYTES
+        except ValueError:
+            raise InputError(
+                f"AGENTGATE_AUDIT_MAX_ENTRY_BYTES must be a whole number of bytes, got {text!r}"
+            ) from None
+    if type(configured) is not int or configured < MIN_MAX_ENTRY_BYTES:
+        raise InputError(
+            f"audit entry limit must be at least {MIN_MAX_ENTRY_BYTES} bytes, got {configured!r}"
+        )
+    return configured
 
 
 def previous_log_keys() -> list[PublicKey]:
@@ -233,6 +334,22 @@ class VerifyReport:
         return not self.problems
 
 
+@dataclass(frozen=True)
+class Explanation:
+    """What ``AuditLog.explain`` found for one entry, every entry in it proven or listed unproven."""
+
+    entry: AuditEntry
+    """The entry asked for."""
+    related: tuple[AuditEntry, ...]
+    """The entries that refer to it and the one it refers to, in index order."""
+    checkpoint: Checkpoint | None
+    """The latest stored checkpoint (signature checked) the entries were proven against, if any."""
+    unproven: tuple[int, ...]
+    """Indexes shown that the checkpoint does not cover yet (appended after it)."""
+    indexed: bool
+    """Whether the related entries were found through the reference index (else a full scan)."""
+
+
 def _wrap(exc: Exception, what: str) -> AuditError:
     return AuditError(f"audit log: {what} failed: {exc}")
 
@@ -287,14 +404,20 @@ class AuditLog:
         origin: str = DEFAULT_ORIGIN,
         *,
         previous_keys: Sequence[PublicKey] = (),
+        max_entry_bytes: int | None = None,
     ) -> None:
         """The log in ``store``, signing new checkpoints with ``signer``.
+
+        ``max_entry_bytes`` bounds each new entry (default ``AGENTGATE_AUDIT_MAX_ENTRY_BYTES``,
+        else 64 KiB; at least 4096): larger values are recorded by digest (``encode_bounded``).
+        Raises ``InputError`` for a bound below 4096 or one that is not a whole number.
 
         ``previous_keys`` are the public keys of log keys rotated out: checkpoints they signed
         still verify; new checkpoints are signed only with ``signer``. Given the log key's public
         key only (an auditor's copy), the log reads, verifies and proves against stored
         checkpoints, and ``checkpoint`` raises ``AuditError`` when it would have to sign.
         """
+        self.max_entry_bytes = entry_limit(max_entry_bytes)
         self.store = store
         self.signer: SigningKey | None = signer if isinstance(signer, SigningKey) else None
         self._public = signer.public if isinstance(signer, SigningKey) else signer
@@ -302,6 +425,8 @@ class AuditLog:
         self.previous_keys = tuple(previous_keys)
         Checkpoint(origin, 0, bytes(32)).text()  # validates the origin now, not at the first checkpoint
         store.ensure_schema("audit", AUDIT_DDL)
+        self.refs_indexed = self._index_refs()
+        """Whether ``audit_refs`` indexes every entry's reference (else ``explain`` scans the log)."""
         # Appends guess the next index only where the next-index trigger is known to guard them.
         self._guessing = store.dialect == "sqlite" and bool(
             store.query(
@@ -314,6 +439,24 @@ class AuditLog:
         # (PostgreSQL's BYTEA columns hold nothing else.)
         blob = "CAST({} AS BLOB)" if store.dialect == "sqlite" else "{}"
         self._entry, self._leaf, self._root = (blob.format(c) for c in ("entry", "leaf_hash", "root"))
+
+    def _index_refs(self) -> bool:
+        """Create the reference index (``REFS_DDL``) and index the entries written before it, once.
+
+        Returns whether the index is complete. A role that may not create or fill it (an owner
+        has not opened the log since the upgrade) gets ``False``, and ``explain`` scans instead.
+        """
+        try:
+            self.store.ensure_schema("audit_refs", REFS_DDL)
+            if self.store.query("SELECT 1 FROM audit_refs_built"):
+                return True
+            with self.store.transaction() as tx:
+                # Every append from now on fires the trigger; this indexes those before it.
+                tx.execute(_BACKFILL[self.store.dialect])
+                tx.execute("INSERT INTO audit_refs_built (built) VALUES (1) ON CONFLICT DO NOTHING")
+        except (StoreError, sqlite3.Error, psycopg.Error):
+            return False
+        return True
 
     def open_checkpoint(self, note: str) -> Checkpoint:
         """A checkpoint of this log signed by its key or a previous one; ``TamperDetected`` otherwise."""
@@ -386,7 +529,7 @@ class AuditLog:
         values = dict(fields)
         values.setdefault("time", utc_now())
         values["index"] = index
-        data = encode_entry(values)
+        data = encode_bounded(values, self.max_entry_bytes)
         return index, data, leaf_hash(data)
 
     def _append(self, tx: Transaction, fields: Mapping[str, Any]) -> int:
@@ -629,10 +772,13 @@ class AuditLog:
     def prove(self, index: int, checkpoint_note: str | None = None) -> ProofBundle:
         """A tlog-proof bundle for entry ``index`` against ``checkpoint_note`` (default: a fresh one).
 
-        Raises ``InputError`` if the entry does not exist or the checkpoint does not cover it.
+        Raises ``InputError`` if the entry does not exist or the checkpoint does not cover it
+        (``BeyondLogEnd`` for an index past the end of the log, against a fresh checkpoint).
         """
         note = checkpoint_note or self.checkpoint()
         checkpoint = self.open_checkpoint(note)
+        if checkpoint_note is None and index >= checkpoint.size:
+            raise BeyondLogEnd(index, checkpoint.size, "entry")
         if not 0 <= index < checkpoint.size:
             raise InputError(f"entry {index} is not covered by a checkpoint of size {checkpoint.size}")
         proof = self._subtree_roots(inclusion_ranges(index, checkpoint.size), checkpoint.size)
@@ -641,14 +787,106 @@ class AuditLog:
     def consistency(self, size1: int, size2: int) -> list[bytes]:
         """The RFC 9162 consistency proof between two sizes of this log, read in one streaming pass.
 
-        Raises ``InputError`` unless ``0 < size1 <= size2``, and ``TamperDetected`` when the log
-        holds fewer than ``size2`` entries.
+        Raises ``InputError`` unless ``0 < size1 <= size2``, ``BeyondLogEnd`` (an ``InputError``)
+        when the log holds fewer than ``size2`` entries, and ``TamperDetected`` when an entry
+        before ``size2`` is missing.
         """
         try:
             ranges = consistency_ranges(size1, size2)
         except ValueError as exc:
             raise InputError(str(exc)) from exc
+        if size2 > self._end():
+            raise BeyondLogEnd(size2, self.size())
         return self._subtree_roots(ranges, size2)
+
+    def _end(self) -> int:
+        """One past the largest stored index (the log's size, unless rows are missing)."""
+        return int(self.store.query("SELECT COALESCE(MAX(idx) + 1, 0) FROM audit_log")[0][0])
+
+    def explain(self, index: int) -> Explanation:
+        """Entry ``index`` with the entries of its decision or call, each proven to be in the log.
+
+        Related entries are those that refer to it (``ref``: its outcome, approvals given, a
+        declined approval) and the one it refers to. They are found through the reference index
+        (``audit_refs``) when it is complete, reading only those rows, else by reading the whole
+        log. Each entry shown is parsed from its canonical bytes, matched against its stored leaf
+        hash, and proven by an inclusion proof against the latest stored checkpoint (its signature
+        checked); entries newer than that checkpoint are listed in ``unproven``. Raises
+        ``BeyondLogEnd`` for an index past the end of the log, ``InputError`` for a missing entry,
+        and ``TamperDetected`` when an entry shown is malformed, does not carry its own index or
+        leaf hash, or is not in the signed tree.
+        """
+        rows = self._read_rows([index])
+        if index not in rows:
+            if index >= self._end():
+                raise BeyondLogEnd(index, self.size(), "entry")
+            raise InputError(f"audit log has no entry {index}")
+        data, stored = rows[index]
+        entry = AuditEntry.from_bytes(data)
+        shown = {index: (data, stored, entry)}
+        if self.refs_indexed:
+            refs = {int(r[0]) for r in self.store.query("SELECT idx FROM audit_refs WHERE ref = ?", (index,))}
+            if entry.ref is not None:
+                refs.add(entry.ref)
+            candidates = self._read_rows(sorted(refs - {index}))
+            for idx, (other_data, other_stored) in candidates.items():
+                # The index is no evidence: each row it names is read, parsed and checked here.
+                other = AuditEntry.from_bytes(other_data)
+                if other.ref == index or idx == entry.ref:
+                    shown[idx] = (other_data, other_stored, other)
+        else:
+            for batch in self._batches():
+                for idx, other_data, other_stored in batch:
+                    other = AuditEntry.from_bytes(other_data)
+                    if idx != index and (other.ref == index or idx == entry.ref):
+                        shown[idx] = (other_data, other_stored, other)
+        for idx, (row_data, row_stored, parsed) in shown.items():
+            if parsed.index != idx:
+                raise TamperDetected(f"audit log: entry {idx} holds the entry of index {parsed.index}")
+            if leaf_hash(row_data) != row_stored:
+                raise TamperDetected(f"audit log: entry {idx} does not match its leaf hash")
+        checkpoint, unproven = self._prove_included(
+            {idx: leaf_hash(row_data) for idx, (row_data, _s, _e) in shown.items()}
+        )
+        related = tuple(parsed for idx, (_d, _s, parsed) in sorted(shown.items()) if idx != index)
+        return Explanation(entry, related, checkpoint, unproven, self.refs_indexed)
+
+    def _read_rows(self, indexes: Sequence[int]) -> dict[int, tuple[bytes, bytes]]:
+        """``idx -> (entry, leaf_hash)`` of the rows among ``indexes`` that exist, read by key."""
+        found: dict[int, tuple[bytes, bytes]] = {}
+        for start in range(0, len(indexes), 500):
+            chunk = list(indexes[start : start + 500])
+            marks = ", ".join("?" * len(chunk))
+            for idx, data, stored in self.store.query(
+                f"SELECT idx, {self._entry}, {self._leaf} FROM audit_log WHERE idx IN ({marks})", chunk
+            ):
+                found[int(idx)] = (_bytes(data), _bytes(stored))
+        return found
+
+    def _prove_included(self, leaves: Mapping[int, bytes]) -> tuple[Checkpoint | None, tuple[int, ...]]:
+        """Prove each ``index -> leaf hash`` in ``leaves`` included in the latest stored checkpoint.
+
+        Returns that checkpoint (``None`` when there is none) and the indexes it does not cover.
+        One pass over the stored leaf hashes below its size computes every proof. Raises
+        ``TamperDetected`` when its signature or a proof fails.
+        """
+        row = self._latest_checkpoint_row()
+        if row is None:
+            return None, tuple(sorted(leaves))
+        checkpoint = self.open_checkpoint(str(row[2]))
+        covered = sorted(idx for idx in leaves if idx < checkpoint.size)
+        paths = [inclusion_ranges(idx, checkpoint.size) for idx in covered]
+        if covered:
+            roots = self._subtree_roots([r for path in paths for r in path], checkpoint.size)
+            for idx, path in zip(covered, paths, strict=True):
+                proof, roots = roots[: len(path)], roots[len(path) :]
+                try:
+                    verify_inclusion(leaves[idx], idx, checkpoint.size, proof, checkpoint.root)
+                except TamperDetected as exc:
+                    raise TamperDetected(
+                        f"audit log: entry {idx} is not in the tree signed at size {checkpoint.size}: {exc}"
+                    ) from exc
+        return checkpoint, tuple(sorted(idx for idx in leaves if idx >= checkpoint.size))
 
     # --- verification -------------------------------------------------------------------------
 
