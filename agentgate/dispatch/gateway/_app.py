@@ -51,7 +51,14 @@ from agentgate.dispatch.backends import ChatChunk, ChatResult, Timeouts
 from agentgate.dispatch.dispatcher import Dispatcher
 from agentgate.dispatch.gateway._authority import APPROVAL_HEADER, GatewayDecision, GatewayGate
 from agentgate.dispatch.gateway._client import INVOCATION_HEADER, chat_call, max_tokens_of
-from agentgate.dispatch.gateway._http import LOST, ON_LOST, STALLED, STREAM_STALL_S, BoundedHttpToolsProtocol
+from agentgate.dispatch.gateway._http import (
+    LOST,
+    ON_LOST,
+    STALLED,
+    STREAM_STALL_S,
+    UNSENT,
+    BoundedHttpToolsProtocol,
+)
 from agentgate.dispatch.gateway._upstream import UpstreamPool
 from agentgate.dispatch.inventory import Inventory
 from agentgate.dispatch.prefix import estimate_tokens, prompt_text
@@ -86,6 +93,10 @@ BODY_TIMEOUT_S = 60.0
 """Seconds a client has to send a whole request body once its head has arrived."""
 _ONE_CHOICE = ("n", "best_of")
 """Body fields that ask a backend for several sequences (vLLM honours both): absent, null or 1."""
+STOPPED = "agentgate.stopped"
+"""Scope key set (True) on a streamed call cut by the end of the server's shutdown grace."""
+LAST_EVENT_S = 2.0
+"""Seconds a stream cut at shutdown has to send its last event and see it leave the gateway's buffer."""
 _log = logging.getLogger(__name__)
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -385,11 +396,12 @@ class Gateway:
             except CallerGone:
                 return error_response(499, "the caller went away", "caller_gone")
         watch = _Watch(scope)
+        handler = watch.task
         chunks = self.gate.gated_stream(
             decision.auth,
             self.dispatcher.stream(payload, tenant=tenant, slo_ttft_s=self.slo_ttft_s),
             reserved,
-            left=lambda: _stall_reason(scope) or ("CallerGone" if scope.get(LOST) else None),
+            left=lambda: _left_reason(scope, handler),
         )
         # Wait for the first chunk before answering, so that a call no backend can take gets an
         # HTTP error status rather than a 200 stream that fails. A caller that leaves meanwhile
@@ -402,10 +414,18 @@ class Gateway:
         except AgentGateError as exc:
             return _dispatch_error(exc)
         except asyncio.CancelledError:
-            if not watch.gone or watch.task.uncancel() > 0:
-                raise
+            if watch.gone and watch.task.uncancel() == 0:
+                await chunks.aclose()
+                return error_response(499, "the caller went away", "caller_gone")
+            # Only the server cancels a request's task otherwise: its shutdown grace ran out
+            # before the first token. Its outcome is audited ``GatewayStopped`` and it is
+            # answered 503, as a JSON call cut by the shutdown is.
+            scope[STOPPED] = True
+            while watch.task.uncancel() > 0:
+                pass
             await chunks.aclose()
-            return error_response(499, "the caller went away", "caller_gone")
+            message = "the gateway is shutting down: the call was cut before its answer began"
+            return error_response(503, message, "shutting_down")
         options = payload.get("stream_options")
         include_usage = isinstance(options, Mapping) and bool(options.get("include_usage"))
         events = self._events(chunks, first, str(payload["model"]), include_usage)
@@ -641,6 +661,18 @@ def _sse(body: Mapping[str, Any]) -> bytes:
     return b"data: " + json.dumps(body).encode() + b"\n\n"
 
 
+def _left_reason(scope: Scope, handler: asyncio.Task[Any]) -> str | None:
+    """Why a stream ended before its answer did, for its outcome in the audit log: the caller
+    stopped reading (cut by the protocol), its connection was lost, or the server's shutdown
+    grace ran out (``STOPPED``, or its ``handler`` task is being cancelled: with the caller
+    still there only the server cancels it); ``None`` when none of these is known."""
+    if (stalled := _stall_reason(scope)) is not None:
+        return stalled
+    if scope.get(LOST):
+        return "CallerGone"
+    return "GatewayStopped" if scope.get(STOPPED) or handler.cancelling() > 0 else None
+
+
 def _stall_reason(scope: Scope) -> str | None:
     """Why a stream's caller went away, when it stopped reading (the protocol cut it); else None."""
     stall = scope.get(STALLED)
@@ -667,13 +699,14 @@ class _EventStream(StreamingResponse):
         except asyncio.CancelledError:
             # The server stopped and its shutdown grace is over. The stream ends with an error
             # event, as a backend failure does, instead of a cut connection and a traceback in
-            # the server's log; a caller that does not take it within a second is left.
+            # the server's log; its outcome is audited ``GatewayStopped``.
             # Only the server cancels a request's task, and under load it reaches us counted more
             # than once (anyio re-delivers a cancellation to the task its scope runs in): every
             # count is the same shutdown, so all are taken back before the last event is sent.
             task = asyncio.current_task()
             if task is None or task.cancelling() == 0:
                 raise
+            scope[STOPPED] = True
             while task.uncancel() > 0:
                 pass
             _log.warning("agentgate gateway: a stream was cut: the gateway is shutting down")
@@ -681,12 +714,38 @@ class _EventStream(StreamingResponse):
             body = {
                 "error": {"message": message, "type": "api_error", "param": None, "code": "shutting_down"}
             }
-            with contextlib.suppress(Exception):
-                async with asyncio.timeout(1.0):
-                    await send({"type": "http.response.body", "body": _sse(body), "more_body": True})
-                    await send({"type": "http.response.body", "body": b"", "more_body": False})
+            await _last_words(task, scope, send, _sse(body))
         finally:
             await self._events.aclose()
+
+
+async def _last_words(task: asyncio.Task[Any], scope: Scope, send: Send, event: bytes) -> None:
+    """Send a stream's last ``event`` and its end, then wait until the connection's buffer has
+    handed them to the kernel (which delivers them after the process has exited); a caller that
+    does not take them within ``LAST_EVENT_S`` seconds is left. Never raises: a failed send ends
+    the wait, and a cancellation meanwhile (the event loop's own end cancels every task again) is
+    taken back, since the wait is bounded."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + LAST_EVENT_S
+    messages = [
+        {"type": "http.response.body", "body": event, "more_body": True},
+        {"type": "http.response.body", "body": b"", "more_body": False},
+    ]
+    unsent = scope.get(UNSENT)
+    while loop.time() < deadline:
+        try:
+            async with asyncio.timeout_at(deadline):
+                while messages:
+                    await send(messages[0])
+                    del messages[0]
+                while callable(unsent) and unsent() > 0:
+                    await asyncio.sleep(0.01)
+                return
+        except asyncio.CancelledError:
+            while task.uncancel() > 0:
+                pass
+        except Exception:
+            return
 
 
 class _Entry:

@@ -18,6 +18,13 @@ caller gone and settles the call (docs/gateway.md). A caller that reads, however
 cut: each ``stall_s`` in which it took any bytes starts the clock again. The same clock runs on
 an answer that ended with bytes still in the transport's buffer (below the high-water mark, so
 writing never paused): closing the connection would wait for them for ever too.
+
+Pipelined requests (several on one kept-alive connection, sent before the first is answered) are
+queued by uvicorn, which points its ``cycle`` at the newest one. The marks above (``STALLED``,
+``LOST`` and the ``ON_LOST`` hook) go to the request whose answer is being written (the one
+running), not to one still queued behind it; a lost connection marks every unfinished request.
+``UNSENT`` lets an app ask how many bytes of its connection still wait in the gateway's own
+buffer (at shutdown it waits for them to leave before the process exits).
 """
 
 from __future__ import annotations
@@ -31,7 +38,7 @@ import struct
 import sys
 import termios
 
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
 from agentgate.errors import InputError
 
@@ -47,6 +54,9 @@ ON_LOST = "agentgate.on_lost"
 """Scope key an app may set to a callable: called if the connection is lost before the answer began."""
 LOST = "agentgate.lost"
 """Scope key set (True) when the connection was lost before the answer was complete."""
+UNSENT = "agentgate.unsent"
+"""Scope key set to a callable: the bytes of the connection still in the gateway's buffer (not
+yet handed to the kernel), 0 once the connection is closed."""
 
 
 class BoundedHttpToolsProtocol(HttpToolsProtocol):
@@ -65,6 +75,10 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     _stall_timer: asyncio.TimerHandle | None = None
     _stall_mark = 0
     """Bytes the caller had not taken when the stall clock last (re)started (``_untaken``)."""
+    _running: RequestResponseCycle | None = None
+    """The request whose app runs (and whose answer is written); pipelined ones wait behind it."""
+    _stall_cycle: RequestResponseCycle | None = None
+    """The request whose answer was being written when the stall clock started."""
 
     @classmethod
     def with_stall(cls, stall_s: float) -> type[BoundedHttpToolsProtocol]:
@@ -101,7 +115,16 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._head_bytes = 0
         self._tail = b""
         self._stop_head_timer()
+        previous = self.cycle
         super().on_headers_complete()
+        # uvicorn starts the new request at once unless one is still being answered; then it
+        # queues it (``pipeline``), and ``cycle`` names the queued one from now on.
+        if self.cycle is not previous and (previous is None or previous.response_complete):
+            self._started(self.cycle)
+
+    def _started(self, cycle: RequestResponseCycle) -> None:
+        self._running = cycle
+        cycle.scope[UNSENT] = self._unsent  # type: ignore[literal-required]
 
     def on_message_complete(self) -> None:
         super().on_message_complete()
@@ -118,10 +141,18 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._stop_head_timer()
         self._stop_stall_timer()
         super().connection_lost(exc)
+        running = self._running
+        if running is not None and running is not self.cycle and not running.response_complete:
+            # uvicorn marks only its newest request disconnected: with pipelined ones queued, the
+            # one running would go on writing to a closed connection and never be told.
+            running.disconnected = True
+            running.message_event.set()
         # uvicorn tells an app its caller left only through ``receive``, which an app waiting on
         # something else (a backend) does not call: the app's hook, if it set one, is told now.
-        cycle = self.cycle
-        if cycle is not None and not cycle.response_complete:
+        queued = [cycle for cycle, _ in self.pipeline]
+        for cycle in dict.fromkeys(c for c in (running, self.cycle, *queued) if c is not None):
+            if cycle.response_complete:
+                continue
             cycle.scope[LOST] = True  # type: ignore[literal-required]
             lost = cycle.scope.get(ON_LOST)
             if callable(lost) and not cycle.response_started:
@@ -131,6 +162,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         # The send buffer passed its high-water mark: the caller reads slower than we write.
         super().pause_writing()
         self._stall_mark = self._untaken()
+        self._stall_cycle = self._running
         self._stop_stall_timer()
         self._stall_timer = self.loop.call_later(self.stall_s, self._check_stall)
 
@@ -139,11 +171,16 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         super().resume_writing()
 
     def on_response_complete(self) -> None:
+        answered = self._running
+        queued = self.pipeline[-1][0] if self.pipeline else None
         super().on_response_complete()
+        if queued is not None and not any(cycle is queued for cycle, _ in self.pipeline):
+            self._started(queued)  # uvicorn started the next pipelined request
         # The answer's tail still waits in the transport (below the high-water mark, so writing
         # never paused): the connection's close or keep-alive would wait for it for ever.
         if self._stall_timer is None and self.transport.get_write_buffer_size() > 0:
             self._stall_mark = self._untaken()
+            self._stall_cycle = answered
             self._stall_timer = self.loop.call_later(self.stall_s, self._check_stall)
 
     def _stop_stall_timer(self) -> None:
@@ -164,6 +201,11 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
                 waiting += int.from_bytes(queued, sys.byteorder, signed=True)
         return waiting
 
+    def _unsent(self) -> int:
+        """Bytes written to this connection still in the transport's buffer (asyncio empties it
+        when the connection is lost or aborted)."""
+        return self.transport.get_write_buffer_size()
+
     def _check_stall(self) -> None:
         """``stall_s`` after writing paused (or after the last progress): a caller that took some
         of the bytes meanwhile gets another ``stall_s``; one that took nothing is cut."""
@@ -175,8 +217,9 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             self._stall_mark = waiting
             self._stall_timer = self.loop.call_later(self.stall_s, self._check_stall)
             return
-        if self.cycle is not None and not self.cycle.response_complete:
-            self.cycle.scope[STALLED] = self.stall_s  # type: ignore[literal-required]
+        stalled = self._stall_cycle
+        if stalled is not None and not stalled.response_complete:
+            stalled.scope[STALLED] = self.stall_s  # type: ignore[literal-required]
         # A reset, not a close: close() would wait for the unread bytes for ever, and a closed
         # socket the kernel still tries to deliver holds its MiBs of buffers (nginx's
         # reset_timedout_connection does the same).
