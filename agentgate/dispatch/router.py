@@ -19,12 +19,27 @@ any. Then:
    prefill alone is longer) is dispatched to the best backend too, since neither waiting nor a
    retry could meet it; otherwise class 1 waits (a ``wait`` plan) while its SLO budget lasts,
    then is shed; classes 2 and lower are shed at once. Shed requests count as misses in every figure.
+
+*Saturation*: when every usable backend holds ``max_concurrency`` requests, classes 0 and 1 wait
+for a slot (``RoutingPolicy._saturated``) and the router remembers them in line: class 0 before
+class 1, and within a class in order of arrival. A slot that frees goes to the first in line
+that may use it: a later or lower-class request asking meanwhile (a waiter asking again, or a new
+arrival) is told to wait while the slots free for it are all spoken for by those ahead of it. A
+waiter that stops asking (its caller gave up) leaves the line after ``WAITER_TIMEOUT_S``, and
+one whose SLO budget is spent is shed when it asks and leaves the line then.
+
+Backends that share a URL are one engine under several names (say one per tenant or per model
+alias): they share one cap, the smallest ``max_concurrency`` among them, counted over the
+requests in flight on all of them, instead of each allowing its own.
 """
 
 from __future__ import annotations
 
+import itertools
+import math
 from collections import OrderedDict
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 from agentgate.dispatch._policy import (
     AllowedBackend,
@@ -37,9 +52,27 @@ from agentgate.dispatch.inventory import Inventory
 from agentgate.dispatch.quota import TenantQuota, TokenBucket
 from agentgate.dispatch.scorers import Scorer, predicted_ttft
 from agentgate.dispatch.state import BackendState, SpeedModel
-from agentgate.errors import Shed
+from agentgate.errors import NoBackend, Shed
 
 __all__ = ["AllowedBackend", "Candidate", "RoutePlan", "RouteRequest", "Router"]
+
+WAITER_TIMEOUT_S = 1.0
+"""Seconds after its last ask that a waiter for a slot leaves the line (it asks every
+``SATURATED_POLL_S``; one that stopped asking was given up by its caller)."""
+
+
+@dataclass(slots=True)
+class _Waiter:
+    """A request waiting for a slot on a saturated model, in line."""
+
+    key: tuple[int, float, int]
+    """(priority class, arrival, sequence): the line's order."""
+    model: str
+    allowed: AllowedBackend | None
+    deadline: float
+    """When its SLO budget is spent (it is shed at its next ask)."""
+    asked: float
+    """When it last asked."""
 
 
 class Router(RoutingPolicy):
@@ -71,9 +104,75 @@ class Router(RoutingPolicy):
         self.max_sessions = max_sessions
         self._buckets: dict[str, TokenBucket] = {}
         self._sessions: OrderedDict[str, str] = OrderedDict()
+        self._waiters: dict[str, _Waiter] = {}
+        self._arrivals = itertools.count()
+        self._engines: dict[str, list[BackendState]] = {}
+        """The backends of each engine (URL), which share one cap."""
+        for state in self.states.values():
+            self._engines.setdefault(state.backend.chat_url.lower(), []).append(state)
+
+    def route(self, request: RouteRequest, now: float, allowed: AllowedBackend | None = None) -> RoutePlan:
+        """As ``RoutingPolicy.route``, with the line for slots and the shared caps of backends
+        with one URL (module docstring). Raises ``NoBackend`` or ``Shed`` as it does."""
+        waiter = self._waiters.get(request.id)
+        if waiter is not None:
+            waiter.asked = now
+        try:
+            plan = super().route(request, now, allowed)
+        except NoBackend:
+            self._waiters.pop(request.id, None)
+            raise
+        if plan.action == "dispatch":
+            self._waiters.pop(request.id, None)
+        elif request.id in self._waiters:
+            self._waiters[request.id].allowed = allowed
+        return plan
+
+    def _saturated(self, request: RouteRequest, now: float) -> RoutePlan:
+        """The base rule (wait, or ``Shed``), and a request told to wait takes its place in line."""
+        plan = super()._saturated(request, now)
+        if request.id not in self._waiters:
+            self._waiters[request.id] = _Waiter(
+                key=(request.priority, request.arrived_at, next(self._arrivals)),
+                model=request.model,
+                allowed=None,
+                deadline=request.arrived_at + request.slo_ttft_s,
+                asked=now,
+            )
+        return plan
+
+    def _free(self, candidates: list[BackendState], request: RouteRequest, now: float) -> list[BackendState]:
+        """The candidates with a slot left for ``request``: its engine's shared cap not reached,
+        and not every free slot spoken for by waiters ahead of it in line (each ahead takes a
+        slot on the first engine it may use)."""
+        free = {
+            url: min(s.backend.max_concurrency for s in engine) - sum(s.in_flight for s in engine)
+            for url, engine in self._engines.items()
+        }
+        mine = self._waiters.get(request.id)
+        key = mine.key if mine is not None else (request.priority, request.arrived_at, math.inf)
+        for name, waiter in list(self._waiters.items()):
+            if now - waiter.asked > WAITER_TIMEOUT_S or now > waiter.deadline + WAITER_TIMEOUT_S:
+                del self._waiters[name]  # its caller gave up, or it was shed and never asked again
+        ahead = sorted((w for w in self._waiters.values() if w.key < key), key=lambda w: w.key)
+        for waiter in ahead:
+            for state in self.states.values():
+                url = state.backend.chat_url.lower()
+                if (
+                    free[url] > 0
+                    and waiter.model in state.backend.models
+                    and state.healthy
+                    and (waiter.allowed is None or waiter.allowed(state.backend))
+                ):
+                    free[url] -= 1
+                    break
+        return [s for s in candidates if free[s.backend.chat_url.lower()] > 0]
 
     def choose(self, candidates: list[BackendState], request: RouteRequest, now: float) -> RoutePlan:
         """Apply the rule in the module docstring; raises ``Shed`` when the request is refused."""
+        candidates = self._free(candidates, request, now)
+        if not candidates:
+            return self._saturated(request, now)
         waited = max(0.0, now - request.arrived_at)
         scored = sorted(
             ((self.predictor(s, request, now) + waited, s) for s in candidates), key=lambda item: item[0]
