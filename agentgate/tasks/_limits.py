@@ -16,12 +16,22 @@ is free.
 
 Rate-limited waiting calls are started by one timer thread (made on first use, joined by
 ``close``) that sleeps until the earliest token and then dispatches under the lock.
+
+Nested calls (a call made while a tool of these limits runs: ``RUNNING`` names the running
+attempt's ``Waiter``, in the caller's context) never wait for a slot their own ancestor holds:
+the ancestor is waiting for them, so that wait could never end. A nested call blocked on a full
+limit (global, tool, tenant, principal) that an ancestor holds a slot of borrows that slot
+(``Waiter.borrowed``; the lender's ``lent``) instead of waiting: it runs under its parent's
+slot, one borrower per slot at a time, so siblings are still limited. A borrowed slot goes back
+to its lender when the borrower finishes; a lender that finishes first hands the slot on to the
+borrower, which then holds it as its own, so the counts never fall below what is running.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import threading
 import time
 import weakref
@@ -41,6 +51,8 @@ if TYPE_CHECKING:
 
 _LONGEST_TIMER_WAIT_S = 86_400.0
 _NEVER = float("inf")
+#: The limits a slot counts against, in the order they are checked.
+_DIMENSIONS = ("global", "tool", "tenant", "principal")
 
 
 class Signal(Protocol):
@@ -61,19 +73,58 @@ def _resolve(future: Signal) -> None:
 class Waiter:
     """One attempt's claim on slots: granted when started, queued (``entry``) while waiting."""
 
-    __slots__ = ("call", "entry", "future", "granted", "limits", "loop", "queued_at", "thread")
+    __slots__ = (
+        "borrowed",
+        "call",
+        "entry",
+        "finished",
+        "future",
+        "granted",
+        "lent",
+        "limits",
+        "loop",
+        "owner",
+        "parent",
+        "queued_at",
+        "thread",
+    )
 
     future: Signal  # set only when the call has to wait
     thread: int  # the thread of ``loop``, set with it
 
-    def __init__(self, call: ToolCall, limits: ToolLimits, queued_at: float) -> None:
+    def __init__(self, call: ToolCall, limits: ToolLimits, queued_at: float, owner: SharedLimits) -> None:
         self.call = call
         self.limits = limits
         self.queued_at = queued_at
+        self.owner = owner
         self.granted = False
+        self.finished = False
         self.entry: Entry[Waiter] | None = None
         #: The loop whose thread must resolve ``future`` (an asyncio future); None: thread-safe signal.
         self.loop: asyncio.AbstractEventLoop | None = None
+        #: The running attempt this call was made from (a nested call), else None.
+        self.parent: Waiter | None = None
+        #: Limit dimension -> the ancestor whose slot this attempt runs under (None: none borrowed).
+        self.borrowed: dict[str, Waiter] | None = None
+        #: Limit dimension -> the nested attempt this one's slot is lent to (None: none lent).
+        self.lent: dict[str, Waiter] | None = None
+
+
+#: The attempt whose tool is running in this context (set by the schedulers around the tool).
+RUNNING: contextvars.ContextVar[Waiter | None] = contextvars.ContextVar(
+    "agentgate_running_call", default=None
+)
+
+
+def _dimension_key(call: ToolCall, dimension: str) -> object:
+    """Which slot of ``dimension`` a call of ``call`` counts against (two calls share it when equal)."""
+    if dimension == "tool":
+        return call.tool
+    if dimension == "tenant":
+        return call.tenant
+    if dimension == "principal":
+        return (call.tenant, call.principal)
+    return None
 
 
 class SharedLimits:
@@ -119,6 +170,8 @@ class SharedLimits:
         self._adopting = threading.local()
         #: Set by ``refuse_waiting``: why no call starts any more (None: calls start).
         self.refusing: str | None = None
+        #: Queued nested calls: started by ``_start_nested_waiting`` once an ancestor can lend.
+        self.nested_waiting: set[Waiter] = set()
 
     @property
     def queued(self) -> int:
@@ -191,9 +244,91 @@ class SharedLimits:
         """The fast path, when nothing waits: start ``call`` at once if every limit has room, else None."""
         if self.refusing is not None or not self.has_room(call, limits):
             return None
-        waiter = Waiter(call, limits, 0.0)  # queued_at is read only for calls that waited
+        waiter = Waiter(call, limits, 0.0, self)  # queued_at is read only for calls that waited
         self.start(waiter)
         return waiter
+
+    def start_nested(self, call: ToolCall, limits: ToolLimits, parent: Waiter) -> Waiter | None:
+        """A nested call (made while ``parent``'s tool runs) that ``start_now`` could not start:
+        start it at once under its ancestors' slots when every full limit it needs has an
+        ancestor's slot to borrow, else None (it queues like any call)."""
+        if self.refusing is not None:
+            return None
+        plan = self._borrow_plan(call, limits, parent)
+        if not plan:  # None: a full limit no ancestor can lend; {}: nothing full, wait your turn
+            return None
+        if limits.rate is not None and not self._bucket(call.tool, limits).try_take():
+            return None
+        waiter = Waiter(call, limits, 0.0, self)
+        waiter.parent = parent
+        self._lend(waiter, plan)
+        self.start(waiter)
+        return waiter
+
+    def _borrow_plan(self, call: ToolCall, limits: ToolLimits, parent: Waiter) -> dict[str, Waiter] | None:
+        """For each limit ``call`` finds full, the nearest ancestor (from ``parent`` up) holding an
+        unlent slot of it; None when some full limit has none ({} when no limit is full)."""
+        config = self.config
+        full: list[str] = []
+        if config.max_concurrency is not None and self.in_flight >= config.max_concurrency:
+            full.append("global")
+        if limits.concurrency is not None and self.tool_in_flight.get(call.tool, 0) >= limits.concurrency:
+            full.append("tool")
+        if not self.per_tool_only:
+            if self._tenant_blocked(call.tenant):
+                full.append("tenant")
+            if self._agent_blocked(call.tenant, call.principal):
+                full.append("principal")
+        plan: dict[str, Waiter] = {}
+        for dimension in full:
+            key = _dimension_key(call, dimension)
+            lender: Waiter | None = parent
+            while lender is not None:
+                if (
+                    lender.owner is self
+                    and lender.granted
+                    and not lender.finished
+                    and (lender.lent is None or dimension not in lender.lent)
+                    and _dimension_key(lender.call, dimension) == key
+                ):
+                    break
+                lender = lender.parent
+            if lender is None:
+                return None
+            plan[dimension] = lender
+        return plan
+
+    @staticmethod
+    def _lend(waiter: Waiter, plan: dict[str, Waiter]) -> None:
+        """Record that ``waiter`` runs under the slots of ``plan`` (lock held)."""
+        waiter.borrowed = dict(plan)
+        for dimension, lender in plan.items():
+            if lender.lent is None:
+                lender.lent = {}
+            lender.lent[dimension] = waiter
+
+    def _start_nested_waiting(self) -> None:
+        """Start queued nested calls that can now run under an ancestor's slot (lock held)."""
+        for waiter in list(self.nested_waiting):
+            if waiter.granted or waiter.entry is None or not waiter.entry.alive or waiter.future.done():
+                self.nested_waiting.discard(waiter)
+                continue
+            assert waiter.parent is not None
+            plan = self._borrow_plan(waiter.call, waiter.limits, waiter.parent)
+            if not plan:
+                continue
+            limits = waiter.limits
+            if limits.rate is not None:
+                bucket = self._bucket(waiter.call.tool, limits)
+                if not bucket.try_take():
+                    self._arm(time.monotonic() + bucket.wait_s())
+                    continue
+            self.queue.discard(waiter.entry)
+            if self._wake(waiter):
+                self._lend(waiter, plan)
+                self.start(waiter)
+            else:
+                self.nested_waiting.discard(waiter)
 
     def enqueue(
         self,
@@ -204,6 +339,7 @@ class SharedLimits:
         future: Signal,
         metrics: SchedulerMetrics,
         loop: asyncio.AbstractEventLoop | None = None,
+        parent: Waiter | None = None,
     ) -> Waiter:
         """The slow path: queue ``call`` fairly; ``future`` is set when it starts. Raises
         ``Overloaded`` when the queue is full, ``SchedulingError`` after ``refuse_waiting``.
@@ -211,10 +347,12 @@ class SharedLimits:
         ``metrics``: the queueing scheduler's, which counts the ``queued`` or ``shed`` event.
         ``loop``: given when ``future`` is an asyncio future of that loop, called from its thread
         (it is then resolved on that thread); None when ``future`` is thread-safe.
+        ``parent``: the running attempt this call was made from (a nested call), which lets the
+        call start under an ancestor's slot once one is free to lend (``_start_nested_waiting``).
         """
         if self.refusing is not None:
             raise SchedulingError(self.refusing)
-        waiter = Waiter(call, limits, time.monotonic())
+        waiter = Waiter(call, limits, time.monotonic(), self)
         waiter.future = future
         if loop is not None:
             waiter.loop = loop
@@ -246,6 +384,9 @@ class SharedLimits:
             call.principal,
             call.tool,
         )
+        if parent is not None:
+            waiter.parent = parent
+            self.nested_waiting.add(waiter)
         if traced:
             metrics.event(
                 "queued", call.tool, {"agentgate.tenant": call.tenant, "agentgate.priority": priority.name}
@@ -300,9 +441,14 @@ class SharedLimits:
         return True
 
     def start(self, waiter: Waiter) -> None:
-        """Count ``waiter``'s slots as taken."""
+        """Count ``waiter``'s slots as taken (not those it borrows from an ancestor)."""
         call = waiter.call
         waiter.granted = True
+        if waiter.parent is not None:
+            self.nested_waiting.discard(waiter)
+            if waiter.borrowed:
+                self._start_borrowing(waiter)
+                return
         self.in_flight += 1
         self.tool_in_flight[call.tool] = self.tool_in_flight.get(call.tool, 0) + 1
         if not self.per_tool_only:  # the tenant and principal counts matter only to their limits
@@ -310,16 +456,70 @@ class SharedLimits:
             agent = (call.tenant, call.principal)
             self.principal_in_flight[agent] = self.principal_in_flight.get(agent, 0) + 1
 
-    def finish(self, waiter: Waiter) -> None:
-        """Give ``waiter``'s slots back and start the fairest waiting calls that now have room."""
+    def _start_borrowing(self, waiter: Waiter) -> None:
+        """``start`` for an attempt running under borrowed slots: only its own ones are counted."""
         call = waiter.call
-        self.in_flight -= 1
-        _decrement(self.tool_in_flight, call.tool)
+        borrowed = waiter.borrowed
+        assert borrowed is not None
+        if "global" not in borrowed:
+            self.in_flight += 1
+        if "tool" not in borrowed:
+            self.tool_in_flight[call.tool] = self.tool_in_flight.get(call.tool, 0) + 1
         if not self.per_tool_only:
-            _decrement(self.tenant_in_flight, call.tenant)
-            _decrement(self.principal_in_flight, (call.tenant, call.principal))
+            if "tenant" not in borrowed:
+                self.tenant_in_flight[call.tenant] = self.tenant_in_flight.get(call.tenant, 0) + 1
+            if "principal" not in borrowed:
+                agent = (call.tenant, call.principal)
+                self.principal_in_flight[agent] = self.principal_in_flight.get(agent, 0) + 1
+
+    def finish(self, waiter: Waiter) -> None:
+        """Give ``waiter``'s slots back and start the fairest waiting calls that now have room.
+
+        A borrowed slot goes back to its lender; a slot this attempt lent to a nested call that
+        still runs passes to that call, which then gives it back itself."""
+        call = waiter.call
+        waiter.finished = True
+        if waiter.borrowed or waiter.lent:
+            self._finish_lending(waiter)
+        else:
+            self.in_flight -= 1
+            _decrement(self.tool_in_flight, call.tool)
+            if not self.per_tool_only:
+                _decrement(self.tenant_in_flight, call.tenant)
+                _decrement(self.principal_in_flight, (call.tenant, call.principal))
         if self.queue.size:
             self.dispatch(call.tool if self.per_tool_only else None)
+
+    def _finish_lending(self, waiter: Waiter) -> None:
+        """``finish``'s counting for an attempt that borrowed or lent slots (lock held)."""
+        call = waiter.call
+        borrowed = waiter.borrowed or {}
+        lent = waiter.lent or {}
+        waiter.borrowed = waiter.lent = None
+        for dimension in _DIMENSIONS:
+            heir = lent.get(dimension)
+            source = borrowed.get(dimension)
+            if heir is not None:  # still running: it keeps the slot, counted as before
+                assert heir.borrowed is not None
+                if source is not None:
+                    heir.borrowed[dimension] = source
+                    assert source.lent is not None
+                    source.lent[dimension] = heir
+                else:
+                    del heir.borrowed[dimension]  # now its own: given back when it finishes
+            elif source is not None:
+                assert source.lent is not None
+                del source.lent[dimension]
+            elif dimension == "global":
+                self.in_flight -= 1
+            elif dimension == "tool":
+                _decrement(self.tool_in_flight, call.tool)
+            elif self.per_tool_only:
+                continue
+            elif dimension == "tenant":
+                _decrement(self.tenant_in_flight, call.tenant)
+            else:
+                _decrement(self.principal_in_flight, (call.tenant, call.principal))
 
     def abandon(self, waiter: Waiter) -> None:
         """A waiting call gives up (deadline, cancellation): out of the queue, or its slot back."""
@@ -327,14 +527,23 @@ class SharedLimits:
             self.finish(waiter)
         elif waiter.entry is not None:
             self.queue.discard(waiter.entry)
+            if waiter.parent is not None:
+                self.nested_waiting.discard(waiter)
 
     def dispatch(self, tool: str | None = None) -> None:
         """Start waiting calls, fairest first, while limits have room; arm the rate timer if needed.
+        Then start queued nested calls that can run under an ancestor's slot.
 
         ``tool``: only that tool's room can have changed (a call to it was queued, or it gave a
         slot back while no global, tenant or principal limit is configured), so only its
         waiting calls can start: after every dispatch, no other tool with waiting calls has room.
         """
+        self._dispatch_queue(tool)
+        if self.nested_waiting:
+            self._start_nested_waiting()
+
+    def _dispatch_queue(self, tool: str | None) -> None:
+        """``dispatch``'s walk of the fair queue."""
         max_concurrency = self.config.max_concurrency
         if max_concurrency is not None and self.in_flight >= max_concurrency:
             return
@@ -405,6 +614,7 @@ class SharedLimits:
                 waiter.entry = None  # out of the queue: nothing for ``abandon`` to discard
                 refused += 1
                 _refuse(waiter, reason)
+            self.nested_waiting.clear()
         return refused
 
     # --- the rate timer -------------------------------------------------------------------------

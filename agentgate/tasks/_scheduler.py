@@ -60,7 +60,7 @@ from agentgate.tasks._breaker import BreakerSnapshot, BreakerState, CircuitBreak
 from agentgate.tasks._call import Attempt, ToolCall
 from agentgate.tasks._classify import DEFAULT_CLASSIFIER, Classifier
 from agentgate.tasks._config import PriorityClass, SchedulerConfig, ToolLimits
-from agentgate.tasks._limits import SharedLimits
+from agentgate.tasks._limits import RUNNING, SharedLimits
 from agentgate.tasks._metrics import SchedulerMetrics
 from agentgate.tasks._retry import Failure, RetryRule, rule_for
 
@@ -367,13 +367,16 @@ class Scheduler:
                             raise DeadlineExceeded(
                                 f"tool {tool}: the call's deadline passed before it could start", tool=tool
                             )
+                        parent = RUNNING.get()  # the attempt whose tool made this call, if any
                         with lock:
                             # Someone waiting (in any scheduler): this call queues behind them.
                             waiter = None if shared.queue.size else shared.start_now(call, limits)
+                            if waiter is None and parent is not None:
+                                waiter = shared.start_nested(call, limits, parent)
                             if waiter is None:
                                 future: asyncio.Future[None] = loop.create_future()
                                 waiter = shared.enqueue(
-                                    call, limits, priority, traced, future, self.metrics, loop
+                                    call, limits, priority, traced, future, self.metrics, loop, parent
                                 )
                         if waiter.entry is None:
                             self.metrics.observe_wait(0.0)
@@ -412,7 +415,12 @@ class Scheduler:
                             if admitted is None:
                                 raise _circuit_open(breaker)
                             held = probing = admitted
-                        if self._leases is not None and limits.concurrency is not None:
+                        # Running under an ancestor's tool slot: under its lease too (it waits for this call).
+                        if (
+                            self._leases is not None
+                            and limits.concurrency is not None
+                            and not (waiter.borrowed and "tool" in waiter.borrowed)
+                        ):
                             lease = await self._lease("tool:" + tool, limits.concurrency, loop, deadline)
                         if self._rates is not None and limits.rate is not None:
                             await self._shared_token("tool:" + tool, limits, loop, deadline)
@@ -428,20 +436,24 @@ class Scheduler:
                         # tuple.__new__ directly: Attempt's generated __new__ is one more Python call.
                         attempt = tuple.__new__(Attempt, (call, number, key, unix_deadline))
                         probing = False  # from here on the outcome is reported to the breaker below
-                        if attempt_deadline is None or not self._preemptive:
-                            result = await fn(attempt)
-                        else:
-                            timeout = asyncio.timeout_at(attempt_deadline)
-                            try:
-                                async with timeout:
-                                    result = await fn(attempt)
-                            except TimeoutError as exc:
-                                if timeout.expired():
-                                    raise DeadlineExceeded(
-                                        f"tool {tool}: attempt {number} did not finish before its deadline",
-                                        tool=tool,
-                                    ) from exc
-                                raise
+                        running = RUNNING.set(waiter)  # calls the tool makes are nested in this one
+                        try:
+                            if attempt_deadline is None or not self._preemptive:
+                                result = await fn(attempt)
+                            else:
+                                timeout = asyncio.timeout_at(attempt_deadline)
+                                try:
+                                    async with timeout:
+                                        result = await fn(attempt)
+                                except TimeoutError as exc:
+                                    if timeout.expired():
+                                        raise DeadlineExceeded(
+                                            f"tool {tool}: attempt {number} did not finish before its deadline",
+                                            tool=tool,
+                                        ) from exc
+                                    raise
+                        finally:
+                            RUNNING.reset(running)
                     except asyncio.CancelledError:
                         if held and not probing:  # a cancelled call says nothing about the tool
                             breaker.release()

@@ -52,7 +52,7 @@ from agentgate.tasks._breaker import BreakerSnapshot
 from agentgate.tasks._call import Attempt, ToolCall
 from agentgate.tasks._classify import DEFAULT_CLASSIFIER, Classifier
 from agentgate.tasks._config import PriorityClass, SchedulerConfig, ToolLimits
-from agentgate.tasks._limits import SharedLimits, Waiter
+from agentgate.tasks._limits import RUNNING, SharedLimits, Waiter
 from agentgate.tasks._scheduler import (
     Scheduler,
     _attempt_deadline,
@@ -74,7 +74,7 @@ def _async_function(tool: str) -> InputError:
     )
 
 
-_Work = tuple[Attempt, "asyncio.Future[Any]"]
+_Work = tuple[Attempt, "asyncio.Future[Any]", Waiter | None]
 #: Longest single lock wait: ``Lock.acquire`` overflows on timeouts past the platform's time_t.
 _LONGEST_WAIT_S = 86_400.0
 
@@ -341,7 +341,11 @@ class SyncScheduler:
                             metrics.tally("started", tool)
                     attempt = tuple.__new__(Attempt, (call, number, key, unix_deadline))
                     probing = False  # from here on the outcome is reported to the breaker below
-                    result = fn(attempt)
+                    running = RUNNING.set(waiter)  # calls the tool makes are nested in this one
+                    try:
+                        result = fn(attempt)
+                    finally:
+                        RUNNING.reset(running)
                 except _GiveUp:
                     raise
                 except Exception as exc:
@@ -400,11 +404,14 @@ class SyncScheduler:
                     )
                 # Someone waiting (in any scheduler): this call queues behind them.
                 waiter = None if shared.queue.size else shared.start_now(call, limits)
+                parent = RUNNING.get()  # the attempt whose tool made this call, if any
+                if waiter is None and parent is not None:
+                    waiter = shared.start_nested(call, limits, parent)
                 if waiter is not None:
                     core.metrics.observe_wait(0.0)
                     return waiter
                 wake = _Wake()
-                waiter = shared.enqueue(call, limits, priority, traced, wake, core.metrics)
+                waiter = shared.enqueue(call, limits, priority, traced, wake, core.metrics, parent=parent)
                 if waiter.granted:
                     core.metrics.observe_wait(clock() - waiter.queued_at)
                     return waiter
@@ -442,7 +449,7 @@ class SyncScheduler:
 
         async def hand_to_caller(attempt: Attempt) -> T:
             done: asyncio.Future[T] = loop.create_future()
-            inbox.put((attempt, done))
+            inbox.put((attempt, done, RUNNING.get()))  # the core's attempt, for nested calls
             return await done
 
         async def in_caller_context() -> T:
@@ -464,7 +471,8 @@ class SyncScheduler:
                     return outcome.result()
                 except concurrent.futures.CancelledError as exc:
                     raise SchedulingError("the scheduler shut down before the call finished") from exc
-            attempt, done = work
+            attempt, done, running = work
+            token = RUNNING.set(running)
             try:
                 value = fn(attempt)
             except Exception as exc:
@@ -478,6 +486,8 @@ class SyncScheduler:
                     outcome.cancel()
                     raise _async_function(call.tool)
                 self._settle(done, value, None)
+            finally:
+                RUNNING.reset(token)
 
     def _settle(self, done: asyncio.Future[Any], value: Any, error: Exception | None) -> None:
         def settle() -> None:

@@ -1,0 +1,323 @@
+"""Calls made by a running tool (nested calls) run under a slot their ancestor holds.
+
+Before: with ``concurrency: 1`` on a limit the parent held, the nested call waited for the
+parent's own slot until its deadline (forever without one). Every nested call here has a
+deadline a few seconds away, so a regression fails fast with ``DeadlineExceeded``, not a hang.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Callable
+
+import pytest
+
+from agentgate.errors import DeadlineExceeded
+from agentgate.store._base import Store
+from agentgate.store.leases import LeaseManager
+from agentgate.tasks import (
+    Attempt,
+    Scheduler,
+    SchedulerConfig,
+    SharedLimits,
+    SyncScheduler,
+    TenantShare,
+    ToolCall,
+    ToolLimits,
+)
+
+LIMITS_OF_ONE = {
+    "tool": SchedulerConfig(tools={"a": ToolLimits(concurrency=1)}),
+    "global": SchedulerConfig(max_concurrency=1),
+    "tenant": SchedulerConfig(tenant=TenantShare(concurrency=1)),
+    "principal": SchedulerConfig(principal_concurrency=1),
+}
+
+
+def _call(tool: str, **arguments: object) -> ToolCall:
+    return ToolCall(tool, arguments=dict(arguments), deadline=time.time() + 3.0)
+
+
+@pytest.mark.parametrize("limit", sorted(LIMITS_OF_ONE))
+def test_sync_nested_call_runs_under_its_parents_slot(limit: str) -> None:
+    with SyncScheduler(LIMITS_OF_ONE[limit]) as scheduler:
+
+        def parent(attempt: Attempt) -> str:
+            # The same tool: the tool limit is the parent's own too.
+            inner = scheduler.submit(_call("a", level=2), lambda _: "child")
+            return "parent+" + inner
+
+        assert scheduler.submit(_call("a", level=1), parent) == "parent+child"
+        assert scheduler.scheduler.in_flight == 0
+        # Every slot is back: a top-level call starts at once.
+        assert scheduler.submit(_call("a"), lambda _: "after") == "after"
+
+
+@pytest.mark.parametrize("limit", sorted(LIMITS_OF_ONE))
+def test_async_nested_call_runs_under_its_parents_slot(limit: str) -> None:
+    async def main() -> str:
+        scheduler = Scheduler(LIMITS_OF_ONE[limit])
+
+        async def child(attempt: Attempt) -> str:
+            await asyncio.sleep(0)
+            return "child"
+
+        async def parent(attempt: Attempt) -> str:
+            return "parent+" + await scheduler.submit(_call("a", level=2), child)
+
+        try:
+            async with asyncio.timeout(5):
+                return await scheduler.submit(_call("a", level=1), parent)
+        finally:
+            assert scheduler.in_flight == 0
+            await scheduler.aclose()
+
+    assert asyncio.run(main()) == "parent+child"
+
+
+def test_three_levels_deep_sync_and_async() -> None:
+    config = SchedulerConfig(max_concurrency=1, tools={"a": ToolLimits(concurrency=1)})
+    with SyncScheduler(config) as scheduler:
+
+        def level(depth: int) -> Callable[[Attempt], str]:
+            def run(attempt: Attempt) -> str:
+                if depth == 3:
+                    return "3"
+                return f"{depth}>" + scheduler.submit(_call("a", depth=depth + 1), level(depth + 1))
+
+            return run
+
+        assert scheduler.submit(_call("a", depth=1), level(1)) == "1>2>3"
+
+    async def main() -> str:
+        scheduler = Scheduler(config)
+
+        def level(depth: int, tool: str) -> Callable[[Attempt], asyncio.Future[str]]:
+            async def run(attempt: Attempt) -> str:
+                if depth == 3:
+                    return "3"
+                # a -> b -> a: the third level borrows the tool slot of the first, the global of the second
+                inner = await scheduler.submit(
+                    _call("b" if tool == "a" else "a", depth=depth + 1),
+                    level(depth + 1, "b" if tool == "a" else "a"),
+                )
+                return f"{depth}>" + inner
+
+            return run  # type: ignore[return-value]
+
+        try:
+            async with asyncio.timeout(5):
+                return await scheduler.submit(_call("a", depth=1), level(1, "a"))
+        finally:
+            await scheduler.aclose()
+
+    assert asyncio.run(main()) == "1>2>3"
+
+
+def test_unrelated_calls_still_wait_for_the_parents_slot() -> None:
+    """The lent slot is not free: a top-level call to the same tool starts only after the parent."""
+    order: list[str] = []
+
+    async def main() -> None:
+        scheduler = Scheduler(SchedulerConfig(tools={"a": ToolLimits(concurrency=1)}))
+        child_running = asyncio.Event()
+        release = asyncio.Event()
+
+        async def child(attempt: Attempt) -> None:
+            order.append("child start")
+            child_running.set()
+            await release.wait()
+            order.append("child end")
+
+        async def parent(attempt: Attempt) -> None:
+            await scheduler.submit(_call("a", role="child"), child)
+            order.append("parent end")
+
+        async def other(attempt: Attempt) -> None:
+            order.append("other")
+
+        async with asyncio.timeout(5):
+            first = asyncio.create_task(scheduler.submit(_call("a", role="parent"), parent))
+            await child_running.wait()
+            second = asyncio.create_task(scheduler.submit(_call("a", role="other"), other))
+            for _ in range(20):
+                await asyncio.sleep(0)
+            assert scheduler.queued == 1  # the unrelated call waits
+            release.set()
+            await asyncio.gather(first, second)
+        await scheduler.aclose()
+
+    asyncio.run(main())
+    assert order == ["child start", "child end", "parent end", "other"]
+
+
+def test_concurrent_nested_siblings_share_the_one_lent_slot() -> None:
+    """A parent that starts several nested calls at once lends its slot to one at a time."""
+    running = 0
+    peak = 0
+
+    async def main() -> list[int]:
+        nonlocal running, peak
+        scheduler = Scheduler(SchedulerConfig(tools={"a": ToolLimits(concurrency=1)}))
+
+        async def child(attempt: Attempt) -> int:
+            nonlocal running, peak
+            running += 1
+            peak = max(peak, running)
+            await asyncio.sleep(0.01)
+            running -= 1
+            return int(attempt.call.arguments["i"])
+
+        async def parent(attempt: Attempt) -> list[int]:
+            return list(await asyncio.gather(*(scheduler.submit(_call("a", i=i), child) for i in range(4))))
+
+        try:
+            async with asyncio.timeout(5):
+                return await scheduler.submit(_call("a", role="parent"), parent)
+        finally:
+            await scheduler.aclose()
+
+    assert asyncio.run(main()) == [0, 1, 2, 3]
+    assert peak == 1
+
+
+def test_sync_siblings_in_threads_share_the_one_lent_slot() -> None:
+    """Nested calls from threads the tool starts (with its context) run one at a time."""
+    import contextvars
+
+    lock = threading.Lock()
+    running = {"now": 0, "peak": 0}
+    with SyncScheduler(SchedulerConfig(max_concurrency=1)) as scheduler:
+
+        def child(attempt: Attempt) -> int:
+            with lock:
+                running["now"] += 1
+                running["peak"] = max(running["peak"], running["now"])
+            time.sleep(0.01)
+            with lock:
+                running["now"] -= 1
+            return int(attempt.call.arguments["i"])
+
+        def parent(attempt: Attempt) -> list[int]:
+            results: list[int] = [0] * 3
+
+            def one(i: int) -> None:
+                results[i] = scheduler.submit(_call("b", i=i), child)
+
+            threads = [
+                threading.Thread(target=contextvars.copy_context().run, args=(one, i)) for i in range(3)
+            ]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join(5)
+            return results
+
+        assert scheduler.submit(_call("a"), parent) == [0, 1, 2]
+    assert running["peak"] == 1
+
+
+def test_a_detached_nested_call_keeps_the_slot_after_its_parent_ends() -> None:
+    """A nested task that outlives its parent's attempt inherits the lent slot: the limit holds."""
+
+    async def main() -> None:
+        scheduler = Scheduler(SchedulerConfig(tools={"a": ToolLimits(concurrency=1)}))
+        release = asyncio.Event()
+        started = asyncio.Event()
+        detached: list[asyncio.Task[None]] = []
+
+        async def child(attempt: Attempt) -> None:
+            started.set()
+            await release.wait()
+
+        async def parent(attempt: Attempt) -> None:
+            detached.append(asyncio.create_task(scheduler.submit(_call("a", role="child"), child)))
+            await started.wait()
+
+        async with asyncio.timeout(5):
+            await scheduler.submit(_call("a", role="parent"), parent)
+            assert scheduler.in_flight == 1  # the child now holds the slot itself
+            other = asyncio.create_task(scheduler.submit(_call("a", role="other"), child))
+            for _ in range(20):
+                await asyncio.sleep(0)
+            assert scheduler.queued == 1 and not other.done()
+            release.set()
+            await asyncio.gather(detached[0], other)
+        assert scheduler.in_flight == 0
+        await scheduler.aclose()
+
+    asyncio.run(main())
+
+
+def test_nested_call_on_other_limits_is_not_exempt() -> None:
+    """A nested call never runs under a slot of a Gate (SharedLimits) its parent is not in."""
+
+    async def main() -> None:
+        config = SchedulerConfig(tools={"a": ToolLimits(concurrency=1)})
+        outer = Scheduler(config)
+        other = Scheduler(limits=SharedLimits(config))
+        blocker = asyncio.Event()
+
+        async def hold(attempt: Attempt) -> None:
+            await blocker.wait()
+
+        async def parent(attempt: Attempt) -> None:
+            await other.submit(ToolCall("a", deadline=time.time() + 0.2), hold)
+
+        holding = asyncio.create_task(other.submit(_call("a", role="holder"), hold))
+        await asyncio.sleep(0)
+        with pytest.raises(DeadlineExceeded):
+            await outer.submit(_call("a", role="parent"), parent)
+        blocker.set()
+        await holding
+        await outer.aclose()
+        await other.aclose()
+        other.shared.close()
+
+    asyncio.run(main())
+
+
+def test_sync_nested_call_with_a_store_skips_a_second_lease(store: Store) -> None:
+    """With cross-process leases (tool limit 1 across processes) the nested call to the same tool
+    runs under the parent's lease instead of polling for a second one until its deadline."""
+    config = SchedulerConfig(tools={"a": ToolLimits(concurrency=1)})
+    with SyncScheduler(config, store=store) as scheduler:
+
+        def parent(attempt: Attempt) -> str:
+            return "parent+" + scheduler.submit(_call("a", level=2), lambda _: "child")
+
+        assert scheduler.submit(_call("a", level=1), parent) == "parent+child"
+
+
+def test_async_nested_call_with_a_store_on_another_tool_takes_its_own_lease(store: Store) -> None:
+    """Only a borrowed tool slot skips the lease: a nested call to another limited tool still takes
+    a lease of its own (other processes are still kept to that tool's limit)."""
+    config = SchedulerConfig(
+        max_concurrency=1, tools={"a": ToolLimits(concurrency=1), "b": ToolLimits(concurrency=1)}
+    )
+    other_process = LeaseManager(store, ttl_s=10.0)
+    held = other_process.try_acquire("tool:b", 1)
+    assert held is not None
+
+    async def main() -> None:
+        scheduler = Scheduler(config, store=store)
+
+        async def parent(attempt: Attempt) -> None:
+            await scheduler.submit(ToolCall("b", deadline=time.time() + 0.5), child)
+
+        async def child(attempt: Attempt) -> None:
+            raise AssertionError("b ran while another process held its only lease")
+
+        try:
+            with pytest.raises(DeadlineExceeded):
+                await scheduler.submit(_call("a"), parent)
+        finally:
+            await scheduler.aclose()
+
+    try:
+        asyncio.run(main())
+    finally:
+        other_process.release(held)
+        other_process.close()
