@@ -11,11 +11,14 @@ the 32-byte public key, base58btc-encoded with the multibase prefix ``z``.
 
 from __future__ import annotations
 
+import contextlib
 import errno
+import fcntl
 import os
 import stat
 import tempfile
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -163,20 +166,32 @@ class SigningKey:
         return bytes(self._signer.sign(message).signature)
 
 
+_PAIR_TEMPORARY = (".agentgate-keypair-", ".tmp")
+"""Prefix and suffix of the temporary files of ``save_key`` (told apart from other writers')."""
+_LOCK_WAIT_S = 10.0
+
+
 def save_key(key: SigningKey, directory: Path, name: str) -> tuple[Path, Path]:
     """Write ``DIR/NAME.key`` (PKCS#8 PEM, mode 0600) and ``DIR/NAME.pub`` (did:key), both or neither.
 
     Neither file is ever overwritten. Both are first written whole to temporary files in ``DIR``
     (the private one created with ``O_EXCL`` and mode 0600 in one call, so it never exists with
-    wider permissions) and synced; then ``NAME.pub`` and ``NAME.key`` are hard-linked into place,
-    each link failing if the name exists, and the directory is synced. Any failure or interruption
-    (an exception, Ctrl-C) removes the name linked so far and the temporary files: a ``NAME.key``
-    never exists without its ``NAME.pub``. (Only a process killed outright between the two links
-    can leave a ``NAME.pub`` alone, and a temporary ``.agentgate-*.tmp`` file, mode 0600.)
+    wider permissions) and synced; then ``NAME.key`` and ``NAME.pub`` are hard-linked into place
+    in that order, each link failing if the name exists, the directory synced after each, so
+    ``NAME.pub`` is the commit point: a ``NAME.pub`` written here never exists without its
+    ``NAME.key``, even after a power loss. Any failure or interruption (an exception, Ctrl-C)
+    removes the name linked so far and the temporary files. A process killed outright (SIGKILL,
+    power loss) between the two links leaves a ``NAME.key`` without ``NAME.pub`` and its
+    temporary files: the next ``save_key`` in ``DIR`` removes that key (it is still linked to a
+    temporary file of this function, so it is recognised; nobody was told its did:key) and every
+    such temporary file. Calls in one ``DIR`` are serialized by an advisory lock on ``DIR``
+    (``flock``, released by the kernel when its holder dies), so that clean-up never touches a
+    pair another process is writing.
 
     Raises ``KeyFileError`` for a name that is not a plain file name, an existing ``NAME.key`` or
     ``NAME.pub``, or a target that cannot be written (``DIR`` a file, ``NAME.pub`` a directory, a
-    name too long, no space, a file system without hard links).
+    name too long, no space, a file system without hard links), or when another process holds
+    the lock on ``DIR`` for more than ten seconds.
     """
     if not name or "/" in name or name.startswith(".") or "\x00" in name:
         raise KeyFileError(f"invalid key name {name!r}: use a plain file name")
@@ -195,33 +210,95 @@ def save_key(key: SigningKey, directory: Path, name: str) -> tuple[Path, Path]:
     temporaries: list[Path] = []
     linked: list[tuple[Path, Path]] = []  # (final name, its temporary file) made by this call
     try:
-        try:
-            for data, mode in ((pem, 0o600), ((key.did + "\n").encode("ascii"), 0o644)):
-                fd, temporary = tempfile.mkstemp(dir=directory, prefix=".agentgate-", suffix=".tmp")
-                temporaries.append(Path(temporary))
-                with os.fdopen(fd, "wb") as out:
-                    out.write(data)
-                    out.flush()
-                    os.fchmod(out.fileno(), mode)
-                    os.fsync(out.fileno())
-            for final, temporary_path in ((pub_path, temporaries[1]), (key_path, temporaries[0])):
-                try:
-                    os.link(temporary_path, final, follow_symlinks=False)
-                except FileExistsError:
-                    what = "a key" if final == key_path else "a public key"
-                    raise KeyFileError(f"{final} already exists; refusing to overwrite {what}") from None
-                linked.append((final, temporary_path))
-            _sync_directory(directory)
-        except OSError as exc:
-            raise KeyFileError(f"{directory / name}: cannot write the key pair: {exc.strerror}") from None
-    except BaseException:
-        for final, temporary_path in reversed(linked):
-            _unlink_if_same(final, temporary_path)
-        raise
-    finally:
-        for temporary_path in temporaries:
-            temporary_path.unlink(missing_ok=True)
+        with _directory_lock(directory):
+            try:
+                _remove_interrupted_pairs(directory)
+                for final, what in ((key_path, "a key"), (pub_path, "a public key")):
+                    if os.path.lexists(final):  # refused before anything is linked
+                        raise KeyFileError(f"{final} already exists; refusing to overwrite {what}")
+                for data, mode in ((pem, 0o600), ((key.did + "\n").encode("ascii"), 0o644)):
+                    fd, temporary = tempfile.mkstemp(
+                        dir=directory, prefix=_PAIR_TEMPORARY[0], suffix=_PAIR_TEMPORARY[1]
+                    )
+                    temporaries.append(Path(temporary))
+                    with os.fdopen(fd, "wb") as out:
+                        out.write(data)
+                        out.flush()
+                        os.fchmod(out.fileno(), mode)
+                        os.fsync(out.fileno())
+                _sync_directory(directory)  # the temporary files first: they mark a half-made pair
+                for final, temporary_path in ((key_path, temporaries[0]), (pub_path, temporaries[1])):
+                    try:
+                        os.link(temporary_path, final, follow_symlinks=False)
+                    except FileExistsError:
+                        what = "a key" if final == key_path else "a public key"
+                        raise KeyFileError(f"{final} already exists; refusing to overwrite {what}") from None
+                    linked.append((final, temporary_path))
+                    _sync_directory(directory)  # NAME.key durable before NAME.pub is linked
+            except OSError as exc:
+                raise KeyFileError(f"{directory / name}: cannot write the key pair: {exc.strerror}") from None
+            except BaseException:
+                for final, temporary_path in reversed(linked):
+                    _unlink_if_same(final, temporary_path)
+                raise
+            finally:
+                for temporary_path in temporaries:
+                    temporary_path.unlink(missing_ok=True)
+    except OSError as exc:  # DIR cannot be opened for its lock, or a temporary file not removed
+        raise KeyFileError(f"{directory}: cannot write a key pair there: {exc.strerror}") from None
     return key_path, pub_path
+
+
+@contextlib.contextmanager
+def _directory_lock(directory: Path) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on ``directory`` (waits up to ``_LOCK_WAIT_S``, then
+    ``KeyFileError``). The kernel releases it when the holder exits or is killed."""
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        end = time.monotonic() + _LOCK_WAIT_S
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= end:
+                    raise KeyFileError(
+                        f"{directory}: another process has been writing a key pair there for "
+                        f"{_LOCK_WAIT_S:.0f}s; try again"
+                    ) from None
+                time.sleep(0.02)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def _remove_interrupted_pairs(directory: Path) -> None:
+    """Remove what a ``save_key`` killed outright in ``directory`` left (the lock is held, so no
+    other call is writing): every ``NAME.key`` without its ``NAME.pub`` that is still a link of
+    one of its temporary files, then those temporary files."""
+    temporaries = [
+        entry
+        for entry in os.scandir(directory)
+        if entry.name.startswith(_PAIR_TEMPORARY[0]) and entry.name.endswith(_PAIR_TEMPORARY[1])
+    ]
+    if not temporaries:
+        return
+    inodes = set()
+    for entry in temporaries:
+        with contextlib.suppress(OSError):
+            status = entry.stat(follow_symlinks=False)
+            inodes.add((status.st_dev, status.st_ino))
+    for entry in os.scandir(directory):
+        if not entry.name.endswith(".key") or os.path.lexists(directory / (entry.name[:-4] + ".pub")):
+            continue
+        with contextlib.suppress(OSError):
+            status = entry.stat(follow_symlinks=False)
+            if (status.st_dev, status.st_ino) in inodes:
+                os.unlink(entry.path)
+    for entry in temporaries:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(entry.path)
+    _sync_directory(directory)
 
 
 def _unlink_if_same(path: Path, twin: Path) -> None:
