@@ -28,7 +28,14 @@ from agentgate.dispatch import Dispatcher, Router, inventory_from_mapping
 from agentgate.dispatch.backends import BackendClient
 from agentgate.dispatch.gateway import Gateway, GatewayGate, GatewayServer, InvocationSigner
 from agentgate.dispatch.inventory import load_inventory, parse_inventory
-from agentgate.errors import BackendCredentialError, BackendRejectedCredentials, InventoryError, NoBackend
+from agentgate.errors import (
+    BackendCredentialError,
+    BackendFailed,
+    BackendRejectedCredentials,
+    DispatchError,
+    InventoryError,
+    NoBackend,
+)
 from agentgate.keys import SigningKey
 from agentgate.policy import parse_policy
 from agentgate.sim import SimServer
@@ -207,11 +214,13 @@ async def test_a_401_is_rejected_credentials_naming_the_backend_never_the_key(
 
 
 class _Recorder(http.server.ThreadingHTTPServer):
-    """A real HTTP server on 127.0.0.1 that records each request's path and Authorization and
-    answers 200 with vLLM-shaped metrics (or "ok")."""
+    """A real HTTP server on 127.0.0.1 that records each GET's path and Authorization and answers
+    200 with vLLM-shaped metrics; a POST gets ``answer`` (status, body) with the request's
+    Authorization in place of ``{auth}``: a backend that echoes what it was sent."""
 
     def __init__(self) -> None:
         self.seen: list[tuple[str, str | None]] = []
+        self.answer = (500, "{auth}")
         recorder = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -219,6 +228,15 @@ class _Recorder(http.server.ThreadingHTTPServer):
                 recorder.seen.append((self.path, self.headers.get("Authorization")))
                 body = b"vllm:num_requests_running 1\nvllm:num_requests_waiting 0\n"
                 self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def do_POST(self) -> None:
+                self.rfile.read(int(self.headers["Content-Length"]))
+                status, template = recorder.answer
+                body = template.replace("{auth}", self.headers.get("Authorization", "")).encode()
+                self.send_response(status)
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
                 self.wfile.write(body)
@@ -262,6 +280,36 @@ async def test_probes_carry_the_key_to_the_backends_origin_only(
     probes = [("/health", bearer), ("/v1/models", bearer)]
     assert home.seen == [*probes, ("/metrics", bearer), *probes]
     assert other.seen == [("/metrics", None)]  # another origin never gets the key
+
+
+@pytest.mark.parametrize(
+    ("status", "template", "error"),
+    [
+        (500, "upstream said: {auth}", BackendFailed),
+        (400, '{"error": {"message": "bad request from {auth}"}}', DispatchError),
+        (502, "x" * 180 + "{auth}", BackendFailed),  # the key straddles where the quote is cut
+        (200, '{"error": {"message": "refused {auth}"}}', BackendFailed),
+        (200, "{auth} is not an SSE event\n", BackendFailed),
+    ],
+)
+async def test_a_backend_echoing_the_key_gets_it_scrubbed_from_every_error(
+    key_env: str, recorders: tuple[_Recorder, _Recorder], status: int, template: str, error: type[Exception]
+) -> None:
+    echo = recorders[0]
+    echo.answer = (status, template)
+    client = BackendClient(
+        _inventory(_backend(echo.url, api_key_env=key_env)).backends[0], httpx.AsyncClient()
+    )
+    try:
+        with pytest.raises(error) as plain:
+            await client.chat(BODY)
+        with pytest.raises(error) as streamed:
+            await anext(aiter(client.stream(BODY)))
+    finally:
+        await client.http.aclose()
+    messages = [str(plain.value), str(streamed.value)]
+    assert all(KEY[:8] not in message for message in messages)
+    assert any("[redacted]" in message for message in messages)
 
 
 # --- the dispatcher ---------------------------------------------------------------------------------

@@ -177,8 +177,17 @@ class BackendClient:
         reported with HTTP 200 (``_reject_error``) or a malformed body (a body that is not JSON, a
         choice without string content, a ``finish_reason`` that is not a string, usage that is
         not counts: see ``_usage``); ``DispatchError`` when the backend rejects the request as
-        invalid (400, 422, ...).
+        invalid (400, 422, ...); ``BackendRejectedCredentials`` for 401/403. No message holds the
+        backend's key (``_scrubbed``).
         """
+        try:
+            return await self._chat(payload)
+        except DispatchError as exc:
+            if not self._quotes_key(exc):
+                raise
+            raise self._scrubbed(exc) from None
+
+    async def _chat(self, payload: Mapping[str, Any]) -> ChatResult:
         content = _encode({**payload, "stream": False})
         try:
             async with asyncio.timeout(self.timeouts.first_token_s):
@@ -189,10 +198,10 @@ class BackendClient:
             ) from None
         except (httpx.HTTPError, aiohttp.ClientError, OSError) as exc:
             raise BackendFailed(f"{self.backend.name}: {type(exc).__name__}: {exc}") from None
-        self._check_status(status, raw[:200].decode("utf-8", "replace"))
+        self._check_status(status, self._excerpt(raw))
         try:
             data = orjson.loads(raw)
-            _reject_error(self.backend.name, data)
+            _reject_error(self.backend.name, data, self._key)
             choice = data["choices"][0]
             text = choice["message"]["content"] or ""
             if not isinstance(text, str):
@@ -250,8 +259,9 @@ class BackendClient:
         request or within ``idle_s`` of the previous chunk (lines that carry no chunk, such as
         keep-alive comments, do not count), a stream that ends without ``[DONE]``, an error event
         (``_reject_error``), or an event that is malformed (not JSON, nested too deeply, or fields
-        of the wrong kind, as ``chat`` refuses them).
-        Closing the iterator cancels the request (the connection is closed).
+        of the wrong kind, as ``chat`` refuses them); raises as ``chat`` for an HTTP error status.
+        No message holds the backend's key. Closing the iterator cancels the request (the
+        connection is closed).
         """
         body = {**payload, "stream": True, "stream_options": {"include_usage": True}}
         loop = asyncio.get_running_loop()
@@ -263,7 +273,7 @@ class BackendClient:
         try:
             async with self._post_stream(body) as (status, read, lines):
                 if status >= 300:
-                    self._check_status(status, (await read())[:200].decode("utf-8", "replace"))
+                    self._check_status(status, self._excerpt(await read()))
                 while True:
                     try:
                         async with asyncio.timeout_at(deadline):
@@ -277,11 +287,12 @@ class BackendClient:
                     if not line or line.startswith(_SSE_IGNORED):
                         continue  # a comment, or an SSE field other than data (event, id, retry)
                     if not line.startswith("data:"):
-                        raise BackendFailed(f"{self.backend.name}: not an SSE event: {line[:80]!r}")
+                        quoted = _scrub(line[:1024], self._key)[:80]
+                        raise BackendFailed(f"{self.backend.name}: not an SSE event: {quoted!r}")
                     data = line[5:].strip()
                     if data == "[DONE]":
                         return
-                    chunk = _parse_chunk(self.backend.name, data)
+                    chunk = _parse_chunk(self.backend.name, data, self._key)
                     if chunk is not None:
                         yield chunk
                         wait = self.timeouts.idle_s
@@ -289,6 +300,10 @@ class BackendClient:
         except (httpx.HTTPError, aiohttp.ClientError, ValueError, OSError) as exc:
             # ValueError: aiohttp's line reader refusing a line over its limit.
             raise BackendFailed(f"{self.backend.name}: {type(exc).__name__}: {exc}") from None
+        except DispatchError as exc:
+            if not self._quotes_key(exc):
+                raise
+            raise self._scrubbed(exc) from None
 
     @contextlib.asynccontextmanager
     async def _post_stream(
@@ -363,9 +378,9 @@ class BackendClient:
         return response.status_code == 200
 
     def _check_status(self, status: int, text: str) -> None:
-        """Raise for an answer that is not a success: ``BackendRejectedCredentials`` for 401/403,
-        ``DispatchError`` for a request the backend calls invalid, else ``BackendFailed``. The
-        backend's ``text`` is quoted scrubbed of the key (a backend may echo what it was sent)."""
+        """Raise for an answer that is not a success: ``BackendRejectedCredentials`` for 401/403
+        (the backend's text left out), ``DispatchError`` quoting ``text`` for a request the
+        backend calls invalid, else ``BackendFailed`` quoting it."""
         if status < 300:
             return
         if status in _CREDENTIAL_ERRORS:
@@ -377,14 +392,28 @@ class BackendClient:
             raise BackendRejectedCredentials(
                 f"{self.backend.name} rejected our credentials: HTTP {status} for {configured}"
             )
-        text = self._scrub(text)
         if status in _CALLER_ERRORS:
             raise DispatchError(f"{self.backend.name} rejected the request: HTTP {status}: {text}")
         raise BackendFailed(f"{self.backend.name}: HTTP {status}: {text}")
 
-    def _scrub(self, text: str) -> str:
-        """``text`` with the backend's API key, wherever it appears, replaced by ``[redacted]``."""
-        return text.replace(self._key, "[redacted]") if self._key else text
+    def _excerpt(self, body: bytes) -> str:
+        """The start of an error answer's ``body`` for a message, scrubbed of the key before it is
+        cut (a key cut in two would not be found)."""
+        return _scrub(body[:1024].decode("utf-8", "replace"), self._key)[:200]
+
+    def _quotes_key(self, exc: DispatchError) -> bool:
+        """True if the message of ``exc`` holds the backend's API key: a backend that echoes what
+        it was sent (in an error body, an error event, a line that is not SSE) puts it there."""
+        return self._key is not None and self._key in str(exc)
+
+    def _scrubbed(self, exc: DispatchError) -> DispatchError:
+        """An error of the same type as ``exc`` whose message has the key replaced by ``[redacted]``."""
+        return type(exc)(_scrub(str(exc), self._key))
+
+
+def _scrub(text: str, key: str | None) -> str:
+    """``text`` with ``key``, wherever it appears, replaced by ``[redacted]``."""
+    return text.replace(key, "[redacted]") if key else text
 
 
 def _origin(url: str) -> tuple[str, str | None, int | None]:
@@ -407,7 +436,7 @@ async def _lines(content: aiohttp.StreamReader) -> AsyncIterator[str]:
         yield line.decode("utf-8", "replace").rstrip("\r\n")
 
 
-def _parse_chunk(backend: str, data: str) -> ChatChunk | None:
+def _parse_chunk(backend: str, data: str, key: str | None = None) -> ChatChunk | None:
     """One SSE event's chunk (``None`` for an event with neither choices nor usage).
 
     orjson, not ``json``: it refuses ``NaN``, ``Infinity`` and numbers beyond float range, and
@@ -417,7 +446,7 @@ def _parse_chunk(backend: str, data: str) -> ChatChunk | None:
     """
     try:
         event = orjson.loads(data)
-        _reject_error(backend, event)
+        _reject_error(backend, event, key)
         # vLLM sends ``"usage": null`` on every chunk but the last: an empty usage is none.
         usage = _usage(event["usage"]) if event.get("usage") else None
         choices = event.get("choices") or []
@@ -438,7 +467,7 @@ def _parse_chunk(backend: str, data: str) -> ChatChunk | None:
         raise BackendFailed(f"{backend}: malformed stream event: {exc}") from None
 
 
-def _reject_error(backend: str, body: object) -> None:
+def _reject_error(backend: str, body: object, key: str | None = None) -> None:
     """Raise ``BackendFailed`` if ``body`` is an error the backend reports with HTTP 200: OpenAI's
     ``{"error": {...}}``, or vLLM's ``{"object": "error", "message": ...}``, which it sends as a
     stream event when generation fails mid-stream and then ends the stream with ``[DONE]`` (read
@@ -449,7 +478,8 @@ def _reject_error(backend: str, body: object) -> None:
     if error is None and body.get("object") != "error":
         return
     detail = error.get("message", error) if isinstance(error, Mapping) else error or body.get("message")
-    raise BackendFailed(f"{backend}: the backend reported an error: {str(detail)[:200]!r}")
+    quoted = _scrub(str(detail)[:1024], key)[:200]
+    raise BackendFailed(f"{backend}: the backend reported an error: {quoted!r}")
 
 
 MAX_USAGE_TOKENS = 1_000_000_000
