@@ -321,3 +321,51 @@ def test_async_nested_call_with_a_store_on_another_tool_takes_its_own_lease(stor
     finally:
         other_process.release(held)
         other_process.close()
+
+
+def test_an_async_tool_calling_the_sync_scheduler_of_the_same_limits_is_nested() -> None:
+    """A Gate's shape: one SharedLimits for its sync and async schedulers. An async tool that runs
+    a sync call through ``asyncio.to_thread`` (which carries its context) runs it under its slot."""
+    limits = SharedLimits(SchedulerConfig(max_concurrency=1))
+    sync = SyncScheduler(limits=limits)
+
+    async def main() -> str:
+        scheduler = Scheduler(limits=limits)
+
+        async def parent(attempt: Attempt) -> str:
+            return await asyncio.to_thread(sync.submit, _call("b"), lambda _: "sync child")
+
+        try:
+            async with asyncio.timeout(5):
+                return await scheduler.submit(_call("a"), parent)
+        finally:
+            await scheduler.aclose()
+
+    try:
+        assert asyncio.run(main()) == "sync child"
+        assert limits.in_flight == 0
+    finally:
+        sync.close()
+        limits.close()
+
+
+def test_a_thread_without_the_tools_context_is_not_nested() -> None:
+    """A thread that does not carry the tool's context (a plain ``threading.Thread``) makes an
+    ordinary call: it waits for the slot like any other (here until its deadline)."""
+    with SyncScheduler(SchedulerConfig(max_concurrency=1)) as scheduler:
+
+        def parent(attempt: Attempt) -> str:
+            outcome: list[BaseException] = []
+
+            def plain() -> None:
+                try:
+                    scheduler.submit(ToolCall("b", deadline=time.time() + 0.3), lambda _: "ran")
+                except DeadlineExceeded as exc:
+                    outcome.append(exc)
+
+            thread = threading.Thread(target=plain)
+            thread.start()
+            thread.join(5)
+            return "refused" if outcome else "ran"
+
+        assert scheduler.submit(_call("a"), parent) == "refused"
