@@ -312,6 +312,18 @@ async def test_a_backend_echoing_the_key_gets_it_scrubbed_from_every_error(
     assert any("[redacted]" in message for message in messages)
 
 
+async def test_a_hosted_endpoint_without_health_is_probed_on_its_health_path(
+    key_env: str, recorders: tuple[_Recorder, _Recorder]
+) -> None:
+    home = recorders[0]
+    backend = _inventory(_backend(home.url, api_key_env=key_env, health_path="/v1/models")).backends[0]
+    async with httpx.AsyncClient() as http:
+        assert await BackendClient(backend, http).health()
+    assert home.seen == [("/v1/models", f"Bearer {KEY}")]
+    with pytest.raises(InventoryError, match="health_path"):
+        _inventory(_backend(home.url, health_path="v1/models"))
+
+
 # --- the dispatcher ---------------------------------------------------------------------------------
 
 

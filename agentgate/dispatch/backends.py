@@ -350,11 +350,12 @@ class BackendClient:
         return load_from_text(response.text, self.backend.engine, now=now)
 
     async def health(self) -> bool:
-        """True if ``GET /health`` answers 200 within ``probe_s`` (vLLM, SGLang, TGI, llama.cpp all serve it)."""
+        """True if ``GET {url}{health_path}`` (``/health``: vLLM, SGLang, TGI, llama.cpp all serve
+        it) answers 200 within ``probe_s``."""
         try:
             async with asyncio.timeout(self.timeouts.probe_s):
                 response = await self.http.get(
-                    self.backend.url.rstrip("/") + "/health",
+                    self.backend.url.rstrip("/") + self.backend.health_path,
                     headers=self._probe_headers,
                     timeout=self._probe_timeout,
                 )

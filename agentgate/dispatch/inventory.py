@@ -175,6 +175,10 @@ class Backend(_Frozen):
     kv_capacity_tokens: int | None = Field(default=None, ge=1, le=MAX_KV_CAPACITY_TOKENS)
     """KV cache capacity in tokens; sizes the router's prefix index. ``None``: read it from
     ``vllm:cache_config_info`` when the engine publishes it, else assume 100,000."""
+    health_path: str = Field(default="/health", pattern=r"^/[A-Za-z0-9._~/-]{0,255}$")
+    """The path the health probe GETs on ``url`` (200: healthy). vLLM, SGLang, TGI and llama.cpp
+    serve ``/health``; a hosted OpenAI-compatible endpoint has none: ``/v1/models`` (sent with
+    the API key) answers there."""
     api_key_env: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
     """The environment variable holding the backend's API key (vLLM's or SGLang's ``--api-key``,
     a hosted endpoint's key), read when the inventory is loaded; ``None``: see ``api_key_file``."""
