@@ -11,11 +11,18 @@ import asyncio
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
+from test_tasks_shared_limits import lookup_policy
 
+from agentgate.capabilities import Call
 from agentgate.errors import DeadlineExceeded
+from agentgate.gate import Gate
+from agentgate.keys import SigningKey
+from agentgate.policy import parse_policy
 from agentgate.store._base import Store
+from agentgate.store._sqlite import SQLiteStore
 from agentgate.store.leases import LeaseManager
 from agentgate.tasks import (
     Attempt,
@@ -369,3 +376,44 @@ def test_a_thread_without_the_tools_context_is_not_nested() -> None:
             return "refused" if outcome else "ran"
 
         assert scheduler.submit(_call("a"), parent) == "refused"
+
+
+def test_a_gate_tool_that_calls_the_gate_again_completes(tmp_path: Path) -> None:
+    """End to end: a tool run by ``Gate.run`` (policy limit ``concurrency: 1`` on it) makes
+    another authorized call of the same tool through the same Gate; sync and async. Grants live
+    5 s, so a nested call waiting for its parent's slot (the regression) fails at their expiry."""
+    keys = {n: SigningKey.generate() for n in ("root", "agent")}
+    config = SchedulerConfig(tools={"lookup": ToolLimits(concurrency=1)})
+    gate = Gate(
+        parse_policy(lookup_policy(keys).replace("ttl_s: 600", "ttl_s: 5"), source="nested.yaml"),
+        SQLiteStore(tmp_path / "g.db"),
+        scheduler=config,
+    )
+    try:
+        agent = gate.issue(keys["root"], name="agent", key=keys["agent"], role="worker")
+
+        def inner() -> str:
+            return "inner"
+
+        def outer() -> str:
+            auth = gate.authorize(agent, Call.tool("lookup", {"id": "inner"}))
+            return "outer+" + gate.run(auth, inner)
+
+        assert gate.run(gate.authorize(agent, Call.tool("lookup", {"id": "outer"})), outer) == "outer+inner"
+
+        async def ainner() -> str:
+            return "inner"
+
+        async def aouter() -> str:
+            auth = gate.authorize(agent, Call.tool("lookup", {"id": "ainner"}))
+            return "outer+" + await gate.arun(auth, ainner)
+
+        async def main() -> str:
+            async with asyncio.timeout(10):
+                auth = gate.authorize(agent, Call.tool("lookup", {"id": "aouter"}))
+                return await gate.arun(auth, aouter)
+
+        assert asyncio.run(main()) == "outer+inner"
+        assert gate._limits.in_flight == 0
+    finally:
+        gate.close()
