@@ -14,7 +14,12 @@ import asyncio
 import http.server
 import json
 import logging
+import os
+import socket
+import subprocess
+import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -26,7 +31,13 @@ import pytest
 from agentgate.cli.main import main
 from agentgate.dispatch import Dispatcher, Router, inventory_from_mapping
 from agentgate.dispatch.backends import BackendClient
-from agentgate.dispatch.gateway import Gateway, GatewayGate, GatewayServer, InvocationSigner
+from agentgate.dispatch.gateway import (
+    Gateway,
+    GatewayGate,
+    GatewayServer,
+    InvocationSigner,
+    invocation_headers,
+)
 from agentgate.dispatch.inventory import load_inventory, parse_inventory
 from agentgate.errors import (
     BackendCredentialError,
@@ -245,7 +256,7 @@ class _Recorder(http.server.ThreadingHTTPServer):
                 pass
 
         super().__init__(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.serve_forever, daemon=True)
+        self.thread = threading.Thread(target=self.serve_forever, args=(0.02,), daemon=True)
         self.thread.start()
 
     @property
@@ -373,9 +384,8 @@ async def test_when_every_backend_rejects_the_call_fails_naming_the_cause(key_en
 # --- the gateway --------------------------------------------------------------------------------------
 
 
-def _policy(root: SigningKey, agent: SigningKey) -> Any:
-    return parse_policy(
-        f"""
+def _policy_text(root: SigningKey, agent: SigningKey) -> str:
+    return f"""
 version: 1
 trust_anchors:
   root: {{did: "{root.did}"}}
@@ -392,9 +402,11 @@ roles:
       - resource: model:{MODEL}
     budget: {{limit: 1000000, unit: usd_micros}}
     ttl_s: 3600
-""",
-        source="credentials.yaml",
-    )
+"""
+
+
+def _policy(root: SigningKey, agent: SigningKey) -> Any:
+    return parse_policy(_policy_text(root, agent), source="credentials.yaml")
 
 
 def _gateway_calls(tmp_path: Path, server: SimServer, backend: dict[str, Any]) -> tuple[list[Any], str, Path]:
@@ -492,3 +504,51 @@ def test_the_inventory_module_reads_the_environment_when_loaded(monkeypatch: pyt
     inv = _inventory(_backend("http://10.0.0.1:8000", api_key_env=ENV))
     monkeypatch.setenv(ENV, "sk-second")
     assert inv.backends[0].api_key is not None and inv.backends[0].api_key.get_secret_value() == "sk-first"
+
+
+def test_agentgate_serve_sends_the_key_and_prints_or_logs_it_nowhere(tmp_path: Path) -> None:
+    root, key = SigningKey.generate(), SigningKey.generate()
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(_policy_text(root, key))
+    store = tmp_path / "serve.db"
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    with SimServer(time_scale=0.01, api_key=KEY) as server:
+        inventory = tmp_path / "inventory.yaml"
+        inventory.write_text(
+            f"backends:\n  - {{name: b0, url: '{server.url}', engine: vllm, models: [{MODEL}], api_key_env: {ENV}}}\n"
+        )
+        command = [sys.executable, "-m", "agentgate.cli.main", "serve", "--policy", str(policy)]
+        command += ["--inventory", str(inventory), "--port", str(port), "--store", str(store)]
+        process = subprocess.Popen(
+            command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, ENV: KEY}, text=True
+        )
+        base = f"http://127.0.0.1:{port}"
+        try:
+            deadline = time.monotonic() + 20
+            while True:
+                try:
+                    if httpx.get(base + "/healthz").status_code == 200:
+                        break
+                except httpx.TransportError:
+                    pass
+                assert process.poll() is None and time.monotonic() < deadline, "agentgate serve did not start"
+                time.sleep(0.1)
+            issuer = GatewayGate(_policy(root, key), SQLiteStore(store))
+            try:
+                agent = issuer.issue(root, name="agent", key=key, role="chat")
+            finally:
+                issuer.close()
+            statuses = []
+            for backend_key in (KEY, "sk-rotated"):
+                server.api_key = backend_key  # the second call: the backend no longer takes ours
+                headers = invocation_headers(agent.key, agent.chain, BODY)
+                statuses.append(httpx.post(base + CHAT, json=BODY, headers=headers, timeout=20).status_code)
+        finally:
+            process.terminate()
+            out, err = process.communicate(timeout=20)
+    assert statuses == [200, 503]
+    assert server.authorizations[(CHAT, f"Bearer {KEY}")] == 2
+    assert "rejected our credentials" in err and KEY not in out + err
+    assert KEY.encode() not in b"".join(p.read_bytes() for p in tmp_path.glob("serve.db*"))
