@@ -417,3 +417,80 @@ def test_a_gate_tool_that_calls_the_gate_again_completes(tmp_path: Path) -> None
         assert gate._limits.in_flight == 0
     finally:
         gate.close()
+
+
+def test_many_parents_in_threads_each_with_a_nested_call_under_a_global_limit() -> None:
+    """Eight threads, a global limit of 2: before, two parents took both slots and their children
+    waited for them until their deadlines (each child's slot held by another waiting parent).
+    Now each child runs under its own parent's slot; at most two parents and two children run."""
+    lock = threading.Lock()
+    now = {"parent": 0, "child": 0}
+    peak = {"parent": 0, "child": 0}
+
+    def enter(kind: str) -> None:
+        with lock:
+            now[kind] += 1
+            peak[kind] = max(peak[kind], now[kind])
+
+    def leave(kind: str) -> None:
+        with lock:
+            now[kind] -= 1
+
+    with SyncScheduler(SchedulerConfig(max_concurrency=2)) as scheduler:
+
+        def child(attempt: Attempt) -> int:
+            enter("child")
+            time.sleep(0.005)
+            leave("child")
+            return int(attempt.call.arguments["i"])
+
+        def parent(attempt: Attempt) -> int:
+            enter("parent")
+            try:
+                return scheduler.submit(_call("b", i=attempt.call.arguments["i"]), child)
+            finally:
+                leave("parent")
+
+        results: list[int] = []
+
+        def one(i: int) -> None:
+            results.append(scheduler.submit(_call("a", i=i), parent))
+
+        threads = [threading.Thread(target=one, args=(i,)) for i in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(10)
+        assert sorted(results) == list(range(8))
+        assert scheduler.scheduler.in_flight == 0 and not scheduler.scheduler.shared.nested_waiting
+    assert peak["parent"] <= 2 and peak["child"] <= 2
+
+
+def test_a_queued_nested_call_that_times_out_leaves_nothing_behind() -> None:
+    async def main() -> None:
+        scheduler = Scheduler(SchedulerConfig(tools={"a": ToolLimits(concurrency=1)}))
+        release = asyncio.Event()
+
+        async def slow(attempt: Attempt) -> str:
+            await release.wait()
+            return "slow"
+
+        async def quick(attempt: Attempt) -> str:
+            return "quick"
+
+        async def parent(attempt: Attempt) -> str:
+            first = asyncio.ensure_future(scheduler.submit(_call("a", i=1), slow))
+            await asyncio.sleep(0)
+            # The lent slot is busy with the first child: the second waits, then gives up.
+            with pytest.raises(DeadlineExceeded):
+                await scheduler.submit(ToolCall("a", deadline=time.time() + 0.1), quick)
+            assert not scheduler.shared.nested_waiting and scheduler.queued == 0
+            release.set()
+            return await first
+
+        async with asyncio.timeout(5):
+            assert await scheduler.submit(_call("a", i=0), parent) == "slow"
+        assert scheduler.in_flight == 0
+        await scheduler.aclose()
+
+    asyncio.run(main())
