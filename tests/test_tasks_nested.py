@@ -494,3 +494,41 @@ def test_a_queued_nested_call_that_times_out_leaves_nothing_behind() -> None:
         await scheduler.aclose()
 
     asyncio.run(main())
+
+
+def test_the_chain_of_ancestors_runs_through_a_nested_call_that_started_at_once() -> None:
+    """a -> b -> a with only tool a limited: b starts at once (it has room), and the third level
+    still finds the first level's slot of a through b."""
+    config = SchedulerConfig(tools={"a": ToolLimits(concurrency=1)})
+    with SyncScheduler(config) as scheduler:
+
+        def third(attempt: Attempt) -> str:
+            return "3"
+
+        def second(attempt: Attempt) -> str:
+            return "2>" + scheduler.submit(_call("a", level=3), third)
+
+        def first(attempt: Attempt) -> str:
+            return "1>" + scheduler.submit(_call("b", level=2), second)
+
+        assert scheduler.submit(_call("a", level=1), first) == "1>2>3"
+
+    async def main() -> str:
+        scheduler = Scheduler(config)
+
+        async def athird(attempt: Attempt) -> str:
+            return "3"
+
+        async def asecond(attempt: Attempt) -> str:
+            return "2>" + await scheduler.submit(_call("a", level=3), athird)
+
+        async def afirst(attempt: Attempt) -> str:
+            return "1>" + await scheduler.submit(_call("b", level=2), asecond)
+
+        try:
+            async with asyncio.timeout(5):
+                return await scheduler.submit(_call("a", level=1), afirst)
+        finally:
+            await scheduler.aclose()
+
+    assert asyncio.run(main()) == "1>2>3"

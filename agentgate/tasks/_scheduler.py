@@ -371,8 +371,11 @@ class Scheduler:
                         with lock:
                             # Someone waiting (in any scheduler): this call queues behind them.
                             waiter = None if shared.queue.size else shared.start_now(call, limits)
-                            if waiter is None and parent is not None:
-                                waiter = shared.start_nested(call, limits, parent)
+                            if parent is not None:
+                                if waiter is None:
+                                    waiter = shared.start_nested(call, limits, parent)
+                                else:  # started at once: still a link of the chain of ancestors
+                                    waiter.parent = parent
                             if waiter is None:
                                 future: asyncio.Future[None] = loop.create_future()
                                 waiter = shared.enqueue(
