@@ -274,6 +274,7 @@ def test_an_existing_log_is_indexed_when_first_opened(store: Store, tmp_path: Pa
     schema had none) gets every reference indexed by the first ``AuditLog`` that opens it."""
     log = AuditLog(store, KEY, origin=ORIGIN)
     _call_log(log)
+    log.append(decision(args={"a": 1, "ref": 0, "resource": "x"}))  # 6: no reference of its own
     with store.transaction() as tx:
         if store.dialect == "sqlite":
             tx.execute("DROP TRIGGER audit_log_index_ref")
@@ -290,7 +291,7 @@ def test_an_existing_log_is_indexed_when_first_opened(store: Store, tmp_path: Pa
             (4, 1),
         ]
         upgraded.append(decision("outcome", ref=5, status="ok"))
-        assert [e.index for e in upgraded.explain(5).related] == [6]
+        assert [e.index for e in upgraded.explain(5).related] == [7]
         assert [e.index for e in upgraded.explain(1).related] == [4]
 
 
@@ -318,3 +319,28 @@ def _tamper(store: Store, sql: str, params: tuple[Any, ...]) -> None:
             )
         else:
             tx.execute("ALTER TABLE audit_log ENABLE TRIGGER USER")
+
+
+def test_explain_caches_block_roots_and_does_not_trust_them(log: AuditLog, store: Store) -> None:
+    """Blocks of 1024 leaf hashes are hashed once and kept in ``audit_nodes``; a wrong cached
+    root makes the proof fail, and explain then proves from the leaf hashes and empties the cache."""
+    log.append_many([decision()] * 2500)
+    log.append(decision("outcome", ref=1200, status="ok"))
+    log.checkpoint()
+    assert [e.index for e in log.explain(1200).related] == [2500]
+    assert int(store.query("SELECT COUNT(*) FROM audit_nodes")[0][0]) == 2
+    assert [e.index for e in log.explain(2500).related] == [1200]  # from the cache this time
+    with store.transaction() as tx:
+        tx.execute("UPDATE audit_nodes SET hash = ? WHERE position = 0", (b"\x00" * 32,))
+    explained = log.explain(2500)
+    assert [e.index for e in explained.related] == [1200] and not explained.unproven
+    assert int(store.query("SELECT COUNT(*) FROM audit_nodes")[0][0]) == 0
+    log.explain(2500)  # fills the cache again
+    forged = AuditEntry.from_bytes(log.entry_bytes(1200)).model_copy(update={"rule": "forged"}).to_bytes()
+    from agentgate.audit.merkle import leaf_hash
+
+    _tamper(
+        store, "UPDATE audit_log SET entry = ?, leaf_hash = ? WHERE idx = 1200", (forged, leaf_hash(forged))
+    )
+    with pytest.raises(TamperDetected, match="not in the tree signed at size 2501"):
+        log.explain(2500)

@@ -92,6 +92,15 @@ class RootAccumulator:
             self._push(level[0], height)
             position += width
 
+    def push_subtree(self, node: bytes, height: int) -> None:
+        """Append the root of a perfect subtree of ``2**height`` leaves (one already computed).
+
+        Raises ``ValueError`` unless the size so far is a multiple of ``2**height``.
+        """
+        if self.size % (1 << height):
+            raise ValueError(f"a subtree of 2**{height} leaves cannot follow {self.size} leaves")
+        self._push(node, height)
+
     def _push(self, node: bytes, height: int) -> None:
         """Add the root of a perfect subtree of 2**height leaves; the size must be a multiple of it."""
         stack = self._stack

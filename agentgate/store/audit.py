@@ -68,6 +68,8 @@ _ROW_BYTES = 300
 """What a row costs besides its entry's bytes (index, leaf hash, Python objects), for sizing."""
 _CHECKPOINT_BATCH = 1_000
 """Checkpoint rows one read fetches."""
+_NODE_LEVEL = 10
+"""Height of the cached subtree roots (``audit_nodes``): blocks of 1024 leaf hashes."""
 _INSERT = "INSERT INTO audit_log (idx, entry, leaf_hash) VALUES (?, ?, ?)"
 APPEND_LOCK = 27416741019937140
 """The PostgreSQL advisory lock that serializes appends (ASCII "agaudit"; the same number is
@@ -175,6 +177,9 @@ REFS_DDL: dict[Dialect, str] = {
     # A lookup aid only, covered by no signature: ``AuditLog.explain`` re-reads and proves every
     # entry it finds through it. ``audit_refs_built`` holds one row once existing entries were
     # indexed (``AuditLog`` does that the first time it opens a log without it).
+    # ``audit_nodes(level, position, hash)``: a cache of the roots of aligned blocks of
+    # ``2**_NODE_LEVEL`` leaf hashes, filled by ``explain``; proofs built from it are checked
+    # against the signed root, and rebuilt from the leaf hashes if they do not match.
     "sqlite": """
 CREATE TABLE IF NOT EXISTS audit_refs (
     idx INTEGER PRIMARY KEY,
@@ -182,6 +187,12 @@ CREATE TABLE IF NOT EXISTS audit_refs (
 );
 CREATE INDEX IF NOT EXISTS audit_refs_by_ref ON audit_refs (ref);
 CREATE TABLE IF NOT EXISTS audit_refs_built (built INTEGER PRIMARY KEY CHECK (built = 1));
+CREATE TABLE IF NOT EXISTS audit_nodes (
+    level INTEGER NOT NULL,
+    position INTEGER NOT NULL,
+    hash BLOB NOT NULL,
+    PRIMARY KEY (level, position)
+);
 CREATE TRIGGER IF NOT EXISTS audit_log_index_ref AFTER INSERT ON audit_log
 WHEN json_valid(CAST(NEW.entry AS TEXT)) AND json_type(CAST(NEW.entry AS TEXT), '$.ref') = 'integer'
 BEGIN
@@ -189,10 +200,10 @@ BEGIN
     VALUES (NEW.idx, json_extract(CAST(NEW.entry AS TEXT), '$.ref'));
 END;
 """,
-    # PostgreSQL 15 has no error-free JSON test, so the trigger reads the reference from the
-    # canonical bytes as text: the top-level ``,"ref":N,"resource":`` (or ``null``) is the last
-    # match (args may hold the same text, but the keys after ``ref`` hold no objects, and a
-    # string cannot hold an unescaped quote). SECURITY DEFINER: a
+    # PostgreSQL 15 has no error-free JSON test (and parsing costs), so the trigger reads the
+    # reference from the canonical bytes as text: the top-level ``,"ref":`` is the last one (args
+    # may hold the same text, but the keys after ``ref`` hold no objects, and a string cannot
+    # hold an unescaped quote), found from the end; a number and ``,"resource":`` must follow. SECURITY DEFINER: a
     # role that may only insert into audit_log still keeps the index.
     "postgresql": """
 CREATE TABLE IF NOT EXISTS audit_refs (
@@ -203,17 +214,28 @@ CREATE INDEX IF NOT EXISTS audit_refs_by_ref ON audit_refs (ref);
 CREATE TABLE IF NOT EXISTS audit_refs_built (
     built INTEGER PRIMARY KEY CHECK (built = 1)
 );
+CREATE TABLE IF NOT EXISTS audit_nodes (
+    level INTEGER NOT NULL,
+    position BIGINT NOT NULL,
+    hash BYTEA NOT NULL,
+    PRIMARY KEY (level, position)
+);
 DO $$
 BEGIN
     IF to_regprocedure('agentgate_audit_index_ref()') IS NULL THEN
         CREATE FUNCTION agentgate_audit_index_ref() RETURNS trigger LANGUAGE plpgsql
         SECURITY DEFINER SET search_path FROM CURRENT AS $fn$
         DECLARE
-            found text := substring(encode(NEW.entry, 'escape') FROM '^.*,"ref":(null|[0-9]{1,18}),"resource":');
+            t text := encode(NEW.entry, 'escape');
+            p integer := position(':"fer",' IN reverse(t));  -- the last ,"ref": from the end
+            found text;
         BEGIN
-            IF found <> 'null' THEN
-                INSERT INTO audit_refs (idx, ref) VALUES (NEW.idx, found::bigint)
-                ON CONFLICT (idx) DO UPDATE SET ref = EXCLUDED.ref;
+            IF p > 0 THEN
+                found := substring(right(t, p - 1) FROM '^([0-9]{1,18}),"resource":');
+                IF found IS NOT NULL THEN
+                    INSERT INTO audit_refs (idx, ref) VALUES (NEW.idx, found::bigint)
+                    ON CONFLICT (idx) DO UPDATE SET ref = EXCLUDED.ref;
+                END IF;
             END IF;
             RETURN NULL;
         END;
@@ -233,8 +255,10 @@ _BACKFILL: dict[Dialect, str] = {
     "SELECT idx, json_extract(CAST(entry AS TEXT), '$.ref') FROM audit_log "
     "WHERE json_valid(CAST(entry AS TEXT)) AND json_type(CAST(entry AS TEXT), '$.ref') = 'integer'",
     "postgresql": "INSERT INTO audit_refs (idx, ref) SELECT idx, found::bigint FROM ("
-    "SELECT idx, substring(encode(entry, 'escape') FROM '^.*,\"ref\":(null|[0-9]{1,18}),\"resource\":') "
-    "AS found FROM audit_log) AS refs WHERE found <> 'null' ON CONFLICT (idx) DO NOTHING",
+    "SELECT idx, CASE WHEN p > 0 THEN substring(right(t, p - 1) FROM '^([0-9]{1,18}),\"resource\":') END "
+    "AS found FROM (SELECT idx, t, position(':\"fer\",' IN reverse(t)) AS p FROM ("
+    "SELECT idx, encode(entry, 'escape') AS t FROM audit_log) AS texts) AS found_at) AS refs "
+    "WHERE found IS NOT NULL ON CONFLICT (idx) DO NOTHING",
 }
 
 
@@ -874,19 +898,105 @@ class AuditLog:
         if row is None:
             return None, tuple(sorted(leaves))
         checkpoint = self.open_checkpoint(str(row[2]))
-        covered = sorted(idx for idx in leaves if idx < checkpoint.size)
-        paths = [inclusion_ranges(idx, checkpoint.size) for idx in covered]
-        if covered:
-            roots = self._subtree_roots([r for path in paths for r in path], checkpoint.size)
+        size = checkpoint.size
+        covered = sorted(idx for idx in leaves if idx < size)
+        paths = [inclusion_ranges(idx, size) for idx in covered]
+        ranges = [r for path in paths for r in path]
+
+        def check(roots: list[bytes]) -> None:
             for idx, path in zip(covered, paths, strict=True):
                 proof, roots = roots[: len(path)], roots[len(path) :]
                 try:
-                    verify_inclusion(leaves[idx], idx, checkpoint.size, proof, checkpoint.root)
+                    verify_inclusion(leaves[idx], idx, size, proof, checkpoint.root)
                 except TamperDetected as exc:
                     raise TamperDetected(
-                        f"audit log: entry {idx} is not in the tree signed at size {checkpoint.size}: {exc}"
+                        f"audit log: entry {idx} is not in the tree signed at size {size}: {exc}"
                     ) from exc
-        return checkpoint, tuple(sorted(idx for idx in leaves if idx >= checkpoint.size))
+
+        if covered:
+            try:
+                check(self._cached_roots(ranges, size))
+            except TamperDetected:
+                # The cache is no evidence: rebuilt from the stored leaf hashes alone, the proof
+                # either holds (a cached node was wrong: the cache is emptied) or the log is bad.
+                check(self._subtree_roots(ranges, size))
+                self._forget_nodes()
+        return checkpoint, tuple(sorted(idx for idx in leaves if idx >= size))
+
+    def _cached_roots(self, ranges: Sequence[tuple[int, int]], size: int) -> list[bytes]:
+        """The roots of the RFC 9162 subtrees ``[lo, hi)`` of the tree of ``size`` leaves, from the
+        cached roots of whole blocks (``audit_nodes``, computed and stored when missing) and the
+        leaf hashes of the rest. A subtree of at least one block starts at a multiple of it.
+        Raises ``TamperDetected`` when a leaf hash it needs is missing."""
+        width = 1 << _NODE_LEVEL
+        blocks: set[int] = set()
+        for lo, hi in ranges:
+            if hi - lo >= width:
+                blocks.update(range(lo // width, hi // width))
+        cached = self._nodes(blocks)
+        roots = []
+        for lo, hi in ranges:
+            acc = RootAccumulator()
+            start = lo
+            if hi - lo >= width:
+                for block in range(lo // width, hi // width):
+                    acc.push_subtree(cached[block], _NODE_LEVEL)
+                start = hi // width * width
+            acc.extend(self._leaves(start, hi))
+            roots.append(acc.root())
+        return roots
+
+    def _nodes(self, blocks: set[int]) -> dict[int, bytes]:
+        """``block -> root`` of each block of ``2**_NODE_LEVEL`` leaves in ``blocks``: read from
+        ``audit_nodes``, or computed from the leaf hashes and stored there (best effort: a role
+        that may not write the cache, or a log without it, only computes)."""
+        found: dict[int, bytes] = {}
+        ordered = sorted(blocks)
+        for start in range(0, len(ordered), 500):
+            chunk = ordered[start : start + 500]
+            try:
+                rows = self.store.query(
+                    "SELECT position, hash FROM audit_nodes WHERE level = ? AND position >= ? AND position <= ?",
+                    (_NODE_LEVEL, chunk[0], chunk[-1]),
+                )
+            except (StoreError, sqlite3.Error, psycopg.Error):
+                rows = []
+            found.update((int(p), _bytes(h)) for p, h in rows if int(p) in blocks)
+        missing = [b for b in ordered if b not in found]
+        width = 1 << _NODE_LEVEL
+        for start in range(0, len(missing), 64):
+            made = []
+            for block in missing[start : start + 64]:
+                acc = RootAccumulator()
+                acc.extend(self._leaves(block * width, (block + 1) * width))
+                found[block] = acc.root()
+                made.append((_NODE_LEVEL, block, found[block]))
+            try:
+                with self.store.transaction() as tx:
+                    tx.executemany(
+                        "INSERT INTO audit_nodes (level, position, hash) VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
+                        made,
+                    )
+            except (StoreError, sqlite3.Error, psycopg.Error):
+                pass  # a cache only: the next explain computes these again
+        return found
+
+    def _forget_nodes(self) -> None:
+        """Empty the node cache (one of its roots did not match the leaf hashes), if allowed."""
+        try:
+            with self.store.transaction() as tx:
+                tx.execute("DELETE FROM audit_nodes")
+        except (StoreError, sqlite3.Error, psycopg.Error):
+            pass
+
+    def _leaves(self, lo: int, hi: int) -> list[bytes]:
+        """The stored leaf hashes of entries ``[lo, hi)``; ``TamperDetected`` if one is missing."""
+        rows = self.store.query(
+            f"SELECT {self._leaf} FROM audit_log WHERE idx >= ? AND idx < ? ORDER BY idx", (lo, hi)
+        )
+        if len(rows) != hi - lo:
+            raise TamperDetected(f"audit log: entries are missing between {lo} and {hi}")
+        return [_bytes(row[0]) for row in rows]
 
     # --- verification -------------------------------------------------------------------------
 
