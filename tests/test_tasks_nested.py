@@ -532,3 +532,35 @@ def test_the_chain_of_ancestors_runs_through_a_nested_call_that_started_at_once(
             await scheduler.aclose()
 
     assert asyncio.run(main()) == "1>2>3"
+
+
+def test_with_a_store_a_nested_call_of_its_parents_tool_runs_under_its_lease_even_with_local_room(
+    store: Store,
+) -> None:
+    """Limit 2 across processes: another process holds one lease, the parent the other. The
+    nested call to the same tool has local room (1 of 2), so before it took a local slot and
+    polled for a third lease until its deadline; now it runs under its parent's tool slot and lease."""
+    config = SchedulerConfig(tools={"a": ToolLimits(concurrency=2)})
+    other_process = LeaseManager(store, ttl_s=10.0)
+    held = other_process.try_acquire("tool:a", 2)
+    assert held is not None
+
+    async def main() -> str:
+        scheduler = Scheduler(config, store=store)
+
+        async def child(attempt: Attempt) -> str:
+            return "child"
+
+        async def parent(attempt: Attempt) -> str:
+            return "parent+" + await scheduler.submit(_call("a", level=2), child)
+
+        try:
+            return await scheduler.submit(_call("a", level=1), parent)
+        finally:
+            await scheduler.aclose()
+
+    try:
+        assert asyncio.run(main()) == "parent+child"
+    finally:
+        other_process.release(held)
+        other_process.close()

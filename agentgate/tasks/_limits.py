@@ -248,13 +248,19 @@ class SharedLimits:
         self.start(waiter)
         return waiter
 
-    def start_nested(self, call: ToolCall, limits: ToolLimits, parent: Waiter) -> Waiter | None:
+    def start_nested(
+        self, call: ToolCall, limits: ToolLimits, parent: Waiter, prefer_tool: bool = False
+    ) -> Waiter | None:
         """A nested call (made while ``parent``'s tool runs) that ``start_now`` could not start:
         start it at once under its ancestors' slots when every full limit it needs has an
-        ancestor's slot to borrow, else None (it queues like any call)."""
+        ancestor's slot to borrow, else None (it queues like any call).
+
+        ``prefer_tool``: also borrow an ancestor's slot of the call's tool while the local limit
+        has room (a scheduler with cross-process leases: that slot's lease covers the nested call,
+        where a lease of its own may never come while the parents in every process hold them)."""
         if self.refusing is not None:
             return None
-        plan = self._borrow_plan(call, limits, parent)
+        plan = self._borrow_plan(call, limits, parent, prefer_tool)
         if not plan:  # None: a full limit no ancestor can lend; {}: nothing full, wait your turn
             return None
         if limits.rate is not None and not self._bucket(call.tool, limits).try_take():
@@ -265,14 +271,20 @@ class SharedLimits:
         self.start(waiter)
         return waiter
 
-    def _borrow_plan(self, call: ToolCall, limits: ToolLimits, parent: Waiter) -> dict[str, Waiter] | None:
+    def _borrow_plan(
+        self, call: ToolCall, limits: ToolLimits, parent: Waiter, prefer_tool: bool = False
+    ) -> dict[str, Waiter] | None:
         """For each limit ``call`` finds full, the nearest ancestor (from ``parent`` up) holding an
-        unlent slot of it; None when some full limit has none ({} when no limit is full)."""
+        unlent slot of it; None when some full limit has none ({} when no limit is full).
+        ``prefer_tool``: the tool's limit is borrowed when an ancestor can lend it, full or not."""
         config = self.config
         full: list[str] = []
         if config.max_concurrency is not None and self.in_flight >= config.max_concurrency:
             full.append("global")
-        if limits.concurrency is not None and self.tool_in_flight.get(call.tool, 0) >= limits.concurrency:
+        if limits.concurrency is not None and (
+            self.tool_in_flight.get(call.tool, 0) >= limits.concurrency
+            or (prefer_tool and self._lender(parent, "tool", call.tool) is not None)
+        ):
             full.append("tool")
         if not self.per_tool_only:
             if self._tenant_blocked(call.tenant):
@@ -281,22 +293,27 @@ class SharedLimits:
                 full.append("principal")
         plan: dict[str, Waiter] = {}
         for dimension in full:
-            key = _dimension_key(call, dimension)
-            lender: Waiter | None = parent
-            while lender is not None:
-                if (
-                    lender.owner is self
-                    and lender.granted
-                    and not lender.finished
-                    and (lender.lent is None or dimension not in lender.lent)
-                    and _dimension_key(lender.call, dimension) == key
-                ):
-                    break
-                lender = lender.parent
+            lender = self._lender(parent, dimension, _dimension_key(call, dimension))
             if lender is None:
                 return None
             plan[dimension] = lender
         return plan
+
+    def _lender(self, parent: Waiter, dimension: str, key: object) -> Waiter | None:
+        """The nearest running ancestor (``parent`` first) holding an unlent slot of ``dimension``
+        counted for ``key`` in these limits, or None."""
+        lender: Waiter | None = parent
+        while lender is not None:
+            if (
+                lender.owner is self
+                and lender.granted
+                and not lender.finished
+                and (lender.lent is None or dimension not in lender.lent)
+                and _dimension_key(lender.call, dimension) == key
+            ):
+                return lender
+            lender = lender.parent
+        return None
 
     @staticmethod
     def _lend(waiter: Waiter, plan: dict[str, Waiter]) -> None:
