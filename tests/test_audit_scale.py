@@ -106,7 +106,7 @@ def test_a_huge_reason_is_recorded_by_digest(log: AuditLog) -> None:
 
 def test_an_entry_that_cannot_be_bounded_is_refused_and_nothing_is_written(log: AuditLog) -> None:
     log.append(decision())
-    with pytest.raises(InputError, match="field resource holds 100011 characters"):
+    with pytest.raises(InputError, match="largest field, resource, takes 100013 bytes"):
         log.append(decision(resource="tool:" + "r" * 100_006))
     assert log.size() == 1 and log.verify().ok
 
@@ -344,3 +344,44 @@ def test_explain_caches_block_roots_and_does_not_trust_them(log: AuditLog, store
     )
     with pytest.raises(TamperDetected, match="not in the tree signed at size 2501"):
         log.explain(2500)
+
+
+@pytest.mark.postgres
+def test_a_role_without_rights_on_the_index_still_keeps_it(postgres_server: Any, postgres_url: str) -> None:
+    """PostgreSQL, least privilege: a role with only SELECT and INSERT on the audit tables appends
+    (the trigger indexes as its owner) and explains by a full scan; the owner's explain uses the index."""
+    with PostgresStore(postgres_url) as owner:
+        _call_log(AuditLog(owner, KEY, origin=ORIGIN))
+        with owner.transaction() as tx:
+            tx.execute(
+                "DO $$ BEGIN IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'ag_scale') "
+                "THEN CREATE ROLE ag_scale LOGIN; END IF; END $$"
+            )
+            tx.execute("GRANT SELECT, INSERT ON audit_log, audit_checkpoints TO ag_scale")
+        app_url = postgres_url.replace(f"postgresql://{postgres_server.user}@", "postgresql://ag_scale@")
+        with PostgresStore(app_url) as app:
+            log = AuditLog(app, KEY, origin=ORIGIN)
+            assert not log.refs_indexed
+            log.append(decision("outcome", ref=5, status="ok"))
+            log.checkpoint()
+            assert [e.index for e in log.explain(5).related] == [6]
+        explained = AuditLog(owner, KEY, origin=ORIGIN).explain(5)
+        assert explained.indexed and [e.index for e in explained.related] == [6] and not explained.unproven
+
+
+def test_short_reasons_stay_in_clear_whatever_the_size() -> None:
+    """An approval's ``signature:HEX`` (138 characters) is never recorded by digest: the entry
+    holding it and too many other short reasons is refused instead."""
+    signature = "signature:" + "ab" * 64
+    long_reason = "why " * 2000
+    fields = {
+        **decision("approval_given", ref=0, reasons=["request:r1", signature, long_reason]),
+        "index": 1,
+        "time": "2026-11-30T10:00:00.000000Z",
+    }
+    entry = AuditEntry.from_bytes(encode_bounded(fields, 4096))
+    assert entry.reasons[:2] == ("request:r1", signature)
+    assert entry.reasons[2].startswith("elided reason: 8000 bytes, sha256:")
+    many = {**fields, "reasons": [signature] * 40}
+    with pytest.raises(InputError, match=r"over the log's limit of 4096 bytes .* largest field, reasons,"):
+        encode_bounded(many, 4096)

@@ -193,6 +193,9 @@ MIN_MAX_ENTRY_BYTES = 4096
 """The smallest bound an audit log accepts: room for every fixed field and a few digests."""
 _ELIDABLE_KEY = 128
 """The longest ``args`` key that is named in its own elision reason; longer keys elide the whole object."""
+_KEPT_REASON = 256
+"""Reasons of at most this many characters are never recorded by digest (an approval's
+``signature:HEX`` among them: a verifier needs it in clear)."""
 
 
 def elision(what: str, data: bytes) -> str:
@@ -207,8 +210,9 @@ def encode_bounded(fields: Mapping[str, Any], limit: int) -> bytes:
     An entry within the bound is exactly ``encode_entry(fields)``. A larger one keeps every field
     but records large values by digest, in this order until it fits: the largest ``args`` values
     (each dropped from ``args``, with a reason ``elided args.KEY: N bytes, sha256:HEX`` of its
-    canonical JSON), then the largest reasons (each replaced in place by ``elided reason: ...`` of
-    its UTF-8 bytes), then the whole remaining ``args`` (``elided args: ...``). ``args_digest``
+    canonical JSON), then the largest reasons of more than 256 characters (each replaced in place
+    by ``elided reason: ...`` of its UTF-8 bytes), then the whole remaining ``args`` (``elided
+    args: ...``). ``args_digest``
     is the caller's and still covers the full arguments. Raises ``InputError`` for bad fields, or
     when the entry is still over ``limit`` after all that (a huge resource, rule or status):
     the entry is then not written at all, never cut silently.
@@ -239,7 +243,7 @@ def encode_bounded(fields: Mapping[str, Any], limit: int) -> bytes:
         excess = len(data) - limit
         for size, k in sorted(((len(canonical_json(reasons[k])), k) for k in range(given)), reverse=True):
             note = elision("reason", reasons[k].encode("utf-8"))
-            if excess <= 0 or size <= len(canonical_json(note)):
+            if excess <= 0 or len(reasons[k]) <= _KEPT_REASON:
                 break
             excess -= size - len(canonical_json(note))
             reasons[k] = note
@@ -250,13 +254,12 @@ def encode_bounded(fields: Mapping[str, Any], limit: int) -> bytes:
         args = {}
         data = encode_entry({**values, "args": args, "reasons": reasons})
     if len(data) > limit:
-        longest = max(
-            (name for name, value in values.items() if isinstance(value, str)),
-            key=lambda name: len(values[name]),
-        )
+        final = {**values, "args": args, "reasons": reasons}
+        sizes = {name: len(canonical_json(value)) for name, value in final.items()}
+        largest = max(sizes, key=lambda name: sizes[name])
         raise InputError(
             f"audit entry of {len(data)} bytes is over the log's limit of {limit} bytes after recording "
-            f"args and reasons by digest (field {longest} holds {len(values[longest])} characters)"
+            f"args and reasons by digest (its largest field, {largest}, takes {sizes[largest]} bytes)"
         )
     return data
 
