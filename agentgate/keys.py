@@ -212,32 +212,37 @@ def save_key(key: SigningKey, directory: Path, name: str) -> tuple[Path, Path]:
     try:
         with _directory_lock(directory):
             try:
-                _remove_interrupted_pairs(directory)
-                for final, what in ((key_path, "a key"), (pub_path, "a public key")):
-                    if os.path.lexists(final):  # refused before anything is linked
-                        raise KeyFileError(f"{final} already exists; refusing to overwrite {what}")
-                for data, mode in ((pem, 0o600), ((key.did + "\n").encode("ascii"), 0o644)):
-                    fd, temporary = tempfile.mkstemp(
-                        dir=directory, prefix=_PAIR_TEMPORARY[0], suffix=_PAIR_TEMPORARY[1]
-                    )
-                    temporaries.append(Path(temporary))
-                    with os.fdopen(fd, "wb") as out:
-                        out.write(data)
-                        out.flush()
-                        os.fchmod(out.fileno(), mode)
-                        os.fsync(out.fileno())
-                _sync_directory(directory)  # the temporary files first: they mark a half-made pair
-                for final, temporary_path in ((key_path, temporaries[0]), (pub_path, temporaries[1])):
-                    try:
-                        os.link(temporary_path, final, follow_symlinks=False)
-                    except FileExistsError:
-                        what = "a key" if final == key_path else "a public key"
-                        raise KeyFileError(f"{final} already exists; refusing to overwrite {what}") from None
-                    linked.append((final, temporary_path))
-                    _sync_directory(directory)  # NAME.key durable before NAME.pub is linked
-            except OSError as exc:
-                raise KeyFileError(f"{directory / name}: cannot write the key pair: {exc.strerror}") from None
-            except BaseException:
+                try:
+                    _remove_interrupted_pairs(directory)
+                    for final, what in ((key_path, "a key"), (pub_path, "a public key")):
+                        if os.path.lexists(final):  # refused before anything is linked
+                            raise KeyFileError(f"{final} already exists; refusing to overwrite {what}")
+                    for data, mode in ((pem, 0o600), ((key.did + "\n").encode("ascii"), 0o644)):
+                        fd, temporary = tempfile.mkstemp(
+                            dir=directory, prefix=_PAIR_TEMPORARY[0], suffix=_PAIR_TEMPORARY[1]
+                        )
+                        temporaries.append(Path(temporary))
+                        with os.fdopen(fd, "wb") as out:
+                            out.write(data)
+                            out.flush()
+                            os.fchmod(out.fileno(), mode)
+                            os.fsync(out.fileno())
+                    _sync_directory(directory)  # the temporary files first: they mark a half-made pair
+                    for final, temporary_path in ((key_path, temporaries[0]), (pub_path, temporaries[1])):
+                        try:
+                            os.link(temporary_path, final, follow_symlinks=False)
+                        except FileExistsError:
+                            what = "a key" if final == key_path else "a public key"
+                            raise KeyFileError(
+                                f"{final} already exists; refusing to overwrite {what}"
+                            ) from None
+                        linked.append((final, temporary_path))
+                        _sync_directory(directory)  # NAME.key durable before NAME.pub is linked
+                except OSError as exc:
+                    raise KeyFileError(
+                        f"{directory / name}: cannot write the key pair: {exc.strerror}"
+                    ) from None
+            except BaseException:  # any failure, the OSError above included: take back what was linked
                 for final, temporary_path in reversed(linked):
                     _unlink_if_same(final, temporary_path)
                 raise

@@ -10,14 +10,19 @@ removes with the temporary files.
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
-from agentgate.keys import load_public_key, load_signing_key
+import pytest
+
+from agentgate.errors import KeyFileError
+from agentgate.keys import SigningKey, load_public_key, load_signing_key, save_key
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -126,3 +131,22 @@ def test_a_keys_new_in_progress_is_waited_for_not_cleaned_up(tmp_path: Path) -> 
     assert second.returncode == 0, err
     _assert_pair(directory, "k2", out.strip())
     assert _names(directory) == ["k2.key", "k2.pub"]
+
+
+def test_an_os_error_after_the_key_was_linked_takes_the_key_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The second link failing with an OSError (no space) raises KeyFileError and leaves nothing."""
+    real = os.link
+    calls = [0]
+
+    def link(*args: Any, **kwargs: Any) -> None:
+        calls[0] += 1
+        if calls[0] == 2:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real(*args, **kwargs)
+
+    monkeypatch.setattr(os, "link", link)
+    with pytest.raises(KeyFileError, match="No space left on device"):
+        save_key(SigningKey.generate(), tmp_path, "k")
+    assert _names(tmp_path) == []
