@@ -385,3 +385,17 @@ def test_short_reasons_stay_in_clear_whatever_the_size() -> None:
     many = {**fields, "reasons": [signature] * 40}
     with pytest.raises(InputError, match=r"over the log's limit of 4096 bytes .* largest field, reasons,"):
         encode_bounded(many, 4096)
+
+
+def test_prove_uses_the_node_cache_and_its_bundle_verifies(log: AuditLog, store: Store) -> None:
+    from agentgate.audit.proof import verify_bundle
+
+    log.append_many([decision()] * 3000)
+    note = log.checkpoint()
+    bundle = log.prove(2100, note)
+    assert int(store.query("SELECT COUNT(*) FROM audit_nodes")[0][0]) == 2  # blocks 0 and 1
+    verify_bundle(bundle.text(), KEY.public)
+    assert log.prove(2100, note) == bundle
+    with store.transaction() as tx:
+        tx.execute("UPDATE audit_nodes SET hash = ?", (b"\x01" * 32,))
+    assert log.prove(2100, note) == bundle  # a wrong cache is not used
