@@ -399,3 +399,65 @@ def test_prove_uses_the_node_cache_and_its_bundle_verifies(log: AuditLog, store:
     with store.transaction() as tx:
         tx.execute("UPDATE audit_nodes SET hash = ?", (b"\x01" * 32,))
     assert log.prove(2100, note) == bundle  # a wrong cache is not used
+
+
+GATE_POLICY = """
+version: 1
+trust_anchors:
+  root: {{did: "{root}"}}
+principals:
+  agent: {{kind: agent, did: "{agent}", roles: [worker]}}
+tools:
+  lookup:
+    args: {{id: {{type: string, required: true}}, note: {{type: string}}}}
+    loggable: [id, note]
+roles:
+  worker:
+    kind: agent
+    capabilities:
+      - resource: tool:lookup
+        constraints: {{id: {{prefix: "x"}}}}
+    ttl_s: 600
+"""
+
+
+def test_the_gate_writes_bounded_entries_for_a_huge_argument(tmp_path: Path) -> None:
+    """Every writer goes through the log's bound: a Gate call with a 300 KB loggable argument
+    leaves a bounded allow and outcome, a refusal that quotes such an argument a bounded deny,
+    and the log verifies."""
+    from agentgate.capabilities import Call
+    from agentgate.gate import Gate
+    from agentgate.policy import parse_policy
+
+    keys = {n: SigningKey.generate() for n in ("root", "agent")}
+    policy = parse_policy(GATE_POLICY.format(**{n: k.did for n, k in keys.items()}), source="gate.yaml")
+    gate = Gate(policy, SQLiteStore(tmp_path / "agentgate.db"))
+    try:
+        agent = gate.issue(keys["root"], name="agent", key=keys["agent"], role="worker")
+        auth = gate.authorize(agent, Call.tool("lookup", {"id": "x" * 300_000, "note": "small"}))
+        assert auth.allowed and auth.audit_index is not None
+
+        def tool() -> None:
+            raise RuntimeError("y" * 300_000)
+
+        with pytest.raises(RuntimeError):
+            gate.run(auth, tool)
+        gate.flush()
+        allow = gate.audit.explain(auth.audit_index)
+        assert len(gate.audit.entry_bytes(auth.audit_index)) <= DEFAULT_MAX_ENTRY_BYTES
+        assert allow.entry.args == {"note": "small"}
+        assert any(r.startswith("elided args.id: 300002 bytes, sha256:") for r in allow.entry.reasons)
+        (outcome,) = allow.related
+        assert outcome.kind == "outcome" and outcome.status == "error"
+        assert len(gate.audit.entry_bytes(outcome.index)) <= DEFAULT_MAX_ENTRY_BYTES
+        assert outcome.reasons == ("RuntimeError",)  # the Gate records the exception's type only
+        denied = gate.authorize(agent, Call.tool("lookup", {"id": "z" * 300_000}))
+        assert not denied.allowed and denied.audit_index is not None
+        refusal = gate.audit.entry(denied.audit_index)
+        # The rule that refused quotes the argument: that reason is recorded by digest too.
+        assert len(gate.audit.entry_bytes(denied.audit_index)) <= DEFAULT_MAX_ENTRY_BYTES
+        quoted, elided_id = refusal.reasons
+        assert quoted.startswith("elided reason: ") and elided_id.startswith("elided args.id: 300002 bytes")
+        assert gate.verify().ok
+    finally:
+        gate.close()
