@@ -6,6 +6,9 @@ Tables (DDL per dialect below):
   entry's canonical bytes and their RFC 9162 leaf hash. Triggers refuse UPDATE, DELETE (and on
   PostgreSQL TRUNCATE), and any INSERT whose ``idx`` is not the next one.
 - ``audit_checkpoints(id, size, root, note, created)``: signed checkpoints, append-only too.
+- ``audit_refs(idx, ref)`` (kept by a trigger on ``audit_log``) and ``audit_nodes(level,
+  position, hash)`` (a cache of block roots): lookup aids for ``explain`` and ``prove``, covered
+  by no signature, so everything read through them is proven against a signed checkpoint.
 
 Appends are serialized so that indexes have no gaps: SQLite's write lock (the store's
 transactions are ``BEGIN IMMEDIATE``) does it on SQLite, a transaction-scoped advisory lock on
