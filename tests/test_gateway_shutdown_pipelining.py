@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import socket
 import threading
 import time
@@ -215,6 +216,25 @@ def test_pipelined_calls_are_all_answered_in_order(tmp_path: Path) -> None:
 # --- shutdown --------------------------------------------------------------------------------
 
 
+@contextlib.contextmanager
+def _logged(text: str) -> Iterator[threading.Event]:
+    """An event set when the gateway logs a line containing ``text`` (from its server thread)."""
+    seen = threading.Event()
+
+    class Handler(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if text in record.getMessage():
+                seen.set()
+
+    handler = Handler()
+    logger = logging.getLogger("agentgate.dispatch.gateway._app")
+    logger.addHandler(handler)
+    try:
+        yield seen
+    finally:
+        logger.removeHandler(handler)
+
+
 def _stop_in_background(env: Env) -> threading.Thread:
     stopper = threading.Thread(target=env.server.stop)
     stopper.start()
@@ -273,32 +293,42 @@ def test_a_stream_cut_before_its_first_token_at_shutdown_is_answered_503_and_aud
 
 @pytest.mark.slow
 def test_a_lagging_caller_gets_the_last_event_of_a_stream_cut_at_shutdown(tmp_path: Path) -> None:
-    # The caller lags behind a fast stream by more than the socket buffers (it reads nothing
-    # until the gateway's buffer is past its high-water mark; the stall limit is long). The
-    # gateway stops; when its grace is over the stream is cut, and the caller, reading slowly
-    # (about 100 KB/s), still gets the shutting_down event: the gateway waits (at most
-    # LAST_EVENT_S) for its buffer to drain before it exits. Before, the event loop ended about
-    # 0.2 s after the cut, with the event still waiting in the gateway's buffer: the caller saw
-    # the stream end without it.
+    # The caller lags behind a fast stream by more than the socket buffers (it reads nothing,
+    # and the gateway's buffer is past its high-water mark; the stall limit is long). The
+    # gateway stops; when its grace is over the stream is cut, and the caller, reading from then
+    # on slowly (at most 40 KB/s: 1.2 s before the gateway's 64 KiB buffer is down to 16 KiB and
+    # takes the event, 0.4 s more until it has all left), still gets the shutting_down event
+    # and the stream's end: the gateway waits for its buffer to drain (LAST_EVENT_S, 3 s).
+    # Before, the event waited 1 s at most for room in the buffer and was dropped, and the
+    # connection was left neither ended nor closed.
     with _env(tmp_path, time_scale=0.002, grace_s=1) as env:
         sock = env.connect()
         try:
             sock.sendall(env.request(STREAM))
             assert _read_head(sock).startswith(b"HTTP/1.1 200")
             (connection,) = env.server.server.server_state.connections
+            # The gateway side's kernel buffer fixed small (the kernel would grow it to MiBs as
+            # the stream goes on, and take the last event there): the gateway's own buffer stays
+            # full while the caller reads nothing.
+            server_side = connection.transport.get_extra_info("socket")  # type: ignore[attr-defined]
+            server_side.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 16384)
             deadline = time.monotonic() + 20
             while not connection.flow.write_paused:  # type: ignore[attr-defined]
                 assert time.monotonic() < deadline, "the gateway's buffer never filled"
                 time.sleep(0.05)
-            stopper = _stop_in_background(env)
-            time.sleep(1.0)  # the grace runs out: the stream is cut
+            with _logged("a stream was cut") as cut:
+                stopper = _stop_in_background(env)
+                assert cut.wait(10), "the stream was not cut at the end of the grace"
             received = bytearray()
-            slow_until = time.monotonic() + 1.5
-            with contextlib.suppress(ConnectionResetError):
-                while piece := sock.recv(2048 if time.monotonic() < slow_until else 1 << 20):
-                    received += piece
-                    if time.monotonic() < slow_until:
-                        time.sleep(0.02)
+            slow_until = time.monotonic() + 2.5
+            try:
+                with contextlib.suppress(ConnectionResetError):
+                    while piece := sock.recv(2048 if time.monotonic() < slow_until else 1 << 20):
+                        received += piece
+                        if time.monotonic() < slow_until:
+                            time.sleep(0.05)  # at most 40 KB/s
+            except TimeoutError:
+                pytest.fail("the gateway neither ended the stream nor closed the connection")
             stopper.join(30)
         finally:
             sock.close()

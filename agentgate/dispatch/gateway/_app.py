@@ -95,7 +95,7 @@ _ONE_CHOICE = ("n", "best_of")
 """Body fields that ask a backend for several sequences (vLLM honours both): absent, null or 1."""
 STOPPED = "agentgate.stopped"
 """Scope key set (True) on a streamed call cut by the end of the server's shutdown grace."""
-LAST_EVENT_S = 2.0
+LAST_EVENT_S = 3.0
 """Seconds a stream cut at shutdown has to send its last event and see it leave the gateway's buffer."""
 _log = logging.getLogger(__name__)
 P = ParamSpec("P")
