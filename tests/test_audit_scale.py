@@ -264,9 +264,14 @@ def test_args_that_look_like_a_reference_do_not_confuse_the_index(log: AuditLog,
     log.append(decision())
     log.append(decision(args={"a": 1, "ref": 0, "resource": "x"}))
     log.append(decision("outcome", ref=1, status="ok", args={"a": 1, "ref": 0, "resource": "x"}))
-    assert sorted(tuple(map(int, r)) for r in store.query("SELECT idx, ref FROM audit_refs")) == [(2, 1)]
+    # A string after the top-level ref holding the same text, and one that is not ASCII.
+    log.append(decision("outcome", ref=0, status="ok", resource='tool:é,"ref":1,"resource":"x'))
+    assert sorted(tuple(map(int, r)) for r in store.query("SELECT idx, ref FROM audit_refs")) == [
+        (2, 1),
+        (3, 0),
+    ]
     assert [e.index for e in log.explain(1).related] == [2]
-    assert log.explain(0).related == ()
+    assert [e.index for e in log.explain(0).related] == [3]
 
 
 def test_an_existing_log_is_indexed_when_first_opened(store: Store, tmp_path: Path) -> None:
