@@ -178,14 +178,13 @@ class BackendClient:
         choice without string content, a ``finish_reason`` that is not a string, usage that is
         not counts: see ``_usage``); ``DispatchError`` when the backend rejects the request as
         invalid (400, 422, ...); ``BackendRejectedCredentials`` for 401/403. No message holds the
-        backend's key (``_scrubbed``).
+        backend's key (``_shown``).
         """
         try:
             return await self._chat(payload)
         except DispatchError as exc:
-            if not self._quotes_key(exc):
-                raise
-            raise self._scrubbed(exc) from None
+            error = self._shown(exc)
+        raise error  # outside the handler: nothing chained to it
 
     async def _chat(self, payload: Mapping[str, Any]) -> ChatResult:
         content = _encode({**payload, "stream": False})
@@ -299,11 +298,10 @@ class BackendClient:
                         deadline = loop.time() + wait
         except (httpx.HTTPError, aiohttp.ClientError, ValueError, OSError) as exc:
             # ValueError: aiohttp's line reader refusing a line over its limit.
-            raise BackendFailed(f"{self.backend.name}: {type(exc).__name__}: {exc}") from None
+            error = self._shown(BackendFailed(f"{self.backend.name}: {type(exc).__name__}: {exc}"))
         except DispatchError as exc:
-            if not self._quotes_key(exc):
-                raise
-            raise self._scrubbed(exc) from None
+            error = self._shown(exc)
+        raise error  # outside the handlers: nothing chained to it
 
     @contextlib.asynccontextmanager
     async def _post_stream(
@@ -402,19 +400,43 @@ class BackendClient:
         cut (a key cut in two would not be found)."""
         return _scrub(body[:1024].decode("utf-8", "replace"), self._key)[:200]
 
-    def _quotes_key(self, exc: DispatchError) -> bool:
-        """True if the message of ``exc`` holds the backend's API key: a backend that echoes what
-        it was sent (in an error body, an error event, a line that is not SSE) puts it there."""
-        return self._key is not None and self._key in str(exc)
+    def _shown(self, exc: DispatchError) -> DispatchError:
+        """``exc`` made fit to leave this client: nothing chained to it (the exceptions it was
+        raised from, such as a parser's refusal of a status line that echoed the key, may quote
+        the key), and, when its message quotes the key (whole or a cut piece of it: a backend that
+        echoes what it was sent puts it in error bodies, error events, usage, lines that are not
+        SSE, or lines the HTTP parser refuses), an error of the same type with it redacted
+        (``_scrub``)."""
+        if self._key is not None:
+            text = str(exc)
+            scrubbed = _scrub(text, self._key)
+            if scrubbed != text:
+                exc = type(exc)(scrubbed)
+        exc.__cause__ = exc.__context__ = None
+        exc.__suppress_context__ = True
+        return exc
 
-    def _scrubbed(self, exc: DispatchError) -> DispatchError:
-        """An error of the same type as ``exc`` whose message has the key replaced by ``[redacted]``."""
-        return type(exc)(_scrub(str(exc), self._key))
+
+_FRAGMENT = 8
+"""The shortest start of a key ``_scrub`` redacts: a quote cut mid-key leaves the key's start."""
 
 
 def _scrub(text: str, key: str | None) -> str:
-    """``text`` with ``key``, wherever it appears, replaced by ``[redacted]``."""
-    return text.replace(key, "[redacted]") if key else text
+    """``text`` with ``key``, and every start of it ``_FRAGMENT`` or more characters long (what a
+    quote cut mid-key leaves), replaced by ``[redacted]``."""
+    if not key:
+        return text
+    text = text.replace(key, "[redacted]")
+    head = key[: min(_FRAGMENT, len(key))]
+    parts: list[str] = []
+    start = 0
+    while (i := text.find(head, start)) >= 0:
+        end = i + len(head)
+        while end < len(text) and end - i < len(key) and text[end] == key[end - i]:
+            end += 1
+        parts += [text[start:i], "[redacted]"]
+        start = end
+    return "".join(parts) + text[start:]
 
 
 def _origin(url: str) -> tuple[str, str | None, int | None]:
