@@ -20,7 +20,8 @@ import pytest
 
 from agentgate.dispatch import inventory_from_mapping
 from agentgate.dispatch.backends import BackendClient
-from agentgate.errors import DispatchError
+from agentgate.dispatch.inventory import parse_inventory
+from agentgate.errors import BackendCredentialError, DispatchError
 
 MODEL = "llama-3.1-8b"
 KEY = "sk-r10-4c1d9a7e2b6f-backend-secret"
@@ -162,3 +163,31 @@ async def test_an_echoed_key_is_in_no_error_nor_any_exception_chained_to_it(
         for linked in _chain(error):
             shown = f"{linked!s} {linked!r} {linked.args!r}"
             assert not _fragments(shown), (type(linked).__name__, shown)
+
+
+@pytest.mark.parametrize(
+    "field",
+    [
+        {"api_key_file": KEY},  # the key pasted where its file's path goes
+        {"api_key_env": "Ab3" + KEY[7:].replace("-", "")},  # an alphanumeric key fits a variable's name
+    ],
+)
+def test_a_key_pasted_in_place_of_its_file_or_variable_is_not_quoted_by_the_refusal(
+    field: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pasted = next(iter(field.values()))
+    monkeypatch.delenv(pasted, raising=False)
+    text = "backends:\n  - name: b0\n    url: http://10.0.0.1:8000\n    models: [m]\n"
+    text += "".join(f"    {name}: {value}\n" for name, value in field.items())
+    with pytest.raises(BackendCredentialError) as info:
+        parse_inventory(text, source="inv.yaml")
+    message = str(info.value)
+    assert message.startswith("inv.yaml:5: backend 'b0': ")
+    assert pasted[:8] not in message and pasted[-8:] not in message
+
+
+def test_a_conventional_variable_name_is_still_named_when_unset(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("VLLM_API_KEY_2", raising=False)
+    text = "backends:\n  - name: b0\n    url: http://10.0.0.1:8000\n    models: [m]\n    api_key_env: VLLM_API_KEY_2\n"
+    with pytest.raises(BackendCredentialError, match="the environment variable VLLM_API_KEY_2 is not set"):
+        parse_inventory(text, source="inv.yaml")

@@ -214,7 +214,12 @@ class Backend(_Frozen):
                 BackendCredentialError,
             )
         if self.api_key_env is not None:
-            where, field = f"the environment variable {self.api_key_env}", "api_key_env"
+            field = "api_key_env"
+            where = (
+                "the environment variable api_key_env names (not shown: the name looks like a key)"
+                if _looks_like_a_key(self.api_key_env)
+                else f"the environment variable {self.api_key_env}"
+            )
             raw = os.environ.get(self.api_key_env)
             if raw is None:
                 raise _RefError(
@@ -417,9 +422,11 @@ def _read_key_file(backend: str, path: str) -> str:
     ``keys.read_regular_file``), one readable or writable by group or others, or not UTF-8."""
     at = ("api_key_file",)
     if not os.path.isabs(path):
+        # Not quoted: a relative "path" is most likely the key itself, pasted in its place.
         raise _RefError(
             at,
-            f"backend {backend!r}: api_key_file must be an absolute path, not {path!r}",
+            f"backend {backend!r}: api_key_file must be an absolute path (the value given is not "
+            "shown: it may be the key itself)",
             BackendCredentialError,
         )
     try:
@@ -440,6 +447,13 @@ def _read_key_file(backend: str, path: str) -> str:
         raise _RefError(
             at, f"backend {backend!r}: {path}: the API key file is not UTF-8 text", BackendCredentialError
         ) from None
+
+
+def _looks_like_a_key(name: str) -> bool:
+    """True for an ``api_key_env`` value that may be a key pasted in place of a variable's name
+    (an alphanumeric key fits the name's pattern): 20 characters or more mixing lower-case letters
+    and digits, which conventional names (``VLLM_API_KEY``) do not; errors then do not quote it."""
+    return len(name) >= 20 and any(c.islower() for c in name) and any(c.isdigit() for c in name)
 
 
 class _RefError(ValueError):
