@@ -65,3 +65,25 @@ def test_nonces_bound_to_a_transaction_commit_and_roll_back_with_it(store: Store
         assert repo.consume_nonce("did:key:zA", "n3", 2_000_000_000, ["g0"]) == "fresh"
     finally:
         repo.close()
+
+
+@pytest.mark.parametrize(("synchronous", "pages"), [("FULL", 200), ("NORMAL", 1000)])
+def test_durable_store_starts_its_wal_over_sooner(tmp_path, synchronous: str, pages: int) -> None:
+    """A durable store checkpoints every ``DURABLE_WAL_PAGES`` pages, so its WAL starts over (and
+    commits overwrite blocks in place) after 200 pages, not SQLite's 1000; a relaxed store keeps
+    SQLite's default. The WAL file's size is the evidence: it stops growing at the threshold."""
+    from agentgate.store import SQLiteStore
+
+    store = SQLiteStore(tmp_path / "wal.db", synchronous=synchronous)
+    store.ensure_schema("pad", {"sqlite": "CREATE TABLE IF NOT EXISTS pad (x BLOB)", "postgresql": ""})
+    with store.transaction() as tx:
+        assert tx.execute("PRAGMA wal_autocheckpoint") == [(pages,)]
+    for i in range(600):
+        with store.transaction() as tx:
+            tx.execute("INSERT INTO pad (x) VALUES (?)", (bytes([i % 256]) * 100,))
+    frames = (tmp_path / "wal.db-wal").stat().st_size // (4096 + 24)
+    if synchronous == "FULL":
+        assert pages <= frames <= pages + 10
+    else:
+        assert frames >= 600
+    store.close()

@@ -3,7 +3,7 @@
 ``synchronous=FULL`` makes every commit of the audit log and the ledger survive a power loss
 (one fsync of the WAL per commit). ``AGENTGATE_SQLITE_SYNCHRONOUS=NORMAL`` trades that for speed:
 a committed transaction can then be lost on power failure (never on a process crash), which
-docs/operations.md explains. One connection per thread; writers serialize on SQLite's own lock,
+docs/operations.md explains. Durable stores checkpoint the WAL every ``DURABLE_WAL_PAGES`` pages. One connection per thread; writers serialize on SQLite's own lock,
 which works across processes.
 """
 
@@ -21,6 +21,17 @@ from agentgate.errors import StoreError
 from agentgate.store._base import Dialect, Row, Store, Transaction
 
 _SYNCHRONOUS = {"FULL", "NORMAL", "EXTRA"}
+_SYNCING = {"FULL", "EXTRA"}
+DURABLE_WAL_PAGES = 200
+"""The WAL's checkpoint threshold in pages (SQLite's default is 1000) when every commit is synced.
+
+A commit that appends to the WAL file makes the fsync write the file's new size too; once a
+checkpoint has run and the WAL starts over, commits overwrite blocks the file already has and
+cost about half as much on this project's disk (docs/operations.md, "Durable commits"). A fresh
+WAL (each process's first connection creates one) grows for this many pages before it first
+starts over: with 1000, the first ~200 decisions of every process paid the dearer commit. With
+fewer pages, checkpoints come more often (each syncs the database file once), so relaxed stores,
+which do not sync commits, keep SQLite's default."""
 _MAX_IDLE = 8
 
 
@@ -66,16 +77,24 @@ class SQLiteStore(Store):
         self._schemas: set[str] = set()
         self._release(self._connect())  # fail now, not at the first decision, if the file is unusable
 
-    def _connect(self) -> sqlite3.Connection:
+    def connect(self, synchronous: str | None = None) -> sqlite3.Connection:
+        """A new connection outside the pool, set up as the pool's are (WAL, busy timeout,
+        foreign keys), at ``synchronous`` (default: the store's). Raises ``StoreError``."""
+        mode = synchronous or self.synchronous
         try:
             conn = sqlite3.connect(self.path, timeout=30.0, isolation_level=None, check_same_thread=False)
             conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute(f"PRAGMA synchronous={self.synchronous}")
+            conn.execute(f"PRAGMA synchronous={mode}")
+            if mode in _SYNCING:
+                conn.execute(f"PRAGMA wal_autocheckpoint={DURABLE_WAL_PAGES}")
             conn.execute("PRAGMA foreign_keys=ON")
             conn.execute("PRAGMA busy_timeout=30000")
         except sqlite3.Error as exc:
             raise StoreError(f"cannot open the SQLite store {self.path}: {exc}") from exc
         return conn
+
+    def _connect(self) -> sqlite3.Connection:
+        return self.connect()
 
     def _acquire(self) -> sqlite3.Connection:
         with self._lock:

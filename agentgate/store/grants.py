@@ -161,15 +161,7 @@ class GrantRepository:
             if isinstance(store, PostgresStore):
                 self._pool = store.pool
         if isinstance(store, SQLiteStore):
-            try:
-                self._hot = sqlite3.connect(
-                    store.path, timeout=30.0, isolation_level=None, check_same_thread=False
-                )
-                self._hot.execute("PRAGMA journal_mode=WAL")
-                self._hot.execute(f"PRAGMA synchronous={'FULL' if durable_nonces else 'NORMAL'}")
-                self._hot.execute("PRAGMA busy_timeout=30000")
-            except sqlite3.Error as exc:
-                raise StoreError(f"cannot open the SQLite store {store.path}: {exc}") from exc
+            self._hot = store.connect("FULL" if durable_nonces else "NORMAL")
 
     @contextmanager
     def within(self, tx: Transaction) -> Iterator[None]:
