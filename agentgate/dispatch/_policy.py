@@ -21,7 +21,8 @@ from agentgate.dispatch.state import BackendState, SpeedModel
 from agentgate.errors import InputError, NoBackend, Shed
 
 SATURATED_POLL_S = 0.02
-"""How often a request waiting for a slot under ``max_concurrency`` asks again (seconds)."""
+"""How often a request waiting for a slot under ``max_concurrency`` asks again (seconds) where
+nothing says when a slot frees (the simulator); the dispatcher is told (``RoutePlan.until_freed``)."""
 
 AllowedBackend = Callable[[Backend], bool]
 """The caller's grant and tenant quota as a predicate: may this request use this backend?"""
@@ -83,6 +84,11 @@ class RoutePlan:
     """Why this choice, in a few words (for logs and the audit entry)."""
     wait_s: float = 0.0
     """Ask again after this long (``action == "wait"``)."""
+    until_freed: bool = False
+    """A wait for a slot (every backend at its ``max_concurrency``): asking again is worth it only
+    once a request has finished or a backend came back, so the dispatcher waits for that (or
+    ``FREED_WAIT_S``, or the SLO budget) instead of asking every ``wait_s``; simpler loops (the
+    simulator) just ask again after ``wait_s``."""
     candidates: tuple[Candidate, ...] = field(default=())
     """Every candidate considered, with its prediction."""
 
@@ -159,7 +165,7 @@ class RoutingPolicy(ABC):
 
     def _saturated(self, request: RouteRequest, now: float) -> RoutePlan:
         """Every usable backend holds ``max_concurrency`` requests: classes 0 and 1 get a wait plan
-        (ask again after ``SATURATED_POLL_S``) while their SLO budget lasts; raises ``Shed`` once
+        (``until_freed``, ``wait_s`` = ``SATURATED_POLL_S``) while their SLO budget lasts; raises ``Shed`` once
         it is spent, and at once for class 2 and lower, which would otherwise take the slots
         that free up from the more important classes waiting for them."""
         if request.priority >= 2:
@@ -184,6 +190,7 @@ class RoutingPolicy(ABC):
             cached_tokens=0,
             reason="every backend is at its max_concurrency; waits for a slot",
             wait_s=min(SATURATED_POLL_S, budget),
+            until_freed=True,
         )
 
     @abstractmethod

@@ -46,6 +46,10 @@ from agentgate.errors import (
     Shed,
 )
 
+FREED_WAIT_S = 0.25
+"""The longest a call waiting for a slot waits for one to free before it asks the router again
+(well under ``router.WAITER_TIMEOUT_S``, after which a waiter that has not asked leaves the line)."""
+
 
 class Dispatcher:
     """Routes and sends model calls over the inventory's backends. Use ``async with``.
@@ -90,6 +94,8 @@ class Dispatcher:
         self.clients: dict[str, BackendClient] = {}
         self._down_since: dict[str, float] = {}
         self._rejected: set[str] = set()
+        self._freed = asyncio.Event()
+        """Set (and replaced) whenever a slot may have freed: a request finished, a backend came back."""
         """Backends marked down for rejecting our credentials (a subset of ``_down_since``)."""
         self._tasks: list[asyncio.Task[None]] = []
         self._ids = itertools.count()
@@ -201,11 +207,10 @@ class Dispatcher:
                 request = dataclasses.replace(request, failover=True)  # its tenant paid once
                 continue
             except BaseException:
-                self.router.finished(request.id, self.clock())
+                self._finished(request.id)
                 raise
-            now = self.clock()
-            self.router.first_token(request.id, now)
-            self.router.finished(request.id, now)
+            self.router.first_token(request.id, self.clock())
+            self._finished(request.id)
             return result
         raise BackendFailed(f"call failed on {self.max_attempts} attempts: " + "; ".join(errors))
 
@@ -237,7 +242,7 @@ class Dispatcher:
                 request = dataclasses.replace(request, failover=True)  # its tenant paid once
                 continue
             finally:
-                self.router.finished(request.id, self.clock())
+                self._finished(request.id)
             return
         raise BackendFailed(f"call failed on {self.max_attempts} attempts: " + "; ".join(errors))
 
@@ -269,11 +274,29 @@ class Dispatcher:
                 raise
             if plan.action == "dispatch":
                 return plan
-            await asyncio.sleep(plan.wait_s)
+            if plan.until_freed:
+                # Asking again is worth it once a slot frees (or a backend comes back): wait for
+                # that, within the SLO budget left and FREED_WAIT_S (the router lets a waiter that
+                # has not asked for WAITER_TIMEOUT_S leave its line).
+                freed = self._freed  # taken before any await: a slot freed from now on sets it
+                left = request.slo_ttft_s - max(0.0, self.clock() - request.arrived_at)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(freed.wait(), max(0.0, min(FREED_WAIT_S, left)))
+            else:
+                await asyncio.sleep(plan.wait_s)
+
+    def _finished(self, request_id: str) -> None:
+        """The request holds no slot any more: tell the router, and wake the calls waiting for one."""
+        self.router.finished(request_id, self.clock())
+        self._slot_freed()
+
+    def _slot_freed(self) -> None:
+        freed, self._freed = self._freed, asyncio.Event()
+        freed.set()
 
     def _failed(self, request_id: str, backend: str, exc: BackendFailed, errors: list[str]) -> None:
         errors.append(str(exc))
-        self.router.finished(request_id, self.clock())
+        self._finished(request_id)
         if not self._closing:  # a connection cut by aclose is no fault of the backend's
             self._mark_down(backend)
             if isinstance(exc, BackendRejectedCredentials):
@@ -320,6 +343,7 @@ class Dispatcher:
                     del self._down_since[name]
                     self._rejected.discard(name)
                     self.router.mark_up(name)
+                    self._slot_freed()
             await asyncio.sleep(self.health_interval_s)
 
     def is_down(self, backend: str) -> bool:

@@ -57,8 +57,9 @@ from agentgate.errors import NoBackend, Shed
 __all__ = ["AllowedBackend", "Candidate", "RoutePlan", "RouteRequest", "Router"]
 
 WAITER_TIMEOUT_S = 1.0
-"""Seconds after its last ask that a waiter for a slot leaves the line (it asks every
-``SATURATED_POLL_S``; one that stopped asking was given up by its caller)."""
+"""Seconds after its last ask that a waiter for a slot leaves the line (the dispatcher asks again
+when a slot frees and at least every ``dispatcher.FREED_WAIT_S``; one that stopped asking was
+given up by its caller)."""
 
 
 @dataclass(slots=True)
