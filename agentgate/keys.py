@@ -184,7 +184,10 @@ def save_key(key: SigningKey, directory: Path, name: str) -> tuple[Path, Path]:
     power loss) between the two links leaves a ``NAME.key`` without ``NAME.pub`` and its
     temporary files: the next ``save_key`` in ``DIR`` removes that key (it is still linked to a
     temporary file of this function, so it is recognised; nobody was told its did:key) and every
-    such temporary file. Calls in one ``DIR`` are serialized by an advisory lock on ``DIR``
+    such temporary file. Once ``NAME.pub`` is linked, the key's temporary file is removed at once
+    (before the slow directory sync), so a process killed from then on leaves a whole pair that no
+    later call removes, even after the user moved ``NAME.pub`` away to publish it (only a kill
+    between those two system calls still leaves it recognisable). Calls in one ``DIR`` are serialized by an advisory lock on ``DIR``
     (``flock``, released by the kernel when its holder dies), so that clean-up never touches a
     pair another process is writing.
 
@@ -208,7 +211,8 @@ def save_key(key: SigningKey, directory: Path, name: str) -> tuple[Path, Path]:
         serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
     )
     temporaries: list[Path] = []
-    linked: list[tuple[Path, Path]] = []  # (final name, its temporary file) made by this call
+    files: list[os.stat_result] = []  # what each temporary file is (its device and inode)
+    linked: list[tuple[Path, os.stat_result]] = []  # (final name, the file it links) made by this call
     try:
         with _directory_lock(directory):
             try:
@@ -227,8 +231,12 @@ def save_key(key: SigningKey, directory: Path, name: str) -> tuple[Path, Path]:
                             out.flush()
                             os.fchmod(out.fileno(), mode)
                             os.fsync(out.fileno())
+                            files.append(os.fstat(out.fileno()))
                     _sync_directory(directory)  # the temporary files first: they mark a half-made pair
-                    for final, temporary_path in ((key_path, temporaries[0]), (pub_path, temporaries[1])):
+                    for final, temporary_path, file in (
+                        (key_path, temporaries[0], files[0]),
+                        (pub_path, temporaries[1], files[1]),
+                    ):
                         try:
                             os.link(temporary_path, final, follow_symlinks=False)
                         except FileExistsError:
@@ -236,15 +244,21 @@ def save_key(key: SigningKey, directory: Path, name: str) -> tuple[Path, Path]:
                             raise KeyFileError(
                                 f"{final} already exists; refusing to overwrite {what}"
                             ) from None
-                        linked.append((final, temporary_path))
+                        linked.append((final, file))
+                        if final == pub_path:
+                            # Committed: NAME.key stops being a link of a temporary file at once
+                            # (before the slow sync), so a run killed from here on leaves a pair
+                            # no later clean-up takes for a half-made one, even once the user has
+                            # moved NAME.pub away.
+                            temporaries[0].unlink()
                         _sync_directory(directory)  # NAME.key durable before NAME.pub is linked
                 except OSError as exc:
                     raise KeyFileError(
                         f"{directory / name}: cannot write the key pair: {exc.strerror}"
                     ) from None
             except BaseException:  # any failure, the OSError above included: take back what was linked
-                for final, temporary_path in reversed(linked):
-                    _unlink_if_same(final, temporary_path)
+                for final, file in reversed(linked):
+                    _unlink_if_same(final, file)
                 raise
             finally:
                 for temporary_path in temporaries:
@@ -306,10 +320,10 @@ def _remove_interrupted_pairs(directory: Path) -> None:
     _sync_directory(directory)
 
 
-def _unlink_if_same(path: Path, twin: Path) -> None:
-    """Remove ``path`` if it is still the file ``twin`` links to (never someone else's file)."""
+def _unlink_if_same(path: Path, file: os.stat_result) -> None:
+    """Remove ``path`` if it is still the file ``file`` describes (never someone else's file)."""
     try:
-        if os.path.samestat(os.lstat(path), os.lstat(twin)):
+        if os.path.samestat(os.lstat(path), file):
             path.unlink()
     except OSError:
         pass  # gone already, or not ours: nothing of this call to remove

@@ -10,9 +10,14 @@ socket server that answers whatever bytes a test gives it.
 from __future__ import annotations
 
 import contextlib
+import os
+import signal
 import socket
+import subprocess
+import sys
 import threading
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import aiohttp
 import httpx
@@ -22,6 +27,7 @@ from agentgate.dispatch import inventory_from_mapping
 from agentgate.dispatch.backends import BackendClient
 from agentgate.dispatch.inventory import parse_inventory
 from agentgate.errors import BackendCredentialError, DispatchError
+from agentgate.keys import load_public_key, load_signing_key
 
 MODEL = "llama-3.1-8b"
 KEY = "sk-r10-4c1d9a7e2b6f-backend-secret"
@@ -191,3 +197,66 @@ def test_a_conventional_variable_name_is_still_named_when_unset(monkeypatch: pyt
     text = "backends:\n  - name: b0\n    url: http://10.0.0.1:8000\n    models: [m]\n    api_key_env: VLLM_API_KEY_2\n"
     with pytest.raises(BackendCredentialError, match="the environment variable VLLM_API_KEY_2 is not set"):
         parse_inventory(text, source="inv.yaml")
+
+
+# --- keys new: a killed run must never cost the user a committed key --------------------------------
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# `agentgate keys new NAME --dir DIR`, paused (forever) at the first fsync after its second link:
+# NAME.pub is linked, so the pair is committed; the directory is being synced.
+PAUSED_AFTER_COMMIT = """
+import os, sys, time
+real_link, real_fsync = os.link, os.fsync
+links = [0]
+def link(*args, **kwargs):
+    real_link(*args, **kwargs)
+    links[0] += 1
+def fsync(fd):
+    real_fsync(fd)
+    if links[0] == 2:
+        print("committed", flush=True)
+        time.sleep(600)
+os.link, os.fsync = link, fsync
+from agentgate.cli.main import main
+sys.exit(main(["keys", "new", sys.argv[1], "--dir", sys.argv[2]]))
+"""
+
+
+def test_a_run_killed_after_its_commit_leaves_a_key_no_later_run_removes(tmp_path: Path) -> None:
+    """Killed once ``k.pub`` is linked, the pair is whole: the user may publish ``k.pub`` (move
+    it away) and keep using ``k.key``. Before, the killed run's temporary files were still there,
+    so the next ``keys new`` took ``k.key`` for a half-made pair and deleted the private key."""
+    directory = tmp_path / "keys"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    process = subprocess.Popen(
+        [sys.executable, "-c", PAUSED_AFTER_COMMIT, "k", str(directory)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline()
+        assert line.strip() == "committed", (
+            line,
+            process.stderr.read() if process.poll() is not None else "",
+        )
+    finally:
+        process.send_signal(signal.SIGKILL)
+        process.communicate(timeout=30)
+    published = tmp_path / "k.pub"
+    (directory / "k.pub").rename(published)  # the user publishes the public key
+    did = load_public_key(published).did
+    other = subprocess.run(
+        [sys.executable, "-m", "agentgate.cli.main", "keys", "new", "other", "--dir", str(directory)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert other.returncode == 0, other.stderr
+    assert (directory / "k.key").exists(), sorted(p.name for p in directory.iterdir())
+    assert load_signing_key(directory / "k.key").did == did
