@@ -9,7 +9,10 @@ socket server that answers whatever bytes a test gives it.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import http.server
+import json
 import os
 import signal
 import socket
@@ -18,15 +21,16 @@ import sys
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import httpx
 import pytest
 
-from agentgate.dispatch import inventory_from_mapping
+from agentgate.dispatch import Dispatcher, Router, inventory_from_mapping
 from agentgate.dispatch.backends import BackendClient
 from agentgate.dispatch.inventory import parse_inventory
-from agentgate.errors import BackendCredentialError, DispatchError
+from agentgate.errors import BackendCredentialError, BackendFailed, DispatchError
 from agentgate.keys import load_public_key, load_signing_key
 
 MODEL = "llama-3.1-8b"
@@ -260,3 +264,120 @@ def test_a_run_killed_after_its_commit_leaves_a_key_no_later_run_removes(tmp_pat
     assert other.returncode == 0, other.stderr
     assert (directory / "k.key").exists(), sorted(p.name for p in directory.iterdir())
     assert load_signing_key(directory / "k.key").did == did
+
+
+# --- a backend that rejects the key but serves /v1/models without it (llama.cpp's server) ------------
+
+
+class _PublicModelsServer(http.server.ThreadingHTTPServer):
+    """A real HTTP server on 127.0.0.1 like llama.cpp's server started with ``--api-key``:
+    ``/health`` and ``/v1/models`` answer 200 to anyone; a chat call answers ``chat_status``
+    (401 while the key is wrong) and is counted in ``chats``."""
+
+    def __init__(self) -> None:
+        self.chat_status = 401
+        self.chats = 0
+        server = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def _answer(self, status: int, body: bytes) -> None:
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def do_GET(self) -> None:
+                self._answer(200, b'{"object": "list", "data": []}')
+
+            def do_POST(self) -> None:
+                self.rfile.read(int(self.headers["Content-Length"]))
+                server.chats += 1
+                if server.chat_status != 200:
+                    self._answer(server.chat_status, b'{"error": "Invalid API Key"}')
+                    return
+                answer = {"choices": [{"message": {"content": "ok"}, "finish_reason": "stop"}], "usage": {}}
+                self._answer(200, json.dumps(answer).encode())
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        super().__init__(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.serve_forever, args=(0.02,), daemon=True)
+        self.thread.start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+
+async def _health_rounds(dispatcher: Dispatcher, backend: str, up: bool, rounds: int = 200) -> bool:
+    """Wait (real time, a few health rounds) until ``backend`` is up (``up``) or down; True if so."""
+    for _ in range(rounds):
+        if dispatcher.is_down(backend) is not up:
+            return True
+        await asyncio.sleep(0.01)
+    return False
+
+
+async def test_a_backend_rejecting_the_key_behind_a_public_probe_is_retried_ever_less_often(
+    key_env: str,
+) -> None:
+    """Its ``/v1/models`` answers 200 whatever the key, so the credentials probe passes at once and
+    the backend came back after every ``cooldown_s``: one failed chat per cooldown, forever (53 of
+    60 calls from 20 callers in 6 s sent it a chat). Now each rejection since it last served a call
+    doubles its cooldown; a call it serves starts over. The clock is the test's: no timing."""
+    now = [0.0]
+    server = _PublicModelsServer()
+    inv = inventory_from_mapping(
+        {
+            "backends": [
+                {
+                    "name": "cpp",
+                    "url": server.url,
+                    "engine": "vllm",
+                    "models": [MODEL],
+                    "api_key_env": key_env,
+                }
+            ]
+        }
+    )
+    try:
+        async with Dispatcher(
+            inv,
+            Router(inv),
+            health_interval_s=0.01,
+            cooldown_s=10.0,
+            recovery_wait_s=0.0,
+            max_attempts=1,
+            clock=lambda: now[0],
+        ) as dispatcher:
+
+            async def rejected() -> None:
+                with pytest.raises(BackendFailed, match="rejected our credentials"):
+                    await dispatcher.chat(BODY)
+                assert dispatcher.rejected_credentials("cpp")
+
+            await rejected()  # first rejection: down for cooldown_s
+            now[0] += 10.0
+            assert await _health_rounds(dispatcher, "cpp", up=True)
+            await rejected()  # second: down for twice cooldown_s
+            now[0] += 10.0
+            assert not await _health_rounds(dispatcher, "cpp", up=True, rounds=30)  # still down
+            now[0] += 10.0
+            assert await _health_rounds(dispatcher, "cpp", up=True)
+            await rejected()  # third: four times
+            now[0] += 30.0
+            assert not await _health_rounds(dispatcher, "cpp", up=True, rounds=30)
+            now[0] += 10.0
+            assert await _health_rounds(dispatcher, "cpp", up=True)
+            server.chat_status = 200  # the key is set right on the backend: a served call starts over
+            assert (await dispatcher.chat(BODY)).content == "ok"
+            server.chat_status = 401
+            await rejected()
+            now[0] += 10.0
+            assert await _health_rounds(dispatcher, "cpp", up=True)
+            assert server.chats == 5
+    finally:
+        server.shutdown()
+        server.server_close()

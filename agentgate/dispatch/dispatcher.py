@@ -16,7 +16,13 @@ A backend that answers 401 or 403 rejected our credentials (``BackendRejectedCre
 any failure it is marked down and the call fails over, but passing ``/health`` does not bring it
 back (vLLM serves ``/health`` without the key): the health loop probes it with
 ``accepts_credentials`` (``GET /v1/models`` with its key) instead, and it is used again once that
-answers 200 after ``cooldown_s``. So a wrong key costs one failed attempt, not one per call.
+answers 200 after its cooldown. That probe does not prove the key is taken everywhere: some
+engines serve ``/v1/models`` without it (llama.cpp's server exempts ``/health`` and
+``/v1/models`` from ``--api-key``, as do hosted endpoints with a public model list), so a
+backend that rejects our key can pass it at once. The cooldown of a backend that rejected our
+credentials therefore doubles with each rejection since it last served a call (``cooldown_s``,
+then twice, four times, ... up to ``MAX_REJECTED_COOLDOWN_S``): a wrong key costs one failed
+attempt per cooldown, the cooldowns growing, not one per call.
 """
 
 from __future__ import annotations
@@ -49,6 +55,11 @@ from agentgate.errors import (
 FREED_WAIT_S = 0.25
 """The longest a call waiting for a slot waits for one to free before it asks the router again
 (well under ``router.WAITER_TIMEOUT_S``, after which a waiter that has not asked leaves the line)."""
+
+
+MAX_REJECTED_COOLDOWN_S = 300.0
+"""The longest a backend that keeps rejecting our credentials is left down before it is tried again
+(its cooldown doubles with each rejection; see the module docstring)."""
 
 
 class Dispatcher:
@@ -94,9 +105,11 @@ class Dispatcher:
         self.clients: dict[str, BackendClient] = {}
         self._down_since: dict[str, float] = {}
         self._rejected: set[str] = set()
+        """Backends marked down for rejecting our credentials (a subset of ``_down_since``)."""
+        self._rejections: dict[str, int] = {}
+        """Backend -> how many times it rejected our credentials since it last served a call."""
         self._freed = asyncio.Event()
         """Set (and replaced) whenever a slot may have freed: a request finished, a backend came back."""
-        """Backends marked down for rejecting our credentials (a subset of ``_down_since``)."""
         self._tasks: list[asyncio.Task[None]] = []
         self._ids = itertools.count()
         self._closing = False
@@ -209,6 +222,7 @@ class Dispatcher:
             except BaseException:
                 self._finished(request.id)
                 raise
+            self._rejections.pop(plan.backend, None)  # it took our key: the next rejection starts over
             self.router.first_token(request.id, self.clock())
             self._finished(request.id)
             return result
@@ -233,6 +247,7 @@ class Dispatcher:
                 async for chunk in self.clients[plan.backend].stream(payload):
                     if not delivered:
                         self.router.first_token(request.id, self.clock())
+                        self._rejections.pop(plan.backend, None)  # as in ``chat``
                         delivered = True
                     yield chunk
             except BackendFailed as exc:
@@ -298,16 +313,30 @@ class Dispatcher:
         errors.append(str(exc))
         self._finished(request_id)
         if not self._closing:  # a connection cut by aclose is no fault of the backend's
-            self._mark_down(backend)
+            newly = self._mark_down(backend)
             if isinstance(exc, BackendRejectedCredentials):
                 self._rejected.add(backend)
+                if newly:  # calls in flight when it went down are the same rejection, not more
+                    self._rejections[backend] = self._rejections.get(backend, 0) + 1
 
     # --- background loops ----------------------------------------------------------------
 
-    def _mark_down(self, backend: str) -> None:
-        if backend not in self._down_since:
-            self._down_since[backend] = self.clock()
-            self.router.mark_down(backend)
+    def _mark_down(self, backend: str) -> bool:
+        """Mark ``backend`` down from now, unless it is down already; True if it was up."""
+        if backend in self._down_since:
+            return False
+        self._down_since[backend] = self.clock()
+        self.router.mark_down(backend)
+        return True
+
+    def _cooldown(self, backend: str) -> float:
+        """How long ``backend``, marked down, stays down at least: ``cooldown_s``; while it is down
+        for rejecting our credentials, doubled for each such rejection since it last served a
+        call, at most ``MAX_REJECTED_COOLDOWN_S`` (or ``cooldown_s`` if that is longer)."""
+        if backend not in self._rejected:
+            return self.cooldown_s
+        doublings = min(self._rejections.get(backend, 1) - 1, 32)
+        return min(self.cooldown_s * 2.0**doublings, max(self.cooldown_s, MAX_REJECTED_COOLDOWN_S))
 
     # ``BackendClient.scrape`` and ``health`` turn every failure they know into ``BackendFailed``
     # and ``False``; the loops also survive one they do not (``return_exceptions``): a loop that
@@ -339,7 +368,7 @@ class Dispatcher:
             for name, ok in zip(names, results, strict=True):
                 if ok is not True:
                     self._mark_down(name)
-                elif name in self._down_since and now - self._down_since[name] >= self.cooldown_s:
+                elif name in self._down_since and now - self._down_since[name] >= self._cooldown(name):
                     del self._down_since[name]
                     self._rejected.discard(name)
                     self.router.mark_up(name)
