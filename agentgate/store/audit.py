@@ -27,6 +27,7 @@ import bisect
 import hashlib
 import itertools
 import json
+import operator
 import os
 import sqlite3
 from collections.abc import Iterator, Mapping, Sequence
@@ -74,6 +75,12 @@ _CHECKPOINT_BATCH = 1_000
 _NODE_LEVEL = 10
 """Height of the cached subtree roots (``audit_nodes``): blocks of 1024 leaf hashes."""
 _INSERT = "INSERT INTO audit_log (idx, entry, leaf_hash) VALUES (?, ?, ?)"
+_REF_KEY = b',"ref":'
+"""The top-level ``ref`` key of an entry's bytes: its last occurrence (``args`` and ``reasons`` come
+before it, and the keys after it hold no objects; a string holds no unescaped quote)."""
+_NO_REF = b'null,"resource":'
+_MAX_REF = 10**18
+"""References the index holds: 1 to 18 digits (what PostgreSQL's trigger reads; no real log nears it)."""
 APPEND_LOCK = 27416741019937140
 """The PostgreSQL advisory lock that serializes appends (ASCII "agaudit"; the same number is
 written in ``agentgate_audit_lock_next`` below)."""
@@ -466,6 +473,12 @@ class AuditLog:
         # (PostgreSQL's BYTEA columns hold nothing else.)
         blob = "CAST({} AS BLOB)" if store.dialect == "sqlite" else "{}"
         self._entry, self._leaf, self._root = (blob.format(c) for c in ("entry", "leaf_hash", "root"))
+        self._empty = "x''" if store.dialect == "sqlite" else "''::bytea"
+        self._ref_text = (
+            """CAST(ref || ',"resource":' AS BLOB)"""
+            if store.dialect == "sqlite"
+            else """convert_to(ref::text || ',"resource":', 'UTF8')"""
+        )
 
     def _index_refs(self) -> bool:
         """Create the reference index (``REFS_DDL``) and index the entries written before it, once.
@@ -715,21 +728,15 @@ class AuditLog:
         """
         last, limit = start - 1, min(_FIRST_BATCH, _BATCH)
         while True:
+            # A NULL entry or leaf hash (a tampered table without its NOT NULL constraints)
+            # reads as empty bytes: it then fails the leaf hash check instead of crashing. Both
+            # dialects return the (cast) columns as bytes, so the rows are used as they come.
             rows = self.store.query(
-                f"SELECT idx, CASE WHEN idx >= ? THEN {self._entry} END, {self._leaf} FROM audit_log "
-                "WHERE idx > ? ORDER BY idx LIMIT ?",
+                f"SELECT idx, CASE WHEN idx >= ? THEN COALESCE({self._entry}, {self._empty}) END, "
+                f"COALESCE({self._leaf}, {self._empty}) FROM audit_log WHERE idx > ? ORDER BY idx LIMIT ?",
                 (include_entry_from, last, limit),
             )
-            # A NULL entry or leaf hash (a tampered table without its NOT NULL constraints)
-            # reads as empty bytes: it then fails the leaf hash check instead of crashing.
-            batch: list[tuple[int, bytes | None, bytes]] = (
-                [(idx, _bytes(data), _bytes(stored)) for idx, data, stored in rows]
-                if include_entry_from <= start
-                else [
-                    (idx, (_bytes(data) if idx >= include_entry_from else None), _bytes(stored))
-                    for idx, data, stored in rows
-                ]
-            )
+            batch = cast(list[tuple[int, bytes | None, bytes]], rows)
             if batch:
                 yield batch
             if len(rows) < limit:
@@ -1017,8 +1024,11 @@ class AuditLog:
         root columns match its signed note;
         every stored checkpoint is signed by the log key, and no two disagree about one size; the
         recomputed root at each checkpoint's size equals its root; no checkpoint is larger than
-        the log (deleted entries, or a database restored from an older copy); and the log is
-        consistent with ``saved_checkpoint`` (a signed note kept elsewhere) when one is given.
+        the log (deleted entries, or a database restored from an older copy); the log is
+        consistent with ``saved_checkpoint`` (a signed note kept elsewhere) when one is given; and
+        the reference index ``audit_refs`` (when this log keeps one) holds exactly the ``(idx, ref)``
+        pairs the entries carry, in the same pass (a missing or changed row hides an entry from
+        ``explain``; such a problem names no bad index, the entries being intact).
         Never raises for a tampered log: the report names the first bad index and what is wrong.
         """
         problems: list[str] = []
@@ -1053,6 +1063,7 @@ class AuditLog:
 
         acc = RootAccumulator()
         last_good = 0
+        refs_seen = 0  # rows of audit_refs compared with the entries they index
         sizes = sorted(expected)
         uncovered = sizes[-1] if sizes else 0
         for rows in self._batches():
@@ -1086,6 +1097,8 @@ class AuditLog:
                     )
                     problems.append(f"entry {first + k}: {what}")
                     bad.append(first + k)
+            if self.refs_indexed:
+                refs_seen += self._check_refs(rows, edited, problems)
             # Feed the tree in segments that end at checkpoint sizes, checking each root on the way.
             position = 0
             while position < len(computed):
@@ -1114,6 +1127,15 @@ class AuditLog:
             if len(rows) < count:
                 break
         size = acc.size
+        if self.refs_indexed:
+            rows_in_index = int(
+                self.store.query("SELECT COUNT(*) FROM audit_refs WHERE ref < ?", (_MAX_REF,))[0][0]
+            )
+            if rows_in_index != refs_seen:
+                problems.append(
+                    f"audit_refs has {rows_in_index - refs_seen} row(s) for entries that are not in the "
+                    f"log's first {size} (the reference index was tampered with, or entries deleted)"
+                )
         for cp_size in sorted(s for s in expected if s > size):
             problems.append(
                 f"a checkpoint covers {cp_size} entries but the log has {size}: "
@@ -1121,6 +1143,71 @@ class AuditLog:
             )
             bad.append(size)
         return VerifyReport(size, acc.root(), checked, min(bad) if bad else None, tuple(problems))
+
+    def _check_refs(
+        self, rows: Sequence[tuple[int, bytes, bytes]], edited: set[int], problems: list[str]
+    ) -> int:
+        """Compare the rows of ``audit_refs`` for the entries ``rows`` (consecutive indexes) with the
+        references those entries carry, appending each difference to ``problems``; entries at
+        positions ``edited`` (already reported) are left out. Returns how many index rows it read.
+
+        The reference is read from each entry's bytes (the last ``,"ref":``) by C-level scans, not by
+        parsing the entry: this runs for every entry ``verify`` reads. An intact index is confirmed
+        by counting (as many rows as entries with a reference, each row's text where its entry's
+        reference is); only a batch where that fails is examined entry by entry.
+        """
+        if not rows:
+            return 0
+        first = rows[0][0]
+        entries = [row[1] for row in rows]
+        at = list(
+            map(operator.add, map(bytes.rfind, entries, itertools.repeat(_REF_KEY)), itertools.repeat(7))
+        )
+        none = list(map(bytes.startswith, entries, itertools.repeat(_NO_REF), at))
+        # idx -> the row's reference followed by ,"resource": (what its entry must hold there).
+        table = self.store.query(
+            f"SELECT idx, {self._ref_text} FROM audit_refs WHERE idx >= ? AND idx < ? AND ref < ?",
+            (first, first + len(rows), _MAX_REF),
+        )
+        spots = [int(idx) - first for idx, _text in table]
+        if (
+            not edited
+            and len(table) == none.count(False)
+            and all(
+                map(
+                    bytes.startswith,
+                    [entries[k] for k in spots],
+                    [t for _i, t in table],
+                    [at[k] for k in spots],
+                )
+            )
+        ):
+            return len(table)
+        said: dict[int, int] = {}
+        for k in itertools.compress(range(len(rows)), map(operator.not_, none)):
+            digits = entries[k][at[k] : entries[k].find(b",", at[k])]
+            if at[k] >= len(_REF_KEY) and 0 < len(digits) <= 18 and digits.isdigit():
+                said[first + k] = int(digits)
+        held = {int(idx): int(bytes(text).partition(b",")[0]) for idx, text in table}
+        for k in edited:
+            said.pop(first + k, None)
+            held.pop(first + k, None)
+        for idx in sorted(said.keys() | held.keys()):
+            ref, row = said.get(idx), held.get(idx)
+            if ref == row:
+                continue
+            if ref is None:
+                problems.append(
+                    f"audit_refs has a row for entry {idx} (to {row}), which refers to no entry "
+                    "(the reference index was tampered with)"
+                )
+                continue
+            found = "has no row for it" if row is None else f"says {row}"
+            problems.append(
+                f"entry {idx} refers to entry {ref}, but audit_refs {found} (the reference index was "
+                f"tampered with: audit explain {ref} would not show entry {idx})"
+            )
+        return len(table)
 
     def _diagnose(self, lo: int, hi: int) -> tuple[int, str]:
         """Find the first entry in ``[lo, hi)`` that is not what it claims to be (after a root mismatch)."""

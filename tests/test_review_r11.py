@@ -1,0 +1,137 @@
+"""Review r11 of the audit log at scale: the reference index checked by ``verify``, the entry
+bound, the triggers and sizes from the user."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agentgate.audit.entry import argument_digest
+from agentgate.cli.main import main
+from agentgate.keys import SigningKey
+from agentgate.store import SQLiteStore, Store
+from agentgate.store.audit import AuditLog, open_log_key
+
+KEY = SigningKey(b"\x07" * 32)
+ALICE = SigningKey(b"\x01" * 32).did
+ORIGIN = "test.example/audit"
+
+
+def decision(kind: str = "allow", *, ref: int | None = None, **extra: Any) -> dict[str, Any]:
+    args = extra.pop("args", {"amount": 120, "currency": "EUR"})
+    return {
+        "kind": kind,
+        "principal": ALICE,
+        "chain_hash": "sha256:" + "ab" * 32,
+        "resource": "tool:payments.refund",
+        "args_digest": argument_digest(args),
+        "args": args,
+        "reasons": ["capability covers call"],
+        "ref": ref,
+        **extra,
+    }
+
+
+@pytest.fixture
+def log(store: Store) -> AuditLog:
+    return AuditLog(store, KEY, origin=ORIGIN)
+
+
+def _call_log(log: AuditLog) -> None:
+    """0 allow, 1 outcome of 0, 2 approval_required, 3 approval_given for 2, 4 allow (args that
+    hold a decoy ``ref``), 5 outcome of 4."""
+    log.append(decision())
+    log.append(decision("outcome", ref=0, status="ok"))
+    log.append(decision("approval_required"))
+    log.append(decision("approval_given", ref=2))
+    log.append(decision(args={"a": 1, "ref": 3, "resource": "x"}))
+    log.append(decision("outcome", ref=4, status="ok"))
+
+
+def _index_sql(store: Store, sql: str, params: tuple[Any, ...] = ()) -> None:
+    with store.transaction() as tx:
+        tx.execute(sql, params)
+
+
+# --- the reference index is checked by verify ---------------------------------------------------
+
+
+def test_verify_accepts_an_intact_reference_index(log: AuditLog) -> None:
+    _call_log(log)
+    log.checkpoint()
+    assert log.verify().ok
+
+
+@pytest.mark.parametrize(
+    ("sql", "params", "said"),
+    [
+        (
+            "DELETE FROM audit_refs WHERE idx = ?",
+            (1,),
+            "entry 1 refers to entry 0, but audit_refs has no row",
+        ),
+        (
+            "UPDATE audit_refs SET ref = ? WHERE idx = ?",
+            (4, 1),
+            "entry 1 refers to entry 0, but audit_refs says 4",
+        ),
+        ("INSERT INTO audit_refs (idx, ref) VALUES (?, ?)", (4, 0), "audit_refs has a row for entry 4"),
+        ("INSERT INTO audit_refs (idx, ref) VALUES (?, ?)", (99, 0), "audit_refs has 1 row(s) for entries"),
+    ],
+)
+def test_verify_reports_a_tampered_reference_index(
+    log: AuditLog, store: Store, sql: str, params: tuple[Any, ...], said: str
+) -> None:
+    """The index hides an outcome from ``explain`` when a row is deleted or pointed elsewhere:
+    ``verify`` (which reads every entry anyway) compares it with what the entries say."""
+    _call_log(log)
+    log.checkpoint()
+    _index_sql(store, sql, params)
+    report = log.verify()
+    assert not report.ok
+    assert any(said in problem for problem in report.problems), report.problems
+    assert report.first_bad_index is None  # the entries themselves are intact
+
+
+def test_verify_checks_the_index_across_batches(store: Store) -> None:
+    log = AuditLog(store, KEY, origin=ORIGIN)
+    log.append_many(
+        [decision("outcome", ref=k - 1, status="ok") if k % 2 else decision() for k in range(300)]
+    )
+    assert log.verify().ok
+    _index_sql(store, "DELETE FROM audit_refs WHERE idx = ?", (251,))
+    assert [p for p in log.verify().problems if "audit_refs" in p] == [
+        "entry 251 refers to entry 250, but audit_refs has no row for it "
+        "(the reference index was tampered with: audit explain 250 would not show entry 251)"
+    ]
+
+
+def test_cli_verify_exits_1_for_a_tampered_reference_index(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr("agentgate.cli.main.GROUPS", ("agentgate.cli.audit",))
+    monkeypatch.delenv("AGENTGATE_LOG_ORIGIN", raising=False)
+    monkeypatch.setenv("AGENTGATE_LOG_KEY", str(tmp_path / "log.key"))
+    monkeypatch.setenv("AGENTGATE_STORE", str(tmp_path / "agentgate.db"))
+    store = SQLiteStore(tmp_path / "agentgate.db")
+    log = AuditLog(store, open_log_key(store))
+    _call_log(log)
+    log.checkpoint()
+    _index_sql(store, "DELETE FROM audit_refs WHERE idx = 5")
+    store.close()
+    assert main(["audit", "verify"]) == 1
+    out = capsys.readouterr().out
+    assert "TAMPERED" in out and "audit explain 4 would not show entry 5" in out
+
+
+def test_a_tampered_index_is_rebuilt_as_the_docs_say(log: AuditLog, store: Store) -> None:
+    _call_log(log)
+    _index_sql(store, "UPDATE audit_refs SET ref = 4 WHERE idx = 1")
+    assert log.explain(0).related == ()  # hidden
+    _index_sql(store, "DELETE FROM audit_refs")
+    _index_sql(store, "DELETE FROM audit_refs_built")
+    again = AuditLog(store, KEY, origin=ORIGIN)
+    assert again.verify().ok
+    assert [e.index for e in again.explain(0).related] == [1]
