@@ -19,6 +19,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,9 @@ from agentgate.dispatch.backends import BackendClient
 from agentgate.dispatch.inventory import parse_inventory
 from agentgate.errors import BackendCredentialError, BackendFailed, DispatchError
 from agentgate.keys import load_public_key, load_signing_key
+from agentgate.store._base import Store
+from agentgate.store.leases import Lease, LeaseManager
+from agentgate.tasks import Attempt, Scheduler, SchedulerConfig, ToolCall, ToolLimits
 
 MODEL = "llama-3.1-8b"
 KEY = "sk-r10-4c1d9a7e2b6f-backend-secret"
@@ -381,3 +385,57 @@ async def test_a_backend_rejecting_the_key_behind_a_public_probe_is_retried_ever
     finally:
         server.shutdown()
         server.server_close()
+
+
+# --- nested calls: a borrower that outlives its lender keeps the cross-process lease ------------------
+
+
+def test_a_detached_nested_call_outliving_its_parent_keeps_the_cross_process_lease(store: Store) -> None:
+    """Tool limit 1 across processes. The parent starts a nested call of its tool in a task it
+    does not wait for, and returns; the nested call ran under the parent's slot and lease. Before:
+    the parent's lease was given back when it finished, so another process took the tool's only
+    lease while the nested call still ran (two running, limit 1). Now the lease passes to the
+    nested call with the slot, and is given back when it finishes."""
+    config = SchedulerConfig(tools={"a": ToolLimits(concurrency=1)})
+    other_process = LeaseManager(store, ttl_s=10.0)
+    taken: list[Lease] = []
+
+    async def main() -> None:
+        scheduler = Scheduler(config, store=store)
+        started, release = asyncio.Event(), asyncio.Event()
+        detached: list[asyncio.Task[str]] = []
+
+        async def child(attempt: Attempt) -> str:
+            started.set()
+            await release.wait()
+            return "child"
+
+        async def parent(attempt: Attempt) -> str:
+            call = ToolCall("a", arguments={"level": 2}, deadline=time.time() + 5.0)
+            detached.append(asyncio.create_task(scheduler.submit(call, child)))
+            await started.wait()
+            return "parent"
+
+        try:
+            assert await scheduler.submit(ToolCall("a", deadline=time.time() + 5.0), parent) == "parent"
+            assert not detached[0].done()  # the nested call runs on, its parent finished
+            lease = await asyncio.to_thread(other_process.try_acquire, "tool:a", 1)
+            if lease is not None:
+                taken.append(lease)
+            assert lease is None, "another process took the only lease while the nested call ran"
+            release.set()
+            assert await detached[0] == "child"
+            assert scheduler.in_flight == 0
+            lease = await asyncio.to_thread(other_process.try_acquire, "tool:a", 1)
+            assert lease is not None  # given back when the nested call finished
+            taken.append(lease)
+        finally:
+            release.set()
+            await scheduler.aclose()
+
+    try:
+        asyncio.run(main())
+    finally:
+        for lease in taken:
+            other_process.release(lease)
+        other_process.close()

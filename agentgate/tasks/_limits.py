@@ -47,6 +47,7 @@ from agentgate.tasks._metrics import SchedulerMetrics
 from agentgate.tasks._token_bucket import TokenBucket
 
 if TYPE_CHECKING:
+    from agentgate.store.leases import Lease, LeaseManager
     from agentgate.tasks._scheduler import Scheduler
 
 _LONGEST_TIMER_WAIT_S = 86_400.0
@@ -80,6 +81,7 @@ class Waiter:
         "finished",
         "future",
         "granted",
+        "lease",
         "lent",
         "limits",
         "loop",
@@ -108,6 +110,10 @@ class Waiter:
         self.borrowed: dict[str, Waiter] | None = None
         #: Limit dimension -> the nested attempt this one's slot is lent to (None: none lent).
         self.lent: dict[str, Waiter] | None = None
+        #: The cross-process lease of this attempt's tool slot and the manager it came from (a
+        #: scheduler with a store sets it, and gives it back after ``finish``); passed on with the
+        #: tool slot to a nested attempt that outlives this one (``_finish_lending``). None: none.
+        self.lease: tuple[LeaseManager, Lease] | None = None
 
 
 #: The attempt whose tool is running in this context (set by the schedulers around the tool).
@@ -524,6 +530,8 @@ class SharedLimits:
                     source.lent[dimension] = heir
                 else:
                     del heir.borrowed[dimension]  # now its own: given back when it finishes
+                    if dimension == "tool":  # and the slot's cross-process lease with it
+                        heir.lease, waiter.lease = waiter.lease, None
             elif source is not None:
                 assert source.lent is not None
                 del source.lent[dimension]

@@ -424,13 +424,16 @@ class Scheduler:
                             if admitted is None:
                                 raise _circuit_open(breaker)
                             held = probing = admitted
-                        # Running under an ancestor's tool slot: under its lease too (it waits for this call).
+                        # Running under an ancestor's tool slot: under its lease too (it waits for this
+                        # call; should it finish first, the slot and its lease pass to this call).
                         if (
                             self._leases is not None
                             and limits.concurrency is not None
                             and not (waiter.borrowed and "tool" in waiter.borrowed)
                         ):
                             lease = await self._lease("tool:" + tool, limits.concurrency, loop, deadline)
+                            with lock:
+                                waiter.lease = (self._leases, lease)
                         if self._rates is not None and limits.rate is not None:
                             await self._shared_token("tool:" + tool, limits, loop, deadline)
                         attempt_deadline = unix_deadline = None
@@ -485,8 +488,12 @@ class Scheduler:
                         # must not skip it. The release itself runs to the end, shielded.
                         with lock:
                             shared.finish(waiter)  # starts the fairest waiting call, of any scheduler
-                        if lease is not None and self._leases is not None:
-                            await asyncio.shield(asyncio.to_thread(self._leases.release, lease))
+                            # Its own lease, or one passed on with a lender's slot; None once this
+                            # attempt's lease passed on to a nested call still running.
+                            held_lease, waiter.lease = waiter.lease, None
+                        if held_lease is not None:
+                            manager, lease = held_lease
+                            await asyncio.shield(asyncio.to_thread(manager.release, lease))
                     # 4. back off with every slot released, then try again
                     await asyncio.sleep(delay)
                 except _GiveUp as stop:
