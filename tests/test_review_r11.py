@@ -155,3 +155,43 @@ def test_verify_of_a_growing_log_does_not_call_new_entries_tampering(log: AuditL
     assert [e.index for e in log.explain(2).related] == [3]
     assert log.verify().ok  # entry 6 (ref 0) replaced the stray row (6, 2)
     assert [e.index for e in log.explain(0).related] == [1, 6]
+
+
+# --- the entry bound ------------------------------------------------------------------------------
+
+
+def test_a_short_escape_heavy_reason_does_not_stop_long_ones_being_recorded_by_digest() -> None:
+    """Reasons are sorted by their encoded size but kept by their length: a 250-character reason of
+    control characters (1502 bytes encoded, kept in clear) sorted first and ended the elision, so
+    the long reasons after it stayed and the entry was refused (an allow that could not be written)."""
+    from agentgate.audit.entry import encode_bounded
+
+    reasons = ["\x01" * 250, *("x" * 1000 for _ in range(3))]
+    fields = {**decision(args={}), "index": 0, "time": "2026-11-29T10:15:00.000000Z", "reasons": reasons}
+    data = encode_bounded(fields, 4096)
+    assert len(data) <= 4096
+    from agentgate.audit.entry import AuditEntry
+
+    kept = AuditEntry.from_bytes(data).reasons
+    assert kept[0] == "\x01" * 250 and sum(r.startswith("elided reason: 1000 bytes") for r in kept) >= 1
+
+
+def test_the_bound_is_on_encoded_bytes_for_escapes_and_astral_characters() -> None:
+    from agentgate.audit.entry import AuditEntry, encode_bounded
+
+    for text in ("\x00" * 20_000, "\U0001f600" * 20_000, '"\\' * 20_000):
+        fields = {**decision(args={"note": text}), "index": 0, "time": "2026-11-29T10:15:00.000000Z"}
+        data = encode_bounded(fields, 4096)
+        assert len(data) <= 4096
+        assert "note" not in AuditEntry.from_bytes(data).args
+
+
+def test_an_entry_exactly_at_the_bound_is_kept_whole() -> None:
+    from agentgate.audit.entry import encode_bounded, encode_entry
+
+    base = {**decision(args={"note": ""}), "index": 0, "time": "2026-11-29T10:15:00.000000Z"}
+    room = 4096 - len(encode_entry(base))
+    exact = {**base, "args": {"note": "y" * room}}
+    assert len(encode_entry(exact)) == 4096 and encode_bounded(exact, 4096) == encode_entry(exact)
+    over = {**base, "args": {"note": "y" * (room + 1)}}
+    assert len(encode_bounded(over, 4096)) <= 4096

@@ -242,9 +242,11 @@ def encode_bounded(fields: Mapping[str, Any], limit: int) -> bytes:
     if len(data) > limit:
         excess = len(data) - limit
         for size, k in sorted(((len(canonical_json(reasons[k])), k) for k in range(given)), reverse=True):
-            note = elision("reason", reasons[k].encode("utf-8"))
-            if excess <= 0 or len(reasons[k]) <= _KEPT_REASON:
+            if excess <= 0:
                 break
+            if len(reasons[k]) <= _KEPT_REASON:
+                continue  # kept in clear; a longer one may still come (sorted by encoded size)
+            note = elision("reason", reasons[k].encode("utf-8"))
             excess -= size - len(canonical_json(note))
             reasons[k] = note
         data = encode_entry({**values, "args": args, "reasons": reasons})
