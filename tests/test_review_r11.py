@@ -195,3 +195,22 @@ def test_an_entry_exactly_at_the_bound_is_kept_whole() -> None:
     assert len(encode_entry(exact)) == 4096 and encode_bounded(exact, 4096) == encode_entry(exact)
     over = {**base, "args": {"note": "y" * (room + 1)}}
     assert len(encode_bounded(over, 4096)) <= 4096
+
+
+# --- sizes and indexes from the user --------------------------------------------------------------
+
+
+def test_prove_past_the_end_signs_nothing(log: AuditLog) -> None:
+    """``prove INDEX`` signed (and stored) a fresh checkpoint before finding INDEX past the end:
+    bad input left a write behind."""
+    from agentgate.errors import BeyondLogEnd
+
+    _call_log(log)
+    from agentgate.errors import InputError
+
+    with pytest.raises(BeyondLogEnd):
+        log.prove(6)
+    with pytest.raises(InputError, match="entry -1"):
+        log.prove(-1)
+    assert log.checkpoints() == []
+    assert log.prove(5).index == 5 and len(log.checkpoints()) == 1

@@ -807,8 +807,14 @@ class AuditLog:
         """A tlog-proof bundle for entry ``index`` against ``checkpoint_note`` (default: a fresh one).
 
         Raises ``InputError`` if the entry does not exist or the checkpoint does not cover it
-        (``BeyondLogEnd`` for an index past the end of the log, against a fresh checkpoint).
+        (``BeyondLogEnd`` for an index past the end of the log, against a fresh checkpoint: then
+        checked before anything is signed, so bad input stores no checkpoint).
         """
+        if checkpoint_note is None:  # bad input signs nothing
+            if index < 0:
+                raise InputError(f"audit log has no entry {index}")
+            if index >= self._end():
+                raise BeyondLogEnd(index, self.size(), "entry")
         note = checkpoint_note or self.checkpoint()
         checkpoint = self.open_checkpoint(note)
         if checkpoint_note is None and index >= checkpoint.size:
