@@ -214,3 +214,23 @@ def test_prove_past_the_end_signs_nothing(log: AuditLog) -> None:
         log.prove(-1)
     assert log.checkpoints() == []
     assert log.prove(5).index == 5 and len(log.checkpoints()) == 1
+
+
+@pytest.mark.parametrize("text", ["१", "1_0", "+1", " 1", "٣"])
+def test_cli_index_is_ascii_digits_only(
+    text: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``int()`` read a Devanagari digit, an underscore-grouped number or a sign as an index, so
+    ``audit explain १`` explained entry 1: an index is now exactly ASCII digits (exit 2 otherwise)."""
+    monkeypatch.setattr("agentgate.cli.main.GROUPS", ("agentgate.cli.audit",))
+    monkeypatch.setenv("AGENTGATE_LOG_KEY", str(tmp_path / "log.key"))
+    monkeypatch.setenv("AGENTGATE_STORE", str(tmp_path / "agentgate.db"))
+    store = SQLiteStore(tmp_path / "agentgate.db")
+    log = AuditLog(store, open_log_key(store))
+    for _ in range(12):
+        log.append(decision())
+    store.close()
+    with pytest.raises(SystemExit) as exited:
+        main(["audit", "explain", text])
+    assert exited.value.code == 2
+    assert "expected an entry index" in capsys.readouterr().err

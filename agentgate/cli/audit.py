@@ -104,12 +104,12 @@ def register(subparsers: Any) -> None:
 
 
 def _index(text: str) -> int:
-    """An entry index as given on the command line: a whole number 0 .. 2**63-1 (what a store's
-    integer holds; a larger one overflowed SQLite with a traceback)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an entry index, got {text!r}") from None
+    """An entry index as given on the command line: ASCII digits (``int`` would also read other
+    scripts' digits, ``_`` and a sign), a whole number 0 .. 2**63-1 (what a store's integer holds;
+    a larger one overflowed SQLite with a traceback)."""
+    if not re.fullmatch(r"-?[0-9]{1,40}", text, re.ASCII):
+        raise argparse.ArgumentTypeError(f"expected an entry index (digits 0-9), got {text!r}")
+    value = int(text)
     if not 0 <= value < 2**63:
         raise argparse.ArgumentTypeError(f"an entry index is 0 or more, below 2**63; got {text!r}")
     return value
