@@ -126,8 +126,11 @@ class Dispatcher:
         if self._http is not None:
             return
         self._closing = False
+        # trust_env=False: straight to the backends, as the chat calls (aiohttp ignores the proxy
+        # variables); through an HTTP_PROXY from the environment the probes and scrapes handed
+        # the backend's key, in clear, to the proxy.
         self._http = httpx.AsyncClient(
-            limits=httpx.Limits(max_connections=1000, max_keepalive_connections=100)
+            limits=httpx.Limits(max_connections=1000, max_keepalive_connections=100), trust_env=False
         )
         # Idle connections are dropped before a backend's own keep-alive timeout (uvicorn's: 5 s)
         # could close one under a request.
