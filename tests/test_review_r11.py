@@ -234,3 +234,90 @@ def test_cli_index_is_ascii_digits_only(
         main(["audit", "explain", text])
     assert exited.value.code == 2
     assert "expected an entry index" in capsys.readouterr().err
+
+
+# --- the reference trigger ------------------------------------------------------------------------
+
+
+def test_a_rolled_back_append_leaves_no_index_row(log: AuditLog, store: Store) -> None:
+    log.append(decision())
+    with pytest.raises(RuntimeError), store.transaction() as tx:
+        log.append(decision("outcome", ref=0, status="ok"), tx)
+        raise RuntimeError("the caller's transaction fails after the append")
+    assert store.query("SELECT idx, ref FROM audit_refs") == []
+    assert log.append(decision("outcome", ref=0, status="error")) == 1
+    assert [(int(i), int(r)) for i, r in store.query("SELECT idx, ref FROM audit_refs")] == [(1, 0)]
+    assert log.verify().ok and log.entry(log.explain(0).related[0].index).status == "error"
+
+
+def test_the_log_stays_append_only_with_the_index_trigger(log: AuditLog, store: Store) -> None:
+    _call_log(log)
+    for sql in ("UPDATE audit_log SET entry = entry WHERE idx = 1", "DELETE FROM audit_log WHERE idx = 1"):
+        with pytest.raises(Exception, match="append-only"), store.transaction() as tx:
+            tx.execute(sql)
+    assert log.verify().ok
+
+
+def _old_writer(url: str, started: Any, count: int) -> None:
+    """A writer of the version before the index: appends allow/outcome pairs through a store whose
+    index trigger is gone (dropped by the test before it starts)."""
+    from agentgate.store import open_store
+
+    store = open_store(url)
+    log = AuditLog.__new__(AuditLog)  # the tables exist: write as an older AuditLog did
+    log.store, log.max_entry_bytes, log._guess, log._guessing = store, 65536, None, False
+    started.set()
+    for k in range(count):
+        index = log.append(decision())
+        log.append(decision("outcome", ref=index, status=f"ok {k}"))
+    store.close()
+
+
+def test_the_backfill_indexes_a_log_that_an_old_writer_keeps_appending_to(
+    store: Store, tmp_path: Path
+) -> None:
+    """An owner opens the log with this version (trigger created, older entries indexed) while a
+    process of the previous version appends allow/outcome pairs: every outcome ends up indexed
+    (verify compares the index with the entries)."""
+    import multiprocessing
+
+    from agentgate.store._postgres import PostgresStore
+
+    log = AuditLog(store, KEY, origin=ORIGIN)
+    for k in range(50):
+        log.append(decision("outcome", ref=k - 1, status="ok") if k % 2 else decision())
+    drops = (
+        ["DROP TRIGGER audit_log_index_ref"]
+        if store.dialect == "sqlite"
+        else ["DROP TRIGGER audit_log_index_ref ON audit_log"]
+    ) + ["DROP TABLE audit_refs", "DROP TABLE audit_refs_built"]
+    for sql in drops:
+        _index_sql(store, sql)
+    url = str(store.path) if isinstance(store, SQLiteStore) else cast_url(store)
+    context = multiprocessing.get_context("spawn")
+    started = context.Event()
+    writer = context.Process(target=_old_writer, args=(url, started, 150))
+    writer.start()
+    try:
+        assert started.wait(60)
+        reopened = (
+            SQLiteStore(store.path) if isinstance(store, SQLiteStore) else PostgresStore(cast_url(store))
+        )
+        with reopened:
+            owner = AuditLog(reopened, KEY, origin=ORIGIN)
+            assert owner.refs_indexed
+    finally:
+        writer.join(120)
+    assert writer.exitcode == 0
+    final = AuditLog(store, KEY, origin=ORIGIN)
+    assert final.size() == 350
+    report = final.verify()
+    assert report.ok, report.problems
+    assert [e.index for e in final.explain(348).related] == [349]
+
+
+def cast_url(store: Store) -> str:
+    from agentgate.store._postgres import PostgresStore
+
+    assert isinstance(store, PostgresStore)
+    return str(store.url)
