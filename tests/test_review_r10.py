@@ -515,3 +515,58 @@ async def test_a_proxy_in_the_environment_never_gets_the_backend_key(
         proxy.close()
     assert proxy.seen == []
     assert ("/health", f"Bearer {KEY}") in backend.seen and ("/metrics", f"Bearer {KEY}") in backend.seen
+
+
+def test_a_nested_call_cancelled_just_after_it_inherited_a_lease_gives_it_back(store: Store) -> None:
+    """The parent lends its slot to one nested call; a second queues. The first ends (the slot is
+    lent to the queued one, whose task is woken), the parent cancels the second and returns in
+    the same loop turn, so the slot and its lease pass to a call that is cancelled before it runs:
+    the lease must be given back then, not held (and renewed) until the process ends."""
+    config = SchedulerConfig(tools={"a": ToolLimits(concurrency=1)})
+    other_process = LeaseManager(store, ttl_s=10.0)
+    taken: list[Lease] = []
+
+    async def main() -> None:
+        scheduler = Scheduler(config, store=store)
+        first_done = asyncio.Event()
+        nested: list[asyncio.Task[str]] = []
+
+        async def first(attempt: Attempt) -> str:
+            await asyncio.sleep(0.05)  # the second call queues meanwhile
+            first_done.set()  # wakes the parent before this attempt's slot is lent on
+            return "first"
+
+        async def second(attempt: Attempt) -> str:
+            raise AssertionError("the second nested call was cancelled before it could run")
+
+        async def parent(attempt: Attempt) -> str:
+            for body in (first, second):
+                call = ToolCall("a", arguments={"body": body.__name__}, deadline=time.time() + 5.0)
+                nested.append(asyncio.create_task(scheduler.submit(call, body)))
+                await asyncio.sleep(0.01)
+            await first_done.wait()
+            nested[1].cancel()
+            return "parent"
+
+        try:
+            assert await scheduler.submit(ToolCall("a", deadline=time.time() + 5.0), parent) == "parent"
+            assert await nested[0] == "first"
+            with pytest.raises(asyncio.CancelledError):
+                await nested[1]
+            assert scheduler.in_flight == 0
+            for _ in range(100):  # a lease given back late is given back in a background task
+                lease = await asyncio.to_thread(other_process.try_acquire, "tool:a", 1)
+                if lease is not None:
+                    taken.append(lease)
+                    break
+                await asyncio.sleep(0.01)
+            assert taken, "the tool's only lease is still held with no call running"
+        finally:
+            await scheduler.aclose()
+
+    try:
+        asyncio.run(main())
+    finally:
+        for lease in taken:
+            other_process.release(lease)
+        other_process.close()

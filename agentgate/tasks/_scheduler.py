@@ -400,6 +400,11 @@ class Scheduler:
                                 except BaseException as exc:
                                     with lock:
                                         shared.abandon(waiter)
+                                        # Granted at the last moment under a lender's slot, which
+                                        # ended since: the slot's lease passed to this call.
+                                        inherited, waiter.lease = waiter.lease, None
+                                    if inherited is not None:
+                                        self._give_back(*inherited)
                                     if isinstance(exc, TimeoutError):
                                         waited = time.monotonic() - waiter.queued_at
                                         raise DeadlineExceeded(
@@ -638,11 +643,16 @@ class Scheduler:
             return
         lease = taking.result()
         if lease is not None:
-            task = asyncio.get_running_loop().create_task(
-                asyncio.to_thread(self._leases.release, lease), name=lease.key
-            )
-            self._background.add(task)
-            task.add_done_callback(self._released_late)
+            self._give_back(self._leases, lease)
+
+    def _give_back(self, manager: LeaseManager, lease: Lease) -> None:
+        """Release ``lease`` (taken by ``manager``) in a background task: for a call that cannot
+        wait for it (cancelled)."""
+        task = asyncio.get_running_loop().create_task(
+            asyncio.to_thread(manager.release, lease), name=lease.key
+        )
+        self._background.add(task)
+        task.add_done_callback(self._released_late)
 
     def _released_late(self, task: asyncio.Task[None]) -> None:
         self._background.discard(task)
