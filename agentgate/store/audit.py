@@ -78,7 +78,8 @@ _INSERT = "INSERT INTO audit_log (idx, entry, leaf_hash) VALUES (?, ?, ?)"
 _REF_KEY = b',"ref":'
 """The top-level ``ref`` key of an entry's bytes: its last occurrence (``args`` and ``reasons`` come
 before it, and the keys after it hold no objects; a string holds no unescaped quote)."""
-_NO_REF = b'null,"resource":'
+_AFTER_REF = b',"resource":'
+_NO_REF = b"null" + _AFTER_REF
 _MAX_REF = 10**18
 """References the index holds: 1 to 18 digits (what PostgreSQL's trigger reads; no real log nears it)."""
 APPEND_LOCK = 27416741019937140
@@ -474,11 +475,6 @@ class AuditLog:
         blob = "CAST({} AS BLOB)" if store.dialect == "sqlite" else "{}"
         self._entry, self._leaf, self._root = (blob.format(c) for c in ("entry", "leaf_hash", "root"))
         self._empty = "x''" if store.dialect == "sqlite" else "''::bytea"
-        self._ref_text = (
-            """CAST(ref || ',"resource":' AS BLOB)"""
-            if store.dialect == "sqlite"
-            else """convert_to(ref::text || ',"resource":', 'UTF8')"""
-        )
 
     def _index_refs(self) -> bool:
         """Create the reference index (``REFS_DDL``) and index the entries written before it, once.
@@ -1163,43 +1159,51 @@ class AuditLog:
         positions ``edited`` (already reported) are left out. Returns how many index rows it read.
 
         The reference is read from each entry's bytes (the last ``,"ref":``) by C-level scans, not by
-        parsing the entry: this runs for every entry ``verify`` reads. An intact index is confirmed
-        by counting (as many rows as entries with a reference, each row's text where its entry's
-        reference is); only a batch where that fails is examined entry by entry.
+        parsing the entry: this runs for every entry ``verify`` reads. An intact batch is confirmed
+        with C-level calls (the rows' indexes are exactly those of the entries with a reference,
+        each row's reference is the text found there); only a batch where that fails is examined
+        entry by entry to name the differences.
         """
         if not rows:
             return 0
         first = rows[0][0]
-        entries = [row[1] for row in rows]
+        entries = list(map(operator.itemgetter(1), rows))
         at = list(
-            map(operator.add, map(bytes.rfind, entries, itertools.repeat(_REF_KEY)), itertools.repeat(7))
+            map(
+                operator.add,
+                map(bytes.rfind, entries, itertools.repeat(_REF_KEY)),
+                itertools.repeat(len(_REF_KEY)),
+            )
         )
         none = list(map(bytes.startswith, entries, itertools.repeat(_NO_REF), at))
-        # idx -> the row's reference followed by ,"resource": (what its entry must hold there).
         table = self.store.query(
-            f"SELECT idx, {self._ref_text} FROM audit_refs WHERE idx >= ? AND idx < ? AND ref < ?",
+            "SELECT idx, ref FROM audit_refs WHERE idx >= ? AND idx < ? AND ref < ? ORDER BY idx",
             (first, first + len(rows), _MAX_REF),
         )
-        spots = [int(idx) - first for idx, _text in table]
-        if (
-            not edited
-            and len(table) == none.count(False)
-            and all(
-                map(
-                    bytes.startswith,
-                    [entries[k] for k in spots],
-                    [t for _i, t in table],
-                    [at[k] for k in spots],
-                )
-            )
-        ):
-            return len(table)
+        if not edited:
+            # Intact when the rows are exactly at the entries with a reference, each holding the
+            # text found there (followed by ,"resource":).
+            some = list(map(operator.not_, none))
+            if list(map(operator.itemgetter(0), table)) == list(
+                itertools.compress(range(first, first + len(rows)), some)
+            ):
+                texts = map(str.encode, map(str, map(operator.itemgetter(1), table)))
+                wanted = map(operator.add, texts, itertools.repeat(_AFTER_REF))
+                if all(
+                    map(
+                        bytes.startswith,
+                        itertools.compress(entries, some),
+                        wanted,
+                        itertools.compress(at, some),
+                    )
+                ):
+                    return len(table)
         said: dict[int, int] = {}
         for k in itertools.compress(range(len(rows)), map(operator.not_, none)):
             digits = entries[k][at[k] : entries[k].find(b",", at[k])]
             if at[k] >= len(_REF_KEY) and 0 < len(digits) <= 18 and digits.isdigit():
                 said[first + k] = int(digits)
-        held = {int(idx): int(bytes(text).partition(b",")[0]) for idx, text in table}
+        held = {int(idx): int(ref) for idx, ref in table}
         for k in edited:
             said.pop(first + k, None)
             held.pop(first + k, None)
