@@ -131,8 +131,10 @@ def test_backends_with_one_url_share_the_smallest_cap(caps: tuple[int, int], sha
 def test_with_real_concurrency_waiters_are_served_class_0_first_and_in_order() -> None:
     # A real dispatcher in front of a real simulated engine (HTTP on 127.0.0.1) with one slot:
     # a long call holds it while three class-1 calls and then three class-0 calls queue up, each
-    # a coroutine of its own asking the router again every 20 ms. The order in which they get the
-    # slot is the order they finish in (one at a time).
+    # a coroutine of its own waiting in the dispatcher for a slot to free. The order in which they
+    # get the slot is the order they finish in (one at a time). The holder runs for about a second
+    # (40 tokens, as first written, let it finish before the last class-0 call had queued on a
+    # loaded machine: c1-a then came before c0-c, rightly).
     async def scenario(url: str) -> list[str]:
         inventory = one_slot(url, model="llama-3.1-8b")
         finished: list[str] = []
@@ -147,7 +149,7 @@ def test_with_real_concurrency_waiters_are_served_class_0_first_and_in_order() -
                 await dispatcher.chat(payload, priority=priority, slo_ttft_s=30.0, request_id=name)
                 finished.append(name)
 
-            tasks = [asyncio.create_task(call("holder", 1, 40))]
+            tasks = [asyncio.create_task(call("holder", 1, 150))]  # long enough for all six to queue
             await asyncio.sleep(0.1)
             for name, priority in [
                 ("c1-a", 1),
