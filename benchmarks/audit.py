@@ -9,8 +9,9 @@ Measured side by side in one run:
   32 bare INSERTs per transaction. Rounds alternate between contenders so machine load hits both.
   PostgreSQL runs on a throwaway server this script starts (initdb/pg_ctl, unix socket), or is
   reported as skipped when initdb is absent.
-- verify: ``AuditLog.verify()`` of N entries in SQLite (read every row, recompute every leaf hash,
-  compare it with the stored one, rebuild the tree, check the checkpoint) against two floors:
+- verify: ``AuditLog.verify()`` of N entries in SQLite (allow/outcome pairs; read every row,
+  recompute every leaf hash, compare it with the stored one, rebuild the tree, check the
+  checkpoint, compare ``audit_refs`` with the entries' references) against two floors:
   reading the same N entries from the same SQLite file and SHA-256-ing each once (the least any
   verifier of a stored log must do: the goal's floor), and SHA-256 of the N entries already in
   memory (reported too; reading rows costs more than hashing them in Python). Also the in-memory
@@ -127,10 +128,23 @@ def _bench_appends(store: Store, n: int, rounds: int) -> dict[str, float]:
 
 
 def _entries(n: int) -> list[bytes]:
-    """N entries' canonical bytes; built from one template, since building N models is not the point."""
-    template = AuditEntry.build(index=0, time="2026-11-29T10:15:00.000000Z", **_fields(0)).to_bytes()
-    head, tail = template.split(b'"index":0,', 1)
-    return [head + b'"index":%d,' % i + tail for i in range(n)]
+    """N entries' canonical bytes as calls write them, an ``allow`` then its ``outcome`` (so that
+    verify's comparison of ``audit_refs`` with the entries has a reference in every other entry);
+    built from two templates, since building N models is not the point."""
+    when = "2026-11-29T10:15:00.000000Z"
+    allow = AuditEntry.build(index=0, time=when, **_fields(0)).to_bytes()
+    outcome = AuditEntry.build(
+        index=0, time=when, **{**_fields(0), "kind": "outcome", "ref": 0, "status": "ok"}
+    ).to_bytes()
+    a_head, a_tail = allow.split(b'"index":0,', 1)
+    o_head, o_rest = outcome.split(b'"index":0,', 1)
+    o_mid, o_tail = o_rest.split(b'"ref":0,', 1)
+    return [
+        o_head + b'"index":%d,' % i + o_mid + b'"ref":%d,' % (i - 1) + o_tail
+        if i % 2
+        else a_head + b'"index":%d,' % i + a_tail
+        for i in range(n)
+    ]
 
 
 def _bench_verify(n: int, directory: Path, repeats: int) -> dict[str, float]:
@@ -175,12 +189,20 @@ def _bench_verify(n: int, directory: Path, repeats: int) -> dict[str, float]:
         if not report.ok or report.size != n:
             raise AssertionError(f"verification failed: {report.problems}")
 
+    unindexed = AuditLog(store, log.public_key, "bench.example/audit")
+    unindexed.refs_indexed = False  # verify as before it compared audit_refs with the entries
+
+    def without_index_check() -> None:
+        if not unindexed.verify().ok:
+            raise AssertionError("verification failed")
+
     # Interleaved repeats, best of each: the machine is shared, and load should hit all three alike.
     best = {
         "floor": float("inf"),
         "floor_store": float("inf"),
         "in_memory": float("inf"),
         "store": float("inf"),
+        "store_unindexed": float("inf"),
     }
     for _ in range(repeats):
         contenders = (
@@ -188,6 +210,7 @@ def _bench_verify(n: int, directory: Path, repeats: int) -> dict[str, float]:
             ("floor_store", floor_store),
             ("in_memory", in_memory),
             ("store", from_store),
+            ("store_unindexed", without_index_check),
         )
         for name, fn in contenders:
             start = time.perf_counter()
@@ -200,6 +223,8 @@ def _bench_verify(n: int, directory: Path, repeats: int) -> dict[str, float]:
         "read_and_sha256_floor_s": best["floor_store"],
         "verify_in_memory_s": best["in_memory"],
         "verify_store_s": best["store"],
+        "verify_without_index_check_s": best["store_unindexed"],
+        "index_check_ratio": best["store"] / best["store_unindexed"],
         "in_memory_ratio": best["in_memory"] / best["floor"],
         "store_ratio": best["store"] / best["floor_store"],
         "store_vs_memory_floor_ratio": best["store"] / best["floor"],
@@ -372,6 +397,12 @@ def main() -> int:
             "AuditLog.verify() from SQLite (goal <= 2 x floor)",
             f"{v['verify_store_s']:.2f} s = {v['store_ratio']:.2f} x floor "
             f"({v['store_vs_memory_floor_ratio']:.2f} x in-memory SHA-256)",
+        )
+    )
+    rows.append(
+        (
+            "  of which comparing audit_refs with the entries",
+            f"without it {v['verify_without_index_check_s']:.2f} s: with = {v['index_check_ratio']:.2f} x",
         )
     )
     e = figures["explain"]
