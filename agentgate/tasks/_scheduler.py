@@ -430,15 +430,17 @@ class Scheduler:
                                 raise _circuit_open(breaker)
                             held = probing = admitted
                         # Running under an ancestor's tool slot: under its lease too (it waits for this
-                        # call; should it finish first, the slot and its lease pass to this call).
-                        if (
-                            self._leases is not None
-                            and limits.concurrency is not None
-                            and not (waiter.borrowed and "tool" in waiter.borrowed)
-                        ):
-                            lease = await self._lease("tool:" + tool, limits.concurrency, loop, deadline)
+                        # call; should it finish first, the slot and its lease pass to this call,
+                        # which may have happened already, before this call resumed).
+                        if self._leases is not None and limits.concurrency is not None:
                             with lock:
-                                waiter.lease = (self._leases, lease)
+                                covered = waiter.lease is not None or bool(
+                                    waiter.borrowed and "tool" in waiter.borrowed
+                                )
+                            if not covered:
+                                lease = await self._lease("tool:" + tool, limits.concurrency, loop, deadline)
+                                with lock:
+                                    waiter.lease = (self._leases, lease)
                         if self._rates is not None and limits.rate is not None:
                             await self._shared_token("tool:" + tool, limits, loop, deadline)
                         attempt_deadline = unix_deadline = None
