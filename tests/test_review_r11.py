@@ -321,3 +321,28 @@ def cast_url(store: Store) -> str:
 
     assert isinstance(store, PostgresStore)
     return str(store.url)
+
+
+def test_rows_moved_after_the_checkpoint_are_not_also_called_index_tampering(
+    log: AuditLog, store: Store
+) -> None:
+    """Entries swapped with their leaf hashes are reported as moved; the index rows that no longer
+    match them are a consequence, not a second finding."""
+    _call_log(log)
+    log.checkpoint()
+    log.append(decision())
+    log.append(decision("outcome", ref=6, status="ok"))
+    rows = {
+        int(i): (bytes(e), bytes(h)) for i, e, h in store.query("SELECT idx, entry, leaf_hash FROM audit_log")
+    }
+    with store.transaction() as tx:
+        if store.dialect == "sqlite":
+            tx.execute("DROP TRIGGER audit_log_no_update")
+        else:
+            tx.execute("ALTER TABLE audit_log DISABLE TRIGGER USER")
+        for idx, other in ((6, 7), (7, 6)):
+            tx.execute("UPDATE audit_log SET entry = ?, leaf_hash = ? WHERE idx = ?", (*rows[other], idx))
+        if store.dialect == "postgresql":
+            tx.execute("ALTER TABLE audit_log ENABLE TRIGGER USER")
+    problems = log.verify().problems
+    assert len(problems) == 2 and all("rows moved" in p for p in problems), problems

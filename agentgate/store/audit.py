@@ -1089,6 +1089,7 @@ class AuditLog:
             # Entries no stored checkpoint covers: only their own index field can show that rows
             # were swapped or moved (with their leaf hashes), and only their form that bytes no
             # agentgate wrote were put there, so each of them is read and re-encoded.
+            misplaced: set[int] = set()
             for k in range(max(0, uncovered - first), len(rows)):
                 carried = _index_of(rows[k][1])
                 if k not in edited and carried != first + k:
@@ -1099,8 +1100,9 @@ class AuditLog:
                     )
                     problems.append(f"entry {first + k}: {what}")
                     bad.append(first + k)
+                    misplaced.add(k)
             if self.refs_indexed:
-                refs_seen += self._check_refs(rows, edited, problems)
+                refs_seen += self._check_refs(rows, edited | misplaced, problems)
             # Feed the tree in segments that end at checkpoint sizes, checking each root on the way.
             position = 0
             while position < len(computed):
@@ -1152,11 +1154,12 @@ class AuditLog:
         return VerifyReport(size, acc.root(), checked, min(bad) if bad else None, tuple(problems))
 
     def _check_refs(
-        self, rows: Sequence[tuple[int, bytes, bytes]], edited: set[int], problems: list[str]
+        self, rows: Sequence[tuple[int, bytes, bytes]], skip: set[int], problems: list[str]
     ) -> int:
         """Compare the rows of ``audit_refs`` for the entries ``rows`` (consecutive indexes) with the
         references those entries carry, appending each difference to ``problems``; entries at
-        positions ``edited`` (already reported) are left out. Returns how many index rows it read.
+        positions ``skip`` (already reported: edited, moved or not canonical) are left out.
+        Returns how many index rows it read.
 
         The reference is read from each entry's bytes (the last ``,"ref":``) by C-level scans, not by
         parsing the entry: this runs for every entry ``verify`` reads. An intact batch is confirmed
@@ -1180,7 +1183,7 @@ class AuditLog:
             "SELECT idx, ref FROM audit_refs WHERE idx >= ? AND idx < ? AND ref < ? ORDER BY idx",
             (first, first + len(rows), _MAX_REF),
         )
-        if not edited:
+        if not skip:
             # Intact when the rows are exactly at the entries with a reference, each holding the
             # text found there (followed by ,"resource":).
             some = list(map(operator.not_, none))
@@ -1204,7 +1207,7 @@ class AuditLog:
             if at[k] >= len(_REF_KEY) and 0 < len(digits) <= 18 and digits.isdigit():
                 said[first + k] = int(digits)
         held = {int(idx): int(ref) for idx, ref in table}
-        for k in edited:
+        for k in skip:
             said.pop(first + k, None)
             held.pop(first + k, None)
         for idx in sorted(said.keys() | held.keys()):
