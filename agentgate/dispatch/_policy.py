@@ -246,6 +246,12 @@ class RoutingPolicy(ABC):
         if d is not None:
             self.states[d.backend].finished(request_id)
 
+    def withdraw(self, request_id: str) -> None:
+        """The request stopped waiting for a slot (its caller gave up, e.g. its task was
+        cancelled while it waited): a policy that keeps waiters in line drops it at once. The
+        default keeps no line; unknown ids are ignored."""
+        return None
+
     def observe(self, backend: str, load: EngineLoad) -> None:
         """New metrics scraped from ``backend``."""
         self.states[backend].observe(load)

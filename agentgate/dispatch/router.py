@@ -24,9 +24,16 @@ any. Then:
 for a slot (``RoutingPolicy._saturated``) and the router remembers them in line: class 0 before
 class 1, and within a class in order of arrival. A slot that frees goes to the first in line
 that may use it: a later or lower-class request asking meanwhile (a waiter asking again, or a new
-arrival) is told to wait while the slots free for it are all spoken for by those ahead of it. A
-waiter that stops asking (its caller gave up) leaves the line after ``WAITER_TIMEOUT_S``, and
-one whose SLO budget is spent is shed when it asks and leaves the line then.
+arrival) is told to wait while the slots free for it are all spoken for by those ahead of it
+(the free slots are matched to the waiters ahead, each on an engine its ``allowed`` admits, so one
+that may use either of two free engines does not hold the only one a later waiter may use). A
+waiter whose caller gives up leaves the line when told (``withdraw``; the dispatcher does so), or
+else after ``WAITER_TIMEOUT_S`` without asking; one whose SLO budget is spent is shed when it asks
+and leaves the line then. Class 1 has no protection against class 0: under a steady stream of
+class-0 arrivals a class-1 waiter is passed by each of them, and is shed once its SLO budget is
+spent (it waits no longer than its SLO). Asking costs the same however long the line is (the walk
+down the line stops once the free slots are spoken for), so every waiter asking again when a
+slot frees costs linear, not quadratic, work.
 
 Backends that share a URL are one engine under several names (say one per tenant or per model
 alias): they share one cap, the smallest ``max_concurrency`` among them, counted over the
@@ -35,6 +42,7 @@ requests in flight on all of them, instead of each allowing its own.
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import math
 from collections import OrderedDict
@@ -66,7 +74,7 @@ given up by its caller)."""
 class _Waiter:
     """A request waiting for a slot on a saturated model, in line."""
 
-    key: tuple[int, float, int]
+    key: tuple[int, float, float]
     """(priority class, arrival, sequence): the line's order."""
     model: str
     allowed: AllowedBackend | None
@@ -106,6 +114,10 @@ class Router(RoutingPolicy):
         self._buckets: dict[str, TokenBucket] = {}
         self._sessions: OrderedDict[str, str] = OrderedDict()
         self._waiters: dict[str, _Waiter] = {}
+        self._line: list[tuple[tuple[int, float, float], str]] = []
+        """The waiters' (key, request id), sorted: the line."""
+        self._swept = -math.inf
+        """When the line was last swept of waiters that stopped asking."""
         self._arrivals = itertools.count()
         self._engines: dict[str, list[BackendState]] = {}
         """The backends of each engine (URL), which share one cap."""
@@ -121,53 +133,89 @@ class Router(RoutingPolicy):
         try:
             plan = super().route(request, now, allowed)
         except NoBackend:
-            self._waiters.pop(request.id, None)
+            self.withdraw(request.id)
             raise
         if plan.action == "dispatch":
-            self._waiters.pop(request.id, None)
+            self.withdraw(request.id)
         elif request.id in self._waiters:
             self._waiters[request.id].allowed = allowed
         return plan
+
+    def withdraw(self, request_id: str) -> None:
+        """The request stopped waiting (dispatched, refused, or its caller gave up): it leaves the
+        line at once, so the slots it was owed go to those behind it. Unknown ids are ignored."""
+        waiter = self._waiters.pop(request_id, None)
+        if waiter is not None:
+            at = bisect.bisect_left(self._line, (waiter.key, request_id))
+            del self._line[at]
 
     def _saturated(self, request: RouteRequest, now: float) -> RoutePlan:
         """The base rule (wait, or ``Shed``), and a request told to wait takes its place in line."""
         plan = super()._saturated(request, now)
         if request.id not in self._waiters:
+            key = (request.priority, request.arrived_at, next(self._arrivals))
             self._waiters[request.id] = _Waiter(
-                key=(request.priority, request.arrived_at, next(self._arrivals)),
+                key=key,
                 model=request.model,
                 allowed=None,
                 deadline=request.arrived_at + request.slo_ttft_s,
                 asked=now,
             )
+            bisect.insort(self._line, (key, request.id))
         return plan
+
+    def _gone(self, waiter: _Waiter, now: float) -> bool:
+        """Whether ``waiter``'s caller gave up (it stopped asking), or it was shed and never asked again."""
+        return now - waiter.asked > WAITER_TIMEOUT_S or now > waiter.deadline + WAITER_TIMEOUT_S
 
     def _free(self, candidates: list[BackendState], request: RouteRequest, now: float) -> list[BackendState]:
         """The candidates with a slot left for ``request``: its engine's shared cap not reached,
-        and not every free slot spoken for by waiters ahead of it in line (each ahead takes a
-        slot on the first engine it may use)."""
+        and not every free slot it could use spoken for by the waiters ahead of it in line.
+
+        The waiters ahead are given the free slots in order of the line, each on an engine it may
+        use, moving one given earlier to another engine it may use when that makes room (a
+        matching, not a first fit: a waiter that may use two engines does not block one behind it
+        that may use only one of them). The walk stops once no free slot is left: asking costs
+        about the same however long the line is, when every waiter asks again as a slot frees."""
+        if now - self._swept > WAITER_TIMEOUT_S:
+            self._swept = now
+            for name, waiter in list(self._waiters.items()):
+                if self._gone(waiter, now):
+                    self.withdraw(name)
         free = {
             url: min(s.backend.max_concurrency for s in engine) - sum(s.in_flight for s in engine)
             for url, engine in self._engines.items()
         }
+        spare = {url: n for url, n in free.items() if n > 0}
         mine = self._waiters.get(request.id)
         key = mine.key if mine is not None else (request.priority, request.arrived_at, math.inf)
-        for name, waiter in list(self._waiters.items()):
-            if now - waiter.asked > WAITER_TIMEOUT_S or now > waiter.deadline + WAITER_TIMEOUT_S:
-                del self._waiters[name]  # its caller gave up, or it was shed and never asked again
-        ahead = sorted((w for w in self._waiters.values() if w.key < key), key=lambda w: w.key)
-        for waiter in ahead:
-            for state in self.states.values():
-                url = state.backend.chat_url.lower()
-                if (
-                    free[url] > 0
-                    and waiter.model in state.backend.models
-                    and state.healthy
-                    and (waiter.allowed is None or waiter.allowed(state.backend))
-                ):
-                    free[url] -= 1
-                    break
-        return [s for s in candidates if free[s.backend.chat_url.lower()] > 0]
+        given: dict[str, list[str]] = {url: [] for url in spare}
+        usable: dict[str, set[str]] = {}
+        at = 0
+        while at < len(self._line):
+            waiter_key, name = self._line[at]
+            if waiter_key >= key or not any(n > len(given[url]) for url, n in spare.items()):
+                break
+            waiter = self._waiters[name]
+            if self._gone(waiter, now):
+                self.withdraw(name)  # the next one is now at ``at``
+                continue
+            at += 1
+            usable[name] = {
+                url
+                for state in self.states.values()
+                if (url := state.backend.chat_url.lower()) in spare
+                and waiter.model in state.backend.models
+                and state.healthy
+                and (waiter.allowed is None or waiter.allowed(state.backend))
+            }
+            _place(name, usable, given, spare, set())
+        left = set()
+        for state in candidates:
+            url = state.backend.chat_url.lower()
+            if url in spare and (url in left or _room(url, usable, given, spare, set())):
+                left.add(url)
+        return [s for s in candidates if s.backend.chat_url.lower() in left]
 
     def choose(self, candidates: list[BackendState], request: RouteRequest, now: float) -> RoutePlan:
         """Apply the rule in the module docstring; raises ``Shed`` when the request is refused."""
@@ -314,3 +362,46 @@ class Router(RoutingPolicy):
             return
         ratio = min(3.0, max(0.5, ttft_s / base))
         state.correction += 0.1 * (ratio - state.correction)
+
+
+def _place(
+    name: str,
+    usable: Mapping[str, set[str]],
+    given: dict[str, list[str]],
+    spare: Mapping[str, int],
+    seen: set[str],
+) -> bool:
+    """Give waiter ``name`` a free slot on an engine it may use, moving waiters given one before
+    to other engines they may use if that makes room (an augmenting path); whether it got one."""
+    for url in usable[name]:
+        if url in seen:
+            continue
+        seen.add(url)
+        if len(given[url]) < spare[url]:
+            given[url].append(name)
+            return True
+        for i, other in enumerate(given[url]):
+            if _place(other, usable, given, spare, seen):
+                given[url][i] = name
+                return True
+    return False
+
+
+def _room(
+    url: str,
+    usable: Mapping[str, set[str]],
+    given: Mapping[str, list[str]],
+    spare: Mapping[str, int],
+    seen: set[str],
+) -> bool:
+    """Whether a slot on engine ``url`` can be left free with every waiter given one keeping one
+    (one given there moving to another engine it may use, and so on); changes nothing."""
+    seen.add(url)
+    if len(given[url]) < spare[url]:
+        return True
+    return any(
+        _room(other_url, usable, given, spare, seen)
+        for other in given[url]
+        for other_url in usable[other]
+        if other_url not in seen
+    )
