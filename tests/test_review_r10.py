@@ -33,6 +33,7 @@ from agentgate.dispatch.backends import BackendClient
 from agentgate.dispatch.inventory import parse_inventory
 from agentgate.errors import BackendCredentialError, BackendFailed, DispatchError
 from agentgate.keys import load_public_key, load_signing_key
+from agentgate.sim import SimServer
 from agentgate.store._base import Store
 from agentgate.store.leases import Lease, LeaseManager
 from agentgate.tasks import Attempt, Scheduler, SchedulerConfig, ToolCall, ToolLimits
@@ -41,6 +42,7 @@ MODEL = "llama-3.1-8b"
 KEY = "sk-r10-4c1d9a7e2b6f-backend-secret"
 """The backend key: every leak check looks for any 8 characters of it in a row."""
 ENV = "AGENTGATE_R10_BACKEND_KEY"
+CHAT = "/v1/chat/completions"
 BODY = {"model": MODEL, "messages": [{"role": "user", "content": "hello"}], "max_tokens": 3}
 
 
@@ -579,3 +581,49 @@ def test_a_queued_nested_call_that_inherits_a_lease_before_it_resumes_holds_only
         for lease in taken:
             other_process.release(lease)
         other_process.close()
+
+
+# --- key rotation -------------------------------------------------------------------------------------
+
+
+async def test_a_rotated_key_file_is_read_again_once_the_backend_rejects_the_old_key(tmp_path: Path) -> None:
+    """The backend's key is rotated (the backend takes only the new one; the operator writes it to
+    the api_key_file) while the dispatcher runs. Before: the key was read once, at load, so the
+    backend stayed down (rejecting the old key) until a restart. Now a backend down for rejecting
+    our key has its key file read again on each health round; the new key is probed, and once
+    accepted the backend serves calls with it."""
+    path = tmp_path / "vllm.key"
+    path.write_text("sk-r10-old-rotation-key\n")
+    path.chmod(0o600)
+    with SimServer(time_scale=0.01, api_key="sk-r10-old-rotation-key") as server:
+        inv = inventory_from_mapping(
+            {
+                "backends": [
+                    {
+                        "name": "b0",
+                        "url": server.url,
+                        "engine": "vllm",
+                        "models": [MODEL],
+                        "api_key_file": str(path),
+                    }
+                ]
+            }
+        )
+        async with Dispatcher(
+            inv, Router(inv), health_interval_s=0.02, cooldown_s=0.05, recovery_wait_s=0.0, max_attempts=1
+        ) as dispatcher:
+            assert (await dispatcher.chat(BODY)).backend == "b0"
+            server.api_key = "sk-r10-new-rotation-key"  # rotated on the backend first
+            with pytest.raises(BackendFailed, match="rejected our credentials"):
+                await dispatcher.chat(BODY)
+            replacement = tmp_path / "vllm.key.new"
+            replacement.write_text("sk-r10-new-rotation-key\n")
+            replacement.chmod(0o600)
+            replacement.replace(path)  # then in the key file
+            for _ in range(300):
+                if not dispatcher.is_down("b0"):
+                    break
+                await asyncio.sleep(0.01)
+            assert not dispatcher.is_down("b0") and not dispatcher.rejected_credentials("b0")
+            assert (await dispatcher.chat(BODY)).backend == "b0"
+        assert server.authorizations[(CHAT, "Bearer sk-r10-new-rotation-key")] == 1

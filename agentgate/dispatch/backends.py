@@ -33,7 +33,13 @@ import orjson
 
 from agentgate.dispatch.inventory import Backend
 from agentgate.dispatch.metrics import EngineLoad, load_from_text
-from agentgate.errors import BackendFailed, BackendRejectedCredentials, DispatchError, InputError
+from agentgate.errors import (
+    BackendCredentialError,
+    BackendFailed,
+    BackendRejectedCredentials,
+    DispatchError,
+    InputError,
+)
 
 _CALLER_ERRORS = frozenset({400, 413, 422})
 _CREDENTIAL_ERRORS = frozenset({401, 403})
@@ -157,13 +163,33 @@ class BackendClient:
         self._stream_timeout = self._timeout(self.timeouts.idle_s)
         self._probe_timeout = self._timeout(self.timeouts.probe_s)
         key = backend.api_key
-        self._key = key.get_secret_value() if key is not None else None
-        self._authorization = f"Bearer {self._key}" if self._key is not None else None
+        self._use_key(key.get_secret_value() if key is not None else None)
+
+    def _use_key(self, key: str | None) -> None:
+        """Send ``key`` (None: no key) from now on: on chat calls, probes and same-origin scrapes."""
+        backend = self.backend
+        self._key = key
+        self._authorization = f"Bearer {key}" if key is not None else None
         auth = {"Authorization": self._authorization} if self._authorization is not None else {}
         self._chat_headers = {**_JSON, **auth}
         self._probe_headers = auth  # /health is on the origin of ``url``
         same_origin = backend.metrics_url is not None and _origin(backend.metrics_url) == _origin(backend.url)
         self._metrics_headers = auth if same_origin else {}
+
+    def reload_key(self) -> bool:
+        """Read the backend's API key again from its source (``Backend.read_api_key``: a key file
+        rotated since it was read) and send the key found from now on; True if it changed. A
+        source that cannot be read now, or holds no usable key, leaves the key in use (False):
+        the inventory was checked when it was loaded."""
+        try:
+            key = self.backend.read_api_key()
+        except BackendCredentialError:
+            return False
+        value = key.get_secret_value() if key is not None else None
+        if value == self._key:
+            return False
+        self._use_key(value)
+        return True
 
     def _timeout(self, read: float) -> httpx.Timeout:
         return httpx.Timeout(

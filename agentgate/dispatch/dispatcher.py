@@ -360,6 +360,10 @@ class Dispatcher:
     async def _health_loop(self) -> None:
         while True:
             names = list(self.clients)
+            for name in names:
+                # A rotated key file: the new key is probed (and its backoff starts over).
+                if name in self._rejected and await asyncio.to_thread(self.clients[name].reload_key):
+                    self._rejections.pop(name, None)
             results = await asyncio.gather(
                 *(
                     self.clients[n].accepts_credentials() if n in self._rejected else self.clients[n].health()

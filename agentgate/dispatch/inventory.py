@@ -204,9 +204,14 @@ class Backend(_Frozen):
 
     @model_validator(mode="after")
     def _read_api_key(self) -> Backend:
-        """Read the API key ``api_key_env`` or ``api_key_file`` names. Raises (as ``_RefError``,
-        which ``inventory_from_mapping`` turns into ``BackendCredentialError``) naming the backend
-        and the variable or file, never the value."""
+        """Read the API key ``api_key_env`` or ``api_key_file`` names (``_key_from_source``)."""
+        self._api_key = self._key_from_source()
+        return self
+
+    def _key_from_source(self) -> SecretStr | None:
+        """The API key ``api_key_env`` or ``api_key_file`` names, read now; None when neither is
+        given. Raises (as ``_RefError``, which ``inventory_from_mapping`` turns into
+        ``BackendCredentialError``) naming the backend and the variable or file, never the value."""
         if self.api_key_env is not None and self.api_key_file is not None:
             raise _RefError(
                 ("api_key_file",),
@@ -229,7 +234,7 @@ class Backend(_Frozen):
             where, field = f"the file {self.api_key_file}", "api_key_file"
             raw = _read_key_file(self.name, self.api_key_file)
         else:
-            return self
+            return None
         key = raw.strip()
         if not key:
             raise _RefError((field,), f"backend {self.name!r}: {where} is empty", BackendCredentialError)
@@ -241,8 +246,17 @@ class Backend(_Frozen):
                 "non-ASCII characters, which an Authorization header cannot carry",
                 BackendCredentialError,
             )
-        self._api_key = SecretStr(key)
-        return self
+        return SecretStr(key)
+
+    def read_api_key(self) -> SecretStr | None:
+        """The backend's API key as its source holds it now (``api_key`` is the one read when the
+        inventory was loaded): a key file rotated since is read again. None when no key is
+        configured. Raises ``BackendCredentialError`` (naming the backend and the variable or
+        file, never the value) when the source cannot be read or holds no usable key."""
+        try:
+            return self._key_from_source()
+        except _RefError as exc:
+            raise BackendCredentialError(exc.message) from None
 
     @property
     def api_key(self) -> SecretStr | None:
