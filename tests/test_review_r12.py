@@ -6,13 +6,18 @@ against and names what was wrong.
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from types import FrameType
 from typing import Any
+
+import pytest
 
 from agentgate.dispatch import inventory_from_mapping
 from agentgate.dispatch import router as router_module
 from agentgate.dispatch.inventory import Inventory
 from agentgate.dispatch.router import Router, RouteRequest
+from agentgate.errors import StoreError
+from agentgate.store._sqlite import DURABLE_WAL_PAGES, SQLiteStore
 
 MODEL = "m"
 
@@ -110,3 +115,21 @@ def test_a_withdrawn_waiter_leaves_the_line_at_once() -> None:
     router.withdraw("gone")
     router.withdraw("never-waited")  # unknown ids are ignored
     assert router.route(req("next", 1, 0.2), 0.32, only_a).backend == "a"
+
+
+def test_a_connection_made_outside_the_pool_takes_its_synchronous_mode_in_any_case(tmp_path: Path) -> None:
+    # SQLiteStore.connect passed its mode to the PRAGMA as given: "full" synced every commit but
+    # kept SQLite's 1000-page checkpoint (the durable threshold was matched upper-case only), and
+    # a mode SQLite does not know ("bogus", "fll") was taken for NORMAL, silently not durable.
+    store = SQLiteStore(tmp_path / "s.db", synchronous="FULL")
+    try:
+        conn = store.connect("full")
+        try:
+            assert conn.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
+            assert conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == DURABLE_WAL_PAGES
+        finally:
+            conn.close()
+        with pytest.raises(StoreError, match="synchronous must be one of"):
+            store.connect("fll")
+    finally:
+        store.close()

@@ -79,8 +79,12 @@ class SQLiteStore(Store):
 
     def connect(self, synchronous: str | None = None) -> sqlite3.Connection:
         """A new connection outside the pool, set up as the pool's are (WAL, busy timeout,
-        foreign keys), at ``synchronous`` (default: the store's). Raises ``StoreError``."""
-        mode = synchronous or self.synchronous
+        foreign keys), at ``synchronous`` (FULL, NORMAL or EXTRA in any case; default: the
+        store's), a syncing one with the durable checkpoint threshold. Raises ``StoreError``, also
+        for another ``synchronous`` (SQLite would take an unknown one for NORMAL)."""
+        mode = (synchronous or self.synchronous).upper()
+        if mode not in _SYNCHRONOUS:
+            raise StoreError(f"synchronous must be one of {sorted(_SYNCHRONOUS)}, got {synchronous!r}")
         try:
             conn = sqlite3.connect(self.path, timeout=30.0, isolation_level=None, check_same_thread=False)
             conn.execute("PRAGMA journal_mode=WAL")
