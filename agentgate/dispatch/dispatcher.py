@@ -360,13 +360,9 @@ class Dispatcher:
     async def _health_loop(self) -> None:
         while True:
             names = list(self.clients)
-            for name in names:
-                # A rotated key file: the new key is probed (and its backoff starts over).
-                if name in self._rejected and await asyncio.to_thread(self.clients[name].reload_key):
-                    self._rejections.pop(name, None)
             results = await asyncio.gather(
                 *(
-                    self.clients[n].accepts_credentials() if n in self._rejected else self.clients[n].health()
+                    self._credentials_probe(n) if n in self._rejected else self.clients[n].health()
                     for n in names
                 ),
                 return_exceptions=True,
@@ -381,6 +377,15 @@ class Dispatcher:
                     self.router.mark_up(name)
                     self._slot_freed()
             await asyncio.sleep(self.health_interval_s)
+
+    async def _credentials_probe(self, backend: str) -> bool:
+        """The health probe of a backend down for rejecting our credentials: its key is read again
+        from its source (a rotated key file: the new key's backoff starts over), then
+        ``accepts_credentials``."""
+        client = self.clients[backend]
+        if await asyncio.to_thread(client.reload_key):
+            self._rejections.pop(backend, None)
+        return await client.accepts_credentials()
 
     def is_down(self, backend: str) -> bool:
         """True while the backend is marked down."""
