@@ -346,3 +346,33 @@ def test_rows_moved_after_the_checkpoint_are_not_also_called_index_tampering(
             tx.execute("ALTER TABLE audit_log ENABLE TRIGGER USER")
     problems = log.verify().problems
     assert len(problems) == 2 and all("rows moved" in p for p in problems), problems
+
+
+@pytest.mark.parametrize(
+    ("call", "error"),
+    [
+        (lambda log: log.explain(10**30), "BeyondLogEnd"),
+        (lambda log: log.entry(10**30), "BeyondLogEnd"),
+        (lambda log: log.entry_bytes(2**63), "BeyondLogEnd"),
+        (lambda log: log.explain(1.5), "InputError"),
+        (lambda log: log.explain("1"), "InputError"),
+        (lambda log: log.explain(True), "InputError"),
+        (lambda log: log.prove("1"), "InputError"),
+        (lambda log: log.consistency(1.5, 2), "InputError"),
+        (lambda log: log.consistency("1", 2), "InputError"),
+        (lambda log: log.consistency(1, 2.0), "InputError"),
+    ],
+)
+def test_sizes_and_indexes_from_the_caller_are_typed_errors(log: AuditLog, call: Any, error: str) -> None:
+    """A huge index overflowed SQLite (OverflowError) in explain and entry; a float, a string or a
+    bool reached comparisons and bit operations (TypeError, AttributeError, 'negative shift count',
+    or True read as entry 1)."""
+    from agentgate import errors
+
+    for _ in range(3):
+        log.append(decision())
+    log.checkpoint()
+    with pytest.raises(getattr(errors, error)) as caught:
+        call(log)
+    assert isinstance(caught.value, errors.InputError)
+    assert log.checkpoints() == [log.latest_checkpoint()]  # nothing signed by bad input

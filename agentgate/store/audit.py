@@ -422,6 +422,19 @@ def _encodes_to(fields: dict[str, Any], data: bytes) -> bool:
         return False
 
 
+_MAX_INDEX = 2**63 - 1
+"""The largest index or size a store's integer column holds."""
+
+
+def _whole(value: object, what: str) -> int:
+    """``value`` as an index or size given by a caller: an ``int`` (not a bool), else ``InputError``
+    naming ``what``; one beyond what a store can hold is past any log's end (``BeyondLogEnd``
+    follows from the caller's check), never an overflow in the driver."""
+    if type(value) is not int:
+        raise InputError(f"audit log: {what} must be a whole number, got {value!r:.40}")
+    return value
+
+
 def _execute(tx: Transaction, sql: str, params: Sequence[Any] = ()) -> list[Row]:
     try:
         return tx.execute(sql, params)
@@ -676,9 +689,17 @@ class AuditLog:
         return int(self.store.query("SELECT COUNT(*) FROM audit_log")[0][0])
 
     def entry_bytes(self, index: int) -> bytes:
-        """The stored bytes of entry ``index``; raises ``InputError`` if there is none."""
-        rows = self.store.query(f"SELECT {self._entry} FROM audit_log WHERE idx = ?", (index,))
+        """The stored bytes of entry ``index``; raises ``InputError`` if there is none
+        (``BeyondLogEnd`` past the end of the log, or when ``index`` is not an ``int``)."""
+        index = _whole(index, "entry index")
+        rows = (
+            self.store.query(f"SELECT {self._entry} FROM audit_log WHERE idx = ?", (index,))
+            if 0 <= index <= _MAX_INDEX
+            else []
+        )
         if not rows:
+            if index >= self._end():
+                raise BeyondLogEnd(index, self.size(), "entry")
             raise InputError(f"audit log has no entry {index}")
         return _bytes(rows[0][0])
 
@@ -806,6 +827,7 @@ class AuditLog:
         (``BeyondLogEnd`` for an index past the end of the log, against a fresh checkpoint: then
         checked before anything is signed, so bad input stores no checkpoint).
         """
+        index = _whole(index, "entry index")
         if checkpoint_note is None:  # bad input signs nothing
             if index < 0:
                 raise InputError(f"audit log has no entry {index}")
@@ -829,10 +851,11 @@ class AuditLog:
     def consistency(self, size1: int, size2: int) -> list[bytes]:
         """The RFC 9162 consistency proof between two sizes of this log, read in one streaming pass.
 
-        Raises ``InputError`` unless ``0 < size1 <= size2``, ``BeyondLogEnd`` (an ``InputError``)
+        Raises ``InputError`` unless ``0 < size1 <= size2`` are ``int``, ``BeyondLogEnd`` (an ``InputError``)
         when the log holds fewer than ``size2`` entries, and ``TamperDetected`` when an entry
         before ``size2`` is missing.
         """
+        size1, size2 = _whole(size1, "size"), _whole(size2, "size")
         try:
             ranges = consistency_ranges(size1, size2)
         except ValueError as exc:
@@ -854,11 +877,13 @@ class AuditLog:
         log. Each entry shown is parsed from its canonical bytes, matched against its stored leaf
         hash, and proven by an inclusion proof against the latest stored checkpoint (its signature
         checked); entries newer than that checkpoint are listed in ``unproven``. Raises
-        ``BeyondLogEnd`` for an index past the end of the log, ``InputError`` for a missing entry,
+        ``BeyondLogEnd`` for an index past the end of the log, ``InputError`` for a missing entry
+        or an index that is not an ``int``,
         and ``TamperDetected`` when an entry shown is malformed, does not carry its own index or
         leaf hash, or is not in the signed tree.
         """
-        rows = self._read_rows([index])
+        index = _whole(index, "entry index")
+        rows = self._read_rows([index]) if 0 <= index <= _MAX_INDEX else {}
         if index not in rows:
             if index >= self._end():
                 raise BeyondLogEnd(index, self.size(), "entry")
