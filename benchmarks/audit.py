@@ -25,7 +25,9 @@ Measured side by side in one run:
 - verify memory: Python's peak (tracemalloc) while ``verify`` reads 100,000 entries with 4
   checkpoints, then with one every 10 entries: the difference per checkpoint is what verify keeps.
 
-Goals: append >= 0.5 x bare insert (group commit allowed); verify <= 2 x the read + SHA-256 floor;
+Goals: append >= 0.5 x bare insert (group commit allowed); verify <= 2 x the read + SHA-256 floor
+(verify as it runs, comparing ``audit_refs`` with the entries; its ratio without that comparison is
+reported beside it);
 explain >= 10 x faster than the full scan.
 Run: ``.venv/bin/python benchmarks/audit.py [--quick] [--json]`` (default N = 1,000,000).
 """
@@ -225,6 +227,7 @@ def _bench_verify(n: int, directory: Path, repeats: int) -> dict[str, float]:
         "verify_store_s": best["store"],
         "verify_without_index_check_s": best["store_unindexed"],
         "index_check_ratio": best["store"] / best["store_unindexed"],
+        "store_ratio_without_index_check": best["store_unindexed"] / best["floor_store"],
         "in_memory_ratio": best["in_memory"] / best["floor"],
         "store_ratio": best["store"] / best["floor_store"],
         "store_vs_memory_floor_ratio": best["store"] / best["floor"],
@@ -402,7 +405,8 @@ def main() -> int:
     rows.append(
         (
             "  of which comparing audit_refs with the entries",
-            f"without it {v['verify_without_index_check_s']:.2f} s: with = {v['index_check_ratio']:.2f} x",
+            f"without it {v['verify_without_index_check_s']:.2f} s "
+            f"({v['store_ratio_without_index_check']:.2f} x floor): with = {v['index_check_ratio']:.2f} x",
         )
     )
     e = figures["explain"]
