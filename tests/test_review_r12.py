@@ -5,12 +5,18 @@ against and names what was wrong.
 
 from __future__ import annotations
 
+import contextlib
+import json
+import socket
 import sys
+import time
 from pathlib import Path
 from types import FrameType
 from typing import Any
 
 import pytest
+from test_gateway_shutdown_pipelining import MODEL as GATEWAY_MODEL
+from test_gateway_shutdown_pipelining import _env, _held_reservations
 
 from agentgate.dispatch import inventory_from_mapping
 from agentgate.dispatch import router as router_module
@@ -133,3 +139,54 @@ def test_a_connection_made_outside_the_pool_takes_its_synchronous_mode_in_any_ca
             store.connect("fll")
     finally:
         store.close()
+
+
+# --- the gateway: a bad request pipelined behind a good one ---------------------------------
+
+
+def _answers(sock: socket.socket) -> bytes:
+    """Everything the gateway writes on ``sock`` until it closes the connection."""
+    seen = b""
+    with contextlib.suppress(TimeoutError, ConnectionResetError):
+        while piece := sock.recv(65536):
+            seen += piece
+    return seen
+
+
+@pytest.mark.parametrize(
+    ("bad", "status"),
+    [
+        (b"GARBAGE / HTTP/1.1\r\n\r\n", b"400"),  # uvicorn's parser refuses it
+        (b"GET /healthz HTTP/1.1\r\nX-Big: " + b"a" * 70_000 + b"\r\n\r\n", b"431"),  # over MAX_HEAD_BYTES
+    ],
+)
+def test_a_bad_request_pipelined_behind_a_good_one_is_refused_after_its_answer(
+    tmp_path: Path, bad: bytes, status: bytes
+) -> None:
+    # The refusal of the bad request was written to the connection at once, ahead of the
+    # answer to the good call still running: the caller read "HTTP/1.1 400" (or 431) as the
+    # answer to its good call, the connection was closed under it, and the call was settled as
+    # CallerGone. The good call is now answered first, then the refusal, then the connection closes.
+    body = {"model": GATEWAY_MODEL, "messages": [{"role": "user", "content": "Hi."}], "max_tokens": 20}
+    with _env(tmp_path, time_scale=1.0) as env:
+        sock = env.connect()
+        try:
+            sock.sendall(env.request(body))
+            time.sleep(0.05)  # apart: a head that comes in the good call's read is not counted
+            sock.sendall(bad)
+            seen = _answers(sock)
+        finally:
+            sock.close()
+        assert seen.startswith(b"HTTP/1.1 200"), seen[:200]
+        head, rest = seen.split(b"\r\n\r\n", 1)
+        length = int(
+            next(line for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:")).split(
+                b":"
+            )[1]
+        )
+        answer = json.loads(rest[:length])
+        assert answer["usage"]["completion_tokens"] == 20
+        assert rest[length:].startswith(b"HTTP/1.1 " + status), rest[length:][:100]
+        (outcome,) = env.wait_outcomes(1, within=5)
+        assert outcome.status == "ok", outcome.reasons
+        assert not _held_reservations(env)

@@ -23,6 +23,9 @@ Pipelined requests (several on one kept-alive connection, sent before the first 
 queued by uvicorn, which points its ``cycle`` at the newest one. The marks above (``STALLED``,
 ``LOST`` and the ``ON_LOST`` hook) go to the request whose answer is being written (the one
 running), not to one still queued behind it; a lost connection marks every unfinished request.
+A request refused by the protocol (a head the parser rejects: 400; too large: 431; too slow: 408)
+behind requests still being answered is refused after their answers, never written ahead of or
+into them; nothing after it is read, and the connection closes with the refusal.
 ``UNSENT`` lets an app ask how many bytes of its connection still wait in the gateway's own
 buffer (at shutdown it waits for them to leave before the process exits).
 """
@@ -79,6 +82,9 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     """The request whose app runs (and whose answer is written); pipelined ones wait behind it."""
     _stall_cycle: RequestResponseCycle | None = None
     """The request whose answer was being written when the stall clock started."""
+    _refusal: bytes | None = None
+    """A refusal (400, 408, 431) of a request pipelined behind one still being answered: written,
+    and the connection closed, once the requests before it are answered."""
 
     @classmethod
     def with_stall(cls, stall_s: float) -> type[BoundedHttpToolsProtocol]:
@@ -95,6 +101,8 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._start_head_timer()
 
     def data_received(self, data: bytes) -> None:
+        if self._refusal is not None:
+            return  # what follows a refused request is never read
         if self._reading_head:
             # Counted before the parser buffers anything: the part of this read up to the end of
             # the head. (A read that ends one request and begins the next head gives that head's
@@ -176,6 +184,9 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         super().on_response_complete()
         if queued is not None and not any(cycle is queued for cycle, _ in self.pipeline):
             self._started(queued)  # uvicorn started the next pipelined request
+        if self._refusal is not None and not self._answering() and not self.transport.is_closing():
+            self.transport.write(self._refusal)  # the requests before the refused one are answered
+            self.transport.close()
         # The answer's tail still waits in the transport (below the high-water mark, so writing
         # never paused): the connection's close or keep-alive would wait for it for ever.
         if self._stall_timer is None and self.transport.get_write_buffer_size() > 0:
@@ -243,14 +254,30 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         if self._reading_head and not self.transport.is_closing():
             self._refuse(408, "Request Timeout")
 
-    def _refuse(self, status: int, reason: str) -> None:
+    def send_400_response(self, msg: str) -> None:
+        """uvicorn's answer to a request its parser refuses, after those pipelined before it."""
+        self._refuse(400, "Bad Request", msg)
+
+    def _refuse(self, status: int, reason: str, text: str | None = None) -> None:
+        """Answer ``status`` with ``text`` (default: ``reason``) and close the connection; nothing
+        after the refused request is read. A request pipelined behind others still being answered
+        is refused once they are (``on_response_complete``), so that no refusal is read as the
+        answer to an earlier request, nor cuts it."""
         self._stop_head_timer()
-        body = reason.encode("ascii")
-        self.transport.write(
+        body = (text or reason).encode("ascii")
+        self._refusal = (
             b"HTTP/1.1 %d %s\r\ncontent-type: text/plain; charset=utf-8\r\ncontent-length: %d\r\n"
-            b"connection: close\r\n\r\n%s" % (status, body, len(body), body)
+            b"connection: close\r\n\r\n%s" % (status, reason.encode("ascii"), len(body), body)
         )
+        if self._answering():
+            return  # reading goes on (dropped), so that a caller that hangs up is still seen
+        self.transport.write(self._refusal)
         self.transport.close()
+
+    def _answering(self) -> bool:
+        """Whether a request before the one being read is still being answered, or queued."""
+        running = self._running
+        return bool(self.pipeline) or (running is not None and not running.response_complete)
 
 
 def _head_end(data: bytes) -> int:
