@@ -81,7 +81,7 @@ def _table(rows: list[list[str]]) -> str:
 
 
 def _inventory(args: argparse.Namespace) -> int:
-    topology = from_inventory(load_inventory(args.inventory))
+    topology = from_inventory(load_inventory(args.inventory, read_keys=False))  # no backend is called
     snapshot = _snapshot(args)
     holder: dict[str, str] = {}
     if snapshot is not None:

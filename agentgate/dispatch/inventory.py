@@ -50,6 +50,7 @@ from pydantic import (
     PrivateAttr,
     SecretStr,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -203,9 +204,14 @@ class Backend(_Frozen):
         return data
 
     @model_validator(mode="after")
-    def _read_api_key(self) -> Backend:
-        """Read the API key ``api_key_env`` or ``api_key_file`` names (``_key_from_source``)."""
-        self._api_key = self._key_from_source()
+    def _read_api_key(self, info: ValidationInfo) -> Backend:
+        """Read the API key ``api_key_env`` or ``api_key_file`` names (``_key_from_source``),
+        unless the inventory is loaded with ``read_keys=False`` (a view that never calls a
+        backend, such as ``agentgate broker inventory``: no key is read, ``api_key`` is None)."""
+        if (info.context or {}).get("read_keys", True):
+            self._api_key = self._key_from_source()
+        elif self.api_key_env is not None and self.api_key_file is not None:
+            self._key_from_source()  # the one check that needs no secret: raises
         return self
 
     def _key_from_source(self) -> SecretStr | None:
@@ -491,8 +497,9 @@ def _unique(kind: str, names: list[str]) -> None:
         seen.add(name)
 
 
-def parse_inventory(text: str, *, source: str = "<inventory>") -> Inventory:
-    """Parse and validate inventory YAML text.
+def parse_inventory(text: str, *, source: str = "<inventory>", read_keys: bool = True) -> Inventory:
+    """Parse and validate inventory YAML text; ``read_keys=False`` reads no backend's API key
+    (for views that never call a backend).
 
     Raises ``InventoryError`` with ``source:line`` for malformed YAML, unknown or missing fields,
     out-of-range values and references that do not resolve.
@@ -502,16 +509,20 @@ def parse_inventory(text: str, *, source: str = "<inventory>") -> Inventory:
         data = {}
     if not isinstance(data, dict):
         raise InventoryError("the inventory must be a mapping", file=source, line=1)
-    return inventory_from_mapping(data, source=source, lines=lines)
+    return inventory_from_mapping(data, source=source, lines=lines, read_keys=read_keys)
 
 
 def inventory_from_mapping(
-    data: Mapping[str, Any], *, source: str = "<inventory>", lines: Locations | None = None
+    data: Mapping[str, Any],
+    *,
+    source: str = "<inventory>",
+    lines: Locations | None = None,
+    read_keys: bool = True,
 ) -> Inventory:
     """Validate already-parsed inventory data; raises ``InventoryError`` like ``parse_inventory``."""
     lines = lines or Locations()
     try:
-        return Inventory.model_validate(dict(data))
+        return Inventory.model_validate(dict(data), context={"read_keys": read_keys})
     except _RefError as exc:
         raise _located(source, lines, exc.loc, exc.message, exc.error) from None
     except ValidationError as exc:
@@ -531,16 +542,16 @@ def inventory_from_mapping(
 MAX_INVENTORY_BYTES = 8 * 1024 * 1024
 
 
-def load_inventory(path: str | Path) -> Inventory:
-    """Load and validate an inventory file; raises ``InventoryError`` naming ``file:line``, and
-    for a file that is not regular (read like a policy: ``read_source``), larger than
-    ``MAX_INVENTORY_BYTES``, or not UTF-8 text."""
+def load_inventory(path: str | Path, *, read_keys: bool = True) -> Inventory:
+    """Load and validate an inventory file (``read_keys`` as ``parse_inventory``); raises
+    ``InventoryError`` naming ``file:line``, and for a file that is not regular (read like a
+    policy: ``read_source``), larger than ``MAX_INVENTORY_BYTES``, or not UTF-8 text."""
     data = read_source(path, InventoryError, limit=MAX_INVENTORY_BYTES, what="inventory")
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
         raise InventoryError("cannot read: not UTF-8 text", file=str(path)) from None
-    return parse_inventory(text, source=str(path))
+    return parse_inventory(text, source=str(path), read_keys=read_keys)
 
 
 def _located(
