@@ -386,3 +386,23 @@ def test_references_beyond_the_index_range_are_no_false_alarm(log: AuditLog, sto
         log.append(decision("outcome", ref=ref, status="ok"))
     log.checkpoint()
     assert log.verify().ok
+
+
+def test_cli_explain_says_when_an_allow_has_no_outcome_found(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An allow without an outcome is legal (the call may still run) or the sign of a hidden one:
+    explain cannot tell, and says so instead of printing nothing."""
+    monkeypatch.setattr("agentgate.cli.main.GROUPS", ("agentgate.cli.audit",))
+    monkeypatch.setenv("AGENTGATE_LOG_KEY", str(tmp_path / "log.key"))
+    monkeypatch.setenv("AGENTGATE_STORE", str(tmp_path / "agentgate.db"))
+    store = SQLiteStore(tmp_path / "agentgate.db")
+    log = AuditLog(store, open_log_key(store))
+    _call_log(log)
+    store.close()
+    assert main(["audit", "explain", "0"]) == 0
+    assert "no outcome found" not in capsys.readouterr().out
+    _index_sql(SQLiteStore(tmp_path / "agentgate.db"), "DELETE FROM audit_refs WHERE idx = 1")
+    assert main(["audit", "explain", "0"]) == 0
+    out = capsys.readouterr().out
+    assert "├── outcome: no outcome found (the call may still be running; audit verify checks" in out

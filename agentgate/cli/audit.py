@@ -252,6 +252,14 @@ def _explain(args: argparse.Namespace) -> int:
             f"├── related entry {other.index}: {other.kind} {_shown(other.status or '')} "
             f"budget {other.budget_delta}"
         )
+    grant = (entry.resource or "").startswith("agent:")  # a grant entry has no outcome
+    if entry.kind == "allow" and not grant and not any(other.kind == "outcome" for other in related):
+        # Legal while the call runs, or an outcome hidden by a deleted audit_refs row: explain
+        # cannot tell without reading the whole log; verify compares the index with the entries.
+        print(
+            "├── outcome: no outcome found (the call may still be running; audit verify checks "
+            "the reference index that found none)"
+        )
     print(f"├── outcome status: {_shown(entry.status or '-')}")
     print(f"└── evidence: {_evidence(explained)}")
     return 0
