@@ -97,12 +97,27 @@ def test_api_key_file_is_read_stripped_and_must_be_owner_only(tmp_path: Path) ->
     path.chmod(0o600)
     backend = _inventory(_backend("http://10.0.0.1:8000", api_key_file=str(path))).backends[0]
     assert backend.api_key is not None and backend.api_key.get_secret_value() == KEY
-    path.chmod(0o640)
+    path.chmod(0o644)
     with pytest.raises(
-        BackendCredentialError, match=r"'b0'.*accessible by others \(mode 0640\); run chmod 600"
+        BackendCredentialError, match=r"'b0'.*accessible by others \(mode 0644\); run chmod 600"
     ) as info:
         _inventory(_backend("http://10.0.0.1:8000", api_key_file=str(path)))
     assert KEY not in str(info.value)
+
+
+def test_group_read_is_allowed_only_when_root_owns_the_key_file(tmp_path: Path) -> None:
+    """libpq's rule: u=rw,g=r (0640) passes for a file root owns (a secret a platform mounts for
+    the service's group), never for one another user owns."""
+    path = tmp_path / "vllm.key"
+    path.write_text(KEY)
+    path.chmod(0o640)
+    spec = _backend("http://10.0.0.1:8000", api_key_file=str(path))
+    if os.getuid() == 0:
+        key = _inventory(spec).backends[0].api_key
+        assert key is not None and key.get_secret_value() == KEY
+        os.chown(path, 65534, 65534)  # nobody: root still reads it, but it is not root's
+    with pytest.raises(BackendCredentialError, match=r"accessible by others \(mode 0640\)"):
+        _inventory(spec)
 
 
 @pytest.mark.parametrize(

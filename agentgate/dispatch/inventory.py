@@ -439,7 +439,8 @@ def _unreserved(value: str, prefix: str, what: str, whose: str) -> str:
 def _read_key_file(backend: str, path: str) -> str:
     """The text of the API key file ``path``; raises ``_RefError`` (a ``BackendCredentialError``)
     for a relative path, a file that cannot be read (not a regular file, too large: as key files,
-    ``keys.read_regular_file``), one readable or writable by group or others, or not UTF-8."""
+    ``keys.read_regular_file``), one readable or writable by group or others (group read is
+    allowed when root owns the file), or not UTF-8."""
     at = ("api_key_file",)
     if not os.path.isabs(path):
         # Not quoted: a relative "path" is most likely the key itself, pasted in its place.
@@ -454,11 +455,15 @@ def _read_key_file(backend: str, path: str) -> str:
     except InputError as exc:
         raise _RefError(at, f"backend {backend!r}: {exc}", BackendCredentialError) from None
     mode = status.st_mode
-    if mode & (stat.S_IRWXG | stat.S_IRWXO):
+    # libpq's rule for its key files: at most u=rw, or u=rw,g=r when root owns the file (a
+    # secret mounted by Kubernetes or Docker, readable by the service's group).
+    allowed = stat.S_IRGRP if status.st_uid == 0 else 0
+    if mode & (stat.S_IRWXG | stat.S_IRWXO) & ~allowed:
         raise _RefError(
             at,
             f"backend {backend!r}: {path}: the API key file is accessible by others "
-            f"(mode {stat.S_IMODE(mode):04o}); run chmod 600 {path}",
+            f"(mode {stat.S_IMODE(mode):04o}); run chmod 600 {path} (or 640 for a file root owns; "
+            "for a mounted secret, set its mode: docs/dispatch.md)",
             BackendCredentialError,
         )
     try:
