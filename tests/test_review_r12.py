@@ -9,6 +9,7 @@ import contextlib
 import json
 import socket
 import sys
+import threading
 import time
 from pathlib import Path
 from types import FrameType
@@ -16,10 +17,11 @@ from typing import Any
 
 import pytest
 from test_gateway_shutdown_pipelining import MODEL as GATEWAY_MODEL
-from test_gateway_shutdown_pipelining import _env, _held_reservations
+from test_gateway_shutdown_pipelining import STREAM, _env, _held_reservations, _read_head
 
 from agentgate.dispatch import inventory_from_mapping
 from agentgate.dispatch import router as router_module
+from agentgate.dispatch.gateway._app import LAST_EVENT_S
 from agentgate.dispatch.inventory import Inventory
 from agentgate.dispatch.router import Router, RouteRequest
 from agentgate.errors import StoreError
@@ -189,4 +191,49 @@ def test_a_bad_request_pipelined_behind_a_good_one_is_refused_after_its_answer(
         assert rest[length:].startswith(b"HTTP/1.1 " + status), rest[length:][:100]
         (outcome,) = env.wait_outcomes(1, within=5)
         assert outcome.status == "ok", outcome.reasons
+        assert not _held_reservations(env)
+
+
+@pytest.mark.slow
+def test_stopping_with_many_lagging_streams_is_bounded_once_not_per_stream(tmp_path: Path) -> None:
+    # Four streams whose callers lag (three read nothing, one reads a byte a second): each cut
+    # stream waits up to LAST_EVENT_S for its last event to leave the buffer. The waits run side
+    # by side, so stopping takes the grace plus LAST_EVENT_S once (about 4 s), not 3 s a
+    # stream, and a trickling reader does not hold the process past it. The lagging connections
+    # were left open past the server's end (the loop closed with their transports: under
+    # warnings as errors the server thread then outlived stop(), 11 s); they are reset now.
+    with _env(tmp_path, time_scale=0.002, grace_s=1) as env:
+        socks = [env.connect() for _ in range(4)]
+        trickle_stop = threading.Event()
+
+        def trickle(sock: socket.socket) -> None:
+            with contextlib.suppress(OSError):
+                while not trickle_stop.is_set() and sock.recv(1):
+                    time.sleep(1.0)
+
+        try:
+            for sock in socks:
+                sock.sendall(env.request({**STREAM, "max_tokens": 20_000}))  # four fit the backend's KV
+                assert _read_head(sock).startswith(b"HTTP/1.1 200")
+            for connection in env.server.server.server_state.connections:
+                server_side = connection.transport.get_extra_info("socket")  # type: ignore[attr-defined]
+                server_side.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 16384)
+            reader = threading.Thread(target=trickle, args=(socks[0],), daemon=True)
+            reader.start()
+            deadline = time.monotonic() + 20
+            while not all(c.flow.write_paused for c in env.server.server.server_state.connections):  # type: ignore[attr-defined]
+                assert time.monotonic() < deadline, "the gateway's buffers never filled"
+                time.sleep(0.05)
+            started = time.monotonic()
+            env.server.stop()
+            took = time.monotonic() - started
+        finally:
+            trickle_stop.set()
+            for sock in socks:
+                sock.close()
+        assert took < 1 + LAST_EVENT_S + 2.5, took
+        assert not env.server.server.server_state.connections  # each reset, none left open
+        outcomes = env.outcomes()
+        assert len(outcomes) == 4
+        assert all("GatewayStopped" in o.reasons for o in outcomes), [o.reasons for o in outcomes]
         assert not _held_reservations(env)

@@ -54,6 +54,7 @@ from agentgate.dispatch.gateway._client import INVOCATION_HEADER, chat_call, max
 from agentgate.dispatch.gateway._http import (
     LOST,
     ON_LOST,
+    RESET,
     STALLED,
     STREAM_STALL_S,
     UNSENT,
@@ -722,9 +723,9 @@ class _EventStream(StreamingResponse):
 async def _last_words(task: asyncio.Task[Any], scope: Scope, send: Send, event: bytes) -> None:
     """Send a stream's last ``event`` and its end, then wait until the connection's buffer has
     handed them to the kernel (which delivers them after the process has exited); a caller that
-    does not take them within ``LAST_EVENT_S`` seconds is left. Never raises: a failed send ends
-    the wait, and a cancellation meanwhile (the event loop's own end cancels every task again) is
-    taken back, since the wait is bounded."""
+    does not take them within ``LAST_EVENT_S`` seconds has its connection reset. Never raises: a
+    failed send ends the wait, and a cancellation meanwhile (the event loop's own end cancels
+    every task again) is taken back, since the wait is bounded."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + LAST_EVENT_S
     messages = [
@@ -745,7 +746,12 @@ async def _last_words(task: asyncio.Task[Any], scope: Scope, send: Send, event: 
             while task.uncancel() > 0:
                 pass
         except Exception:
-            return
+            break
+    reset = scope.get(RESET)
+    if callable(unsent) and unsent() > 0 and callable(reset):
+        # The caller did not take them in time: the connection is reset now rather than left
+        # open, with its buffers, past the server's end (an embedded server's loop closed with it).
+        reset()
 
 
 class _Entry:

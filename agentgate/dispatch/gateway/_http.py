@@ -60,6 +60,9 @@ LOST = "agentgate.lost"
 UNSENT = "agentgate.unsent"
 """Scope key set to a callable: the bytes of the connection still in the gateway's buffer (not
 yet handed to the kernel), 0 once the connection is closed."""
+RESET = "agentgate.reset"
+"""Scope key set to a callable: resets the connection at once (its unsent bytes dropped), as a
+stalled caller's is."""
 
 
 class BoundedHttpToolsProtocol(HttpToolsProtocol):
@@ -133,6 +136,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     def _started(self, cycle: RequestResponseCycle) -> None:
         self._running = cycle
         cycle.scope[UNSENT] = self._unsent  # type: ignore[literal-required]
+        cycle.scope[RESET] = self._reset  # type: ignore[literal-required]
 
     def on_message_complete(self) -> None:
         super().on_message_complete()
@@ -231,6 +235,10 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         stalled = self._stall_cycle
         if stalled is not None and not stalled.response_complete:
             stalled.scope[STALLED] = self.stall_s  # type: ignore[literal-required]
+        self._reset()
+
+    def _reset(self) -> None:
+        """Reset the connection: its unread and unsent bytes are dropped."""
         # A reset, not a close: close() would wait for the unread bytes for ever, and a closed
         # socket the kernel still tries to deliver holds its MiBs of buffers (nginx's
         # reset_timedout_connection does the same).
