@@ -406,3 +406,32 @@ def test_cli_explain_says_when_an_allow_has_no_outcome_found(
     assert main(["audit", "explain", "0"]) == 0
     out = capsys.readouterr().out
     assert "├── outcome: no outcome found (the call may still be running; audit verify checks" in out
+
+
+@pytest.mark.postgres
+def test_the_least_privilege_role_verifies_the_index(postgres_server: Any, postgres_url: str) -> None:
+    """docs/operations.md's grants: the application role reads audit_refs (SELECT only), so its
+    verify compares the index too, and reports a row the owner deleted."""
+    from agentgate.store._postgres import PostgresStore
+
+    with PostgresStore(postgres_url) as owner:
+        _call_log(AuditLog(owner, KEY, origin=ORIGIN))
+        with owner.transaction() as tx:
+            tx.execute(
+                "DO $$ BEGIN IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'ag_r11') "
+                "THEN CREATE ROLE ag_r11 LOGIN; END IF; END $$"
+            )
+            tx.execute("GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO ag_r11")
+            tx.execute("REVOKE UPDATE, DELETE ON audit_log, audit_checkpoints FROM ag_r11")
+            tx.execute("REVOKE INSERT, UPDATE, DELETE ON audit_refs, audit_refs_built FROM ag_r11")
+        app_url = postgres_url.replace(f"postgresql://{postgres_server.user}@", "postgresql://ag_r11@")
+        with PostgresStore(app_url) as app:
+            log = AuditLog(app, KEY, origin=ORIGIN)
+            assert log.refs_indexed
+            log.append(decision("outcome", ref=5, status="ok"))
+            log.checkpoint()
+            assert log.verify().ok
+            with pytest.raises(Exception, match="permission denied"), app.transaction() as tx:
+                tx.execute("DELETE FROM audit_refs WHERE idx = 6")
+            _index_sql(owner, "DELETE FROM audit_refs WHERE idx = 6")
+            assert any("audit explain 5 would not show entry 6" in p for p in log.verify().problems)
