@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import socket
 import sys
 import threading
@@ -237,3 +238,19 @@ def test_stopping_with_many_lagging_streams_is_bounded_once_not_per_stream(tmp_p
         assert len(outcomes) == 4
         assert all("GatewayStopped" in o.reasons for o in outcomes), [o.reasons for o in outcomes]
         assert not _held_reservations(env)
+
+
+def test_a_waiter_whose_arrival_is_no_number_does_not_disorder_the_line() -> None:
+    # The line is kept sorted and a waiter is found in it by bisection: a NaN arrival (a
+    # RouteRequest built by hand) broke the order, and withdrawing that waiter removed the first
+    # in line instead (which then held no place, and whose own withdrawal removed another).
+    router = Router(two_engines())
+    only_a = lambda backend: backend.name == "a"  # noqa: E731
+    assert router.route(req("busy", 1, 0.0), 0.0, only_a).backend == "a"
+    assert router.route(req("first", 1, 0.1), 0.1, only_a).action == "wait"
+    assert router.route(req("nan", 1, math.nan), 0.2, only_a).action == "wait"
+    router.withdraw("nan")
+    router.finished("busy", 0.3)
+    # "first" still holds its place: a later class-1 request does not take its slot.
+    assert router.route(req("later", 1, 0.25), 0.3, only_a).action == "wait"
+    assert router.route(req("first", 1, 0.1), 0.31, only_a).backend == "a"

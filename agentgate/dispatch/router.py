@@ -153,7 +153,9 @@ class Router(RoutingPolicy):
         """The base rule (wait, or ``Shed``), and a request told to wait takes its place in line."""
         plan = super()._saturated(request, now)
         if request.id not in self._waiters:
-            key = (request.priority, request.arrived_at, next(self._arrivals))
+            # An arrival that is no number (NaN) would break the line's order: it lines up as now.
+            arrived = request.arrived_at if request.arrived_at == request.arrived_at else now
+            key = (request.priority, arrived, next(self._arrivals))
             self._waiters[request.id] = _Waiter(
                 key=key,
                 model=request.model,
@@ -188,7 +190,8 @@ class Router(RoutingPolicy):
         }
         spare = {url: n for url, n in free.items() if n > 0}
         mine = self._waiters.get(request.id)
-        key = mine.key if mine is not None else (request.priority, request.arrived_at, math.inf)
+        arrived = request.arrived_at if request.arrived_at == request.arrived_at else now
+        key = mine.key if mine is not None else (request.priority, arrived, math.inf)
         given: dict[str, list[str]] = {url: [] for url in spare}
         usable: dict[str, set[str]] = {}
         at = 0
