@@ -254,3 +254,63 @@ def test_a_waiter_whose_arrival_is_no_number_does_not_disorder_the_line() -> Non
     # "first" still holds its place: a later class-1 request does not take its slot.
     assert router.route(req("later", 1, 0.25), 0.3, only_a).action == "wait"
     assert router.route(req("first", 1, 0.1), 0.31, only_a).backend == "a"
+
+
+def test_stopping_with_requests_pipelined_behind_a_stream_decides_only_the_running_one(
+    tmp_path: Path,
+) -> None:
+    # A stream runs with a JSON call and another stream pipelined behind it when the gateway
+    # stops: the running stream is cut (GatewayStopped, its last event sent), the queued ones
+    # are never decided, sent or audited, and no reservation is left held.
+    small = {"model": GATEWAY_MODEL, "messages": [{"role": "user", "content": "Hi."}], "max_tokens": 5}
+    with _env(tmp_path, time_scale=1.0, grace_s=1) as env:
+        sock = env.connect()
+        try:
+            sock.sendall(
+                env.request({**STREAM, "max_tokens": 5_000}) + env.request(small) + env.request(STREAM)
+            )
+            assert _read_head(sock).startswith(b"HTTP/1.1 200")
+            stopper = threading.Thread(target=env.server.stop)
+            stopper.start()
+            seen = _answers(sock)
+            stopper.join(30)
+        finally:
+            sock.close()
+        assert b'"code": "shutting_down"' in seen
+        assert seen.count(b"HTTP/1.1 ") == 1, seen.count(b"HTTP/1.1 ")
+        env.gate.flush()
+        kinds = [e.kind for e in env.gate.audit.entries()]
+        assert kinds.count("outcome") == 1, kinds
+        (outcome,) = env.outcomes()
+        assert "GatewayStopped" in outcome.reasons, outcome.reasons
+        assert not _held_reservations(env)
+        assert env.gate.verify().ok
+
+
+def test_a_caller_that_closes_half_way_through_pipelined_calls_leaves_only_the_running_one(
+    tmp_path: Path,
+) -> None:
+    # Three calls pipelined, the first streamed; the caller reads some of the stream and closes.
+    # The running stream is settled once (CallerGone), the queued two are never decided, and no
+    # reservation is left held.
+    small = {"model": GATEWAY_MODEL, "messages": [{"role": "user", "content": "Hi."}], "max_tokens": 5}
+    with _env(tmp_path, time_scale=1.0) as env:
+        sock = env.connect()
+        try:
+            sock.sendall(
+                env.request({**STREAM, "max_tokens": 5_000}) + env.request(small) + env.request(small)
+            )
+            assert _read_head(sock).startswith(b"HTTP/1.1 200")
+            got = b""
+            while got.count(b"data: ") < 3:
+                got += sock.recv(4096)
+        finally:
+            sock.close()
+        (outcome,) = env.wait_outcomes(1, within=10)
+        assert outcome.status == "error"
+        assert any("CallerGone" in reason for reason in outcome.reasons), outcome.reasons
+        assert env.backend_idle(within=5)
+        time.sleep(0.3)  # the queued calls would have been decided by now
+        assert len(env.outcomes()) == 1
+        assert not _held_reservations(env)
+        assert env.gate.verify().ok
