@@ -314,3 +314,29 @@ def test_a_caller_that_closes_half_way_through_pipelined_calls_leaves_only_the_r
         assert len(env.outcomes()) == 1
         assert not _held_reservations(env)
         assert env.gate.verify().ok
+
+
+def test_a_connection_is_reused_after_a_refused_call_and_decides_the_next_once(tmp_path: Path) -> None:
+    # Keep-alive after an answer that was not a success: a call with a body that is not JSON
+    # (400, nothing decided) then a good call on the same connection, written at once: the good
+    # one is answered 200 and decided and settled once.
+    small = {"model": GATEWAY_MODEL, "messages": [{"role": "user", "content": "Hi."}], "max_tokens": 5}
+    with _env(tmp_path, time_scale=0.02) as env:
+        bad = b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nnot {"
+        sock = env.connect()
+        try:
+            sock.sendall(bad + env.request(small))
+            seen = b""
+            while seen.count(b"HTTP/1.1 ") < 2 or not seen.endswith(b"}"):
+                piece = sock.recv(65536)
+                assert piece, seen
+                seen += piece
+        finally:
+            sock.close()
+        statuses = [part[:3] for part in seen.split(b"HTTP/1.1 ")[1:]]
+        assert statuses == [b"400", b"200"], seen[:300]
+        (outcome,) = env.wait_outcomes(1, within=5)
+        assert outcome.status == "ok"
+        env.gate.flush()
+        assert [e.kind for e in env.gate.audit.entries()].count("outcome") == 1
+        assert not _held_reservations(env)
