@@ -340,3 +340,24 @@ def test_a_connection_is_reused_after_a_refused_call_and_decides_the_next_once(t
         env.gate.flush()
         assert [e.kind for e in env.gate.audit.entries()].count("outcome") == 1
         assert not _held_reservations(env)
+
+
+def test_due_names_the_waiters_the_free_slots_go_to() -> None:
+    # For a dispatcher that wakes only the waiters a freed slot goes to (instead of every waiter,
+    # each asking again: N route() calls per freed slot). A waiter ahead that may not use the
+    # free engine is passed over; one that stopped asking too.
+    router = Router(two_engines())
+    only_a = lambda backend: backend.name == "a"  # noqa: E731
+    only_b = lambda backend: backend.name == "b"  # noqa: E731
+    assert router.route(req("x", 1, 0.0), 0.0, only_a).backend == "a"
+    assert router.route(req("y", 1, 0.0), 0.0, only_b).backend == "b"
+    assert router.due(0.05) == []  # nothing free
+    assert router.route(req("gone", 0, 0.05), 0.05, only_b).action == "wait"
+    assert router.route(req("wants-b", 0, 0.1), 0.1, only_b).action == "wait"
+    assert router.route(req("wants-a", 1, 0.2), 0.2, only_a).action == "wait"
+    assert router.route(req("any", 1, 0.3), 0.3).action == "wait"
+    router.finished("x", 0.4)
+    assert router.due(0.4) == ["wants-a"]
+    router.withdraw("gone")
+    router.finished("y", 0.5)
+    assert sorted(router.due(0.5)) == ["wants-a", "wants-b"]

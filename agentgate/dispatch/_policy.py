@@ -252,6 +252,11 @@ class RoutingPolicy(ABC):
         default keeps no line; unknown ids are ignored."""
         return None
 
+    def due(self, now: float) -> list[str] | None:
+        """The waiting requests that the slots free now are theirs (those worth waking to ask
+        again), or ``None`` when the policy keeps no line and every waiter should ask."""
+        return None
+
     def observe(self, backend: str, load: EngineLoad) -> None:
         """New metrics scraped from ``backend``."""
         self.states[backend].observe(load)

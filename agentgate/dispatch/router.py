@@ -33,7 +33,8 @@ and leaves the line then. Class 1 has no protection against class 0: under a ste
 class-0 arrivals a class-1 waiter is passed by each of them, and is shed once its SLO budget is
 spent (it waits no longer than its SLO). Asking costs the same however long the line is (the walk
 down the line stops once the free slots are spoken for), so every waiter asking again when a
-slot frees costs linear, not quadratic, work.
+slot frees costs linear, not quadratic, work; ``due`` names the waiters the free slots go to, so
+that a caller can wake only those.
 
 Backends that share a URL are one engine under several names (say one per tenant or per model
 alias): they share one cap, the smallest ``max_concurrency`` among them, counted over the
@@ -170,6 +171,13 @@ class Router(RoutingPolicy):
         """Whether ``waiter``'s caller gave up (it stopped asking), or it was shed and never asked again."""
         return now - waiter.asked > WAITER_TIMEOUT_S or now > waiter.deadline + WAITER_TIMEOUT_S
 
+    def due(self, now: float) -> list[str]:
+        """The waiters in line that the free slots go to (matched as ``_free`` matches them, in
+        order of the line): the ones worth waking when a slot frees; the rest would be told to
+        wait. Waiters that stopped asking are passed over."""
+        given, _ = self._match((math.inf, math.inf, math.inf), now)
+        return [name for names in given.values() for name in names]
+
     def _free(self, candidates: list[BackendState], request: RouteRequest, now: float) -> list[BackendState]:
         """The candidates with a slot left for ``request``: its engine's shared cap not reached,
         and not every free slot it could use spoken for by the waiters ahead of it in line.
@@ -179,19 +187,37 @@ class Router(RoutingPolicy):
         matching, not a first fit: a waiter that may use two engines does not block one behind it
         that may use only one of them). The walk stops once no free slot is left: asking costs
         about the same however long the line is, when every waiter asks again as a slot frees."""
+        mine = self._waiters.get(request.id)
+        arrived = request.arrived_at if request.arrived_at == request.arrived_at else now
+        key = mine.key if mine is not None else (request.priority, arrived, math.inf)
+        given, usable = self._match(key, now)
+        spare = self._spare()
+        left = set()
+        for state in candidates:
+            url = state.backend.chat_url.lower()
+            if url in spare and (url in left or _room(url, usable, given, spare, set())):
+                left.add(url)
+        return [s for s in candidates if s.backend.chat_url.lower() in left]
+
+    def _spare(self) -> dict[str, int]:
+        """The free slots of each engine (URL) that has any, under its shared cap."""
+        free = {
+            url: min(s.backend.max_concurrency for s in engine) - sum(s.in_flight for s in engine)
+            for url, engine in self._engines.items()
+        }
+        return {url: n for url, n in free.items() if n > 0}
+
+    def _match(
+        self, key: tuple[float, float, float], now: float
+    ) -> tuple[dict[str, list[str]], dict[str, set[str]]]:
+        """The free slots given to the waiters ahead of ``key`` in line (engine -> waiters), and
+        the engines each of those may use; the walk stops once every free slot is given."""
         if now - self._swept > WAITER_TIMEOUT_S:
             self._swept = now
             for name, waiter in list(self._waiters.items()):
                 if self._gone(waiter, now):
                     self.withdraw(name)
-        free = {
-            url: min(s.backend.max_concurrency for s in engine) - sum(s.in_flight for s in engine)
-            for url, engine in self._engines.items()
-        }
-        spare = {url: n for url, n in free.items() if n > 0}
-        mine = self._waiters.get(request.id)
-        arrived = request.arrived_at if request.arrived_at == request.arrived_at else now
-        key = mine.key if mine is not None else (request.priority, arrived, math.inf)
+        spare = self._spare()
         given: dict[str, list[str]] = {url: [] for url in spare}
         usable: dict[str, set[str]] = {}
         at = 0
@@ -213,12 +239,7 @@ class Router(RoutingPolicy):
                 and (waiter.allowed is None or waiter.allowed(state.backend))
             }
             _place(name, usable, given, spare, set())
-        left = set()
-        for state in candidates:
-            url = state.backend.chat_url.lower()
-            if url in spare and (url in left or _room(url, usable, given, spare, set())):
-                left.add(url)
-        return [s for s in candidates if s.backend.chat_url.lower() in left]
+        return given, usable
 
     def choose(self, candidates: list[BackendState], request: RouteRequest, now: float) -> RoutePlan:
         """Apply the rule in the module docstring; raises ``Shed`` when the request is refused."""
