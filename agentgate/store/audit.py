@@ -78,8 +78,9 @@ _INSERT = "INSERT INTO audit_log (idx, entry, leaf_hash) VALUES (?, ?, ?)"
 _REF_KEY = b',"ref":'
 """The top-level ``ref`` key of an entry's bytes: its last occurrence (``args`` and ``reasons`` come
 before it, and the keys after it hold no objects; a string holds no unescaped quote)."""
-_AFTER_REF = b',"resource":'
-_NO_REF = b"null" + _AFTER_REF
+_NO_REF = b'null,"resource":'
+_REF_NEEDLE = b',"ref":%d,"resource":'
+"""What an entry holds at its last ``,"ref":`` when its reference is the number formatted in."""
 _MAX_REF = 10**18
 """References the index holds: 1 to 18 digits (what PostgreSQL's trigger reads; no real log nears it)."""
 APPEND_LOCK = 27416741019937140
@@ -433,6 +434,13 @@ def _whole(value: object, what: str) -> int:
     if type(value) is not int:
         raise InputError(f"audit log: {what} must be a whole number, got {value!r:.40}")
     return value
+
+
+def _pick(values: Sequence[Any], positions: Sequence[int]) -> Sequence[Any]:
+    """``values`` at ``positions``, in that order (one C-level call for many)."""
+    if len(positions) < 2:
+        return [values[k] for k in positions]
+    return cast(tuple[Any, ...], operator.itemgetter(*positions)(values))
 
 
 def _execute(tx: Transaction, sql: str, params: Sequence[Any] = ()) -> list[Row]:
@@ -1188,50 +1196,37 @@ class AuditLog:
 
         The reference is read from each entry's bytes (the last ``,"ref":``) by C-level scans, not by
         parsing the entry: this runs for every entry ``verify`` reads. An intact batch is confirmed
-        with C-level calls (the rows' indexes are exactly those of the entries with a reference,
-        each row's reference is the text found there); only a batch where that fails is examined
-        entry by entry to name the differences.
+        with C-level calls (a count of the entries whose reference is null, and each row's
+        reference where its entry's is); only a batch where that fails is examined entry by entry
+        to name the differences.
         """
         if not rows:
             return 0
-        first = rows[0][0]
+        first, count = rows[0][0], len(rows)
         entries = list(map(operator.itemgetter(1), rows))
-        at = list(
-            map(
-                operator.add,
-                map(bytes.rfind, entries, itertools.repeat(_REF_KEY)),
-                itertools.repeat(len(_REF_KEY)),
-            )
-        )
-        none = list(map(bytes.startswith, entries, itertools.repeat(_NO_REF), at))
+        at = list(map(bytes.rfind, entries, itertools.repeat(_REF_KEY)))
         table = self.store.query(
-            "SELECT idx, ref FROM audit_refs WHERE idx >= ? AND idx < ? AND ref < ? ORDER BY idx",
-            (first, first + len(rows), _MAX_REF),
+            "SELECT idx - ?, ref FROM audit_refs WHERE idx >= ? AND idx < ? AND ref < ? ORDER BY idx",
+            (first, first, first + count, _MAX_REF),
         )
         if not skip:
-            # Intact when the rows are exactly at the entries with a reference, each holding the
-            # text found there (followed by ,"resource":).
-            some = list(map(operator.not_, none))
-            if list(map(operator.itemgetter(0), table)) == list(
-                itertools.compress(range(first, first + len(rows)), some)
+            # Intact when each row's entry holds the row's reference at its last ,"ref": (so the
+            # rows, one per index, are among the entries with a reference) and there are as many
+            # rows as entries whose reference is not null.
+            nulls = sum(map(bytes.startswith, entries, itertools.repeat(_REF_KEY + _NO_REF), at))
+            spots = list(map(operator.itemgetter(0), table))
+            needles = map(_REF_NEEDLE.__mod__, map(operator.itemgetter(1), table))
+            if len(table) == count - nulls and all(
+                map(bytes.startswith, _pick(entries, spots), needles, _pick(at, spots))
             ):
-                texts = map(str.encode, map(str, map(operator.itemgetter(1), table)))
-                wanted = map(operator.add, texts, itertools.repeat(_AFTER_REF))
-                if all(
-                    map(
-                        bytes.startswith,
-                        itertools.compress(entries, some),
-                        wanted,
-                        itertools.compress(at, some),
-                    )
-                ):
-                    return len(table)
+                return len(table)
         said: dict[int, int] = {}
-        for k in itertools.compress(range(len(rows)), map(operator.not_, none)):
-            digits = entries[k][at[k] : entries[k].find(b",", at[k])]
-            if at[k] >= len(_REF_KEY) and 0 < len(digits) <= 18 and digits.isdigit():
+        for k, (data, found) in enumerate(zip(entries, at, strict=True)):
+            start = found + len(_REF_KEY)
+            digits = data[start : data.find(b",", start)]
+            if found >= 0 and 0 < len(digits) <= 18 and digits.isdigit():
                 said[first + k] = int(digits)
-        held = {int(idx): int(ref) for idx, ref in table}
+        held = {first + int(spot): int(ref) for spot, ref in table}
         for k in skip:
             said.pop(first + k, None)
             held.pop(first + k, None)
@@ -1245,9 +1240,9 @@ class AuditLog:
                     "(the reference index was tampered with)"
                 )
                 continue
-            found = "has no row for it" if row is None else f"says {row}"
+            held_text = "has no row for it" if row is None else f"says {row}"
             problems.append(
-                f"entry {idx} refers to entry {ref}, but audit_refs {found} (the reference index was "
+                f"entry {idx} refers to entry {ref}, but audit_refs {held_text} (the reference index was "
                 f"tampered with: audit explain {ref} would not show entry {idx})"
             )
         return len(table)
