@@ -108,8 +108,8 @@ class Dispatcher:
         """Backends marked down for rejecting our credentials (a subset of ``_down_since``)."""
         self._rejections: dict[str, int] = {}
         """Backend -> how many times it rejected our credentials since it last served a call."""
-        self._freed = asyncio.Event()
-        """Set (and replaced) whenever a slot may have freed: a request finished, a backend came back."""
+        self._waiting: dict[str, asyncio.Event] = {}
+        """Request id -> the event that wakes it, for each call waiting for a slot."""
         self._tasks: list[asyncio.Task[None]] = []
         self._ids = itertools.count()
         self._closing = False
@@ -275,6 +275,18 @@ class Dispatcher:
     async def _plan(
         self, request: RouteRequest, allowed: AllowedBackend | None, errors: list[str]
     ) -> RoutePlan:
+        try:
+            return await self._wait_for_plan(request, allowed, errors)
+        except BaseException:
+            # A call that gives up (cancelled, shed, no backend) leaves the router's line at once,
+            # and those a slot it was owed now goes to are woken.
+            self.router.withdraw(request.id)
+            self._slot_freed()
+            raise
+
+    async def _wait_for_plan(
+        self, request: RouteRequest, allowed: AllowedBackend | None, errors: list[str]
+    ) -> RoutePlan:
         recovery_deadline = self.clock() + self.recovery_wait_s
         while True:
             try:
@@ -296,10 +308,13 @@ class Dispatcher:
                 # Asking again is worth it once a slot frees (or a backend comes back): wait for
                 # that, within the SLO budget left and FREED_WAIT_S (the router lets a waiter that
                 # has not asked for WAITER_TIMEOUT_S leave its line).
-                freed = self._freed  # taken before any await: a slot freed from now on sets it
+                freed = self._waiting[request.id] = asyncio.Event()  # before any await
                 left = request.slo_ttft_s - max(0.0, self.clock() - request.arrived_at)
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(freed.wait(), max(0.0, min(FREED_WAIT_S, left)))
+                try:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(freed.wait(), max(0.0, min(FREED_WAIT_S, left)))
+                finally:
+                    self._waiting.pop(request.id, None)
             else:
                 await asyncio.sleep(plan.wait_s)
 
@@ -309,8 +324,13 @@ class Dispatcher:
         self._slot_freed()
 
     def _slot_freed(self) -> None:
-        freed, self._freed = self._freed, asyncio.Event()
-        freed.set()
+        """Wake the waiting calls the free slots now go to (``router.due``), or all of them when
+        the router keeps no line; the others ask again within ``FREED_WAIT_S`` anyway."""
+        due = self.router.due(self.clock())
+        for name in self._waiting if due is None else due:
+            event = self._waiting.get(name)
+            if event is not None:
+                event.set()
 
     def _failed(self, request_id: str, backend: str, exc: BackendFailed, errors: list[str]) -> None:
         errors.append(str(exc))
