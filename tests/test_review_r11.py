@@ -7,31 +7,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_audit_scale import KEY, ORIGIN, decision
 
-from agentgate.audit.entry import argument_digest
 from agentgate.cli.main import main
-from agentgate.keys import SigningKey
 from agentgate.store import SQLiteStore, Store
 from agentgate.store.audit import AuditLog, open_log_key
-
-KEY = SigningKey(b"\x07" * 32)
-ALICE = SigningKey(b"\x01" * 32).did
-ORIGIN = "test.example/audit"
-
-
-def decision(kind: str = "allow", *, ref: int | None = None, **extra: Any) -> dict[str, Any]:
-    args = extra.pop("args", {"amount": 120, "currency": "EUR"})
-    return {
-        "kind": kind,
-        "principal": ALICE,
-        "chain_hash": "sha256:" + "ab" * 32,
-        "resource": "tool:payments.refund",
-        "args_digest": argument_digest(args),
-        "args": args,
-        "reasons": ["capability covers call"],
-        "ref": ref,
-        **extra,
-    }
 
 
 @pytest.fixture
