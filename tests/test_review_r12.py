@@ -19,28 +19,15 @@ from typing import Any
 import pytest
 from test_gateway_shutdown_pipelining import MODEL as GATEWAY_MODEL
 from test_gateway_shutdown_pipelining import STREAM, _env, _held_reservations, _read_head
+from test_router_order import MODEL, req
 
 from agentgate.dispatch import inventory_from_mapping
 from agentgate.dispatch import router as router_module
 from agentgate.dispatch.gateway._app import LAST_EVENT_S
 from agentgate.dispatch.inventory import Inventory
-from agentgate.dispatch.router import Router, RouteRequest
+from agentgate.dispatch.router import Router
 from agentgate.errors import StoreError
 from agentgate.store._sqlite import DURABLE_WAL_PAGES, SQLiteStore
-
-MODEL = "m"
-
-
-def req(name: str, priority: int, arrived: float, slo: float = 10.0) -> RouteRequest:
-    return RouteRequest(
-        id=name,
-        model=MODEL,
-        prompt_tokens=100,
-        max_output_tokens=10,
-        priority=priority,
-        slo_ttft_s=slo,
-        arrived_at=arrived,
-    )
 
 
 def two_engines() -> Inventory:
