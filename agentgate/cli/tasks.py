@@ -41,23 +41,19 @@ def register(subparsers: Any) -> None:
     dead.add_argument("--tool", metavar="NAME", help="only letters of this tool")
     dead.add_argument("--store", metavar="URL", help="store URL or path (default: AGENTGATE_STORE)")
     dead.set_defaults(handler=_dead_letters)
-    breakers = sub.add_parser(
+    _listing(
+        sub,
         "breakers",
         help="list circuit breaker states shared through the store",
         description="List the circuit breaker states that schedulers sharing the store have published.",
-    )
-    breakers.add_argument("--json", action="store_true", help="one JSON array instead of a table")
-    breakers.add_argument("--store", metavar="URL", help="store URL or path (default: AGENTGATE_STORE)")
-    breakers.set_defaults(handler=_breakers)
-    unsettled = sub.add_parser(
+    ).set_defaults(handler=_breakers)
+    _listing(
+        sub,
         "unsettled",
         help="list calls that must run once and may have run (outcome never recorded, or failed)",
         description="List the calls of tools that are not idempotent whose process stopped while they "
         "ran (no outcome recorded) or that ran and failed: nothing runs them again until settled.",
-    )
-    unsettled.add_argument("--json", action="store_true", help="one JSON array instead of a table")
-    unsettled.add_argument("--store", metavar="URL", help="store URL or path (default: AGENTGATE_STORE)")
-    unsettled.set_defaults(handler=_unsettled)
+    ).set_defaults(handler=_unsettled)
     settling = sub.add_parser(
         "settle",
         help="settle an unsettled call by hand: it ran, or it did not (audited)",
@@ -74,6 +70,14 @@ def register(subparsers: Any) -> None:
     settling.add_argument("--reason", default="", metavar="TEXT", help="why, for the audit entry")
     settling.add_argument("--store", metavar="URL", help="store URL or path (default: AGENTGATE_STORE)")
     settling.set_defaults(handler=_settle)
+
+
+def _listing(sub: Any, name: str, *, help: str, description: str) -> Any:
+    """A listing action's parser with its ``--json`` and ``--store`` options."""
+    parser = sub.add_parser(name, help=help, description=description)
+    parser.add_argument("--json", action="store_true", help="one JSON array instead of a table")
+    parser.add_argument("--store", metavar="URL", help="store URL or path (default: AGENTGATE_STORE)")
+    return parser
 
 
 MAX_LIMIT = 1_000_000
