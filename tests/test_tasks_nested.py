@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from test_tasks_shared_limits import lookup_policy
+from test_tasks_shared_limits import Peak, lookup_policy
 
 from agentgate.capabilities import Call
 from agentgate.errors import DeadlineExceeded
@@ -423,33 +423,22 @@ def test_many_parents_in_threads_each_with_a_nested_call_under_a_global_limit() 
     """Eight threads, a global limit of 2: before, two parents took both slots and their children
     waited for them until their deadlines (each child's slot held by another waiting parent).
     Now each child runs under its own parent's slot; at most two parents and two children run."""
-    lock = threading.Lock()
-    now = {"parent": 0, "child": 0}
-    peak = {"parent": 0, "child": 0}
-
-    def enter(kind: str) -> None:
-        with lock:
-            now[kind] += 1
-            peak[kind] = max(peak[kind], now[kind])
-
-    def leave(kind: str) -> None:
-        with lock:
-            now[kind] -= 1
+    parents, children = Peak(), Peak()
 
     with SyncScheduler(SchedulerConfig(max_concurrency=2)) as scheduler:
 
         def child(attempt: Attempt) -> int:
-            enter("child")
+            children.enter()
             time.sleep(0.005)
-            leave("child")
+            children.leave()
             return int(attempt.call.arguments["i"])
 
         def parent(attempt: Attempt) -> int:
-            enter("parent")
+            parents.enter()
             try:
                 return scheduler.submit(_call("b", i=attempt.call.arguments["i"]), child)
             finally:
-                leave("parent")
+                parents.leave()
 
         results: list[int] = []
 
@@ -463,7 +452,7 @@ def test_many_parents_in_threads_each_with_a_nested_call_under_a_global_limit() 
             thread.join(10)
         assert sorted(results) == list(range(8))
         assert scheduler.scheduler.in_flight == 0 and not scheduler.scheduler.shared.nested_waiting
-    assert peak["parent"] <= 2 and peak["child"] <= 2
+    assert parents.peak <= 2 and children.peak <= 2
 
 
 def test_a_queued_nested_call_that_times_out_leaves_nothing_behind() -> None:
