@@ -920,8 +920,9 @@ class AuditLog:
                 raise TamperDetected(f"audit log: entry {idx} holds the entry of index {parsed.index}")
             if leaf_hash(row_data) != row_stored:
                 raise TamperDetected(f"audit log: entry {idx} does not match its leaf hash")
+        # Each stored leaf hash was just checked against its entry's bytes: proven as it is.
         checkpoint, unproven = self._prove_included(
-            {idx: leaf_hash(row_data) for idx, (row_data, _s, _e) in shown.items()}
+            {idx: row_stored for idx, (_d, row_stored, _e) in shown.items()}
         )
         related = tuple(parsed for idx, (_d, _s, parsed) in sorted(shown.items()) if idx != index)
         return Explanation(entry, related, checkpoint, unproven, self.refs_indexed)
