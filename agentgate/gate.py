@@ -1457,12 +1457,7 @@ class Gate:
                     else:
                         result = fn()
                 except BaseException as exc:
-                    pause = paused is not None and paused(exc)
-                    if pause and span.is_recording():
-                        record_outcome(span, "paused")  # a pause is not a failure of the call
-                    self._settle(
-                        auth, "paused" if pause else "error", type(exc).__name__, _usage_after(auth, exc)
-                    )
+                    self._fail(span, auth, exc, paused)
                     raise
                 self._finish(span, auth, result, failed, spent)
                 return result
@@ -1496,12 +1491,7 @@ class Gate:
                     else:
                         result = await _result_of(fn)
                 except BaseException as exc:
-                    pause = paused is not None and paused(exc)
-                    if pause and span.is_recording():
-                        record_outcome(span, "paused")  # a pause is not a failure of the call
-                    self._settle(
-                        auth, "paused" if pause else "error", type(exc).__name__, _usage_after(auth, exc)
-                    )
+                    self._fail(span, auth, exc, paused)
                     raise
                 self._finish(span, auth, result, failed, spent)
                 return result
@@ -1581,6 +1571,20 @@ class Gate:
                 if identity is not None:
                     span.set_attribute("gen_ai.agent.name", identity.name)
             yield span
+
+    def _fail(
+        self,
+        span: Span,
+        auth: Authorization,
+        exc: BaseException,
+        paused: Callable[[BaseException], bool] | None,
+    ) -> None:
+        """Settle a call that ``exc`` ended: ``paused`` if ``paused`` says so (LangGraph's
+        ``interrupt()``: not a failure of the call, and its span says so), else ``error``."""
+        pause = paused is not None and paused(exc)
+        if pause and span.is_recording():
+            record_outcome(span, "paused")
+        self._settle(auth, "paused" if pause else "error", type(exc).__name__, _usage_after(auth, exc))
 
     def _finish(
         self,
