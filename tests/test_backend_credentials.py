@@ -15,11 +15,9 @@ import http.server
 import json
 import logging
 import os
-import socket
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -27,6 +25,7 @@ from typing import Any
 import httpx
 import openai
 import pytest
+from test_gateway import _free_port, wait_until_serving
 
 from agentgate.cli.main import main
 from agentgate.dispatch import Dispatcher, Router, inventory_from_mapping
@@ -527,9 +526,7 @@ def test_agentgate_serve_sends_the_key_and_prints_or_logs_it_nowhere(tmp_path: P
     policy = tmp_path / "policy.yaml"
     policy.write_text(_policy_text(root, key))
     store = tmp_path / "serve.db"
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = _free_port()
     with SimServer(time_scale=0.01, api_key=KEY) as server:
         inventory = tmp_path / "inventory.yaml"
         inventory.write_text(
@@ -542,15 +539,7 @@ def test_agentgate_serve_sends_the_key_and_prints_or_logs_it_nowhere(tmp_path: P
         )
         base = f"http://127.0.0.1:{port}"
         try:
-            deadline = time.monotonic() + 20
-            while True:
-                try:
-                    if httpx.get(base + "/healthz").status_code == 200:
-                        break
-                except httpx.TransportError:
-                    pass
-                assert process.poll() is None and time.monotonic() < deadline, "agentgate serve did not start"
-                time.sleep(0.1)
+            wait_until_serving(base, process)
             issuer = GatewayGate(_policy(root, key), SQLiteStore(store))
             try:
                 agent = issuer.issue(root, name="agent", key=key, role="chat")

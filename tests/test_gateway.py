@@ -541,6 +541,20 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def wait_until_serving(base: str, process: subprocess.Popen[Any]) -> None:
+    """Return once `agentgate serve` at `base` answers /healthz 200; fail the test if the process
+    exits first or it does not answer within 20 s."""
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            if httpx.get(base + "/healthz").status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        assert process.poll() is None and time.monotonic() < deadline, "agentgate serve did not start"
+        time.sleep(0.1)
+
+
 def test_agentgate_serve_answers_models_health_and_chat(
     tmp_path: Path, backends: tuple[SimServer, SimServer]
 ) -> None:
@@ -562,15 +576,7 @@ def test_agentgate_serve_answers_models_health_and_chat(
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                if httpx.get(base + "/healthz").status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert process.poll() is None and time.monotonic() < deadline, "agentgate serve did not start"
-            time.sleep(0.1)
+        wait_until_serving(base, process)
         models = httpx.get(base + "/v1/models").json()
         assert sorted(m["id"] for m in models["data"]) == sorted([MODEL, OTHER])
         # The grant is issued into the store the server uses; the server decides against it.

@@ -26,6 +26,7 @@ from typing import Any, cast
 import httpx
 import pytest
 import uvicorn
+from test_gateway import _free_port, wait_until_serving
 
 from agentgate.cli.main import build_parser
 from agentgate.dispatch import inventory_from_mapping
@@ -307,22 +308,14 @@ def test_agentgate_serve_takes_its_limits_and_stops_on_sigterm_with_outcomes_com
             f"backends:\n  - {{name: sim, url: '{sim.url}', engine: vllm, models: [{MODEL}]}}\n"
         )
         store = tmp_path / "serve.db"
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            port = probe.getsockname()[1]
+        port = _free_port()
         issuer = GatewayGate(parse_policy(policy.read_text(), source=str(policy)), SQLiteStore(store))
         agent = issuer.issue(root, name="agent", key=agent_key, role="chat")
         command += ["--inventory", str(inventory), "--store", str(store), "--port", str(port)]
         command += ["--stream-stall-s", "0.5", "--shutdown-grace-s", "1"]
         process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
         try:
-            deadline = time.monotonic() + 20
-            while True:
-                with contextlib.suppress(httpx.TransportError):
-                    if httpx.get(f"http://127.0.0.1:{port}/healthz").status_code == 200:
-                        break
-                assert process.poll() is None and time.monotonic() < deadline, "agentgate serve did not start"
-                time.sleep(0.1)
+            wait_until_serving(f"http://127.0.0.1:{port}", process)
             env = Env(issuer, cast(GatewayServer, _Port(port)), sim, agent)
             body = {
                 "model": MODEL,
