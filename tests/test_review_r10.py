@@ -27,6 +27,7 @@ from typing import Any
 import aiohttp
 import httpx
 import pytest
+from test_backend_credentials import _Recorder
 
 from agentgate.dispatch import Dispatcher, Router, inventory_from_mapping
 from agentgate.dispatch.backends import BackendClient
@@ -446,40 +447,6 @@ def test_a_detached_nested_call_outliving_its_parent_keeps_the_cross_process_lea
 # --- a proxy in the environment ----------------------------------------------------------------------
 
 
-class _Recording(http.server.ThreadingHTTPServer):
-    """A real HTTP server on 127.0.0.1 that answers every GET 200 (vLLM-shaped metrics) and records
-    the request line's target and the Authorization header: as a backend, or as a forward proxy
-    (which sees the full URL)."""
-
-    def __init__(self) -> None:
-        self.seen: list[tuple[str, str | None]] = []
-        recording = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                recording.seen.append((self.path, self.headers.get("Authorization")))
-                body = b"vllm:num_requests_running 0\nvllm:num_requests_waiting 0\n"
-                self.send_response(200)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-        super().__init__(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.serve_forever, args=(0.02,), daemon=True)
-        self.thread.start()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}"
-
-    def close(self) -> None:
-        self.shutdown()
-        self.server_close()
-
-
 async def test_a_proxy_in_the_environment_never_gets_the_backend_key(
     key_env: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -487,7 +454,7 @@ async def test_a_proxy_in_the_environment_never_gets_the_backend_key(
     scrapes (httpx, which reads the proxy variables) went through that proxy with the backend's
     key in clear, while chat calls (aiohttp, which does not) went straight to the backend. Now
     every request goes straight to the backend."""
-    backend, proxy = _Recording(), _Recording()
+    backend, proxy = _Recorder(), _Recorder()
     for name in ("HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"):
         monkeypatch.setenv(name, proxy.url)
     for name in ("NO_PROXY", "no_proxy"):
