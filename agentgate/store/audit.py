@@ -699,17 +699,17 @@ class AuditLog:
     def entry_bytes(self, index: int) -> bytes:
         """The stored bytes of entry ``index``; raises ``InputError`` if there is none
         (``BeyondLogEnd`` past the end of the log, or when ``index`` is not an ``int``)."""
-        index = _whole(index, "entry index")
-        rows = (
-            self.store.query(f"SELECT {self._entry} FROM audit_log WHERE idx = ?", (index,))
-            if 0 <= index <= _MAX_INDEX
-            else []
-        )
-        if not rows:
+        return self._stored_row(_whole(index, "entry index"))[0]
+
+    def _stored_row(self, index: int) -> tuple[bytes, bytes]:
+        """The stored ``(entry, leaf_hash)`` of entry ``index``; ``BeyondLogEnd`` past the end of
+        the log, else ``InputError`` if there is none."""
+        rows = self._read_rows([index]) if 0 <= index <= _MAX_INDEX else {}
+        if index not in rows:
             if index >= self._end():
                 raise BeyondLogEnd(index, self.size(), "entry")
             raise InputError(f"audit log has no entry {index}")
-        return _bytes(rows[0][0])
+        return rows[index]
 
     def entry(self, index: int) -> AuditEntry:
         """Entry ``index``, parsed; ``TamperDetected`` if its bytes are not canonical."""
@@ -891,12 +891,7 @@ class AuditLog:
         leaf hash, or is not in the signed tree.
         """
         index = _whole(index, "entry index")
-        rows = self._read_rows([index]) if 0 <= index <= _MAX_INDEX else {}
-        if index not in rows:
-            if index >= self._end():
-                raise BeyondLogEnd(index, self.size(), "entry")
-            raise InputError(f"audit log has no entry {index}")
-        data, stored = rows[index]
+        data, stored = self._stored_row(index)
         entry = AuditEntry.from_bytes(data)
         shown = {index: (data, stored, entry)}
         if self.refs_indexed:
