@@ -376,25 +376,21 @@ class BackendClient:
     async def health(self) -> bool:
         """True if ``GET {url}{health_path}`` (``/health``: vLLM, SGLang, TGI, llama.cpp all serve
         it) answers 200 within ``probe_s``."""
-        try:
-            async with asyncio.timeout(self.timeouts.probe_s):
-                response = await self.http.get(
-                    self.backend.url.rstrip("/") + self.backend.health_path,
-                    headers=self._probe_headers,
-                    timeout=self._probe_timeout,
-                )
-        except (httpx.HTTPError, httpx.InvalidURL, TimeoutError):
-            return False
-        return response.status_code == 200
+        return await self._probe(self.backend.health_path)
 
     async def accepts_credentials(self) -> bool:
         """True if ``GET /v1/models`` answers 200 within ``probe_s``, with the backend's key sent as
         for a chat call: the probe of a backend that rejected our credentials (vLLM and SGLang
         guard ``/v1`` with ``--api-key`` but not ``/health``, which would pass regardless)."""
+        return await self._probe("/v1/models")
+
+    async def _probe(self, path: str) -> bool:
+        """True if ``GET {url}{path}`` (the probe headers: the key, if any) answers 200 within
+        ``probe_s``; False for any transport failure or timeout."""
         try:
             async with asyncio.timeout(self.timeouts.probe_s):
                 response = await self.http.get(
-                    self.backend.url.rstrip("/") + "/v1/models",
+                    self.backend.url.rstrip("/") + path,
                     headers=self._probe_headers,
                     timeout=self._probe_timeout,
                 )
