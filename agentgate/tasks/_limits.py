@@ -246,12 +246,15 @@ class SharedLimits:
 
     # --- admission (all with ``lock`` held) -----------------------------------------------------
 
-    def start_now(self, call: ToolCall, limits: ToolLimits) -> Waiter | None:
-        """The fast path, when nothing waits: start ``call`` at once if every limit has room, else None."""
-        if self.refusing is not None or not self.has_room(call, limits):
-            return None
+    def start_now(self, call: ToolCall, limits: ToolLimits, parent: Waiter | None = None) -> Waiter | None:
+        """The fast path: start ``call`` at once when nothing waits (in any scheduler: else it
+        queues behind them) and every limit has room; else, for a nested call (made while
+        ``parent``'s tool runs), as ``start_nested``; else None (it must queue)."""
+        if self.queue.size or self.refusing is not None or not self.has_room(call, limits):
+            return None if parent is None else self.start_nested(call, limits, parent)
         waiter = Waiter(call, limits, 0.0, self)  # queued_at is read only for calls that waited
         self.start(waiter)
+        waiter.parent = parent  # started at once: still a link of the chain of ancestors
         return waiter
 
     def start_nested(

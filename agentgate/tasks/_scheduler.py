@@ -369,19 +369,13 @@ class Scheduler:
                             )
                         parent = RUNNING.get()  # the attempt whose tool made this call, if any
                         with lock:
-                            # Someone waiting (in any scheduler): this call queues behind them.
                             if parent is not None and self._leases is not None and limits.concurrency:
                                 # Under its ancestor's tool slot and lease when it has one to lend.
                                 waiter = shared.start_nested(call, limits, parent, prefer_tool=True)
                             else:
                                 waiter = None
-                            if waiter is None and not shared.queue.size:
-                                waiter = shared.start_now(call, limits)
-                            if parent is not None:
-                                if waiter is None:
-                                    waiter = shared.start_nested(call, limits, parent)
-                                else:  # started at once: still a link of the chain of ancestors
-                                    waiter.parent = parent
+                            if waiter is None:
+                                waiter = shared.start_now(call, limits, parent)
                             if waiter is None:
                                 future: asyncio.Future[None] = loop.create_future()
                                 waiter = shared.enqueue(

@@ -402,14 +402,8 @@ class SyncScheduler:
                     raise DeadlineExceeded(
                         f"tool {call.tool}: the call's deadline passed before it could start", tool=call.tool
                     )
-                # Someone waiting (in any scheduler): this call queues behind them.
-                waiter = None if shared.queue.size else shared.start_now(call, limits)
                 parent = RUNNING.get()  # the attempt whose tool made this call, if any
-                if parent is not None:
-                    if waiter is None:
-                        waiter = shared.start_nested(call, limits, parent)
-                    else:  # started at once: still a link of the chain of ancestors
-                        waiter.parent = parent
+                waiter = shared.start_now(call, limits, parent)
                 if waiter is not None:
                     core.metrics.observe_wait(0.0)
                     return waiter
