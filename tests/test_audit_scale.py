@@ -44,6 +44,19 @@ def decision(kind: str = "allow", *, ref: int | None = None, **extra: Any) -> di
     }
 
 
+def login_role(owner: Store, server: Any, url: str, role: str, *grants: str) -> str:
+    """Create the PostgreSQL login ``role`` (if missing) through ``owner``, run ``grants`` in the
+    same transaction, and return ``url`` (the owner's) for that role."""
+    with owner.transaction() as tx:
+        tx.execute(
+            f"DO $$ BEGIN IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = '{role}') "
+            f"THEN CREATE ROLE {role} LOGIN; END IF; END $$"
+        )
+        for grant in grants:
+            tx.execute(grant)
+    return url.replace(f"postgresql://{server.user}@", f"postgresql://{role}@")
+
+
 @pytest.fixture
 def log(store: Store) -> AuditLog:
     return AuditLog(store, KEY, origin=ORIGIN)
@@ -357,13 +370,13 @@ def test_a_role_without_rights_on_the_index_still_keeps_it(postgres_server: Any,
     (the trigger indexes as its owner) and explains by a full scan; the owner's explain uses the index."""
     with PostgresStore(postgres_url) as owner:
         _call_log(AuditLog(owner, KEY, origin=ORIGIN))
-        with owner.transaction() as tx:
-            tx.execute(
-                "DO $$ BEGIN IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'ag_scale') "
-                "THEN CREATE ROLE ag_scale LOGIN; END IF; END $$"
-            )
-            tx.execute("GRANT SELECT, INSERT ON audit_log, audit_checkpoints TO ag_scale")
-        app_url = postgres_url.replace(f"postgresql://{postgres_server.user}@", "postgresql://ag_scale@")
+        app_url = login_role(
+            owner,
+            postgres_server,
+            postgres_url,
+            "ag_scale",
+            "GRANT SELECT, INSERT ON audit_log, audit_checkpoints TO ag_scale",
+        )
         with PostgresStore(app_url) as app:
             log = AuditLog(app, KEY, origin=ORIGIN)
             assert not log.refs_indexed

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_audit_scale import KEY, ORIGIN, decision
+from test_audit_scale import KEY, ORIGIN, decision, login_role
 
 from agentgate.cli.main import main
 from agentgate.store import SQLiteStore, Store
@@ -396,15 +396,15 @@ def test_the_least_privilege_role_verifies_the_index(postgres_server: Any, postg
 
     with PostgresStore(postgres_url) as owner:
         _call_log(AuditLog(owner, KEY, origin=ORIGIN))
-        with owner.transaction() as tx:
-            tx.execute(
-                "DO $$ BEGIN IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'ag_r11') "
-                "THEN CREATE ROLE ag_r11 LOGIN; END IF; END $$"
-            )
-            tx.execute("GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO ag_r11")
-            tx.execute("REVOKE UPDATE, DELETE ON audit_log, audit_checkpoints FROM ag_r11")
-            tx.execute("REVOKE INSERT, UPDATE, DELETE ON audit_refs, audit_refs_built FROM ag_r11")
-        app_url = postgres_url.replace(f"postgresql://{postgres_server.user}@", "postgresql://ag_r11@")
+        app_url = login_role(
+            owner,
+            postgres_server,
+            postgres_url,
+            "ag_r11",
+            "GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO ag_r11",
+            "REVOKE UPDATE, DELETE ON audit_log, audit_checkpoints FROM ag_r11",
+            "REVOKE INSERT, UPDATE, DELETE ON audit_refs, audit_refs_built FROM ag_r11",
+        )
         with PostgresStore(app_url) as app:
             log = AuditLog(app, KEY, origin=ORIGIN)
             assert log.refs_indexed
