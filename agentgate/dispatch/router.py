@@ -154,9 +154,7 @@ class Router(RoutingPolicy):
         """The base rule (wait, or ``Shed``), and a request told to wait takes its place in line."""
         plan = super()._saturated(request, now)
         if request.id not in self._waiters:
-            # An arrival that is no number (NaN) would break the line's order: it lines up as now.
-            arrived = request.arrived_at if request.arrived_at == request.arrived_at else now
-            key = (request.priority, arrived, next(self._arrivals))
+            key = (request.priority, _arrival(request, now), next(self._arrivals))
             self._waiters[request.id] = _Waiter(
                 key=key,
                 model=request.model,
@@ -188,8 +186,7 @@ class Router(RoutingPolicy):
         that may use only one of them). The walk stops once no free slot is left: asking costs
         about the same however long the line is, when every waiter asks again as a slot frees."""
         mine = self._waiters.get(request.id)
-        arrived = request.arrived_at if request.arrived_at == request.arrived_at else now
-        key = mine.key if mine is not None else (request.priority, arrived, math.inf)
+        key = mine.key if mine is not None else (request.priority, _arrival(request, now), math.inf)
         given, usable = self._match(key, now)
         spare = self._spare()
         left = set()
@@ -386,6 +383,12 @@ class Router(RoutingPolicy):
             return
         ratio = min(3.0, max(0.5, ttft_s / base))
         state.correction += 0.1 * (ratio - state.correction)
+
+
+def _arrival(request: RouteRequest, now: float) -> float:
+    """``request``'s arrival, its place in line; ``now`` for one that is no number (NaN), which
+    would break the line's order."""
+    return request.arrived_at if request.arrived_at == request.arrived_at else now
 
 
 def _place(
