@@ -422,8 +422,7 @@ class Gateway:
             # before the first token. Its outcome is audited ``GatewayStopped`` and it is
             # answered 503, as a JSON call cut by the shutdown is.
             scope[STOPPED] = True
-            while watch.task.uncancel() > 0:
-                pass
+            _uncancel_all(watch.task)
             await chunks.aclose()
             message = "the gateway is shutting down: the call was cut before its answer began"
             return error_response(503, message, "shutting_down")
@@ -474,11 +473,9 @@ class Gateway:
             # Output already went out: the stream ends with an error event, as OpenAI's does.
             # The backend's own words stay in the gateway's log (names, addresses, its bytes).
             _log.warning("agentgate gateway: a stream broke after output: %s", exc)
-            message = "the backend failed during the answer; the answer is incomplete"
-            body = {
-                "error": {"message": message, "type": "api_error", "param": None, "code": "backend_failed"}
-            }
-            yield _sse(body)
+            yield _error_event(
+                "the backend failed during the answer; the answer is incomplete", "backend_failed"
+            )
             return
         finally:
             await chunks.aclose()
@@ -657,9 +654,18 @@ def _dispatch_error(exc: AgentGateError) -> Response:
     return error_response(503, "the call could not be served; nothing was charged", type(exc).__name__)
 
 
-def _sse(body: Mapping[str, Any]) -> bytes:
-    """One server-sent event carrying ``body`` as JSON."""
+def _error_event(message: str, code: str) -> bytes:
+    """The server-sent event that ends a stream whose answer is incomplete: an OpenAI-shaped
+    ``error`` carrying ``message`` and ``code``."""
+    body = {"error": {"message": message, "type": "api_error", "param": None, "code": code}}
     return b"data: " + json.dumps(body).encode() + b"\n\n"
+
+
+def _uncancel_all(task: asyncio.Task[Any]) -> None:
+    """Take back every cancellation request pending on ``task`` (the server's shutdown, however
+    many times it was delivered)."""
+    while task.uncancel() > 0:
+        pass
 
 
 def _left_reason(scope: Scope, handler: asyncio.Task[Any]) -> str | None:
@@ -708,14 +714,10 @@ class _EventStream(StreamingResponse):
             if task is None or task.cancelling() == 0:
                 raise
             scope[STOPPED] = True
-            while task.uncancel() > 0:
-                pass
+            _uncancel_all(task)
             _log.warning("agentgate gateway: a stream was cut: the gateway is shutting down")
             message = "the gateway is shutting down; the answer is incomplete"
-            body = {
-                "error": {"message": message, "type": "api_error", "param": None, "code": "shutting_down"}
-            }
-            await _last_words(task, scope, send, _sse(body))
+            await _last_words(task, scope, send, _error_event(message, "shutting_down"))
         finally:
             await self._events.aclose()
 
@@ -743,8 +745,7 @@ async def _last_words(task: asyncio.Task[Any], scope: Scope, send: Send, event: 
                     await asyncio.sleep(0.01)
                 return
         except asyncio.CancelledError:
-            while task.uncancel() > 0:
-                pass
+            _uncancel_all(task)
         except Exception:
             break
     reset = scope.get(RESET)
