@@ -28,6 +28,7 @@ from typing import Any
 
 import httpx
 import pytest
+from test_review_gateway_stall import MODEL, POLICY
 
 from agentgate.dispatch import inventory_from_mapping
 from agentgate.dispatch.gateway import Gateway, GatewayGate, GatewayServer, invocation_headers
@@ -37,21 +38,6 @@ from agentgate.policy import parse_policy
 from agentgate.sim import SimServer
 from agentgate.store import SQLiteStore
 
-MODEL = "llama-3.1-8b"
-POLICY = """
-version: 1
-trust_anchors: {{root: {{did: "{root}"}}}}
-principals:
-  agent: {{kind: agent, did: "{agent}", roles: [chat]}}
-models:
-  {model}: {{cost_per_mtok: {{input: 1000000, output: 1000000}}}}
-roles:
-  chat:
-    kind: agent
-    capabilities: [{{resource: "model:{model}"}}]
-    budget: {{limit: 100000000, unit: usd_micros}}
-    ttl_s: 3600
-"""
 STREAM = {
     "model": MODEL,
     "messages": [{"role": "user", "content": "Tell me everything."}],
