@@ -25,9 +25,12 @@ def open_store(url: str | None = None) -> Store:
     ``postgresql://`` or ``postgres://`` (any case) is PostgreSQL; ``sqlite:///PATH`` or a plain
     path is SQLite. Any other ``scheme://`` raises ``StoreError``: taken as a path, a mistyped URL
     (``postgresql+psycopg://``, ``mysql://``) would quietly become a new local file, and whatever
-    was written there (a revocation, say) would never reach the store the operator named.
+    was written there (a revocation, say) would never reach the store the operator named. A NUL
+    character is refused too (``StoreError``): libpq would read a database name only up to it.
     """
     url = url or os.environ.get("AGENTGATE_STORE") or DEFAULT_PATH
+    if "\x00" in url:  # sqlite3 raised ValueError for it; libpq reads a name only up to it
+        raise StoreError("a store path or URL cannot hold a NUL character")
     scheme = _SCHEME.match(url)
     if scheme is None:
         return SQLiteStore(url)

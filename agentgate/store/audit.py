@@ -494,7 +494,9 @@ class AuditLog:
         # stores what it is given, and an entry rewritten with replace() comes back as TEXT.
         # (PostgreSQL's BYTEA columns hold nothing else.)
         blob = "CAST({} AS BLOB)" if store.dialect == "sqlite" else "{}"
-        self._entry, self._leaf, self._root = (blob.format(c) for c in ("entry", "leaf_hash", "root"))
+        self._entry, self._leaf, self._root, self._hash = (
+            blob.format(c) for c in ("entry", "leaf_hash", "root", "hash")
+        )
         self._empty = "x''" if store.dialect == "sqlite" else "''::bytea"
 
     def _index_refs(self) -> bool:
@@ -632,7 +634,8 @@ class AuditLog:
         if latest:
             # What was signed, not the row's unsigned columns, is what the log must still match.
             signed = self.open_checkpoint(str(latest[2]))
-            if (signed.size, signed.root) != (int(latest[0]), _bytes(latest[1])):
+            # The size column as stored: SQLite keeps text or a fraction there if given one.
+            if (signed.size, signed.root) != (latest[0], _bytes(latest[1])) or type(latest[0]) is not int:
                 raise TamperDetected("audit log: the latest checkpoint row does not match its signed note")
             if targets.get(signed.size, (signed.root, ""))[0] != signed.root:
                 raise TamperDetected(
@@ -1003,12 +1006,16 @@ class AuditLog:
             chunk = ordered[start : start + 500]
             try:
                 rows = self.store.query(
-                    "SELECT position, hash FROM audit_nodes WHERE level = ? AND position >= ? AND position <= ?",
+                    f"SELECT position, {self._hash} FROM audit_nodes "
+                    "WHERE level = ? AND position >= ? AND position <= ?",
                     (_NODE_LEVEL, chunk[0], chunk[-1]),
                 )
             except (StoreError, sqlite3.Error, psycopg.Error):
                 rows = []
-            found.update((int(p), _bytes(h)) for p, h in rows if int(p) in blocks)
+            # SQLite keeps whatever a row was given: a position that is not an integer is no
+            # block, and a hash of another type or length is a wrong node (the proof fails and
+            # is rebuilt from the leaf hashes), never an exception.
+            found.update((p, _bytes(h)) for p, h in rows if type(p) is int and p in blocks)
         missing = [b for b in ordered if b not in found]
         width = 1 << _NODE_LEVEL
         for start in range(0, len(missing), 64):
@@ -1068,8 +1075,10 @@ class AuditLog:
         checked = 0
         # Checkpoints are read in batches and only their sizes and roots kept: a log checkpointed
         # every minute for a year has half a million of them.
-        in_table: Iterator[tuple[str, int | None, bytes | None]] = (
-            (str(note), int(size), _bytes(root)) for note, size, root in self._checkpoint_rows()
+        # The size column is compared as stored (SQLite keeps text, bytes or a fraction there if
+        # given one): such a row is reported as edited, never converted or raised on.
+        in_table: Iterator[tuple[str, object, bytes | None]] = (
+            (str(note), size, _bytes(root)) for note, size, root in self._checkpoint_rows()
         )
         saved = [(saved_checkpoint, None, None)] if saved_checkpoint else []
         for position, (note, size_column, root_column) in enumerate(itertools.chain(in_table, saved), 1):
@@ -1083,7 +1092,7 @@ class AuditLog:
             # they make it refuse to sign, so they are checked against the signed note here too.
             if size_column is not None:
                 checked += 1
-                if (cp.size, cp.root) != (size_column, root_column):
+                if (cp.size, cp.root) != (size_column, root_column) or type(size_column) is not int:
                     problems.append(
                         f"{label}: its size or root column does not match its signed note (row edited)"
                     )
@@ -1211,9 +1220,14 @@ class AuditLog:
             # rows as entries whose reference is not null.
             nulls = sum(map(bytes.startswith, entries, itertools.repeat(_REF_KEY + _NO_REF), at))
             spots = list(map(operator.itemgetter(0), table))
-            needles = map(_REF_NEEDLE.__mod__, map(operator.itemgetter(1), table))
-            if len(table) == count - nulls and all(
-                map(bytes.startswith, _pick(entries, spots), needles, _pick(at, spots))
+            refs = list(map(operator.itemgetter(1), table))
+            needles = map(_REF_NEEDLE.__mod__, refs)
+            # Whole numbers only: %d would read a reference SQLite keeps as 0.5 as the 0 it is not
+            # (explain looks for 0 and does not find that row).
+            if (
+                len(table) == count - nulls
+                and set(map(type, refs)) <= {int}
+                and all(map(bytes.startswith, _pick(entries, spots), needles, _pick(at, spots)))
             ):
                 return len(table)
         said: dict[int, int] = {}
@@ -1222,7 +1236,7 @@ class AuditLog:
             digits = data[start : data.find(b",", start)]
             if found >= 0 and 0 < len(digits) <= 18 and digits.isdigit():
                 said[first + k] = int(digits)
-        held = {first + int(spot): int(ref) for spot, ref in table}
+        held = {first + int(spot): ref for spot, ref in table}  # as stored: 0.5 is not 0
         for k in skip:
             said.pop(first + k, None)
             held.pop(first + k, None)

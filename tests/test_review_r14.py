@@ -1,0 +1,130 @@
+"""Review r14 of the stores and the audit log under tampering, several processes and crashes.
+
+SQLite stores what it is given, whatever a column's declared type: a table edited by hand (or
+by an old version) can hold text where agentgate wrote integers or bytes. The lookup aids and
+checkpoint rows that no signature covers are read with that in mind here.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_audit_scale import KEY, ORIGIN, decision
+
+from agentgate.audit.proof import verify_bundle
+from agentgate.cli.main import main
+from agentgate.errors import StoreError
+from agentgate.keys import save_key
+from agentgate.store import SQLiteStore, open_store
+from agentgate.store.audit import AuditLog
+
+
+def _sql(store: SQLiteStore, sql: str, params: tuple[Any, ...] = ()) -> None:
+    with store.transaction() as tx:
+        tx.execute(sql, params)
+
+
+def _pair_after_a_block(log: AuditLog) -> tuple[int, int]:
+    """A log of more than one 1024-entry block, ending in an allow and its outcome, checkpointed."""
+    log.append_many([decision(rule=f"r{i}") for i in range(1100)])
+    allow = log.append(decision())
+    outcome = log.append(decision("outcome", ref=allow, status="ok"))
+    log.checkpoint()
+    return allow, outcome
+
+
+# --- the block-root cache (audit_nodes) ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("hash_sql", ["'deadbeef'", "'" + "ab" * 16 + "'", "X'00'"])
+def test_a_cached_block_root_of_the_wrong_type_is_no_crash(
+    sqlite_store: SQLiteStore, hash_sql: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A block root stored as text (an old version's hex, or a hand edit) raised TypeError out of
+    explain and prove (a traceback from the command line); the cache is no evidence, so such a
+    row is a wrong node: the proof is rebuilt from the leaf hashes and the entries still prove."""
+    log = AuditLog(sqlite_store, KEY, origin=ORIGIN)
+    allow, outcome = _pair_after_a_block(log)
+    _sql(sqlite_store, "DELETE FROM audit_nodes")
+    _sql(sqlite_store, f"INSERT INTO audit_nodes (level, position, hash) VALUES (10, 0, {hash_sql})")
+    explained = log.explain(allow)
+    assert [e.index for e in explained.related] == [outcome]
+    assert explained.checkpoint is not None and explained.unproven == ()
+    bundle = log.prove(outcome)
+    entry, _checkpoint = verify_bundle(bundle.text(), KEY.public, ORIGIN)
+    assert entry.index == outcome
+    save_key(KEY, tmp_path, "log")
+    monkeypatch.setenv("AGENTGATE_LOG_KEY", str(tmp_path / "log.key"))
+    monkeypatch.setenv("AGENTGATE_LOG_ORIGIN", ORIGIN)
+    assert main(["audit", "explain", str(allow), "--store", sqlite_store.url]) == 0
+
+
+def test_a_cached_block_root_at_a_position_that_is_not_a_number_is_ignored(sqlite_store: SQLiteStore) -> None:
+    log = AuditLog(sqlite_store, KEY, origin=ORIGIN)
+    allow, outcome = _pair_after_a_block(log)
+    _sql(sqlite_store, "DELETE FROM audit_nodes")
+    _sql(sqlite_store, "INSERT INTO audit_nodes (level, position, hash) VALUES (10, 0.5, ?)", (bytes(32),))
+    _sql(sqlite_store, "INSERT INTO audit_nodes (level, position, hash) VALUES (10, '0', ?)", (b"\x01" * 32,))
+    assert [e.index for e in log.explain(allow).related] == [outcome]
+
+
+# --- checkpoint rows whose columns hold another type ------------------------------------------------
+
+
+@pytest.mark.parametrize("size_sql", ["'abc'", "X'03'", "3.5"])
+def test_a_checkpoint_row_with_a_size_that_is_not_a_whole_number_is_reported(
+    sqlite_store: SQLiteStore, size_sql: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A copy of a signed checkpoint row whose size column is text or bytes (the triggers allow
+    any INSERT) made verify raise ValueError (it promises a report, never an exception) and
+    checkpoint and prove raise it too; a size of 3.5 for a note of 3 passed verify as intact."""
+    log = AuditLog(sqlite_store, KEY, origin=ORIGIN)
+    for _ in range(3):
+        log.append(decision())
+    log.checkpoint()
+    _sql(
+        sqlite_store,
+        f"INSERT INTO audit_checkpoints (size, root, note, created) SELECT {size_sql}, root, note, created "
+        "FROM audit_checkpoints",
+    )
+    report = log.verify()
+    assert not report.ok
+    assert any("checkpoint #2" in p and "row edited" in p for p in report.problems), report.problems
+    from agentgate.errors import TamperDetected
+
+    with pytest.raises(TamperDetected):
+        log.checkpoint()
+    save_key(KEY, tmp_path, "log")
+    monkeypatch.setenv("AGENTGATE_LOG_KEY", str(tmp_path / "log.key"))
+    monkeypatch.setenv("AGENTGATE_LOG_ORIGIN", ORIGIN)
+    assert main(["audit", "verify", "--store", sqlite_store.url]) == 1
+    assert main(["audit", "checkpoint", "--store", sqlite_store.url]) == 1
+
+
+# --- the reference index (audit_refs) ----------------------------------------------------------------
+
+
+def test_a_reference_changed_to_a_fraction_is_reported_by_verify(sqlite_store: SQLiteStore) -> None:
+    """``ref = 0.5`` for an outcome of entry 0 hides the outcome from explain (which looks for 0),
+    but verify's comparison formatted the row's reference with %d (0) and called the index intact."""
+    log = AuditLog(sqlite_store, KEY, origin=ORIGIN)
+    allow = log.append(decision())
+    outcome = log.append(decision("outcome", ref=allow, status="ok"))
+    assert log.verify().ok
+    _sql(sqlite_store, "UPDATE audit_refs SET ref = ref + 0.5 WHERE idx = ?", (outcome,))
+    assert log.explain(allow).related == ()  # hidden from explain: what verify is there to catch
+    report = log.verify()
+    assert not report.ok
+    assert any(f"entry {outcome} refers to entry {allow}" in p for p in report.problems), report.problems
+
+
+# --- hostile store names -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("url", ["agent\x00gate.db", "sqlite:///x\x00.db", "postgresql://u@/d\x00b"])
+def test_a_store_name_with_a_nul_character_is_a_store_error(url: str) -> None:
+    """sqlite3 and libpq raised ValueError ("embedded null byte") out of open_store."""
+    with pytest.raises(StoreError, match="NUL"):
+        open_store(url)
