@@ -128,3 +128,75 @@ def test_a_store_name_with_a_nul_character_is_a_store_error(url: str) -> None:
     """sqlite3 and libpq raised ValueError ("embedded null byte") out of open_store."""
     with pytest.raises(StoreError, match="NUL"):
         open_store(url)
+
+
+# --- PostgreSQL: the SECURITY DEFINER trigger that keeps audit_refs ------------------------------------
+
+_APP_GRANTS = (
+    "GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO ag_r14",
+    "REVOKE UPDATE, DELETE ON audit_log, audit_checkpoints FROM ag_r14",
+    "REVOKE INSERT, UPDATE, DELETE ON audit_refs, audit_refs_built FROM ag_r14",
+)
+
+
+@pytest.mark.postgres
+def test_the_application_role_cannot_run_its_code_as_the_owner_through_the_index_trigger(
+    postgres_server: Any, postgres_url: str
+) -> None:
+    """The trigger that keeps audit_refs runs as the log's owner (SECURITY DEFINER) with the search
+    path it was created under, which left PostgreSQL's temporary schema first: the application role
+    of docs/operations.md made a temporary table called audit_refs with a trigger of its own, and
+    its next append ran that trigger as the owner, which deleted every signed checkpoint (the
+    role itself may not) and wrote audit_refs rows of its choosing."""
+    from test_audit_scale import login_role
+
+    from agentgate.store._postgres import PostgresStore
+
+    with PostgresStore(postgres_url) as owner:
+        log = AuditLog(owner, KEY, origin=ORIGIN)
+        allow = log.append(decision())
+        log.checkpoint()
+        app_url = login_role(owner, postgres_server, postgres_url, "ag_r14", *_APP_GRANTS)
+        with PostgresStore(app_url, min_size=1, max_size=1) as app:  # one session: its temp table
+            with app.transaction() as tx:
+                tx.execute("CREATE TEMP TABLE audit_refs (idx BIGINT PRIMARY KEY, ref BIGINT)")
+                tx.execute(
+                    "CREATE FUNCTION pg_temp.as_owner() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+                    "ALTER TABLE public.audit_checkpoints DISABLE TRIGGER USER; "
+                    "DELETE FROM public.audit_checkpoints; "
+                    "ALTER TABLE public.audit_checkpoints ENABLE TRIGGER USER; "
+                    "INSERT INTO public.audit_refs VALUES (77, 0); RETURN NEW; END $$"
+                )
+                tx.execute(
+                    "CREATE TRIGGER as_owner BEFORE INSERT ON pg_temp.audit_refs "
+                    "FOR EACH ROW EXECUTE FUNCTION pg_temp.as_owner()"
+                )
+            outcome = AuditLog(app, KEY, origin=ORIGIN).append(decision("outcome", ref=allow, status="ok"))
+        assert owner.query("SELECT COUNT(*) FROM audit_checkpoints")[0][0] == 1
+        assert owner.query("SELECT idx, ref FROM audit_refs ORDER BY idx") == [(outcome, allow)]
+        assert log.verify().ok
+
+
+@pytest.mark.postgres
+def test_an_index_trigger_made_by_an_earlier_version_is_fixed_when_the_owner_opens_the_log(
+    postgres_url: str,
+) -> None:
+    from agentgate.store._postgres import PostgresStore
+
+    safe = [(["search_path=pg_catalog, public, pg_temp"],)]
+    config = "SELECT proconfig FROM pg_proc WHERE proname = 'agentgate_audit_index_ref'"
+    with PostgresStore(postgres_url) as owner:
+        AuditLog(owner, KEY, origin=ORIGIN)
+        assert owner.query(config) == safe
+        with owner.transaction() as tx:  # as an earlier version left it
+            tx.execute('ALTER FUNCTION agentgate_audit_index_ref() SET search_path = "$user", public')
+    with PostgresStore(postgres_url) as owner:
+        log = AuditLog(owner, KEY, origin=ORIGIN)
+        assert owner.query(config) == safe
+        stamp = owner.query("SELECT xmin::text FROM pg_proc WHERE proname = 'agentgate_audit_index_ref'")
+        log.append(decision())
+    with PostgresStore(postgres_url) as owner:  # set once, not on every start
+        AuditLog(owner, KEY, origin=ORIGIN)
+        assert (
+            owner.query("SELECT xmin::text FROM pg_proc WHERE proname = 'agentgate_audit_index_ref'") == stamp
+        )

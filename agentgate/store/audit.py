@@ -258,6 +258,17 @@ BEGIN
         CREATE TRIGGER audit_log_index_ref AFTER INSERT ON audit_log
             FOR EACH ROW EXECUTE FUNCTION agentgate_audit_index_ref();
     END IF;
+    -- It runs as its owner, so its search path names pg_temp last: first (where PostgreSQL puts
+    -- it unless named), a caller's temporary table called audit_refs, with a trigger of the
+    -- caller's, would run the caller's code as the owner. Set by its owner (functions made by
+    -- an earlier version are fixed when the owner opens the log).
+    IF EXISTS (SELECT 1 FROM pg_proc WHERE oid = 'agentgate_audit_index_ref()'::regprocedure
+               AND pg_has_role(proowner, 'USAGE')
+               AND proconfig IS DISTINCT FROM
+                   ARRAY['search_path=pg_catalog, ' || quote_ident(current_schema()) || ', pg_temp']) THEN
+        EXECUTE format('ALTER FUNCTION agentgate_audit_index_ref() SET search_path = pg_catalog, %I, pg_temp',
+                       current_schema());
+    END IF;
 END;
 $$;
 """,
