@@ -59,7 +59,7 @@ from pydantic import Field
 
 from agentgate.audit.spans import execute_tool_span, invoke_agent_span, record_decision
 from agentgate.capabilities import Call, Capability
-from agentgate.errors import AgentGateError, BackendFailed, CapabilityError, Denied
+from agentgate.errors import AgentGateError, BackendFailed, Denied, InputError
 from agentgate.gate import AgentIdentity, Approval, Authorization, Gate
 from agentgate.keys import SigningKey
 
@@ -111,9 +111,10 @@ def _tool_call_of(request: ToolCallRequest) -> Call:
     return Call.tool(request.tool_call["name"], request.tool_call.get("args") or {})
 
 
-def _unnameable(tool_call_id: str, name: str, exc: CapabilityError) -> ToolMessage:
-    """A registered tool whose name is no resource name (``tool:NAME``) can be in no policy rule,
-    so it never runs under the gate: the model is told why (nothing was decided or audited)."""
+def _undecidable(tool_call_id: str, name: str, exc: InputError) -> ToolMessage:
+    """A call the gate cannot decide never runs, and the model is told why: a registered tool
+    whose name is no resource name (``tool:NAME``, in no policy rule), or arguments the gate
+    cannot digest (text that is not valid Unicode: a lone surrogate the model sent)."""
     return ToolMessage(
         content=f"agentgate refused the call: {exc}",
         tool_call_id=tool_call_id,
@@ -263,8 +264,8 @@ class GateMiddleware(AgentMiddleware[Any, Any, Any]):
                 return _failure(call_id, name, exc)
         try:
             auth = self._authorize_tool(request)
-        except CapabilityError as exc:
-            return _unnameable(call_id, name, exc)
+        except InputError as exc:
+            return _undecidable(call_id, name, exc)
         if not auth.allowed:
             return _refusal(auth, call_id, name)
         try:
@@ -306,8 +307,8 @@ class GateMiddleware(AgentMiddleware[Any, Any, Any]):
                 return _failure(call_id, name, exc)
         try:
             auth = await self._decided(self._authorize_tool, request, lambda auth: auth)
-        except CapabilityError as exc:
-            return _unnameable(call_id, name, exc)
+        except InputError as exc:
+            return _undecidable(call_id, name, exc)
         if not auth.allowed:
             return _refusal(auth, call_id, name)
         try:
@@ -465,6 +466,12 @@ async def _settled(future: asyncio.Future[Any]) -> None:
 
 
 def _failed(result: object) -> bool:
+    """Whether a tool's result reports a failure: a ``ToolMessage`` with ``status="error"``, also
+    inside the ``Command`` a tool may return (its ``update``'s ``messages``)."""
+    if isinstance(result, Command) and isinstance(result.update, Mapping):
+        messages = result.update.get("messages")
+        found = messages if isinstance(messages, list | tuple) else [messages]
+        return any(isinstance(m, ToolMessage) and m.status == "error" for m in found)
     return isinstance(result, ToolMessage) and result.status == "error"
 
 

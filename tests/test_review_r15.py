@@ -1,0 +1,68 @@
+"""Review R15 of the LangGraph integration, the examples and the quickstart, as a new user would
+meet them: each test is a defect found by running real agents or by following the docs literally."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from langchain.tools import ToolRuntime
+from langchain_core.messages import ToolMessage
+from langchain_core.tools import StructuredTool
+from langgraph.types import Command
+from test_langgraph import Team, _calls, _entries, _tool_messages, _tools
+from test_langgraph import team as team  # the fixture
+
+from agentgate.integrations.langgraph import ScriptedChatModel, create_gated_agent
+
+ROOT = Path(__file__).resolve().parents[1]
+GO = {"messages": [{"role": "user", "content": "go"}]}
+# What json.loads makes of "\ud83d" in a tool call's arguments: half of an emoji, which a model
+# whose output was cut short, or a hostile one, sends through any OpenAI-compatible endpoint.
+HALF_EMOJI = "reports/\ud83d"
+
+
+def _surrogate_agent(team: Team) -> Any:
+    """An agent whose model asks to publish (approval gate) with a lone surrogate in the path,
+    then searches."""
+    model = ScriptedChatModel(
+        turns=[_calls(("publish", {"path": HALF_EMOJI})), _calls(("search", {"query": "next"}))]
+    )
+    return create_gated_agent(
+        team.gate, name="supervisor", model=model, tools=_tools(team), gate_models=False
+    )
+
+
+def test_an_argument_that_is_not_valid_unicode_is_a_tool_error_not_the_end_of_the_run(team: Team) -> None:
+    # Gate.authorize raised InputError (the approval request's argument digest) out of the
+    # middleware: the whole run ended with a traceback on one bad tool call of the model.
+    result = _surrogate_agent(team).invoke(GO, context=team.supervisor)
+    refused, searched = _tool_messages(result)
+    assert refused.status == "error" and "not valid Unicode" in str(refused.content)
+    assert searched.status == "success"  # the run went on to the model's next turn
+    assert team.ran == ["search:next"]
+
+
+async def test_the_same_holds_under_ainvoke(team: Team) -> None:
+    result = await _surrogate_agent(team).ainvoke(GO, context=team.supervisor)
+    refused, searched = _tool_messages(result)
+    assert refused.status == "error" and searched.status == "success"
+    assert team.ran == ["search:next"]
+
+
+def test_a_tool_that_reports_an_error_in_the_command_it_returns_is_audited_as_an_error(team: Team) -> None:
+    # A tool may answer with a Command whose update carries its ToolMessage (LangGraph's way to
+    # update state from a tool). Its error status was not read: the audit log said "ok".
+    def search(query: str, runtime: ToolRuntime[Any, Any]) -> Command[Any]:
+        message = ToolMessage(
+            content="backend down", tool_call_id=runtime.tool_call_id or "", name="search", status="error"
+        )
+        return Command(update={"messages": [message]})
+
+    tool = StructuredTool.from_function(func=search, name="search", description="search")
+    model = ScriptedChatModel(turns=[_calls(("search", {"query": "x"}))])
+    agent = create_gated_agent(team.gate, name="supervisor", model=model, tools=[tool], gate_models=False)
+    result = agent.invoke(GO, context=team.supervisor)
+    assert [m.status for m in _tool_messages(result)] == ["error"]
+    outcomes = [(e.resource, e.status) for e in _entries(team.gate) if e.kind == "outcome"]
+    assert outcomes == [("tool:search", "error")]
