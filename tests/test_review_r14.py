@@ -200,3 +200,16 @@ def test_an_index_trigger_made_by_an_earlier_version_is_fixed_when_the_owner_ope
         assert (
             owner.query("SELECT xmin::text FROM pg_proc WHERE proname = 'agentgate_audit_index_ref'") == stamp
         )
+
+
+@pytest.mark.parametrize("url", [":memory:", "sqlite:///:memory:"])
+def test_an_in_memory_sqlite_store_is_refused(url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """sqlite3 took ``:memory:`` as a new, empty database per connection: the store opened, and a
+    gateway or Gate on it kept its audit log, budgets and nonces only until the process ended (an
+    invocation replayed after a restart was fresh again, the evidence gone), while a second
+    connection (another thread) found no tables at all."""
+    with pytest.raises(StoreError, match="in-memory"):
+        open_store(url)
+    monkeypatch.setenv("AGENTGATE_STORE", url)
+    with pytest.raises(StoreError, match="in-memory"):
+        open_store()

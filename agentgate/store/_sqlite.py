@@ -59,6 +59,14 @@ class SQLiteStore(Store):
     driver_errors = (sqlite3.Error,)
 
     def __init__(self, path: str | Path, *, synchronous: str | None = None) -> None:
+        """The store in the file ``path``. Raises ``StoreError`` when it cannot be opened, for an
+        unknown ``synchronous``, and for ``:memory:``: sqlite3 opens a new, empty database for each
+        connection to that name, gone when it closes, so the audit log, budgets and nonces would
+        vanish with the process (an invocation replayed after a restart would be fresh)."""
+        if str(path) == ":memory:":
+            raise StoreError(
+                "an in-memory SQLite store (:memory:) keeps nothing: name a file (AGENTGATE_STORE=PATH)"
+            )
         self.path = Path(path)
         self.url = str(self.path)
         mode = (synchronous or os.environ.get("AGENTGATE_SQLITE_SYNCHRONOUS", "FULL")).upper()
