@@ -309,6 +309,10 @@ class Authorization:
         return f"agentgate refused {what}: {why}. {advice}"
 
 
+DELEGATIONS_PURGE_S = 1.0
+"""How often, at most, ``Gate.delegations`` is cleared of expired delegations."""
+
+
 _RESIGN = {
     "invocation_expired": "Sign the call again with a fresh invocation.",
     "invocation_not_yet_valid": "Check the signer's clock and sign the call again.",
@@ -588,7 +592,10 @@ class Gate:
         self._open_requests: dict[str, tuple[str, int, float]] = {}
         """Approval requests asked in this process and not yet answered: call hash -> (id, audit index, expiry)."""
         self.delegations: list[tuple[str, AgentIdentity]] = []
-        """(parent agent name, sub-agent identity) for every delegation this gate made, in order."""
+        """(parent agent name, sub-agent identity) for the live delegations this gate made, in
+        order; an expired one leaves at a later delegation (within ``DELEGATIONS_PURGE_S``)."""
+        self._purge_at = 0.0
+        """When ``delegations`` next needs a pass for expired entries (``time.time()``)."""
 
     @classmethod
     def open(cls, policy: str | Path, store: str | None = None, *, key_dir: str | Path | None = None) -> Gate:
@@ -764,8 +771,15 @@ class Gate:
         )
         with self._lock:  # the live delegations only: a long-running service delegates per request
             now = time.time()
-            self.delegations[:] = [d for d in self.delegations if d[1].chain.tip.expires > now]
+            if now >= self._purge_at:
+                # One pass over the list when its soonest grant has expired, at most once every
+                # DELEGATIONS_PURGE_S: a service with thousands of live delegations does not scan
+                # them all at every delegation.
+                self.delegations[:] = [d for d in self.delegations if d[1].chain.tip.expires > now]
+                soonest = min((d[1].chain.tip.expires for d in self.delegations), default=float("inf"))
+                self._purge_at = max(soonest, now + DELEGATIONS_PURGE_S)
             self.delegations.append((parent.name, child))
+            self._purge_at = min(self._purge_at, max(chain.tip.expires, now + DELEGATIONS_PURGE_S))
         return child
 
     def _record_grant(

@@ -861,3 +861,25 @@ def test_a_call_that_ran_is_refused_before_anyone_is_asked_to_approve_it_again(s
     assert not again.allowed and not again.needs_approval
     assert "already ran to completion" in again.explain()
     assert [e.kind for e in setup.entries()].count("approval_required") == 1
+
+
+def test_delegating_does_not_scan_every_live_delegation(setup: Setup) -> None:
+    """A service that delegates per request keeps thousands of live delegations: each new one
+    must not walk the whole list looking for expired ones (it did, at every delegation)."""
+    from datetime import timedelta
+
+    class Walks(list[tuple[str, AgentIdentity]]):
+        count = 0
+
+        def __iter__(self) -> Iterator[tuple[str, AgentIdentity]]:
+            Walks.count += 1
+            return super().__iter__()
+
+    setup.gate.delegations = Walks()
+    for i in range(50):
+        setup.gate.delegate(
+            setup.agent, name=f"w{i}", key=SigningKey.generate(), capabilities=["tool:lookup"],
+            ttl=timedelta(seconds=60),
+        )  # fmt: skip
+    assert len(setup.gate.delegations) == 50
+    assert Walks.count <= 2
