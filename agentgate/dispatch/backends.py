@@ -296,9 +296,17 @@ class BackendClient:
         # without producing output still fails in time.
         deadline = loop.time() + wait
         try:
-            async with self._post_stream(body) as (status, read, lines):
-                if status >= 300:
-                    self._check_status(status, self._excerpt(await read()))
+            async with contextlib.AsyncExitStack() as opened:
+                # The answer's head (and an error's body) come under the first chunk's deadline
+                # too: a backend that accepts the connection and never answers must not hold the
+                # call, its slot and its reservation for ever (the lean pool has no timer of its own).
+                try:
+                    async with asyncio.timeout_at(deadline):
+                        status, read, lines = await opened.enter_async_context(self._post_stream(body))
+                        refusal = self._excerpt(await read()) if status >= 300 else ""
+                except TimeoutError:
+                    raise BackendFailed(f"{self.backend.name}: no answer within {wait}s") from None
+                self._check_status(status, refusal)
                 while True:
                     try:
                         async with asyncio.timeout_at(deadline):

@@ -1,0 +1,325 @@
+"""Review r16 of the gateway, the dispatcher, the broker and the task scheduler against hostile
+backends and callers, over real HTTP on 127.0.0.1: each test here failed on the code it was
+written against and names what was wrong, or pins down what held.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from test_gateway import MODEL, NAMES, _policy_text
+
+from agentgate.dispatch import inventory_from_mapping
+from agentgate.dispatch.backends import Timeouts
+from agentgate.dispatch.gateway import Gateway, GatewayGate, GatewayServer, invocation_headers
+from agentgate.dispatch.prefix import estimate_tokens, prompt_text
+from agentgate.gate import AgentIdentity
+from agentgate.keys import SigningKey
+from agentgate.policy import parse_policy
+from agentgate.store import SQLiteStore
+
+_OK_JSON = json.dumps(
+    {
+        "id": "c",
+        "object": "chat.completion",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 5, "completion_tokens": 2},
+    }
+).encode()
+
+
+def _chunk(text: str) -> bytes:
+    event = {"id": "c", "choices": [{"index": 0, "delta": {"content": text}, "finish_reason": None}]}
+    return b"data: " + json.dumps(event).encode() + b"\n\n"
+
+
+def _head(status: str, headers: dict[str, str]) -> bytes:
+    return (f"HTTP/1.1 {status}\r\n" + "".join(f"{k}: {v}\r\n" for k, v in headers.items()) + "\r\n").encode()
+
+
+def _json(body: bytes, status: str = "200 OK", ctype: str = "application/json") -> bytes:
+    return _head(status, {"content-type": ctype, "content-length": str(len(body))}) + body
+
+
+_SSE = _head("200 OK", {"content-type": "text/event-stream", "connection": "close"})
+
+
+class Hostile:
+    """A raw asyncio HTTP server on 127.0.0.1 whose chat answers follow ``mode``; it counts the
+    connections the gateway leaves open to it."""
+
+    def __init__(self) -> None:
+        self.mode = "ok"
+        self.open = 0
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+        server = asyncio.run_coroutine_threadsafe(
+            asyncio.start_server(self._serve, "127.0.0.1", 0), self.loop
+        ).result(10)
+        self.server = server
+        self.url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+
+    def close(self) -> None:
+        self.loop.call_soon_threadsafe(self.server.close)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+        self.loop.close()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.open += 1
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = 0
+                for line in head.split(b"\r\n"):
+                    name, _, value = line.partition(b":")
+                    if name.strip().lower() == b"content-length":
+                        length = int(value)
+                body = json.loads(await reader.readexactly(length)) if length else {}
+                path = head.split(b" ")[1]
+                if path != b"/v1/chat/completions":
+                    writer.write(_json(b"ok", ctype="text/plain"))
+                    await writer.drain()
+                    continue
+                if not await self._answer(writer, reader, bool(body.get("stream"))):
+                    return
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError, asyncio.LimitOverrunError):
+            return
+        finally:
+            self.open -= 1
+            writer.close()
+
+    async def _answer(self, w: asyncio.StreamWriter, r: asyncio.StreamReader, stream: bool) -> bool:
+        """Write the answer of ``mode``; False when the connection is to end."""
+        mode = self.mode
+
+        async def hold() -> None:  # until the gateway closes the connection (or a minute)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(r.read(), 60)
+
+        if mode == "ok":
+            if not stream:
+                w.write(_json(_OK_JSON))
+                return True
+            w.write(
+                _SSE
+                + _chunk("hi")
+                + b'data: {"choices":[],"usage":{"prompt_tokens":5,"completion_tokens":1}}\n\n'
+            )
+            w.write(b"data: [DONE]\n\n")
+            await w.drain()
+            return False
+        if mode == "not_json":
+            w.write(_json(b"hello, not json"))
+        elif mode == "wrong_shape":
+            w.write(_json(b'{"choices": {"0": {"message": "hi"}}}'))
+        elif mode == "error_200":
+            w.write(_json(b'{"error": {"message": "CUDA out of memory", "code": 500}}'))
+        elif mode == "html":
+            w.write(_json(b"<html>upstream</html>", ctype="text/html"))
+        elif mode == "redirect":
+            w.write(
+                _head(
+                    "302 Found", {"location": "http://192.0.2.1/v1/chat/completions", "content-length": "0"}
+                )
+            )
+        elif mode == "bad_chunked":
+            w.write(_head("200 OK", {"content-type": "application/json", "transfer-encoding": "chunked"}))
+            w.write(b"zz\r\nnot a chunk\r\n")
+        elif mode == "short_body":
+            w.write(
+                _head("200 OK", {"content-type": "application/json", "content-length": "1000"})
+                + b'{"choices"'
+            )
+            await w.drain()
+            await hold()
+        elif mode == "slowloris":
+            for byte in _json(_OK_JSON if not stream else b""):
+                w.write(bytes([byte]))
+                await w.drain()
+                await asyncio.sleep(0.02)
+        elif mode == "silent":
+            await hold()
+        elif mode == "break_mid_event":
+            w.write(_SSE + _chunk("x") + b'data: {"choices": [{"delta": {"cont')
+            await w.drain()
+        elif mode == "break_first_event":
+            w.write(_SSE + b'data: {"choices": [{"delta": {"cont')
+            await w.drain()
+        elif mode == "never_ends":
+            w.write(_SSE + _chunk("x"))
+            await w.drain()
+            for _ in range(600):
+                w.write(b": keep-alive\n\n")
+                await w.drain()
+                await asyncio.sleep(0.1)
+        elif mode == "huge_line":
+            w.write(_SSE + _chunk("x") + b"data: " + b"x" * (10 * 1024 * 1024) + b"\n\n")
+            await w.drain()
+        return False
+
+
+@dataclass
+class Env:
+    gate: GatewayGate
+    server: GatewayServer
+    agent: AgentIdentity
+    backend: Hostile
+
+    @property
+    def url(self) -> str:
+        return f"{self.server.url}/chat/completions"
+
+    def post(self, body: dict[str, Any]) -> httpx.Response:
+        signed = invocation_headers(self.agent.key, self.agent.chain, body)
+        return httpx.post(self.url, json=body, headers=signed, timeout=20)
+
+    def spent(self) -> int:
+        self.gate.flush()
+        return int(self.gate.remaining(self.agent)[self.agent.chain.root.id][0])
+
+    def outcomes(self) -> list[Any]:
+        self.gate.flush()
+        return [e for e in self.gate.audit.entries() if e.kind == "outcome"]
+
+    def held(self) -> list[Any]:
+        self.gate.flush()
+        return list(self.gate.store.query("SELECT state FROM budget_reservations WHERE state = 'reserved'"))
+
+
+@pytest.fixture(scope="module")
+def hostile() -> Iterator[Hostile]:
+    backend = Hostile()
+    yield backend
+    backend.close()
+
+
+@contextlib.contextmanager
+def _gateway(tmp_path: Path, backend: Hostile) -> Iterator[Env]:
+    keys = {name: SigningKey.generate() for name in NAMES}
+    text = _policy_text({n: k.did for n, k in keys.items()})
+    gate = GatewayGate(parse_policy(text, source="gateway.yaml"), SQLiteStore(tmp_path / "agentgate.db"))
+    inventory = inventory_from_mapping(
+        {"backends": [{"name": "hostile", "url": backend.url, "engine": "vllm", "models": [MODEL]}]}
+    )
+    timeouts = Timeouts(connect_s=1.0, first_token_s=0.8, idle_s=0.8, probe_s=0.5)
+    gateway = Gateway(gate, inventory, timeouts=timeouts)
+    # A failed lone backend: shed at once, not after 2 s, and back in service for the next test.
+    gateway.dispatcher.recovery_wait_s = 0.2
+    gateway.dispatcher.cooldown_s = 0.1
+    server = GatewayServer(gateway, port=0).start()
+    agent = gate.issue(keys["root"], name="agent", key=keys["agent"], role="chat")
+    try:
+        yield Env(gate, server, agent, backend)
+    finally:
+        server.stop()
+        gate.close()
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory: pytest.TempPathFactory, hostile: Hostile) -> Iterator[Env]:
+    with _gateway(tmp_path_factory.mktemp("r16"), hostile) as made:
+        yield made
+
+
+def _body(**extra: Any) -> dict[str, Any]:
+    return {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": "Say something short."}],
+        "max_tokens": 8,
+        **extra,
+    }
+
+
+RESERVED = estimate_tokens(prompt_text(_body()["messages"])) + 8
+
+BEFORE_OUTPUT = [
+    "not_json",
+    "wrong_shape",
+    "error_200",
+    "html",
+    "redirect",
+    "bad_chunked",
+    "short_body",
+    "slowloris",
+    "silent",
+    "break_first_event",
+]
+
+
+def _settled(env: Env, count: int, within: float = 10.0) -> list[Any]:
+    deadline = time.monotonic() + within
+    while len(outcomes := env.outcomes()) < count:
+        assert time.monotonic() < deadline, f"{len(outcomes)} outcomes, not {count}"
+        time.sleep(0.05)
+    return outcomes
+
+
+def _no_connection_left(env: Env, within: float = 5.0) -> None:
+    # At most one: a complete, well-framed answer leaves its connection idle in the pool.
+    deadline = time.monotonic() + within
+    while env.backend.open > 1:
+        assert time.monotonic() < deadline, f"{env.backend.open} connections to the backend left open"
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize("mode", BEFORE_OUTPUT)
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_backend_answering_garbage_before_any_output_is_a_typed_error_released_and_audited(
+    env: Env, mode: str, stream: bool
+) -> None:
+    # Defect (fixed in BackendClient.stream): a streamed call to a backend that accepted the
+    # connection and never sent its answer's head ("silent", [True-silent]) waited for ever over
+    # the gateway's lean pool: the first-token deadline covered the lines only, not the head, so
+    # the caller hung and the call's reservation and the backend's slot stayed held.
+    env.backend.mode = mode
+    spent, count = env.spent(), len(env.outcomes())
+    answer = env.post(_body(stream=stream))
+    assert answer.status_code in (429, 502, 503), (answer.status_code, answer.text)
+    assert answer.json()["error"]["code"] in ("backend_failed", "no_backend", "shed")
+    outcomes = _settled(env, count + 1)
+    assert outcomes[-1].status == "error" and outcomes[-1].reasons, outcomes[-1]
+    assert env.spent() == spent, "nothing was delivered: nothing may be charged"
+    assert env.held() == []
+    env.backend.mode = "ok"
+    _no_connection_left(env)
+
+
+@pytest.mark.parametrize("mode", ["break_mid_event", "never_ends", "huge_line"])
+def test_a_stream_that_breaks_after_output_ends_with_an_error_event_and_is_charged_as_reserved(
+    env: Env, mode: str
+) -> None:
+    env.backend.mode = mode
+    spent, count = env.spent(), len(env.outcomes())
+    answer = env.post(_body(stream=True))
+    assert answer.status_code == 200
+    events = [line for line in answer.text.splitlines() if line.startswith("data: ")]
+    assert "[DONE]" not in answer.text and '"backend_failed"' in events[-1], answer.text[-300:]
+    outcomes = _settled(env, count + 1)
+    assert outcomes[-1].status == "error" and outcomes[-1].reasons, outcomes[-1]
+    assert env.spent() == spent + RESERVED
+    assert env.held() == []
+    env.backend.mode = "ok"
+    _no_connection_left(env)
+
+
+def test_the_hostile_backend_answers_well_when_told_to(env: Env) -> None:
+    env.backend.mode = "ok"
+    count = len(env.outcomes())
+    for stream in (False, True):
+        answer = env.post(_body(stream=stream))
+        assert answer.status_code == 200, answer.text
+    assert [e.status for e in _settled(env, count + 2)[-2:]] == ["ok", "ok"]
+    assert env.held() == []
