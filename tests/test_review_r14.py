@@ -7,6 +7,9 @@ checkpoint rows that no signature covers are read with that in mind here.
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -17,8 +20,10 @@ from agentgate.audit.proof import verify_bundle
 from agentgate.cli.main import main
 from agentgate.errors import StoreError
 from agentgate.keys import save_key
-from agentgate.store import SQLiteStore, open_store
+from agentgate.store import SQLiteStore, Store, open_store
 from agentgate.store.audit import AuditLog
+from agentgate.store.grants import GrantRepository
+from agentgate.store.ledger import BudgetLedger
 
 
 def _sql(store: SQLiteStore, sql: str, params: tuple[Any, ...] = ()) -> None:
@@ -213,3 +218,103 @@ def test_an_in_memory_sqlite_store_is_refused(url: str, monkeypatch: pytest.Monk
     monkeypatch.setenv("AGENTGATE_STORE", url)
     with pytest.raises(StoreError, match="in-memory"):
         open_store()
+
+
+# --- several real processes, one of them killed ------------------------------------------------------
+
+_WORKER = r"""
+import os, signal, sys, time
+sys.path.insert(0, "tests")
+os.environ["AGENTGATE_SQLITE_SYNCHRONOUS"] = "NORMAL"
+from test_audit_scale import KEY, ORIGIN, decision
+from agentgate.store import open_store
+from agentgate.store.audit import AuditLog
+from agentgate.store.ledger import BudgetLedger
+from agentgate.store.grants import GrantRepository
+
+mode, url, me = sys.argv[1], sys.argv[2], sys.argv[3]
+store = open_store(url)
+log, ledger = AuditLog(store, KEY, origin=ORIGIN), BudgetLedger(store)
+if mode == "pairs":  # allow + reservation, then outcome + settlement, as a Gate writes them
+    for i in range(8):
+        with store.transaction() as tx:
+            log.lock(tx)
+            held = ledger.reserve(tx, ["root"], {"root": 10_000}, 3)
+            allow = log.append(decision(rule=f"p{me}-{i}", budget_delta=3), tx)
+        with store.transaction() as tx:
+            log.lock(tx)
+            ledger.commit(held, 2, tx)
+            log.append(decision("outcome", ref=allow, status="ok", budget_delta=2), tx)
+        if i % 3 == 0:
+            log.checkpoint()
+elif mode == "killed":  # killed inside its decision's transaction
+    with store.transaction() as tx:
+        log.lock(tx)
+        ledger.reserve(tx, ["root"], {"root": 10_000}, 5)
+        log.append(decision(rule="killed", budget_delta=5), tx)
+        print("inside", flush=True)
+        time.sleep(60)
+elif mode == "nonce":  # records a nonce, then dies at once (no clean close)
+    status = GrantRepository(store).consume_nonce("did:key:zAlice", "once-only", 2**40, ["root"])
+    print(status, flush=True)
+    os.kill(os.getpid(), signal.SIGKILL)
+print("done", flush=True)
+"""
+
+
+def _spawn(mode: str, url: str, me: int = 0) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-c", _WORKER, mode, url, str(me)],
+        cwd=Path(__file__).resolve().parents[1],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _url(store: Store) -> str:
+    return f"sqlite:///{store.path}" if isinstance(store, SQLiteStore) else store.url
+
+
+def test_processes_appending_with_one_killed_mid_transaction_leave_one_indexed_chain(store: Store) -> None:
+    """Three processes write allow/outcome pairs with their reservations while a fourth is killed
+    (SIGKILL) inside its decision's transaction: nothing of the killed one remains (no entry, no
+    reservation), the log verifies, audit_refs is exactly what the entries say, explain pairs every
+    allow with its outcome, and the budget is what the settled pairs spent."""
+    log, ledger = AuditLog(store, KEY, origin=ORIGIN), BudgetLedger(store)
+    url = _url(store)
+    writers = [_spawn("pairs", url, me) for me in range(3)]
+    killed = _spawn("killed", url)
+    assert killed.stdout is not None and killed.stdout.readline().strip() == "inside"
+    killed.send_signal(signal.SIGKILL)
+    killed.communicate(timeout=30)
+    assert killed.returncode == -signal.SIGKILL
+    for writer in writers:
+        writer.communicate(timeout=120)
+        assert writer.returncode == 0
+    entries = list(log.entries())
+    assert len(entries) == 3 * 8 * 2 and not any(e.rule == "killed" for e in entries)
+    log.checkpoint()
+    assert log.verify().ok
+    said = {e.index: e.ref for e in entries if e.ref is not None}
+    assert {int(i): int(r) for i, r in store.query("SELECT idx, ref FROM audit_refs")} == said
+    for outcome, allow in said.items():
+        assert [e.index for e in log.explain(allow).related] == [outcome]
+        explained = log.explain(outcome)
+        assert [e.index for e in explained.related] == [allow] and explained.unproven == ()
+    assert ledger.remaining("root") == 10_000 - 3 * 8 * 2
+    assert store.query("SELECT COUNT(*) FROM budget_reservations WHERE state = 'reserved'")[0][0] == 0
+
+
+def test_a_nonce_recorded_by_a_process_that_was_killed_is_a_replay_for_the_next(store: Store) -> None:
+    """The grant repository's own nonce connection (SQLite: synchronous NORMAL; PostgreSQL:
+    synchronous_commit off) still makes a recorded nonce outlive the process that recorded it."""
+    GrantRepository(store).close()
+    first = _spawn("nonce", _url(store))
+    assert first.stdout is not None and first.stdout.readline().strip() == "fresh"
+    first.communicate(timeout=30)
+    assert first.returncode == -signal.SIGKILL
+    repo = GrantRepository(type(store)(store.url) if isinstance(store, SQLiteStore) else store)
+    try:
+        assert repo.consume_nonce("did:key:zAlice", "once-only", 2**40, ["root"]) == "replay"
+    finally:
+        repo.close()
