@@ -3,6 +3,12 @@ meet them: each test is a defect found by running real agents or by following th
 
 from __future__ import annotations
 
+import os
+import re
+import shutil
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -66,3 +72,38 @@ def test_a_tool_that_reports_an_error_in_the_command_it_returns_is_audited_as_an
     assert [m.status for m in _tool_messages(result)] == ["error"]
     outcomes = [(e.resource, e.status) for e in _entries(team.gate) if e.kind == "outcome"]
     assert outcomes == [("tool:search", "error")]
+
+
+def _blocks(markdown: str, language: str) -> list[str]:
+    """The fenced ``language`` blocks of ``markdown`` in order, also those indented in a list."""
+    found = re.findall(rf"^( *)```{language}\n(.*?)^\1```", markdown, flags=re.S | re.M)
+    return [textwrap.dedent(block) for _, block in found]
+
+
+def test_the_quickstart_runs_as_written_in_a_fresh_directory(tmp_path: Path) -> None:
+    # Followed literally, the quickstart's code failed: `my_chat_model` was never defined, the
+    # create_agent snippet imported neither create_agent nor a model and replaced the paused agent
+    # before the resume; its only install line names a package that is not on PyPI; and with no
+    # gate.close() the last outcome could be lost at exit (tests/test_open_r15.py).
+    doc = (ROOT / "docs" / "quickstart.md").read_text()
+    install = _blocks(doc, "bash")[0]
+    assert "pip install" in install and "[langgraph]" in install and "checkout" in install
+    cli = Path(sys.executable).with_name("agentgate")
+    shutil.copy(ROOT / "policies" / "support.yaml", tmp_path / "support.yaml")
+    for line in _blocks(doc, "bash")[1].splitlines():
+        command = line.split("#")[0].split()
+        if command and command[0] == "agentgate":
+            subprocess.run([str(cli), *command[1:]], cwd=tmp_path, check=True, capture_output=True)
+    code = "\n".join(_blocks(doc, "python"))
+    code += "\nassert 'refunded 800' in str(state['messages'][-2].content), state\n"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("AGENTGATE_STORE", None)
+    run = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120, env=env
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    verify = subprocess.run([str(cli), "audit", "verify"], cwd=tmp_path, capture_output=True, text=True)
+    assert verify.returncode == 0 and verify.stdout.startswith("intact"), verify.stdout + verify.stderr
+    # Every decision and every outcome: the grant, the refusal of 2500, the request for 800, its
+    # approval, its allow and its outcome (the gate closed, so the last outcome was committed).
+    assert "intact: 6 entries" in verify.stdout, verify.stdout
