@@ -318,3 +318,45 @@ def test_a_nonce_recorded_by_a_process_that_was_killed_is_a_replay_for_the_next(
         assert repo.consume_nonce("did:key:zAlice", "once-only", 2**40, ["root"]) == "replay"
     finally:
         repo.close()
+
+
+# --- approvals: a quorum reached by approvers voting at once ------------------------------------------
+
+
+def test_two_approvers_voting_at_once_reach_a_quorum_of_two(store: Store) -> None:
+    """On PostgreSQL (READ COMMITTED) each vote's count saw only its own uncommitted vote: with both
+    votes in, neither approved the request, and it stayed pending for good (a repeated yes is
+    refused as already given)."""
+    import threading
+    import time
+
+    from agentgate.store.approvals import ApprovalStore
+
+    approvals = ApprovalStore(store)
+    for _trial in range(3):
+        request = approvals.request("sha256:call", "did:key:zRequester", time.time() + 60, quorum=2)
+        start = threading.Barrier(2)
+        errors: list[BaseException] = []
+
+        def vote(
+            approver: str,
+            request: str = request,
+            start: threading.Barrier = start,
+            errors: list[BaseException] = errors,
+        ) -> None:
+            try:
+                start.wait(timeout=10)
+                with store.transaction() as tx:
+                    approvals.approve(request, approver, tx=tx)
+                    time.sleep(0.05)  # both votes in flight at once
+            except BaseException as exc:  # reported below, not lost in the thread
+                errors.append(exc)
+
+        threads = [threading.Thread(target=vote, args=(f"did:key:zApprover{k}",)) for k in range(2)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert errors == []
+        assert approvals.get(request).state == "approved"
+        assert len(approvals.approvers(request)) == 2

@@ -147,6 +147,15 @@ class ApprovalStore:
         such request. With ``call_hash``, the yes counts only if the request is for that call.
         """
         now = time.time() if now is None else now
+        if tx is None:
+            with self.store.transaction() as own:
+                self.approve(approval_id, approver, call_hash=call_hash, now=now, tx=own)
+            return
+        # The request's row first (a no-op update: PostgreSQL locks the row, SQLite's write lock
+        # is held already): two approvers voting at once are then taken one after the other, and
+        # the second's count sees the first's vote. Each counting only its own, at READ COMMITTED,
+        # left a request of quorum 2 pending for good with both votes in.
+        self._run(tx, "UPDATE approvals SET state = state WHERE id = ? AND state = 'pending'", (approval_id,))
         voted = self._run(
             tx,
             "INSERT INTO approval_votes (approval_id, approver, decided_at) "
