@@ -107,3 +107,45 @@ def test_the_quickstart_runs_as_written_in_a_fresh_directory(tmp_path: Path) -> 
     # Every decision and every outcome: the grant, the refusal of 2500, the request for 800, its
     # approval, its allow and its outcome (the gate closed, so the last outcome was committed).
     assert "intact: 6 entries" in verify.stdout, verify.stdout
+
+
+def _revoked_mid_run(team: Team, gate_models: bool) -> tuple[dict[str, Any], int]:
+    """A run whose grant is revoked by its second tool call, under a model that would ask for ten
+    tools, one a turn; the run's result and how many times the model was asked."""
+
+    def search(query: str) -> str:
+        if query == "q1":
+            team.gate.revoke(team.supervisor, reason="the operator stops the agent")
+        team.ran.append(query)
+        return "found"
+
+    asked: list[int] = []
+
+    class Counting(ScriptedChatModel):
+        def _generate(self, messages: Any, stop: Any = None, run_manager: Any = None, **kw: Any) -> Any:
+            asked.append(len(messages))
+            return super()._generate(messages, stop, run_manager, **kw)
+
+    model = Counting(turns=[_calls(("search", {"query": f"q{i}"})) for i in range(10)])
+    tool = StructuredTool.from_function(func=search, name="search", description="search")
+    agent = create_gated_agent(
+        team.gate, name="supervisor", model=model, tools=[tool], gate_models=gate_models
+    )
+    return agent.invoke(GO, context=team.supervisor), len(asked)
+
+
+def test_a_grant_revoked_mid_run_ends_the_run_also_when_model_calls_are_not_gated(team: Team) -> None:
+    # With gate_models=False (the quickstart's and support example's setting) the operator's
+    # revocation refused every later tool call, but the model was asked again and again (ten
+    # turns here, each a paid model call the gate does not see) until it gave up by itself.
+    result, asked = _revoked_mid_run(team, gate_models=False)
+    assert team.ran == ["q0", "q1"]
+    last = result["messages"][-1]
+    assert last.type == "ai" and not last.tool_calls and "revoked" in str(last.content)
+    assert asked == 3  # q0, q1, then the refused q2: no fourth turn
+
+
+def test_a_grant_revoked_mid_run_with_model_calls_gated_ends_it_at_the_next_model_call(team: Team) -> None:
+    result, asked = _revoked_mid_run(team, gate_models=True)
+    assert team.ran == ["q0", "q1"] and asked == 2  # the model call after q1 is refused
+    assert "revoked" in str(result["messages"][-1].content)

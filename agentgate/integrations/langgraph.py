@@ -76,7 +76,11 @@ __all__ = [
 ToolResult = ToolMessage | Command[Any]
 R = TypeVar("R")
 D = TypeVar("D")
-BUDGET_KEY = "agentgate_budget_exhausted"
+STOP_KEY = "agentgate_stop"
+"""Set in the artifact of a refusal that no later call of this run can overcome (see ``_ends_run``)."""
+_DEAD_IDENTITY = frozenset({"revoked", "grant_expired", "no_chain", "inherited_identity"})
+"""Finding codes of a refusal that every later call on the same identity gets too: a revoked or
+expired grant, a run without an identity, a nested agent on its parent's identity."""
 
 
 def identity_from_context(context: object) -> AgentIdentity | None:
@@ -129,20 +133,27 @@ def _refusal(auth: Authorization, tool_call_id: str, name: str) -> ToolMessage:
         tool_call_id=tool_call_id,
         name=name,
         status="error",
-        artifact={BUDGET_KEY: True} if auth.budget_exhausted else None,
+        artifact={STOP_KEY: True} if _ends_run(auth) else None,
     )
 
 
-def _budget_stop(messages: Sequence[BaseMessage]) -> str | None:
+def _ends_run(auth: Authorization) -> bool:
+    """Whether the refusal ``auth`` ends the run: an exhausted budget, or an identity on which
+    every later call is refused too (``_DEAD_IDENTITY``)."""
+    return auth.budget_exhausted or any(f.code in _DEAD_IDENTITY for f in auth.findings)
+
+
+def _run_stop(messages: Sequence[BaseMessage]) -> str | None:
     """The refusal to end the run on, when a tool call since the model's last turn was refused
-    for an exhausted budget: asking the model again would only spend more."""
+    for good (``_ends_run``): asking the model again would only spend more, on calls that can
+    only be refused (also when model calls are not gated)."""
     for message in reversed(messages):
         if isinstance(message, AIMessage):
             return None
         if (
             isinstance(message, ToolMessage)
             and isinstance(message.artifact, dict)
-            and message.artifact.get(BUDGET_KEY)
+            and message.artifact.get(STOP_KEY)
         ):
             return str(message.content)
     return None
@@ -414,7 +425,7 @@ class GateMiddleware(AgentMiddleware[Any, Any, Any]):
         handler: Callable[[ModelRequest[Any]], ModelResponse[Any]],
     ) -> ModelResponse[Any] | AIMessage:
         """Reserve the token budget, run the model, commit the tokens it reports using."""
-        if (stop := _budget_stop(request.messages)) is not None:
+        if (stop := _run_stop(request.messages)) is not None:
             return ModelResponse(result=[AIMessage(content=stop, name=self.agent)])
         if not self.gate_models:
             return handler(request)
@@ -429,7 +440,7 @@ class GateMiddleware(AgentMiddleware[Any, Any, Any]):
         handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
     ) -> ModelResponse[Any] | AIMessage:
         """The async twin of ``wrap_model_call``."""
-        if (stop := _budget_stop(request.messages)) is not None:
+        if (stop := _run_stop(request.messages)) is not None:
             return ModelResponse(result=[AIMessage(content=stop, name=self.agent)])
         if not self.gate_models:
             return await handler(request)
