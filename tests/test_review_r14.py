@@ -360,3 +360,29 @@ def test_two_approvers_voting_at_once_reach_a_quorum_of_two(store: Store) -> Non
         assert errors == []
         assert approvals.get(request).state == "approved"
         assert len(approvals.approvers(request)) == 2
+
+
+@pytest.mark.parametrize(
+    "value", ["host=db.example dbname=agentgate user=agentgate", " dbname = agentgate", "service=prod"]
+)
+def test_a_libpq_connection_string_is_refused_not_taken_as_a_file_name(
+    value: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """AGENTGATE_STORE='host=db dbname=agentgate' (the form psql takes) became a new SQLite file
+    under ./host=/: ``agentgate grant revoke`` said "revoked" (exit 0) into that file, and every
+    gateway on the real PostgreSQL store kept allowing the grant."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("AGENTGATE_STORE", value)
+    with pytest.raises(StoreError, match="key=value connection string"):
+        open_store()
+    assert main(["grant", "revoke", "ab" * 32]) == 2
+    assert "postgresql://" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("name", ["agentgate.db", "sub/dir=1/agentgate.db", "hosts.db", "x=1.db"])
+def test_file_names_with_an_equals_sign_are_still_sqlite_files(name: str, tmp_path: Path) -> None:
+    with open_store(str(tmp_path / name)) as store:
+        assert isinstance(store, SQLiteStore)
+    with open_store(f"sqlite:///{tmp_path / name}") as store:
+        assert isinstance(store, SQLiteStore)

@@ -17,6 +17,18 @@ DEFAULT_PATH = ".agentgate/agentgate.db"
 
 
 _SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
+_KEYWORD = re.compile(r"\s*([A-Za-z_]+)\s*=")
+
+
+def _is_conninfo(value: str) -> bool:
+    """Whether ``value`` starts like a libpq key=value connection string (``host=...``,
+    ``dbname=...``: a keyword libpq knows, then ``=``)."""
+    found = _KEYWORD.match(value)
+    if found is None:
+        return False
+    from psycopg import pq
+
+    return found.group(1).encode() in {option.keyword for option in pq.Conninfo.get_defaults()}
 
 
 def open_store(url: str | None = None) -> Store:
@@ -25,7 +37,8 @@ def open_store(url: str | None = None) -> Store:
     ``postgresql://`` or ``postgres://`` (any case) is PostgreSQL; ``sqlite:///PATH`` or a plain
     path is SQLite. Any other ``scheme://`` raises ``StoreError``: taken as a path, a mistyped URL
     (``postgresql+psycopg://``, ``mysql://``) would quietly become a new local file, and whatever
-    was written there (a revocation, say) would never reach the store the operator named. A NUL
+    was written there (a revocation, say) would never reach the store the operator named. So does
+    a libpq key=value connection string (``host=db dbname=agentgate``), for the same reason. A NUL
     character is refused too (``StoreError``): libpq would read a database name only up to it.
     """
     url = url or os.environ.get("AGENTGATE_STORE") or DEFAULT_PATH
@@ -33,6 +46,11 @@ def open_store(url: str | None = None) -> Store:
         raise StoreError("a store path or URL cannot hold a NUL character")
     scheme = _SCHEME.match(url)
     if scheme is None:
+        if _is_conninfo(url):
+            raise StoreError(
+                "the store is a PostgreSQL key=value connection string, which agentgate does not read "
+                "(nor take as a SQLite file name): write it as postgresql://USER:PASSWORD@HOST:PORT/DBNAME"
+            )
         return SQLiteStore(url)
     name = scheme.group(1).lower()
     if name in ("postgresql", "postgres"):
