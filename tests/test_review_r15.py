@@ -16,7 +16,7 @@ from langchain.tools import ToolRuntime
 from langchain_core.messages import ToolMessage
 from langchain_core.tools import StructuredTool
 from langgraph.types import Command
-from test_langgraph import Team, _calls, _entries, _tool_messages, _tools
+from test_langgraph import Team, _ask_researcher, _calls, _entries, _tool_messages, _tools
 from test_langgraph import team as team  # the fixture
 
 from agentgate.integrations.langgraph import ScriptedChatModel, create_gated_agent
@@ -149,3 +149,34 @@ def test_a_grant_revoked_mid_run_with_model_calls_gated_ends_it_at_the_next_mode
     result, asked = _revoked_mid_run(team, gate_models=True)
     assert team.ran == ["q0", "q1"] and asked == 2  # the model call after q1 is refused
     assert "revoked" in str(result["messages"][-1].content)
+
+
+def test_a_supervisor_that_only_delegates_stops_once_its_grant_is_revoked(team: Team) -> None:
+    # The delegation tool's refusal (Gate.delegate raises Revoked) was a plain tool error: a
+    # supervisor with gate_models=False was asked again every turn, for delegations that can
+    # only be refused.
+    def search(query: str) -> str:
+        team.gate.revoke(team.supervisor, reason="the operator stops the team")
+        team.ran.append(query)
+        return "found"
+
+    researcher = create_gated_agent(
+        team.gate,
+        name="researcher",
+        model=ScriptedChatModel(turns=[_calls(("search", {"query": "papers"}))]),
+        tools=[StructuredTool.from_function(func=search, name="search", description="search")],
+        gate_models=False,
+    )
+    asks = [_calls(("ask_researcher", {"task": f"t{i}"})) for i in range(10)]
+    supervisor = create_gated_agent(
+        team.gate,
+        name="supervisor",
+        model=ScriptedChatModel(turns=asks),
+        tools=[_ask_researcher(team, agent=researcher)],
+        gate_models=False,
+    )
+    result = supervisor.invoke(GO, context=team.supervisor)
+    assert team.ran == ["papers"]
+    turns = [m for m in result["messages"] if m.type == "ai"]
+    assert len(turns) == 3  # t0 (ran, revoked meanwhile), t1 (refused), then the end
+    assert not turns[-1].tool_calls and "revoked" in str(turns[-1].content)

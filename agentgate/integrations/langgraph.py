@@ -59,7 +59,7 @@ from pydantic import Field
 
 from agentgate.audit.spans import execute_tool_span, invoke_agent_span, record_decision
 from agentgate.capabilities import Call, Capability
-from agentgate.errors import AgentGateError, BackendFailed, Denied, InputError
+from agentgate.errors import AgentGateError, BackendFailed, Denied, Expired, InputError, Revoked
 from agentgate.gate import AgentIdentity, Approval, Authorization, Gate
 from agentgate.keys import SigningKey
 
@@ -159,7 +159,10 @@ def _run_stop(messages: Sequence[BaseMessage]) -> str | None:
     return None
 
 
-def _failure(tool_call_id: str, name: str, exc: BaseException) -> ToolMessage:
+def _failure(tool_call_id: str, name: str, exc: BaseException, *, ends_run: bool = False) -> ToolMessage:
+    """The model's view of a call that failed. ``ends_run``: no later call can succeed (a
+    delegation refused because the delegating grant is revoked or expired), so the run ends at
+    the model's next turn (``_run_stop``)."""
     # The exception's text can carry secrets from the tool's arguments or environment: the model
     # is told the kind of failure only; the audit outcome records the same.
     detail = str(exc) if isinstance(exc, AgentGateError) else type(exc).__name__
@@ -168,6 +171,7 @@ def _failure(tool_call_id: str, name: str, exc: BaseException) -> ToolMessage:
         tool_call_id=tool_call_id,
         name=name,
         status="error",
+        artifact={STOP_KEY: True} if ends_run else None,
     )
 
 
@@ -272,7 +276,7 @@ class GateMiddleware(AgentMiddleware[Any, Any, Any]):
             except GraphBubbleUp:
                 raise  # the sub-agent's interrupt (an approval) pauses the supervisor's run
             except Exception as exc:  # a failing sub-agent is a failing tool, not the end of the run
-                return _failure(call_id, name, exc)
+                return _failure(call_id, name, exc, ends_run=isinstance(exc, Revoked | Expired))
         try:
             auth = self._authorize_tool(request)
         except InputError as exc:
@@ -315,7 +319,7 @@ class GateMiddleware(AgentMiddleware[Any, Any, Any]):
             except GraphBubbleUp:
                 raise
             except Exception as exc:
-                return _failure(call_id, name, exc)
+                return _failure(call_id, name, exc, ends_run=isinstance(exc, Revoked | Expired))
         try:
             auth = await self._decided(self._authorize_tool, request, lambda auth: auth)
         except InputError as exc:
