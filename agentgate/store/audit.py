@@ -233,6 +233,10 @@ CREATE TABLE IF NOT EXISTS audit_nodes (
     PRIMARY KEY (level, position)
 );
 DO $$
+DECLARE
+    -- The schema of the audit_refs this process's statements use: what the function must write.
+    home text := (SELECT nspname FROM pg_class JOIN pg_namespace ON pg_namespace.oid = relnamespace
+                  WHERE pg_class.oid = 'audit_refs'::regclass);
 BEGIN
     IF to_regprocedure('agentgate_audit_index_ref()') IS NULL THEN
         CREATE FUNCTION agentgate_audit_index_ref() RETURNS trigger LANGUAGE plpgsql
@@ -264,10 +268,8 @@ BEGIN
     -- an earlier version are fixed when the owner opens the log).
     IF EXISTS (SELECT 1 FROM pg_proc WHERE oid = 'agentgate_audit_index_ref()'::regprocedure
                AND pg_has_role(proowner, 'USAGE')
-               AND proconfig IS DISTINCT FROM
-                   ARRAY['search_path=pg_catalog, ' || quote_ident(current_schema()) || ', pg_temp']) THEN
-        EXECUTE format('ALTER FUNCTION agentgate_audit_index_ref() SET search_path = pg_catalog, %I, pg_temp',
-                       current_schema());
+               AND proconfig IS DISTINCT FROM ARRAY['search_path=pg_catalog, ' || quote_ident(home) || ', pg_temp']) THEN
+        EXECUTE format('ALTER FUNCTION agentgate_audit_index_ref() SET search_path = pg_catalog, %I, pg_temp', home);
     END IF;
 END;
 $$;
