@@ -165,6 +165,10 @@ class Hostile:
                 w.write(b": keep-alive\n\n")
                 await w.drain()
                 await asyncio.sleep(0.1)
+        elif mode in ("usage_without_completion", "no_usage"):
+            usage = b'data: {"choices": [], "usage": {"prompt_tokens": 5}}\n\n' if mode != "no_usage" else b""
+            w.write(_SSE + _chunk("x") * 3 + usage + b"data: [DONE]\n\n")
+            await w.drain()
         elif mode == "huge_line":
             w.write(_SSE + _chunk("x") + b"data: " + b"x" * (10 * 1024 * 1024) + b"\n\n")
             await w.drain()
@@ -323,3 +327,18 @@ def test_the_hostile_backend_answers_well_when_told_to(env: Env) -> None:
         assert answer.status_code == 200, answer.text
     assert [e.status for e in _settled(env, count + 2)[-2:]] == ["ok", "ok"]
     assert env.held() == []
+
+
+@pytest.mark.parametrize("mode", ["usage_without_completion", "no_usage"])
+def test_a_stream_whose_usage_has_no_completion_count_is_charged_its_reservation(env: Env, mode: str) -> None:
+    # Defect (fixed in backends._parse_chunk): a streamed answer whose usage event reported
+    # prompt_tokens but no completion_tokens was charged the prompt alone: its output went out
+    # free. A JSON answer with the same usage is charged its reservation (docs/gateway.md), as a
+    # stream that reports no usage at all is: the gateway never charges less than may have been used.
+    env.backend.mode = mode
+    spent, count = env.spent(), len(env.outcomes())
+    answer = env.post(_body(stream=True))
+    assert answer.status_code == 200 and answer.text.rstrip().endswith("data: [DONE]"), answer.text
+    assert _settled(env, count + 1)[-1].status == "ok"
+    assert env.spent() == spent + RESERVED
+    env.backend.mode = "ok"

@@ -490,7 +490,8 @@ async def _lines(content: aiohttp.StreamReader) -> AsyncIterator[str]:
 
 
 def _parse_chunk(backend: str, data: str, key: str | None = None) -> ChatChunk | None:
-    """One SSE event's chunk (``None`` for an event with neither choices nor usage).
+    """One SSE event's chunk (``None`` for an event with neither choices nor usage; a usage
+    without ``completion_tokens`` counts as none).
 
     orjson, not ``json``: it refuses ``NaN``, ``Infinity`` and numbers beyond float range, and
     nesting past 1024 levels, as a ``ValueError`` (``json`` would read ``1e999`` as infinity and
@@ -500,8 +501,13 @@ def _parse_chunk(backend: str, data: str, key: str | None = None) -> ChatChunk |
     try:
         event = orjson.loads(data)
         _reject_error(backend, event, key)
-        # vLLM sends ``"usage": null`` on every chunk but the last: an empty usage is none.
-        usage = _usage(event["usage"]) if event.get("usage") else None
+        # vLLM sends ``"usage": null`` on every chunk but the last: an empty usage is none. So is
+        # one without a completion count (charged as nothing generated, its output would go free:
+        # the stream is then settled as one that reported no usage, at its reservation).
+        raw = event.get("usage")
+        usage = _usage(raw) if raw else None
+        if usage is not None and raw.get("completion_tokens") is None:
+            usage = None
         choices = event.get("choices") or []
         if not isinstance(choices, list):
             raise TypeError("choices is not a list")
