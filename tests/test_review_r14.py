@@ -386,3 +386,42 @@ def test_file_names_with_an_equals_sign_are_still_sqlite_files(name: str, tmp_pa
         assert isinstance(store, SQLiteStore)
     with open_store(f"sqlite:///{tmp_path / name}") as store:
         assert isinstance(store, SQLiteStore)
+
+
+# --- PostgreSQL: a server whose default isolation is not READ COMMITTED -------------------------------
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("level", ["repeatable read", "serializable"])
+def test_decisions_run_at_read_committed_whatever_the_database_default(postgres_url: str, level: str) -> None:
+    """docs/operations.md: agentgate runs transactions at READ COMMITTED. It took the server's
+    default, and with ``ALTER DATABASE ... SET default_transaction_isolation`` to a stricter level
+    most concurrent decisions failed ("could not serialize access"), each one a deny."""
+    import threading
+
+    from agentgate.store._postgres import PostgresStore
+
+    with PostgresStore(postgres_url) as owner, owner.transaction() as tx:
+        database = tx.execute("SELECT current_database()")[0][0]
+        tx.execute(f"ALTER DATABASE {database} SET default_transaction_isolation = '{level}'")
+    with PostgresStore(postgres_url, max_size=4) as store:
+        log, ledger = AuditLog(store, KEY, origin=ORIGIN), BudgetLedger(store)
+        errors: list[BaseException] = []
+
+        def decide() -> None:
+            for _ in range(10):
+                try:
+                    with store.transaction() as tx:
+                        log.lock(tx)
+                        ledger.reserve(tx, ["root"], {"root": 1_000}, 1)
+                        log.append(decision(), tx)
+                except BaseException as exc:  # reported below
+                    errors.append(exc)
+
+        threads = [threading.Thread(target=decide) for _ in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert errors == []
+        assert log.size() == 40 and ledger.remaining("root") == 960 and log.verify().ok

@@ -1,7 +1,8 @@
 """PostgreSQL store: several gateway processes or hosts sharing one authority.
 
 psycopg 3 with a connection pool. Statements use ``?`` placeholders like the SQLite store and
-are rewritten to ``%s`` once (and cached). Transactions run at READ COMMITTED; the domains that
+are rewritten to ``%s`` once (and cached). Transactions run at READ COMMITTED (set on every
+pooled connection, whatever the server's default); the domains that
 need serialization (audit appends, budget spends) take row or advisory locks inside their own
 statements, documented where they do.
 """
@@ -67,7 +68,9 @@ class PostgresStore(Store):
             reason = " ".join(str(exc).split())[:300]
             raise StoreError(f"cannot connect to PostgreSQL at {_redact(url)}: {reason}") from None
         try:
-            self.pool = ConnectionPool(url, min_size=min_size, max_size=max_size, open=True, timeout=10.0)
+            self.pool = ConnectionPool(
+                url, min_size=min_size, max_size=max_size, open=True, timeout=10.0, configure=_read_committed
+            )
             self.pool.wait(timeout=10.0)
         except Exception as exc:  # psycopg_pool raises PoolTimeout, psycopg OperationalError...
             raise StoreError(f"cannot connect to PostgreSQL at {_redact(url)}: {exc}") from exc
@@ -107,6 +110,14 @@ class PostgresStore(Store):
 
     def close(self) -> None:
         self.pool.close()
+
+
+def _read_committed(conn: psycopg.Connection[Any]) -> None:
+    """Run every transaction of ``conn`` at READ COMMITTED, whatever the server, database or role
+    default (``default_transaction_isolation``): the locks and conditional updates of the audit
+    log, the ledger and the quotas are written for it, and at REPEATABLE READ or SERIALIZABLE
+    concurrent decisions failed with serialization errors (most of them, under contention)."""
+    conn.isolation_level = psycopg.IsolationLevel.READ_COMMITTED
 
 
 def recheck(pool: ConnectionPool) -> None:
