@@ -180,3 +180,27 @@ def test_a_supervisor_that_only_delegates_stops_once_its_grant_is_revoked(team: 
     turns = [m for m in result["messages"] if m.type == "ai"]
     assert len(turns) == 3  # t0 (ran, revoked meanwhile), t1 (refused), then the end
     assert not turns[-1].tool_calls and "revoked" in str(turns[-1].content)
+
+
+class _NamedByModel(ScriptedChatModel):
+    """A chat model that keeps its name in ``model``, as ChatOllama, ChatAnthropic and
+    ChatGoogleGenerativeAI do (only some, like ChatOpenAI, also have ``model_name``)."""
+
+    model: str
+    model_name: str = ""
+
+    @property
+    def _llm_type(self) -> str:
+        return "chat-named-by-model"
+
+
+def test_a_chat_model_is_decided_under_the_name_it_was_given(team: Team) -> None:
+    # Only ``model_name`` was read: a model that names itself in ``model`` was decided as its
+    # LangChain type (``model:chat-ollama``, ``model:anthropic-chat``), so a policy naming the
+    # model refused every call, and one granting the type granted every model of that provider.
+    model = _NamedByModel(model="scripted", turns=[_calls(("search", {"query": "x"}))])
+    agent = create_gated_agent(team.gate, name="supervisor", model=model, tools=_tools(team))
+    result = agent.invoke(GO, context=team.supervisor)
+    assert team.ran == ["search:x"], result["messages"][-1].content
+    decided = {e.resource for e in _entries(team.gate) if e.kind == "allow"}
+    assert "model:scripted" in decided

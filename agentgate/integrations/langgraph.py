@@ -378,7 +378,7 @@ class GateMiddleware(AgentMiddleware[Any, Any, Any]):
         """The model call to decide: ``model:NAME`` with the output limit it will run with (the
         request's ``max_tokens``, else the chat model's own, else the middleware's)."""
         named = self.model is not None and (self.named is None or request.model is self.named)
-        name = self.model if named else getattr(request.model, "model_name", None) or request.model._llm_type
+        name = self.model if named else _model_name(request.model)
         configured = getattr(request.model, "max_tokens", None)
         own = configured if type(configured) is int and configured > 0 else None
         limit = request.model_settings.get("max_tokens") or own or self.max_tokens
@@ -452,6 +452,17 @@ class GateMiddleware(AgentMiddleware[Any, Any, Any]):
         if not auth.allowed:
             return self._stopped(auth)
         return await self.gate.arun(auth, lambda: handler(request), spent=_tokens_used)
+
+
+def _model_name(model: BaseChatModel) -> str:
+    """The name a chat model was given: ``model_name`` (ChatOpenAI, ChatGroq), ``model``
+    (ChatOllama, ChatAnthropic, ChatGoogleGenerativeAI), ``model_id`` (ChatBedrock,
+    ChatHuggingFace), else its LangChain type."""
+    for attribute in ("model_name", "model", "model_id"):
+        value = getattr(model, attribute, None)
+        if isinstance(value, str) and value:
+            return value
+    return model._llm_type
 
 
 _DELEGATION_TOOLS: weakref.WeakValueDictionary[int, BaseTool] = weakref.WeakValueDictionary()
