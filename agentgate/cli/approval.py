@@ -216,7 +216,7 @@ def _describe(request: dict[str, Any], signer: str) -> str:
     lines = [
         f"approval request {text('id')}",
         f"  requester  {text('requester')} ({text('requester_did')})",
-        f"  asks for   {text('resource')} {json.dumps(request.get('args', {}), sort_keys=True)}",
+        f"  asks for   {text('resource')} {text('action')} {json.dumps(request.get('args', {}), sort_keys=True)}",
         "  arguments  all shown"
         if complete
         else "  arguments  NOT all shown: only those the policy marks loggable; the digest signed covers all",

@@ -460,7 +460,16 @@ class _Compiler:
                 )
         if key is not None:
             path = Path(key) if Path(key).is_absolute() else self.base / key
-            if not path.is_file():
+            try:
+                exists = path.exists()
+            except OSError as exc:  # a name too long for the file system, a directory not searchable
+                raise self.error(
+                    (*loc, "key"),
+                    f"key file {key[:200]!r} cannot be looked up: {exc.strerror or exc}",
+                    "an existing public key file",
+                    "give the path of the .pub file, or 'did:' instead",
+                ) from None
+            if not exists:
                 raise self.error(
                     (*loc, "key"),
                     f"key file {key!r} does not exist (looked at {path})",
