@@ -23,6 +23,7 @@ why, without tokens, keys or argument values.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextlib
 import functools
 import hashlib
@@ -392,6 +393,20 @@ class _PendingOutcomes:
                 self._tick()
 
 
+def _flush_at_exit(ref: weakref.ref[Gate]) -> None:
+    """At interpreter exit, commit the outcomes a gate that was never closed still holds: the
+    thread that would have committed them is a daemon and dies with the interpreter (a program
+    that ends without ``Gate.close()`` lost its last call's outcome, and that call's reservation
+    stayed held). A failure is logged (``Gate.flush`` logs its own)."""
+    gate = ref()
+    if gate is None:
+        return
+    try:
+        gate.flush()
+    except Exception:
+        _log.exception("agentgate: the outcomes pending at exit could not be committed")
+
+
 def _serialized(method: Callable[Concatenate[Gate, P], T]) -> Callable[Concatenate[Gate, P], T]:
     """Run a ``Gate`` method holding the gate's store lock (re-entrant).
 
@@ -570,6 +585,8 @@ class Gate:
         self._config.check_error_classes(DEFAULT_CLASSIFIER.classes)
         self._store_lock = threading.RLock()
         self._outcomes = _PendingOutcomes(self._write_outcomes, tick=self.flush)
+        self._at_exit = functools.partial(_flush_at_exit, weakref.ref(self))
+        atexit.register(self._at_exit)
         self._limits = SharedLimits(self._config)
         """One set of limits for every scheduler below: a policy's limits are the Gate's."""
         self._sync_scheduler: SyncScheduler | None = None
@@ -655,6 +672,7 @@ class Gate:
         finally:  # whatever stopping the threads raised, the outcomes are committed
             self._outcomes.close()
             self.flush()
+            atexit.unregister(self._at_exit)
             self.grants.close()
             self.store.close()
 
@@ -923,7 +941,13 @@ class Gate:
         verdict = self.index.evaluate(self._policy_principal(identity), call)
         if verdict.outcome is Outcome.DENY:
             return self._record_refusal(Authorization(Verdict.DENY, call, identity, verdict.reasons), call_id)
-        request = self._approval_request(identity, call, verdict, call_id)
+        try:
+            request = self._approval_request(identity, call, verdict, call_id)
+        except InputError as exc:  # arguments with no digest (text that is not valid Unicode)
+            refused = Authorization(
+                Verdict.DENY, call, identity, (f"the call's arguments cannot be recorded: {exc}",)
+            )
+            return self._record_refusal(refused, call_id)
         approved = self._approval_complete(approval, request, verdict) if request is not None else None
 
         pending = None
