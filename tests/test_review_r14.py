@@ -425,3 +425,46 @@ def test_decisions_run_at_read_committed_whatever_the_database_default(postgres_
             thread.join()
         assert errors == []
         assert log.size() == 40 and ledger.remaining("root") == 960 and log.verify().ok
+
+
+# --- what held up: a cache made to agree with a tampered block, across a key rotation ------------------
+
+
+def test_a_cache_that_agrees_with_a_tampered_block_never_proves_it_across_a_key_rotation(
+    sqlite_store: SQLiteStore,
+) -> None:
+    """An entry of the first block rewritten with its leaf hash, and the cached block root
+    recomputed to match (what a careful attacker with the database would do), under checkpoints
+    signed by a rotated-out key and by the current one: explain and prove refuse it, verify names it."""
+    import json
+
+    from agentgate.audit.merkle import leaf_hash, root_of
+    from agentgate.errors import TamperDetected
+    from agentgate.keys import SigningKey
+
+    old = AuditLog(sqlite_store, KEY, origin=ORIGIN)
+    allow, _outcome = _pair_after_a_block(old)  # checkpointed with KEY
+    new_key = SigningKey(b"\x09" * 32)
+    log = AuditLog(sqlite_store, new_key, origin=ORIGIN, previous_keys=[KEY.public])
+    log.append(decision())
+    log.checkpoint()  # the first checkpoint of the new key
+    fields = json.loads(log.entry_bytes(5))
+    fields["rule"] = "rewritten"
+    forged = json.dumps(fields, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+    with sqlite_store.transaction() as tx:
+        tx.execute("DROP TRIGGER audit_log_no_update")
+        tx.execute("UPDATE audit_log SET entry = ?, leaf_hash = ? WHERE idx = 5", (forged, leaf_hash(forged)))
+        leaves = [
+            bytes(r[0]) for r in tx.execute("SELECT leaf_hash FROM audit_log WHERE idx < 1024 ORDER BY idx")
+        ]
+        tx.execute("DELETE FROM audit_nodes")
+        tx.execute("INSERT INTO audit_nodes (level, position, hash) VALUES (10, 0, ?)", (root_of(leaves),))
+    with pytest.raises(TamperDetected):
+        log.explain(5)
+    with pytest.raises(TamperDetected):
+        log.explain(allow)  # its proof needs the block's root too
+    bundle = log.prove(5, log.latest_checkpoint())
+    with pytest.raises(TamperDetected):
+        verify_bundle(bundle.text(), new_key.public, ORIGIN)
+    report = log.verify()
+    assert not report.ok and report.first_bad_index is not None and report.first_bad_index <= 5
