@@ -9,6 +9,8 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -16,10 +18,23 @@ from langchain.tools import ToolRuntime
 from langchain_core.messages import ToolMessage
 from langchain_core.tools import StructuredTool
 from langgraph.types import Command
-from test_langgraph import Team, _ask_researcher, _calls, _entries, _tool_messages, _tools
+from test_langgraph import (
+    NAMES,
+    Team,
+    _ask_researcher,
+    _calls,
+    _entries,
+    _policy_text,
+    _tool_messages,
+    _tools,
+)
 from test_langgraph import team as team  # the fixture
 
+from agentgate.gate import Gate
 from agentgate.integrations.langgraph import ScriptedChatModel, create_gated_agent
+from agentgate.keys import SigningKey
+from agentgate.policy import parse_policy
+from agentgate.store import SQLiteStore
 
 ROOT = Path(__file__).resolve().parents[1]
 GO = {"messages": [{"role": "user", "content": "go"}]}
@@ -204,3 +219,36 @@ def test_a_chat_model_is_decided_under_the_name_it_was_given(team: Team) -> None
     assert team.ran == ["search:x"], result["messages"][-1].content
     decided = {e.resource for e in _entries(team.gate) if e.kind == "allow"}
     assert "model:scripted" in decided
+
+
+async def test_a_sync_tool_past_its_timeout_under_ainvoke_keeps_its_concurrency_slot(tmp_path: Path) -> None:
+    # Under ainvoke LangGraph runs a sync tool in a worker thread. The attempt's timeout cancelled
+    # the awaiting coroutine and gave the slot back while the thread still ran, so the next call
+    # started: three calls of a tool limited to one ran at once (e.g. three refunds at a payment
+    # API the policy allows one at a time). The slot is now held until the thread ends.
+    running, peak = [0], [0]
+    lock = threading.Lock()
+
+    def search(query: str) -> str:
+        with lock:
+            running[0] += 1
+            peak[0] = max(peak[0], running[0])
+        time.sleep(0.6)
+        with lock:
+            running[0] -= 1
+        return "found"
+
+    keys = {name: SigningKey.generate() for name in NAMES}
+    text = _policy_text({n: k.did for n, k in keys.items()}, 1_000_000)
+    limited = text.replace("concurrency: 2", "concurrency: 1\n    timeout_s: 0.2")
+    gate = Gate(parse_policy(limited, source="team.yaml"), SQLiteStore(tmp_path / "agentgate.db"))
+    try:
+        identity = gate.issue(keys["root"], name="supervisor", key=keys["supervisor"], role="supervisor")
+        tool = StructuredTool.from_function(func=search, name="search", description="search")
+        model = ScriptedChatModel(turns=[_calls(*[("search", {"query": f"q{i}"}) for i in range(3)])])
+        agent = create_gated_agent(gate, name="supervisor", model=model, tools=[tool], gate_models=False)
+        result = await agent.ainvoke(GO, context=identity)
+        assert len(_tool_messages(result)) == 3
+        assert peak[0] == 1
+    finally:
+        gate.close()

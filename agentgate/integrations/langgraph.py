@@ -326,10 +326,13 @@ class GateMiddleware(AgentMiddleware[Any, Any, Any]):
             return _undecidable(call_id, name, exc)
         if not auth.allowed:
             return _refusal(auth, call_id, name)
+        # A sync tool runs in a worker thread under ainvoke, which no cancellation stops: its
+        # attempt ends with its thread, so that its slot is not given back while it runs.
+        threaded = _runs_in_a_thread(request.tool)
         try:
             return await self.gate.arun(
                 auth,
-                lambda: handler(request),
+                (lambda: _to_the_end(handler(request))) if threaded else (lambda: handler(request)),
                 call_id=call_id,
                 run_id=_run_id(request),
                 failed=_failed,
@@ -475,6 +478,25 @@ def _is_delegation(request: ToolCallRequest) -> bool:
     # (Gate.delegate), and audited there; the sub-agent's own calls go through its own middleware.
     tool = request.tool
     return tool is not None and _DELEGATION_TOOLS.get(id(tool)) is tool
+
+
+def _runs_in_a_thread(tool: BaseTool) -> bool:
+    """Whether LangChain runs ``tool`` in a worker thread when it is awaited: a sync function
+    with no coroutine of its own."""
+    if isinstance(tool, StructuredTool):
+        return tool.coroutine is None
+    return type(tool)._arun is BaseTool._arun
+
+
+async def _to_the_end(work: Awaitable[R]) -> R:
+    """Await ``work``; when cancelled (a timeout, a cancelled run), first wait until it has ended
+    (a worker thread runs on regardless), then let the cancellation go on."""
+    future = asyncio.ensure_future(work)
+    try:
+        return await asyncio.shield(future)
+    except asyncio.CancelledError:
+        await _settled(future)
+        raise
 
 
 async def _not_run() -> Any:
