@@ -24,10 +24,12 @@ from agentgate.dispatch.backends import Timeouts
 from agentgate.dispatch.gateway import Gateway, GatewayGate, GatewayServer, invocation_headers
 from agentgate.dispatch.gateway import _upstream as upstream
 from agentgate.dispatch.prefix import estimate_tokens, prompt_text
+from agentgate.errors import DeadlineExceeded
 from agentgate.gate import AgentIdentity
 from agentgate.keys import SigningKey
 from agentgate.policy import parse_policy
 from agentgate.store import SQLiteStore
+from agentgate.tasks import Attempt, Scheduler, SchedulerConfig, ToolCall, ToolLimits
 
 _OK_JSON = json.dumps(
     {
@@ -368,3 +370,44 @@ def test_splitting_a_streamed_piece_into_lines_is_linear_in_its_size() -> None:
     # cost about eight times the time, not sixty-four.
     small, large = _line_splitting_seconds(32 * 1024), _line_splitting_seconds(256 * 1024)
     assert large / max(small, 1e-3) < 24, (small, large)
+
+
+def test_nested_siblings_whose_own_calls_need_each_others_slot_wait_until_their_deadline() -> None:
+    # Docs (docs/tasks.md, "What can still wait until its deadline" now names it): a tool of "a"
+    # gathers a call of "b" (it takes b's one slot) and a call of "a" (it borrows the parent's);
+    # each then calls the other tool. Neither slot is free to lend: both wait until their
+    # deadline. What must hold meanwhile: the limits (one call of each tool running at a time,
+    # besides the parent the borrower runs under), and nothing is held once it is over.
+    async def main() -> list[object]:
+        scheduler = Scheduler(
+            SchedulerConfig(tools={"a": ToolLimits(concurrency=1), "b": ToolLimits(concurrency=1)})
+        )
+        both = asyncio.Event()
+        started: list[str] = []
+
+        def call(tool: str) -> ToolCall:
+            return ToolCall(tool, arguments={"n": len(started)}, deadline=time.time() + 0.3)
+
+        async def leaf(attempt: Attempt) -> str:
+            return "leaf"
+
+        async def child(attempt: Attempt) -> str:
+            started.append(attempt.call.tool)
+            if len(started) == 2:
+                both.set()
+            await both.wait()
+            return await scheduler.submit(call("a" if attempt.call.tool == "b" else "b"), leaf)
+
+        async def parent(attempt: Attempt) -> list[object]:
+            return await asyncio.gather(
+                scheduler.submit(call("b"), child), scheduler.submit(call("a"), child), return_exceptions=True
+            )
+
+        try:
+            return await scheduler.submit(ToolCall("a", deadline=time.time() + 5), parent)
+        finally:
+            assert scheduler.in_flight == 0 and scheduler.queued == 0
+            await scheduler.aclose()
+
+    outcomes = asyncio.run(main())
+    assert [type(outcome) for outcome in outcomes] == [DeadlineExceeded, DeadlineExceeded]
