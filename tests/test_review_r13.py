@@ -384,3 +384,58 @@ def test_policy_lint_names_file_and_line_for_a_key_path_too_long(
     assert main(["policy", "lint", str(policy)]) == 2
     err = capsys.readouterr().err
     assert len(err.splitlines()) == 1 and f"{policy}:4:" in err and "Traceback" not in err
+
+
+# --- approval gates: a value spelled in another kind than the condition lists ---------------------
+
+GATED_MODEL = """
+version: 1
+trust_anchors:
+  root: {{did: "{root}"}}
+principals:
+  agent: {{kind: agent, did: "{agent}", roles: [writer]}}
+  lead: {{kind: human, did: "{lead}", roles: []}}
+models:
+  big: {{cost_per_mtok: {{input: 0, output: 0}}}}
+roles:
+  writer:
+    kind: agent
+    capabilities:
+      - resource: model:big
+    ttl_s: 600
+approvals:
+  urgent:
+    resource: model:big
+    when: {{priority: {{in: [0, 1]}}}}
+    approvers: [lead]
+  premium:
+    resource: model:big
+    when: {{tier: {{eq: premium}}}}
+    approvers: [lead]
+"""
+
+
+def test_an_approval_gate_applies_to_a_value_its_set_cannot_compare(tmp_path: Path) -> None:
+    """Model arguments have no declared types, and a gate's ``eq``/``in`` compared any value: so
+    ``priority: "0"``, ``[0]`` or ``True`` (a lax backend reads each as 0 or 1) and
+    ``tier: ["premium"]`` were simply not members, and the call ran without the approval the gate
+    demands for priority 0 (fail open). The bounds had this fixed (``max_tokens: "100000"``,
+    tests/test_hardening.py); equality and membership now need a value of a kind they list too."""
+    keys = {n: SigningKey.generate() for n in ("root", "agent", "lead")}
+    text = GATED_MODEL.format(**{n: k.did for n, k in keys.items()})
+    gate = Gate(parse_policy(text, source="gated.yaml"), SQLiteStore(tmp_path / "s.db"))
+    try:
+        agent = gate.issue(keys["root"], name="agent", key=keys["agent"], role="writer")
+
+        def ask(priority: object, tier: object = "basic") -> bool:
+            auth = gate.authorize(agent, Call.model("big", {"priority": priority, "tier": tier}))
+            assert auth.allowed or auth.needs_approval, auth.reasons
+            return auth.needs_approval
+
+        assert ask(0) and ask(1) and ask(1.0) and ask(5, "premium")
+        for spelling in ("0", [0], True, False, None, {"v": 0}):
+            assert ask(spelling), spelling
+        assert ask(5, ["premium"]) and ask(5, 7)
+        assert not ask(5) and not ask(2.5)
+    finally:
+        gate.close()

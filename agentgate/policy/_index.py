@@ -492,12 +492,28 @@ def _gate_applies(conditions: tuple[tuple[str, Constraint], ...], args: Any) -> 
 
 def _comparable(c: Constraint, value: Any) -> bool:
     """Whether every operator of ``c`` can compare ``value``: a bound needs a finite number (never
-    a bool), a prefix needs text; equality and membership compare any value."""
+    a bool), a prefix needs text, equality and membership a value of a kind they list (text for
+    text, a number for numbers, a boolean for booleans). ``"0"``, ``[0]`` or ``True`` where the
+    condition lists ``0`` is a spelling a lax backend may read as ``0``: not a different value."""
     if (c.lt is not None or c.le is not None or c.gt is not None or c.ge is not None) and (
         type(value) not in (int, float) or not math.isfinite(value)
     ):
         return False
-    return c.prefix is None or isinstance(value, str)
+    if c.prefix is not None and not isinstance(value, str):
+        return False
+    listed = ((c.eq,) if c.eq is not None else ()) + (c.one_of or ())
+    return not listed or _kind(value) in {_kind(v) for v in listed}
+
+
+def _kind(value: Any) -> str | None:
+    """``text``, ``number`` or ``boolean`` for a scalar a condition can list; ``None`` otherwise."""
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, str):
+        return "text"
+    if isinstance(value, int) or (isinstance(value, float) and math.isfinite(value)):
+        return "number"
+    return None
 
 
 def _miss(rule: RuleRef, call: Call) -> str:
