@@ -48,7 +48,7 @@ from langchain_core.messages import (
 )
 from langchain_core.messages.tool import invalid_tool_call, tool_call
 from langchain_core.outputs import ChatGeneration, ChatResult
-from langchain_core.tools import BaseTool, StructuredTool
+from langchain_core.tools import BaseTool, StructuredTool, Tool
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from langgraph.errors import GraphBubbleUp, GraphInterrupt
 from langgraph.prebuilt import ToolNode
@@ -483,7 +483,7 @@ def _is_delegation(request: ToolCallRequest) -> bool:
 def _runs_in_a_thread(tool: BaseTool) -> bool:
     """Whether LangChain runs ``tool`` in a worker thread when it is awaited: a sync function
     with no coroutine of its own."""
-    if isinstance(tool, StructuredTool):
+    if isinstance(tool, StructuredTool | Tool):
         return tool.coroutine is None
     return type(tool)._arun is BaseTool._arun
 
