@@ -411,3 +411,40 @@ def test_nested_siblings_whose_own_calls_need_each_others_slot_wait_until_their_
 
     outcomes = asyncio.run(main())
     assert [type(outcome) for outcome in outcomes] == [DeadlineExceeded, DeadlineExceeded]
+
+
+def test_an_answer_head_that_never_ends_is_refused_once_past_its_bound_not_buffered() -> None:
+    # Defect (fixed in _upstream._Connection): the lean pool fed an answer's head to the parser
+    # however long it grew. A backend that answers "HTTP/1.1 200 OK" and then one header line
+    # without end had the gateway buffer it (and the parser copy it again with each read) until
+    # the call's timeout: 165 MiB held and 20 s of CPU for 300 MiB of head here. Now the answer
+    # is refused once its head passes MAX_HEAD_BYTES (1 MiB), and the connection closed.
+    sent = [0]
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 200 OK\r\nX-Endless: ")
+        with contextlib.suppress(ConnectionError):
+            for _ in range(64):
+                writer.write(b"a" * (1 << 20))
+                await writer.drain()
+                sent[0] += 1
+        writer.close()
+
+    async def main() -> BaseException | None:
+        server = await asyncio.start_server(serve, "127.0.0.1", 0)
+        pool = upstream.UpstreamPool()
+        try:
+            async with asyncio.timeout(10):
+                await pool.post(f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/v1/x", b"{}")
+        except (OSError, TimeoutError) as exc:
+            return exc
+        finally:
+            await pool.aclose()
+            server.close()
+            await server.wait_closed()
+        return None
+
+    error = asyncio.run(main())
+    assert isinstance(error, upstream.UpstreamError) and "head" in str(error), error
+    assert sent[0] < 16  # the connection was closed soon after the bound, not read to the end

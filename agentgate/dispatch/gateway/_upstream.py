@@ -34,6 +34,10 @@ from agentgate.dispatch.backends import MAX_ANSWER_BYTES
 
 HIGH_WATER = 1 << 18
 """Bytes of a streamed answer read ahead of its reader before the socket stops being read."""
+MAX_HEAD_BYTES = 1 << 20
+"""The most bytes read before an answer's head is complete (the status line and headers, and what
+the same reads held after them): an engine's head is a few hundred bytes; an endless one is refused
+instead of being buffered (and re-copied by the parser) until the call's timeout."""
 
 
 class UpstreamError(ConnectionError):
@@ -56,6 +60,7 @@ class _Connection(asyncio.Protocol):
         self._body: list[bytes] = []
         self._buffered = 0  # bytes in ``_body``
         self._read = 0  # body bytes of an answer read whole (``read_all``), at most MAX_ANSWER_BYTES
+        self._head_read = 0  # bytes read while the head was not complete, at most MAX_HEAD_BYTES
         self._streaming = False  # read by ``pieces``: reading pauses when the reader falls behind
         self._resume()
         self._status = 0
@@ -71,6 +76,12 @@ class _Connection(asyncio.Protocol):
         self.transport = cast(asyncio.Transport, transport)  # uvloop's is not an asyncio.Transport subclass
 
     def data_received(self, data: bytes) -> None:
+        if not self._headers_done:
+            self._head_read += len(data)
+            if self._head_read > MAX_HEAD_BYTES:
+                self._fail(UpstreamError(f"the answer's head is larger than {MAX_HEAD_BYTES} bytes"))
+                self.close()
+                return
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserError as exc:
