@@ -468,3 +468,20 @@ def test_a_cache_that_agrees_with_a_tampered_block_never_proves_it_across_a_key_
         verify_bundle(bundle.text(), new_key.public, ORIGIN)
     report = log.verify()
     assert not report.ok and report.first_bad_index is not None and report.first_bad_index <= 5
+
+
+def test_an_argument_key_that_is_not_unicode_with_a_value_that_is_not_json_is_an_input_error(
+    sqlite_store: SQLiteStore,
+) -> None:
+    """AuditLog.append promises InputError for bad fields; this pair raised UnicodeEncodeError from
+    inside pydantic (its error message could not be encoded), and nothing said which field."""
+    from agentgate.audit.entry import AuditEntry
+    from agentgate.errors import InputError
+
+    fields = {"kind": "allow", "principal": "did:key:zA", "args": {"\ud800": b"raw"}}
+    log = AuditLog(sqlite_store, KEY, origin=ORIGIN)
+    with pytest.raises(InputError, match="not valid Unicode"):
+        log.append(fields)
+    assert log.size() == 0
+    with pytest.raises(InputError, match="not valid Unicode"):
+        AuditEntry.build(**fields, index=0, time="2026-11-30T00:00:00.000000Z")

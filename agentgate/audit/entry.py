@@ -387,6 +387,8 @@ class AuditEntry(BaseModel):
             first = exc.errors()[0]
             where = ".".join(str(p) for p in first["loc"]) or "entry"
             raise InputError(f"audit entry field {where}: {first['msg']}") from exc
+        except UnicodeError:  # pydantic could not even word its error: a lone surrogate in a key
+            raise InputError("audit entry: a field holds text that is not valid Unicode") from None
 
     def to_bytes(self) -> bytes:
         """The canonical bytes of this entry (docs/audit-format.md)."""
