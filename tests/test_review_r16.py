@@ -413,17 +413,26 @@ def test_nested_siblings_whose_own_calls_need_each_others_slot_wait_until_their_
     assert [type(outcome) for outcome in outcomes] == [DeadlineExceeded, DeadlineExceeded]
 
 
-def test_an_answer_head_that_never_ends_is_refused_once_past_its_bound_not_buffered() -> None:
-    # Defect (fixed in _upstream._Connection): the lean pool fed an answer's head to the parser
-    # however long it grew. A backend that answers "HTTP/1.1 200 OK" and then one header line
-    # without end had the gateway buffer it (and the parser copy it again with each read) until
-    # the call's timeout: 165 MiB held and 20 s of CPU for 300 MiB of head here. Now the answer
-    # is refused once its head passes MAX_HEAD_BYTES (1 MiB), and the connection closed.
+@pytest.mark.parametrize(
+    "opening",
+    [
+        b"HTTP/1.1 200 OK\r\nX-Endless: ",
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\nX-Endless-Trailer: ",
+    ],
+    ids=["head", "trailer"],
+)
+def test_an_answer_head_or_trailer_that_never_ends_is_refused_once_past_its_bound(opening: bytes) -> None:
+    # Defect (fixed in _upstream._Connection): the lean pool fed the parser an answer's head, and
+    # its trailers, however long they grew. A backend that answers "HTTP/1.1 200 OK" and then one
+    # header line without end had the gateway buffer it (and the parser copy it again with each
+    # read) until the call's timeout: 165 MiB held and 20 s of CPU for 300 MiB of head here. Now
+    # an answer is refused once MAX_FRAMING_BYTES (1 MiB) arrive in a row with no body byte, and
+    # the connection is closed.
     sent = [0]
 
     async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await reader.readuntil(b"\r\n\r\n")
-        writer.write(b"HTTP/1.1 200 OK\r\nX-Endless: ")
+        writer.write(opening)
         with contextlib.suppress(ConnectionError):
             for _ in range(64):
                 writer.write(b"a" * (1 << 20))
@@ -446,5 +455,5 @@ def test_an_answer_head_that_never_ends_is_refused_once_past_its_bound_not_buffe
         return None
 
     error = asyncio.run(main())
-    assert isinstance(error, upstream.UpstreamError) and "head" in str(error), error
+    assert isinstance(error, upstream.UpstreamError) and "without any body" in str(error), error
     assert sent[0] < 16  # the connection was closed soon after the bound, not read to the end

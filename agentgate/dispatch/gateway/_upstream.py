@@ -34,10 +34,11 @@ from agentgate.dispatch.backends import MAX_ANSWER_BYTES
 
 HIGH_WATER = 1 << 18
 """Bytes of a streamed answer read ahead of its reader before the socket stops being read."""
-MAX_HEAD_BYTES = 1 << 20
-"""The most bytes read before an answer's head is complete (the status line and headers, and what
-the same reads held after them): an engine's head is a few hundred bytes; an endless one is refused
-instead of being buffered (and re-copied by the parser) until the call's timeout."""
+MAX_FRAMING_BYTES = 1 << 20
+"""The most bytes read in a row that carry none of the answer's body: its head, chunk framing,
+trailers. An engine's head is a few hundred bytes; an endless head, header line or trailer is
+refused instead of being buffered (and copied again by the parser with each read) until the
+call's timeout."""
 
 
 class UpstreamError(ConnectionError):
@@ -60,7 +61,7 @@ class _Connection(asyncio.Protocol):
         self._body: list[bytes] = []
         self._buffered = 0  # bytes in ``_body``
         self._read = 0  # body bytes of an answer read whole (``read_all``), at most MAX_ANSWER_BYTES
-        self._head_read = 0  # bytes read while the head was not complete, at most MAX_HEAD_BYTES
+        self._framing = 0  # bytes read since the last body byte, at most MAX_FRAMING_BYTES
         self._streaming = False  # read by ``pieces``: reading pauses when the reader falls behind
         self._resume()
         self._status = 0
@@ -76,12 +77,11 @@ class _Connection(asyncio.Protocol):
         self.transport = cast(asyncio.Transport, transport)  # uvloop's is not an asyncio.Transport subclass
 
     def data_received(self, data: bytes) -> None:
-        if not self._headers_done:
-            self._head_read += len(data)
-            if self._head_read > MAX_HEAD_BYTES:
-                self._fail(UpstreamError(f"the answer's head is larger than {MAX_HEAD_BYTES} bytes"))
-                self.close()
-                return
+        self._framing += len(data)  # back to 0 at each body byte (``on_body``)
+        if self._framing > MAX_FRAMING_BYTES:
+            self._fail(UpstreamError(f"over {MAX_FRAMING_BYTES} bytes of head or framing without any body"))
+            self.close()
+            return
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserError as exc:
@@ -111,6 +111,7 @@ class _Connection(asyncio.Protocol):
         self._notify()
 
     def on_body(self, body: bytes) -> None:
+        self._framing = 0
         if not self._streaming:
             # An answer read whole is held whole: no chat completion is larger than this.
             self._read += len(body)
