@@ -439,3 +439,69 @@ def test_an_approval_gate_applies_to_a_value_its_set_cannot_compare(tmp_path: Pa
         assert not ask(5) and not ask(2.5)
     finally:
         gate.close()
+
+
+# --- policy text printed by the command line ----------------------------------------------------
+
+HOSTILE_POLICY = """version: 1
+trust_anchors:
+  root: {did: "ROOT"}
+principals:
+  bot: {kind: agent, did: "BOT", roles: [evil]}
+tools:
+  tickets.read:
+    args: {ticket_id: {type: string, required: true}}
+roles:
+  evil:
+    kind: agent
+    capabilities:
+      - resource: "tool:*"
+        constraints:
+          order_id: {prefix: "x\\e[2K\\rp.yaml: 0 error(s), 0 warning(s)\\n\\u202e"}
+    ttl_s: 60
+"""
+FORGED = "x\x1b[2K\rp.yaml: 0 error(s), 0 warning(s)\n\u202e"
+
+
+def _hostile(tmp_path: Path, text: str = HOSTILE_POLICY) -> Path:
+    root, bot = SigningKey.generate(), SigningKey.generate()
+    path = tmp_path / "p.yaml"
+    path.write_text(text.replace("ROOT", root.did).replace("BOT", bot.did))
+    return path
+
+
+def _clean(text: str) -> None:
+    assert not any(c in text for c in "\x1b\r\u202e"), text
+
+
+def test_policy_lint_and_explain_print_the_policys_text_escaped(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``policy lint`` printed a rule's prefix raw: a policy under review erased its own finding
+    line (ESC [2K, CR) and wrote "p.yaml: 0 error(s), 0 warning(s)" in its place on the reviewer's
+    terminal, as ``audit show`` and ``grant inspect`` no longer allow for logged or signed text."""
+    path = _hostile(tmp_path)
+    assert FORGED in str(load_policy(path).rules["evil"][0])  # the policy really holds that text
+    assert main(["policy", "lint", str(path)]) == 1
+    out = capsys.readouterr().out
+    _clean(out)
+    assert out.count("0 error(s)") == out.count("\\x1b[2K\\rp.yaml: 0 error(s)")  # only inside findings
+    assert main(["policy", "explain", str(path), "--as", "bot", "--tool", "tickets.read"]) == 1
+    _clean(capsys.readouterr().out)
+
+
+def test_a_policy_that_does_not_load_is_one_escaped_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = _hostile(tmp_path, HOSTILE_POLICY.replace("    ttl_s: 60\n", '    "ttl\\e[31m\\u202e": 60\n'))
+    key = SigningKey.generate()
+    save_key(key, tmp_path, "root")
+    for argv in (
+        ["policy", "lint", str(path)],
+        ["policy", "explain", str(path), "--as", "bot", "--tool", "tickets.read"],
+        ["grant", "issue", "--issuer", str(tmp_path / "root.key"), "--to", key.did, "--policy", str(path), "--role", "evil"],
+    ):  # fmt: skip
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        _clean(err)
+        assert len(err.splitlines()) == 1 and f"{path}:16:" in err, err

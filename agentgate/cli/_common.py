@@ -13,8 +13,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from agentgate.errors import InputError
+from agentgate.errors import InputError, PolicyError
 from agentgate.keys import load_public_key
+from agentgate.policy import Policy, load_policy
 from agentgate.store import DEFAULT_PATH, Store, open_store
 from agentgate.store.audit import AuditLog, log_origin, open_log_key, previous_log_keys
 
@@ -71,6 +72,16 @@ def printable(text: str) -> str:
     return "".join(
         c.encode("unicode_escape").decode("ascii") if c == "\\" or not_printable(c) else c for c in text
     )
+
+
+def shown_policy(path: str | Path) -> Policy:
+    """``load_policy(path)`` for a command: a file that does not load is an ``InputError`` whose
+    one line (``file:line:column: ...``) is ``printable``, since it quotes the file's own text (a
+    key, a value) and a policy under review must not send escape sequences to the reviewer."""
+    try:
+        return load_policy(path)
+    except PolicyError as exc:
+        raise InputError(printable(" ".join(str(exc).split()))) from None
 
 
 def utc(timestamp: float | None) -> str:

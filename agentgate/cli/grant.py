@@ -30,7 +30,7 @@ from agentgate.authority import (
 )
 from agentgate.authority._grant import GRANT_CONTEXT, link_findings, verify_signature
 from agentgate.capabilities import Call, Capability
-from agentgate.cli._common import json_object, not_printable, printable, utc
+from agentgate.cli._common import json_object, not_printable, printable, shown_policy, utc
 from agentgate.errors import (
     AuthorityError,
     InputError,
@@ -41,7 +41,7 @@ from agentgate.errors import (
 )
 from agentgate.findings import Finding
 from agentgate.keys import load_public_key, load_signing_key, read_regular_file, replace_file
-from agentgate.policy import load_policy, role_grant_template
+from agentgate.policy import role_grant_template
 from agentgate.policy._schema import MAX_TTL_S
 from agentgate.store import open_store
 
@@ -179,7 +179,7 @@ def _role_grant(args: argparse.Namespace, issuer: str) -> tuple[list[Capability]
         raise InputError("--policy and --role go together")
     if args.allow:
         raise InputError("--allow cannot be combined with --policy: the role names the capabilities")
-    policy = load_policy(args.policy)
+    policy = shown_policy(args.policy)
     if issuer not in {did for did in policy.anchor_dids.values() if did}:
         raise InputError(f"{args.issuer}: not the key of a trust anchor of {args.policy}")
     template = role_grant_template(policy, args.role)

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from agentgate.capabilities import Call
-from agentgate.cli._common import json_object
+from agentgate.cli._common import json_object, printable, shown_policy
 from agentgate.errors import CapabilityError, InputError, PolicyError
 from agentgate.findings import Severity
 from agentgate.keys import replace_file
@@ -52,7 +52,7 @@ def _lint(args: argparse.Namespace) -> int:
         if args.json:
             print(json.dumps({"file": args.file, "valid": False, "error": _error_dict(exc), "findings": []}))
         else:
-            sys.stderr.write(f"agentgate: error: {exc}\n")
+            sys.stderr.write(f"agentgate: error: {printable(' '.join(str(exc).split()))}\n")
         return 2
     findings = lint(policy)
     errors = sum(f.severity is Severity.ERROR for f in findings)
@@ -64,10 +64,12 @@ def _lint(args: argparse.Namespace) -> int:
         }
         print(json.dumps(out, indent=2))
     else:
+        # Messages quote the policy's own text (a prefix, an argument name): printed escaped, so a
+        # policy under review cannot forge or erase lines of its own lint report.
         for f in findings:
-            print(f"{f.where()}: {f.severity}: {f.kind}/{f.code}: {f.message}")
+            print(printable(f"{f.where()}: {f.severity}: {f.kind}/{f.code}: {f.message}"))
             if f.hint:
-                print(f"    fix: {f.hint}")
+                print(f"    fix: {printable(f.hint)}")
         warnings = len(findings) - errors
         print(f"{args.file}: {errors} error(s), {warnings} warning(s)")
     return 1 if errors else 0
@@ -85,7 +87,7 @@ def _error_dict(exc: PolicyError) -> dict[str, Any]:
 
 
 def _explain(args: argparse.Namespace) -> int:
-    policy = load_policy(args.file)
+    policy = shown_policy(args.file)
     call_args = json_object(args.args)
     try:
         call = Call.tool(args.tool, call_args)
@@ -94,13 +96,13 @@ def _explain(args: argparse.Namespace) -> int:
             refused = PolicyDecision(Outcome.DENY, None, f"tool:{args.tool}", reasons=(str(exc),))
             print(json.dumps(_explain_json(policy, refused)))
         else:
-            print(f"DENY: {exc}")
+            print(f"DENY: {printable(str(exc))}")
         return 1
     decision, text = explain(PolicyIndex(policy), args.principal, call)
     if args.json:
         print(json.dumps(_explain_json(policy, decision)))
     else:
-        print(text)
+        print("\n".join(printable(line) for line in text.split("\n")))
     return {Outcome.ALLOW: 0, Outcome.DENY: 1, Outcome.APPROVAL_REQUIRED: 3}[decision.outcome]
 
 

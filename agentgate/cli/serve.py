@@ -22,6 +22,7 @@ import sys
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from agentgate.cli._common import shown_policy
 from agentgate.errors import InputError, InventoryError
 
 T = TypeVar("T")
@@ -91,10 +92,9 @@ def _serve(args: argparse.Namespace) -> int:
     # Imported here: the other commands need neither the gateway nor its web server.
     from agentgate.dispatch.gateway import Gateway, GatewayGate, GatewayServer
     from agentgate.dispatch.inventory import load_inventory
-    from agentgate.policy import load_policy
     from agentgate.store import open_store
 
-    policy = load_policy(args.policy)
+    policy = shown_policy(args.policy)
     inventory = load_inventory(args.inventory)
     if not inventory.backends:
         raise InventoryError("declares no backends: the gateway could answer nothing", file=args.inventory)
