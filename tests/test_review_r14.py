@@ -485,3 +485,43 @@ def test_an_argument_key_that_is_not_unicode_with_a_value_that_is_not_json_is_an
     assert log.size() == 0
     with pytest.raises(InputError, match="not valid Unicode"):
         AuditEntry.build(**fields, index=0, time="2026-11-30T00:00:00.000000Z")
+
+
+def test_a_checkpoint_note_that_is_not_utf8_is_reported_not_a_store_error(
+    sqlite_store: SQLiteStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A checkpoint row whose note holds bytes that are not UTF-8 (SQLite keeps them in a TEXT
+    column; the triggers allow any INSERT) made sqlite3 fail to read the table: verify raised
+    StoreError (exit 2, "unusable input") instead of reporting a tampered log (exit 1), and
+    checkpoint and explain failed the same way."""
+    from agentgate.errors import TamperDetected
+
+    log = AuditLog(sqlite_store, KEY, origin=ORIGIN)
+    log.append(decision())
+    log.checkpoint()
+    _sql(
+        sqlite_store,
+        "INSERT INTO audit_checkpoints (size, root, note, created) "
+        "SELECT size, root, CAST(X'ff0a' AS TEXT), created FROM audit_checkpoints",
+    )
+    report = log.verify()
+    assert not report.ok and any(p.startswith("checkpoint #2:") for p in report.problems), report.problems
+    with pytest.raises(TamperDetected):
+        log.checkpoint()
+    assert len(log.checkpoints()) == 2
+    save_key(KEY, tmp_path, "log")
+    monkeypatch.setenv("AGENTGATE_LOG_KEY", str(tmp_path / "log.key"))
+    monkeypatch.setenv("AGENTGATE_LOG_ORIGIN", ORIGIN)
+    assert main(["audit", "verify", "--store", sqlite_store.url]) == 1
+
+
+def test_a_note_with_a_lone_surrogate_is_tampering_not_a_unicode_error() -> None:
+    from agentgate.audit.note import Checkpoint, open_checkpoint, sign_checkpoint
+    from agentgate.errors import TamperDetected
+
+    note = sign_checkpoint(Checkpoint(ORIGIN, 1, bytes(32)), KEY)
+    for bad in (note.replace("\n\n", "\udcff\n\n"), "\udcff" + note):
+        with pytest.raises(TamperDetected):
+            open_checkpoint(bad, KEY.public, ORIGIN)
+        with pytest.raises(TamperDetected):
+            open_checkpoint(bad, KEY.public)

@@ -94,6 +94,10 @@ def open_note(note: str, public_key: PublicKey, name: str) -> str:
     """
     if len(note) > _MAX_NOTE:
         raise TamperDetected("signed note is too large")
+    try:  # a lone surrogate (text decoded with surrogateescape, say) is no signed UTF-8 text
+        note.encode("utf-8")
+    except UnicodeEncodeError:
+        raise TamperDetected("signed note is not valid Unicode text") from None
     text, sep, signatures = note.partition("\n\n")
     if not sep or not signatures.endswith("\n"):
         raise TamperDetected("signed note has no signature block")

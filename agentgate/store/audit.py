@@ -403,6 +403,15 @@ def _wrap(exc: Exception, what: str) -> AuditError:
     return AuditError(f"audit log: {what} failed: {exc}")
 
 
+def _note(value: object) -> str:
+    """A stored signed note as text. SQLite's rows are read as bytes (a TEXT column can hold bytes
+    that are not UTF-8, which sqlite3 cannot even return): such bytes read with replacement
+    characters, a note whose signature then fails instead of an error that stops ``verify``."""
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value).decode("utf-8", errors="replace")
+    return str(value)
+
+
 def _bytes(value: object) -> bytes:
     """A stored entry, leaf hash or root as bytes; a NULL (only in a tampered table) as empty."""
     return b"" if value is None else bytes(value)  # type: ignore[call-overload]
@@ -507,8 +516,8 @@ class AuditLog:
         # stores what it is given, and an entry rewritten with replace() comes back as TEXT.
         # (PostgreSQL's BYTEA columns hold nothing else.)
         blob = "CAST({} AS BLOB)" if store.dialect == "sqlite" else "{}"
-        self._entry, self._leaf, self._root, self._hash = (
-            blob.format(c) for c in ("entry", "leaf_hash", "root", "hash")
+        self._entry, self._leaf, self._root, self._hash, self._note = (
+            blob.format(c) for c in ("entry", "leaf_hash", "root", "hash", "note")
         )
         self._empty = "x''" if store.dialect == "sqlite" else "''::bytea"
 
@@ -646,7 +655,7 @@ class AuditLog:
         prev_size = 0
         if latest:
             # What was signed, not the row's unsigned columns, is what the log must still match.
-            signed = self.open_checkpoint(str(latest[2]))
+            signed = self.open_checkpoint(_note(latest[2]))
             # The size column as stored: SQLite keeps text or a fraction there if given one.
             if (signed.size, signed.root) != (latest[0], _bytes(latest[1])) or type(latest[0]) is not int:
                 raise TamperDetected("audit log: the latest checkpoint row does not match its signed note")
@@ -691,7 +700,7 @@ class AuditLog:
                 "(entries deleted, or the database restored from an older copy)"
             )
         if latest and acc.size == prev_size:
-            return str(latest[2])
+            return _note(latest[2])
         if self.signer is None:
             raise AuditError(
                 f"audit log: a new checkpoint of {acc.size} entries needs the log's private key "
@@ -746,15 +755,17 @@ class AuditLog:
 
     def checkpoints(self) -> list[str]:
         """Every stored signed checkpoint, oldest first."""
-        return [str(r[0]) for r in self.store.query("SELECT note FROM audit_checkpoints ORDER BY id")]
+        return [
+            _note(r[0]) for r in self.store.query(f"SELECT {self._note} FROM audit_checkpoints ORDER BY id")
+        ]
 
     def latest_checkpoint(self) -> str | None:
         row = self._latest_checkpoint_row()
-        return str(row[2]) if row else None
+        return _note(row[2]) if row else None
 
     def _latest_checkpoint_row(self) -> Row | None:
         rows = self.store.query(
-            f"SELECT size, {self._root}, note FROM audit_checkpoints ORDER BY size DESC, id DESC LIMIT 1"
+            f"SELECT size, {self._root}, {self._note} FROM audit_checkpoints ORDER BY size DESC, id DESC LIMIT 1"
         )
         return rows[0] if rows else None
 
@@ -801,7 +812,7 @@ class AuditLog:
         last = -1
         while True:
             rows = self.store.query(
-                f"SELECT id, note, size, {self._root} FROM audit_checkpoints WHERE id > ? ORDER BY id LIMIT ?",
+                f"SELECT id, {self._note}, size, {self._root} FROM audit_checkpoints WHERE id > ? ORDER BY id LIMIT ?",
                 (last, _CHECKPOINT_BATCH),
             )
             for row in rows:
@@ -960,7 +971,7 @@ class AuditLog:
         row = self._latest_checkpoint_row()
         if row is None:
             return None, tuple(sorted(leaves))
-        checkpoint = self.open_checkpoint(str(row[2]))
+        checkpoint = self.open_checkpoint(_note(row[2]))
         size = checkpoint.size
         covered = sorted(idx for idx in leaves if idx < size)
         paths = [inclusion_ranges(idx, size) for idx in covered]
@@ -1091,7 +1102,7 @@ class AuditLog:
         # The size column is compared as stored (SQLite keeps text, bytes or a fraction there if
         # given one): such a row is reported as edited, never converted or raised on.
         in_table: Iterator[tuple[str, object, bytes | None]] = (
-            (str(note), size, _bytes(root)) for note, size, root in self._checkpoint_rows()
+            (_note(note), size, _bytes(root)) for note, size, root in self._checkpoint_rows()
         )
         saved = [(saved_checkpoint, None, None)] if saved_checkpoint else []
         for position, (note, size_column, root_column) in enumerate(itertools.chain(in_table, saved), 1):
