@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import socket
 import threading
 import time
 from collections.abc import AsyncGenerator, Iterator
@@ -22,6 +23,7 @@ from test_gateway import MODEL, NAMES, _policy_text
 from agentgate.dispatch import inventory_from_mapping
 from agentgate.dispatch.backends import Timeouts
 from agentgate.dispatch.gateway import Gateway, GatewayGate, GatewayServer, invocation_headers
+from agentgate.dispatch.gateway import _app as gateway_app
 from agentgate.dispatch.gateway import _upstream as upstream
 from agentgate.dispatch.prefix import estimate_tokens, prompt_text
 from agentgate.errors import DeadlineExceeded
@@ -457,3 +459,27 @@ def test_an_answer_head_or_trailer_that_never_ends_is_refused_once_past_its_boun
     error = asyncio.run(main())
     assert isinstance(error, upstream.UpstreamError) and "without any body" in str(error), error
     assert sent[0] < 16  # the connection was closed soon after the bound, not read to the end
+
+
+def test_a_chunked_body_the_parser_refuses_gets_one_400_at_once_and_nothing_decided(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Defect (fixed in _http.BoundedHttpToolsProtocol._refuse): a refusal was held back while
+    # the app ran, meant for a request pipelined behind one being answered. A request whose own
+    # chunked body broke was held so too: the app waited for the rest of its body until
+    # BODY_TIMEOUT_S (60 s), answered 400 and audited a deny "the body did not arrive", and then
+    # the protocol's 400 followed as a second answer to the same request.
+    monkeypatch.setattr(gateway_app, "BODY_TIMEOUT_S", 1.0)
+    env.gate.flush()
+    entries = len(list(env.gate.audit.entries()))
+    with socket.create_connection(("127.0.0.1", env.server.port), timeout=10) as sock:
+        sock.sendall(
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+            b'5\r\n{"mod\r\nzz\r\n'
+        )
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+    assert answer.count(b"HTTP/1.1 ") == 1 and answer.startswith(b"HTTP/1.1 400 "), answer
+    env.gate.flush()
+    assert len(list(env.gate.audit.entries())) == entries  # nothing decided: the body never arrived

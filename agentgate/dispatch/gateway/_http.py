@@ -277,7 +277,21 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             b"HTTP/1.1 %d %s\r\ncontent-type: text/plain; charset=utf-8\r\ncontent-length: %d\r\n"
             b"connection: close\r\n\r\n%s" % (status, reason.encode("ascii"), len(body), body)
         )
-        if self._answering():
+        running = self._running
+        if (
+            running is not None
+            and running is self.cycle
+            and not self._reading_head
+            and not running.response_started
+            and not self.pipeline
+        ):
+            # The request refused is the one whose body the app is reading (a chunked body the
+            # parser rejects): nothing was decided yet. The app is told its caller is gone (it
+            # decides and audits nothing), and this refusal is the request's one answer, at once,
+            # not the app's answer after its body timeout followed by this one as a second.
+            running.disconnected = True
+            running.message_event.set()
+        elif self._answering():
             return  # reading goes on (dropped), so that a caller that hangs up is still seen
         self.transport.write(self._refusal)
         self.transport.close()
