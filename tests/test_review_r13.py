@@ -505,3 +505,103 @@ def test_a_policy_that_does_not_load_is_one_escaped_line(
         err = capsys.readouterr().err
         _clean(err)
         assert len(err.splitlines()) == 1 and f"{path}:16:" in err, err
+
+
+# --- role inheritance: deep chains and lattices of diamonds --------------------------------------
+
+
+def _roles_policy(inherits: dict[str, list[str]]) -> str:
+    lines = ["version: 1", "roles:"]
+    for role, parents in inherits.items():
+        lines.append(f"  {role}: {{inherits: [{', '.join(parents)}]}}")
+    return "\n".join(lines) + "\n"
+
+
+def _closure_reference(inherits: dict[str, list[str]], role: str) -> tuple[str, ...]:
+    """The recursive definition: depth first, pre-order, parents in the order written, each once."""
+    seen: list[str] = []
+
+    def visit(name: str) -> None:
+        if name in seen or name not in inherits:
+            return
+        seen.append(name)
+        for parent in inherits[name]:
+            visit(parent)
+
+    visit(role)
+    return tuple(seen)
+
+
+def _cycle_reference(inherits: dict[str, list[str]]) -> str | None:
+    def walk(role: str, stack: list[str]) -> str | None:
+        if role in stack:
+            return " -> ".join([*stack[stack.index(role) :], role])
+        for parent in inherits[role]:
+            found = walk(parent, [*stack, role])
+            if found:
+                return found
+        return None
+
+    for role in inherits:
+        found = walk(role, [])
+        if found:
+            return found
+    return None
+
+
+@SETTINGS
+@given(
+    st.integers(1, 7).flatmap(
+        lambda n: st.lists(st.lists(st.integers(0, n - 1), max_size=3), min_size=n, max_size=n)
+    )
+)
+def test_role_closure_and_cycle_detection_agree_with_their_recursive_definitions(
+    edges: list[list[int]],
+) -> None:
+    inherits = {f"r{i}": [f"r{j}" for j in dict.fromkeys(parents)] for i, parents in enumerate(edges)}
+    cycle = _cycle_reference(inherits)
+    try:
+        policy = parse_policy(_roles_policy(inherits), source="roles.yaml")
+    except PolicyError as exc:
+        assert cycle is not None and exc.message == f"roles inherit in a cycle: {cycle}"
+        return
+    assert cycle is None
+    for role in inherits:
+        assert policy.role_closure(role) == _closure_reference(inherits, role)
+
+
+def test_a_lattice_of_diamonds_loads_at_once(tmp_path: Path) -> None:
+    """40 levels of two roles each inheriting both roles of the next level (a 2.5 KB file): the
+    cycle check followed every path from every role, 2**40 of them, so loading (Gate, serve, lint)
+    never finished. Loaded in a child process, so that a regression fails instead of hanging."""
+    import subprocess
+    import sys
+
+    inherits = {"r0": ["a1", "b1"]}
+    for level in range(1, 40):
+        inherits[f"a{level}"] = inherits[f"b{level}"] = [f"a{level + 1}", f"b{level + 1}"]
+    inherits["a40"] = inherits["b40"] = []
+    path = tmp_path / "diamonds.yaml"
+    path.write_text(_roles_policy(inherits))
+    script = (
+        "import sys; from agentgate.policy import load_policy, lint; p = load_policy(sys.argv[1]); "
+        "lint(p); print(len(p.role_closure('r0')))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(path)], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0 and done.stdout.strip() == "81", done.stderr[-500:]
+
+
+def test_an_inheritance_chain_thousands_deep_is_no_recursion_error(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """3000 roles each inheriting the next: RecursionError out of load_policy (``policy lint``
+    printed a traceback); now it loads, and a cycle closing the chain is found and named."""
+    inherits = {f"r{i}": [f"r{i + 1}"] for i in range(2999)} | {"r2999": []}
+    policy = parse_policy(_roles_policy(inherits), source="chain.yaml")
+    assert len(policy.role_closure("r0")) == 3000 and policy.role_closure("r2998") == ("r2998", "r2999")
+    inherits["r2999"] = ["r0"]
+    with pytest.raises(PolicyError, match="roles inherit in a cycle: r0 -> r1 -> ") as info:
+        parse_policy(_roles_policy(inherits), source="chain.yaml")
+    assert info.value.line == 3

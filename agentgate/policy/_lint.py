@@ -537,6 +537,8 @@ class ShadowedRule(LintRule):
 
     def check(self, policy: Policy) -> Iterator[Finding]:
         for role in policy.document.roles:
+            if not policy.rules.get(role):
+                continue  # only a role's own rules can be shadowed: none to check here
             rules = policy.effective_rules(role)
             own = [r for r in rules if r.role == role]
             by_resource: dict[str, list[RuleRef]] = {}
