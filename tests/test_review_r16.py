@@ -21,12 +21,12 @@ import pytest
 from test_gateway import MODEL, NAMES, _policy_text
 
 from agentgate.dispatch import inventory_from_mapping
-from agentgate.dispatch.backends import Timeouts
+from agentgate.dispatch.backends import BackendClient, Timeouts
 from agentgate.dispatch.gateway import Gateway, GatewayGate, GatewayServer, invocation_headers
 from agentgate.dispatch.gateway import _app as gateway_app
 from agentgate.dispatch.gateway import _upstream as upstream
 from agentgate.dispatch.prefix import estimate_tokens, prompt_text
-from agentgate.errors import DeadlineExceeded
+from agentgate.errors import BackendFailed, DeadlineExceeded
 from agentgate.gate import AgentIdentity
 from agentgate.keys import SigningKey
 from agentgate.policy import parse_policy
@@ -483,3 +483,54 @@ def test_a_chunked_body_the_parser_refuses_gets_one_400_at_once_and_nothing_deci
     assert answer.count(b"HTTP/1.1 ") == 1 and answer.startswith(b"HTTP/1.1 400 "), answer
     env.gate.flush()
     assert len(list(env.gate.audit.entries())) == entries  # nothing decided: the body never arrived
+
+
+@pytest.mark.parametrize("probe", ["health", "scrape"])
+def test_a_health_or_metrics_answer_without_end_is_refused_while_it_arrives(probe: str) -> None:
+    # Defect (fixed in BackendClient.scrape and _probe): the scrape read the whole metrics body
+    # before checking its size, with probe_s as a limit per read, not in all: a backend whose
+    # /metrics answered 800 MiB grew the gateway by 2.4 GB over 9 s (one without end: for ever),
+    # only to refuse it as over 8 Mi characters. The health probe, bounded in time, still held
+    # all it could read in probe_s. Both now stop reading past their bound (8 MiB; 64 KiB).
+    sent = [0]
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: 100000000000\r\n\r\n")
+        with contextlib.suppress(ConnectionError):
+            while sent[0] < 4096:
+                writer.write(b"vllm:num_requests_running 1\n" * 37449)  # about 1 MiB
+                await writer.drain()
+                sent[0] += 1
+        writer.close()
+
+    async def main() -> object:
+        server = await asyncio.start_server(serve, "127.0.0.1", 0)
+        url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+        inventory = inventory_from_mapping(
+            {
+                "backends": [
+                    {
+                        "name": "h",
+                        "url": url,
+                        "engine": "vllm",
+                        "models": [MODEL],
+                        "metrics_url": url + "/metrics",
+                    }
+                ]
+            }
+        )
+        try:
+            async with httpx.AsyncClient() as http, asyncio.timeout(20):
+                client = BackendClient(inventory.backends[0], http, Timeouts(probe_s=3.0))
+                if probe == "health":
+                    return await client.health()
+                with pytest.raises(BackendFailed, match="over"):
+                    await client.scrape(0.0)
+                return None
+        finally:
+            server.close()
+            await server.wait_closed()
+
+    assert asyncio.run(main()) in (False, None)
+    assert sent[0] < 32, f"{sent[0]} MiB were sent before the client stopped reading"

@@ -32,7 +32,7 @@ import httpx
 import orjson
 
 from agentgate.dispatch.inventory import Backend
-from agentgate.dispatch.metrics import EngineLoad, load_from_text
+from agentgate.dispatch.metrics import MAX_METRICS_CHARS, EngineLoad, load_from_text
 from agentgate.errors import (
     BackendCredentialError,
     BackendFailed,
@@ -368,18 +368,36 @@ class BackendClient:
             yield response.status_code, response.aread, response.aiter_lines()
 
     async def scrape(self, now: float) -> EngineLoad:
-        """Read the backend's Prometheus metrics; raises ``BackendFailed`` if they cannot be read."""
+        """Read the backend's Prometheus metrics; raises ``BackendFailed`` if they cannot be read
+        within ``probe_s`` (in all, not per read) or pass ``MAX_METRICS_CHARS`` bytes (refused
+        while they arrive, not once held whole)."""
         if self.backend.metrics_url is None:
             raise BackendFailed(f"{self.backend.name}: no metrics_url")
         try:
-            response = await self.http.get(
-                self.backend.metrics_url, headers=self._metrics_headers, timeout=self._probe_timeout
-            )
-        except (httpx.HTTPError, httpx.InvalidURL) as exc:
+            async with (
+                asyncio.timeout(self.timeouts.probe_s),
+                self.http.stream(
+                    "GET",
+                    self.backend.metrics_url,
+                    headers=self._metrics_headers,
+                    timeout=self._probe_timeout,
+                ) as response,
+            ):
+                if response.status_code != 200:
+                    raise BackendFailed(f"{self.backend.name}: metrics answered HTTP {response.status_code}")
+                parts: list[bytes] = []
+                size = 0
+                async for chunk in response.aiter_bytes():
+                    size += len(chunk)
+                    if size > MAX_METRICS_CHARS:
+                        raise BackendFailed(
+                            f"{self.backend.name}: metrics are over {MAX_METRICS_CHARS} bytes"
+                        )
+                    parts.append(chunk)
+                text = b"".join(parts).decode(response.encoding or "utf-8", "replace")
+        except (httpx.HTTPError, httpx.InvalidURL, TimeoutError) as exc:
             raise BackendFailed(f"{self.backend.name}: metrics: {type(exc).__name__}") from None
-        if response.status_code != 200:
-            raise BackendFailed(f"{self.backend.name}: metrics answered HTTP {response.status_code}")
-        return load_from_text(response.text, self.backend.engine, now=now)
+        return load_from_text(text, self.backend.engine, now=now)
 
     async def health(self) -> bool:
         """True if ``GET {url}{health_path}`` (``/health``: vLLM, SGLang, TGI, llama.cpp all serve
@@ -394,14 +412,23 @@ class BackendClient:
 
     async def _probe(self, path: str) -> bool:
         """True if ``GET {url}{path}`` (the probe headers: the key, if any) answers 200 within
-        ``probe_s``; False for any transport failure or timeout."""
+        ``probe_s`` with a body of at most ``_SMALL`` bytes (a probe's answer is a few bytes; a
+        larger one is not held, it fails the probe); False for any transport failure or timeout."""
         try:
-            async with asyncio.timeout(self.timeouts.probe_s):
-                response = await self.http.get(
+            async with (
+                asyncio.timeout(self.timeouts.probe_s),
+                self.http.stream(
+                    "GET",
                     self.backend.url.rstrip("/") + path,
                     headers=self._probe_headers,
                     timeout=self._probe_timeout,
-                )
+                ) as response,
+            ):
+                size = 0
+                async for chunk in response.aiter_raw():
+                    size += len(chunk)
+                    if size > _SMALL:
+                        return False
         except (httpx.HTTPError, httpx.InvalidURL, TimeoutError):
             return False
         return response.status_code == 200
