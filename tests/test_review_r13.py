@@ -605,3 +605,16 @@ def test_an_inheritance_chain_thousands_deep_is_no_recursion_error(
     with pytest.raises(PolicyError, match="roles inherit in a cycle: r0 -> r1 -> ") as info:
         parse_policy(_roles_policy(inherits), source="chain.yaml")
     assert info.value.line == 3
+
+
+def test_an_inventory_that_does_not_load_is_one_escaped_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The same for inventories (``broker inventory``, ``serve``): an unknown key's escape and
+    bidi characters reached the terminal raw in the error line."""
+    path = tmp_path / "inventory.yaml"
+    path.write_text('backends: []\nracks: []\n"x\\e[2J\\u202e": 1\n')
+    assert main(["broker", "inventory", "--inventory", str(path), "--store", str(tmp_path / "s.db")]) == 2
+    err = capsys.readouterr().err
+    _clean(err)
+    assert len(err.splitlines()) == 1 and f"{path}:3" in err and "\\x1b[2J" in err

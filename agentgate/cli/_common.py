@@ -3,17 +3,19 @@ opening a store (and its audit log) to read, a listing as JSON or as nothing to 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
 import re
 import sys
 import unicodedata
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from agentgate.errors import InputError, PolicyError
+from agentgate.errors import InputError, SourceError
 from agentgate.keys import load_public_key
 from agentgate.policy import Policy, load_policy
 from agentgate.store import DEFAULT_PATH, Store, open_store
@@ -75,12 +77,19 @@ def printable(text: str) -> str:
 
 
 def shown_policy(path: str | Path) -> Policy:
-    """``load_policy(path)`` for a command: a file that does not load is an ``InputError`` whose
-    one line (``file:line:column: ...``) is ``printable``, since it quotes the file's own text (a
-    key, a value) and a policy under review must not send escape sequences to the reviewer."""
-    try:
+    """``load_policy(path)`` for a command; a file that does not load is ``shown_source_error``."""
+    with shown_source_error():
         return load_policy(path)
-    except PolicyError as exc:
+
+
+@contextlib.contextmanager
+def shown_source_error() -> Iterator[None]:
+    """Turn a ``SourceError`` (a policy or inventory that does not load) into an ``InputError``
+    whose one line (``file:line:column: ...``) is ``printable``: it quotes the file's own text (a
+    key, a value), and a file under review must not send escape sequences to the reviewer."""
+    try:
+        yield
+    except SourceError as exc:
         raise InputError(printable(" ".join(str(exc).split()))) from None
 
 

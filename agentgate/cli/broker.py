@@ -16,7 +16,7 @@ import json
 import math
 from typing import Any
 
-from agentgate.cli._common import open_existing_store, printable, utc
+from agentgate.cli._common import open_existing_store, printable, shown_source_error, utc
 from agentgate.dispatch.broker import BrokerSnapshot, Lease, QueuedRequest, from_inventory
 from agentgate.dispatch.inventory import load_inventory
 from agentgate.store.broker_decisions import BrokerDecisionStore, LeaseDecision
@@ -81,7 +81,9 @@ def _table(rows: list[list[str]]) -> str:
 
 
 def _inventory(args: argparse.Namespace) -> int:
-    topology = from_inventory(load_inventory(args.inventory, read_keys=False))  # no backend is called
+    with shown_source_error():
+        inventory = load_inventory(args.inventory, read_keys=False)  # no backend is called
+    topology = from_inventory(inventory)
     snapshot = _snapshot(args)
     holder: dict[str, str] = {}
     if snapshot is not None:

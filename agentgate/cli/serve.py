@@ -22,7 +22,7 @@ import sys
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from agentgate.cli._common import shown_policy
+from agentgate.cli._common import shown_policy, shown_source_error
 from agentgate.errors import InputError, InventoryError
 
 T = TypeVar("T")
@@ -95,7 +95,8 @@ def _serve(args: argparse.Namespace) -> int:
     from agentgate.store import open_store
 
     policy = shown_policy(args.policy)
-    inventory = load_inventory(args.inventory)
+    with shown_source_error():
+        inventory = load_inventory(args.inventory)
     if not inventory.backends:
         raise InventoryError("declares no backends: the gateway could answer nothing", file=args.inventory)
     listener = _listen(args.host, args.port)
