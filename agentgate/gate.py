@@ -606,7 +606,7 @@ class Gate:
         self._closing = False
         self._outcomes_closed = False
         self._dispatch: tuple[Dispatcher, asyncio.AbstractEventLoop, threading.Thread] | None = None
-        self._open_requests: dict[str, tuple[str, int, float]] = {}
+        self._open_requests: dict[str, tuple[str, int | None, float]] = {}
         """Approval requests asked in this process and not yet answered: call hash -> (id, audit index, expiry)."""
         self.delegations: list[tuple[str, AgentIdentity]] = []
         """(parent agent name, sub-agent identity) for the live delegations this gate made, in
@@ -1276,6 +1276,15 @@ class Gate:
         call_hash = request["call_hash"]
         with self._lock:
             known = self._open_requests.get(call_hash)
+        if known is None or known[2] <= time.time():
+            # Asked before by another process, or by this one before a restart (a run resumed
+            # from its checkpoint asks again before its approval is read): the same request.
+            with self._decision_transaction() if tx is None else nullcontext(tx) as t:
+                found = self.approvals.open_for(call_hash, auth.identity.did, tx=t)
+            if found is not None:
+                known = (found[0], found[1], found[2])
+                with self._lock:
+                    self._open_requests[call_hash] = known
         if known is not None and known[2] > time.time():
             # The same call asked again (LangGraph re-runs a node when it resumes): one request,
             # one audit entry, until it is answered or expires.
@@ -1290,6 +1299,7 @@ class Gate:
                 call_hash, auth.identity.did, request["expires_at"], quorum=request["quorum"], tx=t
             )
             index = self.audit.append(self._entry(auth, "approval_required"), t)
+            self.approvals.asked(request_id, index, tx=t)
         with self._lock:
             self._open_requests[call_hash] = (request_id, index, float(request["expires_at"]))
         return replace(auth, audit_index=index, request={**request, "id": request_id})

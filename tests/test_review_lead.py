@@ -3,11 +3,14 @@ command line's shared helpers: each test failed on the code before its fix."""
 
 from __future__ import annotations
 
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
 
-from test_langgraph import Team, _entries
+from langgraph.checkpoint.sqlite import SqliteSaver
+from langgraph.types import Command
+from test_langgraph import Team, _entries, _publisher
 from test_langgraph import team as team  # the fixture
 
 from agentgate.capabilities import Call
@@ -50,3 +53,31 @@ agent.invoke({{"messages": [("user", "go")]}}, context=team.supervisor)
             bytes(row[0]) for row in SQLiteStore(where / "agentgate.db").query("SELECT entry FROM audit_log")
         ]
         assert sum(b'"kind":"outcome"' in entry for entry in entries) == 1, f"attempt {attempt}: outcome lost"
+
+
+def test_a_resume_after_a_restart_leaves_no_request_waiting_for_votes(team: Team) -> None:
+    # After a restart the resumed node asks Gate.authorize without the approval first, and the
+    # new Gate (its in-process _open_requests is empty) opens a SECOND request for the same call;
+    # the approval then consumes the first. The second stays pending: `agentgate approval list`
+    # shows a call that already ran as "waiting for votes", and the approval_given entry refers
+    # (ref) to the second request's approval_required entry while naming the first request.
+    db = team.path / "checkpoints.sqlite"
+    config = {"configurable": {"thread_id": "restart"}}
+    with sqlite3.connect(db, check_same_thread=False) as conn:
+        paused = _publisher(team.gate, SqliteSaver(conn), team).invoke(
+            {"messages": [{"role": "user", "content": "go"}]}, config, context=team.supervisor
+        )
+    conn.close()
+    payload = paused["__interrupt__"][0].value
+    gate = team.reopen()
+    with sqlite3.connect(db, check_same_thread=False) as conn:
+        agent = _publisher(gate, SqliteSaver(conn), team)
+        agent.invoke(
+            Command(resume=gate.approve(payload, team.keys["dana"])), config, context=team.supervisor
+        )
+    conn.close()
+    assert team.ran == ["publish:reports/final"]
+    assert gate.approvals.open_requests() == []
+    asked = [e.index for e in _entries(gate) if e.kind == "approval_required"]
+    given = [e for e in _entries(gate) if e.kind == "approval_given"]
+    assert asked == [asked[0]] and [e.ref for e in given] == [asked[0]]

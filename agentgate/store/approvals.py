@@ -40,6 +40,10 @@ CREATE TABLE IF NOT EXISTS approval_votes (
     decided_at REAL NOT NULL,
     PRIMARY KEY (approval_id, approver)
 );
+CREATE TABLE IF NOT EXISTS approval_asked (
+    approval_id TEXT PRIMARY KEY REFERENCES approvals (id),
+    audit_index INTEGER NOT NULL
+);
 """,
     "postgresql": """
 DO $$
@@ -68,6 +72,12 @@ BEGIN
             approver TEXT NOT NULL,
             decided_at DOUBLE PRECISION NOT NULL,
             PRIMARY KEY (approval_id, approver)
+        );
+    END IF;
+    IF to_regclass('approval_asked') IS NULL THEN
+        CREATE TABLE approval_asked (
+            approval_id TEXT PRIMARY KEY REFERENCES approvals (id),
+            audit_index BIGINT NOT NULL
         );
     END IF;
 END;
@@ -130,6 +140,37 @@ class ApprovalStore:
             (approval_id, call_hash, requester, quorum, time.time(), float(expires_at)),
         )
         return approval_id
+
+    def asked(self, approval_id: str, audit_index: int, *, tx: Transaction | None = None) -> None:
+        """Record the index of the request's ``approval_required`` audit entry (``open_for``)."""
+        self._run(
+            tx,
+            "INSERT INTO approval_asked (approval_id, audit_index) VALUES (?, ?)",
+            (approval_id, audit_index),
+        )
+
+    def open_for(
+        self, call_hash: str, requester: str, *, now: float | None = None, tx: Transaction | None = None
+    ) -> tuple[str, int | None, float] | None:
+        """The newest request for the call ``call_hash`` by ``requester`` that is still open
+        (pending or approved, not used, not expired): its id, the index of its
+        ``approval_required`` audit entry (``None`` when it was not recorded) and its expiry.
+
+        A process that asks again for a call another process (or itself before a restart) asked
+        for finds the request there, instead of opening a second one for the same call.
+        """
+        sql = (
+            "SELECT a.id, k.audit_index, a.expires_at FROM approvals a "
+            "LEFT JOIN approval_asked k ON k.approval_id = a.id "
+            "WHERE a.call_hash = ? AND a.requester = ? AND a.state IN ('pending', 'approved') "
+            "AND a.expires_at > ? ORDER BY a.created DESC, a.id LIMIT 1"
+        )
+        params = (call_hash, requester, time.time() if now is None else now)
+        rows = tx.execute(sql, params) if tx is not None else self.store.query(sql, params)
+        if not rows:
+            return None
+        approval_id, index, expires_at = rows[0]
+        return str(approval_id), None if index is None else int(index), float(expires_at)
 
     def approve(
         self,
