@@ -268,6 +268,15 @@ BEFORE_OUTPUT = [
 ]
 
 
+def _in_service(env: Env, within: float = 10.0) -> None:
+    """Wait until the dispatcher uses the backend again (a failed test marks it down a while)."""
+    env.backend.mode = "ok"
+    deadline = time.monotonic() + within
+    while env.server.gateway.dispatcher.is_down("hostile"):
+        assert time.monotonic() < deadline, "the backend is still marked down"
+        time.sleep(0.02)
+
+
 def _settled(env: Env, count: int, within: float = 10.0) -> list[Any]:
     deadline = time.monotonic() + within
     while len(outcomes := env.outcomes()) < count:
@@ -293,6 +302,7 @@ def test_a_backend_answering_garbage_before_any_output_is_a_typed_error_released
     # connection and never sent its answer's head ("silent", [True-silent]) waited for ever over
     # the gateway's lean pool: the first-token deadline covered the lines only, not the head, so
     # the caller hung and the call's reservation and the backend's slot stayed held.
+    _in_service(env)
     env.backend.mode = mode
     spent, count = env.spent(), len(env.outcomes())
     answer = env.post(_body(stream=stream))
@@ -310,6 +320,7 @@ def test_a_backend_answering_garbage_before_any_output_is_a_typed_error_released
 def test_a_stream_that_breaks_after_output_ends_with_an_error_event_and_is_charged_as_reserved(
     env: Env, mode: str
 ) -> None:
+    _in_service(env)
     env.backend.mode = mode
     spent, count = env.spent(), len(env.outcomes())
     answer = env.post(_body(stream=True))
@@ -325,7 +336,7 @@ def test_a_stream_that_breaks_after_output_ends_with_an_error_event_and_is_charg
 
 
 def test_the_hostile_backend_answers_well_when_told_to(env: Env) -> None:
-    env.backend.mode = "ok"
+    _in_service(env)
     count = len(env.outcomes())
     for stream in (False, True):
         answer = env.post(_body(stream=stream))
@@ -340,6 +351,7 @@ def test_a_stream_whose_usage_has_no_completion_count_is_charged_its_reservation
     # prompt_tokens but no completion_tokens was charged the prompt alone: its output went out
     # free. A JSON answer with the same usage is charged its reservation (docs/gateway.md), as a
     # stream that reports no usage at all is: the gateway never charges less than may have been used.
+    _in_service(env)
     env.backend.mode = mode
     spent, count = env.spent(), len(env.outcomes())
     answer = env.post(_body(stream=True))
