@@ -186,6 +186,8 @@ class Env:
     server: GatewayServer
     agent: AgentIdentity
     backend: Hostile
+    root: SigningKey
+    poor_key: SigningKey
 
     @property
     def url(self) -> str:
@@ -231,7 +233,7 @@ def _gateway(tmp_path: Path, backend: Hostile) -> Iterator[Env]:
     server = GatewayServer(gateway, port=0).start()
     agent = gate.issue(keys["root"], name="agent", key=keys["agent"], role="chat")
     try:
-        yield Env(gate, server, agent, backend)
+        yield Env(gate, server, agent, backend, keys["root"], keys["poor"])
     finally:
         server.stop()
         gate.close()
@@ -546,3 +548,33 @@ def test_a_health_or_metrics_answer_without_end_is_refused_while_it_arrives(prob
 
     assert asyncio.run(main()) in (False, None)
     assert sent[0] < 32, f"{sent[0]} MiB were sent before the client stopped reading"
+
+
+def test_a_prompt_carried_in_an_assistant_turns_tool_calls_counts_in_the_reservation(env: Env) -> None:
+    # Defect (fixed in gateway._app._prompt_estimate): the reservation counted each message's
+    # role and content only. A chat template renders an assistant turn's tool_calls (and their
+    # arguments) into the prompt too, so a caller with 100 micro-dollars left could send 10,000
+    # tokens of prompt there: the budget check before sending passed on a reservation of about
+    # 20 tokens, and the backend did all the work. Now those fields count (4 characters a token).
+    _in_service(env)
+    poor = env.gate.issue(env.root, name="poor", key=env.poor_key, role="thrifty")
+    arguments = json.dumps({"text": "x" * 40_000})
+    body = {
+        "model": MODEL,
+        "max_tokens": 8,
+        "messages": [
+            {"role": "user", "content": "hi"},
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {"id": "c1", "type": "function", "function": {"name": "f", "arguments": arguments}}
+                ],
+            },
+            {"role": "tool", "tool_call_id": "c1", "content": "ok"},
+        ],
+    }
+    signed = invocation_headers(poor.key, poor.chain, body)
+    answer = httpx.post(env.url, json=body, headers=signed, timeout=20)
+    assert answer.status_code == 402, answer.text
+    assert answer.json()["error"]["code"] == "budget_exhausted"

@@ -542,9 +542,13 @@ def _parse_body(raw: bytes) -> dict[str, Any]:
 
 def _prompt_estimate(body: Mapping[str, Any]) -> int:
     """The prompt tokens reserved for a checked chat body: its messages' text and, since a chat
-    template renders them into the prompt too, its tool (or legacy function) definitions, at four
-    characters a token."""
+    template renders them into the prompt too, its messages' other fields (an assistant turn's
+    ``tool_calls`` and their arguments, a ``name``) and its tool (or legacy function)
+    definitions, at four characters a token."""
     tokens = estimate_tokens(prompt_text(m for m in body["messages"]))
+    for message in body["messages"]:
+        if rest := {k: v for k, v in message.items() if k != "role" and k != "content"}:
+            tokens += estimate_tokens(json.dumps(rest, separators=(",", ":"), ensure_ascii=False))
     for name in ("tools", "functions"):
         if body.get(name):
             tokens += estimate_tokens(json.dumps(body[name], separators=(",", ":"), ensure_ascii=False))
