@@ -51,8 +51,23 @@ _SET = st.lists(st.one_of(_INTS, _STRS), min_size=0, max_size=4)
 _OPERATOR = st.sampled_from(["eq", "in", "lt", "le", "gt", "ge", "prefix", "ne", "one_of"])
 
 
+_VALID_INT = st.integers(-(2**63) + 1, 2**63 - 1) | st.sampled_from([0, 1, 500, 2**53 + 1])
+_VALID_STR = st.text(max_size=4) | _STRS
+_CANONICAL = st.one_of(  # shapes a token holds; the one-pass path must take these
+    st.fixed_dictionaries({"eq": _VALID_INT | _VALID_STR}),
+    st.fixed_dictionaries({"in": st.lists(_VALID_INT | _VALID_STR, min_size=2, max_size=4, unique=True)}),
+    st.fixed_dictionaries({"le": _VALID_INT}),
+    st.fixed_dictionaries({"gt": _VALID_INT, "le": _VALID_INT}),
+    st.fixed_dictionaries({"ge": _VALID_INT, "lt": _VALID_INT}),
+    st.fixed_dictionaries({"prefix": _VALID_STR}),
+    _VALID_INT.map(lambda v: {"eq": v, "in": [v]}),
+)
+
+
 @st.composite
 def _constraint(draw: st.DrawFn) -> object:
+    if draw(st.integers(0, 5)):
+        return draw(_CANONICAL)
     if draw(st.integers(0, 15)) == 0:
         return draw(_VALUE)  # not a mapping at all
     ops = draw(st.lists(_OPERATOR, min_size=0, max_size=3, unique=True))
@@ -65,14 +80,23 @@ def _constraint(draw: st.DrawFn) -> object:
 
 
 _RESOURCES = st.sampled_from(
-    ["tool:pay", "tool:pay.*", "tool:*", "model:Qwen/Qwen3-32B", "gpu:h100", "tool:Pay", "tool:../x", "x:pay"]
+    ["tool:pay", "tool:pay.*", "tool:*", "model:Qwen/Qwen3-32B", "gpu:h100"] * 3
+    + ["tool:Pay", "tool:../x", "x:pay", "tool:pay.", "tool:p*"]
 )
-_ACTIONS = st.sampled_from(["invoke", "*", "generate", "Invoke", "", "a_b"])
-_ARGS = st.sampled_from(["amount", "cur", "a.b", "1a", "_x", "a-b", ""])
+_ACTIONS = st.sampled_from(["invoke", "*", "generate", "a_b"] * 3 + ["Invoke", "", "1a"])
+_ARGS = st.sampled_from(["amount", "cur", "a.b", "_x"] * 3 + ["1a", "a-b", "", "a..b"])
 
 
 @st.composite
 def _capability(draw: st.DrawFn) -> dict[str, object]:
+    if draw(st.integers(0, 2)):  # a capability in token shape, with valid names throughout
+        return {
+            "resource": draw(st.sampled_from(["tool:pay", "tool:pay.*", "tool:*", "model:Qwen/Qwen3-32B"])),
+            "action": draw(st.sampled_from(["invoke", "*", "generate"])),
+            "constraints": draw(
+                st.dictionaries(st.sampled_from(["amount", "cur", "a.b"]), _CANONICAL, max_size=3)
+            ),
+        }
     cap: dict[str, object] = {
         "resource": draw(_RESOURCES),
         "action": draw(_ACTIONS),
@@ -98,7 +122,10 @@ def _payload(draw: st.DrawFn) -> bytes:
         "budget": draw(
             st.none()
             | st.fixed_dictionaries(
-                {"amount": _INTS, "unit": st.sampled_from(["calls", "usd_micros", "Calls", "", "a" * 33])}
+                {
+                    "amount": _VALID_INT.filter(lambda v: v >= 0) | _INTS,
+                    "unit": st.sampled_from(["calls", "usd_micros", "calls", "Calls", "", "a" * 33]),
+                }
             )
         ),
         "nbf": 100,
@@ -108,7 +135,7 @@ def _payload(draw: st.DrawFn) -> bytes:
         "purpose": "",
         "parent": None,
     }
-    for _ in range(draw(st.integers(0, 1))):
+    if draw(st.integers(0, 3)) == 0:  # one field out of shape
         name = draw(st.sampled_from([*sorted(body), "ext", "crit", "alg"]))
         body[name] = draw(
             st.one_of(
