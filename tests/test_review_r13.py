@@ -8,6 +8,7 @@ the file system cannot look up.
 
 from __future__ import annotations
 
+import enum
 import json
 from pathlib import Path
 
@@ -442,12 +443,22 @@ approvals:
 """
 
 
+class _Tier(enum.StrEnum):
+    PREMIUM = "premium"
+
+
+class _Priority(enum.IntEnum):
+    URGENT = 0
+
+
 def test_an_approval_gate_applies_to_a_value_its_set_cannot_compare(tmp_path: Path) -> None:
     """Model arguments have no declared types, and a gate's ``eq``/``in`` compared any value: so
     ``priority: "0"``, ``[0]`` or ``True`` (a lax backend reads each as 0 or 1) and
     ``tier: ["premium"]`` were simply not members, and the call ran without the approval the gate
     demands for priority 0 (fail open). The bounds had this fixed (``max_tokens: "100000"``,
-    tests/test_hardening.py); equality and membership now need a value of a kind they list too."""
+    tests/test_hardening.py); equality and membership now need a value of a kind they list too.
+    A ``str`` enum member equal to "premium" was no member either (equality keeps subclasses of
+    ``str`` apart), so it too passed the gate: exact types only."""
     keys = {n: SigningKey.generate() for n in ("root", "agent", "lead")}
     text = GATED_MODEL.format(**{n: k.did for n, k in keys.items()})
     gate = Gate(parse_policy(text, source="gated.yaml"), SQLiteStore(tmp_path / "s.db"))
@@ -462,7 +473,7 @@ def test_an_approval_gate_applies_to_a_value_its_set_cannot_compare(tmp_path: Pa
         assert ask(0) and ask(1) and ask(1.0) and ask(5, "premium")
         for spelling in ("0", [0], True, False, None, {"v": 0}):
             assert ask(spelling), spelling
-        assert ask(5, ["premium"]) and ask(5, 7)
+        assert ask(5, ["premium"]) and ask(5, 7) and ask(5, _Tier.PREMIUM) and ask(_Priority.URGENT)
         assert not ask(5) and not ask(2.5)
     finally:
         gate.close()

@@ -506,12 +506,15 @@ def _comparable(c: Constraint, value: Any) -> bool:
 
 
 def _kind(value: Any) -> str | None:
-    """``text``, ``number`` or ``boolean`` for a scalar a condition can list; ``None`` otherwise."""
-    if isinstance(value, bool):
+    """``text``, ``number`` or ``boolean`` for a value of exactly a type a condition can list;
+    ``None`` otherwise. Exact types: equality keeps a ``str`` subclass (a ``str`` enum member)
+    apart from the text it spells, so such a value is not comparable, and the gate applies."""
+    kind = type(value)
+    if kind is bool:
         return "boolean"
-    if isinstance(value, str):
+    if kind is str:
         return "text"
-    if isinstance(value, int) or (isinstance(value, float) and math.isfinite(value)):
+    if kind is int or (kind is float and math.isfinite(value)):
         return "number"
     return None
 
