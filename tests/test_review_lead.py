@@ -1,5 +1,6 @@
-"""Defects found by this session's reviews (R14, R15) whose fix lies in agentgate/gate.py or the
-command line's shared helpers: each test failed on the code before its fix."""
+"""Defects found by this session's reviews (R13, R14, R15) whose fixes lie outside the reviewers'
+paths (agentgate/gate.py, the approvals and quota stores, agentgate/_json.py, the command line's
+shared helpers): each test failed on the code before its fix."""
 
 from __future__ import annotations
 
@@ -8,12 +9,17 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.types import Command
 from test_langgraph import Team, _entries, _publisher
 from test_langgraph import team as team  # the fixture
 
 from agentgate.capabilities import Call
+from agentgate.cli.main import main
+from agentgate.gate import Gate
+from agentgate.keys import SigningKey
+from agentgate.policy import parse_policy
 from agentgate.store import SQLiteStore
 
 
@@ -81,3 +87,70 @@ def test_a_resume_after_a_restart_leaves_no_request_waiting_for_votes(team: Team
     asked = [e.index for e in _entries(gate) if e.kind == "approval_required"]
     given = [e for e in _entries(gate) if e.kind == "approval_given"]
     assert asked == [asked[0]] and [e.ref for e in given] == [asked[0]]
+
+
+QUOTA_POLICY = """
+version: 1
+trust_anchors:
+  root: {{did: "{root}"}}
+principals:
+  a: {{kind: agent, did: "{agent}", roles: [r]}}
+models:
+  small:
+    cost_per_mtok: {{input: 50000, output: 80000}}
+roles:
+  r:
+    kind: agent
+    capabilities: [{{resource: "model:small"}}]
+    ttl_s: 600
+quotas:
+  q: {{principal: a, window_s: 60, limit: 1000000, unit: {unit}, resources: ["model:*"]}}
+"""
+
+
+@pytest.mark.parametrize("unit", ["tokens", "usd_micros"])
+def test_an_amount_no_quota_column_can_hold_is_a_recorded_refusal(tmp_path: Path, unit: str) -> None:
+    keys = {n: SigningKey.generate() for n in ("root", "agent")}
+    text = QUOTA_POLICY.format(root=keys["root"].did, agent=keys["agent"].did, unit=unit)
+    gate = Gate(parse_policy(text, source="q.yaml"), SQLiteStore(tmp_path / "s.db"))
+    try:
+        agent = gate.issue(keys["root"], name="a", key=keys["agent"], role="r")
+        before = len(list(gate.audit.entries()))
+        auth = gate.authorize(agent, Call.model("small"), tokens=(10**30, 0))  # OverflowError here
+        assert not auth.allowed and auth.quota_exceeded is not None
+        assert len(list(gate.audit.entries())) == before + 1
+    finally:
+        gate.close()
+
+
+def test_a_call_whose_arguments_hold_a_cycle_is_a_typed_error_not_a_hang() -> None:
+    """``agentgate/_json.py`` ``is_plain`` walks containers with a stack and no visited set: a
+    dict that holds itself loops for ever (it never grows the stack, so no MemoryError either).
+    ``args_digest`` (authority) and ``argument_digest`` (audit) call it first, so
+    ``Gate.authorize(agent, Call.model("m", {"x": cyclic}))`` hangs inside
+    ``Authority.decide_held``, within the decision's open store transaction. Model arguments are
+    not declared, so the policy lets such a value through. The reference encoder would refuse it
+    ("Circular reference detected"). Run in a child process: on the current code it never ends."""
+    script = (
+        "from agentgate.authority import args_digest\n"
+        "from agentgate.errors import TokenFormatError\n"
+        "a = {}; a['x'] = a\n"
+        "try:\n    args_digest({'a': a})\nexcept TokenFormatError:\n    print('refused')\n"
+    )
+    try:
+        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=20)
+    except subprocess.TimeoutExpired:
+        raise AssertionError("args_digest of a cyclic value never returned") from None
+    assert done.stdout.strip() == "refused", done.stderr[-300:]
+
+
+@pytest.mark.parametrize("verb", [["audit", "verify"], ["tasks", "unsettled"]])
+def test_a_read_verb_never_prints_the_password_of_a_connection_string(
+    verb: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("AGENTGATE_STORE", "host=db.example password=hunter2 dbname=agentgate")
+    assert main(verb) == 2
+    err = capsys.readouterr().err
+    assert "hunter2" not in err
+    assert "postgresql://" in err

@@ -18,7 +18,7 @@ from typing import Any
 from agentgate.errors import InputError, SourceError
 from agentgate.keys import load_public_key
 from agentgate.policy import Policy, load_policy
-from agentgate.store import DEFAULT_PATH, Store, open_store
+from agentgate.store import DEFAULT_PATH, Store, is_conninfo, open_store
 from agentgate.store.audit import AuditLog, log_origin, open_log_key, previous_log_keys
 
 
@@ -108,6 +108,8 @@ def open_existing_store(url: str | None) -> Store:
     ``InputError`` (a mistyped path), not a new empty store that looks like an empty answer."""
     target = url or os.environ.get("AGENTGATE_STORE") or DEFAULT_PATH
     scheme = _SCHEME.match(target)
+    if scheme is None and is_conninfo(target):
+        return open_store(target)  # refused there, in words that name no value of the string
     if scheme is None or (scheme.group(1).lower() == "sqlite" and target[scheme.end() :].startswith("/")):
         # A SQLite file (a path or sqlite:///PATH, the scheme in any case, as open_store reads it).
         path = target if scheme is None else target[scheme.end() + 1 :]

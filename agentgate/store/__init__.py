@@ -20,7 +20,7 @@ _SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
 _KEYWORD = re.compile(r"\s*([A-Za-z_]+)\s*=")
 
 
-def _is_conninfo(value: str) -> bool:
+def is_conninfo(value: str) -> bool:
     """Whether ``value`` starts like a libpq key=value connection string (``host=...``,
     ``dbname=...``: a keyword libpq knows, then ``=``)."""
     found = _KEYWORD.match(value)
@@ -46,7 +46,7 @@ def open_store(url: str | None = None) -> Store:
         raise StoreError("a store path or URL cannot hold a NUL character")
     scheme = _SCHEME.match(url)
     if scheme is None:
-        if _is_conninfo(url):
+        if is_conninfo(url):
             raise StoreError(
                 "the store is a PostgreSQL key=value connection string, which agentgate does not read "
                 "(nor take as a SQLite file name): write it as postgresql://USER:PASSWORD@HOST:PORT/DBNAME"
@@ -64,4 +64,13 @@ def open_store(url: str | None = None) -> Store:
     )
 
 
-__all__ = ["DEFAULT_PATH", "Dialect", "Row", "SQLiteStore", "Store", "Transaction", "open_store"]
+__all__ = [
+    "DEFAULT_PATH",
+    "Dialect",
+    "Row",
+    "SQLiteStore",
+    "Store",
+    "Transaction",
+    "is_conninfo",
+    "open_store",
+]

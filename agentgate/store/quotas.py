@@ -68,6 +68,8 @@ class QuotaCounter:
             amount = amounts.get(quota.unit, 0)
             if amount <= 0:
                 continue
+            if amount > quota.limit:  # no window can hold it (nor a 64-bit column, at worst)
+                return quota
             start = window_start(quota.window_s, now)
             params = (amount, quota.name, start, quota.limit, amount)
             tx.execute(_COUNT, params)
