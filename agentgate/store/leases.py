@@ -7,9 +7,11 @@ lease has expired (``ON CONFLICT ... DO UPDATE ... WHERE expires_at <= now``). O
 conflicting row is locked and the ``WHERE`` is re-checked on its newest version, so two
 processes can never both get a slot; on SQLite ``BEGIN IMMEDIATE`` serializes the writers.
 
-A holder renews all of its leases in one statement from a heartbeat thread every ``ttl_s / 3``,
-so a live holder keeps its slots however long its call runs, and the slots of a holder that was
-killed (SIGKILL, a lost host) come back at most ``ttl_s`` after its last heartbeat.
+A holder renews all of the leases it holds in one statement from a heartbeat thread every
+``ttl_s / 3``, so a live holder keeps its slots however long its call runs, and the slots of a
+holder that was killed (SIGKILL, a lost host) come back at most ``ttl_s`` after its last
+heartbeat. A lease it gave back is never renewed again, even when the store did not take the
+release (it was unreachable): that slot comes back at most ``ttl_s`` later.
 
 A rate limit shared by processes is one row per key: the token level and when it was last
 brought up to date. Taking a token reads the row, refills it for the time passed (never for time
@@ -92,7 +94,9 @@ _CLAIM = (
     "expires_at = excluded.expires_at WHERE agentgate_leases.expires_at <= ?"
 )
 _RELEASE = "DELETE FROM agentgate_leases WHERE lease_key = ? AND slot = ? AND lease_id = ?"
-_RENEW = "UPDATE agentgate_leases SET expires_at = ? WHERE holder = ?"
+_RENEW = "UPDATE agentgate_leases SET expires_at = ? WHERE holder = ? AND lease_id IN ({ids})"
+_RENEW_BATCH = 500
+"""Lease ids renewed per statement (SQLite's default limit is 32,766 parameters)."""
 
 
 @dataclass(frozen=True)
@@ -183,10 +187,24 @@ class LeaseManager:
             tx.execute(_RELEASE, (lease.key, lease.slot, lease.lease_id))
 
     def renew(self) -> int:
-        """Push the expiry of every lease this holder has to now + ttl; returns the rows renewed."""
+        """Push the expiry of every lease this manager holds to now + ttl; returns the rows renewed.
+
+        Only the leases it holds: one it gave back (``release``), even if the store did not take
+        the release, is never renewed again, so it expires within ``ttl_s``. Raises ``StoreError``
+        when the store cannot be reached.
+        """
+        with self._lock:
+            ids = sorted(lease.lease_id for lease in self._held)
+        renewed = 0
+        if not ids:
+            return renewed
         with self.store.transaction() as tx:
-            tx.execute(_RENEW, (self._clock() + self.ttl_s, self.holder))
-            return tx.rowcount
+            expires = self._clock() + self.ttl_s
+            for start in range(0, len(ids), _RENEW_BATCH):
+                batch = ids[start : start + _RENEW_BATCH]
+                tx.execute(_RENEW.format(ids=", ".join("?" * len(batch))), (expires, self.holder, *batch))
+                renewed += tx.rowcount
+        return renewed
 
     def held(self) -> int:
         """How many leases this manager holds now."""
