@@ -11,6 +11,17 @@ from typing import Any
 
 import pytest
 
+from agentgate.dispatch.broker import (
+    Broker,
+    GangRequest,
+    Granted,
+    TenantQuota,
+    TopologyConstraint,
+    WorkloadHint,
+    from_inventory,
+)
+from agentgate.dispatch.broker._topology import Topology
+from agentgate.dispatch.inventory import parse_inventory
 from agentgate.errors import StoreError
 from agentgate.store import Store, Transaction
 from agentgate.store.leases import LeaseManager
@@ -64,3 +75,79 @@ def test_a_slot_whose_release_failed_is_not_renewed_by_the_heartbeat_and_comes_b
     finally:
         manager.close()
         other.close()
+
+
+# --- topology constraints on an NVLink domain that spans nodes (GB200 NVL72) ----------------------
+
+
+def nvl72(nodes: int = 2, per_node: int = 4) -> Topology:
+    """One rack whose nodes share one NVLink domain, as the inventory allows (a domain may span
+    the nodes of one rack, not racks)."""
+    lines = ["racks: [{name: r}]", "nodes:"]
+    lines += [f"  - {{name: n{n}, rack: r}}" for n in range(nodes)]
+    lines.append("gpus:")
+    for n in range(nodes):
+        for k in range(per_node):
+            lines.append(f"  - {{id: n{n}g{k}, type: H100, memory_gb: 80, node: n{n}, nvlink_domain: nvl72}}")
+    return from_inventory(parse_inventory("\n".join(lines) + "\n"))
+
+
+def nodes_of(topology: Topology, gpus: tuple[str, ...]) -> set[str]:
+    return {topology.gpus[topology.index[g]].node for g in gpus}
+
+
+COMMUNICATION = WorkloadHint(bound="communication")
+
+
+@pytest.mark.parametrize("required", [True, False])
+def test_a_communication_bound_gang_that_must_stay_on_one_node_is_not_spread_over_an_nvlink_domain(
+    required: bool,
+) -> None:
+    """A communication-bound gang tries the levels from ``nvlink_domain`` out to its constraint's,
+    and took the first GPUs of a free-enough domain: with one NVLink domain over two nodes, a
+    gang constrained to one ``node`` got 3 GPUs of one node and 1 of the other (a required
+    constraint broken, or a preferred one given up before the locality wait)."""
+    topology = nvl72()
+    now = [0.0]
+    broker = Broker(topology, [TenantQuota("a", nominal=8)], clock=lambda: now[0])
+    broker.submit(GangRequest("one", "a", 1))  # n0g0: n0 has 3 free, n1 has 4
+    events = broker.submit(
+        GangRequest("x", "a", 4, hint=COMMUNICATION, topology=TopologyConstraint("node", required=required))
+    )
+    granted = [e.lease for e in events if isinstance(e, Granted)]
+    assert len(granted) == 1
+    assert nodes_of(topology, granted[0].gpus) == {"n1"}
+
+
+def test_a_gang_that_must_stay_on_one_node_waits_rather_than_take_a_domain_spread_over_nodes() -> None:
+    topology = nvl72()
+    now = [0.0]
+    broker = Broker(topology, [TenantQuota("a", nominal=8)], clock=lambda: now[0], locality_wait_s=60.0)
+    for name in ("p", "q"):
+        broker.submit(GangRequest(name, "a", 3, topology=TopologyConstraint("node"), ttl_s=86400.0))
+    assert sorted(nodes_of(topology, lease.gpus).pop() for lease in broker.leases()) == ["n0", "n1"]
+    required = GangRequest("x", "a", 2, hint=COMMUNICATION, topology=TopologyConstraint("node"))
+    assert broker.submit(required) == []  # 2 GPUs free in the domain, one on each node: it waits
+    now[0] += 1800.0  # past the locality wait: a required constraint is never loosened
+    assert broker.advance() == []
+    assert [q.request.id for q in broker.queue()] == ["x"]
+
+
+def test_draining_for_a_gang_that_must_stay_on_one_node_reserves_one_node() -> None:
+    """Draining reserved a group at the gang's innermost level, the NVLink domain, even when it
+    spans nodes: the gang that must stay on one node was granted GPUs of both."""
+    topology = nvl72()
+    now = [0.0]
+    broker = Broker(
+        topology, [TenantQuota("a", nominal=16)], clock=lambda: now[0], max_draining=1, drain_after_s=0.0
+    )
+    broker.submit(GangRequest("a", "a", 2, topology=TopologyConstraint("node"), ttl_s=100.0))  # n0
+    broker.submit(GangRequest("b", "a", 3, topology=TopologyConstraint("node"), ttl_s=86400.0))  # n1
+    x = GangRequest("x", "a", 4, hint=COMMUNICATION, topology=TopologyConstraint("node"))
+    assert broker.submit(x) == []  # 3 GPUs free, 2 on n0 and 1 on n1: it drains
+    (queued,) = broker.queue()
+    assert queued.draining and nodes_of(topology, queued.nominated) == {"n0"}
+    now[0] = 100.0  # a expires: n0 is whole again
+    granted = [e.lease for e in broker.advance() if isinstance(e, Granted)]
+    assert [lease.id for lease in granted] == ["x"]
+    assert nodes_of(topology, granted[0].gpus) == {"n0"}

@@ -63,6 +63,7 @@ from agentgate.dispatch.broker._placement import (
     TopologyAware,
     eligibility,
     levels_to_try,
+    nested,
 )
 from agentgate.dispatch.broker._quota import QuotaBook
 from agentgate.dispatch.broker._topology import Topology
@@ -518,14 +519,20 @@ class Broker:
     def _try_drain(self, w: _Waiting) -> None:
         """Reserve for ``w`` the group at its innermost level that is closest to holding it."""
         request = w.request
-        level = levels_to_try(request, loosen=False)[0]
-        if level is None or request.gpus < 2 or not self._quota.fits(request.tenant, request.gpus):
+        levels = [level for level in levels_to_try(request, loosen=False) if level is not None]
+        if not levels or request.gpus < 2 or not self._quota.fits(request.tenant, request.gpus):
             return
         if sum(1 for x in self._waiting.values() if x.draining) >= self.max_draining:
             return
+        # The innermost level with a group inside one group of the constraint's level.
+        level, allowed = next(
+            (lv, ok) for lv in levels if (ok := nested(request, self.topology, lv)) is None or any(ok)
+        )
         eligible = eligibility(request, self.topology)
         best: tuple[int, int, list[int]] | None = None
         for g, members in enumerate(self.topology.members[level]):
+            if allowed is not None and not allowed[g]:
+                continue
             usable = [i for i in members if self._reserved[i] is None and (eligible is None or eligible(i))]
             if len(usable) < request.gpus:
                 continue

@@ -6,7 +6,8 @@ decision looks at groups (125 NVLink domains for 1,000 GPUs), never at every GPU
 ``TopologyAware`` is the broker's policy; the rules, in the order they apply:
 
 * a gang is placed inside one group at the innermost level it asks for, else at the next level
-  out, and spreads over the whole cluster only when its constraint is preferred (not required)
+  out (with a constraint, a group at an inner level counts only when it lies inside one group at
+  the constraint's level: an NVLink domain may span nodes), and spreads over the whole cluster only when its constraint is preferred (not required)
   and, for a communication-bound gang, only once the broker's locality wait is over;
 * inside a level, the group chosen is the best fit: the one with the fewest free GPUs that still
   holds the gang, so that whole NVLink domains stay free for the gangs that need them;
@@ -107,6 +108,16 @@ def eligibility(request: GangRequest, topology: Topology) -> Eligible:
     return lambda i: (gpu_type is None or gpus[i].type == gpu_type) and gpus[i].memory_gb >= memory
 
 
+def nested(request: GangRequest, topology: Topology, level: Level) -> tuple[bool, ...] | None:
+    """Which groups at ``level`` a gang may be placed in as one group: with a topology constraint
+    at an outer level, only those that lie inside one of its groups (an NVLink domain spanning two
+    nodes is no place for a gang that must stay on one node); ``None``: every group."""
+    constraint = request.topology
+    if constraint is None or constraint.level == level:
+        return None
+    return topology.within.get((level, constraint.level))
+
+
 def levels_to_try(request: GangRequest, *, loosen: bool) -> list[Level | None]:
     """The levels to try in order; ``None`` stands for "anywhere in the cluster"."""
     constraint = request.topology
@@ -144,7 +155,9 @@ class TopologyAware:
             chosen = (
                 self._spread(n, free, eligible, memory_sign, fewest)
                 if level is None
-                else self._inside_one(level, n, free, eligible, memory_sign, fewest)
+                else self._inside_one(
+                    level, n, free, eligible, memory_sign, fewest, nested(request, self.topology, level)
+                )
             )
             if chosen is not None:
                 return chosen
@@ -159,11 +172,20 @@ class TopologyAware:
         return 0
 
     def _inside_one(
-        self, level: Level, n: int, free: FreeIndex, eligible: Eligible, memory_sign: int, fewest: bool
+        self,
+        level: Level,
+        n: int,
+        free: FreeIndex,
+        eligible: Eligible,
+        memory_sign: int,
+        fewest: bool,
+        allowed: tuple[bool, ...] | None,
     ) -> list[int] | None:
         memory = self.topology.group_memory_gb[level]
         best: tuple[float, int, int] | None = None
         for g, gpus in enumerate(free.groups(level)):
+            if allowed is not None and not allowed[g]:
+                continue
             count = len(gpus) if eligible is None else sum(1 for i in gpus if eligible(i))
             if count >= n:
                 key = (memory_sign * memory[g], count, g)

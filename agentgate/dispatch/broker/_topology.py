@@ -55,7 +55,9 @@ class Topology:
     """An immutable set of GPUs with their groups at each interconnect level.
 
     ``group_of[level][i]`` is the group number of GPU ``i``; ``members[level][g]`` the GPU numbers
-    of group ``g`` in order; ``group_names[level][g]`` its name. Raises ``InventoryError`` for an
+    of group ``g`` in order; ``group_names[level][g]`` its name; ``within[(inner, outer)][g]``
+    whether group ``g`` at level ``inner`` lies inside one group at the outer level ``outer`` (an
+    NVLink domain may span the nodes of a rack: GB200 NVL72). Raises ``InventoryError`` for an
     empty list or a duplicate GPU id.
     """
 
@@ -65,6 +67,7 @@ class Topology:
     members: dict[Level, tuple[tuple[int, ...], ...]] = field(init=False, repr=False, compare=False)
     group_names: dict[Level, tuple[str, ...]] = field(init=False, repr=False, compare=False)
     group_memory_gb: dict[Level, tuple[float, ...]] = field(init=False, repr=False, compare=False)
+    within: dict[tuple[Level, Level], tuple[bool, ...]] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not self.gpus:
@@ -93,6 +96,12 @@ class Topology:
             names[level] = tuple(numbers)
             # A group is as good for memory-bound work as its smallest GPU.
             memory[level] = tuple(min(self.gpus[i].memory_gb for i in m) for m in lists)
+        within: dict[tuple[Level, Level], tuple[bool, ...]] = {}
+        for depth, inner in enumerate(LEVELS):
+            for outer in LEVELS[depth + 1 :]:
+                outer_of = group_of[outer]
+                within[(inner, outer)] = tuple(len({outer_of[i] for i in m}) == 1 for m in members[inner])
+        object.__setattr__(self, "within", within)
         object.__setattr__(self, "index", index)
         object.__setattr__(self, "group_of", group_of)
         object.__setattr__(self, "members", members)
