@@ -24,6 +24,7 @@ from agentgate.dispatch.broker._topology import Topology
 from agentgate.dispatch.inventory import parse_inventory
 from agentgate.errors import StoreError
 from agentgate.store import Store, Transaction
+from agentgate.store.broker_leases import BrokerLeaseStore
 from agentgate.store.leases import LeaseManager
 
 # --- cross-process concurrency leases (agentgate/store/leases.py) ---------------------------------
@@ -151,3 +152,33 @@ def test_draining_for_a_gang_that_must_stay_on_one_node_reserves_one_node() -> N
     granted = [e.lease for e in broker.advance() if isinstance(e, Granted)]
     assert [lease.id for lease in granted] == ["x"]
     assert nodes_of(topology, granted[0].gpus) == {"n0"}
+
+
+# --- the journal keeps a draining reservation as one ------------------------------------------------
+
+
+def test_a_draining_request_is_still_draining_after_a_restart_and_still_times_out(store: Store) -> None:
+    """The journal did not keep ``draining``: a restored draining request became a nominated one,
+    which never times out (its ``timeout_s`` was lost, the reserved GPUs could sit idle for good),
+    and no longer counted against ``max_draining``."""
+    topology = nvl72()
+    now = [0.0]
+    journal = BrokerLeaseStore(store)
+    settings: dict[str, Any] = {"clock": lambda: now[0], "max_draining": 1, "drain_after_s": 0.0}
+    quotas = [TenantQuota("a", nominal=16)]
+    first = Broker(topology, quotas, journal=journal, **settings)
+    first.submit(GangRequest("a", "a", 2, topology=TopologyConstraint("node"), ttl_s=86400.0))
+    first.submit(GangRequest("b", "a", 3, topology=TopologyConstraint("node"), ttl_s=86400.0))
+    first.submit(
+        GangRequest("x", "a", 4, hint=COMMUNICATION, topology=TopologyConstraint("node"), timeout_s=600.0)
+    )
+    assert [q.draining for q in first.queue()] == [True]
+    saved = journal.load()
+    assert saved is not None and [q.draining for q in saved.queue] == [True]
+    second = Broker(topology, quotas, journal=journal, **settings)
+    second.restore(saved)
+    assert second.queue() == first.queue()
+    assert second.next_deadline() == 600.0
+    now[0] = 600.0
+    assert [type(e).__name__ for e in second.advance()] == ["TimedOut"]
+    assert second.free_gpus() == 3  # the reservation is given back

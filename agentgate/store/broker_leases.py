@@ -9,7 +9,8 @@ one store:
   ids and ``body`` the whole lease as JSON.
 - ``broker_queue(broker, request_id, position, tenant, priority, gpus, submitted_at, deadline,
   nominated, victims, body)``: one row per waiting request in scheduling order; ``deadline`` is
-  NULL for a nominated request (it no longer times out).
+  NULL for a request nominated by preemption (it no longer times out); ``body`` is the request
+  as JSON, with ``"draining": true`` added for a draining reservation.
 
 ``save`` replaces one broker's rows in one transaction, so a reader sees one whole snapshot or
 the previous one, never a mix. The broker process is the authority; these rows are its last
@@ -115,7 +116,7 @@ class BrokerLeaseStore:
                 q.deadline if math.isfinite(q.deadline) else None,
                 json.dumps(list(q.nominated)),
                 json.dumps(list(q.victims)),
-                json.dumps(_request_to_json(q.request), sort_keys=True),
+                json.dumps(_queued_to_json(q), sort_keys=True),
             )
             for position, q in enumerate(snapshot.queue)
         ]
@@ -157,8 +158,8 @@ class BrokerLeaseStore:
         try:
             leases = tuple(_lease_from_json(json.loads(row[0])) for row in lease_rows)
             queue = tuple(
-                QueuedRequest(
-                    request=_request_from_json(json.loads(body)),
+                _queued_from_json(
+                    json.loads(body),
                     submitted_at=float(submitted_at),
                     deadline=math.inf if deadline is None else float(deadline),
                     nominated=tuple(json.loads(nominated)),
@@ -199,6 +200,29 @@ def _request_from_json(data: dict[str, Any]) -> GangRequest:
             "topology": None if topology is None else TopologyConstraint(**topology),
         }
     )
+
+
+def _queued_to_json(queued: QueuedRequest) -> dict[str, Any]:
+    """A queue row's body: the request, and ``draining: true`` for a draining reservation (which,
+    unlike one made by preemption, still times out and counts against ``max_draining``)."""
+    body = _request_to_json(queued.request)
+    if queued.draining:
+        body["draining"] = True
+    return body
+
+
+def _queued_from_json(
+    data: dict[str, Any],
+    *,
+    submitted_at: float,
+    deadline: float,
+    nominated: tuple[str, ...],
+    victims: tuple[str, ...],
+) -> QueuedRequest:
+    draining = data.pop("draining", False)
+    if not isinstance(draining, bool):
+        raise ValueError(f"draining must be true or false, got {draining!r}")
+    return QueuedRequest(_request_from_json(data), submitted_at, deadline, nominated, victims, draining)
 
 
 def _lease_to_json(lease: Lease) -> dict[str, Any]:
