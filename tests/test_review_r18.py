@@ -530,3 +530,98 @@ def test_the_pages_verify_by_hand_script_runs_as_printed_on_every_proof(
             exec(compile(script, "audit-format.md", "exec"), {})
     finally:
         os.chdir(cwd)
+
+
+# --- docs/operations.md: least privilege, run as printed ----------------------------------------
+
+
+def operations_block(lang: str, after: str) -> str:
+    page = (ROOT / "docs" / "operations.md").read_text()
+    return page.split(after, 1)[1].split(f"```{lang}\n", 1)[1].split("\n```\n", 1)[0]
+
+
+@pytest.mark.postgres
+def test_the_least_privilege_set_up_as_printed_lets_the_application_role_run_every_part(
+    postgres_server: Any, tmp_path: Path
+) -> None:
+    """Before: the page said to create the schema with `agentgate audit checkpoint` as the owner,
+    which creates the audit tables only; the application role then failed on every other part
+    with "permission denied for schema public"."""
+    import psycopg
+
+    admin = postgres_server.url()
+    with psycopg.connect(admin, autocommit=True) as conn:
+        for role in ("r18_owner", "agentgate_app"):
+            conn.execute(
+                f"DO $$ BEGIN IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = '{role}') "
+                f"THEN CREATE ROLE {role} LOGIN; END IF; END $$"
+            )
+        conn.execute("DROP DATABASE IF EXISTS r18_ops")
+        conn.execute("CREATE DATABASE r18_ops OWNER r18_owner")
+    user = f"postgresql://{postgres_server.user}@"
+    owner = admin.replace(user, "postgresql://r18_owner@").replace("/postgres?", "/r18_ops?")
+    app = owner.replace("r18_owner@", "agentgate_app@")
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    env.pop("AGENTGATE_LOG_KEY", None)
+    script = operations_block("sh", "create them all:")
+    script = re.sub(r"export AGENTGATE_STORE=\S+", f"export AGENTGATE_STORE='{owner}'", script)
+    done = subprocess.run(
+        ["bash", "-ec", script], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    with psycopg.connect(owner, autocommit=True) as conn:
+        conn.execute(operations_block("sql", "what it needs:"))  # type: ignore[arg-type]
+
+    def cli(*argv: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [*AGENTGATE, *argv],
+            cwd=tmp_path,
+            env={**env, "AGENTGATE_STORE": app},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
+    for name in ("root", "agent"):
+        assert cli("keys", "new", name, "--dir", "keys").returncode == 0
+    issued = cli(
+        "grant",
+        "issue",
+        "--issuer",
+        "keys/root.key",
+        "--to",
+        "keys/agent.pub",
+        "--allow",
+        "tool:x",
+        "--ttl",
+        "1h",
+        "--out",
+        "a.tok",
+    )
+    assert issued.returncode == 0, issued.stderr
+    check = (
+        "grant",
+        "check",
+        "a.tok",
+        "--as",
+        "keys/agent.key",
+        "--trust",
+        "keys/root.pub",
+        "--tool",
+        "x",
+        "--args",
+        "{}",
+    )
+    for argv in (
+        check,
+        ("tasks", "dead-letters"),
+        ("tasks", "breakers"),
+        ("broker", "leases"),
+        ("audit", "verify"),
+    ):
+        done = cli(*argv)
+        assert done.returncode == 0, (argv, done.stderr)
+    assert cli("grant", "revoke", "a.tok").returncode == 0
+    assert "revoked" in cli(*check).stdout
+    with psycopg.connect(app, autocommit=True) as conn, pytest.raises(psycopg.errors.InsufficientPrivilege):
+        conn.execute("UPDATE audit_log SET entry = entry")
