@@ -74,12 +74,14 @@ from agentgate.dispatch.dispatcher import Dispatcher
 from agentgate.errors import (
     AgentGateError,
     AuthorityError,
+    BackendFailed,
     BudgetExceeded,
     Denied,
     DispatchError,
     Expired,
     InputError,
     KeyFileError,
+    NoBackend,
     QuotaExceeded,
     Revoked,
     SchedulingError,
@@ -517,6 +519,9 @@ def scheduler_config(policy: Policy) -> SchedulerConfig:
 
 
 _NOT_STARTED = frozenset({"SchedulingError", "Overloaded", "CircuitOpen"})
+MAX_ERROR_DETAIL = 200
+"""How much of a backend failure's message (``NoBackend``, ``BackendFailed``) an ``outcome``
+entry keeps beside its class."""
 """Errors with which the scheduler refuses a call before it starts (a closed gate, a full queue, an
 open breaker; a non-idempotent call is never retried after an ambiguous failure, so an attempt
 refused this way follows none that may have had an effect)."""
@@ -1632,7 +1637,12 @@ class Gate:
         pause = paused is not None and paused(exc)
         if pause and span.is_recording():
             record_outcome(span, "paused")
-        self._settle(auth, "paused" if pause else "error", type(exc).__name__, _usage_after(auth, exc))
+        error = type(exc).__name__
+        if isinstance(exc, NoBackend | BackendFailed) and str(exc):
+            # Why the backends failed (an HTTP 302, garbage, no answer in time) belongs in the
+            # evidence, not only in the gateway's log; the message names no backend key (scrubbed).
+            error = f"{error}: {str(exc)[:MAX_ERROR_DETAIL]}"
+        self._settle(auth, "paused" if pause else "error", error, _usage_after(auth, exc))
 
     def _finish(
         self,
@@ -1805,7 +1815,7 @@ class Gate:
                 else "paused"
                 if status == "paused"
                 else "not_run"
-                if error in _NOT_STARTED
+                if error is not None and error.partition(":")[0] in _NOT_STARTED
                 else "error"
             )
             self.once.finish(tx, auth.once_key, once)

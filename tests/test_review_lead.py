@@ -14,6 +14,9 @@ from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.types import Command
 from test_langgraph import Team, _entries, _publisher
 from test_langgraph import team as team  # the fixture
+from test_review_r16 import Env, _body, _in_service, _settled
+from test_review_r16 import env as env  # the fixtures
+from test_review_r16 import hostile as hostile
 
 from agentgate.capabilities import Call
 from agentgate.cli.main import main
@@ -154,3 +157,17 @@ def test_a_read_verb_never_prints_the_password_of_a_connection_string(
     err = capsys.readouterr().err
     assert "hunter2" not in err
     assert "postgresql://" in err
+
+
+def test_a_failed_dispatch_is_audited_with_why_it_failed(env: Env) -> None:
+    """R16: a gateway call whose backend answered a redirect (or garbage, or nothing) was
+    audited ``error`` with the exception's class alone (``BackendFailed``); why it failed was only
+    in the gateway's log. The outcome now keeps the (key-scrubbed) message beside the class."""
+    _in_service(env)
+    env.backend.mode = "redirect"
+    count = len(env.outcomes())
+    answer = env.post(_body())
+    assert answer.status_code in (502, 503), answer.text
+    reasons = _settled(env, count + 1)[-1].reasons
+    assert any(r.startswith(("BackendFailed: ", "NoBackend: ")) and "302" in r for r in reasons), reasons
+    env.backend.mode = "ok"
