@@ -13,12 +13,14 @@ import pytest
 
 from agentgate.dispatch.broker import (
     Broker,
+    CheckpointNotice,
     GangRequest,
     Granted,
     TenantQuota,
     TopologyConstraint,
     WorkloadHint,
     from_inventory,
+    synthetic_topology,
 )
 from agentgate.dispatch.broker._topology import Topology
 from agentgate.dispatch.inventory import parse_inventory
@@ -182,3 +184,38 @@ def test_a_draining_request_is_still_draining_after_a_restart_and_still_times_ou
     now[0] = 600.0
     assert [type(e).__name__ for e in second.advance()] == ["TimedOut"]
     assert second.free_gpus() == 3  # the reservation is given back
+
+
+# --- quotas during a victim's checkpoint grace --------------------------------------------------------
+
+
+def held_by(broker: Broker) -> dict[str, int]:
+    """GPUs each tenant physically holds now (live leases, notified ones included)."""
+    held: dict[str, int] = {}
+    for lease in broker.leases():
+        held[lease.tenant] = held.get(lease.tenant, 0) + len(lease.gpus)
+    return held
+
+
+def test_a_tenant_being_reclaimed_from_gets_no_new_gpus_beyond_its_quota_during_the_grace() -> None:
+    """A notified lease stopped counting at its notice, so during its grace its tenant was
+    granted new gangs as if it held nothing: research (at most 16 GPUs: its cohort's quota)
+    held 20 GPUs for the whole grace, its cohort 20 plus prod's 8 reserved. A request that fits
+    but for the GPUs still leaving now waits for them, and preempts nobody for them."""
+    now = [0.0]
+    quotas = [TenantQuota("research", nominal=8, cohort="lab"), TenantQuota("prod", nominal=8, cohort="lab")]
+    broker = Broker(synthetic_topology(4, 8), quotas, clock=lambda: now[0], ttl_s=600.0, grace_s=120.0)
+    broker.submit(GangRequest("r1", "research", 12))
+    notices = broker.submit(GangRequest("p1", "prod", 8))  # reclaim: r1 is notified
+    assert [type(e).__name__ for e in notices] == ["CheckpointNotice"]
+    now[0] = 10.0
+    assert broker.submit(GangRequest("r2", "research", 8)) == []  # waits for r1 to leave
+    assert held_by(broker) == {"research": 12}
+    for t in range(10, 131, 10):  # every call of the grace keeps research within its quota
+        now[0] = float(t)
+        assert not any(isinstance(e, CheckpointNotice) for e in broker.advance())
+        assert held_by(broker).get("research", 0) <= 16
+        assert sum(held_by(broker).values()) + sum(len(q.nominated) for q in broker.queue()) <= 16 + 12
+    granted = {lease.id for lease in broker.leases()}
+    assert granted == {"p1", "r2"}  # r1 ended at its deadline; p1 and r2 got their GPUs then
+    assert held_by(broker) == {"prod": 8, "research": 8}

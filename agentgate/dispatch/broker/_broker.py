@@ -137,7 +137,8 @@ class Broker:
         self._owner: list[str | None] = [None] * len(topology)
         self._reserved: list[str | None] = [None] * len(topology)
         self._leases: dict[str, Lease] = {}
-        self._victims: set[str] = set()  # notified leases: not charged to their tenant any more
+        # notified leases: not charged to their tenant any more, but leaving (QuotaBook.leave)
+        self._victims: set[str] = set()
         self._waiting: dict[str, _Waiting] = {}
         self._seq = 0
         self._outbox: list[BrokerEvent] = []
@@ -323,6 +324,7 @@ class Broker:
                 self._leases[lease.id] = lease
                 if lease.notice_deadline is not None:
                     self._victims.add(lease.id)
+                    self._quota.leave(lease.tenant, len(nums))
                 else:
                     self._quota.charge(lease.tenant, len(nums))
             for q in snapshot.queue:
@@ -402,6 +404,10 @@ class Broker:
             if self._quota.fits(request.tenant, request.gpus):
                 chosen = self.policy.place(request, self._free, loosen=loosen)
                 if chosen is not None:
+                    if not self._quota.fits(request.tenant, request.gpus, with_leaving=True):
+                        # It fits once the notified leases of its tenant or cohort are gone,
+                        # which their grace bounds: it waits for them, preempting nobody.
+                        continue
                     self._free.take(chosen)
                     self._quota.charge(request.tenant, request.gpus)
                     self._grant(w, chosen, now)
@@ -434,6 +440,7 @@ class Broker:
         nums = [self.topology.number(g) for g in lease.gpus]
         if lease_id in self._victims:
             self._victims.discard(lease_id)
+            self._quota.leave(lease.tenant, -len(nums))
         else:
             self._quota.charge(lease.tenant, -len(nums))
         for i in nums:
@@ -520,7 +527,11 @@ class Broker:
         """Reserve for ``w`` the group at its innermost level that is closest to holding it."""
         request = w.request
         levels = [level for level in levels_to_try(request, loosen=False) if level is not None]
-        if not levels or request.gpus < 2 or not self._quota.fits(request.tenant, request.gpus):
+        if (
+            not levels
+            or request.gpus < 2
+            or not self._quota.fits(request.tenant, request.gpus, with_leaving=True)
+        ):
             return
         if sum(1 for x in self._waiting.values() if x.draining) >= self.max_draining:
             return
@@ -576,6 +587,7 @@ class Broker:
             self._leases[lease.id] = notified
             self._victims.add(lease.id)
             self._quota.charge(lease.tenant, -len(lease.gpus))
+            self._quota.leave(lease.tenant, len(lease.gpus))
             w.victims.add(lease.id)
             self._outbox.append(CheckpointNotice(notified, now + grace, request.id, reason))
 

@@ -7,6 +7,11 @@ what the other tenants of its cohort leave unused: a request of ``n`` GPUs fits 
     used(cohort) + n <= sum of nominal(m) over the cohort's members m
 
 A tenant above its nominal quota is *borrowing*; its leases are what a lender may reclaim.
+
+A lease being preempted stops counting as *used* at its notice (the preemptor's reservation takes
+its place), but its GPUs are *leaving* until it ends: a new grant counts them too
+(``fits(..., with_leaving=True)``), so that no tenant or cohort holds more than its quota allows
+during a victim's checkpoint grace.
 """
 
 from __future__ import annotations
@@ -35,6 +40,8 @@ class QuotaBook:
                 self._cohort_nominal[quota.cohort] = self._cohort_nominal.get(quota.cohort, 0) + quota.nominal
         self._used = dict.fromkeys(self._quotas, 0)
         self._cohort_used = dict.fromkeys(self._cohort_nominal, 0)
+        self._leaving = dict.fromkeys(self._quotas, 0)
+        self._cohort_leaving = dict.fromkeys(self._cohort_nominal, 0)
 
     def __contains__(self, tenant: object) -> bool:
         return tenant in self._quotas
@@ -70,17 +77,40 @@ class QuotaBook:
         if cohort is not None:
             self._cohort_used[cohort] += gpus
 
-    def fits(self, tenant: str, n: int, released: Mapping[str, int] | None = None) -> bool:
-        """Whether ``tenant`` may take ``n`` more GPUs, were the ``released`` usage gone."""
+    def leave(self, tenant: str, gpus: int) -> None:
+        """Add ``gpus`` (negative: they are gone) to the tenant's and its cohort's leaving GPUs:
+        those of its notified leases, no longer used but still held."""
+        self._leaving[tenant] += gpus
+        cohort = self._quotas[tenant].cohort
+        if cohort is not None:
+            self._cohort_leaving[cohort] += gpus
+
+    def fits(
+        self,
+        tenant: str,
+        n: int,
+        released: Mapping[str, int] | None = None,
+        *,
+        with_leaving: bool = False,
+    ) -> bool:
+        """Whether ``tenant`` may take ``n`` more GPUs, were the ``released`` usage gone;
+        ``with_leaving``: counting the GPUs of notified leases, which are still held (a grant
+        now), else not (whether a preemption would make room once they are gone)."""
         released = released or {}
         quota = self._quotas[tenant]
         used = self._used[tenant] - released.get(tenant, 0)
-        if quota.cohort is None:
+        cohort = quota.cohort
+        if with_leaving:
+            used += self._leaving[tenant]
+        if cohort is None:
             return used + n <= quota.nominal
         if quota.borrowing_limit is not None and used + n - quota.nominal > quota.borrowing_limit:
             return False
-        cohort_released = sum(g for t, g in released.items() if self._quotas[t].cohort == quota.cohort)
-        return self._cohort_used[quota.cohort] - cohort_released + n <= self._cohort_nominal[quota.cohort]
+        cohort_released = sum(g for t, g in released.items() if self._quotas[t].cohort == cohort)
+        cohort_used = self._cohort_used[cohort] - cohort_released
+        if with_leaving:
+            cohort_used += self._cohort_leaving[cohort]
+        return cohort_used + n <= self._cohort_nominal[cohort]
 
     def may_reclaim_from(self, tenant: str, n: int, other: str) -> bool:
         """Whether a request of ``n`` GPUs by ``tenant`` may reclaim leases of ``other``: it stays
