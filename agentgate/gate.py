@@ -1527,8 +1527,13 @@ class Gate:
         failed: Callable[[T], bool] | None = None,
         spent: Callable[[T], tuple[int, int] | None] | None = None,
         paused: Callable[[BaseException], bool] | None = None,
+        preemptible: bool = True,
     ) -> T:
-        """The async twin of ``run``: the scheduler's limits hold for coroutines too."""
+        """The async twin of ``run``: the scheduler's limits hold for coroutines too.
+
+        ``preemptible=False`` for a tool call whose work no cancellation stops (a sync function
+        in a worker thread): past its timeout it runs to its end and its result is returned and
+        recorded, as under ``run`` (``Scheduler.submit``)."""
         self._check_allowed(auth)
         loop = asyncio.get_running_loop()
         self._begin_run(auth, loop)
@@ -1540,7 +1545,9 @@ class Gate:
                         async def attempt(_attempt: Attempt) -> T:
                             return await _result_of(fn)
 
-                        result = await self._async().submit(self._tool_call(auth, call_id, run_id), attempt)
+                        result = await self._async().submit(
+                            self._tool_call(auth, call_id, run_id), attempt, preemptible=preemptible
+                        )
                     else:
                         result = await _result_of(fn)
                 except BaseException as exc:

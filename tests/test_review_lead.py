@@ -7,12 +7,14 @@ from __future__ import annotations
 import sqlite3
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
+from langchain_core.tools import StructuredTool
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.types import Command
-from test_langgraph import Team, _entries, _publisher
+from test_langgraph import NAMES, Team, _calls, _entries, _policy_text, _publisher
 from test_langgraph import team as team  # the fixture
 from test_review_r16 import Env, _body, _in_service, _settled
 from test_review_r16 import env as env  # the fixtures
@@ -21,6 +23,7 @@ from test_review_r16 import hostile as hostile
 from agentgate.capabilities import Call
 from agentgate.cli.main import main
 from agentgate.gate import Gate
+from agentgate.integrations.langgraph import ScriptedChatModel, create_gated_agent
 from agentgate.keys import SigningKey
 from agentgate.policy import parse_policy
 from agentgate.store import SQLiteStore
@@ -171,3 +174,37 @@ def test_a_failed_dispatch_is_audited_with_why_it_failed(env: Env) -> None:
     reasons = _settled(env, count + 1)[-1].reasons
     assert any(r.startswith(("BackendFailed: ", "NoBackend: ")) and "302" in r for r in reasons), reasons
     env.backend.mode = "ok"
+
+
+async def test_a_sync_tool_past_its_timeout_under_ainvoke_answers_with_its_result(tmp_path: Path) -> None:
+    """R15: under ainvoke a sync tool runs in a worker thread that no cancellation stops. Past its
+    timeout it ran to its end (a refund went through) but the model was told it failed, and the
+    outcome said ``error``: a model may then ask again under a new call id (a second refund).
+    Under ``invoke`` the same tool's result is returned. It now is under ``ainvoke`` too."""
+    ran: list[str] = []
+
+    def search(query: str) -> str:
+        time.sleep(0.5)
+        ran.append(query)
+        return "found"
+
+    keys = {name: SigningKey.generate() for name in NAMES}
+    text = _policy_text({n: k.did for n, k in keys.items()}, 1_000_000)
+    gate = Gate(
+        parse_policy(
+            text.replace("concurrency: 2", "concurrency: 1\n    timeout_s: 0.1"), source="team.yaml"
+        ),
+        SQLiteStore(tmp_path / "agentgate.db"),
+    )
+    try:
+        identity = gate.issue(keys["root"], name="supervisor", key=keys["supervisor"], role="supervisor")
+        tool = StructuredTool.from_function(func=search, name="search", description="search")
+        model = ScriptedChatModel(turns=[_calls(("search", {"query": "q"}))])
+        agent = create_gated_agent(gate, name="supervisor", model=model, tools=[tool], gate_models=False)
+        result = await agent.ainvoke({"messages": [{"role": "user", "content": "go"}]}, context=identity)
+        answers = [m for m in result["messages"] if m.type == "tool"]
+        assert ran == ["q"]
+        assert [(m.status, m.content) for m in answers] == [("success", "found")]
+        assert [e.status for e in _entries(gate) if e.kind == "outcome"] == ["ok"]
+    finally:
+        gate.close()

@@ -327,7 +327,9 @@ class GateMiddleware(AgentMiddleware[Any, Any, Any]):
         if not auth.allowed:
             return _refusal(auth, call_id, name)
         # A sync tool runs in a worker thread under ainvoke, which no cancellation stops: its
-        # attempt ends with its thread, so that its slot is not given back while it runs.
+        # attempt ends with its thread, so that its slot is not given back while it runs, and
+        # past its timeout its result is returned (not a timeout the model would retry), as
+        # under invoke.
         threaded = _runs_in_a_thread(request.tool)
         try:
             return await self.gate.arun(
@@ -337,6 +339,7 @@ class GateMiddleware(AgentMiddleware[Any, Any, Any]):
                 run_id=_run_id(request),
                 failed=_failed,
                 paused=_paused,
+                preemptible=not threaded,
             )
         except GraphBubbleUp:
             raise

@@ -239,8 +239,15 @@ class Scheduler:
 
     # --- the call -------------------------------------------------------------------------------
 
-    def submit(self, call: ToolCall, fn: Callable[[Attempt], Awaitable[T]]) -> Coroutine[Any, Any, T]:
+    def submit(
+        self, call: ToolCall, fn: Callable[[Attempt], Awaitable[T]], *, preemptible: bool = True
+    ) -> Coroutine[Any, Any, T]:
         """Run ``fn`` for ``call`` under the call's limits, deadlines and retry policy; return its result.
+
+        ``preemptible=False``: ``fn`` stands for work that no cancellation stops (a sync function
+        in a worker thread), so an attempt past its deadline is not cut short and reported as
+        failed while its effect happens anyway: it runs to its end and its result is returned, as
+        the sync scheduler does. The deadline still bounds waiting for a slot and retries.
 
         Returns a coroutine (``await scheduler.submit(call, fn)``); errors are raised when it is
         awaited. A plain method rather than ``async def``: one coroutine less on the hot path.
@@ -263,8 +270,8 @@ class Scheduler:
         except AgentGateError as exc:
             return _raise(exc)
         if key is not None:
-            return self._submit_keyed(call, fn, limits, priority, key)
-        return self._run(call, fn, limits, priority, None)
+            return self._submit_keyed(call, fn, limits, priority, key, preemptible)
+        return self._run(call, fn, limits, priority, None, preemptible)
 
     async def _submit_keyed(
         self,
@@ -273,6 +280,7 @@ class Scheduler:
         limits: ToolLimits,
         priority: PriorityClass,
         key: str,
+        preemptible: bool = True,
     ) -> T:
         """A call with an idempotency key: reuse a completed result, join a running twin, or run."""
         if key in self._results:
@@ -299,7 +307,7 @@ class Scheduler:
         outcome: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._twins[key] = outcome
         try:
-            result = await self._run(call, fn, limits, priority, key)
+            result = await self._run(call, fn, limits, priority, key, preemptible)
         except BaseException as exc:
             if isinstance(exc, asyncio.CancelledError):
                 # The twin's cancellation is its caller's own: a joiner nobody cancelled gets the
@@ -328,6 +336,7 @@ class Scheduler:
         limits: ToolLimits,
         priority: PriorityClass,
         key: str | None,
+        preemptible: bool = True,
     ) -> T:
         """The attempts of one call (one function: this is the hot path, see the module docstring)."""
         loop = asyncio.get_running_loop()
@@ -451,7 +460,7 @@ class Scheduler:
                         probing = False  # from here on the outcome is reported to the breaker below
                         running = RUNNING.set(waiter)  # calls the tool makes are nested in this one
                         try:
-                            if attempt_deadline is None or not self._preemptive:
+                            if attempt_deadline is None or not (preemptible and self._preemptive):
                                 result = await fn(attempt)
                             else:
                                 timeout = asyncio.timeout_at(attempt_deadline)
