@@ -25,7 +25,7 @@ from agentgate.dispatch.broker import (
 )
 from agentgate.dispatch.broker._topology import Topology
 from agentgate.dispatch.inventory import parse_inventory
-from agentgate.errors import StoreError
+from agentgate.errors import InputError, StoreError
 from agentgate.sim import QWEN3_32B
 from agentgate.store import Store, Transaction
 from agentgate.store.broker_leases import BrokerLeaseStore
@@ -237,3 +237,23 @@ def test_the_documented_qwen3_prefix_cache_figures_are_what_the_model_gives() ->
     assert QWEN3_32B.prefill_time(1_310, 8_690) == pytest.approx(0.60, abs=0.005)
     text = (REPO / "docs" / "simulation.md").read_text()
     assert "0.62 s with 8,650 cached" in " ".join(text.split())
+
+
+def test_a_manager_cannot_release_the_lease_of_another_holder(store: Store) -> None:
+    """``release`` deleted any row with the lease's id, whoever held it: a manager handed another
+    process's ``Lease`` (two schedulers in one process mixing them up) freed a slot still in use,
+    and a third caller could take it while the holder ran (the shared limit exceeded)."""
+    ours = LeaseManager(store, ttl_s=10.0)
+    theirs = LeaseManager(store, ttl_s=10.0)
+    try:
+        lease = theirs.try_acquire("tool:x", 1)
+        assert lease is not None
+        with pytest.raises(InputError, match="held by"):
+            ours.release(lease)
+        assert [row.holder for row in ours.rows("tool:x")] == [theirs.holder]
+        assert ours.try_acquire("tool:x", 1) is None
+        theirs.release(lease)
+        assert ours.rows("tool:x") == []
+    finally:
+        ours.close()
+        theirs.close()

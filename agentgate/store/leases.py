@@ -93,7 +93,7 @@ _CLAIM = (
     "ON CONFLICT (lease_key, slot) DO UPDATE SET holder = excluded.holder, lease_id = excluded.lease_id, "
     "expires_at = excluded.expires_at WHERE agentgate_leases.expires_at <= ?"
 )
-_RELEASE = "DELETE FROM agentgate_leases WHERE lease_key = ? AND slot = ? AND lease_id = ?"
+_RELEASE = "DELETE FROM agentgate_leases WHERE lease_key = ? AND slot = ? AND lease_id = ? AND holder = ?"
 _RENEW = "UPDATE agentgate_leases SET expires_at = ? WHERE holder = ? AND lease_id IN ({ids})"
 _RENEW_BATCH = 500
 """Lease ids renewed per statement (SQLite's default limit is 32,766 parameters)."""
@@ -180,11 +180,21 @@ class LeaseManager:
         return lease
 
     def release(self, lease: Lease) -> None:
-        """Give ``lease`` back (a lease already taken over after expiring is left alone)."""
+        """Give ``lease`` back (a lease already taken over after expiring is left alone).
+
+        Raises ``InputError`` (nothing released) for a lease of another holder: only the holder
+        gives a slot back; ``StoreError`` when the store cannot be reached (the lease is not
+        renewed again, so it expires within ``ttl_s``).
+        """
+        if lease.holder != self.holder:
+            raise InputError(
+                f"lease {lease.key!r} slot {lease.slot} is held by {lease.holder!r}, not {self.holder!r}: "
+                "only its holder releases it"
+            )
         with self._lock:
             self._held.discard(lease)
         with self.store.transaction() as tx:
-            tx.execute(_RELEASE, (lease.key, lease.slot, lease.lease_id))
+            tx.execute(_RELEASE, (lease.key, lease.slot, lease.lease_id, self.holder))
 
     def renew(self) -> int:
         """Push the expiry of every lease this manager holds to now + ttl; returns the rows renewed.
@@ -243,7 +253,7 @@ class LeaseManager:
         for lease in held:
             try:
                 with self.store.transaction() as tx:
-                    tx.execute(_RELEASE, (lease.key, lease.slot, lease.lease_id))
+                    tx.execute(_RELEASE, (lease.key, lease.slot, lease.lease_id, self.holder))
             except StoreError:
                 continue  # it expires by itself within ttl_s
 
