@@ -625,3 +625,74 @@ def test_the_least_privilege_set_up_as_printed_lets_the_application_role_run_eve
     assert "revoked" in cli(*check).stdout
     with psycopg.connect(app, autocommit=True) as conn, pytest.raises(psycopg.errors.InsufficientPrivilege):
         conn.execute("UPDATE audit_log SET entry = entry")
+
+
+# --- docs/lint.md and docs/concepts.md, run as printed ------------------------------------------
+
+
+def page_block(page: str, after: str) -> str:
+    text = (ROOT / "docs" / page).read_text()
+    return text.split(after, 1)[1].split("```\n", 1)[1].split("```", 1)[0]
+
+
+def run_cli(capsys: pytest.CaptureFixture[str], line: str) -> tuple[int, str]:
+    """One documented command line (``agentgate ...``, continuation lines joined), in process."""
+    import shlex
+
+    from agentgate.cli.main import main
+
+    argv = shlex.split(line.replace("\\\n", " "))
+    assert argv[0] == "agentgate"
+    code = main(argv[1:])
+    out = capsys.readouterr()
+    return code, out.out + out.err
+
+
+def test_the_lint_pages_example_is_what_the_linter_prints(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "policies").mkdir()
+    corpus = ROOT / "tests" / "corpus" / "021-delegation-wider-than-role" / "policy.yaml"
+    (tmp_path / "policies" / "bad.yaml").write_text(corpus.read_text())
+    monkeypatch.chdir(tmp_path)
+    code, out = run_cli(capsys, "agentgate policy lint policies/bad.yaml")
+    assert code == 1 and out == page_block("lint.md", "a message, and a fix hint:")
+    code, out = run_cli(capsys, "agentgate policy lint policies/bad.yaml --json")
+    printed = json.loads(out)
+    assert code == 1 and printed["valid"] is True and set(printed) == {"file", "valid", "findings"}
+    assert set(printed["findings"][0]) == {"kind", "code", "message", "severity", "file", "line", "hint"}
+
+
+def test_the_concepts_walkthrough_runs_as_printed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    setup = page_block("concepts.md", "run it in an empty directory):")
+    monkeypatch.setenv("AGENTGATE_STORE", str(tmp_path / "agentgate.db"))
+    for line in setup.replace("\\\n", " ").splitlines()[1:]:
+        assert run_cli(capsys, line.split("  #")[0])[0] == 0, line
+    for after in ("### 1. Scope creep", "### 3. Non-revocable grant"):
+        block = page_block("concepts.md", after)
+        printed = block.split("\n", 2)
+        command = printed[0].removeprefix("$ ") + "\n" + printed[1]
+        code, out = run_cli(capsys, command)
+        assert code == 1 and out.startswith(printed[2].split(":")[0] + ":"), out
+        first = " ".join(printed[2].split("\n$ ")[0].split("...")[0].split())
+        assert " ".join(out.split()).startswith(first), (first, out)
+    delegate = page_block("concepts.md", "to the refunder's own key:")
+    assert run_cli(capsys, delegate)[0] == 0
+    copied = page_block("concepts.md", "token:\n").split("\n")
+    code, out = run_cli(capsys, copied[0].removeprefix("$ ") + "\n" + copied[1])
+    assert (
+        code == 1
+        and out.startswith("deny: invocation signed by did:key:z6Mk")
+        and "wrong_holder [audience]" in out
+    )
+    revoke = page_block("concepts.md", "every link of the chain against the store:").split("\n")
+    code, out = run_cli(capsys, revoke[0].removeprefix("$ "))
+    assert (
+        code == 0 and out.startswith("revoked ") and "1 recorded descendant grant(s) are dead with it" in out
+    )
+    code, out = run_cli(capsys, revoke[3].removeprefix("$ ") + "\n" + revoke[4])
+    assert code == 1 and "of this chain has been revoked; every grant below a revoked grant is dead" in out
+    assert "non_revocable_grant revoked:" in out
