@@ -188,13 +188,13 @@ def allowed(value: object, ops: dict[str, Any]) -> bool:
             return False
         if op in ("lt", "le", "gt", "ge") and not number:
             return False
-        if op == "lt" and not value < bound:  # type: ignore[operator]
+        if op == "lt" and not value < bound:
             return False
-        if op == "le" and not value <= bound:  # type: ignore[operator]
+        if op == "le" and not value <= bound:
             return False
-        if op == "gt" and not value > bound:  # type: ignore[operator]
+        if op == "gt" and not value > bound:
             return False
-        if op == "ge" and not value >= bound:  # type: ignore[operator]
+        if op == "ge" and not value >= bound:
             return False
         if op == "prefix" and not (isinstance(value, str) and value.startswith(bound)):
             return False
@@ -570,7 +570,7 @@ def test_the_least_privilege_set_up_as_printed_lets_the_application_role_run_eve
     )
     assert done.returncode == 0, done.stderr
     with psycopg.connect(owner, autocommit=True) as conn:
-        conn.execute(operations_block("sql", "what it needs:"))  # type: ignore[arg-type]
+        conn.execute(operations_block("sql", "what it needs:"))
 
     def cli(*argv: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
