@@ -41,6 +41,8 @@ _BOOLEANS = frozenset({"true", "True", "TRUE", "false", "False", "FALSE"})
 """Booleans as YAML 1.2 writes them; yes/no/on/off are text here."""
 _INTEGER = re.compile(r"[-+]?(?:0|[1-9][0-9_]*|0x[0-9a-fA-F_]+|0o[0-7_]+|0b[01_]+)")
 _SEXAGESIMAL = re.compile(r"[-+]?[1-9][0-9_]*(?::[0-5]?[0-9])+")
+_EXPONENT = re.compile(r"[-+]?[0-9]+[eE][-+]?[0-9]+")
+"""A float with an exponent and no dot (``1e3``): a float in YAML 1.2, text to PyYAML's 1.1 rule."""
 _MAP, _SEQ = "tag:yaml.org,2002:map", "tag:yaml.org,2002:seq"
 
 
@@ -174,6 +176,8 @@ class _Builder:
         if node.tag not in _SCALAR_TAGS:
             raise self._tag_error(node)
         if node.tag == _STR:
+            if not node.style and _EXPONENT.fullmatch(node.value):  # plain: None or "" (libyaml)
+                return float(node.value)  # unquoted, as YAML 1.2 reads it
             return node.value
         if node.tag == _BOOL and node.value not in _BOOLEANS:
             # YAML 1.1 reads yes/no/on/off as booleans: ``in: [NO, SE, DK]`` would hold False,

@@ -208,3 +208,12 @@ async def test_a_sync_tool_past_its_timeout_under_ainvoke_answers_with_its_resul
         assert [e.status for e in _entries(gate) if e.kind == "outcome"] == ["ok"]
     finally:
         gate.close()
+
+
+def test_an_unquoted_exponent_without_a_dot_is_a_number_as_in_yaml_1_2() -> None:
+    """R13: ``timeout_s: 1e3`` (a float in YAML 1.2, which docs/policy-reference.md says plain
+    scalars follow) was read as text and refused with the hint "write the value unquoted"."""
+    from agentgate._yaml import load_yaml
+
+    data, _ = load_yaml("a: 1e3\nb: -2E-3\nc: '1e3'\nd: 1e3x\n", source="t.yaml")
+    assert data == {"a": 1000.0, "b": -0.002, "c": "1e3", "d": "1e3x"}
