@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 from nacl.exceptions import BadSignatureError
-from nacl.signing import VerifyKey
+from nacl.signing import SigningKey, VerifyKey
 
 ROOT = Path(__file__).resolve().parents[1]
 CASES = sorted((ROOT / "tests" / "vectors" / "cases").glob("*.json"))
@@ -383,8 +383,6 @@ def test_the_token_pages_example_payload_is_the_vectors_root_with_the_id_it_name
 
 
 def test_the_vector_keys_are_the_did_keys_of_their_seeds() -> None:
-    from nacl.signing import SigningKey
-
     for name, key in json.loads((ROOT / "tests" / "vectors" / "keys.json").read_text()).items():
         public = bytes(SigningKey(bytes.fromhex(key["seed"])).verify_key)
         assert "did:key:z" + b58encode(b"\xed\x01" + public) == key["did"], name
@@ -522,11 +520,28 @@ def test_the_pages_verify_by_hand_script_runs_as_printed_on_every_proof(
             exec(compile(script, "audit-format.md", "exec"), {})
             kind = "allow" if index % 2 == 0 else "outcome"
             assert capsys.readouterr().out == f"{kind} {DID} tool:x\n"
-        bundle = (tmp / "entry.tlog-proof").read_text().split("\n")
+        # a witness's cosignature, ahead of the log's own line, is skipped
+        text = (tmp / "entry.tlog-proof").read_text()
+        head, checkpoint = text.split("\n\n", 1)
+        body, signatures = checkpoint.split("\n\n", 1)
+        witness = SigningKey(b"\x09" * 32)
+        wid = hashlib.sha256(b"witness.example\n\x01" + bytes(witness.verify_key)).digest()[:4]
+        cosigned = base64.b64encode(wid + witness.sign((body + "\n").encode()).signature).decode()
+        (tmp / "entry.tlog-proof").write_text(
+            f"{head}\n\n{body}\n\n\u2014 witness.example {cosigned}\n{signatures}"
+        )
+        exec(compile(script, "audit-format.md", "exec"), {})
+        assert capsys.readouterr().out == f"outcome {DID} tool:x\n"
+        bundle = text.split("\n")
         entry = base64.b64decode(bundle[1].removeprefix("extra "))
         bundle[1] = "extra " + base64.b64encode(entry.replace(b'"ok"', b'"no"')).decode()
         (tmp / "entry.tlog-proof").write_text("\n".join(bundle))
-        with pytest.raises(AssertionError):
+        with pytest.raises(SystemExit, match="not in the signed tree"):
+            exec(compile(script, "audit-format.md", "exec"), {})
+        bundle = text.split("\n")
+        bundle[2] = f"index {last + 1}"
+        (tmp / "entry.tlog-proof").write_text("\n".join(bundle))
+        with pytest.raises(SystemExit, match="beyond the signed tree"):
             exec(compile(script, "audit-format.md", "exec"), {})
     finally:
         os.chdir(cwd)
