@@ -6,11 +6,14 @@ Each test names the defect it pins: it failed on the code before its fix.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from test_broker_gated import Setup as GatedSetup
 
 from agentgate.dispatch.broker import (
     Broker,
@@ -25,7 +28,7 @@ from agentgate.dispatch.broker import (
 )
 from agentgate.dispatch.broker._topology import Topology
 from agentgate.dispatch.inventory import parse_inventory
-from agentgate.errors import InputError, StoreError
+from agentgate.errors import BrokerError, Denied, InputError, StoreError
 from agentgate.sim import QWEN3_32B
 from agentgate.store import Store, Transaction
 from agentgate.store.broker_leases import BrokerLeaseStore
@@ -257,3 +260,43 @@ def test_a_manager_cannot_release_the_lease_of_another_holder(store: Store) -> N
     finally:
         ours.close()
         theirs.close()
+
+
+# --- a gated lease never outlives the grant that decided it -------------------------------------------
+
+
+@pytest.mark.parametrize("ttl_s", [2 * 3600.0, 1e300])
+def test_a_gated_lease_that_would_outlive_its_grant_is_refused_before_any_decision(
+    tmp_path: Path, ttl_s: float
+) -> None:
+    """A lease's time to live was any number: on a GPU type the policy does not price, a
+    ``ttl_s`` of 1e300 was allowed and granted, so the lease never expired: a holder that died
+    never gave its GPUs back, and a grant that expired or was revoked kept them for good (its
+    renewals are what check the authority, and it never needed one)."""
+    setup = GatedSetup(tmp_path)  # grants live 3600 s
+    try:
+        trainer = setup.ids["trainer"]
+        with pytest.raises(BrokerError, match="outlive"):
+            setup.gated.submit(trainer, GangRequest("long", "x", 1, gpu_type="H100", ttl_s=ttl_s))
+        assert setup.entries() == [] and setup.broker.leases() == [] and setup.broker.queue() == []
+        answer = setup.gated.submit(trainer, GangRequest("short", "x", 1, gpu_type="H100", ttl_s=600.0))
+        assert answer.allowed and answer.lease() is not None
+    finally:
+        setup.gate.close()
+
+
+def test_a_renewal_that_would_carry_a_lease_past_its_grant_is_refused(tmp_path: Path) -> None:
+    setup = GatedSetup(tmp_path)
+    try:
+        trainer = setup.ids["trainer"]
+        lease = setup.gated.submit(trainer, GangRequest("r", "x", 1, gpu_type="H100", ttl_s=600.0)).lease()
+        assert lease is not None
+        assert setup.gated.renew(trainer, "r").expires_at == setup.clock.now + 600.0
+        # the grant expires in under 600 s: a renewal to 600 s from now would outlive it
+        late = dataclasses.replace(trainer, chain=dataclasses.replace(trainer.chain))
+        object.__setattr__(late.chain, "expires", int(time.time()) + 300)
+        with pytest.raises(Denied, match="outlive"):
+            setup.gated.renew(late, "r")
+        assert [lease.expires_at for lease in setup.broker.leases()] == [setup.clock.now + 600.0]
+    finally:
+        setup.gate.close()

@@ -28,6 +28,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import threading
+import time
 from dataclasses import dataclass
 
 from agentgate.capabilities import Call, canonical_resource
@@ -103,8 +104,9 @@ class GatedBroker:
         chain's budgets with the decision; a budget too small for it refuses the request, naming
         the budget. Never raises for a refused request (the refusal is audited and returned).
         Raises ``BrokerError`` for a request without ``gpu_type`` (a grant covers ``gpu:TYPE``, so
-        the type must be known before the decision), a type that is no resource name, or an id
-        that is already live through a ``GatedBroker`` of this name (before any decision); and,
+        the type must be known before the decision), a type that is no resource name, an id
+        that is already live through a ``GatedBroker`` of this name, or a ``ttl_s`` that would
+        outlive the identity's grant chain (before any decision); and,
         after an allowed decision, whatever ``Broker.submit`` raises (an unknown tenant, a
         duplicate id, a gang that could never be placed), with an ``error`` outcome appended and
         the reservation returned first; except a ``StoreError`` from the broker's journal after
@@ -115,6 +117,8 @@ class GatedBroker:
         with self._lock:
             if self.decisions.get(request.id) is not None:
                 raise BrokerError(f"request {request.id!r} is already live")
+            if identity is not None and (left := _outlived(identity, self._ttl(request))) is not None:
+                raise BrokerError(f"request {request.id!r}: {left}")
             call = self._call(resource, request, self._ttl(request))
             auth = self.gate.authorize(identity, call, approval=approval, call_id=request.id)
             if not auth.allowed:
@@ -167,13 +171,16 @@ class GatedBroker:
         The renewal reserves the time it adds to the lease (from its current expiry, or notice
         deadline, to ``ttl_s`` from now) at the policy's price. Raises ``Denied`` when the lease is
         another holder's or the renewal is refused (the grant was revoked or has expired, no
-        longer covers the lease, or its budget cannot pay for the extension), ``LeaseLost`` when
+        longer covers the lease, expires before ``ttl_s`` from now, or its budget cannot pay for
+        the extension), ``LeaseLost`` when
         it is not live (nothing is reserved then), ``StoreError`` when the broker's journal write
         fails (the lease is renewed all the same, and its extension reserved).
         """
         with self._lock:
             self._record(self.broker.advance())  # a lease that expired meanwhile is not renewed
             request = self._holder_request(identity, lease_id)
+            if (left := _outlived(identity, self._ttl(request))) is not None:
+                raise Denied(f"renewal of lease {lease_id!r} refused: {left}")
             lease = next((held for held in self.broker.leases() if held.id == lease_id), None)
             resource = _resource_or_any(request)
             auth = self.gate.authorize(
@@ -419,6 +426,19 @@ class GatedBroker:
             },
             tx,
         )
+
+
+def _outlived(identity: AgentIdentity, ttl_s: float) -> str | None:
+    """Why a lease running ``ttl_s`` from now would outlive ``identity``'s grant chain (the
+    chain's earliest expiry), or ``None`` when it would not. A lease never does: the renewals,
+    which check the authority again, must come before the grant is gone."""
+    left = identity.chain.expires - time.time()
+    if ttl_s <= left:
+        return None
+    return (
+        f"a ttl_s of {ttl_s:g} s would outlive the grant, which expires in {max(0.0, left):.0f} s; "
+        "a lease never outlives the grant that decided it"
+    )
 
 
 def _held(auth: Authorization) -> tuple[Reservation, ...]:
