@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,7 +29,7 @@ from agentgate.dispatch.broker import (
 )
 from agentgate.dispatch.broker._topology import Topology
 from agentgate.dispatch.inventory import parse_inventory
-from agentgate.errors import BrokerError, Denied, InputError, StoreError
+from agentgate.errors import BrokerError, Denied, InputError, InventoryError, StoreError
 from agentgate.sim import QWEN3_32B
 from agentgate.store import Store, Transaction
 from agentgate.store.broker_leases import BrokerLeaseStore
@@ -300,3 +301,32 @@ def test_a_renewal_that_would_carry_a_lease_past_its_grant_is_refused(tmp_path: 
         assert [lease.expires_at for lease in setup.broker.leases()] == [setup.clock.now + 600.0]
     finally:
         setup.gate.close()
+
+
+# --- hostile inventories ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("line", "field"),
+    [
+        ("  - {id: a, type: H100, memory_gb: true, node: n}", "gpus.0.memory_gb"),
+        ('  - {id: a, type: H100, memory_gb: "80", node: n}', "gpus.0.memory_gb"),
+        (
+            "  - {id: a, type: H100, memory_gb: 80, node: n}\nbackends:\n"
+            "  - {name: b, url: 'http://h:1', models: [m], max_concurrency: true}",
+            "backends.0.max_concurrency",
+        ),
+        (
+            "  - {id: a, type: H100, memory_gb: 80, node: n}\nbackends:\n"
+            "  - {name: b, url: 'http://h:1', models: [m], kv_capacity_tokens: '5'}",
+            "backends.0.kv_capacity_tokens",
+        ),
+    ],
+)
+def test_an_inventory_number_that_is_a_boolean_or_text_is_a_located_error(line: str, field: str) -> None:
+    """Numbers were read laxly: ``memory_gb: true`` loaded as a 1 GB GPU (a memory filter then
+    never matched it) and ``max_concurrency: true`` as a backend capped at one request; "80" in
+    quotes as 80. Each is now an ``InventoryError`` naming the file, the line and the field."""
+    text = f"nodes: [{{name: n}}]\ngpus:\n{line}\n"
+    with pytest.raises(InventoryError, match=rf"^inv\.yaml:\d+: {re.escape(field)}: Input should be a valid"):
+        parse_inventory(text, source="inv.yaml", read_keys=False)

@@ -76,6 +76,8 @@ MAX_API_KEY_FILE_BYTES = 8192
 
 
 class _Frozen(BaseModel):
+    # Numbers are strict (their fields say so): YAML's true is no 1 GB of memory or concurrency
+    # 1, and "80" in quotes is text.
     model_config = ConfigDict(frozen=True, extra="forbid", strict=False)
 
 
@@ -107,7 +109,7 @@ class GPU(_Frozen):
     """Unique GPU id (e.g. ``node-a/0``)."""
     type: str = Field(min_length=1, max_length=64)
     """Model name, e.g. ``H100``, ``H200``, ``A800``."""
-    memory_gb: float = Field(gt=0, le=4096)
+    memory_gb: float = Field(gt=0, le=4096, strict=True)
     """Device memory in GB."""
     node: str
     """The node the GPU is installed in."""
@@ -128,7 +130,7 @@ class Interconnect(_Frozen):
 
     hierarchy: tuple[Level, ...] = ("nvlink_domain", "node", "rack")
     """Levels innermost first; must be a subsequence-preserving order of nvlink_domain, node, rack."""
-    bandwidth_gbps: dict[Level, Annotated[float, Field(gt=0, allow_inf_nan=False)]] = Field(
+    bandwidth_gbps: dict[Level, Annotated[float, Field(gt=0, allow_inf_nan=False, strict=True)]] = Field(
         default_factory=dict
     )
     """Optional per-level bandwidth in GB/s, informative for placement scorers."""
@@ -148,9 +150,9 @@ class Interconnect(_Frozen):
 class BackendCost(_Frozen):
     """Price of a backend's tokens, integer micro-dollars per million tokens (never a float)."""
 
-    input_per_mtok: int = Field(default=0, ge=0)
+    input_per_mtok: int = Field(default=0, ge=0, strict=True)
     """Micro-dollars per million prompt tokens."""
-    output_per_mtok: int = Field(default=0, ge=0)
+    output_per_mtok: int = Field(default=0, ge=0, strict=True)
     """Micro-dollars per million generated tokens."""
 
 
@@ -167,13 +169,13 @@ class Backend(_Frozen):
     """Model names the backend serves."""
     gpus: tuple[str, ...] = ()
     """GPU ids the backend runs on."""
-    max_concurrency: int = Field(default=256, ge=1, le=1_000_000)
+    max_concurrency: int = Field(default=256, ge=1, le=1_000_000, strict=True)
     """Most requests the router keeps in flight on this backend."""
     metrics_url: str | None = Field(default=None, pattern=r"^https?://[^\s]+$")
     """Prometheus text endpoint; ``None``: the router relies on its own in-flight accounting."""
     cost: BackendCost = Field(default_factory=BackendCost)
     """Token prices."""
-    kv_capacity_tokens: int | None = Field(default=None, ge=1, le=MAX_KV_CAPACITY_TOKENS)
+    kv_capacity_tokens: int | None = Field(default=None, ge=1, le=MAX_KV_CAPACITY_TOKENS, strict=True)
     """KV cache capacity in tokens; sizes the router's prefix index. ``None``: read it from
     ``vllm:cache_config_info`` when the engine publishes it, else assume 100,000."""
     health_path: str = Field(default="/health", pattern=r"^/[A-Za-z0-9._~/-]{0,255}$")
