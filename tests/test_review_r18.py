@@ -778,3 +778,44 @@ def test_the_token_pages_decision_order_agrees_with_agentgate_on_mutated_calls(t
         repo.close()
         store.close()
     assert len(seen) >= 10, seen  # the mutations reach most steps of the order
+
+
+def test_a_gate_decisions_entry_digests_and_redacts_the_arguments_as_the_audit_page_says(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Section 1: `args_digest` is sha256: + SHA-256 of the canonical JSON of the **full** call
+    arguments (floats as Python's repr); `args` holds only what the policy marks loggable."""
+    import shutil
+
+    from agentgate import Gate
+    from agentgate.capabilities import Call
+    from agentgate.keys import SigningKey as AgentKey
+
+    shutil.copytree(ROOT / "policies", tmp_path / "policies")
+    root, agent = AgentKey.generate(), AgentKey.generate()
+    (tmp_path / "policies" / "keys" / "ops-root.pub").write_text(root.did + "\n")
+    (tmp_path / "policies" / "keys" / "support-agent.pub").write_text(agent.did + "\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("AGENTGATE_STORE", str(tmp_path / "a.db"))
+    args = {"order_id": "o-1", "amount": 12.5, "currency": "EUR", "reason": "card 4111 \u2028 é"}
+    gate = Gate.open("policies/support.yaml")
+    try:
+        identity = gate.issue(root, name="support-agent", key=agent, role="support-agent")
+        auth = gate.authorize(identity, Call("tool:payments.refund", "invoke", args), agent="support-agent")
+        assert auth.allowed
+        gate.run(auth, lambda: "refunded")
+    finally:
+        gate.close()
+    code, out = run_cli(capsys, "agentgate audit show --json")
+    assert code == 0
+    lines = out.encode().splitlines()
+    entries = [json.loads(line) for line in lines]
+    assert [e["kind"] for e in entries] == ["allow", "allow", "outcome"]
+    decision, outcome = entries[1], entries[2]
+    full = json.dumps(args, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+    assert decision["args_digest"] == "sha256:" + hashlib.sha256(full).hexdigest()
+    assert decision["args"] == {"order_id": "o-1", "amount": 12.5, "currency": "EUR"}  # reason dropped
+    assert b"4111" not in b"".join(lines)
+    assert decision["principal"] == agent.did and decision["resource"] == "tool:payments.refund"
+    assert outcome["ref"] == decision["index"] and outcome["status"] == "ok"
+    assert all(canonical(e) == line for e, line in zip(entries, lines, strict=True))
