@@ -818,4 +818,10 @@ def test_a_gate_decisions_entry_digests_and_redacts_the_arguments_as_the_audit_p
     assert b"4111" not in b"".join(lines)
     assert decision["principal"] == agent.did and decision["resource"] == "tool:payments.refund"
     assert outcome["ref"] == decision["index"] and outcome["status"] == "ok"
+    issued = entries[0]  # "What each kind records": a root grant, by the anchor that signed it
+    assert issued["principal"] == root.did and issued["resource"] == "agent:support-agent"
+    assert issued["chain_hash"] == decision["chain_hash"] == identity.chain.tip.id  # bare hex, no prefix
+    policy = (tmp_path / "policies" / "support.yaml").read_bytes()
+    assert decision["policy_hash"] == hashlib.sha256(policy).hexdigest()
+    assert decision["rule"].startswith("role support-agent rule ")
     assert all(canonical(e) == line for e, line in zip(entries, lines, strict=True))
