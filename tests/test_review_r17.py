@@ -31,7 +31,7 @@ from agentgate.dispatch.broker._topology import Topology
 from agentgate.dispatch.inventory import parse_inventory
 from agentgate.errors import BrokerError, Denied, InputError, InventoryError, StoreError
 from agentgate.sim import QWEN3_32B
-from agentgate.store import Store, Transaction
+from agentgate.store import Store, Transaction, open_store
 from agentgate.store.broker_leases import BrokerLeaseStore
 from agentgate.store.leases import LeaseManager
 
@@ -330,3 +330,46 @@ def test_an_inventory_number_that_is_a_boolean_or_text_is_a_located_error(line: 
     text = f"nodes: [{{name: n}}]\ngpus:\n{line}\n"
     with pytest.raises(InventoryError, match=rf"^inv\.yaml:\d+: {re.escape(field)}: Input should be a valid"):
         parse_inventory(text, source="inv.yaml", read_keys=False)
+
+
+# --- two broker processes under one name ---------------------------------------------------------------
+
+
+def test_a_second_broker_under_one_name_cannot_overwrite_the_first_and_a_restart_takes_over(
+    store: Store,
+) -> None:
+    """Nothing stopped two broker processes under one name: a second one (started by mistake, or
+    a restarted one whose predecessor still ran) wrote its state over the first's, so both granted
+    the same GPUs and the journal lost the first's leases, whose holders still used them. Now the
+    journal has one writer: a broker that did not restore the name's state cannot write it, and
+    the one a restart took over from fails closed (``StoreError``) instead of granting on."""
+    now = [0.0]
+    topology = synthetic_topology(1, 8)
+    quotas = [TenantQuota("a", nominal=8)]
+    opened: list[Store] = []
+
+    def process() -> tuple[Broker, BrokerLeaseStore]:
+        opened.append(open_store(store.url))  # each "process" on its own connection
+        journal = BrokerLeaseStore(opened[-1])
+        return Broker(topology, quotas, clock=lambda: now[0], ttl_s=600.0, journal=journal), journal
+
+    try:
+        first, journal = process()
+        first.submit(GangRequest("held", "a", 8))
+        stray, _ = process()  # never restored the name's state
+        with pytest.raises(StoreError, match="another broker process"):
+            stray.submit(GangRequest("stray", "a", 8))
+        saved = journal.load()
+        assert saved is not None and [lease.id for lease in saved.leases] == ["held"]
+        restarted, restarted_journal = process()
+        restarted.restore(saved)
+        restarted.advance()  # writes: the name is now the restarted broker's
+        with pytest.raises(StoreError, match="another broker process"):
+            first.release("held")
+        after = journal.load()
+        assert after is not None and [lease.id for lease in after.leases] == ["held"]
+        restarted.release("held")
+        assert restarted_journal.load() == restarted.snapshot()
+    finally:
+        for opened_store in opened:
+            opened_store.close()

@@ -12,15 +12,27 @@ one store:
   NULL for a request nominated by preemption (it no longer times out); ``body`` is the request
   as JSON, with ``"draining": true`` added for a draining reservation.
 
+- ``broker_writer(broker, writer)``: the journal instance (one broker process) that writes the
+  state; see "One writer" below.
+
 ``save`` replaces one broker's rows in one transaction, so a reader sees one whole snapshot or
 the previous one, never a mix. The broker process is the authority; these rows are its last
 written state, which is why the CLI prints ``taken_at``.
+
+One writer. Two broker processes under one name would each grant the GPUs the other holds and
+overwrite each other's state. A journal therefore writes only while it is the name's writer: the
+first write after ``take_over`` (which ``Broker.restore`` calls: a restarted broker takes over)
+makes a journal the writer; any other write succeeds only if it was the writer already, or if
+the name has none. The process taken over from fails closed: its next write raises
+``StoreError`` (its broker's events stay queued, never returned), and so does a fresh broker
+that did not restore the name's state.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import uuid
 from typing import Any
 
 from agentgate.dispatch.broker import (
@@ -53,6 +65,10 @@ CREATE TABLE IF NOT EXISTS broker_leases (
     body TEXT NOT NULL,
     PRIMARY KEY (broker, lease_id)
 );
+CREATE TABLE IF NOT EXISTS broker_writer (
+    broker TEXT PRIMARY KEY,
+    writer TEXT NOT NULL
+);
 CREATE TABLE IF NOT EXISTS broker_queue (
     broker TEXT NOT NULL,
     request_id TEXT NOT NULL,
@@ -84,10 +100,17 @@ class BrokerLeaseStore:
     def __init__(self, store: Store, broker: str = "default") -> None:
         self.store = store
         self.broker = broker
+        self.writer = uuid.uuid4().hex
+        """This journal's id in ``broker_writer``."""
+        self._taking_over = False
         store.ensure_schema("broker_leases", BROKER_DDL)
 
     def save(self, snapshot: BrokerSnapshot) -> None:
-        """Replace this broker's stored state with ``snapshot``, atomically."""
+        """Replace this broker's stored state with ``snapshot``, atomically.
+
+        Raises ``StoreError``, writing nothing, when another journal is the broker name's writer
+        and this one has not loaded the state since (module docstring, "One writer").
+        """
         leases = [
             (
                 self.broker,
@@ -121,6 +144,19 @@ class BrokerLeaseStore:
             for position, q in enumerate(snapshot.queue)
         ]
         with self.store.transaction() as tx:
+            claim = (
+                "INSERT INTO broker_writer (broker, writer) VALUES (?, ?) "
+                "ON CONFLICT (broker) DO UPDATE SET writer = excluded.writer"
+            )
+            if not self._taking_over:
+                claim += " WHERE broker_writer.writer = excluded.writer"
+            tx.execute(claim, (self.broker, self.writer))
+            if tx.rowcount != 1:
+                raise StoreError(
+                    f"broker {self.broker!r} is journaled by another broker process: two brokers "
+                    "under one name would grant the same GPUs; restore its saved state to take "
+                    "over (a restart), or give this broker another name"
+                )
             tx.execute("DELETE FROM broker_leases WHERE broker = ?", (self.broker,))
             tx.execute("DELETE FROM broker_queue WHERE broker = ?", (self.broker,))
             tx.execute("DELETE FROM broker_state WHERE broker = ?", (self.broker,))
@@ -139,6 +175,12 @@ class BrokerLeaseStore:
                     " submitted_at, deadline, nominated, victims, body) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     queue,
                 )
+        self._taking_over = False
+
+    def take_over(self) -> None:
+        """Make this journal's next ``save`` take the broker name over from its writer, whose own
+        writes then fail. ``Broker.restore`` calls it: a restarted broker takes over."""
+        self._taking_over = True
 
     def load(self) -> BrokerSnapshot | None:
         """The last saved state of this broker, or ``None`` if it never saved one."""

@@ -79,6 +79,10 @@ class LeaseJournal(Protocol):
         """Replace the stored state with ``snapshot``; raises ``StoreError`` on failure."""
         ...
 
+    def take_over(self) -> None:
+        """Make the next ``save`` the state's writer, in place of the broker it was restored from."""
+        ...
+
 
 @dataclass
 class _Waiting:
@@ -339,6 +343,8 @@ class Broker:
                     for i in nums:
                         self._reserved[i] = q.request.id
             self._dirty = True
+            if self.journal is not None:
+                self.journal.take_over()  # the broker it was restored from writes no more
             # A victim that ended while the broker was down releases its preemptor now.
             for w in list(self._waiting.values()):
                 w.victims &= set(self._leases)
