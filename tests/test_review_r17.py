@@ -373,3 +373,32 @@ def test_a_second_broker_under_one_name_cannot_overwrite_the_first_and_a_restart
     finally:
         for opened_store in opened:
             opened_store.close()
+
+
+# --- malformed requests --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: GangRequest("x", "a", 2, hint={"bound": "communication"}),  # type: ignore[arg-type]
+        lambda: GangRequest("x", "a", 2, topology=TopologyConstraint("galaxy")),  # type: ignore[arg-type]
+        lambda: GangRequest("x", "a", 2, topology=TopologyConstraint("node", required="no")),  # type: ignore[arg-type]
+        lambda: GangRequest("x", "a", 2, hint=WorkloadHint(bound="bogus")),  # type: ignore[arg-type]
+        lambda: GangRequest("x", "a", 2, gpu_type=5),  # type: ignore[arg-type]
+        lambda: GangRequest("x", "a", 2, min_memory_gb=True),
+    ],
+)
+def test_a_request_the_broker_could_not_place_is_refused_when_made_and_never_poisons_the_queue(
+    make: Any,
+) -> None:
+    """A request with a hint that was no ``WorkloadHint`` passed ``submit``'s checks, was queued,
+    and then raised ``AttributeError`` in placement: it stayed in the queue, so every later call
+    of every caller (submit, renew, release, advance) raised the same traceback. A level that is
+    none of the three raised ``KeyError`` from ``submit``; ``required="no"`` was read as required;
+    an unknown bound was silently ``compute``. Each is now a ``BrokerError`` when the request is
+    made, and the broker never sees it."""
+    broker = Broker(synthetic_topology(1, 8), [TenantQuota("a", 8)])
+    with pytest.raises(BrokerError):
+        make()
+    assert [type(e).__name__ for e in broker.submit(GangRequest("ok", "a", 2))] == ["Granted"]

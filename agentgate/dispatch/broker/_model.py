@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, get_args
 
-from agentgate.dispatch.broker._topology import Level
+from agentgate.dispatch.broker._topology import LEVELS, Level
 from agentgate.errors import BrokerError
 
 Bound = Literal["compute", "memory", "communication"]
@@ -35,6 +35,15 @@ class WorkloadHint:
     kind: Kind = "training"
     """``inference`` prefers one node; ``preprocessing`` takes the smallest-memory GPUs first."""
 
+    def __post_init__(self) -> None:
+        """Raises ``BrokerError`` for a bound or kind that is none of the ones listed."""
+        if self.bound not in get_args(Bound):
+            raise BrokerError(
+                f"workload bound must be one of {', '.join(get_args(Bound))}, got {self.bound!r}"
+            )
+        if self.kind not in get_args(Kind):
+            raise BrokerError(f"workload kind must be one of {', '.join(get_args(Kind))}, got {self.kind!r}")
+
 
 @dataclass(frozen=True, slots=True)
 class TopologyConstraint:
@@ -46,13 +55,24 @@ class TopologyConstraint:
     """Required: the gang waits (or times out) rather than spread. Preferred: it spreads only
     after the broker's locality wait."""
 
+    def __post_init__(self) -> None:
+        """Raises ``BrokerError`` for a level that is none of the three, or a ``required`` that is
+        not ``True`` or ``False``."""
+        if self.level not in LEVELS:
+            raise BrokerError(f"topology level must be one of {', '.join(LEVELS)}, got {self.level!r}")
+        if not isinstance(self.required, bool):
+            raise BrokerError(f"topology required must be true or false, got {self.required!r}")
+
 
 @dataclass(frozen=True, slots=True)
 class GangRequest:
     """A request for ``gpus`` GPUs, all granted together or none.
 
-    Raises ``BrokerError`` on construction for an empty id or tenant, fewer than one GPU, or a
-    negative or non-finite time.
+    Raises ``BrokerError`` on construction for an empty id or tenant, fewer than one GPU, a
+    negative or non-finite time, or a field of the wrong kind (a ``hint`` that is no
+    ``WorkloadHint``, a ``topology`` that is no ``TopologyConstraint``, an empty or non-text
+    ``gpu_type``, a ``holder`` that is not text): a request the broker queues must be one it can
+    place, or every later call would fail on it.
     """
 
     id: str
@@ -89,11 +109,28 @@ class GangRequest:
                 raise BrokerError(f"request {self.id!r}: {name} must be an integer, got {value!r}")
         if self.gpus < 1:
             raise BrokerError(f"request {self.id!r}: gpus must be at least 1, got {self.gpus}")
+        if not isinstance(self.hint, WorkloadHint):
+            raise BrokerError(f"request {self.id!r}: hint must be a WorkloadHint, got {self.hint!r}")
+        if self.topology is not None and not isinstance(self.topology, TopologyConstraint):
+            raise BrokerError(
+                f"request {self.id!r}: topology must be a TopologyConstraint, got {self.topology!r}"
+            )
+        if self.gpu_type is not None and (not isinstance(self.gpu_type, str) or not self.gpu_type):
+            raise BrokerError(
+                f"request {self.id!r}: gpu_type must be a GPU type's name, got {self.gpu_type!r}"
+            )
+        if not isinstance(self.holder, str):
+            raise BrokerError(f"request {self.id!r}: holder must be text, got {self.holder!r}")
         for name in ("timeout_s", "ttl_s", "grace_s", "min_memory_gb"):
             value = getattr(self, name)
             if value is None and name in ("ttl_s", "grace_s"):
                 continue
-            if not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
+            if (
+                not isinstance(value, int | float)
+                or isinstance(value, bool)
+                or not math.isfinite(value)
+                or value < 0
+            ):
                 raise BrokerError(f"request {self.id!r}: {name} must be finite and >= 0, got {value!r}")
 
 
