@@ -176,7 +176,8 @@ class _Builder:
         if node.tag not in _SCALAR_TAGS:
             raise self._tag_error(node)
         if node.tag == _STR:
-            if not node.style and _EXPONENT.fullmatch(node.value):  # plain: None or "" (libyaml)
+            plain = isinstance(node, yaml.ScalarNode) and not node.style  # None, or "" (libyaml)
+            if plain and _EXPONENT.fullmatch(node.value):
                 return float(node.value)  # unquoted, as YAML 1.2 reads it
             return node.value
         if node.tag == _BOOL and node.value not in _BOOLEANS:

@@ -217,3 +217,33 @@ def test_an_unquoted_exponent_without_a_dot_is_a_number_as_in_yaml_1_2() -> None
 
     data, _ = load_yaml("a: 1e3\nb: -2E-3\nc: '1e3'\nd: 1e3x\n", source="t.yaml")
     assert data == {"a": 1000.0, "b": -0.002, "c": "1e3", "d": "1e3x"}
+
+
+def test_an_approval_gate_on_a_model_call_is_no_lint_error() -> None:
+    """docs/gateway.md ("Calls behind an approval gate") puts a model call behind a gate on
+    `max_tokens`, and the Gate and the gateway enforce it; `policy lint` called that policy broken
+    (gate_on_undeclared_argument: "guards model:..., which names no declared tool", exit 1)."""
+    from agentgate.policy import lint
+
+    policy = parse_policy(
+        """
+version: 1
+trust_anchors: {root: {did: did:key:z6MkqQP5oTUxZ95rgbJg29FwyrJ5N8HrRPpEBQbPrAUCkPXm}}
+principals:
+  bot: {kind: service, did: did:key:z6Mkn6co2nAe6kgBR8cNPwkVv7k6U393ZCNwQcMtXk9mB1gj, roles: [chat]}
+  lead: {kind: human, did: did:key:z6Mktk1iFd7YoyEirJoqYtcfNUtMa5nUhqkrQsgX9tmc5Npj}
+models:
+  qwen3-32b: {cost_per_mtok: {input: 1, output: 1}}
+roles:
+  chat:
+    capabilities: [{resource: "model:qwen3-32b", constraints: {max_tokens: {le: 4096}}}]
+    ttl_s: 600
+approvals:
+  long-answers:
+    resource: model:qwen3-32b
+    when: {max_tokens: {gt: 100}}
+    approvers: [lead]
+""",
+        source="gated-model.yaml",
+    )
+    assert [f.code for f in lint(policy)] == []

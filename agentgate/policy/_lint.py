@@ -601,8 +601,22 @@ class GateOnUndeclaredArgument(LintRule):
     hint = "name an argument the guarded tool declares"
 
     def check(self, policy: Policy) -> Iterator[Finding]:
-        tools = policy.document.tools
-        for gname, gate in policy.document.approvals.items():
+        document = policy.document
+        tools = document.tools
+        for gname, gate in document.approvals.items():
+            kind = gate.resource.partition(":")[0]
+            if kind in ("model", "gpu"):
+                # Model and GPU calls have the arguments agentgate gives them (max_tokens,
+                # priority; count), declared nowhere: the gate must name a declared model or type.
+                declared = document.models if kind == "model" else document.gpus
+                if not any(pattern_matches(gate.resource, f"{kind}:{n}") for n in declared):
+                    yield self.finding(
+                        policy,
+                        f"approval gate {gname} guards {gate.resource}, which names no declared "
+                        + ("model" if kind == "model" else "GPU type"),
+                        policy.line_of("approvals", gname, "resource"),
+                    )
+                continue
             names = [n for n in tools if pattern_matches(gate.resource, f"tool:{n}")]
             if not names:
                 yield self.finding(
