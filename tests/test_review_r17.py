@@ -30,7 +30,8 @@ from agentgate.dispatch.broker import (
 from agentgate.dispatch.broker._topology import Topology
 from agentgate.dispatch.inventory import parse_inventory
 from agentgate.errors import BrokerError, Denied, InputError, InventoryError, StoreError
-from agentgate.sim import QWEN3_32B
+from agentgate.sim import LLAMA_8B_H100, QWEN3_32B, Engine, EngineConfig, Send, SimRequest, replay
+from agentgate.sim.traces import TraceRequest
 from agentgate.store import Store, Transaction, open_store
 from agentgate.store.broker_leases import BrokerLeaseStore
 from agentgate.store.leases import LeaseManager
@@ -402,3 +403,45 @@ def test_a_request_the_broker_could_not_place_is_refused_when_made_and_never_poi
     with pytest.raises(BrokerError):
         make()
     assert [type(e).__name__ for e in broker.submit(GangRequest("ok", "a", 2))] == ["Granted"]
+
+
+# --- the replay ends ----------------------------------------------------------------------------------
+
+
+class SendAll:
+    """The simplest replay dispatcher: every request to backend ``b``; counts what is in flight."""
+
+    def __init__(self) -> None:
+        self.in_flight = 0
+
+    def route(self, request: TraceRequest, now: float) -> Send:
+        self.in_flight += 1
+        return Send("b")
+
+    def first_token(self, backend: str, request: TraceRequest, now: float) -> None:
+        pass
+
+    def finished(self, backend: str, request: TraceRequest, now: float) -> None:
+        self.in_flight -= 1
+
+    def observe(self, backend: str, metrics: dict[str, float], now: float) -> None:
+        pass
+
+
+def test_a_request_larger_than_the_kv_cache_is_rejected_by_the_replay_instead_of_hanging_it() -> None:
+    """A request whose prompt and output need more KV than the engine has could never be
+    admitted: it blocked the FCFS queue, the engine stepped empty batches for ever, and ``replay``
+    never returned (the request behind it was never served). The engine now refuses it when it is
+    added, and the replay records it as rejected, as vLLM answers a request past max_model_len."""
+    engines = {"b": Engine(LLAMA_8B_H100, EngineConfig(kv_capacity_tokens=1_000))}
+    dispatcher = SendAll()
+    requests = [
+        TraceRequest("too-big", 0.0, 990, 12),  # 1,001 tokens of KV
+        TraceRequest("fits", 0.5, 990, 11),  # exactly 1,000: the last token needs none
+    ]
+    big, fits = replay(requests, engines, dispatcher)
+    assert big.rejected is not None and "1001 tokens of KV" in big.rejected and big.finished_at is None
+    assert fits.rejected is None and fits.finished_at is not None
+    assert dispatcher.in_flight == 0
+    with pytest.raises(InputError, match="prompt of -1 tokens"):
+        Engine(LLAMA_8B_H100).add(SimRequest("negative", -1, 5))

@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from agentgate.errors import InputError
 from agentgate.sim._engine import Engine, SimRequest, StepResult
 from agentgate.sim.traces import TraceRequest
 
@@ -99,7 +100,8 @@ def replay(
     """Replay ``requests`` (sorted by arrival) through ``dispatcher`` onto ``engines``.
 
     Every request ends with an outcome: served, or rejected by the dispatcher, or rejected after
-    waiting longer than ``max_wait_s`` in the router. Raises ``ValueError`` if the dispatcher
+    waiting longer than ``max_wait_s`` in the router, or rejected by the engine it was sent to
+    (one that could never finish there: ``Engine.add``). Raises ``ValueError`` if the dispatcher
     names an unknown backend.
     """
     routes: list[tuple[float, int, TraceRequest]] = [(r.arrival, i, r) for i, r in enumerate(requests)]
@@ -167,7 +169,13 @@ def replay(
             if choice.backend not in engines:
                 raise ValueError(f"dispatcher chose unknown backend {choice.backend!r}")
             sim = SimRequest(req.id, req.prompt_tokens, req.output_tokens, req.hashes, arrival=req.arrival)
-            engines[choice.backend].add(sim)
+            try:
+                engines[choice.backend].add(sim)
+            except InputError as exc:
+                # The engine refuses it at once, as vLLM does past max_model_len: rejected.
+                dispatcher.finished(choice.backend, req, now)
+                outcomes[req.id] = Outcome(req, choice.backend, now, None, None, 0, str(exc), 0)
+                continue
             live[req.id] = (req, sim, choice.backend, now)
             if not busy[choice.backend]:
                 start_step(choice.backend, now)

@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
+from agentgate.errors import InputError
 from agentgate.sim._kvcache import KVCache
 from agentgate.sim._latency import LatencyModel
 
@@ -91,7 +92,20 @@ class Engine:
     # --- queue ---------------------------------------------------------------------------
 
     def add(self, request: SimRequest) -> None:
-        """Queue a request (FCFS). Its output length must be at least one token."""
+        """Queue a request (FCFS); an output length under one token is taken as one.
+
+        Raises ``InputError``, queuing nothing, for a negative prompt length, or a request that
+        could never finish: its prompt and output need more KV than the whole cache holds (it
+        would block the FCFS queue for good; vLLM refuses it at its API, ``max_model_len``).
+        """
+        if request.prompt_tokens < 0:
+            raise InputError(f"request {request.id!r}: a prompt of {request.prompt_tokens} tokens")
+        needed = request.prompt_tokens + max(1, request.output_tokens) - 1  # the last token needs no KV
+        if needed > self.kv.capacity:
+            raise InputError(
+                f"request {request.id!r}: {request.prompt_tokens} prompt and {request.output_tokens} "
+                f"output tokens need {needed} tokens of KV; the cache holds {self.kv.capacity}"
+            )
         request.output_tokens = max(1, request.output_tokens)
         request.prefill_target = request.prompt_tokens
         self.waiting.append(request)
