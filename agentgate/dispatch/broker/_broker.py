@@ -8,7 +8,7 @@ process, without Kubernetes. The rules (docs/broker.md has worked examples):
   request times out after ``timeout_s`` with nothing held.
 * **Quota.** A tenant may use its ``nominal`` quota, and borrow up to ``borrowing_limit`` more
   from the unused nominal quota of its cohort. The cohort as a whole never exceeds the sum of its
-  members' nominal quotas.
+  members' nominal quotas. A notified lease's GPUs count against new grants until it ends.
 * **Preemption.** A request that does not fit may preempt, Kueue-style: lower-priority leases of
   its own tenant, and, when the request stays within its tenant's nominal quota, any lease of a
   cohort member that is borrowing (reclaim). Victims are chosen borrowing-tenants first, then
