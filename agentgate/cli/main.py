@@ -27,6 +27,7 @@ GROUPS = (
     "agentgate.cli.policy",
     "agentgate.cli.tasks",
     "agentgate.cli.serve",
+    "agentgate.cli.store",
 )
 
 Handler = Callable[[argparse.Namespace], int]

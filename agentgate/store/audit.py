@@ -472,6 +472,28 @@ def _execute(tx: Transaction, sql: str, params: Sequence[Any] = ()) -> list[Row]
         raise _wrap(exc, "a statement") from exc
 
 
+def create_audit_tables(store: Store) -> bool:
+    """Create the audit log's tables (``AUDIT_DDL``) and its reference index (``REFS_DDL``), and
+    index the entries written before the index, once. Returns whether the index is complete.
+
+    A role that may not create or fill the index (an owner has not opened the log since the
+    upgrade) gets ``False``, and ``explain`` scans instead. Raises ``StoreError`` when the audit
+    tables themselves cannot be created.
+    """
+    store.ensure_schema("audit", AUDIT_DDL)
+    try:
+        store.ensure_schema("audit_refs", REFS_DDL)
+        if store.query("SELECT 1 FROM audit_refs_built"):
+            return True
+        with store.transaction() as tx:
+            # Every append from now on fires the trigger; this indexes those before it.
+            tx.execute(_BACKFILL[store.dialect])
+            tx.execute("INSERT INTO audit_refs_built (built) VALUES (1) ON CONFLICT DO NOTHING")
+    except (StoreError, sqlite3.Error, psycopg.Error):
+        return False
+    return True
+
+
 class AuditLog:
     """The append-only, signed Merkle audit log kept in ``store``."""
 
@@ -502,8 +524,7 @@ class AuditLog:
         self.origin = origin
         self.previous_keys = tuple(previous_keys)
         Checkpoint(origin, 0, bytes(32)).text()  # validates the origin now, not at the first checkpoint
-        store.ensure_schema("audit", AUDIT_DDL)
-        self.refs_indexed = self._index_refs()
+        self.refs_indexed = create_audit_tables(store)
         """Whether ``audit_refs`` indexes every entry's reference (else ``explain`` scans the log)."""
         # Appends guess the next index only where the next-index trigger is known to guard them.
         self._guessing = store.dialect == "sqlite" and bool(
@@ -520,24 +541,6 @@ class AuditLog:
             blob.format(c) for c in ("entry", "leaf_hash", "root", "hash", "note")
         )
         self._empty = "x''" if store.dialect == "sqlite" else "''::bytea"
-
-    def _index_refs(self) -> bool:
-        """Create the reference index (``REFS_DDL``) and index the entries written before it, once.
-
-        Returns whether the index is complete. A role that may not create or fill it (an owner
-        has not opened the log since the upgrade) gets ``False``, and ``explain`` scans instead.
-        """
-        try:
-            self.store.ensure_schema("audit_refs", REFS_DDL)
-            if self.store.query("SELECT 1 FROM audit_refs_built"):
-                return True
-            with self.store.transaction() as tx:
-                # Every append from now on fires the trigger; this indexes those before it.
-                tx.execute(_BACKFILL[self.store.dialect])
-                tx.execute("INSERT INTO audit_refs_built (built) VALUES (1) ON CONFLICT DO NOTHING")
-        except (StoreError, sqlite3.Error, psycopg.Error):
-            return False
-        return True
 
     def open_checkpoint(self, note: str) -> Checkpoint:
         """A checkpoint of this log signed by its key or a previous one; ``TamperDetected`` otherwise."""

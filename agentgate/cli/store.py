@@ -1,0 +1,81 @@
+"""``agentgate store init [--store URL]``: create every table agentgate uses, at once.
+
+Every part of agentgate creates its tables when it is first opened. A PostgreSQL role without
+CREATE on the schema (PostgreSQL 15's default for ``public``) can then not start a part whose
+tables do not exist yet; the owner runs this once (and after an upgrade), then grants the
+application role what it needs (docs/operations.md). Creating what exists is skipped, so it is
+safe to run again. It creates no key: ``agentgate audit checkpoint`` makes the log key.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from agentgate.store import open_store
+from agentgate.store.approvals import ApprovalStore
+from agentgate.store.audit import create_audit_tables
+from agentgate.store.broker_decisions import BrokerDecisionStore
+from agentgate.store.broker_leases import BrokerLeaseStore
+from agentgate.store.dead_letters import DeadLetterStore
+from agentgate.store.grants import GrantRepository
+from agentgate.store.leases import LeaseManager, SharedBreakers, SharedRateLimits
+from agentgate.store.ledger import BudgetLedger
+from agentgate.store.once import OnceCalls
+from agentgate.store.quotas import QuotaCounter
+
+PARTS: tuple[tuple[str, Any], ...] = (
+    ("grants, revocations and nonces", GrantRepository),
+    ("budget ledger", BudgetLedger),
+    ("quotas", QuotaCounter),
+    ("approvals", ApprovalStore),
+    ("calls that run once", OnceCalls),
+    ("dead letters", DeadLetterStore),
+    ("scheduler leases", LeaseManager),
+    ("shared rate limits", SharedRateLimits),
+    ("shared circuit breakers", SharedBreakers),
+    ("broker leases", BrokerLeaseStore),
+    ("broker decisions", BrokerDecisionStore),
+)
+"""Every store part but the audit log, with the name ``store init`` prints for it."""
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "store",
+        help="set up the store (create every table agentgate uses)",
+        description="Set up the store that AGENTGATE_STORE (or --store) names.",
+    )
+    sub = parser.add_subparsers(dest="store_command", metavar="ACTION", parser_class=type(parser))
+    sub.required = True
+    init = sub.add_parser(
+        "init",
+        help="create every table agentgate uses (run once as the owner, and after an upgrade)",
+        description=(
+            "Create the tables of every part of agentgate (the audit log and its index, grants, "
+            "budgets, quotas, approvals, the scheduler's and the broker's), skipping what exists. "
+            "Run it as the tables' owner; then grant the application role what it needs "
+            "(docs/operations.md). Exit 0, or 2 with one line naming what failed."
+        ),
+    )
+    init.add_argument("--store", metavar="URL", help="store URL or path (default: AGENTGATE_STORE)")
+    init.set_defaults(handler=_init)
+
+
+def _init(args: argparse.Namespace) -> int:
+    store = open_store(args.store)
+    try:
+        indexed = create_audit_tables(store)
+        sys.stdout.write(
+            f"audit log: ready{'' if indexed else ' (its reference index could not be built)'}\n"
+        )
+        for name, part in PARTS:
+            opened = part(store)
+            close = getattr(opened, "close", None)
+            if close is not None:
+                close()
+            sys.stdout.write(f"{name}: ready\n")
+    finally:
+        store.close()
+    return 0
