@@ -21,6 +21,7 @@ from agentgate.dispatch.gateway._client import (
     chat_call,
     invocation_headers,
     max_tokens_of,
+    priority_of,
 )
 
 __all__ = [
@@ -37,4 +38,5 @@ __all__ = [
     "error_response",
     "invocation_headers",
     "max_tokens_of",
+    "priority_of",
 ]

@@ -50,7 +50,13 @@ from agentgate.dispatch._policy import RoutingPolicy
 from agentgate.dispatch.backends import ChatChunk, ChatResult, Timeouts
 from agentgate.dispatch.dispatcher import Dispatcher
 from agentgate.dispatch.gateway._authority import APPROVAL_HEADER, GatewayDecision, GatewayGate
-from agentgate.dispatch.gateway._client import INVOCATION_HEADER, chat_call, max_tokens_of
+from agentgate.dispatch.gateway._client import (
+    INVOCATION_HEADER,
+    PRIORITY_FIELD,
+    chat_call,
+    max_tokens_of,
+    priority_of,
+)
 from agentgate.dispatch.gateway._http import (
     LOST,
     ON_LOST,
@@ -314,16 +320,20 @@ class Gateway:
         tenant = self.gate.tenant_of(identity) if identity is not None else "default"
         payload = {**body, "max_tokens": max_tokens}
         payload.pop("max_completion_tokens", None)
+        # agentgate's class name is not the backend's (vLLM's ``priority`` is an integer): the
+        # dispatcher gets the class's rank instead, when the policy declares the class.
+        payload.pop(PRIORITY_FIELD, None)
+        route = self._route(tenant, priority_of(body))
         headers = {"X-Agentgate-Audit-Index": str(decision.auth.audit_index)}
         if body.get("stream"):
             stream = await self._stream(
-                decision, payload, tenant, (prompt, max_tokens), headers, request.scope
+                decision, payload, route, (prompt, max_tokens), headers, request.scope
             )
             return stream, True
         try:
             result = await self.gate.arun(
                 decision.auth,
-                lambda: self._backend_call(payload, tenant, request.scope),
+                lambda: self._backend_call(payload, route, request.scope),
                 spent=lambda result: _spent(result, (prompt, max_tokens)),
             )
         except CallerGone:
@@ -349,7 +359,19 @@ class Gateway:
             return Response(result.raw, media_type="application/json", headers=headers), True
         return JSONResponse(dict(result.body), headers=headers), True
 
-    async def _backend_call(self, payload: Mapping[str, Any], tenant: str, scope: Scope) -> ChatResult | _Cut:
+    def _route(self, tenant: str, priority: str | None) -> dict[str, Any]:
+        """The dispatcher's routing arguments for a call of ``tenant`` in the class ``priority``:
+        the class's ``rank`` as the dispatcher's ``priority`` when the policy declares the class,
+        else the dispatcher's default."""
+        route: dict[str, Any] = {"tenant": tenant, "slo_ttft_s": self.slo_ttft_s}
+        declared = self.gate.policy.document.priority_classes.get(priority) if priority else None
+        if declared is not None:
+            route["priority"] = declared.rank
+        return route
+
+    async def _backend_call(
+        self, payload: Mapping[str, Any], route: Mapping[str, Any], scope: Scope
+    ) -> ChatResult | _Cut:
         """The dispatcher's answer to a JSON chat call, or ``_Cut`` if the call was cut meanwhile.
 
         The backend request is cancelled as soon as the connection is lost (the protocol calls
@@ -363,7 +385,7 @@ class Gateway:
             if watch.gone:  # while the call was being decided: nothing is sent, nothing charged
                 raise CallerGone("the caller went away before the call was sent")
             try:
-                return await self.dispatcher.chat(payload, tenant=tenant, slo_ttft_s=self.slo_ttft_s)
+                return await self.dispatcher.chat(payload, **route)
             except asyncio.CancelledError:
                 if watch.task.uncancel() > 0:  # cancelled more than once: not this step's to end
                     raise
@@ -386,7 +408,7 @@ class Gateway:
         self,
         decision: GatewayDecision,
         payload: Mapping[str, Any],
-        tenant: str,
+        route: Mapping[str, Any],
         reserved: tuple[int, int],
         headers: dict[str, str],
         scope: Scope,
@@ -400,7 +422,7 @@ class Gateway:
         handler = watch.task
         chunks = self.gate.gated_stream(
             decision.auth,
-            self.dispatcher.stream(payload, tenant=tenant, slo_ttft_s=self.slo_ttft_s),
+            self.dispatcher.stream(payload, **route),
             reserved,
             left=lambda: _left_reason(scope, handler),
         )

@@ -8,8 +8,10 @@ Every ``POST /v1/chat/completions`` carries two headers:
   signed by the chain's holder over ``model:<model>`` / ``generate`` with the arguments
   ``{"max_tokens": N, "body_sha256": D}``, where ``N`` is the body's ``max_completion_tokens``,
   else ``max_tokens``, else ``DEFAULT_MAX_TOKENS``, and ``D`` is the SHA-256 of the canonical JSON
-  of the whole request body. The signature therefore binds the model, the output limit and the
-  exact prompt; the nonce makes it single-use.
+  of the whole request body, plus ``"priority": P`` when the body names a priority class ``P``
+  (its top-level ``priority`` string, a class of the policy's ``priority_classes``). The
+  signature therefore binds the model, the output limit, the class and the exact prompt; the
+  nonce makes it single-use.
 
 ``InvocationSigner`` is an httpx request hook that adds both headers to each request as it is
 sent, so that any client built on httpx (``openai``, ``langchain_openai.ChatOpenAI``) signs the
@@ -19,6 +21,7 @@ exact bytes it sends, retries included (each retry is a new request, with a fres
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -33,6 +36,10 @@ INVOCATION_HEADER = "X-Agentgate-Invocation"
 DEFAULT_MAX_TOKENS = 1024
 """The output limit reserved and enforced when the body names none."""
 MAX_TOKENS_LIMIT = 1_000_000
+PRIORITY_FIELD = "priority"
+"""The body's optional field naming the call's priority class (never forwarded to the backend)."""
+_CLASS_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
+"""A policy name (``agentgate.policy``'s ``Name``): what a priority class is called."""
 
 
 def max_tokens_of(body: Mapping[str, Any]) -> int:
@@ -50,12 +57,31 @@ def max_tokens_of(body: Mapping[str, Any]) -> int:
     return int(value)
 
 
+def priority_of(body: Mapping[str, Any]) -> str | None:
+    """The priority class the body names (its top-level ``priority``), ``None`` when it names none
+    (the field absent or null).
+
+    Whether the policy declares the class is the policy's business (a rule or grant constraining
+    ``priority`` refuses an unknown one). Raises ``InputError`` when the field is present but is
+    not a string of a class name's form (a letter or digit, then up to 99 of ``A-Za-z0-9_.-``),
+    e.g. vLLM's own integer ``priority``.
+    """
+    value = body.get(PRIORITY_FIELD)
+    if value is None:
+        return None
+    if not isinstance(value, str) or _CLASS_NAME.fullmatch(value) is None:
+        raise InputError(
+            f"'priority' must name a priority class of the policy (e.g. \"interactive\"), not {value!r:.60}"
+        )
+    return value
+
+
 def chat_call(body: Mapping[str, Any]) -> Call:
     """The call a chat completion body makes: ``model:<model>`` / ``generate`` with
-    ``max_tokens`` and ``body_sha256``.
+    ``max_tokens`` and ``body_sha256``, and ``priority`` when the body names a priority class.
 
-    Raises ``InputError`` for a body without a model name, with a bad output limit, or with a
-    value that has no canonical JSON form (NaN, infinity); ``CapabilityError`` (an ``InputError``)
+    Raises ``InputError`` for a body without a model name, with a bad output limit or priority
+    class, or with a value that has no canonical JSON form (NaN, infinity); ``CapabilityError`` (an ``InputError``)
     for a model name that is not a canonical resource name.
     """
     model = body.get("model")
@@ -65,7 +91,11 @@ def chat_call(body: Mapping[str, Any]) -> Call:
         digest = args_digest(body)
     except (TokenFormatError, TypeError, ValueError) as exc:
         raise InputError(f"the body has no canonical JSON form: {exc}") from None
-    return Call.model(model, {"max_tokens": max_tokens_of(body), "body_sha256": digest})
+    args: dict[str, Any] = {"max_tokens": max_tokens_of(body), "body_sha256": digest}
+    priority = priority_of(body)
+    if priority is not None:
+        args[PRIORITY_FIELD] = priority
+    return Call.model(model, args)
 
 
 def invocation_headers(
