@@ -519,12 +519,12 @@ def scheduler_config(policy: Policy) -> SchedulerConfig:
 
 
 _NOT_STARTED = frozenset({"SchedulingError", "Overloaded", "CircuitOpen"})
-MAX_ERROR_DETAIL = 200
-"""How much of a backend failure's message (``NoBackend``, ``BackendFailed``) an ``outcome``
-entry keeps beside its class."""
 """Errors with which the scheduler refuses a call before it starts (a closed gate, a full queue, an
 open breaker; a non-idempotent call is never retried after an ambiguous failure, so an attempt
 refused this way follows none that may have had an effect)."""
+MAX_ERROR_DETAIL = 200
+"""How much of a backend failure's message (``NoBackend``, ``BackendFailed``) an ``outcome``
+entry keeps beside its class."""
 
 
 def _ran_before(call: Call, state: OnceState, allow_index: int) -> str:
