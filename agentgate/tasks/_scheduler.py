@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import contextlib
 import math
 import random
 import time
@@ -247,7 +248,9 @@ class Scheduler:
         ``preemptible=False``: ``fn`` stands for work that no cancellation stops (a sync function
         in a worker thread), so an attempt past its deadline is not cut short and reported as
         failed while its effect happens anyway: it runs to its end and its result is returned, as
-        the sync scheduler does. The deadline still bounds waiting for a slot and retries.
+        the sync scheduler does. The deadline still bounds waiting for a slot and retries. A
+        cancelled caller's attempt keeps its slots, lease and half-open probe until ``fn`` has
+        ended, then the cancellation goes on.
 
         Returns a coroutine (``await scheduler.submit(call, fn)``); errors are raised when it is
         awaited. A plain method rather than ``async def``: one coroutine less on the hot path.
@@ -460,7 +463,9 @@ class Scheduler:
                         probing = False  # from here on the outcome is reported to the breaker below
                         running = RUNNING.set(waiter)  # calls the tool makes are nested in this one
                         try:
-                            if attempt_deadline is None or not (preemptible and self._preemptive):
+                            if not preemptible:  # no cancellation stops it: slots held to its end
+                                result = await _to_its_end(fn(attempt))
+                            elif attempt_deadline is None or not self._preemptive:
                                 result = await fn(attempt)
                             else:
                                 timeout = asyncio.timeout_at(attempt_deadline)
@@ -791,6 +796,23 @@ def _message(error: BaseException) -> str:
         return str(error)[:500]
     except Exception:
         return f"<{type(error).__qualname__}: str() raised>"
+
+
+async def _to_its_end(work: Awaitable[T]) -> T:
+    """Await ``work``, which stands for work no cancellation stops (a sync function in a worker
+    thread). When the awaiting task is cancelled, first wait until ``work`` has ended, through
+    further cancellations, so that the attempt's slot, lease and half-open probe are held while
+    the work runs; then let the cancellation go on (``work``'s own outcome is dropped)."""
+    future = asyncio.ensure_future(work)
+    try:
+        return await asyncio.shield(future)
+    except asyncio.CancelledError:
+        while not future.done():
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.shield(future)
+        if not future.cancelled():
+            future.exception()  # retrieved: the loop must not log it as never retrieved
+        raise
 
 
 def _circuit_open(breaker: CircuitBreaker) -> _GiveUp:
