@@ -444,7 +444,8 @@ class Broker:
         lease = self._leases.pop(lease_id)
         self._dirty = True
         nums = [self.topology.number(g) for g in lease.gpus]
-        if lease_id in self._victims:
+        was_leaving = lease_id in self._victims
+        if was_leaving:
             self._victims.discard(lease_id)
             self._quota.leave(lease.tenant, -len(nums))
         else:
@@ -454,10 +455,24 @@ class Broker:
         self._free.give(i for i in nums if self._reserved[i] is None)
         self._outbox.append(LeaseEnded(lease, reason, now))
         waiting_on = {self._reserved[i] for i in nums} | {lease.preempted_by}
-        for request_id in sorted(r for r in waiting_on if r is not None and r in self._waiting):
-            w = self._waiting[request_id]
+        nominated = [
+            self._waiting[r] for r in sorted(r for r in waiting_on if r is not None and r in self._waiting)
+        ]
+        for w in nominated:
             w.victims.discard(lease_id)
-            if not w.victims and all(self._owner[i] is None for i in w.nominated):
+        if was_leaving:
+            # GPUs that were leaving are gone: a nominated request held back by its quota may go.
+            nominated = sorted((w for w in self._waiting.values() if w.nominated), key=lambda w: w.seq)
+        for w in nominated:
+            # Once its victims have ended, and only while its tenant's quota holds it with the
+            # GPUs of its other notified leases counted: those are still held until their grace
+            # ends (a tenant preempting its own lease while another of its leases was being
+            # reclaimed held both, past its quota, for the rest of that grace).
+            if (
+                not w.victims
+                and all(self._owner[i] is None for i in w.nominated)
+                and self._quota.fits(w.request.tenant, 0, with_leaving=True)
+            ):
                 self._grant(w, w.nominated, now)
 
     def _withdraw_nominated(self, w: _Waiting) -> None:
