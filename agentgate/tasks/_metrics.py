@@ -16,6 +16,12 @@ schedulers' own counters when scraped, so the hot path only bumps integers:
 - ``agentgate_tasks_events_total{event,tool}``: every scheduling event (retries are ``retried``).
 - ``agentgate_tasks_breaker_state{key}``: 0 closed, 1 half open, 2 open.
 - ``agentgate_tasks_wait_seconds``: time each attempt waited for its slots, histogram.
+
+Label values are bounded: a family exports at most ``MAX_LABEL_VALUES`` distinct tools (tenants,
+breaker keys); the rest are counted under ``OTHER`` (summed; a breaker at its worst state), so
+hostile or generated names cannot make a series each. Counters admit tool names first come, once
+for the life of the registry (a counted name keeps its series, a folded one stays folded), and a
+scheduler keeps counts for at most that many names, so its memory is bounded too.
 """
 
 from __future__ import annotations
@@ -34,7 +40,42 @@ from agentgate.tasks._breaker import BreakerSnapshot, BreakerState
 
 BREAKER_STATE_VALUE = {BreakerState.CLOSED: 0, BreakerState.HALF_OPEN: 1, BreakerState.OPEN: 2}
 
+MAX_LABEL_VALUES = 1000
+"""The most distinct values of a label (tool, tenant, breaker key) one family exports."""
+OTHER = "_other"
+"""The label value under which the values past ``MAX_LABEL_VALUES`` are counted."""
+
 WAIT_BUCKETS = (0.0005, 0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+
+
+class _Admitted:
+    """Label values admitted first come, at most ``limit``; any other value reads as ``OTHER``.
+    Callers serialize calls (a lock, or the one event loop)."""
+
+    def __init__(self, limit: int = MAX_LABEL_VALUES) -> None:
+        self._seen: set[str] = set()
+        self._limit = limit
+
+    def __call__(self, value: str) -> str:
+        if value in self._seen:
+            return value
+        if len(self._seen) >= self._limit:
+            return OTHER
+        self._seen.add(value)
+        return value
+
+
+def _bounded(pairs: list[tuple[str, int]], fold: Callable[[int, int], int]) -> list[tuple[str, int]]:
+    """``pairs`` (label, value; sorted by label) with at most ``MAX_LABEL_VALUES`` labels: the
+    largest values kept, the rest folded into one ``OTHER`` value by ``fold``."""
+    if len(pairs) <= MAX_LABEL_VALUES:
+        return pairs
+    ranked = sorted(pairs, key=lambda pair: -pair[1])
+    kept, rest = ranked[:MAX_LABEL_VALUES], ranked[MAX_LABEL_VALUES:]
+    other = rest[0][1]
+    for _, value in rest[1:]:
+        other = fold(other, value)
+    return sorted([*kept, (OTHER, other)])
 
 
 def _copy(mapping: Mapping[Any, int]) -> list[tuple[Any, int]]:
@@ -97,6 +138,7 @@ class _Collector:
         self._gone: list[tuple[dict[tuple[str, str], int], WaitHistogram]] = []
         self._retired_events: dict[tuple[str, str], int] = {}
         self._retired_wait = WaitHistogram()
+        self._tools = _Admitted()
 
     def add(self, member: SchedulerMetrics) -> None:
         with self._lock:
@@ -116,17 +158,23 @@ class _Collector:
             wait.add(self._retired_wait)
         sources = list({id(m.in_flight): m for m in members}.values())  # one per admission state
         depth = GaugeMetricFamily("agentgate_tasks_queue_depth", "Calls waiting to start.", labels=["tenant"])
-        for tenant, count in _summed(_copy(m.queue_depth()) for m in sources):
+        for tenant, count in _bounded(_summed(_copy(m.queue_depth()) for m in sources), int.__add__):
             depth.add_metric([tenant], count)
         yield depth
         running = GaugeMetricFamily("agentgate_tasks_in_flight", "Attempts running.", labels=["tool"])
-        for tool, count in _summed(_copy(m.in_flight) for m in sources):
+        for tool, count in _bounded(_summed(_copy(m.in_flight) for m in sources), int.__add__):
             running.add_metric([tool], count)
         yield running
         for member in members:
             for key, count in _copy(member.events):
                 events[key] = events.get(key, 0) + count
             wait.add(member.wait)
+        with self._lock:  # several schedulers' names: admitted here too, once per registry
+            folded: dict[tuple[str, str], int] = {}
+            for (event, tool), count in sorted(events.items()):
+                key = (event, self._tools(tool))
+                folded[key] = folded.get(key, 0) + count
+        events = folded
         family = CounterMetricFamily("agentgate_tasks_events", "Scheduling events.", labels=["event", "tool"])
         for (event, tool), count in sorted(events.items()):
             family.add_metric([event, tool], count)
@@ -140,7 +188,7 @@ class _Collector:
         for source in sources:
             for snap in source.breakers():
                 worst[snap.key] = max(worst.get(snap.key, 0), BREAKER_STATE_VALUE[snap.state])
-        for key, value in sorted(worst.items()):
+        for key, value in _bounded(sorted(worst.items()), max):
             state.add_metric([key], value)
         yield state
         yield wait.metric()
@@ -186,21 +234,28 @@ class SchedulerMetrics:
         self.queue_depth = queue_depth
         self.in_flight = in_flight
         self.breakers = breakers
+        self._tools = _Admitted()
         _collector(self.registry).add(self)
+
+    def _bump(self, name: str, tool: str) -> None:
+        key = (name, tool)
+        count = self.events.get(key)
+        if count is None:  # a new pair: its tool is counted under OTHER past MAX_LABEL_VALUES tools
+            key = (name, self._tools(tool))
+            count = self.events.get(key, 0)
+        self.events[key] = count + 1
 
     def event(self, name: str, tool: str, attributes: Mapping[str, str | int | float | bool]) -> None:
         """Count ``name`` for ``tool`` and add it to the current span when one is recording."""
-        key = (name, tool)
-        self.events[key] = self.events.get(key, 0) + 1
+        self._bump(name, tool)
         span = trace.get_current_span()
         if span.is_recording():
             span.add_event(f"agentgate.task.{name}", {"agentgate.tool": tool, **attributes})
 
     def tally(self, name: str, tool: str) -> None:
         """Count ``name`` for ``tool`` only: for callers that know no span is recording."""
-        key = (name, tool)
-        self.events[key] = self.events.get(key, 0) + 1
+        self._bump(name, tool)
 
     def count(self, name: str, tool: str) -> int:
-        """How many ``name`` events ``tool`` had."""
+        """How many ``name`` events ``tool`` had (a tool past ``MAX_LABEL_VALUES`` is counted as ``OTHER``)."""
         return self.events.get((name, tool), 0)
