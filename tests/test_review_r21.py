@@ -8,12 +8,15 @@ import threading
 
 import pytest
 
+from agentgate.errors import SchedulingError
+from agentgate.store import Store
 from agentgate.tasks import (
     Attempt,
     BreakerPolicy,
     BreakerState,
     Scheduler,
     SchedulerConfig,
+    SyncScheduler,
     ToolCall,
     ToolLimits,
 )
@@ -97,3 +100,33 @@ async def test_a_cancelled_non_preemptible_probe_lets_no_second_probe_run_beside
     assert scheduler.breaker("tool:t").admit() is True  # the cancelled probe's is given back at its end
     scheduler.breaker("tool:t").release()
     await scheduler.aclose()
+
+
+def test_a_sync_tool_running_when_a_store_backed_sync_scheduler_closes_returns_its_result(
+    store: Store,
+) -> None:
+    """``SyncScheduler.close`` promises that a sync tool already running finishes in its caller's
+    thread and its result is returned. Without a store it was; with one (every attempt handed to
+    the loop thread and back) the caller got ``SchedulingError`` although the tool ran to its end,
+    inviting a second call of a tool whose effect had happened."""
+    scheduler = SyncScheduler(SchedulerConfig(tools={"t": ToolLimits(concurrency=1)}), store=store)
+    started = threading.Event()
+    answers: list[object] = []
+
+    def work(_attempt: Attempt) -> str:
+        started.set()
+        threading.Event().wait(0.4)
+        return "done"
+
+    def caller() -> None:
+        try:
+            answers.append(scheduler.submit(ToolCall("t"), work))
+        except SchedulingError as exc:
+            answers.append(exc)
+
+    thread = threading.Thread(target=caller)
+    thread.start()
+    assert started.wait(WAIT_S)
+    scheduler.close(timeout_s=0.05)
+    thread.join(WAIT_S)
+    assert answers == ["done"]

@@ -461,12 +461,15 @@ class SyncScheduler:
         except RuntimeError as exc:  # the loop was closed between the check and here
             raise SchedulingError("the scheduler is closed") from exc
         outcome.add_done_callback(lambda _: inbox.put(None))
+        returned: list[T] = []  # what an attempt returned (no attempt follows it)
         while True:
             work = inbox.get()
             if work is None:
                 try:
                     return outcome.result()
                 except concurrent.futures.CancelledError as exc:
+                    if returned:  # shut down while the tool ran to its end here: as in direct mode
+                        return returned[0]
                     raise SchedulingError("the scheduler shut down before the call finished") from exc
             attempt, done, running = work
             token = RUNNING.set(running)
@@ -482,6 +485,7 @@ class SyncScheduler:
                     value.close()
                     outcome.cancel()
                     raise _async_function(call.tool)
+                returned.append(value)
                 self._settle(done, value, None)
             finally:
                 RUNNING.reset(token)
