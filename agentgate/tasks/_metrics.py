@@ -237,24 +237,29 @@ class SchedulerMetrics:
         self._tools = _Admitted()
         _collector(self.registry).add(self)
 
-    def _bump(self, name: str, tool: str) -> None:
-        key = (name, tool)
-        count = self.events.get(key)
-        if count is None:  # a new pair: its tool is counted under OTHER past MAX_LABEL_VALUES tools
-            key = (name, self._tools(tool))
-            count = self.events.get(key, 0)
-        self.events[key] = count + 1
+    def _admit(self, name: str, tool: str) -> tuple[tuple[str, str], int]:
+        """The key and count of a pair not counted yet: past ``MAX_LABEL_VALUES`` tools, ``OTHER``'s."""
+        key = (name, self._tools(tool))
+        return key, self.events.get(key, 0)
 
     def event(self, name: str, tool: str, attributes: Mapping[str, str | int | float | bool]) -> None:
         """Count ``name`` for ``tool`` and add it to the current span when one is recording."""
-        self._bump(name, tool)
+        key = (name, tool)
+        count = self.events.get(key)
+        if count is None:
+            key, count = self._admit(name, tool)
+        self.events[key] = count + 1
         span = trace.get_current_span()
         if span.is_recording():
             span.add_event(f"agentgate.task.{name}", {"agentgate.tool": tool, **attributes})
 
     def tally(self, name: str, tool: str) -> None:
         """Count ``name`` for ``tool`` only: for callers that know no span is recording."""
-        self._bump(name, tool)
+        key = (name, tool)
+        count = self.events.get(key)
+        if count is None:
+            key, count = self._admit(name, tool)
+        self.events[key] = count + 1
 
     def count(self, name: str, tool: str) -> int:
         """How many ``name`` events ``tool`` had (a tool past ``MAX_LABEL_VALUES`` is counted as ``OTHER``)."""
