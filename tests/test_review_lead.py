@@ -4,6 +4,7 @@ shared helpers): each test failed on the code before its fix."""
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 import subprocess
 import sys
@@ -14,6 +15,9 @@ import pytest
 from langchain_core.tools import StructuredTool
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.types import Command
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from test_langgraph import NAMES, Team, _calls, _entries, _policy_text, _publisher
 from test_langgraph import team as team  # the fixture
 from test_review_r16 import Env, _body, _in_service, _settled
@@ -22,6 +26,7 @@ from test_review_r16 import hostile as hostile
 
 from agentgate.capabilities import Call
 from agentgate.cli.main import main
+from agentgate.dispatch.gateway import GatewayGate
 from agentgate.gate import Gate
 from agentgate.integrations.langgraph import ScriptedChatModel, create_gated_agent
 from agentgate.keys import SigningKey
@@ -303,3 +308,54 @@ def test_a_tenant_preempting_its_own_lease_while_another_is_reclaimed_stays_with
         broker.advance()
         assert research() <= 12, (t, sorted(lease.id for lease in broker.leases()))
     assert sorted(lease.id for lease in broker.leases()) == ["p1", "rC"] and broker.queue() == []
+
+
+CHAT_POLICY = """
+version: 1
+trust_anchors:
+  root: {{did: "{root}"}}
+principals:
+  agent: {{kind: agent, did: "{agent}", roles: [chat]}}
+models:
+  m: {{cost_per_mtok: {{input: 1, output: 1}}}}
+roles:
+  chat:
+    kind: agent
+    capabilities:
+      - resource: model:m
+    budget: {{limit: 1000000, unit: usd_micros}}
+    ttl_s: 3600
+"""
+
+# What an OpenAI SDK pointed at the gateway sends as its Bearer token: the user's provider key.
+PROVIDER_KEY = "sk-proj-Q7xW9kPzR4mN2vB8cT5yH1jL6fD3gS0aE"
+
+
+def test_a_provider_key_sent_as_the_bearer_token_is_quoted_nowhere(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``parse_chain`` refuses a token that is not ``ag1.…`` quoting its first 16 characters; the
+    gateway keeps that text as the refusal's reason: in the audit log (signed, kept for good,
+    exported), in the 401 answer and, were the 401 traced, in the span. The caller's secret
+    (``sk-proj-Q7xW9kPz``: 8 secret characters of an OpenAI key) lands in the evidence."""
+    caplog.set_level(logging.DEBUG)
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    keys = {n: SigningKey.generate() for n in ("root", "agent")}
+    policy = parse_policy(CHAT_POLICY.format(**{n: k.did for n, k in keys.items()}), source="p.yaml")
+    gate = GatewayGate(policy, SQLiteStore(tmp_path / "agentgate.db"), tracer=provider.get_tracer("r20"))
+    try:
+        decision = gate.authorize_invocation(PROVIDER_KEY, "x", Call.model("m"), (1, 1))
+        assert decision.status == 401
+        secret = PROVIDER_KEY[len("sk-proj-") :][:8]
+        evidence = [
+            e.model_dump_json() if hasattr(e, "model_dump_json") else repr(e) for e in gate.audit.entries()
+        ]
+        assert evidence, "the refusal is audited"
+        seen = "\n".join(
+            [*evidence, decision.message, caplog.text, *(s.to_json() for s in exporter.get_finished_spans())]
+        )
+        assert secret not in seen
+    finally:
+        gate.close()

@@ -57,6 +57,8 @@ from agentgate.keys import SIGNATURE_SIZE, PublicKey, SigningKey
 
 VERSION = 1
 TOKEN_PREFIX = "ag1"
+_VERSION_FORMAT = re.compile(r"ag[0-9]{1,3}")
+"""What a token version looks like (quoted in errors; other prefixes may be secrets)."""
 GRANT_CONTEXT = b"agentgate/grant/v1\x00"
 MAX_TOKEN_BYTES = 32 * 1024
 MAX_LINKS = 16
@@ -511,9 +513,13 @@ def parse_chain(token: str) -> Chain:
         raise TokenFormatError("token contains non-ASCII characters")
     parts = token.split(".", 2 * MAX_LINKS + 1)
     if parts[0] != TOKEN_PREFIX:
-        raise TokenFormatError(
-            f"unknown token version {parts[0][:16]!r}; this verifier reads {TOKEN_PREFIX!r} tokens only"
-        )
+        # Quoted only when it looks like a version: what callers send by mistake is often a
+        # secret (a provider's API key as the bearer token), and this text reaches the audit log.
+        if _VERSION_FORMAT.fullmatch(parts[0]):
+            raise TokenFormatError(
+                f"unknown token version {parts[0]!r}; this verifier reads {TOKEN_PREFIX!r} tokens only"
+            )
+        raise TokenFormatError(f"not an agentgate token: it does not start with {TOKEN_PREFIX!r}")
     rest = parts[1:]
     if len(rest) > 2 * MAX_LINKS:
         raise TokenFormatError(f"chain longer than {MAX_LINKS} links")
