@@ -160,6 +160,9 @@ class AgentIdentity:
     tenant: str = "default"
     """Informative: what the operator or the policy said when the grant was issued. Quotas, fair
     shares and leases count against ``Gate.tenant_of(identity)``, read from the policy."""
+    audit_index: int | None = field(default=None, compare=False)
+    """The index of the audit entry that recorded this identity's grant, when ``Gate.issue`` or
+    ``Gate.delegate`` made it (a delegation's span links to it)."""
 
     @property
     def did(self) -> str:
@@ -710,7 +713,7 @@ class Gate:
             purpose=f"role {role}",
         )
         # A root grant is an act of authority like a delegation: the log shows who issued what to whom.
-        self._record_grant(
+        index = self._record_grant(
             chain,
             anchor.did,
             chain.id,
@@ -720,7 +723,7 @@ class Gate:
             + f"; {template.ttl_s}s"
             + (f"; budget {budget.amount} {budget.unit}" if budget is not None else ""),
         )
-        return AgentIdentity(name, key, chain, tenant or self._tenant_of(key.did))
+        return AgentIdentity(name, key, chain, tenant or self._tenant_of(key.did), index)
 
     @_serialized
     def delegate(
@@ -781,8 +784,7 @@ class Gate:
                 }
             )
             raise
-        child = AgentIdentity(name, key, chain, parent.tenant)
-        self._record_grant(
+        index = self._record_grant(
             chain,
             parent.did,
             parent.grant_id,
@@ -792,6 +794,7 @@ class Gate:
             + f"; {seconds}s"
             + (f"; budget {budget}" if budget is not None else ""),
         )
+        child = AgentIdentity(name, key, chain, parent.tenant, index)
         with self._lock:  # the live delegations only: a long-running service delegates per request
             now = time.time()
             if now >= self._purge_at:
@@ -805,14 +808,12 @@ class Gate:
             self._purge_at = min(self._purge_at, max(chain.tip.expires, now + DELEGATIONS_PURGE_S))
         return child
 
-    def _record_grant(
-        self, chain: Chain, principal: str, chain_hash: str, resource: str, reason: str
-    ) -> None:
+    def _record_grant(self, chain: Chain, principal: str, chain_hash: str, resource: str, reason: str) -> int:
         """Record a grant and its ``allow`` audit entry (by ``principal``, on ``resource``
-        ``agent:NAME``) in one transaction, one commit."""
+        ``agent:NAME``) in one transaction, one commit; returns the entry's index."""
         with self._decision_transaction() as tx, self.grants.within(tx):
             record(self.grants, chain)
-            self.audit.append(
+            return self.audit.append(
                 {
                     "kind": "allow",
                     "principal": principal,

@@ -20,6 +20,8 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from test_langgraph import NAMES, Team, _calls, _entries, _policy_text, _publisher
 from test_langgraph import team as team  # the fixture
+from test_review_observability import Sweep
+from test_review_observability_gate import _team
 from test_review_r16 import Env, _body, _in_service, _settled
 from test_review_r16 import env as env  # the fixtures
 from test_review_r16 import hostile as hostile
@@ -359,3 +361,20 @@ def test_a_provider_key_sent_as_the_bearer_token_is_quoted_nowhere(
         assert secret not in seen
     finally:
         gate.close()
+
+
+def test_a_delegation_span_links_to_the_audit_entry_of_the_grant_it_made(tmp_path: Path) -> None:
+    """``Gate.delegate`` audits every delegation (an ``allow`` entry for ``agent:NAME``), and
+    docs/operations.md says the decision is on the span with ``agentgate.audit.index``, "the
+    signed audit entry it links to". The ``execute_tool ask_helper`` span carries
+    ``agentgate.decision=allow`` and the grant id but no audit index: the trace of a delegation
+    cannot be joined to its evidence (langgraph.py ``_delegated``)."""
+    sweep = Sweep(tmp_path)
+    try:
+        _team(sweep).invoke({"messages": [{"role": "user", "content": "go"}]}, context=sweep.boss)
+        (span,) = [s for s in sweep.exporter.get_finished_spans() if s.name == "execute_tool ask_helper"]
+        assert span.attributes is not None and span.attributes["agentgate.decision"] == "allow"
+        delegated = [e.index for e in sweep.gate.audit.entries() if e.resource == "agent:helper"]
+        assert delegated and span.attributes.get("agentgate.audit.index") == delegated[0]
+    finally:
+        sweep.gate.close()

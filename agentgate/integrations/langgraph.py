@@ -687,7 +687,13 @@ def delegation_tool(
 
 def _delegated(span: Span, child: AgentIdentity) -> None:
     if span.is_recording():
-        record_decision(span, "allow", capability_id=child.grant_id, chain_depth=len(child.chain.links))
+        record_decision(
+            span,
+            "allow",
+            capability_id=child.grant_id,
+            chain_depth=len(child.chain.links),
+            audit_index=child.audit_index,
+        )
 
 
 class DispatchedChatModel(BaseChatModel):
