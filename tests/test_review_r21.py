@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from agentgate.errors import SchedulingError
+from agentgate.errors import CircuitOpen, SchedulingError
 from agentgate.store import Store
 from agentgate.tasks import (
     Attempt,
@@ -130,3 +130,53 @@ def test_a_sync_tool_running_when_a_store_backed_sync_scheduler_closes_returns_i
     scheduler.close(timeout_s=0.05)
     thread.join(WAIT_S)
     assert answers == ["done"]
+
+
+async def test_a_stale_failure_in_half_open_lets_no_second_probe_run_beside_the_first() -> None:
+    """A call admitted while the breaker was closed failed after a probe had been let through in
+    half-open: it opened the breaker again and reset the probe count while the probe still ran,
+    so after the reset timeout a second probe ran beside the first (``half_open_max_calls=1``).
+    Such a stale failure now leaves the decision to the probe in flight."""
+    config = SchedulerConfig(
+        breaker=BreakerPolicy(failure_threshold=1, reset_timeout_s=0.05, half_open_max_calls=1)
+    )
+    scheduler = Scheduler(config)
+    stale_fails, probe_ends = asyncio.Event(), asyncio.Event()
+    running: list[str] = []
+
+    async def stale(_attempt: Attempt) -> str:
+        running.append("stale")
+        await stale_fails.wait()
+        raise ConnectionRefusedError
+
+    async def refused(_attempt: Attempt) -> str:
+        raise ConnectionRefusedError
+
+    async def probe(_attempt: Attempt) -> str:
+        running.append("probe")
+        await probe_ends.wait()
+        return "ok"
+
+    first = asyncio.create_task(scheduler.submit(ToolCall("t"), stale))
+    await asyncio.sleep(0.01)
+    with pytest.raises(ConnectionRefusedError):  # opens the breaker
+        await scheduler.submit(ToolCall("t"), refused)
+    await asyncio.sleep(0.06)
+    second = asyncio.create_task(scheduler.submit(ToolCall("t"), probe))  # the half-open probe
+    await asyncio.sleep(0.01)
+    stale_fails.set()
+    with pytest.raises(ConnectionRefusedError):
+        await first
+    await asyncio.sleep(0.06)
+
+    async def another(_attempt: Attempt) -> str:
+        running.append("another probe")
+        return "ok"
+
+    with pytest.raises(CircuitOpen):  # the probe still runs: no second one
+        await scheduler.submit(ToolCall("t"), another)
+    assert running == ["stale", "probe"]
+    probe_ends.set()
+    assert await second == "ok"
+    assert scheduler.breaker("tool:t").state is BreakerState.CLOSED
+    await scheduler.aclose()

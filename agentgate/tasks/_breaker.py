@@ -6,7 +6,8 @@ States and transitions (one breaker per key, shared by every caller of one sched
   open it; a success resets the count.
 - OPEN: calls are refused (``CircuitOpen``) until ``reset_timeout_s`` has passed since opening.
 - HALF_OPEN: up to ``half_open_max_calls`` probe calls pass; the first probe success closes the
-  breaker, a probe failure opens it again for another ``reset_timeout_s``.
+  breaker, a probe failure opens it again for another ``reset_timeout_s``. The failure of a call
+  admitted before the breaker opened does not open it while probes run: they decide.
 
 Failures outside ``trip_on`` (a bad argument, say) say nothing about the tool's health and leave
 the count alone, so one agent's bad calls cannot switch a tool off for everyone.
@@ -139,18 +140,25 @@ class CircuitBreaker:
             if self._state is not BreakerState.CLOSED:
                 self._set(BreakerState.CLOSED)
 
-    def record_failure(self, error_class: str, *, probe: bool = False) -> None:
+    def record_failure(self, error_class: str, *, probe: bool | None = None) -> None:
         """A call failed with ``error_class``; counts only if the class is in ``trip_on``.
 
         ``probe``: the call held a probe (``admit`` answered True). A failure outside ``trip_on``
         gives that probe back (it told nothing about the tool's health); a call that held none
         (admitted while CLOSED) gives nothing back, so no more probes run than the policy allows.
+        ``probe=False``: the call is known to hold none (``admit`` answered False: admitted
+        before the breaker opened); while probes run in HALF_OPEN its failure is left to them.
+        Left out (a caller of ``allow``, which does not say): counted as before.
         """
         with self._lock:
             state = self._current()
             if error_class not in self.policy.trip_on:
                 if probe and state is BreakerState.HALF_OPEN and self._probes > 0:
                     self._probes -= 1
+                return
+            if probe is False and state is BreakerState.HALF_OPEN and self._probes > 0:
+                # A call admitted before the breaker opened: the probes in flight decide (opening
+                # now would forget them, and let more probes run beside them after the timeout).
                 return
             self._failures += 1
             self.healthy = False
