@@ -326,20 +326,19 @@ class GateMiddleware(AgentMiddleware[Any, Any, Any]):
             return _undecidable(call_id, name, exc)
         if not auth.allowed:
             return _refusal(auth, call_id, name)
-        # A sync tool runs in a worker thread under ainvoke, which no cancellation stops: its
-        # attempt ends with its thread, so that its slot is not given back while it runs, and
-        # past its timeout its result is returned (not a timeout the model would retry), as
-        # under invoke.
-        threaded = _runs_in_a_thread(request.tool)
+        # A sync tool runs in a worker thread under ainvoke, which no cancellation stops: not
+        # preemptible, its attempt ends with its thread (its slot is not given back while it
+        # runs, even when the run is cancelled), and past its timeout its result is returned
+        # (not a timeout the model would retry), as under invoke.
         try:
             return await self.gate.arun(
                 auth,
-                (lambda: _to_the_end(handler(request))) if threaded else (lambda: handler(request)),
+                lambda: handler(request),
                 call_id=call_id,
                 run_id=_run_id(request),
                 failed=_failed,
                 paused=_paused,
-                preemptible=not threaded,
+                preemptible=not _runs_in_a_thread(request.tool),
             )
         except GraphBubbleUp:
             raise
@@ -489,17 +488,6 @@ def _runs_in_a_thread(tool: BaseTool) -> bool:
     if isinstance(tool, StructuredTool | Tool):
         return tool.coroutine is None
     return type(tool)._arun is BaseTool._arun
-
-
-async def _to_the_end(work: Awaitable[R]) -> R:
-    """Await ``work``; when cancelled (a timeout, a cancelled run), first wait until it has ended
-    (a worker thread runs on regardless), then let the cancellation go on."""
-    future = asyncio.ensure_future(work)
-    try:
-        return await asyncio.shield(future)
-    except asyncio.CancelledError:
-        await _settled(future)
-        raise
 
 
 async def _not_run() -> Any:
