@@ -22,7 +22,6 @@ identity that is not its own and refuses every call with an ``implicit_trust_inh
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import threading
 import time
@@ -62,6 +61,7 @@ from agentgate.capabilities import Call, Capability
 from agentgate.errors import AgentGateError, BackendFailed, Denied, Expired, InputError, Revoked
 from agentgate.gate import AgentIdentity, Approval, Authorization, Gate
 from agentgate.keys import SigningKey
+from agentgate.tasks import settled
 
 __all__ = [
     "DispatchedChatModel",
@@ -364,7 +364,7 @@ class GateMiddleware(AgentMiddleware[Any, Any, Any]):
         try:
             return await asyncio.shield(future)
         except asyncio.CancelledError:
-            await _settled(future)
+            await settled(future)
             if not future.cancelled() and future.exception() is None:
                 auth = auth_of(future.result())
                 if auth.allowed:
@@ -374,7 +374,7 @@ class GateMiddleware(AgentMiddleware[Any, Any, Any]):
                     settling = asyncio.ensure_future(self.gate.arun(auth, _not_run))
                     await asyncio.sleep(0)
                     settling.cancel()
-                    await _settled(settling)
+                    await settled(settling)
             raise
 
     # --- models ---------------------------------------------------------------------------
@@ -492,16 +492,6 @@ def _runs_in_a_thread(tool: BaseTool) -> bool:
 
 async def _not_run() -> Any:
     raise asyncio.CancelledError
-
-
-async def _settled(future: asyncio.Future[Any]) -> None:
-    """Wait until ``future`` is done, whatever it ends with, through further cancellations of
-    the waiting task (the work it stands for runs on regardless and must be accounted for)."""
-    while not future.done():
-        with contextlib.suppress(asyncio.CancelledError):
-            await asyncio.shield(future)
-    if not future.cancelled():
-        future.exception()  # retrieved: its failure is the caller's to read, not the loop's to log
 
 
 def _failed(result: object) -> bool:

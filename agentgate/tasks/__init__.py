@@ -41,7 +41,7 @@ from agentgate.tasks._retry import (
     rule_for,
     safe_to_repeat,
 )
-from agentgate.tasks._scheduler import Scheduler
+from agentgate.tasks._scheduler import Scheduler, settled
 from agentgate.tasks._sync import SyncScheduler
 from agentgate.tasks._token_bucket import TokenBucket
 
@@ -83,4 +83,5 @@ __all__ = [
     "retry_on_classes",
     "rule_for",
     "safe_to_repeat",
+    "settled",
 ]

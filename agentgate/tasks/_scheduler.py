@@ -807,12 +807,20 @@ async def _to_its_end(work: Awaitable[T]) -> T:
     try:
         return await asyncio.shield(future)
     except asyncio.CancelledError:
-        while not future.done():
-            with contextlib.suppress(asyncio.CancelledError):
-                await asyncio.shield(future)
-        if not future.cancelled():
-            future.exception()  # retrieved: the loop must not log it as never retrieved
+        await settled(future)
         raise
+
+
+async def settled(future: asyncio.Future[Any]) -> None:
+    """Wait until ``future`` is done, whatever it ends with, through further cancellations of
+    the waiting task (the work it stands for runs on regardless and must be accounted for).
+    Its outcome is retrieved, so the loop never logs it as never retrieved; reading it is the
+    caller's business."""
+    while not future.done():
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.shield(future)
+    if not future.cancelled():
+        future.exception()
 
 
 def _circuit_open(breaker: CircuitBreaker) -> _GiveUp:
