@@ -19,6 +19,7 @@ from typing import Any
 import httpx
 import pytest
 from test_gateway import MODEL, NAMES, _policy_text
+from test_review_gateway_e2e import _body
 
 from agentgate.dispatch import inventory_from_mapping
 from agentgate.dispatch.backends import BackendClient, Timeouts
@@ -243,15 +244,6 @@ def _gateway(tmp_path: Path, backend: Hostile) -> Iterator[Env]:
 def env(tmp_path_factory: pytest.TempPathFactory, hostile: Hostile) -> Iterator[Env]:
     with _gateway(tmp_path_factory.mktemp("r16"), hostile) as made:
         yield made
-
-
-def _body(**extra: Any) -> dict[str, Any]:
-    return {
-        "model": MODEL,
-        "messages": [{"role": "user", "content": "Say something short."}],
-        "max_tokens": 8,
-        **extra,
-    }
 
 
 RESERVED = estimate_tokens(prompt_text(_body()["messages"])) + 8
