@@ -1,24 +1,5 @@
-"""``Gate``: the composition root that the integrations and the CLI use.
-
-One tool call or model call, end to end (docs/architecture.md):
-
-1. ``authorize``: the policy's rule for the caller (``policy.PolicyIndex``), then the authority
-   decision with the agent's own key in hand (``authority.Authority.decide_held``: chain
-   verified, holder binding, nothing revoked, approval gate), then, in ONE store
-   transaction, the budget reserved against every grant of the chain (``store.ledger``), a
-   signed approval consumed (``store.approvals``) and the decision appended to the audit log
-   (``store.audit``). If that transaction fails, the call does not run.
-2. ``run`` / ``arun``: the call runs under the scheduler (``tasks``: limits, deadline, safe
-   retries, breakers) inside an OpenTelemetry span; its outcome entry and the budget settlement
-   (committed at the actual usage, or released) are written in one transaction, carried by the
-   next decision's transaction or committed by a background thread within ``linger_s`` (20 ms).
-   A crash in that window can lose an outcome entry, never a decision: the reservation then stays
-   held, so a budget is never overspent. ``flush()`` commits them at once.
-
-The gate composes; each rule lives in the part that owns it. A refusal is data: an
-``Authorization`` that is not allowed, whose ``explain()`` tells the agent what was refused and
-why, without tokens, keys or argument values.
-"""
+"""``Gate``: the composition root (the package docstring, ``agentgate.gate``, tells one call's
+path through it)."""
 
 from __future__ import annotations
 
@@ -26,7 +7,6 @@ import asyncio
 import atexit
 import contextlib
 import functools
-import hashlib
 import inspect
 import logging
 import threading
@@ -35,7 +15,7 @@ import weakref
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from contextvars import ContextVar
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, Concatenate, ParamSpec, TypeVar, cast
@@ -44,7 +24,7 @@ from opentelemetry import trace
 from opentelemetry.trace import INVALID_SPAN, ProxyTracerProvider, Span, Tracer
 from prometheus_client import CollectorRegistry
 
-from agentgate.audit.entry import argument_digest, canonical_json, redact
+from agentgate.audit.entry import argument_digest, redact
 from agentgate.audit.spans import (
     chat_span,
     decision_span,
@@ -80,7 +60,6 @@ from agentgate.errors import (
     DispatchError,
     Expired,
     InputError,
-    KeyFileError,
     NoBackend,
     QuotaExceeded,
     Revoked,
@@ -88,6 +67,18 @@ from agentgate.errors import (
     ScopeCreep,
 )
 from agentgate.findings import Finding, FindingKind
+from agentgate.gate._approval import Approval, approval_call_hash
+from agentgate.gate._authorization import AgentIdentity, Authorization, Verdict
+from agentgate.gate._config import scheduler_config
+from agentgate.gate._outcomes import (
+    MAX_ERROR_DETAIL,
+    NOT_STARTED,
+    USAGE_UNREAD,
+    PendingOutcome,
+    PendingOutcomes,
+    usage_after,
+)
+from agentgate.gate._records import ran_before, recordable, redact_reasons
 from agentgate.keys import PublicKey, SigningKey
 from agentgate.policy import ApprovalRequirement as PolicyApproval
 from agentgate.policy import (
@@ -109,18 +100,13 @@ from agentgate.store.quotas import QuotaCounter
 from agentgate.tasks import (
     DEFAULT_CLASSIFIER,
     Attempt,
-    RateLimit,
-    RetryPolicy,
     Scheduler,
     SchedulerConfig,
     SharedLimits,
     SyncScheduler,
     ToolCall,
-    ToolLimits,
     idempotency_key,
 )
-
-__all__ = ["AgentIdentity", "Approval", "Authorization", "Gate", "Verdict", "scheduler_config"]
 
 T = TypeVar("T")
 P = ParamSpec("P")
@@ -138,264 +124,8 @@ def _approval_hook(call: Call, chain: Chain, invocation: Invocation | None) -> A
     return _pending_approval.get()
 
 
-class Verdict:
-    """The three answers a decision gives (the same words as ``authority.Outcome``)."""
-
-    ALLOW = "allow"
-    DENY = "deny"
-    APPROVAL_REQUIRED = "approval_required"
-
-
-@dataclass(frozen=True)
-class AgentIdentity:
-    """Who an agent is in one run: its name, its own key, and the chain of grants it holds.
-
-    Carried in the run's context, never in state or messages; its ``repr`` shows neither the
-    key nor the token.
-    """
-
-    name: str
-    key: SigningKey = field(repr=False)
-    chain: Chain = field(repr=False)
-    tenant: str = "default"
-    """Informative: what the operator or the policy said when the grant was issued. Quotas, fair
-    shares and leases count against ``Gate.tenant_of(identity)``, read from the policy."""
-    audit_index: int | None = field(default=None, compare=False)
-    """The index of the audit entry that recorded this identity's grant, when ``Gate.issue`` or
-    ``Gate.delegate`` made it (a delegation's span links to it)."""
-
-    @property
-    def did(self) -> str:
-        return self.key.did
-
-    @property
-    def grant_id(self) -> str:
-        return self.chain.id
-
-
-@dataclass(frozen=True)
-class Approval:
-    """An approver's signed yes to one approval request, bound to the exact call (``call_hash``).
-
-    The store makes it single-use and expiring (``store.approvals``); the signature makes it
-    unforgeable: only a key the policy names as an approver can produce one.
-    """
-
-    request: str
-    """The approval request id from the interrupt payload."""
-    call_hash: str
-    """Hash of the tool, the arguments' digest, the grant and the tool call id."""
-    approver: str
-    """The approver's ``did:key``."""
-    signature: bytes = field(repr=False)
-
-    def signed_bytes(self) -> bytes:
-        return b"agentgate-approval-v1\n" + canonical_json(
-            {"request": self.request, "call": self.call_hash, "approver": self.approver}
-        )
-
-    @classmethod
-    def sign(cls, payload: Mapping[str, Any], approver: SigningKey) -> Approval:
-        """Sign the request shown in an interrupt payload (or the request itself) as ``approver``.
-
-        Raises ``InputError`` when the payload carries no request id and call hash.
-        """
-        inner = payload.get("request", payload)
-        if not isinstance(inner, Mapping) or not all(
-            isinstance(inner.get(k), str) for k in ("id", "call_hash")
-        ):
-            raise InputError(
-                "an approval needs the request's 'id' and 'call_hash': pass the interrupt payload"
-            )
-        unsigned = cls(inner["id"], inner["call_hash"], approver.did, b"")
-        return replace(unsigned, signature=approver.sign(unsigned.signed_bytes()))
-
-    def verify(self) -> bool:
-        """Whether the signature is the approver's own."""
-        try:
-            return PublicKey.from_did(self.approver).is_valid(self.signed_bytes(), self.signature)
-        except (KeyFileError, AgentGateError, UnicodeError):
-            return False
-
-    def to_dict(self) -> dict[str, str]:
-        """Plain strings: what ``Command(resume=...)`` carries through any checkpointer."""
-        return {
-            "request": self.request,
-            "call_hash": self.call_hash,
-            "approver": self.approver,
-            "signature": self.signature.hex(),
-        }
-
-    @classmethod
-    def parse(cls, value: object) -> Approval | None:
-        """An approval from a resume value (an ``Approval`` or its ``to_dict()``); ``None`` for
-        anything else, which leaves the call unapproved rather than failing the run."""
-        if isinstance(value, Approval):
-            return value
-        if not isinstance(value, Mapping):
-            return None
-        try:
-            parsed = cls(
-                str(value["request"]),
-                str(value["call_hash"]),
-                str(value["approver"]),
-                bytes.fromhex(str(value["signature"])),
-            )
-            for text in (parsed.request, parsed.call_hash, parsed.approver):
-                text.encode("utf-8")  # a lone surrogate is no approval anyone signed
-        except (KeyError, ValueError, TypeError):  # UnicodeEncodeError is a ValueError
-            return None
-        return parsed
-
-
-class _Once:
-    """A flag that can be taken once, from any thread: ``take`` answers True the first time only."""
-
-    __slots__ = ("_lock",)
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-
-    def take(self) -> bool:
-        return self._lock.acquire(blocking=False)
-
-
-@dataclass(frozen=True)
-class Authorization:
-    """A recorded decision about one call and what it reserved. Produced by ``Gate.authorize``."""
-
-    verdict: str
-    call: Call
-    identity: AgentIdentity | None = field(repr=False)
-    reasons: tuple[str, ...] = ()
-    findings: tuple[Finding, ...] = ()
-    audit_index: int | None = None
-    reservations: tuple[tuple[str, str, int], ...] = ()
-    """(reservation id, unit, amount) held in the ledger until the outcome."""
-    request: Mapping[str, Any] | None = None
-    """The approval request, when the verdict is ``approval_required``."""
-    approver: str | None = None
-    decision: Decision | None = field(default=None, repr=False)
-    """The authority engine's decision, when one was made."""
-    budget_exhausted: bool = False
-    """Refused because a budget of the chain has too little left: the run should end."""
-    rule: str | None = None
-    """The policy rule that allows the call (``role R rule N``), recorded in its audit entries."""
-    quota_exceeded: str | None = None
-    """Refused because this policy quota's current window is full (its name)."""
-    once_key: str | None = None
-    """For an allowed call of a non-idempotent tool with a call id: its idempotency key, under
-    which the Gate records that it ran (``store.once``), so that it never runs twice."""
-    _use: _Once = field(default_factory=_Once, repr=False, compare=False)
-    """Taken by the one ``Gate.run``/``arun``/gateway call an allow is good for (shared by copies)."""
-
-    @property
-    def allowed(self) -> bool:
-        return self.verdict == Verdict.ALLOW
-
-    @property
-    def needs_approval(self) -> bool:
-        return self.verdict == Verdict.APPROVAL_REQUIRED
-
-    def approval_payload(self) -> dict[str, Any]:
-        """What ``interrupt()`` shows a human: what is asked, by whom, and why."""
-        return {"agentgate": "approval_required", "request": dict(self.request or {})}
-
-    def explain(self) -> str:
-        """What was refused and why, for the model: the resource and the reasons, never tokens or keys."""
-        what = f"{self.call.resource} ({self.call.action})"
-        why = "; ".join([*self.reasons, *(f"[{f.kind}/{f.code}]" for f in self.findings)]) or "not allowed"
-        if self.needs_approval:
-            return f"agentgate: {what} needs a human approval that was not given: {why}"
-        if self.quota_exceeded is not None:
-            advice = "Retry once the quota's window has passed."
-        else:
-            codes = [f.code for f in self.findings if f.code in _RESIGN]
-            advice = _RESIGN[codes[0]] if codes else "Do not retry this call; choose another way or stop."
-        return f"agentgate refused {what}: {why}. {advice}"
-
-
 DELEGATIONS_PURGE_S = 1.0
 """How often, at most, ``Gate.delegations`` is cleared of expired delegations."""
-
-
-_RESIGN = {
-    "invocation_expired": "Sign the call again with a fresh invocation.",
-    "invocation_not_yet_valid": "Check the signer's clock and sign the call again.",
-    "replayed_invocation": "Each invocation is used once: sign the call again with a fresh one.",
-}
-"""Refusals that a freshly signed invocation of the same call can overcome, and what to do."""
-
-
-_Outcome = tuple[Authorization, str, str | None, tuple[int, int] | None]
-
-_USAGE_UNREAD: tuple[int, int] = (-1, -1)
-"""The usage settled (by identity) for a call that ran but whose ``spent``/``failed`` callback
-raised: its outcome is an error charged as reserved."""
-
-
-class _PendingOutcomes:
-    """Outcomes waiting to be committed, with their budget settlements.
-
-    The next decision's transaction carries whatever is pending (``take``), so an agent that calls
-    one tool after another pays one durable commit per call, not two, and never waits for a
-    second writer's lock. What no decision picks up within ``linger_s`` a background thread
-    commits on its own. ``take`` and ``flush`` are called holding the gate's store lock only.
-    """
-
-    def __init__(
-        self, commit: Callable[[list[_Outcome]], None], tick: Callable[[], None], linger_s: float = 0.02
-    ) -> None:
-        self._commit = commit
-        self._tick = tick
-        self._linger_s = linger_s
-        self._items: list[_Outcome] = []
-        self._oldest = 0.0  # time.monotonic() when the oldest pending outcome was put
-        self._lock = threading.Lock()
-        self._closed = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="agentgate-outcomes", daemon=True)
-        self._thread.start()
-
-    def put(self, item: _Outcome) -> None:
-        # No wake-up here: waking a thread per call costs more than the call's own bookkeeping.
-        with self._lock:
-            if not self._items:
-                self._oldest = time.monotonic()
-            self._items.append(item)
-
-    def take(self) -> list[_Outcome]:
-        with self._lock:
-            items, self._items = self._items, []
-        return items
-
-    def restore(self, items: list[_Outcome]) -> None:
-        """Put back outcomes whose carrying transaction did not commit."""
-        if items:
-            with self._lock:
-                self._items[:0] = items
-                self._oldest = 0.0  # they have waited already: the next tick commits them
-
-    def flush(self) -> None:
-        items = self.take()
-        if items:
-            self._commit(items)
-
-    def close(self) -> None:
-        """Stop the background commits (the caller flushes what is left)."""
-        self._closed.set()
-        self._thread.join()
-
-    def _loop(self) -> None:
-        # Every half ``linger_s``, have committed what has waited at least that long, so nothing
-        # waits much more than ``linger_s``, and an outcome put just before a tick is left to the
-        # next decision (an agent calling one tool after another otherwise paid an extra commit,
-        # durable, under the store lock, about every ``linger_s``). ``tick`` commits under the
-        # store lock, under which every ``take`` happens, so a reader that flushes first never
-        # misses outcomes that another thread took but had not written yet.
-        half = self._linger_s / 2
-        while not self._closed.wait(half):
-            if self._items and time.monotonic() - self._oldest >= half:
-                self._tick()
 
 
 def _flush_at_exit(ref: weakref.ref[Gate]) -> None:
@@ -440,38 +170,6 @@ async def _result_of(fn: Callable[[], Awaitable[T]]) -> T:
     return cast(T, value)
 
 
-def _usage_after(auth: Authorization, exc: BaseException) -> tuple[int, int] | None:
-    """The usage to settle a call that ``exc`` ended with: ``None`` (the reservation released)
-    for an error, but a model call cancelled while it ran (``CancelledError``, a caller's
-    timeout, ``KeyboardInterrupt``: not an ``Exception``) may have generated up to its limit
-    already, so it is charged as reserved (``_USAGE_UNREAD``), or repeated timeouts would be free
-    generations."""
-    if not isinstance(exc, Exception) and auth.call.resource.startswith("model:"):
-        return _USAGE_UNREAD
-    return None
-
-
-def _redact_reasons(reasons: Iterable[str], args: Mapping[str, Any], loggable: Iterable[str]) -> list[str]:
-    """Reasons as the audit log may keep them: a value of an argument the policy does not mark
-    loggable, quoted by a rule's explanation (``name=value``), is replaced by a placeholder."""
-    clear = set(loggable)
-    out = []
-    for reason in reasons:
-        # Only the arguments a reason names are rendered: a value nested thousands deep has no
-        # repr (RecursionError), and a large one costs its repr on every refusal.
-        for name, value in args.items():
-            if name in clear or f"{name}=" not in reason:
-                continue
-            try:
-                quoted = f"{name}={value!r}"
-            except RecursionError:
-                reason = "<a reason quoting an argument that is not loggable>"
-                break
-            reason = reason.replace(quoted, f"{name}=<not loggable>")
-        out.append(reason)
-    return out
-
-
 def _token_counts(tokens: object) -> tuple[int, int]:
     """``(prompt, output)`` token counts as two non-negative integers; ``InputError`` otherwise (a
     negative estimate would make a call's cost negative and skip its reservation)."""
@@ -480,70 +178,6 @@ def _token_counts(tokens: object) -> tuple[int, int]:
         if all(type(n) is int and n >= 0 for n in (prompt, output)):
             return prompt, output
     raise InputError(f"token counts must be two non-negative integers (prompt, output), got {tokens!r}")
-
-
-def approval_call_hash(resource: str, action: str, args_digest: str, grant: str, call_id: str) -> str:
-    """What an approval is bound to: SHA-256 (hex) of the canonical JSON of the call's resource,
-    action, argument digest, grant id and the framework's call id (empty when there is none)."""
-    fields = {"res": resource, "act": action, "args": args_digest, "grant": grant, "call": call_id}
-    return hashlib.sha256(canonical_json(fields)).hexdigest()
-
-
-def _recordable(text: str) -> str:
-    """``text`` as the audit log can hold it: unchanged, or with what is not valid Unicode (a
-    lone surrogate from a hostile argument or name) escaped, so a refusal is still recorded."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return text.encode("utf-8", "backslashreplace").decode("utf-8")
-    return text
-
-
-def scheduler_config(policy: Policy) -> SchedulerConfig:
-    """The scheduler's per-tool limits, one to one from the policy's ``tools`` section."""
-    tools: dict[str, ToolLimits] = {}
-    for name, tool in policy.document.tools.items():
-        retry = tool.retry
-        tools[name] = ToolLimits(
-            concurrency=tool.concurrency,
-            rate=RateLimit(tool.rate.per_second, tool.rate.burst) if tool.rate else None,
-            timeout_s=tool.timeout_s,
-            retry=RetryPolicy(
-                attempts=retry.attempts,
-                backoff_initial_s=retry.backoff_initial_s,
-                backoff_max_s=max(retry.backoff_max_s, retry.backoff_initial_s),
-                multiplier=retry.multiplier,
-                retry_on=tuple(retry.retry_on),
-            ),
-            idempotent=tool.idempotent,
-            takes_idempotency_key=tool.takes_idempotency_key,
-        )
-    return SchedulerConfig(tools=tools)
-
-
-_NOT_STARTED = frozenset({"SchedulingError", "Overloaded", "CircuitOpen"})
-"""Errors with which the scheduler refuses a call before it starts (a closed gate, a full queue, an
-open breaker; a non-idempotent call is never retried after an ambiguous failure, so an attempt
-refused this way follows none that may have had an effect)."""
-MAX_ERROR_DETAIL = 200
-"""How much of a backend failure's message (``NoBackend``, ``BackendFailed``) an ``outcome``
-entry keeps beside its class."""
-
-
-def _ran_before(call: Call, state: OnceState, allow_index: int) -> str:
-    what = f"this {call.resource} call (the same run, call id and arguments)"
-    if state == "ok":
-        happened = f"already ran to completion (allowed by audit entry {allow_index})"
-    elif state == "error":
-        happened = (
-            f"already ran and failed (allowed by audit entry {allow_index}); it may have had its effect"
-        )
-    else:
-        happened = (
-            f"was started (allowed by audit entry {allow_index}) and its outcome was never recorded: its "
-            "process may have stopped while it ran, so it may have had its effect"
-        )
-    return f"{what} {happened}; a tool that is not idempotent runs once, so it is not run again"
 
 
 def _finding(kind: FindingKind, code: str, message: str, hint: str | None = None) -> Finding:
@@ -592,7 +226,7 @@ class Gate:
         # Refused now, not at the first call: the Gate's schedulers use the default classifier.
         self._config.check_error_classes(DEFAULT_CLASSIFIER.classes)
         self._store_lock = threading.RLock()
-        self._outcomes = _PendingOutcomes(self._write_outcomes, tick=self.flush)
+        self._outcomes = PendingOutcomes(self._write_outcomes, tick=self.flush)
         self._at_exit = functools.partial(_flush_at_exit, weakref.ref(self))
         atexit.register(self._at_exit)
         self._limits = SharedLimits(self._config)
@@ -997,7 +631,7 @@ class Gate:
                 and last[0] not in RUN_AGAIN
             ):
                 # Refused before a person is asked to approve a call that cannot run again.
-                auth = replace(auth, verdict=Verdict.DENY, reasons=(_ran_before(call, *last),))
+                auth = replace(auth, verdict=Verdict.DENY, reasons=(ran_before(call, *last),))
             if auth.needs_approval:
                 auth = self._record_approval_request(auth, request, tx)
             elif auth.allowed:
@@ -1170,14 +804,14 @@ class Gate:
                 "principal": approval.approver,
                 "chain_hash": request["grant"],
                 "policy_hash": self.policy.digest or None,
-                "resource": _recordable(request["resource"]),
+                "resource": recordable(request["resource"]),
                 "args_digest": request["args_digest"],
                 "args": request["args"],
                 "approver": approval.approver,
                 "ref": asked_index,
                 "reasons": [
-                    f"request:{_recordable(approval.request)}",
-                    f"call_hash:{_recordable(approval.call_hash)}",
+                    f"request:{recordable(approval.request)}",
+                    f"call_hash:{recordable(approval.call_hash)}",
                     f"signature:{approval.signature.hex()}",
                 ],
             },
@@ -1221,7 +855,7 @@ class Gate:
         identity = auth.identity
         loggable = self._loggable(auth.call)
         reasons = [
-            *(_redact_reasons(auth.reasons, auth.call.args, loggable) if auth.reasons else ()),
+            *(redact_reasons(auth.reasons, auth.call.args, loggable) if auth.reasons else ()),
             *(f"{f.kind}:{f.code}" for f in auth.findings),
         ]
         try:
@@ -1236,11 +870,11 @@ class Gate:
             "chain_hash": identity.grant_id if identity else None,
             "policy_hash": self.policy.digest or None,
             "rule": auth.rule,
-            "resource": _recordable(auth.call.resource),
+            "resource": recordable(auth.call.resource),
             "args_digest": digest,
             "args": shown,
             "approver": auth.approver,
-            "reasons": [_recordable(reason) for reason in reasons],
+            "reasons": [recordable(reason) for reason in reasons],
         }
 
     def _loggable(self, call: Call) -> list[str]:
@@ -1624,9 +1258,9 @@ class Gate:
                     chain_depth=len(identity.chain.links) if identity else None,
                     audit_index=auth.audit_index,
                     # As the audit log keeps them: values the policy does not mark loggable hidden.
-                    reason="; ".join(
-                        _redact_reasons(auth.reasons, auth.call.args, self._loggable(auth.call))
-                    )[:200]
+                    reason="; ".join(redact_reasons(auth.reasons, auth.call.args, self._loggable(auth.call)))[
+                        :200
+                    ]
                     or None,
                 )
                 if identity is not None:
@@ -1650,7 +1284,7 @@ class Gate:
             # Why the backends failed (an HTTP 302, garbage, no answer in time) belongs in the
             # evidence, not only in the gateway's log; the message names no backend key (scrubbed).
             error = f"{error}: {str(exc)[:MAX_ERROR_DETAIL]}"
-        self._settle(auth, "paused" if pause else "error", error, _usage_after(auth, exc))
+        self._settle(auth, "paused" if pause else "error", error, usage_after(auth, exc))
 
     def _finish(
         self,
@@ -1667,7 +1301,7 @@ class Gate:
             usage = spent(result) if spent is not None else None
             status = "error" if failed is not None and failed(result) else "ok"
         except BaseException as exc:
-            self._settle(auth, "error", type(exc).__name__, _USAGE_UNREAD)
+            self._settle(auth, "error", type(exc).__name__, USAGE_UNREAD)
             raise
         if usage is not None:
             with contextlib.suppress(TypeError, ValueError):  # garbage usage: charged at settlement
@@ -1740,7 +1374,7 @@ class Gate:
         """``auth.explain()`` as the audit log would keep it: values of arguments the policy does
         not mark loggable replaced. For text that may reach logs (a raised ``Denied``); the model
         is told ``explain()`` itself, its own arguments included."""
-        redacted = _redact_reasons(auth.reasons, auth.call.args, self._loggable(auth.call))
+        redacted = redact_reasons(auth.reasons, auth.call.args, self._loggable(auth.call))
         return replace(auth, reasons=tuple(redacted)).explain()
 
     def _settle(
@@ -1750,7 +1384,7 @@ class Gate:
         # (one transaction for both) ride with the next decision or the background commit.
         self._outcomes.put((auth, status, error, usage))
 
-    def _write_outcomes(self, batch: list[_Outcome]) -> None:
+    def _write_outcomes(self, batch: list[PendingOutcome]) -> None:
         try:
             with self.store.transaction() as tx:
                 self.audit.lock(tx)
@@ -1758,7 +1392,7 @@ class Gate:
         except AgentGateError as exc:
             _log.error("agentgate: %d outcomes not recorded: %s", len(batch), exc)
 
-    def _carry(self, tx: Transaction, batch: list[_Outcome]) -> None:
+    def _carry(self, tx: Transaction, batch: list[PendingOutcome]) -> None:
         # Under a savepoint: an outcome that cannot be written (logged) never takes the others, or
         # the decision that carries them, down with it. Its reservation stays held, which can only
         # make a budget look smaller, never let it be overspent. One savepoint for the batch;
@@ -1795,7 +1429,7 @@ class Gate:
         identity = auth.identity
         reasons = [error] if error else []
         actual = None
-        if usage is _USAGE_UNREAD:
+        if usage is USAGE_UNREAD:
             reasons.append("the call ran but its usage could not be read; charged as reserved")
         elif usage is not None:
             try:
@@ -1806,7 +1440,7 @@ class Gate:
                 )
         delta = 0
         for position, (reservation, unit, amount) in enumerate(auth.reservations):
-            if status == "ok" or actual is not None or usage is _USAGE_UNREAD:
+            if status == "ok" or actual is not None or usage is USAGE_UNREAD:
                 used = actual.get(unit, amount) if actual is not None else amount
                 # The call has run: its cost is recorded even when it overruns what was left.
                 short = self.ledger.commit(reservation, used, tx, exhaust=True)
@@ -1823,7 +1457,7 @@ class Gate:
                 else "paused"
                 if status == "paused"
                 else "not_run"
-                if error is not None and error.partition(":")[0] in _NOT_STARTED
+                if error is not None and error.partition(":")[0] in NOT_STARTED
                 else "error"
             )
             self.once.finish(tx, auth.once_key, once)
@@ -1852,7 +1486,7 @@ class Gate:
                 "status": status,
                 "ref": auth.audit_index,
                 "budget_delta": delta,
-                "reasons": [_recordable(r) for r in reasons],
+                "reasons": [recordable(r) for r in reasons],
             },
             tx,
         )

@@ -1,0 +1,41 @@
+"""``Gate``: the composition root that the integrations and the CLI use.
+
+One tool call or model call, end to end (docs/architecture.md):
+
+1. ``authorize``: the policy's rule for the caller (``policy.PolicyIndex``), then the authority
+   decision with the agent's own key in hand (``authority.Authority.decide_held``: chain
+   verified, holder binding, nothing revoked, approval gate), then, in ONE store
+   transaction, the budget reserved against every grant of the chain (``store.ledger``), a
+   signed approval consumed (``store.approvals``) and the decision appended to the audit log
+   (``store.audit``). If that transaction fails, the call does not run.
+2. ``run`` / ``arun``: the call runs under the scheduler (``tasks``: limits, deadline, safe
+   retries, breakers) inside an OpenTelemetry span; its outcome entry and the budget settlement
+   (committed at the actual usage, or released) are written in one transaction, carried by the
+   next decision's transaction or committed by a background thread within ``linger_s`` (20 ms).
+   A crash in that window can lose an outcome entry, never a decision: the reservation then stays
+   held, so a budget is never overspent. ``flush()`` commits them at once.
+
+The gate composes; each rule lives in the part that owns it. A refusal is data: an
+``Authorization`` that is not allowed, whose ``explain()`` tells the agent what was refused and
+why, without tokens, keys or argument values.
+"""
+
+from __future__ import annotations
+
+from agentgate.gate._approval import Approval, approval_call_hash
+from agentgate.gate._authorization import AgentIdentity, Authorization, Verdict
+from agentgate.gate._config import scheduler_config
+from agentgate.gate._gate import DELEGATIONS_PURGE_S, Gate
+from agentgate.gate._outcomes import MAX_ERROR_DETAIL
+
+__all__ = [
+    "DELEGATIONS_PURGE_S",
+    "MAX_ERROR_DETAIL",
+    "AgentIdentity",
+    "Approval",
+    "Authorization",
+    "Gate",
+    "Verdict",
+    "approval_call_hash",
+    "scheduler_config",
+]

@@ -1,0 +1,95 @@
+"""An approver's signed yes to one approval request (``Approval``) and what it is bound to
+(``approval_call_hash``)."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from agentgate.audit.entry import canonical_json
+from agentgate.errors import AgentGateError, InputError, KeyFileError
+from agentgate.keys import PublicKey, SigningKey
+
+
+@dataclass(frozen=True)
+class Approval:
+    """An approver's signed yes to one approval request, bound to the exact call (``call_hash``).
+
+    The store makes it single-use and expiring (``store.approvals``); the signature makes it
+    unforgeable: only a key the policy names as an approver can produce one.
+    """
+
+    request: str
+    """The approval request id from the interrupt payload."""
+    call_hash: str
+    """Hash of the tool, the arguments' digest, the grant and the tool call id."""
+    approver: str
+    """The approver's ``did:key``."""
+    signature: bytes = field(repr=False)
+
+    def signed_bytes(self) -> bytes:
+        return b"agentgate-approval-v1\n" + canonical_json(
+            {"request": self.request, "call": self.call_hash, "approver": self.approver}
+        )
+
+    @classmethod
+    def sign(cls, payload: Mapping[str, Any], approver: SigningKey) -> Approval:
+        """Sign the request shown in an interrupt payload (or the request itself) as ``approver``.
+
+        Raises ``InputError`` when the payload carries no request id and call hash.
+        """
+        inner = payload.get("request", payload)
+        if not isinstance(inner, Mapping) or not all(
+            isinstance(inner.get(k), str) for k in ("id", "call_hash")
+        ):
+            raise InputError(
+                "an approval needs the request's 'id' and 'call_hash': pass the interrupt payload"
+            )
+        unsigned = cls(inner["id"], inner["call_hash"], approver.did, b"")
+        return replace(unsigned, signature=approver.sign(unsigned.signed_bytes()))
+
+    def verify(self) -> bool:
+        """Whether the signature is the approver's own."""
+        try:
+            return PublicKey.from_did(self.approver).is_valid(self.signed_bytes(), self.signature)
+        except (KeyFileError, AgentGateError, UnicodeError):
+            return False
+
+    def to_dict(self) -> dict[str, str]:
+        """Plain strings: what ``Command(resume=...)`` carries through any checkpointer."""
+        return {
+            "request": self.request,
+            "call_hash": self.call_hash,
+            "approver": self.approver,
+            "signature": self.signature.hex(),
+        }
+
+    @classmethod
+    def parse(cls, value: object) -> Approval | None:
+        """An approval from a resume value (an ``Approval`` or its ``to_dict()``); ``None`` for
+        anything else, which leaves the call unapproved rather than failing the run."""
+        if isinstance(value, Approval):
+            return value
+        if not isinstance(value, Mapping):
+            return None
+        try:
+            parsed = cls(
+                str(value["request"]),
+                str(value["call_hash"]),
+                str(value["approver"]),
+                bytes.fromhex(str(value["signature"])),
+            )
+            for text in (parsed.request, parsed.call_hash, parsed.approver):
+                text.encode("utf-8")  # a lone surrogate is no approval anyone signed
+        except (KeyError, ValueError, TypeError):  # UnicodeEncodeError is a ValueError
+            return None
+        return parsed
+
+
+def approval_call_hash(resource: str, action: str, args_digest: str, grant: str, call_id: str) -> str:
+    """What an approval is bound to: SHA-256 (hex) of the canonical JSON of the call's resource,
+    action, argument digest, grant id and the framework's call id (empty when there is none)."""
+    fields = {"res": resource, "act": action, "args": args_digest, "grant": grant, "call": call_id}
+    return hashlib.sha256(canonical_json(fields)).hexdigest()

@@ -1,0 +1,124 @@
+"""What a decision about one call is: the verdict, the identity it was made for, and what it
+reserved (``Authorization``), as ``Gate.authorize`` returns it."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from agentgate.authority import Chain, Decision
+from agentgate.capabilities import Call
+from agentgate.findings import Finding
+from agentgate.keys import SigningKey
+
+
+class Verdict:
+    """The three answers a decision gives (the same words as ``authority.Outcome``)."""
+
+    ALLOW = "allow"
+    DENY = "deny"
+    APPROVAL_REQUIRED = "approval_required"
+
+
+@dataclass(frozen=True)
+class AgentIdentity:
+    """Who an agent is in one run: its name, its own key, and the chain of grants it holds.
+
+    Carried in the run's context, never in state or messages; its ``repr`` shows neither the
+    key nor the token.
+    """
+
+    name: str
+    key: SigningKey = field(repr=False)
+    chain: Chain = field(repr=False)
+    tenant: str = "default"
+    """Informative: what the operator or the policy said when the grant was issued. Quotas, fair
+    shares and leases count against ``Gate.tenant_of(identity)``, read from the policy."""
+    audit_index: int | None = field(default=None, compare=False)
+    """The index of the audit entry that recorded this identity's grant, when ``Gate.issue`` or
+    ``Gate.delegate`` made it (a delegation's span links to it)."""
+
+    @property
+    def did(self) -> str:
+        return self.key.did
+
+    @property
+    def grant_id(self) -> str:
+        return self.chain.id
+
+
+class _Once:
+    """A flag that can be taken once, from any thread: ``take`` answers True the first time only."""
+
+    __slots__ = ("_lock",)
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+
+    def take(self) -> bool:
+        return self._lock.acquire(blocking=False)
+
+
+@dataclass(frozen=True)
+class Authorization:
+    """A recorded decision about one call and what it reserved. Produced by ``Gate.authorize``."""
+
+    verdict: str
+    call: Call
+    identity: AgentIdentity | None = field(repr=False)
+    reasons: tuple[str, ...] = ()
+    findings: tuple[Finding, ...] = ()
+    audit_index: int | None = None
+    reservations: tuple[tuple[str, str, int], ...] = ()
+    """(reservation id, unit, amount) held in the ledger until the outcome."""
+    request: Mapping[str, Any] | None = None
+    """The approval request, when the verdict is ``approval_required``."""
+    approver: str | None = None
+    decision: Decision | None = field(default=None, repr=False)
+    """The authority engine's decision, when one was made."""
+    budget_exhausted: bool = False
+    """Refused because a budget of the chain has too little left: the run should end."""
+    rule: str | None = None
+    """The policy rule that allows the call (``role R rule N``), recorded in its audit entries."""
+    quota_exceeded: str | None = None
+    """Refused because this policy quota's current window is full (its name)."""
+    once_key: str | None = None
+    """For an allowed call of a non-idempotent tool with a call id: its idempotency key, under
+    which the Gate records that it ran (``store.once``), so that it never runs twice."""
+    _use: _Once = field(default_factory=_Once, repr=False, compare=False)
+    """Taken by the one ``Gate.run``/``arun``/gateway call an allow is good for (shared by copies)."""
+
+    @property
+    def allowed(self) -> bool:
+        return self.verdict == Verdict.ALLOW
+
+    @property
+    def needs_approval(self) -> bool:
+        return self.verdict == Verdict.APPROVAL_REQUIRED
+
+    def approval_payload(self) -> dict[str, Any]:
+        """What ``interrupt()`` shows a human: what is asked, by whom, and why."""
+        return {"agentgate": "approval_required", "request": dict(self.request or {})}
+
+    def explain(self) -> str:
+        """What was refused and why, for the model: the resource and the reasons, never tokens or keys."""
+        what = f"{self.call.resource} ({self.call.action})"
+        why = "; ".join([*self.reasons, *(f"[{f.kind}/{f.code}]" for f in self.findings)]) or "not allowed"
+        if self.needs_approval:
+            return f"agentgate: {what} needs a human approval that was not given: {why}"
+        if self.quota_exceeded is not None:
+            advice = "Retry once the quota's window has passed."
+        else:
+            codes = [f.code for f in self.findings if f.code in _RESIGN]
+            advice = _RESIGN[codes[0]] if codes else "Do not retry this call; choose another way or stop."
+        return f"agentgate refused {what}: {why}. {advice}"
+
+
+_RESIGN = {
+    "invocation_expired": "Sign the call again with a fresh invocation.",
+    "invocation_not_yet_valid": "Check the signer's clock and sign the call again.",
+    "replayed_invocation": "Each invocation is used once: sign the call again with a fresh one.",
+}
+"""Refusals that a freshly signed invocation of the same call can overcome, and what to do."""

@@ -1,0 +1,100 @@
+"""Outcomes of calls that ran, waiting to be committed with their budget settlements
+(``PendingOutcomes``), and how an ending exception settles a call."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+from agentgate.gate._authorization import Authorization
+
+PendingOutcome = tuple[Authorization, str, str | None, tuple[int, int] | None]
+
+USAGE_UNREAD: tuple[int, int] = (-1, -1)
+"""The usage settled (by identity) for a call that ran but whose ``spent``/``failed`` callback
+raised: its outcome is an error charged as reserved."""
+
+
+class PendingOutcomes:
+    """Outcomes waiting to be committed, with their budget settlements.
+
+    The next decision's transaction carries whatever is pending (``take``), so an agent that calls
+    one tool after another pays one durable commit per call, not two, and never waits for a
+    second writer's lock. What no decision picks up within ``linger_s`` a background thread
+    commits on its own. ``take`` and ``flush`` are called holding the gate's store lock only.
+    """
+
+    def __init__(
+        self, commit: Callable[[list[PendingOutcome]], None], tick: Callable[[], None], linger_s: float = 0.02
+    ) -> None:
+        self._commit = commit
+        self._tick = tick
+        self._linger_s = linger_s
+        self._items: list[PendingOutcome] = []
+        self._oldest = 0.0  # time.monotonic() when the oldest pending outcome was put
+        self._lock = threading.Lock()
+        self._closed = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="agentgate-outcomes", daemon=True)
+        self._thread.start()
+
+    def put(self, item: PendingOutcome) -> None:
+        # No wake-up here: waking a thread per call costs more than the call's own bookkeeping.
+        with self._lock:
+            if not self._items:
+                self._oldest = time.monotonic()
+            self._items.append(item)
+
+    def take(self) -> list[PendingOutcome]:
+        with self._lock:
+            items, self._items = self._items, []
+        return items
+
+    def restore(self, items: list[PendingOutcome]) -> None:
+        """Put back outcomes whose carrying transaction did not commit."""
+        if items:
+            with self._lock:
+                self._items[:0] = items
+                self._oldest = 0.0  # they have waited already: the next tick commits them
+
+    def flush(self) -> None:
+        items = self.take()
+        if items:
+            self._commit(items)
+
+    def close(self) -> None:
+        """Stop the background commits (the caller flushes what is left)."""
+        self._closed.set()
+        self._thread.join()
+
+    def _loop(self) -> None:
+        # Every half ``linger_s``, have committed what has waited at least that long, so nothing
+        # waits much more than ``linger_s``, and an outcome put just before a tick is left to the
+        # next decision (an agent calling one tool after another otherwise paid an extra commit,
+        # durable, under the store lock, about every ``linger_s``). ``tick`` commits under the
+        # store lock, under which every ``take`` happens, so a reader that flushes first never
+        # misses outcomes that another thread took but had not written yet.
+        half = self._linger_s / 2
+        while not self._closed.wait(half):
+            if self._items and time.monotonic() - self._oldest >= half:
+                self._tick()
+
+
+def usage_after(auth: Authorization, exc: BaseException) -> tuple[int, int] | None:
+    """The usage to settle a call that ``exc`` ended with: ``None`` (the reservation released)
+    for an error, but a model call cancelled while it ran (``CancelledError``, a caller's
+    timeout, ``KeyboardInterrupt``: not an ``Exception``) may have generated up to its limit
+    already, so it is charged as reserved (``USAGE_UNREAD``), or repeated timeouts would be free
+    generations."""
+    if not isinstance(exc, Exception) and auth.call.resource.startswith("model:"):
+        return USAGE_UNREAD
+    return None
+
+
+NOT_STARTED = frozenset({"SchedulingError", "Overloaded", "CircuitOpen"})
+"""Errors with which the scheduler refuses a call before it starts (a closed gate, a full queue, an
+open breaker; a non-idempotent call is never retried after an ambiguous failure, so an attempt
+refused this way follows none that may have had an effect)."""
+MAX_ERROR_DETAIL = 200
+"""How much of a backend failure's message (``NoBackend``, ``BackendFailed``) an ``outcome``
+entry keeps beside its class."""

@@ -1,0 +1,57 @@
+"""Text as the audit log may keep it: reasons with values that are not loggable replaced,
+invalid Unicode escaped, and why a call that ran once is not run again."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from agentgate.capabilities import Call
+from agentgate.store.once import OnceState
+
+
+def redact_reasons(reasons: Iterable[str], args: Mapping[str, Any], loggable: Iterable[str]) -> list[str]:
+    """Reasons as the audit log may keep them: a value of an argument the policy does not mark
+    loggable, quoted by a rule's explanation (``name=value``), is replaced by a placeholder."""
+    clear = set(loggable)
+    out = []
+    for reason in reasons:
+        # Only the arguments a reason names are rendered: a value nested thousands deep has no
+        # repr (RecursionError), and a large one costs its repr on every refusal.
+        for name, value in args.items():
+            if name in clear or f"{name}=" not in reason:
+                continue
+            try:
+                quoted = f"{name}={value!r}"
+            except RecursionError:
+                reason = "<a reason quoting an argument that is not loggable>"
+                break
+            reason = reason.replace(quoted, f"{name}=<not loggable>")
+        out.append(reason)
+    return out
+
+
+def recordable(text: str) -> str:
+    """``text`` as the audit log can hold it: unchanged, or with what is not valid Unicode (a
+    lone surrogate from a hostile argument or name) escaped, so a refusal is still recorded."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
+
+
+def ran_before(call: Call, state: OnceState, allow_index: int) -> str:
+    what = f"this {call.resource} call (the same run, call id and arguments)"
+    if state == "ok":
+        happened = f"already ran to completion (allowed by audit entry {allow_index})"
+    elif state == "error":
+        happened = (
+            f"already ran and failed (allowed by audit entry {allow_index}); it may have had its effect"
+        )
+    else:
+        happened = (
+            f"was started (allowed by audit entry {allow_index}) and its outcome was never recorded: its "
+            "process may have stopped while it ran, so it may have had its effect"
+        )
+    return f"{what} {happened}; a tool that is not idempotent runs once, so it is not run again"
