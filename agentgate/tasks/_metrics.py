@@ -142,16 +142,24 @@ class _Collector:
 
     def add(self, member: SchedulerMetrics) -> None:
         with self._lock:
+            # Folded here too, not only on a scrape: a process that makes a scheduler per event
+            # loop (``asyncio.run`` per request) and is never scraped kept every one's counts.
+            self._fold_gone()
             self._members.add(member)
         weakref.finalize(member, self._gone.append, (member.events, member.wait))
 
+    def _fold_gone(self) -> None:
+        """Add the counts of the schedulers collected so far to the retired totals (lock held)."""
+        while self._gone:
+            gone_events, gone_wait = self._gone.pop()
+            for key, count in _copy(gone_events):
+                tool_key = (key[0], self._tools(key[1]))
+                self._retired_events[tool_key] = self._retired_events.get(tool_key, 0) + count
+            self._retired_wait.add(gone_wait)
+
     def collect(self) -> Iterator[Metric]:
         with self._lock:
-            while self._gone:
-                gone_events, gone_wait = self._gone.pop()
-                for key, count in _copy(gone_events):
-                    self._retired_events[key] = self._retired_events.get(key, 0) + count
-                self._retired_wait.add(gone_wait)
+            self._fold_gone()
             members = list(self._members)
             events = dict(self._retired_events)
             wait = WaitHistogram(self._retired_wait.buckets)
