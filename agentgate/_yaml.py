@@ -41,8 +41,13 @@ _BOOLEANS = frozenset({"true", "True", "TRUE", "false", "False", "FALSE"})
 """Booleans as YAML 1.2 writes them; yes/no/on/off are text here."""
 _INTEGER = re.compile(r"[-+]?(?:0|[1-9][0-9_]*|0x[0-9a-fA-F_]+|0o[0-7_]+|0b[01_]+)")
 _SEXAGESIMAL = re.compile(r"[-+]?[1-9][0-9_]*(?::[0-5]?[0-9])+")
-_EXPONENT = re.compile(r"[-+]?[0-9]+[eE][-+]?[0-9]+")
-"""A float with an exponent and no dot (``1e3``): a float in YAML 1.2, text to PyYAML's 1.1 rule."""
+_FLOAT_1_2 = re.compile(r"[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?")
+"""A float as YAML 1.2's core schema writes it. PyYAML's 1.1 rule reads some of them as text:
+an exponent without a dot (``1e3``) or without a sign (``1.5e3``), a signed leading dot (``-.5``)."""
+_OCTAL_1_2 = re.compile(r"[-+]?0o[0-7]+")
+"""An octal integer as YAML 1.2 writes it (``0o17`` is 15); text to PyYAML's 1.1 rule."""
+_LEADING_ZERO = re.compile(r"[-+]?0[0-9_]+")
+"""A decimal integer with a leading zero that PyYAML reads as text (``09``): 9 in YAML 1.2."""
 _MAP, _SEQ = "tag:yaml.org,2002:map", "tag:yaml.org,2002:seq"
 
 
@@ -177,8 +182,15 @@ class _Builder:
             raise self._tag_error(node)
         if node.tag == _STR:
             plain = isinstance(node, yaml.ScalarNode) and not node.style  # None, or "" (libyaml)
-            if plain and _EXPONENT.fullmatch(node.value):
-                return float(node.value)  # unquoted, as YAML 1.2 reads it
+            if plain:
+                # Read unquoted numbers as YAML 1.2 reads them, where PyYAML's 1.1 rule says text.
+                value = node.value
+                if _OCTAL_1_2.fullmatch(value):
+                    return int(value.replace("0o", "", 1), 8)
+                if _LEADING_ZERO.fullmatch(value):
+                    raise self._ambiguous(node)
+                if _FLOAT_1_2.fullmatch(value):
+                    return float(value)
             return node.value
         if node.tag == _BOOL and node.value not in _BOOLEANS:
             # YAML 1.1 reads yes/no/on/off as booleans: ``in: [NO, SE, DK]`` would hold False,
@@ -190,12 +202,7 @@ class _Builder:
         if node.tag == _INT and not _INTEGER.fullmatch(node.value):
             if _SEXAGESIMAL.fullmatch(node.value):
                 return node.value  # ``10:30`` is 630 in YAML 1.1, text in YAML 1.2 and here
-            raise self.error(
-                node,
-                f"ambiguous number {node.value!r}",
-                "a decimal integer (or 0x, 0o, 0b with digits)",
-                "YAML versions disagree on a leading zero: write the number without it, or quote text",
-            )
+            raise self._ambiguous(node)
         try:
             return self.scalars.construct_object(node, deep=True)
         except yaml.YAMLError as exc:
@@ -205,6 +212,14 @@ class _Builder:
             raise self.error(
                 node, f"number of {len(node.value)} characters", "a number of sensible size", "quote text"
             ) from None
+
+    def _ambiguous(self, node: yaml.Node) -> SourceError:
+        return self.error(
+            node,
+            f"ambiguous number {node.value!r}",
+            "a decimal integer (or 0x, 0o, 0b with digits)",
+            "YAML versions disagree on a leading zero: write the number without it, or quote text",
+        )
 
     def _alias(self, path: Path_) -> None:
         # The composer shares one node between an anchor and its aliases, so a node met twice

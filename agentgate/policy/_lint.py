@@ -405,6 +405,30 @@ class RuleForUndeclaredResource(LintRule):
                         f"{rule} names {pattern}, which is not declared: it can never match",
                         rule.line,
                     )
+        # A quota on a misspelt resource counts nothing: the calls it was written to limit run
+        # without limit, and the policy reads as if they were limited.
+        for name, quota in policy.document.quotas.items():
+            if "resources" not in quota.model_fields_set:
+                continue  # the default (tool:*, model:*) names whatever is declared
+            for i, pattern in enumerate(quota.resources):
+                if pattern.startswith("gpu:"):
+                    continue
+                line = policy.line_of("quotas", name, "resources", i)
+                if pattern.endswith("*"):
+                    if not any(pattern_matches(pattern, r) for r in declared):
+                        yield self.finding(
+                            policy,
+                            f"quota {name} counts {pattern}, which names no declared tool or model",
+                            line,
+                            severity=Severity.WARNING,
+                        )
+                elif pattern not in known:
+                    yield self.finding(
+                        policy,
+                        f"quota {name} counts {pattern}, which is not declared: it counts nothing, "
+                        "and the calls it was written to limit run without it",
+                        line,
+                    )
 
 
 class ConstraintOnUndeclaredArgument(LintRule):
