@@ -330,16 +330,26 @@ class GateMiddleware(AgentMiddleware[Any, Any, Any]):
         # preemptible, its attempt ends with its thread (its slot is not given back while it
         # runs, even when the run is cancelled), and past its timeout its result is returned
         # (not a timeout the model would retry), as under invoke.
+        # Cancelled once such a tool has started, the call is recorded as it ended
+        # (``_to_its_outcome``).
+        threaded = _runs_in_a_thread(request.tool)
+        started = threading.Event()
+
+        def start() -> Awaitable[ToolResult]:
+            started.set()
+            return handler(request)
+
         try:
-            return await self.gate.arun(
+            running = self.gate.arun(
                 auth,
-                lambda: handler(request),
+                start,
                 call_id=call_id,
                 run_id=_run_id(request),
                 failed=_failed,
                 paused=_paused,
-                preemptible=not _runs_in_a_thread(request.tool),
+                preemptible=not threaded,
             )
+            return await (_to_its_outcome(running, started) if threaded else running)
         except GraphBubbleUp:
             raise
         except AgentGateError as exc:
@@ -488,6 +498,23 @@ def _runs_in_a_thread(tool: BaseTool) -> bool:
     if isinstance(tool, StructuredTool | Tool):
         return tool.coroutine is None
     return type(tool)._arun is BaseTool._arun
+
+
+async def _to_its_outcome(running: Awaitable[ToolResult], started: threading.Event) -> ToolResult:
+    """Await ``running``: ``Gate.arun`` of a sync tool, which runs in a worker thread that no
+    cancellation stops. Cancelled once the tool has ``started``, the call runs to its end and is
+    recorded and charged as it ended (an ``ok`` had its effect: recorded as a cancelled call and
+    released, the log would say it failed and the budget would not count it), then the
+    cancellation goes on. Cancelled before (waiting for a slot), it is given up: recorded as an
+    error (``CancelledError``), its reservation released."""
+    future = asyncio.ensure_future(running)
+    try:
+        return await asyncio.shield(future)
+    except asyncio.CancelledError:
+        if not started.is_set():
+            future.cancel()
+        await settled(future)
+        raise
 
 
 async def _not_run() -> Any:
