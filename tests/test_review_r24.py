@@ -7,7 +7,12 @@ promise of the reference that the earlier review passes left open.
 
 from __future__ import annotations
 
+import copy
+import math
+from typing import Any
+
 import pytest
+import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -103,3 +108,215 @@ def test_any_float_written_in_yaml_1_2_exponent_form_loads_as_that_float(x: floa
     for form in forms:
         data, _ = load_yaml(f"v: {form}\n", source="x.yaml")
         assert data["v"] == x, form
+
+
+# --- every limit the reference states, mutated one at a time --------------------------------
+
+_MAX_S = 315_360_000
+_FULL: dict[str, Any] = {
+    "version": 1,
+    "settings": {"max_ttl_s": 86400, "revocation": True},
+    "trust_anchors": {"root": {"did": _DID}},
+    "tenants": {"acme": {}},
+    "principals": {
+        "bot": {"kind": "agent", "did": _DID, "tenant": "acme", "roles": ["r"]},
+        "alice": {"kind": "human", "roles": []},
+        "bob": {"kind": "human", "roles": []},
+    },
+    "tools": {
+        "pay": {
+            "args": {"amount": {"type": "number", "required": True}},
+            "idempotent": False,
+            "takes_idempotency_key": True,
+            "timeout_s": 15,
+            "concurrency": 2,
+            "rate": {"per_second": 0.5, "burst": 2},
+            "retry": {"attempts": 2, "backoff_initial_s": 0.1, "backoff_max_s": 1, "multiplier": 2},
+            "loggable": ["amount"],
+            "audit": True,
+        }
+    },
+    "models": {
+        "m": {"cost_per_mtok": {"input": 1, "output": 2}, "priority_classes": ["p"], "slo": {"ttft_ms": 5}}
+    },
+    "gpus": {"h100": {"cost_per_gpu_hour": 2500000}},
+    "priority_classes": {"p": {"rank": 0, "weight": 1, "preemptible": False}},
+    "roles": {
+        "base": {"capabilities": [{"resource": "model:m"}]},
+        "r": {
+            "kind": "agent",
+            "inherits": ["base"],
+            "capabilities": [{"resource": "tool:pay", "constraints": {"amount": {"gt": 0, "le": 2000}}}],
+            "budget": {"limit": 5, "unit": "usd_micros"},
+            "ttl_s": 600,
+            "delegation": {"max_depth": 1, "max_ttl_s": 300, "share_grant": False},
+            "revocable": True,
+        },
+    },
+    "quotas": {
+        "q": {"principal": "bot", "window_s": 60, "limit": 5, "unit": "calls", "resources": ["tool:pay"]}
+    },
+    "approvals": {
+        "g": {
+            "resource": "tool:pay",
+            "when": {"amount": {"gt": 500}},
+            "approvers": ["alice", "bob"],
+            "quorum": 1,
+            "expiry_s": 60,
+        }
+    },
+}
+
+_MUTATIONS: list[tuple[str, object]] = [
+    ("settings.max_ttl_s", 0),
+    ("settings.max_ttl_s", _MAX_S + 1),
+    ("settings.max_ttl_s", "600"),
+    ("settings.max_ttl_s", 1.5),
+    ("settings.max_ttl_s", True),
+    ("settings.revocation", "false"),
+    ("settings.revocation", "no"),
+    ("settings.revocation", 1),
+    ("settings.tll", 1),
+    ("trust_anchors.root.did", "did:web:example.com"),
+    ("trust_anchors.root.did", 5),
+    ("trust_anchors.Root Key", {"did": _DID}),
+    ("tenants.acme.name", "x"),
+    ("principals.bot.kind", "robot"),
+    ("principals.bot.kind", None),
+    ("principals.bot.tenant", "acme2"),
+    ("principals.bot.roles", ["nope"]),
+    ("principals.bot.roles", "r"),
+    ("principals.bot.did", " " + _DID),
+    ("tools.pay.args.amount.type", "float"),
+    ("tools.pay.args.amount.required", "true"),
+    ("tools.pay.timeout_s", 0),
+    ("tools.pay.timeout_s", -1),
+    ("tools.pay.timeout_s", math.inf),
+    ("tools.pay.timeout_s", math.nan),
+    ("tools.pay.timeout_s", "30"),
+    ("tools.pay.concurrency", 0),
+    ("tools.pay.concurrency", 1.0),
+    ("tools.pay.concurrency", True),
+    ("tools.pay.rate.per_second", 0),
+    ("tools.pay.rate.per_second", -1),
+    ("tools.pay.rate.burst", 0),
+    ("tools.pay.rate.burst", 2**53 + 1),
+    ("tools.pay.rate.burst", 1.0),
+    ("tools.pay.retry.attempts", 0),
+    ("tools.pay.retry.attempts", 21),
+    ("tools.pay.retry.backoff_initial_s", -0.1),
+    ("tools.pay.retry.backoff_max_s", 0.05),
+    ("tools.pay.retry.multiplier", 0.5),
+    ("tools.pay.retry.retry_on", ["transient", "transient"]),
+    ("tools.pay.retry.retry_on", ["fatal"]),
+    ("tools.pay.idempotent", "no"),
+    ("tools.pay.audit", 0),
+    ("tools.pay.loggable", "amount"),
+    ("tools.pay.timout_s", 1),
+    ("tools.Pay", {}),
+    ("tools.pay ", {}),
+    ("tools.pay\u200b", {}),
+    ("tools.pаy", {}),
+    ("models.m.cost_per_mtok.input", -1),
+    ("models.m.cost_per_mtok.input", 1.5),
+    ("models.m.priority_classes", ["nope"]),
+    ("models.m.slo.ttft_ms", 0),
+    ("models.m.cost_per_mtok", None),
+    ("gpus.H100", {"cost_per_gpu_hour": 1}),
+    ("gpus.h100.cost_per_gpu_hour", -1),
+    ("gpus.h100.cost_per_gpu_hour", 2.5),
+    ("priority_classes.p.rank", -1),
+    ("priority_classes.p.rank", 1001),
+    ("priority_classes.p.weight", 0),
+    ("priority_classes.p.weight", -1),
+    ("priority_classes.p.preemptible", "yes"),
+    ("roles.r.kind", "bot"),
+    ("roles.r.inherits", ["nope"]),
+    ("roles.base.inherits", ["r"]),
+    ("roles.r.capabilities.0.resource", "tool:Pay"),
+    ("roles.r.capabilities.0.resource", "pay"),
+    ("roles.r.capabilities.0.resource", "tool:"),
+    ("roles.r.capabilities.0.action", "Invoke"),
+    ("roles.r.capabilities.0.constraints.amount", {"<=": 5}),
+    ("roles.r.capabilities.0.constraints.amount", {"le": "5"}),
+    ("roles.r.capabilities.0.constraints.amount", {"in": []}),
+    ("roles.r.capabilities.0.constraints.amount", {"in": list(range(1001))}),
+    ("roles.r.capabilities.0.constraints.amount", {"prefix": 5}),
+    ("roles.r.capabilities.0.constraints.amount", {"eq": None}),
+    ("roles.r.capabilities.0.constraints.amount", {"le": True}),
+    ("roles.r.capabilities.0.constraints.amount", {"le": 2**63}),
+    ("roles.r.capabilities.0.constraints.amount", {"le": None}),
+    ("roles.r.capabilities.0.constraints.amount", {}),
+    ("roles.r.capabilities.0.constraints.amount", None),
+    ("roles.r.capabilities.0.constraints", None),
+    ("roles.r.capabilities", None),
+    ("roles.r.capabilities.0.constraints.am ount", {"le": 5}),
+    ("roles.r.budget.limit", -1),
+    ("roles.r.budget.limit", 2**63),
+    ("roles.r.budget.unit", "usd"),
+    ("roles.r.budget.limit", 5.0),
+    ("roles.r.ttl_s", 0),
+    ("roles.r.ttl_s", _MAX_S + 1),
+    ("roles.r.delegation.max_depth", 16),
+    ("roles.r.delegation.max_depth", -1),
+    ("roles.r.delegation.max_ttl_s", 0),
+    ("roles.r.delegation.share_grant", "no"),
+    ("roles.r.delegation.budget", {"limit": -1}),
+    ("roles.r.revocable", "false"),
+    ("roles.r.tll_s", 5),
+    ("quotas.q.window_s", 0),
+    ("quotas.q.window_s", _MAX_S + 1),
+    ("quotas.q.limit", -1),
+    ("quotas.q.limit", 2**63),
+    ("quotas.q.unit", "dollars"),
+    ("quotas.q.resources", ["tool:Pay"]),
+    ("quotas.q.tenant", "acme"),
+    ("quotas.q.principal", None),
+    ("quotas.q.principal", "nobody"),
+    ("approvals.g.approvers", []),
+    ("approvals.g.approvers", ["nobody"]),
+    ("approvals.g.quorum", 0),
+    ("approvals.g.quorum", 1001),
+    ("approvals.g.quorum", 3),
+    ("approvals.g.expiry_s", 0),
+    ("approvals.g.expiry_s", _MAX_S + 1),
+    ("approvals.g.resource", "tool:Pay"),
+    ("approvals.g.when", {"amount": {"==": 5}}),
+    ("approvals.g.when", {"amount": {"gt": None}}),
+    ("approvals.g.when", None),
+    ("version", 2),
+    ("version", "1"),
+    ("version", 1.0),
+    ("version", True),
+]
+
+
+def _mutated(path: str, value: object) -> dict[str, Any]:
+    doc = copy.deepcopy(_FULL)
+    *parents, last = [int(p) if p.isdigit() else p for p in path.split(".")]
+    node: Any = doc
+    for part in parents:
+        node = node[part]
+    node[last] = value
+    return doc
+
+
+def test_the_full_policy_loads_and_every_field_is_read_as_written() -> None:
+    policy = parse_policy(yaml.safe_dump(_FULL, sort_keys=False), source="full.yaml")
+    assert policy.document.model_dump(by_alias=True, exclude_unset=True) == _FULL
+
+
+@pytest.mark.parametrize(("path", "value"), _MUTATIONS, ids=[f"{p}={v!r}"[:60] for p, v in _MUTATIONS])
+def test_each_value_the_reference_forbids_is_refused_at_its_line(path: str, value: object) -> None:
+    text = yaml.safe_dump(_mutated(path, value), sort_keys=False, allow_unicode=True)
+    _, locations = load_yaml(text, source="m.yaml")
+    loc = tuple(int(p) if p.isdigit() else p for p in path.split("."))
+    # The error is located at the mutated key or value, inside it, or at a section holding it
+    # (a rule across fields, such as "exactly one of tenant, principal, role", names the section).
+    marks = [*locations.keys.items(), *locations.values.items()]
+    lines = {m.line + 1 for p, m in marks if p[: len(loc)] == loc or (loc[: len(p)] == p and p)}
+    with pytest.raises(PolicyError) as caught:
+        parse_policy(text, source="m.yaml")
+    error = caught.value
+    assert "\n" not in str(error) and str(error).startswith(f"m.yaml:{error.line}:")
+    assert error.line in lines, (str(error), sorted(lines))
