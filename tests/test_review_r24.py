@@ -8,7 +8,11 @@ promise of the reference that the earlier review passes left open.
 from __future__ import annotations
 
 import copy
+import json
 import math
+import re
+import textwrap
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -320,3 +324,63 @@ def test_each_value_the_reference_forbids_is_refused_at_its_line(path: str, valu
     error = caught.value
     assert "\n" not in str(error) and str(error).startswith(f"m.yaml:{error.line}:")
     assert error.line in lines, (str(error), sorted(lines))
+
+
+# --- the reference's own examples --------------------------------------------------------------
+
+_REPO = Path(__file__).resolve().parents[1]
+
+
+def _merge(into: dict[str, Any], extra: dict[str, Any]) -> None:
+    for key, value in extra.items():
+        if isinstance(value, dict) and isinstance(into.get(key), dict):
+            _merge(into[key], value)
+        else:
+            assert key not in into, f"two examples set {key}"
+            into[key] = value
+
+
+def test_the_references_examples_together_load_and_mean_what_the_text_says() -> None:
+    text = (_REPO / "docs" / "policy-reference.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"```yaml\n(.*?)```", text, re.S)
+    doc: dict[str, Any] = {}
+    fragments: list[Any] = []
+    for block in blocks:
+        data, _ = load_yaml(textwrap.dedent(block), source="policy-reference.md")
+        if isinstance(data, dict) and set(data) <= set(_FULL) | {"delegation"} and "delegation" not in data:
+            _merge(doc, data)
+        else:
+            fragments.append(data)
+    # The two indented fragments: more capabilities of a role, and its delegation rule.
+    capabilities, delegation = fragments
+    agent = doc["roles"]["support-agent"]
+    agent["capabilities"] += capabilities
+    agent.update(delegation)
+    # What the examples name without declaring it in another example.
+    _merge(
+        doc,
+        {
+            "tenants": {"team-a": {}},
+            "principals": {"bob": {"kind": "human", "did": _DID}},
+            "tools": {"tickets.read": {}, "web.fetch": {"args": {"url": {"type": "string"}}}},
+            "roles": {"support-lead": {"kind": "human"}},
+        },
+    )
+    policy = parse_policy(json.dumps(doc), source="reference.yaml", base_dir=_REPO / "policies")
+    index = PolicyIndex(policy)
+    refund = {"order_id": "o1", "currency": "EUR"}
+
+    def outcome(**args: object) -> Outcome:
+        return index.evaluate("support-agent", Call.tool("payments.refund", {**refund, **args})).outcome
+
+    # "amount: {gt: 0, le: 2000}", "currency: {in: [EUR, USD]}", and the gate "amount: {gt: 500}".
+    assert outcome(amount=100) is Outcome.ALLOW
+    assert outcome(amount=900) is Outcome.APPROVAL_REQUIRED
+    assert outcome(amount=2001) is Outcome.DENY and outcome(amount=0) is Outcome.DENY
+    assert outcome(amount=100, currency="GBP") is Outcome.DENY
+    fetch = index.evaluate("support-agent", Call.tool("web.fetch", {"url": "https://arxiv.org/abs/1"}))
+    assert fetch.outcome is Outcome.ALLOW
+    gen = index.evaluate("support-agent", Call.model("llama-3.1-8b", {"max_tokens": 4096}))
+    assert gen.outcome is Outcome.DENY  # max_tokens: {le: 2048}
+    assert policy.document.settings.max_ttl_s == 86400
+    assert policy.document.gpus["h100"].lease_cost(1, 3600) == 2_500_000
