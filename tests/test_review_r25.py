@@ -6,11 +6,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
 from langchain_core.tools import StructuredTool
-from test_langgraph import _calls, _entries, _make_team, _tool_messages
+from test_langgraph import _calls, _entries, _make_team, _tool_messages, _tools
 
 from agentgate.integrations.langgraph import ScriptedChatModel, create_gated_agent
 
@@ -67,5 +68,45 @@ async def test_a_sync_tool_that_ran_to_its_end_under_a_cancelled_run_is_recorded
         result = await second.ainvoke(GO, context=team.supervisor)
         assert sorted(m.status for m in _tool_messages(result)) == ["error", "success"]
         assert len(ran) == 2  # two calls ran on a budget of two
+    finally:
+        team.gate.close()
+
+
+async def test_a_model_call_whose_run_was_cancelled_while_it_was_decided_is_not_charged(
+    tmp_path: Path,
+) -> None:
+    # The run is cancelled while the model call is being decided (on a worker thread): the model
+    # never runs. Its allow used to be settled as a model call cancelled while it ran, "the call
+    # ran but its usage could not be read; charged as reserved": the log said it ran, and every
+    # such cancellation took the call's whole output limit from the budget.
+    team = _make_team(tmp_path)
+    decide, deciding = team.gate.authorize, threading.Event()
+
+    def slow_decision(identity: Any, call: Any, **kwargs: Any) -> Any:
+        deciding.set()
+        time.sleep(0.1)  # the task is cancelled while this decision is being made
+        return decide(identity, call, **kwargs)
+
+    team.gate.authorize = slow_decision  # type: ignore[method-assign]
+    try:
+        agent = create_gated_agent(
+            team.gate,
+            name="supervisor",
+            model=ScriptedChatModel(turns=[_calls(("search", {"query": "x"}))]),
+            tools=_tools(team),
+        )
+        task = asyncio.create_task(agent.ainvoke(GO, context=team.supervisor))
+        await asyncio.to_thread(deciding.wait, 10)
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        await asyncio.sleep(0.3)  # the decision that outlived its task has been settled by now
+        entries = _entries(team.gate)
+        (outcome,) = [e for e in entries if e.kind == "outcome"]
+        assert outcome.resource == "model:scripted" and outcome.status == "error"
+        assert not any("ran" in reason for reason in outcome.reasons)
+        assert team.gate.ledger.spent(team.supervisor.grant_id) == 0
+        states = team.gate.store.query("SELECT state FROM budget_reservations")
+        assert [state for (state,) in states] == ["released"]
     finally:
         team.gate.close()

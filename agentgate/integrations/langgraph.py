@@ -58,7 +58,15 @@ from pydantic import Field
 
 from agentgate.audit.spans import execute_tool_span, invoke_agent_span, record_decision
 from agentgate.capabilities import Call, Capability
-from agentgate.errors import AgentGateError, BackendFailed, Denied, Expired, InputError, Revoked
+from agentgate.errors import (
+    AgentGateError,
+    BackendFailed,
+    Denied,
+    Expired,
+    InputError,
+    Revoked,
+    SchedulingError,
+)
 from agentgate.gate import AgentIdentity, Approval, Authorization, Gate
 from agentgate.keys import SigningKey
 from agentgate.tasks import settled
@@ -381,7 +389,7 @@ class GateMiddleware(AgentMiddleware[Any, Any, Any]):
                     # ``arun``'s first step counts the call in flight and either runs ``_not_run``
                     # at once or queues for a slot; cancelling it then leaves the queue. Either
                     # way ``arun`` records the error outcome and releases the reservation.
-                    settling = asyncio.ensure_future(self.gate.arun(auth, _not_run))
+                    settling = asyncio.ensure_future(self.gate.arun(auth, _not_run(auth)))
                     await asyncio.sleep(0)
                     settling.cancel()
                     await settled(settling)
@@ -517,8 +525,20 @@ async def _to_its_outcome(running: Awaitable[ToolResult], started: threading.Eve
         raise
 
 
-async def _not_run() -> Any:
-    raise asyncio.CancelledError
+def _not_run(auth: Authorization) -> Callable[[], Awaitable[Any]]:
+    """What an allowed call settled without running runs instead. A tool's attempt is cancelled
+    (the scheduler then counts no failure against the tool, retries nothing, and gives its slot
+    back); a model call fails with ``SchedulingError``, a call that did not start, so its
+    reservation is released (a model call cancelled while it runs is charged as reserved: it may
+    have generated up to its limit)."""
+
+    async def cancelled() -> Any:
+        raise asyncio.CancelledError
+
+    async def not_started() -> Any:
+        raise SchedulingError(f"{auth.call.resource}: the run was cancelled before the call started")
+
+    return cancelled if auth.call.resource.startswith("tool:") else not_started
 
 
 def _failed(result: object) -> bool:
