@@ -384,3 +384,43 @@ def test_the_references_examples_together_load_and_mean_what_the_text_says() -> 
     assert gen.outcome is Outcome.DENY  # max_tokens: {le: 2048}
     assert policy.document.settings.max_ttl_s == 86400
     assert policy.document.gpus["h100"].lease_cost(1, 3600) == 2_500_000
+
+
+# --- a model's priority classes -----------------------------------------------------------------
+
+
+def test_a_request_in_a_priority_class_the_model_does_not_take_is_denied() -> None:
+    # "priority_classes: classes requests for this model may use": the large model is for batch
+    # work only. A rule that does not constrain priority allowed an interactive request (routed
+    # at rank 0, ahead of everything) all the same.
+    policy = parse_policy(
+        f"""version: 1
+principals:
+  svc: {{kind: service, did: "{_DID}", roles: [inference]}}
+priority_classes:
+  interactive: {{rank: 0}}
+  batch: {{rank: 1}}
+models:
+  big: {{cost_per_mtok: {{input: 1, output: 1}}, priority_classes: [batch]}}
+  small: {{cost_per_mtok: {{input: 1, output: 1}}}}
+roles:
+  inference:
+    ttl_s: 600
+    capabilities:
+      - resource: model:big
+      - resource: model:small
+"""
+    )
+    index = PolicyIndex(policy)
+
+    def decide(model: str, **args: object) -> Outcome:
+        return index.evaluate("svc", Call.model(model, {"max_tokens": 10, **args})).outcome
+
+    assert decide("big", priority="batch") is Outcome.ALLOW
+    assert decide("big") is Outcome.ALLOW  # names no class: the dispatcher's default
+    assert decide("big", priority="interactive") is Outcome.DENY
+    assert decide("big", priority=1) is Outcome.DENY
+    reasons = index.evaluate("svc", Call.model("big", {"priority": "interactive"})).reasons
+    assert reasons == ("model:big takes the priority classes batch, not 'interactive'",)
+    # A model that lists no classes leaves the class to the rules.
+    assert decide("small", priority="interactive") is Outcome.ALLOW

@@ -132,6 +132,8 @@ class _Slot(NamedTuple):
     rules: dict[str, tuple[_Compiled, ...]]
     """Role -> its rules that name this resource (exact or wildcard), compiled, in declaration order."""
     gates: tuple[_Gate, ...]
+    classes: frozenset[str] | None = None
+    """The priority classes a model's requests may use, when its declaration lists them."""
 
 
 class PolicyIndex:
@@ -207,7 +209,9 @@ class PolicyIndex:
             slot_gates = tuple(exact_gates.get(resource, ())) + tuple(
                 g for g in self._wild_gates if pattern_matches(g.pattern, resource)
             )
-            self._slots[resource] = _Slot(types, required, rules, slot_gates)
+            model = doc.models.get(resource.removeprefix("model:")) if types is None else None
+            classes = frozenset(model.priority_classes) if model and model.priority_classes else None
+            self._slots[resource] = _Slot(types, required, rules, slot_gates, classes)
         self._exact_other = {
             resource: by_role for resource, by_role in exact.items() if resource not in self._slots
         }
@@ -265,6 +269,14 @@ class PolicyIndex:
             refusal = _check_arguments(slot, call)
             if refusal is not None:
                 return PolicyDecision(Outcome.DENY, entry.name, resource, reasons=(refusal,))
+        elif slot.classes is not None and "priority" in call.args:
+            priority = call.args["priority"]
+            if type(priority) is not str or priority not in slot.classes:
+                reason = (
+                    f"{resource} takes the priority classes {', '.join(sorted(slot.classes))},"
+                    f" not {priority!r}"
+                )
+                return PolicyDecision(Outcome.DENY, entry.name, resource, reasons=(reason,))
         misses: list[str] = []
         for role in entry.roles:
             for compiled in slot.rules.get(role, ()):
