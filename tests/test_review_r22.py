@@ -1,0 +1,100 @@
+"""Review R22: agentgate as a user installs it, from a wheel, not from the source tree.
+
+The wheel is built once per session from a copy of the package's sources (pip, with build
+isolation, as a user's ``pip install /path/to/checkout`` builds it; about 6 s). The slow
+procedure (fresh venvs, the lower and the newest releases every range allows, the suite run
+against them) is described in ``tests/r22_install_matrix.sh``, which is not collected.
+"""
+
+from __future__ import annotations
+
+import email
+import email.message
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+from packaging.requirements import Requirement
+
+import agentgate
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "agentgate"
+
+# Releases that a range must exclude, each with the reason it cannot be installed or used.
+BROKEN_RELEASES = {
+    # psycopg 3.2.0's `binary` extra requires psycopg-binary==3.2.0.dev1, which was never
+    # published: `pip install 'psycopg[binary]==3.2.0'` fails with "No matching distribution".
+    "psycopg": ("3.2.0", "its binary extra names psycopg-binary==3.2.0.dev1, never published"),
+}
+
+
+class Wheel:
+    """The names inside the built wheel and its parsed METADATA."""
+
+    def __init__(self, path: Path) -> None:
+        with zipfile.ZipFile(path) as archive:
+            self.names = set(archive.namelist())
+            info = next(n for n in self.names if n.endswith(".dist-info/METADATA"))
+            self.metadata: email.message.Message = email.message_from_bytes(archive.read(info))
+            points = next(n for n in self.names if n.endswith(".dist-info/entry_points.txt"))
+            self.entry_points = archive.read(points).decode()
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Wheel:
+    source = tmp_path_factory.mktemp("r22-source")
+    shutil.copytree(PACKAGE, source / "agentgate", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy2(ROOT / name, source / name)
+    out = tmp_path_factory.mktemp("r22-wheel")
+    build = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", str(out), str(source)],
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert build.returncode == 0, build.stderr[-2000:]
+    (path,) = out.glob("agentgate_middleware-*.whl")
+    return Wheel(path)
+
+
+def test_the_wheel_marks_the_package_as_typed(wheel: Wheel) -> None:
+    # Without py.typed, `mypy --strict` on a user's code that imports agentgate from an
+    # installed wheel fails: 'module is installed, but missing library stubs or py.typed marker'.
+    assert (PACKAGE / "py.typed").is_file()
+    assert "agentgate/py.typed" in wheel.names
+
+
+def test_the_wheel_holds_every_file_of_the_package(wheel: Wheel) -> None:
+    # Any data file added under agentgate/ later must ship too: code that finds it next to
+    # itself works from the source tree and fails from an installed wheel.
+    sources = {
+        path.relative_to(ROOT).as_posix()
+        for path in PACKAGE.rglob("*")
+        if path.is_file() and "__pycache__" not in path.parts and path.suffix != ".pyc"
+    }
+    assert sources - wheel.names == set()
+
+
+def test_the_wheel_installs_the_command_and_its_version(wheel: Wheel) -> None:
+    assert "agentgate = agentgate.cli.main:main" in wheel.entry_points
+    assert wheel.metadata["Name"] == "agentgate-middleware"
+    assert wheel.metadata["Version"] == agentgate.__version__
+    assert wheel.metadata["Requires-Python"] == ">=3.11"
+
+
+def test_no_range_admits_a_release_that_cannot_be_installed(wheel: Wheel) -> None:
+    requirements = [Requirement(line) for line in wheel.metadata.get_all("Requires-Dist") or []]
+    seen = set()
+    for requirement in requirements:
+        broken = BROKEN_RELEASES.get(requirement.name.lower())
+        if broken is None:
+            continue
+        seen.add(requirement.name.lower())
+        version, why = broken
+        assert version not in requirement.specifier, f"{requirement} admits {version}: {why}"
+    assert seen == set(BROKEN_RELEASES)
