@@ -11,7 +11,7 @@ errors by location path, ``("roles", "support", "ttl_s")``, which this map turns
 - duplicate keys (PyYAML silently keeps the last one, so a second ``ttl_s`` would win);
 - custom or Python tags (``!!python/object``, ``!include``), and merge keys (``<<``);
 - more than ``MAX_ALIASES`` aliases or ``MAX_NODES`` built values (an alias bomb expands
-  exponentially when the tree is built).
+  exponentially when the tree is built), or nesting deeper than ``MAX_DEPTH`` (building recurses).
 """
 
 from __future__ import annotations
@@ -28,6 +28,8 @@ from agentgate.keys import read_regular_file
 
 MAX_ALIASES = 16
 MAX_NODES = 200_000
+MAX_DEPTH = 100
+"""Deepest nesting of mappings and lists (a policy needs about ten): building the data recurses."""
 Path_ = tuple[str | int, ...]
 
 # libyaml's parser when PyYAML was built with it (about 20x faster), else the pure-Python one.
@@ -99,11 +101,19 @@ def load_yaml(text: str, *, source: str, error: type[SourceError] = PolicyError)
     """Parse ``text`` and return ``(data, locations)``; ``data`` is ``None`` for an empty document.
 
     Raises ``error`` (with ``source``, line and column) on malformed YAML, several documents,
-    duplicate or non-string keys, merge keys, tags outside the core schema, and alias bombs.
+    duplicate or non-string keys, merge keys, tags outside the core schema, alias bombs, and
+    nesting deeper than ``MAX_DEPTH``.
     """
     loader = _Loader(text)
     try:
         node = loader.get_single_node()
+    except RecursionError:  # PyYAML's pure-Python composer recurses per level (libyaml stops at 1000)
+        raise error(
+            f"malformed YAML: nested more than {MAX_DEPTH} levels deep",
+            file=source,
+            expected="a YAML mapping",
+            hint="flatten the structure; no agentgate file nests this deep",
+        ) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
@@ -160,6 +170,13 @@ class _Builder:
         self.locations.values.setdefault(path, node.start_mark)
         if isinstance(node, yaml.ScalarNode):
             return self._scalar(node)
+        if len(path) >= MAX_DEPTH:
+            raise self.error(
+                node,
+                f"nested more than {MAX_DEPTH} levels deep",
+                "a file of sane structure",
+                "flatten the structure; no agentgate file nests this deep",
+            )
         # Only collections expand when aliased, so only they are counted.
         if id(node) in self.seen and not self.inside_alias:
             self._alias(path)

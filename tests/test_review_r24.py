@@ -20,6 +20,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import agentgate._yaml
 from agentgate._yaml import load_yaml
 from agentgate.capabilities import Call
 from agentgate.errors import PolicyError
@@ -424,3 +425,22 @@ roles:
     assert reasons == ("model:big takes the priority classes batch, not 'interactive'",)
     # A model that lists no classes leaves the class to the rules.
     assert decide("small", priority="interactive") is Outcome.ALLOW
+
+
+# --- deep nesting ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("parser", ["libyaml", "pure-python"])
+@pytest.mark.parametrize("nested", ["{a: " * 990 + "1" + "}" * 990, "[" * 990 + "]" * 990])
+def test_a_deeply_nested_file_is_a_policy_error_not_a_recursion_error(
+    nested: str, parser: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # 2 KB of brackets: building the data recursed past Python's limit (RecursionError, a
+    # traceback from `agentgate policy lint`), below libyaml's own limit of 1,000 levels.
+    if parser == "pure-python":
+        monkeypatch.setattr(agentgate._yaml, "_Loader", yaml.SafeLoader)
+    with pytest.raises(PolicyError, match=r"^deep\.yaml:.*nested more than 100 levels deep"):
+        parse_policy(f"version: 1\nname: {nested}\n", source="deep.yaml")
+    # Ninety-odd levels are still read (the file is refused for its content, not its depth).
+    with pytest.raises(PolicyError, match=r"name: Input should be a valid string"):
+        parse_policy("version: 1\nname: " + "[" * 98 + "]" * 98 + "\n", source="deep.yaml")
