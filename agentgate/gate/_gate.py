@@ -73,6 +73,7 @@ from agentgate.gate._config import scheduler_config
 from agentgate.gate._outcomes import (
     MAX_ERROR_DETAIL,
     NOT_STARTED,
+    NOT_STARTED_DETAIL,
     USAGE_UNREAD,
     PendingOutcome,
     PendingOutcomes,
@@ -1135,17 +1136,22 @@ class Gate:
         """
         self._check_allowed(auth)
         self._begin_run(auth)
+        started = threading.Event()  # set when an attempt reaches ``fn``
         try:
             with self._span(auth, call_id) as span:
                 try:
                     if auth.call.resource.startswith("tool:"):
-                        result = self._sync().submit(
-                            self._tool_call(auth, call_id, run_id), lambda _attempt: fn()
-                        )
+
+                        def attempt(_attempt: Attempt) -> T:
+                            started.set()
+                            return fn()
+
+                        result = self._sync().submit(self._tool_call(auth, call_id, run_id), attempt)
                     else:
+                        started.set()
                         result = fn()
                 except BaseException as exc:
-                    self._fail(span, auth, exc, paused)
+                    self._fail(span, auth, exc, paused, started=started.is_set())
                     raise
                 self._finish(span, auth, result, failed, spent)
                 return result
@@ -1172,21 +1178,24 @@ class Gate:
         self._check_allowed(auth)
         loop = asyncio.get_running_loop()
         self._begin_run(auth, loop)
+        started = threading.Event()  # set when an attempt reaches ``fn``
         try:
             with self._span(auth, call_id) as span:
                 try:
                     if auth.call.resource.startswith("tool:"):
 
                         async def attempt(_attempt: Attempt) -> T:
+                            started.set()
                             return await _result_of(fn)
 
                         result = await self._async().submit(
                             self._tool_call(auth, call_id, run_id), attempt, preemptible=preemptible
                         )
                     else:
+                        started.set()
                         result = await _result_of(fn)
                 except BaseException as exc:
-                    self._fail(span, auth, exc, paused)
+                    self._fail(span, auth, exc, paused, started=started.is_set())
                     raise
                 self._finish(span, auth, result, failed, spent)
                 return result
@@ -1204,7 +1213,7 @@ class Gate:
                     self._loop_runs[loop] = self._loop_runs.get(loop, 0) + 1
                 return
             if not self._outcomes_closed:  # close() flushes after this, under the same lock
-                self._settle(auth, "error", "SchedulingError", None)
+                self._settle(auth, "error", "SchedulingError", None, started=False)
         raise SchedulingError(f"{auth.call.resource}: the gate is closed; the call was not run")
 
     def _end_run(self, auth: Authorization, loop: asyncio.AbstractEventLoop | None = None) -> None:
@@ -1273,18 +1282,44 @@ class Gate:
         auth: Authorization,
         exc: BaseException,
         paused: Callable[[BaseException], bool] | None,
+        *,
+        started: bool,
     ) -> None:
         """Settle a call that ``exc`` ended: ``paused`` if ``paused`` says so (LangGraph's
-        ``interrupt()``: not a failure of the call, and its span says so), else ``error``."""
+        ``interrupt()``: not a failure of the call, and its span says so), else ``error``.
+        ``started``: whether an attempt reached the call's function; a call that never did (the
+        scheduler refused it, or its caller was cancelled while it waited for a slot) is
+        recorded as not run, so a once-only call runs when its run is resumed."""
         pause = paused is not None and paused(exc)
         if pause and span.is_recording():
             record_outcome(span, "paused")
         error = type(exc).__name__
+        started = started and error not in NOT_STARTED
         if isinstance(exc, NoBackend | BackendFailed) and str(exc):
             # Why the backends failed (an HTTP 302, garbage, no answer in time) belongs in the
             # evidence, not only in the gateway's log; the message names no backend key (scrubbed).
             error = f"{error}: {str(exc)[:MAX_ERROR_DETAIL]}"
-        self._settle(auth, "paused" if pause else "error", error, usage_after(auth, exc))
+        elif not started and not pause and error not in NOT_STARTED:
+            error = f"{error}: {NOT_STARTED_DETAIL}"
+        usage = usage_after(auth, exc) if started else None
+        self._settle(auth, "paused" if pause else "error", error, usage, started=started)
+
+    def abandon(self, auth: Authorization, why: str = NOT_STARTED_DETAIL) -> None:
+        """Settle an allow whose call will never run (its caller was cancelled between the
+        decision and the run): an ``error`` outcome saying ``why``, its reservation released, a
+        once-only call left as not run (a resumed run runs it). The allow cannot be used after.
+
+        Raises ``Denied`` for a refusal or an allow already used (``run``, ``arun``, ``abandon``).
+        """
+        self._check_allowed(auth)
+        with self._runs_changed:
+            if not self._outcomes_closed:  # close() flushes after this, under the same lock
+                self._settle(auth, "error", f"CancelledError: {why}", None, started=False)
+                return
+        _log.error(
+            "agentgate: the outcome of audit entry %s is not recorded: the gate closed before the call settled",
+            auth.audit_index,
+        )
 
     def _finish(
         self,
@@ -1378,11 +1413,17 @@ class Gate:
         return replace(auth, reasons=tuple(redacted)).explain()
 
     def _settle(
-        self, auth: Authorization, status: str, error: str | None, usage: tuple[int, int] | None
+        self,
+        auth: Authorization,
+        status: str,
+        error: str | None,
+        usage: tuple[int, int] | None,
+        *,
+        started: bool = True,
     ) -> None:
         # The decision was durable before the call ran; the outcome and its budget settlement
         # (one transaction for both) ride with the next decision or the background commit.
-        self._outcomes.put((auth, status, error, usage))
+        self._outcomes.put((auth, status, error, usage, started))
 
     def _write_outcomes(self, batch: list[PendingOutcome]) -> None:
         try:
@@ -1402,18 +1443,20 @@ class Gate:
         tx.execute("SAVEPOINT agentgate_outcomes")
         failures: tuple[type[Exception], ...] = (AgentGateError, *self.store.driver_errors)
         try:
-            for auth, status, error, usage in batch:
-                self._write_outcome(tx, auth, status, error, usage)
+            for outcome in batch:
+                self._write_outcome(tx, *outcome)
         except failures:
             tx.execute("ROLLBACK TO SAVEPOINT agentgate_outcomes")
             tx.execute("RELEASE SAVEPOINT agentgate_outcomes")
-            for auth, status, error, usage in batch:
+            for outcome in batch:
                 tx.execute("SAVEPOINT agentgate_outcome")
                 try:
-                    self._write_outcome(tx, auth, status, error, usage)
+                    self._write_outcome(tx, *outcome)
                 except failures as exc:
                     tx.execute("ROLLBACK TO SAVEPOINT agentgate_outcome")
-                    _log.error("agentgate: outcome of audit entry %s not recorded: %s", auth.audit_index, exc)
+                    _log.error(
+                        "agentgate: outcome of audit entry %s not recorded: %s", outcome[0].audit_index, exc
+                    )
                 tx.execute("RELEASE SAVEPOINT agentgate_outcome")
             return
         tx.execute("RELEASE SAVEPOINT agentgate_outcomes")
@@ -1425,6 +1468,7 @@ class Gate:
         status: str,
         error: str | None,
         usage: tuple[int, int] | None,
+        started: bool,
     ) -> None:
         identity = auth.identity
         reasons = [error] if error else []
@@ -1456,9 +1500,9 @@ class Gate:
                 if status == "ok"
                 else "paused"
                 if status == "paused"
-                else "not_run"
-                if error is not None and error.partition(":")[0] in NOT_STARTED
                 else "error"
+                if started
+                else "not_run"
             )
             self.once.finish(tx, auth.once_key, once)
         request = auth.request

@@ -9,7 +9,9 @@ from collections.abc import Callable
 
 from agentgate.gate._authorization import Authorization
 
-PendingOutcome = tuple[Authorization, str, str | None, tuple[int, int] | None]
+PendingOutcome = tuple[Authorization, str, str | None, tuple[int, int] | None, bool]
+"""An outcome to commit: the allow, its status, the error, the usage to settle, and whether an
+attempt reached the call's function (a call that never started is left ``not_run``)."""
 
 USAGE_UNREAD: tuple[int, int] = (-1, -1)
 """The usage settled (by identity) for a call that ran but whose ``spent``/``failed`` callback
@@ -95,6 +97,8 @@ NOT_STARTED = frozenset({"SchedulingError", "Overloaded", "CircuitOpen"})
 """Errors with which the scheduler refuses a call before it starts (a closed gate, a full queue, an
 open breaker; a non-idempotent call is never retried after an ambiguous failure, so an attempt
 refused this way follows none that may have had an effect)."""
+NOT_STARTED_DETAIL = "given up before the call started"
+"""What an ``outcome`` entry says beside the exception of a call given up before it started."""
 MAX_ERROR_DETAIL = 200
 """How much of a backend failure's message (``NoBackend``, ``BackendFailed``) an ``outcome``
 entry keeps beside its class."""
