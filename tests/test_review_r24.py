@@ -19,12 +19,15 @@ import pytest
 import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pydantic import BaseModel
+from pydantic.fields import FieldInfo
 
 import agentgate._yaml
 from agentgate._yaml import load_yaml
 from agentgate.capabilities import Call
 from agentgate.errors import PolicyError
 from agentgate.policy import Outcome, PolicyIndex, parse_policy
+from agentgate.policy import _schema as schema
 from agentgate.policy._lint import lint
 
 _DID = "did:key:z6MkqQP5oTUxZ95rgbJg29FwyrJ5N8HrRPpEBQbPrAUCkPXm"
@@ -444,3 +447,71 @@ def test_a_deeply_nested_file_is_a_policy_error_not_a_recursion_error(
     # Ninety-odd levels are still read (the file is refused for its content, not its depth).
     with pytest.raises(PolicyError, match=r"name: Input should be a valid string"):
         parse_policy("version: 1\nname: " + "[" * 98 + "]" * 98 + "\n", source="deep.yaml")
+
+
+# --- the defaults the reference's tables state ----------------------------------------------------
+
+_SECTIONS: dict[str, type[BaseModel]] = {
+    "Top level": schema.PolicyDocument,
+    "settings": schema.Settings,
+    "principals": schema.Principal,
+    "tools": schema.Tool,
+    "priority_classes": schema.PriorityClass,
+    "roles": schema.Role,
+    "capabilities": schema.CapabilityRule,
+    "delegation": schema.Delegation,
+    "quotas": schema.Quota,
+    "approvals": schema.ApprovalGate,
+}
+_SUBMODELS: dict[str, type[BaseModel]] = {
+    "args.NAME": schema.Argument,
+    "rate": schema.RateLimit,
+    "retry": schema.RetryPolicy,
+    "budget": schema.Budget,
+}
+
+
+def _reference_defaults() -> list[tuple[str, str, str]]:
+    """(section, field, default cell) of every table row of the reference that has a default column."""
+    text = (_REPO / "docs" / "policy-reference.md").read_text(encoding="utf-8")
+    rows: list[tuple[str, str, str]] = []
+    section, has_default = "", False
+    for line in text.splitlines():
+        if line.startswith("#"):
+            section = line.strip("# ")
+        elif line.startswith("| ") and not line.startswith("| `"):  # a table's header
+            has_default = line.startswith("| field |") and "| default |" in line
+        elif line.startswith("| `") and has_default:
+            cells = [c.strip() for c in line.replace("\\|", "/").strip("|").split("|")]
+            rows.append((section, cells[0], cells[2]))
+    return rows
+
+
+def _field(section: str, name: str) -> FieldInfo:
+    model = _SECTIONS[section]
+    prefix, _, last = name.rpartition(".")
+    if prefix:
+        model = _SUBMODELS[prefix]
+    return model.model_fields[last if last != "in" else "in_"]
+
+
+def test_every_default_the_reference_states_is_the_loaders() -> None:
+    rows = [(s, n.strip("`"), d) for s, n, d in _reference_defaults() if s in _SECTIONS and "/" not in n]
+    assert len(rows) > 50
+    checked = 0
+    for section, name, cell in rows:
+        info = _field(section, name)
+        if cell.startswith("required"):
+            assert info.is_required(), (section, name)
+            continue
+        literal = re.fullmatch(r"`([^`]*)`(?: \(.*\))?", cell)
+        if literal is None:  # "unlimited", "none", "the kind's: ...", or empty: no value given
+            assert not info.is_required(), (section, name)
+            continue
+        written = yaml.safe_load(literal.group(1))
+        default = info.get_default(call_default_factory=True)
+        if isinstance(default, BaseModel):
+            default = default.model_dump()
+        assert default == written and type(default) in (type(written), float), (section, name, default, cell)
+        checked += 1
+    assert checked >= 35
