@@ -51,6 +51,7 @@ _OCTAL_1_2 = re.compile(r"[-+]?0o[0-7]+")
 _LEADING_ZERO = re.compile(r"[-+]?0[0-9_]+")
 """A decimal integer with a leading zero that PyYAML reads as text (``09``): 9 in YAML 1.2."""
 _MAP, _SEQ = "tag:yaml.org,2002:map", "tag:yaml.org,2002:seq"
+_TEXT_1_2 = frozenset({"tag:yaml.org,2002:value", "tag:yaml.org,2002:merge"})
 
 
 class Mark(NamedTuple):
@@ -195,6 +196,8 @@ class _Builder:
         raise self._tag_error(node)
 
     def _scalar(self, node: yaml.Node) -> Any:
+        if node.tag in _TEXT_1_2 and node.value in ("=", "<<") and isinstance(node, yaml.ScalarNode):
+            return node.value  # a plain '=' or '<<' value: YAML 1.1's value and merge tags, text in 1.2
         if node.tag not in _SCALAR_TAGS:
             raise self._tag_error(node)
         if node.tag == _STR:

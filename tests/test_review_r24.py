@@ -515,3 +515,14 @@ def test_every_default_the_reference_states_is_the_loaders() -> None:
         assert default == written and type(default) in (type(written), float), (section, name, default, cell)
         checked += 1
     assert checked >= 35
+
+
+def test_a_plain_equals_sign_or_double_angle_value_is_text_as_in_yaml_1_2() -> None:
+    # YAML 1.1 gives '=' and '<<' tags of their own, so they were refused as "tags"; a merge KEY
+    # is still refused.
+    data, _ = load_yaml("a: [=, <<, '=']\nb: =\n", source="x.yaml")
+    assert data == {"a": ["=", "<<", "="], "b": "="}
+    policy = parse_policy(_BASE + "        constraints: {amount: {in: [=, <<]}}\n".replace("amount", "op"))
+    assert policy.rules["r"][0].capability.constraints[0][1].one_of == ("=", "<<")
+    with pytest.raises(PolicyError, match="merge keys"):
+        load_yaml("a: {<<: {b: 1}}\n", source="x.yaml")
