@@ -11,9 +11,14 @@ from pathlib import Path
 from typing import Any
 
 from langchain_core.tools import StructuredTool
-from test_langgraph import _calls, _entries, _make_team, _tool_messages, _tools
+from langgraph.checkpoint.memory import InMemorySaver
+from test_langgraph import NAMES, Team, _calls, _entries, _make_team, _policy_text, _tool_messages, _tools
 
+from agentgate.gate import Gate
 from agentgate.integrations.langgraph import ScriptedChatModel, create_gated_agent
+from agentgate.keys import SigningKey
+from agentgate.policy import parse_policy
+from agentgate.store import SQLiteStore
 
 GO = {"messages": [{"role": "user", "content": "go"}]}
 
@@ -110,3 +115,50 @@ async def test_a_model_call_whose_run_was_cancelled_while_it_was_decided_is_not_
         assert [state for (state,) in states] == ["released"]
     finally:
         team.gate.close()
+
+
+async def test_a_once_only_tool_call_whose_run_was_cancelled_while_it_was_decided_runs_when_resumed(
+    tmp_path: Path,
+) -> None:
+    # search is not idempotent here. The run is cancelled while its call is being decided: the
+    # tool never runs. The allow used to be settled by running a cancelled attempt through the
+    # scheduler, which marked the once-only key "ran and failed": resuming the thread refused
+    # the call ("it may have had its effect") and `agentgate tasks unsettled` listed it.
+    keys = {n: SigningKey.generate() for n in NAMES}
+    text = _policy_text({n: k.did for n, k in keys.items()}, 1_000_000).replace(
+        "idempotent: true", "idempotent: false"
+    )
+    gate = Gate(parse_policy(text, source="team.yaml"), SQLiteStore(tmp_path / "agentgate.db"))
+    supervisor = gate.issue(keys["root"], name="supervisor", key=keys["supervisor"], role="supervisor")
+    team = Team(gate, keys, supervisor, tmp_path, [])
+    decide, deciding = gate.authorize, threading.Event()
+
+    def slow_decision(identity: Any, call: Any, **kwargs: Any) -> Any:
+        if call.resource == "tool:search" and not deciding.is_set():
+            deciding.set()
+            time.sleep(0.1)  # the task is cancelled while this decision is being made
+        return decide(identity, call, **kwargs)
+
+    gate.authorize = slow_decision  # type: ignore[method-assign]
+    try:
+        agent = create_gated_agent(
+            gate,
+            name="supervisor",
+            model=ScriptedChatModel(turns=[_calls(("search", {"query": "x"}))]),
+            tools=_tools(team),
+            checkpointer=InMemorySaver(),
+        )
+        config = {"configurable": {"thread_id": "t"}}
+        task = asyncio.create_task(agent.ainvoke(GO, config, context=supervisor))
+        await asyncio.to_thread(deciding.wait, 10)
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        await asyncio.sleep(0.3)  # the decision that outlived its task has been settled by now
+        assert team.ran == []
+        resumed = await agent.ainvoke(None, config, context=supervisor)
+        assert [m.status for m in _tool_messages(resumed)] == ["success"]
+        assert team.ran == ["search:x"]
+        assert _outcomes(_entries(gate), "tool:search")[-1] == ("ok", ())
+    finally:
+        gate.close()

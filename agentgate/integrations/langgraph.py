@@ -65,7 +65,6 @@ from agentgate.errors import (
     Expired,
     InputError,
     Revoked,
-    SchedulingError,
 )
 from agentgate.gate import AgentIdentity, Approval, Authorization, Gate
 from agentgate.keys import SigningKey
@@ -374,9 +373,10 @@ class GateMiddleware(AgentMiddleware[Any, Any, Any]):
 
         A cancellation of the awaiting task cannot stop a decision under way: it is recorded,
         with what it reserved. So the decision is waited for, an allow is settled as a call that
-        did not run (an ``error`` outcome, ``CancelledError``, its reservation released), and
-        the cancellation goes on, without waiting for a free slot of the tool. Raises what
-        ``decide`` raises.
+        did not run (``Gate.abandon``: an ``error`` outcome, ``CancelledError: given up before
+        the call started``, its reservation released, a once-only call left to run when its run
+        is resumed), and the cancellation goes on, without waiting for a free slot of the tool.
+        Raises what ``decide`` raises.
         """
         future = asyncio.ensure_future(self.gate.to_thread(decide, request))
         try:
@@ -386,13 +386,7 @@ class GateMiddleware(AgentMiddleware[Any, Any, Any]):
             if not future.cancelled() and future.exception() is None:
                 auth = auth_of(future.result())
                 if auth.allowed:
-                    # ``arun``'s first step counts the call in flight and either runs ``_not_run``
-                    # at once or queues for a slot; cancelling it then leaves the queue. Either
-                    # way ``arun`` records the error outcome and releases the reservation.
-                    settling = asyncio.ensure_future(self.gate.arun(auth, _not_run(auth)))
-                    await asyncio.sleep(0)
-                    settling.cancel()
-                    await settled(settling)
+                    self.gate.abandon(auth)
             raise
 
     # --- models ---------------------------------------------------------------------------
@@ -523,22 +517,6 @@ async def _to_its_outcome(running: Awaitable[ToolResult], started: threading.Eve
             future.cancel()
         await settled(future)
         raise
-
-
-def _not_run(auth: Authorization) -> Callable[[], Awaitable[Any]]:
-    """What an allowed call settled without running runs instead. A tool's attempt is cancelled
-    (the scheduler then counts no failure against the tool, retries nothing, and gives its slot
-    back); a model call fails with ``SchedulingError``, a call that did not start, so its
-    reservation is released (a model call cancelled while it runs is charged as reserved: it may
-    have generated up to its limit)."""
-
-    async def cancelled() -> Any:
-        raise asyncio.CancelledError
-
-    async def not_started() -> Any:
-        raise SchedulingError(f"{auth.call.resource}: the run was cancelled before the call started")
-
-    return cancelled if auth.call.resource.startswith("tool:") else not_started
 
 
 def _failed(result: object) -> bool:
