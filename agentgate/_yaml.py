@@ -34,9 +34,7 @@ Path_ = tuple[str | int, ...]
 
 # libyaml's parser when PyYAML was built with it (about 20x faster), else the pure-Python one.
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-_SCALAR_TAGS = frozenset(
-    "tag:yaml.org,2002:" + t for t in ("str", "int", "float", "bool", "null", "timestamp")
-)
+_SCALAR_TAGS = frozenset("tag:yaml.org,2002:" + t for t in ("str", "int", "float", "bool", "null"))
 _STR = "tag:yaml.org,2002:str"
 _BOOL, _INT, _FLOAT = "tag:yaml.org,2002:bool", "tag:yaml.org,2002:int", "tag:yaml.org,2002:float"
 _BOOLEANS = frozenset({"true", "True", "TRUE", "false", "False", "FALSE"})
@@ -52,6 +50,7 @@ _LEADING_ZERO = re.compile(r"[-+]?0[0-9_]+")
 """A decimal integer with a leading zero that PyYAML reads as text (``09``): 9 in YAML 1.2."""
 _MAP, _SEQ = "tag:yaml.org,2002:map", "tag:yaml.org,2002:seq"
 _TEXT_1_2 = frozenset({"tag:yaml.org,2002:value", "tag:yaml.org,2002:merge"})
+_TIMESTAMP = "tag:yaml.org,2002:timestamp"
 
 
 class Mark(NamedTuple):
@@ -198,6 +197,8 @@ class _Builder:
     def _scalar(self, node: yaml.Node) -> Any:
         if node.tag in _TEXT_1_2 and node.value in ("=", "<<") and isinstance(node, yaml.ScalarNode):
             return node.value  # a plain '=' or '<<' value: YAML 1.1's value and merge tags, text in 1.2
+        if node.tag == _TIMESTAMP and isinstance(node, yaml.ScalarNode) and not node.style:
+            return node.value  # a plain 2026-01-31: a timestamp in YAML 1.1, text in YAML 1.2
         if node.tag not in _SCALAR_TAGS:
             raise self._tag_error(node)
         if node.tag == _STR:

@@ -526,3 +526,14 @@ def test_a_plain_equals_sign_or_double_angle_value_is_text_as_in_yaml_1_2() -> N
     assert policy.rules["r"][0].capability.constraints[0][1].one_of == ("=", "<<")
     with pytest.raises(PolicyError, match="merge keys"):
         load_yaml("a: {<<: {b: 1}}\n", source="x.yaml")
+
+
+def test_a_plain_date_is_text_as_in_yaml_1_2_not_a_timestamp() -> None:
+    # YAML 1.1 made it a datetime.date, which every field refused ("Input should be a valid string").
+    policy = parse_policy(
+        "description: 2026-01-31\n"
+        + _BASE
+        + "        constraints: {amount: {in: [2026-01-31]}}\n".replace("amount", "day")
+    )
+    assert policy.document.description == "2026-01-31"
+    assert policy.rules["r"][0].capability.constraints[0][1].eq == "2026-01-31"
