@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import io
 import logging
 import os
+import signal
 import sys
+import threading
 from collections.abc import Callable, Sequence
 
 from agentgate.errors import AgentGateError
@@ -32,6 +35,10 @@ GROUPS = (
 
 Handler = Callable[[argparse.Namespace], int]
 
+_PIPE_CLOSED = 141
+"""The exit code of a command whose reader closed the pipe before it had written all (as a
+command killed by SIGPIPE shows in a shell): never 0, which would pass for allow or intact."""
+
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # type: ignore[override]
@@ -49,25 +56,49 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM (``timeout``, ``docker stop``, a service manager), raised where the command is, so
+    that it unwinds as Ctrl-C does: temporary files removed, transactions rolled back."""
+
+
+def _terminate(signum: int, frame: object) -> None:
+    raise _Terminated
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; returns its exit code. Ctrl-C at any point after this is entered (while
-    the verb groups load, while parsing, in a handler) is one line on stderr and exit 130."""
+    the verb groups load, while parsing, in a handler) is one line on stderr and exit 130;
+    SIGTERM, received in the main thread, is the same with exit 143."""
     _quiet_library_logs()
+    _standard_streams()
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        previous = signal.signal(signal.SIGTERM, _terminate)
+    try:
+        return _run(argv)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _run(argv: Sequence[str] | None) -> int:
     try:
         parser = build_parser()
         args = parser.parse_args(argv)
         handler: Handler = args.handler
         code = handler(args)
-        sys.stdout.flush()  # a full disk or a dead pipe shows here, not after main() returned
-        return code
+    except BrokenPipeError:  # the reader went away before the command had said all: no verdict
+        _drop_stdout()
+        return _PIPE_CLOSED
     except AgentGateError as exc:
         sys.stderr.write(f"agentgate: error: {_one_line(str(exc))}\n")
         return 2
+    except _Terminated:
+        sys.stderr.write("agentgate: terminated\n")
+        return 143
     except KeyboardInterrupt:
         sys.stderr.write("agentgate: interrupted\n")
         return 130
-    except BrokenPipeError:
-        return 0
     except OSError as exc:  # standard output cannot be written (disk full, I/O error), or a file
         if exc.filename is not None:
             sys.stderr.write(f"agentgate: error: {_one_line(f'{exc.filename}: {exc.strerror or exc}')}\n")
@@ -77,6 +108,46 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"agentgate: error: cannot write the output: {_one_line(str(exc.strerror or exc))}\n"
         )
         return 2
+    try:
+        sys.stdout.flush()  # a full disk or a dead pipe shows here, not after main() returned
+    except BrokenPipeError:  # the reader has what it wanted (``| head -1``): the verdict stands
+        _drop_stdout()
+    except OSError as exc:
+        _drop_stdout()
+        sys.stderr.write(
+            f"agentgate: error: cannot write the output: {_one_line(str(exc.strerror or exc))}\n"
+        )
+        return 2
+    return code
+
+
+def _standard_streams() -> None:
+    """Make the three standard streams safe to use, whatever the caller left them as.
+
+    A descriptor 0-2 that was closed (``>&-`` in a cron line, a daemon's leftovers) is opened on
+    /dev/null, so no file agentgate opens later (a store, an ``--out`` file) takes its number:
+    standard input then reads empty, standard output is read-only (writing to it fails with
+    ``EBADF``: exit 2, one line, as for a full disk), standard error discards. Standard output is
+    written as UTF-8 (JSON is UTF-8, and ``audit show --json`` lines must be the logged bytes)
+    whatever the locale or ``PYTHONIOENCODING`` say, with what UTF-8 cannot carry (a file name
+    that is not UTF-8) escaped as ``\\udcff``, as on standard error, instead of a traceback.
+    """
+    for descriptor, flags in ((0, os.O_RDONLY), (1, os.O_RDONLY), (2, os.O_WRONLY)):
+        try:
+            os.fstat(descriptor)
+        except OSError:
+            opened = os.open(os.devnull, flags)
+            if opened != descriptor:
+                os.dup2(opened, descriptor)
+                os.close(opened)
+    if sys.stdin is None:
+        sys.stdin = open(0, encoding="utf-8", closefd=False)  # noqa: SIM115 (lives as long as sys.stdin)
+    if sys.stdout is None:
+        sys.stdout = open(1, "w", encoding="utf-8", closefd=False)  # noqa: SIM115
+    if sys.stderr is None:
+        sys.stderr = open(2, "w", encoding="utf-8", errors="backslashreplace", closefd=False)  # noqa: SIM115
+    if isinstance(sys.stdout, io.TextIOWrapper):
+        sys.stdout.reconfigure(encoding="utf-8", errors="backslashreplace")
 
 
 def _drop_stdout() -> None:
