@@ -537,3 +537,56 @@ def test_a_plain_date_is_text_as_in_yaml_1_2_not_a_timestamp() -> None:
     )
     assert policy.document.description == "2026-01-31"
     assert policy.rules["r"][0].capability.constraints[0][1].eq == "2026-01-31"
+
+
+_BOUNDARIES: list[tuple[str, object]] = [
+    ("settings.max_ttl_s", _MAX_S),
+    ("settings.max_ttl_s", 1),
+    ("tools.pay.timeout_s", 1e-9),
+    ("tools.pay.timeout_s", 0.5),
+    ("tools.pay.concurrency", 1),
+    ("tools.pay.rate.burst", 2**53),
+    ("tools.pay.rate.per_second", 1e-6),
+    ("tools.pay.retry.attempts", 20),
+    ("tools.pay.retry.attempts", 1),
+    ("tools.pay.retry.backoff_initial_s", 0),
+    ("tools.pay.retry.multiplier", 1),
+    ("tools.pay.retry.backoff_max_s", 0.1),
+    ("tools.pay.retry.retry_on", ["transient", "timeout", "connection", "error"]),
+    ("tools.pay.retry.retry_on", []),
+    ("models.m.cost_per_mtok.input", 0),
+    ("gpus.h100.cost_per_gpu_hour", 0),
+    ("priority_classes.p.rank", 1000),
+    ("priority_classes.p.weight", 1e-3),
+    ("roles.r.budget.limit", 2**63 - 1),
+    ("roles.r.budget.limit", 0),
+    ("roles.r.ttl_s", _MAX_S),
+    ("roles.r.delegation.max_depth", 15),
+    ("roles.r.delegation.max_depth", 0),
+    ("roles.r.delegation.max_ttl_s", _MAX_S),
+    ("roles.r.capabilities.0.constraints.amount", {"in": list(range(1000))}),
+    ("roles.r.capabilities.0.constraints.amount", {"le": 2**63 - 1, "ge": -(2**63) + 1}),
+    ("roles.r.capabilities.0.action", "*"),
+    ("quotas.q.limit", 0),
+    ("quotas.q.limit", 2**63 - 1),
+    ("quotas.q.window_s", _MAX_S),
+    ("quotas.q.unit", "usd_micros"),
+    ("quotas.q.resources", []),
+    ("approvals.g.quorum", 2),
+    ("approvals.g.approvers", ["alice", "alice", "bob"]),
+    ("approvals.g.expiry_s", _MAX_S),
+    ("approvals.g.expiry_s", 1),
+    ("approvals.g.when", {}),
+    ("approvals.g.resource", "tool:*"),
+    ("tools.a-b_c9", {}),
+    ("models.Org/Model-7B:fp8", {"cost_per_mtok": {"input": 1, "output": 1}}),
+]
+
+
+@pytest.mark.parametrize(("path", "value"), _BOUNDARIES, ids=[f"{p}={v!r}"[:60] for p, v in _BOUNDARIES])
+def test_each_value_at_the_edge_of_what_the_reference_allows_loads_as_written(
+    path: str, value: object
+) -> None:
+    doc = _mutated(path, value)
+    policy = parse_policy(yaml.safe_dump(doc, sort_keys=False), source="edge.yaml")
+    assert policy.document.model_dump(by_alias=True, exclude_unset=True) == doc
