@@ -24,7 +24,7 @@ from pydantic.fields import FieldInfo
 
 import agentgate._yaml
 from agentgate._yaml import load_yaml
-from agentgate.capabilities import Call
+from agentgate.capabilities import Call, pattern_matches
 from agentgate.errors import PolicyError
 from agentgate.policy import Outcome, PolicyIndex, parse_policy
 from agentgate.policy import _schema as schema
@@ -590,3 +590,96 @@ def test_each_value_at_the_edge_of_what_the_reference_allows_loads_as_written(
     doc = _mutated(path, value)
     policy = parse_policy(yaml.safe_dump(doc, sort_keys=False), source="edge.yaml")
     assert policy.document.model_dump(by_alias=True, exclude_unset=True) == doc
+
+
+# --- which quotas count a call ---------------------------------------------------------------------
+
+_QROLES = ["r0", "r1", "r2", "r3"]
+_QTOOLS = ["a.x", "a.y", "b"]
+_QPATTERNS = ["tool:*", "tool:a.*", "tool:a.x", "tool:b", "model:*", "model:m"]
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    inherits=st.fixed_dictionaries(
+        {r: st.lists(st.sampled_from(_QROLES), max_size=2, unique=True) for r in _QROLES}
+    ),
+    held=st.fixed_dictionaries(
+        {p: st.lists(st.sampled_from(_QROLES), max_size=2, unique=True) for p in ("p0", "p1")}
+    ),
+    tenants=st.fixed_dictionaries({p: st.sampled_from([None, "t0", "t1"]) for p in ("p0", "p1")}),
+    quotas=st.lists(
+        st.tuples(
+            st.sampled_from(["tenant", "principal", "role"]),
+            st.sampled_from(["t0", "t1", "p0", "p1", *_QROLES]),
+            st.one_of(st.none(), st.lists(st.sampled_from(_QPATTERNS), max_size=3)),
+        ),
+        max_size=5,
+    ),
+)
+def test_the_quotas_an_allow_names_are_those_the_reference_says_count_the_call(
+    inherits: dict[str, list[str]],
+    held: dict[str, list[str]],
+    tenants: dict[str, str | None],
+    quotas: list[tuple[str, str, list[str] | None]],
+) -> None:
+    # "each quota that counts the call (its subject is the caller's tenant, principal or one of
+    # its roles, and one of its resources matches)"; roles include inherited ones; the default
+    # resources are tool:* and model:*.
+    doc: dict[str, Any] = {
+        "version": 1,
+        "tenants": {"t0": {}, "t1": {}},
+        "principals": {
+            p: {"kind": "service", "roles": held[p], **({"tenant": tenants[p]} if tenants[p] else {})}
+            for p in held
+        },
+        "tools": {t: {} for t in _QTOOLS},
+        "models": {"m": {"cost_per_mtok": {"input": 1, "output": 1}}},
+        "roles": {
+            r: {
+                "inherits": [x for x in inherits[r] if x != r],
+                "capabilities": [{"resource": "tool:*"}, {"resource": "model:*"}],
+            }
+            for r in _QROLES
+        },
+        "quotas": {},
+    }
+    for i, (kind, subject, resources) in enumerate(quotas):
+        if (kind == "tenant") != subject.startswith("t") or (kind == "principal") != subject.startswith("p"):
+            continue
+        quota: dict[str, Any] = {kind: subject, "window_s": 60, "limit": 5}
+        if resources is not None:
+            quota["resources"] = resources
+        doc["quotas"][f"q{i}"] = quota
+    try:
+        policy = parse_policy(json.dumps(doc))
+    except PolicyError as exc:
+        assert "cycle" in str(exc)
+        return
+    index = PolicyIndex(policy)
+
+    def closure(role: str, seen: set[str]) -> None:
+        if role not in seen:
+            seen.add(role)
+            for parent in doc["roles"][role]["inherits"]:
+                closure(parent, seen)
+
+    for principal in held:
+        roles: set[str] = set()
+        for role in held[principal]:
+            closure(role, roles)
+        for resource in [*(f"tool:{t}" for t in _QTOOLS), "model:m"]:
+            action = "invoke" if resource.startswith("tool:") else "generate"
+            decision = index.evaluate(principal, Call(resource, action, {}))
+            if decision.outcome is not Outcome.ALLOW:
+                assert not roles
+                continue
+            counted = sorted(
+                name
+                for name, q in doc["quotas"].items()
+                if (q.get("tenant") is not None and q["tenant"] == tenants[principal])
+                or q.get("principal") == principal
+                or q.get("role") in roles
+                if any(pattern_matches(p, resource) for p in q.get("resources", ["tool:*", "model:*"]))
+            )
+            assert sorted(q.name for q in decision.quotas) == counted, (principal, resource)
