@@ -162,3 +162,47 @@ async def test_a_once_only_tool_call_whose_run_was_cancelled_while_it_was_decide
         assert _outcomes(_entries(gate), "tool:search")[-1] == ("ok", ())
     finally:
         gate.close()
+
+
+async def test_a_sync_tool_whose_run_was_cancelled_is_not_retried_after_its_attempt_fails(
+    tmp_path: Path,
+) -> None:
+    # The cancelled run waits for the sync tool's running attempt (its thread cannot be
+    # stopped); when that attempt fails, the scheduler's retry rule must not start another
+    # attempt for a run that no longer exists.
+    keys = {n: SigningKey.generate() for n in NAMES}
+    text = _policy_text({n: k.did for n, k in keys.items()}, 1_000_000).replace(
+        "    idempotent: true",
+        "    idempotent: true\n    retry: {attempts: 3, backoff_initial_s: 0.05, retry_on: [connection]}",
+    )
+    gate = Gate(parse_policy(text, source="team.yaml"), SQLiteStore(tmp_path / "agentgate.db"))
+    supervisor = gate.issue(keys["root"], name="supervisor", key=keys["supervisor"], role="supervisor")
+    attempts, started, release = [], threading.Event(), threading.Event()
+
+    def search(query: str) -> str:
+        attempts.append(query)
+        started.set()
+        release.wait(10)
+        raise ConnectionError("the search backend is down")
+
+    tool = StructuredTool.from_function(func=search, name="search", description="search")
+    try:
+        agent = create_gated_agent(
+            gate,
+            name="supervisor",
+            model=ScriptedChatModel(turns=[_calls(("search", {"query": "x"}))]),
+            tools=[tool],
+            gate_models=False,
+        )
+        task = asyncio.create_task(agent.ainvoke(GO, context=supervisor))
+        await asyncio.to_thread(started.wait, 10)
+        task.cancel()
+        await asyncio.sleep(0.05)
+        release.set()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        await asyncio.sleep(0.3)  # a retry would have started by now (backoff 0.05 s)
+        assert attempts == ["x"]
+        assert [status for status, _ in _outcomes(_entries(gate), "tool:search")] == ["error"]
+    finally:
+        gate.close()

@@ -22,6 +22,7 @@ identity that is not its own and refuses every call with an ``implicit_trust_inh
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import threading
 import time
@@ -337,26 +338,20 @@ class GateMiddleware(AgentMiddleware[Any, Any, Any]):
         # preemptible, its attempt ends with its thread (its slot is not given back while it
         # runs, even when the run is cancelled), and past its timeout its result is returned
         # (not a timeout the model would retry), as under invoke.
-        # Cancelled once such a tool has started, the call is recorded as it ended
-        # (``_to_its_outcome``).
-        threaded = _runs_in_a_thread(request.tool)
-        started = threading.Event()
-
-        def start() -> Awaitable[ToolResult]:
-            started.set()
-            return handler(request)
-
+        # A cancelled run waits for such an attempt and records the call as it ended
+        # (``_ThreadedCall``).
+        threaded = _ThreadedCall(lambda: handler(request)) if _runs_in_a_thread(request.tool) else None
         try:
             running = self.gate.arun(
                 auth,
-                start,
+                threaded.attempt if threaded else lambda: handler(request),
                 call_id=call_id,
                 run_id=_run_id(request),
                 failed=_failed,
                 paused=_paused,
-                preemptible=not threaded,
+                preemptible=threaded is None,
             )
-            return await (_to_its_outcome(running, started) if threaded else running)
+            return await (threaded.outcome(running) if threaded else running)
         except GraphBubbleUp:
             raise
         except AgentGateError as exc:
@@ -502,21 +497,44 @@ def _runs_in_a_thread(tool: BaseTool) -> bool:
     return type(tool)._arun is BaseTool._arun
 
 
-async def _to_its_outcome(running: Awaitable[ToolResult], started: threading.Event) -> ToolResult:
-    """Await ``running``: ``Gate.arun`` of a sync tool, which runs in a worker thread that no
-    cancellation stops. Cancelled once the tool has ``started``, the call runs to its end and is
-    recorded and charged as it ended (an ``ok`` had its effect: recorded as a cancelled call and
-    released, the log would say it failed and the budget would not count it), then the
-    cancellation goes on. Cancelled before (waiting for a slot), it is given up: recorded as an
-    error (``CancelledError``), its reservation released."""
-    future = asyncio.ensure_future(running)
-    try:
-        return await asyncio.shield(future)
-    except asyncio.CancelledError:
-        if not started.is_set():
-            future.cancel()
-        await settled(future)
-        raise
+class _ThreadedCall:
+    """One call of a sync tool under ``ainvoke``, whose attempts run in worker threads that no
+    cancellation stops: whether an attempt runs now, and whether one returned."""
+
+    def __init__(self, run: Callable[[], Awaitable[ToolResult]]) -> None:
+        self._run = run
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._returned = False
+
+    async def attempt(self) -> ToolResult:
+        """One attempt: ``run()`` awaited, its start and end noted."""
+        self._idle.clear()
+        try:
+            result = await self._run()
+        finally:
+            self._idle.set()
+        self._returned = True
+        return result
+
+    async def outcome(self, running: Awaitable[ToolResult]) -> ToolResult:
+        """Await ``running`` (``Gate.arun`` over ``attempt``). Cancelled while an attempt runs,
+        the attempt runs to its end (its effect happens anyway); if it returned, the call is
+        recorded and charged as it ended (an ``ok`` recorded as a cancelled call and released
+        would say it failed and cost nothing). Cancelled while no attempt runs (waiting for a
+        slot, before a retry) or once one failed, no further attempt starts: the call is given
+        up. Then the cancellation goes on."""
+        future = asyncio.ensure_future(running)
+        try:
+            return await asyncio.shield(future)
+        except asyncio.CancelledError:
+            while not self._idle.is_set():
+                with contextlib.suppress(asyncio.CancelledError):
+                    await self._idle.wait()
+            if not self._returned:
+                future.cancel()
+            await settled(future)
+            raise
 
 
 def _failed(result: object) -> bool:
