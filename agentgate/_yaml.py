@@ -104,9 +104,17 @@ def load_yaml(text: str, *, source: str, error: type[SourceError] = PolicyError)
     duplicate or non-string keys, merge keys, tags outside the core schema, alias bombs, and
     nesting deeper than ``MAX_DEPTH``.
     """
-    loader = _Loader(text)
+    loader = None
     try:
+        loader = _Loader(text)  # PyYAML's own reader checks the characters here
         node = loader.get_single_node()
+    except UnicodeEncodeError as exc:  # libyaml reads UTF-8: a lone surrogate cannot be encoded
+        raise error(
+            f"not UTF-8 text (character {exc.start})",
+            file=source,
+            expected="text that UTF-8 can encode",
+            hint="remove the lone surrogate (\\ud800-\\udfff)",
+        ) from None
     except RecursionError:  # PyYAML's pure-Python composer recurses per level (libyaml stops at 1000)
         raise error(
             f"malformed YAML: nested more than {MAX_DEPTH} levels deep",
@@ -126,7 +134,8 @@ def load_yaml(text: str, *, source: str, error: type[SourceError] = PolicyError)
             hint="check the indentation and quoting around this position",
         ) from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
     locations = Locations()
     if node is None:
         return None, locations

@@ -25,7 +25,8 @@ from pydantic.fields import FieldInfo
 import agentgate._yaml
 from agentgate._yaml import load_yaml
 from agentgate.capabilities import Call, pattern_matches
-from agentgate.errors import PolicyError
+from agentgate.dispatch.inventory import parse_inventory
+from agentgate.errors import InventoryError, PolicyError
 from agentgate.policy import Outcome, PolicyIndex, parse_policy
 from agentgate.policy import _schema as schema
 from agentgate.policy._lint import lint
@@ -683,3 +684,22 @@ def test_the_quotas_an_allow_names_are_those_the_reference_says_count_the_call(
                 if any(pattern_matches(p, resource) for p in q.get("resources", ["tool:*", "model:*"]))
             )
             assert sorted(q.name for q in decision.quotas) == counted, (principal, resource)
+
+
+# --- text no file can hold --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("parser", ["libyaml", "pure-python"])
+def test_a_lone_surrogate_in_policy_or_inventory_text_is_a_typed_error(
+    parser: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # parse_policy and parse_inventory take str: a lone surrogate (from a JSON "\ud800" escape)
+    # raised UnicodeEncodeError from the encoder, or from libyaml, instead of their error.
+    if parser == "pure-python":
+        monkeypatch.setattr(agentgate._yaml, "_Loader", yaml.SafeLoader)
+    with pytest.raises(PolicyError, match=r"^s\.yaml: not UTF-8 text"):
+        parse_policy("version: 1\nname: \ud800\n", source="s.yaml")
+    with pytest.raises(InventoryError, match=r"^i\.yaml: .*(not UTF-8 text|unacceptable character)"):
+        parse_inventory("version: 1\nname: \ud800\n", source="i.yaml")
+    with pytest.raises(PolicyError, match=r"^p\.yaml: .*(not UTF-8 text|unacceptable character)"):
+        load_yaml("a: \ud800\n", source="p.yaml")

@@ -161,7 +161,15 @@ def parse_policy(
     data: bytes | str, *, source: str = "<policy>", base_dir: str | Path | None = None
 ) -> Policy:
     """Validate a policy given as text; see ``load_policy``. Key files resolve against ``base_dir``."""
-    raw = data.encode("utf-8") if isinstance(data, str) else data
+    try:
+        raw = data.encode("utf-8") if isinstance(data, str) else data
+    except UnicodeEncodeError as exc:  # a lone surrogate: text no file can hold
+        raise PolicyError(
+            f"not UTF-8 text (character {exc.start})",
+            file=source,
+            expected="text that UTF-8 can encode",
+            hint="remove the lone surrogate (\\ud800-\\udfff)",
+        ) from None
     if len(raw) > MAX_POLICY_BYTES:
         raise PolicyError(
             f"policy is larger than {MAX_POLICY_BYTES} bytes", file=source, hint="split it or trim it"
