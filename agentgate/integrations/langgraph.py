@@ -59,14 +59,7 @@ from pydantic import Field
 
 from agentgate.audit.spans import execute_tool_span, invoke_agent_span, record_decision
 from agentgate.capabilities import Call, Capability
-from agentgate.errors import (
-    AgentGateError,
-    BackendFailed,
-    Denied,
-    Expired,
-    InputError,
-    Revoked,
-)
+from agentgate.errors import AgentGateError, BackendFailed, Denied, Expired, InputError, Revoked
 from agentgate.gate import AgentIdentity, Approval, Authorization, Gate
 from agentgate.keys import SigningKey
 from agentgate.tasks import settled
