@@ -25,6 +25,7 @@ from pydantic.fields import FieldInfo
 import agentgate._yaml
 from agentgate._yaml import load_yaml
 from agentgate.capabilities import Call, pattern_matches
+from agentgate.cli.main import main
 from agentgate.dispatch.inventory import parse_inventory
 from agentgate.errors import InventoryError, PolicyError
 from agentgate.policy import Outcome, PolicyIndex, parse_policy
@@ -703,3 +704,29 @@ def test_a_lone_surrogate_in_policy_or_inventory_text_is_a_typed_error(
         parse_inventory("version: 1\nname: \ud800\n", source="i.yaml")
     with pytest.raises(PolicyError, match=r"^p\.yaml: .*(not UTF-8 text|unacceptable character)"):
         load_yaml("a: \ud800\n", source="p.yaml")
+
+
+# --- the command line on the same inputs ---------------------------------------------------------
+
+
+def test_policy_lint_and_explain_answer_these_inputs_with_their_exit_codes_and_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    deep = tmp_path / "deep.yaml"
+    deep.write_text("version: 1\nname: " + "{a: " * 990 + "1" + "}" * 990 + "\n", encoding="utf-8")
+    assert main(["policy", "lint", str(deep)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "deep.yaml:2:" in err and "nested more than 100 levels" in err
+    typo = tmp_path / "typo.yaml"
+    typo.write_text(_quota("[tool:payments.refnd]"), encoding="utf-8")
+    assert main(["policy", "lint", str(typo)]) == 1
+    assert (
+        "typo.yaml:17: error: authority_chain_opacity/rule_for_undeclared_resource" in capsys.readouterr().out
+    )
+    dated = tmp_path / "dated.yaml"
+    dated.write_text(
+        "description: 2026-01-31\n" + _BASE + "        constraints: {amount: {le: 1.5e3}}\n", encoding="utf-8"
+    )
+    explain = ["policy", "explain", str(dated), "--as", "bot", "--tool", "payments.refund", "--args"]
+    assert main([*explain, '{"amount": 1500}']) == 0
+    assert main([*explain, '{"amount": 1501}']) == 1
