@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import subprocess
+import sys
 from pathlib import Path
 
 from langchain_core.tools import StructuredTool
 from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.types import Command
 from test_langgraph import NAMES, _calls, _entries, _policy_text, _tool_messages
 
 from agentgate.gate import Gate
@@ -73,5 +76,148 @@ async def test_a_tool_call_cancelled_while_it_waited_for_a_slot_runs_when_the_th
         answers = {m.tool_call_id: str(m.content)[:120] for m in _tool_messages(resumed)}
         assert waited in ran[2:], answers  # the call that never started runs when resumed
         assert [e.status for e in _entries(gate) if e.kind == "outcome"].count("ok") == 1
+    finally:
+        gate.close()
+
+
+_CRASHING_SUB_AGENT = """
+import asyncio, json, os, sys
+from datetime import timedelta
+from pathlib import Path
+sys.path.insert(0, sys.argv[3])
+from test_langgraph import NAMES, _calls, _policy_text
+from langchain_core.tools import StructuredTool
+from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+from agentgate.authority._grant import parse_chain
+from agentgate.gate import AgentIdentity, Gate
+from agentgate.integrations.langgraph import ScriptedChatModel, create_gated_agent, delegation_tool
+from agentgate.keys import SigningKey
+from agentgate.policy import parse_policy
+from agentgate.store import SQLiteStore
+
+stage, d = sys.argv[1], Path(sys.argv[2])
+
+async def pay(query: str) -> str:
+    with open(d / "effects.txt", "a") as f:
+        f.write(query + "\\n")
+    if stage == "first":
+        os._exit(3)  # the process dies after the effect, before the tool's result is saved
+    return "paid"
+
+async def main() -> None:
+    if stage == "first":
+        keys = {n: SigningKey.generate() for n in NAMES}
+        (d / "keys.json").write_text(json.dumps({n: k.seed.hex() for n, k in keys.items()}))
+    else:
+        seeds = json.loads((d / "keys.json").read_text())
+        keys = {n: SigningKey(bytes.fromhex(s)) for n, s in seeds.items()}
+    text = _policy_text({n: k.did for n, k in keys.items()}, 1_000_000).replace("idempotent: true", "idempotent: false")
+    gate = Gate(parse_policy(text, source="team.yaml"), SQLiteStore(d / "agentgate.db"))
+    if stage == "first":
+        sup = gate.issue(keys["root"], name="supervisor", key=keys["supervisor"], role="supervisor")
+        (d / "chain.txt").write_text(sup.chain.token)
+    else:
+        sup = AgentIdentity("supervisor", keys["supervisor"], parse_chain((d / "chain.txt").read_text()))
+    tool = StructuredTool.from_function(coroutine=pay, name="search", description="search")
+    researcher = create_gated_agent(
+        gate, name="researcher", model=ScriptedChatModel(turns=[_calls(("search", {"query": "pay 100"}))]), tools=[tool]
+    )
+    ask = delegation_tool(
+        gate, name="researcher", agent=researcher, key=keys["researcher"],
+        capabilities=["tool:search", "model:scripted"], ttl=timedelta(minutes=5),
+    )
+    config = {"configurable": {"thread_id": "x"}}
+    async with AsyncSqliteSaver.from_conn_string(str(d / "checkpoints.sqlite")) as saver:
+        supervisor = create_gated_agent(
+            gate, name="supervisor", model=ScriptedChatModel(turns=[_calls(("ask_researcher", {"task": "pay"}))]),
+            tools=[ask], checkpointer=saver,
+        )
+        first = {"messages": [{"role": "user", "content": "go"}]} if stage == "first" else None
+        await supervisor.ainvoke(first, config, context=sup, durability="sync")
+    gate.close()
+
+asyncio.run(main())
+"""
+
+
+def test_a_sub_agents_once_only_tool_does_not_run_again_after_a_crash_and_restart(tmp_path: Path) -> None:
+    # A tool that is not idempotent runs at most once per tool call, "in this process and after a
+    # restart alike" (docs/langgraph.md): the same call decided again after a crash is refused
+    # (started, outcome never recorded). For a sub-agent it runs again: after the restart the
+    # delegation tool hands the sub-agent a fresh grant, and the once-only key holds the grant
+    # id, so the call resumed from the checkpoint is a new key and pays twice.
+    script = tmp_path / "crash.py"
+    script.write_text(_CRASHING_SUB_AGENT)
+    tests = str(Path(__file__).resolve().parent)
+    for stage, code in (("first", 3), ("second", 0)):
+        done = subprocess.run(
+            [sys.executable, str(script), stage, str(tmp_path), tests],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == code, done.stderr[-2000:]
+    assert (tmp_path / "effects.txt").read_text().splitlines() == ["pay 100"]
+
+
+async def test_an_approved_call_cancelled_while_it_waited_for_a_slot_keeps_its_approval(
+    tmp_path: Path,
+) -> None:
+    # publish needs dana's approval and runs one at a time. An approved call waits for the slot
+    # another publish holds; the client gives up (the run is cancelled). The call never started,
+    # yet its approval stays consumed: resuming the thread replays the approval, which is
+    # refused as "already used", and the model is told "Do not retry this call". A call that
+    # pauses (interrupt() inside the tool) gets its approval put back (ApprovalStore.rearm); one
+    # that never started should too.
+    keys = {n: SigningKey.generate() for n in NAMES}
+    text = _policy_text({n: k.did for n, k in keys.items()}, 1_000_000).replace(
+        "    loggable: [path]", "    loggable: [path]\n    concurrency: 1"
+    )
+    gate = Gate(parse_policy(text, source="team.yaml"), SQLiteStore(tmp_path / "agentgate.db"))
+    supervisor = gate.issue(keys["root"], name="supervisor", key=keys["supervisor"], role="supervisor")
+    ran: list[str] = []
+    hold = asyncio.Event()
+
+    async def publish(path: str) -> str:
+        ran.append(path)
+        if path == "reports/busy":
+            await hold.wait()
+        return f"published {path}"
+
+    tool = StructuredTool.from_function(coroutine=publish, name="publish", description="publish")
+
+    def publisher(path: str) -> object:
+        model = ScriptedChatModel(turns=[_calls(("publish", {"path": path}))])
+        return create_gated_agent(
+            gate,
+            name="supervisor",
+            model=model,
+            tools=[tool],
+            checkpointer=InMemorySaver(),
+            gate_models=False,
+        )
+
+    busy, agent = publisher("reports/busy"), publisher("reports/final")
+    busy_config, config = {"configurable": {"thread_id": "busy"}}, {"configurable": {"thread_id": "t"}}
+    try:
+        paused = await busy.ainvoke(GO, busy_config, context=supervisor)  # type: ignore[attr-defined]
+        approval = gate.approve(paused["__interrupt__"][0].value, keys["dana"])
+        holding = asyncio.create_task(
+            busy.ainvoke(Command(resume=approval), busy_config, context=supervisor)  # type: ignore[attr-defined]
+        )
+        while not ran:
+            await asyncio.sleep(0.01)
+        paused = await agent.ainvoke(GO, config, context=supervisor)  # type: ignore[attr-defined]
+        approval = gate.approve(paused["__interrupt__"][0].value, keys["dana"])
+        task = asyncio.create_task(agent.ainvoke(Command(resume=approval), config, context=supervisor))  # type: ignore[attr-defined]
+        await asyncio.sleep(0.3)  # the approved call waits for publish's one slot
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        hold.set()
+        await holding
+        resumed = await agent.ainvoke(None, config, context=supervisor)  # type: ignore[attr-defined]
+        answers = [str(m.content)[:160] for m in _tool_messages(resumed)]
+        assert ran == ["reports/busy", "reports/final"], answers
     finally:
         gate.close()

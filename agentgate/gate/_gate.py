@@ -647,7 +647,12 @@ class Gate:
         self, identity: AgentIdentity, call: Call, decision: Decision, call_id: str | None, run_id: str | None
     ) -> str | None:
         """The idempotency key under which a call that must run once is recorded, or ``None``
-        for a model call, a call without an id, or a tool the policy marks idempotent."""
+        for a model call, a call without an id, or a tool the policy marks idempotent.
+
+        Scoped by the holder's key (its DID), not by its grant: a process that restarts hands
+        its agents fresh grants (a sub-agent is delegated again when its supervisor's step is
+        re-run), and the same call of the same agent must still be known to have run. The run
+        scope (a LangGraph thread and task) tells one delegation's sub-agent from another's."""
         if not call_id or not call.resource.startswith("tool:"):
             return None
         tool = call.resource.removeprefix("tool:")
@@ -660,8 +665,7 @@ class Gate:
             call_id,
             decision.args_digest or argument_digest(call.args),
             tenant=self.tenant_of(identity),
-            principal=identity.name,
-            grant=identity.grant_id,
+            principal=identity.did,
         )
 
     def _precheck(
@@ -1507,13 +1511,14 @@ class Gate:
             self.once.finish(tx, auth.once_key, once)
         request = auth.request
         if (
-            status == "paused"
+            (status == "paused" or not started)
             and auth.approver
             and request
             and request.get("id")
             and self.approvals.rearm(request["id"], request["call_hash"], tx=tx)
         ):
-            reasons.append(f"paused before completing: approval request {request['id']} is pending again")
+            when = "paused before completing" if status == "paused" else "not started"
+            reasons.append(f"{when}: approval request {request['id']} is pending again")
             if request.get("asked_index") is not None:  # the resumed call asks for the same request
                 with self._lock:
                     self._open_requests[request["call_hash"]] = (
