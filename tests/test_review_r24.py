@@ -730,3 +730,23 @@ def test_policy_lint_and_explain_answer_these_inputs_with_their_exit_codes_and_o
     explain = ["policy", "explain", str(dated), "--as", "bot", "--tool", "payments.refund", "--args"]
     assert main([*explain, '{"amount": 1500}']) == 0
     assert main([*explain, '{"amount": 1501}']) == 1
+
+
+@pytest.mark.parametrize(
+    ("constraint", "expected"),
+    [
+        ("{le: .nan}", "le: Input should be a finite number (expected a finite number)"),
+        ("{in: [1, -.inf]}", "in.1: Input should be a finite number (expected a finite number)"),
+        ("{eq: .nan}", "eq: Input should be a finite number (expected a finite number)"),
+        ("{in: [~]}", "(expected a string or an integer or a number or true or false)"),
+    ],
+)
+def test_a_value_no_member_of_a_union_takes_is_named_for_what_is_wrong_with_it(
+    constraint: str, expected: str
+) -> None:
+    # A NaN bound was reported as "Input should be a valid integer (and 1 more error) (expected
+    # an integer)": the first union member's type mismatch, not what is wrong with the value.
+    with pytest.raises(PolicyError) as caught:
+        parse_policy(_BASE + f"        constraints: {{amount: {constraint}}}\n", source="u.yaml")
+    assert expected in str(caught.value) and "more error" not in str(caught.value)
+    assert str(caught.value).startswith("u.yaml:12:")

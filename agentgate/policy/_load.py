@@ -250,6 +250,16 @@ def _all_field_names() -> list[str]:
 def _schema_error(exc: ValidationError, source: str, locations: Locations) -> PolicyError:
     errors = exc.errors(include_url=False)
     first: ErrorDetails = errors[0]
+    # A value refused by every member of a union (``eq: .nan`` is no string, no integer, no finite
+    # float, no boolean) gives one error per member, the first a mere type mismatch: report the
+    # member's error that says what is wrong with the value, and count the union as one error.
+    alternatives = [e for e in errors if _union_member(e, first)]
+    union_expected = None
+    if len(alternatives) > 1:
+        first = next((e for e in alternatives if not e["type"].endswith("_type")), first)
+        errors = [first, *(e for e in errors if e not in alternatives)]
+        if first["type"].endswith("_type"):  # no member came close: name them all
+            union_expected = " or ".join(_EXPECTED.get(e["type"], e["type"]) for e in alternatives)
     loc = [part for part in first["loc"] if isinstance(part, str | int)]
     data_loc = _data_path(loc, locations)
     kind = first["type"]
@@ -278,9 +288,21 @@ def _schema_error(exc: ValidationError, source: str, locations: Locations) -> Po
         file=source,
         line=mark.line if mark else None,
         column=mark.column if mark else None,
-        expected=_EXPECTED.get(kind, first["msg"].removeprefix("Input should be ").strip() or None),
+        expected=union_expected
+        or _EXPECTED.get(kind, first["msg"].removeprefix("Input should be ").strip() or None),
         hint=hint,
     )
+
+
+def _union_member(error: ErrorDetails, first: ErrorDetails) -> bool:
+    """Whether ``error`` is another union member's error for the value ``first`` is about."""
+    loc, at = error["loc"], first["loc"]
+    return (
+        len(loc) == len(at) and loc[:-1] == at[:-1] and loc[-1] in _UNION_MEMBERS and at[-1] in _UNION_MEMBERS
+    )
+
+
+_UNION_MEMBERS = frozenset({"str", "int", "float", "bool"})
 
 
 def _data_path(loc: Sequence[str | int], locations: Locations) -> list[str | int]:
