@@ -180,20 +180,24 @@ def test_a_verdict_cut_off_by_a_closed_pipe_is_never_exit_0(work: Path) -> None:
 def test_closed_standard_streams_are_one_line_exit_2_not_a_traceback(work: Path) -> None:
     # stdout closed (`>&-`): sys.stdout was None, `agentgate grant inspect` died with an
     # AttributeError traceback and exit 1 (deny); stdin closed made `approval sign -` exit 1
-    # ("refused") with a traceback.
+    # ("refused") with a traceback; an error line that could not be written to stderr (a full
+    # disk) turned exit 2 into exit 1 (deny, tampered).
     script = (
         'exec 3>&2; "$@" grant inspect t.tok >&-; echo "inspect=$?" >&3; '
         '"$@" policy schema >&- 2>&-; echo "schema=$?" >&3; '
         '"$@" grant issue --issuer root.key --to agent.pub --allow tool:x --ttl 1m --out o.tok >&-; '
         'echo "issue=$?" >&3; '
-        '"$@" approval sign - --as root.key <&-; echo "sign=$?" >&3'
+        '"$@" approval sign - --as root.key <&-; echo "sign=$?" >&3; '
+        '"$@" grant inspect nope.tok 2>/dev/full; echo "stderr_full=$?" >&3'
     )
     done = subprocess.run(
         ["bash", "-c", script, "_", *CLI], capture_output=True, text=True, cwd=work, env=_env(), timeout=60
     )
     assert "Traceback" not in done.stderr, done.stderr
     codes = dict(line.split("=") for line in done.stderr.splitlines() if re.fullmatch(r"\w+=\d+", line))
-    assert codes == {"inspect": "2", "schema": "2", "issue": "0", "sign": "2"}, done.stderr
+    assert codes == {"inspect": "2", "schema": "2", "issue": "0", "sign": "2", "stderr_full": "2"}, (
+        done.stderr
+    )
     errors = [line for line in done.stderr.splitlines() if line.startswith("agentgate: error: ")]
     assert errors[0] == "agentgate: error: cannot write the output: Bad file descriptor"
     assert "-: not JSON" in errors[1] and len(errors) == 2, done.stderr

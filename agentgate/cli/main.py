@@ -9,6 +9,7 @@ stderr, never a traceback.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import io
 import logging
@@ -17,6 +18,7 @@ import signal
 import sys
 import threading
 from collections.abc import Callable, Sequence
+from typing import TextIO
 
 from agentgate.errors import AgentGateError
 
@@ -91,22 +93,20 @@ def _run(argv: Sequence[str] | None) -> int:
         _drop_stdout()
         return _PIPE_CLOSED
     except AgentGateError as exc:
-        sys.stderr.write(f"agentgate: error: {_one_line(str(exc))}\n")
+        _say(f"agentgate: error: {_one_line(str(exc))}\n")
         return 2
     except _Terminated:
-        sys.stderr.write("agentgate: terminated\n")
+        _say("agentgate: terminated\n")
         return 143
     except KeyboardInterrupt:
-        sys.stderr.write("agentgate: interrupted\n")
+        _say("agentgate: interrupted\n")
         return 130
     except OSError as exc:  # standard output cannot be written (disk full, I/O error), or a file
         if exc.filename is not None:
-            sys.stderr.write(f"agentgate: error: {_one_line(f'{exc.filename}: {exc.strerror or exc}')}\n")
+            _say(f"agentgate: error: {_one_line(f'{exc.filename}: {exc.strerror or exc}')}\n")
             return 2
         _drop_stdout()
-        sys.stderr.write(
-            f"agentgate: error: cannot write the output: {_one_line(str(exc.strerror or exc))}\n"
-        )
+        _say(f"agentgate: error: cannot write the output: {_one_line(str(exc.strerror or exc))}\n")
         return 2
     try:
         sys.stdout.flush()  # a full disk or a dead pipe shows here, not after main() returned
@@ -114,11 +114,20 @@ def _run(argv: Sequence[str] | None) -> int:
         _drop_stdout()
     except OSError as exc:
         _drop_stdout()
-        sys.stderr.write(
-            f"agentgate: error: cannot write the output: {_one_line(str(exc.strerror or exc))}\n"
-        )
+        _say(f"agentgate: error: cannot write the output: {_one_line(str(exc.strerror or exc))}\n")
         return 2
     return code
+
+
+def _say(line: str) -> None:
+    """Write ``line`` to standard error; when even that cannot be written (stderr on a full disk,
+    or closed), it is dropped, so that the exit code still says what happened."""
+    try:
+        sys.stderr.write(line)
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        with contextlib.suppress(OSError, ValueError):
+            _drop(sys.stderr)
 
 
 def _standard_streams() -> None:
@@ -153,8 +162,13 @@ def _standard_streams() -> None:
 def _drop_stdout() -> None:
     """Point standard output at /dev/null, so that the interpreter's flush at exit does not fail
     again on what could not be written (and print a second error)."""
+    _drop(sys.stdout)
+
+
+def _drop(stream: TextIO) -> None:
+    """Point ``stream``'s descriptor at /dev/null (nothing for a stream that has none)."""
     try:
-        descriptor = sys.stdout.fileno()
+        descriptor = stream.fileno()
     except (AttributeError, OSError, ValueError):  # not a real file (captured in-process)
         return
     devnull = os.open(os.devnull, os.O_WRONLY)
