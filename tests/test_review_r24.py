@@ -750,3 +750,22 @@ def test_a_value_no_member_of_a_union_takes_is_named_for_what_is_wrong_with_it(
         parse_policy(_BASE + f"        constraints: {{amount: {constraint}}}\n", source="u.yaml")
     assert expected in str(caught.value) and "more error" not in str(caught.value)
     assert str(caught.value).startswith("u.yaml:12:")
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "hint"),
+    [
+        ("ttl_s", "1h", "write a plain number, without a unit"),
+        ("ttl_s", "1:30", "write a plain number, without a unit"),
+        ("ttl_s", "'600'", "write the value unquoted"),
+        ("revocable", "yes", "write true or false (yes, no, on and off are text"),
+        ("revocable", "'false'", "write the value unquoted"),
+    ],
+)
+def test_text_where_a_number_or_boolean_belongs_gets_a_hint_that_fits_it(
+    field: str, value: str, hint: str
+) -> None:
+    # Every such value was told "write the value unquoted", also an unquoted `yes` or `1:30`.
+    with pytest.raises(PolicyError) as caught:
+        parse_policy(f"version: 1\nroles:\n  r:\n    {field}: {value}\n", source="h.yaml")
+    assert str(caught.value).startswith("h.yaml:4:") and f"hint: {hint}" in str(caught.value)

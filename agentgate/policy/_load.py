@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import difflib
 import hashlib
+import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -278,8 +280,9 @@ def _schema_error(exc: ValidationError, source: str, locations: Locations) -> Po
         hint = "add it"
     else:
         message = f"{dotted}: {first['msg']}"
-        if kind in ("int_type", "float_type", "bool_type") and isinstance(first.get("input"), str):
-            hint = "write the value unquoted"
+        text = first.get("input")
+        if kind in ("int_type", "float_type", "bool_type") and isinstance(text, str):
+            hint = _text_hint(kind, text)
     more = len(errors) - 1
     if more:
         message += f" (and {more} more error{'s' if more > 1 else ''})"
@@ -292,6 +295,21 @@ def _schema_error(exc: ValidationError, source: str, locations: Locations) -> Po
         or _EXPECTED.get(kind, first["msg"].removeprefix("Input should be ").strip() or None),
         hint=hint,
     )
+
+
+def _text_hint(kind: str, text: str) -> str:
+    """The hint for text where a number or a boolean belongs: unquote it if that is what it spells."""
+    if kind == "bool_type":
+        if text in ("true", "True", "TRUE", "false", "False", "FALSE"):
+            return "write the value unquoted"
+        return "write true or false (yes, no, on and off are text, as in YAML 1.2)"
+    try:
+        number = float(text)
+    except ValueError:
+        number = math.nan
+    if math.isfinite(number) and (kind == "float_type" or re.fullmatch(r"[-+]?[0-9]+", text.strip())):
+        return "write the value unquoted"
+    return "write a plain number, without a unit (10:30 is text, not 630)"
 
 
 def _union_member(error: ErrorDetails, first: ErrorDetails) -> bool:
