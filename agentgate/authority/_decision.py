@@ -492,7 +492,11 @@ def _conclude(
         )
     try:
         if requirement is None and inv is not None:
-            status = repo.consume_nonce(inv.issuer, inv.nonce, inv.expires + skew, ids)
+            # Keyed by the signed expiry plus a fixed 30 s, never this verifier's ``skew``: two
+            # verifiers configured with different tolerances share one nonce table, and a key that
+            # held the skew let each of them accept the same invocation once (a replay). The fixed
+            # 30 s keeps the keys of nonces recorded before (at the default skew) the same.
+            status = repo.consume_nonce(inv.issuer, inv.nonce, inv.expires + DEFAULT_SKEW, ids)
         else:
             status = "revoked" if repo.revoked(ids) else "fresh"
     except StoreError as exc:
