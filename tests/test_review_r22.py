@@ -24,11 +24,26 @@ import agentgate
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "agentgate"
 
-# Releases that a range must exclude, each with the reason it cannot be installed or used.
+# The newest release that each range must exclude, with the reason it cannot be installed or
+# used (each found by installing the range's lower bound; tests/r22_install_matrix.sh).
 BROKEN_RELEASES = {
     # psycopg 3.2.0's `binary` extra requires psycopg-binary==3.2.0.dev1, which was never
     # published: `pip install 'psycopg[binary]==3.2.0'` fails with "No matching distribution".
     "psycopg": ("3.2.0", "its binary extra names psycopg-binary==3.2.0.dev1, never published"),
+    # Below 2.9 langsmith (which langchain-core installs) fails to import (NameError:
+    # FeedbackConfigSchema); below 2.11 `agentgate policy schema` differs from the schema file
+    # that ships in policies/ (tests/test_policy_load.py fails).
+    "pydantic": ("2.10.6", "langsmith fails to import below 2.9; the policy schema differs below 2.11"),
+    # With websockets >= 14 installed (langsmith requires it), uvicorn < 0.50 imports
+    # websockets.legacy when it starts a server: a DeprecationWarning, so under -W error (and
+    # this suite's filterwarnings = error) the gateway and the simulated backends never start.
+    "uvicorn": ("0.49.0", "starting a server raises websockets.legacy's DeprecationWarning"),
+    # langgraph < 1.1.5 admits langgraph-prebuilt >= 1.0.9, which imports ExecutionInfo and
+    # ServerInfo from langgraph.runtime: agentgate.integrations.langgraph fails to import.
+    "langgraph": ("1.1.4", "the langgraph-prebuilt it installs imports names it lacks"),
+    # langchain < 1.2.11 requires langgraph < 1.1; langchain 1.2.11 requires langchain-core >= 1.2.10.
+    "langchain": ("1.2.10", "it cannot be installed beside langgraph >= 1.1.5"),
+    "langchain-core": ("1.2.9", "it cannot be installed beside langchain >= 1.2.11"),
 }
 
 
@@ -87,7 +102,7 @@ def test_the_wheel_installs_the_command_and_its_version(wheel: Wheel) -> None:
     assert wheel.metadata["Requires-Python"] == ">=3.11"
 
 
-def test_no_range_admits_a_release_that_cannot_be_installed(wheel: Wheel) -> None:
+def test_no_range_admits_a_release_that_cannot_be_installed_or_used(wheel: Wheel) -> None:
     requirements = [Requirement(line) for line in wheel.metadata.get_all("Requires-Dist") or []]
     seen = set()
     for requirement in requirements:
