@@ -191,6 +191,29 @@ class AgentInheritsRole(LintRule):
                 )
 
 
+class InheritsRulesNotBudget(LintRule):
+    code = "inherits_rules_not_budget"
+    kind = INHERIT
+    severity = Severity.WARNING
+    hint = "give the role a budget of its own: inherits brings another role's rules, never its budget"
+
+    def check(self, policy: Policy) -> Iterator[Finding]:
+        roles = policy.document.roles
+        for name, role in roles.items():
+            if not role.inherits or role.budget is not None:
+                continue
+            budgeted = [r for r in policy.role_closure(name)[1:] if roles[r].budget is not None]
+            if budgeted:
+                first = roles[budgeted[0]].budget
+                assert first is not None
+                yield self.finding(
+                    policy,
+                    f"role {name} holds the rules of {', '.join(budgeted)} but no budget: its grants "
+                    f"carry none, where {budgeted[0]}'s carry {first.limit} {first.unit}",
+                    policy.line_of("roles", name, "inherits"),
+                )
+
+
 class WildcardCapabilityForAgent(LintRule):
     code = "wildcard_capability_for_agent"
     kind = INHERIT
@@ -665,6 +688,7 @@ RULES: tuple[LintRule, ...] = (
     DelegatedBudgetAboveRole(),
     ApprovalGateBypass(),
     AgentInheritsRole(),
+    InheritsRulesNotBudget(),
     WildcardCapabilityForAgent(),
     PrincipalWithoutKey(),
     SubAgentSharesGrant(),
