@@ -6,12 +6,17 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import os
+import threading
+import time
 import tracemalloc
 from collections.abc import Callable
 
+import pytest
 from prometheus_client import CollectorRegistry
 
-from agentgate.tasks import Attempt, Scheduler, SchedulerConfig, SharedLimits, ToolCall
+from agentgate.store import Store
+from agentgate.tasks import Attempt, Scheduler, SchedulerConfig, SharedLimits, SyncScheduler, ToolCall
 
 
 def _growth_per_op(op: Callable[[int], None], warmup: int, n: int) -> float:
@@ -60,3 +65,45 @@ def test_a_scheduler_per_event_loop_that_is_never_scraped_keeps_no_counts_of_the
         "agentgate_tasks_events_total", {"event": "started", "tool": "lookup"}
     )
     assert started == 50 + n
+
+
+def _descriptors() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def _scheduler_threads() -> int:
+    return sum(t.name == "agentgate-scheduler" and t.is_alive() for t in threading.enumerate())
+
+
+def _settled(count: Callable[[], int], want: int) -> int:
+    """``count()`` once it is at most ``want`` (a thread that was told to stop may take a moment)."""
+    deadline = time.monotonic() + 5.0
+    while (seen := count()) > want and time.monotonic() < deadline:
+        gc.collect()
+        time.sleep(0.01)
+    return seen
+
+
+@pytest.mark.parametrize("with_store", [False, True], ids=["direct", "store"])
+def test_a_sync_scheduler_dropped_without_close_stops_its_loop_thread(
+    with_store: bool, sqlite_store: Store
+) -> None:
+    """A SyncScheduler's loop thread held the loop, not the scheduler: one dropped without
+    ``close`` (a long-running service that makes one per job and forgets to close it) left its
+    thread and its loop's three file descriptors behind, for the life of the process. Its loop
+    now stops, and closes, when the scheduler is collected."""
+    with SyncScheduler(store=sqlite_store if with_store else None) as warm:  # the store's WAL files
+        warm.submit(ToolCall("lookup"), lambda _attempt: "ok")
+    before_threads, before_fds = _scheduler_threads(), _descriptors()
+    for _ in range(30):
+        scheduler = SyncScheduler(store=sqlite_store if with_store else None)
+        assert scheduler.submit(ToolCall("lookup"), lambda _attempt: "ok") == "ok"
+        del scheduler
+    assert _settled(_scheduler_threads, before_threads) == before_threads
+    assert _settled(_descriptors, before_fds) <= before_fds
+    # close() still closes: once, with nothing left behind, and the finalizer is not run again.
+    scheduler = SyncScheduler()
+    scheduler.close()
+    scheduler.close()
+    del scheduler
+    assert _settled(_scheduler_threads, before_threads) == before_threads

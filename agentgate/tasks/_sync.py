@@ -37,6 +37,7 @@ import queue
 import random
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from types import CoroutineType
 from typing import Any, TypeVar
@@ -120,6 +121,20 @@ class _Wake:
         return self._lock.acquire(timeout=max(timeout, 0.0))
 
 
+def _serve(loop: asyncio.AbstractEventLoop) -> None:
+    """A ``SyncScheduler``'s loop thread: run ``loop`` until it is stopped, then close it."""
+    try:
+        loop.run_forever()
+    finally:
+        loop.close()
+
+
+def _stop(loop: asyncio.AbstractEventLoop) -> None:
+    """Stop the loop thread of a ``SyncScheduler`` that was dropped without ``close``."""
+    with contextlib.suppress(RuntimeError):  # closed meanwhile
+        loop.call_soon_threadsafe(loop.stop)
+
+
 def _wait_event(event: threading.Event, deadline: float | None) -> bool:
     """Wait until ``event`` is set (True) or the monotonic ``deadline`` passed (False; None: no
     deadline), in steps of at most ``_LONGEST_WAIT_S``."""
@@ -185,9 +200,13 @@ class SyncScheduler:
         self._twins: dict[str, _Twin] = {}
         self._closing = threading.Event()  # wakes callers sleeping a retry backoff
         self._thread = threading.Thread(
-            target=self._loop.run_forever, name="agentgate-scheduler", daemon=True
+            target=_serve, args=(self._loop,), name="agentgate-scheduler", daemon=True
         )
         self._thread.start()
+        # A scheduler dropped without ``close`` stops its loop thread (which holds the loop, not
+        # the scheduler): one thread and the loop's three descriptors were left per scheduler.
+        self._finalizer = weakref.finalize(self, _stop, self._loop)
+        self._finalizer.atexit = False  # type: ignore[misc]  # a documented attribute the stubs miss
         self._closed = False
         self._close_lock = threading.Lock()
 
@@ -528,6 +547,7 @@ class SyncScheduler:
             if self._closed:
                 return
             self._closed = True
+        self._finalizer.detach()
         if self._direct:
             with self._lock:
                 self.scheduler._closed = True
