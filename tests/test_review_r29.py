@@ -5,8 +5,20 @@ was attacked and held."""
 
 from __future__ import annotations
 
-from agentgate.authority import Authority, ChainCache, GrantRepository, Invocation, decide, issue
+import pytest
+
+from agentgate.authority import (
+    Authority,
+    ChainCache,
+    GrantRepository,
+    Invocation,
+    decide,
+    delegate,
+    issue,
+    verify_chain,
+)
 from agentgate.capabilities import Call
+from agentgate.errors import Expired
 from agentgate.findings import Outcome
 from agentgate.keys import SigningKey
 from agentgate.store import Store
@@ -32,4 +44,24 @@ def test_a_verifier_with_another_clock_tolerance_refuses_a_replay(store: Store) 
     assert replayed.outcome is Outcome.DENY and replayed.findings[0].code == "replayed_invocation"
     again = decide(inv, repo=repo, trusted=ROOT.public, now=NOW + 3, skew=0, cache=ChainCache())
     assert again.findings[0].code == "replayed_invocation"
+    repo.close()
+
+
+def test_a_grant_from_an_issuer_whose_clock_runs_ahead_is_delegable_as_soon_as_it_is_usable(
+    store: Store,
+) -> None:
+    """Decisions tolerate 30 s on not-before, ``delegate`` tolerated none: with the issuer's clock
+    2 s ahead of the holder's, the fresh grant was usable at once but ``grant delegate`` (and the
+    Gate's delegation) refused it, ``grant_not_yet_valid``, until the holder's clock caught up."""
+    parent = issue(ROOT, ALICE.did, ["tool:payments.refund?amount<=500"], ttl=600, now=NOW)
+    here = NOW - 2  # the holder's clock
+    verify_chain(parent, ROOT.public, now=here)
+    child = delegate(parent, ALICE, BOB.did, ["tool:payments.refund?amount<=50"], ttl=60, now=here)
+    assert child.tip.not_before == NOW  # never before its parent
+    repo = GrantRepository(store)
+    inv = Invocation.sign(BOB, child, PAY, now=here)
+    decided = decide(inv, repo=repo, trusted=ROOT.public, now=here, cache=ChainCache())
+    assert decided.outcome is Outcome.ALLOW
+    with pytest.raises(Expired, match="grant_not_yet_valid"):  # beyond the tolerance: still refused
+        delegate(parent, ALICE, BOB.did, ["tool:payments.refund?amount<=50"], ttl=60, now=NOW - 31)
     repo.close()

@@ -960,7 +960,7 @@ def delegate(
     Refuses (raising with the finding attached) anything that does not attenuate: ``ScopeCreep``
     for wider capabilities, constraints, budget, depth or a later expiry, ``Denied`` when
     ``holder`` is not the parent's audience or the delegation would cycle, ``Expired`` when the
-    parent is no longer valid.
+    parent is no longer valid (expired, or starting more than ``DEFAULT_SKEW`` seconds from now).
     """
     chain = _as_chain(parent)
     tip = chain.tip
@@ -977,7 +977,10 @@ def delegate(
     if isinstance(ttl, bool) or not isinstance(ttl, int) or ttl <= 0:
         raise TokenFormatError("ttl must be a positive whole number of seconds (expiry is required)")
     start = _now(now)
-    found = time_finding(chain, start, 0)
+    # Not-before with the verifiers' tolerance: a grant issued on a host whose clock runs a few
+    # seconds ahead is usable here at once (decisions allow DEFAULT_SKEW), so it is delegable at
+    # once too; the child starts no earlier than its parent (``not_before`` below). Expiry is exact.
+    found = time_finding(chain, start, DEFAULT_SKEW)
     if found is not None:
         raise error_for(found)
     if tip.max_depth == 0:
