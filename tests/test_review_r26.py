@@ -348,7 +348,18 @@ def test_hostile_json_arguments_are_exit_2_or_a_decision(
 ) -> None:
     monkeypatch.chdir(work)
     code = main(
-        ["grant", "check", "t.tok", "--as", "agent.key", "--trust", "root.pub", "--tool", "x", "--args", args]
+        [
+            "grant",
+            "check",
+            "t.tok",
+            "--as",
+            "agent.key",
+            "--trust",
+            "root.pub",
+            "--tool",
+            "x",
+            f"--args={args}",
+        ]
     )
     err = capsys.readouterr().err
     try:
@@ -360,3 +371,31 @@ def test_hostile_json_arguments_are_exit_2_or_a_decision(
     else:
         assert code in (0, 1, 2), (args, code, err)
     assert "Traceback" not in err
+
+
+# --- a store file that is empty -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["audit", "verify"],
+        ["audit", "show"],
+        ["approval", "list"],
+        ["tasks", "unsettled"],
+        ["broker", "leases"],
+    ],
+    ids=lambda argv: " ".join(argv),
+)
+def test_an_empty_file_is_no_store_for_a_reading_command(
+    work: Path, argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A 0-byte store (touched, truncated by a full disk, half copied back from a backup) beside the
+    # log key: SQLite read it as an empty database, so `audit verify` said "intact: 0 entries"
+    # (exit 0) and wrote tables into it, the emptiness read as an answer that docs/cli.md promises
+    # a missing store never gives.
+    empty = work / "empty.db"
+    empty.touch()
+    assert main([*argv, "--store", str(empty)]) == 2
+    _one_error_line(capsys.readouterr().err, f"no store at {empty}: the file is empty")
+    assert empty.stat().st_size == 0

@@ -8,6 +8,7 @@ import json
 import math
 import os
 import re
+import stat
 import sys
 import unicodedata
 from collections.abc import Iterator
@@ -115,7 +116,25 @@ def open_existing_store(url: str | None) -> Store:
         path = target if scheme is None else target[scheme.end() + 1 :]
         if not Path(path).exists():
             raise InputError(f"no store at {path}: check --store or AGENTGATE_STORE")
+        if _empty_file(Path(path)):  # SQLite reads an empty file as an empty database
+            raise InputError(f"no store at {path}: the file is empty; check --store or AGENTGATE_STORE")
     return open_store(target)  # PostgreSQL in any case; any other scheme is open_store's StoreError
+
+
+def _empty_file(path: Path) -> bool:
+    """Whether ``path`` is a regular file of 0 bytes with no write-ahead log beside it: a file
+    touched, truncated or half copied, never a store (a store's first page is written when it is
+    created)."""
+    try:
+        status = path.stat()
+    except OSError:
+        return False  # gone or unreadable: open_store says why
+    if not stat.S_ISREG(status.st_mode) or status.st_size:
+        return False
+    try:
+        return Path(f"{path}-wal").stat().st_size == 0
+    except OSError:
+        return True  # no write-ahead log
 
 
 def open_audit_log(
