@@ -11,12 +11,22 @@ import threading
 import time
 import tracemalloc
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from prometheus_client import CollectorRegistry
 
 from agentgate.store import Store
-from agentgate.tasks import Attempt, Scheduler, SchedulerConfig, SharedLimits, SyncScheduler, ToolCall
+from agentgate.tasks import (
+    Attempt,
+    RateLimit,
+    Scheduler,
+    SchedulerConfig,
+    SharedLimits,
+    SyncScheduler,
+    ToolCall,
+    ToolLimits,
+)
 
 
 def _growth_per_op(op: Callable[[int], None], warmup: int, n: int) -> float:
@@ -107,3 +117,32 @@ def test_a_sync_scheduler_dropped_without_close_stops_its_loop_thread(
     scheduler.close()
     del scheduler
     assert _settled(_scheduler_threads, before_threads) == before_threads
+
+
+def _rate_timers() -> int:
+    return sum(t.name == "agentgate-rate-timer" and t.is_alive() for t in threading.enumerate())
+
+
+def _burst(scheduler: SyncScheduler, value: int) -> list[int]:
+    """Six calls from four threads: those beyond the burst of one wait for the rate timer."""
+    with ThreadPoolExecutor(4) as pool:
+        return list(pool.map(lambda _: scheduler.submit(ToolCall("t"), lambda _a: value), range(6)))
+
+
+def test_limits_dropped_without_close_end_their_rate_timer_thread() -> None:
+    """The rate timer thread held its limits strongly, so a scheduler dropped without ``close``
+    that had a rate-limited call wait for a token left a timer thread (and its limits, queue and
+    breakers) behind for the life of the process. The thread now holds the limits weakly and
+    ends when they are collected; a closed one still stops at once."""
+    config = SchedulerConfig(tools={"t": ToolLimits(rate=RateLimit(per_second=1000.0, burst=1))})
+    before = _rate_timers()
+    for _ in range(10):
+        scheduler = SyncScheduler(config)
+        assert _burst(scheduler, 1) == [1] * 6
+        assert _rate_timers() > before  # the timer ran
+        del scheduler
+    assert _settled(_rate_timers, before) == before
+    # Limits kept alive still dispatch from their timer, and close() stops it.
+    with SyncScheduler(config) as kept:
+        assert _burst(kept, 2) == [2] * 6
+    assert _settled(_rate_timers, before) == before

@@ -653,23 +653,19 @@ class SharedLimits:
             return
         self._timer_at = at
         if self._timer is None:
-            self._timer = threading.Thread(target=self._run_timer, name="agentgate-rate-timer", daemon=True)
+            # The thread holds these limits weakly: limits dropped without ``close`` (a scheduler
+            # made per job and never closed) end their timer thread instead of leaking it.
+            self._timer = threading.Thread(
+                target=_run_timer,
+                args=(weakref.ref(self), self.lock, self._timer_wake),
+                name="agentgate-rate-timer",
+                daemon=True,
+            )
             self._timer.start()
+            finalizer = weakref.finalize(self, _wake_timer, self._timer_wake, self._timer)
+            finalizer.atexit = False  # type: ignore[misc]  # a documented attribute the stubs miss
         else:
             self._timer_wake.notify()
-
-    def _run_timer(self) -> None:
-        with self.lock:
-            while not self._stopped:
-                delay = self._timer_at - time.monotonic()
-                if delay > 0:
-                    # At most a day at once: a lock cannot wait longer (a token due in 1e300 s)
-                    self._timer_wake.wait(
-                        None if self._timer_at == _NEVER else min(delay, _LONGEST_TIMER_WAIT_S)
-                    )
-                    continue
-                self._timer_at = _NEVER
-                self.dispatch()
 
     def close(self) -> None:
         """Stop and join the rate timer thread; waiting rate-limited calls then start only when a slot comes free."""
@@ -679,6 +675,32 @@ class SharedLimits:
             timer = self._timer
         if timer is not None and timer is not threading.current_thread():
             timer.join()
+
+
+def _run_timer(ref: weakref.ref[SharedLimits], lock: threading.Lock, wake: threading.Condition) -> None:
+    """The rate timer thread of the limits ``ref`` names: dispatch when the next token is due,
+    until they are closed or collected."""
+    with lock:
+        while (limits := ref()) is not None and not limits._stopped:
+            delay = limits._timer_at - time.monotonic()
+            if delay <= 0:
+                limits._timer_at = _NEVER
+                limits.dispatch()
+                continue
+            # At most a day at once: a lock cannot wait longer (a token due in 1e300 s)
+            timeout = None if limits._timer_at == _NEVER else min(delay, _LONGEST_TIMER_WAIT_S)
+            del limits  # not held while waiting, so that the limits can be collected
+            if ref() is None:
+                return
+            wake.wait(timeout)
+
+
+def _wake_timer(wake: threading.Condition, timer: threading.Thread) -> None:
+    """Wake the timer thread of limits that were collected, so that it ends. Not from that
+    thread itself: it holds the lock then, and checks for itself before it waits."""
+    if timer is not threading.current_thread():
+        with wake:
+            wake.notify()
 
 
 def _refuse(waiter: Waiter, reason: str) -> None:
