@@ -35,4 +35,4 @@ bench: $(STAMP)
 	for b in benchmarks/*.py; do case $$b in */_*) continue;; esac; $(PY) $$b --json || exit 1; done
 
 clean:
-	rm -rf $(VENV) .agentgate .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .agentgate .pytest_cache .mypy_cache .ruff_cache .hypothesis build dist *.egg-info
