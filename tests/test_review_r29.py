@@ -5,6 +5,14 @@ was attacked and held."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
 import pytest
 
 from agentgate.authority import (
@@ -15,6 +23,7 @@ from agentgate.authority import (
     decide,
     delegate,
     issue,
+    revoke,
     verify_chain,
 )
 from agentgate.capabilities import Call
@@ -26,6 +35,107 @@ from agentgate.store import Store
 NOW = 1_800_000_000
 ROOT, ALICE, BOB = (SigningKey(bytes([i]) * 32) for i in range(41, 44))
 PAY = Call.tool("payments.refund", {"amount": 5})
+
+
+# --- what held: revocation racing decisions --------------------------------------------------------
+
+
+def test_no_decision_that_starts_after_revoke_returned_allows_in_any_thread(store: Store) -> None:
+    """Four threads decide fresh invocations over a three-link chain (and delegate new children
+    from its middle link as they go) while the main thread revokes that link: every decision that
+    started after ``revoke`` returned is a deny naming it, every child included."""
+    repo = GrantRepository(store)
+    root = issue(ROOT, ALICE.did, ["tool:payments.refund?amount<=500"], ttl=3600, now=NOW)
+    middle = delegate(root, ALICE, BOB.did, ["tool:payments.refund?amount<=100"], ttl=1800, now=NOW)
+    authority = Authority(repo, ROOT.public)
+    revoked = threading.Event()
+    seen: list[tuple[bool, str, str | None]] = []
+    lock = threading.Lock()
+
+    def decider(me: int) -> None:
+        holder = SigningKey(bytes([60 + me]) * 32)
+        for _ in range(40):
+            after = revoked.is_set()
+            child = delegate(middle, BOB, holder.did, ["tool:payments.refund?amount<=50"], ttl=60, now=NOW)
+            decided = authority.decide(Invocation.sign(holder, child, PAY, now=NOW), now=NOW + 1)
+            code = decided.findings[0].code if decided.findings else None
+            with lock:
+                seen.append((after, decided.outcome.value, code))
+
+    threads = [threading.Thread(target=decider, args=(i,)) for i in range(4)]
+    for thread in threads:
+        thread.start()
+    while len(seen) < 10:
+        time.sleep(0.002)
+    revoke(repo, middle, now=NOW)
+    revoked.set()
+    for thread in threads:
+        thread.join()
+    later = [s for s in seen if s[0]]
+    assert later and all(outcome == "deny" and code == "revoked" for _, outcome, code in later)
+    assert any(outcome == "allow" for after, outcome, _ in seen if not after)
+    repo.close()
+
+
+_WORKER = textwrap.dedent(
+    """
+    import json, sys, time
+    from pathlib import Path
+    from agentgate.authority import Authority, GrantRepository, Invocation, parse_chain
+    from agentgate.capabilities import Call
+    from agentgate.keys import SigningKey
+    from agentgate.store import open_store
+
+    url, token, flag, ready = sys.argv[1:5]
+    holder, root = SigningKey(bytes([43]) * 32), SigningKey(bytes([41]) * 32)
+    repo = GrantRepository(open_store(url))
+    authority = Authority(repo, root.public)
+    chain, call, after_flag, out = parse_chain(token), Call.tool("payments.refund", {"amount": 5}), 0, []
+    while after_flag < 30:
+        after = Path(flag).exists()
+        decided = authority.decide(Invocation.sign(holder, chain, call, now=1_800_000_000), now=1_800_000_001)
+        out.append([after, decided.outcome.value, decided.findings[0].code if decided.findings else None])
+        after_flag += after
+        Path(ready).touch()
+    print(json.dumps(out))
+    """
+)
+
+
+def test_a_revocation_that_returned_stops_the_next_decision_of_every_process(
+    store: Store, tmp_path: Path
+) -> None:
+    """Two other processes decide in a loop on the same store (SQLite file, or PostgreSQL through
+    their own pools); this one revokes, then raises a flag: no decision that began after seeing the
+    flag is an allow."""
+    repo = GrantRepository(store)
+    chain = delegate(
+        issue(ROOT, ALICE.did, ["tool:payments.refund?amount<=500"], ttl=3600, now=NOW),
+        ALICE, BOB.did, ["tool:payments.refund?amount<=100"], ttl=1800, now=NOW,
+    )  # fmt: skip
+    flag = tmp_path / "revoked"
+    readies = [tmp_path / f"ready-{i}" for i in range(2)]
+    workers = [
+        subprocess.Popen(
+            [sys.executable, "-c", _WORKER, store.url, chain.token, str(flag), str(ready)],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for ready in readies
+    ]
+    deadline = time.monotonic() + 60
+    while not all(r.exists() for r in readies):
+        assert time.monotonic() < deadline and all(w.poll() is None for w in workers)
+        time.sleep(0.01)
+    revoke(repo, chain.links[0].id, now=NOW)  # the root: the cascade reaches the tip
+    flag.touch()
+    for worker in workers:
+        out, _ = worker.communicate(timeout=60)
+        assert worker.returncode == 0
+        seen = json.loads(out)
+        assert any(outcome == "allow" for after, outcome, _ in seen if not after)
+        assert all(outcome == "deny" and code == "revoked" for after, outcome, code in seen if after)
+    repo.close()
 
 
 # --- defects -----------------------------------------------------------------------------------------
