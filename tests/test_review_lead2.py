@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 from langchain_core.tools import StructuredTool
@@ -14,6 +15,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.types import Command
 from test_langgraph import NAMES, _calls, _entries, _policy_text, _tool_messages
 
+from agentgate.capabilities import Call
 from agentgate.gate import Gate
 from agentgate.integrations.langgraph import ScriptedChatModel, create_gated_agent
 from agentgate.keys import SigningKey
@@ -219,5 +221,40 @@ async def test_an_approved_call_cancelled_while_it_waited_for_a_slot_keeps_its_a
         resumed = await agent.ainvoke(None, config, context=supervisor)  # type: ignore[attr-defined]
         answers = [str(m.content)[:160] for m in _tool_messages(resumed)]
         assert ran == ["reports/busy", "reports/final"], answers
+    finally:
+        gate.close()
+
+
+async def test_a_call_that_no_cancellation_stops_is_recorded_and_charged_as_it_ended(tmp_path: Path) -> None:
+    # Gate.arun(preemptible=False): a tool in a worker thread, its caller cancelled while it runs.
+    # The attempt runs to its end and has its effect; it used to be recorded as an error
+    # (CancelledError) with its reservation released: a calls budget did not count it.
+    keys = {n: SigningKey.generate() for n in NAMES}
+    gate = Gate(
+        parse_policy(_policy_text({n: k.did for n, k in keys.items()}, 10, "calls"), source="team.yaml"),
+        SQLiteStore(tmp_path / "agentgate.db"),
+    )
+    supervisor = gate.issue(keys["root"], name="supervisor", key=keys["supervisor"], role="supervisor")
+    started, release = threading.Event(), threading.Event()
+
+    def search() -> str:
+        started.set()
+        release.wait(10)
+        return "found"
+
+    try:
+        auth = gate.authorize(supervisor, Call.tool("search", {"query": "x"}), call_id="c1")
+        assert auth.allowed
+        task = asyncio.create_task(gate.arun(auth, lambda: asyncio.to_thread(search), preemptible=False))
+        await asyncio.to_thread(started.wait, 10)
+        task.cancel()
+        await asyncio.sleep(0.05)
+        release.set()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        assert task.cancelled()
+        (outcome,) = [e for e in _entries(gate) if e.kind == "outcome"]
+        assert (outcome.status, outcome.budget_delta) == ("ok", 1)
+        assert gate.remaining(supervisor)[supervisor.grant_id] == (1, 10)
     finally:
         gate.close()

@@ -1178,11 +1178,15 @@ class Gate:
 
         ``preemptible=False`` for a tool call whose work no cancellation stops (a sync function
         in a worker thread): past its timeout it runs to its end and its result is returned and
-        recorded, as under ``run`` (``Scheduler.submit``)."""
+        recorded, as under ``run`` (``Scheduler.submit``). Cancelled while such an attempt runs,
+        the call waits for it (``Scheduler.submit``), starts no further attempt, and is recorded
+        and charged as the attempt ended; then the cancellation goes on. So is any tool call whose
+        attempt returned before the cancellation reached it: it ran."""
         self._check_allowed(auth)
         loop = asyncio.get_running_loop()
         self._begin_run(auth, loop)
         started = threading.Event()  # set when an attempt reaches ``fn``
+        returned: list[T] = []  # what an attempt returned, should a cancellation follow it
         try:
             with self._span(auth, call_id) as span:
                 try:
@@ -1190,7 +1194,9 @@ class Gate:
 
                         async def attempt(_attempt: Attempt) -> T:
                             started.set()
-                            return await _result_of(fn)
+                            value = await _result_of(fn)
+                            returned.append(value)
+                            return value
 
                         result = await self._async().submit(
                             self._tool_call(auth, call_id, run_id), attempt, preemptible=preemptible
@@ -1198,6 +1204,12 @@ class Gate:
                     else:
                         started.set()
                         result = await _result_of(fn)
+                except asyncio.CancelledError as exc:
+                    if returned:  # the call ran to its end: recorded and charged as it ended
+                        self._finish(span, auth, returned[-1], failed, spent)
+                    else:
+                        self._fail(span, auth, exc, paused, started=started.is_set())
+                    raise
                 except BaseException as exc:
                     self._fail(span, auth, exc, paused, started=started.is_set())
                     raise
