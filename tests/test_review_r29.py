@@ -27,10 +27,11 @@ from agentgate.authority import (
     verify_chain,
 )
 from agentgate.capabilities import Call
-from agentgate.errors import Expired
+from agentgate.errors import AgentGateError, Expired
 from agentgate.findings import Outcome
 from agentgate.keys import SigningKey
 from agentgate.store import Store
+from agentgate.store.approvals import ApprovalStore
 
 NOW = 1_800_000_000
 ROOT, ALICE, BOB = (SigningKey(bytes([i]) * 32) for i in range(41, 44))
@@ -136,6 +137,47 @@ def test_a_revocation_that_returned_stops_the_next_decision_of_every_process(
         assert any(outcome == "allow" for after, outcome, _ in seen if not after)
         assert all(outcome == "deny" and code == "revoked" for after, outcome, code in seen if after)
     repo.close()
+
+
+# --- what held: approvals used twice at once --------------------------------------------------------
+
+
+def _together(count: int, work: object) -> list[object]:
+    """Run ``work(i)`` in ``count`` threads released at once; each result or the error raised."""
+    barrier, results = threading.Barrier(count), [None] * count
+
+    def one(i: int) -> None:
+        barrier.wait()
+        try:
+            results[i] = work(i)  # type: ignore[operator]
+        except AgentGateError as exc:
+            results[i] = exc
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return list(results)
+
+
+def test_an_approval_is_consumed_once_and_a_vote_counts_once_under_concurrency(store: Store) -> None:
+    approvals = ApprovalStore(store)
+    later = time.time() + 600
+    single = approvals.request("call-1", "did:key:zRequester", later)
+    approvals.approve(single, "did:key:zLead")
+    used = _together(4, lambda i: approvals.consume(single, "call-1"))
+    assert sum(1 for r in used if isinstance(r, tuple)) == 1  # the others: "already used"
+    assert all("already used" in str(r) for r in used if not isinstance(r, tuple))
+
+    pair = approvals.request("call-2", "did:key:zRequester", later, quorum=2)
+    _together(4, lambda i: approvals.approve(pair, "did:key:zLead", call_hash="call-2"))
+    assert approvals.get(pair).state == "pending" and approvals.approvers(pair) == ("did:key:zLead",)
+    _together(2, lambda i: approvals.approve(pair, f"did:key:zOther{i}", call_hash="call-2"))
+    assert approvals.get(pair).state == "approved"
+    wrong = _together(2, lambda i: approvals.consume(pair, "call-3"))  # for an edited call: refused
+    assert all("another call" in str(r) for r in wrong)
+    assert isinstance(approvals.consume(pair, "call-2"), tuple)
 
 
 # --- defects -----------------------------------------------------------------------------------------
