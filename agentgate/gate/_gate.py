@@ -1140,22 +1140,23 @@ class Gate:
         """
         self._check_allowed(auth)
         self._begin_run(auth)
-        started = threading.Event()  # set when an attempt reaches ``fn``
+        started = False  # whether an attempt reached ``fn``
         try:
             with self._span(auth, call_id) as span:
                 try:
                     if auth.call.resource.startswith("tool:"):
 
                         def attempt(_attempt: Attempt) -> T:
-                            started.set()
+                            nonlocal started
+                            started = True
                             return fn()
 
                         result = self._sync().submit(self._tool_call(auth, call_id, run_id), attempt)
                     else:
-                        started.set()
+                        started = True
                         result = fn()
                 except BaseException as exc:
-                    self._fail(span, auth, exc, paused, started=started.is_set())
+                    self._fail(span, auth, exc, paused, started=started)
                     raise
                 self._finish(span, auth, result, failed, spent)
                 return result
@@ -1185,7 +1186,7 @@ class Gate:
         self._check_allowed(auth)
         loop = asyncio.get_running_loop()
         self._begin_run(auth, loop)
-        started = threading.Event()  # set when an attempt reaches ``fn``
+        started = False  # whether an attempt reached ``fn``
         returned: list[T] = []  # what an attempt returned, should a cancellation follow it
         try:
             with self._span(auth, call_id) as span:
@@ -1193,7 +1194,8 @@ class Gate:
                     if auth.call.resource.startswith("tool:"):
 
                         async def attempt(_attempt: Attempt) -> T:
-                            started.set()
+                            nonlocal started
+                            started = True
                             value = await _result_of(fn)
                             returned.append(value)
                             return value
@@ -1202,16 +1204,16 @@ class Gate:
                             self._tool_call(auth, call_id, run_id), attempt, preemptible=preemptible
                         )
                     else:
-                        started.set()
+                        started = True
                         result = await _result_of(fn)
                 except asyncio.CancelledError as exc:
                     if returned:  # the call ran to its end: recorded and charged as it ended
                         self._finish(span, auth, returned[-1], failed, spent)
                     else:
-                        self._fail(span, auth, exc, paused, started=started.is_set())
+                        self._fail(span, auth, exc, paused, started=started)
                     raise
                 except BaseException as exc:
-                    self._fail(span, auth, exc, paused, started=started.is_set())
+                    self._fail(span, auth, exc, paused, started=started)
                     raise
                 self._finish(span, auth, result, failed, spent)
                 return result
