@@ -399,3 +399,38 @@ def test_an_empty_file_is_no_store_for_a_reading_command(
     assert main([*argv, "--store", str(empty)]) == 2
     _one_error_line(capsys.readouterr().err, f"no store at {empty}: the file is empty")
     assert empty.stat().st_size == 0
+
+
+# --- arguments that are not UTF-8 -----------------------------------------------------------------
+
+_NOT_UTF8 = os.fsdecode(b"\xff")  # what Python makes of the argument bytes $'\xff'
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["grant", "revoke", "t.tok", "--reason", _NOT_UTF8],
+        ["grant", "revoke", "d" * 64, "--reason", _NOT_UTF8],
+        ["tasks", "settle", _NOT_UTF8, "--ran"],
+        ["tasks", "dead-letters", "--tool", _NOT_UTF8],
+        ["broker", "leases", "--broker", _NOT_UTF8],
+    ],
+    ids=["revoke-token", "revoke-id", "settle", "dead-letters", "broker"],
+)
+def test_an_argument_that_is_not_utf8_is_one_line_exit_2_and_changes_nothing(
+    work: Path, argv: list[str], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A byte that is not UTF-8 in an argument that reaches the store (a revocation's reason, a
+    # settle key, a tool filter, a broker name) was a UnicodeEncodeError traceback and exit 1.
+    monkeypatch.chdir(work)
+    assert main(argv) == 2
+    _one_error_line(capsys.readouterr().err, "not UTF-8 text")
+    with sqlite3.connect(work / "s.db") as db:
+        tables = {name for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        revoked = (
+            db.execute("SELECT count(*) FROM agentgate_revocations").fetchone()[0]
+            if ("agentgate_revocations" in tables)
+            else 0
+        )
+    db.close()
+    assert revoked == 0

@@ -95,6 +95,9 @@ def _run(argv: Sequence[str] | None) -> int:
     except AgentGateError as exc:
         _say(f"agentgate: error: {_one_line(str(exc))}\n")
         return 2
+    except UnicodeError as exc:  # an argument of bytes that are not UTF-8 (``$'\xff'``), sent to a store
+        _say(f"agentgate: error: input that is not UTF-8 text: {_one_line(str(exc))}\n")
+        return 2
     except _Terminated:
         _say("agentgate: terminated\n")
         return 143
