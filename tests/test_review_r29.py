@@ -180,6 +180,95 @@ def test_an_approval_is_consumed_once_and_a_vote_counts_once_under_concurrency(s
     assert isinstance(approvals.consume(pair, "call-2"), tuple)
 
 
+_APPROVAL_POLICY = """
+version: 1
+trust_anchors:
+  root: {{did: "{root}"}}
+principals:
+  agent: {{kind: agent, did: "{agent}", roles: [payer]}}
+  lead: {{kind: human, did: "{lead}", roles: [lead]}}
+tools:
+  payments.refund: {{idempotent: true, args: {{amount: {{type: integer}}}}}}
+roles:
+  payer:
+    kind: agent
+    capabilities:
+      - resource: tool:payments.refund
+    ttl_s: 3600
+  lead:
+    kind: human
+    capabilities:
+      - resource: tool:payments.refund
+    ttl_s: 3600
+approvals:
+  refunds:
+    resource: tool:payments.refund
+    approvers: [lead]
+"""
+
+_GATE_WORKER = textwrap.dedent(
+    """
+    import sys, time
+    from pathlib import Path
+    from agentgate.authority import parse_chain
+    from agentgate.capabilities import Call
+    from agentgate.gate import AgentIdentity, Approval, Gate
+    from agentgate.keys import SigningKey
+    from agentgate.policy import parse_policy
+    from agentgate.store import open_store
+
+    url, policy, token, approval, go = sys.argv[1:6]
+    gate = Gate(parse_policy(Path(policy).read_text(), source="p.yaml"), open_store(url))
+    me = AgentIdentity("agent", SigningKey(bytes([42]) * 32), parse_chain(token))
+    print("ready", flush=True)
+    while not Path(go).exists():
+        time.sleep(0.001)
+    auth = gate.authorize(
+        me, Call.tool("payments.refund", {"amount": 5}), approval=Approval.parse(__import__("json").loads(approval)),
+        call_id="call-1",
+    )
+    gate.close()
+    print(auth.verdict, flush=True)
+    """
+)
+
+
+def test_one_signed_approval_presented_by_two_processes_at_once_allows_one_call(
+    store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same approval, for the same call of the same grant, presented at once to two gates in
+    two processes sharing the store (the tool marked idempotent, so that only the approval's
+    single use can refuse the copy): one allow, one refusal, one ``allow`` in the log."""
+    from agentgate.gate import Approval, Gate
+    from agentgate.policy import parse_policy
+
+    keys = {"root": ROOT, "agent": ALICE, "lead": BOB}
+    text = _APPROVAL_POLICY.format(**{n: k.did for n, k in keys.items()})
+    (tmp_path / "policy.yaml").write_text(text)
+    monkeypatch.setenv("AGENTGATE_LOG_KEY", str(tmp_path / "log.key"))  # the workers' too
+    gate = Gate(parse_policy(text, source="p.yaml"), store)
+    identity = gate.issue(ROOT, name="agent", key=ALICE, role="payer")
+    asked = gate.authorize(identity, PAY, call_id="call-1")
+    assert asked.needs_approval, asked.reasons
+    approval = json.dumps(Approval.sign(asked.approval_payload(), BOB).to_dict())
+    go = tmp_path / "go"
+    argv = [store.url, str(tmp_path / "policy.yaml"), identity.chain.token, approval, str(go)]
+    workers = [
+        subprocess.Popen([sys.executable, "-c", _GATE_WORKER, *argv], stdout=subprocess.PIPE, text=True)
+        for _ in range(2)
+    ]
+    for worker in workers:
+        assert worker.stdout is not None and worker.stdout.readline().strip() == "ready"
+    go.touch()
+    verdicts = sorted(worker.communicate(timeout=60)[0].split()[-1] for worker in workers)
+    assert verdicts == ["allow", "deny"], verdicts
+    gate.flush()
+    entries = gate.audit.entries()
+    allows = [e for e in entries if e.kind == "allow" and e.resource == "tool:payments.refund"]
+    assert len(allows) == 1 and allows[0].approver == BOB.did
+    gate.close()
+
+
 # --- defects -----------------------------------------------------------------------------------------
 
 
