@@ -139,6 +139,38 @@ def test_a_revocation_that_returned_stops_the_next_decision_of_every_process(
     repo.close()
 
 
+# --- what held: clocks at the boundaries -------------------------------------------------------------
+
+
+def test_validity_boundaries_to_the_millisecond_for_signed_and_held_decisions(store: Store) -> None:
+    """Expiry is exact (allowed 1 ms before, refused at it), not-before tolerates exactly 30 s,
+    the same for a signed invocation and a decision with the key in hand; sub-second clocks never
+    round a refused time into an allowed one."""
+    repo = GrantRepository(store)
+    authority = Authority(repo, ROOT.public)
+    chain = issue(ROOT, ALICE.did, ["tool:payments.refund?amount<=500"], ttl=600, now=NOW)
+    cases = [
+        (NOW + 600 - 0.001, None),
+        (NOW + 600, "grant_expired"),
+        (NOW + 600.999, "grant_expired"),
+        (NOW - 30, None),
+        (NOW - 30.001, "grant_not_yet_valid"),
+        (NOW - 30.5, "grant_not_yet_valid"),
+    ]
+    for now, code in cases:
+        held = authority.decide_held(ALICE, chain, PAY, now=now)
+        signed = authority.decide(Invocation.sign(ALICE, chain, PAY, now=now), now=now)
+        for decided in (held, signed):
+            assert (decided.findings[0].code if decided.findings else None) == code, (now, decided)
+    inv = Invocation.sign(ALICE, chain, PAY, now=NOW + 10, ttl=60)
+    assert authority.decide(inv, now=NOW + 70).findings[0].code == "invocation_expired"
+    assert authority.decide(inv, now=NOW + 69.999).allowed
+    early = Invocation.sign(ALICE, chain, PAY, now=NOW + 41)
+    assert authority.decide(early, now=NOW + 10.999).findings[0].code == "invocation_not_yet_valid"
+    assert authority.decide(early, now=NOW + 11).allowed
+    repo.close()
+
+
 # --- what held: approvals used twice at once --------------------------------------------------------
 
 
