@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import email
 import email.message
+import importlib.metadata
 import shutil
 import subprocess
 import sys
@@ -44,7 +45,14 @@ BROKEN_RELEASES = {
     # langchain < 1.2.11 requires langgraph < 1.1; langchain 1.2.11 requires langchain-core >= 1.2.10.
     "langchain": ("1.2.10", "it cannot be installed beside langgraph >= 1.1.5"),
     "langchain-core": ("1.2.9", "it cannot be installed beside langchain >= 1.2.11"),
+    # `make test` lints and type-checks: ruff 0.6.0 finds 43 errors and would reformat 4 files,
+    # 0.16.10 still sorts imports differently; mypy 1.10.0 finds 16 errors under --strict.
+    "ruff": ("0.16.10", "`ruff check` fails on this tree"),
+    "mypy": ("1.10.0", "`mypy agentgate` (strict) fails"),
 }
+# Linters whose minor releases change what they report: each range holds the one minor this tree
+# is clean under, the one installed here, so a fresh clone's `make test` runs the same checks.
+LINTERS = ("ruff", "mypy")
 
 
 class Wheel:
@@ -113,3 +121,15 @@ def test_no_range_admits_a_release_that_cannot_be_installed_or_used(wheel: Wheel
         version, why = broken
         assert version not in requirement.specifier, f"{requirement} admits {version}: {why}"
     assert seen == set(BROKEN_RELEASES)
+
+
+def test_the_linters_ranges_hold_the_releases_this_tree_is_checked_with(wheel: Wheel) -> None:
+    requirements = {
+        requirement.name.lower(): requirement
+        for requirement in (Requirement(line) for line in wheel.metadata.get_all("Requires-Dist") or [])
+    }
+    for name in LINTERS:
+        installed = importlib.metadata.version(name)
+        assert requirements[name].specifier.contains(installed), (requirements[name], installed)
+        major, minor = (int(part) for part in installed.split(".")[:2])
+        assert not requirements[name].specifier.contains(f"{major}.{minor + 1}.0"), requirements[name]
