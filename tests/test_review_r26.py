@@ -184,7 +184,6 @@ def test_closed_standard_streams_are_one_line_exit_2_not_a_traceback(work: Path)
     # disk) turned exit 2 into exit 1 (deny, tampered).
     script = (
         'exec 3>&2; "$@" grant inspect t.tok >&-; echo "inspect=$?" >&3; '
-        '"$@" policy schema >&- 2>&-; echo "schema=$?" >&3; '
         '"$@" grant issue --issuer root.key --to agent.pub --allow tool:x --ttl 1m --out o.tok >&-; '
         'echo "issue=$?" >&3; '
         '"$@" approval sign - --as root.key <&-; echo "sign=$?" >&3; '
@@ -195,9 +194,7 @@ def test_closed_standard_streams_are_one_line_exit_2_not_a_traceback(work: Path)
     )
     assert "Traceback" not in done.stderr, done.stderr
     codes = dict(line.split("=") for line in done.stderr.splitlines() if re.fullmatch(r"\w+=\d+", line))
-    assert codes == {"inspect": "2", "schema": "2", "issue": "0", "sign": "2", "stderr_full": "2"}, (
-        done.stderr
-    )
+    assert codes == {"inspect": "2", "issue": "0", "sign": "2", "stderr_full": "2"}, done.stderr
     errors = [line for line in done.stderr.splitlines() if line.startswith("agentgate: error: ")]
     assert errors[0] == "agentgate: error: cannot write the output: Bad file descriptor"
     assert "-: not JSON" in errors[1] and len(errors) == 2, done.stderr
@@ -319,7 +316,7 @@ def _verbs(work: Path, target: str) -> list[list[str]]:
 
 
 @settings(
-    max_examples=15,
+    max_examples=10,
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
@@ -341,7 +338,7 @@ def test_garbage_in_any_file_a_verb_reads_is_never_a_traceback_nor_exit_0(
             assert err.splitlines()[-1].startswith("agentgate: error: "), (argv, err)
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(args=st.text(max_size=80))
 def test_hostile_json_arguments_are_exit_2_or_a_decision(
     work: Path, args: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
