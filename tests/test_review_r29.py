@@ -27,7 +27,7 @@ from agentgate.authority import (
     verify_chain,
 )
 from agentgate.capabilities import Call
-from agentgate.errors import AgentGateError, Expired
+from agentgate.errors import AgentGateError, Expired, TokenFormatError
 from agentgate.findings import Outcome
 from agentgate.keys import SigningKey
 from agentgate.store import Store
@@ -335,6 +335,8 @@ def test_a_grant_from_an_issuer_whose_clock_runs_ahead_is_delegable_as_soon_as_i
     inv = Invocation.sign(BOB, child, PAY, now=here)
     decided = decide(inv, repo=repo, trusted=ROOT.public, now=here, cache=ChainCache())
     assert decided.outcome is Outcome.ALLOW
+    with pytest.raises(TokenFormatError, match="ends before the parent grant starts"):
+        delegate(parent, ALICE, BOB.did, ["tool:payments.refund?amount<=50"], ttl=2, now=here)
     with pytest.raises(Expired, match="grant_not_yet_valid"):  # beyond the tolerance: still refused
         delegate(parent, ALICE, BOB.did, ["tool:payments.refund?amount<=50"], ttl=60, now=NOW - 31)
     repo.close()

@@ -993,6 +993,11 @@ def delegate(
                 "max_depth",
             )
         )
+    if start + ttl <= tip.not_before:  # only within the tolerance above: a parent starting soon
+        raise TokenFormatError(
+            f"a ttl of {ttl}s from now ({start}) ends before the parent grant starts "
+            f"({tip.not_before}); give a longer ttl"
+        )
     grant = _sign(
         holder,
         audience=_did(audience, "audience"),
