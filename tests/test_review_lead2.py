@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 from langchain_core.tools import StructuredTool
@@ -258,3 +260,80 @@ async def test_a_call_that_no_cancellation_stops_is_recorded_and_charged_as_it_e
         assert gate.remaining(supervisor)[supervisor.grant_id] == (1, 10)
     finally:
         gate.close()
+
+
+# Review R23: a long-running process
+
+R23_POLICY = """
+version: 1
+trust_anchors: {{root: {{did: "{root}"}}}}
+principals:
+  agent: {{kind: agent, did: "{agent}", roles: [worker]}}
+  alice: {{kind: human, did: "{alice}"}}
+tools:
+  lookup:
+    args: {{id: {{type: string, required: true}}}}
+    idempotent: true
+  pay:
+    args: {{amount: {{type: integer, required: true}}}}
+roles:
+  worker:
+    kind: agent
+    capabilities: [{{resource: tool:lookup}}, {{resource: tool:pay}}]
+    budget: {{limit: 1000000, unit: calls}}
+    ttl_s: 600
+approvals:
+  pay:
+    resource: tool:pay
+    approvers: [alice]
+    expiry_s: 1
+"""
+
+
+def _r23_gate(path: Path, keys: dict[str, SigningKey]) -> Gate:
+    text = R23_POLICY.format(root=keys["root"].did, agent=keys["agent"].did, alice=keys["alice"].did)
+    return Gate(parse_policy(text, source="r23.yaml"), SQLiteStore(path))
+
+
+def _threads() -> set[threading.Thread]:
+    return {t for t in threading.enumerate() if t.name.startswith("agentgate-")}
+
+
+def test_a_gate_dropped_without_close_leaves_no_thread_behind(tmp_path: Path) -> None:
+    """The outcome writer thread (agentgate-outcomes) holds the Gate strongly (its commit and tick
+    are the Gate's bound methods), so a Gate dropped without close() is never collected: its two
+    threads, its SQLite connections (about 7 descriptors) and everything it holds stay for the
+    life of the process, per Gate."""
+    keys = {n: SigningKey.generate() for n in ("root", "agent", "alice")}
+    path = tmp_path / "agentgate.db"
+    with _r23_gate(path, keys) as gate:
+        agent = gate.issue(keys["root"], name="agent", key=keys["agent"], role="worker")
+    before = _threads()
+    for _ in range(10):
+        dropped = _r23_gate(path, keys)
+        auth = dropped.authorize(agent, Call.tool("lookup", {"id": "x"}))
+        dropped.run(auth, lambda: 1)
+        dropped.flush()
+        del dropped, auth
+    deadline = time.monotonic() + 5
+    while _threads() - before and time.monotonic() < deadline:
+        gc.collect()
+        time.sleep(0.05)
+    assert not _threads() - before, f"{len(_threads() - before)} threads left by 10 dropped gates"
+
+
+def test_approval_requests_never_answered_are_forgotten_once_expired(tmp_path: Path) -> None:
+    """Gate._open_requests keeps every approval request asked in this process until it is
+    answered; one never answered (the run was abandoned) stays after it expired, so a service
+    whose agents ask for approvals that nobody answers grows by one entry per request, forever."""
+    keys = {n: SigningKey.generate() for n in ("root", "agent", "alice")}
+    with _r23_gate(tmp_path / "agentgate.db", keys) as gate:
+        agent = gate.issue(keys["root"], name="agent", key=keys["agent"], role="worker")
+        for i in range(200):
+            auth = gate.authorize(agent, Call.tool("pay", {"amount": i}), call_id=f"c{i}", run_id=f"r{i}|t")
+            assert auth.needs_approval
+        time.sleep(1.1)  # every request has expired
+        for i in range(200, 400):
+            gate.authorize(agent, Call.tool("pay", {"amount": i}), call_id=f"c{i}", run_id=f"r{i}|t")
+        held = len(gate._open_requests)
+    assert held <= 250, f"{held} approval requests held, 200 of them expired"

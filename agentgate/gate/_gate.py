@@ -126,7 +126,8 @@ def _approval_hook(call: Call, chain: Chain, invocation: Invocation | None) -> A
 
 
 DELEGATIONS_PURGE_S = 1.0
-"""How often, at most, ``Gate.delegations`` is cleared of expired delegations."""
+"""How often, at most, ``Gate.delegations`` is cleared of expired delegations (and the approval
+requests asked in this process of expired ones)."""
 
 
 def _flush_at_exit(ref: weakref.ref[Gate]) -> None:
@@ -230,6 +231,9 @@ class Gate:
         self._outcomes = PendingOutcomes(self._write_outcomes, tick=self.flush)
         self._at_exit = functools.partial(_flush_at_exit, weakref.ref(self))
         atexit.register(self._at_exit)
+        # A gate dropped without close() leaves no entry behind; not at exit (the flush must run).
+        unregister = weakref.finalize(self, atexit.unregister, self._at_exit)
+        unregister.atexit = False  # type: ignore[misc]  # a documented attribute the stubs miss
         self._limits = SharedLimits(self._config)
         """One set of limits for every scheduler below: a policy's limits are the Gate's."""
         self._sync_scheduler: SyncScheduler | None = None
@@ -250,7 +254,9 @@ class Gate:
         self._outcomes_closed = False
         self._dispatch: tuple[Dispatcher, asyncio.AbstractEventLoop, threading.Thread] | None = None
         self._open_requests: dict[str, tuple[str, int | None, float]] = {}
-        """Approval requests asked in this process and not yet answered: call hash -> (id, audit index, expiry)."""
+        """Approval requests asked in this process and not yet answered: call hash -> (id, audit index, expiry);
+        expired ones leave at a later request (within ``DELEGATIONS_PURGE_S``)."""
+        self._requests_purge_at = 0.0
         self.delegations: list[tuple[str, AgentIdentity]] = []
         """(parent agent name, sub-agent identity) for the live delegations this gate made, in
         order; an expired one leaves at a later delegation (within ``DELEGATIONS_PURGE_S``)."""
@@ -946,6 +952,12 @@ class Gate:
             index = self.audit.append(self._entry(auth, "approval_required"), t)
             self.approvals.asked(request_id, index, tx=t)
         with self._lock:
+            now = time.time()
+            if now >= self._requests_purge_at:
+                # Requests nobody answered (their runs abandoned) leave once expired, in one pass
+                # at most every DELEGATIONS_PURGE_S: a service's memory does not grow per request.
+                self._open_requests = {h: r for h, r in self._open_requests.items() if r[2] > now}
+                self._requests_purge_at = now + DELEGATIONS_PURGE_S
             self._open_requests[call_hash] = (request_id, index, float(request["expires_at"]))
         return replace(auth, audit_index=index, request={**request, "id": request_id})
 

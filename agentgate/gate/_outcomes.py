@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
+import weakref
 from collections.abc import Callable
 
 from agentgate.gate._authorization import Authorization
@@ -25,13 +26,22 @@ class PendingOutcomes:
     one tool after another pays one durable commit per call, not two, and never waits for a
     second writer's lock. What no decision picks up within ``linger_s`` a background thread
     commits on its own. ``take`` and ``flush`` are called holding the gate's store lock only.
+
+    ``commit`` and ``tick`` are methods of the owner (the gate), held weakly: the thread never
+    keeps a gate alive that its program dropped without ``close()`` (its threads and store
+    connections would stay for the life of the process). While outcomes wait, the owner is
+    held, so they are committed before it can go; once it has gone, the thread ends.
     """
 
     def __init__(
-        self, commit: Callable[[list[PendingOutcome]], None], tick: Callable[[], None], linger_s: float = 0.02
+        self,
+        commit: Callable[[list[PendingOutcome]], None],
+        tick: Callable[[], None],
+        linger_s: float = 0.02,
     ) -> None:
-        self._commit = commit
-        self._tick = tick
+        self._commit = weakref.WeakMethod(commit)
+        self._tick = weakref.WeakMethod(tick)
+        self._held: Callable[[], None] | None = None  # ``tick``, bound, while outcomes wait
         self._linger_s = linger_s
         self._items: list[PendingOutcome] = []
         self._oldest = 0.0  # time.monotonic() when the oldest pending outcome was put
@@ -45,11 +55,13 @@ class PendingOutcomes:
         with self._lock:
             if not self._items:
                 self._oldest = time.monotonic()
+                self._held = self._tick()
             self._items.append(item)
 
     def take(self) -> list[PendingOutcome]:
         with self._lock:
             items, self._items = self._items, []
+            self._held = None
         return items
 
     def restore(self, items: list[PendingOutcome]) -> None:
@@ -58,11 +70,13 @@ class PendingOutcomes:
             with self._lock:
                 self._items[:0] = items
                 self._oldest = 0.0  # they have waited already: the next tick commits them
+                self._held = self._tick()
 
     def flush(self) -> None:
         items = self.take()
-        if items:
-            self._commit(items)
+        commit = self._commit()
+        if items and commit is not None:  # the owner calls this: it is alive
+            commit(items)
 
     def close(self) -> None:
         """Stop the background commits (the caller flushes what is left)."""
@@ -78,8 +92,12 @@ class PendingOutcomes:
         # misses outcomes that another thread took but had not written yet.
         half = self._linger_s / 2
         while not self._closed.wait(half):
+            tick = self._tick()
+            if tick is None:  # the owner was collected, with nothing left to commit
+                return
             if self._items and time.monotonic() - self._oldest >= half:
-                self._tick()
+                tick()
+            del tick  # not held while waiting
 
 
 def usage_after(auth: Authorization, exc: BaseException) -> tuple[int, int] | None:
