@@ -340,3 +340,20 @@ def test_a_grant_from_an_issuer_whose_clock_runs_ahead_is_delegable_as_soon_as_i
     with pytest.raises(Expired, match="grant_not_yet_valid"):  # beyond the tolerance: still refused
         delegate(parent, ALICE, BOB.did, ["tool:payments.refund?amount<=50"], ttl=60, now=NOW - 31)
     repo.close()
+
+
+def test_a_revocation_is_recorded_whatever_its_free_text_reason_holds(store: Store) -> None:
+    """``revoke(..., reason=...)`` with a lone surrogate (text decoded with ``surrogateescape``, a
+    JSON ``\\ud800`` escape) raised UnicodeEncodeError from SQLite, and with a NUL character a
+    StoreError from PostgreSQL: a traceback or an error, and the grant stayed alive."""
+    repo = GrantRepository(store)
+    authority = Authority(repo, ROOT.public)
+    for i, reason in enumerate(["key leaked \udcff", "nul \x00 here"]):
+        key = SigningKey(bytes([70 + i]) * 32)
+        chain = issue(ROOT, key.did, ["tool:payments.refund"], ttl=600, now=NOW)
+        assert revoke(repo, chain, reason=reason, now=NOW) == chain.id
+        decided = authority.decide_held(key, chain, PAY, now=NOW + 1)
+        assert decided.findings[0].code == "revoked"
+        (stored,) = store.query("SELECT reason FROM agentgate_revocations WHERE grant_id = ?", (chain.id,))
+        assert stored[0] == reason.encode("utf-8", "backslashreplace").decode().replace("\x00", "\\x00")
+    repo.close()

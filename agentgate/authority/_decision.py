@@ -608,8 +608,10 @@ def revoke(repo: GrantRepository, grant: Chain | str, *, reason: str = "", now: 
     """Revoke the tip of ``grant`` (a ``Chain``, a chain token, or a 64-hex grant id); return its id.
 
     Durable before it returns; from then on every decision over a chain that contains this grant
-    (it, or any descendant, recorded or not) is denied. Raises ``TokenFormatError`` for a value
-    that is neither, ``StoreError`` when the store cannot be written.
+    (it, or any descendant, recorded or not) is denied. ``reason`` is free text: what no store can
+    hold in it (a lone surrogate, a NUL character) is recorded escaped, never a reason for the
+    revocation to fail. Raises ``TokenFormatError`` for a value that is neither, ``StoreError``
+    when the store cannot be written.
     """
     if isinstance(grant, Chain):
         grant_id = grant.id
@@ -617,7 +619,8 @@ def revoke(repo: GrantRepository, grant: Chain | str, *, reason: str = "", now: 
         grant_id = grant
     else:
         grant_id = parse_chain(grant).id
-    repo.revoke(grant_id, now=int(time.time() if now is None else now), reason=reason)
+    storable = reason.encode("utf-8", "backslashreplace").decode("utf-8").replace("\x00", "\\x00")
+    repo.revoke(grant_id, now=int(time.time() if now is None else now), reason=storable)
     return grant_id
 
 
