@@ -337,3 +337,16 @@ def test_approval_requests_never_answered_are_forgotten_once_expired(tmp_path: P
             gate.authorize(agent, Call.tool("pay", {"amount": i}), call_id=f"c{i}", run_id=f"r{i}|t")
         held = len(gate._open_requests)
     assert held <= 250, f"{held} approval requests held, 200 of them expired"
+
+
+# Review R26: the command line for scripts
+
+
+def test_python_dash_m_agentgate_runs_the_command() -> None:
+    # In a container without the console script on PATH, `python -m agentgate` is the way to run
+    # it; agentgate has no __main__.py, so it fails ("is a package and cannot be directly executed").
+    done = subprocess.run(
+        [sys.executable, "-m", "agentgate", "policy", "schema"], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("{")
