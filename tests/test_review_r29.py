@@ -139,6 +139,19 @@ def test_a_revocation_that_returned_stops_the_next_decision_of_every_process(
     repo.close()
 
 
+def test_revoking_by_id_a_grant_this_store_never_saw_kills_it_and_its_children(store: Store) -> None:
+    """A grant issued elsewhere (never recorded here) revoked by its id alone: a child delegated
+    from it afterwards, never recorded either, is refused too; no descendant is listed."""
+    repo = GrantRepository(store)
+    parent = issue(ROOT, ALICE.did, ["tool:payments.refund?amount<=500"], ttl=600, now=NOW)
+    assert revoke(repo, parent.id, now=NOW) == parent.id
+    assert repo.descendants(parent.id) == [] and not repo.revoke(parent.id, now=NOW)  # once
+    child = delegate(parent, ALICE, BOB.did, ["tool:payments.refund?amount<=50"], ttl=60, now=NOW)
+    decided = Authority(repo, ROOT.public).decide(Invocation.sign(BOB, child, PAY, now=NOW), now=NOW)
+    assert decided.findings[0].code == "revoked" and decided.findings[0].grant == parent.id
+    repo.close()
+
+
 # --- what held: clocks at the boundaries -------------------------------------------------------------
 
 
