@@ -314,6 +314,53 @@ def test_one_signed_approval_presented_by_two_processes_at_once_allows_one_call(
     gate.close()
 
 
+# --- what held: keys ----------------------------------------------------------------------------------
+
+
+def _did_with(prefix: bytes, size: int) -> str:
+    import base58
+
+    return "did:key:z" + base58.b58encode(prefix + bytes(range(1, size + 1))).decode()
+
+
+def test_did_keys_of_other_key_types_are_refused_everywhere_a_did_enters(tmp_path: Path) -> None:
+    """secp256k1 (0xe7), X25519 (0xec), P-256 (0x1200) and an Ed25519 key one byte long: refused
+    as a trust anchor, as an audience, as a key file's content, and as an approver."""
+    from agentgate.errors import KeyFileError
+    from agentgate.gate import Approval
+    from agentgate.keys import load_public_key
+
+    for did in (
+        _did_with(b"\xe7\x01", 33),
+        _did_with(b"\xec\x01", 32),
+        _did_with(b"\x80\x24", 33),
+        _did_with(b"\xed\x01", 33),
+    ):
+        with pytest.raises(KeyFileError):
+            load_public_key(did)
+        (tmp_path / "k.pub").write_text(did + "\n")
+        with pytest.raises(KeyFileError):
+            load_public_key(tmp_path / "k.pub")
+        with pytest.raises(TokenFormatError):
+            issue(ROOT, did, ["tool:payments.refund"], ttl=60, now=NOW)
+        with pytest.raises(TokenFormatError, match="trust anchor"):
+            verify_chain(issue(ROOT, ALICE.did, ["tool:payments.refund"], ttl=60, now=NOW), [did], now=NOW)
+        assert not Approval("r", "c", did, bytes(64)).verify()
+
+
+def test_a_private_key_reached_through_a_symlink_is_judged_by_the_file_it_reaches(tmp_path: Path) -> None:
+    from agentgate.errors import KeyFileError
+    from agentgate.keys import load_signing_key, save_key
+
+    key_path, _ = save_key(ALICE, tmp_path / "keys", "alice")
+    link = tmp_path / "link.key"
+    link.symlink_to(key_path)
+    assert load_signing_key(link).did == ALICE.did
+    key_path.chmod(0o640)  # group-readable: refused through the link too
+    with pytest.raises(KeyFileError, match="accessible by others"):
+        load_signing_key(link)
+
+
 # --- defects -----------------------------------------------------------------------------------------
 
 
