@@ -350,3 +350,47 @@ def test_python_dash_m_agentgate_runs_the_command() -> None:
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("{")
+
+
+# Review R29: authority over time
+
+R29_POLICY = """
+version: 1
+trust_anchors:
+  root: {{did: "{root}"}}
+principals:
+  agent: {{kind: agent, did: "{agent}", roles: [chat]}}
+  lead: {{kind: human, did: "{lead}", roles: [lead]}}
+models:
+  m: {{cost_per_mtok: {{input: 1, output: 1}}}}
+roles:
+  chat:
+    kind: agent
+    capabilities:
+      - resource: model:m
+    budget: {{limit: 1000000, unit: usd_micros}}
+    ttl_s: 3600
+  lead:
+    kind: human
+    capabilities:
+      - resource: model:m
+    ttl_s: 3600
+approvals:
+  every-call:
+    resource: model:m
+    approvers: [lead]
+"""
+
+
+def test_gate_revoke_with_a_reason_holding_a_lone_surrogate_revokes(tmp_path: Path) -> None:
+    """Gate.revoke puts the raw reason in its audit entry; the audit log refuses a lone surrogate
+    (InputError), the transaction rolls back, and the grant stays alive."""
+    keys = {n: SigningKey.generate() for n in ("root", "agent", "lead")}
+    policy = parse_policy(R29_POLICY.format(**{n: k.did for n, k in keys.items()}), source="p.yaml")
+    gate = Gate(policy, SQLiteStore(tmp_path / "agentgate.db"))
+    try:
+        agent = gate.issue(keys["root"], name="agent", key=keys["agent"], role="chat")
+        gate.revoke(agent, reason="key leaked \udcff")
+        assert gate.grants.revoked(agent.chain.ids) == {agent.chain.id}
+    finally:
+        gate.close()

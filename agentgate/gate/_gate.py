@@ -526,9 +526,9 @@ class Gate:
             self.audit.append(
                 {
                     "kind": "revoke",
-                    "principal": by,
+                    "principal": recordable(by),
                     "chain_hash": grant_id,
-                    "reasons": [reason] if reason else [],
+                    "reasons": [recordable(reason)] if reason else [],
                 },
                 tx,
             )
@@ -839,9 +839,11 @@ class Gate:
 
         For an authorization that needs approval and whose request was recorded (``authorize``
         returned it). In one transaction: the request is closed as denied (if it is still
-        pending: one decided or expired meanwhile is left as it is) and a ``deny`` entry refers
-        to the ``approval_required`` entry (``ref``), with ``reason``. The same call asked again
-        later makes a new request. Raises ``InputError`` for any other authorization.
+        pending; an expired one is recorded as declined too) and a ``deny`` entry refers to the
+        ``approval_required`` entry (``ref``), with ``reason``. The same call asked again later
+        makes a new request. Raises ``InputError`` for any other authorization, and for a
+        request that was decided meanwhile (approved, used, denied): the log already says how it
+        ended, and a refusal of it would contradict that; nothing is written then.
         """
         request = auth.request
         if not auth.needs_approval or request is None or "id" not in request or auth.audit_index is None:
@@ -850,9 +852,12 @@ class Gate:
             auth, verdict=Verdict.DENY, reasons=(*auth.reasons, f"approval declined: {reason}"[:500])
         )
         with self._decision_transaction() as tx:
-            # A request no longer pending (decided, expired, unknown) is left as it is.
-            with contextlib.suppress(AuthorityError, InputError):
+            try:
                 self.approvals.deny(request["id"], "agentgate:declined", tx=tx)
+            except Expired:
+                pass  # nobody answered in time: declined
+            except (AuthorityError, InputError) as exc:
+                raise InputError(f"approval request {request['id']} cannot be declined: {exc}") from None
             index = self.audit.append({**self._entry(refused, "deny"), "ref": auth.audit_index}, tx)
         with self._lock:
             self._open_requests.pop(request["call_hash"], None)
@@ -1505,7 +1510,10 @@ class Gate:
         actual = None
         if usage is USAGE_UNREAD:
             reasons.append("the call ran but its usage could not be read; charged as reserved")
-        elif usage is not None:
+        elif usage is None:
+            if status == "ok" and auth.reservations and auth.call.resource.startswith("model:"):
+                reasons.append("no usage was reported; charged as reserved")
+        else:
             try:
                 actual = self._cost(auth.call, usage)
             except InputError:  # garbage from a backend: the whole reservation is charged

@@ -28,6 +28,7 @@ import threading
 import time
 import weakref
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any, TypeVar
 
@@ -60,7 +61,7 @@ from pydantic import Field
 from agentgate.audit.spans import execute_tool_span, invoke_agent_span, record_decision
 from agentgate.capabilities import Call, Capability
 from agentgate.errors import AgentGateError, BackendFailed, Denied, Expired, InputError, Revoked
-from agentgate.gate import AgentIdentity, Approval, Authorization, Gate
+from agentgate.gate import AgentIdentity, Approval, Authorization, Gate, Verdict
 from agentgate.keys import SigningKey
 from agentgate.tasks import settled
 
@@ -236,7 +237,10 @@ class GateMiddleware(AgentMiddleware[Any, Any, Any]):
             # refusal that closes the request (``Gate.decline``).
             approval = Approval.parse(interrupt(auth.approval_payload()))
             if approval is None:
-                auth = self.gate.decline(auth, "the answer to the request was not an approval")
+                try:
+                    auth = self.gate.decline(auth, "the answer to the request was not an approval")
+                except InputError as exc:  # decided meanwhile (approved, used, denied elsewhere)
+                    auth = replace(auth, verdict=Verdict.DENY, reasons=(*auth.reasons, str(exc)))
                 break
             auth = self.gate.authorize(
                 identity,
