@@ -6,19 +6,25 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import json
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from langchain_core.tools import StructuredTool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.types import Command
 from test_langgraph import NAMES, _calls, _entries, _policy_text, _tool_messages
 
+from agentgate.authority import GrantRepository, Invocation, revoke
 from agentgate.capabilities import Call
-from agentgate.gate import Gate
+from agentgate.dispatch.gateway import GatewayGate
+from agentgate.dispatch.gateway._client import chat_call
+from agentgate.gate import Approval, Gate
 from agentgate.integrations.langgraph import ScriptedChatModel, create_gated_agent
 from agentgate.keys import SigningKey
 from agentgate.policy import parse_policy
@@ -392,5 +398,51 @@ def test_gate_revoke_with_a_reason_holding_a_lone_surrogate_revokes(tmp_path: Pa
         agent = gate.issue(keys["root"], name="agent", key=keys["agent"], role="chat")
         gate.revoke(agent, reason="key leaked \udcff")
         assert gate.grants.revoked(agent.chain.ids) == {agent.chain.id}
+    finally:
+        gate.close()
+
+
+class _RevokedMeanwhile(GatewayGate):
+    """Another process (``agentgate grant revoke``) revokes the caller's grant while the gateway
+    checks the approval: after the authority's decision, before the allow is recorded."""
+
+    path: Path
+    victim: str | None = None
+
+    def _approval_complete(self, approval: Any, request: Mapping[str, Any], verdict: Any) -> Any:
+        if self.victim is not None:
+            with SQLiteStore(self.path) as other:
+                repo = GrantRepository(other)
+                revoke(repo, self.victim)
+                repo.close()
+        return super()._approval_complete(approval, request, verdict)
+
+
+def test_a_gated_gateway_call_is_not_allowed_after_its_grant_was_revoked(tmp_path: Path) -> None:
+    keys = {n: SigningKey.generate() for n in ("root", "agent", "lead")}
+    policy = parse_policy(R29_POLICY.format(**{n: k.did for n, k in keys.items()}), source="p.yaml")
+    _RevokedMeanwhile.path = tmp_path / "agentgate.db"
+    gate = _RevokedMeanwhile(policy, SQLiteStore(_RevokedMeanwhile.path))
+    try:
+        agent = gate.issue(keys["root"], name="agent", key=keys["agent"], role="chat")
+        body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 10}
+        call = chat_call(body)
+
+        def send(approval: str | None = None) -> Any:
+            inv = Invocation.sign(agent.key, agent.chain, call)
+            return gate.authorize_invocation(agent.chain.token, inv.encode(), call, (5, 10), approval)
+
+        asked = send()
+        assert asked.auth.needs_approval
+        approval = json.dumps(Approval.sign(asked.auth.approval_payload(), keys["lead"]).to_dict())
+        gate.victim = agent.chain.id
+        answered = send(approval)
+        gate.flush()
+        kinds = [e.kind for e in gate.audit.entries()]
+        # The revocation returned before the allow was written: the log shows an allow, over a
+        # revoked grant, after the revocation took effect, and the model call runs.
+        assert not answered.allowed, kinds
+        assert (answered.status, answered.code) == (401, "revoked")
+        assert kinds[-1] == "deny"
     finally:
         gate.close()

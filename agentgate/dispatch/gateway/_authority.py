@@ -229,7 +229,26 @@ class GatewayGate(Gate):
             )
             self._refusal_span(asked)  # the call waits for a person: it shows in the trace too
             return GatewayDecision(asked, 403, "approval_required")
-        answer = self._allow(decision, verdict, identity, call, tokens, approved, request, None)
+        # The decision above read revocation outside this transaction, and a person's approval
+        # may have taken long: a grant revoked since (by another process) must stop the call, so
+        # revocation is read again in the transaction that records the allow.
+        with self._decision_transaction() as tx:
+            with self.grants.within(tx):
+                revoked = self.grants.revoked(identity.chain.ids)
+            if revoked:
+                which = next(i for i, grant in enumerate(identity.chain.ids) if grant in revoked)
+                finding = Finding(
+                    kind=FindingKind.NON_REVOCABLE_GRANT,
+                    code="revoked",
+                    message=f"link {which} of this chain was revoked while the call waited for its "
+                    "approval; every grant below a revoked grant is dead",
+                )
+                refused = Authorization(
+                    Verdict.DENY, call, identity, (finding.message,), (finding,), decision=decision
+                )
+                answer = GatewayDecision(self._write_refusal(refused, tx), 401, "revoked")
+            else:
+                answer = self._allow(decision, verdict, identity, call, tokens, approved, request, tx)
         if not answer.allowed:
             self._refusal_span(answer.auth)
         return answer
