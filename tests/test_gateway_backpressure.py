@@ -181,7 +181,7 @@ def test_gated_stream_reads_the_backend_only_a_bounded_way_ahead_of_its_caller(t
                 closed.set()
 
         async def scenario() -> None:
-            stream = gate.gated_stream(decision.auth, backend(), (10, 100))
+            stream = gate.gated_stream(decision.auth, backend())
             assert (await anext(stream)).content == "x"
             for _ in range(50):  # the caller does not read; the backend reader gets every chance
                 await asyncio.sleep(0)

@@ -326,15 +326,13 @@ class Gateway:
         route = self._route(tenant, priority_of(body))
         headers = {"X-Agentgate-Audit-Index": str(decision.auth.audit_index)}
         if body.get("stream"):
-            stream = await self._stream(
-                decision, payload, route, (prompt, max_tokens), headers, request.scope
-            )
+            stream = await self._stream(decision, payload, route, headers, request.scope)
             return stream, True
         try:
             result = await self.gate.arun(
                 decision.auth,
                 lambda: self._backend_call(payload, route, request.scope),
-                spent=lambda result: _spent(result, (prompt, max_tokens)),
+                spent=_spent,
             )
         except CallerGone:
             # Nobody to answer: the connection is closed, so this goes nowhere (nginx's 499).
@@ -409,7 +407,6 @@ class Gateway:
         decision: GatewayDecision,
         payload: Mapping[str, Any],
         route: Mapping[str, Any],
-        reserved: tuple[int, int],
         headers: dict[str, str],
         scope: Scope,
     ) -> Response:
@@ -423,7 +420,6 @@ class Gateway:
         chunks = self.gate.gated_stream(
             decision.auth,
             self.dispatcher.stream(payload, **route),
-            reserved,
             left=lambda: _left_reason(scope, handler),
         )
         # Wait for the first chunk before answering, so that a call no backend can take gets an
@@ -630,10 +626,11 @@ class _Cut:
     caller_gone: bool
 
 
-def _spent(result: ChatResult | _Cut, reserved: tuple[int, int]) -> tuple[int, int]:
-    """What an answered call is charged: the usage the backend reported, or the whole reservation
-    ``reserved`` (prompt, max output) when the answer reports no completion token count (the
-    output went out; the gateway never charges less than may have been used).
+def _spent(result: ChatResult | _Cut) -> tuple[int, int] | None:
+    """What an answered call is charged: the usage the backend reported, or ``None`` when the
+    answer reports no completion token count: ``Gate`` then charges the whole reservation
+    (prompt, max output) and its outcome says so (the output went out; the gateway never charges
+    less than may have been used, nor reports a usage no backend reported).
 
     Raises ``CallerGone`` for a call whose caller left, ``GatewayStopped`` for one the server's
     shutdown cut (``_Cut``): ``Gate.arun`` then settles it as an ``error`` charged its
@@ -645,7 +642,7 @@ def _spent(result: ChatResult | _Cut, reserved: tuple[int, int]) -> tuple[int, i
         raise GatewayStopped("the gateway stopped during the call; the backend request was cancelled")
     usage = result.body.get("usage")
     if not isinstance(usage, Mapping) or usage.get("completion_tokens") is None:
-        return reserved
+        return None
     return result.usage.prompt_tokens, result.usage.completion_tokens
 
 

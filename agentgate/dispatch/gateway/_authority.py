@@ -28,9 +28,10 @@ from agentgate.audit.spans import record_outcome, record_usage
 from agentgate.authority import Chain, Decision, Invocation, parse_chain
 from agentgate.capabilities import Call
 from agentgate.dispatch.backends import ChatChunk
-from agentgate.errors import TokenFormatError
+from agentgate.errors import BackendFailed, NoBackend, TokenFormatError
 from agentgate.findings import Finding, FindingKind
-from agentgate.gate import AgentIdentity, Approval, Authorization, Gate, Verdict
+from agentgate.gate import MAX_ERROR_DETAIL, AgentIdentity, Approval, Authorization, Gate, Verdict
+from agentgate.gate._outcomes import USAGE_UNREAD
 from agentgate.keys import PublicKey, SigningKey
 from agentgate.policy import Outcome, Policy, PolicyDecision
 from agentgate.store import Store, Transaction
@@ -287,17 +288,16 @@ class GatewayGate(Gate):
         self,
         auth: Authorization,
         chunks: AsyncIterator[ChatChunk],
-        reserved: tuple[int, int],
         *,
         left: Callable[[], str | None] | None = None,
     ) -> AsyncGenerator[ChatChunk, None]:
         """Pass a streamed answer through for an allowed call, in its span, then settle its budget.
 
-        The usage the backend reports is charged. A stream that ends after delivering output but
-        without usage (cut by the backend, or by the caller going away) is charged its whole
-        reservation ``reserved`` (prompt, max output): the gateway cannot know how much was
-        generated, and never charges less than may have been used. One that delivered nothing is
-        released. Raises ``Denied`` for an authorization that is not an allow, and re-raises what
+        The usage the backend reports is charged. A stream that ends without usage is charged its
+        whole reservation (prompt, max output), and its outcome says so: the gateway cannot know
+        how much was generated, and never charges less than may have been used; the span carries
+        no usage then. One cut (by the backend, or by the caller going away) before it delivered
+        anything is released. Raises ``Denied`` for an authorization that is not an allow, and re-raises what
         ``chunks`` raises, after recording it.
 
         The backend stream is read by a task of its own, so that the call's span is entered and
@@ -311,7 +311,7 @@ class GatewayGate(Gate):
         """
         self._check_allowed(auth)
         queue: asyncio.Queue[ChatChunk | BaseException | None] = asyncio.Queue(STREAM_AHEAD)
-        pump = asyncio.create_task(self._pump(auth, chunks, reserved, queue, left))
+        pump = asyncio.create_task(self._pump(auth, chunks, queue, left))
         try:
             while (item := await queue.get()) is not None:
                 if isinstance(item, BaseException):
@@ -327,7 +327,6 @@ class GatewayGate(Gate):
         self,
         auth: Authorization,
         chunks: AsyncIterator[ChatChunk],
-        reserved: tuple[int, int],
         queue: asyncio.Queue[ChatChunk | BaseException | None],
         left: Callable[[], str | None] | None,
     ) -> None:
@@ -344,6 +343,8 @@ class GatewayGate(Gate):
                     await queue.put(chunk)  # waits while the caller is STREAM_AHEAD chunks behind
             except Exception as exc:
                 error = type(exc).__name__
+                if isinstance(exc, NoBackend | BackendFailed) and str(exc):
+                    error = f"{error}: {str(exc)[:MAX_ERROR_DETAIL]}"  # why, as ``Gate`` keeps it
                 last = exc
             except BaseException as exc:  # cancelled: the caller is gone, nobody reads the queue
                 error = (left() if left is not None else None) or type(exc).__name__
@@ -351,10 +352,10 @@ class GatewayGate(Gate):
             finally:
                 if isinstance(chunks, AsyncGenerator):
                     await chunks.aclose()  # closes the backend request now, not at garbage collection
-                if usage is None and delivered:
-                    usage = reserved
-                if usage is not None:
+                if usage is not None:  # only what the backend reported is the call's usage
                     record_usage(span, *usage)
+                elif delivered and error is not None:  # cut after output: charged as reserved
+                    usage = USAGE_UNREAD
                 if span.is_recording():
                     record_outcome(span, "ok" if error is None else "error", error_type=error)
                 self._settle(auth, "ok" if error is None else "error", error, usage)
