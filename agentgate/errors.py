@@ -97,6 +97,8 @@ class AuthorityError(AgentGateError):
     """
 
     finding: object | None = None
+    audit_index: int | None = None
+    """The audit entry that recorded this refusal, when one did (``Gate.delegate``)."""
 
 
 class Denied(AuthorityError):

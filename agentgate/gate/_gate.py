@@ -389,10 +389,11 @@ class Gate:
         caps = [c if isinstance(c, Capability) else Capability.parse(c) for c in capabilities]
         resource = f"agent:{name}"
         if parent is None:
-            self.audit.append(
+            refused = Denied("no identity in the run context: there is no grant to delegate from")
+            refused.audit_index = self.audit.append(
                 {"kind": "deny", "principal": "unknown", "resource": resource, "reasons": ["no_chain"]}
             )
-            raise Denied("no identity in the run context: there is no grant to delegate from")
+            raise refused
         tip = parent.chain.tip
         seconds = max(1, min(int(ttl.total_seconds()), tip.expires - int(time.time())))
         try:
@@ -415,7 +416,7 @@ class Gate:
             )
         except AuthorityError as exc:
             reasons = [str(exc), *(f"{f.kind}:{f.code}" for f in findings_of(exc))]
-            self.audit.append(
+            exc.audit_index = self.audit.append(
                 {
                     "kind": "deny",
                     "principal": parent.did,

@@ -60,7 +60,15 @@ from pydantic import Field
 
 from agentgate.audit.spans import execute_tool_span, invoke_agent_span, record_decision
 from agentgate.capabilities import Call, Capability
-from agentgate.errors import AgentGateError, BackendFailed, Denied, Expired, InputError, Revoked
+from agentgate.errors import (
+    AgentGateError,
+    AuthorityError,
+    BackendFailed,
+    Denied,
+    Expired,
+    InputError,
+    Revoked,
+)
 from agentgate.gate import AgentIdentity, Approval, Authorization, Gate, Verdict
 from agentgate.keys import SigningKey
 from agentgate.tasks import settled
@@ -681,15 +689,13 @@ def delegation_tool(
     # span, under which the sub-agent's own calls nest (a trace shows who asked whom).
     def run(task: str, runtime: ToolRuntime[Any, Any]) -> str:
         with execute_tool_span(f"ask_{name}", call_id=runtime.tool_call_id, tracer=gate.tracer) as span:
-            child = _delegate(runtime)
-            _delegated(span, child)
+            child = _delegated(span, _delegate, runtime)
             with invoke_agent_span(name, agent_id=child.did, tracer=gate.tracer):
                 return _answer(agent.invoke({"messages": [HumanMessage(content=task)]}, context=child))
 
     async def arun(task: str, runtime: ToolRuntime[Any, Any]) -> str:
         with execute_tool_span(f"ask_{name}", call_id=runtime.tool_call_id, tracer=gate.tracer) as span:
-            child = await gate.to_thread(_delegate, runtime)
-            _delegated(span, child)
+            child = await gate.to_thread(_delegated, span, _delegate, runtime)
             with invoke_agent_span(name, agent_id=child.did, tracer=gate.tracer):
                 return _answer(await agent.ainvoke({"messages": [HumanMessage(content=task)]}, context=child))
 
@@ -703,7 +709,17 @@ def delegation_tool(
     return tool
 
 
-def _delegated(span: Span, child: AgentIdentity) -> None:
+def _delegated(
+    span: Span, delegate: Callable[[ToolRuntime[Any, Any]], AgentIdentity], runtime: ToolRuntime[Any, Any]
+) -> AgentIdentity:
+    """``delegate(runtime)``, its decision on the delegation's span: the grant made, or the
+    refusal, each with the index of the audit entry that recorded it."""
+    try:
+        child = delegate(runtime)
+    except AuthorityError as exc:
+        if span.is_recording():
+            record_decision(span, "deny", audit_index=exc.audit_index, reason=str(exc)[:200])
+        raise
     if span.is_recording():
         record_decision(
             span,
@@ -712,6 +728,7 @@ def _delegated(span: Span, child: AgentIdentity) -> None:
             chain_depth=len(child.chain.links),
             audit_index=child.audit_index,
         )
+    return child
 
 
 class DispatchedChatModel(BaseChatModel):
