@@ -4,7 +4,8 @@ A bucket holds up to ``burst`` tokens and refills at ``rate`` tokens per second.
 request debits its cost (prompt + maximum output tokens) whether or not the bucket holds enough:
 the router is work-conserving and lets a tenant borrow idle capacity. Only when the pool cannot
 meet a request's SLO does the balance matter: tenants in debt are shed first, with a
-``Retry-After`` equal to the time their bucket needs to pay for the request. The balance never
+``Retry-After`` equal to the time their bucket needs to pay for the request (to fill up, for a
+request costing more than the burst). The balance never
 falls below ``-burst``, so a tenant's debt, and its wait, stay bounded.
 """
 
@@ -52,9 +53,11 @@ class TokenBucket:
             self.updated = now
 
     def can_pay(self, cost: float, now: float) -> bool:
-        """True if the balance covers ``cost`` now."""
+        """True if the balance covers ``cost`` now; a cost over the burst, which no balance can
+        cover, is covered by a full bucket (else a tenant could never be served such a call
+        under overload, however long it waited: ``seconds_until`` counts the same way)."""
         self._refill(now)
-        return self.tokens >= cost
+        return self.tokens >= min(cost, self.quota.burst_tokens)
 
     def debit(self, cost: float, now: float) -> None:
         """Take ``cost`` tokens; the balance may go negative, never below ``-burst``."""
