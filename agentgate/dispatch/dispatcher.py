@@ -1,12 +1,12 @@
 """The dispatcher: routes each model call, sends it, and fails over when a backend fails.
 
 It owns the pooled HTTP clients (``aiohttp`` for chat calls, the faster of the two there;
-``httpx`` for scrapes and probes), one ``BackendClient`` per inventory backend and two background
-loops: a metrics scraper (every ``scrape_interval_s``; a backend whose metrics cannot be read is
-simply left to the router's in-flight accounting once its last scrape is stale) and a health
-prober (every ``health_interval_s``; a backend that fails its probe, or a request, is marked down
-at once and skipped by the router; it is used again once it passes a probe after
-``cooldown_s``). A call that fails before it has produced any output is retried on another
+``httpx`` for scrapes and probes), one ``BackendClient`` per inventory backend and, for each
+backend, two background loops (so that a backend whose probe hangs delays no other's): a
+metrics scraper (every ``scrape_interval_s``; a backend whose metrics cannot be read is simply
+left to the router's in-flight accounting once its last scrape is stale) and a health prober
+(every ``health_interval_s``; a backend that fails its probe, or a request, is marked down at
+once and skipped by the router; it is used again once it passes a probe after ``cooldown_s``). A call that fails before it has produced any output is retried on another
 backend, at most ``max_attempts`` times in all; when every usable backend is marked down the
 call waits up to ``recovery_wait_s`` for one to come back before it fails with ``NoBackend``. A
 stream that fails after output has been delivered cannot be replayed transparently and ends
@@ -143,7 +143,17 @@ class Dispatcher:
             b.name: BackendClient(b, self._http, self.timeouts, session=self._session)
             for b in self.inventory.backends
         }
-        self._tasks = [asyncio.create_task(self._scrape_loop()), asyncio.create_task(self._health_loop())]
+        # One scrape loop and one health loop per backend: a backend whose probe hangs until
+        # ``probe_s`` must not hold back what the others' probes found (a round that waited for the
+        # slowest probe acted on every other backend's failure or recovery ``probe_s`` late).
+        self._tasks = [
+            *(
+                asyncio.create_task(self._scrape_loop(c))
+                for c in self.clients.values()
+                if c.backend.metrics_url is not None
+            ),
+            *(asyncio.create_task(self._health_loop(name)) for name in self.clients),
+        ]
 
     async def aclose(self) -> None:
         """Stop the loops and close every connection. Calls still in flight end with
@@ -363,39 +373,28 @@ class Dispatcher:
 
     # ``BackendClient.scrape`` and ``health`` turn every failure they know into ``BackendFailed``
     # and ``False``; the loops also survive one they do not (``return_exceptions``): a loop that
-    # stopped would leave every backend unprobed, and those marked down, down for good.
+    # stopped would leave its backend unprobed and, marked down, down for good.
 
-    async def _scrape_loop(self) -> None:
+    async def _scrape_loop(self, client: BackendClient) -> None:
         while True:
-            await asyncio.gather(
-                *(self._scrape(c) for c in self.clients.values() if c.backend.metrics_url is not None),
-                return_exceptions=True,
-            )
+            await asyncio.gather(self._scrape(client), return_exceptions=True)
             await asyncio.sleep(self.scrape_interval_s)
 
     async def _scrape(self, client: BackendClient) -> None:
         with contextlib.suppress(BackendFailed):
             self.router.observe(client.backend.name, await client.scrape(self.clock()))
 
-    async def _health_loop(self) -> None:
+    async def _health_loop(self, name: str) -> None:
         while True:
-            names = list(self.clients)
-            results = await asyncio.gather(
-                *(
-                    self._credentials_probe(n) if n in self._rejected else self.clients[n].health()
-                    for n in names
-                ),
-                return_exceptions=True,
-            )
-            now = self.clock()
-            for name, ok in zip(names, results, strict=True):
-                if ok is not True:
-                    self._mark_down(name)
-                elif name in self._down_since and now - self._down_since[name] >= self._cooldown(name):
-                    del self._down_since[name]
-                    self._rejected.discard(name)
-                    self.router.mark_up(name)
-                    self._slot_freed()
+            probe = self._credentials_probe(name) if name in self._rejected else self.clients[name].health()
+            (ok,) = await asyncio.gather(probe, return_exceptions=True)
+            if ok is not True:
+                self._mark_down(name)
+            elif name in self._down_since and self.clock() - self._down_since[name] >= self._cooldown(name):
+                del self._down_since[name]
+                self._rejected.discard(name)
+                self.router.mark_up(name)
+                self._slot_freed()
             await asyncio.sleep(self.health_interval_s)
 
     async def _credentials_probe(self, backend: str) -> bool:
