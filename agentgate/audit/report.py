@@ -2,14 +2,17 @@
 
 One file, no external assets (inline CSS and SVG, no scripts): whether the log verified, the
 checkpoint it was made at, the delegation picture the entries hold (which principals acted on
-which grant chain tips), a decision timeline, and the budget burn-down per principal (cumulative
-committed spend, from the ``spend`` and ``outcome`` entries, in minor units). Made in one pass
-over the entries: charts keep at most one point per pixel, the table the newest 500 entries.
+which grant chain tips), a decision timeline, the budget burn-down per principal (cumulative
+committed spend, from the ``spend`` and ``outcome`` entries, in minor units), and the allowed
+calls that have no outcome (still running, or their outcome was lost: their reservations are
+held). Made in one pass over the entries: charts keep at most one point per pixel, the table the
+newest 500 entries.
 """
 
 from __future__ import annotations
 
 import html
+import itertools
 from collections import defaultdict, deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -45,6 +48,9 @@ _TABLE_ROWS = 500
 """The newest entries listed in the table."""
 _MAX_TIPS = 200
 """Grant chain tips shown in the delegation picture; entries on others are counted."""
+_MAX_OPEN = 10_000
+"""Allowed calls without an outcome followed at once (each a few hundred bytes); past that the
+oldest is no longer followed, and counted."""
 
 
 @dataclass
@@ -66,6 +72,9 @@ class _Summary:
     tips: dict[str, set[str]] = field(default_factory=dict)
     other_tips: int = 0
     newest: deque[AuditEntry] = field(default_factory=lambda: deque(maxlen=_TABLE_ROWS))
+    # allow index -> (time, principal, resource, reserved) of allowed calls with no outcome yet
+    open_calls: dict[int, tuple[str, str, str, int]] = field(default_factory=dict)
+    unfollowed: int = 0
 
     def add(self, entry: AuditEntry) -> None:
         self.count += 1
@@ -94,6 +103,18 @@ class _Summary:
         else:
             self.other_tips += 1
         self.newest.append(entry)
+        if entry.kind == "allow" and not (entry.resource or "").startswith("agent:"):  # not a grant
+            self.open_calls[entry.index] = (
+                entry.time,
+                entry.principal,
+                entry.resource or "",
+                entry.budget_delta,
+            )
+            if len(self.open_calls) > _MAX_OPEN:
+                del self.open_calls[next(iter(self.open_calls))]
+                self.unfollowed += 1
+        elif entry.kind == "outcome" and entry.ref is not None:
+            self.open_calls.pop(entry.ref, None)
 
     def _widen(self) -> None:
         self.stride *= 2
@@ -173,6 +194,39 @@ def _delegation(summary: _Summary) -> str:
     )
 
 
+def _open_calls(summary: _Summary) -> str:
+    if not summary.open_calls and not summary.unfollowed:
+        return "<p>Every allowed call has its outcome.</p>"
+    held = sum(reserved for *_rest, reserved in summary.open_calls.values())
+    unfollowed = (
+        f" ({summary.unfollowed} older allowed calls were not followed to their outcome: "
+        "the page follows the newest 10,000 without one)"
+        if summary.unfollowed
+        else ""
+    )
+    rows = "".join(
+        f"<tr><td>{index}</td><td>{_e(time)}</td><td><code>{_e(principal)}</code></td>"
+        f"<td>{_e(resource)}</td><td>{reserved}</td></tr>"
+        for index, (time, principal, resource, reserved) in itertools.islice(
+            summary.open_calls.items(), _TABLE_ROWS
+        )
+    )
+    more = (
+        f"<p>and {len(summary.open_calls) - _TABLE_ROWS} more.</p>"
+        if len(summary.open_calls) > _TABLE_ROWS
+        else ""
+    )
+    return (
+        f"<p>{len(summary.open_calls)} allowed calls have no outcome{unfollowed}: still running when "
+        "the page was made, or their outcome was lost (their process stopped before it was written). "
+        f"Each holds its reservation ({held} in all, each in its caller's own budget unit) until it "
+        "is settled; <code>agentgate audit explain INDEX</code> shows one, <code>agentgate tasks "
+        "unsettled</code> lists those of tools that must run once.</p>"
+        "<table><tr><th>#</th><th>time</th><th>principal</th><th>resource</th><th>reserved</th></tr>"
+        f"{rows}</table>{more}"
+    )
+
+
 def _verification(problems: Sequence[str] | None) -> str:
     if problems is None:
         return "<p>The log was not verified for this page (run <code>agentgate audit verify</code>).</p>"
@@ -217,9 +271,11 @@ def render_report(
         f"<style>{_STYLE}</style></head><body><h1>agentgate audit report</h1>"
         f"{_verification(problems)}"
         f"<p>{summary.count} entries; {head}</p><ul>{kinds}</ul>"
+        f"<p>{len(summary.open_calls)} allowed calls without an outcome (below).</p>"
         f"<h2>Delegation</h2>{_delegation(summary)}"
         f"<h2>Decision timeline</h2>{_timeline(summary)}"
         f"<h2>Budget burn-down per principal</h2>{_burn_down(summary)}"
+        f"<h2>Allowed calls without an outcome</h2>{_open_calls(summary)}"
         "<h2>Latest entries</h2><table><tr><th>#</th><th>time</th><th>kind</th><th>principal</th>"
         f"<th>resource</th><th>budget</th><th>reasons</th></tr>{rows}</table></body></html>\n"
     )
