@@ -148,6 +148,9 @@ class Broker:
         self._outbox: list[BrokerEvent] = []
         self._dirty = False
         self._lock = threading.RLock()
+        self._largest: dict[tuple[str, str | None, float, str | None], int] = {}
+        """(level, GPU type, memory, constraint level) -> GPUs of the largest group a gang with
+        those filters could ever be placed in as one group at that level (``_local_possible``)."""
 
     # --- public calls ------------------------------------------------------------------------
 
@@ -377,6 +380,35 @@ class Broker:
             if n > count:
                 raise BrokerError(f"request {request.id!r}: {n} GPUs but only {count} match its filters")
 
+    def _local_possible(self, request: GangRequest) -> bool:
+        """Whether some group at a level ``request`` prefers (before the locality wait) could ever
+        hold it whole. A gang larger than every NVLink domain can never be inside one: waiting
+        for one would hold it back with the GPUs free (for ever with ``locality_wait_s=inf``), so
+        it is placed as after the locality wait."""
+        for level in levels_to_try(request, loosen=False):
+            if level is None:
+                return True
+            constraint = None if request.topology is None else request.topology.level
+            key = (level, request.gpu_type, request.min_memory_gb, constraint)
+            largest = self._largest.get(key)
+            if largest is None:
+                eligible = eligibility(request, self.topology)
+                allowed = nested(request, self.topology, level)
+                largest = max(
+                    (
+                        sum(1 for i in members if eligible is None or eligible(i))
+                        for g, members in enumerate(self.topology.members[level])
+                        if allowed is None or allowed[g]
+                    ),
+                    default=0,
+                )
+                if len(self._largest) >= 1024:  # filters are the callers' to choose: keep it bounded
+                    self._largest.clear()
+                self._largest[key] = largest
+            if largest >= request.gpus:
+                return True
+        return False
+
     def _ttl(self, request: GangRequest) -> float:
         return self.ttl_s if request.ttl_s is None else request.ttl_s
 
@@ -406,7 +438,7 @@ class Broker:
             if w.nominated:
                 continue
             request = w.request
-            loosen = now - w.submitted_at >= self.locality_wait_s
+            loosen = now - w.submitted_at >= self.locality_wait_s or not self._local_possible(request)
             if self._quota.fits(request.tenant, request.gpus):
                 chosen = self.policy.place(request, self._free, loosen=loosen)
                 if chosen is not None:

@@ -8,7 +8,8 @@ decision looks at groups (125 NVLink domains for 1,000 GPUs), never at every GPU
 * a gang is placed inside one group at the innermost level it asks for, else at the next level
   out (with a constraint, a group at an inner level counts only when it lies inside one group at
   the constraint's level: an NVLink domain may span nodes), and spreads over the whole cluster only when its constraint is preferred (not required)
-  and, for a communication-bound gang, only once the broker's locality wait is over;
+  and, for a communication-bound gang, only once the broker's locality wait is over (the broker
+  passes ``loosen`` at once for a gang that no group of the levels it prefers could ever hold);
 * inside a level, the group chosen is the best fit: the one with the fewest free GPUs that still
   holds the gang, so that whole NVLink domains stay free for the gangs that need them;
 * a gang that may spread fills the most fragmented domains first (fewest free GPUs), unless it
