@@ -417,3 +417,38 @@ def test_a_revocation_is_recorded_whatever_its_free_text_reason_holds(store: Sto
         (stored,) = store.query("SELECT reason FROM agentgate_revocations WHERE grant_id = ?", (chain.id,))
         assert stored[0] == reason.encode("utf-8", "backslashreplace").decode().replace("\x00", "\\x00")
     repo.close()
+
+
+@pytest.mark.postgres
+def test_a_host_whose_clock_runs_ahead_cannot_prune_the_nonces_other_hosts_still_need(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every 1,024th nonce prunes those of invocations that expired over an hour ago, by the
+    pruning host's clock: one host sharing the PostgreSQL store with its clock two hours ahead
+    deleted every live nonce of the other hosts, which then accepted a replay. Pruning now takes
+    the earlier of its own clock and the database server's."""
+    import agentgate.store.grants as grants_module
+    from agentgate.store._postgres import PostgresStore
+
+    honest_store, fast_store = PostgresStore(postgres_url), PostgresStore(postgres_url)
+    honest, fast = GrantRepository(honest_store), GrantRepository(fast_store)
+    live = int(time.time()) + 60
+    assert honest.consume_nonce("did:key:zAlice", "live", live, ["root"]) == "fresh"
+
+    class _TwoHoursAhead:  # the fast host's clock
+        @staticmethod
+        def time() -> float:
+            return time.time() + 7200
+
+    monkeypatch.setattr(grants_module, "time", _TwoHoursAhead)
+    ahead = int(_TwoHoursAhead.time())
+    for i in range(1024):  # invocations its own callers (as fast) signed: allowed there
+        assert fast.consume_nonce("did:key:zBob", f"n{i}", ahead + 60, ["root"]) == "fresh"
+    with fast_store.transaction() as tx, fast.within(tx):  # as its gateway decides: in a decision's tx
+        for i in range(1024):
+            assert fast.consume_nonce("did:key:zBob", f"m{i}", ahead + 60, ["root"]) == "fresh"
+    monkeypatch.undo()
+    assert honest.consume_nonce("did:key:zAlice", "live", live, ["root"]) == "replay"
+    for repo, opened in ((honest, honest_store), (fast, fast_store)):
+        repo.close()
+        opened.close()

@@ -142,6 +142,16 @@ def _prune_before() -> int:
     return int(time.time()) - 3600
 
 
+_PRUNE_SQL: dict[Dialect, str] = {
+    "sqlite": "DELETE FROM agentgate_nonces WHERE expires < ?",
+    # The earlier of this host's clock and the database server's: several hosts share one nonce
+    # table, and one whose clock runs over an hour ahead would otherwise delete the nonces of
+    # invocations the others still accept (a replay to any of them). A SQLite file has one host.
+    "postgresql": "DELETE FROM agentgate_nonces WHERE expires < "
+    "LEAST(CAST(? AS BIGINT), CAST(EXTRACT(EPOCH FROM statement_timestamp()) AS BIGINT) - 3600)",
+}
+
+
 class GrantRepository:
     """Persistence of the authority engine. Thread-safe; every failure is a ``StoreError``."""
 
@@ -280,7 +290,7 @@ class GrantRepository:
                 bound.execute(sql, params)
                 changed = bound.rowcount
                 if next(self._consumed) % _PRUNE_EVERY == 0:
-                    bound.execute("DELETE FROM agentgate_nonces WHERE expires < ?", (_prune_before(),))
+                    bound.execute(_PRUNE_SQL[self.store.dialect], (_prune_before(),))
             except (sqlite3.Error, psycopg.Error) as exc:
                 raise StoreError(f"cannot record the invocation nonce: {exc}") from exc
         elif hot is not None:
@@ -288,13 +298,14 @@ class GrantRepository:
                 try:
                     changed = hot.execute(sql, params).rowcount
                     if next(self._consumed) % _PRUNE_EVERY == 0:
-                        hot.execute("DELETE FROM agentgate_nonces WHERE expires < ?", (_prune_before(),))
+                        hot.execute(_PRUNE_SQL["sqlite"], (_prune_before(),))
                 except sqlite3.Error as exc:
                     raise StoreError(f"cannot record the invocation nonce: {exc}") from exc
         elif self._pool is not None:
             changed = self._consume_pg(params, len(grant_ids))
             if next(self._consumed) % _PRUNE_EVERY == 0:
-                self.prune_nonces(_prune_before())
+                with self.store.transaction() as tx:
+                    tx.execute(_PRUNE_SQL["postgresql"], (_prune_before(),))
         else:
             with self.store.transaction(immediate=False) as tx:
                 if not self.durable_nonces:
@@ -302,7 +313,7 @@ class GrantRepository:
                 tx.execute(sql, params)
                 changed = tx.rowcount
                 if next(self._consumed) % _PRUNE_EVERY == 0:
-                    tx.execute("DELETE FROM agentgate_nonces WHERE expires < ?", (_prune_before(),))
+                    tx.execute(_PRUNE_SQL[self.store.dialect], (_prune_before(),))
         if changed == 1:
             return "fresh"
         return "revoked" if self.revoked(grant_ids) else "replay"
