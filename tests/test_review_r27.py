@@ -816,3 +816,31 @@ def test_every_rfc6962_vector_through_the_public_proof_api() -> None:
         else:
             check()
     assert built >= 10
+
+
+def test_the_report_does_not_call_a_lease_renewal_a_call_without_outcome(tmp_path: Path) -> None:
+    """A GPU lease renewal is decided (an ``allow``) but has no outcome of its own: the lease's
+    outcomes refer to its first decision. The report must not list it as a lost call."""
+    from test_broker_gated import Setup
+
+    from agentgate.dispatch.broker import GangRequest
+
+    setup = Setup(tmp_path)
+    try:
+        setup.gated.submit(setup.ids["trainer"], GangRequest("ft-1", "x", 8, gpu_type="H100"))
+        setup.clock.now += 30
+        setup.gated.renew(setup.ids["trainer"], "ft-1")
+        setup.gated.release(setup.ids["trainer"], "ft-1")
+        setup.gate.flush()
+        entries = [e for e in setup.gate.audit.entries() if e.resource == "gpu:h100"]
+        assert [(e.kind, e.status) for e in entries] == [
+            ("allow", None),
+            ("outcome", "lease_granted"),
+            ("allow", None),
+            ("outcome", "lease_released"),
+        ]
+        assert {e.ref for e in entries if e.kind == "outcome"} == {entries[0].index}
+        page = render_report(setup.gate.audit.entries(), None, ())
+    finally:
+        setup.gate.close()
+    assert "Every allowed call has its outcome." in page

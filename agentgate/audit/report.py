@@ -4,8 +4,8 @@ One file, no external assets (inline CSS and SVG, no scripts): whether the log v
 checkpoint it was made at, the delegation picture the entries hold (which principals acted on
 which grant chain tips), a decision timeline, the budget burn-down per principal (cumulative
 committed spend, from the ``spend`` and ``outcome`` entries, in minor units), and the allowed
-calls that have no outcome (still running, or their outcome was lost: their reservations are
-held). Made in one pass over the entries: charts keep at most one point per pixel, the table the
+tool and model calls that have no outcome (still running, or their outcome was lost: their
+reservations are held). Made in one pass over the entries: charts keep at most one point per pixel, the table the
 newest 500 entries.
 """
 
@@ -103,7 +103,9 @@ class _Summary:
         else:
             self.other_tips += 1
         self.newest.append(entry)
-        if entry.kind == "allow" and not (entry.resource or "").startswith("agent:"):  # not a grant
+        # Grants have no outcome, and neither has a GPU lease's renewal (its lease's outcomes
+        # refer to the lease's first decision), which the entry does not tell from a request.
+        if entry.kind == "allow" and not (entry.resource or "").startswith(("agent:", "gpu:")):
             self.open_calls[entry.index] = (
                 entry.time,
                 entry.principal,
@@ -221,7 +223,8 @@ def _open_calls(summary: _Summary) -> str:
         "the page was made, or their outcome was lost (their process stopped before it was written). "
         f"Each holds its reservation ({held} in all, each in its caller's own budget unit) until it "
         "is settled; <code>agentgate audit explain INDEX</code> shows one, <code>agentgate tasks "
-        "unsettled</code> lists those of tools that must run once.</p>"
+        "unsettled</code> lists those of tools that must run once. GPU lease decisions are not "
+        "followed here (a renewal's decision has no outcome of its own).</p>"
         "<table><tr><th>#</th><th>time</th><th>principal</th><th>resource</th><th>reserved</th></tr>"
         f"{rows}</table>{more}"
     )
