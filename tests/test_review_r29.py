@@ -184,6 +184,28 @@ def test_validity_boundaries_to_the_millisecond_for_signed_and_held_decisions(st
     repo.close()
 
 
+def test_inspect_prints_the_same_times_in_every_time_zone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Token times are Unix seconds; ``grant inspect`` prints them in UTC whatever ``TZ`` says (a
+    DST change included: the grant spans the 2026-11-01 change in New York)."""
+    from agentgate.cli.main import main
+
+    monkeypatch.setenv("AGENTGATE_STORE", str(tmp_path / "agentgate.db"))
+    start = 1_793_505_600  # 2026-11-01T04:00:00Z: New York leaves daylight time at 06:00Z
+    chain = issue(ROOT, ALICE.did, ["tool:payments.refund"], ttl=86_400, now=start)
+    (tmp_path / "t.tok").write_text(chain.token + "\n")
+    shown = []
+    for zone in ("UTC", "America/New_York", "Asia/Kolkata", "Pacific/Chatham"):
+        monkeypatch.setenv("TZ", zone)
+        time.tzset()
+        assert main(["grant", "inspect", str(tmp_path / "t.tok")]) == 0
+        shown.append(capsys.readouterr().out)
+    monkeypatch.delenv("TZ")
+    time.tzset()
+    assert len(set(shown)) == 1 and "valid 2026-11-01T04:00:00Z → 2026-11-02T04:00:00Z" in shown[0]
+
+
 # --- what held: approvals used twice at once --------------------------------------------------------
 
 
