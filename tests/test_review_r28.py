@@ -38,7 +38,7 @@ from agentgate.dispatch.dispatcher import Dispatcher
 from agentgate.dispatch.inventory import Inventory
 from agentgate.dispatch.quota import TenantQuota as TokenQuota
 from agentgate.dispatch.router import Router, RouteRequest
-from agentgate.errors import Shed
+from agentgate.errors import NoBackend, Shed
 from agentgate.sim import LLAMA_8B_H100, LLAMA_8B_H200, LatencyModel, SimServer
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
@@ -454,3 +454,33 @@ async def test_a_hung_backend_does_not_slow_the_health_states_of_the_others(four
             await asyncio.sleep(0.01)
             assert time.monotonic() - healed < 0.8, "b0's passed probe was acted on only after b2's timed out"
         assert dispatcher.is_down("b2") and not dispatcher.is_down("b1")
+
+
+@pytest.mark.parametrize("case", ["unserved model", "not allowed"])
+async def test_a_call_no_backend_could_ever_serve_fails_at_once_while_another_backend_is_down(
+    four: list[SimServer], case: str
+) -> None:
+    """defect: "if every usable backend is down it waits up to ``recovery_wait_s`` (2 s) for one
+    to come back" (docs/dispatch.md). The dispatcher waited whenever any backend at all was
+    down, so a call for a model no backend serves, or one whose caller may use none of the
+    backends serving it, took ``recovery_wait_s`` to get its ``NoBackend`` while an unrelated
+    backend was down; no backend coming back could serve it. It now waits only while a backend
+    it could use is down."""
+    inv = _inventory(four[:2])
+    async with Dispatcher(inv, Router(inv), health_interval_s=0.05, recovery_wait_s=2.0) as dispatcher:
+        four[1].fault = "error"  # b1 fails its probes and stays down; b0 serves
+        while not dispatcher.is_down("b1"):
+            await asyncio.sleep(0.01)
+        payload = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+        route: dict[str, Any] = {}
+        if case == "unserved model":
+            payload["model"] = "no-such-model"
+        else:
+            route["allowed"] = lambda backend: backend.name == "nowhere"
+        started = time.monotonic()
+        with pytest.raises(NoBackend):
+            await dispatcher.chat(payload, **route)
+        assert time.monotonic() - started < 0.5
+        # A call for the model is served as before, by the backend that is up.
+        result = await dispatcher.chat({**payload, "model": MODEL})
+        assert result.backend == "b0"

@@ -303,8 +303,13 @@ class Dispatcher:
                 plan = self.router.route(request, self.clock(), allowed)
             except NoBackend as exc:
                 # Everything we may use is marked down: wait (bounded) for the health loop to
-                # bring one back rather than fail a call over a transient blip.
-                if self._down_since and self.clock() < recovery_deadline and not isinstance(exc, Shed):
+                # bring one back rather than fail a call over a transient blip. Only a backend
+                # this call could use is worth waiting for (not one of another model's).
+                if (
+                    not isinstance(exc, Shed)
+                    and self.clock() < recovery_deadline
+                    and self._could_come_back(request, allowed)
+                ):
                     await asyncio.sleep(self.health_interval_s)
                     continue
                 if errors:
@@ -327,6 +332,13 @@ class Dispatcher:
                     self._waiting.pop(request.id, None)
             else:
                 await asyncio.sleep(plan.wait_s)
+
+    def _could_come_back(self, request: RouteRequest, allowed: AllowedBackend | None) -> bool:
+        """Whether a backend that serves ``request``'s model and that ``allowed`` admits is down."""
+        return any(
+            b.name in self._down_since and (allowed is None or allowed(b))
+            for b in self.inventory.backends_serving(request.model)
+        )
 
     def _finished(self, request_id: str) -> None:
         """The request holds no slot any more: tell the router, and wake the calls waiting for one."""
