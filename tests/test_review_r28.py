@@ -484,3 +484,22 @@ async def test_a_call_no_backend_could_ever_serve_fails_at_once_while_another_ba
         # A call for the model is served as before, by the backend that is up.
         result = await dispatcher.chat({**payload, "model": MODEL})
         assert result.backend == "b0"
+
+
+async def test_the_router_counts_the_output_limit_the_backend_honours() -> None:
+    """defect: the dispatcher read a call's output limit as ``max_tokens``, else
+    ``max_completion_tokens``; OpenAI and vLLM (and the simulator, docs/simulation.md) honour
+    ``max_completion_tokens`` first. A call with ``max_tokens: 1, max_completion_tokens: 5000``
+    was routed and debited to its tenant's token bucket as one output token (a quota that bounds
+    nothing) while the backend generated up to 5,000. The limit is now read as the backend reads it."""
+    inv = inventory_from_mapping(
+        {"backends": [{"name": "b0", "url": "http://127.0.0.1:9", "engine": "vllm", "models": ["m"]}]}
+    )
+    async with Dispatcher(inv, Router(inv)) as dispatcher:
+        messages = [{"role": "user", "content": "hi"}]
+        both = {"model": "m", "messages": messages, "max_tokens": 1, "max_completion_tokens": 5000}
+        assert dispatcher.route_request(both).max_output_tokens == 5000
+        assert (
+            dispatcher.route_request({"model": "m", "messages": messages, "max_tokens": 7}).max_output_tokens
+            == 7
+        )

@@ -184,15 +184,17 @@ class Dispatcher:
         session: str | None = None,
         request_id: str | None = None,
     ) -> RouteRequest:
-        """The ``RouteRequest`` for an OpenAI chat payload; raises ``DispatchError`` if it is malformed
-        (no model or messages, a ``max_tokens`` that is no integer or over ``MAX_USAGE_TOKENS``)."""
+        """The ``RouteRequest`` for an OpenAI chat payload (its output limit: ``max_completion_tokens``,
+        else ``max_tokens``, else 256); raises ``DispatchError`` if it is malformed (no model or
+        messages, an output limit that is no integer or over ``MAX_USAGE_TOKENS``)."""
         messages = payload.get("messages")
         model = payload.get("model")
         if not isinstance(messages, list) or not messages or not isinstance(model, str):
             raise DispatchError("a chat call needs a model name and a non-empty list of messages")
         text = prompt_text(m for m in messages if isinstance(m, Mapping))
         try:
-            max_tokens = int(payload.get("max_tokens") or payload.get("max_completion_tokens") or 256)
+            # ``max_completion_tokens`` first, as OpenAI and vLLM read it: the limit the backend honours.
+            max_tokens = int(payload.get("max_completion_tokens") or payload.get("max_tokens") or 256)
         except (TypeError, ValueError, OverflowError):  # OverflowError: an infinite float
             raise DispatchError("max_tokens must be an integer") from None
         if max_tokens > MAX_USAGE_TOKENS:  # no backend generates that many; the router's floats overflow
