@@ -152,6 +152,69 @@ def test_revoking_by_id_a_grant_this_store_never_saw_kills_it_and_its_children(s
     repo.close()
 
 
+_GATE_DECIDER = textwrap.dedent(
+    """
+    import json, sys
+    from pathlib import Path
+    from agentgate.authority import parse_chain
+    from agentgate.capabilities import Call
+    from agentgate.gate import AgentIdentity, Gate
+    from agentgate.keys import SigningKey
+    from agentgate.policy import parse_policy
+    from agentgate.store import open_store
+
+    url, policy, token, flag, ready = sys.argv[1:6]
+    gate = Gate(parse_policy(Path(policy).read_text(), source="p.yaml"), open_store(url))
+    me = AgentIdentity("agent", SigningKey(bytes([42]) * 32), parse_chain(token))
+    out, after_flag = [], 0
+    while after_flag < 20:
+        after = Path(flag).exists()
+        auth = gate.authorize(me, Call.tool("search.web", {}))
+        out.append([after, auth.verdict, [f.code for f in auth.findings]])
+        after_flag += after
+        Path(ready).touch()
+    gate.close()
+    print(json.dumps(out))
+    """
+)
+
+
+def test_a_gate_in_another_process_refuses_from_the_decision_after_a_revoke_returned(
+    store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The Gate's own path (decision with the key in hand, revocation read in the decision's
+    transaction) in another process, while this one revokes through the grant repository as
+    ``agentgate grant revoke`` does: nothing allowed once the flag raised after the revoke is seen."""
+    from agentgate.gate import Gate
+    from agentgate.policy import parse_policy
+
+    text = _APPROVAL_POLICY.format(root=ROOT.did, agent=ALICE.did, lead=BOB.did)
+    text = text.replace("  payments.refund: {", "  search.web: {}\n  payments.refund: {").replace(
+        "      - resource: tool:payments.refund\n    ttl_s: 3600\n  lead:",
+        "      - resource: tool:payments.refund\n      - resource: tool:search.web\n    ttl_s: 3600\n  lead:",
+    )
+    (tmp_path / "policy.yaml").write_text(text)
+    monkeypatch.setenv("AGENTGATE_LOG_KEY", str(tmp_path / "log.key"))
+    gate = Gate(parse_policy(text, source="p.yaml"), store)
+    identity = gate.issue(ROOT, name="agent", key=ALICE, role="payer")
+    flag, ready = tmp_path / "revoked", tmp_path / "ready"
+    argv = [store.url, str(tmp_path / "policy.yaml"), identity.chain.token, str(flag), str(ready)]
+    worker = subprocess.Popen([sys.executable, "-c", _GATE_DECIDER, *argv], stdout=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not ready.exists():
+        assert time.monotonic() < deadline and worker.poll() is None
+        time.sleep(0.01)
+    repo = GrantRepository(store)
+    revoke(repo, identity.chain.id)
+    flag.touch()
+    seen = json.loads(worker.communicate(timeout=60)[0])
+    assert worker.returncode == 0
+    assert any(verdict == "allow" for after, verdict, _ in seen if not after)
+    assert all(verdict == "deny" and "revoked" in codes for after, verdict, codes in seen if after)
+    repo.close()
+    gate.close()
+
+
 # --- what held: clocks at the boundaries -------------------------------------------------------------
 
 
