@@ -143,7 +143,7 @@ def test_the_same_rule_holds_on_postgresql_and_sqlite(store: Store) -> None:
         assert not gate.authorize(agent, PAY, call_id="c1", run_id=RUN).allowed
         assert gate.authorize(agent, PAY, call_id="c2", run_id=RUN).allowed  # and never run
         (lost,) = gate.once.unsettled()
-        settle(gate.store, gate.audit, lost.key, ran=False, by="ops")
+        settle(gate.store, gate.audit, lost.key, ran=False, by="ops", min_age_s=0)
         assert gate.once.unsettled() == [] and gate.authorize(agent, PAY, call_id="c2", run_id=RUN).allowed
         assert gate.verify().ok
     finally:
@@ -212,7 +212,18 @@ def test_a_person_settles_a_call_whose_outcome_was_lost_and_it_is_audited(tmp_pa
     assert (row["state"], row["resource"], row["principal"]) == ("started", "tool:pay", agent.did)
     said = "--ran" if ran else "--not-run"
     code, out = _cli(
-        "tasks", "settle", row["key"], said, "--by", "alice", "--reason", "checked", "--store", str(path)
+        "tasks",
+        "settle",
+        row["key"],
+        said,
+        "--by",
+        "alice",
+        "--reason",
+        "checked",
+        "--store",
+        str(path),
+        "--older-than",
+        "0",
     )
     assert code == 0 and f"audit entry {row['allow_index']}" in out
     assert _cli("tasks", "unsettled", "--json", "--store", str(path)) == (0, "[]\n")

@@ -15,10 +15,20 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import httpx
+import pytest
 from langchain_core.tools import StructuredTool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.types import Command
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from test_gate_once import PAY, RUN, _cli
+from test_gate_once import _gate as _once_gate
+from test_gate_once import _new as _once_new
 from test_langgraph import NAMES, _calls, _entries, _policy_text, _tool_messages
+from test_review_r27 import LOG_SEED, _keys, _read, _reconcile
+from test_review_r27 import _policy_text as _r27_policy_text
 
 from agentgate.authority import GrantRepository, Invocation, revoke
 from agentgate.capabilities import Call
@@ -446,3 +456,191 @@ def test_a_gated_gateway_call_is_not_allowed_after_its_grant_was_revoked(tmp_pat
         assert kinds[-1] == "deny"
     finally:
         gate.close()
+
+
+# Review R27: evidence completeness
+
+
+@pytest.fixture
+def r27_gate(tmp_path: Path) -> Any:
+    made = Gate(
+        parse_policy(_r27_policy_text(), source="r27.yaml"),
+        SQLiteStore(tmp_path / "a.db"),
+        log_key=SigningKey(LOG_SEED),
+    )
+    yield made
+    made.close()
+
+
+def test_declining_an_approval_that_was_given_and_used_writes_no_contradicting_refusal(
+    r27_gate: Gate,
+) -> None:
+    gate = r27_gate
+    """``Gate.decline`` of a request whose approval was given, consumed, and whose call ran wrote
+    a ``deny`` 'approval declined' referring to the same ``approval_required`` entry as the
+    ``approval_given`` and the ``allow``: the log then says the request was both approved (the
+    call ran, outcome ok) and declined. A second decline wrote a second refusal of it."""
+    keys = _keys()
+    boss = gate.issue(keys["root"], name="boss", key=keys["boss"], role="boss")
+    call = Call.tool("transfer", {"to": "x"})
+    asked = gate.authorize(boss, call, call_id="t1")
+    approval = Approval.sign(dict(asked.request or {}), keys["dana"])
+    allowed = gate.authorize(boss, call, call_id="t1", approval=approval)
+    gate.run(allowed, lambda: "sent", call_id="t1")
+    with pytest.raises(Exception):  # noqa: B017 - an InputError is the fix proposed; any refusal will do
+        gate.decline(asked)
+    gate.flush()
+    entries = _read(gate.store)
+    refusals = [e for e in entries if e["kind"] == "deny" and e["ref"] == asked.audit_index]
+    assert refusals == [], "the log says this approved, used request was declined"
+
+
+def test_a_model_call_charged_as_reserved_says_so_in_its_outcome(r27_gate: Gate) -> None:
+    gate = r27_gate
+    """A model call that ran and reported no usage (``spent`` returns ``None``: a chat model
+    without usage metadata) is charged its whole reservation, as documented, but its ``outcome``
+    is a plain ``ok`` whose ``budget_delta`` reads as the tokens it used: an auditor cannot tell
+    the fallback from a measured usage. The outcome should say it (as the ``USAGE_UNREAD`` case
+    does: 'charged as reserved')."""
+    keys = _keys()
+    boss = gate.issue(keys["root"], name="boss", key=keys["boss"], role="boss")
+    auth = gate.authorize(boss, Call.model("scripted", {}), tokens=(100, 200))
+    gate.run(auth, lambda: "hi", spent=lambda _: None)
+    gate.flush()
+    (outcome,) = [e for e in _read(gate.store) if e["kind"] == "outcome"]
+    assert outcome["budget_delta"] == 300
+    assert any("charged as reserved" in r for r in outcome["reasons"]), outcome["reasons"]
+
+
+def test_the_gateway_does_not_export_the_reservation_as_the_usage_of_a_call_without_usage(
+    tmp_path: Path,
+) -> None:
+    """A backend answer without ``usage`` is charged its reservation (docs/gateway.md), but the
+    call's span then carries ``gen_ai.usage.input_tokens``/``output_tokens`` = the reservation
+    (the request's max_tokens as output tokens): telemetry reports usage no backend reported, and
+    the audit outcome says nothing of the fallback either."""
+    from test_gateway import MODEL, NAMES
+    from test_gateway import _policy_text as gateway_policy
+    from test_review_gateway_e2e import _Scripted
+
+    from agentgate.dispatch import inventory_from_mapping
+    from agentgate.dispatch.gateway import Gateway, GatewayGate, GatewayServer, invocation_headers
+
+    backend = _Scripted().start()
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    keys = {n: SigningKey.generate() for n in NAMES}
+    policy = parse_policy(gateway_policy({n: k.did for n, k in keys.items()}), source="gateway.yaml")
+    gate = GatewayGate(policy, SQLiteStore(tmp_path / "g.db"), tracer=provider.get_tracer("r27"))
+    inventory = inventory_from_mapping(
+        {"backends": [{"name": "scripted", "url": backend.url, "engine": "vllm", "models": [MODEL]}]}
+    )
+    server = GatewayServer(Gateway(gate, inventory), port=0).start()
+    try:
+        agent = gate.issue(keys["root"], name="agent", key=keys["agent"], role="chat")
+        body = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 64}
+        backend.mode = "no_usage"
+        answer = httpx.post(
+            f"{server.url}/chat/completions",
+            json=body,
+            headers=invocation_headers(agent.key, agent.chain, body),
+            timeout=10,
+        )
+        assert answer.status_code == 200
+        gate.flush()
+        entries = _read(gate.store)
+        _reconcile(entries, gate.store)
+        (outcome,) = [e for e in entries if e["kind"] == "outcome"]
+        (span,) = [s for s in exporter.get_finished_spans() if s.name == f"chat {MODEL}"]
+    finally:
+        backend.mode = "ok"
+        server.stop()
+        gate.close()
+        backend.stop()
+    attributes = dict(span.attributes or {})
+    assert attributes.get("gen_ai.usage.output_tokens") != 64, "max_tokens exported as the usage"
+    assert any("charged as reserved" in r for r in outcome["reasons"]), outcome["reasons"]
+
+
+def test_a_refused_delegations_span_links_to_its_refusal(tmp_path: Path) -> None:
+    """A delegation the policy refuses, asked through the LangGraph delegation tool, is audited
+    (a ``deny`` on ``agent:NAME``), but its ``execute_tool ask_NAME`` span carries no
+    ``agentgate.audit.index`` nor ``agentgate.decision``: every other refusal's span links to its
+    entry, and a granted delegation's span does too."""
+    from datetime import timedelta
+
+    from langchain_core.messages import AIMessage
+    from test_review_observability import Sweep, _calls
+
+    from agentgate.integrations.langgraph import ScriptedChatModel, create_gated_agent, delegation_tool
+
+    sweep = Sweep(tmp_path)
+    try:
+        helper = create_gated_agent(
+            sweep.gate, name="helper", model=ScriptedChatModel(turns=[AIMessage(content="x")]), tools=[]
+        )
+        ask = delegation_tool(
+            sweep.gate,
+            name="helper",
+            agent=helper,
+            key=sweep.keys["helper"],
+            capabilities=["tool:vault"],  # beyond what the boss's delegation rule hands on
+            ttl=timedelta(minutes=5),
+        )
+        model = ScriptedChatModel(turns=[_calls(("ask_helper", {"task": "t"})), AIMessage(content="done")])
+        boss = create_gated_agent(sweep.gate, name="boss", model=model, tools=[ask])
+        boss.invoke({"messages": [{"role": "user", "content": "go"}]}, context=sweep.boss)
+        sweep.gate.flush()
+        entries = _read(sweep.gate.store)
+        (refusal,) = [e for e in entries if e["kind"] == "deny" and e["resource"] == "agent:helper"]
+        (span,) = [s for s in sweep.exporter.get_finished_spans() if s.name == "execute_tool ask_helper"]
+    finally:
+        sweep.gate.close()
+    attributes = dict(span.attributes or {})
+    assert attributes.get("agentgate.decision") == "deny"
+    assert attributes.get("agentgate.audit.index") == refusal["index"]
+
+
+def test_a_call_still_running_is_not_settled_by_hand_as_lost(r27_gate: Gate) -> None:
+    gate = r27_gate
+    """``agentgate tasks unsettled`` lists a once-only call that is still running as ``started``,
+    like one whose process died, and ``tasks settle --not-run`` settles it: the log then holds
+    'settled by hand: it did not run' and, when the call ends, its real ``ok`` outcome for the same
+    allow, and the call may be decided and run again (in another process: a second payment).
+    ``settle`` should refuse a ``started`` call that may still be running (its allow younger than
+    a minimum age, e.g. ``--older-than``, default 15 minutes) unless told otherwise."""
+    import threading
+    import time
+
+    from agentgate.errors import InputError
+    from agentgate.store.once import settle
+
+    keys = _keys()
+    boss = gate.issue(keys["root"], name="boss", key=keys["boss"], role="boss")
+    allowed = gate.authorize(boss, Call.tool("explode", {}), call_id="pay-1")
+    release = threading.Event()
+    running = threading.Thread(target=lambda: gate.run(allowed, lambda: release.wait(10), call_id="pay-1"))
+    running.start()
+    try:
+        time.sleep(0.2)
+        ((key, state),) = gate.store.query("SELECT key, state FROM agentgate_once")
+        assert state == "started"
+        with pytest.raises(InputError):
+            settle(gate.store, gate.audit, key, ran=False, by="ops", reason="looked stuck")
+    finally:
+        release.set()
+        running.join()
+
+
+def test_the_command_refuses_to_settle_a_call_allowed_moments_ago(tmp_path: Path) -> None:
+    # `agentgate tasks settle` without --older-than: a call allowed moments ago may still run.
+    keys, path, agent = _once_new(tmp_path)
+    with _once_gate(path, keys) as gate:
+        assert gate.authorize(agent, PAY, call_id="c1", run_id=RUN).allowed
+        gate.flush()
+        ((key,),) = gate.store.query("SELECT key FROM agentgate_once")
+    code, _ = _cli("tasks", "settle", key, "--not-run", "--store", str(path))
+    assert code == 2
+    code, _ = _cli("tasks", "settle", key, "--not-run", "--older-than", "0", "--store", str(path))
+    assert code == 0

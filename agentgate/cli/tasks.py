@@ -18,7 +18,7 @@ from typing import Any
 from agentgate.cli._common import listed, open_audit_log, open_existing_store, printable, utc
 from agentgate.store.dead_letters import DeadLetterStore
 from agentgate.store.leases import SharedBreakers
-from agentgate.store.once import OnceCalls, settle
+from agentgate.store.once import SETTLE_MIN_AGE_S, OnceCalls, settle
 
 
 def register(subparsers: Any) -> None:
@@ -68,6 +68,14 @@ def register(subparsers: Any) -> None:
         "--by", default="operator", metavar="NAME", help="who settles it (default operator)"
     )
     settling.add_argument("--reason", default="", metavar="TEXT", help="why, for the audit entry")
+    settling.add_argument(
+        "--older-than",
+        type=float,
+        default=SETTLE_MIN_AGE_S,
+        metavar="SECONDS",
+        help="a call whose outcome was never recorded is settled only if it was allowed at least "
+        f"this long ago: a younger one may still be running (default {SETTLE_MIN_AGE_S:.0f})",
+    )
     settling.add_argument("--store", metavar="URL", help="store URL or path (default: AGENTGATE_STORE)")
     settling.set_defaults(handler=_settle)
 
@@ -172,7 +180,9 @@ def _unsettled(args: argparse.Namespace) -> int:
 def _settle(args: argparse.Namespace) -> int:
     store, audit = open_audit_log(args.store)
     try:
-        record = settle(store, audit, args.key, ran=args.ran, by=args.by, reason=args.reason)
+        record = settle(
+            store, audit, args.key, ran=args.ran, by=args.by, reason=args.reason, min_age_s=args.older_than
+        )
     finally:
         store.close()
     verdict = "ran: it is never run again" if args.ran else "did not run: it may run again"

@@ -21,8 +21,10 @@ released), with an ``outcome`` entry in the audit log.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Literal, cast
 
 from agentgate.errors import InputError
@@ -120,17 +122,35 @@ def _record(row: Sequence[object]) -> OnceRecord:
     )
 
 
-def settle(store: Store, audit: AuditLog, key: str, *, ran: bool, by: str, reason: str = "") -> OnceRecord:
+SETTLE_MIN_AGE_S = 900.0
+"""How long ago, by default, a call still ``started`` must have been allowed before it may be
+settled by hand: a call allowed more recently may still be running (a person who settles it as
+not run would let it run twice, and its real outcome would contradict the one written by hand)."""
+
+
+def settle(
+    store: Store,
+    audit: AuditLog,
+    key: str,
+    *,
+    ran: bool,
+    by: str,
+    reason: str = "",
+    min_age_s: float = SETTLE_MIN_AGE_S,
+) -> OnceRecord:
     """Settle by hand a call that must run once and is ``UNSETTLED``; the record as it was.
 
     In one transaction: ``ran`` marks it ``ok`` (never run again; a reservation its lost outcome
     left held is charged as reserved), else ``not_run`` (it may be decided and run again; such a
     reservation is released), and an ``outcome`` entry (status ``ok`` or ``not_run``) refers to
-    its ``allow`` entry, naming ``by`` and ``reason``. Raises ``InputError`` for an unknown key or
-    a call that is not unsettled.
+    its ``allow`` entry, naming ``by`` and ``reason``. Raises ``InputError`` for an unknown key,
+    a call that is not unsettled, and a ``started`` call allowed less than ``min_age_s`` ago (it
+    may still be running).
     """
     if not by.strip():
         raise InputError("say who settles the call (by)")
+    if not min_age_s >= 0:
+        raise InputError(f"the minimum age must be a number of seconds >= 0, got {min_age_s!r}")
     ledger, calls = BudgetLedger(store), OnceCalls(store)
     with store.transaction() as tx:
         audit.lock(tx)  # before any row: the lock order of every Gate write (PostgreSQL)
@@ -141,6 +161,13 @@ def settle(store: Store, audit: AuditLog, key: str, *, ran: bool, by: str, reaso
         if record.state not in UNSETTLED:
             raise InputError(f"call {key} is {record.state}, not unsettled: there is nothing to settle")
         allowed = audit.entry(record.allow_index)
+        if record.state == "started":
+            age = time.time() - datetime.fromisoformat(allowed.time).timestamp()
+            if age < min_age_s:
+                raise InputError(
+                    f"call {key} was allowed {max(age, 0):.0f} s ago and may still be running: settle it "
+                    f"once it cannot be, {min_age_s:.0f} s after it was allowed (--older-than SECONDS)"
+                )
         tail = f" ({reason})" if reason else ""
         charged = 0
         if record.state == "started":  # its outcome was never written: its reservations are held
