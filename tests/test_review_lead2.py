@@ -12,6 +12,7 @@ import sys
 import threading
 import time
 from collections.abc import Mapping
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,7 @@ from agentgate.authority import GrantRepository, Invocation, revoke
 from agentgate.capabilities import Call
 from agentgate.dispatch.gateway import GatewayGate
 from agentgate.dispatch.gateway._client import chat_call
+from agentgate.errors import Revoked
 from agentgate.gate import Approval, Gate
 from agentgate.integrations.langgraph import ScriptedChatModel, create_gated_agent
 from agentgate.keys import SigningKey
@@ -644,3 +646,41 @@ def test_the_command_refuses_to_settle_a_call_allowed_moments_ago(tmp_path: Path
     assert code == 2
     code, _ = _cli("tasks", "settle", key, "--not-run", "--older-than", "0", "--store", str(path))
     assert code == 0
+
+
+def test_a_delegation_from_a_grant_revoked_meanwhile_records_no_allow(tmp_path: Path) -> None:
+    # Gate.delegate read revocation before it checked the policy and signed the child, outside the
+    # transaction that records the grant: a revocation that returned in between still got an
+    # `allow` for the delegation in the log (the child was dead anyway; the evidence was wrong).
+    path = tmp_path / "agentgate.db"
+
+    class RevokedMeanwhile(Gate):
+        victim: str | None = None
+
+        def _check_delegation_rule(self, *args: Any) -> None:
+            super()._check_delegation_rule(*args)
+            if self.victim is not None:
+                with SQLiteStore(path) as other:  # another process: agentgate grant revoke
+                    repo = GrantRepository(other)
+                    revoke(repo, self.victim)
+                    repo.close()
+
+    keys = {n: SigningKey.generate() for n in NAMES}
+    gate = RevokedMeanwhile(
+        parse_policy(_policy_text({n: k.did for n, k in keys.items()}, 1000)), SQLiteStore(path)
+    )
+    try:
+        supervisor = gate.issue(keys["root"], name="supervisor", key=keys["supervisor"], role="supervisor")
+        gate.victim = supervisor.grant_id
+        with pytest.raises(Revoked):
+            gate.delegate(
+                supervisor,
+                name="researcher",
+                key=keys["researcher"],
+                capabilities=["tool:search"],
+                ttl=timedelta(minutes=5),
+            )
+        delegations = [e for e in _entries(gate) if e.resource == "agent:researcher"]
+        assert [e.kind for e in delegations] == ["deny"]
+    finally:
+        gate.close()

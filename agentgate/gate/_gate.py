@@ -398,11 +398,7 @@ class Gate:
         seconds = max(1, min(int(ttl.total_seconds()), tip.expires - int(time.time())))
         try:
             # A revoked grant (or ancestor) hands nothing on, whatever its signature still says.
-            revoked = self.grants.revoked(parent.chain.ids)
-            if revoked:
-                raise Revoked(
-                    f"grant {sorted(revoked)[0][:12]} of {parent.name}'s chain is revoked: nothing to delegate"
-                )
+            self._refuse_revoked(parent)
             self._check_delegation_rule(parent, caps, seconds, budget)
             unit = tip.budget.unit if tip.budget else "usd_micros"
             chain = delegate(
@@ -413,6 +409,17 @@ class Gate:
                 ttl=seconds,
                 budget=Budget(budget, unit) if budget is not None else None,
                 purpose=f"sub-agent {name}",
+            )
+            index = self._record_grant(
+                chain,
+                parent.did,
+                parent.grant_id,
+                resource,
+                f"delegated grant {chain.id} to {name} ({key.did}): "
+                + ", ".join(str(c) for c in caps)
+                + f"; {seconds}s"
+                + (f"; budget {budget}" if budget is not None else ""),
+                parent=parent,
             )
         except AuthorityError as exc:
             reasons = [str(exc), *(f"{f.kind}:{f.code}" for f in findings_of(exc))]
@@ -426,16 +433,6 @@ class Gate:
                 }
             )
             raise
-        index = self._record_grant(
-            chain,
-            parent.did,
-            parent.grant_id,
-            resource,
-            f"delegated grant {chain.id} to {name} ({key.did}): "
-            + ", ".join(str(c) for c in caps)
-            + f"; {seconds}s"
-            + (f"; budget {budget}" if budget is not None else ""),
-        )
         child = AgentIdentity(name, key, chain, parent.tenant, index)
         with self._lock:  # the live delegations only: a long-running service delegates per request
             now = time.time()
@@ -450,10 +447,32 @@ class Gate:
             self._purge_at = min(self._purge_at, max(chain.tip.expires, now + DELEGATIONS_PURGE_S))
         return child
 
-    def _record_grant(self, chain: Chain, principal: str, chain_hash: str, resource: str, reason: str) -> int:
+    def _refuse_revoked(self, parent: AgentIdentity) -> None:
+        """Raise ``Revoked`` when a grant of ``parent``'s chain is revoked: it hands nothing on."""
+        revoked = self.grants.revoked(parent.chain.ids)
+        if revoked:
+            raise Revoked(
+                f"grant {sorted(revoked)[0][:12]} of {parent.name}'s chain is revoked: nothing to delegate"
+            )
+
+    def _record_grant(
+        self,
+        chain: Chain,
+        principal: str,
+        chain_hash: str,
+        resource: str,
+        reason: str,
+        *,
+        parent: AgentIdentity | None = None,
+    ) -> int:
         """Record a grant and its ``allow`` audit entry (by ``principal``, on ``resource``
-        ``agent:NAME``) in one transaction, one commit; returns the entry's index."""
+        ``agent:NAME``) in one transaction, one commit; returns the entry's index. For a grant
+        delegated by ``parent``, raises ``Revoked`` (nothing written) when the parent's chain was
+        revoked meanwhile: revocation is read again in that transaction, so no allow follows a
+        revocation that has returned."""
         with self._decision_transaction() as tx, self.grants.within(tx):
+            if parent is not None:
+                self._refuse_revoked(parent)
             record(self.grants, chain)
             return self.audit.append(
                 {
