@@ -27,7 +27,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from test_gate_once import PAY, RUN, _cli
 from test_gate_once import _gate as _once_gate
 from test_gate_once import _new as _once_new
-from test_langgraph import NAMES, _calls, _entries, _policy_text, _tool_messages
+from test_langgraph import NAMES, Team, _calls, _entries, _policy_text, _tool_messages, _tools
+from test_langgraph import team as team  # the fixture
 from test_review_r27 import LOG_SEED, _keys, _read, _reconcile
 from test_review_r27 import _policy_text as _r27_policy_text
 
@@ -684,3 +685,31 @@ def test_a_delegation_from_a_grant_revoked_meanwhile_records_no_allow(tmp_path: 
         assert [e.kind for e in delegations] == ["deny"]
     finally:
         gate.close()
+
+
+# Review R28: the dispatcher's session affinity
+
+
+def test_an_agents_model_calls_carry_its_thread_as_the_dispatchers_session(team: Team) -> None:
+    # docs/dispatch.md: a session's (agent run's) backend is kept while it meets the SLO, so a
+    # conversation's turns find their prefix in that backend's cache. Gate.dispatch passed no
+    # session, so the product's own model calls never had affinity.
+    from agentgate.dispatch import inventory_from_mapping
+    from agentgate.dispatch.dispatcher import Dispatcher
+    from agentgate.dispatch.router import Router
+    from agentgate.sim import SimServer
+
+    server = SimServer(model_name="scripted", time_scale=0.1).start()
+    try:
+        backend = {"name": "sim-0", "url": server.url, "engine": "vllm", "models": ["scripted"]}
+        inventory = inventory_from_mapping({"backends": [backend]})
+        router = Router(inventory)
+        team.gate.attach_dispatcher(Dispatcher(inventory, router))
+        model = ScriptedChatModel(turns=[_calls(("search", {"query": "kv"}))], served_by=team.gate)
+        agent = create_gated_agent(team.gate, name="supervisor", model=model, tools=_tools(team))
+        config = {"configurable": {"thread_id": "conversation-7"}}
+        agent.invoke({"messages": [{"role": "user", "content": "go"}]}, config, context=team.supervisor)
+        assert server.served == 2
+        assert dict(router._sessions) == {"conversation-7": "sim-0"}
+    finally:
+        server.stop()

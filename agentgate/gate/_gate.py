@@ -1615,19 +1615,24 @@ class Gate:
         """Whether a dispatcher is attached."""
         return self._dispatch is not None
 
-    def dispatch(self, payload: Mapping[str, Any], *, tenant: str = "default") -> ChatResult:
-        """Route and send an OpenAI-style chat payload (blocking). Raises ``DispatchError`` when
-        no dispatcher is attached, and what ``Dispatcher.chat`` raises (``NoBackend``, ``Shed``,
-        ``BackendFailed``)."""
+    def dispatch(
+        self, payload: Mapping[str, Any], *, tenant: str = "default", session: str | None = None
+    ) -> ChatResult:
+        """Route and send an OpenAI-style chat payload (blocking). ``session``: the conversation
+        (an agent run's thread) whose earlier calls' backend holds its prefix in cache, kept when
+        it meets the SLO (docs/dispatch.md). Raises ``DispatchError`` when no dispatcher is
+        attached, and what ``Dispatcher.chat`` raises (``NoBackend``, ``Shed``, ``BackendFailed``)."""
         dispatcher, loop = self._dispatcher()
-        return asyncio.run_coroutine_threadsafe(dispatcher.chat(payload, tenant=tenant), loop).result()
+        sent = dispatcher.chat(payload, tenant=tenant, session=session)
+        return asyncio.run_coroutine_threadsafe(sent, loop).result()
 
-    async def adispatch(self, payload: Mapping[str, Any], *, tenant: str = "default") -> ChatResult:
+    async def adispatch(
+        self, payload: Mapping[str, Any], *, tenant: str = "default", session: str | None = None
+    ) -> ChatResult:
         """The async twin of ``dispatch``: awaits the dispatcher's loop without blocking this one."""
         dispatcher, loop = self._dispatcher()
-        return await asyncio.wrap_future(
-            asyncio.run_coroutine_threadsafe(dispatcher.chat(payload, tenant=tenant), loop)
-        )
+        sent = dispatcher.chat(payload, tenant=tenant, session=session)
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(sent, loop))
 
     def _dispatcher(self) -> tuple[Dispatcher, asyncio.AbstractEventLoop]:
         if self._dispatch is None:

@@ -51,6 +51,7 @@ from langchain_core.messages.tool import invalid_tool_call, tool_call
 from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.tools import BaseTool, StructuredTool, Tool
 from langchain_core.utils.function_calling import convert_to_openai_tool
+from langgraph.config import get_config
 from langgraph.errors import GraphBubbleUp, GraphInterrupt
 from langgraph.prebuilt import ToolNode
 from langgraph.prebuilt.tool_node import ToolCallRequest
@@ -851,7 +852,9 @@ class DispatchedChatModel(BaseChatModel):
         run_manager: CallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> ChatResult:
-        return self._result(self.gate.dispatch(self._payload(messages), tenant=self.tenant))
+        return self._result(
+            self.gate.dispatch(self._payload(messages), tenant=self.tenant, session=_session())
+        )
 
     async def _agenerate(
         self,
@@ -860,7 +863,8 @@ class DispatchedChatModel(BaseChatModel):
         run_manager: AsyncCallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> ChatResult:
-        return self._result(await self.gate.adispatch(self._payload(messages), tenant=self.tenant))
+        payload = self._payload(messages)
+        return self._result(await self.gate.adispatch(payload, tenant=self.tenant, session=_session()))
 
 
 class ScriptedChatModel(BaseChatModel):
@@ -929,7 +933,7 @@ class ScriptedChatModel(BaseChatModel):
         message, payload = self._answer(messages)
         if self.served_by is None:
             return self._unserved(message, payload)
-        served = self.served_by.dispatch(payload)
+        served = self.served_by.dispatch(payload, session=_session())
         return self._result(
             message, served.usage.prompt_tokens, served.usage.completion_tokens, served.backend
         )
@@ -944,10 +948,21 @@ class ScriptedChatModel(BaseChatModel):
         message, payload = self._answer(messages)
         if self.served_by is None:
             return self._unserved(message, payload)
-        served = await self.served_by.adispatch(payload)
+        served = await self.served_by.adispatch(payload, session=_session())
         return self._result(
             message, served.usage.prompt_tokens, served.usage.completion_tokens, served.backend
         )
+
+
+def _session() -> str | None:
+    """The LangGraph thread the model call belongs to, as the dispatcher's session: a
+    conversation's turns go back to the backend that holds its prefix in cache. ``None`` outside
+    a run, or in a run without a thread id."""
+    try:
+        thread = get_config().get("configurable", {}).get("thread_id")
+    except RuntimeError:  # not inside a runnable's context
+        return None
+    return str(thread) if thread is not None else None
 
 
 def _role(message: BaseMessage) -> str:
