@@ -713,3 +713,19 @@ def test_an_agents_model_calls_carry_its_thread_as_the_dispatchers_session(team:
         assert dict(router._sessions) == {"conversation-7": "sim-0"}
     finally:
         server.stop()
+
+
+def test_a_refusal_for_an_expired_approval_refers_to_its_request(tmp_path: Path) -> None:
+    # R27: a refusal because the approval expired had ref null, so the log alone could not tie it
+    # to the approval_required entry of the request it ends (a declined request's refusal can).
+    keys = {n: SigningKey.generate() for n in ("root", "agent", "alice")}
+    with _r23_gate(tmp_path / "agentgate.db", keys) as gate:
+        agent = gate.issue(keys["root"], name="agent", key=keys["agent"], role="worker")
+        pay = Call.tool("pay", {"amount": 5})
+        asked = gate.authorize(agent, pay, call_id="c1", run_id="r|t")
+        approval = Approval.sign(asked.approval_payload(), keys["alice"])
+        time.sleep(1.1)  # the request (expiry_s: 1) has expired
+        refused = gate.authorize(agent, pay, call_id="c1", run_id="r|t", approval=approval)
+        assert not refused.allowed and "expired" in " ".join(refused.reasons)
+        (entry,) = [e for e in gate.audit.entries() if e.index == refused.audit_index]
+        assert (entry.kind, entry.ref) == ("deny", asked.audit_index)

@@ -937,8 +937,11 @@ class Gate:
         self._refusal_span(refused, call_id)
         return refused
 
-    def _write_refusal(self, auth: Authorization, tx: Transaction) -> Authorization:
-        index = self.audit.append(self._entry(auth, "deny"), tx)
+    def _write_refusal(self, auth: Authorization, tx: Transaction, ref: int | None = None) -> Authorization:
+        entry = self._entry(auth, "deny")
+        if ref is not None:
+            entry["ref"] = ref
+        index = self.audit.append(entry, tx)
         return replace(auth, verdict=Verdict.DENY, audit_index=index)
 
     def _refusal_span(self, refused: Authorization, call_id: str | None = None) -> None:
@@ -1053,7 +1056,11 @@ class Gate:
                     auth, reasons=(self._budget_reason(identity, exc, tx),), budget_exhausted=True
                 )
             else:
+                # Refers to the request it ends, as a declined one does (if it was for this call).
                 refused = replace(auth, reasons=(f"approval not usable: {exc}",))
+                if approval is not None and request is not None:
+                    asked_at = self.approvals.asked_index(approval.request, request["call_hash"], tx=tx)
+                    return self._write_refusal(refused, tx, ref=asked_at)
             return self._write_refusal(refused, tx)
         if guarded:
             tx.execute("RELEASE SAVEPOINT agentgate_allow")

@@ -149,6 +149,20 @@ class ApprovalStore:
             (approval_id, audit_index),
         )
 
+    def asked_index(self, approval_id: str, call_hash: str, *, tx: Transaction | None = None) -> int | None:
+        """The index of the ``approval_required`` entry of request ``approval_id``, if it was
+        recorded and the request is for the call ``call_hash``; else ``None``."""
+        sql = (
+            "SELECT k.audit_index FROM approval_asked k JOIN approvals a ON a.id = k.approval_id "
+            "WHERE k.approval_id = ? AND a.call_hash = ?"
+        )
+        rows = (
+            tx.execute(sql, (approval_id, call_hash))
+            if tx is not None
+            else self.store.query(sql, (approval_id, call_hash))
+        )
+        return int(rows[0][0]) if rows else None
+
     def open_for(
         self, call_hash: str, requester: str, *, now: float | None = None, tx: Transaction | None = None
     ) -> tuple[str, int | None, float] | None:
