@@ -259,6 +259,7 @@ class SimServer:
             log_level="critical",
             lifespan="on",
             access_log=False,
+            ws="none",  # no WebSockets served: no websockets import (a DeprecationWarning in old uvicorn)
         )
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self._server.run, name=f"sim-{self.port}", daemon=True)

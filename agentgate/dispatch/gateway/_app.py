@@ -824,6 +824,7 @@ class GatewayServer:
             log_level="warning",
             access_log=False,
             lifespan="on",
+            ws="none",  # no WebSockets served: no websockets import (a DeprecationWarning in old uvicorn)
             # Request heads are bounded in size and time (a chain token, in a header, may be up
             # to 32 KiB: docs/token-format.md); uvicorn's own httptools protocol bounds neither.
             http=BoundedHttpToolsProtocol.with_stall(stream_stall_s),
