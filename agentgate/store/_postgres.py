@@ -17,12 +17,14 @@ from functools import lru_cache
 from typing import Any
 
 import psycopg
-from psycopg_pool import ConnectionPool
+from psycopg_pool import ConnectionPool, PoolTimeout
 
 from agentgate.errors import StoreError
 from agentgate.store._base import Dialect, Row, Store, Transaction
 
 _PLACEHOLDER = re.compile(r"\?")
+_PROBE_TIMEOUT_S = 2
+"""How long the direct attempt that finds why the pool got no connection may take (seconds)."""
 _CREATE_IF_MISSING = re.compile(r"CREATE\s+(?:UNIQUE\s+)?(?:TABLE|INDEX)\s+IF\s+NOT\s+EXISTS\s+(\w+)", re.I)
 
 
@@ -83,14 +85,25 @@ class PostgresStore(Store):
             with self.pool.connection() as conn, conn.transaction():
                 used = conn
                 yield _PgTransaction(conn)
+        except PoolTimeout as exc:  # a psycopg.Error too: its message alone does not say why
+            raise StoreError(self._no_connection()) from exc
         except psycopg.Error as exc:
             if used is not None and used.broken:
                 recheck(self.pool)
             raise StoreError(f"PostgreSQL error: {exc}") from exc
-        except Exception as exc:
-            if type(exc).__name__ == "PoolTimeout":
-                raise StoreError(f"PostgreSQL at {_redact(self.url)} unreachable: {exc}") from exc
-            raise
+
+    def _no_connection(self) -> str:
+        """Why the pool found no connection within its timeout, for the ``StoreError``: libpq's
+        reason from one direct attempt (the server is down, refuses this role or database more
+        connections, ...), or, when that attempt succeeds, that this process's pool stayed busy.
+        Runs only after the pool gave up, so it costs nothing on a decision that got through."""
+        where = f"PostgreSQL at {_redact(self.url)}"
+        waited = f"no connection within {self.pool.timeout:g} s"
+        try:
+            psycopg.connect(self.url, connect_timeout=_PROBE_TIMEOUT_S).close()
+        except psycopg.Error as probe:
+            return f"{where} unreachable: {waited}: {' '.join(str(probe).split())[:300]}"
+        return f"{where}: {waited}: all {self.pool.max_size} connections of this process's pool stayed in use"
 
     def ensure_schema(self, name: str, ddl: dict[Dialect, str]) -> None:
         if name in self._schemas:
