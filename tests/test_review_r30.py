@@ -9,11 +9,17 @@ import threading
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import pytest
+from test_review_r27 import _keys, _policy_text
 
+from agentgate.capabilities import Call
+from agentgate.cli.main import main
 from agentgate.errors import StoreError
+from agentgate.gate import Approval, Gate
+from agentgate.policy import parse_policy
 from agentgate.store._postgres import PostgresStore
 
 pytestmark = pytest.mark.postgres
@@ -74,3 +80,70 @@ def test_a_pool_whose_connections_are_all_in_use_says_so(postgres_server: Any) -
             pytest.raises(StoreError, match="all 1 connections of this process's pool stayed in use"),
         ):
             store.query("SELECT 1")
+
+
+# --- the least-privilege recipe of docs/operations.md, followed literally -----------------------
+
+DOCS = Path(__file__).resolve().parents[1] / "docs" / "operations.md"
+
+
+def _docs_grants(role: str) -> list[str]:
+    """The SQL block of docs/operations.md that grants the application role its rights."""
+    text = DOCS.read_text()
+    start = text.index("```sql", text.index("grant the application role"))
+    block = text[start + len("```sql") : text.index("```", start + 6)]
+    return [s.strip().replace("agentgate_app", role) for s in block.split(";") if s.strip()]
+
+
+def test_the_application_role_of_the_docs_runs_a_gate_but_cannot_undo_a_revocation(
+    postgres_server: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The recipe granted UPDATE and DELETE on every table but the audit log's: the application
+    role (a compromised gateway, an injected statement) could delete a revocation row, and the
+    revoked grant decided ``allow`` again. agentgate never updates or deletes grants or
+    revocations, so the recipe now takes those rights back; the Gate runs the same."""
+    monkeypatch.setenv("AGENTGATE_LOG_KEY", str(tmp_path / "log.key"))
+    url = postgres_server.create_database()
+    role = "r30_" + uuid.uuid4().hex[:8]
+    assert main(["store", "init", "--store", url]) == 0
+    assert main(["audit", "checkpoint", "--store", url]) == 0
+    with PostgresStore(url) as owner, owner.transaction() as tx:
+        tx.execute(f"CREATE ROLE {role} LOGIN")
+        tx.execute("REVOKE CREATE ON SCHEMA public FROM PUBLIC")
+        for statement in _docs_grants(role):
+            tx.execute(statement)
+    app = PostgresStore(_role_url(url, postgres_server, role))
+    gate = Gate(parse_policy(_policy_text(), source="r30.yaml"), app)
+    keys = _keys()
+    boss = gate.issue(keys["root"], name="boss", key=keys["boss"], role="boss")
+    allowed = gate.authorize(boss, Call.model("scripted"), tokens=(10, 10))
+    assert gate.run(allowed, lambda: "hi", spent=lambda _: (3, 3)) == "hi"
+    asked = gate.authorize(boss, Call.tool("transfer", {"to": "bob"}))
+    approval = Approval.sign(asked.approval_payload(), keys["dana"])
+    assert gate.authorize(boss, Call.tool("transfer", {"to": "bob"}), approval=approval).verdict == "allow"
+    gate.revoke(boss, reason="r30")
+    assert gate.authorize(boss, Call.tool("lookup", {"id": "1"})).verdict == "deny"
+    assert gate.verify().ok
+    gate.close()
+    with PostgresStore(_role_url(url, postgres_server, role)) as attacker:
+        for statement in (
+            "DELETE FROM agentgate_revocations",
+            "UPDATE agentgate_revocations SET grant_id = 'none'",
+            "UPDATE agentgate_grants SET parent = NULL",
+            "DELETE FROM audit_log",
+            "UPDATE audit_checkpoints SET note = note",
+            "DELETE FROM audit_checkpoints",
+            "TRUNCATE audit_log",
+            "DROP TABLE audit_log",
+            "ALTER TABLE audit_log DISABLE TRIGGER ALL",
+            "DELETE FROM audit_refs",
+        ):
+            with (
+                pytest.raises(StoreError, match=r"permission denied|must be owner"),
+                attacker.transaction() as tx,
+            ):
+                tx.execute(statement)
+    with PostgresStore(url) as owner:
+        gate = Gate(parse_policy(_policy_text(), source="r30.yaml"), owner)
+        assert gate.authorize(boss, Call.tool("lookup", {"id": "2"})).verdict == "deny"
+        gate.close()
