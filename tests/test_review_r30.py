@@ -19,8 +19,12 @@ from agentgate.capabilities import Call
 from agentgate.cli.main import main
 from agentgate.errors import StoreError
 from agentgate.gate import Approval, Gate
+from agentgate.keys import SigningKey
 from agentgate.policy import parse_policy
+from agentgate.store._pgserver import pg_binary
 from agentgate.store._postgres import PostgresStore
+from agentgate.store.audit import AuditLog
+from agentgate.store.grants import GrantRepository
 
 pytestmark = pytest.mark.postgres
 
@@ -147,3 +151,60 @@ def test_the_application_role_of_the_docs_runs_a_gate_but_cannot_undo_a_revocati
         gate = Gate(parse_policy(_policy_text(), source="r30.yaml"), owner)
         assert gate.authorize(boss, Call.tool("lookup", {"id": "2"})).verdict == "deny"
         gate.close()
+
+
+# --- backup and restore as docs/operations.md says -----------------------------------------------
+
+
+def _dbname(url: str) -> str:
+    return url.split("@/", 1)[1].split("?", 1)[0]
+
+
+def _pg(server: Any, tool: str, *args: str) -> None:
+    binary = pg_binary(tool)
+    assert binary is not None
+    done = server.run(
+        binary, "-h", str(server.socket_dir), "-p", str(server.port), "-U", server.user, *args, check=False
+    )
+    assert done.returncode == 0, done.stderr
+
+
+def test_a_store_restored_with_pg_restore_verifies_and_forgets_only_what_came_after_the_backup(
+    postgres_server: Any,
+) -> None:
+    """``pg_dump -Fc`` / ``pg_restore -d`` into an empty database: the restored log verifies on its
+    own and, against the checkpoint saved after the backup, says it is an older copy. What the
+    docs now say an operator must redo holds: a nonce recorded before the backup is still a replay,
+    one recorded after it is fresh again (its invocation expires within 5 minutes), and a revocation
+    made after it is gone until it is revoked again."""
+    if pg_binary("pg_dump") is None or pg_binary("pg_restore") is None:
+        pytest.skip("pg_dump/pg_restore not installed")
+    url = postgres_server.create_database()
+    key = SigningKey(b"\x30" * 32)
+    with PostgresStore(url) as live:
+        log, repo = AuditLog(live, key, origin="r30/audit"), GrantRepository(live)
+        assert repo.consume_nonce("did:key:zA", "before", 2**40, ["g1"]) == "fresh"
+        log.append_many([{"kind": "allow", "principal": "did:key:zA"}] * 3)
+        log.checkpoint()
+        dump = postgres_server.root / f"{_dbname(url)}.dump"
+        _pg(postgres_server, "pg_dump", "-Fc", "-f", str(dump), _dbname(url))
+        assert repo.revoke("g2", now=1, reason="after the backup")
+        assert repo.consume_nonce("did:key:zA", "after", 2**40, ["g1"]) == "fresh"
+        log.append_many([{"kind": "allow", "principal": "did:key:zA"}] * 2)
+        saved = log.checkpoint()
+        repo.close()
+    restored_url = postgres_server.create_database()
+    _pg(postgres_server, "pg_restore", "-d", _dbname(restored_url), str(dump))
+    with PostgresStore(restored_url) as restored:
+        log, repo = AuditLog(restored, key, origin="r30/audit"), GrantRepository(restored)
+        assert log.size() == 3 and log.verify().ok
+        report = log.verify(saved)
+        assert not report.ok and report.first_bad_index == 3
+        assert any("older copy" in problem for problem in report.problems)
+        assert repo.consume_nonce("did:key:zA", "before", 2**40, ["g1"]) == "replay"
+        assert repo.consume_nonce("did:key:zA", "after", 2**40, ["g1"]) == "fresh"
+        assert repo.consume_nonce("did:key:zA", "x1", 2**40, ["g2"]) == "fresh"
+        assert repo.revoke("g2", now=2, reason="again, after the restore")
+        assert repo.consume_nonce("did:key:zA", "x2", 2**40, ["g2"]) == "revoked"
+        assert log.append({"kind": "allow", "principal": "did:key:zA"}) == 3  # the restored triggers hold
+        repo.close()
