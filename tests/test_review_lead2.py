@@ -11,7 +11,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -37,13 +37,25 @@ from agentgate.capabilities import Call
 from agentgate.dispatch.gateway import GatewayGate
 from agentgate.dispatch.gateway._client import chat_call
 from agentgate.errors import Revoked
-from agentgate.gate import Approval, Gate
+from agentgate.gate import AgentIdentity, Approval, Gate
 from agentgate.integrations.langgraph import ScriptedChatModel, create_gated_agent
 from agentgate.keys import SigningKey
 from agentgate.policy import parse_policy
 from agentgate.store import SQLiteStore
 
 GO = {"messages": [{"role": "user", "content": "go"}]}
+
+
+def _team_gate(
+    path: Path, edit: Callable[[str], str] = str, *, budget: int = 1_000_000, unit: str = "usd_micros"
+) -> tuple[Gate, dict[str, SigningKey], AgentIdentity]:
+    """A gate over test_langgraph's team policy (``edit`` applied to its text) on a SQLite file,
+    its keys, and the supervisor's identity."""
+    keys = {n: SigningKey.generate() for n in NAMES}
+    text = edit(_policy_text({n: k.did for n, k in keys.items()}, budget, unit))
+    gate = Gate(parse_policy(text, source="team.yaml"), SQLiteStore(path))
+    supervisor = gate.issue(keys["root"], name="supervisor", key=keys["supervisor"], role="supervisor")
+    return gate, keys, supervisor
 
 
 async def test_a_tool_call_cancelled_while_it_waited_for_a_slot_runs_when_the_thread_is_resumed(
@@ -54,12 +66,9 @@ async def test_a_tool_call_cancelled_while_it_waited_for_a_slot_runs_when_the_th
     # started, yet its once-only key is marked "error" (ran and failed), so resuming the thread
     # refuses it: "already ran and failed ... it may have had its effect", and `agentgate tasks
     # unsettled` lists it for a person to settle.
-    keys = {n: SigningKey.generate() for n in NAMES}
-    text = _policy_text({n: k.did for n, k in keys.items()}, 1_000_000).replace(
-        "idempotent: true", "idempotent: false"
+    gate, _, supervisor = _team_gate(
+        tmp_path / "agentgate.db", lambda text: text.replace("idempotent: true", "idempotent: false")
     )
-    gate = Gate(parse_policy(text, source="team.yaml"), SQLiteStore(tmp_path / "agentgate.db"))
-    supervisor = gate.issue(keys["root"], name="supervisor", key=keys["supervisor"], role="supervisor")
     ran: list[str] = []
     hold = asyncio.Event()
 
@@ -192,12 +201,10 @@ async def test_an_approved_call_cancelled_while_it_waited_for_a_slot_keeps_its_a
     # refused as "already used", and the model is told "Do not retry this call". A call that
     # pauses (interrupt() inside the tool) gets its approval put back (ApprovalStore.rearm); one
     # that never started should too.
-    keys = {n: SigningKey.generate() for n in NAMES}
-    text = _policy_text({n: k.did for n, k in keys.items()}, 1_000_000).replace(
-        "    loggable: [path]", "    loggable: [path]\n    concurrency: 1"
+    gate, keys, supervisor = _team_gate(
+        tmp_path / "agentgate.db",
+        lambda text: text.replace("    loggable: [path]", "    loggable: [path]\n    concurrency: 1"),
     )
-    gate = Gate(parse_policy(text, source="team.yaml"), SQLiteStore(tmp_path / "agentgate.db"))
-    supervisor = gate.issue(keys["root"], name="supervisor", key=keys["supervisor"], role="supervisor")
     ran: list[str] = []
     hold = asyncio.Event()
 
@@ -250,12 +257,7 @@ async def test_a_call_that_no_cancellation_stops_is_recorded_and_charged_as_it_e
     # Gate.arun(preemptible=False): a tool in a worker thread, its caller cancelled while it runs.
     # The attempt runs to its end and has its effect; it used to be recorded as an error
     # (CancelledError) with its reservation released: a calls budget did not count it.
-    keys = {n: SigningKey.generate() for n in NAMES}
-    gate = Gate(
-        parse_policy(_policy_text({n: k.did for n, k in keys.items()}, 10, "calls"), source="team.yaml"),
-        SQLiteStore(tmp_path / "agentgate.db"),
-    )
-    supervisor = gate.issue(keys["root"], name="supervisor", key=keys["supervisor"], role="supervisor")
+    gate, _, supervisor = _team_gate(tmp_path / "agentgate.db", budget=10, unit="calls")
     started, release = threading.Event(), threading.Event()
 
     def search() -> str:
