@@ -6,6 +6,7 @@ in threads while the server is stopped and started again."""
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -17,7 +18,7 @@ from test_review_r27 import _keys, _policy_text
 
 from agentgate.capabilities import Call
 from agentgate.cli.main import main
-from agentgate.errors import StoreError
+from agentgate.errors import AuditError, StoreError
 from agentgate.gate import Approval, Gate
 from agentgate.keys import SigningKey
 from agentgate.policy import parse_policy
@@ -208,3 +209,76 @@ def test_a_store_restored_with_pg_restore_verifies_and_forgets_only_what_came_af
         assert repo.consume_nonce("did:key:zA", "x2", 2**40, ["g2"]) == "revoked"
         assert log.append({"kind": "allow", "principal": "did:key:zA"}) == 3  # the restored triggers hold
         repo.close()
+
+
+# --- a Gate deciding in threads while the server stops and starts again -------------------------
+
+
+@pytest.mark.parametrize("mode", ["fast", "immediate"])
+def test_a_gate_deciding_in_threads_fails_closed_across_a_restart_and_decides_again(
+    postgres_server: Any, mode: str
+) -> None:
+    """Four threads authorize and run calls (a model call charged 2 each) while the server is
+    stopped (``pg_ctl stop -m fast|immediate``) and started again: every failure is a typed
+    ``StoreError`` or ``AuditError``, no decision waits past the pool's timeout, every call that ran was allowed
+    and has its outcome, the ledger's spend is what the outcomes charged, and the same Gate,
+    not rebuilt, decides again."""
+    store = PostgresStore(postgres_server.create_database())
+    gate = Gate(parse_policy(_policy_text(), source="r30.yaml"), store)
+    keys = _keys()
+    boss = gate.issue(keys["root"], name="boss", key=keys["boss"], role="boss")
+    ran: list[int] = []
+    allowed: list[int] = []
+    failures: list[BaseException] = []
+    slowest = [0.0]
+    stop = threading.Event()
+    lock = threading.Lock()
+
+    def decide(me: int) -> None:
+        turn = 0
+        while not stop.is_set():
+            turn += 1
+            began = time.monotonic()
+            try:
+                auth = gate.authorize(boss, Call.model("scripted", {"n": f"{me}-{turn}"}), tokens=(1, 1))
+                assert auth.verdict == "allow", auth.reasons
+                with lock:
+                    allowed.append(1)
+                gate.run(auth, lambda: ran.append(1), spent=lambda _: (1, 1))
+            except (StoreError, AuditError) as exc:  # anything else fails the thread, and the test
+                with lock:
+                    failures.append(exc)
+            with lock:
+                slowest[0] = max(slowest[0], time.monotonic() - began)
+            if turn >= 100:  # 4 x 100 calls charged 2 each stay within the budget of 1000
+                return
+
+    threads = [threading.Thread(target=decide, args=(i,)) for i in range(4)]
+    for thread in threads:
+        thread.start()
+    while len(ran) < 20:
+        time.sleep(0.01)
+    postgres_server.stop(mode)
+    try:
+        time.sleep(0.5)
+    finally:
+        postgres_server.start()
+    back = len(ran)
+    while len(ran) < back + 20 and any(thread.is_alive() for thread in threads):
+        time.sleep(0.01)
+    stop.set()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert not any(thread.is_alive() for thread in threads)
+    assert slowest[0] < store.pool.timeout + 5
+    gate.flush()
+    entries = list(gate.audit.entries())
+    allows = sum(1 for e in entries if e.kind == "allow" and e.resource == "model:scripted")
+    outcomes = [e for e in entries if e.kind == "outcome"]
+    assert len(ran) == len(allowed) == len(outcomes)
+    # An allow whose commit's answer the server never sent is in the log, refused to its caller.
+    assert len(allowed) <= allows <= len(allowed) + len(failures)
+    assert gate.remaining(boss)[boss.grant_id][0] == 2 * len(ran) + 2 * (allows - len(allowed))
+    assert gate.authorize(boss, Call.tool("lookup", {"id": "after"})).verdict == "allow"
+    assert gate.verify().ok
+    gate.close()
