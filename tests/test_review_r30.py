@@ -23,7 +23,7 @@ from agentgate.gate import Approval, Gate
 from agentgate.keys import SigningKey
 from agentgate.policy import parse_policy
 from agentgate.store._pgserver import pg_binary
-from agentgate.store._postgres import PostgresStore
+from agentgate.store._postgres import IDLE_CHECK_S, PostgresStore
 from agentgate.store.audit import AuditLog
 from agentgate.store.grants import GrantRepository
 
@@ -281,4 +281,32 @@ def test_a_gate_deciding_in_threads_fails_closed_across_a_restart_and_decides_ag
     assert gate.remaining(boss)[boss.grant_id][0] == 2 * len(ran) + 2 * (allows - len(allowed))
     assert gate.authorize(boss, Call.tool("lookup", {"id": "after"})).verdict == "allow"
     assert gate.verify().ok
+    gate.close()
+
+
+# --- connections the server closes while they sit idle ------------------------------------------
+
+
+def test_a_gate_decides_after_a_quiet_spell_longer_than_the_servers_idle_session_timeout(
+    postgres_server: Any,
+) -> None:
+    """``idle_session_timeout`` (or a proxy, a firewall, a load balancer) closes the pool's idle
+    connections: the first decision after every quiet spell failed ("terminating connection due
+    to idle-session timeout", a deny), and so did an outcome's background commit (dropped). A
+    connection idle for more than ``IDLE_CHECK_S`` is now tested before it is used."""
+    url = postgres_server.create_database()
+    with PostgresStore(url) as owner, owner.transaction() as tx:
+        tx.execute(f"ALTER DATABASE {_dbname(url)} SET idle_session_timeout = '300ms'")
+    store = PostgresStore(url)
+    gate = Gate(parse_policy(_policy_text(), source="r30.yaml"), store)
+    keys = _keys()
+    boss = gate.issue(keys["root"], name="boss", key=keys["boss"], role="boss")
+    for turn in range(3):
+        time.sleep(IDLE_CHECK_S + 0.2)  # every pooled connection is closed by the server meanwhile
+        auth = gate.authorize(boss, Call.model("scripted", {"turn": turn}), tokens=(1, 1))
+        assert auth.verdict == "allow", auth.reasons
+        assert gate.run(auth, lambda: "hi", spent=lambda _: (1, 1)) == "hi"
+    time.sleep(IDLE_CHECK_S + 0.2)
+    gate.flush()
+    assert sum(1 for e in gate.audit.entries() if e.kind == "outcome") == 3
     gate.close()

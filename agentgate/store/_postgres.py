@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from functools import lru_cache
@@ -22,6 +23,8 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 from agentgate.errors import StoreError
 from agentgate.store._base import Dialect, Row, Store, Transaction
 
+IDLE_CHECK_S = 1.0
+"""A pooled connection idle for longer is tested before a transaction uses it (``_connection``)."""
 _PLACEHOLDER = re.compile(r"\?")
 _PROBE_TIMEOUT_S = 2
 """How long the direct attempt that finds why the pool got no connection may take (seconds)."""
@@ -71,7 +74,13 @@ class PostgresStore(Store):
             raise StoreError(f"cannot connect to PostgreSQL at {_redact(url)}: {reason}") from None
         try:
             self.pool = ConnectionPool(
-                url, min_size=min_size, max_size=max_size, open=True, timeout=10.0, configure=_read_committed
+                url,
+                min_size=min_size,
+                max_size=max_size,
+                open=True,
+                timeout=10.0,
+                configure=_read_committed,
+                reset=_mark_idle,
             )
             self.pool.wait(timeout=10.0)
         except Exception as exc:  # psycopg_pool raises PoolTimeout, psycopg OperationalError...
@@ -82,7 +91,7 @@ class PostgresStore(Store):
         """As ``Store.transaction``; every PostgreSQL failure is a ``StoreError`` (see ``recheck``)."""
         used: psycopg.Connection[Any] | None = None
         try:
-            with self.pool.connection() as conn, conn.transaction():
+            with self._connection() as conn, conn.transaction():
                 used = conn
                 yield _PgTransaction(conn)
         except PoolTimeout as exc:  # a psycopg.Error too: its message alone does not say why
@@ -91,6 +100,31 @@ class PostgresStore(Store):
             if used is not None and used.broken:
                 recheck(self.pool)
             raise StoreError(f"PostgreSQL error: {exc}") from exc
+
+    @contextmanager
+    def _connection(self) -> Iterator[psycopg.Connection[Any]]:
+        """A connection of the pool that works, as far as one can tell: one that sat idle for
+        more than ``IDLE_CHECK_S`` is tested first (one round trip). A server's
+        ``idle_session_timeout``, a proxy, a firewall or a load balancer close connections that
+        stay idle, and the pool learnt it only from the decision that used one, which failed (a
+        deny, or outcomes not recorded) after every quiet spell. A dead one is given back (the
+        pool replaces it), the others are tested too (``recheck``) and another is taken. A
+        connection in steady use is taken as it is. Raises ``PoolTimeout`` as ``getconn``."""
+        held: psycopg.Connection[Any] | None = self.pool.getconn()
+        try:
+            assert held is not None
+            if time.monotonic() - getattr(held, "_agentgate_idle_since", 0.0) > IDLE_CHECK_S:
+                try:
+                    ConnectionPool.check_connection(held)
+                except psycopg.Error:
+                    self.pool.putconn(held)  # broken: the pool discards it and opens another
+                    held = None
+                    recheck(self.pool)
+                    held = self.pool.getconn()
+            yield held
+        finally:
+            if held is not None:
+                self.pool.putconn(held)
 
     def _no_connection(self) -> str:
         """Why the pool found no connection within its timeout, for the ``StoreError``: libpq's
@@ -131,6 +165,13 @@ def _read_committed(conn: psycopg.Connection[Any]) -> None:
     log, the ledger and the quotas are written for it, and at REPEATABLE READ or SERIALIZABLE
     concurrent decisions failed with serialization errors (most of them, under contention)."""
     conn.isolation_level = psycopg.IsolationLevel.READ_COMMITTED
+    _mark_idle(conn)  # a new connection may wait in the pool too before it is first used
+
+
+def _mark_idle(conn: psycopg.Connection[Any]) -> None:
+    """Note when ``conn`` went (back) into the pool (the pool's ``reset`` callback, and
+    ``_read_committed`` for a new one)."""
+    conn._agentgate_idle_since = time.monotonic()  # type: ignore[attr-defined]
 
 
 def recheck(pool: ConnectionPool) -> None:
