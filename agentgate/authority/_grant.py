@@ -256,7 +256,7 @@ def _did(value: str | PublicKey | SigningKey, what: str) -> str:
     if isinstance(value, PublicKey | SigningKey):
         return value.did
     try:
-        did_public_key(value)
+        _cached_key(value)
     except TokenFormatError as exc:
         raise TokenFormatError(f"{what}: {exc}") from None
     return value
@@ -546,6 +546,18 @@ def parse_chain(token: str) -> Chain:
 _KEY_CACHE: dict[str, bytes] = {}
 
 
+def _cached_key(did: str) -> bytes:
+    """The 32-byte key decoded from ``did``, once per string (a bounded cache: the key is a pure
+    function of the string, so a cached one is exactly what decoding it again gives). Raises
+    ``TokenFormatError`` for a string that is not an Ed25519 did:key."""
+    key = _KEY_CACHE.get(did)
+    if key is None:
+        if len(_KEY_CACHE) >= 4096:
+            _KEY_CACHE.clear()
+        key = _KEY_CACHE[did] = did_public_key(did)
+    return key
+
+
 def verify_signature(did: str, message: bytes, signature: bytes, key: bytes | None = None) -> None:
     """Raise ``InvalidSignature`` unless ``signature`` is the Ed25519 signature of ``message`` by ``did``.
 
@@ -555,12 +567,8 @@ def verify_signature(did: str, message: bytes, signature: bytes, key: bytes | No
     the length is checked here first.
     """
     if key is None:
-        key = _KEY_CACHE.get(did)
-    if key is None:
-        if len(_KEY_CACHE) >= 4096:
-            _KEY_CACHE.clear()
         try:
-            key = _KEY_CACHE[did] = did_public_key(did)
+            key = _cached_key(did)
         except TokenFormatError as exc:
             raise InvalidSignature(f"{did[:80]!r} is not a usable Ed25519 key") from exc
     if len(signature) != SIGNATURE_SIZE:
