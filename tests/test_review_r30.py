@@ -22,9 +22,10 @@ from agentgate.errors import AuditError, StoreError
 from agentgate.gate import Approval, Gate
 from agentgate.keys import SigningKey
 from agentgate.policy import parse_policy
+from agentgate.store import _postgres as pg
 from agentgate.store._pgserver import pg_binary
 from agentgate.store._postgres import IDLE_CHECK_S, PostgresStore
-from agentgate.store.audit import AuditLog
+from agentgate.store.audit import APPEND_LOCK, AuditLog
 from agentgate.store.grants import GrantRepository
 
 pytestmark = pytest.mark.postgres
@@ -310,3 +311,45 @@ def test_a_gate_decides_after_a_quiet_spell_longer_than_the_servers_idle_session
     gate.flush()
     assert sum(1 for e in gate.audit.entries() if e.kind == "outcome") == 3
     gate.close()
+
+
+# --- a writer that stops while it holds the append lock ------------------------------------------
+
+
+def test_a_decision_waits_for_a_frozen_writers_append_lock_only_up_to_the_lock_timeout(
+    postgres_server: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A process that stops while it holds the audit append lock (SIGSTOP, a long GC pause, a
+    network partition that leaves its session open): every decision of every other process
+    waited for it without end, with no lock timeout on the connections. Now a wait for a lock
+    ends after ``LOCK_TIMEOUT_S`` (unless the server, role or database sets its own) in a typed
+    error naming it, and the next decision after the writer is gone goes through."""
+    monkeypatch.setattr(pg, "LOCK_TIMEOUT_S", 0.5)
+    url = postgres_server.create_database()
+    key = SigningKey(b"\x31" * 32)
+    frozen, decider = PostgresStore(url), PostgresStore(url)
+    log = AuditLog(decider, key, origin="r30/audit")
+    AuditLog(frozen, key, origin="r30/audit")
+    released = threading.Event()
+    holding = threading.Event()
+
+    def freeze() -> None:
+        with frozen.transaction() as tx:
+            tx.execute(f"SELECT pg_advisory_xact_lock({APPEND_LOCK})")
+            holding.set()
+            released.wait(timeout=30)
+
+    thread = threading.Thread(target=freeze)
+    thread.start()
+    try:
+        assert holding.wait(timeout=30)
+        began = time.monotonic()
+        with pytest.raises((AuditError, StoreError), match="lock timeout"):
+            log.append({"kind": "allow", "principal": "did:key:zA"})
+        assert time.monotonic() - began < 10
+    finally:
+        released.set()
+        thread.join()
+    assert log.append({"kind": "allow", "principal": "did:key:zA"}) == 0
+    frozen.close()
+    decider.close()

@@ -25,6 +25,9 @@ from agentgate.store._base import Dialect, Row, Store, Transaction
 
 IDLE_CHECK_S = 1.0
 """A pooled connection idle for longer is tested before a transaction uses it (``_connection``)."""
+LOCK_TIMEOUT_S = 10.0
+"""How long a statement waits for a lock (the audit append lock, a row) before it fails, unless the
+server, database or role sets its own ``lock_timeout``."""
 _PLACEHOLDER = re.compile(r"\?")
 _PROBE_TIMEOUT_S = 2
 """How long the direct attempt that finds why the pool got no connection may take (seconds)."""
@@ -163,8 +166,15 @@ def _read_committed(conn: psycopg.Connection[Any]) -> None:
     """Run every transaction of ``conn`` at READ COMMITTED, whatever the server, database or role
     default (``default_transaction_isolation``): the locks and conditional updates of the audit
     log, the ledger and the quotas are written for it, and at REPEATABLE READ or SERIALIZABLE
-    concurrent decisions failed with serialization errors (most of them, under contention)."""
+    concurrent decisions failed with serialization errors (most of them, under contention).
+    A wait for a lock ends after ``LOCK_TIMEOUT_S`` unless the server sets a ``lock_timeout``."""
     conn.isolation_level = psycopg.IsolationLevel.READ_COMMITTED
+    # A writer that stops while it holds the audit append lock (SIGSTOP, a pause, a partition that
+    # leaves its session open) would otherwise hold every other decision, in every process,
+    # without end. One the server, database or role configures (not 0) is kept.
+    if conn.execute("SHOW lock_timeout").fetchone() == ("0",):
+        conn.execute("SELECT set_config('lock_timeout', %s, false)", (f"{round(LOCK_TIMEOUT_S * 1000)}ms",))
+    conn.commit()
     _mark_idle(conn)  # a new connection may wait in the pool too before it is first used
 
 
