@@ -24,7 +24,7 @@ from agentgate.keys import SigningKey
 from agentgate.policy import parse_policy
 from agentgate.store import _postgres as pg
 from agentgate.store._pgserver import pg_binary
-from agentgate.store._postgres import IDLE_CHECK_S, PostgresStore
+from agentgate.store._postgres import PostgresStore
 from agentgate.store.audit import APPEND_LOCK, AuditLog
 from agentgate.store.grants import GrantRepository
 
@@ -289,12 +289,13 @@ def test_a_gate_deciding_in_threads_fails_closed_across_a_restart_and_decides_ag
 
 
 def test_a_gate_decides_after_a_quiet_spell_longer_than_the_servers_idle_session_timeout(
-    postgres_server: Any,
+    postgres_server: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """``idle_session_timeout`` (or a proxy, a firewall, a load balancer) closes the pool's idle
     connections: the first decision after every quiet spell failed ("terminating connection due
     to idle-session timeout", a deny), and so did an outcome's background commit (dropped). A
-    connection idle for more than ``IDLE_CHECK_S`` is now tested before it is used."""
+    connection idle for more than ``IDLE_CHECK_S`` (0.4 s here) is now tested before it is used."""
+    monkeypatch.setattr(pg, "IDLE_CHECK_S", 0.4)
     url = postgres_server.create_database()
     with PostgresStore(url) as owner, owner.transaction() as tx:
         tx.execute(f"ALTER DATABASE {_dbname(url)} SET idle_session_timeout = '300ms'")
@@ -303,11 +304,11 @@ def test_a_gate_decides_after_a_quiet_spell_longer_than_the_servers_idle_session
     keys = _keys()
     boss = gate.issue(keys["root"], name="boss", key=keys["boss"], role="boss")
     for turn in range(3):
-        time.sleep(IDLE_CHECK_S + 0.2)  # every pooled connection is closed by the server meanwhile
+        time.sleep(0.7)  # every pooled connection is closed by the server meanwhile
         auth = gate.authorize(boss, Call.model("scripted", {"turn": turn}), tokens=(1, 1))
         assert auth.verdict == "allow", auth.reasons
         assert gate.run(auth, lambda: "hi", spent=lambda _: (1, 1)) == "hi"
-    time.sleep(IDLE_CHECK_S + 0.2)
+    time.sleep(0.7)
     gate.flush()
     assert sum(1 for e in gate.audit.entries() if e.kind == "outcome") == 3
     gate.close()

@@ -23,8 +23,11 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 from agentgate.errors import StoreError
 from agentgate.store._base import Dialect, Row, Store, Transaction
 
-IDLE_CHECK_S = 1.0
-"""A pooled connection idle for longer is tested before a transaction uses it (``_connection``)."""
+IDLE_CHECK_S = 5.0
+"""A pooled connection idle for longer is tested before a transaction uses it (``_connection``).
+The pool hands out its least recently used connection, so a process deciding less often than
+its pool size every ``IDLE_CHECK_S`` pays one round trip per decision; servers, proxies and
+firewalls close idle connections after minutes, not seconds."""
 LOCK_TIMEOUT_S = 10.0
 """How long a statement waits for a lock (the audit append lock, a row) before it fails, unless the
 server, database or role sets its own ``lock_timeout``."""
