@@ -42,6 +42,7 @@ from agentgate.integrations.langgraph import ScriptedChatModel, create_gated_age
 from agentgate.keys import SigningKey
 from agentgate.policy import parse_policy
 from agentgate.store import SQLiteStore
+from agentgate.store._postgres import PostgresStore
 
 GO = {"messages": [{"role": "user", "content": "go"}]}
 
@@ -731,3 +732,37 @@ def test_a_refusal_for_an_expired_approval_refers_to_its_request(tmp_path: Path)
         assert not refused.allowed and "expired" in " ".join(refused.reasons)
         (entry,) = [e for e in gate.audit.entries() if e.index == refused.audit_index]
         assert (entry.kind, entry.ref) == ("deny", asked.audit_index)
+
+
+# Review R30: PostgreSQL in operation
+
+
+@pytest.mark.postgres
+def test_an_outcome_pending_across_a_server_restart_is_committed_later(postgres_server: Any) -> None:
+    """A model call ran and its outcome waits for the background commit (``linger_s``). The
+    server restarts (``pg_ctl stop -m fast``, down half a second): the commit takes a pooled
+    connection the restart killed, fails, and ``Gate._write_outcomes`` logs "1 outcomes not
+    recorded" and drops the batch (an outage longer than the pool's timeout does the same).
+    The log keeps an allow without an outcome and the reservation (20) stays held for good,
+    although the Gate still held the outcome and its next transaction could have committed it,
+    as a decision that carried it and failed does (``PendingOutcomes.restore``)."""
+    store = PostgresStore(postgres_server.create_database())
+    gate = Gate(parse_policy(_r27_policy_text(), source="r30.yaml"), store)
+    keys = _keys()
+    boss = gate.issue(keys["root"], name="boss", key=keys["boss"], role="boss")
+    auth = gate.authorize(boss, Call.model("scripted"), tokens=(10, 10))
+    postgres_server.stop("fast")
+    try:
+        assert gate.run(auth, lambda: "hi", spent=lambda _: (1, 1)) == "hi"  # the call ran
+        time.sleep(0.5)  # the background commit fails on a dead connection and drops the outcome
+    finally:
+        postgres_server.start()
+    deadline = time.monotonic() + 5
+    outcomes: list[Any] = []
+    while not outcomes and time.monotonic() < deadline:  # the first use of a pooled connection may fail
+        gate.flush()
+        outcomes = [e for e in gate.audit.entries() if e.kind == "outcome"]
+        time.sleep(0.1)
+    assert [o.ref for o in outcomes] == [auth.audit_index]
+    assert gate.remaining(boss)[boss.grant_id][0] == 2  # charged what it spent, not the 20 reserved
+    gate.close()

@@ -125,6 +125,9 @@ def _approval_hook(call: Call, chain: Chain, invocation: Invocation | None) -> A
     return _pending_approval.get()
 
 
+OUTCOME_RETRY_S = 1.0
+"""How long the background thread waits before it tries again outcomes whose commit failed."""
+
 DELEGATIONS_PURGE_S = 1.0
 """How often, at most, ``Gate.delegations`` is cleared of expired delegations (and the approval
 requests asked in this process of expired ones)."""
@@ -321,6 +324,11 @@ class Gate:
         finally:  # whatever stopping the threads raised, the outcomes are committed
             self._outcomes.close()
             self.flush()
+            lost = self._outcomes.take()  # put back by a commit that failed: nothing will take them
+            if lost:
+                _log.error(
+                    "agentgate: %d outcomes not recorded: the store failed as the gate closed", len(lost)
+                )
             atexit.unregister(self._at_exit)
             self.grants.close()
             self.store.close()
@@ -1493,7 +1501,10 @@ class Gate:
                 self.audit.lock(tx)
                 self._carry(tx, batch)
         except AgentGateError as exc:
-            _log.error("agentgate: %d outcomes not recorded: %s", len(batch), exc)
+            # Kept, not dropped: a store that was restarted or unreachable takes them at a later
+            # commit (a decision's, or this thread's, retried once a second).
+            self._outcomes.restore(batch, retry_after_s=OUTCOME_RETRY_S)
+            _log.error("agentgate: %d outcomes not recorded yet (kept, retried): %s", len(batch), exc)
 
     def _carry(self, tx: Transaction, batch: list[PendingOutcome]) -> None:
         # Under a savepoint: an outcome that cannot be written (logged) never takes the others, or

@@ -44,6 +44,7 @@ class PendingOutcomes:
         self._held: Callable[[], None] | None = None  # ``tick``, bound, while outcomes wait
         self._linger_s = linger_s
         self._items: list[PendingOutcome] = []
+        self._retry_at = 0.0  # time.monotonic() before which a failed background commit is not retried
         self._oldest = 0.0  # time.monotonic() when the oldest pending outcome was put
         self._lock = threading.Lock()
         self._closed = threading.Event()
@@ -64,12 +65,15 @@ class PendingOutcomes:
             self._held = None
         return items
 
-    def restore(self, items: list[PendingOutcome]) -> None:
-        """Put back outcomes whose carrying transaction did not commit."""
+    def restore(self, items: list[PendingOutcome], *, retry_after_s: float = 0.0) -> None:
+        """Put back outcomes whose carrying transaction did not commit; the background thread
+        tries them again after ``retry_after_s`` (a decision may carry them sooner)."""
         if items:
             with self._lock:
                 self._items[:0] = items
-                self._oldest = 0.0  # they have waited already: the next tick commits them
+                # They have waited already: the next tick commits them, or the one after the pause.
+                self._oldest = 0.0
+                self._retry_at = time.monotonic() + retry_after_s
                 self._held = self._tick()
 
     def flush(self) -> None:
@@ -95,7 +99,8 @@ class PendingOutcomes:
             tick = self._tick()
             if tick is None:  # the owner was collected, with nothing left to commit
                 return
-            if self._items and time.monotonic() - self._oldest >= half:
+            now = time.monotonic()
+            if self._items and now - self._oldest >= half and now >= self._retry_at:
                 tick()
             del tick  # not held while waiting
 
