@@ -175,6 +175,13 @@ async def _result_of(fn: Callable[[], Awaitable[T]]) -> T:
     return cast(T, value)
 
 
+def _outcome_lost(auth: Authorization) -> None:
+    _log.error(
+        "agentgate: the outcome of audit entry %s is not recorded: the gate closed before the call settled",
+        auth.audit_index,
+    )
+
+
 def _token_counts(tokens: object) -> tuple[int, int]:
     """``(prompt, output)`` token counts as two non-negative integers; ``InputError`` otherwise (a
     negative estimate would make a call's cost negative and skip its reservation)."""
@@ -1300,10 +1307,7 @@ class Gate:
                 self._runs_changed.notify_all()
             lost = self._outcomes_closed
         if lost:
-            _log.error(
-                "agentgate: the outcome of audit entry %s is not recorded: the gate closed before the call settled",
-                auth.audit_index,
-            )
+            _outcome_lost(auth)
 
     def _span(self, auth: Authorization, call_id: str | None = None) -> AbstractContextManager[Span]:
         """The GenAI span of the call (``execute_tool NAME`` or ``chat MODEL``) with the decision on it.
@@ -1386,10 +1390,7 @@ class Gate:
             if not self._outcomes_closed:  # close() flushes after this, under the same lock
                 self._settle(auth, "error", f"CancelledError: {why}", None, started=False)
                 return
-        _log.error(
-            "agentgate: the outcome of audit entry %s is not recorded: the gate closed before the call settled",
-            auth.audit_index,
-        )
+        _outcome_lost(auth)
 
     def _finish(
         self,

@@ -505,31 +505,28 @@ def _runs_in_a_thread(tool: BaseTool) -> bool:
 
 class _ThreadedCall:
     """One call of a sync tool under ``ainvoke``, whose attempts run in worker threads that no
-    cancellation stops: whether an attempt runs now, and whether one returned."""
+    cancellation stops: whether an attempt runs now."""
 
     def __init__(self, run: Callable[[], Awaitable[ToolResult]]) -> None:
         self._run = run
         self._idle = asyncio.Event()
         self._idle.set()
-        self._returned = False
 
     async def attempt(self) -> ToolResult:
         """One attempt: ``run()`` awaited, its start and end noted."""
         self._idle.clear()
         try:
-            result = await self._run()
+            return await self._run()
         finally:
             self._idle.set()
-        self._returned = True
-        return result
 
     async def outcome(self, running: Awaitable[ToolResult]) -> ToolResult:
         """Await ``running`` (``Gate.arun`` over ``attempt``). Cancelled while an attempt runs,
-        the attempt runs to its end (its effect happens anyway); if it returned, the call is
-        recorded and charged as it ended (an ``ok`` recorded as a cancelled call and released
-        would say it failed and cost nothing). Cancelled while no attempt runs (waiting for a
-        slot, before a retry) or once one failed, no further attempt starts: the call is given
-        up. Then the cancellation goes on."""
+        the attempt runs to its end (its effect happens anyway), then ``running`` is cancelled:
+        ``Gate.arun`` records and charges an attempt that returned as it ended, and starts no
+        further attempt after one that failed or while none runs (waiting for a slot, before a
+        retry). Then the cancellation goes on. (LangGraph does not cancel the tool's own task
+        while the attempt's thread runs, so ``running`` is shielded and cancelled here.)"""
         future = asyncio.ensure_future(running)
         try:
             return await asyncio.shield(future)
@@ -537,8 +534,7 @@ class _ThreadedCall:
             while not self._idle.is_set():
                 with contextlib.suppress(asyncio.CancelledError):
                     await self._idle.wait()
-            if not self._returned:
-                future.cancel()
+            future.cancel()
             await settled(future)
             raise
 
