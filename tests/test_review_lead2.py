@@ -21,15 +21,12 @@ import pytest
 from langchain_core.tools import StructuredTool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.types import Command
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from test_gate_once import PAY, RUN, _cli
 from test_gate_once import _gate as _once_gate
 from test_gate_once import _new as _once_new
 from test_langgraph import NAMES, Team, _calls, _entries, _policy_text, _tool_messages, _tools
 from test_langgraph import team as team  # the fixture
-from test_review_r27 import LOG_SEED, _keys, _read, _reconcile
+from test_review_r27 import LOG_SEED, _keys, _read, _reconcile, traced_gateway
 from test_review_r27 import _policy_text as _r27_policy_text
 
 from agentgate.authority import GrantRepository, Invocation, revoke
@@ -525,45 +522,30 @@ def test_the_gateway_does_not_export_the_reservation_as_the_usage_of_a_call_with
     call's span then carries ``gen_ai.usage.input_tokens``/``output_tokens`` = the reservation
     (the request's max_tokens as output tokens): telemetry reports usage no backend reported, and
     the audit outcome says nothing of the fallback either."""
-    from test_gateway import MODEL, NAMES
-    from test_gateway import _policy_text as gateway_policy
-    from test_review_gateway_e2e import _Scripted
+    from test_gateway import MODEL
 
-    from agentgate.dispatch import inventory_from_mapping
-    from agentgate.dispatch.gateway import Gateway, GatewayGate, GatewayServer, invocation_headers
+    from agentgate.dispatch.gateway import invocation_headers
 
-    backend = _Scripted().start()
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    keys = {n: SigningKey.generate() for n in NAMES}
-    policy = parse_policy(gateway_policy({n: k.did for n, k in keys.items()}), source="gateway.yaml")
-    gate = GatewayGate(policy, SQLiteStore(tmp_path / "g.db"), tracer=provider.get_tracer("r27"))
-    inventory = inventory_from_mapping(
-        {"backends": [{"name": "scripted", "url": backend.url, "engine": "vllm", "models": [MODEL]}]}
-    )
-    server = GatewayServer(Gateway(gate, inventory), port=0).start()
-    try:
-        agent = gate.issue(keys["root"], name="agent", key=keys["agent"], role="chat")
-        body = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 64}
-        backend.mode = "no_usage"
-        answer = httpx.post(
-            f"{server.url}/chat/completions",
-            json=body,
-            headers=invocation_headers(agent.key, agent.chain, body),
-            timeout=10,
-        )
-        assert answer.status_code == 200
-        gate.flush()
-        entries = _read(gate.store)
-        _reconcile(entries, gate.store)
-        (outcome,) = [e for e in entries if e["kind"] == "outcome"]
-        (span,) = [s for s in exporter.get_finished_spans() if s.name == f"chat {MODEL}"]
-    finally:
-        backend.mode = "ok"
-        server.stop()
-        gate.close()
-        backend.stop()
+    with traced_gateway(tmp_path) as served:
+        gate, keys = served.gate, served.keys
+        try:
+            agent = gate.issue(keys["root"], name="agent", key=keys["agent"], role="chat")
+            body = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 64}
+            served.backend.mode = "no_usage"
+            answer = httpx.post(
+                f"{served.url}/chat/completions",
+                json=body,
+                headers=invocation_headers(agent.key, agent.chain, body),
+                timeout=10,
+            )
+            assert answer.status_code == 200
+            gate.flush()
+            entries = _read(gate.store)
+            _reconcile(entries, gate.store)
+            (outcome,) = [e for e in entries if e["kind"] == "outcome"]
+            (span,) = [s for s in served.exporter.get_finished_spans() if s.name == f"chat {MODEL}"]
+        finally:
+            gate.close()
     attributes = dict(span.attributes or {})
     assert attributes.get("gen_ai.usage.output_tokens") != 64, "max_tokens exported as the usage"
     assert any("charged as reserved" in r for r in outcome["reasons"]), outcome["reasons"]

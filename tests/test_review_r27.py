@@ -22,6 +22,7 @@ import subprocess
 import sys
 from collections import Counter
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -711,14 +712,29 @@ def _read_any(store: Store) -> list[dict[str, Any]]:
     return _read(store)
 
 
-def test_gateway_requests_over_http_reconcile(tmp_path: Path) -> None:
-    import httpx
-    from test_gateway import MODEL, NAMES, OTHER
+@dataclass(frozen=True)
+class TracedGateway:
+    """A gateway served over HTTP on 127.0.0.1 with its spans kept in memory (``traced_gateway``)."""
+
+    gate: Any  # GatewayGate
+    url: str
+    backend: Any  # test_review_gateway_e2e._Scripted: its ``mode`` says how it answers
+    exporter: InMemorySpanExporter
+    keys: dict[str, SigningKey]
+
+
+@contextlib.contextmanager
+def traced_gateway(tmp_path: Path) -> Iterator[TracedGateway]:
+    """A ``GatewayGate`` over test_gateway's policy (a SQLite file under ``tmp_path``, fresh keys),
+    its spans in an in-memory exporter, serving a scripted backend. On exit the server and the
+    backend stop (the backend's mode back to ``ok``); the gate stays open for its log to be read:
+    closing it is the caller's."""
+    from test_gateway import MODEL, NAMES
     from test_gateway import _policy_text as gateway_policy
     from test_review_gateway_e2e import _Scripted
 
     from agentgate.dispatch import inventory_from_mapping
-    from agentgate.dispatch.gateway import Gateway, GatewayGate, GatewayServer, invocation_headers
+    from agentgate.dispatch.gateway import Gateway, GatewayGate, GatewayServer
 
     backend = _Scripted().start()
     exporter = InMemorySpanExporter()
@@ -732,9 +748,24 @@ def test_gateway_requests_over_http_reconcile(tmp_path: Path) -> None:
     )
     server = GatewayServer(Gateway(gate, inventory), port=0).start()
     try:
+        yield TracedGateway(gate, server.url, backend, exporter, keys)
+    finally:
+        backend.mode = "ok"
+        server.stop()
+        backend.stop()
+
+
+def test_gateway_requests_over_http_reconcile(tmp_path: Path) -> None:
+    import httpx
+    from test_gateway import MODEL, OTHER
+
+    from agentgate.dispatch.gateway import invocation_headers
+
+    with traced_gateway(tmp_path) as served:
+        gate, backend, keys = served.gate, served.backend, served.keys
         agent = gate.issue(keys["root"], name="agent", key=keys["agent"], role="chat")
         poor = gate.issue(keys["root"], name="poor", key=keys["poor"], role="thrifty")
-        url = f"{server.url}/chat/completions"
+        url = f"{served.url}/chat/completions"
         answers = []
         for mode, extra, who in [
             ("ok", {}, agent),
@@ -754,10 +785,6 @@ def test_gateway_requests_over_http_reconcile(tmp_path: Path) -> None:
         answers.append(
             httpx.post(url, json=body, headers={"Authorization": "Bearer ag1.x"}, timeout=10).status_code
         )
-    finally:
-        backend.mode = "ok"
-        server.stop()
-        backend.stop()
     try:
         gate.flush()
         entries = _read_any(gate.store)
@@ -767,7 +794,7 @@ def test_gateway_requests_over_http_reconcile(tmp_path: Path) -> None:
         decisions = [e for e in calls if e["kind"] in ("allow", "deny", "approval_required")]
         assert len(decisions) == len(answers)  # one entry per request, unidentified callers' too
         assert Counter(e["status"] for e in calls if e["kind"] == "outcome") == {"ok": 2, "error": 2}
-        linked = _span_links(exporter, entries)
+        linked = _span_links(served.exporter, entries)
         assert linked == {e["index"] for e in decisions}
     finally:
         gate.close()
