@@ -473,6 +473,9 @@ def test_postgresql_restart_fails_closed_then_the_pool_recovers_at_once(postgres
         t.start()
     for t in threads:
         t.join()
+    deadline = time.monotonic() + 5  # the pool takes connections back on its own worker, not at once
+    while store.pool.get_stats()["pool_available"] < 5 and time.monotonic() < deadline:
+        time.sleep(0.01)
     assert store.pool.get_stats()["pool_available"] >= 5
     postgres_server.stop("fast")
     try:
