@@ -8,13 +8,15 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agentgate.authority._encoding import b64url_decode, b64url_decode_parts, parse_canonical
+from agentgate.authority import Invocation
+from agentgate.authority._encoding import b64url_decode, b64url_decode_parts, b64url_encode, parse_canonical
 from agentgate.authority._grant import (
     _grant_from_canonical,
     _parse_grant_reference,
     delegate,
     issue,
 )
+from agentgate.authority._invocation import _decode_common
 from agentgate.capabilities import Call, Capability, covers
 from agentgate.errors import TokenFormatError
 from agentgate.keys import SigningKey
@@ -131,3 +133,53 @@ def test_an_integer_above_an_integer_upper_bound_is_not_covered() -> None:
 def test_an_integer_below_an_integer_lower_bound_is_not_covered() -> None:
     cap = Capability.of("tool:pay", None, {"amount": {"ge": BIG + 1}})
     assert not covers(cap, Call.tool("pay", {"amount": BIG}))
+
+
+def _invocation_reference(text: str) -> object:
+    try:
+        return Invocation._decode_reference(text, CHAIN.token, CALL)
+    except TokenFormatError:
+        return None
+
+
+CALL = Call.tool("pay", {"amount": 50, "cur": "EUR"})
+WIRE = Invocation.sign(BOB, CHAIN, CALL, now=NOW).encode()
+WIRE_PAYLOAD = b64url_decode(WIRE.split(".")[1], "payload")
+
+# Edits of the invocation's payload that keep it JSON but change a type, a spelling or the bytes.
+INVOCATION_SWAPS = [
+    (b'"v":1', b'"v":true'), (b'"v":1', b'"v":1.0'), (b'"v":1', b'"v":2'), (b'"v":1', b'"v":01'),
+    (b'"iat":', b'"iat":-'), (b'"exp":', b'"exp":1e1,"x":'), (b'"act":"invoke"', b'"act":1'),
+    (b'"act":"invoke"', b'"act":"\\u0069nvoke"'), (b'"act":"invoke"', b'"act": "invoke"'),
+    (b'"res":"tool:pay"', b'"res":"tool:pay","res":"tool:pay"'), (b'"res":"tool:pay"', b'"res":null'),
+    (b'"nonce":"', b'"nonce":"A'), (b'"args":"', b'"args":"0'), (b'"tip":"', b'"tip":"f'),
+    (b'"iss":"did:key:z', b'"iss":"did:key:x'), (b'"iss":"did:key:z6', b'"iss":"did:key:z1'),
+    (b'{"act"', b'{"a":0,"act"'), (b'}', b',}'), (b'}', b'} '), (b'"exp":', b'"exp":9999999999999,"e":'),
+]  # fmt: skip
+
+
+def _wire(payload: bytes, signature: str | None = None) -> str:
+    return ".".join(["agi1", b64url_encode(payload), signature or WIRE.split(".")[2]])
+
+
+def test_the_invocation_fast_path_agrees_with_the_reference_on_edited_payloads() -> None:
+    texts = [WIRE, WIRE + ".", WIRE.replace(".", "..", 1), WIRE[:-2], WIRE + "A", "agi2" + WIRE[4:]]
+    texts += [_wire(WIRE_PAYLOAD.replace(old, new, 1)) for old, new in INVOCATION_SWAPS]
+    texts += [_wire(WIRE_PAYLOAD, b64url_encode(bytes(63))), _wire(WIRE_PAYLOAD + b" ")]
+    accepted = 0
+    for text in texts:
+        fast = _decode_common(text, CHAIN.token, CALL)
+        reference = _invocation_reference(text)
+        assert fast is None or fast == reference, text
+        assert (reference is None) or (fast is not None) or text != WIRE
+        accepted += fast is not None
+    assert accepted == 1  # only the unedited wire form
+    assert Invocation.decode(WIRE, CHAIN, CALL) == _invocation_reference(WIRE)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(min_value=0, max_value=len(WIRE) - 1), st.sampled_from("AZaz09-_.~=é"))
+def test_one_character_changes_to_the_wire_form_are_decided_alike(at: int, char: str) -> None:
+    text = WIRE[:at] + char + WIRE[at + 1 :]
+    fast = _decode_common(text, CHAIN.token, CALL)
+    assert fast is None or fast == _invocation_reference(text)

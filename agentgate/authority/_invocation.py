@@ -19,13 +19,14 @@ import orjson
 
 from agentgate.authority._encoding import (
     b64url_decode,
+    b64url_decode_parts,
     b64url_encode,
     canonical_json,
     parse_canonical,
     require,
     sha256_hex,
 )
-from agentgate.authority._grant import MAX_TIME, Chain, _as_chain, _did
+from agentgate.authority._grant import MAX_TIME, Chain, _as_chain, _cached_key, _did
 from agentgate.capabilities import Call
 from agentgate.errors import TokenFormatError
 from agentgate.keys import SIGNATURE_SIZE, SigningKey
@@ -155,6 +156,12 @@ class Invocation:
 
         Raises ``TokenFormatError`` for anything not exactly in the format.
         """
+        token = chain.token if isinstance(chain, Chain) else chain
+        return _decode_common(text, token, call) or cls._decode_reference(text, token, call)
+
+    @classmethod
+    def _decode_reference(cls, text: str, token: str, call: Call) -> Invocation:
+        """The reference steps of ``decode``: they accept or name the problem."""
         if not isinstance(text, str) or len(text) > MAX_INVOCATION_BYTES or not text.isascii():
             raise TokenFormatError(
                 f"an invocation is an ASCII string of at most {MAX_INVOCATION_BYTES} bytes"
@@ -177,7 +184,6 @@ class Invocation:
         issued, expires = (require(obj, name, int, "invocation") for name in ("iat", "exp"))
         if not 0 <= issued < expires < MAX_TIME or expires - issued > MAX_INVOCATION_TTL:
             raise TokenFormatError(f"invocation: need iat < exp <= iat + {MAX_INVOCATION_TTL}")
-        token = chain.token if isinstance(chain, Chain) else chain
         return cls(
             chain_token=token,
             call=call,
@@ -191,3 +197,70 @@ class Invocation:
             expires=expires,
             signature=signature,
         )
+
+
+_WIRE_PREFIX = INVOCATION_PREFIX + "."
+
+
+def _decode_common(text: object, token: str, call: Call) -> Invocation | None:
+    """``Invocation.decode`` for the common shape, or ``None`` when the reference steps must decide.
+
+    Returns an invocation only when ``_decode_reference`` would return an equal one; never raises.
+    Both parts are decoded in one pass (``b64url_decode_parts``: exactly the strict base64url of
+    ``b64url_decode``); the payload is parsed by orjson and accepted only when every field has its
+    exact type (strings, and integers that are not booleans: no float can hide) and orjson's sorted
+    re-encoding is byte-for-byte the payload, as ``parse_canonical`` accepts it. The rest are the
+    reference checks, in one pass. Saves about a third of a warm decision's Python work
+    (benchmarks/authority.py, ``invocation_decode``).
+    """
+    if type(text) is not str or len(text) > MAX_INVOCATION_BYTES or not text.startswith(_WIRE_PREFIX):
+        return None
+    parts = b64url_decode_parts(text[len(_WIRE_PREFIX) :])  # None for non-ASCII text too
+    if parts is None or len(parts) != 2 or len(parts[1]) != SIGNATURE_SIZE:
+        return None
+    payload, signature = parts
+    try:
+        obj = orjson.loads(payload)
+    except orjson.JSONDecodeError:
+        return None
+    if type(obj) is not dict or obj.keys() != _FIELDS:
+        return None
+    version, issuer, tip, resource, action = obj["v"], obj["iss"], obj["tip"], obj["res"], obj["act"]
+    digest, nonce, issued, expires = obj["args"], obj["nonce"], obj["iat"], obj["exp"]
+    if (
+        type(version) is not int
+        or version != 1
+        or type(issuer) is not str
+        or type(tip) is not str
+        or type(resource) is not str
+        or type(action) is not str
+        or type(digest) is not str
+        or type(nonce) is not str
+        or type(issued) is not int
+        or type(expires) is not int
+        or not 0 <= issued < expires < MAX_TIME
+        or expires - issued > MAX_INVOCATION_TTL
+        or not _HEX64.fullmatch(tip)
+        or not _HEX64.fullmatch(digest)
+        or not _HEX32.fullmatch(nonce)
+    ):
+        return None
+    try:
+        if orjson.dumps(obj, option=orjson.OPT_SORT_KEYS) != payload:
+            return None
+        _cached_key(issuer)  # a did:key that holds an Ed25519 key, as ``_did`` checks
+    except (TypeError, TokenFormatError):
+        return None
+    return Invocation(
+        chain_token=token,
+        call=call,
+        issuer=issuer,
+        tip=tip,
+        resource=resource,
+        action=action,
+        args_digest=digest,
+        nonce=nonce,
+        issued_at=issued,
+        expires=expires,
+        signature=signature,
+    )
