@@ -5,10 +5,13 @@ integer bounds compared in floating point.
 
 from __future__ import annotations
 
+from dataclasses import fields
+from pathlib import Path
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agentgate.authority import Invocation
+from agentgate.authority import Authority, Decision, GrantRepository, Invocation
 from agentgate.authority._encoding import b64url_decode, b64url_decode_parts, b64url_encode, parse_canonical
 from agentgate.authority._grant import (
     _grant_from_canonical,
@@ -20,6 +23,7 @@ from agentgate.authority._invocation import _decode_common
 from agentgate.capabilities import Call, Capability, covers
 from agentgate.errors import TokenFormatError
 from agentgate.keys import SigningKey
+from agentgate.store import SQLiteStore
 
 NOW = 1_800_000_000
 ROOT, ALICE, BOB = (SigningKey(bytes([i]) * 32) for i in range(11, 14))
@@ -183,3 +187,21 @@ def test_one_character_changes_to_the_wire_form_are_decided_alike(at: int, char:
     text = WIRE[:at] + char + WIRE[at + 1 :]
     fast = _decode_common(text, CHAIN.token, CALL)
     assert fast is None or fast == _invocation_reference(text)
+
+
+def test_an_allowed_decision_has_every_field_a_decision_declares(tmp_path: Path) -> None:
+    # ``_conclude`` builds allowed decisions without the dataclass ``__init__``: a field added to
+    # ``Decision`` later must be given there too (else reading it raises AttributeError).
+    store = SQLiteStore(tmp_path / "store.db")
+    repo = GrantRepository(store)
+    try:
+        decision = Authority(repo, ROOT.public).decide(
+            Invocation.decode(Invocation.sign(BOB, CHAIN, CALL, now=NOW + 5).encode(), CHAIN, CALL),
+            now=NOW + 5,
+        )
+    finally:
+        repo.close()
+        store.close()
+    assert decision.allowed, decision.reasons
+    assert set(vars(decision)) == {f.name for f in fields(Decision)}
+    assert decision == Decision(**{f.name: getattr(decision, f.name) for f in fields(Decision)})

@@ -39,6 +39,7 @@ from agentgate.authority._invocation import (
 from agentgate.capabilities import (
     Call,
     Capability,
+    _prechecked,
     canonical_resource,
     covers,
     format_capability,
@@ -540,10 +541,13 @@ def _conclude(
         else f"approval required from {', '.join(requirement.approvers) or 'an approver'}"
         + (f": {requirement.reason}" if requirement.reason else "")
     )
-    return Decision(
-        outcome,
-        (reason,),
-        (),
+    # Every field given, each of its declared type: built without the frozen dataclass's
+    # ``__init__`` (13 ``object.__setattr__`` calls, ~6 us of a ~230 us warm decision).
+    return _prechecked(
+        Decision,
+        outcome=outcome,
+        reasons=(reason,),
+        findings=(),
         principal=principal,
         resource=call.resource,
         action=call.action,
