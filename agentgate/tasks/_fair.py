@@ -38,6 +38,7 @@ from __future__ import annotations
 import bisect
 import heapq
 import itertools
+import operator
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Generic, TypeVar
@@ -143,8 +144,9 @@ class FairQueue(Generic[T]):
         if path is None:
             path = self._path(rank, priority, priority_weight, tenant, tenant_weight, agent)
         leaf = path[3]
-        entering: list[tuple[_Node, _Node]] = []
+        entering: list[tuple[_Node, _Node]] | None = None  # made only when the agent had nothing waiting
         if not leaf.backlog:  # the agent had nothing waiting; its ancestors may have been idle too
+            entering = []
             for parent, child in itertools.pairwise(path):
                 if not child.backlog:
                     child.pass_ = max(child.pass_, parent.vtime)
@@ -159,12 +161,13 @@ class FairQueue(Generic[T]):
             member.backlog += 1
             counts = member.tools
             counts[tool] = counts.get(tool, 0) + 1
-        for parent, child in entering:
-            parent.active += 1
-            if parent.heap is not None:
-                _heap_push(parent, child)
-            elif parent.active >= _HEAP_AT:
-                _heap_build(parent)
+        if entering is not None:
+            for parent, child in entering:
+                parent.active += 1
+                if parent.heap is not None:
+                    _heap_push(parent, child)
+                elif parent.active >= _HEAP_AT:
+                    _heap_build(parent)
         self.size += 1
         self.tenant_sizes[tenant] = self.tenant_sizes.get(tenant, 0) + 1
         self.tool_sizes[tool] = self.tool_sizes.get(tool, 0) + 1
@@ -251,6 +254,9 @@ class FairQueue(Generic[T]):
         """
         if not open_tools:
             return None
+        if tenant_blocked is None and agent_blocked is None and len(open_tools) == 1:
+            [tool] = open_tools
+            return self._pop_tool(tool)
         for rank in self._order:
             root = self._ranks[rank]
             if not root.backlog or open_tools.isdisjoint(root.tools):
@@ -265,20 +271,44 @@ class FairQueue(Generic[T]):
                         entry = self._pick_tool(agent, open_tools)
                         if entry is None:
                             continue
-                        root.vtime = klass.pass_
-                        klass.pass_ += 1.0 / klass.weight
-                        klass.vtime = tenant.pass_
-                        tenant.pass_ += 1.0 / tenant.weight
-                        tenant.vtime = agent.pass_
-                        agent.pass_ += 1.0 / agent.weight
-                        self.discard(entry)
-                        # The served nodes' passes grew: where a heap orders them, enter them anew.
-                        for parent, child in ((root, klass), (klass, tenant), (tenant, agent)):
-                            if child.backlog and parent.heap is not None:
-                                _heap_push(parent, child)
-                        item: T = entry.item
-                        return item
+                        return self._serve(root, klass, tenant, agent, entry)
         return None
+
+    def _pop_tool(self, tool: str) -> T | None:
+        """``pop`` with one open tool and no tenant or agent limits: the common dispatch, after a
+        slot of ``tool`` came free. Every child on the way with calls to ``tool`` has one that can
+        start, so the first child in turn at each level is the one ``pop`` would serve: it is
+        found without ordering the others (about a microsecond less per dispatch)."""
+        for rank in self._order:
+            root = self._ranks[rank]
+            if tool in root.tools:
+                klass = _first(root, tool)
+                tenant = _first(klass, tool)
+                agent = _first(tenant, tool)
+                queue = agent.queues[tool]
+                while not queue[0].alive:
+                    queue.popleft()
+                return self._serve(root, klass, tenant, agent, queue[0])
+        return None
+
+    def _serve(self, root: _Node, klass: _Node, tenant: _Node, agent: _Node, entry: Entry[T]) -> T:
+        """Take ``entry`` (of ``agent``, under ``tenant``, ``klass`` and ``root``) out of the queue
+        and advance the passes of the nodes that served it; return its item."""
+        root.vtime = klass.pass_
+        klass.pass_ += 1.0 / klass.weight
+        klass.vtime = tenant.pass_
+        tenant.pass_ += 1.0 / tenant.weight
+        tenant.vtime = agent.pass_
+        agent.pass_ += 1.0 / agent.weight
+        self.discard(entry)
+        # The served nodes' passes grew: where a heap orders them, enter them anew.
+        if root.heap is not None and klass.backlog:
+            _heap_push(root, klass)
+        if klass.heap is not None and tenant.backlog:
+            _heap_push(klass, tenant)
+        if tenant.heap is not None and agent.backlog:
+            _heap_push(tenant, agent)
+        return entry.item
 
     @staticmethod
     def _pick_tool(leaf: _Node, open_tools: set[str]) -> Entry[Any] | None:
@@ -305,8 +335,8 @@ def _leaf_keys(node: _Node, keys: tuple[str, ...]) -> Iterator[tuple[str, str, s
         yield from _leaf_keys(child, (*keys, key))
 
 
-def _by_pass(node: _Node) -> float:
-    return node.pass_
+#: A node's pass (a C-level key function: sorting a node's children calls no Python function).
+_by_pass = operator.attrgetter("pass_")
 
 
 def _heap_push(parent: _Node, child: _Node) -> None:
@@ -351,6 +381,22 @@ def _heap_turns(heap: list[_HeapEntry], open_tools: set[str]) -> Iterator[_Node]
         for below in (2 * index + 1, 2 * index + 2):
             if below < size:
                 heapq.heappush(frontier, (heap[below][0], heap[below][1], below))
+
+
+def _first(node: _Node, tool: str) -> _Node:
+    """The first of ``node``'s children in turn (``_by_turn``) among those with calls to ``tool``
+    waiting (``node`` has some): the lowest pass, ties to the child made first."""
+    children = node.children
+    if len(children) == 1:
+        return next(iter(children.values()))
+    if node.heap is not None:
+        return next(iter(_heap_turns(node.heap, {tool})))
+    best: _Node | None = None
+    for child in children.values():  # in the order they were made
+        if tool in child.tools and (best is None or child.pass_ < best.pass_):
+            best = child
+    assert best is not None
+    return best
 
 
 def _by_turn(node: _Node, open_tools: set[str]) -> Iterable[_Node]:

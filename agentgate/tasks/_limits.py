@@ -513,8 +513,10 @@ class SharedLimits:
             if not self.per_tool_only:
                 _decrement(self.tenant_in_flight, call.tenant)
                 _decrement(self.principal_in_flight, (call.tenant, call.principal))
-        if self.queue.size:
-            self.dispatch(call.tool if self.per_tool_only else None)
+        if self.queue.size:  # ``dispatch``, written out: this runs once per attempt
+            self._dispatch_queue(call.tool if self.per_tool_only else None)
+            if self.nested_waiting:
+                self._start_nested_waiting()
 
     def _finish_lending(self, waiter: Waiter) -> None:
         """``finish``'s counting for an attempt that borrowed or lent slots (lock held)."""

@@ -362,7 +362,7 @@ class Scheduler:
             # Looked up once per call: the hot path skips building span attributes nobody records.
             context = otel_context.get_current()
             traced = bool(context) and trace.get_current_span(context).is_recording()
-            errors: list[AttemptError] = []
+            errors: list[AttemptError] | None = None  # made at the first failure (most calls have none)
             number = 0
             while True:
                 number += 1
@@ -381,13 +381,16 @@ class Scheduler:
                             )
                         parent = RUNNING.get()  # the attempt whose tool made this call, if any
                         with lock:
-                            if parent is not None and self._leases is not None and limits.concurrency:
-                                # Under its ancestor's tool slot and lease when it has one to lend.
-                                waiter = shared.start_nested(call, limits, parent, prefer_tool=True)
+                            if parent is None:
+                                # Calls waiting (in any scheduler): this one queues behind them.
+                                waiter = None if shared.queue.size else shared.start_now(call, limits)
                             else:
                                 waiter = None
-                            if waiter is None:
-                                waiter = shared.start_now(call, limits, parent)
+                                if self._leases is not None and limits.concurrency:
+                                    # Under its ancestor's tool slot and lease when it has one to lend.
+                                    waiter = shared.start_nested(call, limits, parent, prefer_tool=True)
+                                if waiter is None:
+                                    waiter = shared.start_now(call, limits, parent)
                             if waiter is None:
                                 future: asyncio.Future[None] = loop.create_future()
                                 waiter = shared.enqueue(
@@ -489,6 +492,8 @@ class Scheduler:
                         raise
                     except Exception as exc:
                         # 3. a failed attempt: classify, tell the breaker, ask the retry rule
+                        if errors is None:
+                            errors = []
                         delay = self._failed(
                             call, limits, key, exc, number, errors, breaker, deadline, loop.time(), held
                         )
