@@ -192,6 +192,10 @@ def _token_counts(tokens: object) -> tuple[int, int]:
     raise InputError(f"token counts must be two non-negative integers (prompt, output), got {tokens!r}")
 
 
+class _CarryFailed(Exception):
+    """An outcome carried by a transaction could not be written: roll the transaction back."""
+
+
 def _finding(kind: FindingKind, code: str, message: str, hint: str | None = None) -> Finding:
     return Finding(kind=kind, code=code, message=message, hint=hint)
 
@@ -937,8 +941,18 @@ class Gate:
         """A store transaction for a decision that also commits the outcomes pending until now."""
         carried = self._outcomes.take()
         try:
+            try:
+                with self.store.transaction() as tx:
+                    self.audit.lock(tx)  # before any row: one lock order for every writer (PostgreSQL)
+                    self._carry_all(tx, carried)
+                    yield tx
+                    return
+            except _CarryFailed:
+                pass
+            # An outcome could not be written: the transaction was rolled back whole (it held
+            # nothing else yet), and this one writes each outcome that can be, under savepoints.
             with self.store.transaction() as tx:
-                self.audit.lock(tx)  # before any row: one lock order for every writer (PostgreSQL)
+                self.audit.lock(tx)
                 self._carry(tx, carried)
                 yield tx
         except BaseException:
@@ -1032,8 +1046,13 @@ class Gate:
             for unit, caps in self._caps(decision).items()
             if amounts.get(unit, 0) > 0
         ]
-        # Only what can refuse (an approval to consume, a budget or quota to count) needs the savepoint.
-        guarded = bool(reserve) or bool(quotas) or approval is not None
+        # Only what can refuse after writing needs the savepoint: an approval to consume, a quota
+        # to count, a reservation against more than one budget. One budget's reservation writes
+        # nothing when it refuses (``BudgetLedger.reserve``): a caller's own budget, the usual
+        # case, costs no SAVEPOINT/RELEASE pair (about 6 us on SQLite, two round trips on PostgreSQL).
+        guarded = (
+            bool(quotas) or approval is not None or len(reserve) > 1 or any(len(c) > 1 for _, c, _ in reserve)
+        )
         full: QuotaRef | None = None  # the quota whose window could not hold the call
         if guarded:
             tx.execute("SAVEPOINT agentgate_allow")
@@ -1062,8 +1081,9 @@ class Gate:
                     f"quota {full.name} reached: {full.limit} {full.unit} per {full.window_s} s for {full.subject}"
                 )
         except (BudgetExceeded, QuotaExceeded, Denied, Expired, InputError) as exc:
-            tx.execute("ROLLBACK TO SAVEPOINT agentgate_allow")
-            tx.execute("RELEASE SAVEPOINT agentgate_allow")
+            if guarded:
+                tx.execute("ROLLBACK TO SAVEPOINT agentgate_allow")
+                tx.execute("RELEASE SAVEPOINT agentgate_allow")
             if isinstance(exc, QuotaExceeded) and full is not None:
                 return self._write_refusal(replace(auth, reasons=(str(exc),), quota_exceeded=full.name), tx)
             if isinstance(exc, BudgetExceeded):
@@ -1409,10 +1429,10 @@ class Gate:
         except BaseException as exc:
             self._settle(auth, "error", type(exc).__name__, USAGE_UNREAD)
             raise
-        if usage is not None:
-            with contextlib.suppress(TypeError, ValueError):  # garbage usage: charged at settlement
-                record_usage(span, *usage)
         if span.is_recording():
+            if usage is not None:
+                with contextlib.suppress(TypeError, ValueError):  # garbage usage: charged at settlement
+                    record_usage(span, *usage)
             record_outcome(span, status)
         self._settle(auth, status, None, usage)
 
@@ -1498,7 +1518,14 @@ class Gate:
 
     def _write_outcomes(self, batch: list[PendingOutcome]) -> None:
         try:
-            with self.store.transaction() as tx:
+            try:
+                with self.store.transaction() as tx:
+                    self.audit.lock(tx)
+                    self._carry_all(tx, batch)
+                return
+            except _CarryFailed:
+                pass
+            with self.store.transaction() as tx:  # as in ``_decision_transaction``
                 self.audit.lock(tx)
                 self._carry(tx, batch)
         except AgentGateError as exc:
@@ -1507,11 +1534,24 @@ class Gate:
             self._outcomes.restore(batch, retry_after_s=OUTCOME_RETRY_S)
             _log.error("agentgate: %d outcomes not recorded yet (kept, retried): %s", len(batch), exc)
 
+    def _carry_all(self, tx: Transaction, batch: list[PendingOutcome]) -> None:
+        """Write every outcome of ``batch`` first thing in ``tx``, without a savepoint; raise
+        ``_CarryFailed`` when one cannot be written, for the caller to roll ``tx`` back whole
+        (nothing else is in it) and write them with ``_carry``. Outcomes nearly always can be
+        written: the savepoint that guarded them cost two statements per decision (about 10 us
+        on SQLite, two round trips on PostgreSQL)."""
+        failures: tuple[type[Exception], ...] = (AgentGateError, *self.store.driver_errors)
+        try:
+            for outcome in batch:
+                self._write_outcome(tx, *outcome)
+        except failures as exc:
+            raise _CarryFailed from exc
+
     def _carry(self, tx: Transaction, batch: list[PendingOutcome]) -> None:
         # Under a savepoint: an outcome that cannot be written (logged) never takes the others, or
         # the decision that carries them, down with it. Its reservation stays held, which can only
         # make a budget look smaller, never let it be overspent. One savepoint for the batch;
-        # one per outcome only after the batch failed.
+        # one per outcome only after the batch failed. (Decisions try ``_carry_all`` first.)
         if not batch:
             return
         tx.execute("SAVEPOINT agentgate_outcomes")
