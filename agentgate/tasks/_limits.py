@@ -514,7 +514,10 @@ class SharedLimits:
                 _decrement(self.tenant_in_flight, call.tenant)
                 _decrement(self.principal_in_flight, (call.tenant, call.principal))
         if self.queue.size:  # ``dispatch``, written out: this runs once per attempt
-            self._dispatch_queue(call.tool if self.per_tool_only else None)
+            if self.per_tool_only:
+                self._dispatch_tool(call.tool)
+            else:
+                self._dispatch_queue(None)
             if self.nested_waiting:
                 self._start_nested_waiting()
 
@@ -602,6 +605,23 @@ class SharedLimits:
                 self.start(waiter)
             if started not in queue.tool_sizes or not self._tool_open(started):
                 open_tools.discard(started)
+        if queue.size and self._rate_wait != _NEVER:
+            self._arm(time.monotonic() + self._rate_wait)
+
+    def _dispatch_tool(self, tool: str) -> None:
+        """``_dispatch_queue(tool)`` without global, tenant or principal limits (``per_tool_only``):
+        the common dispatch after a slot of ``tool`` came free, without the general walk's set of
+        open tools (the queue serves one tool with ``pop_tool``)."""
+        queue = self.queue
+        tool_sizes = queue.tool_sizes
+        self._rate_wait = _NEVER
+        while tool in tool_sizes and self._tool_open(tool):
+            waiter = queue.pop_tool(tool)
+            # done: its caller was cancelled after it was picked (see ``_dispatch_queue``).
+            if not waiter.future.done() and self._wake(waiter):
+                if waiter.limits.rate is not None:
+                    self._bucket(tool, waiter.limits).try_take()
+                self.start(waiter)
         if queue.size and self._rate_wait != _NEVER:
             self._arm(time.monotonic() + self._rate_wait)
 
