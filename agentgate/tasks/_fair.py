@@ -99,17 +99,23 @@ class _Node:
 
 
 class Entry(Generic[T]):
-    """A waiting item's place in the queue; ``alive`` is False once it left."""
+    """A waiting item's place in the queue; ``alive`` is False once it left.
+
+    ``push`` makes one for its item; an item that is its own entry (a subclass whose ``item`` is
+    itself, as the scheduler's ``Waiter``: one object less per waiting call) enters with
+    ``push_entry``, which sets the other fields.
+    """
 
     __slots__ = ("alive", "item", "path", "seq", "tenant", "tool")
 
-    def __init__(self, item: T, seq: int, tenant: str, tool: str, path: tuple[_Node, ...]) -> None:
+    alive: bool
+    path: tuple[_Node, ...]
+    seq: int
+    tenant: str
+    tool: str
+
+    def __init__(self, item: T) -> None:
         self.item = item
-        self.seq = seq
-        self.tenant = tenant
-        self.tool = tool
-        self.path = path
-        self.alive = True
 
 
 class FairQueue(Generic[T]):
@@ -140,6 +146,22 @@ class FairQueue(Generic[T]):
         The weights of a class and a tenant are taken when their node is first made (they come
         from a frozen configuration).
         """
+        entry: Entry[T] = Entry(item)
+        self.push_entry(entry, rank, priority, priority_weight, tenant, tenant_weight, agent, tool)
+        return entry
+
+    def push_entry(
+        self,
+        entry: Entry[T],
+        rank: int,
+        priority: str,
+        priority_weight: float,
+        tenant: str,
+        tenant_weight: float,
+        agent: str,
+        tool: str,
+    ) -> None:
+        """``push`` for an entry made by the caller (not yet in any queue), whose ``item`` is set."""
         path = self._paths.get((rank, priority, tenant, agent))
         if path is None:
             path = self._path(rank, priority, priority_weight, tenant, tenant_weight, agent)
@@ -155,7 +177,11 @@ class FairQueue(Generic[T]):
         if queue is None:
             queue = leaf.queues[tool] = deque()
         self._seq += 1
-        entry: Entry[T] = Entry(item, self._seq, tenant, tool, path)
+        entry.seq = self._seq
+        entry.tenant = tenant
+        entry.tool = tool
+        entry.path = path
+        entry.alive = True
         queue.append(entry)
         for member in path:
             member.backlog += 1
@@ -171,7 +197,6 @@ class FairQueue(Generic[T]):
         self.size += 1
         self.tenant_sizes[tenant] = self.tenant_sizes.get(tenant, 0) + 1
         self.tool_sizes[tool] = self.tool_sizes.get(tool, 0) + 1
-        return entry
 
     def _path(
         self, rank: int, priority: str, priority_weight: float, tenant: str, tenant_weight: float, agent: str

@@ -71,13 +71,16 @@ def _resolve(future: Signal) -> None:
         future.set_result(None)
 
 
-class Waiter:
-    """One attempt's claim on slots: granted when started, queued (``entry``) while waiting."""
+class Waiter(Entry["Waiter"]):
+    """One attempt's claim on slots: granted when started, ``queued`` while waiting.
+
+    It is its own place in the fair queue (an ``Entry`` whose item is itself): a call that waits
+    makes one object less (fewer for the garbage collector to walk while thousands wait).
+    """
 
     __slots__ = (
         "borrowed",
         "call",
-        "entry",
         "finished",
         "future",
         "granted",
@@ -87,6 +90,7 @@ class Waiter:
         "loop",
         "owner",
         "parent",
+        "queued",
         "queued_at",
         "thread",
     )
@@ -101,7 +105,8 @@ class Waiter:
         self.owner = owner
         self.granted = False
         self.finished = False
-        self.entry: Entry[Waiter] | None = None
+        #: Entered in the fair queue (it waited, or waits: ``alive``).
+        self.queued = False
         #: The loop whose thread must resolve ``future`` (an asyncio future); None: thread-safe signal.
         self.loop: asyncio.AbstractEventLoop | None = None
         #: The running attempt this call was made from (a nested call), else None.
@@ -114,6 +119,11 @@ class Waiter:
         #: scheduler with a store sets it, and gives it back after ``finish``); passed on with the
         #: tool slot to a nested attempt that outlives this one (``_finish_lending``). None: none.
         self.lease: tuple[LeaseManager, Lease] | None = None
+
+    @property  # the entry's item is the waiter itself (a property: no reference cycle)
+    def item(self) -> Waiter:  # type: ignore[override]
+        """The fair queue's item for this entry: the waiter itself."""
+        return self
 
 
 #: The attempt whose tool is running in this context (set by the schedulers around the tool).
@@ -336,7 +346,7 @@ class SharedLimits:
     def _start_nested_waiting(self) -> None:
         """Start queued nested calls that can now run under an ancestor's slot (lock held)."""
         for waiter in list(self.nested_waiting):
-            if waiter.granted or waiter.entry is None or not waiter.entry.alive or waiter.future.done():
+            if waiter.granted or not waiter.queued or not waiter.alive or waiter.future.done():
                 self.nested_waiting.discard(waiter)
                 continue
             assert waiter.parent is not None
@@ -349,7 +359,7 @@ class SharedLimits:
                 if not bucket.try_take():
                     self._arm(time.monotonic() + bucket.wait_s())
                     continue
-            self.queue.discard(waiter.entry)
+            self.queue.discard(waiter)
             if self._wake(waiter):
                 self._lend(waiter, plan)
                 self.start(waiter)
@@ -400,7 +410,7 @@ class SharedLimits:
                 f"({queue.size} waiting, limit {config.max_queued}, tenant limit {share.max_queued})",
                 limit=full,
             )
-        waiter.entry = queue.push(
+        queue.push_entry(
             waiter,
             priority.rank,
             priority.name,
@@ -410,6 +420,7 @@ class SharedLimits:
             call.principal,
             call.tool,
         )
+        waiter.queued = True
         if parent is not None:
             waiter.parent = parent
             self.nested_waiting.add(waiter)
@@ -558,8 +569,8 @@ class SharedLimits:
         """A waiting call gives up (deadline, cancellation): out of the queue, or its slot back."""
         if waiter.granted:
             self.finish(waiter)
-        elif waiter.entry is not None:
-            self.queue.discard(waiter.entry)
+        elif waiter.queued:
+            self.queue.discard(waiter)
             if waiter.parent is not None:
                 self.nested_waiting.discard(waiter)
 
@@ -661,7 +672,7 @@ class SharedLimits:
                 waiter = queue.pop(set(queue.tool_sizes), None, None)
                 if waiter is None:
                     break
-                waiter.entry = None  # out of the queue: nothing for ``abandon`` to discard
+                waiter.queued = False  # out of the queue: nothing for ``abandon`` to discard
                 refused += 1
                 _refuse(waiter, reason)
             self.nested_waiting.clear()

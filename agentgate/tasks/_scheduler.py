@@ -396,7 +396,7 @@ class Scheduler:
                                 waiter = shared.enqueue(
                                     call, limits, priority, traced, future, self.metrics, loop, parent
                                 )
-                        if waiter.entry is None:
+                        if not waiter.queued:
                             self.metrics.observe_wait(0.0)
                         else:
                             if not waiter.granted:
