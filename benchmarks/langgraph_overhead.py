@@ -54,6 +54,7 @@ from agentgate.integrations.langgraph import ScriptedChatModel, create_gated_age
 from agentgate.keys import SigningKey
 from agentgate.policy import parse_policy
 from agentgate.store import SQLiteStore
+from agentgate.store._sqlite import _SQLiteTransaction
 
 SUBAGENTS = ("alpha", "beta", "gamma")
 CALLS_PER_AGENT = 5
@@ -313,6 +314,49 @@ def in_run_vs_alone(workdir: Path, rounds: int) -> dict[str, float]:
     }
 
 
+def statements_per_decision(workdir: Path) -> dict[str, float]:
+    """SQL statements (``Transaction.execute``, savepoints included) and store transactions
+    (each one ``BEGIN`` and ``COMMIT``) per decision in one relaxed agent run, counted: a figure
+    the machine's load cannot skew. Counted apart from the timed runs (the counters are only
+    installed here)."""
+    counts = {"statements": 0, "transactions": 0, "decisions": 0}
+    execute, transaction, authorize = _SQLiteTransaction.execute, SQLiteStore.transaction, Gate.authorize
+
+    def counted_execute(self: _SQLiteTransaction, sql: str, params: Any = ()) -> Any:
+        counts["statements"] += 1
+        return execute(self, sql, params)
+
+    def counted_transaction(self: SQLiteStore, *, immediate: bool = True) -> Any:
+        counts["transactions"] += 1
+        return transaction(self, immediate=immediate)
+
+    def counted_authorize(self: Gate, *args: Any, **kwargs: Any) -> Any:
+        counts["decisions"] += 1
+        return authorize(self, *args, **kwargs)
+
+    run, gate = build_gated(workdir, "NORMAL", True)
+    try:
+        run()  # warm-up: sub-agent budget rows made, caches filled
+        gate.flush()
+        _SQLiteTransaction.execute = counted_execute  # type: ignore[method-assign]
+        SQLiteStore.transaction = counted_transaction  # type: ignore[method-assign]
+        Gate.authorize = counted_authorize  # type: ignore[method-assign]
+        try:
+            run()
+            gate.flush()
+        finally:
+            _SQLiteTransaction.execute = execute  # type: ignore[method-assign]
+            SQLiteStore.transaction = transaction  # type: ignore[method-assign]
+            Gate.authorize = authorize  # type: ignore[method-assign]
+    finally:
+        gate.close()
+    decisions = max(1, counts["decisions"])
+    return {
+        "sql_statements_per_decision": round(counts["statements"] / decisions, 2),
+        "transactions_per_decision": round(counts["transactions"] / decisions, 2),
+    }
+
+
 def _check(result: Any, gated: bool) -> None:
     statuses = [m.status for m in result["messages"] if m.type == "tool"]
     if statuses != ["success"] * (CALLS_PER_AGENT + len(SUBAGENTS)):
@@ -375,6 +419,7 @@ def main() -> None:
         commit_normal = commit_cost(workdir, "NORMAL")[1]
         parts = breakdown(workdir)
         in_run = in_run_vs_alone(workdir, 4 if args.quick else 12)
+        counted = statements_per_decision(workdir)
     ratio_passthrough = median["passthrough"] / median["plain"]
     ratio_durable = median["gated"] / median["plain"]
     ratio_relaxed = median["relaxed"] / median["plain"]
@@ -403,6 +448,10 @@ def main() -> None:
         f"Gate.authorize inside runs {in_run['authorize_in_run_p50_us']:.0f} us, alone "
         f"{in_run['authorize_alone_p50_us']:.0f} us (median): {in_run['in_run_over_alone']:.2f}x"
     )
+    print(
+        f"per decision in a relaxed run (counted): {counted['sql_statements_per_decision']:.2f} SQL statements "
+        f"besides BEGIN/COMMIT, {counted['transactions_per_decision']:.2f} transactions"
+    )
     print("where a call's time goes (each part timed alone, median us):")
     for part, value in parts.items():
         print(f"  {part:<28}{value:8.1f}")
@@ -428,6 +477,7 @@ def main() -> None:
         "repetitions": repetitions,
         "parts_us": parts,
         **in_run,
+        **counted,
     }
     goals = {
         "ratio_durable": {"value": round(ratio_durable, 4), "limit": 1.25, "better": "lower"},

@@ -34,6 +34,8 @@ def redact_reasons(reasons: Iterable[str], args: Mapping[str, Any], loggable: It
 def recordable(text: str) -> str:
     """``text`` as the audit log can hold it: unchanged, or with what is not valid Unicode (a
     lone surrogate from a hostile argument or name) escaped, so a refusal is still recorded."""
+    if text.isascii():  # the usual case, known without encoding a copy
+        return text
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
