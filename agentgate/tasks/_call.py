@@ -23,7 +23,8 @@ from typing import Any, NamedTuple
 from agentgate.errors import InputError
 
 #: The canonical JSON encoder of ``argument_digest``, made once: ``json.dumps`` with these options
-#: makes a new encoder per call (about a microsecond). Encoding keeps no state between calls.
+#: makes a new encoder per call (digest of a small dict 6.5 -> 4.4 us here). Encoding keeps no state
+#: between calls.
 _CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
@@ -85,17 +86,7 @@ def _encodable(text: str) -> None:
         raise InputError(f"tool call text {text!r} is not valid Unicode (a lone surrogate)") from None
 
 
-class _NoArguments:
-    """``ToolCall``'s default ``arguments``: none given, so the call gets a new empty dict."""
-
-    def __repr__(self) -> str:
-        return "{}"
-
-
-_NO_ARGUMENTS: Any = _NoArguments()
-
-
-@dataclass(frozen=True, init=False)
+@dataclass(frozen=True)
 class ToolCall:
     """One tool call to schedule.
 
@@ -131,46 +122,6 @@ class ToolCall:
     arguments_digest: str | None = None
     key_reaches_tool: bool = True
     keep_error_text: bool = True
-
-    # Written out rather than generated: one ToolCall is made per Gate.run, and the generated
-    # __init__ of a frozen dataclass looks ``object.__setattr__`` up again for each of the 14
-    # fields; this one takes about half a microsecond less per call. Same parameters, order and
-    # defaults as the fields (``dataclasses.replace`` calls it too), and it calls __post_init__.
-    def __init__(
-        self,
-        tool: str,
-        arguments: Mapping[str, Any] = _NO_ARGUMENTS,
-        tenant: str = "default",
-        principal: str = "anonymous",
-        priority: str | None = None,
-        run_id: str | None = None,
-        call_id: str | None = None,
-        deadline: datetime | float | None = None,
-        grant_expires_at: datetime | float | None = None,
-        authority_chain: tuple[str, ...] = (),
-        breaker_key: str | None = None,
-        arguments_digest: str | None = None,
-        key_reaches_tool: bool = True,
-        keep_error_text: bool = True,
-    ) -> None:
-        """Raises ``InputError`` naming the first field of a type it cannot have (a list
-        ``authority_chain`` is taken as a tuple)."""
-        put = object.__setattr__  # the class is frozen
-        put(self, "tool", tool)
-        put(self, "arguments", {} if arguments is _NO_ARGUMENTS else arguments)
-        put(self, "tenant", tenant)
-        put(self, "principal", principal)
-        put(self, "priority", priority)
-        put(self, "run_id", run_id)
-        put(self, "call_id", call_id)
-        put(self, "deadline", deadline)
-        put(self, "grant_expires_at", grant_expires_at)
-        put(self, "authority_chain", authority_chain)
-        put(self, "breaker_key", breaker_key)
-        put(self, "arguments_digest", arguments_digest)
-        put(self, "key_reaches_tool", key_reaches_tool)
-        put(self, "keep_error_text", keep_error_text)
-        self.__post_init__()  # as the generated __init__ does (a subclass may extend it)
 
     def __post_init__(self) -> None:
         """Raise ``InputError`` naming the first field of a type it cannot have (a list
