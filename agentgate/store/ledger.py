@@ -159,7 +159,10 @@ class BudgetLedger:
             # a row another transaction created and committed meanwhile).
             t.execute(_RESERVE, (amount, grant_id, amount))
             if t.rowcount != 1:
-                if cap < amount:  # a row made now could not hold it: none is made, nothing written
+                if cap < amount:
+                    # A row made now could not hold it, nor could one another transaction makes
+                    # meanwhile (a grant's cap is fixed by its signature): refused before any
+                    # write, so a refusal against one budget leaves ``t`` as it was.
                     raise BudgetExceeded(f"grant {grant_id}: budget has less than {amount} left")
                 t.execute(
                     "INSERT INTO budget_ledger (grant_id, cap, remaining) VALUES (?, ?, ?) "
