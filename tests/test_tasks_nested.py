@@ -553,3 +553,63 @@ def test_with_a_store_a_nested_call_of_its_parents_tool_runs_under_its_lease_eve
     finally:
         other_process.release(held)
         other_process.close()
+
+
+def test_async_running_attempt_is_restored_after_each_call_and_attempt() -> None:
+    """The running attempt the async core marks for nested calls is put back as it was after
+    every attempt (the core restores the value it read at admission): two nested calls in a row
+    both run under the parent's slot at concurrency 1, a retried nested call's second attempt too,
+    and outside any call nothing is marked, also after a call failed or was cancelled."""
+    from agentgate.tasks import RetryPolicy
+    from agentgate.tasks._limits import RUNNING
+
+    config = SchedulerConfig(
+        tools={"a": ToolLimits(concurrency=1, retry=RetryPolicy(attempts=2, backoff_initial_s=0.0))},
+    )
+
+    async def main() -> None:
+        scheduler = Scheduler(config)
+        seen: list[object] = []
+        failures = [1]
+
+        async def flaky(attempt: Attempt) -> str:
+            if failures:
+                failures.pop()
+                raise ConnectionRefusedError("first attempt")  # transient: retried
+            return f"inner{attempt.number}"
+
+        async def parent(attempt: Attempt) -> list[str]:
+            mine = RUNNING.get()
+            first = await scheduler.submit(_call("a", level=2), flaky)
+            seen.append(RUNNING.get() is mine)
+            second = await scheduler.submit(_call("a", level=3), lambda _: asyncio.sleep(0, "inner"))
+            seen.append(RUNNING.get() is mine)
+            return [first, second]
+
+        assert RUNNING.get() is None
+        assert await scheduler.submit(_call("a", level=1), parent) == ["inner2", "inner"]
+        assert seen == [True, True]
+        assert RUNNING.get() is None
+
+        async def fails(_attempt: Attempt) -> None:
+            raise ValueError("not retried")
+
+        with pytest.raises(ValueError):
+            await scheduler.submit(_call("a"), fails)
+        assert RUNNING.get() is None
+        started = asyncio.Event()
+
+        async def hangs(_attempt: Attempt) -> None:
+            started.set()
+            await asyncio.sleep(60)
+
+        task = asyncio.ensure_future(scheduler.submit(_call("a"), hangs))
+        await started.wait()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert RUNNING.get() is None
+        assert scheduler.in_flight == 0
+        await scheduler.aclose()
+
+    asyncio.run(main())
