@@ -17,18 +17,18 @@ from typing import Any
 
 import orjson
 
+from agentgate.audit.entry import canonical_json as entry_json
 from agentgate.authority._encoding import (
     b64url_decode,
     b64url_decode_parts,
     b64url_encode,
-    canonical_json,
     parse_canonical,
     require,
     sha256_hex,
 )
 from agentgate.authority._grant import MAX_TIME, Chain, _as_chain, _cached_key, _did
 from agentgate.capabilities import Call
-from agentgate.errors import TokenFormatError
+from agentgate.errors import InputError, TokenFormatError
 from agentgate.keys import SIGNATURE_SIZE, SigningKey
 
 INVOCATION_PREFIX = "agi1"
@@ -44,14 +44,20 @@ _HEX32 = re.compile(r"[0-9a-f]{32}")
 def args_digest(args: Mapping[str, Any]) -> str:
     """SHA-256 (hex) of the canonical JSON of the call's arguments.
 
-    Floats are allowed here and written as Python's shortest round-trip ``repr``; NaN and
-    infinities raise ``TokenFormatError``.
+    The bytes are the audit log's (``agentgate.audit.entry.canonical_json``: one encoder, so an
+    allowed call's arguments can always be recorded, and its entry's ``args_digest`` is
+    ``sha256:`` and this digest). Floats are allowed here and written as Python's shortest
+    round-trip ``repr``; NaN and infinities, keys that are not strings, text that is not valid
+    Unicode and values nested more than ``MAX_DEPTH`` (254) levels deep raise ``TokenFormatError``.
     """
     if type(args) is not dict:
         if not isinstance(args, Mapping):
             raise TokenFormatError("call arguments must be a JSON object")
         args = dict(args)
-    return sha256_hex(canonical_json(args))
+    try:
+        return sha256_hex(entry_json(args))
+    except InputError as exc:
+        raise TokenFormatError(str(exc)) from None
 
 
 @dataclass(frozen=True)
