@@ -24,6 +24,7 @@ import sqlite3
 import threading
 import time
 import weakref
+from collections.abc import Callable
 
 import pytest
 from test_tasks_review import WAIT_S, _hold_slot, _wait_until
@@ -530,7 +531,17 @@ def test_cancellations_and_queue_deadlines_from_threads_and_loops_leak_no_slot()
 # --- many waiting agents: a heap orders them, in exactly the order the sort gave ------------------------
 
 
-def _fair_queue_run(seed: int) -> list[object]:
+def fair_queue_workload(
+    seed: int,
+    pop: Callable[[FairQueue[tuple[int, str]], random.Random], object],
+    *,
+    agents: int,
+    tenants: int,
+    weights: int,
+) -> list[object]:
+    """3,000 random steps on a fair queue: pushes (classes of two ranks, ``tenants`` tenants
+    weighted ``1 + t % weights``, up to ``agents`` agents, tools a-c), discards (a deadline or a
+    cancellation) and ``pop(queue, rng)``; what the pops returned, in order."""
     rng = random.Random(seed)
     queue: FairQueue[tuple[int, str]] = FairQueue()
     waiting: list[Entry[tuple[int, str]]] = []
@@ -539,24 +550,37 @@ def _fair_queue_run(seed: int) -> list[object]:
     for step in range(3000):
         roll = rng.random()
         if roll < 0.55:
-            agent, tenant = f"p{rng.randrange(120)}", rng.randrange(4)
+            agent, tenant = f"p{rng.randrange(agents)}", rng.randrange(tenants)
             name, rank, weight = rng.choice(classes)
             entry = queue.push(
-                (step, agent), rank, name, weight, f"t{tenant}", 1.0 + tenant % 2, agent, rng.choice("abc")
+                (step, agent),
+                rank,
+                name,
+                weight,
+                f"t{tenant}",
+                1.0 + tenant % weights,
+                agent,
+                rng.choice("abc"),
             )
             waiting.append(entry)
         elif roll < 0.65 and waiting:
             queue.discard(waiting.pop(rng.randrange(len(waiting))))  # a deadline or a cancellation
         else:
-            blocked = f"t{rng.randrange(4)}"
-            popped.append(
-                queue.pop(
-                    set(rng.sample("abc", rng.randrange(1, 4))),
-                    (lambda tenant, blocked=blocked: tenant == blocked) if rng.random() < 0.3 else None,
-                    None,
-                )
-            )
+            popped.append(pop(queue, rng))
     return popped
+
+
+def _pop_some_tools(queue: FairQueue[tuple[int, str]], rng: random.Random) -> object:
+    blocked = f"t{rng.randrange(4)}"
+    return queue.pop(
+        set(rng.sample("abc", rng.randrange(1, 4))),
+        (lambda tenant, blocked=blocked: tenant == blocked) if rng.random() < 0.3 else None,
+        None,
+    )
+
+
+def _fair_queue_run(seed: int) -> list[object]:
+    return fair_queue_workload(seed, _pop_some_tools, agents=120, tenants=4, weights=2)
 
 
 @pytest.mark.parametrize("seed", range(3))

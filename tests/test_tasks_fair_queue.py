@@ -6,9 +6,10 @@ from __future__ import annotations
 import random
 
 import pytest
+from test_review_tasks2 import fair_queue_workload
 
 from agentgate.tasks import _fair
-from agentgate.tasks._fair import Entry, FairQueue
+from agentgate.tasks._fair import FairQueue
 
 
 def _never(*_keys: str) -> bool:
@@ -17,29 +18,11 @@ def _never(*_keys: str) -> bool:
 
 
 def _run(seed: int, *, general: bool) -> list[object]:
-    rng = random.Random(seed)
-    queue: FairQueue[tuple[int, str]] = FairQueue()
-    waiting: list[Entry[tuple[int, str]]] = []
-    popped: list[object] = []
-    classes = [("x", 0, 1.0), ("y", 0, 2.0), ("z", 1, 1.0)]
-    for step in range(3000):
-        roll = rng.random()
-        if roll < 0.55:
-            agent, tenant = f"p{rng.randrange(60)}", rng.randrange(5)
-            name, rank, weight = rng.choice(classes)
-            entry = queue.push(
-                (step, agent), rank, name, weight, f"t{tenant}", 1.0 + tenant % 3, agent, rng.choice("abc")
-            )
-            waiting.append(entry)
-        elif roll < 0.65 and waiting:
-            queue.discard(waiting.pop(rng.randrange(len(waiting))))  # a deadline or a cancellation
-        else:
-            tool = rng.choice("abcd")  # "d": no call waits for it
-            if general:
-                popped.append(queue.pop({tool}, _never, _never))
-            else:
-                popped.append(queue.pop({tool}, None, None))
-    return popped
+    def pop(queue: FairQueue[tuple[int, str]], rng: random.Random) -> object:
+        tool = rng.choice("abcd")  # "d": no call waits for it
+        return queue.pop({tool}, _never, _never) if general else queue.pop({tool}, None, None)
+
+    return fair_queue_workload(seed, pop, agents=60, tenants=5, weights=3)
 
 
 @pytest.mark.parametrize("seed", range(4))
