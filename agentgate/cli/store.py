@@ -11,9 +11,13 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from typing import Any
 
-from agentgate.store import open_store
+import psycopg
+
+from agentgate.errors import StoreError
+from agentgate.store import Store, open_store
 from agentgate.store.approvals import ApprovalStore
 from agentgate.store.audit import create_audit_tables
 from agentgate.store.broker_decisions import BrokerDecisionStore
@@ -66,12 +70,12 @@ def register(subparsers: Any) -> None:
 def _init(args: argparse.Namespace) -> int:
     store = open_store(args.store)
     try:
-        indexed = create_audit_tables(store)
+        indexed = _create("audit log", create_audit_tables, store)
         sys.stdout.write(
             f"audit log: ready{'' if indexed else ' (its reference index could not be built)'}\n"
         )
         for name, part in PARTS:
-            opened = part(store)
+            opened = _create(name, part, store)
             close = getattr(opened, "close", None)
             if close is not None:
                 close()
@@ -79,3 +83,24 @@ def _init(args: argparse.Namespace) -> int:
     finally:
         store.close()
     return 0
+
+
+def _create(name: str, make: Callable[[Store], Any], store: Store) -> Any:
+    """``make(store)``, which creates the tables of the part ``name``.
+
+    Raises ``StoreError`` naming the part when the role may not create them (PostgreSQL's
+    ``permission denied``: a role without CREATE on the schema, typically the application role
+    after an upgrade added a table), and saying to run this command as the schema's owner; any
+    other ``StoreError`` passes unchanged.
+    """
+    try:
+        return make(store)
+    except StoreError as exc:
+        if not isinstance(exc.__cause__, psycopg.errors.InsufficientPrivilege):
+            raise
+        reason = str(exc.__cause__).splitlines()[0]
+        raise StoreError(
+            f"{name}: this role may not create the tables this version of agentgate needs ({reason}): "
+            "run `agentgate store init` as the role that owns the schema, then grant the application "
+            "role its rights again (docs/operations.md, Upgrading)"
+        ) from exc
