@@ -18,6 +18,7 @@ from agentgate.errors import Denied
 from agentgate.store import Store
 from agentgate.store._postgres import PostgresStore
 from agentgate.store.approvals import ApprovalStore
+from agentgate.store.grants import GrantRepository
 
 EARLIER_APPROVALS: dict[str, str] = {
     "sqlite": """
@@ -66,6 +67,45 @@ CREATE TABLE approval_votes (
 """The approval tables as the earlier version created them: no ``approval_asked``."""
 
 AGENT, HUMAN = "did:key:zAgent", "did:key:zHuman"
+
+EARLIER_NONCES: dict[str, str] = {
+    dialect: f"""
+CREATE TABLE agentgate_nonces (
+    principal TEXT NOT NULL,
+    nonce TEXT NOT NULL,
+    expires {kind} NOT NULL,
+    PRIMARY KEY (principal, nonce)
+);
+CREATE INDEX agentgate_nonces_expires ON agentgate_nonces (expires)
+"""
+    for dialect, kind in (("sqlite", "INTEGER"), ("postgresql", "BIGINT"))
+}
+"""The nonce table before it was keyed ``(expires, principal, nonce)`` (2026-11-29, review R29)."""
+
+
+def test_a_nonce_table_of_the_earlier_form_still_refuses_a_replay(store: Store) -> None:
+    """grants.py promises that a store created with the earlier nonce key keeps it and works:
+    a nonce recorded by the earlier version is a replay after the upgrade, a new one is fresh,
+    a revoked grant still refuses, and expired nonces are pruned."""
+    expires = int(time.time()) + 300
+    with store.transaction() as tx:
+        for statement in EARLIER_NONCES[store.dialect].split(";"):
+            tx.execute(statement)
+        tx.execute(
+            "INSERT INTO agentgate_nonces (principal, nonce, expires) VALUES (?, ?, ?), (?, ?, ?)",
+            (AGENT, "n-old", expires, AGENT, "n-expired", int(time.time()) - 7200),
+        )
+    repo = GrantRepository(store)
+    try:
+        assert repo.consume_nonce(AGENT, "n-old", expires, ["g-1"]) == "replay"
+        assert repo.consume_nonce(AGENT, "n-new", expires, ["g-1"]) == "fresh"
+        assert repo.consume_nonce(AGENT, "n-new", expires, ["g-1"]) == "replay"
+        assert repo.revoke("g-1", now=int(time.time()), reason="r33")
+        assert repo.consume_nonce(AGENT, "n-next", expires, ["g-1"]) == "revoked"
+        assert repo.prune_nonces(int(time.time()) - 3600) == 1
+        assert sorted(n for (n,) in store.query("SELECT nonce FROM agentgate_nonces")) == ["n-new", "n-old"]
+    finally:
+        repo.close()
 
 
 def _earlier_approvals(tx: Any, dialect: str) -> tuple[str, str]:
