@@ -4,6 +4,7 @@ entry cannot record."""
 
 from __future__ import annotations
 
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -14,11 +15,14 @@ from hypothesis import strategies as st
 from agentgate.audit.entry import MAX_DEPTH, argument_digest
 from agentgate.authority._invocation import args_digest
 from agentgate.capabilities import Call
-from agentgate.errors import InputError, TokenFormatError
+from agentgate.cli.main import main
+from agentgate.errors import InputError, StoreError, TokenFormatError
 from agentgate.gate import AgentIdentity, Gate
 from agentgate.keys import SigningKey
 from agentgate.policy import parse_policy
 from agentgate.store import SQLiteStore
+from agentgate.store._postgres import PostgresStore
+from agentgate.store.once import OnceCalls
 
 POLICY = """
 version: 1
@@ -126,3 +130,30 @@ def test_an_allowed_calls_entry_carries_the_digest_the_authority_engine_computed
         assert entry.args_digest == argument_digest(args) == f"sha256:{auth.decision.args_digest}"
     finally:
         gate.close()
+
+
+# --- review r33's finding, fixed here (agentgate/store/_postgres.py) ---------------------------
+
+
+def test_the_application_role_on_a_store_missing_new_tables_is_told_to_run_store_init(
+    postgres_server: Any,
+) -> None:
+    """Started as the application role (no CREATE on the schema) on a store an earlier version
+    wrote, a part whose table is new fails with PostgreSQL's text only ("PostgreSQL error:
+    permission denied for schema public LINE 1: CREATE TABLE IF NOT EXISTS agentgate_once"),
+    not saying to run ``agentgate store init`` as the owner. PostgresStore.ensure_schema is the
+    one place that sees every part's DDL."""
+    url = postgres_server.create_database()
+    role = "r33o_" + uuid.uuid4().hex[:8]
+    assert main(["store", "init", "--store", url]) == 0
+    with PostgresStore(url) as owner, owner.transaction() as tx:
+        tx.execute("DROP TABLE agentgate_once")  # the store as it was before the table existed
+        tx.execute(f"CREATE ROLE {role} LOGIN")
+        tx.execute("REVOKE CREATE ON SCHEMA public FROM PUBLIC")
+        tx.execute(f"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO {role}")
+    app = PostgresStore(url.replace(f"postgresql://{postgres_server.user}@", f"postgresql://{role}@"))
+    try:
+        with pytest.raises(StoreError, match="agentgate store init"):
+            OnceCalls(app)
+    finally:
+        app.close()

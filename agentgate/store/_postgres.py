@@ -158,7 +158,17 @@ class PostgresStore(Store):
                 creates = _CREATE_IF_MISSING.match(statement)
                 if creates and tx.execute("SELECT to_regclass(?)", (creates.group(1),))[0][0] is not None:
                     continue
-                tx.execute(statement)
+                try:
+                    tx.execute(statement)
+                except psycopg.errors.InsufficientPrivilege as exc:
+                    # A role without CREATE (least privilege) on a store that lacks what this
+                    # version adds: an upgrade whose ``store init`` was not run as the owner.
+                    what = f"{creates.group(1)} ({name})" if creates else f"a part of the {name} tables"
+                    raise StoreError(
+                        f"{what} is missing and this role may not create it: run "
+                        "`agentgate store init` as the schema's owner, then grant this role its rights "
+                        f"again (docs/operations.md, Upgrading). PostgreSQL said: {str(exc).splitlines()[0]}"
+                    ) from exc
         self._schemas.add(name)
 
     def close(self) -> None:
