@@ -357,6 +357,97 @@ def statements_per_decision(workdir: Path) -> dict[str, float]:
     }
 
 
+class _TimedCommits:
+    """``SQLiteStore.transaction`` with the commit timed: each transaction's ``COMMIT`` (and the WAL
+    checkpoint SQLite runs inside it past ``DURABLE_WAL_PAGES``, told by the database file's
+    modification time) is recorded per store file."""
+
+    def __init__(self) -> None:
+        self.original = SQLiteStore.transaction
+        self.commits: dict[str, list[float]] = {}
+        self.checkpoints: dict[str, list[float]] = {}
+
+    def __call__(self, store: SQLiteStore, *, immediate: bool = True) -> Any:
+        timer = self
+
+        class Timed:
+            def __enter__(self) -> Any:
+                self.inner = timer.original(store, immediate=immediate)
+                return self.inner.__enter__()
+
+            def __exit__(self, *exc: Any) -> Any:
+                if exc[0] is not None:
+                    return self.inner.__exit__(*exc)
+                before = store.path.stat().st_mtime_ns
+                start = time.perf_counter()
+                self.inner.__exit__(None, None, None)
+                took = time.perf_counter() - start
+                checkpointed = store.path.stat().st_mtime_ns != before
+                (timer.checkpoints if checkpointed else timer.commits).setdefault(store.path.name, []).append(
+                    took
+                )
+                return False
+
+        return Timed()
+
+
+def durable_commits(workdir: Path, rounds: int) -> dict[str, float]:
+    """The durable path inside agent runs: the commit of each transaction in durable runs against
+    the same tool and model decisions committed alone (a tight loop on another durable store),
+    alternating in one process (medians of the commits that ran no WAL checkpoint, microseconds);
+    the transactions per decision in those runs (counted: delegations and the background outcome
+    commits included); the commits per run that also ran a WAL checkpoint (counted) and the
+    milliseconds per run they took in all. Kept apart from the timed runs (the timer is only
+    installed here)."""
+    decisions = [0]
+    authorize = Gate.authorize
+
+    def counted(self: Gate, *args: Any, **kwargs: Any) -> Any:
+        decisions[0] += 1
+        return authorize(self, *args, **kwargs)
+
+    run, gate = build_gated(workdir, "FULL", True)
+    alone_gate, _keys, identity = _gate(workdir / "alone-durable.db", "FULL")
+    tool, model = Call.tool("lookup", {"key": "k"}), Call.model("scripted", {"max_tokens": 1024})
+    timer = _TimedCommits()
+
+    def timed(store: SQLiteStore, *, immediate: bool = True) -> Any:
+        return timer(store, immediate=immediate)
+
+    try:
+        run()  # warm-up
+        SQLiteStore.transaction = timed  # type: ignore[method-assign,assignment]
+        try:
+            for r in range(rounds):
+                Gate.authorize = counted  # type: ignore[method-assign]
+                try:
+                    run()
+                finally:
+                    Gate.authorize = authorize  # type: ignore[method-assign]
+                for i in range((TOOL_CALLS + MODEL_CALLS) // 2):
+                    auth = alone_gate.authorize(identity, tool, agent="boss", call_id=f"d{r}-{i}")
+                    alone_gate.run(auth, lambda: "v", call_id=f"d{r}-{i}", run_id="alone")
+                    auth = alone_gate.authorize(identity, model, agent="boss", tokens=(100, 1024))
+                    alone_gate.run(auth, lambda: "x", spent=lambda _: (100, 20))
+        finally:
+            SQLiteStore.transaction = timer.original  # type: ignore[method-assign]
+    finally:
+        gate.close()
+        alone_gate.close()
+    name = gate.store.path.name if isinstance(gate.store, SQLiteStore) else ""
+    in_run, alone = timer.commits.get(name, [0.0]), timer.commits.get("alone-durable.db", [0.0])
+    checkpoints = timer.checkpoints.get(name, [])
+    return {
+        "durable_commit_in_run_p50_us": round(statistics.median(in_run) * 1e6, 1),
+        "durable_commit_alone_p50_us": round(statistics.median(alone) * 1e6, 1),
+        "durable_transactions_per_decision": round(
+            (len(in_run) + len(checkpoints)) / max(1, decisions[0]), 3
+        ),
+        "durable_checkpoints_per_run": round(len(checkpoints) / rounds, 2),
+        "durable_checkpoint_ms_per_run": round(sum(checkpoints) / rounds * 1e3, 2),
+    }
+
+
 def _check(result: Any, gated: bool) -> None:
     statuses = [m.status for m in result["messages"] if m.type == "tool"]
     if statuses != ["success"] * (CALLS_PER_AGENT + len(SUBAGENTS)):
@@ -420,6 +511,7 @@ def main() -> None:
         parts = breakdown(workdir)
         in_run = in_run_vs_alone(workdir, 4 if args.quick else 12)
         counted = statements_per_decision(workdir)
+        durable = durable_commits(workdir, 4 if args.quick else 12)
     ratio_passthrough = median["passthrough"] / median["plain"]
     ratio_durable = median["gated"] / median["plain"]
     ratio_relaxed = median["relaxed"] / median["plain"]
@@ -452,6 +544,13 @@ def main() -> None:
         f"per decision in a relaxed run (counted): {counted['sql_statements_per_decision']:.2f} SQL statements "
         f"besides BEGIN/COMMIT, {counted['transactions_per_decision']:.2f} transactions"
     )
+    print(
+        f"durable runs: commit {durable['durable_commit_in_run_p50_us']:.0f} us in runs, "
+        f"{durable['durable_commit_alone_p50_us']:.0f} us for the same decisions alone (median); "
+        f"{durable['durable_transactions_per_decision']:.3f} transactions per decision, "
+        f"{durable['durable_checkpoints_per_run']:.2f} WAL checkpoints per run "
+        f"({durable['durable_checkpoint_ms_per_run']:.2f} ms per run)"
+    )
     print("where a call's time goes (each part timed alone, median us):")
     for part, value in parts.items():
         print(f"  {part:<28}{value:8.1f}")
@@ -478,6 +577,7 @@ def main() -> None:
         "parts_us": parts,
         **in_run,
         **counted,
+        **durable,
     }
     goals = {
         "ratio_durable": {"value": round(ratio_durable, 4), "limit": 1.25, "better": "lower"},
