@@ -40,6 +40,7 @@ from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 from langchain.agents import create_agent
 from langchain.agents.middleware import AgentMiddleware
@@ -212,6 +213,27 @@ def _median_us(step: Callable[[int], object], n: int) -> float:
     return statistics.median(samples) * 1e6
 
 
+TOOL, MODEL = Call.tool("lookup", {"key": "k"}), Call.model("scripted", {"max_tokens": 1024})
+"""The tool and model calls decided alone (outside agent runs), as the run's calls are."""
+
+
+def _decide_alone(
+    gate: Gate, identity: AgentIdentity, call_id: str, times: list[float] | None = None
+) -> None:
+    """One tool call and one model call as an agent run makes them, each authorized and run at
+    once (a tight loop's step); each ``authorize``'s seconds appended to ``times`` when given."""
+    start = time.perf_counter()
+    auth = gate.authorize(identity, TOOL, agent="boss", call_id=call_id)
+    if times is not None:
+        times.append(time.perf_counter() - start)
+    gate.run(auth, lambda: "v", call_id=call_id, run_id="alone")
+    start = time.perf_counter()
+    auth = gate.authorize(identity, MODEL, agent="boss", tokens=(100, 1024))
+    if times is not None:
+        times.append(time.perf_counter() - start)
+    gate.run(auth, lambda: "x", spent=lambda _: (100, 20))
+
+
 def breakdown(workdir: Path, n: int = 300) -> dict[str, float]:
     """Median microseconds of the parts of one gated call, each timed alone in this process.
 
@@ -223,15 +245,14 @@ def breakdown(workdir: Path, n: int = 300) -> dict[str, float]:
     run (warm caches, no other threads): the figures say where the time goes, not its total.
     """
     gate, _keys, identity = _gate(workdir / "parts.db", "NORMAL")
-    tool, model = Call.tool("lookup", {"key": "k"}), Call.model("scripted", {"max_tokens": 1024})
     parts: dict[str, float] = {}
     try:
         with gate.store.transaction() as tx, gate.grants.within(tx):
             parts["decide_held"] = _median_us(
-                lambda _: gate.authority.decide_held(identity.key, identity.chain, tool), n
+                lambda _: gate.authority.decide_held(identity.key, identity.chain, TOOL), n
             )
-        parts["remote_sign"] = _median_us(lambda _: Invocation.sign(identity.key, identity.chain, tool), n)
-        signed = [Invocation.sign(identity.key, identity.chain, tool) for _ in range(n)]
+        parts["remote_sign"] = _median_us(lambda _: Invocation.sign(identity.key, identity.chain, TOOL), n)
+        signed = [Invocation.sign(identity.key, identity.chain, TOOL) for _ in range(n)]
         with gate.store.transaction() as tx, gate.grants.within(tx):
             parts["remote_decide"] = _median_us(lambda i: gate.authority.decide(signed[i]), n)
 
@@ -242,11 +263,11 @@ def breakdown(workdir: Path, n: int = 300) -> dict[str, float]:
         parts["begin_commit_relaxed"] = _median_us(empty_transaction, n)
 
         def tool_call(i: int) -> None:
-            auth = gate.authorize(identity, tool, agent="boss", call_id=f"t{i}")
+            auth = gate.authorize(identity, TOOL, agent="boss", call_id=f"t{i}")
             gate.run(auth, lambda: "v", call_id=f"t{i}", run_id="parts")
 
         def model_call(_: int) -> None:
-            auth = gate.authorize(identity, model, agent="boss", tokens=(100, 1024))
+            auth = gate.authorize(identity, MODEL, agent="boss", tokens=(100, 1024))
             gate.run(auth, lambda: "x", spent=lambda _: (100, 20))
 
         parts["tool_call_relaxed"] = _median_us(tool_call, n)
@@ -285,25 +306,14 @@ def in_run_vs_alone(workdir: Path, rounds: int) -> dict[str, float]:
 
     run, gate = build_gated(workdir, "NORMAL", True)
     alone_gate, _keys, identity = _gate(workdir / "alone.db", "NORMAL")
-    tool, model = Call.tool("lookup", {"key": "k"}), Call.model("scripted", {"max_tokens": 1024})
     alone: list[float] = []
     try:
         run()  # warm-up
         for r in range(rounds):
-            Gate.authorize = timed  # type: ignore[method-assign]
-            try:
+            with mock.patch.object(Gate, "authorize", timed):
                 run()
-            finally:
-                Gate.authorize = original  # type: ignore[method-assign]
             for i in range((TOOL_CALLS + MODEL_CALLS) // 2):
-                start = time.perf_counter()
-                auth = alone_gate.authorize(identity, tool, agent="boss", call_id=f"t{r}-{i}")
-                alone.append(time.perf_counter() - start)
-                alone_gate.run(auth, lambda: "v", call_id=f"t{r}-{i}", run_id="alone")
-                start = time.perf_counter()
-                auth = alone_gate.authorize(identity, model, agent="boss", tokens=(100, 1024))
-                alone.append(time.perf_counter() - start)
-                alone_gate.run(auth, lambda: "x", spent=lambda _: (100, 20))
+                _decide_alone(alone_gate, identity, f"t{r}-{i}", alone)
     finally:
         gate.close()
         alone_gate.close()
@@ -338,16 +348,13 @@ def statements_per_decision(workdir: Path) -> dict[str, float]:
     try:
         run()  # warm-up: sub-agent budget rows made, caches filled
         gate.flush()
-        _SQLiteTransaction.execute = counted_execute  # type: ignore[method-assign]
-        SQLiteStore.transaction = counted_transaction  # type: ignore[method-assign]
-        Gate.authorize = counted_authorize  # type: ignore[method-assign]
-        try:
+        with (
+            mock.patch.object(_SQLiteTransaction, "execute", counted_execute),
+            mock.patch.object(SQLiteStore, "transaction", counted_transaction),
+            mock.patch.object(Gate, "authorize", counted_authorize),
+        ):
             run()
             gate.flush()
-        finally:
-            _SQLiteTransaction.execute = execute  # type: ignore[method-assign]
-            SQLiteStore.transaction = transaction  # type: ignore[method-assign]
-            Gate.authorize = authorize  # type: ignore[method-assign]
     finally:
         gate.close()
     decisions = max(1, counts["decisions"])
@@ -408,7 +415,6 @@ def durable_commits(workdir: Path, rounds: int) -> dict[str, float]:
 
     run, gate = build_gated(workdir, "FULL", True)
     alone_gate, _keys, identity = _gate(workdir / "alone-durable.db", "FULL")
-    tool, model = Call.tool("lookup", {"key": "k"}), Call.model("scripted", {"max_tokens": 1024})
     timer = _TimedCommits()
 
     def timed(store: SQLiteStore, *, immediate: bool = True) -> Any:
@@ -416,21 +422,12 @@ def durable_commits(workdir: Path, rounds: int) -> dict[str, float]:
 
     try:
         run()  # warm-up
-        SQLiteStore.transaction = timed  # type: ignore[method-assign,assignment]
-        try:
+        with mock.patch.object(SQLiteStore, "transaction", timed):
             for r in range(rounds):
-                Gate.authorize = counted  # type: ignore[method-assign]
-                try:
+                with mock.patch.object(Gate, "authorize", counted):
                     run()
-                finally:
-                    Gate.authorize = authorize  # type: ignore[method-assign]
                 for i in range((TOOL_CALLS + MODEL_CALLS) // 2):
-                    auth = alone_gate.authorize(identity, tool, agent="boss", call_id=f"d{r}-{i}")
-                    alone_gate.run(auth, lambda: "v", call_id=f"d{r}-{i}", run_id="alone")
-                    auth = alone_gate.authorize(identity, model, agent="boss", tokens=(100, 1024))
-                    alone_gate.run(auth, lambda: "x", spent=lambda _: (100, 20))
-        finally:
-            SQLiteStore.transaction = timer.original  # type: ignore[method-assign]
+                    _decide_alone(alone_gate, identity, f"d{r}-{i}")
     finally:
         gate.close()
         alone_gate.close()
