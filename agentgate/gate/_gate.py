@@ -944,23 +944,30 @@ class Gate:
         """A store transaction for a decision that also commits the outcomes pending until now."""
         carried = self._outcomes.take()
         try:
-            try:
-                with self.store.transaction() as tx:
-                    self.audit.lock(tx)  # before any row: one lock order for every writer (PostgreSQL)
-                    self._carry_all(tx, carried)
-                    yield tx
-                    return
-            except _CarryFailed:
-                pass
-            # An outcome could not be written: the transaction was rolled back whole (it held
-            # nothing else yet), and this one writes each outcome that can be, under savepoints.
-            with self.store.transaction() as tx:
-                self.audit.lock(tx)
-                self._carry(tx, carried)
+            with self._carrying(carried) as tx:
                 yield tx
         except BaseException:
             self._outcomes.restore(carried)
             raise
+
+    @contextmanager
+    def _carrying(self, batch: list[PendingOutcome]) -> Iterator[Transaction]:
+        """A store transaction that writes the outcomes of ``batch`` first (the audit lock taken
+        before any row: one lock order for every writer, PostgreSQL), then holds what the caller
+        writes. When an outcome cannot be written, that transaction (nothing else in it yet) is
+        rolled back whole and a second one writes each outcome that can be, under savepoints."""
+        try:
+            with self.store.transaction() as tx:
+                self.audit.lock(tx)
+                self._carry_all(tx, batch)
+                yield tx
+                return
+        except _CarryFailed:
+            pass
+        with self.store.transaction() as tx:
+            self.audit.lock(tx)
+            self._carry(tx, batch)
+            yield tx
 
     def _record_refusal(self, auth: Authorization, call_id: str | None = None) -> Authorization:
         """Record a refusal in a decision transaction of its own; the refused authorization."""
@@ -1521,16 +1528,8 @@ class Gate:
 
     def _write_outcomes(self, batch: list[PendingOutcome]) -> None:
         try:
-            try:
-                with self.store.transaction() as tx:
-                    self.audit.lock(tx)
-                    self._carry_all(tx, batch)
-                return
-            except _CarryFailed:
+            with self._carrying(batch):
                 pass
-            with self.store.transaction() as tx:  # as in ``_decision_transaction``
-                self.audit.lock(tx)
-                self._carry(tx, batch)
         except AgentGateError as exc:
             # Kept, not dropped: a store that was restarted or unreachable takes them at a later
             # commit (a decision's, or this thread's, retried once a second).
