@@ -285,8 +285,11 @@ LANGGRAPH_CRASH = textwrap.dedent(
     conn = sqlite3.connect(work / "checkpoints.sqlite", check_same_thread=False)
     graph = scripted_payer(gate, StructuredTool.from_function(pay, name="pay", description="pay"),
                            SqliteSaver(conn))
+    # durability="sync": the model's step is checkpointed before the tool runs (with the default,
+    # "async", the crash below sometimes came first, and the resumed run asked the model again:
+    # another task, a new call; docs/langgraph.md).
     graph.invoke({"messages": [{"role": "user", "content": "pay 40"}]},
-                 {"configurable": {"thread_id": "t-1"}}, context=agent)
+                 {"configurable": {"thread_id": "t-1"}}, context=agent, durability="sync")
     """
 )
 
