@@ -22,7 +22,10 @@ Figures: median whole-run time of each, the ratios gated/plain and relaxed/plain
 and <= 1.10) and passthrough/plain, the microseconds added per tool call ((tools - plain) / 20,
 delegations included) and per model call ((gated - tools) / 27), ``Gate.authorize`` timed inside
 relaxed runs against the same decisions alone (``in_run_vs_alone``: same work, more time between
-LangGraph's steps), and the parts of one call timed alone (``breakdown``). On a shared, loaded machine wall time is
+LangGraph's steps; ``authorize_alone_cold``: the same decisions alone, each after a walk over a
+large heap that leaves the CPU caches cold, as LangGraph's work between two calls does), the
+middleware's own thread CPU per call inside relaxed runs, its handler excluded
+(``middleware_in_runs``), and the parts of one call timed alone (``breakdown``). On a shared, loaded machine wall time is
 dominated by waiting (fsync, CPU run queues), so the process's CPU time (all threads) is also
 reported: a figure that load inflates much less.
 """
@@ -35,6 +38,7 @@ import json
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from datetime import timedelta
@@ -51,7 +55,12 @@ from langsmith import traceable
 from agentgate.authority import Invocation
 from agentgate.capabilities import Call
 from agentgate.gate import AgentIdentity, Gate
-from agentgate.integrations.langgraph import ScriptedChatModel, create_gated_agent, delegation_tool
+from agentgate.integrations.langgraph import (
+    GateMiddleware,
+    ScriptedChatModel,
+    create_gated_agent,
+    delegation_tool,
+)
 from agentgate.keys import SigningKey
 from agentgate.policy import parse_policy
 from agentgate.store import SQLiteStore
@@ -307,6 +316,8 @@ def in_run_vs_alone(workdir: Path, rounds: int) -> dict[str, float]:
     run, gate = build_gated(workdir, "NORMAL", True)
     alone_gate, _keys, identity = _gate(workdir / "alone.db", "NORMAL")
     alone: list[float] = []
+    cold: list[float] = []
+    heap = [{"n": i, "s": str(i)} for i in range(200_000)]
     try:
         run()  # warm-up
         for r in range(rounds):
@@ -314,6 +325,9 @@ def in_run_vs_alone(workdir: Path, rounds: int) -> dict[str, float]:
                 run()
             for i in range((TOOL_CALLS + MODEL_CALLS) // 2):
                 _decide_alone(alone_gate, identity, f"t{r}-{i}", alone)
+            for i in range((TOOL_CALLS + MODEL_CALLS) // 4):
+                _walk(heap)
+                _decide_alone(alone_gate, identity, f"c{r}-{i}", cold)
     finally:
         gate.close()
         alone_gate.close()
@@ -321,6 +335,68 @@ def in_run_vs_alone(workdir: Path, rounds: int) -> dict[str, float]:
         "authorize_in_run_p50_us": round(statistics.median(inside) * 1e6, 1),
         "authorize_alone_p50_us": round(statistics.median(alone) * 1e6, 1),
         "in_run_over_alone": round(statistics.median(inside) / statistics.median(alone), 3),
+        "authorize_alone_cold_p50_us": round(statistics.median(cold) * 1e6, 1),
+        "in_run_over_alone_cold": round(statistics.median(inside) / statistics.median(cold), 3),
+    }
+
+
+def _walk(heap: list[dict[str, Any]]) -> int:
+    """Read every object of ``heap`` (200,000 small dicts, tens of MB): what the CPU caches hold
+    afterwards is this walk's, as after LangGraph's work between two of an agent's calls."""
+    return sum(item["n"] for item in heap)
+
+
+def middleware_in_runs(workdir: Path, rounds: int) -> dict[str, float]:
+    """The middleware's own CPU per call inside relaxed agent runs: the thread CPU time
+    (``time.thread_time``) of each ``GateMiddleware.wrap_tool_call`` / ``wrap_model_call``, the
+    handler it calls (the tool, the model, a sub-agent's whole run) excluded: medians in
+    microseconds, and milliseconds per run in all. Thread CPU, not wall time: it excludes what
+    other threads and processes take from this one on a loaded machine (the gate waits for
+    nothing inside a relaxed run). Kept apart from the timed runs (the timer is only installed
+    here, before the agents are built: ``create_agent`` keeps the hooks it was given)."""
+    samples: dict[str, list[float]] = {"tool": [], "model": []}
+    excluded = threading.local()
+
+    def timed(kind: str, hook: Callable[..., Any]) -> Callable[..., Any]:
+        def wrapper(self: Any, request: Any, handler: Callable[[Any], Any]) -> Any:
+            def inner(req: Any) -> Any:
+                start = time.thread_time()
+                try:
+                    return handler(req)
+                finally:
+                    excluded.seconds += time.thread_time() - start
+
+            outer = getattr(excluded, "seconds", 0.0)  # a hook nested in another's handler
+            excluded.seconds = 0.0
+            start = time.thread_time()
+            try:
+                return hook(self, request, inner)
+            finally:
+                samples[kind].append(time.thread_time() - start - excluded.seconds)
+                excluded.seconds = outer
+
+        return wrapper
+
+    with (
+        mock.patch.object(GateMiddleware, "wrap_tool_call", timed("tool", GateMiddleware.wrap_tool_call)),
+        mock.patch.object(GateMiddleware, "wrap_model_call", timed("model", GateMiddleware.wrap_model_call)),
+    ):
+        run, gate = build_gated(workdir, "NORMAL", True)
+        try:
+            run()  # warm-up
+            for values in samples.values():
+                values.clear()
+            for _ in range(rounds):
+                gc.collect()
+                run()
+        finally:
+            gate.close()
+    both = samples["tool"] + samples["model"]
+    return {
+        "middleware_cpu_p50_us": round(statistics.median(both) * 1e6, 1),
+        "middleware_cpu_tool_p50_us": round(statistics.median(samples["tool"]) * 1e6, 1),
+        "middleware_cpu_model_p50_us": round(statistics.median(samples["model"]) * 1e6, 1),
+        "middleware_cpu_ms_per_run": round(sum(both) / rounds * 1e3, 2),
     }
 
 
@@ -507,6 +583,7 @@ def main() -> None:
         commit_normal = commit_cost(workdir, "NORMAL")[1]
         parts = breakdown(workdir)
         in_run = in_run_vs_alone(workdir, 4 if args.quick else 12)
+        middleware = middleware_in_runs(workdir, 5 if args.quick else 15)
         counted = statements_per_decision(workdir)
         durable = durable_commits(workdir, 4 if args.quick else 12)
     ratio_passthrough = median["passthrough"] / median["plain"]
@@ -536,6 +613,15 @@ def main() -> None:
     print(
         f"Gate.authorize inside runs {in_run['authorize_in_run_p50_us']:.0f} us, alone "
         f"{in_run['authorize_alone_p50_us']:.0f} us (median): {in_run['in_run_over_alone']:.2f}x"
+    )
+    print(
+        f"  alone after walking 200,000 dicts (cold caches): {in_run['authorize_alone_cold_p50_us']:.0f} us: "
+        f"in runs {in_run['in_run_over_alone_cold']:.2f}x that"
+    )
+    print(
+        f"middleware's own thread CPU per call in relaxed runs (handler excluded, median): "
+        f"{middleware['middleware_cpu_p50_us']:.0f} us (tool {middleware['middleware_cpu_tool_p50_us']:.0f}, "
+        f"model {middleware['middleware_cpu_model_p50_us']:.0f}); {middleware['middleware_cpu_ms_per_run']:.1f} ms per run"
     )
     print(
         f"per decision in a relaxed run (counted): {counted['sql_statements_per_decision']:.2f} SQL statements "
@@ -573,6 +659,7 @@ def main() -> None:
         "repetitions": repetitions,
         "parts_us": parts,
         **in_run,
+        **middleware,
         **counted,
         **durable,
     }
