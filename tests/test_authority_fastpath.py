@@ -5,7 +5,7 @@ integer bounds compared in floating point.
 
 from __future__ import annotations
 
-from dataclasses import fields
+from dataclasses import fields, replace
 from pathlib import Path
 
 from hypothesis import given, settings
@@ -175,6 +175,7 @@ def test_the_invocation_fast_path_agrees_with_the_reference_on_edited_payloads()
         fast = _decode_common(text, CHAIN.token, CALL)
         reference = _invocation_reference(text)
         assert fast is None or fast == reference, text
+        assert fast is None or (reference is not None and fast.payload == reference.payload), text
         assert (reference is None) or (fast is not None) or text != WIRE
         accepted += fast is not None
     assert accepted == 1  # only the unedited wire form
@@ -186,7 +187,21 @@ def test_the_invocation_fast_path_agrees_with_the_reference_on_edited_payloads()
 def test_one_character_changes_to_the_wire_form_are_decided_alike(at: int, char: str) -> None:
     text = WIRE[:at] + char + WIRE[at + 1 :]
     fast = _decode_common(text, CHAIN.token, CALL)
-    assert fast is None or fast == _invocation_reference(text)
+    reference = _invocation_reference(text)
+    assert fast is None or fast == reference
+    assert fast is None or (reference is not None and fast.payload == reference.payload)
+
+
+def test_a_decoded_invocation_keeps_its_payload_and_an_edited_copy_does_not() -> None:
+    # ``_decode_common`` keeps the bytes it decoded (built without ``__init__``): every field a
+    # decoded invocation declares is set, its payload is the one signed, and a copy with a field
+    # changed computes its own payload (a kept one would be signed bytes of another call).
+    decoded = Invocation.decode(WIRE, CHAIN, CALL)
+    assert {f.name for f in fields(Invocation)} <= set(vars(decoded))
+    assert decoded.payload == WIRE_PAYLOAD == replace(decoded).payload
+    edited = replace(decoded, nonce="0" * 32)
+    assert edited.payload != WIRE_PAYLOAD
+    assert edited.payload == WIRE_PAYLOAD.replace(decoded.nonce.encode(), b"0" * 32)
 
 
 def test_an_allowed_decision_has_every_field_a_decision_declares(tmp_path: Path) -> None:

@@ -11,7 +11,7 @@ import os
 import re
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from json.encoder import encode_basestring
 from typing import Any
 
@@ -27,7 +27,7 @@ from agentgate.authority._encoding import (
     sha256_hex,
 )
 from agentgate.authority._grant import MAX_TIME, Chain, _as_chain, _cached_key, _did
-from agentgate.capabilities import Call
+from agentgate.capabilities import Call, _prechecked
 from agentgate.errors import InputError, TokenFormatError
 from agentgate.keys import SIGNATURE_SIZE, SigningKey
 
@@ -76,6 +76,10 @@ class Invocation:
     issued_at: int
     expires: int
     signature: bytes
+    _decoded: bytes | None = field(default=None, init=False, repr=False, compare=False)
+    """The payload bytes this invocation was decoded from, which ``_decode_common`` checked are
+    exactly the canonical encoding of its fields; ``None`` for one built any other way (``replace``
+    included: it starts from ``None``), whose payload is computed from the fields."""
 
     @property
     def payload(self) -> bytes:
@@ -83,6 +87,8 @@ class Invocation:
 
         Raises ``TokenFormatError`` when a field has the wrong type or a string cannot be encoded.
         """
+        if self._decoded is not None:
+            return self._decoded
         if type(self.issued_at) is not int or type(self.expires) is not int:
             raise TokenFormatError("invocation times must be integers")
         fields = (self.action, self.args_digest, self.issuer, self.nonce, self.resource, self.tip)
@@ -257,7 +263,10 @@ def _decode_common(text: object, token: str, call: Call) -> Invocation | None:
         _cached_key(issuer)  # a did:key that holds an Ed25519 key, as ``_did`` checks
     except (TypeError, TokenFormatError):
         return None
-    return Invocation(
+    # Every field checked above, each of its exact type: built without the frozen dataclass's
+    # ``__init__``, and with the payload bytes kept (what ``payload`` would compute again).
+    return _prechecked(
+        Invocation,
         chain_token=token,
         call=call,
         issuer=issuer,
@@ -269,4 +278,5 @@ def _decode_common(text: object, token: str, call: Call) -> Invocation | None:
         issued_at=issued,
         expires=expires,
         signature=signature,
+        _decoded=payload,
     )

@@ -152,6 +152,15 @@ _PRUNE_SQL: dict[Dialect, str] = {
 }
 
 
+class _Bound(threading.local):
+    """The transaction bound to this thread (``GrantRepository.within``); ``None`` when unbound.
+
+    A class default, so that reading it on a thread that never bound one is a plain lookup (with
+    ``getattr(local, "tx", None)`` every decision raised and cleared an ``AttributeError``)."""
+
+    tx: Transaction | None = None
+
+
 class GrantRepository:
     """Persistence of the authority engine. Thread-safe; every failure is a ``StoreError``."""
 
@@ -161,7 +170,7 @@ class GrantRepository:
         store.ensure_schema("grants", _DDL)
         self._lock = threading.Lock()  # the hot connection's; held while it waits for SQLite
         self._consumed = itertools.count(1)  # nonces recorded (``next`` is atomic: no lock needed)
-        self._bound = threading.local()
+        self._bound = _Bound()
         self._hot: sqlite3.Connection | None = None
         self._sqlite = isinstance(store, SQLiteStore)
         self._pool: ConnectionPool | None = None
@@ -178,7 +187,7 @@ class GrantRepository:
         """Run this thread's nonce statements, revocation reads and grant records inside ``tx``
         until the block ends (see the module docstring). Their writes then commit or roll back
         with ``tx``; a statement that fails raises ``StoreError`` and leaves ``tx`` to the caller."""
-        previous = getattr(self._bound, "tx", None)
+        previous = self._bound.tx
         self._bound.tx = tx
         try:
             yield
@@ -186,8 +195,7 @@ class GrantRepository:
             self._bound.tx = previous
 
     def _bound_tx(self) -> Transaction | None:
-        tx: Transaction | None = getattr(self._bound, "tx", None)
-        return tx
+        return self._bound.tx
 
     # --- grants and revocations ---------------------------------------------------------------
 
