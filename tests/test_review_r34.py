@@ -1,0 +1,622 @@
+"""(Review r34) The performance shortcuts of the last two sessions, attacked with real components
+where they could diverge from the slow path they sit beside. Every test here could fail if its
+shortcut were wrong; each says which shortcut and what it would have done.
+
+- ``BudgetLedger`` settles a reservation it made itself from its ``_held`` map (11c77ef): a
+  settlement that rolled back, or one made by another process, must not be applied twice or lost.
+- An allow against one budget is recorded without a savepoint, and carried outcomes are written
+  without one (11c77ef, 3210e2d): a failure later in the transaction leaves nothing half-written,
+  a failing outcome in a batch takes no other with it.
+- The outcome thread parks when idle (f00ccf3): outcomes after an idle spell, in many gates, after
+  a failed background commit, and just before ``close()``, are all committed.
+- The running attempt's context variable is restored by ``set(parent)`` (7218780).
+- ``Decision`` and ``Invocation`` built without ``__init__``, a decoded invocation keeping its
+  payload bytes (5d6174c, e89f619): copies, pickles and replacements behave as built ones.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import multiprocessing
+import pickle
+import time
+from dataclasses import fields, replace
+from pathlib import Path
+
+import httpx
+import pytest
+
+from agentgate.authority import Authority, Decision, GrantRepository, Invocation
+from agentgate.authority._grant import Budget, delegate, issue
+from agentgate.capabilities import Call
+from agentgate.errors import InputError
+from agentgate.gate import AgentIdentity, Gate
+from agentgate.keys import SigningKey
+from agentgate.policy import parse_policy
+from agentgate.store import SQLiteStore, Store
+from agentgate.store.ledger import BudgetLedger
+from agentgate.tasks import Attempt, Scheduler, SchedulerConfig, TenantShare, ToolCall, ToolLimits
+from agentgate.tasks._limits import RUNNING
+
+CHAIN_IDS = ("g-root", "g-tip")
+CAPS = {"g-root": 1000, "g-tip": 300}
+
+
+def _ledger_rows(store: Store) -> list[tuple[object, ...]]:
+    return [
+        tuple(r)
+        for r in store.query("SELECT grant_id, cap, remaining, spent FROM budget_ledger ORDER BY grant_id")
+    ]
+
+
+def _reservation_rows(store: Store) -> list[tuple[object, ...]]:
+    return [
+        tuple(r) for r in store.query("SELECT id, amount, state, actual FROM budget_reservations ORDER BY id")
+    ]
+
+
+# --- 1. the ledger's own reservations (11c77ef) ---------------------------------------------------
+
+
+def test_a_settlement_that_rolled_back_leaves_the_reservation_settleable_once(store: Store) -> None:
+    """The ledger forgets a reservation (``_held.pop``) as it settles it; when that settlement's
+    transaction rolls back, the reservation is still held in the store. It must settle later,
+    exactly once, and leave the same rows as a ledger that never remembered it."""
+    states = []
+    for settler_is_maker in (True, False):
+        if not settler_is_maker:  # the reference: a ledger that never remembered the reservation
+            store.query("DELETE FROM budget_reservations")
+            store.query("DELETE FROM budget_ledger")
+        maker = BudgetLedger(store)
+        settler = maker if settler_is_maker else BudgetLedger(store)
+        reservation = maker.reserve(None, CHAIN_IDS, CAPS, 100)
+        with pytest.raises(RuntimeError, match="rolled back"), store.transaction() as tx:
+            assert settler.commit(reservation, 60, tx) == 0
+            raise RuntimeError("rolled back")
+        assert [r[2] for r in _reservation_rows(store)] == ["reserved"]
+        assert settler.commit(reservation, 70) == 0  # settles now, once
+        with pytest.raises(InputError, match="already settled"):
+            settler.commit(reservation, 70)
+        with pytest.raises(InputError, match="already settled"):
+            maker.release(reservation)
+        states.append((_ledger_rows(store), [r[1:] for r in _reservation_rows(store)]))
+    assert states[0] == states[1]
+    assert states[0][0] == [("g-root", 1000, 930, 70), ("g-tip", 300, 230, 70)]
+
+
+def _settle_elsewhere(path: str, reservation: str, actual: int) -> None:
+    """Another process: its own store and ledger settle ``reservation``."""
+    store = SQLiteStore(path)
+    try:
+        BudgetLedger(store).commit(reservation, actual)
+    finally:
+        store.close()
+
+
+def test_a_reservation_settled_by_another_process_is_refused_here_and_counted_once(tmp_path: Path) -> None:
+    """A separate process settles a reservation this ledger still remembers: settling it here
+    (commit or release, shortcut or not) is refused and the budget counts it once."""
+    path = tmp_path / "ledger.db"
+    store = SQLiteStore(path)
+    try:
+        ledger = BudgetLedger(store)
+        kept = ledger.reserve(None, CHAIN_IDS, CAPS, 100)
+        taken = ledger.reserve(None, CHAIN_IDS, CAPS, 50)
+        process = multiprocessing.get_context("spawn").Process(
+            target=_settle_elsewhere, args=(str(path), taken, 80)
+        )
+        process.start()
+        process.join(30)
+        assert process.exitcode == 0
+        before = _ledger_rows(store)
+        with pytest.raises(InputError, match="already settled"):
+            ledger.release(taken)
+        with pytest.raises(InputError, match="already settled"):
+            ledger.commit(taken, 10)
+        assert _ledger_rows(store) == before
+        ledger.release(kept)
+        assert _ledger_rows(store) == [("g-root", 1000, 920, 80), ("g-tip", 300, 220, 80)]
+    finally:
+        store.close()
+
+
+# --- 1. the gate's allow without a savepoint, outcomes carried without one (11c77ef, 3210e2d) ----
+
+POLICY = """
+version: 1
+trust_anchors:
+  root: {{did: "{root}"}}
+principals:
+  agent: {{kind: agent, did: "{agent}", roles: [worker]}}
+models:
+  small: {{cost_per_mtok: {{input: 1000000, output: 1000000}}}}
+roles:
+  worker:
+    kind: agent
+    capabilities:
+      - resource: model:small
+    budget: {{limit: {budget}, unit: usd_micros}}
+    ttl_s: 600
+"""
+
+MODEL = Call.model("small")
+
+
+def _gate(store: Store, budget: int = 10_000) -> tuple[Gate, AgentIdentity]:
+    keys = {n: SigningKey.generate() for n in ("root", "agent")}
+    text = POLICY.format(budget=budget, **{n: k.did for n, k in keys.items()})
+    gate = Gate(parse_policy(text, source="r34.yaml"), store, log_key=SigningKey.generate())
+    return gate, gate.issue(keys["root"], name="agent", key=keys["agent"], role="worker")
+
+
+def _refuse_allow_entries(store: Store) -> None:
+    """A trigger that makes the audit append of an ``allow`` entry fail (a failing statement late
+    in the decision's transaction, after the reservation)."""
+    if store.dialect == "sqlite":
+        store.query(
+            "CREATE TRIGGER r34_refuse_allow BEFORE INSERT ON audit_log "
+            'WHEN instr(CAST(NEW.entry AS TEXT), \'"kind":"allow"\') > 0 '
+            "BEGIN SELECT RAISE(ABORT, 'r34: allow refused'); END"
+        )
+    else:
+        store.query(
+            "CREATE FUNCTION r34_refuse_allow() RETURNS trigger LANGUAGE plpgsql AS $fn$ BEGIN "
+            "IF position('\"kind\":\"allow\"' in convert_from(NEW.entry, 'UTF8')) > 0 THEN "
+            "RAISE EXCEPTION 'r34: allow refused'; END IF; RETURN NEW; END $fn$"
+        )
+        store.query(
+            "CREATE TRIGGER r34_refuse_allow BEFORE INSERT ON audit_log "
+            "FOR EACH ROW EXECUTE FUNCTION r34_refuse_allow()"
+        )
+
+
+def _allow_again(store: Store) -> None:
+    if store.dialect == "sqlite":
+        store.query("DROP TRIGGER r34_refuse_allow")
+    else:
+        store.query("DROP TRIGGER r34_refuse_allow ON audit_log")
+
+
+def _outcomes(gate: Gate) -> list[tuple[int | None, str, int | None]]:
+    return [(e.ref, e.status, e.budget_delta) for e in gate.audit.entries() if e.kind == "outcome"]
+
+
+def test_an_allow_whose_audit_append_fails_writes_nothing_and_keeps_the_carried_outcome(store: Store) -> None:
+    """The allow against the caller's one budget has no savepoint: when its audit entry cannot be
+    appended, the reservation it made must not stay (no budget taken, no reservation row), and
+    the outcome its transaction carried stays pending and is recorded once afterwards."""
+    gate, agent = _gate(store)
+    root = agent.chain.root.id
+    try:
+        first = gate.authorize(agent, MODEL, tokens=(10, 10))
+        with gate._store_lock:  # no background commit: the next decision carries the outcome
+            gate.run(first, lambda: "a", spent=lambda _: (5, 5))
+            _refuse_allow_entries(store)
+            ledger_before, held_before = _ledger_rows(store), _reservation_rows(store)
+            with pytest.raises(Exception, match="r34: allow refused"):
+                gate.authorize(agent, MODEL, tokens=(10, 10))
+            assert _ledger_rows(store) == ledger_before
+            assert _reservation_rows(store) == held_before
+            assert not any(e.kind == "outcome" for e in gate.audit.entries())
+        _allow_again(store)
+        gate.flush()
+        assert _outcomes(gate) == [(first.audit_index, "ok", 10)]
+        after = gate.authorize(agent, MODEL, tokens=(10, 10))
+        assert after.allowed
+        gate.run(after, lambda: "b", spent=lambda _: (10, 10))
+        gate.flush()
+        assert gate.ledger.spent(root) == 30 and gate.ledger.remaining(root) == 10_000 - 30
+        assert [r[2] for r in _reservation_rows(store)] == ["committed", "committed"]
+        assert gate.verify().ok
+    finally:
+        gate.close()
+
+
+@pytest.mark.parametrize("failing", [1, 2])
+@pytest.mark.parametrize("carrier", ["decision", "background"])
+def test_an_outcome_failing_inside_a_carried_batch_takes_no_other_and_none_is_doubled(
+    store: Store, failing: int, carrier: str
+) -> None:
+    """Three outcomes wait; the one at ``failing`` cannot be written (its reservation was released
+    by another ledger meanwhile: another process). Written without a savepoint first, the batch is
+    rolled back whole and rewritten: every other outcome is recorded exactly once, its settlement
+    applied once, the carrying decision (if any) committed, and the log verifies."""
+    gate, agent = _gate(store)
+    root = agent.chain.root.id
+    try:
+        with gate._store_lock:
+            calls = [gate.authorize(agent, MODEL, tokens=(10, 10)) for _ in range(3)]
+            for auth, used in zip(calls, (2, 4, 6), strict=True):
+                gate.run(auth, lambda: "x", spent=lambda _, used=used: (used, used))
+            BudgetLedger(store).release(calls[failing].reservations[0][0])
+            carried = gate.authorize(agent, MODEL, tokens=(10, 10)) if carrier == "decision" else None
+        if carried is None:
+            gate.flush()
+        else:
+            assert carried.allowed and gate.audit.entry(carried.audit_index or 0).kind == "allow"
+            gate.flush()
+        expected = [
+            (auth.audit_index, "ok", 2 * used)
+            for i, (auth, used) in enumerate(zip(calls, (2, 4, 6), strict=True))
+            if i != failing
+        ]
+        assert _outcomes(gate) == expected
+        spent = sum(delta for _, _, delta in expected)
+        held = 20 if carried is not None else 0
+        assert gate.ledger.spent(root) == spent
+        assert gate.ledger.remaining(root) == 10_000 - spent - held
+        states = sorted(r[2] for r in _reservation_rows(store))
+        assert states == sorted(["committed", "committed", "released"] + (["reserved"] if held else []))
+        assert gate.verify().ok
+    finally:
+        gate.close()
+
+
+# --- 3. the outcome thread parks when idle (f00ccf3) -------------------------------------------
+
+
+def _committed_outcomes(path: Path) -> int:
+    """Outcome entries committed to the SQLite file at ``path``, read through a connection of its own."""
+    reader = SQLiteStore(path)
+    try:
+        return sum(
+            b'"kind":"outcome"' in bytes(row[0]) for row in reader.query("SELECT entry FROM audit_log")
+        )
+    finally:
+        reader.close()
+
+
+def _wait_for(count: int, path: Path, within_s: float) -> int:
+    deadline = time.monotonic() + within_s
+    while (seen := _committed_outcomes(path)) < count and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return seen
+
+
+def _park(gate: Gate) -> None:
+    deadline = time.monotonic() + 3.0
+    while not gate._outcomes._parked and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert gate._outcomes._parked
+
+
+def test_many_parked_gates_each_commit_an_outcome_put_after_their_idle_spell(tmp_path: Path) -> None:
+    """Six gates, each on its own file, all parked; one outcome is put into each from six threads
+    at once. No decision and no flush follows: every woken thread must commit its gate's outcome
+    (a lost wake-up leaves it pending for ever)."""
+    import threading
+
+    opened = [(_gate(SQLiteStore(tmp_path / f"g{i}.db")), tmp_path / f"g{i}.db") for i in range(6)]
+    try:
+        auths = [gate.authorize(agent, MODEL, tokens=(1, 1)) for (gate, agent), _ in opened]
+        for (gate, _), _ in opened:
+            _park(gate)
+        start = threading.Barrier(len(opened))
+
+        def settle(gate: Gate, auth: object) -> None:
+            start.wait()
+            gate.run(auth, lambda: "x", spent=lambda _: (1, 1))  # type: ignore[arg-type]
+
+        threads = [
+            threading.Thread(target=settle, args=(gate, auth))
+            for ((gate, _), _), auth in zip(opened, auths, strict=True)
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert [_wait_for(1, path, 5.0) for _, path in opened] == [1] * len(opened)
+    finally:
+        for (gate, _), _ in opened:
+            gate.close()
+
+
+def test_outcomes_put_around_the_moment_the_thread_parks_are_all_committed(tmp_path: Path) -> None:
+    """Outcomes put at spacings around the park threshold (5 empty ticks of 10 ms), so that some
+    land while the thread decides to park: each is committed by the thread alone."""
+    path = tmp_path / "race.db"
+    gate, agent = _gate(SQLiteStore(path))
+    try:
+        for i in range(24):
+            auth = gate.authorize(agent, MODEL, tokens=(1, 1))
+            time.sleep(0.035 + (i % 8) * 0.004)  # 35 to 63 ms after the decision carried the last one
+            gate.run(auth, lambda: "x", spent=lambda _: (1, 1))
+            assert _wait_for(i + 1, path, 5.0) == i + 1, f"outcome {i} was not committed"
+    finally:
+        gate.close()
+
+
+def test_a_background_commit_that_fails_is_retried_without_a_decision_or_a_flush(tmp_path: Path) -> None:
+    """The thread wakes for an outcome but its commit fails (another writer holds the lock):
+    the outcome is kept and committed by the thread once the lock is free, though no call
+    follows; the thread parks again afterwards and wakes for the next one."""
+    path = tmp_path / "busy.db"
+    store = SQLiteStore(path)
+    gate, agent = _gate(store)
+    try:
+        auth = gate.authorize(agent, MODEL, tokens=(1, 1))
+        _park(gate)
+        other = store.connect()
+        other.execute("BEGIN IMMEDIATE")  # another writer, past the gate's busy timeout
+        try:
+            for idle in store._idle:
+                idle.execute("PRAGMA busy_timeout=50")
+            gate.run(auth, lambda: "x", spent=lambda _: (1, 1))
+            time.sleep(0.4)  # the thread tried and failed (it retries after OUTCOME_RETRY_S)
+            assert gate._outcomes._items, "the outcome should still be pending"
+        finally:
+            other.execute("ROLLBACK")
+            other.close()
+        assert _wait_for(1, path, 5.0) == 1
+        _park(gate)
+        later = gate.authorize(agent, MODEL, tokens=(1, 1))
+        _park(gate)
+        gate.run(later, lambda: "y", spent=lambda _: (1, 1))
+        assert _wait_for(2, path, 5.0) == 2
+    finally:
+        gate.close()
+
+
+def test_an_outcome_put_just_before_close_of_a_parked_gate_is_committed(tmp_path: Path) -> None:
+    """close() right after the put that wakes a parked thread: the outcome is in the file."""
+    for i in range(5):
+        path = tmp_path / f"close{i}.db"
+        gate, agent = _gate(SQLiteStore(path))
+        auth = gate.authorize(agent, MODEL, tokens=(1, 1))
+        _park(gate)
+        gate.run(auth, lambda: "x", spent=lambda _: (1, 1))
+        gate.close()
+        assert _committed_outcomes(path) == 1
+
+
+# --- 2. the running attempt's context variable, restored by set(parent) (7218780) ---------------
+
+
+def _nested_call(tool: str, n: int) -> ToolCall:
+    return ToolCall(
+        tool, arguments={"n": n}, tenant=f"t{n % 2}", principal=f"p{n}", deadline=time.time() + 5.0
+    )
+
+
+def test_every_attempt_sees_its_own_call_as_running_through_nesting_errors_retries_and_cancellation() -> None:
+    """Inside any tool, ``RUNNING`` is the waiter of that very call (its ``call`` is the attempt's
+    call), before and after each nested call: sequential, failing, retried, cancelled, timed out,
+    concurrent (gather) and nested two deep; two top-level calls run side by side in other tasks;
+    after everything the callers' context is back to no running call. A restore that set another
+    attempt's value (the parent read at the wrong time) would show another call here."""
+    transient = ToolLimits(
+        concurrency=4, idempotent=True, retry=replace(ToolLimits().retry, attempts=3, backoff_initial_s=0.001)
+    )
+    config = SchedulerConfig(
+        tools={"outer": ToolLimits(concurrency=2), "flaky": transient, "slow": ToolLimits(timeout_s=0.05)}
+    )
+    seen: list[bool] = []
+
+    def mine(attempt: Attempt) -> None:
+        running = RUNNING.get()
+        seen.append(running is not None and running.call is attempt.call)
+
+    async def main() -> None:
+        scheduler = Scheduler(config)
+        failures = {"count": 0}
+
+        async def leaf(attempt: Attempt) -> str:
+            mine(attempt)
+            await asyncio.sleep(0.001)
+            mine(attempt)
+            return "leaf"
+
+        async def flaky(attempt: Attempt) -> str:
+            mine(attempt)
+            failures["count"] += 1
+            if failures["count"] % 2:
+                raise httpx.ConnectError("first attempt fails")  # transient: retried
+            return await scheduler.submit(_nested_call("leaf", 90), leaf)
+
+        async def failing(attempt: Attempt) -> str:
+            mine(attempt)
+            raise ValueError("no")
+
+        async def slow(attempt: Attempt) -> str:
+            mine(attempt)
+            await asyncio.sleep(1.0)
+            return "never"
+
+        async def outer(attempt: Attempt) -> str:
+            mine(attempt)
+            await scheduler.submit(_nested_call("leaf", 1), leaf)
+            mine(attempt)
+            with pytest.raises(ValueError):
+                await scheduler.submit(_nested_call("failing", 2), failing)
+            mine(attempt)
+            assert await scheduler.submit(_nested_call("flaky", 3), flaky) == "leaf"
+            mine(attempt)
+            with pytest.raises(Exception, match="deadline"):
+                await scheduler.submit(_nested_call("slow", 4), slow)
+            mine(attempt)
+            cancelled = asyncio.ensure_future(scheduler.submit(_nested_call("slow", 5), slow))
+            await asyncio.sleep(0.01)
+            cancelled.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await cancelled
+            mine(attempt)
+            await asyncio.gather(*(scheduler.submit(_nested_call("leaf", 10 + i), leaf) for i in range(4)))
+            mine(attempt)
+            await scheduler.submit(_nested_call("outer2", 6), middle)
+            mine(attempt)
+            return "outer"
+
+        async def middle(attempt: Attempt) -> str:
+            mine(attempt)
+            await scheduler.submit(_nested_call("leaf", 7), leaf)
+            mine(attempt)
+            return "middle"
+
+        try:
+            assert RUNNING.get() is None
+            results = await asyncio.gather(
+                scheduler.submit(_nested_call("outer", 100), outer),
+                scheduler.submit(_nested_call("outer", 101), outer),
+            )
+            assert results == ["outer", "outer"]
+            assert RUNNING.get() is None
+            with pytest.raises(ValueError):
+                await scheduler.submit(_nested_call("failing", 102), failing)
+            assert RUNNING.get() is None
+            assert scheduler.in_flight == 0
+        finally:
+            await scheduler.aclose()
+
+    asyncio.run(asyncio.wait_for(main(), 20))
+    assert len(seen) > 50 and all(seen), f"{seen.count(False)} of {len(seen)} checks saw another call"
+
+
+def _start_order(config: SchedulerConfig) -> list[tuple[str, int]]:
+    """Calls to two tools of one slot each, queued from three tenants, five principals and two
+    priority classes behind a running blocker per tool, four of them cancelled while waiting;
+    the order in which the others start once the blockers end."""
+
+    async def main() -> list[tuple[str, int]]:
+        scheduler = Scheduler(config)
+        started: list[tuple[str, int]] = []
+        release = {tool: asyncio.Event() for tool in ("x", "y")}
+
+        async def blocker(attempt: Attempt) -> None:
+            await release[attempt.call.tool].wait()
+
+        async def work(attempt: Attempt) -> None:
+            started.append((attempt.call.tool, int(attempt.call.arguments["n"])))
+            await asyncio.sleep(0)
+
+        try:
+            blockers = [
+                asyncio.ensure_future(scheduler.submit(ToolCall(tool, arguments={"n": -1}), blocker))
+                for tool in ("x", "y")
+            ]
+            await asyncio.sleep(0.01)
+            assert scheduler.in_flight == 2
+            waiting = []
+            for n in range(48):
+                call = ToolCall(
+                    "xy"[n % 7 % 2],
+                    arguments={"n": n},
+                    tenant=f"t{n % 3}",
+                    principal=f"p{n % 5}",
+                    priority=("high", "low")[n % 4 == 0],
+                )
+                waiting.append(asyncio.ensure_future(scheduler.submit(call, work)))
+                await asyncio.sleep(0)
+            for n in (3, 7, 8, 20):
+                waiting[n].cancel()
+            await asyncio.sleep(0)
+            release["x"].set()
+            await asyncio.sleep(0.05)
+            release["y"].set()
+            await asyncio.gather(*blockers, *waiting, return_exceptions=True)
+            assert scheduler.in_flight == 0
+            return started
+        finally:
+            await scheduler.aclose()
+
+    return asyncio.run(asyncio.wait_for(main(), 20))
+
+
+def test_a_slot_given_back_starts_calls_in_the_order_of_the_general_walk() -> None:
+    """ab7759b: without global, tenant or principal limits a freed slot dispatches its tool with
+    ``pop_tool`` and discards decrement the queue in place. The same workload with a principal
+    limit that never binds (the general walk, full discard bookkeeping) starts the same calls in
+    the same order: priority, tenant weights and cancellations included."""
+    from agentgate.tasks import PriorityClass
+
+    base = SchedulerConfig(
+        tools={"x": ToolLimits(concurrency=1), "y": ToolLimits(concurrency=1)},
+        priority_classes=(PriorityClass("high", 0, 1.0), PriorityClass("low", 1, 1.0)),
+        default_priority="high",
+        tenants={"t0": TenantShare(weight=3.0)},
+    )
+    shortcut = _start_order(base)
+    general = _start_order(replace(base, principal_concurrency=1_000))
+    assert len(shortcut) == 44 and sorted(shortcut) == sorted(general)
+    assert shortcut == general
+
+
+# --- 4. Decision and Invocation built without __init__; a decoded invocation's kept payload -------
+
+NOW = 1_800_000_000
+ROOT, ALICE, BOB = (SigningKey(bytes([i]) * 32) for i in range(41, 44))
+CHAIN = delegate(
+    issue(ROOT, ALICE.did, ["tool:pay?amount<=500"], ttl=600, now=NOW, budget=Budget(1000, "calls")),
+    ALICE, BOB.did, ["tool:pay?amount<=100"], ttl=60, now=NOW,
+)  # fmt: skip
+CALL = Call.tool("pay", {"amount": 50})
+SIGNED = Invocation.sign(BOB, CHAIN, CALL, now=NOW)
+WIRE = SIGNED.encode()
+
+
+def _built(invocation: Invocation) -> Invocation:
+    """The same invocation built through ``__init__`` (its payload computed from its fields)."""
+    return Invocation(**{f.name: getattr(invocation, f.name) for f in fields(Invocation) if f.init})
+
+
+def test_a_decoded_invocation_copied_pickled_or_replaced_behaves_as_one_built_from_its_fields() -> None:
+    """The decoded invocation (``_decoded`` kept, no ``__init__``) and every copy of it: equal to
+    the built one, the same payload, id and wire form; a replacement of any signed
+    field gets the payload and id of its new fields, never the kept bytes."""
+    decoded = Invocation.decode(WIRE, CHAIN, CALL)
+    assert decoded._decoded is not None  # the fast path built it
+    reference = _built(decoded)
+    assert reference._decoded is None
+    copies = [
+        decoded,
+        copy.copy(decoded),
+        copy.deepcopy(decoded),
+        pickle.loads(pickle.dumps(decoded)),
+        replace(decoded),
+    ]
+    for twin in copies:
+        assert twin == reference == SIGNED  # (unhashable alike: a Call's arguments are a dict)
+        assert twin.payload == reference.payload == SIGNED.payload
+        assert twin.id == reference.id and twin.encode() == WIRE
+    edits = {
+        "nonce": "0" * 32,
+        "tip": "f" * 64,
+        "args_digest": "e" * 64,
+        "resource": "tool:other",
+        "action": "read",
+        "issuer": ALICE.did,
+        "issued_at": NOW + 1,
+        "expires": NOW + 61,
+    }
+    for name, value in edits.items():
+        for source in (decoded, pickle.loads(pickle.dumps(decoded)), copy.deepcopy(decoded)):
+            edited = replace(source, **{name: value})
+            assert edited.payload == _built(edited).payload != decoded.payload, name
+            assert edited.id != decoded.id and edited != decoded, name
+
+
+def test_an_allowed_decision_built_without_init_equals_hashes_copies_and_pickles_as_a_built_one(
+    tmp_path: Path,
+) -> None:
+    store = SQLiteStore(tmp_path / "store.db")
+    repo = GrantRepository(store)
+    try:
+        decision = Authority(repo, ROOT.public).decide(Invocation.decode(WIRE, CHAIN, CALL), now=NOW + 5)
+    finally:
+        repo.close()
+        store.close()
+    assert decision.allowed, decision.reasons
+    built = Decision(**{f.name: getattr(decision, f.name) for f in fields(Decision)})
+    for twin in (
+        decision,
+        copy.copy(decision),
+        copy.deepcopy(decision),
+        pickle.loads(pickle.dumps(decision)),
+    ):
+        assert twin == built and hash(twin) == hash(built)
+        assert twin.to_dict() == built.to_dict()
+        assert twin.budgets and twin.budgets == built.budgets
+    changed = replace(decision, reasons=("other",))
+    assert changed != decision and changed.reasons == ("other",) and changed.chain == decision.chain
+    for name in ("reasons", "findings", "chain", "budgets"):
+        assert type(getattr(decision, name)) is tuple, name
