@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import json
 import multiprocessing
 import pickle
 import time
@@ -30,7 +31,7 @@ import pytest
 from agentgate.authority import Authority, Decision, GrantRepository, Invocation
 from agentgate.authority._grant import Budget, delegate, issue
 from agentgate.capabilities import Call
-from agentgate.errors import InputError
+from agentgate.errors import BudgetExceeded, InputError
 from agentgate.gate import AgentIdentity, Gate
 from agentgate.keys import SigningKey
 from agentgate.policy import parse_policy
@@ -117,6 +118,90 @@ def test_a_reservation_settled_by_another_process_is_refused_here_and_counted_on
         assert _ledger_rows(store) == before
         ledger.release(kept)
         assert _ledger_rows(store) == [("g-root", 1000, 920, 80), ("g-tip", 300, 220, 80)]
+    finally:
+        store.close()
+
+
+def _open(target: str) -> Store:
+    if target.startswith("postgresql"):
+        from agentgate.store._postgres import PostgresStore
+
+        return PostgresStore(target)
+    return SQLiteStore(target)
+
+
+def _worker(target: str, worker: int, rounds: int) -> None:
+    """One process's reservations against a shared root, a shared middle grant and its own tip:
+    reserved (or refused), then committed below the amount, released, settled in a transaction
+    that rolls back and then for real, or left held."""
+    store = _open(target)
+    try:
+        ledger = BudgetLedger(store)
+        chain = ("w-root", "w-mid", f"w-tip{worker}")
+        caps = {"w-root": 2_000, "w-mid": 1_500, f"w-tip{worker}": 700}
+        for i in range(rounds):
+            amount = 5 + (i * 7 + worker * 3) % 40
+            try:
+                reservation = ledger.reserve(None, chain[: 1 + (i % 3)], caps, amount)
+            except BudgetExceeded:
+                continue
+            step = (i + worker) % 5
+            if step == 0:
+                ledger.commit(reservation, amount // 2)
+            elif step == 1:
+                ledger.release(reservation)
+            elif step == 2:
+                try:
+                    with store.transaction() as tx:
+                        ledger.commit(reservation, amount, tx)
+                        raise RuntimeError("rolled back")
+                except RuntimeError:
+                    pass
+                ledger.commit(reservation, amount - 1)
+            elif step == 3:
+                ledger.commit(reservation, amount)
+            # step 4: left held
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("kind", ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def test_ledger_balances_hold_with_three_processes_reserving_settling_and_rolling_back(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """Three processes share a root and a middle budget (one statement for several budgets on
+    SQLite, the settlement shortcut from ``_held``, settlements that roll back). Afterwards every
+    grant's row agrees with the reservations: spent is the sum of what was committed against it,
+    remaining is its cap less that and less what is still held, and never below zero."""
+    target = str(tmp_path / "shared.db") if kind == "sqlite" else request.getfixturevalue("postgres_url")
+    store = _open(target)
+    try:
+        BudgetLedger(store)  # the schema, before the workers race to make it
+        context = multiprocessing.get_context("spawn")
+        workers = [context.Process(target=_worker, args=(target, w, 150)) for w in range(3)]
+        for process in workers:
+            process.start()
+        for process in workers:
+            process.join(60)
+        assert [process.exitcode for process in workers] == [0, 0, 0]
+        rows = store.query("SELECT chain, amount, state, actual FROM budget_reservations")
+        spent: dict[str, int] = {}
+        held: dict[str, int] = {}
+        for chain, amount, state, actual in rows:
+            for grant in json.loads(chain):
+                if state == "committed":
+                    spent[grant] = spent.get(grant, 0) + int(actual)
+                elif state == "reserved":
+                    held[grant] = held.get(grant, 0) + int(amount)
+        states = {state for _, _, state, _ in rows}
+        assert states == {"committed", "released", "reserved"}
+        refused_somewhere = False
+        for grant, cap, remaining, spent_row in _ledger_rows(store):
+            assert spent_row == spent.get(str(grant), 0), grant
+            assert remaining == int(cap) - spent.get(str(grant), 0) - held.get(str(grant), 0), grant
+            assert int(remaining) >= 0
+            refused_somewhere = refused_somewhere or int(remaining) < 45
+        assert refused_somewhere  # the budgets ran short: refusals were exercised
     finally:
         store.close()
 
