@@ -338,6 +338,60 @@ def test_an_outcome_failing_inside_a_carried_batch_takes_no_other_and_none_is_do
         gate.close()
 
 
+def _refuse_outcome_of(store: Store, ref: int) -> None:
+    """A trigger that makes the audit append of the outcome referring to entry ``ref`` fail with
+    the database's own error (a driver error, not an agentgate one)."""
+    needle = '"kind":"outcome"'
+    pointer = f'"ref":{ref},'
+    if store.dialect == "sqlite":
+        store.query(
+            "CREATE TRIGGER r34_refuse_outcome BEFORE INSERT ON audit_log "
+            f"WHEN instr(CAST(NEW.entry AS TEXT), '{needle}') > 0 AND instr(CAST(NEW.entry AS TEXT), '{pointer}') > 0 "
+            "BEGIN SELECT RAISE(ABORT, 'r34: outcome refused'); END"
+        )
+    else:
+        store.query(
+            "CREATE FUNCTION r34_refuse_outcome() RETURNS trigger LANGUAGE plpgsql AS $fn$ BEGIN "
+            f"IF position('{needle}' in convert_from(NEW.entry, 'UTF8')) > 0 "
+            f"AND position('{pointer}' in convert_from(NEW.entry, 'UTF8')) > 0 THEN "
+            "RAISE EXCEPTION 'r34: outcome refused'; END IF; RETURN NEW; END $fn$"
+        )
+        store.query(
+            "CREATE TRIGGER r34_refuse_outcome BEFORE INSERT ON audit_log "
+            "FOR EACH ROW EXECUTE FUNCTION r34_refuse_outcome()"
+        )
+
+
+@pytest.mark.parametrize("carrier", ["decision", "background"])
+def test_a_store_error_on_one_carried_outcome_rolls_back_its_settlement_and_keeps_the_others(
+    store: Store, carrier: str
+) -> None:
+    """The middle outcome of three fails at its audit append with the database's error (its
+    settlement already written in the same transaction, no savepoint around it): the batch is
+    rolled back whole and rewritten. The others are recorded once; the failing one's settlement
+    is undone with it (its reservation stays held: never an unrecorded charge); the carrying
+    decision commits; the log verifies."""
+    gate, agent = _gate(store)
+    root = agent.chain.root.id
+    try:
+        with gate._store_lock:
+            calls = [gate.authorize(agent, MODEL, tokens=(10, 10)) for _ in range(3)]
+            for auth, used in zip(calls, (2, 4, 6), strict=True):
+                gate.run(auth, lambda: "x", spent=lambda _, used=used: (used, used))
+            _refuse_outcome_of(store, calls[1].audit_index or 0)
+            carried = gate.authorize(agent, MODEL, tokens=(10, 10)) if carrier == "decision" else None
+        gate.flush()
+        assert carried is None or carried.allowed
+        assert _outcomes(gate) == [(calls[0].audit_index, "ok", 4), (calls[2].audit_index, "ok", 12)]
+        held = 20 + (20 if carried is not None else 0)
+        assert gate.ledger.spent(root) == 16
+        assert gate.ledger.remaining(root) == 10_000 - 16 - held
+        assert gate.ledger.reservation(calls[1].reservations[0][0]).state == "reserved"
+        assert gate.verify().ok
+    finally:
+        gate.close()
+
+
 # --- 3. the outcome thread parks when idle (f00ccf3) -------------------------------------------
 
 
