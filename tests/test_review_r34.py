@@ -611,8 +611,8 @@ def test_every_attempt_sees_its_own_call_as_running_through_nesting_errors_retri
     assert len(seen) > 50 and all(seen), f"{seen.count(False)} of {len(seen)} checks saw another call"
 
 
-def _start_order(config: SchedulerConfig) -> list[tuple[str, int]]:
-    """Calls to two tools of one slot each, queued from three tenants, five principals and two
+def _start_order(config: SchedulerConfig, tenants: int, calls: int) -> list[tuple[str, int]]:
+    """Calls to two tools of one slot each, queued from ``tenants`` tenants, five principals and two
     priority classes behind a running blocker per tool, four of them cancelled while waiting;
     the order in which the others start once the blockers end."""
 
@@ -636,17 +636,17 @@ def _start_order(config: SchedulerConfig) -> list[tuple[str, int]]:
             await asyncio.sleep(0.01)
             assert scheduler.in_flight == 2
             waiting = []
-            for n in range(48):
+            for n in range(calls):
                 call = ToolCall(
                     "xy"[n % 7 % 2],
                     arguments={"n": n},
-                    tenant=f"t{n % 3}",
+                    tenant=f"t{n % tenants}",
                     principal=f"p{n % 5}",
                     priority=("high", "low")[n % 4 == 0],
                 )
                 waiting.append(asyncio.ensure_future(scheduler.submit(call, work)))
                 await asyncio.sleep(0)
-            for n in (3, 7, 8, 20):
+            for n in range(3, calls, 5):  # waiting calls given up: discarded from the queue
                 waiting[n].cancel()
             await asyncio.sleep(0)
             release["x"].set()
@@ -661,7 +661,8 @@ def _start_order(config: SchedulerConfig) -> list[tuple[str, int]]:
     return asyncio.run(asyncio.wait_for(main(), 20))
 
 
-def test_a_slot_given_back_starts_calls_in_the_order_of_the_general_walk() -> None:
+@pytest.mark.parametrize(("tenants", "calls"), [(3, 48), (40, 200)])  # 40: the tenant level's heap
+def test_a_slot_given_back_starts_calls_in_the_order_of_the_general_walk(tenants: int, calls: int) -> None:
     """ab7759b: without global, tenant or principal limits a freed slot dispatches its tool with
     ``pop_tool`` and discards decrement the queue in place. The same workload with a principal
     limit that never binds (the general walk, full discard bookkeeping) starts the same calls in
@@ -674,9 +675,9 @@ def test_a_slot_given_back_starts_calls_in_the_order_of_the_general_walk() -> No
         default_priority="high",
         tenants={"t0": TenantShare(weight=3.0)},
     )
-    shortcut = _start_order(base)
-    general = _start_order(replace(base, principal_concurrency=1_000))
-    assert len(shortcut) == 44 and sorted(shortcut) == sorted(general)
+    shortcut = _start_order(base, tenants, calls)
+    general = _start_order(replace(base, principal_concurrency=1_000), tenants, calls)
+    assert len(shortcut) == calls - len(range(3, calls, 5)) and sorted(shortcut) == sorted(general)
     assert shortcut == general
 
 
