@@ -338,6 +338,79 @@ def test_an_outcome_failing_inside_a_carried_batch_takes_no_other_and_none_is_do
         gate.close()
 
 
+SUB_POLICY = """
+version: 1
+trust_anchors:
+  root: {{did: "{root}"}}
+principals:
+  agent: {{kind: agent, did: "{agent}", roles: [worker]}}
+models:
+  small: {{cost_per_mtok: {{input: 1000000, output: 1000000}}}}
+roles:
+  worker:
+    kind: agent
+    capabilities:
+      - resource: model:small
+    budget: {{limit: 100, unit: usd_micros}}
+    ttl_s: 600
+    delegation:
+      max_depth: 1
+      max_ttl_s: 600
+      budget: {{limit: 100}}
+      capabilities: [{{resource: "model:small"}}]
+"""
+
+
+def test_a_sub_agents_calls_against_its_and_its_parents_budgets_refuse_and_charge_exactly(
+    store: Store,
+) -> None:
+    """410ae77: on SQLite the allow against a sub-agent's and its parent's budgets has no
+    savepoint (one UPDATE for both, all or none); on PostgreSQL it keeps one. Refusals for the
+    sub-agent's budget and for the parent's leave both rows untouched, allows charge both, and
+    the two stores end in the same balances."""
+    from datetime import timedelta
+
+    keys = {n: SigningKey.generate() for n in ("root", "agent")}
+    text = SUB_POLICY.format(**{n: k.did for n, k in keys.items()})
+    gate = Gate(parse_policy(text, source="r34-sub.yaml"), store, log_key=SigningKey.generate())
+    try:
+        parent = gate.issue(keys["root"], name="agent", key=keys["agent"], role="worker")
+        sub = gate.delegate(
+            parent,
+            name="sub",
+            key=SigningKey.generate(),
+            capabilities=["model:small"],
+            ttl=timedelta(seconds=300),
+            budget=60,
+        )
+        root_id, sub_id = parent.chain.root.id, sub.chain.links[-1].id
+
+        def call(who: AgentIdentity, tokens: int) -> bool:
+            auth = gate.authorize(who, MODEL, tokens=(tokens, tokens))
+            if auth.allowed:
+                gate.run(auth, lambda: "x", spent=lambda _: (tokens, tokens))
+                gate.flush()
+            else:
+                assert auth.budget_exhausted, auth.reasons
+            return auth.allowed
+
+        steps = [(sub, 20), (sub, 15), (parent, 25), (sub, 5), (sub, 3), (parent, 1)]
+        outcomes = []
+        for who, tokens in steps:
+            before = _ledger_rows(store)
+            allowed = call(who, tokens)
+            outcomes.append(allowed)
+            if not allowed:
+                assert _ledger_rows(store) == before
+        assert outcomes == [True, False, True, True, False, False]
+        assert (gate.ledger.spent(root_id), gate.ledger.remaining(root_id)) == (100, 0)
+        assert (gate.ledger.spent(sub_id), gate.ledger.remaining(sub_id)) == (50, 10)
+        assert all(r[2] == "committed" for r in _reservation_rows(store))
+        assert gate.verify().ok
+    finally:
+        gate.close()
+
+
 def _refuse_outcome_of(store: Store, ref: int) -> None:
     """A trigger that makes the audit append of the outcome referring to entry ``ref`` fail with
     the database's own error (a driver error, not an agentgate one)."""
@@ -613,7 +686,7 @@ def test_every_attempt_sees_its_own_call_as_running_through_nesting_errors_retri
 
 def _start_order(config: SchedulerConfig, tenants: int, calls: int) -> list[tuple[str, int]]:
     """Calls to two tools of one slot each, queued from ``tenants`` tenants, five principals and two
-    priority classes behind a running blocker per tool, four of them cancelled while waiting;
+    priority classes behind a running blocker per tool, one in five of them cancelled while waiting;
     the order in which the others start once the blockers end."""
 
     async def main() -> list[tuple[str, int]]:
