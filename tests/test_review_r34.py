@@ -833,3 +833,28 @@ def test_an_allowed_decision_built_without_init_equals_hashes_copies_and_pickles
     assert changed != decision and changed.reasons == ("other",) and changed.chain == decision.chain
     for name in ("reasons", "findings", "chain", "budgets"):
         assert type(getattr(decision, name)) is tuple, name
+
+
+def test_an_approval_required_decision_built_without_init_has_every_field_and_copies_alike(
+    tmp_path: Path,
+) -> None:
+    """``_conclude`` builds the approval-required decision the same way (``_prechecked``): it
+    carries the hook's requirement, every declared field, and equals, hashes, copies and pickles
+    as one built through ``__init__``."""
+    from agentgate.authority._decision import ApprovalRequirement
+
+    requirement = ApprovalRequirement(approvers=("did:key:zApprover",), quorum=1, reason="large")
+    store = SQLiteStore(tmp_path / "store.db")
+    repo = GrantRepository(store)
+    try:
+        engine = Authority(repo, ROOT.public, approvals=lambda call, chain, inv: requirement)
+        decision = engine.decide(Invocation.decode(WIRE, CHAIN, CALL), now=NOW + 5)
+    finally:
+        repo.close()
+        store.close()
+    assert not decision.allowed and decision.approval == requirement, decision.reasons
+    assert set(vars(decision)) == {f.name for f in fields(Decision)}
+    built = Decision(**{f.name: getattr(decision, f.name) for f in fields(Decision)})
+    for twin in (copy.copy(decision), copy.deepcopy(decision), pickle.loads(pickle.dumps(decision))):
+        assert twin == decision == built and hash(twin) == hash(built)
+        assert twin.to_dict() == built.to_dict() and twin.to_dict()["approval"]["reason"] == "large"
