@@ -192,6 +192,19 @@ def test_one_character_changes_to_the_wire_form_are_decided_alike(at: int, char:
     assert fast is None or (reference is not None and fast.payload == reference.payload)
 
 
+class _Received(Invocation):
+    """A subclass as an application might write one (to carry where an invocation came from)."""
+
+
+def test_decode_on_a_subclass_gives_that_subclass_whatever_path_decides() -> None:
+    # Review r34: the fast path built a plain ``Invocation`` while the reference steps build
+    # ``cls(...)``, so the type (and equality with the reference's answer) hung on the path taken.
+    decoded = _Received.decode(WIRE, CHAIN, CALL)
+    assert type(decoded) is _Received
+    assert decoded == _Received._decode_reference(WIRE, CHAIN.token, CALL)
+    assert type(Invocation.decode(WIRE, CHAIN, CALL)) is Invocation
+
+
 def test_a_decoded_invocation_keeps_its_payload_and_an_edited_copy_does_not() -> None:
     # ``_decode_common`` keeps the bytes it decoded (built without ``__init__``): every field a
     # decoded invocation declares is set, its payload is the one signed, and a copy with a field

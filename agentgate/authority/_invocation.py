@@ -169,7 +169,10 @@ class Invocation:
         Raises ``TokenFormatError`` for anything not exactly in the format.
         """
         token = chain.token if isinstance(chain, Chain) else chain
-        return _decode_common(text, token, call) or cls._decode_reference(text, token, call)
+        # The fast path builds an ``Invocation``; a subclass gets its own class (and its
+        # ``__post_init__``) from the reference steps.
+        fast = _decode_common(text, token, call) if cls is Invocation else None
+        return fast or cls._decode_reference(text, token, call)
 
     @classmethod
     def _decode_reference(cls, text: str, token: str, call: Call) -> Invocation:
