@@ -24,6 +24,7 @@ import pickle
 import time
 from dataclasses import fields, replace
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -566,6 +567,34 @@ def test_a_background_commit_that_fails_is_retried_without_a_decision_or_a_flush
         _park(gate)
         gate.run(later, lambda: "y", spent=lambda _: (1, 1))
         assert _wait_for(2, path, 5.0) == 2
+    finally:
+        gate.close()
+
+
+@pytest.mark.postgres
+def test_a_parked_gates_outcome_survives_a_postgresql_restart_without_a_flush(postgres_server: Any) -> None:
+    """PostgreSQL goes down while the gate's thread is parked; the call that ends then wakes it,
+    its commit fails (a dead connection), and the outcome is kept: once the server is back the
+    thread alone commits it (no decision, no flush), charging what the call spent."""
+    from agentgate.store._postgres import PostgresStore
+
+    store = PostgresStore(postgres_server.create_database())
+    gate, agent = _gate(store)
+    try:
+        auth = gate.authorize(agent, MODEL, tokens=(10, 10))
+        _park(gate)
+        postgres_server.stop("fast")
+        try:
+            gate.run(auth, lambda: "x", spent=lambda _: (1, 1))
+            time.sleep(0.5)
+            assert gate._outcomes._items  # the woken thread's commit failed: kept
+        finally:
+            postgres_server.start()
+        deadline = time.monotonic() + 10
+        while gate._outcomes._items and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _outcomes(gate) == [(auth.audit_index, "ok", 2)]
+        assert gate.ledger.spent(agent.chain.root.id) == 2
     finally:
         gate.close()
 
