@@ -17,6 +17,7 @@ shortcut were wrong; each says which shortcut and what it would have done.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import json
 import multiprocessing
@@ -32,7 +33,7 @@ import pytest
 from agentgate.authority import Authority, Decision, GrantRepository, Invocation
 from agentgate.authority._grant import Budget, delegate, issue
 from agentgate.capabilities import Call
-from agentgate.errors import BudgetExceeded, InputError
+from agentgate.errors import BudgetExceeded, Denied, InputError
 from agentgate.gate import AgentIdentity, Gate
 from agentgate.keys import SigningKey
 from agentgate.policy import parse_policy
@@ -335,6 +336,37 @@ def test_an_outcome_failing_inside_a_carried_batch_takes_no_other_and_none_is_do
         states = sorted(r[2] for r in _reservation_rows(store))
         assert states == sorted(["committed", "committed", "released"] + (["reserved"] if held else []))
         assert gate.verify().ok
+    finally:
+        gate.close()
+
+
+def test_one_allow_run_from_four_threads_at_once_runs_and_settles_once(store: Store) -> None:
+    """The same Gate never settles a reservation twice: an allow handed to four threads at once
+    runs its call once (the others are refused), and its one outcome charges what it spent."""
+    import threading
+
+    gate, agent = _gate(store)
+    try:
+        rounds, ran = 25, []
+        for _ in range(rounds):
+            auth = gate.authorize(agent, MODEL, tokens=(10, 10))
+            start = threading.Barrier(4)
+
+            def go(auth: Any = auth, start: threading.Barrier = start) -> None:
+                start.wait()
+                with contextlib.suppress(Denied):
+                    gate.run(auth, lambda: ran.append(auth.audit_index), spent=lambda _: (5, 5))
+
+            threads = [threading.Thread(target=go) for _ in range(4)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+        gate.flush()
+        assert len(ran) == len(set(ran)) == rounds
+        assert len(_outcomes(gate)) == rounds
+        assert gate.ledger.spent(agent.chain.root.id) == 10 * rounds
+        assert gate.ledger.remaining(agent.chain.root.id) == 10_000 - 10 * rounds
     finally:
         gate.close()
 
