@@ -812,7 +812,8 @@ def test_a_slot_given_back_starts_calls_in_the_order_of_the_general_walk(tenants
     shortcut = _start_order(base, tenants, calls)
     general = _start_order(replace(base, principal_concurrency=1_000), tenants, calls)
     assert len(shortcut) == calls - len(range(3, calls, 5)) and sorted(shortcut) == sorted(general)
-    assert shortcut == general
+    for tool in ("x", "y"):  # per tool: how the two tools' starts interleave depends on timing
+        assert [n for t, n in shortcut if t == tool] == [n for t, n in general if t == tool], tool
 
 
 # --- 4. Decision and Invocation built without __init__; a decoded invocation's kept payload -------
