@@ -1,9 +1,5 @@
 """Performance round g1 (2026-11-30): what the Gate does per call and while idle, pinned.
 
-On SQLite a reservation against several budgets (a sub-agent's and its parents') is one
-statement, all or nothing, so it needs no savepoint, and its settlement refunds them in one; a
-refusal, also one on a grant's first use, leaves the caller's transaction as it was.
-
 The outcome writer thread of an idle gate parks instead of waking every ``linger_s / 2`` (100
 times a second, each time taking the GIL from whatever thread runs); a parked thread still
 commits the next outcome within ``linger_s``, ends when the gate is closed or dropped, and never
@@ -18,21 +14,15 @@ import sqlite3
 import threading
 import time
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
-
-import pytest
 
 from agentgate.capabilities import Call
-from agentgate.errors import BudgetExceeded
 from agentgate.gate import AgentIdentity, Gate
 from agentgate.gate._outcomes import PARK_AFTER_TICKS
 from agentgate.keys import SigningKey
 from agentgate.policy import parse_policy
-from agentgate.store import SQLiteStore, Store
-from agentgate.store._base import Row, Transaction
-from agentgate.store.ledger import BudgetLedger
+from agentgate.store import SQLiteStore
 
 POLICY = """
 version: 1
@@ -174,79 +164,3 @@ def test_a_parked_gate_closes_at_once_and_one_dropped_leaves_no_thread(tmp_path:
     assert ref() is None
     assert not thread.is_alive()
     assert thread not in threading.enumerate()
-
-
-CHAIN = ["root", "team", "agent"]
-CAPS = {"root": 1000, "team": 500, "agent": 200}
-
-
-class _Counted(Transaction):
-    """A transaction that records the statements run through it."""
-
-    def __init__(self, tx: Transaction) -> None:
-        self.tx = tx
-        self.statements: list[str] = []
-
-    def execute(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
-        self.statements.append(sql.split(" ", 2)[0] + " " + sql.split(" ", 2)[1])
-        return self.tx.execute(sql, params)
-
-    def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
-        self.tx.executemany(sql, rows)
-
-    @property
-    def rowcount(self) -> int:
-        return self.tx.rowcount
-
-
-def _left(tx: Transaction) -> dict[str, int]:
-    return {str(g): int(n) for g, n in tx.execute("SELECT grant_id, remaining FROM budget_ledger")}
-
-
-def test_a_reservation_against_several_budgets_is_one_statement_on_sqlite(sqlite_store: SQLiteStore) -> None:
-    ledger = BudgetLedger(sqlite_store)
-    assert ledger.atomic_reserve
-    ledger.commit(ledger.reserve(None, CHAIN, CAPS, 10), 10)  # the grants' rows exist from now on
-    with sqlite_store.transaction() as tx:
-        counted = _Counted(tx)
-        first = ledger.reserve(counted, CHAIN, CAPS, 20)
-        second = ledger.reserve(counted, CHAIN, CAPS, 30)
-        assert counted.statements == ["UPDATE budget_ledger", "INSERT INTO"] * 2
-        counted.statements.clear()
-        ledger.commit(first, 15, counted)
-        ledger.release(second, counted)
-        assert counted.statements == ["UPDATE budget_reservations", "UPDATE budget_ledger"] * 2
-    assert [ledger.remaining(g) for g in CHAIN] == [975, 475, 175]
-    assert [ledger.spent(g) for g in CHAIN] == [25, 25, 25]
-
-
-def test_a_refused_reservation_against_several_budgets_writes_nothing_on_sqlite(
-    sqlite_store: SQLiteStore,
-) -> None:
-    """No savepoint of the caller's: the refusal leaves the transaction as it was, and it goes on."""
-    ledger = BudgetLedger(sqlite_store)
-    ledger.reserve(None, CHAIN, CAPS, 10)
-    with sqlite_store.transaction() as tx:
-        with pytest.raises(BudgetExceeded, match="grant agent"):
-            ledger.reserve(tx, CHAIN, CAPS, 195)
-        assert _left(tx) == {"root": 990, "team": 490, "agent": 190}
-        # A new sub-agent's first reservation (its row missing) refused at an ancestor: the
-        # ancestors taken before it are given back, and no row is made for the new grant.
-        with pytest.raises(BudgetExceeded, match="grant team"):
-            ledger.reserve(tx, ["root", "team", "new"], {"root": 1000, "team": 500, "new": 1000}, 491)
-        assert _left(tx) == {"root": 990, "team": 490, "agent": 190}
-        ledger.reserve(tx, ["root", "team", "new"], {"root": 1000, "team": 500, "new": 1000}, 5)
-    assert [ledger.remaining(g) for g in ("root", "team", "agent", "new")] == [985, 485, 190, 995]
-
-
-def test_only_sqlite_reserves_several_budgets_in_one_statement(store: Store) -> None:
-    """PostgreSQL updates the grants' rows one by one, root first (one lock order for every
-    writer), under the caller's savepoint; the balances come out the same on both stores."""
-    ledger = BudgetLedger(store)
-    assert ledger.atomic_reserve is (store.dialect == "sqlite")
-    ledger.commit(ledger.reserve(None, CHAIN, CAPS, 50), 20)
-    ledger.release(ledger.reserve(None, CHAIN, CAPS, 40))
-    with pytest.raises(BudgetExceeded, match="grant agent"):
-        ledger.reserve(None, CHAIN, CAPS, 181)
-    assert [ledger.remaining(g) for g in CHAIN] == [980, 480, 180]
-    assert [ledger.spent(g) for g in CHAIN] == [20, 20, 20]

@@ -1057,16 +1057,11 @@ class Gate:
             if amounts.get(unit, 0) > 0
         ]
         # Only what can refuse after writing needs the savepoint: an approval to consume, a quota
-        # to count, reservations in more than one unit, one against several budgets on
-        # PostgreSQL. One reservation writes nothing when it refuses (``BudgetLedger.reserve``):
-        # against a caller's own budget, the usual case, and on SQLite against a sub-agent's
-        # and its parents' budgets too, it costs no SAVEPOINT/RELEASE pair (about 6 us on
-        # SQLite, two round trips on PostgreSQL).
+        # to count, a reservation against more than one budget. One budget's reservation writes
+        # nothing when it refuses (``BudgetLedger.reserve``): a caller's own budget, the usual
+        # case, costs no SAVEPOINT/RELEASE pair (about 6 us on SQLite, two round trips on PostgreSQL).
         guarded = (
-            bool(quotas)
-            or approval is not None
-            or len(reserve) > 1
-            or (not self.ledger.atomic_reserve and any(len(c) > 1 for _, c, _ in reserve))
+            bool(quotas) or approval is not None or len(reserve) > 1 or any(len(c) > 1 for _, c, _ in reserve)
         )
         full: QuotaRef | None = None  # the quota whose window could not hold the call
         if guarded:

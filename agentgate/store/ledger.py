@@ -17,7 +17,6 @@ conditional update from ``reserved``, so a reservation is settled exactly once.
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import time
@@ -76,29 +75,6 @@ $$;
 
 
 _RESERVE = "UPDATE budget_ledger SET remaining = remaining - ? WHERE grant_id = ? AND remaining >= ?"
-
-
-@functools.cache
-def _reserve_all(grants: int) -> str:
-    """SQLite: reserve against ``grants`` grants in one statement, all or none. The scalar
-    subquery does not depend on the row, so SQLite evaluates it once, before any row changes
-    (and the transaction holds the write lock): every row is updated, or none (a grant's row is
-    missing, or has too little left)."""
-    marks = ", ".join("?" * grants)
-    return (
-        f"UPDATE budget_ledger SET remaining = remaining - ? WHERE grant_id IN ({marks}) AND "
-        f"(SELECT COUNT(*) FROM budget_ledger WHERE grant_id IN ({marks}) AND remaining >= ?) = ?"
-    )
-
-
-@functools.cache
-def _refund_all(grants: int, spend: bool) -> str:
-    """SQLite: the same refund (and spend) to ``grants`` grants in one statement."""
-    marks = ", ".join("?" * grants)
-    spent = ", spent = spent + ?" if spend else ""
-    return f"UPDATE budget_ledger SET remaining = remaining + ?{spent} WHERE grant_id IN ({marks})"
-
-
 _SETTLE_KNOWN = (
     "UPDATE budget_reservations SET state = ?, actual = ?, settled = ? "
     "WHERE id = ? AND state = 'reserved' AND chain = ? AND amount = ?"
@@ -145,12 +121,6 @@ class BudgetLedger:
     def __init__(self, store: Store) -> None:
         self.store = store
         store.ensure_schema("ledger", LEDGER_DDL)
-        self.atomic_reserve = store.dialect == "sqlite"
-        """Whether a reservation against several grants' budgets writes nothing when it raises
-        (SQLite: one statement for all of them; its transaction holds the write lock), so that
-        a caller needs no savepoint around it. A reservation against one grant never writes
-        when it raises, on either store. On PostgreSQL the grants' rows are updated one by one,
-        root first (one lock order for every writer)."""
         self._held: dict[str, tuple[str, int, tuple[str, ...]]] = {}
         """Reservations made here and not yet settled here: id -> (chain as stored, amount, chain)."""
         self._stored_chains: dict[tuple[str, ...], str] = {}
@@ -166,8 +136,7 @@ class BudgetLedger:
         it is signed). Returns the reservation id. Raises ``BudgetExceeded`` naming the first
         grant that lacks the amount (nothing is reserved then, once the transaction rolls back)
         and ``InputError`` for a malformed chain or amount. A reservation against one grant's
-        budget, or against several when ``atomic_reserve``, writes nothing when it raises: a
-        caller may go on in ``tx`` without a savepoint.
+        budget writes nothing when it raises: a caller may go on in ``tx`` without a savepoint.
         """
         amount = _amount(amount, "amount")
         if amount > MAX_AMOUNT:
@@ -180,33 +149,6 @@ class BudgetLedger:
             return self._reserve(own, chain, caps, amount)
 
     def _reserve(self, t: Transaction, chain: Sequence[str], caps: Mapping[str, int], amount: int) -> str:
-        held = tuple(g for g in chain if g in caps)
-        if len(held) > 1 and self.atomic_reserve:
-            # One statement instead of a savepoint, one UPDATE per grant and its release (SQLite,
-            # rows that exist: every use after a grant's first). When it changes nothing (a row
-            # is missing, a budget is short, a cap malformed), the grants are taken one by one
-            # under a savepoint of their own, as a caller's savepoint did before.
-            if all(type(caps[g]) is int and caps[g] >= 0 for g in held):
-                t.execute(_reserve_all(len(held)), (amount, *held, *held, amount, len(held)))
-                if t.rowcount != len(held):
-                    t.execute("SAVEPOINT agentgate_reserve")
-                    try:
-                        self._reserve_each(t, chain, caps, amount)
-                    except BaseException:
-                        t.execute("ROLLBACK TO SAVEPOINT agentgate_reserve")
-                        t.execute("RELEASE SAVEPOINT agentgate_reserve")
-                        raise
-                    t.execute("RELEASE SAVEPOINT agentgate_reserve")
-            else:
-                self._reserve_each(t, chain, caps, amount)  # raises InputError for the malformed cap
-        else:
-            self._reserve_each(t, chain, caps, amount)
-        return self._record_reservation(t, held, amount)
-
-    def _reserve_each(
-        self, t: Transaction, chain: Sequence[str], caps: Mapping[str, int], amount: int
-    ) -> None:
-        """Reserve ``amount`` against each grant of ``chain`` that has a cap, root first."""
         for grant_id in chain:
             if grant_id not in caps:
                 continue
@@ -230,10 +172,8 @@ class BudgetLedger:
                 t.execute(_RESERVE, (amount, grant_id, amount))
                 if t.rowcount != 1:
                     raise BudgetExceeded(f"grant {grant_id}: budget has less than {amount} left")
-
-    def _record_reservation(self, t: Transaction, held: tuple[str, ...], amount: int) -> str:
-        """The reservation's row, for the grants ``held`` whose budgets it took ``amount`` from."""
         reservation = _reservation_id()
+        held = tuple(g for g in chain if g in caps)
         stored = self._stored_chains.get(held)
         if stored is None:  # json.dumps costs about 5 us; a gate's calls reuse a few chains
             if len(self._stored_chains) >= _MAX_HELD:
@@ -276,9 +216,6 @@ class BudgetLedger:
         shortfall = 0
         chain, amount = self._settle(t, reservation, "committed", actual)
         delta = amount - actual  # > 0: refund; < 0: overrun to charge
-        if delta >= 0 and len(chain) > 1 and self.atomic_reserve:  # SQLite: one statement for all
-            t.execute(_refund_all(len(chain), True), (delta, actual, *chain))
-            return shortfall
         for grant_id in chain:
             if delta >= 0:
                 t.execute(
@@ -320,9 +257,6 @@ class BudgetLedger:
                 self.release(reservation, own)
             return
         chain, amount = self._settle(tx, reservation, "released", 0)
-        if len(chain) > 1 and self.atomic_reserve:  # SQLite: one statement for all
-            tx.execute(_refund_all(len(chain), False), (amount, *chain))
-            return
         for grant_id in chain:
             tx.execute(
                 "UPDATE budget_ledger SET remaining = remaining + ? WHERE grant_id = ?", (amount, grant_id)
