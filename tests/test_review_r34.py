@@ -371,6 +371,96 @@ def test_one_allow_run_from_four_threads_at_once_runs_and_settles_once(store: St
         gate.close()
 
 
+MULTI_POLICY = """
+version: 1
+trust_anchors:
+  root: {{did: "{root}"}}
+principals:
+  agent0: {{kind: agent, did: "{agent0}", roles: [worker]}}
+  agent1: {{kind: agent, did: "{agent1}", roles: [worker]}}
+models:
+  small: {{cost_per_mtok: {{input: 1000000, output: 1000000}}}}
+roles:
+  worker:
+    kind: agent
+    capabilities:
+      - resource: model:small
+    budget: {{limit: 200, unit: usd_micros}}
+    ttl_s: 600
+"""
+MULTI_KEYS = {
+    name: SigningKey(bytes([seed]) * 32) for name, seed in (("root", 51), ("agent0", 52), ("agent1", 53))
+}
+
+
+def _multi_gate(path: str) -> Gate:
+    text = MULTI_POLICY.format(**{n: k.did for n, k in MULTI_KEYS.items()})
+    return Gate(
+        parse_policy(text, source="r34-multi.yaml"), SQLiteStore(path), log_key=SigningKey(bytes([54]) * 32)
+    )
+
+
+def _gate_worker(path: str, worker: int, calls: int) -> None:
+    """A process of its own with a Gate on the shared file: calls that fit, calls the budget
+    refuses, calls that fail (released), outcomes carried by the next decision or the thread."""
+    gate = _multi_gate(path)
+    try:
+        name = f"agent{worker}"
+        agent = gate.issue(MULTI_KEYS["root"], name=name, key=MULTI_KEYS[name], role="worker")
+        for i in range(calls):
+            auth = gate.authorize(agent, MODEL, tokens=(5 + i % 11, 5 + i % 7))
+            if not auth.allowed:
+                continue
+            if i % 6 == 5:
+                with contextlib.suppress(ValueError):
+                    gate.run(auth, lambda: (_ for _ in ()).throw(ValueError("failed")))
+            else:
+                gate.run(auth, lambda: "x", spent=lambda _, i=i: (i % 9, i % 4))
+            if i % 10 == 9:
+                time.sleep(0.08)  # an idle spell: the outcome thread parks, the next outcome wakes it
+    finally:
+        gate.close()
+
+
+def test_two_processes_gates_on_one_sqlite_file_record_every_outcome_and_balance(tmp_path: Path) -> None:
+    """Two processes, each a Gate on the same SQLite file, decide, run, fail and get refused
+    (their budgets run out) while each other's decisions and outcome threads commit: every allow
+    has exactly one outcome, every reservation is settled, each grant's ledger row agrees with its
+    reservations and outcomes, and the log verifies."""
+    path = str(tmp_path / "multi.db")
+    _multi_gate(path).close()  # the schema, before the workers race to make it
+    context = multiprocessing.get_context("spawn")
+    workers = [context.Process(target=_gate_worker, args=(path, w, 45)) for w in range(2)]
+    for process in workers:
+        process.start()
+    for process in workers:
+        process.join(90)
+    assert [process.exitcode for process in workers] == [0, 0]
+    gate = _multi_gate(path)
+    try:
+        entries = list(gate.audit.entries())
+        allows = [
+            e.index for e in entries if e.kind == "allow" and e.resource == "model:small"
+        ]  # not issuances
+        outcomes = [e.ref for e in entries if e.kind == "outcome"]
+        assert sorted(outcomes) == sorted(allows)
+        assert any(e.kind == "deny" for e in entries)  # budgets ran out: refusals were made
+        rows = gate.store.query("SELECT chain, amount, state, actual FROM budget_reservations")
+        assert {state for _, _, state, _ in rows} == {"committed", "released"}
+        spent: dict[str, int] = {}
+        for chain, _amount, state, actual in rows:
+            for grant in json.loads(chain):
+                spent[grant] = spent.get(grant, 0) + (int(actual) if state == "committed" else 0)
+        ledger = _ledger_rows(gate.store)
+        assert len(ledger) == 2
+        for grant, cap, remaining, spent_row in ledger:
+            assert spent_row == spent[str(grant)] and remaining == int(cap) - spent_row >= 0
+        assert sum(e.budget_delta or 0 for e in entries if e.kind == "outcome") == sum(spent.values())
+        assert gate.verify().ok
+    finally:
+        gate.close()
+
+
 SUB_POLICY = """
 version: 1
 trust_anchors:
