@@ -422,12 +422,15 @@ def _gate_worker(path: str, worker: int, calls: int) -> None:
         gate.close()
 
 
-def test_two_processes_gates_on_one_sqlite_file_record_every_outcome_and_balance(tmp_path: Path) -> None:
-    """Two processes, each a Gate on the same SQLite file, decide, run, fail and get refused
+@pytest.mark.parametrize("kind", ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def test_two_processes_gates_on_one_store_record_every_outcome_and_balance(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """Two processes, each a Gate on the same store (a SQLite file; a PostgreSQL database), decide, run, fail and get refused
     (their budgets run out) while each other's decisions and outcome threads commit: every allow
     has exactly one outcome, every reservation is settled, each grant's ledger row agrees with its
     reservations and outcomes, and the log verifies."""
-    path = str(tmp_path / "multi.db")
+    path = str(tmp_path / "multi.db") if kind == "sqlite" else request.getfixturevalue("postgres_url")
     _multi_gate(path).close()  # the schema, before the workers race to make it
     context = multiprocessing.get_context("spawn")
     workers = [context.Process(target=_gate_worker, args=(path, w, 45)) for w in range(2)]
