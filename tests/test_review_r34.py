@@ -171,8 +171,9 @@ def _worker(target: str, worker: int, rounds: int) -> None:
 def test_ledger_balances_hold_with_three_processes_reserving_settling_and_rolling_back(
     kind: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
-    """Three processes share a root and a middle budget (one statement for several budgets on
-    SQLite, the settlement shortcut from ``_held``, settlements that roll back). Afterwards every
+    """Three processes share a root and a middle budget (the settlement shortcut from ``_held``,
+    settlements that roll back; it held too with 410ae77's one-statement reservation on SQLite,
+    since reverted by 0477d50). Afterwards every
     grant's row agrees with the reservations: spent is the sum of what was committed against it,
     remaining is its cap less that and less what is still held, and never below zero."""
     target = str(tmp_path / "shared.db") if kind == "sqlite" else request.getfixturevalue("postgres_url")
@@ -396,7 +397,7 @@ MULTI_KEYS = {
 def _multi_gate(path: str) -> Gate:
     text = MULTI_POLICY.format(**{n: k.did for n, k in MULTI_KEYS.items()})
     return Gate(
-        parse_policy(text, source="r34-multi.yaml"), SQLiteStore(path), log_key=SigningKey(bytes([54]) * 32)
+        parse_policy(text, source="r34-multi.yaml"), _open(path), log_key=SigningKey(bytes([54]) * 32)
     )
 
 
@@ -490,10 +491,10 @@ roles:
 def test_a_sub_agents_calls_against_its_and_its_parents_budgets_refuse_and_charge_exactly(
     store: Store,
 ) -> None:
-    """410ae77: on SQLite the allow against a sub-agent's and its parent's budgets has no
-    savepoint (one UPDATE for both, all or none); on PostgreSQL it keeps one. Refusals for the
-    sub-agent's budget and for the parent's leave both rows untouched, allows charge both, and
-    the two stores end in the same balances."""
+    """An allow against a sub-agent's and its parent's budgets (11c77ef keeps the savepoint for
+    several budgets; 410ae77 dropped it on SQLite and held this test too, then 0477d50 reverted
+    it). Refusals for the sub-agent's budget and for the parent's leave both rows untouched, allows
+    charge both, and the two stores end in the same balances."""
     from datetime import timedelta
 
     keys = {n: SigningKey.generate() for n in ("root", "agent")}
