@@ -5,7 +5,7 @@ integer bounds compared in floating point.
 
 from __future__ import annotations
 
-from dataclasses import fields, replace
+from dataclasses import asdict, fields, replace
 from pathlib import Path
 
 from hypothesis import given, settings
@@ -211,6 +211,7 @@ def test_a_decoded_invocation_keeps_its_payload_and_an_edited_copy_does_not() ->
     # changed computes its own payload (a kept one would be signed bytes of another call).
     decoded = Invocation.decode(WIRE, CHAIN, CALL)
     assert {f.name for f in fields(Invocation)} <= set(vars(decoded))
+    assert asdict(decoded) == asdict(_invocation_reference(WIRE))  # the kept bytes are no field
     assert decoded.payload == WIRE_PAYLOAD == replace(decoded).payload
     edited = replace(decoded, nonce="0" * 32)
     assert edited.payload != WIRE_PAYLOAD

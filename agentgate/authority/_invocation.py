@@ -11,9 +11,9 @@ import os
 import re
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from json.encoder import encode_basestring
-from typing import Any
+from typing import Any, ClassVar
 
 import orjson
 
@@ -76,10 +76,11 @@ class Invocation:
     issued_at: int
     expires: int
     signature: bytes
-    _decoded: bytes | None = field(default=None, init=False, repr=False, compare=False)
+    _decoded: ClassVar[bytes | None] = None
     """The payload bytes this invocation was decoded from, which ``_decode_common`` checked are
-    exactly the canonical encoding of its fields; ``None`` for one built any other way (``replace``
-    included: it starts from ``None``), whose payload is computed from the fields."""
+    exactly the canonical encoding of its fields (set on the instance there); ``None`` (this class
+    default) for one built any other way, ``replace`` included, whose payload is computed from the
+    fields. Not a dataclass field: equality, ``repr`` and ``asdict`` see the signed fields only."""
 
     @property
     def payload(self) -> bytes:
