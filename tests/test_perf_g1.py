@@ -2,8 +2,8 @@
 
 The outcome writer thread of an idle gate parks instead of waking every ``linger_s / 2`` (100
 times a second, each time taking the GIL from whatever thread runs); a parked thread still
-commits the next outcome within ``linger_s``, ends when the gate is closed or dropped, and never
-parks while calls follow each other.
+commits the next outcome within ``linger_s``, ends when the gate is closed (at once) or dropped
+(within ``PARK_CHECK_S``), and never parks while calls follow each other.
 """
 
 from __future__ import annotations

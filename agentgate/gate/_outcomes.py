@@ -17,6 +17,8 @@ attempt reached the call's function (a call that never started is left ``not_run
 PARK_AFTER_TICKS = 5
 """Ticks in a row with nothing pending (``linger_s / 2`` each: 50 ms by default) after which the
 background thread waits to be woken instead of ticking."""
+PARK_CHECK_S = 1.0
+"""How often a parked thread looks whether its owner is still alive (it ends once it is not)."""
 
 USAGE_UNREAD: tuple[int, int] = (-1, -1)
 """The usage settled (by identity) for a call that ran but whose ``spent``/``failed`` callback
@@ -37,10 +39,13 @@ class PendingOutcomes:
     held, so they are committed before it can go; once it has gone, the thread ends.
 
     An idle gate's thread sleeps: after ``PARK_AFTER_TICKS`` ticks in a row found nothing
-    pending it waits until ``put`` (or ``restore``, ``close``, the owner's collection) wakes it,
-    instead of waking every ``linger_s / 2`` for nothing (100 times a second, each time taking
-    the GIL from whatever thread runs). While calls follow each other it never parks, so ``put``
-    wakes nobody then; the first outcome after an idle spell pays one wake-up.
+    pending it waits until ``put`` (or ``restore``, ``close``) wakes it, looking once every
+    ``PARK_CHECK_S`` whether the owner is still alive, instead of waking every ``linger_s / 2``
+    for nothing (100 times a second, each time taking the GIL from whatever thread runs). While
+    calls follow each other it never parks, so ``put`` wakes nobody then; the first outcome after
+    an idle spell pays one wake-up. (No weak-reference callback wakes it: one runs inside the
+    garbage collector, in whatever thread allocated, maybe this one while it holds the event's
+    lock.)
     """
 
     def __init__(
@@ -49,10 +54,9 @@ class PendingOutcomes:
         tick: Callable[[], None],
         linger_s: float = 0.02,
     ) -> None:
-        self._wake = threading.Event()  # ends a park: set by put/restore when parked, close, the owner's end
-        wake = self._wake.set  # the weak reference's callback holds the event only, never the owner
+        self._wake = threading.Event()  # ends a park: set by put/restore when parked, and by close
         self._commit = weakref.WeakMethod(commit)
-        self._tick = weakref.WeakMethod(tick, lambda _: wake())
+        self._tick = weakref.WeakMethod(tick)
         self._held: Callable[[], None] | None = None  # ``tick``, bound, while outcomes wait
         self._linger_s = linger_s
         self._items: list[PendingOutcome] = []
@@ -122,7 +126,10 @@ class PendingOutcomes:
                 with self._lock:
                     park = self._parked = not self._items
                 if park:  # a ``put`` since then has set ``_wake``: the wait returns at once
-                    self._wake.wait()
+                    if not self._wake.wait(PARK_CHECK_S):
+                        if self._tick() is None:  # the owner was collected while idle
+                            return
+                        continue  # still idle: park again
                     self._wake.clear()
                 idle = 0
             if self._closed.wait(half):
