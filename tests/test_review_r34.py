@@ -465,27 +465,13 @@ def test_two_processes_gates_on_one_store_record_every_outcome_and_balance(
         gate.close()
 
 
-SUB_POLICY = """
-version: 1
-trust_anchors:
-  root: {{did: "{root}"}}
-principals:
-  agent: {{kind: agent, did: "{agent}", roles: [worker]}}
-models:
-  small: {{cost_per_mtok: {{input: 1000000, output: 1000000}}}}
-roles:
-  worker:
-    kind: agent
-    capabilities:
-      - resource: model:small
-    budget: {{limit: 100, unit: usd_micros}}
-    ttl_s: 600
-    delegation:
-      max_depth: 1
-      max_ttl_s: 600
-      budget: {{limit: 100}}
-      capabilities: [{{resource: "model:small"}}]
-"""
+SUB_POLICY = POLICY.replace("{budget}", "100") + (
+    "    delegation:\n"
+    "      max_depth: 1\n"
+    "      max_ttl_s: 600\n"
+    "      budget: {{limit: 100}}\n"
+    '      capabilities: [{{resource: "model:small"}}]\n'
+)
 
 
 def test_a_sub_agents_calls_against_its_and_its_parents_budgets_refuse_and_charge_exactly(
