@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import asdict, fields, replace
 from pathlib import Path
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -23,7 +24,8 @@ from agentgate.authority._invocation import _decode_common
 from agentgate.capabilities import Call, Capability, covers
 from agentgate.errors import TokenFormatError
 from agentgate.keys import SigningKey
-from agentgate.store import SQLiteStore
+from agentgate.store import SQLiteStore, Store
+from agentgate.store.grants import _consume_sql, _revoked_sql
 
 NOW = 1_800_000_000
 ROOT, ALICE, BOB = (SigningKey(bytes([i]) * 32) for i in range(11, 14))
@@ -234,3 +236,35 @@ def test_an_allowed_decision_has_every_field_a_decision_declares(tmp_path: Path)
     assert decision.allowed, decision.reasons
     assert set(vars(decision)) == {f.name for f in fields(Decision)}
     assert decision == Decision(**{f.name: getattr(decision, f.name) for f in fields(Decision)})
+
+
+@pytest.mark.parametrize("n", [1, 3, 16, 64, 65, 100])
+def test_revocation_lookups_of_any_length_find_exactly_the_revoked_ids(store: Store, n: int) -> None:
+    # The revocation lookup and the nonce statement seek each id (UNION ALL of equalities) up to
+    # 64 ids and use one IN list beyond: both forms answer alike, on both stores.
+    repo = GrantRepository(store)
+    ids = [f"{i:064x}" for i in range(n)]
+    revoked = set(ids[1::3]) | {ids[-1]}
+    for grant_id in revoked:
+        repo.revoke(grant_id, now=NOW)
+    assert repo.revoked(ids) == revoked
+    assert repo.revoked([*ids, ids[-1]]) == revoked  # a repeated id answers once
+    assert repo.consume_nonce("did:key:holder", "a" * 32, NOW + 60, ids) == "revoked"
+    clean = [f"{i:064x}" for i in range(1000, 1000 + n)]
+    assert repo.revoked(clean) == set()
+    assert repo.consume_nonce("did:key:holder", "a" * 32, NOW + 60, clean) == "fresh"
+    assert repo.consume_nonce("did:key:holder", "a" * 32, NOW + 60, clean) == "replay"
+
+
+def test_the_nonce_statement_seeks_each_grant_id_without_an_ephemeral_index(tmp_path: Path) -> None:
+    # SQLite builds an ephemeral index of an ``IN (?, ...)`` list before seeking, which cost as
+    # much as the seeks themselves; the statements of every decision name each id instead.
+    store = SQLiteStore(tmp_path / "store.db")
+    GrantRepository(store).close()
+    try:
+        for n in (1, 3, 16):
+            for sql in (_consume_sql(n), _revoked_sql(n)):
+                rows = store.query(f"EXPLAIN {sql}", ("x",) * (sql.count("?")))
+                assert not [r for r in rows if r[1] == "OpenEphemeral"], (n, sql)
+    finally:
+        store.close()
