@@ -124,7 +124,7 @@ roles:
 """
 
 
-def _gate(store: Store, budget: int) -> tuple[Gate, AgentIdentity]:
+def _gate(store: Store, budget: int = 10_000) -> tuple[Gate, AgentIdentity]:
     keys = {n: SigningKey.generate() for n in ("root", "agent")}
     text = POLICY.format(budget=budget, **{n: k.did for n, k in keys.items()})
     gate = Gate(parse_policy(text, source="p2.yaml"), store, log_key=SigningKey.generate())

@@ -29,6 +29,7 @@ from typing import Any
 
 import httpx
 import pytest
+from test_perf_p2 import POLICY, _gate
 
 from agentgate.authority import Authority, Decision, GrantRepository, Invocation
 from agentgate.authority._grant import Budget, delegate, issue
@@ -211,31 +212,7 @@ def test_ledger_balances_hold_with_three_processes_reserving_settling_and_rollin
 
 # --- 1. the gate's allow without a savepoint, outcomes carried without one (11c77ef, 3210e2d) ----
 
-POLICY = """
-version: 1
-trust_anchors:
-  root: {{did: "{root}"}}
-principals:
-  agent: {{kind: agent, did: "{agent}", roles: [worker]}}
-models:
-  small: {{cost_per_mtok: {{input: 1000000, output: 1000000}}}}
-roles:
-  worker:
-    kind: agent
-    capabilities:
-      - resource: model:small
-    budget: {{limit: {budget}, unit: usd_micros}}
-    ttl_s: 600
-"""
-
 MODEL = Call.model("small")
-
-
-def _gate(store: Store, budget: int = 10_000) -> tuple[Gate, AgentIdentity]:
-    keys = {n: SigningKey.generate() for n in ("root", "agent")}
-    text = POLICY.format(budget=budget, **{n: k.did for n, k in keys.items()})
-    gate = Gate(parse_policy(text, source="r34.yaml"), store, log_key=SigningKey.generate())
-    return gate, gate.issue(keys["root"], name="agent", key=keys["agent"], role="worker")
 
 
 def _refuse_allow_entries(store: Store) -> None:
@@ -372,23 +349,11 @@ def test_one_allow_run_from_four_threads_at_once_runs_and_settles_once(store: St
         gate.close()
 
 
-MULTI_POLICY = """
-version: 1
-trust_anchors:
-  root: {{did: "{root}"}}
-principals:
-  agent0: {{kind: agent, did: "{agent0}", roles: [worker]}}
-  agent1: {{kind: agent, did: "{agent1}", roles: [worker]}}
-models:
-  small: {{cost_per_mtok: {{input: 1000000, output: 1000000}}}}
-roles:
-  worker:
-    kind: agent
-    capabilities:
-      - resource: model:small
-    budget: {{limit: 200, unit: usd_micros}}
-    ttl_s: 600
-"""
+MULTI_POLICY = POLICY.replace("{budget}", "200").replace(
+    '  agent: {{kind: agent, did: "{agent}", roles: [worker]}}\n',
+    '  agent0: {{kind: agent, did: "{agent0}", roles: [worker]}}\n'
+    '  agent1: {{kind: agent, did: "{agent1}", roles: [worker]}}\n',
+)
 MULTI_KEYS = {
     name: SigningKey(bytes([seed]) * 32) for name, seed in (("root", 51), ("agent0", 52), ("agent1", 53))
 }

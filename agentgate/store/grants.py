@@ -112,9 +112,8 @@ def _revoked_sql(n: int) -> str:
     """The revoked ones among ``n`` grant ids bound as parameters.
 
     One index seek per id (equalities joined by ``UNION ALL``): with ``grant_id IN (?, ...)``
-    SQLite first builds an ephemeral index of the listed values, which cost as much again. For
-    3 ids, in scratch timings of the two forms alternated: 8.5 -> 4.1 us a lookup, the nonce
-    statement below 30 -> 23 us; ``store_statement`` of benchmarks/authority.py 48-64 -> 43-54 us.
+    SQLite first builds an ephemeral index of the listed values, about as costly as the seeks
+    (``store_statement`` of benchmarks/authority.py: 48-64 -> 43-54 us for a 3-link chain).
     A list longer than ``_SEEKS_UP_TO``, which no chain gives, keeps the ``IN`` list (SQLite caps
     a compound SELECT at 500 terms), as does an empty one.
     """
