@@ -125,6 +125,22 @@ def test_a_reservation_settled_by_another_process_is_refused_here_and_counted_on
         store.close()
 
 
+def _target(kind: str, sqlite_path: Path, request: pytest.FixtureRequest) -> str:
+    """Where the processes of a test meet: a SQLite file, or a fresh PostgreSQL database."""
+    return str(sqlite_path) if kind == "sqlite" else str(request.getfixturevalue("postgres_url"))
+
+
+def _spawn(worker: Any, target: str, *, calls: int, processes: int, timeout_s: float) -> None:
+    """Run ``worker(target, number, calls)`` in ``processes`` spawned processes; all must end well."""
+    context = multiprocessing.get_context("spawn")
+    workers = [context.Process(target=worker, args=(target, w, calls)) for w in range(processes)]
+    for process in workers:
+        process.start()
+    for process in workers:
+        process.join(timeout_s)
+    assert [process.exitcode for process in workers] == [0] * processes
+
+
 def _open(target: str) -> Store:
     if target.startswith("postgresql"):
         from agentgate.store._postgres import PostgresStore
@@ -177,17 +193,11 @@ def test_ledger_balances_hold_with_three_processes_reserving_settling_and_rollin
     since reverted by 0477d50). Afterwards every
     grant's row agrees with the reservations: spent is the sum of what was committed against it,
     remaining is its cap less that and less what is still held, and never below zero."""
-    target = str(tmp_path / "shared.db") if kind == "sqlite" else request.getfixturevalue("postgres_url")
+    target = _target(kind, tmp_path / "shared.db", request)
     store = _open(target)
     try:
         BudgetLedger(store)  # the schema, before the workers race to make it
-        context = multiprocessing.get_context("spawn")
-        workers = [context.Process(target=_worker, args=(target, w, 150)) for w in range(3)]
-        for process in workers:
-            process.start()
-        for process in workers:
-            process.join(60)
-        assert [process.exitcode for process in workers] == [0, 0, 0]
+        _spawn(_worker, target, calls=150, processes=3, timeout_s=60)
         rows = store.query("SELECT chain, amount, state, actual FROM budget_reservations")
         spent: dict[str, int] = {}
         held: dict[str, int] = {}
@@ -396,15 +406,9 @@ def test_two_processes_gates_on_one_store_record_every_outcome_and_balance(
     (their budgets run out) while each other's decisions and outcome threads commit: every allow
     has exactly one outcome, every reservation is settled, each grant's ledger row agrees with its
     reservations and outcomes, and the log verifies."""
-    path = str(tmp_path / "multi.db") if kind == "sqlite" else request.getfixturevalue("postgres_url")
+    path = _target(kind, tmp_path / "multi.db", request)
     _multi_gate(path).close()  # the schema, before the workers race to make it
-    context = multiprocessing.get_context("spawn")
-    workers = [context.Process(target=_gate_worker, args=(path, w, 45)) for w in range(2)]
-    for process in workers:
-        process.start()
-    for process in workers:
-        process.join(90)
-    assert [process.exitcode for process in workers] == [0, 0]
+    _spawn(_gate_worker, path, calls=45, processes=2, timeout_s=90)
     gate = _multi_gate(path)
     try:
         entries = list(gate.audit.entries())
