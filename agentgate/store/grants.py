@@ -133,7 +133,8 @@ def _consume_sql(n: int) -> str:
 
 @lru_cache(maxsize=32)
 def _consume_pg_sql(n: int, durable: bool) -> str:
-    """The PostgreSQL form of ``_consume_sql``, for one autocommit round trip.
+    """The PostgreSQL form of ``_consume_sql``, for one autocommit round trip. It keeps the ``IN``
+    list, which PostgreSQL searches as one index scan (no ephemeral index, as SQLite builds).
 
     Unless ``durable``, the statement itself sets ``synchronous_commit`` off for its own
     (implicit) transaction, so no ``BEGIN``/``SET LOCAL``/``COMMIT`` round trips are needed.
