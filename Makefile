@@ -26,8 +26,10 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy agentgate
 
+# The suite runs on every core, up to four (pytest-xdist): each worker starts its own PostgreSQL
+# server. On two cores it takes a little over half the time of one process.
 pytest: $(STAMP) postgres-tools
-	$(VENV)/bin/pytest -q
+	$(VENV)/bin/pytest -q -n auto --maxprocesses=4
 
 test: lint typecheck pytest
 
