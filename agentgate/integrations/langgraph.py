@@ -30,12 +30,11 @@ import weakref
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from datetime import timedelta
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
 import orjson
 from langchain.agents import create_agent
 from langchain.agents.middleware import AgentMiddleware, ModelRequest, ModelResponse
-from langchain.tools import ToolRuntime
 from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
 from langchain_core.language_models.chat_models import BaseChatModel
 from langchain_core.messages import (
@@ -49,12 +48,13 @@ from langchain_core.messages import (
 )
 from langchain_core.messages.tool import invalid_tool_call, tool_call
 from langchain_core.outputs import ChatGeneration, ChatResult
-from langchain_core.tools import BaseTool, StructuredTool, Tool
+from langchain_core.tools import BaseTool, InjectedToolCallId, StructuredTool, Tool
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from langgraph.config import get_config
 from langgraph.errors import GraphBubbleUp, GraphInterrupt
 from langgraph.prebuilt import ToolNode
 from langgraph.prebuilt.tool_node import ToolCallRequest
+from langgraph.runtime import get_runtime
 from langgraph.types import Command, interrupt
 from opentelemetry.trace import Span
 from pydantic import Field
@@ -661,17 +661,18 @@ def delegation_tool(
     granted: dict[tuple[str, str, str], AgentIdentity] = {}
     lock = threading.Lock()
 
-    def _delegate(runtime: ToolRuntime[Any, Any]) -> AgentIdentity:
-        parent = identity_from_context(runtime.context)
-        scope = _task_scope(runtime.config)
-        slot = (parent.grant_id if parent else "", scope or "", runtime.tool_call_id or "")
+    def _delegate(where: _ToolCallPlace) -> AgentIdentity:
+        context, config, tool_call_id = where
+        parent = identity_from_context(context)
+        scope = _task_scope(config)
+        slot = (parent.grant_id if parent else "", scope or "", tool_call_id or "")
         now = time.time()
         with lock:
             child = granted.get(slot)
         if child is not None and child.chain.tip.expires > now:
             return child
         child = gate.delegate(parent, name=name, key=key, capabilities=caps, ttl=ttl, budget=budget)
-        if runtime.tool_call_id and scope is not None:
+        if tool_call_id and scope is not None:
             with lock:
                 for stale in [s for s, c in granted.items() if c.chain.tip.expires <= now]:
                     del granted[stale]
@@ -684,15 +685,20 @@ def delegation_tool(
 
     # Spans: the delegation is an ``execute_tool ask_NAME`` span holding an ``invoke_agent NAME``
     # span, under which the sub-agent's own calls nest (a trace shows who asked whom).
-    def run(task: str, runtime: ToolRuntime[Any, Any]) -> str:
-        with execute_tool_span(f"ask_{name}", call_id=runtime.tool_call_id, tracer=gate.tracer) as span:
-            child = _delegated(span, _delegate, runtime)
+    # The run context and config are read where LangGraph keeps them for the running task
+    # (``_tool_call_place``), not injected as a ``ToolRuntime`` argument: LangChain validates and
+    # then serializes an injected runtime, the graph state and every message in it included, on
+    # each call (about 3 ms a delegation in benchmarks/langgraph_overhead.py's run, and growing
+    # with the conversation). Only the tool call id is injected.
+    def run(task: str, tool_call_id: Annotated[str, InjectedToolCallId]) -> str:
+        with execute_tool_span(f"ask_{name}", call_id=tool_call_id, tracer=gate.tracer) as span:
+            child = _delegated(span, _delegate, _tool_call_place(tool_call_id))
             with invoke_agent_span(name, agent_id=child.did, tracer=gate.tracer):
                 return _answer(agent.invoke({"messages": [HumanMessage(content=task)]}, context=child))
 
-    async def arun(task: str, runtime: ToolRuntime[Any, Any]) -> str:
-        with execute_tool_span(f"ask_{name}", call_id=runtime.tool_call_id, tracer=gate.tracer) as span:
-            child = await gate.to_thread(_delegated, span, _delegate, runtime)
+    async def arun(task: str, tool_call_id: Annotated[str, InjectedToolCallId]) -> str:
+        with execute_tool_span(f"ask_{name}", call_id=tool_call_id, tracer=gate.tracer) as span:
+            child = await gate.to_thread(_delegated, span, _delegate, _tool_call_place(tool_call_id))
             with invoke_agent_span(name, agent_id=child.did, tracer=gate.tracer):
                 return _answer(await agent.ainvoke({"messages": [HumanMessage(content=task)]}, context=child))
 
@@ -706,13 +712,28 @@ def delegation_tool(
     return tool
 
 
+_ToolCallPlace = tuple[object, Mapping[str, Any] | None, str | None]
+"""Where a tool call runs: its run's context, the config of its task, its tool call id."""
+
+
+def _tool_call_place(tool_call_id: str | None) -> _ToolCallPlace:
+    """The running tool call's place in its graph: ``(None, None, tool_call_id)`` outside one
+    (no context: a delegation from nobody, refused)."""
+    try:
+        config = get_config()
+    except RuntimeError:  # not inside a runnable
+        return None, None, tool_call_id
+    runtime = get_runtime() if config.get("configurable") else None  # None: a runnable, no graph
+    return getattr(runtime, "context", None), config, tool_call_id
+
+
 def _delegated(
-    span: Span, delegate: Callable[[ToolRuntime[Any, Any]], AgentIdentity], runtime: ToolRuntime[Any, Any]
+    span: Span, delegate: Callable[[_ToolCallPlace], AgentIdentity], where: _ToolCallPlace
 ) -> AgentIdentity:
-    """``delegate(runtime)``, its decision on the delegation's span: the grant made, or the
+    """``delegate(where)``, its decision on the delegation's span: the grant made, or the
     refusal, each with the index of the audit entry that recorded it."""
     try:
-        child = delegate(runtime)
+        child = delegate(where)
     except AuthorityError as exc:
         if span.is_recording():
             record_decision(span, "deny", audit_index=exc.audit_index, reason=str(exc)[:200])
