@@ -5,18 +5,21 @@ then serializes an injected runtime on every call, the graph state and each of i
 included: about 3 ms per delegation in benchmarks/langgraph_overhead.py's run, growing with the
 supervisor's conversation. The tool now reads the context and config where LangGraph keeps them
 for the running task and takes only the tool call id. These tests count how often a message of
-the supervisor's state is serialized while it delegates (sync and async): never.
+the supervisor's state is serialized while it delegates (sync and async): never; and that the
+tool, called outside a graph, finds no identity and refuses.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from langchain_core.messages import HumanMessage
 from pydantic import SerializerFunctionWrapHandler, model_serializer
 from test_langgraph import Team, _ask_researcher, _calls, _tool_messages
 from test_langgraph import team as team  # the fixture
 
+from agentgate.errors import Denied
 from agentgate.integrations.langgraph import ScriptedChatModel, create_gated_agent
 
 SERIALIZED = [0]
@@ -54,3 +57,11 @@ async def test_an_async_delegation_never_serializes_the_supervisors_messages(tea
     assert [m.status for m in _tool_messages(result)] == ["success"]
     assert team.ran == ["search:papers"]
     assert SERIALIZED[0] == 0
+
+
+def test_a_delegation_tool_called_outside_a_graph_finds_no_identity_and_is_refused(team: Team) -> None:
+    call = {"type": "tool_call", "id": "c1", "name": "ask_researcher", "args": {"task": "find papers"}}
+    with pytest.raises(Denied, match="no identity in the run context"):
+        _ask_researcher(team).invoke(call)
+    assert team.ran == []
+    assert team.gate.delegations == []
