@@ -2,11 +2,12 @@
 
 The delegation tool used to take LangChain's injected ``ToolRuntime``; LangChain validates and
 then serializes an injected runtime on every call, the graph state and each of its messages
-included: about 3 ms per delegation in benchmarks/langgraph_overhead.py's run, growing with the
-supervisor's conversation. The tool now reads the context and config where LangGraph keeps them
-for the running task and takes only the tool call id. These tests count how often a message of
-the supervisor's state is serialized while it delegates (sync and async): never; and that the
-tool, called outside a graph, finds no identity and refuses.
+included: about 3 ms per delegation with benchmarks/langgraph_overhead.py's agents (scratch runs,
+docs/langgraph.md's twelfth pass), growing with the supervisor's conversation. The tool now
+reads the context and config where LangGraph keeps them for the running task and takes only the
+tool call id. These tests count how often a message of the supervisor's state is serialized
+while it delegates (sync and async): never; and that the tool, called outside a graph, finds no
+identity and refuses.
 """
 
 from __future__ import annotations

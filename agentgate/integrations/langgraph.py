@@ -688,8 +688,9 @@ def delegation_tool(
     # The run context and config are read where LangGraph keeps them for the running task
     # (``_tool_call_place``), not injected as a ``ToolRuntime`` argument: LangChain validates and
     # then serializes an injected runtime, the graph state and every message in it included, on
-    # each call (about 3 ms a delegation in benchmarks/langgraph_overhead.py's run, and growing
-    # with the conversation). Only the tool call id is injected.
+    # each call (about 3 ms a delegation with benchmarks/langgraph_overhead.py's agents, measured
+    # by the scratch runs of docs/langgraph.md's twelfth pass; more as the conversation grows).
+    # Only the tool call id is injected.
     def run(task: str, tool_call_id: Annotated[str, InjectedToolCallId]) -> str:
         with execute_tool_span(f"ask_{name}", call_id=tool_call_id, tracer=gate.tracer) as span:
             child = _delegated(span, _delegate, _tool_call_place(tool_call_id))
