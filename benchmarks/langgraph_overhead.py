@@ -4,7 +4,7 @@
 
 The run: a supervisor makes 5 sequential tool calls and hands work to 3 sub-agents (each on a
 fresh attenuated grant when gated), each of which makes 5 sequential tool calls: 20 tool calls,
-3 delegations and 27 model calls (a scripted chat model: no network, no GPU). Four variants run
+3 delegations and 27 model calls (a scripted chat model: no network, no GPU). Seven variants run
 interleaved in the same process, so they see the same machine (each round starts at another
 variant; the heap is collected before each run, outside the timing):
 
@@ -16,10 +16,15 @@ variant; the heap is collected before each run, outside the timing):
 - ``gated``: agentgate on tool and model calls, durable store (SQLite ``synchronous=FULL``,
   every decision and outcome fsynced before the call goes on);
 - ``relaxed``: as ``gated`` with ``synchronous=NORMAL`` (what AGENTGATE_SQLITE_SYNCHRONOUS=NORMAL
-  selects: a power loss may lose the last commits, a process crash does not).
+  selects: a power loss may lose the last commits, a process crash does not);
+- ``floor`` and ``floor_relaxed``: as ``passthrough``, with a middleware that only writes one
+  hashed entry per call into SQLite (one autocommit ``INSERT``, ``synchronous=FULL`` and
+  ``NORMAL``) before the call runs (``RecordOnly``): no policy, authority, budget or outcome. What
+  any middleware that records each call in an embedded database before it runs costs at least
+  here; a goal below it cannot be met by such a design on this machine.
 
 Figures: median whole-run time of each, the ratios gated/plain and relaxed/plain (goals <= 1.25
-and <= 1.10) and passthrough/plain, the microseconds added per tool call ((tools - plain) / 20,
+and <= 1.10), passthrough/plain and the floors' ratios, the microseconds added per tool call ((tools - plain) / 20,
 delegations included) and per model call ((gated - tools) / 27), ``Gate.authorize`` timed inside
 relaxed runs against the same decisions alone (``in_run_vs_alone``: same work, more time between
 LangGraph's steps; ``alone_cold``: the same decisions alone, each after a walk over a large
@@ -34,7 +39,9 @@ from __future__ import annotations
 
 import argparse
 import gc
+import hashlib
 import json
+import sqlite3
 import statistics
 import sys
 import tempfile
@@ -46,6 +53,7 @@ from pathlib import Path
 from typing import Any
 from unittest import mock
 
+import orjson
 from langchain.agents import create_agent
 from langchain.agents.middleware import AgentMiddleware
 from langchain_core.messages import AIMessage
@@ -70,6 +78,9 @@ SUBAGENTS = ("alpha", "beta", "gamma")
 CALLS_PER_AGENT = 5
 TOOL_CALLS = CALLS_PER_AGENT * (1 + len(SUBAGENTS))
 MODEL_CALLS = (CALLS_PER_AGENT + len(SUBAGENTS) + 1) + len(SUBAGENTS) * (CALLS_PER_AGENT + 1)
+FLOORS = {"floor": "FULL", "floor_relaxed": "NORMAL"}
+"""The ``RecordOnly`` variants and their SQLite ``synchronous`` settings: the floors under
+``gated`` (durable) and ``relaxed``."""
 
 POLICY = """
 version: 1
@@ -141,9 +152,51 @@ class PassThrough(AgentMiddleware[Any, Any, Any]):
         return handler(request)
 
 
-def build_plain(passthrough: bool = False) -> Callable[[], Any]:
+class RecordOnly(PassThrough):
+    """The least a middleware that records every call before it runs can do: one entry (a few
+    fields as sorted JSON, and its SHA-256 leaf hash, as an audit log keeps it) written by one
+    autocommit ``INSERT`` into a SQLite file in WAL mode at ``synchronous`` (what SQLiteStore sets
+    up), then the handler. No policy, no authority, no budget, no outcome, no library code of
+    agentgate: a floor under any gate that keeps its record in an embedded database, on this
+    machine. Shared by the agents of a run, as the gate is."""
+
+    def __init__(self, path: Path, synchronous: str) -> None:
+        self.db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute(f"PRAGMA synchronous={synchronous}")
+        self.db.execute("CREATE TABLE IF NOT EXISTS entries (idx INTEGER PRIMARY KEY, entry BLOB, leaf BLOB)")
+        self.lock = threading.Lock()  # tool calls run in LangGraph's worker threads
+
+    def _record(self, resource: str) -> None:
+        entry = orjson.dumps({"resource": resource, "time": time.time_ns()}, option=orjson.OPT_SORT_KEYS)
+        with self.lock:
+            self.db.execute(
+                "INSERT INTO entries (entry, leaf) VALUES (?, ?)",
+                (entry, hashlib.sha256(b"\0" + entry).digest()),
+            )
+
+    def wrap_tool_call(self, request: Any, handler: Callable[[Any], Any]) -> Any:
+        self._record("tool:" + request.tool_call["name"])
+        return handler(request)
+
+    def wrap_model_call(self, request: Any, handler: Callable[[Any], Any]) -> Any:
+        self._record("model:scripted")
+        return handler(request)
+
+    def rows(self) -> int:
+        """How many entries were written."""
+        with self.lock:
+            return int(self.db.execute("SELECT COUNT(*) FROM entries").fetchone()[0])
+
+    def close(self) -> None:
+        self.db.close()
+
+
+def build_plain(middleware: AgentMiddleware[Any, Any, Any] | None = None) -> Callable[[], Any]:
+    """The run without agentgate: with ``middleware`` (and the identity's context schema) on
+    every agent when given."""
     extra: dict[str, Any] = (
-        {"middleware": [PassThrough()], "context_schema": AgentIdentity} if passthrough else {}
+        {"middleware": [middleware], "context_schema": AgentIdentity} if middleware is not None else {}
     )
     tools: list[BaseTool] = [_lookup()]
     for name in SUBAGENTS:
@@ -551,8 +604,10 @@ def main() -> None:
         workdir = Path(tmp)
         variants: dict[str, Callable[[], Any]] = {
             "plain": build_plain(),
-            "passthrough": build_plain(passthrough=True),
+            "passthrough": build_plain(PassThrough()),
         }
+        floors = {label: RecordOnly(workdir / f"{label}.db", sync) for label, sync in FLOORS.items()}
+        variants.update({label: build_plain(floor) for label, floor in floors.items()})
         gates: list[Gate] = []
         for label, synchronous, models in (
             ("tools", "FULL", False),
@@ -564,7 +619,7 @@ def main() -> None:
             gates.append(gate)
         try:
             for label, run in variants.items():  # warm-up, and a correctness check of each variant
-                _check(run(), label not in ("plain", "passthrough"))
+                _check(run(), label in ("tools", "gated", "relaxed"))
             times: dict[str, list[float]] = {label: [] for label in variants}
             cpu: dict[str, list[float]] = {label: [] for label in variants}
             labels = list(variants)
@@ -588,6 +643,11 @@ def main() -> None:
         finally:
             for gate in gates:
                 gate.close()
+            # The calls each floor recorded per run (tool calls, delegations' calls of their tool,
+            # model calls), from its table: warm-up included.
+            recorded = floors["floor_relaxed"].rows() / (repetitions + 1)
+            for floor in floors.values():
+                floor.close()
     median = {label: statistics.median(t) for label, t in times.items()}
     median_cpu = {label: statistics.median(t) for label, t in cpu.items()}
     cpu_per_call_us = (median_cpu["gated"] - median_cpu["plain"]) / (TOOL_CALLS + MODEL_CALLS) * 1e6
@@ -607,19 +667,27 @@ def main() -> None:
     ratio_passthrough = median["passthrough"] / median["plain"]
     ratio_durable = median["gated"] / median["plain"]
     ratio_relaxed = median["relaxed"] / median["plain"]
+    floor_ratio = {label: median[label] / median["plain"] for label in FLOORS}
+    floor_added_us = (median["floor_relaxed"] - median["passthrough"]) / recorded * 1e6
     per_tool_us = (median["tools"] - median["plain"]) / TOOL_CALLS * 1e6
     per_model_us = (median["gated"] - median["tools"]) / MODEL_CALLS * 1e6
     print(
         f"LangGraph run: {TOOL_CALLS} tool calls, {len(SUBAGENTS)} sub-agents, {MODEL_CALLS} model calls; "
         f"{repetitions} runs each, interleaved"
     )
-    print(f"{'variant':<10}{'median ms':>12}{'p90 ms':>10}{'x plain':>10}{'cpu ms':>10}{'cpu x':>8}")
+    print(f"{'variant':<14}{'median ms':>12}{'p90 ms':>10}{'x plain':>10}{'cpu ms':>10}{'cpu x':>8}")
     for label, t in times.items():
         p90 = sorted(t)[int(0.9 * (len(t) - 1))]
         print(
-            f"{label:<10}{median[label] * 1e3:>12.2f}{p90 * 1e3:>10.2f}{median[label] / median['plain']:>10.3f}"
+            f"{label:<14}{median[label] * 1e3:>12.2f}{p90 * 1e3:>10.2f}{median[label] / median['plain']:>10.3f}"
             f"{median_cpu[label] * 1e3:>10.2f}{median_cpu[label] / median_cpu['plain']:>8.3f}"
         )
+    print(
+        f"the floor of a middleware that records each call before it runs (one INSERT, nothing else): "
+        f"durable {floor_ratio['floor']:.3f}x plain (goal for gated <= 1.25), relaxed "
+        f"{floor_ratio['floor_relaxed']:.3f}x (goal for relaxed <= 1.10); relaxed, "
+        f"{floor_added_us:.0f} us per recorded call over passthrough ({recorded:.0f} calls recorded per run)"
+    )
     print(f"added per tool call (durable, incl. delegation): {per_tool_us:8.0f} us")
     print(f"added per model call (durable):                  {per_model_us:8.0f} us")
     print(f"CPU added per call (all threads, durable):       {cpu_per_call_us:8.0f} us")
@@ -664,6 +732,12 @@ def main() -> None:
         "cpu_ratio_passthrough": round(median_cpu["passthrough"] / median_cpu["plain"], 4),
         "ratio_durable": round(ratio_durable, 4),
         "ratio_relaxed": round(ratio_relaxed, 4),
+        "floor_durable_ms": round(median["floor"] * 1e3, 3),
+        "floor_relaxed_ms": round(median["floor_relaxed"] * 1e3, 3),
+        "ratio_floor_durable": round(floor_ratio["floor"], 4),
+        "ratio_floor_relaxed": round(floor_ratio["floor_relaxed"], 4),
+        "floor_relaxed_us_per_call_over_passthrough": round(floor_added_us, 1),
+        "floor_calls_recorded_per_run": round(recorded, 2),
         "us_per_tool_call": round(per_tool_us, 1),
         "us_per_model_call": round(per_model_us, 1),
         "cpu_ratio_durable": round(median_cpu["gated"] / median_cpu["plain"], 4),
