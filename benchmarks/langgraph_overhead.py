@@ -72,7 +72,7 @@ from agentgate.integrations.langgraph import (
 from agentgate.keys import SigningKey
 from agentgate.policy import parse_policy
 from agentgate.store import SQLiteStore
-from agentgate.store._sqlite import _SQLiteTransaction
+from agentgate.store._sqlite import DURABLE_WAL_PAGES, _SQLiteTransaction
 
 SUBAGENTS = ("alpha", "beta", "gamma")
 CALLS_PER_AGENT = 5
@@ -155,8 +155,8 @@ class PassThrough(AgentMiddleware[Any, Any, Any]):
 class RecordOnly(PassThrough):
     """The least a middleware that records every call before it runs can do: one entry (a few
     fields as sorted JSON, and its SHA-256 leaf hash, as an audit log keeps it) written by one
-    autocommit ``INSERT`` into a SQLite file in WAL mode at ``synchronous`` (what SQLiteStore sets
-    up), then the handler. No policy, no authority, no budget, no outcome, no library code of
+    autocommit ``INSERT`` into a SQLite file in WAL mode at ``synchronous`` (with SQLiteStore's
+    checkpoint threshold when it syncs), then the handler. No policy, no authority, no budget, no outcome, no library code of
     agentgate: a floor under any gate that keeps its record in an embedded database, on this
     machine. Shared by the agents of a run, as the gate is."""
 
@@ -164,6 +164,8 @@ class RecordOnly(PassThrough):
         self.db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute(f"PRAGMA synchronous={synchronous}")
+        if synchronous == "FULL":  # as SQLiteStore checkpoints a store that syncs every commit
+            self.db.execute(f"PRAGMA wal_autocheckpoint={DURABLE_WAL_PAGES}")
         self.db.execute("CREATE TABLE IF NOT EXISTS entries (idx INTEGER PRIMARY KEY, entry BLOB, leaf BLOB)")
         self.lock = threading.Lock()  # tool calls run in LangGraph's worker threads
 

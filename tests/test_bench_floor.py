@@ -48,14 +48,17 @@ def test_each_call_is_recorded_before_its_handler_runs(tmp_path: Path) -> None:
         floor.close()
 
 
-@pytest.mark.parametrize(("synchronous", "level"), [("FULL", 2), ("NORMAL", 1)])
+@pytest.mark.parametrize(
+    ("synchronous", "level", "checkpoint"), [("FULL", 2, BENCH.DURABLE_WAL_PAGES), ("NORMAL", 1, 1000)]
+)
 def test_a_whole_run_records_every_tool_delegation_and_model_call(
-    tmp_path: Path, synchronous: str, level: int
+    tmp_path: Path, synchronous: str, level: int, checkpoint: int
 ) -> None:
     floor = BENCH.RecordOnly(tmp_path / "floor.db", synchronous)
     try:
         assert floor.db.execute("PRAGMA synchronous").fetchone()[0] == level
         assert floor.db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        assert floor.db.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == checkpoint  # as SQLiteStore
         lookups = BENCH.LOOKUPS[0]
         BENCH._check(BENCH.build_plain(floor)(), False)
         assert BENCH.LOOKUPS[0] - lookups == BENCH.TOOL_CALLS
