@@ -590,10 +590,10 @@ def durable_commits(workdir: Path, rounds: int) -> dict[str, float]:
     }
 
 
-def _check(result: Any, gated: bool) -> None:
+def _check(result: Any, label: str) -> None:
     statuses = [m.status for m in result["messages"] if m.type == "tool"]
     if statuses != ["success"] * (CALLS_PER_AGENT + len(SUBAGENTS)):
-        raise SystemExit(f"benchmark run went wrong ({'gated' if gated else 'plain'}): {statuses}")
+        raise SystemExit(f"benchmark run went wrong ({label}): {statuses}")
 
 
 def main() -> None:
@@ -621,7 +621,7 @@ def main() -> None:
             gates.append(gate)
         try:
             for label, run in variants.items():  # warm-up, and a correctness check of each variant
-                _check(run(), label in ("tools", "gated", "relaxed"))
+                _check(run(), label)
             times: dict[str, list[float]] = {label: [] for label in variants}
             cpu: dict[str, list[float]] = {label: [] for label in variants}
             labels = list(variants)

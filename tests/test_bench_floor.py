@@ -6,30 +6,16 @@ at least on the machine; a floor that skipped calls, or wrote after them, would 
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 from pathlib import Path
-from types import ModuleType, SimpleNamespace
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from test_review_r32 import _load
 
 pytest.importorskip("langchain")
-
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def _bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "floor_bench", ROOT / "benchmarks" / "langgraph_overhead.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-BENCH = _bench()
+BENCH = _load("langgraph_overhead")
 
 
 def test_each_call_is_recorded_before_its_handler_runs(tmp_path: Path) -> None:
@@ -60,7 +46,7 @@ def test_a_whole_run_records_every_tool_delegation_and_model_call(
         assert floor.db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
         assert floor.db.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == checkpoint  # as SQLiteStore
         lookups = BENCH.LOOKUPS[0]
-        BENCH._check(BENCH.build_plain(floor)(), False)
+        BENCH._check(BENCH.build_plain(floor)(), f"floor {synchronous}")
         assert BENCH.LOOKUPS[0] - lookups == BENCH.TOOL_CALLS
         rows = floor.db.execute("SELECT entry, leaf FROM entries ORDER BY idx").fetchall()
     finally:

@@ -221,10 +221,9 @@ def test_a_gate_deciding_in_threads_fails_closed_across_a_restart_and_decides_ag
 ) -> None:
     """Four threads authorize and run calls (a model call charged 2 each) while the server is
     stopped (``pg_ctl stop -m fast|immediate``) and started again: every failure is a typed
-    ``StoreError`` or ``AuditError``, no decision waits past twice the pool's timeout (its own wait and
-    the one ahead of it), every call that ran was allowed
-    and has its outcome, the ledger's spend is what the outcomes charged, and the same Gate,
-    not rebuilt, decides again."""
+    ``StoreError`` or ``AuditError``, no decision waits past twice the pool's timeout (its own
+    wait and the one ahead of it), every call that ran was allowed and has its outcome, the
+    ledger's spend is what the outcomes charged, and the same Gate, not rebuilt, decides again."""
     store = PostgresStore(postgres_server.create_database())
     gate = Gate(parse_policy(_policy_text(), source="r30.yaml"), store)
     keys = _keys()
