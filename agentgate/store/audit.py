@@ -554,6 +554,14 @@ class AuditLog:
                     continue
             raise
 
+    def _signs(self, note: str) -> bool:
+        """Whether ``note`` is signed by this log's own key (not only by a previous one)."""
+        try:
+            open_checkpoint(note, self.public_key, self.origin)
+        except TamperDetected:
+            return False
+        return True
+
     @property
     def public_key(self) -> PublicKey:
         """The public key of the log key: what checkpoints must be signed with."""
@@ -702,7 +710,9 @@ class AuditLog:
                 f"audit log: has {acc.size} entries, {targets[min(beyond)][1]} had {min(beyond)} "
                 "(entries deleted, or the database restored from an older copy)"
             )
-        if latest and acc.size == prev_size:
+        if latest and acc.size == prev_size and (self.signer is None or self._signs(_note(latest[2]))):
+            # Nothing new to sign, and signed by this log's key: a log key rotated out since then
+            # gets a checkpoint of the same size under the new key (docs/operations.md, step 4).
             return _note(latest[2])
         if self.signer is None:
             raise AuditError(
