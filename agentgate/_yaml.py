@@ -51,6 +51,10 @@ _LEADING_ZERO = re.compile(r"[-+]?0[0-9_]+")
 _MAP, _SEQ = "tag:yaml.org,2002:map", "tag:yaml.org,2002:seq"
 _TEXT_1_2 = frozenset({"tag:yaml.org,2002:value", "tag:yaml.org,2002:merge"})
 _TIMESTAMP = "tag:yaml.org,2002:timestamp"
+_TAGGED = re.compile(r"(?:&\S+\s+)?!")
+"""A node's text that starts with a tag (after an anchor, if any): ``!!str 5``, ``&a !!str 5``."""
+_BREAK = re.compile("\r\n|[\r\n\x85\u2028\u2029]")
+"""A line break as YAML counts them."""
 
 
 class Mark(NamedTuple):
@@ -83,6 +87,14 @@ class Locations:
             path = path[:-1]
 
 
+def mark_at(text: str, index: int) -> Mark:
+    """The line and column of ``text[index]``, counting line breaks as YAML does."""
+    line, start = 1, 0
+    for found in _BREAK.finditer(text, 0, index):
+        line, start = line + 1, found.end()
+    return Mark(line, index - start + 1)
+
+
 def read_source(path: str | Path, error: type[SourceError], *, limit: int, what: str) -> bytes:
     """The bytes of the YAML file at ``path``, read the way key and token files are.
 
@@ -104,23 +116,35 @@ def load_yaml(text: str, *, source: str, error: type[SourceError] = PolicyError)
     duplicate or non-string keys, merge keys, tags outside the core schema, alias bombs, and
     nesting deeper than ``MAX_DEPTH``.
     """
+    # A leading byte order mark is no content; libyaml's marks do not count it, PyYAML's do.
+    text = text.removeprefix("\ufeff")
     loader = None
     try:
         loader = _Loader(text)  # PyYAML's own reader checks the characters here
         node = loader.get_single_node()
     except UnicodeEncodeError as exc:  # libyaml reads UTF-8: a lone surrogate cannot be encoded
-        raise error(
-            f"not UTF-8 text (character {exc.start})",
-            file=source,
-            expected="text that UTF-8 can encode",
-            hint="remove the lone surrogate (\\ud800-\\udfff)",
-        ) from None
+        raise _lone_surrogate(error, source, exc.start) from None
     except RecursionError:  # PyYAML's pure-Python composer recurses per level (libyaml stops at 1000)
         raise error(
             f"malformed YAML: nested more than {MAX_DEPTH} levels deep",
             file=source,
             expected="a YAML mapping",
             hint="flatten the structure; no agentgate file nests this deep",
+        ) from None
+    except yaml.reader.ReaderError as exc:  # a character YAML does not allow, at an index of ``text``
+        if 0xD800 <= exc.character <= 0xDFFF:  # PyYAML's own reader meets a lone surrogate first
+            raise _lone_surrogate(error, source, exc.position) from None
+        index = exc.position
+        if not issubclass(_Loader, yaml.reader.Reader):  # libyaml counts the bytes of the UTF-8 it reads
+            index = len(text.encode("utf-8")[:index].decode("utf-8", errors="ignore"))
+        at = mark_at(text, index)
+        raise error(
+            f"malformed YAML: unacceptable character #x{exc.character:04x}: {exc.reason}",
+            file=source,
+            line=at.line,
+            column=at.column,
+            expected="printable text",
+            hint="remove the character, or write it as an escape in a double-quoted string",
         ) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
@@ -139,15 +163,25 @@ def load_yaml(text: str, *, source: str, error: type[SourceError] = PolicyError)
     locations = Locations()
     if node is None:
         return None, locations
-    builder = _Builder(source, locations, error)
+    builder = _Builder(text, source, locations, error)
     try:
         return builder.build(node, ()), locations
     finally:
         builder.scalars.dispose()
 
 
+def _lone_surrogate(error: type[SourceError], source: str, index: int) -> SourceError:
+    return error(
+        f"not UTF-8 text (character {index})",
+        file=source,
+        expected="text that UTF-8 can encode",
+        hint="remove the lone surrogate (\\ud800-\\udfff)",
+    )
+
+
 class _Builder:
-    def __init__(self, source: str, locations: Locations, error: type[SourceError]) -> None:
+    def __init__(self, text: str, source: str, locations: Locations, error: type[SourceError]) -> None:
+        self.text = text
         self.source = source
         self.error_type = error
         self.locations = locations
@@ -212,7 +246,8 @@ class _Builder:
             raise self._tag_error(node)
         if node.tag == _STR:
             plain = isinstance(node, yaml.ScalarNode) and not node.style  # None, or "" (libyaml)
-            if plain:
+            # ``!!str 5`` is plain too, but its author said text: only an untagged scalar is a number.
+            if plain and not _TAGGED.match(self.text, node.start_mark.index):
                 # Read unquoted numbers as YAML 1.2 reads them, where PyYAML's 1.1 rule says text.
                 value = node.value
                 if _OCTAL_1_2.fullmatch(value):

@@ -293,11 +293,30 @@ class RoleWithoutTtl(LintRule):
     hint = "add ttl_s to the role (at most settings.max_ttl_s)"
 
     def check(self, policy: Policy) -> Iterator[Finding]:
+        holding = _roles_holding_rules(policy)
         for name, role in policy.document.roles.items():
-            if role.ttl_s is None and role.capabilities:
+            if role.ttl_s is None and name in holding:
                 yield self.finding(
                     policy, f"role {name} has no ttl_s", policy.line_of("roles", name, key=True)
                 )
+
+
+def _roles_holding_rules(policy: Policy) -> set[str]:
+    """The roles that hold a rule, their own or one they inherit: the roles with rules, then every
+    role that inherits one of them, found in one pass (not one closure per role)."""
+    roles = policy.document.roles
+    heirs: dict[str, list[str]] = {}
+    for name, role in roles.items():
+        for parent in role.inherits:
+            heirs.setdefault(parent, []).append(name)
+    holding = {name for name in roles if policy.rules.get(name)}
+    pending = list(holding)
+    while pending:
+        for heir in heirs.get(pending.pop(), ()):
+            if heir not in holding:
+                holding.add(heir)
+                pending.append(heir)
+    return holding
 
 
 class TtlAbovePolicyMax(LintRule):

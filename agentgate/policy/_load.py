@@ -17,7 +17,7 @@ from pathlib import Path
 from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
-from agentgate._yaml import Locations, Mark, load_yaml, read_source
+from agentgate._yaml import Locations, Mark, load_yaml, mark_at, read_source
 from agentgate.capabilities import DEFAULT_ACTIONS, Capability, Constraint, canonical_resource
 from agentgate.errors import CapabilityError, KeyFileError, PolicyError
 from agentgate.keys import load_public_key
@@ -179,9 +179,13 @@ def parse_policy(
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
+        before = raw[: exc.start].decode("utf-8")  # what precedes the first bad byte decodes
+        at = mark_at(before, len(before))
         raise PolicyError(
             f"not UTF-8 text (byte {exc.start})",
             file=source,
+            line=at.line,
+            column=at.column,
             expected="a UTF-8 YAML file",
             hint="re-save as UTF-8",
         ) from None
@@ -593,13 +597,25 @@ class _Compiler:
             (arg, self._constraint((*loc, "constraints", arg), spec))
             for arg, spec in rule.constraints.items()
         )
-        action = rule.action or DEFAULT_ACTIONS.get(rule.resource.partition(":")[0], "invoke")
+        # Only an absent (or null) action takes the default: an empty one is refused, not widened.
+        action = rule.action
+        if action is None:
+            action = DEFAULT_ACTIONS.get(rule.resource.partition(":")[0], "invoke")
         try:
             return Capability(rule.resource, action, constraints)
         except CapabilityError as exc:
+            refused = exc
+        # Point at the part at fault, checking the parts apart only now, off the loading path.
+        self._pattern((*loc, "resource"), rule.resource)
+        try:
+            Capability(rule.resource, action)
+        except CapabilityError as exc:
             raise self.error(
-                (*loc, "resource"),
-                str(exc),
-                "tool:NAME, tool:prefix.*, tool:*, model:NAME",
-                "resource names are lower-case, '.'-separated",
+                (*loc, "action"), str(exc), "a lower-case identifier or '*'", "e.g. invoke, read or '*'"
             ) from None
+        raise self.error(  # an argument name that is not an identifier
+            (*loc, "constraints"),
+            str(refused),
+            "argument names that are identifiers",
+            "constrain the arguments by the names the tool declares",
+        )

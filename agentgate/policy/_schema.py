@@ -211,6 +211,15 @@ class GpuType(_Model):
     the seconds it grants (rounded up) at this price from the chain's ``usd_micros`` budgets; the
     lease's end settles the time actually held. A type not declared here is leased free of charge."""
 
+    @field_validator("cost_per_gpu_hour")
+    @classmethod
+    def _storable_price(cls, value: int) -> int:
+        # A lease decision records its price in a 64-bit column: refuse here, with the line, a
+        # price the store cannot hold (a validator, like ``burst``'s, keeps the JSON Schema as is).
+        if value > MAX_AMOUNT:
+            raise ValueError("cost_per_gpu_hour must be <= 2**63 - 1")
+        return value
+
     def lease_cost(self, gpus: int, seconds: int | float) -> int:
         """``lease_cost(gpus, seconds, self.cost_per_gpu_hour)``."""
         return lease_cost(gpus, seconds, self.cost_per_gpu_hour)
