@@ -33,7 +33,9 @@ FORMAT_VERSION = 1
 EntryKind = Literal["allow", "deny", "approval_required", "approval_given", "revoke", "spend", "outcome"]
 ENTRY_KINDS: tuple[str, ...] = get_args(EntryKind)
 
-_TIME = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z$")
+# ``\Z``, not ``$`` (which also matches before a final newline); ASCII digits only, not any
+# script's: exactly the format docs/audit-format.md gives, which a reader in another language checks.
+_TIME = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z\Z", re.ASCII)
 
 MAX_DEPTH = 254
 """The deepest nesting of arrays and objects a canonical JSON value may have (the value itself

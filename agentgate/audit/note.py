@@ -22,13 +22,23 @@ from agentgate.keys import PublicKey, SigningKey
 
 _ED25519 = b"\x01"
 _EM_DASH = "\u2014"
-_NAME = re.compile(r"^[^\s+]+$")
+_NAME = re.compile(r"[^\s+]+\Z")  # ``\Z``: ``$`` would let a final newline through
 _MAX_NOTE = 1 << 16
 
 
 def _check_name(name: str) -> None:
-    if not name or not _NAME.match(name):
-        raise InputError(f"invalid log origin / key name {name!r}: non-empty, no spaces, no '+'")
+    """Refuse (``InputError``) a name that is no signed-note key name: empty, with a space or a
+    ``+``, or not UTF-8 text (a lone surrogate, from an environment variable that is not UTF-8)."""
+    if not name or not _NAME.match(name) or not _is_utf8(name):
+        raise InputError(f"invalid log origin / key name {name!r}: non-empty UTF-8 text, no spaces, no '+'")
+
+
+def _is_utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def key_id(name: str, public_key: PublicKey) -> bytes:
