@@ -1,8 +1,10 @@
-"""What the verb groups share: strict JSON arguments, one way to print a time and untrusted text,
-opening a store (and its audit log) to read, a listing as JSON or as nothing to list."""
+"""What the verb groups share: strict JSON arguments, values that may not be empty, one way to
+print a time and untrusted text, opening a store (and its audit log) to read, a listing as JSON or
+as nothing to list."""
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
 import math
@@ -55,6 +57,21 @@ def json_object(text: str, flag: str = "--args") -> dict[str, Any]:
     except (ValueError, RecursionError) as exc:
         raise InputError(f"{flag}: {str(exc)[:120]}") from None
     return value
+
+
+def given(text: str) -> str:
+    """An argparse ``type`` for a value that names something (a file, a key, a store, a principal,
+    a tool): an empty one is refused (exit 2), never read as the flag left out, so that
+    ``--checkpoint "$SAVED"`` with ``SAVED`` unset cannot skip the check it asks for, nor
+    ``--store "$URL"`` open the default store."""
+    if not text:
+        raise argparse.ArgumentTypeError("an empty value names nothing: give one, or leave the flag out")
+    return text
+
+
+def given_path(text: str) -> Path:
+    """``given``, as a ``Path`` (``Path("")`` would be the current directory)."""
+    return Path(given(text))
 
 
 _UNPRINTABLE = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})

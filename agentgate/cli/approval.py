@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from agentgate.audit.entry import argument_digest
-from agentgate.cli._common import listed, open_existing_store, printable, utc
+from agentgate.cli._common import given, listed, open_existing_store, printable, utc
 from agentgate.errors import InputError
 from agentgate.gate import Approval, approval_call_hash
 from agentgate.keys import load_signing_key, read_regular_file, replace_file
@@ -45,7 +45,9 @@ def register(subparsers: Any) -> None:
         description="List approval requests that are pending and not expired, with the votes they have.",
     )
     listing.add_argument("--json", action="store_true", help="one JSON array instead of a table")
-    listing.add_argument("--store", metavar="URL", help="store URL or path (default: AGENTGATE_STORE)")
+    listing.add_argument(
+        "--store", type=given, metavar="URL", help="store URL or path (default: AGENTGATE_STORE)"
+    )
     listing.set_defaults(handler=_list)
     sign = sub.add_parser(
         "sign",
@@ -56,10 +58,14 @@ def register(subparsers: Any) -> None:
         ),
     )
     sign.add_argument(
-        "payload", metavar="PAYLOAD", help="JSON file with the interrupt payload, or - for stdin"
+        "payload", type=given, metavar="PAYLOAD", help="JSON file with the interrupt payload, or - for stdin"
     )
-    sign.add_argument("--as", dest="key", required=True, metavar="KEYFILE", help="the approver's private key")
-    sign.add_argument("--out", metavar="FILE", help="write the approval here (default: standard output)")
+    sign.add_argument(
+        "--as", dest="key", required=True, type=given, metavar="KEYFILE", help="the approver's private key"
+    )
+    sign.add_argument(
+        "--out", type=given, metavar="FILE", help="write the approval here (default: standard output)"
+    )
     sign.set_defaults(handler=_sign)
 
 

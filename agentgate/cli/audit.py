@@ -36,7 +36,7 @@ from agentgate.audit.entry import ENTRY_KINDS, AuditEntry
 from agentgate.audit.note import Checkpoint, verifier_key
 from agentgate.audit.proof import verify_bundle
 from agentgate.audit.report import render_report
-from agentgate.cli._common import open_audit_log
+from agentgate.cli._common import given, open_audit_log
 from agentgate.errors import InputError, StoreError, TamperDetected
 from agentgate.keys import load_public_key, read_regular_file, replace_file
 from agentgate.store import Store
@@ -51,10 +51,13 @@ def register(subparsers: Any) -> None:
 
     def add(name: str, help_text: str, handler: Any, *, reads: bool = True) -> argparse.ArgumentParser:
         p: argparse.ArgumentParser = sub.add_parser(name, help=help_text)
-        p.add_argument("--store", help="store URL or SQLite path (default: AGENTGATE_STORE, then .agentgate)")
+        p.add_argument(
+            "--store", type=given, help="store URL or SQLite path (default: AGENTGATE_STORE, then .agentgate)"
+        )
         if reads:
             p.add_argument(
                 "--key",
+                type=given,
                 metavar="PUBFILE",
                 help="the log's public key (log.pub or its did:key): read without the private log key",
             )
@@ -63,12 +66,14 @@ def register(subparsers: Any) -> None:
 
     verify = add("verify", "recompute the tree and check every checkpoint", _verify)
     verify.add_argument(
-        "--checkpoint", metavar="FILE", help="a checkpoint saved earlier, outside the database"
+        "--checkpoint", type=given, metavar="FILE", help="a checkpoint saved earlier, outside the database"
     )
 
     show = add("show", "list entries", _show)
-    show.add_argument("--principal", metavar="DID")
-    show.add_argument("--tool", metavar="NAME", help="resource, e.g. tool:payments.refund (or its name)")
+    show.add_argument("--principal", type=given, metavar="DID")
+    show.add_argument(
+        "--tool", type=given, metavar="NAME", help="resource, e.g. tool:payments.refund (or its name)"
+    )
     show.add_argument("--kind", metavar="KIND", choices=ENTRY_KINDS, help=", ".join(ENTRY_KINDS))
     show.add_argument(
         "--since", metavar="TIME", type=_since, help="UTC time prefix, e.g. 2026-11-29 or 2026-11-29T10:00"
@@ -83,24 +88,25 @@ def register(subparsers: Any) -> None:
     checkpoint = add("checkpoint", "sign and store a checkpoint of the log", _checkpoint, reads=False)
     checkpoint.add_argument(
         "--out",
+        type=given,
         metavar="FILE",
         help="also write the signed note here; a checkpoint already there must be one the log extends",
     )
 
     prove = add("prove", "write a proof bundle for one entry (signs a fresh checkpoint)", _prove, reads=False)
     prove.add_argument("index", type=_index)
-    prove.add_argument("--out", metavar="FILE", required=True)
+    prove.add_argument("--out", type=given, metavar="FILE", required=True)
 
     verify_proof = sub.add_parser("verify-proof", help="verify a proof bundle offline")
-    verify_proof.add_argument("file", metavar="FILE")
+    verify_proof.add_argument("file", type=given, metavar="FILE")
     verify_proof.add_argument(
-        "--key", metavar="PUBFILE", required=True, help="the log's public key (log.pub)"
+        "--key", type=given, metavar="PUBFILE", required=True, help="the log's public key (log.pub)"
     )
     verify_proof.add_argument("--origin", help="the log's origin, if it must match")
     verify_proof.set_defaults(handler=_verify_proof)
 
     report = add("report", "write a self-contained HTML report", _report)
-    report.add_argument("--out", metavar="FILE.html", required=True)
+    report.add_argument("--out", type=given, metavar="FILE.html", required=True)
 
 
 def _index(text: str) -> int:
@@ -115,7 +121,7 @@ def _index(text: str) -> int:
     return value
 
 
-_TIME_PREFIX = re.compile(r"\d{4}(-\d{2}(-\d{2}(T\d{2}(:\d{2}(:\d{2}(\.\d{1,6}Z?)?)?)?)?)?)?")
+_TIME_PREFIX = re.compile(r"\d{4}(-\d{2}(-\d{2}(T\d{2}(:\d{2}(:\d{2}(\.\d{1,6}Z?)?)?)?)?)?)?", re.ASCII)
 
 
 def _since(text: str) -> str:

@@ -16,7 +16,7 @@ import json
 import math
 from typing import Any
 
-from agentgate.cli._common import open_existing_store, printable, shown_source_error, utc
+from agentgate.cli._common import given, open_existing_store, printable, shown_source_error, utc
 from agentgate.dispatch.broker import BrokerSnapshot, Lease, QueuedRequest, from_inventory
 from agentgate.dispatch.inventory import load_inventory
 from agentgate.store.broker_decisions import BrokerDecisionStore, LeaseDecision
@@ -30,12 +30,16 @@ def register(subparsers: Any) -> None:
     sub.required = True
 
     def common(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--store", help="store URL or SQLite path (default: AGENTGATE_STORE, then .agentgate)")
+        p.add_argument(
+            "--store", type=given, help="store URL or SQLite path (default: AGENTGATE_STORE, then .agentgate)"
+        )
         p.add_argument("--broker", default="default", help="broker name in the store (default: default)")
         p.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
     inventory = sub.add_parser("inventory", help="GPUs by rack, node and NVLink domain, with who holds them")
-    inventory.add_argument("--inventory", required=True, metavar="FILE", help="inventory YAML file")
+    inventory.add_argument(
+        "--inventory", required=True, type=given, metavar="FILE", help="inventory YAML file"
+    )
     common(inventory)
     inventory.set_defaults(handler=_inventory)
 

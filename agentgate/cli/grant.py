@@ -30,7 +30,15 @@ from agentgate.authority import (
 )
 from agentgate.authority._grant import GRANT_CONTEXT, link_findings, verify_signature
 from agentgate.capabilities import Call, Capability
-from agentgate.cli._common import json_object, not_printable, printable, shown_policy, utc
+from agentgate.cli._common import (
+    given,
+    given_path,
+    json_object,
+    not_printable,
+    printable,
+    shown_policy,
+    utc,
+)
 from agentgate.errors import (
     AuthorityError,
     InputError,
@@ -40,10 +48,12 @@ from agentgate.errors import (
     TokenFormatError,
 )
 from agentgate.findings import Finding
+from agentgate.gate._records import revocation_entry
 from agentgate.keys import load_public_key, load_signing_key, read_regular_file, replace_file
 from agentgate.policy import role_grant_template
 from agentgate.policy._schema import MAX_TTL_S
 from agentgate.store import open_store
+from agentgate.store.audit import AuditLog, open_log_key
 
 _DURATION = re.compile(r"(?:[0-9]{1,9}[smhd])+")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -94,7 +104,9 @@ def register(subparsers: Any) -> None:
         epilog=_EPILOG,
         formatter_class=raw,
     )
-    p.add_argument("--issuer", required=True, type=Path, metavar="KEYFILE", help="the issuer's private key")
+    p.add_argument(
+        "--issuer", required=True, type=given_path, metavar="KEYFILE", help="the issuer's private key"
+    )
     _common_grant_args(p, required=False)
     p.add_argument(
         "--max-depth",
@@ -103,9 +115,14 @@ def register(subparsers: Any) -> None:
         metavar="N",
         help="further delegation levels (default 2, or the role's)",
     )
-    p.add_argument("--policy", type=Path, metavar="FILE", help="take the grant from ROLE in this policy")
     p.add_argument(
-        "--role", metavar="ROLE", help="the policy role whose capabilities, budget, TTL and depth to grant"
+        "--policy", type=given_path, metavar="FILE", help="take the grant from ROLE in this policy"
+    )
+    p.add_argument(
+        "--role",
+        type=given,
+        metavar="ROLE",
+        help="the policy role whose capabilities, budget, TTL and depth to grant",
     )
     p.set_defaults(handler=_issue)
 
@@ -115,9 +132,9 @@ def register(subparsers: Any) -> None:
         epilog=_EPILOG,
         formatter_class=raw,
     )
-    p.add_argument("token", type=Path, metavar="TOKENFILE")
+    p.add_argument("token", type=given_path, metavar="TOKENFILE")
     p.add_argument(
-        "--as", dest="holder", required=True, type=Path, metavar="KEYFILE", help="the holder's key"
+        "--as", dest="holder", required=True, type=given_path, metavar="KEYFILE", help="the holder's key"
     )
     _common_grant_args(p)
     p.add_argument(
@@ -126,7 +143,7 @@ def register(subparsers: Any) -> None:
     p.set_defaults(handler=_delegate)
 
     p = sub.add_parser("inspect", help="show a chain as a tree: who gave what to whom")
-    p.add_argument("token", type=Path, metavar="TOKENFILE")
+    p.add_argument("token", type=given_path, metavar="TOKENFILE")
     p.add_argument("--json", action="store_true", help="print JSON instead of a tree")
     p.set_defaults(handler=_inspect)
 
@@ -138,9 +155,11 @@ def register(subparsers: Any) -> None:
         epilog=_EPILOG,
         formatter_class=raw,
     )
-    p.add_argument("token", type=Path, metavar="TOKENFILE")
-    p.add_argument("--as", dest="holder", required=True, type=Path, metavar="KEYFILE")
-    p.add_argument("--trust", required=True, action="append", metavar="PUBFILE", help="root key (repeatable)")
+    p.add_argument("token", type=given_path, metavar="TOKENFILE")
+    p.add_argument("--as", dest="holder", required=True, type=given_path, metavar="KEYFILE")
+    p.add_argument(
+        "--trust", required=True, action="append", type=given, metavar="PUBFILE", help="root key (repeatable)"
+    )
     target = p.add_mutually_exclusive_group(required=True)
     target.add_argument("--tool", metavar="NAME", help="tool name, e.g. payments.refund")
     target.add_argument("--model", metavar="NAME", help="model name, e.g. llama-3.1-8b")
@@ -150,14 +169,24 @@ def register(subparsers: Any) -> None:
 
     p = sub.add_parser("revoke", help="revoke a grant and, with it, every grant below it")
     p.add_argument(
-        "target", metavar="TOKENFILE|ID", help="a token file (its tip is revoked) or a 64-hex grant id"
+        "target",
+        type=given,
+        metavar="TOKENFILE|ID",
+        help="a token file (its tip is revoked) or a 64-hex grant id",
     )
     p.add_argument("--reason", default="", help="recorded with the revocation")
+    p.add_argument(
+        "--by",
+        type=given,
+        default="operator",
+        metavar="NAME",
+        help="who revokes, recorded as the audit entry's principal (default: operator)",
+    )
     p.set_defaults(handler=_revoke)
 
 
 def _common_grant_args(p: argparse.ArgumentParser, *, required: bool = True) -> None:
-    p.add_argument("--to", required=True, metavar="DID|PUBFILE", help="the audience")
+    p.add_argument("--to", required=True, type=given, metavar="DID|PUBFILE", help="the audience")
     p.add_argument(
         "--allow", required=required, action="append", metavar="CAP", help="capability (repeatable)"
     )
@@ -166,7 +195,7 @@ def _common_grant_args(p: argparse.ArgumentParser, *, required: bool = True) -> 
         "--budget", metavar="AMOUNT", help="AMOUNT[:UNIT] in integer minor units (default usd_micros)"
     )
     p.add_argument("--purpose", default="", help="free text, signed into the grant")
-    p.add_argument("--out", type=Path, metavar="FILE", help="write the token here instead of stdout")
+    p.add_argument("--out", type=given_path, metavar="FILE", help="write the token here instead of stdout")
 
 
 def _capabilities(args: argparse.Namespace) -> list[Capability]:
@@ -404,9 +433,18 @@ def _revoke(args: argparse.Namespace) -> int:
         grant_id = _read_token(Path(target)).id
     else:
         raise InputError(f"{target!r} is neither a token file nor a 64-hex grant id")
-    repo = _repo()
-    revoke(repo, grant_id, reason=args.reason)
-    below = repo.descendants(grant_id)
+    store = open_store()
+    try:
+        repo = GrantRepository(store)
+        # As Gate.revoke: the revocation and its audit entry in one transaction, audit lock first.
+        log = AuditLog(store, open_log_key(store))
+        with store.transaction() as tx, repo.within(tx):
+            log.lock(tx)
+            revoke(repo, grant_id, reason=args.reason)
+            log.append(revocation_entry(grant_id, args.by, args.reason), tx)
+        below = repo.descendants(grant_id)
+    finally:
+        store.close()
     sys.stdout.write(f"revoked {grant_id}\n")
     if below:
         sys.stdout.write(f"{len(below)} recorded descendant grant(s) are dead with it: {', '.join(below)}\n")

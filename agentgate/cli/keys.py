@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 from typing import Any
 
-from agentgate.cli._common import not_printable
+from agentgate.cli._common import given_path, not_printable
 from agentgate.errors import KeyFileError
 from agentgate.keys import SigningKey, save_key
 
@@ -25,7 +24,9 @@ def register(subparsers: Any) -> None:
         "DIR/NAME.pub (the did:key). Prints the did:key.",
     )
     new.add_argument("name", metavar="NAME", help="plain file name, without extension")
-    new.add_argument("--dir", default=".", type=Path, metavar="DIR", help="directory (default: current)")
+    new.add_argument(
+        "--dir", default=".", type=given_path, metavar="DIR", help="directory (default: current)"
+    )
     new.set_defaults(handler=_new)
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from agentgate.capabilities import Call
-from agentgate.cli._common import json_object, printable, shown_policy
+from agentgate.cli._common import given, json_object, printable, shown_policy
 from agentgate.errors import CapabilityError, InputError, PolicyError
 from agentgate.findings import Severity
 from agentgate.keys import replace_file
@@ -28,12 +28,12 @@ def register(subparsers: Any) -> None:
     sub.required = True
 
     p_lint = sub.add_parser("lint", help="find the four failure states in a policy file")
-    p_lint.add_argument("file")
+    p_lint.add_argument("file", type=given)
     p_lint.add_argument("--json", action="store_true", help="print findings as JSON")
     p_lint.set_defaults(handler=_lint)
 
     p_explain = sub.add_parser("explain", help="say whether a call is allowed and why")
-    p_explain.add_argument("file")
+    p_explain.add_argument("file", type=given)
     p_explain.add_argument("--as", dest="principal", required=True, help="principal name or did:key")
     p_explain.add_argument("--tool", required=True, help="tool name, e.g. payments.refund")
     p_explain.add_argument("--args", default="{}", help="call arguments as a JSON object")
@@ -41,7 +41,7 @@ def register(subparsers: Any) -> None:
     p_explain.set_defaults(handler=_explain)
 
     p_schema = sub.add_parser("schema", help="print the policy JSON Schema")
-    p_schema.add_argument("--output", "-o", help="write to this file instead of stdout")
+    p_schema.add_argument("--output", "-o", type=given, help="write to this file instead of stdout")
     p_schema.set_defaults(handler=_schema)
 
 

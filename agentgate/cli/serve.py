@@ -22,7 +22,7 @@ import sys
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from agentgate.cli._common import shown_policy, shown_source_error
+from agentgate.cli._common import given, shown_policy, shown_source_error
 from agentgate.errors import InputError, InventoryError
 
 T = TypeVar("T")
@@ -34,11 +34,15 @@ def register(subparsers: Any) -> None:
         help="serve the OpenAI-compatible gateway",
         description="Serve /v1/chat/completions, /v1/models, /metrics and /healthz under agentgate's authority.",
     )
-    parser.add_argument("--policy", required=True, metavar="FILE", help="policy YAML file")
-    parser.add_argument("--inventory", required=True, metavar="FILE", help="inventory YAML file (backends)")
+    parser.add_argument("--policy", required=True, type=given, metavar="FILE", help="policy YAML file")
+    parser.add_argument(
+        "--inventory", required=True, type=given, metavar="FILE", help="inventory YAML file (backends)"
+    )
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     parser.add_argument("--port", type=_port, default=8000, metavar="N", help="port (default 8000)")
-    parser.add_argument("--store", metavar="URL", help="store URL or path (default: AGENTGATE_STORE)")
+    parser.add_argument(
+        "--store", type=given, metavar="URL", help="store URL or path (default: AGENTGATE_STORE)"
+    )
     parser.add_argument(
         "--stream-stall-s",
         type=_seconds,

@@ -16,6 +16,7 @@ from typing import Any
 
 import psycopg
 
+from agentgate.cli._common import given
 from agentgate.errors import StoreError
 from agentgate.store import Store, open_store
 from agentgate.store.approvals import ApprovalStore
@@ -63,7 +64,9 @@ def register(subparsers: Any) -> None:
             "(docs/operations.md). Exit 0, or 2 with one line naming what failed."
         ),
     )
-    init.add_argument("--store", metavar="URL", help="store URL or path (default: AGENTGATE_STORE)")
+    init.add_argument(
+        "--store", type=given, metavar="URL", help="store URL or path (default: AGENTGATE_STORE)"
+    )
     init.set_defaults(handler=_init)
 
 

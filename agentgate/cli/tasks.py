@@ -15,7 +15,7 @@ import argparse
 import sys
 from typing import Any
 
-from agentgate.cli._common import listed, open_audit_log, open_existing_store, printable, utc
+from agentgate.cli._common import given, listed, open_audit_log, open_existing_store, printable, utc
 from agentgate.store.dead_letters import DeadLetterStore
 from agentgate.store.leases import SharedBreakers
 from agentgate.store.once import SETTLE_MIN_AGE_S, OnceCalls, settle
@@ -38,8 +38,10 @@ def register(subparsers: Any) -> None:
     dead.add_argument(
         "--limit", type=_positive, default=100, metavar="N", help="at most N letters (default 100)"
     )
-    dead.add_argument("--tool", metavar="NAME", help="only letters of this tool")
-    dead.add_argument("--store", metavar="URL", help="store URL or path (default: AGENTGATE_STORE)")
+    dead.add_argument("--tool", type=given, metavar="NAME", help="only letters of this tool")
+    dead.add_argument(
+        "--store", type=given, metavar="URL", help="store URL or path (default: AGENTGATE_STORE)"
+    )
     dead.set_defaults(handler=_dead_letters)
     _listing(
         sub,
@@ -76,7 +78,9 @@ def register(subparsers: Any) -> None:
         help="a call whose outcome was never recorded is settled only if it was allowed at least "
         f"this long ago: a younger one may still be running (default {SETTLE_MIN_AGE_S:.0f})",
     )
-    settling.add_argument("--store", metavar="URL", help="store URL or path (default: AGENTGATE_STORE)")
+    settling.add_argument(
+        "--store", type=given, metavar="URL", help="store URL or path (default: AGENTGATE_STORE)"
+    )
     settling.set_defaults(handler=_settle)
 
 
@@ -84,7 +88,9 @@ def _listing(sub: Any, name: str, *, help: str, description: str) -> Any:
     """A listing action's parser with its ``--json`` and ``--store`` options."""
     parser = sub.add_parser(name, help=help, description=description)
     parser.add_argument("--json", action="store_true", help="one JSON array instead of a table")
-    parser.add_argument("--store", metavar="URL", help="store URL or path (default: AGENTGATE_STORE)")
+    parser.add_argument(
+        "--store", type=given, metavar="URL", help="store URL or path (default: AGENTGATE_STORE)"
+    )
     return parser
 
 

@@ -79,7 +79,7 @@ from agentgate.gate._outcomes import (
     PendingOutcomes,
     usage_after,
 )
-from agentgate.gate._records import ran_before, recordable, redact_reasons
+from agentgate.gate._records import ran_before, recordable, redact_reasons, revocation_entry
 from agentgate.keys import PublicKey, SigningKey
 from agentgate.policy import ApprovalRequirement as PolicyApproval
 from agentgate.policy import (
@@ -562,15 +562,7 @@ class Gate:
         # The revocation and its audit entry: one transaction, so neither exists without the other.
         with self._decision_transaction() as tx, self.grants.within(tx):
             grant_id = revoke(self.grants, target, reason=reason)
-            self.audit.append(
-                {
-                    "kind": "revoke",
-                    "principal": recordable(by),
-                    "chain_hash": grant_id,
-                    "reasons": [recordable(reason)] if reason else [],
-                },
-                tx,
-            )
+            self.audit.append(revocation_entry(grant_id, by, reason), tx)
         return grant_id
 
     def _tenant_of(self, did: str) -> str:

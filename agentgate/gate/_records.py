@@ -1,5 +1,5 @@
 """Text as the audit log may keep it: reasons with values that are not loggable replaced,
-invalid Unicode escaped, and why a call that ran once is not run again."""
+invalid Unicode escaped, why a call that ran once is not run again, and a revocation's entry."""
 
 from __future__ import annotations
 
@@ -41,6 +41,17 @@ def recordable(text: str) -> str:
     except UnicodeEncodeError:
         return text.encode("utf-8", "backslashreplace").decode("utf-8")
     return text
+
+
+def revocation_entry(grant_id: str, by: str, reason: str) -> dict[str, Any]:
+    """The audit entry of a revocation of ``grant_id`` by ``by`` (a name, or a DID), written in the
+    revocation's own transaction by every revoker (``Gate.revoke``, ``agentgate grant revoke``)."""
+    return {
+        "kind": "revoke",
+        "principal": recordable(by),
+        "chain_hash": grant_id,
+        "reasons": [recordable(reason)] if reason else [],
+    }
 
 
 def ran_before(call: Call, state: OnceState, allow_index: int) -> str:
