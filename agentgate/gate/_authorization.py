@@ -103,9 +103,13 @@ class Authorization:
         return {"agentgate": "approval_required", "request": dict(self.request or {})}
 
     def explain(self) -> str:
-        """What was refused and why, for the model: the resource and the reasons, never tokens or keys."""
+        """What was decided and why, for the model: the resource and the reasons, never tokens or
+        keys. An allow says it was allowed; only a refusal carries advice on what to do next."""
         what = f"{self.call.resource} ({self.call.action})"
-        why = "; ".join([*self.reasons, *(f"[{f.kind}/{f.code}]" for f in self.findings)]) or "not allowed"
+        why = "; ".join([*self.reasons, *(f"[{f.kind}/{f.code}]" for f in self.findings)])
+        if self.allowed:
+            return f"agentgate allowed {what}: {why or 'allowed'}."
+        why = why or "not allowed"
         if self.needs_approval:
             return f"agentgate: {what} needs a human approval that was not given: {why}"
         if self.quota_exceeded is not None:

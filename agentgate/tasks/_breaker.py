@@ -7,7 +7,9 @@ States and transitions (one breaker per key, shared by every caller of one sched
 - OPEN: calls are refused (``CircuitOpen``) until ``reset_timeout_s`` has passed since opening.
 - HALF_OPEN: up to ``half_open_max_calls`` probe calls pass; the first probe success closes the
   breaker, a probe failure opens it again for another ``reset_timeout_s``. The failure of a call
-  admitted before the breaker opened does not open it while probes run: they decide.
+  admitted before the breaker opened does not open it while probes run: they decide. Its
+  success closes neither an OPEN nor a HALF_OPEN breaker (a slow call that started before the
+  failures says little about the tool now).
 
 Failures outside ``trip_on`` (a bad argument, say) say nothing about the tool's health and leave
 the count alone, so one agent's bad calls cannot switch a tool off for everyone.
@@ -130,11 +132,18 @@ class CircuitBreaker:
             if self._state is BreakerState.HALF_OPEN and self._probes > 0:
                 self._probes -= 1
 
-    def record_success(self) -> None:
-        """A call succeeded: reset the failure count; a probe success closes the breaker."""
+    def record_success(self, *, probe: bool | None = None) -> None:
+        """A call succeeded: reset the failure count; a probe success closes the breaker.
+
+        ``probe=False``: the call is known to hold no probe (``admit`` answered False: admitted
+        before the breaker opened); its success leaves an OPEN breaker to its reset timeout and
+        a HALF_OPEN one to the probes, as its failure would. Left out: counted as before.
+        """
         if self._state is BreakerState.CLOSED and not self._failures:
             return
         with self._lock:
+            if probe is False and self._current() is not BreakerState.CLOSED:
+                return
             self._failures = 0
             self.healthy = self._state is BreakerState.CLOSED
             if self._state is not BreakerState.CLOSED:

@@ -61,7 +61,7 @@ from agentgate.tasks._breaker import BreakerSnapshot, BreakerState, CircuitBreak
 from agentgate.tasks._call import Attempt, ToolCall
 from agentgate.tasks._classify import DEFAULT_CLASSIFIER, Classifier
 from agentgate.tasks._config import PriorityClass, SchedulerConfig, ToolLimits
-from agentgate.tasks._limits import RUNNING, SharedLimits
+from agentgate.tasks._limits import RUNNING, SharedLimits, Waiter
 from agentgate.tasks._metrics import SchedulerMetrics
 from agentgate.tasks._retry import Failure, RetryRule, rule_for
 
@@ -454,7 +454,10 @@ class Scheduler:
                             await self._shared_token("tool:" + tool, limits, loop, deadline)
                         attempt_deadline = unix_deadline = None
                         if deadline is not None or limits.timeout_s is not None:
-                            attempt_deadline, unix_deadline = _attempt_deadline(limits, deadline, loop.time())
+                            now = loop.time()
+                            if deadline is not None and deadline <= now:
+                                raise _started_late(tool, waiter)
+                            attempt_deadline, unix_deadline = _attempt_deadline(limits, deadline, now)
                         if traced:
                             self.metrics.event("started", tool, {"agentgate.attempt": number})
                         else:
@@ -506,7 +509,7 @@ class Scheduler:
                         )
                     else:
                         if not breaker.healthy:
-                            breaker.record_success()
+                            breaker.record_success(probe=held)
                         return result
                     finally:
                         if probing:
@@ -844,6 +847,21 @@ def _circuit_open(breaker: CircuitBreaker) -> _GiveUp:
             f"the circuit breaker {breaker.key} is open (retry after {retry_after:.3f}s)",
             key=breaker.key,
             retry_after_s=retry_after,
+        ),
+    )
+
+
+def _started_late(tool: str, waiter: Waiter) -> _GiveUp:
+    """A call whose slots (a lease, a rate token) came only after its deadline: it never starts.
+
+    The queue's timer refuses a call at its deadline, but a slot given back by a loop that was
+    busy past it (a blocking tool), or a slow store, can grant the slots first."""
+    waited = time.monotonic() - waiter.queued_at if waiter.queued else None
+    queued = "" if waited is None else f" (queued {waited:.3f}s)"
+    return _GiveUp(
+        "deadline",
+        DeadlineExceeded(
+            f"tool {tool}: could not start before the call's deadline{queued}", tool=tool, waited_s=waited
         ),
     )
 

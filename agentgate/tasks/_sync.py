@@ -61,6 +61,7 @@ from agentgate.tasks._scheduler import (
     _drain_timeout,
     _give_up,
     _GiveUp,
+    _started_late,
     _twin_late,
 )
 
@@ -353,7 +354,10 @@ class SyncScheduler:
                         held = probing = admitted
                     unix_deadline = None
                     if deadline is not None or limits.timeout_s is not None:
-                        unix_deadline = _attempt_deadline(limits, deadline, clock())[1]
+                        now = clock()
+                        if deadline is not None and deadline <= now:
+                            raise _started_late(tool, waiter)
+                        unix_deadline = _attempt_deadline(limits, deadline, now)[1]
                     with lock:
                         if traced:
                             metrics.event("started", tool, {"agentgate.attempt": number})
@@ -384,7 +388,7 @@ class SyncScheduler:
                             breaker.release()  # says nothing of the tool
                         raise _async_function(tool)
                     if not breaker.healthy:
-                        breaker.record_success()
+                        breaker.record_success(probe=held)
                     return result
                 finally:
                     if probing:
