@@ -14,7 +14,8 @@ concrete call that the child allows and the parent does not.
 
 Numbers are the reals: ``amount <= 500`` admits 499.5, so an interval is never a subset of a
 finite set unless it is a single point. Booleans are not numbers (``True`` never equals ``1``).
-NaN and infinities are refused wherever a value enters the algebra.
+NaN and infinities, and strings that are not Unicode text (a lone surrogate), are refused
+wherever a value enters the algebra.
 
 Resource names are canonical or refused, never guessed: a tool name is lower-case ASCII
 segments (``[a-z0-9_-]``) joined by dots, so ``Run_Shell``, `` run_shell``, ``run_shell\\n``,
@@ -52,10 +53,23 @@ MAX_SET_SIZE = 1000
 # --- values -----------------------------------------------------------------------------------
 
 
+def _check_text(value: str, where: str) -> str:
+    """``value``, unless it is not Unicode text (a lone surrogate): no token can carry it, no
+    call's arguments holding it can be digested, and the one-line form cannot spell it."""
+    if not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise CapabilityError(f"{where}: {value!r} is not valid Unicode text") from None
+    return value
+
+
 def _check_value(value: object, where: str) -> Scalar:
     """A scalar the algebra accepts, or ``CapabilityError``."""
-    if isinstance(value, bool | str):
+    if isinstance(value, bool):
         return value
+    if isinstance(value, str):
+        return _check_text(value, where)
     if isinstance(value, int):
         if abs(value) >= 2**63:
             raise CapabilityError(f"{where}: integer {value} is out of range (|v| < 2**63)")
@@ -206,7 +220,7 @@ class Constraint:
             elif op == "prefix":
                 if not isinstance(raw, str):
                     raise CapabilityError(f"{where}: 'prefix' takes a string")
-                kwargs["prefix"] = raw
+                kwargs["prefix"] = _check_text(raw, where)
             else:
                 value = _check_value(raw, where)
                 if not _is_number(value):
@@ -418,19 +432,44 @@ def _pattern_witness(child: str, parent: str) -> str:
 
 @dataclass(frozen=True)
 class Call:
-    """A concrete call: a canonical resource, an action, and its arguments."""
+    """A concrete call: a resource, an action, and its arguments.
+
+    Refuses (``CapabilityError``) a resource or action that is not a string and arguments that
+    are not a mapping: ``Call("model:m", {...})`` puts the arguments where the action goes, and
+    a capability for every action (``*``) would otherwise allow it with no arguments at all.
+    The resource name is checked where the call is decided, which denies a non-canonical one.
+    """
 
     resource: str
     action: str
     args: Mapping[str, Any] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        if not isinstance(self.resource, str) or not isinstance(self.action, str):
+            raise CapabilityError(
+                f"a call's resource and action are strings, got {type(self.resource).__name__} and "
+                f"{type(self.action).__name__}: Call(resource, action, args)"
+            )
+        if type(self.args) is not dict and not isinstance(self.args, Mapping):
+            raise CapabilityError(f"a call's arguments are a mapping, got {type(self.args).__name__}")
+
     @classmethod
     def tool(cls, name: str, args: Mapping[str, Any] | None = None) -> Call:
-        return cls(canonical_resource(f"tool:{name}"), "invoke", dict(args or {}))
+        return cls(canonical_resource(f"tool:{name}"), "invoke", _arguments(args))
 
     @classmethod
     def model(cls, name: str, args: Mapping[str, Any] | None = None) -> Call:
-        return cls(canonical_resource(f"model:{name}"), "generate", dict(args or {}))
+        return cls(canonical_resource(f"model:{name}"), "generate", _arguments(args))
+
+
+def _arguments(args: Mapping[str, Any] | None) -> dict[str, Any]:
+    """A copy of ``args`` (``None``: no arguments); refuses what is not a mapping, such as a list
+    of pairs, which ``dict`` would quietly turn into one."""
+    if args is None:
+        return {}
+    if not isinstance(args, Mapping):
+        raise CapabilityError(f"a call's arguments are a mapping, got {type(args).__name__}")
+    return dict(args)
 
 
 @dataclass(frozen=True)
@@ -465,7 +504,7 @@ class Capability:
         where = f"{resource}"
         return cls(
             resource,
-            action or DEFAULT_ACTIONS.get(kind, "invoke"),
+            DEFAULT_ACTIONS.get(kind, "invoke") if action is None else action,
             tuple(
                 (name, Constraint.of(spec, f"{where} {name}")) for name, spec in (constraints or {}).items()
             ),
@@ -679,17 +718,37 @@ def _violations(constraint: Constraint) -> Iterable[Scalar]:
 
 _CLAUSE = re.compile(r"(?P<field>[A-Za-z_][A-Za-z0-9_.]*)(?P<op><=|>=|\^=|=|<|>)(?P<value>.*)", re.S)
 _NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?")
+_BAD_ESCAPE = re.compile(r"%(?![0-9A-Fa-f]{2})")
 
 
-def _parse_scalar(text: str) -> Scalar:
+def _parse_text(text: str, where: str) -> str:
+    """A string as written in a clause: ``"..."`` or bare, percent-decoded.
+
+    Refuses what a user did not mean literally: an empty bare value (an unfinished clause or
+    alternative; the empty string is ``""``), a ``"`` that does not enclose the whole value, a
+    ``%`` that starts no escape, and escapes that are not UTF-8 (never replaced by U+FFFD).
+    """
     if len(text) >= 2 and text[0] == text[-1] == '"':
-        return urllib.parse.unquote(text[1:-1])
+        text = text[1:-1]
+    elif not text:
+        raise CapabilityError(f'{where}: empty value (the empty string is written "")')
+    if '"' in text:
+        raise CapabilityError(f"{where}: '\"' encloses a whole value; percent-encode it inside one (%22)")
+    if _BAD_ESCAPE.search(text):
+        raise CapabilityError(f"{where}: '%' starts a %XX escape (hex); write '%' as %25")
+    try:
+        return urllib.parse.unquote(text, errors="strict")
+    except UnicodeDecodeError:
+        raise CapabilityError(f"{where}: percent-escapes must spell UTF-8 text") from None
+
+
+def _parse_scalar(text: str, where: str) -> Scalar:
     if text in ("true", "false"):
         return text == "true"
     if _NUMBER.fullmatch(text):
         number = float(text) if any(c in text for c in ".eE") else int(text)
         return _check_value(number, "value")
-    return urllib.parse.unquote(text)
+    return _parse_text(text, where)
 
 
 def parse_capability(text: str) -> Capability:
@@ -698,32 +757,50 @@ def parse_capability(text: str) -> Capability:
     Grammar: ``RESOURCE [ "#" ACTION ] [ "?" CLAUSE ( "&" CLAUSE )* ]`` where a clause is
     ``FIELD=V`` (equals), ``FIELD=V1|V2`` (one of), ``FIELD<N``, ``<=``, ``>``, ``>=``, or
     ``FIELD^=PREFIX``. Values that look like numbers are numbers, ``true``/``false`` are
-    booleans; quote with ``"..."`` to force a string; percent-encode ``&``, ``|``, ``"``.
+    booleans; quote with ``"..."`` to force a string; percent-encode ``&``, ``|``, ``"``, ``%``.
     Several clauses on one field are a conjunction.
+
+    Raises ``CapabilityError`` for anything outside the grammar rather than guess: an empty
+    action or clause list (``tool:x#``, ``tool:x?``), an empty value or alternative (``a=``,
+    ``a=1|``: the empty string is ``""``), an empty prefix (``a^=``, which would match every
+    string: ``a^=""`` says so), an equals value starting with ``=``, ``<`` or ``>`` (``a==1``,
+    ``a=<5``: a misspelled operator; quote or escape such a value), a stray ``"`` and a ``%``
+    that is not a UTF-8 percent-escape.
     """
     if not isinstance(text, str) or not text or len(text) > 4096:
         raise CapabilityError("a capability is a non-empty string of at most 4096 characters")
-    head, _, query = text.partition("?")
-    resource, _, action = head.partition("#")
+    head, has_query, query = text.partition("?")
+    resource, has_action, action = head.partition("#")
+    if has_action and not action:
+        raise CapabilityError(f"capability {text!r}: '#' with no action after it")
     ops: dict[str, dict[str, Any]] = {}
-    if query:
-        for clause in query.split("&"):
-            match = _CLAUSE.fullmatch(clause)
-            if not match:
-                raise CapabilityError(f"capability {text!r}: cannot read clause {clause!r} (FIELD OP VALUE)")
-            name, op, raw = match["field"], match["op"], match["value"]
-            spec = ops.setdefault(name, {})
-            if op == "=":
-                values = [_parse_scalar(v) for v in raw.split("|")]
-                key, value = ("eq", values[0]) if len(values) == 1 else ("in", values)
-            elif op == "^=":
-                key, value = "prefix", urllib.parse.unquote(raw.strip('"'))
-            else:
-                key = {"<": "lt", "<=": "le", ">": "gt", ">=": "ge"}[op]
-                value = _parse_scalar(raw)
-            if key in spec:
-                raise CapabilityError(f"capability {text!r}: {name} {op} given twice")
-            spec[key] = value
+    for clause in query.split("&") if has_query else ():
+        match = _CLAUSE.fullmatch(clause)
+        if not match:
+            raise CapabilityError(f"capability {text!r}: cannot read clause {clause!r} (FIELD OP VALUE)")
+        name, op, raw = match["field"], match["op"], match["value"]
+        where = f"capability {text!r}: clause {clause!r}"
+        spec = ops.setdefault(name, {})
+        if op == "=":
+            if raw[:1] in ("=", "<", ">"):
+                raise CapabilityError(
+                    f"{where}: '={raw[0]}' is not an operator (use "
+                    "=, <, <=, >, >=, ^=); quote a value that starts with it"
+                )
+            values = [_parse_scalar(v, where) for v in raw.split("|")]
+            key, value = ("eq", values[0]) if len(values) == 1 else ("in", values)
+        elif op == "^=":
+            if not raw:
+                raise CapabilityError(
+                    f'{where}: an empty prefix matches every string; write ^="" if that is meant'
+                )
+            key, value = "prefix", _parse_text(raw, where)
+        else:
+            key = {"<": "lt", "<=": "le", ">": "gt", ">=": "ge"}[op]
+            value = _parse_scalar(raw, where)
+        if key in spec:
+            raise CapabilityError(f"capability {text!r}: {name} {op} given twice")
+        spec[key] = value
     kind = resource.partition(":")[0]
     return Capability.of(resource, action or DEFAULT_ACTIONS.get(kind), ops)
 
@@ -734,9 +811,10 @@ def _format_scalar(value: Scalar) -> str:
     if isinstance(value, int | float):
         return repr(value)
     quoted = urllib.parse.quote(value, safe="")
-    return (
-        f'"{quoted}"' if _NUMBER.fullmatch(value) or value in ("true", "false") or quoted != value else value
+    plain = (
+        value != "" and not _NUMBER.fullmatch(value) and value not in ("true", "false") and quoted == value
     )
+    return value if plain else f'"{quoted}"'
 
 
 def format_capability(cap: Capability) -> str:
@@ -753,7 +831,7 @@ def format_capability(cap: Capability) -> str:
                 values = value if len(value) > 1 else value * 2  # `a=x|x` keeps a one-value set a set
                 clauses.append(f"{name}=" + "|".join(_format_scalar(v) for v in values))
             elif op == "prefix":
-                clauses.append(f"{name}^=" + urllib.parse.quote(value, safe=""))
+                clauses.append(f"{name}^=" + (urllib.parse.quote(value, safe="") or '""'))
             else:
                 clauses.append(f"{name}{symbols[op]}{_format_scalar(value)}")
     return text + ("?" + "&".join(clauses) if clauses else "")

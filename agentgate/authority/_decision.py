@@ -229,7 +229,10 @@ def _verified_chain(
 ) -> tuple[Chain | None, tuple[str, ...], Finding | None]:
     """The chain of ``token`` verified against ``anchors`` (from the cache, or parsed, verified and
     cached), its grant ids when readable, and the finding when it is not valid."""
-    chain = cache.get(anchors, token)
+    try:
+        chain = cache.get(anchors, token)
+    except TypeError:  # an unhashable token in a hand-built invocation: parse_chain names it
+        chain = None
     if chain is not None:
         return chain, chain.ids, None
     try:
@@ -339,7 +342,7 @@ def _decide(
         if malformed is not None:
             raise InvalidSignature(malformed)
         verify_signature(inv.issuer, INVOCATION_CONTEXT + payload, inv.signature)
-    except InvalidSignature:
+    except (InvalidSignature, TypeError):  # TypeError: a hand-built signature that is not bytes
         return deny(
             _f(
                 _OPACITY,

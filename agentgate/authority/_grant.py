@@ -615,6 +615,8 @@ def _finding(
 
 
 def _short(did: str) -> str:
+    if not isinstance(did, str):  # a hand-built invocation's issuer: named, never a TypeError
+        return repr(did)[:40]
     return did if len(did) <= 24 else did[:16] + "..." + did[-6:]
 
 

@@ -1,0 +1,158 @@
+"""Review R35, capabilities: the one-line form refuses what its grammar does not define (docs/cli.md,
+CAP), a ``Call`` refuses fields of the wrong type, no constraint value is text that cannot be
+written down, and ``decide`` denies a hand-built invocation with a wrong-typed field."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from agentgate.authority import Authority, GrantRepository, Invocation, Outcome, issue
+from agentgate.capabilities import Call, Capability, covers, format_capability, parse_capability
+from agentgate.errors import CapabilityError
+from agentgate.keys import SigningKey
+from agentgate.store import SQLiteStore
+
+# --- the one-line grammar -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("tool:x#", "no action"),  # was tool:x (the default action)
+        ("tool:x#?a=1", "no action"),
+        ("tool:x?", "cannot read clause"),  # was tool:x, no constraint at all
+        ("tool:x?a==1", "'==' is not an operator"),  # was a = the string "=1"
+        ("tool:x?a=<5", "'=<' is not an operator"),  # was a = the string "<5"
+        ("tool:x?a=>5", "'=>' is not an operator"),
+        ("tool:x?a=%zz", "%XX escape"),  # was the literal "%zz"
+        ("tool:x?a=50%", "%XX escape"),
+        ("tool:x?a=%ff", "UTF-8"),  # was U+FFFD
+        ('tool:x?a="abc', "encloses a whole value"),  # was the literal '"abc'
+        ('tool:x?a=ab"c', "encloses a whole value"),
+        ('tool:x?a="x|y"', "encloses a whole value"),  # was the two strings '"x' and 'y"'
+        ("tool:x?a=1|", "empty value"),  # was {in: [1, ""]}
+        ("tool:x?a=1||2", "empty value"),
+        ("tool:x?a=|", "empty value"),
+        ("tool:x?a=", "empty value"),
+        ("tool:x?a^=", "empty prefix"),  # was a prefix that matches every string
+        ('tool:x?a^="x', "encloses a whole value"),  # was the prefix "x"
+        ('tool:x?a^=""x""', "encloses a whole value"),
+    ],
+)
+def test_a_capability_outside_the_grammar_is_refused_and_the_problem_named(text: str, problem: str) -> None:
+    with pytest.raises(CapabilityError, match=problem):
+        parse_capability(text)
+
+
+@pytest.mark.parametrize(
+    ("text", "field", "op", "value"),
+    [
+        ('tool:x?a=""', "a", "eq", ""),
+        ('tool:x?a^=""', "a", "prefix", ""),
+        ('tool:x?a=""|b', "a", "in", ["", "b"]),
+        ('tool:x?a="=1"', "a", "eq", "=1"),
+        ("tool:x?a=%3D1", "a", "eq", "=1"),
+        ("tool:x?a=x=1", "a", "eq", "x=1"),  # only a leading '=' reads as a misspelled operator
+        ("tool:x?a=50%25", "a", "eq", "50%"),
+        ("tool:x?a=caf%C3%A9", "a", "eq", "café"),
+        ("tool:x?url^=https://x.org/?q=", "url", "prefix", "https://x.org/?q="),
+        ("tool:x?a^=<h1", "a", "prefix", "<h1"),
+        ("tool:x?a<=1e3", "a", "le", 1000),  # a NUMBER, as documented
+        ("tool:x?a=01", "a", "eq", "01"),  # not a NUMBER: a string, as documented
+    ],
+)
+def test_the_documented_spellings_are_read_as_written(text: str, field: str, op: str, value: object) -> None:
+    cap = parse_capability(text)
+    assert cap.constraint_map[field].to_dict() == {op: value}
+    assert parse_capability(format_capability(cap)) == cap
+
+
+_TEXT = st.text(max_size=8)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_TEXT, _TEXT, _TEXT)
+def test_every_string_constraint_is_written_in_a_form_that_reads_back(
+    eq: str, other: str, prefix: str
+) -> None:
+    """The formatter spells the empty string, and any text, in the grammar the parser accepts."""
+    one_of = [eq, other] if eq != other else [eq, other + "z"]
+    cap = Capability.of("tool:x", None, {"a": {"eq": eq}, "b": {"in": one_of}, "c": {"prefix": prefix}})
+    assert parse_capability(format_capability(cap)) == cap
+
+
+def test_an_empty_action_is_not_read_as_the_default() -> None:
+    with pytest.raises(CapabilityError):
+        Capability.from_dict({"resource": "tool:x", "action": "", "constraints": {}})
+    assert Capability.of("tool:x").action == "invoke"
+
+
+# --- calls ----------------------------------------------------------------------------------------------
+
+
+def test_a_call_built_with_its_arguments_in_the_action_slot_is_refused() -> None:
+    """``Call("model:m", {...})`` put the arguments into ``action``; a ``*`` capability covered it
+    (with no arguments at all), and ``Authority.decide_held`` allowed it."""
+    with pytest.raises(CapabilityError, match="resource and action are strings"):
+        Call("model:m", {"prompt": "hi"})  # type: ignore[arg-type]
+    with pytest.raises(CapabilityError):
+        Call(None, "invoke")  # type: ignore[arg-type]
+    assert covers(Capability.of("model:m", "*"), Call("model:m", "generate", {"prompt": "hi"}))
+
+
+@pytest.mark.parametrize("args", [[("amount", 1)], "amount", 5])
+def test_call_arguments_that_are_not_a_mapping_are_refused(args: object) -> None:
+    """A list of pairs was quietly turned into a mapping by ``Call.tool``, and built directly it
+    made ``Gate.authorize`` raise ``AttributeError``."""
+    with pytest.raises(CapabilityError, match="mapping"):
+        Call("tool:x", "invoke", args)  # type: ignore[arg-type]
+    with pytest.raises(CapabilityError, match="mapping"):
+        Call.tool("x", args)  # type: ignore[arg-type]
+    with pytest.raises(CapabilityError, match="mapping"):
+        Call.model("m", args)  # type: ignore[arg-type]
+    assert Call.tool("x").args == {} and Call.tool("x", {}).args == {}
+
+
+# --- values ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("spec", [{"eq": "\ud800"}, {"in": ["a", "b\udcff"]}, {"prefix": "ab\ud83d"}])
+def test_a_constraint_value_that_is_not_unicode_text_is_refused(spec: dict[str, object]) -> None:
+    """Such a capability could not be printed (``str`` raised ``UnicodeEncodeError``, out of
+    ``Gate.delegate`` when the policy refused it), signed, or match any call that can be allowed."""
+    with pytest.raises(CapabilityError, match="not valid Unicode"):
+        Capability.of("tool:x", None, {"a": spec})
+
+
+# --- hand-built invocations -----------------------------------------------------------------------------
+
+_NOW = 1_800_000_000
+_ROOT, _HOLDER = SigningKey(bytes([51]) * 32), SigningKey(bytes([52]) * 32)
+_CHAIN = issue(_ROOT, _HOLDER.did, ["tool:x#*"], ttl=600, now=_NOW)
+_SIGNED = Invocation.sign(_HOLDER, _CHAIN, Call("tool:x", "invoke", {}), now=_NOW)
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "code"),
+    [
+        ("chain_token", [], "malformed_token"),  # was TypeError (unhashable) from the chain cache
+        ("chain_token", {}, "malformed_token"),
+        ("issuer", None, "wrong_holder"),  # was TypeError from naming the signer
+        ("issuer", 7, "wrong_holder"),
+        ("signature", None, "bad_invocation_signature"),  # was TypeError from the length check
+        ("signature", "x" * 64, "bad_invocation_signature"),
+    ],
+)
+def test_a_hand_built_invocation_with_a_wrong_typed_field_is_denied_not_raised(
+    sqlite_store: SQLiteStore, field: str, value: object, code: str
+) -> None:
+    """``decide`` never raises for bad input: one finding, a deny."""
+    authority = Authority(GrantRepository(sqlite_store), _ROOT.did)
+    assert authority.decide(_SIGNED, now=_NOW).allowed
+    decision = authority.decide(replace(_SIGNED, **{field: value}), now=_NOW)  # type: ignore[arg-type]
+    assert decision.outcome is Outcome.DENY
+    assert [f.code for f in decision.findings] == [code]
