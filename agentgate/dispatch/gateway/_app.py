@@ -652,7 +652,8 @@ def _dispatch_error(exc: AgentGateError) -> Response:
     A shed call gets the router's reason and its ``Retry-After`` (seconds, rounded up). A backend
     failure or no backend gets a fixed message: what the dispatcher says (backend names and
     addresses, the backend's own bytes) is for the gateway's log, not for remote callers. A
-    request the backend refused as invalid keeps the backend's message: it is about the request.
+    request the backend refused as invalid keeps the backend's message, it is about the request,
+    but not the backend's name.
     """
     if isinstance(exc, Shed):
         # The router's reason is the caller's to read (its SLO, its tenant's quota); what failed
@@ -672,7 +673,13 @@ def _dispatch_error(exc: AgentGateError) -> Response:
             502, "the backends failed to answer the call; nothing was charged", "backend_failed"
         )
     if isinstance(exc, DispatchError):
-        return error_response(400, str(exc), "rejected_by_backend")
+        # The backend's words are about the request, the caller's to read; which backend said
+        # them (``BackendClient``'s "<name> rejected the request: ...") is the log's.
+        _, named, words = str(exc).partition(" rejected the request: ")
+        if named:
+            _log.info("agentgate gateway: %s", exc)
+        message = f"the backend rejected the request: {words}" if named else str(exc)
+        return error_response(400, message, "rejected_by_backend")
     _log.warning("agentgate gateway: %s: %s", type(exc).__name__, exc)
     return error_response(503, "the call could not be served; nothing was charged", type(exc).__name__)
 

@@ -28,6 +28,12 @@ behind requests still being answered is refused after their answers, never writt
 into them; nothing after it is read, and the connection closes with the refusal.
 ``UNSENT`` lets an app ask how many bytes of its connection still wait in the gateway's own
 buffer (at shutdown it waits for them to leave before the process exits).
+
+A request that asks to upgrade the connection (``Connection: upgrade`` with ``Upgrade``, as
+``curl --http2`` sends ``Upgrade: h2c`` on plain http) is answered as a plain HTTP/1.1 request, as
+HTTP allows a server to do: httptools stops reading at the end of such a head, so uvicorn handed
+the app an empty body (a signed call was refused as "not JSON"); its head is parsed again without
+the upgrade, and its body read as any other. ``CONNECT`` is refused (400).
 """
 
 from __future__ import annotations
@@ -41,6 +47,7 @@ import struct
 import sys
 import termios
 
+import httptools
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
 from agentgate.errors import InputError
@@ -51,6 +58,8 @@ HEAD_TIMEOUT_S = 10.0
 """Seconds a client has to send a whole request head."""
 STREAM_STALL_S = 30.0
 """Default seconds an answer may wait for its caller to read anything before the connection is cut."""
+_UPGRADE_HEADERS = frozenset({b"upgrade", b"http2-settings"})
+"""Request headers that only serve a protocol upgrade (dropped when the upgrade is ignored)."""
 STALLED = "agentgate.stalled"
 """Scope key set (to the stall limit, in seconds) on a request whose caller stopped reading."""
 ON_LOST = "agentgate.on_lost"
@@ -88,6 +97,8 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     _refusal: bytes | None = None
     """A refusal (400, 408, 431) of a request pipelined behind one still being answered: written,
     and the connection closed, once the requests before it are answered."""
+    _reparse: bytes | None = None
+    """The head of a request that asked for an upgrade, without it: parsed again in its place."""
 
     @classmethod
     def with_stall(cls, stall_s: float) -> type[BoundedHttpToolsProtocol]:
@@ -119,9 +130,39 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
                 self._refuse(431, "Request Header Fields Too Large")
                 return
             self._tail = seen[-2:]
-        super().data_received(data)
+        self._unset_keepalive_if_required()
+        while True:
+            # uvicorn's ``data_received``, but an upgrade it cannot serve is ignored, not half-read.
+            try:
+                self.parser.feed_data(data)
+            except httptools.HttpParserError:
+                self.logger.warning("Invalid HTTP request received.")
+                self.send_400_response("Invalid HTTP request received.")
+            except httptools.HttpParserUpgrade as exc:
+                if self._reparse is not None and self._refusal is None:
+                    data, self._reparse = self._reparse + data[exc.args[0] :], None
+                    # A fresh parser: the old one ended the message at its head, and after one that
+                    # asked to close the connection it would skip the rest unread.
+                    self.parser = self._new_parser()
+                    continue
+            return
+
+    def _new_parser(self) -> httptools.HttpRequestParser:
+        """A request parser set as uvicorn sets its own (``HttpToolsProtocol.__init__``)."""
+        parser = httptools.HttpRequestParser(self)
+        with contextlib.suppress(AttributeError):  # httptools before 0.6.3 has no leniencies
+            parser.set_dangerous_leniencies(lenient_data_after_close=True)
+        return parser
 
     def on_headers_complete(self) -> None:
+        if self.parser.should_upgrade():
+            # httptools reads no body after a head that asks for an upgrade, and no upgrade is
+            # served here: the head is parsed again without it (``data_received``), in its place.
+            if self.parser.get_method() == b"CONNECT":
+                self._refuse(400, "Bad Request", "CONNECT is not supported")
+            else:
+                self._reparse = self._head_without_upgrade()
+            return
         self._reading_head = False
         self._head_bytes = 0
         self._tail = b""
@@ -138,7 +179,25 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         cycle.scope[UNSENT] = self._unsent  # type: ignore[literal-required]
         cycle.scope[RESET] = self._reset  # type: ignore[literal-required]
 
+    def _head_without_upgrade(self) -> bytes:
+        """The request head just parsed (uvicorn keeps its method, target and headers), without
+        the headers of the upgrade it asked for, nor ``upgrade`` among its ``Connection`` options."""
+        version = self.parser.get_http_version().encode("ascii")
+        lines = [b"%s %s HTTP/%s" % (self.parser.get_method(), self.url, version)]
+        for name, value in self.headers:
+            if name == b"connection":
+                options = [o.strip() for o in value.split(b",")]
+                value = b", ".join(o for o in options if o.lower() not in _UPGRADE_HEADERS)
+                if not value:
+                    continue
+            elif name in _UPGRADE_HEADERS:
+                continue
+            lines.append(name + b": " + value)
+        return b"\r\n".join(lines) + b"\r\n\r\n"
+
     def on_message_complete(self) -> None:
+        if self._reparse is not None or self._refusal is not None:
+            return  # a head asking for an upgrade: the request is read again without it
         super().on_message_complete()
         self._reading_head = True
         self._head_bytes = 0
