@@ -4,7 +4,8 @@ The only module of agentgate that imports langgraph or langchain (the optional `
 
 - ``GateMiddleware`` for ``langchain.agents.create_agent``: ``wrap_tool_call`` / ``awrap_tool_call``
   (decision, approval through ``interrupt()``, scheduler, audit) and ``wrap_model_call`` /
-  ``awrap_model_call`` (model capability and token budget reserved, backend chosen by the gate
+  ``awrap_model_call`` (model capability, approval through ``interrupt()`` where the policy's
+  gate covers the model call, token budget reserved, backend chosen by the gate
   where a dispatcher is configured, actual usage from ``usage_metadata`` committed).
 - ``gated_tool_node`` for hand-built ``StateGraph``s: a ``ToolNode`` whose sync and async paths
   both go through the gate, so the scheduler's limits hold under ``ainvoke`` too (LangGraph's
@@ -236,22 +237,9 @@ class GateMiddleware(AgentMiddleware[Any, Any, Any]):
         call = _tool_call_of(request)
         call_id = request.tool_call["id"]
         run_id = _run_id(request)
-        auth = self.gate.authorize(
-            identity, call, agent=self.agent, agent_did=self.agent_did, call_id=call_id, run_id=run_id
-        )
-        while auth.needs_approval:
-            # Each answer is one resume value; an approval that does not hold (wrong approver,
-            # the requester itself, another call's, already used) is asked for again, and an
-            # answer that is not an approval at all ("deny") refuses the call: recorded as a
-            # refusal that closes the request (``Gate.decline``).
-            approval = Approval.parse(interrupt(auth.approval_payload()))
-            if approval is None:
-                try:
-                    auth = self.gate.decline(auth, "the answer to the request was not an approval")
-                except InputError as exc:  # decided meanwhile (approved, used, denied elsewhere)
-                    auth = replace(auth, verdict=Verdict.DENY, reasons=(*auth.reasons, str(exc)))
-                break
-            auth = self.gate.authorize(
+
+        def decide(approval: Approval | None) -> Authorization:
+            return self.gate.authorize(
                 identity,
                 call,
                 agent=self.agent,
@@ -260,17 +248,56 @@ class GateMiddleware(AgentMiddleware[Any, Any, Any]):
                 run_id=run_id,
                 approval=approval,
             )
+
+        auth = self._approved(decide)
         if not auth.allowed and self.enforce:
             raise Denied(self.gate.explain_redacted(auth), auth.decision)
         return auth
 
+    def _approved(self, decide: Callable[[Approval | None], Authorization]) -> Authorization:
+        """``decide(None)``, and while it needs a human approval, ``decide`` again with each answer
+        to ``interrupt()``: an approval that does not hold (wrong approver, the requester itself,
+        another call's, already used) is asked for again, and an answer that is not an approval
+        at all ("deny") refuses the call, recorded as a refusal that closes the request
+        (``Gate.decline``)."""
+        auth = decide(None)
+        while auth.needs_approval:
+            approval = Approval.parse(interrupt(auth.approval_payload()))
+            if approval is None:
+                try:
+                    auth = self.gate.decline(auth, "the answer to the request was not an approval")
+                except InputError as exc:  # decided meanwhile (approved, used, denied elsewhere)
+                    auth = replace(auth, verdict=Verdict.DENY, reasons=(*auth.reasons, str(exc)))
+                break
+            auth = decide(approval)
+        return auth
+
     def _foreign(self, request: ToolCallRequest) -> Authorization | None:
         """The recorded refusal of a delegation asked on an identity that is not this agent's own
-        (a nested agent running on its parent's context would hand on the parent's rights)."""
+        (a nested agent running on its parent's context would hand on the parent's rights).
+        Raises ``Denied`` instead with ``enforce``."""
         identity = identity_from_context(request.runtime.context if request.runtime else None)
-        return self.gate.refuse_foreign(
+        refused = self.gate.refuse_foreign(
             identity, _tool_call_of(request), agent=self.agent, agent_did=self.agent_did
         )
+        if refused is not None and self.enforce:
+            raise Denied(self.gate.explain_redacted(refused), refused.decision)
+        return refused
+
+    def _delegation_failed(self, call_id: str, name: str, exc: Exception) -> ToolMessage:
+        """The supervisor's view of a delegation that raised (``_failure``). With ``enforce``, a
+        refusal (of the delegation itself, or the sub-agent's own ``Denied``) raises ``Denied``."""
+        if self.enforce and isinstance(exc, Denied):
+            raise exc
+        if self.enforce and isinstance(exc, AuthorityError):
+            raise Denied(str(exc)) from exc
+        return _failure(call_id, name, exc, ends_run=isinstance(exc, Revoked | Expired))
+
+    def _refuse_undecidable(self, call_id: str, name: str, exc: InputError) -> ToolMessage:
+        """``_undecidable``; with ``enforce``, ``Denied`` is raised instead."""
+        if self.enforce:
+            raise Denied(f"agentgate refused the call: {exc}") from exc
+        return _undecidable(call_id, name, exc)
 
     def wrap_tool_call(
         self,
@@ -290,11 +317,11 @@ class GateMiddleware(AgentMiddleware[Any, Any, Any]):
             except GraphBubbleUp:
                 raise  # the sub-agent's interrupt (an approval) pauses the supervisor's run
             except Exception as exc:  # a failing sub-agent is a failing tool, not the end of the run
-                return _failure(call_id, name, exc, ends_run=isinstance(exc, Revoked | Expired))
+                return self._delegation_failed(call_id, name, exc)
         try:
             auth = self._authorize_tool(request)
         except InputError as exc:
-            return _undecidable(call_id, name, exc)
+            return self._refuse_undecidable(call_id, name, exc)
         if not auth.allowed:
             return _refusal(auth, call_id, name)
         try:
@@ -333,11 +360,11 @@ class GateMiddleware(AgentMiddleware[Any, Any, Any]):
             except GraphBubbleUp:
                 raise
             except Exception as exc:
-                return _failure(call_id, name, exc, ends_run=isinstance(exc, Revoked | Expired))
+                return self._delegation_failed(call_id, name, exc)
         try:
             auth = await self._decided(self._authorize_tool, request, lambda auth: auth)
         except InputError as exc:
-            return _undecidable(call_id, name, exc)
+            return self._refuse_undecidable(call_id, name, exc)
         if not auth.allowed:
             return _refusal(auth, call_id, name)
         # A sync tool runs in a worker thread under ainvoke, which no cancellation stops: not
@@ -406,13 +433,20 @@ class GateMiddleware(AgentMiddleware[Any, Any, Any]):
         identity = identity_from_context(request.runtime.context)
         call = self._model_call(request)
         prompt = sum(len(str(m.content)) for m in request.messages) // 4 + 1
-        auth = self.gate.authorize(
-            identity,
-            call,
-            agent=self.agent,
-            agent_did=self.agent_did,
-            tokens=(prompt, call.args["max_tokens"]),
-        )
+
+        def decide(approval: Approval | None) -> Authorization:
+            return self.gate.authorize(
+                identity,
+                call,
+                agent=self.agent,
+                agent_did=self.agent_did,
+                tokens=(prompt, call.args["max_tokens"]),
+                approval=approval,
+            )
+
+        # A model call behind an approval gate (e.g. on ``max_tokens``) is asked for as a tool
+        # call is: refused without asking, it could never run, since no resume could approve it.
+        auth = self._approved(decide)
         if not auth.allowed and self.enforce:
             raise Denied(self.gate.explain_redacted(auth), auth.decision)
         if auth.allowed and request.model_settings.get("max_tokens") != call.args["max_tokens"]:

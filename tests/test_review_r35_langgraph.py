@@ -1,0 +1,156 @@
+"""Review R35 of the LangGraph integration: each test is a defect found by running real agents
+(langgraph 1.2, langchain 1.5) against docs/langgraph.md."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from langchain_core.tools import StructuredTool
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.types import Command
+from test_langgraph import NAMES, Team, _ask_researcher, _calls, _entries, _policy_text, _tools
+from test_langgraph import team as team  # the fixture
+
+from agentgate.errors import Denied
+from agentgate.gate import Gate
+from agentgate.integrations.langgraph import ScriptedChatModel, create_gated_agent
+from agentgate.keys import SigningKey
+from agentgate.policy import parse_policy
+from agentgate.store import SQLiteStore
+
+GO = {"messages": [{"role": "user", "content": "go"}]}
+
+LONG_ANSWERS = """  long-answers:
+    resource: model:scripted
+    when: {max_tokens: {gt: 100}}
+    approvers: [dana]
+"""
+"""An approval gate on model calls, as docs/gateway.md ("Calls behind an approval gate") shows one."""
+
+
+@pytest.fixture
+def gated_model(tmp_path: Path) -> Iterator[Team]:
+    """The team of tests/test_langgraph.py, its policy holding ``LONG_ANSWERS`` too."""
+    keys = {name: SigningKey.generate() for name in NAMES}
+    text = _policy_text({n: k.did for n, k in keys.items()}, 1_000_000) + LONG_ANSWERS
+    gate = Gate(parse_policy(text, source="team.yaml"), SQLiteStore(tmp_path / "agentgate.db"))
+    supervisor = gate.issue(keys["root"], name="supervisor", key=keys["supervisor"], role="supervisor")
+    team = Team(gate, keys, supervisor, tmp_path, [])
+    yield team
+    gate.close()
+
+
+def _runner(agent: Any, team: Team, mode: str) -> Callable[[Any], Awaitable[dict[str, Any]]]:
+    config = {"configurable": {"thread_id": mode}}
+    if mode == "ainvoke":
+        return lambda value: agent.ainvoke(value, config, context=team.supervisor)
+    return lambda value: asyncio.to_thread(agent.invoke, value, config, context=team.supervisor)
+
+
+@pytest.mark.parametrize("mode", ["invoke", "ainvoke"])
+async def test_a_model_call_behind_an_approval_gate_pauses_for_the_approval_and_then_runs(
+    gated_model: Team, mode: str
+) -> None:
+    # The middleware ended the run at once ("needs a human approval that was not given") without
+    # calling interrupt(), and left the request it had opened pending: no resume could ever
+    # approve the call, although the policy's gate, the Gate and the gateway all allow it.
+    team = gated_model
+    agent = create_gated_agent(
+        team.gate,
+        name="supervisor",
+        model=ScriptedChatModel(turns=[_calls(("search", {"query": "q"}))]),
+        tools=_tools(team),
+        checkpointer=InMemorySaver(),
+    )
+    run = _runner(agent, team, mode)
+
+    paused = await run(GO)
+    (pending,) = paused["__interrupt__"]
+    assert pending.value["request"]["resource"] == "model:scripted" and team.ran == []
+
+    # The requester's own approval is asked for again, as for a tool call.
+    again = await run(Command(resume=team.gate.approve(pending.value, team.keys["supervisor"])))
+    (pending,) = again["__interrupt__"]
+    assert team.ran == []
+
+    resumed = await run(Command(resume=team.gate.approve(pending.value, team.keys["dana"])))
+    assert team.ran == ["search:q"]
+    # The next model call is over the gate's limit too: a new request, asked for again.
+    assert resumed["__interrupt__"][0].value["request"]["id"] != pending.value["request"]["id"]
+    model_entries = [e for e in _entries(team.gate) if e.resource == "model:scripted"]
+    assert [e.kind for e in model_entries][:4] == ["approval_required", "approval_given", "allow", "outcome"]
+    assert model_entries[2].approver == team.keys["dana"].did
+
+
+async def test_a_model_call_whose_approval_is_refused_ends_the_run_and_closes_the_request(
+    gated_model: Team,
+) -> None:
+    team = gated_model
+    agent = create_gated_agent(
+        team.gate,
+        name="supervisor",
+        model=ScriptedChatModel(turns=[_calls(("search", {"query": "q"}))]),
+        tools=_tools(team),
+        checkpointer=InMemorySaver(),
+    )
+    run = _runner(agent, team, "ainvoke")
+    await run(GO)
+    done = await run(Command(resume="deny"))
+    assert "__interrupt__" not in done and team.ran == []
+    assert "approval declined" in str(done["messages"][-1].content)
+    kinds = [e.kind for e in _entries(team.gate) if e.resource == "model:scripted"]
+    assert kinds == ["approval_required", "deny"]
+
+
+@pytest.mark.parametrize("mode", ["invoke", "ainvoke"])
+async def test_with_enforce_a_refused_delegation_raises_denied(team: Team, mode: str) -> None:
+    # GateMiddleware's enforce=True "raises Denied instead of telling the model"; a delegation the
+    # policy refuses (here: it would hand on tool:shell) was still told to the model as a tool
+    # error, and the run went on.
+    ask = _ask_researcher(team, capabilities=["tool:search", "tool:shell"])
+    model = ScriptedChatModel(turns=[_calls(("ask_researcher", {"task": "find papers"}))])
+    supervisor = create_gated_agent(team.gate, name="supervisor", model=model, tools=[ask], enforce=True)
+    with pytest.raises(Denied, match="hand on tool:shell"):
+        await _runner(supervisor, team, mode)(GO)
+    assert team.ran == [] and team.gate.delegations == []
+
+
+@pytest.mark.parametrize("mode", ["invoke", "ainvoke"])
+async def test_with_enforce_a_delegation_on_an_inherited_identity_raises_denied(
+    team: Team, mode: str
+) -> None:
+    middle = create_gated_agent(
+        team.gate,
+        name="middle",
+        model=ScriptedChatModel(turns=[_calls(("ask_researcher", {"task": "x"}))]),
+        tools=[_ask_researcher(team)],
+        enforce=True,
+        gate_models=False,
+    )
+    with pytest.raises(Denied, match="implicit_trust_inheritance"):
+        await _runner(middle, team, mode)(GO)
+    assert team.ran == [] and team.gate.delegations == []
+
+
+@pytest.mark.parametrize("mode", ["invoke", "ainvoke"])
+async def test_with_enforce_a_tool_whose_name_no_rule_can_name_raises_denied(team: Team, mode: str) -> None:
+    def shout(text: str) -> str:
+        team.ran.append(text)
+        return text
+
+    tool = StructuredTool.from_function(func=shout, name="Shout Loud", description="shout")
+    agent = create_gated_agent(
+        team.gate,
+        name="supervisor",
+        model=ScriptedChatModel(turns=[_calls(("Shout Loud", {"text": "hi"}))]),
+        tools=[tool],
+        enforce=True,
+        gate_models=False,
+    )
+    with pytest.raises(Denied, match="not canonical"):
+        await _runner(agent, team, mode)(GO)
+    assert team.ran == []
