@@ -147,6 +147,8 @@ class Broker:
         self._seq = 0
         self._outbox: list[BrokerEvent] = []
         self._dirty = False
+        self._due = False
+        """Whether a lease granted or notified in this call is due already (``_schedule``)."""
         self._lock = threading.RLock()
         self._largest: dict[tuple[str, str | None, float, str | None], int] = {}
         """(level, GPU type, memory, constraint level) -> GPUs of the largest group a gang with
@@ -225,21 +227,31 @@ class Broker:
             return self._drain()
 
     def next_deadline(self) -> float | None:
-        """The next clock time at which ``advance`` would change something by itself, if any."""
+        """The next clock time at which ``advance`` would change something by itself, if any: the
+        clock's now when an expiry, a grace end or a timeout is due already (the clock moved on
+        since the last call)."""
         with self._lock:
-            times = [
-                min(lease.expires_at, lease.notice_deadline or math.inf) for lease in self._leases.values()
+            # Due at any time up to now: advance() ends or times them out now.
+            due = [
+                lease.expires_at
+                if lease.notice_deadline is None
+                else min(lease.expires_at, lease.notice_deadline)
+                for lease in self._leases.values()
             ]
+            # Only ahead of now: a locality wait or a drain delay that is over changed what the
+            # last call tried already.
+            waits = []
             for w in self._waiting.values():
                 if not w.nominated or w.draining:
-                    times.append(w.deadline)
+                    due.append(w.deadline)
                 if not w.nominated:
-                    times.append(w.submitted_at + self.locality_wait_s)
+                    waits.append(w.submitted_at + self.locality_wait_s)
                     if self.max_draining:
-                        times.append(w.submitted_at + self.drain_after_s)
+                        waits.append(w.submitted_at + self.drain_after_s)
             now = self.clock()
-            future = [t for t in times if t > now and math.isfinite(t)]
-            return min(future) if future else None
+            times = [max(t, now) for t in due if math.isfinite(t)]
+            times += [t for t in waits if t > now and math.isfinite(t)]
+            return min(times) if times else None
 
     def leases(self) -> list[Lease]:
         """Live leases, oldest grant first."""
@@ -415,11 +427,7 @@ class Broker:
     # --- time -------------------------------------------------------------------------------
 
     def _apply_time(self, now: float) -> None:
-        for lease in list(self._leases.values()):
-            if lease.notice_deadline is not None and lease.notice_deadline <= now:
-                self._end(lease.id, "preempted", now)
-            elif lease.expires_at <= now:
-                self._end(lease.id, "expired", now)
+        self._end_due_leases(now)
         for w in list(self._waiting.values()):
             if (not w.nominated or w.draining) and w.deadline <= now:
                 del self._waiting[w.request.id]
@@ -428,12 +436,33 @@ class Broker:
                 self._dirty = True
                 self._outbox.append(TimedOut(w.request))
 
+    def _end_due_leases(self, now: float) -> None:
+        # Again while an end grants a preemptor a lease that is due already (ttl_s=0).
+        self._due = True
+        while self._due:
+            self._due = False
+            for lease in list(self._leases.values()):
+                if lease.notice_deadline is not None and lease.notice_deadline <= now:
+                    self._end(lease.id, "preempted", now)
+                elif lease.expires_at <= now:
+                    self._end(lease.id, "expired", now)
+
     # --- scheduling ---------------------------------------------------------------------------
 
     def _ordered_waiting(self) -> list[_Waiting]:
         return sorted(self._waiting.values(), key=lambda w: (-w.request.priority, w.submitted_at, w.seq))
 
     def _schedule(self, now: float) -> None:
+        self._place_waiting(now)
+        # A victim notified with no grace (grace_s=0), or a lease granted with ttl_s=0, ends now,
+        # not at some later call: its GPUs go to its preemptor or the queue in this call. Each
+        # round ends a lease, so this stops.
+        while self._due:
+            self._end_due_leases(now)
+            self._place_waiting(now)
+        self._save(now)
+
+    def _place_waiting(self, now: float) -> None:
         for w in self._ordered_waiting():
             if w.nominated:
                 continue
@@ -452,7 +481,6 @@ class Broker:
                     continue
             if not self._try_preempt(w, now, loosen) and now - w.submitted_at >= self.drain_after_s:
                 self._try_drain(w)
-        self._save(now)
 
     def _grant(self, w: _Waiting, gpus: Sequence[int], now: float) -> None:
         request = w.request
@@ -470,6 +498,7 @@ class Broker:
         )
         self._leases[request.id] = lease
         self._dirty = True
+        self._due = self._due or lease.expires_at <= now
         self._outbox.append(Granted(lease))
 
     def _end(self, lease_id: str, reason: EndReason, now: float) -> None:
@@ -642,6 +671,7 @@ class Broker:
             self._quota.charge(lease.tenant, -len(lease.gpus))
             self._quota.leave(lease.tenant, len(lease.gpus))
             w.victims.add(lease.id)
+            self._due = self._due or grace <= 0
             self._outbox.append(CheckpointNotice(notified, now + grace, request.id, reason))
 
     # --- output -------------------------------------------------------------------------------

@@ -102,7 +102,10 @@ class GatedBroker:
         approval sign``); the same request submitted again with the signed ``approval`` is decided
         with it, once. A GPU type the policy prices has ``count`` x ``ttl_s`` reserved from the
         chain's budgets with the decision; a budget too small for it refuses the request, naming
-        the budget. Never raises for a refused request (the refusal is audited and returned).
+        the budget. The request is queued with its ``timeout_s`` cut to the time the grant chain
+        has left less ``ttl_s``: one that waits longer times out rather than be granted a lease
+        that would outlive the chain. Never raises for a refused request (the refusal is audited
+        and returned).
         Raises ``BrokerError`` for a request without ``gpu_type`` (a grant covers ``gpu:TYPE``, so
         the type must be known before the decision), a type that is no resource name, an id
         that is already live through a ``GatedBroker`` of this name, or a ``ttl_s`` that would
@@ -138,7 +141,12 @@ class GatedBroker:
             # crash between the two leaves the reservation held (a budget can look smaller,
             # never be overspent) and no lease.
             self.decisions.add(decided)
-            owned = dataclasses.replace(request, tenant=self.gate.tenant_of(identity), holder=identity.did)
+            owned = dataclasses.replace(
+                request,
+                tenant=self.gate.tenant_of(identity),
+                holder=identity.did,
+                timeout_s=min(request.timeout_s, _wait_left(identity, self._ttl(request))),
+            )
             try:
                 events = self.broker.submit(owned)
             except Exception as exc:
@@ -439,6 +447,12 @@ def _outlived(identity: AgentIdentity, ttl_s: float) -> str | None:
         f"a ttl_s of {ttl_s:g} s would outlive the grant, which expires in {max(0.0, left):.0f} s; "
         "a lease never outlives the grant that decided it"
     )
+
+
+def _wait_left(identity: AgentIdentity, ttl_s: float) -> float:
+    """How long a request may wait in the queue: a lease granted later than this would outlive
+    ``identity``'s grant chain (``_outlived`` checks the lease as if granted at once)."""
+    return max(0.0, identity.chain.expires - time.time() - ttl_s)
 
 
 def _held(auth: Authorization) -> tuple[Reservation, ...]:
