@@ -16,6 +16,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from functools import lru_cache
 from typing import Any
+from urllib.parse import unquote
 
 import psycopg
 from psycopg_pool import ConnectionPool, PoolTimeout
@@ -34,6 +35,8 @@ server, database or role sets its own ``lock_timeout``."""
 _PLACEHOLDER = re.compile(r"\?")
 _PROBE_TIMEOUT_S = 2
 """How long the direct attempt that finds why the pool got no connection may take (seconds)."""
+_USER_INFO = re.compile(r"[^:]+://([^/?#]*?):([^/?#]*)@")
+"""A URL's user name and password as written, up to the last ``@`` before the path."""
 _CREATE_IF_MISSING = re.compile(r"CREATE\s+(?:UNIQUE\s+)?(?:TABLE|INDEX)\s+IF\s+NOT\s+EXISTS\s+(\w+)", re.I)
 
 
@@ -69,9 +72,17 @@ class PostgresStore(Store):
         self.url = url
         self._schemas: set[str] = set()
         try:  # at once, rather than after the pool's wait for a connection it can never make
-            psycopg.conninfo.conninfo_to_dict(url)
+            parsed = psycopg.conninfo.conninfo_to_dict(url)
         except psycopg.ProgrammingError:  # its message may quote the password: not repeated
             raise StoreError(f"not a valid PostgreSQL URL: {_redact(url)}") from None
+        written = _USER_INFO.match(url)
+        if written and unquote(written.group(2)) != parsed.get("password", ""):
+            # libpq ends the user part at its first "@": the rest of the password became the
+            # host or port, which its errors quote.
+            raise StoreError(
+                f"the user name or password of the PostgreSQL URL {_redact(url)} holds an @ that is not "
+                "percent-encoded: write it as %40 (and a : in the user name as %3A)"
+            )
         try:  # one connection first: its error says why (refused, unknown host, password), where
             # the pool would wait 10 s and say only that it could not fill itself
             psycopg.connect(url, connect_timeout=10).close()
@@ -229,5 +240,5 @@ def _split_sql(script: str) -> list[str]:
 def _redact(url: str) -> str:
     """``url`` as an error message may show it: a password, in the user part or as a
     ``password=`` parameter, replaced by ``***``."""
-    url = re.sub(r"//([^:/@]+):[^@]*@", r"//\1:***@", url)
+    url = re.sub(r"//([^/?#]*?):.*@", r"//\1:***@", url)  # up to the last @: a password may hold one
     return re.sub(r"(?i)([?&]password=)[^&#]*", r"\1***", url)

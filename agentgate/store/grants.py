@@ -45,7 +45,7 @@ from agentgate.store._base import Dialect, Store, Transaction
 from agentgate.store._sqlite import SQLiteStore
 
 if TYPE_CHECKING:
-    from psycopg_pool import ConnectionPool
+    from agentgate.store._postgres import PostgresStore
 
 _DDL: dict[Dialect, str] = {
     "sqlite": """
@@ -186,12 +186,12 @@ class GrantRepository:
         self._bound = _Bound()
         self._hot: sqlite3.Connection | None = None
         self._sqlite = isinstance(store, SQLiteStore)
-        self._pool: ConnectionPool | None = None
+        self._postgres: PostgresStore | None = None
         if store.dialect == "postgresql":
             from agentgate.store._postgres import PostgresStore
 
             if isinstance(store, PostgresStore):
-                self._pool = store.pool
+                self._postgres = store
         if isinstance(store, SQLiteStore):
             self._hot = store.connect("FULL" if durable_nonces else "NORMAL")
 
@@ -322,7 +322,7 @@ class GrantRepository:
                         hot.execute(_PRUNE_SQL["sqlite"], (_prune_before(),))
                 except sqlite3.Error as exc:
                     raise StoreError(f"cannot record the invocation nonce: {exc}") from exc
-        elif self._pool is not None:
+        elif self._postgres is not None:
             changed = self._consume_pg(params, len(grant_ids))
             if next(self._consumed) % _PRUNE_EVERY == 0:
                 with self.store.transaction() as tx:
@@ -340,11 +340,15 @@ class GrantRepository:
         return "revoked" if self.revoked(grant_ids) else "replay"
 
     def _consume_pg(self, params: tuple[object, ...], n: int) -> int:
-        """Run the nonce statement on PostgreSQL in one autocommit round trip; its row count."""
-        assert self._pool is not None
+        """Run the nonce statement on PostgreSQL in one autocommit round trip; its row count.
+
+        On a connection that ``PostgresStore`` tests first when it sat idle (``IDLE_CHECK_S``),
+        as every transaction's is: a server's ``idle_session_timeout`` (or a proxy) closes idle
+        ones, and the first decision without a bound transaction after a quiet spell failed."""
+        assert self._postgres is not None
         used: psycopg.Connection[Any] | None = None
         try:
-            with self._pool.connection() as conn:
+            with self._postgres._connection() as conn:
                 used = conn
                 conn.autocommit = True
                 try:
@@ -356,7 +360,7 @@ class GrantRepository:
             if used is not None and used.broken:
                 from agentgate.store._postgres import recheck
 
-                recheck(self._pool)
+                recheck(self._postgres.pool)
             raise StoreError(f"cannot record the invocation nonce: {exc}") from exc
         except Exception as exc:
             if type(exc).__name__ == "PoolTimeout":

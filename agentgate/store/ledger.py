@@ -235,18 +235,21 @@ class BudgetLedger:
             # Charge what the budget had (the reservation and what was left): ``spent`` never
             # exceeds the cap; the caller records the shortfall (the audit entry says it).
             # What is left is read by an UPDATE, which locks the row (PostgreSQL) until the
-            # zeroing below: a plain SELECT let another process reserve in between, and that
+            # charge below: a plain SELECT let another process reserve in between, and that
             # reservation was then charged twice (counted in ``left`` and spent on its own).
+            # Another process may also have refunded since the conditional update failed, so
+            # the overrun may fit now: only the overrun is charged, never all that is left.
             left = int(
                 t.execute(
                     "UPDATE budget_ledger SET remaining = remaining WHERE grant_id = ? RETURNING remaining",
                     (grant_id,),
                 )[0][0]
             )
-            shortfall = max(shortfall, -delta - left)
+            charged = min(left, -delta)
+            shortfall = max(shortfall, -delta - charged)
             t.execute(
-                "UPDATE budget_ledger SET remaining = 0, spent = spent + ? WHERE grant_id = ?",
-                (amount + left, grant_id),
+                "UPDATE budget_ledger SET remaining = remaining - ?, spent = spent + ? WHERE grant_id = ?",
+                (charged, amount + charged, grant_id),
             )
         return shortfall
 
