@@ -102,8 +102,15 @@ def replay(
     Every request ends with an outcome: served, or rejected by the dispatcher, or rejected after
     waiting longer than ``max_wait_s`` in the router, or rejected by the engine it was sent to
     (one that could never finish there: ``Engine.add``). Raises ``ValueError`` if the dispatcher
-    names an unknown backend.
+    names an unknown backend, and ``InputError``, replaying nothing, for a ``scrape_interval`` that
+    is not a positive number of seconds or an arrival that is not a finite time (either would keep
+    the replay from ever returning: it scraped at the same instant for ever, or waited for ever).
     """
+    if not scrape_interval > 0:
+        raise InputError(f"scrape_interval must be a positive number of seconds, not {scrape_interval!r}")
+    for r in requests:
+        if not math.isfinite(r.arrival):
+            raise InputError(f"request {r.id!r}: an arrival at {r.arrival!r} s never comes")
     routes: list[tuple[float, int, TraceRequest]] = [(r.arrival, i, r) for i, r in enumerate(requests)]
     heapq.heapify(routes)
     seq = len(requests)

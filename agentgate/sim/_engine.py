@@ -37,6 +37,15 @@ class EngineConfig:
     kv_capacity_tokens: int | None = None
     """KV capacity; ``None`` takes the latency model's."""
 
+    def __post_init__(self) -> None:
+        """Refuse (``InputError``) a limit under 1: no request could ever be scheduled (a token
+        budget or batch of 0 left every request waiting for ever), and a KV capacity of 0 was
+        silently read as the model's."""
+        for name in ("max_num_seqs", "max_num_batched_tokens", "block_tokens", "kv_capacity_tokens"):
+            value = getattr(self, name)
+            if value is not None and not value >= 1:
+                raise InputError(f"{name} must be 1 or more, not {value!r}")
+
 
 @dataclass(slots=True, eq=False)
 class SimRequest:

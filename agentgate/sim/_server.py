@@ -210,7 +210,7 @@ class SimServer:
             raise InputError(f"time_scale must be a positive number (1.0 is real time), not {time_scale!r}")
         if not 0 <= scrape_lag_s < math.inf:
             raise InputError(f"scrape_lag_s must be a number of seconds, 0 or more, not {scrape_lag_s!r}")
-        if max_model_len < 2:
+        if not max_model_len >= 2:  # NaN too: it refused every request
             raise InputError(
                 f"max_model_len must be at least 2 tokens (a prompt and an answer), not {max_model_len!r}"
             )

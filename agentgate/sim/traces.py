@@ -10,10 +10,12 @@ from __future__ import annotations
 import csv
 import hashlib
 import json
-from collections.abc import Iterable, Sequence
+import math
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
+from typing import BinaryIO
 
 from agentgate.errors import InputError
 
@@ -70,24 +72,26 @@ def load_mooncake(path: Path, limit: int | None = None) -> list[TraceRequest]:
     """Read a Mooncake JSONL trace (``timestamp`` ms, ``input_length``, ``output_length``, ``hash_ids``)."""
     out: list[TraceRequest] = []
     try:
-        with path.open(encoding="utf-8") as fh:
-            for lineno, line in enumerate(fh, 1):
+        with path.open("rb") as fh:
+            for lineno, line in enumerate(_text_lines(fh, path), 1):
                 if limit is not None and len(out) >= limit:
                     break
                 if not line.strip():
                     continue
                 try:
                     row = json.loads(line)
-                    ids: Sequence[object] = row["hash_ids"]
+                    ids = row["hash_ids"]
+                    if not isinstance(ids, list):
+                        raise TypeError(f"hash_ids must be a list, not {ids!r:.40}")
                     req = TraceRequest(
                         id=f"r{lineno}",
-                        arrival=float(row["timestamp"]) / 1000.0,
-                        prompt_tokens=int(row["input_length"]),
-                        output_tokens=int(row["output_length"]),
+                        arrival=_seconds(row["timestamp"], "timestamp") / 1000.0,
+                        prompt_tokens=_tokens(row["input_length"], "input_length"),
+                        output_tokens=_tokens(row["output_length"], "output_length"),
                         hashes=chain_hashes(ids),
                         session=f"s{ids[1]}" if len(ids) > 1 else None,
                     )
-                except (ValueError, KeyError, TypeError, IndexError) as exc:
+                except (ValueError, KeyError, TypeError, IndexError, RecursionError) as exc:
                     raise InputError(f"{path}:{lineno}: malformed trace row: {exc}") from None
                 out.append(req)
     except OSError as exc:
@@ -99,26 +103,60 @@ def load_azure(path: Path, limit: int | None = None) -> list[TraceRequest]:
     """Read an Azure LLM inference CSV (``TIMESTAMP``, ``ContextTokens``, ``GeneratedTokens``)."""
     out: list[TraceRequest] = []
     try:
-        with path.open(encoding="utf-8", newline="") as fh:
-            for lineno, row in enumerate(csv.DictReader(fh), 2):
-                if limit is not None and len(out) >= limit:
-                    break
-                try:
-                    stamp = datetime.fromisoformat(row["TIMESTAMP"][:26])
-                    prompt = int(row["ContextTokens"])
-                    req = TraceRequest(
-                        id=f"r{lineno}",
-                        arrival=stamp.timestamp(),
-                        prompt_tokens=prompt,
-                        output_tokens=int(row["GeneratedTokens"]),
-                        hashes=chain_hashes((lineno, i) for i in range(-(-prompt // MOONCAKE_BLOCK_TOKENS))),
-                    )
-                except (ValueError, KeyError, TypeError) as exc:
-                    raise InputError(f"{path}:{lineno}: malformed trace row: {exc}") from None
-                out.append(req)
+        with path.open("rb") as fh:
+            reader = csv.DictReader(_text_lines(fh, path))
+            try:
+                for row in reader:
+                    if limit is not None and len(out) >= limit:
+                        break
+                    lineno = reader.line_num  # the file's line: blank lines and quoted newlines count
+                    try:
+                        stamp = datetime.fromisoformat(row["TIMESTAMP"][:26])
+                        prompt = _tokens(int(row["ContextTokens"]), "ContextTokens")
+                        req = TraceRequest(
+                            id=f"r{lineno}",
+                            arrival=stamp.timestamp(),
+                            prompt_tokens=prompt,
+                            output_tokens=_tokens(int(row["GeneratedTokens"]), "GeneratedTokens"),
+                            hashes=chain_hashes(
+                                (lineno, i) for i in range(-(-prompt // MOONCAKE_BLOCK_TOKENS))
+                            ),
+                        )
+                    except (ValueError, KeyError, TypeError) as exc:
+                        raise InputError(f"{path}:{lineno}: malformed trace row: {exc}") from None
+                    out.append(req)
+            except csv.Error as exc:  # the DictReader's line_num is not yet the failing row's
+                raise InputError(f"{path}:{reader.reader.line_num}: malformed trace row: {exc}") from None
     except OSError as exc:
         raise InputError(f"{path}: cannot read: {exc}") from None
     return _from_zero(out)
+
+
+def _text_lines(fh: BinaryIO, path: Path) -> Iterator[str]:
+    """The lines of ``fh`` as text; ``InputError`` naming the first line that is not UTF-8.
+
+    Decoded one line at a time: a text-mode file decodes ahead in blocks, so its
+    ``UnicodeDecodeError`` belonged to no line and escaped as a traceback.
+    """
+    for lineno, raw in enumerate(fh, 1):
+        try:
+            yield raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise InputError(f"{path}:{lineno}: not UTF-8 text: {exc}") from None
+
+
+def _tokens(value: object, column: str) -> int:
+    """A token count: an integer, 0 or more (a boolean or a fraction is no count)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{column} must be a whole number of tokens, 0 or more, not {value!r:.40}")
+    return value
+
+
+def _seconds(value: object, column: str) -> float:
+    """A finite number: an arrival at infinity or NaN would never come, and the replay would wait for it."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ValueError(f"{column} must be a finite number, not {value!r:.40}")
+    return float(value)
 
 
 def _from_zero(requests: list[TraceRequest]) -> list[TraceRequest]:
