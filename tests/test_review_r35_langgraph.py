@@ -51,6 +51,17 @@ def _runner(agent: Any, team: Team, mode: str) -> Callable[[Any], Awaitable[dict
     return lambda value: asyncio.to_thread(agent.invoke, value, config, context=team.supervisor)
 
 
+def _searching_supervisor(team: Team) -> Any:
+    """The supervisor, with a checkpointer, whose model asks for one search."""
+    return create_gated_agent(
+        team.gate,
+        name="supervisor",
+        model=ScriptedChatModel(turns=[_calls(("search", {"query": "q"}))]),
+        tools=_tools(team),
+        checkpointer=InMemorySaver(),
+    )
+
+
 @pytest.mark.parametrize("mode", ["invoke", "ainvoke"])
 async def test_a_model_call_behind_an_approval_gate_pauses_for_the_approval_and_then_runs(
     gated_model: Team, mode: str
@@ -59,13 +70,7 @@ async def test_a_model_call_behind_an_approval_gate_pauses_for_the_approval_and_
     # calling interrupt(), and left the request it had opened pending: no resume could ever
     # approve the call, although the policy's gate, the Gate and the gateway all allow it.
     team = gated_model
-    agent = create_gated_agent(
-        team.gate,
-        name="supervisor",
-        model=ScriptedChatModel(turns=[_calls(("search", {"query": "q"}))]),
-        tools=_tools(team),
-        checkpointer=InMemorySaver(),
-    )
+    agent = _searching_supervisor(team)
     run = _runner(agent, team, mode)
 
     paused = await run(GO)
@@ -90,13 +95,7 @@ async def test_a_model_call_whose_approval_is_refused_ends_the_run_and_closes_th
     gated_model: Team,
 ) -> None:
     team = gated_model
-    agent = create_gated_agent(
-        team.gate,
-        name="supervisor",
-        model=ScriptedChatModel(turns=[_calls(("search", {"query": "q"}))]),
-        tools=_tools(team),
-        checkpointer=InMemorySaver(),
-    )
+    agent = _searching_supervisor(team)
     run = _runner(agent, team, "ainvoke")
     await run(GO)
     done = await run(Command(resume="deny"))
