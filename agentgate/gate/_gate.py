@@ -627,6 +627,8 @@ class Gate:
             )
             return self._record_refusal(refused, call_id)
         approved = self._approval_complete(approval, request, verdict) if request is not None else None
+        if approved is not None and request is not None and self._superseded(approved, request, identity):
+            approved = None  # asked for again, under the request that replaced its own
 
         pending = None
         if request is not None and approved is None and verdict.approval is not None:
@@ -802,6 +804,22 @@ class Gate:
             and approval.approver != request["requester_did"]
             and approval.verify()
         )
+
+    def _superseded(self, approval: Approval, request: Mapping[str, Any], identity: AgentIdentity) -> bool:
+        """Whether the call was asked for again under a newer request than ``approval``'s, one
+        still open, because its own expired unused. A LangGraph run resumed with that approval first
+        decides without it (the node runs again), which opens the new request; refusing the old
+        approval then would leave the new request pending, shown to approvers and never answered
+        in the log. It is asked for instead, as an approval that does not hold is."""
+        found = self.approvals.open_for(request["call_hash"], identity.did)
+        if found is None or found[0] == approval.request:
+            return False
+        try:
+            own = self.approvals.get(approval.request)
+        except InputError:  # no such request: refused as one that names none
+            return False
+        # Expired, not used: an approval already used is refused, even with a newer request open.
+        return own.state != "consumed" and own.expires_at <= time.time()
 
     def _approval_complete(
         self, approval: Approval | None, request: Mapping[str, Any], verdict: PolicyDecision
