@@ -99,15 +99,6 @@ def _same(a: object, b: object) -> bool:
     return type(a) is type(b) and a == b
 
 
-def _key(value: Scalar) -> tuple[str, Scalar]:
-    """A hashable identity under ``_same``: numbers by value, booleans and strings by type."""
-    if isinstance(value, bool):
-        return ("b", value)
-    if isinstance(value, int | float):
-        return ("n", float(value) if isinstance(value, float) and not value.is_integer() else int(value))
-    return ("s", value)
-
-
 # --- normal forms -------------------------------------------------------------------------------
 
 
