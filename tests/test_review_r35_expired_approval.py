@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from langgraph.checkpoint.memory import InMemorySaver
@@ -42,8 +43,9 @@ def short_approvals(tmp_path: Path) -> Iterator[Team]:
     team.gate.close()
 
 
-def test_an_expired_approval_is_asked_for_again_and_no_request_is_left_pending(short_approvals: Team) -> None:
-    team = short_approvals
+def _approved_too_late(team: Team) -> tuple[Any, dict[str, Any], dict[str, Any]]:
+    """A publishing supervisor paused for dana's approval, the request's payload, and dana's
+    approval of it, which comes back only after the request has expired."""
     agent = create_gated_agent(
         team.gate,
         name="supervisor",
@@ -54,7 +56,13 @@ def test_an_expired_approval_is_asked_for_again_and_no_request_is_left_pending(s
     )
     first = agent.invoke(GO, CONFIG, context=team.supervisor)["__interrupt__"][0].value
     late = team.gate.approve(first, team.keys["dana"])
-    time.sleep(EXPIRY_S + 0.2)  # the request expires before its approval comes back
+    time.sleep(EXPIRY_S + 0.2)
+    return agent, first, late
+
+
+def test_an_expired_approval_is_asked_for_again_and_no_request_is_left_pending(short_approvals: Team) -> None:
+    team = short_approvals
+    agent, first, late = _approved_too_late(team)
 
     again = agent.invoke(Command(resume=late), CONFIG, context=team.supervisor)
     second = again["__interrupt__"][0].value  # asked again, not refused
@@ -81,17 +89,7 @@ def test_an_expired_approval_is_asked_for_again_and_no_request_is_left_pending(s
 def test_an_expired_approval_sent_alone_is_still_refused_as_not_usable(short_approvals: Team) -> None:
     """With no newer request for the call (the gateway's case), nothing changes: a deny."""
     team = short_approvals
-    agent = create_gated_agent(
-        team.gate,
-        name="supervisor",
-        model=ScriptedChatModel(turns=[_calls(("publish", {"path": "reports/q"}))]),
-        tools=_tools(team),
-        checkpointer=InMemorySaver(),
-        gate_models=False,
-    )
-    first = agent.invoke(GO, CONFIG, context=team.supervisor)["__interrupt__"][0].value
-    late = team.gate.approve(first, team.keys["dana"])
-    time.sleep(EXPIRY_S + 0.2)
+    _, _, late = _approved_too_late(team)
     call = Call.tool("publish", {"path": "reports/q"})
     auth = team.gate.authorize(
         team.supervisor, call, agent="supervisor", call_id="publish-0", approval=Approval.parse(late)

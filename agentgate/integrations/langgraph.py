@@ -235,31 +235,21 @@ class GateMiddleware(AgentMiddleware[Any, Any, Any]):
     def _authorize_tool(self, request: ToolCallRequest) -> Authorization:
         identity = identity_from_context(request.runtime.context if request.runtime else None)
         call = _tool_call_of(request)
-        call_id = request.tool_call["id"]
-        run_id = _run_id(request)
+        return self._authorize(identity, call, call_id=request.tool_call["id"], run_id=_run_id(request))
+
+    def _authorize(self, identity: AgentIdentity | None, call: Call, **context: Any) -> Authorization:
+        """``Gate.authorize`` of ``call`` as this agent (``context``: its other keyword arguments),
+        and while it needs a human approval, again with each answer to ``interrupt()``: an
+        approval that does not hold (wrong approver, the requester itself, another call's, already
+        used) is asked for again, and an answer that is not an approval at all ("deny") refuses the
+        call, recorded as a refusal that closes the request (``Gate.decline``). With ``enforce``, a
+        refusal raises ``Denied``."""
 
         def decide(approval: Approval | None) -> Authorization:
             return self.gate.authorize(
-                identity,
-                call,
-                agent=self.agent,
-                agent_did=self.agent_did,
-                call_id=call_id,
-                run_id=run_id,
-                approval=approval,
+                identity, call, agent=self.agent, agent_did=self.agent_did, approval=approval, **context
             )
 
-        auth = self._approved(decide)
-        if not auth.allowed and self.enforce:
-            raise Denied(self.gate.explain_redacted(auth), auth.decision)
-        return auth
-
-    def _approved(self, decide: Callable[[Approval | None], Authorization]) -> Authorization:
-        """``decide(None)``, and while it needs a human approval, ``decide`` again with each answer
-        to ``interrupt()``: an approval that does not hold (wrong approver, the requester itself,
-        another call's, already used) is asked for again, and an answer that is not an approval
-        at all ("deny") refuses the call, recorded as a refusal that closes the request
-        (``Gate.decline``)."""
         auth = decide(None)
         while auth.needs_approval:
             approval = Approval.parse(interrupt(auth.approval_payload()))
@@ -270,6 +260,8 @@ class GateMiddleware(AgentMiddleware[Any, Any, Any]):
                     auth = replace(auth, verdict=Verdict.DENY, reasons=(*auth.reasons, str(exc)))
                 break
             auth = decide(approval)
+        if not auth.allowed and self.enforce:
+            raise Denied(self.gate.explain_redacted(auth), auth.decision)
         return auth
 
     def _foreign(self, request: ToolCallRequest) -> Authorization | None:
@@ -433,22 +425,9 @@ class GateMiddleware(AgentMiddleware[Any, Any, Any]):
         identity = identity_from_context(request.runtime.context)
         call = self._model_call(request)
         prompt = sum(len(str(m.content)) for m in request.messages) // 4 + 1
-
-        def decide(approval: Approval | None) -> Authorization:
-            return self.gate.authorize(
-                identity,
-                call,
-                agent=self.agent,
-                agent_did=self.agent_did,
-                tokens=(prompt, call.args["max_tokens"]),
-                approval=approval,
-            )
-
         # A model call behind an approval gate (e.g. on ``max_tokens``) is asked for as a tool
         # call is: refused without asking, it could never run, since no resume could approve it.
-        auth = self._approved(decide)
-        if not auth.allowed and self.enforce:
-            raise Denied(self.gate.explain_redacted(auth), auth.decision)
+        auth = self._authorize(identity, call, tokens=(prompt, call.args["max_tokens"]))
         if auth.allowed and request.model_settings.get("max_tokens") != call.args["max_tokens"]:
             # The call runs with the output limit it was decided (and its cost reserved) for:
             # passed to the model as ``max_tokens``, as create_agent binds ``model_settings``.
