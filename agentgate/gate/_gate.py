@@ -79,7 +79,13 @@ from agentgate.gate._outcomes import (
     PendingOutcomes,
     usage_after,
 )
-from agentgate.gate._records import ran_before, recordable, redact_reasons, revocation_entry
+from agentgate.gate._records import (
+    PARAMETERS_IN_CLEAR,
+    ran_before,
+    recordable,
+    redact_reasons,
+    revocation_entry,
+)
 from agentgate.keys import PublicKey, SigningKey
 from agentgate.policy import ApprovalRequirement as PolicyApproval
 from agentgate.policy import (
@@ -946,7 +952,12 @@ class Gate:
         }
 
     def _loggable(self, call: Call) -> list[str]:
-        tool = self.policy.document.tools.get(call.resource.removeprefix("tool:"))
+        """The arguments of ``call`` kept in clear: a tool's ``loggable`` ones, a model call's or
+        GPU lease's settings (``PARAMETERS_IN_CLEAR``)."""
+        kind, _, name = call.resource.partition(":")
+        if kind != "tool":
+            return list(PARAMETERS_IN_CLEAR.get(kind, ()))
+        tool = self.policy.document.tools.get(name)
         return list(tool.loggable) if tool else []
 
     @contextmanager

@@ -1,5 +1,6 @@
-"""Text as the audit log may keep it: reasons with values that are not loggable replaced,
-invalid Unicode escaped, why a call that ran once is not run again, and a revocation's entry."""
+"""Text as the audit log may keep it: the arguments it keeps in clear, reasons with values that
+are not loggable replaced, invalid Unicode escaped, why a call that ran once is not run again,
+and a revocation's entry."""
 
 from __future__ import annotations
 
@@ -8,6 +9,15 @@ from typing import Any
 
 from agentgate.capabilities import Call
 from agentgate.store.once import OnceState
+
+# The arguments agentgate itself gives a model call (the LangGraph middleware, the gateway) and a
+# GPU lease (GatedBroker): request settings, never a prompt or a tool's input. The audit log and an
+# approval request show them in clear, so an approver sees the ``max_tokens`` asked for; any other
+# argument of such a call is dropped, as a tool's arguments the policy does not mark loggable.
+PARAMETERS_IN_CLEAR = {
+    "model": ("max_tokens", "priority"),
+    "gpu": ("count", "priority", "ttl_s", "grace_s", "timeout_s", "hold_s", "request"),
+}
 
 
 def redact_reasons(reasons: Iterable[str], args: Mapping[str, Any], loggable: Iterable[str]) -> list[str]:
