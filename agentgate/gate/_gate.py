@@ -1156,9 +1156,10 @@ class Gate:
         parts = []
         for link in identity.chain.links:
             if link.budget is not None:
-                spent = self.ledger.spent(link.id, tx=tx)
+                spent, held = self.ledger.usage(link.id, tx=tx)
+                in_flight = f" and {held} held by calls in flight" if held else ""
                 parts.append(
-                    f"{spent} of {link.budget.amount} {link.budget.unit} spent on grant {link.id[:12]}"
+                    f"{spent} of {link.budget.amount} {link.budget.unit} spent{in_flight} on grant {link.id[:12]}"
                 )
         return f"budget exhausted ({'; '.join(parts) or exc})"
 

@@ -309,6 +309,12 @@ class BudgetLedger:
     def spent(self, grant_id: str, *, tx: Transaction | None = None) -> int:
         """Committed spend of a grant (its own and its descendants'), 0 if never used; read in
         ``tx`` when given (what it has written counts), else in a short transaction of its own."""
-        sql, params = "SELECT spent FROM budget_ledger WHERE grant_id = ?", (grant_id,)
-        rows = tx.execute(sql, params) if tx is not None else self.store.query(sql, params)
-        return int(rows[0][0]) if rows else 0
+        return self.usage(grant_id, tx=tx)[0]
+
+    def usage(self, grant_id: str, *, tx: Transaction | None = None) -> tuple[int, int]:
+        """``(spent, held)`` of a grant: its committed spend (as ``spent``) and what reservations
+        not settled yet hold of its budget (calls in flight); ``(0, 0)`` if never used."""
+        sql = "SELECT spent, cap - remaining - spent FROM budget_ledger WHERE grant_id = ?"
+        rows = tx.execute(sql, (grant_id,)) if tx is not None else self.store.query(sql, (grant_id,))
+        # An overrun charged past an exhausted budget is spent beyond the cap: nothing is held.
+        return (int(rows[0][0]), max(0, int(rows[0][1]))) if rows else (0, 0)
