@@ -83,6 +83,10 @@ class SQLiteStore(Store):
         self._lock = threading.Lock()
         self._closed = False
         self._schemas: set[str] = set()
+        # Where the file is, whatever the working directory later: what every connection opens
+        # and what ``check_in_place`` looks at.
+        self._absolute = os.path.abspath(self.path)
+        self._file: tuple[int, int] | None = None
         self._release(self._connect())  # fail now, not at the first decision, if the file is unusable
 
     def connect(self, synchronous: str | None = None) -> sqlite3.Connection:
@@ -94,7 +98,9 @@ class SQLiteStore(Store):
         if mode not in _SYNCHRONOUS:
             raise StoreError(f"synchronous must be one of {sorted(_SYNCHRONOUS)}, got {synchronous!r}")
         try:
-            conn = sqlite3.connect(self.path, timeout=30.0, isolation_level=None, check_same_thread=False)
+            conn = sqlite3.connect(
+                self._absolute, timeout=30.0, isolation_level=None, check_same_thread=False
+            )
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute(f"PRAGMA synchronous={mode}")
             if mode in _SYNCING:
@@ -103,7 +109,37 @@ class SQLiteStore(Store):
             conn.execute("PRAGMA busy_timeout=30000")
         except sqlite3.Error as exc:
             raise StoreError(f"cannot open the SQLite store {self.path}: {exc}") from exc
+        if self._file is None:
+            self._file = self._identity()
+        try:
+            self.check_in_place()
+        except StoreError:
+            conn.close()
+            raise
         return conn
+
+    def _identity(self) -> tuple[int, int] | None:
+        """The device and inode of the file at the store's path; ``None`` when there is none."""
+        try:
+            status = os.stat(self._absolute)
+        except OSError:
+            return None
+        return status.st_dev, status.st_ino
+
+    def check_in_place(self) -> None:
+        """Raise ``StoreError`` unless the store's path still names the file this store opened.
+
+        SQLite writes on through an open connection to a file that was removed (its directory
+        too) or replaced: every commit would succeed into a file that no later process opens,
+        and the decisions, budgets, nonces and audit entries in it would be lost with this
+        process, while revocations written at the path since are never read. So each commit is
+        refused instead, until the process is restarted on a store that is there.
+        """
+        if self._file is None or self._identity() != self._file:
+            raise StoreError(
+                f"the SQLite store {self.path} was removed, moved or replaced while in use: nothing "
+                "more is written to it; restart the process on the store"
+            )
 
     def _connect(self) -> sqlite3.Connection:
         return self.connect()
@@ -141,6 +177,11 @@ class SQLiteStore(Store):
                 usable = self._rollback(conn)
                 if isinstance(exc, sqlite3.Error):
                     raise StoreError(f"SQLite error on {self.path}: {exc}") from exc
+                raise
+            try:
+                self.check_in_place()
+            except StoreError:
+                usable = self._rollback(conn)
                 raise
             try:
                 conn.execute("COMMIT")

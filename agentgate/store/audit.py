@@ -337,7 +337,7 @@ def open_log_key(store: Store, *, create: bool = True) -> SigningKey:
     widely readable, or missing and ``create`` is false or no key may be created.
     """
     path = log_key_path(store)
-    if path.exists() or not create:
+    if not create or (path.exists() and not _left_half_made(path, store)):
         return load_signing_key(path)
     if path.suffix != ".key":
         raise KeyFileError(f"{path}: AGENTGATE_LOG_KEY must name a file ending in .key")
@@ -353,6 +353,25 @@ def open_log_key(store: Store, *, create: bool = True) -> SigningKey:
         if not path.exists():
             raise
     return load_signing_key(path)  # another process may have won the race: use its key
+
+
+def _left_half_made(path: Path, store: Store) -> bool:
+    """Whether ``path`` is a log key that a process killed while creating it left without its
+    ``.pub`` (``save_key`` was stopped between its two links), and a key may be made instead.
+
+    Such a key is still linked to a temporary file of ``save_key``, and the next ``save_key`` in
+    its directory (``agentgate keys new --dir`` there) removes it: signing checkpoints with it
+    would lose the log key later. ``save_key`` then takes it away and makes a whole pair. A key
+    without ``.pub`` that is linked nowhere else (one installed by hand, a mounted secret) is the
+    log key, and so is such a key on a log with checkpoints (a version without this check may
+    have signed them with it).
+    """
+    try:
+        if path.stat().st_nlink < 2 or path.with_suffix(".pub").exists():
+            return False
+    except OSError:
+        return False
+    return bool(os.environ.get("AGENTGATE_LOG_PREVIOUS_KEYS", "").strip()) or not _has_checkpoints(store)
 
 
 def _has_checkpoints(store: Store) -> bool:

@@ -185,7 +185,7 @@ class GrantRepository:
         self._consumed = itertools.count(1)  # nonces recorded (``next`` is atomic: no lock needed)
         self._bound = _Bound()
         self._hot: sqlite3.Connection | None = None
-        self._sqlite = isinstance(store, SQLiteStore)
+        self._sqlite = store if isinstance(store, SQLiteStore) else None
         self._postgres: PostgresStore | None = None
         if store.dialect == "postgresql":
             from agentgate.store._postgres import PostgresStore
@@ -262,7 +262,7 @@ class GrantRepository:
             return tx.rowcount == 1
 
     def _hot_connection(self) -> sqlite3.Connection | None:
-        if self._sqlite and self._hot is None:
+        if self._sqlite is not None and self._hot is None:
             raise StoreError("the grant repository is closed")
         return self._hot
 
@@ -315,6 +315,8 @@ class GrantRepository:
             except (sqlite3.Error, psycopg.Error) as exc:
                 raise StoreError(f"cannot record the invocation nonce: {exc}") from exc
         elif hot is not None:
+            if self._sqlite is not None:  # a nonce written to a removed file would be fresh again
+                self._sqlite.check_in_place()
             with self._lock:
                 try:
                     changed = hot.execute(sql, params).rowcount
