@@ -300,10 +300,11 @@ class Gate:
         a slot (in any scheduler of the gate) with ``SchedulingError``; both are recorded as
         ``error`` outcomes and their reservations released. Calls running are waited for, at
         most ``timeout_s`` seconds, so that their outcomes are recorded; a call still running
-        after that is logged, and its outcome is lost (its reservation stays held, so a budget
-        is never overspent). Called from an event loop's thread, it cannot wait for that loop's
-        own ``arun`` calls (they cannot progress while it blocks): their outcomes are lost too;
-        close the gate after they end, or from another thread.
+        after that is logged, and its outcome is lost if it has not ended when ``close`` returns
+        (its reservation stays held, so a budget is never overspent). Called from an event
+        loop's thread, it cannot wait for that loop's own ``arun`` calls (they cannot progress
+        while it blocks): their outcomes are lost too; close the gate after they end, or from
+        another thread.
         """
         with self._runs_changed:
             if self._closing:
@@ -322,11 +323,10 @@ class Gate:
             if self._runs:
                 _log.error(
                     "agentgate: %d calls had not settled when close() stopped waiting (after at most "
-                    "%.1fs); their outcomes will not be recorded",
+                    "%.1fs); the outcomes of those still running when it returns will not be recorded",
                     self._runs,
                     timeout_s,
                 )
-            self._outcomes_closed = True
         try:
             if self._sync_scheduler is not None:
                 self._sync_scheduler.close(timeout_s=max(0.0, deadline - time.monotonic()))
@@ -340,15 +340,21 @@ class Gate:
             self._close_dispatcher()
         finally:  # whatever stopping the threads raised, the outcomes are committed
             self._outcomes.close()
-            self.flush()
-            lost = self._outcomes.take()  # put back by a commit that failed: nothing will take them
-            if lost:
-                _log.error(
-                    "agentgate: %d outcomes not recorded: the store failed as the gate closed", len(lost)
-                )
-            atexit.unregister(self._at_exit)
-            self.grants.close()
-            self.store.close()
+            # Outcomes are taken until this last commit: a call refused while the threads stopped
+            # (an allow decided in another thread just before) is recorded and its reservation
+            # released. A decision waits for the store lock, then finds the store closed.
+            with self._store_lock:
+                with self._runs_changed:
+                    self._outcomes_closed = True
+                self.flush()
+                lost = self._outcomes.take()  # put back by a commit that failed: nothing will take them
+                if lost:
+                    _log.error(
+                        "agentgate: %d outcomes not recorded: the store failed as the gate closed", len(lost)
+                    )
+                atexit.unregister(self._at_exit)
+                self.grants.close()
+                self.store.close()
 
     def __enter__(self) -> Gate:
         return self
@@ -851,11 +857,19 @@ class Gate:
             except (Denied, Expired, InputError):
                 pass  # a repeated, late or misdirected vote adds nothing; the count below decides
             else:
-                with self._lock:
-                    asked = self._open_requests.get(request["call_hash"])
-                self._write_approval_given(approval, request, asked[1] if asked else None, tx)
+                self._write_approval_given(approval, request, self._asked_index(approval, request, tx), tx)
             votes = self.approvals.approvers(approval.request, tx=tx)
         return approval if len(votes) >= quorum else None
+
+    def _asked_index(self, approval: Approval, request: Mapping[str, Any], tx: Transaction) -> int | None:
+        """The index of the ``approval_required`` entry of the request ``approval`` answers: known
+        here when this process asked that very request, else read from the store (another
+        process sharing it asked, or this one before a restart)."""
+        with self._lock:
+            asked = self._open_requests.get(request["call_hash"])
+        if asked is not None and asked[0] == approval.request:
+            return asked[1]
+        return self.approvals.asked_index(approval.request, request["call_hash"], tx=tx)
 
     def _write_approval_given(
         self, approval: Approval, request: Mapping[str, Any], asked_index: int | None, tx: Transaction
@@ -1013,18 +1027,19 @@ class Gate:
     ) -> Authorization:
         assert request is not None and auth.identity is not None
         call_hash = request["call_hash"]
+        # The store says which request is open, never this process's memory: another process
+        # sharing it may have declined or used the request asked here (handing it out again
+        # would ask approvers for an approval that can never be used), or asked first; and this
+        # one may have asked before a restart (a run resumed from its checkpoint asks again
+        # before its approval is read). The same open request is the same request.
+        with self._decision_transaction() if tx is None else nullcontext(tx) as t:
+            known = self.approvals.open_for(call_hash, auth.identity.did, tx=t)
         with self._lock:
-            known = self._open_requests.get(call_hash)
-        if known is None or known[2] <= time.time():
-            # Asked before by another process, or by this one before a restart (a run resumed
-            # from its checkpoint asks again before its approval is read): the same request.
-            with self._decision_transaction() if tx is None else nullcontext(tx) as t:
-                found = self.approvals.open_for(call_hash, auth.identity.did, tx=t)
-            if found is not None:
-                known = (found[0], found[1], found[2])
-                with self._lock:
-                    self._open_requests[call_hash] = known
-        if known is not None and known[2] > time.time():
+            if known is None:
+                self._open_requests.pop(call_hash, None)
+            else:
+                self._open_requests[call_hash] = known
+        if known is not None:
             # The same call asked again (LangGraph re-runs a node when it resumes): one request,
             # one audit entry, until it is answered or expires.
             votes = list(self.approvals.approvers(known[0], tx=tx)) if request["quorum"] > 1 else []
@@ -1092,15 +1107,16 @@ class Gate:
                 if request["quorum"] == 1:
                     self.approvals.approve(approval.request, approval.approver, tx=tx)
                 approvers = self.approvals.consume(approval.request, request["call_hash"], tx=tx)
+                asked_index = self._asked_index(approval, request, tx)
                 with self._lock:
-                    asked = self._open_requests.pop(request["call_hash"], None)
+                    self._open_requests.pop(request["call_hash"], None)
                 if request["quorum"] == 1:  # a larger quorum's votes were recorded as they came
-                    self._write_approval_given(approval, request, asked[1] if asked else None, tx)
+                    self._write_approval_given(approval, request, asked_index, tx)
                 # The request, as a call that pauses before completing re-arms it (``_write_outcome``).
                 auth = replace(
                     auth,
                     approver=",".join(approvers),
-                    request={**request, "id": approval.request, "asked_index": asked[1] if asked else None},
+                    request={**request, "id": approval.request, "asked_index": asked_index},
                 )
             held = tuple(
                 (self.ledger.reserve(tx, identity.chain.ids, caps, amount), unit, amount)
