@@ -162,6 +162,8 @@ class BackendClient:
         self._answer_timeout = self._timeout(self.timeouts.first_token_s)
         self._stream_timeout = self._timeout(self.timeouts.idle_s)
         self._probe_timeout = self._timeout(self.timeouts.probe_s)
+        self._reading: set[aiohttp.ClientResponse] = set()
+        """The answers whose bodies are being read over ``session`` now (``cut``)."""
         key = backend.api_key
         self._use_key(key.get_secret_value() if key is not None else None)
 
@@ -250,10 +252,14 @@ class BackendClient:
                 timeout=self._session_timeout,
                 allow_redirects=False,
             ) as answer:
-                small = answer.content_length is not None and answer.content_length <= _SMALL
-                if small and "content-encoding" not in answer.headers:
-                    return answer.status, await answer.read()  # the usual answer: a few kB
-                return answer.status, await self._capped(answer.content.iter_chunked(1 << 20))
+                self._reading.add(answer)
+                try:
+                    small = answer.content_length is not None and answer.content_length <= _SMALL
+                    if small and "content-encoding" not in answer.headers:
+                        return answer.status, await answer.read()  # the usual answer: a few kB
+                    return answer.status, await self._capped(answer.content.iter_chunked(1 << 20))
+                finally:
+                    self._reading.discard(answer)
         async with self.http.stream(
             "POST",
             self.backend.chat_url,
@@ -356,7 +362,11 @@ class BackendClient:
                 timeout=self._stream_session_timeout,
                 allow_redirects=False,
             ) as answer:
-                yield answer.status, answer.read, _lines(answer.content)
+                self._reading.add(answer)
+                try:
+                    yield answer.status, answer.read, _lines(answer.content)
+                finally:
+                    self._reading.discard(answer)
             return
         async with self.http.stream(
             "POST",
@@ -366,6 +376,14 @@ class BackendClient:
             timeout=self._stream_timeout,
         ) as response:
             yield response.status_code, response.aread, response.aiter_lines()
+
+    def cut(self) -> None:
+        """End every answer being read over ``session`` now: its reader fails at once with a
+        connection error (``BackendFailed`` from ``chat`` and ``stream``). For the owner closing
+        ``session`` under calls in flight: aiohttp tells no reader of an answer whose body has
+        begun that its pool closed, so a stream would wait out ``idle_s`` before it failed."""
+        for answer in list(self._reading):
+            answer.close()
 
     async def scrape(self, now: float) -> EngineLoad:
         """Read the backend's Prometheus metrics; raises ``BackendFailed`` if they cannot be read

@@ -161,14 +161,17 @@ class Dispatcher:
         self._closing = True
         for task in self._tasks:
             task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        if self._tasks:
+            # ``wait``: a cancellation of this call goes on (``await task`` under a suppressed
+            # ``CancelledError`` swallowed it with the loop's own).
+            await asyncio.wait(self._tasks)
         self._tasks = []
         if self._http is not None:
             await self._http.aclose()
             self._http = None
         if self._session is not None:
+            for client in self.clients.values():
+                client.cut()  # streams in flight fail now, not after ``idle_s`` of silence
             await self._session.close()
             self._session = None
 
@@ -328,8 +331,12 @@ class Dispatcher:
                 freed = self._waiting[request.id] = asyncio.Event()  # before any await
                 left = request.slo_ttft_s - max(0.0, self.clock() - request.arrived_at)
                 try:
+                    # ``asyncio.timeout``, not ``wait_for``: on Python 3.11 ``wait_for`` returns
+                    # the event's result when the slot frees in the loop turn that cancels this
+                    # task, swallowing the cancellation (the call was then sent anyway).
                     with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(freed.wait(), max(0.0, min(FREED_WAIT_S, left)))
+                        async with asyncio.timeout(max(0.0, min(FREED_WAIT_S, left))):
+                            await freed.wait()
                 finally:
                     self._waiting.pop(request.id, None)
             else:

@@ -147,6 +147,9 @@ class Scheduler:
         # scheduler and registry leaked per ``asyncio.run``).
         self._loop: weakref.ref[asyncio.AbstractEventLoop] | None = None
         self._idle: asyncio.Event | None = None
+        # Set by ``aclose``: ends the retries' backoffs. One per event loop (an Event is bound to
+        # the loop it first waits in, and a scheduler outlives an ``asyncio.run``).
+        self._closing: tuple[asyncio.AbstractEventLoop, asyncio.Event] | None = None
         self._closed = False
         # False only inside SyncScheduler, whose tools run in their callers' threads and cannot be
         # interrupted: their timeout is checked, not enforced (see _sync.py).
@@ -211,6 +214,8 @@ class Scheduler:
         """
         timeout_s = _drain_timeout(timeout_s)
         self._closed = True
+        if self._closing is not None:
+            self._closing[1].set()
         if self._tasks and drain:
             self._idle = asyncio.Event()
             try:
@@ -364,6 +369,7 @@ class Scheduler:
             traced = bool(context) and trace.get_current_span(context).is_recording()
             errors: list[AttemptError] | None = None  # made at the first failure (most calls have none)
             number = 0
+            cut = False  # an attempt was cut by the call's own deadline (the call then gives up)
             while True:
                 number += 1
                 try:
@@ -487,6 +493,8 @@ class Scheduler:
                                         result = await fn(attempt)
                                 except TimeoutError as exc:
                                     if timeout.expired():
+                                        # The caller's deadline came before the tool's own timeout.
+                                        cut = deadline is not None and attempt_deadline >= deadline
                                         raise DeadlineExceeded(
                                             f"tool {tool}: attempt {number} did not finish before its deadline",
                                             tool=tool,
@@ -505,7 +513,7 @@ class Scheduler:
                         if errors is None:
                             errors = []
                         delay = self._failed(
-                            call, limits, key, exc, number, errors, breaker, deadline, loop.time(), held
+                            call, limits, key, exc, number, errors, breaker, deadline, loop.time(), held, cut
                         )
                     else:
                         if not breaker.healthy:
@@ -524,8 +532,8 @@ class Scheduler:
                         if held_lease is not None:
                             manager, lease = held_lease
                             await asyncio.shield(asyncio.to_thread(manager.release, lease))
-                    # 4. back off with every slot released, then try again
-                    await asyncio.sleep(delay)
+                    # 4. back off with every slot released (``aclose`` cuts it short), then try again
+                    await self._back_off(delay)
                 except _GiveUp as stop:
                     if errors:
                         await self._dead_letter(call, key, errors, stop.reason)
@@ -541,6 +549,19 @@ class Scheduler:
                 self._tasks.discard(task)
                 if not self._tasks and self._idle is not None:
                     self._idle.set()
+
+    async def _back_off(self, delay: float) -> None:
+        """Wait ``delay`` seconds before a retry, or until ``aclose`` begins: the retry is then
+        refused (``SchedulingError``, reason ``closed``) at once, as the sync facade's is, instead
+        of holding the drain for the rest of a backoff of up to ``backoff_max_s``."""
+        if self._closed:
+            return
+        loop = asyncio.get_running_loop()
+        if self._closing is None or self._closing[0] is not loop:
+            self._closing = (loop, asyncio.Event())
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(delay):
+                await self._closing[1].wait()
 
     # --- the steps of an attempt loop, shared with the sync facade's (``_sync.py``) --------------
 
@@ -563,10 +584,14 @@ class Scheduler:
         deadline: float | None,
         now: float,
         probe: bool = False,
+        cut: bool = False,
     ) -> float:
         """Attempt ``number`` failed with ``error``: note it in ``errors``, tell the breaker (``probe``:
         the attempt held a half-open probe), count it. An idempotency key counts for the retry rule
-        only when it reaches the tool (``ToolCall.key_reaches_tool``).
+        only when it reaches the tool (``ToolCall.key_reaches_tool``). ``cut``: the call's own
+        deadline, not the tool's ``timeout_s``, ended the attempt; as a cancelled call it says
+        nothing about the tool, so the breaker is not told (its probe is given back): one caller's
+        tight deadlines must not open the breaker of a tool that meets its own timeout for everyone.
 
         Returns the backoff before the next attempt; raises ``_GiveUp`` when the retry rule has
         no next attempt (or it would start past ``deadline``; ``now`` is the time on its clock).
@@ -585,7 +610,10 @@ class Scheduler:
                 time.time(),
             )
         )
-        breaker.record_failure(error_class, probe=probe)
+        if not cut:
+            breaker.record_failure(error_class, probe=probe)
+        elif probe:
+            breaker.release()
         rule = self._rules.get(call.tool)
         if rule is None:
             rule = self._rules[call.tool] = rule_for(limits)
