@@ -419,7 +419,10 @@ def load_public_key(spec: str | Path) -> PublicKey:
 
 
 class Keyring:
-    """Maps principal ids (``did:key``) to their public keys; verification keys are cached."""
+    """Maps principal ids (``did:key``) to their public keys; verification keys are cached.
+
+    Only the keys added are held (and ``in`` says which): an unknown id is decoded on each
+    lookup, so callers presenting fresh ids cannot grow the ring or join it."""
 
     def __init__(self, keys: list[PublicKey] | None = None) -> None:
         self._keys: dict[str, PublicKey] = {}
@@ -438,10 +441,7 @@ class Keyring:
             key = self._keys.get(did)
         except TypeError:  # unhashable: not a did
             raise KeyFileError(f"not an Ed25519 did:key: {repr(did)[:80]}") from None
-        if key is None:
-            key = PublicKey.from_did(did)
-            self._keys[did] = key
-        return key
+        return key if key is not None else PublicKey.from_did(did)
 
     def __contains__(self, did: object) -> bool:
         return did in self._keys

@@ -32,6 +32,10 @@ _TYPES: dict[str, frozenset[type]] = {
     "boolean": frozenset({bool}),
 }
 
+QUOTA_CACHE_SIZE = 4096
+"""Most resources a principal's quota cache holds before it is emptied: a rule on ``gpu:*``
+allows any GPU type a caller names, so the resources seen are not bounded by the policy."""
+
 
 @dataclass(frozen=True)
 class ApprovalRequirement:
@@ -120,7 +124,8 @@ class _Principal(NamedTuple):
     via: dict[str, str]
     """Role (inherited ones included) -> the role the principal holds that brings it."""
     quota_cache: dict[str, tuple[QuotaRef, ...]]
-    """Resource -> the quotas that count it, filled on first use (bounded by the resources seen)."""
+    """Resource -> the quotas that count it, filled on first use (at most ``QUOTA_CACHE_SIZE``
+    resources, emptied when full: the quotas are a pure function of the resource)."""
 
 
 class _Slot(NamedTuple):
@@ -332,6 +337,8 @@ class PolicyIndex:
                 cached = tuple(
                     q.ref for q in entry.quotas if any(pattern_matches(p, resource) for p in q.patterns)
                 )
+                if len(entry.quota_cache) >= QUOTA_CACHE_SIZE:
+                    entry.quota_cache.clear()
                 entry.quota_cache[resource] = cached
             quotas = cached
         held = entry.via[role]

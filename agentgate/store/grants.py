@@ -182,7 +182,9 @@ class GrantRepository:
         self.durable_nonces = durable_nonces
         store.ensure_schema("grants", _DDL)
         self._lock = threading.Lock()  # the hot connection's; held while it waits for SQLite
-        self._consumed = itertools.count(1)  # nonces recorded (``next`` is atomic: no lock needed)
+        # Nonces recorded (``next`` is atomic: no lock needed). From 0: the first nonce prunes, so
+        # a process that records fewer than ``_PRUNE_EVERY`` (``agentgate grant check``: one) does too.
+        self._consumed = itertools.count(0)
         self._bound = _Bound()
         self._hot: sqlite3.Connection | None = None
         self._sqlite = store if isinstance(store, SQLiteStore) else None
