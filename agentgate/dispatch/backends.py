@@ -102,6 +102,9 @@ class ChatChunk:
     usage: Usage | None = None
     tool_calls: tuple[Mapping[str, Any], ...] = ()
     """The delta's tool call fragments (OpenAI's ``delta.tool_calls``), passed on as sent."""
+    event: Mapping[str, Any] = field(default_factory=dict, repr=False)
+    """The whole event as the backend sent it, decoded: what it carries beside the fields above
+    (a reasoning model's ``delta.reasoning_content``, ``logprobs``, its ``id``); empty if not kept."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -557,7 +560,7 @@ def _parse_chunk(backend: str, data: str, key: str | None = None) -> ChatChunk |
         if not isinstance(choices, list):
             raise TypeError("choices is not a list")
         if not choices:
-            return ChatChunk("", None, usage) if usage else None
+            return ChatChunk("", None, usage, event=event) if usage else None
         choice = choices[0]
         delta = choice.get("delta") or {}
         content = delta.get("content") or ""
@@ -566,7 +569,7 @@ def _parse_chunk(backend: str, data: str, key: str | None = None) -> ChatChunk |
         calls = delta.get("tool_calls") or []
         if not isinstance(calls, list) or not all(isinstance(call, dict) for call in calls):
             raise TypeError("tool_calls is not a list of objects")
-        return ChatChunk(content, _finish_reason(choice), usage, tuple(calls))
+        return ChatChunk(content, _finish_reason(choice), usage, tuple(calls), event)
     except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
         raise BackendFailed(f"{backend}: malformed stream event: {exc}") from None
 

@@ -472,13 +472,28 @@ class Gateway:
             return b"data: " + json.dumps(body, separators=(",", ":")).encode() + b"\n\n"
 
         usage = None
+        usage_sent = False
         role_sent = False
         try:
             pending = first
             while pending is not None:
                 if pending.usage is not None:
                     usage = pending.usage
-                if pending.content or pending.finish_reason or pending.tool_calls:
+                if pending.event:
+                    # The backend's own event, whole (reasoning, logprobs, ...: what a JSON answer
+                    # passes on too), less the usage the gateway asked for and the caller did not.
+                    passed = dict(pending.event)
+                    if not include_usage:
+                        passed.pop("usage", None)
+                    usage_sent = usage_sent or passed.get("usage") is not None
+                    if (choices := passed.get("choices")) and not role_sent:
+                        # OpenAI's first delta names the role; one an engine leaves out is added.
+                        opening = {"role": "assistant", **(choices[0].get("delta") or {})}
+                        passed["choices"] = [{**choices[0], "delta": opening}, *choices[1:]]
+                        role_sent = True
+                    if choices or passed.get("usage") is not None:
+                        yield b"data: " + json.dumps(passed, separators=(",", ":")).encode() + b"\n\n"
+                elif pending.content or pending.finish_reason or pending.tool_calls:
                     delta: dict[str, Any] = {"content": pending.content}
                     if pending.tool_calls:
                         delta["tool_calls"] = list(pending.tool_calls)
@@ -499,7 +514,7 @@ class Gateway:
             await chunks.aclose()
         if usage is not None:
             self._count_tokens(usage.prompt_tokens, usage.completion_tokens)
-            if include_usage:
+            if include_usage and not usage_sent:
                 yield event(
                     [],
                     {
@@ -843,8 +858,10 @@ class GatewayServer:
 
     @property
     def url(self) -> str:
-        """The OpenAI base URL, e.g. ``http://127.0.0.1:8000/v1``."""
-        return f"http://{self.host}:{self.port}/v1"
+        """The OpenAI base URL, e.g. ``http://127.0.0.1:8000/v1`` (``http://[::1]:8000/v1`` for an
+        IPv6 host)."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}/v1"
 
     def run(self) -> None:
         """Serve until interrupted."""

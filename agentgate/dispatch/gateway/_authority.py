@@ -44,6 +44,21 @@ STREAM_AHEAD = 64
 """Chunks of a streamed answer read from the backend ahead of the caller (``gated_stream``)."""
 
 
+def _carries_output(chunk: ChatChunk) -> bool:
+    """Whether ``chunk`` passes on any of the answer: its content, tool call fragments, or anything
+    else in its delta but the role (a reasoning model's ``reasoning_content``: tokens generated
+    and sent, charged as output)."""
+    if chunk.content or chunk.tool_calls:
+        return True
+    choices = chunk.event.get("choices")
+    return isinstance(choices, list) and any(
+        isinstance(choice, Mapping)
+        and isinstance(delta := choice.get("delta"), Mapping)
+        and any(value for name, value in delta.items() if name != "role")
+        for choice in choices
+    )
+
+
 def _approval(text: str) -> Approval | None:
     """The signed approval in an ``X-Agentgate-Approval`` header; ``None`` when it is not one."""
     try:
@@ -339,7 +354,7 @@ class GatewayGate(Gate):
                 async for chunk in chunks:
                     if chunk.usage is not None:
                         usage = (chunk.usage.prompt_tokens, chunk.usage.completion_tokens)
-                    delivered = delivered or bool(chunk.content or chunk.tool_calls)
+                    delivered = delivered or _carries_output(chunk)
                     await queue.put(chunk)  # waits while the caller is STREAM_AHEAD chunks behind
             except Exception as exc:
                 error = type(exc).__name__

@@ -34,6 +34,11 @@ A request that asks to upgrade the connection (``Connection: upgrade`` with ``Up
 HTTP allows a server to do: httptools stops reading at the end of such a head, so uvicorn handed
 the app an empty body (a signed call was refused as "not JSON"); its head is parsed again without
 the upgrade, and its body read as any other. ``CONNECT`` is refused (400).
+
+An answer of unknown length (a stream) to an HTTP/1.0 request is delimited by closing the
+connection: uvicorn framed it ``Transfer-Encoding: chunked``, which an HTTP/1.0 client does not
+know (RFC 9112, section 6.1: it must not be sent to one), so the chunk sizes were read as part of
+the events. uvicorn never keeps an HTTP/1.0 connection alive, so its answer ends with the close.
 """
 
 from __future__ import annotations
@@ -46,11 +51,15 @@ import socket
 import struct
 import sys
 import termios
+from typing import TYPE_CHECKING
 
 import httptools
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
 from agentgate.errors import InputError
+
+if TYPE_CHECKING:
+    from uvicorn._types import ASGISendEvent
 
 MAX_HEAD_BYTES = 64 * 1024
 """The most bytes of one request's line and headers (a chain token is at most 32 KiB)."""
@@ -171,6 +180,8 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         super().on_headers_complete()
         # uvicorn starts the new request at once unless one is still being answered; then it
         # queues it (``pipeline``), and ``cycle`` names the queued one from now on.
+        if self.cycle is not previous and self.cycle.scope["http_version"] == "1.0":
+            self.cycle.__class__ = _CloseDelimitedCycle
         if self.cycle is not previous and (previous is None or previous.response_complete):
             self._started(self.cycle)
 
@@ -359,6 +370,26 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         """Whether a request before the one being read is still being answered, or queued."""
         running = self._running
         return bool(self.pipeline) or (running is not None and not running.response_complete)
+
+
+class _CloseDelimitedCycle(RequestResponseCycle):
+    """An HTTP/1.0 request's cycle: an answer without ``Content-Length`` (nor its own
+    ``Transfer-Encoding``) is sent as it comes, unframed, and ends when the connection closes
+    (uvicorn closes every HTTP/1.0 connection after its answer)."""
+
+    _unframed = False
+    """Whether the answer has no length of its own: its body ends with the connection."""
+
+    async def send(self, message: ASGISendEvent) -> None:
+        if message["type"] == "http.response.start" and not self.response_started:
+            framing = {b"content-length", b"transfer-encoding"}
+            self._unframed = not any(name.lower() in framing for name, _ in message.get("headers", []))
+            if self._unframed:
+                self.chunked_encoding = False  # uvicorn's default for an answer of unknown length
+        elif message["type"] == "http.response.body" and self._unframed:
+            # uvicorn checks an unchunked body against its length: each piece is its own length.
+            self.expected_content_length = len(message.get("body", b""))
+        await super().send(message)
 
 
 def _head_end(data: bytes) -> int:
