@@ -189,7 +189,7 @@ def test_cli_shows_leases_and_queue(cli_store: str, capsys: pytest.CaptureFixtur
     assert run_cli(["broker", "queue", "--store", cli_store, "--json"]) == 0
     queue = json.loads(capsys.readouterr().out)["queue"]
     assert [(q["id"], q["victims"], q["deadline"]) for q in queue] == [
-        ("high", ["low"], None),
+        ("high", ["low"], 1_700_003_605.0),  # nominated, and still bounded by its timeout_s
         ("wait", [], 1_700_000_105.0),
     ]
 

@@ -5,17 +5,20 @@ cohort borrowing, reclaim, priority preemption) applied to leases on a topology,
 process, without Kubernetes. The rules (docs/broker.md has worked examples):
 
 * **All or nothing.** A request is granted all its GPUs at once or waits with none. A waiting
-  request times out after ``timeout_s`` with nothing held.
+  request times out after ``timeout_s`` with nothing held, nominated or not.
 * **Quota.** A tenant may use its ``nominal`` quota, and borrow up to ``borrowing_limit`` more
   from the unused nominal quota of its cohort. The cohort as a whole never exceeds the sum of its
   members' nominal quotas. A notified lease's GPUs count against new grants until it ends.
 * **Preemption.** A request that does not fit may preempt, Kueue-style: lower-priority leases of
   its own tenant, and, when the request stays within its tenant's nominal quota, any lease of a
   cohort member that is borrowing (reclaim). Victims are chosen borrowing-tenants first, then
-  lowest priority, then newest, and the set is minimized. Each victim gets a ``CheckpointNotice``
-  and keeps its GPUs until it releases them or its grace ends; the preemptor is *nominated*: the
-  GPUs it will get are reserved so nobody else takes them, and it is granted only when every
-  victim has ended.
+  lowest priority, then newest, and the set is minimized; a lease whose grace would outlast the
+  request's wait is no candidate. Each victim gets a ``CheckpointNotice`` and keeps its GPUs
+  until it releases them or its grace ends; the preemptor is *nominated*: the GPUs it will get
+  are reserved so nobody else takes them, and it is granted only when every victim has ended
+  and its quota holds it, if that is before its ``timeout_s`` is over (a caller that bounds the
+  wait, as ``GatedBroker`` does to keep a lease within its grant, is never granted later); else
+  it times out and its reservation goes back.
 * **Draining.** A gang that waits for one group at its innermost level (communication-bound, or
   with a topology constraint) and has waited ``drain_after_s`` may reserve the group that is
   closest to holding it: its free GPUs are reserved at once and the busy ones as their leases
@@ -242,8 +245,7 @@ class Broker:
             # last call tried already.
             waits = []
             for w in self._waiting.values():
-                if not w.nominated or w.draining:
-                    due.append(w.deadline)
+                due.append(w.deadline)
                 if not w.nominated:
                     waits.append(w.submitted_at + self.locality_wait_s)
                     if self.max_draining:
@@ -349,7 +351,9 @@ class Broker:
             for q in snapshot.queue:
                 self._seq += 1
                 nums = [self.topology.index[g] for g in q.nominated]
-                w = _Waiting(q.request, q.submitted_at, q.deadline, self._seq, tuple(nums), set(q.victims))
+                # Journals written before review R36 saved a nominated request's deadline as inf.
+                deadline = min(q.deadline, q.submitted_at + q.request.timeout_s)
+                w = _Waiting(q.request, q.submitted_at, deadline, self._seq, tuple(nums), set(q.victims))
                 w.draining = q.draining
                 self._waiting[q.request.id] = w
                 if nums:
@@ -360,11 +364,14 @@ class Broker:
             self._dirty = True
             if self.journal is not None:
                 self.journal.take_over()  # the broker it was restored from writes no more
-            # A victim that ended while the broker was down releases its preemptor now.
+            # A victim that ended while the broker was down releases its preemptor now, under the
+            # rules of a live broker: not past its quota, nor once its wait is over (the next call
+            # times it out).
+            now = self.clock()
             for w in list(self._waiting.values()):
                 w.victims &= set(self._leases)
-                if w.nominated and not w.victims and all(self._owner[i] is None for i in w.nominated):
-                    self._grant(w, w.nominated, self.clock())
+                if w.nominated and w.deadline > now and self._ready(w):
+                    self._grant(w, w.nominated, now)
 
     # --- validation ---------------------------------------------------------------------------
 
@@ -424,17 +431,22 @@ class Broker:
     def _ttl(self, request: GangRequest) -> float:
         return self.ttl_s if request.ttl_s is None else request.ttl_s
 
+    def _grace(self, request: GangRequest) -> float:
+        return self.grace_s if request.grace_s is None else request.grace_s
+
     # --- time -------------------------------------------------------------------------------
 
     def _apply_time(self, now: float) -> None:
-        self._end_due_leases(now)
+        # Timeouts first: a lease that ends now grants a nominated request now, and one whose
+        # wait is over would be granted past it (a gated lease past its grant's expiry).
         for w in list(self._waiting.values()):
-            if (not w.nominated or w.draining) and w.deadline <= now:
+            if w.deadline <= now:
                 del self._waiting[w.request.id]
-                if w.draining:
+                if w.nominated:
                     self._withdraw_nominated(w)
                 self._dirty = True
                 self._outbox.append(TimedOut(w.request))
+        self._end_due_leases(now)
 
     def _end_due_leases(self, now: float) -> None:
         # Again while an end grants a preemptor a lease that is due already (ttl_s=0).
@@ -465,6 +477,11 @@ class Broker:
     def _place_waiting(self, now: float) -> None:
         for w in self._ordered_waiting():
             if w.nominated:
+                # Granted as its last victim ends (``_end``), unless its quota held it back then:
+                # it goes once the quota holds it, which another lease's end or a withdrawn
+                # reservation may bring about, not only a notified lease's end.
+                if self._ready(w):
+                    self._grant(w, w.nominated, now)
                 continue
             request = w.request
             loosen = now - w.submitted_at >= self.locality_wait_s or not self._local_possible(request)
@@ -525,16 +542,19 @@ class Broker:
             # GPUs that were leaving are gone: a nominated request held back by its quota may go.
             nominated = sorted((w for w in self._waiting.values() if w.nominated), key=lambda w: w.seq)
         for w in nominated:
-            # Once its victims have ended, and only while its tenant's quota holds it with the
-            # GPUs of its other notified leases counted: those are still held until their grace
-            # ends (a tenant preempting its own lease while another of its leases was being
-            # reclaimed held both, past its quota, for the rest of that grace).
-            if (
-                not w.victims
-                and all(self._owner[i] is None for i in w.nominated)
-                and self._quota.fits(w.request.tenant, 0, with_leaving=True)
-            ):
+            if self._ready(w):
                 self._grant(w, w.nominated, now)
+
+    def _ready(self, w: _Waiting) -> bool:
+        """Whether nominated ``w`` may be granted: its victims have ended, its GPUs are free, and
+        its tenant's quota holds it with the GPUs of notified leases counted. Those are still held
+        until their grace ends (a tenant preempting its own lease while another of its leases was
+        being reclaimed held both, past its quota, for the rest of that grace)."""
+        return (
+            not w.victims
+            and all(self._owner[i] is None for i in w.nominated)
+            and self._quota.fits(w.request.tenant, 0, with_leaving=True)
+        )
 
     def _withdraw_nominated(self, w: _Waiting) -> None:
         # Victims already notified stay notified: their holders were told to checkpoint, and
@@ -547,10 +567,13 @@ class Broker:
 
     # --- preemption ---------------------------------------------------------------------------
 
-    def _candidates(self, request: GangRequest) -> list[tuple[Lease, PreemptReason]]:
+    def _candidates(self, w: _Waiting, now: float) -> list[tuple[Lease, PreemptReason]]:
+        request = w.request
         found: list[tuple[Lease, PreemptReason]] = []
         for lease in self._leases.values():
-            if lease.id in self._victims:
+            # A lease whose grace would outlast the request's wait is no victim: the request
+            # would time out before it is sure to get the GPUs, and the checkpoint be for nobody.
+            if lease.id in self._victims or now + self._grace(lease.request) > w.deadline:
                 continue
             if lease.tenant == request.tenant:
                 if lease.priority < request.priority:
@@ -579,7 +602,7 @@ class Broker:
     def _try_preempt(self, w: _Waiting, now: float, loosen: bool) -> bool:
         """Nominate ``w`` with the fewest victims that let it fit; whether it did."""
         request = w.request
-        candidates = self._candidates(request)
+        candidates = self._candidates(w, now)
         if not candidates:
             return False
         chosen: list[tuple[Lease, PreemptReason]] = []
@@ -656,13 +679,12 @@ class Broker:
         request = w.request
         self._dirty = True
         w.nominated = tuple(placement)
-        w.deadline = math.inf
         self._quota.charge(request.tenant, request.gpus)
         self._free.take(i for i in placement if self._owner[i] is None)
         for i in placement:
             self._reserved[i] = request.id
         for lease, reason in victims:
-            grace = self.grace_s if lease.request.grace_s is None else lease.request.grace_s
+            grace = self._grace(lease.request)
             notified = dataclasses.replace(
                 lease, notice_deadline=now + grace, preempted_by=request.id, preempt_reason=reason
             )

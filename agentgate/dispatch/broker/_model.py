@@ -254,8 +254,9 @@ class QueuedRequest:
     request: GangRequest
     submitted_at: float
     deadline: float
-    """When it times out (``inf`` once nominated by preemption: it is granted by the end of its
-    victims' grace)."""
+    """When it times out, nominated or not: a nominated request whose victims have not all ended
+    by then times out, and its reservation goes back (until review R36 a nominated request never
+    timed out)."""
     nominated: tuple[str, ...] = ()
     """GPUs reserved for it while its victims checkpoint; empty when not nominated."""
     victims: tuple[str, ...] = ()
