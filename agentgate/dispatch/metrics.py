@@ -55,7 +55,13 @@ ENGINE_METRICS: dict[Engine, MetricNames] = {
 }
 """Engine -> the metric names it publishes (from each engine's /metrics documentation)."""
 
-_FALLBACKS = {"vllm:kv_cache_usage_perc": "vllm:gpu_cache_usage_perc"}  # vLLM V0's name
+_FALLBACKS = {
+    # vLLM's names before 0.9 (V0, and V1 up to 0.9.1 for the prefix counters), still served by
+    # deployed engines: without them such an engine's prefix hits never correct the index.
+    "vllm:kv_cache_usage_perc": "vllm:gpu_cache_usage_perc",
+    "vllm:prefix_cache_queries": "vllm:gpu_prefix_cache_queries",
+    "vllm:prefix_cache_hits": "vllm:gpu_prefix_cache_hits",
+}
 
 MAX_METRICS_CHARS = 8 * 2**20
 """The longest metrics text read (8 Mi characters; a vLLM serving one model publishes about 100 kB):

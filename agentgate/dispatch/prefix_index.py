@@ -3,9 +3,11 @@
 Engines do not say which prefixes they hold (vLLM publishes only hit counters), so the router
 remembers the block hashes of the prompts it sent to each backend, in an LRU sized to the
 backend's KV capacity: once more blocks have been sent there than fit, the oldest are assumed
-evicted, as the engine's own LRU would. The engine's measured hit rate corrects the estimate
-(``confidence``): when the engine hits less often than the index predicted, the index's matches
-are discounted.
+evicted, as the engine's own LRU would. Within one prompt the tail goes first (vLLM frees a
+request's blocks tail first, SGLang's radix tree evicts leaves): evicting the head first would
+lose the whole prefix, since chained blocks match only from the start, while the engine still
+holds it. The engine's measured hit rate corrects the estimate (``confidence``): when the
+engine hits less often than the index predicted, the index's matches are discounted.
 """
 
 from __future__ import annotations
@@ -39,8 +41,9 @@ class PrefixIndex:
         return n
 
     def record(self, hashes: Sequence[int]) -> None:
-        """Note that a prompt with these blocks was sent here: they are now the most recent."""
-        for h in hashes:
+        """Note that a prompt with these blocks was sent here: they are now the most recent, the
+        first block most of all (the tail is evicted first, as the engine does)."""
+        for h in reversed(hashes):
             self._blocks[h] = None
             self._blocks.move_to_end(h)
         while len(self._blocks) > self.capacity_blocks:
@@ -57,8 +60,15 @@ class PrefixIndex:
         self._blocks.clear()
 
     def calibrate(self, predicted_hit_rate: float, measured_hit_rate: float, weight: float = 0.2) -> None:
-        """Move ``confidence`` towards measured / predicted hit rate (clamped to 0.2..1)."""
+        """Move ``confidence`` towards the engine's measured hit rate over the index's own (clamped
+        to 0.2..1).
+
+        ``predicted_hit_rate`` is what the router predicted, its matches already discounted by
+        ``confidence`` (``BackendState.cached_tokens``): the index's own rate is that over
+        ``confidence``. Taken as the index's own, ``confidence`` settled at the square root of
+        the engine's share (0.5 where the engine hit a quarter of what the index matched).
+        """
         if predicted_hit_rate <= 0.01:
             return
-        ratio = min(1.0, max(0.2, measured_hit_rate / predicted_hit_rate))
+        ratio = min(1.0, max(0.2, self.confidence * measured_hit_rate / predicted_hit_rate))
         self.confidence += weight * (ratio - self.confidence)
