@@ -201,14 +201,17 @@ async def main() -> None:
         state = await team.ainvoke(
             {"messages": [{"role": "user", "content": "Write the report."}]}, config, context=supervisor
         )
-        for pending in state.get("__interrupt__", []):
-            request = pending.value["request"]
-            print(
-                f"\nPaused for approval: {request['requester']} asks to run {request['resource']} {request['args']}"
-                f"\n  gate {request['gate']}; approvers {', '.join(request['approvers'])}; dana signs it."
-            )
-            approval = gate.approve(pending.value, keys["dana"])
-            state = await team.ainvoke(Command(resume=approval), config, context=supervisor)
+        # Several gated calls at once are several interrupts, each resumed by its id; later turns
+        # may ask again: the run is resumed until none is pending.
+        while pending := state.get("__interrupt__"):
+            for each in pending:
+                request = each.value["request"]
+                print(
+                    f"\nPaused for approval: {request['requester']} asks to run {request['resource']} {request['args']}"
+                    f"\n  gate {request['gate']}; approvers {', '.join(request['approvers'])}; dana signs it."
+                )
+            approvals = {each.id: gate.approve(each.value, keys["dana"]) for each in pending}
+            state = await team.ainvoke(Command(resume=approvals), config, context=supervisor)
         print(f"Run finished: {state['messages'][-1].content}")
         if servers:
             served = [s.served for s in servers]

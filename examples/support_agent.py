@@ -97,14 +97,17 @@ def main() -> None:
             state = agent.invoke(
                 {"messages": [{"role": "user", "content": "Ticket T-1001"}]}, config, context=identity
             )
-            for pending in state.get("__interrupt__", []):
-                request = pending.value["request"]
-                print(
-                    f"Paused for approval (checkpoint saved in SQLite): {request['resource']} {request['args']}"
-                    f" by {request['requester']}; approvers {', '.join(request['approvers'])}; alice signs it."
-                )
-                approval = gate.approve(pending.value, keys["alice"])
-                state = agent.invoke(Command(resume=approval), config, context=identity)
+            # A model may ask for several gated calls at once (each its own interrupt, resumed by
+            # its id) and for more in later turns: the run is resumed until none is pending.
+            while pending := state.get("__interrupt__"):
+                for each in pending:
+                    request = each.value["request"]
+                    print(
+                        f"Paused for approval (checkpoint saved in SQLite): {request['resource']} {request['args']}"
+                        f" by {request['requester']}; approvers {', '.join(request['approvers'])}; alice signs it."
+                    )
+                approvals = {each.id: gate.approve(each.value, keys["alice"]) for each in pending}
+                state = agent.invoke(Command(resume=approvals), config, context=identity)
         conn.close()
         print("\nWhat the model was told:")
         for message in state["messages"]:

@@ -259,7 +259,14 @@ class GateMiddleware(AgentMiddleware[Any, Any, Any]):
                 except InputError as exc:  # decided meanwhile (approved, used, denied elsewhere)
                     auth = replace(auth, verdict=Verdict.DENY, reasons=(*auth.reasons, str(exc)))
                 break
-            auth = decide(approval)
+            asked, auth = auth, decide(approval)
+            if not auth.allowed and not auth.needs_approval:
+                # Refused with an approval in hand (already used, denied elsewhere, a budget that
+                # cannot pay): the request the call has open (the resumed node opened a new one
+                # when the approval's own was closed) would stay pending, shown to approvers and
+                # never answered in the log. It is closed; the model is told the refusal's reason.
+                with contextlib.suppress(InputError):  # already closed (the approval's own, used)
+                    self.gate.decline(asked, "the call was refused with the approval given")
         if not auth.allowed and self.enforce:
             raise Denied(self.gate.explain_redacted(auth), auth.decision)
         return auth
