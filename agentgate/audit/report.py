@@ -248,8 +248,9 @@ def render_report(
     entries: Iterable[AuditEntry], checkpoint: Checkpoint | None, problems: Sequence[str] | None = None
 ) -> str:
     """The whole HTML page for ``entries`` (in index order), read once; memory does not grow with
-    their number. ``checkpoint`` is the latest signed one; ``problems`` what verification found
-    (empty: intact; ``None``: not verified), shown at the top."""
+    their number. ``checkpoint`` is the latest signed one (``None``: none, or none shown for a log
+    that failed verification); ``problems`` what verification found (empty: intact; ``None``: not
+    verified), shown at the top."""
     summary = _Summary()
     for entry in entries:
         summary.add(entry)
@@ -257,6 +258,8 @@ def render_report(
         f"signed checkpoint: <code>{_e(checkpoint.origin)}</code>, size {checkpoint.size}, "
         f"root <code>{checkpoint.root.hex()}</code>"
         if checkpoint
+        else "no checkpoint shown: the log failed verification"
+        if problems
         else "no signed checkpoint yet (run <code>agentgate audit checkpoint</code>)"
     )
     kinds = "".join(

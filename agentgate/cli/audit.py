@@ -102,7 +102,7 @@ def register(subparsers: Any) -> None:
     verify_proof.add_argument(
         "--key", type=given, metavar="PUBFILE", required=True, help="the log's public key (log.pub)"
     )
-    verify_proof.add_argument("--origin", help="the log's origin, if it must match")
+    verify_proof.add_argument("--origin", type=given, help="the log's origin, if it must match")
     verify_proof.set_defaults(handler=_verify_proof)
 
     report = add("report", "write a self-contained HTML report", _report)
@@ -121,13 +121,19 @@ def _index(text: str) -> int:
     return value
 
 
-_TIME_PREFIX = re.compile(r"\d{4}(-\d{2}(-\d{2}(T\d{2}(:\d{2}(:\d{2}(\.\d{1,6}Z?)?)?)?)?)?)?", re.ASCII)
+_TIME_FORMAT = "0000-00-00T00:00:00.000000Z"
+"""The entry time format, ``0`` standing for an ASCII digit."""
 
 
 def _since(text: str) -> str:
-    """A prefix of the entry time format (``2026``, ``2026-11-29``, ``2026-11-29T10:00`` ...):
-    entries are compared with it as text, so anything else would select nothing or everything."""
-    if not _TIME_PREFIX.fullmatch(text):
+    """A prefix of the entry time format (``2026``, ``2026-11``, ``2026-11-29T10:00`` ...):
+    entries are compared with it as text, so anything else (a ``Z`` after fewer than six digits
+    of a second's fraction included) would select nothing, everything or the wrong entries."""
+    form = _TIME_FORMAT[: len(text)]
+    fits = len(text) == len(form) and all(
+        char in "0123456789" if want == "0" else char == want for char, want in zip(text, form, strict=True)
+    )
+    if not text or not fits:
         raise argparse.ArgumentTypeError(
             f"expected a UTC time prefix like 2026-11-29 or 2026-11-29T10:00, got {text!r}"
         )
@@ -346,7 +352,10 @@ def _checkpoint(args: argparse.Namespace) -> int:
 def _prove(args: argparse.Namespace) -> int:
     store, log = _open(args)
     with store:
-        bundle = log.prove(args.index)
+        try:  # a bundle is returned only when it verifies: an entry edited in the database does not
+            bundle = log.prove(args.index)
+        except TamperDetected as exc:
+            raise TamperDetected(f"{exc}; no proof written, run agentgate audit verify") from exc
     _write(args.out, bundle.text())
     print(f"wrote the proof of entry {args.index} ({len(bundle.proof)} hashes) to {args.out}")
     return 0

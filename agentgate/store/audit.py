@@ -892,7 +892,9 @@ class AuditLog:
 
         Raises ``InputError`` if the entry does not exist or the checkpoint does not cover it
         (``BeyondLogEnd`` for an index past the end of the log, against a fresh checkpoint: then
-        checked before anything is signed, so bad input stores no checkpoint).
+        checked before anything is signed, so bad input stores no checkpoint), and
+        ``TamperDetected`` when the entry's bytes do not lead to the checkpoint's root (edited in
+        the database after it was signed): no bundle that cannot verify is returned.
         """
         index = _whole(index, "entry index")
         if checkpoint_note is None:  # bad input signs nothing
@@ -913,6 +915,12 @@ class AuditLog:
             verify_inclusion(leaf_hash(data), index, checkpoint.size, proof, checkpoint.root)
         except TamperDetected:
             proof = self._subtree_roots(ranges, checkpoint.size)
+            try:  # a bundle is written only when it verifies: the entry's bytes are the signed ones
+                verify_inclusion(leaf_hash(data), index, checkpoint.size, proof, checkpoint.root)
+            except TamperDetected as exc:
+                raise TamperDetected(
+                    f"audit log: entry {index} is not the entry its signed checkpoint holds ({exc})"
+                ) from None
         return ProofBundle(index, data, tuple(proof), note)
 
     def consistency(self, size1: int, size2: int) -> list[bytes]:
