@@ -39,12 +39,17 @@ def open_store(url: str | None = None) -> Store:
     (``postgresql+psycopg://``, ``mysql://``) would quietly become a new local file, and whatever
     was written there (a revocation, say) would never reach the store the operator named. So does
     a libpq key=value connection string (``host=db dbname=agentgate``), for the same reason. A NUL
-    character is refused too (``StoreError``): libpq would read a database name only up to it.
+    character is refused too (``StoreError``): libpq would read a database name only up to it, and
+    so is a URL with white space around it.
     """
     url = url or os.environ.get("AGENTGATE_STORE") or DEFAULT_PATH
     if "\x00" in url:  # sqlite3 raised ValueError for it; libpq reads a name only up to it
         raise StoreError("a store path or URL cannot hold a NUL character")
     scheme = _SCHEME.match(url)
+    if scheme is None and url != url.strip() and _SCHEME.match(url.strip()):
+        # `` postgresql://...`` (a stray space from a shell or a secrets file) would be a SQLite
+        # file of that name: refused, and not quoted (it may hold a password).
+        raise StoreError("the store URL begins or ends with white space: remove it")
     if scheme is None:
         if is_conninfo(url):
             raise StoreError(

@@ -35,9 +35,12 @@ server, database or role sets its own ``lock_timeout``."""
 _PLACEHOLDER = re.compile(r"\?")
 _PROBE_TIMEOUT_S = 2
 """How long the direct attempt that finds why the pool got no connection may take (seconds)."""
-_USER_INFO = re.compile(r"[^:]+://([^/?#]*?):([^/?#]*)@")
-"""A URL's user name and password as written, up to the last ``@`` before the path."""
+_USER_INFO = re.compile(r"[^:]+://([^?#]*?):([^?#]*)@")
+"""A URL's user name and password as written, up to the last ``@`` before the query (a ``/`` in
+them is theirs: libpq would end the host there and read the rest as the path)."""
 _CREATE_IF_MISSING = re.compile(r"CREATE\s+(?:UNIQUE\s+)?(?:TABLE|INDEX)\s+IF\s+NOT\s+EXISTS\s+(\w+)", re.I)
+_CREATES = re.compile(r"\s*CREATE\s+(?:UNIQUE\s+)?(?:TABLE|INDEX)\s+(?:IF\s+NOT\s+EXISTS\s+)?(\w+)", re.I)
+"""The table or index a statement run inside a ``DO`` block creates (``diag.internal_query``)."""
 
 
 @lru_cache(maxsize=512)
@@ -77,11 +80,12 @@ class PostgresStore(Store):
             raise StoreError(f"not a valid PostgreSQL URL: {_redact(url)}") from None
         written = _USER_INFO.match(url)
         if written and unquote(written.group(2)) != parsed.get("password", ""):
-            # libpq ends the user part at its first "@": the rest of the password became the
-            # host or port, which its errors quote.
+            # libpq ends the user part at its first "@", and finds none before a "/": the rest
+            # of the password, or all of it, became the host, port or database, which its
+            # errors quote.
             raise StoreError(
-                f"the user name or password of the PostgreSQL URL {_redact(url)} holds an @ that is not "
-                "percent-encoded: write it as %40 (and a : in the user name as %3A)"
+                f"the user name or password of the PostgreSQL URL {_redact(url)} holds an @ or a / that is "
+                "not percent-encoded: write them as %40 and %2F (and a : in the user name as %3A)"
             )
         try:  # one connection first: its error says why (refused, unknown host, password), where
             # the pool would wait 10 s and say only that it could not fill itself
@@ -174,6 +178,8 @@ class PostgresStore(Store):
                 except psycopg.errors.InsufficientPrivilege as exc:
                     # A role without CREATE (least privilege) on a store that lacks what this
                     # version adds: an upgrade whose ``store init`` was not run as the owner.
+                    # A DO block creates only what is missing: the statement it ran names the table.
+                    creates = creates or _CREATES.match(exc.diag.internal_query or "")
                     what = f"{creates.group(1)} ({name})" if creates else f"a part of the {name} tables"
                     raise StoreError(
                         f"{what} is missing and this role may not create it: run "
@@ -240,5 +246,5 @@ def _split_sql(script: str) -> list[str]:
 def _redact(url: str) -> str:
     """``url`` as an error message may show it: a password, in the user part or as a
     ``password=`` parameter, replaced by ``***``."""
-    url = re.sub(r"//([^/?#]*?):.*@", r"//\1:***@", url)  # up to the last @: a password may hold one
+    url = re.sub(r"//([^?#]*?):.*@", r"//\1:***@", url)  # up to the last @: a password may hold one
     return re.sub(r"(?i)([?&]password=)[^&#]*", r"\1***", url)
