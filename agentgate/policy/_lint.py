@@ -8,7 +8,9 @@ explains every code.
 
 from __future__ import annotations
 
+import json
 import math
+import sys
 from collections.abc import Iterator, Mapping
 from typing import ClassVar
 
@@ -111,13 +113,40 @@ class DelegationWiderThanRole(LintRule):
                     and _action_within(cap.action, h.capability.action)
                 ]
                 if named and not any(attenuates(h.capability, cap) for h in named):
-                    call = witness(named[0].capability, cap)
+                    parent = named[0].capability
+                    call = witness(parent, _typed(cap, parent, policy))
                     example = f"; e.g. {call.args}" if call is not None and call.args else ""
                     yield self.finding(
                         policy,
-                        f"role {role} may delegate {describe(cap)}, wider than what it holds ({describe(named[0].capability)}){example}",
+                        f"role {role} may delegate {describe(cap)}, wider than what it holds ({describe(parent)}){example}",
                         d.line,
                     )
+
+
+# Every value of a declared type, as a constraint: what a witness may pick for an argument the
+# delegated capability leaves open, so that the example is a call the tool would accept.
+_ANY_OF_TYPE = {
+    "string": Constraint(prefix=""),
+    "integer": Constraint(ge=-(2**63)),
+    "number": Constraint(ge=-sys.float_info.max),
+    "boolean": Constraint(one_of=(True, False)),
+}
+
+
+def _typed(cap: Capability, parent: Capability, policy: Policy) -> Capability:
+    """``cap`` with each argument ``parent`` constrains, ``cap`` leaves open and its tool declares
+    held to the declared type: the same calls, less the ones the tool refuses by type, so that a
+    witness names an amount, not the text ``"\\x00zz-witness"``."""
+    tool = policy.document.tools.get(cap.resource.removeprefix("tool:"))
+    if not cap.resource.startswith("tool:") or tool is None:
+        return cap
+    constrained = cap.constraint_map
+    open_args = tuple(
+        (a, _ANY_OF_TYPE[tool.args[a].type])
+        for a, _ in parent.constraints
+        if a not in constrained and a in tool.args
+    )
+    return Capability(cap.resource, cap.action, cap.constraints + open_args) if open_args else cap
 
 
 class DelegatedBudgetAboveRole(LintRule):
@@ -146,24 +175,42 @@ class ApprovalGateBypass(LintRule):
     def check(self, policy: Policy) -> Iterator[Finding]:
         declared = _declared(policy)
         tools = policy.document.tools
-        for gname, gate in policy.document.approvals.items():
-            gated = {r for r in declared if pattern_matches(gate.resource, r)}
-            args = set(gate.when)
+        approvals = policy.document.approvals
+        guarded = {
+            g: {r for r in declared if pattern_matches(spec.resource, r)} for g, spec in approvals.items()
+        }
+        for gname, gate in approvals.items():
+            gated = guarded[gname]
             if not gated:
+                continue
+            # A sibling takes "the same arguments" when it declares those the gate looks at, or,
+            # for a gate on every call, those of a tool the gate guards.
+            looked_at = (
+                [set(gate.when)]
+                if gate.when
+                else [set(tools[r.removeprefix("tool:")].args) for r in gated if r.startswith("tool:")]
+            )
+            # A tool that another gate stops on every call this one stops is no path around it.
+            covered: set[str] = set()
+            for other in approvals:
+                if other != gname and _applies_whenever(policy, other, gname):
+                    covered |= guarded[other]
+            unguarded = [
+                r
+                for r in declared
+                if r not in gated
+                and r not in covered
+                and r.startswith("tool:")
+                and any(args <= tools[r.removeprefix("tool:")].args.keys() for args in looked_at)
+            ]
+            if not unguarded:
                 continue
             for role in policy.document.roles:
                 for rule in policy.rules.get(role, ()):
                     pattern = rule.capability.resource
                     if not pattern.endswith("*") or not any(pattern_matches(pattern, r) for r in gated):
                         continue
-                    around = [
-                        r
-                        for r in declared
-                        if r not in gated
-                        and r.startswith("tool:")
-                        and pattern_matches(pattern, r)
-                        and args <= set(tools[r.removeprefix("tool:")].args)
-                    ]
+                    around = [r for r in unguarded if pattern_matches(pattern, r)]
                     if around:
                         yield self.finding(
                             policy,
@@ -171,6 +218,24 @@ class ApprovalGateBypass(LintRule):
                             f"{gate.resource} but pass no approval gate {gname}",
                             rule.line,
                         )
+
+
+def _applies_whenever(policy: Policy, gate: str, than: str) -> bool:
+    """Whether approval gate ``gate`` applies to every call gate ``than`` applies to: each of its
+    conditions is one ``than`` sets too, at least as narrowly (a call missing the argument, or
+    giving a value it cannot compare, needs approval from both)."""
+    conditions = dict(policy.gate_conditions.get(than, ()))
+    return all(
+        arg in conditions and _within(conditions[arg], condition)
+        for arg, condition in policy.gate_conditions.get(gate, ())
+    )
+
+
+def _within(inner: Constraint, outer: Constraint) -> bool:
+    """Whether every value ``inner`` admits, ``outer`` admits too."""
+    return attenuates(
+        Capability("tool:x", "invoke", (("v", outer),)), Capability("tool:x", "invoke", (("v", inner),))
+    )
 
 
 # --- implicit_trust_inheritance -----------------------------------------------------------------------
@@ -534,7 +599,7 @@ class ConstraintTypeMismatch(LintRule):
 
     def check(self, policy: Policy) -> Iterator[Finding]:
         tools = policy.document.tools
-        for rules in policy.rules.values():
+        for rules in (*policy.rules.values(), *policy.delegable.values()):
             for rule in rules:
                 for name in _tools_named(rule.capability, tools):
                     for arg, c in rule.capability.constraints:
@@ -542,9 +607,32 @@ class ConstraintTypeMismatch(LintRule):
                         if decl is not None and not c.is_empty and not _type_can_satisfy(decl.type, c):
                             yield self.finding(
                                 policy,
-                                f"{rule}: {arg} is a {decl.type} but the constraint {c} admits no {decl.type}",
+                                f"{rule}: {arg} is {_article(decl.type)} {decl.type} but the constraint "
+                                f"{_written(c)} admits no {decl.type}",
                                 rule.line,
                             )
+        # A gate's condition that no value of the type satisfies does not say when the gate
+        # applies: a call it cannot compare needs approval (fail closed), any other never does.
+        for gname, gate in policy.document.approvals.items():
+            for name in (n for n in tools if pattern_matches(gate.resource, f"tool:{n}")):
+                for arg, c in policy.gate_conditions.get(gname, ()):
+                    decl = tools[name].args.get(arg)
+                    if decl is not None and not c.is_empty and not _type_can_satisfy(decl.type, c):
+                        yield self.finding(
+                            policy,
+                            f"approval gate {gname}: {arg} of tool:{name} is {_article(decl.type)} "
+                            f"{decl.type} but the condition {_written(c)} admits no {decl.type}",
+                            policy.line_of("approvals", gname, "when"),
+                        )
+
+
+def _article(kind: str) -> str:
+    return "an" if kind[0] in "aeiou" else "a"
+
+
+def _written(constraint: Constraint) -> str:
+    """The operators as JSON, so that a value keeps its type: ``{"eq": "5"}`` is text, not 5."""
+    return json.dumps(constraint.to_dict(), ensure_ascii=False)
 
 
 def _type_can_satisfy(kind: str, constraint: Constraint) -> bool:
@@ -621,9 +709,12 @@ class ShadowedRule(LintRule):
                 for other in candidates:
                     if other is rule:
                         continue
+                    # Of two equal rules, the role's own repeats an inherited one, or the later
+                    # of its own repeats the earlier: that one is reported.
                     if attenuates(other.capability, cap) and (
                         not attenuates(cap, other.capability)
-                        or (other.role, other.index) < (rule.role, rule.index)
+                        or other.role != rule.role
+                        or other.index < rule.index
                     ):
                         yield self.finding(
                             policy,
