@@ -196,6 +196,8 @@ class Engine:
                 if req.first_token_at is None:
                     req.first_token_at = end
                     result.first_token.append(req)
+                else:  # a preempted request's recompute: its next token (the server streams it)
+                    result.decoded.append(req)
                 req.generated += 1
         for req in [*decoders, *(r for r, _ in chunks)]:
             if req.generated >= req.output_tokens and req.finished_at is None:

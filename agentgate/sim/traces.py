@@ -153,10 +153,20 @@ def _tokens(value: object, column: str) -> int:
 
 
 def _seconds(value: object, column: str) -> float:
-    """A finite number: an arrival at infinity or NaN would never come, and the replay would wait for it."""
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+    """A finite number: an arrival at infinity or NaN would never come, and the replay would wait for it.
+
+    An integer too large for a float is no finite time either (``float`` raises ``OverflowError``
+    for it, which is none of the errors the loaders name a line for).
+    """
+    if isinstance(value, bool) or not isinstance(value, int | float):
         raise ValueError(f"{column} must be a finite number, not {value!r:.40}")
-    return float(value)
+    try:
+        seconds = float(value)
+    except OverflowError:
+        seconds = math.inf
+    if not math.isfinite(seconds):
+        raise ValueError(f"{column} must be a finite number, not {value!r:.40}")
+    return seconds
 
 
 def _from_zero(requests: list[TraceRequest]) -> list[TraceRequest]:
