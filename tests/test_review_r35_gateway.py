@@ -16,7 +16,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 from test_gateway import MODEL, NAMES, _policy_text
@@ -38,7 +38,8 @@ ANSWER = {
 
 
 class _Backend:
-    """An OpenAI-compatible backend on 127.0.0.1 answering every chat call ``status`` and ``body``."""
+    """An OpenAI-compatible backend on 127.0.0.1 answering every chat call ``status`` and ``body``
+    (``answer``: a subclass answers otherwise)."""
 
     def __init__(self) -> None:
         self.status = 200
@@ -56,7 +57,7 @@ class _Backend:
 
             def do_POST(self) -> None:
                 self.rfile.read(int(self.headers.get("content-length") or 0))
-                self._answer(backend.status, backend.body)
+                backend.answer(self)
 
             def _answer(self, status: int, body: bytes) -> None:
                 self.send_response(status)
@@ -69,6 +70,10 @@ class _Backend:
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
         self.thread = threading.Thread(target=self.server.serve_forever, args=(0.02,), daemon=True)
         self.thread.start()
+
+    def answer(self, handler: Any) -> None:
+        """Answer the chat call ``handler`` (the request's handler) has read."""
+        handler._answer(self.status, self.body)
 
     def stop(self) -> None:
         self.server.shutdown()
@@ -83,13 +88,17 @@ class Env:
     agent: AgentIdentity
     backend: _Backend
 
-    def request(self, body: dict[str, Any], *, extra: bytes = b"", close: bool = True) -> bytes:
-        """A signed ``POST /v1/chat/completions`` for ``body``, as bytes, with the ``extra`` header lines."""
+    def request(
+        self, body: dict[str, Any], *, extra: bytes = b"", close: bool = True, version: str = "1.1"
+    ) -> bytes:
+        """A signed ``POST /v1/chat/completions`` for ``body`` in HTTP/``version``, as bytes, with
+        the ``extra`` header lines (``close``: an HTTP/1.1 request asks to close the connection)."""
         content = json.dumps(body).encode()
-        head = b"POST /v1/chat/completions HTTP/1.1\r\nHost: gateway\r\nContent-Type: application/json\r\n"
+        head = f"POST /v1/chat/completions HTTP/{version}\r\nHost: gateway\r\n".encode()
+        head += b"Content-Type: application/json\r\n"
         for name, value in invocation_headers(self.agent.key, self.agent.chain, body).items():
             head += f"{name}: {value}\r\n".encode()
-        head += b"Connection: close\r\n" if close else b""
+        head += b"Connection: close\r\n" if close and version == "1.1" else b""
         return head + b"Content-Length: %d\r\n" % len(content) + extra + b"\r\n" + content
 
     def exchange(self, *pieces: bytes) -> bytes:
@@ -119,6 +128,9 @@ class Env:
         return self.gate.remaining(self.agent)[self.agent.chain.root.id][0]
 
 
+EnvT = TypeVar("EnvT", bound=Env)
+
+
 @pytest.fixture(scope="module")
 def backend() -> Iterator[_Backend]:
     made = _Backend()
@@ -129,16 +141,22 @@ def backend() -> Iterator[_Backend]:
 @pytest.fixture
 def env(tmp_path: Path, backend: _Backend) -> Iterator[Env]:
     backend.status, backend.body = 200, json.dumps(ANSWER).encode()
-    keys = {name: SigningKey.generate() for name in NAMES}
+    yield from serve(tmp_path, backend, BACKEND_NAME, Env)
+
+
+def serve(tmp_path: Path, backend: _Backend, name: str, kind: type[EnvT]) -> Iterator[EnvT]:
+    """A gateway on 127.0.0.1 in front of ``backend`` (named ``name`` in its inventory), on a
+    SQLite store in ``tmp_path``, and an agent of role ``chat``: the ``kind`` of ``Env`` they make."""
+    keys = {who: SigningKey.generate() for who in NAMES}
     policy = parse_policy(_policy_text({n: k.did for n, k in keys.items()}), source="gateway.yaml")
     gate = GatewayGate(policy, SQLiteStore(tmp_path / "agentgate.db"))
     inventory = inventory_from_mapping(
-        {"backends": [{"name": BACKEND_NAME, "url": backend.url, "engine": "vllm", "models": [MODEL]}]}
+        {"backends": [{"name": name, "url": backend.url, "engine": "vllm", "models": [MODEL]}]}
     )
     server = GatewayServer(Gateway(gate, inventory), port=0).start()
     agent = gate.issue(keys["root"], name="agent", key=keys["agent"], role="chat")
     try:
-        yield Env(gate, server, agent, backend)
+        yield kind(gate, server, agent, backend)
     finally:
         server.stop()
         gate.close()

@@ -8,23 +8,22 @@ them); the callers are raw sockets, to speak HTTP/1.0 as old clients and plain p
 
 from __future__ import annotations
 
-import http.server
 import json
 import socket
-import threading
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 from test_gateway import MODEL, NAMES, _policy_text
+from test_review_r35_gateway import Env as _Env
+from test_review_r35_gateway import _Backend as _JSONBackend
+from test_review_r35_gateway import serve
 
 from agentgate.dispatch import inventory_from_mapping
-from agentgate.dispatch.gateway import Gateway, GatewayGate, GatewayServer, invocation_headers
+from agentgate.dispatch.gateway import Gateway, GatewayGate, GatewayServer
 from agentgate.dispatch.prefix import estimate_tokens, prompt_text
-from agentgate.gate import AgentIdentity
 from agentgate.keys import SigningKey
 from agentgate.policy import parse_policy
 from agentgate.store import SQLiteStore
@@ -67,86 +66,33 @@ def _whole_stream() -> bytes:
     )
 
 
-class _Backend:
+class _Backend(_JSONBackend):
     """An OpenAI-compatible backend on 127.0.0.1 that answers every chat call with the bytes of
     ``stream``, delimited by closing its connection."""
 
     def __init__(self) -> None:
         self.stream = _whole_stream()
-        backend = self
+        super().__init__()
 
-        class Handler(http.server.BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-            def do_GET(self) -> None:
-                self.send_response(200)
-                self.send_header("content-length", "2")
-                self.end_headers()
-                self.wfile.write(b"ok")
-
-            def do_POST(self) -> None:
-                self.rfile.read(int(self.headers.get("content-length") or 0))
-                self.send_response(200)
-                self.send_header("content-type", "text/event-stream")
-                self.send_header("connection", "close")
-                self.end_headers()
-                self.wfile.write(backend.stream)
-                self.close_connection = True
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever, args=(0.02,), daemon=True)
-        self.thread.start()
-
-    def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-        self.thread.join(5)
+    def answer(self, handler: Any) -> None:
+        handler.send_response(200)
+        handler.send_header("content-type", "text/event-stream")
+        handler.send_header("connection", "close")
+        handler.end_headers()
+        handler.wfile.write(self.stream)
+        handler.close_connection = True
 
 
-@dataclass
-class Env:
-    gate: GatewayGate
-    server: GatewayServer
-    agent: AgentIdentity
-    backend: _Backend
-
-    def request(self, body: dict[str, Any], version: str = "1.1") -> bytes:
-        """A signed ``POST /v1/chat/completions`` of ``body`` in HTTP/``version``, as bytes."""
-        content = json.dumps(body).encode()
-        head = f"POST /v1/chat/completions HTTP/{version}\r\nHost: gateway\r\n".encode()
-        for name, value in invocation_headers(self.agent.key, self.agent.chain, body).items():
-            head += f"{name}: {value}\r\n".encode()
-        close = b"Connection: close\r\n" if version == "1.1" else b""
-        return (
-            head
-            + close
-            + b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(content)
-            + content
-        )
-
-    def exchange(self, request: bytes) -> tuple[bytes, dict[bytes, bytes], bytes]:
+class Env(_Env):
+    def answer_to(self, request: bytes) -> tuple[bytes, dict[bytes, bytes], bytes]:
         """Send ``request`` and read until the gateway closes the connection: the status line, the
         headers (names lowercased) and the body as received (any framing left in)."""
-        with socket.create_connection(("127.0.0.1", self.server.port)) as sock:
-            sock.settimeout(10)
-            sock.sendall(request)
-            received = b""
-            while chunk := sock.recv(65536):
-                received += chunk
-        head, _, body = received.partition(b"\r\n\r\n")
+        head, _, body = self.exchange(request).partition(b"\r\n\r\n")
         status, *lines = head.split(b"\r\n")
         headers = {
             name.strip().lower(): value.strip() for name, _, value in (h.partition(b":") for h in lines)
         }
         return status, headers, body
-
-    def spent(self) -> int:
-        self.gate.flush()
-        return self.gate.remaining(self.agent)[self.agent.chain.root.id][0]
 
 
 @pytest.fixture(scope="module")
@@ -159,19 +105,7 @@ def backend() -> Iterator[_Backend]:
 @pytest.fixture
 def env(tmp_path: Path, backend: _Backend) -> Iterator[Env]:
     backend.stream = _whole_stream()
-    keys = {name: SigningKey.generate() for name in NAMES}
-    policy = parse_policy(_policy_text({n: k.did for n, k in keys.items()}), source="gateway.yaml")
-    gate = GatewayGate(policy, SQLiteStore(tmp_path / "agentgate.db"))
-    inventory = inventory_from_mapping(
-        {"backends": [{"name": "engine", "url": backend.url, "engine": "vllm", "models": [MODEL]}]}
-    )
-    server = GatewayServer(Gateway(gate, inventory), port=0).start()
-    agent = gate.issue(keys["root"], name="agent", key=keys["agent"], role="chat")
-    try:
-        yield Env(gate, server, agent, backend)
-    finally:
-        server.stop()
-        gate.close()
+    yield from serve(tmp_path, backend, "engine", Env)
 
 
 def _body(**extra: Any) -> dict[str, Any]:
@@ -191,7 +125,7 @@ def test_an_http_1_0_caller_gets_its_stream_delimited_by_the_close_not_chunked(e
     """A streamed answer to an HTTP/1.0 request went out ``Transfer-Encoding: chunked``, which
     HTTP/1.0 does not know (RFC 9112, 6.1: never sent to an HTTP/1.0 recipient): the client read
     the chunk sizes as part of the events. It is now sent unframed and ends with the connection."""
-    status, headers, body = env.exchange(env.request(_body(stream=True), version="1.0"))
+    status, headers, body = env.answer_to(env.request(_body(stream=True), version="1.0"))
     assert status.split()[1] == b"200", (status, body)
     assert b"transfer-encoding" not in headers and b"content-length" not in headers, headers
     assert headers[b"connection"] == b"close"
@@ -207,14 +141,14 @@ def test_an_http_1_0_caller_still_gets_a_refusal_with_its_length(env: Env) -> No
     # Signed for one body, sent with another: refused before anything is decided.
     head, _, _ = env.request(_body(stream=True), version="1.0").partition(b"Content-Length: ")
     sent = json.dumps(_body(stream=True, max_tokens=9)).encode()
-    status, headers, body = env.exchange(head + b"Content-Length: %d\r\n\r\n%s" % (len(sent), sent))
+    status, headers, body = env.answer_to(head + b"Content-Length: %d\r\n\r\n%s" % (len(sent), sent))
     assert status.split()[1] == b"401" and int(headers[b"content-length"]) == len(body), (headers, body)
     assert b"transfer-encoding" not in headers
     assert json.loads(body)["error"]["code"] == "args_digest_mismatch"
 
 
 def test_an_http_1_1_caller_still_gets_its_stream_chunked_on_a_kept_alive_connection(env: Env) -> None:
-    status, headers, body = env.exchange(env.request(_body(stream=True)))
+    status, headers, body = env.answer_to(env.request(_body(stream=True)))
     assert status.split()[1] == b"200" and headers[b"transfer-encoding"] == b"chunked", headers
     assert body.endswith(b"\r\n0\r\n\r\n")  # the last chunk
 
@@ -228,7 +162,7 @@ def test_a_streamed_answer_passes_on_what_the_backend_sent_beside_the_content(en
     events, with no content, were dropped whole), ``logprobs`` the caller asked for, the engine's
     ``system_fingerprint`` never reached the caller. The usage the gateway asks for on its own
     account is still kept from a caller that did not ask for it."""
-    _, _, body = env.exchange(env.request(_body(stream=True, logprobs=True), version="1.0"))
+    _, _, body = env.answer_to(env.request(_body(stream=True, logprobs=True), version="1.0"))
     events = [e for e in _events(body) if isinstance(e, dict)]
     deltas = [e["choices"][0]["delta"] for e in events]
     assert "".join(d.get("reasoning_content") or "" for d in deltas) == "The user greets; greet back."
@@ -240,7 +174,7 @@ def test_a_streamed_answer_passes_on_what_the_backend_sent_beside_the_content(en
 
 def test_a_caller_that_asked_for_usage_gets_the_backends_usage_event(env: Env) -> None:
     options = {"stream_options": {"include_usage": True}}
-    _, _, body = env.exchange(env.request(_body(stream=True, **options), version="1.0"))
+    _, _, body = env.answer_to(env.request(_body(stream=True, **options), version="1.0"))
     events = _events(body)
     assert events[-2] == json.loads(_event([], USAGE)[6:]) and events[-1] == "[DONE]"
     assert sum(1 for e in events if isinstance(e, dict) and e.get("usage")) == 1
@@ -252,7 +186,7 @@ def test_a_stream_cut_after_the_models_reasoning_is_charged_as_reserved(env: Env
     nothing and released: the tokens it generated, and sent, went free."""
     env.backend.stream = b"".join(_event([choice]) for choice in REASONING)  # then the engine is gone
     body = _body(stream=True)
-    status, _, answer = env.exchange(env.request(body, version="1.0"))
+    status, _, answer = env.answer_to(env.request(body, version="1.0"))
     assert status.split()[1] == b"200"
     assert _events(answer)[-1]["error"]["code"] == "backend_failed"  # type: ignore[index]
     assert env.spent() == estimate_tokens(prompt_text(body["messages"])) + body["max_tokens"]
