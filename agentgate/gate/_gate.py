@@ -206,6 +206,12 @@ def _finding(kind: FindingKind, code: str, message: str, hint: str | None = None
     return Finding(kind=kind, code=code, message=message, hint=hint)
 
 
+_METERED = frozenset({"calls", "tokens", "usd_micros", "micro_usd"})
+"""The budget units ``Gate._cost`` charges (``micro_usd``: an alias of ``usd_micros``)."""
+_METERED_BY_TOKENS = frozenset({"tokens", "usd_micros", "micro_usd"})
+"""The units a model call is charged in from its token counts."""
+
+
 class Gate:
     """Answers tool and model calls for agent identities: decide, reserve, audit, run, settle.
 
@@ -449,7 +455,8 @@ class Gate:
                 f"delegated grant {chain.id} to {name} ({key.did}): "
                 + ", ".join(str(c) for c in caps)
                 + f"; {seconds}s"
-                + (f"; budget {budget}" if budget is not None else ""),
+                # The budget the child carries: the one given, else its parent's, whole.
+                + (f"; budget {held.amount} {held.unit}" if (held := chain.tip.budget) is not None else ""),
                 parent=parent,
             )
         except AuthorityError as exc:
@@ -1087,10 +1094,14 @@ class Gate:
         identity, decision = auth.identity, auth.decision
         assert identity is not None and decision is not None
         amounts = self._cost(auth.call, tokens)
+        by_unit = self._caps(decision)
+        unmetered = not by_unit.keys() <= _METERED
+        if unmetered or (
+            tokens is None and auth.call.resource.startswith("model:") and by_unit.keys() & _METERED_BY_TOKENS
+        ):
+            return self._write_refusal(replace(auth, reasons=(self._unmetered(by_unit),)), tx)
         reserve = [
-            (unit, caps, amounts.get(unit, 0))
-            for unit, caps in self._caps(decision).items()
-            if amounts.get(unit, 0) > 0
+            (unit, caps, amounts.get(unit, 0)) for unit, caps in by_unit.items() if amounts.get(unit, 0) > 0
         ]
         # Only what can refuse after writing needs the savepoint: an approval to consume, a quota
         # to count, a reservation against more than one budget. One budget's reservation writes
@@ -1166,6 +1177,18 @@ class Gate:
             rule=auth.rule,
             once_key=once_key,
         )
+
+    @staticmethod
+    def _unmetered(by_unit: Mapping[str, object]) -> str:
+        """Why a call on budgets that cannot be metered is refused (fail closed: a budget never
+        charged would let its grant spend without limit)."""
+        unknown = sorted(by_unit.keys() - _METERED)
+        if unknown:
+            return (
+                f"the chain's budget in {unknown[0]!r} cannot be metered (agentgate charges "
+                f"{', '.join(sorted(_METERED - {'micro_usd'}))}): no call may spend from it"
+            )
+        return "a model call on a tokens or usd_micros budget needs its token estimate (tokens=)"
 
     def _budget_reason(self, identity: AgentIdentity, exc: BudgetExceeded, tx: Transaction) -> str:
         # Read in the decision's transaction: it holds the write lock and the outcomes it carries.
