@@ -333,13 +333,19 @@ class FairQueue(Generic[T]):
 
     def _serve(self, root: _Node, klass: _Node, tenant: _Node, agent: _Node, entry: Entry[T]) -> T:
         """Take ``entry`` (of ``agent``, under ``tenant``, ``klass`` and ``root``) out of the queue
-        and advance the passes of the nodes that served it; return its item."""
-        root.vtime = klass.pass_
-        klass.pass_ += 1.0 / klass.weight
-        klass.vtime = tenant.pass_
-        tenant.pass_ += 1.0 / tenant.weight
-        tenant.vtime = agent.pass_
-        agent.pass_ += 1.0 / agent.weight
+        and advance the passes of the nodes that served it; return its item.
+
+        A served node's pass is first brought up to its parent's virtual time: a node that was
+        skipped while none of its calls could start (their tool full or out of tokens, its tenant
+        or agent at its limit) kept its pass meanwhile, and would otherwise take every turn it
+        missed in a row once its calls can start, starving the others as saved-up idle credit
+        would (which ``push`` refuses the same way)."""
+        served = root.vtime = max(klass.pass_, root.vtime)
+        klass.pass_ = served + 1.0 / klass.weight
+        served = klass.vtime = max(tenant.pass_, klass.vtime)
+        tenant.pass_ = served + 1.0 / tenant.weight
+        served = tenant.vtime = max(agent.pass_, tenant.vtime)
+        agent.pass_ = served + 1.0 / agent.weight
         self.discard(entry)
         # The served nodes' passes grew: where a heap orders them, enter them anew.
         if root.heap is not None and klass.backlog:
