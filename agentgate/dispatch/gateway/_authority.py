@@ -68,21 +68,17 @@ def _approval(text: str) -> Approval | None:
     return Approval.parse(value) if isinstance(value, dict) else None
 
 
-def _authority_refusal(
-    decision: Decision, call: Call, identity: CallerIdentity
-) -> tuple[Authorization, int, str]:
-    """The refusal of a call the authority engine denied, and its status: 403 when the only fault
-    is that a valid grant does not cover the call, 401 when the caller's authority does not hold
-    (forged, expired, not yet valid, replayed, revoked, a widened delegation...), whatever else
-    is also wrong, with that fault's code."""
-    refused = Authorization(
-        Verdict.DENY, call, identity, decision.reasons, decision.findings, decision=decision
+def _revoked_refusal(
+    decision: Decision, call: Call, identity: CallerIdentity, revoked: set[str], since: str = ""
+) -> Authorization:
+    """The refusal of a call whose chain holds a revoked grant (``revoked``: the revoked ids)."""
+    which = next(i for i, grant in enumerate(identity.chain.ids) if grant in revoked)
+    finding = Finding(
+        kind=FindingKind.NON_REVOCABLE_GRANT,
+        code="revoked",
+        message=f"link {which} of this chain was revoked{since}; every grant below a revoked grant is dead",
     )
-    codes = [f.code for f in decision.findings]
-    faults = [code for code in codes if code not in _COVERAGE_CODES]
-    if codes and not faults:
-        return refused, 403, codes[0]
-    return refused, 401, faults[0] if faults else "invocation_refused"
+    return Authorization(Verdict.DENY, call, identity, (finding.message,), (finding,), decision=decision)
 
 
 @dataclass(frozen=True)
@@ -174,6 +170,10 @@ class GatewayGate(Gate):
         tokens: tuple[int, int],
         approval_text: str | None,
     ) -> GatewayDecision:
+        if invocation_text is not None:
+            # A field value excludes the white space around it (RFC 9110, 5.5); httptools keeps
+            # what ends the line (the bearer token is stripped when it is read, ``_bearer``).
+            invocation_text = invocation_text.strip(" \t")
         if not chain_token or not invocation_text:
             missing = "Authorization: Bearer <chain>" if not chain_token else "X-Agentgate-Invocation"
             return self.refuse(call, 401, "missing_invocation", f"no {missing} header")
@@ -199,8 +199,9 @@ class GatewayGate(Gate):
         with self._decision_transaction() as tx:
             with self.grants.within(tx):
                 decision = self.authority.decide(invocation)
-            if not decision.allowed:
-                refused, status, code = _authority_refusal(decision, call, identity)
+                refusal = None if decision.allowed else self._authority_refusal(decision, call, identity)
+            if refusal is not None:
+                refused, status, code = refusal
                 answer = GatewayDecision(self._write_refusal(refused, tx), status, code)
             elif verdict.outcome is Outcome.DENY:
                 refused = Authorization(Verdict.DENY, call, identity, verdict.reasons)
@@ -224,7 +225,7 @@ class GatewayGate(Gate):
         an approval vote towards a quorum above one is written in a transaction of its own."""
         decision = self.authority.decide(invocation)
         if not decision.allowed:
-            refused, status, code = _authority_refusal(decision, call, identity)
+            refused, status, code = self._authority_refusal(decision, call, identity)
             return GatewayDecision(self._record_refusal(refused), status, code)
         approval = None
         if approval_text is not None:
@@ -252,16 +253,8 @@ class GatewayGate(Gate):
             with self.grants.within(tx):
                 revoked = self.grants.revoked(identity.chain.ids)
             if revoked:
-                which = next(i for i, grant in enumerate(identity.chain.ids) if grant in revoked)
-                finding = Finding(
-                    kind=FindingKind.NON_REVOCABLE_GRANT,
-                    code="revoked",
-                    message=f"link {which} of this chain was revoked while the call waited for its "
-                    "approval; every grant below a revoked grant is dead",
-                )
-                refused = Authorization(
-                    Verdict.DENY, call, identity, (finding.message,), (finding,), decision=decision
-                )
+                since = " while the call waited for its approval"
+                refused = _revoked_refusal(decision, call, identity, revoked, since)
                 answer = GatewayDecision(self._write_refusal(refused, tx), 401, "revoked")
             else:
                 answer = self._allow(decision, verdict, identity, call, tokens, approved, request, tx)
@@ -375,6 +368,31 @@ class GatewayGate(Gate):
                     record_outcome(span, "ok" if error is None else "error", error_type=error)
                 self._settle(auth, "ok" if error is None else "error", error, usage)
         await queue.put(last)
+
+    def _authority_refusal(
+        self, decision: Decision, call: Call, identity: CallerIdentity
+    ) -> tuple[Authorization, int, str]:
+        """The refusal of a call the authority engine denied, and its status: 403 when the only
+        fault is that a valid grant does not cover the call, 401 when the caller's authority does
+        not hold (forged, expired, not yet valid, replayed, revoked, a widened delegation...),
+        whatever else is also wrong, with that fault's code.
+
+        The engine checks coverage before it reads revocation (and stops at the first fault), so
+        for a coverage refusal revocation is read here (in the transaction bound to
+        ``self.grants``, if any): a revoked grant is 401 ``revoked`` whatever it asks for.
+        Raises ``StoreError`` when revocation cannot be read.
+        """
+        refused = Authorization(
+            Verdict.DENY, call, identity, decision.reasons, decision.findings, decision=decision
+        )
+        codes = [f.code for f in decision.findings]
+        faults = [code for code in codes if code not in _COVERAGE_CODES]
+        if faults or not codes:
+            return refused, 401, faults[0] if faults else "invocation_refused"
+        revoked = self.grants.revoked(identity.chain.ids)
+        if revoked:
+            return _revoked_refusal(decision, call, identity, revoked), 401, "revoked"
+        return refused, 403, codes[0]
 
     def refuse(self, call: Call, status: int, code: str, reason: str) -> GatewayDecision:
         """Audit a refusal of ``call`` by an unidentified caller (nothing reserved) and answer ``status``.

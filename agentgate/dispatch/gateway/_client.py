@@ -133,6 +133,8 @@ class InvocationSigner:
             body = json.loads(request.content)
         except ValueError:
             raise InputError("a chat completion body must be JSON") from None
+        except RecursionError:
+            raise InputError("a chat completion body is nested too deeply") from None
         if not isinstance(body, dict):
             raise InputError("a chat completion body must be a JSON object")
         request.headers.update(invocation_headers(self.key, self.chain, body, ttl=self.ttl))
