@@ -37,6 +37,9 @@ GRANT_CONTEXT = b"agentgate/grant/v1\x00"
 INVOCATION_CONTEXT = b"agentgate/invocation/v1\x00"
 NOW = 1_800_000_000
 L = 2**252 + 27742317777372353535851937790883648493
+IDENTITY = (1).to_bytes(32, "little")
+"""The identity point: a small-order Ed25519 public key, and the R of a signature that verifies
+under it with S = 0 for every message, unless the verifier refuses small-order keys."""
 
 
 class Key:
@@ -51,6 +54,20 @@ class Key:
 
 
 ROOT, ALICE, BOB, MALLORY = Key("root", 1), Key("alice", 2), Key("bob", 3), Key("mallory", 4)
+
+
+class SmallOrderKey(Key):
+    """A principal whose public key is the identity point: anyone can "sign" as it."""
+
+    def __init__(self) -> None:
+        self.name = "small-order"
+        self.did = did_from_public_key(IDENTITY)
+
+    def sign(self, message: bytes) -> bytes:
+        return IDENTITY + bytes(32)
+
+
+SMALL = SmallOrderKey()
 
 REFUND_500 = {
     "resource": "tool:payments.refund",
@@ -125,6 +142,12 @@ def build_cases() -> dict[str, dict[str, Any]]:
         ("sig-r-identity", (1).to_bytes(32, "little") + sig[32:], "R replaced by the identity point"),
     ]:
         chain_case(name, description, token((root_p, bad_sig)), {"valid": False, "error": "bad_signature"})
+    to_small_p = canonical_json(body(ROOT, SMALL, [REFUND_500], parent=None, nonce=10))
+    to_small = link(ROOT, to_small_p)
+    from_small_p = canonical_json(body(SMALL, BOB, [REFUND_100], parent=gid(to_small_p), nonce=11, exp=NOW + 600,
+                                       depth=1, budget={"amount": 5000, "unit": "usd_micros"}))  # fmt: skip
+    chain_case("sig-small-order-key", "child signed as a small-order key (identity point): R = identity, S = 0",
+               token(to_small, link(SMALL, from_small_p)), {"valid": False, "error": "bad_signature"})  # fmt: skip
     for name, bad_sig, description in [
         ("sig-truncated", sig[:63], "63-byte signature"),
         ("sig-trailing-byte", sig + b"\x00", "65-byte signature"),
@@ -203,7 +226,7 @@ def build_cases() -> dict[str, dict[str, Any]]:
     child_case("self-delegation", "alice delegates to alice", "self_delegation", aud=ALICE)
     child_case("issuer-not-audience", "child signed by someone the parent did not name",
                "issuer_not_parent_audience", signer=MALLORY)  # fmt: skip
-    chain_case("expired", "checked one second after expiry", good, {"valid": False, "error": "grant_expired"},
+    chain_case("expired", "checked at the child's expiry (no tolerance)", good, {"valid": False, "error": "grant_expired"},
                now=NOW + 600)  # fmt: skip
     chain_case("not-yet-valid", "checked 31 s before not-before (tolerance 30 s)", good,
                {"valid": False, "error": "grant_not_yet_valid"}, now=NOW - 91)  # fmt: skip
@@ -221,8 +244,8 @@ def build_cases() -> dict[str, dict[str, Any]]:
         return f"agi1.{b64url_encode(payload)}.{b64url_encode(signer.sign(INVOCATION_CONTEXT + payload))}"
 
     def decision_case(name: str, description: str, inv: str, call_: dict[str, Any], outcome: str,
-                      code: str | None = None, now: int = NOW) -> None:  # fmt: skip
-        cases[name] = {"name": name, "description": description, "kind": "decision", "token": good,
+                      code: str | None = None, now: int = NOW, tok: str = good) -> None:  # fmt: skip
+        cases[name] = {"name": name, "description": description, "kind": "decision", "token": tok,
                        "trusted": [ROOT.did], "now": now, "invocation": inv, "call": call_,
                        "expect": {"outcome": outcome, **({"code": code} if code else {})}}  # fmt: skip
 
@@ -246,6 +269,9 @@ def build_cases() -> dict[str, dict[str, Any]]:
     decision_case("decision-forged-signature", "bob's invocation with mallory's signature",
                   invocation(BOB, call).rsplit(".", 1)[0] + "." + forged.rsplit(".", 1)[1], call, "deny",
                   "bad_invocation_signature")  # fmt: skip
+    decision_case("decision-small-order-holder", "invocation signed as a small-order key (identity point) holding the chain",
+                  invocation(SMALL, call, tip=gid(to_small_p)), call, "deny", "bad_invocation_signature",
+                  tok=token(to_small))  # fmt: skip
     lookalike = {**call, "resource": "tool:payments.refund\u200b"}
     decision_case("decision-lookalike-tool", "tool name with a zero-width space", invocation(BOB, lookalike),
                   lookalike, "deny", "ambiguous_resource")  # fmt: skip
