@@ -35,7 +35,7 @@ def test_a_model_call_keeps_only_agentgates_own_settings_in_clear(gated_model: T
     # Settings agentgate gives a model call are in clear; anything else put in one is dropped.
     team = gated_model
     call = Call.model("scripted", {"max_tokens": 50, "priority": "batch", "prompt": "a secret"})
-    auth = team.gate.authorize(team.supervisor, call)
+    auth = team.gate.authorize(team.supervisor, call, tokens=(10, 50))
     team.gate.abandon(auth)
     team.gate.flush()
     (entry, *_) = [e for e in _entries(team.gate) if e.resource == "model:scripted"]
