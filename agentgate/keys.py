@@ -371,26 +371,36 @@ def replace_file(path: Path, data: bytes, mode: int, before_rename: Callable[[],
         raise
 
 
+def _refuse_more_than_one_pem_block(path: Path, data: bytes, what: str) -> None:
+    """Raise ``KeyFileError`` when ``data`` holds more than one PEM block: the PEM readers take the
+    first one silently, so two keys concatenated (or a pair in one file) would be read as one."""
+    if data.count(b"-----BEGIN") > 1:
+        raise KeyFileError(f"{path}: holds more than one PEM block; give a file of one {what}")
+
+
 def load_signing_key(path: Path | str) -> SigningKey:
     """Load an Ed25519 private key file (PKCS#8 PEM).
 
     Raises ``KeyFileError`` for a file that cannot be read, is not a regular file (a FIFO is
-    refused at once, never waited on), holds more than ``MAX_KEY_FILE_BYTES``, is readable or
-    writable by group or others, or does not hold an Ed25519 private key.
+    refused at once, never waited on), holds more than ``MAX_KEY_FILE_BYTES``, does not hold
+    exactly one Ed25519 private key, or is readable or writable by group or others. What the file
+    holds is judged first, so that a public key given in its place is called that, not a private
+    key to ``chmod``.
     """
     path = Path(path)
     data, status = read_regular_file(path, MAX_KEY_FILE_BYTES, "private key", KeyFileError)
-    mode = status.st_mode
-    if mode & (stat.S_IRWXG | stat.S_IRWXO):
-        raise KeyFileError(
-            f"{path}: private key is accessible by others (mode {stat.S_IMODE(mode):04o}); run chmod 600 {path}"
-        )
+    _refuse_more_than_one_pem_block(path, data, "private key")
     try:
         private = serialization.load_pem_private_key(data, password=None)
     except (ValueError, TypeError, UnsupportedAlgorithm) as exc:
         raise KeyFileError(f"{path}: not a PKCS#8 PEM private key") from exc
     if not isinstance(private, Ed25519PrivateKey):
         raise KeyFileError(f"{path}: not an Ed25519 private key")
+    mode = status.st_mode
+    if mode & (stat.S_IRWXG | stat.S_IRWXO):
+        raise KeyFileError(
+            f"{path}: private key is accessible by others (mode {stat.S_IMODE(mode):04o}); run chmod 600 {path}"
+        )
     return SigningKey(private.private_bytes_raw())
 
 
@@ -399,7 +409,9 @@ def load_public_key(spec: str | Path) -> PublicKey:
 
     Only Ed25519 keys: raises ``KeyFileError`` for a PEM key of another algorithm (RSA, X25519...),
     a file that cannot be read, is not a regular file or holds more than ``MAX_KEY_FILE_BYTES``,
-    and for anything that is neither a ``did:key`` nor a PEM public key.
+    a file of more than one key (two dids, two PEM blocks: which one is meant is not for the
+    parser to pick), and for anything that is neither a ``did:key`` nor a PEM public key. An error
+    quotes at most the one line of a did, never the rest of a file (a private key pasted below).
     """
     text = str(spec).strip()
     if text.startswith("did:"):
@@ -408,7 +420,10 @@ def load_public_key(spec: str | Path) -> PublicKey:
     data, _ = read_regular_file(path, MAX_KEY_FILE_BYTES, "public key", KeyFileError)
     stripped = data.strip()
     if stripped.startswith(b"did:"):
+        if len(stripped.splitlines()) > 1:
+            raise KeyFileError(f"{path}: holds more than one line; a public key file holds one did:key")
         return PublicKey.from_did(stripped.decode("ascii", errors="replace"))
+    _refuse_more_than_one_pem_block(path, stripped, "public key")
     try:
         loaded = serialization.load_pem_public_key(stripped)
     except (ValueError, TypeError, UnsupportedAlgorithm) as exc:
