@@ -21,9 +21,10 @@ Followed: the GenAI agent, tool and model-call spans of OpenTelemetry semantic c
 ``agentgate.audit.index`` (the index of the signed audit entry, so a trace links to the
 evidence). A deny sets the span status to ERROR and ``error.type=agentgate.denied``. An exception
 escaping a span sets ERROR and ``error.type`` to the exception's class name (its message is not
-exported). ``record_outcome`` adds ``agentgate.outcome`` and marks a call that ran and failed
-ERROR. Allowed calls that succeed keep the status UNSET, as the conventions ask of
-instrumentation libraries (OK is for applications to set).
+exported), unless the span already records a deny (which it keeps, reasons and all) or a pause.
+``record_outcome`` adds ``agentgate.outcome`` and marks a call that ran and failed ERROR. Allowed
+calls that succeed keep the status UNSET, as the conventions ask of instrumentation libraries (OK
+is for applications to set).
 
 Exporters: whatever ``TracerProvider`` the application installed; ``configure_from_env`` installs
 one from the standard ``OTEL_*`` variables for applications that have none.
@@ -75,8 +76,11 @@ def _span(name: str, kind: SpanKind, attributes: Mapping[str, Any], tracer: Trac
             yield span
         except BaseException as exc:
             # A call recorded as paused (LangGraph's interrupt() raises to pause a tool) has not
-            # failed: the exception that carries the pause out leaves the status alone.
-            if getattr(span, "attributes", {}).get("agentgate.outcome") != "paused":
+            # failed, and a refusal recorded on the span (a refused delegation raises its
+            # AuthorityError through it) keeps agentgate.denied and its reasons: the exception
+            # that carries either out leaves the status alone.
+            recorded = getattr(span, "attributes", None) or {}
+            if recorded.get("agentgate.outcome") != "paused" and recorded.get("error.type") != DENIED:
                 span.set_attribute("error.type", type(exc).__qualname__)
                 span.set_status(Status(StatusCode.ERROR, type(exc).__qualname__))
             raise

@@ -750,7 +750,7 @@ class Scheduler:
         self._background.discard(task)
         if not task.cancelled() and task.exception() is not None:
             # The local breaker still works; the other processes learn nothing from this one.
-            self.metrics.tally("breaker_not_shared", task.get_name())
+            self.metrics.tally("breaker_not_shared", task.get_name().removeprefix("agentgate-breaker-"))
 
     async def _sync_breaker(self, breaker: CircuitBreaker, loop: asyncio.AbstractEventLoop) -> None:
         """Adopt a newer breaker state another process published (read at most every _BREAKER_SYNC_S)."""

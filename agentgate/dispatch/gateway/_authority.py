@@ -340,7 +340,8 @@ class GatewayGate(Gate):
     ) -> None:
         usage: tuple[int, int] | None = None
         delivered = False
-        error: str | None = None
+        error: str | None = None  # the outcome's reason in the audit log
+        error_type: str | None = None  # the span's: a class name (the reason may quote the backend)
         last: BaseException | None = None  # what ends the caller's stream: None, or the failure
         with self._span(auth) as span:
             try:
@@ -350,12 +351,12 @@ class GatewayGate(Gate):
                     delivered = delivered or _carries_output(chunk)
                     await queue.put(chunk)  # waits while the caller is STREAM_AHEAD chunks behind
             except Exception as exc:
-                error = type(exc).__name__
+                error = error_type = type(exc).__name__
                 if isinstance(exc, NoBackend | BackendFailed) and str(exc):
                     error = f"{error}: {str(exc)[:MAX_ERROR_DETAIL]}"  # why, as ``Gate`` keeps it
                 last = exc
             except BaseException as exc:  # cancelled: the caller is gone, nobody reads the queue
-                error = (left() if left is not None else None) or type(exc).__name__
+                error = error_type = (left() if left is not None else None) or type(exc).__name__
                 raise
             finally:
                 if isinstance(chunks, AsyncGenerator):
@@ -365,7 +366,7 @@ class GatewayGate(Gate):
                 elif delivered and error is not None:  # cut after output: charged as reserved
                     usage = USAGE_UNREAD
                 if span.is_recording():
-                    record_outcome(span, "ok" if error is None else "error", error_type=error)
+                    record_outcome(span, "ok" if error is None else "error", error_type=error_type)
                 self._settle(auth, "ok" if error is None else "error", error, usage)
         await queue.put(last)
 
