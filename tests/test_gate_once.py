@@ -20,7 +20,7 @@ from langgraph.checkpoint.sqlite import SqliteSaver
 
 from agentgate.capabilities import Call
 from agentgate.cli.main import main
-from agentgate.errors import Overloaded
+from agentgate.errors import CircuitOpen
 from agentgate.gate import AgentIdentity, Gate
 from agentgate.integrations.langgraph import ScriptedChatModel, create_gated_agent
 from agentgate.keys import SigningKey, save_key
@@ -118,15 +118,25 @@ def test_a_call_that_failed_is_not_run_again_but_one_never_started_is(tmp_path: 
             gate.run(failing, timeout, call_id="c1", run_id=RUN)
         refused = gate.authorize(agent, PAY, call_id="c1", run_id=RUN)
         assert not refused.allowed and "already ran and failed" in refused.explain()
-        # Refused by the scheduler before it started (a full queue): it may be decided again.
-        queued = gate.authorize(agent, PAY, call_id="c2", run_id=RUN)
 
-        def overloaded() -> None:
-            raise Overloaded("queue full")
+        # Refused by the scheduler before it started (its breaker opened by refused
+        # connections): it may be decided again. (A tool that itself raises such a refusal,
+        # from a nested call, has run: tests/test_review_r36_once.py.)
+        def refused_connection() -> None:
+            raise ConnectionRefusedError("the payment service is down")
 
-        with contextlib.suppress(Overloaded):  # as the scheduler raises it for a full queue
-            gate.run(queued, overloaded, call_id="c2", run_id=RUN)
-        assert gate.authorize(agent, PAY, call_id="c2", run_id=RUN).allowed
+        for n in range(10):
+            call_id = f"c{n + 2}"
+            queued = gate.authorize(agent, PAY, call_id=call_id, run_id=RUN)
+            try:
+                gate.run(queued, refused_connection, call_id=call_id, run_id=RUN)
+            except ConnectionRefusedError:
+                continue  # it ran and failed: the breaker counts it
+            except CircuitOpen:
+                break  # the breaker open: refused before it started
+        else:
+            pytest.fail("the breaker never opened")
+        assert gate.authorize(agent, PAY, call_id=call_id, run_id=RUN).allowed
 
 
 def _on_both(store: Store, keys: dict[str, SigningKey]) -> Gate:

@@ -1291,6 +1291,7 @@ class Gate:
         self._check_allowed(auth)
         self._begin_run(auth)
         started = False  # whether an attempt reached ``fn``
+        raised: list[BaseException] = []  # what ``fn`` itself raised (a nested call's refusal too)
         try:
             with self._span(auth, call_id) as span:
                 try:
@@ -1299,14 +1300,18 @@ class Gate:
                         def attempt(_attempt: Attempt) -> T:
                             nonlocal started
                             started = True
-                            return fn()
+                            try:
+                                return fn()
+                            except BaseException as exc:
+                                raised.append(exc)
+                                raise
 
                         result = self._sync().submit(self._tool_call(auth, call_id, run_id), attempt)
                     else:
                         started = True
                         result = fn()
                 except BaseException as exc:
-                    self._fail(span, auth, exc, paused, started=started)
+                    self._fail(span, auth, exc, paused, started=started, ran=exc in raised)
                     raise
                 self._finish(span, auth, result, failed, spent)
                 return result
@@ -1338,6 +1343,7 @@ class Gate:
         self._begin_run(auth, loop)
         started = False  # whether an attempt reached ``fn``
         returned: list[T] = []  # what an attempt returned, should a cancellation follow it
+        raised: list[BaseException] = []  # what ``fn`` itself raised (a nested call's refusal too)
         try:
             with self._span(auth, call_id) as span:
                 try:
@@ -1346,7 +1352,11 @@ class Gate:
                         async def attempt(_attempt: Attempt) -> T:
                             nonlocal started
                             started = True
-                            value = await _result_of(fn)
+                            try:
+                                value = await _result_of(fn)
+                            except BaseException as exc:
+                                raised.append(exc)
+                                raise
                             returned.append(value)
                             return value
 
@@ -1363,7 +1373,7 @@ class Gate:
                         self._fail(span, auth, exc, paused, started=started)
                     raise
                 except BaseException as exc:
-                    self._fail(span, auth, exc, paused, started=started)
+                    self._fail(span, auth, exc, paused, started=started, ran=exc in raised)
                     raise
                 self._finish(span, auth, result, failed, spent)
                 return result
@@ -1449,17 +1459,20 @@ class Gate:
         paused: Callable[[BaseException], bool] | None,
         *,
         started: bool,
+        ran: bool = False,
     ) -> None:
         """Settle a call that ``exc`` ended: ``paused`` if ``paused`` says so (LangGraph's
         ``interrupt()``: not a failure of the call, and its span says so), else ``error``.
         ``started``: whether an attempt reached the call's function; a call that never did (the
         scheduler refused it, or its caller was cancelled while it waited for a slot) is
-        recorded as not run, so a once-only call runs when its run is resumed."""
+        recorded as not run, so a once-only call runs when its run is resumed. ``ran``: ``exc``
+        came out of the call's function itself; a scheduler refusal it raised (a nested gated
+        call's ``CircuitOpen``, after the call paid) is the call's failure, not a refusal of it."""
         pause = paused is not None and paused(exc)
         if pause and span.is_recording():
             record_outcome(span, "paused")
         error = type(exc).__name__
-        started = started and error not in NOT_STARTED
+        started = started and (ran or error not in NOT_STARTED)
         if isinstance(exc, NoBackend | BackendFailed) and str(exc):
             # Why the backends failed (an HTTP 302, garbage, no answer in time) belongs in the
             # evidence, not only in the gateway's log; the message names no backend key (scrubbed).

@@ -3,13 +3,14 @@
 A framework that resumes a run from its checkpoint (LangGraph after a crash or a restart) runs
 again every node whose result it had not saved, and with it every tool call that node makes, under
 the same run, task and tool call id. For a tool that is not idempotent (a payment, an e-mail) that
-second run is a second effect. The Gate therefore keeps one row per such call, keyed by the call's
-idempotency key (tenant, principal, grant, run, tool, call id and argument digest:
-``agentgate.tasks.idempotency_key``), written in the transaction that records the call's ``allow``
-(``started``) and updated in the one that records its outcome (``ok``, ``error``, ``paused``, or
-``not_run`` when the scheduler refused it before it could start). A later decision on the same key
-finds the row and refuses, unless the call paused (LangGraph's ``interrupt()`` inside the tool: it
-is meant to run again) or never started (docs/tasks.md).
+second run is a second effect. The Gate therefore keeps one row per such call, keyed by
+``agentgate.tasks.idempotency_key`` of its tenant, the agent's DID, its run (else its grant), tool,
+call id and argument digest, with no grant (a restarted process hands out fresh grants): not the
+scheduler's key, which a dead letter names. The row is written in the transaction that records the
+call's ``allow`` (``started``) and updated in the one that records its outcome (``ok``, ``error``,
+``paused``, or ``not_run`` when the scheduler refused it before it could start). A later decision
+on the same key finds the row and refuses, unless the call paused (LangGraph's ``interrupt()``
+inside the tool: it is meant to run again) or never started (docs/tasks.md).
 
 The row outlives the process, so the refusal holds after a restart; a call whose process died
 while it ran stays ``started``: it may have had its effect, and nothing runs it again on its own.
