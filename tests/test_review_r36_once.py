@@ -108,11 +108,6 @@ def test_a_tool_that_pauses_is_neither_retried_nor_a_dead_letter(payer: tuple[Ga
     assert DeadLetterStore(gate.store).recent() == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="fix in agentgate/gate/_gate.py: the scheduler's in-memory result cache serves a call "
-    "that must run once: settled by hand as not run, it is given its failed result again unrun",
-)
 def test_a_failed_payment_settled_as_not_run_runs_when_decided_again(
     payer: tuple[Gate, AgentIdentity],
 ) -> None:

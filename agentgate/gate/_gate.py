@@ -1258,6 +1258,9 @@ class Gate:
             key_reaches_tool=False,
             # A tool's exception text may quote its arguments: its dead letter keeps the type only.
             keep_error_text=False,
+            # A call that must run once is kept from a second run by its store record; a result
+            # kept in memory must not stand in for a run an operator settled as not run.
+            reuse_result=auth.once_key is None,
             grant_expires_at=float(identity.chain.tip.expires),
             authority_chain=identity.chain.ids,
             # The authority engine digested these very arguments by the same rule (SHA-256 of

@@ -106,6 +106,10 @@ class ToolCall:
     ``keep_error_text``: a failed attempt's dead letter keeps the exception's text (False: only
     agentgate's own errors keep theirs; a tool's exception text may quote its arguments or
     secrets, so ``Gate.run``/``arun`` keep only its type, as their spans and audit entries do).
+    ``reuse_result``: a completed result of the same idempotency key may be served from the
+    result cache, and this one's is kept there (False: never; ``Gate.run`` for a call that must
+    run once, which its store record already keeps from running twice: an operator who settled
+    it as not run wants it run, not given a result kept in memory).
     """
 
     tool: str
@@ -122,6 +126,7 @@ class ToolCall:
     arguments_digest: str | None = None
     key_reaches_tool: bool = True
     keep_error_text: bool = True
+    reuse_result: bool = True
 
     def __post_init__(self) -> None:
         """Raise ``InputError`` naming the first field of a type it cannot have (a list
@@ -152,6 +157,7 @@ class ToolCall:
             or type(self.authority_chain) is not tuple
             or (self.key_reaches_tool is not True and self.key_reaches_tool is not False)
             or (self.keep_error_text is not True and self.keep_error_text is not False)
+            or (self.reuse_result is not True and self.reuse_result is not False)
         ):
             self._check_fields()
         if self.deadline is not None or self.grant_expires_at is not None:
@@ -187,7 +193,7 @@ class ToolCall:
                 raise InputError(f"tool call authority_chain holds ids (strings), got {item!r}")
             if not item.isascii():
                 _encodable(item)
-        for name in ("key_reaches_tool", "keep_error_text"):
+        for name in ("key_reaches_tool", "keep_error_text", "reuse_result"):
             value = getattr(self, name)
             if value is not True and value is not False:
                 raise InputError(f"tool call {name} must be True or False, got {value!r}")

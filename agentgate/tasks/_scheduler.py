@@ -291,7 +291,7 @@ class Scheduler:
         preemptible: bool = True,
     ) -> T:
         """A call with an idempotency key: reuse a completed result, join a running twin, or run."""
-        if key in self._results:
+        if call.reuse_result and key in self._results:
             self._results.move_to_end(key)
             self.metrics.event("reused", call.tool, {"agentgate.idempotency_key": key})
             return self._results[key]  # type: ignore[no-any-return]
@@ -329,7 +329,7 @@ class Scheduler:
             raise
         else:
             outcome.set_result(result)
-            if self.config.result_cache_size:
+            if self.config.result_cache_size and call.reuse_result:
                 self._results[key] = result
                 if len(self._results) > self.config.result_cache_size:
                     self._results.popitem(last=False)

@@ -263,7 +263,7 @@ class SyncScheduler:
         core = self.scheduler
         results = core._results
         with self._lock:
-            if key in results:
+            if call.reuse_result and key in results:
                 results.move_to_end(key)
                 core.metrics.event("reused", call.tool, {"agentgate.idempotency_key": key})
                 return results[key]  # type: ignore[no-any-return]
@@ -305,7 +305,7 @@ class SyncScheduler:
             del self._twins[key]
             mine.result = result
             done = mine.finished
-            if core.config.result_cache_size:
+            if core.config.result_cache_size and call.reuse_result:
                 results[key] = result
                 if len(results) > core.config.result_cache_size:
                     results.popitem(last=False)
