@@ -18,7 +18,7 @@ import re
 import shutil
 import sys
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -78,6 +78,18 @@ def chat_model(turns: Sequence[AIMessage], *, name: str, served_by: Gate | None 
         temperature=0,
     )
     return model
+
+
+def sign_pending(
+    gate: Gate, pending: Iterable[Any], approver: SigningKey, describe: Callable[[dict[str, Any]], str]
+) -> dict[str, Any]:
+    """Print each approval request a paused run holds (``describe``) and sign it as ``approver``:
+    the resume value, by interrupt id (several gated calls at once are several interrupts)."""
+    approvals = {}
+    for each in pending:
+        print(describe(each.value["request"]))
+        approvals[each.id] = gate.approve(each.value, approver)
+    return approvals
 
 
 def calls(*items: tuple[str, dict[str, Any]], say: str = "") -> AIMessage:

@@ -35,7 +35,7 @@ from langgraph.types import Command
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import ROOT, calls, chat_model, demo_dir, fresh_keys, summary
+from _common import ROOT, calls, chat_model, demo_dir, fresh_keys, sign_pending, summary
 
 from agentgate.dispatch import inventory_from_mapping
 from agentgate.dispatch.dispatcher import Dispatcher
@@ -204,13 +204,16 @@ async def main() -> None:
         # Several gated calls at once are several interrupts, each resumed by its id; later turns
         # may ask again: the run is resumed until none is pending.
         while pending := state.get("__interrupt__"):
-            for each in pending:
-                request = each.value["request"]
-                print(
-                    f"\nPaused for approval: {request['requester']} asks to run {request['resource']} {request['args']}"
-                    f"\n  gate {request['gate']}; approvers {', '.join(request['approvers'])}; dana signs it."
-                )
-            approvals = {each.id: gate.approve(each.value, keys["dana"]) for each in pending}
+            approvals = sign_pending(
+                gate,
+                pending,
+                keys["dana"],
+                lambda request: (
+                    f"\nPaused for approval: {request['requester']} asks to run "
+                    f"{request['resource']} {request['args']}\n  gate {request['gate']}; approvers "
+                    f"{', '.join(request['approvers'])}; dana signs it."
+                ),
+            )
             state = await team.ainvoke(Command(resume=approvals), config, context=supervisor)
         print(f"Run finished: {state['messages'][-1].content}")
         if servers:

@@ -26,7 +26,7 @@ from langgraph.types import Command
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import ROOT, calls, chat_model, demo_dir, fresh_keys, readable, summary
+from _common import ROOT, calls, chat_model, demo_dir, fresh_keys, readable, sign_pending, summary
 
 from agentgate.gate import AgentIdentity, Gate
 from agentgate.integrations.langgraph import create_gated_agent
@@ -100,13 +100,16 @@ def main() -> None:
             # A model may ask for several gated calls at once (each its own interrupt, resumed by
             # its id) and for more in later turns: the run is resumed until none is pending.
             while pending := state.get("__interrupt__"):
-                for each in pending:
-                    request = each.value["request"]
-                    print(
-                        f"Paused for approval (checkpoint saved in SQLite): {request['resource']} {request['args']}"
-                        f" by {request['requester']}; approvers {', '.join(request['approvers'])}; alice signs it."
-                    )
-                approvals = {each.id: gate.approve(each.value, keys["alice"]) for each in pending}
+                approvals = sign_pending(
+                    gate,
+                    pending,
+                    keys["alice"],
+                    lambda request: (
+                        "Paused for approval (checkpoint saved in SQLite): "
+                        f"{request['resource']} {request['args']} by {request['requester']}; "
+                        f"approvers {', '.join(request['approvers'])}; alice signs it."
+                    ),
+                )
                 state = agent.invoke(Command(resume=approvals), config, context=identity)
         conn.close()
         print("\nWhat the model was told:")
