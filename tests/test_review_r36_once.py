@@ -84,12 +84,6 @@ def test_a_payment_whose_nested_call_was_refused_after_it_paid_is_not_run_again(
     assert paid == [40]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="fix in agentgate/tasks/_scheduler.py and _sync.py (or the Gate's attempt wrapper): "
-    "an interrupt() inside a tool is a failed attempt to the scheduler, retried per retry_on and "
-    "recorded as a dead letter, although the Gate records the call as paused",
-)
 def test_a_tool_that_pauses_is_neither_retried_nor_a_dead_letter(payer: tuple[Gate, AgentIdentity]) -> None:
     gate, agent = payer
     ran: list[str] = []
@@ -101,6 +95,28 @@ def test_a_tool_that_pauses_is_neither_retried_nor_a_dead_letter(payer: tuple[Ga
     auth = gate.authorize(agent, Call.tool("lookup", {"id": "o-1"}), call_id="c1", run_id=RUN)
     with pytest.raises(GraphInterrupt):
         gate.run(auth, ask, call_id="c1", run_id=RUN, paused=lambda exc: isinstance(exc, GraphInterrupt))
+    gate.flush()
+    (outcome,) = [e for e in gate.audit.entries() if e.kind == "outcome"]
+    assert outcome.status == "paused"
+    assert ran == ["asked"]
+    assert DeadLetterStore(gate.store).recent() == []
+
+
+async def test_a_tool_that_pauses_under_arun_is_neither_retried_nor_a_dead_letter(
+    payer: tuple[Gate, AgentIdentity],
+) -> None:
+    gate, agent = payer
+    ran: list[str] = []
+
+    async def ask() -> str:
+        ran.append("asked")
+        raise GraphInterrupt(())
+
+    auth = gate.authorize(agent, Call.tool("lookup", {"id": "o-1"}), call_id="c1", run_id=RUN)
+    with pytest.raises(GraphInterrupt):
+        await gate.arun(
+            auth, ask, call_id="c1", run_id=RUN, paused=lambda exc: isinstance(exc, GraphInterrupt)
+        )
     gate.flush()
     (outcome,) = [e for e in gate.audit.entries() if e.kind == "outcome"]
     assert outcome.status == "paused"

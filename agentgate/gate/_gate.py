@@ -1241,7 +1241,13 @@ class Gate:
 
     # --- running --------------------------------------------------------------------------
 
-    def _tool_call(self, auth: Authorization, call_id: str | None, run_id: str | None) -> ToolCall:
+    def _tool_call(
+        self,
+        auth: Authorization,
+        call_id: str | None,
+        run_id: str | None,
+        paused: Callable[[BaseException], bool] | None = None,
+    ) -> ToolCall:
         identity = auth.identity
         assert identity is not None
         return ToolCall(
@@ -1261,6 +1267,8 @@ class Gate:
             # A call that must run once is kept from a second run by its store record; a result
             # kept in memory must not stand in for a run an operator settled as not run.
             reuse_result=auth.once_key is None,
+            # A pause (LangGraph's interrupt()) leaves the scheduler as it came: not a failure.
+            pauses=paused,
             grant_expires_at=float(identity.chain.tip.expires),
             authority_chain=identity.chain.ids,
             # The authority engine digested these very arguments by the same rule (SHA-256 of
@@ -1309,7 +1317,7 @@ class Gate:
                                 raised.append(exc)
                                 raise
 
-                        result = self._sync().submit(self._tool_call(auth, call_id, run_id), attempt)
+                        result = self._sync().submit(self._tool_call(auth, call_id, run_id, paused), attempt)
                     else:
                         started = True
                         result = fn()
@@ -1364,7 +1372,7 @@ class Gate:
                             return value
 
                         result = await self._async().submit(
-                            self._tool_call(auth, call_id, run_id), attempt, preemptible=preemptible
+                            self._tool_call(auth, call_id, run_id, paused), attempt, preemptible=preemptible
                         )
                     else:
                         started = True

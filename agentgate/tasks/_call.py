@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, NamedTuple
@@ -110,6 +110,9 @@ class ToolCall:
     result cache, and this one's is kept there (False: never; ``Gate.run`` for a call that must
     run once, which its store record already keeps from running twice: an operator who settled
     it as not run wants it run, not given a result kept in memory).
+    ``pauses``: an exception for which it is true is no failure of the call but a pause
+    (LangGraph's ``interrupt()`` inside a tool): it leaves at once, not retried, not told to the
+    breaker, no dead letter.
     """
 
     tool: str
@@ -127,6 +130,7 @@ class ToolCall:
     key_reaches_tool: bool = True
     keep_error_text: bool = True
     reuse_result: bool = True
+    pauses: Callable[[BaseException], bool] | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         """Raise ``InputError`` naming the first field of a type it cannot have (a list
