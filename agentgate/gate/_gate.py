@@ -1095,8 +1095,7 @@ class Gate:
         assert identity is not None and decision is not None
         amounts = self._cost(auth.call, tokens)
         by_unit = self._caps(decision)
-        unmetered = not by_unit.keys() <= _METERED
-        if unmetered or (
+        if not by_unit.keys() <= _METERED or (
             tokens is None and auth.call.resource.startswith("model:") and by_unit.keys() & _METERED_BY_TOKENS
         ):
             return self._write_refusal(replace(auth, reasons=(self._unmetered(by_unit),)), tx)

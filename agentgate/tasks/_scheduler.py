@@ -509,11 +509,6 @@ class Scheduler:
                     except _GiveUp:
                         raise
                     except Exception as exc:
-                        if call.pauses is not None and call.pauses(exc):
-                            # A pause, not a failure: no retry, no breaker report, no dead letter.
-                            if held and not probing:
-                                breaker.release()
-                            raise
                         # 3. a failed attempt: classify, tell the breaker, ask the retry rule
                         if errors is None:
                             errors = []
@@ -599,8 +594,15 @@ class Scheduler:
         tight deadlines must not open the breaker of a tool that meets its own timeout for everyone.
 
         Returns the backoff before the next attempt; raises ``_GiveUp`` when the retry rule has
-        no next attempt (or it would start past ``deadline``; ``now`` is the time on its clock).
+        no next attempt (or it would start past ``deadline``; ``now`` is the time on its clock),
+        and ``error`` itself when the call says it is a pause (``ToolCall.pauses``).
         """
+        if call.pauses is not None and call.pauses(error):
+            # A pause (LangGraph's interrupt()), not a failure: as a cancellation, it says nothing
+            # of the tool (its probe is given back), and is neither retried nor a dead letter.
+            if probe:
+                breaker.release()
+            raise error
         try:
             found = self._classifier(error)
         except Exception:  # a broken classifier must not hide the tool's error: the safe class

@@ -373,11 +373,6 @@ class SyncScheduler:
                 except _GiveUp:
                     raise
                 except Exception as exc:
-                    if call.pauses is not None and call.pauses(exc):
-                        # A pause, not a failure: no retry, no breaker report, no dead letter.
-                        if held and not probing:
-                            breaker.release()
-                        raise
                     # 3. a failed attempt: classify, tell the breaker, ask the retry rule
                     delay = core._failed(
                         call, limits, key, exc, number, errors, breaker, deadline, clock(), held

@@ -469,7 +469,7 @@ class Gateway:
             }
             if usage is not None:
                 body["usage"] = usage
-            return b"data: " + json.dumps(body, separators=(",", ":")).encode() + b"\n\n"
+            return _sse(body)
 
         usage = None
         usage_sent = False
@@ -492,7 +492,7 @@ class Gateway:
                         passed["choices"] = [{**choices[0], "delta": opening}, *choices[1:]]
                         role_sent = True
                     if choices or passed.get("usage") is not None:
-                        yield b"data: " + json.dumps(passed, separators=(",", ":")).encode() + b"\n\n"
+                        yield _sse(passed)
                 elif pending.content or pending.finish_reason or pending.tool_calls:
                     delta: dict[str, Any] = {"content": pending.content}
                     if pending.tool_calls:
@@ -697,6 +697,11 @@ def _dispatch_error(exc: AgentGateError) -> Response:
         return error_response(400, message, "rejected_by_backend")
     _log.warning("agentgate gateway: %s: %s", type(exc).__name__, exc)
     return error_response(503, "the call could not be served; nothing was charged", type(exc).__name__)
+
+
+def _sse(body: Mapping[str, Any]) -> bytes:
+    """``body`` as one server-sent event of a streamed answer (compact JSON)."""
+    return b"data: " + json.dumps(body, separators=(",", ":")).encode() + b"\n\n"
 
 
 def _error_event(message: str, code: str) -> bytes:
