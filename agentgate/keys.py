@@ -174,7 +174,7 @@ _LOCK_WAIT_S = 10.0
 def save_key(key: SigningKey, directory: Path, name: str) -> tuple[Path, Path]:
     """Write ``DIR/NAME.key`` (PKCS#8 PEM, mode 0600) and ``DIR/NAME.pub`` (did:key), both or neither.
 
-    Neither file is ever overwritten. Both are first written whole to temporary files in ``DIR``
+    Neither file is ever overwritten. A missing ``DIR`` is created with mode 0700. Both are first written whole to temporary files in ``DIR``
     (the private one created with ``O_EXCL`` and mode 0600 in one call, so it never exists with
     wider permissions) and synced; then ``NAME.key`` and ``NAME.pub`` are hard-linked into place
     in that order, each link failing if the name exists, the directory synced after each, so
@@ -199,7 +199,7 @@ def save_key(key: SigningKey, directory: Path, name: str) -> tuple[Path, Path]:
     if not name or "/" in name or name.startswith(".") or "\x00" in name:
         raise KeyFileError(f"invalid key name {name!r}: use a plain file name")
     try:
-        directory.mkdir(parents=True, exist_ok=True)
+        directory.mkdir(mode=0o700, parents=True, exist_ok=True)  # as ssh-keygen makes ~/.ssh
     except OSError as exc:
         raise KeyFileError(f"{directory}: cannot create the key directory: {exc.strerror}") from None
     except ValueError:  # a NUL byte in the path
