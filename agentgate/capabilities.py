@@ -659,6 +659,30 @@ def attenuates(parent: Capability, child: Capability) -> bool:
     return True
 
 
+def intersects(a: Constraint, b: Constraint) -> bool:
+    """Exact: whether some value satisfies both ``a`` and ``b`` (numbers are the reals).
+
+    Decided on the normal forms: a finite set meets what holds one of its values, two intervals
+    meet where the tighter bounds leave room, two prefixes when one extends the other, and an
+    interval never meets a prefix (no value is both a number and a string).
+    """
+    x, y = a._normal, b._normal
+    if isinstance(y, _Finite):
+        x, y = y, x
+    if isinstance(x, _Empty) or isinstance(y, _Empty):
+        return False
+    if isinstance(x, _Finite):
+        return any(y.contains(v) for v in x.values)
+    if isinstance(x, _Interval) and isinstance(y, _Interval):
+        # The tighter bound; at an equal value an open bound is the tighter one.
+        lo, lo_open = max((x.lo, x.lo_open), (y.lo, y.lo_open))
+        hi, hi_closed = min((x.hi, not x.hi_open), (y.hi, not y.hi_open))
+        return lo < hi or (lo == hi and not lo_open and hi_closed)
+    if isinstance(x, _Prefix) and isinstance(y, _Prefix):
+        return x.prefix.startswith(y.prefix) or y.prefix.startswith(x.prefix)
+    return False
+
+
 _NOTHING = object()
 
 
@@ -837,6 +861,7 @@ __all__ = [
     "canonical_resource",
     "covers",
     "format_capability",
+    "intersects",
     "parse_capability",
     "pattern_matches",
     "pattern_within",

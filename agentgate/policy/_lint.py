@@ -17,13 +17,17 @@ from typing import ClassVar
 from agentgate.capabilities import (
     Capability,
     Constraint,
+    Scalar,
     attenuates,
+    intersects,
     pattern_matches,
     pattern_within,
     witness,
 )
 from agentgate.findings import Finding, FindingKind, Severity
+from agentgate.policy._index import _comparable
 from agentgate.policy._load import Policy, RuleRef, describe
+from agentgate.policy._schema import Argument
 
 SCOPE = FindingKind.SCOPE_CREEP
 INHERIT = FindingKind.IMPLICIT_TRUST_INHERITANCE
@@ -205,12 +209,22 @@ class ApprovalGateBypass(LintRule):
             ]
             if not unguarded:
                 continue
+            conditions = policy.gate_conditions.get(gname, ())
             for role in policy.document.roles:
                 for rule in policy.rules.get(role, ()):
                     pattern = rule.capability.resource
                     if not pattern.endswith("*") or not any(pattern_matches(pattern, r) for r in gated):
                         continue
-                    around = [r for r in unguarded if pattern_matches(pattern, r)]
+                    # A sibling is a path around the gate only for the calls the rule admits on
+                    # it that the gate would stop: `amount <= 500` does not get around `amount > 500`.
+                    around = [
+                        r
+                        for r in unguarded
+                        if pattern_matches(pattern, r)
+                        and _admits_gated_call(
+                            rule.capability, conditions, tools[r.removeprefix("tool:")].args
+                        )
+                    ]
                     if around:
                         yield self.finding(
                             policy,
@@ -236,6 +250,58 @@ def _within(inner: Constraint, outer: Constraint) -> bool:
     return attenuates(
         Capability("tool:x", "invoke", (("v", outer),)), Capability("tool:x", "invoke", (("v", inner),))
     )
+
+
+def _admits_gated_call(
+    rule: Capability, conditions: tuple[tuple[str, Constraint], ...], args: Mapping[str, Argument]
+) -> bool:
+    """Whether ``rule`` admits a call on a tool declaring ``args`` that a gate with ``conditions``
+    would stop: each argument the rule constrains is declared and can take a value of its type
+    that the rule admits, and on each argument the gate looks at, some such value meets the
+    condition. An argument the rule leaves open may take any value, or none (a gate without
+    conditions stops every call)."""
+    admitted: dict[str, Constraint] = {}
+    for arg, constraint in rule.constraints:
+        typed = _of_type(constraint, args[arg].type) if arg in args else None
+        if typed is None:
+            return False  # the tool refuses every call the rule admits
+        admitted[arg] = typed
+    return all(
+        arg not in admitted or _condition_may_hold(admitted[arg], condition, args[arg].type)
+        for arg, condition in conditions
+    )
+
+
+# A value of each declared type: whether a gate's condition can compare a value depends on its type only.
+_OF_TYPE: dict[str, Scalar] = {"string": "", "integer": 0, "number": 0, "boolean": False}
+
+
+def _condition_may_hold(admitted: Constraint, condition: Constraint, kind: str) -> bool:
+    """Whether some value of the declared ``kind`` that ``admitted`` allows makes a gate's
+    ``condition`` hold: it satisfies it, or is one the condition cannot compare (the gate then
+    applies: fail closed, as in ``PolicyIndex``)."""
+    if not _comparable(condition, _OF_TYPE[kind]):
+        return True
+    typed = _of_type(condition, kind)
+    return typed is not None and intersects(admitted, typed)
+
+
+def _of_type(constraint: Constraint, kind: str) -> Constraint | None:
+    """The values of the declared ``kind`` that ``constraint`` allows, as a constraint, or ``None``
+    when there is none. Integers are the whole numbers within the bounds, closed, so that two
+    such constraints intersect exactly when an integer satisfies both."""
+    if constraint.is_empty:
+        return None
+    listed = ((constraint.eq,) if constraint.eq is not None else ()) + (constraint.one_of or ())
+    if listed:
+        kept = tuple(v for v in listed if _fits(kind, v) and constraint.allows(v))
+        return Constraint(one_of=kept) if kept else None
+    if not _type_can_satisfy(kind, constraint):
+        return None
+    if kind == "integer":
+        lo, hi = _least_integer(constraint), _greatest_integer(constraint)
+        return Constraint(ge=None if math.isinf(lo) else lo, le=None if math.isinf(hi) else hi)
+    return constraint
 
 
 # --- implicit_trust_inheritance -----------------------------------------------------------------------
