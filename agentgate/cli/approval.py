@@ -1,6 +1,7 @@
 """``agentgate approval``: a human's side of an approval gate.
 
-``agentgate approval list [--store URL] [--json]`` lists the requests still waiting for votes.
+``agentgate approval list [--store URL] [--json]`` lists the requests still waiting for votes
+(not those void because a grant of their call was revoked).
 ``agentgate approval sign PAYLOAD --as KEYFILE [--out FILE]`` shows what the request in
 PAYLOAD asks (the JSON that ``interrupt()`` carried, or the request inside it; ``-`` reads standard
 input) and writes the signed approval: the value to resume the run with
@@ -42,7 +43,10 @@ def register(subparsers: Any) -> None:
     listing = sub.add_parser(
         "list",
         help="requests still waiting for votes, oldest first",
-        description="List approval requests that are pending and not expired, with the votes they have.",
+        description=(
+            "List approval requests that are pending and not expired, and whose call's grants are not "
+            "revoked, with the votes they have."
+        ),
     )
     listing.add_argument("--json", action="store_true", help="one JSON array instead of a table")
     listing.add_argument(

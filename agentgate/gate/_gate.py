@@ -861,8 +861,8 @@ class Gate:
                 self.approvals.approve(
                     approval.request, approval.approver, call_hash=request["call_hash"], tx=tx
                 )
-            except (Denied, Expired, InputError):
-                pass  # a repeated, late or misdirected vote adds nothing; the count below decides
+            except (Denied, Expired, Revoked, InputError):
+                pass  # a repeated, late, void or misdirected vote adds nothing; the count below decides
             else:
                 self._write_approval_given(approval, request, self._asked_index(approval, request, tx), tx)
             votes = self.approvals.approvers(approval.request, tx=tx)
@@ -930,8 +930,8 @@ class Gate:
         with self._decision_transaction() as tx:
             try:
                 self.approvals.deny(request["id"], "agentgate:declined", tx=tx)
-            except Expired:
-                pass  # nobody answered in time: declined
+            except (Expired, Revoked):
+                pass  # nobody answered in time, or its grant was revoked (the request is void): declined
             except (AuthorityError, InputError) as exc:
                 raise InputError(f"approval request {request['id']} cannot be declined: {exc}") from None
             index = self.audit.append({**self._entry(refused, "deny"), "ref": auth.audit_index}, tx)
@@ -1057,7 +1057,12 @@ class Gate:
             )
         with self._decision_transaction() if tx is None else nullcontext(tx) as t:
             request_id = self.approvals.request(
-                call_hash, auth.identity.did, request["expires_at"], quorum=request["quorum"], tx=t
+                call_hash,
+                auth.identity.did,
+                request["expires_at"],
+                quorum=request["quorum"],
+                grants=auth.identity.chain.ids,
+                tx=t,
             )
             index = self.audit.append(self._entry(auth, "approval_required"), t)
             self.approvals.asked(request_id, index, tx=t)
@@ -1137,7 +1142,7 @@ class Gate:
                 raise QuotaExceeded(
                     f"quota {full.name} reached: {full.limit} {full.unit} per {full.window_s} s for {full.subject}"
                 )
-        except (BudgetExceeded, QuotaExceeded, Denied, Expired, InputError) as exc:
+        except (BudgetExceeded, QuotaExceeded, Denied, Expired, Revoked, InputError) as exc:
             if guarded:
                 tx.execute("ROLLBACK TO SAVEPOINT agentgate_allow")
                 tx.execute("RELEASE SAVEPOINT agentgate_allow")

@@ -8,16 +8,24 @@ the row's current state, so: an approval cannot be given after the request expir
 approval never flips a timed-out request), an approver must differ from the requester and counts
 once, and an approval is consumed once, for the call it was given for; a replay finds it already
 consumed.
+
+A request also keeps the grant ids of its call's chain (``approval_grants``, root to tip). One
+whose grant, or any ancestor of it, is revoked (``agentgate_revocations``, which every process
+writes) is void: no longer open, and approving, denying or using it raises ``Revoked``. That is
+read when asked, never written into the request, so a revocation by another process, the CLI or
+another host counts at once. Requests opened before grants were kept have none and are unaffected.
 """
 
 from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-from agentgate.errors import Denied, Expired, InputError
+from agentgate.errors import Denied, Expired, InputError, Revoked
 from agentgate.store._base import Dialect, Store, Transaction
+from agentgate.store.grants import _DDL as GRANTS_DDL
 
 APPROVALS_DDL: dict[Dialect, str] = {
     "sqlite": """
@@ -43,6 +51,11 @@ CREATE TABLE IF NOT EXISTS approval_votes (
 CREATE TABLE IF NOT EXISTS approval_asked (
     approval_id TEXT PRIMARY KEY REFERENCES approvals (id),
     audit_index INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS approval_grants (
+    approval_id TEXT NOT NULL REFERENCES approvals (id),
+    grant_id TEXT NOT NULL,
+    PRIMARY KEY (approval_id, grant_id)
 );
 """,
     "postgresql": """
@@ -80,10 +93,23 @@ BEGIN
             audit_index BIGINT NOT NULL
         );
     END IF;
+    IF to_regclass('approval_grants') IS NULL THEN
+        CREATE TABLE approval_grants (
+            approval_id TEXT NOT NULL REFERENCES approvals (id),
+            grant_id TEXT NOT NULL,
+            PRIMARY KEY (approval_id, grant_id)
+        );
+    END IF;
 END;
 $$;
 """,
 }
+
+_UNREVOKED = (
+    "NOT EXISTS (SELECT 1 FROM approval_grants g JOIN agentgate_revocations r ON r.grant_id = g.grant_id "
+    "WHERE g.approval_id = {})"
+)
+"""The condition that no grant of the request whose id is ``{}`` (a column or ``?``) is revoked."""
 
 
 @dataclass(frozen=True)
@@ -105,6 +131,8 @@ class ApprovalStore:
 
     def __init__(self, store: Store) -> None:
         self.store = store
+        # The revocation table is read here (a void request): made if this store has none yet.
+        store.ensure_schema("grants", GRANTS_DDL)
         store.ensure_schema("approvals", APPROVALS_DDL)
 
     def _run(self, tx: Transaction | None, sql: str, params: tuple[object, ...]) -> int:
@@ -122,23 +150,32 @@ class ApprovalStore:
         expires_at: float,
         *,
         quorum: int = 1,
+        grants: Sequence[str] = (),
         tx: Transaction | None = None,
     ) -> str:
         """Open a request for the call ``call_hash`` that ``quorum`` distinct approvers must approve.
 
-        Returns its id. ``InputError`` on empty values or a quorum below one.
+        ``grants``: the grant ids of the call's chain, root to tip, kept with the request in the
+        same transaction; the request is void once any of them is revoked. Returns its id.
+        ``InputError`` on empty values or a quorum below one.
         """
         if not call_hash or not requester:
             raise InputError("an approval request needs a call hash and a requester")
         if not isinstance(quorum, int) or isinstance(quorum, bool) or quorum < 1:
             raise InputError(f"an approval quorum is a whole number >= 1, got {quorum!r}")
         approval_id = uuid.uuid4().hex
-        self._run(
-            tx,
-            "INSERT INTO approvals (id, call_hash, requester, state, quorum, created, expires_at) "
-            "VALUES (?, ?, ?, 'pending', ?, ?, ?)",
-            (approval_id, call_hash, requester, quorum, time.time(), float(expires_at)),
-        )
+        with self.store.within(tx) as t:
+            t.execute(
+                "INSERT INTO approvals (id, call_hash, requester, state, quorum, created, expires_at) "
+                "VALUES (?, ?, ?, 'pending', ?, ?, ?)",
+                (approval_id, call_hash, requester, quorum, time.time(), float(expires_at)),
+            )
+            if grants:
+                t.executemany(
+                    "INSERT INTO approval_grants (approval_id, grant_id) VALUES (?, ?) "
+                    "ON CONFLICT DO NOTHING",
+                    [(approval_id, grant) for grant in grants],
+                )
         return approval_id
 
     def asked(self, approval_id: str, audit_index: int, *, tx: Transaction | None = None) -> None:
@@ -167,7 +204,7 @@ class ApprovalStore:
         self, call_hash: str, requester: str, *, now: float | None = None, tx: Transaction | None = None
     ) -> tuple[str, int | None, float] | None:
         """The newest request for the call ``call_hash`` by ``requester`` that is still open
-        (pending or approved, not used, not expired): its id, the index of its
+        (pending or approved, not used, not expired, no grant revoked): its id, the index of its
         ``approval_required`` audit entry (``None`` when it was not recorded) and its expiry.
 
         A process that asks again for a call another process (or itself before a restart) asked
@@ -177,7 +214,8 @@ class ApprovalStore:
             "SELECT a.id, k.audit_index, a.expires_at FROM approvals a "
             "LEFT JOIN approval_asked k ON k.approval_id = a.id "
             "WHERE a.call_hash = ? AND a.requester = ? AND a.state IN ('pending', 'approved') "
-            "AND a.expires_at > ? ORDER BY a.created DESC, a.id LIMIT 1"
+            f"AND a.expires_at > ? AND {_UNREVOKED.format('a.id')} "
+            "ORDER BY a.created DESC, a.id LIMIT 1"
         )
         params = (call_hash, requester, time.time() if now is None else now)
         rows = tx.execute(sql, params) if tx is not None else self.store.query(sql, params)
@@ -197,9 +235,10 @@ class ApprovalStore:
     ) -> None:
         """Record ``approver``'s yes on a pending, unexpired request; it is approved at its quorum.
 
-        Raises ``Expired`` if the request has expired, ``Denied`` if the approver is the requester,
-        has already approved it, or the request was already decided, ``InputError`` if there is no
-        such request. With ``call_hash``, the yes counts only if the request is for that call.
+        Raises ``Expired`` if the request has expired, ``Revoked`` if a grant of its call is revoked,
+        ``Denied`` if the approver is the requester, has already approved it, or the request was
+        already decided, ``InputError`` if there is no such request. With ``call_hash``, the yes
+        counts only if the request is for that call.
         """
         now = time.time() if now is None else now
         if tx is None:
@@ -215,8 +254,9 @@ class ApprovalStore:
             tx,
             "INSERT INTO approval_votes (approval_id, approver, decided_at) "
             "SELECT id, ?, ? FROM approvals WHERE id = ? AND state = 'pending' AND expires_at > ? "
-            "AND requester <> ? AND call_hash = coalesce(?, call_hash) ON CONFLICT DO NOTHING",
-            (approver, now, approval_id, now, approver, call_hash),
+            f"AND requester <> ? AND call_hash = coalesce(?, call_hash) AND {_UNREVOKED.format('?')} "
+            "ON CONFLICT DO NOTHING",
+            (approver, now, approval_id, now, approver, call_hash, approval_id),
         )
         if voted != 1:
             self._explain(tx, approval_id, now, approver=approver, call_hash=call_hash or "")
@@ -239,8 +279,9 @@ class ApprovalStore:
         changed = self._run(
             tx,
             "UPDATE approvals SET state = 'denied', approver = ?, decided_at = ? "
-            "WHERE id = ? AND state = 'pending' AND expires_at > ? AND requester <> ?",
-            (approver, now, approval_id, now, approver),
+            "WHERE id = ? AND state = 'pending' AND expires_at > ? AND requester <> ? "
+            f"AND {_UNREVOKED.format('?')}",
+            (approver, now, approval_id, now, approver, approval_id),
         )
         if changed != 1:
             self._explain(tx, approval_id, now, approver=approver)
@@ -251,14 +292,16 @@ class ApprovalStore:
         """Use an approval for the call ``call_hash``, once; returns the approvers' ids, sorted.
 
         Raises ``Denied`` if it is not approved, was already used, or was given for another call;
-        ``Expired`` if it has expired; ``InputError`` if there is no such approval.
+        ``Expired`` if it has expired; ``Revoked`` if a grant of its call is revoked;
+        ``InputError`` if there is no such approval.
         """
         now = time.time() if now is None else now
         changed = self._run(
             tx,
             "UPDATE approvals SET state = 'consumed', consumed_at = ? "
-            "WHERE id = ? AND call_hash = ? AND state = 'approved' AND expires_at > ?",
-            (now, approval_id, call_hash, now),
+            "WHERE id = ? AND call_hash = ? AND state = 'approved' AND expires_at > ? "
+            f"AND {_UNREVOKED.format('?')}",
+            (now, approval_id, call_hash, now, approval_id),
         )
         if changed != 1:
             self._explain(tx, approval_id, now, call_hash=call_hash)
@@ -298,6 +341,9 @@ class ApprovalStore:
             raise Denied(f"approval {approval_id} was given for another call")
         if record.state == "consumed":
             raise Denied(f"approval {approval_id} was already used")
+        revoked = self._revoked_grant(tx, approval_id) if record.state in ("pending", "approved") else None
+        if revoked is not None:
+            raise Revoked(f"approval request {approval_id} is void: grant {revoked} was revoked")
         if record.expires_at <= now:
             raise Expired(f"approval {approval_id} expired")
         if approver and record.requester == approver:
@@ -305,6 +351,16 @@ class ApprovalStore:
         if approver and record.state == "pending" and approver in self.approvers(approval_id, tx=tx):
             raise Denied(f"{approver} has already approved request {approval_id}; each approver counts once")
         raise Denied(f"approval {approval_id} is {record.state}")
+
+    def _revoked_grant(self, tx: Transaction | None, approval_id: str) -> str | None:
+        """A revoked grant of the request's call (the first by id), or ``None``."""
+        sql = (
+            "SELECT g.grant_id FROM approval_grants g "
+            "JOIN agentgate_revocations r ON r.grant_id = g.grant_id "
+            "WHERE g.approval_id = ? ORDER BY g.grant_id LIMIT 1"
+        )
+        rows = tx.execute(sql, (approval_id,)) if tx is not None else self.store.query(sql, (approval_id,))
+        return str(rows[0][0]) if rows else None
 
     def get(self, approval_id: str) -> Approval:
         """One request; ``InputError`` if there is none."""
@@ -324,11 +380,13 @@ class ApprovalStore:
         )
 
     def open_requests(self, now: float | None = None) -> list[tuple[Approval, tuple[str, ...]]]:
-        """Requests still waiting for votes (pending, not expired), oldest first, with their votes."""
+        """Requests still waiting for votes (pending, not expired, no grant revoked), oldest first,
+        with their votes."""
         moment = time.time() if now is None else now
         rows = self.store.query(
             "SELECT id, call_hash, requester, state, approver, expires_at, quorum FROM approvals "
-            "WHERE state = 'pending' AND expires_at > ? ORDER BY created, id",
+            f"WHERE state = 'pending' AND expires_at > ? AND {_UNREVOKED.format('approvals.id')} "
+            "ORDER BY created, id",
             (moment,),
         )
         found = []

@@ -1,0 +1,324 @@
+"""Review R37: an approval request whose call stands on a revoked grant is void.
+
+A grant revoked while its call waits for a human's approval left the request pending until it
+expired: listed to approvers (``agentgate approval list``), open to votes, and a vote for it was
+logged as ``approval_given`` for a call whose authority was already withdrawn. The store now keeps
+the grant ids of the call's chain with the request, and a request any of whose grants is revoked
+(the call's own or any ancestor: revocation cascades) is no longer open, whoever revoked it and
+when; approving or denying it raises ``Revoked`` naming the grant.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from agentgate.capabilities import Call
+from agentgate.cli.main import main
+from agentgate.errors import Revoked
+from agentgate.gate import AgentIdentity, Approval, Authorization, Gate
+from agentgate.keys import SigningKey
+from agentgate.policy import parse_policy
+from agentgate.store import SQLiteStore, Store
+from agentgate.store.approvals import ApprovalStore
+from agentgate.store.grants import GrantRepository
+
+NAMES = ("root", "supervisor", "researcher", "dana", "erin")
+PUBLISH = Call.tool("publish", {"path": "reports/q"})
+
+
+def _policy_text(dids: dict[str, str], quorum: int) -> str:
+    return f"""
+version: 1
+trust_anchors:
+  root: {{did: "{dids["root"]}"}}
+principals:
+  supervisor: {{kind: agent, did: "{dids["supervisor"]}", roles: [writer]}}
+  researcher: {{kind: agent, did: "{dids["researcher"]}", roles: [writer]}}
+  dana: {{kind: human, did: "{dids["dana"]}", roles: [owner]}}
+  erin: {{kind: human, did: "{dids["erin"]}", roles: [owner]}}
+tools:
+  publish:
+    args: {{path: {{type: string, required: true}}}}
+    loggable: [path]
+roles:
+  writer:
+    kind: agent
+    capabilities:
+      - resource: tool:publish
+    ttl_s: 3600
+    delegation:
+      max_depth: 1
+      max_ttl_s: 600
+      capabilities:
+        - resource: tool:publish
+  owner:
+    kind: human
+    capabilities:
+      - resource: tool:publish
+    ttl_s: 3600
+approvals:
+  publish:
+    resource: tool:publish
+    approvers: [dana, erin]
+    quorum: {quorum}
+    expiry_s: 600
+"""
+
+
+@dataclass
+class Desk:
+    gate: Gate
+    keys: dict[str, SigningKey]
+    supervisor: AgentIdentity
+    path: Path
+
+    def ask(self, identity: AgentIdentity | None = None, call_id: str = "publish-0") -> Authorization:
+        """The publish call of ``identity`` (the supervisor), paused for approval."""
+        auth = self.gate.authorize(identity or self.supervisor, PUBLISH, call_id=call_id)
+        assert auth.needs_approval and auth.request is not None, auth.reasons
+        return auth
+
+    def open_ids(self) -> list[str]:
+        return [record.id for record, _ in self.gate.approvals.open_requests()]
+
+
+def _desk(tmp_path: Path, quorum: int = 1) -> Desk:
+    keys = {name: SigningKey.generate() for name in NAMES}
+    policy = parse_policy(_policy_text({n: k.did for n, k in keys.items()}, quorum), source="desk.yaml")
+    gate = Gate(policy, SQLiteStore(tmp_path / "agentgate.db"))
+    supervisor = gate.issue(keys["root"], name="supervisor", key=keys["supervisor"], role="writer")
+    return Desk(gate, keys, supervisor, tmp_path)
+
+
+@pytest.fixture
+def desk(tmp_path: Path) -> Iterator[Desk]:
+    made = _desk(tmp_path)
+    yield made
+    made.gate.close()
+
+
+def _kinds(gate: Gate) -> list[str]:
+    gate.flush()
+    return [entry.kind for entry in gate.audit.entries()]
+
+
+def test_revoking_the_calls_grant_voids_its_pending_request(desk: Desk) -> None:
+    auth = desk.ask()
+    assert auth.request is not None
+    request, call_hash = auth.request["id"], auth.request["call_hash"]
+    assert desk.open_ids() == [request]
+
+    desk.gate.revoke(desk.supervisor, reason="key leaked")
+
+    assert desk.open_ids() == []
+    assert desk.gate.approvals.open_for(call_hash, desk.supervisor.did) is None
+    grant = desk.supervisor.grant_id
+    with pytest.raises(Revoked, match=f"grant {grant} was revoked"):
+        desk.gate.approvals.approve(request, desk.keys["dana"].did)
+    with pytest.raises(Revoked, match=f"grant {grant} was revoked"):
+        desk.gate.approvals.deny(request, desk.keys["dana"].did)
+    assert desk.gate.approvals.approvers(request) == ()
+
+
+def test_revoking_an_ancestor_voids_a_sub_agents_request(desk: Desk) -> None:
+    helper = desk.gate.delegate(
+        desk.supervisor,
+        name="helper",
+        key=SigningKey.generate(),
+        capabilities=["tool:publish"],
+        ttl=timedelta(minutes=5),
+    )
+    auth = desk.ask(helper)
+    assert auth.request is not None and desk.open_ids() == [auth.request["id"]]
+
+    desk.gate.revoke(desk.supervisor)  # the parent: every grant below it is dead too
+
+    assert desk.open_ids() == []
+    with pytest.raises(Revoked, match=f"grant {desk.supervisor.grant_id} was revoked"):
+        desk.gate.approvals.approve(auth.request["id"], desk.keys["dana"].did)
+
+
+def test_an_unrelated_revocation_leaves_the_request_open(desk: Desk) -> None:
+    other = desk.gate.issue(desk.keys["root"], name="researcher", key=desk.keys["researcher"], role="writer")
+    auth = desk.ask()
+    assert auth.request is not None
+
+    desk.gate.revoke(other)
+
+    assert desk.open_ids() == [auth.request["id"]]
+    desk.gate.approvals.approve(auth.request["id"], desk.keys["dana"].did)
+    assert desk.gate.approvals.get(auth.request["id"]).state == "approved"
+
+
+def test_a_revocation_written_by_another_process_is_seen_at_once(desk: Desk) -> None:
+    auth = desk.ask()
+    assert auth.request is not None
+    other = SQLiteStore(desk.path / "agentgate.db")  # another process's connection to the file
+    try:
+        GrantRepository(other).revoke(desk.supervisor.grant_id, now=int(time.time()))
+    finally:
+        other.close()
+    assert desk.open_ids() == []
+
+
+def test_approval_list_does_not_show_a_request_whose_grant_was_revoked(
+    desk: Desk, capsys: pytest.CaptureFixture[str]
+) -> None:
+    auth = desk.ask()
+    assert auth.request is not None
+    store = str(desk.path / "agentgate.db")
+    assert main(["approval", "list", "--store", store, "--json"]) == 0
+    assert [row["id"] for row in json.loads(capsys.readouterr().out)] == [auth.request["id"]]
+
+    desk.gate.revoke(desk.supervisor)
+
+    assert main(["approval", "list", "--store", store, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == []
+
+
+def test_a_vote_after_the_revocation_is_not_logged_as_an_approval(tmp_path: Path) -> None:
+    """Quorum 2: each vote is recorded when it comes, before the call is decided. A vote for a
+    request whose grant was revoked was recorded and logged as ``approval_given``."""
+    desk = _desk(tmp_path, quorum=2)
+    try:
+        auth = desk.ask()
+        assert auth.request is not None
+        desk.gate.revoke(desk.supervisor)
+        payload = auth.approval_payload()
+        vote = Approval.parse(desk.gate.approve(payload, desk.keys["dana"]))
+
+        refused = desk.gate.authorize(desk.supervisor, PUBLISH, call_id="publish-0", approval=vote)
+
+        assert not refused.allowed and not refused.needs_approval
+        assert desk.gate.approvals.approvers(auth.request["id"]) == ()
+        assert "approval_given" not in _kinds(desk.gate)
+    finally:
+        desk.gate.close()
+
+
+def test_declining_a_void_request_is_recorded_as_declined(desk: Desk) -> None:
+    """As for an expired request: the call is refused in the log, referring to its request."""
+    auth = desk.ask()
+    desk.gate.revoke(desk.supervisor)
+
+    declined = desk.gate.decline(auth, "revoked meanwhile")
+
+    assert not declined.allowed and declined.audit_index is not None
+    entry = desk.gate.audit.entry(declined.audit_index)
+    assert entry.kind == "deny" and entry.ref == auth.audit_index
+
+
+OLD_SQLITE_TABLES = """
+CREATE TABLE approvals (
+    id TEXT PRIMARY KEY,
+    call_hash TEXT NOT NULL,
+    requester TEXT NOT NULL,
+    state TEXT NOT NULL CHECK (state IN ('pending', 'approved', 'denied', 'consumed')),
+    approver TEXT,
+    quorum INTEGER NOT NULL DEFAULT 1 CHECK (quorum >= 1),
+    created REAL NOT NULL,
+    expires_at REAL NOT NULL,
+    decided_at REAL,
+    consumed_at REAL
+);
+CREATE INDEX approvals_call ON approvals (call_hash);
+CREATE TABLE approval_votes (
+    approval_id TEXT NOT NULL REFERENCES approvals (id),
+    approver TEXT NOT NULL,
+    decided_at REAL NOT NULL,
+    PRIMARY KEY (approval_id, approver)
+);
+CREATE TABLE approval_asked (
+    approval_id TEXT PRIMARY KEY REFERENCES approvals (id),
+    audit_index INTEGER NOT NULL
+);
+CREATE TABLE agentgate_revocations (
+    grant_id TEXT PRIMARY KEY,
+    revoked_at INTEGER NOT NULL,
+    reason TEXT NOT NULL DEFAULT ''
+);
+"""
+"""The approval tables before requests knew their grants, and the revocation table."""
+
+
+def test_a_request_of_a_store_made_before_grants_were_kept_behaves_as_before(tmp_path: Path) -> None:
+    path = tmp_path / "old.db"
+    now = time.time()
+    with sqlite3.connect(path) as old:
+        old.executescript(OLD_SQLITE_TABLES)
+        old.execute(
+            "INSERT INTO approvals (id, call_hash, requester, state, quorum, created, expires_at) "
+            "VALUES ('old', 'h1', 'did:key:r', 'pending', 1, ?, ?)",
+            (now, now + 300),
+        )
+        old.execute("INSERT INTO agentgate_revocations VALUES ('g-any', 1, '')")
+    old.close()
+    store = SQLiteStore(path)
+    try:
+        approvals = ApprovalStore(store)
+        assert [record.id for record, _ in approvals.open_requests()] == ["old"]
+        assert approvals.open_for("h1", "did:key:r") is not None
+        approvals.approve("old", "did:key:human")
+        assert approvals.consume("old", "h1") == ("did:key:human",)
+    finally:
+        store.close()
+
+
+def test_a_request_needs_no_grants_and_each_chain_link_counts(sqlite_store: Store) -> None:
+    approvals = ApprovalStore(sqlite_store)
+    expires = time.time() + 300
+    bare = approvals.request("h0", "did:key:r", expires)
+    chained = approvals.request("h1", "did:key:r", expires, grants=("g-root", "g-mid", "g-tip"))
+    GrantRepository(sqlite_store).revoke("g-mid", now=int(time.time()))
+    assert [record.id for record, _ in approvals.open_requests()] == [bare]
+    assert approvals.open_for("h1", "did:key:r") is None
+    with pytest.raises(Revoked, match="grant g-mid was revoked"):
+        approvals.approve(chained, "did:key:human")
+
+
+OLD_POSTGRES_TABLES = (
+    OLD_SQLITE_TABLES.replace("REAL", "DOUBLE PRECISION")
+    .replace("audit_index INTEGER", "audit_index BIGINT")
+    .replace("revoked_at INTEGER", "revoked_at BIGINT")
+)
+
+
+@pytest.mark.postgres
+def test_on_postgresql_a_revoked_grant_voids_the_request_and_old_stores_open(postgres_url: str) -> None:
+    from agentgate.store._postgres import PostgresStore
+
+    store = PostgresStore(postgres_url)
+    try:
+        now = time.time()
+        with store.transaction() as tx:
+            for statement in filter(str.strip, OLD_POSTGRES_TABLES.split(";")):
+                tx.execute(statement)
+            tx.execute(
+                "INSERT INTO approvals (id, call_hash, requester, state, quorum, created, expires_at) "
+                "VALUES ('old', 'h0', 'did:key:r', 'pending', 1, ?, ?)",
+                (now, now + 300),
+            )
+        approvals = ApprovalStore(store)  # adds the grants table to the store of the old schema
+        chained = approvals.request("h1", "did:key:r", now + 300, grants=("g-root", "g-tip"))
+        assert [record.id for record, _ in approvals.open_requests()] == ["old", chained]
+
+        GrantRepository(store).revoke("g-root", now=int(now))
+
+        assert [record.id for record, _ in approvals.open_requests()] == ["old"]
+        assert approvals.open_for("h1", "did:key:r") is None
+        with pytest.raises(Revoked, match="grant g-root was revoked"):
+            approvals.approve(chained, "did:key:human")
+        with pytest.raises(Revoked, match="grant g-root was revoked"):
+            approvals.deny(chained, "did:key:human")
+        approvals.approve("old", "did:key:human")
+        assert approvals.consume("old", "h0") == ("did:key:human",)
+    finally:
+        store.close()
