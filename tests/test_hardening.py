@@ -367,7 +367,8 @@ def test_an_overrun_that_does_not_fit_is_recorded_and_exhausts_the_budget(
     gate, agent = priced
     auth = gate.authorize(agent, Call.model("small"), tokens=(10, 10))
     assert auth.allowed
-    gate.run(auth, lambda: "answer", spent=lambda _result: (10, 10_000))
+    # A prompt far longer than estimated (output is never charged over the max reserved).
+    gate.run(auth, lambda: "answer", spent=lambda _result: (19_990, 10))
     outcome = _outcome(gate, auth.audit_index)
     assert outcome.status == "ok"
     assert any("overran the usd_micros budget by 10010" in r for r in outcome.reasons), outcome.reasons

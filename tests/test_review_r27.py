@@ -336,7 +336,8 @@ def test_every_path_through_the_gate_reconciles_with_ledger_and_spans(store: Sto
         decide("deny", Call.tool("limited", {}))  # quota exhausted
         run(Call.model("scripted", {}), lambda: "hi", tokens=(100, 200), spent=lambda _: (50, 20))
         # a model call that used more than the budget had left: its cost is recorded all the same
-        run(Call.model("scripted", {}), lambda: "long", tokens=(10, 10), spent=lambda _: (600, 600))
+        # (a prompt longer than estimated: output is never charged over the max reserved)
+        run(Call.model("scripted", {}), lambda: "long", tokens=(10, 10), spent=lambda _: (1190, 10))
         decide("deny", Call.model("scripted", {}), tokens=(1, 1))  # budget exhausted
         # a once-only tool that failed, then settled by a person: a second outcome
         once = decide("allow", Call.tool("explode", {}), call_id="e1")

@@ -4,8 +4,10 @@ Each engine publishes its load under its own names; ``ENGINE_METRICS`` maps them
 signals the router uses (running, waiting, KV usage) plus vLLM's prefix-cache counters and cache
 size. Only the lines of those names are parsed, with ``prometheus_client``'s text parser (the
 scrape runs on the dispatcher's event loop: an engine's hundreds of other series, or a backend
-answering megabytes of them, must not stall it); a series with several label sets (a
-data-parallel engine, several models) is summed, and KV usage is averaged. Text over
+answering megabytes of them, must not stall it); a series with several label sets (the engines
+of a data-parallel server, several models) is summed, and KV usage is averaged (the engines'
+caches are equal: the mean is the server's fraction in use), but the KV capacity is read once
+(each engine's sample already carries the server's total). Text over
 ``MAX_METRICS_CHARS``, lines of those names that do not parse, or text that carries none of the
 engine's names raise ``BackendFailed``: a backend that answers garbage is a failed backend,
 never a crash.
@@ -149,6 +151,8 @@ def load_from_text(text: str, engine: Engine, *, now: float = 0.0) -> EngineLoad
         )
     load = load_from_values(flat, engine, now=now)
     info = samples.get("vllm:cache_config_info")
+    # One sample, not their sum: a data-parallel vLLM (0.9 and later) publishes one per engine,
+    # each with the server's ``num_gpu_blocks``, which it sums over its engines' own at their start.
     capacity = _kv_capacity(info[0][0]) if info else None
     if capacity is not None:
         load = EngineLoad(

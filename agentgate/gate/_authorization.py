@@ -87,6 +87,9 @@ class Authorization:
     once_key: str | None = None
     """For an allowed call of a non-idempotent tool with a call id: its idempotency key, under
     which the Gate records that it ran (``store.once``), so that it never runs twice."""
+    output_tokens: int | None = None
+    """For an allowed model call decided with its token estimate: the output tokens reserved (its
+    ``max_tokens``), the most completion tokens its outcome is charged."""
     _use: _Once = field(default_factory=_Once, repr=False, compare=False)
     """Taken by the one ``Gate.run``/``arun``/gateway call an allow is good for (shared by copies)."""
 

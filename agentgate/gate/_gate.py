@@ -198,6 +198,20 @@ def _token_counts(tokens: object) -> tuple[int, int]:
     raise InputError(f"token counts must be two non-negative integers (prompt, output), got {tokens!r}")
 
 
+def _output_capped(usage: tuple[int, int], limit: int | None) -> tuple[int, int]:
+    """The usage a model call is charged: ``usage`` itself, or, when it reports more completion
+    tokens than ``limit`` (the output reserved: the ``max_tokens`` the call was sent), the prompt
+    tokens as reported with ``limit`` completion tokens. A backend that reports more output than it
+    was allowed is broken or hostile; charged as reported, one call could drain a budget. (The
+    prompt is charged as reported: the reservation's prompt is only an estimate.) ``limit``
+    ``None`` (no output was reserved): ``usage`` unchecked. Raises ``InputError`` for usage that is
+    not two token counts."""
+    if limit is None:
+        return usage
+    prompt, output = _token_counts(usage)
+    return (prompt, limit) if output > limit else usage
+
+
 class _CarryFailed(Exception):
     """An outcome carried by a transaction could not be written: roll the transaction back."""
 
@@ -1167,6 +1181,8 @@ class Gate:
         index = self.audit.append(entry, tx)
         if once_key is not None:
             self.once.start(tx, once_key, index, [reservation for reservation, _, _ in held])
+        # The output a model call's outcome is charged at most (``_cost`` has checked ``tokens``).
+        output = tokens[1] if tokens is not None and auth.call.resource.startswith("model:") else None
         return Authorization(  # built directly: dataclasses.replace costs more than the rest of this step
             auth.verdict,
             auth.call,
@@ -1180,6 +1196,7 @@ class Gate:
             decision,
             rule=auth.rule,
             once_key=once_key,
+            output_tokens=output,
         )
 
     @staticmethod
@@ -1685,11 +1702,20 @@ class Gate:
                 reasons.append("no usage was reported; charged as reserved")
         else:
             try:
-                actual = self._cost(auth.call, usage)
+                charged = _output_capped(usage, auth.output_tokens)
+                actual = self._cost(auth.call, charged)
             except InputError:  # garbage from a backend: the whole reservation is charged
                 reasons.append(
                     f"reported usage {str(usage)[:80]} is not two token counts; charged as reserved"
                 )
+            else:
+                if charged is not usage:
+                    over = (
+                        f"the backend reported {usage[1]} completion tokens, over the call's max_tokens "
+                        f"of {charged[1]}; charged {charged[1]}"
+                    )
+                    reasons.append(over)
+                    _log.warning("agentgate: audit entry %s: %s", auth.audit_index, over)
         delta = 0
         for position, (reservation, unit, amount) in enumerate(auth.reservations):
             if status == "ok" or actual is not None or usage is USAGE_UNREAD:
