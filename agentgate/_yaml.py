@@ -10,8 +10,10 @@ errors by location path, ``("roles", "support", "ttl_s")``, which this map turns
 
 - duplicate keys (PyYAML silently keeps the last one, so a second ``ttl_s`` would win);
 - custom or Python tags (``!!python/object``, ``!include``), and merge keys (``<<``);
-- more than ``MAX_ALIASES`` aliases or ``MAX_NODES`` built values (an alias bomb expands
-  exponentially when the tree is built), or nesting deeper than ``MAX_DEPTH`` (building recurses).
+- more than ``MAX_NODES`` nodes, counted from the parser's events before any node is built (8 MiB
+  of ``[a,a,...`` composes into 1.3 GiB of nodes), more than ``MAX_ALIASES`` aliases or
+  ``MAX_NODES`` built values (an alias bomb expands exponentially when the tree is built), or
+  nesting deeper than ``MAX_DEPTH`` (building recurses).
 """
 
 from __future__ import annotations
@@ -27,7 +29,11 @@ from agentgate.errors import InputError, PolicyError, SourceError
 from agentgate.keys import read_regular_file
 
 MAX_ALIASES = 16
-MAX_NODES = 200_000
+MAX_NODES = 50_000
+"""Most nodes (scalars, keys, lists, mappings, aliases) a file may hold, counted from the parser's
+events before the tree is built, and most values it may expand to when built (aliases repeat).
+A policy holds a few hundred; 1,000 capability rules take about 20,000. A file just under the
+limit is built in under a second and 30 MiB; one over it is refused before any node is built."""
 MAX_DEPTH = 100
 """Deepest nesting of mappings and lists (a policy needs about ten): building the data recurses."""
 Path_ = tuple[str | int, ...]
@@ -49,6 +55,12 @@ _OCTAL_1_2 = re.compile(r"[-+]?0o[0-7]+")
 _LEADING_ZERO = re.compile(r"[-+]?0[0-9_]+")
 """A decimal integer with a leading zero that PyYAML reads as text (``09``): 9 in YAML 1.2."""
 _MAP, _SEQ = "tag:yaml.org,2002:map", "tag:yaml.org,2002:seq"
+_NODE_EVENTS = (yaml.ScalarEvent, yaml.SequenceStartEvent, yaml.MappingStartEvent, yaml.AliasEvent)
+_COUNT_ABOVE = 16 * 1024
+"""Characters above which the nodes are counted before the tree is composed: PyYAML composes the
+whole tree before anything can count it (8 MiB of ``[a,a,...`` took 20 s and 1.3 GiB to refuse).
+A shorter text holds at most about one node a character, far fewer than ``MAX_NODES``, so it is
+not parsed twice (counting first adds a tenth to loading a policy of a few KiB)."""
 _TEXT_1_2 = frozenset({"tag:yaml.org,2002:value", "tag:yaml.org,2002:merge"})
 _TIMESTAMP = "tag:yaml.org,2002:timestamp"
 _TAGGED = re.compile(r"(?:&\S+\s+)?!")
@@ -113,13 +125,15 @@ def load_yaml(text: str, *, source: str, error: type[SourceError] = PolicyError)
     """Parse ``text`` and return ``(data, locations)``; ``data`` is ``None`` for an empty document.
 
     Raises ``error`` (with ``source``, line and column) on malformed YAML, several documents,
-    duplicate or non-string keys, merge keys, tags outside the core schema, alias bombs, and
-    nesting deeper than ``MAX_DEPTH``.
+    more than ``MAX_NODES`` nodes, duplicate or non-string keys, merge keys, tags outside the
+    core schema, alias bombs, and nesting deeper than ``MAX_DEPTH``.
     """
     # A leading byte order mark is no content; libyaml's marks do not count it, PyYAML's do.
     text = text.removeprefix("\ufeff")
     loader = None
     try:
+        if len(text) > _COUNT_ABOVE:
+            _refuse_too_many_nodes(text, source, error)
         loader = _Loader(text)  # PyYAML's own reader checks the characters here
         node = loader.get_single_node()
     except UnicodeEncodeError as exc:  # libyaml reads UTF-8: a lone surrogate cannot be encoded
@@ -168,6 +182,29 @@ def load_yaml(text: str, *, source: str, error: type[SourceError] = PolicyError)
         return builder.build(node, ()), locations
     finally:
         builder.scalars.dispose()
+
+
+def _refuse_too_many_nodes(text: str, source: str, error: type[SourceError]) -> None:
+    """Raise ``error`` at the node past ``MAX_NODES``, counting the parser's events and keeping
+    none: time up to the budget, and memory for one event. PyYAML's errors propagate as they are."""
+    parser = _Loader(text)
+    try:
+        count = 0
+        while (event := parser.get_event()) is not None:
+            if isinstance(event, _NODE_EVENTS):
+                count += 1
+                if count > MAX_NODES:
+                    mark = event.start_mark
+                    raise error(
+                        f"more than {MAX_NODES} YAML nodes (scalars, keys, lists, mappings, aliases)",
+                        file=source,
+                        line=mark.line + 1 if mark is not None else None,
+                        column=mark.column + 1 if mark is not None else None,
+                        expected=f"at most {MAX_NODES} nodes; an agentgate file holds a few hundred",
+                        hint="remove generated or repeated entries",
+                    )
+    finally:
+        parser.dispose()
 
 
 def _lone_surrogate(error: type[SourceError], source: str, index: int) -> SourceError:
