@@ -16,7 +16,10 @@ release (it was unreachable): that slot comes back at most ``ttl_s`` later.
 A rate limit shared by processes is one row per key: the token level and when it was last
 brought up to date. Taking a token reads the row, refills it for the time passed (never for time
 running backwards between two hosts' clocks), and writes it back only if the row is still what
-was read (compare and swap); a lost race is retried.
+was read (compare and swap); a lost race is retried. A row's time more than ``BUCKET_AHEAD_S``
+ahead of the taker's clock was written by a clock that has been stepped back since (or is far
+off): it is believed only that far ahead and written back so, else a single forward step of one
+host's clock would leave the bucket empty, for every process, until the wall clock caught up.
 
 A breaker state shared by processes is one row per breaker key: ``open`` (with the wall time it
 opened) or ``closed``, and a version that every write increases. A process publishes its own
@@ -268,6 +271,8 @@ _BUCKET_SWAP = (
     "WHERE bucket_key = ? AND tokens = ? AND updated_at = ?"
 )
 _SWAP_TRIES = 20
+BUCKET_AHEAD_S = 60.0
+"""The furthest a shared bucket's time is believed ahead of a taker's clock (module docstring)."""
 
 
 class SharedRateLimits:
@@ -296,10 +301,13 @@ class SharedRateLimits:
                 tx.execute(_BUCKET_CREATE, (key, float(burst), now))
                 row = tx.execute(_BUCKET_READ, (key,))[0]
                 tokens, updated_at = float(row[0]), float(row[1])
-                level = min(float(burst), tokens + max(0.0, now - updated_at) * per_second)
+                since = min(updated_at, now + BUCKET_AHEAD_S)
+                level = min(float(burst), tokens + max(0.0, now - since) * per_second)
                 if level < 1.0:
+                    if since < updated_at:  # re-dated even when no token is taken
+                        tx.execute(_BUCKET_SWAP, (level, since, key, tokens, updated_at))
                     return (1.0 - level) / per_second
-                tx.execute(_BUCKET_SWAP, (level - 1.0, max(now, updated_at), key, tokens, updated_at))
+                tx.execute(_BUCKET_SWAP, (level - 1.0, max(now, since), key, tokens, updated_at))
                 if tx.rowcount == 1:
                     return 0.0
         raise StoreError(f"rate bucket {key!r}: too much contention, no token taken")

@@ -462,7 +462,9 @@ class Broker:
     # --- scheduling ---------------------------------------------------------------------------
 
     def _ordered_waiting(self) -> list[_Waiting]:
-        return sorted(self._waiting.values(), key=lambda w: (-w.request.priority, w.submitted_at, w.seq))
+        # Arrival is ``seq`` (``restore`` numbers a snapshot's queue in its order), not
+        # ``submitted_at``: a wall clock stepped back would put later requests first.
+        return sorted(self._waiting.values(), key=lambda w: (-w.request.priority, w.seq))
 
     def _schedule(self, now: float) -> None:
         self._place_waiting(now)

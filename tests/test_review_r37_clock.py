@@ -1,0 +1,60 @@
+"""Review round 37, clocks: wall-clock steps (NTP, VM resume, an operator fixing the date) and
+hosts whose clocks differ must not shut a limit, expire leases early, or keep them forever."""
+
+from __future__ import annotations
+
+from agentgate.dispatch.broker import Broker, GangRequest, Granted, TenantQuota, synthetic_topology
+from agentgate.store import Store
+from agentgate.store.leases import BUCKET_AHEAD_S, SharedRateLimits
+
+
+def test_shared_rate_bucket_refills_again_after_a_clock_stepped_forward_and_back(store: Store) -> None:
+    now = [5000.0]
+    host = SharedRateLimits(store, clock=lambda: now[0])
+    stepped = SharedRateLimits(store, clock=lambda: now[0] + 86400)  # a day ahead, stepped back later
+    assert stepped.try_take("tool:api", 10.0, 2) == 0.0
+    assert host.try_take("tool:api", 10.0, 2) == 0.0
+    assert host.try_take("tool:api", 10.0, 2) > 0  # the burst is spent
+    now[0] += BUCKET_AHEAD_S + 1
+    assert host.try_take("tool:api", 10.0, 2) == 0.0  # not a day later: at most BUCKET_AHEAD_S
+    assert host.try_take("tool:api", 10.0, 2) == 0.0
+    assert host.try_take("tool:api", 10.0, 2) > 0  # and refilled for the time passed, not more
+
+
+def test_shared_rate_bucket_gives_no_refill_to_a_clock_slightly_behind(store: Store) -> None:
+    now = [5000.0]
+    host = SharedRateLimits(store, clock=lambda: now[0])
+    behind = SharedRateLimits(store, clock=lambda: now[0] - BUCKET_AHEAD_S / 2)
+    assert [host.try_take("tool:api", 1.0, 1), behind.try_take("tool:api", 1.0, 1)] == [0.0, 1.0]
+    now[0] += 0.5
+    assert host.try_take("tool:api", 1.0, 1) == 0.5  # the lagging host's reads moved nothing
+
+
+def test_broker_serves_equal_priorities_in_arrival_order_when_the_clock_steps_back() -> None:
+    wall = [10_000.0]
+    broker = Broker(
+        synthetic_topology(1, 8), [TenantQuota("a", 8), TenantQuota("b", 8)], clock=lambda: wall[0]
+    )
+    broker.submit(GangRequest("running", "a", 8))
+    broker.submit(GangRequest("first", "a", 8))
+    wall[0] -= 60  # the wall clock is stepped back a minute
+    broker.submit(GangRequest("second", "b", 8))
+    assert [q.request.id for q in broker.queue()] == ["first", "second"]
+    granted = [e.lease.id for e in broker.release("running") if isinstance(e, Granted)]
+    assert granted == ["first"]
+
+
+def test_restored_broker_keeps_the_saved_queue_order() -> None:
+    wall = [10_000.0]
+    quotas = [TenantQuota("a", 8), TenantQuota("b", 8)]
+    broker = Broker(synthetic_topology(1, 8), quotas, clock=lambda: wall[0])
+    broker.submit(GangRequest("running", "a", 8))
+    broker.submit(GangRequest("first", "a", 8))
+    wall[0] -= 60
+    broker.submit(GangRequest("second", "b", 8))
+    restored = Broker(synthetic_topology(1, 8), quotas, clock=lambda: wall[0])
+    restored.restore(broker.snapshot())
+    assert [q.request.id for q in restored.queue()] == ["first", "second"]
+    wall[0] -= 60
+    restored.submit(GangRequest("third", "a", 8))  # after the restored ones, whatever its time
+    assert [q.request.id for q in restored.queue()] == ["first", "second", "third"]
