@@ -3,7 +3,18 @@ hosts whose clocks differ must not shut a limit, expire leases early, or keep th
 
 from __future__ import annotations
 
-from agentgate.dispatch.broker import Broker, GangRequest, Granted, TenantQuota, synthetic_topology
+import time
+
+import pytest
+
+from agentgate.dispatch.broker import (
+    Broker,
+    GangRequest,
+    Granted,
+    SteadyWallClock,
+    TenantQuota,
+    synthetic_topology,
+)
 from agentgate.store import Store
 from agentgate.store.leases import BUCKET_AHEAD_S, SharedRateLimits
 
@@ -58,3 +69,24 @@ def test_restored_broker_keeps_the_saved_queue_order() -> None:
     wall[0] -= 60
     restored.submit(GangRequest("third", "a", 8))  # after the restored ones, whatever its time
     assert [q.request.id for q in restored.queue()] == ["first", "second", "third"]
+
+
+def test_a_default_broker_runs_on_a_steady_wall_clock() -> None:
+    # A wall-clock step cannot be made in a test: the default must be the clock that ignores one
+    # (time.time, the default before, ended every lease on a step forward by more than ttl_s).
+    broker = Broker(synthetic_topology(1, 8), [TenantQuota("a", 8)], ttl_s=30.0)
+    assert isinstance(broker.clock, SteadyWallClock)
+    lease = broker.submit(GangRequest("running", "a", 8))[0]
+    assert isinstance(lease, Granted) and abs(lease.lease.granted_at - time.time()) < 60  # dates
+
+
+def test_the_steady_wall_clock_moves_with_the_monotonic_clock_not_the_wall(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    clock = SteadyWallClock()
+    first = clock()
+    monkeypatch.setattr(time, "time", lambda: first + 86_400.0)  # the wall clock stepped a day
+    monotonic = time.monotonic()
+    monkeypatch.setattr(time, "monotonic", lambda: monotonic + 5.0)
+    assert clock() >= first + 5.0
+    assert clock() < first + 6.0

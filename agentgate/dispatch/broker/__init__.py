@@ -11,7 +11,7 @@ Typical use::
 
 from __future__ import annotations
 
-from agentgate.dispatch.broker._broker import Broker, Clock, LeaseJournal
+from agentgate.dispatch.broker._broker import Broker, Clock, LeaseJournal, SteadyWallClock
 from agentgate.dispatch.broker._gated import GatedBroker, GatedRequest
 from agentgate.dispatch.broker._model import (
     Bound,
@@ -58,6 +58,7 @@ __all__ = [
     "PlacementPolicy",
     "PreemptReason",
     "QueuedRequest",
+    "SteadyWallClock",
     "TenantQuota",
     "TimedOut",
     "Topology",

@@ -75,6 +75,20 @@ from agentgate.errors import BrokerError, LeaseLost
 Clock = Callable[[], float]
 
 
+class SteadyWallClock:
+    """The broker's default clock: wall time that never jumps. It reads the wall clock once, when
+    made, and moves on with the monotonic clock, so lease times stay dates (journaled, shown, and
+    compared with a restarted broker's) while a step of the host's clock (NTP, a VM resumed, a
+    date set by hand) moves no expiry, grace end or timeout: with ``time.time`` a step forward by
+    more than a lease's ``ttl_s`` ended every lease while its holder still ran."""
+
+    def __init__(self) -> None:
+        self._wall, self._steady = time.time(), time.monotonic()
+
+    def __call__(self) -> float:
+        return self._wall + (time.monotonic() - self._steady)
+
+
 class LeaseJournal(Protocol):
     """Where the broker writes its state after each change (``agentgate.store.broker_leases``)."""
 
@@ -115,7 +129,7 @@ class Broker:
         quotas: Sequence[TenantQuota],
         *,
         policy: PlacementPolicy | None = None,
-        clock: Clock = time.time,
+        clock: Clock | None = None,
         ttl_s: float = 60.0,
         grace_s: float = 120.0,
         locality_wait_s: float = 1800.0,
@@ -132,7 +146,7 @@ class Broker:
                 raise BrokerError(f"broker {name} must be >= 0, got {value}")
         self.topology = topology
         self.policy: PlacementPolicy = policy or TopologyAware(topology)
-        self.clock = clock
+        self.clock: Clock = SteadyWallClock() if clock is None else clock
         self.ttl_s = ttl_s
         self.grace_s = grace_s
         self.locality_wait_s = locality_wait_s
