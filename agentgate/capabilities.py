@@ -323,13 +323,20 @@ def _subset(child: _Normal, parent: _Normal) -> bool:
 
 
 def _members(normal: _Normal, avoid: _Normal | None) -> Iterable[Scalar]:
-    """Candidate members of ``normal``, for witnesses; ones outside ``avoid`` come early."""
+    """Candidate members of ``normal``, for witnesses; ones outside ``avoid`` come early.
+
+    Complete: when ``normal`` holds a string, integer or double outside ``avoid``, one of the
+    candidates is one (a finite ``avoid`` of n values cannot hold n + 1 distinct candidates).
+    """
     if isinstance(normal, _Finite):
         yield from normal.values
     elif isinstance(normal, _Prefix):
         yield normal.prefix
         for suffix in ("\x01", "zz-witness", "0"):
             yield normal.prefix + suffix
+        if isinstance(avoid, _Finite):
+            for k in range(len(avoid.values) + 1):
+                yield f"{normal.prefix}\x01{k}"
     elif isinstance(normal, _Interval):
         lo = normal.lo if math.isfinite(normal.lo) else min(normal.hi, 0.0) - 1e6
         hi = normal.hi if math.isfinite(normal.hi) else max(normal.lo, 0.0) + 1e6
@@ -340,8 +347,30 @@ def _members(normal: _Normal, avoid: _Normal | None) -> Iterable[Scalar]:
                     candidates += [b, math.nextafter(b, math.inf), math.nextafter(b, -math.inf)]
         if isinstance(avoid, _Finite):  # more distinct points than a finite set can hold
             candidates += [lo + (hi - lo) * k / (MAX_SET_SIZE + 9) for k in range(1, MAX_SET_SIZE + 9)]
+        # Beyond 2**53 integers lie between doubles (``gt: 2**60, lt: 2**60 + 2`` holds 2**60 + 1
+        # and no double), so the points above may all miss. The integers and doubles nearest each
+        # bound, of ``normal`` and of an interval ``avoid``, cannot: the least (or greatest) value
+        # of ``normal`` outside ``avoid`` lies next to one of those bounds.
+        bounds = [b for b in (normal.lo, normal.hi) if math.isfinite(b)]
+        if isinstance(avoid, _Interval):
+            bounds += [b for b in (avoid.lo, avoid.hi) if math.isfinite(b)]
+        count = len(avoid.values) + 1 if isinstance(avoid, _Finite) else 1
+        for b in bounds or [0]:
+            candidates += _nearest(b, count)
         for c in candidates:
             yield c if type(c) is int else int(c) if c.is_integer() and abs(c) < 2**53 else c
+
+
+def _nearest(bound: float, count: int) -> list[float]:
+    """``bound`` (as an integer and as a double) and the ``count`` integers and ``count`` doubles
+    next to it on each side."""
+    base = math.floor(bound)
+    below = above = float(bound)
+    out: list[float] = [base, below]
+    for k in range(1, count + 1):
+        below, above = math.nextafter(below, -math.inf), math.nextafter(above, math.inf)
+        out += [base - k, base + k, below, above]
+    return out
 
 
 # --- resources --------------------------------------------------------------------------------
@@ -691,7 +720,9 @@ def witness(parent: Capability, child: Capability) -> Call | None:
 
     A child with a contradictory constraint covers nothing and so attenuates anything; so does
     one that no number can satisfy although it is not a contradiction over the reals (``gt:
-    4.999999999999999, lt: 5``: no integer and no double lies between the two).
+    4.999999999999999, lt: 5``: no integer and no double lies between the two), and one wider
+    than its parent only by such numbers (``lt: 2**60 + 1`` under ``le: 2**60``: no integer and
+    no double lies strictly between 2**60 and 2**60 + 1).
     """
     if any(c.is_empty for _, c in child.constraints):
         return None
@@ -713,18 +744,23 @@ def witness(parent: Capability, child: Capability) -> Call | None:
         if c_constraint is None:
             for value in _violations(p_constraint):
                 return Call(resource, action, {**base_args, name: value})
-            continue  # pragma: no cover - every constraint has a violating value
+            continue  # pragma: no cover - every constraint refuses some value (_violations)
         if not _subset(c_constraint._normal, p_constraint._normal):
             for value in _members(c_constraint._normal, p_constraint._normal):
                 if c_constraint.allows(value) and not p_constraint.allows(value):
                     return Call(resource, action, {**base_args, name: value})
-            raise AssertionError(f"no witness for {c_constraint} outside {p_constraint}")  # pragma: no cover
+            # Wider only by reals no integer or double can be (``lt: 2**60 + 1`` under ``le: 2**60``).
     return None
 
 
 def _violations(constraint: Constraint) -> Iterable[Scalar]:
     """Values that ``constraint`` refuses (every constraint refuses something)."""
     for value in ("\x00zz-witness", -1e300, 1e300, True, 0):
+        if not constraint.allows(value):
+            yield value
+    # Only a finite set holds all of those, and no set holds more strings than its size.
+    for k in range(MAX_SET_SIZE + 1):
+        value = f"\x00zz-witness-{k}"
         if not constraint.allows(value):
             yield value
 

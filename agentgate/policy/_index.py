@@ -279,7 +279,7 @@ class PolicyIndex:
             if type(priority) is not str or priority not in slot.classes:
                 reason = (
                     f"{resource} takes the priority classes {', '.join(sorted(slot.classes))},"
-                    f" not {priority!r}"
+                    f" not {_shown(priority)}"
                 )
                 return PolicyDecision(Outcome.DENY, entry.name, resource, reasons=(reason,))
         misses: list[str] = []
@@ -514,9 +514,8 @@ def _comparable(c: Constraint, value: Any) -> bool:
     a bool), a prefix needs text, equality and membership a value of a kind they list (text for
     text, a number for numbers, a boolean for booleans). ``"0"``, ``[0]`` or ``True`` where the
     condition lists ``0`` is a spelling a lax backend may read as ``0``: not a different value."""
-    if (c.lt is not None or c.le is not None or c.gt is not None or c.ge is not None) and (
-        type(value) not in (int, float) or not math.isfinite(value)
-    ):
+    bounded = c.lt is not None or c.le is not None or c.gt is not None or c.ge is not None
+    if bounded and _kind(value) != "number":  # never ``math.isfinite``: it overflows on 10**400
         return False
     if c.prefix is not None and not isinstance(value, str):
         return False
@@ -547,9 +546,20 @@ def _miss(rule: RuleRef, call: Call) -> str:
             return f"{rule} requires argument {name!r}"
         if not constraint.allows(call.args[name]):
             return (
-                f"{rule}: {name}={call.args[name]!r} does not satisfy {describe_constraint(name, constraint)}"
+                f"{rule}: {name}={_shown(call.args[name])} does not satisfy"
+                f" {describe_constraint(name, constraint)}"
             )
     return f"{rule} does not cover the call"  # pragma: no cover - covers() was false for a reason above
+
+
+def _shown(value: Any) -> str:
+    """``repr(value)`` for a reason, or a description of the value where it has no text: Python
+    refuses to write an integer of more than 4300 digits in decimal (``ValueError``), and a
+    decision on a call that holds one is a deny that says why, not that error."""
+    try:
+        return repr(value)
+    except ValueError:
+        return f"<{type(value).__name__} with an integer of too many digits to write>"
 
 
 def role_grant_template(policy: Policy, role: str) -> GrantTemplate:
