@@ -117,7 +117,13 @@ class GatewayDecision:
 class GatewayGate(Gate):
     """A ``Gate`` that also decides invocations signed by remote callers (``authorize_invocation``)."""
 
+    # Parsed chains kept for the next call with the same token: only chains the authority has
+    # verified, least recently used out first, within 1024 entries and 2 MiB of token text. A
+    # parsed chain takes up to about 20 times its token's bytes (many constrained capabilities),
+    # so the cache holds at most about 40 MiB; counting the token's length keeps the hot path free
+    # of any size measurement.
     _parsed_limit = 1024
+    _parsed_max_bytes = 2 * 1024 * 1024
 
     def __init__(
         self,
@@ -134,6 +140,7 @@ class GatewayGate(Gate):
         )
         self._own_key = SigningKey.generate()
         self._parsed: OrderedDict[str, Chain] = OrderedDict()
+        self._parsed_bytes = 0
         self._parsed_lock = threading.Lock()
 
     def authorize_invocation(
@@ -178,7 +185,8 @@ class GatewayGate(Gate):
             missing = "Authorization: Bearer <chain>" if not chain_token else "X-Agentgate-Invocation"
             return self.refuse(call, 401, "missing_invocation", f"no {missing} header")
         try:
-            chain = self._chain(chain_token)
+            kept = self._kept_chain(chain_token)
+            chain = kept if kept is not None else parse_chain(chain_token)
             invocation = Invocation.decode(invocation_text, chain, call)
         except TokenFormatError as exc:
             return self.refuse(call, 401, "malformed_token", f"unreadable authority: {exc}")
@@ -200,6 +208,8 @@ class GatewayGate(Gate):
             with self.grants.within(tx):
                 decision = self.authority.decide(invocation)
                 refusal = None if decision.allowed else self._authority_refusal(decision, call, identity)
+            if kept is None and decision.allowed:
+                self._keep_chain(chain)
             if refusal is not None:
                 refused, status, code = refusal
                 answer = GatewayDecision(self._write_refusal(refused, tx), status, code)
@@ -227,6 +237,7 @@ class GatewayGate(Gate):
         if not decision.allowed:
             refused, status, code = self._authority_refusal(decision, call, identity)
             return GatewayDecision(self._record_refusal(refused), status, code)
+        self._keep_chain(identity.chain)
         approval = None
         if approval_text is not None:
             approval = _approval(approval_text)
@@ -405,17 +416,31 @@ class GatewayGate(Gate):
             auth = self._record_refusal(Authorization(Verdict.DENY, call, None, (reason,), (finding,)))
         return GatewayDecision(auth, status, code)
 
-    def _chain(self, token: str) -> Chain:
-        # Parsing checks no signature (the authority engine verifies the chain on every decision,
-        # from its own cache); keeping parsed chains only saves re-reading the same token.
+    def _kept_chain(self, token: str) -> Chain | None:
+        """The parsed chain kept for ``token`` (marked as just used), or ``None``."""
         with self._parsed_lock:
             chain = self._parsed.get(token)
             if chain is not None:
                 self._parsed.move_to_end(token)
-                return chain
-        chain = parse_chain(token)
+            return chain
+
+    def _keep_chain(self, chain: Chain) -> None:
+        """Keep ``chain``, which the authority has verified, to save parsing its token again.
+
+        Parsing checks no signature, so a chain is kept only once verified: a caller who cannot
+        authenticate never displaces another's. The least recently used go first, to stay within
+        ``_parsed_limit`` entries and ``_parsed_max_bytes`` of token text (the authority engine
+        still verifies a kept chain on every decision, from its own cache).
+        """
+        token = chain.token
         with self._parsed_lock:
+            if token in self._parsed or len(token) > self._parsed_max_bytes:
+                return
+            while self._parsed and (
+                len(self._parsed) >= self._parsed_limit
+                or self._parsed_bytes + len(token) > self._parsed_max_bytes
+            ):
+                oldest, _ = self._parsed.popitem(last=False)
+                self._parsed_bytes -= len(oldest)
             self._parsed[token] = chain
-            if len(self._parsed) > self._parsed_limit:
-                self._parsed.popitem(last=False)
-        return chain
+            self._parsed_bytes += len(token)
