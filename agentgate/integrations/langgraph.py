@@ -217,6 +217,8 @@ class GateMiddleware(AgentMiddleware[Any, Any, Any]):
         named: BaseChatModel | None = None,
     ) -> None:
         super().__init__()
+        if type(max_tokens) is not int or max_tokens <= 0:
+            raise InputError(f"agentgate[{agent}]: max_tokens must be a whole number > 0, got {max_tokens!r}")
         self.named = named
         self.gate_models = gate_models
         self.gate = gate
@@ -426,7 +428,11 @@ class GateMiddleware(AgentMiddleware[Any, Any, Any]):
         configured = getattr(request.model, "max_tokens", None)
         own = configured if type(configured) is int and configured > 0 else None
         limit = request.model_settings.get("max_tokens") or own or self.max_tokens
-        return Call.model(str(name), {"max_tokens": int(limit)})
+        if isinstance(limit, float) and limit.is_integer():
+            limit = int(limit)
+        if type(limit) is not int or limit <= 0:  # ``int()`` raised on inf and NaN, cut 0.5 to 0
+            raise InputError(f"agentgate[{self.agent}]: max_tokens must be a whole number > 0, got {limit!r}")
+        return Call.model(str(name), {"max_tokens": limit})
 
     def _authorize_model(self, request: ModelRequest[Any]) -> tuple[Authorization, ModelRequest[Any]]:
         identity = identity_from_context(request.runtime.context)
