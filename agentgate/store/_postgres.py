@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -29,6 +30,11 @@ IDLE_CHECK_S = 5.0
 The pool hands out its least recently used connection, so a process deciding less often than
 its pool size every ``IDLE_CHECK_S`` pays one round trip per decision; servers, proxies and
 firewalls close idle connections after minutes, not seconds."""
+RECONNECT_S = 5.0
+"""How long the pool tries to reopen one connection (at once, then 1, 3 and 5 s later) before it
+gives that try up; a decision that then finds no connection starts another at once. psycopg_pool's
+default (5 minutes, the delay doubling each time) left a process refusing decisions for up to as
+long again as the outage had lasted, the server back and nothing wrong with this process."""
 LOCK_TIMEOUT_S = 10.0
 """How long a statement waits for a lock (the audit append lock, a row) before it fails, unless the
 server, database or role sets its own ``lock_timeout``."""
@@ -74,6 +80,8 @@ class PostgresStore(Store):
     def __init__(self, url: str, *, min_size: int = 1, max_size: int = 8) -> None:
         self.url = url
         self._schemas: set[str] = set()
+        self._lent = 0  # connections this store took from the pool and has not given back
+        self._lent_lock = threading.Lock()
         try:  # at once, rather than after the pool's wait for a connection it can never make
             parsed = psycopg.conninfo.conninfo_to_dict(url)
         except psycopg.ProgrammingError:  # its message may quote the password: not repeated
@@ -100,6 +108,7 @@ class PostgresStore(Store):
                 max_size=max_size,
                 open=True,
                 timeout=10.0,
+                reconnect_timeout=RECONNECT_S,
                 configure=_read_committed,
                 reset=_mark_idle,
             )
@@ -112,9 +121,10 @@ class PostgresStore(Store):
         """As ``Store.transaction``; every PostgreSQL failure is a ``StoreError`` (see ``recheck``)."""
         used: psycopg.Connection[Any] | None = None
         try:
-            with self._connection() as conn, conn.transaction():
-                used = conn
-                yield _PgTransaction(conn)
+            with self._connection() as conn:
+                used = conn  # before the BEGIN: the first statement a dropped connection fails
+                with conn.transaction():
+                    yield _PgTransaction(conn)
         except PoolTimeout as exc:  # a psycopg.Error too: its message alone does not say why
             raise StoreError(self._no_connection()) from exc
         except psycopg.Error as exc:
@@ -132,6 +142,8 @@ class PostgresStore(Store):
         pool replaces it), the others are tested too (``recheck``) and another is taken. A
         connection in steady use is taken as it is. Raises ``PoolTimeout`` as ``getconn``."""
         held: psycopg.Connection[Any] | None = self.pool.getconn()
+        with self._lent_lock:
+            self._lent += 1
         try:
             assert held is not None
             if time.monotonic() - getattr(held, "_agentgate_idle_since", 0.0) > IDLE_CHECK_S:
@@ -144,20 +156,26 @@ class PostgresStore(Store):
                     held = self.pool.getconn()
             yield held
         finally:
+            with self._lent_lock:
+                self._lent -= 1
             if held is not None:
                 self.pool.putconn(held)
 
     def _no_connection(self) -> str:
         """Why the pool found no connection within its timeout, for the ``StoreError``: libpq's
         reason from one direct attempt (the server is down, refuses this role or database more
-        connections, ...), or, when that attempt succeeds, that this process's pool stayed busy.
+        connections, ...), or, when that attempt succeeds, that this process's pool stayed busy,
+        or that it was still reopening its connections (the server came back during the wait).
         Runs only after the pool gave up, so it costs nothing on a decision that got through."""
         where = f"PostgreSQL at {_redact(self.url)}"
         waited = f"no connection within {self.pool.timeout:g} s"
+        lent = self._lent  # as the wait ended, not after the probe
         try:
             psycopg.connect(self.url, connect_timeout=_PROBE_TIMEOUT_S).close()
         except psycopg.Error as probe:
             return f"{where} unreachable: {waited}: {' '.join(str(probe).split())[:300]}"
+        if lent < self.pool.max_size:
+            return f"{where}: {waited}: the pool is still reopening its connections (a direct one succeeds: the server is back)"
         return f"{where}: {waited}: all {self.pool.max_size} connections of this process's pool stayed in use"
 
     def ensure_schema(self, name: str, ddl: dict[Dialect, str]) -> None:
