@@ -220,6 +220,13 @@ def _finding(kind: FindingKind, code: str, message: str, hint: str | None = None
     return Finding(kind=kind, code=code, message=message, hint=hint)
 
 
+_NO_CHAIN = _finding(
+    FindingKind.AUTHORITY_CHAIN_OPACITY,
+    "no_chain",
+    "the run carries no agent identity, so no authority can be shown for this call",
+    "run the agent with context=AgentIdentity(...)",
+)
+
 _METERED = frozenset({"calls", "tokens", "usd_micros", "micro_usd"})
 """The budget units ``Gate._cost`` charges (``micro_usd``: an alias of ``usd_micros``)."""
 _METERED_BY_TOKENS = frozenset({"tokens", "usd_micros", "micro_usd"})
@@ -441,8 +448,14 @@ class Gate:
         resource = f"agent:{name}"
         if parent is None:
             refused = Denied("no identity in the run context: there is no grant to delegate from")
+            refused.finding = _NO_CHAIN
             refused.audit_index = self.audit.append(
-                {"kind": "deny", "principal": "unknown", "resource": resource, "reasons": ["no_chain"]}
+                {
+                    "kind": "deny",
+                    "principal": "unknown",
+                    "resource": resource,
+                    "reasons": [str(refused), f"{_NO_CHAIN.kind}:{_NO_CHAIN.code}"],
+                }
             )
             raise refused
         tip = parent.chain.tip
@@ -503,9 +516,12 @@ class Gate:
         """Raise ``Revoked`` when a grant of ``parent``'s chain is revoked: it hands nothing on."""
         revoked = self.grants.revoked(parent.chain.ids)
         if revoked:
-            raise Revoked(
+            message = (
                 f"grant {sorted(revoked)[0][:12]} of {parent.name}'s chain is revoked: nothing to delegate"
             )
+            refused = Revoked(message)
+            refused.finding = _finding(FindingKind.NON_REVOCABLE_GRANT, "revoked", message)
+            raise refused
 
     def _record_grant(
         self,
@@ -744,19 +760,7 @@ class Gate:
         self, identity: AgentIdentity | None, call: Call, agent: str | None, agent_did: str | None
     ) -> Authorization | None:
         if identity is None:
-            return Authorization(
-                Verdict.DENY,
-                call,
-                None,
-                findings=(
-                    _finding(
-                        FindingKind.AUTHORITY_CHAIN_OPACITY,
-                        "no_chain",
-                        "the run carries no agent identity, so no authority can be shown for this call",
-                        "run the agent with context=AgentIdentity(...)",
-                    ),
-                ),
-            )
+            return Authorization(Verdict.DENY, call, None, (_NO_CHAIN.message,), (_NO_CHAIN,))
         if (agent is not None and identity.name != agent) or (
             agent_did is not None and identity.did != agent_did
         ):

@@ -71,6 +71,7 @@ from agentgate.errors import (
     InputError,
     Revoked,
 )
+from agentgate.findings import Finding
 from agentgate.gate import AgentIdentity, Approval, Authorization, Gate, Verdict
 from agentgate.keys import SigningKey
 from agentgate.tasks import settled
@@ -178,6 +179,8 @@ def _failure(tool_call_id: str, name: str, exc: BaseException, *, ends_run: bool
     # The exception's text can carry secrets from the tool's arguments or environment: the model
     # is told the kind of failure only; the audit outcome records the same.
     detail = str(exc) if isinstance(exc, AgentGateError) else type(exc).__name__
+    if isinstance(exc, AuthorityError) and isinstance(exc.finding, Finding):  # as ``explain`` names it
+        detail += f" [{exc.finding.kind}/{exc.finding.code}]"
     return ToolMessage(
         content=f"agentgate: tool {name} failed ({detail}); the failure is recorded.",
         tool_call_id=tool_call_id,

@@ -48,5 +48,12 @@ def explain(index: PolicyIndex, principal: str, call: Call) -> tuple[PolicyDecis
     lines.append("  why:")
     lines.extend(f"    - {reason}" for reason in decision.reasons)
     if decision.outcome is Outcome.DENY:
-        lines.append("    - anything not explicitly allowed is denied")
+        # A rule can allow a call that is still denied: no approval its gates ask for could be
+        # valid. Saying "not explicitly allowed" there would contradict the reason just shown.
+        ruled = any(rule.allowed_by in decision.reasons for rules in policy.rules.values() for rule in rules)
+        lines.append(
+            "    - a rule allows it, but a call no approval can be given for is denied"
+            if ruled
+            else "    - anything not explicitly allowed is denied"
+        )
     return decision, "\n".join(lines)
