@@ -33,7 +33,7 @@ import dataclasses
 import itertools
 import math
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from typing import Any
 
 import aiohttp
@@ -113,6 +113,13 @@ class Dispatcher:
         self._tasks: list[asyncio.Task[None]] = []
         self._ids = itertools.count()
         self._closing = False
+        self._closed: asyncio.Event | None = None
+        """Set by ``aclose``: ends the pauses of calls waiting for a backend's recovery or a start."""
+        self._busy = 0
+        """Calls in progress that ``aclose`` can end, and waits for: not a stream while its consumer
+        holds a chunk, nor a call talking over its owner's transport (``_out_of_reach``)."""
+        self._idle: asyncio.Event | None = None
+        """Set while no call is busy. Both events are made by ``start``, on the loop of the calls."""
 
     async def __aenter__(self) -> Dispatcher:
         await self.start()
@@ -126,6 +133,9 @@ class Dispatcher:
         if self._http is not None:
             return
         self._closing = False
+        self._closed = asyncio.Event()
+        self._idle = asyncio.Event()
+        self._idle.set()
         # trust_env=False: straight to the backends, as the chat calls (aiohttp ignores the proxy
         # variables); through an HTTP_PROXY from the environment the probes and scrapes handed
         # the backend's key, in clear, to the proxy.
@@ -157,7 +167,10 @@ class Dispatcher:
 
     async def aclose(self) -> None:
         """Stop the loops and close every connection. Calls still in flight end with
-        ``NoBackend`` or ``BackendFailed`` (their backends are not marked down for it)."""
+        ``NoBackend`` or ``BackendFailed`` (their backends are not marked down for it) before it
+        returns, those waiting for a slot or a backend's recovery too: its owner may stop the
+        event loop next (``Gate.close`` does), and a call left waiting would then never end. A
+        stream whose consumer holds a chunk ends when it asks for the next one."""
         self._closing = True
         for task in self._tasks:
             task.cancel()
@@ -174,6 +187,49 @@ class Dispatcher:
                 client.cut()  # streams in flight fail now, not after ``idle_s`` of silence
             await self._session.close()
             self._session = None
+        if self._closed is not None and self._idle is not None:
+            self._closed.set()
+            for event in self._waiting.values():
+                event.set()
+            await self._idle.wait()
+
+    @contextlib.contextmanager
+    def _in_progress(self) -> Iterator[None]:
+        """Count a call busy (``aclose`` waits for it) while the block runs."""
+        assert self._idle is not None  # made by ``start``, which ``_require_started`` checked
+        self._busy += 1
+        self._idle.clear()
+        try:
+            yield
+        finally:
+            self._busy -= 1
+            if not self._busy:
+                self._idle.set()
+
+    @contextlib.contextmanager
+    def _handed_out(self) -> Iterator[None]:
+        """Count a busy stream out while its consumer holds a chunk (``aclose`` cannot wait for that)."""
+        assert self._idle is not None
+        self._busy -= 1
+        if not self._busy:
+            self._idle.set()
+        try:
+            yield
+        finally:
+            self._busy += 1
+            self._idle.clear()
+
+    def _out_of_reach(self, client: BackendClient) -> contextlib.AbstractContextManager[None]:
+        """Count a busy call out while it talks to ``client`` over its owner's transport (the
+        gateway's pool): ``aclose`` cuts what goes over its own session, not that."""
+        return self._handed_out() if client.transport is not None else contextlib.nullcontext()
+
+    async def _pause(self, seconds: float) -> None:
+        """Sleep ``seconds``, or less if the dispatcher closes meanwhile."""
+        assert self._closed is not None
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(seconds):
+                await self._closed.wait()
 
     # --- calls ---------------------------------------------------------------------------
 
@@ -226,25 +282,28 @@ class Dispatcher:
         """
         self._require_started()
         request = self.route_request(payload, **route)
-        errors: list[str] = []
-        for _ in range(self.max_attempts):
-            plan = await self._plan(request, allowed, errors)
-            assert plan.backend is not None
-            try:
-                self._require_started()  # the dispatcher may have closed while the call waited
-                result = await self.clients[plan.backend].chat(payload)
-            except BackendFailed as exc:
-                self._failed(request.id, plan.backend, exc, errors)
-                request = dataclasses.replace(request, failover=True)  # its tenant paid once
-                continue
-            except BaseException:
+        with self._in_progress():
+            errors: list[str] = []
+            for _ in range(self.max_attempts):
+                plan = await self._plan(request, allowed, errors)
+                assert plan.backend is not None
+                client = self.clients[plan.backend]
+                try:
+                    self._require_started()  # the dispatcher may have closed while the call waited
+                    with self._out_of_reach(client):
+                        result = await client.chat(payload)
+                except BackendFailed as exc:
+                    self._failed(request.id, plan.backend, exc, errors)
+                    request = dataclasses.replace(request, failover=True)  # its tenant paid once
+                    continue
+                except BaseException:
+                    self._finished(request.id)
+                    raise
+                self._rejections.pop(plan.backend, None)  # it took our key: the next rejection starts over
+                self.router.first_token(request.id, self.clock())
                 self._finished(request.id)
-                raise
-            self._rejections.pop(plan.backend, None)  # it took our key: the next rejection starts over
-            self.router.first_token(request.id, self.clock())
-            self._finished(request.id)
-            return result
-        raise BackendFailed(f"call failed on {self.max_attempts} attempts: " + "; ".join(errors))
+                return result
+            raise BackendFailed(f"call failed on {self.max_attempts} attempts: " + "; ".join(errors))
 
     async def stream(
         self, payload: Mapping[str, Any], *, allowed: AllowedBackend | None = None, **route: Any
@@ -255,29 +314,34 @@ class Dispatcher:
         """
         self._require_started()
         request = self.route_request(payload, **route)
-        errors: list[str] = []
-        for _ in range(self.max_attempts):
-            plan = await self._plan(request, allowed, errors)
-            assert plan.backend is not None
-            delivered = False
-            try:
-                self._require_started()  # the dispatcher may have closed while the call waited
-                async for chunk in self.clients[plan.backend].stream(payload):
-                    if not delivered:
-                        self.router.first_token(request.id, self.clock())
-                        self._rejections.pop(plan.backend, None)  # as in ``chat``
-                        delivered = True
-                    yield chunk
-            except BackendFailed as exc:
-                self._failed(request.id, plan.backend, exc, errors)
-                if delivered:
-                    raise BackendFailed(f"stream from {plan.backend} broke after output: {exc}") from None
-                request = dataclasses.replace(request, failover=True)  # its tenant paid once
-                continue
-            finally:
-                self._finished(request.id)
-            return
-        raise BackendFailed(f"call failed on {self.max_attempts} attempts: " + "; ".join(errors))
+        with self._in_progress():
+            errors: list[str] = []
+            for _ in range(self.max_attempts):
+                plan = await self._plan(request, allowed, errors)
+                assert plan.backend is not None
+                delivered = False
+                client = self.clients[plan.backend]
+                own = client.transport is None  # over the dispatcher's own session, which ``aclose`` cuts
+                try:
+                    self._require_started()  # the dispatcher may have closed while the call waited
+                    with self._out_of_reach(client):
+                        async for chunk in client.stream(payload):
+                            if not delivered:
+                                self.router.first_token(request.id, self.clock())
+                                self._rejections.pop(plan.backend, None)  # as in ``chat``
+                                delivered = True
+                            with self._handed_out() if own else contextlib.nullcontext():
+                                yield chunk
+                except BackendFailed as exc:
+                    self._failed(request.id, plan.backend, exc, errors)
+                    if delivered:
+                        raise BackendFailed(f"stream from {plan.backend} broke after output: {exc}") from None
+                    request = dataclasses.replace(request, failover=True)  # its tenant paid once
+                    continue
+                finally:
+                    self._finished(request.id)
+                return
+            raise BackendFailed(f"call failed on {self.max_attempts} attempts: " + "; ".join(errors))
 
     def _require_started(self) -> None:
         if self._closing:
@@ -304,6 +368,7 @@ class Dispatcher:
     ) -> RoutePlan:
         recovery_deadline = self.clock() + self.recovery_wait_s
         while True:
+            self._require_started()  # closed while the call waited: it ends now, not after its wait
             try:
                 plan = self.router.route(request, self.clock(), allowed)
             except NoBackend as exc:
@@ -315,7 +380,7 @@ class Dispatcher:
                     and self.clock() < recovery_deadline
                     and self._could_come_back(request, allowed)
                 ):
-                    await asyncio.sleep(self.health_interval_s)
+                    await self._pause(self.health_interval_s)
                     continue
                 if errors:
                     # After failed attempts the failures are the cause, even of a shed (the SLO
@@ -340,7 +405,7 @@ class Dispatcher:
                 finally:
                     self._waiting.pop(request.id, None)
             else:
-                await asyncio.sleep(plan.wait_s)
+                await self._pause(plan.wait_s)
 
     def _could_come_back(self, request: RouteRequest, allowed: AllowedBackend | None) -> bool:
         """Whether a backend that serves ``request``'s model and that ``allowed`` admits is down."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import concurrent.futures
 import contextlib
 import functools
 import inspect
@@ -12,7 +13,7 @@ import logging
 import threading
 import time
 import weakref
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from contextvars import ContextVar
 from dataclasses import replace
@@ -300,6 +301,8 @@ class Gate:
         self._closing = False
         self._outcomes_closed = False
         self._dispatch: tuple[Dispatcher, asyncio.AbstractEventLoop, threading.Thread] | None = None
+        self._dispatch_lock = threading.Lock()
+        self._dispatch_closed = False
         self._open_requests: dict[str, tuple[str, int | None, float]] = {}
         """Approval requests asked in this process and not yet answered: call hash -> (id, audit index, expiry);
         expired ones leave at a later request (within ``DELEGATIONS_PURGE_S``)."""
@@ -1802,28 +1805,45 @@ class Gate:
         (an agent run's thread) whose earlier calls' backend holds its prefix in cache, kept when
         it meets the SLO (docs/dispatch.md). Raises ``DispatchError`` when no dispatcher is
         attached, and what ``Dispatcher.chat`` raises (``NoBackend``, ``Shed``, ``BackendFailed``)."""
-        dispatcher, loop = self._dispatcher()
-        sent = dispatcher.chat(payload, tenant=tenant, session=session)
-        return asyncio.run_coroutine_threadsafe(sent, loop).result()
+        return self._send(lambda d: d.chat(payload, tenant=tenant, session=session)).result()
 
     async def adispatch(
         self, payload: Mapping[str, Any], *, tenant: str = "default", session: str | None = None
     ) -> ChatResult:
         """The async twin of ``dispatch``: awaits the dispatcher's loop without blocking this one."""
-        dispatcher, loop = self._dispatcher()
-        sent = dispatcher.chat(payload, tenant=tenant, session=session)
-        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(sent, loop))
+        return await asyncio.wrap_future(
+            self._send(lambda d: d.chat(payload, tenant=tenant, session=session))
+        )
 
-    def _dispatcher(self) -> tuple[Dispatcher, asyncio.AbstractEventLoop]:
-        if self._dispatch is None:
-            raise DispatchError("no dispatcher is attached to this gate (Gate.attach_dispatcher)")
-        return self._dispatch[0], self._dispatch[1]
+    def _send(
+        self, call: Callable[[Dispatcher], Coroutine[Any, Any, ChatResult]]
+    ) -> concurrent.futures.Future[ChatResult]:
+        """Hand ``call(dispatcher)`` to the dispatcher's loop. The coroutine is made first, then
+        handed over under ``_dispatch_lock``, which ``_close_dispatcher`` takes to detach the
+        dispatcher: a call that raced ``close`` is refused with ``DispatchError``, never handed to
+        a loop stopped or closed under it (it would wait for ever, or raise ``RuntimeError``)."""
+        attached = self._dispatch
+        if attached is None:
+            raise DispatchError(self._no_dispatcher())
+        sent = call(attached[0])
+        with self._dispatch_lock:
+            if self._dispatch is not attached:
+                sent.close()
+                raise DispatchError(self._no_dispatcher())
+            return asyncio.run_coroutine_threadsafe(sent, attached[1])
+
+    def _no_dispatcher(self) -> str:
+        if self._dispatch_closed:
+            return "the gate is closed: its dispatcher takes no more calls"
+        return "no dispatcher is attached to this gate (Gate.attach_dispatcher)"
 
     def _close_dispatcher(self) -> None:
-        if self._dispatch is None:
-            return
-        dispatcher, loop, thread = self._dispatch
-        self._dispatch = None
+        with self._dispatch_lock:
+            if self._dispatch is None:
+                return
+            dispatcher, loop, thread = self._dispatch
+            self._dispatch = None
+            self._dispatch_closed = True
         asyncio.run_coroutine_threadsafe(dispatcher.aclose(), loop).result()
         loop.call_soon_threadsafe(loop.stop)
         thread.join()
