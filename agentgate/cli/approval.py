@@ -104,7 +104,7 @@ def _sign(args: argparse.Namespace) -> int:
     key = load_signing_key(args.key)
     if request["expires_at"] <= time.time():
         sys.stderr.write(
-            f"agentgate: refused: request {request['id']} expired at {utc(request['expires_at'])}\n"
+            f"agentgate: refused: request {printable(request['id'])} expired at {utc(request['expires_at'])}\n"
         )
         return 1
     if request.get("requester_did") == key.did:

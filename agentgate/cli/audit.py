@@ -367,7 +367,7 @@ def _verify_proof(args: argparse.Namespace) -> int:
     try:
         entry, checkpoint = verify_bundle(text, key, args.origin)
     except TamperDetected as exc:
-        print(f"INVALID: {exc}")
+        print(f"INVALID: {_shown(exc)}")  # quotes the bundle's own text (its origin line)
         return 1
     print(
         f"valid: entry {entry.index} ({entry.kind}, {_shown(entry.principal)}) is in {_shown(checkpoint.origin)}"

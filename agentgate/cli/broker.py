@@ -33,7 +33,9 @@ def register(subparsers: Any) -> None:
         p.add_argument(
             "--store", type=given, help="store URL or SQLite path (default: AGENTGATE_STORE, then .agentgate)"
         )
-        p.add_argument("--broker", default="default", help="broker name in the store (default: default)")
+        p.add_argument(
+            "--broker", default="default", type=given, help="broker name in the store (default: default)"
+        )
         p.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
     inventory = sub.add_parser("inventory", help="GPUs by rack, node and NVLink domain, with who holds them")
