@@ -236,11 +236,6 @@ def test_a_call_with_no_identity_says_why_on_its_span_and_to_the_model(desk: Des
     assert "identity" in refused.explain()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="fix in agentgate/cli/grant.py (_inspect): link 0 is never checked, so a chain whose start "
-    "was dropped (root_has_parent, which check denies) is shown as a clean one-link chain",
-)
 def test_inspect_marks_a_chain_whose_first_link_was_dropped(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

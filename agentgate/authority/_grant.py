@@ -788,20 +788,29 @@ def link_findings(links: Sequence[Grant], child: Grant) -> list[Finding]:
     return out
 
 
+def root_findings(root: Grant) -> list[Finding]:
+    """What stops ``root`` from starting a chain (trust anchors aside): it names a parent."""
+    if root.parent is None:
+        return []
+    return [
+        _finding(
+            _OPACITY,
+            "root_has_parent",
+            "the first link names a parent: the chain's start was dropped, or its links reordered",
+            root,
+            "parent",
+        )
+    ]
+
+
 def chain_finding(chain: Chain, anchors: frozenset[str]) -> Finding | None:
     """The first reason ``chain`` is not a valid, attenuating chain from one of ``anchors``; else ``None``.
 
     Time-independent (signatures, links, attenuation), so the result may be cached by token.
     """
     root = chain.root
-    if root.parent is not None:
-        return _finding(
-            _OPACITY,
-            "root_has_parent",
-            "the first link names a parent: the chain's start was dropped",
-            root,
-            "parent",
-        )
+    if started := root_findings(root):
+        return started[0]
     if root.issuer not in anchors:
         return _finding(
             _OPACITY,

@@ -28,7 +28,7 @@ from agentgate.authority import (
     record,
     revoke,
 )
-from agentgate.authority._grant import GRANT_CONTEXT, link_findings, verify_signature
+from agentgate.authority._grant import GRANT_CONTEXT, link_findings, root_findings, verify_signature
 from agentgate.capabilities import Call, Capability
 from agentgate.cli._common import (
     given,
@@ -353,11 +353,8 @@ def _inspect(args: argparse.Namespace) -> int:
             signature = "valid"
         except (InvalidSignature, KeyFileError):
             signature = "INVALID"
-        problems = (
-            [f.model_dump(mode="json", exclude_none=True) for f in link_findings(chain.links[:i], link)]
-            if i
-            else []
-        )
+        found = link_findings(chain.links[:i], link) if i else root_findings(link)
+        problems = [f.model_dump(mode="json", exclude_none=True) for f in found]
         links.append(
             {
                 **link.to_dict(),
