@@ -20,6 +20,7 @@ from agentgate.authority import (
     GrantRepository,
     Invocation,
     Outcome,
+    chain_weight,
     decide,
     delegate,
     issue,
@@ -344,7 +345,7 @@ def test_chain_cache_is_bounded_in_entries_and_bytes(local: GrantRepository) -> 
     anchors = frozenset({ROOT.did})
     assert cache.get(anchors, chains[0].token) is None
     assert cache.get(anchors, chains[2].token) == chains[2]
-    small = ChainCache(size=100, max_bytes=len(chains[0].token) + 10)
+    small = ChainCache(size=100, max_bytes=chain_weight(chains[0].token, chains[0]) + 10)
     small.put(anchors, chains[0].token, chains[0])
     small.put(anchors, chains[1].token, chains[1])
     assert small.get(anchors, chains[0].token) is None and small.get(anchors, chains[1].token) == chains[1]
