@@ -23,7 +23,7 @@ from datetime import UTC, datetime
 from typing import Any, Literal, get_args
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 from agentgate._json import is_plain
 from agentgate.errors import InputError, TamperDetected
@@ -95,11 +95,12 @@ def _dumps(value: Any) -> bytes:
         raise InputError(f"value holds text that is not valid Unicode (position {exc.start})") from None
 
 
-def _check_json(value: Any, where: str) -> None:
+def _check_json(value: Any, where: str, max_depth: int | None = MAX_DEPTH) -> None:
     """Return if ``value`` is JSON that canonical encoding can write; ``InputError`` naming where not.
 
-    Walks the value without recursion, so a value nested deeper than ``MAX_DEPTH`` is refused
-    with an ``InputError`` (never a ``RecursionError``, whatever the caller's stack depth).
+    Walks the value without recursion, so a value nested deeper than ``max_depth`` is refused
+    with an ``InputError`` (never a ``RecursionError``, whatever the caller's stack depth);
+    ``None`` bounds nothing (a stored entry, which the parser has already read).
     """
     _check_scalar(value, where)
     # (container, path, depth): a path is ``where`` or a (parent path, key or position) pair,
@@ -109,8 +110,8 @@ def _check_json(value: Any, where: str) -> None:
     )
     while stack:
         item, path, depth = stack.pop()
-        if depth >= MAX_DEPTH:
-            raise InputError(f"{_path(path)}: nested more than {MAX_DEPTH} levels deep")
+        if max_depth is not None and depth >= max_depth:
+            raise InputError(f"{_path(path)}: nested more than {max_depth} levels deep")
         if isinstance(item, Mapping):
             for key in item:
                 if not isinstance(key, str):
@@ -371,9 +372,12 @@ class AuditEntry(BaseModel):
 
     @field_validator("args")
     @classmethod
-    def _args_are_json(cls, value: dict[str, Any]) -> dict[str, Any]:
+    def _args_are_json(cls, value: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
+        # ``MAX_DEPTH`` bounds what is written; a stored entry (``from_bytes``) may be deeper:
+        # versions before 2026-11-30 (commit 55ba73a) wrote args nested up to ~990 levels.
+        stored = isinstance(info.context, dict) and info.context.get("stored") is True
         try:
-            _check_json(value, "args")
+            _check_json(value, "args", None if stored else MAX_DEPTH)
         except InputError as exc:
             raise ValueError(str(exc)) from exc
         return value
@@ -405,14 +409,14 @@ class AuditEntry(BaseModel):
             raw = json.loads(data.decode("utf-8"))
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise TamperDetected(f"entry bytes are not UTF-8 JSON: {exc}") from exc
-        except RecursionError:  # nested deeper than the log ever writes (``MAX_DEPTH``)
+        except RecursionError:  # nested deeper than any version of the log wrote
             raise TamperDetected("entry bytes are nested too deep to be an entry") from None
         if not isinstance(raw, dict):
             raise TamperDetected("entry bytes are not a JSON object")
         if isinstance(raw.get("reasons"), list):
             raw["reasons"] = tuple(raw["reasons"])
         try:
-            entry = cls(**raw)
+            entry = cls.model_validate(raw, context={"stored": True})
         except (ValidationError, TypeError) as exc:
             raise TamperDetected(f"entry fields are invalid: {exc}") from exc
         if entry.to_bytes() != data:
