@@ -3,7 +3,9 @@
 A bucket holds up to ``burst`` tokens and refills at ``rate`` tokens per second. Dispatching a
 request debits its cost (prompt + maximum output tokens) whether or not the bucket holds enough:
 the router is work-conserving and lets a tenant borrow idle capacity. Only when the pool cannot
-meet a request's SLO does the balance matter: tenants in debt are shed first, with a
+meet a request's SLO, or every backend holds its ``max_concurrency``, does the balance matter:
+tenants in debt are shed first (they never wait in line for a slot ahead of a tenant within its
+quota), with a
 ``Retry-After`` equal to the time their bucket needs to pay for the request (to fill up, for a
 request costing more than the burst). The balance never
 falls below ``-burst``, so a tenant's debt, and its wait, stay bounded.

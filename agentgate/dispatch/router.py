@@ -36,6 +36,11 @@ down the line stops once the free slots are spoken for), so every waiter asking 
 slot frees costs linear, not quadratic, work; ``due`` names the waiters the free slots go to, so
 that a caller can wake only those.
 
+Saturation is overload, where tenant quotas decide: a request whose tenant's token bucket cannot
+pay for it is ``Shed`` at once (``Retry-After`` = the bucket's refill time) rather than put in
+line, and a waiter whose tenant has spent its bucket meanwhile is given no slot while a waiter
+within its quota could use it (it is shed when it asks, unless a slot is left over).
+
 Backends that share a URL are one engine under several names (say one per tenant or per model
 alias): they share one cap, the smallest ``max_concurrency`` among them, counted over the
 requests in flight on all of them, instead of each allowing its own.
@@ -78,6 +83,9 @@ class _Waiter:
     key: tuple[int, float, float]
     """(priority class, arrival, sequence): the line's order."""
     model: str
+    tenant: str
+    cost: float
+    """What its tenant's token bucket pays for it (``_cost``)."""
     allowed: AllowedBackend | None
     deadline: float
     """When its SLO budget is spent (it is shed at its next ask)."""
@@ -151,13 +159,27 @@ class Router(RoutingPolicy):
             del self._line[at]
 
     def _saturated(self, request: RouteRequest, now: float) -> RoutePlan:
-        """The base rule (wait, or ``Shed``), and a request told to wait takes its place in line."""
+        """The base rule (wait, or ``Shed``), and a request told to wait takes its place in line;
+        but a request whose tenant's token bucket cannot pay for it is ``Shed`` at once, whatever
+        its class: saturation is overload, where tenants over their quota are shed first (else a
+        tenant in debt would hold the line, and take the slots that free, ahead of the tenants
+        within their quota, who would be shed when their SLO budget ran out)."""
+        cost = _cost(request)
+        bucket = self._bucket(request.tenant, now)
+        if bucket is not None and not bucket.can_pay(cost, now):
+            raise Shed(
+                f"every backend serving {request.model!r} is at its max_concurrency and tenant "
+                f"{request.tenant!r} is over its token quota",
+                retry_after_s=max(1.0, bucket.seconds_until(cost, now)),
+            )
         plan = super()._saturated(request, now)
         if request.id not in self._waiters:
             key = (request.priority, _arrival(request, now), next(self._arrivals))
             self._waiters[request.id] = _Waiter(
                 key=key,
                 model=request.model,
+                tenant=request.tenant,
+                cost=cost,
                 allowed=None,
                 deadline=request.arrived_at + request.slo_ttft_s,
                 asked=now,
@@ -184,9 +206,14 @@ class Router(RoutingPolicy):
         use, moving one given earlier to another engine it may use when that makes room (a
         matching, not a first fit: a waiter that may use two engines does not block one behind it
         that may use only one of them). The walk stops once no free slot is left: asking costs
-        about the same however long the line is, when every waiter asks again as a slot frees."""
+        about the same however long the line is, when every waiter asks again as a slot frees.
+        A request whose tenant's token bucket cannot pay for it has every waiter within its quota
+        ahead of it (it takes only a slot none of them could use; else ``_saturated`` sheds it)."""
         mine = self._waiters.get(request.id)
-        key = mine.key if mine is not None else (request.priority, _arrival(request, now), math.inf)
+        if self._in_debt(request.tenant, _cost(request), now):
+            key: tuple[float, float, float] = (math.inf, math.inf, math.inf)
+        else:
+            key = mine.key if mine is not None else (request.priority, _arrival(request, now), math.inf)
         given, usable = self._match(key, now)
         spare = self._spare()
         left = set()
@@ -208,7 +235,9 @@ class Router(RoutingPolicy):
         self, key: tuple[float, float, float], now: float
     ) -> tuple[dict[str, list[str]], dict[str, set[str]]]:
         """The free slots given to the waiters ahead of ``key`` in line (engine -> waiters), and
-        the engines each of those may use; the walk stops once every free slot is given."""
+        the engines each of those may use; the walk stops once every free slot is given. A waiter
+        whose tenant's token bucket cannot pay for it now is given none (it is shed at its next
+        ask unless a slot is left over for it)."""
         if now - self._swept > WAITER_TIMEOUT_S:
             self._swept = now
             for name, waiter in list(self._waiters.items()):
@@ -227,6 +256,8 @@ class Router(RoutingPolicy):
                 self.withdraw(name)  # the next one is now at ``at``
                 continue
             at += 1
+            if self._in_debt(waiter.tenant, waiter.cost, now):
+                continue
             usable[name] = {
                 url
                 for state in self.states.values()
@@ -254,7 +285,7 @@ class Router(RoutingPolicy):
             for p, s in scored
         )
         best_p, best = scored[0]
-        cost = float(request.prompt_tokens + request.max_output_tokens)
+        cost = _cost(request)
         bucket = self._bucket(request.tenant, now)
 
         if best_p <= request.slo_ttft_s:
@@ -333,7 +364,7 @@ class Router(RoutingPolicy):
     ) -> RoutePlan:
         bucket = self._bucket(request.tenant, now)
         if bucket is not None and not request.failover:
-            bucket.debit(float(request.prompt_tokens + request.max_output_tokens), now)
+            bucket.debit(_cost(request), now)
         if request.session:
             self._sessions[request.session] = state.name
             self._sessions.move_to_end(request.session)
@@ -349,6 +380,11 @@ class Router(RoutingPolicy):
             reason=reason,
             candidates=alternatives,
         )
+
+    def _in_debt(self, tenant: str, cost: float, now: float) -> bool:
+        """Whether ``tenant``'s token bucket cannot pay ``cost`` now (never, for a tenant without a quota)."""
+        bucket = self._bucket(tenant, now)
+        return bucket is not None and not bucket.can_pay(cost, now)
 
     def _bucket(self, tenant: str, now: float) -> TokenBucket | None:
         quota = self.quotas.get(tenant)
@@ -383,6 +419,11 @@ class Router(RoutingPolicy):
             return
         ratio = min(3.0, max(0.5, ttft_s / base))
         state.correction += 0.1 * (ratio - state.correction)
+
+
+def _cost(request: RouteRequest) -> float:
+    """What a request costs its tenant's token bucket: its prompt and its maximum output."""
+    return float(request.prompt_tokens + request.max_output_tokens)
 
 
 def _arrival(request: RouteRequest, now: float) -> float:
