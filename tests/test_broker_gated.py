@@ -128,9 +128,9 @@ def test_no_identity_is_refused(setup: Setup) -> None:
 
 def test_only_the_holder_may_release_or_renew(setup: Setup) -> None:
     setup.gated.submit(setup.ids["trainer"], GangRequest("ft-1", "team-a", 8, gpu_type="H100"))
-    with pytest.raises(Denied):
+    with pytest.raises(LeaseLost, match="not held by you"):  # as for an id nobody holds
         setup.gated.release(setup.ids["other"], "ft-1")
-    with pytest.raises(Denied):
+    with pytest.raises(LeaseLost, match="not held by you"):
         setup.gated.renew(setup.ids["other"], "ft-1")
     assert [lease.id for lease in setup.broker.leases()] == ["ft-1"]
     setup.clock.now += 30
@@ -185,12 +185,18 @@ def test_a_broker_error_after_the_decision_is_audited_as_an_error_outcome(setup:
     )
 
 
-def test_a_live_id_is_refused_before_any_decision_and_keeps_its_holders_audit_link(setup: Setup) -> None:
+def test_a_live_id_is_refused_and_keeps_its_holders_audit_link(setup: Setup) -> None:
     first = setup.gated.submit(setup.ids["trainer"], GangRequest("ft-1", "x", 8, gpu_type="H100"))
     count = len(setup.entries())
+    with pytest.raises(BrokerError, match="already live"):  # its own: before any decision
+        setup.gated.submit(setup.ids["trainer"], GangRequest("ft-1", "x", 1, gpu_type="H100"))
+    assert len(setup.entries()) == count
+    # Another holder's: only after the decision (a caller the policy refuses is told no more than
+    # for a free id), its reservation returned with an error outcome.
     with pytest.raises(BrokerError, match="already live"):
         setup.gated.submit(setup.ids["other"], GangRequest("ft-1", "x", 1, gpu_type="H100"))
-    assert len(setup.entries()) == count
+    allow, error = setup.entries()[count:]
+    assert (allow.kind, error.status, error.ref) == ("allow", "error", allow.index)
     setup.gated.release(setup.ids["trainer"], "ft-1")
     released = setup.entries()[-1]
     assert (released.status, released.ref) == ("lease_released", first.authorization.audit_index)

@@ -174,11 +174,6 @@ def two_tenant_broker(tmp_path: Path) -> tuple[GatedBroker, AgentIdentity]:
     return gated, a
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="fix in agentgate/dispatch/broker/_gated.py: submit checks 'already live' before the "
-    "decision, so a caller the policy refuses learns which of another tenant's request ids are live",
-)
 def test_a_caller_without_a_gpu_grant_cannot_tell_another_tenants_live_request_id(
     two_tenant_broker: tuple[GatedBroker, AgentIdentity],
 ) -> None:
@@ -192,12 +187,6 @@ def test_a_caller_without_a_gpu_grant_cannot_tell_another_tenants_live_request_i
     assert answers[0] == answers[1] is False
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="fix in agentgate/dispatch/broker/_gated.py: release answers Denied ('held by another "
-    "principal') for another holder's live lease and LeaseLost for an id nobody holds, an oracle "
-    "for any identity",
-)
 def test_release_of_an_id_one_does_not_hold_says_the_same_whether_another_tenant_holds_it(
     two_tenant_broker: tuple[GatedBroker, AgentIdentity],
 ) -> None:

@@ -30,6 +30,7 @@ import math
 import threading
 import time
 from dataclasses import dataclass
+from typing import NoReturn
 
 from agentgate.capabilities import Call, canonical_resource
 from agentgate.dispatch.broker._broker import Broker
@@ -108,17 +109,19 @@ class GatedBroker:
         and returned).
         Raises ``BrokerError`` for a request without ``gpu_type`` (a grant covers ``gpu:TYPE``, so
         the type must be known before the decision), a type that is no resource name, an id
-        that is already live through a ``GatedBroker`` of this name, or a ``ttl_s`` that would
-        outlive the identity's grant chain (before any decision); and,
-        after an allowed decision, whatever ``Broker.submit`` raises (an unknown tenant, a
-        duplicate id, a gang that could never be placed), with an ``error`` outcome appended and
-        the reservation returned first; except a ``StoreError`` from the broker's journal after
+        of the caller's own request that is live through a ``GatedBroker`` of this name, or a
+        ``ttl_s`` that would outlive the identity's grant chain (before any decision); and,
+        after an allowed decision, an id another holder's live request has (so that a caller the
+        policy refuses cannot tell another tenant's ids from free ones), or whatever
+        ``Broker.submit`` raises (an unknown tenant, a duplicate id, a gang that could never be
+        placed), with an ``error`` outcome appended and the reservation returned first; except a ``StoreError`` from the broker's journal after
         the broker took the request: the request stands (the broker's events come out of the
         next call), linked to its decision, its reservation held.
         """
         resource = _resource(request)
         with self._lock:
-            if self.decisions.get(request.id) is not None:
+            live = self.decisions.get(request.id)
+            if live is not None and identity is not None and live.principal == identity.did:
                 raise BrokerError(f"request {request.id!r} is already live")
             if identity is not None and (left := _outlived(identity, self._ttl(request))) is not None:
                 raise BrokerError(f"request {request.id!r}: {left}")
@@ -136,6 +139,8 @@ class GatedBroker:
                 self._price(resource),
                 _held(auth),
             )
+            if live is not None:  # another holder's: said only once the policy allowed the caller
+                self._refuse_taken(decided)
             # Written right after the decision's transaction, which Gate.authorize commits on its
             # own, and before the broker sees the request: no lease exists without its link. A
             # crash between the two leaves the reservation held (a budget can look smaller,
@@ -163,9 +168,10 @@ class GatedBroker:
     def release(self, identity: AgentIdentity, lease_id: str) -> list[BrokerEvent]:
         """End ``identity``'s lease (or withdraw its waiting request); the events are audited.
 
-        The lease's budget is settled at the time it was held. Raises ``Denied`` when the lease
-        or request is another holder's, ``LeaseLost`` when it is not live. Releasing needs no
-        decision: giving GPUs back is always allowed.
+        The lease's budget is settled at the time it was held. Raises ``LeaseLost`` when the
+        lease or request is not live, or is another holder's (one answer for both: another
+        tenant's live ids are not told). Releasing needs no decision: giving GPUs back is always
+        allowed.
         """
         with self._lock:
             self._holder_request(identity, lease_id)
@@ -177,11 +183,10 @@ class GatedBroker:
         """Extend ``identity``'s live lease, decided again like the request (audited).
 
         The renewal reserves the time it adds to the lease (from its current expiry, or notice
-        deadline, to ``ttl_s`` from now) at the policy's price. Raises ``Denied`` when the lease is
-        another holder's or the renewal is refused (the grant was revoked or has expired, no
-        longer covers the lease, expires before ``ttl_s`` from now, or its budget cannot pay for
-        the extension), ``LeaseLost`` when
-        it is not live (nothing is reserved then), ``StoreError`` when the broker's journal write
+        deadline, to ``ttl_s`` from now) at the policy's price. Raises ``Denied`` when the
+        renewal is refused (the grant was revoked or has expired, no longer covers the lease,
+        expires before ``ttl_s`` from now, or its budget cannot pay for the extension),
+        ``LeaseLost`` when it is not live or is another holder's (nothing is reserved then), ``StoreError`` when the broker's journal write
         fails (the lease is renewed all the same, and its extension reserved).
         """
         with self._lock:
@@ -338,10 +343,12 @@ class GatedBroker:
         found = {lease.id: lease.request for lease in self.broker.leases()}
         found.update((q.request.id, q.request) for q in self.broker.queue())
         request = found.get(lease_id)
-        if request is None:
-            raise LeaseLost(f"lease {lease_id!r} is not held (released, expired or preempted)")
-        if request.holder != identity.did:
-            raise Denied(f"lease {lease_id!r} is held by another principal; only its holder may change it")
+        if request is None or request.holder != identity.did:
+            # One answer for both: another holder's live id is none of the caller's business (a
+            # different one would tell any identity which of another tenant's ids are live).
+            raise LeaseLost(
+                f"lease {lease_id!r} is not held by you (released, expired, preempted, or never yours)"
+            )
         return request
 
     def _record(self, events: list[BrokerEvent]) -> None:
@@ -367,6 +374,16 @@ class GatedBroker:
                 if decided is None:  # queued around the gate
                     decided = _unlinked(request.id, request.holder, _resource_or_any(request))
                 self._append(decided, status, reason, 0)
+
+    def _refuse_taken(self, decided: LeaseDecision) -> NoReturn:
+        """Return an allowed request's reservations and record its ``error`` outcome, its id being
+        another holder's live one; raise ``BrokerError``. (That holder's decision is untouched.)"""
+        reason = f"request {decided.request_id!r} is already live"
+        with self.gate.store.transaction() as tx:
+            self.gate.audit.lock(tx)
+            self._settle(tx, decided, None)
+            self._append(decided, "error", reason, 0, tx)
+        raise BrokerError(reason)
 
     def _end(
         self,
