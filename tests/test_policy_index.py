@@ -82,7 +82,7 @@ def test_gpu_platform_priority_classes_and_tenant_quotas() -> None:
     batch = Call.model("llama-3.1-70b", {"max_tokens": 512, "priority": "batch"})
     decision = index.evaluate("svc-b", batch)
     assert decision.allowed and {q.name for q in decision.quotas} == {"team-b-tokens-per-hour"}
-    lease = Call("gpu:h100", "lease", {"count": 4})
+    lease = Call("gpu:h100", "lease", {"count": 4, "grace_s": 120})
     assert index.evaluate("svc-a", lease).allowed and not index.evaluate("agent-a", lease).allowed
     assert index.evaluate("erin", Call("gpu:b200", "lease", {"count": 64})).allowed
 

@@ -207,12 +207,6 @@ _EXAMPLE_DIDS = {
 }
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="fix in policies/gpu_platform.yaml: team-a-inference's gpu:h100 leaves grace_s unbounded "
-    "(docs/broker.md: a policy bounds it, e.g. grace_s: {le: 600}), so team A keeps GPUs borrowed "
-    "from team B's nominal quota against B's reclaim",
-)
 def test_the_example_platform_policy_lets_team_b_reclaim_its_nominal_gpus(tmp_path: Path) -> None:
     text = (Path(__file__).parent.parent / "policies" / "gpu_platform.yaml").read_text()
     keys = {name: SigningKey.generate() for name in _EXAMPLE_DIDS}
