@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from agentgate.errors import Denied, Expired, InputError, Revoked
 from agentgate.store._base import Dialect, Store, Transaction
-from agentgate.store.grants import _DDL as GRANTS_DDL
+from agentgate.store.grants import GRANTS_DDL
 
 APPROVALS_DDL: dict[Dialect, str] = {
     "sqlite": """

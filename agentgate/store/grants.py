@@ -47,7 +47,7 @@ from agentgate.store._sqlite import SQLiteStore
 if TYPE_CHECKING:
     from agentgate.store._postgres import PostgresStore
 
-_DDL: dict[Dialect, str] = {
+GRANTS_DDL: dict[Dialect, str] = {
     "sqlite": """
 CREATE TABLE IF NOT EXISTS agentgate_grants (
     id TEXT PRIMARY KEY,
@@ -180,7 +180,7 @@ class GrantRepository:
     def __init__(self, store: Store, *, durable_nonces: bool = False) -> None:
         self.store = store
         self.durable_nonces = durable_nonces
-        store.ensure_schema("grants", _DDL)
+        store.ensure_schema("grants", GRANTS_DDL)
         self._lock = threading.Lock()  # the hot connection's; held while it waits for SQLite
         # Nonces recorded (``next`` is atomic: no lock needed). From 0: the first nonce prunes, so
         # a process that records fewer than ``_PRUNE_EVERY`` (``agentgate grant check``: one) does too.
