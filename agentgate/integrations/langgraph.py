@@ -91,6 +91,10 @@ R = TypeVar("R")
 D = TypeVar("D")
 STOP_KEY = "agentgate_stop"
 """Set in the artifact of a refusal that no later call of this run can overcome (see ``_ends_run``)."""
+_BUDGET_KEY = "agentgate_budget_exhausted"
+"""Set with ``STOP_KEY`` when the refusal is for an exhausted budget, in the artifact of the refused
+tool call and in the metadata of the answer that ends the run (``_stop_mark``): a delegation tool
+reads it on its sub-agent's last answer (``_paid_for_nothing``)."""
 _DEAD_IDENTITY = frozenset({"revoked", "grant_expired", "no_chain", "inherited_identity"})
 """Finding codes of a refusal that every later call on the same identity gets too: a revoked or
 expired grant, a run without an identity, a nested agent on its parent's identity."""
@@ -146,7 +150,7 @@ def _refusal(auth: Authorization, tool_call_id: str, name: str) -> ToolMessage:
         tool_call_id=tool_call_id,
         name=name,
         status="error",
-        artifact={STOP_KEY: True} if _ends_run(auth) else None,
+        artifact=_stop_mark(auth),
     )
 
 
@@ -156,7 +160,13 @@ def _ends_run(auth: Authorization) -> bool:
     return auth.budget_exhausted or any(f.code in _DEAD_IDENTITY for f in auth.findings)
 
 
-def _run_stop(messages: Sequence[BaseMessage]) -> str | None:
+def _stop_mark(auth: Authorization) -> dict[str, bool] | None:
+    """What a refusal that ends the run (``_ends_run``) carries, in its tool message's artifact
+    and its answer's metadata: ``STOP_KEY``, and ``_BUDGET_KEY`` for an exhausted budget."""
+    return {STOP_KEY: True, _BUDGET_KEY: auth.budget_exhausted} if _ends_run(auth) else None
+
+
+def _run_stop(messages: Sequence[BaseMessage]) -> ToolMessage | None:
     """The refusal to end the run on, when a tool call since the model's last turn was refused
     for good (``_ends_run``): asking the model again would only spend more, on calls that can
     only be refused (also when model calls are not gated)."""
@@ -168,7 +178,7 @@ def _run_stop(messages: Sequence[BaseMessage]) -> str | None:
             and isinstance(message.artifact, dict)
             and message.artifact.get(STOP_KEY)
         ):
-            return str(message.content)
+            return message
     return None
 
 
@@ -468,7 +478,17 @@ class GateMiddleware(AgentMiddleware[Any, Any, Any]):
 
     def _stopped(self, auth: Authorization) -> ModelResponse[Any]:
         # A refused model call ends the run: an answer without tool calls is the agent's exit.
-        return ModelResponse(result=[AIMessage(content=auth.explain(), name=self.agent)])
+        mark = _stop_mark(auth) or {}
+        return ModelResponse(
+            result=[AIMessage(content=auth.explain(), name=self.agent, response_metadata=mark)]
+        )
+
+    def _stop(self, refused: ToolMessage) -> ModelResponse[Any]:
+        """The answer that ends the run on the refused tool call ``refused`` (``_run_stop``)."""
+        mark = dict(refused.artifact) if isinstance(refused.artifact, dict) else {}
+        return ModelResponse(
+            result=[AIMessage(content=str(refused.content), name=self.agent, response_metadata=mark)]
+        )
 
     def wrap_model_call(
         self,
@@ -477,7 +497,7 @@ class GateMiddleware(AgentMiddleware[Any, Any, Any]):
     ) -> ModelResponse[Any] | AIMessage:
         """Reserve the token budget, run the model, commit the tokens it reports using."""
         if (stop := _run_stop(request.messages)) is not None:
-            return ModelResponse(result=[AIMessage(content=stop, name=self.agent)])
+            return self._stop(stop)
         if not self.gate_models:
             return handler(request)
         auth, request = self._authorize_model(request)
@@ -492,7 +512,7 @@ class GateMiddleware(AgentMiddleware[Any, Any, Any]):
     ) -> ModelResponse[Any] | AIMessage:
         """The async twin of ``wrap_model_call``."""
         if (stop := _run_stop(request.messages)) is not None:
-            return ModelResponse(result=[AIMessage(content=stop, name=self.agent)])
+            return self._stop(stop)
         if not self.gate_models:
             return await handler(request)
         auth, request = await self._decided(self._authorize_model, request, lambda decided: decided[0])
@@ -679,6 +699,8 @@ def delegation_tool(
     key), attenuated to ``capabilities`` and ``budget``, living ``ttl`` at most and never past the
     parent's expiry, and runs the sub-agent with it. A delegation the parent cannot make (scope
     creep, an expired or revoked parent) is refused as a tool error; the sub-agent does not run.
+    A sub-agent refused for budget before its grant paid for anything ends the supervisor's run
+    too (``_paid_for_nothing``).
     """
     caps = tuple(c if isinstance(c, Capability) else Capability.parse(c) for c in capabilities)
     # One grant per delegating tool call, in its task (thread and graph step): when LangGraph
@@ -708,10 +730,6 @@ def delegation_tool(
                 granted[slot] = child
         return child
 
-    def _answer(result: dict[str, Any]) -> str:
-        messages: list[BaseMessage] = result.get("messages", [])
-        return str(messages[-1].content) if messages else ""
-
     # Spans: the delegation is an ``execute_tool ask_NAME`` span holding an ``invoke_agent NAME``
     # span, under which the sub-agent's own calls nest (a trace shows who asked whom).
     # The run context and config are read where LangGraph keeps them for the running task
@@ -720,26 +738,65 @@ def delegation_tool(
     # each call (about 3 ms a delegation with benchmarks/langgraph_overhead.py's agents, measured
     # by the scratch runs of docs/langgraph.md's twelfth pass; more as the conversation grows).
     # Only the tool call id is injected.
-    def run(task: str, tool_call_id: Annotated[str, InjectedToolCallId]) -> str:
+    def run(
+        task: str, tool_call_id: Annotated[str, InjectedToolCallId]
+    ) -> tuple[str, dict[str, bool] | None]:
         with execute_tool_span(f"ask_{name}", call_id=tool_call_id, tracer=gate.tracer) as span:
             child = _delegated(span, _delegate, _tool_call_place(tool_call_id))
             with invoke_agent_span(name, agent_id=child.did, tracer=gate.tracer):
-                return _answer(agent.invoke({"messages": [HumanMessage(content=task)]}, context=child))
+                last = _last_answer(agent.invoke({"messages": [HumanMessage(content=task)]}, context=child))
+            return _reply(last, _ran_out(last) and _paid_for_nothing(gate, child))
 
-    async def arun(task: str, tool_call_id: Annotated[str, InjectedToolCallId]) -> str:
+    async def arun(
+        task: str, tool_call_id: Annotated[str, InjectedToolCallId]
+    ) -> tuple[str, dict[str, bool] | None]:
         with execute_tool_span(f"ask_{name}", call_id=tool_call_id, tracer=gate.tracer) as span:
             child = await gate.to_thread(_delegated, span, _delegate, _tool_call_place(tool_call_id))
             with invoke_agent_span(name, agent_id=child.did, tracer=gate.tracer):
-                return _answer(await agent.ainvoke({"messages": [HumanMessage(content=task)]}, context=child))
+                result = await agent.ainvoke({"messages": [HumanMessage(content=task)]}, context=child)
+            last = _last_answer(result)
+            return _reply(last, _ran_out(last) and await gate.to_thread(_paid_for_nothing, gate, child))
 
     tool = StructuredTool.from_function(
         func=run,
         coroutine=arun,
         name=f"ask_{name}",
         description=description or f"Hand a task to the {name} agent and get its answer.",
+        # The artifact carries the mark that ends the supervisor's run (``_run_stop``), if any.
+        response_format="content_and_artifact",
     )
     _DELEGATION_TOOLS[id(tool)] = tool
     return tool
+
+
+def _last_answer(result: Mapping[str, Any]) -> BaseMessage | None:
+    """The last message of a sub-agent's run: its answer."""
+    messages: Sequence[BaseMessage] = result.get("messages") or ()
+    return messages[-1] if messages else None
+
+
+def _ran_out(last: BaseMessage | None) -> bool:
+    """Whether a sub-agent's run ended, with the answer ``last``, on an exhausted budget."""
+    return isinstance(last, AIMessage) and bool(last.response_metadata.get(_BUDGET_KEY))
+
+
+def _paid_for_nothing(gate: Gate, child: AgentIdentity) -> bool:
+    """Whether the delegated grant ``child`` paid for no call (a ledger read). A sub-agent that ran
+    out of budget before paying for anything ends the supervisor's run too (``_reply``): every
+    later delegation of the same tool hands on a fresh grant just like it (the budget that could
+    not pay is one above it, or one call costs more than the grant carries), and would only be
+    refused again. One that spent part of its grant first is answered as usual: a budget of its
+    own may be what ran out, and the next delegation, given a fresh one, is refused its first call
+    if the supervisor's ran out."""
+    spent = gate.remaining(child).get(child.grant_id)
+    return spent is not None and spent[0] == 0
+
+
+def _reply(last: BaseMessage | None, ends_run: bool) -> tuple[str, dict[str, bool] | None]:
+    """The delegation tool's result: the sub-agent's answer, and as its artifact the mark that
+    ends the supervisor's run at its model's next turn (``_run_stop``) when ``ends_run``."""
+    answer = "" if last is None else str(last.content)
+    return answer, {STOP_KEY: True, _BUDGET_KEY: True} if ends_run else None
 
 
 _ToolCallPlace = tuple[object, Mapping[str, Any] | None, str | None]
