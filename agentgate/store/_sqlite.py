@@ -35,19 +35,52 @@ which do not sync commits, keep SQLite's default."""
 _MAX_IDLE = 8
 
 
+_ENDS_TRANSACTION = frozenset(
+    {sqlite3.SQLITE_FULL, sqlite3.SQLITE_IOERR, sqlite3.SQLITE_BUSY, sqlite3.SQLITE_NOMEM}
+)
+"""Primary result codes after which SQLite may have rolled back the statement or the whole
+transaction, and asks for a ROLLBACK (sqlite.org/lang_transaction.html, "Response To Errors
+Within A Transaction"): a full disk, an I/O error (a file system remounted read-only), a lock
+or memory that ran out. Not one row's fault: a transaction that met one is never committed."""
+
+
 class _SQLiteTransaction(Transaction):
     def __init__(self, conn: sqlite3.Connection) -> None:
         self._conn = conn
         self._rowcount = 0
+        self.failed: sqlite3.Error | None = None
+        """The first error of ``_ENDS_TRANSACTION`` a statement met, even one the caller caught."""
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
-        cursor = self._conn.execute(sql, tuple(params))
-        rows = cursor.fetchall()
+        self._refuse_after_failure()
+        try:
+            cursor = self._conn.execute(sql, tuple(params))
+            rows = cursor.fetchall()
+        except sqlite3.Error as exc:
+            self._note(exc)
+            raise
         self._rowcount = cursor.rowcount
         return rows
 
     def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
-        self._conn.executemany(sql, rows)
+        self._refuse_after_failure()
+        try:
+            self._conn.executemany(sql, rows)
+        except sqlite3.Error as exc:
+            self._note(exc)
+            raise
+
+    def _refuse_after_failure(self) -> None:
+        # SQLite may have rolled the whole transaction back: a statement run now would be a
+        # transaction of its own, committed at once, whatever the block does next.
+        if self.failed is not None:
+            raise StoreError(
+                f"the transaction met {self.failed!s:.200} and is rolled back; nothing was written"
+            )
+
+    def _note(self, exc: sqlite3.Error) -> None:
+        if self.failed is None and exc.sqlite_errorcode & 0xFF in _ENDS_TRANSACTION:
+            self.failed = exc
 
     @property
     def rowcount(self) -> int:
@@ -163,7 +196,9 @@ class SQLiteStore(Store):
     def transaction(self, *, immediate: bool = True) -> Iterator[Transaction]:
         """As ``Store.transaction``. A statement's ``sqlite3.Error`` may be caught inside the
         block (the transaction stays usable, as SQLite leaves it); one that leaves the block rolls
-        the transaction back and becomes ``StoreError``, like every other store failure."""
+        the transaction back and becomes ``StoreError``, like every other store failure. One of
+        ``_ENDS_TRANSACTION`` (a full disk) ends the transaction even if caught: every later
+        statement of the block raises ``StoreError``, and so does its end, nothing committed."""
         conn = self._acquire()
         usable = True
         try:
@@ -171,13 +206,22 @@ class SQLiteStore(Store):
                 conn.execute("BEGIN IMMEDIATE" if immediate else "BEGIN")
             except sqlite3.Error as exc:
                 raise StoreError(f"cannot start a transaction on {self.path}: {exc}") from exc
+            tx = _SQLiteTransaction(conn)
             try:
-                yield _SQLiteTransaction(conn)
+                yield tx
             except BaseException as exc:
                 usable = self._rollback(conn)
                 if isinstance(exc, sqlite3.Error):
                     raise StoreError(f"SQLite error on {self.path}: {exc}") from exc
                 raise
+            if tx.failed is not None:
+                # Caught inside the block (a savepoint rolled back, the rest went on), but the disk
+                # that was full for one statement is full for the transaction: committing the rest
+                # would keep a part of what belongs together (outcomes written, others dropped).
+                usable = self._rollback(conn)
+                raise StoreError(
+                    f"SQLite error on {self.path}: {tx.failed}; nothing was written"
+                ) from tx.failed
             try:
                 self.check_in_place()
             except StoreError:
@@ -204,15 +248,23 @@ class SQLiteStore(Store):
         return True
 
     def ensure_schema(self, name: str, ddl: dict[Dialect, str]) -> None:
+        """As ``Store.ensure_schema``, in one transaction: a script stopped half-way (a full disk)
+        leaves nothing, never a table without the triggers that keep it append-only."""
         if name in self._schemas:
             return
         conn = self._acquire()
+        usable = True
         try:
-            conn.executescript(ddl["sqlite"])
+            # The ``;`` ends a script's last statement when it has none (an empty one is no error).
+            conn.executescript(f"BEGIN IMMEDIATE;\n{ddl['sqlite']}\n;COMMIT;")
         except sqlite3.Error as exc:
+            usable = not conn.in_transaction or self._rollback(conn)
             raise StoreError(f"cannot create the {name} tables in {self.path}: {exc}") from exc
         finally:
-            self._release(conn)
+            if usable:
+                self._release(conn)
+            else:
+                conn.close()
         self._schemas.add(name)
 
     def close(self) -> None:
