@@ -401,8 +401,23 @@ class Gate:
         """A root grant from ``anchor`` (a trust anchor) to ``key`` holding exactly what ``role`` allows.
 
         The grant is recorded with its audit entry (an ``allow`` on ``agent:NAME`` by the anchor)
-        in one transaction. Raises ``PolicyError`` for an unknown role.
+        in one transaction. Raises ``PolicyError`` for an unknown role, ``Denied`` (audited, as a
+        refused delegation) for an ``anchor`` that is not one of this Gate's trust anchors (a key
+        rotated out of the policy): every call on such a grant would be refused ``untrusted_root``.
         """
+        if anchor.did not in self.authority.anchors:
+            message = f"{anchor.did} is not a trust anchor of this policy: it issues nothing"
+            refused = Denied(message)
+            refused.finding = _finding(FindingKind.AUTHORITY_CHAIN_OPACITY, "untrusted_root", message)
+            refused.audit_index = self.audit.append(
+                {
+                    "kind": "deny",
+                    "principal": anchor.did,
+                    "resource": f"agent:{name}",
+                    "reasons": [message, "authority_chain_opacity:untrusted_root"],
+                }
+            )
+            raise refused
         template = role_grant_template(self.policy, role)
         budget = Budget(template.budget.limit, template.budget.unit) if template.budget else None
         chain = issue(
@@ -573,8 +588,14 @@ class Gate:
             return error
 
         if not roles:
-            if principal is None:
+            if principal is None and self.index.principal_name(parent.chain.root.audience) is not None:
                 return  # a key made at run time: its grant's own depth and attenuation bound it
+            if principal is None:  # nor is the chain's first holder: removed, or its key replaced
+                raise refuse(
+                    "delegation_not_in_policy",
+                    f"{parent.name}'s chain was issued to {parent.chain.root.audience}, "
+                    "which is not a principal of this policy",
+                )
             raise refuse("delegation_not_in_policy", f"the roles of {parent.name} may not delegate at all")
         # Each capability is bounded by the rule of a role that may hand it on: one such role
         # must admit the grant's whole lifetime and budget (another role's looser limits, for
