@@ -18,8 +18,8 @@ import math
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from agentgate.capabilities import Call, Capability, Constraint, pattern_matches
-from agentgate.errors import PolicyError
+from agentgate.capabilities import Call, Capability, Constraint, canonical_resource, pattern_matches
+from agentgate.errors import CapabilityError, PolicyError
 from agentgate.findings import Outcome
 from agentgate.policy._load import Policy, RuleRef, describe_constraint
 from agentgate.policy._schema import Budget
@@ -292,12 +292,22 @@ class PolicyIndex:
         return self._denied(entry, resource, misses)
 
     def _evaluate_undeclared(self, entry: _Principal, call: Call) -> PolicyDecision:
-        """Tools and models must be declared; other resources (``gpu:``) are matched by their rules."""
+        """Tools and models must be declared; other resources (``gpu:``) are matched by their rules.
+
+        Their names must be canonical: a wildcard rule (``gpu:*``) would otherwise allow
+        ``gpu:H100`` or ``gpu: h100``, which the gates and prices on ``gpu:h100`` do not name.
+        """
         resource = call.resource
         kind = resource.partition(":")[0]
         if kind in ("tool", "model"):
             reason = f"{resource} is not declared in the policy's {kind}s"
             return PolicyDecision(Outcome.DENY, entry.name, resource, reasons=(reason,))
+        try:
+            canonical_resource(resource)
+        except CapabilityError as exc:
+            return PolicyDecision(
+                Outcome.DENY, entry.name, resource, reasons=(f"{exc}; refused, never normalized",)
+            )
         misses: list[str] = []
         by_role = self._exact_other.get(resource, {})
         for role in entry.roles:
