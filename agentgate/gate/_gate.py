@@ -409,15 +409,7 @@ class Gate:
             message = f"{anchor.did} is not a trust anchor of this policy: it issues nothing"
             refused = Denied(message)
             refused.finding = _finding(FindingKind.AUTHORITY_CHAIN_OPACITY, "untrusted_root", message)
-            refused.audit_index = self.audit.append(
-                {
-                    "kind": "deny",
-                    "principal": anchor.did,
-                    "resource": f"agent:{name}",
-                    "reasons": [message, "authority_chain_opacity:untrusted_root"],
-                }
-            )
-            raise refused
+            raise self._audited_refusal(refused, anchor.did, f"agent:{name}")
         template = role_grant_template(self.policy, role)
         budget = Budget(template.budget.limit, template.budget.unit) if template.budget else None
         chain = issue(
@@ -467,15 +459,7 @@ class Gate:
         if parent is None:
             refused = Denied("no identity in the run context: there is no grant to delegate from")
             refused.finding = _NO_CHAIN
-            refused.audit_index = self.audit.append(
-                {
-                    "kind": "deny",
-                    "principal": "unknown",
-                    "resource": resource,
-                    "reasons": [str(refused), f"{_NO_CHAIN.kind}:{_NO_CHAIN.code}"],
-                }
-            )
-            raise refused
+            raise self._audited_refusal(refused, "unknown", resource)
         tip = parent.chain.tip
         seconds = max(1, min(int(ttl.total_seconds()), tip.expires - int(time.time())))
         try:
@@ -505,16 +489,7 @@ class Gate:
                 parent=parent,
             )
         except AuthorityError as exc:
-            reasons = [str(exc), *(f"{f.kind}:{f.code}" for f in findings_of(exc))]
-            exc.audit_index = self.audit.append(
-                {
-                    "kind": "deny",
-                    "principal": parent.did,
-                    "chain_hash": parent.grant_id,
-                    "resource": resource,
-                    "reasons": reasons,
-                }
-            )
+            self._audited_refusal(exc, parent.did, resource, parent.grant_id)
             raise
         child = AgentIdentity(name, key, chain, parent.tenant, index)
         with self._lock:  # the live delegations only: a long-running service delegates per request
@@ -529,6 +504,18 @@ class Gate:
             self.delegations.append((parent.name, child))
             self._purge_at = min(self._purge_at, max(chain.tip.expires, now + DELEGATIONS_PURGE_S))
         return child
+
+    def _audited_refusal(
+        self, refused: AuthorityError, principal: str, resource: str, chain_hash: str | None = None
+    ) -> AuthorityError:
+        """``refused`` (a grant not issued or delegated), once its ``deny`` entry is appended: its
+        message and its finding as ``kind:code``, which ``audit_index`` then names."""
+        reasons = [str(refused), *(f"{f.kind}:{f.code}" for f in findings_of(refused))]
+        entry = {"kind": "deny", "principal": principal, "resource": resource, "reasons": reasons}
+        refused.audit_index = self.audit.append(
+            entry if chain_hash is None else {**entry, "chain_hash": chain_hash}
+        )
+        return refused
 
     def _refuse_revoked(self, parent: AgentIdentity) -> None:
         """Raise ``Revoked`` when a grant of ``parent``'s chain is revoked: it hands nothing on."""

@@ -477,18 +477,18 @@ class GateMiddleware(AgentMiddleware[Any, Any, Any]):
         return auth, request
 
     def _stopped(self, auth: Authorization) -> ModelResponse[Any]:
-        # A refused model call ends the run: an answer without tool calls is the agent's exit.
-        mark = _stop_mark(auth) or {}
-        return ModelResponse(
-            result=[AIMessage(content=auth.explain(), name=self.agent, response_metadata=mark)]
-        )
+        """The answer that ends the run on a refused model call."""
+        return self._last_word(auth.explain(), _stop_mark(auth))
 
     def _stop(self, refused: ToolMessage) -> ModelResponse[Any]:
         """The answer that ends the run on the refused tool call ``refused`` (``_run_stop``)."""
-        mark = dict(refused.artifact) if isinstance(refused.artifact, dict) else {}
-        return ModelResponse(
-            result=[AIMessage(content=str(refused.content), name=self.agent, response_metadata=mark)]
-        )
+        return self._last_word(str(refused.content), refused.artifact)
+
+    def _last_word(self, content: str, mark: object) -> ModelResponse[Any]:
+        # An answer without tool calls is the agent's exit; its metadata carries the stop mark
+        # (``_stop_mark``), which a delegation tool reads on a sub-agent's answer (``_ran_out``).
+        metadata = dict(mark) if isinstance(mark, dict) else {}
+        return ModelResponse(result=[AIMessage(content=content, name=self.agent, response_metadata=metadata)])
 
     def wrap_model_call(
         self,
