@@ -105,11 +105,14 @@ def _holds(op: str, bound: Any, value: Any) -> bool:
 
 
 def _comparable(op: str, bound: Any, value: Any) -> bool:
-    """approvals, ``when``: a bound needs a finite number, a prefix text, eq/in a kind they list."""
+    """approvals, ``when``: a bound needs a finite number, a prefix text, eq/in a kind they list
+    (a finite number for numbers)."""
     if op == "prefix":
         return isinstance(value, str)
     if op in ("lt", "le", "gt", "ge"):
         return _finite_number(value)
+    if _kind(value) == "number" and not math.isfinite(value):  # NaN and inf compare with no listed number
+        return False
     return _kind(value) in {_kind(b) for b in (bound if op == "in" else [bound])}
 
 
