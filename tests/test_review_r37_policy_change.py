@@ -3,8 +3,8 @@ grants, approval requests, budgets and quota windows made under the old one are 
 
 What holds (docs/policy-reference.md, "Changing a policy"): every decision reads the policy the
 process runs now (rules, constraints, principals, trust anchors, approval gates, quota limits),
-while a grant keeps the budget, expiry and delegation depth it was signed with. What does not
-(xfail, for the lead):
+while a grant keeps the budget, expiry and delegation depth it was signed with. What did not
+(fixed since):
 
 - ``Gate.delegate`` skips the policy's delegation rule for a parent the policy no longer names (a
   principal removed, or its key replaced): the grant is recorded with an ``allow`` entry (fix in
@@ -12,14 +12,11 @@ while a grant keeps the budget, expiry and delegation depth it was signed with. 
 - ``Gate.issue`` signs and records a root grant from a key that is not a trust anchor of its
   policy (the anchor rotated away), which ``agentgate grant issue --policy`` refuses (fix in
   ``agentgate/gate/_gate.py``);
-- an approval request keeps the quorum of the policy it was asked under, while the Gate counts
-  to the new policy's quorum: after a lowered quorum no single approval can be used, after a
-  raised one the second approver's vote is dropped, until the request expires (fix in
-  ``agentgate/gate/_gate.py`` / ``agentgate/store/approvals.py``);
-- a vote given by an approver the new policy no longer names still counts towards the quorum
-  (same files);
-- quota usage is stored by quota name and window only: a quota whose unit changes reads the
-  old unit's count as its own (fix in ``agentgate/store/quotas.py``).
+- an approval request kept the quorum of the policy it was asked under, while the Gate counted to
+  the new policy's quorum; a vote given by an approver the new policy no longer names still
+  counted; quota usage was stored by quota name and window only, so a quota whose unit changed
+  read the old unit's count. Fixed in review r38 (``store.approvals.QuorumRule``,
+  ``store.quotas.quota_key``), with the tests at the end of this file.
 """
 
 from __future__ import annotations
@@ -298,11 +295,6 @@ def test_a_key_that_is_no_longer_a_trust_anchor_cannot_issue(tmp_path: Path) -> 
         new.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="fix in agentgate/gate/_gate.py or agentgate/store/approvals.py: the request keeps the "
-    "old quorum (2) while the Gate consumes at the new one (1): 'approval ... is pending'",
-)
 def test_a_lowered_quorum_lets_one_approver_approve_a_request_asked_before(tmp_path: Path) -> None:
     agent, asked, old = asked_under_old(tmp_path, quorum=2)
     old.close()
@@ -313,11 +305,6 @@ def test_a_lowered_quorum_lets_one_approver_approve_a_request_asked_before(tmp_p
         new.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="fix in agentgate/gate/_gate.py or agentgate/store/approvals.py: the first vote marks a "
-    "request of the old quorum (1) approved, so the second approver's vote is dropped",
-)
 def test_a_raised_quorum_is_reached_by_a_second_approver_of_a_request_asked_before(tmp_path: Path) -> None:
     agent, asked, old = asked_under_old(tmp_path, quorum=1)
     old.close()
@@ -329,11 +316,6 @@ def test_a_raised_quorum_is_reached_by_a_second_approver_of_a_request_asked_befo
         new.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="fix in agentgate/gate/_gate.py or agentgate/store/approvals.py: votes are counted "
-    "whoever gave them, also an approver the new policy no longer names",
-)
 def test_a_vote_of_an_approver_the_new_policy_removed_does_not_count(tmp_path: Path) -> None:
     agent, asked, old = asked_under_old(tmp_path, quorum=2)
     try:
@@ -348,11 +330,6 @@ def test_a_vote_of_an_approver_the_new_policy_removed_does_not_count(tmp_path: P
         new.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="fix in agentgate/store/quotas.py: usage is keyed by quota name and window, not unit: "
-    "tokens counted under the old unit are read as calls",
-)
 def test_a_quota_whose_unit_changed_does_not_read_the_old_units_count(tmp_path: Path) -> None:
     agent, _ = issued_under_old(tmp_path)
     old = restart(tmp_path, quota_unit="tokens")
@@ -363,5 +340,99 @@ def test_a_quota_whose_unit_changed_does_not_read_the_old_units_count(tmp_path: 
     new = restart(tmp_path, quota_unit="calls", quota_limit=100)
     try:
         assert new.authorize(agent, LOOKUP).allowed  # the first call of this window
+    finally:
+        new.close()
+
+
+# --- review r38: the quorum and the approvers are the policy's now ----------------------------
+
+
+@pytest.mark.parametrize("who", ["alice", "bob"])
+def test_a_lowered_quorum_is_met_by_a_vote_given_before_the_change(tmp_path: Path, who: str) -> None:
+    """Alice's vote, one of two under the old policy, is enough under the new one: the next
+    approval presented, hers again or another approver's, lets the call run (it is not refused as
+    a vote on a request already approved)."""
+    agent, asked, old = asked_under_old(tmp_path, quorum=2)
+    try:
+        assert approve(old, agent, asked, "alice").needs_approval
+    finally:
+        old.close()
+    new = restart(tmp_path, quorum=1)
+    try:
+        ran = approve(new, agent, asked, who)
+        assert ran.allowed, ran.reasons
+        assert asked.request is not None
+        assert new.approvals.get(asked.request["id"]).state == "consumed"
+    finally:
+        new.close()
+
+
+def test_the_approvers_recorded_with_the_allow_are_those_the_policy_counts(tmp_path: Path) -> None:
+    agent, asked, old = asked_under_old(tmp_path, quorum=2)
+    try:
+        assert approve(old, agent, asked, "alice").needs_approval
+    finally:
+        old.close()
+    new = restart(tmp_path, quorum=2, approvers="[bob, carol]")
+    try:
+        assert approve(new, agent, asked, "bob").needs_approval
+        ran = approve(new, agent, asked, "carol")
+        assert ran.allowed
+        assert ran.approver == ",".join(sorted((KEYS["bob"].did, KEYS["carol"].did)))
+    finally:
+        new.close()
+
+
+def test_approval_list_shows_the_quorum_the_request_was_last_counted_against(tmp_path: Path) -> None:
+    agent, asked, old = asked_under_old(tmp_path, quorum=1)
+    old.close()
+    new = restart(tmp_path, quorum=3)
+    try:
+        assert approve(new, agent, asked, "alice").needs_approval
+        [(record, votes)] = new.approvals.open_requests()
+        assert record.quorum == 3 and votes == (KEYS["alice"].did,)
+    finally:
+        new.close()
+
+
+def test_a_window_counted_before_quotas_were_keyed_by_unit_is_carried_over(tmp_path: Path) -> None:
+    """A store upgraded from a release that keyed usage by the quota's name only: the current
+    window's count is carried into the new key once, so the upgrade does not reopen a full window."""
+    from agentgate.store.quotas import window_start
+
+    agent, _ = issued_under_old(tmp_path)
+    store = SQLiteStore(tmp_path / "ag.db")
+    try:
+        with store.transaction() as tx:
+            tx.execute(
+                "INSERT INTO quota_usage (quota, window_start, used) VALUES (?, ?, ?)",
+                ("acme-usage", window_start(3600, time.time()), 2),
+            )
+    finally:
+        store.close()
+    new = restart(tmp_path, quota_limit=3)
+    try:
+        assert new.authorize(agent, LOOKUP).allowed  # the third of three
+        assert new.authorize(agent, LOOKUP).quota_exceeded == "acme-usage"
+    finally:
+        new.close()
+
+
+@pytest.mark.parametrize("change", [{"quota_unit": "tokens"}, {"quota_limit": 1}])
+def test_only_a_change_of_what_a_quota_counts_restarts_its_count(
+    tmp_path: Path, change: dict[str, object]
+) -> None:
+    agent, _ = issued_under_old(tmp_path)
+    old = restart(tmp_path, quota_limit=5)
+    try:
+        assert old.authorize(agent, LOOKUP).allowed
+    finally:
+        old.close()
+    new = restart(tmp_path, **change)
+    try:
+        if "quota_unit" in change:  # tokens now: the call counted under calls is not read as a token
+            assert new.authorize(agent, MODEL, tokens=(1, 0)).allowed
+        else:  # the same quota with a lower limit: its one call fills it
+            assert new.authorize(agent, LOOKUP).quota_exceeded == "acme-usage"
     finally:
         new.close()

@@ -99,7 +99,7 @@ from agentgate.policy import (
     role_grant_template,
 )
 from agentgate.store import Store, Transaction, open_store
-from agentgate.store.approvals import ApprovalStore
+from agentgate.store.approvals import ApprovalStore, QuorumRule
 from agentgate.store.audit import AuditLog, VerifyReport, open_log_key
 from agentgate.store.dead_letters import DeadLetterStore
 from agentgate.store.ledger import BudgetLedger
@@ -686,7 +686,8 @@ class Gate:
                 Verdict.DENY, call, identity, (f"the call's arguments cannot be recorded: {exc}",)
             )
             return self._record_refusal(refused, call_id)
-        approved = self._approval_complete(approval, request, verdict) if request is not None else None
+        rule = self._quorum_rule(verdict.approval)
+        approved = self._approval_complete(approval, request, rule) if request is not None else None
         if approved is not None and request is not None and self._superseded(approved, request, identity):
             approved = None  # asked for again, under the request that replaced its own
 
@@ -733,9 +734,9 @@ class Gate:
                 # Refused before a person is asked to approve a call that cannot run again.
                 auth = replace(auth, verdict=Verdict.DENY, reasons=(ran_before(call, *last),))
             if auth.needs_approval:
-                auth = self._record_approval_request(auth, request, tx)
+                auth = self._record_approval_request(auth, request, rule, tx)
             elif auth.allowed:
-                auth = self._record_allow(auth, approved, request, tokens, tx, verdict.quotas, once)
+                auth = self._record_allow(auth, approved, request, tokens, tx, verdict.quotas, once, rule)
             else:
                 auth = self._write_refusal(auth, tx)
         if not auth.allowed:
@@ -839,16 +840,21 @@ class Gate:
             "reasons": list(verdict.reasons),
         }
 
+    @staticmethod
+    def _quorum_rule(gate: PolicyApproval | None) -> QuorumRule | None:
+        """The quorum of the policy's approval gate now and the DIDs of the approvers it names."""
+        if gate is None:
+            return None
+        return QuorumRule(gate.quorum, frozenset(did for did in gate.approver_dids if did))
+
     def _approval_valid(
-        self, approval: Approval | None, request: Mapping[str, Any], verdict: PolicyDecision
+        self, approval: Approval | None, request: Mapping[str, Any], rule: QuorumRule | None
     ) -> bool:
-        gate: PolicyApproval | None = verdict.approval
-        if approval is None or gate is None:
+        if approval is None or rule is None:
             return False
-        allowed = {did for did in gate.approver_dids if did}
         return (
             approval.call_hash == request["call_hash"]
-            and approval.approver in allowed
+            and approval.approver in rule.voters
             and approval.approver != request["requester_did"]
             and approval.verify()
         )
@@ -870,32 +876,33 @@ class Gate:
         return own.state != "consumed" and own.expires_at <= time.time()
 
     def _approval_complete(
-        self, approval: Approval | None, request: Mapping[str, Any], verdict: PolicyDecision
+        self, approval: Approval | None, request: Mapping[str, Any], rule: QuorumRule | None
     ) -> Approval | None:
         """The approval that completes the gate's quorum, or ``None`` while it is not complete.
 
         A quorum of one is decided with the call, in the decision's transaction. Above one, each
         valid approval is recorded at once as one approver's vote (``store.approvals``; an
         approver counts once), and the call is approved when the votes reach the quorum; until
-        then it stays ``approval_required`` and the run asks the next approver.
+        then it stays ``approval_required`` and the run asks the next approver. The quorum and
+        the approvers who count are the policy's now (``rule``), also for a request asked under
+        an earlier version of it.
         """
-        if not self._approval_valid(approval, request, verdict):
+        if not self._approval_valid(approval, request, rule):
             return None
-        assert approval is not None and verdict.approval is not None
-        quorum = verdict.approval.quorum
-        if quorum == 1:
+        assert approval is not None and rule is not None
+        if rule.quorum == 1:
             return approval
         with self._decision_transaction() as tx:
             try:
                 self.approvals.approve(
-                    approval.request, approval.approver, call_hash=request["call_hash"], tx=tx
+                    approval.request, approval.approver, call_hash=request["call_hash"], tx=tx, rule=rule
                 )
             except (Denied, Expired, Revoked, InputError):
                 pass  # a repeated, late, void or misdirected vote adds nothing; the count below decides
             else:
                 self._write_approval_given(approval, request, self._asked_index(approval, request, tx), tx)
-            votes = self.approvals.approvers(approval.request, tx=tx)
-        return approval if len(votes) >= quorum else None
+            votes = self.approvals.approvers(approval.request, tx=tx, rule=rule)
+        return approval if len(votes) >= rule.quorum else None
 
     def _asked_index(self, approval: Approval, request: Mapping[str, Any], tx: Transaction) -> int | None:
         """The index of the ``approval_required`` entry of the request ``approval`` answers: known
@@ -1059,7 +1066,11 @@ class Gate:
             pass
 
     def _record_approval_request(
-        self, auth: Authorization, request: Mapping[str, Any] | None, tx: Transaction | None = None
+        self,
+        auth: Authorization,
+        request: Mapping[str, Any] | None,
+        rule: QuorumRule | None,
+        tx: Transaction | None = None,
     ) -> Authorization:
         assert request is not None and auth.identity is not None
         call_hash = request["call_hash"]
@@ -1078,7 +1089,9 @@ class Gate:
         if known is not None:
             # The same call asked again (LangGraph re-runs a node when it resumes): one request,
             # one audit entry, until it is answered or expires.
-            votes = list(self.approvals.approvers(known[0], tx=tx)) if request["quorum"] > 1 else []
+            votes = (
+                list(self.approvals.approvers(known[0], tx=tx, rule=rule)) if request["quorum"] > 1 else []
+            )
             return replace(
                 auth,
                 audit_index=known[1],
@@ -1114,6 +1127,7 @@ class Gate:
         tx: Transaction | None = None,
         quotas: Sequence[QuotaRef] = (),
         once_key: str | None = None,
+        rule: QuorumRule | None = None,
     ) -> Authorization:
         """Record an allow (approval consumed, budget reserved, policy quotas counted, audit
         entry, a call that must run once marked started) in ``tx``, or in a decision transaction
@@ -1121,7 +1135,7 @@ class Gate:
         refusal in the same transaction (the partial writes rolled back to a savepoint)."""
         if tx is None:
             with self._decision_transaction() as own:
-                recorded = self._record_allow(auth, approval, request, tokens, own, quotas, once_key)
+                recorded = self._record_allow(auth, approval, request, tokens, own, quotas, once_key, rule)
             if not recorded.allowed:
                 self._refusal_span(recorded)
             return recorded
@@ -1148,13 +1162,19 @@ class Gate:
             tx.execute("SAVEPOINT agentgate_allow")
         try:
             if approval is not None and request is not None:
-                if request["quorum"] == 1:
-                    self.approvals.approve(approval.request, approval.approver, tx=tx)
-                approvers = self.approvals.consume(approval.request, request["call_hash"], tx=tx)
+                voted = request["quorum"] == 1  # a larger quorum's votes were recorded as they came
+                if voted:
+                    try:
+                        self.approvals.approve(approval.request, approval.approver, tx=tx, rule=rule)
+                    except Denied:
+                        # This approver's vote is in already (given under a larger quorum, which
+                        # the policy has since lowered): ``consume`` decides whether it holds.
+                        voted = False
+                approvers = self.approvals.consume(approval.request, request["call_hash"], tx=tx, rule=rule)
                 asked_index = self._asked_index(approval, request, tx)
                 with self._lock:
                     self._open_requests.pop(request["call_hash"], None)
-                if request["quorum"] == 1:  # a larger quorum's votes were recorded as they came
+                if voted:
                     self._write_approval_given(approval, request, asked_index, tx)
                 # The request, as a call that pauses before completing re-arms it (``_write_outcome``).
                 auth = replace(

@@ -14,6 +14,13 @@ whose grant, or any ancestor of it, is revoked (``agentgate_revocations``, which
 writes) is void: no longer open, and approving, denying or using it raises ``Revoked``. That is
 read when asked, never written into the request, so a revocation by another process, the CLI or
 another host counts at once. Requests opened before grants were kept have none and are unaffected.
+
+The quorum and the approvers that count are the policy's in force when a vote is cast or the
+approval used, not the one the request was asked under (docs/policy-reference.md, "Changing a
+policy"). A caller that knows them passes a ``QuorumRule``: the request's stored quorum is set to
+it, only the votes of the approvers it names are counted, and a request approved under a
+smaller quorum (or by approvers since removed) is pending again until the votes that count
+reach it.
 """
 
 from __future__ import annotations
@@ -126,6 +133,22 @@ class Approval:
     quorum: int = 1
 
 
+@dataclass(frozen=True)
+class QuorumRule:
+    """The approval rule in force: ``quorum`` distinct approvers among ``voters`` (their DIDs)."""
+
+    quorum: int
+    voters: frozenset[str]
+
+    def counted(self) -> tuple[str, tuple[object, ...]]:
+        """A SQL condition on ``approval_votes.approver`` that keeps the votes that count, and its
+        parameters."""
+        if not self.voters:
+            return "1 = 0", ()
+        ordered = tuple(sorted(self.voters))
+        return f"approver IN ({', '.join('?' * len(ordered))})", ordered
+
+
 class ApprovalStore:
     """Approval requests and decisions, shared by every process on the store."""
 
@@ -232,8 +255,10 @@ class ApprovalStore:
         call_hash: str | None = None,
         now: float | None = None,
         tx: Transaction | None = None,
+        rule: QuorumRule | None = None,
     ) -> None:
-        """Record ``approver``'s yes on a pending, unexpired request; it is approved at its quorum.
+        """Record ``approver``'s yes on a pending, unexpired request; it is approved at its quorum
+        (``rule``'s, counting its voters only, when given).
 
         Raises ``Expired`` if the request has expired, ``Revoked`` if a grant of its call is revoked,
         ``Denied`` if the approver is the requester, has already approved it, or the request was
@@ -243,29 +268,48 @@ class ApprovalStore:
         now = time.time() if now is None else now
         if tx is None:
             with self.store.transaction() as own:
-                self.approve(approval_id, approver, call_hash=call_hash, now=now, tx=own)
+                self.approve(approval_id, approver, call_hash=call_hash, now=now, tx=own, rule=rule)
             return
-        # The request's row first (a no-op update: PostgreSQL locks the row, SQLite's write lock
-        # is held already): two approvers voting at once are then taken one after the other, and
-        # the second's count sees the first's vote. Each counting only its own, at READ COMMITTED,
-        # left a request of quorum 2 pending for good with both votes in.
-        self._run(tx, "UPDATE approvals SET state = state WHERE id = ? AND state = 'pending'", (approval_id,))
+        # The request's row first (an update: PostgreSQL locks the row, SQLite's write lock is
+        # held already): two approvers voting at once are then taken one after the other, and the
+        # second's count sees the first's vote. Each counting only its own, at READ COMMITTED,
+        # left a request of quorum 2 pending for good with both votes in. Under ``rule`` the update
+        # also brings the request to the policy in force.
+        if rule is None:
+            self._run(
+                tx, "UPDATE approvals SET state = state WHERE id = ? AND state = 'pending'", (approval_id,)
+            )
+        else:
+            self._retally(tx, approval_id, rule)
         voted = self._run(
             tx,
             "INSERT INTO approval_votes (approval_id, approver, decided_at) "
-            "SELECT id, ?, ? FROM approvals WHERE id = ? AND state = 'pending' AND expires_at > ? "
+            "SELECT id, ?, ? FROM approvals WHERE id = ? AND state IN ('pending', 'approved') AND expires_at > ? "
             f"AND requester <> ? AND call_hash = coalesce(?, call_hash) AND {_UNREVOKED.format('?')} "
             "ON CONFLICT DO NOTHING",
             (approver, now, approval_id, now, approver, call_hash, approval_id),
         )
         if voted != 1:
             self._explain(tx, approval_id, now, approver=approver, call_hash=call_hash or "")
+        where, among = rule.counted() if rule is not None else ("1 = 1", ())
         self._run(
             tx,
             "UPDATE approvals SET state = 'approved', approver = ?, decided_at = ? "
             "WHERE id = ? AND state = 'pending' "
-            "AND (SELECT count(*) FROM approval_votes WHERE approval_id = ?) >= quorum",
-            (approver, now, approval_id, approval_id),
+            f"AND (SELECT count(*) FROM approval_votes WHERE approval_id = ? AND {where}) >= quorum",
+            (approver, now, approval_id, approval_id, *among),
+        )
+
+    def _retally(self, tx: Transaction, approval_id: str, rule: QuorumRule) -> None:
+        """Set an open request's quorum to ``rule``'s and its state to what the votes that count
+        under ``rule`` make it: approved at the quorum, else pending."""
+        where, among = rule.counted()
+        self._run(
+            tx,
+            "UPDATE approvals SET quorum = ?, state = CASE WHEN "
+            f"(SELECT count(*) FROM approval_votes WHERE approval_id = ? AND {where}) >= ? "
+            "THEN 'approved' ELSE 'pending' END WHERE id = ? AND state IN ('pending', 'approved')",
+            (rule.quorum, approval_id, *among, rule.quorum, approval_id),
         )
 
     def deny(
@@ -287,15 +331,27 @@ class ApprovalStore:
             self._explain(tx, approval_id, now, approver=approver)
 
     def consume(
-        self, approval_id: str, call_hash: str, *, now: float | None = None, tx: Transaction | None = None
+        self,
+        approval_id: str,
+        call_hash: str,
+        *,
+        now: float | None = None,
+        tx: Transaction | None = None,
+        rule: QuorumRule | None = None,
     ) -> tuple[str, ...]:
-        """Use an approval for the call ``call_hash``, once; returns the approvers' ids, sorted.
+        """Use an approval for the call ``call_hash``, once; returns the ids of the approvers that
+        count (``rule``'s voters, when given), sorted.
 
-        Raises ``Denied`` if it is not approved, was already used, or was given for another call;
-        ``Expired`` if it has expired; ``Revoked`` if a grant of its call is revoked;
-        ``InputError`` if there is no such approval.
+        Raises ``Denied`` if it is not approved (under ``rule``, when given), was already used, or
+        was given for another call; ``Expired`` if it has expired; ``Revoked`` if a grant of its
+        call is revoked; ``InputError`` if there is no such approval.
         """
         now = time.time() if now is None else now
+        if rule is not None:
+            if tx is None:
+                with self.store.transaction() as own:
+                    return self.consume(approval_id, call_hash, now=now, tx=own, rule=rule)
+            self._retally(tx, approval_id, rule)
         changed = self._run(
             tx,
             "UPDATE approvals SET state = 'consumed', consumed_at = ? "
@@ -305,7 +361,7 @@ class ApprovalStore:
         )
         if changed != 1:
             self._explain(tx, approval_id, now, call_hash=call_hash)
-        return self.approvers(approval_id, tx=tx)
+        return self.approvers(approval_id, tx=tx, rule=rule)
 
     def rearm(self, approval_id: str, call_hash: str, *, tx: Transaction | None = None) -> bool:
         """Put a consumed request for the call ``call_hash`` back to pending, its votes cleared.
@@ -324,10 +380,14 @@ class ApprovalStore:
             self._run(tx, "DELETE FROM approval_votes WHERE approval_id = ?", (approval_id,))
         return rearmed == 1
 
-    def approvers(self, approval_id: str, *, tx: Transaction | None = None) -> tuple[str, ...]:
-        """Who has approved the request so far, sorted."""
-        sql = "SELECT approver FROM approval_votes WHERE approval_id = ? ORDER BY approver"
-        rows = tx.execute(sql, (approval_id,)) if tx is not None else self.store.query(sql, (approval_id,))
+    def approvers(
+        self, approval_id: str, *, tx: Transaction | None = None, rule: QuorumRule | None = None
+    ) -> tuple[str, ...]:
+        """Who has approved the request so far (among ``rule``'s voters, when given), sorted."""
+        where, among = rule.counted() if rule is not None else ("1 = 1", ())
+        sql = f"SELECT approver FROM approval_votes WHERE approval_id = ? AND {where} ORDER BY approver"
+        params = (approval_id, *among)
+        rows = tx.execute(sql, params) if tx is not None else self.store.query(sql, params)
         return tuple(str(r[0]) for r in rows)
 
     def _read(self, tx: Transaction | None, approval_id: str) -> Approval:
@@ -348,7 +408,11 @@ class ApprovalStore:
             raise Expired(f"approval {approval_id} expired")
         if approver and record.requester == approver:
             raise Denied("the approver must not be the requester")
-        if approver and record.state == "pending" and approver in self.approvers(approval_id, tx=tx):
+        if (
+            approver
+            and record.state in ("pending", "approved")
+            and approver in self.approvers(approval_id, tx=tx)
+        ):
             raise Denied(f"{approver} has already approved request {approval_id}; each approver counts once")
         raise Denied(f"approval {approval_id} is {record.state}")
 

@@ -4,7 +4,10 @@ A quota (docs/policy-reference.md, ``quotas:``) limits what one tenant, principa
 of some resources in each window of ``window_s`` seconds, in one unit (calls, tokens or
 micro-dollars). Windows are fixed and aligned to the Unix epoch (window ``k`` covers
 ``[k * window_s, (k + 1) * window_s)``), so every process sharing the store counts into the same
-row: ``quota_usage(quota, window_start, used)``. A call is counted when it is allowed, by the
+row: ``quota_usage(quota, window_start, used)``. The ``quota`` column is the quota's whole
+identity, ``NAME SUBJECT UNIT WINDOW_S`` (``quota_key``): a policy that changes a quota's unit,
+subject or window starts a fresh count rather than reading calls as tokens or one tenant's usage
+as another's (a changed limit keeps the count, and applies to it). A call is counted when it is allowed, by the
 amount the decision reserves (a model call's estimate, not what it turns out to use): a quota is
 a ceiling, so it counts the most the call may use.
 
@@ -39,6 +42,13 @@ CREATE TABLE IF NOT EXISTS quota_usage (
 """,
 }
 
+
+def quota_key(quota: QuotaRef) -> str:
+    """The row key of ``quota``'s usage: name, subject, unit and window, space-separated (no part
+    holds a space: names are policy names, subjects ``KIND:NAME``)."""
+    return f"{quota.name} {quota.subject} {quota.unit} {quota.window_s}"
+
+
 _COUNT = "UPDATE quota_usage SET used = used + ? WHERE quota = ? AND window_start = ? AND used <= ? - ?"
 
 
@@ -70,8 +80,8 @@ class QuotaCounter:
                 continue
             if amount > quota.limit:  # no window can hold it (nor a 64-bit column, at worst)
                 return quota
-            start = window_start(quota.window_s, now)
-            params = (amount, quota.name, start, quota.limit, amount)
+            start, key = window_start(quota.window_s, now), quota_key(quota)
+            params = (amount, key, start, quota.limit, amount)
             tx.execute(_COUNT, params)
             if tx.rowcount == 1:
                 continue
@@ -79,15 +89,18 @@ class QuotaCounter:
             # previous one, which nothing reads again), then the same conditional update decides.
             # The previous window stays: a decider that read the clock just before the boundary
             # (another process, or a host whose clock lags) still counts into it, and would
-            # otherwise find it gone and start it again from zero, past its limit.
+            # otherwise find it gone and start it again from zero, past its limit. A window that a
+            # release before ``quota_key`` counted under the bare name starts from that count
+            # (unknown unit: the larger reading, so an upgrade never reopens a full window).
             tx.execute(
-                "DELETE FROM quota_usage WHERE quota = ? AND window_start < ?",
-                (quota.name, start - quota.window_s),
+                "DELETE FROM quota_usage WHERE quota IN (?, ?) AND window_start < ?",
+                (key, quota.name, start - quota.window_s),
             )
             tx.execute(
-                "INSERT INTO quota_usage (quota, window_start, used) VALUES (?, ?, 0) "
+                "INSERT INTO quota_usage (quota, window_start, used) SELECT ?, ?, coalesce("
+                "(SELECT used FROM quota_usage WHERE quota = ? AND window_start = ?), 0) WHERE true "
                 "ON CONFLICT (quota, window_start) DO NOTHING",
-                (quota.name, start),
+                (key, start, quota.name, start),
             )
             tx.execute(_COUNT, params)
             if tx.rowcount != 1:
@@ -97,6 +110,6 @@ class QuotaCounter:
     def used(self, quota: QuotaRef, now: float, tx: Transaction | None = None) -> int:
         """What ``quota``'s window holding ``now`` has counted so far (0 for a window not started)."""
         sql = "SELECT used FROM quota_usage WHERE quota = ? AND window_start = ?"
-        params = (quota.name, window_start(quota.window_s, now))
+        params = (quota_key(quota), window_start(quota.window_s, now))
         rows = tx.execute(sql, params) if tx is not None else self.store.query(sql, params)
         return int(rows[0][0]) if rows else 0

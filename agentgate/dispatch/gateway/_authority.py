@@ -249,11 +249,13 @@ class GatewayGate(Gate):
         # arguments): the caller retries the same body, with a fresh invocation, and the header.
         request = self._approval_request(identity, call, verdict, None)
         assert request is not None
-        approved = self._approval_complete(approval, request, verdict)
+        rule = self._quorum_rule(verdict.approval)
+        approved = self._approval_complete(approval, request, rule)
         if approved is None:
             asked = self._record_approval_request(
                 Authorization(Verdict.APPROVAL_REQUIRED, call, identity, verdict.reasons, decision=decision),
                 request,
+                rule,
             )
             self._refusal_span(asked)  # the call waits for a person: it shows in the trace too
             return GatewayDecision(asked, 403, "approval_required")
@@ -292,7 +294,9 @@ class GatewayGate(Gate):
             decision.findings,
             decision=decision,
         )
-        recorded = self._record_allow(auth, approved, request, tokens, tx, verdict.quotas)
+        recorded = self._record_allow(
+            auth, approved, request, tokens, tx, verdict.quotas, rule=self._quorum_rule(verdict.approval)
+        )
         if not recorded.allowed:
             # The authority allowed the call; the ledger could not hold its reservation, a policy
             # quota's window is full, or the approval was used or expired meanwhile.
