@@ -89,6 +89,20 @@ def test_cli_lists_dead_letters(tmp_path: Path, capsys: pytest.CaptureFixture[st
     assert exit_info.value.code == 2
 
 
+@pytest.mark.parametrize("name", ["payments.refund", "tool:payments.refund"])
+def test_cli_filters_dead_letters_by_tool_name_or_resource(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str
+) -> None:
+    """``--tool`` takes the tool's name or its resource, as ``agentgate audit show --tool`` does
+    (review r37: ``tool:payments.refund`` matched nothing)."""
+    path = tmp_path / "ag.db"
+    with SQLiteStore(path) as store:
+        DeadLetterStore(store).record(letter(1))
+        DeadLetterStore(store).record(letter(2, tool="search.web"))
+    assert main(["tasks", "dead-letters", "--json", "--tool", name, "--store", str(path)]) == 0
+    assert [item["id"] for item in json.loads(capsys.readouterr().out)] == ["id-1"]
+
+
 def test_cli_lists_shared_breakers(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "ag.db"
     SQLiteStore(path).close()

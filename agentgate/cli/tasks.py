@@ -38,7 +38,9 @@ def register(subparsers: Any) -> None:
     dead.add_argument(
         "--limit", type=_positive, default=100, metavar="N", help="at most N letters (default 100)"
     )
-    dead.add_argument("--tool", type=given, metavar="NAME", help="only letters of this tool")
+    dead.add_argument(
+        "--tool", type=given, metavar="NAME", help="only letters of this tool: its name or tool:NAME"
+    )
     dead.add_argument(
         "--store", type=given, metavar="URL", help="store URL or path (default: AGENTGATE_STORE)"
     )
@@ -111,7 +113,8 @@ def _positive(text: str) -> int:
 def _dead_letters(args: argparse.Namespace) -> int:
     store = open_existing_store(args.store)
     try:
-        letters = DeadLetterStore(store).recent(limit=args.limit, tool=args.tool)
+        tool = args.tool.removeprefix("tool:") if args.tool else None  # as `agentgate audit show --tool`
+        letters = DeadLetterStore(store).recent(limit=args.limit, tool=tool)
     finally:
         store.close()
     if listed([letter.to_json() for letter in letters], args.json, "no dead letters"):
