@@ -238,8 +238,13 @@ DECLARE
     home text := (SELECT nspname FROM pg_class JOIN pg_namespace ON pg_namespace.oid = relnamespace
                   WHERE pg_class.oid = 'audit_refs'::regclass);
 BEGIN
-    IF to_regprocedure('agentgate_audit_index_ref()') IS NULL THEN
-        CREATE FUNCTION agentgate_audit_index_ref() RETURNS trigger LANGUAGE plpgsql
+    -- Made when missing, and remade by its owner when an earlier version made it with the body
+    -- before 2026-11-30 04:00 (commit 0626663: a backtracking regex, about 50 us per append
+    -- against 18 us; the same rows). This body is the one that looks for ':"fer",'.
+    IF to_regprocedure('agentgate_audit_index_ref()') IS NULL
+       OR EXISTS (SELECT 1 FROM pg_proc WHERE oid = to_regprocedure('agentgate_audit_index_ref()')
+                  AND pg_has_role(proowner, 'USAGE') AND position(':"fer",' IN prosrc) = 0) THEN
+        CREATE OR REPLACE FUNCTION agentgate_audit_index_ref() RETURNS trigger LANGUAGE plpgsql
         SECURITY DEFINER SET search_path FROM CURRENT AS $fn$
         DECLARE
             t text := encode(NEW.entry, 'escape');
