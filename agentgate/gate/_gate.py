@@ -569,9 +569,9 @@ class Gate:
             r for r in (principal.roles if principal else []) if self.policy.document.roles[r].delegation
         ]
 
-        def refuse(code: str, message: str) -> ScopeCreep:
+        def refuse(code: str, message: str, kind: FindingKind = FindingKind.SCOPE_CREEP) -> ScopeCreep:
             error = ScopeCreep(message)
-            error.finding = _finding(FindingKind.SCOPE_CREEP, code, message)
+            error.finding = _finding(kind, code, message)
             return error
 
         if not roles:
@@ -601,9 +601,12 @@ class Gate:
             lasting = [d for d in rules if d.max_ttl_s is None or seconds <= d.max_ttl_s]
             if not lasting:
                 longest = max(d.max_ttl_s or 0 for d in rules)
+                # Too long-lived, as a child outliving its parent and the linter's
+                # ttl_above_policy_max: authority that cannot be taken back in time.
                 raise refuse(
                     "delegation_ttl_above_policy",
                     f"a delegated grant with {cap} may live {longest}s at most, not {seconds}s",
+                    FindingKind.NON_REVOCABLE_GRANT,
                 )
             if not any(
                 d.budget is None or (budget is not None and budget <= d.budget.limit) for d in lasting
