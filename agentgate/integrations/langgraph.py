@@ -134,14 +134,26 @@ def _tool_call_of(request: ToolCallRequest) -> Call:
 
 def _undecidable(tool_call_id: str, name: str, exc: InputError) -> ToolMessage:
     """A call the gate cannot decide never runs, and the model is told why: a registered tool
-    whose name is no resource name (``tool:NAME``, in no policy rule), or arguments the gate
-    cannot digest (text that is not valid Unicode: a lone surrogate the model sent)."""
+    whose name is no resource name (``tool:NAME``, in no policy rule), arguments the gate
+    cannot digest (text that is not valid Unicode: a lone surrogate the model sent), or a tool
+    call without an id (``_NO_CALL_ID``)."""
     return ToolMessage(
         content=f"agentgate refused the call: {exc}",
         tool_call_id=tool_call_id,
         name=name[:200],
         status="error",
     )
+
+
+_NO_CALL_ID = (
+    "the tool call has no id; a call without one cannot be bound to one run or answered, so it is not run"
+)
+"""Why a tool call without an id (``None`` or ``""``: a model or backend that sent none) is
+refused before it is decided. With ``None``, LangChain runs the tool and then fails to wrap its
+result (``TypeError``): the call ran, yet it was recorded as a failure and not charged, and the
+model, told it failed, asked again. With ``""``, a call of a tool that is not idempotent had no
+once-only record (``Gate.authorize``), so a re-run of its task (a run resumed after a crash) ran
+it again."""
 
 
 def _refusal(auth: Authorization, tool_call_id: str, name: str) -> ToolMessage:
@@ -320,6 +332,8 @@ class GateMiddleware(AgentMiddleware[Any, Any, Any]):
     ) -> ToolResult:
         """Decide, ask for approval where needed, run under the scheduler, audit the outcome."""
         call_id, name = request.tool_call["id"] or "", request.tool_call["name"]
+        if not isinstance(call_id, str) or not call_id:
+            return self._refuse_undecidable("", name, InputError(_NO_CALL_ID))
         if request.tool is None:  # no such tool: ToolNode answers so and runs nothing
             return handler(request)
         if _is_delegation(request):
@@ -363,6 +377,8 @@ class GateMiddleware(AgentMiddleware[Any, Any, Any]):
     ) -> ToolResult:
         """The async twin of ``wrap_tool_call``; limits hold because the scheduler's slots are async."""
         call_id, name = request.tool_call["id"] or "", request.tool_call["name"]
+        if not isinstance(call_id, str) or not call_id:
+            return self._refuse_undecidable("", name, InputError(_NO_CALL_ID))
         if request.tool is None:  # no such tool: ToolNode answers so and runs nothing
             return await handler(request)
         if _is_delegation(request):
