@@ -618,6 +618,18 @@ class Authority:
         bad input; a store that cannot be read is a deny.
         """
         token, ids = (chain.token, chain.ids) if isinstance(chain, Chain) else (chain, None)
+        if not isinstance(holder, SigningKey):
+            # A public key (or anything else) proves nothing: holder binding needs the private key.
+            return _denial(int(time.time()), call, getattr(holder, "did", "") or "", None, (), None)(
+                _f(
+                    _TRUST,
+                    "holder_key_missing",
+                    "the call was made without the holder's private key (a public key proves nothing): "
+                    "an agent acts with its own signing key",
+                    None,
+                    "audience",
+                )
+            )
         return _decide_held(
             holder.did, token, ids, call, self.repo, self.anchors, self.approvals, now, self.skew, self.cache
         )

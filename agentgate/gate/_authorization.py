@@ -50,12 +50,17 @@ class AgentIdentity:
 
 
 class _Once:
-    """A flag that can be taken once, from any thread: ``take`` answers True the first time only."""
+    """A flag that can be taken once, from any thread: ``take`` answers True the first time only.
 
-    __slots__ = ("_lock",)
+    ``sealed`` is what the Gate that decided an allow recorded of it (itself, then the fields a run
+    depends on): an ``Authorization`` built by hand, or copied with another verdict, call or
+    identity (``dataclasses.replace`` shares this object), does not match it and is not run."""
+
+    __slots__ = ("_lock", "sealed")
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
+        self.sealed: tuple[object, ...] | None = None
 
     def take(self) -> bool:
         return self._lock.acquire(blocking=False)

@@ -401,10 +401,15 @@ class Gate:
         """A root grant from ``anchor`` (a trust anchor) to ``key`` holding exactly what ``role`` allows.
 
         The grant is recorded with its audit entry (an ``allow`` on ``agent:NAME`` by the anchor)
-        in one transaction. Raises ``PolicyError`` for an unknown role, ``Denied`` (audited, as a
+        in one transaction. Raises ``InputError`` for a ``name`` that is not non-empty text (or a
+        ``tenant`` that is not text), ``PolicyError`` for an unknown role, ``Denied`` (audited, as a
         refused delegation) for an ``anchor`` that is not one of this Gate's trust anchors (a key
         rotated out of the policy): every call on such a grant would be refused ``untrusted_root``.
         """
+        if not isinstance(name, str) or not name or not isinstance(tenant, str | None):
+            raise InputError(
+                f"an agent's name is non-empty text, and its tenant text: got {name!r}, {tenant!r}"
+            )
         if anchor.did not in self.authority.anchors:
             message = f"{anchor.did} is not a trust anchor of this policy: it issues nothing"
             refused = Denied(message)
@@ -451,9 +456,12 @@ class Gate:
         The policy's ``delegation`` rule of the parent's roles bounds what may be handed on
         (capabilities, TTL, budget); the authority engine checks attenuation against the
         parent's grant and its delegation depth. Raises ``ScopeCreep`` (with the finding) when
-        either refuses, ``Expired``/``Denied`` from the authority engine, and ``Denied`` when there
-        is no parent identity at all.
+        either refuses, ``Expired``/``Denied`` from the authority engine, ``Denied`` when there
+        is no parent identity at all, and ``InputError`` (nothing written) for a ``ttl`` that is
+        not a positive ``timedelta``.
         """
+        if not isinstance(ttl, timedelta) or ttl <= timedelta(0):
+            raise InputError(f"a delegation's ttl is a positive timedelta, got {ttl!r}")
         caps = [c if isinstance(c, Capability) else Capability.parse(c) for c in capabilities]
         resource = f"agent:{name}"
         if parent is None:
@@ -1221,7 +1229,7 @@ class Gate:
             self.once.start(tx, once_key, index, [reservation for reservation, _, _ in held])
         # The output a model call's outcome is charged at most (``_cost`` has checked ``tokens``).
         output = tokens[1] if tokens is not None and auth.call.resource.startswith("model:") else None
-        return Authorization(  # built directly: dataclasses.replace costs more than the rest of this step
+        allowed = Authorization(  # built directly: dataclasses.replace costs more than the rest of this step
             auth.verdict,
             auth.call,
             identity,
@@ -1235,6 +1243,22 @@ class Gate:
             rule=auth.rule,
             once_key=once_key,
             output_tokens=output,
+        )
+        allowed._use.sealed = self._seal(allowed)
+        return allowed
+
+    def _seal(self, auth: Authorization) -> tuple[object, ...]:
+        """What ``_check_allowed`` compares: this Gate and the fields its run and outcome use."""
+        return (
+            self,
+            auth.verdict,
+            auth.call,
+            auth.identity,
+            auth.audit_index,
+            auth.reservations,
+            auth.once_key,
+            auth.output_tokens,
+            auth.request,
         )
 
     @staticmethod
@@ -1640,9 +1664,16 @@ class Gate:
             return scheduler
 
     def _check_allowed(self, auth: Authorization) -> None:
-        """Refuse (``Denied``) a refusal, and an allow that was already used: one decision, one run."""
+        """Refuse (``Denied``) a refusal, an allow this Gate did not decide (or one changed since),
+        and an allow that was already used: one decision, one run."""
         if not auth.allowed or auth.audit_index is None:
             raise Denied(self.explain_redacted(auth), auth.decision)
+        if auth._use.sealed != self._seal(auth):
+            raise Denied(
+                f"the authorization of {auth.call.resource} was not decided by this Gate (built by hand, "
+                "changed after the decision, or another Gate's): decide the call with Gate.authorize",
+                auth.decision,
+            )
         if not auth._use.take():
             raise Denied(
                 f"the authorization of {auth.call.resource} (audit entry {auth.audit_index}) was already "

@@ -17,6 +17,8 @@ DEFAULT_PATH = ".agentgate/agentgate.db"
 
 
 _SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
+_HALF_URL = re.compile(r"(postgres(?:ql)?|sqlite|file)(?:\+[A-Za-z0-9]+)?:(?!//)", re.IGNORECASE)
+"""A store scheme whose ``//`` is missing (``postgresql:/db``, ``sqlite:file.db``): a mistyped URL."""
 _KEYWORD = re.compile(r"\s*([A-Za-z_]+)\s*=")
 
 
@@ -38,7 +40,8 @@ def open_store(url: str | None = None) -> Store:
     path is SQLite. Any other ``scheme://`` raises ``StoreError``: taken as a path, a mistyped URL
     (``postgresql+psycopg://``, ``mysql://``) would quietly become a new local file, and whatever
     was written there (a revocation, say) would never reach the store the operator named. So does
-    a libpq key=value connection string (``host=db dbname=agentgate``), for the same reason. A NUL
+    a libpq key=value connection string (``host=db dbname=agentgate``), for the same reason, and a
+    store scheme without its ``//`` (``postgresql:/db``, ``sqlite:file.db``, ``file:x``). A NUL
     character is refused too (``StoreError``): libpq would read a database name only up to it, and
     so is a URL with white space around it.
     """
@@ -51,6 +54,11 @@ def open_store(url: str | None = None) -> Store:
         # file of that name: refused, and not quoted (it may hold a password).
         raise StoreError("the store URL begins or ends with white space: remove it")
     if scheme is None:
+        if (half := _HALF_URL.match(url)) is not None:
+            raise StoreError(
+                f"the store URL {half.group(0)}... lacks the // after its scheme: write "
+                "postgresql://USER@HOST/DBNAME, sqlite:///PATH, or a plain path"
+            )
         if is_conninfo(url):
             raise StoreError(
                 "the store is a PostgreSQL key=value connection string, which agentgate does not read "
