@@ -418,11 +418,14 @@ def load_public_key(spec: str | Path) -> PublicKey:
         return PublicKey.from_did(text)
     path = Path(spec)
     data, _ = read_regular_file(path, MAX_KEY_FILE_BYTES, "public key", KeyFileError)
-    stripped = data.strip()
+    stripped = data.removeprefix(b"\xef\xbb\xbf").strip()  # a UTF-8 BOM (an editor's), as a PEM file may have
     if stripped.startswith(b"did:"):
         if len(stripped.splitlines()) > 1:
             raise KeyFileError(f"{path}: holds more than one line; a public key file holds one did:key")
-        return PublicKey.from_did(stripped.decode("ascii", errors="replace"))
+        try:
+            return PublicKey.from_did(stripped.decode("ascii", errors="replace"))
+        except KeyFileError as exc:  # which of several --trust files is wrong
+            raise KeyFileError(f"{path}: {exc}") from exc
     _refuse_more_than_one_pem_block(path, stripped, "public key")
     try:
         loaded = serialization.load_pem_public_key(stripped)

@@ -131,10 +131,14 @@ def open_existing_store(url: str | None) -> Store:
     if scheme is None or (scheme.group(1).lower() == "sqlite" and target[scheme.end() :].startswith("/")):
         # A SQLite file (a path or sqlite:///PATH, the scheme in any case, as open_store reads it).
         path = target if scheme is None else target[scheme.end() + 1 :]
+        # The path as printed: escaped, so that a line break or white space at its end (a
+        # CRLF env file: ``AGENTGATE_STORE=/var/lib/agentgate.db\r``) shows instead of vanishing
+        # into the one error line, which would name a file that exists.
+        shown = printable(path) + ("" if path == path.strip() else " (white space or a line break at an end)")
         if not Path(path).exists():
-            raise InputError(f"no store at {path}: check --store or AGENTGATE_STORE")
+            raise InputError(f"no store at {shown}: check --store or AGENTGATE_STORE")
         if _empty_file(Path(path)):  # SQLite reads an empty file as an empty database
-            raise InputError(f"no store at {path}: the file is empty; check --store or AGENTGATE_STORE")
+            raise InputError(f"no store at {shown}: the file is empty; check --store or AGENTGATE_STORE")
     return open_store(target)  # PostgreSQL in any case; any other scheme is open_store's StoreError
 
 

@@ -71,7 +71,7 @@ def _lint(args: argparse.Namespace) -> int:
             if f.hint:
                 print(f"    fix: {printable(f.hint)}")
         warnings = len(findings) - errors
-        print(f"{args.file}: {errors} error(s), {warnings} warning(s)")
+        print(f"{printable(args.file)}: {errors} error(s), {warnings} warning(s)")
     return 1 if errors else 0
 
 

@@ -43,16 +43,18 @@ def open_store(url: str | None = None) -> Store:
     a libpq key=value connection string (``host=db dbname=agentgate``), for the same reason, and a
     store scheme without its ``//`` (``postgresql:/db``, ``sqlite:file.db``, ``file:x``). A NUL
     character is refused too (``StoreError``): libpq would read a database name only up to it, and
-    so is a URL with white space around it.
+    so is a URL or path with white space or a line break at an end (a CRLF env file).
     """
     url = url or os.environ.get("AGENTGATE_STORE") or DEFAULT_PATH
     if "\x00" in url:  # sqlite3 raised ValueError for it; libpq reads a name only up to it
         raise StoreError("a store path or URL cannot hold a NUL character")
-    scheme = _SCHEME.match(url)
-    if scheme is None and url != url.strip() and _SCHEME.match(url.strip()):
+    if url != url.strip():
         # `` postgresql://...`` (a stray space from a shell or a secrets file) would be a SQLite
-        # file of that name: refused, and not quoted (it may hold a password).
-        raise StoreError("the store URL begins or ends with white space: remove it")
+        # file of that name, and ``/var/lib/agentgate.db\r`` (an env file saved with CRLF endings)
+        # a new, empty store beside the real one: a revocation written there would reach nothing.
+        # Refused, and not quoted (a URL may hold a password).
+        raise StoreError("the store URL or path begins or ends with white space or a line break: remove it")
+    scheme = _SCHEME.match(url)
     if scheme is None:
         if (half := _HALF_URL.match(url)) is not None:
             raise StoreError(
