@@ -13,7 +13,7 @@ import logging
 import threading
 import time
 import weakref
-from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Container, Coroutine, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from contextvars import ContextVar
 from dataclasses import replace
@@ -994,7 +994,11 @@ class Gate:
         identity = auth.identity
         loggable = self._loggable(auth.call)
         reasons = [
-            *(redact_reasons(auth.reasons, auth.call.args, loggable) if auth.reasons else ()),
+            *(
+                redact_reasons(auth.reasons, auth.call.args, loggable, self._declared(auth.call))
+                if auth.reasons
+                else ()
+            ),
             *(f"{f.kind}:{f.code}" for f in auth.findings),
         ]
         decided = auth.decision.args_digest if auth.decision is not None else None
@@ -1027,6 +1031,13 @@ class Gate:
             return list(PARAMETERS_IN_CLEAR.get(kind, ()))
         tool = self.policy.document.tools.get(name)
         return list(tool.loggable) if tool else []
+
+    def _declared(self, call: Call) -> Container[str] | None:
+        """The argument names a tool call's tool declares (``None`` for other calls, and for a
+        tool the policy does not declare: its refusal quotes no argument name)."""
+        kind, _, name = call.resource.partition(":")
+        tool = self.policy.document.tools.get(name) if kind == "tool" else None
+        return tool.args.keys() if tool is not None else None
 
     @contextmanager
     def _decision_transaction(self) -> Iterator[Transaction]:
@@ -1536,9 +1547,11 @@ class Gate:
                     chain_depth=len(identity.chain.links) if identity else None,
                     audit_index=auth.audit_index,
                     # As the audit log keeps them: values the policy does not mark loggable hidden.
-                    reason="; ".join(redact_reasons(auth.reasons, auth.call.args, self._loggable(auth.call)))[
-                        :200
-                    ]
+                    reason="; ".join(
+                        redact_reasons(
+                            auth.reasons, auth.call.args, self._loggable(auth.call), self._declared(auth.call)
+                        )
+                    )[:200]
                     or None,
                 )
                 if identity is not None:
@@ -1685,7 +1698,9 @@ class Gate:
         """``auth.explain()`` as the audit log would keep it: values of arguments the policy does
         not mark loggable replaced. For text that may reach logs (a raised ``Denied``); the model
         is told ``explain()`` itself, its own arguments included."""
-        redacted = redact_reasons(auth.reasons, auth.call.args, self._loggable(auth.call))
+        redacted = redact_reasons(
+            auth.reasons, auth.call.args, self._loggable(auth.call), self._declared(auth.call)
+        )
         return replace(auth, reasons=tuple(redacted)).explain()
 
     def _settle(

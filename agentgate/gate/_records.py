@@ -4,7 +4,7 @@ and a revocation's entry."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Container, Iterable, Mapping
 from typing import Any
 
 from agentgate.capabilities import Call
@@ -20,12 +20,22 @@ PARAMETERS_IN_CLEAR = {
 }
 
 
-def redact_reasons(reasons: Iterable[str], args: Mapping[str, Any], loggable: Iterable[str]) -> list[str]:
+def redact_reasons(
+    reasons: Iterable[str],
+    args: Mapping[str, Any],
+    loggable: Iterable[str],
+    declared: Container[str] | None = None,
+) -> list[str]:
     """Reasons as the audit log may keep them: a value of an argument the policy does not mark
-    loggable, quoted by a rule's explanation (``name=value``), is replaced by a placeholder."""
+    loggable, quoted by a rule's explanation (``name=value``), is replaced by a placeholder; so is
+    the quoted name of an argument the tool does not declare (with ``declared``, the tool's
+    argument names): a model can write anything as a name, a secret too."""
     clear = set(loggable)
     out = []
+    undeclared = [repr(name) for name in args if name not in declared] if declared is not None else []
     for reason in reasons:
+        for quoted_name in undeclared:
+            reason = reason.replace(quoted_name, "<an undeclared argument name>")
         # Only the arguments a reason names are rendered: a value nested thousands deep has no
         # repr (RecursionError), and a large one costs its repr on every refusal.
         for name, value in args.items():

@@ -203,14 +203,15 @@ class BudgetLedger:
         ``InputError`` if the reservation does not exist or was already settled.
         """
         actual = _amount(actual, "actual amount")
+        beyond = 0  # what no column can hold: never charged, so part of the shortfall returned
         if actual > MAX_AMOUNT:
             if not exhaust:
                 raise BudgetExceeded(f"an amount of {actual} is more than any budget can hold")
-            actual = MAX_AMOUNT
+            actual, beyond = MAX_AMOUNT, actual - MAX_AMOUNT
         if tx is not None:
-            return self._commit(tx, reservation, actual, exhaust)
+            return self._commit(tx, reservation, actual, exhaust) + beyond
         with self.store.transaction() as own:
-            return self._commit(own, reservation, actual, exhaust)
+            return self._commit(own, reservation, actual, exhaust) + beyond
 
     def _commit(self, t: Transaction, reservation: str, actual: int, exhaust: bool) -> int:
         shortfall = 0
