@@ -262,8 +262,10 @@ class ApprovalStore:
 
         Raises ``Expired`` if the request has expired, ``Revoked`` if a grant of its call is revoked,
         ``Denied`` if the approver is the requester, has already approved it, or the request was
-        already decided, ``InputError`` if there is no such request. With ``call_hash``, the yes
-        counts only if the request is for that call.
+        denied or used, ``InputError`` if there is no such request. A request approved and not yet
+        used still takes a vote (one more approver on record; under a ``rule`` that has since
+        raised the quorum, one it needs). With ``call_hash``, the yes counts only if the request
+        is for that call.
         """
         now = time.time() if now is None else now
         if tx is None:
