@@ -1,4 +1,6 @@
 """``agentgate store init [--store URL]``: create every table agentgate uses, at once.
+``agentgate store prune --older-than DURATION [--store URL] [--json]``: forget what has been over
+for longer than DURATION (expired approval requests, settled budget reservations, dead letters).
 
 Every part of agentgate creates its tables when it is first opened. A PostgreSQL role without
 CREATE on the schema (PostgreSQL 15's default for ``public``) can then not start a part whose
@@ -10,13 +12,16 @@ safe to run again. It creates no key: ``agentgate audit checkpoint`` makes the l
 from __future__ import annotations
 
 import argparse
+import json
 import sys
+import time
 from collections.abc import Callable
 from typing import Any
 
 import psycopg
 
-from agentgate.cli._common import given
+from agentgate.cli._common import given, open_existing_store
+from agentgate.cli.grant import parse_duration
 from agentgate.errors import StoreError
 from agentgate.store import Store, open_store
 from agentgate.store.approvals import ApprovalStore
@@ -68,6 +73,29 @@ def register(subparsers: Any) -> None:
         "--store", type=given, metavar="URL", help="store URL or path (default: AGENTGATE_STORE)"
     )
     init.set_defaults(handler=_init)
+    prune = sub.add_parser(
+        "prune",
+        help="forget approval requests, settled reservations and dead letters over for longer than DURATION",
+        description=(
+            "Delete what has been over for longer than DURATION: approval requests that expired "
+            "(whatever became of them), budget reservations settled (committed or released), and "
+            "dead letters recorded, before then. The audit log keeps every decision about them; a "
+            "reservation still held, a request still open and the log itself are never touched. "
+            "Prints how many rows of each went. Exit 0, or 2 with one line naming what failed."
+        ),
+    )
+    prune.add_argument(
+        "--older-than",
+        required=True,
+        type=given,
+        metavar="DURATION",
+        help="how long ago it ended, e.g. 30d (s, m, h or d)",
+    )
+    prune.add_argument("--json", action="store_true", help="one JSON object instead of lines")
+    prune.add_argument(
+        "--store", type=given, metavar="URL", help="store URL or path (default: AGENTGATE_STORE)"
+    )
+    prune.set_defaults(handler=_prune)
 
 
 def _init(args: argparse.Namespace) -> int:
@@ -85,6 +113,25 @@ def _init(args: argparse.Namespace) -> int:
             sys.stdout.write(f"{name}: ready\n")
     finally:
         store.close()
+    return 0
+
+
+def _prune(args: argparse.Namespace) -> int:
+    before = time.time() - parse_duration(args.older_than)
+    store = open_existing_store(args.store)
+    try:
+        pruned = {
+            "approval_requests": ApprovalStore(store).prune(before),
+            "settled_reservations": BudgetLedger(store).prune(before),
+            "dead_letters": DeadLetterStore(store).prune(before),
+        }
+    finally:
+        store.close()
+    if args.json:
+        sys.stdout.write(json.dumps({"before": before, "pruned": pruned}) + "\n")
+    else:
+        for name, count in pruned.items():
+            sys.stdout.write(f"{name.replace('_', ' ')}: {count} pruned\n")
     return 0
 
 

@@ -428,6 +428,17 @@ class ApprovalStore:
         rows = tx.execute(sql, (approval_id,)) if tx is not None else self.store.query(sql, (approval_id,))
         return str(rows[0][0]) if rows else None
 
+    def prune(self, before: float) -> int:
+        """Forget the requests that expired before ``before`` (Unix seconds), whatever their
+        state, with their votes and links; returns how many. An expired request can no longer
+        be approved, denied or used, and the audit log keeps what happened to it."""
+        with self.store.transaction() as tx:
+            old = "SELECT id FROM approvals WHERE expires_at < ?"
+            for child in ("approval_votes", "approval_asked", "approval_grants"):
+                tx.execute(f"DELETE FROM {child} WHERE approval_id IN ({old})", (before,))
+            tx.execute("DELETE FROM approvals WHERE expires_at < ?", (before,))
+            return tx.rowcount
+
     def get(self, approval_id: str) -> Approval:
         """One request; ``InputError`` if there is none."""
         with self.store.transaction(immediate=False) as tx:

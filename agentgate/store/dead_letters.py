@@ -130,6 +130,12 @@ class DeadLetterStore:
         )
         return [_letter(row) for row in rows]
 
+    def prune(self, before: float) -> int:
+        """Forget the dead letters recorded before ``before`` (Unix seconds); returns how many."""
+        with self.store.transaction() as tx:
+            tx.execute("DELETE FROM agentgate_dead_letters WHERE recorded_at < ?", (before,))
+            return tx.rowcount
+
 
 def _letter(row: tuple[Any, ...]) -> DeadLetter:
     return DeadLetter(

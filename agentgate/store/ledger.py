@@ -22,8 +22,9 @@ import os
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
-from agentgate.audit.entry import utc_now
+from agentgate.audit.entry import format_time, utc_now
 from agentgate.errors import BudgetExceeded, InputError
 from agentgate.store._base import Dialect, Store, Transaction
 
@@ -301,6 +302,18 @@ class BudgetLedger:
             raise InputError(f"reservation {reservation!r} does not exist")
         chain, amount, state, actual = rows[0]
         return Reservation(reservation, tuple(json.loads(chain)), int(amount), str(state), actual)
+
+    def prune(self, before: float) -> int:
+        """Forget the reservations settled (committed or released) before ``before`` (Unix
+        seconds); returns how many. A settled reservation's amounts are in its grants' rows and
+        in the audit log; one still held is never touched."""
+        settled = format_time(datetime.fromtimestamp(before, UTC))
+        with self.store.transaction() as tx:
+            tx.execute(
+                "DELETE FROM budget_reservations WHERE state IN ('committed', 'released') AND settled < ?",
+                (settled,),
+            )
+            return tx.rowcount
 
     def remaining(self, grant_id: str) -> int | None:
         """What is left of a grant's budget, or ``None`` if it was never used."""
