@@ -50,6 +50,8 @@ SEMCONV_VERSION = "1.44.0"
 SCHEMA_URL = f"https://opentelemetry.io/schemas/{SEMCONV_VERSION}"
 CAPTURE_CONTENT_ENV = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
 DENIED = "agentgate.denied"
+_EXPORTERS = ("none", "console", "otlp")
+"""The values ``configure_from_env`` reads in ``OTEL_TRACES_EXPORTER`` (any case)."""
 FAILED = "agentgate.failed"
 
 
@@ -207,8 +209,12 @@ def configure_from_env() -> trace.TracerProvider:
     """Install a TracerProvider built from the standard ``OTEL_*`` variables, and return it.
 
     ``OTEL_SERVICE_NAME`` and ``OTEL_RESOURCE_ATTRIBUTES`` name the resource;
-    ``OTEL_TRACES_EXPORTER`` is ``none`` (default), ``console`` or ``otlp`` (which needs the
-    ``opentelemetry-exporter-otlp`` package; ``InputError`` if it is missing). Applications that
+    ``OTEL_TRACES_EXPORTER`` is ``none`` (default, also when empty), ``console`` or ``otlp``, or a
+    comma-separated list of them, in any case (the OpenTelemetry specification reads enumerated
+    values case-insensitively; surrounding white space, a CRLF env file's carriage return among it, is
+    ignored); ``otlp`` needs the ``opentelemetry-exporter-otlp`` package. Any other name, or
+    ``otlp`` without the package, is an ``InputError`` naming the variable and its value, raised
+    before anything is built or installed (no exporter thread is left running). Applications that
     configure OpenTelemetry themselves should not call this; if a provider is installed already
     (an earlier call, the application's own), that one is returned and nothing is built:
     OpenTelemetry never replaces an installed provider, so a second one would export nothing and
@@ -221,24 +227,30 @@ def configure_from_env() -> trace.TracerProvider:
     installed = trace.get_tracer_provider()
     if not isinstance(installed, trace.ProxyTracerProvider):
         return installed
-    provider = TracerProvider(resource=Resource.create())
-    exporters = [e.strip() for e in os.environ.get("OTEL_TRACES_EXPORTER", "none").split(",") if e.strip()]
-    for name in exporters:
-        exporter: SpanExporter
-        if name == "none":
-            continue
+    raw = os.environ.get("OTEL_TRACES_EXPORTER", "none")
+    # Each named once, in the order given ("console,console" would print every span twice).
+    names = list(dict.fromkeys(e.strip().lower() for e in raw.split(",") if e.strip()))
+    unknown = [name for name in names if name not in _EXPORTERS]
+    if unknown:
+        raise InputError(
+            f"OTEL_TRACES_EXPORTER={raw!r}: {unknown[0]!r} is not supported (none, console, otlp)"
+        )
+    # Every exporter is made before any processor starts its thread: a failure (``otlp`` without
+    # its package) leaves nothing running.
+    exporters: list[SpanExporter] = []
+    for name in names:
         if name == "console":
-            exporter = ConsoleSpanExporter()
+            exporters.append(ConsoleSpanExporter())
         elif name == "otlp":
             try:  # optional package: imported by name so that agentgate does not require it
                 otlp = importlib.import_module("opentelemetry.exporter.otlp.proto.http.trace_exporter")
             except ImportError as exc:
                 raise InputError(
-                    "OTEL_TRACES_EXPORTER=otlp needs: pip install opentelemetry-exporter-otlp"
+                    f"OTEL_TRACES_EXPORTER={raw!r} names otlp, which needs: pip install opentelemetry-exporter-otlp"
                 ) from exc
-            exporter = otlp.OTLPSpanExporter()
-        else:
-            raise InputError(f"OTEL_TRACES_EXPORTER={name!r} is not supported (none, console, otlp)")
+            exporters.append(otlp.OTLPSpanExporter())
+    provider = TracerProvider(resource=Resource.create())
+    for exporter in exporters:
         provider.add_span_processor(BatchSpanProcessor(exporter))
     trace.set_tracer_provider(provider)
     return provider
