@@ -34,11 +34,25 @@ from agentgate.policy import Policy, parse_policy
 ROOT = Path(__file__).resolve().parents[1]
 
 
+DEFAULT_DEMO_DIR = Path(".agentgate/demo")
+_MADE_HERE = ".agentgate-demo"
+"""The file a demo directory holds: only such a directory (or one under the default) is emptied."""
+
+
 def demo_dir(name: str) -> Path:
-    """``.agentgate/demo/NAME`` under the current directory, emptied: each run starts fresh."""
-    path = Path(os.environ.get("AGENTGATE_DEMO_DIR", ".agentgate/demo")) / name
+    """``AGENTGATE_DEMO_DIR/NAME`` (default ``.agentgate/demo/NAME`` under the current directory),
+    emptied: each run starts fresh. Under another ``AGENTGATE_DEMO_DIR``, a directory ``NAME`` that
+    an example did not make is never emptied (the run stops instead); an empty value is the default."""
+    base = Path(os.environ.get("AGENTGATE_DEMO_DIR", "").strip() or DEFAULT_DEMO_DIR)
+    path = base / name
+    if path.exists() and base != DEFAULT_DEMO_DIR and not (path / _MADE_HERE).exists():
+        sys.exit(
+            f"{path} exists and was not made by an agentgate example: move it, or point "
+            "AGENTGATE_DEMO_DIR elsewhere (nothing was removed)"
+        )
     shutil.rmtree(path, ignore_errors=True)
     (path / "keys").mkdir(parents=True)
+    (path / _MADE_HERE).touch()
     return path
 
 
@@ -67,6 +81,11 @@ def chat_model(turns: Sequence[AIMessage], *, name: str, served_by: Gate | None 
     base_url = os.environ.get("AGENTGATE_OPENAI_BASE_URL")
     if not base_url:
         return ScriptedChatModel(turns=list(turns), model_name=name, served_by=served_by)
+    if base_url != base_url.strip() or not base_url.startswith(("http://", "https://")):
+        sys.exit(
+            f"AGENTGATE_OPENAI_BASE_URL={base_url!r} is not an http(s) URL without white space "
+            "around it (an env file saved with CRLF endings adds a \\r), e.g. http://127.0.0.1:8000/v1"
+        )
     try:
         from langchain_openai import ChatOpenAI  # type: ignore[import-not-found]
     except ImportError:

@@ -40,29 +40,17 @@ What does not (xfail strict, the file to fix named in each):
   ``AGENTGATE_LOG_PREVIOUS_KEYS`` (gate/_gate.py): with the documented origin set, ``Gate.verify``
   raises ``TamperDetected`` on the checkpoints ``agentgate audit checkpoint`` signs (and the CLI
   calls the gate's checkpoints TAMPERED); after the documented key rotation ``Gate.verify`` raises
-  ``TamperDetected`` on the old key's checkpoints;
-- ``AGENTGATE_STORE=""`` (``AGENTGATE_STORE=$UNSET`` in an env file) is read as unset, which
-  docs/operations.md does not say: ``agentgate grant revoke`` then records the revocation in a new
-  ``.agentgate/agentgate.db`` under the working directory, exit 0, the real store untouched (the
-  reason ``--store ""`` and a CRLF value are refused);
-- ``AGENTGATE_LOG_KEY`` with white space at an end: a leading space makes the path relative, and
-  the log key is created under ``<cwd>/ /...``; a trailing ``\\r`` is reported as a path that looks
-  like the real one (store/audit.py);
-- ``AGENTGATE_LOG_PREVIOUS_KEYS=","`` (names no key) lifts the guard that creates no new log key
-  for a log with checkpoints: a stray key is written where the key was looked for, and every
-  checkpoint after that is REFUSED as if the log were tampered with (store/audit.py);
-- errors that do not name the variable: ``AGENTGATE_AUDIT_MAX_ENTRY_BYTES=0`` (``audit entry limit
-  must be at least 4096 bytes``), a missing ``AGENTGATE_LOG_PREVIOUS_KEYS`` file; and
-  ``AGENTGATE_AUDIT_MAX_ENTRY_BYTES`` has no upper bound, so 10**30 turns the entry bound off
-  (store/audit.py);
-- libpq's ``PGOPTIONS='-c synchronous_commit=off'`` silently turns off the durability of every
-  PostgreSQL commit (docs/operations.md asks only for the *server's* ``synchronous_commit = on``);
-  agentgate sets the isolation level on each connection whatever the defaults, but not this
-  (store/_postgres.py);
-- examples: ``AGENTGATE_DEMO_DIR=""`` makes ``demo_dir`` remove ``./support_agent`` (any directory
-  of the example's name) under the working directory; ``AGENTGATE_OPENAI_BASE_URL`` with a CRLF
-  ``\\r`` or only white space ends the example in a traceback (examples/_common.py);
-  ``AGENTGATE_DEMO_DIR`` is documented nowhere (docs/quickstart.md).
+  ``TamperDetected`` on the old key's checkpoints.
+
+Fixed by the lead in review r38 (plain tests now): ``AGENTGATE_STORE=""`` was read as unset
+(a revocation went to a new ``.agentgate/agentgate.db``, exit 0): refused, as is
+``open_store("")`` (store/__init__.py ``store_url``); ``AGENTGATE_LOG_KEY`` with white space at an
+end is refused naming it; ``AGENTGATE_LOG_PREVIOUS_KEYS=","`` no longer lifts the no-new-key guard;
+``AGENTGATE_AUDIT_MAX_ENTRY_BYTES`` and ``AGENTGATE_LOG_PREVIOUS_KEYS`` errors name the variable, and
+the entry bound is at most 256 MiB (store/audit.py); a PostgreSQL session started with
+``synchronous_commit = off`` (``PGOPTIONS``) is set back on (store/_postgres.py); the examples'
+``AGENTGATE_DEMO_DIR`` empties only a directory an example made (or the default), is documented
+(docs/quickstart.md), and a CRLF or blank ``AGENTGATE_OPENAI_BASE_URL`` is one message naming it.
 """
 
 from __future__ import annotations
@@ -333,11 +321,6 @@ def test_the_gate_accepts_checkpoints_of_a_rotated_out_log_key(
         gate.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="fix in agentgate/store/__init__.py and agentgate/cli/_common.py (and docs/operations.md): "
-    "an empty AGENTGATE_STORE is read as unset, so a revocation lands in a new ./.agentgate store, exit 0",
-)
 def test_an_empty_store_variable_is_refused_not_read_as_the_default(tmp_path: Path) -> None:
     done = agentgate(tmp_path, "grant", "revoke", GRANT, AGENTGATE_STORE="")
     assert done.returncode == 2, done.stdout
@@ -345,12 +328,6 @@ def test_an_empty_store_variable_is_refused_not_read_as_the_default(tmp_path: Pa
     assert not (tmp_path / ".agentgate").exists()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="fix in agentgate/store/audit.py: AGENTGATE_LOG_KEY with white space at an end is taken "
-    "as it is (a leading space makes it relative: the key is created under '<cwd>/ /...'; a trailing "
-    "CR is reported as a path that looks like the real one)",
-)
 @pytest.mark.parametrize("shape", [" {path}", "{path}\r"])
 def test_a_log_key_path_with_white_space_at_an_end_is_refused_saying_so(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, shape: str
@@ -368,11 +345,6 @@ def test_a_log_key_path_with_white_space_at_an_end_is_refused_saying_so(
     assert not (tmp_path / " ").exists()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="fix in agentgate/store/audit.py: AGENTGATE_LOG_PREVIOUS_KEYS=',' names no key but its "
-    "raw text lifts the no-new-key guard: a stray log key is created for a log with checkpoints",
-)
 def test_previous_keys_naming_no_key_do_not_lift_the_new_key_guard(
     store_with_log: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -384,12 +356,6 @@ def test_previous_keys_naming_no_key_do_not_lift_the_new_key_guard(
     assert code == 2 and "No key was created" in one_error_line(err), out + err
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="fix in agentgate/store/audit.py: AGENTGATE_AUDIT_MAX_ENTRY_BYTES below the minimum and "
-    "an unreadable AGENTGATE_LOG_PREVIOUS_KEYS file are refused without naming the variable, and "
-    "an entry bound of 10**30 (no store holds such an entry) is taken, turning the bound off",
-)
 @pytest.mark.parametrize(
     ("variable", "value"),
     [
@@ -413,11 +379,6 @@ def test_a_refused_value_names_its_variable(
 
 
 @pytest.mark.postgres
-@pytest.mark.xfail(
-    strict=True,
-    reason="fix in agentgate/store/_postgres.py: libpq's PGOPTIONS='-c synchronous_commit=off' turns "
-    "off the durability of every commit, silently (only the server's setting is documented)",
-)
 def test_pgoptions_cannot_turn_off_durable_commits(
     postgres_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -524,11 +485,6 @@ def examples_common() -> Iterator[ModuleType]:
     yield module
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="fix in examples/_common.py: an empty AGENTGATE_DEMO_DIR makes demo_dir remove "
-    "./<example name> under the working directory",
-)
 def test_an_empty_demo_dir_removes_nothing_of_the_users(
     examples_common: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -541,11 +497,6 @@ def test_an_empty_demo_dir_removes_nothing_of_the_users(
     assert (mine / "notes.txt").read_text() == "not the demo's\n"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="fix in examples/_common.py: AGENTGATE_OPENAI_BASE_URL with a CRLF '\\r' or only white "
-    "space ends the example in a traceback (httpx InvalidURL, or a connection error at the first call)",
-)
 @pytest.mark.parametrize("value", ["http://127.0.0.1:9/v1\r", "   "])
 def test_an_unusable_endpoint_url_is_one_message_naming_the_variable(
     examples_common: ModuleType, monkeypatch: pytest.MonkeyPatch, value: str
@@ -556,7 +507,6 @@ def test_an_unusable_endpoint_url_is_one_message_naming_the_variable(
     assert "AGENTGATE_OPENAI_BASE_URL" in str(info.value.code)
 
 
-@pytest.mark.xfail(strict=True, reason="fix in docs/quickstart.md: AGENTGATE_DEMO_DIR is documented nowhere")
 def test_every_variable_the_examples_read_is_documented() -> None:
     docs = (REPO / "README.md").read_text() + "".join(p.read_text() for p in (REPO / "docs").glob("*.md"))
     source = (REPO / "examples" / "_common.py").read_text()

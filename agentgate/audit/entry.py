@@ -194,6 +194,9 @@ DEFAULT_MAX_ENTRY_BYTES = 64 << 10
 ``AGENTGATE_AUDIT_MAX_ENTRY_BYTES``): larger values are recorded by digest (``encode_bounded``)."""
 MIN_MAX_ENTRY_BYTES = 4096
 """The smallest bound an audit log accepts: room for every fixed field and a few digests."""
+MAX_MAX_ENTRY_BYTES = 256 << 20
+"""The largest bound an audit log accepts (256 MiB): beyond, the bound would no longer bound what
+every verify and explain reads (PostgreSQL's ``bytea`` and SQLite's default blob stop at 1 GB)."""
 _ELIDABLE_KEY = 128
 """The longest ``args`` key that is named in its own elision reason; longer keys elide the whole object."""
 _KEPT_REASON = 256

@@ -8,7 +8,6 @@ import argparse
 import contextlib
 import json
 import math
-import os
 import re
 import stat
 import sys
@@ -21,7 +20,7 @@ from typing import Any
 from agentgate.errors import InputError, SourceError
 from agentgate.keys import load_public_key
 from agentgate.policy import Policy, load_policy
-from agentgate.store import DEFAULT_PATH, Store, is_conninfo, open_store
+from agentgate.store import Store, is_conninfo, open_store, store_url
 from agentgate.store.audit import AuditLog, log_origin, open_log_key, previous_log_keys
 
 
@@ -124,7 +123,7 @@ def utc(timestamp: float | None) -> str:
 def open_existing_store(url: str | None) -> Store:
     """``open_store`` for a command that only reads: a SQLite file that does not exist is an
     ``InputError`` (a mistyped path), not a new empty store that looks like an empty answer."""
-    target = url or os.environ.get("AGENTGATE_STORE") or DEFAULT_PATH
+    target = store_url(url)
     scheme = _SCHEME.match(target)
     if scheme is None and is_conninfo(target):
         return open_store(target)  # refused there, in words that name no value of the string

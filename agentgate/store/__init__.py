@@ -33,6 +33,23 @@ def is_conninfo(value: str) -> bool:
     return found.group(1).encode() in {option.keyword for option in pq.Conninfo.get_defaults()}
 
 
+def store_url(url: str | None = None) -> str:
+    """The store ``url`` names, else ``AGENTGATE_STORE``, else ``DEFAULT_PATH``.
+
+    An empty ``url`` or ``AGENTGATE_STORE`` (``AGENTGATE_STORE=$UNSET`` in an env file) raises
+    ``StoreError``: read as unset, a revocation would go to a new default store in the working
+    directory, not to the store meant.
+    """
+    if url is None:
+        url = os.environ.get("AGENTGATE_STORE")
+        if url == "":
+            raise StoreError("AGENTGATE_STORE is set but empty: name the store, or unset it for the default")
+        return DEFAULT_PATH if url is None else url
+    if not url:
+        raise StoreError("the store URL or path is empty: name the store, or pass None for AGENTGATE_STORE")
+    return url
+
+
 def open_store(url: str | None = None) -> Store:
     """Open the store named by ``url``, else by ``AGENTGATE_STORE``, else the default SQLite file.
 
@@ -45,7 +62,7 @@ def open_store(url: str | None = None) -> Store:
     character is refused too (``StoreError``): libpq would read a database name only up to it, and
     so is a URL or path with white space or a line break at an end (a CRLF env file).
     """
-    url = url or os.environ.get("AGENTGATE_STORE") or DEFAULT_PATH
+    url = store_url(url)
     if "\x00" in url:  # sqlite3 raised ValueError for it; libpq reads a name only up to it
         raise StoreError("a store path or URL cannot hold a NUL character")
     if url != url.strip():
@@ -88,4 +105,5 @@ __all__ = [
     "Transaction",
     "is_conninfo",
     "open_store",
+    "store_url",
 ]

@@ -215,13 +215,19 @@ def _read_committed(conn: psycopg.Connection[Any]) -> None:
     default (``default_transaction_isolation``): the locks and conditional updates of the audit
     log, the ledger and the quotas are written for it, and at REPEATABLE READ or SERIALIZABLE
     concurrent decisions failed with serialization errors (most of them, under contention).
-    A wait for a lock ends after ``LOCK_TIMEOUT_S`` unless the server sets a ``lock_timeout``."""
+    A wait for a lock ends after ``LOCK_TIMEOUT_S`` unless the server sets a ``lock_timeout``, and
+    ``synchronous_commit = off`` is set back on."""
     conn.isolation_level = psycopg.IsolationLevel.READ_COMMITTED
     # A writer that stops while it holds the audit append lock (SIGSTOP, a pause, a partition that
     # leaves its session open) would otherwise hold every other decision, in every process,
     # without end. One the server, database or role configures (not 0) is kept.
     if conn.execute("SHOW lock_timeout").fetchone() == ("0",):
         conn.execute("SELECT set_config('lock_timeout', %s, false)", (f"{round(LOCK_TIMEOUT_S * 1000)}ms",))
+    # A commit must be durable before agentgate says it happened (an allow runs after it): a
+    # session started with synchronous_commit off (libpq's PGOPTIONS='-c synchronous_commit=off',
+    # a role's or database's setting) is set back on. Other values (local, remote_*) are kept.
+    if conn.execute("SHOW synchronous_commit").fetchone() == ("off",):
+        conn.execute("SELECT set_config('synchronous_commit', 'on', false)")
     conn.commit()
     _mark_idle(conn)  # a new connection may wait in the pool too before it is first used
 

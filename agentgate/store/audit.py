@@ -40,6 +40,7 @@ import psycopg
 
 from agentgate.audit.entry import (
     DEFAULT_MAX_ENTRY_BYTES,
+    MAX_MAX_ENTRY_BYTES,
     MIN_MAX_ENTRY_BYTES,
     AuditEntry,
     encode_bounded,
@@ -299,32 +300,51 @@ def log_origin() -> str:
 
 def entry_limit(configured: int | None = None) -> int:
     """The bound on one entry's bytes: ``configured``, else ``AGENTGATE_AUDIT_MAX_ENTRY_BYTES``,
-    else ``DEFAULT_MAX_ENTRY_BYTES``. Raises ``InputError`` when it is not a whole number of at
-    least ``MIN_MAX_ENTRY_BYTES``."""
+    else ``DEFAULT_MAX_ENTRY_BYTES``. Raises ``InputError``, naming where the value came from, when
+    it is not a whole number from ``MIN_MAX_ENTRY_BYTES`` to ``MAX_MAX_ENTRY_BYTES``."""
+    source = "audit entry limit"
     if configured is None:
-        text = os.environ.get("AGENTGATE_AUDIT_MAX_ENTRY_BYTES", "").strip()
+        source = "AGENTGATE_AUDIT_MAX_ENTRY_BYTES"
+        text = os.environ.get(source, "").strip()
         try:
             configured = int(text) if text else DEFAULT_MAX_ENTRY_BYTES
         except ValueError:
-            raise InputError(
-                f"AGENTGATE_AUDIT_MAX_ENTRY_BYTES must be a whole number of bytes, got {text!r}"
-            ) from None
-    if type(configured) is not int or configured < MIN_MAX_ENTRY_BYTES:
+            raise InputError(f"{source} must be a whole number of bytes, got {text[:80]!r}") from None
+    if type(configured) is not int or not MIN_MAX_ENTRY_BYTES <= configured <= MAX_MAX_ENTRY_BYTES:
         raise InputError(
-            f"audit entry limit must be at least {MIN_MAX_ENTRY_BYTES} bytes, got {configured!r}"
+            f"{source} must be from {MIN_MAX_ENTRY_BYTES} to {MAX_MAX_ENTRY_BYTES} bytes, "
+            f"got {str(configured)[:80]}"
         )
     return configured
 
 
+def _previous_specs() -> list[str]:
+    """What ``AGENTGATE_LOG_PREVIOUS_KEYS`` names: its comma-separated parts that are not blank."""
+    return [
+        spec.strip() for spec in os.environ.get("AGENTGATE_LOG_PREVIOUS_KEYS", "").split(",") if spec.strip()
+    ]
+
+
 def previous_log_keys() -> list[PublicKey]:
     """Public keys of rotated-out log keys: ``AGENTGATE_LOG_PREVIOUS_KEYS``, comma-separated files or dids."""
-    specs = os.environ.get("AGENTGATE_LOG_PREVIOUS_KEYS", "")
-    return [load_public_key(spec.strip()) for spec in specs.split(",") if spec.strip()]
+    keys = []
+    for spec in _previous_specs():
+        try:
+            keys.append(load_public_key(spec))
+        except KeyFileError as exc:
+            raise KeyFileError(f"AGENTGATE_LOG_PREVIOUS_KEYS: {exc}") from exc
+    return keys
 
 
 def log_key_path(store: Store) -> Path:
     """Where the log key lives for ``store`` (see the module docstring)."""
     configured = os.environ.get("AGENTGATE_LOG_KEY")
+    if configured and configured != configured.strip():
+        # A leading space makes the path relative (a key made under ``./ /...``); a trailing
+        # ``\r`` (an env file saved with CRLF endings) names a file beside the real one.
+        raise KeyFileError(
+            f"AGENTGATE_LOG_KEY={configured!r} begins or ends with white space or a line break: remove it"
+        )
     if configured:
         return Path(configured)
     if isinstance(store, SQLiteStore):
@@ -346,7 +366,7 @@ def open_log_key(store: Store, *, create: bool = True) -> SigningKey:
         return load_signing_key(path)
     if path.suffix != ".key":
         raise KeyFileError(f"{path}: AGENTGATE_LOG_KEY must name a file ending in .key")
-    if not os.environ.get("AGENTGATE_LOG_PREVIOUS_KEYS", "").strip() and _has_checkpoints(store):
+    if not _previous_specs() and _has_checkpoints(store):
         raise KeyFileError(
             f"{path}: no log key there, but this audit log has checkpoints signed by one; point "
             "AGENTGATE_LOG_KEY at it (to rotate the key, list the old public key in "
@@ -376,7 +396,7 @@ def _left_half_made(path: Path, store: Store) -> bool:
             return False
     except OSError:
         return False
-    return bool(os.environ.get("AGENTGATE_LOG_PREVIOUS_KEYS", "").strip()) or not _has_checkpoints(store)
+    return bool(_previous_specs()) or not _has_checkpoints(store)
 
 
 def _has_checkpoints(store: Store) -> bool:
