@@ -64,6 +64,14 @@ def _check_text(value: str, where: str) -> str:
     return value
 
 
+def _text(value: object, what: str) -> str:
+    """``value`` if it is a string, else ``CapabilityError`` naming ``what`` it was to be (a name
+    is never put through an f-string unchecked: ``None`` would become the model ``None``)."""
+    if not isinstance(value, str):
+        raise CapabilityError(f"{what} must be a string, got {type(value).__name__}")
+    return value
+
+
 def _check_value(value: object, where: str) -> Scalar:
     """A scalar the algebra accepts, or ``CapabilityError``."""
     if isinstance(value, bool):
@@ -475,11 +483,11 @@ class Call:
 
     @classmethod
     def tool(cls, name: str, args: Mapping[str, Any] | None = None) -> Call:
-        return cls(canonical_resource(f"tool:{name}"), "invoke", _arguments(args))
+        return cls(canonical_resource("tool:" + _text(name, "a tool name")), "invoke", _arguments(args))
 
     @classmethod
     def model(cls, name: str, args: Mapping[str, Any] | None = None) -> Call:
-        return cls(canonical_resource(f"model:{name}"), "generate", _arguments(args))
+        return cls(canonical_resource("model:" + _text(name, "a model name")), "generate", _arguments(args))
 
 
 def _arguments(args: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -501,14 +509,25 @@ class Capability:
     constraints: tuple[tuple[str, Constraint], ...] = ()
 
     def __post_init__(self) -> None:
-        _check_pattern(self.resource)
-        if not _ACTION.fullmatch(self.action):
+        _check_pattern(_text(self.resource, "a capability's resource"))
+        if not _ACTION.fullmatch(_text(self.action, "a capability's action")):
             raise CapabilityError(f"action {self.action!r} is not a lower-case identifier or '*'")
-        names = [name for name, _ in self.constraints]
+        constraints = self.constraints
+        if not isinstance(constraints, tuple | list):
+            raise CapabilityError(
+                f"{self.resource}: constraints are (name, Constraint) pairs, got {type(constraints).__name__}; "
+                "Capability.of takes the mapping form"
+            )
+        for pair in constraints:
+            if not (isinstance(pair, tuple | list) and len(pair) == 2 and isinstance(pair[1], Constraint)):
+                raise CapabilityError(
+                    f"{self.resource}: constraints are (name, Constraint) pairs, got {repr(pair)[:80]}"
+                )
+        names = [name for name, _ in constraints]
         if len(set(names)) != len(names):
             raise CapabilityError(f"{self.resource}: an argument is constrained twice; merge the operators")
         for name in names:
-            if not _FIELD.fullmatch(name):
+            if not isinstance(name, str) or not _FIELD.fullmatch(name):
                 raise CapabilityError(f"{self.resource}: argument name {name!r} is not an identifier")
         object.__setattr__(self, "constraints", tuple(sorted(self.constraints, key=lambda c: c[0])))
 
@@ -520,14 +539,18 @@ class Capability:
         constraints: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> Capability:
         """Build from plain values; the action defaults to the resource kind's (``invoke`` for tools)."""
-        kind = resource.partition(":")[0]
-        where = f"{resource}"
+        kind = _text(resource, "a capability's resource").partition(":")[0]
+        if constraints is None:
+            constraints = {}
+        elif not isinstance(constraints, Mapping):
+            raise CapabilityError(
+                f"{resource}: constraints are a mapping of argument names to operators, "
+                f"got {type(constraints).__name__}"
+            )
         return cls(
             resource,
             DEFAULT_ACTIONS.get(kind, "invoke") if action is None else action,
-            tuple(
-                (name, Constraint.of(spec, f"{where} {name}")) for name, spec in (constraints or {}).items()
-            ),
+            tuple((name, Constraint.of(spec, f"{resource} {name}")) for name, spec in constraints.items()),
         )
 
     @classmethod
@@ -656,7 +679,14 @@ def capability_from_canonical(data: object) -> Capability | None:
 
 
 def covers(capability: Capability, call: Call) -> bool:
-    """Whether ``capability`` allows ``call``: resource, action, and every constraint (a missing argument fails)."""
+    """Whether ``capability`` allows ``call``: resource, action, and every constraint (a missing argument fails).
+
+    Raises ``CapabilityError`` when given anything but a ``Capability`` and a ``Call``."""
+    if not isinstance(capability, Capability) or not isinstance(call, Call):
+        raise CapabilityError(
+            f"covers(capability, call) takes a Capability and a Call, got "
+            f"{type(capability).__name__} and {type(call).__name__}"
+        )
     if not pattern_matches(capability.resource, call.resource):
         return False
     if capability.action != "*" and capability.action != call.action:

@@ -39,6 +39,23 @@ MAX_KEY_FILE_BYTES = 8192
 """The most a key file may hold; an Ed25519 PEM key is about 120 bytes."""
 
 
+def as_path(path: object, what: str, error: type[InputError] = InputError) -> Path:
+    """``path`` (text, bytes or ``os.PathLike``; bytes decoded as the file system does) as a
+    ``Path``; anything else (``None``, a number, a key object) raises ``error`` naming ``what``
+    the file was to hold, instead of ``pathlib``'s bare ``TypeError``."""
+    try:
+        return Path(os.fsdecode(path))  # type: ignore[arg-type]
+    except TypeError:
+        raise error(
+            f"cannot read {what}: expected a file path (text or os.PathLike), got {type(path).__name__}"
+        ) from None
+
+
+def _bytes_expected(what: str, value: object) -> InputError:
+    """The error for a value that is not ``bytes`` where an Ed25519 operation takes bytes."""
+    return InputError(f"{what} must be bytes, got {type(value).__name__}")
+
+
 def read_regular_file(
     path: Path | str, limit: int, what: str, error: type[InputError] = InputError
 ) -> tuple[bytes, os.stat_result]:
@@ -58,6 +75,10 @@ def read_regular_file(
         raise error(f"{path}: cannot read {what}: {exc.strerror}") from None
     except ValueError:  # a NUL byte in the path, which no file name can hold
         raise error(f"{str(path)!r}: cannot read {what}: the path holds a NUL byte") from None
+    except TypeError:  # None, a number: not a path at all
+        raise error(
+            f"cannot read {what}: expected a file path (text or os.PathLike), got {type(path).__name__}"
+        ) from None
     try:
         status = os.fstat(fd)
         if not stat.S_ISREG(status.st_mode):
@@ -83,6 +104,10 @@ def read_regular_file(
 
 def did_from_public_key(public_key: bytes) -> str:
     """The ``did:key`` identifier of a raw 32-byte Ed25519 public key."""
+    if not isinstance(public_key, bytes):
+        raise KeyFileError(
+            f"an Ed25519 public key is {PUBLIC_KEY_SIZE} bytes, got {type(public_key).__name__}"
+        )
     if len(public_key) != PUBLIC_KEY_SIZE:
         raise KeyFileError(f"an Ed25519 public key is {PUBLIC_KEY_SIZE} bytes, got {len(public_key)}")
     return _DID_PREFIX + base58.b58encode(_ED25519_MULTICODEC + public_key).decode("ascii")
@@ -123,13 +148,18 @@ class PublicKey:
         return cls(public_key_from_did(did))
 
     def verify(self, message: bytes, signature: bytes) -> None:
-        """Return if ``signature`` is this key's signature of ``message``; else ``InvalidSignature``."""
-        if len(signature) != SIGNATURE_SIZE:
-            raise InvalidSignature(f"an Ed25519 signature is 64 bytes, got {len(signature)}")
+        """Return if ``signature`` is this key's signature of ``message``; else ``InvalidSignature``.
+
+        Raises ``InputError`` when ``message`` or ``signature`` is not ``bytes``."""
         try:
+            if len(signature) != SIGNATURE_SIZE:
+                raise InvalidSignature(f"an Ed25519 signature is 64 bytes, got {len(signature)}")
             self._verifier.verify(message, signature)
         except (nacl.exceptions.BadSignatureError, nacl.exceptions.ValueError) as exc:
             raise InvalidSignature(f"signature does not verify under {self.did}") from exc
+        except TypeError:  # PyNaCl's (or len's) for a str, None, a bytearray signature
+            wrong = signature if not isinstance(signature, bytes) else message
+            raise _bytes_expected("the message and signature", wrong) from None
 
     def is_valid(self, message: bytes, signature: bytes) -> bool:
         try:
@@ -148,8 +178,9 @@ class SigningKey:
     _signer: nacl.signing.SigningKey = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        if len(self.seed) != 32:
-            raise KeyFileError("an Ed25519 private key seed is 32 bytes")
+        if not isinstance(self.seed, bytes) or len(self.seed) != 32:
+            got = f"{len(self.seed)} bytes" if isinstance(self.seed, bytes) else type(self.seed).__name__
+            raise KeyFileError(f"an Ed25519 private key seed is 32 bytes, got {got}")
         signer = nacl.signing.SigningKey(self.seed)
         object.__setattr__(self, "_signer", signer)
         object.__setattr__(self, "public", PublicKey(bytes(signer.verify_key)))
@@ -163,7 +194,11 @@ class SigningKey:
         return self.public.did
 
     def sign(self, message: bytes) -> bytes:
-        return bytes(self._signer.sign(message).signature)
+        """The Ed25519 signature of ``message``; ``InputError`` when it is not ``bytes``."""
+        try:
+            return bytes(self._signer.sign(message).signature)
+        except TypeError:  # PyNaCl's, for a str, None or a bytearray
+            raise _bytes_expected("the message to sign", message) from None
 
 
 _PAIR_TEMPORARY = (".agentgate-keypair-", ".tmp")
@@ -387,7 +422,7 @@ def load_signing_key(path: Path | str) -> SigningKey:
     holds is judged first, so that a public key given in its place is called that, not a private
     key to ``chmod``.
     """
-    path = Path(path)
+    path = as_path(path, "private key", KeyFileError)
     data, status = read_regular_file(path, MAX_KEY_FILE_BYTES, "private key", KeyFileError)
     _refuse_more_than_one_pem_block(path, data, "private key")
     try:
@@ -413,6 +448,8 @@ def load_public_key(spec: str | Path) -> PublicKey:
     parser to pick), and for anything that is neither a ``did:key`` nor a PEM public key. An error
     quotes at most the one line of a did, never the rest of a file (a private key pasted below).
     """
+    if not isinstance(spec, str):
+        spec = as_path(spec, "public key", KeyFileError)  # None or a key object: no TypeError
     text = str(spec).strip()
     if text.startswith("did:"):
         return PublicKey.from_did(text)

@@ -24,6 +24,7 @@ from agentgate.authority._grant import (
     Grant,
     _anchors,
     _encode_chain,
+    _now,
     _short,
     chain_finding,
     parse_chain,
@@ -45,7 +46,7 @@ from agentgate.capabilities import (
     format_capability,
     pattern_matches,
 )
-from agentgate.errors import CapabilityError, InvalidSignature, StoreError, TokenFormatError
+from agentgate.errors import CapabilityError, InputError, InvalidSignature, StoreError, TokenFormatError
 from agentgate.findings import Finding, FindingKind, Outcome
 from agentgate.keys import PublicKey, SigningKey
 from agentgate.store.grants import GrantRepository
@@ -234,7 +235,9 @@ def decide(
     Every failure is a ``deny`` with one finding (kind, code, message); a store that cannot be
     read is a deny (``non_revocable_grant``/``revocation_unreachable``): fail closed. The nonce is
     recorded only when the answer is ``allow``, so an ``approval_required`` invocation may be
-    decided again once the approval exists.
+    decided again once the approval exists. A caller's bug is raised, not decided: ``InputError``
+    for an ``invocation`` that is not an ``Invocation`` (of a ``Call``) and a ``now`` that is not a
+    finite number; ``TokenFormatError`` for ``trusted`` that is not anchors.
     """
     anchors = _anchors(trusted)
     return _decide(invocation, repo, anchors, approvals, now, skew, cache or _SHARED_CACHE)
@@ -316,6 +319,12 @@ def _digest(call: Call, tip: Grant) -> tuple[str, None] | tuple[None, Finding]:
         )
 
 
+def _not_a(expected: str, value: object) -> InputError:
+    """The error for a value of the wrong Python type given to a decision: a caller's bug, not
+    input to decide on (so raised, not a deny)."""
+    return InputError(f"a decision takes {expected}, got {type(value).__name__}")
+
+
 def _decide(
     inv: Invocation,
     repo: GrantRepository,
@@ -325,8 +334,12 @@ def _decide(
     skew: int,
     cache: ChainCache,
 ) -> Decision:
-    t = int(time.time() if now is None else now)
+    if not isinstance(inv, Invocation):
+        raise _not_a("an Invocation (Invocation.sign or Invocation.decode)", inv)
+    t = _now(now)
     call = inv.call
+    if not isinstance(call, Call):
+        raise _not_a("an invocation whose call is a Call", call)
     try:
         payload = inv.payload
     except TokenFormatError as exc:
@@ -445,7 +458,7 @@ def _decide_held(
     skew: int,
     cache: ChainCache,
 ) -> Decision:
-    t = int(time.time() if now is None else now)
+    t = _now(now)
     chain, ids, found = _verified_chain(token, anchors, cache)
     deny = _denial(t, call, holder, None, ids, None)
     if chain is None:
@@ -615,8 +628,11 @@ class Authority:
         refused, ``tip_mismatch``), holder binding (``holder``'s DID must be the tip's
         audience), the resource and arguments, validity times, coverage, the approval hook
         (called with ``invocation=None``), and revocation read from the store. Never raises for
-        bad input; a store that cannot be read is a deny.
+        bad input; a store that cannot be read is a deny. A caller's bug is raised: ``InputError``
+        for a ``call`` that is not a ``Call`` and a ``now`` that is not a finite number.
         """
+        if not isinstance(call, Call):
+            raise _not_a("a Call (Call.tool, Call.model)", call)
         token, ids = (chain.token, chain.ids) if isinstance(chain, Chain) else (chain, None)
         if not isinstance(holder, SigningKey):
             # A public key (or anything else) proves nothing: holder binding needs the private key.
@@ -655,7 +671,7 @@ def revoke(repo: GrantRepository, grant: Chain | str, *, reason: str = "", now: 
     else:
         grant_id = parse_chain(grant).id
     storable = reason.encode("utf-8", "backslashreplace").decode("utf-8").replace("\x00", "\\x00")
-    repo.revoke(grant_id, now=int(time.time() if now is None else now), reason=storable)
+    repo.revoke(grant_id, now=_now(now), reason=storable)
     return grant_id
 
 
@@ -665,4 +681,4 @@ def record(repo: GrantRepository, chain: Chain, *, now: float | None = None) -> 
         (link.id, link.parent, link.issuer, link.audience, link.expires, _encode_chain(chain.links[: i + 1]))
         for i, link in enumerate(chain.links)
     ]
-    repo.record_grants(rows, now=int(time.time() if now is None else now))
+    repo.record_grants(rows, now=_now(now))

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import importlib
 import math
+import numbers
 import os
 import re
 import time
@@ -47,6 +48,7 @@ from agentgate.errors import (
     CapabilityError,
     Denied,
     Expired,
+    InputError,
     InvalidSignature,
     Revoked,
     ScopeCreep,
@@ -255,6 +257,8 @@ def _encode_chain(links: Sequence[Grant]) -> str:
 def _did(value: str | PublicKey | SigningKey, what: str) -> str:
     if isinstance(value, PublicKey | SigningKey):
         return value.did
+    if not isinstance(value, str):  # a list is unhashable: no TypeError from the key cache
+        raise TokenFormatError(f"{what}: a did:key string or a PublicKey, got {type(value).__name__}")
     try:
         _cached_key(value)
     except TokenFormatError as exc:
@@ -263,7 +267,24 @@ def _did(value: str | PublicKey | SigningKey, what: str) -> str:
 
 
 def _now(now: float | None) -> int:
-    return int(time.time() if now is None else now)
+    """``now`` in whole Unix seconds (``None``: the clock). Raises ``InputError`` for what is not a
+    finite number (NaN, an infinity, a string, a boolean), which ``int`` would refuse with a bare
+    ``ValueError``/``OverflowError`` or take as a time."""
+    if now is None:
+        return int(time.time())
+    if type(now) is int:
+        return now
+    if isinstance(now, bool) or not isinstance(now, numbers.Real) or not math.isfinite(now):
+        raise InputError(f"now must be a finite number of Unix seconds, got {now!r}")
+    return int(now)
+
+
+def _signing_key(key: SigningKey, what: str) -> SigningKey:
+    """``key`` if it is a ``SigningKey``; else ``InputError`` (a ``PublicKey`` cannot sign)."""
+    if not isinstance(key, SigningKey):
+        hint = "; a public key cannot sign: give the private key" if isinstance(key, PublicKey) else ""
+        raise InputError(f"{what} must be a SigningKey, got {type(key).__name__}{hint}")
+    return key
 
 
 def _sign(
@@ -280,6 +301,10 @@ def _sign(
 ) -> Grant:
     if not capabilities or len(capabilities) > MAX_CAPABILITIES:
         raise TokenFormatError(f"a grant names 1 to {MAX_CAPABILITIES} capabilities")
+    if budget is not None and not isinstance(budget, Budget):
+        raise TokenFormatError(
+            f"budget must be a Budget (Budget(amount, unit) or Budget.parse), got {type(budget).__name__}"
+        )
     if isinstance(max_depth, bool) or not isinstance(max_depth, int) or not 0 <= max_depth <= MAX_DEPTH:
         raise TokenFormatError(f"max depth must be an integer from 0 to {MAX_DEPTH}")
     if not isinstance(purpose, str) or len(purpose) > MAX_PURPOSE:
@@ -901,9 +926,24 @@ class TrustAnchors(frozenset[str]):
         return anchors
 
 
+def _not_an_anchor(value: object) -> str:
+    if isinstance(value, SigningKey):
+        return "trust anchor: a private key (SigningKey); a verifier trusts its public key (key.public)"
+    return f"trust anchors are public keys or did:key strings (one, or a list), got {type(value).__name__}"
+
+
 def _anchors(trusted: PublicKey | str | Iterable[PublicKey | str]) -> TrustAnchors:
-    """The trust anchors, each did checked strictly; raises ``TokenFormatError`` naming a bad one."""
-    items: Iterable[PublicKey | str] = [trusted] if isinstance(trusted, PublicKey | str) else trusted
+    """The trust anchors, each did checked strictly; raises ``TokenFormatError`` naming a bad one,
+    and for what is neither an anchor nor a collection of them (``None``; a lone ``SigningKey``,
+    which is not iterable: a verifier is configured with public keys, though a list's members
+    may be signing keys, whose public halves are taken)."""
+    items: Iterable[PublicKey | str]
+    if isinstance(trusted, PublicKey | str):
+        items = [trusted]
+    elif isinstance(trusted, Iterable) and not isinstance(trusted, bytes | bytearray | SigningKey):
+        items = trusted
+    else:
+        raise TokenFormatError(_not_an_anchor(trusted))
     public_keys: dict[str, bytes] = {}
     for item in items:
         if isinstance(item, PublicKey | SigningKey):
@@ -925,6 +965,9 @@ def _as_chain(chain: Chain | str) -> Chain:
 
 
 def _caps(capabilities: Iterable[Capability | str]) -> list[Capability]:
+    if isinstance(capabilities, str | Capability) or not isinstance(capabilities, Iterable):
+        # One string would be read character by character, as capability 't'.
+        raise CapabilityError(f"capabilities are a list of capabilities, got {type(capabilities).__name__}")
     return [c if isinstance(c, Capability) else Capability.parse(c) for c in capabilities]
 
 
@@ -948,7 +991,7 @@ def issue(
         raise TokenFormatError("ttl must be a positive whole number of seconds (expiry is required)")
     start = _now(now)
     grant = _sign(
-        issuer,
+        _signing_key(issuer, "the issuer"),
         audience=_did(audience, "audience"),
         capabilities=_caps(capabilities),
         budget=budget,
@@ -983,7 +1026,7 @@ def delegate(
     """
     chain = _as_chain(parent)
     tip = chain.tip
-    if holder.did != tip.audience:
+    if _signing_key(holder, "the holder").did != tip.audience:
         raise error_for(
             _finding(
                 _TRUST,

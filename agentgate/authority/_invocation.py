@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import re
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from json.encoder import encode_basestring
@@ -26,7 +25,7 @@ from agentgate.authority._encoding import (
     require,
     sha256_hex,
 )
-from agentgate.authority._grant import MAX_TIME, Chain, _as_chain, _cached_key, _did
+from agentgate.authority._grant import MAX_TIME, Chain, _as_chain, _cached_key, _did, _now, _signing_key
 from agentgate.capabilities import Call, _prechecked
 from agentgate.errors import InputError, TokenFormatError
 from agentgate.keys import SIGNATURE_SIZE, SigningKey
@@ -142,8 +141,13 @@ class Invocation:
         """Sign ``call`` as ``key`` under ``chain``, with a fresh 128-bit nonce, valid ``ttl`` seconds."""
         if isinstance(ttl, bool) or not isinstance(ttl, int) or not 0 < ttl <= MAX_INVOCATION_TTL:
             raise TokenFormatError(f"invocation ttl must be 1 to {MAX_INVOCATION_TTL} seconds")
+        key = _signing_key(key, "the invocation's signer")
+        if not isinstance(call, Call):
+            raise InputError(
+                f"Invocation.sign takes a Call (Call.tool, Call.model), got {type(call).__name__}"
+            )
         parsed = _as_chain(chain)
-        issued = int(time.time() if now is None else now)
+        issued = _now(now)
         unsigned = cls(
             chain_token=parsed.token,
             call=call,

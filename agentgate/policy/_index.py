@@ -145,6 +145,10 @@ class PolicyIndex:
     """Answers ``evaluate(principal, call)`` for one ``Policy``; build once, query many times."""
 
     def __init__(self, policy: Policy) -> None:
+        if not isinstance(policy, Policy):
+            raise PolicyError(
+                f"PolicyIndex takes a Policy (from load_policy or parse_policy), got {type(policy).__name__}"
+            )
         self.policy = policy
         doc = policy.document
         self._budgets: dict[str, Budget | None] = {name: role.budget for name, role in doc.roles.items()}
@@ -260,8 +264,14 @@ class PolicyIndex:
         return entry.name if entry is not None else None
 
     def evaluate(self, principal: str, call: Call) -> PolicyDecision:
-        """Decide ``call`` by ``principal`` (a policy name or a did:key). Never raises for a bad call: denies."""
-        entry = self._principals.get(principal)
+        """Decide ``call`` by ``principal`` (a policy name or a did:key). Never raises for a bad call: denies.
+
+        Raises ``CapabilityError`` for a ``call`` that is not a ``Call`` at all (a dict, a string).
+        """
+        if not isinstance(call, Call):
+            raise CapabilityError(f"evaluate takes a Call, got {type(call).__name__}")
+        # A principal that is not a string (a list: unhashable) is no principal of this policy.
+        entry = self._principals.get(principal) if isinstance(principal, str) else None
         resource = call.resource
         if entry is None:
             return PolicyDecision(

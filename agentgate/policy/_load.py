@@ -20,7 +20,7 @@ from pydantic_core import ErrorDetails
 from agentgate._yaml import Locations, Mark, load_yaml, mark_at, read_source
 from agentgate.capabilities import DEFAULT_ACTIONS, Capability, Constraint, canonical_resource
 from agentgate.errors import CapabilityError, KeyFileError, PolicyError
-from agentgate.keys import load_public_key
+from agentgate.keys import as_path, load_public_key
 from agentgate.policy import _schema as schema
 
 MAX_POLICY_BYTES = 8 * 1024 * 1024
@@ -154,17 +154,31 @@ def load_policy(path: str | Path, *, key_dir: str | Path | None = None) -> Polic
     tags, alias bombs, unknown fields, wrong types, unknown references, bad capabilities, and
     key files that are missing or unreadable.
     """
+    path = as_path(path, "policy", PolicyError)  # None or a number: no TypeError from pathlib
+    base = as_path(key_dir, "key files", PolicyError) if key_dir is not None else None
     data = read_source(path, PolicyError, limit=MAX_POLICY_BYTES, what="policy")
-    base = Path(key_dir) if key_dir is not None else Path(path).resolve().parent
-    return parse_policy(data, source=str(path), base_dir=base)
+    return parse_policy(data, source=str(path), base_dir=base if base is not None else path.resolve().parent)
 
 
 def parse_policy(
     data: bytes | str, *, source: str = "<policy>", base_dir: str | Path | None = None
 ) -> Policy:
-    """Validate a policy given as text; see ``load_policy``. Key files resolve against ``base_dir``."""
+    """Validate a policy given as text; see ``load_policy``. Key files resolve against ``base_dir``.
+
+    ``data`` is the file's text or bytes; anything else (``None``, a number, a mapping already
+    parsed) raises ``PolicyError``, as does a ``source`` that is not text or a ``base_dir`` that
+    is not a path."""
+    if not isinstance(source, str):
+        raise PolicyError(f"the policy's source name must be a string, got {type(source).__name__}")
+    if not isinstance(data, str | bytes | bytearray):
+        raise PolicyError(
+            f"a policy is YAML text (str or bytes), got {type(data).__name__}",
+            file=source,
+            hint="load a file with load_policy; pass the text of a policy, not the parsed mapping",
+        )
+    base = as_path(base_dir, "key files", PolicyError) if base_dir is not None else None
     try:
-        raw = data.encode("utf-8") if isinstance(data, str) else data
+        raw = data.encode("utf-8") if isinstance(data, str) else bytes(data)
     except UnicodeEncodeError as exc:  # a lone surrogate: text no file can hold
         raise PolicyError(
             f"not UTF-8 text (character {exc.start})",
@@ -223,8 +237,9 @@ def parse_policy(
         document = schema.PolicyDocument.model_validate(content)
     except ValidationError as exc:
         raise _schema_error(exc, source, locations) from None
-    base = Path(base_dir) if base_dir is not None else Path.cwd()
-    return _Compiler(document, source, locations, base).compile(hashlib.sha256(raw).hexdigest())
+    return _Compiler(document, source, locations, base if base is not None else Path.cwd()).compile(
+        hashlib.sha256(raw).hexdigest()
+    )
 
 
 # --- schema errors ---------------------------------------------------------------------------------

@@ -34,6 +34,8 @@ def argument_digest(arguments: Mapping[str, Any]) -> str:
     Raises ``InputError`` when the arguments are not JSON values (the digest must be stable
     across processes, so ``repr`` of arbitrary objects is not accepted).
     """
+    if type(arguments) is not dict and isinstance(arguments, Mapping):
+        arguments = dict(arguments)  # a MappingProxyType, say: the JSON encoder takes dicts only
     try:
         text = _CANONICAL.encode(arguments)
     except (TypeError, ValueError) as exc:
@@ -158,6 +160,7 @@ class ToolCall:
         if (
             not text.isascii()
             or not self.tool
+            or type(self.arguments) is not dict
             or type(self.authority_chain) is not tuple
             or (self.key_reaches_tool is not True and self.key_reaches_tool is not False)
             or (self.keep_error_text is not True and self.keep_error_text is not False)
@@ -173,6 +176,11 @@ class ToolCall:
         ``authority_chain`` as a tuple."""
         if not self.tool or not isinstance(self.tool, str):
             raise InputError(f"a tool call needs a tool name (a non-empty string), got {self.tool!r}")
+        if not isinstance(self.arguments, Mapping):
+            # A list would be digested and run as if it were the arguments.
+            raise InputError(
+                f"tool call arguments are a mapping of names to values, got {type(self.arguments).__name__}"
+            )
         if not (isinstance(self.tenant, str) and isinstance(self.principal, str)):
             raise InputError(
                 f"tool call tenant and principal must be strings, got {self.tenant!r} and {self.principal!r}"
@@ -233,6 +241,15 @@ class ToolCall:
             if t is not None
         ]
         return min(times) if times else None
+
+
+def require_tool_call(call: object) -> None:
+    """Raise ``InputError`` unless ``call`` is a ``ToolCall``: what the schedulers' ``submit`` take
+    (a tool name, a dict or ``None`` would otherwise fail deep inside with an ``AttributeError``)."""
+    if not isinstance(call, ToolCall):
+        raise InputError(
+            f"a scheduler runs a ToolCall (ToolCall(tool, arguments, ...)), got {type(call).__name__}"
+        )
 
 
 class Attempt(NamedTuple):
