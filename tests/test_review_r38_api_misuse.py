@@ -20,7 +20,8 @@ Found and fixed by the lead in review r38 (plain tests now):
   turned a zero or negative ``ttl`` into a live one-second grant; ``open_store`` took
   ``postgresql:/db`` or ``sqlite:agentgate.db`` as a file name. Each is now an error.
 
-What does not hold (each an ``xfail(strict=True)`` naming the file to fix):
+Also fixed in review r38, by two helpers (tests/test_review_r38_types_core.py and
+tests/test_review_r38_types_gate.py hold their own tests); each was an ``xfail`` here:
 
 - Wrong types at ``Gate``'s entry points end in a bare ``AttributeError``/``TypeError``: a
   ``PublicKey`` where a ``SigningKey`` goes (``issue``, ``delegate``, ``approve``),
@@ -346,23 +347,9 @@ GATE_MISUSES: dict[str, Callable[[World], object]] = {
 }
 
 
-_GATE_TYPES_UNCHECKED = pytest.mark.xfail(
-    strict=True,
-    reason="fix in agentgate/gate/_gate.py (and gate/_approval.py for approve): the Gate's entry points "
-    "do not check their argument types; a PublicKey for a SigningKey, a Chain for an "
-    "identity, the dict Gate.approve returns as approval=, an int call_id, reason=None end in a bare "
-    "AttributeError/TypeError from deep inside",
-)
-_GATE_TYPES_CHECKED = {"delegate-ttl-int", "delegate-ttl-None"}
-"""Fixed by the lead in review r38 (``Gate.delegate`` checks its ``ttl``)."""
-
-
 @pytest.mark.parametrize(
     "misuse",
-    [
-        pytest.param(misuse, id=name, marks=() if name in _GATE_TYPES_CHECKED else _GATE_TYPES_UNCHECKED)
-        for name, misuse in GATE_MISUSES.items()
-    ],
+    [pytest.param(misuse, id=name) for name, misuse in GATE_MISUSES.items()],
 )
 def test_gate_entry_points_give_typed_errors_for_wrong_types(
     world: World, misuse: Callable[[World], object]
@@ -378,7 +365,7 @@ def test_gate_entry_points_give_typed_errors_for_wrong_types(
 
 
 def test_wrong_types_at_the_gate_write_nothing_and_allow_nothing(world: World) -> None:
-    """What the xfail above leaves out: whatever each misuse raises today, it raises before any
+    """What the test above leaves out: whatever each misuse raises, it raises before any
     write (no grant, revocation, reservation, approval or audit entry) and nothing is allowed."""
     for name, misuse in GATE_MISUSES.items():
         before: tuple[int, ...] | None = world.snapshot()
@@ -393,11 +380,6 @@ def test_wrong_types_at_the_gate_write_nothing_and_allow_nothing(world: World) -
             assert world.snapshot() == before, name
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="fix in agentgate/gate/_gate.py (Gate.delegate, Gate.__init__): a str where a list goes "
-    "is iterated by character; the error speaks of resource 't' or did 'd', not of the parameter",
-)
 @pytest.mark.parametrize("where", ["capabilities", "trust_anchors"])
 def test_a_string_where_a_list_goes_is_named_as_such(world: World, where: str, tmp_path: Path) -> None:
     if where == "capabilities":
@@ -615,12 +597,6 @@ POLICY_MISUSES: dict[str, Callable[[], object]] = {
 }
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="fix in agentgate/policy/_load.py (parse_policy, load_policy), policy/_index.py (PolicyIndex, "
-    "evaluate), gate/_gate.py (Gate.__init__/open): None, an int or a dict end in a bare TypeError or "
-    "AttributeError instead of PolicyError/InputError",
-)
 @pytest.mark.parametrize("misuse", list(POLICY_MISUSES.values()), ids=list(POLICY_MISUSES))
 def test_policy_entry_points_give_typed_errors_for_non_text(misuse: Callable[[], object]) -> None:
     with pytest.raises(AgentGateError):
@@ -647,12 +623,6 @@ CAPABILITY_MISUSES: dict[str, Callable[[], object]] = {
 }
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="fix in agentgate/capabilities.py: Capability.of/Capability/covers with non-text end in a "
-    "bare AttributeError/TypeError/ValueError, and Call.model(None)/Call.tool(5) are accepted as "
-    "model:None and tool:5 (the name goes through an f-string unchecked)",
-)
 @pytest.mark.parametrize("misuse", list(CAPABILITY_MISUSES.values()), ids=list(CAPABILITY_MISUSES))
 def test_capability_entry_points_give_typed_errors_for_non_text(misuse: Callable[[], object]) -> None:
     with pytest.raises(CapabilityError):
@@ -686,11 +656,6 @@ KEY_MISUSES: dict[str, Callable[[], object]] = {
 }
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="fix in agentgate/keys.py: SigningKey/load_*_key/sign/verify with None, str or another key "
-    "type end in a bare TypeError (PyNaCl's or pathlib's) instead of KeyFileError/InputError",
-)
 @pytest.mark.parametrize("misuse", list(KEY_MISUSES.values()), ids=list(KEY_MISUSES))
 def test_key_entry_points_give_typed_errors_for_wrong_types(misuse: Callable[[], object]) -> None:
     with pytest.raises(AgentGateError):
@@ -727,12 +692,6 @@ def _authority_misuses() -> dict[str, Callable[[Path], object]]:
 AUTHORITY_MISUSES = _authority_misuses()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="fix in agentgate/authority/_grant.py (issue, verify_chain, _anchors, _now), _decision.py "
-    "(Authority.decide, decide_held), _invocation.py (Invocation.sign): a PublicKey for a SigningKey, "
-    "an int budget, trusted=None or a NaN/inf now end in a bare AttributeError/TypeError/ValueError",
-)
 @pytest.mark.parametrize("misuse", list(AUTHORITY_MISUSES.values()), ids=list(AUTHORITY_MISUSES))
 def test_authority_functions_give_typed_errors_for_wrong_types(
     tmp_path: Path, misuse: Callable[[Path], object]
@@ -789,12 +748,6 @@ SCHEDULER_MISUSES: dict[str, Callable[[], object]] = {
 }
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="fix in agentgate/tasks/_sync.py (SyncScheduler.submit), _scheduler.py (Scheduler.submit), "
-    "_call.py (ToolCall): a call that is not a ToolCall ends in a bare AttributeError, and "
-    "ToolCall(arguments=[...]) is accepted (and runs) although arguments are a mapping",
-)
 @pytest.mark.parametrize("misuse", list(SCHEDULER_MISUSES.values()), ids=list(SCHEDULER_MISUSES))
 def test_scheduler_entry_points_give_typed_errors_for_wrong_types(misuse: Callable[[], object]) -> None:
     with pytest.raises(AgentGateError):
@@ -812,12 +765,6 @@ def test_a_closed_scheduler_refuses_typed_and_closes_twice() -> None:
 # --- the LangGraph integration's constructors --------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="fix in agentgate/integrations/langgraph.py (GateMiddleware.__init__): agent=None is "
-    "accepted and turns off the check that refuses a nested agent running on another's identity "
-    "(Gate._precheck skips it when agent is None)",
-)
 def test_gate_middleware_refuses_agent_none(world: World) -> None:
     from agentgate.integrations.langgraph import GateMiddleware
 
@@ -833,12 +780,6 @@ def test_without_an_agent_name_the_inherited_identity_check_is_off(world: World)
     assert world.gate.authorize(world.agent, call, agent=None).allowed
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="fix in agentgate/integrations/langgraph.py (delegation_tool): ttl=60, a negative ttl, a "
-    "PublicKey and gate=None are accepted when the tool is made and fail (or make 1-second grants) "
-    "only when a supervisor calls it",
-)
 @pytest.mark.parametrize(
     "change",
     [{"ttl": 60}, {"ttl": timedelta(seconds=-5)}, {"key": "public"}, {"gate": None}],

@@ -10,6 +10,7 @@ from typing import Any
 
 from agentgate.audit.entry import canonical_json
 from agentgate.errors import AgentGateError, InputError, KeyFileError
+from agentgate.gate._authorization import expect
 from agentgate.keys import PublicKey, SigningKey
 
 
@@ -38,8 +39,11 @@ class Approval:
     def sign(cls, payload: Mapping[str, Any], approver: SigningKey) -> Approval:
         """Sign the request shown in an interrupt payload (or the request itself) as ``approver``.
 
-        Raises ``InputError`` when the payload carries no request id and call hash.
+        Raises ``InputError`` when the payload carries no request id and call hash, or when
+        ``approver`` is not a ``SigningKey`` (a public key cannot sign).
         """
+        expect(payload, Mapping, "the approval payload", "the interrupt payload (a mapping)")
+        expect(approver, SigningKey, "approver", "the approver's SigningKey")
         inner = payload.get("request", payload)
         if not isinstance(inner, Mapping) or not all(
             isinstance(inner.get(k), str) for k in ("id", "call_hash")

@@ -1,17 +1,53 @@
 """What a decision about one call is: the verdict, the identity it was made for, and what it
-reserved (``Authorization``), as ``Gate.authorize`` returns it."""
+reserved (``Authorization``), as ``Gate.authorize`` returns it; and the type checks of the Gate's
+entry points (``expect``, ``listed``)."""
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
 from agentgate.authority import Chain, Decision
 from agentgate.capabilities import Call
+from agentgate.errors import InputError
 from agentgate.findings import Finding
 from agentgate.keys import SigningKey
+
+
+def shown(value: object) -> str:
+    """What a wrong argument was, for an error message: a number, a time span or ``None`` as
+    itself; anything else by its type only (text or bytes may be a key or a token)."""
+    if value is None or isinstance(value, int | float | timedelta):
+        return repr(value)[:80]
+    return f"a {type(value).__name__}"
+
+
+def expect(
+    value: object,
+    kind: type | tuple[type, ...],
+    name: str,
+    what: str,
+    error: type[InputError] = InputError,
+) -> None:
+    """Raise ``error`` (``InputError`` by default) naming the parameter ``name``, what it takes
+    (``what``) and the type it got, unless ``value`` is a ``kind``. For the public entry points
+    of the Gate and its integrations: a wrong type is a programming error, refused before
+    anything is written, never a bare ``TypeError``/``AttributeError`` from deep inside."""
+    if not isinstance(value, kind):
+        raise error(f"{name} must be {what}, got {shown(value)}")
+
+
+def listed(value: object, name: str, what: str, error: type[InputError] = InputError) -> list[Any]:
+    """``value``, a collection of ``what``, as a list; ``error`` naming ``name`` for one string
+    (or bytes, or a mapping), which would be taken character by character (or key by key), and
+    for anything that is not iterable. The items are the caller's to check (``error``: the one a
+    bad item gives, so that a caller catches one error for the parameter)."""
+    if isinstance(value, str | bytes | bytearray | Mapping) or not isinstance(value, Iterable):
+        raise error(f"{name} must be a list of {what}, got {shown(value)}")
+    return list(value)
 
 
 class Verdict:

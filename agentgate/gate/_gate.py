@@ -10,6 +10,7 @@ import contextlib
 import functools
 import inspect
 import logging
+import os
 import threading
 import time
 import weakref
@@ -57,19 +58,22 @@ from agentgate.errors import (
     AuthorityError,
     BackendFailed,
     BudgetExceeded,
+    CapabilityError,
     Denied,
     DispatchError,
     Expired,
     InputError,
     NoBackend,
+    PolicyError,
     QuotaExceeded,
     Revoked,
     SchedulingError,
     ScopeCreep,
+    TokenFormatError,
 )
 from agentgate.findings import Finding, FindingKind
 from agentgate.gate._approval import Approval, approval_call_hash
-from agentgate.gate._authorization import AgentIdentity, Authorization, Verdict
+from agentgate.gate._authorization import AgentIdentity, Authorization, Verdict, expect, listed, shown
 from agentgate.gate._config import scheduler_config
 from agentgate.gate._outcomes import (
     MAX_ERROR_DETAIL,
@@ -213,6 +217,47 @@ def _output_capped(usage: tuple[int, int], limit: int | None) -> tuple[int, int]
     return (prompt, limit) if output > limit else usage
 
 
+_NONE = type(None)
+_TEXT_OR_NONE = (str, _NONE)
+_IDENTITY_OR_NONE = (AgentIdentity, _NONE)
+"""Module-level tuples: ``isinstance`` against them allocates nothing (``X | None`` would build a
+union at each call of ``Gate.authorize``, the hot path)."""
+_IDENTITY = "an AgentIdentity (Gate.issue, Gate.delegate)"
+_AUTHORIZATION = "the Authorization that Gate.authorize returned"
+_NO_FN = object()
+"""``_check_allowed``'s ``fn`` when the caller runs no function (``abandon``)."""
+
+
+def _delegation_terms(
+    name: object, key: object, capabilities: object, ttl: object, budget: object
+) -> list[Capability]:
+    """The capabilities of a delegation to ``key`` under ``name``, once its terms are checked
+    (``Gate.delegate``, and ``delegation_tool`` when it is made): ``InputError`` naming the
+    parameter for a name that is not non-empty text, a key that is not a ``SigningKey``, a
+    ``ttl`` that is not a positive ``timedelta``, a budget that is not a non-negative whole
+    number or ``None``; ``CapabilityError`` (an ``InputError``) for a capability that does not
+    parse, and naming ``capabilities`` for one string (refused, not read character by
+    character) or anything else that is not a list."""
+    if not isinstance(name, str) or not name:
+        raise InputError(
+            f"a sub-agent's name must be non-empty text, got {shown(name) if name != '' else 'empty text'}"
+        )
+    expect(key, SigningKey, "key", "the sub-agent's own SigningKey")
+    if not isinstance(ttl, timedelta) or ttl <= timedelta(0):
+        raise InputError(f"a delegation's ttl is a positive timedelta, got {shown(ttl)}")
+    if budget is not None and (type(budget) is not int or budget < 0):
+        raise InputError(f"a delegation's budget is a non-negative whole number or None, got {shown(budget)}")
+    return [
+        c if isinstance(c, Capability) else Capability.parse(c)
+        for c in listed(
+            capabilities,
+            "capabilities",
+            "capabilities (Capability or text such as 'tool:x')",
+            CapabilityError,
+        )
+    ]
+
+
 class _CarryFailed(Exception):
     """An outcome carried by a transaction could not be written: roll the transaction back."""
 
@@ -254,17 +299,21 @@ class Gate:
         tracer: Tracer | None = None,
         registry: CollectorRegistry | None = None,
     ) -> None:
+        expect(policy, Policy, "policy", "a Policy (load_policy, parse_policy; Gate.open takes a file)")
+        expect(store, Store, "store", "a Store (open_store, SQLiteStore)")
+        expect(log_key, (SigningKey, _NONE), "log_key", "a SigningKey or None")
+        expect(scheduler, (SchedulerConfig, _NONE), "scheduler", "a SchedulerConfig or None")
+        anchors = (
+            listed(trust_anchors, "trust_anchors", "public keys or did:key strings", TokenFormatError)
+            if trust_anchors is not None
+            else [d for d in policy.anchor_dids.values() if d]
+        )
         self.policy = policy
         self.registry = registry if registry is not None else CollectorRegistry()
         self.tracer = tracer or get_tracer()
         self._global_tracer = tracer is None
         self.store = store
         self.index = PolicyIndex(policy)
-        anchors = (
-            list(trust_anchors)
-            if trust_anchors is not None
-            else [d for d in policy.anchor_dids.values() if d]
-        )
         self.grants = GrantRepository(store)
         self.authority = Authority(self.grants, anchors, approvals=_approval_hook)
         self.ledger = BudgetLedger(store)
@@ -317,9 +366,13 @@ class Gate:
     def open(cls, policy: str | Path, store: str | None = None, *, key_dir: str | Path | None = None) -> Gate:
         """A gate over a policy file and a store URL (``AGENTGATE_STORE``, else ``.agentgate/agentgate.db``).
 
-        Raises ``PolicyError`` for a policy that cannot be loaded, ``StoreError`` for a store
-        that cannot be opened.
+        Raises ``PolicyError`` for a policy that cannot be loaded (or a ``policy`` that is no
+        path), ``StoreError`` for a store that cannot be opened, ``InputError`` for a ``store`` that
+        is not text or a ``key_dir`` that is no path.
         """
+        expect(policy, (str, os.PathLike), "policy", "the path of a policy file", PolicyError)
+        expect(store, _TEXT_OR_NONE, "store", "a store URL or None")
+        expect(key_dir, (str, os.PathLike, _NONE), "key_dir", "a directory path or None")
         return cls(load_policy(policy, key_dir=key_dir), open_store(store))
 
     def close(self, *, timeout_s: float = 30.0) -> None:
@@ -402,7 +455,8 @@ class Gate:
 
         The grant is recorded with its audit entry (an ``allow`` on ``agent:NAME`` by the anchor)
         in one transaction. Raises ``InputError`` for a ``name`` that is not non-empty text (or a
-        ``tenant`` that is not text), ``PolicyError`` for an unknown role, ``Denied`` (audited, as a
+        ``tenant`` that is not text, an ``anchor`` or ``key`` that is not a ``SigningKey``, a
+        ``role`` that is not text), ``PolicyError`` for an unknown role, ``Denied`` (audited, as a
         refused delegation) for an ``anchor`` that is not one of this Gate's trust anchors (a key
         rotated out of the policy): every call on such a grant would be refused ``untrusted_root``.
         """
@@ -410,6 +464,9 @@ class Gate:
             raise InputError(
                 f"an agent's name is non-empty text, and its tenant text: got {name!r}, {tenant!r}"
             )
+        expect(anchor, SigningKey, "anchor", "the trust anchor's SigningKey")
+        expect(key, SigningKey, "key", "the agent's own SigningKey")
+        expect(role, str, "role", "a role name of the policy")
         if anchor.did not in self.authority.anchors:
             message = f"{anchor.did} is not a trust anchor of this policy: it issues nothing"
             refused = Denied(message)
@@ -457,12 +514,12 @@ class Gate:
         (capabilities, TTL, budget); the authority engine checks attenuation against the
         parent's grant and its delegation depth. Raises ``ScopeCreep`` (with the finding) when
         either refuses, ``Expired``/``Denied`` from the authority engine, ``Denied`` when there
-        is no parent identity at all, and ``InputError`` (nothing written) for a ``ttl`` that is
-        not a positive ``timedelta``.
+        is no parent identity at all, and ``InputError`` (nothing written) for arguments of the
+        wrong type: a ``parent`` that is not an ``AgentIdentity``, a ``ttl`` that is not a positive
+        ``timedelta``, and the others ``_delegation_terms`` checks.
         """
-        if not isinstance(ttl, timedelta) or ttl <= timedelta(0):
-            raise InputError(f"a delegation's ttl is a positive timedelta, got {ttl!r}")
-        caps = [c if isinstance(c, Capability) else Capability.parse(c) for c in capabilities]
+        caps = _delegation_terms(name, key, capabilities, ttl, budget)
+        expect(parent, _IDENTITY_OR_NONE, "parent", _IDENTITY)
         resource = f"agent:{name}"
         if parent is None:
             refused = Denied("no identity in the run context: there is no grant to delegate from")
@@ -628,7 +685,12 @@ class Gate:
 
     @_serialized
     def revoke(self, grant: AgentIdentity | Chain | str, *, by: str = "operator", reason: str = "") -> str:
-        """Revoke a grant and, through it, every grant below it; audited. Returns the grant id."""
+        """Revoke a grant and, through it, every grant below it; audited. Returns the grant id.
+
+        Raises ``TokenFormatError`` for a ``grant`` that is none, ``InputError`` for a ``by`` or
+        ``reason`` that is not text; nothing is written then."""
+        expect(by, str, "by", "text (who revokes)")
+        expect(reason, str, "reason", "text")
         target = grant.chain if isinstance(grant, AgentIdentity) else grant
         # The revocation and its audit entry: one transaction, so neither exists without the other.
         with self._decision_transaction() as tx, self.grants.within(tx):
@@ -646,8 +708,10 @@ class Gate:
 
         The tenant of the principal the identity's calls are judged as (``_principal_of``);
         ``default`` when the policy gives that principal none. Never
-        ``identity.tenant``, a field any caller could set on its own copy.
+        ``identity.tenant``, a field any caller could set on its own copy. ``InputError`` for an
+        ``identity`` that is not an ``AgentIdentity``.
         """
+        expect(identity, AgentIdentity, "identity", _IDENTITY)
         return self._tenant_of(self._policy_principal(identity))
 
     def _principal_of(self, did: str, chain: Chain) -> str:
@@ -681,12 +745,32 @@ class Gate:
         that has a ``call_id`` runs once: the same call (run, call id, arguments) decided again
         after it ran, or after its process stopped while it ran, is refused, also after a restart
         (``store.once``). Never raises for a refused call; raises ``AuditError``/``StoreError``
-        only if even the refusal cannot be recorded (then nothing runs).
+        only if even the refusal cannot be recorded (then nothing runs). Raises ``InputError``,
+        writing nothing, for arguments of the wrong type (an ``identity`` that is neither an
+        ``AgentIdentity`` nor ``None``, a ``call`` that is not a ``Call``, a ``call_id`` or
+        ``run_id`` that is not text) and for ``tokens`` that are not two token counts. An
+        ``approval`` that is not an ``Approval`` (``Approval.parse`` reads a resume value) is a
+        recorded refusal.
         """
+        # The hot path: four isinstance checks against module-level tuples, nothing allocated;
+        # ``_check_decision`` names the argument only when one is wrong.
+        if not (
+            isinstance(call, Call)
+            and isinstance(identity, _IDENTITY_OR_NONE)
+            and isinstance(call_id, _TEXT_OR_NONE)
+            and isinstance(run_id, _TEXT_OR_NONE)
+        ):
+            self._check_decision(identity, call, call_id, run_id)
         early = self._precheck(identity, call, agent, agent_did)
         if early is not None:
             return self._record_refusal(early, call_id)
         assert identity is not None
+        if approval is not None and not isinstance(approval, Approval):
+            reason = (
+                f"approval must be an Approval, got {shown(approval)}: "
+                "read a resume value with Approval.parse"
+            )
+            return self._record_refusal(Authorization(Verdict.DENY, call, identity, (reason,)), call_id)
         verdict = self.index.evaluate(self._policy_principal(identity), call)
         if verdict.outcome is Outcome.DENY:
             return self._record_refusal(Authorization(Verdict.DENY, call, identity, verdict.reasons), call_id)
@@ -775,7 +859,7 @@ class Gate:
             tool,
             call_id,
             decision.args_digest or argument_digest(call.args),
-            tenant=self.tenant_of(identity),
+            tenant=self._tenant_of(self._policy_principal(identity)),
             principal=identity.did,
         )
 
@@ -815,9 +899,21 @@ class Gate:
         """The recorded refusal of ``call`` when ``identity`` is not the agent's own (none at all,
         or another agent's: ``implicit_trust_inheritance``), as ``authorize`` would refuse it;
         ``None`` when it is the agent's own. For calls that are decided elsewhere (a delegation,
-        by ``delegate``) but must not run on an inherited identity."""
+        by ``delegate``) but must not run on an inherited identity. ``InputError`` (nothing written)
+        for an ``identity`` or ``call`` of the wrong type, as ``authorize``."""
+        self._check_decision(identity, call)
         early = self._precheck(identity, call, agent, agent_did)
         return None if early is None else self._record_refusal(early)
+
+    @staticmethod
+    def _check_decision(
+        identity: object, call: object, call_id: object = None, run_id: object = None
+    ) -> None:
+        """``InputError`` naming the first argument of a decision that has the wrong type."""
+        expect(identity, _IDENTITY_OR_NONE, "identity", _IDENTITY + " or None")
+        expect(call, Call, "call", "a Call (Call.tool, Call.model)")
+        expect(call_id, _TEXT_OR_NONE, "call_id", "text or None")
+        expect(run_id, _TEXT_OR_NONE, "run_id", "text or None")
 
     def _policy_principal(self, identity: AgentIdentity) -> str:
         return self._principal_of(identity.did, identity.chain)
@@ -953,7 +1049,10 @@ class Gate:
         )
 
     def approve(self, payload: Mapping[str, Any], approver: SigningKey) -> dict[str, str]:
-        """Convenience for a human's tool: sign the request in ``payload``; the resume value."""
+        """Convenience for a human's tool: sign the request in ``payload``; the resume value.
+
+        ``InputError`` for a ``payload`` that carries no request, an ``approver`` that is not a
+        ``SigningKey`` (``Approval.sign``)."""
         return Approval.sign(payload, approver).to_dict()
 
     @_serialized
@@ -966,8 +1065,11 @@ class Gate:
         ``approval_required`` entry (``ref``), with ``reason``. The same call asked again later
         makes a new request. Raises ``InputError`` for any other authorization, and for a
         request that was decided meanwhile (approved, used, denied): the log already says how it
-        ended, and a refusal of it would contradict that; nothing is written then.
+        ended, and a refusal of it would contradict that; nothing is written then. Also for an
+        ``auth`` that is not an ``Authorization`` or a ``reason`` that is not text.
         """
+        expect(auth, Authorization, "auth", _AUTHORIZATION)
+        expect(reason, str, "reason", "text")
         request = auth.request
         if not auth.needs_approval or request is None or "id" not in request or auth.audit_index is None:
             raise InputError("only an authorization waiting for a recorded approval request can be declined")
@@ -1347,7 +1449,7 @@ class Gate:
         return ToolCall(
             tool=auth.call.resource.removeprefix("tool:"),
             arguments=auth.call.args,
-            tenant=self.tenant_of(identity),
+            tenant=self._tenant_of(self._policy_principal(identity)),
             principal=identity.name,
             # Idempotency keys (and the reuse of a completed result) are scoped to the run the
             # caller names (a LangGraph thread), else to the grant.
@@ -1392,8 +1494,10 @@ class Gate:
         An exception for which ``paused`` is true is a pause, not a failure (LangGraph's
         ``interrupt()`` inside a tool): the outcome is ``paused``, the reservation released, and
         an approval the call consumed is put back for this call, to be replayed when it resumes.
+        ``InputError`` (nothing run or written) for an ``auth`` that is not an ``Authorization`` or
+        an ``fn`` that is not callable.
         """
-        self._check_allowed(auth)
+        self._check_allowed(auth, fn)
         self._begin_run(auth)
         started = False  # whether an attempt reached ``fn``
         raised: list[BaseException] = []  # what ``fn`` itself raised (a nested call's refusal too)
@@ -1443,7 +1547,7 @@ class Gate:
         the call waits for it (``Scheduler.submit``), starts no further attempt, and is recorded
         and charged as the attempt ended; then the cancellation goes on. So is any tool call whose
         attempt returned before the cancellation reached it: it ran."""
-        self._check_allowed(auth)
+        self._check_allowed(auth, fn)
         loop = asyncio.get_running_loop()
         self._begin_run(auth, loop)
         started = False  # whether an attempt reached ``fn``
@@ -1594,7 +1698,8 @@ class Gate:
         decision and the run): an ``error`` outcome saying ``why``, its reservation released, a
         once-only call left as not run (a resumed run runs it). The allow cannot be used after.
 
-        Raises ``Denied`` for a refusal or an allow already used (``run``, ``arun``, ``abandon``).
+        Raises ``Denied`` for a refusal or an allow already used (``run``, ``arun``, ``abandon``),
+        ``InputError`` for an ``auth`` that is not an ``Authorization``.
         """
         self._check_allowed(auth)
         with self._runs_changed:
@@ -1676,9 +1781,14 @@ class Gate:
                 )
             return scheduler
 
-    def _check_allowed(self, auth: Authorization) -> None:
+    def _check_allowed(self, auth: Authorization, fn: object = _NO_FN) -> None:
         """Refuse (``Denied``) a refusal, an allow this Gate did not decide (or one changed since),
-        and an allow that was already used: one decision, one run."""
+        and an allow that was already used: one decision, one run. ``InputError`` first, the
+        allow left unused, for an ``auth`` that is not an ``Authorization`` and for an ``fn`` (the
+        function ``run``/``arun`` is to run) that cannot be called."""
+        expect(auth, Authorization, "auth", _AUTHORIZATION)
+        if fn is not _NO_FN and not callable(fn):
+            raise InputError(f"fn must be the function that makes the call, got {shown(fn)}")
         if not auth.allowed or auth.audit_index is None:
             raise Denied(self.explain_redacted(auth), auth.decision)
         if auth._use.sealed != self._seal(auth):
@@ -1930,7 +2040,9 @@ class Gate:
 
     @_serialized
     def remaining(self, identity: AgentIdentity) -> dict[str, tuple[int, int]]:
-        """Per grant of the identity's chain that has a budget: (spent, limit)."""
+        """Per grant of the identity's chain that has a budget: (spent, limit). ``InputError`` for
+        an ``identity`` that is not an ``AgentIdentity``."""
+        expect(identity, AgentIdentity, "identity", _IDENTITY)
         self.flush()
         return {
             link.id: (self.ledger.spent(link.id), link.budget.amount)

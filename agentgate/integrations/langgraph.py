@@ -73,6 +73,8 @@ from agentgate.errors import (
 )
 from agentgate.findings import Finding
 from agentgate.gate import AgentIdentity, Approval, Authorization, Gate, Verdict
+from agentgate.gate._authorization import expect, shown
+from agentgate.gate._gate import _delegation_terms
 from agentgate.keys import SigningKey
 from agentgate.tasks import settled
 
@@ -215,9 +217,10 @@ def _failure(tool_call_id: str, name: str, exc: BaseException, *, ends_run: bool
 class GateMiddleware(AgentMiddleware[Any, Any, Any]):
     """Authorizes, schedules and audits every tool and model call of one agent through ``gate``.
 
-    ``agent`` is the name this agent runs under; a run whose context carries another agent's
-    identity (a nested agent that inherited its parent's context) is refused. With ``agent_did``
-    the identity's key must be that key too. ``enforce=True`` raises ``Denied`` instead of
+    ``agent`` is the name this agent runs under (required, non-empty text: without it the gate could
+    not tell the agent's own identity from one it inherited); a run whose context carries another
+    agent's identity (a nested agent that inherited its parent's context) is refused. With
+    ``agent_did`` the identity's key must be that key too. ``enforce=True`` raises ``Denied`` instead of
     telling the model. ``model`` names the model resource (``model:NAME``) when the chat model's
     own name is not the one the policy uses; with ``named`` it names that chat model only, and any
     other (one a fallback middleware swaps in) is decided under its own name. ``gate_models=False``
@@ -242,6 +245,15 @@ class GateMiddleware(AgentMiddleware[Any, Any, Any]):
         named: BaseChatModel | None = None,
     ) -> None:
         super().__init__()
+        expect(gate, Gate, "gate", "a Gate")
+        if not isinstance(agent, str) or not agent:
+            # ``None`` would switch off the inherited-identity check (``Gate.authorize`` compares
+            # the identity's name with ``agent`` only when there is one).
+            raise InputError(
+                f"GateMiddleware: agent must be the agent's name, non-empty text, got {shown(agent) if agent != '' else 'empty text'}"
+            )
+        expect(agent_did, (str, type(None)), "agent_did", "a did:key or None")
+        expect(model, (str, type(None)), "model", "a model name or None")
         if type(max_tokens) is not int or max_tokens <= 0:
             raise InputError(f"agentgate[{agent}]: max_tokens must be a whole number > 0, got {max_tokens!r}")
         self.named = named
@@ -717,8 +729,16 @@ def delegation_tool(
     creep, an expired or revoked parent) is refused as a tool error; the sub-agent does not run.
     A sub-agent refused for budget before its grant paid for anything ends the supervisor's run
     too (``_paid_for_nothing``).
+
+    The terms are checked when the tool is made, not at its first call: ``InputError`` for a
+    ``gate`` that is not a ``Gate``, a ``name`` that is not non-empty text, a ``key`` that is not
+    a ``SigningKey``, a ``ttl`` that is not a positive ``timedelta``, a ``budget`` that is not a
+    non-negative whole number or ``None``; ``CapabilityError`` for ``capabilities`` that are not
+    a list (one string included) or hold one that does not parse.
     """
-    caps = tuple(c if isinstance(c, Capability) else Capability.parse(c) for c in capabilities)
+    expect(gate, Gate, "gate", "a Gate")
+    expect(description, (str, type(None)), "description", "text or None")
+    caps = tuple(_delegation_terms(name, key, capabilities, ttl, budget))
     # One grant per delegating tool call, in its task (thread and graph step): when LangGraph
     # re-runs the tool to resume an interrupt (a sub-agent waiting for an approval), the
     # sub-agent resumes on the grant it had, so an approval bound to that grant still matches;
