@@ -34,13 +34,10 @@ What holds (real SQLite files, the real CLI as a subprocess and in-process, a re
   ``InputError`` (now every name is checked, and every exporter made, before any thread starts);
   the error names the variable and its whole value.
 
-What does not (xfail strict, the file to fix named in each):
-
-- ``Gate`` builds its ``AuditLog`` without ``AGENTGATE_LOG_ORIGIN`` and without
-  ``AGENTGATE_LOG_PREVIOUS_KEYS`` (gate/_gate.py): with the documented origin set, ``Gate.verify``
-  raises ``TamperDetected`` on the checkpoints ``agentgate audit checkpoint`` signs (and the CLI
-  calls the gate's checkpoints TAMPERED); after the documented key rotation ``Gate.verify`` raises
-  ``TamperDetected`` on the old key's checkpoints.
+Fixed by the lead in review r38, as the rest below: ``Gate`` built its ``AuditLog`` without
+``AGENTGATE_LOG_ORIGIN`` and ``AGENTGATE_LOG_PREVIOUS_KEYS`` (``Gate.verify`` raised
+``TamperDetected`` on the CLI's checkpoints under the documented origin, and on the old key's
+after the documented rotation).
 
 Fixed by the lead in review r38 (plain tests now): ``AGENTGATE_STORE=""`` was read as unset
 (a revocation went to a new ``.agentgate/agentgate.db``, exit 0): refused, as is
@@ -274,11 +271,6 @@ def test_white_space_around_the_entry_bound_and_previous_keys_is_stripped(
 # --- the gate and the documented log variables ---------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="fix in agentgate/gate/_gate.py: Gate builds AuditLog with the default origin, not "
-    "log_origin() (AGENTGATE_LOG_ORIGIN), so its checkpoints and the CLI's disagree",
-)
 def test_the_gate_signs_and_verifies_under_agentgate_log_origin(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -296,11 +288,6 @@ def test_the_gate_signs_and_verifies_under_agentgate_log_origin(
     assert code == 0 and out.startswith("intact"), out
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="fix in agentgate/gate/_gate.py: Gate builds AuditLog without previous_log_keys() "
-    "(AGENTGATE_LOG_PREVIOUS_KEYS): after the documented key rotation Gate.verify raises TamperDetected",
-)
 def test_the_gate_accepts_checkpoints_of_a_rotated_out_log_key(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -20,18 +20,13 @@ What holds:
   writes;
 - ``quota_usage`` stays bounded (old windows are pruned).
 
-What does not (strict xfails, each naming the file to fix):
-- ``Gate.open`` does not close the store it opened when the gate cannot be made (a log key that
-  is too widely readable, ``KeyFileError``): the SQLite connection or the PostgreSQL pool (its
-  connections and three worker threads) stays open for as long as anything holds the exception,
-  and on PostgreSQL the pool is then finalized in its own worker thread, which prints "Exception
-  ignored in ConnectionPool.__del__ ... RuntimeError: cannot join current thread";
-- every ``Gate`` ever made keeps one atexit slot: ``close()`` unregisters its callback, but
-  CPython's atexit only clears the slot, and each ``atexit.unregister`` then scans every slot;
-- a model call whose ``spent`` reports a usage that cannot be printed (a pair holding an integer
-  past Python's 4300-digit limit and a negative count) poisons the gate: the next decisions raise
-  a bare ``ValueError``, the background outcome thread dies for the rest of the gate's life, and
-  the call's outcome is never written (its reservation stays held);
+Fixed by the lead in review r38 (plain tests now): ``Gate.open`` did not close the store it
+opened when the gate could not be made (a log key too widely readable: the SQLite connections, or
+the PostgreSQL pool with its threads, stayed open while anything held the exception); every
+``Gate`` ever made kept one atexit slot (now one registration for all open gates); a model call
+whose ``spent`` reported a usage that cannot be printed (an integer past Python's 4,300-digit
+limit) poisoned the gate (every later decision raised a bare ``ValueError``, the outcome thread
+died, the outcome was lost with its reservation held).
 
 Fixed by the lead in review r38: four tables grew by one row (or more) per call for ever and
 docs/operations.md said nothing of purging them: ``budget_reservations`` (every settled
@@ -217,15 +212,6 @@ def test_gate_cycles_on_sqlite_leave_no_descriptor_thread_or_gate_behind(tmp_pat
     assert [ref for ref in gates if ref() is not None] == [], "a closed gate was never collected"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "fix in agentgate/gate/_gate.py: Gate.__init__ registers an atexit callback per gate and "
-        "close() unregisters it, but CPython's atexit never frees a slot (unregister only clears "
-        "it): one slot per Gate ever made, and every atexit.unregister scans all of them (O(gates "
-        "made) per close); one module-level atexit hook over a WeakSet of open gates stays constant"
-    ),
-)
 def test_gate_cycles_keep_no_atexit_registration_per_gate(tmp_path: Path) -> None:
     slots = getattr(atexit, "_ncallbacks", None)
     if slots is None:
@@ -330,14 +316,6 @@ def _failing_open(tmp_path: Path, store: str, monkeypatch: pytest.MonkeyPatch) -
     return policy
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "fix in agentgate/gate/_gate.py (Gate.open): the store opened for the gate is not closed "
-        "when Gate(...) raises (here KeyFileError from open_log_key): its SQLite connection stays "
-        "open as long as the exception (a log record, an error list, sys.last_exc) is kept"
-    ),
-)
 def test_gate_open_that_fails_closes_the_sqlite_store_it_opened(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -359,15 +337,6 @@ def test_gate_open_that_fails_closes_the_sqlite_store_it_opened(
 
 
 @pytest.mark.postgres
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "fix in agentgate/gate/_gate.py (Gate.open): the PostgresStore opened for the gate is not "
-        "closed when Gate(...) raises: its pool (connections and worker threads) stays open while "
-        "the exception is kept, and is then finalized in its own worker thread (psycopg_pool prints "
-        "'Exception ignored in ConnectionPool.__del__ ... cannot join current thread')"
-    ),
-)
 def test_gate_open_that_fails_closes_the_postgresql_pool_it_opened(
     postgres_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -436,17 +405,6 @@ def test_a_tool_that_raises_gives_back_its_slot_and_leaves_no_write_lock(tmp_pat
         gate.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "fix in agentgate/gate/_gate.py (_write_outcome, _carry_all, _write_outcomes): a usage whose "
-        "repr raises (a pair with an int past the 4300-digit limit and a negative count) makes "
-        "_token_counts' InputError message raise ValueError instead; _carry_all catches only "
-        "AgentGateError and driver errors, so each decision carrying the outcome raises it (and "
-        "restores it), the background thread that takes it dies, and the outcome is lost with its "
-        "reservation held"
-    ),
-)
 def test_a_usage_that_cannot_be_printed_does_not_poison_the_gate(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -53,7 +53,7 @@ from agentgate.keys import load_public_key, load_signing_key, read_regular_file,
 from agentgate.policy import role_grant_template
 from agentgate.policy._schema import MAX_TTL_S
 from agentgate.store import open_store
-from agentgate.store.audit import AuditLog, open_log_key
+from agentgate.store.audit import AuditLog, log_origin, open_log_key
 
 _DURATION = re.compile(r"(?:[0-9]{1,9}[smhd])+")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -434,7 +434,7 @@ def _revoke(args: argparse.Namespace) -> int:
     try:
         repo = GrantRepository(store)
         # As Gate.revoke: the revocation and its audit entry in one transaction, audit lock first.
-        log = AuditLog(store, open_log_key(store))
+        log = AuditLog(store, open_log_key(store), log_origin())  # refused at once if garbage
         with store.transaction() as tx, repo.within(tx):
             log.lock(tx)
             revoke(repo, grant_id, reason=args.reason)

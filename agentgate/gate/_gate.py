@@ -104,7 +104,7 @@ from agentgate.policy import (
 )
 from agentgate.store import Store, Transaction, open_store
 from agentgate.store.approvals import ApprovalStore, QuorumRule
-from agentgate.store.audit import AuditLog, VerifyReport, open_log_key
+from agentgate.store.audit import AuditLog, VerifyReport, log_origin, open_log_key, previous_log_keys
 from agentgate.store.dead_letters import DeadLetterStore
 from agentgate.store.ledger import BudgetLedger
 from agentgate.store.once import RUN_AGAIN, OnceCalls, OnceState
@@ -144,18 +144,24 @@ DELEGATIONS_PURGE_S = 1.0
 requests asked in this process of expired ones)."""
 
 
-def _flush_at_exit(ref: weakref.ref[Gate]) -> None:
-    """At interpreter exit, commit the outcomes a gate that was never closed still holds: the
+_OPEN_GATES: weakref.WeakSet[Gate] = weakref.WeakSet()
+"""The gates made and not closed (a dropped one leaves by itself), for ``_flush_at_exit``."""
+
+
+def _flush_at_exit() -> None:
+    """At interpreter exit, commit the outcomes the gates that were never closed still hold: the
     thread that would have committed them is a daemon and dies with the interpreter (a program
     that ends without ``Gate.close()`` lost its last call's outcome, and that call's reservation
-    stayed held). A failure is logged (``Gate.flush`` logs its own)."""
-    gate = ref()
-    if gate is None:
-        return
-    try:
-        gate.flush()
-    except Exception:
-        _log.exception("agentgate: the outcomes pending at exit could not be committed")
+    stayed held). A failure is logged (``Gate.flush`` logs its own). One registration for every
+    gate: one per gate kept a slot per gate ever made (``atexit.unregister`` frees none)."""
+    for gate in list(_OPEN_GATES):
+        try:
+            gate.flush()
+        except Exception:
+            _log.exception("agentgate: the outcomes pending at exit could not be committed")
+
+
+atexit.register(_flush_at_exit)
 
 
 def _serialized(method: Callable[Concatenate[Gate, P], T]) -> Callable[Concatenate[Gate, P], T]:
@@ -200,7 +206,19 @@ def _token_counts(tokens: object) -> tuple[int, int]:
         prompt, output = tokens
         if all(type(n) is int and n >= 0 for n in (prompt, output)):
             return prompt, output
-    raise InputError(f"token counts must be two non-negative integers (prompt, output), got {tokens!r}")
+    raise InputError(
+        f"token counts must be two non-negative integers (prompt, output), got {_bounded_repr(tokens)}"
+    )
+
+
+def _bounded_repr(value: object) -> str:
+    """At most 80 characters of ``repr(value)``, or its type where it has none: a backend's garbage
+    (an integer past Python's 4,300-digit limit, a nesting past the recursion limit) cannot turn the
+    error that names it into another exception."""
+    try:
+        return repr(value)[:80]
+    except (ValueError, RecursionError):
+        return f"a {type(value).__name__} that cannot be shown"
 
 
 def _output_capped(usage: tuple[int, int], limit: int | None) -> tuple[int, int]:
@@ -314,23 +332,29 @@ class Gate:
         self._global_tracer = tracer is None
         self.store = store
         self.index = PolicyIndex(policy)
-        self.grants = GrantRepository(store)
-        self.authority = Authority(self.grants, anchors, approvals=_approval_hook)
+        # What can refuse (the log key, the environment, the scheduler's settings) comes before
+        # the grants' own connection is opened: a gate that cannot be made leaves nothing open.
+        # The origin and rotated-out keys of the environment, as the CLI's: the gate's checkpoints
+        # and ``agentgate audit checkpoint``'s are one log's (docs/operations.md, The log key).
+        self.audit = AuditLog(
+            store, log_key or open_log_key(store), log_origin(), previous_keys=previous_log_keys()
+        )
+        self._config = scheduler or scheduler_config(policy)
+        # Refused now, not at the first call: the Gate's schedulers use the default classifier.
+        self._config.check_error_classes(DEFAULT_CLASSIFIER.classes)
         self.ledger = BudgetLedger(store)
         self.quotas = QuotaCounter(store)
         self.once = OnceCalls(store)
         self.approvals = ApprovalStore(store)
-        self.audit = AuditLog(store, log_key or open_log_key(store))
-        self._config = scheduler or scheduler_config(policy)
-        # Refused now, not at the first call: the Gate's schedulers use the default classifier.
-        self._config.check_error_classes(DEFAULT_CLASSIFIER.classes)
+        self.grants = GrantRepository(store)
+        try:
+            self.authority = Authority(self.grants, anchors, approvals=_approval_hook)
+        except BaseException:  # a trust anchor that is no key
+            self.grants.close()
+            raise
         self._store_lock = threading.RLock()
         self._outcomes = PendingOutcomes(self._write_outcomes, tick=self.flush)
-        self._at_exit = functools.partial(_flush_at_exit, weakref.ref(self))
-        atexit.register(self._at_exit)
-        # A gate dropped without close() leaves no entry behind; not at exit (the flush must run).
-        unregister = weakref.finalize(self, atexit.unregister, self._at_exit)
-        unregister.atexit = False  # type: ignore[misc]  # a documented attribute the stubs miss
+        _OPEN_GATES.add(self)
         self._limits = SharedLimits(self._config)
         """One set of limits for every scheduler below: a policy's limits are the Gate's."""
         self._sync_scheduler: SyncScheduler | None = None
@@ -373,7 +397,13 @@ class Gate:
         expect(policy, (str, os.PathLike), "policy", "the path of a policy file", PolicyError)
         expect(store, _TEXT_OR_NONE, "store", "a store URL or None")
         expect(key_dir, (str, os.PathLike, _NONE), "key_dir", "a directory path or None")
-        return cls(load_policy(policy, key_dir=key_dir), open_store(store))
+        loaded = load_policy(policy, key_dir=key_dir)
+        opened = open_store(store)
+        try:
+            return cls(loaded, opened)
+        except BaseException:  # a gate that cannot be made (a log key others can read...) keeps nothing open
+            opened.close()
+            raise
 
     def close(self, *, timeout_s: float = 30.0) -> None:
         """Stop taking calls, let the calls in progress settle, then stop the scheduler and
@@ -435,7 +465,7 @@ class Gate:
                     _log.error(
                         "agentgate: %d outcomes not recorded: the store failed as the gate closed", len(lost)
                     )
-                atexit.unregister(self._at_exit)
+                _OPEN_GATES.discard(self)
                 self.grants.close()
                 self.store.close()
 
@@ -1842,11 +1872,10 @@ class Gate:
         (nothing else is in it) and write them with ``_carry``. Outcomes nearly always can be
         written: the savepoint that guarded them cost two statements per decision (about 10 us
         on SQLite, two round trips on PostgreSQL)."""
-        failures: tuple[type[Exception], ...] = (AgentGateError, *self.store.driver_errors)
         try:
             for outcome in batch:
                 self._write_outcome(tx, *outcome)
-        except failures as exc:
+        except Exception as exc:  # also an unforeseen one: it must not fail every later decision
             raise _CarryFailed from exc
 
     def _carry(self, tx: Transaction, batch: list[PendingOutcome]) -> None:
@@ -1857,18 +1886,20 @@ class Gate:
         if not batch:
             return
         tx.execute("SAVEPOINT agentgate_outcomes")
-        failures: tuple[type[Exception], ...] = (AgentGateError, *self.store.driver_errors)
+        # Any exception, not only the store's: one outcome that cannot be written for a reason
+        # nobody foresaw (a backend's garbage usage) must not put itself back before every later
+        # decision and fail them all, nor end the thread that commits outcomes.
         try:
             for outcome in batch:
                 self._write_outcome(tx, *outcome)
-        except failures:
+        except Exception:
             tx.execute("ROLLBACK TO SAVEPOINT agentgate_outcomes")
             tx.execute("RELEASE SAVEPOINT agentgate_outcomes")
             for outcome in batch:
                 tx.execute("SAVEPOINT agentgate_outcome")
                 try:
                     self._write_outcome(tx, *outcome)
-                except failures as exc:
+                except Exception as exc:
                     tx.execute("ROLLBACK TO SAVEPOINT agentgate_outcome")
                     _log.error(
                         "agentgate: outcome of audit entry %s not recorded: %s", outcome[0].audit_index, exc
@@ -1900,7 +1931,7 @@ class Gate:
                 actual = self._cost(auth.call, charged)
             except InputError:  # garbage from a backend: the whole reservation is charged
                 reasons.append(
-                    f"reported usage {str(usage)[:80]} is not two token counts; charged as reserved"
+                    f"reported usage {_bounded_repr(usage)} is not two token counts; charged as reserved"
                 )
             else:
                 if charged is not usage:
