@@ -131,7 +131,7 @@ def test_the_bound_is_configurable(store: Store, monkeypatch: pytest.MonkeyPatch
     index = log.append(decision(args={"blob": "y" * 10_000}))
     assert len(log.entry_bytes(index)) <= 8192
     assert AuditLog(store, KEY, origin=ORIGIN, max_entry_bytes=1 << 20).max_entry_bytes == 1 << 20
-    with pytest.raises(InputError, match="at least 4096"):
+    with pytest.raises(InputError, match="from 4096 to"):
         AuditLog(store, KEY, origin=ORIGIN, max_entry_bytes=100)
     monkeypatch.setenv("AGENTGATE_AUDIT_MAX_ENTRY_BYTES", "lots")
     with pytest.raises(InputError, match="AGENTGATE_AUDIT_MAX_ENTRY_BYTES"):

@@ -65,23 +65,23 @@ def open_store(url: str | None = None) -> Store:
     url = store_url(url)
     if "\x00" in url:  # sqlite3 raised ValueError for it; libpq reads a name only up to it
         raise StoreError("a store path or URL cannot hold a NUL character")
+    scheme = _SCHEME.match(url)
+    if scheme is None and is_conninfo(url):
+        raise StoreError(
+            "the store is a PostgreSQL key=value connection string, which agentgate does not read "
+            "(nor take as a SQLite file name): write it as postgresql://USER:PASSWORD@HOST:PORT/DBNAME"
+        )
     if url != url.strip():
         # `` postgresql://...`` (a stray space from a shell or a secrets file) would be a SQLite
         # file of that name, and ``/var/lib/agentgate.db\r`` (an env file saved with CRLF endings)
         # a new, empty store beside the real one: a revocation written there would reach nothing.
         # Refused, and not quoted (a URL may hold a password).
         raise StoreError("the store URL or path begins or ends with white space or a line break: remove it")
-    scheme = _SCHEME.match(url)
     if scheme is None:
         if (half := _HALF_URL.match(url)) is not None:
             raise StoreError(
                 f"the store URL {half.group(0)}... lacks the // after its scheme: write "
                 "postgresql://USER@HOST/DBNAME, sqlite:///PATH, or a plain path"
-            )
-        if is_conninfo(url):
-            raise StoreError(
-                "the store is a PostgreSQL key=value connection string, which agentgate does not read "
-                "(nor take as a SQLite file name): write it as postgresql://USER:PASSWORD@HOST:PORT/DBNAME"
             )
         return SQLiteStore(url)
     name = scheme.group(1).lower()
