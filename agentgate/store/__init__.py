@@ -33,13 +33,17 @@ def is_conninfo(value: str) -> bool:
     return found.group(1).encode() in {option.keyword for option in pq.Conninfo.get_defaults()}
 
 
-def store_url(url: str | None = None) -> str:
+def store_url(url: str | os.PathLike[str] | None = None) -> str:
     """The store ``url`` names, else ``AGENTGATE_STORE``, else ``DEFAULT_PATH``.
 
     An empty ``url`` or ``AGENTGATE_STORE`` (``AGENTGATE_STORE=$UNSET`` in an env file) raises
     ``StoreError``: read as unset, a revocation would go to a new default store in the working
     directory, not to the store meant.
     """
+    if isinstance(url, os.PathLike):
+        url = os.fspath(url)
+    if url is not None and not isinstance(url, str):
+        raise StoreError(f"a store is a URL or a path, given as text or a path object, got {type(url).__name__}")
     if url is None:
         url = os.environ.get("AGENTGATE_STORE")
         if url == "":
@@ -50,7 +54,7 @@ def store_url(url: str | None = None) -> str:
     return url
 
 
-def open_store(url: str | None = None) -> Store:
+def open_store(url: str | os.PathLike[str] | None = None) -> Store:
     """Open the store named by ``url``, else by ``AGENTGATE_STORE``, else the default SQLite file.
 
     ``postgresql://`` or ``postgres://`` (any case) is PostgreSQL; ``sqlite:///PATH`` or a plain
