@@ -306,6 +306,10 @@ class ApprovalStore:
         """Set an open request's quorum to ``rule``'s and its state to what the votes that count
         under ``rule`` make it: approved at the quorum, else pending."""
         where, among = rule.counted()
+        # The row lock first, in a statement of its own: at READ COMMITTED (PostgreSQL) a
+        # statement's subquery reads the snapshot taken before it waited for the lock, so a vote
+        # committed meanwhile would be missed and an approved request set back to pending.
+        self._run(tx, "UPDATE approvals SET state = state WHERE id = ?", (approval_id,))
         self._run(
             tx,
             "UPDATE approvals SET quorum = ?, state = CASE WHEN "
