@@ -606,7 +606,13 @@ class Gate:
         """``refused`` (a grant not issued or delegated), once its ``deny`` entry is appended: its
         message and its finding as ``kind:code``, which ``audit_index`` then names."""
         reasons = [str(refused), *(f"{f.kind}:{f.code}" for f in findings_of(refused))]
-        entry = {"kind": "deny", "principal": principal, "resource": resource, "reasons": reasons}
+        entry = {
+            "kind": "deny",
+            "principal": principal,
+            "resource": resource,
+            "policy_hash": self.policy.digest or None,  # which version refused, mid-rollout too
+            "reasons": reasons,
+        }
         refused.audit_index = self.audit.append(
             entry if chain_hash is None else {**entry, "chain_hash": chain_hash}
         )

@@ -164,6 +164,10 @@ class LeaseManager:
         with self.store.transaction() as tx:
             now = self._clock()
             taken = {row[0] for row in tx.execute(_TAKEN, (key, now))}
+            # Every live slot counts, also one above ``limit``: a process whose policy allows more
+            # (a rolling deploy that lowered the limit) holds slots this one does not take.
+            if len(taken) >= limit:
+                return None
             for slot in range(limit):
                 if slot in taken:
                     continue
