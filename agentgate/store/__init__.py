@@ -43,7 +43,9 @@ def store_url(url: str | os.PathLike[str] | None = None) -> str:
     if isinstance(url, os.PathLike):
         url = os.fspath(url)
     if url is not None and not isinstance(url, str):
-        raise StoreError(f"a store is a URL or a path, given as text or a path object, got {type(url).__name__}")
+        raise StoreError(
+            f"a store is a URL or a path, given as text or a path object, got {type(url).__name__}"
+        )
     if url is None:
         url = os.environ.get("AGENTGATE_STORE")
         if url == "":
