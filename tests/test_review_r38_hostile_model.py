@@ -270,7 +270,8 @@ async def test_a_tool_call_without_an_id_never_runs(tmp_path: Path, mode: str, i
         assert len(refused) == 18 and {m.status for m in refused} == {"error"}
         assert all("has no id" in str(m.content) for m in refused)
         assert made.spent() == (0, 2)
-        assert not [e for e in made.entries() if e.resource == "tool:search"]  # nothing decided, nothing run
+        # Nothing decided, nothing run; each refusal recorded (tests/test_review_r38_evidence.py).
+        assert {e.kind for e in made.entries() if e.resource == "tool:search"} == {"deny"}
         assert made.verified()
     finally:
         made.gate.close()

@@ -770,6 +770,7 @@ class Gate:
         tokens: tuple[int, int] | None = None,
         call_id: str | None = None,
         run_id: str | None = None,
+        approval_gates: bool = True,
     ) -> Authorization:
         """Decide ``call`` for ``identity`` and record the decision before anything runs.
 
@@ -786,7 +787,9 @@ class Gate:
         ``AgentIdentity`` nor ``None``, a ``call`` that is not a ``Call``, a ``call_id`` or
         ``run_id`` that is not text) and for ``tokens`` that are not two token counts. An
         ``approval`` that is not an ``Approval`` (``Approval.parse`` reads a resume value) is a
-        recorded refusal.
+        recorded refusal. ``approval_gates=False``: the call continues one that its approval was
+        given for (a GPU lease's renewal, ``GatedBroker.renew``), so the policy's approval gates
+        are not asked again; everything else is decided as always.
         """
         # The hot path: four isinstance checks against module-level tuples, nothing allocated;
         # ``_check_decision`` names the argument only when one is wrong.
@@ -811,7 +814,7 @@ class Gate:
         if verdict.outcome is Outcome.DENY:
             return self._record_refusal(Authorization(Verdict.DENY, call, identity, verdict.reasons), call_id)
         try:
-            request = self._approval_request(identity, call, verdict, call_id)
+            request = self._approval_request(identity, call, verdict, call_id) if approval_gates else None
         except InputError as exc:  # arguments with no digest (text that is not valid Unicode)
             refused = Authorization(
                 Verdict.DENY, call, identity, (f"the call's arguments cannot be recorded: {exc}",)
@@ -1206,6 +1209,23 @@ class Gate:
             self.audit.lock(tx)
             self._carry(tx, batch)
             yield tx
+
+    @_serialized
+    def record_refusal(
+        self,
+        identity: AgentIdentity | None,
+        call: Call,
+        reasons: Sequence[str],
+        *,
+        call_id: str | None = None,
+    ) -> Authorization:
+        """Record, as a ``deny`` entry (and an error span), a call its caller refuses before the
+        Gate could decide it (an integration's own check: a tool call without an id, a tool name
+        that is no resource name); the refusal. ``identity`` is the caller's (``None``: unknown).
+        Raises ``InputError`` when the entry cannot be encoded, ``AuditError``/``StoreError``
+        when it cannot be written."""
+        expect(call, Call, "call", "a Call")
+        return self._record_refusal(Authorization(Verdict.DENY, call, identity, tuple(reasons)), call_id)
 
     def _record_refusal(self, auth: Authorization, call_id: str | None = None) -> Authorization:
         """Record a refusal in a decision transaction of its own; the refused authorization."""

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import json
 import threading
 import time
@@ -61,7 +62,7 @@ from opentelemetry.trace import Span
 from pydantic import Field
 
 from agentgate.audit.spans import execute_tool_span, invoke_agent_span, record_decision
-from agentgate.capabilities import Call, Capability
+from agentgate.capabilities import MAX_NAME_LENGTH, Call, Capability
 from agentgate.errors import (
     AgentGateError,
     AuthorityError,
@@ -134,11 +135,33 @@ def _tool_call_of(request: ToolCallRequest) -> Call:
     return Call.tool(request.tool_call["name"], request.tool_call.get("args") or {})
 
 
+def _refused_call(request: ToolCallRequest) -> tuple[Call, tuple[str, ...]]:
+    """The call to record the refusal of an undecidable tool call under (``_undecidable``), and
+    the reasons to add: ``Call.tool`` of it when its name is a resource name; else ``tool:NAME``
+    as asked (the Gate never decides it), cut to the longest resource name, with the full
+    name's length and SHA-256 in a reason, so the entry fits the log."""
+    with contextlib.suppress(InputError):
+        return _tool_call_of(request), ()
+    name = request.tool_call["name"]
+    name = name if isinstance(name, str) else repr(name)
+    raw = request.tool_call.get("args") or {}
+    args = dict(raw) if isinstance(raw, Mapping) else {}
+    resource = f"tool:{name}"
+    if len(resource) <= MAX_NAME_LENGTH:
+        return Call(resource, "invoke", args), ()
+    digest = hashlib.sha256(name.encode("utf-8", "surrogatepass")).hexdigest()
+    return Call(resource[:MAX_NAME_LENGTH], "invoke", args), (
+        f"the tool name has {len(name)} characters (sha256:{digest}); "
+        f"the resource recorded is its first {MAX_NAME_LENGTH - len('tool:')}",
+    )
+
+
 def _undecidable(tool_call_id: str, name: str, exc: InputError) -> ToolMessage:
     """A call the gate cannot decide never runs, and the model is told why: a registered tool
-    whose name is no resource name (``tool:NAME``, in no policy rule), arguments the gate
-    cannot digest (text that is not valid Unicode: a lone surrogate the model sent), or a tool
-    call without an id (``_NO_CALL_ID``)."""
+    whose name is no resource name (``tool:NAME``, in no policy rule), or a tool call without an
+    id (``_NO_CALL_ID``). (Arguments the gate cannot digest, such as text that is not valid
+    Unicode, are decided and refused by ``Gate.authorize`` itself.) The refusal is recorded as
+    a ``deny`` entry first (``GateMiddleware._record_undecidable``)."""
     return ToolMessage(
         content=f"agentgate refused the call: {exc}",
         tool_call_id=tool_call_id,
@@ -315,8 +338,10 @@ class GateMiddleware(AgentMiddleware[Any, Any, Any]):
         (a nested agent running on its parent's context would hand on the parent's rights).
         Raises ``Denied`` instead with ``enforce``."""
         identity = identity_from_context(request.runtime.context if request.runtime else None)
+        # The delegation tool's name (``ask_NAME``) need not be a resource name: the delegation is
+        # decided as ``agent:NAME`` (``Gate.delegate``); a sub-agent named "Researcher" is one.
         refused = self.gate.refuse_foreign(
-            identity, _tool_call_of(request), agent=self.agent, agent_did=self.agent_did
+            identity, _refused_call(request)[0], agent=self.agent, agent_did=self.agent_did
         )
         if refused is not None and self.enforce:
             raise Denied(self.gate.explain_redacted(refused), refused.decision)
@@ -331,8 +356,40 @@ class GateMiddleware(AgentMiddleware[Any, Any, Any]):
             raise Denied(str(exc)) from exc
         return _failure(call_id, name, exc, ends_run=isinstance(exc, Revoked | Expired))
 
-    def _refuse_undecidable(self, call_id: str, name: str, exc: InputError) -> ToolMessage:
-        """``_undecidable``; with ``enforce``, ``Denied`` is raised instead."""
+    def _record_undecidable(self, request: ToolCallRequest, exc: InputError) -> None:
+        """Record the refusal of a tool call that is refused before the gate decides it
+        (``_undecidable``): a ``deny`` entry by the run's identity (``unknown`` without one), on
+        the call as asked (``_refused_call``), with ``exc`` as its reason. Every refusal is
+        evidence (docs/audit-format.md). A refusal whose entry cannot be encoded (``InputError``)
+        is not recorded, and still refused; a store that cannot write raises, as for any
+        decision, and nothing runs."""
+        identity = identity_from_context(request.runtime.context if request.runtime else None)
+        call, extra = _refused_call(request)
+        call_id = request.tool_call.get("id")
+        with contextlib.suppress(InputError):
+            self.gate.record_refusal(
+                identity,
+                call,
+                (str(exc), *extra),
+                call_id=call_id if isinstance(call_id, str) and call_id else None,
+            )
+
+    def _refuse_undecidable(
+        self, request: ToolCallRequest, call_id: str, name: str, exc: InputError
+    ) -> ToolMessage:
+        """``_undecidable``, recorded (``_record_undecidable``); with ``enforce``, ``Denied`` is
+        raised instead."""
+        self._record_undecidable(request, exc)
+        return self._undecided(call_id, name, exc)
+
+    async def _arefuse_undecidable(
+        self, request: ToolCallRequest, call_id: str, name: str, exc: InputError
+    ) -> ToolMessage:
+        """The async twin of ``_refuse_undecidable``: the record is written on a worker thread."""
+        await self.gate.to_thread(self._record_undecidable, request, exc)
+        return self._undecided(call_id, name, exc)
+
+    def _undecided(self, call_id: str, name: str, exc: InputError) -> ToolMessage:
         if self.enforce:
             raise Denied(f"agentgate refused the call: {exc}") from exc
         return _undecidable(call_id, name, exc)
@@ -345,7 +402,7 @@ class GateMiddleware(AgentMiddleware[Any, Any, Any]):
         """Decide, ask for approval where needed, run under the scheduler, audit the outcome."""
         call_id, name = request.tool_call["id"] or "", request.tool_call["name"]
         if not isinstance(call_id, str) or not call_id:
-            return self._refuse_undecidable("", name, InputError(_NO_CALL_ID))
+            return self._refuse_undecidable(request, "", name, InputError(_NO_CALL_ID))
         if request.tool is None:  # no such tool: ToolNode answers so and runs nothing
             return handler(request)
         if _is_delegation(request):
@@ -361,7 +418,7 @@ class GateMiddleware(AgentMiddleware[Any, Any, Any]):
         try:
             auth = self._authorize_tool(request)
         except InputError as exc:
-            return self._refuse_undecidable(call_id, name, exc)
+            return self._refuse_undecidable(request, call_id, name, exc)
         if not auth.allowed:
             return _refusal(auth, call_id, name)
         try:
@@ -390,7 +447,7 @@ class GateMiddleware(AgentMiddleware[Any, Any, Any]):
         """The async twin of ``wrap_tool_call``; limits hold because the scheduler's slots are async."""
         call_id, name = request.tool_call["id"] or "", request.tool_call["name"]
         if not isinstance(call_id, str) or not call_id:
-            return self._refuse_undecidable("", name, InputError(_NO_CALL_ID))
+            return await self._arefuse_undecidable(request, "", name, InputError(_NO_CALL_ID))
         if request.tool is None:  # no such tool: ToolNode answers so and runs nothing
             return await handler(request)
         if _is_delegation(request):
@@ -406,7 +463,7 @@ class GateMiddleware(AgentMiddleware[Any, Any, Any]):
         try:
             auth = await self._decided(self._authorize_tool, request, lambda auth: auth)
         except InputError as exc:
-            return self._refuse_undecidable(call_id, name, exc)
+            return await self._arefuse_undecidable(request, call_id, name, exc)
         if not auth.allowed:
             return _refusal(auth, call_id, name)
         # A sync tool runs in a worker thread under ainvoke, which no cancellation stops: not
