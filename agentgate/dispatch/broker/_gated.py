@@ -44,7 +44,7 @@ from agentgate.dispatch.broker._model import (
     TimedOut,
     Withdrawn,
 )
-from agentgate.errors import BrokerError, BudgetExceeded, CapabilityError, Denied, LeaseLost, StoreError
+from agentgate.errors import BrokerError, CapabilityError, Denied, LeaseLost, StoreError
 from agentgate.gate import AgentIdentity, Approval, Authorization, Gate
 from agentgate.policy._schema import lease_cost
 from agentgate.store import Transaction
@@ -192,19 +192,19 @@ class GatedBroker:
         with self._lock:
             self._record(self.broker.advance())  # a lease that expired meanwhile is not renewed
             request = self._holder_request(identity, lease_id)
-            if (left := _outlived(identity, self._ttl(request))) is not None:
-                raise Denied(f"renewal of lease {lease_id!r} refused: {left}")
             lease = next((held for held in self.broker.leases() if held.id == lease_id), None)
             resource = _resource_or_any(request)
-            auth = self.gate.authorize(
-                identity, self._call(resource, request, self._extension(request, lease))
-            )
+            call = self._call(resource, request, self._extension(request, lease))
+            if (left := _outlived(identity, self._ttl(request))) is not None:
+                reason = f"renewal of lease {lease_id!r} refused: {left}"
+                raise Denied(reason, self.gate.record_refusal(identity, call, (reason,)).decision)
             # A lease behind an approval gate was approved when it was granted: its renewals are
-            # not asked again (an approval is for one call); what a renewal checks is the
-            # authority, and its budget, which the Gate reserves only for an allow.
-            if not (auth.allowed or auth.needs_approval):
+            # not asked again (an approval is for one call; ``approval_gates=False``). What a
+            # renewal checks is the authority, and its budget, reserved with the allow.
+            auth = self.gate.authorize(identity, call, approval_gates=False)
+            if not auth.allowed:
                 raise Denied(f"renewal of lease {lease_id!r} refused: {auth.explain()}", auth.decision)
-            held = _held(auth) if auth.allowed else self._reserve(identity, lease_id, auth)
+            held = _held(auth)
             try:
                 renewed = self.broker.renew(lease_id)
             except LeaseLost:
@@ -304,33 +304,6 @@ class GatedBroker:
     def _price(self, resource: str) -> int | None:
         spec = self.gate.policy.document.gpus.get(resource.removeprefix("gpu:"))
         return None if spec is None else spec.cost_per_gpu_hour
-
-    def _reserve(
-        self, identity: AgentIdentity, lease_id: str, auth: Authorization
-    ) -> tuple[Reservation, ...]:
-        """Reserve a renewal's price that the Gate did not (it reserves for an allow only)."""
-        price = self._price(auth.call.resource)
-        amount = lease_cost(auth.call.args["count"], auth.call.args["hold_s"], price) if price else 0
-        if amount == 0:
-            return ()
-        held: list[Reservation] = []
-        try:
-            with self.gate.store.transaction() as tx:
-                for unit in _MONEY:
-                    caps = {g: b.amount for g, b in identity.chain.budgets if b.unit == unit}
-                    if caps:
-                        held.append(
-                            (self.gate.ledger.reserve(tx, identity.chain.ids, caps, amount), unit, amount)
-                        )
-        except BudgetExceeded as exc:
-            reason = f"budget exhausted ({exc})"
-            # The Gate recorded this renewal as approval_required; its refusal is evidence too.
-            refused = LeaseDecision(
-                lease_id, identity.did, identity.grant_id, auth.call.resource, auth.audit_index, price
-            )
-            self._append(refused, "renewal_refused", reason, 0)
-            raise Denied(f"renewal of lease {lease_id!r} refused: {reason}", auth.decision) from exc
-        return tuple(held)
 
     def _live(self, request_id: str) -> bool:
         """Whether the broker holds ``request_id`` as a lease or a waiting request."""

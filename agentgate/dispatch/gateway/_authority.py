@@ -19,7 +19,7 @@ import json
 import threading
 from collections import OrderedDict
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from opentelemetry.trace import Tracer
@@ -88,11 +88,15 @@ class CallerIdentity(AgentIdentity):
     ``did`` is the chain's holder (the authority engine has checked the invocation's signer is
     that holder). ``key`` is the gateway's own, required by ``AgentIdentity`` and never used to
     sign for the caller: the gateway never calls ``Gate.authorize`` or ``Gate.delegate`` with it.
+    ``signer``: for a refusal whose invocation another key signed (``wrong_holder``: a copied
+    chain), that key, which ``did`` then is: the log names who made the call, not the victim.
     """
+
+    signer: str | None = None
 
     @property
     def did(self) -> str:
-        return self.chain.holder
+        return self.signer or self.chain.holder
 
 
 @dataclass(frozen=True)
@@ -398,6 +402,8 @@ class GatewayGate(Gate):
         ``self.grants``, if any): a revoked grant is 401 ``revoked`` whatever it asks for.
         Raises ``StoreError`` when revocation cannot be read.
         """
+        if decision.principal and decision.principal != identity.chain.holder:
+            identity = replace(identity, signer=decision.principal)  # a copied chain: the signer made it
         refused = Authorization(
             Verdict.DENY, call, identity, decision.reasons, decision.findings, decision=decision
         )
