@@ -61,8 +61,9 @@ Design choices for the lead (no defect by the documents; tests pin the behaviour
 - while v1 counts a quota in calls and v2 the same quota in tokens (or another subject or window),
   each process counts only its own decisions: the tenant's calls in the window may exceed v1's
   limit by whatever B allowed meanwhile. A change of what a quota counts is therefore not safe to
-  roll out process by process if its limit matters; deploy it with all processes stopped, or
-  rename the quota (``test_a_quota_counted_in_calls_by_v1_and_in_tokens_by_v2_keeps_two_counts``).
+  roll out process by process if its limit matters; deploy it with all processes stopped (a
+  rename is a new identity too: tests/test_review_r38_docs_truth.py)
+  (``test_a_quota_counted_in_calls_by_v1_and_in_tokens_by_v2_keeps_two_counts``).
 - a tool's rate limit (PostgreSQL: shared by the processes) is one token bucket that each process
   refills at its own rate: while v1 and v2 differ, the process with the lower rate takes the
   tokens the higher rate refilled, so it exceeds its own rate

@@ -45,7 +45,7 @@ command killed by SIGPIPE shows in a shell): never 0, which would pass for allow
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # type: ignore[override]
         self.print_usage(sys.stderr)
-        sys.stderr.write(f"agentgate: error: {message}\n")
+        sys.stderr.write(f"agentgate: error: {_one_line(message)}\n")  # it may quote an argument
         raise SystemExit(2)
 
 

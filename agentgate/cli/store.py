@@ -54,7 +54,7 @@ PARTS: tuple[tuple[str, Any], ...] = (
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "store",
-        help="set up the store (create every table agentgate uses)",
+        help="set up the store (create every table agentgate uses); prune what is long over",
         description="Set up the store that AGENTGATE_STORE (or --store) names.",
     )
     sub = parser.add_subparsers(dest="store_command", metavar="ACTION", parser_class=type(parser))
