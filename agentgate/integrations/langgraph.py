@@ -98,9 +98,10 @@ _BUDGET_KEY = "agentgate_budget_exhausted"
 """Set with ``STOP_KEY`` when the refusal is for an exhausted budget, in the artifact of the refused
 tool call and in the metadata of the answer that ends the run (``_stop_mark``): a delegation tool
 reads it on its sub-agent's last answer (``_paid_for_nothing``)."""
-_DEAD_IDENTITY = frozenset({"revoked", "grant_expired", "no_chain", "inherited_identity"})
+_DEAD_IDENTITY = frozenset({"revoked", "grant_expired", "no_chain", "inherited_identity", "untrusted_root"})
 """Finding codes of a refusal that every later call on the same identity gets too: a revoked or
-expired grant, a run without an identity, a nested agent on its parent's identity."""
+expired grant, a run without an identity, a nested agent on its parent's identity, a chain whose
+root the policy no longer trusts (its trust anchor rotated out, e.g. while the run was paused)."""
 
 
 def identity_from_context(context: object) -> AgentIdentity | None:
@@ -181,26 +182,41 @@ once-only record (``Gate.authorize``), so a re-run of its task (a run resumed af
 it again."""
 
 
-def _refusal(auth: Authorization, tool_call_id: str, name: str) -> ToolMessage:
+def _refusal(auth: Authorization, tool_call_id: str, name: str, gate: Gate) -> ToolMessage:
     return ToolMessage(
         content=auth.explain(),
         tool_call_id=tool_call_id,
         name=name,
         status="error",
-        artifact=_stop_mark(auth),
+        artifact=_stop_mark(auth, gate),
     )
 
 
-def _ends_run(auth: Authorization) -> bool:
+def _ends_run(auth: Authorization, gate: Gate) -> bool:
     """Whether the refusal ``auth`` ends the run: an exhausted budget, or an identity on which
-    every later call is refused too (``_DEAD_IDENTITY``)."""
-    return auth.budget_exhausted or any(f.code in _DEAD_IDENTITY for f in auth.findings)
+    every later call is refused too (``_DEAD_IDENTITY``, ``_disowned``)."""
+    return (
+        auth.budget_exhausted
+        or any(f.code in _DEAD_IDENTITY for f in auth.findings)
+        or (not auth.allowed and _disowned(gate, auth.identity))
+    )
 
 
-def _stop_mark(auth: Authorization) -> dict[str, bool] | None:
+def _disowned(gate: Gate, identity: AgentIdentity | None) -> bool:
+    """Whether the policy ``gate`` runs names neither ``identity``'s key nor the principal its
+    chain was first issued to (the one a sub-agent's calls are judged as): every call of the
+    identity is then refused (``... is not a principal of this policy``), e.g. a run resumed
+    after its principal was removed from the policy, or its key replaced."""
+    if identity is None:
+        return False
+    named = gate.index.principal_name
+    return named(identity.did) is None and named(identity.chain.root.audience) is None
+
+
+def _stop_mark(auth: Authorization, gate: Gate) -> dict[str, bool] | None:
     """What a refusal that ends the run (``_ends_run``) carries, in its tool message's artifact
     and its answer's metadata: ``STOP_KEY``, and ``_BUDGET_KEY`` for an exhausted budget."""
-    return {STOP_KEY: True, _BUDGET_KEY: auth.budget_exhausted} if _ends_run(auth) else None
+    return {STOP_KEY: True, _BUDGET_KEY: auth.budget_exhausted} if _ends_run(auth, gate) else None
 
 
 def _run_stop(messages: Sequence[BaseMessage]) -> ToolMessage | None:
@@ -347,14 +363,25 @@ class GateMiddleware(AgentMiddleware[Any, Any, Any]):
             raise Denied(self.gate.explain_redacted(refused), refused.decision)
         return refused
 
-    def _delegation_failed(self, call_id: str, name: str, exc: Exception) -> ToolMessage:
+    def _delegation_failed(
+        self, request: ToolCallRequest, call_id: str, name: str, exc: Exception
+    ) -> ToolMessage:
         """The supervisor's view of a delegation that raised (``_failure``). With ``enforce``, a
-        refusal (of the delegation itself, or the sub-agent's own ``Denied``) raises ``Denied``."""
+        refusal (of the delegation itself, or the sub-agent's own ``Denied``) raises ``Denied``.
+        The run ends at the model's next turn when no later call can succeed: the delegating
+        grant is revoked or expired, or the policy no longer names the supervisor
+        (``_disowned``)."""
         if self.enforce and isinstance(exc, Denied):
             raise exc
         if self.enforce and isinstance(exc, AuthorityError):
             raise Denied(str(exc)) from exc
-        return _failure(call_id, name, exc, ends_run=isinstance(exc, Revoked | Expired))
+        dead = isinstance(exc, Revoked | Expired) or (
+            isinstance(exc, AuthorityError)
+            and _disowned(
+                self.gate, identity_from_context(request.runtime.context if request.runtime else None)
+            )
+        )
+        return _failure(call_id, name, exc, ends_run=dead)
 
     def _record_undecidable(self, request: ToolCallRequest, exc: InputError) -> None:
         """Record the refusal of a tool call that is refused before the gate decides it
@@ -408,19 +435,19 @@ class GateMiddleware(AgentMiddleware[Any, Any, Any]):
         if _is_delegation(request):
             refused = self._foreign(request)
             if refused is not None:
-                return _refusal(refused, call_id, name)
+                return _refusal(refused, call_id, name, self.gate)
             try:
                 return handler(request)
             except GraphBubbleUp:
                 raise  # the sub-agent's interrupt (an approval) pauses the supervisor's run
             except Exception as exc:  # a failing sub-agent is a failing tool, not the end of the run
-                return self._delegation_failed(call_id, name, exc)
+                return self._delegation_failed(request, call_id, name, exc)
         try:
             auth = self._authorize_tool(request)
         except InputError as exc:
             return self._refuse_undecidable(request, call_id, name, exc)
         if not auth.allowed:
-            return _refusal(auth, call_id, name)
+            return _refusal(auth, call_id, name, self.gate)
         try:
             return self.gate.run(
                 auth,
@@ -453,19 +480,19 @@ class GateMiddleware(AgentMiddleware[Any, Any, Any]):
         if _is_delegation(request):
             refused = await self.gate.to_thread(self._foreign, request)
             if refused is not None:
-                return _refusal(refused, call_id, name)
+                return _refusal(refused, call_id, name, self.gate)
             try:
                 return await handler(request)
             except GraphBubbleUp:
                 raise
             except Exception as exc:
-                return self._delegation_failed(call_id, name, exc)
+                return self._delegation_failed(request, call_id, name, exc)
         try:
             auth = await self._decided(self._authorize_tool, request, lambda auth: auth)
         except InputError as exc:
             return await self._arefuse_undecidable(request, call_id, name, exc)
         if not auth.allowed:
-            return _refusal(auth, call_id, name)
+            return _refusal(auth, call_id, name, self.gate)
         # A sync tool runs in a worker thread under ainvoke, which no cancellation stops: not
         # preemptible, its attempt ends with its thread (its slot is not given back while it
         # runs, even when the run is cancelled), and past its timeout its result is returned
@@ -563,7 +590,7 @@ class GateMiddleware(AgentMiddleware[Any, Any, Any]):
 
     def _stopped(self, auth: Authorization) -> ModelResponse[Any]:
         """The answer that ends the run on a refused model call."""
-        return self._last_word(auth.explain(), _stop_mark(auth))
+        return self._last_word(auth.explain(), _stop_mark(auth, self.gate))
 
     def _stop(self, refused: ToolMessage) -> ModelResponse[Any]:
         """The answer that ends the run on the refused tool call ``refused`` (``_run_stop``)."""
