@@ -28,9 +28,10 @@ Not fixed (strict xfails, other files):
   ``approval_required`` entry never answered in the log;
 - agentgate/gate/_gate.py (with langgraph.py): a sub-agent's pending approval is bound to its
   grant, which ``delegation_tool`` keeps only in its process; a run whose resumes reach another
-  process each time (a restart, another worker on the shared store) is asked again forever;
-- agentgate/gate/_gate.py: ``Gate.delegate`` hands on, and records as an allow, a grant from a
-  chain whose root is no longer a trust anchor.
+  process each time (a restart, another worker on the shared store) is asked again forever.
+
+Fixed by the lead: ``Gate.delegate`` handed on, and recorded as an allow, a grant from a chain
+whose root is no longer a trust anchor; it is now an audited refusal (``untrusted_root``).
 """
 
 from __future__ import annotations
@@ -681,15 +682,6 @@ def test_a_delegation_resumed_after_the_supervisor_was_removed_ends_the_run(lite
     verified(lite)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "fix in agentgate/gate/_gate.py: Gate.delegate hands on a grant from a chain whose root is "
-        "no longer a trust anchor (rotated out while the run was paused) and records it as an "
-        "allow; every call of the sub-agent is then refused untrusted_root, but the log shows "
-        "authority delegated from an untrusted root (Gate.issue refuses such an issuer)"
-    ),
-)
 def test_a_delegation_from_a_chain_whose_anchor_was_rotated_out_is_refused(tmp_path: Path) -> None:
     rig = Rig(tmp_path, "sqlite", "sync")
     try:

@@ -558,8 +558,11 @@ class Gate:
         tip = parent.chain.tip
         seconds = max(1, min(int(ttl.total_seconds()), tip.expires - int(time.time())))
         try:
-            # A revoked grant (or ancestor) hands nothing on, whatever its signature still says.
+            # A revoked grant (or ancestor) hands nothing on, whatever its signature still says;
+            # nor does a chain whose root this policy no longer trusts (its anchor rotated out):
+            # every call on it would be refused ``untrusted_root``, as Gate.issue refuses.
             self._refuse_revoked(parent)
+            self._refuse_untrusted(parent)
             self._check_delegation_rule(parent, caps, seconds, budget)
             unit = tip.budget.unit if tip.budget else "usd_micros"
             chain = delegate(
@@ -617,6 +620,18 @@ class Gate:
             entry if chain_hash is None else {**entry, "chain_hash": chain_hash}
         )
         return refused
+
+    def _refuse_untrusted(self, parent: AgentIdentity) -> None:
+        """Raise ``Denied`` (``untrusted_root``) when ``parent``'s chain was issued by a key that is
+        not one of this Gate's trust anchors."""
+        issuer = parent.chain.root.issuer
+        if issuer not in self.authority.anchors:
+            message = (
+                f"{parent.name}'s chain was issued by {issuer}, which is not a trust anchor of this policy"
+            )
+            refused = Denied(message)
+            refused.finding = _finding(FindingKind.AUTHORITY_CHAIN_OPACITY, "untrusted_root", message)
+            raise refused
 
     def _refuse_revoked(self, parent: AgentIdentity) -> None:
         """Raise ``Revoked`` when a grant of ``parent``'s chain is revoked: it hands nothing on."""
