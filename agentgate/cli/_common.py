@@ -138,7 +138,62 @@ def open_existing_store(url: str | None) -> Store:
             raise InputError(f"no store at {shown}: check --store or AGENTGATE_STORE")
         if _empty_file(Path(path)):  # SQLite reads an empty file as an empty database
             raise InputError(f"no store at {shown}: the file is empty; check --store or AGENTGATE_STORE")
-    return open_store(target)  # PostgreSQL in any case; any other scheme is open_store's StoreError
+    store = open_store(target)  # PostgreSQL in any case; any other scheme is open_store's StoreError
+    try:
+        if store.dialect == "postgresql" and not _holds_a_store(store):
+            raise InputError(
+                "no store in the PostgreSQL database the store URL names: it holds none of "
+                "agentgate's tables; check --store or AGENTGATE_STORE (the database name), or run "
+                "`agentgate store init` there as its owner to set up a new store"
+            )
+    except BaseException:
+        store.close()
+        raise
+    return store
+
+
+STORE_TABLES = (
+    "agentgate_breakers",
+    "agentgate_dead_letters",
+    "agentgate_grants",
+    "agentgate_leases",
+    "agentgate_nonces",
+    "agentgate_once",
+    "agentgate_rate_buckets",
+    "agentgate_revocations",
+    "approval_asked",
+    "approval_grants",
+    "approval_votes",
+    "approvals",
+    "audit_checkpoints",
+    "audit_log",
+    "audit_nodes",
+    "audit_refs",
+    "audit_refs_built",
+    "broker_decisions",
+    "broker_leases",
+    "broker_queue",
+    "broker_state",
+    "broker_writer",
+    "budget_ledger",
+    "budget_reservations",
+    "quota_usage",
+)
+"""Every table some part of agentgate creates (``agentgate store init`` makes them all)."""
+
+
+def _holds_a_store(store: Store) -> bool:
+    """Whether the PostgreSQL database of ``store`` holds any of agentgate's tables, where its
+    statements find them (the search path). A database that holds none is no store: a mistyped
+    database name that exists (``postgres``, another service's) would otherwise get every part's
+    tables created in it by a command that only reads, and answer from their emptiness (``no open
+    approval requests``, ``intact: 0 entries``), where a mistyped SQLite path is refused."""
+    names = ", ".join(f"'{name}'" for name in STORE_TABLES)  # constants: no value of the caller's
+    rows = store.query(
+        "SELECT 1 FROM pg_catalog.pg_class c WHERE c.relkind IN ('r', 'p') "
+        f"AND c.relname IN ({names}) AND pg_catalog.pg_table_is_visible(c.oid) LIMIT 1"
+    )
+    return bool(rows)
 
 
 def _empty_file(path: Path) -> bool:
@@ -170,6 +225,38 @@ def open_audit_log(
     except BaseException:
         store.close()
         raise
+
+
+_APP_ROLE_RIGHTS = {
+    "audit_log": "SELECT, INSERT",
+    "audit_checkpoints": "SELECT, INSERT",
+    "audit_refs": "SELECT",
+    "audit_refs_built": "SELECT",
+    "audit_nodes": "SELECT, INSERT, DELETE",
+    "agentgate_grants": "SELECT, INSERT",
+    "agentgate_revocations": "SELECT, INSERT",
+}
+"""The rights docs/operations.md (PostgreSQL set-up) gives the application role on the tables it
+may not change freely; on every other agentgate table it has SELECT, INSERT, UPDATE, DELETE."""
+
+_DENIED_TABLE = re.compile(r"permission denied for table ([a-z_]+)\b")
+
+
+def privilege_hint(message: str) -> str:
+    """``message``, and when it is PostgreSQL's ``permission denied for table T`` on one of
+    agentgate's tables (a role set up without the rights docs/operations.md grants, or a table
+    added by an upgrade after the grants ran), what to grant: PostgreSQL names the table, never
+    the right."""
+    denied = _DENIED_TABLE.search(message)
+    if denied is None or denied.group(1) not in STORE_TABLES:
+        return message
+    table = denied.group(1)
+    rights = _APP_ROLE_RIGHTS.get(table, "SELECT, INSERT, UPDATE, DELETE")
+    return (
+        f"{message} (the role the store URL connects as lacks a right on {table} that this "
+        f"command needs: as the schema's owner, run GRANT {rights} ON {table} TO that role; "
+        "docs/operations.md, PostgreSQL set-up, lists the application role's rights)"
+    )
 
 
 def listed(rows: list[Any], as_json: bool, nothing: str) -> bool:

@@ -7,10 +7,12 @@ required. The store comes from ``AGENTGATE_STORE``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import re
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -276,8 +278,21 @@ def _purpose(text: str) -> str:
     return text
 
 
-def _repo() -> GrantRepository:
-    return GrantRepository(open_store())
+@contextlib.contextmanager
+def _repo() -> Iterator[GrantRepository]:
+    """The grant store of ``AGENTGATE_STORE``, closed when the command is done with it. Left open,
+    a PostgreSQL store's pool was collected at exit wherever its last reference went, at times in
+    one of its own worker threads, whose ``__del__`` then printed a traceback (``RuntimeError:
+    cannot join current thread``) after the verdict."""
+    store = open_store()
+    try:
+        repo = GrantRepository(store)
+        try:
+            yield repo
+        finally:
+            repo.close()
+    finally:
+        store.close()
 
 
 def _budget(text: str | None) -> Budget | None:
@@ -302,7 +317,8 @@ def _issue(args: argparse.Namespace) -> int:
         capabilities, ttl, budget = _capabilities(args), parse_duration(args.ttl), _budget(args.budget)
         depth = 2 if args.max_depth is None else args.max_depth
     chain = issue(key, audience, capabilities, ttl=ttl, budget=budget, max_depth=depth, purpose=purpose)
-    _record_and_write(_repo(), chain, args.out)
+    with _repo() as repo:
+        _record_and_write(repo, chain, args.out)
     return 0
 
 
@@ -311,38 +327,40 @@ def _delegate(args: argparse.Namespace) -> int:
     holder = load_signing_key(args.holder)
     audience, ttl, budget = load_public_key(args.to), parse_duration(args.ttl), _budget(args.budget)
     purpose = _purpose(args.purpose)
-    repo = _repo()
-    revoked = repo.revoked(parent.ids)
-    if revoked:
-        sys.stderr.write(
-            f"deny: non_revocable_grant revoked: grant {sorted(revoked)[0]} in this chain is revoked\n"
-        )
-        return 1
-    try:
-        chain = delegate(
-            parent,
-            holder,
-            audience,
-            _capabilities(args),
-            ttl=ttl,
-            budget=budget,
-            max_depth=args.max_depth,
-            purpose=purpose,
-        )
-    except AuthorityError as exc:
-        if isinstance(exc.finding, Finding):
-            sys.stderr.write("deny: " + _finding_line(exc.finding) + "\n")
-        else:
-            sys.stderr.write(f"deny: {exc}\n")
-        return 1
-    _record_and_write(repo, chain, args.out)
+    with _repo() as repo:
+        revoked = repo.revoked(parent.ids)
+        if revoked:
+            sys.stderr.write(
+                f"deny: non_revocable_grant revoked: grant {sorted(revoked)[0]} in this chain is revoked\n"
+            )
+            return 1
+        try:
+            chain = delegate(
+                parent,
+                holder,
+                audience,
+                _capabilities(args),
+                ttl=ttl,
+                budget=budget,
+                max_depth=args.max_depth,
+                purpose=purpose,
+            )
+        except AuthorityError as exc:
+            if isinstance(exc.finding, Finding):
+                sys.stderr.write("deny: " + _finding_line(exc.finding) + "\n")
+            else:
+                sys.stderr.write(f"deny: {exc}\n")
+            return 1
+        _record_and_write(repo, chain, args.out)
     return 0
 
 
 def _inspect(args: argparse.Namespace) -> int:
     chain = _read_token(args.token)
+    revoked: set[str] | None
     try:
-        revoked: set[str] | None = _repo().revoked(chain.ids)
+        with _repo() as repo:
+            revoked = repo.revoked(chain.ids)
     except StoreError:
         revoked = None
     now = int(time.time())
@@ -412,7 +430,8 @@ def _check(args: argparse.Namespace) -> int:
         else Call(f"model:{args.model}", "generate", call_args)
     )
     invocation = Invocation.sign(holder, chain, call)
-    decision = decide(invocation, repo=_repo(), trusted=anchors)
+    with _repo() as repo:
+        decision = decide(invocation, repo=repo, trusted=anchors)
     if args.json:
         sys.stdout.write(json.dumps(decision.to_dict(), indent=2, ensure_ascii=False) + "\n")
     else:

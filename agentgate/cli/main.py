@@ -93,7 +93,9 @@ def _run(argv: Sequence[str] | None) -> int:
         _drop_stdout()
         return _PIPE_CLOSED
     except AgentGateError as exc:
-        _say(f"agentgate: error: {_one_line(str(exc))}\n")
+        from agentgate.cli._common import privilege_hint  # on the error path only
+
+        _say(f"agentgate: error: {_one_line(privilege_hint(str(exc)))}\n")
         return 2
     except UnicodeError as exc:  # an argument of bytes that are not UTF-8 (``$'\xff'``), sent to a store
         _say(f"agentgate: error: input that is not UTF-8 text: {_one_line(str(exc))}\n")
