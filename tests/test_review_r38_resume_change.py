@@ -23,14 +23,14 @@ longer names the principal (also for a delegation), did not end the run: with
 (as the middleware already ends the run on a revoked or expired grant).
 
 Not fixed (strict xfails, other files):
-- agentgate/gate/_gate.py: a call refused by the current policy when its run resumes leaves the
-  request it was asked under pending, listed for a run that has ended, its
-  ``approval_required`` entry never answered in the log;
 - agentgate/gate/_gate.py (with langgraph.py): a sub-agent's pending approval is bound to its
   grant, which ``delegation_tool`` keeps only in its process; a run whose resumes reach another
   process each time (a restart, another worker on the shared store) is asked again forever.
 
-Fixed by the lead: ``Gate.delegate`` handed on, and recorded as an allow, a grant from a chain
+Fixed by the lead: a call refused by the current policy when its run resumed left the request it
+was asked under pending (listed for a run that had ended, its ``approval_required`` entry never
+answered): every refusal of a tool call with an id now closes the request open for it
+(``Gate._close_asked``), and its ``deny`` refers to the request's entry. ``Gate.delegate`` handed on, and recorded as an allow, a grant from a chain
 whose root is no longer a trust anchor; it is now an audited refusal (``untrusted_root``).
 """
 
@@ -521,16 +521,6 @@ def test_a_call_the_new_policy_refuses_is_refused_on_resume(rig: Rig, change: st
     verified(rig)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "fix in agentgate/gate/_gate.py: a call refused by the current policy when its run resumes "
-        "(rule narrowed, principal removed, trust anchor rotated) leaves the approval request it "
-        "was asked under pending: listed by `agentgate approval list` for a run that has ended, and "
-        "its approval_required entry is never answered in the log (docs/langgraph.md closes the "
-        "request of a call refused with an approval in hand)"
-    ),
-)
 @pytest.mark.parametrize("change", list(REFUSING))
 def test_a_call_refused_on_resume_leaves_no_request_pending(
     tmp_path: Path, change: str, capsys: pytest.CaptureFixture[str]

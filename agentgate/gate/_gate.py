@@ -824,7 +824,9 @@ class Gate:
                 f"approval must be an Approval, got {shown(approval)}: "
                 "read a resume value with Approval.parse"
             )
-            return self._record_refusal(Authorization(Verdict.DENY, call, identity, (reason,)), call_id)
+            # A caller's mistake, not an answer to the request: the request stays open.
+            refused = Authorization(Verdict.DENY, call, identity, (reason,))
+            return self._record_refusal(refused, call_id, close_asked=False)
         verdict = self.index.evaluate(self._policy_principal(identity), call)
         if verdict.outcome is Outcome.DENY:
             return self._record_refusal(Authorization(Verdict.DENY, call, identity, verdict.reasons), call_id)
@@ -887,7 +889,7 @@ class Gate:
             elif auth.allowed:
                 auth = self._record_allow(auth, approved, request, tokens, tx, verdict.quotas, once, rule)
             else:
-                auth = self._write_refusal(auth, tx)
+                auth = self._write_refusal(auth, tx, ref=self._close_asked(auth, call_id, tx))
         if not auth.allowed:
             self._refusal_span(auth, call_id)
         return auth
@@ -1242,12 +1244,40 @@ class Gate:
         expect(call, Call, "call", "a Call")
         return self._record_refusal(Authorization(Verdict.DENY, call, identity, tuple(reasons)), call_id)
 
-    def _record_refusal(self, auth: Authorization, call_id: str | None = None) -> Authorization:
-        """Record a refusal in a decision transaction of its own; the refused authorization."""
+    def _record_refusal(
+        self, auth: Authorization, call_id: str | None = None, *, close_asked: bool = True
+    ) -> Authorization:
+        """Record a refusal in a decision transaction of its own; the refused authorization. With
+        ``close_asked``, an approval request open for the call is closed (``_close_asked``)."""
         with self._decision_transaction() as tx:
-            refused = self._write_refusal(auth, tx)
+            ref = self._close_asked(auth, call_id, tx) if close_asked else None
+            refused = self._write_refusal(auth, tx, ref=ref)
         self._refusal_span(refused, call_id)
         return refused
+
+    def _close_asked(self, refused: Authorization, call_id: str | None, tx: Transaction) -> int | None:
+        """Close (deny) the approval request still open for the tool call that ``refused``
+        refuses, if one was asked: a run paused for an approval and resumed after the policy
+        changed is refused outright, and the request would stay pending, listed and never answered
+        in the log. Returns the index of its ``approval_required`` entry, which the refusal then
+        refers to (as a declined request's does); ``None`` when no request is open."""
+        identity = refused.identity
+        if not call_id or identity is None or not refused.call.resource.startswith("tool:"):
+            return None
+        try:
+            digest = argument_digest(refused.call.args)
+        except InputError:
+            return None
+        call = refused.call
+        call_hash = approval_call_hash(call.resource, call.action, digest, identity.grant_id, call_id)
+        known = self.approvals.open_for(call_hash, identity.did, tx=tx)
+        if known is None:
+            return None
+        with contextlib.suppress(Denied, Expired, Revoked, InputError):  # decided meanwhile
+            self.approvals.deny(known[0], "agentgate:refused", tx=tx)
+        with self._lock:
+            self._open_requests.pop(call_hash, None)
+        return known[1]
 
     def _write_refusal(self, auth: Authorization, tx: Transaction, ref: int | None = None) -> Authorization:
         entry = self._entry(auth, "deny")
