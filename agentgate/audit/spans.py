@@ -50,9 +50,9 @@ SEMCONV_VERSION = "1.44.0"
 SCHEMA_URL = f"https://opentelemetry.io/schemas/{SEMCONV_VERSION}"
 CAPTURE_CONTENT_ENV = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
 DENIED = "agentgate.denied"
+FAILED = "agentgate.failed"
 _EXPORTERS = ("none", "console", "otlp")
 """The values ``configure_from_env`` reads in ``OTEL_TRACES_EXPORTER`` (any case)."""
-FAILED = "agentgate.failed"
 
 
 def get_tracer(provider: trace.TracerProvider | None = None) -> Tracer:

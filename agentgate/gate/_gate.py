@@ -1234,15 +1234,23 @@ class Gate:
         call: Call,
         reasons: Sequence[str],
         *,
+        findings: Sequence[Finding] = (),
         call_id: str | None = None,
     ) -> Authorization:
         """Record, as a ``deny`` entry (and an error span), a call its caller refuses before the
         Gate could decide it (an integration's own check: a tool call without an id, a tool name
-        that is no resource name); the refusal. ``identity`` is the caller's (``None``: unknown).
-        Raises ``InputError`` when the entry cannot be encoded, ``AuditError``/``StoreError``
-        when it cannot be written."""
+        that is no resource name; the gateway's malformed requests); the refusal. ``identity`` is
+        the caller's (``None``: unknown). Raises ``InputError`` when the entry cannot be encoded,
+        ``AuditError``/``StoreError`` when it cannot be written."""
         expect(call, Call, "call", "a Call")
-        return self._record_refusal(Authorization(Verdict.DENY, call, identity, tuple(reasons)), call_id)
+        refused = Authorization(Verdict.DENY, call, identity, tuple(reasons), tuple(findings))
+        return self._record_refusal(refused, call_id)
+
+    def disowns(self, identity: AgentIdentity) -> bool:
+        """Whether the policy names neither ``identity``'s key nor the principal its chain was
+        first issued to (``_principal_of``): every call of the identity is then refused, e.g. on a
+        run resumed after its principal was removed from the policy, or its key replaced."""
+        return self.index.principal_name(self._policy_principal(identity)) is None
 
     def _record_refusal(
         self, auth: Authorization, call_id: str | None = None, *, close_asked: bool = True

@@ -203,14 +203,9 @@ def _ends_run(auth: Authorization, gate: Gate) -> bool:
 
 
 def _disowned(gate: Gate, identity: AgentIdentity | None) -> bool:
-    """Whether the policy ``gate`` runs names neither ``identity``'s key nor the principal its
-    chain was first issued to (the one a sub-agent's calls are judged as): every call of the
-    identity is then refused (``... is not a principal of this policy``), e.g. a run resumed
-    after its principal was removed from the policy, or its key replaced."""
-    if identity is None:
-        return False
-    named = gate.index.principal_name
-    return named(identity.did) is None and named(identity.chain.root.audience) is None
+    """Whether ``gate``'s policy no longer accepts ``identity`` (``Gate.disowns``): every call of
+    it is refused (``... is not a principal of this policy``)."""
+    return identity is not None and gate.disowns(identity)
 
 
 def _stop_mark(auth: Authorization, gate: Gate) -> dict[str, bool] | None:

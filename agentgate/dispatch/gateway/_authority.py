@@ -422,9 +422,7 @@ class GatewayGate(Gate):
         Raises ``AuditError``/``StoreError`` if the refusal cannot be recorded.
         """
         finding = Finding(kind=FindingKind.AUTHORITY_CHAIN_OPACITY, code=code, message=reason)
-        with self._store_lock:
-            auth = self._record_refusal(Authorization(Verdict.DENY, call, None, (reason,), (finding,)))
-        return GatewayDecision(auth, status, code)
+        return GatewayDecision(self.record_refusal(None, call, (reason,), findings=(finding,)), status, code)
 
     def _kept_chain(self, token: str) -> Chain | None:
         """The parsed chain kept for ``token`` (marked as just used), or ``None``."""
