@@ -8,6 +8,7 @@ import atexit
 import concurrent.futures
 import contextlib
 import functools
+import hashlib
 import inspect
 import logging
 import os
@@ -47,6 +48,7 @@ from agentgate.authority import (
     delegate,
     findings_of,
     issue,
+    parse_chain,
     record,
     revoke,
 )
@@ -244,6 +246,12 @@ _IDENTITY = "an AgentIdentity (Gate.issue, Gate.delegate)"
 _AUTHORIZATION = "the Authorization that Gate.authorize returned"
 _NO_FN = object()
 """``_check_allowed``'s ``fn`` when the caller runs no function (``abandon``)."""
+
+
+def _call_tag(call: str) -> str:
+    """What ``Gate.delegate`` signs into a grant's purpose for the call that delegates: a digest,
+    so that thread ids and tool call ids do not show in the token."""
+    return hashlib.sha256(call.encode("utf-8", "surrogatepass")).hexdigest()[:32]
 
 
 def _delegation_terms(
@@ -536,9 +544,18 @@ class Gate:
         capabilities: Iterable[Capability | str],
         ttl: timedelta,
         budget: int | None = None,
+        call: str | None = None,
     ) -> AgentIdentity:
         """A sub-agent identity: a fresh grant from ``parent`` to ``key``, attenuated to
         ``capabilities`` and ``budget``, living ``ttl`` and never past the parent. Audited either way.
+
+        ``call`` names the call that delegates (``delegation_tool``: the tool call's thread, step
+        and id), signed into the grant's purpose as a digest. A live grant recorded in the store
+        for the same ``call``, parent, key and terms, by this process or another, is handed on
+        again instead of a fresh one, once the checks below pass as for a fresh one: a sub-agent
+        resumed by another process (a restart, another worker) keeps the grant its pending
+        approval is bound to. Handing it on again is not audited again; the grant's ``allow``
+        entry is the one recorded when it was made.
 
         The policy's ``delegation`` rule of the parent's roles bounds what may be handed on
         (capabilities, TTL, budget); the authority engine checks attenuation against the
@@ -550,7 +567,9 @@ class Gate:
         """
         caps = _delegation_terms(name, key, capabilities, ttl, budget)
         expect(parent, _IDENTITY_OR_NONE, "parent", _IDENTITY)
+        expect(call, (str, type(None)), "call", "text or None")
         resource = f"agent:{name}"
+        purpose = f"sub-agent {name}" if call is None else f"sub-agent {name}; call {_call_tag(call)}"
         if parent is None:
             refused = Denied("no identity in the run context: there is no grant to delegate from")
             refused.finding = _NO_CHAIN
@@ -564,6 +583,8 @@ class Gate:
             self._refuse_revoked(parent)
             self._refuse_untrusted(parent)
             self._check_delegation_rule(parent, caps, seconds, budget)
+            if call is not None and (again := self._delegated_before(parent, key, caps, budget, purpose)):
+                return self._handed_on(parent, AgentIdentity(name, key, again, parent.tenant), again=True)
             unit = tip.budget.unit if tip.budget else "usd_micros"
             chain = delegate(
                 parent.chain,
@@ -572,7 +593,7 @@ class Gate:
                 caps,
                 ttl=seconds,
                 budget=Budget(budget, unit) if budget is not None else None,
-                purpose=f"sub-agent {name}",
+                purpose=purpose,
             )
             index = self._record_grant(
                 chain,
@@ -589,7 +610,31 @@ class Gate:
         except AuthorityError as exc:
             self._audited_refusal(exc, parent.did, resource, parent.grant_id)
             raise
-        child = AgentIdentity(name, key, chain, parent.tenant, index)
+        return self._handed_on(parent, AgentIdentity(name, key, chain, parent.tenant, index))
+
+    def _delegated_before(
+        self, parent: AgentIdentity, key: SigningKey, caps: list[Capability], budget: int | None, purpose: str
+    ) -> Chain | None:
+        """The live chain recorded as delegated from ``parent`` to ``key`` with ``purpose`` and
+        these terms (``delegate``'s ``call``), if any."""
+        for token in self.grants.delegated(parent.grant_id, key.did, now=int(time.time())):
+            chain = parse_chain(token)
+            tip = chain.tip
+            if (
+                tip.purpose == purpose
+                and list(tip.capabilities) == caps
+                and (budget is None or (tip.budget is not None and tip.budget.amount == budget))
+                and chain.links[:-1] == parent.chain.links
+            ):
+                return chain
+        return None
+
+    def _handed_on(
+        self, parent: AgentIdentity, child: AgentIdentity, *, again: bool = False
+    ) -> AgentIdentity:
+        """``child``, kept in ``delegations`` (the live ones) under ``parent``'s name; one handed
+        on ``again`` is kept once."""
+        chain = child.chain
         with self._lock:  # the live delegations only: a long-running service delegates per request
             now = time.time()
             if now >= self._purge_at:
@@ -599,7 +644,8 @@ class Gate:
                 self.delegations[:] = [d for d in self.delegations if d[1].chain.tip.expires > now]
                 soonest = min((d[1].chain.tip.expires for d in self.delegations), default=float("inf"))
                 self._purge_at = max(soonest, now + DELEGATIONS_PURGE_S)
-            self.delegations.append((parent.name, child))
+            if not again or all(d[1].chain.id != chain.id for d in self.delegations):
+                self.delegations.append((parent.name, child))
             self._purge_at = min(self._purge_at, max(chain.tip.expires, now + DELEGATIONS_PURGE_S))
         return child
 

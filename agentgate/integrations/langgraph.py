@@ -26,8 +26,6 @@ import asyncio
 import contextlib
 import hashlib
 import json
-import threading
-import time
 import weakref
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
@@ -818,32 +816,27 @@ def delegation_tool(
     expect(gate, Gate, "gate", "a Gate")
     expect(description, (str, type(None)), "description", "text or None")
     caps = tuple(_delegation_terms(name, key, capabilities, ttl, budget))
+
     # One grant per delegating tool call, in its task (thread and graph step): when LangGraph
     # re-runs the tool to resume an interrupt (a sub-agent waiting for an approval), the
-    # sub-agent resumes on the grant it had, so an approval bound to that grant still matches;
-    # the same tool call id in another turn or run (a model that numbers its calls from 0) is
-    # another call and gets a fresh grant. Lives in this process, expired grants dropped; after
-    # a restart the sub-agent gets a fresh grant and its pending approval is asked for again.
-    granted: dict[tuple[str, str, str], AgentIdentity] = {}
-    lock = threading.Lock()
-
+    # sub-agent resumes on the grant it had, so an approval bound to that grant still matches,
+    # also when another process (a restart, another worker on the shared store) resumes it: the
+    # Gate finds the grant in the store by the call it was delegated for (``Gate.delegate``'s
+    # ``call``). The same tool call id in another turn or run (a model that numbers its calls
+    # from 0) is another call and gets a fresh grant.
     def _delegate(where: _ToolCallPlace) -> AgentIdentity:
         context, config, tool_call_id = where
-        parent = identity_from_context(context)
         scope = _task_scope(config)
-        slot = (parent.grant_id if parent else "", scope or "", tool_call_id or "")
-        now = time.time()
-        with lock:
-            child = granted.get(slot)
-        if child is not None and child.chain.tip.expires > now:
-            return child
-        child = gate.delegate(parent, name=name, key=key, capabilities=caps, ttl=ttl, budget=budget)
-        if tool_call_id and scope is not None:
-            with lock:
-                for stale in [s for s, c in granted.items() if c.chain.tip.expires <= now]:
-                    del granted[stale]
-                granted[slot] = child
-        return child
+        call = f"{scope}|{tool_call_id}" if tool_call_id and scope is not None else None
+        return gate.delegate(
+            identity_from_context(context),
+            name=name,
+            key=key,
+            capabilities=caps,
+            ttl=ttl,
+            budget=budget,
+            call=call,
+        )
 
     # Spans: the delegation is an ``execute_tool ask_NAME`` span holding an ``invoke_agent NAME``
     # span, under which the sub-agent's own calls nest (a trace shows who asked whom).

@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import psycopg
 
 from agentgate.errors import StoreError
-from agentgate.store._base import Dialect, Store, Transaction
+from agentgate.store._base import Dialect, Store, Transaction, unstorable_text
 from agentgate.store._sqlite import SQLiteStore
 
 if TYPE_CHECKING:
@@ -230,6 +230,16 @@ class GrantRepository:
         with self.store.transaction() as tx:
             tx.executemany(sql, [(*row, now) for row in rows])
 
+    def delegated(self, parent: str, audience: str, *, now: int) -> list[str]:
+        """The chain tokens of the unexpired grants recorded as delegated from ``parent`` to
+        ``audience``, newest first (``Gate.delegate``, handing a sub-agent's grant on again)."""
+        rows = self.store.query(
+            "SELECT token FROM agentgate_grants WHERE parent = ? AND audience = ? AND expires > ? "
+            "ORDER BY recorded_at DESC, id",
+            (parent, audience, now),
+        )
+        return [str(r[0]) for r in rows]
+
     def descendants(self, grant_id: str) -> list[str]:
         """Ids of recorded grants below ``grant_id`` (children, grandchildren...), nearest first."""
         rows = self.store.query(
@@ -287,6 +297,8 @@ class GrantRepository:
                     rows = hot.execute(sql, tuple(grant_ids)).fetchall()
                 except sqlite3.Error as exc:
                     raise StoreError(f"cannot read revocations: {exc}") from exc
+                except UnicodeEncodeError as exc:  # the hot connection is no Transaction
+                    raise unstorable_text(exc) from None
         else:
             rows = self.store.query(sql, tuple(grant_ids))
         return {str(r[0]) for r in rows}
@@ -326,6 +338,8 @@ class GrantRepository:
                         hot.execute(_PRUNE_SQL["sqlite"], (_prune_before(),))
                 except sqlite3.Error as exc:
                     raise StoreError(f"cannot record the invocation nonce: {exc}") from exc
+                except UnicodeEncodeError as exc:
+                    raise unstorable_text(exc) from None
         elif self._postgres is not None:
             changed = self._consume_pg(params, len(grant_ids))
             if next(self._consumed) % _PRUNE_EVERY == 0:
@@ -357,6 +371,8 @@ class GrantRepository:
                 conn.autocommit = True
                 try:
                     return conn.execute(_consume_pg_sql(n, self.durable_nonces), params).rowcount
+                except UnicodeEncodeError as exc:  # encoded before it is sent: nothing ran
+                    raise unstorable_text(exc) from None
                 finally:
                     if not conn.closed:
                         conn.autocommit = False

@@ -1,0 +1,122 @@
+"""Review r39, lead: ``Gate.delegate``'s ``call``, which hands on again the grant delegated for
+the same call by any process on the store (R38's last open LangGraph defect: a sub-agent resumed
+by another process each time was asked for its approval again forever).
+
+Holds: the same call, parent, key and terms after a restart give the same grant, with one
+``allow`` entry in the log; another call, other capabilities, another budget or another key give
+a fresh grant; a revoked parent, a narrowed delegation rule or an expired earlier grant are not
+answered from the store (a refusal, audited, or a fresh grant); the call's text is not in the
+token, only its digest.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from test_langgraph import Team, _make_team, _policy_text
+
+from agentgate import Gate
+from agentgate.errors import AgentGateError, Revoked, ScopeCreep
+from agentgate.keys import SigningKey
+from agentgate.policy import parse_policy
+from agentgate.store import SQLiteStore
+
+CAPS = ["tool:search", "model:scripted"]
+CALL = "thread-1|tools:6f1c|call-0"
+
+
+@pytest.fixture
+def team(tmp_path: Path) -> Iterator[Team]:
+    made = _make_team(tmp_path)
+    yield made
+    made.gate.close()
+
+
+def _delegate(team: Team, *, call: str | None = CALL, caps: list[str] = CAPS, **terms: object) -> str:
+    terms = {"key": team.keys["researcher"], "ttl": timedelta(minutes=5), **terms}
+    return team.gate.delegate(
+        team.supervisor, name="researcher", capabilities=caps, call=call, **terms
+    ).grant_id  # type: ignore[arg-type]
+
+
+def _delegation_entries(team: Team) -> list[str]:
+    team.gate.flush()
+    return [e.kind for e in team.gate.audit.entries() if e.resource == "agent:researcher"]
+
+
+def test_the_same_call_after_a_restart_is_handed_the_same_grant_once_audited(team: Team) -> None:
+    first = _delegate(team)
+    team.reopen()
+    assert _delegate(team) == first
+    assert _delegation_entries(team) == ["allow"]
+    assert [child.grant_id for _, child in team.gate.delegations] == [first]
+    assert _delegate(team) == first
+    assert len(team.gate.delegations) == 1  # kept once in the live list
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"call": "thread-1|tools:6f1c|call-1"},
+        {"call": None},
+        {"caps": ["tool:search"]},
+        {"budget": 5},
+    ],
+)
+def test_another_call_or_other_terms_get_a_fresh_grant(team: Team, change: dict[str, object]) -> None:
+    first = _delegate(team)
+    team.reopen()
+    assert _delegate(team, **change) != first  # type: ignore[arg-type]
+    assert _delegation_entries(team) == ["allow", "allow"]
+
+
+def test_another_key_gets_its_own_grant(team: Team) -> None:
+    first = _delegate(team)
+    other = SigningKey.generate()
+    assert _delegate(team, key=other) != first
+
+
+def test_the_call_is_signed_as_a_digest_only(team: Team) -> None:
+    _delegate(team)
+    child = team.gate.delegations[-1][1]
+    assert CALL not in child.chain.tip.purpose and "call-0" not in child.chain.tip.purpose
+    assert child.chain.tip.purpose.startswith("sub-agent researcher; call ")
+
+
+def test_a_revoked_parent_is_refused_not_answered_from_the_store(team: Team) -> None:
+    _delegate(team)
+    team.reopen()
+    team.gate.revoke(team.supervisor.grant_id, reason="stop")
+    with pytest.raises(Revoked):
+        _delegate(team)
+    assert _delegation_entries(team) == ["allow", "deny"]
+
+
+def test_a_narrowed_delegation_rule_refuses_the_grant_made_under_the_old_one(team: Team) -> None:
+    _delegate(team)
+    team.gate.close()
+    narrowed = _policy_text({n: k.did for n, k in team.keys.items()}, 1_000_000).replace(
+        "        - resource: tool:search\n        - resource: tool:publish\n        - resource: model:scripted",
+        "        - resource: tool:publish",
+    )
+    team.gate = Gate(parse_policy(narrowed, source="team.yaml"), SQLiteStore(team.path / "agentgate.db"))
+    with pytest.raises(ScopeCreep):
+        _delegate(team)
+    assert _delegation_entries(team) == ["allow", "deny"]
+
+
+def test_an_expired_earlier_grant_is_not_handed_on(team: Team, monkeypatch: pytest.MonkeyPatch) -> None:
+    first = _delegate(team, ttl=timedelta(seconds=2))
+    later = time.time() + 5
+    monkeypatch.setattr(time, "time", lambda: later)
+    assert _delegate(team, ttl=timedelta(seconds=2)) != first
+
+
+def test_a_call_that_is_not_text_is_refused_before_anything_is_written(team: Team) -> None:
+    with pytest.raises(AgentGateError, match="call"):
+        _delegate(team, call=7)  # type: ignore[arg-type]
+    assert _delegation_entries(team) == []
