@@ -18,6 +18,7 @@ import json
 import math
 import re
 import time
+import unicodedata
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any, Literal, get_args
@@ -328,6 +329,37 @@ def _fast_fields(fields: Mapping[str, Any]) -> dict[str, Any] | None:
     return values
 
 
+_UNPRINTABLE = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
+_MAX_MESSAGE = 500
+
+
+def one_line(text: str) -> str:
+    """``text`` as one line of at most ``_MAX_MESSAGE`` characters that a terminal shows as it is:
+    control, format (bidi overrides), surrogate and line or paragraph separator characters written
+    as escapes. For messages that quote what an entry holds: a stored entry is anyone's text (a
+    tamperer's), and ``agentgate audit verify`` prints each problem as one line."""
+    if text.isprintable() and len(text) <= _MAX_MESSAGE:
+        return text
+    shown = "".join(
+        c.encode("unicode_escape").decode("ascii") if unicodedata.category(c) in _UNPRINTABLE else c
+        for c in text[:_MAX_MESSAGE]
+    )
+    return shown if len(text) <= _MAX_MESSAGE else shown + "..."
+
+
+def _first_error(exc: ValidationError) -> str:
+    """``FIELD: what is wrong`` of the first error of ``exc`` (and how many more), one line:
+    pydantic's own text spans lines and quotes the names of unknown fields as they are."""
+    try:
+        errors = exc.errors(include_url=False)
+        first = errors[0]
+        where = ".".join(str(p) for p in first["loc"]) or "entry"
+        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+        return one_line(f"{where}: {first['msg']}{more}")
+    except (UnicodeError, IndexError):  # pydantic could not word it (a lone surrogate in a key)
+        return "a field holds text that is not valid Unicode"
+
+
 class AuditEntry(BaseModel):
     """One decision or outcome in the audit log. Immutable; ``to_bytes`` is what the log hashes."""
 
@@ -393,9 +425,7 @@ class AuditEntry(BaseModel):
         try:
             return cls(**fields)
         except ValidationError as exc:
-            first = exc.errors()[0]
-            where = ".".join(str(p) for p in first["loc"]) or "entry"
-            raise InputError(f"audit entry field {where}: {first['msg']}") from exc
+            raise InputError(f"audit entry field {_first_error(exc)}") from exc
         except UnicodeError:  # pydantic could not even word its error: a lone surrogate in a key
             raise InputError("audit entry: a field holds text that is not valid Unicode") from None
 
@@ -420,8 +450,10 @@ class AuditEntry(BaseModel):
             raw["reasons"] = tuple(raw["reasons"])
         try:
             entry = cls.model_validate(raw, context={"stored": True})
-        except (ValidationError, TypeError) as exc:
-            raise TamperDetected(f"entry fields are invalid: {exc}") from exc
+        except ValidationError as exc:
+            raise TamperDetected(f"entry fields are invalid: {_first_error(exc)}") from exc
+        except TypeError as exc:
+            raise TamperDetected(f"entry fields are invalid: {one_line(str(exc))}") from exc
         if entry.to_bytes() != data:
             raise TamperDetected(f"entry {entry.index} is not in canonical form")
         return entry

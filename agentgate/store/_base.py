@@ -15,8 +15,21 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, Literal
 
+from agentgate.errors import StoreError
+
 Dialect = Literal["sqlite", "postgresql"]
 Row = tuple[Any, ...]
+
+
+def unstorable_text(exc: UnicodeEncodeError) -> StoreError:
+    """The ``StoreError`` for a text parameter that is not valid Unicode (a lone surrogate, from a
+    name decoded with ``surrogateescape``): no store can hold it, and the driver's bare
+    ``UnicodeEncodeError`` would escape every caller that fails closed on ``StoreError``. The
+    statement is not run; the text is not quoted (it may be a secret)."""
+    return StoreError(
+        f"a text value holds a character that is not valid Unicode (position {exc.start}, "
+        f"{exc.reason}): no store can hold it; the statement was not run"
+    )
 
 
 class Transaction(abc.ABC):

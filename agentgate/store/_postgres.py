@@ -23,7 +23,7 @@ import psycopg
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from agentgate.errors import StoreError
-from agentgate.store._base import Dialect, Row, Store, Transaction
+from agentgate.store._base import Dialect, Row, Store, Transaction, unstorable_text
 
 IDLE_CHECK_S = 5.0
 """A pooled connection idle for longer is tested before a transaction uses it (``_connection``).
@@ -60,13 +60,19 @@ class _PgTransaction(Transaction):
         self._rowcount = 0
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
-        cursor = self._conn.execute(_to_pyformat(sql), tuple(params))
+        try:
+            cursor = self._conn.execute(_to_pyformat(sql), tuple(params))
+        except UnicodeEncodeError as exc:  # psycopg encodes before it sends: nothing ran
+            raise unstorable_text(exc) from None
         self._rowcount = cursor.rowcount
         return list(cursor.fetchall()) if cursor.description else []
 
     def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
         with self._conn.cursor() as cursor:
-            cursor.executemany(_to_pyformat(sql), [tuple(r) for r in rows])
+            try:
+                cursor.executemany(_to_pyformat(sql), [tuple(r) for r in rows])
+            except UnicodeEncodeError as exc:
+                raise unstorable_text(exc) from None
 
     @property
     def rowcount(self) -> int:

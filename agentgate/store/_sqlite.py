@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from agentgate.errors import StoreError
-from agentgate.store._base import Dialect, Row, Store, Transaction
+from agentgate.store._base import Dialect, Row, Store, Transaction, unstorable_text
 
 _SYNCHRONOUS = {"FULL", "NORMAL", "EXTRA"}
 _SYNCING = {"FULL", "EXTRA"}
@@ -59,6 +59,8 @@ class _SQLiteTransaction(Transaction):
         except sqlite3.Error as exc:
             self._note(exc)
             raise
+        except UnicodeEncodeError as exc:
+            raise unstorable_text(exc) from None
         self._rowcount = cursor.rowcount
         return rows
 
@@ -69,6 +71,8 @@ class _SQLiteTransaction(Transaction):
         except sqlite3.Error as exc:
             self._note(exc)
             raise
+        except UnicodeEncodeError as exc:
+            raise unstorable_text(exc) from None
 
     def _refuse_after_failure(self) -> None:
         # SQLite may have rolled the whole transaction back: a statement run now would be a

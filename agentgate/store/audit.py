@@ -45,6 +45,7 @@ from agentgate.audit.entry import (
     AuditEntry,
     encode_bounded,
     encode_entry,
+    one_line,
     utc_now,
 )
 from agentgate.audit.merkle import (
@@ -1182,8 +1183,8 @@ class AuditLog:
             label = f"checkpoint #{position}" if size_column is not None else "saved checkpoint"
             try:
                 cp = self.open_checkpoint(note)
-            except TamperDetected as exc:
-                problems.append(f"{label}: {exc}")
+            except TamperDetected as exc:  # may quote the note: a tamperer's text
+                problems.append(f"{label}: {one_line(str(exc))}")
                 continue
             # The row's size and root columns are what the next checkpoint() builds on: edited,
             # they make it refuse to sign, so they are checked against the signed note here too.
@@ -1361,8 +1362,8 @@ class AuditLog:
                 break
             try:
                 entry = AuditEntry.from_bytes(data or b"")
-            except TamperDetected as exc:
-                return idx, f"entry {idx} is malformed: {exc}"
+            except TamperDetected as exc:  # may quote what the entry holds: a tamperer's text
+                return idx, f"entry {idx} is malformed: {one_line(str(exc))}"
             if entry.index != idx:
                 return idx, f"entry {idx} holds the entry of index {entry.index} (inserted or reordered)"
         return lo, f"an entry in [{lo}, {hi}) was changed together with its leaf hash"

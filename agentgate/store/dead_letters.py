@@ -100,30 +100,35 @@ class DeadLetterStore:
         store.ensure_schema("dead_letters", SCHEMA)
 
     def record(self, letter: DeadLetter) -> None:
-        """Persist ``letter``; raises ``StoreError`` if the store refuses it."""
+        """Persist ``letter``; raises ``StoreError`` if the store refuses it.
+
+        A NUL character in its text (a tool call id a model made, a run id) is recorded as
+        ``\\x00``, on both stores: PostgreSQL's text columns cannot hold it, and the whole letter
+        was refused there while SQLite kept it."""
         errors = json.dumps([asdict(e) for e in letter.errors], separators=(",", ":"))
         with self.store.transaction() as tx:
             tx.execute(
                 f"INSERT INTO agentgate_dead_letters ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
-                    letter.id,
+                    _storable(letter.id),
                     letter.recorded_at,
-                    letter.tool,
-                    letter.tenant,
-                    letter.principal,
-                    letter.run_id,
-                    letter.call_id,
-                    letter.idempotency_key,
-                    letter.arguments_digest,
+                    _storable(letter.tool),
+                    _storable(letter.tenant),
+                    _storable(letter.principal),
+                    _storable(letter.run_id),
+                    _storable(letter.call_id),
+                    _storable(letter.idempotency_key),
+                    _storable(letter.arguments_digest),
                     json.dumps(list(letter.authority_chain)),
-                    letter.reason,
+                    _storable(letter.reason),
                     errors,
                 ),
             )
 
     def recent(self, *, limit: int = 100, tool: str | None = None) -> list[DeadLetter]:
-        """The newest ``limit`` dead letters (of ``tool`` when given), newest first."""
-        where, params = ("WHERE tool = ? ", [tool]) if tool else ("", [])
+        """The newest ``limit`` dead letters (of ``tool`` when given, compared as ``record``
+        stores it), newest first."""
+        where, params = ("WHERE tool = ? ", [_storable(tool)]) if tool else ("", [])
         rows = self.store.query(
             f"SELECT {_COLUMNS} FROM agentgate_dead_letters {where}ORDER BY recorded_at DESC, id LIMIT ?",
             (*params, limit),
@@ -135,6 +140,14 @@ class DeadLetterStore:
         with self.store.transaction() as tx:
             tx.execute("DELETE FROM agentgate_dead_letters WHERE recorded_at < ?", (before,))
             return tx.rowcount
+
+
+def _storable(text: str | None) -> str | None:
+    """``text`` as a dead letter keeps it: a NUL character written ``\\x00`` (as a revocation's
+    reason is), the same on SQLite and PostgreSQL."""
+    if text is None or "\x00" not in text:
+        return text
+    return text.replace("\x00", "\\x00")
 
 
 def _letter(row: tuple[Any, ...]) -> DeadLetter:

@@ -32,6 +32,7 @@ clocks within a small fraction of ``ttl_s`` of each other (NTP does).
 
 from __future__ import annotations
 
+import hashlib
 import os
 import socket
 import threading
@@ -41,7 +42,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from agentgate.errors import InputError, StoreError
-from agentgate.store._base import Dialect, Store
+from agentgate.store._base import Dialect, Store, unstorable_text
 
 SCHEMA: dict[Dialect, str] = {
     "sqlite": """
@@ -100,6 +101,27 @@ _RELEASE = "DELETE FROM agentgate_leases WHERE lease_key = ? AND slot = ? AND le
 _RENEW = "UPDATE agentgate_leases SET expires_at = ? WHERE holder = ? AND lease_id IN ({ids})"
 _RENEW_BATCH = 500
 """Lease ids renewed per statement (SQLite's default limit is 32,766 parameters)."""
+_KEY_BYTES = 1024
+"""The longest key (UTF-8 bytes) stored as it is. A PostgreSQL B-tree index entry holds about
+2.7 KB, where SQLite has no bound: a longer key is stored by digest (``stored_key``)."""
+
+
+def stored_key(key: str) -> str:
+    """The row key of the lease, rate bucket or breaker ``key``: ``key`` itself, unless it holds a
+    NUL character (PostgreSQL's text cannot) or is longer than ``_KEY_BYTES``; then
+    ``sha256:HEX`` of its UTF-8 bytes. A key (a tool name, a ``breaker_key``) then takes its slot,
+    bucket or breaker alike on SQLite and PostgreSQL, where such a key was refused on PostgreSQL
+    only (``StoreError``: the scheduler gave the call up as ``store_unavailable``). ``StoreError``
+    for a key that is not valid Unicode (as the stores raise)."""
+    if len(key) <= _KEY_BYTES // 4 and "\x00" not in key:  # at most 4 UTF-8 bytes a character
+        return key
+    try:
+        data = key.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise unstorable_text(exc) from None
+    if len(data) <= _KEY_BYTES and b"\x00" not in data:
+        return key
+    return "sha256:" + hashlib.sha256(data).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -161,9 +183,10 @@ class LeaseManager:
         if self._closed:
             raise StoreError("the lease manager is closed")
         lease_id = uuid.uuid4().hex
+        row_key = stored_key(key)
         with self.store.transaction() as tx:
             now = self._clock()
-            taken = {row[0] for row in tx.execute(_TAKEN, (key, now))}
+            taken = {row[0] for row in tx.execute(_TAKEN, (row_key, now))}
             # Every live slot counts, also one above ``limit``: a process whose policy allows more
             # (a rolling deploy that lowered the limit) holds slots this one does not take.
             if len(taken) >= limit:
@@ -171,7 +194,7 @@ class LeaseManager:
             for slot in range(limit):
                 if slot in taken:
                     continue
-                tx.execute(_CLAIM, (key, slot, self.holder, lease_id, now + self.ttl_s, now))
+                tx.execute(_CLAIM, (row_key, slot, self.holder, lease_id, now + self.ttl_s, now))
                 if tx.rowcount == 1:
                     lease = Lease(key, slot, lease_id, self.holder)
                     break
@@ -201,7 +224,7 @@ class LeaseManager:
         with self._lock:
             self._held.discard(lease)
         with self.store.transaction() as tx:
-            tx.execute(_RELEASE, (lease.key, lease.slot, lease.lease_id, self.holder))
+            tx.execute(_RELEASE, (stored_key(lease.key), lease.slot, lease.lease_id, self.holder))
 
     def renew(self) -> int:
         """Push the expiry of every lease this manager holds to now + ttl; returns the rows renewed.
@@ -229,11 +252,12 @@ class LeaseManager:
             return len(self._held)
 
     def rows(self, key: str) -> list[LeaseRow]:
-        """The live (unexpired) slots of ``key``, by anyone."""
+        """The live (unexpired) slots of ``key``, by anyone (each row names the key as stored,
+        ``stored_key``)."""
         rows = self.store.query(
             "SELECT lease_key, slot, holder, expires_at FROM agentgate_leases WHERE lease_key = ? AND expires_at > ? "
             "ORDER BY slot",
-            (key, self._clock()),
+            (stored_key(key), self._clock()),
         )
         return [LeaseRow(r[0], int(r[1]), r[2], float(r[3])) for r in rows]
 
@@ -260,7 +284,7 @@ class LeaseManager:
         for lease in held:
             try:
                 with self.store.transaction() as tx:
-                    tx.execute(_RELEASE, (lease.key, lease.slot, lease.lease_id, self.holder))
+                    tx.execute(_RELEASE, (stored_key(lease.key), lease.slot, lease.lease_id, self.holder))
             except StoreError:
                 continue  # it expires by itself within ttl_s
 
@@ -299,19 +323,20 @@ class SharedRateLimits:
         """
         if per_second <= 0 or burst < 1:
             raise InputError(f"rate for {key!r} needs per_second > 0 and burst >= 1")
+        row_key = stored_key(key)
         for _ in range(_SWAP_TRIES):
             now = self._clock()
             with self.store.transaction() as tx:
-                tx.execute(_BUCKET_CREATE, (key, float(burst), now))
-                row = tx.execute(_BUCKET_READ, (key,))[0]
+                tx.execute(_BUCKET_CREATE, (row_key, float(burst), now))
+                row = tx.execute(_BUCKET_READ, (row_key,))[0]
                 tokens, updated_at = float(row[0]), float(row[1])
                 since = min(updated_at, now + BUCKET_AHEAD_S)
                 level = min(float(burst), tokens + max(0.0, now - since) * per_second)
                 if level < 1.0:
                     if since < updated_at:  # re-dated even when no token is taken
-                        tx.execute(_BUCKET_SWAP, (level, since, key, tokens, updated_at))
+                        tx.execute(_BUCKET_SWAP, (level, since, row_key, tokens, updated_at))
                     return (1.0 - level) / per_second
-                tx.execute(_BUCKET_SWAP, (level - 1.0, max(now, since), key, tokens, updated_at))
+                tx.execute(_BUCKET_SWAP, (level - 1.0, max(now, since), row_key, tokens, updated_at))
                 if tx.rowcount == 1:
                     return 0.0
         raise StoreError(f"rate bucket {key!r}: too much contention, no token taken")
@@ -343,20 +368,22 @@ class SharedBreakers:
                 "INSERT INTO agentgate_breakers (breaker_key, state, opened_at, version) VALUES (?, ?, ?, 1) "
                 "ON CONFLICT (breaker_key) DO UPDATE SET state = excluded.state, opened_at = excluded.opened_at, "
                 "version = agentgate_breakers.version + 1",
-                (key, state, opened_at),
+                (stored_key(key), state, opened_at),
             )
 
     def read(self, key: str) -> SharedBreakerState | None:
         """The shared state of ``key``, or None if no process has published one."""
         rows = self.store.query(
-            "SELECT state, opened_at, version FROM agentgate_breakers WHERE breaker_key = ?", (key,)
+            "SELECT state, opened_at, version FROM agentgate_breakers WHERE breaker_key = ?",
+            (stored_key(key),),
         )
         if not rows:
             return None
         return SharedBreakerState(key, str(rows[0][0]), float(rows[0][1]), int(rows[0][2]))
 
     def all(self) -> list[SharedBreakerState]:
-        """Every shared breaker state, by key."""
+        """Every shared breaker state, by key as stored (``stored_key``: a key with a NUL or over
+        ``_KEY_BYTES`` bytes as its ``sha256:HEX``)."""
         rows = self.store.query(
             "SELECT breaker_key, state, opened_at, version FROM agentgate_breakers ORDER BY breaker_key"
         )
