@@ -255,7 +255,7 @@ def walk(d: Path, owner: str, app: str, before_app: Callable[[], None]) -> list[
 
         waiting = json.loads(step(0, "approval list --json").out)
         assert [set(row) for row in waiting] == [
-            {"id", "requester", "call_hash", "quorum", "approved_by", "expires_at"}
+            {"id", "requester", "call_hash", "quorum", "approved_by", "not_counted", "expires_at"}
         ]
         assert waiting[0]["id"] == asked.request["id"] and waiting[0]["approved_by"] == []  # type: ignore[index]
         signed = step(0, "approval sign payload.json --as keys/alice.key --out approval.json")

@@ -7,6 +7,10 @@ Holds: the same call, parent, key and terms after a restart give the same grant,
 a fresh grant; a revoked parent, a narrowed delegation rule or an expired earlier grant are not
 answered from the store (a refusal, audited, or a fresh grant); the call's text is not in the
 token, only its digest.
+
+Also R38's docs_truth xfail, fixed: ``agentgate approval list`` showed every vote given, also one a
+key the policy in force no longer lists (``2/2`` on a request still waiting); the store now keeps
+the approvers each request was last counted among (``approval_counted``).
 """
 
 from __future__ import annotations
@@ -23,7 +27,8 @@ from agentgate import Gate
 from agentgate.errors import AgentGateError, Revoked, ScopeCreep
 from agentgate.keys import SigningKey
 from agentgate.policy import parse_policy
-from agentgate.store import SQLiteStore
+from agentgate.store import SQLiteStore, Store
+from agentgate.store.approvals import ApprovalStore, QuorumRule
 
 CAPS = ["tool:search", "model:scripted"]
 CALL = "thread-1|tools:6f1c|call-0"
@@ -120,3 +125,29 @@ def test_a_call_that_is_not_text_is_refused_before_anything_is_written(team: Tea
     with pytest.raises(AgentGateError, match="call"):
         _delegate(team, call=7)  # type: ignore[arg-type]
     assert _delegation_entries(team) == []
+
+
+# --- approval list: the votes that count (R38's docs_truth xfail) ------------------------------
+
+
+def test_votes_count_among_the_voters_last_counted_and_all_without_a_rule(store: Store) -> None:
+    """``ApprovalStore.votes``: a request asked without voters (by a caller that passes no rule,
+    or before ``approval_counted`` existed) counts every vote; one counted under a rule counts
+    its voters' only, the rule of its last count, as ``agentgate approval list`` shows."""
+    approvals = ApprovalStore(store)
+    bare = approvals.request("h1", "did:key:zreq", time.time() + 60, quorum=3)
+    for voter in ("did:key:za", "did:key:zb"):
+        approvals.approve(bare, voter)
+    assert approvals.votes(bare) == (("did:key:za", "did:key:zb"), ())
+
+    ruled = approvals.request("h2", "did:key:zreq", time.time() + 60, quorum=2, voters={"did:key:za"})
+    approvals.approve(ruled, "did:key:za", rule=QuorumRule(2, frozenset({"did:key:za", "did:key:zb"})))
+    assert approvals.votes(ruled) == (("did:key:za",), ())
+    approvals.approve(ruled, "did:key:zc", rule=QuorumRule(2, frozenset({"did:key:zb", "did:key:zc"})))
+    assert approvals.votes(ruled) == (("did:key:zc",), ("did:key:za",))
+    assert [(r.id, votes) for r, votes in approvals.open_requests()] == [
+        (bare, ("did:key:za", "did:key:zb")),
+        (ruled, ("did:key:zc",)),
+    ]
+    assert approvals.prune(time.time() + 120) == 2  # the counted-among rows go with them
+    assert store.query("SELECT count(*) FROM approval_counted", ())[0][0] == 0

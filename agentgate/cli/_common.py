@@ -162,6 +162,7 @@ STORE_TABLES = (
     "agentgate_rate_buckets",
     "agentgate_revocations",
     "approval_asked",
+    "approval_counted",
     "approval_grants",
     "approval_votes",
     "approvals",

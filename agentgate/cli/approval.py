@@ -76,7 +76,8 @@ def register(subparsers: Any) -> None:
 def _list(args: argparse.Namespace) -> int:
     store = open_existing_store(args.store)
     try:
-        found = ApprovalStore(store).open_requests()
+        approvals = ApprovalStore(store)
+        found = [(record, approvals.votes(record.id)) for record in approvals.open_records()]
     finally:
         store.close()
     rows: list[dict[str, Any]] = [
@@ -85,10 +86,11 @@ def _list(args: argparse.Namespace) -> int:
             "requester": record.requester,
             "call_hash": record.call_hash,
             "quorum": record.quorum,
-            "approved_by": list(votes),
+            "approved_by": list(counted),
+            "not_counted": list(uncounted),
             "expires_at": record.expires_at,
         }
-        for record, votes in found
+        for record, (counted, uncounted) in found
     ]
     if listed(rows, args.json, "no open approval requests"):
         return 0

@@ -1383,6 +1383,7 @@ class Gate:
                 request["expires_at"],
                 quorum=request["quorum"],
                 grants=auth.identity.chain.ids,
+                voters=None if rule is None else rule.voters,
                 tx=t,
             )
             index = self.audit.append(self._entry(auth, "approval_required"), t)

@@ -20,14 +20,17 @@ approval used, not the one the request was asked under (docs/policy-reference.md
 policy"). A caller that knows them passes a ``QuorumRule``: the request's stored quorum is set to
 it, only the votes of the approvers it names are counted, and a request approved under a
 smaller quorum (or by approvers since removed) is pending again until the votes that count
-reach it.
+reach it. The approvers the request was last counted among are kept with it (``approval_counted``,
+a JSON list of DIDs), so that a reader without the policy (``agentgate approval list``) shows the
+votes that count; a request counted without a rule has no such row, and every vote counts.
 """
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 from agentgate.errors import Denied, Expired, InputError, Revoked
@@ -63,6 +66,10 @@ CREATE TABLE IF NOT EXISTS approval_grants (
     approval_id TEXT NOT NULL REFERENCES approvals (id),
     grant_id TEXT NOT NULL,
     PRIMARY KEY (approval_id, grant_id)
+);
+CREATE TABLE IF NOT EXISTS approval_counted (
+    approval_id TEXT PRIMARY KEY REFERENCES approvals (id),
+    voters TEXT NOT NULL
 );
 """,
     "postgresql": """
@@ -105,6 +112,12 @@ BEGIN
             approval_id TEXT NOT NULL REFERENCES approvals (id),
             grant_id TEXT NOT NULL,
             PRIMARY KEY (approval_id, grant_id)
+        );
+    END IF;
+    IF to_regclass('approval_counted') IS NULL THEN
+        CREATE TABLE approval_counted (
+            approval_id TEXT PRIMARY KEY REFERENCES approvals (id),
+            voters TEXT NOT NULL
         );
     END IF;
 END;
@@ -174,12 +187,14 @@ class ApprovalStore:
         *,
         quorum: int = 1,
         grants: Sequence[str] = (),
+        voters: Collection[str] | None = None,
         tx: Transaction | None = None,
     ) -> str:
         """Open a request for the call ``call_hash`` that ``quorum`` distinct approvers must approve.
 
         ``grants``: the grant ids of the call's chain, root to tip, kept with the request in the
-        same transaction; the request is void once any of them is revoked. Returns its id.
+        same transaction; the request is void once any of them is revoked. ``voters``: the DIDs
+        of the approvers whose votes count (the policy's), when known. Returns its id.
         ``InputError`` on empty values or a quorum below one.
         """
         if not call_hash or not requester:
@@ -199,7 +214,17 @@ class ApprovalStore:
                     "ON CONFLICT DO NOTHING",
                     [(approval_id, grant) for grant in grants],
                 )
+            if voters is not None:
+                self._counted_among(t, approval_id, voters)
         return approval_id
+
+    def _counted_among(self, tx: Transaction, approval_id: str, voters: Collection[str]) -> None:
+        """Keep ``voters`` as the approvers request ``approval_id`` is counted among."""
+        tx.execute(
+            "INSERT INTO approval_counted (approval_id, voters) VALUES (?, ?) "
+            "ON CONFLICT (approval_id) DO UPDATE SET voters = excluded.voters",
+            (approval_id, json.dumps(sorted(voters))),
+        )
 
     def asked(self, approval_id: str, audit_index: int, *, tx: Transaction | None = None) -> None:
         """Record the index of the request's ``approval_required`` audit entry (``open_for``)."""
@@ -317,6 +342,8 @@ class ApprovalStore:
             "THEN 'approved' ELSE 'pending' END WHERE id = ? AND state IN ('pending', 'approved')",
             (rule.quorum, approval_id, *among, rule.quorum, approval_id),
         )
+        if tx.rowcount:  # an open request: counted among ``rule``'s voters from now on
+            self._counted_among(tx, approval_id, rule.voters)
 
     def deny(
         self, approval_id: str, approver: str, *, now: float | None = None, tx: Transaction | None = None
@@ -438,7 +465,7 @@ class ApprovalStore:
         be approved, denied or used, and the audit log keeps what happened to it."""
         with self.store.transaction() as tx:
             old = "SELECT id FROM approvals WHERE expires_at < ?"
-            for child in ("approval_votes", "approval_asked", "approval_grants"):
+            for child in ("approval_votes", "approval_asked", "approval_grants", "approval_counted"):
                 tx.execute(f"DELETE FROM {child} WHERE approval_id IN ({old})", (before,))
             tx.execute("DELETE FROM approvals WHERE expires_at < ?", (before,))
             return tx.rowcount
@@ -461,8 +488,11 @@ class ApprovalStore:
         )
 
     def open_requests(self, now: float | None = None) -> list[tuple[Approval, tuple[str, ...]]]:
-        """Requests still waiting for votes (pending, not expired, no grant revoked), oldest first,
-        with their votes."""
+        """``open_records``, each with the votes that count (``votes``)."""
+        return [(record, self.votes(record.id)[0]) for record in self.open_records(now)]
+
+    def open_records(self, now: float | None = None) -> list[Approval]:
+        """Requests still waiting for votes (pending, not expired, no grant revoked), oldest first."""
         moment = time.time() if now is None else now
         rows = self.store.query(
             "SELECT id, call_hash, requester, state, approver, expires_at, quorum FROM approvals "
@@ -470,16 +500,20 @@ class ApprovalStore:
             "ORDER BY created, id",
             (moment,),
         )
-        found = []
-        for approval_id, call_hash, requester, state, approver, expires_at, quorum in rows:
-            record = Approval(
-                str(approval_id),
-                str(call_hash),
-                str(requester),
-                str(state),
-                approver,
-                float(expires_at),
-                int(quorum),
+        return [
+            Approval(
+                str(i), str(call_hash), str(requester), str(state), approver, float(expires), int(quorum)
             )
-            found.append((record, self.approvers(record.id)))
-        return found
+            for i, call_hash, requester, state, approver, expires, quorum in rows
+        ]
+
+    def votes(self, approval_id: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """The approvers who voted yes on the request, sorted, in two groups: those whose vote
+        counts (among the voters it was last counted against, or all when it has none on record)
+        and those whose vote no longer does (a key the policy in force no longer names)."""
+        given = self.approvers(approval_id)
+        rows = self.store.query("SELECT voters FROM approval_counted WHERE approval_id = ?", (approval_id,))
+        if not rows:
+            return given, ()
+        voters = set(json.loads(str(rows[0][0])))
+        return tuple(v for v in given if v in voters), tuple(v for v in given if v not in voters)
