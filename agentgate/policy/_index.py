@@ -168,26 +168,32 @@ class PolicyIndex:
             )
             for name, gate in doc.approvals.items()
         ]
-        self._wild_gates = tuple(g for g in gates if g.pattern.endswith("*"))
+        # Gates and rules by their pattern: the wildcard ones that name a resource are found by
+        # looking up its few ``wild_ancestors``, never by matching every wildcard of the policy
+        # against it (which made building the index cost tools x wildcard rules, and every
+        # decision on a ``gpu:`` resource cost the wildcard rules of the caller's roles).
+        wild_gates: dict[str, list[tuple[int, _Gate]]] = {}
         exact_gates: dict[str, list[_Gate]] = {}
-        for g in gates:
-            if not g.pattern.endswith("*"):
+        for position, g in enumerate(gates):
+            if g.pattern.endswith("*"):
+                wild_gates.setdefault(g.pattern, []).append((position, g))
+            else:
                 exact_gates.setdefault(g.pattern, []).append(g)
+        self._wild_gates = {pattern: tuple(found) for pattern, found in wild_gates.items()}
         self._exact_gates = {pattern: tuple(found) for pattern, found in exact_gates.items()}
-        # Rules by exact resource, and the wildcard rules, per role.
+        # Rules by exact resource, and the wildcard rules by pattern, per role.
         exact: dict[str, dict[str, list[RuleRef]]] = {}
-        self._wild_by_role: dict[str, tuple[RuleRef, ...]] = {}
+        wild_rules: dict[str, dict[str, list[RuleRef]]] = {}
         for role in doc.roles:
-            wild: list[RuleRef] = []
             for rule in policy.rules.get(role, ()):
                 pattern = rule.capability.resource
-                if pattern.endswith("*"):
-                    wild.append(rule)
-                else:
-                    exact.setdefault(pattern, {}).setdefault(role, []).append(rule)
-            self._wild_by_role[role] = tuple(wild)
+                into = wild_rules if pattern.endswith("*") else exact
+                into.setdefault(pattern, {}).setdefault(role, []).append(rule)
+        self._wild_rules: dict[str, dict[str, tuple[RuleRef, ...]]] = {
+            pattern: {role: tuple(rs) for role, rs in by_role.items()}
+            for pattern, by_role in wild_rules.items()
+        }
         self._slots: dict[str, _Slot] = {}
-        wild_roles = [role for role, wild in self._wild_by_role.items() if wild]
         declared: list[tuple[str, dict[str, frozenset[type]] | None, tuple[str, ...]]] = [
             (
                 f"tool:{name}",
@@ -205,19 +211,14 @@ class PolicyIndex:
             )
             types, required = signatures.setdefault(key, (types, required))
             named: dict[str, list[RuleRef]] = {role: list(rs) for role, rs in exact.get(resource, {}).items()}
-            for role in wild_roles:
-                matched = [
-                    r for r in self._wild_by_role[role] if pattern_matches(r.capability.resource, resource)
-                ]
-                if matched:
+            for ancestor in wild_ancestors(resource):
+                for role, matched in self._wild_rules.get(ancestor, {}).items():
                     named.setdefault(role, []).extend(matched)
             rules = {
                 role: tuple(_compile(r) for r in sorted(rs, key=lambda r: r.index))
                 for role, rs in named.items()
             }
-            slot_gates = tuple(exact_gates.get(resource, ())) + tuple(
-                g for g in self._wild_gates if pattern_matches(g.pattern, resource)
-            )
+            slot_gates = self._gates_of(resource)
             model = doc.models.get(resource.removeprefix("model:")) if types is None else None
             classes = frozenset(model.priority_classes) if model and model.priority_classes else None
             self._slots[resource] = _Slot(types, required, rules, slot_gates, classes)
@@ -225,32 +226,47 @@ class PolicyIndex:
             resource: by_role for resource, by_role in exact.items() if resource not in self._slots
         }
         self._principals: dict[str, _Principal] = {}
-        for name, spec in doc.principals.items():
-            roles = policy.principal_roles(name)
-            quotas = tuple(
-                _Quota(
-                    QuotaRef(
-                        qname,
-                        f"tenant:{q.tenant}"
-                        if q.tenant
-                        else f"principal:{q.principal}"
-                        if q.principal
-                        else f"role:{q.role}",
-                        q.window_s,
-                        q.limit,
-                        q.unit,
-                        policy.line_of("quotas", qname),
-                    ),
-                    tuple(q.resources),
-                )
-                for qname, q in doc.quotas.items()
-                if (q.tenant is not None and q.tenant == spec.tenant)
-                or q.principal == name
-                or (q.role is not None and q.role in roles)
+        # Each quota once, and by its subject: a principal's quotas are those of its tenant, its
+        # name and its roles, found by lookup (not by reading every quota for every principal).
+        quotas_in_order = [
+            _Quota(
+                QuotaRef(
+                    qname,
+                    f"tenant:{q.tenant}"
+                    if q.tenant
+                    else f"principal:{q.principal}"
+                    if q.principal
+                    else f"role:{q.role}",
+                    q.window_s,
+                    q.limit,
+                    q.unit,
+                    policy.line_of("quotas", qname),
+                ),
+                tuple(q.resources),
             )
-            via: dict[str, str] = {}
+            for qname, q in doc.quotas.items()
+        ]
+        by_subject: dict[tuple[str, str], list[int]] = {}
+        for position, q in enumerate(doc.quotas.values()):
+            for subject, value in (("tenant", q.tenant), ("principal", q.principal), ("role", q.role)):
+                if value is not None:
+                    by_subject.setdefault((subject, value), []).append(position)
+        closures: dict[str, tuple[str, ...]] = {}  # held role -> its closure, computed once
+        for name, spec in doc.principals.items():
+            held_closures = []
             for held in spec.roles:
-                for role in policy.role_closure(held):
+                if held not in closures:
+                    closures[held] = policy.role_closure(held)
+                held_closures.append(closures[held])
+            roles = tuple(dict.fromkeys(role for closure in held_closures for role in closure))
+            subjects = [("principal", name), *(("role", role) for role in roles)]
+            if spec.tenant is not None:
+                subjects.append(("tenant", spec.tenant))
+            positions = sorted({i for subject in subjects for i in by_subject.get(subject, ())})
+            quotas = tuple(quotas_in_order[i] for i in positions)
+            via: dict[str, str] = {}
+            for held, closure in zip(spec.roles, held_closures, strict=True):
+                for role in closure:
                     via.setdefault(role, held)
             entry = _Principal(name, roles, quotas, via, {})
             self._principals[name] = entry
@@ -320,18 +336,27 @@ class PolicyIndex:
             )
         misses: list[str] = []
         by_role = self._exact_other.get(resource, {})
+        wild = [self._wild_rules[p] for p in wild_ancestors(resource) if p in self._wild_rules]
         for role in entry.roles:
             rules = [*by_role.get(role, ())]
-            rules += [r for r in self._wild_by_role[role] if pattern_matches(r.capability.resource, resource)]
+            for by_pattern in wild:
+                rules += by_pattern.get(role, ())
             for rule in sorted(rules, key=lambda r: r.index):
                 if _satisfies(rule.capability, call):
                     # The gates on this very resource (``gpu:h100``) and the wildcard ones that match it.
-                    gates = self._exact_gates.get(resource, ()) + tuple(
-                        g for g in self._wild_gates if pattern_matches(g.pattern, resource)
-                    )
+                    gates = self._gates_of(resource)
                     return self._allowed(entry, call, rule, gates, rule.allowed_by, role)
                 misses.append(_miss(rule, call))
         return self._denied(entry, resource, misses)
+
+    def _gates_of(self, resource: str) -> tuple[_Gate, ...]:
+        """The gates on ``resource`` itself, then the wildcard ones that name it, in the order
+        the policy declares them."""
+        wild = sorted(
+            (found for p in wild_ancestors(resource) for found in self._wild_gates.get(p, ())),
+            key=lambda found: found[0],
+        )
+        return self._exact_gates.get(resource, ()) + tuple(g for _position, g in wild)
 
     def _denied(self, entry: _Principal, resource: str, misses: list[str]) -> PolicyDecision:
         if not misses:
@@ -387,6 +412,21 @@ class PolicyIndex:
         return PolicyDecision(
             Outcome.ALLOW, entry.name, resource, rule.role, rule, budget, quotas, None, (allowed_by,), held
         )
+
+
+def wild_ancestors(resource: str) -> list[str]:
+    """The wildcard patterns that name the resource ``resource`` (as ``pattern_matches``), or,
+    for a pattern ``resource``, that hold it (as ``pattern_within``, itself included): ``kind:*``
+    and ``stem.*`` for each stem of it that ends at a ``:`` or ``.``, broadest first.
+
+    Every wildcard a policy can hold is of one of these two forms (``Capability``), so the
+    wildcard rules, gates or quotas that name a resource are found by looking these few patterns
+    up in a dict keyed by pattern, instead of by matching each wildcard of the policy in turn.
+    """
+    wild = resource.endswith((":*", ".*"))
+    stem = resource[:-1] if wild else resource
+    end = len(stem) if wild else len(stem) - 1
+    return [stem[: i + 1] + "*" for i, c in enumerate(stem) if (c == ":" or c == ".") and i < end]
 
 
 def _combined_requirement(

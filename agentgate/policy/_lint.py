@@ -8,6 +8,7 @@ explains every code.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import sys
@@ -21,11 +22,10 @@ from agentgate.capabilities import (
     attenuates,
     intersects,
     pattern_matches,
-    pattern_within,
     witness,
 )
 from agentgate.findings import Finding, FindingKind, Severity
-from agentgate.policy._index import _comparable
+from agentgate.policy._index import _comparable, wild_ancestors
 from agentgate.policy._load import Policy, RuleRef, describe
 from agentgate.policy._schema import Argument
 
@@ -77,6 +77,60 @@ def _action_within(child: str, parent: str) -> bool:
     return parent == "*" or child == parent
 
 
+class _Holding:
+    """``rules`` by pattern, to find the ones whose resource pattern holds a given one
+    (``pattern_within``) by a few lookups (``wild_ancestors``) instead of comparing every rule
+    with every other: a role of thousands of rules took minutes to lint, pair by pair."""
+
+    def __init__(self, rules: tuple[RuleRef, ...]) -> None:
+        self.exact: dict[str, list[tuple[int, RuleRef]]] = {}
+        self.wild: dict[str, list[tuple[int, RuleRef]]] = {}
+        self.every_wild: list[RuleRef] = []
+        for position, rule in enumerate(rules):
+            pattern = rule.capability.resource
+            if pattern.endswith("*"):
+                self.wild.setdefault(pattern, []).append((position, rule))
+                self.every_wild.append(rule)
+            else:
+                self.exact.setdefault(pattern, []).append((position, rule))
+
+    def holding(self, pattern: str) -> list[RuleRef]:
+        """The rules whose resource pattern holds ``pattern`` (it, or a wildcard over it), in order."""
+        found = [
+            *self.exact.get(pattern, ()),
+            *(f for p in wild_ancestors(pattern) for f in self.wild.get(p, ())),
+        ]
+        return [rule for _position, rule in sorted(found, key=lambda f: f[0])]
+
+    def wider_wild(self, pattern: str) -> list[RuleRef]:
+        """The wildcard rules whose pattern holds ``pattern``, in order."""
+        found = [f for p in wild_ancestors(pattern) for f in self.wild.get(p, ())]
+        return [rule for _position, rule in sorted(found, key=lambda f: f[0])]
+
+
+def _tools_by_pattern(policy: Policy) -> dict[str, list[str]]:
+    """Every wildcard pattern that names a declared tool -> the tools it names, in declaration order."""
+    out: dict[str, list[str]] = {}
+    for name in policy.document.tools:
+        for pattern in wild_ancestors(f"tool:{name}"):
+            out.setdefault(pattern, []).append(name)
+    return out
+
+
+def _by_pattern(resources: list[str]) -> dict[str, list[str]]:
+    """Every wildcard pattern that names one of ``resources`` -> those it names, in order."""
+    out: dict[str, list[str]] = {}
+    for resource in resources:
+        for pattern in wild_ancestors(resource):
+            out.setdefault(pattern, []).append(resource)
+    return out
+
+
+def _named_patterns(resources: list[str]) -> set[str]:
+    """Every wildcard pattern that names one of ``resources``."""
+    return {pattern for r in resources for pattern in wild_ancestors(r)}
+
+
 # --- scope_creep -------------------------------------------------------------------------------------
 
 
@@ -87,13 +141,11 @@ class DelegatesUnheldCapability(LintRule):
 
     def check(self, policy: Policy) -> Iterator[Finding]:
         for role, delegable in policy.delegable.items():
-            held = policy.effective_rules(role)
+            held = _Holding(policy.effective_rules(role))
             for d in delegable:
                 cap = d.capability
                 if not any(
-                    pattern_within(cap.resource, h.capability.resource)
-                    and _action_within(cap.action, h.capability.action)
-                    for h in held
+                    _action_within(cap.action, h.capability.action) for h in held.holding(cap.resource)
                 ):
                     yield self.finding(
                         policy, f"role {role} may delegate {describe(cap)}, which it does not hold", d.line
@@ -107,14 +159,11 @@ class DelegationWiderThanRole(LintRule):
 
     def check(self, policy: Policy) -> Iterator[Finding]:
         for role, delegable in policy.delegable.items():
-            held = policy.effective_rules(role)
+            held = _Holding(policy.effective_rules(role))
             for d in delegable:
                 cap = d.capability
                 named = [
-                    h
-                    for h in held
-                    if pattern_within(cap.resource, h.capability.resource)
-                    and _action_within(cap.action, h.capability.action)
+                    h for h in held.holding(cap.resource) if _action_within(cap.action, h.capability.action)
                 ]
                 if named and not any(attenuates(h.capability, cap) for h in named):
                     parent = named[0].capability
@@ -180,58 +229,79 @@ class ApprovalGateBypass(LintRule):
         declared = _declared(policy)
         tools = policy.document.tools
         approvals = policy.document.approvals
+        # What each pattern names, and the wildcard rules by pattern, by lookup: matching every
+        # gate, rule and sibling against every declared tool made this check cost gates x rules
+        # x tools (minutes for a policy of a few thousand of each).
+        by_pattern = _by_pattern(declared)
+        known = set(declared)
         guarded = {
-            g: {r for r in declared if pattern_matches(spec.resource, r)} for g, spec in approvals.items()
+            g: set(by_pattern.get(spec.resource, ()))
+            if spec.resource.endswith("*")
+            else {spec.resource} & known
+            for g, spec in approvals.items()
         }
+        gates_on: dict[str, list[str]] = {}  # tool -> the gates that guard it
+        for g, named in guarded.items():
+            for r in named:
+                gates_on.setdefault(r, []).append(g)
+        wild_rules: dict[str, list[tuple[int, int, RuleRef]]] = {}
+        for position, role in enumerate(policy.document.roles):
+            for rule in policy.rules.get(role, ()):
+                if rule.capability.resource.endswith("*"):
+                    wild_rules.setdefault(rule.capability.resource, []).append((position, rule.index, rule))
         for gname, gate in approvals.items():
             gated = guarded[gname]
             if not gated:
                 continue
+            # The wildcard rules that reach a tool the gate guards, in the order the policy lists them.
+            reaching = sorted(
+                (
+                    found
+                    for pattern in _named_patterns(sorted(gated))
+                    for found in wild_rules.get(pattern, ())
+                ),
+                key=lambda found: found[:2],
+            )
+            if not reaching:
+                continue
             # A sibling takes "the same arguments" when it declares those the gate looks at, or,
             # for a gate on every call, those of a tool the gate guards.
             looked_at = (
-                [set(gate.when)]
+                {frozenset(gate.when)}
                 if gate.when
-                else [set(tools[r.removeprefix("tool:")].args) for r in gated if r.startswith("tool:")]
+                else {frozenset(tools[r.removeprefix("tool:")].args) for r in gated if r.startswith("tool:")}
             )
-            # A tool that another gate stops on every call this one stops is no path around it.
-            covered: set[str] = set()
-            for other in approvals:
-                if other != gname and _applies_whenever(policy, other, gname):
-                    covered |= guarded[other]
-            unguarded = [
-                r
-                for r in declared
-                if r not in gated
-                and r not in covered
-                and r.startswith("tool:")
-                and any(args <= tools[r.removeprefix("tool:")].args.keys() for args in looked_at)
-            ]
-            if not unguarded:
-                continue
+            sibling: dict[str, bool] = {}  # tool -> whether it takes the same arguments and no gate stops it
             conditions = policy.gate_conditions.get(gname, ())
-            for role in policy.document.roles:
-                for rule in policy.rules.get(role, ()):
-                    pattern = rule.capability.resource
-                    if not pattern.endswith("*") or not any(pattern_matches(pattern, r) for r in gated):
-                        continue
-                    # A sibling is a path around the gate only for the calls the rule admits on
-                    # it that the gate would stop: `amount <= 500` does not get around `amount > 500`.
-                    around = [
-                        r
-                        for r in unguarded
-                        if pattern_matches(pattern, r)
-                        and _admits_gated_call(
-                            rule.capability, conditions, tools[r.removeprefix("tool:")].args
+            for _position, _index, rule in reaching:
+                # A sibling is a path around the gate only for the calls the rule admits on
+                # it that the gate would stop: `amount <= 500` does not get around `amount > 500`.
+                around = []
+                for r in by_pattern.get(rule.capability.resource, ()):
+                    open_path = sibling.get(r)
+                    if open_path is None:
+                        # A tool that another gate stops on every call this one stops is no path
+                        # around it (asked of the gates on that tool only, not of every gate).
+                        open_path = sibling[r] = (
+                            r not in gated
+                            and r.startswith("tool:")
+                            and any(args <= tools[r.removeprefix("tool:")].args.keys() for args in looked_at)
+                            and not any(
+                                other != gname and _applies_whenever(policy, other, gname)
+                                for other in gates_on.get(r, ())
+                            )
                         )
-                    ]
-                    if around:
-                        yield self.finding(
-                            policy,
-                            f"{rule} reaches {', '.join(sorted(around))}, which take the same arguments as "
-                            f"{gate.resource} but pass no approval gate {gname}",
-                            rule.line,
-                        )
+                    if open_path and _admits_gated_call(
+                        rule.capability, conditions, tools[r.removeprefix("tool:")].args
+                    ):
+                        around.append(r)
+                if around:
+                    yield self.finding(
+                        policy,
+                        f"{rule} reaches {', '.join(sorted(around))}, which take the same arguments as "
+                        f"{gate.resource} but pass no approval gate {gname}",
+                        rule.line,
+                    )
 
 
 def _applies_whenever(policy: Policy, gate: str, than: str) -> bool:
@@ -245,6 +315,7 @@ def _applies_whenever(policy: Policy, gate: str, than: str) -> bool:
     )
 
 
+@functools.lru_cache(maxsize=4096)
 def _within(inner: Constraint, outer: Constraint) -> bool:
     """Whether every value ``inner`` admits, ``outer`` admits too."""
     return attenuates(
@@ -545,7 +616,7 @@ class ToolWithoutRule(LintRule):
         wild = {p for p in exact if p.endswith("*")}
         for name in policy.document.tools:
             resource = f"tool:{name}"
-            if resource not in exact and not any(pattern_matches(p, resource) for p in wild):
+            if resource not in exact and not any(p in wild for p in wild_ancestors(resource)):
                 yield self.finding(
                     policy, f"no role can call {resource}", policy.line_of("tools", name, key=True)
                 )
@@ -559,13 +630,14 @@ class RuleForUndeclaredResource(LintRule):
     def check(self, policy: Policy) -> Iterator[Finding]:
         declared = _declared(policy)
         known = set(declared)
+        named = _named_patterns(declared)
         for rules in (*policy.rules.values(), *policy.delegable.values()):
             for rule in rules:
                 pattern = rule.capability.resource
                 if pattern.startswith("gpu:"):
                     continue
                 if pattern.endswith("*"):
-                    if not any(pattern_matches(pattern, r) for r in declared):
+                    if pattern not in named:
                         yield self.finding(
                             policy,
                             f"{rule} names no declared tool or model",
@@ -588,7 +660,7 @@ class RuleForUndeclaredResource(LintRule):
                     continue
                 line = policy.line_of("quotas", name, "resources", i)
                 if pattern.endswith("*"):
-                    if not any(pattern_matches(pattern, r) for r in declared):
+                    if pattern not in named:
                         yield self.finding(
                             policy,
                             f"quota {name} counts {pattern}, which names no declared tool or model",
@@ -611,10 +683,11 @@ class ConstraintOnUndeclaredArgument(LintRule):
 
     def check(self, policy: Policy) -> Iterator[Finding]:
         tools = policy.document.tools
+        by_pattern = _tools_by_pattern(policy)
         for rules in (*policy.rules.values(), *policy.delegable.values()):
             for rule in rules:
                 cap = rule.capability
-                for name in _tools_named(cap, tools):
+                for name in _tools_named(cap.resource, tools, by_pattern):
                     missing = [a for a, _ in cap.constraints if a not in tools[name].args]
                     if missing:
                         yield self.finding(
@@ -624,13 +697,14 @@ class ConstraintOnUndeclaredArgument(LintRule):
                         )
 
 
-def _tools_named(cap: Capability, tools: Mapping[str, object]) -> list[str]:
-    if not cap.resource.startswith("tool:"):
+def _tools_named(pattern: str, tools: Mapping[str, object], by_pattern: Mapping[str, list[str]]) -> list[str]:
+    """The declared tools ``pattern`` names, in declaration order (``by_pattern``: ``_tools_by_pattern``)."""
+    if not pattern.startswith("tool:"):
         return []
-    if not cap.resource.endswith("*"):
-        name = cap.resource.removeprefix("tool:")
+    if not pattern.endswith("*"):
+        name = pattern.removeprefix("tool:")
         return [name] if name in tools else []
-    return [n for n in tools if pattern_matches(cap.resource, f"tool:{n}")]
+    return by_pattern.get(pattern, [])
 
 
 class ContradictoryConstraint(LintRule):
@@ -665,9 +739,10 @@ class ConstraintTypeMismatch(LintRule):
 
     def check(self, policy: Policy) -> Iterator[Finding]:
         tools = policy.document.tools
+        by_pattern = _tools_by_pattern(policy)
         for rules in (*policy.rules.values(), *policy.delegable.values()):
             for rule in rules:
-                for name in _tools_named(rule.capability, tools):
+                for name in _tools_named(rule.capability.resource, tools, by_pattern):
                     for arg, c in rule.capability.constraints:
                         decl = tools[name].args.get(arg)
                         if decl is not None and not c.is_empty and not _type_can_satisfy(decl.type, c):
@@ -680,7 +755,7 @@ class ConstraintTypeMismatch(LintRule):
         # A gate's condition that no value of the type satisfies does not say when the gate
         # applies: a call it cannot compare needs approval (fail closed), any other never does.
         for gname, gate in policy.document.approvals.items():
-            for name in (n for n in tools if pattern_matches(gate.resource, f"tool:{n}")):
+            for name in _tools_named(gate.resource, tools, by_pattern):
                 for arg, c in policy.gate_conditions.get(gname, ()):
                     decl = tools[name].args.get(arg)
                     if decl is not None and not c.is_empty and not _type_can_satisfy(decl.type, c):
@@ -761,17 +836,18 @@ class ShadowedRule(LintRule):
                 continue  # only a role's own rules can be shadowed: none to check here
             rules = policy.effective_rules(role)
             own = [r for r in rules if r.role == role]
-            by_resource: dict[str, list[RuleRef]] = {}
-            wild: list[RuleRef] = []
-            for r in rules:
-                (
-                    wild
-                    if r.capability.resource.endswith("*")
-                    else by_resource.setdefault(r.capability.resource, [])
-                ).append(r)
+            held = _Holding(rules)
             for rule in own:
                 cap = rule.capability
-                candidates = [*by_resource.get(cap.resource, ()), *wild]
+                # Only a rule whose pattern holds this one's can allow everything it allows; a
+                # rule that no call satisfies (an empty constraint) is within every rule.
+                wider = (
+                    held.every_wild
+                    if any(c.is_empty for _a, c in cap.constraints)
+                    else held.wider_wild(cap.resource)
+                )
+                same = [r for _position, r in held.exact.get(cap.resource, ())]
+                candidates = [*same, *wider]
                 for other in candidates:
                     if other is rule:
                         continue
@@ -826,6 +902,7 @@ class GateOnUndeclaredArgument(LintRule):
     def check(self, policy: Policy) -> Iterator[Finding]:
         document = policy.document
         tools = document.tools
+        by_pattern = _tools_by_pattern(policy)
         for gname, gate in document.approvals.items():
             kind = gate.resource.partition(":")[0]
             if kind in ("model", "gpu"):
@@ -840,7 +917,7 @@ class GateOnUndeclaredArgument(LintRule):
                         policy.line_of("approvals", gname, "resource"),
                     )
                 continue
-            names = [n for n in tools if pattern_matches(gate.resource, f"tool:{n}")]
+            names = _tools_named(gate.resource, tools, by_pattern)
             if not names:
                 yield self.finding(
                     policy,
