@@ -1517,9 +1517,12 @@ class Gate:
         return allowed
 
     def _seal(self, auth: Authorization) -> tuple[object, ...]:
-        """What ``_check_allowed`` compares: this Gate and the fields its run and outcome use."""
+        """What ``_check_allowed`` compares: this Gate and the fields its run and outcome use. The
+        Gate is held weakly (a ``weakref.ref`` equals another while its Gate lives): an allow the
+        caller keeps does not keep a closed Gate alive with its chain cache, policy index,
+        schedulers and the keys of its delegations."""
         return (
-            self,
+            weakref.ref(self),
             auth.verdict,
             auth.call,
             auth.identity,
