@@ -30,6 +30,7 @@ import contextlib
 import json
 import logging
 import math
+import socket
 import threading
 import time
 import uuid
@@ -819,8 +820,38 @@ class _Entry:
             await self.other(scope, receive, send)
 
 
+class _Server(uvicorn.Server):
+    """uvicorn's server, whose forced exit still cuts and settles the calls in flight.
+
+    A second Ctrl-C during the shutdown grace (or Ctrl-C after SIGTERM) is uvicorn's forced
+    exit: it stopped waiting for the calls in flight without cancelling them and skipped the
+    app's lifespan shutdown. The calls were then cancelled by the event loop's own end, and
+    the lifespan task with them, which uvicorn logged as a traceback on stderr ("Exception in
+    'lifespan' protocol"), and the dispatcher and its connections were never closed. Here the
+    forced exit ends the grace at once instead: the calls are cancelled as when the grace runs
+    out (each settled and answered as docs/gateway.md says, a stream's last event sent within
+    ``LAST_EVENT_S``), then the app's lifespan shutdown runs.
+    """
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().shutdown(sockets)
+        if not self.force_exit:
+            return
+        tasks = list(self.server_state.tasks)
+        for task in tasks:
+            task.cancel(msg="Task cancelled, forced exit")
+        if tasks:
+            await asyncio.wait(tasks, timeout=LAST_EVENT_S + 1.0)
+        await self.lifespan.shutdown()
+
+
 class GatewayServer:
-    """Serves a ``Gateway`` with uvicorn, in the foreground (``run``) or a background thread (``start``)."""
+    """Serves a ``Gateway`` with uvicorn, in the foreground (``run``) or a background thread (``start``).
+
+    Stopped by SIGINT or SIGTERM (``run`` in the main thread) or ``stop()``, it lets the calls in
+    flight finish for ``shutdown_grace_s``; a second SIGINT meanwhile ends the grace at once.
+    Either way the calls still in flight are then cut and settled (docs/gateway.md).
+    """
 
     def __init__(
         self,
@@ -857,7 +888,7 @@ class GatewayServer:
             http=BoundedHttpToolsProtocol.with_stall(stream_stall_s),
             timeout_graceful_shutdown=shutdown_grace_s,
         )
-        self.server = uvicorn.Server(config)
+        self.server: uvicorn.Server = _Server(config)
         self.port = port
         self._thread: threading.Thread | None = None
 
