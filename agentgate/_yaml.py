@@ -67,6 +67,11 @@ _TAGGED = re.compile(r"(?:&\S+\s+)?!")
 """A node's text that starts with a tag (after an anchor, if any): ``!!str 5``, ``&a !!str 5``."""
 _BREAK = re.compile("\r\n|[\r\n\x85\u2028\u2029]")
 """A line break as YAML counts them."""
+_MAX_DIGITS = 4300
+"""Most decimal digits Python converts between text and integers by default."""
+_MAX_INT = 10**_MAX_DIGITS
+"""Integers are below this in magnitude (at most ``_MAX_DIGITS`` decimal digits): whatever base
+they are written in, every message that quotes one can print it."""
 
 
 class Mark(NamedTuple):
@@ -288,7 +293,10 @@ class _Builder:
                 # Read unquoted numbers as YAML 1.2 reads them, where PyYAML's 1.1 rule says text.
                 value = node.value
                 if _OCTAL_1_2.fullmatch(value):
-                    return int(value.replace("0o", "", 1), 8)
+                    number = int(value.replace("0o", "", 1), 8)
+                    if not -_MAX_INT < number < _MAX_INT:
+                        raise self._too_long(node)
+                    return number
                 if _LEADING_ZERO.fullmatch(value):
                     raise self._ambiguous(node)
                 if _FLOAT_1_2.fullmatch(value):
@@ -306,14 +314,29 @@ class _Builder:
                 return node.value  # ``10:30`` is 630 in YAML 1.1, text in YAML 1.2 and here
             raise self._ambiguous(node)
         try:
-            return self.scalars.construct_object(node, deep=True)
+            value = self.scalars.construct_object(node, deep=True)
         except yaml.YAMLError as exc:
             problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
             raise self.error(node, f"bad value: {problem}", "a plain value", "quote the value") from None
-        except ValueError:  # Python refuses to convert integers of more than 4,300 digits
-            raise self.error(
-                node, f"number of {len(node.value)} characters", "a number of sensible size", "quote text"
-            ) from None
+        except ValueError:
+            if len(node.value) <= _MAX_DIGITS:  # no digits at all (``0x_``, ``!!float abc``)
+                raise self.error(
+                    node,
+                    f"not a number: {node.value[:40]!r}",
+                    "a number (0x, 0o and 0b followed by at least one digit)",
+                    "write the digits, or quote text",
+                ) from None
+            raise self._too_long(node) from None  # Python converts at most 4,300 decimal digits
+        # ``0x`` with 3,600 hex digits converts (only decimal text is bounded), but is a number
+        # nothing can print: every message that quotes it would raise a bare ValueError.
+        if type(value) is int and not -_MAX_INT < value < _MAX_INT:
+            raise self._too_long(node)
+        return value
+
+    def _too_long(self, node: yaml.Node) -> SourceError:
+        return self.error(
+            node, f"number of {len(node.value)} characters", "a number of sensible size", "quote text"
+        )
 
     def _ambiguous(self, node: yaml.Node) -> SourceError:
         return self.error(

@@ -301,11 +301,6 @@ def test_reference_index_reads_only_the_entrys_own_ref_on_both_stores(store: Sto
     assert log.verify().ok
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="fix in agentgate/cli/audit.py: _shown leaves a backslash as it is, so the text "
-    "'\\x1b' reads exactly like an escaped ESC; escape '\\\\' too (as cli/_common.printable does)",
-)
 def test_audit_show_tells_an_escape_from_the_text_of_one(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

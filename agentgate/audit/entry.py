@@ -440,8 +440,8 @@ class AuditEntry(BaseModel):
         """Parse canonical entry bytes; raises ``TamperDetected`` if they are not exactly canonical."""
         try:
             raw = json.loads(data.decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise TamperDetected(f"entry bytes are not UTF-8 JSON: {exc}") from exc
+        except ValueError as exc:  # not UTF-8, not JSON, or an integer longer than Python converts
+            raise TamperDetected(f"entry bytes are not UTF-8 JSON: {one_line(str(exc))}") from exc
         except RecursionError:  # nested deeper than any version of the log wrote
             raise TamperDetected("entry bytes are nested too deep to be an entry") from None
         if not isinstance(raw, dict):

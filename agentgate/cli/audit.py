@@ -36,7 +36,7 @@ from agentgate.audit.entry import ENTRY_KINDS, AuditEntry
 from agentgate.audit.note import Checkpoint, verifier_key
 from agentgate.audit.proof import verify_bundle
 from agentgate.audit.report import render_report
-from agentgate.cli._common import given, open_audit_log
+from agentgate.cli._common import given, open_audit_log, printable
 from agentgate.errors import InputError, StoreError, TamperDetected
 from agentgate.keys import load_public_key, read_regular_file, replace_file
 from agentgate.store import Store
@@ -209,16 +209,6 @@ def _matches(entry: AuditEntry, args: argparse.Namespace) -> bool:
     return True
 
 
-def _shown(text: object) -> str:
-    """``text`` for a terminal: characters that are not printable (control characters, a newline,
-    bidirectional overrides) escaped, so a value an agent chose cannot draw fake lines or hide
-    text in what an auditor reads (``--json`` prints the bytes as logged)."""
-    value = str(text)
-    if value.isprintable():
-        return value
-    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in value)
-
-
 def _show(args: argparse.Namespace) -> int:
     store, log = _open(args)
     with store:
@@ -228,10 +218,10 @@ def _show(args: argparse.Namespace) -> int:
             if args.json:  # the entry's own bytes (from_bytes checked they are the stored ones)
                 print(entry.to_bytes().decode("utf-8"))
             else:
-                reasons = _shown("; ".join(entry.reasons))
+                reasons = printable("; ".join(entry.reasons))
                 print(
-                    f"{entry.index:>6}  {entry.time}  {entry.kind:<17} {_shown(entry.principal[:32]):<32} "
-                    f"{_shown(entry.resource or '-'):<28} {entry.budget_delta:>8}  {reasons}"
+                    f"{entry.index:>6}  {entry.time}  {entry.kind:<17} {printable(entry.principal[:32]):<32} "
+                    f"{printable(entry.resource or '-'):<28} {entry.budget_delta:>8}  {reasons}"
                 )
     return 0
 
@@ -243,25 +233,29 @@ def _explain(args: argparse.Namespace) -> int:
         entry, related = explained.entry, explained.related
         chain = _grant_chain(store, entry.chain_hash) if entry.chain_hash else None
     print(f"entry {entry.index}: {entry.kind} at {entry.time}")
-    print(f"├── principal: {_shown(entry.principal)}")
-    print(f"├── resource: {_shown(entry.resource or '-')}   arguments: {_shown(entry.args_digest or '-')}")
+    print(f"├── principal: {printable(entry.principal)}")
+    print(
+        f"├── resource: {printable(entry.resource or '-')}   arguments: {printable(entry.args_digest or '-')}"
+    )
     if entry.args:
         print(f"│   └── logged in clear: {json.dumps(entry.args, sort_keys=True)}")
-    print(f"├── authority: grant chain tip {_shown(entry.chain_hash or '(none recorded)')}")
+    print(f"├── authority: grant chain tip {printable(entry.chain_hash or '(none recorded)')}")
     if chain is None:
         print("│   └── (the grant store has no record of this chain: only what the entry holds is shown)")
     for depth, (grant_id, issuer, audience, expires, revoked) in enumerate(chain or []):
         pad = "│   " + "    " * depth
         state = "REVOKED" if revoked else f"expires {expires}"
-        print(f"{pad}└── grant {_shown(grant_id[:24])}: {_shown(issuer)} -> {_shown(audience)} ({state})")
-    print(f"├── policy: {_shown(entry.policy_hash or '-')}   rule: {_shown(entry.rule or '-')}")
-    print(f"├── approver: {_shown(entry.approver or '(no approval)')}")
+        print(
+            f"{pad}└── grant {printable(grant_id[:24])}: {printable(issuer)} -> {printable(audience)} ({state})"
+        )
+    print(f"├── policy: {printable(entry.policy_hash or '-')}   rule: {printable(entry.rule or '-')}")
+    print(f"├── approver: {printable(entry.approver or '(no approval)')}")
     print(f"├── budget delta: {entry.budget_delta}")
     for reason in entry.reasons:
-        print(f"├── reason: {_shown(reason)}")
+        print(f"├── reason: {printable(reason)}")
     for other in related:
         print(
-            f"├── related entry {other.index}: {other.kind} {_shown(other.status or '')} "
+            f"├── related entry {other.index}: {other.kind} {printable(other.status or '')} "
             f"budget {other.budget_delta}"
         )
     grant = (entry.resource or "").startswith("agent:")  # a grant entry has no outcome
@@ -272,7 +266,7 @@ def _explain(args: argparse.Namespace) -> int:
             "├── outcome: no outcome found (the call may still be running; audit verify checks "
             "the reference index that found none)"
         )
-    print(f"├── outcome status: {_shown(entry.status or '-')}")
+    print(f"├── outcome status: {printable(entry.status or '-')}")
     print(f"└── evidence: {_evidence(explained)}")
     return 0
 
@@ -367,10 +361,10 @@ def _verify_proof(args: argparse.Namespace) -> int:
     try:
         entry, checkpoint = verify_bundle(text, key, args.origin)
     except TamperDetected as exc:
-        print(f"INVALID: {_shown(exc)}")  # quotes the bundle's own text (its origin line)
+        print(f"INVALID: {printable(str(exc))}")  # quotes the bundle's own text (its origin line)
         return 1
     print(
-        f"valid: entry {entry.index} ({entry.kind}, {_shown(entry.principal)}) is in {_shown(checkpoint.origin)}"
+        f"valid: entry {entry.index} ({entry.kind}, {printable(entry.principal)}) is in {printable(checkpoint.origin)}"
     )
     print(f"       at tree size {checkpoint.size}, signed by {key.did}")
     return 0

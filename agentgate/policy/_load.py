@@ -297,6 +297,8 @@ def _schema_error(exc: ValidationError, source: str, locations: Locations) -> Po
     elif kind == "missing":
         message = f"{'.'.join(str(p) for p in loc)} is required"
         hint = "add it"
+    elif kind == "value_error":  # a validator's own words: said once, without pydantic's prefix
+        message = f"{dotted}: {first['msg'].removeprefix('Value error, ')}"
     else:
         message = f"{dotted}: {first['msg']}"
         text = first.get("input")
@@ -311,7 +313,8 @@ def _schema_error(exc: ValidationError, source: str, locations: Locations) -> Po
         line=mark.line if mark else None,
         column=mark.column if mark else None,
         expected=union_expected
-        or _EXPECTED.get(kind, first["msg"].removeprefix("Input should be ").strip() or None),
+        or _EXPECTED.get(kind)
+        or (None if kind == "value_error" else first["msg"].removeprefix("Input should be ").strip() or None),
         hint=hint,
     )
 

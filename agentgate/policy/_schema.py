@@ -257,6 +257,16 @@ class ConstraintSpec(_Model):
     prefix: str | None = None
     """A string starting with this."""
 
+    @field_validator("eq", "in_", "lt", "le", "gt", "ge", "prefix", mode="before")
+    @classmethod
+    def _not_null(cls, value: Any) -> Any:
+        # Operators are a conjunction: one written as null (``ge:`` with its value left out, a
+        # template variable that was never set) would be dropped, and the rule would allow more
+        # than its text says (``{ge: , le: 500}`` read as ``le: 500``). Refuse it, with its line.
+        if value is None:
+            raise ValueError("an operator needs a value; null (or nothing after ':') is none")
+        return value
+
     def as_mapping(self) -> dict[str, Any]:
         """The mapping form ``Constraint.of`` takes."""
         return {k: v for k, v in self.model_dump(by_alias=True, exclude_none=True).items()}
