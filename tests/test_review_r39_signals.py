@@ -29,8 +29,8 @@ What did not hold:
   while ``Gate.run`` waits for a concurrency slot leaves the call in the scheduler: it is granted
   the slot later and holds it, and its lease, for the life of the process; every later call of
   the tool waits for ever (and other processes too, the lease being renewed).
-- (xfail, ``agentgate/gate/_gate.py``) A Ctrl-C that lands while ``Gate.flush`` (or ``close``)
-  writes pending outcomes loses them: the batch was taken from the pending list and is not put
+- (fixed by the lead, ``agentgate/gate/_gate.py``) A Ctrl-C that lands while ``Gate.flush`` (or
+  ``close``) writes pending outcomes lost them: the batch was taken from the pending list and is not put
   back on a ``KeyboardInterrupt``, so not even the exit-time flush records it: the allow has no
   outcome and its reservation stays held for ever.
 """
@@ -364,13 +364,6 @@ with gate._store_lock:
 """
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="fix in agentgate/gate/_gate.py, Gate._write_outcomes: the batch taken from the "
-    "pending outcomes is put back only on AgentGateError; on a KeyboardInterrupt (Ctrl-C in the "
-    "transaction) it is dropped, so the exit-time flush finds nothing: restore it on any "
-    "BaseException before re-raising",
-)
 def test_ctrl_c_while_outcomes_are_written_loses_none(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

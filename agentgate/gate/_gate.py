@@ -1396,7 +1396,7 @@ class Gate:
                 self._open_requests = {h: r for h, r in self._open_requests.items() if r[2] > now}
                 self._requests_purge_at = now + DELEGATIONS_PURGE_S
             self._open_requests[call_hash] = (request_id, index, float(request["expires_at"]))
-        return replace(auth, audit_index=index, request={**request, "id": request_id})
+        return replace(auth, audit_index=index, request={**request, "id": request_id, "approved_by": []})
 
     def _record_allow(
         self,
@@ -1994,6 +1994,9 @@ class Gate:
             # commit (a decision's, or this thread's, retried once a second).
             self._outcomes.restore(batch, retry_after_s=OUTCOME_RETRY_S)
             _log.error("agentgate: %d outcomes not recorded yet (kept, retried): %s", len(batch), exc)
+        except BaseException:  # Ctrl-C or SIGTERM in the commit: kept for the flush at exit
+            self._outcomes.restore(batch)
+            raise
 
     def _carry_all(self, tx: Transaction, batch: list[PendingOutcome]) -> None:
         """Write every outcome of ``batch`` first thing in ``tx``, without a savepoint; raise
