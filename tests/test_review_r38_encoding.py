@@ -39,12 +39,11 @@ escapes the file name (agentgate/cli/policy.py); ``open_store`` refuses a path w
 or a line break at an end (agentgate/store/__init__.py: ``grant revoke`` wrote the revocation to
 a new file beside the real store).
 
-What does not (xfail strict, with the file to fix):
-
-- agentgate/cli/main.py: arguments are decoded with the locale's encoding, not as UTF-8 as
-  docs/cli.md says ("any other argument must be UTF-8 text"). Under an ASCII locale
-  (``LC_ALL=C PYTHONUTF8=0``) ``--args '{"cur":"€"}'`` is refused as not encodable; under a
-  Latin-1 locale it silently becomes ``'â\\x82¬'`` and an allowed call is reported DENY.
+Fixed in session 13 (was a strict xfail): arguments were decoded with the locale's encoding, not
+as UTF-8 as docs/cli.md says ("any other argument must be UTF-8 text"). Under an ASCII locale
+(``LC_ALL=C PYTHONUTF8=0``) ``--args '{"cur":"€"}'`` was refused as not encodable; under a
+Latin-1 locale it silently became ``'â\\x82¬'`` and an allowed call was reported DENY. Text
+arguments now go through ``agentgate.cli._common.text``; file names keep the locale's decoding.
 """
 
 from __future__ import annotations
@@ -299,11 +298,6 @@ def _latin1_locale(tmp_path: Path) -> dict[str, str]:
     return {"LOCPATH": str(root), "LC_ALL": "en_US.ISO-8859-1"}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="fix in agentgate/cli/main.py: arguments are decoded with the locale's encoding, not as "
-    "UTF-8 (docs/cli.md): an ASCII locale refuses '€', a Latin-1 one reads it as 'â\\x82¬' and denies",
-)
 @pytest.mark.parametrize("locale", ["ascii", "latin-1"])
 def test_text_arguments_are_read_as_utf8_whatever_the_locale(
     city: tuple[Path, dict[str, SigningKey]], tmp_path: Path, locale: str

@@ -8,6 +8,7 @@ import argparse
 import contextlib
 import json
 import math
+import os
 import re
 import stat
 import sys
@@ -66,6 +67,26 @@ def given(text: str) -> str:
     if not text:
         raise argparse.ArgumentTypeError("an empty value names nothing: give one, or leave the flag out")
     return text
+
+
+def text(value: str) -> str:
+    """An argparse ``type`` for a value read as text (a tool, a principal, JSON arguments, a
+    capability, a reason): its bytes decoded as UTF-8, whatever the locale (docs/cli.md), so that
+    ``--args '{"city": "€"}'`` means the same under a Latin-1 or ASCII locale as under a UTF-8 one.
+    Python decodes arguments with the locale's encoding (undecodable bytes as ``\\udcXX``), and
+    ``os.fsencode`` gives those bytes back; bytes that are not UTF-8 stay ``\\udcXX``, refused
+    where text is stored. File names are not passed through this: they may be any bytes, and the
+    file system reads them in the locale's encoding."""
+    try:
+        raw = os.fsencode(value)
+    except UnicodeEncodeError:  # text a Python caller passed (``main([...])``), not from the command line
+        return value
+    return raw.decode("utf-8", "surrogateescape")
+
+
+def given_text(value: str) -> str:
+    """``given`` and ``text``: a name read as text, not empty."""
+    return text(given(value))
 
 
 def given_path(text: str) -> Path:

@@ -36,7 +36,7 @@ from agentgate.audit.entry import ENTRY_KINDS, AuditEntry
 from agentgate.audit.note import Checkpoint, verifier_key
 from agentgate.audit.proof import verify_bundle
 from agentgate.audit.report import render_report
-from agentgate.cli._common import given, open_audit_log, printable
+from agentgate.cli._common import given, given_text, open_audit_log, printable
 from agentgate.errors import InputError, StoreError, TamperDetected
 from agentgate.keys import load_public_key, read_regular_file, replace_file
 from agentgate.store import Store
@@ -70,9 +70,9 @@ def register(subparsers: Any) -> None:
     )
 
     show = add("show", "list entries", _show)
-    show.add_argument("--principal", type=given, metavar="DID")
+    show.add_argument("--principal", type=given_text, metavar="DID")
     show.add_argument(
-        "--tool", type=given, metavar="NAME", help="resource, e.g. tool:payments.refund (or its name)"
+        "--tool", type=given_text, metavar="NAME", help="resource, e.g. tool:payments.refund (or its name)"
     )
     show.add_argument("--kind", metavar="KIND", choices=ENTRY_KINDS, help=", ".join(ENTRY_KINDS))
     show.add_argument(
@@ -102,7 +102,7 @@ def register(subparsers: Any) -> None:
     verify_proof.add_argument(
         "--key", type=given, metavar="PUBFILE", required=True, help="the log's public key (log.pub)"
     )
-    verify_proof.add_argument("--origin", type=given, help="the log's origin, if it must match")
+    verify_proof.add_argument("--origin", type=given_text, help="the log's origin, if it must match")
     verify_proof.set_defaults(handler=_verify_proof)
 
     report = add("report", "write a self-contained HTML report", _report)

@@ -16,7 +16,7 @@ import json
 import math
 from typing import Any
 
-from agentgate.cli._common import given, open_existing_store, printable, shown_source_error, utc
+from agentgate.cli._common import given, given_text, open_existing_store, printable, shown_source_error, utc
 from agentgate.dispatch.broker import BrokerSnapshot, Lease, QueuedRequest, from_inventory
 from agentgate.dispatch.inventory import load_inventory
 from agentgate.store.broker_decisions import BrokerDecisionStore, LeaseDecision
@@ -34,7 +34,7 @@ def register(subparsers: Any) -> None:
             "--store", type=given, help="store URL or SQLite path (default: AGENTGATE_STORE, then .agentgate)"
         )
         p.add_argument(
-            "--broker", default="default", type=given, help="broker name in the store (default: default)"
+            "--broker", default="default", type=given_text, help="broker name in the store (default: default)"
         )
         p.add_argument("--json", action="store_true", help="print JSON instead of a table")
 

@@ -35,10 +35,12 @@ from agentgate.capabilities import Call, Capability
 from agentgate.cli._common import (
     given,
     given_path,
+    given_text,
     json_object,
     not_printable,
     printable,
     shown_policy,
+    text,
     utc,
 )
 from agentgate.errors import (
@@ -122,7 +124,7 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument(
         "--role",
-        type=given,
+        type=given_text,
         metavar="ROLE",
         help="the policy role whose capabilities, budget, TTL and depth to grant",
     )
@@ -163,9 +165,11 @@ def register(subparsers: Any) -> None:
         "--trust", required=True, action="append", type=given, metavar="PUBFILE", help="root key (repeatable)"
     )
     target = p.add_mutually_exclusive_group(required=True)
-    target.add_argument("--tool", metavar="NAME", help="tool name, e.g. payments.refund")
-    target.add_argument("--model", metavar="NAME", help="model name, e.g. llama-3.1-8b")
-    p.add_argument("--args", default="{}", metavar="JSON", help="the call's arguments as a JSON object")
+    target.add_argument("--tool", type=text, metavar="NAME", help="tool name, e.g. payments.refund")
+    target.add_argument("--model", type=text, metavar="NAME", help="model name, e.g. llama-3.1-8b")
+    p.add_argument(
+        "--args", default="{}", type=text, metavar="JSON", help="the call's arguments as a JSON object"
+    )
     p.add_argument("--json", action="store_true", help="print the decision and its findings as JSON")
     p.set_defaults(handler=_check)
 
@@ -176,10 +180,10 @@ def register(subparsers: Any) -> None:
         metavar="TOKENFILE|ID",
         help="a token file (its tip is revoked) or a 64-hex grant id",
     )
-    p.add_argument("--reason", default="", help="recorded with the revocation")
+    p.add_argument("--reason", default="", type=text, help="recorded with the revocation")
     p.add_argument(
         "--by",
-        type=given,
+        type=given_text,
         default="operator",
         metavar="NAME",
         help="who revokes, recorded as the audit entry's principal (default: operator)",
@@ -190,13 +194,18 @@ def register(subparsers: Any) -> None:
 def _common_grant_args(p: argparse.ArgumentParser, *, required: bool = True) -> None:
     p.add_argument("--to", required=True, type=given, metavar="DID|PUBFILE", help="the audience")
     p.add_argument(
-        "--allow", required=required, action="append", metavar="CAP", help="capability (repeatable)"
+        "--allow",
+        required=required,
+        action="append",
+        type=text,
+        metavar="CAP",
+        help="capability (repeatable)",
     )
     p.add_argument("--ttl", required=required, metavar="DURATION", help="lifetime: 30s, 15m, 1h, 7d")
     p.add_argument(
         "--budget", metavar="AMOUNT", help="AMOUNT[:UNIT] in integer minor units (default usd_micros)"
     )
-    p.add_argument("--purpose", default="", help="free text, signed into the grant")
+    p.add_argument("--purpose", default="", type=text, help="free text, signed into the grant")
     p.add_argument("--out", type=given_path, metavar="FILE", help="write the token here instead of stdout")
 
 

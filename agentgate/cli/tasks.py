@@ -16,7 +16,16 @@ import sys
 from typing import Any
 
 from agentgate.audit.entry import AuditEntry
-from agentgate.cli._common import given, listed, open_audit_log, open_existing_store, printable, utc
+from agentgate.cli._common import (
+    given,
+    given_text,
+    listed,
+    open_audit_log,
+    open_existing_store,
+    printable,
+    text,
+    utc,
+)
 from agentgate.store.dead_letters import DeadLetterStore
 from agentgate.store.leases import SharedBreakers
 from agentgate.store.once import SETTLE_MIN_AGE_S, OnceCalls, settle
@@ -40,7 +49,7 @@ def register(subparsers: Any) -> None:
         "--limit", type=_positive, default=100, metavar="N", help="at most N letters (default 100)"
     )
     dead.add_argument(
-        "--tool", type=given, metavar="NAME", help="only letters of this tool: its name or tool:NAME"
+        "--tool", type=given_text, metavar="NAME", help="only letters of this tool: its name or tool:NAME"
     )
     dead.add_argument(
         "--store", type=given, metavar="URL", help="store URL or path (default: AGENTGATE_STORE)"
@@ -65,7 +74,7 @@ def register(subparsers: Any) -> None:
         description="Settle an unsettled call: --ran (never run again; a held reservation is charged) or "
         "--not-run (it may run again; a held reservation is released). An outcome entry records it.",
     )
-    settling.add_argument("key", metavar="KEY", help="the call's key (agentgate tasks unsettled)")
+    settling.add_argument("key", type=text, metavar="KEY", help="the call's key (agentgate tasks unsettled)")
     said = settling.add_mutually_exclusive_group(required=True)
     said.add_argument("--ran", action="store_true", help="the call had its effect")
     said.add_argument("--not-run", action="store_true", help="the call had no effect")

@@ -27,8 +27,8 @@ def unstorable_text(exc: UnicodeEncodeError) -> StoreError:
     ``UnicodeEncodeError`` would escape every caller that fails closed on ``StoreError``. The
     statement is not run; the text is not quoted (it may be a secret)."""
     return StoreError(
-        f"a text value holds a character that is not valid Unicode (position {exc.start}, "
-        f"{exc.reason}): no store can hold it; the statement was not run"
+        f"a text value is not UTF-8 text: it holds a character that is not valid Unicode (position "
+        f"{exc.start}, {exc.reason}); no store can hold it, the statement was not run"
     )
 
 
