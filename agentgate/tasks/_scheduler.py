@@ -17,22 +17,31 @@ lease heartbeat is one thread, joined by ``aclose``).
    full-jitter backoff with its slots released, and is given up when the wait would end past the
    deadline. A call given up after at least one failed attempt becomes a dead letter.
 
-Everything runs on the event loop the scheduler is first used from (use ``SyncScheduler`` from
-threads). The admission state (in-flight counts, rate buckets, breakers, the fair queue) lives in
-a ``SharedLimits`` (``_limits.py``), used under its lock: a Gate gives one to its sync scheduler
-and to the scheduler of every event loop, so a policy's limits hold across all of them. The
-attempt loop's steps (deadline, breaker, failure and retry handling, dead letters) are methods
-here that the sync facade's attempt loop calls too; only the loop itself is written twice (an
-``await`` cannot be shared with a blocking call without slowing both).
+Everything runs on the event loop the scheduler is used from, one loop at a time (use
+``SyncScheduler`` from threads). Its blocking store work (leases, rate tokens, breakers, dead
+letters) runs on a thread pool of its own, never the loop's default executor: a call holding a
+slot must never wait for a worker thread that a caller blocked on that slot holds (``Gate.run``
+under ``asyncio.to_thread``), and a lease taken must be given back whatever becomes of the loop
+that asked for it. The admission state (in-flight counts, rate buckets, breakers, the fair
+queue) lives in a ``SharedLimits`` (``_limits.py``), used under its lock: a Gate gives one to
+its sync scheduler and to the scheduler of every event loop, so a policy's limits hold across
+all of them. The attempt loop's steps (deadline, breaker, failure and retry handling, dead
+letters) are methods here that the sync facade's attempt loop calls too; only the loop itself is
+written twice (an ``await`` cannot be shared with a blocking call without slowing both).
 """
 
 from __future__ import annotations
 
 import asyncio
 import bisect
+import concurrent.futures
 import contextlib
+import contextvars
+import functools
 import math
+import os
 import random
+import threading
 import time
 import uuid
 import weakref
@@ -72,6 +81,8 @@ _LEASE_POLL_MAX_S = 0.25
 _DEAD_LETTERS_KEPT = 1_000
 #: How often a scheduler with a store reads a breaker's shared state (per breaker key).
 _BREAKER_SYNC_S = 0.25
+#: Threads of a scheduler's own pool for its store work (leases, rate tokens, breakers, dead letters).
+_STORE_WORKERS = min(32, (os.cpu_count() or 1) + 4)
 
 
 class _GiveUp(Exception):
@@ -163,7 +174,10 @@ class Scheduler:
         self._rates = SharedRateLimits(store) if store is not None else None
         self._shared_breakers = SharedBreakers(store) if store is not None else None
         self._breaker_seen: dict[str, tuple[float, int]] = {}  # key -> (next read, version seen)
-        self._background: set[asyncio.Task[None]] = set()
+        self._background: set[asyncio.Future[None]] = set()
+        # The pool the store work runs on (``_store_pool``): made on first use, shut down by ``aclose``.
+        self._pool: concurrent.futures.ThreadPoolExecutor | None = None
+        self._pool_lock = threading.Lock()
         self.metrics = SchedulerMetrics(
             registry,
             queue_depth=lambda: limits.queue.tenant_sizes,
@@ -234,7 +248,35 @@ class Scheduler:
         if self._background:
             await asyncio.wait(list(self._background))
         if self._leases is not None:
-            await asyncio.to_thread(self._leases.close)
+            await self._blocking(self._leases.close)
+        with self._pool_lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=False)  # idle now; a later use (a breaker to publish) makes another
+
+    def _store_pool(self) -> concurrent.futures.ThreadPoolExecutor:
+        """The scheduler's own pool for blocking store work (made on first use, from any thread).
+
+        Not the loop's default executor: its workers may all be held by callers that wait for a
+        slot this scheduler's calls hold (``Gate.run`` in ``asyncio.to_thread``), and a call
+        holding that slot that needed a worker to take or give back its lease waited for ever.
+        Its jobs never wait for a slot, so they always end."""
+        pool = self._pool
+        if pool is None:
+            with self._pool_lock:
+                pool = self._pool
+                if pool is None:
+                    pool = self._pool = concurrent.futures.ThreadPoolExecutor(
+                        _STORE_WORKERS, thread_name_prefix="agentgate-scheduler-store"
+                    )
+        return pool
+
+    def _blocking(self, fn: Callable[..., T], *args: Any) -> asyncio.Future[T]:
+        """``fn(*args)`` on the store pool in the caller's context (as ``asyncio.to_thread``: an
+        event it records lands on the call's span), submitted now: a future of the running loop,
+        not a task, so no loop shutdown cancels it before it started; the job runs to its end."""
+        context = contextvars.copy_context()
+        return asyncio.wrap_future(self._store_pool().submit(context.run, fn, *args))
 
     def release_leases(self) -> None:
         """Stop renewing this scheduler's cross-process leases and give them back, from any thread
@@ -349,7 +391,10 @@ class Scheduler:
     ) -> T:
         """The attempts of one call (one function: this is the hot path, see the module docstring)."""
         loop = asyncio.get_running_loop()
-        if self._loop is None:
+        if self._loop is None or self._loop() is not loop:
+            # The loop of the latest call: breaker transitions are published from it. Kept as the
+            # first loop only, a scheduler serving a later ``asyncio.run`` published nothing (its
+            # first loop closed, or collected), and other processes never saw its breakers open.
             self._loop = weakref.ref(loop)
         task = asyncio.current_task()
         assert task is not None  # awaited inside a task
@@ -532,7 +577,7 @@ class Scheduler:
                             held_lease, waiter.lease = waiter.lease, None
                         if held_lease is not None:
                             manager, lease = held_lease
-                            await asyncio.shield(asyncio.to_thread(manager.release, lease))
+                            await asyncio.shield(self._blocking(manager.release, lease))
                     # 4. back off with every slot released (``aclose`` cuts it short), then try again
                     await self._back_off(delay)
                 except _GiveUp as stop:
@@ -652,7 +697,7 @@ class Scheduler:
         rate = limits.rate
         while True:
             try:
-                wait = await asyncio.to_thread(self._rates.try_take, key, rate.per_second, rate.burst)
+                wait = await self._blocking(self._rates.try_take, key, rate.per_second, rate.burst)
             except StoreError as exc:
                 raise _GiveUp("store_unavailable", exc) from exc
             if wait <= 0:
@@ -676,14 +721,20 @@ class Scheduler:
         while True:
             # The lease is taken in a worker thread, which runs to its end even when this call is
             # cancelled meanwhile: a lease it takes then is given back, never left held (and
-            # renewed by the heartbeat) with nobody to release it.
-            taking = asyncio.ensure_future(asyncio.to_thread(self._leases.try_acquire, key, limit))
+            # renewed by the heartbeat) with nobody to release it. The worker gives it back
+            # itself when the call was given up first: the loop that asked may be gone by then
+            # (``asyncio.run`` cancels what is left, then closes its loop), and nothing of it runs.
+            taking = _Taking(self._leases, key, limit)
+            asking = self._blocking(taking.take)
             try:
-                lease = await asyncio.shield(taking)
+                lease = await asyncio.shield(asking)
             except StoreError as exc:
                 raise _GiveUp("store_unavailable", exc) from exc
             except asyncio.CancelledError:
-                taking.add_done_callback(self._give_back_late)
+                asking.add_done_callback(_retrieved)
+                taken = taking.abandon()
+                if taken is not None:  # taken before the cancellation: given back from here
+                    self._give_back(self._leases, taken)
                 raise
             if lease is not None:
                 return lease
@@ -698,29 +749,19 @@ class Scheduler:
             await asyncio.sleep(self._rng.uniform(0, pause))
             pause = min(pause * 2, _LEASE_POLL_MAX_S)
 
-    def _give_back_late(self, taking: asyncio.Future[Lease | None]) -> None:
-        """Release the lease a cancelled call's worker thread took after the cancellation."""
-        if taking.cancelled() or taking.exception() is not None or self._leases is None:
-            return
-        lease = taking.result()
-        if lease is not None:
-            self._give_back(self._leases, lease)
-
     def _give_back(self, manager: LeaseManager, lease: Lease) -> None:
-        """Release ``lease`` (taken by ``manager``) in a background task: for a call that cannot
-        wait for it (cancelled)."""
-        task = asyncio.get_running_loop().create_task(
-            asyncio.to_thread(manager.release, lease), name=lease.key
-        )
-        self._background.add(task)
-        task.add_done_callback(self._released_late)
+        """Release ``lease`` (taken by ``manager``) on the store pool, submitted now, without
+        waiting for it: for a call that cannot wait (cancelled). ``aclose`` waits for it."""
+        releasing = self._blocking(manager.release, lease)
+        self._background.add(releasing)
+        releasing.add_done_callback(functools.partial(self._released_late, lease.key))
 
-    def _released_late(self, task: asyncio.Task[None]) -> None:
-        self._background.discard(task)
-        if not task.cancelled() and task.exception() is not None:
+    def _released_late(self, key: str, releasing: asyncio.Future[None]) -> None:
+        self._background.discard(releasing)
+        if not releasing.cancelled() and releasing.exception() is not None:
             # Not given back now: it expires within lease_ttl_s once the heartbeat stops renewing
             # it, which ``LeaseManager.release`` ensures by forgetting it first.
-            self.metrics.tally("lease_not_released", task.get_name())
+            self.metrics.tally("lease_not_released", key)
 
     # --- visibility -----------------------------------------------------------------------------
 
@@ -747,18 +788,15 @@ class Scheduler:
 
     def _publish_on_loop(self, key: str, state: str, opened_at: float) -> None:
         assert self._shared_breakers is not None
-        task = asyncio.get_running_loop().create_task(
-            asyncio.to_thread(self._shared_breakers.publish, key, state, opened_at),
-            name=f"agentgate-breaker-{key}",
-        )
-        self._background.add(task)
-        task.add_done_callback(self._published)
+        publishing = self._blocking(self._shared_breakers.publish, key, state, opened_at)
+        self._background.add(publishing)
+        publishing.add_done_callback(functools.partial(self._published, key))
 
-    def _published(self, task: asyncio.Task[None]) -> None:
-        self._background.discard(task)
-        if not task.cancelled() and task.exception() is not None:
+    def _published(self, key: str, publishing: asyncio.Future[None]) -> None:
+        self._background.discard(publishing)
+        if not publishing.cancelled() and publishing.exception() is not None:
             # The local breaker still works; the other processes learn nothing from this one.
-            self.metrics.tally("breaker_not_shared", task.get_name().removeprefix("agentgate-breaker-"))
+            self.metrics.tally("breaker_not_shared", key)
 
     async def _sync_breaker(self, breaker: CircuitBreaker, loop: asyncio.AbstractEventLoop) -> None:
         """Adopt a newer breaker state another process published (read at most every _BREAKER_SYNC_S)."""
@@ -771,7 +809,7 @@ class Scheduler:
         version = seen[1] if seen is not None else 0
         self._breaker_seen[key] = (now + _BREAKER_SYNC_S, version)
         try:
-            remote = await asyncio.to_thread(self._shared_breakers.read, key)
+            remote = await self._blocking(self._shared_breakers.read, key)
         except StoreError:
             return  # the local breaker still protects this process
         if remote is None or remote.version <= version:
@@ -792,7 +830,7 @@ class Scheduler:
     ) -> None:
         letter = self._record_dead(call, key, errors, reason)
         if self._dead_store is not None:
-            await asyncio.to_thread(self._store_dead, letter)
+            await self._blocking(self._store_dead, letter)
 
     def _store_dead(self, letter: DeadLetter) -> None:
         """Persist ``letter`` (blocking; there is a dead-letter store). A failure is counted, not raised:
@@ -847,6 +885,48 @@ def _message(error: BaseException) -> str:
         return str(error)[:500]
     except Exception:
         return f"<{type(error).__qualname__}: str() raised>"
+
+
+class _Taking:
+    """One try for a cross-process lease, made in a worker thread (``take``) for a call that may
+    be given up meanwhile (``abandon``): whichever comes second gives the lease back."""
+
+    __slots__ = ("_abandoned", "_key", "_limit", "_lock", "_manager", "_taken")
+
+    def __init__(self, manager: LeaseManager, key: str, limit: int) -> None:
+        self._manager = manager
+        self._key = key
+        self._limit = limit
+        self._lock = threading.Lock()
+        self._abandoned = False
+        self._taken: Lease | None = None
+
+    def take(self) -> Lease | None:
+        """Try for the lease (worker thread); one taken after ``abandon`` is given back here."""
+        lease = self._manager.try_acquire(self._key, self._limit)
+        with self._lock:
+            if not self._abandoned:
+                self._taken = lease
+                return lease
+        if lease is not None:
+            # StoreError: not given back now; not renewed either (``release`` forgot it first),
+            # so it expires within the lease's ttl.
+            with contextlib.suppress(StoreError):
+                self._manager.release(lease)
+        return None
+
+    def abandon(self) -> Lease | None:
+        """The call gave up: the lease ``take`` returned already (for the caller to give back),
+        else None, and a lease taken from now on is given back by ``take`` itself."""
+        with self._lock:
+            self._abandoned = True
+            return self._taken
+
+
+def _retrieved(future: asyncio.Future[Any]) -> None:
+    """Read the outcome of a future nobody awaits any more (no "never retrieved" log)."""
+    if not future.cancelled():
+        future.exception()
 
 
 async def _to_its_end(work: Awaitable[T]) -> T:
