@@ -125,16 +125,6 @@ def world(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[World]:
 
 
 @pytest.mark.parametrize("dialect", ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "fix in agentgate/gate/_gate.py: Gate._async builds the loop's Scheduler on the event loop "
-        "thread, and Gate._dead_letters / Scheduler(store=...) create the dead_letters (PostgreSQL: "
-        "also leases) tables there (Store.ensure_schema: SQLite BEGIN IMMEDIATE waits up to its "
-        "30 s busy timeout, PostgreSQL waits for the schema advisory lock and a pool connection); "
-        "ensure those schemas when the Gate opens, so that the first arun does no store I/O on the loop"
-    ),
-)
 def test_the_first_async_call_of_a_gate_does_not_block_the_loop_on_another_connections_lock(
     dialect: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:

@@ -280,20 +280,7 @@ def _tool_world(directory: Path) -> list[str]:
     "dialect",
     [
         "sqlite",
-        pytest.param(
-            "postgresql",
-            marks=[
-                pytest.mark.postgres,
-                pytest.mark.xfail(
-                    strict=True,
-                    reason="fix in agentgate/tasks/_sync.py, SyncScheduler._submit_handed: a "
-                    "KeyboardInterrupt in `inbox.get()` (the caller waiting for its slot) leaves the "
-                    "call queued in the loop thread's scheduler, which later takes the slot and the "
-                    "lease and waits for ever on `done`; wrap the wait in `except BaseException: "
-                    "outcome.cancel(); raise`",
-                ),
-            ],
-        ),
+        pytest.param("postgresql", marks=pytest.mark.postgres),
     ],
 )
 def test_ctrl_c_while_a_call_waits_for_the_only_slot_gives_it_up(

@@ -1728,7 +1728,7 @@ class Gate:
                             returned.append(value)
                             return value
 
-                        result = await self._async().submit(
+                        result = await (await self._async()).submit(
                             self._tool_call(auth, call_id, run_id, paused), attempt, preemptible=preemptible
                         )
                     else:
@@ -1925,10 +1925,19 @@ class Gate:
                 )
             return self._sync_scheduler
 
-    def _async(self) -> Scheduler:
-        # One scheduler per event loop (an asyncio scheduler cannot be shared across loops), all
-        # admitting through the Gate's one SharedLimits, as the sync scheduler does.
+    async def _async(self) -> Scheduler:
+        """This event loop's scheduler. One per loop (an asyncio scheduler cannot be shared across
+        loops), all admitting through the Gate's one SharedLimits, as the sync scheduler does. The
+        first of a loop is made on a worker thread: making it creates tables (dead letters; leases,
+        rate buckets and breakers on PostgreSQL), which may wait for another connection's lock,
+        and the loop must go on meanwhile."""
         loop = asyncio.get_running_loop()
+        scheduler = self._async_schedulers.get(loop)
+        if scheduler is not None:
+            return scheduler
+        return await self.to_thread(self._async_for, loop)
+
+    def _async_for(self, loop: asyncio.AbstractEventLoop) -> Scheduler:
         with self._scheduler_lock:
             scheduler = self._async_schedulers.get(loop)
             if scheduler is None:

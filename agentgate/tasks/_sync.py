@@ -489,7 +489,11 @@ class SyncScheduler:
         outcome.add_done_callback(lambda _: inbox.put(None))
         returned: list[T] = []  # what an attempt returned (no attempt follows it)
         while True:
-            work = inbox.get()
+            try:
+                work = inbox.get()
+            except BaseException:  # Ctrl-C while waiting: the call is given up, its slot not taken
+                outcome.cancel()
+                raise
             if work is None:
                 try:
                     return outcome.result()
