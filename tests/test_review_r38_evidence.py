@@ -623,7 +623,7 @@ async def test_scheduler_refusals_and_a_cancelled_wait_each_leave_an_error_outco
         await started.wait()
         queued_auth = authorize("slow", "c2")
         queued = asyncio.ensure_future(gate.arun(queued_auth, hold, call_id="c2"))
-        while gate._async().queued < 1:  # c2 waits for the one slot
+        while (await gate._async()).queued < 1:  # c2 waits for the one slot
             await asyncio.sleep(0.001)
         shed = authorize("slow", "c3")
         with pytest.raises(Overloaded):
