@@ -822,6 +822,17 @@ def test_a_gate_decisions_entry_digests_and_redacts_the_arguments_as_the_audit_p
     assert issued["principal"] == root.did and issued["resource"] == "agent:support-agent"
     assert issued["chain_hash"] == decision["chain_hash"] == identity.chain.tip.id  # bare hex, no prefix
     policy = (tmp_path / "policies" / "support.yaml").read_bytes()
-    assert decision["policy_hash"] == hashlib.sha256(policy).hexdigest()
+    # docs/audit-format.md, "Recomputing policy_hash": the policy names key files, so the hash
+    # covers the file's hash and the did:key each principal and trust anchor resolved to.
+    from agentgate.policy import load_policy
+
+    loaded = load_policy(tmp_path / "policies" / "support.yaml")
+    document = {
+        "file": hashlib.sha256(policy).hexdigest(),
+        "principals": dict(loaded.principal_dids),
+        "trust_anchors": dict(loaded.anchor_dids),
+    }
+    text = json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    assert decision["policy_hash"] == hashlib.sha256(text.encode()).hexdigest()
     assert decision["rule"].startswith("role support-agent rule ")
     assert all(canonical(e) == line for e, line in zip(entries, lines, strict=True))

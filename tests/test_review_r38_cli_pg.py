@@ -305,7 +305,10 @@ def walk(d: Path, owner: str, app: str, before_app: Callable[[], None]) -> list[
     time.sleep(max(0.0, settled_at + 1.2 - time.time()))  # over for longer than --older-than 1s
     pruned = json.loads(step(0, "store prune --older-than 1s --json").out)
     assert set(pruned) == {"before", "pruned"}
-    assert set(pruned["pruned"]) == {"approval_requests", "settled_reservations", "dead_letters"}
+    assert set(pruned["pruned"]) == {
+        *("approval_requests", "settled_reservations", "dead_letters"),
+        *("expired_grant_budgets", "expired_grants", "expired_grant_revocations"),
+    }
     assert pruned["pruned"]["dead_letters"] == 1 and pruned["pruned"]["approval_requests"] == 0
     return steps
 

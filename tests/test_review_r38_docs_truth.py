@@ -226,7 +226,10 @@ def test_prune_takes_the_ttl_forms_and_reports_the_cut(
     assert code == 0, err
     printed = json.loads(out)
     assert before - seconds - 1 <= printed["before"] <= time.time() - seconds
-    assert printed["pruned"] == {"approval_requests": 0, "settled_reservations": 0, "dead_letters": 0}
+    assert printed["pruned"] == {
+        **{"approval_requests": 0, "settled_reservations": 0, "dead_letters": 0},
+        **{"expired_grant_budgets": 0, "expired_grants": 0, "expired_grant_revocations": 0},
+    }
 
 
 def test_a_bad_duration_is_one_escaped_error_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -338,6 +341,9 @@ def test_the_tables_growth_and_pruning_names_exist(
         "approval_counted",
         "agentgate_dead_letters",
         "agentgate_once",
+        "agentgate_grants",
+        "budget_ledger",
+        "agentgate_revocations",
     }
     assert run(capsys, "store", "init", "--store", "ag.db")[0] == 0
     present = {r[0] for r in sqlite3.connect(tmp_path / "ag.db").execute("SELECT name FROM sqlite_master")}
@@ -462,7 +468,10 @@ def test_the_application_role_of_the_set_up_runs_prune_and_the_hand_delete(
     app = url.replace(f"postgresql://{postgres_server.user}@", f"postgresql://{role}@")
     code, out, err = run(capsys, "store", "prune", "--older-than", "1h", "--store", app, "--json")
     assert code == 0, err
-    assert json.loads(out)["pruned"] == {"approval_requests": 1, "settled_reservations": 1, "dead_letters": 1}
+    assert json.loads(out)["pruned"] == {
+        **{"approval_requests": 1, "settled_reservations": 1, "dead_letters": 1},
+        **{"expired_grant_budgets": 0, "expired_grants": 0, "expired_grant_revocations": 0},
+    }
     with PostgresStore(app) as store:
         assert old not in {r[0] for r in store.query("SELECT id FROM approvals")}
         assert store.query("SELECT id FROM budget_reservations") == [("r-held",)]

@@ -134,7 +134,10 @@ def test_store_prune_forgets_what_is_over_and_nothing_that_is_live(
 
     assert main(["store", "prune", "--older-than", "10m", "--store", str(path), "--json"]) == 0
     pruned = json.loads(capsys.readouterr().out)["pruned"]
-    assert pruned == {"approval_requests": 1, "settled_reservations": 2, "dead_letters": 1}
+    assert pruned == {
+        **{"approval_requests": 1, "settled_reservations": 2, "dead_letters": 1},
+        **{"expired_grant_budgets": 0, "expired_grants": 0, "expired_grant_revocations": 0},
+    }
     with SQLiteStore(path) as store:
         assert [r[0] for r in store.query("SELECT id FROM approvals")] == [live]
         assert store.query("SELECT count(*) FROM approval_votes")[0][0] == 0
@@ -146,6 +149,9 @@ def test_store_prune_forgets_what_is_over_and_nothing_that_is_live(
         "approval requests: 0 pruned",
         "settled reservations: 0 pruned",
         "dead letters: 0 pruned",
+        "expired grant budgets: 0 pruned",
+        "expired grants: 0 pruned",
+        "expired grant revocations: 0 pruned",
     ]
 
 

@@ -531,12 +531,6 @@ def test_a_policy_file_changed_at_its_path_is_read_again(tmp_path: Path) -> None
     assert first.digest != second.digest
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="fix in agentgate/policy/_load.py (Policy.digest, parse_policy): policy_hash hashes the "
-    "file's bytes only, not the keys its key files resolve to; two policies of equal text trusting "
-    "different roots record the same policy_hash",
-)
 def test_equal_policy_text_with_other_key_files_records_another_policy_hash(tmp_path: Path) -> None:
     team_a = load_policy(_policy_with_key_files(tmp_path / "a", "root"))
     team_b = load_policy(_policy_with_key_files(tmp_path / "b", "root2"))

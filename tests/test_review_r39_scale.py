@@ -388,12 +388,6 @@ def test_approval_list_reads_votes_in_a_few_statements(
     assert counts[1] <= 1.5 * counts[0], counts
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="fix in agentgate/store/grants.py (a prune of grants expired before the cut) + "
-    "agentgate/cli/store.py: store prune never removes expired grants; agentgate_grants grows "
-    "one row per delegated link forever (docs/operations.md does not list it)",
-)
 def test_store_prune_removes_grants_expired_long_ago(
     store_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

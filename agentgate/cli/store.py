@@ -1,6 +1,7 @@
 """``agentgate store init [--store URL]``: create every table agentgate uses, at once.
 ``agentgate store prune --older-than DURATION [--store URL] [--json]``: forget what has been over
-for longer than DURATION (expired approval requests, settled budget reservations, dead letters).
+for longer than DURATION (expired approval requests, settled budget reservations, dead letters,
+grants that expired with their budgets and revocations).
 
 Every part of agentgate creates its tables when it is first opened. A PostgreSQL role without
 CREATE on the schema (PostgreSQL 15's default for ``public``) can then not start a part whose
@@ -75,13 +76,19 @@ def register(subparsers: Any) -> None:
     init.set_defaults(handler=_init)
     prune = sub.add_parser(
         "prune",
-        help="forget approval requests, settled reservations and dead letters over for longer than DURATION",
+        help="forget approval requests, settled reservations, dead letters and grants over for "
+        "longer than DURATION",
         description=(
             "Delete what has been over for longer than DURATION: approval requests that expired "
-            "(whatever became of them), budget reservations settled (committed or released), and "
-            "dead letters recorded, before then. The audit log keeps every decision about them; a "
-            "reservation still held, a request still open and the log itself are never touched. "
-            "Prints how many rows of each went. Exit 0, or 2 with one line naming what failed."
+            "(whatever became of them), budget reservations settled (committed or released), "
+            "dead letters recorded, and grants recorded here that expired (at least an hour ago), "
+            "with their budgets and revocations, before then. The audit log keeps every decision "
+            "about them; a reservation still held (and its grants' budgets), a request still open "
+            "(and the revocations of its grants) and the log itself are never touched. Prints how "
+            "many rows of each went. Expired grants need DELETE on agentgate_grants and "
+            "agentgate_revocations, which PostgreSQL's application role lacks: with rows to delete, "
+            "such a role prunes the rest and says on stderr that the grants were not pruned. "
+            "Exit 0, or 2 with one line naming what failed."
         ),
     )
     prune.add_argument(
@@ -120,19 +127,45 @@ def _prune(args: argparse.Namespace) -> int:
     before = time.time() - parse_duration(args.older_than)
     store = open_existing_store(args.store)
     try:
-        pruned = {
+        ledger = BudgetLedger(store)
+        pruned: dict[str, int | None] = {
             "approval_requests": ApprovalStore(store).prune(before),
-            "settled_reservations": BudgetLedger(store).prune(before),
+            "settled_reservations": ledger.prune(before),
             "dead_letters": DeadLetterStore(store).prune(before),
+            # Budgets first: the record of a grant whose budget is kept stays for a later prune.
+            "expired_grant_budgets": ledger.prune_expired(before),
         }
+        pruned["expired_grants"], pruned["expired_grant_revocations"] = _prune_grants(store, before)
     finally:
         store.close()
     if args.json:
         sys.stdout.write(json.dumps({"before": before, "pruned": pruned}) + "\n")
     else:
         for name, count in pruned.items():
-            sys.stdout.write(f"{name.replace('_', ' ')}: {count} pruned\n")
+            shown = "not pruned" if count is None else f"{count} pruned"
+            sys.stdout.write(f"{name.replace('_', ' ')}: {shown}\n")
     return 0
+
+
+def _prune_grants(store: Store, before: float) -> tuple[int | None, int | None]:
+    """``GrantRepository.prune``; ``(None, None)``, said on stderr, when the role may not delete
+    grants or revocations (PostgreSQL's application role, docs/operations.md): the other tables
+    are pruned all the same, and the store's owner prunes these."""
+    repo = GrantRepository(store)
+    try:
+        return repo.prune(before)
+    except StoreError as exc:
+        if not isinstance(exc.__cause__, psycopg.errors.InsufficientPrivilege):
+            raise
+        reason = str(exc.__cause__).splitlines()[0]
+        sys.stderr.write(
+            f"agentgate: expired grants not pruned: {reason}; this role may not delete grants or "
+            "revocations (docs/operations.md, PostgreSQL set-up): run `agentgate store prune` as "
+            "the role that owns the schema to prune them\n"
+        )
+        return None, None
+    finally:
+        repo.close()
 
 
 def _create(name: str, make: Callable[[Store], Any], store: Store) -> Any:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import difflib
 import hashlib
+import json
 import math
 import re
 from collections.abc import Mapping, Sequence
@@ -86,7 +87,8 @@ class Policy:
     source: str | None = None
     """The file it came from, as given."""
     digest: str = ""
-    """SHA-256 of the file's bytes (hex): the policy hash recorded in audit entries."""
+    """The policy hash recorded in audit entries (hex; ``policy_digest``): SHA-256 of the file's
+    bytes, or, when the policy names key files, of those bytes' hash and the keys they resolved to."""
     locations: Locations = field(default_factory=Locations, repr=False, compare=False)
     principal_dids: Mapping[str, str | None] = field(default_factory=dict)
     """Principal name -> its did:key (from ``did`` or its key file), ``None`` without a key."""
@@ -142,6 +144,21 @@ class Policy:
     def is_agent_role(self, role: str) -> bool:
         """A role declared ``kind: agent`` or held (directly) by any agent principal."""
         return role in self.agent_roles
+
+
+def policy_digest(
+    file_digest: str, anchors: Mapping[str, str | None], principals: Mapping[str, str | None]
+) -> str:
+    """The policy hash of a policy that names key files (``key:``): SHA-256 (hex) of the canonical
+    JSON (sorted keys, no whitespace, UTF-8) of ``{"file": F, "principals": P, "trust_anchors": A}``,
+    where F is the SHA-256 (hex) of the file's bytes and P and A map every principal and trust
+    anchor name to the did:key it resolved to (``null`` without a key). The text alone does not
+    say which keys its key files hold: two policies of equal text trusting different keys get
+    different hashes. A policy that names no key file is identified by F alone (docs/audit-format.md).
+    """
+    document = {"file": file_digest, "principals": dict(principals), "trust_anchors": dict(anchors)}
+    text = json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def load_policy(path: str | Path, *, key_dir: str | Path | None = None) -> Policy:
@@ -378,7 +395,7 @@ class _Compiler:
             hint=hint,
         )
 
-    def compile(self, digest: str) -> Policy:
+    def compile(self, file_digest: str) -> Policy:
         doc = self.doc
         self._names()
         self._references()
@@ -388,6 +405,10 @@ class _Compiler:
         principals = {
             name: self._did(("principals", name), p.did, p.key) for name, p in doc.principals.items()
         }
+        names_key_files = any(a.key is not None for a in doc.trust_anchors.values()) or any(
+            p.key is not None for p in doc.principals.values()
+        )
+        digest = policy_digest(file_digest, anchors, principals) if names_key_files else file_digest
         rules = {
             role: tuple(
                 RuleRef(

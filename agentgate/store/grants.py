@@ -165,6 +165,39 @@ _PRUNE_SQL: dict[Dialect, str] = {
 }
 
 
+PRUNE_MARGIN_S = 3600
+"""``prune`` never removes what a grant expired less than this long ago (by this host's clock
+or, on PostgreSQL, the server's, whichever is earlier): a host whose clock runs behind still
+refuses the grant by time, so nothing it could still accept loses its revocation or budget row."""
+
+_SERVER_NOW = "SELECT CAST(EXTRACT(EPOCH FROM statement_timestamp()) AS BIGINT)"
+
+
+def expired_cut(tx: Transaction, dialect: Dialect, before: float) -> int:
+    """The cut below which a grant's ``expires`` marks it long expired: ``before``, but never
+    later than ``PRUNE_MARGIN_S`` before now (this host's clock, and on PostgreSQL the server's)."""
+    cut = min(int(before), int(time.time()) - PRUNE_MARGIN_S)
+    if dialect == "postgresql":
+        cut = min(cut, int(tx.execute(_SERVER_NOW)[0][0]) - PRUNE_MARGIN_S)
+    return cut
+
+
+def _expired_link(token: object, grant_id: str, cut: int) -> bool:
+    """Whether ``token`` (a recorded chain up to ``grant_id``) proves that ``grant_id`` expired
+    before ``cut``: its tip's id (the SHA-256 of the signed payload, which holds ``exp``) is
+    ``grant_id`` and that ``exp`` is before ``cut``. A row's ``expires`` column alone proves
+    nothing: a role that may insert grant rows (the application role) could record a made-up
+    expiry for the id of a revoked grant it never recorded."""
+    from agentgate.authority._grant import parse_chain
+    from agentgate.errors import TokenFormatError
+
+    try:
+        tip = parse_chain(token).links[-1]  # type: ignore[arg-type]  # parse_chain checks the type
+    except TokenFormatError:
+        return False
+    return tip.id == grant_id and tip.expires < cut
+
+
 class _Bound(threading.local):
     """The transaction bound to this thread (``GrantRepository.within``); ``None`` when unbound.
 
@@ -394,6 +427,54 @@ class GrantRepository:
         with self.store.transaction() as tx:
             tx.execute("DELETE FROM agentgate_nonces WHERE expires < ?", (before,))
             return tx.rowcount
+
+    def prune(self, before: float) -> tuple[int, int]:
+        """Forget the grants that expired before ``before`` (Unix seconds; never one that expired
+        less than ``PRUNE_MARGIN_S`` ago), in one transaction; returns ``(grants, revocations)``
+        deleted. Each grant's row (its chain token) goes, and so do whole subtrees (a child never
+        outlives its parent). Any chain through an expired grant is refused by time, so its
+        revocation row is no longer needed either, and goes when the grant's recorded token
+        proves it expired (``_expired_link``) and no approval request still kept
+        (``approval_grants``) refers to it: such a request reads as void through that row. A
+        revocation of a grant never recorded here, or not expired, stays, and so does the record
+        of a grant whose revocation or budget (``budget_ledger``; ``BudgetLedger.prune_expired``
+        removes it first unless a reservation is held) stays, so that a later prune removes both.
+
+        Needs ``DELETE`` on ``agentgate_grants`` and ``agentgate_revocations`` (PostgreSQL's
+        application role has none: run it as the owner); it issues no ``DELETE`` when nothing is
+        to go, so a role without them prunes nothing without error. Raises ``StoreError``.
+        """
+        from agentgate.store.approvals import APPROVALS_DDL
+        from agentgate.store.ledger import LEDGER_DDL
+
+        self.store.ensure_schema("approvals", APPROVALS_DDL)
+        self.store.ensure_schema("ledger", LEDGER_DDL)
+        kept = (
+            "expires < ? AND NOT EXISTS (SELECT 1 FROM agentgate_revocations r WHERE r.grant_id = "
+            "agentgate_grants.id) AND NOT EXISTS (SELECT 1 FROM budget_ledger b WHERE b.grant_id = "
+            "agentgate_grants.id)"
+        )
+        with self.store.transaction() as tx:
+            cut = expired_cut(tx, self.store.dialect, before)
+            revoked = tx.execute(
+                "SELECT r.grant_id, g.token FROM agentgate_revocations r "
+                "JOIN agentgate_grants g ON g.id = r.grant_id WHERE g.expires < ? AND NOT EXISTS "
+                "(SELECT 1 FROM approval_grants a WHERE a.grant_id = r.grant_id)",
+                (cut,),
+            )
+            gone = sorted({str(gid) for gid, token in revoked if _expired_link(token, str(gid), cut)})
+            revocations = 0
+            for i in range(0, len(gone), 500):
+                part = gone[i : i + 500]
+                tx.execute(
+                    f"DELETE FROM agentgate_revocations WHERE grant_id IN ({','.join('?' * len(part))})",
+                    tuple(part),
+                )
+                revocations += tx.rowcount
+            if not gone and not tx.execute(f"SELECT 1 FROM agentgate_grants WHERE {kept} LIMIT 1", (cut,)):
+                return 0, 0
+            tx.execute(f"DELETE FROM agentgate_grants WHERE {kept}", (cut,))
+            return tx.rowcount, revocations
 
     def close(self) -> None:
         """Close the dedicated connection (the store itself stays open)."""

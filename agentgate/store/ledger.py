@@ -84,6 +84,21 @@ _MAX_HELD = 4096
 """How many reservations a ledger remembers (chain and amount) until they are settled."""
 
 
+_GRANT_ID: dict[Dialect, str] = {
+    "sqlite": "length(g.id) = 64 AND g.id NOT GLOB '*[^0-9a-f]*'",
+    "postgresql": "g.id ~ '^[0-9a-f]{64}$'",
+}
+"""A grant id as agentgate makes them (64 lower-case hex digits): written as itself in the JSON
+of a reservation's ``chain``, so that ``_HELD_BY`` finds every reservation naming it."""
+
+_HELD_BY: dict[Dialect, str] = {
+    "sqlite": "instr(r.chain, budget_ledger.grant_id) > 0",
+    "postgresql": "strpos(r.chain, budget_ledger.grant_id) > 0",
+}
+"""Whether reservation ``r``'s chain names the budget's grant: its text holds the id. It may also
+hold it inside a longer id, which only keeps a budget longer, never removes one still needed."""
+
+
 def _reservation_id() -> str:
     """32 hex digits: the time in nanoseconds, then 64 random bits (unique across processes).
 
@@ -312,6 +327,29 @@ class BudgetLedger:
             tx.execute(
                 "DELETE FROM budget_reservations WHERE state IN ('committed', 'released') AND settled < ?",
                 (settled,),
+            )
+            return tx.rowcount
+
+    def prune_expired(self, before: float) -> int:
+        """Forget the budgets (``budget_ledger`` rows) of grants recorded in the grant store
+        (``agentgate_grants``) as expired before ``before`` (Unix seconds; never one that expired
+        less than ``grants.PRUNE_MARGIN_S`` ago); returns how many. Such a grant's chains are
+        refused by time, so its budget is never reserved against again; its spend is in the audit
+        log. A budget with a reservation still held (``reserved``: a call decided, not yet
+        settled) stays until that reservation is settled, which updates the row. Budgets of grants
+        never recorded in this store stay: nothing here says when they expire. Run it before
+        ``GrantRepository.prune``, which keeps the record of a grant whose budget is still here."""
+        from agentgate.store.grants import GRANTS_DDL, expired_cut
+
+        self.store.ensure_schema("grants", GRANTS_DDL)
+        dialect = self.store.dialect
+        with self.store.transaction() as tx:
+            cut = expired_cut(tx, dialect, before)
+            tx.execute(
+                "DELETE FROM budget_ledger WHERE grant_id IN (SELECT g.id FROM agentgate_grants g "
+                f"WHERE g.expires < ? AND {_GRANT_ID[dialect]}) AND NOT EXISTS (SELECT 1 FROM "
+                f"budget_reservations r WHERE r.state = 'reserved' AND {_HELD_BY[dialect]})",
+                (cut,),
             )
             return tx.rowcount
 
