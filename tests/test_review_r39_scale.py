@@ -364,11 +364,6 @@ def test_store_prune_runs_a_fixed_number_of_statements(
     assert counts[1] == counts[0], counts
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="fix in agentgate/store/approvals.py + agentgate/cli/approval.py: approval list reads each "
-    "open request's votes with statements of its own (votes() per request: 2N+1 statements)",
-)
 def test_approval_list_reads_votes_in_a_few_statements(
     tmp_path: Path, store_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

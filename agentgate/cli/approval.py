@@ -77,7 +77,9 @@ def _list(args: argparse.Namespace) -> int:
     store = open_existing_store(args.store)
     try:
         approvals = ApprovalStore(store)
-        found = [(record, approvals.votes(record.id)) for record in approvals.open_records()]
+        records = approvals.open_records()
+        given = approvals.votes_of([record.id for record in records])
+        found = [(record, given[record.id]) for record in records]
     finally:
         store.close()
     rows: list[dict[str, Any]] = [

@@ -125,6 +125,9 @@ $$;
 """,
 }
 
+_IDS_PER_READ = 500
+"""Request ids bound in one statement by ``ApprovalStore.votes_of`` (within every driver's limit)."""
+
 _UNREVOKED = (
     "NOT EXISTS (SELECT 1 FROM approval_grants g JOIN agentgate_revocations r ON r.grant_id = g.grant_id "
     "WHERE g.approval_id = {})"
@@ -489,7 +492,9 @@ class ApprovalStore:
 
     def open_requests(self, now: float | None = None) -> list[tuple[Approval, tuple[str, ...]]]:
         """``open_records``, each with the votes that count (``votes``)."""
-        return [(record, self.votes(record.id)[0]) for record in self.open_records(now)]
+        records = self.open_records(now)
+        votes = self.votes_of([r.id for r in records])
+        return [(record, votes[record.id][0]) for record in records]
 
     def open_records(self, now: float | None = None) -> list[Approval]:
         """Requests still waiting for votes (pending, not expired, no grant revoked), oldest first."""
@@ -511,9 +516,34 @@ class ApprovalStore:
         """The approvers who voted yes on the request, sorted, in two groups: those whose vote
         counts (among the voters it was last counted against, or all when it has none on record)
         and those whose vote no longer does (a key the policy in force no longer names)."""
-        given = self.approvers(approval_id)
-        rows = self.store.query("SELECT voters FROM approval_counted WHERE approval_id = ?", (approval_id,))
-        if not rows:
-            return given, ()
-        voters = set(json.loads(str(rows[0][0])))
-        return tuple(v for v in given if v in voters), tuple(v for v in given if v not in voters)
+        return self.votes_of([approval_id])[approval_id]
+
+    def votes_of(self, approval_ids: Sequence[str]) -> dict[str, tuple[tuple[str, ...], tuple[str, ...]]]:
+        """``votes`` of each request of ``approval_ids``, read in two statements per
+        ``_IDS_PER_READ`` requests (``agentgate approval list`` on a long list)."""
+        given: dict[str, list[str]] = {i: [] for i in approval_ids}
+        counted: dict[str, set[str]] = {}
+        for at in range(0, len(approval_ids), _IDS_PER_READ):
+            chunk = tuple(approval_ids[at : at + _IDS_PER_READ])
+            among = ", ".join("?" * len(chunk))
+            for approval_id, approver in self.store.query(
+                f"SELECT approval_id, approver FROM approval_votes WHERE approval_id IN ({among}) "
+                "ORDER BY approver",
+                chunk,
+            ):
+                given[str(approval_id)].append(str(approver))
+            for approval_id, voters in self.store.query(
+                f"SELECT approval_id, voters FROM approval_counted WHERE approval_id IN ({among})", chunk
+            ):
+                counted[str(approval_id)] = set(json.loads(str(voters)))
+        found: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {}
+        for approval_id, votes in given.items():
+            voters = counted.get(approval_id)
+            if voters is None:
+                found[approval_id] = (tuple(votes), ())
+            else:
+                found[approval_id] = (
+                    tuple(v for v in votes if v in voters),
+                    tuple(v for v in votes if v not in voters),
+                )
+        return found
