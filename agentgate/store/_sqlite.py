@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -91,6 +92,26 @@ class _SQLiteTransaction(Transaction):
         return self._rowcount
 
 
+_WAL_WAIT_S = 30.0
+"""How long opening a connection waits for the lock that switching a new file to WAL takes."""
+
+
+def _wal(conn: sqlite3.Connection) -> None:
+    """Put the file in WAL mode. Switching a new file takes an exclusive lock, and SQLite answers
+    ``database is locked`` at once, without its busy handler, while another connection holds the
+    file (six Gates opening one new file at once: one of them failed to open). Tried again, a
+    few milliseconds apart, for up to ``_WAL_WAIT_S``, as a busy timeout would."""
+    deadline = time.monotonic() + _WAL_WAIT_S
+    while True:
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() >= deadline:
+                raise
+            time.sleep(0.005)
+
+
 class SQLiteStore(Store):
     dialect: Dialect = "sqlite"
     driver_errors = (sqlite3.Error,)
@@ -138,7 +159,7 @@ class SQLiteStore(Store):
             conn = sqlite3.connect(
                 self._absolute, timeout=30.0, isolation_level=None, check_same_thread=False
             )
-            conn.execute("PRAGMA journal_mode=WAL")
+            _wal(conn)
             conn.execute(f"PRAGMA synchronous={mode}")
             if mode in _SYNCING:
                 conn.execute(f"PRAGMA wal_autocheckpoint={DURABLE_WAL_PAGES}")
