@@ -55,13 +55,13 @@ summed per registry, so teams that share one store (``Gate.open`` without a URL 
 ``GatewayGate`` decides with the engine's approval hook reading ``_pending_approval`` without
 setting it (its ambient value, ``None`` outside ``Gate.authorize``).
 
-Found, not fixed (strict xfail, in files this review does not own):
+Found, fixed in the fix round (were strict xfails, in files this review did not own):
 
-- ``policy_hash`` is the digest of the policy file's bytes only: two policies with the same text
+- ``policy_hash`` was the digest of the policy file's bytes only: two policies with the same text
   whose key files (``key: keys/root.pub``) hold different keys, two teams' copies in two
   directories or one file whose key file was replaced, record the same ``policy_hash`` while
   trusting different roots and principals (fix in agentgate/policy/_load.py);
-- ``_DELEGATION_TOOLS`` marks a delegation tool process-wide, not per Gate: a delegation tool made
+- ``_DELEGATION_TOOLS`` marked a delegation tool process-wide, not per Gate: a delegation tool made
   for Gate A, given to an agent gated by Gate B, runs the sub-agent under A's delegation rule while
   B's policy is never asked and B's log records nothing (fix in agentgate/integrations/langgraph.py).
 """
@@ -610,12 +610,6 @@ def test_a_delegation_that_the_callers_gate_refuses_does_not_run(tmp_path: Path)
         gate_b.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="fix in agentgate/integrations/langgraph.py (_DELEGATION_TOOLS, _is_delegation): a "
-    "delegation tool is recognised process-wide, not for the Gate that made it; under another "
-    "Gate's middleware it skips that Gate's policy and log",
-)
 def test_a_delegation_tool_of_one_gate_is_decided_by_the_gate_of_the_agent_that_calls_it(
     tmp_path: Path,
 ) -> None:

@@ -27,13 +27,15 @@ What holds:
   resumes through the stream, and leaves the same audit entries as under ``invoke``;
 - no stream mode (nor ``astream_events``) carries a grant token or a private key.
 
-What does not (strict xfails, the fix named in each reason):
-- a streamed model call whose stream fails after output reached the consumer is charged nothing
+Fixed in the fix round (were strict xfails; tests/test_review_r39_fix_langgraph.py has more):
+- a streamed model call whose stream fails after output reached the consumer was charged nothing
   (its reservation released), where the gateway charges such a cut stream its reservation;
 - ``ChatOpenAI`` pointed at an OpenAI-compatible server (vLLM, SGLang: the backends agentgate
   targets) does not ask for the usage event when streaming, so under ``stream_mode="messages"``
   every model call is charged its estimated reservation and audited "no usage was reported",
-  where ``invoke`` commits the usage the backend reported;
+  where ``invoke`` commits the usage the backend reported (the middleware now asks for it);
+
+What does not (strict xfail, documented in docs/langgraph.md, Streaming, as a limitation):
 - with a dispatcher attached, the middleware's ``DispatchedChatModel`` cannot stream: under
   ``stream_mode="messages"`` the consumer gets the whole answer in one piece after the whole
   generation, however the router optimized the time to first token;
@@ -571,14 +573,6 @@ def test_a_request_asked_again_has_the_payload_it_was_first_asked_with(team: Tea
     assert asked["__interrupt__"][0].value == again["__interrupt__"][0].value
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "fix in agentgate/integrations/langgraph.py (GateMiddleware.wrap_model_call / awrap_model_call): "
-        "a model call whose stream fails after output reached the consumer is released (charged 0); "
-        "it must be charged as reserved, as the gateway charges a stream cut after output was delivered"
-    ),
-)
 @pytest.mark.parametrize("way", ["stream", "astream"])
 async def test_model_stream_cut_after_output_was_delivered_is_charged(team: Team, way: str) -> None:
     # Under invoke the same failing model delivers nothing and is released: nothing to charge.
@@ -614,14 +608,6 @@ def sim_url() -> Iterator[str]:
         server.stop()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "fix in agentgate/integrations/langgraph.py (GateMiddleware._authorize_model): a ChatOpenAI with a "
-        "base_url (vLLM, SGLang) streams without the usage event (stream_usage off), so a streamed call is "
-        "charged its estimated reservation and audited 'no usage was reported'; ask for it as the gateway does"
-    ),
-)
 def test_chat_openai_streamed_through_the_middleware_is_charged_its_reported_usage(
     tmp_path: Path, sim_url: str
 ) -> None:

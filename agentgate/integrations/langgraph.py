@@ -28,6 +28,7 @@ import hashlib
 import json
 import weakref
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from contextvars import ContextVar
 from dataclasses import replace
 from datetime import timedelta
 from typing import Annotated, Any, TypeVar
@@ -35,7 +36,11 @@ from typing import Annotated, Any, TypeVar
 import orjson
 from langchain.agents import create_agent
 from langchain.agents.middleware import AgentMiddleware, ModelRequest, ModelResponse
-from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
+from langchain_core.callbacks import (
+    AsyncCallbackManagerForLLMRun,
+    BaseCallbackHandler,
+    CallbackManagerForLLMRun,
+)
 from langchain_core.language_models.chat_models import BaseChatModel
 from langchain_core.messages import (
     AIMessage,
@@ -49,6 +54,7 @@ from langchain_core.messages import (
 from langchain_core.messages.tool import invalid_tool_call, tool_call
 from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.tools import BaseTool, InjectedToolCallId, StructuredTool, Tool
+from langchain_core.tracers.context import register_configure_hook
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from langgraph.config import get_config
 from langgraph.errors import GraphBubbleUp, GraphInterrupt
@@ -296,6 +302,7 @@ class GateMiddleware(AgentMiddleware[Any, Any, Any]):
         self.enforce = enforce
         self.model = model
         self.max_tokens = max_tokens
+        self._usage_copies: dict[int, tuple[weakref.ref[BaseChatModel], BaseChatModel]] = {}
 
     @property
     def name(self) -> str:
@@ -425,7 +432,7 @@ class GateMiddleware(AgentMiddleware[Any, Any, Any]):
             return self._refuse_undecidable(request, "", name, InputError(_NO_CALL_ID))
         if request.tool is None:  # no such tool: ToolNode answers so and runs nothing
             return handler(request)
-        if _is_delegation(request):
+        if _is_delegation(request, self.gate):
             refused = self._foreign(request)
             if refused is not None:
                 return _refusal(refused, call_id, name, self.gate)
@@ -470,7 +477,7 @@ class GateMiddleware(AgentMiddleware[Any, Any, Any]):
             return await self._arefuse_undecidable(request, "", name, InputError(_NO_CALL_ID))
         if request.tool is None:  # no such tool: ToolNode answers so and runs nothing
             return await handler(request)
-        if _is_delegation(request):
+        if _is_delegation(request, self.gate):
             refused = await self.gate.to_thread(self._foreign, request)
             if refused is not None:
                 return _refusal(refused, call_id, name, self.gate)
@@ -579,7 +586,24 @@ class GateMiddleware(AgentMiddleware[Any, Any, Any]):
                 tenant=self.gate.tenant_of(identity) if identity else "default",
             )
             request = request.override(model=model)
+        elif auth.allowed and getattr(request.model, "stream_usage", True) is None:
+            request = request.override(model=self._with_stream_usage(request.model))
         return auth, request
+
+    def _with_stream_usage(self, model: BaseChatModel) -> BaseChatModel:
+        """``model`` (a ``ChatOpenAI``-like model whose ``stream_usage`` was left unset) asking for
+        the usage event when it streams, as the gateway does: langchain-openai leaves it off for a
+        ``base_url`` of its own (vLLM, SGLang), so a streamed call reported no usage and was charged
+        its reservation. A copy, made once per model instance; an explicit ``stream_usage=False``
+        (an endpoint that refuses ``stream_options``) is left as it is."""
+        found = self._usage_copies.get(id(model))
+        if found is not None and found[0]() is model:
+            return found[1]
+        copy = model.model_copy(update={"stream_usage": True})
+        if len(self._usage_copies) >= 8:  # a fallback middleware's models: a few at most
+            self._usage_copies.clear()
+        self._usage_copies[id(model)] = (weakref.ref(model), copy)
+        return copy
 
     def _stopped(self, auth: Authorization) -> ModelResponse[Any]:
         """The answer that ends the run on a refused model call."""
@@ -608,7 +632,23 @@ class GateMiddleware(AgentMiddleware[Any, Any, Any]):
         auth, request = self._authorize_model(request)
         if not auth.allowed:
             return self._stopped(auth)
-        return self.gate.run(auth, lambda: handler(request), spent=_tokens_used)
+        watch = _Streamed()
+        watching = _WATCHED.set(watch)
+        try:
+
+            def call() -> ModelResponse[Any] | _Cut:
+                try:
+                    return handler(request)
+                except GraphBubbleUp:
+                    raise
+                except Exception as exc:
+                    if watch.delivered:
+                        return _Cut(exc)
+                    raise
+
+            return _answer(self.gate.run(auth, call, spent=_tokens_or_cut))
+        finally:
+            _WATCHED.reset(watching)
 
     async def awrap_model_call(
         self,
@@ -623,7 +663,23 @@ class GateMiddleware(AgentMiddleware[Any, Any, Any]):
         auth, request = await self._decided(self._authorize_model, request, lambda decided: decided[0])
         if not auth.allowed:
             return self._stopped(auth)
-        return await self.gate.arun(auth, lambda: handler(request), spent=_tokens_used)
+        watch = _Streamed()
+        watching = _WATCHED.set(watch)
+        try:
+
+            async def call() -> ModelResponse[Any] | _Cut:
+                try:
+                    return await handler(request)
+                except GraphBubbleUp:
+                    raise
+                except Exception as exc:
+                    if watch.delivered:
+                        return _Cut(exc)
+                    raise
+
+            return _answer(await self.gate.arun(auth, call, spent=_tokens_or_cut))
+        finally:
+            _WATCHED.reset(watching)
 
 
 def _model_name(model: BaseChatModel) -> str:
@@ -637,16 +693,34 @@ def _model_name(model: BaseChatModel) -> str:
     return model._llm_type
 
 
-_DELEGATION_TOOLS: weakref.WeakValueDictionary[int, BaseTool] = weakref.WeakValueDictionary()
-"""The tools ``delegation_tool`` made, by ``id``: a delegation is known by the tool object itself,
-not by its metadata, which whoever writes or converts a tool can set."""
+_DELEGATION_TOOLS: dict[int, tuple[weakref.ref[BaseTool], weakref.ref[Gate]]] = {}
+"""The tools ``delegation_tool`` made, by ``id``, each with the Gate that made it, both held
+weakly (an entry goes with its tool): a delegation is known by the tool object itself, not by its
+metadata, which whoever writes or converts a tool can set."""
 
 
-def _is_delegation(request: ToolCallRequest) -> bool:
-    # A delegation is authorized by the policy's delegation rule and the parent's grant
-    # (Gate.delegate), and audited there; the sub-agent's own calls go through its own middleware.
+def _register_delegation(tool: BaseTool, gate: Gate) -> None:
+    key = id(tool)
+
+    def forget(ref: weakref.ref[BaseTool]) -> None:
+        entry = _DELEGATION_TOOLS.get(key)
+        if entry is not None and entry[0] is ref:
+            del _DELEGATION_TOOLS[key]
+
+    _DELEGATION_TOOLS[key] = (weakref.ref(tool, forget), weakref.ref(gate))
+
+
+def _is_delegation(request: ToolCallRequest, gate: Gate) -> bool:
+    """Whether the requested tool is a delegation tool that ``gate`` made (``delegation_tool``).
+
+    A delegation is authorized by the policy's delegation rule and the parent's grant
+    (Gate.delegate), and audited there; the sub-agent's own calls go through its own middleware.
+    One made by another Gate is an ordinary tool to this one, decided (and audited) by its
+    policy: handed to an agent gated by another Gate, it would otherwise delegate under the
+    maker's rules while the agent's own Gate was never asked and recorded nothing."""
     tool = request.tool
-    return tool is not None and _DELEGATION_TOOLS.get(id(tool)) is tool
+    entry = _DELEGATION_TOOLS.get(id(tool)) if tool is not None else None
+    return entry is not None and entry[0]() is tool and entry[1]() is gate
 
 
 def _runs_in_a_thread(tool: BaseTool) -> bool:
@@ -706,6 +780,84 @@ def _failed(result: object) -> bool:
 def _paused(exc: BaseException) -> bool:
     """A tool that called ``interrupt()``: it has not failed, it waits for its resume."""
     return isinstance(exc, GraphInterrupt)
+
+
+class _Streamed(BaseCallbackHandler):
+    """Watches one model call (``_WATCHED``) for output streamed out of it: a chunk with content,
+    tool call fragments or other output (reasoning), as LangChain hands it to its callbacks, and
+    so to a consumer streaming with ``stream_mode="messages"`` or ``astream_events``. A usage-only
+    chunk is no output. Handed to LangChain's callback managers by a configure hook, so only
+    while a model call is watched; called inline (no executor hop under ``ainvoke``) and for the
+    model's LLM events only."""
+
+    run_inline = True
+    ignore_chain = True
+    ignore_agent = True
+    ignore_retriever = True
+    ignore_retry = True
+    ignore_chat_model = True
+    ignore_custom_event = True
+
+    def __init__(self) -> None:
+        self.delivered = False
+
+    def on_llm_new_token(self, token: Any, *, chunk: Any = None, **kwargs: Any) -> None:
+        if self.delivered:
+            return
+        message = getattr(chunk, "message", None)
+        self.delivered = bool(token) or (
+            message is not None
+            and bool(
+                message.content or getattr(message, "tool_call_chunks", None) or message.additional_kwargs
+            )
+        )
+
+    def on_stream_event(self, event: Any, **kwargs: Any) -> None:
+        # LangChain's content-block streaming (LangGraph's ``stream_events(version="v3")``), which
+        # fires no ``on_llm_new_token``: a delta, or a block that starts with something in it (a
+        # text block starts empty).
+        if self.delivered or not isinstance(event, Mapping):
+            return
+        kind = event.get("event")
+        if kind == "content-block-delta":
+            self.delivered = True
+        elif kind == "content-block-start":
+            block = event.get("content")
+            self.delivered = isinstance(block, Mapping) and any(
+                value for key, value in block.items() if key not in ("type", "index")
+            )
+
+
+_WATCHED: ContextVar[_Streamed | None] = ContextVar("agentgate_streamed", default=None)
+"""The watch of the model call running in this context, if any (``GateMiddleware.wrap_model_call``)."""
+register_configure_hook(_WATCHED, inheritable=True)
+
+
+class _Cut:
+    """What the function a model call runs under the Gate returns when the model failed after it
+    had streamed output (``_Streamed``): the Gate's ``spent`` reads it (``_tokens_or_cut``) and
+    raises ``exc`` there, so the call is recorded as an error charged as reserved (the backend
+    generated, and billed, output before the stream was cut; how much cannot be known), as the
+    gateway charges a stream cut after output was delivered, and ``exc`` goes on to the caller."""
+
+    __slots__ = ("exc",)
+
+    def __init__(self, exc: Exception) -> None:
+        self.exc = exc
+
+
+def _tokens_or_cut(response: object) -> tuple[int, int] | None:
+    """``_tokens_used``, or raise the failure of a stream cut after output (``_Cut``)."""
+    if isinstance(response, _Cut):
+        raise response.exc
+    return _tokens_used(response)
+
+
+def _answer(response: ModelResponse[Any] | _Cut) -> ModelResponse[Any]:
+    # ``Gate.run`` never returns a ``_Cut``: its ``spent`` raised the failure it carried.
+    if isinstance(response, _Cut):  # pragma: no cover
+        raise response.exc
+    return response
 
 
 def _tokens_used(response: object) -> tuple[int, int] | None:
@@ -873,7 +1025,7 @@ def delegation_tool(
         # The artifact carries the mark that ends the supervisor's run (``_run_stop``), if any.
         response_format="content_and_artifact",
     )
-    _DELEGATION_TOOLS[id(tool)] = tool
+    _register_delegation(tool, gate)
     return tool
 
 
