@@ -15,6 +15,7 @@ the approvers each request was last counted among (``approval_counted``).
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Iterator
 from datetime import timedelta
@@ -24,7 +25,7 @@ import pytest
 from test_langgraph import Team, _make_team, _policy_text
 
 from agentgate import Gate
-from agentgate.errors import AgentGateError, Revoked, ScopeCreep
+from agentgate.errors import AgentGateError, PolicyError, Revoked, ScopeCreep
 from agentgate.keys import SigningKey
 from agentgate.policy import parse_policy
 from agentgate.store import SQLiteStore, Store
@@ -151,3 +152,43 @@ def test_votes_count_among_the_voters_last_counted_and_all_without_a_rule(store:
     ]
     assert approvals.prune(time.time() + 120) == 2  # the counted-among rows go with them
     assert store.query("SELECT count(*) FROM approval_counted", ())[0][0] == 0
+
+
+# --- a limit written as null is refused, not read as none (after R39's fuzz finding on operators) --
+
+_NULL_POLICY = """version: 1
+trust_anchors:
+  root: {did: "DID"}
+principals:
+  a: {kind: agent, did: "DID", roles: [r]}
+tools:
+  t: {TOOL}
+roles:
+  r:
+    capabilities: [{resource: tool:t}]
+    ROLE
+"""
+
+
+@pytest.mark.parametrize(
+    ("tool", "role", "where"),
+    [
+        ("concurrency: ", "budget: {limit: 5, unit: calls}", "tools.t.concurrency"),
+        ("rate: ~", "budget: {limit: 5, unit: calls}", "tools.t.rate"),
+        ("concurrency: 2", "budget: null", "roles.r.budget"),
+        ("concurrency: 2", "ttl_s: ", "roles.r.ttl_s"),
+        ("concurrency: 2", "delegation: ", "roles.r.delegation"),
+        ("concurrency: 2", "delegation: {max_depth: 1, max_ttl_s: }", "roles.r.delegation.max_ttl_s"),
+        ("concurrency: 2", "delegation: {max_depth: 1, budget: ~}", "roles.r.delegation.budget"),
+    ],
+)
+def test_a_limit_written_as_null_is_refused_at_its_line(tool: str, role: str, where: str) -> None:
+    """``budget:`` with its value left out (a template variable never set) read as no budget at
+    all: unlimited. Like a null constraint operator (tests/test_review_r39_fuzz.py), it is refused,
+    naming the field and its line; left out, the key still means no limit."""
+    did = SigningKey.generate().did
+    text = _NULL_POLICY.replace("DID", did).replace("TOOL", tool).replace("ROLE", role)
+    with pytest.raises(PolicyError, match=rf"p\.yaml:\d+:\d+: {re.escape(where)}: null"):
+        parse_policy(text, source="p.yaml")
+    left_out = _NULL_POLICY.replace("DID", did).replace("TOOL", "").replace("ROLE", "")
+    assert parse_policy(left_out, source="p.yaml").document.roles["r"].budget is None

@@ -34,6 +34,15 @@ class _Model(BaseModel):
     )
 
 
+def _written_out(value: Any) -> Any:
+    """A ``before`` validator for a limit whose absence means none (unlimited, or the parent's
+    whole): written as null (``budget:`` with nothing after it, a template variable never set) it
+    would lift the limit its key announces. Refused at its line; leave the key out for no limit."""
+    if value is None:
+        raise ValueError("null (or nothing after ':') is no value: give one, or leave the key out for none")
+    return value
+
+
 class Settings(_Model):
     """Policy-wide limits."""
 
@@ -153,6 +162,8 @@ class Tool(_Model):
     """Retry policy; no retry by default."""
     loggable: list[str] = Field(default_factory=list)
     """Argument names that may be written to the audit log in clear (others are digested)."""
+
+    _limits_written_out = field_validator("concurrency", "rate", mode="before")(_written_out)
     audit: bool = True
     """Whether calls are recorded in the audit log. Switching it off is a lint error."""
 
@@ -306,6 +317,8 @@ class Delegation(_Model):
     share_grant: bool = False
     """Let sub-agents run on the delegator's own grant. A lint error: give each sub-agent its own."""
 
+    _limits_written_out = field_validator("max_ttl_s", "budget", mode="before")(_written_out)
+
 
 class Role(_Model):
     """A set of capabilities with a budget, a lifetime and delegation rules."""
@@ -325,6 +338,8 @@ class Role(_Model):
     """What may be handed on; absent means nothing (``max_depth`` 0)."""
     revocable: bool = True
     """Whether grants for this role can be revoked. Switching it off is a lint error."""
+
+    _limits_written_out = field_validator("budget", "ttl_s", "delegation", mode="before")(_written_out)
 
 
 class Quota(_Model):
