@@ -15,7 +15,6 @@ import argparse
 import sys
 from typing import Any
 
-from agentgate.audit.entry import AuditEntry
 from agentgate.cli._common import (
     given,
     given_text,
@@ -171,15 +170,10 @@ def _unsettled(args: argparse.Namespace) -> int:
     store, audit = open_audit_log(args.store)
     try:
         records = OnceCalls(store).unsettled()
-        # The allow entries of all of them in a few statements (500 indexes each), not one read
-        # per call: a year of failed payments is thousands of rows, and on PostgreSQL each read
-        # was a round trip. Each entry is parsed from its canonical bytes, as ``audit.entry``.
-        read = audit._read_rows(sorted({r.allow_index for r in records}))
-        allowed = {}
-        for r in records:
-            if r.allow_index not in read:
-                audit.entry(r.allow_index)  # raises the error naming the missing entry
-            allowed[r.key] = AuditEntry.from_bytes(read[r.allow_index][0])
+        # The allow entries of all of them in a few statements, not one read per call: a year of
+        # failed payments is thousands of rows, and on PostgreSQL each read was a round trip.
+        entries = audit.entries_at(r.allow_index for r in records)
+        allowed = {r.key: entries[r.allow_index] for r in records}
     finally:
         store.close()
     rows = [

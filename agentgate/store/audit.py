@@ -30,7 +30,7 @@ import json
 import operator
 import os
 import sqlite3
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
@@ -805,6 +805,17 @@ class AuditLog:
     def entry(self, index: int) -> AuditEntry:
         """Entry ``index``, parsed; ``TamperDetected`` if its bytes are not canonical."""
         return AuditEntry.from_bytes(self.entry_bytes(index))
+
+    def entries_at(self, indexes: Iterable[int]) -> dict[int, AuditEntry]:
+        """The entries at ``indexes``, parsed, read in a few statements (500 indexes each), not
+        one per entry. ``TamperDetected`` if one's bytes are not canonical, and ``entry``'s error
+        for one that is not in the log."""
+        wanted = sorted(set(indexes))
+        read = self._read_rows(wanted)
+        for index in wanted:
+            if index not in read:
+                self.entry(index)  # raises the error naming the missing entry
+        return {index: AuditEntry.from_bytes(read[index][0]) for index in wanted}
 
     def entries(self, start: int = 0, *, skip_malformed: bool = False) -> Iterator[AuditEntry]:
         """Every entry from ``start`` in index order, read in batches.
