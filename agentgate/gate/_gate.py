@@ -567,7 +567,7 @@ class Gate:
         """
         caps = _delegation_terms(name, key, capabilities, ttl, budget)
         expect(parent, _IDENTITY_OR_NONE, "parent", _IDENTITY)
-        expect(call, (str, type(None)), "call", "text or None")
+        expect(call, _TEXT_OR_NONE, "call", "text or None")
         resource = f"agent:{name}"
         purpose = f"sub-agent {name}" if call is None else f"sub-agent {name}; call {_call_tag(call)}"
         if parent is None:

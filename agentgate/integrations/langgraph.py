@@ -79,7 +79,7 @@ from agentgate.errors import (
 from agentgate.findings import Finding
 from agentgate.gate import AgentIdentity, Approval, Authorization, Gate, Verdict
 from agentgate.gate._authorization import expect, shown
-from agentgate.gate._gate import _delegation_terms
+from agentgate.gate._gate import _TEXT_OR_NONE, _delegation_terms
 from agentgate.keys import SigningKey
 from agentgate.tasks import settled
 
@@ -134,6 +134,11 @@ def _task_scope(config: Mapping[str, Any] | None) -> str | None:
     if thread is None and not task:
         return None
     return f"{'' if thread is None else thread}|{task or ''}"
+
+
+def _request_identity(request: ToolCallRequest | ModelRequest[Any]) -> AgentIdentity | None:
+    """The identity in the run context of ``request`` (``identity_from_context``)."""
+    return identity_from_context(request.runtime.context if request.runtime else None)
 
 
 def _tool_call_of(request: ToolCallRequest) -> Call:
@@ -290,8 +295,8 @@ class GateMiddleware(AgentMiddleware[Any, Any, Any]):
             raise InputError(
                 f"GateMiddleware: agent must be the agent's name, non-empty text, got {shown(agent) if agent != '' else 'empty text'}"
             )
-        expect(agent_did, (str, type(None)), "agent_did", "a did:key or None")
-        expect(model, (str, type(None)), "model", "a model name or None")
+        expect(agent_did, _TEXT_OR_NONE, "agent_did", "a did:key or None")
+        expect(model, _TEXT_OR_NONE, "model", "a model name or None")
         if type(max_tokens) is not int or max_tokens <= 0:
             raise InputError(f"agentgate[{agent}]: max_tokens must be a whole number > 0, got {max_tokens!r}")
         self.named = named
@@ -311,7 +316,7 @@ class GateMiddleware(AgentMiddleware[Any, Any, Any]):
     # --- tools ----------------------------------------------------------------------------
 
     def _authorize_tool(self, request: ToolCallRequest) -> Authorization:
-        identity = identity_from_context(request.runtime.context if request.runtime else None)
+        identity = _request_identity(request)
         call = _tool_call_of(request)
         return self._authorize(identity, call, call_id=request.tool_call["id"], run_id=_run_id(request))
 
@@ -353,7 +358,7 @@ class GateMiddleware(AgentMiddleware[Any, Any, Any]):
         """The recorded refusal of a delegation asked on an identity that is not this agent's own
         (a nested agent running on its parent's context would hand on the parent's rights).
         Raises ``Denied`` instead with ``enforce``."""
-        identity = identity_from_context(request.runtime.context if request.runtime else None)
+        identity = _request_identity(request)
         # The delegation tool's name (``ask_NAME``) need not be a resource name: the delegation is
         # decided as ``agent:NAME`` (``Gate.delegate``); a sub-agent named "Researcher" is one.
         refused = self.gate.refuse_foreign(
@@ -376,10 +381,7 @@ class GateMiddleware(AgentMiddleware[Any, Any, Any]):
         if self.enforce and isinstance(exc, AuthorityError):
             raise Denied(str(exc)) from exc
         dead = isinstance(exc, Revoked | Expired) or (
-            isinstance(exc, AuthorityError)
-            and _disowned(
-                self.gate, identity_from_context(request.runtime.context if request.runtime else None)
-            )
+            isinstance(exc, AuthorityError) and _disowned(self.gate, _request_identity(request))
         )
         return _failure(call_id, name, exc, ends_run=dead)
 
@@ -390,7 +392,7 @@ class GateMiddleware(AgentMiddleware[Any, Any, Any]):
         evidence (docs/audit-format.md). A refusal whose entry cannot be encoded (``InputError``)
         is not recorded, and still refused; a store that cannot write raises, as for any
         decision, and nothing runs."""
-        identity = identity_from_context(request.runtime.context if request.runtime else None)
+        identity = _request_identity(request)
         call, extra = _refused_call(request)
         call_id = request.tool_call.get("id")
         with contextlib.suppress(InputError):

@@ -752,16 +752,20 @@ class Scheduler:
     def _give_back(self, manager: LeaseManager, lease: Lease) -> None:
         """Release ``lease`` (taken by ``manager``) on the store pool, submitted now, without
         waiting for it: for a call that cannot wait (cancelled). ``aclose`` waits for it."""
-        releasing = self._blocking(manager.release, lease)
-        self._background.add(releasing)
-        releasing.add_done_callback(functools.partial(self._released_late, lease.key))
+        # Not given back when it fails: it expires within lease_ttl_s once the heartbeat stops
+        # renewing it, which ``LeaseManager.release`` ensures by forgetting it first.
+        self._in_background(self._blocking(manager.release, lease), "lease_not_released", lease.key)
 
-    def _released_late(self, key: str, releasing: asyncio.Future[None]) -> None:
-        self._background.discard(releasing)
-        if not releasing.cancelled() and releasing.exception() is not None:
-            # Not given back now: it expires within lease_ttl_s once the heartbeat stops renewing
-            # it, which ``LeaseManager.release`` ensures by forgetting it first.
-            self.metrics.tally("lease_not_released", key)
+    def _in_background(self, work: asyncio.Future[None], failure: str, key: str) -> None:
+        """Keep ``work`` (store work nobody awaits) for ``aclose`` to wait for; when it fails,
+        count ``failure`` for ``key``."""
+        self._background.add(work)
+        work.add_done_callback(functools.partial(self._background_done, failure, key))
+
+    def _background_done(self, failure: str, key: str, work: asyncio.Future[None]) -> None:
+        self._background.discard(work)
+        if not work.cancelled() and work.exception() is not None:
+            self.metrics.tally(failure, key)
 
     # --- visibility -----------------------------------------------------------------------------
 
@@ -788,15 +792,9 @@ class Scheduler:
 
     def _publish_on_loop(self, key: str, state: str, opened_at: float) -> None:
         assert self._shared_breakers is not None
+        # When it fails, the local breaker still works; the other processes learn nothing from it.
         publishing = self._blocking(self._shared_breakers.publish, key, state, opened_at)
-        self._background.add(publishing)
-        publishing.add_done_callback(functools.partial(self._published, key))
-
-    def _published(self, key: str, publishing: asyncio.Future[None]) -> None:
-        self._background.discard(publishing)
-        if not publishing.cancelled() and publishing.exception() is not None:
-            # The local breaker still works; the other processes learn nothing from this one.
-            self.metrics.tally("breaker_not_shared", key)
+        self._in_background(publishing, "breaker_not_shared", key)
 
     async def _sync_breaker(self, breaker: CircuitBreaker, loop: asyncio.AbstractEventLoop) -> None:
         """Adopt a newer breaker state another process published (read at most every _BREAKER_SYNC_S)."""
