@@ -35,7 +35,7 @@ import pytest
 from test_review_r37_policy_change import KEYS, policy_text
 from test_review_r39_globals import _policy_with_key_files
 
-from agentgate.authority import Budget, Chain, delegate, issue, record, revoke
+from agentgate.authority import Budget, Chain, delegate, issue, prune_grants, record, revoke
 from agentgate.cli.main import main
 from agentgate.keys import SigningKey
 from agentgate.policy import load_policy
@@ -91,16 +91,16 @@ def test_prune_forgets_grants_long_expired_and_keeps_what_may_still_be_needed(st
 
         cut = time.time() - 30 * DAY
         assert ledger.prune_expired(cut) == 2  # the root's and its child's; the held one stays
-        assert repo.prune(cut) == (2, 1)  # the root and its child; the child's revocation
+        assert prune_grants(repo, cut) == (2, 1)  # the root and its child; the child's revocation
         assert ids(store, "agentgate_grants", "id") == {held_root.id, asked.id, live.id}
         assert ids(store, "agentgate_revocations", "grant_id") == {asked.id, live.id, never_recorded.id}
         assert ids(store, "budget_ledger", "grant_id") == {held_root.id}
-        assert ledger.prune_expired(cut) == 0 and repo.prune(cut) == (0, 0)  # nothing more
+        assert ledger.prune_expired(cut) == 0 and prune_grants(repo, cut) == (0, 0)  # nothing more
 
         ledger.release(held)  # settled: its budget is no longer needed, nor the record
         approvals.prune(time.time() + 7200)  # the request naming ``asked`` is gone
         assert ledger.prune_expired(cut) == 1
-        assert repo.prune(cut) == (2, 1)
+        assert prune_grants(repo, cut) == (2, 1)
         assert ids(store, "agentgate_grants", "id") == {live.id}
         assert ids(store, "agentgate_revocations", "grant_id") == {live.id, never_recorded.id}
         assert ids(store, "budget_ledger", "grant_id") == set()
@@ -124,7 +124,7 @@ def test_a_made_up_grant_row_never_removes_a_revocation(store: Store) -> None:
                     "VALUES (?, NULL, ?, ?, ?, ?, ?)",
                     (stolen.id, ROOT.did, ALICE.did, YEAR_AGO + 600, YEAR_AGO, token),
                 )
-            assert repo.prune(time.time() - DAY)[1] == 0, token
+            assert prune_grants(repo, time.time() - DAY)[1] == 0, token
             assert ids(store, "agentgate_revocations", "grant_id") == {stolen.id}, token
     finally:
         repo.close()
@@ -143,7 +143,7 @@ def test_a_grant_expired_less_than_an_hour_ago_is_kept(store: Store) -> None:
             )
         revoke(repo, recent)
         assert ledger.prune_expired(time.time()) == 0
-        assert repo.prune(time.time()) == (0, 0)
+        assert prune_grants(repo, time.time()) == (0, 0)
         assert ids(store, "agentgate_grants", "id") == {recent.id}
     finally:
         repo.close()

@@ -15,6 +15,7 @@ from agentgate.authority._decision import (
     Decision,
     chain_weight,
     decide,
+    prune_grants,
     record,
     revoke,
 )
@@ -61,6 +62,7 @@ __all__ = [
     "findings_of",
     "issue",
     "parse_chain",
+    "prune_grants",
     "record",
     "revoke",
     "sign_invocation",

@@ -675,6 +675,27 @@ def revoke(repo: GrantRepository, grant: Chain | str, *, reason: str = "", now: 
     return grant_id
 
 
+def prune_grants(repo: GrantRepository, before: float) -> tuple[int, int]:
+    """``GrantRepository.prune``: forget the grants long expired before ``before``, and the
+    revocations that their own recorded tokens prove expired; ``(grants, revocations)``."""
+    return repo.prune(before, expired=_proves_expired)
+
+
+def _proves_expired(token: object, grant_id: str, cut: int) -> bool:
+    """Whether ``token`` (a recorded chain up to ``grant_id``) proves that ``grant_id`` expired
+    before ``cut``: its tip's id (the SHA-256 of the signed payload, which holds ``exp``) is
+    ``grant_id`` and that ``exp`` is before ``cut``. A row's ``expires`` column alone proves
+    nothing: a role that may insert grant rows (the application role) could record a made-up
+    expiry for the id of a revoked grant it never recorded."""
+    if not isinstance(token, str):
+        return False
+    try:
+        tip = parse_chain(token).tip
+    except TokenFormatError:
+        return False
+    return tip.id == grant_id and tip.expires < cut
+
+
 def record(repo: GrantRepository, chain: Chain, *, now: float | None = None) -> None:
     """Remember every link of ``chain`` in the store, so that revocation by id can list descendants."""
     rows = [

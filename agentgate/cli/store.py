@@ -21,6 +21,7 @@ from typing import Any
 
 import psycopg
 
+from agentgate.authority import prune_grants
 from agentgate.cli._common import given, open_existing_store
 from agentgate.cli.grant import parse_duration
 from agentgate.errors import StoreError
@@ -153,7 +154,7 @@ def _prune_grants(store: Store, before: float) -> tuple[int | None, int | None]:
     are pruned all the same, and the store's owner prunes these."""
     repo = GrantRepository(store)
     try:
-        return repo.prune(before)
+        return prune_grants(repo, before)
     except StoreError as exc:
         if not isinstance(exc.__cause__, psycopg.errors.InsufficientPrivilege):
             raise

@@ -33,7 +33,7 @@ import itertools
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any, Literal
@@ -180,22 +180,6 @@ def expired_cut(tx: Transaction, dialect: Dialect, before: float) -> int:
     if dialect == "postgresql":
         cut = min(cut, int(tx.execute(_SERVER_NOW)[0][0]) - PRUNE_MARGIN_S)
     return cut
-
-
-def _expired_link(token: object, grant_id: str, cut: int) -> bool:
-    """Whether ``token`` (a recorded chain up to ``grant_id``) proves that ``grant_id`` expired
-    before ``cut``: its tip's id (the SHA-256 of the signed payload, which holds ``exp``) is
-    ``grant_id`` and that ``exp`` is before ``cut``. A row's ``expires`` column alone proves
-    nothing: a role that may insert grant rows (the application role) could record a made-up
-    expiry for the id of a revoked grant it never recorded."""
-    from agentgate.authority._grant import parse_chain
-    from agentgate.errors import TokenFormatError
-
-    try:
-        tip = parse_chain(token).links[-1]  # type: ignore[arg-type]  # parse_chain checks the type
-    except TokenFormatError:
-        return False
-    return tip.id == grant_id and tip.expires < cut
 
 
 class _Bound(threading.local):
@@ -428,13 +412,14 @@ class GrantRepository:
             tx.execute("DELETE FROM agentgate_nonces WHERE expires < ?", (before,))
             return tx.rowcount
 
-    def prune(self, before: float) -> tuple[int, int]:
+    def prune(self, before: float, *, expired: Callable[[object, str, int], bool]) -> tuple[int, int]:
         """Forget the grants that expired before ``before`` (Unix seconds; never one that expired
         less than ``PRUNE_MARGIN_S`` ago), in one transaction; returns ``(grants, revocations)``
         deleted. Each grant's row (its chain token) goes, and so do whole subtrees (a child never
         outlives its parent). Any chain through an expired grant is refused by time, so its
         revocation row is no longer needed either, and goes when the grant's recorded token
-        proves it expired (``_expired_link``) and no approval request still kept
+        proves it expired (``expired(token, grant_id, cut)``: the authority layer reads tokens,
+        ``authority.prune_grants``) and no approval request still kept
         (``approval_grants``) refers to it: such a request reads as void through that row. A
         revocation of a grant never recorded here, or not expired, stays, and so does the record
         of a grant whose revocation or budget (``budget_ledger``; ``BudgetLedger.prune_expired``
@@ -462,7 +447,7 @@ class GrantRepository:
                 "(SELECT 1 FROM approval_grants a WHERE a.grant_id = r.grant_id)",
                 (cut,),
             )
-            gone = sorted({str(gid) for gid, token in revoked if _expired_link(token, str(gid), cut)})
+            gone = sorted({str(gid) for gid, token in revoked if expired(token, str(gid), cut)})
             revocations = 0
             for i in range(0, len(gone), 500):
                 part = gone[i : i + 500]
