@@ -29,8 +29,8 @@ import pytest
 from test_tasks_review import WAIT_S, _wait_until
 from test_tasks_shared_limits import lookup_policy
 
+from agentgate.audit.entry import not_printable
 from agentgate.capabilities import Call
-from agentgate.cli._common import not_printable
 from agentgate.cli.main import main
 from agentgate.errors import DeadlineExceeded, InputError, KeyFileError, PolicyError, SchedulingError
 from agentgate.gate import Gate

@@ -333,6 +333,12 @@ _UNPRINTABLE = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
 _MAX_MESSAGE = 500
 
 
+def not_printable(char: str) -> bool:
+    """Whether ``char`` is a control, format, surrogate or line/paragraph-separator character: one
+    that can break a line, move the cursor, reorder text (bidi overrides) or hide in it."""
+    return unicodedata.category(char) in _UNPRINTABLE
+
+
 def one_line(text: str) -> str:
     """``text`` as one line of at most ``_MAX_MESSAGE`` characters that a terminal shows as it is:
     control, format (bidi overrides), surrogate and line or paragraph separator characters written
@@ -341,8 +347,7 @@ def one_line(text: str) -> str:
     if text.isprintable() and len(text) <= _MAX_MESSAGE:
         return text
     shown = "".join(
-        c.encode("unicode_escape").decode("ascii") if unicodedata.category(c) in _UNPRINTABLE else c
-        for c in text[:_MAX_MESSAGE]
+        c.encode("unicode_escape").decode("ascii") if not_printable(c) else c for c in text[:_MAX_MESSAGE]
     )
     return shown if len(text) <= _MAX_MESSAGE else shown + "..."
 

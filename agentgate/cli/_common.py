@@ -12,12 +12,12 @@ import os
 import re
 import stat
 import sys
-import unicodedata
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from agentgate.audit.entry import not_printable
 from agentgate.errors import InputError, SourceError
 from agentgate.keys import load_public_key
 from agentgate.policy import Policy, load_policy
@@ -92,15 +92,6 @@ def given_text(value: str) -> str:
 def given_path(text: str) -> Path:
     """``given``, as a ``Path`` (``Path("")`` would be the current directory)."""
     return Path(given(text))
-
-
-_UNPRINTABLE = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
-
-
-def not_printable(char: str) -> bool:
-    """Whether ``char`` is a control, format, surrogate or line/paragraph-separator character: one
-    that can break a line, move the cursor, reorder text (bidi overrides) or hide in it."""
-    return unicodedata.category(char) in _UNPRINTABLE
 
 
 def printable(text: str) -> str:

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from agentgate.audit.entry import not_printable
 from agentgate.authority import (
     MAX_TOKEN_BYTES,
     Budget,
@@ -37,7 +38,6 @@ from agentgate.cli._common import (
     given_path,
     given_text,
     json_object,
-    not_printable,
     printable,
     shown_policy,
     text,

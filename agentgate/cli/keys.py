@@ -6,7 +6,8 @@ import argparse
 import sys
 from typing import Any
 
-from agentgate.cli._common import given_path, not_printable
+from agentgate.audit.entry import not_printable
+from agentgate.cli._common import given_path
 from agentgate.errors import KeyFileError
 from agentgate.keys import SigningKey, save_key
 
