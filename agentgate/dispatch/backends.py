@@ -105,6 +105,8 @@ class ChatChunk:
     event: Mapping[str, Any] = field(default_factory=dict, repr=False)
     """The whole event as the backend sent it, decoded: what it carries beside the fields above
     (a reasoning model's ``delta.reasoning_content``, ``logprobs``, its ``id``); empty if not kept."""
+    backend: str = ""
+    """The name of the backend that sent it (empty for a chunk made elsewhere)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -560,7 +562,7 @@ def _parse_chunk(backend: str, data: str, key: str | None = None) -> ChatChunk |
         if not isinstance(choices, list):
             raise TypeError("choices is not a list")
         if not choices:
-            return ChatChunk("", None, usage, event=event) if usage else None
+            return ChatChunk("", None, usage, event=event, backend=backend) if usage else None
         choice = choices[0]
         delta = choice.get("delta") or {}
         content = delta.get("content") or ""
@@ -569,7 +571,7 @@ def _parse_chunk(backend: str, data: str, key: str | None = None) -> ChatChunk |
         calls = delta.get("tool_calls") or []
         if not isinstance(calls, list) or not all(isinstance(call, dict) for call in calls):
             raise TypeError("tool_calls is not a list of objects")
-        return ChatChunk(content, _finish_reason(choice), usage, tuple(calls), event)
+        return ChatChunk(content, _finish_reason(choice), usage, tuple(calls), event, backend)
     except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
         raise BackendFailed(f"{backend}: malformed stream event: {exc}") from None
 
