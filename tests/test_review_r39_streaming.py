@@ -35,10 +35,10 @@ Fixed in the fix round (were strict xfails; tests/test_review_r39_fix_langgraph.
   every model call is charged its estimated reservation and audited "no usage was reported",
   where ``invoke`` commits the usage the backend reported (the middleware now asks for it);
 
-What does not (strict xfail, documented in docs/langgraph.md, Streaming, as a limitation):
-- with a dispatcher attached, the middleware's ``DispatchedChatModel`` cannot stream: under
-  ``stream_mode="messages"`` the consumer gets the whole answer in one piece after the whole
-  generation, however the router optimized the time to first token;
+Fixed in session 14 (was a strict xfail, documented as a limitation):
+- with a dispatcher attached, the middleware's ``DispatchedChatModel`` could not stream: under
+  ``stream_mode="messages"`` the consumer got the whole answer in one piece after the whole
+  generation (tests/test_dispatched_streaming.py has more);
 - (not streaming-specific, found on the way; fixed by the lead) the same approval request had two
   payload shapes: as first asked it had no ``approved_by``, found open again ``approved_by: []``.
 
@@ -640,14 +640,6 @@ def test_chat_openai_streamed_through_the_middleware_is_charged_its_reported_usa
     assert spent["messages"] == spent["invoke"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "fix in agentgate/integrations/langgraph.py (DispatchedChatModel) and agentgate/gate/_gate.py: "
-        "DispatchedChatModel has no _stream/_astream (Gate has no streaming dispatch), so with a dispatcher "
-        "attached stream_mode='messages' delivers each answer in one piece after the whole generation"
-    ),
-)
 def test_dispatched_model_streams_its_tokens(team: Team, sim_url: str) -> None:
     from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 

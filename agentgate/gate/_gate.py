@@ -12,10 +12,21 @@ import hashlib
 import inspect
 import logging
 import os
+import queue
 import threading
 import time
 import weakref
-from collections.abc import Awaitable, Callable, Container, Coroutine, Iterable, Iterator, Mapping, Sequence
+from collections.abc import (
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Container,
+    Coroutine,
+    Iterable,
+    Iterator,
+    Mapping,
+    Sequence,
+)
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from contextvars import ContextVar
 from dataclasses import replace
@@ -53,7 +64,7 @@ from agentgate.authority import (
     revoke,
 )
 from agentgate.capabilities import Call, Capability, attenuates
-from agentgate.dispatch.backends import ChatResult
+from agentgate.dispatch.backends import ChatChunk, ChatResult
 from agentgate.dispatch.dispatcher import Dispatcher
 from agentgate.errors import (
     AgentGateError,
@@ -2174,9 +2185,67 @@ class Gate:
             self._send(lambda d: d.chat(payload, tenant=tenant, session=session))
         )
 
-    def _send(
-        self, call: Callable[[Dispatcher], Coroutine[Any, Any, ChatResult]]
-    ) -> concurrent.futures.Future[ChatResult]:
+    def dispatch_stream(
+        self, payload: Mapping[str, Any], *, tenant: str = "default", session: str | None = None
+    ) -> Iterator[ChatChunk]:
+        """Route and stream an OpenAI-style chat payload: the chunks as the backend sends them
+        (blocking iterator). Raises as ``dispatch`` does, before or between chunks (a stream that
+        breaks after output: ``BackendFailed``). Leaving the loop early, or closing the iterator,
+        cancels the call on the backend."""
+        chunks: queue.SimpleQueue[ChatChunk | BaseException | None] = queue.SimpleQueue()
+        relay = self._relay(payload, tenant, session, chunks.put)
+        try:
+            while (item := chunks.get()) is not None:
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+        finally:
+            relay.cancel()
+
+    async def adispatch_stream(
+        self, payload: Mapping[str, Any], *, tenant: str = "default", session: str | None = None
+    ) -> AsyncIterator[ChatChunk]:
+        """The async twin of ``dispatch_stream``: awaits each chunk without blocking this loop."""
+        loop = asyncio.get_running_loop()
+        chunks: asyncio.Queue[ChatChunk | BaseException | None] = asyncio.Queue()
+
+        def put(item: ChatChunk | BaseException | None) -> None:
+            with contextlib.suppress(RuntimeError):  # this loop closed: nobody reads any more
+                loop.call_soon_threadsafe(chunks.put_nowait, item)
+
+        relay = self._relay(payload, tenant, session, put)
+        try:
+            while (item := await chunks.get()) is not None:
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+        finally:
+            relay.cancel()
+
+    def _relay(
+        self,
+        payload: Mapping[str, Any],
+        tenant: str,
+        session: str | None,
+        put: Callable[[ChatChunk | BaseException | None], None],
+    ) -> concurrent.futures.Future[None]:
+        """Stream on the dispatcher's loop, handing each chunk to ``put``, then ``None`` at the
+        end or the exception that ended it. The stream runs whole on that loop (an async
+        generator cannot move between loops); cancelling the future returned cancels it there,
+        which closes the backend's connection."""
+
+        async def pump(dispatcher: Dispatcher) -> None:
+            try:
+                async for chunk in dispatcher.stream(payload, tenant=tenant, session=session):
+                    put(chunk)
+            except BaseException as exc:  # CancelledError too: the reader is gone, or the gate closes
+                put(exc)
+                raise
+            put(None)
+
+        return self._send(pump)
+
+    def _send(self, call: Callable[[Dispatcher], Coroutine[Any, Any, T]]) -> concurrent.futures.Future[T]:
         """Hand ``call(dispatcher)`` to the dispatcher's loop. The coroutine is made first, then
         handed over under ``_dispatch_lock``, which ``_close_dispatcher`` takes to detach the
         dispatcher: a call that raced ``close`` is refused with ``DispatchError``, never handed to

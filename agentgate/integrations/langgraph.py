@@ -27,7 +27,7 @@ import contextlib
 import hashlib
 import json
 import weakref
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import replace
 from datetime import timedelta
@@ -44,6 +44,7 @@ from langchain_core.callbacks import (
 from langchain_core.language_models.chat_models import BaseChatModel
 from langchain_core.messages import (
     AIMessage,
+    AIMessageChunk,
     BaseMessage,
     HumanMessage,
     InvalidToolCall,
@@ -52,7 +53,7 @@ from langchain_core.messages import (
     convert_to_openai_messages,
 )
 from langchain_core.messages.tool import invalid_tool_call, tool_call
-from langchain_core.outputs import ChatGeneration, ChatResult
+from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
 from langchain_core.tools import BaseTool, InjectedToolCallId, StructuredTool, Tool
 from langchain_core.tracers.context import register_configure_hook
 from langchain_core.utils.function_calling import convert_to_openai_tool
@@ -67,6 +68,7 @@ from pydantic import Field
 
 from agentgate.audit.spans import execute_tool_span, invoke_agent_span, record_decision
 from agentgate.capabilities import MAX_NAME_LENGTH, Call, Capability
+from agentgate.dispatch.backends import ChatChunk
 from agentgate.errors import (
     AgentGateError,
     AuthorityError,
@@ -1137,14 +1139,7 @@ class DispatchedChatModel(BaseChatModel):
         raw_calls = message_body.get("tool_calls") or []
         if not isinstance(raw_calls, list):
             raise BackendFailed(f"{served.backend}: tool_calls is not a list: {raw_calls!r:.80}")
-        calls: list[ToolCall] = []
-        invalid: list[InvalidToolCall] = []
-        for raw in raw_calls:
-            parsed = DispatchedChatModel._tool_call(raw)
-            if parsed["type"] == "tool_call":
-                calls.append(parsed)
-            else:
-                invalid.append(parsed)
+        calls, invalid = DispatchedChatModel._tool_calls(raw_calls)
         usage = served.usage
         message = AIMessage(
             content=served.content,
@@ -1158,6 +1153,19 @@ class DispatchedChatModel(BaseChatModel):
             response_metadata={"backend": served.backend, "finish_reason": served.finish_reason},
         )
         return ChatResult(generations=[ChatGeneration(message=message)])
+
+    @classmethod
+    def _tool_calls(cls, raws: Iterable[object]) -> tuple[list[ToolCall], list[InvalidToolCall]]:
+        """The backend's tool calls parsed (``_tool_call``): the valid ones, and the others."""
+        calls: list[ToolCall] = []
+        invalid: list[InvalidToolCall] = []
+        for raw in raws:
+            parsed = cls._tool_call(raw)
+            if parsed["type"] == "tool_call":
+                calls.append(parsed)
+            else:
+                invalid.append(parsed)
+        return calls, invalid
 
     @classmethod
     def _tool_call(cls, raw: object) -> ToolCall | InvalidToolCall:
@@ -1231,6 +1239,120 @@ class DispatchedChatModel(BaseChatModel):
     ) -> ChatResult:
         payload = self._payload(messages)
         return self._result(await self.gate.adispatch(payload, tenant=self.tenant, session=_session()))
+
+    def _stream(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: CallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> Iterator[ChatGenerationChunk]:
+        """The answer as the backend streams it (``Gate.dispatch_stream``); LangChain streams when
+        a consumer asks for tokens (LangGraph's ``stream_mode="messages"``), else ``_generate``.
+        See ``_Pieces`` for what the chunks hold."""
+        pieces = _Pieces()
+        for served in self.gate.dispatch_stream(
+            self._payload(messages), tenant=self.tenant, session=_session()
+        ):
+            piece = pieces.of(served)
+            if run_manager is not None:
+                run_manager.on_llm_new_token(piece.text, chunk=piece)
+            yield piece
+        yield pieces.tool_calls()
+
+    async def _astream(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: AsyncCallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> AsyncIterator[ChatGenerationChunk]:
+        pieces = _Pieces()
+        payload = self._payload(messages)
+        async for served in self.gate.adispatch_stream(payload, tenant=self.tenant, session=_session()):
+            piece = pieces.of(served)
+            if run_manager is not None:
+                await run_manager.on_llm_new_token(piece.text, chunk=piece)
+            yield piece
+        yield pieces.tool_calls()
+
+
+class _Pieces:
+    """A ``DispatchedChatModel`` stream as LangChain's chunks: each backend chunk's text as it
+    comes, with the usage on the chunk that carries it; the backend named on the first chunk
+    only and the finish reason where sent (LangChain concatenates text values of
+    ``response_metadata`` when it adds chunks up).
+
+    Tool calls are not passed on fragment by fragment: LangChain would parse the added-up
+    arguments as *partial* JSON, so arguments cut off (``{"amount": 50`` of a call stopped at
+    ``max_tokens``) or malformed (``{``) would become a tool call to run, where the same answer
+    not streamed is an invalid call (``DispatchedChatModel._tool_call``). The fragments are put
+    together by index and judged whole, as the non-streamed answer is, and the calls come on one
+    last chunk: the valid in ``tool_calls``, the others in ``invalid_tool_calls`` with their
+    arguments as a JSON string (quoted, so that adding up cannot parse them into a call)."""
+
+    def __init__(self) -> None:
+        self.named = False
+        self.calls: dict[object, Any] = {}
+
+    def of(self, served: ChatChunk) -> ChatGenerationChunk:
+        for fragment in served.tool_calls:
+            self._add(fragment)
+        metadata: dict[str, Any] = {}
+        if not self.named:
+            metadata["backend"] = served.backend
+            self.named = True
+        if served.finish_reason is not None:
+            metadata["finish_reason"] = served.finish_reason
+        usage = served.usage
+        message = AIMessageChunk(
+            content=served.content,
+            usage_metadata=None
+            if usage is None
+            else {
+                "input_tokens": usage.prompt_tokens,
+                "output_tokens": usage.completion_tokens,
+                "total_tokens": usage.prompt_tokens + usage.completion_tokens,
+            },
+            response_metadata=metadata,
+        )
+        return ChatGenerationChunk(message=message)
+
+    def _add(self, fragment: object) -> None:
+        """Add one ``delta.tool_calls`` fragment to the call of its index: the first string id,
+        the name and the arguments text joined. A fragment that is no object, whose ``function``
+        is no object, or with no integer index stands alone (as a call, it is invalid); a name
+        or arguments that are no string are kept as sent, which makes the call invalid."""
+        index = fragment.get("index") if isinstance(fragment, Mapping) else None
+        function = fragment.get("function", {}) if isinstance(fragment, Mapping) else None
+        if (
+            not isinstance(fragment, Mapping)
+            or not isinstance(function, Mapping)
+            or not isinstance(index, int)
+            or isinstance(index, bool)
+        ):
+            self.calls[("alone", len(self.calls))] = fragment
+            return
+        call = self.calls.setdefault(index, {"function": {"name": "", "arguments": ""}})
+        if "id" not in call and isinstance(fragment.get("id"), str):
+            call["id"] = fragment["id"]
+        whole = call["function"]
+        for field in ("name", "arguments"):
+            part = function.get(field)
+            if isinstance(part, str) and isinstance(whole[field], str):
+                whole[field] += part
+            elif part is not None:
+                whole[field] = part
+
+    def tool_calls(self) -> ChatGenerationChunk:
+        calls, invalid = DispatchedChatModel._tool_calls(self.calls.values())
+        quoted = [
+            invalid_tool_call(name=c["name"], args=json.dumps(c["args"] or ""), id=c["id"], error=c["error"])
+            for c in invalid
+        ]
+        return ChatGenerationChunk(
+            message=AIMessageChunk(content="", tool_calls=calls, invalid_tool_calls=quoted)
+        )
 
 
 class ScriptedChatModel(BaseChatModel):
