@@ -115,6 +115,42 @@ def test_a_mistyped_store_is_refused_not_created(
     assert not typo.parent.exists()
 
 
+def _shown(capsys: pytest.CaptureFixture[str], *args: str) -> list[tuple[int, str]]:
+    assert main(["audit", "show", "--json", *args]) == 0
+    return [(e["index"], e["kind"]) for e in map(json.loads, capsys.readouterr().out.splitlines())]
+
+
+def test_show_last_and_from_select_a_window(populated: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # 13 entries: allow/spend pairs 0..11, then the deny at 12.
+    assert _shown(capsys, "--last", "3") == [(10, "allow"), (11, "spend"), (12, "deny")]
+    assert _shown(capsys, "--from", "11") == [(11, "spend"), (12, "deny")]
+    assert _shown(capsys, "--from", "4", "--last", "20") == [
+        (i, "allow" if i % 2 == 0 else "spend") for i in range(4, 12)
+    ] + [(12, "deny")]
+    # With a filter, --last counts the entries that match, not the newest entries of the log.
+    assert _shown(capsys, "--kind", "allow", "--last", "2") == [(8, "allow"), (10, "allow")]
+    assert _shown(capsys, "--kind", "allow", "--from", "3", "--last", "9") == [
+        (4, "allow"),
+        (6, "allow"),
+        (8, "allow"),
+        (10, "allow"),
+    ]
+    assert _shown(capsys, "--last", "0") == []
+    assert _shown(capsys, "--from", "13") == []
+
+
+@pytest.mark.parametrize(
+    "given", [["--last", "-1"], ["--last", "x"], ["--from", "1e3"], ["--from", "99999999999999999999"]]
+)
+def test_show_refuses_a_window_that_is_no_index(
+    populated: Path, capsys: pytest.CaptureFixture[str], given: list[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["audit", "show", *given])
+    assert exit_.value.code == 2
+    assert "Traceback" not in capsys.readouterr().err
+
+
 def test_explain_shows_the_grant_chain_when_the_grant_store_has_it(
     populated: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

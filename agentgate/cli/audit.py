@@ -23,12 +23,14 @@ keys verify when ``AGENTGATE_LOG_PREVIOUS_KEYS`` lists their public keys.
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import os
 import re
 import sqlite3
 import stat
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -77,6 +79,17 @@ def register(subparsers: Any) -> None:
     show.add_argument("--kind", metavar="KIND", choices=ENTRY_KINDS, help=", ".join(ENTRY_KINDS))
     show.add_argument(
         "--since", metavar="TIME", type=_since, help="UTC time prefix, e.g. 2026-11-29 or 2026-11-29T10:00"
+    )
+    show.add_argument(
+        "--from",
+        dest="start",
+        type=_index,
+        default=0,
+        metavar="INDEX",
+        help="start at this entry index (read from there, not from the first entry)",
+    )
+    show.add_argument(
+        "--last", type=_index, metavar="N", help="only the newest N entries that match, oldest first"
     )
     show.add_argument(
         "--json", action="store_true", help="one entry per line, its exact bytes (docs/audit-format.md)"
@@ -195,6 +208,11 @@ def _verify(args: argparse.Namespace) -> int:
     return 1
 
 
+def _filtered(args: argparse.Namespace) -> bool:
+    """Whether ``show`` selects entries by their content (not only by position)."""
+    return bool(args.principal or args.kind or args.since or args.tool)
+
+
 def _matches(entry: AuditEntry, args: argparse.Namespace) -> bool:
     if args.principal and entry.principal != args.principal:
         return False
@@ -212,9 +230,13 @@ def _matches(entry: AuditEntry, args: argparse.Namespace) -> bool:
 def _show(args: argparse.Namespace) -> int:
     store, log = _open(args)
     with store:
-        for entry in log.entries():
-            if not _matches(entry, args):
-                continue
+        start = args.start
+        if args.last is not None and not _filtered(args):
+            start = max(start, log.size() - args.last)  # read only the entries to be shown
+        shown: Iterable[AuditEntry] = (e for e in log.entries(start) if _matches(e, args))
+        if args.last is not None:
+            shown = collections.deque(shown, maxlen=args.last)  # the newest N: N entries held at most
+        for entry in shown:
             if args.json:  # the entry's own bytes (from_bytes checked they are the stored ones)
                 print(entry.to_bytes().decode("utf-8"))
             else:
