@@ -82,6 +82,7 @@ from agentgate.errors import (
     Revoked,
     SchedulingError,
     ScopeCreep,
+    StoreError,
     TokenFormatError,
 )
 from agentgate.findings import Finding, FindingKind
@@ -151,6 +152,11 @@ def _approval_hook(call: Call, chain: Chain, invocation: Invocation | None) -> A
 
 OUTCOME_RETRY_S = 1.0
 """How long the background thread waits before it tries again outcomes whose commit failed."""
+
+OUTCOME_RETRY_FOR_S = 300.0
+"""How long an outcome the store refuses on its own (a trigger, a lock or statement timeout on
+its budget row) is tried again, from its first refusal, before it is dropped (logged); its
+reservation then stays held until its grant expires."""
 
 DELEGATIONS_PURGE_S = 1.0
 """How often, at most, ``Gate.delegations`` is cleared of expired delegations (and the approval
@@ -373,6 +379,7 @@ class Gate:
             raise
         self._store_lock = threading.RLock()
         self._outcomes = PendingOutcomes(self._write_outcomes, tick=self.flush)
+        self._outcome_refused_at: dict[int, float] = {}  # id() of an outcome's allow -> its first refusal
         _OPEN_GATES.add(self)
         self._limits = SharedLimits(self._config)
         """One set of limits for every scheduler below: a policy's limits are the Gate's."""
@@ -1281,8 +1288,9 @@ class Gate:
             pass
         with self.store.transaction() as tx:
             self.audit.lock(tx)
-            self._carry(tx, batch)
+            refused = self._carry(tx, batch)
             yield tx
+        self._outcomes.restore(refused, retry_after_s=OUTCOME_RETRY_S)  # committed: try them again
 
     @_serialized
     def record_refusal(
@@ -2030,13 +2038,19 @@ class Gate:
         except Exception as exc:  # also an unforeseen one: it must not fail every later decision
             raise _CarryFailed from exc
 
-    def _carry(self, tx: Transaction, batch: list[PendingOutcome]) -> None:
-        # Under a savepoint: an outcome that cannot be written (logged) never takes the others, or
-        # the decision that carries them, down with it. Its reservation stays held, which can only
-        # make a budget look smaller, never let it be overspent. One savepoint for the batch;
-        # one per outcome only after the batch failed. (Decisions try ``_carry_all`` first.)
+    def _carry(self, tx: Transaction, batch: list[PendingOutcome]) -> list[PendingOutcome]:
+        """Write ``batch`` in ``tx`` under a savepoint; the outcomes the store refused, to be
+        tried again once ``tx`` has committed.
+
+        An outcome that cannot be written (logged) never takes the others, or the decision that
+        carries them, down with it. Its reservation stays held, which can only make a budget
+        look smaller, never let it be overspent. One savepoint for the batch; one per outcome
+        only after the batch failed. (Decisions try ``_carry_all`` first.) An outcome the store
+        refused (``StoreError``, a driver error: a trigger, a lock timeout on its budget row) is
+        returned, to be tried again for ``OUTCOME_RETRY_FOR_S``; one refused for its own sake
+        (anything else) is dropped at once."""
         if not batch:
-            return
+            return []
         tx.execute("SAVEPOINT agentgate_outcomes")
         # Any exception, not only the store's: one outcome that cannot be written for a reason
         # nobody foresaw (a backend's garbage usage) must not put itself back before every later
@@ -2047,18 +2061,40 @@ class Gate:
         except Exception:
             tx.execute("ROLLBACK TO SAVEPOINT agentgate_outcomes")
             tx.execute("RELEASE SAVEPOINT agentgate_outcomes")
+            refused: list[PendingOutcome] = []
             for outcome in batch:
                 tx.execute("SAVEPOINT agentgate_outcome")
                 try:
                     self._write_outcome(tx, *outcome)
                 except Exception as exc:
                     tx.execute("ROLLBACK TO SAVEPOINT agentgate_outcome")
-                    _log.error(
-                        "agentgate: outcome of audit entry %s not recorded: %s", outcome[0].audit_index, exc
-                    )
+                    if self._try_again(outcome[0], exc):
+                        refused.append(outcome)
+                    else:
+                        _log.error(
+                            "agentgate: outcome of audit entry %s not recorded: %s",
+                            outcome[0].audit_index,
+                            exc,
+                        )
                 tx.execute("RELEASE SAVEPOINT agentgate_outcome")
-            return
+            return refused
         tx.execute("RELEASE SAVEPOINT agentgate_outcomes")
+        return []
+
+    def _try_again(self, auth: Authorization, exc: Exception) -> bool:
+        """Whether an outcome that ``exc`` kept from being written is to be tried again (see
+        ``_carry``); logged when it is."""
+        if not isinstance(exc, (StoreError, *self.store.driver_errors)):
+            return False
+        now = time.monotonic()
+        first = self._outcome_refused_at.setdefault(id(auth), now)
+        if now - first > OUTCOME_RETRY_FOR_S:
+            del self._outcome_refused_at[id(auth)]
+            return False
+        _log.warning(
+            "agentgate: outcome of audit entry %s not recorded yet (kept, retried): %s", auth.audit_index, exc
+        )
+        return True
 
     def _write_outcome(
         self,
@@ -2146,6 +2182,8 @@ class Gate:
             },
             tx,
         )
+        if self._outcome_refused_at:  # written (if ``tx`` commits): no longer one being retried
+            self._outcome_refused_at.pop(id(auth), None)
 
     @_serialized
     def flush(self) -> None:

@@ -577,7 +577,16 @@ class Scheduler:
                             held_lease, waiter.lease = waiter.lease, None
                         if held_lease is not None:
                             manager, lease = held_lease
-                            await asyncio.shield(self._blocking(manager.release, lease))
+                            try:
+                                await asyncio.shield(self._blocking(manager.release, lease))
+                            except StoreError:
+                                # The attempt has ended: its result, or its error, stands. Raised
+                                # here, the store's error replaced them, and a tool that ran and
+                                # succeeded was recorded as failed (its caller told so too). Not
+                                # given back, the lease is not renewed either (``release`` forgot
+                                # it first): it expires within lease_ttl_s, as ``_give_back``'s.
+                                with lock:
+                                    self.metrics.tally("lease_not_released", lease.key)
                     # 4. back off with every slot released (``aclose`` cuts it short), then try again
                     await self._back_off(delay)
                 except _GiveUp as stop:
