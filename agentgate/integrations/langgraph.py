@@ -120,12 +120,36 @@ def identity_from_context(context: object) -> AgentIdentity | None:
 
 
 def _run_id(request: ToolCallRequest) -> str | None:
-    """The scope of the call's idempotency key: the LangGraph thread and the task (one graph step
-    of one run: ``checkpoint_ns``) the call runs in. A node retried, or resumed after an
-    interrupt, runs as the same task and reuses a completed result instead of running again; the
-    same tool call id in a later turn or another run (a model that numbers its calls from 0 in
-    every answer) is another call, and runs."""
-    return _task_scope(getattr(request.runtime, "config", None))
+    """The scope of the call's idempotency key: the LangGraph thread and the model answer that
+    asked for the call (the id of the ``AIMessage`` in the state whose ``tool_calls`` hold it).
+    A node retried, resumed after an interrupt, replayed from an older checkpoint or forked with
+    ``update_state`` (time travel: LangGraph gives the fork's task a new ``checkpoint_ns``, the
+    answer keeps its id) reuses a completed result instead of running again; the same tool call
+    id in a later answer or another run (a model that numbers its calls from 0 in every answer)
+    is another call, and runs. Without such a message in the state (a hand-built graph keeping
+    its messages elsewhere), the task the call runs in: ``_task_scope``."""
+    config = getattr(request.runtime, "config", None)
+    answer = _asking_answer(request)
+    if answer is None:
+        return _task_scope(config)
+    thread = ((config or {}).get("configurable") or {}).get("thread_id")
+    return f"{'' if thread is None else thread}|answer:{answer}"
+
+
+def _asking_answer(request: ToolCallRequest) -> str | None:
+    """The id of the newest ``AIMessage`` in the request's state that asked for this tool call."""
+    state = request.state
+    if isinstance(state, Mapping):
+        messages = state.get("messages")
+    else:
+        messages = state if isinstance(state, list) else getattr(state, "messages", None)
+    call_id = request.tool_call.get("id")
+    if not isinstance(messages, list) or not call_id:
+        return None
+    for message in reversed(messages):
+        if isinstance(message, AIMessage) and any(c.get("id") == call_id for c in message.tool_calls):
+            return message.id if isinstance(message.id, str) and message.id else None
+    return None
 
 
 def _task_scope(config: Mapping[str, Any] | None) -> str | None:
