@@ -91,13 +91,16 @@ def _inventory(args: argparse.Namespace) -> int:
         inventory = load_inventory(args.inventory, read_keys=False)  # no backend is called
     topology = from_inventory(inventory)
     snapshot = _snapshot(args)
-    holder: dict[str, str] = {}
+    leased: dict[str, str] = {}
+    reserved: dict[str, str] = {}
     if snapshot is not None:
         for lease in snapshot.leases:
-            holder.update(dict.fromkeys(lease.gpus, lease.id))
+            leased.update(dict.fromkeys(lease.gpus, lease.id))
         for q in snapshot.queue:
-            for gpu in q.nominated:
-                holder.setdefault(gpu, f"(reserved: {q.request.id})")
+            reserved.update(dict.fromkeys(q.nominated, q.request.id))
+    # GPUs the broker's state holds that this inventory does not list: another cluster's file, or
+    # one edited since. Shown, since the table would call every GPU of the wrong file free.
+    unknown = sorted((set(leased) | set(reserved)) - set(topology.index))
     if args.json:
         out = [
             {
@@ -107,12 +110,16 @@ def _inventory(args: argparse.Namespace) -> int:
                 "node": g.node,
                 "nvlink_domain": g.nvlink_domain,
                 "rack": g.rack,
-                "lease": holder.get(g.id),
+                "lease": leased.get(g.id),
+                "reserved_for": reserved.get(g.id),
             }
             for g in topology.gpus
         ]
-        print(json.dumps({"gpus": out}, indent=2))
+        taken_at = None if snapshot is None else snapshot.taken_at
+        print(json.dumps({"taken_at": taken_at, "gpus": out, "unknown_gpus": unknown}, indent=2))
         return 0
+    holder = {gpu: f"(reserved: {request})" for gpu, request in reserved.items()}
+    holder.update(leased)  # a GPU reserved for a preemptor is still held by its victim's lease
     rows = [["RACK", "NODE", "NVLINK DOMAIN", "GPU", "TYPE", "MEMORY GB", "HELD BY"]]
     for g in sorted(topology.gpus, key=lambda g: (g.rack, g.node, g.nvlink_domain, topology.number(g.id))):
         rows.append(
@@ -122,6 +129,11 @@ def _inventory(args: argparse.Namespace) -> int:
     print(_header(snapshot, args.broker))
     print(_table(rows))
     print(f"{len(topology)} GPUs, {free} free")
+    if unknown:
+        shown = ", ".join(printable(gpu) for gpu in unknown[:8]) + (", ..." if len(unknown) > 8 else "")
+        print(
+            f"{len(unknown)} GPUs held in the broker's state are not in {printable(args.inventory)}: {shown}"
+        )
     return 0
 
 

@@ -193,6 +193,13 @@ class GatedBroker:
             self._record(self.broker.advance())  # a lease that expired meanwhile is not renewed
             request = self._holder_request(identity, lease_id)
             lease = next((held for held in self.broker.leases() if held.id == lease_id), None)
+            if lease is None:
+                # Still waiting: there is no lease to extend, and the broker would refuse it after
+                # an allow that nothing settles (until review R40 an ``allow`` of the renewal was
+                # audited all the same, with no outcome).
+                raise LeaseLost(
+                    f"lease {lease_id!r} is not granted yet: a waiting request has nothing to renew"
+                )
             resource = _resource_or_any(request)
             call = self._call(resource, request, self._extension(request, lease))
             if (left := _outlived(identity, self._ttl(request))) is not None:
@@ -208,9 +215,17 @@ class GatedBroker:
             try:
                 renewed = self.broker.renew(lease_id)
             except LeaseLost:
+                # The lease ended while the renewal was decided (its expiry or grace end fell
+                # between the two reads of the clock): the allow is settled as an ``error``
+                # outcome, its reservation returned, in one transaction.
+                renewal = LeaseDecision(
+                    lease_id, identity.did, identity.grant_id, resource, auth.audit_index, None, held
+                )
                 with self.gate.store.transaction() as tx:
-                    for reservation, _unit, _amount in held:
-                        self.gate.ledger.release(reservation, tx)
+                    self.gate.audit.lock(tx)
+                    self._settle(tx, renewal, None)
+                    self._append(renewal, "error", f"lease {lease_id!r} ended before it was renewed", 0, tx)
+                self._record_pending()
                 raise
             except StoreError:
                 # The broker renewed the lease and only its journal write failed: the lease runs
@@ -218,7 +233,21 @@ class GatedBroker:
                 self._link(identity, lease_id, resource, auth, held)
                 raise
             self._link(identity, lease_id, resource, auth, held)
+            self._record_pending()
         return renewed
+
+    def _record_pending(self) -> None:
+        """Audit the events ``Broker.renew`` caused (other leases' expiries and grace ends, the
+        grants that follow), which it journals but does not return. Until review R40 they waited
+        for the next call: a restart before it lost them from the log although the journal had
+        them, and ``reconcile`` then returned an expired lease's reservation whole, its holder
+        never charged for the time it held. A journal write that fails leaves them queued in the
+        broker for its next call, as any call's events."""
+        try:
+            events = self.broker.advance()
+        except StoreError:
+            return
+        self._record(events)
 
     def _link(
         self,

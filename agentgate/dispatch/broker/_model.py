@@ -174,7 +174,8 @@ class Lease:
     granted_at: float
     """Clock time of the grant."""
     expires_at: float
-    """Clock time at which the GPUs return unless renewed (or, once notified, the grace end)."""
+    """Clock time at which the GPUs return unless renewed; a notified lease ends at the earlier of
+    this and ``notice_deadline`` (a renewal moves this, never the notice deadline)."""
     notice_deadline: float | None = None
     """Set once preempted: the end of the checkpoint grace; the lease ends then at the latest."""
     preempted_by: str | None = None
