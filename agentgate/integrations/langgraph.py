@@ -130,14 +130,14 @@ def _run_id(request: ToolCallRequest) -> str | None:
     its messages elsewhere), the task the call runs in: ``_task_scope``."""
     config = getattr(request.runtime, "config", None)
     answer = _asking_answer(request)
-    if answer is None:
+    if answer is None or not isinstance(answer.id, str) or not answer.id:
         return _task_scope(config)
     thread = ((config or {}).get("configurable") or {}).get("thread_id")
-    return f"{'' if thread is None else thread}|answer:{answer}"
+    return f"{'' if thread is None else thread}|answer:{answer.id}"
 
 
-def _asking_answer(request: ToolCallRequest) -> str | None:
-    """The id of the newest ``AIMessage`` in the request's state that asked for this tool call."""
+def _asking_answer(request: ToolCallRequest) -> AIMessage | None:
+    """The newest ``AIMessage`` in the request's state that asked for this tool call."""
     state = request.state
     if isinstance(state, Mapping):
         messages = state.get("messages")
@@ -148,8 +148,36 @@ def _asking_answer(request: ToolCallRequest) -> str | None:
         return None
     for message in reversed(messages):
         if isinstance(message, AIMessage) and any(c.get("id") == call_id for c in message.tool_calls):
-            return message.id if isinstance(message.id, str) and message.id else None
+            return message
     return None
+
+
+_CUT_AT_LIMIT = frozenset({"length", "max_tokens"})
+"""Finish reasons of an answer stopped at its output limit: OpenAI's, vLLM's, Ollama's
+``length``; Anthropic's, Bedrock's ``max_tokens``; Gemini's ``MAX_TOKENS`` (compared in lower
+case)."""
+
+
+def _cut_at_limit(answer: AIMessage | None) -> str | None:
+    """The finish reason of an answer stopped at its output limit, else ``None``."""
+    if answer is None:
+        return None
+    metadata = answer.response_metadata
+    for field in ("finish_reason", "stop_reason", "done_reason", "stopReason"):
+        reason = metadata.get(field)
+        if isinstance(reason, str) and reason.lower() in _CUT_AT_LIMIT:
+            return reason
+    return None
+
+
+_CUT_CALL = (
+    "the model's answer was cut at its output limit ({reason}) while it wrote its tool calls: "
+    "their arguments may be incomplete, so none of them is run; ask again with a larger output "
+    "limit or fewer calls at once"
+)
+"""Why a tool call of an answer stopped at its output limit is refused before it is decided. A
+streamed answer's tool call arguments are parsed by LangChain as *partial* JSON: ``{"amount": 50``
+of what was to be 5000 becomes a call with ``amount`` 50."""
 
 
 def _task_scope(config: Mapping[str, Any] | None) -> str | None:
@@ -460,6 +488,8 @@ class GateMiddleware(AgentMiddleware[Any, Any, Any]):
             return self._refuse_undecidable(request, "", name, InputError(_NO_CALL_ID))
         if request.tool is None:  # no such tool: ToolNode answers so and runs nothing
             return handler(request)
+        if cut := _cut_at_limit(_asking_answer(request)):
+            return self._refuse_undecidable(request, call_id, name, InputError(_CUT_CALL.format(reason=cut)))
         if _is_delegation(request, self.gate):
             refused = self._foreign(request)
             if refused is not None:
@@ -505,6 +535,9 @@ class GateMiddleware(AgentMiddleware[Any, Any, Any]):
             return await self._arefuse_undecidable(request, "", name, InputError(_NO_CALL_ID))
         if request.tool is None:  # no such tool: ToolNode answers so and runs nothing
             return await handler(request)
+        if cut := _cut_at_limit(_asking_answer(request)):
+            incomplete = InputError(_CUT_CALL.format(reason=cut))
+            return await self._arefuse_undecidable(request, call_id, name, incomplete)
         if _is_delegation(request, self.gate):
             refused = await self.gate.to_thread(self._foreign, request)
             if refused is not None:
