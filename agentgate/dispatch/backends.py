@@ -14,22 +14,33 @@ chat call, and on its health probe and metrics scrape when they go to the origin
 port) of its ``url``; never to another origin. Nothing the caller sent but the JSON body reaches
 a backend (no header of the caller's, so never the caller's own ``Authorization``). The key is
 never part of an error message: text a backend sends back is scrubbed of it.
+
+Every chat call carries the W3C trace context of the span current when it is sent (``chat``:
+the ``trace_context`` given, else the current one): ``traceparent``, and ``tracestate`` when the
+trace has one, so that an inference server started with OpenTelemetry tracing (vLLM and SGLang
+with ``--otlp-traces-endpoint``) records its span of the request as a child of the model call's.
+Only those two headers (``trace_headers``): never ``baggage``, which is the application's own
+data, whatever propagators the application installed. No span (or an invalid one): no header.
+A ``ChatTransport`` gets them only when its ``post`` and ``stream`` take a ``headers`` keyword.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import json
 import math
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 from urllib.parse import urlsplit
 
 import aiohttp
 import httpx
 import orjson
+from opentelemetry.context import Context
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from agentgate.dispatch.inventory import Backend
 from agentgate.dispatch.metrics import MAX_METRICS_CHARS, EngineLoad, load_from_text
@@ -51,6 +62,16 @@ _SMALL = 1 << 16
 _SSE_IGNORED = (":", "event:", "id:", "retry:")
 """Stream lines that carry no chunk: SSE comments and the fields other than ``data``."""
 _JSON = {"content-type": "application/json"}
+_TRACE_CONTEXT = TraceContextTextMapPropagator()
+
+
+def trace_headers(context: Context | None = None) -> dict[str, str]:
+    """The W3C Trace Context headers of the span current in ``context`` (default: the current
+    context): ``traceparent``, and ``tracestate`` when the trace carries one; empty when there is
+    no valid span. Only W3C Trace Context, never ``baggage``: what a chat call sends a backend."""
+    carrier: dict[str, str] = {}
+    _TRACE_CONTEXT.inject(carrier, context)
+    return carrier
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,7 +145,11 @@ class ChatResult:
 
 class ChatTransport(Protocol):
     """What chat calls can go over instead of ``session`` (the gateway's lean pool).
-    ``authorization``, when given, is sent as the ``Authorization`` header's value."""
+    ``authorization``, when given, is sent as the ``Authorization`` header's value.
+
+    A transport whose ``post`` and ``stream`` also take a keyword ``headers`` (a mapping of
+    further header names to values, or ``None``) is given the call's trace context headers
+    (``trace_headers``) there; one that does not take it is called as above, and sends none."""
 
     async def post(self, url: str, body: bytes, authorization: str | None = None) -> tuple[int, bytes]:
         """POST the JSON ``body``: the status and the whole answer; raises ``OSError`` if none can be read."""
@@ -138,6 +163,45 @@ class ChatTransport(Protocol):
         """POST the JSON ``body`` for a streamed answer: the status, a reader of the whole body, its
         lines; raises ``OSError`` if the answer cannot be read."""
         ...
+
+
+class _HeaderTransport(Protocol):
+    """A ``ChatTransport`` that also sends further headers (the call's trace context)."""
+
+    async def post(
+        self,
+        url: str,
+        body: bytes,
+        authorization: str | None = None,
+        *,
+        headers: Mapping[str, str] | None = None,
+    ) -> tuple[int, bytes]: ...
+
+    def stream(
+        self,
+        url: str,
+        body: bytes,
+        authorization: str | None = None,
+        *,
+        headers: Mapping[str, str] | None = None,
+    ) -> contextlib.AbstractAsyncContextManager[
+        tuple[int, Callable[[], Awaitable[bytes]], AsyncIterator[str]]
+    ]: ...
+
+
+def _takes_headers(method: object) -> bool:
+    """Whether ``method`` (a transport's ``post`` or ``stream``) takes a keyword ``headers``."""
+    if not callable(method):
+        return False
+    try:
+        parameters = inspect.signature(method).parameters
+    except (TypeError, ValueError):  # no signature to read (a builtin): called without headers
+        return False
+    found = parameters.get("headers")
+    return found is not None and found.kind in (
+        inspect.Parameter.POSITIONAL_OR_KEYWORD,
+        inspect.Parameter.KEYWORD_ONLY,
+    )
 
 
 class BackendClient:
@@ -169,6 +233,8 @@ class BackendClient:
         self._probe_timeout = self._timeout(self.timeouts.probe_s)
         self._reading: set[aiohttp.ClientResponse] = set()
         """The answers whose bodies are being read over ``session`` now (``cut``)."""
+        self._headers_checked: tuple[ChatTransport | None, bool] = (None, False)
+        """The transport last checked by ``_transport_headers``, and whether it takes ``headers``."""
         key = backend.api_key
         self._use_key(key.get_secret_value() if key is not None else None)
 
@@ -203,8 +269,21 @@ class BackendClient:
             connect=self.timeouts.connect_s, read=read, write=read, pool=self.timeouts.connect_s
         )
 
-    async def chat(self, payload: Mapping[str, Any]) -> ChatResult:
-        """POST a non-streaming chat completion.
+    def _transport_headers(self, transport: ChatTransport) -> bool:
+        """Whether ``transport``'s ``post`` and ``stream`` take a ``headers`` keyword (checked once
+        per transport set)."""
+        checked, takes = self._headers_checked
+        if checked is not transport:
+            takes = all(_takes_headers(getattr(transport, name, None)) for name in ("post", "stream"))
+            self._headers_checked = (transport, takes)
+        return takes
+
+    def _with_trace(self, headers: dict[str, str], trace: Mapping[str, str]) -> dict[str, str]:
+        return {**headers, **trace} if trace else headers
+
+    async def chat(self, payload: Mapping[str, Any], *, trace_context: Context | None = None) -> ChatResult:
+        """POST a non-streaming chat completion, with the trace context headers of the span current
+        in ``trace_context`` (default: the current context; see the module docstring).
 
         Raises ``BackendFailed`` on any transport failure, timeout, redirect, 5xx/429, an error
         reported with HTTP 200 (``_reject_error``) or a malformed body (a body that is not JSON, a
@@ -214,16 +293,16 @@ class BackendClient:
         backend's key (``_shown``).
         """
         try:
-            return await self._chat(payload)
+            return await self._chat(payload, trace_headers(trace_context))
         except DispatchError as exc:
             error = self._shown(exc)
         raise error  # outside the handler: nothing chained to it
 
-    async def _chat(self, payload: Mapping[str, Any]) -> ChatResult:
+    async def _chat(self, payload: Mapping[str, Any], trace: Mapping[str, str]) -> ChatResult:
         content = _encode({**payload, "stream": False})
         try:
             async with asyncio.timeout(self.timeouts.first_token_s):
-                status, raw = await self._post(content)
+                status, raw = await self._post(content, trace)
         except TimeoutError:
             raise BackendFailed(
                 f"{self.backend.name}: no answer within {self.timeouts.first_token_s}s"
@@ -244,16 +323,21 @@ class BackendClient:
         except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
             raise BackendFailed(f"{self.backend.name}: malformed chat completion: {exc}") from None
 
-    async def _post(self, content: bytes) -> tuple[int, bytes]:
-        """POST ``content`` to the chat endpoint: the status and the whole body (redirects not
-        followed); raises ``BackendFailed`` for a body over ``MAX_ANSWER_BYTES``."""
+    async def _post(self, content: bytes, trace: Mapping[str, str]) -> tuple[int, bytes]:
+        """POST ``content`` to the chat endpoint (with the ``trace`` headers): the status and the
+        whole body (redirects not followed); raises ``BackendFailed`` for a body over
+        ``MAX_ANSWER_BYTES``."""
         if self.transport is not None:
+            if trace and self._transport_headers(self.transport):
+                traced = cast(_HeaderTransport, self.transport)
+                return await traced.post(self.backend.chat_url, content, self._authorization, headers=trace)
             return await self.transport.post(self.backend.chat_url, content, self._authorization)
+        headers = self._with_trace(self._chat_headers, trace)
         if self.session is not None:
             async with self.session.post(
                 self.backend.chat_url,
                 data=content,
-                headers=self._chat_headers,
+                headers=headers,
                 timeout=self._session_timeout,
                 allow_redirects=False,
             ) as answer:
@@ -269,7 +353,7 @@ class BackendClient:
             "POST",
             self.backend.chat_url,
             content=content,
-            headers=self._chat_headers,
+            headers=headers,
             timeout=self._answer_timeout,
         ) as response:
             return response.status_code, await self._capped(response.aiter_bytes())
@@ -288,8 +372,12 @@ class BackendClient:
             parts.append(chunk)
         return b"".join(parts)
 
-    async def stream(self, payload: Mapping[str, Any]) -> AsyncIterator[ChatChunk]:
-        """POST a streaming chat completion and yield its chunks until ``[DONE]``.
+    async def stream(
+        self, payload: Mapping[str, Any], *, trace_context: Context | None = None
+    ) -> AsyncIterator[ChatChunk]:
+        """POST a streaming chat completion and yield its chunks until ``[DONE]``, with the trace
+        context headers of the span current in ``trace_context`` (default: the context current
+        where the stream is first read, when the request is sent).
 
         Raises ``BackendFailed`` on transport failure, no chunk within ``first_token_s`` of the
         request or within ``idle_s`` of the previous chunk (lines that carry no chunk, such as
@@ -300,6 +388,7 @@ class BackendClient:
         connection is closed).
         """
         body = {**payload, "stream": True, "stream_options": {"include_usage": True}}
+        trace = trace_headers(trace_context)
         loop = asyncio.get_running_loop()
         wait = self.timeouts.first_token_s
         # A deadline per chunk, not per line: comments, other SSE fields and events without a
@@ -313,7 +402,7 @@ class BackendClient:
                 # call, its slot and its reservation for ever (the lean pool has no timer of its own).
                 try:
                     async with asyncio.timeout_at(deadline):
-                        status, read, lines = await opened.enter_async_context(self._post_stream(body))
+                        status, read, lines = await opened.enter_async_context(self._post_stream(body, trace))
                         refusal = self._excerpt(await read()) if status >= 300 else ""
                 except TimeoutError:
                     raise BackendFailed(f"{self.backend.name}: no answer within {wait}s") from None
@@ -350,20 +439,26 @@ class BackendClient:
 
     @contextlib.asynccontextmanager
     async def _post_stream(
-        self, body: Mapping[str, Any]
+        self, body: Mapping[str, Any], trace: Mapping[str, str]
     ) -> AsyncIterator[tuple[int, Callable[[], Awaitable[bytes]], AsyncIterator[str]]]:
-        """POST a streaming request: the status, a reader of the whole body, and its lines."""
+        """POST a streaming request (with the ``trace`` headers): the status, a reader of the
+        whole body, and its lines."""
         if self.transport is not None:
-            async with self.transport.stream(
-                self.backend.chat_url, _encode(body), self._authorization
-            ) as answer:
+            if trace and self._transport_headers(self.transport):
+                opening = cast(_HeaderTransport, self.transport).stream(
+                    self.backend.chat_url, _encode(body), self._authorization, headers=trace
+                )
+            else:
+                opening = self.transport.stream(self.backend.chat_url, _encode(body), self._authorization)
+            async with opening as answer:
                 yield answer
             return
+        headers = self._with_trace(self._chat_headers, trace)
         if self.session is not None:
             async with self.session.post(
                 self.backend.chat_url,
                 data=_encode(body),
-                headers=self._chat_headers,
+                headers=headers,
                 timeout=self._stream_session_timeout,
                 allow_redirects=False,
             ) as answer:
@@ -377,7 +472,7 @@ class BackendClient:
             "POST",
             self.backend.chat_url,
             content=_encode(body),
-            headers=self._chat_headers,
+            headers=headers,
             timeout=self._stream_timeout,
         ) as response:
             yield response.status_code, response.aread, response.aiter_lines()

@@ -33,11 +33,12 @@ import dataclasses
 import itertools
 import math
 import time
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping
 from typing import Any
 
 import aiohttp
 import httpx
+from opentelemetry import context as otel_context
 
 from agentgate.dispatch._policy import AllowedBackend, RoutePlan, RouteRequest, RoutingPolicy
 from agentgate.dispatch.backends import MAX_USAGE_TOKENS, BackendClient, ChatChunk, ChatResult, Timeouts
@@ -271,15 +272,30 @@ class Dispatcher:
             arrived_at=self.clock(),
         )
 
-    async def chat(
+    def chat(
         self, payload: Mapping[str, Any], *, allowed: AllowedBackend | None = None, **route: Any
-    ) -> ChatResult:
-        """Route and send a non-streaming call, failing over as the module docstring says.
+    ) -> Coroutine[Any, Any, ChatResult]:
+        """Route and send a non-streaming call, failing over as the module docstring says: the
+        coroutine to await for its answer.
+
+        Every attempt carries the W3C trace context of the span current where ``chat`` is called
+        (``BackendClient.chat``), taken when the coroutine is made: also when it is handed to
+        another event loop to run (``Gate.dispatch`` runs it on the dispatcher's loop thread, whose
+        own context holds no span of the caller's).
 
         Raises ``Shed`` / ``NoBackend`` when the router refuses or nothing can serve,
         ``BackendFailed`` after ``max_attempts`` failed tries, ``DispatchError`` for a bad request
-        or a dispatcher that is not started (or already closed).
+        or a dispatcher that is not started (or already closed); all when awaited.
         """
+        return self._chat(payload, allowed, route, otel_context.get_current())
+
+    async def _chat(
+        self,
+        payload: Mapping[str, Any],
+        allowed: AllowedBackend | None,
+        route: Mapping[str, Any],
+        trace_context: otel_context.Context,
+    ) -> ChatResult:
         self._require_started()
         request = self.route_request(payload, **route)
         with self._in_progress():
@@ -291,7 +307,7 @@ class Dispatcher:
                 try:
                     self._require_started()  # the dispatcher may have closed while the call waited
                     with self._out_of_reach(client):
-                        result = await client.chat(payload)
+                        result = await client.chat(payload, trace_context=trace_context)
                 except BackendFailed as exc:
                     self._failed(request.id, plan.backend, exc, errors)
                     request = dataclasses.replace(request, failover=True)  # its tenant paid once
@@ -308,7 +324,8 @@ class Dispatcher:
     async def stream(
         self, payload: Mapping[str, Any], *, allowed: AllowedBackend | None = None, **route: Any
     ) -> AsyncIterator[ChatChunk]:
-        """Route and stream a call; fails over only before the first chunk has been yielded.
+        """Route and stream a call; fails over only before the first chunk has been yielded. Every
+        attempt carries the trace context of the span current where the stream is first read.
 
         Raises as ``chat`` does; a failure after output was delivered raises ``BackendFailed``.
         """

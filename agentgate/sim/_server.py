@@ -19,7 +19,10 @@ With an ``api_key`` the ``/v1/*`` endpoints answer 401 (an OpenAI error body) to
 without ``Authorization: Bearer <api_key>``, as vLLM and SGLang started with ``--api-key`` do;
 ``/health`` and ``/metrics`` stay open, as theirs do. ``authorizations`` counts the
 ``Authorization`` headers the ``/v1/*`` endpoints received, per path (``None``: none), so that
-tests can check what a client sent.
+tests can check what a client sent. ``trace_headers`` keeps, for each of the latest
+``TRACE_HEADERS_KEPT`` chat requests, the trace context headers it carried (``traceparent``,
+``tracestate``, ``baggage``: what a vLLM or SGLang server started with OTLP tracing reads to join
+the caller's trace), so that tests can check that a call's trace reaches the backend.
 
 Faults for tests: ``fault = "hang"`` (accept and never answer), ``"garbage"`` (a 200 with bytes
 that are not JSON or SSE), ``"error"`` (HTTP 500), ``"metrics_down"`` (``/metrics`` answers 503);
@@ -67,6 +70,11 @@ MAX_LAG_S = 0.05
 """Most wall-clock seconds the runner may fall behind its engine's schedule and still catch up."""
 
 Fault = Literal["none", "hang", "garbage", "error", "metrics_down"]
+
+TRACE_HEADERS = ("traceparent", "tracestate", "baggage")
+"""The trace context headers ``SimServer.trace_headers`` records (W3C Trace Context and Baggage)."""
+TRACE_HEADERS_KEPT = 1024
+"""How many chat requests' trace headers ``SimServer.trace_headers`` keeps (the latest)."""
 
 
 @dataclass(slots=True)
@@ -232,6 +240,10 @@ class SimServer:
         self.authorizations: collections.Counter[tuple[str, str | None]] = collections.Counter()
         """How many ``/v1/*`` requests each (path, ``Authorization`` value) had (several headers
         joined by ``", "``; ``None``: no header)."""
+        self.trace_headers: collections.deque[dict[str, str]] = collections.deque(maxlen=TRACE_HEADERS_KEPT)
+        """For each of the latest ``TRACE_HEADERS_KEPT`` ``POST /v1/chat/completions`` requests, in
+        order of arrival, the ``TRACE_HEADERS`` it carried, by lower-case name (several of a name
+        joined by ``","``); an empty dict for a request that carried none."""
         self.port = port or _free_port()
         self._runner: _Runner | None = None
         self._server: uvicorn.Server | None = None
@@ -361,6 +373,10 @@ class SimServer:
         )
 
     async def _chat(self, request: Request) -> Response:
+        headers = request.headers
+        self.trace_headers.append(
+            {name: ",".join(headers.getlist(name)) for name in TRACE_HEADERS if name in headers}
+        )
         if (refused := self._refused(request)) is not None:
             return refused
         if self.fault in ("hang", "garbage", "error"):
