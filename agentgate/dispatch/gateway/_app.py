@@ -41,6 +41,7 @@ from typing import Any, ParamSpec, TypeVar
 import uvicorn
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
@@ -67,7 +68,7 @@ from agentgate.dispatch.gateway._http import (
     UNSENT,
     BoundedHttpToolsProtocol,
 )
-from agentgate.dispatch.gateway._upstream import UpstreamPool
+from agentgate.dispatch.gateway._upstream import SENDING, SendMark, UpstreamPool
 from agentgate.dispatch.inventory import Inventory
 from agentgate.dispatch.prefix import estimate_tokens, prompt_text
 from agentgate.dispatch.router import Router
@@ -90,6 +91,7 @@ _ERROR_TYPES = {
     402: "insufficient_quota",
     403: "permission_error",
     404: "not_found_error",
+    405: "invalid_request_error",
     429: "rate_limit_error",
     502: "api_error",
     503: "service_unavailable",
@@ -103,6 +105,8 @@ _ONE_CHOICE = ("n", "best_of")
 """Body fields that ask a backend for several sequences (vLLM honours both): absent, null or 1."""
 STOPPED = "agentgate.stopped"
 """Scope key set (True) on a streamed call cut by the end of the server's shutdown grace."""
+_STOPPED_UNSENT = "the gateway stopped before the call was sent to a backend"
+"""``GatewayStopped``'s message for a JSON call cut while it waited for a backend: released."""
 LAST_EVENT_S = 3.0
 """Seconds a stream cut at shutdown has to send its last event and see it leave the gateway's buffer."""
 _log = logging.getLogger(__name__)
@@ -179,6 +183,9 @@ class Gateway:
             "Streamed answers cut because the caller stopped reading (GatewayServer's stream_stall_s).",
             registry=self.registry,
         )
+        self._lean_models: frozenset[str] = frozenset()
+        """The models whose every backend is reached over the lean pool (which tells whether a
+        call was sent: ``SENDING``); set by the lifespan."""
         self._flushing: asyncio.Task[None] | None = None
         """The worker thread's commit of finished calls' outcomes, while it runs (event loop only)."""
         self._starlette = Starlette(
@@ -186,10 +193,14 @@ class Gateway:
                 # Served by ``app`` directly; the route answers 405 to other methods.
                 Route("/v1/chat/completions", self._chat_not_allowed, methods=["POST"]),
                 Route("/v1/models", self._models, methods=["GET"]),
+                Route("/v1/models/{model:path}", self._model, methods=["GET"]),
                 Route("/metrics", self._metrics, methods=["GET"]),
                 Route("/healthz", self._health, methods=["GET"]),
             ],
             lifespan=self._lifespan,
+            # A path or method the gateway does not serve is an OpenAI-shaped error, as every
+            # other answer is (the SDKs read its message and code), not Starlette's plain text.
+            exception_handlers={HTTPException: _http_error},
         )
         self.app = _Entry(self._chat, self._starlette)
         """The ASGI application: chat completions directly, everything else through Starlette."""
@@ -203,6 +214,10 @@ class Gateway:
         for client in self.dispatcher.clients.values():
             if client.backend.chat_url.startswith("http://"):
                 client.transport = upstream
+        clients = self.dispatcher.clients.values()
+        self._lean_models = frozenset(
+            m for m in self.models if all(c.transport is upstream for c in clients if m in c.backend.models)
+        )
         try:
             yield
         finally:
@@ -219,6 +234,13 @@ class Gateway:
     async def _models(self, request: Request) -> Response:
         data = [{"id": m, "object": "model", "created": 0, "owned_by": "agentgate"} for m in self.models]
         return JSONResponse({"object": "list", "data": data})
+
+    async def _model(self, request: Request) -> Response:
+        """``GET /v1/models/{model}`` (the SDKs' ``models.retrieve``): the model, or 404."""
+        model = request.path_params["model"]
+        if model not in self.models:
+            return error_response(404, f"the gateway serves no model {model[:200]!r}", "model_not_found")
+        return JSONResponse({"id": model, "object": "model", "created": 0, "owned_by": "agentgate"})
 
     async def _metrics(self, request: Request) -> Response:
         return Response(generate_latest(self.registry), media_type=CONTENT_TYPE_LATEST)
@@ -309,12 +331,11 @@ class Gateway:
             # A call behind an approval gate: the body carries what an approver signs
             # (`agentgate approval sign`), and the caller retries the same body with the approval.
             extra = decision.auth.approval_payload() if decision.auth.needs_approval else None
+            message, headers = decision.message, None
+            if decision.auth.quota_exceeded is not None:
+                message, headers = self._quota_refusal(decision, call, (prompt, max_tokens))
             answer = error_response(
-                decision.status,
-                decision.message,
-                decision.code or "refused",
-                headers=self._retry_after(decision.auth.quota_exceeded),
-                extra=extra,
+                decision.status, message, decision.code or "refused", headers=headers, extra=extra
             )
             return answer, False
         identity = decision.auth.identity
@@ -338,8 +359,13 @@ class Gateway:
         except CallerGone:
             # Nobody to answer: the connection is closed, so this goes nowhere (nginx's 499).
             return error_response(499, "the caller went away", "caller_gone"), True
-        except GatewayStopped:
-            message = "the gateway is shutting down: the call was cut, and charged as reserved"
+        except GatewayStopped as exc:
+            if str(exc) == _STOPPED_UNSENT:
+                message = (
+                    "the gateway is shutting down: the call was cut before it was sent; nothing was charged"
+                )
+            else:
+                message = "the gateway is shutting down: the call was cut, and charged as reserved"
             return error_response(503, message, "shutting_down"), True
         except AgentGateError as exc:
             return _dispatch_error(exc), True
@@ -377,27 +403,52 @@ class Gateway:
         the ``ON_LOST`` hook): the engine aborts it and frees its slot, instead of generating a
         whole answer for nobody. The server's own cancellation (its shutdown grace is over) cuts
         it too. Either way ``_spent`` then settles the call as charged its reservation: what the
-        backend produced before it was cut cannot be read. (The cancellation ends here: the
-        handler answers, or finds its caller gone, at once.)
+        backend produced before it was cut cannot be read; unless the call was cut before any
+        backend got it (it waited in line for a slot, or for a backend to come back: the lean
+        pool never began to send it, ``SENDING``), which raises ``CallerGone`` or
+        ``GatewayStopped`` here instead, so that it is released, nothing charged. (The
+        cancellation ends here: the handler answers, or finds its caller gone, at once.)
         """
         with _Watch(scope) as watch:
             if watch.gone:  # while the call was being decided: nothing is sent, nothing charged
                 raise CallerGone("the caller went away before the call was sent")
+            mark = SendMark()
+            sending = SENDING.set(mark)
             try:
                 return await self.dispatcher.chat(payload, **route)
             except asyncio.CancelledError:
                 if watch.task.uncancel() > 0:  # cancelled more than once: not this step's to end
                     raise
+                if not mark.sent and payload.get("model") in self._lean_models:
+                    if watch.gone:
+                        raise CallerGone("the caller went away before the call was sent") from None
+                    raise GatewayStopped(_STOPPED_UNSENT) from None
                 return _Cut(watch.gone)
+            finally:
+                SENDING.reset(sending)
 
-    def _retry_after(self, quota: str | None) -> dict[str, str] | None:
-        """``Retry-After`` for a call refused by the policy quota ``quota``: the seconds until its
-        fixed window (aligned to the Unix epoch) rolls over; ``None`` for other refusals."""
-        quotas = self.gate.policy.document.quotas
-        window = quotas[quota].window_s if quota in quotas else None
-        if window is None:
-            return None
-        return {"Retry-After": str(max(1, math.ceil(window - time.time() % window)))}
+    def _quota_refusal(
+        self, decision: GatewayDecision, call: Call, tokens: tuple[int, int]
+    ) -> tuple[str, dict[str, str] | None]:
+        """The message and headers of a call refused by a policy quota: ``Retry-After``, the
+        seconds until its fixed window (aligned to the Unix epoch) rolls over, when a later
+        window can hold the call; when none can (the call alone is more than the quota's whole
+        limit), no ``Retry-After`` but ``x-should-retry: false``, which the OpenAI SDKs obey
+        instead of retrying a call that is refused every time, and a message that says so."""
+        quota = self.gate.policy.document.quotas.get(decision.auth.quota_exceeded or "")
+        if quota is None:
+            return decision.message, None
+        amount = self.gate.cost(call, tokens).get(quota.unit, 0)
+        if amount > quota.limit:
+            message = (
+                f"agentgate refused {call.resource} ({call.action}): quota {decision.auth.quota_exceeded} "
+                f"allows {quota.limit} {quota.unit} per {quota.window_s} s and this call alone counts "
+                f"{amount}: it can never fit a window. Do not retry this call; ask for less "
+                "(a smaller max_tokens or prompt)."
+            )
+            return message, {"x-should-retry": "false"}
+        window = quota.window_s
+        return decision.message, {"Retry-After": str(max(1, math.ceil(window - time.time() % window)))}
 
     async def _refuse_body(self, reason: str) -> Response:
         decision = await self._blocking(self.gate.refuse, _UNPARSED, 400, "invalid_request", reason)
@@ -564,8 +615,9 @@ def _parse_body(raw: bytes) -> dict[str, Any]:
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) for m in messages):
         raise InputError("'messages' must be a non-empty list of message objects")
-    if not isinstance(body.get("stream", False), bool):
-        raise InputError("'stream' must be true or false")
+    # OpenAI's API takes ``"stream": null`` as false (the SDKs send it for ``stream=None``).
+    if body.get("stream") is not None and not isinstance(body["stream"], bool):
+        raise InputError("'stream' must be true, false or null")
     # Several choices would generate several times the output the invocation signs and the
     # reservation holds (and a grant's max_tokens caps per choice): one choice per call.
     for name in _ONE_CHOICE:
@@ -698,6 +750,16 @@ def _dispatch_error(exc: AgentGateError) -> Response:
         return error_response(400, message, "rejected_by_backend")
     _log.warning("agentgate gateway: %s: %s", type(exc).__name__, exc)
     return error_response(503, "the call could not be served; nothing was charged", type(exc).__name__)
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    """Starlette's own refusals (a path not served: 404; a method not allowed: 405, with its
+    ``Allow`` header) in OpenAI's error shape. Nothing is decided or audited: no call was made."""
+    assert isinstance(exc, HTTPException)
+    codes = {404: "not_found", 405: "method_not_allowed"}
+    code = codes.get(exc.status_code, "http_error")
+    message = f"{request.method} {request.url.path[:200]}: {exc.detail}"
+    return error_response(exc.status_code, message, code, headers=exc.headers)
 
 
 def _sse(body: Mapping[str, Any]) -> bytes:

@@ -25,6 +25,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from contextvars import ContextVar
 from typing import cast
 from urllib.parse import urlsplit
 
@@ -39,6 +40,21 @@ MAX_FRAMING_BYTES = 1 << 20
 trailers. An engine's head is a few hundred bytes; an endless head, header line or trailer is
 refused instead of being buffered (and copied again by the parser with each read) until the
 call's timeout."""
+
+
+class SendMark:
+    """Whether a call has begun sending a request to a backend (``SENDING``)."""
+
+    __slots__ = ("sent",)
+
+    def __init__(self) -> None:
+        self.sent = False
+
+
+SENDING: ContextVar[SendMark | None] = ContextVar("agentgate_gateway_sending", default=None)
+"""Set by the gateway around a JSON call's dispatch: the pool marks it ``sent`` as it begins to
+send a request (connecting included), so that a call cut while it still waited (in line for a
+backend's slot, or for a backend to come back) is known never to have reached one."""
 
 
 class UpstreamError(ConnectionError):
@@ -273,6 +289,8 @@ class UpstreamPool:
     ) -> tuple[tuple[str, int], _Connection, int]:
         """Send the request on an idle or new connection to ``url``'s origin: origin, connection
         and the answer's status (its body not yet read). Closes the connection if that fails."""
+        if (mark := SENDING.get()) is not None:
+            mark.sent = True
         origin, head = self._head(url, authorization)
         connection = self._take(origin)
         if connection is None:
