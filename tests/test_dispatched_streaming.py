@@ -383,3 +383,23 @@ def test_an_agent_streamed_through_the_dispatcher_runs_and_spends_as_under_invok
     assert streamed[0] == ["search:kv cache"]
     assert streamed[1] == [(20, 1_000_000)]  # two model calls at their reported 10 tokens each
     assert streamed == invoked
+
+
+def test_a_stream_carries_the_callers_trace_to_the_backend(tmp_path: Path, sim: SimServer) -> None:
+    from opentelemetry.sdk.trace import TracerProvider
+
+    tracer = TracerProvider().get_tracer("test")
+    with _gate(tmp_path, sim.url) as gate:
+        with tracer.start_as_current_span("app") as span:
+            list(gate.dispatch_stream(PAYLOAD))
+
+        async def read() -> None:
+            with tracer.start_as_current_span("app-async"):
+                async for _ in gate.adispatch_stream(PAYLOAD):
+                    pass
+
+        asyncio.run(read())
+    trace_id = format(span.get_span_context().trace_id, "032x")
+    sent = [h.get("traceparent", "") for h in sim.trace_headers]
+    assert len(sent) == 2 and sent[0].split("-")[1] == trace_id
+    assert sent[1] and sent[1].split("-")[1] != trace_id  # the async reader's own trace

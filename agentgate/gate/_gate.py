@@ -34,6 +34,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, Concatenate, ParamSpec, TypeVar, cast
 
+from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import INVALID_SPAN, ProxyTracerProvider, Span, Tracer
 from prometheus_client import CollectorRegistry
@@ -2270,15 +2271,20 @@ class Gate:
         """Stream on the dispatcher's loop, handing each chunk to ``put``, then ``None`` at the
         end or the exception that ended it. The stream runs whole on that loop (an async
         generator cannot move between loops); cancelling the future returned cancels it there,
-        which closes the backend's connection."""
+        which closes the backend's connection. The stream carries the trace context of the span
+        current where it is asked for (``Dispatcher.stream``), not the loop thread's."""
+        caller = otel_context.get_current()
 
         async def pump(dispatcher: Dispatcher) -> None:
+            traced = otel_context.attach(caller)  # this task's own context: detached when it ends
             try:
                 async for chunk in dispatcher.stream(payload, tenant=tenant, session=session):
                     put(chunk)
             except BaseException as exc:  # CancelledError too: the reader is gone, or the gate closes
                 put(exc)
                 raise
+            finally:
+                otel_context.detach(traced)
             put(None)
 
         return self._send(pump)
