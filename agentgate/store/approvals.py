@@ -437,6 +437,11 @@ class ApprovalStore:
             raise Denied(f"approval {approval_id} was given for another call")
         if record.state == "consumed":
             raise Denied(f"approval {approval_id} was already used")
+        if record.state == "denied":
+            # Decided before it expired: said as such, never as expired. A caller that lets an
+            # expired request be closed (``Gate.decline``) would otherwise record a second refusal
+            # of a request the log already shows refused.
+            raise Denied(f"approval {approval_id} is denied")
         revoked = self._revoked_grant(tx, approval_id) if record.state in ("pending", "approved") else None
         if revoked is not None:
             raise Revoked(f"approval request {approval_id} is void: grant {revoked} was revoked")
