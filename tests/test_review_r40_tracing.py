@@ -26,11 +26,11 @@ Fixed in this round (agentgate/dispatch/backends.py, dispatcher.py; docs/dispatc
 no model call carried any trace context to its backend, and ``Gate.dispatch`` lost the caller's
 context on the dispatcher's loop thread.
 
-What does not hold (strict xfail, gateway files owned by another helper):
-- the gateway ignores the ``traceparent`` its caller sent: its ``chat`` span starts a new trace
-  (fix in agentgate/dispatch/gateway/_app.py);
-- the gateway's lean upstream pool sends no trace headers, so a plain-http backend behind the
-  gateway never joins the gateway's trace (fix in agentgate/dispatch/gateway/_upstream.py).
+Fixed by the lead from this review's patch (were strict xfails):
+- the gateway ignored the ``traceparent`` its caller sent: its ``chat`` span started a new trace
+  (agentgate/dispatch/gateway/_app.py);
+- the gateway's lean upstream pool sent no trace headers, so a plain-http backend behind the
+  gateway never joined the gateway's trace (agentgate/dispatch/gateway/_upstream.py).
 """
 
 from __future__ import annotations
@@ -419,12 +419,6 @@ def _body(stream: bool = False) -> dict[str, Any]:
     }
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="fix in agentgate/dispatch/gateway/_app.py: the caller's traceparent/tracestate are not "
-    "extracted, so the gateway's chat span starts a new trace",
-)
 @pytest.mark.parametrize("kind", ["json", "stream", "refused"])
 def test_the_gateway_continues_the_trace_its_caller_sent(gateway: GatewayEnv, kind: str) -> None:
     """docs/gateway.md: a client of the gateway (an agent in another language, a service) sends
@@ -441,12 +435,6 @@ def test_the_gateway_continues_the_trace_its_caller_sent(gateway: GatewayEnv, ki
     assert span.context.trace_state.to_header() == UPSTREAM["tracestate"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="fix in agentgate/dispatch/gateway/_upstream.py: UpstreamPool.post/stream take no headers, "
-    "so the trace context BackendClient would send never reaches a plain-http backend",
-)
 @pytest.mark.parametrize("stream", [False, True])
 def test_the_gateway_forwards_its_chat_span_to_the_backend(gateway: GatewayEnv, stream: bool) -> None:
     """The backend behind the gateway (vLLM with ``--otlp-traces-endpoint``) must get the

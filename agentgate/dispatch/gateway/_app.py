@@ -39,6 +39,8 @@ from dataclasses import dataclass
 from typing import Any, ParamSpec, TypeVar
 
 import uvicorn
+from opentelemetry import context as otel_context
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -110,6 +112,8 @@ _STOPPED_UNSENT = "the gateway stopped before the call was sent to a backend"
 LAST_EVENT_S = 3.0
 """Seconds a stream cut at shutdown has to send its last event and see it leave the gateway's buffer."""
 _log = logging.getLogger(__name__)
+_TRACE_CONTEXT = TraceContextTextMapPropagator()
+"""W3C Trace Context only: a caller's ``baggage`` is not read (nor, so, sent on to a backend)."""
 P = ParamSpec("P")
 T = TypeVar("T")
 
@@ -300,7 +304,20 @@ class Gateway:
         return await asyncio.to_thread(fn, *args, **kwargs)
 
     async def _answer(self, request: Request) -> tuple[Response, bool]:
-        """The answer to one chat call, and whether an allowed call's outcome was left to commit."""
+        """The answer to one chat call, and whether an allowed call's outcome was left to commit.
+
+        A caller that sent W3C ``traceparent`` (and ``tracestate``) has the call's span made in
+        its trace, as a child of its span; a header the W3C propagator refuses (malformed,
+        all-zero ids, ...) is ignored and the call's span starts a trace of its own."""
+        if "traceparent" not in request.headers:
+            return await self._answer_in_trace(request)
+        token = otel_context.attach(_TRACE_CONTEXT.extract(request.headers))
+        try:
+            return await self._answer_in_trace(request)
+        finally:
+            otel_context.detach(token)
+
+    async def _answer_in_trace(self, request: Request) -> tuple[Response, bool]:
         arrived = time.perf_counter()
         try:
             encoding = request.headers.get("content-encoding", "identity").strip().lower()

@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
 from contextvars import ContextVar
 from typing import cast
 from urllib.parse import urlsplit
@@ -249,7 +249,14 @@ class UpstreamPool:
         self._heads: dict[tuple[str, str | None], tuple[tuple[str, int], bytes]] = {}
         self._closed = False
 
-    async def post(self, url: str, body: bytes, authorization: str | None = None) -> tuple[int, bytes]:
+    async def post(
+        self,
+        url: str,
+        body: bytes,
+        authorization: str | None = None,
+        *,
+        headers: Mapping[str, str] | None = None,
+    ) -> tuple[int, bytes]:
         """POST ``body`` (JSON) to ``url`` (``http://host:port/path``), with the ``Authorization``
         header ``authorization`` when given: the answer's status and body.
 
@@ -257,7 +264,7 @@ class UpstreamPool:
         cannot carry, ...) if no answer can be read, ``TimeoutError`` if no connection opens within
         ``connect_s``.
         """
-        origin, connection, status = await self._send(url, body, authorization)
+        origin, connection, status = await self._send(url, body, authorization, headers)
         try:
             answer = await connection.read_all()
         except BaseException:
@@ -268,7 +275,12 @@ class UpstreamPool:
 
     @contextlib.asynccontextmanager
     async def stream(
-        self, url: str, body: bytes, authorization: str | None = None
+        self,
+        url: str,
+        body: bytes,
+        authorization: str | None = None,
+        *,
+        headers: Mapping[str, str] | None = None,
     ) -> AsyncIterator[tuple[int, Callable[[], Awaitable[bytes]], AsyncIterator[str]]]:
         """POST ``body`` to ``url`` (with ``authorization`` as ``post``) for a streamed answer: its
         status, a reader of its whole body, and its lines as they arrive (without line ends).
@@ -276,7 +288,7 @@ class UpstreamPool:
         Raises as ``post``; reading the lines raises ``UpstreamError`` for a line over
         ``max_line`` bytes. Leaving before the answer is complete closes the connection.
         """
-        origin, connection, status = await self._send(url, body, authorization)
+        origin, connection, status = await self._send(url, body, authorization, headers)
         try:
             yield status, connection.read_all, _lines(connection.pieces(), self.max_line)
         except BaseException:
@@ -285,13 +297,19 @@ class UpstreamPool:
         self._release(origin, connection)
 
     async def _send(
-        self, url: str, body: bytes, authorization: str | None = None
+        self,
+        url: str,
+        body: bytes,
+        authorization: str | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> tuple[tuple[str, int], _Connection, int]:
         """Send the request on an idle or new connection to ``url``'s origin: origin, connection
         and the answer's status (its body not yet read). Closes the connection if that fails."""
         if (mark := SENDING.get()) is not None:
             mark.sent = True
         origin, head = self._head(url, authorization)
+        if headers:  # the call's trace context (BackendClient): before Content-Length, which ends the head
+            head = head.removesuffix(b"Content-Length: ") + _header_lines(headers) + b"Content-Length: "
         connection = self._take(origin)
         if connection is None:
             connection = await self._connect(origin)
@@ -363,6 +381,19 @@ class UpstreamPool:
         async with asyncio.timeout(self.connect_s):
             _, connection = await loop.create_connection(_Connection, *origin)
         return connection
+
+
+def _header_lines(headers: Mapping[str, str]) -> bytes:
+    """``headers`` as request header lines; ``UpstreamError`` (quoting neither) for a name that is
+    not a token or a value that is not printable ASCII (a line break would end the header)."""
+    lines = []
+    for name, value in headers.items():
+        if not name or not all("!" <= c < "\x7f" and c not in '()<>@,;:\\"/[]?={}' for c in name):
+            raise UpstreamError("a header name holds characters a header cannot carry")
+        if not all(" " <= c < "\x7f" for c in value):
+            raise UpstreamError("a header value holds characters a header cannot carry")
+        lines.append(f"{name}: {value}\r\n")
+    return "".join(lines).encode()
 
 
 async def _lines(pieces: AsyncGenerator[bytes, None], limit: int) -> AsyncIterator[str]:
