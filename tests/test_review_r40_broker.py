@@ -38,13 +38,14 @@ What did not hold, fixed here:
   ``"(reserved: ID)"`` in the ``lease`` field, and with the wrong inventory file called every GPU
   free while the broker's state held GPUs the file does not list.
 
-What does not hold (strict xfail, not this helper's file):
+Fixed in the fix round (was a strict xfail; a generation number in ``broker_state``):
 
 - ``agentgate/store/broker_leases.py``: taking a name over is not tied to the state that was
   loaded. A broker restored from a snapshot that its predecessor wrote over since (the old
   process still ran between the new one's ``load`` and its first write, or two replicas restored
   at once) takes the name over all the same: both journal a grant of the same GPUs and both
-  callers are told ``Granted``.
+  callers were told ``Granted``. The claiming save now takes the name only while the stored
+  generation is the one loaded.
 """
 
 from __future__ import annotations
@@ -294,13 +295,6 @@ def test_two_brokers_started_at_once_on_one_name_never_both_grant(store: Store) 
             opened.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="fix in agentgate/store/broker_leases.py: take_over() claims the name whatever was "
-    "written since the state it restored was loaded; it must succeed only while the stored state "
-    "is still the one loaded (e.g. a generation number in broker_state, read by load() and "
-    "compared in the claiming save), else StoreError",
-)
 def test_a_broker_restored_from_state_written_over_since_cannot_take_the_name_over(store: Store) -> None:
     clock = Clock(100.0)
     topology = synthetic_topology(2, 8)

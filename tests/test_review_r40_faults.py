@@ -28,17 +28,18 @@ Defects found:
   place of the tool's result, and the audit log recorded an ``error`` outcome for a call that ran
   and succeeded (a caller told "failed" retries a refund). The store error is now counted
   (``lease_not_released``) and the lease expires within ``lease_ttl_s``, as ``_give_back``'s.
-- xfail, agentgate/gate/_gate.py (``_carry``): an outcome whose write meets a statement error (a
+- fixed by the lead (was a strict xfail), agentgate/gate/_gate.py (``_carry``): an outcome whose write meets a statement error (a
   trigger, a PostgreSQL lock or statement timeout on the budget row) is logged and dropped for
   good while the rest of its transaction commits: its allow never gets an outcome and its budget
-  reservation stays held until the grant expires, although the fault was passing.
-- xfail, agentgate/dispatch/broker/_gated.py (``submit``): when the lease's decision link cannot
+  reservation stayed held until the grant expired, although the fault was passing. It is now
+  tried again after the carrying transaction commits, for ``OUTCOME_RETRY_FOR_S``.
+- fixed in the fix round (was a strict xfail), agentgate/dispatch/broker/_gated.py (``submit``): when the lease's decision link cannot
   be written (``broker_decisions``), ``submit`` raises after the allow committed: the reservation
-  stays held and the allow never gets an outcome.
-- xfail, agentgate/dispatch/broker/_gated.py (``_record``): the broker's events are drained before
+  stayed held and the allow never got an outcome (now returned, with an ``error`` outcome).
+- fixed in the fix round (was a strict xfail), agentgate/dispatch/broker/_gated.py (``_record``): the broker's events are drained before
   they are recorded; when recording one fails (a store error), that event and the ones after it
   are lost: the lease ended in the broker, but its budget stays reserved for ever and the log
-  never says it ended.
+  never said it ended (now kept pending and recorded first at the next call).
 """
 
 from __future__ import annotations
@@ -552,11 +553,6 @@ def test_a_broker_journal_that_fails_keeps_the_lease_and_returns_its_events_late
     assert process.gate.verify().ok
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="fix in agentgate/dispatch/broker/_gated.py (submit): when decisions.add fails after the allow "
-    "committed, return its reservation and append an error outcome (as for a Broker.submit failure)",
-)
 def test_a_lease_decision_that_cannot_be_linked_returns_its_reservation(world: World) -> None:
     process = world.process
     faults = SQLiteFaults(Path(world.url))
@@ -568,11 +564,6 @@ def test_a_lease_decision_that_cannot_be_linked_returns_its_reservation(world: W
     assert _gpu_allows_without_end(world) == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="fix in agentgate/dispatch/broker/_gated.py (_record): events drained from the broker are lost "
-    "when recording one fails; keep the unrecorded ones and record them at the next call",
-)
 def test_a_lease_end_that_cannot_be_recorded_is_recorded_later(world: World) -> None:
     process = world.process
     faults = SQLiteFaults(Path(world.url))

@@ -3,7 +3,8 @@
 Tables (DDL per dialect below), each keyed by the broker's name so that several brokers can share
 one store:
 
-- ``broker_state(broker, taken_at)``: when the broker last wrote its state.
+- ``broker_state(broker, taken_at, generation)``: when the broker last wrote its state, and how
+  many times it was written (each save adds one; see "One writer").
 - ``broker_leases(broker, lease_id, tenant, priority, gpus, state, granted_at, expires_at,
   notice_deadline, preempted_by, body)``: one row per live lease; ``gpus`` is a JSON list of GPU
   ids and ``body`` the whole lease as JSON.
@@ -26,6 +27,17 @@ makes a journal the writer; any other write succeeds only if it was the writer a
 the name has none. The process taken over from fails closed: its next write raises
 ``StoreError`` (its broker's events stay queued, never returned), and so does a fresh broker
 that did not restore the name's state.
+
+Taking over is tied to the state restored (review R40): ``load`` remembers the ``generation`` it
+read, and the claiming write succeeds only while the stored generation is still that one. A write
+of the old process between the new one's ``load`` and its first write (or a second replica that
+took over first) changes it, and the claiming write raises ``StoreError``, writing nothing: the
+new broker must load the state again. A journal that restores a snapshot it did not load itself
+takes over only if the stored state is that snapshot (or there is none).
+
+Upgrade: ``broker_state`` made before review R40 lacks ``generation``. SQLite adds it on open; on
+PostgreSQL ``agentgate store init`` run as the schema's owner adds it (an application role that
+may not alter the table gets a ``StoreError`` that says so), as for the tables a version adds.
 """
 
 from __future__ import annotations
@@ -44,12 +56,13 @@ from agentgate.dispatch.broker import (
     WorkloadHint,
 )
 from agentgate.errors import BrokerError, StoreError
-from agentgate.store._base import Dialect, Store
+from agentgate.store._base import Dialect, Store, Transaction
 
 _TABLES = """
 CREATE TABLE IF NOT EXISTS broker_state (
     broker TEXT PRIMARY KEY,
-    taken_at {real} NOT NULL
+    taken_at {real} NOT NULL,
+    generation {integer} NOT NULL DEFAULT 0
 );
 CREATE TABLE IF NOT EXISTS broker_leases (
     broker TEXT NOT NULL,
@@ -85,10 +98,26 @@ CREATE TABLE IF NOT EXISTS broker_queue (
 );
 """
 
+_ADD_GENERATION_PG = """
+DO $$
+BEGIN
+    -- A broker_state made before review R40: the column is added by its owner (store init).
+    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_attribute WHERE attrelid = to_regclass('broker_state')
+                   AND attname = 'generation' AND NOT attisdropped) THEN
+        ALTER TABLE broker_state ADD COLUMN generation BIGINT NOT NULL DEFAULT 0;
+    END IF;
+END;
+$$;
+"""
+
 BROKER_DDL: dict[Dialect, str] = {
-    "sqlite": _TABLES.format(real="REAL"),
-    "postgresql": _TABLES.format(real="DOUBLE PRECISION"),
+    "sqlite": _TABLES.format(real="REAL", integer="INTEGER"),
+    "postgresql": _TABLES.format(real="DOUBLE PRECISION", integer="BIGINT") + _ADD_GENERATION_PG,
 }
+
+_LOAD_TRIES = 5
+"""How many times ``load`` reads again a state written while it read (PostgreSQL's READ COMMITTED
+shows each statement the commits made before it began)."""
 
 
 class BrokerLeaseStore:
@@ -103,13 +132,20 @@ class BrokerLeaseStore:
         self.writer = uuid.uuid4().hex
         """This journal's id in ``broker_writer``."""
         self._taking_over = False
+        self._restored: BrokerSnapshot | None = None
+        """The snapshot ``take_over`` was given (``None``: the one this journal loaded last)."""
+        self._loaded: tuple[int | None, BrokerSnapshot | None] | None = None
+        """The generation and the state ``load`` read last; ``None`` before the first ``load``."""
         store.ensure_schema("broker_leases", BROKER_DDL)
+        if store.dialect == "sqlite":
+            _add_generation_sqlite(store)
 
     def save(self, snapshot: BrokerSnapshot) -> None:
         """Replace this broker's stored state with ``snapshot``, atomically.
 
         Raises ``StoreError``, writing nothing, when another journal is the broker name's writer
-        and this one has not loaded the state since (module docstring, "One writer").
+        and this one has not restored the state since, or when it restored a state that was
+        written over since (module docstring, "One writer").
         """
         leases = [
             (
@@ -157,11 +193,22 @@ class BrokerLeaseStore:
                     "under one name would grant the same GPUs; restore its saved state to take "
                     "over (a restart), or give this broker another name"
                 )
+            # After the claim, which locks the name's writer row: every write of this name runs
+            # one at a time from here, and this read sees the last one committed.
+            generation = _generation(tx, self.broker)
+            if self._taking_over and not self._may_take_over(tx, generation):
+                raise StoreError(
+                    f"broker {self.broker!r}: its saved state was written over since this broker "
+                    "restored it (another broker process still writes it, or took the name over "
+                    "first): two brokers under one name would grant the same GPUs; stop the other "
+                    "process, then load the saved state again into a new broker"
+                )
             tx.execute("DELETE FROM broker_leases WHERE broker = ?", (self.broker,))
             tx.execute("DELETE FROM broker_queue WHERE broker = ?", (self.broker,))
             tx.execute("DELETE FROM broker_state WHERE broker = ?", (self.broker,))
             tx.execute(
-                "INSERT INTO broker_state (broker, taken_at) VALUES (?, ?)", (self.broker, snapshot.taken_at)
+                "INSERT INTO broker_state (broker, taken_at, generation) VALUES (?, ?, ?)",
+                (self.broker, snapshot.taken_at, (generation or 0) + 1),
             )
             if leases:
                 tx.executemany(
@@ -176,42 +223,94 @@ class BrokerLeaseStore:
                     queue,
                 )
         self._taking_over = False
+        self._restored = None
 
-    def take_over(self) -> None:
+    def take_over(self, snapshot: BrokerSnapshot | None = None) -> None:
         """Make this journal's next ``save`` take the broker name over from its writer, whose own
-        writes then fail. ``Broker.restore`` calls it: a restarted broker takes over."""
+        writes then fail. ``Broker.restore`` calls it with the ``snapshot`` restored (``None``:
+        the one this journal loaded last): a restarted broker takes over. That ``save`` raises
+        ``StoreError`` instead if the stored state was written since it was loaded."""
         self._taking_over = True
+        self._restored = snapshot
+
+    def _may_take_over(self, tx: Transaction, generation: int | None) -> bool:
+        """Whether the state restored is still the stored one (``generation``: the stored one's)."""
+        loaded = self._loaded
+        restored = self._restored
+        if loaded is not None and (restored is None or restored is loaded[1] or restored == loaded[1]):
+            return generation == loaded[0]  # restored what this journal loaded
+        if generation is None:
+            return True  # nothing stored: no broker wrote this name
+        if restored is None:
+            return False  # took over without loading what is stored
+        return _read(tx, self.broker)[1] == restored
 
     def load(self) -> BrokerSnapshot | None:
-        """The last saved state of this broker, or ``None`` if it never saved one."""
-        with self.store.transaction(immediate=False) as tx:
-            state = tx.execute("SELECT taken_at FROM broker_state WHERE broker = ?", (self.broker,))
-            if not state:
-                return None
-            lease_rows = tx.execute(
-                "SELECT body FROM broker_leases WHERE broker = ? ORDER BY granted_at, lease_id",
-                (self.broker,),
+        """The last saved state of this broker, or ``None`` if it never saved one.
+
+        Remembers the state's generation: a broker that restores it takes the name over only
+        while the stored state is still that one (module docstring, "One writer")."""
+        for _ in range(_LOAD_TRIES):
+            with self.store.transaction(immediate=False) as tx:
+                generation, snapshot = _read(tx, self.broker)
+                # Read again last: a write committed meanwhile may have changed the rows read.
+                if _generation(tx, self.broker) == generation:
+                    self._loaded = (generation, snapshot)
+                    return snapshot
+        raise StoreError(
+            f"broker {self.broker!r}: its state changed while it was read, {_LOAD_TRIES} times; try again"
+        )
+
+
+def _generation(tx: Transaction, broker: str) -> int | None:
+    """The generation of ``broker``'s stored state; ``None`` when it has none."""
+    rows = tx.execute("SELECT generation FROM broker_state WHERE broker = ?", (broker,))
+    return int(rows[0][0]) if rows else None
+
+
+def _add_generation_sqlite(store: Store) -> None:
+    """Add ``broker_state.generation`` to a SQLite store made before review R40."""
+
+    def missing(tx: Transaction) -> bool:
+        return not any(row[1] == "generation" for row in tx.execute("PRAGMA table_info(broker_state)"))
+
+    with store.transaction(immediate=False) as tx:
+        if not missing(tx):
+            return
+    with store.transaction() as tx:
+        if missing(tx):  # another process may have added it meanwhile
+            tx.execute("ALTER TABLE broker_state ADD COLUMN generation INTEGER NOT NULL DEFAULT 0")
+
+
+def _read(tx: Transaction, broker: str) -> tuple[int | None, BrokerSnapshot | None]:
+    """The generation and the state of ``broker`` stored, read in ``tx``."""
+    state = tx.execute("SELECT taken_at, generation FROM broker_state WHERE broker = ?", (broker,))
+    if not state:
+        return None, None
+    lease_rows = tx.execute(
+        "SELECT body FROM broker_leases WHERE broker = ? ORDER BY granted_at, lease_id",
+        (broker,),
+    )
+    queue_rows = tx.execute(
+        "SELECT body, submitted_at, deadline, nominated, victims FROM broker_queue"
+        " WHERE broker = ? ORDER BY position",
+        (broker,),
+    )
+    try:
+        leases = tuple(_lease_from_json(json.loads(row[0])) for row in lease_rows)
+        queue = tuple(
+            _queued_from_json(
+                json.loads(body),
+                submitted_at=float(submitted_at),
+                deadline=math.inf if deadline is None else float(deadline),
+                nominated=tuple(json.loads(nominated)),
+                victims=tuple(json.loads(victims)),
             )
-            queue_rows = tx.execute(
-                "SELECT body, submitted_at, deadline, nominated, victims FROM broker_queue"
-                " WHERE broker = ? ORDER BY position",
-                (self.broker,),
-            )
-        try:
-            leases = tuple(_lease_from_json(json.loads(row[0])) for row in lease_rows)
-            queue = tuple(
-                _queued_from_json(
-                    json.loads(body),
-                    submitted_at=float(submitted_at),
-                    deadline=math.inf if deadline is None else float(deadline),
-                    nominated=tuple(json.loads(nominated)),
-                    victims=tuple(json.loads(victims)),
-                )
-                for body, submitted_at, deadline, nominated, victims in queue_rows
-            )
-        except (ValueError, TypeError, KeyError, BrokerError) as exc:
-            raise StoreError(f"broker {self.broker!r}: stored state is unreadable: {exc}") from exc
-        return BrokerSnapshot(float(state[0][0]), leases, queue)
+            for body, submitted_at, deadline, nominated, victims in queue_rows
+        )
+    except (ValueError, TypeError, KeyError, BrokerError) as exc:
+        raise StoreError(f"broker {broker!r}: stored state is unreadable: {exc}") from exc
+    return int(state[0][1]), BrokerSnapshot(float(state[0][0]), leases, queue)
 
 
 def _request_to_json(request: GangRequest) -> dict[str, Any]:

@@ -96,8 +96,9 @@ class LeaseJournal(Protocol):
         """Replace the stored state with ``snapshot``; raises ``StoreError`` on failure."""
         ...
 
-    def take_over(self) -> None:
-        """Make the next ``save`` the state's writer, in place of the broker it was restored from."""
+    def take_over(self, snapshot: BrokerSnapshot) -> None:
+        """Make the next ``save`` the state's writer, in place of the broker it was restored from
+        (``snapshot``, the state restored); that ``save`` fails if the state was written since."""
         ...
 
 
@@ -377,7 +378,7 @@ class Broker:
                         self._reserved[i] = q.request.id
             self._dirty = True
             if self.journal is not None:
-                self.journal.take_over()  # the broker it was restored from writes no more
+                self.journal.take_over(snapshot)  # the broker it was restored from writes no more
             # A victim that ended while the broker was down releases its preemptor now, under the
             # rules of a live broker: not past its quota, nor once its wait is over (the next call
             # times it out).

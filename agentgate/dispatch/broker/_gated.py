@@ -92,6 +92,9 @@ class GatedBroker:
         self.broker = broker
         self.decisions = BrokerDecisionStore(gate.store, name)
         self._lock = threading.RLock()
+        self._unrecorded: list[BrokerEvent] = []
+        """Events taken from the broker whose outcome could not be recorded yet (the store
+        failed): recorded first at the next call, in order."""
 
     def submit(
         self, identity: AgentIdentity | None, request: GangRequest, *, approval: Approval | None = None
@@ -116,10 +119,14 @@ class GatedBroker:
         ``Broker.submit`` raises (an unknown tenant, a duplicate id, a gang that could never be
         placed), with an ``error`` outcome appended and the reservation returned first; except a ``StoreError`` from the broker's journal after
         the broker took the request: the request stands (the broker's events come out of the
-        next call), linked to its decision, its reservation held.
+        next call), linked to its decision, its reservation held. A ``StoreError`` recording the
+        allowed request's decision (before the broker sees it) returns the reservation and
+        appends an ``error`` outcome first; one recording an earlier call's events raises before
+        any decision (those events are recorded first, see ``_record``).
         """
         resource = _resource(request)
         with self._lock:
+            self._record([])  # what an earlier call could not record comes first
             live = self.decisions.get(request.id)
             if live is not None and identity is not None and live.principal == identity.did:
                 raise BrokerError(f"request {request.id!r} is already live")
@@ -145,7 +152,15 @@ class GatedBroker:
             # own, and before the broker sees the request: no lease exists without its link. A
             # crash between the two leaves the reservation held (a budget can look smaller,
             # never be overspent) and no lease.
-            self.decisions.add(decided)
+            try:
+                self.decisions.add(decided)
+            except StoreError as exc:
+                # The allow is committed, the broker never sees the request: its reservation is
+                # returned and the allow closed with an ``error`` outcome (until review R40 it
+                # stayed held with no outcome). If the store fails for that too, the reservation
+                # stays held: a budget can look smaller, never be overspent.
+                self._abandon(decided, f"the lease's decision could not be recorded: {exc}")
+                raise
             owned = dataclasses.replace(
                 request,
                 tenant=self.gate.tenant_of(identity),
@@ -174,6 +189,7 @@ class GatedBroker:
         allowed.
         """
         with self._lock:
+            self._record([])
             self._holder_request(identity, lease_id)
             events = self.broker.release(lease_id)
             self._record(events)
@@ -190,6 +206,7 @@ class GatedBroker:
         fails (the lease is renewed all the same, and its extension reserved).
         """
         with self._lock:
+            self._record([])
             self._record(self.broker.advance())  # a lease that expired meanwhile is not renewed
             request = self._holder_request(identity, lease_id)
             lease = next((held for held in self.broker.leases() if held.id == lease_id), None)
@@ -242,12 +259,12 @@ class GatedBroker:
         for the next call: a restart before it lost them from the log although the journal had
         them, and ``reconcile`` then returned an expired lease's reservation whole, its holder
         never charged for the time it held. A journal write that fails leaves them queued in the
-        broker for its next call, as any call's events."""
+        broker for its next call, as any call's events; an outcome that cannot be recorded leaves
+        them with this GatedBroker, recorded first at its next call (the renewal stands)."""
         try:
-            events = self.broker.advance()
+            self._record(self.broker.advance())
         except StoreError:
             return
-        self._record(events)
 
     def _link(
         self,
@@ -275,6 +292,7 @@ class GatedBroker:
     def advance(self) -> list[BrokerEvent]:
         """Apply the clock (expiries, grace ends, timeouts, grants that follow); the events are audited."""
         with self._lock:
+            self._record([])
             events = self.broker.advance()
             self._record(events)
         return events
@@ -287,6 +305,7 @@ class GatedBroker:
         reservations are returned whole, since the time it was held is not known.
         """
         with self._lock:
+            self._record([])  # an end not recorded yet is settled at its time held, not as lost
             live = {lease.id for lease in self.broker.leases()} | {q.request.id for q in self.broker.queue()}
             lost = [d for d in self.decisions.all() if d.request_id not in live]
             for decided in lost:
@@ -354,38 +373,53 @@ class GatedBroker:
         return request
 
     def _record(self, events: list[BrokerEvent]) -> None:
-        for event in events:
-            status, reason = _describe(event)
-            if isinstance(event, LeaseEnded):
-                lease = event.lease
-                deadline = math.inf if lease.notice_deadline is None else lease.notice_deadline
-                # When the broker ended it, not now: events a failed journal write held back
-                # are recorded a call later.
-                ended = self.broker.clock() if event.at is None else event.at
-                end = min(ended, lease.expires_at, deadline)
-                held = (len(lease.gpus), max(0.0, end - lease.granted_at))
-                self._end(
-                    lease.id, lease.request.holder, _resource_or_any(lease.request), status, reason, held
-                )
-            elif isinstance(event, TimedOut | Withdrawn):
-                request = event.request
-                self._end(request.id, request.holder, _resource_or_any(request), status, reason)
-            else:
-                request = event.lease.request
-                decided = self.decisions.get(request.id)
-                if decided is None:  # queued around the gate
-                    decided = _unlinked(request.id, request.holder, _resource_or_any(request))
-                self._append(decided, status, reason, 0)
+        """Audit ``events``, after those an earlier call could not record. An outcome that cannot
+        be recorded (``StoreError``) raises, and it and the events after it stay unrecorded, to
+        be recorded first at the next call (until review R40 they were lost: the lease's
+        reservation stayed held and its allow had no end)."""
+        self._unrecorded.extend(events)
+        while self._unrecorded:
+            self._record_one(self._unrecorded[0])
+            del self._unrecorded[0]
+
+    def _record_one(self, event: BrokerEvent) -> None:
+        status, reason = _describe(event)
+        if isinstance(event, LeaseEnded):
+            lease = event.lease
+            deadline = math.inf if lease.notice_deadline is None else lease.notice_deadline
+            # When the broker ended it, not now: events a failed journal write held back
+            # are recorded a call later.
+            ended = self.broker.clock() if event.at is None else event.at
+            end = min(ended, lease.expires_at, deadline)
+            held = (len(lease.gpus), max(0.0, end - lease.granted_at))
+            self._end(lease.id, lease.request.holder, _resource_or_any(lease.request), status, reason, held)
+        elif isinstance(event, TimedOut | Withdrawn):
+            request = event.request
+            self._end(request.id, request.holder, _resource_or_any(request), status, reason)
+        else:
+            request = event.lease.request
+            decided = self.decisions.get(request.id)
+            if decided is None:  # queued around the gate
+                decided = _unlinked(request.id, request.holder, _resource_or_any(request))
+            self._append(decided, status, reason, 0)
 
     def _refuse_taken(self, decided: LeaseDecision) -> NoReturn:
         """Return an allowed request's reservations and record its ``error`` outcome, its id being
         another holder's live one; raise ``BrokerError``. (That holder's decision is untouched.)"""
         reason = f"request {decided.request_id!r} is already live"
+        self._abandon(decided, reason)
+        raise BrokerError(reason)
+
+    def _abandon(self, decided: LeaseDecision, reason: str) -> None:
+        """Return the reservations of an allow the broker never saw and append its ``error``
+        outcome, in one transaction; its decision's row, if it is this allow's, is forgotten."""
         with self.gate.store.transaction() as tx:
             self.gate.audit.lock(tx)
+            recorded = self.decisions.get(decided.request_id, tx)
+            if recorded is not None and recorded.audit_index == decided.audit_index:
+                self.decisions.remove(decided.request_id, tx)  # written, though the store said not
             self._settle(tx, decided, None)
             self._append(decided, "error", reason, 0, tx)
-        raise BrokerError(reason)
 
     def _end(
         self,
