@@ -869,12 +869,6 @@ def test_a_call_larger_than_its_quotas_whole_window_is_not_retried_by_the_sdk(
         env.check_log()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="fix in agentgate/gate/_authorization.py (Authorization.explain): a quota refusal always "
-    "advises 'Retry once the quota's window has passed', also for a call larger than the quota's "
-    "whole limit, which no window can ever hold (the store knows: store/quotas.py, amount > limit)",
-)
 def test_in_process_a_call_no_quota_window_can_hold_is_not_advised_to_retry(
     tmp_path: Path, sim: SimServer, backend: _Backend
 ) -> None:

@@ -125,6 +125,9 @@ class Authorization:
     """The policy rule that allows the call (``role R rule N``), recorded in its audit entries."""
     quota_exceeded: str | None = None
     """Refused because this policy quota's current window is full (its name)."""
+    quota_never_fits: bool = False
+    """With ``quota_exceeded``: the call alone counts more than the quota's whole limit, so no
+    window can ever hold it (retrying is pointless)."""
     once_key: str | None = None
     """For an allowed call of a non-idempotent tool with a call id: its idempotency key, under
     which the Gate records that it ran (``store.once``), so that it never runs twice."""
@@ -156,7 +159,9 @@ class Authorization:
         why = why or "not allowed"
         if self.needs_approval:
             return f"agentgate: {what} needs a human approval that was not given: {why}"
-        if self.quota_exceeded is not None:
+        if self.quota_exceeded is not None and self.quota_never_fits:
+            advice = "Do not retry this call: it alone is more than the quota allows; ask for less or stop."
+        elif self.quota_exceeded is not None:
             advice = "Retry once the quota's window has passed."
         else:
             codes = [f.code for f in self.findings if f.code in _RESIGN]

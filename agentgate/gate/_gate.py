@@ -1488,15 +1488,21 @@ class Gate:
             )
             full = self.quotas.count(tx, quotas, amounts, time.time()) if quotas else None
             if full is not None:
+                quota = f"{full.limit} {full.unit} per {full.window_s} s for {full.subject}"
+                alone = amounts.get(full.unit, 0)
                 raise QuotaExceeded(
-                    f"quota {full.name} reached: {full.limit} {full.unit} per {full.window_s} s for {full.subject}"
+                    f"quota {full.name} allows {quota} and this call alone counts {alone}: it can never fit"
+                    if alone > full.limit
+                    else f"quota {full.name} reached: {quota}"
                 )
         except (BudgetExceeded, QuotaExceeded, Denied, Expired, Revoked, InputError) as exc:
             if guarded:
                 tx.execute("ROLLBACK TO SAVEPOINT agentgate_allow")
                 tx.execute("RELEASE SAVEPOINT agentgate_allow")
             if isinstance(exc, QuotaExceeded) and full is not None:
-                return self._write_refusal(replace(auth, reasons=(str(exc),), quota_exceeded=full.name), tx)
+                never = amounts.get(full.unit, 0) > full.limit
+                refused = replace(auth, reasons=(str(exc),), quota_exceeded=full.name, quota_never_fits=never)
+                return self._write_refusal(refused, tx)
             if isinstance(exc, BudgetExceeded):
                 refused = replace(
                     auth, reasons=(self._budget_reason(identity, exc, tx),), budget_exhausted=True
