@@ -130,7 +130,9 @@ class Authorization:
     window can ever hold it (retrying is pointless)."""
     once_key: str | None = None
     """For an allowed call of a non-idempotent tool with a call id: its idempotency key, under
-    which the Gate records that it ran (``store.once``), so that it never runs twice."""
+    which the Gate records that it ran (``store.once``), so that it never runs twice. For such a
+    call refused because it already ran to completion: that key too (an integration that kept
+    the call's answer gives it again)."""
     output_tokens: int | None = None
     """For an allowed model call decided with its token estimate: the output tokens reserved (its
     ``max_tokens``), the most completion tokens its outcome is charged."""

@@ -948,7 +948,9 @@ class Gate:
                 and last[0] not in RUN_AGAIN
             ):
                 # Refused before a person is asked to approve a call that cannot run again.
-                auth = replace(auth, verdict=Verdict.DENY, reasons=(ran_before(call, *last),))
+                # A call that ran to completion keeps its key: an integration may hold its answer.
+                ran = once if last[0] == "ok" else None
+                auth = replace(auth, verdict=Verdict.DENY, reasons=(ran_before(call, *last),), once_key=ran)
             if auth.needs_approval:
                 auth = self._record_approval_request(auth, request, rule, tx)
             elif auth.allowed:

@@ -23,9 +23,11 @@ identity that is not its own and refuses every call with an ``implicit_trust_inh
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import hashlib
 import json
+import threading
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from contextvars import ContextVar
@@ -151,6 +153,16 @@ def _asking_answer(request: ToolCallRequest) -> AIMessage | None:
             return message
     return None
 
+
+def _running_key(request: ToolCallRequest) -> tuple[str | None, str | None, str]:
+    """The holder, run scope and id of a tool call: which call ``GateMiddleware._running`` marks."""
+    identity = _request_identity(request)
+    return (identity.did if identity else None, _run_id(request), str(request.tool_call.get("id")))
+
+
+KEPT_RESULTS = 256
+"""How many answers of calls that must run once, and ran, a ``GateMiddleware`` keeps (the
+newest), to answer them again when their tools node is run again (``_answer_again``)."""
 
 _CUT_AT_LIMIT = frozenset({"length", "max_tokens"})
 """Finish reasons of an answer stopped at its output limit: OpenAI's, vLLM's, Ollama's
@@ -362,12 +374,61 @@ class GateMiddleware(AgentMiddleware[Any, Any, Any]):
         self.model = model
         self.max_tokens = max_tokens
         self._usage_copies: dict[int, tuple[weakref.ref[BaseChatModel], BaseChatModel]] = {}
+        self._results: collections.OrderedDict[str, ToolMessage] = collections.OrderedDict()
+        self._results_lock = threading.Lock()
+        self._in_flight: dict[tuple[str | None, str | None, str], threading.Event] = {}
 
     @property
     def name(self) -> str:
         return f"agentgate[{self.agent}]"
 
     # --- tools ----------------------------------------------------------------------------
+
+    def _keep(self, auth: Authorization, result: ToolResult) -> ToolResult:
+        """Keep the answer of a call that must run once and ran to completion, by its call-once
+        key, for ``_answer_again``; ``result`` as it is."""
+        if auth.once_key is not None and isinstance(result, ToolMessage) and result.status == "success":
+            with self._results_lock:
+                self._results[auth.once_key] = result
+                while len(self._results) > KEPT_RESULTS:
+                    self._results.popitem(last=False)
+        return result
+
+    @contextlib.contextmanager
+    def _running(self, request: ToolCallRequest) -> Iterator[None]:
+        """Mark the call of ``request`` running in this process while the block runs (the allowed
+        call, until its outcome is handed to the gate), for ``_ran_here`` to wait for."""
+        key, done = _running_key(request), threading.Event()
+        with self._results_lock:
+            self._in_flight[key] = done
+        try:
+            yield
+        finally:
+            with self._results_lock:
+                if self._in_flight.get(key) is done:
+                    del self._in_flight[key]
+            done.set()
+
+    def _ran_here(self, request: ToolCallRequest) -> threading.Event | None:
+        """The end of the same call's attempt, when one runs in this process now: LangGraph's
+        async tools node leaves a call running when another call of the node pauses the run (an
+        approval), and the run resumed at once would decide the call while it runs (refused as
+        started, its outcome not recorded yet). The caller waits for it, then decides."""
+        with self._results_lock:
+            return self._in_flight.get(_running_key(request))
+
+    def _answer_again(self, auth: Authorization, call_id: str, name: str) -> ToolMessage:
+        """The answer to a refused call: its kept answer when it is refused because it already
+        ran to completion in this process (a hand-built graph's tools node run again whole on
+        resume, after another of its calls paused for an approval: LangGraph re-runs the node, and
+        the call that ran would lose its result), else the refusal. The refusal is recorded
+        either way (the call does not run again)."""
+        if auth.once_key is not None:
+            with self._results_lock:
+                kept = self._results.get(auth.once_key)
+            if kept is not None:
+                return kept.model_copy()
+        return _refusal(auth, call_id, name, self.gate)
 
     def _authorize_tool(self, request: ToolCallRequest) -> Authorization:
         identity = _request_identity(request)
@@ -500,21 +561,25 @@ class GateMiddleware(AgentMiddleware[Any, Any, Any]):
                 raise  # the sub-agent's interrupt (an approval) pauses the supervisor's run
             except Exception as exc:  # a failing sub-agent is a failing tool, not the end of the run
                 return self._delegation_failed(request, call_id, name, exc)
+        if (busy := self._ran_here(request)) is not None:
+            busy.wait()
         try:
             auth = self._authorize_tool(request)
         except InputError as exc:
             return self._refuse_undecidable(request, call_id, name, exc)
         if not auth.allowed:
-            return _refusal(auth, call_id, name, self.gate)
+            return self._answer_again(auth, call_id, name)
+
         try:
-            return self.gate.run(
-                auth,
-                lambda: handler(request),
-                call_id=call_id,
-                run_id=_run_id(request),
-                failed=_failed,
-                paused=_paused,
-            )
+            with self._running(request):
+                return self.gate.run(
+                    auth,
+                    lambda: self._keep(auth, handler(request)),
+                    call_id=call_id,
+                    run_id=_run_id(request),
+                    failed=_failed,
+                    paused=_paused,
+                )
         except GraphBubbleUp:
             raise  # interrupt() or Command(graph=PARENT) from inside the tool: LangGraph's to handle
         except AgentGateError as exc:
@@ -548,30 +613,37 @@ class GateMiddleware(AgentMiddleware[Any, Any, Any]):
                 raise
             except Exception as exc:
                 return self._delegation_failed(request, call_id, name, exc)
+        if (busy := self._ran_here(request)) is not None:
+            await self.gate.to_thread(busy.wait)
         try:
             auth = await self._decided(self._authorize_tool, request, lambda auth: auth)
         except InputError as exc:
             return await self._arefuse_undecidable(request, call_id, name, exc)
         if not auth.allowed:
-            return _refusal(auth, call_id, name, self.gate)
+            return self._answer_again(auth, call_id, name)
+
         # A sync tool runs in a worker thread under ainvoke, which no cancellation stops: not
         # preemptible, its attempt ends with its thread (its slot is not given back while it
         # runs, even when the run is cancelled), and past its timeout its result is returned
         # (not a timeout the model would retry), as under invoke.
         # A cancelled run waits for such an attempt and records the call as it ended
         # (``_ThreadedCall``).
-        threaded = _ThreadedCall(lambda: handler(request)) if _runs_in_a_thread(request.tool) else None
+        async def attempt() -> ToolResult:
+            return self._keep(auth, await handler(request))
+
+        threaded = _ThreadedCall(attempt) if _runs_in_a_thread(request.tool) else None
         try:
             running = self.gate.arun(
                 auth,
-                threaded.attempt if threaded else lambda: handler(request),
+                threaded.attempt if threaded else attempt,
                 call_id=call_id,
                 run_id=_run_id(request),
                 failed=_failed,
                 paused=_paused,
                 preemptible=threaded is None,
             )
-            return await (threaded.outcome(running) if threaded else running)
+            with self._running(request):
+                return await (threaded.outcome(running) if threaded else running)
         except GraphBubbleUp:
             raise
         except AgentGateError as exc:
