@@ -403,3 +403,18 @@ def test_a_stream_carries_the_callers_trace_to_the_backend(tmp_path: Path, sim: 
     sent = [h.get("traceparent", "") for h in sim.trace_headers]
     assert len(sent) == 2 and sent[0].split("-")[1] == trace_id
     assert sent[1] and sent[1].split("-")[1] != trace_id  # the async reader's own trace
+
+
+def test_arguments_sent_a_character_at_a_time_add_up(tmp_path: Path, evil: EvilBackend) -> None:
+    arguments = json.dumps({"query": "x" * 3000, "note": "é\\n\u2028"})
+    with _gate(tmp_path, evil.url, metrics=False) as gate:
+        evil.answer = [
+            _event({"tool_calls": [{"index": 7, "id": "c7", "function": {"name": "search_web"}}]}),
+            *(_event({"tool_calls": [{"index": 7, "function": {"arguments": c}}]}) for c in arguments),
+            _event({}, finish="tool_calls"),
+            "[DONE]",
+        ]
+        whole = _added_up(list(_model(gate).stream([HumanMessage("find")])))
+    assert whole.tool_calls == [
+        {"name": "search_web", "args": json.loads(arguments), "id": "c7", "type": "tool_call"}
+    ]

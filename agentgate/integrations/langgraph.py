@@ -1462,19 +1462,15 @@ class _Pieces:
         ):
             self.calls[("alone", len(self.calls))] = fragment
             return
-        call = self.calls.setdefault(index, {"function": {"name": "", "arguments": ""}})
-        if "id" not in call and isinstance(fragment.get("id"), str):
-            call["id"] = fragment["id"]
-        whole = call["function"]
-        for field in ("name", "arguments"):
-            part = function.get(field)
-            if isinstance(part, str) and isinstance(whole[field], str):
-                whole[field] += part
-            elif part is not None:
-                whole[field] = part
+        call = self.calls.get(index)
+        if not isinstance(call, _StreamedCall):
+            call = self.calls[index] = _StreamedCall()
+        call.add(fragment, function)
 
     def tool_calls(self) -> ChatGenerationChunk:
-        calls, invalid = DispatchedChatModel._tool_calls(self.calls.values())
+        """The last chunk: the calls put together, judged as a non-streamed answer's."""
+        whole = [call.whole() if isinstance(call, _StreamedCall) else call for call in self.calls.values()]
+        calls, invalid = DispatchedChatModel._tool_calls(whole)
         quoted = [
             invalid_tool_call(name=c["name"], args=json.dumps(c["args"] or ""), id=c["id"], error=c["error"])
             for c in invalid
@@ -1482,6 +1478,32 @@ class _Pieces:
         return ChatGenerationChunk(
             message=AIMessageChunk(content="", tool_calls=calls, invalid_tool_calls=quoted)
         )
+
+
+class _StreamedCall:
+    """One streamed tool call's fragments put together: the first string id, the name and the
+    arguments text joined (in lists, joined once at the end: a backend that sends its arguments
+    a character at a time must not cost a copy of all of them per fragment). A name or arguments
+    that are no string are kept as sent, which makes the call invalid."""
+
+    def __init__(self) -> None:
+        self.id: str | None = None
+        self.parts: dict[str, list[str] | object] = {"name": [], "arguments": []}
+
+    def add(self, fragment: Mapping[str, Any], function: Mapping[str, Any]) -> None:
+        if self.id is None and isinstance(fragment.get("id"), str):
+            self.id = fragment["id"]
+        for field, kept in self.parts.items():
+            part = function.get(field)
+            if isinstance(part, str) and isinstance(kept, list):
+                kept.append(part)
+            elif part is not None:
+                self.parts[field] = part
+
+    def whole(self) -> dict[str, Any]:
+        """The call as a non-streamed answer holds it (OpenAI's format)."""
+        function = {f: "".join(p) if isinstance(p, list) else p for f, p in self.parts.items()}
+        return {"id": self.id, "function": function} if self.id is not None else {"function": function}
 
 
 class ScriptedChatModel(BaseChatModel):
