@@ -238,7 +238,12 @@ class BrokerLeaseStore:
         loaded = self._loaded
         restored = self._restored
         if loaded is not None and (restored is None or restored is loaded[1] or restored == loaded[1]):
-            return generation == loaded[0]  # restored what this journal loaded
+            # Restored what this journal loaded. Generation 0 is also what a version from before
+            # the column writes, every time (a rolling upgrade): then the state itself must be the
+            # one loaded (each write changes ``taken_at``).
+            if generation != loaded[0]:
+                return False
+            return generation != 0 or _read(tx, self.broker)[1] == loaded[1]
         if generation is None:
             return True  # nothing stored: no broker wrote this name
         if restored is None:

@@ -44,7 +44,7 @@ from agentgate.dispatch.broker._model import (
     TimedOut,
     Withdrawn,
 )
-from agentgate.errors import BrokerError, CapabilityError, Denied, LeaseLost, StoreError
+from agentgate.errors import AuditError, BrokerError, CapabilityError, Denied, LeaseLost, StoreError
 from agentgate.gate import AgentIdentity, Approval, Authorization, Gate
 from agentgate.policy._schema import lease_cost
 from agentgate.store import Transaction
@@ -263,7 +263,7 @@ class GatedBroker:
         them with this GatedBroker, recorded first at its next call (the renewal stands)."""
         try:
             self._record(self.broker.advance())
-        except StoreError:
+        except (StoreError, AuditError):  # an outcome entry the log refused: as the store's error
             return
 
     def _link(
