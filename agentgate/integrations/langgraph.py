@@ -27,6 +27,7 @@ import collections
 import contextlib
 import hashlib
 import json
+import re
 import threading
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
@@ -129,13 +130,20 @@ def _run_id(request: ToolCallRequest) -> str | None:
     answer keeps its id) reuses a completed result instead of running again; the same tool call
     id in a later answer or another run (a model that numbers its calls from 0 in every answer)
     is another call, and runs. Without such a message in the state (a hand-built graph keeping
-    its messages elsewhere), the task the call runs in: ``_task_scope``."""
+    its messages elsewhere), or without a thread, the task the call runs in: ``_task_scope``.
+    The tasks above the call's own (a sub-agent's run inside a delegation) are part of it."""
     config = getattr(request.runtime, "config", None)
+    configurable = (config or {}).get("configurable") or {}
+    thread = configurable.get("thread_id")
     answer = _asking_answer(request)
-    if answer is None or not isinstance(answer.id, str) or not answer.id:
+    if thread is None or answer is None or not isinstance(answer.id, str) or not answer.id:
+        # No thread, no time travel: and two runs without one may share an answer's id (a
+        # LangChain cache hands the same answer, ids and all, to both).
         return _task_scope(config)
-    thread = ((config or {}).get("configurable") or {}).get("thread_id")
-    return f"{'' if thread is None else thread}|answer:{answer.id}"
+    # The tasks above the call's own (a sub-agent run inside a delegation's tool call): two
+    # delegations in one thread whose sub-agent answered the same (a cache) are two scopes.
+    outer = str(configurable.get("checkpoint_ns") or "").rpartition("|")[0]
+    return f"{thread}|{outer}|answer:{answer.id}"
 
 
 def _asking_answer(request: ToolCallRequest) -> AIMessage | None:
@@ -154,6 +162,12 @@ def _asking_answer(request: ToolCallRequest) -> AIMessage | None:
     return None
 
 
+_RUNNING_HERE: ContextVar[frozenset[tuple[str | None, str | None, str]]] = ContextVar(
+    "agentgate_running_here", default=frozenset()
+)
+"""The calls (``_running_key``) whose run the current context is inside: never waited for."""
+
+
 def _running_key(request: ToolCallRequest) -> tuple[str | None, str | None, str]:
     """The holder, run scope and id of a tool call: which call ``GateMiddleware._running`` marks."""
     identity = _request_identity(request)
@@ -164,7 +178,7 @@ KEPT_RESULTS = 256
 """How many answers of calls that must run once, and ran, a ``GateMiddleware`` keeps (the
 newest), to answer them again when their tools node is run again (``_answer_again``)."""
 
-_CUT_AT_LIMIT = frozenset({"length", "max_tokens"})
+_CUT_AT_LIMIT = re.compile(r"(?:length|max_tokens)+")
 """Finish reasons of an answer stopped at its output limit: OpenAI's, vLLM's, Ollama's
 ``length``; Anthropic's, Bedrock's ``max_tokens``; Gemini's ``MAX_TOKENS`` (compared in lower
 case)."""
@@ -177,7 +191,9 @@ def _cut_at_limit(answer: AIMessage | None) -> str | None:
     metadata = answer.response_metadata
     for field in ("finish_reason", "stop_reason", "done_reason", "stopReason"):
         reason = metadata.get(field)
-        if isinstance(reason, str) and reason.lower() in _CUT_AT_LIMIT:
+        # Matched repeated too: LangChain concatenates the text of chunks' metadata it adds up, so a
+        # stream that said it twice says ``lengthlength``.
+        if isinstance(reason, str) and _CUT_AT_LIMIT.fullmatch(reason.lower()):
             return reason
     return None
 
@@ -401,9 +417,11 @@ class GateMiddleware(AgentMiddleware[Any, Any, Any]):
         key, done = _running_key(request), threading.Event()
         with self._results_lock:
             self._in_flight[key] = done
+        own = _RUNNING_HERE.set(_RUNNING_HERE.get() | {key})
         try:
             yield
         finally:
+            _RUNNING_HERE.reset(own)
             with self._results_lock:
                 if self._in_flight.get(key) is done:
                     del self._in_flight[key]
@@ -414,8 +432,11 @@ class GateMiddleware(AgentMiddleware[Any, Any, Any]):
         async tools node leaves a call running when another call of the node pauses the run (an
         approval), and the run resumed at once would decide the call while it runs (refused as
         started, its outcome not recorded yet). The caller waits for it, then decides."""
+        key = _running_key(request)
+        if key in _RUNNING_HERE.get():  # a run inside the call itself (its tool runs the agent again)
+            return None
         with self._results_lock:
-            return self._in_flight.get(_running_key(request))
+            return self._in_flight.get(key)
 
     def _answer_again(self, auth: Authorization, call_id: str, name: str) -> ToolMessage:
         """The answer to a refused call: its kept answer when it is refused because it already
@@ -1422,6 +1443,7 @@ class _Pieces:
 
     def __init__(self) -> None:
         self.named = False
+        self.finished = False
         self.calls: dict[object, Any] = {}
 
     def of(self, served: ChatChunk) -> ChatGenerationChunk:
@@ -1431,8 +1453,9 @@ class _Pieces:
         if not self.named:
             metadata["backend"] = served.backend
             self.named = True
-        if served.finish_reason is not None:
-            metadata["finish_reason"] = served.finish_reason
+        if served.finish_reason is not None and not self.finished:
+            metadata["finish_reason"] = served.finish_reason  # once: a second would be concatenated
+            self.finished = True
         usage = served.usage
         message = AIMessageChunk(
             content=served.content,
