@@ -53,6 +53,7 @@ from langchain_core.messages import (
     InvalidToolCall,
     ToolCall,
     ToolMessage,
+    UsageMetadata,
     convert_to_openai_messages,
 )
 from langchain_core.messages.tool import invalid_tool_call, tool_call
@@ -71,7 +72,7 @@ from pydantic import Field
 
 from agentgate.audit.spans import execute_tool_span, invoke_agent_span, record_decision
 from agentgate.capabilities import MAX_NAME_LENGTH, Call, Capability
-from agentgate.dispatch.backends import ChatChunk
+from agentgate.dispatch.backends import ChatChunk, Usage
 from agentgate.errors import (
     AgentGateError,
     AuthorityError,
@@ -1295,11 +1296,7 @@ class DispatchedChatModel(BaseChatModel):
             content=served.content,
             tool_calls=calls,
             invalid_tool_calls=invalid,
-            usage_metadata={
-                "input_tokens": usage.prompt_tokens,
-                "output_tokens": usage.completion_tokens,
-                "total_tokens": usage.prompt_tokens + usage.completion_tokens,
-            },
+            usage_metadata=_usage_metadata(usage),
             response_metadata={"backend": served.backend, "finish_reason": served.finish_reason},
         )
         return ChatResult(generations=[ChatGeneration(message=message)])
@@ -1427,6 +1424,15 @@ class DispatchedChatModel(BaseChatModel):
         yield pieces.tool_calls()
 
 
+def _usage_metadata(usage: Usage) -> UsageMetadata:
+    """A backend's reported usage as LangChain's ``usage_metadata``."""
+    return {
+        "input_tokens": usage.prompt_tokens,
+        "output_tokens": usage.completion_tokens,
+        "total_tokens": usage.prompt_tokens + usage.completion_tokens,
+    }
+
+
 class _Pieces:
     """A ``DispatchedChatModel`` stream as LangChain's chunks: each backend chunk's text as it
     comes, with the usage on the chunk that carries it; the backend named on the first chunk
@@ -1459,13 +1465,7 @@ class _Pieces:
         usage = served.usage
         message = AIMessageChunk(
             content=served.content,
-            usage_metadata=None
-            if usage is None
-            else {
-                "input_tokens": usage.prompt_tokens,
-                "output_tokens": usage.completion_tokens,
-                "total_tokens": usage.prompt_tokens + usage.completion_tokens,
-            },
+            usage_metadata=None if usage is None else _usage_metadata(usage),
             response_metadata=metadata,
         )
         return ChatGenerationChunk(message=message)
