@@ -23,8 +23,13 @@ EOF
 CORE_TESTS="test_authority_decisions.py test_authority_encoding.py test_authority_grants.py
   test_authority_vectors.py test_policy_load.py test_policy_lint.py test_policy_index.py test_keys.py
   test_audit_log.py test_audit_entry.py test_audit_tamper.py test_store.py test_ledger.py test_gate.py
-  test_gate_run.py test_cli_grant.py test_audit_cli.py"
-LG_TESTS="$CORE_TESTS test_langgraph.py test_gateway.py test_gateway_hostile.py"
+  test_gate_run.py test_cli_grant.py test_audit_cli.py test_spans.py test_dispatch_dispatcher.py
+  test_dispatch_metrics.py test_review_r40_broker.py test_review_r40_faults.py test_review_r40_stateful.py"
+# The LangGraph subset adds the newer middleware, streaming and gateway files (R41: the matrix ran
+# none of dispatch streaming, cut answers, time travel, tracing or the gateway SDK files).
+LG_TESTS="$CORE_TESTS test_langgraph.py test_gateway.py test_gateway_hostile.py test_dispatch_review.py
+  test_dispatched_streaming.py test_cut_answers.py test_review_r40_gatewaysdk.py
+  test_review_r40_timetravel.py test_review_r40_tracing.py"
 mkdir -p "$W/t" && cp -r "$ROOT"/{tests,policies,examples,docs,pyproject.toml} "$W/t/"
 ln -sfn "$ROOT/../shared" "$W/shared"   # tests read ../shared from the folder above tests/
 run() {  # NAME RESOLUTION INPUT TESTS...
@@ -40,8 +45,11 @@ run() {  # NAME RESOLUTION INPUT TESTS...
   "$W/tools/bin/uv" pip install -q --python "$W/$name/bin/python" --no-deps "$WHEEL"
   echo "== $name: $(tr '\n' ' ' < "$W/$name.pins")"
   (cd "$W/t" && "$W/$name/bin/python" -m pytest -q -p no:cacheprovider -m "not slow" --timeout 120 \
-    $(printf 'tests/%s ' "$@")) || echo "== $name: FAILURES (see above)"
+    $(printf 'tests/%s ' "$@")) || { echo "== $name: FAILURES (see above)"; FAILED="$FAILED $name"; }
 }
+FAILED=""
 run low-core lowest-direct core.in $CORE_TESTS
 run low-lg lowest-direct lg.in $LG_TESTS
 run new-lg highest lg.in $LG_TESTS
+if [[ -n $FAILED ]]; then echo "== failed:$FAILED"; exit 1; fi
+echo "== all resolutions passed"
