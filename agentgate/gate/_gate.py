@@ -2094,6 +2094,7 @@ class Gate:
         """Whether an outcome that ``exc`` kept from being written is to be tried again (see
         ``_carry``); logged when it is."""
         if not isinstance(exc, (StoreError, *self.store.driver_errors)):
+            self._outcome_refused_at.pop(id(auth), None)  # dropped: its id may name another one later
             return False
         now = time.monotonic()
         first = self._outcome_refused_at.setdefault(id(auth), now)

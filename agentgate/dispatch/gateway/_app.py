@@ -348,11 +348,9 @@ class Gateway:
             # A call behind an approval gate: the body carries what an approver signs
             # (`agentgate approval sign`), and the caller retries the same body with the approval.
             extra = decision.auth.approval_payload() if decision.auth.needs_approval else None
-            message, headers = decision.message, None
-            if decision.auth.quota_exceeded is not None:
-                message, headers = self._quota_refusal(decision, call, (prompt, max_tokens))
+            headers = self._quota_headers(decision) if decision.auth.quota_exceeded is not None else None
             answer = error_response(
-                decision.status, message, decision.code or "refused", headers=headers, extra=extra
+                decision.status, decision.message, decision.code or "refused", headers=headers, extra=extra
             )
             return answer, False
         identity = decision.auth.identity
@@ -444,28 +442,20 @@ class Gateway:
             finally:
                 SENDING.reset(sending)
 
-    def _quota_refusal(
-        self, decision: GatewayDecision, call: Call, tokens: tuple[int, int]
-    ) -> tuple[str, dict[str, str] | None]:
-        """The message and headers of a call refused by a policy quota: ``Retry-After``, the
-        seconds until its fixed window (aligned to the Unix epoch) rolls over, when a later
-        window can hold the call; when none can (the call alone is more than the quota's whole
-        limit), no ``Retry-After`` but ``x-should-retry: false``, which the OpenAI SDKs obey
-        instead of retrying a call that is refused every time, and a message that says so."""
+    def _quota_headers(self, decision: GatewayDecision) -> dict[str, str] | None:
+        """The headers of a call refused by a policy quota: ``Retry-After``, the seconds until its
+        fixed window (aligned to the Unix epoch) rolls over, when a later window can hold the
+        call; when none can (``Authorization.quota_never_fits``: the call alone is more than the
+        quota's whole limit, which its message says), no ``Retry-After`` but
+        ``x-should-retry: false``, which the OpenAI SDKs obey instead of retrying a call that is
+        refused every time."""
+        if decision.auth.quota_never_fits:
+            return {"x-should-retry": "false"}
         quota = self.gate.policy.document.quotas.get(decision.auth.quota_exceeded or "")
         if quota is None:
-            return decision.message, None
-        amount = self.gate.cost(call, tokens).get(quota.unit, 0)
-        if amount > quota.limit:
-            message = (
-                f"agentgate refused {call.resource} ({call.action}): quota {decision.auth.quota_exceeded} "
-                f"allows {quota.limit} {quota.unit} per {quota.window_s} s and this call alone counts "
-                f"{amount}: it can never fit a window. Do not retry this call; ask for less "
-                "(a smaller max_tokens or prompt)."
-            )
-            return message, {"x-should-retry": "false"}
+            return None
         window = quota.window_s
-        return decision.message, {"Retry-After": str(max(1, math.ceil(window - time.time() % window)))}
+        return {"Retry-After": str(max(1, math.ceil(window - time.time() % window)))}
 
     async def _refuse_body(self, reason: str) -> Response:
         decision = await self._blocking(self.gate.refuse, _UNPARSED, 400, "invalid_request", reason)

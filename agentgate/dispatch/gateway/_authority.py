@@ -416,12 +416,6 @@ class GatewayGate(Gate):
             return _revoked_refusal(decision, call, identity, revoked), 401, "revoked"
         return refused, 403, codes[0]
 
-    def cost(self, call: Call, tokens: tuple[int, int]) -> dict[str, int]:
-        """What ``call`` counts in each budget and quota unit (``calls``, ``tokens``,
-        ``usd_micros``) for ``tokens`` = (estimated prompt, output limit): the amounts its decision
-        reserved, or would have."""
-        return self._cost(call, tokens)
-
     def refuse(self, call: Call, status: int, code: str, reason: str) -> GatewayDecision:
         """Audit a refusal of ``call`` by an unidentified caller (nothing reserved) and answer ``status``.
 
