@@ -274,18 +274,48 @@ def test_a_request_that_times_out_in_the_queue_gets_its_reservation_back(world: 
     assert world.remaining() == world.budget - 480_000
 
 
-def test_reconcile_ends_a_decision_whose_lease_the_restored_broker_lost(world: World) -> None:
+def test_reconcile_charges_a_granted_lease_the_restored_broker_lost_its_whole_reservation(
+    world: World,
+) -> None:
+    """The time a lost lease was held is not known; one that was granted may have held its GPUs
+    until its expiry, so it is charged what was reserved for it (review R42: until then it was
+    returned whole, and a lease whose end was lost was never charged)."""
+    spent_before = world.spent()
     decision = world.process.gated.submit(world.trainer, lease("ft-1")).authorization.audit_index
+    assert any(e.status == "lease_granted" and e.ref == decision for e in world.process.entries())
     with world.process.store.transaction() as tx:  # the journal loses the lease (a write before it)
         tx.execute("DELETE FROM broker_leases")
     after = world.restart()
     assert after.broker.leases() == []
     assert after.gated.reconcile() == ["ft-1"]
     lost = after.entries()[-1]
-    assert (lost.status, lost.ref, lost.budget_delta) == ("lease_lost", decision, 0)
-    assert world.remaining() == world.budget and after.gated.decisions.all() == []
+    assert (lost.status, lost.ref, lost.budget_delta) == ("lease_lost", decision, 120_000)
+    assert "reservation charged" in lost.reasons[0]
+    assert world.remaining() == world.budget - 120_000 and after.gated.decisions.all() == []
+    assert world.spent() - spent_before == 120_000  # charged, not left reserved
     assert after.gated.submit(world.trainer, lease("ft-1")).allowed  # the id is free again
     assert after.gated.reconcile() == []
+    assert after.gate.verify().ok
+
+
+def test_reconcile_returns_the_reservation_of_a_waiting_request_the_restored_broker_lost(
+    world: World,
+) -> None:
+    gated = world.process.gated
+    spent_before = world.spent()
+    assert gated.submit(world.trainer, lease("all", gpus=8)).lease() is not None
+    waiting = gated.submit(world.trainer, lease("late", gpus=1, timeout_s=100))
+    assert waiting.allowed and waiting.lease() is None
+    with world.process.store.transaction() as tx:  # the journal loses both
+        tx.execute("DELETE FROM broker_leases")
+        tx.execute("DELETE FROM broker_queue")
+    after = world.restart()
+    assert sorted(after.gated.reconcile()) == ["all", "late"]
+    ends = {e.ref: e for e in after.entries() if e.status == "lease_lost"}
+    assert ends[waiting.authorization.audit_index].budget_delta == 0
+    assert "never held GPUs" in ends[waiting.authorization.audit_index].reasons[0]
+    assert world.remaining() == world.budget - 480_000  # the granted one is charged, not the other
+    assert world.spent() - spent_before == 480_000
 
 
 def test_a_priced_gpu_call_without_a_count_or_time_is_an_input_error_and_records_nothing(

@@ -19,14 +19,14 @@ What holds (asserted below):
   ``traceparent`` each reach the backend in their own trace (none in another caller's), and a
   concurrent call that sent none gets a trace of its own, not a neighbour's.
 
-What does not hold (strict xfails, proposed fixes in each reason):
+Fixed by the lead (were strict xfails):
 
 - ``agentgate/dispatch/broker/_gated.py`` (``_unrecorded`` / ``reconcile``): a lease end whose
-  outcome the store refused lives only in the process's memory, while the broker's journal has
-  already written the lease away. A restart before the next call loses it, and ``reconcile``
-  then ends the decision as ``lease_lost`` and returns the whole reservation: the holder held
-  2 GPUs for 10 s and is charged nothing. (The same loss R40 fixed for ``renew``'s pending events,
-  reached through a store fault instead.)
+  outcome the store refused lived only in the process's memory, while the broker's journal had
+  already written the lease away. A restart before the next call lost it, and ``reconcile``
+  then ended the decision as ``lease_lost`` and returned the whole reservation: the holder held
+  2 GPUs for 10 s and was charged nothing. Fixed in review R42: ``reconcile`` charges a lost
+  lease whose grant is in the log its whole reservation (never less than may have been used).
 - ``agentgate/dispatch/broker/_gated.py`` (``_record_pending``): it catches ``StoreError`` only,
   but a ``lease_granted`` outcome is appended outside a transaction, and the audit log raises
   ``AuditError`` for it. A renewal whose own broker call granted a waiting request (an expiry
@@ -139,19 +139,6 @@ def test_an_unrecorded_end_is_recorded_once_at_the_time_held_once_the_store_reco
     assert process.gate.verify().ok
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "fix in agentgate/dispatch/broker/_gated.py: an end whose outcome the store refused is "
-        "kept only in memory (_unrecorded) while the journal already wrote the lease away; after "
-        "a restart reconcile() ends it as lease_lost and returns the whole reservation, so 10 s "
-        "of 2 GPUs are never charged. Fix: keep the ended lease in the journal until its outcome "
-        "is recorded (e.g. a broker_ended row written in the same save, read back on restore and "
-        "recorded first by the next GatedBroker), or, at the least, have reconcile() commit the "
-        "reservation of a decision whose lease_granted outcome is in the log (never charge less "
-        "than may have been used) instead of releasing it"
-    ),
-)
 def test_an_end_the_store_refused_is_still_charged_after_a_restart(world: World) -> None:
     spent_before = world.spent()
     assert world.process.gated.submit(world.trainer, lease("ft-1")).allowed

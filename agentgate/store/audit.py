@@ -1005,23 +1005,7 @@ class AuditLog:
         index = _whole(index, "entry index")
         data, stored = self._stored_row(index)
         entry = AuditEntry.from_bytes(data)
-        shown = {index: (data, stored, entry)}
-        if self.refs_indexed:
-            refs = {int(r[0]) for r in self.store.query("SELECT idx FROM audit_refs WHERE ref = ?", (index,))}
-            if entry.ref is not None:
-                refs.add(entry.ref)
-            candidates = self._read_rows(sorted(refs - {index}))
-            for idx, (other_data, other_stored) in candidates.items():
-                # The index is no evidence: each row it names is read, parsed and checked here.
-                other = AuditEntry.from_bytes(other_data)
-                if other.ref == index or idx == entry.ref:
-                    shown[idx] = (other_data, other_stored, other)
-        else:
-            for batch in self._batches():
-                for idx, other_data, other_stored in batch:
-                    other = AuditEntry.from_bytes(other_data)
-                    if idx != index and (other.ref == index or idx == entry.ref):
-                        shown[idx] = (other_data, other_stored, other)
+        shown = {index: (data, stored, entry), **self._related(index, entry.ref)}
         for idx, (row_data, row_stored, parsed) in shown.items():
             if parsed.index != idx:
                 raise TamperDetected(f"audit log: entry {idx} holds the entry of index {parsed.index}")
@@ -1033,6 +1017,33 @@ class AuditLog:
         )
         related = tuple(parsed for idx, (_d, _s, parsed) in sorted(shown.items()) if idx != index)
         return Explanation(entry, related, checkpoint, unproven, self.refs_indexed)
+
+    def referring(self, index: int) -> list[AuditEntry]:
+        """The entries whose ``ref`` is ``index`` (its outcomes, approvals given...), in index
+        order, each parsed from its row: through the reference index when it is complete, else by
+        reading the whole log. ``TamperDetected`` for a malformed one."""
+        related = self._related(_whole(index, "entry index"), None)
+        return [related[idx][2] for idx in sorted(related)]
+
+    def _related(self, index: int, ref: int | None) -> dict[int, tuple[bytes, bytes, AuditEntry]]:
+        """``idx -> (entry, leaf hash, parsed)`` of the entries other than ``index`` that refer to
+        it, and of entry ``ref``."""
+        related: dict[int, tuple[bytes, bytes, AuditEntry]] = {}
+        if self.refs_indexed:
+            refs = {int(r[0]) for r in self.store.query("SELECT idx FROM audit_refs WHERE ref = ?", (index,))}
+            if ref is not None:
+                refs.add(ref)
+            rows: Iterable[tuple[int, bytes, bytes]] = (
+                (idx, data, stored) for idx, (data, stored) in self._read_rows(sorted(refs - {index})).items()
+            )
+        else:
+            rows = (row for batch in self._batches() for row in batch)
+        for idx, data, stored in rows:
+            # The reference index is no evidence: each row it names is read, parsed and checked.
+            other = AuditEntry.from_bytes(data)
+            if idx != index and (other.ref == index or idx == ref):
+                related[idx] = (data, stored, other)
+        return related
 
     def _read_rows(self, indexes: Sequence[int]) -> dict[int, tuple[bytes, bytes]]:
         """``idx -> (entry, leaf_hash)`` of the rows among ``indexes`` that exist, read by key."""

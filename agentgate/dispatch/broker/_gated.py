@@ -30,7 +30,7 @@ import math
 import threading
 import time
 from dataclasses import dataclass
-from typing import NoReturn
+from typing import Literal, NoReturn
 
 from agentgate.capabilities import Call, canonical_resource
 from agentgate.dispatch.broker._broker import Broker
@@ -52,6 +52,10 @@ from agentgate.store.broker_decisions import BrokerDecisionStore, LeaseDecision,
 
 _MONEY = ("usd_micros", "micro_usd")
 """The budget units a lease's price is reserved in (the Gate prices money under both names)."""
+
+Held = tuple[int, float] | Literal["reserved"] | None
+"""What a lease's end is charged for: the GPUs and seconds it held, everything reserved for it
+(a granted lease lost in a restart), or nothing (``None``: it never held GPUs)."""
 
 
 @dataclass(frozen=True)
@@ -300,21 +304,36 @@ class GatedBroker:
     def reconcile(self) -> list[str]:
         """End the recorded decisions whose lease or request the broker does not have; their ids.
 
-        For a restart whose broker lost leases (they were made after the journal's last write):
-        call it once the broker is restored. Each such lease is audited as ``lease_lost`` and its
-        reservations are returned whole, since the time it was held is not known.
+        For a restart whose broker lost leases (they were made after the journal's last write, or
+        their end could not be recorded before the process stopped): call it once the broker is
+        restored. Each is audited as ``lease_lost``. The time a lost lease was held is not known:
+        one whose grant is in the log (a ``lease_granted`` outcome of its decision) may have held
+        its GPUs until its expiry, so its reservations are charged whole; a request lost while it
+        waited held nothing, and its reservations are returned. (Until review R42 every lost
+        lease's reservations were returned: a lease whose end the store refused just before a
+        restart was never charged for the time it held.)
         """
         with self._lock:
             self._record([])  # an end not recorded yet is settled at its time held, not as lost
             live = {lease.id for lease in self.broker.leases()} | {q.request.id for q in self.broker.queue()}
             lost = [d for d in self.decisions.all() if d.request_id not in live]
             for decided in lost:
+                granted = decided.audit_index is not None and any(
+                    entry.kind == "outcome" and entry.status == "lease_granted"
+                    for entry in self.gate.audit.referring(decided.audit_index)
+                )
                 self._end(
                     decided.request_id,
                     decided.principal,
                     decided.resource,
                     "lease_lost",
-                    "the broker no longer has this lease or request (lost in a restart); reservation returned",
+                    "the broker no longer has this lease or request (lost in a restart); "
+                    + (
+                        "it was granted and may have been held until its expiry: reservation charged"
+                        if granted
+                        else "it never held GPUs: reservation returned"
+                    ),
+                    "reserved" if granted else None,
                 )
         return [decided.request_id for decided in lost]
 
@@ -428,11 +447,11 @@ class GatedBroker:
         resource: str,
         status: str,
         reason: str,
-        held: tuple[int, float] | None = None,
+        held: Held = None,
     ) -> None:
         """The last outcome of a request: its budget settled (``held``: GPUs and seconds held;
-        ``None``: nothing held, all returned), its decision forgotten and the outcome appended,
-        in one transaction."""
+        ``None``: nothing held, all returned; ``"reserved"``: all charged), its decision
+        forgotten and the outcome appended, in one transaction."""
         with self.gate.store.transaction() as tx:
             self.gate.audit.lock(tx)  # before any row, as every Gate write (docs/operations.md)
             decided = self.decisions.get(request_id, tx)
@@ -442,7 +461,7 @@ class GatedBroker:
                 self.decisions.remove(request_id, tx)
             self._append(decided or _unlinked(request_id, holder, resource), status, reason, delta, tx)
 
-    def _settle(self, tx: Transaction, decided: LeaseDecision, held: tuple[int, float] | None) -> int:
+    def _settle(self, tx: Transaction, decided: LeaseDecision, held: Held) -> int:
         """Commit what the lease used of its reservations and return the rest; the amount committed
         in the unit of the first reservation (the caller's own budget's, see ``Gate._caps``).
 
@@ -455,11 +474,14 @@ class GatedBroker:
             for reservation, _unit, _amount in decided.reservations:
                 self.gate.ledger.release(reservation, tx)
             return 0
-        gpus, seconds = held
-        cost = (
-            0 if decided.cost_per_gpu_hour is None else lease_cost(gpus, seconds, decided.cost_per_gpu_hour)
-        )
-        owed = {unit: min(cost, sum(a for _, u, a in decided.reservations if u == unit)) for unit in _MONEY}
+        reserved = {unit: sum(a for _, u, a in decided.reservations if u == unit) for unit in _MONEY}
+        if held == "reserved":
+            owed = reserved
+        else:
+            gpus, seconds = held
+            price = decided.cost_per_gpu_hour
+            cost = 0 if price is None else lease_cost(gpus, seconds, price)
+            owed = {unit: min(cost, reserved[unit]) for unit in _MONEY}
         committed = 0
         primary = decided.reservations[0][1] if decided.reservations else None  # the caller's own unit
         for reservation, unit, amount in decided.reservations:
