@@ -339,6 +339,7 @@ def test_the_tables_growth_and_pruning_names_exist(
         "approval_asked",
         "approval_grants",
         "approval_counted",
+        "approval_calls",
         "agentgate_dead_letters",
         "agentgate_once",
         "agentgate_grants",

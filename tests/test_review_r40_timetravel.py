@@ -47,11 +47,12 @@ Fixed by the lead (were strict xfails):
   answers a call that ran to completion in this process with the answer it returned (the
   refusal is recorded all the same); after a restart the refusal stands.
 
-What does not hold (strict xfail):
+Fixed by the lead in review R42 (was a strict xfail):
 
-- A request opened for a call whose arguments were then edited with ``update_state`` stays
-  pending (listed by ``agentgate approval list``) until it expires, although no run will make
-  that call again; its approval stays usable for that exact call only.
+- A request opened for a call whose arguments were then edited with ``update_state`` stayed
+  pending (listed by ``agentgate approval list``) until it expired, although no run will make
+  that call again. It is now closed (denied by ``agentgate:superseded``, with a ``deny`` entry
+  referring to its ``approval_required`` entry) when the edited call is asked for.
 """
 
 from __future__ import annotations
@@ -281,15 +282,6 @@ def test_editing_an_interrupted_call_before_resume_is_decided_again(rig: Rig, ed
     assert rig.gate.verify().ok
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "fix in agentgate/gate/_gate.py: a request opened for a tool call whose arguments were then "
-        "edited (update_state before the resume) stays pending until it expires, listed to approvers "
-        "for a call no run will make; close it (declined, superseded) when the same requester, grant "
-        "and tool call id open a request under other arguments"
-    ),
-)
 def test_the_request_of_an_edited_call_does_not_stay_pending(rig: Rig) -> None:
     graph = _agent(rig, _turn(("publish", {"path": "reports/a"}, "pub-1")))
     config = _thread("edit-orphan")
@@ -308,7 +300,31 @@ def test_the_request_of_an_edited_call_does_not_stay_pending(rig: Rig) -> None:
         Command(resume=rig.approve(asked["__interrupt__"][0].value)), config, context=rig.agent
     )
     assert "__interrupt__" not in done and rig.ran == ["publish:reports/b"]  # holds
-    assert rig.pending_requests() == []  # the request for reports/a is still pending
+    assert rig.pending_requests() == []  # the request for reports/a was left pending until R42
+    entries = rig.entries()
+    (closed,) = [e for e in entries if e.kind == "deny" and "superseded" in e.reasons[0]]
+    asked = entries[closed.ref or 0]
+    assert asked.kind == "approval_required" and asked.args == {"path": "reports/a"}
+    assert (closed.resource, closed.args_digest, closed.args) == (
+        asked.resource,
+        asked.args_digest,
+        asked.args,
+    )
+    assert rig.gate.verify().ok
+
+
+def test_the_same_call_id_in_another_thread_does_not_close_a_request(rig: Rig) -> None:
+    """A scripted model reuses its call ids in every run: a request is closed only by the same
+    call of the same run asked for again changed."""
+    first = _agent(rig, _turn(("publish", {"path": "reports/a"}, "pub-1")))
+    paused = first.invoke(GO, _thread("one"), context=rig.agent)
+    second = _agent(rig, _turn(("publish", {"path": "reports/b"}, "pub-1")))
+    assert "__interrupt__" in second.invoke(GO, _thread("two"), context=rig.agent)
+    assert len(rig.pending_requests()) == 2
+    done = first.invoke(
+        Command(resume=rig.approve(paused["__interrupt__"][0].value)), _thread("one"), context=rig.agent
+    )
+    assert "__interrupt__" not in done and rig.ran == ["publish:reports/a"]
 
 
 # --- (2) time travel ------------------------------------------------------------------------

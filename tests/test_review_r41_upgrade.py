@@ -419,15 +419,16 @@ def test_postgresql_store_of_the_earlier_release_upgrades_as_the_docs_say(
         # The application role started before step 2: fails closed, says what to do.
         with pytest.raises(StoreError, match=r"run `agentgate store init` as the schema's owner") as refused:
             NewProcess(app, world)
-        assert "broker_state" in str(refused.value)  # names the table that lacks a column
+        # Names the table that is missing (review R42's approval_calls, which a Gate needs too)
+        # or the one that lacks a column (broker_state).
+        assert re.search(r"approval_calls|broker_state", str(refused.value))
         capsys.readouterr()
         assert main(["broker", "leases", "--store", app]) == 2
         err = capsys.readouterr().err
         assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
         assert "agentgate store init" in err
-        with open_store(app) as store:  # a Gate of that role still runs (its tables all exist)
-            gate = Gate(parse_policy(world.policy, source="gpu.yaml"), store, log_key=world.keys["log"])
-            gate.close()
+        with open_store(app) as store, pytest.raises(StoreError, match="approval_calls"):
+            Gate(parse_policy(world.policy, source="gpu.yaml"), store, log_key=world.keys["log"])
         assert main(["store", "init", "--store", owner]) == 0  # step 2
         _grant(owner, role)  # step 3
         _after_the_upgrade(app, world, before, tmp_path, capsys)

@@ -10,8 +10,10 @@ import json
 import math
 import os
 import re
+import sqlite3
 import stat
 import sys
+import urllib.parse
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -150,6 +152,9 @@ def open_existing_store(url: str | None) -> Store:
             raise InputError(f"no store at {shown}: check --store or AGENTGATE_STORE")
         if _empty_file(Path(path)):  # SQLite reads an empty file as an empty database
             raise InputError(f"no store at {shown}: the file is empty; check --store or AGENTGATE_STORE")
+        # Before open_store: opening switches the file to WAL mode, a change to its header that
+        # another application's database must not get from a command that only reads.
+        _refuse_foreign_sqlite(shown, _sqlite_tables_read_only(path))
     store = open_store(target)  # PostgreSQL in any case; any other scheme is open_store's StoreError
     try:
         if store.dialect == "postgresql" and not _holds_a_store(store):
@@ -158,6 +163,9 @@ def open_existing_store(url: str | None) -> Store:
                 "agentgate's tables; check --store or AGENTGATE_STORE (the database name), or run "
                 "`agentgate store init` there as its owner to set up a new store"
             )
+        if store.dialect == "sqlite":  # the file could not be read before it was opened: now
+            tables = store.query("SELECT name FROM sqlite_master WHERE type = 'table'")
+            _refuse_foreign_sqlite(printable(store.url), [str(row[0]) for row in tables])
     except BaseException:
         store.close()
         raise
@@ -174,6 +182,7 @@ STORE_TABLES = (
     "agentgate_rate_buckets",
     "agentgate_revocations",
     "approval_asked",
+    "approval_calls",
     "approval_counted",
     "approval_grants",
     "approval_votes",
@@ -207,6 +216,42 @@ def _holds_a_store(store: Store) -> bool:
         f"AND c.relname IN ({names}) AND pg_catalog.pg_table_is_visible(c.oid) LIMIT 1"
     )
     return bool(rows)
+
+
+def _sqlite_tables_read_only(path: str) -> list[str] | None:
+    """The tables of the SQLite file at ``path``, read through a read-only connection that
+    changes nothing in it; ``None`` when it cannot be read so (``open_store`` then says why)."""
+    try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return None  # a FIFO would block the open; open_store refuses what is no file
+    except OSError:
+        return None
+    uri = "file:" + urllib.parse.quote(os.fsencode(os.path.abspath(path))) + "?mode=ro"
+    try:
+        conn = sqlite3.connect(uri, uri=True, timeout=5.0)
+    except (sqlite3.Error, ValueError):
+        return None
+    try:
+        return [str(row[0]) for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+    except sqlite3.Error:
+        return None
+    finally:
+        conn.close()
+
+
+def _refuse_foreign_sqlite(shown: str, tables: list[str] | None) -> None:
+    """Raise ``InputError`` when a SQLite file holds ``tables`` and none of agentgate's: another
+    application's database, in which a command that only reads would create every part's tables
+    and answer from their emptiness (as a PostgreSQL database of none is refused). A file of no
+    tables (a store opened but never used) and one not read (``None``) pass."""
+    names = sorted(printable(name) for name in tables or () if not name.lower().startswith("sqlite_"))
+    if not names or any(name in STORE_TABLES for name in names):
+        return
+    listed_names = ", ".join(names[:5]) + (", ..." if len(names) > 5 else "")
+    raise InputError(
+        f"no store at {shown}: it is another application's SQLite database (tables {listed_names}), "
+        "holding none of agentgate's; check --store or AGENTGATE_STORE"
+    )
 
 
 def _empty_file(path: Path) -> bool:

@@ -97,3 +97,12 @@ def approval_call_hash(resource: str, action: str, args_digest: str, grant: str,
     action, argument digest, grant id and the framework's call id (empty when there is none)."""
     fields = {"res": resource, "act": action, "args": args_digest, "grant": grant, "call": call_id}
     return hashlib.sha256(canonical_json(fields)).hexdigest()
+
+
+def approval_call_key(requester: str, run_id: str, call_id: str) -> str:
+    """What names one framework call whatever its tool and arguments: SHA-256 (hex) of the
+    canonical JSON of the requester's DID, the run and the call id. A request asked under it
+    is closed when the same call is asked for again in another version of the model answer
+    that asked for it (``ApprovalStore.supersede``)."""
+    fields = {"who": requester, "run": run_id, "call": call_id}
+    return hashlib.sha256(canonical_json(fields)).hexdigest()

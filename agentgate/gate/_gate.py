@@ -87,7 +87,7 @@ from agentgate.errors import (
     TokenFormatError,
 )
 from agentgate.findings import Finding, FindingKind
-from agentgate.gate._approval import Approval, approval_call_hash
+from agentgate.gate._approval import Approval, approval_call_hash, approval_call_key
 from agentgate.gate._authorization import AgentIdentity, Authorization, Verdict, expect, listed, shown
 from agentgate.gate._config import scheduler_config
 from agentgate.gate._outcomes import (
@@ -137,6 +137,10 @@ from agentgate.tasks import (
 
 T = TypeVar("T")
 P = ParamSpec("P")
+
+_SUPERSEDED_FIELDS = ("principal", "chain_hash", "rule", "resource", "args_digest", "args")
+"""What a superseded request's ``deny`` entry takes from its ``approval_required`` entry: the
+call it named, as asked."""
 
 _log = logging.getLogger("agentgate.gate")
 
@@ -850,6 +854,7 @@ class Gate:
         tokens: tuple[int, int] | None = None,
         call_id: str | None = None,
         run_id: str | None = None,
+        asked_in: str | None = None,
         approval_gates: bool = True,
     ) -> Authorization:
         """Decide ``call`` for ``identity`` and record the decision before anything runs.
@@ -861,7 +866,10 @@ class Gate:
         the call belongs to, else the grant. A call of a tool the policy does not mark idempotent
         that has a ``call_id`` runs once: the same call (run, call id, arguments) decided again
         after it ran, or after its process stopped while it ran, is refused, also after a restart
-        (``store.once``). Never raises for a refused call; raises ``AuditError``/``StoreError``
+        (``store.once``). ``asked_in``: the version of what asked for the call in its run (a
+        digest of the model answer): a call that needs an approval closes the requests open for
+        the same call id of the same run that were asked in another version (the answer was
+        edited, ``update_state``: no run will make those calls). Never raises for a refused call; raises ``AuditError``/``StoreError``
         only if even the refusal cannot be recorded (then nothing runs). Raises ``InputError``,
         writing nothing, for arguments of the wrong type (an ``identity`` that is neither an
         ``AgentIdentity`` nor ``None``, a ``call`` that is not a ``Call``, a ``call_id`` or
@@ -878,8 +886,9 @@ class Gate:
             and isinstance(identity, _IDENTITY_OR_NONE)
             and isinstance(call_id, _TEXT_OR_NONE)
             and isinstance(run_id, _TEXT_OR_NONE)
+            and isinstance(asked_in, _TEXT_OR_NONE)
         ):
-            self._check_decision(identity, call, call_id, run_id)
+            self._check_decision(identity, call, call_id, run_id, asked_in)
         early = self._precheck(identity, call, agent, agent_did)
         if early is not None:
             return self._record_refusal(early, call_id)
@@ -952,7 +961,13 @@ class Gate:
                 ran = once if last[0] == "ok" else None
                 auth = replace(auth, verdict=Verdict.DENY, reasons=(ran_before(call, *last),), once_key=ran)
             if auth.needs_approval:
-                auth = self._record_approval_request(auth, request, rule, tx)
+                # Named only within a run: ids a scripted model reuses in other runs stay apart.
+                call_key = (
+                    (approval_call_key(identity.did, run_id, call_id), asked_in)
+                    if run_id and call_id and asked_in
+                    else None
+                )
+                auth = self._record_approval_request(auth, request, rule, tx, call_key)
             elif auth.allowed:
                 auth = self._record_allow(auth, approved, request, tokens, tx, verdict.quotas, once, rule)
             else:
@@ -1030,13 +1045,14 @@ class Gate:
 
     @staticmethod
     def _check_decision(
-        identity: object, call: object, call_id: object = None, run_id: object = None
+        identity: object, call: object, call_id: object = None, run_id: object = None, asked_in: object = None
     ) -> None:
         """``InputError`` naming the first argument of a decision that has the wrong type."""
         expect(identity, _IDENTITY_OR_NONE, "identity", _IDENTITY + " or None")
         expect(call, Call, "call", "a Call (Call.tool, Call.model)")
         expect(call_id, _TEXT_OR_NONE, "call_id", "text or None")
         expect(run_id, _TEXT_OR_NONE, "run_id", "text or None")
+        expect(asked_in, _TEXT_OR_NONE, "asked_in", "text or None")
 
     def _policy_principal(self, identity: AgentIdentity) -> str:
         return self._principal_of(identity.did, identity.chain)
@@ -1372,7 +1388,12 @@ class Gate:
         request: Mapping[str, Any] | None,
         rule: QuorumRule | None,
         tx: Transaction | None = None,
+        call_key: tuple[str, str] | None = None,
     ) -> Authorization:
+        """Record that ``auth`` waits for an approval: the request open for its call, or a new
+        one with its ``approval_required`` entry. A new request for a framework call
+        (``call_key``, see ``_call_key``) closes the requests open for the same call under other
+        arguments or another tool (``_supersede``)."""
         assert request is not None and auth.identity is not None
         call_hash = request["call_hash"]
         # The store says which request is open, never this process's memory: another process
@@ -1406,10 +1427,13 @@ class Gate:
                 quorum=request["quorum"],
                 grants=auth.identity.chain.ids,
                 voters=None if rule is None else rule.voters,
+                call_key=call_key,
                 tx=t,
             )
             index = self.audit.append(self._entry(auth, "approval_required"), t)
             self.approvals.asked(request_id, index, tx=t)
+            if call_key is not None:
+                self._supersede(call_key, request, request_id, t)
         with self._lock:
             now = time.time()
             if now >= self._requests_purge_at:
@@ -1419,6 +1443,36 @@ class Gate:
                 self._requests_purge_at = now + DELEGATIONS_PURGE_S
             self._open_requests[call_hash] = (request_id, index, float(request["expires_at"]))
         return replace(auth, audit_index=index, request={**request, "id": request_id, "approved_by": []})
+
+    def _supersede(
+        self, call_key: tuple[str, str], request: Mapping[str, Any], request_id: str, tx: Transaction
+    ) -> None:
+        """Close the requests still open for the framework call ``call_key`` that were asked in
+        another version of the answer that asked for it: the answer was edited in the run's state
+        (LangGraph ``update_state``) before the call was asked for again, so no run will make the
+        call they name, and they would stay listed to approvers until they expire (review R40).
+        Each is closed as denied, and a ``deny`` entry of the call it named refers to its
+        ``approval_required`` entry, as a declined request's does."""
+        for old_id, old_hash, asked_index in self.approvals.supersede(call_key, tx=tx):
+            with self._lock:
+                self._open_requests.pop(old_hash, None)
+            if asked_index is None:
+                continue
+            asked = self.audit.entry(asked_index, tx)
+            reason = (
+                f"approval request {old_id} superseded by request {request_id}: tool call "
+                f"{request['call_id']!r} was changed and asked for again"
+            )
+            self.audit.append(
+                {
+                    **{name: getattr(asked, name) for name in _SUPERSEDED_FIELDS},
+                    "kind": "deny",
+                    "policy_hash": self.policy.digest or None,
+                    "reasons": [recordable(reason)],
+                    "ref": asked_index,
+                },
+                tx,
+            )
 
     def _record_allow(
         self,

@@ -163,6 +163,18 @@ def _asking_answer(request: ToolCallRequest) -> AIMessage | None:
     return None
 
 
+def _answer_version(request: ToolCallRequest) -> str | None:
+    """A digest of the tool calls of the answer that asked for the call (``_asking_answer``):
+    what the Gate tells an edit of the answer by (``update_state`` keeps the message's id), to
+    close the approval requests of the calls it changed (``Gate.authorize``'s ``asked_in``)."""
+    answer = _asking_answer(request)
+    if answer is None:
+        return None
+    calls = [(c.get("id"), c.get("name"), c.get("args")) for c in answer.tool_calls]
+    shown = json.dumps(calls, sort_keys=True, default=repr, ensure_ascii=True)
+    return hashlib.sha256(shown.encode()).hexdigest()
+
+
 _RUNNING_HERE: ContextVar[frozenset[tuple[str | None, str | None, str]]] = ContextVar(
     "agentgate_running_here", default=frozenset()
 )
@@ -225,7 +237,32 @@ def _request_identity(request: ToolCallRequest | ModelRequest[Any]) -> AgentIden
 
 
 def _tool_call_of(request: ToolCallRequest) -> Call:
-    return Call.tool(request.tool_call["name"], request.tool_call.get("args") or {})
+    """The call decided: the tool and the arguments the model chose (``_model_args``)."""
+    return Call.tool(request.tool_call["name"], _model_args(request))
+
+
+def _model_args(request: ToolCallRequest) -> Any:
+    """The arguments of ``request``'s tool call less those LangGraph injects (``InjectedState``,
+    ``InjectedStore``, ``InjectedToolCallId``, ``ToolRuntime``: in the tool's input schema, not
+    in the schema the model is shown). ``ToolNode`` replaces whatever the model wrote for them
+    with the injected value, so a value the model forged for one is never what runs: deciding
+    and auditing it would let a model meet a constraint with a value the tool never sees (until
+    review R42). A constraint on an injected argument is therefore never met (the argument is
+    missing from the call decided): a policy constrains what the model chooses."""
+    args = request.tool_call.get("args") or {}
+    tool = request.tool
+    if tool is None or not isinstance(args, Mapping) or not args:
+        return args
+    try:
+        shown, full = tool.tool_call_schema, tool.get_input_schema()
+    except Exception:  # a schema LangChain cannot build: ToolNode's own error, when it runs
+        return args
+    if isinstance(shown, dict) or not hasattr(shown, "model_fields") or not hasattr(full, "model_fields"):
+        return args  # a JSON schema given as is: nothing is injected into it
+    injected = full.model_fields.keys() - shown.model_fields.keys()
+    if not injected.intersection(args):
+        return args
+    return {name: value for name, value in args.items() if name not in injected}
 
 
 def _refused_call(request: ToolCallRequest) -> tuple[Call, tuple[str, ...]]:
@@ -322,6 +359,15 @@ def _run_stop(messages: Sequence[BaseMessage]) -> ToolMessage | None:
     return None
 
 
+def _run_messages(request: ModelRequest[Any]) -> Sequence[BaseMessage]:
+    """The run's own messages (its state), where a refusal's stop mark is kept: a middleware
+    outside the gate may edit the request's copy (``ContextEditingMiddleware`` clears old tool
+    results, their artifacts included); the request's messages when the state has none."""
+    state = request.state
+    messages = state.get("messages") if isinstance(state, Mapping) else None
+    return messages if isinstance(messages, list) else request.messages
+
+
 def _failure(tool_call_id: str, name: str, exc: BaseException, *, ends_run: bool = False) -> ToolMessage:
     """The model's view of a call that failed. ``ends_run``: no later call can succeed (a
     delegation refused because the delegating grant is revoked or expired), so the run ends at
@@ -391,7 +437,7 @@ class GateMiddleware(AgentMiddleware[Any, Any, Any]):
         self.model = model
         self.max_tokens = max_tokens
         self._usage_copies: dict[int, tuple[weakref.ref[BaseChatModel], BaseChatModel]] = {}
-        self._results: collections.OrderedDict[str, ToolMessage] = collections.OrderedDict()
+        self._results: collections.OrderedDict[str, ToolMessage | Command[Any]] = collections.OrderedDict()
         self._results_lock = threading.Lock()
         self._in_flight: dict[tuple[str | None, str | None, str], threading.Event] = {}
 
@@ -403,8 +449,9 @@ class GateMiddleware(AgentMiddleware[Any, Any, Any]):
 
     def _keep(self, auth: Authorization, result: ToolResult) -> ToolResult:
         """Keep the answer of a call that must run once and ran to completion, by its call-once
-        key, for ``_answer_again``; ``result`` as it is."""
-        if auth.once_key is not None and isinstance(result, ToolMessage) and result.status == "success":
+        key, for ``_answer_again``: a ``ToolMessage``, or the ``Command`` a tool answered with (its
+        state update; until review R42 it was lost when the node ran again); ``result`` as it is."""
+        if auth.once_key is not None and isinstance(result, ToolMessage | Command) and not _failed(result):
             with self._results_lock:
                 self._results[auth.once_key] = result
                 while len(self._results) > KEPT_RESULTS:
@@ -439,7 +486,7 @@ class GateMiddleware(AgentMiddleware[Any, Any, Any]):
         with self._results_lock:
             return self._in_flight.get(key)
 
-    def _answer_again(self, auth: Authorization, call_id: str, name: str) -> ToolMessage:
+    def _answer_again(self, auth: Authorization, call_id: str, name: str) -> ToolMessage | Command[Any]:
         """The answer to a refused call: its kept answer when it is refused because it already
         ran to completion in this process (a hand-built graph's tools node run again whole on
         resume, after another of its calls paused for an approval: LangGraph re-runs the node, and
@@ -448,14 +495,22 @@ class GateMiddleware(AgentMiddleware[Any, Any, Any]):
         if auth.once_key is not None:
             with self._results_lock:
                 kept = self._results.get(auth.once_key)
-            if kept is not None:
+            if isinstance(kept, ToolMessage):
                 return kept.model_copy()
+            if kept is not None:
+                return kept  # a Command is immutable: LangGraph applies its update again, as it was
         return _refusal(auth, call_id, name, self.gate)
 
     def _authorize_tool(self, request: ToolCallRequest) -> Authorization:
         identity = _request_identity(request)
         call = _tool_call_of(request)
-        return self._authorize(identity, call, call_id=request.tool_call["id"], run_id=_run_id(request))
+        return self._authorize(
+            identity,
+            call,
+            call_id=request.tool_call["id"],
+            run_id=_run_id(request),
+            asked_in=_answer_version(request),
+        )
 
     def _authorize(self, identity: AgentIdentity | None, call: Call, **context: Any) -> Authorization:
         """``Gate.authorize`` of ``call`` as this agent (``context``: its other keyword arguments),
@@ -780,7 +835,7 @@ class GateMiddleware(AgentMiddleware[Any, Any, Any]):
         handler: Callable[[ModelRequest[Any]], ModelResponse[Any]],
     ) -> ModelResponse[Any] | AIMessage:
         """Reserve the token budget, run the model, commit the tokens it reports using."""
-        if (stop := _run_stop(request.messages)) is not None:
+        if (stop := _run_stop(_run_messages(request))) is not None:
             return self._stop(stop)
         if not self.gate_models:
             return handler(request)
@@ -811,7 +866,7 @@ class GateMiddleware(AgentMiddleware[Any, Any, Any]):
         handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
     ) -> ModelResponse[Any] | AIMessage:
         """The async twin of ``wrap_model_call``."""
-        if (stop := _run_stop(request.messages)) is not None:
+        if (stop := _run_stop(_run_messages(request))) is not None:
             return self._stop(stop)
         if not self.gate_models:
             return await handler(request)

@@ -10,7 +10,9 @@ which works across processes.
 from __future__ import annotations
 
 import os
+import re
 import sqlite3
+import stat
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -112,6 +114,101 @@ def _wal(conn: sqlite3.Connection) -> None:
             time.sleep(0.005)
 
 
+def _prepare_file(path: Path) -> None:
+    """Make sure ``path`` can hold a SQLite store before SQLite opens it.
+
+    A missing directory is created with mode 0700 and a missing file with mode 0600, whatever
+    the umask: the store holds grant tokens, approval requests and the audit log, and SQLite gives
+    its ``-wal``, ``-shm`` and ``-journal`` files the database file's mode (an existing store keeps
+    the mode its operator gave it). An existing path that is not a regular file (after following a
+    symbolic link) is refused with ``StoreError`` before SQLite opens it: SQLite read a directory
+    as "unable to open", a FIFO or a device as a "disk I/O error", and for ``/dev/null`` (or any
+    device) it created ``/dev/null-journal`` beside it. Nothing is ever opened for writing here,
+    so a read-only store stays readable."""
+    try:
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        raise StoreError(
+            f"cannot create the store directory {path.parent}: a part of that path is a file, not a directory"
+        ) from None
+    except OSError as exc:
+        raise StoreError(f"cannot create the store directory {path.parent}: {exc.strerror}") from exc
+    try:
+        status = os.stat(path)
+    except ValueError:  # a NUL byte, which no file name holds
+        raise StoreError("a store path cannot hold a NUL character") from None
+    except FileNotFoundError:  # a new store (or a symbolic link to a file not made yet)
+        flags = os.O_RDONLY | os.O_CREAT | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+        try:
+            fd = os.open(path, flags, 0o600)
+        except OSError as exc:
+            raise StoreError(f"cannot create the SQLite store {path}: {exc.strerror}") from exc
+        try:
+            status = os.fstat(fd)  # what was opened: another process may have made something else
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        raise StoreError(f"cannot open the SQLite store {path}: {exc.strerror}") from exc
+    if not stat.S_ISREG(status.st_mode):
+        kind = "a directory" if stat.S_ISDIR(status.st_mode) else "not a regular file"
+        raise StoreError(
+            f"cannot open the SQLite store {path}: it is {kind}; name a database file "
+            "(--store or AGENTGATE_STORE)"
+        )
+
+
+def _statements(script: str) -> list[str]:
+    """The statements of the SQL ``script``, one by one (a trigger's body kept whole), without
+    the empty ones: ``executescript`` would commit the transaction it runs in first."""
+    statements: list[str] = []
+    pending = ""
+    for piece in script.split(";"):
+        pending += piece + ";"
+        if sqlite3.complete_statement(pending):
+            if _CODE.search(_COMMENTS.sub("", pending)):
+                statements.append(pending)
+            pending = ""
+    if _CODE.search(_COMMENTS.sub("", pending.removesuffix(";"))):
+        statements.append(pending.removesuffix(";"))  # a last statement without its ``;``
+    return statements
+
+
+_COMMENTS = re.compile(r"--[^\n]*|/\*.*?\*/", re.DOTALL)
+_CODE = re.compile(r"[^\s;]")
+_CREATE_TABLE = re.compile(r"\s*CREATE\s+TABLE\b", re.IGNORECASE)
+_REQUIRED: dict[str, dict[str, frozenset[str]]] = {}
+
+
+def _required_columns(ddl: str) -> dict[str, frozenset[str]]:
+    """For each table the script ``ddl`` creates, the columns a row of it must have (``NOT NULL``
+    without a default, or in the primary key), read by creating its tables in memory."""
+    required = _REQUIRED.get(ddl)
+    if required is None:
+        memory = sqlite3.connect(":memory:")
+        try:
+            for statement in _statements(ddl):
+                if _CREATE_TABLE.match(_COMMENTS.sub("", statement)):
+                    memory.execute(statement)
+            tables = [
+                row[0]
+                for row in memory.execute(
+                    "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite%'"
+                )
+            ]
+            required = {
+                table: frozenset(
+                    row[1]
+                    for row in memory.execute(f'PRAGMA table_info("{table}")')
+                    if row[5] or (row[3] and row[4] is None)
+                )
+                for table in tables
+            }
+        finally:
+            memory.close()
+        _REQUIRED[ddl] = required
+    return required
+
+
 class SQLiteStore(Store):
     dialect: Dialect = "sqlite"
     driver_errors = (sqlite3.Error,)
@@ -133,10 +230,7 @@ class SQLiteStore(Store):
                 f"AGENTGATE_SQLITE_SYNCHRONOUS must be one of {sorted(_SYNCHRONOUS)}, got {mode!r}"
             )
         self.synchronous = mode
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise StoreError(f"cannot create the store directory {self.path.parent}: {exc.strerror}") from exc
+        _prepare_file(self.path)
         self._idle: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
         self._closed = False
@@ -277,13 +371,19 @@ class SQLiteStore(Store):
         leaves nothing, never a table without the triggers that keep it append-only."""
         if name in self._schemas:
             return
+        statements = _statements(ddl["sqlite"])
         conn = self._acquire()
         usable = True
         try:
-            # The ``;`` ends a script's last statement when it has none (an empty one is no error).
-            conn.executescript(f"BEGIN IMMEDIATE;\n{ddl['sqlite']}\n;COMMIT;")
-        except sqlite3.Error as exc:
+            conn.execute("BEGIN IMMEDIATE")
+            self._refuse_foreign_tables(conn, name, ddl["sqlite"])
+            for statement in statements:
+                conn.execute(statement)
+            conn.execute("COMMIT")
+        except (sqlite3.Error, StoreError) as exc:
             usable = not conn.in_transaction or self._rollback(conn)
+            if isinstance(exc, StoreError):
+                raise
             raise StoreError(f"cannot create the {name} tables in {self.path}: {exc}") from exc
         finally:
             if usable:
@@ -291,6 +391,23 @@ class SQLiteStore(Store):
             else:
                 conn.close()
         self._schemas.add(name)
+
+    def _refuse_foreign_tables(self, conn: sqlite3.Connection, name: str, ddl: str) -> None:
+        """Raise ``StoreError`` when a table the script ``ddl`` creates exists in the file without
+        a column the script gives it that a row must have (``NOT NULL`` without a default, or the
+        primary key): another application's table of the same name (its ``audit_log``, say),
+        which ``CREATE TABLE IF NOT EXISTS`` would keep, and agentgate's triggers would then be
+        put on. A column an upgrade adds (``ALTER TABLE ... ADD COLUMN``) has a default or may be
+        null, so a store made by an earlier version passes; columns beyond those are allowed."""
+        for table, required in _required_columns(ddl).items():
+            have = {row[1] for row in conn.execute(f'PRAGMA table_info("{table}")')}
+            missing = sorted(required - have)
+            if have and missing:
+                raise StoreError(
+                    f"cannot create the {name} tables in {self.path}: it holds a table {table} "
+                    f"that is not agentgate's (no column {', '.join(missing)}); is it another "
+                    "application's database? Check --store or AGENTGATE_STORE"
+                )
 
     def close(self) -> None:
         with self._lock:

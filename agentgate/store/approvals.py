@@ -71,6 +71,12 @@ CREATE TABLE IF NOT EXISTS approval_counted (
     approval_id TEXT PRIMARY KEY REFERENCES approvals (id),
     voters TEXT NOT NULL
 );
+CREATE TABLE IF NOT EXISTS approval_calls (
+    approval_id TEXT PRIMARY KEY REFERENCES approvals (id),
+    call_key TEXT NOT NULL,
+    asked_in TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS approval_calls_key ON approval_calls (call_key);
 """,
     "postgresql": """
 DO $$
@@ -120,10 +126,29 @@ BEGIN
             voters TEXT NOT NULL
         );
     END IF;
+    IF to_regclass('approval_calls') IS NULL THEN
+        CREATE TABLE approval_calls (
+            approval_id TEXT PRIMARY KEY REFERENCES approvals (id),
+            call_key TEXT NOT NULL,
+            asked_in TEXT NOT NULL
+        );
+    END IF;
+    IF to_regclass('approval_calls_key') IS NULL THEN
+        CREATE INDEX approval_calls_key ON approval_calls (call_key);
+    END IF;
 END;
 $$;
 """,
 }
+
+APPROVAL_CHILDREN = (
+    "approval_votes",
+    "approval_asked",
+    "approval_grants",
+    "approval_counted",
+    "approval_calls",
+)
+"""The tables that hold rows of a request (``approval_id``), forgotten with it."""
 
 _IDS_PER_READ = 500
 """Request ids bound in one statement by ``ApprovalStore.votes_of`` (within every driver's limit)."""
@@ -191,13 +216,16 @@ class ApprovalStore:
         quorum: int = 1,
         grants: Sequence[str] = (),
         voters: Collection[str] | None = None,
+        call_key: tuple[str, str] | None = None,
         tx: Transaction | None = None,
     ) -> str:
         """Open a request for the call ``call_hash`` that ``quorum`` distinct approvers must approve.
 
         ``grants``: the grant ids of the call's chain, root to tip, kept with the request in the
         same transaction; the request is void once any of them is revoked. ``voters``: the DIDs
-        of the approvers whose votes count (the policy's), when known. Returns its id.
+        of the approvers whose votes count (the policy's), when known. ``call_key``: what names
+        the framework's call whatever its tool and arguments (``approval_call_key``), and the
+        version of what asked for it (a model answer), for ``supersede``. Returns its id.
         ``InputError`` on empty values or a quorum below one.
         """
         if not call_hash or not requester:
@@ -219,7 +247,43 @@ class ApprovalStore:
                 )
             if voters is not None:
                 self._counted_among(t, approval_id, voters)
+            if call_key is not None:
+                t.execute(
+                    "INSERT INTO approval_calls (approval_id, call_key, asked_in) VALUES (?, ?, ?)",
+                    (approval_id, *call_key),
+                )
         return approval_id
+
+    def supersede(
+        self, call_key: tuple[str, str], *, now: float | None = None, tx: Transaction | None = None
+    ) -> list[tuple[str, str, int | None]]:
+        """Close, as denied by ``agentgate:superseded``, the open requests (pending, or approved
+        and not used) for the framework's call ``call_key[0]`` that were asked in another version
+        of what asked for it than ``call_key[1]``: the call was changed (the model answer edited in
+        the run's state) and asked for again, and no run will make the call they were asked for.
+        (Two calls of one answer that share an id are asked in the same version: neither closes
+        the other's request.) Returns each one's id, call hash and the index of its
+        ``approval_required`` entry (``None`` when it was not recorded), oldest first."""
+        now = time.time() if now is None else now
+        with self.store.within(tx) as t:
+            rows = t.execute(
+                "SELECT a.id, a.call_hash, k.audit_index FROM approval_calls c "
+                "JOIN approvals a ON a.id = c.approval_id "
+                "LEFT JOIN approval_asked k ON k.approval_id = a.id "
+                "WHERE c.call_key = ? AND c.asked_in <> ? AND a.state IN ('pending', 'approved') "
+                "AND a.expires_at > ? ORDER BY a.created, a.id",
+                (*call_key, now),
+            )
+            closed: list[tuple[str, str, int | None]] = []
+            for approval_id, old_hash, index in rows:
+                t.execute(
+                    "UPDATE approvals SET state = 'denied', approver = 'agentgate:superseded', "
+                    "decided_at = ? WHERE id = ? AND state IN ('pending', 'approved')",
+                    (now, approval_id),
+                )
+                if t.rowcount:
+                    closed.append((str(approval_id), str(old_hash), None if index is None else int(index)))
+        return closed
 
     def _counted_among(self, tx: Transaction, approval_id: str, voters: Collection[str]) -> None:
         """Keep ``voters`` as the approvers request ``approval_id`` is counted among."""
@@ -473,7 +537,7 @@ class ApprovalStore:
         be approved, denied or used, and the audit log keeps what happened to it."""
         with self.store.transaction() as tx:
             old = "SELECT id FROM approvals WHERE expires_at < ?"
-            for child in ("approval_votes", "approval_asked", "approval_grants", "approval_counted"):
+            for child in APPROVAL_CHILDREN:
                 tx.execute(f"DELETE FROM {child} WHERE approval_id IN ({old})", (before,))
             tx.execute("DELETE FROM approvals WHERE expires_at < ?", (before,))
             return tx.rowcount

@@ -792,19 +792,22 @@ class AuditLog:
         (``BeyondLogEnd`` past the end of the log, or when ``index`` is not an ``int``)."""
         return self._stored_row(_whole(index, "entry index"))[0]
 
-    def _stored_row(self, index: int) -> tuple[bytes, bytes]:
+    def _stored_row(self, index: int, tx: Transaction | None = None) -> tuple[bytes, bytes]:
         """The stored ``(entry, leaf_hash)`` of entry ``index``; ``BeyondLogEnd`` past the end of
         the log, else ``InputError`` if there is none."""
-        rows = self._read_rows([index]) if 0 <= index <= _MAX_INDEX else {}
+        rows = self._read_rows([index], tx) if 0 <= index <= _MAX_INDEX else {}
         if index not in rows:
             if index >= self._end():
                 raise BeyondLogEnd(index, self.size(), "entry")
             raise InputError(f"audit log has no entry {index}")
         return rows[index]
 
-    def entry(self, index: int) -> AuditEntry:
-        """Entry ``index``, parsed; ``TamperDetected`` if its bytes are not canonical."""
-        return AuditEntry.from_bytes(self.entry_bytes(index))
+    def entry(self, index: int, tx: Transaction | None = None) -> AuditEntry:
+        """Entry ``index``, parsed (read in ``tx`` when given); ``TamperDetected`` if its bytes
+        are not canonical."""
+        if tx is None:
+            return AuditEntry.from_bytes(self.entry_bytes(index))
+        return AuditEntry.from_bytes(self._stored_row(_whole(index, "entry index"), tx)[0])
 
     def entries_at(self, indexes: Iterable[int]) -> dict[int, AuditEntry]:
         """The entries at ``indexes``, parsed, read in a few statements (500 indexes each), not
@@ -1045,13 +1048,17 @@ class AuditLog:
                 related[idx] = (data, stored, other)
         return related
 
-    def _read_rows(self, indexes: Sequence[int]) -> dict[int, tuple[bytes, bytes]]:
-        """``idx -> (entry, leaf_hash)`` of the rows among ``indexes`` that exist, read by key."""
+    def _read_rows(
+        self, indexes: Sequence[int], tx: Transaction | None = None
+    ) -> dict[int, tuple[bytes, bytes]]:
+        """``idx -> (entry, leaf_hash)`` of the rows among ``indexes`` that exist, read by key
+        (in ``tx`` when given)."""
         found: dict[int, tuple[bytes, bytes]] = {}
+        read = self.store.query if tx is None else tx.execute
         for start in range(0, len(indexes), 500):
             chunk = list(indexes[start : start + 500])
             marks = ", ".join("?" * len(chunk))
-            for idx, data, stored in self.store.query(
+            for idx, data, stored in read(
                 f"SELECT idx, {self._entry}, {self._leaf} FROM audit_log WHERE idx IN ({marks})", chunk
             ):
                 found[int(idx)] = (_bytes(data), _bytes(stored))
