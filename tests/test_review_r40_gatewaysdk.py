@@ -837,7 +837,7 @@ def test_async_openai_concurrent_calls_are_each_decided_charged_and_audited_once
 TOKEN_QUOTA = f"""quotas:
   small-answers:
     principal: agent
-    window_s: 2
+    window_s: 30
     limit: 40
     unit: tokens
     resources: ["model:{TOOLY}"]
@@ -864,7 +864,8 @@ def test_a_call_larger_than_its_quotas_whole_window_is_not_retried_by_the_sdk(
         client.chat.completions.create(model=TOOLY, messages=_messages(), max_tokens=30)
         with pytest.raises(openai.RateLimitError) as again:
             client.chat.completions.create(model=TOOLY, messages=_messages(), max_tokens=30)
-        assert 1 <= int(again.value.response.headers["retry-after"]) <= 2
+        # A window long enough for the two calls to share it on a loaded machine (R42: 2 s did not).
+        assert 1 <= int(again.value.response.headers["retry-after"]) <= 30
         assert "x-should-retry" not in again.value.response.headers
         env.check_log()
 

@@ -261,6 +261,12 @@ def _output_capped(usage: tuple[int, int], limit: int | None) -> tuple[int, int]
 
 _NONE = type(None)
 _TEXT_OR_NONE = (str, _NONE)
+
+
+def _is_text_pair(value: object) -> bool:
+    return type(value) is tuple and len(value) == 2 and all(isinstance(part, str) for part in value)
+
+
 _IDENTITY_OR_NONE = (AgentIdentity, _NONE)
 """Module-level tuples: ``isinstance`` against them allocates nothing (``X | None`` would build a
 union at each call of ``Gate.authorize``, the hot path)."""
@@ -854,7 +860,7 @@ class Gate:
         tokens: tuple[int, int] | None = None,
         call_id: str | None = None,
         run_id: str | None = None,
-        asked_in: str | None = None,
+        asked_in: tuple[str, str] | None = None,
         approval_gates: bool = True,
     ) -> Authorization:
         """Decide ``call`` for ``identity`` and record the decision before anything runs.
@@ -866,11 +872,13 @@ class Gate:
         the call belongs to, else the grant. A call of a tool the policy does not mark idempotent
         that has a ``call_id`` runs once: the same call (run, call id, arguments) decided again
         after it ran, or after its process stopped while it ran, is refused, also after a restart
-        (``store.once``). ``asked_in``: the version of what asked for the call in its run (a
-        digest of the model answer): a call that needs an approval closes the requests open for
-        the same call id of the same run that were asked in another version (the answer was
-        edited, ``update_state``: no run will make those calls). Never raises for a refused call; raises ``AuditError``/``StoreError``
-        only if even the refusal cannot be recorded (then nothing runs). Raises ``InputError``,
+        (``store.once``). ``asked_in``: ``(scope, version)``, where a call id names one call
+        across edits of what asked for it (a LangGraph thread and its outer tasks) and that
+        version (the answer's id and a digest of its tool calls): a call that needs an approval
+        closes the requests open for the same call id in the same scope that were asked in
+        another version (the answer was edited or replaced, ``update_state``: no run will make
+        those calls). Never raises for a refused call; raises ``AuditError``/``StoreError`` only
+        if even the refusal cannot be recorded (then nothing runs). Raises ``InputError``,
         writing nothing, for arguments of the wrong type (an ``identity`` that is neither an
         ``AgentIdentity`` nor ``None``, a ``call`` that is not a ``Call``, a ``call_id`` or
         ``run_id`` that is not text) and for ``tokens`` that are not two token counts. An
@@ -886,7 +894,7 @@ class Gate:
             and isinstance(identity, _IDENTITY_OR_NONE)
             and isinstance(call_id, _TEXT_OR_NONE)
             and isinstance(run_id, _TEXT_OR_NONE)
-            and isinstance(asked_in, _TEXT_OR_NONE)
+            and (asked_in is None or _is_text_pair(asked_in))
         ):
             self._check_decision(identity, call, call_id, run_id, asked_in)
         early = self._precheck(identity, call, agent, agent_did)
@@ -961,10 +969,10 @@ class Gate:
                 ran = once if last[0] == "ok" else None
                 auth = replace(auth, verdict=Verdict.DENY, reasons=(ran_before(call, *last),), once_key=ran)
             if auth.needs_approval:
-                # Named only within a run: ids a scripted model reuses in other runs stay apart.
+                # Named only within its scope: ids a scripted model reuses in other threads stay apart.
                 call_key = (
-                    (approval_call_key(identity.did, run_id, call_id), asked_in)
-                    if run_id and call_id and asked_in
+                    (approval_call_key(identity.did, asked_in[0], call_id), asked_in[1])
+                    if call_id and asked_in
                     else None
                 )
                 auth = self._record_approval_request(auth, request, rule, tx, call_key)
@@ -1052,7 +1060,10 @@ class Gate:
         expect(call, Call, "call", "a Call (Call.tool, Call.model)")
         expect(call_id, _TEXT_OR_NONE, "call_id", "text or None")
         expect(run_id, _TEXT_OR_NONE, "run_id", "text or None")
-        expect(asked_in, _TEXT_OR_NONE, "asked_in", "text or None")
+        if not (asked_in is None or _is_text_pair(asked_in)):
+            raise InputError(
+                f"asked_in must be a (scope, version) pair of text or None, got {shown(asked_in)}"
+            )
 
     def _policy_principal(self, identity: AgentIdentity) -> str:
         return self._principal_of(identity.did, identity.chain)

@@ -37,7 +37,15 @@ from datetime import timedelta
 from typing import Annotated, Any, TypeVar
 
 import orjson
-from langchain.agents import create_agent
+
+try:  # the optional extra: say which, not only "No module named 'langchain'"
+    from langchain.agents import create_agent
+except ImportError as exc:  # pragma: no cover - exercised by tests/test_review_r42_packaging.py
+    raise ImportError(
+        f"agentgate.integrations.langgraph needs the langgraph extra ({exc}): "
+        "pip install 'agentgate-middleware[langgraph]'",
+        name=exc.name,
+    ) from exc
 from langchain.agents.middleware import AgentMiddleware, ModelRequest, ModelResponse
 from langchain_core.callbacks import (
     AsyncCallbackManagerForLLMRun,
@@ -62,7 +70,7 @@ from langchain_core.tools import BaseTool, InjectedToolCallId, StructuredTool, T
 from langchain_core.tracers.context import register_configure_hook
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from langgraph.config import get_config
-from langgraph.errors import GraphBubbleUp, GraphInterrupt
+from langgraph.errors import GraphBubbleUp, GraphInterrupt, ParentCommand
 from langgraph.prebuilt import ToolNode
 from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.runtime import get_runtime
@@ -82,7 +90,7 @@ from agentgate.errors import (
     InputError,
     Revoked,
 )
-from agentgate.findings import Finding
+from agentgate.findings import Finding, FindingKind
 from agentgate.gate import AgentIdentity, Approval, Authorization, Gate, Verdict
 from agentgate.gate._authorization import expect, shown
 from agentgate.gate._gate import _TEXT_OR_NONE, _delegation_terms
@@ -163,16 +171,21 @@ def _asking_answer(request: ToolCallRequest) -> AIMessage | None:
     return None
 
 
-def _answer_version(request: ToolCallRequest) -> str | None:
-    """A digest of the tool calls of the answer that asked for the call (``_asking_answer``):
-    what the Gate tells an edit of the answer by (``update_state`` keeps the message's id), to
-    close the approval requests of the calls it changed (``Gate.authorize``'s ``asked_in``)."""
-    answer = _asking_answer(request)
-    if answer is None:
+def _asked_in(request: ToolCallRequest) -> tuple[str, str] | None:
+    """Where the call's id names one call across edits of the answer that asked for it (the
+    thread and the outer tasks), and the version of that answer (its id and a digest of its tool
+    calls): what the Gate closes the approval requests of edited or replaced calls by
+    (``Gate.authorize``'s ``asked_in``; an answer edited in place with ``update_state`` keeps its
+    id, one appended in its place gets another). ``None`` without a thread or an asking answer."""
+    config = getattr(request.runtime, "config", None)
+    configurable = (config or {}).get("configurable") or {}
+    thread, answer = configurable.get("thread_id"), _asking_answer(request)
+    if thread is None or answer is None:
         return None
+    outer = str(configurable.get("checkpoint_ns") or "").rpartition("|")[0]
     calls = [(c.get("id"), c.get("name"), c.get("args")) for c in answer.tool_calls]
-    shown = json.dumps(calls, sort_keys=True, default=repr, ensure_ascii=True)
-    return hashlib.sha256(shown.encode()).hexdigest()
+    shown = json.dumps([answer.id, calls], sort_keys=True, default=repr, ensure_ascii=True)
+    return f"{thread}|{outer}", hashlib.sha256(shown.encode()).hexdigest()
 
 
 _RUNNING_HERE: ContextVar[frozenset[tuple[str | None, str | None, str]]] = ContextVar(
@@ -509,7 +522,7 @@ class GateMiddleware(AgentMiddleware[Any, Any, Any]):
             call,
             call_id=request.tool_call["id"],
             run_id=_run_id(request),
-            asked_in=_answer_version(request),
+            asked_in=_asked_in(request),
         )
 
     def _authorize(self, identity: AgentIdentity | None, call: Call, **context: Any) -> Authorization:
@@ -1138,7 +1151,12 @@ def gated_tool_node(
     enforce: bool = False,
     name: str = "tools",
 ) -> ToolNode:
-    """A ``ToolNode`` for hand-built graphs whose every call, sync or async, goes through ``gate``."""
+    """A ``ToolNode`` for hand-built graphs whose every call, sync or async, goes through ``gate``.
+
+    A tool that calls ``interrupt()`` itself must not share a task with a call that may wait for
+    an approval: LangGraph matches a task's resume values to its interrupts by position, and the
+    node's calls run at once, so the answers would cross. Route such calls one per task (``Send``
+    to this node with a one-call message list), as ``create_agent`` does (docs/langgraph.md)."""
     middleware = GateMiddleware(gate, agent=agent, agent_did=agent_did, enforce=enforce)
     return ToolNode(
         list(tools),
@@ -1213,7 +1231,10 @@ def delegation_tool(
     ) -> tuple[str, dict[str, bool] | None]:
         with execute_tool_span(f"ask_{name}", call_id=tool_call_id, tracer=gate.tracer) as span:
             child = _delegated(span, _delegate, _tool_call_place(tool_call_id))
-            with invoke_agent_span(name, agent_id=child.did, tracer=gate.tracer):
+            with (
+                invoke_agent_span(name, agent_id=child.did, tracer=gate.tracer),
+                _no_parent_command(gate, child, name),
+            ):
                 last = _last_answer(agent.invoke({"messages": [HumanMessage(content=task)]}, context=child))
             return _reply(last, _ran_out(last) and _paid_for_nothing(gate, child))
 
@@ -1222,7 +1243,10 @@ def delegation_tool(
     ) -> tuple[str, dict[str, bool] | None]:
         with execute_tool_span(f"ask_{name}", call_id=tool_call_id, tracer=gate.tracer) as span:
             child = await gate.to_thread(_delegated, span, _delegate, _tool_call_place(tool_call_id))
-            with invoke_agent_span(name, agent_id=child.did, tracer=gate.tracer):
+            with (
+                invoke_agent_span(name, agent_id=child.did, tracer=gate.tracer),
+                _no_parent_command(gate, child, name),
+            ):
                 result = await agent.ainvoke({"messages": [HumanMessage(content=task)]}, context=child)
             last = _last_answer(result)
             return _reply(last, _ran_out(last) and await gate.to_thread(_paid_for_nothing, gate, child))
@@ -1237,6 +1261,36 @@ def delegation_tool(
     )
     _register_delegation(tool, gate)
     return tool
+
+
+_STEERS_PARENT = Finding(
+    kind=FindingKind.IMPLICIT_TRUST_INHERITANCE,
+    code="sub_agent_steers_parent",
+    message=(
+        "a sub-agent's tool returned Command(graph=Command.PARENT): it would write into the "
+        "supervisor's state and run calls on the supervisor's grant; refused"
+    ),
+    hint="a sub-agent answers its task; only the supervisor's own model asks for its calls",
+)
+
+
+@contextlib.contextmanager
+def _no_parent_command(gate: Gate, child: AgentIdentity, name: str) -> Iterator[None]:
+    """Refuse a ``Command(graph=Command.PARENT)`` raised out of a delegated sub-agent's run
+    (review R42): LangGraph applies it to the supervisor's graph, so the sub-agent could add an
+    ``AIMessage`` with tool calls of its own choosing and have them run on the supervisor's grant,
+    recorded as the supervisor's calls, with the authority it was never delegated. The attempt is
+    recorded as a ``deny`` by the sub-agent (``implicit_trust_inheritance``) and the delegation
+    fails with ``Denied`` (the supervisor's model is told; the supervisor's state is untouched).
+    An ``interrupt()`` (an approval the sub-agent waits for) still pauses the run."""
+    try:
+        yield
+    except ParentCommand:
+        call = Call.tool(f"ask_{name}", {})
+        refused = gate.record_refusal(child, call, (_STEERS_PARENT.message,), findings=(_STEERS_PARENT,))
+        raise Denied(
+            f"agentgate refused the delegation: {_STEERS_PARENT.message}", refused.decision
+        ) from None
 
 
 def _last_answer(result: Mapping[str, Any]) -> BaseMessage | None:

@@ -280,18 +280,29 @@ class GatedBroker:
     ) -> None:
         """Add a renewal's reservations to its lease's decision, settled when the lease ends."""
         if not self.decisions.add_reservations(lease_id, held):
-            # queued around the gate: this renewal is the first decision the gate made for it
-            self.decisions.add(
-                LeaseDecision(
-                    lease_id,
-                    identity.did,
-                    identity.grant_id,
-                    resource,
-                    auth.audit_index,
-                    self._price(resource),
-                    held,
-                )
+            # Queued around the gate: this renewal is the first decision the gate made for it.
+            # Its lease was granted (only a live lease is renewed), which a ``lease_granted``
+            # outcome of this decision says, so that ``reconcile`` charges the lease if a restart
+            # loses it (review R42: its grant, logged before any decision, refers to none).
+            linked = LeaseDecision(
+                lease_id,
+                identity.did,
+                identity.grant_id,
+                resource,
+                auth.audit_index,
+                self._price(resource),
+                held,
             )
+            with self.gate.store.transaction() as tx:
+                self.gate.audit.lock(tx)
+                self.decisions.add(linked, tx)
+                self._append(
+                    linked,
+                    "lease_granted",
+                    "granted before its first decision; linked to it by this renewal",
+                    0,
+                    tx,
+                )
 
     def advance(self) -> list[BrokerEvent]:
         """Apply the clock (expiries, grace ends, timeouts, grants that follow); the events are audited."""
