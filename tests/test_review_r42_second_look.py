@@ -66,12 +66,13 @@ from test_broker_restart_budget import World, lease
 from agentgate.audit.entry import AuditEntry, argument_digest
 from agentgate.capabilities import Call
 from agentgate.dispatch.broker import GangRequest
-from agentgate.errors import AuditError, InputError, StoreError
+from agentgate.errors import AuditError, Denied, InputError, StoreError
 from agentgate.gate import Approval, Authorization, Gate
 from agentgate.integrations.langgraph import ScriptedChatModel, create_gated_agent
 from agentgate.keys import SigningKey
 from agentgate.policy import parse_policy
 from agentgate.store import SQLiteStore, Store, open_store
+from agentgate.store.approvals import ApprovalStore
 
 GO = {"messages": [{"role": "user", "content": "go"}]}
 
@@ -429,3 +430,12 @@ def test_a_lease_whose_grant_could_not_be_recorded_is_charged_its_time_after_a_r
         assert after.gate.verify().ok
     finally:
         world.process.gate.close()
+
+
+def test_using_a_superseded_requests_approval_says_it_was_superseded(approvals: Approvals) -> None:
+    """The lead's follow-up of the observation above: the refusal of an approval of a closed
+    request said only "is denied"; it now says the request was superseded."""
+    first = approvals.ask(500, "m", "v1")
+    approvals.ask(900, "m", "v2")  # the edit closes the first request
+    with pytest.raises(Denied, match="superseded, its call was changed"):
+        ApprovalStore(approvals.gate.store).approve(_request_id(first), approvals.keys["lead"].did)

@@ -150,6 +150,9 @@ APPROVAL_CHILDREN = (
 )
 """The tables that hold rows of a request (``approval_id``), forgotten with it."""
 
+SUPERSEDED = "agentgate:superseded"
+"""Who closed a request whose call was changed and asked for again (``supersede``)."""
+
 _IDS_PER_READ = 500
 """Request ids bound in one statement by ``ApprovalStore.votes_of`` (within every driver's limit)."""
 
@@ -277,9 +280,9 @@ class ApprovalStore:
             closed: list[tuple[str, str, int | None]] = []
             for approval_id, old_hash, index in rows:
                 t.execute(
-                    "UPDATE approvals SET state = 'denied', approver = 'agentgate:superseded', "
+                    "UPDATE approvals SET state = 'denied', approver = ?, "
                     "decided_at = ? WHERE id = ? AND state IN ('pending', 'approved')",
-                    (now, approval_id),
+                    (SUPERSEDED, now, approval_id),
                 )
                 if t.rowcount:
                     closed.append((str(approval_id), str(old_hash), None if index is None else int(index)))
@@ -505,6 +508,11 @@ class ApprovalStore:
             # Decided before it expired: said as such, never as expired. A caller that lets an
             # expired request be closed (``Gate.decline``) would otherwise record a second refusal
             # of a request the log already shows refused.
+            if record.approver == SUPERSEDED:
+                raise Denied(
+                    f"approval {approval_id} is denied: superseded, its call was changed and asked "
+                    "for again under a new request"
+                )
             raise Denied(f"approval {approval_id} is denied")
         revoked = self._revoked_grant(tx, approval_id) if record.state in ("pending", "approved") else None
         if revoked is not None:
