@@ -18,7 +18,7 @@ FAILED=""
 # user's mypy --strict), __main__ (python -m agentgate), the console script, nothing of tests/
 # or docs/. The sdist ships tests/test_*.py (setuptools' default), so it must ship what they read,
 # or a test run from it (as distributions do) fails: conftest.py, the vectors and corpus,
-# policies, examples, docs, benchmarks' calibration data. Fails until a MANIFEST.in grafts them.
+# policies, examples, docs, benchmarks' calibration data (MANIFEST.in grafts them, and prunes a run's leftovers).
 "$W/tools/bin/python" - "$WHEEL" "$(ls "$W"/dist/agentgate_middleware-*.tar.gz)" <<'PY' || FAILED="$FAILED archives"
 import sys, tarfile, zipfile
 wheel = zipfile.ZipFile(sys.argv[1])
@@ -35,6 +35,8 @@ if any(n.startswith("tests/test_") for n in sdist):
     needs = ("tests/conftest.py", "tests/vectors/keys.json", "tests/corpus/", "policies/support.yaml",
              "examples/support_agent.py", "docs/quickstart.md", "benchmarks/calibration/", "Makefile")
     bad += [f"sdist lacks {n}" for n in needs if not any(s.startswith(n) for s in sdist)]
+leftovers = (".hypothesis/", ".agentgate/", "__pycache__/")  # what a run leaves in the tree
+bad += [f"sdist holds {n}" for n in sorted(sdist) if any(p in n for p in leftovers) or n.endswith((".db", ".key"))]
 for line in bad:
     print("== archives:", line)
 sys.exit(1 if bad else 0)
