@@ -164,8 +164,14 @@ def open_existing_store(url: str | None) -> Store:
                 "`agentgate store init` there as its owner to set up a new store"
             )
         if store.dialect == "sqlite":  # the file could not be read before it was opened: now
-            tables = store.query("SELECT name FROM sqlite_master WHERE type = 'table'")
-            _refuse_foreign_sqlite(printable(store.url), [str(row[0]) for row in tables])
+            tables = [
+                str(row[0]) for row in store.query("SELECT name FROM sqlite_master WHERE type = 'table'")
+            ]
+            columns = [
+                (name, frozenset(str(row[1]) for row in store.query(f'PRAGMA table_info("{name}")')))
+                for name in tables
+            ]
+            _refuse_foreign_sqlite(printable(store.url), columns)
     except BaseException:
         store.close()
         raise
@@ -218,9 +224,10 @@ def _holds_a_store(store: Store) -> bool:
     return bool(rows)
 
 
-def _sqlite_tables_read_only(path: str) -> list[str] | None:
-    """The tables of the SQLite file at ``path``, read through a read-only connection that
-    changes nothing in it; ``None`` when it cannot be read so (``open_store`` then says why)."""
+def _sqlite_tables_read_only(path: str) -> list[tuple[str, frozenset[str]]] | None:
+    """The tables of the SQLite file at ``path`` with their columns, read through a read-only
+    connection that changes nothing in it; ``None`` when it cannot be read so (``open_store``
+    then says why)."""
     try:
         if not stat.S_ISREG(os.stat(path).st_mode):
             return None  # a FIFO would block the open; open_store refuses what is no file
@@ -232,20 +239,71 @@ def _sqlite_tables_read_only(path: str) -> list[str] | None:
     except (sqlite3.Error, ValueError):
         return None
     try:
-        return [str(row[0]) for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+        names = [str(row[0]) for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+        return [
+            (name, frozenset(str(row[1]) for row in conn.execute(f'PRAGMA table_info("{name}")')))
+            for name in names
+        ]
     except sqlite3.Error:
         return None
     finally:
         conn.close()
 
 
-def _refuse_foreign_sqlite(shown: str, tables: list[str] | None) -> None:
-    """Raise ``InputError`` when a SQLite file holds ``tables`` and none of agentgate's: another
+def _required_store_columns() -> dict[str, frozenset[str]]:
+    """Each of agentgate's SQLite tables with the columns a row of it must have (as
+    ``SQLiteStore.ensure_schema`` checks them before creating a part's tables)."""
+    from agentgate.store import (
+        _sqlite,
+        approvals,
+        audit,
+        broker_decisions,
+        broker_leases,
+        dead_letters,
+        grants,
+        leases,
+        ledger,
+        once,
+        quotas,
+    )
+
+    required: dict[str, frozenset[str]] = {}
+    for ddl in (
+        audit.AUDIT_DDL,
+        audit.REFS_DDL,
+        grants.GRANTS_DDL,
+        approvals.APPROVALS_DDL,
+        ledger.LEDGER_DDL,
+        quotas.QUOTA_DDL,
+        once.ONCE_DDL,
+        broker_decisions.DECISIONS_DDL,
+        broker_leases.BROKER_DDL,
+        dead_letters.SCHEMA,
+        leases.SCHEMA,
+    ):
+        required.update(_sqlite._required_columns(ddl["sqlite"]))
+    return required
+
+
+def _refuse_foreign_sqlite(shown: str, tables: list[tuple[str, frozenset[str]]] | None) -> None:
+    """Raise ``InputError`` when a SQLite file holds ``tables`` and none of agentgate's, or a
+    table of one of agentgate's names without a column a row of it must have: another
     application's database, in which a command that only reads would create every part's tables
     and answer from their emptiness (as a PostgreSQL database of none is refused). A file of no
     tables (a store opened but never used) and one not read (``None``) pass."""
-    names = sorted(printable(name) for name in tables or () if not name.lower().startswith("sqlite_"))
-    if not names or any(name in STORE_TABLES for name in names):
+    names = sorted(printable(name) for name, _ in tables or () if not name.lower().startswith("sqlite_"))
+    if not names:
+        return
+    required = _required_store_columns()
+    for name, columns in tables or ():
+        missing = sorted(required.get(name, frozenset()) - columns)
+        if missing:
+            raise InputError(
+                f"no store at {shown}: its table {printable(name)} is not agentgate's (no column "
+                f"{', '.join(missing)}); is it another application's database? Check --store or "
+                "AGENTGATE_STORE"
+            )
+    if any(name in STORE_TABLES for name in names):
         return
     listed_names = ", ".join(names[:5]) + (", ..." if len(names) > 5 else "")
     raise InputError(

@@ -1414,6 +1414,8 @@ class Gate:
         # before its approval is read). The same open request is the same request.
         with self._decision_transaction() if tx is None else nullcontext(tx) as t:
             known = self.approvals.open_for(call_hash, auth.identity.did, tx=t)
+            if known is not None and call_key is not None:  # asked by an earlier version: keyed now
+                self.approvals.keep_call(known[0], call_key, tx=t)
         with self._lock:
             if known is None:
                 self._open_requests.pop(call_hash, None)

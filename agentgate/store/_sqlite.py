@@ -124,7 +124,9 @@ def _prepare_file(path: Path) -> None:
     symbolic link) is refused with ``StoreError`` before SQLite opens it: SQLite read a directory
     as "unable to open", a FIFO or a device as a "disk I/O error", and for ``/dev/null`` (or any
     device) it created ``/dev/null-journal`` beside it. Nothing is ever opened for writing here,
-    so a read-only store stays readable."""
+    so a store the process may only read is not refused here; SQLite itself then refuses it when
+    no ``-shm`` file is there to read the WAL database through and the directory is not
+    writable ("attempt to write a readonly database", docs/operations.md)."""
     try:
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     except (FileExistsError, NotADirectoryError):

@@ -257,6 +257,19 @@ class ApprovalStore:
                 )
         return approval_id
 
+    def keep_call(
+        self, approval_id: str, call_key: tuple[str, str], *, tx: Transaction | None = None
+    ) -> None:
+        """Key request ``approval_id`` to the framework call ``call_key`` (as ``request`` does) if
+        it has no key yet: one asked by a version before ``approval_calls`` existed, asked again
+        by this one, is then closed like any when its call is edited (``supersede``)."""
+        self._run(
+            tx,
+            "INSERT INTO approval_calls (approval_id, call_key, asked_in) VALUES (?, ?, ?) "
+            "ON CONFLICT (approval_id) DO NOTHING",
+            (approval_id, *call_key),
+        )
+
     def supersede(
         self, call_key: tuple[str, str], *, now: float | None = None, tx: Transaction | None = None
     ) -> list[tuple[str, str, int | None]]:
