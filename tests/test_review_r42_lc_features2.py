@@ -575,13 +575,23 @@ def test_a_tools_own_interrupt_beside_an_approval_in_create_agent(
     assert rig.held() == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known limit, documented (docs/langgraph.md, gated_tool_node): in one gated_tool_node "
+_CROSSED = (
+    "known limit, documented (docs/langgraph.md, gated_tool_node): in one gated_tool_node "
     "task, a tool's own interrupt() and agentgate's approval interrupt get each other's resume "
-    "values (LangGraph matches them by position); route such tools one call per task (Send)",
+    "values (LangGraph matches them by position); route such tools one call per task (Send)"
 )
-@pytest.mark.parametrize("mode", MODES)
+
+
+# Sync: the answers cross in every run (strict). Async: the node's calls race, and in about 3 of
+# 20 runs (since R43 fixed the approved call given up before its thread began) the tool's own
+# interrupt comes up only at the next resume, and nothing crosses: not strict there.
+@pytest.mark.parametrize(
+    "mode",
+    [
+        pytest.param("sync", marks=pytest.mark.xfail(strict=True, reason=_CROSSED)),
+        pytest.param("async", marks=pytest.mark.xfail(strict=False, reason=_CROSSED + "; async: racy")),
+    ],
+)
 def test_a_tools_own_interrupt_beside_an_approval_in_one_tool_node(rig: Rig, mode: str) -> None:
     graph = StateGraph(MessagesState)
     graph.add_node("tools", gated_tool_node(rig.gate, _confirming_tools(rig), agent="supervisor"))

@@ -1792,6 +1792,7 @@ class Gate:
         spent: Callable[[T], tuple[int, int] | None] | None = None,
         paused: Callable[[BaseException], bool] | None = None,
         preemptible: bool = True,
+        began: Callable[[], bool] | None = None,
     ) -> T:
         """The async twin of ``run``: the scheduler's limits hold for coroutines too.
 
@@ -1800,7 +1801,15 @@ class Gate:
         recorded, as under ``run`` (``Scheduler.submit``). Cancelled while such an attempt runs,
         the call waits for it (``Scheduler.submit``), starts no further attempt, and is recorded
         and charged as the attempt ended; then the cancellation goes on. So is any tool call whose
-        attempt returned before the cancellation reached it: it ran."""
+        attempt returned before the cancellation reached it: it ran.
+
+        ``began``, for a call whose work ``fn`` hands to a place where it may wait before it
+        begins (a sync tool's worker thread, queued behind a busy executor): called once when the
+        call is cancelled, after its attempt ended; it says whether the work of any attempt began,
+        and from then on keeps it from beginning. A cancelled call whose work never began is then
+        recorded as not started (a once-only call runs when its run is resumed), though an attempt
+        was entered; one whose work began is recorded as started (never run twice). Without it, a
+        call is started once an attempt entered ``fn``."""
         self._check_allowed(auth, fn)
         loop = asyncio.get_running_loop()
         self._begin_run(auth, loop)
@@ -1833,6 +1842,8 @@ class Gate:
                     if returned:  # the call ran to its end: recorded and charged as it ended
                         self._finish(span, auth, returned[-1], failed, spent)
                     else:
+                        if began is not None:  # whether the work began, not just an attempt
+                            started = began() and started
                         self._fail(span, auth, exc, paused, started=started)
                     raise
                 except BaseException as exc:

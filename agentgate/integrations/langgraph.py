@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import functools
 import hashlib
 import json
 import re
@@ -717,20 +718,24 @@ class GateMiddleware(AgentMiddleware[Any, Any, Any]):
         # runs, even when the run is cancelled), and past its timeout its result is returned
         # (not a timeout the model would retry), as under invoke.
         # A cancelled run waits for such an attempt and records the call as it ended
-        # (``_ThreadedCall``).
-        async def attempt() -> ToolResult:
-            return self._keep(auth, await handler(request))
+        # (``_ThreadedCall``); one cancelled before the tool's thread began it (the executor was
+        # busy) is recorded as not started, and its tool does not begin after.
+        threaded = _ThreadedCall(request, request.tool) if _runs_in_a_thread(request.tool) else None
+        handled = request if threaded is None else threaded.request
 
-        threaded = _ThreadedCall(attempt) if _runs_in_a_thread(request.tool) else None
+        async def attempt() -> ToolResult:
+            return self._keep(auth, await handler(handled))
+
         try:
             running = self.gate.arun(
                 auth,
-                threaded.attempt if threaded else attempt,
+                functools.partial(threaded.attempt, attempt) if threaded else attempt,
                 call_id=call_id,
                 run_id=_run_id(request),
                 failed=_failed,
                 paused=_paused,
                 preemptible=threaded is None,
+                began=threaded.began if threaded is not None and threaded.marked else None,
             )
             with self._running(request):
                 return await (threaded.outcome(running) if threaded else running)
@@ -954,20 +959,75 @@ def _runs_in_a_thread(tool: BaseTool) -> bool:
     return type(tool)._arun is BaseTool._arun
 
 
+def _marked_in_its_thread(tool: BaseTool, begin: Callable[[], None]) -> BaseTool | None:
+    """A shallow copy of ``tool`` (a sync tool ``_runs_in_a_thread``) whose work calls ``begin()``
+    in its worker thread before it begins (``tool._run``, bound to ``tool`` itself: what the work
+    changes on its tool changes ``tool``); ``None`` for a tool that does not reach ``_run`` by
+    LangChain's own path from ``ainvoke`` (a subclass that overrides it may begin its work some
+    other way, which ``begin`` would not see)."""
+    kind = type(tool)
+    if isinstance(tool, StructuredTool | Tool):  # ``ainvoke`` runs ``invoke`` in the executor
+        own = kind.ainvoke in (StructuredTool.ainvoke, Tool.ainvoke) and kind.invoke is BaseTool.invoke
+    else:  # ``arun`` awaits ``_arun``, which runs ``_run`` in the executor
+        own = kind.ainvoke is BaseTool.ainvoke and kind.arun is BaseTool.arun
+    if not own or kind.run is not BaseTool.run:
+        return None
+    work = tool._run
+
+    @functools.wraps(work)
+    def marked(*args: Any, **kwargs: Any) -> Any:
+        begin()
+        return work(*args, **kwargs)
+
+    try:
+        copy = tool.model_copy()
+        object.__setattr__(copy, "_run", marked)  # the copy's own, found before its class's
+    except Exception:  # a tool that cannot be copied: its attempt marks its start
+        return None
+    return copy
+
+
 class _ThreadedCall:
     """One call of a sync tool under ``ainvoke``, whose attempts run in worker threads that no
-    cancellation stops: whether an attempt runs now."""
+    cancellation stops: whether an attempt runs now, and whether the tool's work began in its
+    thread (``request``'s tool marks it, ``_marked_in_its_thread``): an attempt may wait for a
+    free thread of a busy executor, and a call cancelled then never ran (``began``)."""
 
-    def __init__(self, run: Callable[[], Awaitable[ToolResult]]) -> None:
-        self._run = run
+    def __init__(self, request: ToolCallRequest, tool: BaseTool) -> None:
         self._idle = asyncio.Event()
         self._idle.set()
+        self._lock = threading.Lock()
+        self._began = False
+        self._given_up = False
+        marked = _marked_in_its_thread(tool, self._begin)
+        self.marked = marked is not None
+        """Whether ``request``'s tool (``tool``) marks the start of its work (else ``began`` says
+        nothing)."""
+        self.request = request if marked is None else request.override(tool=marked)
+        """The request to run: its tool marks the start of its work."""
 
-    async def attempt(self) -> ToolResult:
+    def _begin(self) -> None:
+        """In the tool's worker thread, before its work: note it began, unless the call was given
+        up (``began``), in which case the work does not begin."""
+        with self._lock:
+            if self._given_up:
+                raise asyncio.CancelledError("the call was given up before its tool began")
+            self._began = True
+
+    def began(self) -> bool:
+        """Whether the tool's work began in any attempt; from now on it does not begin (for
+        ``Gate.arun``, once the call is cancelled and its attempt ended). Under one lock with
+        ``_begin``: a thread that was about to begin the work either did (and this says so) or
+        will not."""
+        with self._lock:
+            self._given_up = True
+            return self._began
+
+    async def attempt(self, run: Callable[[], Awaitable[ToolResult]]) -> ToolResult:
         """One attempt: ``run()`` awaited, its start and end noted."""
         self._idle.clear()
         try:
-            return await self._run()
+            return await run()
         finally:
             self._idle.set()
 
