@@ -166,22 +166,39 @@ for line in sys.stdin:
 rolling upgrade)."""
 
 
-@pytest.fixture(scope="module")
-def old_tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The earlier version's ``agentgate`` package, unpacked from git's object database."""
+def unpack(commit: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The ``agentgate`` package of ``commit``, unpacked from git's object database (the test
+    skips when the commit is not there: a shallow clone)."""
     try:
         data = subprocess.run(
-            ["git", "-C", str(ROOT), "archive", "--format=tar", OLD_COMMIT, "agentgate"],
+            ["git", "-C", str(ROOT), "archive", "--format=tar", commit, "agentgate"],
             check=True,
             capture_output=True,
             timeout=60,
         ).stdout
     except (OSError, subprocess.SubprocessError):
-        pytest.skip(f"commit {OLD_COMMIT} is not in this repository (a shallow clone?)")
-    target = tmp_path_factory.mktemp("agentgate-60dc4d4")
+        pytest.skip(f"commit {commit} is not in this repository (a shallow clone?)")
+    target = tmp_path_factory.mktemp(f"agentgate-{commit}")
     with tarfile.open(fileobj=BytesIO(data)) as tar:
         tar.extractall(target, filter="data")
     return target
+
+
+def read_reply(proc: subprocess.Popen[str]) -> dict[str, Any]:
+    """The next JSON line an earlier version's driver process answered."""
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    if not line:
+        assert proc.stderr is not None
+        raise AssertionError(f"the earlier version's process died: {proc.stderr.read()}")
+    answer: dict[str, Any] = json.loads(line)
+    return answer
+
+
+@pytest.fixture(scope="module")
+def old_tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The earlier version's ``agentgate`` package."""
+    return unpack(OLD_COMMIT, tmp_path_factory)
 
 
 class OldProcess:
@@ -203,13 +220,7 @@ class OldProcess:
         world.token = hello["token"]
 
     def _read(self) -> dict[str, Any]:
-        assert self.proc.stdout is not None
-        line = self.proc.stdout.readline()
-        if not line:
-            assert self.proc.stderr is not None
-            raise AssertionError(f"the earlier version's process died: {self.proc.stderr.read()}")
-        answer: dict[str, Any] = json.loads(line)
-        return answer
+        return read_reply(self.proc)
 
     def __call__(self, op: str, **kw: Any) -> dict[str, Any]:
         assert self.proc.stdin is not None

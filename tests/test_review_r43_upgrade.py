@@ -61,10 +61,8 @@ import os
 import stat
 import subprocess
 import sys
-import tarfile
 import time
 from collections.abc import Iterator
-from io import BytesIO
 from pathlib import Path
 from typing import Any
 
@@ -190,20 +188,8 @@ OLD_CLI = "import sys; from agentgate.cli.main import main; sys.exit(main(sys.ar
 
 @pytest.fixture(scope="module")
 def old_tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The earlier version's ``agentgate`` package, unpacked from git's object database."""
-    try:
-        data = subprocess.run(
-            ["git", "-C", str(ROOT), "archive", "--format=tar", OLD_COMMIT, "agentgate"],
-            check=True,
-            capture_output=True,
-            timeout=60,
-        ).stdout
-    except (OSError, subprocess.SubprocessError):
-        pytest.skip(f"commit {OLD_COMMIT} is not in this repository (a shallow clone?)")
-    target = tmp_path_factory.mktemp("agentgate-5d3c2e9")
-    with tarfile.open(fileobj=BytesIO(data)) as tar:
-        tar.extractall(target, filter="data")
-    return target
+    """The earlier version's ``agentgate`` package."""
+    return r41.unpack(OLD_COMMIT, tmp_path_factory)
 
 
 class World:
@@ -248,13 +234,7 @@ class Old:
         world.token = self._read()["token"]
 
     def _read(self) -> dict[str, Any]:
-        assert self.proc.stdout is not None
-        line = self.proc.stdout.readline()
-        if not line:
-            assert self.proc.stderr is not None
-            raise AssertionError(f"the earlier version's process died: {self.proc.stderr.read()}")
-        answer: dict[str, Any] = json.loads(line)
-        return answer
+        return r41.read_reply(self.proc)
 
     def __call__(self, op: str, **kw: Any) -> dict[str, Any]:
         assert self.proc.stdin is not None
@@ -373,10 +353,7 @@ def _mode(path: Path) -> int:
     return stat.S_IMODE(os.stat(path).st_mode)
 
 
-def _outcomes(gate: Gate, request: str) -> list[Any]:
-    gate.flush()
-    allows = {e.index for e in gate.audit.entries() if e.kind == "allow" and e.args.get("request") == request}
-    return [e for e in gate.audit.entries() if e.kind == "outcome" and e.ref in allows]
+_outcomes = r41._outcomes
 
 
 KINDS = ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)]

@@ -14,7 +14,7 @@ import sqlite3
 import stat
 import sys
 import urllib.parse
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -164,14 +164,7 @@ def open_existing_store(url: str | None) -> Store:
                 "`agentgate store init` there as its owner to set up a new store"
             )
         if store.dialect == "sqlite":  # the file could not be read before it was opened: now
-            tables = [
-                str(row[0]) for row in store.query("SELECT name FROM sqlite_master WHERE type = 'table'")
-            ]
-            columns = [
-                (name, frozenset(str(row[1]) for row in store.query(f'PRAGMA table_info("{name}")')))
-                for name in tables
-            ]
-            _refuse_foreign_sqlite(printable(store.url), columns)
+            _refuse_foreign_sqlite(printable(store.url), _tables_and_columns(store.query))
     except BaseException:
         store.close()
         raise
@@ -239,15 +232,17 @@ def _sqlite_tables_read_only(path: str) -> list[tuple[str, frozenset[str]]] | No
     except (sqlite3.Error, ValueError):
         return None
     try:
-        names = [str(row[0]) for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
-        return [
-            (name, frozenset(str(row[1]) for row in conn.execute(f'PRAGMA table_info("{name}")')))
-            for name in names
-        ]
+        return _tables_and_columns(lambda sql: conn.execute(sql).fetchall())
     except sqlite3.Error:
         return None
     finally:
         conn.close()
+
+
+def _tables_and_columns(query: Callable[[str], Sequence[Sequence[Any]]]) -> list[tuple[str, frozenset[str]]]:
+    """Each table of a SQLite database with its columns, read by ``query`` (one statement)."""
+    names = [str(row[0]) for row in query("SELECT name FROM sqlite_master WHERE type = 'table'")]
+    return [(name, frozenset(str(row[1]) for row in query(f'PRAGMA table_info("{name}")'))) for name in names]
 
 
 def _required_store_columns() -> dict[str, frozenset[str]]:

@@ -142,18 +142,25 @@ def _run_id(request: ToolCallRequest) -> str | None:
     is another call, and runs. Without such a message in the state (a hand-built graph keeping
     its messages elsewhere), or without a thread, the task the call runs in: ``_task_scope``.
     The tasks above the call's own (a sub-agent's run inside a delegation) are part of it."""
-    config = getattr(request.runtime, "config", None)
-    configurable = (config or {}).get("configurable") or {}
-    thread = configurable.get("thread_id")
+    thread = _thread_scope(request)
     answer = _asking_answer(request)
     if thread is None or answer is None or not isinstance(answer.id, str) or not answer.id:
         # No thread, no time travel: and two runs without one may share an answer's id (a
         # LangChain cache hands the same answer, ids and all, to both).
-        return _task_scope(config)
-    # The tasks above the call's own (a sub-agent run inside a delegation's tool call): two
-    # delegations in one thread whose sub-agent answered the same (a cache) are two scopes.
-    outer = str(configurable.get("checkpoint_ns") or "").rpartition("|")[0]
-    return f"{thread}|{outer}|answer:{answer.id}"
+        return _task_scope(getattr(request.runtime, "config", None))
+    return f"{thread}|answer:{answer.id}"
+
+
+def _thread_scope(request: ToolCallRequest) -> str | None:
+    """``thread|outer tasks`` of the call's run config: the LangGraph thread and the tasks above
+    the call's own (a sub-agent run inside a delegation's tool call: two delegations in one
+    thread whose sub-agent answered the same, from a cache, are two scopes); ``None`` without a
+    thread."""
+    configurable = (getattr(request.runtime, "config", None) or {}).get("configurable") or {}
+    thread = configurable.get("thread_id")
+    if thread is None:
+        return None
+    return f"{thread}|{str(configurable.get('checkpoint_ns') or '').rpartition('|')[0]}"
 
 
 def _asking_answer(request: ToolCallRequest) -> AIMessage | None:
@@ -178,15 +185,12 @@ def _asked_in(request: ToolCallRequest) -> tuple[str, str] | None:
     calls): what the Gate closes the approval requests of edited or replaced calls by
     (``Gate.authorize``'s ``asked_in``; an answer edited in place with ``update_state`` keeps its
     id, one appended in its place gets another). ``None`` without a thread or an asking answer."""
-    config = getattr(request.runtime, "config", None)
-    configurable = (config or {}).get("configurable") or {}
-    thread, answer = configurable.get("thread_id"), _asking_answer(request)
-    if thread is None or answer is None:
+    scope, answer = _thread_scope(request), _asking_answer(request)
+    if scope is None or answer is None:
         return None
-    outer = str(configurable.get("checkpoint_ns") or "").rpartition("|")[0]
     calls = [(c.get("id"), c.get("name"), c.get("args")) for c in answer.tool_calls]
     shown = json.dumps([answer.id, calls], sort_keys=True, default=repr, ensure_ascii=True)
-    return f"{thread}|{outer}", hashlib.sha256(shown.encode()).hexdigest()
+    return scope, hashlib.sha256(shown.encode()).hexdigest()
 
 
 _RUNNING_HERE: ContextVar[frozenset[tuple[str | None, str | None, str]]] = ContextVar(
@@ -268,11 +272,16 @@ def _model_args(request: ToolCallRequest) -> Any:
     if tool is None or not isinstance(args, Mapping) or not args:
         return args
     try:
-        shown, full = tool.tool_call_schema, tool.get_input_schema()
+        shown = tool.tool_call_schema  # memoized by LangChain
+        if isinstance(shown, dict) or not hasattr(shown, "model_fields"):
+            return args  # a JSON schema given as is: nothing is injected into it
+        if shown.model_fields.keys() >= args.keys():
+            return args  # the usual call: only what the model is shown (no input schema built)
+        full = tool.get_input_schema()
     except Exception:  # a schema LangChain cannot build: ToolNode's own error, when it runs
         return args
-    if isinstance(shown, dict) or not hasattr(shown, "model_fields") or not hasattr(full, "model_fields"):
-        return args  # a JSON schema given as is: nothing is injected into it
+    if not hasattr(full, "model_fields"):
+        return args
     injected = full.model_fields.keys() - shown.model_fields.keys()
     if not injected.intersection(args):
         return args
