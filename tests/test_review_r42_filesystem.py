@@ -250,8 +250,8 @@ def test_a_foreign_database_with_agentgates_table_names_is_refused_whole(
     code, out, err = cli(capsys, "store", "init", "--store", str(path))
     line = one_line(code, err)
     assert str(path) in line and "audit_log" in line and "not agentgate's" in line and out == ""
-    with SQLiteStore(path) as store, pytest.raises(StoreError, match=r"agentgate_grants.*not agentgate's"):
-        GrantRepository(store)
+    with pytest.raises(StoreError, match=r"audit_log.*not agentgate's"):  # refused as it opens (R44)
+        SQLiteStore(path)
     assert schema(path) == before
     with sqlite3.connect(path) as db:  # the other application still owns its table
         db.execute("UPDATE audit_log SET x = 2")

@@ -10,11 +10,9 @@ import json
 import math
 import os
 import re
-import sqlite3
 import stat
 import sys
-import urllib.parse
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -24,6 +22,12 @@ from agentgate.errors import InputError, SourceError
 from agentgate.keys import load_public_key
 from agentgate.policy import Policy, load_policy
 from agentgate.store import Store, is_conninfo, open_store, store_url
+from agentgate.store._sqlite import (
+    foreign_table,
+    required_store_columns,
+    sqlite_tables_read_only,
+    tables_and_columns,
+)
 from agentgate.store.audit import AuditLog, log_origin, open_log_key, previous_log_keys
 
 
@@ -154,7 +158,7 @@ def open_existing_store(url: str | None) -> Store:
             raise InputError(f"no store at {shown}: the file is empty; check --store or AGENTGATE_STORE")
         # Before open_store: opening switches the file to WAL mode, a change to its header that
         # another application's database must not get from a command that only reads.
-        _refuse_foreign_sqlite(shown, _sqlite_tables_read_only(path))
+        _refuse_foreign_sqlite(shown, sqlite_tables_read_only(path))
     store = open_store(target)  # PostgreSQL in any case; any other scheme is open_store's StoreError
     try:
         if store.dialect == "postgresql" and not _holds_a_store(store):
@@ -164,7 +168,7 @@ def open_existing_store(url: str | None) -> Store:
                 "`agentgate store init` there as its owner to set up a new store"
             )
         if store.dialect == "sqlite":  # the file could not be read before it was opened: now
-            _refuse_foreign_sqlite(printable(store.url), _tables_and_columns(store.query))
+            _refuse_foreign_sqlite(printable(store.url), tables_and_columns(store.query))
     except BaseException:
         store.close()
         raise
@@ -217,69 +221,6 @@ def _holds_a_store(store: Store) -> bool:
     return bool(rows)
 
 
-def _sqlite_tables_read_only(path: str) -> list[tuple[str, frozenset[str]]] | None:
-    """The tables of the SQLite file at ``path`` with their columns, read through a read-only
-    connection that changes nothing in it; ``None`` when it cannot be read so (``open_store``
-    then says why)."""
-    try:
-        if not stat.S_ISREG(os.stat(path).st_mode):
-            return None  # a FIFO would block the open; open_store refuses what is no file
-    except OSError:
-        return None
-    uri = "file:" + urllib.parse.quote(os.fsencode(os.path.abspath(path))) + "?mode=ro"
-    try:
-        conn = sqlite3.connect(uri, uri=True, timeout=5.0)
-    except (sqlite3.Error, ValueError):
-        return None
-    try:
-        return _tables_and_columns(lambda sql: conn.execute(sql).fetchall())
-    except sqlite3.Error:
-        return None
-    finally:
-        conn.close()
-
-
-def _tables_and_columns(query: Callable[[str], Sequence[Sequence[Any]]]) -> list[tuple[str, frozenset[str]]]:
-    """Each table of a SQLite database with its columns, read by ``query`` (one statement)."""
-    names = [str(row[0]) for row in query("SELECT name FROM sqlite_master WHERE type = 'table'")]
-    return [(name, frozenset(str(row[1]) for row in query(f'PRAGMA table_info("{name}")'))) for name in names]
-
-
-def _required_store_columns() -> dict[str, frozenset[str]]:
-    """Each of agentgate's SQLite tables with the columns a row of it must have (as
-    ``SQLiteStore.ensure_schema`` checks them before creating a part's tables)."""
-    from agentgate.store import (
-        _sqlite,
-        approvals,
-        audit,
-        broker_decisions,
-        broker_leases,
-        dead_letters,
-        grants,
-        leases,
-        ledger,
-        once,
-        quotas,
-    )
-
-    required: dict[str, frozenset[str]] = {}
-    for ddl in (
-        audit.AUDIT_DDL,
-        audit.REFS_DDL,
-        grants.GRANTS_DDL,
-        approvals.APPROVALS_DDL,
-        ledger.LEDGER_DDL,
-        quotas.QUOTA_DDL,
-        once.ONCE_DDL,
-        broker_decisions.DECISIONS_DDL,
-        broker_leases.BROKER_DDL,
-        dead_letters.SCHEMA,
-        leases.SCHEMA,
-    ):
-        required.update(_sqlite._required_columns(ddl["sqlite"]))
-    return required
-
-
 def _refuse_foreign_sqlite(shown: str, tables: list[tuple[str, frozenset[str]]] | None) -> None:
     """Raise ``InputError`` when a SQLite file holds ``tables`` and none of agentgate's, or a
     table of one of agentgate's names without a column a row of it must have: another
@@ -289,15 +230,13 @@ def _refuse_foreign_sqlite(shown: str, tables: list[tuple[str, frozenset[str]]] 
     names = sorted(printable(name) for name, _ in tables or () if not name.lower().startswith("sqlite_"))
     if not names:
         return
-    required = _required_store_columns()
-    for name, columns in tables or ():
-        missing = sorted(required.get(name, frozenset()) - columns)
-        if missing:
-            raise InputError(
-                f"no store at {shown}: its table {printable(name)} is not agentgate's (no column "
-                f"{', '.join(missing)}); is it another application's database? Check --store or "
-                "AGENTGATE_STORE"
-            )
+    foreign = foreign_table(tables or (), required_store_columns())
+    if foreign is not None:
+        raise InputError(
+            f"no store at {shown}: its table {printable(foreign[0])} is not agentgate's (no column "
+            f"{', '.join(foreign[1])}); is it another application's database? Check --store or "
+            "AGENTGATE_STORE"
+        )
     if any(name in STORE_TABLES for name in names):
         return
     listed_names = ", ".join(names[:5]) + (", ..." if len(names) > 5 else "")

@@ -15,7 +15,8 @@ import sqlite3
 import stat
 import threading
 import time
-from collections.abc import Iterator, Sequence
+import urllib.parse
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -211,6 +212,97 @@ def _required_columns(ddl: str) -> dict[str, frozenset[str]]:
     return required
 
 
+def sqlite_tables_read_only(path: str | Path) -> list[tuple[str, frozenset[str]]] | None:
+    """The tables of the SQLite file at ``path`` with their columns, read through a read-only
+    connection that changes nothing in it; ``None`` when it cannot be read so (opening it as a
+    store then says why)."""
+    try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return None  # a FIFO would block the open; _prepare_file refuses what is no file
+    except (OSError, ValueError):
+        return None
+    uri = "file:" + urllib.parse.quote(os.fsencode(os.path.abspath(path))) + "?mode=ro"
+    try:
+        conn = sqlite3.connect(uri, uri=True, timeout=5.0)
+    except (sqlite3.Error, ValueError):
+        return None
+    try:
+        return tables_and_columns(lambda sql: conn.execute(sql).fetchall())
+    except sqlite3.Error:
+        return None
+    finally:
+        conn.close()
+
+
+def tables_and_columns(query: Callable[[str], Sequence[Sequence[Any]]]) -> list[tuple[str, frozenset[str]]]:
+    """Each table of a SQLite database with its columns, read by ``query`` (one statement)."""
+    names = [str(row[0]) for row in query("SELECT name FROM sqlite_master WHERE type = 'table'")]
+    return [(name, frozenset(str(row[1]) for row in query(f'PRAGMA table_info("{name}")'))) for name in names]
+
+
+def required_store_columns() -> dict[str, frozenset[str]]:
+    """Each of agentgate's SQLite tables with the columns a row of it must have (as
+    ``SQLiteStore.ensure_schema`` checks them before creating a part's tables)."""
+    from agentgate.store import (  # the parts import this module
+        approvals,
+        audit,
+        broker_decisions,
+        broker_leases,
+        dead_letters,
+        grants,
+        leases,
+        ledger,
+        once,
+        quotas,
+    )
+
+    required: dict[str, frozenset[str]] = {}
+    for ddl in (
+        audit.AUDIT_DDL,
+        audit.REFS_DDL,
+        grants.GRANTS_DDL,
+        approvals.APPROVALS_DDL,
+        ledger.LEDGER_DDL,
+        quotas.QUOTA_DDL,
+        once.ONCE_DDL,
+        broker_decisions.DECISIONS_DDL,
+        broker_leases.BROKER_DDL,
+        dead_letters.SCHEMA,
+        leases.SCHEMA,
+    ):
+        required.update(_required_columns(ddl["sqlite"]))
+    return required
+
+
+def foreign_table(
+    tables: Sequence[tuple[str, frozenset[str]]], required: dict[str, frozenset[str]]
+) -> tuple[str, list[str]] | None:
+    """The first of ``tables`` that has the name of one of ``required`` without a column a row
+    of it must have, and those columns: another application's table of agentgate's name."""
+    for name, columns in tables:
+        missing = sorted(required.get(name, frozenset()) - columns)
+        if missing:
+            return name, missing
+    return None
+
+
+_WAL_FORMAT = 2
+"""The file format version bytes (offsets 18 and 19 of a SQLite file's header) of a database in
+WAL mode; 1 is a rollback journal (sqlite.org/fileformat2.html, "The Database Header")."""
+
+
+def _in_rollback_mode(path: Path) -> bool:
+    """Whether the file at ``path`` holds a SQLite header that says it is not in WAL mode: a
+    database another application made, or one of agentgate's copied without it. A new, empty
+    file has no header; every store agentgate opened is in WAL mode."""
+    try:
+        with open(path, "rb") as file:
+            header = file.read(20)
+    except OSError:
+        return False  # opening it as a store says why
+    return header.startswith(b"SQLite format 3\x00") and len(header) == 20 and header[18] != _WAL_FORMAT
+
+
 class SQLiteStore(Store):
     dialect: Dialect = "sqlite"
     driver_errors = (sqlite3.Error,)
@@ -233,6 +325,10 @@ class SQLiteStore(Store):
             )
         self.synchronous = mode
         _prepare_file(self.path)
+        if _in_rollback_mode(self.path):
+            # Before the first connection switches it to WAL mode, a change to the file's header
+            # that another application's database must not get only to be refused afterwards.
+            self._refuse_foreign_file()
         self._idle: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
         self._closed = False
@@ -394,6 +490,20 @@ class SQLiteStore(Store):
                 conn.close()
         self._schemas.add(name)
 
+    def _refuse_foreign_file(self) -> None:
+        """Raise ``StoreError`` when the file holds a table of one of agentgate's names without
+        a column a row of it must have (as ``_refuse_foreign_tables``, for every part at once)."""
+        foreign = foreign_table(sqlite_tables_read_only(self.path) or (), required_store_columns())
+        if foreign is not None:
+            raise self._foreign(foreign[0], foreign[1], "open the SQLite store")
+
+    def _foreign(self, table: str, missing: list[str], doing: str) -> StoreError:
+        return StoreError(
+            f"cannot {doing} {self.path}: it holds a table {table} that is not agentgate's (no "
+            f"column {', '.join(missing)}); is it another application's database? Check --store "
+            "or AGENTGATE_STORE"
+        )
+
     def _refuse_foreign_tables(self, conn: sqlite3.Connection, name: str, ddl: str) -> None:
         """Raise ``StoreError`` when a table the script ``ddl`` creates exists in the file without
         a column the script gives it that a row must have (``NOT NULL`` without a default, or the
@@ -405,11 +515,7 @@ class SQLiteStore(Store):
             have = {row[1] for row in conn.execute(f'PRAGMA table_info("{table}")')}
             missing = sorted(required - have)
             if have and missing:
-                raise StoreError(
-                    f"cannot create the {name} tables in {self.path}: it holds a table {table} "
-                    f"that is not agentgate's (no column {', '.join(missing)}); is it another "
-                    "application's database? Check --store or AGENTGATE_STORE"
-                )
+                raise self._foreign(table, missing, f"create the {name} tables in")
 
     def close(self) -> None:
         with self._lock:

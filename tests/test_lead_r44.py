@@ -1,0 +1,64 @@
+"""The lead's fixes of session sixteen (review R44's leftovers from R42/R43).
+
+- A foreign SQLite file in rollback-journal mode holding a table of one of agentgate's names is
+  refused before the first connection switches it to WAL mode (it was refused only after: the
+  other application's file changed header and got -wal/-shm files beside it).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from agentgate.cli.main import main
+from agentgate.errors import StoreError
+from agentgate.store import SQLiteStore
+
+
+def _foreign(path: Path, script: str) -> bytes:
+    db = sqlite3.connect(path)
+    with db:
+        db.executescript(script)
+    db.close()
+    assert path.read_bytes()[18] == 1  # a rollback journal, as most applications leave it
+    return path.read_bytes()
+
+
+@pytest.mark.parametrize("how", ["api", "store init"])
+def test_a_foreign_rollback_mode_file_is_refused_before_it_is_switched_to_wal(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], how: str
+) -> None:
+    path = tmp_path / "app.db"
+    data = _foreign(path, "CREATE TABLE audit_log (who TEXT, what TEXT); INSERT INTO audit_log VALUES ('a', 'b');")
+    if how == "api":
+        with pytest.raises(StoreError, match=r"app\.db: it holds a table audit_log that is not agentgate's"):
+            SQLiteStore(path)
+    else:
+        assert main(["store", "init", "--store", str(path)]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "audit_log" in err and "not agentgate's" in err
+    assert path.read_bytes() == data
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["app.db"]
+
+
+def test_a_rollback_mode_file_of_agentgates_own_tables_opens(tmp_path: Path) -> None:
+    # A store copied without its WAL mode (VACUUM INTO keeps the header of a fresh file) is
+    # agentgate's all the same and opens, switched to WAL.
+    source = tmp_path / "live.db"
+    with SQLiteStore(source) as store:
+        from agentgate.store.audit import create_audit_tables
+
+        create_audit_tables(store)
+    copy = tmp_path / "copy.db"
+    db = sqlite3.connect(source)
+    db.execute("VACUUM INTO ?", (str(copy),))
+    db.close()
+    if copy.read_bytes()[18] != 1:
+        db = sqlite3.connect(copy)
+        db.execute("PRAGMA journal_mode=DELETE")
+        db.close()
+    assert copy.read_bytes()[18] == 1
+    with SQLiteStore(copy) as store:
+        assert store.query("PRAGMA journal_mode")[0][0] == "wal"
