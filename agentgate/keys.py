@@ -418,7 +418,8 @@ def load_signing_key(path: Path | str) -> SigningKey:
 
     Raises ``KeyFileError`` for a file that cannot be read, is not a regular file (a FIFO is
     refused at once, never waited on), holds more than ``MAX_KEY_FILE_BYTES``, does not hold
-    exactly one Ed25519 private key, or is readable or writable by group or others. What the file
+    exactly one Ed25519 private key, is readable or writable by group or others, or is owned by
+    another user than this process's or root. What the file
     holds is judged first, so that a public key given in its place is called that, not a private
     key to ``chmod``.
     """
@@ -435,6 +436,13 @@ def load_signing_key(path: Path | str) -> SigningKey:
     if mode & (stat.S_IRWXG | stat.S_IRWXO):
         raise KeyFileError(
             f"{path}: private key is accessible by others (mode {stat.S_IMODE(mode):04o}); run chmod 600 {path}"
+        )
+    if status.st_uid not in (os.geteuid(), 0):
+        # Readable here only by root's right to read any file: its owner may chmod or rewrite it
+        # (and so choose the key this process signs with).
+        raise KeyFileError(
+            f"{path}: private key is owned by another user (uid {status.st_uid}), who may change "
+            f"it; run chown {os.geteuid()} {path}"
         )
     return SigningKey(private.private_bytes_raw())
 

@@ -3,6 +3,8 @@
 - A foreign SQLite file in rollback-journal mode holding a table of one of agentgate's names is
   refused before the first connection switches it to WAL mode (it was refused only after: the
   other application's file changed header and got -wal/-shm files beside it).
+- A private key file owned by another user than the process's (root excepted) is refused: read
+  only through root's right to read any file, its owner may rewrite it (R42 had accepted it).
 """
 
 from __future__ import annotations
@@ -31,7 +33,9 @@ def test_a_foreign_rollback_mode_file_is_refused_before_it_is_switched_to_wal(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], how: str
 ) -> None:
     path = tmp_path / "app.db"
-    data = _foreign(path, "CREATE TABLE audit_log (who TEXT, what TEXT); INSERT INTO audit_log VALUES ('a', 'b');")
+    data = _foreign(
+        path, "CREATE TABLE audit_log (who TEXT, what TEXT); INSERT INTO audit_log VALUES ('a', 'b');"
+    )
     if how == "api":
         with pytest.raises(StoreError, match=r"app\.db: it holds a table audit_log that is not agentgate's"):
             SQLiteStore(path)
@@ -62,3 +66,22 @@ def test_a_rollback_mode_file_of_agentgates_own_tables_opens(tmp_path: Path) -> 
     assert copy.read_bytes()[18] == 1
     with SQLiteStore(copy) as store:
         assert store.query("PRAGMA journal_mode")[0][0] == "wal"
+
+
+def test_a_private_key_owned_by_another_user_is_refused(tmp_path: Path) -> None:
+    # Mode 0600 but another user's: readable here only by root's right to read any file, and its
+    # owner may rewrite it. Refused, naming the owner; the process's own (or root's) is loaded.
+    import os
+
+    from agentgate.errors import KeyFileError
+    from agentgate.keys import SigningKey, load_signing_key, save_key
+
+    if os.geteuid() != 0:
+        pytest.skip("only root can read a 0600 file of another user, or chown one")
+    private, _public = save_key(SigningKey.generate(), tmp_path, "agent")
+    assert load_signing_key(private).did
+    os.chown(private, 4242, 4242)
+    with pytest.raises(KeyFileError, match=r"owned by another user \(uid 4242\).*chown 0"):
+        load_signing_key(private)
+    os.chown(private, 0, 0)
+    assert load_signing_key(private).did

@@ -45,8 +45,9 @@ policy, key or token are refused unread. Symbolic links to key files (judged by 
 FIFOs and huge sparse key, policy and token files were covered by earlier rounds (test_review_r29,
 test_cli_files, test_review_docs_cli) and are not repeated.
 
-Not changed: a key file owned by another user that the process can read with mode 0600 (root
-reading a user's key) is accepted; ssh checks only a private key's mode too.
+A key file owned by another user that the process can read with mode 0600 (root reading a
+user's key) was accepted here (ssh checks only a private key's mode); since R44 it is refused
+(test_lead_r44): its owner may rewrite it.
 """
 
 from __future__ import annotations
