@@ -85,3 +85,32 @@ def test_a_private_key_owned_by_another_user_is_refused(tmp_path: Path) -> None:
         load_signing_key(private)
     os.chown(private, 0, 0)
     assert load_signing_key(private).did
+
+
+def test_an_approval_that_does_not_count_says_why_in_the_answer_and_its_entry(
+    tmp_path: Path,
+) -> None:
+    # R42 left it: a late vote for a request superseded by an edit was dropped in silence (quorum
+    # above one), and the run was asked again with nothing said; quorum one refused it in words.
+    import test_review_r42_second_look as second
+
+    from agentgate.gate import Approval
+    from agentgate.keys import SigningKey
+
+    with SQLiteStore(tmp_path / "s.db") as store:
+        made = second.Approvals(store)
+        try:
+            first = made.ask(500, "memo", "v1")
+            made.ask(900, "memo", "v2")  # the edit closes the first request
+            late = Approval.sign(first.approval_payload(), made.keys["lead2"])
+            again = made.ask(500, "memo", "v1", approval=late)
+            assert again.needs_approval
+            (note,) = [r for r in again.reasons if "not counted" in r]
+            assert made.keys["lead2"].did in note and "superseded" in note
+            stranger = Approval.sign(again.approval_payload(), SigningKey.generate())
+            asked = made.ask(500, "memo", "v1", approval=stranger)
+            assert "approval not counted: its approver is not one of this call's approvers" in asked.reasons
+            entry = made.entries()[asked.audit_index or 0]
+            assert entry.kind == "approval_required" and any("not counted" in r for r in entry.reasons)
+        finally:
+            made.gate.close()

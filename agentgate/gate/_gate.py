@@ -920,8 +920,13 @@ class Gate:
             )
             return self._record_refusal(refused, call_id)
         rule = self._quorum_rule(verdict.approval)
-        approved = self._approval_complete(approval, request, rule) if request is not None else None
+        approved, unused = (
+            self._approval_complete(approval, request, rule) if request is not None else (None, ())
+        )
         if approved is not None and request is not None and self._superseded(approved, request, identity):
+            unused = (
+                f"approval of request {approved.request} not used: it expired, and the call was asked for again",
+            )
             approved = None  # asked for again, under the request that replaced its own
 
         pending = None
@@ -945,7 +950,7 @@ class Gate:
                 decision.outcome.value,
                 call,
                 identity,
-                (*verdict.reasons, *decision.reasons)
+                (*verdict.reasons, *decision.reasons, *unused)
                 if decision.outcome.value != Verdict.DENY
                 else decision.reasons,
                 decision.findings,
@@ -1104,17 +1109,18 @@ class Gate:
             return None
         return QuorumRule(gate.quorum, frozenset(did for did in gate.approver_dids if did))
 
-    def _approval_valid(
-        self, approval: Approval | None, request: Mapping[str, Any], rule: QuorumRule | None
-    ) -> bool:
-        if approval is None or rule is None:
-            return False
-        return (
-            approval.call_hash == request["call_hash"]
-            and approval.approver in rule.voters
-            and approval.approver != request["requester_did"]
-            and approval.verify()
-        )
+    @staticmethod
+    def _approval_invalid(approval: Approval, request: Mapping[str, Any], rule: QuorumRule) -> str | None:
+        """Why ``approval`` cannot count for ``request`` under ``rule``, or ``None`` when it can."""
+        if approval.call_hash != request["call_hash"]:
+            return "approval not counted: it was given for another call"
+        if approval.approver not in rule.voters:
+            return "approval not counted: its approver is not one of this call's approvers"
+        if approval.approver == request["requester_did"]:
+            return "approval not counted: the approver must not be the requester"
+        if not approval.verify():
+            return f"approval not counted: its signature is not {approval.approver}'s"
+        return None
 
     def _superseded(self, approval: Approval, request: Mapping[str, Any], identity: AgentIdentity) -> bool:
         """Whether the call was asked for again under a newer request than ``approval``'s, one
@@ -1134,8 +1140,10 @@ class Gate:
 
     def _approval_complete(
         self, approval: Approval | None, request: Mapping[str, Any], rule: QuorumRule | None
-    ) -> Approval | None:
-        """The approval that completes the gate's quorum, or ``None`` while it is not complete.
+    ) -> tuple[Approval | None, tuple[str, ...]]:
+        """The approval that completes the gate's quorum, or ``None`` while it is not complete,
+        and why the approval given did not count (a reason for the ``approval_required`` answer
+        and its entry: an approver told nothing would sign again and again).
 
         A quorum of one is decided with the call, in the decision's transaction. Above one, each
         valid approval is recorded at once as one approver's vote (``store.approvals``; an
@@ -1144,22 +1152,26 @@ class Gate:
         the approvers who count are the policy's now (``rule``), also for a request asked under
         an earlier version of it.
         """
-        if not self._approval_valid(approval, request, rule):
-            return None
-        assert approval is not None and rule is not None
+        if approval is None or rule is None:
+            return None, ()
+        invalid = self._approval_invalid(approval, request, rule)
+        if invalid is not None:
+            return None, (invalid,)
         if rule.quorum == 1:
-            return approval
+            return approval, ()
+        unused: tuple[str, ...] = ()
         with self._decision_transaction() as tx:
             try:
                 self.approvals.approve(
                     approval.request, approval.approver, call_hash=request["call_hash"], tx=tx, rule=rule
                 )
-            except (Denied, Expired, Revoked, InputError):
-                pass  # a repeated, late, void or misdirected vote adds nothing; the count below decides
+            except (Denied, Expired, Revoked, InputError) as exc:
+                # A repeated, late, void or misdirected vote adds nothing; the count below decides.
+                unused = (f"approval by {approval.approver} not counted: {exc!s:.300}",)
             else:
                 self._write_approval_given(approval, request, self._asked_index(approval, request, tx), tx)
             votes = self.approvals.approvers(approval.request, tx=tx, rule=rule)
-        return approval if len(votes) >= rule.quorum else None
+        return (approval, ()) if len(votes) >= rule.quorum else (None, unused)
 
     def _asked_index(self, approval: Approval, request: Mapping[str, Any], tx: Transaction) -> int | None:
         """The index of the ``approval_required`` entry of the request ``approval`` answers: known

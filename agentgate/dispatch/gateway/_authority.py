@@ -254,10 +254,12 @@ class GatewayGate(Gate):
         request = self._approval_request(identity, call, verdict, None)
         assert request is not None
         rule = self._quorum_rule(verdict.approval)
-        approved = self._approval_complete(approval, request, rule)
+        approved, unused = self._approval_complete(approval, request, rule)
         if approved is None:
             asked = self._record_approval_request(
-                Authorization(Verdict.APPROVAL_REQUIRED, call, identity, verdict.reasons, decision=decision),
+                Authorization(
+                    Verdict.APPROVAL_REQUIRED, call, identity, (*verdict.reasons, *unused), decision=decision
+                ),
                 request,
                 rule,
             )
