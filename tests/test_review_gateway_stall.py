@@ -498,8 +498,9 @@ def test_a_caller_gone_before_a_streams_first_token_stops_the_backend_at_once(tm
     # The gateway waits for a stream's first chunk before answering (so that a failure is still
     # an HTTP status). A caller that left meanwhile (a client timeout under load, then a retry)
     # left its request to queue and prefill for nobody until that first token: here a 100k-token
-    # prompt, seconds of prefill. It is cancelled when the caller goes; nothing was delivered, so
-    # nothing is charged, and the outcome says the caller went away.
+    # prompt, seconds of prefill. It is cancelled when the caller goes; the prefill was work done,
+    # so (since R44, as a JSON call cut so) it is charged its reservation, and the outcome says
+    # the caller went away.
     root, agent_key = SigningKey.generate(), SigningKey.generate()
     policy = parse_policy(POLICY.format(root=root.did, agent=agent_key.did, model=MODEL), source="p.yaml")
     gate = GatewayGate(policy, SQLiteStore(tmp_path / "agentgate.db"))
@@ -530,7 +531,9 @@ def test_a_caller_gone_before_a_streams_first_token_stops_the_backend_at_once(tm
                     time.sleep(0.05)
                 (outcome,) = [e for e in gate.audit.entries() if e.kind == "outcome"]
                 assert outcome.status == "error" and "CallerGone" in outcome.reasons, outcome.reasons
-                assert gate.remaining(agent)[agent.chain.root.id][0] == 0  # nothing delivered
+                assert any("charged as reserved" in r for r in outcome.reasons)
+                assert outcome.budget_delta and outcome.budget_delta > 0
+                assert gate.remaining(agent)[agent.chain.root.id][0] == outcome.budget_delta
                 assert gate.verify().ok
             finally:
                 server.stop()

@@ -20,8 +20,8 @@ What holds:
 - 429 ``quota_exceeded``: the SDK sleeps the ``Retry-After`` and its one retry lands in the next
   window and is served; 429 ``shed`` (a rank-2 class on a saturated backend): retried after its
   ``Retry-After``, only the served try charged; 503 ``no_backend``: retried, no try charged;
-- an SDK timeout of a stream before its first token charges no try; of a JSON call the backend
-  holds, each try is charged its reservation (documented: each SDK retry is a new call);
+- an SDK timeout of a stream before its first token, or of a JSON call the backend holds, charges
+  each try its reservation (documented: each SDK retry is a new call; the stream's since R44);
 - a stream that breaks after output raises ``openai.APIError`` with the error event's message and
   code, is not retried, and is charged its reservation once;
 - tool calls (JSON and streamed fragments) reach the SDK and ``ChatOpenAI.bind_tools`` (invoke,
@@ -625,16 +625,19 @@ def socket_closed() -> Iterator[str]:
     yield f"http://127.0.0.1:{port}"
 
 
-def test_a_sdk_timeout_on_a_stream_before_its_first_token_charges_no_try(env: Env) -> None:
+def test_a_sdk_timeout_on_a_stream_before_its_first_token_charges_each_try_its_reservation(env: Env) -> None:
+    # Since R44, as a JSON call's (below): the backend got the request (its prefill is work done),
+    # and hanging up before the first token was a way to have it for free.
     env.backend.holding = True
+    messages = _messages()
     client = env.client(max_retries=1, timeout=0.5)
     with pytest.raises(openai.APITimeoutError):
-        client.chat.completions.create(model=TOOLY, messages=_messages(), max_tokens=8, stream=True)
+        client.chat.completions.create(model=TOOLY, messages=messages, max_tokens=8, stream=True)
     _wait_settled(env)
-    # Two tries (the SDK retries a timeout), each decided and settled once, neither charged.
+    # Two tries (the SDK retries a timeout), each decided and settled once, each charged.
     assert len(env.backend.bodies) == 2
     assert env.kinds() == ["allow", "outcome:error"] * 2
-    assert env.spent() == 0
+    assert env.spent() == 2 * _reserved(messages, 8)
     env.check_log()
 
 
@@ -986,5 +989,39 @@ def test_at_shutdown_a_json_call_still_in_line_is_released_and_the_one_sent_is_c
         assert "charged as reserved" in answers["sent"].message
         assert len(backend.bodies) == 1
         assert env.spent() == _reserved(_messages("sent"), 8)  # the queued call: nothing
+        assert env.kinds().count("outcome:error") == 2
+        env.check_log()
+
+
+def test_a_stream_given_up_in_line_is_released_and_the_one_sent_is_charged(
+    tmp_path: Path, sim: SimServer, backend: _Backend
+) -> None:
+    # R44: a stream whose caller leaves before its first token is charged its reservation, as a
+    # JSON call's is, unless no backend got it (it waited in line for the only slot).
+    with _gateway(tmp_path, sim, backend, concurrency=1, slo_ttft_s=30.0) as env:
+        backend.holding = True
+        timeouts: list[str] = []
+
+        def call(name: str, timeout: float) -> None:
+            try:
+                env.client(max_retries=0, timeout=timeout).chat.completions.create(
+                    model=TOOLY, messages=_messages(name), max_tokens=8, stream=True
+                )
+            except openai.APITimeoutError:
+                timeouts.append(name)
+
+        sent = threading.Thread(target=call, args=("sent", 4.0))
+        sent.start()
+        deadline = time.monotonic() + 10
+        while not backend.bodies and time.monotonic() < deadline:
+            time.sleep(0.01)
+        call("queued", 0.5)  # gives up while it waits for the slot the first one holds
+        while env.kinds().count("outcome:error") < 1 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert env.spent() == 0 and len(backend.bodies) == 1  # released: no backend got it
+        sent.join(10)
+        _wait_settled(env)
+        assert sorted(timeouts) == ["queued", "sent"] and len(backend.bodies) == 1
+        assert env.spent() == _reserved(_messages("sent"), 8)
         assert env.kinds().count("outcome:error") == 2
         env.check_log()

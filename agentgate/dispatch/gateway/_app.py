@@ -476,10 +476,18 @@ class Gateway:
                 return error_response(499, "the caller went away", "caller_gone")
         watch = _Watch(scope)
         handler = watch.task
+        # As for a JSON call (``_backend_call``): a stream cut before its first chunk is charged
+        # its reservation (a long prefill is the backend's work), unless the lean pool never
+        # began to send it (it waited in line). The task that reads the backend is made in this
+        # context: it shares the mark.
+        mark = SendMark()
+        sending = SENDING.set(mark)
+        lean = payload.get("model") in self._lean_models
         chunks = self.gate.gated_stream(
             decision.auth,
             self.dispatcher.stream(payload, **route),
             left=lambda: _left_reason(scope, handler),
+            unsent=lambda: lean and not mark.sent,
         )
         # Wait for the first chunk before answering, so that a call no backend can take gets an
         # HTTP error status rather than a 200 stream that fails. A caller that leaves meanwhile
@@ -503,6 +511,8 @@ class Gateway:
             await chunks.aclose()
             message = "the gateway is shutting down: the call was cut before its answer began"
             return error_response(503, message, "shutting_down")
+        finally:
+            SENDING.reset(sending)
         options = payload.get("stream_options")
         include_usage = isinstance(options, Mapping) and bool(options.get("include_usage"))
         events = self._events(chunks, first, str(payload["model"]), include_usage)

@@ -319,15 +319,19 @@ class GatewayGate(Gate):
         chunks: AsyncIterator[ChatChunk],
         *,
         left: Callable[[], str | None] | None = None,
+        unsent: Callable[[], bool] | None = None,
     ) -> AsyncGenerator[ChatChunk, None]:
         """Pass a streamed answer through for an allowed call, in its span, then settle its budget.
 
         The usage the backend reports is charged. A stream that ends without usage is charged its
         whole reservation (prompt, max output), and its outcome says so: the gateway cannot know
         how much was generated, and never charges less than may have been used; the span carries
-        no usage then. One cut (by the backend, or by the caller going away) before it delivered
-        anything is released. Raises ``Denied`` for an authorization that is not an allow, and re-raises what
-        ``chunks`` raises, after recording it.
+        no usage then. One the backend fails before it delivered anything is released. One cut
+        by the caller going away (or the server's shutdown) before any output is charged its
+        reservation too, as a JSON call cut so is (a long prompt's prefill is work done; released,
+        hanging up before the first token made it free), unless ``unsent`` says no backend was
+        sent it (it waited in line). Raises ``Denied`` for an authorization that is not an allow,
+        and re-raises what ``chunks`` raises, after recording it.
 
         The backend stream is read by a task of its own, so that the call's span is entered and
         left in one context (a web server may resume this generator from another task). It reads
@@ -340,7 +344,7 @@ class GatewayGate(Gate):
         """
         self._check_allowed(auth)
         queue: asyncio.Queue[ChatChunk | BaseException | None] = asyncio.Queue(STREAM_AHEAD)
-        pump = asyncio.create_task(self._pump(auth, chunks, queue, left))
+        pump = asyncio.create_task(self._pump(auth, chunks, queue, left, unsent))
         try:
             while (item := await queue.get()) is not None:
                 if isinstance(item, BaseException):
@@ -358,9 +362,11 @@ class GatewayGate(Gate):
         chunks: AsyncIterator[ChatChunk],
         queue: asyncio.Queue[ChatChunk | BaseException | None],
         left: Callable[[], str | None] | None,
+        unsent: Callable[[], bool] | None,
     ) -> None:
         usage: tuple[int, int] | None = None
         delivered = False
+        cut = False  # by the caller going away or the server stopping, not by the backend
         error: str | None = None  # the outcome's reason in the audit log
         error_type: str | None = None  # the span's: a class name (the reason may quote the backend)
         last: BaseException | None = None  # what ends the caller's stream: None, or the failure
@@ -378,13 +384,14 @@ class GatewayGate(Gate):
                 last = exc
             except BaseException as exc:  # cancelled: the caller is gone, nobody reads the queue
                 error = error_type = (left() if left is not None else None) or type(exc).__name__
+                cut = not (unsent is not None and unsent())
                 raise
             finally:
                 if isinstance(chunks, AsyncGenerator):
                     await chunks.aclose()  # closes the backend request now, not at garbage collection
                 if usage is not None:  # only what the backend reported is the call's usage
                     record_usage(span, *usage)
-                elif delivered and error is not None:  # cut after output: charged as reserved
+                elif error is not None and (delivered or cut):  # its usage unread: charged as reserved
                     usage = USAGE_UNREAD
                 if span.is_recording():
                     record_outcome(span, "ok" if error is None else "error", error_type=error_type)
