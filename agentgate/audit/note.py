@@ -113,6 +113,7 @@ def open_note(note: str, public_key: PublicKey, name: str) -> str:
         raise TamperDetected("signed note has no signature block")
     text += "\n"
     wanted = key_id(name, public_key)
+    others: list[str] = []  # key ids of the signatures under ``name`` by other keys
     for line in signatures[:-1].split("\n"):
         parts = line.split(" ")
         if len(parts) != 3 or parts[0] != _EM_DASH:
@@ -122,12 +123,22 @@ def open_note(note: str, public_key: PublicKey, name: str) -> str:
         except (binascii.Error, ValueError) as exc:
             raise TamperDetected("signature line is not base64") from exc
         if parts[1] != name or blob[:4] != wanted:
+            if parts[1] == name and len(blob) == 4 + 64:
+                others.append(blob[:4].hex())
             continue
         try:
             public_key.verify(text.encode(), blob[4:])
         except InvalidSignature as exc:
             raise TamperDetected(f"checkpoint signature by {name} does not verify") from exc
         return text
+    if others:
+        # Say which key did sign it: after a log-key rotation, a checkpoint of the old key is
+        # otherwise indistinguishable from a forged one (docs/operations.md, Rotating the log key).
+        raise TamperDetected(
+            f"note carries no signature by the log key {name} (key id {wanted.hex()}); it is signed "
+            f"by key id {', '.join(others)}: a rotated-out log key verifies only when its public "
+            "key is given (AGENTGATE_LOG_PREVIOUS_KEYS), any other key is a forgery"
+        )
     raise TamperDetected(f"note carries no signature by the log key {name}")
 
 

@@ -547,6 +547,9 @@ def create_audit_tables(store: Store) -> bool:
     return True
 
 
+_CHANGED_WITH_LEAF_HASH = "was changed together with its leaf hash"
+
+
 class AuditLog:
     """The append-only, signed Merkle audit log kept in ``store``."""
 
@@ -1200,6 +1203,8 @@ class AuditLog:
         bad: list[int] = []
         expected: dict[int, bytes] = {}
         checked = 0
+        in_rows: set[int] = set()  # the sizes of the stored checkpoints
+        saved_only: int | None = None  # the size of the saved checkpoint, when no stored one has it
         # Checkpoints are read in batches and only their sizes and roots kept: a log checkpointed
         # every minute for a year has half a million of them.
         # The size column is compared as stored (SQLite keeps text, bytes or a fraction there if
@@ -1227,6 +1232,10 @@ class AuditLog:
                 problems.append(f"{label}: two checkpoints of size {cp.size} have different roots (a fork)")
                 continue
             expected[cp.size] = cp.root
+            if size_column is not None:
+                in_rows.add(cp.size)
+            elif cp.size not in in_rows:
+                saved_only = cp.size
 
         acc = RootAccumulator()
         last_good = 0
@@ -1292,6 +1301,13 @@ class AuditLog:
                 else:
                     first_bad, cause = self._diagnose(last_good, acc.size)
                     bad.append(first_bad)
+                    if acc.size == saved_only and cause.endswith(_CHANGED_WITH_LEAF_HASH):
+                        # No entry shows an edit: a log that grew again after a restore does too.
+                        cause = (
+                            f"the log does not extend the saved checkpoint: the database was restored "
+                            f"from an older copy (or forked from one) and grew again, or {cause}; it "
+                            f"agrees with the stored checkpoints up to size {last_good}"
+                        )
                 problems.append(f"checkpoint of size {acc.size}: root does not match the entries; {cause}")
             if len(rows) < count:
                 break
@@ -1395,4 +1411,4 @@ class AuditLog:
                 return idx, f"entry {idx} is malformed: {one_line(str(exc))}"
             if entry.index != idx:
                 return idx, f"entry {idx} holds the entry of index {entry.index} (inserted or reordered)"
-        return lo, f"an entry in [{lo}, {hi}) was changed together with its leaf hash"
+        return lo, f"an entry in [{lo}, {hi}) {_CHANGED_WITH_LEAF_HASH}"
