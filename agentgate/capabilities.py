@@ -736,7 +736,14 @@ def attenuates(parent: Capability, child: Capability) -> bool:
     Decided on the normal forms directly (no witness is built); agrees with ``witness``.
     A child field left unconstrained where the parent constrains it is wider, since every
     constraint refuses some value.
+
+    Raises ``CapabilityError`` when given anything but two ``Capability`` objects.
     """
+    if not isinstance(parent, Capability) or not isinstance(child, Capability):
+        raise CapabilityError(
+            f"attenuates(parent, child) takes two Capability objects (parse_capability), got "
+            f"{type(parent).__name__} and {type(child).__name__}"
+        )
     child_map = child.constraint_map
     if any(c.is_empty for c in child_map.values()):
         return True

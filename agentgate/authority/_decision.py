@@ -670,6 +670,8 @@ def revoke(repo: GrantRepository, grant: Chain | str, *, reason: str = "", now: 
         grant_id = grant
     else:
         grant_id = parse_chain(grant).id
+    if not isinstance(reason, str):
+        raise InputError(f"reason must be text, got {type(reason).__name__}")
     storable = reason.encode("utf-8", "backslashreplace").decode("utf-8").replace("\x00", "\\x00")
     repo.revoke(grant_id, now=_now(now), reason=storable)
     return grant_id

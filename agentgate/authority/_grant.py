@@ -1091,6 +1091,8 @@ def verify_chain(
     validity times; not revocation (that needs the store: use ``decide``). Raises
     ``TokenFormatError`` for malformed bytes, else the ``AuthorityError`` of the first finding.
     """
+    if type(skew) is not int or skew < 0:
+        raise InputError(f"skew must be a whole number of seconds, 0 or more, got {skew!r:.40}")
     parsed = _as_chain(chain)
     found = chain_finding(parsed, _anchors(trusted)) or time_finding(parsed, _now(now), skew)
     if found is not None:

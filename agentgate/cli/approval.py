@@ -145,15 +145,15 @@ def _read(source: str) -> Any:
         try:
             data = sys.stdin.buffer.read(MAX_PAYLOAD_BYTES + 1)
         except OSError as exc:
-            raise InputError(f"{source}: cannot read: {exc.strerror}") from None
+            raise InputError(f"{source}: cannot read approval payload: {exc.strerror}") from None
         if len(data) > MAX_PAYLOAD_BYTES:
-            raise InputError(f"{source}: cannot read PAYLOAD: larger than {MAX_PAYLOAD_BYTES} bytes")
+            raise InputError(f"{source}: cannot read approval payload: larger than {MAX_PAYLOAD_BYTES} bytes")
     else:
-        data, _ = read_regular_file(source, MAX_PAYLOAD_BYTES, "PAYLOAD")
+        data, _ = read_regular_file(source, MAX_PAYLOAD_BYTES, "approval payload")
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
-        raise InputError(f"{source}: not UTF-8 text") from None
+        raise InputError(f"{source}: cannot read approval payload: not UTF-8 text") from None
     try:
         return json.loads(text)
     except (ValueError, RecursionError) as exc:

@@ -36,6 +36,7 @@ from typing import Any
 
 from agentgate.audit.entry import ENTRY_KINDS, AuditEntry
 from agentgate.audit.note import Checkpoint, verifier_key
+from agentgate.audit.proof import HEADER as PROOF_HEADER
 from agentgate.audit.proof import verify_bundle
 from agentgate.audit.report import render_report
 from agentgate.cli._common import given, given_text, open_audit_log, printable
@@ -380,6 +381,8 @@ def _prove(args: argparse.Namespace) -> int:
 def _verify_proof(args: argparse.Namespace) -> int:
     text = _read(args.file, MAX_BUNDLE_FILE_BYTES, "proof bundle")
     key = load_public_key(args.key)
+    if text.partition("\n")[0] != PROOF_HEADER:  # another file (a key, a checkpoint): unusable, not INVALID
+        raise InputError(f"{args.file}: not a proof bundle (its first line must be {PROOF_HEADER!r})")
     try:
         entry, checkpoint = verify_bundle(text, key, args.origin)
     except TamperDetected as exc:

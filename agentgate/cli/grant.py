@@ -31,7 +31,13 @@ from agentgate.authority import (
     record,
     revoke,
 )
-from agentgate.authority._grant import GRANT_CONTEXT, link_findings, root_findings, verify_signature
+from agentgate.authority._grant import (
+    GRANT_CONTEXT,
+    MAX_DEPTH,
+    link_findings,
+    root_findings,
+    verify_signature,
+)
 from agentgate.capabilities import Call, Capability
 from agentgate.cli._common import (
     given,
@@ -67,14 +73,23 @@ MAX_DURATION = MAX_TTL_S
 
 def parse_duration(text: str) -> int:
     """Seconds in ``30s``, ``15m``, ``1h``, ``7d`` or a sum like ``1h30m``; zero, negative or > 10 years is refused."""
+    shown = repr(text[:40]) + ("..." if len(text) > 40 else "") if isinstance(text, str) else repr(text)
     if not isinstance(text, str) or not _DURATION.fullmatch(text):
         raise InputError(
-            f"duration {text!r}: write a positive number with a unit s, m, h or d (e.g. 15m, 7d)"
+            f"duration {shown}: write a positive whole number with a unit s, m, h or d (e.g. 15m, 7d)"
         )
     seconds = sum(int(n) * _UNITS[u] for n, u in re.findall(r"([0-9]+)([smhd])", text))
     if seconds <= 0 or seconds > MAX_DURATION:
-        raise InputError(f"duration {text!r} must be more than zero and at most 10 years ({MAX_DURATION}s)")
+        raise InputError(f"duration {shown} must be more than zero and at most 10 years ({MAX_DURATION}s)")
     return seconds
+
+
+def _depth(text: str) -> int:
+    """An argparse ``type`` for ``--max-depth``: a whole number of further delegation levels, 0 to
+    ``MAX_DEPTH``, refused with the flag and the value named (as the serve flags are)."""
+    if not re.fullmatch(r"[0-9]{1,3}", text) or int(text) > MAX_DEPTH:
+        raise argparse.ArgumentTypeError(f"expected a whole number from 0 to {MAX_DEPTH}, got {text[:40]!r}")
+    return int(text)
 
 
 _EPILOG = """\
@@ -114,7 +129,7 @@ def register(subparsers: Any) -> None:
     _common_grant_args(p, required=False)
     p.add_argument(
         "--max-depth",
-        type=int,
+        type=_depth,
         default=None,
         metavar="N",
         help="further delegation levels (default 2, or the role's)",
@@ -142,7 +157,7 @@ def register(subparsers: Any) -> None:
     )
     _common_grant_args(p)
     p.add_argument(
-        "--max-depth", type=int, default=None, metavar="N", help="default: one less than the parent"
+        "--max-depth", type=_depth, default=None, metavar="N", help="default: one less than the parent"
     )
     p.set_defaults(handler=_delegate)
 

@@ -540,7 +540,7 @@ def inventory_from_mapping(
             # ``loc`` locates the model whose validator raised it; its own ``loc`` is within that.
             raise _located(source, lines, loc + ctx_error.loc, ctx_error.message, ctx_error.error) from None
         field = ".".join(str(p) for p in loc) or "inventory"
-        message = f"{field}: {err['msg']}"
+        message = f"{field}: {err['msg'].removeprefix('Value error, ')}"  # pydantic's, for a validator's own
         if err["type"] == "extra_forbidden":
             message = f"{field}: unknown field"
         raise _located(source, lines, loc, message) from None

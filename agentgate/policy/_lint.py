@@ -24,6 +24,7 @@ from agentgate.capabilities import (
     pattern_matches,
     witness,
 )
+from agentgate.errors import PolicyError
 from agentgate.findings import Finding, FindingKind, Severity
 from agentgate.policy._index import _comparable, wild_ancestors
 from agentgate.policy._load import Policy, RuleRef, describe
@@ -964,6 +965,11 @@ RULES: tuple[LintRule, ...] = (
 
 
 def lint(policy: Policy, rules: tuple[LintRule, ...] = RULES) -> tuple[Finding, ...]:
-    """Every finding of ``rules`` on ``policy``, ordered by line. Never raises for a loaded policy."""
+    """Every finding of ``rules`` on ``policy``, ordered by line. Never raises for a loaded policy;
+    anything but a ``Policy`` is a ``PolicyError``."""
+    if not isinstance(policy, Policy):
+        raise PolicyError(
+            f"lint takes a Policy (from load_policy or parse_policy), got {type(policy).__name__}"
+        )
     findings = [f for rule in rules for f in rule.check(policy)]
     return tuple(sorted(findings, key=lambda f: (f.line if f.line is not None else 0, f.code)))

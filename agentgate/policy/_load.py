@@ -232,7 +232,7 @@ def parse_policy(
         )
     if not isinstance(content, dict):
         raise PolicyError(
-            f"the policy is a {type(content).__name__}, not a mapping",
+            f"the policy is {_yaml_kind(content)}, not a mapping",
             file=source,
             line=1,
             column=1,
@@ -316,6 +316,10 @@ def _schema_error(exc: ValidationError, source: str, locations: Locations) -> Po
         hint = "add it"
     elif kind == "value_error":  # a validator's own words: said once, without pydantic's prefix
         message = f"{dotted}: {first['msg'].removeprefix('Value error, ')}"
+    elif kind in ("model_type", "dict_type"):  # not pydantic's "instance of <its class name>"
+        message = f"{dotted}: got {_yaml_kind(first.get('input'))}"
+    elif kind == "string_pattern_mismatch":  # the expected text says it, not pydantic's regex
+        message = f"{dotted}: {str(first.get('input'))[:100]!r} is not a valid name"
     else:
         message = f"{dotted}: {first['msg']}"
         text = first.get("input")
@@ -334,6 +338,21 @@ def _schema_error(exc: ValidationError, source: str, locations: Locations) -> Po
         or (None if kind == "value_error" else first["msg"].removeprefix("Input should be ").strip() or None),
         hint=hint,
     )
+
+
+def _yaml_kind(value: object) -> str:
+    """What a YAML value is, in YAML's words (for a value where a mapping belongs)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "text"
+    if isinstance(value, list | tuple):
+        return "a list"
+    return type(value).__name__
 
 
 def _text_hint(kind: str, text: str) -> str:
@@ -583,6 +602,13 @@ class _Compiler:
                     "an existing public key file",
                     "give the path of the .pub file, or 'did:' instead",
                 ) from None
+            if not exists and key.startswith("did:"):
+                raise self.error(  # a did where a file belongs: say so, not "no such file"
+                    (*loc, "key"),
+                    f"{key[:200]!r} is a did, not a key file",
+                    "the path of a .pub file",
+                    "write a did:key under 'did:', not 'key:'",
+                )
             if not exists:
                 raise self.error(
                     (*loc, "key"),
