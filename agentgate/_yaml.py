@@ -287,21 +287,7 @@ class _Builder:
         if node.tag not in _SCALAR_TAGS:
             raise self._tag_error(node)
         if node.tag == _STR:
-            plain = isinstance(node, yaml.ScalarNode) and not node.style  # None, or "" (libyaml)
-            # ``!!str 5`` is plain too, but its author said text: only an untagged scalar is a number.
-            if plain and not _TAGGED.match(self.text, node.start_mark.index):
-                # Read unquoted numbers as YAML 1.2 reads them, where PyYAML's 1.1 rule says text.
-                value = node.value
-                if _OCTAL_1_2.fullmatch(value):
-                    number = int(value.replace("0o", "", 1), 8)
-                    if not -_MAX_INT < number < _MAX_INT:
-                        raise self._too_long(node)
-                    return number
-                if _LEADING_ZERO.fullmatch(value):
-                    raise self._ambiguous(node)
-                if _FLOAT_1_2.fullmatch(value):
-                    return float(value)
-            return node.value
+            return self._text(node)
         if node.tag == _BOOL and node.value not in _BOOLEANS:
             # YAML 1.1 reads yes/no/on/off as booleans: ``in: [NO, SE, DK]`` would hold False,
             # not Norway. YAML 1.2 reads them as text, and so does agentgate; a field that wants
@@ -313,6 +299,30 @@ class _Builder:
             if _SEXAGESIMAL.fullmatch(node.value):
                 return node.value  # ``10:30`` is 630 in YAML 1.1, text in YAML 1.2 and here
             raise self._ambiguous(node)
+        return self._constructed(node)
+
+    def _text(self, node: yaml.Node) -> Any:
+        """A scalar PyYAML resolved as text: an unquoted, untagged number as YAML 1.2 reads it
+        (``0o17``, ``1e3``), where PyYAML's 1.1 rule says text; else the text itself. Raises for
+        an integer with a leading zero (ambiguous) or one too long to print."""
+        plain = isinstance(node, yaml.ScalarNode) and not node.style  # None, or "" (libyaml)
+        # ``!!str 5`` is plain too, but its author said text: only an untagged scalar is a number.
+        if plain and not _TAGGED.match(self.text, node.start_mark.index):
+            value = node.value
+            if _OCTAL_1_2.fullmatch(value):
+                number = int(value.replace("0o", "", 1), 8)
+                if not -_MAX_INT < number < _MAX_INT:
+                    raise self._too_long(node)
+                return number
+            if _LEADING_ZERO.fullmatch(value):
+                raise self._ambiguous(node)
+            if _FLOAT_1_2.fullmatch(value):
+                return float(value)
+        return node.value
+
+    def _constructed(self, node: yaml.Node) -> Any:
+        """PyYAML's value for a scalar of a number, boolean or null tag, refusing one it cannot
+        read (``bad value``, ``not a number``) and an integer too long to print."""
         try:
             value = self.scalars.construct_object(node, deep=True)
         except yaml.YAMLError as exc:

@@ -294,6 +294,25 @@ class Constraint:
             finite = [self.eq]
         if self.one_of is not None:
             finite = [v for v in self.one_of if finite is None or any(_same(v, f) for f in finite)]
+        interval = self._bounds()
+        prefix = _Prefix(self.prefix) if self.prefix is not None else None
+        if finite is not None:
+            kept = tuple(
+                v
+                for v in finite
+                if (interval is None or interval.contains(v)) and (prefix is None or prefix.contains(v))
+            )
+            return _Finite(kept) if kept else _Empty()
+        if interval is not None and prefix is not None:
+            return _Empty()  # a value cannot be both a number and a string
+        if interval is not None:
+            return _interval_normal(interval)
+        assert prefix is not None  # Constraint.of refuses an empty spec
+        return prefix
+
+    def _bounds(self) -> _Interval | None:
+        """The tightest interval the numeric bounds (``gt``, ``ge``, ``lt``, ``le``) allow, or
+        ``None`` when there is none."""
         lo, lo_open, hi, hi_open = -math.inf, True, math.inf, True
         bounded = False
         for bound, is_lower, is_open in (
@@ -310,29 +329,7 @@ class Constraint:
                 lo, lo_open = b, is_open
             if not is_lower and (b < hi or (b == hi and is_open)):
                 hi, hi_open = b, is_open
-        interval = _Interval(lo, hi, lo_open, hi_open) if bounded else None
-        prefix = _Prefix(self.prefix) if self.prefix is not None else None
-        if finite is not None:
-            kept = tuple(
-                v
-                for v in finite
-                if (interval is None or interval.contains(v)) and (prefix is None or prefix.contains(v))
-            )
-            return _Finite(kept) if kept else _Empty()
-        if interval is not None and prefix is not None:
-            return _Empty()  # a value cannot be both a number and a string
-        if interval is not None:
-            if interval.lo > interval.hi or (
-                interval.lo == interval.hi and (interval.lo_open or interval.hi_open)
-            ):
-                return _Empty()
-            if interval.lo == interval.hi:
-                lo = interval.lo
-                point = lo if type(lo) is int or not float(lo).is_integer() else int(lo)
-                return _Finite((point,))
-            return interval
-        assert prefix is not None  # Constraint.of refuses an empty spec
-        return prefix
+        return _Interval(lo, hi, lo_open, hi_open) if bounded else None
 
     @property
     def is_empty(self) -> bool:
@@ -344,6 +341,18 @@ class Constraint:
 
     def __str__(self) -> str:
         return "&".join(f"{op}:{v}" for op, v in self.to_dict().items())
+
+
+def _interval_normal(interval: _Interval) -> _Normal:
+    """``interval`` as a normal form: empty when no number lies in it, a single value when it is
+    closed on one point (an integral float point as an integer), else the interval itself."""
+    if interval.lo > interval.hi or (interval.lo == interval.hi and (interval.lo_open or interval.hi_open)):
+        return _Empty()
+    if interval.lo == interval.hi:
+        lo = interval.lo
+        point = lo if type(lo) is int or not float(lo).is_integer() else int(lo)
+        return _Finite((point,))
+    return interval
 
 
 def _subset(child: _Normal, parent: _Normal) -> bool:

@@ -29,8 +29,6 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 from agentgate._json import is_plain
 from agentgate.errors import InputError, TamperDetected
 
-FORMAT_VERSION = 1
-
 EntryKind = Literal["allow", "deny", "approval_required", "approval_given", "revoke", "spend", "outcome"]
 ENTRY_KINDS: tuple[str, ...] = get_args(EntryKind)
 

@@ -214,9 +214,14 @@ class RoutingPolicy(ABC):
         self._inflight[request.id] = _Dispatch(plan.backend, now, max(0.0, plan.predicted_ttft_s - waited))
 
     def plan(
-        self, state: BackendState, request: RouteRequest, reason: str, predicted: float = 0.0
+        self,
+        state: BackendState,
+        request: RouteRequest,
+        reason: str,
+        predicted: float = 0.0,
+        candidates: tuple[Candidate, ...] = (),
     ) -> RoutePlan:
-        """A dispatch plan to ``state``'s backend."""
+        """A dispatch plan to ``state``'s backend (``candidates``: every backend's prediction, for logging)."""
         return RoutePlan(
             request_id=request.id,
             action="dispatch",
@@ -225,6 +230,7 @@ class RoutingPolicy(ABC):
             meets_slo=predicted <= request.slo_ttft_s,
             cached_tokens=state.cached_tokens(request.prefix_hashes, request.prompt_tokens),
             reason=reason,
+            candidates=candidates,
         )
 
     # --- what happened -------------------------------------------------------------------

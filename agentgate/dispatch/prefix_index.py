@@ -24,8 +24,6 @@ class PrefixIndex:
             raise ValueError("capacity must be positive")
         self.capacity_blocks = capacity_blocks
         self._blocks: OrderedDict[int, None] = OrderedDict()
-        self.predicted_tokens = 0.0
-        self.queried_tokens = 0.0
         self.confidence = 1.0
 
     def __len__(self) -> int:

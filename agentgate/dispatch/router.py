@@ -370,16 +370,7 @@ class Router(RoutingPolicy):
             self._sessions.move_to_end(request.session)
             if len(self._sessions) > self.max_sessions:
                 self._sessions.popitem(last=False)
-        return RoutePlan(
-            request_id=request.id,
-            action="dispatch",
-            backend=state.name,
-            predicted_ttft_s=predicted,
-            meets_slo=predicted <= request.slo_ttft_s,
-            cached_tokens=state.cached_tokens(request.prefix_hashes, request.prompt_tokens),
-            reason=reason,
-            candidates=alternatives,
-        )
+        return self.plan(state, request, reason, predicted, alternatives)
 
     def _in_debt(self, tenant: str, cost: float, now: float) -> bool:
         """Whether ``tenant``'s token bucket cannot pay ``cost`` now (never, for a tenant without a quota)."""

@@ -152,6 +152,17 @@ class PolicyIndex:
         self.policy = policy
         doc = policy.document
         self._budgets: dict[str, Budget | None] = {name: role.budget for name, role in doc.roles.items()}
+        self._index_gates(policy)
+        exact = self._index_rules(policy)
+        self._slots = self._build_slots(policy, exact)
+        self._exact_other = {
+            resource: by_role for resource, by_role in exact.items() if resource not in self._slots
+        }
+        self._principals = _index_principals(policy)
+
+    def _index_gates(self, policy: Policy) -> None:
+        """The approval gates by their pattern: ``_exact_gates``, and ``_wild_gates`` with each
+        gate's position in the policy (``_gates_of`` keeps the policy's order)."""
         gates = [
             _Gate(
                 name,
@@ -166,7 +177,7 @@ class PolicyIndex:
                     policy.line_of("approvals", name),
                 ),
             )
-            for name, gate in doc.approvals.items()
+            for name, gate in policy.document.approvals.items()
         ]
         # Gates and rules by their pattern: the wildcard ones that name a resource are found by
         # looking up its few ``wild_ancestors``, never by matching every wildcard of the policy
@@ -181,10 +192,13 @@ class PolicyIndex:
                 exact_gates.setdefault(g.pattern, []).append(g)
         self._wild_gates = {pattern: tuple(found) for pattern, found in wild_gates.items()}
         self._exact_gates = {pattern: tuple(found) for pattern, found in exact_gates.items()}
-        # Rules by exact resource, and the wildcard rules by pattern, per role.
+
+    def _index_rules(self, policy: Policy) -> dict[str, dict[str, list[RuleRef]]]:
+        """Set ``_wild_rules`` (the wildcard rules by pattern, per role); return the exact ones
+        by resource, per role."""
         exact: dict[str, dict[str, list[RuleRef]]] = {}
         wild_rules: dict[str, dict[str, list[RuleRef]]] = {}
-        for role in doc.roles:
+        for role in policy.document.roles:
             for rule in policy.rules.get(role, ()):
                 pattern = rule.capability.resource
                 into = wild_rules if pattern.endswith("*") else exact
@@ -193,7 +207,13 @@ class PolicyIndex:
             pattern: {role: tuple(rs) for role, rs in by_role.items()}
             for pattern, by_role in wild_rules.items()
         }
-        self._slots: dict[str, _Slot] = {}
+        return exact
+
+    def _build_slots(self, policy: Policy, exact: dict[str, dict[str, list[RuleRef]]]) -> dict[str, _Slot]:
+        """One slot per declared tool and model: its signature, its gates, its rules per role
+        (exact and wildcard, compiled, in policy order) and, for a model, its priority classes."""
+        doc = policy.document
+        slots: dict[str, _Slot] = {}
         declared: list[tuple[str, dict[str, frozenset[type]] | None, tuple[str, ...]]] = [
             (
                 f"tool:{name}",
@@ -221,58 +241,8 @@ class PolicyIndex:
             slot_gates = self._gates_of(resource)
             model = doc.models.get(resource.removeprefix("model:")) if types is None else None
             classes = frozenset(model.priority_classes) if model and model.priority_classes else None
-            self._slots[resource] = _Slot(types, required, rules, slot_gates, classes)
-        self._exact_other = {
-            resource: by_role for resource, by_role in exact.items() if resource not in self._slots
-        }
-        self._principals: dict[str, _Principal] = {}
-        # Each quota once, and by its subject: a principal's quotas are those of its tenant, its
-        # name and its roles, found by lookup (not by reading every quota for every principal).
-        quotas_in_order = [
-            _Quota(
-                QuotaRef(
-                    qname,
-                    f"tenant:{q.tenant}"
-                    if q.tenant
-                    else f"principal:{q.principal}"
-                    if q.principal
-                    else f"role:{q.role}",
-                    q.window_s,
-                    q.limit,
-                    q.unit,
-                    policy.line_of("quotas", qname),
-                ),
-                tuple(q.resources),
-            )
-            for qname, q in doc.quotas.items()
-        ]
-        by_subject: dict[tuple[str, str], list[int]] = {}
-        for position, q in enumerate(doc.quotas.values()):
-            for subject, value in (("tenant", q.tenant), ("principal", q.principal), ("role", q.role)):
-                if value is not None:
-                    by_subject.setdefault((subject, value), []).append(position)
-        closures: dict[str, tuple[str, ...]] = {}  # held role -> its closure, computed once
-        for name, spec in doc.principals.items():
-            held_closures = []
-            for held in spec.roles:
-                if held not in closures:
-                    closures[held] = policy.role_closure(held)
-                held_closures.append(closures[held])
-            roles = tuple(dict.fromkeys(role for closure in held_closures for role in closure))
-            subjects = [("principal", name), *(("role", role) for role in roles)]
-            if spec.tenant is not None:
-                subjects.append(("tenant", spec.tenant))
-            positions = sorted({i for subject in subjects for i in by_subject.get(subject, ())})
-            quotas = tuple(quotas_in_order[i] for i in positions)
-            via: dict[str, str] = {}
-            for held, closure in zip(spec.roles, held_closures, strict=True):
-                for role in closure:
-                    via.setdefault(role, held)
-            entry = _Principal(name, roles, quotas, via, {})
-            self._principals[name] = entry
-            did = policy.principal_dids.get(name)
-            if did is not None:
-                self._principals.setdefault(did, entry)
+            slots[resource] = _Slot(types, required, rules, slot_gates, classes)
+        return slots
 
     def principal_name(self, principal: str) -> str | None:
         """The policy name of a principal given by name or did:key, or ``None`` if unknown."""
@@ -412,6 +382,61 @@ class PolicyIndex:
         return PolicyDecision(
             Outcome.ALLOW, entry.name, resource, rule.role, rule, budget, quotas, None, (allowed_by,), held
         )
+
+
+def _index_principals(policy: Policy) -> dict[str, _Principal]:
+    """Each principal, by name and by did:key: its roles (inherited ones included, each with the
+    role it holds that brings it) and its quotas."""
+    principals: dict[str, _Principal] = {}
+    doc = policy.document
+    # Each quota once, and by its subject: a principal's quotas are those of its tenant, its
+    # name and its roles, found by lookup (not by reading every quota for every principal).
+    quotas_in_order = [
+        _Quota(
+            QuotaRef(
+                qname,
+                f"tenant:{q.tenant}"
+                if q.tenant
+                else f"principal:{q.principal}"
+                if q.principal
+                else f"role:{q.role}",
+                q.window_s,
+                q.limit,
+                q.unit,
+                policy.line_of("quotas", qname),
+            ),
+            tuple(q.resources),
+        )
+        for qname, q in doc.quotas.items()
+    ]
+    by_subject: dict[tuple[str, str], list[int]] = {}
+    for position, q in enumerate(doc.quotas.values()):
+        for subject, value in (("tenant", q.tenant), ("principal", q.principal), ("role", q.role)):
+            if value is not None:
+                by_subject.setdefault((subject, value), []).append(position)
+    closures: dict[str, tuple[str, ...]] = {}  # held role -> its closure, computed once
+    for name, spec in doc.principals.items():
+        held_closures = []
+        for held in spec.roles:
+            if held not in closures:
+                closures[held] = policy.role_closure(held)
+            held_closures.append(closures[held])
+        roles = tuple(dict.fromkeys(role for closure in held_closures for role in closure))
+        subjects = [("principal", name), *(("role", role) for role in roles)]
+        if spec.tenant is not None:
+            subjects.append(("tenant", spec.tenant))
+        positions = sorted({i for subject in subjects for i in by_subject.get(subject, ())})
+        quotas = tuple(quotas_in_order[i] for i in positions)
+        via: dict[str, str] = {}
+        for held, closure in zip(spec.roles, held_closures, strict=True):
+            for role in closure:
+                via.setdefault(role, held)
+        entry = _Principal(name, roles, quotas, via, {})
+        principals[name] = entry
+        did = policy.principal_dids.get(name)
+        if did is not None:
+            principals.setdefault(did, entry)
+    return principals
 
 
 def wild_ancestors(resource: str) -> list[str]:

@@ -136,14 +136,6 @@ class Engine:
         """True while any request is waiting or running."""
         return bool(self.waiting or self.running)
 
-    @property
-    def num_running(self) -> int:
-        return len(self.running)
-
-    @property
-    def num_waiting(self) -> int:
-        return len(self.waiting)
-
     # --- one step ------------------------------------------------------------------------
 
     def step(self, now: float) -> StepResult:

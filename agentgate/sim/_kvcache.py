@@ -25,7 +25,6 @@ class KVCache:
         self._refs: dict[int, int] = {}
         self._evictable: OrderedDict[int, None] = OrderedDict()
         self._private = 0
-        self.evictions = 0
 
     @property
     def used_tokens(self) -> int:
@@ -81,7 +80,6 @@ class KVCache:
         while self.free_tokens < tokens:
             h, _ = self._evictable.popitem(last=False)
             del self._refs[h]
-            self.evictions += 1
         self._private += tokens
         return True
 

@@ -962,7 +962,7 @@ class AuditLog:
         data = self.entry_bytes(index)
         ranges = inclusion_ranges(index, checkpoint.size)
         try:  # from the node cache when the proof it gives leads to the signed root
-            proof = self._cached_roots(ranges, checkpoint.size)
+            proof = self._cached_roots(ranges)
             verify_inclusion(leaf_hash(data), index, checkpoint.size, proof, checkpoint.root)
         except TamperDetected:
             proof = self._subtree_roots(ranges, checkpoint.size)
@@ -1095,7 +1095,7 @@ class AuditLog:
 
         if covered:
             try:
-                check(self._cached_roots(ranges, size))
+                check(self._cached_roots(ranges))
             except TamperDetected:
                 # The cache is no evidence: rebuilt from the stored leaf hashes alone, the proof
                 # either holds (a cached node was wrong: the cache is emptied) or the log is bad.
@@ -1103,10 +1103,10 @@ class AuditLog:
                 self._forget_nodes()
         return checkpoint, tuple(sorted(idx for idx in leaves if idx >= size))
 
-    def _cached_roots(self, ranges: Sequence[tuple[int, int]], size: int) -> list[bytes]:
-        """The roots of the RFC 9162 subtrees ``[lo, hi)`` of the tree of ``size`` leaves, from the
-        cached roots of whole blocks (``audit_nodes``, computed and stored when missing) and the
-        leaf hashes of the rest. A subtree of at least one block starts at a multiple of it.
+    def _cached_roots(self, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
+        """The roots of the RFC 9162 subtrees ``[lo, hi)`` in ``ranges`` (as ``_subtree_roots``),
+        from the cached roots of whole blocks (``audit_nodes``, computed and stored when missing)
+        and the leaf hashes of the rest. A subtree of at least one block starts at a multiple of it.
         Raises ``TamperDetected`` when a leaf hash it needs is missing."""
         width = 1 << _NODE_LEVEL
         blocks: set[int] = set()
@@ -1201,42 +1201,7 @@ class AuditLog:
         """
         problems: list[str] = []
         bad: list[int] = []
-        expected: dict[int, bytes] = {}
-        checked = 0
-        in_rows: set[int] = set()  # the sizes of the stored checkpoints
-        saved_only: int | None = None  # the size of the saved checkpoint, when no stored one has it
-        # Checkpoints are read in batches and only their sizes and roots kept: a log checkpointed
-        # every minute for a year has half a million of them.
-        # The size column is compared as stored (SQLite keeps text, bytes or a fraction there if
-        # given one): such a row is reported as edited, never converted or raised on.
-        in_table: Iterator[tuple[str, object, bytes | None]] = (
-            (_note(note), size, _bytes(root)) for note, size, root in self._checkpoint_rows()
-        )
-        saved = [(saved_checkpoint, None, None)] if saved_checkpoint else []
-        for position, (note, size_column, root_column) in enumerate(itertools.chain(in_table, saved), 1):
-            label = f"checkpoint #{position}" if size_column is not None else "saved checkpoint"
-            try:
-                cp = self.open_checkpoint(note)
-            except TamperDetected as exc:  # may quote the note: a tamperer's text
-                problems.append(f"{label}: {one_line(str(exc))}")
-                continue
-            # The row's size and root columns are what the next checkpoint() builds on: edited,
-            # they make it refuse to sign, so they are checked against the signed note here too.
-            if size_column is not None:
-                checked += 1
-                if (cp.size, cp.root) != (size_column, root_column) or type(size_column) is not int:
-                    problems.append(
-                        f"{label}: its size or root column does not match its signed note (row edited)"
-                    )
-            if cp.size in expected and expected[cp.size] != cp.root:
-                problems.append(f"{label}: two checkpoints of size {cp.size} have different roots (a fork)")
-                continue
-            expected[cp.size] = cp.root
-            if size_column is not None:
-                in_rows.add(cp.size)
-            elif cp.size not in in_rows:
-                saved_only = cp.size
-
+        expected, checked, saved_only = self._signed_roots(saved_checkpoint, problems)
         acc = RootAccumulator()
         last_good = 0
         refs_seen = 0  # rows of audit_refs compared with the entries they index
@@ -1277,38 +1242,7 @@ class AuditLog:
                     misplaced.add(k)
             if self.refs_indexed:
                 refs_seen += self._check_refs(rows, edited | misplaced, problems)
-            # Feed the tree in segments that end at checkpoint sizes, checking each root on the way.
-            position = 0
-            while position < len(computed):
-                after = bisect.bisect_right(sizes, acc.size)  # the next checkpoint size
-                target = sizes[after] if after < len(sizes) else None
-                take = (
-                    len(computed) - position
-                    if target is None
-                    else min(target - acc.size, len(computed) - position)
-                )
-                acc.extend(computed[position : position + take])
-                position += take
-                want = expected.get(acc.size)
-                if want is None:
-                    continue
-                if acc.root() == want:
-                    last_good = acc.size
-                    continue
-                named = [i for i in bad if last_good <= i < acc.size]
-                if named:
-                    cause = f"explained by entry {named[0]} above"
-                else:
-                    first_bad, cause = self._diagnose(last_good, acc.size)
-                    bad.append(first_bad)
-                    if acc.size == saved_only and cause.endswith(_CHANGED_WITH_LEAF_HASH):
-                        # No entry shows an edit: a log that grew again after a restore does too.
-                        cause = (
-                            f"the log does not extend the saved checkpoint: the database was restored "
-                            f"from an older copy (or forked from one) and grew again, or {cause}; it "
-                            f"agrees with the stored checkpoints up to size {last_good}"
-                        )
-                problems.append(f"checkpoint of size {acc.size}: root does not match the entries; {cause}")
+            last_good = self._feed(acc, computed, sizes, expected, saved_only, last_good, bad, problems)
             if len(rows) < count:
                 break
         size = acc.size
@@ -1333,6 +1267,100 @@ class AuditLog:
             )
             bad.append(size)
         return VerifyReport(size, acc.root(), checked, min(bad) if bad else None, tuple(problems))
+
+    def _signed_roots(
+        self, saved_checkpoint: str | None, problems: list[str]
+    ) -> tuple[dict[int, bytes], int, int | None]:
+        """The root each stored checkpoint (and ``saved_checkpoint``) signs, by size; how many
+        checkpoint rows were compared with their notes; and the size of the saved checkpoint when
+        no stored one has it. Each note that does not open, each row whose columns disagree with
+        its note and each fork is appended to ``problems``."""
+        expected: dict[int, bytes] = {}
+        checked = 0
+        in_rows: set[int] = set()  # the sizes of the stored checkpoints
+        saved_only: int | None = None  # the size of the saved checkpoint, when no stored one has it
+        # Checkpoints are read in batches and only their sizes and roots kept: a log checkpointed
+        # every minute for a year has half a million of them.
+        # The size column is compared as stored (SQLite keeps text, bytes or a fraction there if
+        # given one): such a row is reported as edited, never converted or raised on.
+        in_table: Iterator[tuple[str, object, bytes | None]] = (
+            (_note(note), size, _bytes(root)) for note, size, root in self._checkpoint_rows()
+        )
+        saved = [(saved_checkpoint, None, None)] if saved_checkpoint else []
+        for position, (note, size_column, root_column) in enumerate(itertools.chain(in_table, saved), 1):
+            label = f"checkpoint #{position}" if size_column is not None else "saved checkpoint"
+            try:
+                cp = self.open_checkpoint(note)
+            except TamperDetected as exc:  # may quote the note: a tamperer's text
+                problems.append(f"{label}: {one_line(str(exc))}")
+                continue
+            # The row's size and root columns are what the next checkpoint() builds on: edited,
+            # they make it refuse to sign, so they are checked against the signed note here too.
+            if size_column is not None:
+                checked += 1
+                if (cp.size, cp.root) != (size_column, root_column) or type(size_column) is not int:
+                    problems.append(
+                        f"{label}: its size or root column does not match its signed note (row edited)"
+                    )
+            if cp.size in expected and expected[cp.size] != cp.root:
+                problems.append(f"{label}: two checkpoints of size {cp.size} have different roots (a fork)")
+                continue
+            expected[cp.size] = cp.root
+            if size_column is not None:
+                in_rows.add(cp.size)
+            elif cp.size not in in_rows:
+                saved_only = cp.size
+        return expected, checked, saved_only
+
+    def _feed(
+        self,
+        acc: RootAccumulator,
+        computed: list[bytes],
+        sizes: list[int],
+        expected: dict[int, bytes],
+        saved_only: int | None,
+        last_good: int,
+        bad: list[int],
+        problems: list[str],
+    ) -> int:
+        """Add the leaf hashes ``computed`` to ``acc`` in segments that end at checkpoint sizes
+        (``sizes``, sorted), checking the root at each against ``expected``; a root that does not
+        match is appended to ``problems`` with its cause (an entry ``bad`` names already, or the
+        first bad index ``_diagnose`` finds, added to ``bad``; at ``saved_only``, the size only the
+        saved checkpoint has, an edit no entry shows reads as a restore). Returns the size of the
+        last checkpoint whose root matched."""
+        position = 0
+        while position < len(computed):
+            after = bisect.bisect_right(sizes, acc.size)  # the next checkpoint size
+            target = sizes[after] if after < len(sizes) else None
+            take = (
+                len(computed) - position
+                if target is None
+                else min(target - acc.size, len(computed) - position)
+            )
+            acc.extend(computed[position : position + take])
+            position += take
+            want = expected.get(acc.size)
+            if want is None:
+                continue
+            if acc.root() == want:
+                last_good = acc.size
+                continue
+            named = [i for i in bad if last_good <= i < acc.size]
+            if named:
+                cause = f"explained by entry {named[0]} above"
+            else:
+                first_bad, cause = self._diagnose(last_good, acc.size)
+                bad.append(first_bad)
+                if acc.size == saved_only and cause.endswith(_CHANGED_WITH_LEAF_HASH):
+                    # No entry shows an edit: a log that grew again after a restore does too.
+                    cause = (
+                        f"the log does not extend the saved checkpoint: the database was restored "
+                        f"from an older copy (or forked from one) and grew again, or {cause}; it "
+                        f"agrees with the stored checkpoints up to size {last_good}"
+                    )
+            problems.append(f"checkpoint of size {acc.size}: root does not match the entries; {cause}")
+        return last_good
 
     def _check_refs(
         self, rows: Sequence[tuple[int, bytes, bytes]], skip: set[int], problems: list[str]

@@ -13,41 +13,27 @@ from typing import Any
 
 from agentgate.store._base import Dialect, Store
 
+_TABLES = """
+CREATE TABLE IF NOT EXISTS agentgate_dead_letters (
+    id TEXT PRIMARY KEY,
+    recorded_at {real} NOT NULL,
+    tool TEXT NOT NULL,
+    tenant TEXT NOT NULL,
+    principal TEXT NOT NULL,
+    run_id TEXT,
+    call_id TEXT,
+    idempotency_key TEXT,
+    arguments_digest TEXT NOT NULL,
+    authority_chain TEXT NOT NULL,
+    reason TEXT NOT NULL,
+    errors TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS agentgate_dead_letters_time ON agentgate_dead_letters (recorded_at);
+"""
+
 SCHEMA: dict[Dialect, str] = {
-    "sqlite": """
-CREATE TABLE IF NOT EXISTS agentgate_dead_letters (
-    id TEXT PRIMARY KEY,
-    recorded_at REAL NOT NULL,
-    tool TEXT NOT NULL,
-    tenant TEXT NOT NULL,
-    principal TEXT NOT NULL,
-    run_id TEXT,
-    call_id TEXT,
-    idempotency_key TEXT,
-    arguments_digest TEXT NOT NULL,
-    authority_chain TEXT NOT NULL,
-    reason TEXT NOT NULL,
-    errors TEXT NOT NULL
-);
-CREATE INDEX IF NOT EXISTS agentgate_dead_letters_time ON agentgate_dead_letters (recorded_at);
-""",
-    "postgresql": """
-CREATE TABLE IF NOT EXISTS agentgate_dead_letters (
-    id TEXT PRIMARY KEY,
-    recorded_at DOUBLE PRECISION NOT NULL,
-    tool TEXT NOT NULL,
-    tenant TEXT NOT NULL,
-    principal TEXT NOT NULL,
-    run_id TEXT,
-    call_id TEXT,
-    idempotency_key TEXT,
-    arguments_digest TEXT NOT NULL,
-    authority_chain TEXT NOT NULL,
-    reason TEXT NOT NULL,
-    errors TEXT NOT NULL
-);
-CREATE INDEX IF NOT EXISTS agentgate_dead_letters_time ON agentgate_dead_letters (recorded_at);
-""",
+    "sqlite": _TABLES.format(real="REAL"),
+    "postgresql": _TABLES.format(real="DOUBLE PRECISION"),
 }
 
 _COLUMNS = (

@@ -44,51 +44,32 @@ from dataclasses import dataclass
 from agentgate.errors import InputError, StoreError
 from agentgate.store._base import Dialect, Store, unstorable_text
 
+_TABLES = """
+CREATE TABLE IF NOT EXISTS agentgate_leases (
+    lease_key TEXT NOT NULL,
+    slot INTEGER NOT NULL,
+    holder TEXT NOT NULL,
+    lease_id TEXT NOT NULL,
+    expires_at {real} NOT NULL,
+    PRIMARY KEY (lease_key, slot)
+);
+CREATE INDEX IF NOT EXISTS agentgate_leases_holder ON agentgate_leases (holder);
+CREATE TABLE IF NOT EXISTS agentgate_rate_buckets (
+    bucket_key TEXT PRIMARY KEY,
+    tokens {real} NOT NULL,
+    updated_at {real} NOT NULL
+);
+CREATE TABLE IF NOT EXISTS agentgate_breakers (
+    breaker_key TEXT PRIMARY KEY,
+    state TEXT NOT NULL,
+    opened_at {real} NOT NULL,
+    version {integer} NOT NULL
+);
+"""
+
 SCHEMA: dict[Dialect, str] = {
-    "sqlite": """
-CREATE TABLE IF NOT EXISTS agentgate_leases (
-    lease_key TEXT NOT NULL,
-    slot INTEGER NOT NULL,
-    holder TEXT NOT NULL,
-    lease_id TEXT NOT NULL,
-    expires_at REAL NOT NULL,
-    PRIMARY KEY (lease_key, slot)
-);
-CREATE INDEX IF NOT EXISTS agentgate_leases_holder ON agentgate_leases (holder);
-CREATE TABLE IF NOT EXISTS agentgate_rate_buckets (
-    bucket_key TEXT PRIMARY KEY,
-    tokens REAL NOT NULL,
-    updated_at REAL NOT NULL
-);
-CREATE TABLE IF NOT EXISTS agentgate_breakers (
-    breaker_key TEXT PRIMARY KEY,
-    state TEXT NOT NULL,
-    opened_at REAL NOT NULL,
-    version INTEGER NOT NULL
-);
-""",
-    "postgresql": """
-CREATE TABLE IF NOT EXISTS agentgate_leases (
-    lease_key TEXT NOT NULL,
-    slot INTEGER NOT NULL,
-    holder TEXT NOT NULL,
-    lease_id TEXT NOT NULL,
-    expires_at DOUBLE PRECISION NOT NULL,
-    PRIMARY KEY (lease_key, slot)
-);
-CREATE INDEX IF NOT EXISTS agentgate_leases_holder ON agentgate_leases (holder);
-CREATE TABLE IF NOT EXISTS agentgate_rate_buckets (
-    bucket_key TEXT PRIMARY KEY,
-    tokens DOUBLE PRECISION NOT NULL,
-    updated_at DOUBLE PRECISION NOT NULL
-);
-CREATE TABLE IF NOT EXISTS agentgate_breakers (
-    breaker_key TEXT PRIMARY KEY,
-    state TEXT NOT NULL,
-    opened_at DOUBLE PRECISION NOT NULL,
-    version BIGINT NOT NULL
-);
-""",
+    "sqlite": _TABLES.format(real="REAL", integer="INTEGER"),
+    "postgresql": _TABLES.format(real="DOUBLE PRECISION", integer="BIGINT"),
 }
 
 _TAKEN = "SELECT slot FROM agentgate_leases WHERE lease_key = ? AND expires_at > ?"

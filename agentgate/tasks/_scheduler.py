@@ -452,29 +452,7 @@ class Scheduler:
                             self.metrics.observe_wait(0.0)
                         else:
                             if not waiter.granted:
-                                try:
-                                    if deadline is None:
-                                        await future
-                                    else:
-                                        async with asyncio.timeout_at(deadline):
-                                            await future
-                                except BaseException as exc:
-                                    with lock:
-                                        shared.abandon(waiter)
-                                        # Granted at the last moment under a lender's slot, which
-                                        # ended since: the slot's lease passed to this call.
-                                        inherited, waiter.lease = waiter.lease, None
-                                    if inherited is not None:
-                                        self._give_back(*inherited)
-                                    if isinstance(exc, TimeoutError):
-                                        waited = time.monotonic() - waiter.queued_at
-                                        raise DeadlineExceeded(
-                                            f"tool {tool}: could not start before the call's deadline "
-                                            f"(queued {waited:.3f}s)",
-                                            tool=tool,
-                                            waited_s=waited,
-                                        ) from exc
-                                    raise
+                                await self._await_turn(waiter, future, deadline, tool)
                             waited = time.monotonic() - waiter.queued_at
                             histogram = self.metrics.wait
                             histogram.counts[bisect.bisect_left(histogram.buckets, waited)] += 1
@@ -576,17 +554,7 @@ class Scheduler:
                             # attempt's lease passed on to a nested call still running.
                             held_lease, waiter.lease = waiter.lease, None
                         if held_lease is not None:
-                            manager, lease = held_lease
-                            try:
-                                await asyncio.shield(self._blocking(manager.release, lease))
-                            except StoreError:
-                                # The attempt has ended: its result, or its error, stands. Raised
-                                # here, the store's error replaced them, and a tool that ran and
-                                # succeeded was recorded as failed (its caller told so too). Not
-                                # given back, the lease is not renewed either (``release`` forgot
-                                # it first): it expires within lease_ttl_s, as ``_give_back``'s.
-                                with lock:
-                                    self.metrics.tally("lease_not_released", lease.key)
+                            await self._release_lease(*held_lease)
                     # 4. back off with every slot released (``aclose`` cuts it short), then try again
                     await self._back_off(delay)
                 except _GiveUp as stop:
@@ -604,6 +572,48 @@ class Scheduler:
                 self._tasks.discard(task)
                 if not self._tasks and self._idle is not None:
                     self._idle.set()
+
+    async def _await_turn(
+        self, waiter: Waiter, future: asyncio.Future[None], deadline: float | None, tool: str
+    ) -> None:
+        """Wait in the fair queue until ``waiter`` is granted a start, at most until ``deadline``
+        (loop time). Leaving the queue any other way (the deadline, a cancellation) abandons its
+        place, and gives back a lease it inherited meanwhile; the deadline raises
+        ``DeadlineExceeded``."""
+        try:
+            if deadline is None:
+                await future
+            else:
+                async with asyncio.timeout_at(deadline):
+                    await future
+        except BaseException as exc:
+            with self.shared.lock:
+                self.shared.abandon(waiter)
+                # Granted at the last moment under a lender's slot, which
+                # ended since: the slot's lease passed to this call.
+                inherited, waiter.lease = waiter.lease, None
+            if inherited is not None:
+                self._give_back(*inherited)
+            if isinstance(exc, TimeoutError):
+                waited = time.monotonic() - waiter.queued_at
+                raise DeadlineExceeded(
+                    f"tool {tool}: could not start before the call's deadline (queued {waited:.3f}s)",
+                    tool=tool,
+                    waited_s=waited,
+                ) from exc
+            raise
+
+    async def _release_lease(self, manager: LeaseManager, lease: Lease) -> None:
+        """Release an attempt's cross-process lease, to the end even if the call is cancelled."""
+        try:
+            await asyncio.shield(self._blocking(manager.release, lease))
+        except StoreError:
+            # The attempt has ended: its result, or its error, stands. Raised here, the store's
+            # error replaced them, and a tool that ran and succeeded was recorded as failed (its
+            # caller told so too). Not given back, the lease is not renewed either (``release``
+            # forgot it first): it expires within lease_ttl_s, as ``_give_back``'s.
+            with self.shared.lock:
+                self.metrics.tally("lease_not_released", lease.key)
 
     async def _back_off(self, delay: float) -> None:
         """Wait ``delay`` seconds before a retry, or until ``aclose`` begins: the retry is then

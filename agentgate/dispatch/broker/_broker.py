@@ -677,22 +677,17 @@ class Broker:
                 best = key
         if best is None:
             return
-        chosen = best[2]
-        self._dirty = True
-        w.nominated = tuple(chosen)
         w.draining = True
-        self._quota.charge(request.tenant, request.gpus)
-        self._free.take(i for i in chosen if self._owner[i] is None)
-        for i in chosen:
-            self._reserved[i] = request.id
+        self._reserve(w, best[2])
 
     def _lease_age_key(self, gpu: int) -> tuple[float, int]:
         owner = self._owner[gpu]
         return (self._leases[owner].granted_at if owner is not None else 0.0, gpu)
 
-    def _nominate(
-        self, w: _Waiting, placement: list[int], victims: list[tuple[Lease, PreemptReason]], now: float
-    ) -> None:
+    def _reserve(self, w: _Waiting, placement: list[int]) -> None:
+        """Nominate ``placement`` for ``w``: its tenant's quota is charged, its free GPUs taken
+        out of the free index, and every GPU of it reserved for ``w`` (busy ones until their
+        leases end)."""
         request = w.request
         self._dirty = True
         w.nominated = tuple(placement)
@@ -700,6 +695,12 @@ class Broker:
         self._free.take(i for i in placement if self._owner[i] is None)
         for i in placement:
             self._reserved[i] = request.id
+
+    def _nominate(
+        self, w: _Waiting, placement: list[int], victims: list[tuple[Lease, PreemptReason]], now: float
+    ) -> None:
+        request = w.request
+        self._reserve(w, placement)
         for lease, reason in victims:
             grace = self._grace(lease.request)
             notified = dataclasses.replace(
