@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from agentgate.dispatch._policy import AllowedBackend, Candidate, RoutePlan, RouteRequest, RoutingPolicy
 from agentgate.dispatch.backends import BackendClient, ChatChunk, ChatResult, Timeouts, Usage
-from agentgate.dispatch.dispatcher import Dispatcher
+from agentgate.dispatch.dispatcher import Dispatcher, model_slos
 from agentgate.dispatch.inventory import (
     GPU,
     Backend,
@@ -51,6 +51,7 @@ __all__ = [
     "inventory_from_mapping",
     "load_from_text",
     "load_inventory",
+    "model_slos",
     "parse_inventory",
     "prompt_text",
 ]

@@ -52,6 +52,10 @@ from agentgate.errors import (
     NoBackend,
     Shed,
 )
+from agentgate.policy import Policy, PolicyDocument
+
+DEFAULT_SLO_TTFT_S = 2.0
+"""The TTFT budget of a call whose caller names none and whose model declares none (seconds)."""
 
 FREED_WAIT_S = 0.25
 """The longest a call waiting for a slot waits for one to free before it asks the router again
@@ -63,11 +67,27 @@ MAX_REJECTED_COOLDOWN_S = 300.0
 (its cooldown doubles with each rejection; see the module docstring)."""
 
 
+def model_slos(policy: Policy | PolicyDocument) -> dict[str, float]:
+    """Model name -> TTFT budget in seconds, for every model of ``policy`` that declares
+    ``slo.ttft_ms``: the ``model_slo_ttft_s`` of a ``Dispatcher`` that serves that policy's calls
+    (``Dispatcher(inventory, router, model_slo_ttft_s=model_slos(gate.policy))``)."""
+    document = policy.document if isinstance(policy, Policy) else policy
+    return {
+        name: spec.slo.ttft_ms / 1000
+        for name, spec in document.models.items()
+        if spec.slo is not None and spec.slo.ttft_ms is not None
+    }
+
+
 class Dispatcher:
     """Routes and sends model calls over the inventory's backends. Use ``async with``.
 
-    Raises ``InputError`` for an interval that is not positive and finite, or a negative or NaN
-    cooldown or recovery wait.
+    A call's TTFT budget (the router's SLO) is the ``slo_ttft_s`` its caller passes to ``chat`` or
+    ``stream``; else its model's in ``model_slo_ttft_s`` (the policy's ``slo.ttft_ms``:
+    ``model_slos``); else ``slo_ttft_s`` (2 s).
+
+    Raises ``InputError`` for an interval or an SLO that is not positive and finite, or a negative
+    or NaN cooldown or recovery wait.
     """
 
     def __init__(
@@ -82,10 +102,14 @@ class Dispatcher:
         max_attempts: int = 3,
         recovery_wait_s: float = 2.0,
         clock: Callable[[], float] = time.monotonic,
+        slo_ttft_s: float = DEFAULT_SLO_TTFT_S,
+        model_slo_ttft_s: Mapping[str, float] | None = None,
     ) -> None:
         for name, value in (
             ("scrape_interval_s", scrape_interval_s),
             ("health_interval_s", health_interval_s),
+            ("slo_ttft_s", slo_ttft_s),
+            *((f"model_slo_ttft_s[{model!r}]", v) for model, v in (model_slo_ttft_s or {}).items()),
         ):
             if not 0 < value < math.inf:  # 0 would spin the event loop; NaN never sleeps
                 raise InputError(f"dispatcher {name} must be positive and finite, got {value!r}")
@@ -101,6 +125,11 @@ class Dispatcher:
         self.max_attempts = max(1, max_attempts)
         self.recovery_wait_s = recovery_wait_s
         self.clock = clock
+        self.slo_ttft_s = slo_ttft_s
+        """The TTFT budget of a call whose caller and model name none (``slo_ttft``)."""
+        self.model_slo_ttft_s: dict[str, float] = dict(model_slo_ttft_s or {})
+        """Model name -> the TTFT budget of its calls when the caller names none: the policy's
+        ``models.NAME.slo.ttft_ms`` (``model_slos``); ``Gateway`` reads its gate's policy itself."""
         self._http: httpx.AsyncClient | None = None
         self._session: aiohttp.ClientSession | None = None
         self.clients: dict[str, BackendClient] = {}
@@ -240,13 +269,14 @@ class Dispatcher:
         *,
         tenant: str = "default",
         priority: int = 1,
-        slo_ttft_s: float = 2.0,
+        slo_ttft_s: float | None = None,
         session: str | None = None,
         request_id: str | None = None,
     ) -> RouteRequest:
         """The ``RouteRequest`` for an OpenAI chat payload (its output limit: ``max_completion_tokens``,
-        else ``max_tokens``, else 256); raises ``DispatchError`` if it is malformed (no model or
-        messages, an output limit that is no integer or over ``MAX_USAGE_TOKENS``)."""
+        else ``max_tokens``, else 256; its TTFT budget: ``slo_ttft_s``, else ``slo_ttft(model)``);
+        raises ``DispatchError`` if it is malformed (no model or messages, an output limit that is
+        no integer or over ``MAX_USAGE_TOKENS``)."""
         messages = payload.get("messages")
         model = payload.get("model")
         if not isinstance(messages, list) or not messages or not isinstance(model, str):
@@ -267,10 +297,15 @@ class Dispatcher:
             prefix_hashes=block_hashes(text, self.router.block_tokens),
             tenant=tenant,
             priority=priority,
-            slo_ttft_s=slo_ttft_s,
+            slo_ttft_s=self.slo_ttft(model) if slo_ttft_s is None else slo_ttft_s,
             session=session,
             arrived_at=self.clock(),
         )
+
+    def slo_ttft(self, model: str) -> float:
+        """The TTFT budget (seconds) of a call to ``model`` whose caller names none: the model's
+        own (``model_slo_ttft_s``, from the policy's ``slo.ttft_ms``), else ``slo_ttft_s``."""
+        return self.model_slo_ttft_s.get(model, self.slo_ttft_s)
 
     def chat(
         self, payload: Mapping[str, Any], *, allowed: AllowedBackend | None = None, **route: Any

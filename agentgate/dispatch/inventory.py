@@ -35,6 +35,7 @@ inventory is loaded. The key is kept out of every ``repr``, ``str`` and dump of 
 
 from __future__ import annotations
 
+import itertools
 import os
 import stat
 from collections.abc import Mapping
@@ -133,7 +134,9 @@ class Interconnect(_Frozen):
     bandwidth_gbps: dict[Level, Annotated[float, Field(gt=0, allow_inf_nan=False, strict=True)]] = Field(
         default_factory=dict
     )
-    """Optional per-level bandwidth in GB/s, informative for placement scorers."""
+    """Optional per-level bandwidth in GB/s. Informational: no routing or placement decision
+    reads it (the broker places a gang inside the innermost group of ``hierarchy`` that fits, the
+    order alone deciding); it is checked to agree with that order (it must not grow outward)."""
 
     @field_validator("hierarchy")
     @classmethod
@@ -145,6 +148,22 @@ class Interconnect(_Frozen):
         if positions != sorted(positions):
             raise ValueError("hierarchy must run from the innermost level out: nvlink_domain, node, rack")
         return value
+
+    @model_validator(mode="after")
+    def _bandwidth_falls_outward(self) -> Interconnect:
+        """Refuse bandwidths that contradict the hierarchy: placement prefers inner levels as the
+        faster ones, so an outer level declared faster than an inner one is a mistake in one of
+        the two, which nothing else would notice (the bandwidths are read by nothing)."""
+        declared = [
+            (level, self.bandwidth_gbps[level]) for level in self.hierarchy if level in self.bandwidth_gbps
+        ]
+        for (inner, inner_gbps), (outer, outer_gbps) in itertools.pairwise(declared):
+            if outer_gbps > inner_gbps:
+                raise ValueError(
+                    f"bandwidth_gbps of {outer} ({outer_gbps:g}) is above that of {inner} ({inner_gbps:g}), "
+                    "an inner level of the hierarchy: placement prefers inner levels as the faster ones"
+                )
+        return self
 
 
 class BackendCost(_Frozen):
@@ -174,7 +193,8 @@ class Backend(_Frozen):
     metrics_url: str | None = Field(default=None, pattern=r"^https?://[^\s]+$")
     """Prometheus text endpoint; ``None``: the router relies on its own in-flight accounting."""
     cost: BackendCost = Field(default_factory=BackendCost)
-    """Token prices."""
+    """Token prices: the router's tie-break among backends about as fast prefers the cheapest
+    (``router.Router``; compared, never charged: the policy's model prices are what is charged)."""
     kv_capacity_tokens: int | None = Field(default=None, ge=1, le=MAX_KV_CAPACITY_TOKENS, strict=True)
     """KV cache capacity in tokens; sizes the router's prefix index. ``None``: read it from
     ``vllm:cache_config_info`` when the engine publishes it, else assume 100,000."""

@@ -11,8 +11,11 @@ any. Then:
 1. *Affinity*: a session's previous backend is kept if it meets the SLO and is not saturated
    (its prediction exceeds the best by less than ``affinity_slack`` x the SLO).
 2. *SLO met somewhere*: the lowest prediction wins; candidates within ``tie_tolerance`` of it
-   are near-ties, and two of them drawn at random are compared by in-flight count (power of two
-   choices), so that equal predictions do not pile onto one backend between scrapes.
+   are near-ties. Of these only the cheapest for the request are kept, by the inventory's
+   ``cost`` (prompt tokens x ``input_per_mtok`` + output limit x ``output_per_mtok``; all
+   backends cost 0 unless priced), and two of those drawn at random are compared by in-flight
+   count (power of two choices), so that equal predictions do not pile onto one backend between
+   scrapes.
 3. *SLO met nowhere*: a tenant that has spent its token bucket is shed (``Shed``, HTTP 429,
    ``Retry-After`` = the bucket's refill time); class 0 is dispatched to the best backend
    anyway; a request that no candidate could serve within its SLO even idle (its uncached
@@ -298,6 +301,15 @@ class Router(RoutingPolicy):
                 ):
                     return self._go(s, p, request, now, "session affinity", alternatives)
             ties = [(p, s) for p, s in scored if p <= best_p * (1 + self.tie_tolerance) + 1e-3]
+            prices = [_price(s, request) for _, s in ties]
+            if min(prices) < max(prices):
+                # Cost-aware tie-break: of backends about as fast, only the cheapest for this
+                # request (the inventory's ``cost``) are kept; as they fill, their predictions
+                # rise past the tolerance and the dearer ones take the overflow.
+                ties = [tie for tie, price in zip(ties, prices, strict=True) if price == min(prices)]
+                if len(ties) == 1:
+                    p, s = ties[0]
+                    return self._go(s, p, request, now, "cheapest of the near-ties", alternatives)
             if len(ties) > 1:
                 a, b = self.rng.sample(ties, 2)
                 p, s = min(a, b, key=lambda item: (item[1].in_flight, item[0]))
@@ -410,6 +422,13 @@ class Router(RoutingPolicy):
             return
         ratio = min(3.0, max(0.5, ttft_s / base))
         state.correction += 0.1 * (ratio - state.correction)
+
+
+def _price(state: BackendState, request: RouteRequest) -> int:
+    """What ``request`` would cost on ``state``'s backend at its inventory ``cost`` (micro-dollars
+    per million tokens times tokens: compared, never charged), its whole output limit counted."""
+    cost = state.backend.cost
+    return cost.input_per_mtok * request.prompt_tokens + cost.output_per_mtok * request.max_output_tokens
 
 
 def _cost(request: RouteRequest) -> float:

@@ -66,7 +66,7 @@ from agentgate.authority import (
 )
 from agentgate.capabilities import Call, Capability, attenuates
 from agentgate.dispatch.backends import ChatChunk, ChatResult
-from agentgate.dispatch.dispatcher import Dispatcher
+from agentgate.dispatch.dispatcher import Dispatcher, model_slos
 from agentgate.errors import (
     AgentGateError,
     AuthorityError,
@@ -2294,7 +2294,9 @@ class Gate:
 
     def attach_dispatcher(self, dispatcher: Dispatcher) -> None:
         """Serve model calls through ``dispatcher`` (``dispatch.Dispatcher``), which runs on a
-        private event loop thread owned by the gate until ``close()``."""
+        private event loop thread owned by the gate until ``close()``. A model the policy gives a
+        ``slo.ttft_ms`` is routed under it, unless the dispatcher was given its own for it."""
+        dispatcher.model_slo_ttft_s = {**model_slos(self.policy), **dispatcher.model_slo_ttft_s}
         loop = asyncio.new_event_loop()
         thread = threading.Thread(target=loop.run_forever, name="agentgate-dispatch", daemon=True)
         thread.start()

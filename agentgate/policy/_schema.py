@@ -180,6 +180,11 @@ class ModelCost(_Model):
 class SloTargets(_Model):
     """Latency targets the router aims for."""
 
+    # ttft_ms is the TTFT budget the dispatcher's router routes the model's calls under (the
+    # gateway reads it; a Dispatcher given ``dispatch.model_slos(policy)`` too), unless a caller
+    # names its own. tpot_ms is informational, not used for routing (the router predicts time to
+    # first token only). See docs/policy-reference.md. (Comments, not docstrings: the docstrings
+    # are the published policies/policy.schema.json.)
     ttft_ms: int | None = Field(default=None, gt=0)
     """Time to first token, milliseconds."""
     tpot_ms: int | None = Field(default=None, gt=0)

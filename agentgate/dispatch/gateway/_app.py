@@ -145,6 +145,9 @@ class Gateway:
 
     The dispatcher (its connection pool and its scrape and health loops) runs on the app's event
     loop, started and stopped by the app's lifespan. The gate is the caller's to close.
+
+    A call to a model whose policy entry declares ``slo.ttft_ms`` is routed under that SLO;
+    ``slo_ttft_s`` is the SLO of calls to models that declare none.
     """
 
     def __init__(
@@ -360,7 +363,7 @@ class Gateway:
         # agentgate's class name is not the backend's (vLLM's ``priority`` is an integer): the
         # dispatcher gets the class's rank instead, when the policy declares the class.
         payload.pop(PRIORITY_FIELD, None)
-        route = self._route(tenant, priority_of(body))
+        route = self._route(tenant, priority_of(body), body.get("model"))
         headers = {"X-Agentgate-Audit-Index": str(decision.auth.audit_index)}
         if body.get("stream"):
             stream = await self._stream(decision, payload, route, headers, request.scope)
@@ -399,12 +402,19 @@ class Gateway:
             return Response(result.raw, media_type="application/json", headers=headers), True
         return JSONResponse(dict(result.body), headers=headers), True
 
-    def _route(self, tenant: str, priority: str | None) -> dict[str, Any]:
-        """The dispatcher's routing arguments for a call of ``tenant`` in the class ``priority``:
-        the class's ``rank`` as the dispatcher's ``priority`` when the policy declares the class,
-        else the dispatcher's default."""
-        route: dict[str, Any] = {"tenant": tenant, "slo_ttft_s": self.slo_ttft_s}
-        declared = self.gate.policy.document.priority_classes.get(priority) if priority else None
+    def _route(self, tenant: str, priority: str | None, model: object = None) -> dict[str, Any]:
+        """The dispatcher's routing arguments for a call of ``tenant`` in the class ``priority`` to
+        ``model``: the class's ``rank`` as the dispatcher's ``priority`` when the policy declares
+        the class, else the dispatcher's default; the model's ``slo.ttft_ms`` as its TTFT budget
+        when the policy declares one, else ``slo_ttft_s``."""
+        document = self.gate.policy.document
+        spec = document.models.get(model) if isinstance(model, str) else None
+        slo = spec.slo.ttft_ms if spec is not None and spec.slo is not None else None
+        route: dict[str, Any] = {
+            "tenant": tenant,
+            "slo_ttft_s": self.slo_ttft_s if slo is None else slo / 1000,
+        }
+        declared = document.priority_classes.get(priority) if priority else None
         if declared is not None:
             route["priority"] = declared.rank
         return route
