@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import shutil
 import sys
 from collections import Counter
@@ -211,4 +212,7 @@ def summary(
         f"\nAudit log: {report.size} entries, signed checkpoint, "
         f"{'VERIFIES' if ok else 'DOES NOT VERIFY: ' + '; '.join(report.problems)}"
     )
-    print(f"  check it yourself: AGENTGATE_STORE={store} .venv/bin/agentgate audit verify")
+    # The installed command, wherever it was installed (docs/cli.md: `python -m agentgate` is the
+    # same command where the script is not on PATH).
+    print(f"  check it yourself: AGENTGATE_STORE={shlex.quote(str(store))} agentgate audit verify")
+    print("  (or python -m agentgate audit verify, where the agentgate script is not on PATH)")

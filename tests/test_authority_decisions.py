@@ -315,11 +315,31 @@ def test_decisions_are_frozen_and_serializable(local: GrantRepository) -> None:
     assert json.loads(json.dumps(decision.to_dict()))["outcome"] == "allow"
 
 
-def test_nonces_can_be_pruned(local: GrantRepository) -> None:
-    inv = Invocation.sign(CAROL, chain3(), CALL, now=NOW)
-    assert run(local, inv)[0] is Outcome.ALLOW
-    assert local.prune_nonces(NOW) == 0
-    assert local.prune_nonces(inv.expires + 3600) == 1
+def test_nonces_are_pruned_by_the_product_path(sqlite_store: SQLiteStore) -> None:
+    """Expired nonces go through the product's own pruning: a repository's first nonce (and
+    every 1024th after) deletes the nonces that expired over an hour ago by the verifier's clock,
+    never by a signed ``exp`` (the live invocations' nonces, signed for NOW, stay)."""
+    import time
+
+    first, second = GrantRepository(sqlite_store), None
+    try:
+        inv = Invocation.sign(CAROL, chain3(), CALL, now=NOW)
+        assert run(first, inv)[0] is Outcome.ALLOW
+        with sqlite_store.transaction() as tx:  # a nonce that expired over an hour ago
+            tx.execute(
+                "INSERT INTO agentgate_nonces (principal, nonce, expires) VALUES (?, ?, ?)",
+                (CAROL.did, "stale", int(time.time()) - 3601),
+            )
+        second = GrantRepository(sqlite_store)  # another process: its first nonce prunes
+        later = Invocation.sign(CAROL, chain3(), CALL, now=NOW)
+        assert run(second, later)[0] is Outcome.ALLOW
+        kept = sorted(str(n) for (n,) in sqlite_store.query("SELECT nonce FROM agentgate_nonces"))
+        assert kept == sorted([inv.nonce, later.nonce])
+        assert run(second, inv) == (Outcome.DENY, "replayed_invocation")
+    finally:
+        first.close()
+        if second is not None:
+            second.close()
 
 
 def test_env_store_is_used(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

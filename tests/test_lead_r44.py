@@ -5,6 +5,8 @@
   other application's file changed header and got -wal/-shm files beside it).
 - A private key file owned by another user than the process's (root excepted) is refused: read
   only through root's right to read any file, its owner may rewrite it (R42 had accepted it).
+- An approval that does not count says why in the approval_required answer and its entry.
+- ``Gate.revoke_holder`` (R45's ``grant revoke --holder`` as a Gate method).
 """
 
 from __future__ import annotations
@@ -112,5 +114,33 @@ def test_an_approval_that_does_not_count_says_why_in_the_answer_and_its_entry(
             assert "approval not counted: its approver is not one of this call's approvers" in asked.reasons
             entry = made.entries()[asked.audit_index or 0]
             assert entry.kind == "approval_required" and any("not counted" in r for r in entry.reasons)
+        finally:
+            made.gate.close()
+
+
+def test_gate_revoke_holder_cuts_every_recorded_grant_of_a_key_with_its_entries(tmp_path: Path) -> None:
+    # R45's --holder, as a Gate method: each grant revoked has its revoke entry, in one transaction.
+    import test_review_r42_second_look as second
+
+    from agentgate.capabilities import Call
+    from agentgate.keys import SigningKey
+
+    with SQLiteStore(tmp_path / "s.db") as store:
+        made = second.Approvals(store)
+        try:
+            gate = made.gate
+            again = gate.issue(made.keys["root"], name="agent", key=made.keys["agent"], role="worker")
+            other = SigningKey.generate()
+            done = gate.revoke_holder(made.keys["agent"].public, reason="key leaked")
+            assert sorted(done.revoked) == sorted({made.agent.grant_id, again.grant_id})
+            assert done.already == ()
+            for identity in (made.agent, again):
+                refused = gate.authorize(identity, Call.tool("pay", {"amount": 1}))
+                assert not refused.allowed and "revoked" in " ".join(refused.reasons)
+            revokes = [e for e in made.entries() if e.kind == "revoke"]
+            assert len(revokes) == 2 and all("key leaked" in " ".join(e.reasons) for e in revokes)
+            assert gate.revoke_holder(made.keys["agent"].did).revoked == ()  # nothing new
+            assert gate.revoke_holder(other.public).revoked == ()
+            assert gate.verify().ok
         finally:
             made.gate.close()

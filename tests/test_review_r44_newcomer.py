@@ -66,6 +66,10 @@ def _missing_required(parser: argparse.ArgumentParser, mandatory: set[str]) -> l
         if a.required and a.option_strings and not set(a.option_strings) & mandatory
     ]
     for group in parser._mutually_exclusive_groups:
+        # A positional in the group (``grant revoke TOKENFILE|ID | --holder DID``) may be the
+        # word the line gives: such a group is not judged.
+        if any(not a.option_strings for a in group._group_actions):
+            continue
         if group.required and not any(set(a.option_strings) & mandatory for a in group._group_actions):
             missing.append("|".join(a.option_strings[0] for a in group._group_actions))
     return missing

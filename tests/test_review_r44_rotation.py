@@ -14,9 +14,10 @@ What holds:
   it signs after is not counted (the call is asked again), the new key's counts;
 - a leaked agent key: revoking every grant the store records for its DID (``agentgate grant revoke
   ID``, from another process) refuses at once, in a gateway already running, its calls and those
-  of a grant the leaked key delegated offline (never recorded). There is no revocation by holder
-  and no key denylist: docs/operations.md now gives the query and the policy change that also
-  stops grants the store never recorded;
+  of a grant the leaked key delegated offline (never recorded). There was no revocation by holder
+  (R45 added ``agentgate grant revoke --holder`` and ``Gate.revoke_holder``) and there is no key
+  denylist: docs/operations.md gives the command and the policy change that also stops grants
+  the store never recorded;
 - log key: the documented procedure (checkpoint --out, move aside, AGENTGATE_LOG_PREVIOUS_KEYS,
   checkpoint) works on SQLite and PostgreSQL: every checkpoint verifies, a proof bundle made before
   the rotation verifies with the old public key and one made after with the new; without the

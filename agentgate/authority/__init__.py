@@ -13,11 +13,13 @@ from agentgate.authority._decision import (
     Authority,
     ChainCache,
     Decision,
+    HolderRevocation,
     chain_weight,
     decide,
     prune_grants,
     record,
     revoke,
+    revoke_holder,
 )
 from agentgate.authority._grant import (
     DEFAULT_SKEW,
@@ -53,6 +55,7 @@ __all__ = [
     "Decision",
     "Grant",
     "GrantRepository",
+    "HolderRevocation",
     "Invocation",
     "Outcome",
     "args_digest",
@@ -65,6 +68,7 @@ __all__ = [
     "prune_grants",
     "record",
     "revoke",
+    "revoke_holder",
     "sign_invocation",
     "verify_chain",
 ]

@@ -654,6 +654,12 @@ class Authority:
         """Revoke a grant (a chain: its tip; or a grant id); see ``revoke``."""
         return revoke(self.repo, grant, reason=reason, now=now)
 
+    def revoke_holder(
+        self, holder: PublicKey | str, *, reason: str = "", now: float | None = None
+    ) -> HolderRevocation:
+        """Revoke every grant this store records for ``holder``; see ``revoke_holder``."""
+        return revoke_holder(self.repo, holder, reason=reason, now=now)
+
 
 def revoke(repo: GrantRepository, grant: Chain | str, *, reason: str = "", now: float | None = None) -> str:
     """Revoke the tip of ``grant`` (a ``Chain``, a chain token, or a 64-hex grant id); return its id.
@@ -670,11 +676,53 @@ def revoke(repo: GrantRepository, grant: Chain | str, *, reason: str = "", now: 
         grant_id = grant
     else:
         grant_id = parse_chain(grant).id
+    repo.revoke(grant_id, now=_now(now), reason=_storable_reason(reason))
+    return grant_id
+
+
+def _storable_reason(reason: object) -> str:
+    """``reason`` as any store can hold it: a lone surrogate or a NUL character escaped."""
     if not isinstance(reason, str):
         raise InputError(f"reason must be text, got {type(reason).__name__}")
-    storable = reason.encode("utf-8", "backslashreplace").decode("utf-8").replace("\x00", "\\x00")
-    repo.revoke(grant_id, now=_now(now), reason=storable)
-    return grant_id
+    return reason.encode("utf-8", "backslashreplace").decode("utf-8").replace("\x00", "\\x00")
+
+
+@dataclass(frozen=True)
+class HolderRevocation:
+    """What ``revoke_holder`` did: ``revoked`` (ids revoked now) and ``already`` (ids of the
+    holder's recorded grants that were revoked before), each sorted. Both empty: the store
+    records no grant for ``holder``. Grants never recorded in this store are in neither."""
+
+    holder: str
+    revoked: tuple[str, ...]
+    already: tuple[str, ...]
+
+
+def revoke_holder(
+    repo: GrantRepository, holder: PublicKey | str, *, reason: str = "", now: float | None = None
+) -> HolderRevocation:
+    """Revoke, in one transaction, every grant recorded in ``repo`` whose audience is ``holder``
+    (a ``PublicKey`` or a ``did:key`` string): a leaked key's grants, and through them every
+    grant below them (recorded or not: a grant the leaked key delegated offline dies too).
+
+    Durable before it returns, as ``revoke``; inside ``repo.within(tx)`` it runs in ``tx``, so
+    the caller can write one audit entry per revoked id in the same transaction (``agentgate
+    grant revoke --holder`` does). "Recorded" and the concurrency it gives:
+    ``GrantRepository.revoke_holder``. Not covered: a grant to ``holder`` that this store never
+    recorded (issued or delegated to it offline, or recorded in another store); only removing
+    the key from the policy refuses those. Raises ``KeyFileError`` (an ``InputError``) for a
+    ``holder`` that is no did:key, ``InputError`` for a ``reason`` that is not text,
+    ``StoreError`` when the store cannot be written (then nothing is revoked).
+    """
+    if isinstance(holder, PublicKey):
+        did = holder.did
+    elif isinstance(holder, str):
+        did = PublicKey.from_did(holder.strip()).did
+    else:
+        raise InputError(f"holder must be a did:key or a PublicKey, got {type(holder).__name__}")
+    storable = _storable_reason(reason)
+    revoked, already = repo.revoke_holder(did, now=_now(now), reason=storable)
+    return HolderRevocation(did, tuple(revoked), tuple(already))
 
 
 def prune_grants(repo: GrantRepository, before: float) -> tuple[int, int]:

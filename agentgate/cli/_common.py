@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from agentgate.audit.entry import not_printable
-from agentgate.errors import InputError, SourceError
-from agentgate.keys import load_public_key
+from agentgate.errors import InputError, KeyFileError, SourceError
+from agentgate.keys import PublicKey, SigningKey, load_public_key
 from agentgate.policy import Policy, load_policy
 from agentgate.store import Store, is_conninfo, open_store, store_url
 from agentgate.store._sqlite import (
@@ -28,7 +28,7 @@ from agentgate.store._sqlite import (
     sqlite_tables_read_only,
     tables_and_columns,
 )
-from agentgate.store.audit import AuditLog, log_origin, open_log_key, previous_log_keys
+from agentgate.store.audit import AuditLog, log_key_path, log_origin, open_log_key, previous_log_keys
 
 
 def json_object(text: str, flag: str = "--args") -> dict[str, Any]:
@@ -136,6 +136,16 @@ def utc(timestamp: float | None) -> str:
         return datetime.fromtimestamp(timestamp, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     except (OverflowError, ValueError, OSError):  # beyond the years a datetime can hold
         return "-"
+
+
+def unix(timestamp: float | None) -> int | float | None:
+    """A time for JSON output (docs/cli.md, Output conventions): Unix seconds, as an integer when
+    it is whole seconds (``1795969091``, as the Gate and grants write times, not
+    ``1795969091.0``), else with its fraction as recorded; ``None`` (``null``) for none or a
+    non-finite one (a deadline of infinity)."""
+    if timestamp is None or isinstance(timestamp, bool) or not math.isfinite(timestamp):
+        return None
+    return int(timestamp) if float(timestamp).is_integer() else float(timestamp)
 
 
 def open_existing_store(url: str | None) -> Store:
@@ -263,18 +273,50 @@ def _empty_file(path: Path) -> bool:
 
 
 def open_audit_log(
-    url: str | None, public_key: str | None = None, *, create_key: bool = False
+    url: str | None,
+    public_key: str | None = None,
+    *,
+    create_key: bool = False,
+    reads: bool | None = None,
 ) -> tuple[Store, AuditLog]:
     """The store (as ``open_existing_store``) and its audit log, read with ``public_key``
     (``log.pub`` or its did:key) when given, else with the log key where agentgate finds it
-    (created only if ``create_key``). The caller closes the store."""
+    (created only if ``create_key``). ``reads``: for a missing key's error line, whether the
+    command takes ``--key PUBFILE`` instead (``True``), signs with the key (``False``), or
+    neither (``None``). The caller closes the store."""
     store = open_existing_store(url)
     try:
-        key = load_public_key(public_key) if public_key else open_log_key(store, create=create_key)
+        key: PublicKey | SigningKey
+        if public_key:
+            key = load_public_key(public_key)
+        else:
+            if not create_key:
+                _refuse_missing_log_key(log_key_path(store), reads=reads)
+            key = open_log_key(store, create=create_key)
         return store, AuditLog(store, key, log_origin(), previous_keys=previous_log_keys())
     except BaseException:
         store.close()
         raise
+
+
+def _refuse_missing_log_key(path: Path, *, reads: bool | None) -> None:
+    """Raise ``KeyFileError`` saying what is missing and what to do when there is no log key at
+    ``path``, in the same terms for every verb (``audit checkpoint`` and ``grant revoke``, which
+    may create the key, say so in theirs), not the bare ``cannot read private key: No such file
+    or directory`` of a key file that exists but cannot be read."""
+    if os.path.lexists(path):
+        return  # there: read it (a file that cannot be read says why)
+    instead = {
+        True: "; to read the log without it, give its public key: --key log.pub (or its did:key)",
+        False: "; this command signs with it (a checkpoint, an audit entry): log.pub will not do",
+        None: "",
+    }[reads]
+    raise KeyFileError(
+        f"{printable(str(path))}: no log key there (AGENTGATE_LOG_KEY; by default log.key beside a "
+        "SQLite database, .agentgate/log.key for PostgreSQL): point AGENTGATE_LOG_KEY at the log's "
+        f"private key{instead}; for a log with no checkpoint yet, `agentgate audit checkpoint` "
+        "creates one (docs/operations.md, The log key)"
+    )
 
 
 _APP_ROLE_RIGHTS = {

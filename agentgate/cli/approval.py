@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from agentgate.audit.entry import argument_digest
-from agentgate.cli._common import given, listed, open_existing_store, printable, utc
+from agentgate.cli._common import given, listed, open_existing_store, printable, unix, utc
 from agentgate.errors import InputError
 from agentgate.gate import Approval, approval_call_hash
 from agentgate.keys import load_signing_key, read_regular_file, replace_file
@@ -90,7 +90,7 @@ def _list(args: argparse.Namespace) -> int:
             "quorum": record.quorum,
             "approved_by": list(counted),
             "not_counted": list(uncounted),
-            "expires_at": record.expires_at,
+            "expires_at": unix(record.expires_at),
         }
         for record, (counted, uncounted) in found
     ]

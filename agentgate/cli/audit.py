@@ -39,7 +39,7 @@ from agentgate.audit.note import Checkpoint, verifier_key
 from agentgate.audit.proof import HEADER as PROOF_HEADER
 from agentgate.audit.proof import verify_bundle
 from agentgate.audit.report import render_report
-from agentgate.cli._common import given, given_text, open_audit_log, printable
+from agentgate.cli._common import given, given_text, open_audit_log, printable, utc
 from agentgate.errors import InputError, StoreError, TamperDetected
 from agentgate.keys import load_public_key, read_regular_file, replace_file
 from agentgate.store import Store
@@ -155,7 +155,8 @@ def _since(text: str) -> str:
 
 
 def _open(args: argparse.Namespace, *, create_key: bool = False) -> tuple[Store, AuditLog]:
-    return open_audit_log(args.store, getattr(args, "key", None), create_key=create_key)
+    reads = hasattr(args, "key")  # verify, show, explain, report take --key PUBFILE; prove signs
+    return open_audit_log(args.store, getattr(args, "key", None), create_key=create_key, reads=reads)
 
 
 MAX_CHECKPOINT_FILE_BYTES = 1 << 16
@@ -267,7 +268,7 @@ def _explain(args: argparse.Namespace) -> int:
         print("│   └── (the grant store has no record of this chain: only what the entry holds is shown)")
     for depth, (grant_id, issuer, audience, expires, revoked) in enumerate(chain or []):
         pad = "│   " + "    " * depth
-        state = "REVOKED" if revoked else f"expires {expires}"
+        state = "REVOKED" if revoked else f"expires {utc(expires)}"
         print(
             f"{pad}└── grant {printable(grant_id[:24])}: {printable(issuer)} -> {printable(audience)} ({state})"
         )

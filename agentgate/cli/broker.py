@@ -13,10 +13,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 from typing import Any
 
-from agentgate.cli._common import given, given_text, open_existing_store, printable, shown_source_error, utc
+from agentgate.cli._common import (
+    given,
+    given_text,
+    open_existing_store,
+    printable,
+    shown_source_error,
+    unix,
+    utc,
+)
 from agentgate.dispatch.broker import BrokerSnapshot, Lease, QueuedRequest, from_inventory
 from agentgate.dispatch.inventory import load_inventory
 from agentgate.store.broker_decisions import BrokerDecisionStore, LeaseDecision
@@ -115,7 +122,7 @@ def _inventory(args: argparse.Namespace) -> int:
             }
             for g in topology.gpus
         ]
-        taken_at = None if snapshot is None else snapshot.taken_at
+        taken_at = None if snapshot is None else unix(snapshot.taken_at)
         print(json.dumps({"taken_at": taken_at, "gpus": out, "unknown_gpus": unknown}, indent=2))
         return 0
     holder = {gpu: f"(reserved: {request})" for gpu, request in reserved.items()}
@@ -154,9 +161,9 @@ def _lease_json(lease: Lease, decided: LeaseDecision | None) -> dict[str, Any]:
         "gpus": list(lease.gpus),
         "state": lease.state,
         "level": lease.level,
-        "granted_at": lease.granted_at,
-        "expires_at": lease.expires_at,
-        "notice_deadline": lease.notice_deadline,
+        "granted_at": unix(lease.granted_at),
+        "expires_at": unix(lease.expires_at),
+        "notice_deadline": unix(lease.notice_deadline),
         "preempted_by": lease.preempted_by,
         "preempt_reason": lease.preempt_reason,
         # Through GatedBroker: the audit entry that decided the lease, its price, what it holds.
@@ -171,7 +178,8 @@ def _leases(args: argparse.Namespace) -> int:
     leases = () if snapshot is None else snapshot.leases
     if args.json:
         out = [_lease_json(x, decisions.get(x.id)) for x in leases]
-        print(json.dumps({"taken_at": snapshot and snapshot.taken_at, "leases": out}))
+        taken_at = None if snapshot is None else unix(snapshot.taken_at)
+        print(json.dumps({"taken_at": taken_at, "leases": out}))
         return 0
     print(_header(snapshot, args.broker))
     if not leases:
@@ -209,8 +217,8 @@ def _queued_json(q: QueuedRequest) -> dict[str, Any]:
         "gpus": r.gpus,
         "bound": r.hint.bound,
         "kind": r.hint.kind,
-        "submitted_at": q.submitted_at,
-        "deadline": q.deadline if math.isfinite(q.deadline) else None,
+        "submitted_at": unix(q.submitted_at),
+        "deadline": unix(q.deadline),
         "nominated": list(q.nominated),
         "victims": list(q.victims),
     }
@@ -222,7 +230,10 @@ def _queue(args: argparse.Namespace) -> int:
     if args.json:
         print(
             json.dumps(
-                {"taken_at": snapshot and snapshot.taken_at, "queue": [_queued_json(q) for q in queue]}
+                {
+                    "taken_at": None if snapshot is None else unix(snapshot.taken_at),
+                    "queue": [_queued_json(q) for q in queue],
+                }
             )
         )
         return 0

@@ -30,6 +30,7 @@ from agentgate.authority import (
     parse_chain,
     record,
     revoke,
+    revoke_holder,
 )
 from agentgate.authority._grant import (
     GRANT_CONTEXT,
@@ -44,6 +45,7 @@ from agentgate.cli._common import (
     given_path,
     given_text,
     json_object,
+    open_existing_store,
     printable,
     shown_policy,
     text,
@@ -101,6 +103,15 @@ CAP: RESOURCE[#ACTION][?FIELD OP VALUE(&FIELD OP VALUE)*], OP one of = (one of: 
 AMOUNT: a whole number of minor units, optionally :UNIT (default usd_micros), e.g. 1000:calls.
 The store is AGENTGATE_STORE (a path or a postgresql:// URL), default .agentgate/agentgate.db.
 See docs/cli.md."""
+
+
+_HOLDER_EPILOG = """\
+--holder revokes the grants recorded in this store (by grant issue/delegate, Gate.issue/delegate)
+whose audience is the key, when it reads them; a grant to the key that this store never recorded
+(issued or delegated to it offline, or recorded in another store) is NOT revoked: remove the key
+from the policy and restart for those (docs/operations.md, Rotating keys). Grants the key
+delegated below a revoked grant die with it, recorded or not.
+exit codes: 0 done (also when nothing was recorded for the key), 2 unusable input."""
 
 
 def register(subparsers: Any) -> None:
@@ -188,13 +199,30 @@ def register(subparsers: Any) -> None:
     p.add_argument("--json", action="store_true", help="print the decision and its findings as JSON")
     p.set_defaults(handler=_check)
 
-    p = sub.add_parser("revoke", help="revoke a grant and, with it, every grant below it")
-    p.add_argument(
+    p = sub.add_parser(
+        "revoke",
+        help="revoke a grant (or every recorded grant a key holds) and every grant below it",
+        description="Revoke the grant TOKENFILE|ID, or with --holder every grant this store records for "
+        "a key (a leaked agent key), and with them every grant below them. Audited; one transaction.",
+        epilog=_HOLDER_EPILOG,
+        formatter_class=raw,
+    )
+    what = p.add_mutually_exclusive_group(required=True)
+    what.add_argument(
         "target",
+        nargs="?",
         type=given,
         metavar="TOKENFILE|ID",
         help="a token file (its tip is revoked) or a 64-hex grant id",
     )
+    what.add_argument(
+        "--holder",
+        type=given,
+        metavar="DID|PUBFILE",
+        help="revoke every grant this store records with this key as its audience",
+    )
+    p.add_argument("--store", type=given, metavar="URL", help="store URL or path (default: AGENTGATE_STORE)")
+    p.add_argument("--json", action="store_true", help="print what was revoked as JSON")
     p.add_argument("--reason", default="", type=text, help="recorded with the revocation")
     p.add_argument(
         "--by",
@@ -465,7 +493,16 @@ def _check(args: argparse.Namespace) -> int:
     return {Outcome.ALLOW: 0, Outcome.DENY: 1, Outcome.APPROVAL_REQUIRED: 3}[decision.outcome]
 
 
+_NOT_COVERED = (
+    "grants to {did} that this store never recorded (issued or delegated to it offline, or recorded "
+    "in another store) are not revoked: remove the key from the policy and restart "
+    "(docs/operations.md, Rotating keys)"
+)
+
+
 def _revoke(args: argparse.Namespace) -> int:
+    if args.holder is not None:
+        return _revoke_holder(args)
     target: str = args.target
     if re.fullmatch(r"[0-9a-f]{64}", target):
         grant_id = target
@@ -473,19 +510,71 @@ def _revoke(args: argparse.Namespace) -> int:
         grant_id = _read_token(Path(target)).id
     else:
         raise InputError(f"{target!r} is neither a token file nor a 64-hex grant id")
-    store = open_store()
+    store = open_store(args.store)
     try:
         repo = GrantRepository(store)
-        # As Gate.revoke: the revocation and its audit entry in one transaction, audit lock first.
-        log = AuditLog(store, open_log_key(store), log_origin())  # refused at once if garbage
-        with store.transaction() as tx, repo.within(tx):
-            log.lock(tx)
-            revoke(repo, grant_id, reason=args.reason)
-            log.append(revocation_entry(grant_id, args.by, args.reason), tx)
-        below = repo.descendants(grant_id)
+        try:
+            # As Gate.revoke: the revocation and its audit entry in one transaction, audit lock first.
+            log = AuditLog(store, open_log_key(store), log_origin())  # refused at once if garbage
+            with store.transaction() as tx, repo.within(tx):
+                log.lock(tx)
+                revoke(repo, grant_id, reason=args.reason)
+                log.append(revocation_entry(grant_id, args.by, args.reason), tx)
+            below = repo.descendants(grant_id)
+        finally:
+            repo.close()
     finally:
         store.close()
+    if args.json:
+        sys.stdout.write(json.dumps({"revoked": [grant_id], "descendants": below}, indent=2) + "\n")
+        return 0
     sys.stdout.write(f"revoked {grant_id}\n")
     if below:
         sys.stdout.write(f"{len(below)} recorded descendant grant(s) are dead with it: {', '.join(below)}\n")
+    return 0
+
+
+def _revoke_holder(args: argparse.Namespace) -> int:
+    """``grant revoke --holder``: every grant the store records for a key, with one audit entry
+    per grant revoked, all in one transaction (nothing revoked or logged if any part fails)."""
+    did = load_public_key(args.holder).did  # a bad DID or file: exit 2 before the store is opened
+    # A store that does not exist is a mistyped --store, not an empty answer ("no recorded grants").
+    store = open_existing_store(args.store)
+    try:
+        repo = GrantRepository(store)
+        try:
+            log = AuditLog(store, open_log_key(store), log_origin())  # refused at once if garbage
+            with store.transaction() as tx, repo.within(tx):
+                log.lock(tx)
+                done = revoke_holder(repo, did, reason=args.reason)
+                for grant_id in done.revoked:
+                    log.append(revocation_entry(grant_id, args.by, args.reason), tx)
+            held = set(done.revoked) | set(done.already)
+            below = sorted({d for gid in sorted(held) for d in repo.descendants(gid)} - held)
+        finally:
+            repo.close()
+    finally:
+        store.close()
+    not_covered = _NOT_COVERED.format(did=did)
+    if args.json:
+        shown = {
+            "holder": did,
+            "revoked": list(done.revoked),
+            "already_revoked": list(done.already),
+            "descendants": below,
+            "not_covered": not_covered,
+        }
+        sys.stdout.write(json.dumps(shown, indent=2) + "\n")
+        return 0
+    lines = []
+    if not held:
+        lines.append(f"no recorded grants held by {did} in this store: nothing revoked")
+    else:
+        lines.append(f"revoked {len(done.revoked)} grant(s) held by {did}")
+        if done.already:
+            lines.append(f"{len(done.already)} grant(s) it holds were already revoked")
+        if below:
+            lines.append(f"{len(below)} recorded descendant grant(s) are dead with them")
+    lines.append("note: " + not_covered)
+    sys.stdout.write("\n".join(lines) + "\n")
     return 0

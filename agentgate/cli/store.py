@@ -125,7 +125,9 @@ def _init(args: argparse.Namespace) -> int:
 
 
 def _prune(args: argparse.Namespace) -> int:
-    before = time.time() - parse_duration(args.older_than)
+    # Whole seconds, as --json prints it (docs/cli.md, Output conventions): the cutoff a script
+    # reads back is the one applied.
+    before = int(time.time()) - parse_duration(args.older_than)
     store = open_existing_store(args.store)
     try:
         ledger = BudgetLedger(store)

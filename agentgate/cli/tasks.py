@@ -12,6 +12,7 @@ tasks settle KEY --ran|--not-run`` settles one by hand, audited (``agentgate.sto
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from typing import Any
 
@@ -23,9 +24,12 @@ from agentgate.cli._common import (
     open_existing_store,
     printable,
     text,
+    unix,
     utc,
 )
-from agentgate.store.dead_letters import DeadLetterStore
+from agentgate.cli.grant import parse_duration
+from agentgate.errors import InputError
+from agentgate.store.dead_letters import DeadLetter, DeadLetterStore
 from agentgate.store.leases import SharedBreakers
 from agentgate.store.once import SETTLE_MIN_AGE_S, OnceCalls, settle
 
@@ -83,11 +87,12 @@ def register(subparsers: Any) -> None:
     settling.add_argument("--reason", default="", metavar="TEXT", help="why, for the audit entry")
     settling.add_argument(
         "--older-than",
-        type=float,
+        type=_age,
         default=SETTLE_MIN_AGE_S,
         metavar="SECONDS",
         help="a call whose outcome was never recorded is settled only if it was allowed at least "
-        f"this long ago: a younger one may still be running (default {SETTLE_MIN_AGE_S:.0f})",
+        f"this long ago: a younger one may still be running (default {SETTLE_MIN_AGE_S:.0f}; a "
+        "DURATION such as 15m, as store prune --older-than takes, also does)",
     )
     settling.add_argument(
         "--store", type=given, metavar="URL", help="store URL or path (default: AGENTGATE_STORE)"
@@ -103,6 +108,20 @@ def _listing(sub: Any, name: str, *, help: str, description: str) -> Any:
         "--store", type=given, metavar="URL", help="store URL or path (default: AGENTGATE_STORE)"
     )
     return parser
+
+
+def _age(value: str) -> float:
+    """``--older-than`` of ``settle``: seconds (``900``, ``0``, ``1.5``), as documented, or a
+    DURATION (``15m``, ``1h30m``) as ``store prune --older-than`` takes: the same flag name read
+    two ways across verbs would refuse one or the other."""
+    if re.fullmatch(r"[0-9]{1,12}(\.[0-9]{1,9})?", value, re.ASCII):
+        return float(value)
+    try:
+        return float(parse_duration(value))
+    except InputError as exc:
+        raise argparse.ArgumentTypeError(
+            f"expected seconds (900) or a duration (15m), got {value!r}: {exc}"
+        ) from None
 
 
 MAX_LIMIT = 1_000_000
@@ -126,7 +145,7 @@ def _dead_letters(args: argparse.Namespace) -> int:
         letters = DeadLetterStore(store).recent(limit=args.limit, tool=tool)
     finally:
         store.close()
-    if listed([letter.to_json() for letter in letters], args.json, "no dead letters"):
+    if listed([_letter_json(letter) for letter in letters], args.json, "no dead letters"):
         return 0
     sys.stdout.write(
         f"{'recorded':<20} {'tool':<24} {'tenant':<12} {'reason':<26} {'tries':>5}  last error\n"
@@ -149,13 +168,25 @@ def _dead_letters(args: argparse.Namespace) -> int:
     return 0
 
 
+def _letter_json(letter: DeadLetter) -> dict[str, Any]:
+    """A dead letter as ``--json`` prints it: ``DeadLetter.to_json``, its times as every command
+    writes times (``unix``)."""
+    data = letter.to_json()
+    data["recorded_at"] = unix(letter.recorded_at)
+    for error in data["errors"]:
+        error["at"] = unix(error["at"])
+    return data
+
+
 def _breakers(args: argparse.Namespace) -> int:
     store = open_existing_store(args.store)
     try:
         states = SharedBreakers(store).all()
     finally:
         store.close()
-    rows = [{"key": b.key, "state": b.state, "opened_at": b.opened_at, "version": b.version} for b in states]
+    rows = [
+        {"key": b.key, "state": b.state, "opened_at": unix(b.opened_at), "version": b.version} for b in states
+    ]
     if listed(rows, args.json, "no shared breaker states"):
         return 0
     sys.stdout.write(f"{'key':<40} {'state':<8} {'opened':<20} {'version':>7}\n")
@@ -199,7 +230,7 @@ def _unsettled(args: argparse.Namespace) -> int:
 
 
 def _settle(args: argparse.Namespace) -> int:
-    store, audit = open_audit_log(args.store)
+    store, audit = open_audit_log(args.store, reads=False)
     try:
         record = settle(
             store, audit, args.key, ran=args.ran, by=args.by, reason=args.reason, min_age_s=args.older_than

@@ -56,6 +56,7 @@ from agentgate.authority import (
     Chain,
     Decision,
     GrantRepository,
+    HolderRevocation,
     Invocation,
     delegate,
     findings_of,
@@ -63,6 +64,7 @@ from agentgate.authority import (
     parse_chain,
     record,
     revoke,
+    revoke_holder,
 )
 from agentgate.capabilities import Call, Capability, attenuates
 from agentgate.dispatch.backends import ChatChunk, ChatResult
@@ -823,6 +825,23 @@ class Gate:
             grant_id = revoke(self.grants, target, reason=reason)
             self.audit.append(revocation_entry(grant_id, by, reason), tx)
         return grant_id
+
+    def revoke_holder(
+        self, holder: PublicKey | str, *, by: str = "operator", reason: str = ""
+    ) -> HolderRevocation:
+        """Revoke every grant this gate's store records for the key ``holder`` (a leaked agent
+        key: ``authority.revoke_holder``), each with its ``revoke`` entry, in one transaction.
+        Grants to the key never recorded in this store are not reached: remove the key from the
+        policy and restart for those (docs/operations.md, Rotating keys). Raises ``KeyFileError``
+        for a ``holder`` that is no did:key, ``InputError`` for a ``by`` or ``reason`` that is
+        not text; nothing is written then."""
+        expect(by, str, "by", "text (who revokes)")
+        expect(reason, str, "reason", "text")
+        with self._decision_transaction() as tx, self.grants.within(tx):
+            done = revoke_holder(self.grants, holder, reason=reason)
+            for grant_id in done.revoked:
+                self.audit.append(revocation_entry(grant_id, by, reason), tx)
+        return done
 
     def _tenant_of(self, did: str) -> str:
         name = self.index.principal_name(did)

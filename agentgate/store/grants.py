@@ -290,6 +290,52 @@ class GrantRepository:
             tx.execute(sql, (grant_id, now, reason[:500]))
             return tx.rowcount == 1
 
+    def revoke_holder(self, audience: str, *, now: int, reason: str = "") -> tuple[list[str], list[str]]:
+        """Revoke every grant recorded with ``audience`` (a did:key) as its audience, in one
+        transaction: the caller's bound one (``within``: with its audit entries), else its own.
+        Returns ``(revoked, already)``: the ids revoked now and those that were revoked before,
+        each sorted. Descendants need no rows of their own, as for ``revoke``.
+
+        The grants revoked are exactly those recorded (their recording transaction committed)
+        when the grants are read: before the write lock is taken on SQLite (the transaction takes
+        it first), before that read statement starts on PostgreSQL. A grant recorded later is not
+        revoked, and one recorded earlier is, with all its descendants: never some of a read
+        set. A grant to ``audience`` that this store never recorded (issued or delegated to it
+        offline, or recorded in another store) is not revoked: no store can list it. Needs only
+        ``SELECT`` on ``agentgate_grants`` and ``SELECT, INSERT`` on ``agentgate_revocations``
+        (PostgreSQL's application role has them). Raises ``StoreError``.
+        """
+        bound = self._bound_tx()
+        if bound is not None:
+            try:
+                return self._revoke_holder(bound, audience, now, reason)
+            except (sqlite3.Error, psycopg.Error) as exc:
+                raise StoreError(f"cannot record the revocations: {exc}") from exc
+        with self.store.transaction() as tx:
+            return self._revoke_holder(tx, audience, now, reason)
+
+    @staticmethod
+    def _revoke_holder(tx: Transaction, audience: str, now: int, reason: str) -> tuple[list[str], list[str]]:
+        rows = tx.execute(
+            "SELECT g.id, CASE WHEN r.grant_id IS NULL THEN 0 ELSE 1 END FROM agentgate_grants g "
+            "LEFT JOIN agentgate_revocations r ON r.grant_id = g.id WHERE g.audience = ? ORDER BY g.id",
+            (audience,),
+        )
+        held = [str(gid) for gid, _ in rows]
+        todo = [str(gid) for gid, was in rows if not was]
+        revoked: set[str] = set()
+        for i in range(0, len(todo), 200):  # the ids read above, never a second read: see above
+            part = todo[i : i + 200]
+            values = ",".join(["(?, ?, ?)"] * len(part))
+            params = [v for gid in part for v in (gid, now, reason[:500])]
+            inserted = tx.execute(
+                f"INSERT INTO agentgate_revocations (grant_id, revoked_at, reason) VALUES {values} "
+                "ON CONFLICT DO NOTHING RETURNING grant_id",
+                params,
+            )
+            revoked.update(str(r[0]) for r in inserted)
+        return sorted(revoked), sorted(set(held) - revoked)
+
     def _hot_connection(self) -> sqlite3.Connection | None:
         if self._sqlite is not None and self._hot is None:
             raise StoreError("the grant repository is closed")
@@ -405,12 +451,6 @@ class GrantRepository:
                     f"cannot record the invocation nonce: PostgreSQL unreachable: {exc}"
                 ) from exc
             raise
-
-    def prune_nonces(self, before: int) -> int:
-        """Forget nonces that expired before ``before``; their invocations are refused by time anyway."""
-        with self.store.transaction() as tx:
-            tx.execute("DELETE FROM agentgate_nonces WHERE expires < ?", (before,))
-            return tx.rowcount
 
     def prune(self, before: float, *, expired: Callable[[object, str, int], bool]) -> tuple[int, int]:
         """Forget the grants that expired before ``before`` (Unix seconds; never one that expired
