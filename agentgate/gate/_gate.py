@@ -169,6 +169,9 @@ DELEGATIONS_PURGE_S = 1.0
 """How often, at most, ``Gate.delegations`` is cleared of expired delegations (and the approval
 requests asked in this process of expired ones)."""
 
+DELEGATED_PARSED_MAX = 1024
+"""How many parsed delegated chains a Gate keeps for ``delegate(call=...)`` (cleared when full)."""
+
 
 _OPEN_GATES: weakref.WeakSet[Gate] = weakref.WeakSet()
 """The gates made and not closed (a dropped one leaves by itself), for ``_flush_at_exit``."""
@@ -424,6 +427,10 @@ class Gate:
         order; an expired one leaves at a later delegation (within ``DELEGATIONS_PURGE_S``)."""
         self._purge_at = 0.0
         """When ``delegations`` next needs a pass for expired entries (``time.time()``)."""
+        self._parsed_delegated: dict[str, Chain] = {}
+        """``parse_chain`` of the tokens ``_delegated_before`` read (bounded): a chain is a pure
+        function of its token, and every delegation from a grant reads all of that grant's live
+        delegations to its sub-agent again."""
 
     @classmethod
     def open(cls, policy: str | Path, store: str | None = None, *, key_dir: str | Path | None = None) -> Gate:
@@ -648,8 +655,14 @@ class Gate:
     ) -> Chain | None:
         """The live chain recorded as delegated from ``parent`` to ``key`` with ``purpose`` and
         these terms (``delegate``'s ``call``), if any."""
+        parsed = self._parsed_delegated
         for token in self.grants.delegated(parent.grant_id, key.did, now=int(time.time())):
-            chain = parse_chain(token)
+            chain = parsed.get(token)
+            if chain is None:
+                chain = parse_chain(token)  # raises for a malformed one, as before: never cached
+                if len(parsed) >= DELEGATED_PARSED_MAX:
+                    parsed.clear()
+                parsed[token] = chain
             tip = chain.tip
             if (
                 tip.purpose == purpose
