@@ -283,7 +283,8 @@ def test_cli_verify_passes_while_several_processes_append(
     procs = _start(tmp_path, "append", shared.url, [{"n": 30, "checkpoint_every": 4} for _ in range(2)])
     runs = 0
     while runs < 3 or any(p.running() for p in procs):  # verify, again and again, during the appends
-        assert main(["audit", "verify", "--store", shared.url]) == 0, capsys.readouterr().out
+        code = main(["audit", "verify", "--store", shared.url])
+        assert code == 0, capsys.readouterr()
         runs += 1
     _finish(procs)
     assert main(["audit", "verify", "--store", shared.url]) == 0

@@ -163,6 +163,7 @@ class _ClosingDispatcher:
     def __init__(self) -> None:
         self.closing = threading.Event()
         self.release = threading.Event()
+        self.model_slo_ttft_s: dict[str, float] = {}  # Gate.attach_dispatcher adds the policy's
 
     async def start(self) -> None:
         return None
