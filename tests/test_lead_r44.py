@@ -7,6 +7,9 @@
   only through root's right to read any file, its owner may rewrite it (R42 had accepted it).
 - An approval that does not count says why in the approval_required answer and its entry.
 - ``Gate.revoke_holder`` (R45's ``grant revoke --holder`` as a Gate method).
+- Opening a second store on a file keeps the locks of the process's other connections: the first
+  version of the rollback-mode check read the header through a descriptor of its own, whose close
+  dropped them (CI: "database disk image is malformed" in a multi-process test).
 """
 
 from __future__ import annotations
@@ -144,3 +147,34 @@ def test_gate_revoke_holder_cuts_every_recorded_grant_of_a_key_with_its_entries(
             assert gate.verify().ok
         finally:
             made.gate.close()
+
+
+def test_opening_a_second_store_on_a_file_keeps_the_locks_of_the_first(tmp_path: Path) -> None:
+    # The first fix above read the file's header through a file descriptor of its own: closing it
+    # dropped every POSIX lock the process held on the file, the shared lock of a Gate's open
+    # connections included. Another process's last connection then took the file for its own
+    # (it checkpoints and removes the WAL when it thinks no other is open), under the ones still
+    # open here: "database disk image is malformed", seen in CI's multi-process audit test. The
+    # journal mode is now read through SQLite, which keeps its locks across its connections.
+    import subprocess
+    import sys
+
+    path = tmp_path / "s.db"
+    with SQLiteStore(path) as first:
+        with first.transaction() as tx:
+            tx.execute("CREATE TABLE t (x)")
+        conn = first.connect()
+        conn.execute("BEGIN")
+        conn.execute("SELECT COUNT(*) FROM t").fetchall()  # a reader, holding its shared lock
+        try:
+            SQLiteStore(path).close()  # a second store on the file, in this process
+            # Leaving WAL mode needs the file to itself: refused while the reader is there.
+            probe = (
+                "import sqlite3, sys; c = sqlite3.connect(sys.argv[1], timeout=0, isolation_level=None); "
+                "print(c.execute('PRAGMA journal_mode=DELETE').fetchone()[0])"
+            )
+            other = subprocess.run([sys.executable, "-c", probe, str(path)], capture_output=True, text=True)
+            assert other.returncode != 0 and "locked" in other.stderr, (other.stdout, other.stderr)
+        finally:
+            conn.execute("ROLLBACK")
+            conn.close()

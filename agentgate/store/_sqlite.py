@@ -141,15 +141,10 @@ def _prepare_file(path: Path) -> None:
     except ValueError:  # a NUL byte, which no file name holds
         raise StoreError("a store path cannot hold a NUL character") from None
     except FileNotFoundError:  # a new store (or a symbolic link to a file not made yet)
-        flags = os.O_RDONLY | os.O_CREAT | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
         try:
-            fd = os.open(path, flags, 0o600)
+            status = _create(path)
         except OSError as exc:
             raise StoreError(f"cannot create the SQLite store {path}: {exc.strerror}") from exc
-        try:
-            status = os.fstat(fd)  # what was opened: another process may have made something else
-        finally:
-            os.close(fd)
     except OSError as exc:
         raise StoreError(f"cannot open the SQLite store {path}: {exc.strerror}") from exc
     if not stat.S_ISREG(status.st_mode):
@@ -158,6 +153,25 @@ def _prepare_file(path: Path) -> None:
             f"cannot open the SQLite store {path}: it is {kind}; name a database file "
             "(--store or AGENTGATE_STORE)"
         )
+
+
+def _create(path: Path) -> os.stat_result:
+    """Create the file ``path`` with mode 0600; what is there at the end. Exclusively: a file
+    another thread made meanwhile (six Gates opening one new store) is only looked at, never
+    opened, since closing a descriptor of it would drop every POSIX lock this process holds on it,
+    those of that thread's SQLite connections included."""
+    flags = os.O_RDONLY | os.O_CREAT | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+    try:
+        fd = os.open(path, flags | os.O_EXCL, 0o600)
+    except FileExistsError:
+        try:
+            return os.stat(path)
+        except FileNotFoundError:  # a symbolic link to a file not made yet: made through it
+            fd = os.open(path, flags, 0o600)
+    try:
+        return os.fstat(fd)  # what was opened: another process may have made something else
+    finally:
+        os.close(fd)
 
 
 def _statements(script: str) -> list[str]:
@@ -286,21 +300,27 @@ def foreign_table(
     return None
 
 
-_WAL_FORMAT = 2
-"""The file format version bytes (offsets 18 and 19 of a SQLite file's header) of a database in
-WAL mode; 1 is a rollback journal (sqlite.org/fileformat2.html, "The Database Header")."""
+def _rollback_mode_tables(path: Path) -> list[tuple[str, frozenset[str]]] | None:
+    """The tables of the SQLite file at ``path`` with their columns when it is not in WAL mode (a
+    database another application made, or one of agentgate's copied without it; every store
+    agentgate opened is in WAL mode), else ``None``; read through a read-only SQLite connection.
 
-
-def _in_rollback_mode(path: Path) -> bool:
-    """Whether the file at ``path`` holds a SQLite header that says it is not in WAL mode: a
-    database another application made, or one of agentgate's copied without it. A new, empty
-    file has no header; every store agentgate opened is in WAL mode."""
+    Never by opening the file itself: closing any descriptor of a file drops every POSIX lock the
+    process holds on it, those of its other SQLite connections included (a Gate's, in the same
+    process), and a writer in another process could then corrupt the store."""
+    uri = "file:" + urllib.parse.quote(os.fsencode(os.path.abspath(path))) + "?mode=ro"
     try:
-        with open(path, "rb") as file:
-            header = file.read(20)
-    except OSError:
-        return False  # opening it as a store says why
-    return header.startswith(b"SQLite format 3\x00") and len(header) == 20 and header[18] != _WAL_FORMAT
+        conn = sqlite3.connect(uri, uri=True, timeout=5.0)
+    except (sqlite3.Error, ValueError):
+        return None  # opening it as a store says why
+    try:
+        if str(conn.execute("PRAGMA journal_mode").fetchone()[0]).lower() == "wal":
+            return None
+        return tables_and_columns(lambda sql: conn.execute(sql).fetchall())
+    except sqlite3.Error:
+        return None
+    finally:
+        conn.close()
 
 
 class SQLiteStore(Store):
@@ -325,10 +345,12 @@ class SQLiteStore(Store):
             )
         self.synchronous = mode
         _prepare_file(self.path)
-        if _in_rollback_mode(self.path):
-            # Before the first connection switches it to WAL mode, a change to the file's header
-            # that another application's database must not get only to be refused afterwards.
-            self._refuse_foreign_file()
+        # Before the first connection switches it to WAL mode, a change to the file's header
+        # that another application's database must not get only to be refused afterwards.
+        tables = _rollback_mode_tables(self.path)
+        foreign = foreign_table(tables, required_store_columns()) if tables else None
+        if foreign is not None:
+            raise self._foreign(foreign[0], foreign[1], "open the SQLite store")
         self._idle: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
         self._closed = False
@@ -489,13 +511,6 @@ class SQLiteStore(Store):
             else:
                 conn.close()
         self._schemas.add(name)
-
-    def _refuse_foreign_file(self) -> None:
-        """Raise ``StoreError`` when the file holds a table of one of agentgate's names without
-        a column a row of it must have (as ``_refuse_foreign_tables``, for every part at once)."""
-        foreign = foreign_table(sqlite_tables_read_only(self.path) or (), required_store_columns())
-        if foreign is not None:
-            raise self._foreign(foreign[0], foreign[1], "open the SQLite store")
 
     def _foreign(self, table: str, missing: list[str], doing: str) -> StoreError:
         return StoreError(
