@@ -12,7 +12,7 @@ import json
 import re
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -64,7 +64,7 @@ from agentgate.gate._records import revocation_entry
 from agentgate.keys import load_public_key, load_signing_key, read_regular_file, replace_file
 from agentgate.policy import role_grant_template
 from agentgate.policy._schema import MAX_TTL_S
-from agentgate.store import open_store
+from agentgate.store import Store, open_store
 from agentgate.store.audit import AuditLog, log_origin, open_log_key
 
 _DURATION = re.compile(r"(?:[0-9]{1,9}[smhd])+")
@@ -500,6 +500,32 @@ _NOT_COVERED = (
 )
 
 
+@contextlib.contextmanager
+def _revoking(
+    store: Store, args: argparse.Namespace
+) -> Iterator[tuple[GrantRepository, Callable[[Iterable[str]], None]]]:
+    """The store's grants bound to one transaction that holds the audit log's lock, as
+    ``Gate.revoke`` takes it, and what appends a ``revoke`` entry for each grant id given: the
+    revocations and their entries commit together or not at all. The log key is refused at once
+    if garbage; the store is closed at the end."""
+    try:
+        repo = GrantRepository(store)
+        try:
+            log = AuditLog(store, open_log_key(store), log_origin())
+            with store.transaction() as tx, repo.within(tx):
+                log.lock(tx)
+
+                def audit(grant_ids: Iterable[str]) -> None:
+                    for grant_id in grant_ids:
+                        log.append(revocation_entry(grant_id, args.by, args.reason), tx)
+
+                yield repo, audit
+        finally:
+            repo.close()
+    finally:
+        store.close()
+
+
 def _revoke(args: argparse.Namespace) -> int:
     if args.holder is not None:
         return _revoke_holder(args)
@@ -510,21 +536,10 @@ def _revoke(args: argparse.Namespace) -> int:
         grant_id = _read_token(Path(target)).id
     else:
         raise InputError(f"{target!r} is neither a token file nor a 64-hex grant id")
-    store = open_store(args.store)
-    try:
-        repo = GrantRepository(store)
-        try:
-            # As Gate.revoke: the revocation and its audit entry in one transaction, audit lock first.
-            log = AuditLog(store, open_log_key(store), log_origin())  # refused at once if garbage
-            with store.transaction() as tx, repo.within(tx):
-                log.lock(tx)
-                revoke(repo, grant_id, reason=args.reason)
-                log.append(revocation_entry(grant_id, args.by, args.reason), tx)
-            below = repo.descendants(grant_id)
-        finally:
-            repo.close()
-    finally:
-        store.close()
+    with _revoking(open_store(args.store), args) as (repo, audit):
+        revoke(repo, grant_id, reason=args.reason)
+        audit([grant_id])
+        below = repo.descendants(grant_id)
     if args.json:
         sys.stdout.write(json.dumps({"revoked": [grant_id], "descendants": below}, indent=2) + "\n")
         return 0
@@ -539,22 +554,11 @@ def _revoke_holder(args: argparse.Namespace) -> int:
     per grant revoked, all in one transaction (nothing revoked or logged if any part fails)."""
     did = load_public_key(args.holder).did  # a bad DID or file: exit 2 before the store is opened
     # A store that does not exist is a mistyped --store, not an empty answer ("no recorded grants").
-    store = open_existing_store(args.store)
-    try:
-        repo = GrantRepository(store)
-        try:
-            log = AuditLog(store, open_log_key(store), log_origin())  # refused at once if garbage
-            with store.transaction() as tx, repo.within(tx):
-                log.lock(tx)
-                done = revoke_holder(repo, did, reason=args.reason)
-                for grant_id in done.revoked:
-                    log.append(revocation_entry(grant_id, args.by, args.reason), tx)
-            held = set(done.revoked) | set(done.already)
-            below = sorted({d for gid in sorted(held) for d in repo.descendants(gid)} - held)
-        finally:
-            repo.close()
-    finally:
-        store.close()
+    with _revoking(open_existing_store(args.store), args) as (repo, audit):
+        done = revoke_holder(repo, did, reason=args.reason)
+        audit(done.revoked)
+        held = set(done.revoked) | set(done.already)
+        below = sorted({d for gid in sorted(held) for d in repo.descendants(gid)} - held)
     not_covered = _NOT_COVERED.format(did=did)
     if args.json:
         shown = {

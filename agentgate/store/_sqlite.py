@@ -226,10 +226,17 @@ def _required_columns(ddl: str) -> dict[str, frozenset[str]]:
     return required
 
 
-def sqlite_tables_read_only(path: str | Path) -> list[tuple[str, frozenset[str]]] | None:
+def sqlite_tables_read_only(
+    path: str | Path, *, unless_wal: bool = False
+) -> list[tuple[str, frozenset[str]]] | None:
     """The tables of the SQLite file at ``path`` with their columns, read through a read-only
     connection that changes nothing in it; ``None`` when it cannot be read so (opening it as a
-    store then says why)."""
+    store then says why), and with ``unless_wal`` when the file is in WAL mode (every store
+    agentgate opened is; one that is not was made by another application, or copied without it).
+
+    Never by opening the file itself: closing any descriptor of a file drops every POSIX lock the
+    process holds on it, those of its other SQLite connections included (a Gate's, in the same
+    process), and another process's last connection could then take the file as its own."""
     try:
         if not stat.S_ISREG(os.stat(path).st_mode):
             return None  # a FIFO would block the open; _prepare_file refuses what is no file
@@ -241,6 +248,8 @@ def sqlite_tables_read_only(path: str | Path) -> list[tuple[str, frozenset[str]]
     except (sqlite3.Error, ValueError):
         return None
     try:
+        if unless_wal and str(conn.execute("PRAGMA journal_mode").fetchone()[0]).lower() == "wal":
+            return None
         return tables_and_columns(lambda sql: conn.execute(sql).fetchall())
     except sqlite3.Error:
         return None
@@ -300,29 +309,6 @@ def foreign_table(
     return None
 
 
-def _rollback_mode_tables(path: Path) -> list[tuple[str, frozenset[str]]] | None:
-    """The tables of the SQLite file at ``path`` with their columns when it is not in WAL mode (a
-    database another application made, or one of agentgate's copied without it; every store
-    agentgate opened is in WAL mode), else ``None``; read through a read-only SQLite connection.
-
-    Never by opening the file itself: closing any descriptor of a file drops every POSIX lock the
-    process holds on it, those of its other SQLite connections included (a Gate's, in the same
-    process), and a writer in another process could then corrupt the store."""
-    uri = "file:" + urllib.parse.quote(os.fsencode(os.path.abspath(path))) + "?mode=ro"
-    try:
-        conn = sqlite3.connect(uri, uri=True, timeout=5.0)
-    except (sqlite3.Error, ValueError):
-        return None  # opening it as a store says why
-    try:
-        if str(conn.execute("PRAGMA journal_mode").fetchone()[0]).lower() == "wal":
-            return None
-        return tables_and_columns(lambda sql: conn.execute(sql).fetchall())
-    except sqlite3.Error:
-        return None
-    finally:
-        conn.close()
-
-
 class SQLiteStore(Store):
     dialect: Dialect = "sqlite"
     driver_errors = (sqlite3.Error,)
@@ -347,7 +333,7 @@ class SQLiteStore(Store):
         _prepare_file(self.path)
         # Before the first connection switches it to WAL mode, a change to the file's header
         # that another application's database must not get only to be refused afterwards.
-        tables = _rollback_mode_tables(self.path)
+        tables = sqlite_tables_read_only(self.path, unless_wal=True)
         foreign = foreign_table(tables, required_store_columns()) if tables else None
         if foreign is not None:
             raise self._foreign(foreign[0], foreign[1], "open the SQLite store")
