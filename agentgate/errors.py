@@ -125,12 +125,9 @@ class InvalidSignature(AuthorityError):
     """A signature does not verify under the key it must verify under."""
 
 
-class ReplayDetected(AuthorityError):
-    """An invocation nonce has been seen before within its validity window."""
-
-
-class ApprovalRequired(AuthorityError):
-    """The policy requires a human approval before this call can run."""
+class ApprovalRequired(Denied):
+    """The policy requires a human approval before this call can run: ``Gate.run``/``arun`` given
+    an authorization that still waits for one (ask for it, then decide the call again with it)."""
 
 
 class BudgetExceeded(AuthorityError):

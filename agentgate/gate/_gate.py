@@ -71,6 +71,7 @@ from agentgate.dispatch.backends import ChatChunk, ChatResult
 from agentgate.dispatch.dispatcher import Dispatcher, model_slos
 from agentgate.errors import (
     AgentGateError,
+    ApprovalRequired,
     AuthorityError,
     BackendFailed,
     BudgetExceeded,
@@ -2108,7 +2109,8 @@ class Gate:
         if fn is not _NO_FN and not callable(fn):
             raise InputError(f"fn must be the function that makes the call, got {shown(fn)}")
         if not auth.allowed or auth.audit_index is None:
-            raise Denied(self.explain_redacted(auth), auth.decision)
+            refused = ApprovalRequired if auth.needs_approval else Denied
+            raise refused(self.explain_redacted(auth), auth.decision)
         if auth._use.sealed != self._seal(auth):
             raise Denied(
                 f"the authorization of {auth.call.resource} was not decided by this Gate (built by hand, "

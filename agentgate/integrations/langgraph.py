@@ -71,6 +71,7 @@ from langchain_core.tools import BaseTool, InjectedToolCallId, StructuredTool, T
 from langchain_core.tracers.context import register_configure_hook
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from langgraph.config import get_config
+from langgraph.constants import CONFIG_KEY_CHECKPOINTER
 from langgraph.errors import GraphBubbleUp, GraphInterrupt, ParentCommand
 from langgraph.prebuilt import ToolNode
 from langgraph.prebuilt.tool_node import ToolCallRequest
@@ -177,6 +178,22 @@ def _asking_answer(request: ToolCallRequest) -> AIMessage | None:
         if isinstance(message, AIMessage) and any(c.get("id") == call_id for c in message.tool_calls):
             return message
     return None
+
+
+_NO_CHECKPOINTER = (
+    "the agent runs without a checkpointer, so no approval could resume it; "
+    "build it with one (checkpointer=InMemorySaver(), SqliteSaver, PostgresSaver)"
+)
+
+
+def _resumable() -> bool:
+    """Whether the run in progress keeps checkpoints, so that a ``Command(resume=...)`` can
+    answer an ``interrupt()`` of it (a sub-agent's run has its parent's checkpointer)."""
+    try:
+        configurable = get_config().get("configurable", {})
+    except RuntimeError:
+        return True  # outside a run: interrupt() says so itself
+    return bool(configurable.get(CONFIG_KEY_CHECKPOINTER))
 
 
 def _asked_in(request: ToolCallRequest) -> tuple[str, str] | None:
@@ -549,13 +566,14 @@ class GateMiddleware(AgentMiddleware[Any, Any, Any]):
             )
 
         auth = decide(None)
+        if auth.needs_approval and not _resumable():
+            # interrupt() would end the run with the request open, and Command(resume=...) would
+            # fail in LangGraph: an approval could never reach this call. Closed and refused now.
+            auth = self._refuse_pending(auth, _NO_CHECKPOINTER)
         while auth.needs_approval:
             approval = Approval.parse(interrupt(auth.approval_payload()))
             if approval is None:
-                try:
-                    auth = self.gate.decline(auth, "the answer to the request was not an approval")
-                except InputError as exc:  # decided meanwhile (approved, used, denied elsewhere)
-                    auth = replace(auth, verdict=Verdict.DENY, reasons=(*auth.reasons, str(exc)))
+                auth = self._refuse_pending(auth, "the answer to the request was not an approval")
                 break
             asked, auth = auth, decide(approval)
             if not auth.allowed and not auth.needs_approval:
@@ -568,6 +586,14 @@ class GateMiddleware(AgentMiddleware[Any, Any, Any]):
         if not auth.allowed and self.enforce:
             raise Denied(self.gate.explain_redacted(auth), auth.decision)
         return auth
+
+    def _refuse_pending(self, auth: Authorization, reason: str) -> Authorization:
+        """The refusal of ``auth``, which waits for an approval, recorded with ``reason``
+        (``Gate.decline``), or with why it cannot be when it was decided meanwhile."""
+        try:
+            return self.gate.decline(auth, reason)
+        except InputError as exc:  # decided meanwhile (approved, used, denied elsewhere)
+            return replace(auth, verdict=Verdict.DENY, reasons=(*auth.reasons, str(exc)))
 
     def _foreign(self, request: ToolCallRequest) -> Authorization | None:
         """The recorded refusal of a delegation asked on an identity that is not this agent's own
