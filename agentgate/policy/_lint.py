@@ -12,7 +12,7 @@ import functools
 import json
 import math
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import ClassVar
 
 from agentgate.capabilities import (
@@ -228,81 +228,109 @@ class ApprovalGateBypass(LintRule):
 
     def check(self, policy: Policy) -> Iterator[Finding]:
         declared = _declared(policy)
-        tools = policy.document.tools
-        approvals = policy.document.approvals
         # What each pattern names, and the wildcard rules by pattern, by lookup: matching every
         # gate, rule and sibling against every declared tool made this check cost gates x rules
         # x tools (minutes for a policy of a few thousand of each).
         by_pattern = _by_pattern(declared)
-        known = set(declared)
-        guarded = {
-            g: set(by_pattern.get(spec.resource, ()))
-            if spec.resource.endswith("*")
-            else {spec.resource} & known
-            for g, spec in approvals.items()
-        }
+        guarded = _gated_tools(policy, by_pattern, set(declared))
         gates_on: dict[str, list[str]] = {}  # tool -> the gates that guard it
         for g, named in guarded.items():
             for r in named:
                 gates_on.setdefault(r, []).append(g)
-        wild_rules: dict[str, list[tuple[int, int, RuleRef]]] = {}
-        for position, role in enumerate(policy.document.roles):
-            for rule in policy.rules.get(role, ()):
-                if rule.capability.resource.endswith("*"):
-                    wild_rules.setdefault(rule.capability.resource, []).append((position, rule.index, rule))
-        for gname, gate in approvals.items():
+        wild_rules = _wildcard_rules(policy)
+        for gname, gate in policy.document.approvals.items():
             gated = guarded[gname]
             if not gated:
                 continue
-            # The wildcard rules that reach a tool the gate guards, in the order the policy lists them.
-            reaching = sorted(
-                (
-                    found
-                    for pattern in _named_patterns(sorted(gated))
-                    for found in wild_rules.get(pattern, ())
-                ),
-                key=lambda found: found[:2],
-            )
+            reaching = _rules_reaching(gated, wild_rules)
             if not reaching:
                 continue
-            # A sibling takes "the same arguments" when it declares those the gate looks at, or,
-            # for a gate on every call, those of a tool the gate guards.
-            looked_at = (
-                {frozenset(gate.when)}
-                if gate.when
-                else {frozenset(tools[r.removeprefix("tool:")].args) for r in gated if r.startswith("tool:")}
-            )
-            sibling: dict[str, bool] = {}  # tool -> whether it takes the same arguments and no gate stops it
-            conditions = policy.gate_conditions.get(gname, ())
-            for _position, _index, rule in reaching:
-                # A sibling is a path around the gate only for the calls the rule admits on
-                # it that the gate would stop: `amount <= 500` does not get around `amount > 500`.
-                around = []
-                for r in by_pattern.get(rule.capability.resource, ()):
-                    open_path = sibling.get(r)
-                    if open_path is None:
-                        # A tool that another gate stops on every call this one stops is no path
-                        # around it (asked of the gates on that tool only, not of every gate).
-                        open_path = sibling[r] = (
-                            r not in gated
-                            and r.startswith("tool:")
-                            and any(args <= tools[r.removeprefix("tool:")].args.keys() for args in looked_at)
-                            and not any(
-                                other != gname and _applies_whenever(policy, other, gname)
-                                for other in gates_on.get(r, ())
-                            )
-                        )
-                    if open_path and _admits_gated_call(
-                        rule.capability, conditions, tools[r.removeprefix("tool:")].args
-                    ):
-                        around.append(r)
-                if around:
-                    yield self.finding(
-                        policy,
-                        f"{rule} reaches {', '.join(sorted(around))}, which take the same arguments as "
-                        f"{gate.resource} but pass no approval gate {gname}",
-                        rule.line,
+            for rule, around in _paths_around(policy, gname, gated, reaching, by_pattern, gates_on):
+                yield self.finding(
+                    policy,
+                    f"{rule} reaches {', '.join(sorted(around))}, which take the same arguments as "
+                    f"{gate.resource} but pass no approval gate {gname}",
+                    rule.line,
+                )
+
+
+def _gated_tools(
+    policy: Policy, by_pattern: Mapping[str, Sequence[str]], known: set[str]
+) -> dict[str, set[str]]:
+    """The declared tools each approval gate guards, by gate name."""
+    return {
+        g: set(by_pattern.get(spec.resource, ())) if spec.resource.endswith("*") else {spec.resource} & known
+        for g, spec in policy.document.approvals.items()
+    }
+
+
+def _wildcard_rules(policy: Policy) -> dict[str, list[tuple[int, int, RuleRef]]]:
+    """The rules whose resource is a wildcard pattern, by pattern, each with its role's position
+    and its index (the order the policy lists them in)."""
+    wild_rules: dict[str, list[tuple[int, int, RuleRef]]] = {}
+    for position, role in enumerate(policy.document.roles):
+        for rule in policy.rules.get(role, ()):
+            if rule.capability.resource.endswith("*"):
+                wild_rules.setdefault(rule.capability.resource, []).append((position, rule.index, rule))
+    return wild_rules
+
+
+def _rules_reaching(
+    gated: set[str], wild_rules: Mapping[str, list[tuple[int, int, RuleRef]]]
+) -> list[tuple[int, int, RuleRef]]:
+    """The wildcard rules that reach a tool in ``gated``, in the order the policy lists them."""
+    return sorted(
+        (found for pattern in _named_patterns(sorted(gated)) for found in wild_rules.get(pattern, ())),
+        key=lambda found: found[:2],
+    )
+
+
+def _paths_around(
+    policy: Policy,
+    gname: str,
+    gated: set[str],
+    reaching: Sequence[tuple[int, int, RuleRef]],
+    by_pattern: Mapping[str, Sequence[str]],
+    gates_on: Mapping[str, list[str]],
+) -> Iterator[tuple[RuleRef, list[str]]]:
+    """Each rule of ``reaching`` with the sibling tools it opens around gate ``gname``: tools that
+    take the same arguments, that no other gate stops, and on which the rule admits a call the gate
+    would stop."""
+    tools = policy.document.tools
+    gate = policy.document.approvals[gname]
+    # A sibling takes "the same arguments" when it declares those the gate looks at, or,
+    # for a gate on every call, those of a tool the gate guards.
+    looked_at = (
+        {frozenset(gate.when)}
+        if gate.when
+        else {frozenset(tools[r.removeprefix("tool:")].args) for r in gated if r.startswith("tool:")}
+    )
+    sibling: dict[str, bool] = {}  # tool -> whether it takes the same arguments and no gate stops it
+    conditions = policy.gate_conditions.get(gname, ())
+    for _position, _index, rule in reaching:
+        # A sibling is a path around the gate only for the calls the rule admits on
+        # it that the gate would stop: `amount <= 500` does not get around `amount > 500`.
+        around = []
+        for r in by_pattern.get(rule.capability.resource, ()):
+            open_path = sibling.get(r)
+            if open_path is None:
+                # A tool that another gate stops on every call this one stops is no path
+                # around it (asked of the gates on that tool only, not of every gate).
+                open_path = sibling[r] = (
+                    r not in gated
+                    and r.startswith("tool:")
+                    and any(args <= tools[r.removeprefix("tool:")].args.keys() for args in looked_at)
+                    and not any(
+                        other != gname and _applies_whenever(policy, other, gname)
+                        for other in gates_on.get(r, ())
                     )
+                )
+            if open_path and _admits_gated_call(
+                rule.capability, conditions, tools[r.removeprefix("tool:")].args
+            ):
+                around.append(r)
+        if around:
+            yield rule, around
 
 
 def _applies_whenever(policy: Policy, gate: str, than: str) -> bool:

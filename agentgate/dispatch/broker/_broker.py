@@ -319,74 +319,90 @@ class Broker:
         with self._lock:
             if self._leases or self._waiting or self._seq:
                 raise BrokerError("restore needs a broker that has done nothing yet")
-            holders: dict[int, str] = {}
-            reserved: dict[int, str] = {}
-
-            def numbers(owner: str, gpus: Sequence[str], size: int, into: dict[int, str]) -> list[int]:
-                if len(gpus) not in (0, size):
-                    raise BrokerError(f"snapshot: {owner!r} holds {len(gpus)} GPUs for a gang of {size}")
-                nums = []
-                for gpu in gpus:
-                    if gpu not in self.topology.index:
-                        raise BrokerError(f"snapshot: {owner!r} names unknown gpu {gpu!r}")
-                    i = self.topology.index[gpu]
-                    if i in into:
-                        raise BrokerError(f"snapshot: gpu {gpu!r} is held by {into[i]!r} and {owner!r}")
-                    into[i] = owner
-                    nums.append(i)
-                return nums
-
-            ids = [lease.id for lease in snapshot.leases] + [q.request.id for q in snapshot.queue]
-            if len(set(ids)) != len(ids):
-                twice = next(i for i in ids if ids.count(i) > 1)
-                raise BrokerError(f"snapshot: names {twice!r} twice (a lease or request id is live once)")
-            for lease in snapshot.leases:
-                if lease.id != lease.request.id:
-                    raise BrokerError(f"snapshot: lease {lease.id!r} grants request {lease.request.id!r}")
-                if lease.tenant not in self._quota:
-                    raise BrokerError(f"snapshot: lease {lease.id!r} has unknown tenant {lease.tenant!r}")
-                numbers(lease.id, lease.gpus, lease.request.gpus, holders)
-            for q in snapshot.queue:
-                if q.request.tenant not in self._quota:
-                    raise BrokerError(
-                        f"snapshot: request {q.request.id!r} has unknown tenant {q.request.tenant!r}"
-                    )
-                numbers(q.request.id, q.nominated, q.request.gpus, reserved)
-            for lease in snapshot.leases:
-                nums = [self.topology.index[g] for g in lease.gpus]
-                for i in nums:
-                    self._owner[i] = lease.id
-                self._free.take(nums)
-                self._leases[lease.id] = lease
-                if lease.notice_deadline is not None:
-                    self._victims.add(lease.id)
-                    self._quota.leave(lease.tenant, len(nums))
-                else:
-                    self._quota.charge(lease.tenant, len(nums))
-            for q in snapshot.queue:
-                self._seq += 1
-                nums = [self.topology.index[g] for g in q.nominated]
-                # Journals written before review R36 saved a nominated request's deadline as inf.
-                deadline = min(q.deadline, q.submitted_at + q.request.timeout_s)
-                w = _Waiting(q.request, q.submitted_at, deadline, self._seq, tuple(nums), set(q.victims))
-                w.draining = q.draining
-                self._waiting[q.request.id] = w
-                if nums:
-                    self._quota.charge(q.request.tenant, len(nums))
-                    self._free.take(i for i in nums if self._owner[i] is None)
-                    for i in nums:
-                        self._reserved[i] = q.request.id
+            self._check_snapshot(snapshot)
+            self._restore_leases(snapshot.leases)
+            self._restore_queue(snapshot.queue)
             self._dirty = True
             if self.journal is not None:
                 self.journal.take_over(snapshot)  # the broker it was restored from writes no more
-            # A victim that ended while the broker was down releases its preemptor now, under the
-            # rules of a live broker: not past its quota, nor once its wait is over (the next call
-            # times it out).
-            now = self.clock()
-            for w in list(self._waiting.values()):
-                w.victims &= set(self._leases)
-                if w.nominated and w.deadline > now and self._ready(w):
-                    self._grant(w, w.nominated, now)
+            self._release_ended_victims()
+
+    def _check_snapshot(self, snapshot: BrokerSnapshot) -> None:
+        """Raise ``BrokerError`` unless ``snapshot`` fits this topology and these quotas: each id
+        live once, each lease granting its own request, known tenants and GPUs, no GPU held or
+        nominated twice, gangs of their request's size."""
+        holders: dict[int, str] = {}
+        reserved: dict[int, str] = {}
+        ids = [lease.id for lease in snapshot.leases] + [q.request.id for q in snapshot.queue]
+        if len(set(ids)) != len(ids):
+            twice = next(i for i in ids if ids.count(i) > 1)
+            raise BrokerError(f"snapshot: names {twice!r} twice (a lease or request id is live once)")
+        for lease in snapshot.leases:
+            if lease.id != lease.request.id:
+                raise BrokerError(f"snapshot: lease {lease.id!r} grants request {lease.request.id!r}")
+            if lease.tenant not in self._quota:
+                raise BrokerError(f"snapshot: lease {lease.id!r} has unknown tenant {lease.tenant!r}")
+            self._claim_snapshot_gpus(lease.id, lease.gpus, lease.request.gpus, holders)
+        for q in snapshot.queue:
+            if q.request.tenant not in self._quota:
+                raise BrokerError(
+                    f"snapshot: request {q.request.id!r} has unknown tenant {q.request.tenant!r}"
+                )
+            self._claim_snapshot_gpus(q.request.id, q.nominated, q.request.gpus, reserved)
+
+    def _claim_snapshot_gpus(self, owner: str, gpus: Sequence[str], size: int, into: dict[int, str]) -> None:
+        """Record in ``into`` that ``owner`` holds ``gpus`` (none, or a whole gang of ``size``);
+        raise ``BrokerError`` for a GPU this topology lacks or one ``into`` has already."""
+        if len(gpus) not in (0, size):
+            raise BrokerError(f"snapshot: {owner!r} holds {len(gpus)} GPUs for a gang of {size}")
+        for gpu in gpus:
+            if gpu not in self.topology.index:
+                raise BrokerError(f"snapshot: {owner!r} names unknown gpu {gpu!r}")
+            i = self.topology.index[gpu]
+            if i in into:
+                raise BrokerError(f"snapshot: gpu {gpu!r} is held by {into[i]!r} and {owner!r}")
+            into[i] = owner
+
+    def _restore_leases(self, leases: Sequence[Lease]) -> None:
+        """Take the GPUs of checked ``leases`` and charge their tenants; a lease under notice
+        counts as a victim, no longer against its tenant's quota."""
+        for lease in leases:
+            nums = [self.topology.index[g] for g in lease.gpus]
+            for i in nums:
+                self._owner[i] = lease.id
+            self._free.take(nums)
+            self._leases[lease.id] = lease
+            if lease.notice_deadline is not None:
+                self._victims.add(lease.id)
+                self._quota.leave(lease.tenant, len(nums))
+            else:
+                self._quota.charge(lease.tenant, len(nums))
+
+    def _restore_queue(self, queue: Sequence[QueuedRequest]) -> None:
+        """Queue the checked requests in their saved order, reserving the GPUs nominated for them."""
+        for q in queue:
+            self._seq += 1
+            nums = [self.topology.index[g] for g in q.nominated]
+            # Journals written before review R36 saved a nominated request's deadline as inf.
+            deadline = min(q.deadline, q.submitted_at + q.request.timeout_s)
+            w = _Waiting(q.request, q.submitted_at, deadline, self._seq, tuple(nums), set(q.victims))
+            w.draining = q.draining
+            self._waiting[q.request.id] = w
+            if nums:
+                self._quota.charge(q.request.tenant, len(nums))
+                self._free.take(i for i in nums if self._owner[i] is None)
+                for i in nums:
+                    self._reserved[i] = q.request.id
+
+    def _release_ended_victims(self) -> None:
+        """Grant the nominated requests whose victims all ended while the broker was down."""
+        # Under the rules of a live broker: not past its quota, nor once its wait is over (the
+        # next call times it out).
+        now = self.clock()
+        for w in list(self._waiting.values()):
+            w.victims &= set(self._leases)
+            if w.nominated and w.deadline > now and self._ready(w):
+                self._grant(w, w.nominated, now)
 
     # --- validation ---------------------------------------------------------------------------
 
