@@ -935,13 +935,7 @@ class Gate:
             return self._record_refusal(early, call_id)
         assert identity is not None
         if approval is not None and not isinstance(approval, Approval):
-            reason = (
-                f"approval must be an Approval, got {shown(approval)}: "
-                "read a resume value with Approval.parse"
-            )
-            # A caller's mistake, not an answer to the request: the request stays open.
-            refused = Authorization(Verdict.DENY, call, identity, (reason,))
-            return self._record_refusal(refused, call_id, close_asked=False)
+            return self._refuse_unreadable_approval(identity, call, approval, call_id)
         verdict = self.index.evaluate(self._policy_principal(identity), call)
         if verdict.outcome is Outcome.DENY:
             return self._record_refusal(Authorization(Verdict.DENY, call, identity, verdict.reasons), call_id)
@@ -953,19 +947,11 @@ class Gate:
             )
             return self._record_refusal(refused, call_id)
         rule = self._quorum_rule(verdict.approval)
-        approved, unused = (
-            self._approval_complete(approval, request, rule) if request is not None else (None, ())
+        approved, unused, pending = (
+            self._approval_state(approval, request, rule, verdict.approval, identity)
+            if request is not None
+            else (None, (), None)
         )
-        if approved is not None and request is not None and self._superseded(approved, request, identity):
-            unused = (
-                f"approval of request {approved.request} not used: it expired, and the call was asked for again",
-            )
-            approved = None  # asked for again, under the request that replaced its own
-
-        pending = None
-        if request is not None and approved is None and verdict.approval is not None:
-            gate = verdict.approval
-            pending = ApprovalRequirement(gate.approvers, gate.quorum, f"approval gate {gate.gate}")
         # The Gate holds the agent's key: the authority engine decides with it in hand
         # (``decide_held``), without signing an invocation only to verify it at once; a caller in
         # another process signs one (the gateway). One transaction, one commit per decision: the
@@ -1003,16 +989,9 @@ class Gate:
                 and last[0] not in RUN_AGAIN
             ):
                 # Refused before a person is asked to approve a call that cannot run again.
-                # A call that ran to completion keeps its key: an integration may hold its answer.
-                ran = once if last[0] == "ok" else None
-                auth = replace(auth, verdict=Verdict.DENY, reasons=(ran_before(call, *last),), once_key=ran)
+                auth = self._refuse_ran_before(auth, once, last)
             if auth.needs_approval:
-                # Named only within its scope: ids a scripted model reuses in other threads stay apart.
-                call_key = (
-                    (approval_call_key(identity.did, asked_in[0], call_id), asked_in[1])
-                    if call_id and asked_in
-                    else None
-                )
+                call_key = self._scoped_call_key(identity, call_id, asked_in)
                 auth = self._record_approval_request(auth, request, rule, tx, call_key)
             elif auth.allowed:
                 auth = self._record_allow(auth, approved, request, tokens, tx, verdict.quotas, once, rule)
@@ -1021,6 +1000,57 @@ class Gate:
         if not auth.allowed:
             self._refusal_span(auth, call_id)
         return auth
+
+    def _refuse_unreadable_approval(
+        self, identity: AgentIdentity, call: Call, approval: object, call_id: str | None
+    ) -> Authorization:
+        """Record the refusal of a call whose ``approval`` is not an ``Approval``."""
+        reason = (
+            f"approval must be an Approval, got {shown(approval)}: read a resume value with Approval.parse"
+        )
+        # A caller's mistake, not an answer to the request: the request stays open.
+        refused = Authorization(Verdict.DENY, call, identity, (reason,))
+        return self._record_refusal(refused, call_id, close_asked=False)
+
+    def _approval_state(
+        self,
+        approval: Approval | None,
+        request: Mapping[str, Any],
+        rule: QuorumRule | None,
+        gate: PolicyApproval | None,
+        identity: AgentIdentity,
+    ) -> tuple[Approval | None, tuple[str, ...], ApprovalRequirement | None]:
+        """For a call with an approval ``request``: the approval that completes it (``None`` when
+        none does), the reasons an approval given was not used, and the approval the call still
+        needs (``None`` once approved, or when no policy gate asks for one)."""
+        approved, unused = self._approval_complete(approval, request, rule)
+        if approved is not None and self._superseded(approved, request, identity):
+            unused = (
+                f"approval of request {approved.request} not used: it expired, and the call was asked for again",
+            )
+            approved = None  # asked for again, under the request that replaced its own
+        pending = None
+        if approved is None and gate is not None:
+            pending = ApprovalRequirement(gate.approvers, gate.quorum, f"approval gate {gate.gate}")
+        return approved, unused, pending
+
+    @staticmethod
+    def _refuse_ran_before(auth: Authorization, once: str, last: tuple[OnceState, int]) -> Authorization:
+        """``auth`` turned into the refusal of a call that must run once and has run (or started)."""
+        # A call that ran to completion keeps its key: an integration may hold its answer.
+        ran = once if last[0] == "ok" else None
+        return replace(auth, verdict=Verdict.DENY, reasons=(ran_before(auth.call, *last),), once_key=ran)
+
+    @staticmethod
+    def _scoped_call_key(
+        identity: AgentIdentity, call_id: str | None, asked_in: tuple[str, str] | None
+    ) -> tuple[str, str] | None:
+        """The key that names a framework call's approval request, with the version it was asked
+        in; ``None`` without a call id and a scope."""
+        # Named only within its scope: ids a scripted model reuses in other threads stay apart.
+        if call_id and asked_in:
+            return approval_call_key(identity.did, asked_in[0], call_id), asked_in[1]
+        return None
 
     def _once_key(
         self, identity: AgentIdentity, call: Call, decision: Decision, call_id: str | None, run_id: str | None
@@ -1548,11 +1578,7 @@ class Gate:
         of its own; a budget, a quota or an approval that does not hold turns it into a recorded
         refusal in the same transaction (the partial writes rolled back to a savepoint)."""
         if tx is None:
-            with self._decision_transaction() as own:
-                recorded = self._record_allow(auth, approval, request, tokens, own, quotas, once_key, rule)
-            if not recorded.allowed:
-                self._refusal_span(recorded)
-            return recorded
+            return self._record_allow_alone(auth, approval, request, tokens, quotas, once_key, rule)
         identity, decision = auth.identity, auth.decision
         assert identity is not None and decision is not None
         amounts = self._cost(auth.call, tokens)
@@ -1576,58 +1602,19 @@ class Gate:
             tx.execute("SAVEPOINT agentgate_allow")
         try:
             if approval is not None and request is not None:
-                voted = request["quorum"] == 1  # a larger quorum's votes were recorded as they came
-                if voted:
-                    try:
-                        self.approvals.approve(approval.request, approval.approver, tx=tx, rule=rule)
-                    except Denied:
-                        # This approver's vote is in already (given under a larger quorum, which
-                        # the policy has since lowered): ``consume`` decides whether it holds.
-                        voted = False
-                approvers = self.approvals.consume(approval.request, request["call_hash"], tx=tx, rule=rule)
-                asked_index = self._asked_index(approval, request, tx)
-                with self._lock:
-                    self._open_requests.pop(request["call_hash"], None)
-                if voted:
-                    self._write_approval_given(approval, request, asked_index, tx)
-                # The request, as a call that pauses before completing re-arms it (``_write_outcome``).
-                auth = replace(
-                    auth,
-                    approver=",".join(approvers),
-                    request={**request, "id": approval.request, "asked_index": asked_index},
-                )
+                auth = self._consume_approval(auth, approval, request, rule, tx)
             held = tuple(
                 (self.ledger.reserve(tx, identity.chain.ids, caps, amount), unit, amount)
                 for unit, caps, amount in reserve
             )
             full = self.quotas.count(tx, quotas, amounts, time.time()) if quotas else None
             if full is not None:
-                quota = f"{full.limit} {full.unit} per {full.window_s} s for {full.subject}"
-                alone = amounts.get(full.unit, 0)
-                raise QuotaExceeded(
-                    f"quota {full.name} allows {quota} and this call alone counts {alone}: it can never fit"
-                    if alone > full.limit
-                    else f"quota {full.name} reached: {quota}"
-                )
+                raise _quota_exceeded(full, amounts)
         except (BudgetExceeded, QuotaExceeded, Denied, Expired, Revoked, InputError) as exc:
             if guarded:
                 tx.execute("ROLLBACK TO SAVEPOINT agentgate_allow")
                 tx.execute("RELEASE SAVEPOINT agentgate_allow")
-            if isinstance(exc, QuotaExceeded) and full is not None:
-                never = amounts.get(full.unit, 0) > full.limit
-                refused = replace(auth, reasons=(str(exc),), quota_exceeded=full.name, quota_never_fits=never)
-                return self._write_refusal(refused, tx)
-            if isinstance(exc, BudgetExceeded):
-                refused = replace(
-                    auth, reasons=(self._budget_reason(identity, exc, tx),), budget_exhausted=True
-                )
-            else:
-                # Refers to the request it ends, as a declined one does (if it was for this call).
-                refused = replace(auth, reasons=(f"approval not usable: {exc}",))
-                if approval is not None and request is not None:
-                    asked_at = self.approvals.asked_index(approval.request, request["call_hash"], tx=tx)
-                    return self._write_refusal(refused, tx, ref=asked_at)
-            return self._write_refusal(refused, tx)
+            return self._refuse_unheld_allow(auth, exc, full, amounts, approval, request, tx)
         if guarded:
             tx.execute("RELEASE SAVEPOINT agentgate_allow")
         entry = self._entry(auth, "allow")
@@ -1655,6 +1642,84 @@ class Gate:
         )
         allowed._use.sealed = self._seal(allowed)
         return allowed
+
+    def _record_allow_alone(
+        self,
+        auth: Authorization,
+        approval: Approval | None,
+        request: Mapping[str, Any] | None,
+        tokens: tuple[int, int] | None,
+        quotas: Sequence[QuotaRef],
+        once_key: str | None,
+        rule: QuorumRule | None,
+    ) -> Authorization:
+        """``_record_allow`` in a decision transaction of its own, with the span of a refusal."""
+        with self._decision_transaction() as own:
+            recorded = self._record_allow(auth, approval, request, tokens, own, quotas, once_key, rule)
+        if not recorded.allowed:
+            self._refusal_span(recorded)
+        return recorded
+
+    def _consume_approval(
+        self,
+        auth: Authorization,
+        approval: Approval,
+        request: Mapping[str, Any],
+        rule: QuorumRule | None,
+        tx: Transaction,
+    ) -> Authorization:
+        """Use ``approval`` up for the call ``auth`` allows, in ``tx``: its vote counted (a quorum
+        of one), the request closed and, for a vote counted now, its ``approval_given`` entry.
+        Returns ``auth`` naming the approvers and the request. Raises what ``approve`` and
+        ``consume`` raise (``Denied``, ``Expired``, ...) for an approval that does not hold."""
+        voted = request["quorum"] == 1  # a larger quorum's votes were recorded as they came
+        if voted:
+            try:
+                self.approvals.approve(approval.request, approval.approver, tx=tx, rule=rule)
+            except Denied:
+                # This approver's vote is in already (given under a larger quorum, which
+                # the policy has since lowered): ``consume`` decides whether it holds.
+                voted = False
+        approvers = self.approvals.consume(approval.request, request["call_hash"], tx=tx, rule=rule)
+        asked_index = self._asked_index(approval, request, tx)
+        with self._lock:
+            self._open_requests.pop(request["call_hash"], None)
+        if voted:
+            self._write_approval_given(approval, request, asked_index, tx)
+        # The request, as a call that pauses before completing re-arms it (``_write_outcome``).
+        return replace(
+            auth,
+            approver=",".join(approvers),
+            request={**request, "id": approval.request, "asked_index": asked_index},
+        )
+
+    def _refuse_unheld_allow(
+        self,
+        auth: Authorization,
+        exc: Exception,
+        full: QuotaRef | None,
+        amounts: Mapping[str, int],
+        approval: Approval | None,
+        request: Mapping[str, Any] | None,
+        tx: Transaction,
+    ) -> Authorization:
+        """Record the refusal of an allow whose budget, quota (``full``) or approval did not hold
+        (``exc``), after its partial writes were rolled back."""
+        identity = auth.identity
+        assert identity is not None
+        if isinstance(exc, QuotaExceeded) and full is not None:
+            never = amounts.get(full.unit, 0) > full.limit
+            refused = replace(auth, reasons=(str(exc),), quota_exceeded=full.name, quota_never_fits=never)
+            return self._write_refusal(refused, tx)
+        if isinstance(exc, BudgetExceeded):
+            refused = replace(auth, reasons=(self._budget_reason(identity, exc, tx),), budget_exhausted=True)
+        else:
+            # Refers to the request it ends, as a declined one does (if it was for this call).
+            refused = replace(auth, reasons=(f"approval not usable: {exc}",))
+            if approval is not None and request is not None:
+                asked_at = self.approvals.asked_index(approval.request, request["call_hash"], tx=tx)
+                return self._write_refusal(refused, tx, ref=asked_at)
+        return self._write_refusal(refused, tx)
 
     def _seal(self, auth: Authorization) -> tuple[object, ...]:
         """What ``_check_allowed`` compares: this Gate and the fields its run and outcome use. The
@@ -2248,61 +2313,14 @@ class Gate:
             if status == "ok" and auth.reservations and auth.call.resource.startswith("model:"):
                 reasons.append("no usage was reported; charged as reserved")
         else:
-            try:
-                charged = _output_capped(usage, auth.output_tokens)
-                actual = self._cost(auth.call, charged)
-            except InputError:  # garbage from a backend: the whole reservation is charged
-                reasons.append(
-                    f"reported usage {_bounded_repr(usage)} is not two token counts; charged as reserved"
-                )
-            else:
-                if charged is not usage:
-                    over = (
-                        f"the backend reported {usage[1]} completion tokens, over the call's max_tokens "
-                        f"of {charged[1]}; charged {charged[1]}"
-                    )
-                    reasons.append(over)
-                    _log.warning("agentgate: audit entry %s: %s", auth.audit_index, over)
-        delta = 0
-        for position, (reservation, unit, amount) in enumerate(auth.reservations):
-            if status == "ok" or actual is not None or usage is USAGE_UNREAD:
-                used = actual.get(unit, amount) if actual is not None else amount
-                # The call has run: its cost is recorded even when it overruns what was left.
-                short = self.ledger.commit(reservation, used, tx, exhaust=True)
-                if short:
-                    reasons.append(f"overran the {unit} budget by {short}; the budget is exhausted")
-                if position == 0:  # the unit of the caller's own budget (``_caps``)
-                    delta = used
-            else:
-                self.ledger.release(reservation, tx)
+            actual = self._reported_cost(auth, usage, reasons)
+        delta = self._settle_reservations(
+            tx, auth, status == "ok" or actual is not None or usage is USAGE_UNREAD, actual, reasons
+        )
         if auth.once_key is not None:
-            once: OnceState = (
-                "ok"
-                if status == "ok"
-                else "paused"
-                if status == "paused"
-                else "error"
-                if started
-                else "not_run"
-            )
-            self.once.finish(tx, auth.once_key, once)
-        request = auth.request
-        if (
-            (status == "paused" or not started)
-            and auth.approver
-            and request
-            and request.get("id")
-            and self.approvals.rearm(request["id"], request["call_hash"], tx=tx)
-        ):
-            when = "paused before completing" if status == "paused" else "not started"
-            reasons.append(f"{when}: approval request {request['id']} is pending again")
-            if request.get("asked_index") is not None:  # the resumed call asks for the same request
-                with self._lock:
-                    self._open_requests[request["call_hash"]] = (
-                        request["id"],
-                        request["asked_index"],
-                        float(request["expires_at"]),
-                    )
+            self.once.finish(tx, auth.once_key, _once_state(status, started))
+        if (status == "paused" or not started) and auth.approver:
+            self._rearm_approval(tx, auth, status, reasons)
         self.audit.append(
             {
                 "kind": "outcome",
@@ -2318,6 +2336,72 @@ class Gate:
         )
         if self._outcome_refused_at:  # written (if ``tx`` commits): no longer one being retried
             self._outcome_refused_at.pop(id(auth), None)
+
+    def _reported_cost(
+        self, auth: Authorization, usage: tuple[int, int], reasons: list[str]
+    ) -> dict[str, int] | None:
+        """What the ``usage`` a call reported costs in each budget unit, its output capped at the
+        call's ``max_tokens``; ``None`` for usage that is not two token counts (the reservation
+        is charged whole). Why a cost differs from what was reported is added to ``reasons``."""
+        try:
+            charged = _output_capped(usage, auth.output_tokens)
+            actual = self._cost(auth.call, charged)
+        except InputError:  # garbage from a backend: the whole reservation is charged
+            reasons.append(
+                f"reported usage {_bounded_repr(usage)} is not two token counts; charged as reserved"
+            )
+            return None
+        if charged is not usage:
+            over = (
+                f"the backend reported {usage[1]} completion tokens, over the call's max_tokens "
+                f"of {charged[1]}; charged {charged[1]}"
+            )
+            reasons.append(over)
+            _log.warning("agentgate: audit entry %s: %s", auth.audit_index, over)
+        return actual
+
+    def _settle_reservations(
+        self,
+        tx: Transaction,
+        auth: Authorization,
+        charge: bool,
+        actual: Mapping[str, int] | None,
+        reasons: list[str],
+    ) -> int:
+        """Commit ``auth``'s reservations at their ``actual`` cost (else as reserved) when
+        ``charge``, else release them; returns what the caller's own budget was charged. An
+        overrun is added to ``reasons``."""
+        delta = 0
+        for position, (reservation, unit, amount) in enumerate(auth.reservations):
+            if charge:
+                used = actual.get(unit, amount) if actual is not None else amount
+                # The call has run: its cost is recorded even when it overruns what was left.
+                short = self.ledger.commit(reservation, used, tx, exhaust=True)
+                if short:
+                    reasons.append(f"overran the {unit} budget by {short}; the budget is exhausted")
+                if position == 0:  # the unit of the caller's own budget (``_caps``)
+                    delta = used
+            else:
+                self.ledger.release(reservation, tx)
+        return delta
+
+    def _rearm_approval(self, tx: Transaction, auth: Authorization, status: str, reasons: list[str]) -> None:
+        """Open again the approval request an approved call used when the call paused before
+        completing or did not start, so that the resumed call asks for the same request."""
+        request = auth.request
+        if not (
+            request and request.get("id") and self.approvals.rearm(request["id"], request["call_hash"], tx=tx)
+        ):
+            return
+        when = "paused before completing" if status == "paused" else "not started"
+        reasons.append(f"{when}: approval request {request['id']} is pending again")
+        if request.get("asked_index") is not None:  # the resumed call asks for the same request
+            with self._lock:
+                self._open_requests[request["call_hash"]] = (
+                    request["id"],
+                    request["asked_index"],
+                    float(request["expires_at"]),
+                )
 
     @_serialized
     def flush(self) -> None:
@@ -2476,3 +2560,23 @@ class Gate:
         self.flush()
         self.audit.checkpoint()
         return self.audit.verify()
+
+
+def _quota_exceeded(full: QuotaRef, amounts: Mapping[str, int]) -> QuotaExceeded:
+    """The error for a call that policy quota ``full`` cannot hold now, or ever."""
+    quota = f"{full.limit} {full.unit} per {full.window_s} s for {full.subject}"
+    alone = amounts.get(full.unit, 0)
+    return QuotaExceeded(
+        f"quota {full.name} allows {quota} and this call alone counts {alone}: it can never fit"
+        if alone > full.limit
+        else f"quota {full.name} reached: {quota}"
+    )
+
+
+def _once_state(status: str, started: bool) -> OnceState:
+    """The state a call that must run once is left in by an outcome of ``status``."""
+    if status == "ok":
+        return "ok"
+    if status == "paused":
+        return "paused"
+    return "error" if started else "not_run"
