@@ -181,5 +181,6 @@ def test_open_requests_are_pending_and_unexpired_with_their_votes(store: Store) 
     done = approvals.request("h2", "did:key:requester", now + 300)
     approvals.approve(done, "did:key:one")
     approvals.request("h3", "did:key:requester", now - 1)  # expired
-    ((record, votes),) = approvals.open_requests()
+    (record,) = approvals.open_records()
+    votes = approvals.votes(record.id)[0]
     assert (record.id, record.quorum, votes) == (waiting, 2, ("did:key:one",))

@@ -32,9 +32,9 @@ def test_open_requests_order_votes_and_the_expiry_edge(store: Store) -> None:
     approvals.approve(first, "did:key:b")
     approvals.approve(first, "did:key:a")
     edge = approvals.request("h3", "did:key:r", now + 100)
-    listed = approvals.open_requests(now=now + 100)  # h3 expires exactly then: not open
-    assert [(r.id, sorted(v)) for r, v in listed] == [(first, ["did:key:a", "did:key:b"])]
-    assert edge not in {r.id for r, _ in approvals.open_requests(now=now + 200)}
+    listed = approvals.open_records(now=now + 100)  # h3 expires exactly then: not open
+    assert [(r.id, sorted(approvals.votes(r.id)[0])) for r in listed] == [(first, ["did:key:a", "did:key:b"])]
+    assert edge not in {r.id for r in approvals.open_records(now=now + 200)}
 
 
 @pytest.mark.postgres

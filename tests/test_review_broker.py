@@ -505,7 +505,9 @@ def test_a_domain_shared_by_the_nodes_of_one_rack_still_loads_as_one_domain() ->
         "  - {id: g, type: H100, memory_gb: 80, node: n, nvlink_domain: nvl72}\n"
         "  - {id: h, type: H100, memory_gb: 80, node: m, nvlink_domain: nvl72}\n"
     )
-    assert from_inventory(inv).group_names["nvlink_domain"] == ("nvl72",)
+    topology = from_inventory(inv)
+    [domain] = topology.members["nvlink_domain"]
+    assert [topology.gpus[i].group("nvlink_domain") for i in domain] == ["nvl72", "nvl72"]
 
 
 async def test_callers_cancelled_while_waiting_or_in_flight_keep_no_slot() -> None:

@@ -96,7 +96,7 @@ def test_a_resume_after_a_restart_leaves_no_request_waiting_for_votes(team: Team
         )
     conn.close()
     assert team.ran == ["publish:reports/final"]
-    assert gate.approvals.open_requests() == []
+    assert gate.approvals.open_records() == []
     asked = [e.index for e in _entries(gate) if e.kind == "approval_required"]
     given = [e for e in _entries(gate) if e.kind == "approval_given"]
     assert asked == [asked[0]] and [e.ref for e in given] == [asked[0]]

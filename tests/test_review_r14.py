@@ -438,9 +438,15 @@ def test_a_cache_that_agrees_with_a_tampered_block_never_proves_it_across_a_key_
     signed by a rotated-out key and by the current one: explain and prove refuse it, verify names it."""
     import json
 
-    from agentgate.audit.merkle import leaf_hash, root_of
+    from agentgate.audit.merkle import RootAccumulator, leaf_hash
     from agentgate.errors import TamperDetected
     from agentgate.keys import SigningKey
+
+    def _root(leaves: list[bytes]) -> bytes:
+        acc = RootAccumulator()
+        for leaf in leaves:
+            acc.add(leaf)
+        return acc.root()
 
     old = AuditLog(sqlite_store, KEY, origin=ORIGIN)
     allow, _outcome = _pair_after_a_block(old)  # checkpointed with KEY
@@ -458,7 +464,7 @@ def test_a_cache_that_agrees_with_a_tampered_block_never_proves_it_across_a_key_
             bytes(r[0]) for r in tx.execute("SELECT leaf_hash FROM audit_log WHERE idx < 1024 ORDER BY idx")
         ]
         tx.execute("DELETE FROM audit_nodes")
-        tx.execute("INSERT INTO audit_nodes (level, position, hash) VALUES (10, 0, ?)", (root_of(leaves),))
+        tx.execute("INSERT INTO audit_nodes (level, position, hash) VALUES (10, 0, ?)", (_root(leaves),))
     with pytest.raises(TamperDetected):
         log.explain(5)
     with pytest.raises(TamperDetected):

@@ -21,7 +21,7 @@ from agentgate.tasks import (
     ToolCall,
     ToolLimits,
 )
-from agentgate.tasks._fair import FairQueue
+from agentgate.tasks._fair import Entry, FairQueue
 
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "tasks.md"
 
@@ -67,7 +67,7 @@ def test_a_member_skipped_while_its_calls_could_not_start_comes_back_without_sav
 
     def push(queue: FairQueue[str], member: str, tool: str) -> None:
         keys = {"class": "c", "tenant": "t", "agent": "p", level: member}
-        queue.push(member, 0, keys["class"], 1.0, keys["tenant"], 1.0, keys["agent"], tool)
+        queue.push_entry(Entry(member), 0, keys["class"], 1.0, keys["tenant"], 1.0, keys["agent"], tool)
 
     queue: FairQueue[str] = FairQueue()
     push(queue, "m1", "x")

@@ -87,7 +87,7 @@ class Desk:
         return auth
 
     def open_ids(self) -> list[str]:
-        return [record.id for record, _ in self.gate.approvals.open_requests()]
+        return [record.id for record in self.gate.approvals.open_records()]
 
 
 def _desk(tmp_path: Path, quorum: int = 1) -> Desk:
@@ -264,7 +264,7 @@ def test_a_request_of_a_store_made_before_grants_were_kept_behaves_as_before(tmp
     store = SQLiteStore(path)
     try:
         approvals = ApprovalStore(store)
-        assert [record.id for record, _ in approvals.open_requests()] == ["old"]
+        assert [record.id for record in approvals.open_records()] == ["old"]
         assert approvals.open_for("h1", "did:key:r") is not None
         approvals.approve("old", "did:key:human")
         assert approvals.consume("old", "h1") == ("did:key:human",)
@@ -278,7 +278,7 @@ def test_a_request_needs_no_grants_and_each_chain_link_counts(sqlite_store: Stor
     bare = approvals.request("h0", "did:key:r", expires)
     chained = approvals.request("h1", "did:key:r", expires, grants=("g-root", "g-mid", "g-tip"))
     GrantRepository(sqlite_store).revoke("g-mid", now=int(time.time()))
-    assert [record.id for record, _ in approvals.open_requests()] == [bare]
+    assert [record.id for record in approvals.open_records()] == [bare]
     assert approvals.open_for("h1", "did:key:r") is None
     with pytest.raises(Revoked, match="grant g-mid was revoked"):
         approvals.approve(chained, "did:key:human")
@@ -308,11 +308,11 @@ def test_on_postgresql_a_revoked_grant_voids_the_request_and_old_stores_open(pos
             )
         approvals = ApprovalStore(store)  # adds the grants table to the store of the old schema
         chained = approvals.request("h1", "did:key:r", now + 300, grants=("g-root", "g-tip"))
-        assert [record.id for record, _ in approvals.open_requests()] == ["old", chained]
+        assert [record.id for record in approvals.open_records()] == ["old", chained]
 
         GrantRepository(store).revoke("g-root", now=int(now))
 
-        assert [record.id for record, _ in approvals.open_requests()] == ["old"]
+        assert [record.id for record in approvals.open_records()] == ["old"]
         assert approvals.open_for("h1", "did:key:r") is None
         with pytest.raises(Revoked, match="grant g-root was revoked"):
             approvals.approve(chained, "did:key:human")

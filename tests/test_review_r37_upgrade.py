@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
 
-from agentgate.audit.merkle import leaf_hash, root_of
+from agentgate.audit.merkle import RootAccumulator, leaf_hash
 from agentgate.audit.note import Checkpoint, sign_checkpoint
 from agentgate.cli.main import main
 from agentgate.errors import InputError
@@ -28,6 +29,15 @@ from agentgate.keys import SigningKey
 from agentgate.store import SQLiteStore
 from agentgate.store.audit import AuditLog
 from agentgate.store.ledger import BudgetLedger
+
+
+def root_of(leaves: Iterable[bytes]) -> bytes:
+    """The Merkle tree hash of the given leaf hashes (``RootAccumulator`` over them)."""
+    acc = RootAccumulator()
+    for leaf in leaves:
+        acc.add(leaf)
+    return acc.root()
+
 
 DEPTH = 300
 """Deeper than ``MAX_DEPTH`` (254), well within what the earlier versions wrote (~990)."""

@@ -338,7 +338,7 @@ def test_every_interleaving_of_votes_runs_the_call_once_with_its_deciders_quorum
                 assert got.approver is not None and set(got.approver.split(",")) == votes & among
                 ran.append((name, got))
             # Waiting, it is listed for the approvers (``agentgate approval list``); used, it is not.
-            listed = {record.id for record, _ in b.approvals.open_requests()}
+            listed = {record.id for record in b.approvals.open_records()}
             assert (asked.request["id"] in listed) == (not ran), f"{sequence} at {name}/{who}"
         assert len(ran) <= 1, f"{sequence}: ran {len(ran)} times"
         if not ran:  # never stuck: A completes it with the votes it lacks

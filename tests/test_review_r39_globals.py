@@ -11,7 +11,7 @@ The process-wide state of agentgate, as found (``lru_cache``, module dicts, ``Co
 hook, ``tasks._limits.RUNNING`` (a ``ContextVar``), ``tasks._metrics._COLLECTORS`` (per Prometheus
 registry, weakly), ``integrations.langgraph._DELEGATION_TOOLS`` (weakly, by ``id``). Per object,
 not global: each ``Authority`` (so each ``Gate``) has its own ``ChainCache``, each ``GatewayGate``
-its own parsed-chain cache, each ``PolicyIndex`` its own quota cache, each ``Keyring`` its keys.
+its own parsed-chain cache, each ``PolicyIndex`` its own quota cache.
 
 What holds:
 

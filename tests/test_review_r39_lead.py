@@ -146,7 +146,7 @@ def test_votes_count_among_the_voters_last_counted_and_all_without_a_rule(store:
     assert approvals.votes(ruled) == (("did:key:za",), ())
     approvals.approve(ruled, "did:key:zc", rule=QuorumRule(2, frozenset({"did:key:zb", "did:key:zc"})))
     assert approvals.votes(ruled) == (("did:key:zc",), ("did:key:za",))
-    assert [(r.id, votes) for r, votes in approvals.open_requests()] == [
+    assert [(r.id, approvals.votes(r.id)[0]) for r in approvals.open_records()] == [
         (bare, ("did:key:za", "did:key:zb")),
         (ruled, ("did:key:zc",)),
     ]

@@ -552,8 +552,9 @@ def fair_queue_workload(
         if roll < 0.55:
             agent, tenant = f"p{rng.randrange(agents)}", rng.randrange(tenants)
             name, rank, weight = rng.choice(classes)
-            entry = queue.push(
-                (step, agent),
+            entry = Entry((step, agent))
+            queue.push_entry(
+                entry,
                 rank,
                 name,
                 weight,

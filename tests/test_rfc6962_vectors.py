@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -17,11 +18,19 @@ from agentgate.audit.merkle import (
     inclusion_proof,
     leaf_hash,
     node_hash,
-    root_of,
     verify_consistency,
     verify_inclusion,
 )
 from agentgate.errors import TamperDetected
+
+
+def root_of(leaves: Iterable[bytes]) -> bytes:
+    """The Merkle tree hash of the given leaf hashes (``RootAccumulator`` over them)."""
+    acc = RootAccumulator()
+    for leaf in leaves:
+        acc.add(leaf)
+    return acc.root()
+
 
 VECTORS = Path(__file__).resolve().parents[1].parent / "shared" / "vectors" / "rfc6962"
 CASES = sorted(VECTORS.rglob("*.json"))

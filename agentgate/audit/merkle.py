@@ -21,7 +21,7 @@ RFC 9162 proofs without pulling in a whole transparency-log client.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 
 from agentgate.errors import TamperDetected
 
@@ -119,14 +119,6 @@ class RootAccumulator:
         for left in reversed(self._stack[:-1]):
             node = node_hash(left, node)
         return node
-
-
-def root_of(leaves: Iterable[bytes]) -> bytes:
-    """The Merkle tree hash of the given leaf hashes."""
-    acc = RootAccumulator()
-    for leaf in leaves:
-        acc.add(leaf)
-    return acc.root()
 
 
 def _split(n: int) -> int:

@@ -580,12 +580,6 @@ class ApprovalStore:
             approval_id, str(call_hash), str(requester), str(state), approver, float(expires_at), int(quorum)
         )
 
-    def open_requests(self, now: float | None = None) -> list[tuple[Approval, tuple[str, ...]]]:
-        """``open_records``, each with the votes that count (``votes``)."""
-        records = self.open_records(now)
-        votes = self.votes_of([r.id for r in records])
-        return [(record, votes[record.id][0]) for record in records]
-
     def open_records(self, now: float | None = None) -> list[Approval]:
         """Requests still waiting for votes (pending, not expired, no grant revoked), oldest first."""
         moment = time.time() if now is None else now

@@ -101,9 +101,9 @@ class _Node:
 class Entry(Generic[T]):
     """A waiting item's place in the queue; ``alive`` is False once it left.
 
-    ``push`` makes one for its item; an item that is its own entry (a subclass whose ``item`` is
-    itself, as the scheduler's ``Waiter``: one object less per waiting call) enters with
-    ``push_entry``, which sets the other fields.
+    The caller makes one for its item (or an item is its own entry: a subclass whose ``item`` is
+    itself, as the scheduler's ``Waiter``, one object less per waiting call); ``push_entry``
+    sets the other fields.
     """
 
     __slots__ = ("alive", "item", "path", "seq", "tenant", "tool")
@@ -130,26 +130,6 @@ class FairQueue(Generic[T]):
         self.tool_sizes: dict[str, int] = {}
         self._paths: dict[tuple[int, str, str, str], tuple[_Node, ...]] = {}
 
-    def push(
-        self,
-        item: T,
-        rank: int,
-        priority: str,
-        priority_weight: float,
-        tenant: str,
-        tenant_weight: float,
-        agent: str,
-        tool: str,
-    ) -> Entry[T]:
-        """Append ``item`` at the tail of its tool FIFO; returns its entry (for ``discard``).
-
-        The weights of a class and a tenant are taken when their node is first made (they come
-        from a frozen configuration).
-        """
-        entry: Entry[T] = Entry(item)
-        self.push_entry(entry, rank, priority, priority_weight, tenant, tenant_weight, agent, tool)
-        return entry
-
     def push_entry(
         self,
         entry: Entry[T],
@@ -161,7 +141,12 @@ class FairQueue(Generic[T]):
         agent: str,
         tool: str,
     ) -> None:
-        """``push`` for an entry made by the caller (not yet in any queue), whose ``item`` is set."""
+        """Append ``entry`` (made by the caller, not yet in any queue, its ``item`` set) at the tail
+        of its tool FIFO.
+
+        The weights of a class and a tenant are taken when their node is first made (they come
+        from a frozen configuration).
+        """
         path = self._paths.get((rank, priority, tenant, agent))
         if path is None:
             path = self._path(rank, priority, priority_weight, tenant, tenant_weight, agent)

@@ -55,7 +55,7 @@ class Topology:
     """An immutable set of GPUs with their groups at each interconnect level.
 
     ``group_of[level][i]`` is the group number of GPU ``i``; ``members[level][g]`` the GPU numbers
-    of group ``g`` in order; ``group_names[level][g]`` its name; ``within[(inner, outer)][g]``
+    of group ``g`` in order; ``within[(inner, outer)][g]``
     whether group ``g`` at level ``inner`` lies inside one group at the outer level ``outer`` (an
     NVLink domain may span the nodes of a rack: GB200 NVL72). Raises ``InventoryError`` for an
     empty list or a duplicate GPU id.
@@ -65,7 +65,6 @@ class Topology:
     index: dict[str, int] = field(init=False, repr=False, compare=False)
     group_of: dict[Level, tuple[int, ...]] = field(init=False, repr=False, compare=False)
     members: dict[Level, tuple[tuple[int, ...], ...]] = field(init=False, repr=False, compare=False)
-    group_names: dict[Level, tuple[str, ...]] = field(init=False, repr=False, compare=False)
     group_memory_gb: dict[Level, tuple[float, ...]] = field(init=False, repr=False, compare=False)
     within: dict[tuple[Level, Level], tuple[bool, ...]] = field(init=False, repr=False, compare=False)
 
@@ -79,7 +78,6 @@ class Topology:
             index[gpu.id] = i
         group_of: dict[Level, tuple[int, ...]] = {}
         members: dict[Level, tuple[tuple[int, ...], ...]] = {}
-        names: dict[Level, tuple[str, ...]] = {}
         memory: dict[Level, tuple[float, ...]] = {}
         for level in LEVELS:
             numbers: dict[str, int] = {}
@@ -93,7 +91,6 @@ class Topology:
                 of.append(g)
             group_of[level] = tuple(of)
             members[level] = tuple(tuple(m) for m in lists)
-            names[level] = tuple(numbers)
             # A group is as good for memory-bound work as its smallest GPU.
             memory[level] = tuple(min(self.gpus[i].memory_gb for i in m) for m in lists)
         within: dict[tuple[Level, Level], tuple[bool, ...]] = {}
@@ -105,7 +102,6 @@ class Topology:
         object.__setattr__(self, "index", index)
         object.__setattr__(self, "group_of", group_of)
         object.__setattr__(self, "members", members)
-        object.__setattr__(self, "group_names", names)
         object.__setattr__(self, "group_memory_gb", memory)
 
     def __len__(self) -> int:
