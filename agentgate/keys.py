@@ -479,3 +479,32 @@ def load_public_key(spec: str | Path) -> PublicKey:
     if not isinstance(loaded, Ed25519PublicKey):
         raise KeyFileError(f"{path}: not an Ed25519 public key ({type(loaded).__name__})")
     return PublicKey(loaded.public_bytes_raw())
+
+
+class Keyring:
+    """Maps principal ids (``did:key``) to their public keys; verification keys are cached.
+
+    Only the keys added are held (and ``in`` says which): an unknown id is decoded on each
+    lookup, so callers presenting fresh ids cannot grow the ring or join it."""
+
+    def __init__(self, keys: list[PublicKey] | None = None) -> None:
+        self._keys: dict[str, PublicKey] = {}
+        for key in keys or []:
+            self.add(key)
+
+    def add(self, key: PublicKey) -> None:
+        self._keys[key.did] = key
+
+    def get(self, did: str) -> PublicKey:
+        """The key for ``did``; a ``did:key`` is self-describing, so unknown ones are decoded.
+
+        Raises ``KeyFileError`` for anything that is not an Ed25519 ``did:key`` (a list or a
+        number included)."""
+        try:
+            key = self._keys.get(did)
+        except TypeError:  # unhashable: not a did
+            raise KeyFileError(f"not an Ed25519 did:key: {repr(did)[:80]}") from None
+        return key if key is not None else PublicKey.from_did(did)
+
+    def __contains__(self, did: object) -> bool:
+        return did in self._keys

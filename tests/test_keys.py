@@ -9,6 +9,7 @@ import pytest
 
 from agentgate.errors import InvalidSignature, KeyFileError
 from agentgate.keys import (
+    Keyring,
     PublicKey,
     SigningKey,
     load_public_key,
@@ -83,3 +84,10 @@ def test_malformed_key_files_are_typed_errors(tmp_path: Path, content: bytes) ->
 def test_malformed_dids_are_refused(did: str) -> None:
     with pytest.raises(KeyFileError):
         PublicKey.from_did(did)
+
+
+def test_keyring_resolves_known_and_self_describing_ids() -> None:
+    known, other = SigningKey.generate(), SigningKey.generate()
+    ring = Keyring([known.public])
+    assert known.did in ring
+    assert ring.get(other.did).raw == other.public.raw

@@ -1,5 +1,5 @@
 """Review round 36, bounds: state of a process that runs for weeks stays bounded (the policy
-index's quotas by resource, the nonce table), and what is pruned is only what no
+index's quotas by resource, the keyring, the nonce table), and what is pruned is only what no
 decision still needs."""
 
 from __future__ import annotations
@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 
 from agentgate.capabilities import Call
+from agentgate.keys import Keyring, SigningKey
 from agentgate.policy import PolicyIndex, parse_policy
 from agentgate.policy._index import QUOTA_CACHE_SIZE
 from agentgate.store import Store
@@ -38,6 +39,19 @@ def test_quotas_by_resource_stay_bounded_under_many_distinct_resources() -> None
     counted = index.evaluate("svc", Call("gpu:h100", "lease", {}))
     assert [q.name for q in counted.quotas] == ["leases"]
     assert index.evaluate("svc", Call("gpu:b200", "lease", {})).quotas == ()
+
+
+def test_a_keyring_lookup_of_an_unknown_id_does_not_add_it() -> None:
+    """``Keyring.get`` decodes a did:key it was not given (it is self-describing) but used to keep
+    it: ring membership then said "known" for every id ever looked up, and a caller presenting
+    fresh ids grew the ring without end."""
+    known = SigningKey.generate()
+    ring = Keyring([known.public])
+    strangers = [SigningKey.generate() for _ in range(50)]
+    for key in strangers:
+        assert ring.get(key.did).raw == key.public.raw
+    assert known.did in ring
+    assert not any(key.did in ring for key in strangers)
 
 
 def _nonces(store: Store) -> list[str]:

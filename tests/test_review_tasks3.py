@@ -34,7 +34,7 @@ from agentgate.capabilities import Call
 from agentgate.cli.main import main
 from agentgate.errors import DeadlineExceeded, InputError, KeyFileError, PolicyError, SchedulingError
 from agentgate.gate import Gate
-from agentgate.keys import PublicKey, SigningKey, load_public_key, load_signing_key, save_key
+from agentgate.keys import Keyring, PublicKey, SigningKey, load_public_key, load_signing_key, save_key
 from agentgate.policy import parse_policy
 from agentgate.store import open_store
 from agentgate.store._sqlite import SQLiteStore
@@ -522,10 +522,12 @@ async def test_a_chain_given_as_one_string_cannot_share_a_result_between_grants(
 
 @pytest.mark.parametrize("did", [None, 123, ["did:key:z6Mk"], {"did": "x"}])
 def test_a_did_that_is_not_a_string_is_a_key_file_error_not_a_type_error(did: object) -> None:
-    """Before: TypeError (``did[:80]`` of an int), which callers catching ``KeyFileError``
-    (``Approval.verify``) let escape as a traceback."""
+    """Before: TypeError (``did[:80]`` of an int, an unhashable list in ``Keyring.get``), which
+    callers catching ``KeyFileError`` (``Approval.verify``) let escape as a traceback."""
     with pytest.raises(KeyFileError, match="not an Ed25519 did:key"):
         PublicKey.from_did(did)  # type: ignore[arg-type]
+    with pytest.raises(KeyFileError, match="not an Ed25519 did:key"):
+        Keyring().get(did)  # type: ignore[arg-type]
 
 
 def test_a_path_with_a_nul_byte_is_a_key_file_error_not_a_value_error(tmp_path: Path) -> None:
