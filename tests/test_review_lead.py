@@ -53,21 +53,33 @@ def test_a_program_that_ends_without_gate_close_keeps_its_last_outcomes(tmp_path
     # call waits up to 20 ms for the daemon thread "agentgate-outcomes", which dies with the
     # interpreter. The outcome entry is lost and its reservation stays held (2 runs in 3 lost it
     # when following docs/quickstart.md literally).
+    # Each attempt is a program of its own that ends without gate.close(): one child interpreter
+    # imports once, then forks a process per attempt, which builds its Gate, runs the agent and
+    # ends as a script does (SystemExit, the interpreter's own finalization, its daemon threads
+    # dying with it). The imports, not the race, were what five fresh interpreters repeated.
     script = f"""
-import sys
+import os, sys
 sys.path.insert(0, {str(Path(__file__).resolve().parent)!r})
 from pathlib import Path
 from test_langgraph import _make_team, _calls, _tools
 from agentgate.integrations.langgraph import ScriptedChatModel, create_gated_agent
-team = _make_team(Path(sys.argv[1]))
-model = ScriptedChatModel(turns=[_calls(("search", {{"query": "x"}}))], final="")
-agent = create_gated_agent(team.gate, name="supervisor", model=model, tools=_tools(team), gate_models=False)
-agent.invoke({{"messages": [("user", "go")]}}, context=team.supervisor)
+for where in sys.argv[1:]:
+    sys.stdout.flush(); sys.stderr.flush()
+    if os.fork() == 0:
+        team = _make_team(Path(where))
+        model = ScriptedChatModel(turns=[_calls(("search", {{"query": "x"}}))], final="")
+        agent = create_gated_agent(team.gate, name="supervisor", model=model, tools=_tools(team), gate_models=False)
+        agent.invoke({{"messages": [("user", "go")]}}, context=team.supervisor)
+        sys.exit(0)  # the program's end, as at the end of the quickstart's script
+    _, status = os.wait()
+    if status != 0:
+        sys.exit(f"{{where}}: the program exited with status {{status}}")
 """
-    for attempt in range(5):
-        where = tmp_path / str(attempt)
+    attempts = [tmp_path / str(attempt) for attempt in range(5)]
+    for where in attempts:
         where.mkdir()
-        subprocess.run([sys.executable, "-c", script, str(where)], check=True, timeout=60)
+    subprocess.run([sys.executable, "-c", script, *map(str, attempts)], check=True, timeout=120)
+    for attempt, where in enumerate(attempts):
         entries = [
             bytes(row[0]) for row in SQLiteStore(where / "agentgate.db").query("SELECT entry FROM audit_log")
         ]

@@ -478,6 +478,8 @@ def test_postgresql_restart_fails_closed_then_the_pool_recovers_at_once(postgres
     while store.pool.get_stats()["pool_available"] < 5 and time.monotonic() < deadline:
         time.sleep(0.01)
     assert store.pool.get_stats()["pool_available"] >= 5
+    timeout = store.pool.timeout
+    store.pool.timeout = 1.0  # fails closed as it would after the full wait, sooner
     postgres_server.stop("fast")
     try:
         with pytest.raises(AuditError):
@@ -486,6 +488,7 @@ def test_postgresql_restart_fails_closed_then_the_pool_recovers_at_once(postgres
             repo.consume_nonce("did:key:zAlice", "down", 2**40, ["root"])
     finally:
         postgres_server.start()
+        store.pool.timeout = timeout  # the server back, decisions wait as in production
     failures = 0
     for i in range(8):
         try:

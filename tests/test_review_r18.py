@@ -508,15 +508,22 @@ def section_five_script() -> str:
 
 
 def test_the_pages_verify_by_hand_script_runs_as_printed_on_every_proof(
-    exported_log: dict[str, Any], capsys: pytest.CaptureFixture[str]
+    exported_log: dict[str, Any], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    from agentgate.cli.main import main
+
     tmp, script = exported_log["dir"], section_five_script()
+    # `audit prove` in process (the same command, store and log key as the fixture's processes):
+    # what is under test is the page's script, run on each proof the command wrote.
+    monkeypatch.setenv("AGENTGATE_STORE", str(tmp / "a.db"))
+    monkeypatch.setenv("AGENTGATE_LOG_KEY", str(tmp / "log.key"))
     cwd = Path.cwd()
     os.chdir(tmp)
     try:
         last = len(exported_log["lines"]) - 1
         for index in (0, 3, 4, last):  # a left edge, inner nodes, and the right edge of an unbalanced tree
-            exported_log["cli"]("audit", "prove", str(index), "--out", "entry.tlog-proof")
+            assert main(["audit", "prove", str(index), "--out", "entry.tlog-proof"]) == 0, capsys.readouterr()
+            capsys.readouterr()
             exec(compile(script, "audit-format.md", "exec"), {})
             kind = "allow" if index % 2 == 0 else "outcome"
             assert capsys.readouterr().out == f"{kind} {DID} tool:x\n"
@@ -557,12 +564,18 @@ def operations_block(lang: str, after: str) -> str:
 
 @pytest.mark.postgres
 def test_the_least_privilege_set_up_as_printed_lets_the_application_role_run_every_part(
-    postgres_server: Any, tmp_path: Path
+    postgres_server: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Before: the page said to create the schema with `agentgate audit checkpoint` as the owner,
     which creates the audit tables only; the application role then failed on every other part
-    with "permission denied for schema public"."""
+    with "permission denied for schema public".
+
+    The page's shell block runs as printed (bash, real processes); the application role's
+    commands then run in process (``agentgate.cli.main.main``, the same code, the same
+    ``AGENTGATE_STORE``, the same server and role): what is proven is the role's rights."""
     import psycopg
+
+    from agentgate.cli.main import main
 
     admin = postgres_server.url()
     with psycopg.connect(admin, autocommit=True) as conn:
@@ -587,15 +600,15 @@ def test_the_least_privilege_set_up_as_printed_lets_the_application_role_run_eve
     with psycopg.connect(owner, autocommit=True) as conn:
         conn.execute(operations_block("sql", "what it needs:"))
 
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("AGENTGATE_STORE", app)
+    monkeypatch.delenv("AGENTGATE_LOG_KEY", raising=False)
+
     def cli(*argv: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [*AGENTGATE, *argv],
-            cwd=tmp_path,
-            env={**env, "AGENTGATE_STORE": app},
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        capsys.readouterr()
+        code = main(list(argv))
+        out = capsys.readouterr()
+        return subprocess.CompletedProcess(list(argv), code, out.out, out.err)
 
     for name in ("root", "agent"):
         assert cli("keys", "new", name, "--dir", "keys").returncode == 0

@@ -230,41 +230,34 @@ def test_every_command_groups_help_answers_without_the_extras(empty: Path) -> No
     assert list(empty.iterdir()) == []  # --help writes nothing (no store, no key)
 
 
+# The quickstart's commands after the first, each one ``main(argv)`` call in ONE child
+# interpreter (the blocker in place, the same working directory and HOME): an extra imported by
+# any verb raises there as in a process of its own, and one interpreter start replaces nine.
+_RUN_STEPS = (
+    "import contextlib, io, json, sys\n"
+    "from agentgate.cli.main import main\n"
+    "done = []\n"
+    "for argv in json.loads(sys.argv[1]):\n"
+    "    out, err = io.StringIO(), io.StringIO()\n"
+    "    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):\n"
+    "        code = main(argv)\n"
+    "    done.append([argv, code, out.getvalue(), err.getvalue()])\n"
+    "sys.__stdout__.write(json.dumps(done))\n"
+)
+
+
 def test_the_quickstart_command_line_flow_runs_in_an_empty_directory_without_the_extras(
     empty: Path,
 ) -> None:
     shutil.copy2(ROOT / "policies" / "support.yaml", empty / "support.yaml")
-    for name in ("ops-root", "support-agent", "alice", "bob"):
-        made = agentgate(empty, "keys", "new", name, "--dir", "keys")
-        assert made.returncode == 0, made.stderr
-        assert made.stdout.strip().startswith("did:key:z")
-    assert (empty / "keys" / "ops-root.key").stat().st_mode & 0o777 == 0o600
+    # The first command as a process of its own: ``python -m agentgate``, the package's __main__.
+    made = agentgate(empty, "keys", "new", "ops-root", "--dir", "keys")
+    assert made.returncode == 0, made.stderr
+    assert made.stdout.strip().startswith("did:key:z")
 
-    lint = agentgate(empty, "policy", "lint", "support.yaml")
-    assert lint.returncode == 0, lint.stdout + lint.stderr
-
-    issued = agentgate(
-        empty,
-        "grant",
-        "issue",
-        "--issuer",
-        "keys/ops-root.key",
-        "--to",
-        "keys/support-agent.pub",
-        "--policy",
-        "support.yaml",
-        "--role",
-        "support-agent",
-        "--out",
-        "agent.token",
-    )
-    assert issued.returncode == 0, issued.stderr
-    assert (empty / "agent.token").is_file()
-
-    def check(amount: int) -> subprocess.CompletedProcess[str]:
+    def check(amount: int) -> list[str]:
         call = {"order_id": "O-1", "amount": amount, "currency": "EUR"}
-        return agentgate(
-            empty,
+        return [
             "grant",
             "check",
             "agent.token",
@@ -276,22 +269,54 @@ def test_the_quickstart_command_line_flow_runs_in_an_empty_directory_without_the
             "payments.refund",
             "--args",
             json.dumps(call),
-        )
+        ]
 
-    allowed = check(100)
-    assert allowed.returncode == 0, allowed.stdout + allowed.stderr
-    assert allowed.stdout.startswith("allow: ")
-    denied = check(5000)  # above the role's `le: 2000`
-    assert denied.returncode == 1, denied.stdout + denied.stderr
-    assert denied.stdout.startswith("deny: ")
+    steps = [
+        *(["keys", "new", name, "--dir", "keys"] for name in ("support-agent", "alice", "bob")),
+        ["policy", "lint", "support.yaml"],
+        [
+            "grant",
+            "issue",
+            "--issuer",
+            "keys/ops-root.key",
+            "--to",
+            "keys/support-agent.pub",
+            "--policy",
+            "support.yaml",
+            "--role",
+            "support-agent",
+            "--out",
+            "agent.token",
+        ],
+        check(100),
+        check(5000),  # above the role's `le: 2000`
+        ["audit", "checkpoint"],
+        ["audit", "verify"],
+    ]
+    ran = _python(empty, _RUN_STEPS, json.dumps(steps))
+    assert ran.returncode == 0 and ran.stderr == "", ran.stderr
+    results = json.loads(ran.stdout)
+    assert [argv for argv, *_ in results] == steps
+    (*made_keys, lint, issued, allowed, denied, signed, verified) = [tuple(r[1:]) for r in results]
+    for code, out, err in made_keys:
+        assert code == 0, err
+        assert out.strip().startswith("did:key:z")
+    assert (empty / "keys" / "ops-root.key").stat().st_mode & 0o777 == 0o600
+    assert (empty / "keys" / "support-agent.key").stat().st_mode & 0o777 == 0o600
+
+    assert lint[0] == 0, lint[1] + lint[2]
+    assert issued[0] == 0, issued[2]
+    assert (empty / "agent.token").is_file()
+    assert allowed[0] == 0, allowed[1] + allowed[2]
+    assert allowed[1].startswith("allow: ")
+    assert denied[0] == 1, denied[1] + denied[2]
+    assert denied[1].startswith("deny: ")
 
     # The store is where the quickstart says, under the working directory.
     assert (empty / ".agentgate" / "agentgate.db").is_file()
-    signed = agentgate(empty, "audit", "checkpoint")
-    assert signed.returncode == 0, signed.stdout + signed.stderr
-    verified = agentgate(empty, "audit", "verify")
-    assert verified.returncode == 0, verified.stdout + verified.stderr
-    assert verified.stdout.startswith("intact:"), verified.stdout
-    assert "1 checkpoint" in verified.stdout, verified.stdout
+    assert signed[0] == 0, signed[1] + signed[2]
+    assert verified[0] == 0, verified[1] + verified[2]
+    assert verified[1].startswith("intact:"), verified[1]
+    assert "1 checkpoint" in verified[1], verified[1]
     # Nothing written outside the working directory (HOME is it too) but what was asked.
     assert sorted(p.name for p in empty.iterdir()) == [".agentgate", "agent.token", "keys", "support.yaml"]
