@@ -18,7 +18,9 @@ from agentgate.store._pgserver import PostgresServer
 
 @pytest.fixture(scope="session")
 def postgres_server() -> Iterator[PostgresServer]:
-    server = PostgresServer()
+    # fsync off: the tests kill and restart servers as processes, never the machine, and a
+    # commit still reaches the operating system before it returns (PostgresServer).
+    server = PostgresServer(fsync=False)
     server.init()
     server.start()
     try:
