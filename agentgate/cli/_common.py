@@ -1,6 +1,7 @@
-"""What the verb groups share: strict JSON arguments, values that may not be empty, one way to
-print a time and untrusted text, opening a store (and its audit log) to read, a listing as JSON or
-as nothing to list."""
+"""What the verb groups share: strict JSON arguments, durations, values that may not be empty, one
+way to print a time and untrusted text, opening a store (and its audit log) to read, a listing as
+JSON or as nothing to list. Every verb group imports this module: what only some verbs use is
+imported where it is used."""
 
 from __future__ import annotations
 
@@ -15,12 +16,10 @@ import sys
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agentgate.audit.entry import not_printable
 from agentgate.errors import InputError, KeyFileError, SourceError
-from agentgate.keys import PublicKey, SigningKey, load_public_key
-from agentgate.policy import Policy, load_policy
 from agentgate.store import Store, is_conninfo, open_store, store_url
 from agentgate.store._sqlite import (
     foreign_table,
@@ -28,7 +27,32 @@ from agentgate.store._sqlite import (
     sqlite_tables_read_only,
     tables_and_columns,
 )
-from agentgate.store.audit import AuditLog, log_key_path, log_origin, open_log_key, previous_log_keys
+
+if TYPE_CHECKING:  # imported where used: every verb group imports this module, few use these
+    from agentgate.keys import PublicKey, SigningKey
+    from agentgate.policy import Policy
+    from agentgate.store.audit import AuditLog
+
+
+_DURATION = re.compile(r"(?:[0-9]{1,9}[smhd])+")
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_duration(text: str) -> int:
+    """Seconds in ``30s``, ``15m``, ``1h``, ``7d`` or a sum like ``1h30m``; zero, negative or more
+    than ten years of 365 days (315,360,000 s: the longest lifetime a policy may hold too) is
+    refused with ``InputError``."""
+    shown = repr(text[:40]) + ("..." if len(text) > 40 else "") if isinstance(text, str) else repr(text)
+    if not isinstance(text, str) or not _DURATION.fullmatch(text):
+        raise InputError(
+            f"duration {shown}: write a positive whole number with a unit s, m, h or d (e.g. 15m, 7d)"
+        )
+    from agentgate.policy._schema import MAX_TTL_S  # the schema's pydantic models: not at start-up
+
+    seconds = sum(int(n) * _UNITS[u] for n, u in re.findall(r"([0-9]+)([smhd])", text))
+    if seconds <= 0 or seconds > MAX_TTL_S:
+        raise InputError(f"duration {shown} must be more than zero and at most 10 years ({MAX_TTL_S}s)")
+    return seconds
 
 
 def json_object(text: str, flag: str = "--args") -> dict[str, Any]:
@@ -113,6 +137,8 @@ def printable(text: str) -> str:
 
 def shown_policy(path: str | Path) -> Policy:
     """``load_policy(path)`` for a command; a file that does not load is ``shown_source_error``."""
+    from agentgate.policy import load_policy  # the policy schema: only for verbs that read one
+
     with shown_source_error():
         return load_policy(path)
 
@@ -284,6 +310,9 @@ def open_audit_log(
     (created only if ``create_key``). ``reads``: for a missing key's error line, whether the
     command takes ``--key PUBFILE`` instead (``True``), signs with the key (``False``), or
     neither (``None``). The caller closes the store."""
+    from agentgate.keys import load_public_key  # the log and its keys: only for the verbs that read it
+    from agentgate.store.audit import AuditLog, log_key_path, log_origin, open_log_key, previous_log_keys
+
     store = open_existing_store(url)
     try:
         key: PublicKey | SigningKey

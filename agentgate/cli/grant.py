@@ -46,6 +46,7 @@ from agentgate.cli._common import (
     given_text,
     json_object,
     open_existing_store,
+    parse_duration,
     printable,
     shown_policy,
     text,
@@ -60,30 +61,8 @@ from agentgate.errors import (
     TokenFormatError,
 )
 from agentgate.findings import Finding
-from agentgate.gate._records import revocation_entry
 from agentgate.keys import load_public_key, load_signing_key, read_regular_file, replace_file
-from agentgate.policy import role_grant_template
-from agentgate.policy._schema import MAX_TTL_S
 from agentgate.store import Store, open_store
-from agentgate.store.audit import AuditLog, log_origin, open_log_key
-
-_DURATION = re.compile(r"(?:[0-9]{1,9}[smhd])+")
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-MAX_DURATION = MAX_TTL_S
-"""Ten years of 365 days (315,360,000 s): the longest lifetime a policy may hold too."""
-
-
-def parse_duration(text: str) -> int:
-    """Seconds in ``30s``, ``15m``, ``1h``, ``7d`` or a sum like ``1h30m``; zero, negative or > 10 years is refused."""
-    shown = repr(text[:40]) + ("..." if len(text) > 40 else "") if isinstance(text, str) else repr(text)
-    if not isinstance(text, str) or not _DURATION.fullmatch(text):
-        raise InputError(
-            f"duration {shown}: write a positive whole number with a unit s, m, h or d (e.g. 15m, 7d)"
-        )
-    seconds = sum(int(n) * _UNITS[u] for n, u in re.findall(r"([0-9]+)([smhd])", text))
-    if seconds <= 0 or seconds > MAX_DURATION:
-        raise InputError(f"duration {shown} must be more than zero and at most 10 years ({MAX_DURATION}s)")
-    return seconds
 
 
 def _depth(text: str) -> int:
@@ -262,6 +241,8 @@ def _role_grant(args: argparse.Namespace, issuer: str) -> tuple[list[Capability]
         raise InputError("--policy and --role go together")
     if args.allow:
         raise InputError("--allow cannot be combined with --policy: the role names the capabilities")
+    from agentgate.policy import role_grant_template  # the policy layer: only for --policy
+
     policy = shown_policy(args.policy)
     if issuer not in {did for did in policy.anchor_dids.values() if did}:
         raise InputError(f"{args.issuer}: not the key of a trust anchor of {args.policy}")
@@ -508,6 +489,10 @@ def _revoking(
     ``Gate.revoke`` takes it, and what appends a ``revoke`` entry for each grant id given: the
     revocations and their entries commit together or not at all. The log key is refused at once
     if garbage; the store is closed at the end."""
+    # The audit log's layer: only the revoking verbs write to it.
+    from agentgate.gate._records import revocation_entry
+    from agentgate.store.audit import AuditLog, log_origin, open_log_key
+
     try:
         repo = GrantRepository(store)
         try:

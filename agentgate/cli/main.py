@@ -1,7 +1,9 @@
 """Entry point of the ``agentgate`` command.
 
 Each verb group lives in its own module with a ``register(subparsers)`` function; handlers
-return the exit code. Exit codes are a contract (docs/cli.md): 0 success or allow, 1 deny,
+return the exit code. A command imports only the group it names (``agentgate grant check``
+never loads the gateway's HTTP stack): scripts run these verbs in loops, and each import is paid
+per process. Help, no command and an unknown group load every group, so they list them all. Exit codes are a contract (docs/cli.md): 0 success or allow, 1 deny,
 tampered or error findings, 2 unusable input, 3 approval required. Errors are one line on
 stderr, never a traceback.
 """
@@ -22,7 +24,8 @@ from typing import TextIO
 
 from agentgate.errors import AgentGateError
 
-# One module per verb group; a new group is one more line here.
+# One module per verb group, named as the group (``agentgate.cli.keys`` is ``agentgate keys``);
+# a new group is one more line here.
 GROUPS = (
     "agentgate.cli.keys",
     "agentgate.cli.grant",
@@ -49,13 +52,25 @@ class _Parser(argparse.ArgumentParser):
         raise SystemExit(2)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The parser for the command line ``argv``, with only the verb group it names registered when
+    its first argument names one; with every group otherwise (``build_parser()``, no command, an
+    option first such as ``--help``, an unknown group), so that help and errors list them all."""
     parser = _Parser(prog="agentgate", description="Authority, scheduling and evidence for AI agents.")
     sub = parser.add_subparsers(dest="group", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
-    for name in GROUPS:
+    for name in _groups_for(argv):
         importlib.import_module(name).register(sub)
     return parser
+
+
+def _groups_for(argv: Sequence[str] | None) -> tuple[str, ...]:
+    """The modules of the verb groups that parsing ``argv`` needs: the one its first argument
+    names, else all. Only the first argument counts: the top-level parser has no option but
+    ``--help``, so a group named later (``-h grant``, ``-- grant``) is read by argparse as it
+    reads it with every group there."""
+    named = [name for name in GROUPS if argv and name.rpartition(".")[2] == argv[0]]
+    return tuple(named) or tuple(GROUPS)
 
 
 class _Terminated(KeyboardInterrupt):
@@ -85,7 +100,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _run(argv: Sequence[str] | None) -> int:
     try:
-        parser = build_parser()
+        argv = sys.argv[1:] if argv is None else argv
+        parser = build_parser(argv)
         args = parser.parse_args(argv)
         handler: Handler = args.handler
         code = handler(args)

@@ -22,8 +22,7 @@ from typing import Any
 import psycopg
 
 from agentgate.authority import prune_grants
-from agentgate.cli._common import given, open_existing_store
-from agentgate.cli.grant import parse_duration
+from agentgate.cli._common import given, open_existing_store, parse_duration
 from agentgate.errors import StoreError
 from agentgate.store import Store, open_store
 from agentgate.store.approvals import ApprovalStore

@@ -22,12 +22,12 @@ from agentgate.cli._common import (
     listed,
     open_audit_log,
     open_existing_store,
+    parse_duration,
     printable,
     text,
     unix,
     utc,
 )
-from agentgate.cli.grant import parse_duration
 from agentgate.errors import InputError
 from agentgate.store.dead_letters import DeadLetter, DeadLetterStore
 from agentgate.store.leases import SharedBreakers

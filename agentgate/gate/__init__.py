@@ -22,11 +22,43 @@ why, without tokens, keys or argument values.
 
 from __future__ import annotations
 
-from agentgate.gate._approval import Approval, approval_call_hash
-from agentgate.gate._authorization import AgentIdentity, Authorization, Verdict
-from agentgate.gate._config import scheduler_config
-from agentgate.gate._gate import DELEGATIONS_PURGE_S, Gate
-from agentgate.gate._outcomes import MAX_ERROR_DETAIL
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # the names, for type checkers; at run time each is imported on first use
+    from agentgate.gate._approval import Approval, approval_call_hash
+    from agentgate.gate._authorization import AgentIdentity, Authorization, Verdict
+    from agentgate.gate._config import scheduler_config
+    from agentgate.gate._gate import DELEGATIONS_PURGE_S, Gate
+    from agentgate.gate._outcomes import MAX_ERROR_DETAIL
+
+# ``Gate`` brings the dispatcher, the scheduler and OpenTelemetry; the CLI uses the small parts
+# (``Approval``, ``_records``) without them: each name is imported from its module on first use.
+_EXPORTS: dict[str, str] = {
+    "DELEGATIONS_PURGE_S": "agentgate.gate._gate",
+    "MAX_ERROR_DETAIL": "agentgate.gate._outcomes",
+    "AgentIdentity": "agentgate.gate._authorization",
+    "Approval": "agentgate.gate._approval",
+    "Authorization": "agentgate.gate._authorization",
+    "Gate": "agentgate.gate._gate",
+    "Verdict": "agentgate.gate._authorization",
+    "approval_call_hash": "agentgate.gate._approval",
+    "scheduler_config": "agentgate.gate._config",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'agentgate.gate' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_EXPORTS])
+
 
 __all__ = [
     "DELEGATIONS_PURGE_S",
