@@ -2,26 +2,79 @@
 
 from __future__ import annotations
 
-from agentgate.dispatch._policy import AllowedBackend, Candidate, RoutePlan, RouteRequest, RoutingPolicy
-from agentgate.dispatch.backends import BackendClient, ChatChunk, ChatResult, Timeouts, Usage
-from agentgate.dispatch.dispatcher import Dispatcher, model_slos
-from agentgate.dispatch.inventory import (
-    GPU,
-    Backend,
-    BackendCost,
-    Interconnect,
-    Inventory,
-    Node,
-    Rack,
-    inventory_from_mapping,
-    load_inventory,
-    parse_inventory,
-)
-from agentgate.dispatch.metrics import EngineLoad, load_from_text
-from agentgate.dispatch.prefix import block_hashes, estimate_tokens, prompt_text
-from agentgate.dispatch.quota import TenantQuota
-from agentgate.dispatch.router import Router
-from agentgate.dispatch.state import SpeedModel
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # the names, for type checkers; at run time each is imported on first use
+    from agentgate.dispatch._policy import AllowedBackend, Candidate, RoutePlan, RouteRequest, RoutingPolicy
+    from agentgate.dispatch.backends import BackendClient, ChatChunk, ChatResult, Timeouts, Usage
+    from agentgate.dispatch.dispatcher import Dispatcher, model_slos
+    from agentgate.dispatch.inventory import (
+        GPU,
+        Backend,
+        BackendCost,
+        Interconnect,
+        Inventory,
+        Node,
+        Rack,
+        inventory_from_mapping,
+        load_inventory,
+        parse_inventory,
+    )
+    from agentgate.dispatch.metrics import EngineLoad, load_from_text
+    from agentgate.dispatch.prefix import block_hashes, estimate_tokens, prompt_text
+    from agentgate.dispatch.quota import TenantQuota
+    from agentgate.dispatch.router import Router
+    from agentgate.dispatch.state import SpeedModel
+
+# The dispatcher brings aiohttp, httpx, OpenTelemetry and Prometheus; the store's broker tables and
+# the CLI need only the broker's value types: each name is imported from its module on first use.
+_EXPORTS: dict[str, str] = {
+    "AllowedBackend": "agentgate.dispatch._policy",
+    "Backend": "agentgate.dispatch.inventory",
+    "BackendClient": "agentgate.dispatch.backends",
+    "BackendCost": "agentgate.dispatch.inventory",
+    "Candidate": "agentgate.dispatch._policy",
+    "ChatChunk": "agentgate.dispatch.backends",
+    "ChatResult": "agentgate.dispatch.backends",
+    "Dispatcher": "agentgate.dispatch.dispatcher",
+    "EngineLoad": "agentgate.dispatch.metrics",
+    "GPU": "agentgate.dispatch.inventory",
+    "Interconnect": "agentgate.dispatch.inventory",
+    "Inventory": "agentgate.dispatch.inventory",
+    "Node": "agentgate.dispatch.inventory",
+    "Rack": "agentgate.dispatch.inventory",
+    "RoutePlan": "agentgate.dispatch._policy",
+    "RouteRequest": "agentgate.dispatch._policy",
+    "Router": "agentgate.dispatch.router",
+    "RoutingPolicy": "agentgate.dispatch._policy",
+    "SpeedModel": "agentgate.dispatch.state",
+    "TenantQuota": "agentgate.dispatch.quota",
+    "Timeouts": "agentgate.dispatch.backends",
+    "Usage": "agentgate.dispatch.backends",
+    "block_hashes": "agentgate.dispatch.prefix",
+    "estimate_tokens": "agentgate.dispatch.prefix",
+    "inventory_from_mapping": "agentgate.dispatch.inventory",
+    "load_from_text": "agentgate.dispatch.metrics",
+    "load_inventory": "agentgate.dispatch.inventory",
+    "model_slos": "agentgate.dispatch.dispatcher",
+    "parse_inventory": "agentgate.dispatch.inventory",
+    "prompt_text": "agentgate.dispatch.prefix",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'agentgate.dispatch' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_EXPORTS])
+
 
 __all__ = [
     "GPU",
