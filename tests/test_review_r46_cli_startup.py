@@ -122,13 +122,6 @@ def test_audit_verify_loads_no_dispatch_or_gate_layer(tmp_path: Path, token: Pat
     assert not modules & set(ALWAYS_UNNEEDED)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="fix in agentgate/store/quotas.py: imports QuotaRef from agentgate.policy at run time (it is "
-    "only an annotation there: import it under TYPE_CHECKING); every read of a SQLite store checks "
-    "its tables against every part's (store/_sqlite.py required_store_columns) and so loads the "
-    "policy layer (YAML, the pydantic schema)",
-)
 def test_audit_verify_on_a_sqlite_store_loads_no_policy_layer(tmp_path: Path, token: Path) -> None:
     assert loaded(token.parent, "audit", "checkpoint")[0] == 0
     code, modules = loaded(token.parent, "audit", "verify")

@@ -3,9 +3,10 @@
 Each verb group lives in its own module with a ``register(subparsers)`` function; handlers
 return the exit code. A command imports only the group it names (``agentgate grant check``
 never loads the gateway's HTTP stack): scripts run these verbs in loops, and each import is paid
-per process. Help, no command and an unknown group load every group, so they list them all. Exit codes are a contract (docs/cli.md): 0 success or allow, 1 deny,
-tampered or error findings, 2 unusable input, 3 approval required. Errors are one line on
-stderr, never a traceback.
+per process. Help, no command and an unknown group load every group, so they list them all.
+Exit codes are a contract (docs/cli.md): 0 success or allow, 1 deny, tampered or error
+findings, 2 unusable input, 3 approval required. Errors are one line on stderr, never a
+traceback.
 """
 
 from __future__ import annotations

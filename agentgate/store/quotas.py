@@ -19,9 +19,12 @@ can never push a window past its limit.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
-from agentgate.policy import QuotaRef
 from agentgate.store._base import Dialect, Store, Transaction
+
+if TYPE_CHECKING:  # annotations only: reading a store never loads the policy layer
+    from agentgate.policy import QuotaRef
 
 QUOTA_DDL: dict[Dialect, str] = {
     "sqlite": """
