@@ -4,8 +4,9 @@ The public face: import from here. Subpackages expose what the integrations need
 whose names start with an underscore are private.
 """
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from agentgate._lazy import lazy_exports
 
 if TYPE_CHECKING:  # the names, for type checkers; at run time each is imported on first use
     from agentgate.authority import Chain, Decision, Invocation, delegate, issue, revoke, verify_chain
@@ -78,17 +79,7 @@ _EXPORTS: dict[str, str] = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'agentgate' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *_EXPORTS])
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 
 
 __all__ = [
