@@ -99,11 +99,6 @@ def test_grant_inspect_loads_no_dispatch_gate_or_policy_layer(tmp_path: Path, to
     assert not modules & {*ALWAYS_UNNEEDED, "agentgate.policy", "agentgate.store.audit"}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="fix in agentgate/store/grants.py: imports psycopg at module level (for psycopg.Error "
-    "in except clauses: use the store's driver_errors), so a SQLite grant store loads PostgreSQL's driver",
-)
 def test_grant_inspect_on_a_sqlite_store_loads_no_postgresql_driver(tmp_path: Path, token: Path) -> None:
     code, modules = loaded(token.parent, "grant", "inspect", str(token))
     assert code == 0 and "psycopg" not in modules

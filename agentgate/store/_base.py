@@ -11,6 +11,8 @@ DDL may differ per dialect and is given per dialect to ``ensure_schema``.
 from __future__ import annotations
 
 import abc
+import sqlite3
+import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, Literal
@@ -30,6 +32,15 @@ def unstorable_text(exc: UnicodeEncodeError) -> StoreError:
         f"a text value is not UTF-8 text: it holds a character that is not valid Unicode (position "
         f"{exc.start}, {exc.reason}); no store can hold it, the statement was not run"
     )
+
+
+def driver_errors(*also: type[Exception]) -> tuple[type[Exception], ...]:
+    """``also``, then the error classes of the database drivers this process has loaded:
+    sqlite3's, and psycopg's once a PostgreSQL store imported it. For ``except`` clauses, where it is evaluated
+    only when something was raised: a driver that is not loaded cannot have raised, and a
+    command on a SQLite store never loads PostgreSQL's driver to name its error class."""
+    psycopg = sys.modules.get("psycopg")
+    return (*also, sqlite3.Error) if psycopg is None else (*also, sqlite3.Error, psycopg.Error)
 
 
 class Transaction(abc.ABC):

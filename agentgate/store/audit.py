@@ -36,7 +36,6 @@ from pathlib import Path
 from typing import Any, cast
 
 import orjson
-import psycopg
 
 from agentgate.audit.entry import (
     DEFAULT_MAX_ENTRY_BYTES,
@@ -59,7 +58,7 @@ from agentgate.audit.note import Checkpoint, open_checkpoint, sign_checkpoint
 from agentgate.audit.proof import ProofBundle
 from agentgate.errors import AuditError, BeyondLogEnd, InputError, KeyFileError, StoreError, TamperDetected
 from agentgate.keys import PublicKey, SigningKey, load_public_key, load_signing_key, save_key
-from agentgate.store._base import Dialect, Row, Store, Transaction
+from agentgate.store._base import Dialect, Row, Store, Transaction, driver_errors
 from agentgate.store._sqlite import SQLiteStore
 
 DEFAULT_ORIGIN = "agentgate.local/audit"
@@ -404,7 +403,7 @@ def _has_checkpoints(store: Store) -> bool:
     """Whether ``store`` holds an audit log with at least one checkpoint."""
     try:
         return bool(store.query("SELECT 1 FROM audit_checkpoints LIMIT 1"))
-    except (StoreError, sqlite3.Error, psycopg.Error):
+    except driver_errors(StoreError):
         return False  # no audit tables yet
 
 
@@ -521,7 +520,7 @@ def _pick(values: Sequence[Any], positions: Sequence[int]) -> Sequence[Any]:
 def _execute(tx: Transaction, sql: str, params: Sequence[Any] = ()) -> list[Row]:
     try:
         return tx.execute(sql, params)
-    except (sqlite3.Error, psycopg.Error) as exc:
+    except driver_errors() as exc:
         raise _wrap(exc, "a statement") from exc
 
 
@@ -542,7 +541,7 @@ def create_audit_tables(store: Store) -> bool:
             # Every append from now on fires the trigger; this indexes those before it.
             tx.execute(_BACKFILL[store.dialect])
             tx.execute("INSERT INTO audit_refs_built (built) VALUES (1) ON CONFLICT DO NOTHING")
-    except (StoreError, sqlite3.Error, psycopg.Error):
+    except driver_errors(StoreError):
         return False
     return True
 
@@ -662,7 +661,7 @@ class AuditLog:
                 if rows:
                     tx.executemany("INSERT INTO audit_log (idx, entry, leaf_hash) VALUES (?, ?, ?)", rows)
                 return [row[0] for row in rows]
-        except (StoreError, sqlite3.Error, psycopg.Error) as exc:
+        except driver_errors(StoreError) as exc:
             raise AuditError(f"audit log: entries not written: {exc}") from exc
 
     def _next_index(self, tx: Transaction) -> int:
@@ -1140,7 +1139,7 @@ class AuditLog:
                     "WHERE level = ? AND position >= ? AND position <= ?",
                     (_NODE_LEVEL, chunk[0], chunk[-1]),
                 )
-            except (StoreError, sqlite3.Error, psycopg.Error):
+            except driver_errors(StoreError):
                 rows = []
             # SQLite keeps whatever a row was given: a position that is not an integer is no
             # block, and a hash of another type or length is a wrong node (the proof fails and
@@ -1161,7 +1160,7 @@ class AuditLog:
                         "INSERT INTO audit_nodes (level, position, hash) VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
                         made,
                     )
-            except (StoreError, sqlite3.Error, psycopg.Error):
+            except driver_errors(StoreError):
                 pass  # a cache only: the next explain computes these again
         return found
 
@@ -1170,7 +1169,7 @@ class AuditLog:
         try:
             with self.store.transaction() as tx:
                 tx.execute("DELETE FROM audit_nodes")
-        except (StoreError, sqlite3.Error, psycopg.Error):
+        except driver_errors(StoreError):
             pass
 
     def _leaves(self, lo: int, hi: int) -> list[bytes]:
