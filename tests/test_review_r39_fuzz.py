@@ -90,7 +90,7 @@ from agentgate.capabilities import (
     witness,
 )
 from agentgate.cli._common import json_object
-from agentgate.cli.grant import MAX_DURATION, parse_duration
+from agentgate.cli.grant import parse_duration
 from agentgate.errors import (
     AgentGateError,
     CapabilityError,
@@ -103,6 +103,7 @@ from agentgate.errors import (
 from agentgate.gate import Approval
 from agentgate.keys import SigningKey, load_public_key, load_signing_key, public_key_from_did, save_key
 from agentgate.policy import parse_policy
+from agentgate.policy._schema import MAX_TTL_S as MAX_DURATION
 
 FUZZ = settings(
     max_examples=150,
