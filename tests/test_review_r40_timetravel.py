@@ -621,3 +621,51 @@ async def test_the_recursion_limit_leaves_no_reservation_held(tmp_path: Path, mo
         assert rig.gate.verify().ok
     finally:
         rig.gate.close()
+
+
+async def test_a_call_still_being_decided_when_its_node_paused_is_waited_for_by_the_resumed_run(
+    rig: Rig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """CI (session 17, a loaded machine): the test above failed once under ainvoke. LangGraph's
+    async tools node gathers its calls: when ``publish`` paused for its approval, ``pay`` was
+    still being decided on a worker thread, and the run ended; its allow was recorded (the call
+    started) before it ran, and the run resumed at once decided it in between: refused as
+    started with no outcome, the payment's answer lost to the model. The middleware marked a call
+    running only from its run on; it marks it from its decision on, so the resumed run waits for
+    the whole attempt. Here ``pay``'s decision is held until the resumed run is under way."""
+    release, decided = asyncio.Event(), asyncio.Event()
+    loop = asyncio.get_running_loop()
+    real = rig.gate.authorize
+    held = []
+
+    def authorize(*args: Any, **kwargs: Any) -> Any:
+        auth = real(*args, **kwargs)
+        if auth.call.resource == "tool:pay" and not held:
+            held.append(auth)
+            loop.call_soon_threadsafe(decided.set)
+            asyncio.run_coroutine_threadsafe(release.wait(), loop).result(timeout=30)
+        return auth
+
+    monkeypatch.setattr(rig.gate, "authorize", authorize)
+    builder = StateGraph(MessagesState, context_schema=AgentIdentity)
+    builder.add_node("tools", gated_tool_node(rig.gate, rig.tools(), agent="agent"))
+    builder.add_edge(START, "tools")
+    builder.add_edge("tools", END)
+    graph = builder.compile(checkpointer=InMemorySaver())
+    config = _thread("held-decision")
+    turn = _turn(("pay", {"amount": 9}, "pay-1"), ("publish", {"path": "reports/n"}, "pub-1"))
+
+    paused = await graph.ainvoke({"messages": [turn]}, config, context=rig.agent)
+    await asyncio.wait_for(decided.wait(), 30)
+    assert rig.ran == []  # pay is decided (allowed, started) and has not run yet
+    resumed = asyncio.ensure_future(
+        graph.ainvoke(
+            Command(resume=rig.approve(paused["__interrupt__"][0].value)), config, context=rig.agent
+        )
+    )
+    await asyncio.sleep(0.2)  # the resumed run reaches pay while its first attempt is held
+    release.set()
+    done = await asyncio.wait_for(resumed, 60)
+    assert sorted(rig.ran) == ["pay:9", "publish:reports/n"]  # each once
+    by_id = {m.tool_call_id: m for m in _tool_messages(done)}
+    assert by_id["pay-1"].status == "success" and by_id["pay-1"].content == "paid 9", by_id["pay-1"].content

@@ -500,8 +500,12 @@ class GateMiddleware(AgentMiddleware[Any, Any, Any]):
 
     @contextlib.contextmanager
     def _running(self, request: ToolCallRequest) -> Iterator[None]:
-        """Mark the call of ``request`` running in this process while the block runs (the allowed
-        call, until its outcome is handed to the gate), for ``_ran_here`` to wait for."""
+        """Mark the call of ``request`` running in this process while the block runs (its
+        decision, then the allowed call until its outcome is handed to the gate), for
+        ``_ran_here`` to wait for. From the decision on: a call still being decided when another
+        call of its node paused the run has its allow recorded (the call started) before it runs,
+        and the run resumed meanwhile would decide it between the two (refused as started, its
+        outcome not recorded)."""
         key, done = _running_key(request), threading.Event()
         with self._results_lock:
             self._in_flight[key] = done
@@ -689,6 +693,16 @@ class GateMiddleware(AgentMiddleware[Any, Any, Any]):
                 return self._delegation_failed(request, call_id, name, exc)
         if (busy := self._ran_here(request)) is not None:
             busy.wait()
+        with self._running(request):  # from its decision on: a run resumed meanwhile waits for it
+            return self._decide_and_run(request, handler, call_id, name)
+
+    def _decide_and_run(
+        self,
+        request: ToolCallRequest,
+        handler: Callable[[ToolCallRequest], ToolResult],
+        call_id: str,
+        name: str,
+    ) -> ToolResult:
         try:
             auth = self._authorize_tool(request)
         except InputError as exc:
@@ -697,15 +711,14 @@ class GateMiddleware(AgentMiddleware[Any, Any, Any]):
             return self._answer_again(auth, call_id, name)
 
         try:
-            with self._running(request):
-                return self.gate.run(
-                    auth,
-                    lambda: self._keep(auth, handler(request)),
-                    call_id=call_id,
-                    run_id=_run_id(request),
-                    failed=_failed,
-                    paused=_paused,
-                )
+            return self.gate.run(
+                auth,
+                lambda: self._keep(auth, handler(request)),
+                call_id=call_id,
+                run_id=_run_id(request),
+                failed=_failed,
+                paused=_paused,
+            )
         except GraphBubbleUp:
             raise  # interrupt() or Command(graph=PARENT) from inside the tool: LangGraph's to handle
         except AgentGateError as exc:
@@ -741,6 +754,16 @@ class GateMiddleware(AgentMiddleware[Any, Any, Any]):
                 return self._delegation_failed(request, call_id, name, exc)
         if (busy := self._ran_here(request)) is not None:
             await self.gate.to_thread(busy.wait)
+        with self._running(request):  # from its decision on: a run resumed meanwhile waits for it
+            return await self._adecide_and_run(request, handler, call_id, name)
+
+    async def _adecide_and_run(
+        self,
+        request: ToolCallRequest,
+        handler: Callable[[ToolCallRequest], Awaitable[ToolResult]],
+        call_id: str,
+        name: str,
+    ) -> ToolResult:
         try:
             auth = await self._decided(self._authorize_tool, request, lambda auth: auth)
         except InputError as exc:
@@ -772,8 +795,7 @@ class GateMiddleware(AgentMiddleware[Any, Any, Any]):
                 preemptible=threaded is None,
                 began=threaded.began if threaded is not None and threaded.marked else None,
             )
-            with self._running(request):
-                return await (threaded.outcome(running) if threaded else running)
+            return await (threaded.outcome(running) if threaded else running)
         except GraphBubbleUp:
             raise
         except AgentGateError as exc:
