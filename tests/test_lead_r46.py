@@ -124,3 +124,54 @@ def test_running_a_call_that_waits_for_an_approval_raises_approval_required(team
     with pytest.raises(Denied) as plain:
         team.gate.run(refused, lambda: team.ran.append("ran"))
     assert type(plain.value) is Denied and team.ran == []
+
+
+# --- the PostgreSQL pool's size and wait, from the environment ------------------------------
+# A gateway serving many calls in parallel could not have more than 8 connections, nor a wait
+# other than 10 s, short of building its PostgresStore in Python (`agentgate serve` and the CLI
+# open the store from AGENTGATE_STORE).
+
+
+@pytest.mark.postgres
+def test_the_pool_takes_its_size_and_wait_from_the_environment(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from agentgate.store import open_store
+
+    monkeypatch.setenv("AGENTGATE_PG_POOL_SIZE", "20")
+    monkeypatch.setenv("AGENTGATE_PG_POOL_TIMEOUT", "2.5")
+    with open_store(postgres_url) as store:
+        assert (store.pool.max_size, store.pool.timeout) == (20, 2.5)  # type: ignore[attr-defined]
+    monkeypatch.delenv("AGENTGATE_PG_POOL_SIZE")
+    monkeypatch.delenv("AGENTGATE_PG_POOL_TIMEOUT")
+    with open_store(postgres_url) as store:
+        assert (store.pool.max_size, store.pool.timeout) == (8, 10.0)  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "message"),
+    [
+        ("AGENTGATE_PG_POOL_SIZE", "0", "from 1 to 1000 connections, got 0"),
+        ("AGENTGATE_PG_POOL_SIZE", "eight", "whole number of connections, got 'eight'"),
+        ("AGENTGATE_PG_POOL_SIZE", "1001", "from 1 to 1000"),
+        ("AGENTGATE_PG_POOL_TIMEOUT", "0", "more than 0 and at most 3600 seconds, got 0.0"),
+        ("AGENTGATE_PG_POOL_TIMEOUT", "nan", "more than 0"),
+        ("AGENTGATE_PG_POOL_TIMEOUT", "inf", "more than 0"),
+        ("AGENTGATE_PG_POOL_TIMEOUT", "10s", "a number of seconds, got '10s'"),
+    ],
+)
+def test_a_pool_setting_out_of_range_is_one_line_naming_the_variable_before_any_connection(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], name: str, value: str, message: str
+) -> None:
+    from agentgate.cli.main import main
+    from agentgate.errors import InputError
+    from agentgate.store import open_store
+
+    monkeypatch.setenv(name, value)
+    # No server listens there: the setting is refused before anything tries to connect.
+    url = "postgresql://nobody@/agentgate?host=/nonexistent-socket-dir&port=1"
+    with pytest.raises(InputError, match=f"{name} must be .*{message}"):
+        open_store(url)
+    assert main(["audit", "verify", "--store", url]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and name in err and "Traceback" not in err

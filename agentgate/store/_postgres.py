@@ -10,6 +10,8 @@ statements, documented where they do.
 from __future__ import annotations
 
 import contextlib
+import math
+import os
 import re
 import threading
 import time
@@ -22,7 +24,7 @@ from urllib.parse import unquote
 import psycopg
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from agentgate.errors import StoreError
+from agentgate.errors import InputError, StoreError
 from agentgate.store._base import Dialect, Row, Store, Transaction, unstorable_text
 
 IDLE_CHECK_S = 5.0
@@ -35,6 +37,16 @@ RECONNECT_S = 5.0
 gives that try up; a decision that then finds no connection starts another at once. psycopg_pool's
 default (5 minutes, the delay doubling each time) left a process refusing decisions for up to as
 long again as the outage had lasted, the server back and nothing wrong with this process."""
+POOL_SIZE = 8
+"""Connections a process's pool holds at most, unless ``AGENTGATE_PG_POOL_SIZE`` (1 to
+``MAX_POOL_SIZE``) or the ``max_size`` argument says otherwise: one per decision, approval or
+outcome written at once (a gateway serving many calls in parallel may need more)."""
+MAX_POOL_SIZE = 1000
+POOL_TIMEOUT_S = 10.0
+"""How long a transaction waits for a free connection of the pool (and the pool for its first
+one) before it fails with ``StoreError``, unless ``AGENTGATE_PG_POOL_TIMEOUT`` (seconds, more
+than 0 and at most ``MAX_POOL_TIMEOUT_S``) or the ``timeout_s`` argument says otherwise."""
+MAX_POOL_TIMEOUT_S = 3600.0
 LOCK_TIMEOUT_S = 10.0
 """How long a statement waits for a lock (the audit append lock, a row) before it fails, unless the
 server, database or role sets its own ``lock_timeout``."""
@@ -79,11 +91,57 @@ class _PgTransaction(Transaction):
         return self._rowcount
 
 
+def pool_settings(max_size: int | None = None, timeout_s: float | None = None) -> tuple[int, float]:
+    """The pool's size and wait: the arguments given, else ``AGENTGATE_PG_POOL_SIZE`` and
+    ``AGENTGATE_PG_POOL_TIMEOUT``, else ``POOL_SIZE`` and ``POOL_TIMEOUT_S``. Raises
+    ``InputError``, naming where a value came from, for a size that is not a whole number from 1
+    to ``MAX_POOL_SIZE`` or a wait that is not a number of seconds above 0 and at most
+    ``MAX_POOL_TIMEOUT_S``."""
+    size_from, wait_from = "max_size", "timeout_s"
+    if max_size is None:
+        size_from = "AGENTGATE_PG_POOL_SIZE"
+        text = os.environ.get(size_from, "").strip()
+        try:
+            max_size = int(text) if text else POOL_SIZE
+        except ValueError:
+            raise InputError(
+                f"{size_from} must be a whole number of connections, got {text[:80]!r}"
+            ) from None
+    if type(max_size) is not int or not 1 <= max_size <= MAX_POOL_SIZE:
+        raise InputError(
+            f"{size_from} must be from 1 to {MAX_POOL_SIZE} connections, got {str(max_size)[:80]}"
+        )
+    if timeout_s is None:
+        wait_from = "AGENTGATE_PG_POOL_TIMEOUT"
+        text = os.environ.get(wait_from, "").strip()
+        try:
+            timeout_s = float(text) if text else POOL_TIMEOUT_S
+        except ValueError:
+            raise InputError(f"{wait_from} must be a number of seconds, got {text[:80]!r}") from None
+    if (
+        type(timeout_s) not in (int, float)
+        or not math.isfinite(timeout_s)
+        or not 0 < timeout_s <= MAX_POOL_TIMEOUT_S
+    ):
+        raise InputError(
+            f"{wait_from} must be more than 0 and at most {MAX_POOL_TIMEOUT_S:g} seconds, got {str(timeout_s)[:80]}"
+        )
+    return max_size, float(timeout_s)
+
+
 class PostgresStore(Store):
     dialect: Dialect = "postgresql"
     driver_errors = (psycopg.Error,)
 
-    def __init__(self, url: str, *, min_size: int = 1, max_size: int = 8) -> None:
+    def __init__(
+        self, url: str, *, min_size: int = 1, max_size: int | None = None, timeout_s: float | None = None
+    ) -> None:
+        """A pool of connections to ``url``: ``max_size`` connections at most (else
+        ``AGENTGATE_PG_POOL_SIZE``, else ``POOL_SIZE``), a transaction waiting ``timeout_s`` for
+        a free one (else ``AGENTGATE_PG_POOL_TIMEOUT``, else ``POOL_TIMEOUT_S``). ``InputError``
+        for a size or wait out of range, naming where it came from; ``StoreError`` for a URL
+        that does not parse or a server that cannot be reached (nothing is left open)."""
+        max_size, timeout_s = pool_settings(max_size, timeout_s)
         self.url = url
         self._schemas: set[str] = set()
         self._lent = 0  # connections this store took from the pool and has not given back
@@ -113,12 +171,12 @@ class PostgresStore(Store):
                 min_size=min_size,
                 max_size=max_size,
                 open=True,
-                timeout=10.0,
+                timeout=timeout_s,
                 reconnect_timeout=RECONNECT_S,
                 configure=_read_committed,
                 reset=_mark_idle,
             )
-            self.pool.wait(timeout=10.0)
+            self.pool.wait(timeout=timeout_s)
         except Exception as exc:  # psycopg_pool raises PoolTimeout, psycopg OperationalError...
             raise StoreError(f"cannot connect to PostgreSQL at {_redact(url)}: {exc}") from exc
 
