@@ -470,10 +470,33 @@ class SyncScheduler:
         inbox: queue.SimpleQueue[_Work | None] = queue.SimpleQueue()
         caller_context = otel_context.get_current()
 
+        given_up = False  # the caller left (Ctrl-C) while it waited: no attempt is handed to it
+        handing = threading.Lock()  # orders handing an attempt against giving up
+
         async def hand_to_caller(attempt: Attempt) -> T:
             done: asyncio.Future[T] = loop.create_future()
-            inbox.put((attempt, done, RUNNING.get()))  # the core's attempt, for nested calls
+            with handing:
+                if given_up:  # granted as the caller left: it never begins, and its slot goes back
+                    raise asyncio.CancelledError
+                inbox.put((attempt, done, RUNNING.get()))  # the core's attempt, for nested calls
             return await done
+
+        def stop_waiting() -> None:
+            """Ctrl-C here: the call is given up. An attempt handed over and not begun (its slot
+            granted as the interrupt came) is cancelled, so that its slot goes back; none is
+            handed from now on."""
+            nonlocal given_up
+            with handing:
+                given_up = True
+                stranded = []
+                with contextlib.suppress(queue.Empty):
+                    while True:
+                        stranded.append(inbox.get_nowait())
+            for work in stranded:
+                if work is not None:
+                    with contextlib.suppress(RuntimeError):  # a closed loop cancelled it already
+                        loop.call_soon_threadsafe(work[1].cancel)
+            outcome.cancel()
 
         async def in_caller_context() -> T:
             token = otel_context.attach(caller_context)
@@ -492,7 +515,7 @@ class SyncScheduler:
             try:
                 work = inbox.get()
             except BaseException:  # Ctrl-C while waiting: the call is given up, its slot not taken
-                outcome.cancel()
+                stop_waiting()
                 raise
             if work is None:
                 try:
