@@ -11,13 +11,14 @@ DDL may differ per dialect and is given per dialect to ``ensure_schema``.
 from __future__ import annotations
 
 import abc
+import os
 import sqlite3
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
-from agentgate.errors import StoreError
+from agentgate.errors import InputError, StoreError
 
 Dialect = Literal["sqlite", "postgresql"]
 Row = tuple[Any, ...]
@@ -34,11 +35,28 @@ def unstorable_text(exc: UnicodeEncodeError) -> StoreError:
     )
 
 
-def driver_errors(*also: type[Exception]) -> tuple[type[Exception], ...]:
+T = TypeVar("T")
+
+
+def env_setting(name: str, convert: Callable[[str], T], default: T, what: str) -> T:
+    """The environment variable ``name`` converted by ``convert`` (``default`` when unset or
+    blank); ``InputError`` naming it when ``convert`` refuses it (``what``: what it must be).
+    Its range is the caller's to check."""
+    text = os.environ.get(name, "").strip()
+    if not text:
+        return default
+    try:
+        return convert(text)
+    except ValueError:
+        raise InputError(f"{name} must be {what}, got {text[:80]!r}") from None
+
+
+def loaded_driver_errors(*also: type[Exception]) -> tuple[type[Exception], ...]:
     """``also``, then the error classes of the database drivers this process has loaded:
-    sqlite3's, and psycopg's once a PostgreSQL store imported it. For ``except`` clauses, where it is evaluated
-    only when something was raised: a driver that is not loaded cannot have raised, and a
-    command on a SQLite store never loads PostgreSQL's driver to name its error class."""
+    sqlite3's, and psycopg's once a PostgreSQL store imported it (``Store.driver_errors`` is one
+    store's). For ``except`` clauses, where it is evaluated only when something was raised: a
+    driver that is not loaded cannot have raised, and a command on a SQLite store never loads
+    PostgreSQL's driver to name its error class."""
     psycopg = sys.modules.get("psycopg")
     return (*also, sqlite3.Error) if psycopg is None else (*also, sqlite3.Error, psycopg.Error)
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import os
 import re
 import threading
 import time
@@ -25,7 +24,7 @@ import psycopg
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from agentgate.errors import InputError, StoreError
-from agentgate.store._base import Dialect, Row, Store, Transaction, unstorable_text
+from agentgate.store._base import Dialect, Row, Store, Transaction, env_setting, unstorable_text
 
 IDLE_CHECK_S = 5.0
 """A pooled connection idle for longer is tested before a transaction uses it (``_connection``).
@@ -97,27 +96,16 @@ def pool_settings(max_size: int | None = None, timeout_s: float | None = None) -
     ``InputError``, naming where a value came from, for a size that is not a whole number from 1
     to ``MAX_POOL_SIZE`` or a wait that is not a number of seconds above 0 and at most
     ``MAX_POOL_TIMEOUT_S``."""
-    size_from, wait_from = "max_size", "timeout_s"
+    size_from = "max_size" if max_size is not None else "AGENTGATE_PG_POOL_SIZE"
     if max_size is None:
-        size_from = "AGENTGATE_PG_POOL_SIZE"
-        text = os.environ.get(size_from, "").strip()
-        try:
-            max_size = int(text) if text else POOL_SIZE
-        except ValueError:
-            raise InputError(
-                f"{size_from} must be a whole number of connections, got {text[:80]!r}"
-            ) from None
+        max_size = env_setting(size_from, int, POOL_SIZE, "a whole number of connections")
     if type(max_size) is not int or not 1 <= max_size <= MAX_POOL_SIZE:
         raise InputError(
             f"{size_from} must be from 1 to {MAX_POOL_SIZE} connections, got {str(max_size)[:80]}"
         )
+    wait_from = "timeout_s" if timeout_s is not None else "AGENTGATE_PG_POOL_TIMEOUT"
     if timeout_s is None:
-        wait_from = "AGENTGATE_PG_POOL_TIMEOUT"
-        text = os.environ.get(wait_from, "").strip()
-        try:
-            timeout_s = float(text) if text else POOL_TIMEOUT_S
-        except ValueError:
-            raise InputError(f"{wait_from} must be a number of seconds, got {text[:80]!r}") from None
+        timeout_s = env_setting(wait_from, float, POOL_TIMEOUT_S, "a number of seconds")
     if (
         type(timeout_s) not in (int, float)
         or not math.isfinite(timeout_s)

@@ -58,7 +58,7 @@ from agentgate.audit.note import Checkpoint, open_checkpoint, sign_checkpoint
 from agentgate.audit.proof import ProofBundle
 from agentgate.errors import AuditError, BeyondLogEnd, InputError, KeyFileError, StoreError, TamperDetected
 from agentgate.keys import PublicKey, SigningKey, load_public_key, load_signing_key, save_key
-from agentgate.store._base import Dialect, Row, Store, Transaction, driver_errors
+from agentgate.store._base import Dialect, Row, Store, Transaction, env_setting, loaded_driver_errors
 from agentgate.store._sqlite import SQLiteStore
 
 DEFAULT_ORIGIN = "agentgate.local/audit"
@@ -302,14 +302,9 @@ def entry_limit(configured: int | None = None) -> int:
     """The bound on one entry's bytes: ``configured``, else ``AGENTGATE_AUDIT_MAX_ENTRY_BYTES``,
     else ``DEFAULT_MAX_ENTRY_BYTES``. Raises ``InputError``, naming where the value came from, when
     it is not a whole number from ``MIN_MAX_ENTRY_BYTES`` to ``MAX_MAX_ENTRY_BYTES``."""
-    source = "audit entry limit"
+    source = "audit entry limit" if configured is not None else "AGENTGATE_AUDIT_MAX_ENTRY_BYTES"
     if configured is None:
-        source = "AGENTGATE_AUDIT_MAX_ENTRY_BYTES"
-        text = os.environ.get(source, "").strip()
-        try:
-            configured = int(text) if text else DEFAULT_MAX_ENTRY_BYTES
-        except ValueError:
-            raise InputError(f"{source} must be a whole number of bytes, got {text[:80]!r}") from None
+        configured = env_setting(source, int, DEFAULT_MAX_ENTRY_BYTES, "a whole number of bytes")
     if type(configured) is not int or not MIN_MAX_ENTRY_BYTES <= configured <= MAX_MAX_ENTRY_BYTES:
         raise InputError(
             f"{source} must be from {MIN_MAX_ENTRY_BYTES} to {MAX_MAX_ENTRY_BYTES} bytes, "
@@ -403,7 +398,7 @@ def _has_checkpoints(store: Store) -> bool:
     """Whether ``store`` holds an audit log with at least one checkpoint."""
     try:
         return bool(store.query("SELECT 1 FROM audit_checkpoints LIMIT 1"))
-    except driver_errors(StoreError):
+    except loaded_driver_errors(StoreError):
         return False  # no audit tables yet
 
 
@@ -520,7 +515,7 @@ def _pick(values: Sequence[Any], positions: Sequence[int]) -> Sequence[Any]:
 def _execute(tx: Transaction, sql: str, params: Sequence[Any] = ()) -> list[Row]:
     try:
         return tx.execute(sql, params)
-    except driver_errors() as exc:
+    except loaded_driver_errors() as exc:
         raise _wrap(exc, "a statement") from exc
 
 
@@ -541,7 +536,7 @@ def create_audit_tables(store: Store) -> bool:
             # Every append from now on fires the trigger; this indexes those before it.
             tx.execute(_BACKFILL[store.dialect])
             tx.execute("INSERT INTO audit_refs_built (built) VALUES (1) ON CONFLICT DO NOTHING")
-    except driver_errors(StoreError):
+    except loaded_driver_errors(StoreError):
         return False
     return True
 
@@ -661,7 +656,7 @@ class AuditLog:
                 if rows:
                     tx.executemany("INSERT INTO audit_log (idx, entry, leaf_hash) VALUES (?, ?, ?)", rows)
                 return [row[0] for row in rows]
-        except driver_errors(StoreError) as exc:
+        except loaded_driver_errors(StoreError) as exc:
             raise AuditError(f"audit log: entries not written: {exc}") from exc
 
     def _next_index(self, tx: Transaction) -> int:
@@ -1139,7 +1134,7 @@ class AuditLog:
                     "WHERE level = ? AND position >= ? AND position <= ?",
                     (_NODE_LEVEL, chunk[0], chunk[-1]),
                 )
-            except driver_errors(StoreError):
+            except loaded_driver_errors(StoreError):
                 rows = []
             # SQLite keeps whatever a row was given: a position that is not an integer is no
             # block, and a hash of another type or length is a wrong node (the proof fails and
@@ -1160,7 +1155,7 @@ class AuditLog:
                         "INSERT INTO audit_nodes (level, position, hash) VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
                         made,
                     )
-            except driver_errors(StoreError):
+            except loaded_driver_errors(StoreError):
                 pass  # a cache only: the next explain computes these again
         return found
 
@@ -1169,7 +1164,7 @@ class AuditLog:
         try:
             with self.store.transaction() as tx:
                 tx.execute("DELETE FROM audit_nodes")
-        except driver_errors(StoreError):
+        except loaded_driver_errors(StoreError):
             pass
 
     def _leaves(self, lo: int, hi: int) -> list[bytes]:

@@ -39,7 +39,7 @@ from functools import lru_cache
 from typing import TYPE_CHECKING, Any, Literal
 
 from agentgate.errors import StoreError
-from agentgate.store._base import Dialect, Store, Transaction, driver_errors, unstorable_text
+from agentgate.store._base import Dialect, Store, Transaction, loaded_driver_errors, unstorable_text
 from agentgate.store._sqlite import SQLiteStore
 
 if TYPE_CHECKING:
@@ -241,7 +241,7 @@ class GrantRepository:
         if bound is not None:
             try:
                 bound.executemany(sql, [(*row, now) for row in rows])
-            except driver_errors() as exc:
+            except loaded_driver_errors() as exc:
                 raise StoreError(f"cannot record grants: {exc}") from exc
             return
         with self.store.transaction() as tx:
@@ -283,7 +283,7 @@ class GrantRepository:
         if bound is not None:  # in the caller's transaction (``within``): with its audit entry
             try:
                 bound.execute(sql, (grant_id, now, reason[:500]))
-            except driver_errors() as exc:
+            except loaded_driver_errors() as exc:
                 raise StoreError(f"cannot record the revocation: {exc}") from exc
             return bound.rowcount == 1
         with self.store.transaction() as tx:
@@ -309,7 +309,7 @@ class GrantRepository:
         if bound is not None:
             try:
                 return self._revoke_holder(bound, audience, now, reason)
-            except driver_errors() as exc:
+            except loaded_driver_errors() as exc:
                 raise StoreError(f"cannot record the revocations: {exc}") from exc
         with self.store.transaction() as tx:
             return self._revoke_holder(tx, audience, now, reason)
@@ -350,7 +350,7 @@ class GrantRepository:
         if bound is not None:
             try:
                 rows = bound.execute(sql, tuple(grant_ids))
-            except driver_errors() as exc:
+            except loaded_driver_errors() as exc:
                 raise StoreError(f"cannot read revocations: {exc}") from exc
             return {str(r[0]) for r in rows}
         hot = self._hot_connection()
@@ -389,7 +389,7 @@ class GrantRepository:
                 changed = bound.rowcount
                 if next(self._consumed) % _PRUNE_EVERY == 0:
                     bound.execute(_PRUNE_SQL[self.store.dialect], (_prune_before(),))
-            except driver_errors() as exc:
+            except loaded_driver_errors() as exc:
                 raise StoreError(f"cannot record the invocation nonce: {exc}") from exc
         elif hot is not None:
             if self._sqlite is not None:  # a nonce written to a removed file would be fresh again
@@ -439,7 +439,7 @@ class GrantRepository:
                 finally:
                     if not conn.closed:
                         conn.autocommit = False
-        except driver_errors() as exc:
+        except loaded_driver_errors() as exc:
             if used is not None and used.broken:
                 from agentgate.store._postgres import recheck
 
