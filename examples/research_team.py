@@ -218,9 +218,8 @@ async def main() -> None:
         print(f"Run finished: {state['messages'][-1].content}")
         if servers:
             served = [s.served for s in servers]
-            print(
-                f"Model calls served by the simulated backends: {sum(served)} ({', '.join(map(str, served))})"
-            )
+            per_backend = ", ".join(f"sim-{i} {n}" for i, n in enumerate(served))
+            print(f"Model calls served by the simulated GPU backends: {sum(served)} ({per_backend})")
         else:
             print(f"Model calls served by {os.environ['AGENTGATE_OPENAI_BASE_URL']}")
         summary(

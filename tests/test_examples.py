@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -20,3 +21,11 @@ def test_example_runs_offline_and_its_audit_log_verifies(name: str, tmp_path: Pa
     assert "Traceback" not in result.stdout + result.stderr
     assert "VERIFIES" in result.stdout
     assert "denied" in result.stdout.lower() or "refused" in result.stdout.lower()
+    if name == "research_team.py":
+        # The model calls went through the dispatcher to the two simulated backends, each named.
+        served = re.search(
+            r"served by the simulated GPU backends: (\d+) \(sim-0 (\d+), sim-1 (\d+)\)", result.stdout
+        )
+        assert served, result.stdout
+        total, first, second = map(int, served.groups())
+        assert total == first + second > 0
