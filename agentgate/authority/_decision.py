@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from agentgate._time import when
 from agentgate.authority._encoding import sha256_hex
 from agentgate.authority._grant import (
     DEFAULT_SKEW,
@@ -414,7 +415,7 @@ def _decide(
             _f(
                 _SCOPE,
                 "invocation_expired",
-                f"the invocation expired at {inv.expires} (now {t}); sign the call again",
+                f"the invocation expired at {when(inv.expires)} (now {when(t)}); sign the call again",
                 tip.id,
                 "expiry",
             )
@@ -426,7 +427,7 @@ def _decide(
             _f(
                 _SCOPE,
                 "invocation_lifetime",
-                f"the invocation is valid from {inv.issued_at} to {inv.expires}; an invocation lives "
+                f"the invocation is valid from {when(inv.issued_at)} to {when(inv.expires)}; an invocation lives "
                 f"1 to {MAX_INVOCATION_TTL} seconds: sign the call again",
                 tip.id,
                 "expiry",
@@ -437,8 +438,8 @@ def _decide(
             _f(
                 _SCOPE,
                 "invocation_not_yet_valid",
-                f"the invocation is dated {inv.issued_at}, more than "
-                f"{skew}s after now ({t}); check the caller's clock",
+                f"the invocation is dated {when(inv.issued_at)}, more than "
+                f"{skew}s after now ({when(t)}); check the caller's clock",
                 tip.id,
                 "issued_at",
             )

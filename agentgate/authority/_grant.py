@@ -24,6 +24,7 @@ import nacl.bindings
 import nacl.exceptions
 import orjson
 
+from agentgate._time import when
 from agentgate.authority._encoding import (
     b64url_decode,
     b64url_decode_parts,
@@ -794,8 +795,8 @@ def link_findings(links: Sequence[Grant], child: Grant) -> list[Finding]:
             _finding(
                 _REVOCABLE,
                 "outlives_parent",
-                f"child expires at {child.expires}, after its parent "
-                f"({parent.expires}); a child never outlives its parent",
+                f"child expires at {when(child.expires)}, after its parent "
+                f"({when(parent.expires)}); a child never outlives its parent",
                 child,
                 "expiry",
             )
@@ -872,7 +873,7 @@ def time_finding(chain: Chain, now: int, skew: int = DEFAULT_SKEW) -> Finding | 
             return _finding(
                 _SCOPE,
                 "grant_expired",
-                f"grant expired at {link.expires} (now {now}); ask its issuer for a new one",
+                f"grant expired at {when(link.expires)} (now {when(now)}); ask its issuer for a new one",
                 link,
                 "expiry",
             )
@@ -880,7 +881,7 @@ def time_finding(chain: Chain, now: int, skew: int = DEFAULT_SKEW) -> Finding | 
             return _finding(
                 _SCOPE,
                 "grant_not_yet_valid",
-                f"grant is valid from {link.not_before} (now {now}, tolerance {skew}s)",
+                f"grant is valid from {when(link.not_before)} (now {when(now)}, tolerance {skew}s)",
                 link,
                 "not_before",
             )
@@ -1057,8 +1058,8 @@ def delegate(
         )
     if start + ttl <= tip.not_before:  # only within the tolerance above: a parent starting soon
         raise TokenFormatError(
-            f"a ttl of {ttl}s from now ({start}) ends before the parent grant starts "
-            f"({tip.not_before}); give a longer ttl"
+            f"a ttl of {ttl}s from now ({when(start)}) ends before the parent grant starts "
+            f"({when(tip.not_before)}); give a longer ttl"
         )
     grant = _sign(
         holder,

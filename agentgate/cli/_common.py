@@ -14,10 +14,10 @@ import re
 import stat
 import sys
 from collections.abc import Iterator
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from agentgate._time import utc_text
 from agentgate.audit.entry import not_printable
 from agentgate.errors import InputError, KeyFileError, SourceError
 from agentgate.store import Store, is_conninfo, open_store, store_url
@@ -158,10 +158,7 @@ def utc(timestamp: float | None) -> str:
     """A Unix time as ``2026-11-29T18:00:00Z`` (UTC, seconds); ``-`` for none or a non-finite one."""
     if timestamp is None or not math.isfinite(timestamp):
         return "-"
-    try:
-        return datetime.fromtimestamp(timestamp, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    except (OverflowError, ValueError, OSError):  # beyond the years a datetime can hold
-        return "-"
+    return utc_text(timestamp) or "-"  # "-" too beyond the years a datetime can hold
 
 
 def unix(timestamp: float | None) -> int | float | None:

@@ -1,0 +1,19 @@
+"""Times as people read them: UTC to the second (docs/cli.md, Output conventions)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+
+def utc_text(seconds: float) -> str | None:
+    """A Unix time as ``2026-11-29T18:00:00Z``; ``None`` beyond the years a datetime can hold."""
+    try:
+        return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    except (OverflowError, ValueError, OSError):
+        return None
+
+
+def when(seconds: int) -> str:
+    """A time in a message a person acts on (a finding, an error): UTC to the second, or the Unix
+    seconds as given when no calendar date holds them (a hostile token's ``exp`` of 2**62)."""
+    return utc_text(seconds) or f"{seconds} (Unix seconds)"
