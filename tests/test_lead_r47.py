@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import pytest
 
@@ -26,3 +27,73 @@ def test_an_expired_or_early_grant_is_reported_in_utc(now_offset: int) -> None:
     finding = time_finding(chain, now)
     assert finding is not None and finding.code in {"grant_expired", "grant_not_yet_valid"}
     assert when(now) in finding.message and str(now) not in finding.message
+
+
+def test_gate_open_takes_the_store_as_a_path_too(tmp_path: Path) -> None:
+    from agentgate.errors import InputError
+    from agentgate.gate import Gate
+
+    policy = Path(__file__).resolve().parents[1] / "policies" / "support.yaml"
+    gate = Gate.open(policy, store=tmp_path / "gate.db")
+    gate.close()
+    assert (tmp_path / "gate.db").is_file()
+    with pytest.raises(InputError, match="store"):
+        Gate.open(policy, store=b"gate.db")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("resource", "hint"),
+    [
+        ("model:other", "make the gate's resource name a model declared under models:"),
+        ("tool:other", "make the gate's resource name a tool declared under tools:"),
+    ],
+)
+def test_a_gate_on_an_undeclared_resource_is_told_what_to_name(resource: str, hint: str) -> None:
+    """R47 (docs helper): the lint hint said "name an argument the guarded tool declares" for a
+    gate on an undeclared model too."""
+    from agentgate.policy import lint, parse_policy
+
+    policy = parse_policy(
+        f"""
+version: 1
+trust_anchors: {{root: {{did: did:key:z6MkqQP5oTUxZ95rgbJg29FwyrJ5N8HrRPpEBQbPrAUCkPXm}}}}
+principals:
+  bot: {{kind: service, did: did:key:z6Mkn6co2nAe6kgBR8cNPwkVv7k6U393ZCNwQcMtXk9mB1gj, roles: [chat]}}
+  lead: {{kind: human, did: did:key:z6Mktk1iFd7YoyEirJoqYtcfNUtMa5nUhqkrQsgX9tmc5Npj}}
+models:
+  qwen3-32b: {{cost_per_mtok: {{input: 1, output: 1}}}}
+roles:
+  chat:
+    capabilities: [{{resource: "model:qwen3-32b", constraints: {{max_tokens: {{le: 4096}}}}}}]
+    ttl_s: 600
+approvals:
+  long-answers:
+    resource: {resource}
+    when: {{max_tokens: {{gt: 100}}}}
+    approvers: [lead]
+""",
+        source="gated.yaml",
+    )
+    found = [f for f in lint(policy) if f.code == "gate_on_undeclared_argument"]
+    assert [f.hint for f in found] == [hint]
+
+
+def test_an_argument_byte_that_is_not_utf8_is_named_as_a_byte(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """R47 (docs helper): ``--purpose`` with a byte that is not UTF-8 was refused as a "control
+    character '\\udcff'"; a real control character is still named as one."""
+    import os
+
+    from agentgate.cli.main import main
+
+    keys = str(tmp_path / "k")
+    assert main(["keys", "new", "a", "--dir", keys]) == 0
+    base = ["grant", "issue", "--issuer", f"{keys}/a.key", "--to", f"{keys}/a.pub", "--allow", "tool:x"]
+    capsys.readouterr()
+    assert main([*base, "--ttl", "1h", "--purpose", os.fsdecode(b"ab\xffc")]) == 2
+    assert "--purpose holds a byte that is not UTF-8 (0xff)" in capsys.readouterr().err
+    assert main([*base, "--ttl", "1h", "--purpose", "ab\x1bc"]) == 2
+    assert "--purpose holds control character '\\x1b'" in capsys.readouterr().err
+    assert main(["keys", "new", os.fsdecode(b"a\xffb"), "--dir", keys]) == 2
+    assert "a byte that is not UTF-8 (0xff)" in capsys.readouterr().err

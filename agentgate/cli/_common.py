@@ -124,6 +124,14 @@ def given_path(text: str) -> Path:
     return Path(given(text))
 
 
+def unprintable(char: str) -> str:
+    """What a ``not_printable`` character of an argument is, for an error: a byte that is not UTF-8
+    (``text`` keeps it as ``\\udcXX``) is named as that byte, anything else as a control character."""
+    if "\udc80" <= char <= "\udcff":
+        return f"a byte that is not UTF-8 (0x{ord(char) - 0xDC00:02x})"
+    return f"control character {char!r}"
+
+
 def printable(text: str) -> str:
     """``text`` as one line safe to print: every ``not_printable`` character escaped (``\\n``,
     ``\\x1b``, ``\\u202e``), and a backslash as ``\\\\`` so that no escape is ambiguous. Text from

@@ -50,6 +50,7 @@ from agentgate.cli._common import (
     printable,
     shown_policy,
     text,
+    unprintable,
     utc,
 )
 from agentgate.errors import (
@@ -307,7 +308,7 @@ def _purpose(text: str) -> str:
     (a newline or an escape sequence would forge lines wherever the purpose is shown)."""
     bad = next((c for c in text if not_printable(c)), None)
     if bad is not None:
-        raise InputError(f"--purpose: control character {bad!r} not allowed; write one line of text")
+        raise InputError(f"--purpose holds {unprintable(bad)}; write one line of text")
     return text
 
 

@@ -7,7 +7,7 @@ import sys
 from typing import Any
 
 from agentgate.audit.entry import not_printable
-from agentgate.cli._common import given_path
+from agentgate.cli._common import given_path, unprintable
 from agentgate.errors import KeyFileError
 from agentgate.keys import SigningKey, save_key
 
@@ -34,9 +34,7 @@ def register(subparsers: Any) -> None:
 def _new(args: argparse.Namespace) -> int:
     bad = next((c for c in args.name if not_printable(c)), None)
     if bad is not None:  # a line break or escape in a file name breaks every script that lists it
-        raise KeyFileError(
-            f"invalid key name {args.name!r}: control character {bad!r}; use a plain file name"
-        )
+        raise KeyFileError(f"invalid key name {args.name!r}: {unprintable(bad)}; use a plain file name")
     key = SigningKey.generate()
     save_key(key, args.dir, args.name)
     sys.stdout.write(key.did + "\n")

@@ -434,15 +434,18 @@ class Gate:
         delegations to its sub-agent again."""
 
     @classmethod
-    def open(cls, policy: str | Path, store: str | None = None, *, key_dir: str | Path | None = None) -> Gate:
-        """A gate over a policy file and a store URL (``AGENTGATE_STORE``, else ``.agentgate/agentgate.db``).
+    def open(
+        cls, policy: str | Path, store: str | Path | None = None, *, key_dir: str | Path | None = None
+    ) -> Gate:
+        """A gate over a policy file and a store: a URL or a SQLite file's path (``AGENTGATE_STORE``,
+        else ``.agentgate/agentgate.db``).
 
         Raises ``PolicyError`` for a policy that cannot be loaded (or a ``policy`` that is no
         path), ``StoreError`` for a store that cannot be opened, ``InputError`` for a ``store`` that
-        is not text or a ``key_dir`` that is no path.
+        is neither text nor a path, or a ``key_dir`` that is no path.
         """
         expect(policy, (str, os.PathLike), "policy", "the path of a policy file", PolicyError)
-        expect(store, _TEXT_OR_NONE, "store", "a store URL or None")
+        expect(store, (str, os.PathLike, _NONE), "store", "a store URL, a path or None")
         expect(key_dir, (str, os.PathLike, _NONE), "key_dir", "a directory path or None")
         loaded = load_policy(policy, key_dir=key_dir)
         opened = open_store(store)

@@ -944,6 +944,7 @@ class GateOnUndeclaredArgument(LintRule):
                         f"approval gate {gname} guards {gate.resource}, which names no declared "
                         + ("model" if kind == "model" else "GPU type"),
                         policy.line_of("approvals", gname, "resource"),
+                        hint=f"make the gate's resource name a {kind} declared under {kind}s:",
                     )
                 continue
             names = _tools_named(gate.resource, tools, by_pattern)
@@ -952,6 +953,7 @@ class GateOnUndeclaredArgument(LintRule):
                     policy,
                     f"approval gate {gname} guards {gate.resource}, which names no declared tool",
                     policy.line_of("approvals", gname, "resource"),
+                    hint="make the gate's resource name a tool declared under tools:",
                 )
                 continue
             for name in names:
