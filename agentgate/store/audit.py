@@ -947,7 +947,7 @@ class AuditLog:
                 raise InputError(f"audit log has no entry {index}")
             if index >= self._end():
                 raise BeyondLogEnd(index, self.size(), "entry")
-        note = checkpoint_note or self.checkpoint()
+        note = self.checkpoint() if checkpoint_note is None else checkpoint_note
         checkpoint = self.open_checkpoint(note)
         if checkpoint_note is None and index >= checkpoint.size:
             raise BeyondLogEnd(index, checkpoint.size, "entry")
