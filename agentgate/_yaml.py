@@ -282,7 +282,12 @@ class _Builder:
     def _scalar(self, node: yaml.Node) -> Any:
         if node.tag in _TEXT_1_2 and node.value in ("=", "<<") and isinstance(node, yaml.ScalarNode):
             return node.value  # a plain '=' or '<<' value: YAML 1.1's value and merge tags, text in 1.2
-        if node.tag == _TIMESTAMP and isinstance(node, yaml.ScalarNode) and not node.style:
+        if (
+            node.tag == _TIMESTAMP
+            and isinstance(node, yaml.ScalarNode)
+            and not node.style
+            and not _TAGGED.match(self.text, node.start_mark.index)
+        ):
             return node.value  # a plain 2026-01-31: a timestamp in YAML 1.1, text in YAML 1.2
         if node.tag not in _SCALAR_TAGS:
             raise self._tag_error(node)

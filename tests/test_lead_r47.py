@@ -97,3 +97,37 @@ def test_an_argument_byte_that_is_not_utf8_is_named_as_a_byte(
     assert "--purpose holds control character '\\x1b'" in capsys.readouterr().err
     assert main(["keys", "new", os.fsdecode(b"a\xffb"), "--dir", keys]) == 2
     assert "a byte that is not UTF-8 (0xff)" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("tagged", ["!!timestamp 2026-01-31", "&d !!timestamp 2026-01-31"])
+def test_a_timestamp_tag_is_refused_as_every_tag_outside_the_core_schema(tagged: str) -> None:
+    """R47 (policy helper): an explicit, unquoted ``!!timestamp`` was read as text, where
+    docs/policy-reference.md refuses every tag outside the core schema; a plain date stays text."""
+    from agentgate._yaml import load_yaml
+    from agentgate.errors import PolicyError
+
+    assert load_yaml("a: 2026-01-31\n", source="t.yaml")[0] == {"a": "2026-01-31"}
+    with pytest.raises(PolicyError, match=r"t.yaml:1:4: tag 'tag:yaml.org,2002:timestamp' is not allowed"):
+        load_yaml(f"a: {tagged}\n", source="t.yaml")
+
+
+def test_a_role_inheriting_an_undeclared_role_is_refused_at_its_line() -> None:
+    """R47 (policy helper's l13, untested): the check that ``inherits`` names a declared role,
+    removed, survived the suite: the typo would silently inherit nothing."""
+    from agentgate.errors import PolicyError
+    from agentgate.policy import parse_policy
+
+    text = """version: 1
+trust_anchors: {root: {did: did:key:z6MkqQP5oTUxZ95rgbJg29FwyrJ5N8HrRPpEBQbPrAUCkPXm}}
+principals:
+  bot: {kind: service, did: did:key:z6Mkn6co2nAe6kgBR8cNPwkVv7k6U393ZCNwQcMtXk9mB1gj, roles: [chat]}
+roles:
+  base: {capabilities: [{resource: "tool:search"}], ttl_s: 600}
+  chat:
+    inherits: [bsae]
+    capabilities: [{resource: "tool:x"}]
+    ttl_s: 600
+"""
+    with pytest.raises(PolicyError) as raised:
+        parse_policy(text, source="p.yaml")
+    assert raised.value.line == 8 and "bsae" in str(raised.value)
