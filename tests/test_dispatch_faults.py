@@ -80,11 +80,11 @@ async def test_backend_killed_mid_replay_loses_no_request_and_is_used_again(serv
         victim = servers[2]
         served_before_kill = victim.served
         assert served_before_kill > 0, "the victim must have been carrying work when it dies"
-        killed_at = time.monotonic()
         await asyncio.to_thread(victim.kill)
-        skipped_after = await wait_for(lambda: d.is_down("b2"), timeout=1.0)
-        assert time.monotonic() - killed_at < 1.5
-        assert skipped_after < 1.0
+        # Marked down by its refused connections and health probes (every 0.1 s), long before
+        # any timeout of a request to it could (idle 5 s, first token 10 s); the bound leaves a
+        # loaded machine room and still tells the two apart.
+        await wait_for(lambda: d.is_down("b2"), timeout=4.0)
         results = await asyncio.wait_for(asyncio.gather(*replay), timeout=30)
         assert len(results) == 80  # every request completed, some after failing over
         assert set(results) <= {"b0", "b1", "b2", "b3"}

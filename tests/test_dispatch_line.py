@@ -85,4 +85,6 @@ def test_a_freed_slot_wakes_only_the_waiters_it_goes_to() -> None:
 
     with SimServer(model_name="llama-3.1-8b", time_scale=0.01) as sim:
         asks = asyncio.run(scenario(sim.url))
-    assert sum(asks.values()) <= 5 * n, sum(asks.values())
+    # Waking every waiter asks about n * n / 2 = 20,000 times; waking the due ones about 2.5 n,
+    # a little more on a loaded machine (1,097 seen at load 15): the bound tells the two apart.
+    assert sum(asks.values()) <= 10 * n, sum(asks.values())

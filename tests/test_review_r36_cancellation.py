@@ -47,8 +47,8 @@ async def test_a_waiter_cancelled_in_the_loop_turn_its_slot_frees_is_not_sent() 
             while router.in_flight("b0") == 0:
                 await asyncio.sleep(0.01)
             waiter = asyncio.create_task(dispatcher.chat(_payload(2), slo_ttft_s=30.0, request_id="w"))
-            while [name for _, name in router._line] != ["w"]:
-                await asyncio.sleep(0.01)
+            while [name for _, name in router._line] != ["w"] or server.served == 0:
+                await asyncio.sleep(0.01)  # the waiter in line, the holder's request at the server
             holder.cancel()
             while router.in_flight("b0"):  # the holder's slot freed: the waiter's event is set
                 await asyncio.sleep(0)

@@ -26,7 +26,6 @@ import socket
 import subprocess
 import sys
 import textwrap
-import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -34,6 +33,7 @@ from typing import Any
 
 import httpx
 import pytest
+from test_gateway import wait_until_serving
 
 from agentgate.cli.main import main
 from agentgate.dispatch import inventory_from_mapping, parse_inventory
@@ -101,18 +101,6 @@ def test_the_dispatcher_block_routes_answers_and_streams(backend: SimServer) -> 
 # --- docs/gateway.md -------------------------------------------------------------------------------
 
 
-def _wait_until_serving(base: str, process: subprocess.Popen[str]) -> None:
-    deadline = time.monotonic() + 20
-    while True:
-        try:
-            if httpx.get(base + "/healthz").status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        assert process.poll() is None and time.monotonic() < deadline, "agentgate serve did not start"
-        time.sleep(0.1)
-
-
 # The block's `asyncio.run(chat.ainvoke(...))` leaves the async client's connection to a loop that
 # has ended, as any script that does so; it is collected inside this test, not in a later one.
 @pytest.mark.filterwarnings("ignore::ResourceWarning", "ignore::pytest.PytestUnraisableExceptionWarning")
@@ -141,7 +129,7 @@ def test_the_gateway_pages_walk_through_runs_as_printed(
     )
     base = f"http://127.0.0.1:{port}"
     try:
-        _wait_until_serving(base, process)
+        wait_until_serving(base, process)
         monkeypatch.chdir(tmp_path)
         monkeypatch.delenv("AGENTGATE_STORE", raising=False)  # the store the page's serve uses
         namespace: dict[str, Any] = {}
