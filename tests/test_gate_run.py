@@ -317,7 +317,7 @@ async def test_gate_close_from_a_loop_does_not_wait_for_that_loops_own_calls(two
     task = asyncio.create_task(gate.arun(auth, tool))
     await started.wait()
     began = time.monotonic()
-    gate.close(timeout_s=60.0)
-    assert time.monotonic() - began < 30.0
+    gate.close(timeout_s=150.0)
+    assert time.monotonic() - began < 30.0  # not the whole timeout; it would take 150 s
     release.set()
     assert await task == "done"  # the call still finishes; its outcome is logged as lost

@@ -257,13 +257,13 @@ def test_a_finished_answer_whose_tail_the_caller_never_reads_does_not_hold_the_c
     # timeout waited for them for ever, holding the connection and MiBs of kernel buffers.
     firehose = _Firehose(tail=True)
     with firehose as sock:
-        started = time.monotonic()
+        started = time.monotonic()  # held for ever is the defect: 30 s tells it from a slow machine
         while not firehose.finished:
-            assert time.monotonic() < started + 10
+            assert time.monotonic() < started + 30
             time.sleep(0.05)
         assert firehose.finished == [True]  # a complete answer, as far as the app knows
         while firehose.server.server_state.connections:
-            assert time.monotonic() < started + 10, "the connection is held for ever"
+            assert time.monotonic() < started + 30, "the connection is held for ever"
             time.sleep(0.05)
         _assert_reset(sock)
 
@@ -272,11 +272,11 @@ def test_a_caller_that_reads_nothing_is_cut_after_the_stall_limit() -> None:
     firehose = _Firehose()
     with firehose as sock:
         started = time.monotonic()
-        while not firehose.finished:
-            assert time.monotonic() < started + 10, "a caller that reads nothing held its connection"
+        while not firehose.finished:  # held for ever is the defect: 30 s tells it from a slow machine
+            assert time.monotonic() < started + 30, "a caller that reads nothing held its connection"
             time.sleep(0.05)
         # After the limit (plus the moment it takes to fill the buffers), not at once.
-        assert STALL_S <= time.monotonic() - started < STALL_S + 5
+        assert time.monotonic() - started >= STALL_S
         assert firehose.finished == [False]  # the app saw its caller gone, and the mark
         _assert_reset(sock)
 
@@ -399,12 +399,14 @@ def test_the_simulated_backend_refuses_several_choices_rather_than_answer_one(ex
 
 
 def test_a_caller_gone_during_a_json_call_stops_the_backend_and_is_charged_its_reservation(env: Env) -> None:
-    # The gateway went on waiting for the backend's whole answer (here 20,000 tokens, seconds of
+    # The gateway went on waiting for the backend's whole answer (here 100,000 tokens, seconds of
     # GPU) for a caller that had hung up: its slot stayed busy, and a client's timeout-and-retry
     # doubled the work. The backend request is now cancelled when the caller goes; what the
     # backend produced cannot be read, so the call is charged its reservation (never less than
     # may have been used, as for an abandoned stream), audited as an error that says so.
-    body = {"model": MODEL, "messages": [{"role": "user", "content": "Write a book."}], "max_tokens": 20_000}
+    # 100,000 tokens: about 13 s of generation at this backend's time scale, against the
+    # moment it takes to notice a caller gone (0.1 s; the bound below is 2.5 s).
+    body = {"model": MODEL, "messages": [{"role": "user", "content": "Write a book."}], "max_tokens": 100_000}
     with socket.create_connection(("127.0.0.1", env.server.port)) as sock:
         sock.sendall(_request(env, body))
         until = time.monotonic() + 5
@@ -413,7 +415,7 @@ def test_a_caller_gone_during_a_json_call_stops_the_backend_and_is_charged_its_r
             time.sleep(0.02)
     left = time.monotonic()
     while env.sim.engine.has_work() or env.kinds().count("outcome") < 1:
-        assert time.monotonic() - left < 2, "the backend went on generating for a caller that left"
+        assert time.monotonic() - left < 2.5, "the backend went on generating for a caller that left"
         time.sleep(0.05)
     (outcome,) = [e for e in env.gate.audit.entries() if e.kind == "outcome"]
     assert outcome.status == "error" and "CallerGone" in outcome.reasons, outcome.reasons
@@ -505,7 +507,9 @@ def test_a_caller_gone_before_a_streams_first_token_stops_the_backend_at_once(tm
     policy = parse_policy(POLICY.format(root=root.did, agent=agent_key.did, model=MODEL), source="p.yaml")
     gate = GatewayGate(policy, SQLiteStore(tmp_path / "agentgate.db"))
     try:
-        with SimServer(model_name=MODEL, time_scale=1.0) as sim:
+        # At time scale 2 the prompt's prefill takes about 16 s, against the moment it takes to
+        # notice a caller gone (0.1 s; the bound below is 2.5 s).
+        with SimServer(model_name=MODEL, time_scale=2.0) as sim:
             inventory = inventory_from_mapping(
                 {"backends": [{"name": "sim", "url": sim.url, "engine": "vllm", "models": [MODEL]}]}
             )
@@ -527,7 +531,7 @@ def test_a_caller_gone_before_a_streams_first_token_stops_the_backend_at_once(tm
                         time.sleep(0.02)
                 left = time.monotonic()
                 while sim.engine.has_work() or env.kinds().count("outcome") < 1:
-                    assert time.monotonic() - left < 2, "the backend went on for a caller that left"
+                    assert time.monotonic() - left < 2.5, "the backend went on for a caller that left"
                     time.sleep(0.05)
                 (outcome,) = [e for e in gate.audit.entries() if e.kind == "outcome"]
                 assert outcome.status == "error" and "CallerGone" in outcome.reasons, outcome.reasons

@@ -237,20 +237,24 @@ def test_the_simulators_inter_token_latency_is_the_documented_step_formula() -> 
 
 @pytest.mark.slow
 def test_the_simulators_time_to_first_token_is_the_documented_chunked_prefill() -> None:
-    """TTFT over HTTP in real time: a 16,000-token prompt is two chunks of the 8,192-token step
+    """TTFT over HTTP in (slowed) real time: a 16,000-token prompt is two chunks of the 8,192-token step
     budget (docs/simulation.md, chunked prefill), 0.62 s on the H200 profile; the same prompt
     again is served from the prefix cache (all but the last partial block and the last token)
     and costs one short step. The difference of the two measured TTFTs (the HTTP cost cancels)
     is the difference of the formula's within 15%."""
     prompt = 16_000
-    with SimServer(LLAMA_8B_H200, time_scale=1.0) as server:
+    # At 2.5 x real time the difference is 1.5 s of wall time: a loaded machine's scheduling
+    # delays (a tenth of a second or two) stay well inside the 15%, while a prefill without its
+    # attention term (34% short) or served from no cache (the whole cold TTFT) stays far outside.
+    scale = 2.5
+    with SimServer(LLAMA_8B_H200, time_scale=scale) as server:
         cold, cold_cached = _stream_times(server, prompt, 2, "")
         warm, warm_cached = _stream_times(server, prompt, 2, "")
     assert cold_cached == 0 and warm_cached == (prompt - 1) // 16 * 16
     expected = _chunked_prefill(LLAMA_8B_H200, prompt, 0) - _chunked_prefill(
         LLAMA_8B_H200, prompt, warm_cached
     )
-    measured = cold[0] - warm[0]
+    measured = (cold[0] - warm[0]) / scale
     assert 0.9 * expected <= measured <= 1.15 * expected, (measured, expected)
 
 
@@ -269,20 +273,38 @@ async def test_a_backend_failing_its_probe_is_down_at_once_and_back_only_after_i
         payload = {"model": MODEL, "messages": [{"role": "user", "content": "hello " * 200}], "max_tokens": 4}
         await dispatcher.chat(payload, slo_ttft_s=30.0)
         assert sum(len(s.index) for s in router.states.values()) > 0
+        # "At once" observed as an order, not a time: down before its next probe starts, for
+        # each failed probe, whether b0 was already down when the probe began.
+        client = dispatcher.clients["b0"]
+        probe = client.health
+        down_when_failed: list[bool] = []
+        watching = asyncio.Event()
+
+        async def watched() -> bool:
+            down_before = dispatcher.is_down("b0")
+            watching.set()
+            ok = await probe()
+            if ok is not True:
+                down_when_failed.append(down_before)
+            return ok
+
+        client.health = watched  # type: ignore[method-assign]
+        await asyncio.wait_for(watching.wait(), 10)  # no probe of b0 runs unwatched from here on
         four[0].fault = "error"  # /health answers 500
         failed = time.monotonic()
         while not dispatcher.is_down("b0"):
             await asyncio.sleep(0.005)
-            assert time.monotonic() - failed < 4 * interval + 0.5
+            assert time.monotonic() - failed < 10, "a failed probe never marked b0 down"
         down_at = time.monotonic()
+        assert down_when_failed[0] is False and all(down_when_failed[1:]), down_when_failed
         assert len(router.states["b0"].index) == 0
         four[0].fault = "none"  # healthy again at once: still down for the cooldown
         for _ in range(3):
             result = await dispatcher.chat(payload, slo_ttft_s=30.0)
             assert result.backend == "b1"
-        while dispatcher.is_down("b0"):
+        while dispatcher.is_down("b0"):  # back after its cooldown, not never (bound: 10 x cooldown)
             await asyncio.sleep(0.005)
-            assert time.monotonic() - down_at < cooldown + 4 * interval + 0.5
+            assert time.monotonic() - down_at < 10 * cooldown
         assert time.monotonic() - down_at >= cooldown - 0.05
 
 
@@ -439,25 +461,46 @@ async def test_a_hung_backend_does_not_slow_the_health_states_of_the_others(four
     kept receiving calls (each failing over) for seconds, a revived one stayed unused. Each
     backend's probe now runs on its own."""
     inv = _inventory(four[:3])
-    timeouts = Timeouts(probe_s=2.0)
+    timeouts = Timeouts(probe_s=3.0)
     async with Dispatcher(
         inv, Router(inv), timeouts=timeouts, health_interval_s=0.05, cooldown_s=0.1
     ) as dispatcher:
+        # Observed as an order, not a time: b0 goes down and comes back (a probe and a cooldown,
+        # tenths of a second) while one hung probe of b2 (probe_s, 3 s) is still running.
+        b2 = dispatcher.clients["b2"]
+        hung_probe = b2.health
+        b2_began = asyncio.Event()
+        b2_ended = 0
+
+        async def watched() -> bool:
+            nonlocal b2_ended
+            b2_began.set()
+            try:
+                return await hung_probe()
+            finally:
+                b2_ended += 1
+
+        b2.health = watched  # type: ignore[method-assign]
+        await asyncio.wait_for(b2_began.wait(), 10)  # no probe of b2 runs unwatched from here on
         four[2].fault = "hang"  # its probes take probe_s each, then fail
-        while not dispatcher.is_down("b2"):
-            await asyncio.sleep(0.01)
-        await asyncio.sleep(0.1)
+        b2_began.clear()
+        await asyncio.wait_for(b2_began.wait(), 30)  # a probe of b2 that hangs has begun
+        ended = b2_ended
         four[0].fault = "error"
-        failed = time.monotonic()
+        give_up = time.monotonic() + 30
         while not dispatcher.is_down("b0"):
             await asyncio.sleep(0.01)
-            assert time.monotonic() - failed < 0.6, "b0's failed probe was acted on only after b2's timed out"
+            assert time.monotonic() < give_up, "b0's failed probe was never acted on"
+        assert b2_ended == ended, "b0's failed probe was acted on only after b2's timed out"
         four[0].fault = "none"
-        healed = time.monotonic()
         while dispatcher.is_down("b0"):
             await asyncio.sleep(0.01)
-            assert time.monotonic() - healed < 0.8, "b0's passed probe was acted on only after b2's timed out"
-        assert dispatcher.is_down("b2") and not dispatcher.is_down("b1")
+            assert time.monotonic() < give_up, "b0's passed probe was never acted on"
+        assert b2_ended == ended, "b0's passed probe was acted on only after b2's timed out"
+        while not dispatcher.is_down("b2"):  # its hung probe fails at probe_s
+            await asyncio.sleep(0.01)
+            assert time.monotonic() < give_up
+        assert not dispatcher.is_down("b1")
 
 
 @pytest.mark.parametrize("case", ["unserved model", "not allowed"])
@@ -471,7 +514,7 @@ async def test_a_call_no_backend_could_ever_serve_fails_at_once_while_another_ba
     backend was down; no backend coming back could serve it. It now waits only while a backend
     it could use is down."""
     inv = _inventory(four[:2])
-    async with Dispatcher(inv, Router(inv), health_interval_s=0.05, recovery_wait_s=2.0) as dispatcher:
+    async with Dispatcher(inv, Router(inv), health_interval_s=0.05, recovery_wait_s=10.0) as dispatcher:
         four[1].fault = "error"  # b1 fails its probes and stays down; b0 serves
         while not dispatcher.is_down("b1"):
             await asyncio.sleep(0.01)
@@ -484,7 +527,7 @@ async def test_a_call_no_backend_could_ever_serve_fails_at_once_while_another_ba
         started = time.monotonic()
         with pytest.raises(NoBackend):
             await dispatcher.chat(payload, **route)
-        assert time.monotonic() - started < 0.5
+        assert time.monotonic() - started < 2.0  # not the recovery wait (10 s)
         # A call for the model is served as before, by the backend that is up.
         result = await dispatcher.chat({**payload, "model": MODEL})
         assert result.backend == "b0"
