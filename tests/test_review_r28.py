@@ -246,16 +246,24 @@ def test_the_simulators_time_to_first_token_is_the_documented_chunked_prefill() 
     # At 2.5 x real time the difference is 1.5 s of wall time: a loaded machine's scheduling
     # delays (a tenth of a second or two) stay well inside the 15%, while a prefill without its
     # attention term (34% short) or served from no cache (the whole cold TTFT) stays far outside.
+    # A stall of the whole process (0.44 s once, in a CI run beside a PostgreSQL start-up) only
+    # ever adds time to one of the two measurements: the scene is measured again, up to 3 times,
+    # and one measurement within the bounds is the formula's.
     scale = 2.5
-    with SimServer(LLAMA_8B_H200, time_scale=scale) as server:
-        cold, cold_cached = _stream_times(server, prompt, 2, "")
-        warm, warm_cached = _stream_times(server, prompt, 2, "")
-    assert cold_cached == 0 and warm_cached == (prompt - 1) // 16 * 16
-    expected = _chunked_prefill(LLAMA_8B_H200, prompt, 0) - _chunked_prefill(
-        LLAMA_8B_H200, prompt, warm_cached
-    )
-    measured = (cold[0] - warm[0]) / scale
-    assert 0.9 * expected <= measured <= 1.15 * expected, (measured, expected)
+    expected = 0.0
+    measured: list[float] = []
+    for _ in range(3):
+        with SimServer(LLAMA_8B_H200, time_scale=scale) as server:
+            cold, cold_cached = _stream_times(server, prompt, 2, "")
+            warm, warm_cached = _stream_times(server, prompt, 2, "")
+        assert cold_cached == 0 and warm_cached == (prompt - 1) // 16 * 16
+        expected = _chunked_prefill(LLAMA_8B_H200, prompt, 0) - _chunked_prefill(
+            LLAMA_8B_H200, prompt, warm_cached
+        )
+        measured.append((cold[0] - warm[0]) / scale)
+        if 0.9 * expected <= measured[-1] <= 1.15 * expected:
+            return
+    pytest.fail(f"TTFT differences {measured} s, the formula's {expected} s (within 15%)")
 
 
 # --- health states and failover, with their documented timings --------------------------------
