@@ -31,7 +31,7 @@ import contextlib
 import inspect
 import json
 import math
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, cast
 from urllib.parse import urlsplit
@@ -295,7 +295,7 @@ class BackendClient:
         try:
             return await self._chat(payload, trace_headers(trace_context))
         except DispatchError as exc:
-            error = self._shown(exc)
+            error = self._shown(exc, payload)
         raise error  # outside the handler: nothing chained to it
 
     async def _chat(self, payload: Mapping[str, Any], trace: Mapping[str, str]) -> ChatResult:
@@ -432,9 +432,9 @@ class BackendClient:
                         deadline = loop.time() + wait
         except (httpx.HTTPError, aiohttp.ClientError, ValueError, OSError) as exc:
             # ValueError: aiohttp's line reader refusing a line over its limit.
-            error = self._shown(BackendFailed(f"{self.backend.name}: {type(exc).__name__}: {exc}"))
+            error = self._shown(BackendFailed(f"{self.backend.name}: {type(exc).__name__}: {exc}"), payload)
         except DispatchError as exc:
-            error = self._shown(exc)
+            error = self._shown(exc, payload)
         raise error  # outside the handlers: nothing chained to it
 
     @contextlib.asynccontextmanager
@@ -575,43 +575,86 @@ class BackendClient:
         cut (a key cut in two would not be found)."""
         return _scrub(body[:1024].decode("utf-8", "replace"), self._key)[:200]
 
-    def _shown(self, exc: DispatchError) -> DispatchError:
+    def _shown(self, exc: DispatchError, payload: Mapping[str, Any]) -> DispatchError:
         """``exc`` made fit to leave this client: nothing chained to it (the exceptions it was
         raised from, such as a parser's refusal of a status line that echoed the key, may quote
-        the key), and, when its message quotes the key (whole or a cut piece of it: a backend that
+        the key), and, when its message quotes the key (whole or a piece of it: a backend that
         echoes what it was sent puts it in error bodies, error events, usage, lines that are not
-        SSE, or lines the HTTP parser refuses), an error of the same type with it redacted
-        (``_scrub``)."""
-        if self._key is not None:
-            text = str(exc)
-            scrubbed = _scrub(text, self._key)
-            if scrubbed != text:
-                exc = type(exc)(scrubbed)
+        SSE, or lines the HTTP parser refuses) or the start of a message of the request's prompt
+        (a backend's validation error echoing its input), an error of the same type with those
+        redacted (``_scrub``). The message reaches logs and a model call's audit outcome, where
+        the prompt is never stored."""
+        text = str(exc)
+        scrubbed = _scrub(text, self._key, _prompt_texts(payload))
+        if scrubbed != text:
+            exc = type(exc)(scrubbed)
         exc.__cause__ = exc.__context__ = None
         exc.__suppress_context__ = True
         return exc
 
 
 _FRAGMENT = 8
-"""The shortest start of a key ``_scrub`` redacts: a quote cut mid-key leaves the key's start."""
+"""The shortest piece of a key, or start of a prompt's message, that ``_scrub`` redacts."""
 
 
-def _scrub(text: str, key: str | None) -> str:
-    """``text`` with ``key``, and every start of it ``_FRAGMENT`` or more characters long (what a
-    quote cut mid-key leaves), replaced by ``[redacted]``."""
-    if not key:
-        return text
-    text = text.replace(key, "[redacted]")
-    head = key[: min(_FRAGMENT, len(key))]
+def _scrub(text: str, key: str | None, prompts: Sequence[str] = ()) -> str:
+    """``text`` with ``key``, every start of it ``_FRAGMENT`` or more characters long (what a quote
+    cut mid-key, or a masked key, shows) and every other piece of it twice that long (a quote that
+    cut the key's start: a shorter piece may be a word of ours, ``credentials``, that a key holds),
+    and each of ``prompts`` with every start of it ``_FRAGMENT`` long or more (a backend's echo of
+    its input, cut), replaced by ``[redacted]``."""
+    if key:
+        text = _redact(_redact(text, key, anywhere=False), key, anywhere=True)
+    for prompt in prompts:
+        text = _redact(text, prompt, anywhere=False)
+    return text
+
+
+def _redact(text: str, secret: str, *, anywhere: bool) -> str:
+    """``text`` with each run of characters that stands in ``secret``, ``2 * _FRAGMENT`` or more
+    long (``anywhere``: a key, short), or that starts it, ``_FRAGMENT`` or more long (a key, or a
+    prompt's message of any length: found with ``str.find``, so a long conversation costs
+    little), as ``[redacted]``."""
+    text = text.replace(secret, "[redacted]")
+    size = min(2 * _FRAGMENT if anywhere else _FRAGMENT, len(secret))
+    heads = {secret[k : k + size] for k in range(len(secret) - size + 1)} if anywhere else set()
+    head = secret[:size]
     parts: list[str] = []
-    start = 0
-    while (i := text.find(head, start)) >= 0:
-        end = i + len(head)
-        while end < len(text) and end - i < len(key) and text[end] == key[end - i]:
+    start = i = 0
+    while True:
+        if anywhere:
+            while i + size <= len(text) and text[i : i + size] not in heads:
+                i += 1
+            if i + size > len(text):
+                break
+        elif (i := text.find(head, i)) < 0:
+            break
+        end = i + size
+        while end < len(text) and (
+            text[i : end + 1] in secret if anywhere else secret.startswith(text[i : end + 1])
+        ):
             end += 1
         parts += [text[start:i], "[redacted]"]
-        start = end
+        start = i = end
     return "".join(parts) + text[start:]
+
+
+def _prompt_texts(payload: Mapping[str, Any]) -> list[str]:
+    """The texts of the request's messages that ``_scrub`` redacts: each ``_FRAGMENT`` characters
+    or longer, as sent and as JSON writes it (an echo inside a JSON body keeps its escapes)."""
+    messages = payload.get("messages")
+    found: list[str] = []
+    for message in messages if isinstance(messages, list) else ():
+        content = message.get("content") if isinstance(message, Mapping) else None
+        parts = content if isinstance(content, list) else [content]
+        for part in parts:
+            text = part.get("text") if isinstance(part, Mapping) else part
+            if isinstance(text, str) and len(text) >= _FRAGMENT:
+                found.append(text)
+                escaped = json.dumps(text, ensure_ascii=False)[1:-1]
+                if escaped != text:
+                    found.append(escaped)
+    return found
 
 
 def _origin(url: str) -> tuple[str, str | None, int | None]:
@@ -695,7 +738,7 @@ def _finish_reason(choice: Mapping[str, Any]) -> str | None:
     """The choice's ``finish_reason``: a string or ``None``; raises ``TypeError`` for anything else."""
     reason = choice.get("finish_reason")
     if reason is not None and not isinstance(reason, str):
-        raise TypeError(f"finish_reason is not a string: {reason!r}")
+        raise TypeError(f"finish_reason is not a string: {reason!r:.80}")
     return reason
 
 
@@ -709,9 +752,9 @@ def _count(raw: Mapping[str, Any], name: str) -> int:
     if value is None:
         return 0
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ValueError(f"usage {name} is not a number: {value!r}")
+        raise ValueError(f"usage {name} is not a number: {value!r:.80}")
     if not (0 <= value <= MAX_USAGE_TOKENS) or value != int(value):
-        raise ValueError(f"usage {name} is not a token count from 0 to {MAX_USAGE_TOKENS}: {value!r}")
+        raise ValueError(f"usage {name} is not a token count from 0 to {MAX_USAGE_TOKENS}: {value!r:.80}")
     return int(value)
 
 
