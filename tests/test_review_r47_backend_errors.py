@@ -19,9 +19,7 @@ was quoted (any run of 8 or more of its characters is now redacted); a field of 
 
 from __future__ import annotations
 
-import http.server
 import json
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -29,6 +27,7 @@ from typing import Any
 import httpx
 import pytest
 from test_review_observability import Sweep
+from test_review_r47_backends import Raw as LoopbackRaw
 
 from agentgate.capabilities import Call
 from agentgate.dispatch import Dispatcher, Router, inventory_from_mapping
@@ -43,47 +42,13 @@ MODEL = "scripted"  # the Sweep policy's model
 PAYLOAD = {"model": MODEL, "messages": [{"role": "user", "content": PROMPT}], "max_tokens": 8}
 
 
-class Raw:
-    """A real HTTP server on 127.0.0.1 answering each path with the exact ``(status, headers,
-    body)`` set in ``routes`` (``/health``: 200; any other path: 404)."""
+class Raw(LoopbackRaw):
+    """``test_review_r47_backends.Raw`` that also answers ``/health`` (200), as the dispatcher's
+    probes ask."""
 
     def __init__(self) -> None:
-        self.routes: dict[str, tuple[int, dict[str, str], bytes]] = {"/health": (200, {}, b"")}
-        raw = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def log_message(self, *args: object) -> None:
-                pass
-
-            def _answer(self) -> None:
-                self.rfile.read(int(self.headers.get("content-length") or 0))
-                status, headers, body = raw.routes.get(self.path, (404, {}, b"no"))
-                self.send_response(status)
-                for name, value in headers.items():
-                    self.send_header(name, value)
-                self.send_header("content-length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            do_GET = do_POST = _answer
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.handle_error = lambda *args: None  # type: ignore[method-assign]
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever, args=(0.02,), daemon=True)
-        self.thread.start()
-
-    def chat(self, body: bytes, status: int = 200) -> None:
-        self.routes["/v1/chat/completions"] = (status, {"content-type": "application/json"}, body)
-
-    def sse(self, *lines: str) -> None:
-        body = "".join(line + "\n" for line in lines).encode()
-        self.routes["/v1/chat/completions"] = (200, {"content-type": "text/event-stream"}, body)
-
-    def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-        self.thread.join(5.0)
+        super().__init__()
+        self.routes["/health"] = (200, {}, b"")
 
 
 @pytest.fixture
