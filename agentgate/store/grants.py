@@ -19,6 +19,14 @@ on a pooled connection and sets ``synchronous_commit=off`` for its own transacti
 (``3 x wal_writer_delay``). ``durable_nonces=True`` makes both fully durable (one fsync each).
 Revocations and issued grants are always written durably through the store.
 
+Indexes: grants by ``parent`` (a revocation's cascade, a delegation's earlier grants) and, on
+SQLite only, by ``audience`` (``revoke_holder``, a leaked key's grants). On SQLite that statement
+reads under the store's write lock, which every decision of every process waits for, and a scan
+of 200,000 recorded grants took 0.4 to 1.2 s here; an existing file gets the index when this
+version first opens it. On PostgreSQL the read takes no lock a decision waits for, and an index
+a later version adds would stop a least-privilege role from starting until ``store init`` runs as
+the owner (docs/operations.md, Upgrading), so there is none: the statement scans.
+
 Nonce table: one key ``(expires, principal, nonce)`` (SQLite: ``WITHOUT ROWID``, so the key is the
 table): a replayed invocation carries the same signed ``exp``, so it hits the same key; inserts land
 at the time-ordered right edge of one B-tree and pruning is a range delete at its left edge.
@@ -59,6 +67,7 @@ CREATE TABLE IF NOT EXISTS agentgate_grants (
     token TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS agentgate_grants_parent ON agentgate_grants (parent);
+CREATE INDEX IF NOT EXISTS agentgate_grants_audience ON agentgate_grants (audience);
 CREATE TABLE IF NOT EXISTS agentgate_revocations (
     grant_id TEXT PRIMARY KEY,
     revoked_at INTEGER NOT NULL,
