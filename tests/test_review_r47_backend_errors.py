@@ -147,13 +147,22 @@ async def test_a_field_of_the_wrong_kind_is_quoted_cut_short(raw: Raw, chunk: di
 
 async def test_a_line_that_is_not_sse_is_quoted_short_and_scrubbed(raw: Raw) -> None:
     """What the ``not an SSE event`` message quotes of a line (a proxy's words, or the first
-    line of a server that does not speak SSE) is at most 80 characters of it, the key redacted.
-    Such a line may hold generated text (an NDJSON stream such as Ollama's ``{"response": ...}``):
-    the quote then holds up to 80 characters of it (reported: a judgement call, not pinned)."""
+    line of a server that does not speak SSE) is at most 80 characters of it, the key redacted."""
     raw.sse(f"upstream proxy error for Bearer {KEY}: " + "z" * 500, "data: [DONE]")
     message = await _failure(raw, stream=True)
     assert "not an SSE event" in message and "upstream proxy error" in message
     assert KEY[:8] not in message and len(message) < 80 + 40, message
+
+
+async def test_a_json_line_that_is_not_sse_is_shown_by_its_keys_not_its_generated_text(raw: Raw) -> None:
+    """An NDJSON stream (Ollama's native API) answers a line per chunk whose values are generated
+    text: the message names the object's first keys and quotes none of its values (review R48: it
+    quoted 80 characters of the line, which reached the log and the call's audit outcome)."""
+    said = "the patient's record shows a positive test for"
+    raw.sse(json.dumps({"model": "llama3", "message": {"role": "assistant", "content": said}, "done": False}))
+    message = await _failure(raw, stream=True)
+    assert "not an SSE event: a JSON object with keys 'model', 'message', 'done'" in message, message
+    assert "patient" not in message and "assistant" not in message and "llama3" not in message
 
 
 # --- the backend's own error words: quoted, short, without the key ------------------------------

@@ -420,8 +420,9 @@ class BackendClient:
                     if not line or line.startswith(_SSE_IGNORED):
                         continue  # a comment, or an SSE field other than data (event, id, retry)
                     if not line.startswith("data:"):
-                        quoted = _scrub(line[:1024], self._key)[:80]
-                        raise BackendFailed(f"{self.backend.name}: not an SSE event: {quoted!r}")
+                        raise BackendFailed(
+                            f"{self.backend.name}: not an SSE event: {_line_shown(line, self._key)}"
+                        )
                     data = line[5:].strip()
                     if data == "[DONE]":
                         return
@@ -591,6 +592,21 @@ class BackendClient:
         exc.__cause__ = exc.__context__ = None
         exc.__suppress_context__ = True
         return exc
+
+
+def _line_shown(line: str, key: str | None) -> str:
+    """What a stream's line that is not an SSE event is shown as: a JSON object (an NDJSON
+    stream, Ollama's native ``{"message": {"content": ...}}``: its values are generated text) by
+    its first keys only, anything else (a proxy's words, an HTML page) as its first 80
+    characters, the key redacted."""
+    try:
+        value = orjson.loads(line[:65536]) if line.startswith("{") else None
+    except orjson.JSONDecodeError:
+        value = None
+    if isinstance(value, dict):
+        keys = ", ".join(repr(_scrub(str(k)[:32], key)) for k in list(value)[:8])
+        return f"a JSON object with keys {keys} (an NDJSON stream? the backend must speak OpenAI's SSE)"
+    return repr(_scrub(line[:1024], key)[:80])
 
 
 _FRAGMENT = 8
