@@ -15,6 +15,7 @@ import contextlib
 import errno
 import fcntl
 import os
+import re
 import stat
 import tempfile
 import time
@@ -413,6 +414,30 @@ def _refuse_more_than_one_pem_block(path: Path, data: bytes, what: str) -> None:
         raise KeyFileError(f"{path}: holds more than one PEM block; give a file of one {what}")
 
 
+_KEY_TEXT = re.compile(r"[A-Za-z0-9+/=_-]{40,}")
+
+
+def is_key_text(value: str) -> bool:
+    """Whether ``value``, given where a key file's path (or a did:key) belongs, looks like a key
+    itself: a PEM block or a part of one, more than one line, or a run of 40 or more base64 or
+    hex characters without a dot or a slash (``"$(cat agent.key)"``, a secret mapped to an
+    environment variable, a seed as tools print it). Such a value is never quoted in an error:
+    it is likely a private key, and errors reach logs."""
+    text = value.strip()
+    return "-----BEGIN" in text or "\n" in text or _KEY_TEXT.fullmatch(text) is not None
+
+
+def refuse_key_text(value: str | Path, where: str) -> None:
+    """Raise ``KeyFileError`` naming ``where`` (a flag, a variable, a field) when ``value`` looks
+    like a key itself (``is_key_text``), not quoting it."""
+    if isinstance(value, str) and is_key_text(value):
+        raise KeyFileError(
+            f"{where} holds what looks like a key itself (PEM or base64 text), not the path of a key "
+            "file or a did:key: put the key in a file and give its path (the value is not shown; "
+            "if it is a private key and was logged elsewhere, replace the key)"
+        )
+
+
 def load_signing_key(path: Path | str) -> SigningKey:
     """Load an Ed25519 private key file (PKCS#8 PEM).
 
@@ -423,6 +448,7 @@ def load_signing_key(path: Path | str) -> SigningKey:
     holds is judged first, so that a public key given in its place is called that, not a private
     key to ``chmod``.
     """
+    refuse_key_text(path, "the private key's path")
     path = as_path(path, "private key", KeyFileError)
     data, status = read_regular_file(path, MAX_KEY_FILE_BYTES, "private key", KeyFileError)
     _refuse_more_than_one_pem_block(path, data, "private key")
@@ -461,6 +487,7 @@ def load_public_key(spec: str | Path) -> PublicKey:
     text = str(spec).strip()
     if text.startswith("did:"):
         return PublicKey.from_did(text)
+    refuse_key_text(text, "the public key given")
     path = Path(spec)
     data, _ = read_regular_file(path, MAX_KEY_FILE_BYTES, "public key", KeyFileError)
     stripped = data.removeprefix(b"\xef\xbb\xbf").strip()  # a UTF-8 BOM (an editor's), as a PEM file may have

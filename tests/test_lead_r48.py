@@ -3,6 +3,9 @@
 - The SQLite store indexes grants by audience: ``revoke_holder`` (``grant revoke --holder``, a
   leaked key's grants) reads under the store's write lock, which every decision waits for, and
   scanned the whole grants table.
+- A key's own text given where a key file's path or a did:key belongs (review R48's leaks helper
+  found the log key, a previous log key and a policy's ``did:``; the CLI's flags too) is refused
+  without being quoted.
 """
 
 from __future__ import annotations
@@ -10,6 +13,10 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
+import pytest
+
+from agentgate.cli.main import main
+from agentgate.keys import SigningKey, save_key
 from agentgate.store import open_store
 from agentgate.store.grants import GrantRepository
 
@@ -77,3 +84,22 @@ def test_a_store_made_before_the_index_gets_it_when_opened_and_keeps_its_grants(
     finally:
         repo.close()
         store.close()
+
+
+def test_a_private_key_given_for_a_public_key_flag_is_refused_without_being_printed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``grant issue --to "$(cat agent.key)"`` (the private key's text where a did:key or a
+    ``.pub`` file belongs) exits 2 naming the mistake; no piece of the key reaches the output,
+    where the error quoted it as a file name that could not be read."""
+    key_file, _ = save_key(SigningKey.generate(), tmp_path, "agent")
+    issuer, _ = save_key(SigningKey.generate(), tmp_path, "root")
+    pem = key_file.read_text()
+    seed_line = pem.splitlines()[1]
+    for given in (pem, seed_line):
+        code = main(
+            ["grant", "issue", "--issuer", str(issuer), "--to", given, "--allow", "tool:x", "--ttl", "1h"]
+        )
+        out, err = capsys.readouterr()
+        assert code == 2 and "looks like a key itself" in err, (code, err)
+        assert seed_line[24:40] not in out + err

@@ -21,7 +21,7 @@ from pydantic_core import ErrorDetails
 from agentgate._yaml import Locations, Mark, load_yaml, mark_at, read_source
 from agentgate.capabilities import DEFAULT_ACTIONS, Capability, Constraint, canonical_resource
 from agentgate.errors import CapabilityError, KeyFileError, PolicyError
-from agentgate.keys import as_path, load_public_key
+from agentgate.keys import as_path, is_key_text, load_public_key
 from agentgate.policy import _schema as schema
 
 MAX_POLICY_BYTES = 8 * 1024 * 1024
@@ -588,8 +588,13 @@ class _Compiler:
                     "copy the did from the .pub file",
                 ) from None
             if resolved is None:
+                shown = (
+                    "the value (not shown: it looks like a key itself)"
+                    if is_key_text(did)
+                    else repr(did[:80])
+                )
                 raise self.error(
-                    (*loc, "did"), f"{did!r} is not a did:key", "did:key:z6Mk...", "use 'key:' for a key file"
+                    (*loc, "did"), f"{shown} is not a did:key", "did:key:z6Mk...", "use 'key:' for a key file"
                 )
         if key is not None:
             path = Path(key) if Path(key).is_absolute() else self.base / key

@@ -57,7 +57,7 @@ from agentgate.audit.merkle import (
 from agentgate.audit.note import Checkpoint, open_checkpoint, sign_checkpoint
 from agentgate.audit.proof import ProofBundle
 from agentgate.errors import AuditError, BeyondLogEnd, InputError, KeyFileError, StoreError, TamperDetected
-from agentgate.keys import PublicKey, SigningKey, load_public_key, load_signing_key, save_key
+from agentgate.keys import PublicKey, SigningKey, load_public_key, load_signing_key, refuse_key_text, save_key
 from agentgate.store._base import Dialect, Row, Store, Transaction, env_setting, loaded_driver_errors
 from agentgate.store._sqlite import SQLiteStore
 
@@ -334,6 +334,8 @@ def previous_log_keys() -> list[PublicKey]:
 def log_key_path(store: Store) -> Path:
     """Where the log key lives for ``store`` (see the module docstring)."""
     configured = os.environ.get("AGENTGATE_LOG_KEY")
+    if configured:
+        refuse_key_text(configured, "AGENTGATE_LOG_KEY")
     if configured and configured != configured.strip():
         # A leading space makes the path relative (a key made under ``./ /...``); a trailing
         # ``\r`` (an env file saved with CRLF endings) names a file beside the real one.
