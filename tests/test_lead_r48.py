@@ -6,6 +6,8 @@
 - A key's own text given where a key file's path or a did:key belongs (review R48's leaks helper
   found the log key, a previous log key and a policy's ``did:``; the CLI's flags too) is refused
   without being quoted.
+- The scheduler forgets per-name state past ``PER_NAME_STATE`` names (review R48's bounds helper;
+  its tests are in tests/test_review_r48_bounds.py): here, the token buckets.
 """
 
 from __future__ import annotations
@@ -19,6 +21,10 @@ from agentgate.cli.main import main
 from agentgate.keys import SigningKey, save_key
 from agentgate.store import open_store
 from agentgate.store.grants import GrantRepository
+from agentgate.tasks import Scheduler, SchedulerConfig, ToolCall
+from agentgate.tasks._config import RateLimit, ToolLimits
+from agentgate.tasks._limits import PER_NAME_STATE
+from agentgate.tasks._token_bucket import TokenBucket
 
 _HOLDER_READ = (
     "SELECT g.id FROM agentgate_grants g LEFT JOIN agentgate_revocations r ON r.grant_id = g.id "
@@ -103,3 +109,27 @@ def test_a_private_key_given_for_a_public_key_flag_is_refused_without_being_prin
         out, err = capsys.readouterr()
         assert code == 2 and "looks like a key itself" in err, (code, err)
         assert seed_line[24:40] not in out + err
+
+
+async def test_token_buckets_of_idle_tools_are_forgotten_past_the_bound_and_a_drained_one_is_kept() -> None:
+    """Every tool of a default rate has its bucket: past ``PER_NAME_STATE`` names the full ones
+    (what a new bucket would be) are dropped, never one that still lacks tokens (a caller inventing
+    tool names must not refill another tool's bucket)."""
+    config = SchedulerConfig(
+        result_cache_size=0, default_tool=ToolLimits(rate=RateLimit(per_second=0.001, burst=2))
+    )
+    scheduler = Scheduler(config)
+
+    async def ok(_attempt: object) -> str:
+        return "ok"
+
+    try:
+        assert await scheduler.submit(ToolCall(tool="drained"), ok) == "ok"  # one token of two left
+        drained = scheduler.shared.buckets["drained"]
+        for i in range(PER_NAME_STATE + 10):
+            scheduler.shared.buckets[f"idle-{i}"] = TokenBucket(1000.0, 2)  # full
+        assert await scheduler.submit(ToolCall(tool="new"), ok) == "ok"
+        assert len(scheduler.shared.buckets) == 2
+        assert scheduler.shared.buckets["drained"] is drained and drained.level < 2
+    finally:
+        await scheduler.aclose()

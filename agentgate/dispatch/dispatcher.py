@@ -138,6 +138,8 @@ class Dispatcher:
         """Backends marked down for rejecting our credentials (a subset of ``_down_since``)."""
         self._rejections: dict[str, int] = {}
         """Backend -> how many times it rejected our credentials since it last served a call."""
+        self._live: set[str] = set()
+        """The ids of the calls in flight (``_only``)."""
         self._waiting: dict[str, asyncio.Event] = {}
         """Request id -> the event that wakes it, for each call waiting for a slot."""
         self._tasks: list[asyncio.Task[None]] = []
@@ -237,6 +239,21 @@ class Dispatcher:
                 self._idle.set()
 
     @contextlib.contextmanager
+    def _only(self, request_id: str) -> Iterator[None]:
+        """Hold ``request_id`` as in flight while the block runs; ``DispatchError`` if it already is:
+        the router keys a call's accounting by its id, and a second call with one would leave the
+        first's backend counted busy for good (a slot lost per repeat)."""
+        if request_id in self._live:
+            raise DispatchError(
+                f"request id {request_id[:80]!r} is already in flight: give each call its own"
+            )
+        self._live.add(request_id)
+        try:
+            yield
+        finally:
+            self._live.discard(request_id)
+
+    @contextlib.contextmanager
     def _handed_out(self) -> Iterator[None]:
         """Count a busy stream out while its consumer holds a chunk (``aclose`` cannot wait for that)."""
         assert self._idle is not None
@@ -320,7 +337,7 @@ class Dispatcher:
 
         Raises ``Shed`` / ``NoBackend`` when the router refuses or nothing can serve,
         ``BackendFailed`` after ``max_attempts`` failed tries, ``DispatchError`` for a bad request
-        or a dispatcher that is not started (or already closed); all when awaited.
+        (or a ``request_id`` that a call in flight has) or a dispatcher that is not started (or already closed); all when awaited.
         """
         return self._chat(payload, allowed, route, otel_context.get_current())
 
@@ -333,7 +350,7 @@ class Dispatcher:
     ) -> ChatResult:
         self._require_started()
         request = self.route_request(payload, **route)
-        with self._in_progress():
+        with self._only(request.id), self._in_progress():
             errors: list[str] = []
             for _ in range(self.max_attempts):
                 plan = await self._plan(request, allowed, errors)
@@ -366,7 +383,7 @@ class Dispatcher:
         """
         self._require_started()
         request = self.route_request(payload, **route)
-        with self._in_progress():
+        with self._only(request.id), self._in_progress():
             errors: list[str] = []
             for _ in range(self.max_attempts):
                 plan = await self._plan(request, allowed, errors)

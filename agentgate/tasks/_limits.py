@@ -52,6 +52,11 @@ if TYPE_CHECKING:
 
 _LONGEST_TIMER_WAIT_S = 86_400.0
 _NEVER = float("inf")
+PER_NAME_STATE = 4096
+"""How many tools (and tenants) the per-name state keeps before it forgets what a new entry would
+hold again: caches derived from the config, closed healthy breakers and full token buckets. Tool
+and tenant names reach a scheduler used alone from its callers (a Gate passes only those its policy
+declares), so without a bound a caller inventing names would grow them without end."""
 #: The limits a slot counts against, in the order they are checked.
 _DIMENSIONS = ("global", "tool", "tenant", "principal")
 
@@ -200,6 +205,8 @@ class SharedLimits:
         """The limits of ``tool`` (cached; safe without the lock)."""
         found = self.limits_cache.get(tool)
         if found is None:
+            if len(self.limits_cache) >= PER_NAME_STATE:
+                self.limits_cache.clear()  # derived from the config: made again when asked
             found = self.limits_cache[tool] = self.config.tool_limits(tool)
         return found
 
@@ -207,6 +214,8 @@ class SharedLimits:
         """The circuit breaker for ``key``, created closed; one per key for all schedulers (no lock needed)."""
         found = self.breakers.get(key)
         if found is None:
+            if len(self.breakers) >= PER_NAME_STATE:
+                self._forget_idle_breakers()
             made = CircuitBreaker(key, self.config.breaker, on_change=self._breaker_changed)
             found = self.breakers.setdefault(key, made)  # atomic: two threads get the same one
         return found
@@ -219,6 +228,18 @@ class SharedLimits:
         if found is None:
             found = self.tool_breakers[call.tool] = self.breaker("tool:" + call.tool)
         return found
+
+    def _forget_idle_breakers(self) -> None:
+        """Drop every breaker that is closed with no failure counted (``healthy``): a new one for
+        its key starts the same. An open, half-open or failing breaker is kept. A call still
+        running under a dropped breaker reports its outcome to that object, so a failure it ends
+        with is not counted towards the new one (only past ``PER_NAME_STATE`` names)."""
+        for key, found in list(self.breakers.items()):
+            if found.healthy:
+                del self.breakers[key]
+        for tool, found in list(self.tool_breakers.items()):
+            if self.breakers.get(found.key) is not found:
+                del self.tool_breakers[tool]
 
     def breaker_snapshots(self) -> list[BreakerSnapshot]:
         """The state of every breaker used so far."""
@@ -396,6 +417,8 @@ class SharedLimits:
         config = self.config
         share = self.shares.get(call.tenant)
         if share is None:
+            if len(self.shares) >= PER_NAME_STATE:
+                self.shares.clear()  # derived from the config: made again when asked
             share = self.shares[call.tenant] = config.tenant_share(call.tenant)
         queue = self.queue
         full = None
@@ -454,6 +477,8 @@ class SharedLimits:
         bucket = self.buckets.get(tool)
         if bucket is None:
             assert limits.rate is not None
+            if len(self.buckets) >= PER_NAME_STATE:  # a full bucket is what a new one would be
+                self.buckets = {name: kept for name, kept in self.buckets.items() if kept.level < kept.burst}
             bucket = self.buckets[tool] = TokenBucket(limits.rate.per_second, limits.rate.burst)
         return bucket
 

@@ -70,7 +70,7 @@ from agentgate.tasks._breaker import BreakerSnapshot, BreakerState, CircuitBreak
 from agentgate.tasks._call import Attempt, ToolCall, require_tool_call
 from agentgate.tasks._classify import DEFAULT_CLASSIFIER, Classifier
 from agentgate.tasks._config import PriorityClass, SchedulerConfig, ToolLimits
-from agentgate.tasks._limits import RUNNING, SharedLimits, Waiter
+from agentgate.tasks._limits import PER_NAME_STATE, RUNNING, SharedLimits, Waiter
 from agentgate.tasks._metrics import SchedulerMetrics
 from agentgate.tasks._retry import Failure, RetryRule, rule_for
 
@@ -493,7 +493,10 @@ class Scheduler:
                         else:
                             events = self.metrics.events
                             counted = ("started", tool)
-                            events[counted] = events.get(counted, 0) + 1
+                            count = events.get(counted)
+                            if count is None:  # a new name: past MAX_LABEL_VALUES, counted as OTHER
+                                counted, count = self.metrics._admit("started", tool)
+                            events[counted] = count + 1
                         # tuple.__new__ directly: Attempt's generated __new__ is one more Python call.
                         attempt = tuple.__new__(Attempt, (call, number, key, unix_deadline))
                         probing = False  # from here on the outcome is reported to the breaker below
@@ -688,6 +691,8 @@ class Scheduler:
             breaker.release()
         rule = self._rules.get(call.tool)
         if rule is None:
+            if len(self._rules) >= PER_NAME_STATE:
+                self._rules.clear()  # derived from the limits: made again when asked
             rule = self._rules[call.tool] = rule_for(limits)
         keyed = key is not None and call.key_reaches_tool
         reason = rule.objection(Failure(error, error_class, number, limits, keyed))
@@ -823,6 +828,8 @@ class Scheduler:
         seen = self._breaker_seen.get(key)
         if seen is not None and now < seen[0]:
             return
+        if seen is None and len(self._breaker_seen) >= PER_NAME_STATE:
+            self._breaker_seen.clear()  # each key then reads the shared state again, and adopts it if newer
         version = seen[1] if seen is not None else 0
         self._breaker_seen[key] = (now + _BREAKER_SYNC_S, version)
         try:
