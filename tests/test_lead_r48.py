@@ -18,7 +18,9 @@ from pathlib import Path
 import pytest
 
 from agentgate.cli.main import main
+from agentgate.gate._config import GATE_RESULTS_KEPT, scheduler_config
 from agentgate.keys import SigningKey, save_key
+from agentgate.policy import parse_policy
 from agentgate.store import open_store
 from agentgate.store.grants import GrantRepository
 from agentgate.tasks import Scheduler, SchedulerConfig, ToolCall
@@ -133,3 +135,10 @@ async def test_token_buckets_of_idle_tools_are_forgotten_past_the_bound_and_a_dr
         assert scheduler.shared.buckets["drained"] is drained and drained.level < 2
     finally:
         await scheduler.aclose()
+
+
+def test_a_gates_scheduler_keeps_the_results_of_its_last_1024_calls_not_10000() -> None:
+    """Review R48 (bounds): a Gate's scheduler kept the results of 10,000 calls per event loop,
+    whatever their size (a page, a file); it keeps 1,024."""
+    policy = parse_policy("version: 1\ntools:\n  search: {idempotent: true}\n")
+    assert scheduler_config(policy).result_cache_size == GATE_RESULTS_KEPT == 1_024

@@ -5,6 +5,9 @@ from __future__ import annotations
 from agentgate.policy import Policy
 from agentgate.tasks import RateLimit, RetryPolicy, SchedulerConfig, ToolLimits
 
+GATE_RESULTS_KEPT = 1_024
+"""``SchedulerConfig.result_cache_size`` of a Gate's schedulers."""
+
 
 def scheduler_config(policy: Policy) -> SchedulerConfig:
     """The scheduler's per-tool limits, one to one from the policy's ``tools`` section."""
@@ -25,4 +28,7 @@ def scheduler_config(policy: Policy) -> SchedulerConfig:
             idempotent=tool.idempotent,
             takes_idempotency_key=tool.takes_idempotency_key,
         )
-    return SchedulerConfig(tools=tools)
+    # The results of the last 1,024 calls whose tool may run again are kept for a twin or a repeat
+    # of the same call (``reuse_result``), not 10,000: a tool's output (a page, a file) can be
+    # large, and a long-running agent service keeps one such cache per event loop.
+    return SchedulerConfig(tools=tools, result_cache_size=GATE_RESULTS_KEPT)
