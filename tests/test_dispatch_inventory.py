@@ -110,3 +110,15 @@ def test_a_backend_url_with_credentials_is_refused_without_echoing_them() -> Non
             {"backends": [{"name": "b", "url": "http://proxy:CANARY@127.0.0.1:9", "models": ["m"]}]}
         )
     assert "CANARY" not in str(refused.value)
+
+
+@pytest.mark.parametrize("field", ["url", "metrics_url"])
+def test_a_backend_url_with_a_query_string_is_refused_without_echoing_it(field: str) -> None:
+    """A token in a query string (``/metrics?token=...``) was accepted and logged by httpx with
+    every scrape (review R48, leaks); a query string in ``url`` made a chat URL with the path
+    behind it."""
+    backend = {"name": "b", "url": "http://127.0.0.1:9", "models": ["m"]}
+    backend[field] = "http://127.0.0.1:9/metrics?token=CANARY"
+    with pytest.raises(InventoryError, match="query string") as refused:
+        inventory_from_mapping({"backends": [backend]})
+    assert "CANARY" not in str(refused.value)

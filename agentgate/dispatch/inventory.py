@@ -314,6 +314,13 @@ class Backend(_Frozen):
             # HTTP clients log the URL they call (httpx at INFO): a password in it would be
             # written on every health probe and every call.
             raise ValueError("the URL carries credentials (user:password@), which would be logged")
+        if parts.query or parts.fragment:
+            # The same for a token in a query string (``/metrics?token=...``); the chat URL is made
+            # by appending a path, which a query string would end up behind.
+            raise ValueError(
+                "the URL has a query string or fragment (?... or #...), which would be logged with every "
+                "call: give the backend's key as api_key_env or api_key_file (sent as a header)"
+            )
         return value
 
     @property
