@@ -337,7 +337,8 @@ class Dispatcher:
 
         Raises ``Shed`` / ``NoBackend`` when the router refuses or nothing can serve,
         ``BackendFailed`` after ``max_attempts`` failed tries, ``DispatchError`` for a bad request
-        (or a ``request_id`` that a call in flight has) or a dispatcher that is not started (or already closed); all when awaited.
+        (or a ``request_id`` that a call in flight has) or a dispatcher that is not started (or
+        already closed); all when awaited.
         """
         return self._chat(payload, allowed, route, otel_context.get_current())
 
