@@ -16,6 +16,7 @@ import sqlite3
 from pathlib import Path
 
 import pytest
+from test_review_r36_lint import _findings as _lint_findings
 
 from agentgate.cli.main import main
 from agentgate.gate._config import GATE_RESULTS_KEPT, scheduler_config
@@ -142,3 +143,29 @@ def test_a_gates_scheduler_keeps_the_results_of_its_last_1024_calls_not_10000() 
     whatever their size (a page, a file); it keeps 1,024."""
     policy = parse_policy("version: 1\ntools:\n  search: {idempotent: true}\n")
     assert scheduler_config(policy).result_cache_size == GATE_RESULTS_KEPT == 1_024
+
+
+def test_a_listed_value_the_rules_bounds_exclude_opens_no_path_around_a_gate() -> None:
+    """Kills R48 lintkeys' l38 (``_of_type`` keeping every listed value, ``constraint.allows``
+    dropped): a wildcard rule allowing ``amount in [100, 900]`` and ``<= 500`` reaches the gated
+    tool's sibling with 100 only, under the gate's ``> 500``: no ``approval_gate_bypass``; without
+    the bound, 900 is a path around it."""
+    body = """tools:
+  payments.refund:
+    args: {order_id: {type: string, required: true}, amount: {type: integer, required: true}}
+  payments.refund_partial:
+    args: {order_id: {type: string, required: true}, amount: {type: integer, required: true}}
+roles:
+  r:
+    capabilities:
+      - {resource: "tool:payments.*", constraints: {amount: {in: [100, 900], le: 500}}}
+    ttl_s: 600
+approvals:
+  large-refund:
+    resource: tool:payments.refund
+    when: {amount: {gt: 500}}
+    approvers: [alice]
+"""
+    assert _lint_findings(body, "approval_gate_bypass") == []
+    found = _lint_findings(body.replace("in: [100, 900], le: 500", "in: [100, 900]"), "approval_gate_bypass")
+    assert [f.code for f in found] == ["approval_gate_bypass"]
