@@ -18,7 +18,9 @@ from pathlib import Path
 import pytest
 from test_review_r36_lint import _findings as _lint_findings
 
+from agentgate.capabilities import Call
 from agentgate.cli.main import main
+from agentgate.gate import Authorization
 from agentgate.gate._config import GATE_RESULTS_KEPT, scheduler_config
 from agentgate.keys import SigningKey, save_key
 from agentgate.policy import parse_policy
@@ -169,3 +171,20 @@ approvals:
     assert _lint_findings(body, "approval_gate_bypass") == []
     found = _lint_findings(body.replace("in: [100, 900], le: 500", "in: [100, 900]"), "approval_gate_bypass")
     assert [f.code for f in found] == ["approval_gate_bypass"]
+
+
+def test_an_authorizations_repr_holds_no_argument_value_nor_reason() -> None:
+    """Review R48 (leaks, noted): ``repr(Authorization)`` showed the call's arguments and the
+    reasons, which may quote them, though the policy keeps some out of logs; an application
+    logging it (``log.info("%r", auth)``) wrote them. It shows the verdict, the resource, the
+    audit index, the rule and the findings' codes."""
+    auth = Authorization(
+        verdict="deny",
+        call=Call.tool("payments.charge", {"card": "4111-1111-1111-1111"}),
+        identity=None,
+        reasons=("card '4111-1111-1111-1111' is not allowed",),
+        audit_index=7,
+    )
+    shown = repr(auth)
+    assert "4111" not in shown and "card" not in shown, shown
+    assert "verdict='deny'" in shown and "tool:payments.charge" in shown and "audit_index=7" in shown

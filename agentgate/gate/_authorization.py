@@ -147,6 +147,16 @@ class Authorization:
     def needs_approval(self) -> bool:
         return self.verdict == Verdict.APPROVAL_REQUIRED
 
+    def __repr__(self) -> str:
+        """The verdict, the resource and the audit index, not the call's arguments nor the reasons
+        (which may quote them): an application that logs an ``Authorization`` must not write the
+        values its policy keeps out of logs (``Gate.explain_redacted`` words a refusal for that)."""
+        return (
+            f"Authorization(verdict={self.verdict!r}, resource={self.call.resource!r}, "
+            f"action={self.call.action!r}, audit_index={self.audit_index!r}, rule={self.rule!r}, "
+            f"findings={[f.code for f in self.findings]!r})"
+        )
+
     def approval_payload(self) -> dict[str, Any]:
         """What ``interrupt()`` shows a human: what is asked, by whom, and why."""
         return {"agentgate": "approval_required", "request": dict(self.request or {})}
