@@ -29,7 +29,7 @@ from test_gateway import _free_port, wait_until_serving
 
 from agentgate.cli.main import main
 from agentgate.dispatch import Dispatcher, Router, inventory_from_mapping
-from agentgate.dispatch.backends import BackendClient
+from agentgate.dispatch.backends import BackendClient, Timeouts
 from agentgate.dispatch.gateway import (
     Gateway,
     GatewayGate,
@@ -299,7 +299,7 @@ async def test_probes_carry_the_key_to_the_backends_origin_only(
     away = _inventory(_backend(home.url, api_key_env=key_env, metrics_url=other.url + "/metrics")).backends[0]
     async with httpx.AsyncClient() as http:
         for backend in (same, away):
-            client = BackendClient(backend, http)
+            client = BackendClient(backend, http, Timeouts(probe_s=30.0))  # a loaded machine: no 1 s limit
             assert await client.health() and await client.accepts_credentials()
             assert (await client.scrape(0.0)).running == 1
     bearer = f"Bearer {KEY}"
@@ -344,7 +344,8 @@ async def test_a_hosted_endpoint_without_health_is_probed_on_its_health_path(
     home = recorders[0]
     backend = _inventory(_backend(home.url, api_key_env=key_env, health_path="/v1/models")).backends[0]
     async with httpx.AsyncClient() as http:
-        assert await BackendClient(backend, http).health()
+        # A probe's 1 s default is the product's; a loaded CI machine can take longer to answer.
+        assert await BackendClient(backend, http, Timeouts(probe_s=30.0)).health()
     assert home.seen == [("/v1/models", f"Bearer {KEY}")]
     with pytest.raises(InventoryError, match="health_path"):
         _inventory(_backend(home.url, health_path="v1/models"))
