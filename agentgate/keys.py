@@ -233,7 +233,7 @@ def save_key(key: SigningKey, directory: Path, name: str) -> tuple[Path, Path]:
     the lock on ``DIR`` for more than ten seconds.
     """
     if not name or "/" in name or name.startswith(".") or "\x00" in name:
-        raise KeyFileError(f"invalid key name {name!r}: use a plain file name")
+        raise KeyFileError(f"invalid key name {_shown_name(name)}: use a plain file name")
     try:
         directory.mkdir(mode=0o700, parents=True, exist_ok=True)  # as ssh-keygen makes ~/.ssh
     except OSError as exc:
@@ -417,25 +417,46 @@ def _refuse_more_than_one_pem_block(path: Path, data: bytes, what: str) -> None:
 _KEY_TEXT = re.compile(r"[A-Za-z0-9+/=_-]{40,}")
 
 
-def is_key_text(value: str) -> bool:
+def is_key_text(value: str | bytes | os.PathLike[str] | os.PathLike[bytes], base: Path | None = None) -> bool:
     """Whether ``value``, given where a key file's path (or a did:key) belongs, looks like a key
-    itself: a PEM block or a part of one, more than one line, or a run of 40 or more base64 or
-    hex characters without a dot or a slash (``"$(cat agent.key)"``, a secret mapped to an
-    environment variable, a seed as tools print it). Such a value is never quoted in an error:
-    it is likely a private key, and errors reach logs."""
-    text = value.strip()
-    return "-----BEGIN" in text or "\n" in text or _KEY_TEXT.fullmatch(text) is not None
+    itself and names no existing file (a relative one under ``base``, else the working
+    directory): a PEM block or a part of one, more than one line, a JSON object (a JWK), or 40
+    or more base64 or hex characters and nothing else (``"$(cat agent.key)"``, a secret mapped to
+    an environment variable, a seed as tools print it). Such a value is never quoted in an error:
+    it is likely a private key, and errors reach logs. A long name without a dot that names no
+    file is taken for one too; a file that exists is never refused for its name."""
+    try:
+        text = os.fsdecode(value)
+    except (TypeError, ValueError):
+        return False  # neither text, bytes nor a path: the caller's type check names it
+    stripped = text.strip()
+    if not (
+        "-----BEGIN" in stripped
+        or "\n" in stripped
+        or stripped.startswith("{")
+        or _KEY_TEXT.fullmatch(stripped) is not None
+    ):
+        return False
+    try:
+        return not os.path.lexists(base / text if base is not None else text)
+    except (OSError, ValueError):  # a NUL character, a name too long: no file of that name
+        return True
 
 
-def refuse_key_text(value: str | Path, where: str) -> None:
-    """Raise ``KeyFileError`` naming ``where`` (a flag, a variable, a field) when ``value`` looks
-    like a key itself (``is_key_text``), not quoting it."""
-    if isinstance(value, str) and is_key_text(value):
+def refuse_key_text(value: object, where: str) -> None:
+    """Raise ``KeyFileError`` naming ``where`` (a flag, a variable, a field) when ``value`` (text,
+    bytes or a path) looks like a key itself (``is_key_text``), not quoting it."""
+    if isinstance(value, str | bytes | os.PathLike) and is_key_text(value):
         raise KeyFileError(
-            f"{where} holds what looks like a key itself (PEM or base64 text), not the path of a key "
-            "file or a did:key: put the key in a file and give its path (the value is not shown; "
-            "if it is a private key and was logged elsewhere, replace the key)"
+            f"{where} names no file and looks like a key itself (PEM, base64 or hex text), not the "
+            "path of a key file or a did:key: put the key in a file and give its path (the value is "
+            "not shown; if it is a private key and was logged elsewhere, replace the key)"
         )
+
+
+def _shown_name(name: str) -> str:
+    """``name`` quoted for an error, unless it looks like a key's own text (``is_key_text``)."""
+    return "(not shown: it looks like a key itself)" if is_key_text(name) else repr(name[:200])
 
 
 def load_signing_key(path: Path | str) -> SigningKey:

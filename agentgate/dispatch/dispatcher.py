@@ -306,8 +306,14 @@ class Dispatcher:
             raise DispatchError("max_tokens must be an integer") from None
         if max_tokens > MAX_USAGE_TOKENS:  # no backend generates that many; the router's floats overflow
             raise DispatchError(f"max_tokens must be at most {MAX_USAGE_TOKENS}")
+        if request_id is not None and not isinstance(request_id, str):
+            raise DispatchError(f"request_id must be text, got {type(request_id).__name__}")
+        if not request_id:
+            request_id = f"req-{next(self._ids)}"
+            while request_id in self._live:  # a caller's id of that form is in flight: the next one
+                request_id = f"req-{next(self._ids)}"
         return RouteRequest(
-            id=request_id or f"req-{next(self._ids)}",
+            id=request_id,
             model=model,
             prompt_tokens=estimate_tokens(text),
             max_output_tokens=max(1, max_tokens),

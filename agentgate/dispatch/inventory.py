@@ -314,7 +314,7 @@ class Backend(_Frozen):
             # HTTP clients log the URL they call (httpx at INFO): a password in it would be
             # written on every health probe and every call.
             raise ValueError("the URL carries credentials (user:password@), which would be logged")
-        if parts.query or parts.fragment:
+        if "?" in value or "#" in value:  # a bare one too: the chat path would follow it
             # The same for a token in a query string (``/metrics?token=...``); the chat URL is made
             # by appending a path, which a query string would end up behind.
             raise ValueError(

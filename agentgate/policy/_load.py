@@ -597,6 +597,13 @@ class _Compiler:
                     (*loc, "did"), f"{shown} is not a did:key", "did:key:z6Mk...", "use 'key:' for a key file"
                 )
         if key is not None:
+            if is_key_text(key, self.base):
+                raise self.error(
+                    (*loc, "key"),
+                    "the value (not shown: it looks like a key itself) is not a key file's path",
+                    "the path of a .pub file",
+                    "give the public key's file, or its did:key under 'did:'; replace a private key that was pasted here",
+                )
             path = Path(key) if Path(key).is_absolute() else self.base / key
             try:
                 exists = path.exists()

@@ -232,14 +232,23 @@ class SharedLimits:
     def _forget_idle_breakers(self) -> None:
         """Drop every breaker that is closed with no failure counted (``healthy``): a new one for
         its key starts the same. An open, half-open or failing breaker is kept. A call still
-        running under a dropped breaker reports its outcome to that object, so a failure it ends
-        with is not counted towards the new one (only past ``PER_NAME_STATE`` names)."""
+        running under a dropped breaker reports its failure to that object: ``kept_failing``
+        then puts it back. Safe beside another thread doing the same (``pop``, not ``del``)."""
         for key, found in list(self.breakers.items()):
             if found.healthy:
-                del self.breakers[key]
+                self.breakers.pop(key, None)
         for tool, found in list(self.tool_breakers.items()):
             if self.breakers.get(found.key) is not found:
-                del self.tool_breakers[tool]
+                self.tool_breakers.pop(tool, None)
+
+    def kept_failing(self, breaker: CircuitBreaker, error_class: str) -> None:
+        """After ``breaker`` counted a failure: make sure it is the breaker its key names. One
+        dropped while its call ran (``_forget_idle_breakers``) is put back, or, when a new one was
+        made for its key meanwhile, the failure is counted on that one too, so that a flood of
+        invented names cannot keep a failing tool's breaker from opening."""
+        current = self.breakers.setdefault(breaker.key, breaker)
+        if current is not breaker:
+            current.record_failure(error_class)
 
     def breaker_snapshots(self) -> list[BreakerSnapshot]:
         """The state of every breaker used so far."""

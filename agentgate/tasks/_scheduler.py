@@ -687,6 +687,8 @@ class Scheduler:
         )
         if not cut:
             breaker.record_failure(error_class, probe=probe)
+            if not breaker.healthy and self.shared.breakers.get(breaker.key) is not breaker:
+                self.shared.kept_failing(breaker, error_class)
         elif probe:
             breaker.release()
         rule = self._rules.get(call.tool)
