@@ -20,7 +20,7 @@ Found, and fixed by the lead in the same session (each test below was a strict x
   scheduler calls ``breaker_for`` outside the lock) both ``del`` one key: ``KeyError`` out of
   ``submit``; and a closed breaker with a call in flight is dropped, so the failure that call
   ends with opened an orphan and the failing tool was called again at once (now
-  ``SharedLimits.kept_failing`` puts it back, or counts the failure on the new one).
+  ``SharedLimits.reconcile`` puts it back, or counts the failure on the new one).
 
 What holds (passing tests below): an OpenSSH-format key, a 44-character base64 seed with a
 trailing newline, a hex seed after a comma in AGENTGATE_LOG_PREVIOUS_KEYS and ``audit verify --key``

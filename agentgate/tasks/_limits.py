@@ -231,24 +231,32 @@ class SharedLimits:
 
     def _forget_idle_breakers(self) -> None:
         """Drop every breaker that is closed with no failure counted (``healthy``): a new one for
-        its key starts the same. An open, half-open or failing breaker is kept. A call still
-        running under a dropped breaker reports its failure to that object: ``kept_failing``
-        then puts it back. Safe beside another thread doing the same (``pop``, not ``del``)."""
+        its key starts the same. An open, half-open or failing breaker is kept, also one that
+        counted a failure while it was being dropped (put back). A call still running under a
+        dropped breaker reports its outcome to that object: the scheduler then ``reconcile``s it.
+        Safe beside another thread doing the same (``pop``, not ``del``)."""
         for key, found in list(self.breakers.items()):
-            if found.healthy:
-                self.breakers.pop(key, None)
+            if found.healthy and self.breakers.pop(key, None) is found and not found.healthy:
+                self.breakers.setdefault(key, found)
         for tool, found in list(self.tool_breakers.items()):
             if self.breakers.get(found.key) is not found:
                 self.tool_breakers.pop(tool, None)
 
-    def kept_failing(self, breaker: CircuitBreaker, error_class: str) -> None:
-        """After ``breaker`` counted a failure: make sure it is the breaker its key names. One
-        dropped while its call ran (``_forget_idle_breakers``) is put back, or, when a new one was
-        made for its key meanwhile, the failure is counted on that one too, so that a flood of
-        invented names cannot keep a failing tool's breaker from opening."""
+    def reconcile(self, breaker: CircuitBreaker, error_class: str | None) -> None:
+        """The outcome of a call run under ``breaker``, which is no longer the breaker its key
+        names (``_forget_idle_breakers`` dropped it while the call ran): a failure
+        (``error_class``) puts it back, or, when a new one was made for its key meanwhile, is
+        counted on that one too; a success (``None``) resets the new one's count. Both as for a
+        call that held no probe (``probe=False``): the new one's probes decide. So a flood of
+        invented names can neither keep a failing tool's breaker from opening nor open it early."""
+        if error_class is None:
+            current = self.breakers.get(breaker.key)
+            if current is not None and current is not breaker and not current.healthy:
+                current.record_success(probe=False)
+            return
         current = self.breakers.setdefault(breaker.key, breaker)
         if current is not breaker:
-            current.record_failure(error_class)
+            current.record_failure(error_class, probe=False)
 
     def breaker_snapshots(self) -> list[BreakerSnapshot]:
         """The state of every breaker used so far."""

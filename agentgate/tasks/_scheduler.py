@@ -545,6 +545,8 @@ class Scheduler:
                     else:
                         if not breaker.healthy:
                             breaker.record_success(probe=held)
+                        if self.shared.breakers.get(breaker.key) is not breaker:
+                            self.shared.reconcile(breaker, None)  # dropped while the call ran
                         return result
                     finally:
                         if probing:
@@ -688,7 +690,7 @@ class Scheduler:
         if not cut:
             breaker.record_failure(error_class, probe=probe)
             if not breaker.healthy and self.shared.breakers.get(breaker.key) is not breaker:
-                self.shared.kept_failing(breaker, error_class)
+                self.shared.reconcile(breaker, error_class)
         elif probe:
             breaker.release()
         rule = self._rules.get(call.tool)
