@@ -121,27 +121,34 @@ def test_an_answer_cut_short_of_its_framing_is_an_upstream_error_not_a_whole_ans
     _run(scenario)
 
 
+def _connections_for_two_calls(answer: bytes) -> int:
+    """How many connections two calls through one pool open to a backend that answers each with
+    ``answer`` and keeps its socket open afterwards."""
+
+    async def answering(writer: asyncio.StreamWriter) -> bool:
+        writer.write(answer)
+        await writer.drain()
+        return True  # the backend lingers: the socket stays open
+
+    async def scenario() -> int:
+        backend = _Backend(answering)
+        async with backend as url:
+            pool = UpstreamPool()
+            assert await pool.post(url, b"{}") == (200, b"{}")
+            assert await pool.post(url, b"{}") == (200, b"{}")
+            await pool.aclose()
+            return backend.connections
+
+    return asyncio.run(scenario())
+
+
 def test_an_answer_whose_chunked_framing_is_capitalised_keeps_its_connection() -> None:
     """Kills: ``Transfer-Encoding: Chunked`` (capitalised) not recognised as framing.
 
     Rule: a chunked answer (the header's value is case-insensitive, RFC 9112) that allows
     keep-alive leaves its connection in the pool for the next call."""
-
-    async def answer(writer: asyncio.StreamWriter) -> bool:
-        writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: Chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n")
-        await writer.drain()
-        return True
-
-    async def scenario() -> None:
-        backend = _Backend(answer)
-        async with backend as url:
-            pool = UpstreamPool()
-            assert await pool.post(url, b"{}") == (200, b"{}")
-            assert await pool.post(url, b"{}") == (200, b"{}")
-            assert backend.connections == 1
-            await pool.aclose()
-
-    _run(scenario)
+    head = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: Chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n"
+    assert _connections_for_two_calls(head) == 1
 
 
 def test_a_connection_whose_answer_said_close_is_never_reused() -> None:
@@ -151,22 +158,8 @@ def test_a_connection_whose_answer_said_close_is_never_reused() -> None:
     Rule: after an answer that says ``Connection: close`` the gateway sends nothing more on that
     connection, even while the backend has not closed it yet (it may close it under the next
     request, which would then fail, or be read as another's answer)."""
-
-    async def answer(writer: asyncio.StreamWriter) -> bool:
-        writer.write(b"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 2\r\n\r\n{}")
-        await writer.drain()
-        return True  # the backend lingers: the socket stays open after it said close
-
-    async def scenario() -> None:
-        backend = _Backend(answer)
-        async with backend as url:
-            pool = UpstreamPool()
-            assert await pool.post(url, b"{}") == (200, b"{}")
-            assert await pool.post(url, b"{}") == (200, b"{}")
-            assert backend.connections == 2
-            await pool.aclose()
-
-    _run(scenario)
+    head = b"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 2\r\n\r\n{}"
+    assert _connections_for_two_calls(head) == 2
 
 
 def test_an_idle_connection_older_than_idle_s_is_not_reused() -> None:
