@@ -20,15 +20,16 @@ from test_review_r36_lint import _findings as _lint_findings
 
 from agentgate.capabilities import Call
 from agentgate.cli.main import main
+from agentgate.errors import CircuitOpen
 from agentgate.gate import Authorization
 from agentgate.gate._config import GATE_RESULTS_KEPT, scheduler_config
 from agentgate.keys import SigningKey, save_key
 from agentgate.policy import parse_policy
 from agentgate.store import open_store
 from agentgate.store.grants import GrantRepository
-from agentgate.tasks import Scheduler, SchedulerConfig, ToolCall
-from agentgate.tasks._config import RateLimit, ToolLimits
-from agentgate.tasks._limits import PER_NAME_STATE
+from agentgate.tasks import Scheduler, SchedulerConfig, SyncScheduler, ToolCall
+from agentgate.tasks._config import BreakerPolicy, RateLimit, ToolLimits
+from agentgate.tasks._limits import OVERFLOW_BREAKER, PER_NAME_STATE
 from agentgate.tasks._token_bucket import TokenBucket
 
 _HOLDER_READ = (
@@ -188,3 +189,32 @@ def test_an_authorizations_repr_holds_no_argument_value_nor_reason() -> None:
     shown = repr(auth)
     assert "4111" not in shown and "card" not in shown, shown
     assert "verdict='deny'" in shown and "tool:payments.charge" in shown and "audit_index=7" in shown
+
+
+def test_past_the_bound_invented_tools_share_one_breaker_and_a_named_tool_keeps_its_own() -> None:
+    """Breakers are never dropped (a running call holds its own): past ``PER_NAME_STATE`` keys,
+    tools the config does not name share ``OVERFLOW_BREAKER``, so a failing invented tool opens
+    that one, never the breaker of a tool the config names, first seen after the flood."""
+    config = SchedulerConfig(
+        result_cache_size=0,
+        tools={"pay": ToolLimits()},
+        breaker=BreakerPolicy(failure_threshold=1, reset_timeout_s=3600),
+    )
+    with SyncScheduler(config) as sync:
+        shared = sync.scheduler.shared
+        for i in range(PER_NAME_STATE):
+            shared.breaker_for(ToolCall(tool=f"made-up-{i}"))
+        late = [shared.breaker_for(ToolCall(tool=f"late-{i}")) for i in range(3)]
+        assert {b.key for b in late} == {OVERFLOW_BREAKER} and len({id(b) for b in late}) == 1
+
+        def boom(_attempt: object) -> str:
+            raise ConnectionError("down")
+
+        with pytest.raises(ConnectionError):
+            sync.submit(ToolCall(tool="late-0"), boom)
+        with pytest.raises(CircuitOpen):
+            sync.submit(ToolCall(tool="late-1"), lambda _a: "ok")  # shares the open breaker
+        assert sync.submit(ToolCall(tool="pay"), lambda _a: "ok") == "ok"  # named: its own
+        assert shared.breaker_for(ToolCall(tool="pay")).key == "tool:pay"
+        assert sync.submit(ToolCall(tool="made-up-0"), lambda _a: "ok") == "ok"  # seen before: its own
+        assert len(shared.breakers) == PER_NAME_STATE + 2

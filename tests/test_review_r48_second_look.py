@@ -27,18 +27,22 @@ trailing newline, a hex seed after a comma in AGENTGATE_LOG_PREVIOUS_KEYS and ``
 are refused without being quoted; a key path with spaces, a did:key with blanks around it, a
 short relative path are still accepted; a stream abandoned then closed, and a cancelled call,
 release their request id; a breaker with a failure counted survives a flood of tool names.
+
+Later in the session the breaker fixes above were replaced: pruning breakers (and so
+``reconcile`` and the put-back) is gone; past ``PER_NAME_STATE`` keys, a key the config's
+``tools`` does not name shares one breaker (``OVERFLOW_BREAKER``), which is never dropped, so no
+call holds a breaker nobody lists. The tests of the removed mechanism's internals were dropped;
+the behavioural ones (a retry refused once the key's breaker opened after a flood, fail /
+success / fail within one call after a flood) were strict xfails and pass now, as do the key
+wrappings (``is_key_text`` strips one label or assignment and punctuation).
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
-import inspect
 import json
-import sys
-import threading
 from pathlib import Path
-from types import FrameType
 
 import pytest
 
@@ -50,9 +54,9 @@ from agentgate.policy import parse_policy
 from agentgate.sim import SimServer
 from agentgate.store import SQLiteStore
 from agentgate.store.audit import log_key_path, previous_log_keys
-from agentgate.tasks import Scheduler, SchedulerConfig, SyncScheduler, ToolCall
+from agentgate.tasks import Scheduler, SchedulerConfig, ToolCall
 from agentgate.tasks._config import BreakerPolicy
-from agentgate.tasks._limits import PER_NAME_STATE, SharedLimits
+from agentgate.tasks._limits import PER_NAME_STATE
 
 
 def _pem(tmp_path: Path, name: str = "agent") -> tuple[Path, str]:
@@ -184,8 +188,9 @@ def test_legitimate_key_paths_and_dids_are_still_accepted(
 
 
 async def test_a_breaker_with_a_failure_counted_survives_a_flood_of_names() -> None:
-    """A breaker one failure short of opening is kept past ``PER_NAME_STATE`` new tool names: the
-    next failure opens it (a flood of invented names cannot reset a failing tool's count)."""
+    """A breaker one failure short of opening is kept past ``PER_NAME_STATE`` new tool names (they
+    share one breaker): the next failure opens it (a flood of invented names cannot reset a
+    failing tool's count)."""
     config = SchedulerConfig(
         result_cache_size=0, breaker=BreakerPolicy(failure_threshold=2, reset_timeout_s=3600)
     )
@@ -202,7 +207,7 @@ async def test_a_breaker_with_a_failure_counted_survives_a_flood_of_names() -> N
             await scheduler.submit(ToolCall(tool="flaky"), boom)
         for i in range(PER_NAME_STATE + 10):
             assert await scheduler.submit(ToolCall(tool=f"other-{i}"), ok) == "ok"
-        assert len(scheduler.shared.breakers) <= PER_NAME_STATE  # the flood was pruned
+        assert len(scheduler.shared.breakers) <= PER_NAME_STATE + 1  # the flood shares one breaker
         with pytest.raises(ConnectionError):
             await scheduler.submit(ToolCall(tool="flaky"), boom)
         with pytest.raises(CircuitOpen):
@@ -263,45 +268,6 @@ def test_a_url_ending_in_a_bare_question_mark_or_hash_is_refused(url: str) -> No
     with pytest.raises(InventoryError):
         inventory = inventory_from_mapping({"backends": [{"name": "a", "url": url, "models": [MODEL]}]})
         pytest.fail(f"accepted; chat URL {inventory.backends[0].chat_url}")
-
-
-def test_two_threads_forgetting_idle_breakers_at_once_raise_nothing() -> None:
-    """Deterministic: a line tracer holds thread A at its first ``pop`` in
-    ``_forget_idle_breakers`` while this thread runs the same pruning to the end."""
-    with SyncScheduler(SchedulerConfig(result_cache_size=0)) as sync:
-        shared = sync.scheduler.shared
-        for i in range(PER_NAME_STATE):
-            shared.breaker(f"idle-{i}")
-        source, first = inspect.getsourcelines(SharedLimits._forget_idle_breakers)
-        del_line = first + next(n for n, text in enumerate(source) if "self.breakers.pop(key" in text)
-        at_del, b_done = threading.Event(), threading.Event()
-        errors: list[BaseException] = []
-
-        def local(frame: FrameType, event: str, _arg: object) -> object:
-            if event == "line" and frame.f_lineno == del_line and not at_del.is_set():
-                at_del.set()
-                b_done.wait(10)
-            return local
-
-        def tracer(frame: FrameType, event: str, _arg: object) -> object:
-            return local if frame.f_code.co_name == "_forget_idle_breakers" else None
-
-        def thread_a() -> None:
-            sys.settrace(tracer)
-            try:
-                shared.breaker("new-a")
-            except BaseException as exc:
-                errors.append(exc)
-            finally:
-                sys.settrace(None)
-
-        a = threading.Thread(target=thread_a)
-        a.start()
-        assert at_del.wait(10)
-        shared.breaker("new-b")  # prunes every idle breaker, the one A is about to drop included
-        b_done.set()
-        a.join(10)
-    assert not errors, errors
 
 
 async def test_a_breaker_opened_by_a_call_in_flight_during_a_flood_still_refuses() -> None:

@@ -29,19 +29,25 @@ named; NUL characters, 10 MB of text, undecodable bytes and non-path objects get
 IPv6 literals (a zone id too) and percent-escaped ``?``/``#`` in a backend URL are accepted; a
 request id given to a call that failed over, and to one that failed on every backend, is free
 again afterwards.
+
+Later in the session the breaker fixes above were replaced: pruning breakers (and so
+``reconcile`` and the put-back) is gone; past ``PER_NAME_STATE`` keys, a key the config's
+``tools`` does not name shares one breaker (``OVERFLOW_BREAKER``), which is never dropped, so no
+call holds a breaker nobody lists. The tests of the removed mechanism's internals were dropped;
+the behavioural ones (a retry refused once the key's breaker opened after a flood, fail /
+success / fail within one call after a flood) were strict xfails and pass now, as do the key
+wrappings (``is_key_text`` strips one label or assignment and punctuation).
 """
 
 from __future__ import annotations
 
 import base64
-import inspect
 import os
 import socket
 import sys
 import threading
 from pathlib import Path
 from types import FrameType
-from typing import Any
 
 import pytest
 
@@ -54,9 +60,9 @@ from agentgate.sim import SimServer
 from agentgate.store import SQLiteStore
 from agentgate.store.audit import open_log_key
 from agentgate.tasks import SchedulerConfig, SyncScheduler, ToolCall
-from agentgate.tasks._breaker import BreakerState, CircuitBreaker
+from agentgate.tasks._breaker import BreakerState
 from agentgate.tasks._config import BreakerPolicy
-from agentgate.tasks._limits import PER_NAME_STATE, SharedLimits
+from agentgate.tasks._limits import PER_NAME_STATE
 
 MODEL = "llama-3.1-8b"
 
@@ -171,80 +177,6 @@ def test_odd_values_where_a_key_belongs_get_a_typed_error(value: object) -> None
 
 
 # --- 2. tasks: breakers dropped while a call runs ------------------------------------------------
-
-
-def test_a_forwarded_failure_leaves_a_half_open_replacements_probe_to_decide() -> None:
-    policy = BreakerPolicy(failure_threshold=1, reset_timeout_s=10.0, trip_on=("error",))
-    limits = SharedLimits(SchedulerConfig(breaker=policy, result_cache_size=0))
-    try:
-        old = limits.breaker("tool:flaky")
-        assert old.admit() is False  # a call admitted while CLOSED: it holds no probe
-        for i in range(PER_NAME_STATE):  # invented names: the idle breaker is dropped
-            limits.breaker(f"other-{i}")
-        assert limits.breakers.get("tool:flaky") is not old
-        now = [0.0]
-        new = CircuitBreaker("tool:flaky", policy, clock=lambda: now[0])
-        assert limits.breakers.setdefault("tool:flaky", new) is new
-        new.record_failure("error")  # another call fails: the replacement opens
-        now[0] = 11.0
-        assert new.admit() is True  # HALF_OPEN: its probe is in flight
-        # The old call ends as the scheduler reports it (_scheduler._failed):
-        old.record_failure("error", probe=False)
-        assert not old.healthy and limits.breakers.get(old.key) is not old
-        limits.reconcile(old, "error")
-        assert new.snapshot().state is BreakerState.HALF_OPEN  # the probe decides, as for new's own calls
-    finally:
-        limits.close()
-
-
-def test_a_failure_counted_while_its_breaker_is_pruned_is_kept() -> None:
-    """Deterministic: a line tracer holds the pruning thread at the ``pop`` of ``tool:flaky``
-    (its ``healthy`` already read True) while this thread's call fails under that breaker."""
-    config = SchedulerConfig(
-        result_cache_size=0, breaker=BreakerPolicy(failure_threshold=2, reset_timeout_s=3600)
-    )
-
-    def boom(_attempt: object) -> str:
-        raise ConnectionError("down")
-
-    with SyncScheduler(config) as sync:
-        shared = sync.scheduler.shared
-        assert sync.submit(ToolCall(tool="flaky"), lambda _a: "ok") == "ok"
-        while len(shared.breakers) < PER_NAME_STATE:
-            shared.breaker(f"idle-{len(shared.breakers)}")
-        source, first = inspect.getsourcelines(SharedLimits._forget_idle_breakers)
-        pop_line = first + next(n for n, text in enumerate(source) if "self.breakers.pop(key" in text)
-        at_pop, go = threading.Event(), threading.Event()
-
-        def local(frame: FrameType, event: str, _arg: object) -> Any:
-            if event == "line" and frame.f_lineno == pop_line and frame.f_locals.get("key") == "tool:flaky":
-                at_pop.set()
-                go.wait(10)
-            return local
-
-        def tracer(frame: FrameType, event: str, _arg: object) -> Any:
-            return local if frame.f_code.co_name == "_forget_idle_breakers" else None
-
-        def pruner() -> None:
-            sys.settrace(tracer)
-            try:
-                shared.breaker("new-name")
-            finally:
-                sys.settrace(None)
-
-        thread = threading.Thread(target=pruner)
-        thread.start()
-        try:
-            assert at_pop.wait(10)
-            with pytest.raises(ConnectionError):
-                sync.submit(ToolCall(tool="flaky"), boom)  # failure 1 of 2
-        finally:
-            go.set()
-            thread.join(10)
-        with pytest.raises(ConnectionError):
-            sync.submit(ToolCall(tool="flaky"), boom)  # failure 2 of 2: the breaker opens
-        states = {s.key: s.state for s in shared.breaker_snapshots()}
-        assert states.get("tool:flaky") is BreakerState.OPEN, states.get("tool:flaky")
 
 
 # --- 3. dispatcher: ids released -----------------------------------------------------------------

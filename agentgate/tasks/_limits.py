@@ -54,9 +54,13 @@ _LONGEST_TIMER_WAIT_S = 86_400.0
 _NEVER = float("inf")
 PER_NAME_STATE = 4096
 """How many tools (and tenants) the per-name state keeps before it forgets what a new entry would
-hold again: caches derived from the config, closed healthy breakers and full token buckets. Tool
-and tenant names reach a scheduler used alone from its callers (a Gate passes only those its policy
-declares), so without a bound a caller inventing names would grow them without end."""
+hold again (caches derived from the config, full token buckets) or shares one entry (breakers:
+``OVERFLOW_BREAKER``). Tool and tenant names reach a scheduler used alone from its callers (a
+Gate passes only those its policy declares), so without a bound a caller inventing names would
+grow them without end."""
+OVERFLOW_BREAKER = "tool:_other"
+"""The breaker of every key first seen past ``PER_NAME_STATE`` breakers that the config's
+``tools`` does not name."""
 #: The limits a slot counts against, in the order they are checked.
 _DIMENSIONS = ("global", "tool", "tenant", "principal")
 
@@ -214,8 +218,13 @@ class SharedLimits:
         """The circuit breaker for ``key``, created closed; one per key for all schedulers (no lock needed)."""
         found = self.breakers.get(key)
         if found is None:
-            if len(self.breakers) >= PER_NAME_STATE:
-                self._forget_idle_breakers()
+            if len(self.breakers) >= PER_NAME_STATE and key.removeprefix("tool:") not in self.config.tools:
+                # Past the bound, keys the config does not name share one breaker, as metrics
+                # labels share ``_other``: never dropped, so no call holds a breaker nobody lists.
+                key = OVERFLOW_BREAKER
+                found = self.breakers.get(key)
+                if found is not None:
+                    return found
             made = CircuitBreaker(key, self.config.breaker, on_change=self._breaker_changed)
             found = self.breakers.setdefault(key, made)  # atomic: two threads get the same one
         return found
@@ -226,37 +235,10 @@ class SharedLimits:
             return self.breakers.get(call.breaker_key) or self.breaker(call.breaker_key)
         found = self.tool_breakers.get(call.tool)
         if found is None:
-            found = self.tool_breakers[call.tool] = self.breaker("tool:" + call.tool)
+            found = self.breaker("tool:" + call.tool)
+            if len(self.tool_breakers) < PER_NAME_STATE:  # else found again through ``breaker``
+                self.tool_breakers[call.tool] = found
         return found
-
-    def _forget_idle_breakers(self) -> None:
-        """Drop every breaker that is closed with no failure counted (``healthy``): a new one for
-        its key starts the same. An open, half-open or failing breaker is kept, also one that
-        counted a failure while it was being dropped (put back). A call still running under a
-        dropped breaker reports its outcome to that object: the scheduler then ``reconcile``s it.
-        Safe beside another thread doing the same (``pop``, not ``del``)."""
-        for key, found in list(self.breakers.items()):
-            if found.healthy and self.breakers.pop(key, None) is found and not found.healthy:
-                self.breakers.setdefault(key, found)
-        for tool, found in list(self.tool_breakers.items()):
-            if self.breakers.get(found.key) is not found:
-                self.tool_breakers.pop(tool, None)
-
-    def reconcile(self, breaker: CircuitBreaker, error_class: str | None) -> None:
-        """The outcome of a call run under ``breaker``, which is no longer the breaker its key
-        names (``_forget_idle_breakers`` dropped it while the call ran): a failure
-        (``error_class``) puts it back, or, when a new one was made for its key meanwhile, is
-        counted on that one too; a success (``None``) resets the new one's count. Both as for a
-        call that held no probe (``probe=False``): the new one's probes decide. So a flood of
-        invented names can neither keep a failing tool's breaker from opening nor open it early."""
-        if error_class is None:
-            current = self.breakers.get(breaker.key)
-            if current is not None and current is not breaker and not current.healthy:
-                current.record_success(probe=False)
-            return
-        current = self.breakers.setdefault(breaker.key, breaker)
-        if current is not breaker:
-            current.record_failure(error_class, probe=False)
 
     def breaker_snapshots(self) -> list[BreakerSnapshot]:
         """The state of every breaker used so far."""

@@ -545,8 +545,6 @@ class Scheduler:
                     else:
                         if not breaker.healthy:
                             breaker.record_success(probe=held)
-                        if self.shared.breakers.get(breaker.key) is not breaker:
-                            self.shared.reconcile(breaker, None)  # dropped while the call ran
                         return result
                     finally:
                         if probing:
@@ -689,8 +687,6 @@ class Scheduler:
         )
         if not cut:
             breaker.record_failure(error_class, probe=probe)
-            if not breaker.healthy and self.shared.breakers.get(breaker.key) is not breaker:
-                self.shared.reconcile(breaker, error_class)
         elif probe:
             breaker.release()
         rule = self._rules.get(call.tool)
@@ -832,8 +828,6 @@ class Scheduler:
         seen = self._breaker_seen.get(key)
         if seen is not None and now < seen[0]:
             return
-        if seen is None and len(self._breaker_seen) >= PER_NAME_STATE:
-            self._breaker_seen.clear()  # each key then reads the shared state again, and adopts it if newer
         version = seen[1] if seen is not None else 0
         self._breaker_seen[key] = (now + _BREAKER_SYNC_S, version)
         try:

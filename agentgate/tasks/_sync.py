@@ -391,8 +391,6 @@ class SyncScheduler:
                         raise _async_function(tool)
                     if not breaker.healthy:
                         breaker.record_success(probe=held)
-                    if shared.breakers.get(breaker.key) is not breaker:
-                        shared.reconcile(breaker, None)  # dropped while the call ran
                     return result
                 finally:
                     if probing:
