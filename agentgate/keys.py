@@ -415,33 +415,31 @@ def _refuse_more_than_one_pem_block(path: Path, data: bytes, what: str) -> None:
 
 
 _KEY_TEXT = re.compile(r"[A-Za-z0-9+/=_-]{40,}")
-_KEY_LABEL = re.compile(r"^(?:export\s+)?[A-Za-z0-9_.-]{1,40}\s*[:=]\s*(?!//)")
-_KEY_WRAPPING = "\"'`,;.() \t"
+_KEY_SEPARATORS = re.compile(r"[\s\"'`:=,;()\[\]{}<>#$]+")
+_DID_KEY = re.compile(r"did:key:z[1-9A-HJ-NP-Za-km-z]+")
 
 
 def is_key_text(value: str | bytes | os.PathLike[str] | os.PathLike[bytes], base: Path | None = None) -> bool:
     """Whether ``value``, given where a key file's path (or a did:key) belongs, looks like a key
     itself and names no existing file (a relative one under ``base``, else the working
     directory): a PEM block or a part of one, more than one line, a JSON object or array (a
-    JWK), or 40 or more base64 or hex characters and nothing else but quotes, punctuation and
-    one label or assignment before them (``"$(cat agent.key)"``, a secret mapped to an
-    environment variable, a seed as tools print it, ``ed25519:SEED``, ``export KEY=SEED``). Such a value is never quoted in an error:
-    it is likely a private key, and errors reach logs. A long name without a dot that names no
-    file is taken for one too; a file that exists is never refused for its name."""
+    JWK), or a word of 40 or more base64 or hex characters, words being split at blanks, quotes
+    and the punctuation of labels and assignments (``"$(cat agent.key)"``, a secret mapped to an
+    environment variable, a seed as tools print it, ``ed25519:SEED``, ``export KEY=SEED``,
+    ``"d": "SEED",``). A did:key in it is not such a word. Such a value is never quoted in an
+    error: it is likely a private key, and errors reach logs. A long name without a dot that
+    names no file is taken for one too; a file that exists is never refused for its name."""
     try:
         text = os.fsdecode(value)
     except (TypeError, ValueError):
         return False  # neither text, bytes nor a path: the caller's type check names it
     stripped = text.strip()
-    # Quotes an env file kept, punctuation around it, a label or assignment before it
-    # (``ed25519:``, ``seed: ``, ``export AGENTGATE_LOG_KEY=``; not ``http://``; a did:key keeps
-    # a colon, which no run holds).
-    core = _KEY_LABEL.sub("", stripped.strip(_KEY_WRAPPING), count=1).strip(_KEY_WRAPPING)
+    words = _KEY_SEPARATORS.split(_DID_KEY.sub(" ", stripped))
     if not (
         "-----BEGIN" in stripped
         or "\n" in stripped
-        or core.lstrip("[ ").startswith("{")
-        or _KEY_TEXT.fullmatch(core) is not None
+        or stripped.lstrip("\"'[ ").startswith("{")
+        or any(_KEY_TEXT.fullmatch(word.rstrip(".")) for word in words)
     ):
         return False
     try:

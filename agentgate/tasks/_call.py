@@ -165,6 +165,8 @@ class ToolCall:
             or (self.key_reaches_tool is not True and self.key_reaches_tool is not False)
             or (self.keep_error_text is not True and self.keep_error_text is not False)
             or (self.reuse_result is not True and self.reuse_result is not False)
+            or self.tool == "_other"
+            or self.breaker_key == "tool:_other"
         ):
             self._check_fields()
         if self.deadline is not None or self.grant_expires_at is not None:
@@ -194,6 +196,12 @@ class ToolCall:
         for value in (self.tool, self.tenant, self.principal, self.run_id, self.call_id, self.breaker_key):
             if value is not None and not value.isascii():
                 _encodable(value)
+        if self.tool == "_other" or self.breaker_key == "tool:_other":
+            # Reserved: the label that metrics fold other tools into, and the breaker they share
+            # past the bound (``OVERFLOW_BREAKER``): a tool of that name would share its breaker.
+            raise InputError(
+                "the tool name _other (breaker key tool:_other) is reserved; name the tool otherwise"
+            )
         chain = self.authority_chain
         if type(chain) is not tuple:
             # A string here would scope the idempotency key by its last character only.

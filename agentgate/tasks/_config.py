@@ -282,6 +282,10 @@ class SchedulerConfig:
         _instance(self.tools, Mapping, "tools")
         for tool, limits in self.tools.items():
             _name(tool, "a tool name in tools")
+            _require(
+                tool != "_other",
+                "the tool name _other is reserved (metrics and breakers fold other tools into it)",
+            )
             _instance(limits, ToolLimits, f"tools[{tool!r}]")
         _instance(self.default_tool, ToolLimits, "default_tool")
         _instance(self.breaker, BreakerPolicy, "breaker")

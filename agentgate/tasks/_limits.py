@@ -232,12 +232,15 @@ class SharedLimits:
     def breaker_for(self, call: ToolCall) -> CircuitBreaker:
         """The breaker ``call`` runs under: its ``breaker_key``, else its tool's."""
         if call.breaker_key is not None:
-            return self.breakers.get(call.breaker_key) or self.breaker(call.breaker_key)
+            keyed = self.breakers.get(call.breaker_key) or self.breaker(call.breaker_key)
+            if keyed.key != call.breaker_key and call.tool in self.config.tools:
+                keyed = self.breaker("tool:" + call.tool)  # a named tool never shares the overflow
+            return keyed
         found = self.tool_breakers.get(call.tool)
         if found is None:
             found = self.breaker("tool:" + call.tool)
-            if len(self.tool_breakers) < PER_NAME_STATE:  # else found again through ``breaker``
-                self.tool_breakers[call.tool] = found
+            if found.key != OVERFLOW_BREAKER and len(self.tool_breakers) < PER_NAME_STATE:
+                self.tool_breakers[call.tool] = found  # else found again through ``breaker``
         return found
 
     def breaker_snapshots(self) -> list[BreakerSnapshot]:

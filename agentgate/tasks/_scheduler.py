@@ -70,7 +70,7 @@ from agentgate.tasks._breaker import BreakerSnapshot, BreakerState, CircuitBreak
 from agentgate.tasks._call import Attempt, ToolCall, require_tool_call
 from agentgate.tasks._classify import DEFAULT_CLASSIFIER, Classifier
 from agentgate.tasks._config import PriorityClass, SchedulerConfig, ToolLimits
-from agentgate.tasks._limits import PER_NAME_STATE, RUNNING, SharedLimits, Waiter
+from agentgate.tasks._limits import OVERFLOW_BREAKER, PER_NAME_STATE, RUNNING, SharedLimits, Waiter
 from agentgate.tasks._metrics import SchedulerMetrics
 from agentgate.tasks._retry import Failure, RetryRule, rule_for
 
@@ -423,7 +423,7 @@ class Scheduler:
                     if self._shared_breakers is not None:
                         await self._sync_breaker(breaker, loop)
                     if not breaker.closed and breaker.refuses():
-                        raise _circuit_open(breaker)
+                        raise _circuit_open(breaker, tool)
                     try:
                         if self._closed:
                             raise SchedulingError("the scheduler is closed")
@@ -466,7 +466,7 @@ class Scheduler:
                         if not breaker.closed:
                             admitted = breaker.admit()
                             if admitted is None:
-                                raise _circuit_open(breaker)
+                                raise _circuit_open(breaker, tool)
                             held = probing = admitted
                         # Running under an ancestor's tool slot: under its lease too (it waits for this
                         # call; should it finish first, the slot and its lease pass to this call,
@@ -976,13 +976,19 @@ async def settled(future: asyncio.Future[Any]) -> None:
         future.exception()
 
 
-def _circuit_open(breaker: CircuitBreaker) -> _GiveUp:
-    """A call refused by ``breaker``: the error says which breaker and when it lets a probe through."""
+def _circuit_open(breaker: CircuitBreaker, tool: str | None = None) -> _GiveUp:
+    """A call (to ``tool``) refused by ``breaker``: the error says which breaker and when it lets a
+    probe through, and that the breaker is the shared overflow when it is."""
     retry_after = breaker.snapshot().retry_after_s
+    shared = (
+        f" (tool {tool!r} shares it with the tools first seen past {PER_NAME_STATE} breaker keys)"
+        if breaker.key == OVERFLOW_BREAKER and tool is not None
+        else ""
+    )
     return _GiveUp(
         "circuit_open",
         CircuitOpen(
-            f"the circuit breaker {breaker.key} is open (retry after {retry_after:.3f}s)",
+            f"the circuit breaker {breaker.key}{shared} is open (retry after {retry_after:.3f}s)",
             key=breaker.key,
             retry_after_s=retry_after,
         ),

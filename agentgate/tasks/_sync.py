@@ -344,7 +344,7 @@ class SyncScheduler:
             try:
                 # 1. admission: start now, or wait in the fair queue (never past the deadline)
                 if not breaker.closed and breaker.refuses():
-                    raise _circuit_open(breaker)
+                    raise _circuit_open(breaker, tool)
                 waiter = self._admit(call, limits, priority, deadline, traced)
                 # 2. the attempt, under the breaker and the attempt deadline (checked, not enforced)
                 held = probing = False  # held: a half-open probe; probing: held, fn not started
@@ -352,7 +352,7 @@ class SyncScheduler:
                     if not breaker.closed:
                         admitted = breaker.admit()
                         if admitted is None:
-                            raise _circuit_open(breaker)
+                            raise _circuit_open(breaker, tool)
                         held = probing = admitted
                     unix_deadline = None
                     if deadline is not None or limits.timeout_s is not None:

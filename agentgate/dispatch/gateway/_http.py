@@ -251,6 +251,13 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     def resume_writing(self) -> None:
         self._stop_stall_timer()
         super().resume_writing()
+        # Below the low-water mark with every answer written: nothing will write (and so pause)
+        # again, and the tail's clock of ``on_response_complete`` was this one. A caller that
+        # stops reading here would hold the connection for ever (asyncio's own loop resumes
+        # below the mark; uvloop, once the buffer is empty).
+        if not self._answering() and self.transport.get_write_buffer_size() > 0:
+            self._stall_mark = self._untaken()
+            self._stall_timer = self.loop.call_later(self.stall_s, self._check_stall)
 
     def on_response_complete(self) -> None:
         answered = self._running
