@@ -417,6 +417,7 @@ def _refuse_more_than_one_pem_block(path: Path, data: bytes, what: str) -> None:
 _KEY_TEXT = re.compile(r"[A-Za-z0-9+/=_-]{40,}")
 _KEY_SEPARATORS = re.compile(r"[\s\"'`:=,;()\[\]{}<>#$]+")
 _DID_KEY = re.compile(r"did:key:z[1-9A-HJ-NP-Za-km-z]+")
+_FILE_NAME_END = re.compile(r"[/\\][^/\\]*[A-Za-z0-9_-]\.[A-Za-z0-9]{1,8}$")
 
 
 def is_key_text(value: str | bytes | os.PathLike[str] | os.PathLike[bytes], base: Path | None = None) -> bool:
@@ -434,12 +435,18 @@ def is_key_text(value: str | bytes | os.PathLike[str] | os.PathLike[bytes], base
     except (TypeError, ValueError):
         return False  # neither text, bytes nor a path: the caller's type check names it
     stripped = text.strip()
-    words = _KEY_SEPARATORS.split(_DID_KEY.sub(" ", stripped))
     if not (
         "-----BEGIN" in stripped
         or "\n" in stripped
         or stripped.lstrip("\"'[ ").startswith("{")
-        or any(_KEY_TEXT.fullmatch(word.rstrip(".")) for word in words)
+        or (
+            # a path to a file with an extension (``.../agent.pub``) is one: base64 never ends so
+            not _FILE_NAME_END.search(stripped)
+            and any(
+                _KEY_TEXT.fullmatch(word.rstrip("."))
+                for word in _KEY_SEPARATORS.split(_DID_KEY.sub(" ", stripped))
+            )
+        )
     ):
         return False
     try:

@@ -187,6 +187,10 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
 
     def _started(self, cycle: RequestResponseCycle) -> None:
         self._running = cycle
+        if not self.flow.write_paused:
+            # The last answer's tail clock measured the caller against that answer's bytes: the
+            # new one's would count as not taken. This answer's own pause, or its end, starts one.
+            self._stop_stall_timer()
         cycle.scope[UNSENT] = self._unsent  # type: ignore[literal-required]
         cycle.scope[RESET] = self._reset  # type: ignore[literal-required]
 
