@@ -22,9 +22,11 @@ answer is written and bytes still wait).
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import test_review_gateway_stall
@@ -107,7 +109,7 @@ class _EndsPaused:
     (what uvicorn falls back to without uvloop), serving a stream whose last write pushes the
     transport's buffer past its high-water mark: the answer ends with writing paused."""
 
-    def __init__(self) -> None:
+    def __init__(self, loop: str = "asyncio") -> None:
         config = uvicorn.Config(
             self._app,
             host="127.0.0.1",
@@ -115,13 +117,16 @@ class _EndsPaused:
             log_level="warning",
             lifespan="off",
             interface="asgi3",
-            loop="asyncio",
+            loop=loop,
             http=BoundedHttpToolsProtocol.with_stall(STALL_S),
         )
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 
     async def _app(self, scope: Any, receive: Any, send: Any) -> None:
+        await self._ends_paused(send)
+
+    async def _ends_paused(self, send: Any) -> None:
         await send({"type": "http.response.start", "status": 200, "headers": []})
         (connection,) = self.server.server_state.connections
         while connection.transport.get_write_buffer_size() <= HIGH_WATER - (4 << 10):
@@ -141,40 +146,54 @@ class _EndsPaused:
         self.thread.join(10)
 
 
+@contextlib.contextmanager
+def connected(served: _EndsPaused) -> Iterator[tuple[socket.socket, Any, Any]]:
+    """A raw-socket caller of ``served`` with a small receive buffer, and the gateway's protocol
+    and transport of its connection, whose send buffer is made ``SNDBUF`` before any request."""
+    server = served.server
+    port = server.servers[0].sockets[0].getsockname()[1]
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.settimeout(10)
+        sock.connect(("127.0.0.1", port))
+        deadline = time.monotonic() + 10
+        while not server.server_state.connections:
+            assert time.monotonic() < deadline
+            time.sleep(0.005)
+        (protocol,) = server.server_state.connections
+        transport = protocol.transport
+        transport.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SNDBUF)
+        yield sock, protocol, transport
+
+
+def answered(protocol: Any) -> None:
+    """Wait until the connection's answer has ended."""
+    deadline = time.monotonic() + 10
+    while protocol.cycle is None or not protocol.cycle.response_complete:
+        assert time.monotonic() < deadline, "the answer did not end"
+        time.sleep(0.002)
+
+
 def _ends_paused_then_stops_reading() -> bool:
     """One scene of the test below; False when it could not be set up (the kernel took the whole
     tail at once, so the gateway's buffer never stood between 0 and the low-water mark: a loaded
     machine's scheduling), True when it ran and held."""
-    with _EndsPaused() as served:
-        port = served.server.servers[0].sockets[0].getsockname()[1]
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-            sock.settimeout(10)
-            sock.connect(("127.0.0.1", port))
-            server = served.server
-            deadline = time.monotonic() + 10
-            while not server.server_state.connections:
-                assert time.monotonic() < deadline
-                time.sleep(0.005)
-            (protocol,) = server.server_state.connections
-            transport = protocol.transport
-            transport.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SNDBUF)
-            sock.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
-            while protocol.cycle is None or not protocol.cycle.response_complete:
-                assert time.monotonic() < deadline, "the answer did not end"
-                time.sleep(0.002)
-            assert protocol.flow.write_paused  # the answer ended with writing paused
-            while not 0 < transport.get_write_buffer_size() <= HIGH_WATER // 4:
-                if transport.get_write_buffer_size() == 0:
-                    return False  # the window was missed: nothing is left to stall on
-                assert sock.recv(256), "the connection closed while the caller read"
-            # The caller stops reading here, with bytes left in the gateway's buffer.
-            deadline = time.monotonic() + 4 * STALL_S
-            while server.server_state.connections and time.monotonic() < deadline:
-                time.sleep(0.05)
-            assert not server.server_state.connections, "a caller that stopped reading holds its connection"
-            _assert_reset(sock)
-            return True
+    with _EndsPaused() as served, connected(served) as (sock, protocol, transport):
+        server = served.server
+        sock.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        answered(protocol)
+        assert protocol.flow.write_paused  # the answer ended with writing paused
+        while not 0 < transport.get_write_buffer_size() <= HIGH_WATER // 4:
+            if transport.get_write_buffer_size() == 0:
+                return False  # the window was missed: nothing is left to stall on
+            assert sock.recv(256), "the connection closed while the caller read"
+        # The caller stops reading here, with bytes left in the gateway's buffer.
+        deadline = time.monotonic() + 4 * STALL_S
+        while server.server_state.connections and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not server.server_state.connections, "a caller that stopped reading holds its connection"
+        _assert_reset(sock)
+        return True
 
 
 def test_an_answer_that_ended_paused_and_whose_caller_stops_reading_below_low_water_is_cut() -> None:
