@@ -417,19 +417,34 @@ def _refuse_more_than_one_pem_block(path: Path, data: bytes, what: str) -> None:
 _KEY_TEXT = re.compile(r"[A-Za-z0-9+/=_-]{40,}")
 _KEY_SEPARATORS = re.compile(r"[\s\"'`:=,;()\[\]{}<>#$]+")
 _DID_KEY = re.compile(r"did:key:z[1-9A-HJ-NP-Za-km-z]+")
-_FILE_NAME_END = re.compile(r"[/\\][^/\\]*[A-Za-z0-9_-]\.[A-Za-z0-9]{1,8}$")
+_HEX = re.compile(r"[0-9a-fA-F]{40,}")
+
+
+def _key_like(word: str) -> bool:
+    """Whether ``word`` looks like key material rather than a name: 40 or more characters, all
+    hex digits, or all base64 ones mixed as random bytes come out (four capitals and four small
+    letters at least: a 43-character seed has fewer about once in a million). Directory and
+    file names, words joined by ``-`` or ``_`` with a capital or two, are not."""
+    if _KEY_TEXT.fullmatch(word) is None:
+        return False
+    if _HEX.fullmatch(word):
+        return True
+    upper = sum(c.isupper() for c in word)
+    lower = sum(c.islower() for c in word)  # (words: a capital or two, mostly small letters)
+    return upper >= 4 and lower >= 4
 
 
 def is_key_text(value: str | bytes | os.PathLike[str] | os.PathLike[bytes], base: Path | None = None) -> bool:
     """Whether ``value``, given where a key file's path (or a did:key) belongs, looks like a key
     itself and names no existing file (a relative one under ``base``, else the working
     directory): a PEM block or a part of one, more than one line, a JSON object or array (a
-    JWK), or a word of 40 or more base64 or hex characters, words being split at blanks, quotes
-    and the punctuation of labels and assignments (``"$(cat agent.key)"``, a secret mapped to an
+    JWK), or a word of 40 or more hex digits or base64 characters mixed as random bytes are
+    (``_key_like``), words being split at blanks, quotes and the punctuation of labels and
+    assignments (``"$(cat agent.key)"``, a secret mapped to an
     environment variable, a seed as tools print it, ``ed25519:SEED``, ``export KEY=SEED``,
     ``"d": "SEED",``). A did:key in it is not such a word. Such a value is never quoted in an
-    error: it is likely a private key, and errors reach logs. A long name without a dot that
-    names no file is taken for one too; a file that exists is never refused for its name."""
+    error: it is likely a private key, and errors reach logs. A path whose names are words is
+    not such text, nor is a file that exists, whatever its name."""
     try:
         text = os.fsdecode(value)
     except (TypeError, ValueError):
@@ -439,14 +454,7 @@ def is_key_text(value: str | bytes | os.PathLike[str] | os.PathLike[bytes], base
         "-----BEGIN" in stripped
         or "\n" in stripped
         or stripped.lstrip("\"'[ ").startswith("{")
-        or (
-            # a path to a file with an extension (``.../agent.pub``) is one: base64 never ends so
-            not _FILE_NAME_END.search(stripped)
-            and any(
-                _KEY_TEXT.fullmatch(word.rstrip("."))
-                for word in _KEY_SEPARATORS.split(_DID_KEY.sub(" ", stripped))
-            )
-        )
+        or any(_key_like(word.rstrip(".")) for word in _KEY_SEPARATORS.split(_DID_KEY.sub(" ", stripped)))
     ):
         return False
     try:

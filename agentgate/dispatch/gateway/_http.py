@@ -259,9 +259,8 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         # again, and the tail's clock of ``on_response_complete`` was this one. A caller that
         # stops reading here would hold the connection for ever (asyncio's own loop resumes
         # below the mark; uvloop, once the buffer is empty).
-        if not self._answering() and self.transport.get_write_buffer_size() > 0:
-            self._stall_mark = self._untaken()
-            self._stall_timer = self.loop.call_later(self.stall_s, self._check_stall)
+        if not self._answering():
+            self._start_tail_clock(self._stall_cycle)
 
     def on_response_complete(self) -> None:
         answered = self._running
@@ -274,9 +273,15 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             self.transport.close()
         # The answer's tail still waits in the transport (below the high-water mark, so writing
         # never paused): the connection's close or keep-alive would wait for it for ever.
+        self._start_tail_clock(answered)
+
+    def _start_tail_clock(self, cycle: RequestResponseCycle | None) -> None:
+        """Start the stall clock for bytes written that wait in the transport, unless one runs:
+        when an answer ends, when writing resumes with every answer written, and when a refusal
+        closes the connection (a close waits for those bytes)."""
         if self._stall_timer is None and self.transport.get_write_buffer_size() > 0:
             self._stall_mark = self._untaken()
-            self._stall_cycle = answered
+            self._stall_cycle = cycle
             self._stall_timer = self.loop.call_later(self.stall_s, self._check_stall)
 
     def _stop_stall_timer(self) -> None:
@@ -376,6 +381,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             return  # reading goes on (dropped), so that a caller that hangs up is still seen
         self.transport.write(self._refusal)
         self.transport.close()
+        self._start_tail_clock(None)  # a caller that stopped reading would hold the close
 
     def _answering(self) -> bool:
         """Whether a request before the one being read is still being answered, or queued."""
