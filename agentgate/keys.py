@@ -416,7 +416,9 @@ def _refuse_more_than_one_pem_block(path: Path, data: bytes, what: str) -> None:
 
 _KEY_TEXT = re.compile(r"[A-Za-z0-9+/=_-]{40,}")
 _KEY_SEPARATORS = re.compile(r"[\s\"'`:=,;()\[\]{}<>#$]+")
-_DID_KEY = re.compile(r"did:key:z[1-9A-HJ-NP-Za-km-z]+")
+_DID_KEY = re.compile(r"did:key:z[1-9A-HJ-NP-Za-km-z]+(?:#z[1-9A-HJ-NP-Za-km-z]+)?")
+_GROUPS = re.compile(r"[\s:-]+")
+_NAME_PART = re.compile(r"(?:[A-Z]?[a-z]+|[0-9]+|[-_])+")
 _HEX = re.compile(r"[0-9a-fA-F]{40,}")
 
 
@@ -425,13 +427,23 @@ def _key_like(word: str) -> bool:
     hex digits, or all base64 ones mixed as random bytes come out (four capitals and four small
     letters at least: a 43-character seed has fewer about once in a million). Directory and
     file names, words joined by ``-`` or ``_`` with a capital or two, are not."""
+    word = word.removeprefix("0x").removeprefix("0X")
     if _KEY_TEXT.fullmatch(word) is None:
         return False
     if _HEX.fullmatch(word):
         return True
+    if word.startswith("/") and all(_NAME_PART.fullmatch(part) for part in word.split("/") if part):
+        return False  # an absolute path of CamelCase names (``/Users/JohnDoe/...``)
     upper = sum(c.isupper() for c in word)
     lower = sum(c.islower() for c in word)  # (words: a capital or two, mostly small letters)
     return upper >= 4 and lower >= 4
+
+
+def _grouped_key(text: str) -> bool:
+    """Whether ``text`` is key material written in groups of at most 8 characters (hex pairs as
+    ``openssl`` prints them, ``c8:c9:...``, or groups split by blanks or dashes)."""
+    groups = [g for g in _GROUPS.split(text.removeprefix("0x").removeprefix("0X")) if g]
+    return len(groups) > 1 and all(len(g) <= 8 for g in groups) and _key_like("".join(groups))
 
 
 def is_key_text(value: str | bytes | os.PathLike[str] | os.PathLike[bytes], base: Path | None = None) -> bool:
@@ -455,6 +467,7 @@ def is_key_text(value: str | bytes | os.PathLike[str] | os.PathLike[bytes], base
         or "\n" in stripped
         or stripped.lstrip("\"'[ ").startswith("{")
         or any(_key_like(word.rstrip(".")) for word in _KEY_SEPARATORS.split(_DID_KEY.sub(" ", stripped)))
+        or _grouped_key(stripped)
     ):
         return False
     try:

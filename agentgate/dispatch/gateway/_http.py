@@ -279,6 +279,8 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         """Start the stall clock for bytes written that wait in the transport, unless one runs:
         when an answer ends, when writing resumes with every answer written, and when a refusal
         closes the connection (a close waits for those bytes)."""
+        if cycle is not None and self._answering():
+            return  # the next answer is written: its own end or pause starts the clock
         if self._stall_timer is None and self.transport.get_write_buffer_size() > 0:
             self._stall_mark = self._untaken()
             self._stall_cycle = cycle
