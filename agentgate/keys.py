@@ -417,7 +417,9 @@ def _refuse_more_than_one_pem_block(path: Path, data: bytes, what: str) -> None:
 _KEY_TEXT = re.compile(r"[A-Za-z0-9+/=_-]{40,}")
 _KEY_SEPARATORS = re.compile(r"[\s\"'`:=,;()\[\]{}<>#$]+")
 _DID_KEY = re.compile(r"did:key:z[1-9A-HJ-NP-Za-km-z]+(?:#z[1-9A-HJ-NP-Za-km-z]+)?")
-_GROUPS = re.compile(r"[\s:-]+")
+_GROUPS = re.compile(r"[\s:,;-]+")
+_FLAT_DROP = re.compile(r"0[xX]|\\x|[\s:,;\-\"'`\[\](){}=]")
+_HEX64 = re.compile(r"[0-9a-fA-F]{64,}")
 _NAME_PART = re.compile(r"(?:[A-Z]?[a-z]+|[0-9]+|[-_])+")
 _HEX = re.compile(r"[0-9a-fA-F]{40,}")
 
@@ -440,10 +442,13 @@ def _key_like(word: str) -> bool:
 
 
 def _grouped_key(text: str) -> bool:
-    """Whether ``text`` is key material written in groups of at most 8 characters (hex pairs as
-    ``openssl`` prints them, ``c8:c9:...``, or groups split by blanks or dashes)."""
-    groups = [g for g in _GROUPS.split(text.removeprefix("0x").removeprefix("0X")) if g]
-    return len(groups) > 1 and all(len(g) <= 8 for g in groups) and _key_like("".join(groups))
+    """Whether ``text`` is key material written in groups: 64 or more hex digits once the
+    separators, quotes, ``0x`` and ``\\x`` are taken out (``openssl``'s ``c8:c9:...``, a C array,
+    a bytes repr, with a label or not), or base64 in groups of at most 8 characters."""
+    if _HEX64.search(_FLAT_DROP.sub("", text)):  # 32 bytes or more in hex, however written
+        return True
+    short = [g for g in (g.strip("\"'`") for g in _GROUPS.split(text)) if 0 < len(g) <= 8]
+    return len(short) > 4 and _key_like("".join(short))
 
 
 def is_key_text(value: str | bytes | os.PathLike[str] | os.PathLike[bytes], base: Path | None = None) -> bool:

@@ -81,6 +81,8 @@ yet handed to the kernel), 0 once the connection is closed."""
 RESET = "agentgate.reset"
 """Scope key set to a callable: resets the connection at once (its unsent bytes dropped), as a
 stalled caller's is."""
+_BEGAN = "agentgate.began"
+"""Scope key set to a callable: called when the request's answer begins (its head is sent)."""
 
 
 class BoundedHttpToolsProtocol(HttpToolsProtocol):
@@ -180,19 +182,25 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         super().on_headers_complete()
         # uvicorn starts the new request at once unless one is still being answered; then it
         # queues it (``pipeline``), and ``cycle`` names the queued one from now on.
-        if self.cycle is not previous and self.cycle.scope["http_version"] == "1.0":
-            self.cycle.__class__ = _CloseDelimitedCycle
+        if self.cycle is not previous:
+            one_oh = self.cycle.scope["http_version"] == "1.0"
+            self.cycle.__class__ = _CloseDelimitedCycle if one_oh else _AnswerCycle
         if self.cycle is not previous and (previous is None or previous.response_complete):
             self._started(self.cycle)
 
     def _started(self, cycle: RequestResponseCycle) -> None:
         self._running = cycle
-        if not self.flow.write_paused:
-            # The last answer's tail clock measured the caller against that answer's bytes: the
-            # new one's would count as not taken. This answer's own pause, or its end, starts one.
-            self._stop_stall_timer()
+        cycle.scope[_BEGAN] = self._answer_began  # type: ignore[literal-required]
         cycle.scope[UNSENT] = self._unsent  # type: ignore[literal-required]
         cycle.scope[RESET] = self._reset  # type: ignore[literal-required]
+
+    def _answer_began(self) -> None:
+        """An answer's head is about to be written: the last answer's tail clock measured the
+        caller against that answer's bytes, and this one's would count as not taken. Its own pause,
+        or its end, starts a clock. (Before it writes, a clock of the tail goes on: a caller that
+        stopped reading is cut even while the next answer's app has nothing to write yet.)"""
+        if not self.flow.write_paused and not self.transport.is_closing():
+            self._stop_stall_timer()  # (a connection closing, refused, writes nothing more)
 
     def _head_without_upgrade(self) -> bytes:
         """The request head just parsed (uvicorn keeps its method, target and headers), without
@@ -279,8 +287,15 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         """Start the stall clock for bytes written that wait in the transport, unless one runs:
         when an answer ends, when writing resumes with every answer written, and when a refusal
         closes the connection (a close waits for those bytes)."""
-        if cycle is not None and self._answering():
-            return  # the next answer is written: its own end or pause starts the clock
+        running = self._running
+        if (
+            cycle is not None
+            and running is not None
+            and running is not cycle
+            and running.response_started
+            and not running.response_complete
+        ):
+            return  # the next answer is being written: its own end or pause starts the clock
         if self._stall_timer is None and self.transport.get_write_buffer_size() > 0:
             self._stall_mark = self._untaken()
             self._stall_cycle = cycle
@@ -391,7 +406,18 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         return bool(self.pipeline) or (running is not None and not running.response_complete)
 
 
-class _CloseDelimitedCycle(RequestResponseCycle):
+class _AnswerCycle(RequestResponseCycle):
+    """A request's cycle that tells the protocol when its answer begins (``_BEGAN``)."""
+
+    async def send(self, message: ASGISendEvent) -> None:
+        if message["type"] == "http.response.start" and not self.response_started:
+            began = self.scope.get(_BEGAN)
+            if callable(began):
+                began()
+        await super().send(message)
+
+
+class _CloseDelimitedCycle(_AnswerCycle):
     """An HTTP/1.0 request's cycle: an answer without ``Content-Length`` (nor its own
     ``Transfer-Encoding``) is sent as it comes, unframed, and ends when the connection closes
     (uvicorn closes every HTTP/1.0 connection after its answer)."""
