@@ -233,7 +233,7 @@ def save_key(key: SigningKey, directory: Path, name: str) -> tuple[Path, Path]:
     the lock on ``DIR`` for more than ten seconds.
     """
     if not name or "/" in name or name.startswith(".") or "\x00" in name:
-        raise KeyFileError(f"invalid key name {_shown_name(name)}: use a plain file name")
+        raise KeyFileError(f"invalid key name {shown_value(name)}: use a plain file name")
     try:
         directory.mkdir(mode=0o700, parents=True, exist_ok=True)  # as ssh-keygen makes ~/.ssh
     except OSError as exc:
@@ -492,9 +492,10 @@ def refuse_key_text(value: object, where: str) -> None:
         )
 
 
-def _shown_name(name: str) -> str:
-    """``name`` quoted for an error, unless it looks like a key's own text (``is_key_text``)."""
-    return "(not shown: it looks like a key itself)" if is_key_text(name) else repr(name[:200])
+def shown_value(value: str, limit: int = 200) -> str:
+    """``value`` quoted for an error (its first ``limit`` characters), unless it looks like a key's
+    own text (``is_key_text``): then a placeholder that says why it is not shown."""
+    return "(not shown: it looks like a key itself)" if is_key_text(value) else repr(value[:limit])
 
 
 def load_signing_key(path: Path | str) -> SigningKey:

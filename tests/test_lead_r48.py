@@ -28,8 +28,9 @@ from agentgate.policy import parse_policy
 from agentgate.store import open_store
 from agentgate.store.grants import GrantRepository
 from agentgate.tasks import Scheduler, SchedulerConfig, SyncScheduler, ToolCall
+from agentgate.tasks._call import OVERFLOW_BREAKER
 from agentgate.tasks._config import BreakerPolicy, RateLimit, ToolLimits
-from agentgate.tasks._limits import OVERFLOW_BREAKER, PER_NAME_STATE
+from agentgate.tasks._limits import PER_NAME_STATE
 from agentgate.tasks._token_bucket import TokenBucket
 
 _HOLDER_READ = (

@@ -41,8 +41,9 @@ from agentgate.policy import parse_policy
 from agentgate.store import open_store
 from agentgate.store.leases import SharedBreakers
 from agentgate.tasks import Scheduler, SchedulerConfig, SyncScheduler, ToolCall
+from agentgate.tasks._call import OVERFLOW_BREAKER
 from agentgate.tasks._config import BreakerPolicy, ToolLimits
-from agentgate.tasks._limits import OVERFLOW_BREAKER, PER_NAME_STATE, SharedLimits
+from agentgate.tasks._limits import PER_NAME_STATE, SharedLimits
 
 _ONE_FAILURE = BreakerPolicy(failure_threshold=1, reset_timeout_s=3600)
 

@@ -38,8 +38,9 @@ from agentgate.capabilities import canonical_resource
 from agentgate.errors import CapabilityError, CircuitOpen, KeyFileError
 from agentgate.keys import is_key_text, load_public_key, load_signing_key
 from agentgate.tasks import Scheduler, SchedulerConfig, ToolCall
+from agentgate.tasks._call import OVERFLOW_BREAKER
 from agentgate.tasks._config import BreakerPolicy, ToolLimits
-from agentgate.tasks._limits import OVERFLOW_BREAKER, PER_NAME_STATE
+from agentgate.tasks._limits import PER_NAME_STATE
 
 _SEED = base64.b64encode(bytes(range(7, 39))).decode()
 

@@ -9,7 +9,7 @@ from typing import Any
 from agentgate.audit.entry import not_printable
 from agentgate.cli._common import given_path, unprintable
 from agentgate.errors import KeyFileError
-from agentgate.keys import SigningKey, is_key_text, save_key
+from agentgate.keys import SigningKey, save_key, shown_value
 
 
 def register(subparsers: Any) -> None:
@@ -34,8 +34,9 @@ def register(subparsers: Any) -> None:
 def _new(args: argparse.Namespace) -> int:
     bad = next((c for c in args.name if not_printable(c)), None)
     if bad is not None:  # a line break or escape in a file name breaks every script that lists it
-        shown = "(not shown: it looks like a key itself)" if is_key_text(args.name) else repr(args.name)
-        raise KeyFileError(f"invalid key name {shown}: {unprintable(bad)}; use a plain file name")
+        raise KeyFileError(
+            f"invalid key name {shown_value(args.name, len(args.name))}: {unprintable(bad)}; use a plain file name"
+        )
     key = SigningKey.generate()
     save_key(key, args.dir, args.name)
     sys.stdout.write(key.did + "\n")

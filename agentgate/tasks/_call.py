@@ -22,6 +22,13 @@ from typing import Any, NamedTuple
 
 from agentgate.errors import InputError
 
+OTHER = "_other"
+"""The name metrics count the tools, tenants and breaker keys past their label bound under, and
+the tool of the breaker the scheduler shares past its own bound: reserved, no tool may have it."""
+OVERFLOW_BREAKER = "tool:" + OTHER
+"""The breaker of every key first seen past ``PER_NAME_STATE`` breakers that the config's
+``tools`` does not name (``SharedLimits.breaker``)."""
+
 #: The canonical JSON encoder of ``argument_digest``, made once: ``json.dumps`` with these options
 #: makes a new encoder per call (digest of a small dict 6.5 -> 4.4 us here). Encoding keeps no state
 #: between calls.
@@ -165,8 +172,8 @@ class ToolCall:
             or (self.key_reaches_tool is not True and self.key_reaches_tool is not False)
             or (self.keep_error_text is not True and self.keep_error_text is not False)
             or (self.reuse_result is not True and self.reuse_result is not False)
-            or self.tool == "_other"
-            or self.breaker_key == "tool:_other"
+            or self.tool == OTHER
+            or self.breaker_key == OVERFLOW_BREAKER
         ):
             self._check_fields()
         if self.deadline is not None or self.grant_expires_at is not None:
@@ -196,11 +203,10 @@ class ToolCall:
         for value in (self.tool, self.tenant, self.principal, self.run_id, self.call_id, self.breaker_key):
             if value is not None and not value.isascii():
                 _encodable(value)
-        if self.tool == "_other" or self.breaker_key == "tool:_other":
-            # Reserved: the label that metrics fold other tools into, and the breaker they share
-            # past the bound (``OVERFLOW_BREAKER``): a tool of that name would share its breaker.
+        if self.tool == OTHER or self.breaker_key == OVERFLOW_BREAKER:
+            # A tool of that name would share the overflow breaker (and its metrics label).
             raise InputError(
-                "the tool name _other (breaker key tool:_other) is reserved; name the tool otherwise"
+                f"the tool name {OTHER} (breaker key {OVERFLOW_BREAKER}) is reserved; name the tool otherwise"
             )
         chain = self.authority_chain
         if type(chain) is not tuple:

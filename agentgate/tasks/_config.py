@@ -19,6 +19,7 @@ from types import MappingProxyType
 from typing import NoReturn
 
 from agentgate.errors import InputError
+from agentgate.tasks._call import OTHER
 
 #: The error classes every classifier may return (docs/tasks.md): ``transient``, ``timeout``,
 #: ``connection``, ``error``. A classifier that returns others declares them (``Classifier.classes``).
@@ -283,8 +284,8 @@ class SchedulerConfig:
         for tool, limits in self.tools.items():
             _name(tool, "a tool name in tools")
             _require(
-                tool != "_other",
-                "the tool name _other is reserved (metrics and breakers fold other tools into it)",
+                tool != OTHER,
+                f"the tool name {OTHER} is reserved (metrics and breakers fold other tools into it)",
             )
             _instance(limits, ToolLimits, f"tools[{tool!r}]")
         _instance(self.default_tool, ToolLimits, "default_tool")

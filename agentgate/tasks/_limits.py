@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from agentgate.errors import InputError, Overloaded, SchedulingError
 from agentgate.tasks._breaker import BreakerSnapshot, BreakerState, CircuitBreaker
-from agentgate.tasks._call import ToolCall
+from agentgate.tasks._call import OVERFLOW_BREAKER, ToolCall
 from agentgate.tasks._config import PriorityClass, SchedulerConfig, TenantShare, ToolLimits
 from agentgate.tasks._fair import Entry, FairQueue
 from agentgate.tasks._metrics import SchedulerMetrics
@@ -58,9 +58,6 @@ hold again (caches derived from the config, full token buckets) or shares one en
 ``OVERFLOW_BREAKER``). Tool and tenant names reach a scheduler used alone from its callers (a
 Gate passes only those its policy declares), so without a bound a caller inventing names would
 grow them without end."""
-OVERFLOW_BREAKER = "tool:_other"
-"""The breaker of every key first seen past ``PER_NAME_STATE`` breakers that the config's
-``tools`` does not name."""
 #: The limits a slot counts against, in the order they are checked.
 _DIMENSIONS = ("global", "tool", "tenant", "principal")
 

@@ -37,13 +37,12 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
 from agentgate.tasks._breaker import BreakerSnapshot, BreakerState
+from agentgate.tasks._call import OTHER  # the label value of the values past MAX_LABEL_VALUES
 
 BREAKER_STATE_VALUE = {BreakerState.CLOSED: 0, BreakerState.HALF_OPEN: 1, BreakerState.OPEN: 2}
 
 MAX_LABEL_VALUES = 1000
 """The most distinct values of a label (tool, tenant, breaker key) one family exports."""
-OTHER = "_other"
-"""The label value under which the values past ``MAX_LABEL_VALUES`` are counted."""
 
 WAIT_BUCKETS = (0.0005, 0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 

@@ -67,10 +67,10 @@ from agentgate.store.dead_letters import AttemptError, DeadLetter, DeadLetterSto
 from agentgate.store.leases import Lease, LeaseManager, SharedBreakers, SharedRateLimits
 from agentgate.tasks._backoff import full_jitter
 from agentgate.tasks._breaker import BreakerSnapshot, BreakerState, CircuitBreaker
-from agentgate.tasks._call import Attempt, ToolCall, require_tool_call
+from agentgate.tasks._call import OVERFLOW_BREAKER, Attempt, ToolCall, require_tool_call
 from agentgate.tasks._classify import DEFAULT_CLASSIFIER, Classifier
 from agentgate.tasks._config import PriorityClass, SchedulerConfig, ToolLimits
-from agentgate.tasks._limits import OVERFLOW_BREAKER, PER_NAME_STATE, RUNNING, SharedLimits, Waiter
+from agentgate.tasks._limits import PER_NAME_STATE, RUNNING, SharedLimits, Waiter
 from agentgate.tasks._metrics import SchedulerMetrics
 from agentgate.tasks._retry import Failure, RetryRule, rule_for
 
