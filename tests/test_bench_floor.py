@@ -12,7 +12,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from test_review_r32 import _load
+from test_benchmarks_contract import _load
 
 pytest.importorskip("langchain")
 BENCH = _load("langgraph_overhead")

@@ -2,7 +2,7 @@
 middleware's ``DispatchedChatModel`` streaming its answer (docs/langgraph.md, Streaming).
 
 Real backends on loopback: an ``agentgate.sim`` server (a real HTTP server with the calibrated
-latency model) and ``EvilBackend`` (tests/test_dispatch_review.py), which answers a stream of
+latency model) and ``EvilBackend`` (tests/test_dispatch_usage.py), which answers a stream of
 whatever SSE events a test sets, for tool call fragments and garbage.
 """
 
@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessageChunk, HumanMessage
-from test_dispatch_review import EvilBackend
+from test_dispatch_usage import EvilBackend
 from test_langgraph import _make_team, _tools
 
 from agentgate.dispatch import inventory_from_mapping

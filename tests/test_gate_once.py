@@ -121,7 +121,7 @@ def test_a_call_that_failed_is_not_run_again_but_one_never_started_is(tmp_path: 
 
         # Refused by the scheduler before it started (its breaker opened by refused
         # connections): it may be decided again. (A tool that itself raises such a refusal,
-        # from a nested call, has run: tests/test_review_r36_once.py.)
+        # from a nested call, has run: tests/test_gate_once_payments.py.)
         def refused_connection() -> None:
             raise ConnectionRefusedError("the payment service is down")
 

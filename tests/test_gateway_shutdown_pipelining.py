@@ -28,7 +28,7 @@ from typing import Any
 
 import httpx
 import pytest
-from test_review_gateway_stall import MODEL, POLICY
+from test_gateway_stall import MODEL, POLICY
 
 from agentgate.dispatch import inventory_from_mapping
 from agentgate.dispatch.gateway import Gateway, GatewayGate, GatewayServer, invocation_headers

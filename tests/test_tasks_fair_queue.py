@@ -6,7 +6,7 @@ from __future__ import annotations
 import random
 
 import pytest
-from test_review_tasks2 import fair_queue_workload
+from test_tasks_queue_and_loops import fair_queue_workload
 
 from agentgate.tasks import _fair
 from agentgate.tasks._fair import FairQueue

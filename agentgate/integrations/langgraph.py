@@ -41,7 +41,7 @@ import orjson
 
 try:  # the optional extra: say which, not only "No module named 'langchain'"
     from langchain.agents import create_agent
-except ImportError as exc:  # pragma: no cover - exercised by tests/test_review_r42_packaging.py
+except ImportError as exc:  # pragma: no cover - exercised by tests/test_packaging_extras.py
     raise ImportError(
         f"agentgate.integrations.langgraph needs the langgraph extra ({exc}): "
         "pip install 'agentgate-middleware[langgraph]'",

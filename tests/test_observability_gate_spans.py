@@ -1,0 +1,226 @@
+"""Review R9's observability defects fixed in the Gate and the LangGraph middleware: delegation
+spans, approval and outcome spans, lease spans, pauses, tool names that are no resource names,
+and refusals raised as ``Denied`` without the values the policy keeps out of logs. Each test
+failed on the code before its fix."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+import test_observability
+from langchain_core.messages import AIMessage, ToolMessage
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.trace import StatusCode
+from test_observability import Sweep, _calls
+
+from agentgate.capabilities import Call
+from agentgate.integrations.langgraph import ScriptedChatModel, create_gated_agent, delegation_tool
+
+scripted = test_observability.scripted  # the fixtures, shared
+sweep = test_observability.sweep
+
+
+def _ancestors(span: ReadableSpan, spans: list[ReadableSpan]) -> list[str]:
+    by_id = {s.context.span_id: s for s in spans}
+    names, parent = [], span.parent
+    while parent is not None and parent.span_id in by_id:
+        names.append(by_id[parent.span_id].name)
+        parent = by_id[parent.span_id].parent
+    return names
+
+
+def _team(sweep: Sweep) -> Any:
+    tools = sweep.tools()
+    helper = create_gated_agent(
+        sweep.gate,
+        name="helper",
+        model=ScriptedChatModel(turns=[_calls(("lookup", {"id": "h"})), AIMessage(content="helped")]),
+        tools=tools[:1],
+    )
+    ask = delegation_tool(
+        sweep.gate,
+        name="helper",
+        agent=helper,
+        key=sweep.keys["helper"],
+        capabilities=["tool:lookup", "model:scripted"],
+        ttl=timedelta(minutes=5),
+    )
+    model = ScriptedChatModel(turns=[_calls(("ask_helper", {"task": "help"})), AIMessage(content="done")])
+    return create_gated_agent(sweep.gate, name="boss", model=model, tools=[*tools, ask])
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_sub_agents_calls_are_under_the_supervisors_delegation_span(sweep: Sweep, mode: str) -> None:
+    """A delegation (the supervisor's ``ask_helper`` call) has no span at all, and the sub-agent's
+    model and tool calls are siblings of the supervisor's: a trace cannot tell who called what."""
+    boss = _team(sweep)
+    start = {"messages": [{"role": "user", "content": "go"}]}
+    if mode == "sync":
+        boss.invoke(start, context=sweep.boss)
+    else:
+        asyncio.run(boss.ainvoke(start, context=sweep.boss))
+    spans = list(sweep.exporter.get_finished_spans())
+    names = [s.name for s in spans]
+    assert "execute_tool ask_helper" in names, names
+    helper_lookup = next(s for s in spans if s.name == "execute_tool lookup")
+    assert "execute_tool ask_helper" in _ancestors(helper_lookup, spans)
+
+
+def test_an_approval_request_is_a_span_too(sweep: Sweep) -> None:
+    """Every decision has a span: allow (UNSET), deny (ERROR) - and approval_required had none, so
+    a trace showed nothing of a call waiting for a human."""
+    asked = sweep.gate.authorize(sweep.boss, Call.tool("transfer", {"to": "acct-7"}), call_id="t1")
+    assert asked.needs_approval
+    spans = [s for s in sweep.exporter.get_finished_spans() if s.name == "execute_tool transfer"]
+    assert len(spans) == 1
+    assert spans[0].attributes is not None
+    assert spans[0].attributes["agentgate.decision"] == "approval_required"
+    assert spans[0].attributes["agentgate.audit.index"] == asked.audit_index
+
+
+def test_a_call_whose_outcome_is_an_error_has_an_error_span(sweep: Sweep) -> None:
+    """A call that ran and failed by its result (``failed``: a LangGraph tool answering an error
+    ToolMessage) is audited as an ``error`` outcome, but its span stayed UNSET with no error.type."""
+    auth = sweep.gate.authorize(sweep.boss, Call.tool("lookup", {"id": "1"}), call_id="c1")
+    sweep.gate.run(auth, lambda: "no such id", call_id="c1", failed=lambda _: True)
+    (span,) = [s for s in sweep.exporter.get_finished_spans() if s.name == "execute_tool lookup"]
+    assert span.status.status_code == StatusCode.ERROR
+    assert span.attributes is not None and "error.type" in span.attributes
+
+
+def test_a_tool_name_that_is_not_a_resource_name_is_a_tool_error_not_a_crash(sweep: Sweep) -> None:
+    """A model naming a tool that cannot be a resource name (too long, spaces, capitals) ended the
+    whole agent run with a CapabilityError raised out of ``invoke``; LangGraph alone answers an
+    unknown tool with an error ToolMessage, and so should the gated agent."""
+    model = ScriptedChatModel(
+        turns=[_calls(("Lookup Everything " + "x" * 300, {"id": "1"})), AIMessage(content="done")]
+    )
+    agent = create_gated_agent(sweep.gate, name="boss", model=model, tools=sweep.tools())
+    result = agent.invoke({"messages": [{"role": "user", "content": "go"}]}, context=sweep.boss)
+    (message,) = [m for m in result["messages"] if isinstance(m, ToolMessage)]
+    assert message.status == "error"
+
+
+def test_a_refusal_raised_as_denied_does_not_carry_a_non_loggable_argument(sweep: Sweep) -> None:
+    """``Denied`` (``Gate.run`` of a refusal; the middleware with ``enforce=True``) carried
+    ``Authorization.explain()``, which quotes the refused argument values: the exception reaches
+    the application's logs and error reports, where a value the policy keeps out of the audit log
+    and the spans (``pin``) landed in clear. The model may be told its own argument; a log may not."""
+    from agentgate.errors import Denied
+
+    refused = sweep.gate.authorize(sweep.boss, Call.tool("vault", {"pin": "99-CANARY-PIN"}))
+    with pytest.raises(Denied) as raised:
+        sweep.gate.run(refused, lambda: "open")
+    assert "pin" in str(raised.value) and "CANARY-PIN" not in str(raised.value)
+    model = ScriptedChatModel(turns=[_calls(("vault", {"pin": "99-CANARY-PIN"}))])
+    agent = create_gated_agent(sweep.gate, name="boss", model=model, tools=sweep.tools(), enforce=True)
+    with pytest.raises(Denied) as enforced:
+        agent.invoke({"messages": [{"role": "user", "content": "go"}]}, context=sweep.boss)
+    assert "CANARY-PIN" not in str(enforced.value)
+
+
+def test_a_gpu_lease_decision_is_not_exported_as_a_chat_model_call(tmp_path: Path) -> None:
+    """Gate._open_span opened ``chat {name}`` (CLIENT, gen_ai.operation.name=chat,
+    gen_ai.request.model=h100) for every resource that is not a tool: a refused GPU lease of the
+    GatedBroker showed in GenAI dashboards as a model call to a model named 'h100'."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+    from test_broker_gated import Setup
+
+    from agentgate.dispatch.broker import GangRequest
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    made = Setup(tmp_path)
+    made.gate.tracer = provider.get_tracer("r9")
+    made.gate._global_tracer = False
+    try:
+        refused = made.gated.submit(made.ids["chat"], GangRequest("x", "team-a", 4, 0, gpu_type="H100"))
+        assert not refused.allowed
+    finally:
+        made.gate.close()
+    (span,) = exporter.get_finished_spans()
+    assert span.attributes is not None
+    assert span.attributes.get("gen_ai.operation.name") != "chat" and not span.name.startswith("chat ")
+
+
+def test_a_paused_call_is_not_an_error_span(sweep: Sweep) -> None:
+    """A tool that pauses (LangGraph's interrupt() raises GraphInterrupt through ``Gate.run``,
+    ``paused=`` says so) is audited ``paused``, but its span was ERROR with
+    error.type=GraphInterrupt: every human-in-the-loop pause showed as a failed tool call."""
+
+    class Interrupt(Exception):
+        pass
+
+    auth = sweep.gate.authorize(sweep.boss, Call.tool("lookup", {"id": "1"}), call_id="p1")
+    with pytest.raises(Interrupt):
+        sweep.gate.run(auth, lambda: (_ for _ in ()).throw(Interrupt()), call_id="p1", paused=lambda e: True)
+    (span,) = [s for s in sweep.exporter.get_finished_spans() if s.name == "execute_tool lookup"]
+    assert span.status.status_code == StatusCode.UNSET
+    assert span.attributes is not None and span.attributes.get("agentgate.outcome") == "paused"
+
+
+def test_a_refused_tool_calls_span_carries_its_tool_call_id(sweep: Sweep) -> None:
+    """A refusal could not be matched to the model's tool call in a trace: its span had no
+    ``gen_ai.tool.call.id``, though ``authorize`` was given one."""
+    refused = sweep.gate.authorize(sweep.boss, Call.tool("vault", {"pin": "99"}), call_id="call-7")
+    assert not refused.allowed
+    (span,) = [s for s in sweep.exporter.get_finished_spans() if s.name == "execute_tool vault"]
+    assert span.attributes is not None and span.attributes["gen_ai.tool.call.id"] == "call-7"
+
+
+def test_the_gates_schedulers_export_to_one_registry_it_exposes(sweep: Sweep) -> None:
+    """Each scheduler the Gate made had a private registry nobody could reach: the Gate's
+    metrics could not be scraped. Sync and async calls now count in ``Gate.registry``."""
+    tool = Call.tool("lookup", {"id": "1"})
+    auth = sweep.gate.authorize(sweep.boss, tool, call_id="s1")
+    sweep.gate.run(auth, lambda: "found", call_id="s1", run_id="r")
+
+    async def async_call() -> None:
+        auth = sweep.gate.authorize(sweep.boss, tool, call_id="a1")
+
+        async def found() -> str:
+            return "found"
+
+        await sweep.gate.arun(auth, found, call_id="a1", run_id="r")
+
+    asyncio.run(async_call())
+    started = sweep.gate.registry.get_sample_value(
+        "agentgate_tasks_events_total", {"event": "started", "tool": "lookup"}
+    )
+    assert started == 2
+
+
+def test_a_tools_exception_text_is_not_kept_in_its_dead_letter(sweep: Sweep, tmp_path: Path) -> None:
+    """Spans, ToolMessages and audit outcomes name a failing tool's exception by its type only (its
+    text may quote arguments or the environment), but the dead letter the Gate persists kept the
+    text (``AttemptError.message``), and ``agentgate tasks dead-letters`` printed it."""
+    import subprocess
+    import sys
+
+    auth = sweep.gate.authorize(
+        sweep.boss, Call.tool("explode", {"password": "CANARY-PASSWORD"}), call_id="x"
+    )
+
+    def explode() -> str:
+        raise RuntimeError("login failed with CANARY-PASSWORD")
+
+    with pytest.raises(RuntimeError):
+        sweep.gate.run(auth, explode, call_id="x")
+    sweep.gate.close()
+    url = f"sqlite:///{tmp_path / 'agentgate.db'}"
+    shown = subprocess.run(
+        [sys.executable, "-m", "agentgate.cli.main", "tasks", "dead-letters", "--json", "--store", url],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert shown.returncode == 0, shown.stderr
+    assert "RuntimeError" in shown.stdout
+    assert "CANARY-PASSWORD" not in shown.stdout
