@@ -6,10 +6,12 @@ import hashlib
 import json
 import re
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from test_audit_checkpoints import ALICE, _log
 
 from agentgate.audit.entry import (
     ENTRY_KINDS,
@@ -232,3 +234,37 @@ def test_encode_entry_takes_the_fast_path_for_a_decision_entry() -> None:
     from agentgate.audit.entry import _fast_fields
 
     assert _fast_fields(EXAMPLE.model_dump()) is not None
+
+
+# --- the fast encoder and the entry bound ---------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"kind": "approve"},
+        {"index": -1},
+        {"principal": ""},
+        {"principal": "x" * 513},
+        {"ref": -1},
+        {"time": "2026-01-01T00:00:00.000000Z\n"},
+    ],
+)
+def test_encode_entry_refuses_what_the_model_refuses(bad: dict[str, object]) -> None:
+    """Kills: a check dropped from ``_fast_fields`` (kind in the set, index >= 0, principal 1..512
+    characters, ref >= 0) or ``$`` for ``\\Z`` in the time pattern. Rule: the fast encoder writes
+    nothing the model (and so ``from_bytes``, which verify uses) would refuse: such an entry
+    would make the log unverifiable."""
+    fields = {"index": 0, "time": "2026-01-01T00:00:00.000000Z", "kind": "allow", "principal": ALICE, **bad}
+    with pytest.raises(InputError):
+        encode_entry(fields)
+
+
+def test_an_entry_over_the_limit_after_elision_is_refused_and_not_written(tmp_path: Path) -> None:
+    """Kills: ``encode_bounded`` without its final refusal (an entry still over the limit after
+    recording args and reasons by digest was written anyway). Rule: an entry is bounded or not
+    written at all, never cut or let through over the bound."""
+    log = _log(tmp_path, 1, max_entry_bytes=4096)
+    with pytest.raises(InputError, match="over the log's limit"):
+        log.append({"kind": "deny", "principal": ALICE, "resource": "tool:" + "x" * 5000})
+    assert log.size() == 1 and log.verify().ok

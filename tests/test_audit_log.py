@@ -1,4 +1,5 @@
-"""The audit log on both stores: appends, append-only enforcement, checkpoints and proofs."""
+"""The audit log on both stores: appends, append-only enforcement, checkpoints, proofs, and what
+explain and verify say of an entry changed in place."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from typing import Any
 import pytest
 
 from agentgate.audit.entry import AuditEntry, argument_digest, redact
-from agentgate.audit.merkle import verify_consistency
+from agentgate.audit.merkle import leaf_hash, verify_consistency
 from agentgate.audit.note import Checkpoint, open_checkpoint
 from agentgate.audit.proof import verify_bundle
 from agentgate.errors import InputError, StoreError, TamperDetected
@@ -258,3 +259,98 @@ def test_a_select_insert_only_role_can_log_but_not_bypass_the_triggers(
         ledger.commit(ledger.reserve(None, ["g"], {"g": 10}, 4), 3)
         assert ledger.remaining("g") == 7
         ApprovalStore(app).request("call", "did:key:zA", 1e12)
+
+
+def test_an_entry_edited_in_place_with_its_leaf_hash_is_never_called_a_restore(tmp_path: Path) -> None:
+    # Kills: AuditLog.verify calling any unexplained root mismatch a restore (not only at the size
+    # only the saved checkpoint has), and the saved checkpoint's size taken as "saved only" when a
+    # stored checkpoint has it too. Here the saved checkpoint is the stored one: the log was
+    # edited in place (an entry and its leaf hash), not restored from an older copy.
+    with SQLiteStore(tmp_path / "a.db") as store:
+        log = AuditLog(store, SigningKey(bytes([0x46]) * 32), origin="r46.example/log")
+        log.append_many([{"kind": "allow", "principal": "did:key:zA"}] * 4)
+        saved = log.checkpoint()
+        log.append_many([{"kind": "allow", "principal": "did:key:zB"}] * 2)
+        edited = log.entry_bytes(1).replace(b"zA", b"zE")
+        with store.transaction() as tx:  # a tamperer with write access to the file
+            tx.execute("DROP TRIGGER audit_log_no_update")
+            tx.execute(
+                "UPDATE audit_log SET entry = ?, leaf_hash = ? WHERE idx = 1", (edited, leaf_hash(edited))
+            )
+        for report in (log.verify(saved), log.verify()):
+            assert not report.ok
+            assert any("changed together with its leaf hash" in p for p in report.problems), report.problems
+            assert not any("restored" in p or "older copy" in p for p in report.problems), report.problems
+
+
+KEY = SigningKey(b"\x48" * 32)
+
+
+ORIGIN = "r47.example/leftovers"
+
+
+ALICE_DID = "did:key:zAlice"
+
+
+def _log(tmp_path: Path, n: int) -> AuditLog:
+    log = AuditLog(SQLiteStore(tmp_path / "agentgate.db"), KEY, ORIGIN)
+    for i in range(n):
+        log.append({"kind": "allow", "principal": ALICE_DID, "resource": "tool:t", "budget_delta": i})
+    return log
+
+
+# The attacker drops the append-only triggers first, as anyone with the database owner's rights can.
+def _attack(log: AuditLog, sql: str, params: tuple[object, ...] = ()) -> None:
+    with log.store.transaction() as tx:
+        for name in ("audit_log_next_index", "audit_log_no_update", "audit_log_no_delete"):
+            tx.execute(f"DROP TRIGGER IF EXISTS {name}")
+        tx.execute(sql, params)
+
+
+def test_explain_refuses_an_unproven_row_holding_another_entry(tmp_path: Path) -> None:
+    """Kills s18: ``explain`` dropping its check that each row holds the entry of its own index.
+    Rule: an entry newer than the last checkpoint (no proof can catch it) copied over another
+    row, leaf hash and all, is refused, never shown as the entry asked for."""
+    log = _log(tmp_path, 3)
+    assert log.explain(1).entry.index == 1
+    _attack(
+        log,
+        "UPDATE audit_log SET entry = (SELECT entry FROM audit_log WHERE idx = 2), "
+        "leaf_hash = (SELECT leaf_hash FROM audit_log WHERE idx = 2) WHERE idx = 1",
+    )
+    with pytest.raises(TamperDetected, match="entry 1 holds the entry of index 2"):
+        log.explain(1)
+
+
+def test_explain_lists_the_entry_at_the_checkpoint_size_as_unproven(tmp_path: Path) -> None:
+    """Kills x6: ``_prove_included`` listing as unproven only the entries past the checkpoint's
+    size (``idx > size``). Rule: the first entry after a checkpoint of size n (index n) is not
+    in the signed tree, so explain says it is unproven, never that it is proven."""
+    log = _log(tmp_path, 3)
+    log.checkpoint()
+    log.append({"kind": "outcome", "principal": ALICE_DID, "ref": 2, "status": "ok"})
+    shown = log.explain(3)
+    assert shown.checkpoint is not None and shown.checkpoint.size == 3
+    assert shown.unproven == (3,)
+    assert [e.index for e in shown.related] == [2]
+
+
+def test_explain_does_not_take_a_row_of_the_reference_index_as_evidence(tmp_path: Path) -> None:
+    """Kills x2: ``_related`` keeping every row it reads (``idx != index`` only), not just the
+    entries whose own ``ref`` is the one asked for. Rule: an ``audit_refs`` row pointed at an
+    unrelated entry does not make explain show an entry that does not refer to it, and with
+    the index dropped (a whole-log read) only the entries that refer to it are shown."""
+    log = _log(tmp_path, 3)
+    log.append({"kind": "outcome", "principal": ALICE_DID, "ref": 1, "status": "ok"})
+    log.checkpoint()
+    assert log.refs_indexed
+    assert [e.index for e in log.explain(2).related] == []
+    with log.store.transaction() as tx:
+        tx.execute("UPDATE audit_refs SET ref = 2 WHERE idx = 3")
+    assert [e.index for e in log.explain(2).related] == []
+    assert not log.verify().ok
+    # A role that may not build the index opens the log with refs_indexed False: a whole-log read.
+    again = AuditLog(log.store, KEY, ORIGIN)
+    again.refs_indexed = False
+    assert [e.index for e in again.explain(1).related] == [3]
+    assert [e.index for e in again.explain(2).related] == []

@@ -10,10 +10,15 @@ import sqlite3
 from pathlib import Path
 
 import pytest
+from test_audit_checkpoints import ALICE, _log
+from test_audit_checkpoints import KEY as LOG_KEY
+from test_audit_checkpoints import ORIGIN as LOG_ORIGIN
+from test_audit_checkpoints import _fill as _fill_log
 
 from agentgate.audit.entry import AuditEntry
 from agentgate.audit.merkle import leaf_hash
 from agentgate.audit.note import Checkpoint, sign_checkpoint
+from agentgate.audit.proof import verify_bundle
 from agentgate.cli.main import main
 from agentgate.errors import TamperDetected
 from agentgate.keys import SigningKey
@@ -241,3 +246,238 @@ def test_checkpoint_refuses_to_sign_a_tampered_log(store: Store) -> None:
     _attack(store, ("UPDATE audit_log SET entry = ? WHERE idx = 10", (b'{"forged":1}',)))
     with pytest.raises(TamperDetected):
         log.checkpoint()
+
+
+# --- tampering that a checkpoint refuses to sign over -------------------------------------------
+
+
+def test_verify_names_a_checkpoint_row_whose_root_column_was_edited(sqlite_store: SQLiteStore) -> None:
+    """Kills A1 (``verify`` compares only the size column with the signed note, not the root
+    column): an edited root column makes every later ``checkpoint()`` refuse to sign, and
+    ``verify`` must say why rather than report the log intact."""
+    log = _fill(sqlite_store)
+    log.checkpoint()
+    assert log.verify().ok
+    _attack(sqlite_store, ("UPDATE audit_checkpoints SET root = ?", (b"\x00" * 32,)))
+    report = log.verify()
+    assert not report.ok
+    assert any("root column does not match its signed note" in p for p in report.problems)
+    with pytest.raises(TamperDetected):
+        log.checkpoint()
+
+
+def test_checkpoint_refuses_to_sign_over_an_entry_edited_after_the_last_checkpoint(
+    sqlite_store: SQLiteStore,
+) -> None:
+    """Kills A5 (``checkpoint()`` no longer compares the bytes of entries newer than the last
+    checkpoint with their stored leaf hashes): an entry whose decision was flipped, leaf hash
+    left as it was, would be covered by a fresh signature."""
+    log = _fill(sqlite_store, 6)
+    log.checkpoint()
+    for i in range(2):
+        log.append({"kind": "allow", "principal": "did:key:zAlice", "budget_delta": 100 + i})
+    data, _stored = _row(sqlite_store, 7)
+    entry = AuditEntry.from_bytes(data)
+    forged = entry.model_copy(update={"kind": "deny"}).to_bytes()
+    _attack(sqlite_store, ("UPDATE audit_log SET entry = ? WHERE idx = 7", (forged,)))
+    before = log.checkpoints()
+    with pytest.raises(TamperDetected, match="entry 7"):
+        log.checkpoint()
+    assert log.checkpoints() == before
+
+
+def test_checkpoint_refuses_to_sign_over_rows_swapped_after_the_last_checkpoint(
+    sqlite_store: SQLiteStore,
+) -> None:
+    """Kills A6 (``checkpoint()`` no longer checks that each newer entry carries its own index):
+    two entries swapped with their leaf hashes (each row self-consistent) would be signed in the
+    wrong order."""
+    log = _fill(sqlite_store, 6)
+    log.checkpoint()
+    for i in range(2):
+        log.append({"kind": "allow", "principal": "did:key:zAlice", "budget_delta": 100 + i})
+    six, seven = _row(sqlite_store, 6), _row(sqlite_store, 7)
+    sql = "UPDATE audit_log SET entry = ?, leaf_hash = ? WHERE idx = ?"
+    _attack(sqlite_store, (sql, (*seven, 6)), (sql, (*six, 7)))
+    before = log.checkpoints()
+    with pytest.raises(TamperDetected, match="entry 6 does not carry its own index"):
+        log.checkpoint()
+    assert log.checkpoints() == before
+
+
+def test_explain_proves_the_last_entry_a_checkpoint_covers(sqlite_store: SQLiteStore) -> None:
+    """Kills A9 (``_prove_included`` treats ``idx < size - 1`` as covered): the last entry of the
+    latest checkpoint was then neither proven nor listed as unproven, so one rewritten with a
+    matching leaf hash after the checkpoint was explained as if it were in the signed tree."""
+    log = _fill(sqlite_store, 6)
+    log.checkpoint()
+    shown = log.explain(5)
+    assert shown.unproven == () and shown.checkpoint is not None and shown.checkpoint.size == 6
+    data, _stored = _row(sqlite_store, 5)
+    forged = AuditEntry.from_bytes(data).model_copy(update={"kind": "deny"}).to_bytes()
+    assert forged != data
+    _attack(
+        sqlite_store,
+        ("UPDATE audit_log SET entry = ?, leaf_hash = ? WHERE idx = 5", (forged, leaf_hash(forged))),
+    )
+    with pytest.raises(TamperDetected, match="entry 5"):
+        log.explain(5)
+
+
+# --- the same, on logs built by ``test_audit_checkpoints._log`` ---------------------------------
+# The attacker drops the append-only triggers first, as anyone with the database owner's rights can.
+
+
+def _attack_log(log: AuditLog, sql: str, params: tuple[object, ...] = ()) -> None:
+    with log.store.transaction() as tx:
+        if log.store.dialect == "sqlite":
+            for name in ("audit_log_next_index", "audit_log_no_update", "audit_log_no_delete"):
+                tx.execute(f"DROP TRIGGER IF EXISTS {name}")
+        else:
+            tx.execute("ALTER TABLE audit_log DISABLE TRIGGER USER")
+        tx.execute(sql, params)
+
+
+def _rewrite(log: AuditLog, idx: int, **changes: object) -> None:
+    """Edit entry ``idx`` and store the matching leaf hash too (only a checkpoint can tell)."""
+    data = log.entry_bytes(idx)
+    edited = AuditEntry.from_bytes(data).model_copy(update=changes).to_bytes()
+    _attack_log(
+        log, "UPDATE audit_log SET entry = ?, leaf_hash = ? WHERE idx = ?", (edited, leaf_hash(edited), idx)
+    )
+
+
+def test_explain_refuses_the_last_checkpointed_entry_edited_with_its_leaf_hash(tmp_path: Path) -> None:
+    """Kills: ``_prove_included`` counting entry ``size - 1`` as not covered (``idx < size - 1``).
+    Rule: the last entry a checkpoint covers is proven against it like any other, so an edit of
+    it (leaf hash rewritten too) is refused, and it is not listed as unproven either."""
+    log = _log(tmp_path, 5)
+    log.checkpoint()
+    assert log.explain(4).unproven == ()
+    _rewrite(log, 4, kind="deny")
+    with pytest.raises(TamperDetected, match="entry 4"):
+        log.explain(4)
+
+
+def test_prove_refuses_an_entry_edited_with_its_leaf_hash_after_the_checkpoint(tmp_path: Path) -> None:
+    """Kills: ``prove`` returning the proof rebuilt from the stored leaf hashes without checking
+    it against the signed root. Rule: no bundle that cannot verify is handed out: an entry edited
+    after its checkpoint (leaf hash rewritten too) gets ``TamperDetected``, not a bundle."""
+    log = _log(tmp_path, 6)
+    note = log.checkpoint()
+    assert verify_bundle(log.prove(2, note).text(), LOG_KEY.public, LOG_ORIGIN)[0].kind == "allow"
+    _rewrite(log, 2, kind="deny")
+    with pytest.raises(TamperDetected, match="entry 2"):
+        log.prove(2, note)
+
+
+def test_checkpoint_refuses_to_build_on_an_edited_checkpoint_row(tmp_path: Path) -> None:
+    """Kills: ``checkpoint`` trusting the latest row's size column without comparing it with its
+    signed note, and ``verify`` not comparing each row's columns with its note. Rule: a checkpoint row whose size was edited (here shrunk, to re-sign over a
+    rewritten tail) is tampering: nothing new is signed."""
+    log = _log(tmp_path, 4)
+    log.checkpoint()
+    log.append({"kind": "deny", "principal": ALICE})
+    with log.store.transaction() as tx:
+        tx.execute("DROP TRIGGER audit_checkpoints_no_update")
+        tx.execute("UPDATE audit_checkpoints SET size = 2")
+    before = len(log.checkpoints())
+    with pytest.raises(TamperDetected, match="does not match its signed note"):
+        log.checkpoint()
+    assert len(log.checkpoints()) == before
+    report = log.verify()
+    assert any("does not match its signed note (row edited)" in p for p in report.problems), report.problems
+
+
+def test_checkpoint_refuses_a_saved_checkpoint_that_forks_the_stored_one(tmp_path: Path) -> None:
+    """Kills: ``checkpoint`` dropping its check that the saved checkpoint and the last stored one
+    agree at the same size. Rule: two signed roots for one size is a fork; nothing is signed."""
+    log = _log(tmp_path, 3)
+    stored = log.open_checkpoint(log.checkpoint())
+    log.append({"kind": "deny", "principal": ALICE})
+    forked = sign_checkpoint(Checkpoint(LOG_ORIGIN, stored.size, b"\x44" * 32), LOG_KEY)
+    with pytest.raises(TamperDetected, match="disagree"):
+        log.checkpoint(forked)
+    assert log.open_checkpoint(log.checkpoint()).size == 4  # without it, the log signs as usual
+
+
+def test_consistency_refuses_a_log_with_a_deleted_entry(tmp_path: Path) -> None:
+    """Kills: ``_subtree_roots`` without its gap check (a missing row shifts every later leaf).
+    Rule: a proof is never built over a log with an entry missing: ``TamperDetected``."""
+    log = _log(tmp_path, 6)
+    _attack_log(log, "DELETE FROM audit_log WHERE idx = 2")
+    with pytest.raises(TamperDetected, match="entry 2 is missing"):
+        log.consistency(1, 5)
+
+
+def _swap(log: AuditLog) -> None:
+    (a, ha), (b, hb) = ((log.entry_bytes(i), leaf_hash(log.entry_bytes(i))) for i in (3, 4))
+    _attack_log(log, "DELETE FROM audit_log WHERE idx IN (3, 4)")
+    _attack_log(
+        log, "INSERT INTO audit_log (idx, entry, leaf_hash) VALUES (3, ?, ?), (4, ?, ?)", (b, hb, a, ha)
+    )
+
+
+def _spaced(log: AuditLog) -> None:
+    data = log.entry_bytes(3).replace(b'"kind":', b'"kind": ')
+    _attack_log(log, "UPDATE audit_log SET entry = ?, leaf_hash = ? WHERE idx = 3", (data, leaf_hash(data)))
+
+
+ATTACKS = {
+    "row deleted": (
+        lambda log: _attack_log(log, "DELETE FROM audit_log WHERE idx = 3"),
+        "entry 3 is missing",
+        "entry 3: missing",
+    ),
+    "entry edited": (
+        lambda log: _attack_log(log, "UPDATE audit_log SET entry = ? WHERE idx = 3", (log.entry_bytes(2),)),
+        "entry 3 does not match its leaf hash",
+        "entry 3: bytes do not match",
+    ),
+    "rows swapped with their hashes": (
+        _swap,
+        "entry 3 does not carry its own index",
+        "entry 3: holds the entry of index 4",
+    ),
+    "non-canonical bytes, hash recomputed": (
+        _spaced,
+        "entry 3 is not a canonical entry",
+        "entry 3: is not a canonical",
+    ),
+}
+
+
+@pytest.mark.parametrize("attack", sorted(ATTACKS))
+def test_tampering_after_the_last_checkpoint_is_refused_and_reported(store: Store, attack: str) -> None:
+    """Kills: each of ``checkpoint``'s refusals (a missing index, bytes that do not match their
+    leaf hash, an entry not carrying its own index, bytes that are not a canonical entry) and
+    ``verify``'s checks of the entries no checkpoint covers (the gap test, the leaf hash
+    comparison, the own-index and canonical-form reading, ``_index_of``'s re-encoding) dropped.
+    Rule: tampering with entries newer than the last checkpoint is never signed over, and
+    ``verify`` names the entry (on SQLite and PostgreSQL)."""
+    log = _fill_log(store, 2)
+    first = log.checkpoint()
+    for _ in range(4):
+        log.append({"kind": "deny", "principal": ALICE, "reasons": ["no grant"]})
+    tamper, refusal, problem = ATTACKS[attack]
+    tamper(log)
+    with pytest.raises(TamperDetected, match=refusal):
+        log.checkpoint()
+    assert log.checkpoints() == [first]
+    report = log.verify()
+    assert not report.ok and report.first_bad_index == 3
+    assert any(p.startswith(problem) for p in report.problems), report.problems
+
+
+def test_entries_deleted_under_a_checkpoint_are_refused_and_reported(store: Store) -> None:
+    """Kills: ``checkpoint`` without its check that no target size is past the log's end, and
+    ``verify`` without its report of a checkpoint larger than the log. Rule: the newest entries
+    deleted under a stored checkpoint are named, and nothing is signed over the shorter log."""
+    log = _fill_log(store, 5)
+    log.checkpoint()
+    _attack_log(log, "DELETE FROM audit_log WHERE idx >= 3")
+    with pytest.raises(TamperDetected, match="has 3 entries"):
+        log.checkpoint()
+    report = log.verify()
+    assert not report.ok and report.first_bad_index == 3
+    assert any("a checkpoint covers 5 entries but the log has 3" in p for p in report.problems)

@@ -3,13 +3,18 @@ fail-closed store, canonical tool names, approvals; on SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import os
 import subprocess
 import sys
 import textwrap
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
+from test_authority_grants import ALICE_KEY, BOB_KEY, ROOT_KEY, _decide, _refund_root
 
 from agentgate.authority import (
     ApprovalRequirement,
@@ -27,7 +32,10 @@ from agentgate.authority import (
     record,
     revoke,
 )
+from agentgate.authority._encoding import b64url_encode, canonical_json
+from agentgate.authority._invocation import INVOCATION_CONTEXT
 from agentgate.capabilities import Call
+from agentgate.errors import TokenFormatError
 from agentgate.findings import FindingKind
 from agentgate.keys import SigningKey
 from agentgate.store import SQLiteStore, Store
@@ -481,3 +489,253 @@ def test_a_held_decision_asks_the_approval_hook_without_an_invocation(local: Gra
 
     d = Authority(local, ROOT.public, approvals=hook).decide_held(CAROL, chain3(), CALL, now=NOW)
     assert d.outcome is Outcome.APPROVAL_REQUIRED and seen == [None]
+
+
+# --- decisions on hand-made chains: time bounds, replay, revocation, coverage ----------------------
+
+
+PAY_CALL = Call.tool("pay", {"amount": 50})
+
+
+def _decide_at(
+    repo: GrantRepository, chain: Any, signer: SigningKey, at: int, signed_at: int, **kw: Any
+) -> tuple[Outcome, str | None]:
+    inv = Invocation.sign(signer, chain, PAY_CALL, now=signed_at)
+    d = decide(inv, repo=repo, trusted=ROOT_KEY.public, now=at, cache=ChainCache(), **kw)
+    return d.outcome, (d.findings[0].code if d.findings else None)
+
+
+def _two_links(tip_start: int = NOW, tip_ttl: int = 60) -> Any:
+    root = issue(ROOT_KEY, ALICE_KEY.did, ["tool:pay?amount<=500"], ttl=3600, now=NOW)
+    return delegate(root, ALICE_KEY, BOB_KEY.did, ["tool:pay?amount<=100"], ttl=tip_ttl, now=tip_start)
+
+
+def test_a_chain_is_dead_once_its_shortest_lived_link_expires(local: GrantRepository) -> None:
+    """Mutants: ``Chain.expires`` the latest link expiry (``max``), or the quick time check in
+    ``_conclude`` letting ``t == expires`` through. Rule: a chain is dead from the earliest expiry
+    of any link, exactly at that second (no tolerance on expiry)."""
+    chain = _two_links(tip_ttl=60)
+    assert chain.expires == NOW + 60
+    assert _decide_at(local, chain, BOB_KEY, NOW + 59, NOW + 59) == (Outcome.ALLOW, None)
+    assert _decide_at(local, chain, BOB_KEY, NOW + 60, NOW + 60) == (Outcome.DENY, "grant_expired")
+    assert _decide_at(local, chain, BOB_KEY, NOW + 600, NOW + 600) == (Outcome.DENY, "grant_expired")
+
+
+def test_a_chain_starts_when_its_latest_starting_link_starts_less_the_skew(local: GrantRepository) -> None:
+    """Mutants: ``Chain.not_before`` the earliest link start (``min``), or the not-before
+    tolerance widened by one second. Rule: valid from the latest not-before minus the skew (30 s)."""
+    chain = _two_links(tip_start=NOW + 1000, tip_ttl=600)
+    assert chain.not_before == NOW + 1000
+    assert _decide_at(local, chain, BOB_KEY, NOW + 969, NOW + 969) == (Outcome.DENY, "grant_not_yet_valid")
+    assert _decide_at(local, chain, BOB_KEY, NOW + 970, NOW + 970) == (Outcome.ALLOW, None)
+
+
+def test_an_invocation_is_dead_at_its_expiry_second(local: GrantRepository) -> None:
+    """Mutant: ``t > inv.expires`` for ``t >= inv.expires``. Rule: an invocation signed with ttl 60
+    at T is refused from T + 60 on."""
+    chain = _two_links(tip_ttl=600)
+    inv = Invocation.sign(BOB_KEY, chain, PAY_CALL, now=NOW, ttl=60)
+    at_expiry = decide(inv, repo=local, trusted=ROOT_KEY.public, now=NOW + 60, cache=ChainCache())
+    assert at_expiry.findings[0].code == "invocation_expired"
+    assert decide(inv, repo=local, trusted=ROOT_KEY.public, now=NOW + 59, cache=ChainCache()).allowed
+
+
+def test_an_invocation_dated_more_than_the_skew_ahead_is_refused(local: GrantRepository) -> None:
+    """Mutant: the issued-at tolerance widened by a second. Rule: iat <= now + skew."""
+    chain = _two_links(tip_ttl=600)
+    assert _decide_at(local, chain, BOB_KEY, NOW + 100, NOW + 131) == (
+        Outcome.DENY,
+        "invocation_not_yet_valid",
+    )
+    assert _decide_at(local, chain, BOB_KEY, NOW + 100, NOW + 130) == (Outcome.ALLOW, None)
+
+
+def test_a_nonce_is_spent_for_verifiers_of_any_skew_sharing_the_store(local: GrantRepository) -> None:
+    """Mutant: the nonce keyed by the signed expiry plus this verifier's skew instead of the fixed
+    30 s. Rule: one invocation is allowed once across every verifier sharing a nonce table."""
+    chain = _two_links(tip_ttl=600)
+    inv = Invocation.sign(BOB_KEY, chain, PAY_CALL, now=NOW)
+    first = decide(inv, repo=local, trusted=ROOT_KEY.public, now=NOW + 1, skew=30, cache=ChainCache())
+    again = decide(inv, repo=local, trusted=ROOT_KEY.public, now=NOW + 1, skew=120, cache=ChainCache())
+    assert first.allowed
+    assert again.findings[0].code == "replayed_invocation"
+
+
+def test_revoking_the_root_kills_the_tip_signed_and_held(local: GrantRepository) -> None:
+    """Mutants: revocation read for the tip's id only (signed path, or held path). Rule: every grant
+    below a revoked grant is dead."""
+    chain = _two_links(tip_ttl=600)
+    revoke(local, chain.root.id, now=NOW)
+    assert _decide_at(local, chain, BOB_KEY, NOW + 1, NOW + 1) == (Outcome.DENY, "revoked")
+    held = Authority(local, ROOT_KEY.public).decide_held(BOB_KEY, chain, PAY_CALL, now=NOW + 1)
+    assert held.findings[0].code == "revoked" and held.findings[0].grant == chain.root.id
+
+
+def test_the_tip_capabilities_decide_not_the_roots(local: GrantRepository) -> None:
+    """Mutant: coverage checked against the root's capabilities. Rule: the holder has only what
+    its own grant (the tip) names."""
+    chain = _two_links(tip_ttl=600)
+    inv = Invocation.sign(BOB_KEY, chain, Call.tool("pay", {"amount": 300}), now=NOW)
+    d = decide(inv, repo=local, trusted=ROOT_KEY.public, now=NOW + 1, cache=ChainCache())
+    assert d.findings[0].code == "call_not_covered"
+
+
+def test_a_signed_invocation_living_longer_than_five_minutes_is_refused(local: GrantRepository) -> None:
+    """Mutant: ``_decide`` checks only ``0 < exp - iat`` (drops ``<= 300``). Rule: an invocation
+    lives 1 to 300 s, also one built in Python, whose nonce would otherwise be kept as long as
+    it claims to live."""
+    chain = _two_links(tip_ttl=600)
+    long = replace(Invocation.sign(BOB_KEY, chain, PAY_CALL, now=NOW), expires=NOW + 301)
+    long = replace(long, signature=BOB_KEY.sign(INVOCATION_CONTEXT + long.payload))
+    d = decide(long, repo=local, trusted=ROOT_KEY.public, now=NOW + 1, cache=ChainCache())
+    assert d.findings[0].code == "invocation_lifetime"
+
+
+# --- the invocation wire form --------------------------------------------------------------------
+
+
+def _signed() -> tuple[Any, Invocation]:
+    chain = issue(ROOT_KEY, ALICE_KEY.did, ["tool:pay?amount<=500"], ttl=3600, now=NOW)
+    return chain, Invocation.sign(ALICE_KEY, chain, PAY_CALL, now=NOW)
+
+
+def _wire(payload: bytes, signer: SigningKey = ALICE_KEY) -> str:
+    return f"agi1.{b64url_encode(payload)}.{b64url_encode(signer.sign(INVOCATION_CONTEXT + payload))}"
+
+
+def test_the_wire_form_round_trips() -> None:
+    """The baseline of the refusals below: the signed invocation decodes to itself."""
+    chain, inv = _signed()
+    assert Invocation.decode(inv.encode(), chain, PAY_CALL) == inv
+    assert Invocation.decode(_wire(canonical_json(json.loads(inv.payload))), chain, PAY_CALL) == inv
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"exp": NOW + 301},  # lives 301 s
+        {"v": True},  # true is not version 1
+        {"extra": 1},  # a field beside the nine
+        {"iss": "did:key:z6MkNotAKey"},  # an issuer that is no Ed25519 did:key
+    ],
+    ids=["lifetime-301", "version-true", "extra-field", "issuer-not-a-key"],
+)
+def test_an_invocation_outside_the_format_is_refused_on_decoding(change: dict[str, Any]) -> None:
+    """Mutants: the lifetime cap dropped from the reference decoder, or widened by a second in the
+    fast one; ``v: true`` taken as version 1 (reference decoder); a superset of the fields
+    accepted (reference decoder); the fast decoder no longer checking the issuer is a did:key.
+    Rule: ``Invocation.decode`` accepts exactly the format (1 to 300 s, version the integer 1,
+    exactly the nine fields, an Ed25519 did:key issuer) and raises ``TokenFormatError`` else."""
+    chain, inv = _signed()
+    obj = {**json.loads(inv.payload), **change}
+    with pytest.raises(TokenFormatError):
+        Invocation.decode(_wire(canonical_json(obj)), chain, PAY_CALL)
+
+
+def test_an_invocation_payload_not_in_canonical_form_is_refused_on_decoding() -> None:
+    """Mutant: the fast decoder drops its check that orjson's sorted re-encoding is the payload.
+    Rule: one spelling of each invocation (its id is the hash of the bytes): a payload with a
+    space or its keys out of order is refused, not taken as the same invocation."""
+    chain, inv = _signed()
+    obj = json.loads(inv.payload)
+    for payload in (
+        json.dumps(obj, sort_keys=True).encode(),  # ", " and ": " separators
+        json.dumps(dict(reversed(list(obj.items()))), separators=(",", ":")).encode(),
+    ):
+        assert payload != inv.payload
+        with pytest.raises(TokenFormatError):
+            Invocation.decode(_wire(payload), chain, PAY_CALL)
+
+
+# --- an invocation binds its grant and its action --------------------------------------------------
+
+
+def test_an_invocation_signed_for_one_grant_is_refused_with_another(local: GrantRepository) -> None:
+    """Mutant: ``_decide`` drops the ``inv.tip != tip.id`` check. Rule: an invocation binds the
+    grant it was signed under; carried beside another chain of the same holder (one that covers
+    the call too) it is refused as ``tip_mismatch``, never decided under the other grant."""
+    signed_under = issue(ROOT_KEY, ALICE_KEY.did, ["tool:pay?amount<=500"], ttl=3600, now=NOW)
+    other = issue(ROOT_KEY, ALICE_KEY.did, ["tool:pay?amount<=900"], ttl=3600, now=NOW)
+    inv = Invocation.sign(ALICE_KEY, signed_under, PAY_CALL, now=NOW)
+    assert decide(inv, repo=local, trusted=ROOT_KEY.public, now=NOW + 1, cache=ChainCache()).allowed
+    moved = replace(Invocation.sign(ALICE_KEY, signed_under, PAY_CALL, now=NOW), chain_token=other.token)
+    d = decide(moved, repo=local, trusted=ROOT_KEY.public, now=NOW + 1, cache=ChainCache())
+    assert not d.allowed and d.findings[0].code == "tip_mismatch"
+
+
+def test_an_invocation_signed_for_one_action_is_refused_for_another(local: GrantRepository) -> None:
+    """Mutant: ``_decide`` compares the call's resource with the signed one but not its action.
+    Rule: under a grant for every action (``#*``), an invocation signed for ``invoke`` does not
+    authorize ``refund`` of the same tool with the same arguments: ``call_mismatch``."""
+    chain = issue(ROOT_KEY, ALICE_KEY.did, ["tool:pay#*?amount<=500"], ttl=3600, now=NOW)
+    inv = Invocation.sign(ALICE_KEY, chain, PAY_CALL, now=NOW)
+    other_action = replace(inv, call=Call("tool:pay", "refund", {"amount": 50}))
+    d = decide(other_action, repo=local, trusted=ROOT_KEY.public, now=NOW + 1, cache=ChainCache())
+    assert not d.allowed and d.findings[0].code == "call_mismatch"
+    assert decide(inv, repo=local, trusted=ROOT_KEY.public, now=NOW + 1, cache=ChainCache()).allowed
+
+
+def test_the_call_must_have_the_action_that_was_signed(local: GrantRepository) -> None:
+    """Kills D3 (``_decide`` compares only the resource with the signed one, not the action): under
+    a grant for every action (``#*``), an invocation signed for ``read`` would let a relay run
+    ``delete`` with the holder's signature."""
+    chain = issue(ROOT_KEY, ALICE_KEY.did, ["tool:files.report#*"], ttl=3600, now=NOW)
+    signed = Invocation.sign(ALICE_KEY, chain, Call("tool:files.report", "read", {}), now=NOW)
+    ok = decide(signed, repo=local, trusted=ROOT_KEY.public, now=NOW + 1, cache=ChainCache())
+    assert ok.outcome is Outcome.ALLOW
+    moved = dataclasses.replace(signed, call=Call("tool:files.report", "delete", {}))
+    d = decide(moved, repo=local, trusted=ROOT_KEY.public, now=NOW + 1, cache=ChainCache())
+    assert d.outcome is Outcome.DENY and d.findings[0].code == "call_mismatch"
+
+
+def test_a_child_valid_from_later_than_its_root_is_not_yet_valid(local: GrantRepository) -> None:
+    """Kills G18 (``Chain.not_before`` is the earliest link's, not the latest's): ``_conclude``
+    then skipped ``time_finding`` for a chain whose root is valid but whose tip is not yet."""
+    root = _refund_root()
+    later = delegate(
+        root, ALICE_KEY, BOB_KEY.did, ["tool:payments.refund?amount<=100"], ttl=600, now=NOW + 100
+    )
+    assert later.tip.not_before == NOW + 100 and later.not_before == NOW + 100
+    call = Call.tool("payments.refund", {"amount": 5})
+    assert _decide(local, BOB_KEY, later, call, now=NOW + 69) == (Outcome.DENY, "grant_not_yet_valid")
+    assert _decide(local, BOB_KEY, later, call, now=NOW + 70)[0] is Outcome.ALLOW  # within the 30 s skew
+
+
+def test_an_invocation_is_bound_to_the_tip_it_was_signed_for(local: GrantRepository) -> None:
+    """Kills D2 (``_decide`` skips ``inv.tip != tip.id``): an invocation that BOB signed under one
+    chain would be accepted with another chain BOB also holds, which BOB never chose to use."""
+    root = _refund_root()
+    narrow = delegate(root, ALICE_KEY, BOB_KEY.did, ["tool:payments.refund?amount<=100"], ttl=600, now=NOW)
+    other = delegate(root, ALICE_KEY, BOB_KEY.did, ["tool:payments.refund?amount<=300"], ttl=600, now=NOW)
+    signed = Invocation.sign(BOB_KEY, narrow, Call.tool("payments.refund", {"amount": 5}), now=NOW)
+    moved = dataclasses.replace(signed, chain_token=other.token)
+    d = decide(moved, repo=local, trusted=ROOT_KEY.public, now=NOW + 1, cache=ChainCache())
+    assert d.outcome is Outcome.DENY and d.findings[0].code == "tip_mismatch"
+
+
+def test_an_invocation_dated_just_beyond_the_skew_is_not_yet_valid(local: GrantRepository) -> None:
+    """Kills D7 (``inv.issued_at > t + skew + 1``): the tolerance on a caller's clock is exactly
+    ``skew`` seconds."""
+    chain = _refund_root()
+    call = Call.tool("payments.refund", {"amount": 5})
+    t = NOW + 100
+    for dated, expected in (
+        (t + 30, (Outcome.ALLOW, None)),
+        (t + 31, (Outcome.DENY, "invocation_not_yet_valid")),
+    ):
+        inv = Invocation.sign(ALICE_KEY, chain, call, now=dated)
+        d = decide(inv, repo=local, trusted=ROOT_KEY.public, now=t, cache=ChainCache())
+        assert (d.outcome, d.findings[0].code if d.findings else None) == expected
+
+
+def test_verifiers_with_different_skews_share_one_nonce_per_invocation(local: GrantRepository) -> None:
+    """Kills D14 (the nonce row keyed by ``inv.expires + skew``, the verifier's own tolerance,
+    instead of the fixed ``DEFAULT_SKEW``): the nonce table's key holds the expiry, so two
+    verifiers configured with different skews over one store each accepted the same invocation
+    once: a replay."""
+    chain = _refund_root()
+    inv = Invocation.sign(ALICE_KEY, chain, Call.tool("payments.refund", {"amount": 5}), now=NOW)
+    first = decide(inv, repo=local, trusted=ROOT_KEY.public, now=NOW + 1, skew=30, cache=ChainCache())
+    again = decide(inv, repo=local, trusted=ROOT_KEY.public, now=NOW + 1, skew=60, cache=ChainCache())
+    assert first.outcome is Outcome.ALLOW
+    assert again.outcome is Outcome.DENY and again.findings[0].code == "replayed_invocation"

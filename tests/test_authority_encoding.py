@@ -1,12 +1,17 @@
-"""The canonical JSON of tokens: the orjson fast path accepts exactly what the reference check accepts."""
+"""The encodings inside tokens: canonical JSON (the orjson fast path accepts exactly what the
+reference check accepts), base64url parts with one spelling each, and did:key identifiers."""
 
 from __future__ import annotations
 
 import json
 
+import base58
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_authority_grants import ALICE_KEY, NOW, _refused, _root
 
+from agentgate.authority import verify_chain
 from agentgate.authority._encoding import (
     _parse_canonical_reference,
     b64url_decode,
@@ -131,3 +136,44 @@ def test_did_decoding_agrees_with_the_key_module(
     cut = min(position, len(did))
     changed = did[:cut] + insert + did[cut + (1 if replace and insert else 0) :]
     assert _token_verdict(changed) == _key_file_verdict(changed)
+
+
+# --- base64url parts and did:key in tokens ---------------------------------------------------------
+
+
+_B64URL = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+
+
+def test_a_signature_part_with_stray_trailing_bits_is_refused() -> None:
+    """Mutant: the one-pass part decoder (``b64url_decode_parts``) drops the trailing-bits check
+    (binascii's strict mode does not check them). Rule: each byte string has one base64url
+    spelling, so a token cannot be re-spelled (another cache key, another audit string)."""
+    token = _root()
+    value = _B64URL.index(token[-1])
+    assert value & 0x0F == 0  # 64 bytes: 86 characters, the last one carries 4 unused bits
+    _refused(token[:-1] + _B64URL[value | 0x01])
+
+
+def test_a_did_key_with_a_leading_zero_digit_is_refused() -> None:
+    """Mutant: ``did_public_key`` drops the leading-``1`` check (a zero byte before the multicodec,
+    same value). Rule: one canonical spelling of each did:key; a trust anchor spelled otherwise is
+    refused, never taken as the same key."""
+    respelled = ALICE_KEY.did[:9] + "1" + ALICE_KEY.did[9:]
+    with pytest.raises(TokenFormatError):
+        did_public_key(respelled)
+    with pytest.raises(TokenFormatError):
+        verify_chain(_root(), respelled, now=NOW + 1)
+
+
+@pytest.mark.parametrize("codec", [b"\xed\x02", b"\xed\xff", b"\xec\x01", b"\x12\x00"])
+def test_a_did_key_with_another_multicodec_is_refused(codec: bytes) -> None:
+    """Mutant: the multicodec range widened (``0xed02`` to ``0xee01``). Rule: the did:key holds
+    the multicodec ``0xed 0x01`` (Ed25519) and 32 key bytes, nothing else."""
+    did = "did:key:z" + base58.b58encode(codec + ALICE_KEY.public.raw).decode()
+    with pytest.raises(TokenFormatError):
+        did_public_key(did)
+    with pytest.raises(KeyFileError):
+        public_key_from_did(did)
+    assert did_public_key("did:key:z" + base58.b58encode(b"\xed\x01" + ALICE_KEY.public.raw).decode()) == (
+        ALICE_KEY.public.raw
+    )

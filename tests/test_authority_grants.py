@@ -6,6 +6,7 @@ import hashlib
 import hmac
 import json
 import tracemalloc
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -15,12 +16,17 @@ from agentgate.authority import (
     MAX_TOKEN_BYTES,
     Budget,
     Chain,
+    ChainCache,
+    GrantRepository,
+    Invocation,
+    Outcome,
+    decide,
     delegate,
     issue,
     parse_chain,
     verify_chain,
 )
-from agentgate.authority._encoding import b64url_decode, b64url_encode, canonical_json
+from agentgate.authority._encoding import b64url_decode, b64url_encode, canonical_json, sha256_hex
 from agentgate.authority._grant import (
     GRANT_CONTEXT,
     TOKEN_PREFIX,
@@ -29,10 +35,11 @@ from agentgate.authority._grant import (
     _encode_chain,
     _grant_from_canonical,
     _parse_grant_reference,
+    _sign,
     _sign_open,
     parse_grant,
 )
-from agentgate.capabilities import Capability
+from agentgate.capabilities import Call, Capability
 from agentgate.errors import (
     AuthorityError,
     CapabilityError,
@@ -44,6 +51,7 @@ from agentgate.errors import (
 )
 from agentgate.findings import Finding, FindingKind
 from agentgate.keys import SigningKey
+from agentgate.store import SQLiteStore
 
 NOW = 1_800_000_000
 ROOT, ALICE, BOB, CAROL = (SigningKey(bytes([i]) * 32) for i in range(1, 5))
@@ -623,3 +631,357 @@ def test_fast_grant_parsing_takes_the_common_shapes() -> None:
     )  # fmt: skip
     for link in chain.links:
         assert _assert_fast_path_agrees(link.payload, link.signature)
+
+
+# --- hand-built tokens ---------------------------------------------------------------------------
+# Tokens built by hand and signed by the trust anchor, so that nothing but the format or link rule
+# under test can refuse them: a refusal by any other check would hide what the test pins.
+
+ROOT_KEY, ALICE_KEY, BOB_KEY, CAROL_KEY = (SigningKey(bytes([i]) * 32) for i in range(71, 75))
+CAP = {"resource": "tool:pay", "action": "invoke", "constraints": {"amount": {"le": 500}}}
+
+
+def _body(**changes: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "v": 1,
+        "iss": ROOT_KEY.did,
+        "aud": ALICE_KEY.did,
+        "caps": [CAP],
+        "budget": None,
+        "nbf": NOW,
+        "exp": NOW + 600,
+        "depth": 1,
+        "nonce": "0" * 32,
+        "purpose": "",
+        "parent": None,
+    }
+    body.update(changes)
+    return body
+
+
+def _token(*links: tuple[SigningKey, bytes]) -> str:
+    parts = ["ag1"]
+    for key, payload in links:
+        parts += [b64url_encode(payload), b64url_encode(key.sign(GRANT_CONTEXT + payload))]
+    return ".".join(parts)
+
+
+def _root(**changes: Any) -> str:
+    """A one-link token signed by the trust anchor, its payload canonical JSON of ``_body``."""
+    return _token((ROOT_KEY, canonical_json(_body(**changes))))
+
+
+def _refused(token: str) -> None:
+    with pytest.raises(TokenFormatError):
+        parse_chain(token)
+    with pytest.raises(TokenFormatError):
+        verify_chain(token, ROOT_KEY.public, now=NOW + 1)
+
+
+def _linked_token(*links: tuple[SigningKey, dict[str, Any]]) -> str:
+    """A chain of hand-built links, each payload canonical JSON signed by the key given with it;
+    each link after the first names the previous one as its parent."""
+    parts = ["ag1"]
+    previous: bytes | None = None
+    for key, body in links:
+        if previous is not None:
+            body = {**body, "parent": sha256_hex(previous)}
+        payload = canonical_json(body)
+        parts += [b64url_encode(payload), b64url_encode(key.sign(GRANT_CONTEXT + payload))]
+        previous = payload
+    return ".".join(parts)
+
+
+def _refusal(token: str) -> str:
+    with pytest.raises(AuthorityError) as raised:
+        verify_chain(token, ROOT_KEY.public, now=NOW + 1)
+    return raised.value.finding.code  # type: ignore[attr-defined]
+
+
+def test_the_hand_built_root_is_accepted_as_it_is() -> None:
+    """Control for the refusals below: the unedited hand-built root verifies (fast path too)."""
+    chain = verify_chain(_root(), ROOT_KEY.public, now=NOW + 1)
+    assert _grant_from_canonical(chain.root.payload, chain.root.signature) is not None
+
+
+def test_a_grant_whose_expiry_equals_its_not_before_is_refused() -> None:
+    """Mutants: nbf < exp relaxed to nbf <= exp (reference path, or fast path). Rule: a grant
+    lives at least one second (0 <= nbf < exp < 2**40)."""
+    _refused(_root(exp=NOW))
+
+
+def test_a_grant_allowing_more_than_fifteen_further_levels_is_refused() -> None:
+    """Mutants: depth bound MAX_DEPTH + 1 (reference path, or fast path). Rule: depth is 0..15."""
+    _refused(_root(depth=16))
+    assert verify_chain(_root(depth=15), ROOT_KEY.public, now=NOW + 1).root.max_depth == 15
+
+
+def test_a_grant_naming_seventeen_capabilities_is_refused() -> None:
+    """Mutant: fast path counts caps up to MAX_CAPABILITIES + 1. Rule: 1 to 16 capabilities."""
+    caps = [{"resource": f"tool:t{i}", "action": "invoke", "constraints": {}} for i in range(17)]
+    _refused(_root(caps=caps))
+    assert len(verify_chain(_root(caps=caps[:16]), ROOT_KEY.public, now=NOW + 1).root.capabilities) == 16
+
+
+def test_a_negative_budget_is_refused() -> None:
+    """Mutant: the fast path drops the 0 <= amount <= 2**63-1 check. Rule: budgets are non-negative."""
+    _refused(_root(budget={"amount": -1, "unit": "calls"}))
+    _refused(_root(budget={"amount": 2**63, "unit": "calls"}))
+
+
+def test_a_budget_with_a_field_beside_amount_and_unit_is_refused() -> None:
+    """Mutant: the reference path accepts a budget holding amount, unit and more. Rule: a budget
+    has exactly the fields amount and unit."""
+    _refused(_root(budget={"amount": 5, "unit": "calls", "spent": 0}))
+
+
+@pytest.mark.parametrize("extra", [{"crit": ["limit"]}, {"crit": []}, {"alg": "none"}])
+def test_a_critical_extension_or_an_unknown_field_is_refused(extra: dict[str, Any]) -> None:
+    """Mutants: the fast path accepts a superset of the required fields; the reference path skips
+    the ``crit`` check. Rule: ``crit`` names extensions this verifier does not know: refuse."""
+    _refused(_root(**extra))
+
+
+def test_a_signed_payload_that_is_not_canonical_json_is_refused() -> None:
+    """Mutants: the fast grant path, or the reference ``parse_canonical``, skips the byte-for-byte
+    comparison with the canonical re-encoding. Rule: a signed payload is canonical JSON or refused
+    (whitespace, key order)."""
+    canonical = canonical_json(_body())
+    spaced = canonical.replace(b',"exp"', b', "exp"')
+    reordered = b'{"v":1,' + canonical.replace(b',"v":1}', b"}")[1:]
+    for payload in (spaced, reordered):
+        assert payload != canonical
+        _refused(_token((ROOT_KEY, payload)))
+
+
+def test_a_nonce_in_upper_case_hex_is_refused() -> None:
+    """Mutant: the fast path drops the nonce check. Rule: the nonce is 32 lower-case hex digits."""
+    _refused(_root(nonce="A" * 32))
+    _refused(_root(nonce="0" * 31))
+
+
+def test_a_parent_that_is_not_lower_case_hex_is_refused_as_malformed() -> None:
+    """Mutants: the parent's 64-hex check dropped (fast or reference path): the token would then be
+    read and refused only as ``root_has_parent``. Rule: parent is 64 lower-case hex digits or null."""
+    _refused(_root(parent="A" * 64))
+
+
+def test_version_true_is_not_version_one() -> None:
+    """Mutant: the reference path compares ``v`` with 1 by value (``True == 1``). Rule: a boolean
+    is never an integer."""
+    _refused(_root(v=True))
+
+
+def test_a_capability_not_in_canonical_form_is_refused() -> None:
+    """Mutant: the reference path skips ``to_dict() == raw`` for capabilities. Rule: a one-value
+    set is spelled ``eq``; the signed bytes have one spelling of each meaning."""
+    cap = {"resource": "tool:pay", "action": "invoke", "constraints": {"amount": {"in": [5]}}}
+    _refused(_root(caps=[cap]))
+
+
+def test_an_audience_that_is_not_a_did_key_is_refused() -> None:
+    """Mutant: the reference path checks the issuer's did:key form and not the audience's.
+    Rule: iss and aud are both Ed25519 did:key identifiers. A boolean constraint value sends
+    the payload down the reference path."""
+    cap = {"resource": "tool:pay", "action": "invoke", "constraints": {"ok": {"eq": True}}}
+    assert verify_chain(_root(caps=[cap]), ROOT_KEY.public, now=NOW + 1).root.audience == ALICE_KEY.did
+    _refused(_root(caps=[cap], aud="did:key:zNotAKey"))
+    _refused(_root(aud="did:key:zNotAKey"))
+
+
+def test_a_token_ending_in_an_unsigned_payload_is_refused() -> None:
+    """Mutant: parse_chain drops the even-parts check (then fails with an IndexError, or reads a
+    link without its signature). Rule: ag1 followed by payload.signature pairs."""
+    token = _root()
+    _refused(token + "." + token.split(".")[1])
+
+
+# --- link checks of hand-built chains ------------------------------------------------------------
+
+
+def test_a_link_signed_by_anyone_but_the_parents_audience_is_refused() -> None:
+    """Mutant: ``link_findings`` drops the ``child.issuer != parent.audience`` check. Rule: only
+    the holder of a grant may extend it; Bob, validly signing a child of Alice's grant (naming it
+    as parent), gets nothing."""
+    root = _body()
+    hijack = _body(iss=BOB_KEY.did, aud=CAROL_KEY.did, depth=0)
+    assert _refusal(_linked_token((ROOT_KEY, root), (BOB_KEY, hijack))) == "issuer_not_parent_audience"
+    verify_chain(
+        _linked_token((ROOT_KEY, root), (ALICE_KEY, _body(iss=ALICE_KEY.did, aud=CAROL_KEY.did, depth=0))),
+        ROOT_KEY.public,
+        now=NOW + 1,
+    )
+
+
+def test_a_parent_allowing_no_delegation_is_named_as_such() -> None:
+    """Mutant: ``link_findings`` drops the ``parent.max_depth == 0`` finding (the depth check that
+    follows still refuses, as ``depth_widened``). Rule: a child of a depth-0 grant is refused as
+    ``delegation_not_allowed``, the finding the docs name for it."""
+    token = _linked_token(
+        (ROOT_KEY, _body(depth=0)), (ALICE_KEY, _body(iss=ALICE_KEY.did, aud=BOB_KEY.did, depth=0))
+    )
+    assert _refusal(token) == "delegation_not_allowed"
+
+
+def test_a_delegation_from_a_parent_starting_soon_starts_with_its_parent() -> None:
+    """Mutant: ``delegate`` gives the child ``not_before=start`` instead of the later of now and
+    the parent's start. Rule: a parent starting within the skew is delegable at once, and the
+    child starts no earlier than the parent (else it is refused as ``starts_before_parent``)."""
+    root = issue(ROOT_KEY, ALICE_KEY.did, ["tool:pay?amount<=500"], ttl=3600, now=NOW + 20)
+    child = delegate(root, ALICE_KEY, BOB_KEY.did, ["tool:pay?amount<=100"], ttl=600, now=NOW)
+    assert child.tip.not_before == NOW + 20
+    verify_chain(child.token, ROOT_KEY.public, now=NOW + 20)
+
+
+# --- attenuation of budgets ----------------------------------------------------------------------
+
+
+def _budgeted_chain(child_budget: dict[str, Any] | None) -> str:
+    root = canonical_json(_body(budget={"amount": 1000, "unit": "calls"}))
+    child = _body(iss=ALICE_KEY.did, aud=BOB_KEY.did, depth=0, parent=sha256_hex(root), budget=child_budget)
+    return _token((ROOT_KEY, root), (ALICE_KEY, canonical_json(child)))
+
+
+@pytest.mark.parametrize(
+    ("budget", "code"),
+    [
+        (None, "budget_widened"),
+        ({"amount": 1001, "unit": "calls"}, "budget_widened"),
+        ({"amount": 10, "unit": "tokens"}, "budget_unit_changed"),
+    ],
+)
+def test_a_delegation_never_widens_the_budget(budget: dict[str, Any] | None, code: str) -> None:
+    """Mutants: no finding for a child without a budget under a budgeted parent; the amount
+    compared with one unit of slack; the unit not compared. Rule: a child's budget is in the
+    parent's unit and at most the parent's amount; no budget is no limit, so wider."""
+    with pytest.raises(ScopeCreep) as raised:
+        verify_chain(_budgeted_chain(budget), ROOT_KEY.public, now=NOW + 1)
+    assert raised.value.finding.code == code
+
+
+def test_a_delegation_may_keep_the_whole_budget() -> None:
+    """Mutant: ``>=`` for ``>`` in the budget comparison. Rule: an equal budget attenuates."""
+    chain = verify_chain(_budgeted_chain({"amount": 1000, "unit": "calls"}), ROOT_KEY.public, now=NOW + 1)
+    assert [b.amount for _, b in chain.budgets] == [1000, 1000]
+
+
+# --- links forged by the parent's holder ------------------------------------------------------
+
+
+@pytest.fixture
+def repo(sqlite_store: SQLiteStore) -> GrantRepository:
+    return GrantRepository(sqlite_store)
+
+
+def _decide(
+    repo: GrantRepository, key: SigningKey, chain: Chain, call: Call, now: int = NOW + 1
+) -> tuple[Outcome, str | None]:
+    """Sign ``call`` as ``key`` under ``chain`` and decide it: its outcome and first finding's code."""
+    inv = Invocation.sign(key, chain, call, now=now)
+    d = decide(inv, repo=repo, trusted=ROOT_KEY.public, now=now, cache=ChainCache())
+    return d.outcome, (d.findings[0].code if d.findings else None)
+
+
+def _forged_child(parent: Chain, **changes: object) -> Chain:
+    """A child link signed by the parent's holder (ALICE) with fields delegate() would never pick."""
+    tip = parent.tip
+    fields: dict[str, object] = {
+        "audience": BOB_KEY.did,
+        "capabilities": [Capability.parse("tool:payments.refund?amount<=100")],
+        "budget": tip.budget,
+        "not_before": tip.not_before,
+        "expires": tip.expires,
+        "max_depth": 0,
+        "purpose": "",
+        "parent": tip.id,
+    }
+    fields.update(changes)
+    grant = _sign(ALICE_KEY, **fields)  # type: ignore[arg-type]
+    links = (*parent.links, grant)
+    return Chain(links, _encode_chain(links))
+
+
+def _refund_root() -> Chain:
+    return issue(
+        ROOT_KEY,
+        ALICE_KEY.did,
+        ["tool:payments.refund?amount<=500"],
+        ttl=3600,
+        budget=Budget(1_000_000),
+        now=NOW,
+    )
+
+
+def test_a_budget_one_unit_above_the_parent_is_refused() -> None:
+    """Kills G4 (``link_findings``: ``child.budget.amount > parent.budget.amount + 1``)."""
+    root = _refund_root()
+    kept = delegate(
+        root,
+        ALICE_KEY,
+        BOB_KEY.did,
+        ["tool:payments.refund?amount<=100"],
+        ttl=60,
+        budget=Budget(1_000_000),
+        now=NOW,
+    )
+    assert kept.tip.budget == Budget(1_000_000)
+    with pytest.raises(ScopeCreep) as exc:
+        delegate(
+            root,
+            ALICE_KEY,
+            BOB_KEY.did,
+            ["tool:payments.refund?amount<=100"],
+            ttl=60,
+            budget=Budget(1_000_001),
+            now=NOW,
+        )
+    assert exc.value.finding.code == "budget_widened"  # type: ignore[attr-defined]
+
+
+def test_a_child_without_a_budget_under_a_budgeted_parent_is_refused(repo: GrantRepository) -> None:
+    """Kills G5 (``link_findings``: the ``child.budget is None`` check skipped): a child signed with
+    no budget would spend without limit (``Decision.budgets`` would carry only the root's, but a
+    root without one makes that nothing)."""
+    chain = _forged_child(_refund_root(), budget=None)
+    with pytest.raises(ScopeCreep) as exc:
+        verify_chain(chain.token, ROOT_KEY.public, now=NOW + 1)
+    assert exc.value.finding.code == "budget_widened"  # type: ignore[attr-defined]
+    assert _decide(repo, BOB_KEY, chain, Call.tool("payments.refund", {"amount": 5})) == (
+        Outcome.DENY,
+        "budget_widened",
+    )
+
+
+def test_a_child_starting_one_second_before_its_parent_is_refused() -> None:
+    """Kills G8 (``link_findings``: ``child.not_before < parent.not_before - 1``)."""
+    root = _refund_root()
+    same = _forged_child(root)
+    assert verify_chain(same.token, ROOT_KEY.public, now=NOW + 1) == same
+    early = _forged_child(root, not_before=root.tip.not_before - 1)
+    with pytest.raises(ScopeCreep) as exc:
+        verify_chain(early.token, ROOT_KEY.public, now=NOW + 1)
+    assert exc.value.finding.code == "starts_before_parent"  # type: ignore[attr-defined]
+
+
+def test_every_capability_of_a_delegation_is_checked_not_only_the_first(repo: GrantRepository) -> None:
+    """Kills G15 (``link_findings`` checks ``child.capabilities[:1]`` only): a narrow first
+    capability would smuggle a second one the parent never held."""
+    root = _refund_root()
+    with pytest.raises(ScopeCreep) as exc:
+        delegate(
+            root,
+            ALICE_KEY,
+            BOB_KEY.did,
+            ["tool:payments.refund?amount<=100", "tool:shell.run"],
+            ttl=60,
+            now=NOW,
+        )
+    assert exc.value.finding.code == "capability_widened"  # type: ignore[attr-defined]
+    forged = _forged_child(
+        root,
+        capabilities=[
+            Capability.parse("tool:payments.refund?amount<=100"),
+            Capability.parse("tool:shell.run"),
+        ],
+    )
+    assert _decide(repo, BOB_KEY, forged, Call.tool("shell.run")) == (Outcome.DENY, "capability_widened")

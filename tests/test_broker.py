@@ -22,6 +22,7 @@ from agentgate.dispatch.broker import (
     WorkloadHint,
     synthetic_topology,
 )
+from agentgate.dispatch.broker import TenantQuota as BrokerQuota
 from agentgate.errors import BrokerError, LeaseLost
 
 
@@ -506,3 +507,197 @@ def test_inference_gang_prefers_one_node_where_a_compute_gang_fills_fragments() 
     broker.release("serve")
     batch = granted(broker.submit(GangRequest("batch", "b", 4)))["batch"]
     assert {g.split("/")[0] for g in batch} == {"n000", "n001"}
+
+
+# --- queue order and preemption victims -------------------------------------------------------
+
+
+def _broker(clock: FakeClock, tenants: Sequence[str] = ("a", "b", "c")) -> Broker:
+    topology = synthetic_topology(2, 8)
+    quotas = [BrokerQuota(t, len(topology)) for t in tenants]
+    return Broker(topology, quotas, clock=clock, ttl_s=1000.0, grace_s=60.0, locality_wait_s=100.0)
+
+
+def test_a_freed_node_goes_to_the_higher_priority_of_two_waiting_gangs() -> None:
+    """Kills: the queue ordered by ascending priority (``_ordered_waiting``): the less important
+    gang, which came first, takes the GPUs that free up."""
+    clock = FakeClock()
+    broker = _broker(clock)
+    assert len(granted(broker.submit(GangRequest("x", "a", 8)))["x"]) == 8
+    assert len(granted(broker.submit(GangRequest("y", "a", 8)))["y"]) == 8
+    clock.now = 1.0
+    assert granted(broker.submit(GangRequest("low", "b", 8, priority=0))) == {}
+    clock.now = 2.0
+    assert granted(broker.submit(GangRequest("high", "c", 8, priority=5))) == {}
+    clock.now = 3.0
+    events = broker.release("x")
+    assert set(granted(events)) == {"high"}
+    assert [q.request.id for q in broker.queue()] == ["low"]
+
+
+def test_a_preemption_notifies_only_the_victims_the_gang_needs() -> None:
+    """Kills: the victim set not minimized (``_try_preempt``): a small low-priority lease taken
+    first on the way to a large one that alone makes room is preempted too, for nothing."""
+    clock = FakeClock()
+    broker = _broker(clock)
+    assert len(granted(broker.submit(GangRequest("keep", "a", 6, priority=9)))["keep"]) == 6
+    clock.now = 1.0
+    assert len(granted(broker.submit(GangRequest("big", "a", 8, priority=1)))["big"]) == 8
+    clock.now = 2.0
+    assert len(granted(broker.submit(GangRequest("small", "a", 2, priority=0)))["small"]) == 2
+    assert broker.free_gpus() == 0
+    clock.now = 3.0
+    events = broker.submit(GangRequest("urgent", "a", 8, priority=5))
+    notices = [e for e in events if isinstance(e, CheckpointNotice)]
+    assert [n.lease.id for n in notices] == ["big"]
+    assert {lease.id for lease in broker.leases()} >= {"keep", "small"}
+
+
+# --- reclaim, notified leases, the locality wait ----------------------------------------------
+
+
+def test_reclaim_stops_once_the_lender_is_back_within_its_nominal_quota() -> None:
+    """Kills: the "lender still borrowing after earlier victims" check dropped (``_try_preempt``):
+    a lender borrowing 2 GPUs lost a further 4-GPU lease of its nominal quota to a reclaim.
+    Rule: reclaim takes back only what the lender borrowed; once the victims chosen so far bring
+    it back to its nominal quota, no more of its leases are candidates (Kueue's rule), so the
+    reclaiming gang waits rather than take the lender below its guarantee."""
+    clock = FakeClock()
+    topology = synthetic_topology(2, 8, domains_per_node=2)  # four NVLink domains of 4 GPUs
+    quotas = [
+        BrokerQuota("a", 8, cohort="lab"),
+        BrokerQuota("b", 8, cohort="lab"),
+        BrokerQuota("c", 4),  # no cohort: takes GPUs, not the cohort's quota
+    ]
+    broker = Broker(topology, quotas, clock=clock, ttl_s=1000.0, grace_s=60.0)
+    domain = TopologyConstraint("nvlink_domain", required=True)
+    for i, (rid, tenant, gpus, prio) in enumerate(
+        [("b1", "b", 4, 1), ("b2", "b", 4, 1), ("a1", "a", 4, 0), ("c1", "c", 2, 0), ("bx", "b", 2, 0)]
+    ):
+        clock.now = float(i)
+        assert rid in granted(broker.submit(GangRequest(rid, tenant, gpus, priority=prio, topology=domain)))
+    assert broker.free_gpus() == 0
+    assert broker.usage("b") == 10  # borrowing 2 of a's nominal quota
+    clock.now = 10.0
+    events = broker.submit(GangRequest("a2", "a", 4, topology=domain))
+    # bx (2 GPUs, b's only borrowed ones) frees no whole domain: c1 holds the rest of it.
+    assert [e for e in events if isinstance(e, CheckpointNotice)] == []
+    assert broker.usage("b") == 10
+    assert [q.request.id for q in broker.queue()] == ["a2"]
+
+
+def test_next_deadline_names_a_notified_leases_expiry_when_it_comes_before_its_notice() -> None:
+    """Kills: ``next_deadline`` taking a notified lease's notice deadline alone (a holder that
+    stopped renewing expires at 30, before its notice deadline at 130: a driver sleeping until
+    130 left its GPUs and the preemptor idle for 100 s).
+    Rule: a notified lease ends at the earlier of its expiry and its notice deadline, and
+    ``next_deadline`` names that time."""
+    clock = FakeClock()
+    broker = Broker(synthetic_topology(1, 8), [BrokerQuota("a", 8)], clock=clock, ttl_s=30.0, grace_s=120.0)
+    assert "low" in granted(broker.submit(GangRequest("low", "a", 8, priority=0)))
+    clock.now = 10.0
+    events = broker.submit(GangRequest("high", "a", 8, priority=5))
+    assert [(e.lease.id, e.deadline) for e in events if isinstance(e, CheckpointNotice)] == [("low", 130.0)]
+    assert broker.next_deadline() == 30.0
+    clock.now = 30.0
+    assert "high" in granted(broker.advance())
+
+
+def _three_fragmented_nodes(clock: FakeClock, **settings: float) -> Broker:
+    """Three nodes of 8 GPUs (one NVLink domain each), 3 GPUs free on each: 9 free, no domain whole."""
+    broker = Broker(synthetic_topology(3, 8), [BrokerQuota("a", 24)], clock=clock, ttl_s=1e6, **settings)
+    domain = TopologyConstraint("nvlink_domain", required=True)
+    for name in ("x", "y", "z"):
+        assert name in granted(broker.submit(GangRequest(name, "a", 5, topology=domain)))
+    assert broker.free_gpus() == 9
+    return broker
+
+
+def test_a_communication_bound_gang_the_size_of_a_domain_waits_for_one() -> None:
+    """Kills: ``_local_possible``'s ``largest >= request.gpus`` made strict (a communication-bound
+    gang of exactly one domain's 8 GPUs was taken for one no domain could ever hold, and spread
+    over three nodes at once instead of waiting for a domain).
+    Rule: a gang some NVLink domain could hold waits for one (up to the locality wait)."""
+    clock = FakeClock()
+    broker = _three_fragmented_nodes(clock, locality_wait_s=100.0)
+    comm = GangRequest("comm", "a", 8, hint=WorkloadHint(bound="communication"))
+    assert granted(broker.submit(comm)) == {}
+    assert [q.request.id for q in broker.queue()] == ["comm"]
+    clock.now = 50.0
+    [gpus] = granted(broker.release("x")).values()  # node 0's domain is whole again
+    topology = broker.topology
+    assert len({topology.group_of["nvlink_domain"][topology.number(g)] for g in gpus}) == 1
+
+
+def test_a_gang_spreads_at_the_time_next_deadline_names_for_its_locality_wait() -> None:
+    """Kills: the locality wait counted as over only after ``locality_wait_s`` (``>`` for ``>=``
+    in ``_place_waiting``): a driver that advances at ``next_deadline()`` (submit + the wait)
+    found nothing placed, and ``next_deadline`` no longer named the wait, so the gang slept to
+    its timeout.
+    Rule: at ``submitted_at + locality_wait_s`` the wait is over: ``advance`` then places it."""
+    clock = FakeClock()
+    broker = _three_fragmented_nodes(clock, locality_wait_s=100.0)
+    comm = GangRequest("comm", "a", 8, hint=WorkloadHint(bound="communication"), timeout_s=3600.0)
+    assert granted(broker.submit(comm)) == {}
+    assert broker.next_deadline() == 100.0
+    clock.now = 100.0
+    assert "comm" in granted(broker.advance())
+
+
+def test_a_tenant_gets_no_new_grant_past_its_quota_while_its_reclaimed_lease_checkpoints() -> None:
+    """Kills: the grant-time quota check counting notified leases dropped (``_place_waiting``'s
+    ``fits(..., with_leaving=True)``): a tenant whose 12-GPU lease was being reclaimed was
+    granted 8 more GPUs during its grace, holding 20 where its quota allows 16.
+    Rule: a notified lease's GPUs count against a new grant to its tenant and cohort until it
+    ends; the request waits for them (their grace bounds the wait), then is granted."""
+    clock = FakeClock()
+    topology = synthetic_topology(3, 8)
+    quotas = [BrokerQuota("x", 8, cohort="lab"), BrokerQuota("y", 8, cohort="lab")]
+    broker = Broker(topology, quotas, clock=clock, ttl_s=1000.0, grace_s=60.0)
+    assert "x1" in granted(broker.submit(GangRequest("x1", "x", 12)))  # borrows 4 of y's
+    clock.now = 1.0
+    events = broker.submit(GangRequest("y1", "y", 8))
+    assert [(e.lease.id, e.reason) for e in events if isinstance(e, CheckpointNotice)] == [("x1", "reclaim")]
+    assert broker.free_gpus() >= 8
+    clock.now = 2.0
+    assert granted(broker.submit(GangRequest("x2", "x", 8))) == {}  # x still holds x1's 12
+    held = sum(len(lease.gpus) for lease in broker.leases() if lease.tenant == "x")
+    assert held <= 16
+    clock.now = 3.0
+    assert set(granted(broker.release("x1"))) == {"y1", "x2"}
+
+
+# --- draining ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("max_draining", [1, 2])
+def test_no_more_than_max_draining_gangs_drain_at_once(max_draining: int) -> None:
+    """Mutant n18 (_broker.py _try_drain: ``>= max_draining`` made ``>``: one gang too many drains).
+
+    At most ``max_draining`` gangs reserve GPUs by draining at once (docs/broker.md, Draining):
+    the GPUs they reserve sit idle, so one more is idle capacity nobody allowed.
+    """
+    clock = FakeClock()
+    topology = synthetic_topology(4, 8)
+    tenants = ("a", "b", "c", "d", "e")
+    broker = Broker(
+        topology,
+        [TenantQuota(t, len(topology)) for t in tenants],
+        clock=clock,
+        ttl_s=1000.0,
+        grace_s=60.0,
+        locality_wait_s=10_000.0,
+        drain_after_s=0.0,
+        max_draining=max_draining,
+    )
+    for n in range(4):  # every domain left with 3 free GPUs
+        broker.submit(GangRequest(f"f{n}", "a", 5, topology=TopologyConstraint("nvlink_domain")))
+    assert broker.free_gpus() == 12
+    for tenant in tenants[1:]:  # four gangs, each waiting for 4 GPUs in one domain
+        broker.submit(GangRequest(f"comm-{tenant}", tenant, 4, hint=WorkloadHint(bound="communication")))
+    clock.now = 1.0
+    broker.advance()
+    queue = broker.queue()
+    assert len(queue) == 4
+    assert sum(q.draining for q in queue) == max_draining
+    assert broker.free_gpus() == 12 - 3 * max_draining  # each drain reserves its domain's 3 free

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from test_broker import FakeClock
 
 from agentgate.audit.entry import AuditEntry
 from agentgate.dispatch.broker import (
@@ -19,7 +21,7 @@ from agentgate.dispatch.broker import (
     synthetic_topology,
 )
 from agentgate.errors import BrokerError, Denied, LeaseLost
-from agentgate.gate import Approval, Gate
+from agentgate.gate import AgentIdentity, Approval, Gate
 from agentgate.keys import SigningKey
 from agentgate.policy import parse_policy
 from agentgate.store import SQLiteStore
@@ -261,3 +263,52 @@ def test_a_lease_behind_an_approval_gate_waits_for_a_signed_approval(tmp_path: P
         assert not again.allowed  # an approval is used once
     finally:
         gated.gate.close()
+
+
+# --- a lease never outlives its grant ---------------------------------------------------------
+
+
+TRAINER_POLICY = """
+version: 1
+trust_anchors:
+  root: {{did: "{root}"}}
+tenants:
+  team-a: {{}}
+principals:
+  trainer: {{kind: service, did: "{trainer}", tenant: team-a, roles: [trainer]}}
+roles:
+  trainer:
+    kind: service
+    capabilities:
+      - resource: gpu:h100
+        constraints: {{count: {{ge: 1, le: 8}}}}
+    ttl_s: 3600
+"""
+
+
+@pytest.fixture
+def gated(tmp_path: Path) -> Iterator[tuple[GatedBroker, AgentIdentity]]:
+    keys = {n: SigningKey.generate() for n in ("root", "trainer")}
+    text = TRAINER_POLICY.format(**{n: k.did for n, k in keys.items()})
+    gate = Gate(parse_policy(text, source="gpu.yaml"), SQLiteStore(tmp_path / "agentgate.db"))
+    clock = FakeClock()
+    broker = Broker(synthetic_topology(nodes=2, gpus_per_node=8), [TenantQuota("team-a", 16)], clock=clock)
+    identity = gate.issue(keys["root"], name="trainer", key=keys["trainer"], role="trainer")
+    yield GatedBroker(gate, broker), identity
+    gate.close()
+
+
+def test_a_lease_ttl_just_past_the_grants_expiry_is_refused(gated: tuple[GatedBroker, AgentIdentity]) -> None:
+    """Mutant n19 (_gated.py _outlived: ``ttl_s <= left`` made ``ttl_s <= left + 60``).
+
+    A lease never outlives the grant that decided it, not even by seconds: a ``ttl_s`` 30 s past
+    the grant chain's expiry is refused before any decision, and one 30 s short of it is granted.
+    """
+    broker, identity = gated
+    left = identity.chain.expires - time.time()
+    assert 3500 < left <= 3600
+    with pytest.raises(BrokerError, match="would outlive the grant"):
+        broker.submit(identity, GangRequest("long", "team-a", 1, gpu_type="H100", ttl_s=left + 30))
+    assert broker.broker.leases() == [] and broker.broker.queue() == []
+    answer = broker.submit(identity, GangRequest("short", "team-a", 1, gpu_type="H100", ttl_s=left - 30))
+    assert answer.allowed and answer.lease() is not None

@@ -3,8 +3,15 @@
 from __future__ import annotations
 
 import pytest
+from test_broker import FakeClock
 
-from agentgate.dispatch.broker import TenantQuota
+from agentgate.dispatch.broker import (
+    Broker,
+    GangRequest,
+    TenantQuota,
+    synthetic_topology,
+)
+from agentgate.dispatch.broker import TenantQuota as BrokerQuota
 from agentgate.dispatch.broker._quota import QuotaBook
 from agentgate.errors import BrokerError
 
@@ -65,3 +72,18 @@ def test_unknown_tenants_and_duplicate_quotas_are_refused() -> None:
         lab().used("nobody")
     with pytest.raises(BrokerError, match="two quotas"):
         QuotaBook([TenantQuota("a", 1), TenantQuota("a", 2)])
+
+
+def test_a_gang_larger_than_its_cohort_is_refused_at_submit_whatever_its_borrowing_limit() -> None:
+    """Kills: ``QuotaBook.ceiling`` ignoring the cohort when a borrowing limit is set (a 20-GPU
+    gang of a tenant allowed to borrow 100 in a 16-GPU cohort was queued, to wait for ever for
+    GPUs its cohort can never lend, instead of refused).
+    Rule: a tenant may never hold more than the lesser of its nominal plus borrowing limit and
+    its cohort's nominal total; a larger gang is a ``BrokerError`` at submit, changing nothing."""
+    from agentgate.errors import BrokerError
+
+    quotas = [BrokerQuota("x", 8, borrowing_limit=100, cohort="lab"), BrokerQuota("y", 8, cohort="lab")]
+    broker = Broker(synthetic_topology(3, 8), quotas, clock=FakeClock())
+    with pytest.raises(BrokerError, match=r"may ever hold \(16\)"):
+        broker.submit(GangRequest("big", "x", 20))
+    assert broker.queue() == [] and broker.free_gpus() == 24

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -231,3 +233,56 @@ def test_cli_bad_inventory_is_a_typed_error(tmp_path: Path) -> None:
     # The CLI turns the InventoryError into an InputError whose one line is escaped (printable).
     with pytest.raises(InputError, match=r"inv\.yaml:2: gpu 'a0': unknown node 'nowhere'$"):
         run_cli(["broker", "inventory", "--inventory", str(path), "--store", str(tmp_path / "s.db")])
+
+
+# --- the journal's rows read back or refused --------------------------------------------------
+
+
+def _journal(store: object) -> tuple[Any, Any]:
+    from agentgate.store.broker_leases import BrokerLeaseStore
+
+    journal = BrokerLeaseStore(store)  # type: ignore[arg-type]
+    busy_broker(journal, FakeClock())
+    return journal, BrokerLeaseStore
+
+
+@pytest.mark.parametrize("value", ["no", 0, None])
+def test_a_queue_row_whose_draining_is_no_boolean_is_unreadable(sqlite_store: Any, value: object) -> None:
+    """B18 (`draining` not checked to be a boolean): a stored queue row whose `draining` reads
+    "no", 0 or null is refused as unreadable state (StoreError), not restored as a reservation
+    whose draining flag is whatever that value's truth is."""
+    import json
+
+    from agentgate.errors import StoreError
+
+    _, journal_cls = _journal(sqlite_store)
+    with sqlite_store.transaction() as tx:
+        rows = tx.execute("SELECT request_id, body FROM broker_queue")
+        assert rows
+        for request_id, body in rows:
+            tx.execute(
+                "UPDATE broker_queue SET body = ? WHERE request_id = ?",
+                (json.dumps({**json.loads(body), "draining": value}), request_id),
+            )
+    with pytest.raises(StoreError, match=r"unreadable.*draining"):
+        journal_cls(sqlite_store).load()
+
+
+def test_a_queued_request_without_a_deadline_reads_back_without_one(sqlite_store: Any) -> None:
+    """B23 (an endless deadline stored as 1e18): a snapshot whose queued request never times out
+    (as journals before R36 wrote nominated requests) is stored with no deadline (NULL) and reads
+    back equal, with the deadline inf, not as one due in 3e10 years."""
+    import dataclasses
+
+    journal, journal_cls = _journal(sqlite_store)
+    saved = journal.load()
+    assert saved is not None and saved.queue
+    endless = dataclasses.replace(saved.queue[0], deadline=math.inf)
+    snapshot = dataclasses.replace(saved, queue=(endless, *saved.queue[1:]))
+    journal.save(snapshot)
+    with sqlite_store.transaction() as tx:
+        rows = tx.execute("SELECT deadline FROM broker_queue WHERE request_id = ?", (endless.request.id,))
+    assert rows == [(None,)]
+    again = journal_cls(sqlite_store).load()
+    assert again == snapshot
+    assert again.queue[0].deadline == math.inf

@@ -3,11 +3,25 @@
 from __future__ import annotations
 
 import math
+import re
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_authority_grants import (  # noqa: F401 (repo is a fixture)
+    ALICE_KEY,
+    BOB_KEY,
+    NOW,
+    ROOT_KEY,
+    _body,
+    _decide,
+    _linked_token,
+    _refusal,
+    repo,
+)
 
+from agentgate.authority import GrantRepository, Outcome, delegate, issue
 from agentgate.capabilities import (
     OPERATORS,
     Call,
@@ -19,11 +33,12 @@ from agentgate.capabilities import (
     covers,
     format_capability,
     parse_capability,
+    pattern_matches,
     pattern_within,
     witness,
 )
 from agentgate.capabilities import _same as same_value_and_kind
-from agentgate.errors import CapabilityError
+from agentgate.errors import CapabilityError, ScopeCreep
 
 # --- strategies -----------------------------------------------------------------------------------
 
@@ -368,3 +383,223 @@ def test_subclassed_values_keep_their_kind_in_sets() -> None:
     assert Constraint.of({"in": ["EUR", 1]}).allows(1.0) and not Constraint.of({"in": ["EUR", 1]}).allows(
         True
     )
+
+
+# --- the grammar refuses rather than guesses -------------------------------------------------------
+
+
+def test_an_operator_given_twice_on_one_field_is_refused() -> None:
+    """Mutant: the parser drops the "given twice" check, so the later bound silently replaces the
+    earlier one (``amount<=500&amount<=900`` would allow 900). Rule: refuse, never guess."""
+    for text in ("tool:pay?amount<=500&amount<=900", "tool:pay?cur=EUR&cur=USD", "tool:pay?p^=a&p^=ab"):
+        with pytest.raises(CapabilityError, match="given twice"):
+            parse_capability(text)
+
+
+@pytest.mark.parametrize(
+    ("cap", "words"),
+    [
+        ("tool:payments.refund#", "'#' with no action"),
+        ("tool:payments.refund?amount<=5&amount<=500", "given twice"),
+        ('tool:payments.refund?currency="EUR', "encloses a whole value"),
+        ("tool:payments.refund?currency=E%zz", "'%' starts a %XX escape"),
+        ("tool:payments.refund?currency^=", "an empty prefix"),
+    ],
+)
+def test_a_capability_outside_the_grammar_is_refused(cap: str, words: str) -> None:
+    """Kills: parse_capability's refusals dropped one by one (an empty action read as the
+    default, a repeated operator keeping the last (wider) bound, a stray quote or a bad escape
+    read literally, an empty prefix matching every string).
+
+    docs/cli.md (CAP): anything outside the grammar is refused rather than guessed."""
+    from agentgate.capabilities import parse_capability
+    from agentgate.errors import CapabilityError
+
+    with pytest.raises(CapabilityError, match=re.escape(words)):
+        parse_capability(cap)
+
+
+# --- attenuation and coverage, through delegation and decisions -------------------------------------
+
+
+def test_an_open_bound_is_not_widened_to_a_closed_one() -> None:
+    """Kills C2 (``_subset``: ``hi_ok = child.hi <= parent.hi``, openness ignored) and C3 (the same
+    for the lower bound): ``amount<=500`` under ``amount<500`` would pass as an attenuation and a
+    delegate could then spend exactly 500."""
+    for parent_text, child_text, edge in (
+        ("tool:payments.refund?amount<500", "tool:payments.refund?amount<=500", 500),
+        ("tool:payments.refund?amount>0", "tool:payments.refund?amount>=0", 0),
+    ):
+        parent, child = Capability.parse(parent_text), Capability.parse(child_text)
+        assert not attenuates(parent, child)
+        found = witness(parent, child)
+        assert found is not None and found.args["amount"] == edge
+        chain = issue(ROOT_KEY, ALICE_KEY.did, [parent_text], ttl=3600, now=NOW)
+        with pytest.raises(ScopeCreep):
+            delegate(chain, ALICE_KEY, BOB_KEY.did, [child_text], ttl=60, now=NOW)
+
+
+def test_a_prefix_constraint_only_narrows_to_a_longer_prefix() -> None:
+    """Kills C4 (``_subset`` for prefixes reversed: ``parent.prefix.startswith(child.prefix)``): a
+    child ``path^=t`` would pass under ``path^=tmp_`` and reach every path starting with ``t``."""
+    parent = Capability.parse("tool:files.read?path^=tmp_")
+    wider = Capability.parse("tool:files.read?path^=t")
+    narrower = Capability.parse("tool:files.read?path^=tmp_cache_")
+    assert not attenuates(parent, wider)
+    assert attenuates(parent, narrower)
+    chain = issue(ROOT_KEY, ALICE_KEY.did, ["tool:files.read?path^=tmp_"], ttl=3600, now=NOW)
+    with pytest.raises(ScopeCreep):
+        delegate(chain, ALICE_KEY, BOB_KEY.did, ["tool:files.read?path^=t"], ttl=60, now=NOW)
+
+
+def test_a_dotted_wildcard_stops_at_the_dot(repo: GrantRepository) -> None:  # noqa: F811 (the imported fixture)
+    """Kills C5 (``pattern_matches``: ``tool:payments.*`` tested with ``startswith("tool:payments")``,
+    no dot boundary): a grant for ``tool:payments.*`` would cover ``tool:payments_admin.wipe``."""
+    assert pattern_matches("tool:payments.*", "tool:payments.refund")
+    assert not pattern_matches("tool:payments.*", "tool:payments_admin.wipe")
+    assert not covers(Capability.parse("tool:payments.*"), Call.tool("payments_admin.wipe"))
+    chain = issue(ROOT_KEY, ALICE_KEY.did, ["tool:payments.*"], ttl=3600, now=NOW)
+    assert _decide(repo, ALICE_KEY, chain, Call.tool("payments.refund"))[0] is Outcome.ALLOW
+    assert _decide(repo, ALICE_KEY, chain, Call.tool("payments_admin.wipe")) == (
+        Outcome.DENY,
+        "call_not_covered",
+    )
+
+
+def test_a_wildcard_child_must_extend_the_parent_stem_at_a_dot(repo: GrantRepository) -> None:  # noqa: F811 (the imported fixture)
+    """Kills C6 (``pattern_within``: ``child[:-2].startswith(parent[:-2])``, no dot boundary): a
+    holder of ``tool:payments.*`` could delegate ``tool:payments_admin.*``, which it never held."""
+    assert not pattern_within("tool:payments_admin.*", "tool:payments.*")
+    assert pattern_within("tool:payments.admin.*", "tool:payments.*")
+    assert not attenuates(Capability.parse("tool:payments.*"), Capability.parse("tool:payments_admin.*"))
+    chain = issue(ROOT_KEY, ALICE_KEY.did, ["tool:payments.*"], ttl=3600, now=NOW)
+    with pytest.raises(ScopeCreep):
+        delegate(chain, ALICE_KEY, BOB_KEY.did, ["tool:payments_admin.*"], ttl=60, now=NOW)
+
+
+def test_eq_and_in_on_one_field_are_a_conjunction(repo: GrantRepository) -> None:  # noqa: F811 (the imported fixture)
+    """Kills C12 (``Constraint._normalize``: the ``in`` set no longer intersected with ``eq``):
+    ``currency=EUR&currency=EUR|USD`` would allow USD."""
+    both = Constraint.of({"eq": "EUR", "in": ["EUR", "USD"]})
+    assert both.allows("EUR") and not both.allows("USD")
+    chain = issue(
+        ROOT_KEY, ALICE_KEY.did, ["tool:payments.refund?currency=EUR&currency=EUR|USD"], ttl=3600, now=NOW
+    )
+    assert (
+        _decide(repo, ALICE_KEY, chain, Call.tool("payments.refund", {"currency": "EUR"}))[0] is Outcome.ALLOW
+    )
+    assert _decide(repo, ALICE_KEY, chain, Call.tool("payments.refund", {"currency": "USD"})) == (
+        Outcome.DENY,
+        "call_not_covered",
+    )
+
+
+# --- the constraint algebra, checked against delegation and hand-signed links -----------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "bound"),
+    [
+        ("amount>5&amount>=5", 5),
+        ("amount>=5&amount>5", 5),
+        ("amount<5&amount<=5", 5),
+        ("amount<=5&amount<5", 5),
+    ],
+)
+def test_an_open_and_a_closed_bound_at_one_value_leave_the_value_out(text: str, bound: int) -> None:
+    """Mutants: ``Constraint._bounds`` lets a closed bound replace an open one at the same value
+    (``b >= lo`` for ``b > lo or (b == lo and is_open)``; likewise for the upper bound). Rule:
+    a conjunction is the tightest of its bounds: ``amount>5&amount>=5`` refuses 5, whichever
+    clause comes first."""
+    cap = parse_capability("tool:pay?" + text)
+    assert not covers(cap, Call.tool("pay", {"amount": bound}))
+    assert not cap.constraint_map["amount"].allows(bound)
+    inside = bound + 1 if ">" in text else bound - 1
+    assert covers(cap, Call.tool("pay", {"amount": inside}))
+
+
+def test_an_equality_beside_an_integer_upper_bound_still_binds() -> None:
+    """Mutant: the shortcut in ``Constraint._normalize`` for one integer ``le`` no longer requires
+    that no ``eq`` is given, so ``amount=3&amount<=10`` became ``amount<=10``. Rule: clauses on
+    one field are a conjunction: only 3 passes; and ``amount=30&amount<=10`` passes nothing."""
+    cap = parse_capability("tool:pay?amount=3&amount<=10")
+    assert covers(cap, Call.tool("pay", {"amount": 3}))
+    assert not covers(cap, Call.tool("pay", {"amount": 5}))
+    assert parse_capability("tool:pay?amount=30&amount<=10").constraint_map["amount"].is_empty
+
+
+def test_an_equality_beside_a_set_keeps_only_the_equal_value() -> None:
+    """Mutant: ``Constraint._normalize`` takes the whole ``in`` set when an ``eq`` is also given
+    (``cur=EUR&cur=EUR|USD`` became ``cur=EUR|USD``). Rule: a conjunction: only EUR passes."""
+    cap = parse_capability("tool:pay?cur=EUR&cur=EUR|USD")
+    assert covers(cap, Call.tool("pay", {"cur": "EUR"}))
+    assert not covers(cap, Call.tool("pay", {"cur": "USD"}))
+
+
+def _widening_refused(parent: str, child: str) -> None:
+    p, c = parse_capability(parent), parse_capability(child)
+    assert not attenuates(p, c)
+    root = issue(ROOT_KEY, ALICE_KEY.did, [parent], ttl=3600, now=NOW)
+    with pytest.raises(ScopeCreep):
+        delegate(root, ALICE_KEY, BOB_KEY.did, [child], ttl=60, now=NOW)
+    hand_built = _linked_token(
+        (ROOT_KEY, _body(caps=[p.to_dict()])),
+        (ALICE_KEY, _body(iss=ALICE_KEY.did, aud=BOB_KEY.did, depth=0, caps=[c.to_dict()])),
+    )
+    assert _refusal(hand_built) in ("constraint_widened", "capability_widened")
+
+
+def test_a_child_set_with_one_value_outside_the_parents_is_wider() -> None:
+    """Mutant: ``_subset`` of a finite child asks that ``any`` value lie in the parent (for
+    ``all``). Rule: ``cur=EUR|USD`` does not attenuate ``cur=EUR``: delegating it is refused."""
+    _widening_refused("tool:pay?cur=EUR", "tool:pay?cur=EUR|USD")
+    assert attenuates(parse_capability("tool:pay?cur=EUR|USD"), parse_capability("tool:pay?cur=EUR"))
+
+
+@pytest.mark.parametrize(
+    ("parent", "child"),
+    [
+        ("tool:pay?amount>5&amount<=10", "tool:pay?amount>=5&amount<=10"),
+        ("tool:pay?amount>=0&amount<10", "tool:pay?amount>=0&amount<=10"),
+        ("tool:pay?amount>5", "tool:pay?amount>=5"),
+        ("tool:pay?amount<10", "tool:pay?amount<=10"),
+    ],
+)
+def test_a_closed_bound_is_wider_than_an_open_one_at_the_same_value(parent: str, child: str) -> None:
+    """Mutants: ``_subset`` of two intervals takes an equal lower (or upper) bound as inside
+    whatever its openness. Rule: ``amount>=5`` holds 5, which ``amount>5`` does not: wider."""
+    _widening_refused(parent, child)
+    assert attenuates(parse_capability(child), parse_capability(parent))
+
+
+def test_a_shorter_prefix_is_wider_than_a_longer_one() -> None:
+    """Mutant: ``_subset`` of two prefixes asks whether the parent's extends the child's (swapped).
+    Rule: ``path^=/tmp/`` does not attenuate ``path^=/tmp/job/``; the reverse does."""
+    _widening_refused('tool:pay?path^="/tmp/job/"', 'tool:pay?path^="/tmp/"')
+    assert attenuates(
+        parse_capability('tool:pay?path^="/tmp/"'), parse_capability('tool:pay?path^="/tmp/job/"')
+    )
+
+
+def test_a_wildcard_is_never_within_an_exact_resource() -> None:
+    """Mutant: ``pattern_within`` no longer refuses a wildcard child under an exact parent, and
+    compares stems (``tool:pay.*`` minus one character extends ``tool:pay`` minus one). Rule: a
+    wildcard names resources an exact name does not (``tool:pay.refund``): wider."""
+    _widening_refused("tool:pay", "tool:pay.*")
+    assert not attenuates(parse_capability("tool:pa"), parse_capability("tool:pay.*"))
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [{"eq": math.inf}, {"eq": -math.inf}, {"eq": math.nan}, {"in": [1, math.nan]}, {"in": [math.inf, 2]}],
+    ids=["eq-inf", "eq-minus-inf", "eq-nan", "in-nan", "in-inf"],
+)
+def test_a_non_finite_value_is_refused_in_an_equality_or_a_set(spec: dict[str, Any]) -> None:
+    """Mutant: ``_check_value`` drops its finiteness check for floats (the bounds stay refused by
+    ``_is_number``, which the suite tested). Rule: a constraint value is a finite number, a
+    string or a boolean: ``eq: inf`` or ``in: [nan]`` is refused with ``CapabilityError`` (it
+    has no canonical JSON and no value equals NaN), never kept in a capability."""
+    with pytest.raises(CapabilityError, match="finite"):
+        Constraint.of(spec)
+    with pytest.raises(CapabilityError):
+        Capability.of("tool:pay", constraints={"amount": spec})

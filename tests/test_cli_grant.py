@@ -14,6 +14,7 @@ import pytest
 from agentgate.cli.grant import parse_duration
 from agentgate.cli.main import main
 from agentgate.errors import InputError
+from agentgate.keys import SigningKey, save_key
 
 REFUND = "tool:payments.refund?amount<=500&currency=EUR|USD"
 
@@ -286,3 +287,22 @@ def test_issue_from_a_policy_role(env: Path, capsys: pytest.CaptureFixture[str])
     assert code == 2 and "trust anchor" in err
     code, _, err = cli(capsys, "grant", "issue", "--issuer", "k/root.key", "--to", "k/alice.pub")
     assert code == 2 and "--policy FILE --role ROLE" in err
+
+
+def test_a_private_key_given_for_a_public_key_flag_is_refused_without_being_printed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``grant issue --to "$(cat agent.key)"`` (the private key's text where a did:key or a
+    ``.pub`` file belongs) exits 2 naming the mistake; no piece of the key reaches the output,
+    where the error quoted it as a file name that could not be read."""
+    key_file, _ = save_key(SigningKey.generate(), tmp_path, "agent")
+    issuer, _ = save_key(SigningKey.generate(), tmp_path, "root")
+    pem = key_file.read_text()
+    seed_line = pem.splitlines()[1]
+    for given in (pem, seed_line):
+        code = main(
+            ["grant", "issue", "--issuer", str(issuer), "--to", given, "--allow", "tool:x", "--ttl", "1h"]
+        )
+        out, err = capsys.readouterr()
+        assert code == 2 and "looks like a key itself" in err, (code, err)
+        assert seed_line[24:40] not in out + err

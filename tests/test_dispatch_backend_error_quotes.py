@@ -1,4 +1,4 @@
-"""Review R47: what a backend client's error message may quote (it reaches the gateway's log, the
+"""What a backend client's error message may quote (it reaches the gateway's log, the
 dispatcher's "(after: ...)" list and, cut to 200 characters, a model call's audit ``outcome``).
 
 The rule, from docs/dispatch.md ("Backend credentials", "Backend client and metrics"),
@@ -9,12 +9,9 @@ quoted (an operator needs "CUDA out of memory"); the API key, the prompt and the
 are not. Real components only: ``BackendClient`` and ``Dispatcher`` against a tiny real HTTP
 server on loopback answering exactly the bytes a test gives it, a real ``Gate`` on a SQLite file.
 
-Found and fixed (were strict xfails, agentgate/dispatch/backends.py): a backend's error body
-echoing the request put the prompt into ``BackendFailed``, hence into the gateway's log and the
-signed audit outcome (the starts of the request's message texts, 8 characters or longer, as sent
-and as JSON escapes them, are now redacted like the key); a piece of the key without its start
-was quoted (any run of 8 or more of its characters is now redacted); a field of the wrong kind
-(``finish_reason``, a usage count) was quoted whole, megabytes included (cut at 80 characters).
+Redacted like the key: the starts of the request's message texts (8 characters or longer, as sent
+and as JSON escapes them), and any run of 8 or more of the key's characters; a field of the wrong
+kind (``finish_reason``, a usage count) is quoted cut at 80 characters, never whole.
 """
 
 from __future__ import annotations
@@ -26,7 +23,7 @@ from typing import Any
 
 import httpx
 import pytest
-from test_dispatch_backend_mutants import Raw as LoopbackRaw
+from test_dispatch_backends import Raw as LoopbackRaw
 from test_observability import Sweep
 
 from agentgate.capabilities import Call
@@ -43,7 +40,7 @@ PAYLOAD = {"model": MODEL, "messages": [{"role": "user", "content": PROMPT}], "m
 
 
 class Raw(LoopbackRaw):
-    """``test_dispatch_backend_mutants.Raw`` that also answers ``/health`` (200), as the dispatcher's
+    """``test_dispatch_backends.Raw`` that also answers ``/health`` (200), as the dispatcher's
     probes ask."""
 
     def __init__(self) -> None:

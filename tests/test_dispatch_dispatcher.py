@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import http.server
+import json
+import threading
 import time
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
 from agentgate.dispatch import Dispatcher, Router, inventory_from_mapping
-from agentgate.errors import DispatchError, NoBackend
+from agentgate.dispatch.inventory import Inventory
+from agentgate.errors import BackendFailed, DispatchError, NoBackend, Shed
 from agentgate.sim import SimServer
 
 MODEL = "llama-3.1-8b"
@@ -58,3 +64,144 @@ async def test_refusals_are_typed() -> None:
                 await d.chat(
                     {"model": MODEL, "messages": [{"role": "user", "content": "x"}]}, allowed=lambda b: False
                 )
+
+
+# --- failover, refusals and usage against canned loopback backends ----------------------------
+
+
+class Canned:
+    """A real HTTP server on 127.0.0.1 answering every chat completion with ``answer`` (a dict: a
+    JSON body; a list: the data lines of an SSE stream, sent as they are, so a list without
+    ``[DONE]`` is a stream that breaks off), and 200 on every GET (health)."""
+
+    def __init__(self) -> None:
+        self.answer: object = {}
+        self.posts = 0
+        canned = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                self.send_response(200)
+                self.send_header("content-length", "2")
+                self.end_headers()
+                self.wfile.write(b"ok")
+
+            def do_POST(self) -> None:
+                self.rfile.read(int(self.headers.get("content-length") or 0))
+                canned.posts += 1
+                answer = canned.answer
+                if isinstance(answer, list):
+                    body = "".join(f"data: {line}\n\n" for line in answer).encode()
+                    kind = "text/event-stream"
+                else:
+                    body = json.dumps(answer).encode()
+                    kind = "application/json"
+                self.send_response(200)
+                self.send_header("content-type", kind)
+                self.send_header("content-length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.handle_error = lambda *args: None  # type: ignore[method-assign]  # a client that hung up
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, args=(0.02,), daemon=True)
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(5.0)
+
+
+@pytest.fixture
+def canned() -> Iterator[list[Canned]]:
+    made = [Canned(), Canned()]
+    yield made
+    for server in made:
+        server.stop()
+
+
+def _inventory(servers: list[Canned]) -> Inventory:
+    return inventory_from_mapping(
+        {
+            "backends": [
+                {"name": f"c{i}", "url": s.url, "engine": "openai", "models": ["m"]}
+                for i, s in enumerate(servers)
+            ]
+        }
+    )
+
+
+PAYLOAD = {"model": "m", "messages": [{"role": "user", "content": "hello"}], "max_tokens": 8}
+
+
+def _dispatcher(inventory: Inventory, **kw: Any) -> Dispatcher:
+    kw.setdefault("recovery_wait_s", 0.0)
+    kw.setdefault("health_interval_s", 60.0)  # no probe brings a failed backend back meanwhile
+    kw.setdefault("scrape_interval_s", 60.0)
+    return Dispatcher(inventory, Router(inventory), **kw)
+
+
+def _delta(content: str) -> str:
+    return json.dumps({"choices": [{"delta": {"content": content}, "finish_reason": None}]})
+
+
+async def test_a_stream_that_broke_after_output_is_not_replayed_on_another_backend(
+    canned: list[Canned],
+) -> None:
+    """Kills: ``stream`` failing over after output was delivered (``if delivered`` dropped): the
+    caller would get the answer's start twice, from two backends, as one answer."""
+    for server in canned:
+        server.answer = [_delta("partial ")]  # one chunk, then the stream ends without [DONE]
+    got: list[str] = []
+    async with _dispatcher(_inventory(canned)) as dispatcher:
+        with pytest.raises(BackendFailed, match="broke after output"):
+            async for chunk in dispatcher.stream(PAYLOAD, slo_ttft_s=30.0, priority=0):
+                got.append(chunk.content)
+    assert got == ["partial "]
+    assert sum(server.posts for server in canned) == 1
+
+
+async def test_a_call_that_no_backend_could_ever_serve_fails_at_once_without_a_recovery_wait(
+    canned: list[Canned],
+) -> None:
+    """Kills: ``_could_come_back`` taken as always true, or counting a down backend the caller
+    may not use: a call that no backend it may use could serve waits out the whole recovery wait
+    for nothing (here an hour) before it fails."""
+    canned[0].answer = {"choices": "garbage"}
+    async with _dispatcher(_inventory(canned), recovery_wait_s=3600.0, max_attempts=1) as dispatcher:
+        with pytest.raises(BackendFailed):
+            await dispatcher.chat(PAYLOAD, allowed=lambda b: b.name == "c0")
+        assert dispatcher.is_down("c0") and not dispatcher.is_down("c1")
+        async with asyncio.timeout(30):
+            with pytest.raises(NoBackend, match="may use none"):
+                await dispatcher.chat(PAYLOAD, allowed=lambda b: False)
+
+
+async def test_the_no_backend_error_after_failed_attempts_names_the_failures(canned: list[Canned]) -> None:
+    """Kills: ``_wait_for_plan`` raising the router's bare refusal after failed attempts (the
+    caller is told every backend is down, not why: the garbage each one answered)."""
+    for server in canned:
+        server.answer = {"choices": "garbage"}
+    async with _dispatcher(_inventory(canned)) as dispatcher:
+        with pytest.raises(NoBackend) as raised:
+            await dispatcher.chat(PAYLOAD, slo_ttft_s=30.0, priority=0)
+    assert not isinstance(raised.value, Shed)
+    message = str(raised.value)
+    assert "after:" in message and "malformed chat completion" in message
+
+
+async def test_a_streamed_usage_without_a_completion_count_is_no_usage(canned: list[Canned]) -> None:
+    """Kills: ``_parse_chunk`` keeping a usage whose ``completion_tokens`` is missing (read as 0
+    tokens generated: the call's output would be charged as nothing instead of settled at its
+    reservation)."""
+    for server in canned:
+        server.answer = [_delta("hi"), json.dumps({"choices": [], "usage": {"prompt_tokens": 5}}), "[DONE]"]
+    async with _dispatcher(_inventory(canned)) as dispatcher:
+        chunks = [chunk async for chunk in dispatcher.stream(PAYLOAD, slo_ttft_s=30.0, priority=0)]
+    assert [c.content for c in chunks] == ["hi"]
+    assert all(c.usage is None for c in chunks)

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from agentgate.dispatch.inventory import inventory_from_mapping, load_inventory, parse_inventory
-from agentgate.errors import InventoryError
+from agentgate.errors import BackendCredentialError, InventoryError
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -122,3 +122,58 @@ def test_a_backend_url_with_a_query_string_is_refused_without_echoing_it(field: 
     with pytest.raises(InventoryError, match="query string") as refused:
         inventory_from_mapping({"backends": [backend]})
     assert "CANARY" not in str(refused.value)
+
+
+# --- backend credentials ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("key", ["sk-clé-non-ascii-1234", "sk-\u00a0nbsp-1234567"], ids=["non-ascii", "nbsp"])
+def test_a_key_an_authorization_header_cannot_carry_is_refused_at_load(
+    monkeypatch: pytest.MonkeyPatch, key: str
+) -> None:
+    """Kills: the key check loosened to ``isprintable`` (a non-ASCII key accepted at load, to fail
+    inside every call's header encoding). Rule: the key is printable ASCII or the inventory is
+    refused, naming the variable, never the key."""
+    monkeypatch.setenv("R47_BACKEND_KEY", key)
+    backend = {"name": "b0", "url": "http://127.0.0.1:9", "models": ["m"], "api_key_env": "R47_BACKEND_KEY"}
+    with pytest.raises(BackendCredentialError) as raised:
+        inventory_from_mapping({"backends": [backend]})
+    assert "R47_BACKEND_KEY" in str(raised.value) and key not in str(raised.value)
+
+
+def test_a_url_with_a_user_name_is_refused() -> None:
+    """Kills: ``_usable_url`` refusing only a password (``http://token@host`` passed: the user
+    part is where a bare token goes, and HTTP clients log the URL). Rule: no credentials in a
+    backend URL, user name included."""
+    backend = {"name": "b0", "url": "http://sk-secret-token@127.0.0.1:9", "models": ["m"]}
+    with pytest.raises(InventoryError) as raised:
+        inventory_from_mapping({"backends": [backend]})
+    assert "credentials" in str(raised.value)
+
+
+# --- GPUs and the interconnect hierarchy ------------------------------------------------------
+
+
+_NODES = {"nodes": [{"name": "n1"}, {"name": "n2"}]}
+
+
+def test_two_gpus_with_one_id_are_refused() -> None:
+    """I7 (GPU ids not checked unique): two GPUs listed under one id (on two nodes) are an
+    InventoryError naming the id, not one GPU the broker could lease twice under that name."""
+    data = {
+        **_NODES,
+        "gpus": [
+            {"id": "g0", "type": "H100", "memory_gb": 80, "node": "n1"},
+            {"id": "g0", "type": "H100", "memory_gb": 80, "node": "n2"},
+        ],
+    }
+    with pytest.raises(InventoryError, match="duplicate gpu 'g0'"):
+        inventory_from_mapping(data)
+
+
+@pytest.mark.parametrize("levels", [["node", "node"], ["nvlink_domain", "node", "node", "rack"]])
+def test_a_hierarchy_level_listed_twice_is_refused(levels: list[str]) -> None:
+    """I15 (levels not checked distinct): a hierarchy that lists a level twice is an
+    InventoryError, not accepted as an order (it is in order, but names one group twice)."""
+    with pytest.raises(InventoryError, match="distinct"):
+        inventory_from_mapping({"interconnect": {"hierarchy": levels}})

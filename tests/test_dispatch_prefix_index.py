@@ -1,12 +1,11 @@
-"""Review R36 (routing): the prefix index against what real engines keep and report.
+"""The prefix index (agentgate/dispatch/prefix_index.py) against what real engines keep and report.
 
-- The index evicted a prompt's first block first, where vLLM frees a request's blocks tail first
-  (and SGLang's radix tree evicts leaves): one prompt pushing a block out made the router believe
-  a whole earlier prefix was gone, while the engine still held all of it but its tail.
-- The engine's hit rate corrected the index towards the square root of the engine's share: the
-  rate compared was the router's, already discounted by the confidence being learned.
-- vLLM before 0.9.2 publishes its prefix counters as ``vllm:gpu_prefix_cache_*``; they were not
-  read, so such an engine's hits never corrected the index.
+- Past its capacity, or once shrunk to the engine's reported cache, the index evicts a prompt's
+  tail before its head, as vLLM frees a request's blocks tail first (and SGLang's radix tree
+  evicts leaves); a match counts the leading blocks only.
+- The engine's hit rate corrects the index's confidence to the engine's share of what the index
+  matched (not its square root: the rate compared is the index's own, undiscounted).
+- vLLM before 0.9.2 publishes its prefix counters as ``vllm:gpu_prefix_cache_*``; they are read too.
 """
 
 from __future__ import annotations
@@ -197,3 +196,42 @@ async def test_a_scrape_of_vllm_before_0_9_2_carries_its_prefix_counters(old_vll
     async with httpx.AsyncClient() as http_client:
         load = await BackendClient(backend, http_client, Timeouts(probe_s=5.0)).scrape(1.0)
     assert (load.prefix_queries, load.prefix_hits, load.scraped_at) == (3200.0, 800.0, 1.0)
+
+
+def test_the_index_evicts_a_prompts_tail_before_its_head() -> None:
+    """Kills: ``PrefixIndex.record`` inserting blocks head first (the head made the oldest, so
+    eviction lost the whole prefix while the engine still held it). Rule: past capacity, the
+    tail of a prompt goes first and its head still matches."""
+    index = PrefixIndex(3)
+    index.record([1, 2, 3, 4])
+    assert index.match([1, 2, 3, 4]) == 3
+
+
+def test_a_shrunk_index_evicts_down_to_its_new_capacity() -> None:
+    """Kills: ``PrefixIndex.resize`` setting the capacity without evicting. Rule: once the engine
+    reports a smaller cache, the index believes no more blocks cached than fit there."""
+    index = PrefixIndex(10)
+    index.record(list(range(1, 9)))
+    index.resize(2)
+    assert len(index) == 2
+    assert index.match(list(range(1, 9))) == 2
+
+
+def test_a_match_stops_at_the_first_missing_block() -> None:
+    """Kills: ``PrefixIndex.match`` skipping a missing block (counting blocks after a miss that a
+    chained cache can never hit). Rule: matches count the leading blocks only."""
+    index = PrefixIndex(10)
+    index.record([1, 2, 3])
+    assert index.match([1, 9, 3]) == 1
+
+
+def test_confidence_settles_at_the_engines_share_of_the_index_matches() -> None:
+    """Kills: ``PrefixIndex.calibrate`` taking the discounted prediction for the index's own rate
+    (``confidence`` left out of the ratio: it settles at the square root of the engine's share,
+    0.5 where the engine hits a quarter of what the index matched, over-crediting cache locality).
+    Rule: with the engine hitting a quarter of the index's matches, confidence settles at 0.25."""
+    index = PrefixIndex(10)
+    own, engine = 0.8, 0.2
+    for _ in range(200):
+        index.calibrate(index.confidence * own, engine)
+    assert index.confidence == pytest.approx(0.25, abs=1e-3)

@@ -165,3 +165,210 @@ def test_route_plan_is_frozen() -> None:
     plan = Router(pool(1)).route(req(0), 0.0)
     with pytest.raises(AttributeError):
         plan.backend = "x"  # type: ignore[misc]
+
+
+# --- saturation, SLO, classes, KV headroom ----------------------------------------------------
+
+
+def _pool(n: int = 2, **extra: object) -> Inventory:
+    return inventory_from_mapping(
+        {
+            "backends": [
+                {"name": f"b{i}", "url": f"http://127.0.0.1:{9100 + i}", "models": ["m"], **extra}
+                for i in range(n)
+            ]
+        }
+    )
+
+
+def _loaded(router: Router, backend: str, n: int, prompt: int = 4000) -> None:
+    """``n`` requests sent to ``backend`` and not yet prefilled (queued prefill there)."""
+    for i in range(n):
+        plan = router.route(
+            req(1000 + i, prompt=prompt, tenant="load", priority=0),
+            0.0,
+            allowed=lambda b, name=backend: b.name == name,
+        )
+        assert plan.backend == backend
+
+
+def _predict(router: Router, backend: str, request: RouteRequest, now: float) -> float:
+    return router.predictor(router.states[backend], request, now)
+
+
+def test_a_saturated_waiter_past_its_slo_is_shed_not_told_to_wait() -> None:
+    """Kills: _policy._saturated's ``not budget > 0`` loosened (a class-1 request that has waited
+    out its SLO for a slot is told to wait again, with a negative wait)."""
+    router = Router(_pool(1, max_concurrency=1))
+    assert router.route(req(0, priority=0), 0.0).action == "dispatch"
+    late = req(1, priority=1, slo_ttft_s=1.0, arrived_at=0.0)
+    assert router.route(late, 0.5).action == "wait"  # within its budget: waits for the slot
+    with pytest.raises(Shed) as shed:
+        router.route(late, 1.5)  # 0.5 s past its SLO
+    assert shed.value.retry_after_s >= 1.0
+
+
+def test_slo_missed_everywhere_class_2_is_shed_where_class_1_waits() -> None:
+    """Kills: choose's ``request.priority == 1`` widened to ``>= 1`` (class 2 told to wait for
+    the SLO budget like class 1, rather than shed at once)."""
+    router = Router(_pool(1))
+    _loaded(router, "b0", 6)
+    probe = req(7, prompt=200)
+    best = _predict(router, "b0", probe, 0.0)
+    slo = best / 1.5  # missed, by less than its budget: class 1 would wait
+    assert router.states["b0"].speed.prefill_s(200, 0) < slo  # reachable on an idle backend
+    one = router.route(dataclasses.replace(probe, id="c1", priority=1, slo_ttft_s=slo), 0.0)
+    assert one.action == "wait"
+    with pytest.raises(Shed, match="class 2 shed"):
+        router.route(dataclasses.replace(probe, id="c2", priority=2, slo_ttft_s=slo), 0.0)
+
+
+def test_a_prompt_no_backend_could_serve_within_its_slo_is_served_best_effort() -> None:
+    """Kills: choose's ``_unreachable`` branch removed (a request whose own prefill on an idle
+    backend exceeds its SLO is shed, and a retry could never meet it either)."""
+    router = Router(_pool(2))
+    big = req(1, prompt=16000, priority=2, slo_ttft_s=0.001)
+    assert router.states["b0"].speed.prefill_s(16000, 0) > 0.001
+    plan = router.route(big, 0.0)
+    assert plan.action == "dispatch" and "unreachable" in plan.reason
+
+
+def test_session_affinity_yields_when_its_backend_is_saturated_beyond_the_slack() -> None:
+    """Kills: choose's ``p <= best_p + affinity_slack * slo`` dropped (a session stays on its
+    backend however much slower than an idle one it has become, as long as the SLO holds)."""
+    router = Router(_pool(2))
+    first = router.route(req(1, prompt=400, session="s"), 0.0)
+    home = first.backend
+    assert home is not None
+    other = "b1" if home == "b0" else "b0"
+    router.first_token("r1", 0.1)
+    router.finished("r1", 0.2)
+    _loaded(router, home, 4)
+    nxt = req(2, prompt=400, session="s", arrived_at=1.0)
+    p_home, p_other = _predict(router, home, nxt, 1.0), _predict(router, other, nxt, 1.0)
+    slo = p_home * 1.01  # its home still meets the SLO ...
+    assert p_home - p_other > router.affinity_slack * slo  # ... but is saturated beyond the slack
+    plan = router.route(dataclasses.replace(nxt, slo_ttft_s=slo), 1.0)
+    assert plan.backend == other and plan.reason != "session affinity"
+    # Within the slack the session keeps its backend (the rule, not a mere spread).
+    router2 = Router(_pool(2))
+    home2 = router2.route(req(1, prompt=400, session="s"), 0.0).backend
+    router2.first_token("r1", 0.1)
+    router2.finished("r1", 0.2)
+    again = router2.route(req(2, prompt=400, session="s", arrived_at=1.0), 1.0)
+    assert again.backend == home2 and again.reason == "session affinity"
+
+
+def test_power_of_two_choices_takes_the_less_busy_of_two_near_ties() -> None:
+    """Kills: the near-tie pick ``min`` by in-flight count turned ``max`` (equal predictions pile
+    onto the busier backend)."""
+    for seed in range(5):
+        router = Router(_pool(2), seed=seed)
+        a = router.route(req(1, prompt=400), 0.0)
+        router.first_token("r1", 0.05)  # prefilled: it only decodes there now
+        b = router.route(req(2, prompt=400, arrived_at=0.1), 0.1)
+        assert "near-ties" in b.reason, b.reason
+        assert b.backend != a.backend, (seed, b)
+
+
+def test_the_bucket_charges_the_output_limit_too_and_a_failover_is_not_charged_again() -> None:
+    """Kills: ``_cost`` counting only the prompt (the output limit goes free), and ``_go``
+    debiting a failover route again (a tenant pays twice for a backend's failure)."""
+    quota = TenantQuota(rate_tokens_per_s=0.001, burst_tokens=5000)
+    router = Router(_pool(1, max_concurrency=2), quotas={"t": quota})
+    # 1000 prompt + 1500 output = 2500: two fit the burst, a third does not.
+    r0 = req(0, prompt=1000, max_output_tokens=1500, tenant="t", priority=1)
+    assert router.route(r0, 0.0).action == "dispatch"
+    router.finished("r0", 0.1)  # the backend failed it before any output ...
+    again = router.route(dataclasses.replace(r0, failover=True), 0.1)  # ... routed again: unpaid
+    assert again.action == "dispatch"
+    assert router.route(req(9, prompt=1000, tenant="other", priority=0), 0.2).action == "dispatch"
+    # Saturated now: the tenant's bucket (2500 left) pays for one more of its calls, so it waits.
+    r1 = req(1, prompt=1000, max_output_tokens=1500, tenant="t", priority=1, arrived_at=0.3)
+    assert router.route(r1, 0.3).action == "wait"
+    router.withdraw("r1")
+    router.finished("r9", 0.4)
+    assert router.route(r1, 0.4).action == "dispatch"  # pays: 0 left
+    router.route(req(8, prompt=1000, tenant="other", priority=0), 0.5)
+    r2 = req(2, prompt=1000, max_output_tokens=1500, tenant="t", priority=1, arrived_at=0.6)
+    with pytest.raises(Shed, match="over its token quota") as shed:
+        router.route(r2, 0.6)
+    # Retry-After: the bucket's refill time (2500 tokens at 0.001/s), not a token second.
+    assert shed.value.retry_after_s > 1000
+
+
+def test_a_backend_without_kv_headroom_is_passed_over_for_a_slower_one_with_room() -> None:
+    """Kills: choose's KV filter (``_kv_fits``) removed: a request goes to the faster-looking
+    backend whose KV memory cannot hold it beside what runs there."""
+    inventory = inventory_from_mapping(
+        {
+            "backends": [
+                {
+                    "name": "small",
+                    "url": "http://127.0.0.1:9201",
+                    "models": ["m"],
+                    "kv_capacity_tokens": 3000,
+                },
+                {"name": "big", "url": "http://127.0.0.1:9202", "models": ["m"]},
+            ]
+        }
+    )
+    router = Router(inventory)
+    assert (
+        router.route(req(0, prompt=2000, priority=0), 0.0, allowed=lambda b: b.name == "small").backend
+        == "small"
+    )
+    _loaded(router, "big", 3)
+    probe = req(5, prompt=1000, slo_ttft_s=60.0)
+    assert _predict(router, "small", probe, 0.0) < _predict(router, "big", probe, 0.0)
+    plan = router.route(probe, 0.0)
+    assert plan.backend == "big"
+
+
+def test_a_waiter_in_line_is_not_matched_to_a_slot_on_a_backend_that_is_down() -> None:
+    """Kills: ``_match`` counting a down engine's free slots as usable by the waiters ahead (the
+    waiter is "given" a slot it can never use, and a later, lower-class arrival jumps the line
+    onto the one healthy slot that frees)."""
+    router = Router(_pool(2, max_concurrency=1))
+    router.mark_down("b0")
+    assert router.route(req(0, priority=0), 0.0).backend == "b1"
+    first = req(1, priority=0, slo_ttft_s=10.0, arrived_at=0.1)
+    assert router.route(first, 0.1).action == "wait"
+    router.finished("r0", 0.2)
+    assert router.due(0.2) == ["r1"]
+    later = req(2, priority=1, slo_ttft_s=10.0, arrived_at=0.3)
+    assert router.route(later, 0.3).action == "wait"  # the freed slot is r1's
+    assert router.route(first, 0.35).backend == "b1"
+
+
+# --- diagnostic candidates --------------------------------------------------------------------
+
+
+def test_each_routing_candidate_reports_the_prefix_cached_on_that_backend() -> None:
+    """Kills: ``Candidate.cached_tokens`` reported as 0 for every backend (``Router.choose``).
+    Rule: ``RoutePlan.candidates`` (public, diagnostic) gives each backend's own predicted cache
+    hit: the backend holding the prompt's prefix shows it, equal to the plan's ``cached_tokens``,
+    and the others show none."""
+    router = Router(_pool(3))  # type: ignore[arg-type]
+    hashes = chain_hashes((7, b) for b in range(500))
+    first = router.route(
+        RouteRequest(id="r1", model="m", prompt_tokens=8000, max_output_tokens=100, prefix_hashes=hashes), 0.0
+    )
+    router.first_token("r1", 0.5)
+    router.finished("r1", 1.0)
+    again = router.route(
+        RouteRequest(
+            id="r2",
+            model="m",
+            prompt_tokens=8200,
+            max_output_tokens=100,
+            prefix_hashes=hashes,
+            arrived_at=2.0,
+        ),
+        2.0,
+    )
+    assert again.backend == first.backend and again.cached_tokens > 0
+    by_backend = {c.backend: c.cached_tokens for c in again.candidates}
+    assert set(by_backend) == {"b0", "b1", "b2"}
+    assert by_backend[first.backend] == again.cached_tokens
+    assert all(v == 0 for b, v in by_backend.items() if b != first.backend)

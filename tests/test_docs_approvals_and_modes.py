@@ -11,12 +11,12 @@ Claims already pinned exactly elsewhere (not repeated here):
   a foreign ``audit_log`` refused by ``store init``, a read command on a database with no table
   in common refused byte for byte (tests/test_store_hostile_files.py);
 - ``GatedBroker.reconcile``: a granted lost lease charged what was reserved, never more, a lost
-  waiting request returned "it never held GPUs" (tests/test_gate_leases_and_superseded.py,
+  waiting request returned "it never held GPUs" (tests/test_gated_broker.py,
   tests/test_broker_restart_budget.py);
 - superseded requests at the Gate: closed as ``agentgate:superseded`` with a ``deny`` entry that
   refers to the ``approval_required`` entry and copies its redacted args, resource, rule and
   chain; ``approval_calls`` pruned with its requests; the appended corrected answer closing the
-  old request (tests/test_gate_leases_and_superseded.py, tests/test_langgraph_time_travel.py);
+  old request (tests/test_gate_approvals.py, tests/test_langgraph.py, tests/test_langgraph_time_travel.py);
 - injected arguments forged by the model left out, a middleware-hidden tool decided by the
   policy, a tool's own ``interrupt()`` beside an approval, ``sub_agent_steers_parent`` recorded as
   the sub-agent's deny, context editing (tests/test_langgraph_langchain_features.py,
@@ -94,7 +94,7 @@ from langchain_core.tools import InjectedToolCallId
 from langgraph.prebuilt import InjectedState
 from langgraph.types import Command, interrupt
 from test_docs_prune_and_store import DOCS, run, section
-from test_gate_leases_and_superseded import Approvals, _request_id
+from test_gate_approvals import Approvals, _request_id
 from test_langgraph_langchain_features import Rig, _calls, _tool
 
 from agentgate.findings import FindingKind

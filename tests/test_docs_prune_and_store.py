@@ -9,12 +9,12 @@ Claims already pinned exactly elsewhere (not repeated here):
   lines; ``--json``'s ``pruned`` keys; a bad duration or a missing store is exit 2 and creates
   nothing (tests/test_store_prune_and_triggers.py); on PostgreSQL while a Gate holds a reservation, and an
   approval presented for a pruned request is refused naming it with ``ref`` null, the log still
-  explaining it (tests/test_gate_allow_copies_and_votes.py);
+  explaining it (tests/test_gate_approvals.py);
 - ``tasks dead-letters --tool`` takes ``payments.refund`` and ``tool:payments.refund``
   (tests/test_tasks_dead_letters.py);
 - a hostile token's control characters are escaped in ``grant inspect`` and in the error line
   quoting it (tests/test_encodings.py);
-- ``Gate.run``'s seal (tests/test_gate_allow_copies_and_votes.py, test_api_misuse.py); a
+- ``Gate.run``'s seal (tests/test_gate_authorization.py, test_api_misuse.py); a
   tool call without an id refused unrun, and an undeclared argument name kept out of the audit
   log (tests/test_langgraph_hostile_model.py); ``GateMiddleware``/``gated_tool_node`` with
   ``agent=None`` refused (tests/test_api_types_gate.py);

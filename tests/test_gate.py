@@ -3,21 +3,37 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
+import types
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import timedelta
+from fractions import Fraction
 from pathlib import Path
+from typing import Any
 
 import pytest
 from opentelemetry.trace import Tracer
+from test_gate_approvals import _agent
+from test_gate_authorization import gate as gate  # the fixture
+from test_gate_delegation_parse_once import POLICY as PERF_POLICY
+from test_gate_policy_change import KEYS, MODEL, policy_text
+from test_json import _nested
+from test_langgraph import NAMES, _entries, _policy_text, _team_gate
 
-from agentgate.audit.entry import AuditEntry
+from agentgate.audit.entry import AuditEntry, argument_digest
+from agentgate.authority import GrantRepository, revoke
 from agentgate.capabilities import Call
-from agentgate.errors import AuditError, Denied, InputError
+from agentgate.dispatch import Dispatcher, inventory_from_mapping
+from agentgate.dispatch.router import Router
+from agentgate.errors import AuditError, Denied, InputError, Revoked
 from agentgate.gate import AgentIdentity, Approval, Authorization, Gate
+from agentgate.gate import _gate as gate_module
+from agentgate.gate._config import GATE_RESULTS_KEPT, scheduler_config
 from agentgate.keys import SigningKey
-from agentgate.policy import parse_policy
+from agentgate.policy import load_policy, parse_policy
 from agentgate.store import SQLiteStore, Store, Transaction
 from agentgate.store.audit import AuditLog
 
@@ -883,3 +899,364 @@ def test_delegating_does_not_scan_every_live_delegation(setup: Setup) -> None:
         )  # fmt: skip
     assert len(setup.gate.delegations) == 50
     assert Walks.count <= 2
+
+
+async def test_a_call_that_no_cancellation_stops_is_recorded_and_charged_as_it_ended(tmp_path: Path) -> None:
+    # Gate.arun(preemptible=False): a tool in a worker thread, its caller cancelled while it runs.
+    # The attempt runs to its end and has its effect; it used to be recorded as an error
+    # (CancelledError) with its reservation released: a calls budget did not count it.
+    gate, _, supervisor = _team_gate(tmp_path / "agentgate.db", budget=10, unit="calls")
+    started, release = threading.Event(), threading.Event()
+
+    def search() -> str:
+        started.set()
+        release.wait(10)
+        return "found"
+
+    try:
+        auth = gate.authorize(supervisor, Call.tool("search", {"query": "x"}), call_id="c1")
+        assert auth.allowed
+        task = asyncio.create_task(gate.arun(auth, lambda: asyncio.to_thread(search), preemptible=False))
+        await asyncio.to_thread(started.wait, 10)
+        task.cancel()
+        await asyncio.sleep(0.05)
+        release.set()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        assert task.cancelled()
+        (outcome,) = [e for e in _entries(gate) if e.kind == "outcome"]
+        assert (outcome.status, outcome.budget_delta) == ("ok", 1)
+        assert gate.remaining(supervisor)[supervisor.grant_id] == (1, 10)
+    finally:
+        gate.close()
+
+
+R29_POLICY = """
+version: 1
+trust_anchors:
+  root: {{did: "{root}"}}
+principals:
+  agent: {{kind: agent, did: "{agent}", roles: [chat]}}
+  lead: {{kind: human, did: "{lead}", roles: [lead]}}
+models:
+  m: {{cost_per_mtok: {{input: 1, output: 1}}}}
+roles:
+  chat:
+    kind: agent
+    capabilities:
+      - resource: model:m
+    budget: {{limit: 1000000, unit: usd_micros}}
+    ttl_s: 3600
+  lead:
+    kind: human
+    capabilities:
+      - resource: model:m
+    ttl_s: 3600
+approvals:
+  every-call:
+    resource: model:m
+    approvers: [lead]
+"""
+
+
+def test_gate_revoke_with_a_reason_holding_a_lone_surrogate_revokes(tmp_path: Path) -> None:
+    """Gate.revoke puts the raw reason in its audit entry; the audit log refuses a lone surrogate
+    (InputError), the transaction rolls back, and the grant stays alive."""
+    keys = {n: SigningKey.generate() for n in ("root", "agent", "lead")}
+    policy = parse_policy(R29_POLICY.format(**{n: k.did for n, k in keys.items()}), source="p.yaml")
+    gate = Gate(policy, SQLiteStore(tmp_path / "agentgate.db"))
+    try:
+        agent = gate.issue(keys["root"], name="agent", key=keys["agent"], role="chat")
+        gate.revoke(agent, reason="key leaked \udcff")
+        assert gate.grants.revoked(agent.chain.ids) == {agent.chain.id}
+    finally:
+        gate.close()
+
+
+def test_a_delegation_from_a_grant_revoked_meanwhile_records_no_allow(tmp_path: Path) -> None:
+    # Gate.delegate read revocation before it checked the policy and signed the child, outside the
+    # transaction that records the grant: a revocation that returned in between still got an
+    # `allow` for the delegation in the log (the child was dead anyway; the evidence was wrong).
+    path = tmp_path / "agentgate.db"
+
+    class RevokedMeanwhile(Gate):
+        victim: str | None = None
+
+        def _check_delegation_rule(self, *args: Any) -> None:
+            super()._check_delegation_rule(*args)
+            if self.victim is not None:
+                with SQLiteStore(path) as other:  # another process: agentgate grant revoke
+                    repo = GrantRepository(other)
+                    revoke(repo, self.victim)
+                    repo.close()
+
+    keys = {n: SigningKey.generate() for n in NAMES}
+    gate = RevokedMeanwhile(
+        parse_policy(_policy_text({n: k.did for n, k in keys.items()}, 1000)), SQLiteStore(path)
+    )
+    try:
+        supervisor = gate.issue(keys["root"], name="supervisor", key=keys["supervisor"], role="supervisor")
+        gate.victim = supervisor.grant_id
+        with pytest.raises(Revoked):
+            gate.delegate(
+                supervisor,
+                name="researcher",
+                key=keys["researcher"],
+                capabilities=["tool:search"],
+                ttl=timedelta(minutes=5),
+            )
+        delegations = [e for e in _entries(gate) if e.resource == "agent:researcher"]
+        assert [e.kind for e in delegations] == ["deny"]
+    finally:
+        gate.close()
+
+
+DIGEST_POLICY = """
+version: 1
+trust_anchors: {{root: {{did: "{root}"}}}}
+principals:
+  bot: {{kind: agent, did: "{bot}", roles: [bot]}}
+models:
+  m: {{cost_per_mtok: {{input: 1000, output: 2000}}}}
+roles:
+  bot:
+    kind: agent
+    capabilities: [{{resource: model:m}}]
+    budget: {{limit: 1000000000, unit: usd_micros}}
+    ttl_s: 600
+"""
+
+
+def _gate(tmp_path: Path) -> tuple[Gate, AgentIdentity]:
+    root, bot = SigningKey.generate(), SigningKey.generate()
+    policy = parse_policy(DIGEST_POLICY.format(root=root.did, bot=bot.did), source="lead3.yaml")
+    gate = Gate(policy, SQLiteStore(tmp_path / "store.db", synchronous="NORMAL"))
+    return gate, gate.issue(root, name="bot", key=bot, role="bot")
+
+
+@pytest.mark.parametrize(
+    "args",
+    [{"max_tokens": 5, "messages": _nested(300)}, {"max_tokens": 5, "messages": {1: "int key"}}],
+    ids=["nested-300", "int-key"],
+)
+def test_a_call_whose_arguments_the_log_cannot_record_is_refused(
+    tmp_path: Path, args: dict[Any, Any]
+) -> None:
+    # Before: the authority engine digested these (its encoder took any depth and int keys), the
+    # call was allowed and ran, and its allow entry said "the arguments have no canonical JSON
+    # form; they are not recorded": evidence of a call that does not bind its arguments.
+    gate, identity = _gate(tmp_path)
+    try:
+        auth = gate.authorize(identity, Call.model("m", args), agent="bot", tokens=(1, 5))
+        assert not auth.allowed
+        assert any(f.code == "args_not_canonical" for f in auth.findings), auth.findings
+        entries = [e for e in gate.audit.entries() if e.resource == "model:m"]
+        assert [e.kind for e in entries] == ["deny"]
+    finally:
+        gate.close()
+
+
+def test_an_allowed_calls_entry_carries_the_digest_the_authority_engine_computed(tmp_path: Path) -> None:
+    gate, identity = _gate(tmp_path)
+    args = {"max_tokens": 5, "messages": [{"role": "user", "content": "hé", "n": 1.5}]}
+    try:
+        auth = gate.authorize(identity, Call.model("m", args), agent="bot", tokens=(1, 5))
+        assert auth.allowed and auth.decision is not None
+        gate.run(auth, lambda: "ok", spent=lambda _: (1, 5))
+        gate.flush()
+        (entry,) = [e for e in gate.audit.entries() if e.kind == "allow" and e.resource == "model:m"]
+        assert entry.args_digest == argument_digest(args) == f"sha256:{auth.decision.args_digest}"
+    finally:
+        gate.close()
+
+
+def test_gate_revoke_holder_cuts_every_recorded_grant_of_a_key_with_its_entries(tmp_path: Path) -> None:
+    # R45's --holder, as a Gate method: each grant revoked has its revoke entry, in one transaction.
+    import test_gate_approvals as second
+
+    from agentgate.capabilities import Call
+    from agentgate.keys import SigningKey
+
+    with SQLiteStore(tmp_path / "s.db") as store:
+        made = second.Approvals(store)
+        try:
+            gate = made.gate
+            again = gate.issue(made.keys["root"], name="agent", key=made.keys["agent"], role="worker")
+            other = SigningKey.generate()
+            done = gate.revoke_holder(made.keys["agent"].public, reason="key leaked")
+            assert sorted(done.revoked) == sorted({made.agent.grant_id, again.grant_id})
+            assert done.already == ()
+            for identity in (made.agent, again):
+                refused = gate.authorize(identity, Call.tool("pay", {"amount": 1}))
+                assert not refused.allowed and "revoked" in " ".join(refused.reasons)
+            revokes = [e for e in made.entries() if e.kind == "revoke"]
+            assert len(revokes) == 2 and all("key leaked" in " ".join(e.reasons) for e in revokes)
+            assert gate.revoke_holder(made.keys["agent"].did).revoked == ()  # nothing new
+            assert gate.revoke_holder(other.public).revoked == ()
+            assert gate.verify().ok
+        finally:
+            made.gate.close()
+
+
+def test_gate_open_takes_the_store_as_a_path_too(tmp_path: Path) -> None:
+    from agentgate.errors import InputError
+    from agentgate.gate import Gate
+
+    policy = Path(__file__).resolve().parents[1] / "policies" / "support.yaml"
+    gate = Gate.open(policy, store=tmp_path / "gate.db")
+    gate.close()
+    assert (tmp_path / "gate.db").is_file()
+    with pytest.raises(InputError, match="store"):
+        Gate.open(policy, store=b"gate.db")  # type: ignore[arg-type]
+
+
+def test_a_gates_scheduler_keeps_the_results_of_its_last_1024_calls_not_10000() -> None:
+    """Review R48 (bounds): a Gate's scheduler kept the results of 10,000 calls per event loop,
+    whatever their size (a page, a file); it keeps 1,024."""
+    policy = parse_policy("version: 1\ntools:\n  search: {idempotent: true}\n")
+    assert scheduler_config(policy).result_cache_size == GATE_RESULTS_KEPT == 1_024
+
+
+def test_a_dispatchers_own_model_slo_outranks_the_policys_when_attached(tmp_path: Path) -> None:
+    # Kills: attach_dispatcher letting the policy's slo.ttft_ms override the SLO the dispatcher
+    # was given for that model (documented: "unless the dispatcher was given its own for it").
+    policy = parse_policy(
+        """
+version: 1
+models:
+  fast: {cost_per_mtok: {input: 1, output: 1}, slo: {ttft_ms: 50}}
+  slow: {cost_per_mtok: {input: 1, output: 1}, slo: {ttft_ms: 8000}}
+  plain: {cost_per_mtok: {input: 1, output: 1}}
+tools:
+  search.web: {}
+""",
+        source="p.yaml",
+    )
+    inventory = inventory_from_mapping(
+        {"backends": [{"name": "b", "url": "http://127.0.0.1:9", "models": ["fast", "slow", "plain"]}]}
+    )
+    dispatcher = Dispatcher(inventory, Router(inventory), slo_ttft_s=1.5, model_slo_ttft_s={"fast": 0.7})
+    gate = Gate(policy, SQLiteStore(tmp_path / "agentgate.db"))
+    try:
+        gate.attach_dispatcher(dispatcher)
+        assert dispatcher.slo_ttft("fast") == 0.7  # its own, given for that model
+        assert dispatcher.slo_ttft("slow") == 8.0  # the policy's, which the dispatcher lacked
+        assert dispatcher.slo_ttft("plain") == 1.5  # neither: the dispatcher's default
+        request = dispatcher.route_request(_chat("fast"), slo_ttft_s=0.2)
+        assert request.slo_ttft_s == 0.2  # the caller's own outranks both
+        assert dispatcher.route_request(_chat("slow")).slo_ttft_s == 8.0
+    finally:
+        gate.close()
+
+
+def _chat(model: str) -> dict[str, object]:
+    return {"model": model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+
+
+def test_the_gates_parsed_delegations_stay_within_their_bound(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Kills: the parsed-chain cache of delegate(call=...) never cleared (a long-lived supervisor
+    # delegating per run would keep every token it ever read). The bound is lowered to 3 here.
+    monkeypatch.setattr(gate_module, "DELEGATED_PARSED_MAX", 3)
+    keys = {n: SigningKey.generate() for n in ("root", "boss", "alpha")}
+    text = PERF_POLICY.format(root=keys["root"].did, boss=keys["boss"].did, alpha=keys["alpha"].did)
+    gate = Gate(parse_policy(text, source="t.yaml"), SQLiteStore(tmp_path / "g.db"))
+    try:
+        boss = gate.issue(keys["root"], name="boss", key=keys["boss"], role="boss")
+
+        def delegate(call: str) -> AgentIdentity:
+            return gate.delegate(
+                boss,
+                name="alpha",
+                key=keys["alpha"],
+                capabilities=["tool:lookup"],
+                ttl=timedelta(minutes=5),
+                call=call,
+            )
+
+        first = [delegate(f"call-{i}") for i in range(8)]
+        assert 0 < len(gate._parsed_delegated) <= 3
+        assert delegate("call-1").chain == first[1].chain  # still handed on again after a clear
+        assert delegate("call-6").chain == first[6].chain
+        assert len(gate._parsed_delegated) <= 3
+    finally:
+        gate.close()
+
+
+class _Text(str):
+    pass
+
+
+class _PathLike:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def __fspath__(self) -> str:
+        return str(self.path)
+
+
+def test_legitimate_argument_types_are_accepted_at_the_entry_points(tmp_path: Path) -> None:
+    (tmp_path / "p.yaml").write_text(policy_text())
+    for policy in (tmp_path / "p.yaml", _PathLike(tmp_path / "p.yaml"), _Text(tmp_path / "p.yaml")):
+        assert load_policy(policy).digest  # type: ignore[arg-type]
+        Gate.open(policy, str(tmp_path / "open.db")).close()  # type: ignore[arg-type]
+    assert SigningKey(b"\x01" * 32).did.startswith("did:key:")
+    gate = Gate(
+        parse_policy(policy_text(), source="p.yaml"),
+        SQLiteStore(tmp_path / "ag.db"),
+        trust_anchors=(KEYS["root"].did,),
+    )
+    try:
+        agent = gate.issue(KEYS["root"], name=_Text("agent"), key=KEYS["agent"], role=_Text("worker"))
+        proxy = types.MappingProxyType({"id": "1"})
+        for n, call in enumerate((Call.tool("lookup", proxy), Call("tool:lookup", "invoke", proxy))):
+            assert gate.authorize(agent, call, call_id=_Text(f"c{n}")).allowed
+        assert Call.tool(_Text("lookup"), proxy).resource == "tool:lookup"
+        assert gate.authorize(agent, MODEL, tokens=(5, 10)).allowed
+        for caps in (("tool:lookup",), (c for c in ["tool:lookup"])):
+            assert gate.delegate(
+                agent, name=_Text("sub"), key=KEYS["sub"], capabilities=caps, ttl=timedelta(seconds=30)
+            )
+        for budget in (True, Fraction(5), 5.0):
+            with pytest.raises(InputError, match="budget"):
+                gate.delegate(
+                    agent,
+                    name="sub",
+                    key=KEYS["sub"],
+                    capabilities=["tool:lookup"],
+                    ttl=timedelta(seconds=30),
+                    budget=budget,  # type: ignore[arg-type]
+                )
+        refused = gate.authorize(agent, Call.tool("refund", {"amount": Fraction(50)}))
+        assert not refused.allowed and "Fraction" in refused.reasons[0]
+    finally:
+        gate.close()
+
+
+SECRET = "sk-live-0123456789"
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        {"amount": 1, "tool:refund": 1, SECRET: 1},
+        {"amount": 1, "'amount'": 1, SECRET: 1},
+        {"amount": 1, f"{SECRET}'ab'{SECRET}": 1, "ab": 1},
+        {"amount": 1, "ab": 1, f"{SECRET}'ab'{SECRET}": 1},
+        {"amount": 1, "role worker rule 2": 1, SECRET: 1},
+        {"amount": 1, "": 1, SECRET: 1},
+    ],
+    ids=["resource", "declared-quoted", "nested-after", "nested-before", "rule-text", "empty"],
+)
+def test_a_crafted_argument_name_rewrites_only_itself_in_the_recorded_reason(
+    gate: Gate, args: dict[str, int]
+) -> None:
+    agent = _agent(gate)
+    refused = gate.authorize(agent, Call.tool("refund", args), call_id="c1")
+    assert not refused.allowed
+    gate.flush()
+    entry = [e for e in gate.audit.entries() if e.resource == "tool:refund"][-1]
+    assert entry.kind == "deny"
+    assert entry.reasons == ("tool:refund does not declare an argument <an undeclared argument name>",)
+    assert SECRET not in repr(list(gate.audit.entries()))

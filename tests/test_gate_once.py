@@ -1,5 +1,8 @@
-"""A tool that is not idempotent runs once: the same call decided again is refused, after a
-restart too, and a call whose process died while it ran is never run again on its own."""
+"""A tool that is not idempotent runs once (agentgate/store/once.py, as the Gate uses it): the same
+call decided again is refused, after a restart too; a call that failed is refused without an answer
+to give again, one that paused runs when its run resumes; the key is scoped to the caller's tenant;
+a call whose process died while it ran is never run again on its own, and settling it by hand is
+refused while it may still be running."""
 
 from __future__ import annotations
 
@@ -10,6 +13,7 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -17,16 +21,19 @@ import pytest
 from langchain_core.messages import AIMessage, ToolMessage
 from langchain_core.tools import StructuredTool
 from langgraph.checkpoint.sqlite import SqliteSaver
+from test_gate_run import Setup
 
 from agentgate.capabilities import Call
 from agentgate.cli.main import main
-from agentgate.errors import CircuitOpen
+from agentgate.errors import CircuitOpen, InputError
 from agentgate.gate import AgentIdentity, Gate
 from agentgate.integrations.langgraph import ScriptedChatModel, create_gated_agent
 from agentgate.keys import SigningKey, save_key
 from agentgate.policy import parse_policy
 from agentgate.store import SQLiteStore, Store
-from agentgate.store.once import settle
+from agentgate.store.once import SETTLE_MIN_AGE_S, settle
+
+pytest_plugins = ("test_gate_run",)  # its ``setup`` fixture (the Gate of test_gate_run.Setup)
 
 POLICY = """
 version: 1
@@ -343,3 +350,150 @@ def test_a_langgraph_run_resumed_after_a_crash_does_not_pay_twice(tmp_path: Path
         assert message.status == "error" and "outcome was never recorded" in str(message.content)
     conn.close()
     assert paid_again == [] and (tmp_path / "paid").read_text() == "40"
+
+
+def test_a_once_only_call_that_failed_is_refused_again_without_a_cached_answer_key(setup: Setup) -> None:
+    """Kills: _refuse_ran_before handing out the once key for any earlier state (``ran = once``
+    for ``error`` too). The key tells an integration the call completed and its kept answer may
+    be given again: for a call that failed there is no answer to give."""
+    call = Call.tool("refund", {"amount": 50})
+    auth = setup.gate.authorize(setup.agent, call, call_id="c2", run_id="run-2")
+    with pytest.raises(RuntimeError):
+        setup.gate.run(
+            auth, lambda: (_ for _ in ()).throw(RuntimeError("boom")), call_id="c2", run_id="run-2"
+        )
+    failed = setup.gate.authorize(setup.agent, call, call_id="c2", run_id="run-2")
+    assert not failed.allowed and failed.once_key is None
+    done = setup.gate.authorize(setup.agent, call, call_id="c3", run_id="run-2")
+    setup.gate.run(done, lambda: "refunded", call_id="c3", run_id="run-2")
+    ran = setup.gate.authorize(setup.agent, call, call_id="c3", run_id="run-2")
+    assert not ran.allowed and ran.once_key == done.once_key  # the precondition: ``ok`` keeps it
+
+
+class _Interrupt(Exception):
+    """What a framework raises inside a tool to pause it for a person (LangGraph's interrupt())."""
+
+
+def test_a_once_only_call_that_paused_runs_when_its_run_resumes(setup: Setup) -> None:
+    """Kills: _once_state leaving a paused call in ``error`` (its ``paused`` state dropped). A
+    non-idempotent tool that asks a person mid-call is run again from its start when the run
+    resumes: recorded as failed, the resumed call would be refused for ever."""
+    call = Call.tool("refund", {"amount": 50})
+    auth = setup.gate.authorize(setup.agent, call, call_id="p1", run_id="run-p")
+    assert auth.once_key is not None
+
+    def ask() -> str:
+        raise _Interrupt("confirm the refund?")
+
+    with pytest.raises(_Interrupt):
+        setup.gate.run(
+            auth, ask, call_id="p1", run_id="run-p", paused=lambda exc: isinstance(exc, _Interrupt)
+        )
+    resumed = setup.gate.authorize(setup.agent, call, call_id="p1", run_id="run-p")
+    assert resumed.allowed, resumed.explain()
+    setup.gate.run(resumed, lambda: "refunded", call_id="p1", run_id="run-p")
+    assert not setup.gate.authorize(setup.agent, call, call_id="p1", run_id="run-p").allowed  # ran: once
+
+
+_TWO_TENANTS = """
+version: 1
+trust_anchors:
+  root: {{did: "{root}"}}
+tenants:
+  team-a: {{}}
+  team-b: {{}}
+principals:
+  agent-a: {{kind: agent, did: "{a}", tenant: team-a, roles: [worker]}}
+  agent-b: {{kind: agent, did: "{b}", tenant: team-b, roles: [worker]}}
+tools:
+  refund:
+    args: {{amount: {{type: integer, required: true}}}}
+roles:
+  worker:
+    kind: agent
+    capabilities:
+      - resource: tool:refund
+    ttl_s: 600
+    delegation:
+      max_depth: 1
+      capabilities:
+        - resource: tool:refund
+"""
+
+
+def test_a_once_only_call_is_scoped_to_its_tenant_not_shared_with_anothers(tmp_path: Path) -> None:
+    """Mutant n5: ``_once_key`` keying every once-only call under tenant "default". Rule: the key
+    that marks a non-idempotent call as run is scoped to the caller's tenant: the same sub-agent
+    key, delegated by agents of two tenants, making the same call under the same run and call
+    ids, runs in each tenant; with one key for both, the second tenant's call would be refused as
+    run before and handed the first tenant's key (its kept answer)."""
+    keys = {n: SigningKey.generate() for n in ("root", "a", "b", "helper")}
+    text = _TWO_TENANTS.format(**{n: k.did for n, k in keys.items()})
+    with Gate(parse_policy(text, source="gate.yaml"), SQLiteStore(tmp_path / "agentgate.db")) as gate:
+        helpers = []
+        for name in ("a", "b"):
+            agent = gate.issue(keys["root"], name=f"agent-{name}", key=keys[name], role="worker")
+            helpers.append(
+                gate.delegate(
+                    agent,
+                    name="helper",
+                    key=keys["helper"],
+                    capabilities=["tool:refund"],
+                    ttl=timedelta(seconds=60),
+                )
+            )
+        assert [gate.tenant_of(h) for h in helpers] == ["team-a", "team-b"]
+        call = Call.tool("refund", {"amount": 5})
+        first = gate.authorize(helpers[0], call, call_id="call-1", run_id="thread-1")
+        assert first.allowed and first.once_key is not None, first.explain()
+        gate.run(first, lambda: "refunded for team-a", call_id="call-1", run_id="thread-1")
+        other = gate.authorize(helpers[1], call, call_id="call-1", run_id="thread-1")
+        assert other.allowed, other.explain()
+        assert other.once_key not in (None, first.once_key)
+        # The precondition: in its own tenant the call is known to have run.
+        again = gate.authorize(helpers[0], call, call_id="call-1", run_id="thread-1")
+        assert not again.allowed and again.once_key == first.once_key
+
+
+def test_a_call_settled_as_not_run_and_allowed_again_is_started_so_a_lost_outcome_never_reruns_it(
+    tmp_path: Path,
+) -> None:
+    # o01: deciding a call again after it was settled ``not_run`` must mark it ``started`` anew.
+    # Were its state left ``not_run``, a process that died while the re-allowed call ran would
+    # leave it looking never run, and the next decision would run it a second time.
+    keys = {n: SigningKey.generate() for n in ("root", "agent")}
+    path = tmp_path / "agentgate.db"
+    with _gate(path, keys) as gate:
+        agent = gate.issue(keys["root"], name="agent", key=keys["agent"], role="worker")
+        assert gate.authorize(agent, PAY, call_id="c1", run_id=RUN).allowed  # then the process died
+        gate.flush()
+        (lost,) = gate.once.unsettled()
+        settle(gate.store, gate.audit, lost.key, ran=False, by="ops", reason="no charge seen", min_age_s=0)
+        again = gate.authorize(agent, PAY, call_id="c1", run_id=RUN)
+        assert again.allowed  # settled as not run: it may run; and then this process dies too
+    with _gate(path, keys) as restarted:
+        third = restarted.authorize(agent, PAY, call_id="c1", run_id=RUN)
+        assert not third.allowed and "its outcome was never recorded" in third.explain()
+        (started,) = restarted.once.unsettled()
+        assert (started.key, started.state, started.allow_index) == (lost.key, "started", again.audit_index)
+
+
+def test_a_call_allowed_moments_ago_cannot_be_settled_as_not_run_so_it_never_runs_twice(
+    tmp_path: Path,
+) -> None:
+    # o03: a ``started`` call allowed less than ``min_age_s`` ago may still be running; settling
+    # it as not run would let it be decided and run a second time. It is refused, nothing written.
+    keys = {n: SigningKey.generate() for n in ("root", "agent")}
+    with _gate(tmp_path / "agentgate.db", keys) as gate:
+        agent = gate.issue(keys["root"], name="agent", key=keys["agent"], role="worker")
+        allowed = gate.authorize(agent, PAY, call_id="c1", run_id=RUN)
+        assert allowed.allowed  # and it is running now
+        gate.flush()
+        (running,) = gate.once.unsettled()
+        entries = len(list(gate.audit.entries()))
+        for min_age_s in (SETTLE_MIN_AGE_S, 60.0):
+            with pytest.raises(InputError, match="may still be running"):
+                settle(gate.store, gate.audit, running.key, ran=False, by="ops", min_age_s=min_age_s)
+        assert gate.once.unsettled() == [running] and len(list(gate.audit.entries())) == entries
+        refused = gate.authorize(agent, PAY, call_id="c1", run_id=RUN)
+        assert not refused.allowed and "its outcome was never recorded" in refused.explain()

@@ -1,24 +1,32 @@
-"""Gate.run / arun / close: a completed result is reused only for the same caller's call, a tool
-that never receives its idempotency key is not repeated after an ambiguous failure, every allowed
-call that runs gets its outcome (also when close() comes while calls wait or run, and when the
-caller's own callbacks raise). Real SQLite files, threads and event loops."""
+"""Gate.run / arun / close / abandon, and what a call's run settles: a completed result is reused
+only for the same caller's call, a tool that never receives its idempotency key is not repeated
+after an ambiguous failure, one allow runs once and only on the Gate that decided it, every allowed
+call that runs gets its outcome (also when close() comes while calls wait or run, when the caller's
+own callbacks raise, when a commit fails, and when the program never closes its Gate), and each call
+is charged what it reported, its reservation released otherwise. Also the Gate's approval requests
+and the refusals an integration records, on the same Gate. Real SQLite files, threads, event loops."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import sqlite3
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from agentgate.audit.entry import AuditEntry
 from agentgate.capabilities import Call
-from agentgate.errors import SchedulingError
-from agentgate.gate import Gate
+from agentgate.errors import AgentGateError, Denied, InputError, SchedulingError
+from agentgate.gate import AgentIdentity, Approval, Gate
 from agentgate.keys import SigningKey
 from agentgate.policy import parse_policy
 from agentgate.store import SQLiteStore
@@ -321,3 +329,571 @@ async def test_gate_close_from_a_loop_does_not_wait_for_that_loops_own_calls(two
     assert time.monotonic() - began < 30.0  # not the whole timeout; it would take 150 s
     release.set()
     assert await task == "done"  # the call still finishes; its outcome is logged as lost
+
+
+# --- a Gate with one agent of tenant team-a, two approvers, priced models and a GPU --------------------
+
+POLICY = """
+version: 1
+trust_anchors:
+  root: {{did: "{root}"}}
+tenants:
+  team-a: {{}}
+principals:
+  agent: {{kind: agent, did: "{agent}", tenant: team-a, roles: [worker]}}
+  lead: {{kind: human, did: "{lead}", roles: [lead]}}
+  second: {{kind: human, did: "{second}", roles: [lead]}}
+tools:
+  lookup:
+    args: {{id: {{type: string, required: true}}}}
+    idempotent: true
+  refund:
+    args: {{amount: {{type: integer, required: true}}}}
+  transfer:
+    args: {{amount: {{type: integer, required: true}}}}
+models:
+  small: {{cost_per_mtok: {{input: 1000000, output: 2000000}}}}
+  tiny: {{cost_per_mtok: {{input: 1, output: 1}}}}
+gpus:
+  h100: {{cost_per_gpu_hour: 3600000}}
+roles:
+  worker:
+    kind: agent
+    capabilities:
+      - resource: tool:lookup
+      - resource: tool:refund
+      - resource: tool:transfer
+      - resource: model:small
+      - resource: model:tiny
+      - resource: gpu:h100
+    budget: {{limit: {budget}, unit: usd_micros}}
+    ttl_s: 600
+    delegation:
+      max_depth: 1
+      capabilities:
+        - resource: tool:lookup
+        - resource: tool:refund
+  lead:
+    kind: human
+    capabilities:
+      - resource: tool:refund
+    ttl_s: 600
+approvals:
+  big-refund:
+    resource: tool:refund
+    when: {{amount: {{gt: 100}}}}
+    approvers: [lead]
+  transfer-two:
+    resource: tool:transfer
+    approvers: [lead, second]
+    quorum: 2
+"""
+
+
+class Setup:
+    def __init__(self, path: Path, budget: int = 10_000_000) -> None:
+        self.keys = {n: SigningKey.generate() for n in ("root", "agent", "lead", "second", "helper")}
+        self.text = text = POLICY.format(budget=budget, **{n: k.did for n, k in self.keys.items()})
+        self.path = path
+        self.gate = Gate(parse_policy(text, source="gate.yaml"), SQLiteStore(path / "agentgate.db"))
+        self.agent = self.gate.issue(self.keys["root"], name="agent", key=self.keys["agent"], role="worker")
+
+    def entries(self) -> list[AuditEntry]:
+        self.gate.flush()
+        return list(self.gate.audit.entries())
+
+    def spent(self, identity: AgentIdentity | None = None) -> int:
+        return self.gate.remaining(identity or self.agent)[(identity or self.agent).chain.root.id][0]
+
+
+@pytest.fixture
+def setup(tmp_path: Path) -> Iterator[Setup]:
+    made = Setup(tmp_path)
+    yield made
+    made.gate.close()
+
+
+def _until(condition: Any, what: str, seconds: float = 10.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            pytest.fail(f"not within {seconds}s: {what}")
+        time.sleep(0.01)
+
+
+def _helper(setup: Setup) -> AgentIdentity:
+    return setup.gate.delegate(
+        setup.agent,
+        name="helper",
+        key=setup.keys["helper"],
+        capabilities=["tool:lookup"],
+        ttl=timedelta(seconds=60),
+    )
+
+
+# --- budgets and cost: what a call reserves when it is decided and is charged at its outcome -----------
+
+
+def test_a_negative_token_estimate_is_refused_before_anything_is_reserved(setup: Setup) -> None:
+    """Kills: _token_counts accepting negative counts (``n >= 0`` dropped). A negative estimate
+    makes the call's cost negative, so nothing is reserved and the call runs free: it must be an
+    InputError, nothing recorded."""
+    before = len(setup.entries())
+    for tokens in ((-1_000_000, 10), (10, -1)):
+        with pytest.raises(InputError, match="non-negative"):
+            setup.gate.authorize(setup.agent, Call.model("small"), tokens=tokens)
+    assert len(setup.entries()) == before
+    assert setup.gate.ledger.usage(setup.agent.chain.root.id) == (0, 0)
+
+
+def test_a_gpu_lease_reserves_the_gpu_time_it_adds_not_its_whole_ttl(setup: Setup) -> None:
+    """Kills: _cost pricing a lease by ``ttl_s`` even when ``hold_s`` is given. A renewal adds
+    ``hold_s`` seconds of GPU time; priced by its ttl it would reserve (and charge) far more."""
+    call = Call("gpu:h100", "lease", {"count": 2, "ttl_s": 600, "hold_s": 60, "priority": 0})
+    auth = setup.gate.authorize(setup.agent, call)
+    assert auth.allowed, auth.explain()
+    assert [(unit, amount) for _, unit, amount in auth.reservations] == [("usd_micros", 120_000)]
+    by_ttl = setup.gate.authorize(
+        setup.agent, Call("gpu:h100", "lease", {"count": 2, "ttl_s": 600, "priority": 0})
+    )
+    assert [amount for _, _, amount in by_ttl.reservations] == [1_200_000]
+
+
+def test_a_model_call_costs_its_micro_dollars_rounded_up_never_down_to_free(setup: Setup) -> None:
+    """Kills: _cost rounding a model call's price down (``per_million // 1_000_000``). At one
+    micro-dollar per million tokens a short call costs a fraction of a micro-dollar: rounded down
+    it is 0, nothing is reserved and the call is free however often it runs; and prompt and
+    output tokens are priced at their own rates (not swapped)."""
+    auth = setup.gate.authorize(setup.agent, Call.model("tiny"), tokens=(3, 2))
+    assert [(unit, amount) for _, unit, amount in auth.reservations] == [("usd_micros", 1)]
+    setup.gate.run(auth, lambda: "answer")
+    assert setup.spent() == 1
+    priced = setup.gate.authorize(setup.agent, Call.model("small"), tokens=(100, 10))
+    assert [amount for _, _, amount in priced.reservations] == [120]  # 100 x 1 + 10 x 2
+
+
+def test_a_model_call_that_failed_after_reporting_usage_is_charged_that_usage(setup: Setup) -> None:
+    """Kills: _write_outcome charging a call only when its status is ``ok`` (``or actual is not
+    None`` dropped): a model call whose result says it failed but reports the tokens it used
+    (a refusal by the model, a truncated answer) consumed them, and its reservation would be
+    released: every failing generation free."""
+    auth = setup.gate.authorize(setup.agent, Call.model("small"), tokens=(1000, 1000))
+    setup.gate.run(auth, lambda: "broken", failed=lambda _: True, spent=lambda _: (400, 100))
+    assert setup.spent() == 600  # 400 x 1 + 100 x 2, not the 3,000 reserved, not 0
+    outcome = setup.entries()[-1]
+    assert outcome.kind == "outcome" and outcome.status == "error" and outcome.budget_delta == 600
+
+
+def test_a_call_that_failed_before_any_usage_gives_its_whole_reservation_back(setup: Setup) -> None:
+    """Kills: _settle_reservations not releasing a reservation it does not charge (the
+    ``ledger.release`` dropped). A model call whose backend failed used nothing: what it reserved
+    must return to the budget at its outcome, or every failure shrinks the budget for good."""
+    auth = setup.gate.authorize(setup.agent, Call.model("small"), tokens=(1_000, 500))
+    assert setup.gate.ledger.usage(setup.agent.chain.root.id) == (0, 2_000)  # the precondition: held
+    with pytest.raises(ConnectionError):
+        setup.gate.run(auth, lambda: (_ for _ in ()).throw(ConnectionError("backend down")))
+    setup.gate.flush()
+    assert setup.gate.ledger.usage(setup.agent.chain.root.id) == (0, 0)
+    outcome = setup.entries()[-1]
+    assert outcome.kind == "outcome" and outcome.status == "error" and outcome.budget_delta == 0
+
+
+def test_an_overrun_reported_after_the_call_ran_is_recorded_and_exhausts_the_budget(tmp_path: Path) -> None:
+    """Kills: _settle_reservations committing without ``exhaust=True``. A call that ran and
+    reports more than its budget had left is a fact: its outcome must be recorded and the budget
+    left at zero. Without ``exhaust`` the commit raises, the outcome is dropped, its reservation
+    stays held and the overrun is never charged."""
+    setup = Setup(tmp_path, budget=1_000)
+    try:
+        auth = setup.gate.authorize(setup.agent, Call.model("small"), tokens=(10, 10))
+        assert auth.allowed
+        setup.gate.run(auth, lambda: "long prompt", spent=lambda _: (5_000, 10))
+        outcome = setup.entries()[-1]
+        assert outcome.kind == "outcome" and outcome.ref == auth.audit_index
+        assert any("overran the usd_micros budget" in r for r in outcome.reasons), outcome.reasons
+        assert setup.gate.ledger.usage(setup.agent.chain.root.id) == (1_000, 0)
+        after = setup.gate.authorize(setup.agent, Call.model("small"), tokens=(1, 1))
+        assert not after.allowed and after.budget_exhausted
+    finally:
+        setup.gate.close()
+
+
+def test_a_budget_refusal_says_how_much_calls_in_flight_hold(tmp_path: Path) -> None:
+    """Kills: _budget_reason leaving out what calls in flight hold. A budget that looks unspent
+    but refuses is held by running calls: the refusal must say so (the agent, and the person
+    reading the log, would otherwise see "0 of 1000 spent" and a refusal that contradicts it)."""
+    setup = Setup(tmp_path, budget=1_000)
+    try:
+        running = setup.gate.authorize(setup.agent, Call.model("small"), tokens=(400, 200))
+        assert running.allowed  # holds 800
+        refused = setup.gate.authorize(setup.agent, Call.model("small"), tokens=(100, 100))
+        assert not refused.allowed and refused.budget_exhausted
+        assert any(
+            "0 of 1000 usd_micros spent and 800 held by calls in flight" in r for r in refused.reasons
+        ), refused.reasons
+    finally:
+        setup.gate.close()
+
+
+# --- one allow, one run --------------------------------------------------------------------------------
+
+
+def test_an_allow_already_used_or_a_refusal_cannot_be_abandoned(setup: Setup) -> None:
+    """Kills: abandon without its ``_check_allowed``. Abandoning an allow that ran would write a
+    second outcome for one call (and settle its settled reservation again); abandoning a refusal
+    would write an outcome for a call that was never allowed."""
+    auth = setup.gate.authorize(setup.agent, Call.model("small"), tokens=(100, 10))
+    setup.gate.run(auth, lambda: "answer", spent=lambda _: (50, 5))
+    refused = setup.gate.authorize(setup.agent, Call.tool("lookup", {"id": 5}))
+    assert not refused.allowed
+    before = setup.entries()
+    for used in (auth, refused):
+        with pytest.raises(Denied):
+            setup.gate.abandon(used)
+    assert setup.entries() == before
+    assert setup.gate.ledger.usage(setup.agent.chain.root.id) == (60, 0)
+
+
+def test_an_allow_runs_its_call_once_however_it_is_handed_on(setup: Setup) -> None:
+    """Kills: ``_Once.take`` always answering True. One decision is one run: the same allow run
+    again (or abandoned after it ran, or a copy of it run) is refused with nothing run, one
+    outcome recorded and the budget charged once."""
+    auth = setup.gate.authorize(setup.agent, Call.model("small"), tokens=(100, 10))
+    ran: list[str] = []
+    setup.gate.run(auth, lambda: ran.append("first"), spent=lambda _: (100, 10))
+    with pytest.raises(Denied, match="already used"):
+        setup.gate.run(auth, lambda: ran.append("again"), spent=lambda _: (100, 10))
+    with pytest.raises(Denied, match="already used"):
+        setup.gate.run(dataclasses.replace(auth), lambda: ran.append("copy"), spent=lambda _: (100, 10))
+    assert ran == ["first"]
+    assert [e.ref for e in setup.entries() if e.kind == "outcome"] == [auth.audit_index]
+    assert setup.spent() == 120
+
+
+def test_an_allow_is_run_only_by_the_gate_that_decided_it_not_a_twin_on_the_same_store(
+    tmp_path: Path,
+) -> None:
+    """Mutant s1: ``_seal`` without the Gate (``weakref.ref(self)`` dropped), so an allow matched
+    any Gate whose fields it carries. Rule: a Gate runs only the allows it decided itself; another
+    Gate, even one over the same store and policy, refuses it and does not run the call."""
+    setup = Setup(tmp_path)
+    twin = Gate(parse_policy(setup.text, source="gate.yaml"), SQLiteStore(tmp_path / "agentgate.db"))
+    try:
+        auth = setup.gate.authorize(setup.agent, Call.tool("lookup", {"id": "x"}))
+        assert auth.allowed, auth.explain()
+        ran: list[str] = []
+        with pytest.raises(Denied, match="another Gate's"):
+            twin.run(auth, lambda: ran.append("twin"))
+        assert ran == []
+        # The allow is still unused: the Gate that decided it runs it.
+        assert setup.gate.run(auth, lambda: "found") == "found"
+    finally:
+        twin.close()
+        setup.gate.close()
+
+
+# --- outcomes: every allowed call's outcome is recorded ------------------------------------------------
+
+_NEVER_CLOSED = """
+import sys
+from pathlib import Path
+from agentgate.audit.entry import AuditEntry
+from agentgate.capabilities import Call
+from agentgate.gate import Gate
+from agentgate.keys import SigningKey
+from agentgate.policy import parse_policy
+from agentgate.store import SQLiteStore
+
+sys.path.insert(0, {tests!r})
+from test_gate_run import POLICY
+
+keys = {{n: SigningKey.generate() for n in ("root", "agent", "lead", "second", "helper")}}
+text = POLICY.format(budget=10_000_000, **{{n: k.did for n, k in keys.items()}})
+Path({policy!r}).write_text(text)
+gate = Gate(parse_policy(text, source="gate.yaml"), SQLiteStore({db!r}))
+# The thread that commits outcomes is a daemon: stopped here, as the interpreter's exit stops it.
+gate._outcomes._closed.set()
+gate._outcomes._thread.join()
+agent = gate.issue(keys["root"], name="agent", key=keys["agent"], role="worker")
+auth = gate.authorize(agent, Call.model("small"), tokens=(100, 10))
+gate.run(auth, lambda: "answer", spent=lambda _: (50, 5))
+print(agent.chain.root.id)
+# No gate.close(): the program ends with the outcome still pending.
+"""
+
+
+def test_a_program_that_never_closes_its_gate_still_records_its_last_outcome(tmp_path: Path) -> None:
+    """Kills: _flush_at_exit not flushing the open gates. A program that ends without
+    ``Gate.close()`` would lose its last call's outcome (the log says it was allowed, never how it
+    ended) and leave its reservation held against the budget."""
+    db, policy = tmp_path / "agentgate.db", tmp_path / "gate.yaml"
+    script = _NEVER_CLOSED.format(tests=str(Path(__file__).parent), policy=str(policy), db=str(db))
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    grant = done.stdout.strip()
+    gate = Gate(parse_policy(policy.read_text(), source="gate.yaml"), SQLiteStore(db))
+    try:
+        kinds = [(e.kind, e.status) for e in gate.audit.entries()]
+        assert kinds[-2:] == [("allow", None), ("outcome", "ok")], kinds
+        assert gate.ledger.usage(grant) == (60, 0)  # charged as reported, nothing left held
+    finally:
+        gate.close()
+
+
+def test_a_call_started_while_the_gate_closes_is_refused_recorded_and_released(tmp_path: Path) -> None:
+    """Kills: _begin_run refusing a call once ``close`` began without settling it (the
+    ``_settle(... "SchedulingError" ...)`` dropped). The allow was recorded and its budget
+    reserved: refused unrecorded, the log would end at an allow with no outcome and the
+    reservation would stay held."""
+    setup = Setup(tmp_path)
+    gate = setup.gate
+    running, release = threading.Event(), threading.Event()
+    first = gate.authorize(setup.agent, Call.tool("lookup", {"id": "1"}))
+    late = gate.authorize(setup.agent, Call.model("small"), tokens=(100, 10))
+    assert first.allowed and late.allowed and late.reservations
+
+    def slow() -> str:
+        running.set()
+        assert release.wait(30)
+        return "done"
+
+    caller = threading.Thread(target=lambda: gate.run(first, slow), daemon=True)
+    caller.start()
+    assert running.wait(30)
+    closer = threading.Thread(target=gate.close, daemon=True)
+    closer.start()
+    try:
+        for _ in range(3000):  # close() has begun: it now waits for the running call
+            if gate._closing:
+                break
+            threading.Event().wait(0.01)
+        ran: list[str] = []
+        with pytest.raises(SchedulingError):
+            gate.run(late, lambda: ran.append("late"))
+        assert ran == []
+    finally:
+        release.set()
+        closer.join(30)
+        caller.join(30)
+    reopened = Gate(parse_policy(setup.text, source="gate.yaml"), SQLiteStore(tmp_path / "agentgate.db"))
+    try:
+        outcomes = {e.ref: e for e in reopened.audit.entries() if e.kind == "outcome"}
+        assert outcomes[late.audit_index].status == "error"
+        assert outcomes[late.audit_index].reasons == ("SchedulingError",)
+        assert reopened.ledger.usage(setup.agent.chain.root.id) == (0, 0)  # released, not held
+    finally:
+        reopened.close()
+
+
+def test_outcomes_carried_by_a_decision_that_fails_are_kept_for_the_next_commit(setup: Setup) -> None:
+    """Kills: _decision_transaction not putting back the outcomes it took when the decision fails
+    (``restore`` dropped). A pending outcome rides with the next decision's transaction; a
+    decision that raises (here a revocation of a grant that is none) rolls it back, and the
+    outcome must be written later, not lost with its reservation held."""
+    setup.gate._outcomes._closed.set()  # no background commit: only decisions carry outcomes
+    setup.gate._outcomes._thread.join()
+    auth = setup.gate.authorize(setup.agent, Call.model("small"), tokens=(100, 10))
+    setup.gate.run(auth, lambda: "answer", spent=lambda _: (50, 5))
+    with pytest.raises(AgentGateError):  # a grant that is none
+        setup.gate.revoke("not a grant")
+    outcomes = [e for e in setup.entries() if e.kind == "outcome"]
+    assert [e.ref for e in outcomes] == [auth.audit_index]
+    assert setup.gate.ledger.usage(setup.agent.chain.root.id) == (60, 0)
+
+
+def test_an_outcome_unwritable_for_a_reason_not_the_stores_is_dropped_not_failing_later_decisions(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Mutant o17: ``_carry_all`` turning only a ``StoreError`` into ``_CarryFailed``. Rule: an
+    outcome that cannot be written for a reason other than the store's (here its reservation was
+    settled meanwhile: an ``InputError``) is logged and dropped; it is neither kept for ever nor
+    allowed to fail every later decision that carries it."""
+    setup = Setup(tmp_path)
+    try:
+        auth = setup.gate.authorize(setup.agent, Call.model("small"), tokens=(10, 10))
+        assert auth.allowed and auth.reservations, auth.explain()
+        setup.gate.ledger.release(auth.reservations[0][0])  # settled behind the gate's back
+        setup.gate.run(auth, lambda: "answer")
+        setup.gate.flush()
+        for n in range(2):  # later decisions carry nothing that fails them
+            later = setup.gate.authorize(setup.agent, Call.tool("lookup", {"id": str(n)}))
+            assert later.allowed, later.explain()
+        assert "not recorded:" in caplog.text and "already settled" in caplog.text
+        assert not [e for e in setup.entries() if e.kind == "outcome" and e.ref == auth.audit_index]
+    finally:
+        setup.gate.close()
+
+
+@pytest.mark.postgres
+def test_an_outcome_put_while_a_failed_commit_is_retried_is_not_lost(
+    postgres_url: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Mutant o29: ``PendingOutcomes.restore`` replacing what is pending with the outcomes it puts
+    back (``self._items = list(items)``) instead of putting them in front. Rule: an outcome that
+    arrives while the background commit of earlier ones fails (here a lock the commit cannot get
+    within the database's ``lock_timeout``) is kept with them, and both are recorded once the
+    store answers again; else the second call's allow never gets an outcome and its reservation
+    stays held."""
+    import psycopg
+
+    from agentgate.store._postgres import PostgresStore
+    from agentgate.store.audit import APPEND_LOCK
+
+    with psycopg.connect(postgres_url, autocommit=True) as admin:
+        (name,) = admin.execute("SELECT current_database()").fetchone() or ("",)
+        admin.execute(f"ALTER DATABASE \"{name}\" SET lock_timeout = '2s'")
+    setup = Setup(tmp_path)
+    setup.gate.close()
+    with Gate(parse_policy(setup.text, source="gate.yaml"), PostgresStore(postgres_url)) as gate:
+        agent = gate.issue(setup.keys["root"], name="agent", key=setup.keys["agent"], role="worker")
+        first, second = (gate.authorize(agent, Call.model("small"), tokens=(10, 10)) for _ in range(2))
+        with psycopg.connect(postgres_url, autocommit=True) as holder:
+            holder.execute("SELECT pg_advisory_lock(%s)", (APPEND_LOCK,))
+
+            def commit_waits() -> bool:
+                found = holder.execute(
+                    "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+                ).fetchone()
+                return bool(found and found[0])
+
+            gate.run(first, lambda: "one", spent=lambda _: (1, 1))
+            _until(commit_waits, "the background commit of the first outcome waits for the lock")
+            gate.run(second, lambda: "two", spent=lambda _: (2, 2))
+            _until(lambda: "not recorded yet" in caplog.text, "the commit failed and kept the first outcome")
+            holder.execute("SELECT pg_advisory_unlock(%s)", (APPEND_LOCK,))
+        gate.flush()
+        outcomes = [e.ref for e in gate.audit.entries() if e.kind == "outcome"]
+        assert sorted(outcomes) == sorted([first.audit_index, second.audit_index])
+
+
+# --- refusals an integration records, and its sub-agents' tenant ---------------------------------------
+
+
+def test_a_refusal_recorded_for_an_integration_keeps_its_findings_in_the_log(setup: Setup) -> None:
+    """Kills: record_refusal dropping its ``findings``. An integration's own refusal (a tool call
+    without an id, an inherited identity) names its finding; the audit log is the evidence and
+    must keep it."""
+    from agentgate.findings import Finding, FindingKind
+
+    finding = Finding(kind=FindingKind.IMPLICIT_TRUST_INHERITANCE, code="inherited_identity", message="m")
+    refused = setup.gate.record_refusal(
+        setup.agent, Call.tool("lookup", {"id": "1"}), ["no call id"], findings=[finding]
+    )
+    assert not refused.allowed and refused.audit_index is not None
+    entry = setup.entries()[refused.audit_index]
+    assert entry.kind == "deny"
+    assert "no call id" in entry.reasons and f"{finding.kind}:inherited_identity" in entry.reasons
+
+
+def test_a_sub_agent_is_counted_in_its_supervisors_tenant_and_not_disowned(setup: Setup) -> None:
+    """Kills: tenant_of and disowns reading the sub-agent's own key (``identity.did``) instead of
+    the principal its chain was issued to: a sub-agent's key, made at run time, is in no policy,
+    so its quotas would fall to the ``default`` tenant and the integration would refuse all its
+    calls as those of a principal removed from the policy."""
+    helper = _helper(setup)
+    assert setup.gate.tenant_of(helper) == "team-a" == setup.gate.tenant_of(setup.agent)
+    assert not setup.gate.disowns(helper) and not setup.gate.disowns(setup.agent)
+
+
+def test_a_call_refused_as_foreign_is_audited(setup: Setup) -> None:
+    """Kills: refuse_foreign returning the refusal without recording it. A delegation asked on an
+    inherited identity is refused there, and every refusal is evidence: it must be a ``deny``
+    entry naming the inherited identity."""
+    call = Call("agent:helper", "delegate", {})
+    assert setup.gate.refuse_foreign(setup.agent, call, agent="agent") is None
+    refused = setup.gate.refuse_foreign(setup.agent, call, agent="intruder")
+    assert refused is not None and not refused.allowed and refused.audit_index is not None
+    entry = setup.entries()[refused.audit_index]
+    assert entry.kind == "deny" and entry.resource == "agent:helper"
+    assert any("inherited_identity" in r for r in entry.reasons)
+
+
+# --- approval requests: counted, declined, closed by a refusal, not replayed ---------------------------
+
+
+def test_a_request_already_approved_and_used_cannot_be_declined_afterwards(setup: Setup) -> None:
+    """Kills: decline swallowing ``Denied``/``InputError`` from the request's store (a request
+    decided meanwhile treated as declined). The request was approved and its call ran: a ``deny``
+    entry written afterwards would contradict the log, which already says how it ended."""
+    call = Call.tool("refund", {"amount": 500})
+    asked = setup.gate.authorize(setup.agent, call, call_id="c1", run_id="run-1")
+    approval = Approval.sign(asked.approval_payload(), setup.keys["lead"])
+    auth = setup.gate.authorize(setup.agent, call, call_id="c1", run_id="run-1", approval=approval)
+    setup.gate.run(auth, lambda: "refunded", call_id="c1", run_id="run-1")
+    before = setup.entries()
+    with pytest.raises(InputError, match="cannot be declined"):
+        setup.gate.decline(asked, "too late")
+    assert setup.entries() == before
+    assert setup.gate.approvals.get(asked.request["id"]).state == "consumed"
+
+
+def test_a_quorum_of_two_needs_two_distinct_approvers_and_logs_each_vote_as_it_comes(setup: Setup) -> None:
+    """Kills: _approval_complete deciding a quorum above one on the first valid vote (``rule.quorum
+    == 1`` widened, or the count compared to 1), and its vote not written as an
+    ``approval_given`` entry when it is counted. Two people must sign; each signature is evidence
+    in the log the moment it counts, not only once the call runs."""
+    call = Call.tool("transfer", {"amount": 10})
+    asked = setup.gate.authorize(setup.agent, call, call_id="t1", run_id="run-t")
+    assert asked.needs_approval
+    first = Approval.sign(asked.approval_payload(), setup.keys["lead"])
+    half = setup.gate.authorize(setup.agent, call, call_id="t1", run_id="run-t", approval=first)
+    assert half.needs_approval and not half.allowed, half.explain()
+    given = [e for e in setup.entries() if e.kind == "approval_given"]
+    assert [(e.approver, e.ref) for e in given] == [(setup.keys["lead"].did, asked.audit_index)]
+    again = setup.gate.authorize(setup.agent, call, call_id="t1", run_id="run-t", approval=first)
+    assert again.needs_approval, "the same approver counts once"
+    second = Approval.sign(half.approval_payload(), setup.keys["second"])
+    auth = setup.gate.authorize(setup.agent, call, call_id="t1", run_id="run-t", approval=second)
+    assert auth.allowed, auth.explain()
+    given = [e for e in setup.entries() if e.kind == "approval_given"]
+    assert {e.approver for e in given} == {setup.keys["lead"].did, setup.keys["second"].did} and len(
+        given
+    ) == 2
+
+
+def test_a_call_refused_outright_closes_its_open_approval_request_and_refers_to_it(setup: Setup) -> None:
+    """Kills: _close_asked leaving the request open (its ``approvals.deny`` dropped) or not
+    returning its ``approval_required`` index, and _write_refusal dropping ``ref``. A call waiting
+    for approval that is then refused (here: run on an inherited identity) can never use the
+    approval: the request must not stay listed to approvers, and the log must link the two."""
+    call = Call.tool("refund", {"amount": 500})
+    asked = setup.gate.authorize(setup.agent, call, call_id="c1", run_id="run-1")
+    assert asked.needs_approval and asked.request is not None
+    refused = setup.gate.authorize(setup.agent, call, call_id="c1", run_id="run-1", agent="intruder")
+    assert not refused.allowed and not refused.needs_approval
+    entry = setup.entries()[refused.audit_index]
+    assert entry.kind == "deny" and entry.ref == asked.audit_index
+    assert setup.gate.approvals.get(asked.request["id"]).state == "denied"
+    late = Approval.sign(asked.approval_payload(), setup.keys["lead"])
+    assert not setup.gate.authorize(setup.agent, call, call_id="c1", run_id="run-1", approval=late).allowed
+
+
+def test_an_approval_already_used_is_refused_even_when_the_call_was_asked_for_again(
+    tmp_path: Path,
+) -> None:
+    """Mutant a7: ``_superseded`` treating any expired approval as replaced by the newer request
+    (``own.state != "consumed"`` dropped). Rule: an approval that was used is refused when it is
+    presented again, also once its request has expired and the same call was asked for again
+    meanwhile: it is a replay, not an approval that came too late, and it ends the new request."""
+    setup = Setup(tmp_path)
+    setup.gate.close()
+    text = setup.text.replace("    approvers: [lead]\n", "    approvers: [lead]\n    expiry_s: 1\n", 1)
+    refund = "  refund:\n    args: {amount: {type: integer, required: true}}\n"
+    text = text.replace(refund, refund + "    idempotent: true\n", 1)  # may be decided again
+    assert text.count("expiry_s: 1") == 1 and text.count("idempotent: true") == 2
+    with Gate(parse_policy(text, source="gate.yaml"), SQLiteStore(tmp_path / "short.db")) as gate:
+        agent = gate.issue(setup.keys["root"], name="agent", key=setup.keys["agent"], role="worker")
+        call = Call.tool("refund", {"amount": 500})
+        asked = gate.authorize(agent, call, call_id="c1", run_id="run-1")
+        approval = Approval.sign(asked.approval_payload(), setup.keys["lead"])
+        used = gate.authorize(agent, call, call_id="c1", run_id="run-1", approval=approval)
+        assert used.allowed, used.explain()
+        gate.run(used, lambda: "refunded", call_id="c1", run_id="run-1")
+        time.sleep(1.1)  # the first request has expired
+        # The same call decided again without the approval: a new request is opened.
+        again = gate.authorize(agent, call, call_id="c1", run_id="run-1")
+        assert again.needs_approval and again.request["id"] != approval.request, again.explain()
+        replay = gate.authorize(agent, call, call_id="c1", run_id="run-1", approval=approval)
+        assert not replay.allowed and not replay.needs_approval, replay.explain()

@@ -1,27 +1,23 @@
-"""(Review R48, mutant g10 of the gateway's HTTP layer) a caller that pauses with the rest of its
-answer already handed to the kernel is left to the kernel, not reset.
-
-``BoundedHttpToolsProtocol`` starts its stall clock when an answer ends with its tail still in the
-gateway's own write buffer (the caller not reading, the socket's buffers full). When the clock
-runs out and that buffer is empty (the caller took enough for the kernel to hold the rest), the
-answer is the kernel's to deliver: the connection is not cut, however long the caller then pauses
-(``_check_stall``'s early return). The existing stall tests only cover callers that never read.
+"""The gateway's stall clock on the tail of an answer (agentgate/dispatch/gateway/_http.py
+``BoundedHttpToolsProtocol``): a caller that stops reading while bytes of its answer wait in the
+gateway's own write buffer is cut after the stall limit, however the answer ended (writing paused
+then resumed below the low-water mark, a next keep-alive or pipelined request answered, refused or
+slow to write); a caller that keeps reading, through the next answers too, is not cut; and a
+caller that pauses with the rest of its answer already handed to the kernel is left to the kernel
+(``_check_stall``'s early return).
 
 Real loopback HTTP: the ``env`` fixture of ``test_gateway_stall`` (a GatewayServer with
-``stream_stall_s`` 0.5 s on SQLite, in front of a simulated vLLM backend) and a raw-socket client.
-So that "the rest fits in the kernel" is a known size rather than whatever the kernel's send-buffer
-autotuning (MiBs on loopback) makes of it, the gateway's end of the connection gets a fixed
-``SO_SNDBUF`` before the request is sent, and the client a small ``SO_RCVBUF``.
-
-Found and fixed by the lead (was a strict xfail): on asyncio's own event loop (uvicorn's
-fallback without uvloop), an answer that ended with writing paused, whose caller then read
-below the low-water mark and stopped, held its connection for ever: ``resume_writing`` stopped
-the stall clock and nothing started it again (``_http.py`` now restarts it there when every
-answer is written and bytes still wait).
+``stream_stall_s`` 0.5 s on SQLite, in front of a simulated vLLM backend) and a raw-socket client;
+or ``_EndsPaused`` (uvicorn with the gateway's protocol, on asyncio's own event loop or uvloop) and
+its raw-socket caller ``connected``. So that "the rest fits in the kernel" is a known size rather
+than whatever the kernel's send-buffer autotuning (MiBs on loopback) makes of it, the gateway's end
+of the connection gets a fixed ``SO_SNDBUF`` before the request is sent, and the client a small
+``SO_RCVBUF``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import socket
 import threading
@@ -29,6 +25,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+import pytest
 import test_gateway_stall
 import uvicorn
 from test_gateway_stall import MODEL, STALL_S, Env, _assert_reset, _request
@@ -203,3 +200,326 @@ def test_an_answer_that_ended_paused_and_whose_caller_stops_reading_below_low_wa
     # started none (one was running): the tail waited with no clock, the connection (and its
     # close after the keep-alive timeout) held for ever. Up to three scenes: one must be set up.
     assert any(_ends_paused_then_stops_reading() for _ in range(3)), "the scene was never set up"
+
+
+# --- a next keep-alive answer after resumed writing or a tail ----------------------------------
+
+
+SMALL = 40 << 10
+"""The next answer: written at once, below the high-water mark (writing never pauses)."""
+TAIL = 36 << 10
+"""A first answer of which some 6 to 10 KiB stay in the transport's buffer (SNDBUF, RCVBUF)."""
+
+
+class _TwoAnswers(_EndsPaused):
+    """uvicorn with the gateway's protocol: ``/big`` ends with writing paused, ``/small`` writes
+    ``SMALL`` bytes in one go, ``/tail`` ``TAIL`` bytes (its tail left in the transport's buffer,
+    below the high-water mark, when the caller has not read yet)."""
+
+    async def _app(self, scope: Any, receive: Any, send: Any) -> None:
+        size = {"/small": SMALL, "/tail": TAIL}.get(scope["path"])
+        if size is None:
+            await self._ends_paused(send)
+            return
+        headers = [(b"content-length", str(size).encode())]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": b"s" * size, "more_body": False})
+
+
+def _reads_on(sock: socket.socket, received: bytes) -> bool:
+    """Ask for ``/small`` on the same connection and read on, steadily (2 KiB every 50 ms: some
+    20 KiB per stall limit), until it came whole (True) or the connection was cut (False)."""
+    sock.sendall(b"GET /small HTTP/1.1\r\nHost: x\r\n\r\n")
+    try:
+        while not received.endswith(b"s" * SMALL):
+            time.sleep(0.05)
+            piece = sock.recv(2048)
+            if not piece:
+                return False
+            received += piece
+    except ConnectionResetError:
+        return False
+    return True
+
+
+def _scene() -> bool | None:
+    """None: not set up (the window below low water was missed); else whether the caller, reading
+    steadily, got both answers whole."""
+    with _TwoAnswers() as served, connected(served) as (sock, protocol, transport):
+        sock.sendall(b"GET /big HTTP/1.1\r\nHost: x\r\n\r\n")
+        answered(protocol)
+        received = b""
+        while not 0 < transport.get_write_buffer_size() <= HIGH_WATER // 4:
+            if transport.get_write_buffer_size() == 0:
+                return None
+            piece = sock.recv(256)
+            assert piece
+            received += piece
+        # Writing resumed with bytes left and no answer running: the clock runs.
+        return _reads_on(sock, received)
+
+
+def test_a_caller_reading_steadily_through_a_next_keep_alive_answer_is_not_cut() -> None:
+    for _ in range(3):
+        result = _scene()
+        if result is not None:
+            assert result, "a caller that kept reading was reset"
+            return
+    raise AssertionError("the scene was never set up")
+
+
+def _reads_both_after_a_tail(loop: str) -> bool:
+    with _TwoAnswers(loop) as served, connected(served) as (sock, protocol, transport):
+        sock.sendall(b"GET /tail HTTP/1.1\r\nHost: x\r\n\r\n")
+        answered(protocol)
+        # The tail's clock runs (the answer ended with bytes in the transport's buffer).
+        assert 0 < transport.get_write_buffer_size() + SMALL < HIGH_WATER
+        return _reads_on(sock, b"")
+
+
+def test_on_uvloop_a_caller_reading_steadily_after_a_tail_is_not_cut() -> None:
+    """The same mark, older than e7106b1: the clock ``on_response_complete`` starts for an answer's
+    tail, the next answer (asked for on the same connection) written on top of it."""
+    assert _reads_both_after_a_tail("uvloop"), "a caller that kept reading was reset"
+
+
+# --- a next request after a tail: answered, refused or pipelined --------------------------------
+
+
+class _Next(_EndsPaused):
+    """``/tail`` writes ``TAIL`` bytes at once; ``/few`` a few bytes; ``/204`` a 204; ``/none``
+    answers nothing (uvicorn answers 500); ``/body`` reads its body and answers a few bytes."""
+
+    async def _app(self, scope: Any, receive: Any, send: Any) -> None:
+        path = scope["path"]
+        if path == "/none":
+            return
+        if path == "/body":
+            while True:
+                message = await receive()
+                if message["type"] == "http.disconnect" or not message.get("more_body"):
+                    break
+        body = b"t" * TAIL if path == "/tail" else b"" if path == "/204" else b"ok"
+        status = 204 if path == "/204" else 200
+        headers = [(b"content-length", str(len(body)).encode())] if status != 204 else []
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": body, "more_body": False})
+
+
+def _held(loop: str, follow: bytes, pipelined: bool = False) -> bool | None:
+    """Whether the connection outlives four stall limits after the caller, which never reads,
+    sent ``follow`` behind ``/tail`` (None: the tail was not left in the buffer)."""
+    with _Next(loop) as served, connected(served) as (sock, protocol, transport):
+        server = served.server
+        first = b"GET /tail HTTP/1.1\r\nHost: x\r\n\r\n"
+        if pipelined:
+            sock.sendall(first + follow)
+        else:
+            sock.sendall(first)
+            answered(protocol)
+            # The tail's clock runs: bytes in the transport's buffer, writing not paused.
+            if not (0 < transport.get_write_buffer_size() <= HIGH_WATER and not protocol.flow.write_paused):
+                return None
+            sock.sendall(follow)
+        deadline = time.monotonic() + 4 * STALL_S
+        while server.server_state.connections and time.monotonic() < deadline:
+            time.sleep(0.02)
+        return bool(server.server_state.connections)
+
+
+def _assert_cut(loop: str, follow: bytes, pipelined: bool = False) -> None:
+    for _ in range(3):
+        held = _held(loop, follow, pipelined)
+        if held is not None:
+            assert not held, "a caller that stopped reading holds its connection"
+            return
+    raise AssertionError("the scene was never set up")
+
+
+_BAD_CHUNK = b"POST /body HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n"
+
+
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
+def test_a_next_request_whose_body_is_refused_does_not_hold_the_connection(loop: str) -> None:
+    _assert_cut(loop, _BAD_CHUNK)
+
+
+@pytest.mark.parametrize(
+    "follow",
+    [b"GET /few HTTP/1.1\r\nHost: x\r\n\r\n", b"CONNECT x:443 HTTP/1.1\r\nHost: x\r\n\r\n"],
+    ids=["few", "connect"],
+)
+def test_on_uvloop_a_next_keep_alive_request_leaves_a_clock_running(follow: bytes) -> None:
+    _assert_cut("uvloop", follow)
+
+
+@pytest.mark.parametrize(
+    "follow",
+    [
+        b"GET /few HTTP/1.1\r\nHost: x\r\n\r\n",
+        b"GET /204 HTTP/1.1\r\nHost: x\r\n\r\n",
+        b"GET /none HTTP/1.1\r\nHost: x\r\n\r\n",
+        b"GET /few HTTP/1.1\r\nHost: x\r\nConnection: upgrade\r\nUpgrade: websocket\r\n\r\n",
+        b"POST /body HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\nhi",
+        b"CONNECT x:443 HTTP/1.1\r\nHost: x\r\n\r\n",
+        b"GET /few HTTP/1.1\r\nHost: \x01\r\n\r\n",
+    ],
+    ids=["few", "204", "none", "upgrade", "body", "connect", "bad-head"],
+)
+def test_a_next_keep_alive_request_leaves_a_clock_running(follow: bytes) -> None:
+    _assert_cut("asyncio", follow)
+
+
+@pytest.mark.parametrize(
+    "follow",
+    [
+        b"GET /few HTTP/1.1\r\nHost: x\r\n\r\n",
+        b"GET /few HTTP/1.1\r\nHost: x\r\n\r\nGET /x HTTP/1.1\r\nHost: \x01\r\n\r\n",
+        b"GET /204 HTTP/1.1\r\nHost: x\r\n\r\nCONNECT x:443 HTTP/1.1\r\nHost: x\r\n\r\n",
+    ],
+    ids=["few", "few-then-refused", "204-then-connect"],
+)
+def test_a_pipelined_request_behind_a_tail_leaves_a_clock_running(follow: bytes) -> None:
+    _assert_cut("asyncio", follow, pipelined=True)
+
+
+# --- a pipelined answer behind a tail -----------------------------------------------------------
+
+LONG_TAIL = 56 << 10
+"""A first answer most of which stays in the transport's buffer (below the high-water mark)."""
+CHUNK = 2 << 10
+STEPS = 14
+
+
+class _Drip(_EndsPaused):
+    """``/tail`` writes ``LONG_TAIL`` bytes at once; ``/drip`` writes ``CHUNK`` bytes each time the
+    caller released ``allowed``, ``STEPS`` times."""
+
+    allowed = threading.Semaphore(0)
+
+    async def _app(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["path"] == "/tail":
+            body = b"t" * LONG_TAIL
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 200,
+                    "headers": [(b"content-length", str(LONG_TAIL).encode())],
+                }
+            )
+            await send({"type": "http.response.body", "body": body})
+            return
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        for _ in range(STEPS):
+            while not self.allowed.acquire(blocking=False):
+                await asyncio.sleep(0.005)
+            await send({"type": "http.response.body", "body": b"d" * CHUNK, "more_body": True})
+        await send({"type": "http.response.body", "body": b""})
+
+
+def _pipelined_scene() -> bool:
+    """False when the scene could not be set up (the kernel took the whole tail at once: no
+    bytes waited in the transport once the next answer started); else the caller read it all."""
+    with _Drip() as served, connected(served) as (sock, protocol, transport):
+        _Drip.allowed = threading.Semaphore(0)
+        sock.sendall(b"GET /tail HTTP/1.1\r\nHost: x\r\n\r\nGET /drip HTTP/1.1\r\nHost: x\r\n\r\n")
+        deadline = time.monotonic() + 2
+        while transport.get_write_buffer_size() == 0 or protocol.pipeline:
+            if time.monotonic() > deadline:
+                for _ in range(STEPS):
+                    _Drip.allowed.release()
+                return False
+            time.sleep(0.002)
+        assert 0 < transport.get_write_buffer_size() < HIGH_WATER
+        try:
+            _read_steadily(sock)
+        finally:
+            for _ in range(STEPS):
+                _Drip.allowed.release()  # a stream cut short ends (and the server with it)
+        return True
+
+
+def test_a_steady_reader_of_a_pipelined_stream_behind_a_tail_is_not_cut() -> None:
+    assert any(_pipelined_scene() for _ in range(3)), "the scene was never set up"
+
+
+def _read_steadily(sock: Any) -> None:
+    """Take a chunk every quarter of the stall limit, letting the stream write one after each."""
+    received = 0
+    for _ in range(STEPS):
+        got = 0
+        while got < CHUNK:
+            data = sock.recv(CHUNK - got)
+            assert data, "the connection closed while the caller read steadily"
+            got += len(data)
+        received += got
+        _Drip.allowed.release()
+        time.sleep(STALL_S / 4)
+    sock.settimeout(5)
+    while True:
+        data = sock.recv(65536)
+        if not data or data.endswith(b"0\r\n\r\n"):
+            received += len(data)
+            break
+        received += len(data)
+    assert received >= LONG_TAIL + STEPS * CHUNK
+
+
+class _TailThenNext(_EndsPaused):
+    """``/tail`` writes ``LONG_TAIL`` bytes at once; ``/wait`` writes nothing until ``go`` is set, then
+    a short answer; ``/quick`` answers at once."""
+
+    go = threading.Event()
+
+    async def _app(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["path"] == "/tail":
+            headers = [(b"content-length", str(LONG_TAIL).encode())]
+            await send({"type": "http.response.start", "status": 200, "headers": headers})
+            await send({"type": "http.response.body", "body": b"t" * LONG_TAIL})
+            return
+        if scope["path"] == "/wait":
+            while not self.go.is_set():
+                await asyncio.sleep(0.01)
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"2")]})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+
+def _tail_then(path: str) -> bool | None:
+    """The caller sends ``/tail`` and ``path`` pipelined and never reads. None when the scene was
+    not set up (the kernel took the whole tail); else whether the connection was cut."""
+    _TailThenNext.go = threading.Event()
+    with _TailThenNext() as served, connected(served) as (sock, protocol, transport):
+        server = served.server
+        try:
+            sock.sendall(
+                b"GET /tail HTTP/1.1\r\nHost: x\r\n\r\nGET " + path.encode() + b" HTTP/1.1\r\nHost: x\r\n\r\n"
+            )
+            deadline = time.monotonic() + 2
+            while protocol.pipeline or protocol.cycle is None or protocol.cycle.scope["path"] != path:
+                assert time.monotonic() < deadline, "the second request never started"
+                time.sleep(0.002)
+            if transport.get_write_buffer_size() == 0:
+                return None
+            assert transport.get_write_buffer_size() < HIGH_WATER
+            deadline = time.monotonic() + 6 * STALL_S
+            while server.server_state.connections and time.monotonic() < deadline:
+                time.sleep(0.05)
+            return not server.server_state.connections
+        finally:
+            _TailThenNext.go.set()  # the waiting app ends (and the server with it)
+
+
+def _tail_then_scene(path: str) -> bool:
+    for _ in range(3):
+        cut = _tail_then(path)
+        if cut is not None:
+            return cut
+    pytest.fail("the scene was never set up")
+
+
+def test_a_tail_followed_by_a_slow_pipelined_app_is_cut_when_its_caller_stops_reading() -> None:
+    assert _tail_then_scene("/wait")
+
+
+def test_a_pipelined_answer_that_ends_while_the_tail_waits_starts_the_clock() -> None:
+    assert _tail_then_scene("/quick")

@@ -91,3 +91,22 @@ def test_keyring_resolves_known_and_self_describing_ids() -> None:
     ring = Keyring([known.public])
     assert known.did in ring
     assert ring.get(other.did).raw == other.public.raw
+
+
+def test_a_private_key_owned_by_another_user_is_refused(tmp_path: Path) -> None:
+    # Mode 0600 but another user's: readable here only by root's right to read any file, and its
+    # owner may rewrite it. Refused, naming the owner; the process's own (or root's) is loaded.
+    import os
+
+    from agentgate.errors import KeyFileError
+    from agentgate.keys import SigningKey, load_signing_key, save_key
+
+    if os.geteuid() != 0:
+        pytest.skip("only root can read a 0600 file of another user, or chown one")
+    private, _public = save_key(SigningKey.generate(), tmp_path, "agent")
+    assert load_signing_key(private).did
+    os.chown(private, 4242, 4242)
+    with pytest.raises(KeyFileError, match=r"owned by another user \(uid 4242\).*chown 0"):
+        load_signing_key(private)
+    os.chown(private, 0, 0)
+    assert load_signing_key(private).did

@@ -3,23 +3,33 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sqlite3
+import subprocess
+import sys
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import pytest
+import test_langgraph_time_travel as timetravel
 from langchain_core.messages import AIMessage, ToolMessage
 from langchain_core.tools import BaseTool, StructuredTool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.graph import END, START, MessagesState, StateGraph
+from langgraph.prebuilt import InjectedState
 from langgraph.types import Command
+from pydantic import BaseModel
+from test_audit_reconciliation import _read
+from test_observability import Sweep
+from test_observability_gate_spans import _team
 
+from agentgate.audit.entry import argument_digest
 from agentgate.errors import Denied
 from agentgate.gate import AgentIdentity, Gate
 from agentgate.integrations.langgraph import (
@@ -659,3 +669,503 @@ def test_runs_on_fresh_framework_threads_do_not_pile_up_store_connections(team: 
     for _ in range(5):  # LangGraph runs each invoke's tool calls on threads it makes for that run
         agent.invoke({"messages": [{"role": "user", "content": "go"}]}, context=team.supervisor)
     assert open_files() - before <= 2
+
+
+async def test_a_sync_tool_past_its_timeout_under_ainvoke_answers_with_its_result(tmp_path: Path) -> None:
+    """R15: under ainvoke a sync tool runs in a worker thread that no cancellation stops. Past its
+    timeout it ran to its end (a refund went through) but the model was told it failed, and the
+    outcome said ``error``: a model may then ask again under a new call id (a second refund).
+    Under ``invoke`` the same tool's result is returned. It now is under ``ainvoke`` too."""
+    ran: list[str] = []
+
+    def search(query: str) -> str:
+        time.sleep(0.5)
+        ran.append(query)
+        return "found"
+
+    keys = {name: SigningKey.generate() for name in NAMES}
+    text = _policy_text({n: k.did for n, k in keys.items()}, 1_000_000)
+    gate = Gate(
+        parse_policy(
+            text.replace("concurrency: 2", "concurrency: 1\n    timeout_s: 0.1"), source="team.yaml"
+        ),
+        SQLiteStore(tmp_path / "agentgate.db"),
+    )
+    try:
+        identity = gate.issue(keys["root"], name="supervisor", key=keys["supervisor"], role="supervisor")
+        tool = StructuredTool.from_function(func=search, name="search", description="search")
+        model = ScriptedChatModel(turns=[_calls(("search", {"query": "q"}))])
+        agent = create_gated_agent(gate, name="supervisor", model=model, tools=[tool], gate_models=False)
+        result = await agent.ainvoke({"messages": [{"role": "user", "content": "go"}]}, context=identity)
+        answers = [m for m in result["messages"] if m.type == "tool"]
+        assert ran == ["q"]
+        assert [(m.status, m.content) for m in answers] == [("success", "found")]
+        assert [e.status for e in _entries(gate) if e.kind == "outcome"] == ["ok"]
+    finally:
+        gate.close()
+
+
+def test_a_delegation_span_links_to_the_audit_entry_of_the_grant_it_made(tmp_path: Path) -> None:
+    """``Gate.delegate`` audits every delegation (an ``allow`` entry for ``agent:NAME``), and
+    docs/operations.md says the decision is on the span with ``agentgate.audit.index``, "the
+    signed audit entry it links to". The ``execute_tool ask_helper`` span carries
+    ``agentgate.decision=allow`` and the grant id but no audit index: the trace of a delegation
+    cannot be joined to its evidence (langgraph.py ``_delegated``)."""
+    sweep = Sweep(tmp_path)
+    try:
+        _team(sweep).invoke({"messages": [{"role": "user", "content": "go"}]}, context=sweep.boss)
+        (span,) = [s for s in sweep.exporter.get_finished_spans() if s.name == "execute_tool ask_helper"]
+        assert span.attributes is not None and span.attributes["agentgate.decision"] == "allow"
+        delegated = [e.index for e in sweep.gate.audit.entries() if e.resource == "agent:helper"]
+        assert delegated and span.attributes.get("agentgate.audit.index") == delegated[0]
+    finally:
+        sweep.gate.close()
+
+
+GO = {"messages": [{"role": "user", "content": "go"}]}
+
+
+def _team_gate(
+    path: Path, edit: Callable[[str], str] = str, *, budget: int = 1_000_000, unit: str = "usd_micros"
+) -> tuple[Gate, dict[str, SigningKey], AgentIdentity]:
+    """A gate over test_langgraph's team policy (``edit`` applied to its text) on a SQLite file,
+    its keys, and the supervisor's identity."""
+    keys = {n: SigningKey.generate() for n in NAMES}
+    text = edit(_policy_text({n: k.did for n, k in keys.items()}, budget, unit))
+    gate = Gate(parse_policy(text, source="team.yaml"), SQLiteStore(path))
+    supervisor = gate.issue(keys["root"], name="supervisor", key=keys["supervisor"], role="supervisor")
+    return gate, keys, supervisor
+
+
+async def test_a_tool_call_cancelled_while_it_waited_for_a_slot_runs_when_the_thread_is_resumed(
+    tmp_path: Path,
+) -> None:
+    # search is not idempotent here, with a concurrency of 2. Three parallel calls: two run and
+    # hold both slots, the third waits for one. The run is cancelled. The third call never
+    # started, yet its once-only key is marked "error" (ran and failed), so resuming the thread
+    # refuses it: "already ran and failed ... it may have had its effect", and `agentgate tasks
+    # unsettled` lists it for a person to settle.
+    gate, _, supervisor = _team_gate(
+        tmp_path / "agentgate.db", lambda text: text.replace("idempotent: true", "idempotent: false")
+    )
+    ran: list[str] = []
+    hold = asyncio.Event()
+
+    async def search(query: str) -> str:
+        ran.append(query)
+        await hold.wait()
+        return f"results for {query}"
+
+    tool = StructuredTool.from_function(coroutine=search, name="search", description="search")
+    try:
+        agent = create_gated_agent(
+            gate,
+            name="supervisor",
+            model=ScriptedChatModel(
+                turns=[
+                    _calls(
+                        ("search", {"query": "a"}), ("search", {"query": "b"}), ("search", {"query": "late"})
+                    )
+                ]
+            ),
+            tools=[tool],
+            checkpointer=InMemorySaver(),
+            gate_models=False,
+        )
+        config = {"configurable": {"thread_id": "t"}}
+        task = asyncio.create_task(agent.ainvoke(GO, config, context=supervisor))
+        while len(ran) < 2:
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.2)  # "late" is queued for a slot
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        hold.set()
+        assert len(ran) == 2
+        (waited,) = {"a", "b", "late"} - set(ran)
+        resumed = await agent.ainvoke(None, config, context=supervisor)
+        answers = {m.tool_call_id: str(m.content)[:120] for m in _tool_messages(resumed)}
+        assert waited in ran[2:], answers  # the call that never started runs when resumed
+        assert [e.status for e in _entries(gate) if e.kind == "outcome"].count("ok") == 1
+    finally:
+        gate.close()
+
+
+_CRASHING_SUB_AGENT = """
+import asyncio, json, os, sys
+from datetime import timedelta
+from pathlib import Path
+sys.path.insert(0, sys.argv[3])
+from test_langgraph import NAMES, _calls, _policy_text
+from langchain_core.tools import StructuredTool
+from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+from agentgate.authority._grant import parse_chain
+from agentgate.gate import AgentIdentity, Gate
+from agentgate.integrations.langgraph import ScriptedChatModel, create_gated_agent, delegation_tool
+from agentgate.keys import SigningKey
+from agentgate.policy import parse_policy
+from agentgate.store import SQLiteStore
+
+stage, d = sys.argv[1], Path(sys.argv[2])
+
+async def pay(query: str) -> str:
+    with open(d / "effects.txt", "a") as f:
+        f.write(query + "\\n")
+    if stage == "first":
+        os._exit(3)  # the process dies after the effect, before the tool's result is saved
+    return "paid"
+
+async def main() -> None:
+    if stage == "first":
+        keys = {n: SigningKey.generate() for n in NAMES}
+        (d / "keys.json").write_text(json.dumps({n: k.seed.hex() for n, k in keys.items()}))
+    else:
+        seeds = json.loads((d / "keys.json").read_text())
+        keys = {n: SigningKey(bytes.fromhex(s)) for n, s in seeds.items()}
+    text = _policy_text({n: k.did for n, k in keys.items()}, 1_000_000).replace("idempotent: true", "idempotent: false")
+    gate = Gate(parse_policy(text, source="team.yaml"), SQLiteStore(d / "agentgate.db"))
+    if stage == "first":
+        sup = gate.issue(keys["root"], name="supervisor", key=keys["supervisor"], role="supervisor")
+        (d / "chain.txt").write_text(sup.chain.token)
+    else:
+        sup = AgentIdentity("supervisor", keys["supervisor"], parse_chain((d / "chain.txt").read_text()))
+    tool = StructuredTool.from_function(coroutine=pay, name="search", description="search")
+    researcher = create_gated_agent(
+        gate, name="researcher", model=ScriptedChatModel(turns=[_calls(("search", {"query": "pay 100"}))]), tools=[tool]
+    )
+    ask = delegation_tool(
+        gate, name="researcher", agent=researcher, key=keys["researcher"],
+        capabilities=["tool:search", "model:scripted"], ttl=timedelta(minutes=5),
+    )
+    config = {"configurable": {"thread_id": "x"}}
+    async with AsyncSqliteSaver.from_conn_string(str(d / "checkpoints.sqlite")) as saver:
+        supervisor = create_gated_agent(
+            gate, name="supervisor", model=ScriptedChatModel(turns=[_calls(("ask_researcher", {"task": "pay"}))]),
+            tools=[ask], checkpointer=saver,
+        )
+        first = {"messages": [{"role": "user", "content": "go"}]} if stage == "first" else None
+        await supervisor.ainvoke(first, config, context=sup, durability="sync")
+    gate.close()
+
+asyncio.run(main())
+"""
+
+
+def test_a_sub_agents_once_only_tool_does_not_run_again_after_a_crash_and_restart(tmp_path: Path) -> None:
+    # A tool that is not idempotent runs at most once per tool call, "in this process and after a
+    # restart alike" (docs/langgraph.md): the same call decided again after a crash is refused
+    # (started, outcome never recorded). For a sub-agent it runs again: after the restart the
+    # delegation tool hands the sub-agent a fresh grant, and the once-only key holds the grant
+    # id, so the call resumed from the checkpoint is a new key and pays twice.
+    script = tmp_path / "crash.py"
+    script.write_text(_CRASHING_SUB_AGENT)
+    tests = str(Path(__file__).resolve().parent)
+    for stage, code in (("first", 3), ("second", 0)):
+        done = subprocess.run(
+            [sys.executable, str(script), stage, str(tmp_path), tests],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == code, done.stderr[-2000:]
+    assert (tmp_path / "effects.txt").read_text().splitlines() == ["pay 100"]
+
+
+async def test_an_approved_call_cancelled_while_it_waited_for_a_slot_keeps_its_approval(
+    tmp_path: Path,
+) -> None:
+    # publish needs dana's approval and runs one at a time. An approved call waits for the slot
+    # another publish holds; the client gives up (the run is cancelled). The call never started,
+    # yet its approval stays consumed: resuming the thread replays the approval, which is
+    # refused as "already used", and the model is told "Do not retry this call". A call that
+    # pauses (interrupt() inside the tool) gets its approval put back (ApprovalStore.rearm); one
+    # that never started should too.
+    gate, keys, supervisor = _team_gate(
+        tmp_path / "agentgate.db",
+        lambda text: text.replace("    loggable: [path]", "    loggable: [path]\n    concurrency: 1"),
+    )
+    ran: list[str] = []
+    hold = asyncio.Event()
+
+    async def publish(path: str) -> str:
+        ran.append(path)
+        if path == "reports/busy":
+            await hold.wait()
+        return f"published {path}"
+
+    tool = StructuredTool.from_function(coroutine=publish, name="publish", description="publish")
+
+    def publisher(path: str) -> object:
+        model = ScriptedChatModel(turns=[_calls(("publish", {"path": path}))])
+        return create_gated_agent(
+            gate,
+            name="supervisor",
+            model=model,
+            tools=[tool],
+            checkpointer=InMemorySaver(),
+            gate_models=False,
+        )
+
+    busy, agent = publisher("reports/busy"), publisher("reports/final")
+    busy_config, config = {"configurable": {"thread_id": "busy"}}, {"configurable": {"thread_id": "t"}}
+    try:
+        paused = await busy.ainvoke(GO, busy_config, context=supervisor)  # type: ignore[attr-defined]
+        approval = gate.approve(paused["__interrupt__"][0].value, keys["dana"])
+        holding = asyncio.create_task(
+            busy.ainvoke(Command(resume=approval), busy_config, context=supervisor)  # type: ignore[attr-defined]
+        )
+        while not ran:
+            await asyncio.sleep(0.01)
+        paused = await agent.ainvoke(GO, config, context=supervisor)  # type: ignore[attr-defined]
+        approval = gate.approve(paused["__interrupt__"][0].value, keys["dana"])
+        task = asyncio.create_task(agent.ainvoke(Command(resume=approval), config, context=supervisor))  # type: ignore[attr-defined]
+        await asyncio.sleep(0.3)  # the approved call waits for publish's one slot
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        hold.set()
+        await holding
+        resumed = await agent.ainvoke(None, config, context=supervisor)  # type: ignore[attr-defined]
+        answers = [str(m.content)[:160] for m in _tool_messages(resumed)]
+        assert ran == ["reports/busy", "reports/final"], answers
+    finally:
+        gate.close()
+
+
+def test_a_refused_delegations_span_links_to_its_refusal(tmp_path: Path) -> None:
+    """A delegation the policy refuses, asked through the LangGraph delegation tool, is audited
+    (a ``deny`` on ``agent:NAME``), but its ``execute_tool ask_NAME`` span carries no
+    ``agentgate.audit.index`` nor ``agentgate.decision``: every other refusal's span links to its
+    entry, and a granted delegation's span does too."""
+    from datetime import timedelta
+
+    from langchain_core.messages import AIMessage
+    from test_observability import Sweep, _calls
+
+    from agentgate.integrations.langgraph import ScriptedChatModel, create_gated_agent, delegation_tool
+
+    sweep = Sweep(tmp_path)
+    try:
+        helper = create_gated_agent(
+            sweep.gate, name="helper", model=ScriptedChatModel(turns=[AIMessage(content="x")]), tools=[]
+        )
+        ask = delegation_tool(
+            sweep.gate,
+            name="helper",
+            agent=helper,
+            key=sweep.keys["helper"],
+            capabilities=["tool:vault"],  # beyond what the boss's delegation rule hands on
+            ttl=timedelta(minutes=5),
+        )
+        model = ScriptedChatModel(turns=[_calls(("ask_helper", {"task": "t"})), AIMessage(content="done")])
+        boss = create_gated_agent(sweep.gate, name="boss", model=model, tools=[ask])
+        boss.invoke({"messages": [{"role": "user", "content": "go"}]}, context=sweep.boss)
+        sweep.gate.flush()
+        entries = _read(sweep.gate.store)
+        (refusal,) = [e for e in entries if e["kind"] == "deny" and e["resource"] == "agent:helper"]
+        (span,) = [s for s in sweep.exporter.get_finished_spans() if s.name == "execute_tool ask_helper"]
+    finally:
+        sweep.gate.close()
+    attributes = dict(span.attributes or {})
+    assert attributes.get("agentgate.decision") == "deny"
+    assert attributes.get("agentgate.audit.index") == refusal["index"]
+
+
+def test_an_agents_model_calls_carry_its_thread_as_the_dispatchers_session(team: Team) -> None:
+    # docs/dispatch.md: a session's (agent run's) backend is kept while it meets the SLO, so a
+    # conversation's turns find their prefix in that backend's cache. Gate.dispatch passed no
+    # session, so the product's own model calls never had affinity.
+    from agentgate.dispatch import inventory_from_mapping
+    from agentgate.dispatch.dispatcher import Dispatcher
+    from agentgate.dispatch.router import Router
+    from agentgate.sim import SimServer
+
+    server = SimServer(model_name="scripted", time_scale=0.1).start()
+    try:
+        backend = {"name": "sim-0", "url": server.url, "engine": "vllm", "models": ["scripted"]}
+        inventory = inventory_from_mapping({"backends": [backend]})
+        router = Router(inventory)
+        team.gate.attach_dispatcher(Dispatcher(inventory, router))
+        model = ScriptedChatModel(turns=[_calls(("search", {"query": "kv"}))], served_by=team.gate)
+        agent = create_gated_agent(team.gate, name="supervisor", model=model, tools=_tools(team))
+        config = {"configurable": {"thread_id": "conversation-7"}}
+        agent.invoke({"messages": [{"role": "user", "content": "go"}]}, config, context=team.supervisor)
+        assert server.served == 2
+        assert dict(router._sessions) == {"conversation-7": "sim-0"}
+    finally:
+        server.stop()
+
+
+INPUT = {"messages": [{"role": "user", "content": "go"}]}
+
+
+def _team_publisher(team: Team, checkpointer: Any = None, *, enforce: bool = False) -> Any:
+    model = ScriptedChatModel(turns=[_calls(("publish", {"path": "reports/final"}))])
+    return create_gated_agent(
+        team.gate,
+        name="supervisor",
+        model=model,
+        tools=_tools(team),
+        checkpointer=checkpointer,
+        gate_models=False,
+        enforce=enforce,
+    )
+
+
+def test_an_approval_gate_without_a_checkpointer_refuses_and_closes_the_request(team: Team) -> None:
+    result = _team_publisher(team).invoke(INPUT, context=team.supervisor)
+    assert "__interrupt__" not in result
+    (refused,) = [m for m in result["messages"] if isinstance(m, ToolMessage)]
+    assert refused.status == "error" and "without a checkpointer" in str(refused.content)
+    assert team.ran == []
+    # Nothing is left for approvers to answer, and the log says how the request ended.
+    assert team.gate.approvals.open_records() == []
+    kinds = [(e.kind, e.resource) for e in _entries(team.gate) if e.resource == "tool:publish"]
+    assert kinds == [("approval_required", "tool:publish"), ("deny", "tool:publish")]
+    deny = next(e for e in _entries(team.gate) if e.kind == "deny")
+    assert any("without a checkpointer" in r for r in deny.reasons)
+    assert team.gate.verify().first_bad_index is None
+
+
+def test_with_enforce_the_refusal_is_raised(team: Team) -> None:
+    with pytest.raises(Denied, match="without a checkpointer"):
+        _team_publisher(team, enforce=True).invoke(INPUT, context=team.supervisor)
+    assert team.ran == [] and team.gate.approvals.open_records() == []
+
+
+def test_with_a_checkpointer_the_run_still_pauses(team: Team) -> None:
+    agent = _team_publisher(team, InMemorySaver())
+    config = {"configurable": {"thread_id": "t"}}
+    paused = agent.invoke(INPUT, config, context=team.supervisor)
+    (pending,) = paused["__interrupt__"]
+    done = agent.invoke(
+        Command(resume=team.gate.approve(pending.value, team.keys["dana"])), config, context=team.supervisor
+    )
+    assert "__interrupt__" not in done and team.ran == ["publish:reports/final"]
+
+
+def test_a_sub_agent_without_its_own_checkpointer_pauses_under_its_supervisors(team: Team) -> None:
+    # The sub-agent (built by delegation_tool without a checkpointer) runs inside the supervisor's
+    # run, whose checkpointer LangGraph lends it: its approval request pauses the whole run.
+    ask = _ask_researcher(team, capabilities=["tool:search", "tool:publish?path^=reports/", "model:scripted"])
+    model = ScriptedChatModel(turns=[_calls(("ask_researcher", {"task": "find and publish"}))])
+    supervisor = create_gated_agent(
+        team.gate, name="supervisor", model=model, tools=[ask], checkpointer=InMemorySaver()
+    )
+    paused = supervisor.invoke(INPUT, {"configurable": {"thread_id": "n"}}, context=team.supervisor)
+    assert paused["__interrupt__"][0].value["request"]["requester"] == "researcher"
+    # ... and the same supervisor without a checkpointer: the sub-agent's call is refused at once.
+    bare = create_gated_agent(
+        team.gate,
+        name="supervisor",
+        model=ScriptedChatModel(turns=[_calls(("ask_researcher", {"task": "find and publish"}))]),
+        tools=[ask],
+    )
+    result = bare.invoke(INPUT, context=team.supervisor)
+    assert "__interrupt__" not in result
+    denied = [e for e in _entries(team.gate) if e.kind == "deny" and e.resource == "tool:publish"]
+    assert [e.principal for e in denied] == [team.keys["researcher"].did]
+    assert any("without a checkpointer" in r for r in denied[0].reasons)
+    assert len(team.gate.approvals.open_records()) == 1  # the first run's, still waiting
+
+
+INJECTED_POLICY = """
+version: 1
+trust_anchors: {{root: {{did: "{root}"}}}}
+principals:
+  agent: {{kind: agent, did: "{agent}", roles: [worker]}}
+tools:
+  report:
+    args: {{path: {{type: string, required: true}}}}
+    loggable: [path]
+  peek: {{}}
+roles:
+  worker:
+    kind: agent
+    capabilities:
+      - {{resource: tool:report, constraints: {{path: {{prefix: "reports/"}}}}}}
+      - {{resource: tool:peek}}
+    budget: {{limit: 100, unit: calls}}
+    ttl_s: 3600
+"""
+
+
+class ReportArgs(BaseModel):
+    path: str
+    state: Annotated[dict[str, Any], InjectedState]
+
+
+class PeekArgs(BaseModel):
+    state: Annotated[dict[str, Any], InjectedState]
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_forged_injected_field_of_a_custom_schema_is_not_decided_on(tmp_path: Path, mode: str) -> None:
+    keys = {n: SigningKey.generate() for n in ("root", "agent")}
+    text = INJECTED_POLICY.format(**{n: k.did for n, k in keys.items()})
+    gate = Gate(parse_policy(text, source="injected.yaml"), SQLiteStore(tmp_path / "agentgate.db"))
+    try:
+        agent = gate.issue(keys["root"], name="agent", key=keys["agent"], role="worker")
+        seen: list[tuple[str, object]] = []
+
+        def report(path: str, state: dict[str, Any]) -> str:
+            seen.append((path, sorted(state)))
+            return "ok"
+
+        def peek(state: dict[str, Any]) -> str:
+            seen.append(("peek", sorted(state)))
+            return "ok"
+
+        tools = [
+            StructuredTool.from_function(func=report, name="report", description="r", args_schema=ReportArgs),
+            StructuredTool.from_function(func=peek, name="peek", description="p", args_schema=PeekArgs),
+        ]
+        forged = {"forged": True}
+        turn = AIMessage(
+            content="",
+            tool_calls=[
+                {"name": "report", "args": {"path": "reports/q1", "state": forged}, "id": "r1"},
+                {"name": "peek", "args": {"state": forged}, "id": "p1"},
+            ],
+        )
+        graph = create_gated_agent(
+            gate, name="agent", model=ScriptedChatModel(turns=[turn]), tools=tools, gate_models=False
+        )
+        if mode == "sync":
+            out = graph.invoke(GO, context=agent)
+        else:
+            out = asyncio.run(graph.ainvoke(GO, context=agent))
+        answers = {m.tool_call_id: m for m in out["messages"] if isinstance(m, ToolMessage)}
+        assert {k: m.status for k, m in answers.items()} == {"r1": "success", "p1": "success"}
+        assert sorted(seen, key=repr) == sorted(
+            [("reports/q1", ["messages"]), ("peek", ["messages"])], key=repr
+        )  # the tools got the run's state, not the forgery
+        gate.flush()
+        allowed = {e.resource: e for e in gate.audit.entries() if e.kind == "allow"}
+        assert allowed["tool:report"].args == {"path": "reports/q1"}
+        assert allowed["tool:report"].args_digest == argument_digest({"path": "reports/q1"})
+        assert allowed["tool:peek"].args_digest == argument_digest({})
+        assert gate.verify().ok
+    finally:
+        gate.close()
+
+
+def test_an_edit_that_appends_the_corrected_answer_closes_the_old_request(tmp_path: Path) -> None:
+    rig = timetravel._rig(tmp_path)
+    try:
+        graph = timetravel._agent(rig, timetravel._turn(("publish", {"path": "reports/a"}, "pub-1")))
+        config = timetravel._thread("edit-append")
+        paused = graph.invoke(GO, config, context=rig.agent)
+        corrected = AIMessage(
+            content="", tool_calls=[{"name": "publish", "args": {"path": "reports/b"}, "id": "pub-1"}]
+        )
+        graph.update_state(config, {"messages": [corrected]}, as_node="model")  # appended: a new id
+        old = rig.approve(paused["__interrupt__"][0].value)
+        asked = graph.invoke(Command(resume=old), config, context=rig.agent)
+        (again,) = asked["__interrupt__"]
+        assert again.value["request"]["args"] == {"path": "reports/b"}  # the corrected call is asked
+        done = graph.invoke(Command(resume=rig.approve(again.value)), config, context=rig.agent)
+        assert "__interrupt__" not in done and rig.ran == ["publish:reports/b"]
+        assert rig.pending_requests() == []  # the request for reports/a stays pending
+    finally:
+        rig.gate.close()

@@ -6,7 +6,7 @@ import pytest
 
 from agentgate.errors import BudgetExceeded, InputError
 from agentgate.store import Store
-from agentgate.store.ledger import BudgetLedger
+from agentgate.store.ledger import MAX_AMOUNT, BudgetLedger
 
 CHAIN = ["root", "team", "agent"]
 CAPS = {"root": 1000, "team": 500, "agent": 200}
@@ -80,3 +80,19 @@ def test_reserve_joins_the_callers_transaction(store: Store) -> None:
 def test_amounts_are_non_negative_integers(store: Store, bad: object) -> None:
     with pytest.raises(InputError):
         BudgetLedger(store).reserve(None, CHAIN, CAPS, bad)  # type: ignore[arg-type]
+
+
+@pytest.mark.postgres
+def test_a_commit_beyond_a_column_returns_the_whole_shortfall_on_postgresql(postgres_url: str) -> None:
+    from agentgate.store._postgres import PostgresStore
+
+    with PostgresStore(postgres_url) as store:
+        ledger = BudgetLedger(store)
+        with store.transaction() as tx:
+            held = ledger.reserve(tx, ["g"], {"g": 1000}, 10)
+        short = ledger.commit(held, 10**30, exhaust=True)
+        assert short == 10**30 - 1000  # the budget paid its 1000, the rest is the shortfall
+        assert ledger.remaining("g") == 0
+        with store.transaction() as tx:
+            again = ledger.reserve(tx, ["h"], {"h": MAX_AMOUNT}, 1)
+        assert ledger.commit(again, MAX_AMOUNT + 5, exhaust=True) == 5

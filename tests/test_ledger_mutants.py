@@ -1,9 +1,6 @@
-"""Review R47 (mutation, shared store state): budgets, grants and nonces, approvals.
-
-Each test names the hand-made mutant of agentgate/store/ledger.py, grants.py or approvals.py it
-kills (what the mutant did) and the rule it pins. Every test runs on SQLite and on PostgreSQL
-(the ``store`` fixture), except where said.
-"""
+"""Grants, revocations, nonces and approvals in the store (agentgate/store/grants.py,
+approvals.py): each test names the hand-made mutant it kills (what the mutant did) and the rule
+it pins. Every test runs on SQLite and on PostgreSQL (the ``store`` fixture), except where said."""
 
 from __future__ import annotations
 
@@ -12,110 +9,18 @@ from types import SimpleNamespace
 
 import pytest
 
-from agentgate.errors import BudgetExceeded, Denied, Expired, InputError, Revoked
+from agentgate.errors import Denied, Expired, Revoked
 from agentgate.store import Store
 from agentgate.store import grants as grants_module
 from agentgate.store.approvals import ApprovalStore, QuorumRule
 from agentgate.store.grants import GrantRepository
-from agentgate.store.ledger import MAX_AMOUNT, BudgetLedger
+
+# --- grants, revocations, nonces -------------------------------------------------------------
+
 
 AGENT = "did:key:zAgent"
 ALICE = "did:key:zAlice"
 BOB = "did:key:zBob"
-
-# --- budgets ---------------------------------------------------------------------------------
-
-
-def test_an_exhausted_overrun_returns_the_largest_shortfall_of_the_chain(store: Store) -> None:
-    """Mutant: ``shortfall`` took the last grant's shortfall instead of the largest (max).
-
-    Rule: what a call cost beyond its budgets is the most any grant of its chain could not
-    cover; a later link that covered more must not hide the root's larger shortfall."""
-    ledger = BudgetLedger(store)
-    held = ledger.reserve(None, ["root", "tip"], {"root": 10, "tip": 12}, 5)
-    # Overrun of 15: the root has 5 left (short by 10), the tip 7 (short by 8).
-    assert ledger.commit(held, 20, exhaust=True) == 10
-    assert [ledger.remaining(g) for g in ("root", "tip")] == [0, 0]
-
-
-def test_an_exhausted_overrun_counts_the_reservation_and_the_rest_as_spent(store: Store) -> None:
-    """Mutant: the exhaust path added only the overrun charged to ``spent``, not the reservation.
-
-    Rule: a call that ran and cost more than a budget had leaves that budget spent to its cap
-    (the reservation plus all that was left), so ``spent`` matches what the budget lost."""
-    ledger = BudgetLedger(store)
-    held = ledger.reserve(None, ["root", "tip"], {"root": 10, "tip": 12}, 5)
-    ledger.commit(held, 20, exhaust=True)
-    assert [ledger.spent(g) for g in ("root", "tip")] == [10, 12]
-    assert [ledger.usage(g) for g in ("root", "tip")] == [(10, 0), (12, 0)]
-
-
-@pytest.mark.parametrize("second", ["commit", "release"])
-def test_a_reservation_settled_by_another_process_is_never_settled_again(store: Store, second: str) -> None:
-    """Mutant: the settling UPDATE of a reservation this ledger made dropped ``state = 'reserved'``
-    (or trusted its memory of the reservation without the row count).
-
-    Rule: a reservation is settled exactly once across processes. Another process (a second
-    ``BudgetLedger`` on the same store) committed it; settling it again here must raise and
-    refund nothing, or the budget is spent twice over."""
-    mine, theirs = BudgetLedger(store), BudgetLedger(store)
-    held = mine.reserve(None, ["root", "tip"], {"root": 10, "tip": 8}, 6)
-    theirs.commit(held, 6)
-    with pytest.raises(InputError, match="already settled"):
-        if second == "commit":
-            mine.commit(held, 0)
-        else:
-            mine.release(held)
-    assert [mine.remaining(g) for g in ("root", "tip")] == [4, 2]
-    assert [mine.spent(g) for g in ("root", "tip")] == [6, 6]
-    with pytest.raises(BudgetExceeded):
-        mine.reserve(None, ["root", "tip"], {"root": 10, "tip": 8}, 3)
-
-
-def test_a_release_returns_the_amount_to_every_link(store: Store) -> None:
-    """Mutant: ``release`` skipped the root of the chain.
-
-    Rule: a released reservation gives its whole amount back to every grant it was taken from,
-    root included."""
-    ledger = BudgetLedger(store)
-    caps = {"root": 10, "mid": 9, "tip": 8}
-    held = ledger.reserve(None, ["root", "mid", "tip"], caps, 7)
-    ledger.release(held)
-    assert [ledger.remaining(g) for g in caps] == [10, 9, 8]
-    assert [ledger.usage(g) for g in caps] == [(0, 0)] * 3
-
-
-def test_a_chain_naming_a_grant_twice_is_refused_and_reserves_nothing(store: Store) -> None:
-    """Mutant: ``reserve`` dropped the check that a chain's grant ids are distinct.
-
-    Rule: a chain is a list of distinct grants, root first; one naming a grant twice is bad input
-    (``InputError``), and no budget is touched (it would be charged twice per call)."""
-    ledger = BudgetLedger(store)
-    ledger.reserve(None, ["root"], {"root": 10}, 1)
-    with pytest.raises(InputError, match="distinct"):
-        ledger.reserve(None, ["root", "tip", "root"], {"root": 10, "tip": 10}, 3)
-    assert ledger.remaining("root") == 9
-    assert ledger.remaining("tip") is None
-
-
-def test_amounts_beyond_any_budget_are_refused_and_reported_whole(store: Store) -> None:
-    """Mutants: ``reserve`` dropped its check of the 64-bit bound; ``commit`` with ``exhaust``
-    dropped the part of an actual amount beyond that bound from the shortfall it returns.
-
-    Rule: an amount no budget column can hold is a typed ``BudgetExceeded`` (not a driver
-    error) that reserves nothing; a call that ran and cost more is charged all its budget had,
-    and the whole rest of its cost is returned as the shortfall to record, none of it lost."""
-    ledger = BudgetLedger(store)
-    with pytest.raises(BudgetExceeded, match="more than any budget"):
-        ledger.reserve(None, ["g"], {"g": 10}, MAX_AMOUNT + 1)
-    assert ledger.remaining("g") is None
-    held = ledger.reserve(None, ["g"], {"g": 10}, 5)
-    cost = MAX_AMOUNT + 100
-    assert ledger.commit(held, cost, exhaust=True) == cost - 10
-    assert ledger.remaining("g") == 0 and ledger.spent("g") == 10
-
-
-# --- grants, revocations, nonces -------------------------------------------------------------
 
 
 def _grant(

@@ -1,5 +1,7 @@
-"""The Gate's per-call shortcuts (performance round, p2) keep what they replaced: each test shows
-the slow path's behaviour where the shortcut cannot hold, on both stores.
+"""Settling budgets (``BudgetLedger``, agentgate/store/ledger.py): a reservation is taken from and
+given back to every grant of its chain, settled once across processes, and an overrun is charged
+to the cap and its shortfall reported whole. The Gate's per-call shortcuts keep what they
+replaced: those tests show the slow path's behaviour where the shortcut cannot hold, on both stores.
 
 - ``BudgetLedger`` settles a reservation it made itself without reading the row back (it names
   the chain and amount it stored in the UPDATE); any other reservation is read back as before.
@@ -13,7 +15,9 @@ the slow path's behaviour where the shortcut cannot hold, on both stores.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -23,7 +27,7 @@ from agentgate.gate import AgentIdentity, Gate
 from agentgate.keys import SigningKey
 from agentgate.policy import parse_policy
 from agentgate.store import SQLiteStore, Store
-from agentgate.store.ledger import BudgetLedger
+from agentgate.store.ledger import MAX_AMOUNT, BudgetLedger
 
 CHAIN = ("g-root", "g-tip")
 CAPS = {"g-root": 1000, "g-tip": 300}
@@ -217,3 +221,156 @@ def test_a_store_failure_while_carrying_outcomes_keeps_them(tmp_path: Path) -> N
         assert [e.ref for e in gate.audit.entries() if e.kind == "outcome"] == [auth.audit_index]
     finally:
         gate.close()
+
+
+# --- reserving and settling across a chain of grants ---------------------------------------------
+
+
+def test_an_exhausted_overrun_returns_the_largest_shortfall_of_the_chain(store: Store) -> None:
+    """Mutant: ``shortfall`` took the last grant's shortfall instead of the largest (max).
+
+    Rule: what a call cost beyond its budgets is the most any grant of its chain could not
+    cover; a later link that covered more must not hide the root's larger shortfall."""
+    ledger = BudgetLedger(store)
+    held = ledger.reserve(None, ["root", "tip"], {"root": 10, "tip": 12}, 5)
+    # Overrun of 15: the root has 5 left (short by 10), the tip 7 (short by 8).
+    assert ledger.commit(held, 20, exhaust=True) == 10
+    assert [ledger.remaining(g) for g in ("root", "tip")] == [0, 0]
+
+
+def test_an_exhausted_overrun_counts_the_reservation_and_the_rest_as_spent(store: Store) -> None:
+    """Mutant: the exhaust path added only the overrun charged to ``spent``, not the reservation.
+
+    Rule: a call that ran and cost more than a budget had leaves that budget spent to its cap
+    (the reservation plus all that was left), so ``spent`` matches what the budget lost."""
+    ledger = BudgetLedger(store)
+    held = ledger.reserve(None, ["root", "tip"], {"root": 10, "tip": 12}, 5)
+    ledger.commit(held, 20, exhaust=True)
+    assert [ledger.spent(g) for g in ("root", "tip")] == [10, 12]
+    assert [ledger.usage(g) for g in ("root", "tip")] == [(10, 0), (12, 0)]
+
+
+@pytest.mark.parametrize("second", ["commit", "release"])
+def test_a_reservation_settled_by_another_process_is_never_settled_again(store: Store, second: str) -> None:
+    """Mutant: the settling UPDATE of a reservation this ledger made dropped ``state = 'reserved'``
+    (or trusted its memory of the reservation without the row count).
+
+    Rule: a reservation is settled exactly once across processes. Another process (a second
+    ``BudgetLedger`` on the same store) committed it; settling it again here must raise and
+    refund nothing, or the budget is spent twice over."""
+    mine, theirs = BudgetLedger(store), BudgetLedger(store)
+    held = mine.reserve(None, ["root", "tip"], {"root": 10, "tip": 8}, 6)
+    theirs.commit(held, 6)
+    with pytest.raises(InputError, match="already settled"):
+        if second == "commit":
+            mine.commit(held, 0)
+        else:
+            mine.release(held)
+    assert [mine.remaining(g) for g in ("root", "tip")] == [4, 2]
+    assert [mine.spent(g) for g in ("root", "tip")] == [6, 6]
+    with pytest.raises(BudgetExceeded):
+        mine.reserve(None, ["root", "tip"], {"root": 10, "tip": 8}, 3)
+
+
+def test_a_release_returns_the_amount_to_every_link(store: Store) -> None:
+    """Mutant: ``release`` skipped the root of the chain.
+
+    Rule: a released reservation gives its whole amount back to every grant it was taken from,
+    root included."""
+    ledger = BudgetLedger(store)
+    caps = {"root": 10, "mid": 9, "tip": 8}
+    held = ledger.reserve(None, ["root", "mid", "tip"], caps, 7)
+    ledger.release(held)
+    assert [ledger.remaining(g) for g in caps] == [10, 9, 8]
+    assert [ledger.usage(g) for g in caps] == [(0, 0)] * 3
+
+
+def test_a_chain_naming_a_grant_twice_is_refused_and_reserves_nothing(store: Store) -> None:
+    """Mutant: ``reserve`` dropped the check that a chain's grant ids are distinct.
+
+    Rule: a chain is a list of distinct grants, root first; one naming a grant twice is bad input
+    (``InputError``), and no budget is touched (it would be charged twice per call)."""
+    ledger = BudgetLedger(store)
+    ledger.reserve(None, ["root"], {"root": 10}, 1)
+    with pytest.raises(InputError, match="distinct"):
+        ledger.reserve(None, ["root", "tip", "root"], {"root": 10, "tip": 10}, 3)
+    assert ledger.remaining("root") == 9
+    assert ledger.remaining("tip") is None
+
+
+def test_amounts_beyond_any_budget_are_refused_and_reported_whole(store: Store) -> None:
+    """Mutants: ``reserve`` dropped its check of the 64-bit bound; ``commit`` with ``exhaust``
+    dropped the part of an actual amount beyond that bound from the shortfall it returns.
+
+    Rule: an amount no budget column can hold is a typed ``BudgetExceeded`` (not a driver
+    error) that reserves nothing; a call that ran and cost more is charged all its budget had,
+    and the whole rest of its cost is returned as the shortfall to record, none of it lost."""
+    ledger = BudgetLedger(store)
+    with pytest.raises(BudgetExceeded, match="more than any budget"):
+        ledger.reserve(None, ["g"], {"g": 10}, MAX_AMOUNT + 1)
+    assert ledger.remaining("g") is None
+    held = ledger.reserve(None, ["g"], {"g": 10}, 5)
+    cost = MAX_AMOUNT + 100
+    assert ledger.commit(held, cost, exhaust=True) == cost - 10
+    assert ledger.remaining("g") == 0 and ledger.spent("g") == 10
+
+
+class _Between:
+    """A real transaction that runs ``meanwhile`` (another connection's committed work) right after
+    its first conditional overrun charge matched no row: the moment READ COMMITTED lets another
+    transaction's refund land between two statements of ``BudgetLedger._commit``."""
+
+    def __init__(self, tx: Any, meanwhile: Callable[[], None]) -> None:
+        self.tx, self.meanwhile, self.fired = tx, meanwhile, False
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> Any:
+        rows = self.tx.execute(sql, params)
+        if not self.fired and "AND remaining >= ?" in sql and self.tx.rowcount == 0:
+            self.fired = True
+            self.meanwhile()
+        return rows
+
+    @property
+    def rowcount(self) -> int:
+        return int(self.tx.rowcount)
+
+
+@pytest.mark.postgres
+def test_an_exhausting_commit_charges_only_the_overrun_when_a_refund_lands_meanwhile(
+    postgres_url: str,
+) -> None:
+    """Kills L4 (``BudgetLedger._commit``: ``charged = left`` instead of ``min(left, -delta)``).
+
+    On SQLite (one writer) the two are the same; on PostgreSQL a refund committed by another
+    process between the failed conditional charge and the locking read makes ``left`` larger
+    than the overrun, and the mutant charged all of it: a call that cost 800 of a 1000 budget
+    was booked as 1000 spent, and the other process's refund vanished."""
+    from agentgate.store._postgres import PostgresStore
+
+    one, two = PostgresStore(postgres_url), PostgresStore(postgres_url)
+    try:
+        ledger, other = BudgetLedger(one), BudgetLedger(two)
+        caps = {"g" * 64: 1000}
+        first = ledger.reserve(None, ["g" * 64], caps, 600)
+        second = ledger.reserve(None, ["g" * 64], caps, 300)
+        assert ledger.remaining("g" * 64) == 100
+        with one.transaction() as tx:
+            between = _Between(tx, lambda: other.release(second))
+            shortfall = ledger.commit(first, 800, between, exhaust=True)  # type: ignore[arg-type]
+        assert between.fired
+        assert shortfall == 0  # the overrun of 200 fit once the refund of 300 was in
+        assert ledger.remaining("g" * 64) == 200
+        assert ledger.spent("g" * 64) == 800
+    finally:
+        one.close()
+        two.close()
+
+
+def test_a_reservation_beyond_a_new_grants_cap_writes_nothing(sqlite_store: SQLiteStore) -> None:
+    """Kills L2 (``_reserve``: ``cap < amount - 1``): a reservation one unit above the cap of a
+    grant never used then created the grant's row before refusing, so a caller that goes on in
+    its transaction (as ``reserve`` allows) committed a write for a refused reservation."""
+    ledger = BudgetLedger(sqlite_store)
+    with sqlite_store.transaction() as tx, pytest.raises(BudgetExceeded):
+        ledger.reserve(tx, ["c" * 64], {"c" * 64: 100}, 101)
+    assert ledger.remaining("c" * 64) is None

@@ -5,8 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from test_policy_load import ALICE, BOT, HEAD, ROOT, WORKER, _codes
 
-from agentgate.findings import FindingKind, Severity
+from agentgate.findings import Finding, FindingKind, Severity
 from agentgate.policy import RULES, lint, load_policy, parse_policy
 
 POLICIES = Path(__file__).resolve().parents[1] / "policies"
@@ -91,3 +92,299 @@ def test_large_policy_lints_clean_and_finds_a_planted_shadow() -> None:
     assert lint(parse_policy(text)) == ()
     planted = text + "      - {resource: 'tool:t5.run', constraints: {amount: {le: 1}}}\n"
     assert [f.code for f in lint(parse_policy(planted))] == ["shadowed_rule"]
+
+
+# --- one rule each, on a small policy (agent bot, approvers alice and bob) --------------------------
+
+
+def test_a_delegated_budget_in_another_unit_is_an_error() -> None:
+    """Kills: ``delegated_budget_above_role`` comparing only the limits, not the units.
+
+    A role with 1,000 micro-dollars that delegates 10 ``calls`` delegates a budget in a unit it
+    does not hold: an error finding."""
+    text = (
+        HEAD
+        + WORKER
+        + (
+            "    budget: {limit: 1000}\n    delegation:\n      max_ttl_s: 60\n"
+            "      capabilities: [{resource: 'tool:payments.refund', constraints: {amount: {le: 10}}}]\n"
+            "      budget: {limit: 10, unit: calls}\n"
+        )
+    )
+    assert "delegated_budget_above_role" in _codes(text)
+
+
+@pytest.mark.parametrize(("delegated", "flagged"), [(1000, False), (1001, True)])
+def test_a_delegated_budget_one_above_the_role_is_an_error(delegated: int, flagged: bool) -> None:
+    """Kills: ``delegated_budget_above_role`` comparing with an off-by-one (``> limit + 1``).
+
+    A delegated budget equal to the role's is fine; one micro-dollar above it is scope creep."""
+    text = (
+        HEAD
+        + WORKER
+        + "    budget: {limit: 1000}\n    delegation:\n      max_ttl_s: 60\n"
+        + "      capabilities: [{resource: 'tool:payments.refund', constraints: {amount: {le: 10}}}]\n"
+        + f"      budget: {{limit: {delegated}}}\n"
+    )
+    assert ("delegated_budget_above_role" in _codes(text)) is flagged
+
+
+@pytest.mark.parametrize(
+    ("depth", "flagged"), [("", True), ("      max_depth: 1\n", True), ("      max_depth: 0\n", False)]
+)
+def test_a_delegation_one_step_deep_without_a_ttl_is_an_error(depth: str, flagged: bool) -> None:
+    """Kills: ``delegation_without_ttl`` firing only from ``max_depth`` 2 (``> 1`` for ``> 0``).
+
+    The default delegation (one step) with no ``max_ttl_s`` lets a sub-agent's grant live as long
+    as the role's: an error; ``max_depth: 0`` delegates nothing and is not flagged."""
+    text = HEAD + WORKER + "    delegation:\n" + depth + "      capabilities: []\n"
+    assert ("delegation_without_ttl" in _codes(text)) is flagged
+
+
+@pytest.mark.parametrize(("ttl", "flagged"), [(600, False), (601, True)])
+def test_a_role_ttl_one_second_above_the_policy_max_is_an_error(ttl: int, flagged: bool) -> None:
+    """Kills: ``ttl_above_policy_max`` comparing with an off-by-one (``> max + 1``).
+
+    ``settings.max_ttl_s`` is the most any grant may live: one second more is an error."""
+    text = HEAD + "settings: {max_ttl_s: 600}\n" + WORKER.replace("ttl_s: 600", f"ttl_s: {ttl}")
+    assert ("ttl_above_policy_max" in _codes(text)) is flagged
+
+
+def test_every_delegated_capability_is_checked() -> None:
+    """Kills: the compiler keeping only the first of a delegation's capabilities.
+
+    The second entry of ``delegation.capabilities`` (a tool the role does not hold) is found."""
+    text = (
+        HEAD
+        + "  other.tool: {}\n"
+        + WORKER
+        + "    delegation:\n      max_ttl_s: 60\n      capabilities:\n"
+        + "        - {resource: 'tool:payments.refund', constraints: {amount: {le: 10}}}\n"
+        + "        - {resource: 'tool:other.tool'}\n"
+    )
+    assert "delegates_unheld_capability" in _codes(text)
+
+
+def test_an_agent_role_is_every_role_an_agent_holds() -> None:
+    """Kills: ``agent_roles`` built from each agent principal's first role only, and
+    ``agent_inherits_role`` looking at ``kind: agent`` only.
+
+    A role held by an agent (second in its list, no ``kind``) that grants ``tool:*`` and inherits
+    is still an agent role: both findings are reported."""
+    text = (
+        HEAD.replace("roles: [worker]", "roles: [worker, wide]")
+        + WORKER
+        + "  base:\n    capabilities: []\n"
+        + "  wide:\n    inherits: [base]\n    capabilities: [{resource: 'tool:*'}]\n    ttl_s: 60\n"
+    )
+    codes = _codes(text)
+    assert "wildcard_capability_for_agent" in codes and "agent_inherits_role" in codes
+
+
+def test_a_model_wildcard_for_an_agent_is_an_error() -> None:
+    """Kills: the wildcard rule's error case narrowed to ``tool:*``.
+
+    ``model:*`` held by an agent is every model: an error, as ``tool:*`` is."""
+    text = (
+        HEAD
+        + "models:\n  m1: {cost_per_mtok: {input: 1, output: 1}}\n"
+        + WORKER
+        + "  wide:\n    kind: agent\n    capabilities: [{resource: 'model:*'}]\n    ttl_s: 60\n"
+    )
+    findings = [f for f in lint(parse_policy(text)) if f.code == "wildcard_capability_for_agent"]
+    assert findings and findings[0].severity.value == "error"
+
+
+def test_an_agent_holding_a_trust_anchor_key_is_an_error() -> None:
+    """Kills: the check that an agent principal does not hold a trust anchor's key dropped.
+
+    An agent with the root key can issue itself any root grant: ``principal_without_key``
+    names the anchor, as an error."""
+    text = HEAD.replace(f"did: {BOT}", f"did: {ROOT}") + WORKER
+    findings = [f for f in lint(parse_policy(text)) if "holds the key of trust anchor root" in f.message]
+    assert findings and findings[0].code == "principal_without_key"
+    assert findings[0].severity.value == "error"
+
+
+def test_findings_are_ordered_by_line() -> None:
+    """Kills: ``lint`` returning findings in rule order instead of sorted by line.
+
+    The report reads top to bottom with the file."""
+    text = HEAD.replace("args:", "audit: false\n    args:") + "settings: {revocation: false}\n" + WORKER
+    lines = [f.line or 0 for f in lint(parse_policy(text))]
+    assert len(lines) >= 2 and lines == sorted(lines)
+
+
+# --- one rule each, on a small policy (service svc, approver alice) -------------------------------
+
+
+SVC = "did:key:z6Mkn6co2nAe6kgBR8cNPwkVv7k6U393ZCNwQcMtXk9mB1gj"
+SVC_HEAD = f"""version: 1
+trust_anchors:
+  root: {{did: {ROOT}}}
+principals:
+  svc: {{kind: service, did: {SVC}, roles: [r]}}
+  alice: {{kind: human, did: {ALICE}}}
+tools:
+  pay.refund: {{args: {{amount: {{type: integer}}, note: {{type: string}}}}}}
+  pay.void: {{args: {{amount: {{type: integer}}}}}}
+"""
+
+
+def _findings(body: str, code: str, head: str = SVC_HEAD) -> list[Finding]:
+    return [f for f in lint(parse_policy(head + body, source="p.yaml")) if f.code == code]
+
+
+def _role(extra: str = "", rule: str = '{resource: "tool:pay.refund"}') -> str:
+    return f"roles:\n  r:\n    capabilities: [{rule}]\n    ttl_s: 600\n{extra}"
+
+
+@pytest.mark.parametrize(
+    ("constraint", "found"),
+    [
+        ("{gt: 1, lt: 2}", True),  # no whole number between: never matches an integer
+        ("{gt: 1, le: 2}", False),
+        ("{ge: 1, lt: 2}", False),
+        ("{gt: 1.5, lt: 2}", True),
+        ("{gt: 1.5, lt: 2.5}", False),
+        ('{eq: "5"}', True),  # text, for an integer argument
+        ("{in: [1.5, 2.5]}", True),  # no whole number listed
+        ("{in: [1.5, 2]}", False),
+        ('{prefix: "1"}', True),  # a prefix admits text only
+    ],
+)
+def test_an_integer_constraint_that_admits_no_integer_is_a_type_mismatch(
+    constraint: str, found: bool
+) -> None:
+    """Mutants: the least integer above ``gt`` was ``ceil(gt)`` (1 for ``gt: 1``), the greatest
+    below ``lt`` was ``floor(lt)`` (2 for ``lt: 2``); every value "fitted" an integer; a prefix
+    on an integer was accepted. Each made the linter silent on a rule that can never match.
+
+    Rule: a constraint on an integer argument that no whole number satisfies is reported, and
+    one that some whole number satisfies is not."""
+    body = _role(rule=f'{{resource: "tool:pay.refund", constraints: {{amount: {constraint}}}}}')
+    assert bool(_findings(body, "constraint_type_mismatch")) is found
+
+
+def test_a_wildcard_gate_reports_each_tool_lacking_the_argument_it_looks_at() -> None:
+    """Mutant: only the first tool a wildcard gate names was checked for the arguments its
+    ``when`` looks at.
+
+    Rule: a gate's condition on an argument one of its tools does not declare is reported for
+    that tool, wherever it comes in the declaration order."""
+    body = _role() + (
+        "approvals:\n  big:\n    resource: tool:pay.*\n    when: {note: {prefix: x}}\n    approvers: [alice]\n"
+    )
+    found = _findings(body, "gate_on_undeclared_argument")
+    assert [f.message for f in found] == [
+        "approval gate big looks at note, which tool:pay.void does not declare"
+    ]
+
+
+def test_a_role_inheriting_a_budgeted_role_directly_is_told_it_has_no_budget() -> None:
+    """Mutant: the roles searched for a budget skipped the role's first parent (``closure[2:]``).
+
+    Rule: a role that inherits the rules of a role with a budget, and has none itself, is warned."""
+    body = (
+        "roles:\n  r:\n    inherits: [base]\n    ttl_s: 600\n"
+        '  base:\n    capabilities: [{resource: "tool:pay.refund"}]\n    budget: {limit: 10, unit: calls}\n    ttl_s: 600\n'
+    )
+    found = _findings(body, "inherits_rules_not_budget")
+    assert len(found) == 1 and "holds the rules of base but no budget" in found[0].message
+
+
+def test_a_role_two_steps_from_the_rules_it_inherits_needs_a_ttl() -> None:
+    """Mutants: ``role_without_ttl`` asked only for a role's own rules, or followed inheritance
+    one step only, so a role that inherits (through another) every rule it holds had no TTL and
+    no finding.
+
+    Rule: every role that holds a rule, its own or one inherited at any depth, must have ttl_s."""
+    body = (
+        "roles:\n  r:\n    inherits: [mid]\n"
+        "  mid:\n    inherits: [base]\n    ttl_s: 600\n"
+        '  base:\n    capabilities: [{resource: "tool:pay.refund"}]\n    ttl_s: 600\n'
+        "  empty: {}\n"
+    )
+    found = _findings(body, "role_without_ttl")
+    assert [f.message for f in found] == ["role r has no ttl_s"]
+
+
+def test_an_agent_holding_every_model_is_an_error() -> None:
+    """Mutant: only ``tool:*`` was taken for a whole-kind wildcard, so ``model:*`` for an agent
+    went unreported (or was a mere warning).
+
+    Rule: an agent role holding every resource of a kind (``tool:*``, ``model:*``) is an error."""
+    head = (
+        SVC_HEAD.replace("kind: service", "kind: agent")
+        + "models:\n  m1: {cost_per_mtok: {input: 1, output: 1}}\n"
+    )
+    for pattern in ("tool:*", "model:*"):
+        found = _findings(_role(rule=f'{{resource: "{pattern}"}}'), "wildcard_capability_for_agent", head)
+        assert len(found) == 1 and found[0].severity.value == "error", pattern
+
+
+def test_an_agent_holding_a_trust_anchor_key_is_reported() -> None:
+    """Mutant: the check for an agent principal holding a trust anchor's key was dropped.
+
+    Rule: an agent with an anchor's key can issue itself any root grant: always an error."""
+    head = SVC_HEAD.replace(f"svc: {{kind: service, did: {SVC}", f"svc: {{kind: agent, did: {ROOT}")
+    found = _findings(_role(), "principal_without_key", head)
+    assert any("holds the key of trust anchor root" in f.message for f in found)
+    assert _findings(_role(), "principal_without_key") == []
+
+
+@pytest.mark.parametrize(
+    ("delegation", "code"),
+    [
+        ("{max_depth: 1, max_ttl_s: 60, budget: {limit: 5, unit: tokens}}", "delegated_budget_above_role"),
+        ("{max_depth: 1}", "delegation_without_ttl"),
+        ("{max_depth: 1, max_ttl_s: 900}", "delegated_ttl_above_delegator"),
+    ],
+)
+def test_a_delegation_that_escapes_its_role_is_reported(delegation: str, code: str) -> None:
+    """Mutants: a delegated budget in another unit than the role's passed (only the limits were
+    compared); a delegation of depth 1 without max_ttl_s passed (``max_depth > 1``); a delegated
+    grant living up to twice the role's TTL passed.
+
+    Rule: a delegation may hand on no budget in a unit the role is not metered in, no grant
+    without a life limit, and no grant outliving the delegator's."""
+    extra = f"    budget: {{limit: 100, unit: calls}}\n    delegation: {delegation}\n"
+    assert len(_findings(_role(extra), code)) == 1
+    safe = "    budget: {limit: 100, unit: calls}\n    delegation: {max_depth: 1, max_ttl_s: 600, budget: {limit: 100, unit: calls}}\n"
+    assert _findings(_role(safe), code) == []
+
+
+def test_an_unaudited_tool_a_keyless_anchor_and_a_gate_no_value_meets_are_reported() -> None:
+    """Mutants: ``tool_not_audited``, ``trust_anchor_without_key`` or the gate half of
+    ``contradictory_constraint`` never reported.
+
+    Rule: each of these policies is reported by its own code."""
+    unaudited = SVC_HEAD.replace("pay.void: {args:", "pay.void: {audit: false, args:")
+    assert len(_findings(_role(), "tool_not_audited", unaudited)) == 1
+    keyless = SVC_HEAD.replace(f"root: {{did: {ROOT}}}", "root: {}")
+    assert len(_findings(_role(), "trust_anchor_without_key", keyless)) == 1
+    gate = "approvals:\n  g:\n    resource: tool:pay.refund\n    when: {amount: {gt: 5, lt: 3}}\n    approvers: [alice]\n"
+    assert len(_findings(_role() + gate, "contradictory_constraint")) == 1
+
+
+def test_a_quota_on_a_misspelt_tool_is_an_error() -> None:
+    """Mutant: a quota counting an exact resource that is not declared went unreported.
+
+    Rule: a quota that names an undeclared tool counts nothing, so the calls it was written to
+    limit run without limit: an error on the quota's line."""
+    quota = "quotas:\n  q:\n    principal: svc\n    window_s: 60\n    limit: 5\n    resources: [{0}]\n"
+    found = _findings(_role() + quota.format("tool:pay.refnud"), "rule_for_undeclared_resource")
+    assert len(found) == 1 and "quota q counts tool:pay.refnud" in found[0].message
+    assert _findings(_role() + quota.format("tool:pay.refund"), "rule_for_undeclared_resource") == []
+
+
+def test_delegating_another_action_than_the_role_holds_is_reported() -> None:
+    """Mutant: the action of a delegated capability was taken as held whatever it was (only the
+    resource was compared).
+
+    Rule: a role may delegate only an action it holds on that resource (or one under ``*``)."""
+    extra = '    delegation: {max_ttl_s: 60, capabilities: [{resource: "tool:pay.refund", action: admin}]}\n'
+    found = _findings(_role(extra), "delegates_unheld_capability")
+    assert len(found) == 1 and "which it does not hold" in found[0].message
+    held = _role(extra, rule='{resource: "tool:pay.refund", action: "*"}')
+    assert _findings(held, "delegates_unheld_capability") == []

@@ -184,3 +184,246 @@ def test_any_text_loads_or_raises_policy_error(text: str) -> None:
         parse_policy(text, source="fuzz.yaml")
     except PolicyError as exc:
         assert exc.file == "fuzz.yaml"
+
+
+# --- a policy with a trust anchor, an agent, two approvers and one tool -----------------------------
+
+
+ROOT = "did:key:z6MkqQP5oTUxZ95rgbJg29FwyrJ5N8HrRPpEBQbPrAUCkPXm"
+BOT = "did:key:z6Mkn6co2nAe6kgBR8cNPwkVv7k6U393ZCNwQcMtXk9mB1gj"
+ALICE = "did:key:z6MkkNV2MQswkwEnXrUkeM7T8qYE3qWB163VBePnsLBSTAru"
+BOB = "did:key:z6MkkmdixGr7Dcufmp29f1wKWZGR2CEXVSxu9VvkPUs5H2M2"
+HEAD = f"""\
+version: 1
+trust_anchors:
+  root: {{did: {ROOT}}}
+principals:
+  bot: {{kind: agent, did: {BOT}, roles: [worker]}}
+  alice: {{kind: human, did: {ALICE}}}
+  bob: {{kind: human, did: {BOB}}}
+tools:
+  payments.refund:
+    args:
+      amount: {{type: number, required: true}}
+"""
+
+
+WORKER = """\
+roles:
+  worker:
+    capabilities: [{resource: "tool:payments.refund", constraints: {amount: {le: 100}}}]
+    ttl_s: 600
+"""
+
+
+def _codes(text: str) -> list[str]:
+    return [f.code for f in lint(parse_policy(text, source="p.yaml"))]
+
+
+# --- limits written as null are refused, never read as "no limit" ------------------------------
+
+
+@pytest.mark.parametrize(
+    ("where", "text"),
+    [
+        (
+            "roles.worker.budget",
+            HEAD + WORKER + "    budget:\n",
+        ),
+        (
+            "roles.worker.delegation.budget",
+            HEAD + WORKER + "    budget: {limit: 100}\n    delegation:\n      max_ttl_s: 60\n      budget:\n",
+        ),
+        (
+            "tools.payments.refund.rate",
+            HEAD + "    rate:\n" + WORKER,
+        ),
+    ],
+)
+def test_a_limit_written_as_null_is_refused_at_its_line(where: str, text: str) -> None:
+    """Kills: the ``_written_out`` validator dropped for Role.budget / Delegation.budget / Tool.rate.
+
+    A limit key with nothing after it (a template variable never set) would lift the limit it
+    names; it is refused with its location, never loaded as unlimited."""
+    error = _error(text)
+    assert where in str(error) and "null" in str(error)
+    assert error.line is not None
+
+
+# --- approval gates -------------------------------------------------------------------------------
+
+
+def test_quorum_counts_distinct_approvers() -> None:
+    """Kills: the quorum check counted ``approvers`` with repeats (``len(list)``, not ``len(set)``).
+
+    ``approvers: [alice, alice]`` with ``quorum: 2`` is a gate no call could ever pass (one
+    person signs once): refused at load, naming the quorum."""
+    text = (
+        HEAD
+        + WORKER
+        + "approvals:\n  big:\n    resource: tool:payments.refund\n    approvers: [alice, alice]\n    quorum: 2\n"
+    )
+    error = _error(text)
+    assert "quorum 2 is more than the 1 approvers named" in str(error)
+    assert error.line == HEAD.count("\n") + WORKER.count("\n") + 5
+
+
+def test_an_approver_must_be_a_declared_principal() -> None:
+    """Kills: the check that every approver is a declared principal dropped.
+
+    An approver the policy does not name (a typo) is refused at its line, never a gate whose
+    quorum counts a name no key can sign for."""
+    text = (
+        HEAD
+        + WORKER
+        + "approvals:\n  big:\n    resource: tool:payments.refund\n    approvers: [alice, carol]\n"
+    )
+    error = _error(text)
+    assert "'carol' is not declared in principals" in str(error)
+    assert error.line == HEAD.count("\n") + WORKER.count("\n") + 4
+
+
+def test_an_approval_gate_without_approvers_is_refused() -> None:
+    """Kills: ``approvers`` allowed empty (``min_length=0``).
+
+    A gate with nobody to sign is refused at load, not loaded as a gate that blocks or skips."""
+    text = HEAD + WORKER + "approvals:\n  big:\n    resource: tool:payments.refund\n    approvers: []\n"
+    assert "approvals.big.approvers" in str(_error(text))
+
+
+def test_an_approval_gate_on_a_non_canonical_resource_is_refused() -> None:
+    """Kills: the check of an approval gate's ``resource`` pattern dropped.
+
+    A gate on ``tool:Payments.refund`` would guard no call at all (the call's resource is
+    canonical): the approval it reads as requiring would be silently skipped. Refused at load."""
+    text = HEAD + WORKER + "approvals:\n  big:\n    resource: tool:Payments.refund\n    approvers: [alice]\n"
+    error = _error(text)
+    assert error.line == HEAD.count("\n") + WORKER.count("\n") + 3
+
+
+# --- keys ---------------------------------------------------------------------------------------
+
+
+def test_a_key_file_and_a_did_that_disagree_are_refused(tmp_path: Path) -> None:
+    """Kills: the check that ``key:`` and ``did:`` name the same key dropped.
+
+    A principal given both, naming two different keys, is refused; the key file never silently
+    wins over the did a reviewer reads."""
+    other = SigningKey.generate()
+    (tmp_path / "bot.pub").write_text(other.did + "\n")
+    text = HEAD.replace(f"did: {BOT}, roles", f"did: {BOT}, key: bot.pub, roles") + WORKER
+    with pytest.raises(PolicyError, match="key file and did name different keys"):
+        parse_policy(text, source="p.yaml", base_dir=tmp_path)
+
+
+def test_the_digest_of_a_policy_naming_key_files_covers_the_keys(tmp_path: Path) -> None:
+    """Kills: the policy hash of a policy that names key files reduced to the file's SHA-256.
+
+    Same text, different key in ``bot.pub``: different ``policy_digest`` (docs/audit-format.md),
+    so that an audit entry says which keys the policy trusted."""
+    import hashlib
+
+    text = HEAD.replace(f"did: {BOT}, roles", "key: bot.pub, roles") + WORKER
+    digests = []
+    for name in ("one", "two"):
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / "bot.pub").write_text(SigningKey.generate().did + "\n")
+        digests.append(parse_policy(text, source="p.yaml", base_dir=folder).digest)
+    assert digests[0] != digests[1]
+    assert hashlib.sha256(text.encode()).hexdigest() not in digests
+
+
+# --- schema -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("version", ["true", "1.0"])
+def test_version_must_be_the_integer_one(version: str) -> None:
+    """Kills: the version check reduced to ``version != 1`` (``True == 1 == 1.0``).
+
+    ``version: true`` or ``1.0`` is not version 1: refused at the version line."""
+    error = _error(HEAD.replace("version: 1", f"version: {version}") + WORKER)
+    assert "unsupported or missing policy version" in str(error) and error.line == 1
+
+
+def test_the_constraint_field_in_is_only_spelled_in() -> None:
+    """Kills: ``populate_by_name=True`` on ConstraintSpec (the Python name ``in_`` accepted).
+
+    The operator is ``in``; ``in_`` is an unknown field, refused, not a second spelling."""
+    text = HEAD + WORKER.replace("{le: 100}", "{in_: [1, 2]}")
+    assert "unknown field" in str(_error(text))
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        "{ge: , le: 100}",
+        "{ge: null, le: 100}",
+        "{eq: , in: [1, 2]}",
+        "{prefix: , eq: x}",
+    ],
+)
+def test_an_operator_written_as_null_is_refused(spec: str) -> None:
+    """Kills: ConstraintSpec's ``_not_null`` validator dropped (a null operator silently left out).
+
+    Operators are a conjunction: ``{ge: , le: 100}`` must not load as ``le: 100`` alone, a rule
+    wider than its text; nor a gate's ``when`` as a gate that asks for less. Refused at its line."""
+    rule = HEAD + WORKER.replace("{le: 100}", spec)
+    error = _error(rule)
+    assert "an operator needs a value" in str(error)
+    assert error.line == HEAD.count("\n") + 3
+    gate = (
+        HEAD
+        + WORKER
+        + f"approvals:\n  big:\n    resource: tool:payments.refund\n    when: {{amount: {spec}}}\n"
+        + "    approvers: [alice]\n"
+    )
+    assert "an operator needs a value" in str(_error(gate))
+
+
+def test_an_unknown_field_is_located_at_its_key() -> None:
+    """Kills: the unknown-field error located at the value's mark instead of the key's.
+
+    The line and column point at the misspelt key itself (``ttl:``), where the fix is."""
+    text = HEAD + "roles:\n  worker:\n    ttl: 600\n"
+    error = _error(text)
+    assert "unknown field roles.worker.ttl" in str(error) and "ttl_s" in str(error)
+    assert (error.line, error.column) == (HEAD.count("\n") + 3, 5)
+
+
+@pytest.mark.parametrize(
+    "quota",
+    [
+        "  q: {window_s: 60, limit: 5}\n",
+        "  q: {window_s: 60, limit: 5, role: worker, principal: bot}\n",
+    ],
+)
+def test_a_quota_names_exactly_one_subject(quota: str) -> None:
+    """Kills: the quota's one-subject check relaxed to "at most one" (``> 1``) or dropped.
+
+    A quota with no tenant, principal or role limits nobody: refused at load."""
+    assert "exactly one of tenant, principal, role" in str(_error(HEAD + WORKER + "quotas:\n" + quota))
+
+
+@pytest.mark.parametrize(
+    ("subject", "section"),
+    [("role: wrker", "roles"), ("principal: bott", "principals"), ("tenant: acme", "tenants")],
+)
+def test_a_quota_subject_must_be_declared(subject: str, section: str) -> None:
+    """Kills: the check that a quota's tenant, principal or role is declared dropped.
+
+    A quota on a misspelt subject would limit nobody while reading as a limit: refused at load."""
+    text = HEAD + WORKER + f"quotas:\n  q: {{window_s: 60, limit: 5, {subject}}}\n"
+    error = _error(text)
+    assert f"is not declared in {section}" in str(error)
+    assert error.line == HEAD.count("\n") + WORKER.count("\n") + 2
+
+
+def test_a_quota_resource_pattern_must_be_a_capability_pattern() -> None:
+    """Kills: the check of each quota's ``resources`` patterns dropped.
+
+    ``tool:Payments.*`` (not canonical) would count no call at all: refused at its line."""
+    text = HEAD + WORKER + "quotas:\n  q:\n    role: worker\n    window_s: 60\n    limit: 5\n"
+    text += "    resources: ['tool:payments.*', 'tool:Payments.*']\n"
+    error = _error(text)
+    assert error.line == HEAD.count("\n") + WORKER.count("\n") + 6

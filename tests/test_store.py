@@ -1,9 +1,18 @@
+"""The store (agentgate/store): transactions and nonces on both stores, SQLite's WAL and durability,
+and open_store / open_existing_store with every documented form of a path or URL."""
+
 from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+from typing import Any
 
 import pytest
 
-from agentgate.errors import StoreError
-from agentgate.store import Store, open_store
+from agentgate.cli._common import open_existing_store
+from agentgate.errors import AgentGateError, StoreError
+from agentgate.store import SQLiteStore, Store, open_store
+from agentgate.store.approvals import ApprovalStore
 from agentgate.store.grants import GrantRepository
 
 DDL = {
@@ -87,3 +96,66 @@ def test_durable_store_starts_its_wal_over_sooner(tmp_path, synchronous: str, pa
     else:
         assert frames >= 600
     store.close()
+
+
+# A relative path whose first directory is named postgres:x, sqlite:x or file:x is refused as a URL
+# without //, as documented; ./postgres:x/a.db opens it.
+_PATHS = [
+    "file.db",
+    "file.db:x",
+    "postgresql_backup.db",
+    "sqlite3:z.db",
+    "my-sqlite:y.db",
+    "C:/c.db",
+    "C:\\d.db",
+    "sub/e.db",
+    "./postgres:x/b.db",
+    "sqlite:///rel.db",
+    "SQLITE:///up.db",
+]
+
+
+@pytest.mark.parametrize("name", _PATHS)
+def test_every_documented_sqlite_form_opens_the_file_it_names(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "postgres:x").mkdir()
+    (tmp_path / "C:").mkdir()
+    with open_store(name) as store:
+        assert isinstance(store, SQLiteStore)
+        ApprovalStore(store)
+    expected = name.split("///", 1)[1] if "///" in name else name
+    assert (tmp_path / expected).is_file()
+    with open_existing_store(name) as store:  # and a reading command finds it
+        assert store.query("SELECT count(*) FROM approvals")[0][0] == 0
+
+
+def test_absolute_sqlite_forms_through_a_directory_named_like_a_scheme(tmp_path: Path) -> None:
+    odd = tmp_path / "postgres:x"
+    odd.mkdir()
+    for name in (str(odd / "a.db"), f"sqlite:///{odd / 'b.db'}", f"sqlite:///{tmp_path}/c.db"):
+        with open_store(name) as store:
+            assert isinstance(store, SQLiteStore)
+        with open_existing_store(name):
+            pass
+    assert sorted(p.name for p in odd.iterdir()) == ["a.db", "b.db"] and (tmp_path / "c.db").is_file()
+
+
+@pytest.mark.postgres
+def test_a_postgresql_url_with_a_query_string_opens(postgres_url: str) -> None:
+    separator = "&" if "?" in postgres_url else "?"
+    url = f"{postgres_url}{separator}application_name=agentgate-review&connect_timeout=5"
+    with open_store(url) as store:
+        assert store.dialect == "postgresql"
+        assert store.query("SELECT current_setting('application_name')")[0][0] == "agentgate-review"
+
+
+@pytest.mark.parametrize("kind", ["path", "bytes"])
+def test_open_store_of_a_path_object_is_opened_or_refused_with_a_typed_error(
+    tmp_path: Path, kind: str
+) -> None:
+    target: Any = tmp_path / "ag.db" if kind == "path" else str(tmp_path / "ag.db").encode()
+    with contextlib.suppress(AgentGateError):  # refused, naming the parameter: fine
+        open_store(target).close()

@@ -47,7 +47,7 @@ test_cli_files, test_cli_files_and_streams) and are not repeated.
 
 A key file owned by another user that the process can read with mode 0600 (root reading a
 user's key) was accepted here (ssh checks only a private key's mode); since R44 it is refused
-(test_store_rollback_mode_and_keys): its owner may rewrite it.
+(test_keys): its owner may rewrite it.
 """
 
 from __future__ import annotations

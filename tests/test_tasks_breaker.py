@@ -3,18 +3,23 @@
 from __future__ import annotations
 
 import asyncio
+import time
+from pathlib import Path
 
 import pytest
 
-from agentgate.errors import CircuitOpen
+from agentgate.errors import CircuitOpen, DeadlineExceeded
+from agentgate.store import SQLiteStore
 from agentgate.tasks import (
     Attempt,
     BreakerPolicy,
     BreakerState,
     CircuitBreaker,
+    RateLimit,
     Scheduler,
     SchedulerConfig,
     ToolCall,
+    ToolLimits,
 )
 
 
@@ -131,3 +136,84 @@ async def test_cancelled_half_open_probe_is_given_back() -> None:
         await probe
     assert await scheduler.submit(ToolCall("x"), ok) == "ok"  # the probe slot was not lost
     await scheduler.aclose()
+
+
+# --- a half-open probe whose attempt says nothing about the tool ------------------------------
+
+
+async def test_a_half_open_probe_cut_by_the_callers_deadline_is_given_back() -> None:
+    """Kills: the probe of an attempt cut by the caller's own deadline not released
+    (``Scheduler._failed``'s ``elif probe: breaker.release()``): the breaker stayed half-open
+    with its only probe slot taken, refusing every later call with ``CircuitOpen`` for good.
+    Rule: a cut attempt says nothing about the tool; its probe goes back, so the next call
+    probes the tool and, succeeding, closes the breaker."""
+    config = SchedulerConfig(
+        tools={"search": ToolLimits(timeout_s=5.0)},
+        breaker=BreakerPolicy(failure_threshold=1, reset_timeout_s=0.05),
+    )
+    scheduler = Scheduler(config)
+    calls: list[str] = []
+
+    async def down(attempt: Attempt) -> str:
+        raise ConnectionRefusedError("upstream down")
+
+    async def slow(attempt: Attempt) -> str:
+        calls.append("slow")
+        await asyncio.sleep(0.2)
+        return "ok"
+
+    async def fast(attempt: Attempt) -> str:
+        calls.append("fast")
+        return "ok"
+
+    with pytest.raises(ConnectionRefusedError):
+        await scheduler.submit(ToolCall("search"), down)
+    assert scheduler.breaker("tool:search").state is BreakerState.OPEN
+    with pytest.raises(CircuitOpen):
+        await scheduler.submit(ToolCall("search"), fast)
+    await asyncio.sleep(0.06)
+    assert scheduler.breaker("tool:search").state is BreakerState.HALF_OPEN
+    with pytest.raises(DeadlineExceeded, match="did not finish"):
+        await scheduler.submit(ToolCall("search", tenant="hasty", deadline=time.time() + 0.02), slow)
+    assert scheduler.breaker("tool:search").state is BreakerState.HALF_OPEN
+    assert await scheduler.submit(ToolCall("search", tenant="other"), fast) == "ok"
+    assert calls == ["slow", "fast"]
+    assert scheduler.breaker("tool:search").state is BreakerState.CLOSED
+    await scheduler.aclose()
+
+
+async def test_a_half_open_probe_given_up_before_its_tool_started_is_given_back(tmp_path: Path) -> None:
+    """Kills: the probe of an attempt that gave up before its tool started not released (the
+    ``if probing: breaker.release()`` of ``Scheduler.submit``'s attempt): a probe admitted, then
+    refused its cross-process rate token before the deadline, kept the breaker's only probe
+    slot, and the breaker refused every later call for good.
+    Rule: an attempt that never ran says nothing about the tool; its half-open probe goes back."""
+    store = SQLiteStore(tmp_path / "s.db")
+    config = SchedulerConfig(
+        tools={"api": ToolLimits(rate=RateLimit(per_second=0.2, burst=1))},
+        breaker=BreakerPolicy(failure_threshold=1, reset_timeout_s=0.05),
+    )
+    first, second = Scheduler(config, store=store), Scheduler(config, store=store)  # two processes
+    ran: list[str] = []
+
+    async def down(attempt: Attempt) -> None:
+        ran.append(attempt.call.tool)
+        raise ConnectionRefusedError("upstream down")
+
+    async def up(attempt: Attempt) -> None:
+        ran.append(attempt.call.tool)
+
+    await first.submit(ToolCall("api"), up)  # takes the shared token: the next is 5 s away
+    with pytest.raises(ConnectionRefusedError):  # opens second's breaker of the backend
+        await second.submit(ToolCall("other", breaker_key="backend:x"), down)
+    breaker = second.breaker("backend:x")
+    await asyncio.sleep(0.06)
+    assert breaker.state is BreakerState.HALF_OPEN
+    with pytest.raises(DeadlineExceeded, match="rate token"):
+        await second.submit(ToolCall("api", breaker_key="backend:x", deadline=time.time() + 0.3), up)
+    assert ran == ["api", "other"]
+    assert breaker.admit() is True  # the probe slot is free again
+    breaker.release()
+    await first.aclose()
+    await second.aclose()
+    store.close()

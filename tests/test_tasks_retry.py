@@ -15,6 +15,7 @@ from agentgate.tasks import (
     DEFAULT_CLASSIFIER,
     Attempt,
     BreakerPolicy,
+    Classifier,
     Failure,
     RetryPolicy,
     Scheduler,
@@ -308,3 +309,78 @@ def test_listing_error_in_retry_on_repeats_only_tools_safe_to_repeat() -> None:
     assert rule_for(safe).objection(Failure(ValueError(), "error", 1, safe, False)) is None
     keyed = ToolLimits(retry=listed, takes_idempotency_key=True)
     assert rule_for(keyed).objection(Failure(ValueError(), "error", 1, keyed, True)) is None
+
+
+def test_a_retry_policy_whose_cap_is_below_its_first_backoff_is_refused() -> None:
+    """Kills: ``RetryPolicy``'s ``backoff_max_s >= backoff_initial_s`` check dropped (a policy
+    written with the two swapped was taken, silently capping every backoff below the first).
+    Rule: a configuration mistake is an ``InputError`` naming the fields, never a silent guess."""
+    from agentgate.errors import InputError
+    from agentgate.tasks import RetryPolicy
+
+    with pytest.raises(InputError, match=r"backoff_max_s \(1.0\) must be >= backoff_initial_s \(2.0\)"):
+        RetryPolicy(attempts=3, backoff_initial_s=2.0, backoff_max_s=1.0)
+    assert RetryPolicy(attempts=3, backoff_initial_s=1.0, backoff_max_s=1.0).backoff_max_s == 1.0
+
+
+# --- backoff past the deadline, a classifier that raises --------------------------------------
+
+
+class Ambiguous(Exception):
+    """No ``error_class``: what a tool raises after its effect may have happened."""
+
+
+class TopOfRange(random.Random):
+    """A random source whose every jitter draw is the top of its range (the longest backoff)."""
+
+    def uniform(self, a: float, b: float) -> float:
+        return b
+
+
+class Broken(Classifier):
+    def __call__(self, error: BaseException) -> str | None:
+        raise ValueError("classifier bug")
+
+
+async def test_a_retry_whose_backoff_ends_past_the_deadline_is_not_waited_for() -> None:
+    """The backoff before the retry (2 s) ends past the call's deadline (in 0.5 s): the call gives
+    up at once with the tool's own error and one attempt, reason ``deadline``. Kills: the
+    deadline check on the backoff dropped (``_failed``: the call slept through the backoff, then
+    was refused at admission with ``DeadlineExceeded`` instead of the tool's error)."""
+    policy = RetryPolicy(attempts=5, backoff_initial_s=2.0, backoff_max_s=2.0, retry_on=("transient",))
+    scheduler = Scheduler(SchedulerConfig(tools={"t": ToolLimits(retry=policy)}), rng=TopOfRange())
+    attempts: list[int] = []
+
+    async def tool(attempt: Attempt) -> None:
+        attempts.append(attempt.number)
+        raise Transient("upstream 503")
+
+    with pytest.raises(Transient, match="upstream 503"):
+        await scheduler.submit(ToolCall("t", deadline=time.time() + 0.5), tool)
+    assert attempts == [1]
+    [letter] = scheduler.dead_letters()
+    assert letter.reason == "deadline"
+    assert scheduler.metrics.count("retried", "t") == 0
+    await scheduler.aclose()
+
+
+async def test_a_classifier_that_raises_makes_the_failure_ambiguous_never_transient() -> None:
+    """A classifier that raises must leave the failure in the safe class (``error``: ambiguous),
+    so a non-idempotent tool is not repeated even though ``transient`` is retried. Kills: the
+    fallback class of a raising classifier set to ``transient`` (``_failed``: a possibly-done
+    payment repeated)."""
+    policy = RetryPolicy(attempts=3, backoff_initial_s=0.001, backoff_max_s=0.001, retry_on=("transient",))
+    scheduler = Scheduler(SchedulerConfig(tools={"pay": ToolLimits(retry=policy)}), classifier=Broken())
+    attempts: list[int] = []
+
+    async def pay(attempt: Attempt) -> None:
+        attempts.append(attempt.number)
+        raise Ambiguous("connection reset after the request was sent")
+
+    with pytest.raises(Ambiguous):
+        await scheduler.submit(ToolCall("pay"), pay)
+    assert attempts == [1]
+    [letter] = scheduler.dead_letters()
+    assert [e.error_class for e in letter.errors] == ["error"]
+    assert letter.reason == "not_retryable"
+    await scheduler.aclose()

@@ -6,16 +6,20 @@ import asyncio
 import math
 import random
 import time
+from pathlib import Path
 
 import pytest
 
 from agentgate.errors import DeadlineExceeded, InputError, Overloaded, SchedulingError
+from agentgate.store import SQLiteStore
+from agentgate.store.leases import LeaseManager
 from agentgate.tasks import (
     Attempt,
     PriorityClass,
     RateLimit,
     Scheduler,
     SchedulerConfig,
+    SyncScheduler,
     TenantShare,
     ToolCall,
     ToolLimits,
@@ -367,3 +371,210 @@ async def test_a_tool_may_submit_a_call_of_its_own() -> None:
     assert await scheduler.submit(ToolCall("outer"), outer) == "outer+inner"
     await scheduler.aclose(drain=True, timeout_s=1)  # nothing left in flight: returns at once
     assert scheduler.in_flight == 0 and scheduler.queued == 0
+
+
+# --- results kept, leases given back, deadlines, dead letters ---------------------------------
+
+
+async def test_the_result_cache_keeps_no_more_results_than_its_size() -> None:
+    """Kills: the result cache bound off by one (``len(results) > result_cache_size + 1`` in
+    ``Scheduler.submit``: with ``result_cache_size=1`` a second result did not push out the
+    first, and the first call's re-submission reused it instead of running).
+    Rule: at most ``result_cache_size`` completed results are kept, the oldest dropped first."""
+    scheduler = Scheduler(SchedulerConfig(result_cache_size=1))
+    ran: list[str] = []
+
+    async def tool(attempt: Attempt) -> str:
+        ran.append(attempt.call.call_id or "")
+        return f"result of {attempt.call.call_id}"
+
+    assert await scheduler.submit(ToolCall("t", run_id="r", call_id="c1"), tool) == "result of c1"
+    assert await scheduler.submit(ToolCall("t", run_id="r", call_id="c2"), tool) == "result of c2"
+    assert await scheduler.submit(ToolCall("t", run_id="r", call_id="c2"), tool) == "result of c2"
+    assert ran == ["c1", "c2"]  # c2 reused from the cache
+    assert await scheduler.submit(ToolCall("t", run_id="r", call_id="c1"), tool) == "result of c1"
+    assert ran == ["c1", "c2", "c1"]  # c1 was pushed out by c2: it runs again
+    await scheduler.aclose()
+
+
+def test_a_lease_taken_after_its_call_gave_up_is_given_back(tmp_path: Path) -> None:
+    """Kills: ``_Taking.take`` keeping a lease it took after ``abandon`` (the give-back dropped):
+    a call cancelled while its worker thread was taking the tool's cross-process slot left the
+    slot held, and renewed by the heartbeat, for good: a tool limited to one at once ran at
+    none. (The window is a thread race; ``_Taking`` is driven in the order the race produces.)
+    Rule: whichever of ``take`` and ``abandon`` comes second gives the lease back."""
+    from agentgate.tasks._scheduler import _Taking
+
+    store = SQLiteStore(tmp_path / "s.db")
+    manager, other = LeaseManager(store, holder="p1"), LeaseManager(store, holder="p2")
+    taking = _Taking(manager, "tool:pay", 1)
+    assert taking.abandon() is None  # the call gave up before the worker thread took the slot
+    assert taking.take() is None
+    assert manager.held() == 0
+    assert other.try_acquire("tool:pay", 1) is not None  # the only slot is free
+    manager.close()
+    other.close()
+    store.close()
+
+
+def _counting() -> tuple[list[int], object]:
+    ran: list[int] = []
+
+    def tool(attempt: Attempt) -> int:
+        ran.append(len(ran) + 1)
+        return len(ran)
+
+    return ran, tool
+
+
+def test_a_call_that_must_not_reuse_a_result_runs_though_its_key_is_cached() -> None:
+    """Kills: ``reuse_result`` ignored when reading the result cache (``SyncScheduler._keyed``
+    and ``Scheduler.submit``: ``if key in results``): a call ``Gate.run`` marks as one to run
+    (an operator settled its earlier run as not run) got the result kept in memory instead.
+    Rule: ``reuse_result=False`` never serves a cached result, and its own is not kept."""
+    ran, tool = _counting()
+    sync = SyncScheduler()
+    try:
+        call = ToolCall("t", run_id="r", call_id="c1")
+        assert sync.submit(call, tool) == 1  # type: ignore[arg-type]
+        assert sync.submit(call, tool) == 1  # type: ignore[arg-type]  # reused
+        again = ToolCall("t", run_id="r", call_id="c1", reuse_result=False)
+        assert sync.submit(again, tool) == 2  # type: ignore[arg-type]
+        assert sync.submit(call, tool) == 1  # type: ignore[arg-type]  # the run of ``again`` not kept
+        assert ran == [1, 2]
+    finally:
+        sync.close()
+
+    async def main() -> list[int]:
+        scheduler = Scheduler()
+        done: list[int] = []
+
+        async def atool(attempt: Attempt) -> int:
+            done.append(len(done) + 1)
+            return len(done)
+
+        assert await scheduler.submit(ToolCall("t", run_id="r", call_id="c1"), atool) == 1
+        assert await scheduler.submit(ToolCall("t", run_id="r", call_id="c1", reuse_result=False), atool) == 2
+        assert await scheduler.submit(ToolCall("t", run_id="r", call_id="c1"), atool) == 1
+        await scheduler.aclose()
+        return done
+
+    assert asyncio.run(main()) == [1, 2]
+
+
+@pytest.mark.parametrize("expired", ["deadline", "grant_expires_at"])
+async def test_a_call_is_bound_by_the_earlier_of_its_deadline_and_its_grants_expiry(expired: str) -> None:
+    """Kills: ``ToolCall.absolute_deadline`` taking the later of the two (``max`` for ``min``):
+    a call whose grant had expired, given a far deadline of its own, still ran its tool (and
+    one whose own deadline had passed ran under a far grant expiry).
+    Rule: the call's deadline is the earlier of ``deadline`` and ``grant_expires_at``; past it
+    the tool never starts."""
+    now = time.time()
+    times = {"deadline": now + 600.0, "grant_expires_at": now + 600.0, expired: now - 1.0}
+    call = ToolCall("x", **times)  # type: ignore[arg-type]
+    assert call.absolute_deadline() == now - 1.0
+    scheduler = Scheduler()
+    ran: list[int] = []
+
+    async def tool(attempt: Attempt) -> str:
+        ran.append(attempt.number)
+        return "ran"
+
+    with pytest.raises(DeadlineExceeded):
+        await scheduler.submit(call, tool)
+    assert ran == []
+    await scheduler.aclose()
+
+
+async def test_a_dead_letter_the_store_refuses_is_counted_and_the_caller_gets_the_tools_error(
+    tmp_path: Path,
+) -> None:
+    """Kills: ``_store_dead`` catching the wrong error (``ValueError`` for ``StoreError``): a
+    store that refused the dead letter (its table gone) replaced the tool's error with a
+    ``StoreError``, and the lost record was not counted.
+    Rule: the caller gets the tool's own error whether or not its dead letter is stored; a
+    dead letter the store refuses is counted (``dead_letter_not_stored``), not hidden."""
+    import sqlite3
+
+    path = tmp_path / "s.db"
+    store = SQLiteStore(path)
+    scheduler = Scheduler(store=store)
+
+    async def down(attempt: Attempt) -> None:
+        raise ConnectionRefusedError("upstream down")
+
+    with pytest.raises(ConnectionRefusedError):
+        await scheduler.submit(ToolCall("t"), down)
+    assert scheduler.metrics.count("dead_letter_not_stored", "t") == 0  # stored
+    with sqlite3.connect(path) as other:  # another process drops the table: the next write fails
+        other.execute("DROP TABLE agentgate_dead_letters")
+    with pytest.raises(ConnectionRefusedError, match="upstream down"):
+        await scheduler.submit(ToolCall("t"), down)
+    assert scheduler.metrics.count("dead_letter_not_stored", "t") == 1
+    assert len(scheduler.dead_letters()) == 2  # kept in memory all the same
+    await scheduler.aclose()
+    store.close()
+
+
+async def test_a_naive_datetime_deadline_is_an_input_error_never_a_guess_at_local_time() -> None:
+    """Kills: the timezone check of ``_unix_time`` dropped (a naive ``datetime`` deadline was
+    read as the host's local time: the same call got another deadline on each host's zone).
+    Rule: a datetime deadline or grant expiry must be timezone-aware; a naive one is refused
+    with ``InputError`` naming the field, and the tool never runs."""
+    from datetime import datetime, timedelta
+
+    from agentgate.errors import InputError
+
+    scheduler = Scheduler()
+    ran: list[int] = []
+
+    async def tool(attempt: Attempt) -> str:
+        ran.append(attempt.number)
+        return "ran"
+
+    for field in ("deadline", "grant_expires_at"):
+        call = ToolCall("x", **{field: datetime.now() + timedelta(hours=1)})  # type: ignore[arg-type]
+        with pytest.raises(InputError, match=f"{field} must be timezone-aware"):
+            await scheduler.submit(call, tool)
+    assert ran == []
+    await scheduler.aclose()
+
+
+async def test_a_shared_rate_token_due_past_the_deadline_is_not_waited_for(tmp_path: Path) -> None:
+    """With the shared bucket (through the store) empty and its next token 5 s away, a call with
+    0.3 s left gives up at once, saying no token comes before its deadline. Kills: the deadline
+    check in ``_shared_token`` dropped (the call slept 5 s for a token it could not use, then
+    was refused as started late)."""
+    store = SQLiteStore(tmp_path / "s.db")
+    config = SchedulerConfig(tools={"api": ToolLimits(rate=RateLimit(per_second=0.2, burst=1))})
+    first, second = Scheduler(config, store=store), Scheduler(config, store=store)  # two processes
+    ran: list[int] = []
+
+    async def tool(attempt: Attempt) -> None:
+        ran.append(attempt.number)
+
+    await first.submit(ToolCall("api"), tool)
+    with pytest.raises(DeadlineExceeded, match="rate token across processes before the deadline"):
+        await second.submit(ToolCall("api", deadline=time.time() + 0.3), tool)
+    assert ran == [1]
+    await first.aclose()
+    await second.aclose()
+    store.close()
+
+
+async def test_the_scheduler_keeps_only_the_newest_thousand_dead_letters() -> None:
+    """The in-memory dead letters are bounded: after 1,005 calls given up, the newest 1,000 are
+    kept, oldest first. Kills: the trim (``del self._dead[:-_DEAD_LETTERS_KEPT]``) dropped (a
+    scheduler's memory grew with every failed call)."""
+    scheduler = Scheduler()
+
+    async def tool(attempt: Attempt) -> None:
+        raise ValueError("no")
+
+    for n in range(1005):
+        with pytest.raises(ValueError):
+            await scheduler.submit(ToolCall("t", call_id=f"c{n}", run_id="r"), tool)
+    letters = scheduler.dead_letters()
+    assert len(letters) == 1000
+    assert (letters[0].call_id, letters[-1].call_id) == ("c5", "c1004")
+    await scheduler.aclose()

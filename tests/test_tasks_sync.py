@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -18,8 +19,10 @@ from agentgate.tasks import (
     RateLimit,
     RetryPolicy,
     SchedulerConfig,
+    SharedLimits,
     SyncScheduler,
     TenantShare,
+    TokenBucket,
     ToolCall,
     ToolLimits,
 )
@@ -331,3 +334,167 @@ def test_draining_close_finishes_queued_calls_and_cuts_a_retry_backoff_short() -
             backing_off.result()
     assert tries == 1
     assert [d.reason for d in scheduler.dead_letters()] == ["closed"]
+
+
+# --- a joined twin's failure, a slot granted after the deadline -------------------------------
+
+
+def _poll_until(predicate: object, timeout: float = 10.0) -> None:
+    end = time.monotonic() + timeout
+    while not predicate():  # type: ignore[operator]
+        assert time.monotonic() < end, "condition not reached"
+        time.sleep(0.002)
+
+
+class ToolFailed(Exception):
+    pass
+
+
+def test_a_sync_call_joining_a_failed_twin_raises_the_twins_error() -> None:
+    """Mutant s2 (_sync.py _keyed: a joined twin's error dropped, its result None returned).
+
+    A call that joins a running twin with the same idempotency key shares its outcome: when the
+    twin fails, the joined call raises that error; a failed call never looks like it succeeded.
+    """
+    started = threading.Event()
+    release = threading.Event()
+    runs: list[int] = []
+    failure = ToolFailed("the charge was declined")
+
+    def tool(attempt: Attempt) -> str:
+        runs.append(attempt.number)
+        started.set()
+        release.wait(10)
+        raise failure
+
+    call = ToolCall("pay", arguments={"amount": 10}, run_id="r1", call_id="c1")
+    outcomes: dict[str, object] = {}
+
+    def submit(name: str) -> None:
+        try:
+            outcomes[name] = ("returned", scheduler.submit(call, tool))
+        except Exception as exc:
+            outcomes[name] = ("raised", exc)
+
+    with SyncScheduler() as scheduler:
+        first = threading.Thread(target=submit, args=("first",))
+        first.start()
+        assert started.wait(10)
+        twin = threading.Thread(target=submit, args=("twin",))
+        twin.start()
+        _poll_until(lambda: scheduler.scheduler.metrics.count("reused", "pay") == 1)  # it joined
+        release.set()
+        first.join(10)
+        twin.join(10)
+    assert runs == [1]  # the tool ran once, for both
+    assert outcomes["first"] == ("raised", failure)
+    assert outcomes["twin"] == ("raised", failure)
+
+
+def test_a_sync_call_granted_its_slot_after_its_deadline_never_starts() -> None:
+    """Mutant s3 (_sync.py _attempts: the check of the deadline after admission dropped).
+
+    The sync twin of test_tasks_explanations_and_breakers.py::test_a_call_granted_its_slot_after_its_deadline_
+    never_starts: a waiter granted its slot in time whose thread only runs after the deadline
+    (here: the releasing thread keeps the GIL past it) must not start; it raises
+    DeadlineExceeded and gives the slot back.
+    """
+    for _ in range(3):  # a machine too loaded to set the scene up in time gets another go
+        if _late_grant_scene():
+            return
+    pytest.fail("the machine was too slow to set the test up three times")
+
+
+def _late_grant_scene() -> bool:
+    """The scene of the test above; ``False`` when the waiter was not queued in time to show it."""
+    config = SchedulerConfig(tools={"x": ToolLimits(concurrency=1)})
+    ran: list[int] = []
+    outcome: list[object] = []
+    deadline = time.time() + 1.5
+    in_time = True
+
+    def tool(attempt: Attempt) -> str:
+        ran.append(attempt.number)
+        return "ran"
+
+    def late_call() -> None:
+        try:
+            outcome.append(scheduler.submit(ToolCall("x", deadline=deadline), tool))
+        except Exception as exc:
+            outcome.append(exc)
+
+    interval = sys.getswitchinterval()
+    with SyncScheduler(config) as scheduler:
+        late = threading.Thread(target=late_call)
+
+        def hold(attempt: Attempt) -> str:
+            nonlocal in_time
+            late.start()
+            _poll_until(lambda: scheduler.scheduler.queued == 1)  # it waits for the held slot
+            in_time = time.time() < deadline - 0.3
+            if in_time:
+                # From here on this thread keeps the GIL (it never blocks): the waiter is granted
+                # the slot when this attempt gives it back, before its deadline, yet its thread
+                # runs after.
+                sys.setswitchinterval(60.0)
+            return "held"
+
+        try:
+            assert scheduler.submit(ToolCall("x"), hold) == "held"  # the slot goes to the waiter
+            while in_time and time.time() < deadline + 0.05:
+                pass  # busy, not sleeping: a sleep would hand the GIL to the waiter
+            granted = (scheduler.scheduler.queued, scheduler.scheduler.in_flight)
+        finally:
+            sys.setswitchinterval(interval)
+        late.join(10)
+        if not in_time:
+            return False
+        assert granted == (0, 1)  # the waiter was granted in time; only its thread came late
+        assert ran == []
+        (error,) = outcome
+        assert isinstance(error, DeadlineExceeded), error
+        assert "could not start before the call's deadline" in str(error) and error.tool == "x"
+        assert scheduler.scheduler.in_flight == 0 and scheduler.scheduler.queued == 0  # slot back
+        assert scheduler.submit(ToolCall("x"), lambda a: "ok") == "ok"
+    return True
+
+
+# --- a waiting call's rate token --------------------------------------------------------------
+
+
+def test_a_sync_call_does_not_take_the_rate_token_a_waiting_call_is_owed() -> None:
+    """B waits for the tool's next rate token; the token comes (the bucket's clock moves on)
+    before the rate timer has dispatched; C, a sync call that arrives then, queues behind B
+    instead of taking the token: calls of one agent to one tool start in arrival order. Kills:
+    ``start_now`` starting a call while others wait (``self.queue.size`` dropped: the async
+    path checks the queue first, the sync facade and nested calls rely on it)."""
+    fake = [0.0]
+    limits = SharedLimits(SchedulerConfig(tools={"t": ToolLimits(rate=RateLimit(per_second=0.01, burst=1))}))
+    # A real bucket on a clock the test moves: the timer waits 100 real seconds for its token.
+    limits.buckets["t"] = TokenBucket(0.01, 1, clock=lambda: fake[0])
+    sync = SyncScheduler(limits=limits)
+    order: list[str] = []
+    sync.submit(ToolCall("t"), lambda attempt: order.append("A"))
+    b = threading.Thread(target=sync.submit, args=(ToolCall("t"), lambda attempt: order.append("B")))
+    b.start()
+    until(lambda: limits.queued == 1)
+    fake[0] += 100.0  # one token due; the timer thread is still asleep
+    c = threading.Thread(target=sync.submit, args=(ToolCall("t"), lambda attempt: order.append("C")))
+    c.start()
+    until(lambda: len(order) == 2 and limits.queued == 1)
+    fake[0] += 100.0
+    with limits.lock:
+        limits.dispatch()
+    b.join(10)
+    c.join(10)
+    assert order == ["A", "B", "C"]
+    sync.close()
+    limits.close()
+
+
+def until(condition: object, timeout_s: float = 10.0) -> None:
+    """Poll ``condition`` (a callable) until true; fail after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():  # type: ignore[operator]
+        assert time.monotonic() < deadline, "condition never held"
+        time.sleep(0.005)

@@ -120,3 +120,151 @@ def test_an_integer_with_a_leading_zero_is_refused_as_ambiguous() -> None:
 def test_an_integer_too_long_to_convert_is_a_policy_error() -> None:
     error = _error("a: " + "9" * 5000 + "\n")
     assert error.line == 1 and "number of 5000 characters" in error.message
+
+
+# --- keys, tags, aliases and numbers -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("text", ["1: a\n", "true: a\n", "null: a\n", "? [a]\n: b\n"])
+def test_non_string_keys_are_refused(text: str) -> None:
+    """Kills: the key check reduced to ``isinstance(key_node, ScalarNode)`` (any scalar tag).
+
+    ``1:``, ``true:`` and ``null:`` are not the text keys a reviewer reads; refused with a location."""
+    with pytest.raises(PolicyError, match="mapping keys must be plain strings") as info:
+        load_yaml(text, source="f.yaml")
+    assert info.value.line == 1
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        'a: !!timestamp "2026-01-31"\n',
+        "a: !!binary aGk=\n",
+        "a: !!set {x}\n",
+        "a: !include [other.yaml]\n",
+        "a: !!omap [{b: 1}]\n",
+        "a: !!pairs [{b: 1}]\n",
+    ],
+)
+def test_tags_outside_the_core_schema_are_refused_on_lists_and_quoted_dates(text: str) -> None:
+    """Kills: the plain-timestamp shortcut widened to a quoted ``!!timestamp``, and the sequence
+    tag check dropped (``!include [file]``, ``!!omap [...]`` built as a plain list).
+
+    A tagged list or a tagged quoted date is refused with its location, never quietly built."""
+    with pytest.raises(PolicyError, match="is not allowed"):
+        load_yaml(text, source="f.yaml")
+
+
+def test_aliases_that_expand_past_the_value_limit_are_refused() -> None:
+    """Kills: the build-time value cap (``MAX_NODES`` values built) raised far above the limit.
+
+    Fifteen aliases (under ``MAX_ALIASES``) in a 4 KB file, nested so that they expand to 61,000
+    values: the parser's event count never sees the expansion, so only the build-time count can
+    refuse it, before it is built whole."""
+    items = ", ".join("1" for _ in range(1000))
+    text = f"a: &a [{items}]\nb: &b [{', '.join(['*a'] * 10)}]\nc: [{', '.join(['*b'] * 5)}]\n"
+    assert len(text) < 16 * 1024
+    with pytest.raises(PolicyError, match="expands to more than 50000 values"):
+        load_yaml(text, source="f.yaml")
+
+
+def test_a_tagged_octal_string_stays_text() -> None:
+    """Kills: the tag check of ``_text`` dropped (``!!str 0o17`` read as 15).
+
+    ``!!str`` says text: the value stays the string the author wrote."""
+    data, _ = load_yaml("a: !!str 0o17\nb: 0o17\nc: !!str 1e3\n", source="f.yaml")
+    assert data == {"a": "0o17", "b": 15, "c": "1e3"}
+
+
+@pytest.mark.parametrize("value", ["09", "-08", "0_9"])
+def test_a_decimal_with_a_leading_zero_is_ambiguous(value: str) -> None:
+    """Kills: the leading-zero refusal of ``_text`` dropped (``09`` then read as the float 9.0).
+
+    ``09`` is text to PyYAML and 9 to YAML 1.2 (``le: 09`` in a constraint would silently become
+    a number other readers disagree on): refused as ambiguous, with its location."""
+    with pytest.raises(PolicyError, match="ambiguous number") as info:
+        load_yaml(f"a: {value}\n", source="f.yaml")
+    assert (info.value.line, info.value.column) == (1, 4)
+
+
+def test_the_alias_limit_is_exact() -> None:
+    """Mutant: the alias count was compared with ``MAX_ALIASES + 1``, letting one more through.
+
+    Rule: at most ``MAX_ALIASES`` (16) aliases of a collection load; the next is refused."""
+    from agentgate._yaml import MAX_ALIASES
+
+    def doc(n: int) -> str:
+        return "a: &x [1, 2]\nb: [" + ", ".join(["*x"] * n) + "]\n"
+
+    data, _ = load_yaml(doc(MAX_ALIASES), source="p.yaml")
+    assert data["b"] == [[1, 2]] * MAX_ALIASES
+    with pytest.raises(PolicyError, match=f"more than {MAX_ALIASES} YAML aliases"):
+        load_yaml(doc(MAX_ALIASES + 1), source="p.yaml")
+
+
+def test_the_depth_limit_is_exact() -> None:
+    """Mutant: the depth test was ``len(path) > MAX_DEPTH``, letting one level more be built.
+
+    Rule: at most ``MAX_DEPTH`` (100) nested collections load; one more is refused."""
+    from agentgate._yaml import MAX_DEPTH
+
+    data, _ = load_yaml("[" * MAX_DEPTH + "]" * MAX_DEPTH, source="p.yaml")
+    depth = 0
+    while isinstance(data, list):
+        depth, data = depth + 1, data[0] if data else None
+    assert depth == MAX_DEPTH
+    with pytest.raises(PolicyError, match=f"nested more than {MAX_DEPTH} levels deep"):
+        load_yaml("[" * (MAX_DEPTH + 1) + "]" * (MAX_DEPTH + 1), source="p.yaml")
+
+
+def test_text_tagged_as_str_stays_text_even_when_it_looks_like_a_number() -> None:
+    """Mutant: the YAML 1.2 number reading of plain scalars ignored a ``!!str`` tag, so
+    ``!!str 1e3`` became 1000.0 and ``!!str 0o17`` became 15.
+
+    Rule: an author who tags a value ``!!str`` gets text; only an untagged plain scalar is read
+    as a YAML 1.2 number (and an anchor before the tag changes nothing)."""
+    data, _ = load_yaml(
+        "a: !!str 1e3\nb: !!str 0o17\nc: &x !!str -.5\nd: !!str 09\ne: 1e3\nf: 0o17\n", source="p.yaml"
+    )
+    assert data == {"a": "1e3", "b": "0o17", "c": "-.5", "d": "09", "e": 1000.0, "f": 15}
+
+
+def test_an_untagged_decimal_with_a_leading_zero_is_refused_as_ambiguous() -> None:
+    """Mutant: the leading-zero test of plain text scalars was dropped, so ``09`` (text to
+    PyYAML's YAML 1.1 rule, 9 in YAML 1.2) loaded as the text "09".
+
+    Rule: a number YAML versions read differently is refused with its place, never guessed."""
+    for value in ("09", "-08", "0_9"):
+        with pytest.raises(PolicyError, match="ambiguous number"):
+            load_yaml(f"limit: {value}\n", source="p.yaml")
+    assert load_yaml("limit: '09'\n", source="p.yaml")[0] == {"limit": "09"}
+
+
+def test_an_integer_too_long_to_print_is_refused_whatever_its_base() -> None:
+    """Mutant: the magnitude check after conversion was dropped; ``0x`` and 3,600 hex digits
+    converts (only decimal text is bounded) into a number no message can print.
+
+    Rule: an integer of more than 4,300 decimal digits is refused, in hex as in decimal."""
+    with pytest.raises(PolicyError, match="number of 3602 characters"):
+        load_yaml("a: 0x" + "f" * 3600 + "\n", source="p.yaml")
+    assert load_yaml("a: 0x" + "f" * 100 + "\n", source="p.yaml")[0] == {"a": int("f" * 100, 16)}
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "a: !!timestamp 2026-01-31\n",
+        "a: &d !!timestamp 2026-01-31\n",
+        "a: !custom [1, 2]\n",
+        "a: !!omap [{b: 1}]\n",
+        "a: !!pairs [{b: 1}]\n",
+    ],
+)
+def test_a_tag_on_a_date_or_a_list_is_refused(text: str) -> None:
+    """Mutant: a tagged timestamp was read as text like a plain date (the tag test dropped), or
+    a list's tag was not checked, so ``!custom [1, 2]`` and ``!!omap`` loaded as plain lists.
+
+    Rule: only the core schema loads; any other tag, on a scalar or a list, is refused with its place."""
+    with pytest.raises(PolicyError, match="is not allowed"):
+        load_yaml(text, source="p.yaml")
+    assert load_yaml("a: 2026-01-31\n", source="p.yaml")[0] == {"a": "2026-01-31"}

@@ -1,0 +1,65 @@
+"""The command line's shared helpers (agentgate/cli/_common.py): opening the store a verb names,
+the one-line errors they print, argument characters and times as a person reads them."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from agentgate.cli._common import utc
+from agentgate.cli.main import main
+
+
+@pytest.mark.parametrize("verb", [["audit", "verify"], ["tasks", "unsettled"]])
+def test_a_read_verb_never_prints_the_password_of_a_connection_string(
+    verb: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("AGENTGATE_STORE", "host=db.example password=hunter2 dbname=agentgate")
+    assert main(verb) == 2
+    err = capsys.readouterr().err
+    assert "hunter2" not in err
+    assert "postgresql://" in err
+
+
+def test_an_argument_byte_that_is_not_utf8_is_named_as_a_byte(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """R47 (docs helper): ``--purpose`` with a byte that is not UTF-8 was refused as a "control
+    character '\\udcff'"; a real control character is still named as one."""
+    import os
+
+    from agentgate.cli.main import main
+
+    keys = str(tmp_path / "k")
+    assert main(["keys", "new", "a", "--dir", keys]) == 0
+    base = ["grant", "issue", "--issuer", f"{keys}/a.key", "--to", f"{keys}/a.pub", "--allow", "tool:x"]
+    capsys.readouterr()
+    assert main([*base, "--ttl", "1h", "--purpose", os.fsdecode(b"ab\xffc")]) == 2
+    assert "--purpose holds a byte that is not UTF-8 (0xff)" in capsys.readouterr().err
+    assert main([*base, "--ttl", "1h", "--purpose", "ab\x1bc"]) == 2
+    assert "--purpose holds control character '\\x1b'" in capsys.readouterr().err
+    assert main(["keys", "new", os.fsdecode(b"a\xffb"), "--dir", keys]) == 2
+    assert "a byte that is not UTF-8 (0xff)" in capsys.readouterr().err
+
+
+def test_the_lowest_byte_that_is_not_utf8_is_named_as_a_byte(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Kills y6: ``unprintable`` naming only ``\\udc81``..``\\udcff`` as bytes (``<`` for ``<=``),
+    so a stray 0x80 is called a control character. Rule: every byte an argument holds that is
+    not UTF-8, 0x80 included, is named as that byte."""
+    assert main(["keys", "new", os.fsdecode(b"a\x80b"), "--dir", str(tmp_path / "k")]) == 2
+    err = capsys.readouterr().err
+    assert "a byte that is not UTF-8 (0x80)" in err and "control character" not in err
+    assert not (tmp_path / "k").exists() or not list((tmp_path / "k").iterdir())
+
+
+def test_a_time_no_calendar_holds_is_shown_as_a_dash() -> None:
+    """Kills y9: ``utc`` returning ``utc_text``'s ``None`` for a time beyond the years a datetime
+    holds. Rule: the CLI shows such a time as ``-``, always a string, never ``None``."""
+    assert utc(0) == "1970-01-01T00:00:00Z"
+    assert utc(1e20) == "-" and utc(-1e20) == "-"
+    assert utc(float("inf")) == "-" and utc(None) == "-"

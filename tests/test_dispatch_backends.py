@@ -1,0 +1,327 @@
+"""The backend client (agentgate/dispatch/backends.py): what it reads from a backend and what it
+reports about it. Only a complete, well-formed answer is an answer (anything else, a redirect or
+a 429 included, is ``BackendFailed``); an error never quotes any piece of the backend's API key;
+a metrics page is a scrape only when it is a 200; only the trace context reaches a backend.
+"""
+
+from __future__ import annotations
+
+import http.server
+import json
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+from opentelemetry import baggage
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from agentgate.audit.spans import chat_span, get_tracer
+from agentgate.dispatch import inventory_from_mapping
+from agentgate.dispatch.backends import BackendClient, ChatChunk, Timeouts, trace_headers
+from agentgate.errors import BackendFailed, DispatchError
+
+KEY = "sk-live-0123456789abcdefghijKLMNOPQRSTUV"
+PAYLOAD = {"model": "m", "messages": [{"role": "user", "content": "hello"}], "max_tokens": 8}
+
+
+class Raw:
+    """A real HTTP server on 127.0.0.1 answering each path with the exact ``(status, headers,
+    body)`` set in ``routes`` (404 for any other path)."""
+
+    def __init__(self) -> None:
+        self.routes: dict[str, tuple[int, dict[str, str], bytes]] = {}
+        raw = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def _answer(self) -> None:
+                self.rfile.read(int(self.headers.get("content-length") or 0))
+                status, headers, body = raw.routes.get(self.path, (404, {}, b"no"))
+                self.send_response(status)
+                for name, value in headers.items():
+                    self.send_header(name, value)
+                self.send_header("content-length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            do_GET = do_POST = _answer
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.handle_error = lambda *args: None  # type: ignore[method-assign]
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, args=(0.02,), daemon=True)
+        self.thread.start()
+
+    def chat(self, body: bytes, status: int = 200, **headers: str) -> None:
+        self.routes["/v1/chat/completions"] = (status, {"content-type": "application/json", **headers}, body)
+
+    def sse(self, *lines: str) -> None:
+        """The stream: each line sent as it is, one per line (``data: ...`` written out)."""
+        body = "".join(line + "\n" for line in lines).encode()
+        self.routes["/v1/chat/completions"] = (200, {"content-type": "text/event-stream"}, body)
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(5.0)
+
+
+@pytest.fixture
+def raw() -> Iterator[Raw]:
+    server = Raw()
+    yield server
+    server.stop()
+
+
+def _client(
+    server: Raw, http: httpx.AsyncClient, *, engine: str = "vllm", key: bool = False
+) -> BackendClient:
+    backend: dict[str, Any] = {
+        "name": "b0",
+        "url": server.url,
+        "engine": engine,
+        "models": ["m"],
+        "metrics_url": server.url + "/metrics",
+    }
+    if key:
+        backend["api_key_env"] = "R47_BACKEND_KEY"
+    inventory = inventory_from_mapping({"backends": [backend]})
+    return BackendClient(inventory.backends[0], http, Timeouts(first_token_s=10, idle_s=10, probe_s=10))
+
+
+def _delta(content: object, **extra: object) -> str:
+    return "data: " + json.dumps(
+        {"choices": [{"delta": {"content": content, **extra}, "finish_reason": None}]}
+    )
+
+
+async def _chunks(client: BackendClient) -> list[ChatChunk]:
+    return [chunk async for chunk in client.stream(PAYLOAD)]
+
+
+# --- a complete answer, or BackendFailed ------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "end",
+    [
+        pytest.param("data: [DONE", id="done-cut-short"),
+        pytest.param("dataX[DONE]", id="data-without-colon"),
+    ],
+)
+async def test_a_stream_whose_last_line_only_looks_like_done_is_not_a_complete_answer(
+    raw: Raw, end: str
+) -> None:
+    """Kills: the stream's end read as ``data.startswith("[DONE")`` (a stream cut inside its
+    ``[DONE]`` line taken as complete), and a data line recognised by ``data`` without its colon.
+    Rule: only an exact ``data: [DONE]`` line ends a stream; anything else that is not an event
+    is a failed backend, never a short answer passed off as whole."""
+    raw.sse(_delta("partial"), "", end)
+    async with httpx.AsyncClient() as http:
+        with pytest.raises(BackendFailed):
+            await _chunks(_client(raw, http))
+
+
+@pytest.mark.parametrize(
+    "event",
+    [
+        pytest.param(_delta(17), id="content-number"),
+        pytest.param(_delta("x", tool_calls=["not an object"]), id="tool-call-not-object"),
+        pytest.param(
+            "data: " + json.dumps({"choices": [{"delta": {"content": "x"}, "finish_reason": 3}]}),
+            id="finish-reason-number",
+        ),
+    ],
+)
+async def test_a_stream_event_with_fields_of_the_wrong_kind_is_backend_failed(raw: Raw, event: str) -> None:
+    """Kills: ``_parse_chunk`` coercing a non-string ``content`` with ``str()``, accepting
+    ``tool_calls`` entries that are not objects, or ``_finish_reason`` accepting a non-string.
+    Rule: a chunk carries what an OpenAI stream event carries, or the backend failed."""
+    raw.sse(event, "data: [DONE]")
+    async with httpx.AsyncClient() as http:
+        with pytest.raises(BackendFailed, match="malformed stream event"):
+            await _chunks(_client(raw, http))
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        pytest.param(
+            {"choices": [{"message": {"content": 7}, "finish_reason": "stop"}]}, id="content-number"
+        ),
+        pytest.param(
+            {"choices": [{"message": {"content": "ok"}, "finish_reason": ["stop"]}]}, id="finish-list"
+        ),
+        pytest.param(
+            {
+                "object": "error",
+                "message": "CUDA out of memory",
+                "choices": [{"message": {"content": "half an ans"}, "finish_reason": "stop"}],
+            },
+            id="error-beside-choices",
+        ),
+        pytest.param(
+            {"error": {"message": "overloaded"}, "choices": [{"message": {"content": "x"}}]},
+            id="openai-error-beside-choices",
+        ),
+        pytest.param(
+            {"error": "", "choices": [{"message": {"content": "x"}}]}, id="empty-error-beside-choices"
+        ),
+    ],
+)
+async def test_a_non_streamed_answer_that_is_an_error_or_malformed_is_backend_failed(
+    raw: Raw, body: dict[str, Any]
+) -> None:
+    """Kills: ``_chat`` dropping its ``content is not a string`` check, ``_finish_reason``'s type
+    check, or its ``_reject_error`` call (an error reported with HTTP 200 beside a choice taken as
+    the answer). Rule: a 200 body that reports an error, or carries fields of the wrong kind, is
+    a failed backend, never a ChatResult."""
+    raw.chat(json.dumps(body).encode())
+    async with httpx.AsyncClient() as http:
+        with pytest.raises(BackendFailed):
+            await _client(raw, http).chat(PAYLOAD)
+
+
+@pytest.mark.parametrize("status", [301, 302, 307])
+async def test_a_redirect_carrying_a_valid_looking_answer_is_backend_failed(raw: Raw, status: int) -> None:
+    """Kills: ``_check_status`` letting 3xx through as success (``status < 400``). Rule: a chat
+    call does not follow redirects, and a redirect's body is not an answer (docs/dispatch.md)."""
+    answer = {"choices": [{"message": {"content": "forged"}, "finish_reason": "stop"}], "usage": {}}
+    raw.chat(json.dumps(answer).encode(), status=status, location="http://127.0.0.1:1/")
+    async with httpx.AsyncClient() as http:
+        with pytest.raises(BackendFailed, match=f"HTTP {status}"):
+            await _client(raw, http).chat(PAYLOAD)
+
+
+async def test_a_429_is_a_failed_backend_to_fail_over_from_not_a_bad_request(raw: Raw) -> None:
+    """Kills: 429 counted among the caller's errors (``_CALLER_ERRORS``). Rule: a backend that is
+    rate limiting is a failed attempt (BackendFailed, failed over), not the caller's fault."""
+    raw.chat(b'{"error": {"message": "slow down"}}', status=429)
+    async with httpx.AsyncClient() as http:
+        with pytest.raises(DispatchError) as raised:
+            await _client(raw, http).chat(PAYLOAD)
+    assert isinstance(raised.value, BackendFailed)
+
+
+@pytest.mark.parametrize(
+    "usage",
+    [0, "", [], False, {"prompt_tokens": True, "completion_tokens": 900}],
+    ids=["zero", "empty-string", "empty-list", "false", "count-true"],
+)
+async def test_a_usage_that_is_not_an_object_is_refused_not_read_as_zero(raw: Raw, usage: object) -> None:
+    """Kills: ``_chat`` reading ``data.get("usage") or None`` (a falsy usage that is not an object,
+    such as ``0`` or ``""``, taken as no usage: the call billed zero tokens), and ``_count``
+    taking ``true`` for a count (a 900-token prompt billed as 1). Rule: usage that is not an
+    object of token counts is garbage, BackendFailed, never a cheap answer."""
+    answer = {"choices": [{"message": {"content": "ok"}, "finish_reason": "stop"}], "usage": usage}
+    raw.chat(json.dumps(answer).encode())
+    async with httpx.AsyncClient() as http:
+        with pytest.raises(BackendFailed, match="usage"):
+            await _client(raw, http).chat(PAYLOAD)
+
+
+async def test_a_plain_text_line_in_a_stream_is_not_skipped(raw: Raw) -> None:
+    """Kills: ``_SSE_IGNORED`` matching ``event``/``id``/``retry`` without their colon (a line of
+    plain text such as a proxy's ``identity check failed`` skipped as an SSE field, and the stream
+    taken as whole). Rule: a line that is neither an SSE field nor a data event fails the stream."""
+    raw.sse(_delta("half"), "identity check failed, upstream reset", _delta(" rest"), "data: [DONE]")
+    async with httpx.AsyncClient() as http:
+        with pytest.raises(BackendFailed, match="not an SSE event"):
+            await _chunks(_client(raw, http))
+
+
+# --- the key never leaves in an error ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("shown", [10, 16, 30], ids=["10-chars", "16-chars", "30-chars"])
+async def test_a_backend_echoing_the_start_of_the_key_gets_all_of_it_scrubbed(
+    raw: Raw, monkeypatch: pytest.MonkeyPatch, shown: int
+) -> None:
+    """Kills: ``_FRAGMENT`` raised to 12 (a 10-character start of the key quoted as sent), and
+    ``_scrub`` redacting only the first ``_FRAGMENT`` characters of a longer piece of the key
+    (the rest of it left in the message). Rule: a backend quoting the start of our key (as
+    hosted APIs do: "Incorrect API key provided: sk-live-01...") leaks none of it, 8 characters
+    or more, into an error."""
+    monkeypatch.setenv("R47_BACKEND_KEY", KEY)
+    raw.chat(f"Incorrect API key provided: {KEY[:shown]}... try again".encode(), status=500)
+    async with httpx.AsyncClient() as http:
+        with pytest.raises(BackendFailed) as raised:
+            await _client(raw, http, key=True).chat(PAYLOAD)
+    message = str(raised.value)
+    assert "[redacted]" in message and "try again" in message
+    assert not any(KEY[i : i + 8] in message for i in range(len(KEY) - 7))
+
+
+async def test_an_error_body_is_scrubbed_before_it_is_cut(raw: Raw, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Kills: ``_excerpt`` cutting the body to 200 characters before scrubbing it (the key, cut
+    at the 200th character, leaves 7 characters that no later scrub recognises). Rule: an
+    error quotes no piece of the key, even one its excerpt cuts."""
+    monkeypatch.setenv("R47_BACKEND_KEY", KEY)
+    raw.chat(("x" * 193 + KEY + " tail").encode(), status=500)
+    async with httpx.AsyncClient() as http:
+        with pytest.raises(BackendFailed) as raised:
+            await _client(raw, http, key=True).chat(PAYLOAD)
+    assert KEY[:5] not in str(raised.value)
+
+
+async def test_an_error_event_is_scrubbed_before_it_is_cut(raw: Raw, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Kills: ``_reject_error`` cutting the error's message to 200 characters before scrubbing
+    it (7 characters of the key left at the cut). Rule: as above, for an error a backend reports
+    with HTTP 200."""
+    monkeypatch.setenv("R47_BACKEND_KEY", KEY)
+    raw.chat(json.dumps({"error": {"message": "y" * 193 + KEY}}).encode())
+    async with httpx.AsyncClient() as http:
+        with pytest.raises(BackendFailed) as raised:
+            await _client(raw, http, key=True).chat(PAYLOAD)
+    assert KEY[:5] not in str(raised.value)
+
+
+async def test_a_line_that_is_not_sse_is_scrubbed_before_it_is_cut(
+    raw: Raw, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Kills: the ``not an SSE event`` message quoting ``line[:80]`` unscrubbed (7 characters of
+    the key left at the cut). Rule: as above, for a stream's garbage line."""
+    monkeypatch.setenv("R47_BACKEND_KEY", KEY)
+    raw.sse("z" * 73 + KEY, "data: [DONE]")
+    async with httpx.AsyncClient() as http:
+        with pytest.raises(BackendFailed) as raised:
+            await _chunks(_client(raw, http, key=True))
+    assert "not an SSE event" in str(raised.value)
+    assert KEY[:5] not in str(raised.value)
+
+
+# --- metrics scrape and trace headers ---------------------------------------------------------
+
+
+async def test_a_metrics_page_that_is_not_200_is_a_failed_scrape(raw: Raw) -> None:
+    """Kills: ``scrape`` refusing only 5xx (a 404 or 401 page that happens to hold metric lines,
+    such as a proxy's, read as the engine's load). Rule: only a 200 answer is a scrape."""
+    raw.routes["/metrics"] = (404, {"content-type": "text/plain"}, b"vllm:num_requests_running 0\n")
+    async with httpx.AsyncClient() as http:
+        with pytest.raises(BackendFailed, match="HTTP 404"):
+            await _client(raw, http).scrape(1.0)
+
+
+def _tracer(exporter: InMemorySpanExporter) -> Any:
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    return get_tracer(provider)
+
+
+def test_trace_headers_carry_the_trace_context_never_baggage() -> None:
+    """Kills: ``trace_headers`` injecting with the global propagator (OpenTelemetry's default is
+    trace context and baggage: the application's baggage, a user id or a tenant's secret, sent to
+    every backend). Rule: only ``traceparent`` (and ``tracestate``) reach a backend."""
+    exporter = InMemorySpanExporter()
+    tracer = _tracer(exporter)
+    with chat_span("m", tracer=tracer):
+        context = baggage.set_baggage("user.email", "alice@example.com")
+        headers = trace_headers(context)
+    assert "traceparent" in headers
+    assert not any("alice" in v for v in headers.values()) and "baggage" not in headers

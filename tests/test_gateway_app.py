@@ -1,0 +1,166 @@
+"""The gateway's ASGI app (agentgate/dispatch/gateway/_app.py) between a chat request and its
+backend: a body over ``MAX_BODY_BYTES`` is refused however it arrives, the prompt reserved counts
+the tool definitions, an answer without a completion count is charged its whole reservation, and the
+body's ``priority`` class is never forwarded.
+
+Real loopback HTTP: the gateway tests' ``env`` fixture (GatewayServer, simulated vLLM backends,
+SQLite), and hand-written hostile backends (``test_gateway_hostile_backends.Hostile``)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_gateway import Env, _body, _post
+from test_gateway_end_to_end import _body as _r16_body
+from test_gateway_hostile_backends import _OK_JSON, Hostile, _json, _settled
+from test_gateway_hostile_backends import RESERVED as R16_RESERVED
+from test_gateway_hostile_backends import _gateway as _r16_gateway
+
+from agentgate.dispatch.gateway._app import MAX_BODY_BYTES
+from agentgate.dispatch.prefix import estimate_tokens, prompt_text
+
+pytest_plugins = ("test_gateway",)  # its ``backends`` and ``env`` fixtures
+
+
+def test_a_body_over_the_limit_is_refused_however_it_is_split(env: Env) -> None:
+    """Kills: the body's size counted per part (``size = len(part)``) or not checked at all.
+
+    Rule: a request body over ``MAX_BODY_BYTES`` (8 MiB) is refused 400 naming the limit, and the
+    refusal is audited with nothing reserved, whatever the size of the parts it arrives in (the
+    ASGI server hands it over in parts far smaller than the limit); even when it is valid JSON."""
+    filler = "a" * (MAX_BODY_BYTES + 1024)
+    raw = json.dumps({**_body(), "messages": [{"role": "user", "content": filler}]}).encode()
+    before_entries = len(env.entries())
+    before = env.ledger()
+    answer = _post(env, raw, {"Authorization": f"Bearer {env.agent.chain.token}"})
+    assert answer.status_code == 400, (answer.status_code, answer.text[:300])
+    assert f"over {MAX_BODY_BYTES} bytes" in answer.json()["error"]["message"]
+    entries = env.entries()
+    assert len(entries) == before_entries + 1 and entries[-1].kind != "allow"
+    assert env.ledger() == before
+
+
+class _NoCompletionCount(Hostile):
+    """The hostile backend of review R16, with one more mode: ``json_no_completion``, a JSON
+    answer whose ``usage`` has ``prompt_tokens`` and no ``completion_tokens``."""
+
+    async def _answer(self, w: asyncio.StreamWriter, r: asyncio.StreamReader, stream: bool) -> bool:
+        if self.mode != "json_no_completion" or stream:
+            return await super()._answer(w, r, stream)
+        body = json.loads(_OK_JSON)
+        body["usage"] = {"prompt_tokens": 5}
+        w.write(_json(json.dumps(body).encode()))
+        return True
+
+
+def test_a_json_answer_without_a_completion_count_is_charged_its_reservation(tmp_path: Path) -> None:
+    """Kills: ``_spent`` charging a JSON answer's usage when it has no ``completion_tokens`` (the
+    ``completion_tokens is None`` test dropped: the output went out charged as 0 tokens).
+
+    Rule (docs/gateway.md, "What is charged"): a JSON answer whose ``usage`` has no
+    ``completion_tokens`` is passed on and charged its whole reservation (prompt estimate plus
+    ``max_tokens``), never less than may have been used."""
+    backend = _NoCompletionCount()
+    try:
+        with _r16_gateway(tmp_path, backend) as env:
+            backend.mode = "json_no_completion"
+            spent = env.spent()
+            answer = env.post(_r16_body())
+            assert answer.status_code == 200, answer.text
+            assert answer.json()["choices"][0]["message"]["content"] == "hi"
+            (outcome,) = _settled(env, 1)
+            assert outcome.status == "ok"
+            assert env.spent() == spent + R16_RESERVED
+    finally:
+        backend.close()
+
+
+_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "The weather in a city, as a short sentence. " * 8,
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+    },
+}
+
+
+@pytest.mark.parametrize("field", ["tools", "functions"])
+def test_a_calls_tool_definitions_are_reserved_as_prompt(tmp_path: Path, field: str) -> None:
+    """Kills: ``_prompt_estimate`` leaving out the body's ``tools`` (or legacy ``functions``).
+
+    Rule: a chat template renders the tool definitions into the prompt, so the prompt reserved
+    (and charged, when the answer reports no completion count) counts them at four characters a
+    token, as the messages; a call with 600 characters of tool definitions holds more than the
+    same call without them."""
+    definitions = [_TOOL if field == "tools" else _TOOL["function"]]
+    body = _r16_body(**{field: definitions})
+    tools_text = json.dumps(definitions, separators=(",", ":"), ensure_ascii=False)
+    reserved = estimate_tokens(prompt_text(body["messages"])) + estimate_tokens(tools_text) + 8
+    assert reserved > R16_RESERVED + 100
+    backend = _NoCompletionCount()
+    try:
+        with _r16_gateway(tmp_path, backend) as env:
+            backend.mode = "json_no_completion"
+            spent = env.spent()
+            answer = env.post(body)
+            assert answer.status_code == 200, answer.text
+            (outcome,) = _settled(env, 1)
+            assert outcome.status == "ok"
+            assert env.spent() == spent + reserved
+    finally:
+        backend.close()
+
+
+class _Recording(Hostile):
+    """The hostile backend of review R16 reduced to one that answers every call well (JSON) and
+    keeps each chat request's body as the gateway sent it."""
+
+    def __init__(self) -> None:
+        self.bodies: list[dict[str, Any]] = []
+        super().__init__()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError):
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                lengths = [
+                    int(line.split(b":")[1])
+                    for line in head.split(b"\r\n")
+                    if line.lower().startswith(b"content-length")
+                ]
+                body = await reader.readexactly(lengths[0] if lengths else 0)
+                if head.split(b" ")[1] == b"/v1/chat/completions":
+                    self.bodies.append(json.loads(body))
+                    writer.write(_json(_OK_JSON))
+                else:
+                    writer.write(_json(b"ok", ctype="text/plain"))
+                await writer.drain()
+        writer.close()
+
+
+def test_the_priority_class_is_never_forwarded_to_the_backend(tmp_path: Path) -> None:
+    """Kills: the body's ``priority`` left in the payload sent to the backend.
+
+    Rule (docs/gateway.md, "Priority classes"): agentgate's ``priority`` (a class name) is the
+    gateway's own routing input, never forwarded: vLLM's own ``priority`` is an integer, and a
+    class name there is refused (or misread) by the engine. The rest of the body goes on, with
+    ``max_tokens`` set to what was reserved."""
+    backend = _Recording()
+    try:
+        with _r16_gateway(tmp_path, backend) as env:
+            sent = {**_r16_body(), "priority": "interactive", "max_completion_tokens": 7}
+            sent.pop("max_tokens", None)
+            answer = env.post(sent)
+            assert answer.status_code == 200, answer.text
+            (forwarded,) = backend.bodies
+            assert "priority" not in forwarded
+            assert forwarded["max_tokens"] == 7  # the output limit reserved and signed
+            assert forwarded["messages"] == sent["messages"]
+    finally:
+        backend.close()

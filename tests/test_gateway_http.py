@@ -1,0 +1,96 @@
+"""The gateway's HTTP/1.1 server layer (agentgate/dispatch/gateway/_http.py): ``MAX_HEAD_BYTES``
+bounds a request head however many reads it arrives in (431), and once a pipelined request is
+refused nothing after it on that connection is read or served.
+
+Real loopback sockets written by hand, against the gateway tests' ``env`` fixture and the pipelining
+gateway of ``test_gateway_shutdown_pipelining``."""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import socket
+import time
+from pathlib import Path
+
+import pytest
+from test_gateway import Env
+from test_gateway_shutdown_pipelining import MODEL as PIPE_MODEL
+from test_gateway_shutdown_pipelining import _env as _pipe_env
+
+from agentgate.dispatch.gateway import _http as gateway_http
+from agentgate.dispatch.gateway._http import MAX_HEAD_BYTES
+
+pytest_plugins = ("test_gateway",)  # its ``backends`` and ``env`` fixtures
+
+
+def _raw_request(env: Env, pieces: list[bytes]) -> bytes:
+    """Send ``pieces`` to the gateway one ``sendall`` at a time (a short pause between, so that
+    each tends to be a read of its own), then read the answer until the connection closes."""
+    port = env.server.port
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        for piece in pieces:
+            try:
+                sock.sendall(piece)
+            except (BrokenPipeError, ConnectionResetError):
+                break  # refused and closed meanwhile: the answer is already there
+            time.sleep(0.005)
+        received = b""
+        try:
+            while chunk := sock.recv(65536):
+                received += chunk
+        except (ConnectionResetError, TimeoutError):
+            pass
+    return received
+
+
+def test_a_request_head_sent_in_small_pieces_is_bounded_as_a_whole(env: Env) -> None:
+    """Kills: the head's byte count set to each read's size instead of added up.
+
+    Rule: ``MAX_HEAD_BYTES`` bounds the whole request head, however many reads it arrives in: a
+    head of 100 header lines of 1 KiB (over 64 KiB in all, each piece far under it) is a 431 and
+    never reaches the app (nothing audited)."""
+    before = len(env.entries())
+    pieces = [b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n"]
+    pieces += [b"X-Pad-%d: %s\r\n" % (i, b"a" * 1024) for i in range(100)]
+    pieces.append(b"\r\n{}")
+    assert sum(map(len, pieces)) > MAX_HEAD_BYTES
+    answer = _raw_request(env, pieces)
+    assert answer.startswith(b"HTTP/1.1 431 "), answer[:200]
+    assert len(env.entries()) == before
+
+
+def test_a_request_refused_for_a_slow_head_behind_a_running_call_is_never_served(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Kills: ``data_received`` still parsing what arrives after a refusal (the ``_refusal`` guard
+    dropped).
+
+    Rule: once a pipelined request is refused (here 408: its head was not complete in time)
+    while the call before it is still being answered, nothing after it on that connection is
+    read: the rest of its head, sent late, is not parsed into a request that would then be
+    decided, charged and answered ahead of the refusal. The connection gets the first call's
+    answer, the 408, and closes; one call allowed."""
+    monkeypatch.setattr(gateway_http, "HEAD_TIMEOUT_S", 0.3)
+    first = {"model": PIPE_MODEL, "messages": [{"role": "user", "content": "Hi."}], "max_tokens": 300}
+    with _pipe_env(tmp_path, time_scale=1.0) as env:
+        late = env.request({**first, "max_tokens": 5})
+        with socket.create_connection(("127.0.0.1", env.server.port), timeout=15) as sock:
+            sock.sendall(env.request(first))
+            time.sleep(0.05)
+            sock.sendall(late[:20])  # the late request's head begins: its clock starts
+            time.sleep(0.8)  # past HEAD_TIMEOUT_S, with the first call still generating
+            with contextlib.suppress(OSError):
+                sock.sendall(late[20:])
+            seen = b""
+            with contextlib.suppress(TimeoutError, ConnectionResetError):
+                while piece := sock.recv(65536):
+                    seen += piece
+        statuses = re.findall(rb"HTTP/1\.1 (\d{3}) ", seen)  # a JSON answer ends without a line end
+        assert statuses == [b"200", b"408"], (statuses, seen[-300:])
+        env.wait_outcomes(1, within=5)
+        allows = [
+            e for e in env.gate.audit.entries() if e.kind == "allow" and e.resource == f"model:{PIPE_MODEL}"
+        ]
+        assert len(allows) == 1

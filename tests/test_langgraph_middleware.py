@@ -1,0 +1,654 @@
+"""The gate's LangGraph middleware (agentgate/integrations/langgraph.py: ``GateMiddleware`` under
+``create_gated_agent`` and ``gated_tool_node``, and ``delegation_tool``): the idempotency scope of
+a tool call, the refusals that end a run (and those that do not end a supervisor's), what a
+refusal tells, approvals, and the output limit a model call is decided for.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import Annotated, Any
+
+import pytest
+from langchain.agents.middleware import AgentMiddleware
+from langchain_core.messages import AIMessage, ToolMessage
+from langchain_core.tools import BaseTool, InjectedToolCallId, StructuredTool
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.graph import END, START, MessagesState, StateGraph
+from langgraph.types import Command
+from pydantic import Field
+
+from agentgate.errors import Denied
+from agentgate.gate import AgentIdentity, Gate
+from agentgate.integrations.langgraph import (
+    ScriptedChatModel,
+    create_gated_agent,
+    delegation_tool,
+    gated_tool_node,
+)
+from agentgate.keys import SigningKey
+from agentgate.policy import parse_policy
+from agentgate.store import SQLiteStore
+
+NAMES = ("root", "boss", "helper", "dana", "erin")
+
+
+def _policy(dids: dict[str, str], budget: int) -> str:
+    return f"""
+version: 1
+trust_anchors: {{root: {{did: "{dids["root"]}"}}}}
+principals:
+  boss: {{kind: agent, did: "{dids["boss"]}", roles: [boss, brief]}}
+  helper: {{kind: agent, did: "{dids["helper"]}", roles: [helper]}}
+  dana: {{kind: human, did: "{dids["dana"]}", roles: [owner]}}
+  erin: {{kind: human, did: "{dids["erin"]}", roles: [owner]}}
+tools:
+  pay:
+    args: {{amount: {{type: integer, required: true}}, card: {{type: string}}}}
+    loggable: [amount]
+  publish:
+    args: {{path: {{type: string, required: true}}}}
+    loggable: [path]
+  search:
+    args: {{query: {{type: string, required: true}}}}
+    idempotent: true
+  charge:
+    args: {{card: {{type: string, required: true}}}}
+models:
+  scripted: {{cost_per_mtok: {{input: 1000000, output: 1000000}}}}
+roles:
+  boss:
+    kind: agent
+    capabilities:
+      - resource: tool:pay
+        constraints: {{amount: {{le: 100}}}}
+      - resource: tool:publish
+      - resource: tool:search
+      - resource: tool:charge
+        constraints: {{card: {{prefix: "tok_"}}}}
+      - resource: model:scripted
+    budget: {{limit: {budget}, unit: usd_micros}}
+    ttl_s: 3600
+    delegation:
+      max_depth: 1
+      max_ttl_s: 600
+      capabilities:
+        - resource: tool:search
+        - resource: tool:pay
+        - resource: model:scripted
+  brief:
+    kind: agent
+    capabilities: [{{resource: tool:search}}, {{resource: tool:pay}}]
+    ttl_s: 1
+  helper:
+    kind: agent
+    capabilities:
+      - resource: tool:search
+      - resource: tool:pay
+      - resource: model:scripted
+    ttl_s: 1800
+  owner:
+    kind: human
+    capabilities: [{{resource: tool:publish}}]
+    ttl_s: 3600
+approvals:
+  publish:
+    resource: tool:publish
+    approvers: [dana]
+    expiry_s: 600
+"""
+
+
+@dataclass
+class Crew:
+    gate: Gate
+    keys: dict[str, SigningKey]
+    boss: AgentIdentity
+    ran: list[str] = field(default_factory=list)
+
+    def tools(self) -> list[BaseTool]:
+        def pay(amount: int, card: str = "") -> str:
+            self.ran.append(f"pay:{amount}")
+            return f"paid {amount}"
+
+        def publish(path: str) -> str:
+            self.ran.append(f"publish:{path}")
+            return f"published {path}"
+
+        def search(query: str) -> str:
+            self.ran.append(f"search:{query}")
+            return f"results for {query}"
+
+        def charge(card: str) -> str:
+            self.ran.append("charge")
+            return "charged"
+
+        return [
+            StructuredTool.from_function(func=f, name=f.__name__, description=f"{f.__name__} tool")
+            for f in (pay, publish, search, charge)
+        ]
+
+    def entries(self) -> list[Any]:
+        self.gate.flush()
+        return list(self.gate.audit.entries())
+
+
+def _make(tmp_path: Path, budget: int = 1_000_000) -> Crew:
+    keys = {n: SigningKey.generate() for n in NAMES}
+    policy = parse_policy(_policy({n: k.did for n, k in keys.items()}, budget), source="crew.yaml")
+    gate = Gate(policy, SQLiteStore(tmp_path / "agentgate.db"))
+    boss = gate.issue(keys["root"], name="boss", key=keys["boss"], role="boss")
+    return Crew(gate, keys, boss)
+
+
+# Real components only: a policy parsed from YAML, a ``Gate`` on a real SQLite file, real LangGraph
+# graphs (``create_gated_agent``, ``gated_tool_node``) run with ``ScriptedChatModel``.
+@pytest.fixture
+def crew(tmp_path: Path) -> Iterator[Crew]:
+    made = _make(tmp_path)
+    yield made
+    made.gate.close()
+
+
+def _calls(*calls: tuple[str, dict[str, Any]], answer_id: str | None = None) -> AIMessage:
+    return AIMessage(
+        content="",
+        id=answer_id,
+        tool_calls=[{"name": n, "args": a, "id": f"{n}-{i}"} for i, (n, a) in enumerate(calls)],
+    )
+
+
+def _tool_messages(result: dict[str, Any]) -> list[ToolMessage]:
+    return [m for m in result["messages"] if isinstance(m, ToolMessage)]
+
+
+def _tool_graph(crew: Crew, checkpointer: Any = None) -> Any:
+    graph = StateGraph(MessagesState)
+    graph.add_node("tools", gated_tool_node(crew.gate, crew.tools(), agent="boss"))
+    graph.add_edge(START, "tools")
+    graph.add_edge("tools", END)
+    return graph.compile(checkpointer=checkpointer)
+
+
+# --- the idempotency scope of a call -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("threaded", [True, False])
+def test_the_same_answer_in_two_runs_is_two_calls_that_each_run(crew: Crew, threaded: bool) -> None:
+    """Kills g1 (``_run_id`` scoped by the answer's id alone, not its thread) and g38
+    (``_thread_scope`` naming a thread "None" for a run without one): the same answer, ids and
+    all, handed to two runs (a cache, a replayed input) is two calls, and each one runs once."""
+    app = _tool_graph(crew, InMemorySaver() if threaded else None)
+    answer = _calls(("pay", {"amount": 5}), answer_id="answer-1")
+    for thread in ("a", "b"):
+        config = {"configurable": {"thread_id": thread}} if threaded else {}
+        result = app.invoke({"messages": [answer]}, config, context=crew.boss)
+        assert [m.status for m in _tool_messages(result)] == ["success"]
+    assert crew.ran == ["pay:5", "pay:5"]
+    allows = [e for e in crew.entries() if e.kind == "allow" and e.resource == "tool:pay"]
+    assert len(allows) == 2
+
+
+def _helper_graph(crew: Crew, answer: AIMessage) -> Any:
+    """A hand-built sub-agent whose "model" always gives the same answer, id and all (as a cache
+    would), then runs its calls through its own gated tools node."""
+
+    def think(state: MessagesState) -> dict[str, Any]:
+        return {"messages": [answer]}
+
+    graph = StateGraph(MessagesState)
+    graph.add_node("think", think)
+    graph.add_node("tools", gated_tool_node(crew.gate, crew.tools(), agent="helper"))
+    graph.add_edge(START, "think")
+    graph.add_edge("think", "tools")
+    graph.add_edge("tools", END)
+    return graph.compile()
+
+
+def _ask_helper(crew: Crew, agent: Any, **extra: Any) -> BaseTool:
+    terms: dict[str, Any] = {
+        "capabilities": ["tool:pay?amount<=100", "tool:search"],
+        "ttl": timedelta(minutes=5),
+    }
+    terms.update(extra)
+    return delegation_tool(crew.gate, name="helper", agent=agent, key=crew.keys["helper"], **terms)
+
+
+def test_two_delegations_in_one_thread_whose_sub_agent_gave_the_same_answer_each_run(crew: Crew) -> None:
+    """Kills g2 (``_thread_scope`` dropping the outer tasks of ``checkpoint_ns``): two delegations
+    in one supervisor thread, whose sub-agent answered the same (ids and all), are two scopes: the
+    second sub-agent's payment is its own call and runs, not refused as the first one's."""
+    helper = _helper_graph(crew, _calls(("pay", {"amount": 7}), answer_id="cached-answer"))
+    ask = _ask_helper(crew, helper)
+    model = ScriptedChatModel(
+        turns=[_calls(("ask_helper", {"task": "one"}), ("ask_helper", {"task": "two"}))]
+    )
+    boss = create_gated_agent(
+        crew.gate, name="boss", model=model, tools=[ask], checkpointer=InMemorySaver(), gate_models=False
+    )
+    result = boss.invoke(
+        {"messages": [{"role": "user", "content": "go"}]},
+        {"configurable": {"thread_id": "t"}},
+        context=crew.boss,
+    )
+    assert [m.status for m in _tool_messages(result)] == ["success", "success"]
+    assert crew.ran == ["pay:7", "pay:7"]
+    helper_did = crew.keys["helper"].did
+    allows = [e for e in crew.entries() if e.kind == "allow" and e.resource == "tool:pay"]
+    assert [e.principal for e in allows] == [helper_did, helper_did]
+
+
+# --- a refusal that no later call can overcome ends the run ------------------------------------
+
+
+def test_a_nested_agent_on_its_parents_identity_is_stopped_after_its_first_refusal(crew: Crew) -> None:
+    """Kills g43 (``inherited_identity`` left out of ``_DEAD_IDENTITY``): a nested agent running on
+    its parent's identity is refused (``implicit_trust_inheritance``) and its run ends there: its
+    model is not asked again for calls that can only be refused."""
+    turns = [_calls(("search", {"query": "a"})), _calls(("search", {"query": "b"}))]
+    nested = create_gated_agent(
+        crew.gate, name="helper", model=ScriptedChatModel(turns=turns), tools=crew.tools(), gate_models=False
+    )
+    result = nested.invoke({"messages": [{"role": "user", "content": "x"}]}, context=crew.boss)
+    (refused,) = _tool_messages(result)
+    assert refused.status == "error" and "implicit_trust_inheritance" in str(refused.content)
+    last = result["messages"][-1]
+    assert isinstance(last, AIMessage) and not last.tool_calls
+    assert "implicit_trust_inheritance" in str(last.content)
+    assert crew.ran == []
+
+
+def test_a_sub_agent_stopped_on_its_revoked_grant_does_not_end_the_supervisors_run(crew: Crew) -> None:
+    """Kills g8 (the stop mark saying "budget exhausted" for every refusal that ends a run) and g27
+    (``_ran_out`` reading the stop mark, not the budget mark, of a sub-agent's last answer): a
+    sub-agent whose own grant is revoked mid-run ends its run, but that is not a budget that ran
+    out: the supervisor, whose grant is intact, goes on with its next call (only a sub-agent that
+    ran out of budget before paying for anything ends the supervisor's run)."""
+
+    def search(query: str) -> str:
+        (_, child), *_ = crew.gate.delegations
+        crew.gate.revoke(child, reason="the helper's key leaked")
+        crew.ran.append(f"search:{query}")
+        return "revoked my own grant"
+
+    revoker = StructuredTool.from_function(func=search, name="search", description="search")
+    helper = create_gated_agent(
+        crew.gate,
+        name="helper",
+        model=ScriptedChatModel(turns=[_calls(("search", {"query": "x"})), _calls(("pay", {"amount": 2}))]),
+        tools=[revoker, crew.tools()[0]],
+        gate_models=False,
+    )
+    ask = _ask_helper(crew, helper, budget=10_000)
+    boss = create_gated_agent(
+        crew.gate,
+        name="boss",
+        model=ScriptedChatModel(
+            turns=[_calls(("ask_helper", {"task": "t"})), _calls(("pay", {"amount": 3}))]
+        ),
+        tools=[ask, *crew.tools()],
+        gate_models=False,
+    )
+    result = boss.invoke({"messages": [{"role": "user", "content": "go"}]}, context=crew.boss)
+    delegated, paid = _tool_messages(result)
+    assert delegated.status == "success" and "revoked" in str(delegated.content)
+    assert paid.status == "success"
+    assert crew.ran == ["search:x", "pay:3"]
+
+
+def test_a_sub_agent_that_spent_part_of_its_budget_then_ran_out_does_not_end_the_supervisors_run(
+    crew: Crew,
+) -> None:
+    """Kills g26 (``_paid_for_nothing`` true for any delegated grant with a budget): a sub-agent
+    that paid for some of its calls and then ran out of its own budget is answered as usual; only
+    one refused before paying anything ends the supervisor's run. The supervisor goes on."""
+    turns = [_calls(("search", {"query": f"q{i}"})) for i in range(30)]
+    helper = create_gated_agent(
+        crew.gate, name="helper", model=ScriptedChatModel(turns=turns), tools=crew.tools(), max_tokens=40
+    )
+    ask = _ask_helper(
+        crew, helper, budget=200, capabilities=["tool:pay?amount<=100", "tool:search", "model:scripted"]
+    )
+    boss = create_gated_agent(
+        crew.gate,
+        name="boss",
+        model=ScriptedChatModel(
+            turns=[_calls(("ask_helper", {"task": "t"})), _calls(("pay", {"amount": 3}))]
+        ),
+        tools=[ask, *crew.tools()],
+        gate_models=False,
+    )
+    result = boss.invoke(
+        {"messages": [{"role": "user", "content": "go"}]}, {"recursion_limit": 200}, context=crew.boss
+    )
+    delegated, paid = _tool_messages(result)
+    assert "budget exhausted" in str(delegated.content)
+    (_, child), *_ = crew.gate.delegations
+    spent, limit = crew.gate.remaining(child)[child.grant_id]
+    assert 0 < spent <= limit == 200
+    assert paid.status == "success" and crew.ran[-1] == "pay:3"
+
+
+# --- what a refusal tells ----------------------------------------------------------------------
+
+
+def test_an_enforced_refusal_raises_without_the_value_of_an_argument_that_is_not_loggable(crew: Crew) -> None:
+    """Kills g10 (``Denied`` raised with ``auth.explain()`` instead of ``Gate.explain_redacted``):
+    the text of a raised ``Denied`` reaches logs and tracebacks, so the value of an argument the
+    policy does not mark loggable (a card number) is not in it; the model-facing refusal, without
+    ``enforce``, names the value the model itself chose."""
+    secret = "4111-1111-SECRET"
+    answer = _calls(("charge", {"card": secret}))
+    agent = create_gated_agent(
+        crew.gate, name="boss", model=ScriptedChatModel(turns=[answer]), tools=crew.tools(), gate_models=False
+    )
+    told = agent.invoke({"messages": [{"role": "user", "content": "go"}]}, context=crew.boss)
+    (refused,) = _tool_messages(told)
+    assert refused.status == "error" and secret in str(refused.content)  # the model's own argument
+    enforced = create_gated_agent(
+        crew.gate,
+        name="boss",
+        model=ScriptedChatModel(turns=[answer]),
+        tools=crew.tools(),
+        gate_models=False,
+        enforce=True,
+    )
+    with pytest.raises(Denied) as raised:
+        enforced.invoke({"messages": [{"role": "user", "content": "go"}]}, context=crew.boss)
+    assert "tool:charge" in str(raised.value) and secret not in str(raised.value)
+    assert crew.ran == []
+
+
+# --- the async path ----------------------------------------------------------------------------
+
+
+async def test_under_ainvoke_a_nested_agent_on_its_parents_identity_cannot_delegate(crew: Crew) -> None:
+    """Kills g18 (``awrap_tool_call`` skipping the refusal of a delegation asked on a foreign
+    identity): under ``ainvoke`` too, an agent running on another agent's identity (a nested
+    agent that inherited its parent's context) cannot hand that identity's rights on to a
+    sub-agent: refused (``implicit_trust_inheritance``), no grant made, the sub-agent never runs."""
+    helper = create_gated_agent(
+        crew.gate,
+        name="helper",
+        model=ScriptedChatModel(turns=[_calls(("pay", {"amount": 9}))]),
+        tools=crew.tools(),
+        gate_models=False,
+    )
+    ask = _ask_helper(crew, helper)
+    stowaway = create_gated_agent(
+        crew.gate,
+        name="stowaway",
+        model=ScriptedChatModel(turns=[_calls(("ask_helper", {"task": "go"}))]),
+        tools=[ask],
+        gate_models=False,
+    )
+    result = await stowaway.ainvoke({"messages": [{"role": "user", "content": "x"}]}, context=crew.boss)
+    (refused,) = _tool_messages(result)
+    assert refused.status == "error" and "implicit_trust_inheritance" in str(refused.content)
+    assert crew.ran == [] and crew.gate.delegations == []
+    denies = [e for e in crew.entries() if e.kind == "deny"]
+    assert any("implicit_trust_inheritance:inherited_identity" in r for e in denies for r in e.reasons)
+
+
+# --- approval gates ----------------------------------------------------------------------------
+
+
+def _publisher(crew: Crew, checkpointer: Any, path: str = "reports/a") -> Any:
+    return create_gated_agent(
+        crew.gate,
+        name="boss",
+        model=ScriptedChatModel(turns=[_calls(("publish", {"path": path}))]),
+        tools=crew.tools(),
+        checkpointer=checkpointer,
+        gate_models=False,
+    )
+
+
+def test_a_reused_approval_is_refused_and_leaves_no_request_open(crew: Crew) -> None:
+    """Kills g12 (the request a resumed call opened left pending when the call is refused with the
+    approval given): an approval already used, replayed to resume another run of the same call,
+    is refused; the publish does not run again, and the second run's request is closed in the
+    log (a ``deny``), not left for approvers to answer."""
+    agent = _publisher(crew, InMemorySaver())
+    first = {"configurable": {"thread_id": "one"}}
+    paused = agent.invoke({"messages": [{"role": "user", "content": "go"}]}, first, context=crew.boss)
+    approval = crew.gate.approve(paused["__interrupt__"][0].value, crew.keys["dana"])
+    agent.invoke(Command(resume=approval), first, context=crew.boss)
+    assert crew.ran == ["publish:reports/a"]
+
+    second = {"configurable": {"thread_id": "two"}}
+    paused = agent.invoke({"messages": [{"role": "user", "content": "go"}]}, second, context=crew.boss)
+    assert "__interrupt__" in paused and len(crew.gate.approvals.open_records()) == 1
+    replayed = agent.invoke(Command(resume=approval), second, context=crew.boss)
+    assert "__interrupt__" not in replayed
+    (refused,) = _tool_messages(replayed)
+    assert refused.status == "error" and "already used" in str(refused.content)
+    assert crew.ran == ["publish:reports/a"]
+    assert crew.gate.approvals.open_records() == []
+    kinds = [e.kind for e in crew.entries() if e.resource == "tool:publish"]
+    assert kinds.count("allow") == 1 and kinds[-1] == "deny"
+
+
+def test_a_delegation_refused_on_a_revoked_supervisor_grant_ends_the_supervisors_run(crew: Crew) -> None:
+    """Kills g19 (a delegation that raised ``Revoked`` not marked as the end of the run) and h27
+    (``_failure`` dropping the stop mark of such a failure): once the
+    supervisor's grant is revoked, its delegation fails, the sub-agent never runs, and its (ungated)
+    model is not asked again for calls that can only be refused."""
+    helper = create_gated_agent(
+        crew.gate,
+        name="helper",
+        model=ScriptedChatModel(turns=[_calls(("pay", {"amount": 1}))]),
+        tools=crew.tools(),
+        gate_models=False,
+    )
+    ask = _ask_helper(crew, helper)
+    turns = [
+        _calls(("ask_helper", {"task": "a"})),
+        _calls(("ask_helper", {"task": "b"})),
+        _calls(("pay", {"amount": 2})),
+    ]
+    boss = create_gated_agent(
+        crew.gate,
+        name="boss",
+        model=ScriptedChatModel(turns=turns),
+        tools=[ask, *crew.tools()],
+        gate_models=False,
+    )
+    crew.gate.revoke(crew.boss, reason="compromised")
+    result = boss.invoke({"messages": [{"role": "user", "content": "go"}]}, context=crew.boss)
+    (failed,) = _tool_messages(result)
+    assert failed.status == "error" and "revoked" in str(failed.content).lower()
+    last = result["messages"][-1]
+    assert isinstance(last, AIMessage) and not last.tool_calls
+    assert crew.ran == [] and crew.gate.delegations == []
+
+
+@pytest.mark.parametrize("asynchronous", [False, True])
+async def test_a_tool_whose_name_is_no_resource_name_is_refused_and_recorded_not_crashed(
+    crew: Crew, asynchronous: bool
+) -> None:
+    """Kills h11 (``_refused_call`` letting the ``InputError`` of an undecidable name escape): a
+    registered tool whose name is no resource name (``Lookup``: upper case) is never decided, so
+    never run; the model is told why, and the refusal is recorded as a ``deny`` on the name as
+    asked; the run does not end with a traceback."""
+
+    def lookup(query: str) -> str:
+        crew.ran.append("Lookup")
+        return "found"
+
+    tool = StructuredTool.from_function(func=lookup, name="Lookup", description="look up")
+    graph = StateGraph(MessagesState)
+    graph.add_node("tools", gated_tool_node(crew.gate, [tool], agent="boss"))
+    graph.add_edge(START, "tools")
+    graph.add_edge("tools", END)
+    app = graph.compile()
+    state = {"messages": [_calls(("Lookup", {"query": "q"}))]}
+    result = (
+        await app.ainvoke(state, context=crew.boss) if asynchronous else app.invoke(state, context=crew.boss)
+    )
+    (refused,) = _tool_messages(result)
+    assert refused.status == "error" and "not canonical" in str(refused.content)
+    assert crew.ran == []
+    denies = [e for e in crew.entries() if e.kind == "deny"]
+    assert [e.resource for e in denies] == ["tool:Lookup"]
+
+
+class _OwnLimit(ScriptedChatModel):
+    """A scripted model configured with its own ``max_tokens`` (as ChatOpenAI may be); records the
+    output limit each call ran with."""
+
+    max_tokens: int | None = None
+    seen: list[Any] = Field(default_factory=list)
+
+    def bind_tools(self, tools: Any, **kwargs: Any) -> Any:
+        return self.bind(**kwargs)
+
+    def _generate(self, messages: Any, stop: Any = None, run_manager: Any = None, **kwargs: Any) -> Any:
+        self.seen.append(kwargs.get("max_tokens", self.max_tokens))
+        return super()._generate(messages, stop, run_manager, **kwargs)
+
+
+class _AskLess(AgentMiddleware):  # type: ignore[type-arg]
+    """A middleware outside the gate that asks each model call for 100 output tokens."""
+
+    def wrap_model_call(self, request: Any, handler: Any) -> Any:
+        return handler(request.override(model_settings={**request.model_settings, "max_tokens": 100}))
+
+
+def test_a_model_call_is_decided_for_the_output_limit_its_request_asks_not_the_models_own(
+    tmp_path: Path,
+) -> None:
+    """Kills h10 (the chat model's own ``max_tokens`` taking precedence over the request's): a
+    request that asks for 100 output tokens is decided (and its cost reserved) for 100 and runs
+    with 100, though the model is configured for 8192, which the budget could not pay for."""
+    crew = _make(tmp_path, budget=1_000)
+    try:
+        model = _OwnLimit(turns=[_calls(("search", {"query": "x"}))], max_tokens=8192)
+        agent = create_gated_agent(
+            crew.gate, name="boss", model=model, tools=crew.tools(), middleware=[_AskLess()]
+        )
+        result = agent.invoke({"messages": [{"role": "user", "content": "go"}]}, context=crew.boss)
+        assert crew.ran == ["search:x"] and model.seen and set(model.seen) == {100}
+        assert "budget" not in str(result["messages"][-1].content)
+    finally:
+        crew.gate.close()
+
+
+def test_a_refusal_that_ended_an_earlier_turn_does_not_stop_the_next_turn_of_the_thread(crew: Crew) -> None:
+    """Kills g31 (``_run_stop`` looking past the model's last answer): the stop mark of a refusal
+    ends the run it happened in only; the same thread continued later on a fresh grant (the
+    operator issued one after the revocation) asks the model again and runs its call."""
+    turns = [_calls(("pay", {"amount": 1})), AIMessage(content="unused"), _calls(("pay", {"amount": 2}))]
+    agent = create_gated_agent(
+        crew.gate,
+        name="boss",
+        model=ScriptedChatModel(turns=turns),
+        tools=crew.tools(),
+        checkpointer=InMemorySaver(),
+        gate_models=False,
+    )
+    config = {"configurable": {"thread_id": "t"}}
+    crew.gate.revoke(crew.boss, reason="rotated")
+    ended = agent.invoke({"messages": [{"role": "user", "content": "pay 1"}]}, config, context=crew.boss)
+    assert "revoked" in str(ended["messages"][-1].content) and crew.ran == []
+    fresh = crew.gate.issue(crew.keys["root"], name="boss", key=crew.keys["boss"], role="boss")
+    again = agent.invoke({"messages": [{"role": "user", "content": "pay 2"}]}, config, context=fresh)
+    assert crew.ran == ["pay:2"]
+    assert _tool_messages(again)[-1].status == "success"
+
+
+def test_a_tool_whose_command_carries_an_error_message_is_recorded_as_failed_and_may_run_again(
+    crew: Crew,
+) -> None:
+    """Kills g36 (``_failed`` never seeing a failure inside the ``Command`` a tool answers with):
+    a tool that reports its failure in the message of its ``Command`` (``status="error"``) is
+    recorded with an ``error`` outcome, not ``ok``; and a call that must run once and failed so
+    is not "done": asked again, it runs again instead of being answered with the kept failure."""
+    tries: list[int] = []
+
+    def pay(amount: int, tool_call_id: Annotated[str, InjectedToolCallId]) -> Command[Any]:
+        tries.append(amount)
+        status = "error" if len(tries) == 1 else "success"
+        message = ToolMessage(content=f"attempt {len(tries)}", tool_call_id=tool_call_id, status=status)
+        return Command(update={"messages": [message]})
+
+    tool = StructuredTool.from_function(func=pay, name="pay", description="pay")
+    graph = StateGraph(MessagesState)
+    graph.add_node("tools", gated_tool_node(crew.gate, [tool], agent="boss"))
+    graph.add_edge(START, "tools")
+    graph.add_edge("tools", END)
+    app = graph.compile()
+    answer = _calls(("pay", {"amount": 5}), answer_id="same-answer")
+    first = app.invoke({"messages": [answer]}, context=crew.boss)
+    assert [m.status for m in _tool_messages(first)] == ["error"]
+    outcomes = [e for e in crew.entries() if e.kind == "outcome" and e.resource == "tool:pay"]
+    assert [e.status for e in outcomes] == ["error"]
+    second = app.invoke({"messages": [answer]}, context=crew.boss)
+    assert tries == [5, 5]
+    assert [m.status for m in _tool_messages(second)] == ["success"]
+
+
+def test_a_call_refused_on_an_expired_grant_ends_the_run_at_the_next_turn(crew: Crew) -> None:
+    """Kills h17 (``grant_expired`` left out of ``_DEAD_IDENTITY``): once a call is refused because
+    the run's grant expired, every later call would be too: the run ends on that refusal, and the
+    (ungated) model is not asked again."""
+    brief = crew.gate.issue(crew.keys["root"], name="boss", key=crew.keys["boss"], role="brief")
+
+    def search(query: str) -> str:
+        while time.time() <= brief.chain.tip.expires:  # until the one-second grant has expired
+            time.sleep(0.05)
+        return "slow results"
+
+    slow = StructuredTool.from_function(func=search, name="search", description="search")
+    turns = [
+        _calls(("search", {"query": "q"})),
+        _calls(("pay", {"amount": 1})),
+        _calls(("pay", {"amount": 2})),
+    ]
+    agent = create_gated_agent(
+        crew.gate,
+        name="boss",
+        model=ScriptedChatModel(turns=turns),
+        tools=[slow, crew.tools()[0]],
+        gate_models=False,
+    )
+    result = agent.invoke({"messages": [{"role": "user", "content": "go"}]}, context=brief)
+    searched, refused, *later = _tool_messages(result)
+    assert (
+        searched.status == "success" and refused.status == "error" and "grant_expired" in str(refused.content)
+    )
+    assert later == [] and crew.ran == []
+    last = result["messages"][-1]
+    assert isinstance(last, AIMessage) and not last.tool_calls
+
+
+def test_with_enforce_a_sub_agents_refusal_reaches_the_caller_with_its_decision(crew: Crew) -> None:
+    """Kills g44 (the supervisor re-wrapping the sub-agent's ``Denied`` in a new one): with
+    ``enforce``, the refusal of a delegated sub-agent's call is raised to the caller as it was
+    raised, with the decision that says which call was refused and why (not a bare message)."""
+    helper = create_gated_agent(
+        crew.gate,
+        name="helper",
+        model=ScriptedChatModel(turns=[_calls(("pay", {"amount": 500}))]),
+        tools=crew.tools(),
+        gate_models=False,
+        enforce=True,
+    )
+    ask = _ask_helper(crew, helper)
+    boss = create_gated_agent(
+        crew.gate,
+        name="boss",
+        model=ScriptedChatModel(turns=[_calls(("ask_helper", {"task": "pay 500"}))]),
+        tools=[ask],
+        gate_models=False,
+        enforce=True,
+    )
+    with pytest.raises(Denied) as raised:
+        boss.invoke({"messages": [{"role": "user", "content": "go"}]}, context=crew.boss)
+    decision = raised.value.decision
+    assert decision is not None and "tool:pay" in str(raised.value)
+    assert crew.ran == []

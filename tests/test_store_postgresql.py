@@ -1,0 +1,83 @@
+"""The PostgreSQL store (agentgate/store/_postgres.py): its connection pool's settings from the
+environment, and an application role on a store missing new tables told to run `store init`."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import pytest
+
+from agentgate.cli.main import main
+from agentgate.errors import StoreError
+from agentgate.store._postgres import PostgresStore
+from agentgate.store.once import OnceCalls
+
+
+def test_the_application_role_on_a_store_missing_new_tables_is_told_to_run_store_init(
+    postgres_server: Any,
+) -> None:
+    """Started as the application role (no CREATE on the schema) on a store an earlier version
+    wrote, a part whose table is new fails with PostgreSQL's text only ("PostgreSQL error:
+    permission denied for schema public LINE 1: CREATE TABLE IF NOT EXISTS agentgate_once"),
+    not saying to run ``agentgate store init`` as the owner. PostgresStore.ensure_schema is the
+    one place that sees every part's DDL."""
+    url = postgres_server.create_database()
+    role = "r33o_" + uuid.uuid4().hex[:8]
+    assert main(["store", "init", "--store", url]) == 0
+    with PostgresStore(url) as owner, owner.transaction() as tx:
+        tx.execute("DROP TABLE agentgate_once")  # the store as it was before the table existed
+        tx.execute(f"CREATE ROLE {role} LOGIN")
+        tx.execute("REVOKE CREATE ON SCHEMA public FROM PUBLIC")
+        tx.execute(f"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO {role}")
+    app = PostgresStore(url.replace(f"postgresql://{postgres_server.user}@", f"postgresql://{role}@"))
+    try:
+        with pytest.raises(StoreError, match="agentgate store init"):
+            OnceCalls(app)
+    finally:
+        app.close()
+
+
+@pytest.mark.postgres
+def test_the_pool_takes_its_size_and_wait_from_the_environment(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from agentgate.store import open_store
+
+    monkeypatch.setenv("AGENTGATE_PG_POOL_SIZE", "20")
+    monkeypatch.setenv("AGENTGATE_PG_POOL_TIMEOUT", "2.5")
+    with open_store(postgres_url) as store:
+        assert (store.pool.max_size, store.pool.timeout) == (20, 2.5)  # type: ignore[attr-defined]
+    monkeypatch.delenv("AGENTGATE_PG_POOL_SIZE")
+    monkeypatch.delenv("AGENTGATE_PG_POOL_TIMEOUT")
+    with open_store(postgres_url) as store:
+        assert (store.pool.max_size, store.pool.timeout) == (8, 10.0)  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "message"),
+    [
+        ("AGENTGATE_PG_POOL_SIZE", "0", "from 1 to 1000 connections, got 0"),
+        ("AGENTGATE_PG_POOL_SIZE", "eight", "whole number of connections, got 'eight'"),
+        ("AGENTGATE_PG_POOL_SIZE", "1001", "from 1 to 1000"),
+        ("AGENTGATE_PG_POOL_TIMEOUT", "0", "more than 0 and at most 3600 seconds, got 0.0"),
+        ("AGENTGATE_PG_POOL_TIMEOUT", "nan", "more than 0"),
+        ("AGENTGATE_PG_POOL_TIMEOUT", "inf", "more than 0"),
+        ("AGENTGATE_PG_POOL_TIMEOUT", "10s", "a number of seconds, got '10s'"),
+    ],
+)
+def test_a_pool_setting_out_of_range_is_one_line_naming_the_variable_before_any_connection(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], name: str, value: str, message: str
+) -> None:
+    from agentgate.cli.main import main
+    from agentgate.errors import InputError
+    from agentgate.store import open_store
+
+    monkeypatch.setenv(name, value)
+    # No server listens there: the setting is refused before anything tries to connect.
+    url = "postgresql://nobody@/agentgate?host=/nonexistent-socket-dir&port=1"
+    with pytest.raises(InputError, match=f"{name} must be .*{message}"):
+        open_store(url)
+    assert main(["audit", "verify", "--store", url]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and name in err and "Traceback" not in err
