@@ -51,7 +51,7 @@ EOF
 CORE_TESTS="test_authority_decisions.py test_authority_encoding.py test_authority_grants.py
   test_authority_vectors.py test_policy_load.py test_policy_lint.py test_policy_index.py test_keys.py
   test_audit_log.py test_audit_entry.py test_audit_tamper.py test_store.py test_ledger.py test_gate.py
-  test_gate_run.py test_cli_grant.py test_audit_cli.py test_spans.py test_dispatch_dispatcher.py
+  test_gate_run.py test_cli_grant.py test_audit_cli.py test_audit_spans.py test_dispatch_dispatcher.py
   test_dispatch_metrics.py test_broker_docs_model.py test_store_fault_injection.py test_authority_stateful.py
   test_packaging_extras.py"
 # The LangGraph subset adds the newer middleware, streaming and gateway files (R41: the matrix ran

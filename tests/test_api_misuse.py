@@ -1,4 +1,4 @@
-"""Review R38, the public Python API used wrongly: what a script that calls agentgate with a
+"""The public Python API used wrongly: what a script that calls agentgate with a
 wrong type, an out-of-range value or a closed object gets back.
 
 The contract (docs, ``agentgate/errors.py``): bad input gives a typed error from the agentgate

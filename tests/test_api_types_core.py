@@ -1,4 +1,4 @@
-"""Review R38, wrong Python types at the core modules' public entry points (keys, capabilities,
+"""Wrong Python types at the core modules' public entry points (keys, capabilities,
 policy loading and index, the authority functions, the schedulers): what the fixes made for
 ``tests/test_api_misuse.py`` hold beyond that file's cases, and what they leave as it was.
 

@@ -1,4 +1,4 @@
-"""Review R38, wrong Python types at the Gate and its LangGraph integration, after the fix: what
+"""Wrong Python types at the Gate and its LangGraph integration, after the fix: what
 tests/test_api_misuse.py does not pin down about the checks added to
 ``agentgate/gate/_gate.py``, ``_approval.py``, ``_authorization.py`` and
 ``agentgate/integrations/langgraph.py``.

@@ -1,4 +1,4 @@
-"""Review R35: the audit log read against docs/audit-format.md by a verifier written from the doc.
+"""The audit log read against docs/audit-format.md by a verifier written from the doc.
 
 Each test failed on the code before its fix; its docstring says what was wrong.
 """

@@ -1,4 +1,4 @@
-"""Review R7: the audit log and its evidence, attacked as an auditor and as an attacker.
+"""The audit log and its evidence, attacked as an auditor and as an attacker.
 
 Each test named after a defect (its docstring says what was wrong) failed on the code before its
 fix; the others check that what held still holds around the fixes (documented encoding, batches).

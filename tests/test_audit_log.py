@@ -1,5 +1,6 @@
-"""The audit log on both stores: appends, append-only enforcement, checkpoints, proofs, and what
-explain and verify say of an entry changed in place."""
+"""The audit log (agentgate/store/audit.py) on both stores: appends (one entry or a group commit
+of several), append-only enforcement, checkpoints, proofs, and what explain and verify say of an
+entry changed in place."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_audit_checkpoints import ALICE as CHECKPOINTS_ALICE
+from test_audit_checkpoints import _log as _checkpoints_log
 
 from agentgate.audit.entry import AuditEntry, argument_digest, redact
 from agentgate.audit.merkle import leaf_hash, verify_consistency
@@ -354,3 +357,11 @@ def test_explain_does_not_take_a_row_of_the_reference_index_as_evidence(tmp_path
     again.refs_indexed = False
     assert [e.index for e in again.explain(1).related] == [3]
     assert [e.index for e in again.explain(2).related] == []
+
+
+def test_append_many_writes_every_entry(tmp_path: Path) -> None:
+    """Kills: ``append_many`` writing only part of the batch. Rule: a group commit writes all its
+    entries or none, each at its own next index."""
+    log = _checkpoints_log(tmp_path, 1)
+    assert log.append_many([{"kind": "deny", "principal": CHECKPOINTS_ALICE}] * 3) == [1, 2, 3]
+    assert log.size() == 4 and log.verify().ok

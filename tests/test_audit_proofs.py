@@ -1,4 +1,4 @@
-"""Review R36 (proofs): proof bundles, checkpoints and the audit verbs read by an auditor who has
+"""Proof bundles, checkpoints and the audit verbs read by an auditor who has
 only docs/audit-format.md, docs/cli.md and the log's public key.
 
 Each test failed on the code before its fix; its docstring says what was wrong.

@@ -1,4 +1,4 @@
-"""Review R27: an auditor reconciles the evidence. Every path a call can take through the Gate is
+"""An auditor reconciles the evidence. Every path a call can take through the Gate is
 run for real, then the log is read by a reader written from docs/audit-format.md alone (entry
 bytes, leaf hashes, RFC 9162 tree, C2SP signed note) and reconciled with the decisions the
 callers saw, the budget ledger and the OpenTelemetry spans (the SDK's in-memory exporter):

@@ -1,4 +1,4 @@
-"""Review r11 of the audit log at scale: the reference index checked by ``verify``, the entry
+"""The audit log at scale: the reference index checked by ``verify``, the entry
 bound, the triggers and sizes from the user."""
 
 from __future__ import annotations

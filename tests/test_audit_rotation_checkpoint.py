@@ -1,4 +1,4 @@
-"""Review R35: the first checkpoint after a log-key rotation is signed by the new key.
+"""The first checkpoint after a log-key rotation is signed by the new key.
 
 docs/operations.md, "Rotating the log key": step 4 takes a checkpoint under the new key. When no
 entry had been appended since the last checkpoint (step 1 took it), ``checkpoint`` returned that

@@ -1,16 +1,211 @@
-"""OpenTelemetry spans (agentgate/audit/spans.py): an exception leaves its class name on a span,
-never its message; a paused call is not a failure; tool arguments and results reach a span only
-when content capture is opted in; a chat span is a CLIENT span.
+"""OpenTelemetry spans (agentgate/audit/spans.py): agent, tool and chat spans follow the GenAI
+semantic conventions and carry agentgate's decision attributes; a deny or a failed call is an
+error, a paused call is not; an exception leaves its class name on a span, never its message; tool
+arguments and results reach a span only when content capture is opted in.
 """
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from opentelemetry.trace import SpanKind, StatusCode
+from opentelemetry.trace import SpanKind, StatusCode, Tracer
 from test_dispatch_backends import KEY, _tracer
 
-from agentgate.audit.spans import chat_span, execute_tool_span, record_outcome, record_tool_result
+from agentgate.audit.entry import redact
+from agentgate.audit.spans import (
+    CAPTURE_CONTENT_ENV,
+    SCHEMA_URL,
+    chat_span,
+    decision_span,
+    execute_tool_span,
+    get_tracer,
+    invoke_agent_span,
+    record_decision,
+    record_outcome,
+    record_tool_result,
+    record_usage,
+)
+
+
+@pytest.fixture
+def exporter() -> InMemorySpanExporter:
+    return InMemorySpanExporter()
+
+
+@pytest.fixture
+def tracer(exporter: InMemorySpanExporter) -> Tracer:
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    return get_tracer(provider)
+
+
+def test_agent_tool_and_chat_spans_follow_the_genai_conventions(
+    tracer: Tracer, exporter: InMemorySpanExporter
+) -> None:
+    with invoke_agent_span("researcher", agent_id="did:key:zAgent", tracer=tracer):
+        with execute_tool_span("web_search", call_id="call_1", tracer=tracer) as span:
+            record_decision(
+                span,
+                "allow",
+                policy_id="p1",
+                capability_id="c1",
+                chain_depth=2,
+                budget_remaining=880,
+                audit_index=41,
+            )
+        with chat_span("llama-3.1-8b", provider="vllm", tracer=tracer) as span:
+            record_usage(span, 120, 30, response_model="llama-3.1-8b")
+    tool, chat, agent = exporter.get_finished_spans()
+    assert agent.name == "invoke_agent researcher" and agent.kind == SpanKind.INTERNAL
+    assert agent.attributes == {
+        "gen_ai.operation.name": "invoke_agent",
+        "gen_ai.agent.name": "researcher",
+        "gen_ai.agent.id": "did:key:zAgent",
+    }
+    assert tool.name == "execute_tool web_search" and tool.parent.span_id == agent.context.span_id
+    assert tool.attributes["gen_ai.operation.name"] == "execute_tool"
+    assert tool.attributes["gen_ai.tool.call.id"] == "call_1"
+    assert tool.attributes["agentgate.decision"] == "allow"
+    assert tool.attributes["agentgate.audit.index"] == 41
+    assert tool.attributes["agentgate.chain.depth"] == 2
+    assert tool.attributes["agentgate.budget.remaining"] == 880
+    assert tool.status.status_code == StatusCode.UNSET
+    assert chat.name == "chat llama-3.1-8b" and chat.kind == SpanKind.CLIENT
+    assert chat.attributes["gen_ai.usage.input_tokens"] == 120
+    assert chat.attributes["gen_ai.usage.output_tokens"] == 30
+    assert tool.instrumentation_scope.schema_url == SCHEMA_URL
+
+
+def test_deny_sets_error_status_and_type(tracer: Tracer, exporter: InMemorySpanExporter) -> None:
+    with execute_tool_span("run_shell", tracer=tracer) as span:
+        record_decision(span, "deny", reason="no grant covers tool:run_shell", audit_index=7)
+    (span,) = exporter.get_finished_spans()
+    assert span.status.status_code == StatusCode.ERROR
+    assert span.attributes["error.type"] == "agentgate.denied"
+    assert span.status.description == "no grant covers tool:run_shell"
+
+
+def test_tool_arguments_and_results_are_recorded_only_when_opted_in(
+    tracer: Tracer, exporter: InMemorySpanExporter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    args = {"query": "weather", "api_key": "sk-secret"}
+    monkeypatch.delenv(CAPTURE_CONTENT_ENV, raising=False)
+    with execute_tool_span("search", arguments=args, tracer=tracer) as span:
+        record_tool_result(span, {"answer": 42})
+    monkeypatch.setenv(CAPTURE_CONTENT_ENV, "true")
+    with execute_tool_span("search", arguments=redact(args, ["query"]), tracer=tracer) as span:
+        record_tool_result(span, {"answer": 42})
+    default, opted_in = exporter.get_finished_spans()
+    assert "gen_ai.tool.call.arguments" not in default.attributes
+    assert "gen_ai.tool.call.result" not in default.attributes
+    assert opted_in.attributes["gen_ai.tool.call.arguments"] == '{"query":"weather"}'
+    assert opted_in.attributes["gen_ai.tool.call.result"] == '{"answer": 42}'
+    assert all("sk-secret" not in str(v) for s in (default, opted_in) for v in s.attributes.values())
+
+
+def test_an_exception_marks_the_span_with_its_type(tracer: Tracer, exporter: InMemorySpanExporter) -> None:
+    with pytest.raises(TimeoutError), execute_tool_span("slow", tracer=tracer):
+        raise TimeoutError("deadline")
+    (span,) = exporter.get_finished_spans()
+    assert span.status.status_code == StatusCode.ERROR and span.attributes["error.type"] == "TimeoutError"
+
+
+def test_configure_from_env_refuses_an_unknown_exporter(monkeypatch: pytest.MonkeyPatch) -> None:
+    from agentgate.audit.spans import configure_from_env
+    from agentgate.errors import InputError
+
+    monkeypatch.setenv("OTEL_TRACES_EXPORTER", "carrier-pigeon")
+    with pytest.raises(InputError, match="carrier-pigeon"):
+        configure_from_env()
+
+
+@pytest.mark.parametrize("value", [float("nan"), "\ud800", object()])
+def test_arguments_without_a_canonical_form_are_left_out_not_a_failed_call(
+    tracer: Tracer, exporter: InMemorySpanExporter, value: object
+) -> None:
+    # Review R9: with content capture on, such an argument raised InputError from the span's
+    # opening, before the tool ran: tracing made the call fail.
+    with execute_tool_span("search", arguments={"q": value}, record_content=True, tracer=tracer):
+        ran = True
+    (span,) = exporter.get_finished_spans()
+    assert ran and "gen_ai.tool.call.arguments" not in span.attributes
+
+
+def test_an_outcome_marks_a_failed_call_error_and_leaves_success_and_pauses_alone(
+    tracer: Tracer, exporter: InMemorySpanExporter
+) -> None:
+    for status, error in (("ok", None), ("paused", None), ("error", None), ("error", "TimeoutError")):
+        with execute_tool_span("t", tracer=tracer) as span:
+            record_decision(span, "allow")
+            record_outcome(span, status, error_type=error)
+    ok, paused, failed, raised = exporter.get_finished_spans()
+    assert ok.status.status_code == paused.status.status_code == StatusCode.UNSET
+    assert "error.type" not in ok.attributes and paused.attributes["agentgate.outcome"] == "paused"
+    assert (
+        failed.status.status_code == StatusCode.ERROR
+        and failed.attributes["error.type"] == "agentgate.failed"
+    )
+    assert (
+        raised.attributes["error.type"] == "TimeoutError"
+        and raised.attributes["agentgate.outcome"] == "error"
+    )
+
+
+def test_a_decision_on_another_resource_is_no_genai_span(
+    tracer: Tracer, exporter: InMemorySpanExporter
+) -> None:
+    with decision_span("gpu:h100", "lease", tracer=tracer) as span:
+        record_decision(span, "deny", reason="no grant covers gpu:h100")
+    (span,) = exporter.get_finished_spans()
+    assert span.name == "lease gpu:h100" and span.kind == SpanKind.INTERNAL
+    assert (
+        span.attributes["agentgate.resource"] == "gpu:h100" and span.attributes["agentgate.action"] == "lease"
+    )
+    assert not any(key.startswith("gen_ai.") for key in span.attributes)
+    assert span.status.status_code == StatusCode.ERROR
+
+
+def test_configure_from_env_twice_keeps_the_installed_provider() -> None:
+    # Review R9: a second call built a provider OpenTelemetry refused to install ("Overriding of
+    # current TracerProvider is not allowed"), returned it (spans sent to it went nowhere) and
+    # left its batch exporter's thread running. In a child process: the provider is global.
+    code = (
+        "import threading\n"
+        "from opentelemetry import trace\n"
+        "from agentgate.audit.spans import configure_from_env\n"
+        "first = configure_from_env(); threads = threading.active_count()\n"
+        "second = configure_from_env()\n"
+        "assert first is second is trace.get_tracer_provider(), 'not the installed provider'\n"
+        "assert threading.active_count() == threads, 'a second exporter thread'\n"
+    )
+    env = {**os.environ, "OTEL_TRACES_EXPORTER": "console"}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "Overriding" not in done.stderr
+
+
+def test_a_pause_carried_out_by_an_exception_is_not_an_error(
+    tracer: Tracer, exporter: InMemorySpanExporter
+) -> None:
+    class Interrupt(Exception):  # as LangGraph's GraphInterrupt: a pause, raised
+        pass
+
+    with pytest.raises(Interrupt), execute_tool_span("ask_human", tracer=tracer) as span:
+        record_outcome(span, "paused")
+        raise Interrupt
+    with pytest.raises(Interrupt), execute_tool_span("ask_human", tracer=tracer):
+        raise Interrupt
+    paused, failed = exporter.get_finished_spans()
+    assert paused.status.status_code == StatusCode.UNSET and "error.type" not in paused.attributes
+    assert failed.status.status_code == StatusCode.ERROR and failed.attributes["error.type"].endswith(
+        "Interrupt"
+    )
 
 
 def test_an_exception_leaving_a_chat_span_exports_its_type_never_its_message() -> None:

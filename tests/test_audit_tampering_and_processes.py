@@ -1,4 +1,4 @@
-"""Review r14 of the stores and the audit log under tampering, several processes and crashes.
+"""The stores and the audit log under tampering, several processes and crashes.
 
 SQLite stores what it is given, whatever a column's declared type: a table edited by hand (or
 by an old version) can hold text where agentgate wrote integers or bytes. The lookup aids and

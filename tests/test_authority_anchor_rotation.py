@@ -1,4 +1,4 @@
-"""Review r44, rotation: the key lifecycle of an operator running agentgate for months
+"""The key lifecycle of an operator running agentgate for months
 (docs/operations.md, "Rotating keys" and "Rotating the log key"; docs/policy-reference.md,
 "Changing a policy"), end to end with the CLI and the Python API on real SQLite stores, the log
 key's rotation on PostgreSQL too.

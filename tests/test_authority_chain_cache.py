@@ -1,4 +1,4 @@
-"""Review R37: the verified-chain cache is bounded in the memory its parsed chains hold, not in
+"""The verified-chain cache is bounded in the memory its parsed chains hold, not in
 their tokens' bytes, which underestimate it up to 20-fold."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Review R29: authority over time. Revocation racing decisions (threads and processes, SQLite and
+"""Authority over time. Revocation racing decisions (threads and processes, SQLite and
 PostgreSQL), clocks and tolerances, approvals used twice at once, and key files. Each test below
 the first section is a defect found by running the real thing; the first section records what
 was attacked and held."""

@@ -1,4 +1,4 @@
-"""Review r45: revocation by holder (``agentgate grant revoke --holder``, ``revoke_holder``).
+"""Revocation by holder (``agentgate grant revoke --holder``, ``revoke_holder``).
 
 Review R44 found that an operator who learns an agent's private key leaked had no one-step way to
 cut it off: docs/operations.md gave a SQL query for the key's grants and one ``grant revoke ID``

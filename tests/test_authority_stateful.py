@@ -1,4 +1,4 @@
-"""Review r40, stateful model-based tests of the authority layer.
+"""Stateful model-based tests of the authority layer.
 
 Two Hypothesis ``RuleBasedStateMachine``s (derandomized, bounded) drive the real components and
 compare them, after every step, with a small reference model of what SHOULD happen.

@@ -1,4 +1,4 @@
-"""Review R36 (token spec): what a second implementation written from docs/token-format.md needs.
+"""What a second implementation written from docs/token-format.md needs.
 
 A verifier written from the page alone (PyNaCl or pyca/cryptography for Ed25519) disagreed with
 agentgate where the page was silent or loose, and passed every vector with an Ed25519 library

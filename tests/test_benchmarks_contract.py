@@ -1,4 +1,4 @@
-"""Review R32: the benchmarks measure what their issues say, and end with the JSON line they promise.
+"""The benchmarks measure what their issues say, and end with the JSON line they promise.
 
 Fast checks only: the three short benchmarks run with ``--quick --json`` (a few seconds each) and
 their last line is parsed; the authority benchmark's decisions start from the invocation's wire

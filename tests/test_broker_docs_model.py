@@ -1,4 +1,4 @@
-"""Review R40: the GPU broker against its own documentation (docs/broker.md).
+"""The GPU broker against its own documentation (docs/broker.md).
 
 Each promise checked here runs the real broker, its real journal (SQLite files, and the session's
 PostgreSQL server through the ``store`` fixture), the real Gate and audit log, and the real CLI.

@@ -1,4 +1,4 @@
-"""Review r17 of the GPU broker, the cross-process concurrency leases and the simulator.
+"""The GPU broker, the cross-process concurrency leases and the simulator.
 
 Each test names the defect it pins: it failed on the code before its fix.
 """

@@ -1,4 +1,4 @@
-"""Review R8: the dispatcher and the GPU broker as a library user sees them.
+"""The dispatcher and the GPU broker as a library user sees them.
 
 Real components only: simulated vLLM backends (``SimServer``) and hostile ones
 (``http.server``) over real HTTP on 127.0.0.1, the real SQLite and PostgreSQL stores, the real

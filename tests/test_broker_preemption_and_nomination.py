@@ -1,4 +1,4 @@
-"""Review r36 of the GPU broker: what docs/broker.md promises, checked by running it.
+"""The GPU broker: what docs/broker.md promises, checked by running it.
 
 Each test failed on the code before its fix.
 """

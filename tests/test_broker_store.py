@@ -1,4 +1,7 @@
-"""The broker's state in the store (SQLite and PostgreSQL), the topology adapter, and the CLI."""
+"""The broker's journal in the store (agentgate/store/broker_leases.py, SQLite and PostgreSQL), the
+topology adapter, and the CLI. A saved state reads back whole; a restarted broker takes its name over
+only while the stored state is still the one it loaded (by generation, and at generation 0 by
+content); brokers sharing a store read and write only their own name's rows."""
 
 from __future__ import annotations
 
@@ -9,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_store_leases import _Hooked, _pg
 
 from agentgate.cli import broker as broker_cli
 from agentgate.dispatch.broker import (
@@ -22,7 +26,7 @@ from agentgate.dispatch.broker import (
     synthetic_topology,
 )
 from agentgate.dispatch.inventory import parse_inventory
-from agentgate.errors import BrokerError, InputError, InventoryError
+from agentgate.errors import BrokerError, InputError, InventoryError, StoreError
 from agentgate.store import SQLiteStore, Store
 from agentgate.store.broker_leases import BrokerLeaseStore
 
@@ -286,3 +290,179 @@ def test_a_queued_request_without_a_deadline_reads_back_without_one(sqlite_store
     again = journal_cls(sqlite_store).load()
     assert again == snapshot
     assert again.queue[0].deadline == math.inf
+
+
+# --- taking the journal over: a restart takes a broker name over only from the state it loaded;
+# the PostgreSQL test interleaves a second connection's committed work between two statements
+# of a real transaction (``_Hooked``, from test_store_leases) ----------------------------------
+
+
+def _journaled_broker(store: Store) -> tuple[Any, Any, Any]:
+    """A busy broker (``busy_broker``) journaled in ``store``, its journal and its clock."""
+    from agentgate.store.broker_leases import BrokerLeaseStore
+
+    clock = FakeClock()
+    journal = BrokerLeaseStore(store)
+    return busy_broker(journal, clock), journal, clock
+
+
+def test_a_restore_of_an_equal_copy_is_refused_once_the_old_broker_wrote_again(
+    sqlite_store: SQLiteStore,
+) -> None:
+    """Kills B10 (``_may_take_over`` telling the snapshot loaded by identity only) and B11 (``save``
+    not raising the generation): a restore given
+    an equal copy of what the journal loaded skipped the generation check, and took the name over
+    although the old broker had written since (here the very same state again: it still runs, and
+    would go on granting). Rule: a journal takes over only while the stored generation is still
+    the one it loaded, whichever object holds the snapshot restored."""
+    import copy
+
+    from agentgate.store.broker_leases import BrokerLeaseStore
+
+    _, old, _ = _journaled_broker(sqlite_store)
+    new = BrokerLeaseStore(sqlite_store)
+    saved = new.load()
+    assert saved is not None
+    old.save(saved)  # the old broker is still alive: it writes (the same state) after the load
+    new.take_over(copy.deepcopy(saved))
+    with pytest.raises(StoreError, match="written over"):
+        new.save(saved)
+    assert BrokerLeaseStore(sqlite_store).load() == saved
+
+
+def test_a_state_written_over_by_a_broker_of_before_generations_is_not_taken_over(
+    sqlite_store: SQLiteStore,
+) -> None:
+    """Kills B6 (``_may_take_over`` trusting generation 0 without comparing the state): during a
+    rolling upgrade the old broker, of a version from before ``generation``, writes 0 every time;
+    it granted again after the new one loaded, and the mutant let the new one take the name over
+    with the stale state: the GPUs of that grant handed out twice. Rule: at generation 0 the
+    stored state itself must still be the one loaded."""
+    from agentgate.store.broker_leases import BrokerLeaseStore
+
+    def as_before_r40() -> None:
+        with sqlite_store.transaction() as tx:
+            tx.execute("UPDATE broker_state SET generation = 0")
+
+    broker, _, clock = _journaled_broker(sqlite_store)
+    as_before_r40()
+    new = BrokerLeaseStore(sqlite_store)
+    saved = new.load()
+    assert saved is not None
+    clock.now += 1
+    broker.release("low")  # the old version goes on: "high" is granted low's GPUs
+    as_before_r40()
+    new.take_over(saved)
+    with pytest.raises(StoreError, match="written over"):
+        new.save(saved)
+
+
+def test_a_snapshot_restored_into_a_store_that_holds_none_is_taken_over(tmp_path: Any) -> None:
+    """Kills B7 (``_may_take_over`` refusing when nothing is stored): a broker restored from a
+    snapshot of another store (a move to a new database) could never journal, every grant
+    failing with ``StoreError``. Rule: where no broker wrote the name, a restore takes it over."""
+    from agentgate.store.broker_leases import BrokerLeaseStore
+
+    first, second = SQLiteStore(tmp_path / "one.db"), SQLiteStore(tmp_path / "two.db")
+    try:
+        _journaled_broker(first)
+        saved = BrokerLeaseStore(first).load()
+        assert saved is not None
+        moved = BrokerLeaseStore(second)
+        moved.take_over(saved)
+        moved.save(saved)
+        assert BrokerLeaseStore(second).load() == saved
+    finally:
+        first.close()
+        second.close()
+
+
+def test_a_journal_that_never_loaded_the_stored_state_does_not_take_it_over(
+    sqlite_store: SQLiteStore,
+) -> None:
+    """Kills B8 (``_may_take_over`` granting a take-over without a snapshot when a state is
+    stored): a broker started without restoring wrote its empty state over the name, so the
+    leases the stored state held were forgotten and their GPUs granted again. Rule: a take-over
+    names the state it restored, and a stored state that is not it is never written over."""
+    from agentgate.store.broker_leases import BrokerLeaseStore
+
+    _, _, _ = _journaled_broker(sqlite_store)
+    stored = BrokerLeaseStore(sqlite_store).load()
+    fresh = BrokerLeaseStore(sqlite_store)
+    fresh.take_over()
+    assert stored is not None
+    with pytest.raises(StoreError):
+        fresh.save(type(stored)(stored.taken_at + 1, (), ()))
+    assert BrokerLeaseStore(sqlite_store).load() == stored
+
+
+def test_a_snapshot_loaded_elsewhere_is_not_restored_over_a_newer_state(sqlite_store: SQLiteStore) -> None:
+    """Kills B9 (``_may_take_over`` not comparing the stored state with a snapshot loaded by
+    another journal): a broker restored from a snapshot read earlier elsewhere (the CLI, another
+    replica) took the name over although the old broker had granted since: the GPUs of that
+    grant handed out twice. Rule: such a take-over needs the stored state to be that snapshot."""
+    from agentgate.store.broker_leases import BrokerLeaseStore
+
+    broker, _, clock = _journaled_broker(sqlite_store)
+    earlier = BrokerLeaseStore(sqlite_store).load()
+    assert earlier is not None
+    clock.now += 1
+    broker.release("low")  # the old broker grants low's GPUs to "high" after that read
+    fresh = BrokerLeaseStore(sqlite_store)
+    fresh.take_over(earlier)
+    with pytest.raises(StoreError, match="written over"):
+        fresh.save(earlier)
+    assert BrokerLeaseStore(sqlite_store).load() == broker.snapshot()
+
+
+@pytest.mark.postgres
+def test_a_load_that_a_write_overtakes_reads_one_whole_state(postgres_url: str) -> None:
+    """Kills B14 (``load`` not reading the generation again after the rows): on PostgreSQL a save
+    committed between the read of the leases and that of the queue gave the mutant the old
+    leases with the new queue, a state no broker ever had (a waiter shown with the GPUs it was
+    granted meanwhile). Rule: ``load`` returns one whole saved state."""
+    from agentgate.store.broker_leases import BrokerLeaseStore
+
+    one, two = _pg(postgres_url), _pg(postgres_url)
+    try:
+        broker, _, clock = _journaled_broker(two)
+        before = broker.snapshot()
+
+        def release() -> None:
+            clock.now += 1
+            broker.release("low")  # "high" leaves the queue and takes low's GPUs: both tables change
+
+        hooked = _Hooked(one, "SELECT body FROM broker_leases", meanwhile=release)
+        loaded = BrokerLeaseStore(hooked).load()  # type: ignore[arg-type]
+        after = broker.snapshot()
+        assert hooked.fired == 1
+        assert before != after
+        assert loaded == after
+    finally:
+        one.close()
+        two.close()
+
+
+def test_a_broker_saving_under_its_name_leaves_another_names_state_whole(store: Store) -> None:
+    """Kills B20 and B21 (``save`` deleting the leases, or the queue, of every broker name) and
+    B22 (``_generation`` reading the newest generation of any name): brokers sharing one store
+    lost each other's leases and waiters at every save (a restart then found GPUs free that
+    were leased), or a journal could not load nor take over its own name. Rule: a journal reads
+    and writes only its own name's rows."""
+    from agentgate.dispatch.broker import Broker, GangRequest, TenantQuota, synthetic_topology
+    from agentgate.store.broker_leases import BrokerLeaseStore
+
+    clock = FakeClock()
+    east = busy_broker(BrokerLeaseStore(store, "east"), clock)  # many saves: a high generation
+    before = east.snapshot()
+    west = Broker(
+        synthetic_topology(1, 8), [TenantQuota("a", 8)], clock=clock, journal=BrokerLeaseStore(store, "west")
+    )
+    west.submit(GangRequest("solo", "a", 1))
+    assert BrokerLeaseStore(store, "east").load() == before
+    journal = BrokerLeaseStore(store, "west")
+    saved = journal.load()
+    assert saved is not None and [lease.id for lease in saved.leases] == ["solo"]
+    journal.take_over(saved)
+    journal.save(saved)  # the restarted west broker takes its name over
+    assert BrokerLeaseStore(store, "east").load() == before

@@ -1,4 +1,4 @@
-"""Review R35, capabilities: the one-line form refuses what its grammar does not define (docs/cli.md,
+"""The one-line form refuses what its grammar does not define (docs/cli.md,
 CAP), a ``Call`` refuses fields of the wrong type, no constraint value is text that cannot be
 written down, and ``decide`` denies a hand-built invocation with a wrong-typed field."""
 

@@ -1,4 +1,4 @@
-"""Review R35, the command line: a value that names something may not be empty.
+"""The command line: a value that names something may not be empty.
 
 ``--checkpoint "$SAVED"``, ``--key "$LOGPUB"``, ``--out "$FILE"`` or ``--store "$URL"`` with the
 variable unset reached the command as an empty string, which it read as the flag left out: the

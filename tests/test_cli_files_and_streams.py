@@ -1,4 +1,4 @@
-"""Review R1: the command line as a contract, and the docs that describe it.
+"""The command line as a contract, and the docs that describe it.
 
 Every file a command is given is read the way docs/cli.md promises (a regular file of a sane size;
 a FIFO, device or directory is refused at once, exit 2, one line), files written with ``--out``

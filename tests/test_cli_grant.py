@@ -306,3 +306,37 @@ def test_a_private_key_given_for_a_public_key_flag_is_refused_without_being_prin
         out, err = capsys.readouterr()
         assert code == 2 and "looks like a key itself" in err, (code, err)
         assert seed_line[24:40] not in out + err
+
+
+def test_a_grant_issue_with_a_repeated_bound_exits_2(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Kills: a repeated operator in ``--allow`` keeping only the last bound, and an AMOUNT of
+    ``500:`` read as 500 usd_micros.
+
+    ``amount<=5&amount<=500`` would issue a grant ten times wider than its first clause: the
+    command refuses it, exit 2, one error line, no token written; so is a budget with ``:`` and no
+    unit."""
+    monkeypatch.setenv("AGENTGATE_STORE", str(tmp_path / "store.db"))
+    monkeypatch.chdir(tmp_path)
+    for name in ("root", "alice"):
+        assert main(["keys", "new", name, "--dir", "k"]) == 0
+    capsys.readouterr()
+    base = [
+        "grant",
+        "issue",
+        "--issuer",
+        "k/root.key",
+        "--to",
+        "k/alice.pub",
+        "--ttl",
+        "1h",
+        "--out",
+        "a.tok",
+    ]
+    assert main([*base, "--allow", "tool:payments.refund?amount<=5&amount<=500"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("agentgate: error: ") and err.count("\n") == 1 and "given twice" in err
+    assert main([*base, "--allow", "tool:payments.refund", "--budget", "500:"]) == 2
+    assert "name the unit" in capsys.readouterr().err
+    assert not (tmp_path / "a.tok").exists()

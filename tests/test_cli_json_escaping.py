@@ -1,4 +1,4 @@
-"""Review R37, the command line as scripts use it: what reaches the terminal from a hostile file,
+"""The command line as scripts use it: what reaches the terminal from a hostile file,
 empty names, and the ``--json`` shapes docs/cli.md describes.
 
 Real components: the ``agentgate`` entry point in process, real files, a real SQLite store and

@@ -1,4 +1,4 @@
-"""Review R45: is what the command line prints consistent across verbs (docs/cli.md, Output
+"""Is what the command line prints consistent across verbs (docs/cli.md, Output
 conventions)? Every `--json` output is run on one real SQLite store that holds something for it
 (a grant chain, a revocation, an approval request, a breaker, a dead letter, broker leases and a
 queue, an unsettled call) and walked whole.

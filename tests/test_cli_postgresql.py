@@ -1,4 +1,4 @@
-"""Review R38, the command line against a PostgreSQL store: the whole lifecycle an operator runs
+"""The command line against a PostgreSQL store: the whole lifecycle an operator runs
 with ``AGENTGATE_STORE=postgresql://...``, as real ``python -m agentgate`` processes, on the
 session's PostgreSQL 15 server (docs/cli.md and docs/operations.md are the contract).
 

@@ -1,4 +1,4 @@
-"""Review R35: ``agentgate grant revoke`` leaves a ``revoke`` entry in the audit log, as
+"""``agentgate grant revoke`` leaves a ``revoke`` entry in the audit log, as
 ``Gate.revoke`` does, in the same transaction as the revocation (docs/audit-format.md lists every
 revocation among the entries; the command used to revoke in the store only)."""
 

@@ -1,4 +1,4 @@
-"""Review R26: the command line as a contract for scripts (pipelines, cron jobs, containers).
+"""The command line as a contract for scripts (pipelines, cron jobs, containers).
 
 The ``agentgate`` command runs as a real subprocess (``sys.executable -m agentgate.cli.main``)
 where the process matters: a pipe whose reader stops early, standard streams a cron line closed,

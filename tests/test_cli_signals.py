@@ -1,4 +1,4 @@
-"""Review r39, signals: real processes stopped with SIGINT and SIGTERM at chosen moments.
+"""Real processes stopped with SIGINT and SIGTERM at chosen moments.
 
 Each test runs a real process (``python -m agentgate serve`` over a real simulated backend on
 loopback, a script using the ``Gate`` on a real SQLite file or PostgreSQL database, ``python -m

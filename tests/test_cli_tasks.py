@@ -1,13 +1,21 @@
-"""`agentgate tasks` (agentgate/cli/tasks.py): listing and settling once-only calls from the
-command line."""
+"""`agentgate tasks` (agentgate/cli/tasks.py): listing dead letters (by tool name or resource) and
+shared breaker states, and listing and settling once-only calls from the command line."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
+import pytest
 from test_gate_once import PAY, RUN, _cli
 from test_gate_once import _gate as _once_gate
 from test_gate_once import _new as _once_new
+from test_store_dead_letters import letter
+
+from agentgate.cli.main import main
+from agentgate.store import SQLiteStore
+from agentgate.store.dead_letters import DeadLetterStore
+from agentgate.store.leases import SharedBreakers
 
 
 def test_the_command_refuses_to_settle_a_call_allowed_moments_ago(tmp_path: Path) -> None:
@@ -21,3 +29,56 @@ def test_the_command_refuses_to_settle_a_call_allowed_moments_ago(tmp_path: Path
     assert code == 2
     code, _ = _cli("tasks", "settle", key, "--not-run", "--older-than", "0", "--store", str(path))
     assert code == 0
+
+
+def test_cli_lists_dead_letters(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "ag.db"
+    with SQLiteStore(path) as store:
+        DeadLetterStore(store).record(letter(1))
+    assert main(["tasks", "dead-letters", "--store", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "payments.refund" in out and "attempts_exhausted" in out and "TimeoutError (timeout)" in out
+    assert main(["tasks", "dead-letters", "--json", "--store", str(path)]) == 0
+    [item] = json.loads(capsys.readouterr().out)
+    assert item["authority_chain"] == ["grant-root", "grant-child"]
+    assert [e["error_class"] for e in item["errors"]] == ["transient", "timeout"]
+    empty = tmp_path / "empty.db"
+    SQLiteStore(empty).close()
+    assert main(["tasks", "dead-letters", "--store", str(empty)]) == 0
+    assert capsys.readouterr().out == "no dead letters\n"
+    # A mistyped path is an error, not an empty store created on the spot.
+    assert main(["tasks", "dead-letters", "--store", str(tmp_path / "typo.db")]) == 2
+    assert "no store at" in capsys.readouterr().err and not (tmp_path / "typo.db").exists()
+    with pytest.raises(SystemExit) as exit_info:
+        main(["tasks", "dead-letters", "--limit", "0", "--store", str(path)])
+    assert exit_info.value.code == 2
+
+
+@pytest.mark.parametrize("name", ["payments.refund", "tool:payments.refund"])
+def test_cli_filters_dead_letters_by_tool_name_or_resource(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str
+) -> None:
+    """``--tool`` takes the tool's name or its resource, as ``agentgate audit show --tool`` does
+    (review r37: ``tool:payments.refund`` matched nothing)."""
+    path = tmp_path / "ag.db"
+    with SQLiteStore(path) as store:
+        DeadLetterStore(store).record(letter(1))
+        DeadLetterStore(store).record(letter(2, tool="search.web"))
+    assert main(["tasks", "dead-letters", "--json", "--tool", name, "--store", str(path)]) == 0
+    assert [item["id"] for item in json.loads(capsys.readouterr().out)] == ["id-1"]
+
+
+def test_cli_lists_shared_breakers(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "ag.db"
+    SQLiteStore(path).close()
+    assert main(["tasks", "breakers", "--store", str(path)]) == 0
+    assert capsys.readouterr().out == "no shared breaker states\n"
+    with SQLiteStore(path) as store:
+        SharedBreakers(store).publish("tool:search", "open", 1_800_000_000.0)
+        SharedBreakers(store).publish("backend:gpu-1", "closed", 1_800_000_000.0)
+    assert main(["tasks", "breakers", "--store", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "tool:search" in out and "open" in out and "2027-01-15" in out
+    assert main(["tasks", "breakers", "--json", "--store", str(path)]) == 0
+    states = {b["key"]: b["state"] for b in json.loads(capsys.readouterr().out)}
+    assert states == {"tool:search": "open", "backend:gpu-1": "closed"}

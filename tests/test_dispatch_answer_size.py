@@ -1,4 +1,4 @@
-"""Review R8: an answer larger than any chat completion is refused on every client path.
+"""An answer larger than any chat completion is refused on every client path.
 
 The gateway's lean pool (``UpstreamPool``) read a non-streamed answer whole, however large, while
 ``BackendClient.chat`` capped the body at ``MAX_ANSWER_BYTES`` on its own clients (aiohttp,

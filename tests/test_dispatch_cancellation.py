@@ -1,4 +1,4 @@
-"""Review r36, cancellation: calls cancelled, timed out or cut at each stage, against a real
+"""Calls cancelled, timed out or cut at each stage, against a real
 loopback backend (``agentgate.sim``)."""
 
 from __future__ import annotations

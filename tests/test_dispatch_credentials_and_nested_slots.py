@@ -1,4 +1,4 @@
-"""Review r10: attacks on backend credentials and on nested calls borrowing an ancestor's slot.
+"""Attacks on backend credentials and on nested calls borrowing an ancestor's slot.
 
 Credentials: a backend that echoes the ``Authorization`` it was sent into an answer agentgate
 cannot parse (a bad status line, a bad header, usage that is not an object) must not get the key,

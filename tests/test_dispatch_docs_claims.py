@@ -1,4 +1,4 @@
-"""Review r28: what docs/dispatch.md, docs/simulation.md and docs/broker.md claim, checked by running it.
+"""What docs/dispatch.md, docs/simulation.md and docs/broker.md claim, checked by running it.
 
 Real HTTP on 127.0.0.1 against ``SimServer``s, a slice of the real Mooncake trace, the latency
 formula of docs/simulation.md measured on the running simulator, the dispatcher's health states

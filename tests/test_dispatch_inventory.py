@@ -1,10 +1,15 @@
-"""The inventory: validated like a policy, with the topology lookups the router and broker use."""
+"""The inventory (agentgate/dispatch/inventory.py): validated like a policy, every reference
+resolved (GPUs, nodes, racks), with the topology lookups the router and broker use. Backend URLs
+carry no credentials, query string, fragment or port 0, and backend keys (variable or file) are
+checked at load without ever being quoted in an error."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
+from test_dispatch_dispatcher import MODEL
 
 from agentgate.dispatch.inventory import inventory_from_mapping, load_inventory, parse_inventory
 from agentgate.errors import BackendCredentialError, InventoryError
@@ -124,6 +129,29 @@ def test_a_backend_url_with_a_query_string_is_refused_without_echoing_it(field: 
     assert "CANARY" not in str(refused.value)
 
 
+# --- backend URLs: a bare ``?`` or ``#`` at the end is refused; IPv6 literals (a zone id too) and
+# percent-escaped ``?`` and ``#`` are accepted, the chat URL built behind them --------------------
+
+
+@pytest.mark.parametrize("url", ["http://127.0.0.1:8000/?", "http://127.0.0.1:8000/v1#"])
+def test_a_url_ending_in_a_bare_question_mark_or_hash_is_refused(url: str) -> None:
+    with pytest.raises(InventoryError):
+        inventory = inventory_from_mapping({"backends": [{"name": "a", "url": url, "models": [MODEL]}]})
+        pytest.fail(f"accepted; chat URL {inventory.backends[0].chat_url}")
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["http://[::1]:8000", "http://[fe80::1%25eth0]:8000", "http://127.0.0.1:8000/a%3Fb%23c"],
+    ids=["ipv6", "ipv6-zone", "escaped"],
+)
+def test_ipv6_literals_and_escaped_question_marks_and_hashes_are_accepted(url: str) -> None:
+    inventory = inventory_from_mapping(
+        {"backends": [{"name": "a", "url": url, "metrics_url": url + "/metrics", "models": [MODEL]}]}
+    )
+    assert inventory.backends[0].chat_url.startswith(url + "/")
+
+
 # --- backend credentials ----------------------------------------------------------------------
 
 
@@ -177,3 +205,166 @@ def test_a_hierarchy_level_listed_twice_is_refused(levels: list[str]) -> None:
     InventoryError, not accepted as an order (it is in order, but names one group twice)."""
     with pytest.raises(InventoryError, match="distinct"):
         inventory_from_mapping({"interconnect": {"hierarchy": levels}})
+
+
+# --- references, URLs, key files and the groups a lone GPU or rackless node forms ------------
+
+
+_GPUS = """
+nodes:
+  - {name: n1}
+  - {name: n2}
+gpus:
+  - {id: g0, type: H100, memory_gb: 80, node: n1}
+  - {id: g1, type: H100, memory_gb: 80, node: n2}
+"""
+
+
+def test_a_node_in_an_unknown_rack_is_refused() -> None:
+    """Kills I1 (the node's rack not checked): a node naming a rack the inventory lacks (a typo)
+    was accepted as a rack of its own, so the broker's rack-level placement put GPUs of two
+    different physical racks (the typo's and the real one) into different groups silently.
+    Rule: every reference resolves; a node's rack must be listed."""
+    from agentgate.dispatch.inventory import parse_inventory
+
+    text = "racks: [{name: rack-1}]\n" + _GPUS.replace("{name: n2}", "{name: n2, rack: rack-2}")
+    with pytest.raises(InventoryError, match="unknown rack 'rack-2'") as caught:
+        parse_inventory(text)
+    assert caught.value.line == 5
+
+
+def test_a_backend_listing_a_gpu_twice_is_refused() -> None:
+    """Kills I6 (a backend's GPU list not checked for repeats): ``gpus: [g0, g0]`` was accepted,
+    so the backend counted one GPU as two wherever its GPUs are counted. Rule: a backend lists
+    each of its GPUs once, at the line of the list."""
+    from agentgate.dispatch.inventory import parse_inventory
+
+    text = _GPUS + "backends:\n  - {name: b, url: 'http://h:8000', models: [m], gpus: [g0, g0]}\n"
+    with pytest.raises(InventoryError, match="listed twice"):
+        parse_inventory(text)
+
+
+def test_one_nvlink_domain_does_not_span_two_rackless_nodes() -> None:
+    """Kills I3 (the rack of a GPU's node taken as ``node.rack``, ``None`` for a node without
+    one): two nodes without racks compared as one rack, so one NVLink domain spanning two hosts
+    was accepted and the broker placed a gang across them as if NVLink joined them. Rule: a node
+    without a rack is its own rack; a domain spans no racks."""
+    text = _GPUS.replace("node: n1}", "node: n1, nvlink_domain: d}").replace(
+        "node: n2}", "node: n2, nvlink_domain: d}"
+    )
+    from agentgate.dispatch.inventory import parse_inventory
+
+    with pytest.raises(InventoryError, match="spans racks"):
+        parse_inventory(text)
+
+
+def test_lone_gpus_and_rackless_nodes_are_groups_of_their_own() -> None:
+    """Kills I26 (``rack_of`` naming every rackless node's rack ``node:``) and I27 (``domain_of``
+    naming every lone GPU's domain ``gpu:``): GPUs on two hosts without racks or NVLink domains
+    then shared a rack and a domain, and ``shared_level`` told the broker they were joined by
+    NVLink. Rule: a lone GPU is its own domain, a rackless node its own rack."""
+    from agentgate.dispatch.inventory import parse_inventory
+
+    inv = parse_inventory(_GPUS)
+    assert inv.domain_of("g0") != inv.domain_of("g1")
+    assert inv.rack_of("g0") != inv.rack_of("g1")
+    assert inv.shared_level(["g0", "g1"]) is None
+    assert len(inv.groups("nvlink_domain")) == len(inv.groups("rack")) == 2
+
+
+@pytest.mark.parametrize(
+    ("url", "mutant"),
+    [
+        ("http://10.0.0.1:8000/#v1", "I11"),  # the chat path would end up in the fragment, never sent
+        ("http://10.0.0.1:8000/metrics?token=s3cret", "I11b"),
+        ("http://10.0.0.1:0", "I9"),
+    ],
+)
+def test_a_backend_url_that_would_misroute_or_leak_is_refused(url: str, mutant: str) -> None:
+    """Kills I11 (only a query string refused: a fragment passed); also I11b (only a fragment
+    refused: a query string, where a metrics token sits, passed) and I9 (port 0 passed), which
+    test_dispatch_inventory and test_broker_library_use kill too. A fragment made
+    ``chat_url`` ``...#v1/v1/chat/completions``, sent to ``/`` (a misrouted call); a query string
+    was logged with every scrape. Rule: a URL with a query string, a fragment or port 0 is
+    refused, and the error does not quote a token."""
+    from agentgate.dispatch.inventory import inventory_from_mapping
+
+    for field in ("url", "metrics_url"):
+        backend = {"name": "b", "url": "http://10.0.0.1:8000", "models": ["m"], field: url}
+        with pytest.raises(InventoryError) as caught:
+            inventory_from_mapping({"backends": [backend]})
+        assert "s3cret" not in str(caught.value), mutant
+
+
+def test_the_chat_url_of_a_url_ending_in_a_slash_has_one_slash() -> None:
+    """Kills I24 (``chat_url`` without ``rstrip("/")``): ``http://h:8000/`` gave
+    ``http://h:8000//v1/chat/completions``, which a strict server answers 404: every call to that
+    backend failed. Rule: the chat path is appended to the URL without its trailing slash."""
+    from agentgate.dispatch.inventory import inventory_from_mapping
+
+    inv = inventory_from_mapping({"backends": [{"name": "b", "url": "http://h:8000/", "models": ["m"]}]})
+    assert inv.backend("b").chat_url == "http://h:8000/v1/chat/completions"
+
+
+def test_equal_bandwidths_along_the_hierarchy_are_accepted() -> None:
+    """Kills I17 (``outer_gbps >= inner_gbps`` refused): two levels as fast as each other (a flat
+    fabric) were refused, which only contradicts nothing. Rule: bandwidth must not grow outward;
+    it may stay the same."""
+    from agentgate.dispatch.inventory import inventory_from_mapping
+
+    inv = inventory_from_mapping({"interconnect": {"bandwidth_gbps": {"node": 400.0, "rack": 400.0}}})
+    assert inv.interconnect.bandwidth_gbps == {"node": 400.0, "rack": 400.0}
+    with pytest.raises(InventoryError, match="above"):
+        inventory_from_mapping({"interconnect": {"bandwidth_gbps": {"node": 400.0, "rack": 401.0}}})
+
+
+def test_a_twenty_character_key_pasted_as_the_variable_name_is_not_quoted(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Kills I20 (``_looks_like_a_key`` from 21 characters): a 20-character key pasted in place of
+    ``api_key_env``'s variable name was quoted in the error (and so in logs). Rule: a name of 20
+    characters or more mixing lower-case letters and digits is never quoted."""
+    from agentgate.dispatch.inventory import inventory_from_mapping
+    from agentgate.errors import BackendCredentialError
+
+    key = "abcdefghij0123456789"
+    assert len(key) == 20
+    monkeypatch.delenv(key, raising=False)
+    backend = {"name": "b", "url": "http://h:8000", "models": ["m"], "api_key_env": key}
+    with pytest.raises(BackendCredentialError) as caught:
+        inventory_from_mapping({"backends": [backend]})
+    assert key not in str(caught.value)
+
+
+def test_a_relative_key_file_is_refused_without_quoting_it(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Kills I22 (``api_key_file`` not required to be absolute): a key pasted in place of the path
+    was read as a relative path (from whatever directory the process ran in) and, when missing,
+    quoted in the error. Rule: a relative ``api_key_file`` is refused and not quoted."""
+    from agentgate.dispatch.inventory import inventory_from_mapping
+    from agentgate.errors import BackendCredentialError
+
+    monkeypatch.chdir(tmp_path)
+    pasted = "sk-live-0123456789abcdef"
+    (tmp_path / pasted).write_text("sk-other\n")
+    (tmp_path / pasted).chmod(0o600)
+    backend = {"name": "b", "url": "http://h:8000", "models": ["m"], "api_key_file": pasted}
+    with pytest.raises(BackendCredentialError) as caught:
+        inventory_from_mapping({"backends": [backend]})
+    assert pasted not in str(caught.value)
+
+
+def test_a_group_writable_key_file_is_refused(tmp_path: Any) -> None:
+    """Kills I23 (only others' permissions checked) and I23b (of the group's, only read checked):
+    a key file the group may write (0660) was accepted, so any member of the group could swap the
+    key the backends are called with. Rule: at most u=rw (g=r when root owns it)."""
+    from agentgate.dispatch.inventory import inventory_from_mapping
+    from agentgate.errors import BackendCredentialError
+
+    path = tmp_path / "key"
+    path.write_text("sk-123\n")
+    path.chmod(0o660)
+    backend = {"name": "b", "url": "http://h:8000", "models": ["m"], "api_key_file": str(path)}
+    with pytest.raises(BackendCredentialError, match="accessible by others"):
+        inventory_from_mapping({"backends": [backend]})

@@ -1,4 +1,4 @@
-"""Review r12 of the router's line for slots, the dispatcher's wake-up, the gateway's pipelining
+"""The router's line for slots, the dispatcher's wake-up, the gateway's pipelining
 and shutdown and the durable SQLite set-up: each test here failed on the code it was written
 against and names what was wrong.
 """

@@ -1,4 +1,4 @@
-"""Review R45: documented settings that nothing read (found by review R44), now wired or checked.
+"""Documented settings that nothing read (found by review R44), now wired or checked.
 
 What holds (real components: ``agentgate.sim.SimServer`` backends over loopback HTTP, a real
 gateway with a real SQLite store, a real ``Gate`` with its dispatcher thread):

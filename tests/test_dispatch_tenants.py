@@ -1,4 +1,4 @@
-"""Review r37, tenants: two mutually distrustful tenants, A and B, on one router and one broker.
+"""Two mutually distrustful tenants, A and B, on one router and one broker.
 
 - The router's token buckets (``Router(quotas=...)``) decided who is shed only when backends had
   slots but could not meet the SLO. When every backend held ``max_concurrency`` requests (the

@@ -1,4 +1,4 @@
-"""Review R37 (threads): one Gate and its dispatcher used by many OS threads through the sync API,
+"""One Gate and its dispatcher used by many OS threads through the sync API,
 as a thread-pool web server or a LangGraph ``invoke`` with parallel tool calls uses them.
 
 What was found: a model call made with ``Gate.dispatch`` in one thread while another thread

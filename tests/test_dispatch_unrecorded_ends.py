@@ -1,4 +1,6 @@
-"""Review R41, a second look at this session's new dispatch / gateway / broker code.
+"""GatedBroker's lease ends that the store refused (kept fail-closed, recorded once when the store
+recovers), the upgrade of a broker state made before its generation column, and trace context
+through the gateway under concurrency.
 
 Everything runs the real components: the Gate and GatedBroker on real SQLite files (faults are
 SQLite triggers created on the file, as in review R40's fault tests), the broker's journal, and

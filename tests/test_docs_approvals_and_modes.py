@@ -1,5 +1,5 @@
-"""Review r43, docs truth: do the paragraphs added to the docs this session (``git diff 5d3c2e9 --
-docs``) say what the code does? Each claim is checked against the real command
+"""The docs on approvals, superseded requests, file modes and pruning (the paragraphs of
+``git diff 5d3c2e9 -- docs``) say what the code does. Each claim is checked against the real command
 (``agentgate.cli.main.main``, or a child process run as another user), real SQLite files, a real
 ``Gate`` and real LangGraph agents over ``ScriptedChatModel``. Helpers come from the model of this
 file, tests/test_docs_prune_and_store.py, and from the tests that pinned this session's fixes.
@@ -11,7 +11,7 @@ Claims already pinned exactly elsewhere (not repeated here):
   a foreign ``audit_log`` refused by ``store init``, a read command on a database with no table
   in common refused byte for byte (tests/test_store_hostile_files.py);
 - ``GatedBroker.reconcile``: a granted lost lease charged what was reserved, never more, a lost
-  waiting request returned "it never held GPUs" (tests/test_gated_broker.py,
+  waiting request returned "it never held GPUs" (tests/test_broker_gated.py,
   tests/test_broker_restart_budget.py);
 - superseded requests at the Gate: closed as ``agentgate:superseded`` with a ``deny`` entry that
   refers to the ``approval_required`` entry and copies its redacted args, resource, rule and

@@ -1,4 +1,4 @@
-"""Review R37, the docs as a newcomer runs them: the code blocks of docs/dispatch.md and
+"""The docs as a newcomer runs them: the code blocks of docs/dispatch.md and
 docs/gateway.md that no other test ran, copied as printed, against agentgate's simulated vLLM on
 loopback (the blocks of README.md, quickstart, langgraph, concepts, lint, tasks, audit-format,
 token-format, operations and policy-reference are run by earlier reviews' tests).

@@ -1,4 +1,4 @@
-"""Review r47, the user docs followed literally: docs/quickstart.md, cli.md, policy-reference.md,
+"""The user docs followed literally: docs/quickstart.md, cli.md, policy-reference.md,
 concepts.md, gateway.md, audit-format.md, tasks.md and dispatch.md run as a demanding new user
 runs them, each command and block compared with what the page says it prints and does.
 

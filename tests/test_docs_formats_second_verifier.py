@@ -1,4 +1,4 @@
-"""Review R18: the docs' formats checked by verifiers written from the pages alone.
+"""The docs' formats checked by verifiers written from the pages alone.
 
 The token verifier below follows docs/token-format.md ("Verifying a chain", "Invocation",
 "Deciding") with PyNaCl and the standard library only, and must reach each vector's expected

@@ -1,4 +1,4 @@
-"""Review R44, a newcomer's path: the wheel built from the checkout, installed with its
+"""A newcomer's path: the wheel built from the checkout, installed with its
 `langgraph` extra into a fresh Python 3.11 venv, then README.md, docs/quickstart.md, docs/cli.md
 and docs/policy-reference.md followed literally in an empty directory outside the checkout.
 

@@ -1,5 +1,5 @@
-"""Review r38, docs truth: does what today's documentation changes (``git diff 1a50ce7..HEAD --
-docs README.md``) say match what the code does? Each claim is checked against the real command
+"""The docs on ``store prune``, the store's variables and the Gate's seal (the paragraphs of
+``git diff 1a50ce7..HEAD -- docs README.md``) say what the code does. Each claim is checked against the real command
 (``agentgate.cli.main.main``), real SQLite files, a real PostgreSQL server and a real ``Gate``.
 
 Claims already pinned exactly elsewhere (not repeated here):
@@ -11,7 +11,7 @@ Claims already pinned exactly elsewhere (not repeated here):
   approval presented for a pruned request is refused naming it with ``ref`` null, the log still
   explaining it (tests/test_gate_approvals.py);
 - ``tasks dead-letters --tool`` takes ``payments.refund`` and ``tool:payments.refund``
-  (tests/test_tasks_dead_letters.py);
+  (tests/test_cli_tasks.py);
 - a hostile token's control characters are escaped in ``grant inspect`` and in the error line
   quoting it (tests/test_encodings.py);
 - ``Gate.run``'s seal (tests/test_gate_authorization.py, test_api_misuse.py); a
@@ -100,7 +100,7 @@ from test_gate_policy_change import (
     policy_text,
     restart,
 )
-from test_tasks_dead_letters import letter
+from test_store_dead_letters import letter
 
 from agentgate.authority import Authority, issue
 from agentgate.capabilities import Call

@@ -1,4 +1,4 @@
-"""Review R35 of the newcomer's path: README's "Using it", docs/quickstart.md and docs/langgraph.md
+"""The newcomer's path: README's "Using it", docs/quickstart.md and docs/langgraph.md
 run as written, with only their placeholders filled in (a scripted model, fresh keys), against the
 checkout's own policies. (The quickstart's own blocks run in tests/test_langgraph_newcomer.py.)"""
 

@@ -1,4 +1,4 @@
-"""Review r38: text encodings, locales and file formats at every input surface.
+"""Text encodings, locales and file formats at every input surface.
 
 Inputs reach agentgate as YAML policies, key and token files, approval payloads, JSON on the
 command line, environment variables and names written into policies and tokens; they come back

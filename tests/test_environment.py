@@ -1,4 +1,4 @@
-"""Review r38: every environment variable and configuration knob agentgate reads.
+"""Every environment variable and configuration knob agentgate reads.
 
 Variables read (``grep -rn 'environ\\|getenv' agentgate examples``): ``AGENTGATE_STORE``
 (store/__init__.py, cli/_common.py), ``AGENTGATE_SQLITE_SYNCHRONOUS`` (store/_sqlite.py),

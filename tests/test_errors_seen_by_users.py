@@ -1,4 +1,4 @@
-"""Review r44: the error messages a user actually sees (CLI stderr, exceptions of the public API).
+"""The error messages a user actually sees (CLI stderr, exceptions of the public API).
 
 What holds (checked for real, CLI through ``main`` in process, files on disk):
 

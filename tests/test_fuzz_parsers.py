@@ -1,4 +1,4 @@
-"""Review R39, fuzz: structure-aware fuzzing (Hypothesis) of every parser that takes untrusted
+"""Structure-aware fuzzing (Hypothesis) of every parser that takes untrusted
 text or bytes. Property: a parse succeeds or raises a typed agentgate error (an ``AgentGateError``)
 naming what and where; never another exception, never a hang. Plus the round trips and the
 algebra's consistency, over values the earlier property tests do not draw (integers past 2**53

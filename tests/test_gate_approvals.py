@@ -1,6 +1,8 @@
 """The Gate's approval gates (agentgate/gate/_approval.py): a call behind a gate opens one request,
-each approver's vote is checked and counted, a request is closed once (approved, declined,
-expired or superseded by an edited call), and every step is an audit entry."""
+each approver's vote is checked and counted (a quorum needs that many distinct approvers), a
+request is closed once (approved and used, declined, expired, ended by the call's refusal or
+superseded by an edited call), a used approval is never accepted again, and every step is an
+audit entry."""
 
 from __future__ import annotations
 
@@ -17,6 +19,8 @@ from langgraph.types import Command
 from test_audit_reconciliation import LOG_SEED, _keys, _read
 from test_audit_reconciliation import _policy_text as _r27_policy_text
 from test_gate_policy_change import KEYS, MODEL, REFUND, policy_text
+from test_gate_run import Setup
+from test_gate_run import setup as setup  # the fixture
 from test_langgraph import Team, _entries, _publisher
 from test_langgraph import team as team  # the fixture
 
@@ -521,3 +525,92 @@ def test_asked_in_of_the_wrong_type_is_an_input_error_that_writes_nothing(approv
         approvals.ask(5, "m", b"v1")  # type: ignore[arg-type]
     assert approvals.gate.audit.size() == before
     assert approvals.gate.store.query("SELECT COUNT(*) FROM approvals")[0][0] == 0
+
+
+# --- on test_gate_run's Gate (Setup): requests counted, declined, closed by a refusal, not replayed -----
+
+
+def test_a_request_already_approved_and_used_cannot_be_declined_afterwards(setup: Setup) -> None:
+    """Kills: decline swallowing ``Denied``/``InputError`` from the request's store (a request
+    decided meanwhile treated as declined). The request was approved and its call ran: a ``deny``
+    entry written afterwards would contradict the log, which already says how it ended."""
+    call = Call.tool("refund", {"amount": 500})
+    asked = setup.gate.authorize(setup.agent, call, call_id="c1", run_id="run-1")
+    approval = Approval.sign(asked.approval_payload(), setup.keys["lead"])
+    auth = setup.gate.authorize(setup.agent, call, call_id="c1", run_id="run-1", approval=approval)
+    setup.gate.run(auth, lambda: "refunded", call_id="c1", run_id="run-1")
+    before = setup.entries()
+    with pytest.raises(InputError, match="cannot be declined"):
+        setup.gate.decline(asked, "too late")
+    assert setup.entries() == before
+    assert setup.gate.approvals.get(asked.request["id"]).state == "consumed"
+
+
+def test_a_quorum_of_two_needs_two_distinct_approvers_and_logs_each_vote_as_it_comes(setup: Setup) -> None:
+    """Kills: _approval_complete deciding a quorum above one on the first valid vote (``rule.quorum
+    == 1`` widened, or the count compared to 1), and its vote not written as an
+    ``approval_given`` entry when it is counted. Two people must sign; each signature is evidence
+    in the log the moment it counts, not only once the call runs."""
+    call = Call.tool("transfer", {"amount": 10})
+    asked = setup.gate.authorize(setup.agent, call, call_id="t1", run_id="run-t")
+    assert asked.needs_approval
+    first = Approval.sign(asked.approval_payload(), setup.keys["lead"])
+    half = setup.gate.authorize(setup.agent, call, call_id="t1", run_id="run-t", approval=first)
+    assert half.needs_approval and not half.allowed, half.explain()
+    given = [e for e in setup.entries() if e.kind == "approval_given"]
+    assert [(e.approver, e.ref) for e in given] == [(setup.keys["lead"].did, asked.audit_index)]
+    again = setup.gate.authorize(setup.agent, call, call_id="t1", run_id="run-t", approval=first)
+    assert again.needs_approval, "the same approver counts once"
+    second = Approval.sign(half.approval_payload(), setup.keys["second"])
+    auth = setup.gate.authorize(setup.agent, call, call_id="t1", run_id="run-t", approval=second)
+    assert auth.allowed, auth.explain()
+    given = [e for e in setup.entries() if e.kind == "approval_given"]
+    assert {e.approver for e in given} == {setup.keys["lead"].did, setup.keys["second"].did} and len(
+        given
+    ) == 2
+
+
+def test_a_call_refused_outright_closes_its_open_approval_request_and_refers_to_it(setup: Setup) -> None:
+    """Kills: _close_asked leaving the request open (its ``approvals.deny`` dropped) or not
+    returning its ``approval_required`` index, and _write_refusal dropping ``ref``. A call waiting
+    for approval that is then refused (here: run on an inherited identity) can never use the
+    approval: the request must not stay listed to approvers, and the log must link the two."""
+    call = Call.tool("refund", {"amount": 500})
+    asked = setup.gate.authorize(setup.agent, call, call_id="c1", run_id="run-1")
+    assert asked.needs_approval and asked.request is not None
+    refused = setup.gate.authorize(setup.agent, call, call_id="c1", run_id="run-1", agent="intruder")
+    assert not refused.allowed and not refused.needs_approval
+    entry = setup.entries()[refused.audit_index]
+    assert entry.kind == "deny" and entry.ref == asked.audit_index
+    assert setup.gate.approvals.get(asked.request["id"]).state == "denied"
+    late = Approval.sign(asked.approval_payload(), setup.keys["lead"])
+    assert not setup.gate.authorize(setup.agent, call, call_id="c1", run_id="run-1", approval=late).allowed
+
+
+def test_an_approval_already_used_is_refused_even_when_the_call_was_asked_for_again(
+    tmp_path: Path,
+) -> None:
+    """Mutant a7: ``_superseded`` treating any expired approval as replaced by the newer request
+    (``own.state != "consumed"`` dropped). Rule: an approval that was used is refused when it is
+    presented again, also once its request has expired and the same call was asked for again
+    meanwhile: it is a replay, not an approval that came too late, and it ends the new request."""
+    setup = Setup(tmp_path)
+    setup.gate.close()
+    text = setup.text.replace("    approvers: [lead]\n", "    approvers: [lead]\n    expiry_s: 1\n", 1)
+    refund = "  refund:\n    args: {amount: {type: integer, required: true}}\n"
+    text = text.replace(refund, refund + "    idempotent: true\n", 1)  # may be decided again
+    assert text.count("expiry_s: 1") == 1 and text.count("idempotent: true") == 2
+    with Gate(parse_policy(text, source="gate.yaml"), SQLiteStore(tmp_path / "short.db")) as gate:
+        agent = gate.issue(setup.keys["root"], name="agent", key=setup.keys["agent"], role="worker")
+        call = Call.tool("refund", {"amount": 500})
+        asked = gate.authorize(agent, call, call_id="c1", run_id="run-1")
+        approval = Approval.sign(asked.approval_payload(), setup.keys["lead"])
+        used = gate.authorize(agent, call, call_id="c1", run_id="run-1", approval=approval)
+        assert used.allowed, used.explain()
+        gate.run(used, lambda: "refunded", call_id="c1", run_id="run-1")
+        time.sleep(1.1)  # the first request has expired
+        # The same call decided again without the approval: a new request is opened.
+        again = gate.authorize(agent, call, call_id="c1", run_id="run-1")
+        assert again.needs_approval and again.request["id"] != approval.request, again.explain()
+        replay = gate.authorize(agent, call, call_id="c1", run_id="run-1", approval=approval)
+        assert not replay.allowed and not replay.needs_approval, replay.explain()

@@ -1,4 +1,4 @@
-"""Review R37: an approval request whose call stands on a revoked grant is void.
+"""An approval request whose call stands on a revoked grant is void.
 
 A grant revoked while its call waits for a human's approval left the request pending until it
 expired: listed to approvers (``agentgate approval list``), open to votes, and a vote for it was

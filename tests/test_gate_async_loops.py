@@ -1,4 +1,4 @@
-"""Review R39, the asyncio paths: many agent runs in one event loop, a loop per ``asyncio.run``,
+"""The asyncio paths: many agent runs in one event loop, a loop per ``asyncio.run``,
 cancellation combined with blocking waits, on real SQLite files and a real PostgreSQL server.
 
 What was found (and fixed in ``agentgate/tasks/_scheduler.py``):

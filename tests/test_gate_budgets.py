@@ -1,4 +1,4 @@
-"""(Review R36) budgets as a finance-minded operator reads them: what the ledger charges and what
+"""Budgets as a finance-minded operator reads them: what the ledger charges and what
 the audit log says, for calls the Gate allows.
 
 A real ``Gate`` on a real SQLite store; every amount below is worked out from

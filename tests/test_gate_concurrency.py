@@ -1,4 +1,4 @@
-"""Review R36: the Gate under concurrency, as a production deployment meets it.
+"""The Gate under concurrency, as a production deployment meets it.
 
 Several processes share one store (each has its own ``Gate``, whose memory the others never
 see), and threads of one process call a gate while it closes. The store is the authority: what

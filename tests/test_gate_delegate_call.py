@@ -1,4 +1,4 @@
-"""Review r39, lead: ``Gate.delegate``'s ``call``, which hands on again the grant delegated for
+"""``Gate.delegate``'s ``call``, which hands on again the grant delegated for
 the same call by any process on the store (R38's last open LangGraph defect: a sub-agent resumed
 by another process each time was asked for its approval again forever).
 

@@ -1,4 +1,4 @@
-"""Review R38, evidence completeness: every way a call is refused, paused, run or ended leaves the
+"""Every way a call is refused, paused, run or ended leaves the
 audit entries docs/audit-format.md says it does (kind, principal, chain_hash, resource, ref,
 reasons naming why, policy_hash), and the log verifies after each.
 

@@ -1,4 +1,4 @@
-"""Review R37, numbers in call arguments: an approval gate's bound compares an integer too large
+"""Numbers in call arguments: an approval gate's bound compares an integer too large
 for a float, a refusal names a value Python cannot write in decimal, and attenuation finds the
 integers that lie between doubles beyond 2**53 (a delegation wider by them is refused)."""
 

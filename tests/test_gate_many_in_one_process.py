@@ -1,4 +1,4 @@
-"""Review r39, globals: several Gates, stores, policies, trust roots and keyrings in one process (a
+"""Several Gates, stores, policies, trust roots and keyrings in one process (a
 server hosting many teams, or a test session), and the process-wide state that could carry a
 decision from one of them into another.
 

@@ -1,5 +1,5 @@
-"""Review R36, the lead's part: defects left open by review R35, each pinned by a test that fails
-without its fix."""
+"""Model calls at the Gate: an approval request shows the ``max_tokens`` asked for, only
+agentgate's own settings are kept in clear, and a budget refusal counts what calls in flight hold."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Review R36 of calls that must run once, retries and dead letters, as a payments team relies on
+"""Calls that must run once, retries and dead letters, as a payments team relies on
 them (docs/tasks.md "Retries and the safety rules", docs/langgraph.md "Scheduling and retries").
 Each test is a defect found by running the Gate on the SQLite store."""
 

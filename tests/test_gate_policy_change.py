@@ -1,4 +1,4 @@
-"""Review r37, policy_change: a new version of the policy deployed over the same store while
+"""A new version of the policy deployed over the same store while
 grants, approval requests, budgets and quota windows made under the old one are live.
 
 What holds (docs/policy-reference.md, "Changing a policy"): every decision reads the policy the

@@ -1,4 +1,4 @@
-"""Review r38, rolling: a rolling deploy, two versions of the policy live at once on one store.
+"""A rolling deploy, two versions of the policy live at once on one store.
 
 A new policy reaches the processes one by one: for minutes process A decides under v1 and process
 B under v2, on the same store. docs/policy-reference.md ("Changing a policy") says that every

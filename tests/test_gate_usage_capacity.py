@@ -1,4 +1,4 @@
-"""(Review R37) what a model call is charged when its backend reports more completion tokens than
+"""What a model call is charged when its backend reports more completion tokens than
 the ``max_tokens`` it was sent, on every path that charges one (the Gate's API, the gateway's JSON
 and streamed answers over real HTTP, the LangGraph middleware); and how a data-parallel vLLM
 server's per-engine metrics are read.

@@ -1,4 +1,4 @@
-"""(Review R37) the gateway's cache of parsed chains: bounded in token bytes, least recently used
+"""The gateway's cache of parsed chains: bounded in token bytes, least recently used
 out first, and never filled by callers who do not authenticate.
 
 A parsed chain takes up to about 20 times its token's bytes, and a token may be 32 KiB: 1024

@@ -1,4 +1,4 @@
-"""(Review R36) the gateway's request authentication as a client in another language sees it: a
+"""The gateway's request authentication as a client in another language sees it: a
 signer written from docs/gateway.md and docs/token-format.md alone (standard library and PyNaCl,
 no agentgate code), and the headers, revocations and bodies a hostile or careless caller sends.
 

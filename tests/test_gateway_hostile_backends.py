@@ -1,4 +1,4 @@
-"""Review r16 of the gateway, the dispatcher, the broker and the task scheduler against hostile
+"""The gateway, the dispatcher, the broker and the task scheduler against hostile
 backends and callers, over real HTTP on 127.0.0.1: each test here failed on the code it was
 written against and names what was wrong, or pins down what held.
 """

@@ -1,4 +1,4 @@
-"""(Review R36) the gateway's streamed answers over real HTTP: HTTP/1.0 callers, and what a backend
+"""The gateway's streamed answers over real HTTP: HTTP/1.0 callers, and what a backend
 sends in its events besides the content.
 
 A real ``GatewayServer`` on a real SQLite store on 127.0.0.1, in front of a scripted backend (a

@@ -1,4 +1,4 @@
-"""Review R19: a gateway call carries the caller's priority class (docs/gateway.md).
+"""A gateway call carries the caller's priority class (docs/gateway.md).
 
 ``agentgate serve --policy policies/gpu_platform.yaml`` (what docs/gateway.md prints) let no caller
 through: every model rule and grant of that policy constrains the call argument ``priority``, and a

@@ -1,4 +1,4 @@
-"""Review r40: the gateway as the real client SDKs see it.
+"""The gateway as the real client SDKs see it.
 
 A real ``GatewayServer`` on a real SQLite store on 127.0.0.1, in front of a simulated vLLM
 (``agentgate.sim``) and, for what the simulator does not do (tool calls, an answer held until

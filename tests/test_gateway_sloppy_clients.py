@@ -1,4 +1,4 @@
-"""(Review R35) the gateway against sloppy clients and a backend that refuses, over real HTTP.
+"""The gateway against sloppy clients and a backend that refuses, over real HTTP.
 
 A real ``GatewayServer`` on a real SQLite store on 127.0.0.1, in front of a scripted backend (a
 plain ``http.server`` answering whatever status and body a test sets); the callers are raw

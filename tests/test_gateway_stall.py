@@ -1,4 +1,4 @@
-"""(Review F1) A streaming caller that stops reading, and the simulated backend's ``n``.
+"""A streaming caller that stops reading, and the simulated backend's ``n``.
 
 A caller that read the headers of a streamed answer and then stopped reading, with its socket
 open, held its connection, the backend request (and its slot) and the budget reservation for

@@ -1,4 +1,4 @@
-"""Review r36, key handling as a security reviewer audits it: what a key file may hold, and what an
+"""Key handling as a security reviewer audits it: what a key file may hold, and what an
 error about one may say."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Review R37: the key directory ``agentgate keys new --dir`` creates is private to its owner."""
+"""The key directory ``agentgate keys new --dir`` creates is private to its owner."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Review R35 of the LangGraph integration: each test is a defect found by running real agents
+"""The LangGraph integration: each test is a defect found by running real agents
 (langgraph 1.2, langchain 1.5) against docs/langgraph.md."""
 
 from __future__ import annotations

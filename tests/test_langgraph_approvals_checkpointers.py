@@ -1,4 +1,4 @@
-"""Review R36 of the LangGraph integration's approvals under real checkpointers: a call refused
+"""The LangGraph integration's approvals under real checkpointers: a call refused
 with an approval in hand leaves no request pending, and the examples resume every interrupt a
 model's turn can raise (several gated calls at once, more in later turns)."""
 

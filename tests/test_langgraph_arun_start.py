@@ -1,4 +1,4 @@
-"""Review r43: when a sync tool's call under ``ainvoke`` started (``Gate.arun``, ``_ThreadedCall``).
+"""When a sync tool's call under ``ainvoke`` started (``Gate.arun``, ``_ThreadedCall``).
 
 Under ``ainvoke`` LangChain runs a sync tool in a thread of the event loop's default executor. Its
 attempt (``Gate.arun``) is entered at once, but the tool's function begins only when a thread of

@@ -1,5 +1,4 @@
-"""Review r41, a second look at this session's new gate and LangGraph code: the run-once scope
-by the asking answer's id (``_run_id`` / ``_asking_answer``), kept answers (``_keep`` /
+"""The LangGraph middleware's run-once scope with cached and repeated answers: the scope by the asking answer's id (``_run_id`` / ``_asking_answer``), kept answers (``_keep`` /
 ``_answer_again``), waiting for a call still running (``_running`` / ``_ran_here``), the
 cut-answer guard (``_cut_at_limit``) and the streamed ``DispatchedChatModel`` (``_Pieces``).
 Real langgraph 1.2 / langchain 1.5, real SQLite stores, LangChain's own ``InMemoryCache`` and

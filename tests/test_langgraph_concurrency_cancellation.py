@@ -1,4 +1,4 @@
-"""Review R25 of the LangGraph integration: real agents under concurrency, cancellation and
+"""The LangGraph integration: real agents under concurrency, cancellation and
 streaming, with scripted chat models (no network). Each test is a defect found by running them."""
 
 from __future__ import annotations

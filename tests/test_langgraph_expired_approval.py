@@ -1,4 +1,4 @@
-"""Review R35: a run resumed with an approval whose request expired is asked for again under the
+"""A run resumed with an approval whose request expired is asked for again under the
 request its node opened on resuming, instead of refused with that new request left pending.
 
 The resumed node decides first without the approval (LangGraph runs it again), which finds the

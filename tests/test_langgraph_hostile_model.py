@@ -1,4 +1,4 @@
-"""Review R38: a hostile (prompt-injected) model inside a gated LangGraph agent.
+"""A hostile (prompt-injected) model inside a gated LangGraph agent.
 
 The chat model is scripted to emit whatever a hostile model could: tool calls with no id or a
 huge one, look-alike tool names, fifty calls at once, arguments that try to smuggle identity or

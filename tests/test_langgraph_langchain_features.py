@@ -1,4 +1,4 @@
-"""Review r42: agentgate's LangGraph integration composed with LangChain's own features (langchain
+"""Agentgate's LangGraph integration composed with LangChain's own features (langchain
 1.5, langgraph 1.2): its built-in middlewares stacked with ``GateMiddleware``, tool features
 (artifacts, injected arguments, ``Command`` results, ``ToolException``, async-only tools,
 defaults) and ``create_agent(response_format=...)``. Real agents, a real SQLite store, real

@@ -1,4 +1,4 @@
-"""Review r42, part 2: LangChain features composed with agentgate's LangGraph integration (langchain
+"""LangChain features composed with agentgate's LangGraph integration (langchain
 1.5, langgraph 1.2), against the real ``create_agent`` / ``StateGraph`` with ``GateMiddleware``,
 ``gated_tool_node`` and ``delegation_tool``; a real SQLite store, ``InMemorySaver``, a real
 ``agentgate.sim`` backend on loopback for the dispatched fallback. Part 1

@@ -1,4 +1,4 @@
-"""Review R37: a middleware's output limit that is not a whole number is a typed error, not a crash."""
+"""A middleware's output limit that is not a whole number is a typed error, not a crash."""
 
 from __future__ import annotations
 

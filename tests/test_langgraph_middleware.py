@@ -1,7 +1,8 @@
 """The gate's LangGraph middleware (agentgate/integrations/langgraph.py: ``GateMiddleware`` under
 ``create_gated_agent`` and ``gated_tool_node``, and ``delegation_tool``): the idempotency scope of
 a tool call, the refusals that end a run (and those that do not end a supervisor's), what a
-refusal tells, approvals, and the output limit a model call is decided for.
+refusal tells, approvals, and the output limit a model call is decided for; a run whose context
+carries something else than an agent identity (``identity_from_context``) is a run without one.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Annotated, Any
 
 import pytest
@@ -21,6 +23,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.types import Command
 from pydantic import Field
+from test_langgraph import _entries, _make_team, _tools
 
 from agentgate.errors import Denied
 from agentgate.gate import AgentIdentity, Gate
@@ -29,6 +32,7 @@ from agentgate.integrations.langgraph import (
     create_gated_agent,
     delegation_tool,
     gated_tool_node,
+    identity_from_context,
 )
 from agentgate.keys import SigningKey
 from agentgate.policy import parse_policy
@@ -652,3 +656,35 @@ def test_with_enforce_a_sub_agents_refusal_reaches_the_caller_with_its_decision(
     decision = raised.value.decision
     assert decision is not None and "tool:pay" in str(raised.value)
     assert crew.ran == []
+
+
+@pytest.mark.parametrize("carried", ["supervisor", {"name": "supervisor"}, None])
+def test_a_run_context_that_carries_something_else_than_an_identity_is_a_run_without_one(
+    tmp_path: Path, carried: object
+) -> None:
+    # l05: ``identity_from_context`` returned whatever a context's ``agentgate`` attribute or key
+    # held; a run whose context carries a name or a dict there crashed in the middleware with an
+    # AttributeError (``'str' object has no attribute 'did'``) instead of the refusal of a run
+    # without an identity: recorded, nothing run.
+    assert identity_from_context({"agentgate": carried}) is None
+    assert identity_from_context(SimpleNamespace(agentgate=carried)) is None
+    team = _make_team(tmp_path)
+    try:
+        assert identity_from_context({"agentgate": team.supervisor}) is team.supervisor
+        agent = create_gated_agent(
+            team.gate,
+            name="supervisor",
+            model=ScriptedChatModel(turns=[_calls(("search", {"query": "q"}))]),
+            tools=_tools(team),
+            gate_models=False,
+        )
+        result = agent.invoke(
+            {"messages": [{"role": "user", "content": "go"}]}, context=SimpleNamespace(agentgate=carried)
+        )
+        (refused,) = [m for m in result["messages"] if isinstance(m, ToolMessage)]
+        assert refused.status == "error" and "carries no agent identity" in str(refused.content)
+        assert team.ran == []
+        denies = [e for e in _entries(team.gate) if e.kind == "deny" and e.resource == "tool:search"]
+        assert len(denies) == 1
+    finally:
+        team.gate.close()

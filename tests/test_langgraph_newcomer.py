@@ -1,4 +1,4 @@
-"""Review R15 of the LangGraph integration, the examples and the quickstart, as a new user would
+"""The LangGraph integration, the examples and the quickstart, as a new user would
 meet them: each test is a defect found by running real agents or by following the docs literally."""
 
 from __future__ import annotations
@@ -99,7 +99,7 @@ def test_the_quickstart_runs_as_written_in_a_fresh_directory(tmp_path: Path) -> 
     # Followed literally, the quickstart's code failed: `my_chat_model` was never defined, the
     # create_agent snippet imported neither create_agent nor a model and replaced the paused agent
     # before the resume; its only install line names a package that is not on PyPI; and with no
-    # gate.close() the last outcome could be lost at exit (tests/test_open_r15.py).
+    # gate.close() the last outcome could be lost at exit (tests/test_gate_outcomes.py).
     doc = (ROOT / "docs" / "quickstart.md").read_text()
     install = _blocks(doc, "bash")[0]
     assert "pip install" in install and "[langgraph]" in install and "checkout" in install

@@ -1,4 +1,4 @@
-"""Review R3 of the LangGraph integration: each test is a defect found by running real agents."""
+"""The LangGraph integration: each test is a defect found by running real agents."""
 
 from __future__ import annotations
 

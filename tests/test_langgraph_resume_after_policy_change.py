@@ -1,4 +1,4 @@
-"""Review r38, resume_change: a LangGraph run paused for approval, every process object closed,
+"""A LangGraph run paused for approval, every process object closed,
 then a new Gate with a changed policy over the same store and checkpointer resumes it. Real
 SQLite files and PostgreSQL (``postgres_url``), ``SqliteSaver``/``AsyncSqliteSaver`` and
 ``PostgresSaver``/``AsyncPostgresSaver``, ``invoke`` and ``ainvoke``, scripted chat models.

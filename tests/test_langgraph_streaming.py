@@ -1,4 +1,4 @@
-"""Review r39, streaming: the LangGraph middleware under ``stream`` / ``astream`` / ``astream_events``.
+"""The LangGraph middleware under ``stream`` / ``astream`` / ``astream_events``.
 
 Users rarely call ``invoke()``: they stream (``stream_mode`` "updates", "messages", "values",
 several at once, ``astream_events(version="v2")``, ``subgraphs=True``). Each test runs the real

@@ -1,4 +1,4 @@
-"""Review r40, time travel: LangGraph state forgery, time travel and advanced graph features against
+"""LangGraph state forgery, time travel and advanced graph features against
 the agentgate middleware, with the real langgraph 1.2 / langchain 1.5 packages, real SQLite stores
 and LangGraph's own checkpointers (``InMemorySaver``), scripted chat models.
 

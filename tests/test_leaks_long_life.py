@@ -1,4 +1,4 @@
-"""Review r38, resource leaks over a long life: what a service that runs agentgate for weeks keeps
+"""Resource leaks over a long life: what a service that runs agentgate for weeks keeps
 of each open/close cycle, each decision and each failure.
 
 Each check compares N cycles (or decisions) with 2N, so that a constant cost (a cache filling up,

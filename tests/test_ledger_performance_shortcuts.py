@@ -1,4 +1,4 @@
-"""(Review r34) The performance shortcuts of the last two sessions, attacked with real components
+"""The performance shortcuts of the last two sessions, attacked with real components
 where they could diverge from the slow path they sit beside. Every test here could fail if its
 shortcut were wrong; each says which shortcut and what it would have done.
 

@@ -1,4 +1,4 @@
-"""(Review R9) What agentgate tells operators, and what it never tells anyone: spans, metrics, logs.
+"""What agentgate tells operators, and what it never tells anyone: spans, metrics, logs.
 
 Real OpenTelemetry SDK with an in-memory exporter, real schedulers and Prometheus registries, real
 Gates on SQLite files, real LangGraph agents driven by ``ScriptedChatModel``, the gateway over

@@ -1,4 +1,4 @@
-"""Review R9's observability defects fixed in the Gate and the LangGraph middleware: delegation
+"""Observability defects fixed in the Gate and the LangGraph middleware: delegation
 spans, approval and outcome spans, lease spans, pauses, tool names that are no resource names,
 and refusals raised as ``Denied`` without the values the policy keeps out of logs. Each test
 failed on the code before its fix."""

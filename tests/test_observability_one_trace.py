@@ -1,4 +1,4 @@
-"""(Review R40, tracing) One agent run is ONE trace, end to end: the application's span, the
+"""One agent run is ONE trace, end to end: the application's span, the
 Gate's and the LangGraph middleware's spans, and the inference server the model call went to.
 
 Real OpenTelemetry SDK (in-memory exporter, W3C Trace Context propagator), real Gates on SQLite

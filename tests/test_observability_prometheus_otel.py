@@ -1,4 +1,4 @@
-"""(Review R36, observability) What an SRE wiring agentgate into Prometheus and an OpenTelemetry
+"""What an SRE wiring agentgate into Prometheus and an OpenTelemetry
 collector reads: the span of a refused delegation, the span of a streamed gateway call whose
 backend fails, and the label of the scheduler's ``breaker_not_shared`` count. Real OpenTelemetry
 SDK (in-memory exporter), a real Gate on SQLite driven by LangGraph, the gateway over real HTTP

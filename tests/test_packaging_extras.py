@@ -1,4 +1,4 @@
-"""Review R42, packaging: agentgate as `pip install agentgate-middleware` (no extra) leaves it.
+"""Agentgate as `pip install agentgate-middleware` (no extra) leaves it.
 
 The core install has neither LangChain/LangGraph (the ``langgraph`` extra) nor what only the
 tests use (pytest, hypothesis, openai), and on Windows no uvloop (its requirement carries

@@ -1,4 +1,4 @@
-"""Review R22: agentgate as a user installs it, from a wheel, not from the source tree.
+"""Agentgate as a user installs it, from a wheel, not from the source tree.
 
 The wheel is built once per session from a copy of the package's sources (pip, with build
 isolation, as a user's ``pip install /path/to/checkout`` builds it; about 6 s). The slow

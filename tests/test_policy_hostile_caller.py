@@ -1,4 +1,4 @@
-"""Review R5: the authority core and the policy language against a hostile caller.
+"""The authority core and the policy language against a hostile caller.
 
 Each test here either reproduces a defect found in review (and now fixed) or checks, against a
 naive reference written from the documents alone, a promise the other test files leave open.

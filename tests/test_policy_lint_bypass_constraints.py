@@ -1,4 +1,4 @@
-"""Review round 37, policy lint: ``approval_gate_bypass`` reads the rule's own constraints.
+"""``approval_gate_bypass`` reads the rule's own constraints.
 
 A wildcard rule reaches a sibling of a gated tool; it is a path around the gate only for the
 calls it admits that the gate would stop there. ``amount <= 500`` on the sibling gets around no

@@ -1,4 +1,4 @@
-"""Review round 36, policy lint: approval-gate bypasses that are not bypasses, shadowed rules
+"""Approval-gate bypasses that are not bypasses, shadowed rules
 found whatever the roles are called, gate conditions no value of the type satisfies, and
 witness calls the tool would accept."""
 

@@ -1,4 +1,4 @@
-"""Review R37, the policy engine tested against a second implementation written from the docs alone.
+"""The policy engine tested against a second implementation written from the docs alone.
 
 ``_reference`` below decides a call from a policy's plain data as docs/policy-reference.md
 ("How a call is decided", "capabilities", "approvals", "quotas") describes it, without the

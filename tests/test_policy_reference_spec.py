@@ -1,4 +1,4 @@
-"""Review R24: the policy language checked against docs/policy-reference.md as its specification.
+"""The policy language checked against docs/policy-reference.md as its specification.
 
 Each test reproduces a place where the loader, the index or lint did something other than what
 the reference says (and now does what it says), or checks mechanically, over generated input, a

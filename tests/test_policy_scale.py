@@ -1,4 +1,4 @@
-"""Review round 39, scale: a store and a policy after a year in production.
+"""A store and a policy after a year in production.
 
 Work is COUNTED, never timed: Python function calls (``sys.setprofile``) for the policy index and
 lint, SQL statements (``sqlite3`` trace callback on every connection the store opens) for the

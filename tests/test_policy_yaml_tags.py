@@ -1,4 +1,4 @@
-"""Review round 35, policy language: explicit string tags, located reader errors, GPU prices that
+"""Explicit string tags, located reader errors, GPU prices that
 fit the store, lifetimes of roles that only inherit, and empty or misplaced actions."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Review R4 fixes to the simulated backend's HTTP server and to ``agentgate serve``.
+"""Fixes to the simulated backend's HTTP server and to ``agentgate serve``.
 
 The simulator checks a chat body before the engine sees it (agentgate/sim/_request.py): a
 malformed or oversized request is a 400 with an OpenAI error body, never a 500, never work that

@@ -1,4 +1,4 @@
-"""Review R36 fixes to the simulated backend.
+"""Fixes to the simulated backend.
 
 A request preempted by a full KV cache is recomputed: the step that finishes its prompt again
 samples its next token, but that step reported it neither as a first token nor as decoded, so the

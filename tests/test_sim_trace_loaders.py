@@ -1,4 +1,4 @@
-"""Review R35 fixes to the simulated backend: trace loaders, replay settings, prefix blocks.
+"""Fixes to the simulated backend: trace loaders, replay settings, prefix blocks.
 
 The trace loaders promise an ``InputError`` naming the file and line for a malformed row; a file
 that is not UTF-8, a JSON row nested too deeply and a CSV field over the csv module's limit were

@@ -1,6 +1,9 @@
-"""The approvals store (agentgate/store/approvals.py): a request's votes are counted against the
-rule in force, also when two approvers vote at once on PostgreSQL, a closed request's approval
-is refused saying why, and prune forgets expired requests with their rows."""
+"""The approvals store (agentgate/store/approvals.py): an approval is bound to one call, used once,
+expires at its ``expires_at`` (no vote nor use at that instant), and is never approved nor denied
+by its requester; a quorum needs that many distinct approvers, counted against the rule in force,
+also when two approvers vote at once on PostgreSQL; re-arming reopens only a consumed request for
+its own call; a request is void once a grant of its chain is revoked, and found only for its
+requester; a closed request's approval is refused saying why; prune forgets expired requests."""
 
 from __future__ import annotations
 
@@ -11,9 +14,86 @@ import pytest
 from test_gate_approvals import Approvals, _request_id
 from test_gate_approvals import approvals as approvals  # the fixture
 
-from agentgate.errors import Denied
-from agentgate.store import Store
+from agentgate.errors import Denied, Expired, InputError, Revoked
+from agentgate.store import SQLiteStore, Store
 from agentgate.store.approvals import ApprovalStore, QuorumRule
+from agentgate.store.grants import GrantRepository
+
+AGENT = "did:key:zAgent"
+ALICE = "did:key:zAlice"
+BOB = "did:key:zBob"
+
+# Approvals on both stores: bound to one call, single-use, expiring, not self-approved.
+
+
+def test_approval_is_consumed_once_for_its_call(store: Store) -> None:
+    approvals = ApprovalStore(store)
+    request = approvals.request("call-1", "did:key:zAgent", time.time() + 60)
+    approvals.approve(request, "did:key:zHuman")
+    assert approvals.consume(request, "call-1") == ("did:key:zHuman",)
+    with pytest.raises(Denied, match="already used"):
+        approvals.consume(request, "call-1")
+
+
+def test_approval_for_another_call_is_refused(store: Store) -> None:
+    approvals = ApprovalStore(store)
+    request = approvals.request("call-1", "did:key:zAgent", time.time() + 60)
+    approvals.approve(request, "did:key:zHuman")
+    with pytest.raises(Denied, match="another call"):
+        approvals.consume(request, "call-1-edited")
+    assert approvals.get(request).state == "approved"
+
+
+def test_late_approval_does_not_flip_an_expired_request(store: Store) -> None:
+    approvals = ApprovalStore(store)
+    request = approvals.request("call-1", "did:key:zAgent", time.time() + 60)
+    with pytest.raises(Expired):
+        approvals.approve(request, "did:key:zHuman", now=time.time() + 61)
+    assert approvals.get(request).state == "pending"
+    approvals.approve(request, "did:key:zHuman")
+    with pytest.raises(Expired):
+        approvals.consume(request, "call-1", now=time.time() + 61)
+
+
+def test_requester_cannot_approve_itself(store: Store) -> None:
+    approvals = ApprovalStore(store)
+    request = approvals.request("call-1", "did:key:zAgent", time.time() + 60)
+    with pytest.raises(Denied, match="requester"):
+        approvals.approve(request, "did:key:zAgent")
+
+
+def test_denied_request_cannot_be_consumed(store: Store) -> None:
+    approvals = ApprovalStore(store)
+    request = approvals.request("call-1", "did:key:zAgent", time.time() + 60)
+    approvals.deny(request, "did:key:zHuman")
+    with pytest.raises(Denied, match="denied"):
+        approvals.consume(request, "call-1")
+    with pytest.raises(Denied):
+        approvals.approve(request, "did:key:zHuman")
+    with pytest.raises(InputError):
+        approvals.get("nope")
+
+
+def test_a_quorum_needs_that_many_distinct_approvers(store: Store) -> None:
+    approvals = ApprovalStore(store)
+    request = approvals.request("call-q", "did:key:zAgent", time.time() + 60, quorum=2)
+    approvals.approve(request, "did:key:zAlice")
+    with pytest.raises(Denied, match="is pending"):
+        approvals.consume(request, "call-q")  # one yes of two is not an approval
+    with pytest.raises(Denied, match="counts once"):
+        approvals.approve(request, "did:key:zAlice")
+    with pytest.raises(Denied, match="requester"):
+        approvals.approve(request, "did:key:zAgent")
+    approvals.approve(request, "did:key:zBob")
+    assert approvals.get(request).state == "approved"
+    assert approvals.consume(request, "call-q") == ("did:key:zAlice", "did:key:zBob")
+    with pytest.raises(Denied, match="already used"):
+        approvals.consume(request, "call-q")
+
+
+def test_a_quorum_below_one_is_refused(store: Store) -> None:
+    with pytest.raises(InputError):
+        ApprovalStore(store).request("call", "did:key:zAgent", time.time() + 60, quorum=0)
 
 
 def _wait_until_blocked(store: Store, what: str) -> None:
@@ -77,3 +157,199 @@ def test_using_a_superseded_requests_approval_says_it_was_superseded(approvals: 
     approvals.ask(900, "m", "v2")  # the edit closes the first request
     with pytest.raises(Denied, match="superseded, its call was changed"):
         ApprovalStore(approvals.gate.store).approve(_request_id(first), approvals.keys["lead"].did)
+
+
+# On SQLite: each test kills a hand-made mutant that the suite let live (its docstring names the
+# mutant).
+NOW = 1_800_000_000
+
+
+def test_an_approval_given_before_its_grant_was_revoked_cannot_be_used(sqlite_store: SQLiteStore) -> None:
+    """Kills P7 (``ApprovalStore.consume`` without the revocation condition): a request approved,
+    then its chain's root revoked, must not be consumed (``Revoked``), or the approved call runs
+    on a dead grant."""
+    grants = GrantRepository(sqlite_store)
+    approvals = ApprovalStore(sqlite_store)
+    chain = ("a" * 64, "b" * 64)
+    asked = approvals.request("call-1", "did:agent", NOW + 600, grants=chain)
+    approvals.approve(asked, "did:alice", call_hash="call-1", now=NOW)
+    assert approvals.get(asked).state == "approved"
+    grants.revoke(chain[0], now=NOW + 1, reason="compromised root")
+    with pytest.raises(Revoked):
+        approvals.consume(asked, "call-1", now=NOW + 2)
+    assert approvals.get(asked).state == "approved"  # not consumed: nothing ran on it
+
+
+def test_no_vote_is_taken_at_the_instant_a_request_expires(sqlite_store: SQLiteStore) -> None:
+    """Kills P4 (the vote's condition ``expires_at >= ?``): at its expiry instant a request is
+    expired (``open_for`` and ``consume`` say so too), and a late yes never approves it."""
+    approvals = ApprovalStore(sqlite_store)
+    asked = approvals.request("call-1", "did:agent", NOW + 600)
+    with pytest.raises(Expired):
+        approvals.approve(asked, "did:alice", call_hash="call-1", now=NOW + 600)
+    assert approvals.get(asked).state == "pending"
+    assert approvals.approvers(asked) == ()
+
+
+def test_the_requester_cannot_deny_its_own_request(sqlite_store: SQLiteStore) -> None:
+    """Kills P6 (``deny`` without ``requester <> ?``): as for approving, the approver must differ
+    from the requester; an agent closing its own request would hide it from the humans."""
+    approvals = ApprovalStore(sqlite_store)
+    asked = approvals.request("call-1", "did:agent", NOW + 600)
+    with pytest.raises(Denied, match="must not be the requester"):
+        approvals.deny(asked, "did:agent", now=NOW)
+    assert approvals.get(asked).state == "pending"
+    approvals.deny(asked, "did:alice", now=NOW)
+    assert approvals.get(asked).state == "denied"
+
+
+# Each test below names the hand-made mutant it kills (what the mutant did) and the rule it pins,
+# and runs on SQLite and on PostgreSQL (the ``store`` fixture).
+
+
+def test_an_approval_reaching_its_expiry_takes_no_vote_and_is_not_used(store: Store) -> None:
+    """Mutants: the vote and the use took ``expires_at >= now`` for ``expires_at > now``.
+
+    Rule: a request expires at its ``expires_at``: at that very moment a yes is refused as
+    expired and an approved request can no longer be used."""
+    approvals = ApprovalStore(store)
+    at = time.time() + 60
+    pending = approvals.request("call-1", AGENT, at)
+    with pytest.raises(Expired):
+        approvals.approve(pending, ALICE, now=at)
+    assert approvals.approvers(pending) == ()
+    approved = approvals.request("call-2", AGENT, at)
+    approvals.approve(approved, ALICE, now=at - 1)
+    with pytest.raises(Expired):
+        approvals.consume(approved, "call-2", now=at)
+    assert approvals.get(approved).state == "approved"
+
+
+def test_an_approval_used_under_a_rule_is_never_used_again(store: Store) -> None:
+    """Mutant: the re-count under the policy's rule also reopened consumed (and denied) requests.
+
+    Rule: an approval is used once, for its call; using it again under the policy in force
+    finds it consumed, and a denied one stays denied."""
+    approvals = ApprovalStore(store)
+    rule = QuorumRule(1, frozenset({ALICE}))
+    request = approvals.request("call-1", AGENT, time.time() + 60)
+    approvals.approve(request, ALICE, rule=rule)
+    assert approvals.consume(request, "call-1", rule=rule) == (ALICE,)
+    with pytest.raises(Denied, match="already used"):
+        approvals.consume(request, "call-1", rule=rule)
+    assert approvals.get(request).state == "consumed"
+    refused = approvals.request("call-3", AGENT, time.time() + 60)
+    approvals.deny(refused, BOB)
+    with pytest.raises(Denied, match="denied"):
+        approvals.consume(refused, "call-3", rule=QuorumRule(1, frozenset({BOB})))
+    assert approvals.get(refused).state == "denied"
+
+
+def test_a_yes_for_another_call_is_not_counted(store: Store) -> None:
+    """Mutant: a vote given with ``call_hash`` counted whatever call the request was for.
+
+    Rule: an approver's yes is bound to the call it was given for; a yes for another call is
+    refused and recorded nowhere."""
+    approvals = ApprovalStore(store)
+    request = approvals.request("call-1", AGENT, time.time() + 60)
+    with pytest.raises(Denied, match="another call"):
+        approvals.approve(request, ALICE, call_hash="call-1-edited")
+    assert approvals.approvers(request) == ()
+    assert approvals.get(request).state == "pending"
+
+
+def test_the_requester_cannot_deny_its_own_request_on_every_store(store: Store) -> None:
+    """Mutant: ``deny`` dropped ``requester <> approver``.
+
+    Rule: the requester is no approver: it can neither approve nor deny its own request."""
+    approvals = ApprovalStore(store)
+    request = approvals.request("call-1", AGENT, time.time() + 60)
+    with pytest.raises(Denied, match="requester"):
+        approvals.deny(request, AGENT)
+    assert approvals.get(request).state == "pending"
+
+
+def test_rearm_clears_the_votes_and_only_rearms_that_consumed_call(store: Store) -> None:
+    """Mutants: ``rearm`` kept the old votes, re-armed a denied request, or re-armed for any call.
+
+    Rule: re-arming puts back to pending only a consumed request, only for its own call, with
+    its votes cleared, so the quorum must be reached again."""
+    approvals = ApprovalStore(store)
+    request = approvals.request("call-1", AGENT, time.time() + 60, quorum=2)
+    approvals.approve(request, ALICE)
+    approvals.approve(request, BOB)
+    approvals.consume(request, "call-1")
+    assert not approvals.rearm(request, "call-2")
+    assert approvals.get(request).state == "consumed"
+    assert approvals.rearm(request, "call-1")
+    assert approvals.approvers(request) == ()
+    approvals.approve(request, ALICE)
+    assert approvals.get(request).state == "pending"
+    with pytest.raises(Denied, match="pending"):
+        approvals.consume(request, "call-1")
+    denied = approvals.request("call-3", AGENT, time.time() + 60)
+    approvals.deny(denied, ALICE)
+    assert not approvals.rearm(denied, "call-3")
+    assert approvals.get(denied).state == "denied"
+
+
+def test_a_used_approval_takes_no_further_vote(store: Store) -> None:
+    """Mutant: a vote was taken on a consumed request (``state IN (..., 'consumed')``).
+
+    Rule: once used, an approval is closed: a late yes is refused as such and not recorded."""
+    approvals = ApprovalStore(store)
+    request = approvals.request("call-1", AGENT, time.time() + 60)
+    approvals.approve(request, ALICE)
+    approvals.consume(request, "call-1")
+    with pytest.raises(Denied, match="already used"):
+        approvals.approve(request, BOB)
+    assert approvals.approvers(request) == (ALICE,)
+
+
+def test_a_vote_under_a_rule_counts_only_the_rules_voters(store: Store) -> None:
+    """Mutant: the quorum check after a vote counted every vote, ignoring the rule's voters.
+
+    Rule: under the policy in force only its approvers count: an approver since removed (here
+    CAROL, who voted before the policy changed) cannot complete a quorum with one of the others."""
+    approvals = ApprovalStore(store)
+    carol = "did:key:zCarol"
+    rule = QuorumRule(2, frozenset({ALICE, BOB}))
+    request = approvals.request("call-1", AGENT, time.time() + 60, quorum=2)
+    approvals.approve(request, carol)
+    approvals.approve(request, ALICE, rule=rule)
+    assert approvals.get(request).state == "pending"
+    assert approvals.votes(request) == ((ALICE,), (carol,))
+    approvals.approve(request, BOB, rule=rule)
+    assert approvals.get(request).state == "approved"
+    assert approvals.consume(request, "call-1", rule=rule) == (ALICE, BOB)
+
+
+def test_an_approved_request_whose_ancestor_grant_is_revoked_is_not_used(store: Store) -> None:
+    """Mutant: ``consume`` dropped the condition that no grant of the request is revoked.
+
+    Rule: a request is void once any grant of its call's chain is revoked, even after it was
+    approved: using it raises ``Revoked`` and it is not consumed."""
+    approvals = ApprovalStore(store)
+    repo = GrantRepository(store)
+    try:
+        chain = ["a" * 64, "b" * 64]
+        request = approvals.request("call-1", AGENT, time.time() + 60, grants=chain)
+        approvals.approve(request, ALICE)
+        repo.revoke(chain[0], now=int(time.time()))
+        with pytest.raises(Revoked, match="a" * 64):
+            approvals.consume(request, "call-1")
+        assert approvals.get(request).state == "approved"
+    finally:
+        repo.close()
+
+
+def test_an_open_request_is_found_only_for_its_requester(store: Store) -> None:
+    """Mutant: ``open_for`` dropped ``requester = ?``.
+
+    Rule: a process asking again finds the open request that same requester asked for that
+    call, never another requester's (whose approval it would then use)."""
+    approvals = ApprovalStore(store)
+    request = approvals.request("call-1", AGENT, time.time() + 60)
+    assert approvals.open_for("call-1", ALICE) is None
+    found = approvals.open_for("call-1", AGENT)
+    assert found is not None and found[0] == request

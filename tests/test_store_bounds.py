@@ -1,4 +1,4 @@
-"""Review round 36, bounds: state of a process that runs for weeks stays bounded (the policy
+"""State of a process that runs for weeks stays bounded (the policy
 index's quotas by resource, the keyring, the nonce table), and what is pruned is only what no
 decision still needs."""
 

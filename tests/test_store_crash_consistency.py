@@ -1,4 +1,4 @@
-"""Review r36, crash consistency and durability: a real process killed or its store pulled away."""
+"""Crash consistency and durability: a real process killed or its store pulled away."""
 
 from __future__ import annotations
 

@@ -1,6 +1,8 @@
-"""The dead letters' store (agentgate/store/dead_letters.py): a letter's text is stored with a NUL
-escaped, the same on every store; ``prune(before)`` forgets only letters recorded before the cut.
-(The scheduler's use of it, and the CLI's listing, are in tests/test_tasks_dead_letters.py.)
+"""The dead letters' store (agentgate/store/dead_letters.py): a letter keeps the call, its authority
+chain and its error history, and is listed newest first, by tool; the scheduler records one for a
+call that gave up; a letter's text is stored with a NUL escaped, the same on every store;
+``prune(before)`` forgets only letters recorded before the cut. (The CLI's listing is in
+tests/test_cli_tasks.py.)
 """
 
 from __future__ import annotations
@@ -10,12 +12,60 @@ from pathlib import Path
 import pytest
 
 from agentgate.store import SQLiteStore, Store
-from agentgate.store.dead_letters import DeadLetter, DeadLetterStore
-from agentgate.tasks import (
-    Attempt,
-    Scheduler,
-    ToolCall,
-)
+from agentgate.store.dead_letters import AttemptError, DeadLetter, DeadLetterStore
+from agentgate.tasks import Attempt, RetryPolicy, Scheduler, SchedulerConfig, ToolCall, ToolLimits
+
+
+class Transient(Exception):
+    error_class = "transient"
+
+
+def letter(n: int, tool: str = "payments.refund") -> DeadLetter:
+    return DeadLetter(
+        id=f"id-{n}",
+        recorded_at=1_800_000_000.0 + n,
+        tool=tool,
+        tenant="acme",
+        principal="did:key:z6Mk-agent",
+        run_id="run-1",
+        call_id=f"call-{n}",
+        idempotency_key="ab" * 32,
+        arguments_digest="cd" * 32,
+        authority_chain=("grant-root", "grant-child"),
+        reason="attempts_exhausted",
+        errors=(
+            AttemptError(1, "transient", "Transient", "503", 1.0),
+            AttemptError(2, "timeout", "TimeoutError", "", 2.0),
+        ),
+    )
+
+
+def test_dead_letters_round_trip_newest_first(store: Store) -> None:
+    letters = DeadLetterStore(store)
+    for n in range(3):
+        letters.record(letter(n, tool="a" if n % 2 else "b"))
+    found = letters.recent()
+    assert [x.id for x in found] == ["id-2", "id-1", "id-0"]
+    assert found[2] == letter(0, tool="b")
+    assert [x.id for x in letters.recent(tool="a")] == ["id-1"]
+    assert [x.id for x in letters.recent(limit=1)] == ["id-2"]
+
+
+async def test_scheduler_persists_dead_letters(store: Store) -> None:
+    policy = RetryPolicy(attempts=2, backoff_initial_s=0.001, retry_on=("transient",))
+    scheduler = Scheduler(SchedulerConfig(tools={"refund": ToolLimits(retry=policy)}), store=store)
+
+    async def tool(attempt: Attempt) -> None:
+        raise Transient(f"upstream 503 on attempt {attempt.number}")
+
+    call = ToolCall("refund", arguments={"amount": 10}, tenant="acme", authority_chain=("g1", "g2"))
+    with pytest.raises(Transient):
+        await scheduler.submit(call, tool)
+    await scheduler.aclose()
+    [stored] = DeadLetterStore(store).recent()
+    assert stored == scheduler.dead_letters()[0]
+    assert stored.authority_chain == ("g1", "g2") and stored.tenant == "acme"
+    assert [e.message for e in stored.errors] == ["upstream 503 on attempt 1", "upstream 503 on attempt 2"]
 
 
 async def test_a_nul_in_a_dead_letters_text_is_stored_escaped(tmp_path: Path) -> None:

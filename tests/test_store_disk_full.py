@@ -1,4 +1,4 @@
-"""Review r37, disk full: the SQLite store when its database cannot grow (``SQLITE_FULL``).
+"""The SQLite store when its database cannot grow (``SQLITE_FULL``).
 
 ``PRAGMA max_page_count`` makes SQLite answer ``database or disk is full`` (``SQLITE_FULL``) as a
 full disk does, without root; it fails the statement that needs a new page, where a full disk

@@ -1,4 +1,4 @@
-"""Review r40, fault injection at every store statement: each table a write path touches is made to
+"""Fault injection at every store statement: each table a write path touches is made to
 refuse one kind of statement (INSERT, UPDATE or DELETE) in turn, by a real database-level fault: a
 SQLite trigger ``SELECT RAISE(ABORT, ...)`` created on the store's file after the Gate made its
 tables, or on PostgreSQL a row trigger whose function raises. No mocks: the Gate, its store, its

@@ -1,4 +1,4 @@
-"""Review R42, hostile file systems and file types: what the store, key, policy and token paths
+"""Hostile file systems and file types: what the store, key, policy and token paths
 may name, and the modes of what agentgate creates.
 
 Real SQLite files, real FIFOs and devices, real permission checks: where permissions matter the

@@ -1,4 +1,4 @@
-"""Review r39, injection: names and values a hostile or careless user chooses, reaching the
+"""Names and values a hostile or careless user chooses, reaching the
 store (SQLite and PostgreSQL) and the text the audit log is read through.
 
 Every test that touches a store runs on both (the ``store`` fixture): a difference between the

@@ -1,4 +1,4 @@
-"""Review R2: the stores and the audit log shared by several real processes.
+"""The stores and the audit log shared by several real processes.
 
 Every test here starts separate Python processes (``multiprocessing``) that run agentgate code on one
 SQLite file or one PostgreSQL database, releases them together (a start file), and then checks

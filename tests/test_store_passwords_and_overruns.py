@@ -1,4 +1,4 @@
-"""Review r35, the stores and the budget ledger: what a demanding operator found."""
+"""The stores and the budget ledger: what a demanding operator found."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Review R30: PostgreSQL in operation. docs/operations.md followed literally, as an operator, on
+"""PostgreSQL in operation. docs/operations.md followed literally, as an operator, on
 the real server of the ``postgres_server`` fixture: connection limits and an exhausted pool, the
 least-privilege recipe, backup and restore with ``pg_dump``/``pg_restore``, and a Gate deciding
 in threads while the server is stopped and started again."""

@@ -1,4 +1,4 @@
-"""Review r37, PostgreSQL going away and coming back while a process runs: what an operator found."""
+"""PostgreSQL going away and coming back while a process runs: what an operator found."""
 
 from __future__ import annotations
 

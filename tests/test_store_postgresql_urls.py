@@ -1,4 +1,4 @@
-"""Review R36, operations: docs/operations.md followed literally by an operator, on a real
+"""docs/operations.md followed literally by an operator, on a real
 PostgreSQL 15 server (one per module, ``agentgate.store._pgserver``): store URLs, the
 least-privilege set-up, backup and restore, and the errors the operator sees."""
 

@@ -1,4 +1,4 @@
-"""Review round 39, fixes: ``store prune`` forgets grants long expired; ``policy_hash`` covers the
+"""``store prune`` forgets grants long expired; ``policy_hash`` covers the
 keys a policy's key files hold.
 
 What holds (tested here, on SQLite and PostgreSQL where the ``store`` fixture runs):

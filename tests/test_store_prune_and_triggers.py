@@ -1,4 +1,5 @@
-"""Review r38, the lead's own fixes of what review r37 left open.
+"""``agentgate store prune``, the PostgreSQL reference trigger of earlier stores, and approvals
+counted against the policy in force on both stores.
 
 - PostgreSQL: a store made by a version before commit 0626663 (2026-11-30 04:00) keeps the
   reference trigger's first body (a backtracking regex, about 2.8x slower per append); the owner
@@ -99,7 +100,7 @@ def test_store_prune_forgets_what_is_over_and_nothing_that_is_live(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from test_gate_policy_change import LOOKUP, MODEL, issued_under_old, restart
-    from test_tasks_dead_letters import letter
+    from test_store_dead_letters import letter
 
     agent, _ = issued_under_old(tmp_path)
     gate = restart(tmp_path)

@@ -1,4 +1,4 @@
-"""Review r44 (rollback): backing up a store, acting, and restoring the older copy.
+"""Backing up a store, acting, and restoring the older copy.
 
 Real SQLite files (``sqlite3`` online backup, file copies, processes killed with SIGKILL) and a
 real PostgreSQL server (``pg_dump -Fc`` / ``pg_restore``), a real ``Gate`` and the real CLI.

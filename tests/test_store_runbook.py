@@ -1,4 +1,4 @@
-"""Review r46, runbook: docs/operations.md followed literally, step by step, on real stores.
+"""docs/operations.md followed literally, step by step, on real stores.
 
 An operator's restore of a SQLite store ("Backups and restoring") with the doc's own shell block
 (run through ``bash``, the ``sqlite3`` binary taking the backup), the four steps "Before any

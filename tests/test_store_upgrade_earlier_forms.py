@@ -1,4 +1,4 @@
-"""Review r33: a store written by an earlier version of agentgate, opened by this one.
+"""A store written by an earlier version of agentgate, opened by this one.
 
 The earlier forms are written out here as the DDL those versions ran (not taken from git): the
 approval tables before ``approval_asked`` existed (a version of 2026-11-30, before the Gate

@@ -1,4 +1,4 @@
-"""Review r37 (upgrade): stores written by earlier versions of agentgate, opened by this one.
+"""Stores written by earlier versions of agentgate, opened by this one.
 
 The earlier forms are written out here as those versions wrote them (not taken from git):
 

@@ -1,4 +1,4 @@
-"""Review r41 (upgrade): a store written by yesterday's release (commit 60dc4d4), opened by this one.
+"""A store written by yesterday's release (commit 60dc4d4), opened by this one.
 
 The earlier version's own code writes the store: ``git archive 60dc4d4 agentgate`` is unpacked
 into a temporary directory (read from the object database; the checkout is not touched) and run in

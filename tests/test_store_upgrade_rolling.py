@@ -1,4 +1,4 @@
-"""Review r43 (upgrade): a live store of the previous release (commit 5d3c2e9) opened by this one.
+"""A live store of the previous release (commit 5d3c2e9) opened by this one.
 
 The earlier version's own code writes the store, as in ``tests/test_store_upgrade_release.py``:
 ``git archive 5d3c2e9 agentgate`` unpacked into a temporary directory and run in a subprocess

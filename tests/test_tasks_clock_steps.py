@@ -1,4 +1,4 @@
-"""Review round 37, clocks: wall-clock steps (NTP, VM resume, an operator fixing the date) and
+"""Wall-clock steps (NTP, VM resume, an operator fixing the date) and
 hosts whose clocks differ must not shut a limit, expire leases early, or keep them forever."""
 
 from __future__ import annotations

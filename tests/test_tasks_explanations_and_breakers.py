@@ -1,4 +1,4 @@
-"""Review R35 of the task scheduler and the Gate's explanations: real event loops, no mocks.
+"""The task scheduler and the Gate's explanations: real event loops, no mocks.
 
 - ``Authorization.explain()`` of an allowed call read "agentgate refused ... allowed by ...";
 - a queued call whose slot was given back only after its deadline (the event loop was busy past

@@ -1,4 +1,4 @@
-"""Review R36, fairness: who runs when, as docs/tasks.md ("Order", "Limits", "Across processes")
+"""Who runs when, as docs/tasks.md ("Order", "Limits", "Across processes")
 promises it to an operator of a multi-tenant deployment."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Review R23: a process that runs for weeks. What grows with the number of operations where a
+"""A process that runs for weeks. What grows with the number of operations where a
 bound (or cleanup at close) is expected: memory, threads, file descriptors, rows. Real
 components: real event loops, a real SQLite file, the `store` fixture (SQLite and PostgreSQL)."""
 

@@ -1,4 +1,4 @@
-"""Review R20 (observability, second round): metric label cardinality against hostile names.
+"""Metric label cardinality against hostile names.
 
 Real schedulers and real Prometheus registries. Each test failed on the code before its fix.
 """

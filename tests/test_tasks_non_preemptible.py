@@ -1,4 +1,4 @@
-"""Review R21 of the task scheduler: ``Scheduler.submit(..., preemptible=False)`` must keep the
+"""The task scheduler: ``Scheduler.submit(..., preemptible=False)`` must keep the
 other rules for work that no cancellation stops. Real threads and event loops, no mocks."""
 
 from __future__ import annotations

@@ -1,4 +1,6 @@
-"""``agentgate policy lint | explain | schema``: output and exit codes."""
+"""``agentgate policy lint | explain | schema`` (agentgate/cli/policy.py): output, JSON shapes and
+exit codes (0 no error finding or an allow, 1 an error finding or a deny, 2 a policy that does not
+load or bad input), an error always one line on stderr."""
 
 from __future__ import annotations
 
@@ -6,6 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
+from test_policy_load import HEAD, WORKER
 
 from agentgate.cli.main import main
 from agentgate.policy import json_schema_text
@@ -106,3 +109,76 @@ def test_explain_invalid_policy_exits_2(capsys: pytest.CaptureFixture[str]) -> N
     path = str(CORPUS / "055-empty-file" / "policy.yaml")
     assert main(["policy", "explain", path, "--as", "bot", "--tool", "x"]) == 2
     assert "the policy file is empty" in capsys.readouterr().err
+
+
+# The policies below are those of test_policy_load (HEAD, WORKER); each docstring names the
+# hand-made mutant the test kills and the rule it pins.
+def _write(tmp_path: Path, text: str) -> str:
+    path = tmp_path / "p.yaml"
+    path.write_text(text)
+    return str(path)
+
+
+def test_lint_exits_1_for_a_single_error_finding(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Kills: ``policy lint`` exiting 1 only for more than one error (or skipping the first).
+
+    One error finding is enough for exit 1 (docs/cli.md)."""
+    path = _write(tmp_path, HEAD.replace("args:", "audit: false\n    args:") + WORKER)
+    assert main(["policy", "lint", path, "--json"]) == 1
+    report = json.loads(capsys.readouterr().out)
+    assert [f["code"] for f in report["findings"] if f["severity"] == "error"] == ["tool_not_audited"]
+
+
+def test_lint_json_of_an_unloadable_file_has_every_documented_key(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Kills: the ``findings`` key dropped from ``lint --json`` for a file that does not load.
+
+    The shape is ``{"file", "valid", "error", "findings"}`` with ``findings`` empty, on stdout,
+    nothing on stderr, exit 2."""
+    path = _write(tmp_path, "version: 1\nroles: {a: {ttl_s: 1}, a: {ttl_s: 2}}\n")
+    assert main(["policy", "lint", path, "--json"]) == 2
+    captured = capsys.readouterr()
+    report = json.loads(captured.out)
+    assert report["findings"] == [] and report["valid"] is False and report["file"] == path
+    assert set(report["error"]) == {"message", "file", "line", "column", "expected", "hint"}
+    assert captured.err == ""
+
+
+def test_explain_json_of_a_call_without_a_gate(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """Kills: ``quorum`` printed as 0 (not null) when no gate applies, and the text saying
+    "approval: none needed" for a deny.
+
+    No approval: ``approval``, ``quorum`` and ``approval_expiry_s`` are null, ``approvers`` empty;
+    a denied call's text never says no approval is needed."""
+    path = _write(tmp_path, HEAD + WORKER)
+    base = ["policy", "explain", path, "--as", "bot", "--tool", "payments.refund", "--args"]
+    assert main([*base, '{"amount": 5}', "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["approval"] is None and out["quorum"] is None and out["approval_expiry_s"] is None
+    assert out["approvers"] == []
+    assert main([*base, '{"amount": 500}']) == 1
+    assert "approval: none needed" not in capsys.readouterr().out
+
+
+def test_explain_of_a_non_canonical_tool_is_a_deny_exit_1(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Kills: a tool name that is not canonical exiting 2 (bad input) instead of 1 (deny).
+
+    docs/cli.md: a tool name that is not canonical is a deny, exit 1."""
+    path = _write(tmp_path, HEAD + WORKER)
+    assert main(["policy", "explain", path, "--as", "bot", "--tool", "Payments.Refund"]) == 1
+    assert capsys.readouterr().out.startswith("DENY: ")
+
+
+def test_an_error_is_one_line_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Kills: ``_one_line`` keeping the message's own line breaks, and an ``AgentGateError``
+    exiting 1 instead of 2.
+
+    A policy whose error quotes a multi-line key still gives exactly one ``agentgate: error:``
+    line on stderr, exit 2."""
+    path = _write(tmp_path, 'version: 1\n"x\\ny": 1\n')
+    assert main(["policy", "explain", path, "--as", "bot", "--tool", "t"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("agentgate: error: ") and err.count("\n") == 1
