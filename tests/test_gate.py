@@ -30,7 +30,7 @@ from agentgate.dispatch import Dispatcher, inventory_from_mapping
 from agentgate.dispatch.router import Router
 from agentgate.errors import AuditError, Denied, InputError, Revoked
 from agentgate.gate import AgentIdentity, Approval, Authorization, Gate
-from agentgate.gate import _gate as gate_module
+from agentgate.gate import _delegation as delegation_module
 from agentgate.gate._config import GATE_RESULTS_KEPT, scheduler_config
 from agentgate.keys import SigningKey
 from agentgate.policy import load_policy, parse_policy
@@ -1158,7 +1158,7 @@ def test_the_gates_parsed_delegations_stay_within_their_bound(
 ) -> None:
     # Kills: the parsed-chain cache of delegate(call=...) never cleared (a long-lived supervisor
     # delegating per run would keep every token it ever read). The bound is lowered to 3 here.
-    monkeypatch.setattr(gate_module, "DELEGATED_PARSED_MAX", 3)
+    monkeypatch.setattr(delegation_module, "DELEGATED_PARSED_MAX", 3)
     keys = {n: SigningKey.generate() for n in ("root", "boss", "alpha")}
     text = PERF_POLICY.format(root=keys["root"].did, boss=keys["boss"].did, alpha=keys["alpha"].did)
     gate = Gate(parse_policy(text, source="t.yaml"), SQLiteStore(tmp_path / "g.db"))

@@ -13,7 +13,7 @@ import pytest
 
 from agentgate.errors import TokenFormatError
 from agentgate.gate import AgentIdentity, Gate
-from agentgate.gate import _gate as gate_module
+from agentgate.gate import _delegation as delegation_module
 from agentgate.keys import SigningKey
 from agentgate.policy import parse_policy
 from agentgate.store import SQLiteStore
@@ -63,13 +63,13 @@ def test_each_delegated_token_is_parsed_once_and_handed_on_again(
     team: Team,
 ) -> None:
     parsed: list[str] = []
-    real = gate_module.parse_chain  # type: ignore[attr-defined]
+    real = delegation_module.parse_chain  # type: ignore[attr-defined]
 
     def counting(token: str) -> object:
         parsed.append(token)
         return real(token)
 
-    with mock.patch.object(gate_module, "parse_chain", counting):
+    with mock.patch.object(delegation_module, "parse_chain", counting):
         first = [_delegate(team, f"call-{i}") for i in range(5)]
         assert len(parsed) == len(set(parsed)) == 4  # 10 reads of 4 tokens: each parsed once
         _delegate(team, "call-5")  # reads all five live ones: only call-4's for the first time

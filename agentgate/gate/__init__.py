@@ -18,6 +18,18 @@ One tool call or model call, end to end (docs/architecture.md):
 The gate composes; each rule lives in the part that owns it. A refusal is data: an
 ``Authorization`` that is not allowed, whose ``explain()`` tells the agent what was refused and
 why, without tokens, keys or argument values.
+Where each step lives: ``Gate`` (``_gate``: its making, ``close``, ``authorize`` and the
+evidence) inherits one part per concern, each in a module of its own: ``_delegation`` (grants
+issued, delegated and revoked), ``_approvals`` (approval requests, the votes of a quorum, an
+approval consumed or put back), ``_recording`` (a decision's audit entry: refusals, and allows with
+their reservations and quotas), ``_costs`` (what a call costs, which budgets can meter it),
+``_running`` (``run``/``arun`` under the scheduler, inside the call's span), ``_settlement`` (the
+outcomes and their budget settlement, carried by the next decision or committed in the background)
+and ``_dispatching`` (model calls through an attached dispatcher). What the parts share:
+``_checks`` (the types arguments are checked against) and ``_lock`` (the store lock). Beside them,
+the values: ``_authorization`` (``Authorization``, ``AgentIdentity``, ``Verdict``), ``_approval``
+(``Approval``), ``_outcomes`` (the outcomes waiting to be committed), ``_records`` (the text the
+audit log keeps) and ``_config`` (the scheduler's configuration from a policy).
 """
 
 from __future__ import annotations
@@ -30,13 +42,14 @@ if TYPE_CHECKING:  # the names, for type checkers; at run time each is imported 
     from agentgate.gate._approval import Approval, approval_call_hash
     from agentgate.gate._authorization import AgentIdentity, Authorization, Verdict
     from agentgate.gate._config import scheduler_config
-    from agentgate.gate._gate import DELEGATIONS_PURGE_S, Gate
+    from agentgate.gate._delegation import DELEGATIONS_PURGE_S
+    from agentgate.gate._gate import Gate
     from agentgate.gate._outcomes import MAX_ERROR_DETAIL
 
 # ``Gate`` brings the dispatcher, the scheduler and OpenTelemetry; the CLI uses the small parts
 # (``Approval``, ``_records``) without them: each name is imported from its module on first use.
 _EXPORTS: dict[str, str] = {
-    "DELEGATIONS_PURGE_S": "agentgate.gate._gate",
+    "DELEGATIONS_PURGE_S": "agentgate.gate._delegation",
     "MAX_ERROR_DETAIL": "agentgate.gate._outcomes",
     "AgentIdentity": "agentgate.gate._authorization",
     "Approval": "agentgate.gate._approval",

@@ -95,7 +95,8 @@ from agentgate.errors import (
 from agentgate.findings import Finding, FindingKind
 from agentgate.gate import AgentIdentity, Approval, Authorization, Gate, Verdict
 from agentgate.gate._authorization import expect, shown
-from agentgate.gate._gate import _TEXT_OR_NONE, _delegation_terms
+from agentgate.gate._checks import _TEXT_OR_NONE
+from agentgate.gate._delegation import _delegation_terms
 from agentgate.keys import SigningKey
 from agentgate.tasks import settled
 

@@ -1,0 +1,440 @@
+"""How the ``Gate`` asks for approvals and uses them (``_Approvals``); the signed approval itself
+is ``_approval.Approval``."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager, nullcontext
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from agentgate.audit.entry import argument_digest, redact
+from agentgate.authority import ApprovalRequirement
+from agentgate.capabilities import Call
+from agentgate.errors import AuthorityError, Denied, Expired, InputError, Revoked
+from agentgate.gate._approval import Approval, approval_call_hash, approval_call_key
+from agentgate.gate._authorization import AgentIdentity, Authorization, Verdict, expect
+from agentgate.gate._checks import _AUTHORIZATION
+from agentgate.gate._delegation import DELEGATIONS_PURGE_S
+from agentgate.gate._lock import _serialized
+from agentgate.gate._records import recordable
+from agentgate.keys import SigningKey
+from agentgate.policy import ApprovalRequirement as PolicyApproval
+from agentgate.policy import Outcome, Policy, PolicyDecision
+from agentgate.store import Transaction
+from agentgate.store.approvals import ApprovalStore, QuorumRule
+from agentgate.store.audit import AuditLog
+
+_SUPERSEDED_FIELDS = ("principal", "chain_hash", "rule", "resource", "args_digest", "args")
+"""What a superseded request's ``deny`` entry takes from its ``approval_required`` entry: the
+call it named, as asked."""
+
+
+class _Approvals:
+    """The ``Gate``'s approval requests: the request a call that needs an approval records (one
+    per call until it is answered or expires; closed when the call is refused, or asked for again
+    in another version of the answer that asked for it), the votes that complete a quorum, the
+    approval an allowed call consumes (put back when the call pauses or does not start), and
+    ``approve``/``decline``."""
+
+    # The gate's state this part reads (``Gate.__init__`` sets it).
+    policy: Policy
+    audit: AuditLog
+    approvals: ApprovalStore
+    _store_lock: threading.RLock
+    _lock: threading.Lock
+    _open_requests: dict[str, tuple[str, int | None, float]]
+    _requests_purge_at: float
+
+    if TYPE_CHECKING:  # what this part calls of the gate's other parts
+
+        def _entry(self, auth: Authorization, kind: str) -> dict[str, Any]: ...
+
+        def _loggable(self, call: Call) -> list[str]: ...
+
+        @contextmanager
+        def _decision_transaction(self) -> Iterator[Transaction]: ...
+
+        def _refusal_span(self, refused: Authorization, call_id: str | None = None) -> None: ...
+
+    def _approval_state(
+        self,
+        approval: Approval | None,
+        request: Mapping[str, Any],
+        rule: QuorumRule | None,
+        gate: PolicyApproval | None,
+        identity: AgentIdentity,
+    ) -> tuple[Approval | None, tuple[str, ...], ApprovalRequirement | None]:
+        """For a call with an approval ``request``: the approval that completes it (``None`` when
+        none does), the reasons an approval given was not used, and the approval the call still
+        needs (``None`` once approved, or when no policy gate asks for one)."""
+        approved, unused = self._approval_complete(approval, request, rule)
+        if approved is not None and self._superseded(approved, request, identity):
+            unused = (
+                f"approval of request {approved.request} not used: it expired, and the call was asked for again",
+            )
+            approved = None  # asked for again, under the request that replaced its own
+        pending = None
+        if approved is None and gate is not None:
+            pending = ApprovalRequirement(gate.approvers, gate.quorum, f"approval gate {gate.gate}")
+        return approved, unused, pending
+
+    @staticmethod
+    def _scoped_call_key(
+        identity: AgentIdentity, call_id: str | None, asked_in: tuple[str, str] | None
+    ) -> tuple[str, str] | None:
+        """The key that names a framework call's approval request, with the version it was asked
+        in; ``None`` without a call id and a scope."""
+        # Named only within its scope: ids a scripted model reuses in other threads stay apart.
+        if call_id and asked_in:
+            return approval_call_key(identity.did, asked_in[0], call_id), asked_in[1]
+        return None
+
+    def _approval_request(
+        self, identity: AgentIdentity, call: Call, verdict: PolicyDecision, call_id: str | None
+    ) -> dict[str, Any] | None:
+        gate = verdict.approval
+        if verdict.outcome is not Outcome.APPROVAL_REQUIRED or gate is None:
+            return None
+        digest = argument_digest(call.args)
+        return {
+            "id": "",
+            "call_hash": approval_call_hash(
+                call.resource, call.action, digest, identity.grant_id, call_id or ""
+            ),
+            "gate": gate.gate,
+            "resource": call.resource,
+            "action": call.action,
+            "grant": identity.grant_id,
+            "call_id": call_id or "",
+            "args": redact(call.args, self._loggable(call)),
+            "args_digest": digest,
+            "requester": identity.name,
+            "requester_did": identity.did,
+            "approvers": list(gate.approvers),
+            "quorum": gate.quorum,
+            "expires_at": int(time.time()) + gate.expiry_s,
+            "reasons": list(verdict.reasons),
+        }
+
+    @staticmethod
+    def _quorum_rule(gate: PolicyApproval | None) -> QuorumRule | None:
+        """The quorum of the policy's approval gate now and the DIDs of the approvers it names."""
+        if gate is None:
+            return None
+        return QuorumRule(gate.quorum, frozenset(did for did in gate.approver_dids if did))
+
+    @staticmethod
+    def _approval_invalid(approval: Approval, request: Mapping[str, Any], rule: QuorumRule) -> str | None:
+        """Why ``approval`` cannot count for ``request`` under ``rule``, or ``None`` when it can."""
+        if approval.call_hash != request["call_hash"]:
+            return "approval not counted: it was given for another call"
+        if approval.approver not in rule.voters:
+            return "approval not counted: its approver is not one of this call's approvers"
+        if approval.approver == request["requester_did"]:
+            return "approval not counted: the approver must not be the requester"
+        if not approval.verify():
+            return f"approval not counted: its signature is not {approval.approver}'s"
+        return None
+
+    def _superseded(self, approval: Approval, request: Mapping[str, Any], identity: AgentIdentity) -> bool:
+        """Whether the call was asked for again under a newer request than ``approval``'s, one
+        still open, because its own expired unused. A LangGraph run resumed with that approval first
+        decides without it (the node runs again), which opens the new request; refusing the old
+        approval then would leave the new request pending, shown to approvers and never answered
+        in the log. It is asked for instead, as an approval that does not hold is."""
+        found = self.approvals.open_for(request["call_hash"], identity.did)
+        if found is None or found[0] == approval.request:
+            return False
+        try:
+            own = self.approvals.get(approval.request)
+        except InputError:  # no such request: refused as one that names none
+            return False
+        # Expired, not used: an approval already used is refused, even with a newer request open.
+        return own.state != "consumed" and own.expires_at <= time.time()
+
+    def _approval_complete(
+        self, approval: Approval | None, request: Mapping[str, Any], rule: QuorumRule | None
+    ) -> tuple[Approval | None, tuple[str, ...]]:
+        """The approval that completes the gate's quorum, or ``None`` while it is not complete,
+        and why the approval given did not count (a reason for the ``approval_required`` answer
+        and its entry: an approver told nothing would sign again and again).
+
+        A quorum of one is decided with the call, in the decision's transaction. Above one, each
+        valid approval is recorded at once as one approver's vote (``store.approvals``; an
+        approver counts once), and the call is approved when the votes reach the quorum; until
+        then it stays ``approval_required`` and the run asks the next approver. The quorum and
+        the approvers who count are the policy's now (``rule``), also for a request asked under
+        an earlier version of it.
+        """
+        if approval is None or rule is None:
+            return None, ()
+        invalid = self._approval_invalid(approval, request, rule)
+        if invalid is not None:
+            return None, (invalid,)
+        if rule.quorum == 1:
+            return approval, ()
+        unused: tuple[str, ...] = ()
+        with self._decision_transaction() as tx:
+            try:
+                self.approvals.approve(
+                    approval.request, approval.approver, call_hash=request["call_hash"], tx=tx, rule=rule
+                )
+            except (Denied, Expired, Revoked, InputError) as exc:
+                # A repeated, late, void or misdirected vote adds nothing; the count below decides.
+                unused = (f"approval by {approval.approver} not counted: {exc!s:.300}",)
+            else:
+                self._write_approval_given(approval, request, self._asked_index(approval, request, tx), tx)
+            votes = self.approvals.approvers(approval.request, tx=tx, rule=rule)
+        return (approval, ()) if len(votes) >= rule.quorum else (None, unused)
+
+    def _asked_index(self, approval: Approval, request: Mapping[str, Any], tx: Transaction) -> int | None:
+        """The index of the ``approval_required`` entry of the request ``approval`` answers: known
+        here when this process asked that very request, else read from the store (another
+        process sharing it asked, or this one before a restart)."""
+        with self._lock:
+            asked = self._open_requests.get(request["call_hash"])
+        if asked is not None and asked[0] == approval.request:
+            return asked[1]
+        return self.approvals.asked_index(approval.request, request["call_hash"], tx=tx)
+
+    def _write_approval_given(
+        self, approval: Approval, request: Mapping[str, Any], asked_index: int | None, tx: Transaction
+    ) -> None:
+        """Record one approver's counted yes (``approval_given``) in ``tx``, referring to the
+        request's ``approval_required`` entry when it is known (``asked_index``). The approval's
+        request id, call hash and signature are in ``reasons``, so the log alone shows that the
+        approver signed this very call (docs/audit-format.md)."""
+        self.audit.append(
+            {
+                "kind": "approval_given",
+                "principal": approval.approver,
+                "chain_hash": request["grant"],
+                "policy_hash": self.policy.digest or None,
+                "resource": recordable(request["resource"]),
+                "args_digest": request["args_digest"],
+                "args": request["args"],
+                "approver": approval.approver,
+                "ref": asked_index,
+                "reasons": [
+                    f"request:{recordable(approval.request)}",
+                    f"call_hash:{recordable(approval.call_hash)}",
+                    f"signature:{approval.signature.hex()}",
+                ],
+            },
+            tx,
+        )
+
+    def approve(self, payload: Mapping[str, Any], approver: SigningKey) -> dict[str, str]:
+        """Convenience for a human's tool: sign the request in ``payload``; the resume value.
+
+        ``InputError`` for a ``payload`` that carries no request, an ``approver`` that is not a
+        ``SigningKey`` (``Approval.sign``)."""
+        return Approval.sign(payload, approver).to_dict()
+
+    @_serialized
+    def decline(self, auth: Authorization, reason: str = "no approval was given") -> Authorization:
+        """Record that the approval ``auth`` asked for was not given; the refusal.
+
+        For an authorization that needs approval and whose request was recorded (``authorize``
+        returned it). In one transaction: the request is closed as denied (if it is still
+        pending; an expired one is recorded as declined too) and a ``deny`` entry refers to the
+        ``approval_required`` entry (``ref``), with ``reason``. The same call asked again later
+        makes a new request. Raises ``InputError`` for any other authorization, and for a
+        request that was decided meanwhile (approved, used, denied): the log already says how it
+        ended, and a refusal of it would contradict that; nothing is written then. Also for an
+        ``auth`` that is not an ``Authorization`` or a ``reason`` that is not text.
+        """
+        expect(auth, Authorization, "auth", _AUTHORIZATION)
+        expect(reason, str, "reason", "text")
+        request = auth.request
+        if not auth.needs_approval or request is None or "id" not in request or auth.audit_index is None:
+            raise InputError("only an authorization waiting for a recorded approval request can be declined")
+        refused = replace(
+            auth, verdict=Verdict.DENY, reasons=(*auth.reasons, f"approval declined: {reason}"[:500])
+        )
+        with self._decision_transaction() as tx:
+            try:
+                self.approvals.deny(request["id"], "agentgate:declined", tx=tx)
+            except (Expired, Revoked):
+                pass  # nobody answered in time, or its grant was revoked (the request is void): declined
+            except (AuthorityError, InputError) as exc:
+                raise InputError(f"approval request {request['id']} cannot be declined: {exc}") from None
+            index = self.audit.append({**self._entry(refused, "deny"), "ref": auth.audit_index}, tx)
+        with self._lock:
+            self._open_requests.pop(request["call_hash"], None)
+        refused = replace(refused, audit_index=index)
+        self._refusal_span(refused)
+        return refused
+
+    def _close_asked(self, refused: Authorization, call_id: str | None, tx: Transaction) -> int | None:
+        """Close (deny) the approval request still open for the tool call that ``refused``
+        refuses, if one was asked: a run paused for an approval and resumed after the policy
+        changed is refused outright, and the request would stay pending, listed and never answered
+        in the log. Returns the index of its ``approval_required`` entry, which the refusal then
+        refers to (as a declined request's does); ``None`` when no request is open."""
+        identity = refused.identity
+        if not call_id or identity is None or not refused.call.resource.startswith("tool:"):
+            return None
+        try:
+            digest = argument_digest(refused.call.args)
+        except InputError:
+            return None
+        call = refused.call
+        call_hash = approval_call_hash(call.resource, call.action, digest, identity.grant_id, call_id)
+        known = self.approvals.open_for(call_hash, identity.did, tx=tx)
+        if known is None:
+            return None
+        with contextlib.suppress(Denied, Expired, Revoked, InputError):  # decided meanwhile
+            self.approvals.deny(known[0], "agentgate:refused", tx=tx)
+        with self._lock:
+            self._open_requests.pop(call_hash, None)
+        return known[1]
+
+    def _record_approval_request(
+        self,
+        auth: Authorization,
+        request: Mapping[str, Any] | None,
+        rule: QuorumRule | None,
+        tx: Transaction | None = None,
+        call_key: tuple[str, str] | None = None,
+    ) -> Authorization:
+        """Record that ``auth`` waits for an approval: the request open for its call, or a new
+        one with its ``approval_required`` entry. A new request for a framework call
+        (``call_key``, see ``_call_key``) closes the requests open for the same call under other
+        arguments or another tool (``_supersede``)."""
+        assert request is not None and auth.identity is not None
+        call_hash = request["call_hash"]
+        # The store says which request is open, never this process's memory: another process
+        # sharing it may have declined or used the request asked here (handing it out again
+        # would ask approvers for an approval that can never be used), or asked first; and this
+        # one may have asked before a restart (a run resumed from its checkpoint asks again
+        # before its approval is read). The same open request is the same request.
+        with self._decision_transaction() if tx is None else nullcontext(tx) as t:
+            known = self.approvals.open_for(call_hash, auth.identity.did, tx=t)
+            if known is not None and call_key is not None:  # asked by an earlier version: keyed now
+                self.approvals.keep_call(known[0], call_key, tx=t)
+        with self._lock:
+            if known is None:
+                self._open_requests.pop(call_hash, None)
+            else:
+                self._open_requests[call_hash] = known
+        if known is not None:
+            # The same call asked again (LangGraph re-runs a node when it resumes): one request,
+            # one audit entry, until it is answered or expires.
+            votes = (
+                list(self.approvals.approvers(known[0], tx=tx, rule=rule)) if request["quorum"] > 1 else []
+            )
+            return replace(
+                auth,
+                audit_index=known[1],
+                request={**request, "id": known[0], "expires_at": known[2], "approved_by": votes},
+            )
+        with self._decision_transaction() if tx is None else nullcontext(tx) as t:
+            request_id = self.approvals.request(
+                call_hash,
+                auth.identity.did,
+                request["expires_at"],
+                quorum=request["quorum"],
+                grants=auth.identity.chain.ids,
+                voters=None if rule is None else rule.voters,
+                call_key=call_key,
+                tx=t,
+            )
+            index = self.audit.append(self._entry(auth, "approval_required"), t)
+            self.approvals.asked(request_id, index, tx=t)
+            if call_key is not None:
+                self._supersede(call_key, request, request_id, t)
+        with self._lock:
+            now = time.time()
+            if now >= self._requests_purge_at:
+                # Requests nobody answered (their runs abandoned) leave once expired, in one pass
+                # at most every DELEGATIONS_PURGE_S: a service's memory does not grow per request.
+                self._open_requests = {h: r for h, r in self._open_requests.items() if r[2] > now}
+                self._requests_purge_at = now + DELEGATIONS_PURGE_S
+            self._open_requests[call_hash] = (request_id, index, float(request["expires_at"]))
+        return replace(auth, audit_index=index, request={**request, "id": request_id, "approved_by": []})
+
+    def _supersede(
+        self, call_key: tuple[str, str], request: Mapping[str, Any], request_id: str, tx: Transaction
+    ) -> None:
+        """Close the requests still open for the framework call ``call_key`` that were asked in
+        another version of the answer that asked for it: the answer was edited in the run's state
+        (LangGraph ``update_state``) before the call was asked for again, so no run will make the
+        call they name, and they would stay listed to approvers until they expire (review R40).
+        Each is closed as denied, and a ``deny`` entry of the call it named refers to its
+        ``approval_required`` entry, as a declined request's does."""
+        for old_id, old_hash, asked_index in self.approvals.supersede(call_key, tx=tx):
+            with self._lock:
+                self._open_requests.pop(old_hash, None)
+            if asked_index is None:
+                continue
+            asked = self.audit.entry(asked_index, tx)
+            reason = (
+                f"approval request {old_id} superseded by request {request_id}: tool call "
+                f"{request['call_id']!r} was changed and asked for again"
+            )
+            self.audit.append(
+                {
+                    **{name: getattr(asked, name) for name in _SUPERSEDED_FIELDS},
+                    "kind": "deny",
+                    "policy_hash": self.policy.digest or None,
+                    "reasons": [recordable(reason)],
+                    "ref": asked_index,
+                },
+                tx,
+            )
+
+    def _consume_approval(
+        self,
+        auth: Authorization,
+        approval: Approval,
+        request: Mapping[str, Any],
+        rule: QuorumRule | None,
+        tx: Transaction,
+    ) -> Authorization:
+        """Use ``approval`` up for the call ``auth`` allows, in ``tx``: its vote counted (a quorum
+        of one), the request closed and, for a vote counted now, its ``approval_given`` entry.
+        Returns ``auth`` naming the approvers and the request. Raises what ``approve`` and
+        ``consume`` raise (``Denied``, ``Expired``, ...) for an approval that does not hold."""
+        voted = request["quorum"] == 1  # a larger quorum's votes were recorded as they came
+        if voted:
+            try:
+                self.approvals.approve(approval.request, approval.approver, tx=tx, rule=rule)
+            except Denied:
+                # This approver's vote is in already (given under a larger quorum, which
+                # the policy has since lowered): ``consume`` decides whether it holds.
+                voted = False
+        approvers = self.approvals.consume(approval.request, request["call_hash"], tx=tx, rule=rule)
+        asked_index = self._asked_index(approval, request, tx)
+        with self._lock:
+            self._open_requests.pop(request["call_hash"], None)
+        if voted:
+            self._write_approval_given(approval, request, asked_index, tx)
+        # The request, as a call that pauses before completing re-arms it (``_write_outcome``).
+        return replace(
+            auth,
+            approver=",".join(approvers),
+            request={**request, "id": approval.request, "asked_index": asked_index},
+        )
+
+    def _rearm_approval(self, tx: Transaction, auth: Authorization, status: str, reasons: list[str]) -> None:
+        """Open again the approval request an approved call used when the call paused before
+        completing or did not start, so that the resumed call asks for the same request."""
+        request = auth.request
+        if not (
+            request and request.get("id") and self.approvals.rearm(request["id"], request["call_hash"], tx=tx)
+        ):
+            return
+        when = "paused before completing" if status == "paused" else "not started"
+        reasons.append(f"{when}: approval request {request['id']} is pending again")
+        if request.get("asked_index") is not None:  # the resumed call asks for the same request
+            with self._lock:
+                self._open_requests[request["call_hash"]] = (
+                    request["id"],
+                    request["asked_index"],
+                    float(request["expires_at"]),
+                )

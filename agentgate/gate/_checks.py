@@ -1,0 +1,34 @@
+"""What the ``Gate`` and its parts check their arguments against (module-level type tuples, and
+the names of the expected values in ``InputError`` messages), and the finding of a call that
+carries no identity (``_NO_CHAIN``)."""
+
+from __future__ import annotations
+
+from agentgate.findings import Finding, FindingKind
+from agentgate.gate._authorization import AgentIdentity
+
+_NONE = type(None)
+_TEXT_OR_NONE = (str, _NONE)
+
+
+def _is_text_pair(value: object) -> bool:
+    return type(value) is tuple and len(value) == 2 and all(isinstance(part, str) for part in value)
+
+
+_IDENTITY_OR_NONE = (AgentIdentity, _NONE)
+"""Module-level tuples: ``isinstance`` against them allocates nothing (``X | None`` would build a
+union at each call of ``Gate.authorize``, the hot path)."""
+_IDENTITY = "an AgentIdentity (Gate.issue, Gate.delegate)"
+_AUTHORIZATION = "the Authorization that Gate.authorize returned"
+
+
+def _finding(kind: FindingKind, code: str, message: str, hint: str | None = None) -> Finding:
+    return Finding(kind=kind, code=code, message=message, hint=hint)
+
+
+_NO_CHAIN = _finding(
+    FindingKind.AUTHORITY_CHAIN_OPACITY,
+    "no_chain",
+    "the run carries no agent identity, so no authority can be shown for this call",
+    "run the agent with context=AgentIdentity(...)",
+)

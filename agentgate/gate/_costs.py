@@ -1,0 +1,154 @@
+"""What a call costs (``_Costs``): in calls, tokens and micro-dollars, from its token counts or a
+GPU lease's price; which budgets can be metered; what a model call's reported usage is charged."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+
+from agentgate.authority import Decision
+from agentgate.capabilities import Call
+from agentgate.errors import BudgetExceeded, InputError
+from agentgate.gate._authorization import AgentIdentity, Authorization
+from agentgate.policy import Policy
+from agentgate.store import Transaction
+from agentgate.store.ledger import BudgetLedger
+
+_log = logging.getLogger("agentgate.gate")
+
+
+def _token_counts(tokens: object) -> tuple[int, int]:
+    """``(prompt, output)`` token counts as two non-negative integers; ``InputError`` otherwise (a
+    negative estimate would make a call's cost negative and skip its reservation)."""
+    if isinstance(tokens, tuple | list) and len(tokens) == 2:
+        prompt, output = tokens
+        if all(type(n) is int and n >= 0 for n in (prompt, output)):
+            return prompt, output
+    raise InputError(
+        f"token counts must be two non-negative integers (prompt, output), got {_bounded_repr(tokens)}"
+    )
+
+
+def _bounded_repr(value: object) -> str:
+    """At most 80 characters of ``repr(value)``, or its type where it has none: a backend's garbage
+    (an integer past Python's 4,300-digit limit, a nesting past the recursion limit) cannot turn the
+    error that names it into another exception."""
+    try:
+        return repr(value)[:80]
+    except (ValueError, RecursionError):
+        return f"a {type(value).__name__} that cannot be shown"
+
+
+def _output_capped(usage: tuple[int, int], limit: int | None) -> tuple[int, int]:
+    """The usage a model call is charged: ``usage`` itself, or, when it reports more completion
+    tokens than ``limit`` (the output reserved: the ``max_tokens`` the call was sent), the prompt
+    tokens as reported with ``limit`` completion tokens. A backend that reports more output than it
+    was allowed is broken or hostile; charged as reported, one call could drain a budget. (The
+    prompt is charged as reported: the reservation's prompt is only an estimate.) ``limit``
+    ``None`` (no output was reserved): ``usage`` unchecked. Raises ``InputError`` for usage that is
+    not two token counts."""
+    if limit is None:
+        return usage
+    prompt, output = _token_counts(usage)
+    return (prompt, limit) if output > limit else usage
+
+
+_METERED = frozenset({"calls", "tokens", "usd_micros", "micro_usd"})
+"""The budget units ``Gate._cost`` charges (``micro_usd``: an alias of ``usd_micros``)."""
+_METERED_BY_TOKENS = frozenset({"tokens", "usd_micros", "micro_usd"})
+"""The units a model call is charged in from its token counts."""
+
+
+class _Costs:
+    """The ``Gate``'s metering: what a call costs in each budget unit (``_cost``), a decision's
+    budget caps by unit (``_caps``), why a call on budgets that cannot be metered or are spent is
+    refused, and what a reported usage costs (``_reported_cost``: output capped at what was
+    reserved)."""
+
+    # The gate's state this part reads (``Gate.__init__`` sets it).
+    policy: Policy
+    ledger: BudgetLedger
+
+    @staticmethod
+    def _unmetered(by_unit: Mapping[str, object]) -> str:
+        """Why a call on budgets that cannot be metered is refused (fail closed: a budget never
+        charged would let its grant spend without limit)."""
+        unknown = sorted(by_unit.keys() - _METERED)
+        if unknown:
+            return (
+                f"the chain's budget in {unknown[0]!r} cannot be metered (agentgate charges "
+                f"{', '.join(sorted(_METERED - {'micro_usd'}))}): no call may spend from it"
+            )
+        return "a model call on a tokens or usd_micros budget needs its token estimate (tokens=)"
+
+    def _budget_reason(self, identity: AgentIdentity, exc: BudgetExceeded, tx: Transaction) -> str:
+        # Read in the decision's transaction: it holds the write lock and the outcomes it carries.
+        parts = []
+        for link in identity.chain.links:
+            if link.budget is not None:
+                spent, held = self.ledger.usage(link.id, tx=tx)
+                in_flight = f" and {held} held by calls in flight" if held else ""
+                parts.append(
+                    f"{spent} of {link.budget.amount} {link.budget.unit} spent{in_flight} on grant {link.id[:12]}"
+                )
+        return f"budget exhausted ({'; '.join(parts) or exc})"
+
+    @staticmethod
+    def _caps(decision: Decision) -> dict[str, dict[str, int]]:
+        """Budget caps by unit and grant; the unit of the budget nearest the tip (the caller's own)
+        first: audit entries report their ``budget_delta`` in that unit."""
+        by_unit: dict[str, dict[str, int]] = {}
+        for grant_id, budget in reversed(decision.budgets):
+            by_unit.setdefault(budget.unit, {})[grant_id] = budget.amount
+        return by_unit
+
+    def _cost(self, call: Call, tokens: tuple[int, int] | None) -> dict[str, int]:
+        """What a call costs in each budget unit: calls always 1; tokens and money for model calls;
+        money for a GPU lease of a type the policy prices (``count`` GPUs for ``hold_s``, else
+        ``ttl_s``, seconds: ``policy._schema.lease_cost``). Raises ``InputError`` for a priced
+        lease call whose count or time is not one (nothing is recorded then)."""
+        cost = {"calls": 1}
+        gpu = (
+            self.policy.document.gpus.get(call.resource.removeprefix("gpu:"))
+            if call.resource.startswith("gpu:")
+            else None
+        )
+        if gpu is not None:
+            args = call.args
+            try:
+                micros = gpu.lease_cost(args["count"], args["hold_s"] if "hold_s" in args else args["ttl_s"])
+            except (KeyError, ValueError) as exc:
+                raise InputError(f"{call.resource}: the lease cannot be priced: {exc}") from exc
+            cost["usd_micros"] = cost["micro_usd"] = micros
+        elif tokens is not None and call.resource.startswith("model:"):
+            prompt, output = _token_counts(tokens)
+            cost["tokens"] = prompt + output
+            spec = self.policy.document.models.get(call.resource.removeprefix("model:"))
+            if spec is not None:
+                # Integers only, rounded up: a float would round large counts and lose micro-dollars.
+                per_million = prompt * spec.cost_per_mtok.input + output * spec.cost_per_mtok.output
+                cost["usd_micros"] = cost["micro_usd"] = -(-per_million // 1_000_000)
+        return cost
+
+    def _reported_cost(
+        self, auth: Authorization, usage: tuple[int, int], reasons: list[str]
+    ) -> dict[str, int] | None:
+        """What the ``usage`` a call reported costs in each budget unit, its output capped at the
+        call's ``max_tokens``; ``None`` for usage that is not two token counts (the reservation
+        is charged whole). Why a cost differs from what was reported is added to ``reasons``."""
+        try:
+            charged = _output_capped(usage, auth.output_tokens)
+            actual = self._cost(auth.call, charged)
+        except InputError:  # garbage from a backend: the whole reservation is charged
+            reasons.append(
+                f"reported usage {_bounded_repr(usage)} is not two token counts; charged as reserved"
+            )
+            return None
+        if charged is not usage:
+            over = (
+                f"the backend reported {usage[1]} completion tokens, over the call's max_tokens "
+                f"of {charged[1]}; charged {charged[1]}"
+            )
+            reasons.append(over)
+            _log.warning("agentgate: audit entry %s: %s", auth.audit_index, over)
+        return actual

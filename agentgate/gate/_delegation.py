@@ -1,0 +1,442 @@
+"""How the ``Gate`` hands authority on (``_Delegation``): root grants issued to agents, grants
+delegated to sub-agents under the policy's delegation rules, and revocation, each recorded with
+its audit entry."""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from datetime import timedelta
+from typing import TYPE_CHECKING
+
+from agentgate.authority import (
+    Authority,
+    Budget,
+    Chain,
+    GrantRepository,
+    HolderRevocation,
+    delegate,
+    findings_of,
+    issue,
+    parse_chain,
+    record,
+    revoke,
+    revoke_holder,
+)
+from agentgate.capabilities import Capability, attenuates
+from agentgate.errors import AuthorityError, CapabilityError, Denied, InputError, Revoked, ScopeCreep
+from agentgate.findings import FindingKind
+from agentgate.gate._authorization import AgentIdentity, expect, listed, shown
+from agentgate.gate._checks import _IDENTITY, _IDENTITY_OR_NONE, _NO_CHAIN, _TEXT_OR_NONE, _finding
+from agentgate.gate._lock import _serialized
+from agentgate.gate._records import revocation_entry
+from agentgate.keys import PublicKey, SigningKey
+from agentgate.policy import Policy, PolicyIndex, role_grant_template
+from agentgate.store import Transaction
+from agentgate.store.audit import AuditLog
+
+DELEGATIONS_PURGE_S = 1.0
+"""How often, at most, ``Gate.delegations`` is cleared of expired delegations (and the approval
+requests asked in this process of expired ones)."""
+
+
+DELEGATED_PARSED_MAX = 1024
+"""How many parsed delegated chains a Gate keeps for ``delegate(call=...)`` (cleared when full)."""
+
+
+def _call_tag(call: str) -> str:
+    """What ``Gate.delegate`` signs into a grant's purpose for the call that delegates: a digest,
+    so that thread ids and tool call ids do not show in the token."""
+    return hashlib.sha256(call.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+
+
+def _delegation_terms(
+    name: object, key: object, capabilities: object, ttl: object, budget: object
+) -> list[Capability]:
+    """The capabilities of a delegation to ``key`` under ``name``, once its terms are checked
+    (``Gate.delegate``, and ``delegation_tool`` when it is made): ``InputError`` naming the
+    parameter for a name that is not non-empty text, a key that is not a ``SigningKey``, a
+    ``ttl`` that is not a positive ``timedelta``, a budget that is not a non-negative whole
+    number or ``None``; ``CapabilityError`` (an ``InputError``) for a capability that does not
+    parse, and naming ``capabilities`` for one string (refused, not read character by
+    character) or anything else that is not a list."""
+    if not isinstance(name, str) or not name:
+        raise InputError(
+            f"a sub-agent's name must be non-empty text, got {shown(name) if name != '' else 'empty text'}"
+        )
+    expect(key, SigningKey, "key", "the sub-agent's own SigningKey")
+    if not isinstance(ttl, timedelta) or ttl <= timedelta(0):
+        raise InputError(f"a delegation's ttl is a positive timedelta, got {shown(ttl)}")
+    if budget is not None and (type(budget) is not int or budget < 0):
+        raise InputError(f"a delegation's budget is a non-negative whole number or None, got {shown(budget)}")
+    return [
+        c if isinstance(c, Capability) else Capability.parse(c)
+        for c in listed(
+            capabilities,
+            "capabilities",
+            "capabilities (Capability or text such as 'tool:x')",
+            CapabilityError,
+        )
+    ]
+
+
+class _Delegation:
+    """The ``Gate``'s grants: ``issue`` (a root grant for a role), ``delegate`` (an attenuated
+    grant to a sub-agent, handed on again for the same call), ``revoke`` and ``revoke_holder``.
+    Each grant, and each refusal to make one, is audited; ``delegations`` keeps the live
+    delegations this gate made."""
+
+    # The gate's state this part reads (``Gate.__init__`` sets it).
+    policy: Policy
+    index: PolicyIndex
+    audit: AuditLog
+    grants: GrantRepository
+    authority: Authority
+    _store_lock: threading.RLock
+    _lock: threading.Lock
+    delegations: list[tuple[str, AgentIdentity]]
+    _purge_at: float
+    _parsed_delegated: dict[str, Chain]
+
+    if TYPE_CHECKING:  # what this part calls of the gate's other parts
+
+        def _tenant_of(self, did: str) -> str: ...
+
+        @contextmanager
+        def _decision_transaction(self) -> Iterator[Transaction]: ...
+
+    @_serialized
+    def issue(
+        self, anchor: SigningKey, *, name: str, key: SigningKey, role: str, tenant: str | None = None
+    ) -> AgentIdentity:
+        """A root grant from ``anchor`` (a trust anchor) to ``key`` holding exactly what ``role`` allows.
+
+        The grant is recorded with its audit entry (an ``allow`` on ``agent:NAME`` by the anchor)
+        in one transaction. Raises ``InputError`` for a ``name`` that is not non-empty text (or a
+        ``tenant`` that is not text, an ``anchor`` or ``key`` that is not a ``SigningKey``, a
+        ``role`` that is not text), ``PolicyError`` for an unknown role, ``Denied`` (audited, as a
+        refused delegation) for an ``anchor`` that is not one of this Gate's trust anchors (a key
+        rotated out of the policy): every call on such a grant would be refused ``untrusted_root``.
+        """
+        if not isinstance(name, str) or not name or not isinstance(tenant, str | None):
+            raise InputError(
+                f"an agent's name is non-empty text, and its tenant text: got {name!r}, {tenant!r}"
+            )
+        expect(anchor, SigningKey, "anchor", "the trust anchor's SigningKey")
+        expect(key, SigningKey, "key", "the agent's own SigningKey")
+        expect(role, str, "role", "a role name of the policy")
+        if anchor.did not in self.authority.anchors:
+            message = f"{anchor.did} is not a trust anchor of this policy: it issues nothing"
+            refused = Denied(message)
+            refused.finding = _finding(FindingKind.AUTHORITY_CHAIN_OPACITY, "untrusted_root", message)
+            raise self._audited_refusal(refused, anchor.did, f"agent:{name}")
+        template = role_grant_template(self.policy, role)
+        budget = Budget(template.budget.limit, template.budget.unit) if template.budget else None
+        chain = issue(
+            anchor,
+            key.public,
+            template.capabilities,
+            ttl=template.ttl_s,
+            budget=budget,
+            max_depth=template.max_depth,
+            purpose=f"role {role}",
+        )
+        # A root grant is an act of authority like a delegation: the log shows who issued what to whom.
+        index = self._record_grant(
+            chain,
+            anchor.did,
+            chain.id,
+            f"agent:{name}",
+            f"issued grant {chain.id} to {name} ({key.did}) as role {role}: "
+            + ", ".join(str(c) for c in template.capabilities)
+            + f"; {template.ttl_s}s"
+            + (f"; budget {budget.amount} {budget.unit}" if budget is not None else ""),
+        )
+        return AgentIdentity(name, key, chain, tenant or self._tenant_of(key.did), index)
+
+    @_serialized
+    def delegate(
+        self,
+        parent: AgentIdentity | None,
+        *,
+        name: str,
+        key: SigningKey,
+        capabilities: Iterable[Capability | str],
+        ttl: timedelta,
+        budget: int | None = None,
+        call: str | None = None,
+    ) -> AgentIdentity:
+        """A sub-agent identity: a fresh grant from ``parent`` to ``key``, attenuated to
+        ``capabilities`` and ``budget``, living ``ttl`` and never past the parent. Audited either way.
+
+        ``call`` names the call that delegates (``delegation_tool``: the tool call's thread, step
+        and id), signed into the grant's purpose as a digest. A live grant recorded in the store
+        for the same ``call``, parent, key and terms, by this process or another, is handed on
+        again instead of a fresh one, once the checks below pass as for a fresh one: a sub-agent
+        resumed by another process (a restart, another worker) keeps the grant its pending
+        approval is bound to. Handing it on again is not audited again; the grant's ``allow``
+        entry is the one recorded when it was made.
+
+        The policy's ``delegation`` rule of the parent's roles bounds what may be handed on
+        (capabilities, TTL, budget); the authority engine checks attenuation against the
+        parent's grant and its delegation depth. Raises ``ScopeCreep`` (with the finding) when
+        either refuses, ``Expired``/``Denied`` from the authority engine, ``Denied`` when there
+        is no parent identity at all, and ``InputError`` (nothing written) for arguments of the
+        wrong type: a ``parent`` that is not an ``AgentIdentity``, a ``ttl`` that is not a positive
+        ``timedelta``, and the others ``_delegation_terms`` checks.
+        """
+        caps = _delegation_terms(name, key, capabilities, ttl, budget)
+        expect(parent, _IDENTITY_OR_NONE, "parent", _IDENTITY)
+        expect(call, _TEXT_OR_NONE, "call", "text or None")
+        resource = f"agent:{name}"
+        purpose = f"sub-agent {name}" if call is None else f"sub-agent {name}; call {_call_tag(call)}"
+        if parent is None:
+            refused = Denied("no identity in the run context: there is no grant to delegate from")
+            refused.finding = _NO_CHAIN
+            raise self._audited_refusal(refused, "unknown", resource)
+        tip = parent.chain.tip
+        seconds = max(1, min(int(ttl.total_seconds()), tip.expires - int(time.time())))
+        try:
+            # A revoked grant (or ancestor) hands nothing on, whatever its signature still says;
+            # nor does a chain whose root this policy no longer trusts (its anchor rotated out):
+            # every call on it would be refused ``untrusted_root``, as Gate.issue refuses.
+            self._refuse_revoked(parent)
+            self._refuse_untrusted(parent)
+            self._check_delegation_rule(parent, caps, seconds, budget)
+            if call is not None and (again := self._delegated_before(parent, key, caps, budget, purpose)):
+                return self._handed_on(parent, AgentIdentity(name, key, again, parent.tenant), again=True)
+            unit = tip.budget.unit if tip.budget else "usd_micros"
+            chain = delegate(
+                parent.chain,
+                parent.key,
+                key.public,
+                caps,
+                ttl=seconds,
+                budget=Budget(budget, unit) if budget is not None else None,
+                purpose=purpose,
+            )
+            index = self._record_grant(
+                chain,
+                parent.did,
+                parent.grant_id,
+                resource,
+                f"delegated grant {chain.id} to {name} ({key.did}): "
+                + ", ".join(str(c) for c in caps)
+                + f"; {seconds}s"
+                # The budget the child carries: the one given, else its parent's, whole.
+                + (f"; budget {held.amount} {held.unit}" if (held := chain.tip.budget) is not None else ""),
+                parent=parent,
+            )
+        except AuthorityError as exc:
+            self._audited_refusal(exc, parent.did, resource, parent.grant_id)
+            raise
+        return self._handed_on(parent, AgentIdentity(name, key, chain, parent.tenant, index))
+
+    def _delegated_before(
+        self, parent: AgentIdentity, key: SigningKey, caps: list[Capability], budget: int | None, purpose: str
+    ) -> Chain | None:
+        """The live chain recorded as delegated from ``parent`` to ``key`` with ``purpose`` and
+        these terms (``delegate``'s ``call``), if any."""
+        parsed = self._parsed_delegated
+        for token in self.grants.delegated(parent.grant_id, key.did, now=int(time.time())):
+            chain = parsed.get(token)
+            if chain is None:
+                chain = parse_chain(token)  # raises for a malformed one, as before: never cached
+                if len(parsed) >= DELEGATED_PARSED_MAX:
+                    parsed.clear()
+                parsed[token] = chain
+            tip = chain.tip
+            if (
+                tip.purpose == purpose
+                and list(tip.capabilities) == caps
+                and (budget is None or (tip.budget is not None and tip.budget.amount == budget))
+                and chain.links[:-1] == parent.chain.links
+            ):
+                return chain
+        return None
+
+    def _handed_on(
+        self, parent: AgentIdentity, child: AgentIdentity, *, again: bool = False
+    ) -> AgentIdentity:
+        """``child``, kept in ``delegations`` (the live ones) under ``parent``'s name; one handed
+        on ``again`` is kept once."""
+        chain = child.chain
+        with self._lock:  # the live delegations only: a long-running service delegates per request
+            now = time.time()
+            if now >= self._purge_at:
+                # One pass over the list when its soonest grant has expired, at most once every
+                # DELEGATIONS_PURGE_S: a service with thousands of live delegations does not scan
+                # them all at every delegation.
+                self.delegations[:] = [d for d in self.delegations if d[1].chain.tip.expires > now]
+                soonest = min((d[1].chain.tip.expires for d in self.delegations), default=float("inf"))
+                self._purge_at = max(soonest, now + DELEGATIONS_PURGE_S)
+            if not again or all(d[1].chain.id != chain.id for d in self.delegations):
+                self.delegations.append((parent.name, child))
+            self._purge_at = min(self._purge_at, max(chain.tip.expires, now + DELEGATIONS_PURGE_S))
+        return child
+
+    def _audited_refusal(
+        self, refused: AuthorityError, principal: str, resource: str, chain_hash: str | None = None
+    ) -> AuthorityError:
+        """``refused`` (a grant not issued or delegated), once its ``deny`` entry is appended: its
+        message and its finding as ``kind:code``, which ``audit_index`` then names."""
+        reasons = [str(refused), *(f"{f.kind}:{f.code}" for f in findings_of(refused))]
+        entry = {
+            "kind": "deny",
+            "principal": principal,
+            "resource": resource,
+            "policy_hash": self.policy.digest or None,  # which version refused, mid-rollout too
+            "reasons": reasons,
+        }
+        refused.audit_index = self.audit.append(
+            entry if chain_hash is None else {**entry, "chain_hash": chain_hash}
+        )
+        return refused
+
+    def _refuse_untrusted(self, parent: AgentIdentity) -> None:
+        """Raise ``Denied`` (``untrusted_root``) when ``parent``'s chain was issued by a key that is
+        not one of this Gate's trust anchors."""
+        issuer = parent.chain.root.issuer
+        if issuer not in self.authority.anchors:
+            message = (
+                f"{parent.name}'s chain was issued by {issuer}, which is not a trust anchor of this policy"
+            )
+            refused = Denied(message)
+            refused.finding = _finding(FindingKind.AUTHORITY_CHAIN_OPACITY, "untrusted_root", message)
+            raise refused
+
+    def _refuse_revoked(self, parent: AgentIdentity) -> None:
+        """Raise ``Revoked`` when a grant of ``parent``'s chain is revoked: it hands nothing on."""
+        revoked = self.grants.revoked(parent.chain.ids)
+        if revoked:
+            message = (
+                f"grant {sorted(revoked)[0][:12]} of {parent.name}'s chain is revoked: nothing to delegate"
+            )
+            refused = Revoked(message)
+            refused.finding = _finding(FindingKind.NON_REVOCABLE_GRANT, "revoked", message)
+            raise refused
+
+    def _record_grant(
+        self,
+        chain: Chain,
+        principal: str,
+        chain_hash: str,
+        resource: str,
+        reason: str,
+        *,
+        parent: AgentIdentity | None = None,
+    ) -> int:
+        """Record a grant and its ``allow`` audit entry (by ``principal``, on ``resource``
+        ``agent:NAME``) in one transaction, one commit; returns the entry's index. For a grant
+        delegated by ``parent``, raises ``Revoked`` (nothing written) when the parent's chain was
+        revoked meanwhile: revocation is read again in that transaction, so no allow follows a
+        revocation that has returned."""
+        with self._decision_transaction() as tx, self.grants.within(tx):
+            if parent is not None:
+                self._refuse_revoked(parent)
+            record(self.grants, chain)
+            return self.audit.append(
+                {
+                    "kind": "allow",
+                    "principal": principal,
+                    "chain_hash": chain_hash,
+                    "policy_hash": self.policy.digest or None,
+                    "resource": resource,
+                    "reasons": [reason],
+                },
+                tx,
+            )
+
+    def _check_delegation_rule(
+        self, parent: AgentIdentity, caps: list[Capability], seconds: int, budget: int | None
+    ) -> None:
+        """Refuse (``ScopeCreep``) a delegation the policy's rules for the parent's roles do not allow."""
+        name = self.index.principal_name(parent.did)
+        principal = self.policy.document.principals.get(name) if name else None
+        roles = [
+            r for r in (principal.roles if principal else []) if self.policy.document.roles[r].delegation
+        ]
+
+        def refuse(code: str, message: str, kind: FindingKind = FindingKind.SCOPE_CREEP) -> ScopeCreep:
+            error = ScopeCreep(message)
+            error.finding = _finding(kind, code, message)
+            return error
+
+        if not roles:
+            if principal is None and self.index.principal_name(parent.chain.root.audience) is not None:
+                return  # a key made at run time: its grant's own depth and attenuation bound it
+            if principal is None:  # nor is the chain's first holder: removed, or its key replaced
+                raise refuse(
+                    "delegation_not_in_policy",
+                    f"{parent.name}'s chain was issued to {parent.chain.root.audience}, "
+                    "which is not a principal of this policy",
+                )
+            raise refuse("delegation_not_in_policy", f"the roles of {parent.name} may not delegate at all")
+        # Each capability is bounded by the rule of a role that may hand it on: one such role
+        # must admit the grant's whole lifetime and budget (another role's looser limits, for
+        # capabilities it hands on, do not widen this one's).
+        for cap in caps:
+            rules = [
+                delegation
+                for r in roles
+                if (delegation := self.policy.document.roles[r].delegation) is not None
+                and any(attenuates(rule.capability, cap) for rule in self.policy.delegable.get(r, ()))
+            ]
+            if not rules:
+                raise refuse(
+                    "delegation_wider_than_policy", f"the policy does not let {parent.name} hand on {cap}"
+                )
+            lasting = [d for d in rules if d.max_ttl_s is None or seconds <= d.max_ttl_s]
+            if not lasting:
+                longest = max(d.max_ttl_s or 0 for d in rules)
+                # Too long-lived, as a child outliving its parent and the linter's
+                # ttl_above_policy_max: authority that cannot be taken back in time.
+                raise refuse(
+                    "delegation_ttl_above_policy",
+                    f"a delegated grant with {cap} may live {longest}s at most, not {seconds}s",
+                    FindingKind.NON_REVOCABLE_GRANT,
+                )
+            if not any(
+                d.budget is None or (budget is not None and budget <= d.budget.limit) for d in lasting
+            ):
+                largest = max(d.budget.limit for d in lasting if d.budget)
+                asked = "the parent's whole budget" if budget is None else str(budget)
+                raise refuse(
+                    "delegation_budget_above_policy",
+                    f"a delegated grant with {cap} may carry a budget of {largest} at most, not {asked}",
+                )
+
+    @_serialized
+    def revoke(self, grant: AgentIdentity | Chain | str, *, by: str = "operator", reason: str = "") -> str:
+        """Revoke a grant and, through it, every grant below it; audited. Returns the grant id.
+
+        Raises ``TokenFormatError`` for a ``grant`` that is none, ``InputError`` for a ``by`` or
+        ``reason`` that is not text; nothing is written then."""
+        expect(by, str, "by", "text (who revokes)")
+        expect(reason, str, "reason", "text")
+        target = grant.chain if isinstance(grant, AgentIdentity) else grant
+        # The revocation and its audit entry: one transaction, so neither exists without the other.
+        with self._decision_transaction() as tx, self.grants.within(tx):
+            grant_id = revoke(self.grants, target, reason=reason)
+            self.audit.append(revocation_entry(grant_id, by, reason), tx)
+        return grant_id
+
+    def revoke_holder(
+        self, holder: PublicKey | str, *, by: str = "operator", reason: str = ""
+    ) -> HolderRevocation:
+        """Revoke every grant this gate's store records for the key ``holder`` (a leaked agent
+        key: ``authority.revoke_holder``), each with its ``revoke`` entry, in one transaction.
+        Grants to the key never recorded in this store are not reached: remove the key from the
+        policy and restart for those (docs/operations.md, Rotating keys). Raises ``KeyFileError``
+        for a ``holder`` that is no did:key, ``InputError`` for a ``by`` or ``reason`` that is
+        not text; nothing is written then."""
+        expect(by, str, "by", "text (who revokes)")
+        expect(reason, str, "reason", "text")
+        with self._decision_transaction() as tx, self.grants.within(tx):
+            done = revoke_holder(self.grants, holder, reason=reason)
+            for grant_id in done.revoked:
+                self.audit.append(revocation_entry(grant_id, by, reason), tx)
+        return done

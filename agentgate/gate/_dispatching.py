@@ -1,0 +1,163 @@
+"""How the ``Gate`` dispatches model calls (``_Dispatching``) through an attached
+``dispatch.Dispatcher``, which runs on a private event loop thread."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import queue
+import threading
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping
+from typing import Any, TypeVar
+
+from opentelemetry import context as otel_context
+
+from agentgate.dispatch.backends import ChatChunk, ChatResult
+from agentgate.dispatch.dispatcher import Dispatcher, model_slos
+from agentgate.errors import DispatchError
+from agentgate.policy import Policy
+
+T = TypeVar("T")
+
+
+class _Dispatching:
+    """The ``Gate``'s model dispatch: ``attach_dispatcher``, ``dispatch``/``adispatch`` (one chat
+    call) and ``dispatch_stream``/``adispatch_stream`` (its chunks as they come), each handed to
+    the dispatcher's loop (``_send``), and ``_close_dispatcher`` for ``close``."""
+
+    # The gate's state this part reads (``Gate.__init__`` sets it).
+    policy: Policy
+    _dispatch: tuple[Dispatcher, asyncio.AbstractEventLoop, threading.Thread] | None
+    _dispatch_lock: threading.Lock
+    _dispatch_closed: bool
+
+    def attach_dispatcher(self, dispatcher: Dispatcher) -> None:
+        """Serve model calls through ``dispatcher`` (``dispatch.Dispatcher``), which runs on a
+        private event loop thread owned by the gate until ``close()``. A model the policy gives a
+        ``slo.ttft_ms`` is routed under it, unless the dispatcher was given its own for it."""
+        dispatcher.model_slo_ttft_s = {**model_slos(self.policy), **dispatcher.model_slo_ttft_s}
+        loop = asyncio.new_event_loop()
+        thread = threading.Thread(target=loop.run_forever, name="agentgate-dispatch", daemon=True)
+        thread.start()
+        asyncio.run_coroutine_threadsafe(dispatcher.start(), loop).result()
+        self._dispatch = (dispatcher, loop, thread)
+
+    @property
+    def dispatches(self) -> bool:
+        """Whether a dispatcher is attached."""
+        return self._dispatch is not None
+
+    def dispatch(
+        self, payload: Mapping[str, Any], *, tenant: str = "default", session: str | None = None
+    ) -> ChatResult:
+        """Route and send an OpenAI-style chat payload (blocking). ``session``: the conversation
+        (an agent run's thread) whose earlier calls' backend holds its prefix in cache, kept when
+        it meets the SLO (docs/dispatch.md). Raises ``DispatchError`` when no dispatcher is
+        attached, and what ``Dispatcher.chat`` raises (``NoBackend``, ``Shed``, ``BackendFailed``)."""
+        return self._send(lambda d: d.chat(payload, tenant=tenant, session=session)).result()
+
+    async def adispatch(
+        self, payload: Mapping[str, Any], *, tenant: str = "default", session: str | None = None
+    ) -> ChatResult:
+        """The async twin of ``dispatch``: awaits the dispatcher's loop without blocking this one."""
+        return await asyncio.wrap_future(
+            self._send(lambda d: d.chat(payload, tenant=tenant, session=session))
+        )
+
+    def dispatch_stream(
+        self, payload: Mapping[str, Any], *, tenant: str = "default", session: str | None = None
+    ) -> Iterator[ChatChunk]:
+        """Route and stream an OpenAI-style chat payload: the chunks as the backend sends them
+        (blocking iterator). Raises as ``dispatch`` does, before or between chunks (a stream that
+        breaks after output: ``BackendFailed``). Leaving the loop early, or closing the iterator,
+        cancels the call on the backend."""
+        chunks: queue.SimpleQueue[ChatChunk | BaseException | None] = queue.SimpleQueue()
+        relay = self._relay(payload, tenant, session, chunks.put)
+        try:
+            while (item := chunks.get()) is not None:
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+        finally:
+            relay.cancel()
+
+    async def adispatch_stream(
+        self, payload: Mapping[str, Any], *, tenant: str = "default", session: str | None = None
+    ) -> AsyncIterator[ChatChunk]:
+        """The async twin of ``dispatch_stream``: awaits each chunk without blocking this loop."""
+        loop = asyncio.get_running_loop()
+        chunks: asyncio.Queue[ChatChunk | BaseException | None] = asyncio.Queue()
+
+        def put(item: ChatChunk | BaseException | None) -> None:
+            with contextlib.suppress(RuntimeError):  # this loop closed: nobody reads any more
+                loop.call_soon_threadsafe(chunks.put_nowait, item)
+
+        relay = self._relay(payload, tenant, session, put)
+        try:
+            while (item := await chunks.get()) is not None:
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+        finally:
+            relay.cancel()
+
+    def _relay(
+        self,
+        payload: Mapping[str, Any],
+        tenant: str,
+        session: str | None,
+        put: Callable[[ChatChunk | BaseException | None], None],
+    ) -> concurrent.futures.Future[None]:
+        """Stream on the dispatcher's loop, handing each chunk to ``put``, then ``None`` at the
+        end or the exception that ended it. The stream runs whole on that loop (an async
+        generator cannot move between loops); cancelling the future returned cancels it there,
+        which closes the backend's connection. The stream carries the trace context of the span
+        current where it is asked for (``Dispatcher.stream``), not the loop thread's."""
+        caller = otel_context.get_current()
+
+        async def pump(dispatcher: Dispatcher) -> None:
+            traced = otel_context.attach(caller)  # this task's own context: detached when it ends
+            try:
+                async for chunk in dispatcher.stream(payload, tenant=tenant, session=session):
+                    put(chunk)
+            except BaseException as exc:  # CancelledError too: the reader is gone, or the gate closes
+                put(exc)
+                raise
+            finally:
+                otel_context.detach(traced)
+            put(None)
+
+        return self._send(pump)
+
+    def _send(self, call: Callable[[Dispatcher], Coroutine[Any, Any, T]]) -> concurrent.futures.Future[T]:
+        """Hand ``call(dispatcher)`` to the dispatcher's loop. The coroutine is made first, then
+        handed over under ``_dispatch_lock``, which ``_close_dispatcher`` takes to detach the
+        dispatcher: a call that raced ``close`` is refused with ``DispatchError``, never handed to
+        a loop stopped or closed under it (it would wait for ever, or raise ``RuntimeError``)."""
+        attached = self._dispatch
+        if attached is None:
+            raise DispatchError(self._no_dispatcher())
+        sent = call(attached[0])
+        with self._dispatch_lock:
+            if self._dispatch is not attached:
+                sent.close()
+                raise DispatchError(self._no_dispatcher())
+            return asyncio.run_coroutine_threadsafe(sent, attached[1])
+
+    def _no_dispatcher(self) -> str:
+        if self._dispatch_closed:
+            return "the gate is closed: its dispatcher takes no more calls"
+        return "no dispatcher is attached to this gate (Gate.attach_dispatcher)"
+
+    def _close_dispatcher(self) -> None:
+        with self._dispatch_lock:
+            if self._dispatch is None:
+                return
+            dispatcher, loop, thread = self._dispatch
+            self._dispatch = None
+            self._dispatch_closed = True
+        asyncio.run_coroutine_threadsafe(dispatcher.aclose(), loop).result()
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join()
+        loop.close()

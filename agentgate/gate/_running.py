@@ -1,0 +1,505 @@
+"""How the ``Gate`` runs an allowed call (``_Running``): ``run``/``arun`` under the scheduler,
+inside the call's span, and how the call's end is settled."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import logging
+import threading
+import weakref
+from collections.abc import Awaitable, Callable, Container, Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from typing import TYPE_CHECKING, ParamSpec, TypeVar, cast
+
+from opentelemetry import trace
+from opentelemetry.trace import INVALID_SPAN, ProxyTracerProvider, Span, Tracer
+from prometheus_client import CollectorRegistry
+
+from agentgate.audit.spans import (
+    chat_span,
+    decision_span,
+    execute_tool_span,
+    record_decision,
+    record_outcome,
+    record_usage,
+)
+from agentgate.capabilities import Call
+from agentgate.errors import ApprovalRequired, BackendFailed, Denied, InputError, NoBackend, SchedulingError
+from agentgate.gate._authorization import AgentIdentity, Authorization, expect, shown
+from agentgate.gate._checks import _AUTHORIZATION
+from agentgate.gate._outcomes import (
+    MAX_ERROR_DETAIL,
+    NOT_STARTED,
+    NOT_STARTED_DETAIL,
+    USAGE_UNREAD,
+    usage_after,
+)
+from agentgate.gate._records import redact_reasons
+from agentgate.policy import Policy
+from agentgate.store import Store
+from agentgate.store.dead_letters import DeadLetterStore
+from agentgate.tasks import Attempt, Scheduler, SharedLimits, SyncScheduler, ToolCall
+
+T = TypeVar("T")
+P = ParamSpec("P")
+
+
+_log = logging.getLogger("agentgate.gate")
+
+
+async def _result_of(fn: Callable[[], Awaitable[T]]) -> T:
+    """``fn()`` awaited. A plain function given where a coroutine function belongs has already run
+    when it returns: its value is the call's result (awaiting it would fail after the effect, and
+    the outcome would say the call failed)."""
+    value = fn()
+    if inspect.isawaitable(value):
+        return await value
+    return cast(T, value)
+
+
+def _outcome_lost(auth: Authorization) -> None:
+    _log.error(
+        "agentgate: the outcome of audit entry %s is not recorded: the gate closed before the call settled",
+        auth.audit_index,
+    )
+
+
+_NO_FN = object()
+"""``_check_allowed``'s ``fn`` when the caller runs no function (``abandon``)."""
+
+
+class _Running:
+    """The ``Gate``'s runs: ``run`` and ``arun`` check an allow (one decision, one run), count the
+    call in flight for ``close``, run tools under the gate's schedulers (one sync, one per event
+    loop, sharing one set of limits), trace the call as a GenAI span, and settle how it ended
+    (``_finish``, ``_fail``, ``abandon``) through ``_settle``."""
+
+    # The gate's state this part reads (``Gate.__init__`` sets it).
+    policy: Policy
+    registry: CollectorRegistry
+    tracer: Tracer
+    _global_tracer: bool
+    store: Store
+    _limits: SharedLimits
+    _sync_scheduler: SyncScheduler | None
+    _async_schedulers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Scheduler]
+    _scheduler_lock: threading.Lock
+    _runs_changed: threading.Condition
+    _runs: int
+    _loop_runs: dict[asyncio.AbstractEventLoop, int]
+    _closing: bool
+    _outcomes_closed: bool
+
+    if TYPE_CHECKING:  # what this part calls of the gate's other parts
+
+        def _tenant_of(self, did: str) -> str: ...
+
+        def _policy_principal(self, identity: AgentIdentity) -> str: ...
+
+        def _loggable(self, call: Call) -> list[str]: ...
+
+        def _declared(self, call: Call) -> Container[str] | None: ...
+
+        def _seal(self, auth: Authorization) -> tuple[object, ...]: ...
+
+        def explain_redacted(self, auth: Authorization) -> str: ...
+
+        def _settle(
+            self,
+            auth: Authorization,
+            status: str,
+            error: str | None,
+            usage: tuple[int, int] | None,
+            *,
+            started: bool = True,
+        ) -> None: ...
+
+    def _tool_call(
+        self,
+        auth: Authorization,
+        call_id: str | None,
+        run_id: str | None,
+        paused: Callable[[BaseException], bool] | None = None,
+    ) -> ToolCall:
+        identity = auth.identity
+        assert identity is not None
+        return ToolCall(
+            tool=auth.call.resource.removeprefix("tool:"),
+            arguments=auth.call.args,
+            tenant=self._tenant_of(self._policy_principal(identity)),
+            principal=identity.name,
+            # Idempotency keys (and the reuse of a completed result) are scoped to the run the
+            # caller names (a LangGraph thread), else to the grant.
+            run_id=run_id or identity.grant_id,
+            call_id=call_id,
+            # ``fn`` takes no ``Attempt``, so the key never reaches the tool: a tool that
+            # ``takes_idempotency_key`` is then not repeated after an ambiguous failure.
+            key_reaches_tool=False,
+            # A tool's exception text may quote its arguments: its dead letter keeps the type only.
+            keep_error_text=False,
+            # A call that must run once is kept from a second run by its store record; a result
+            # kept in memory must not stand in for a run an operator settled as not run.
+            reuse_result=auth.once_key is None,
+            # A pause (LangGraph's interrupt()) leaves the scheduler as it came: not a failure.
+            pauses=paused,
+            grant_expires_at=float(identity.chain.tip.expires),
+            authority_chain=identity.chain.ids,
+            # The authority engine digested these very arguments by the same rule (SHA-256 of
+            # their canonical JSON) to decide the call: the idempotency key reuses it.
+            arguments_digest=auth.decision.args_digest if auth.decision is not None else None,
+        )
+
+    def run(
+        self,
+        auth: Authorization,
+        fn: Callable[[], T],
+        *,
+        call_id: str | None = None,
+        run_id: str | None = None,
+        failed: Callable[[T], bool] | None = None,
+        spent: Callable[[T], tuple[int, int] | None] | None = None,
+        paused: Callable[[BaseException], bool] | None = None,
+    ) -> T:
+        """Run ``fn`` for an allowed call (tools under the scheduler), audit the outcome, settle the budget.
+
+        Raises ``Denied`` for an authorization that is not an allow, ``SchedulingError`` once
+        ``close`` began. Re-raises what ``fn`` (or the scheduler: ``Overloaded``,
+        ``DeadlineExceeded``, ``CircuitOpen``) raises, after recording the failure and releasing
+        the reservation; what ``failed`` or ``spent`` raises, after recording an error outcome
+        charged as reserved (the call ran). ``fn`` gets no idempotency key, so a tool that
+        ``takes_idempotency_key`` is not repeated after an ambiguous failure (docs/tasks.md).
+        An exception for which ``paused`` is true is a pause, not a failure (LangGraph's
+        ``interrupt()`` inside a tool): the outcome is ``paused``, the reservation released, and
+        an approval the call consumed is put back for this call, to be replayed when it resumes.
+        ``InputError`` (nothing run or written) for an ``auth`` that is not an ``Authorization`` or
+        an ``fn`` that is not callable.
+        """
+        self._check_allowed(auth, fn)
+        self._begin_run(auth)
+        started = False  # whether an attempt reached ``fn``
+        raised: list[BaseException] = []  # what ``fn`` itself raised (a nested call's refusal too)
+        try:
+            with self._span(auth, call_id) as span:
+                try:
+                    if auth.call.resource.startswith("tool:"):
+
+                        def attempt(_attempt: Attempt) -> T:
+                            nonlocal started
+                            started = True
+                            try:
+                                return fn()
+                            except BaseException as exc:
+                                raised.append(exc)
+                                raise
+
+                        result = self._sync().submit(self._tool_call(auth, call_id, run_id, paused), attempt)
+                    else:
+                        started = True
+                        result = fn()
+                except BaseException as exc:
+                    self._fail(span, auth, exc, paused, started=started, ran=exc in raised)
+                    raise
+                self._finish(span, auth, result, failed, spent)
+                return result
+        finally:
+            self._end_run(auth)
+
+    async def arun(
+        self,
+        auth: Authorization,
+        fn: Callable[[], Awaitable[T]],
+        *,
+        call_id: str | None = None,
+        run_id: str | None = None,
+        failed: Callable[[T], bool] | None = None,
+        spent: Callable[[T], tuple[int, int] | None] | None = None,
+        paused: Callable[[BaseException], bool] | None = None,
+        preemptible: bool = True,
+        began: Callable[[], bool] | None = None,
+    ) -> T:
+        """The async twin of ``run``: the scheduler's limits hold for coroutines too.
+
+        ``preemptible=False`` for a tool call whose work no cancellation stops (a sync function
+        in a worker thread): past its timeout it runs to its end and its result is returned and
+        recorded, as under ``run`` (``Scheduler.submit``). Cancelled while such an attempt runs,
+        the call waits for it (``Scheduler.submit``), starts no further attempt, and is recorded
+        and charged as the attempt ended; then the cancellation goes on. So is any tool call whose
+        attempt returned before the cancellation reached it: it ran.
+
+        ``began``, for a call whose work ``fn`` hands to a place where it may wait before it
+        begins (a sync tool's worker thread, queued behind a busy executor): called once when the
+        call is cancelled, after its attempt ended; it says whether the work of any attempt began,
+        and from then on keeps it from beginning. A cancelled call whose work never began is then
+        recorded as not started (a once-only call runs when its run is resumed), though an attempt
+        was entered; one whose work began is recorded as started (never run twice). Without it, a
+        call is started once an attempt entered ``fn``."""
+        self._check_allowed(auth, fn)
+        loop = asyncio.get_running_loop()
+        self._begin_run(auth, loop)
+        started = False  # whether an attempt reached ``fn``
+        returned: list[T] = []  # what an attempt returned, should a cancellation follow it
+        raised: list[BaseException] = []  # what ``fn`` itself raised (a nested call's refusal too)
+        try:
+            with self._span(auth, call_id) as span:
+                try:
+                    if auth.call.resource.startswith("tool:"):
+
+                        async def attempt(_attempt: Attempt) -> T:
+                            nonlocal started
+                            started = True
+                            try:
+                                value = await _result_of(fn)
+                            except BaseException as exc:
+                                raised.append(exc)
+                                raise
+                            returned.append(value)
+                            return value
+
+                        result = await (await self._async()).submit(
+                            self._tool_call(auth, call_id, run_id, paused), attempt, preemptible=preemptible
+                        )
+                    else:
+                        started = True
+                        result = await _result_of(fn)
+                except asyncio.CancelledError as exc:
+                    if returned:  # the call ran to its end: recorded and charged as it ended
+                        self._finish(span, auth, returned[-1], failed, spent)
+                    else:
+                        if began is not None:  # whether the work began, not just an attempt
+                            started = began() and started
+                        self._fail(span, auth, exc, paused, started=started)
+                    raise
+                except BaseException as exc:
+                    self._fail(span, auth, exc, paused, started=started, ran=exc in raised)
+                    raise
+                self._finish(span, auth, result, failed, spent)
+                return result
+        finally:
+            self._end_run(auth, loop)
+
+    def _begin_run(self, auth: Authorization, loop: asyncio.AbstractEventLoop | None = None) -> None:
+        """Count a ``run``/``arun`` in flight (``close`` waits for it to settle). Once ``close``
+        began, refuse it: record an ``error`` outcome (while outcomes are still written) and
+        raise ``SchedulingError``."""
+        with self._runs_changed:
+            if not self._closing:
+                self._runs += 1
+                if loop is not None:
+                    self._loop_runs[loop] = self._loop_runs.get(loop, 0) + 1
+                return
+            if not self._outcomes_closed:  # close() flushes after this, under the same lock
+                self._settle(auth, "error", "SchedulingError", None, started=False)
+        raise SchedulingError(f"{auth.call.resource}: the gate is closed; the call was not run")
+
+    def _end_run(self, auth: Authorization, loop: asyncio.AbstractEventLoop | None = None) -> None:
+        """A ``run``/``arun`` settled (its outcome is pending) or failed to: count it out."""
+        with self._runs_changed:
+            self._runs -= 1
+            if loop is not None:
+                left = self._loop_runs[loop] - 1
+                if left:
+                    self._loop_runs[loop] = left
+                else:
+                    del self._loop_runs[loop]
+            if not self._runs:
+                self._runs_changed.notify_all()
+            lost = self._outcomes_closed
+        if lost:
+            _outcome_lost(auth)
+
+    def _span(self, auth: Authorization, call_id: str | None = None) -> AbstractContextManager[Span]:
+        """The GenAI span of the call (``execute_tool NAME`` or ``chat MODEL``) with the decision on it.
+
+        No span at all while the gate traces through the global tracer and no tracer provider is
+        installed: nothing could record it (the current span, and so the context a tool sees,
+        stays what it was). A provider installed later is used from the next call on.
+        """
+        if self._global_tracer and isinstance(trace.get_tracer_provider(), ProxyTracerProvider):
+            return nullcontext(INVALID_SPAN)
+        return self._open_span(auth, call_id)
+
+    @contextmanager
+    def _open_span(self, auth: Authorization, call_id: str | None) -> Iterator[Span]:
+        kind, _, name = auth.call.resource.partition(":")
+        opened = (
+            execute_tool_span(name, call_id=call_id, tracer=self.tracer)
+            if kind == "tool"
+            else chat_span(name, tracer=self.tracer)
+            if kind == "model"
+            else decision_span(auth.call.resource, auth.call.action, tracer=self.tracer)
+        )
+        with opened as span:
+            identity = auth.identity
+            if span.is_recording():  # a sampled-out span drops attributes: skip building them
+                record_decision(
+                    span,
+                    auth.verdict,
+                    policy_id=self.policy.digest or None,
+                    capability_id=identity.grant_id if identity else None,
+                    chain_depth=len(identity.chain.links) if identity else None,
+                    audit_index=auth.audit_index,
+                    # As the audit log keeps them: values the policy does not mark loggable hidden.
+                    reason="; ".join(
+                        redact_reasons(
+                            auth.reasons, auth.call.args, self._loggable(auth.call), self._declared(auth.call)
+                        )
+                    )[:200]
+                    or None,
+                )
+                if identity is not None:
+                    span.set_attribute("gen_ai.agent.name", identity.name)
+            yield span
+
+    def _fail(
+        self,
+        span: Span,
+        auth: Authorization,
+        exc: BaseException,
+        paused: Callable[[BaseException], bool] | None,
+        *,
+        started: bool,
+        ran: bool = False,
+    ) -> None:
+        """Settle a call that ``exc`` ended: ``paused`` if ``paused`` says so (LangGraph's
+        ``interrupt()``: not a failure of the call, and its span says so), else ``error``.
+        ``started``: whether an attempt reached the call's function; a call that never did (the
+        scheduler refused it, or its caller was cancelled while it waited for a slot) is
+        recorded as not run, so a once-only call runs when its run is resumed. ``ran``: ``exc``
+        came out of the call's function itself; a scheduler refusal it raised (a nested gated
+        call's ``CircuitOpen``, after the call paid) is the call's failure, not a refusal of it."""
+        pause = paused is not None and paused(exc)
+        if pause and span.is_recording():
+            record_outcome(span, "paused")
+        error = type(exc).__name__
+        started = started and (ran or error not in NOT_STARTED)
+        if isinstance(exc, NoBackend | BackendFailed) and str(exc):
+            # Why the backends failed (an HTTP 302, garbage, no answer in time) belongs in the
+            # evidence, not only in the gateway's log; the message names no backend key (scrubbed).
+            error = f"{error}: {str(exc)[:MAX_ERROR_DETAIL]}"
+        elif not started and not pause and error not in NOT_STARTED:
+            error = f"{error}: {NOT_STARTED_DETAIL}"
+        usage = usage_after(auth, exc) if started else None
+        self._settle(auth, "paused" if pause else "error", error, usage, started=started)
+
+    def abandon(self, auth: Authorization, why: str = NOT_STARTED_DETAIL) -> None:
+        """Settle an allow whose call will never run (its caller was cancelled between the
+        decision and the run): an ``error`` outcome saying ``why``, its reservation released, a
+        once-only call left as not run (a resumed run runs it). The allow cannot be used after.
+
+        Raises ``Denied`` for a refusal or an allow already used (``run``, ``arun``, ``abandon``),
+        ``InputError`` for an ``auth`` that is not an ``Authorization``.
+        """
+        self._check_allowed(auth)
+        with self._runs_changed:
+            if not self._outcomes_closed:  # close() flushes after this, under the same lock
+                self._settle(auth, "error", f"CancelledError: {why}", None, started=False)
+                return
+        _outcome_lost(auth)
+
+    def _finish(
+        self,
+        span: Span,
+        auth: Authorization,
+        result: T,
+        failed: Callable[[T], bool] | None,
+        spent: Callable[[T], tuple[int, int] | None] | None,
+    ) -> None:
+        """Settle a call that ran and returned ``result``: ``spent`` reads its usage, ``failed``
+        says whether it failed. When either raises, the call is settled as an ``error`` charged
+        as reserved (it ran; what it cost cannot be read) and the exception is re-raised."""
+        try:
+            usage = spent(result) if spent is not None else None
+            status = "error" if failed is not None and failed(result) else "ok"
+        except BaseException as exc:
+            self._settle(auth, "error", type(exc).__name__, USAGE_UNREAD)
+            raise
+        if span.is_recording():
+            if usage is not None:
+                with contextlib.suppress(TypeError, ValueError):  # garbage usage: charged at settlement
+                    record_usage(span, *usage)
+            record_outcome(span, status)
+        self._settle(auth, status, None, usage)
+
+    async def to_thread(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+        """Run a blocking gate step (store I/O) off the event loop, keeping the context variables."""
+        return await asyncio.to_thread(fn, *args, **kwargs)
+
+    @property
+    def _shared_store(self) -> Store | None:
+        """The store the schedulers share limits, breakers and dead letters through: PostgreSQL only.
+
+        On PostgreSQL several gateway processes or hosts share one authority, so per-tool
+        concurrency and rate limits must hold across them (leases that expire when a holder
+        dies). The embedded SQLite default serves one process, where the in-process limits
+        are exact and a durable lease write per call would only add latency.
+        """
+        return self.store if self.store.dialect == "postgresql" else None
+
+    @property
+    def _dead_letters(self) -> DeadLetterStore | None:
+        """Where dead letters persist on the embedded store (PostgreSQL does it through ``store``)."""
+        return DeadLetterStore(self.store) if self._shared_store is None else None
+
+    def _sync(self) -> SyncScheduler:
+        scheduler = self._sync_scheduler
+        if scheduler is not None:
+            return scheduler
+        with self._scheduler_lock:
+            if self._sync_scheduler is None:
+                self._sync_scheduler = SyncScheduler(
+                    store=self._shared_store,
+                    dead_letters=self._dead_letters,
+                    limits=self._limits,
+                    registry=self.registry,
+                )
+            return self._sync_scheduler
+
+    async def _async(self) -> Scheduler:
+        """This event loop's scheduler. One per loop (an asyncio scheduler cannot be shared across
+        loops), all admitting through the Gate's one SharedLimits, as the sync scheduler does. The
+        first of a loop is made on a worker thread: making it creates tables (dead letters; leases,
+        rate buckets and breakers on PostgreSQL), which may wait for another connection's lock,
+        and the loop must go on meanwhile."""
+        loop = asyncio.get_running_loop()
+        scheduler = self._async_schedulers.get(loop)
+        if scheduler is not None:
+            return scheduler
+        return await self.to_thread(self._async_for, loop)
+
+    def _async_for(self, loop: asyncio.AbstractEventLoop) -> Scheduler:
+        with self._scheduler_lock:
+            scheduler = self._async_schedulers.get(loop)
+            if scheduler is None:
+                scheduler = self._async_schedulers[loop] = Scheduler(
+                    store=self._shared_store,
+                    dead_letters=self._dead_letters,
+                    limits=self._limits,
+                    registry=self.registry,
+                )
+            return scheduler
+
+    def _check_allowed(self, auth: Authorization, fn: object = _NO_FN) -> None:
+        """Refuse (``Denied``) a refusal, an allow this Gate did not decide (or one changed since),
+        and an allow that was already used: one decision, one run. ``InputError`` first, the
+        allow left unused, for an ``auth`` that is not an ``Authorization`` and for an ``fn`` (the
+        function ``run``/``arun`` is to run) that cannot be called."""
+        expect(auth, Authorization, "auth", _AUTHORIZATION)
+        if fn is not _NO_FN and not callable(fn):
+            raise InputError(f"fn must be the function that makes the call, got {shown(fn)}")
+        if not auth.allowed or auth.audit_index is None:
+            refused = ApprovalRequired if auth.needs_approval else Denied
+            raise refused(self.explain_redacted(auth), auth.decision)
+        if auth._use.sealed != self._seal(auth):
+            raise Denied(
+                f"the authorization of {auth.call.resource} was not decided by this Gate (built by hand, "
+                "changed after the decision, or another Gate's): decide the call with Gate.authorize",
+                auth.decision,
+            )
+        if not auth._use.take():
+            raise Denied(
+                f"the authorization of {auth.call.resource} (audit entry {auth.audit_index}) was already "
+                "used: an allow runs its call once; decide the call again",
+                auth.decision,
+            )
