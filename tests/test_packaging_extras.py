@@ -8,15 +8,16 @@ which importing any of those raises ModuleNotFoundError, as it would there, from
 working directory, so nothing of the checkout but the package is in reach.
 
 What holds:
-- every module of the package but ``agentgate.integrations.langgraph`` imports without the
-  extras (the CLI, the gateway, the broker, the simulator, the audit exporters);
+- every module of the package but ``agentgate.integrations.langgraph`` and its submodules
+  imports without the extras (the CLI, the gateway, the broker, the simulator, the audit
+  exporters);
 - ``agentgate --help`` and every command group's ``--help`` answer (exit 0);
 - docs/quickstart.md's command-line flow in an empty directory, with only the policy copied
   in: ``keys new`` (x4), ``policy lint``, ``grant issue --policy --role``, ``grant check``
   (allow, exit 0; deny above the role's limit, exit 1), ``audit checkpoint``, ``audit verify``;
   the store is ``.agentgate/agentgate.db`` under that directory, as the quickstart says;
 - ``import agentgate.integrations.langgraph`` without the extra fails with ImportError (no
-  other exception type, no partial import left in ``sys.modules``).
+  other exception type, no partial import of it or of a submodule left in ``sys.modules``).
 
 Checked by ``tests/install_matrix.sh`` (they need a build and PyPI, so not here): the wheel
 holds py.typed, every module, ``__main__`` and the ``agentgate`` console script, and the same
@@ -164,7 +165,7 @@ import agentgate
 failed = {}
 names = [m.name for m in pkgutil.walk_packages(agentgate.__path__, "agentgate.")]
 for name in names:
-    if name == "agentgate.integrations.langgraph" or name == "agentgate.__main__":
+    if name.split(".")[:3] == ["agentgate", "integrations", "langgraph"] or name == "agentgate.__main__":
         continue
     try:
         importlib.import_module(name)
@@ -190,7 +191,7 @@ import sys
 try:
     import agentgate.integrations.langgraph
 except ImportError as exc:
-    left = [m for m in sys.modules if m == "agentgate.integrations.langgraph"]
+    left = [m for m in sys.modules if m.split(".")[:3] == ["agentgate", "integrations", "langgraph"]]
     print("ImportError", exc.name, left, "agentgate-middleware[langgraph]" in str(exc))
 else:
     print("imported")

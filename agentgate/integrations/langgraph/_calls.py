@@ -1,0 +1,233 @@
+"""A call under way under the Gate: a sync tool under ``ainvoke``, whose worker thread no
+cancellation stops (``_ThreadedCall``, ``_runs_in_a_thread``, ``_marked_in_its_thread``); what a
+tool's result says (``_failed``, ``_paused``); a model call's streamed output watched
+(``_Streamed``, ``_WATCHED``) so that a stream cut after output is charged as reserved (``_Cut``);
+and the tokens a model answer reports using (``_tokens_used``)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import threading
+from collections.abc import Awaitable, Callable, Mapping
+from contextvars import ContextVar
+from typing import Any
+
+from langchain.agents.middleware import ModelResponse
+from langchain_core.callbacks import BaseCallbackHandler
+from langchain_core.messages import ToolMessage
+from langchain_core.tools import BaseTool, StructuredTool, Tool
+from langchain_core.tracers.context import register_configure_hook
+from langgraph.errors import GraphInterrupt
+from langgraph.prebuilt.tool_node import ToolCallRequest
+from langgraph.types import Command
+
+from agentgate.tasks import settled
+
+ToolResult = ToolMessage | Command[Any]
+
+
+def _runs_in_a_thread(tool: BaseTool) -> bool:
+    """Whether LangChain runs ``tool`` in a worker thread when it is awaited: a sync function
+    with no coroutine of its own."""
+    if isinstance(tool, StructuredTool | Tool):
+        return tool.coroutine is None
+    return type(tool)._arun is BaseTool._arun
+
+
+def _marked_in_its_thread(tool: BaseTool, begin: Callable[[], None]) -> BaseTool | None:
+    """A shallow copy of ``tool`` (a sync tool ``_runs_in_a_thread``) whose work calls ``begin()``
+    in its worker thread before it begins (``tool._run``, bound to ``tool`` itself: what the work
+    changes on its tool changes ``tool``); ``None`` for a tool that does not reach ``_run`` by
+    LangChain's own path from ``ainvoke`` (a subclass that overrides it may begin its work some
+    other way, which ``begin`` would not see)."""
+    kind = type(tool)
+    if isinstance(tool, StructuredTool | Tool):  # ``ainvoke`` runs ``invoke`` in the executor
+        own = kind.ainvoke in (StructuredTool.ainvoke, Tool.ainvoke) and kind.invoke is BaseTool.invoke
+    else:  # ``arun`` awaits ``_arun``, which runs ``_run`` in the executor
+        own = kind.ainvoke is BaseTool.ainvoke and kind.arun is BaseTool.arun
+    if not own or kind.run is not BaseTool.run:
+        return None
+    work = tool._run
+
+    @functools.wraps(work)
+    def marked(*args: Any, **kwargs: Any) -> Any:
+        begin()
+        return work(*args, **kwargs)
+
+    try:
+        copy = tool.model_copy()
+        object.__setattr__(copy, "_run", marked)  # the copy's own, found before its class's
+    except Exception:  # a tool that cannot be copied: its attempt marks its start
+        return None
+    return copy
+
+
+class _ThreadedCall:
+    """One call of a sync tool under ``ainvoke``, whose attempts run in worker threads that no
+    cancellation stops: whether an attempt runs now, and whether the tool's work began in its
+    thread (``request``'s tool marks it, ``_marked_in_its_thread``): an attempt may wait for a
+    free thread of a busy executor, and a call cancelled then never ran (``began``)."""
+
+    def __init__(self, request: ToolCallRequest, tool: BaseTool) -> None:
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._lock = threading.Lock()
+        self._began = False
+        self._given_up = False
+        marked = _marked_in_its_thread(tool, self._begin)
+        self.marked = marked is not None
+        """Whether ``request``'s tool (``tool``) marks the start of its work (else ``began`` says
+        nothing)."""
+        self.request = request if marked is None else request.override(tool=marked)
+        """The request to run: its tool marks the start of its work."""
+
+    def _begin(self) -> None:
+        """In the tool's worker thread, before its work: note it began, unless the call was given
+        up (``began``), in which case the work does not begin."""
+        with self._lock:
+            if self._given_up:
+                raise asyncio.CancelledError("the call was given up before its tool began")
+            self._began = True
+
+    def began(self) -> bool:
+        """Whether the tool's work began in any attempt; from now on it does not begin (for
+        ``Gate.arun``, once the call is cancelled and its attempt ended). Under one lock with
+        ``_begin``: a thread that was about to begin the work either did (and this says so) or
+        will not."""
+        with self._lock:
+            self._given_up = True
+            return self._began
+
+    async def attempt(self, run: Callable[[], Awaitable[ToolResult]]) -> ToolResult:
+        """One attempt: ``run()`` awaited, its start and end noted."""
+        self._idle.clear()
+        try:
+            return await run()
+        finally:
+            self._idle.set()
+
+    async def outcome(self, running: Awaitable[ToolResult]) -> ToolResult:
+        """Await ``running`` (``Gate.arun`` over ``attempt``). Cancelled while an attempt runs,
+        the attempt runs to its end (its effect happens anyway), then ``running`` is cancelled:
+        ``Gate.arun`` records and charges an attempt that returned as it ended, and starts no
+        further attempt after one that failed or while none runs (waiting for a slot, before a
+        retry). Then the cancellation goes on. (LangGraph does not cancel the tool's own task
+        while the attempt's thread runs, so ``running`` is shielded and cancelled here.)"""
+        future = asyncio.ensure_future(running)
+        try:
+            return await asyncio.shield(future)
+        except asyncio.CancelledError:
+            while not self._idle.is_set():
+                with contextlib.suppress(asyncio.CancelledError):
+                    await self._idle.wait()
+            future.cancel()
+            await settled(future)
+            raise
+
+
+def _failed(result: object) -> bool:
+    """Whether a tool's result reports a failure: a ``ToolMessage`` with ``status="error"``, also
+    inside the ``Command`` a tool may return (its ``update``'s ``messages``)."""
+    if isinstance(result, Command) and isinstance(result.update, Mapping):
+        messages = result.update.get("messages")
+        found = messages if isinstance(messages, list | tuple) else [messages]
+        return any(isinstance(m, ToolMessage) and m.status == "error" for m in found)
+    return isinstance(result, ToolMessage) and result.status == "error"
+
+
+def _paused(exc: BaseException) -> bool:
+    """A tool that called ``interrupt()``: it has not failed, it waits for its resume."""
+    return isinstance(exc, GraphInterrupt)
+
+
+class _Streamed(BaseCallbackHandler):
+    """Watches one model call (``_WATCHED``) for output streamed out of it: a chunk with content,
+    tool call fragments or other output (reasoning), as LangChain hands it to its callbacks, and
+    so to a consumer streaming with ``stream_mode="messages"`` or ``astream_events``. A usage-only
+    chunk is no output. Handed to LangChain's callback managers by a configure hook, so only
+    while a model call is watched; called inline (no executor hop under ``ainvoke``) and for the
+    model's LLM events only."""
+
+    run_inline = True
+    ignore_chain = True
+    ignore_agent = True
+    ignore_retriever = True
+    ignore_retry = True
+    ignore_chat_model = True
+    ignore_custom_event = True
+
+    def __init__(self) -> None:
+        self.delivered = False
+
+    def on_llm_new_token(self, token: Any, *, chunk: Any = None, **kwargs: Any) -> None:
+        if self.delivered:
+            return
+        message = getattr(chunk, "message", None)
+        self.delivered = bool(token) or (
+            message is not None
+            and bool(
+                message.content or getattr(message, "tool_call_chunks", None) or message.additional_kwargs
+            )
+        )
+
+    def on_stream_event(self, event: Any, **kwargs: Any) -> None:
+        # LangChain's content-block streaming (LangGraph's ``stream_events(version="v3")``), which
+        # fires no ``on_llm_new_token``: a delta, or a block that starts with something in it (a
+        # text block starts empty).
+        if self.delivered or not isinstance(event, Mapping):
+            return
+        kind = event.get("event")
+        if kind == "content-block-delta":
+            self.delivered = True
+        elif kind == "content-block-start":
+            block = event.get("content")
+            self.delivered = isinstance(block, Mapping) and any(
+                value for key, value in block.items() if key not in ("type", "index")
+            )
+
+
+_WATCHED: ContextVar[_Streamed | None] = ContextVar("agentgate_streamed", default=None)
+"""The watch of the model call running in this context, if any (``GateMiddleware.wrap_model_call``)."""
+register_configure_hook(_WATCHED, inheritable=True)
+
+
+class _Cut:
+    """What the function a model call runs under the Gate returns when the model failed after it
+    had streamed output (``_Streamed``): the Gate's ``spent`` reads it (``_tokens_or_cut``) and
+    raises ``exc`` there, so the call is recorded as an error charged as reserved (the backend
+    generated, and billed, output before the stream was cut; how much cannot be known), as the
+    gateway charges a stream cut after output was delivered, and ``exc`` goes on to the caller."""
+
+    __slots__ = ("exc",)
+
+    def __init__(self, exc: Exception) -> None:
+        self.exc = exc
+
+
+def _tokens_or_cut(response: object) -> tuple[int, int] | None:
+    """``_tokens_used``, or raise the failure of a stream cut after output (``_Cut``)."""
+    if isinstance(response, _Cut):
+        raise response.exc
+    return _tokens_used(response)
+
+
+def _answer(response: ModelResponse[Any] | _Cut) -> ModelResponse[Any]:
+    # ``Gate.run`` never returns a ``_Cut``: its ``spent`` raised the failure it carried.
+    if isinstance(response, _Cut):  # pragma: no cover
+        raise response.exc
+    return response
+
+
+def _tokens_used(response: object) -> tuple[int, int] | None:
+    """(input, output) tokens the response reports in ``usage_metadata``; ``None`` when it reports
+    none, or counts that are not non-negative integers (the call is then charged what it reserved)."""
+    messages = response.result if isinstance(response, ModelResponse) else [response]
+    usages = [u for m in messages if (u := getattr(m, "usage_metadata", None))]
+    counts = [(u.get("input_tokens", 0), u.get("output_tokens", 0)) for u in usages if isinstance(u, Mapping)]
+    if not counts or len(counts) != len(usages):
+        return None
+    if not all(type(n) is int and n >= 0 for pair in counts for n in pair):
+        return None
+    return sum(i for i, _ in counts), sum(o for _, o in counts)

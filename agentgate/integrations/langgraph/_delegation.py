@@ -1,0 +1,257 @@
+"""``delegation_tool``: a sub-agent exposed to a supervisor as a tool, each call delegating it a
+fresh, attenuated grant; the registry of the tools it made (``_DELEGATION_TOOLS``,
+``_is_delegation``: a delegation is known by the tool object and the Gate that made it), and its
+helpers: where the tool call runs (``_tool_call_place``), the decision on the delegation's span
+(``_delegated``), a sub-agent steering its parent refused (``_no_parent_command``), and the
+sub-agent's answer with the mark that ends the supervisor's run (``_reply``,
+``_paid_for_nothing``)."""
+
+from __future__ import annotations
+
+import contextlib
+import weakref
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from datetime import timedelta
+from typing import Annotated, Any
+
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
+from langchain_core.tools import BaseTool, InjectedToolCallId, StructuredTool
+from langgraph.config import get_config
+from langgraph.errors import ParentCommand
+from langgraph.prebuilt.tool_node import ToolCallRequest
+from langgraph.runtime import get_runtime
+from opentelemetry.trace import Span
+
+from agentgate.audit.spans import execute_tool_span, invoke_agent_span, record_decision
+from agentgate.capabilities import Call, Capability
+from agentgate.errors import AuthorityError, Denied
+from agentgate.findings import Finding, FindingKind
+from agentgate.gate import AgentIdentity, Gate
+from agentgate.gate._authorization import expect
+from agentgate.gate._delegation import _delegation_terms
+from agentgate.integrations.langgraph._scope import _task_scope, identity_from_context
+from agentgate.integrations.langgraph._stops import _BUDGET_KEY, STOP_KEY
+from agentgate.keys import SigningKey
+
+_DELEGATION_TOOLS: dict[int, tuple[weakref.ref[BaseTool], weakref.ref[Gate]]] = {}
+"""The tools ``delegation_tool`` made, by ``id``, each with the Gate that made it, both held
+weakly (an entry goes with its tool): a delegation is known by the tool object itself, not by its
+metadata, which whoever writes or converts a tool can set."""
+
+
+def _register_delegation(tool: BaseTool, gate: Gate) -> None:
+    key = id(tool)
+
+    def forget(ref: weakref.ref[BaseTool]) -> None:
+        entry = _DELEGATION_TOOLS.get(key)
+        if entry is not None and entry[0] is ref:
+            del _DELEGATION_TOOLS[key]
+
+    _DELEGATION_TOOLS[key] = (weakref.ref(tool, forget), weakref.ref(gate))
+
+
+def _is_delegation(request: ToolCallRequest, gate: Gate) -> bool:
+    """Whether the requested tool is a delegation tool that ``gate`` made (``delegation_tool``).
+
+    A delegation is authorized by the policy's delegation rule and the parent's grant
+    (Gate.delegate), and audited there; the sub-agent's own calls go through its own middleware.
+    One made by another Gate is an ordinary tool to this one, decided (and audited) by its
+    policy: handed to an agent gated by another Gate, it would otherwise delegate under the
+    maker's rules while the agent's own Gate was never asked and recorded nothing."""
+    tool = request.tool
+    entry = _DELEGATION_TOOLS.get(id(tool)) if tool is not None else None
+    return entry is not None and entry[0]() is tool and entry[1]() is gate
+
+
+def delegation_tool(
+    gate: Gate,
+    *,
+    name: str,
+    agent: Any,
+    key: SigningKey,
+    capabilities: Iterable[Capability | str],
+    ttl: timedelta,
+    budget: int | None = None,
+    description: str | None = None,
+) -> BaseTool:
+    """Expose ``agent`` (a compiled graph gated under ``name``) to a supervisor as the tool ``ask_NAME``.
+
+    The tool call itself is authorized as a delegation (``Gate.delegate``: the policy's delegation
+    rule for the supervisor's roles, then attenuation of its grant), not as a tool rule. Each call delegates from the supervisor's grant a fresh one to ``key`` (the sub-agent's own
+    key), attenuated to ``capabilities`` and ``budget``, living ``ttl`` at most and never past the
+    parent's expiry, and runs the sub-agent with it. A delegation the parent cannot make (scope
+    creep, an expired or revoked parent) is refused as a tool error; the sub-agent does not run.
+    A sub-agent refused for budget before its grant paid for anything ends the supervisor's run
+    too (``_paid_for_nothing``).
+
+    The terms are checked when the tool is made, not at its first call: ``InputError`` for a
+    ``gate`` that is not a ``Gate``, a ``name`` that is not non-empty text, a ``key`` that is not
+    a ``SigningKey``, a ``ttl`` that is not a positive ``timedelta``, a ``budget`` that is not a
+    non-negative whole number or ``None``; ``CapabilityError`` for ``capabilities`` that are not
+    a list (one string included) or hold one that does not parse.
+    """
+    expect(gate, Gate, "gate", "a Gate")
+    expect(description, (str, type(None)), "description", "text or None")
+    caps = tuple(_delegation_terms(name, key, capabilities, ttl, budget))
+
+    # One grant per delegating tool call, in its task (thread and graph step): when LangGraph
+    # re-runs the tool to resume an interrupt (a sub-agent waiting for an approval), the
+    # sub-agent resumes on the grant it had, so an approval bound to that grant still matches,
+    # also when another process (a restart, another worker on the shared store) resumes it: the
+    # Gate finds the grant in the store by the call it was delegated for (``Gate.delegate``'s
+    # ``call``). The same tool call id in another turn or run (a model that numbers its calls
+    # from 0) is another call and gets a fresh grant.
+    def _delegate(where: _ToolCallPlace) -> AgentIdentity:
+        context, config, tool_call_id = where
+        scope = _task_scope(config)
+        call = f"{scope}|{tool_call_id}" if tool_call_id and scope is not None else None
+        return gate.delegate(
+            identity_from_context(context),
+            name=name,
+            key=key,
+            capabilities=caps,
+            ttl=ttl,
+            budget=budget,
+            call=call,
+        )
+
+    # Spans: the delegation is an ``execute_tool ask_NAME`` span holding an ``invoke_agent NAME``
+    # span, under which the sub-agent's own calls nest (a trace shows who asked whom).
+    # The run context and config are read where LangGraph keeps them for the running task
+    # (``_tool_call_place``), not injected as a ``ToolRuntime`` argument: LangChain validates and
+    # then serializes an injected runtime, the graph state and every message in it included, on
+    # each call (about 3 ms a delegation with benchmarks/langgraph_overhead.py's agents, measured
+    # by the scratch runs of docs/langgraph.md's twelfth pass; more as the conversation grows).
+    # Only the tool call id is injected.
+    def run(
+        task: str, tool_call_id: Annotated[str, InjectedToolCallId]
+    ) -> tuple[str, dict[str, bool] | None]:
+        with execute_tool_span(f"ask_{name}", call_id=tool_call_id, tracer=gate.tracer) as span:
+            child = _delegated(span, _delegate, _tool_call_place(tool_call_id))
+            with (
+                invoke_agent_span(name, agent_id=child.did, tracer=gate.tracer),
+                _no_parent_command(gate, child, name),
+            ):
+                last = _last_answer(agent.invoke({"messages": [HumanMessage(content=task)]}, context=child))
+            return _reply(last, _ran_out(last) and _paid_for_nothing(gate, child))
+
+    async def arun(
+        task: str, tool_call_id: Annotated[str, InjectedToolCallId]
+    ) -> tuple[str, dict[str, bool] | None]:
+        with execute_tool_span(f"ask_{name}", call_id=tool_call_id, tracer=gate.tracer) as span:
+            child = await gate.to_thread(_delegated, span, _delegate, _tool_call_place(tool_call_id))
+            with (
+                invoke_agent_span(name, agent_id=child.did, tracer=gate.tracer),
+                _no_parent_command(gate, child, name),
+            ):
+                result = await agent.ainvoke({"messages": [HumanMessage(content=task)]}, context=child)
+            last = _last_answer(result)
+            return _reply(last, _ran_out(last) and await gate.to_thread(_paid_for_nothing, gate, child))
+
+    tool = StructuredTool.from_function(
+        func=run,
+        coroutine=arun,
+        name=f"ask_{name}",
+        description=description or f"Hand a task to the {name} agent and get its answer.",
+        # The artifact carries the mark that ends the supervisor's run (``_run_stop``), if any.
+        response_format="content_and_artifact",
+    )
+    _register_delegation(tool, gate)
+    return tool
+
+
+_STEERS_PARENT = Finding(
+    kind=FindingKind.IMPLICIT_TRUST_INHERITANCE,
+    code="sub_agent_steers_parent",
+    message=(
+        "a sub-agent's tool returned Command(graph=Command.PARENT): it would write into the "
+        "supervisor's state and run calls on the supervisor's grant; refused"
+    ),
+    hint="a sub-agent answers its task; only the supervisor's own model asks for its calls",
+)
+
+
+@contextlib.contextmanager
+def _no_parent_command(gate: Gate, child: AgentIdentity, name: str) -> Iterator[None]:
+    """Refuse a ``Command(graph=Command.PARENT)`` raised out of a delegated sub-agent's run
+    (review R42): LangGraph applies it to the supervisor's graph, so the sub-agent could add an
+    ``AIMessage`` with tool calls of its own choosing and have them run on the supervisor's grant,
+    recorded as the supervisor's calls, with the authority it was never delegated. The attempt is
+    recorded as a ``deny`` by the sub-agent (``implicit_trust_inheritance``) and the delegation
+    fails with ``Denied`` (the supervisor's model is told; the supervisor's state is untouched).
+    An ``interrupt()`` (an approval the sub-agent waits for) still pauses the run."""
+    try:
+        yield
+    except ParentCommand:
+        call = Call.tool(f"ask_{name}", {})
+        refused = gate.record_refusal(child, call, (_STEERS_PARENT.message,), findings=(_STEERS_PARENT,))
+        raise Denied(
+            f"agentgate refused the delegation: {_STEERS_PARENT.message}", refused.decision
+        ) from None
+
+
+def _last_answer(result: Mapping[str, Any]) -> BaseMessage | None:
+    """The last message of a sub-agent's run: its answer."""
+    messages: Sequence[BaseMessage] = result.get("messages") or ()
+    return messages[-1] if messages else None
+
+
+def _ran_out(last: BaseMessage | None) -> bool:
+    """Whether a sub-agent's run ended, with the answer ``last``, on an exhausted budget."""
+    return isinstance(last, AIMessage) and bool(last.response_metadata.get(_BUDGET_KEY))
+
+
+def _paid_for_nothing(gate: Gate, child: AgentIdentity) -> bool:
+    """Whether the delegated grant ``child`` paid for no call (a ledger read). A sub-agent that ran
+    out of budget before paying for anything ends the supervisor's run too (``_reply``): every
+    later delegation of the same tool hands on a fresh grant just like it (the budget that could
+    not pay is one above it, or one call costs more than the grant carries), and would only be
+    refused again. One that spent part of its grant first is answered as usual: a budget of its
+    own may be what ran out, and the next delegation, given a fresh one, is refused its first call
+    if the supervisor's ran out."""
+    spent = gate.remaining(child).get(child.grant_id)
+    return spent is not None and spent[0] == 0
+
+
+def _reply(last: BaseMessage | None, ends_run: bool) -> tuple[str, dict[str, bool] | None]:
+    """The delegation tool's result: the sub-agent's answer, and as its artifact the mark that
+    ends the supervisor's run at its model's next turn (``_run_stop``) when ``ends_run``."""
+    answer = "" if last is None else str(last.content)
+    return answer, {STOP_KEY: True, _BUDGET_KEY: True} if ends_run else None
+
+
+_ToolCallPlace = tuple[object, Mapping[str, Any] | None, str | None]
+"""Where a tool call runs: its run's context, the config of its task, its tool call id."""
+
+
+def _tool_call_place(tool_call_id: str | None) -> _ToolCallPlace:
+    """The running tool call's place in its graph: ``(None, None, tool_call_id)`` outside one
+    (no context: a delegation from nobody, refused)."""
+    try:
+        config = get_config()
+    except RuntimeError:  # not inside a runnable
+        return None, None, tool_call_id
+    runtime = get_runtime() if config.get("configurable") else None  # None: a runnable, no graph
+    return getattr(runtime, "context", None), config, tool_call_id
+
+
+def _delegated(
+    span: Span, delegate: Callable[[_ToolCallPlace], AgentIdentity], where: _ToolCallPlace
+) -> AgentIdentity:
+    """``delegate(where)``, its decision on the delegation's span: the grant made, or the
+    refusal, each with the index of the audit entry that recorded it."""
+    try:
+        child = delegate(where)
+    except AuthorityError as exc:
+        if span.is_recording():
+            record_decision(span, "deny", audit_index=exc.audit_index, reason=str(exc)[:200])
+        raise
+    if span.is_recording():
+        record_decision(
+            span,
+            "allow",
+            capability_id=child.grant_id,
+            chain_depth=len(child.chain.links),
+            audit_index=child.audit_index,
+        )
+    return child
