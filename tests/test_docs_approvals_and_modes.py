@@ -100,6 +100,7 @@ from test_langgraph_langchain_features import Rig, _calls, _tool
 from agentgate.findings import FindingKind
 from agentgate.gate import Approval, Gate
 from agentgate.integrations import langgraph as lg
+from agentgate.integrations.langgraph import _delegation as lg_delegation
 from agentgate.keys import save_key
 from agentgate.store import Store
 from agentgate.store.approvals import APPROVAL_CHILDREN, SUPERSEDED, ApprovalStore
@@ -130,7 +131,7 @@ def test_the_new_names_are_spelled_as_in_the_code() -> None:
     concepts = (DOCS / "concepts.md").read_text()
     (row,) = [line for line in concepts.splitlines() if line.startswith("| `implicit_trust_inheritance`")]
     assert "`sub_agent_steers_parent`" in row
-    finding = lg._STEERS_PARENT
+    finding = lg_delegation._STEERS_PARENT
     assert (finding.kind, finding.code) == (FindingKind.IMPLICIT_TRUST_INHERITANCE, "sub_agent_steers_parent")
 
 

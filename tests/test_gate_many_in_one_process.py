@@ -9,7 +9,7 @@ The process-wide state of agentgate, as found (``lru_cache``, module dicts, ``Co
 (SQL text by arity: pure), ``audit.entry._second`` (the formatted second of the clock),
 ``gate._gate._pending_approval`` (a ``ContextVar``) and ``_OPEN_GATES`` with its one ``atexit``
 hook, ``tasks._limits.RUNNING`` (a ``ContextVar``), ``tasks._metrics._COLLECTORS`` (per Prometheus
-registry, weakly), ``integrations.langgraph._DELEGATION_TOOLS`` (weakly, by ``id``). Per object,
+registry, weakly), ``integrations.langgraph._delegation._DELEGATION_TOOLS`` (weakly, by ``id``). Per object,
 not global: each ``Authority`` (so each ``Gate``) has its own ``ChainCache``, each ``GatewayGate``
 its own parsed-chain cache, each ``PolicyIndex`` its own quota cache.
 

@@ -519,7 +519,7 @@ def test_usage_metadata_that_is_not_token_counts_is_read_as_no_usage() -> None:
     non-negative integers reads as no usage, and the call is charged what it reserved."""
     from langchain_core.messages import AIMessage
 
-    from agentgate.integrations.langgraph import _tokens_used
+    from agentgate.integrations.langgraph._calls import _tokens_used
 
     def answer(i: int, o: int) -> AIMessage:
         return AIMessage(

@@ -33,6 +33,8 @@ from test_langgraph_streaming import INPUT, USAGE, StreamedChatModel
 
 from agentgate.integrations import langgraph as lg
 from agentgate.integrations.langgraph import ScriptedChatModel, create_gated_agent, delegation_tool
+from agentgate.integrations.langgraph import _calls as lg_calls
+from agentgate.integrations.langgraph import _delegation as lg_delegation
 
 
 @pytest.fixture
@@ -167,7 +169,7 @@ async def test_the_watch_ends_with_the_model_call(team: Team) -> None:
     with pytest.raises(ConnectionError):
         await agent.ainvoke(INPUT, context=team.supervisor)  # _agenerate fails, nothing streamed
     assert _spent(team) == charged
-    assert lg._WATCHED.get() is None
+    assert lg_calls._WATCHED.get() is None
     assert [o.reasons[0] for o in _outcomes(team)] == ["ConnectionError", "ConnectionError"]
 
 
@@ -277,7 +279,7 @@ def test_one_delegation_tool_under_its_gate_and_another(tmp_path: Path) -> None:
 def test_a_delegation_tools_registration_goes_with_it(team: Team) -> None:
     ask = _researcher_tool(team)
     key = id(ask)
-    assert lg._DELEGATION_TOOLS[key][0]() is ask
+    assert lg_delegation._DELEGATION_TOOLS[key][0]() is ask
     del ask
     gc.collect()
-    assert key not in lg._DELEGATION_TOOLS
+    assert key not in lg_delegation._DELEGATION_TOOLS

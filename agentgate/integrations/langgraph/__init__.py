@@ -1,6 +1,6 @@
 """LangGraph / LangChain integration: every tool call and model call of an agent goes through a ``Gate``.
 
-The only module of agentgate that imports langgraph or langchain (the optional ``langgraph`` extra).
+The only package of agentgate that imports langgraph or langchain (the optional ``langgraph`` extra).
 
 - ``GateMiddleware`` for ``langchain.agents.create_agent``: ``wrap_tool_call`` / ``awrap_tool_call``
   (decision, approval through ``interrupt()``, scheduler, audit) and ``wrap_model_call`` /
@@ -32,10 +32,6 @@ refusal that ends the run).
 from __future__ import annotations
 
 from agentgate.integrations.langgraph._agents import create_gated_agent, gated_tool_node
-from agentgate.integrations.langgraph._calls import _WATCHED as _WATCHED
-from agentgate.integrations.langgraph._calls import _tokens_used as _tokens_used
-from agentgate.integrations.langgraph._delegation import _DELEGATION_TOOLS as _DELEGATION_TOOLS
-from agentgate.integrations.langgraph._delegation import _STEERS_PARENT as _STEERS_PARENT
 from agentgate.integrations.langgraph._delegation import delegation_tool
 from agentgate.integrations.langgraph._middleware import KEPT_RESULTS as KEPT_RESULTS
 from agentgate.integrations.langgraph._middleware import GateMiddleware
