@@ -1,7 +1,7 @@
 """Signed checkpoints of the audit log: the C2SP signed-note form (agentgate/audit/note.py: a
 checkpoint opens only for its own log, name and key), the proof bundles built on one
 (agentgate/audit/proof.py), and what ``AuditLog`` proves, explains and checks against them
-(agentgate/store/audit.py)."""
+(agentgate/store/audit/)."""
 
 from __future__ import annotations
 

@@ -268,7 +268,7 @@ def test_checkpoint_and_proofs_do_not_hold_the_whole_log_in_memory(
 ) -> None:
     """checkpoint() kept every leaf hash in a list, prove() and consistency() too: memory grew
     with the log (tens of MB per million entries) where verify() read it in batches."""
-    monkeypatch.setattr("agentgate.store.audit._BATCH", 200)
+    monkeypatch.setattr("agentgate.store.audit._log._BATCH", 200)
     log = AuditLog(sqlite_store, KEY, ORIGIN)
     for _ in range(3):
         log.append_many([ENTRY] * 4_000)
@@ -282,7 +282,7 @@ def test_checkpoint_and_proofs_do_not_hold_the_whole_log_in_memory(
     finally:
         tracemalloc.stop()
     assert peak < 500_000, peak  # 12,000 leaf hashes in a list alone take 0.9 MB
-    monkeypatch.setattr("agentgate.store.audit._BATCH", 7_000)
+    monkeypatch.setattr("agentgate.store.audit._log._BATCH", 7_000)
     assert reference.prove(5_432, note) == bundle
     assert reference.consistency(4_001, 12_000) == proof
     entry, checkpoint = verify_bundle(bundle.text(), KEY.public, ORIGIN)
@@ -294,8 +294,8 @@ def test_verify_and_checkpoint_read_large_entries_in_small_batches(
 ) -> None:
     """verify() read 20,000 rows at a time whatever their size: a log of entries that carry
     large loggable arguments (a document, a prompt) was read whole into memory."""
-    monkeypatch.setattr("agentgate.store.audit._FIRST_BATCH", 4, raising=False)
-    monkeypatch.setattr("agentgate.store.audit._BATCH_BYTES", 1 << 20, raising=False)
+    monkeypatch.setattr("agentgate.store.audit._log._FIRST_BATCH", 4, raising=False)
+    monkeypatch.setattr("agentgate.store.audit._log._BATCH_BYTES", 1 << 20, raising=False)
     log = AuditLog(sqlite_store, KEY, ORIGIN)
     for i in range(60):
         log.append({**ENTRY, "args": {"document": f"{i:04d}" + "x" * 100_000}})
@@ -316,7 +316,7 @@ def test_verify_checks_every_checkpoint_when_they_are_read_in_batches(
     """verify() looked up the next checkpoint size by scanning them all once per checkpoint
     (quadratic: 20,000 checkpoints took 11 s instead of 6) and held every note in memory; it now
     reads them in batches and bisects. Every one is still checked and named by its position."""
-    monkeypatch.setattr("agentgate.store.audit._CHECKPOINT_BATCH", 7, raising=False)
+    monkeypatch.setattr("agentgate.store.audit._log._CHECKPOINT_BATCH", 7, raising=False)
     log = AuditLog(store, KEY, ORIGIN)
     for i in range(30):
         log.append({**ENTRY, "budget_delta": i})
@@ -346,8 +346,8 @@ def test_streamed_proofs_are_the_rfc_proofs_at_every_index(
     give exactly the RFC 9162 proofs computed from the whole list of leaf hashes."""
     from agentgate.audit.merkle import consistency_proof, inclusion_proof
 
-    monkeypatch.setattr("agentgate.store.audit._FIRST_BATCH", 3, raising=False)
-    monkeypatch.setattr("agentgate.store.audit._BATCH", 5)
+    monkeypatch.setattr("agentgate.store.audit._log._FIRST_BATCH", 3, raising=False)
+    monkeypatch.setattr("agentgate.store.audit._log._BATCH", 5)
     log = AuditLog(sqlite_store, KEY, ORIGIN)
     log.append_many([{**ENTRY, "budget_delta": i} for i in range(size)])
     note = log.checkpoint()
@@ -469,7 +469,8 @@ def test_report_of_a_large_log_is_bounded(sqlite_store: SQLiteStore, monkeypatch
     and wrote 12.8 MB of HTML (a million, ten times that)."""
     from agentgate.audit.report import render_report
 
-    monkeypatch.setattr("agentgate.store.audit._BATCH_BYTES", 1 << 20, raising=False)  # the page's own memory
+    # the page's own memory
+    monkeypatch.setattr("agentgate.store.audit._log._BATCH_BYTES", 1 << 20, raising=False)
     log = AuditLog(sqlite_store, KEY, ORIGIN)
     kinds = ("allow", "outcome", "deny")
     for start in range(0, 8_000, 4_000):

@@ -1,4 +1,4 @@
-"""The audit log (agentgate/store/audit.py) on both stores: appends (one entry or a group commit
+"""The audit log (agentgate/store/audit/) on both stores: appends (one entry or a group commit
 of several), append-only enforcement, checkpoints, proofs, and what explain and verify say of an
 entry changed in place."""
 

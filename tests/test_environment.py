@@ -3,7 +3,7 @@
 Variables read (``grep -rn 'environ\\|getenv' agentgate examples``): ``AGENTGATE_STORE``
 (store/__init__.py, cli/_common.py), ``AGENTGATE_SQLITE_SYNCHRONOUS`` (store/_sqlite.py),
 ``AGENTGATE_LOG_KEY``, ``AGENTGATE_LOG_ORIGIN``, ``AGENTGATE_LOG_PREVIOUS_KEYS``,
-``AGENTGATE_AUDIT_MAX_ENTRY_BYTES`` (store/audit.py), ``OTEL_TRACES_EXPORTER`` (and, through the
+``AGENTGATE_AUDIT_MAX_ENTRY_BYTES`` (store/audit/_keys.py), ``OTEL_TRACES_EXPORTER`` (and, through the
 SDK, ``OTEL_SERVICE_NAME``/``OTEL_RESOURCE_ATTRIBUTES``) and
 ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`` (audit/spans.py), the variable an
 inventory's ``api_key_env`` names (dispatch/inventory.py), libpq's own ``PG*`` variables (read by
@@ -44,7 +44,7 @@ Fixed by the lead in review r38 (plain tests now): ``AGENTGATE_STORE=""`` was re
 ``open_store("")`` (store/__init__.py ``store_url``); ``AGENTGATE_LOG_KEY`` with white space at an
 end is refused naming it; ``AGENTGATE_LOG_PREVIOUS_KEYS=","`` no longer lifts the no-new-key guard;
 ``AGENTGATE_AUDIT_MAX_ENTRY_BYTES`` and ``AGENTGATE_LOG_PREVIOUS_KEYS`` errors name the variable, and
-the entry bound is at most 256 MiB (store/audit.py); a PostgreSQL session started with
+the entry bound is at most 256 MiB (store/audit/_keys.py); a PostgreSQL session started with
 ``synchronous_commit = off`` (``PGOPTIONS``) is set back on (store/_postgres.py); the examples'
 ``AGENTGATE_DEMO_DIR`` empties only a directory an example made (or the default), is documented
 (docs/quickstart.md), and a CRLF or blank ``AGENTGATE_OPENAI_BASE_URL`` is one message naming it.

@@ -37,7 +37,7 @@ Fixed here:
   and failed on PostgreSQL (``StoreError``: the scheduler gives the call up as
   ``store_unavailable``). Such a key is now stored as ``sha256:HEX`` of its UTF-8 bytes on both
   stores; every other key as it is.
-- agentgate/audit/entry.py, agentgate/store/audit.py: a stored entry that does not validate made a
+- agentgate/audit/entry.py, agentgate/store/audit/: a stored entry that does not validate made a
   ``TamperDetected`` carrying pydantic's multi-line message, with the entry's own keys unescaped.
   A tampered entry with a key ``"x\\n  - ..."`` or an escape sequence wrote lines of its choosing
   into ``agentgate audit verify``'s report (the problems are printed one per ``  - `` line) and

@@ -1,0 +1,127 @@
+"""The log's settings from the environment: its origin (``log_origin``), the bound on an entry's
+bytes (``entry_limit``), and its signing key (``open_log_key``: where it lives, ``log_key_path``;
+when one may be created; the public keys of keys rotated out, ``previous_log_keys``)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from agentgate.audit.entry import DEFAULT_MAX_ENTRY_BYTES, MAX_MAX_ENTRY_BYTES, MIN_MAX_ENTRY_BYTES
+from agentgate.errors import InputError, KeyFileError, StoreError
+from agentgate.keys import PublicKey, SigningKey, load_public_key, load_signing_key, refuse_key_text, save_key
+from agentgate.store._base import Store, env_setting, loaded_driver_errors
+from agentgate.store._sqlite import SQLiteStore
+
+DEFAULT_ORIGIN = "agentgate.local/audit"
+
+
+def log_origin() -> str:
+    """The log's origin: ``AGENTGATE_LOG_ORIGIN``, else ``agentgate.local/audit``."""
+    return os.environ.get("AGENTGATE_LOG_ORIGIN") or DEFAULT_ORIGIN
+
+
+def entry_limit(configured: int | None = None) -> int:
+    """The bound on one entry's bytes: ``configured``, else ``AGENTGATE_AUDIT_MAX_ENTRY_BYTES``,
+    else ``DEFAULT_MAX_ENTRY_BYTES``. Raises ``InputError``, naming where the value came from, when
+    it is not a whole number from ``MIN_MAX_ENTRY_BYTES`` to ``MAX_MAX_ENTRY_BYTES``."""
+    source = "audit entry limit" if configured is not None else "AGENTGATE_AUDIT_MAX_ENTRY_BYTES"
+    if configured is None:
+        configured = env_setting(source, int, DEFAULT_MAX_ENTRY_BYTES, "a whole number of bytes")
+    if type(configured) is not int or not MIN_MAX_ENTRY_BYTES <= configured <= MAX_MAX_ENTRY_BYTES:
+        raise InputError(
+            f"{source} must be from {MIN_MAX_ENTRY_BYTES} to {MAX_MAX_ENTRY_BYTES} bytes, "
+            f"got {str(configured)[:80]}"
+        )
+    return configured
+
+
+def _previous_specs() -> list[str]:
+    """What ``AGENTGATE_LOG_PREVIOUS_KEYS`` names: its comma-separated parts that are not blank."""
+    return [
+        spec.strip() for spec in os.environ.get("AGENTGATE_LOG_PREVIOUS_KEYS", "").split(",") if spec.strip()
+    ]
+
+
+def previous_log_keys() -> list[PublicKey]:
+    """Public keys of rotated-out log keys: ``AGENTGATE_LOG_PREVIOUS_KEYS``, comma-separated files or dids."""
+    keys = []
+    for spec in _previous_specs():
+        try:
+            keys.append(load_public_key(spec))
+        except KeyFileError as exc:
+            raise KeyFileError(f"AGENTGATE_LOG_PREVIOUS_KEYS: {exc}") from exc
+    return keys
+
+
+def log_key_path(store: Store) -> Path:
+    """Where the log key lives for ``store`` (see the module docstring)."""
+    configured = os.environ.get("AGENTGATE_LOG_KEY")
+    if configured:
+        refuse_key_text(configured, "AGENTGATE_LOG_KEY")
+    if configured and configured != configured.strip():
+        # A leading space makes the path relative (a key made under ``./ /...``); a trailing
+        # ``\r`` (an env file saved with CRLF endings) names a file beside the real one.
+        raise KeyFileError(
+            f"AGENTGATE_LOG_KEY={configured!r} begins or ends with white space or a line break: remove it"
+        )
+    if configured:
+        return Path(configured)
+    if isinstance(store, SQLiteStore):
+        return store.path.parent / "log.key"
+    return Path(".agentgate") / "log.key"
+
+
+def open_log_key(store: Store, *, create: bool = True) -> SigningKey:
+    """The log's signing key, created (0600, with ``log.pub`` beside it) on first use if ``create``.
+
+    A key is created only for a log that has no checkpoint yet, or while the key is being rotated
+    (``AGENTGATE_LOG_PREVIOUS_KEYS`` set): checkpoints signed by a key that is not where this
+    process looks (another working directory, an unset ``AGENTGATE_LOG_KEY``) mean the key is
+    missing, not that a new one is wanted. Raises ``KeyFileError`` when the file is unreadable, too
+    widely readable, or missing and ``create`` is false or no key may be created.
+    """
+    path = log_key_path(store)
+    if not create or (path.exists() and not _left_half_made(path, store)):
+        return load_signing_key(path)
+    if path.suffix != ".key":
+        raise KeyFileError(f"{path}: AGENTGATE_LOG_KEY must name a file ending in .key")
+    if not _previous_specs() and _has_checkpoints(store):
+        raise KeyFileError(
+            f"{path}: no log key there, but this audit log has checkpoints signed by one; point "
+            "AGENTGATE_LOG_KEY at it (to rotate the key, list the old public key in "
+            "AGENTGATE_LOG_PREVIOUS_KEYS first). No key was created."
+        )
+    try:
+        save_key(SigningKey.generate(), path.parent, path.stem)
+    except KeyFileError:
+        if not path.exists():
+            raise
+    return load_signing_key(path)  # another process may have won the race: use its key
+
+
+def _left_half_made(path: Path, store: Store) -> bool:
+    """Whether ``path`` is a log key that a process killed while creating it left without its
+    ``.pub`` (``save_key`` was stopped between its two links), and a key may be made instead.
+
+    Such a key is still linked to a temporary file of ``save_key``, and the next ``save_key`` in
+    its directory (``agentgate keys new --dir`` there) removes it: signing checkpoints with it
+    would lose the log key later. ``save_key`` then takes it away and makes a whole pair. A key
+    without ``.pub`` that is linked nowhere else (one installed by hand, a mounted secret) is the
+    log key, and so is such a key on a log with checkpoints (a version without this check may
+    have signed them with it).
+    """
+    try:
+        if path.stat().st_nlink < 2 or path.with_suffix(".pub").exists():
+            return False
+    except OSError:
+        return False
+    return bool(_previous_specs()) or not _has_checkpoints(store)
+
+
+def _has_checkpoints(store: Store) -> bool:
+    """Whether ``store`` holds an audit log with at least one checkpoint."""
+    try:
+        return bool(store.query("SELECT 1 FROM audit_checkpoints LIMIT 1"))
+    except loaded_driver_errors(StoreError):
+        return False  # no audit tables yet

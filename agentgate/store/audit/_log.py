@@ -1,0 +1,458 @@
+"""``AuditLog``: its making, appends (one entry, or a group commit), checkpoints, and the reads
+of the log, in batches whose size follows the entries' (memory does not grow with the log).
+
+It inherits its proofs and ``explain`` (``_proofs``), the cached roots of blocks of leaf hashes
+(``_nodes``) and ``verify`` (``_verify``)."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any, cast
+
+from agentgate.audit.entry import AuditEntry, encode_bounded, utc_now
+from agentgate.audit.merkle import RootAccumulator, leaf_hash
+from agentgate.audit.note import Checkpoint, open_checkpoint, sign_checkpoint
+from agentgate.errors import AuditError, BeyondLogEnd, InputError, StoreError, TamperDetected
+from agentgate.keys import PublicKey, SigningKey
+from agentgate.store._base import Row, Store, Transaction, loaded_driver_errors
+from agentgate.store.audit._keys import DEFAULT_ORIGIN, entry_limit
+from agentgate.store.audit._nodes import _CachedRoots
+from agentgate.store.audit._proofs import _Proofs
+from agentgate.store.audit._schema import APPEND_LOCK, create_audit_tables
+from agentgate.store.audit._stored import _bytes, _index_of, _note, _whole
+from agentgate.store.audit._verify import _Verification
+
+_BATCH = 20_000
+"""The most rows one read of the log fetches."""
+_BATCH_BYTES = 16 << 20
+"""About how many bytes of entries one read of the log fetches (memory while reading a log)."""
+_FIRST_BATCH = 16
+"""Rows in the first read, before the entries' size is known."""
+_ROW_BYTES = 300
+"""What a row costs besides its entry's bytes (index, leaf hash, Python objects), for sizing."""
+_CHECKPOINT_BATCH = 1_000
+"""Checkpoint rows one read fetches."""
+_INSERT = "INSERT INTO audit_log (idx, entry, leaf_hash) VALUES (?, ?, ?)"
+
+
+def _wrap(exc: Exception, what: str) -> AuditError:
+    return AuditError(f"audit log: {what} failed: {exc}")
+
+
+_MAX_INDEX = 2**63 - 1
+"""The largest index or size a store's integer column holds."""
+
+
+def _execute(tx: Transaction, sql: str, params: Sequence[Any] = ()) -> list[Row]:
+    try:
+        return tx.execute(sql, params)
+    except loaded_driver_errors() as exc:
+        raise _wrap(exc, "a statement") from exc
+
+
+class AuditLog(_Proofs, _CachedRoots, _Verification):
+    """The append-only, signed Merkle audit log kept in ``store``."""
+
+    def __init__(
+        self,
+        store: Store,
+        signer: SigningKey | PublicKey,
+        origin: str = DEFAULT_ORIGIN,
+        *,
+        previous_keys: Sequence[PublicKey] = (),
+        max_entry_bytes: int | None = None,
+    ) -> None:
+        """The log in ``store``, signing new checkpoints with ``signer``.
+
+        ``max_entry_bytes`` bounds each new entry (default ``AGENTGATE_AUDIT_MAX_ENTRY_BYTES``,
+        else 64 KiB; at least 4096): larger values are recorded by digest (``encode_bounded``).
+        Raises ``InputError`` for a bound below 4096 or one that is not a whole number.
+
+        ``previous_keys`` are the public keys of log keys rotated out: checkpoints they signed
+        still verify; new checkpoints are signed only with ``signer``. Given the log key's public
+        key only (an auditor's copy), the log reads, verifies and proves against stored
+        checkpoints, and ``checkpoint`` raises ``AuditError`` when it would have to sign.
+        """
+        self.max_entry_bytes = entry_limit(max_entry_bytes)
+        self.store = store
+        self.signer: SigningKey | None = signer if isinstance(signer, SigningKey) else None
+        self._public = signer.public if isinstance(signer, SigningKey) else signer
+        self.origin = origin
+        self.previous_keys = tuple(previous_keys)
+        Checkpoint(origin, 0, bytes(32)).text()  # validates the origin now, not at the first checkpoint
+        self.refs_indexed = create_audit_tables(store)
+        """Whether ``audit_refs`` indexes every entry's reference (else ``explain`` scans the log)."""
+        # Appends guess the next index only where the next-index trigger is known to guard them.
+        self._guessing = store.dialect == "sqlite" and bool(
+            store.query(
+                "SELECT 1 FROM sqlite_master WHERE type = 'trigger' AND name = 'audit_log_next_index'"
+            )
+        )
+        self._guess: int | None = None
+        # Entries, leaf hashes and roots are read as bytes whatever type the row holds: SQLite
+        # stores what it is given, and an entry rewritten with replace() comes back as TEXT.
+        # (PostgreSQL's BYTEA columns hold nothing else.)
+        blob = "CAST({} AS BLOB)" if store.dialect == "sqlite" else "{}"
+        self._entry, self._leaf, self._root, self._hash, self._note = (
+            blob.format(c) for c in ("entry", "leaf_hash", "root", "hash", "note")
+        )
+        self._empty = "x''" if store.dialect == "sqlite" else "''::bytea"
+
+    def open_checkpoint(self, note: str) -> Checkpoint:
+        """A checkpoint of this log signed by its key or a previous one; ``TamperDetected`` otherwise."""
+        try:
+            return open_checkpoint(note, self.public_key, self.origin)
+        except TamperDetected:
+            for key in self.previous_keys:
+                try:
+                    return open_checkpoint(note, key, self.origin)
+                except TamperDetected:
+                    continue
+            raise
+
+    def _signs(self, note: str) -> bool:
+        """Whether ``note`` is signed by this log's own key (not only by a previous one)."""
+        try:
+            open_checkpoint(note, self.public_key, self.origin)
+        except TamperDetected:
+            return False
+        return True
+
+    @property
+    def public_key(self) -> PublicKey:
+        """The public key of the log key: what checkpoints must be signed with."""
+        return self._public
+
+    # --- writing ------------------------------------------------------------------------------
+
+    def lock(self, tx: Transaction) -> None:
+        """Take the append lock now, held to the end of ``tx``.
+
+        A writer whose transaction also changes budget, quota or nonce rows takes it first, so
+        that every writer takes its locks in one order (the append lock, then rows) and none can
+        deadlock with another that appends after locking rows. PostgreSQL: the advisory lock the
+        appends take (``agentgate_audit_lock_next``). SQLite: nothing to do, ``BEGIN IMMEDIATE``
+        already took the database's one write lock.
+        """
+        if self.store.dialect == "postgresql":
+            tx.execute(f"SELECT pg_advisory_xact_lock({APPEND_LOCK})")
+
+    def append(self, fields: Mapping[str, Any], tx: Transaction | None = None) -> int:
+        """Append one entry and return its index.
+
+        ``fields`` are ``AuditEntry`` fields except ``index`` (assigned here) and ``time``
+        (defaults to now). With ``tx`` the entry commits with the caller's transaction; without,
+        it commits before this returns. Raises ``InputError`` for bad fields and ``AuditError``
+        (or ``StoreError``) when the entry cannot be written, in which case nothing was written.
+        """
+        if tx is None:
+            try:
+                with self.store.transaction() as own:
+                    return self._append(own, fields)
+            except StoreError as exc:
+                raise AuditError(f"audit log: entry not written: {exc}") from exc
+        return self._append(tx, fields)
+
+    def append_many(self, batch: Sequence[Mapping[str, Any]]) -> list[int]:
+        """Append several entries in one transaction (group commit); all or none are written."""
+        try:
+            with self.store.transaction() as tx:
+                index = self._next_index(tx)
+                rows = [self._row(index + k, fields) for k, fields in enumerate(batch)]
+                if rows:
+                    tx.executemany("INSERT INTO audit_log (idx, entry, leaf_hash) VALUES (?, ?, ?)", rows)
+                return [row[0] for row in rows]
+        except loaded_driver_errors(StoreError) as exc:
+            raise AuditError(f"audit log: entries not written: {exc}") from exc
+
+    def _next_index(self, tx: Transaction) -> int:
+        """The next index, with the append lock held until ``tx`` ends (SQLite: its write lock)."""
+        if self.store.dialect == "postgresql":
+            return int(_execute(tx, "SELECT agentgate_audit_lock_next()")[0][0])
+        return int(_execute(tx, "SELECT COALESCE(MAX(idx) + 1, 0) FROM audit_log")[0][0])
+
+    def _row(self, index: int, fields: Mapping[str, Any]) -> tuple[int, bytes, bytes]:
+        if "index" in fields:
+            raise InputError("audit entry field index is assigned by the log, not the caller")
+        values = dict(fields)
+        values.setdefault("time", utc_now())
+        values["index"] = index
+        data = encode_bounded(values, self.max_entry_bytes)
+        return index, data, leaf_hash(data)
+
+    def _append(self, tx: Transaction, fields: Mapping[str, Any]) -> int:
+        guess = self._guess
+        if guess is not None:
+            # SQLite: the index after this log's last append, without reading it. The
+            # audit_log_next_index trigger refuses the row unless it is exactly the next index, and
+            # a refused statement leaves the transaction usable, so a stale guess (another
+            # connection appended, or a rollback undid an append) costs one retry below, never a
+            # gap or a duplicate.
+            row = self._row(guess, fields)
+            try:
+                tx.execute(_INSERT, row)
+            except sqlite3.IntegrityError:
+                pass
+            else:
+                self._guess = guess + 1
+                return guess
+        row = self._row(self._next_index(tx), fields)
+        _execute(tx, _INSERT, row)
+        if self._guessing:
+            self._guess = row[0] + 1
+        return row[0]
+
+    def checkpoint(self, saved: str | None = None) -> str:
+        """Sign and store a checkpoint of the whole log; returns the signed note.
+
+        Refuses (``TamperDetected``) to sign a log whose prefix no longer matches the latest
+        checkpoint, or whose newer entries do not match their stored leaf hashes or do not carry
+        their own index (rows swapped), so a tampered log is never laundered by a fresh signature.
+        ``saved``, a signed checkpoint of this log kept outside the database (the one ``agentgate
+        audit checkpoint --out FILE`` wrote last), must still be a prefix of the log too: a
+        database restored from an older copy, or forked from one, is refused, not signed over.
+        Reads the log in batches: memory does not grow with its size.
+        """
+        # size -> (root, what it is): the roots the log must still have at those sizes.
+        targets: dict[int, tuple[bytes, str]] = {}
+        if saved is not None:
+            kept = self.open_checkpoint(saved)
+            targets[kept.size] = (kept.root, "the saved checkpoint")
+        latest = self._latest_checkpoint_row()
+        prev_size = 0
+        if latest:
+            # What was signed, not the row's unsigned columns, is what the log must still match.
+            signed = self.open_checkpoint(_note(latest[2]))
+            # The size column as stored: SQLite keeps text or a fraction there if given one.
+            if (signed.size, signed.root) != (latest[0], _bytes(latest[1])) or type(latest[0]) is not int:
+                raise TamperDetected("audit log: the latest checkpoint row does not match its signed note")
+            if targets.get(signed.size, (signed.root, ""))[0] != signed.root:
+                raise TamperDetected(
+                    f"audit log: the saved checkpoint and the last stored one disagree about size {signed.size}"
+                )
+            prev_size = signed.size
+            targets[signed.size] = (signed.root, "the last checkpoint")
+        acc = RootAccumulator()
+        pending: list[bytes] = []
+
+        def settle() -> None:
+            acc.extend(pending)
+            pending.clear()
+            if acc.size in targets and acc.root() != targets[acc.size][0]:
+                raise TamperDetected(
+                    f"audit log: the first {acc.size} entries no longer match {targets[acc.size][1]}"
+                )
+
+        settle()  # a checkpoint of the empty log
+        for idx, data, stored in self._rows(include_entry_from=prev_size):
+            count = acc.size + len(pending)
+            if idx != count:
+                raise TamperDetected(f"audit log: entry {count} is missing")
+            if data is not None and leaf_hash(data) != stored:
+                raise TamperDetected(f"audit log: entry {idx} does not match its leaf hash")
+            if data is not None:
+                carried = _index_of(data)
+                if carried is None:  # bytes no agentgate wrote, with a matching leaf hash
+                    raise TamperDetected(f"audit log: entry {idx} is not a canonical entry")
+                if carried != idx:  # rows swapped or moved, hashes and all
+                    raise TamperDetected(f"audit log: entry {idx} does not carry its own index")
+            pending.append(stored)
+            if count + 1 in targets or len(pending) >= _BATCH:
+                settle()
+        settle()
+        beyond = [size for size in targets if size > acc.size]
+        if beyond:
+            raise TamperDetected(
+                f"audit log: has {acc.size} entries, {targets[min(beyond)][1]} had {min(beyond)} "
+                "(entries deleted, or the database restored from an older copy)"
+            )
+        if latest and acc.size == prev_size and (self.signer is None or self._signs(_note(latest[2]))):
+            # Nothing new to sign, and signed by this log's key: a log key rotated out since then
+            # gets a checkpoint of the same size under the new key (docs/operations.md, step 4).
+            return _note(latest[2])
+        if self.signer is None:
+            raise AuditError(
+                f"audit log: a new checkpoint of {acc.size} entries needs the log's private key "
+                "(this log was opened with its public key only)"
+            )
+        note = sign_checkpoint(Checkpoint(self.origin, acc.size, acc.root()), self.signer)
+        with self.store.transaction() as tx:
+            _execute(
+                tx,
+                "INSERT INTO audit_checkpoints (size, root, note, created) VALUES (?, ?, ?, ?)",
+                (acc.size, acc.root(), note, utc_now()),
+            )
+        return note
+
+    # --- reading ------------------------------------------------------------------------------
+
+    def size(self) -> int:
+        """Entries in the log."""
+        return int(self.store.query("SELECT COUNT(*) FROM audit_log")[0][0])
+
+    def entry_bytes(self, index: int) -> bytes:
+        """The stored bytes of entry ``index``; raises ``InputError`` if there is none
+        (``BeyondLogEnd`` past the end of the log, or when ``index`` is not an ``int``)."""
+        return self._stored_row(_whole(index, "entry index"))[0]
+
+    def _stored_row(self, index: int, tx: Transaction | None = None) -> tuple[bytes, bytes]:
+        """The stored ``(entry, leaf_hash)`` of entry ``index``; ``BeyondLogEnd`` past the end of
+        the log, else ``InputError`` if there is none."""
+        rows = self._read_rows([index], tx) if 0 <= index <= _MAX_INDEX else {}
+        if index not in rows:
+            if index >= self._end():
+                raise BeyondLogEnd(index, self.size(), "entry")
+            raise InputError(f"audit log has no entry {index}")
+        return rows[index]
+
+    def entry(self, index: int, tx: Transaction | None = None) -> AuditEntry:
+        """Entry ``index``, parsed (read in ``tx`` when given); ``TamperDetected`` if its bytes
+        are not canonical."""
+        if tx is None:
+            return AuditEntry.from_bytes(self.entry_bytes(index))
+        return AuditEntry.from_bytes(self._stored_row(_whole(index, "entry index"), tx)[0])
+
+    def entries_at(self, indexes: Iterable[int]) -> dict[int, AuditEntry]:
+        """The entries at ``indexes``, parsed, read in a few statements (500 indexes each), not
+        one per entry. ``TamperDetected`` if one's bytes are not canonical, and ``entry``'s error
+        for one that is not in the log."""
+        wanted = sorted(set(indexes))
+        read = self._read_rows(wanted)
+        for index in wanted:
+            if index not in read:
+                self.entry(index)  # raises the error naming the missing entry
+        return {index: AuditEntry.from_bytes(read[index][0]) for index in wanted}
+
+    def entries(self, start: int = 0, *, skip_malformed: bool = False) -> Iterator[AuditEntry]:
+        """Every entry from ``start`` in index order, read in batches.
+
+        Raises ``TamperDetected`` at the first entry whose bytes are not a canonical entry, or
+        passes over it when ``skip_malformed`` (a report of a log that ``verify`` found tampered).
+        """
+        for _idx, data, _leaf in self._rows(include_entry_from=start, start=start):
+            try:
+                yield AuditEntry.from_bytes(data or b"")
+            except TamperDetected:
+                if not skip_malformed:
+                    raise
+
+    def checkpoints(self) -> list[str]:
+        """Every stored signed checkpoint, oldest first."""
+        return [
+            _note(r[0]) for r in self.store.query(f"SELECT {self._note} FROM audit_checkpoints ORDER BY id")
+        ]
+
+    def latest_checkpoint(self) -> str | None:
+        row = self._latest_checkpoint_row()
+        return _note(row[2]) if row else None
+
+    def _latest_checkpoint_row(self) -> Row | None:
+        rows = self.store.query(
+            f"SELECT size, {self._root}, {self._note} FROM audit_checkpoints ORDER BY size DESC, id DESC LIMIT 1"
+        )
+        return rows[0] if rows else None
+
+    def _row_batches(
+        self, *, include_entry_from: int, start: int = 0
+    ) -> Iterator[list[tuple[int, bytes | None, bytes]]]:
+        """``(idx, entry or None, leaf_hash)`` rows in index order, from ``start``, in batches;
+        entries only from ``include_entry_from``.
+
+        A batch holds about ``_BATCH_BYTES`` (at most ``_BATCH`` rows): the first is small, the
+        next sized by the entries seen so far, so a log of large entries is read in small batches.
+        """
+        last, limit = start - 1, min(_FIRST_BATCH, _BATCH)
+        while True:
+            # A NULL entry or leaf hash (a tampered table without its NOT NULL constraints)
+            # reads as empty bytes: it then fails the leaf hash check instead of crashing. Both
+            # dialects return the (cast) columns as bytes, so the rows are used as they come.
+            rows = self.store.query(
+                f"SELECT idx, CASE WHEN idx >= ? THEN COALESCE({self._entry}, {self._empty}) END, "
+                f"COALESCE({self._leaf}, {self._empty}) FROM audit_log WHERE idx > ? ORDER BY idx LIMIT ?",
+                (include_entry_from, last, limit),
+            )
+            batch = cast(list[tuple[int, bytes | None, bytes]], rows)
+            if batch:
+                yield batch
+            if len(rows) < limit:
+                return
+            last = batch[-1][0]
+            size = sum(len(entry) for _i, entry, _h in batch if entry is not None) + _ROW_BYTES * len(batch)
+            limit = max(1, min(_BATCH, _BATCH_BYTES * len(batch) // size))
+
+    def _batches(self, start: int = 0) -> Iterator[list[tuple[int, bytes, bytes]]]:
+        """Every ``(idx, entry, leaf_hash)`` row from ``start`` in index order, in batches."""
+        for batch in self._row_batches(include_entry_from=start, start=start):
+            yield cast(list[tuple[int, bytes, bytes]], batch)  # every entry is included from start
+
+    def _rows(self, *, include_entry_from: int, start: int = 0) -> Iterator[tuple[int, bytes | None, bytes]]:
+        """``(idx, entry or None, leaf_hash)`` in index order; entries only from ``include_entry_from``."""
+        for batch in self._row_batches(include_entry_from=include_entry_from, start=start):
+            yield from batch
+
+    def _checkpoint_rows(self) -> Iterator[Row]:
+        """Every ``(note, size, root)`` checkpoint row, oldest first, read in batches."""
+        last = -1
+        while True:
+            rows = self.store.query(
+                f"SELECT id, {self._note}, size, {self._root} FROM audit_checkpoints WHERE id > ? ORDER BY id LIMIT ?",
+                (last, _CHECKPOINT_BATCH),
+            )
+            for row in rows:
+                yield row[1:]
+            if len(rows) < _CHECKPOINT_BATCH:
+                return
+            last = int(rows[-1][0])
+
+    def _subtree_roots(self, ranges: Sequence[tuple[int, int]], size: int) -> list[bytes]:
+        """The Merkle roots of the disjoint leaf ranges ``[lo, hi)`` within the first ``size`` entries.
+
+        Reads the stored leaf hashes once, in batches (memory does not grow with the log). Raises
+        ``TamperDetected`` when the log has fewer than ``size`` entries or a gap before ``size``.
+        """
+        accumulators = [RootAccumulator() for _ in ranges]
+        chunk: list[bytes] = []
+        start = 0
+
+        def feed() -> None:
+            nonlocal start
+            end = start + len(chunk)
+            for (lo, hi), acc in zip(ranges, accumulators, strict=True):
+                if max(lo, start) < min(hi, end):
+                    acc.extend(chunk[max(lo, start) - start : min(hi, end) - start])
+            start = end
+            chunk.clear()
+
+        for idx, _data, stored in self._rows(include_entry_from=size):
+            if idx >= size:
+                break
+            if idx != start + len(chunk):
+                raise TamperDetected(f"audit log: entry {start + len(chunk)} is missing")
+            chunk.append(stored)
+            if len(chunk) >= _BATCH:
+                feed()
+        feed()
+        if start < size:
+            raise TamperDetected(f"audit log has {start} entries, fewer than {size}")
+        return [acc.root() for acc in accumulators]
+
+    def _end(self) -> int:
+        """One past the largest stored index (the log's size, unless rows are missing)."""
+        return int(self.store.query("SELECT COALESCE(MAX(idx) + 1, 0) FROM audit_log")[0][0])
+
+    def _read_rows(
+        self, indexes: Sequence[int], tx: Transaction | None = None
+    ) -> dict[int, tuple[bytes, bytes]]:
+        """``idx -> (entry, leaf_hash)`` of the rows among ``indexes`` that exist, read by key
+        (in ``tx`` when given)."""
+        found: dict[int, tuple[bytes, bytes]] = {}
+        read = self.store.query if tx is None else tx.execute
+        for start in range(0, len(indexes), 500):
+            chunk = list(indexes[start : start + 500])
+            marks = ", ".join("?" * len(chunk))
+            for idx, data, stored in read(
+                f"SELECT idx, {self._entry}, {self._leaf} FROM audit_log WHERE idx IN ({marks})", chunk
+            ):
+                found[int(idx)] = (_bytes(data), _bytes(stored))
+        return found

@@ -1,0 +1,218 @@
+"""The ``AuditLog``'s proofs (``_Proofs``): an entry's inclusion proof bundle (``prove``), the
+consistency proof between two sizes (``consistency``), and ``explain``: an entry with the entries
+of its decision or call (found through the reference index, else by a scan), each proven against
+the latest signed checkpoint."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from agentgate.audit.entry import AuditEntry
+from agentgate.audit.merkle import consistency_ranges, inclusion_ranges, leaf_hash, verify_inclusion
+from agentgate.audit.note import Checkpoint
+from agentgate.audit.proof import ProofBundle
+from agentgate.errors import BeyondLogEnd, InputError, TamperDetected
+from agentgate.store._base import Row, Store, Transaction
+from agentgate.store.audit._stored import _note, _whole
+
+
+@dataclass(frozen=True)
+class Explanation:
+    """What ``AuditLog.explain`` found for one entry, every entry in it proven or listed unproven."""
+
+    entry: AuditEntry
+    """The entry asked for."""
+    related: tuple[AuditEntry, ...]
+    """The entries that refer to it and the one it refers to, in index order."""
+    checkpoint: Checkpoint | None
+    """The latest stored checkpoint (signature checked) the entries were proven against, if any."""
+    unproven: tuple[int, ...]
+    """Indexes shown that the checkpoint does not cover yet (appended after it)."""
+    indexed: bool
+    """Whether the related entries were found through the reference index (else a full scan)."""
+
+
+class _Proofs:
+    """The ``AuditLog``'s proofs: ``prove`` (an entry's tlog-proof bundle against a signed
+    checkpoint), ``consistency`` (between two sizes), and ``explain`` / ``referring`` (an entry and
+    the entries related to it, read through the reference index and proven against the latest
+    stored checkpoint)."""
+
+    # The log's state this part reads (``AuditLog.__init__`` sets it).
+    store: Store
+    refs_indexed: bool
+
+    if TYPE_CHECKING:  # what this part calls of the log's other parts
+
+        def size(self) -> int: ...
+
+        def checkpoint(self, saved: str | None = None) -> str: ...
+
+        def open_checkpoint(self, note: str) -> Checkpoint: ...
+
+        def entry_bytes(self, index: int) -> bytes: ...
+
+        def _stored_row(self, index: int, tx: Transaction | None = None) -> tuple[bytes, bytes]: ...
+
+        def _latest_checkpoint_row(self) -> Row | None: ...
+
+        def _batches(self, start: int = 0) -> Iterator[list[tuple[int, bytes, bytes]]]: ...
+
+        def _subtree_roots(self, ranges: Sequence[tuple[int, int]], size: int) -> list[bytes]: ...
+
+        def _end(self) -> int: ...
+
+        def _read_rows(
+            self, indexes: Sequence[int], tx: Transaction | None = None
+        ) -> dict[int, tuple[bytes, bytes]]: ...
+
+        def _cached_roots(self, ranges: Sequence[tuple[int, int]]) -> list[bytes]: ...
+
+        def _forget_nodes(self) -> None: ...
+
+    def prove(self, index: int, checkpoint_note: str | None = None) -> ProofBundle:
+        """A tlog-proof bundle for entry ``index`` against ``checkpoint_note`` (default: a fresh one).
+
+        Raises ``InputError`` if the entry does not exist or the checkpoint does not cover it
+        (``BeyondLogEnd`` for an index past the end of the log, against a fresh checkpoint: then
+        checked before anything is signed, so bad input stores no checkpoint), and
+        ``TamperDetected`` when the entry's bytes do not lead to the checkpoint's root (edited in
+        the database after it was signed): no bundle that cannot verify is returned.
+        """
+        index = _whole(index, "entry index")
+        if checkpoint_note is None:  # bad input signs nothing
+            if index < 0:
+                raise InputError(f"audit log has no entry {index}")
+            if index >= self._end():
+                raise BeyondLogEnd(index, self.size(), "entry")
+        note = self.checkpoint() if checkpoint_note is None else checkpoint_note
+        checkpoint = self.open_checkpoint(note)
+        if checkpoint_note is None and index >= checkpoint.size:
+            raise BeyondLogEnd(index, checkpoint.size, "entry")
+        if not 0 <= index < checkpoint.size:
+            raise InputError(f"entry {index} is not covered by a checkpoint of size {checkpoint.size}")
+        data = self.entry_bytes(index)
+        ranges = inclusion_ranges(index, checkpoint.size)
+        try:  # from the node cache when the proof it gives leads to the signed root
+            proof = self._cached_roots(ranges)
+            verify_inclusion(leaf_hash(data), index, checkpoint.size, proof, checkpoint.root)
+        except TamperDetected:
+            proof = self._subtree_roots(ranges, checkpoint.size)
+            try:  # a bundle is written only when it verifies: the entry's bytes are the signed ones
+                verify_inclusion(leaf_hash(data), index, checkpoint.size, proof, checkpoint.root)
+            except TamperDetected as exc:
+                raise TamperDetected(
+                    f"audit log: entry {index} is not the entry its signed checkpoint holds ({exc})"
+                ) from None
+        return ProofBundle(index, data, tuple(proof), note)
+
+    def consistency(self, size1: int, size2: int) -> list[bytes]:
+        """The RFC 9162 consistency proof between two sizes of this log, read in one streaming pass.
+
+        Raises ``InputError`` unless ``0 < size1 <= size2`` are ``int``, ``BeyondLogEnd`` (an ``InputError``)
+        when the log holds fewer than ``size2`` entries, and ``TamperDetected`` when an entry
+        before ``size2`` is missing.
+        """
+        size1, size2 = _whole(size1, "size"), _whole(size2, "size")
+        try:
+            ranges = consistency_ranges(size1, size2)
+        except ValueError as exc:
+            raise InputError(str(exc)) from exc
+        if size2 > self._end():
+            raise BeyondLogEnd(size2, self.size())
+        return self._subtree_roots(ranges, size2)
+
+    def explain(self, index: int) -> Explanation:
+        """Entry ``index`` with the entries of its decision or call, each proven to be in the log.
+
+        Related entries are those that refer to it (``ref``: its outcome, approvals given, a
+        declined approval) and the one it refers to. They are found through the reference index
+        (``audit_refs``) when it is complete, reading only those rows, else by reading the whole
+        log. Each entry shown is parsed from its canonical bytes, matched against its stored leaf
+        hash, and proven by an inclusion proof against the latest stored checkpoint (its signature
+        checked); entries newer than that checkpoint are listed in ``unproven``. Raises
+        ``BeyondLogEnd`` for an index past the end of the log, ``InputError`` for a missing entry
+        or an index that is not an ``int``,
+        and ``TamperDetected`` when an entry shown is malformed, does not carry its own index or
+        leaf hash, or is not in the signed tree.
+        """
+        index = _whole(index, "entry index")
+        data, stored = self._stored_row(index)
+        entry = AuditEntry.from_bytes(data)
+        shown = {index: (data, stored, entry), **self._related(index, entry.ref)}
+        for idx, (row_data, row_stored, parsed) in shown.items():
+            if parsed.index != idx:
+                raise TamperDetected(f"audit log: entry {idx} holds the entry of index {parsed.index}")
+            if leaf_hash(row_data) != row_stored:
+                raise TamperDetected(f"audit log: entry {idx} does not match its leaf hash")
+        # Each stored leaf hash was just checked against its entry's bytes: proven as it is.
+        checkpoint, unproven = self._prove_included(
+            {idx: row_stored for idx, (_d, row_stored, _e) in shown.items()}
+        )
+        related = tuple(parsed for idx, (_d, _s, parsed) in sorted(shown.items()) if idx != index)
+        return Explanation(entry, related, checkpoint, unproven, self.refs_indexed)
+
+    def referring(self, index: int) -> list[AuditEntry]:
+        """The entries whose ``ref`` is ``index`` (its outcomes, approvals given...), in index
+        order, each parsed from its row: through the reference index when it is complete, else by
+        reading the whole log. ``TamperDetected`` for a malformed one."""
+        related = self._related(_whole(index, "entry index"), None)
+        return [related[idx][2] for idx in sorted(related)]
+
+    def _related(self, index: int, ref: int | None) -> dict[int, tuple[bytes, bytes, AuditEntry]]:
+        """``idx -> (entry, leaf hash, parsed)`` of the entries other than ``index`` that refer to
+        it, and of entry ``ref``."""
+        related: dict[int, tuple[bytes, bytes, AuditEntry]] = {}
+        if self.refs_indexed:
+            refs = {int(r[0]) for r in self.store.query("SELECT idx FROM audit_refs WHERE ref = ?", (index,))}
+            if ref is not None:
+                refs.add(ref)
+            rows: Iterable[tuple[int, bytes, bytes]] = (
+                (idx, data, stored) for idx, (data, stored) in self._read_rows(sorted(refs - {index})).items()
+            )
+        else:
+            rows = (row for batch in self._batches() for row in batch)
+        for idx, data, stored in rows:
+            # The reference index is no evidence: each row it names is read, parsed and checked.
+            other = AuditEntry.from_bytes(data)
+            if idx != index and (other.ref == index or idx == ref):
+                related[idx] = (data, stored, other)
+        return related
+
+    def _prove_included(self, leaves: Mapping[int, bytes]) -> tuple[Checkpoint | None, tuple[int, ...]]:
+        """Prove each ``index -> leaf hash`` in ``leaves`` included in the latest stored checkpoint.
+
+        Returns that checkpoint (``None`` when there is none) and the indexes it does not cover.
+        One pass over the stored leaf hashes below its size computes every proof. Raises
+        ``TamperDetected`` when its signature or a proof fails.
+        """
+        row = self._latest_checkpoint_row()
+        if row is None:
+            return None, tuple(sorted(leaves))
+        checkpoint = self.open_checkpoint(_note(row[2]))
+        size = checkpoint.size
+        covered = sorted(idx for idx in leaves if idx < size)
+        paths = [inclusion_ranges(idx, size) for idx in covered]
+        ranges = [r for path in paths for r in path]
+
+        def check(roots: list[bytes]) -> None:
+            for idx, path in zip(covered, paths, strict=True):
+                proof, roots = roots[: len(path)], roots[len(path) :]
+                try:
+                    verify_inclusion(leaves[idx], idx, size, proof, checkpoint.root)
+                except TamperDetected as exc:
+                    raise TamperDetected(
+                        f"audit log: entry {idx} is not in the tree signed at size {size}: {exc}"
+                    ) from exc
+
+        if covered:
+            try:
+                check(self._cached_roots(ranges))
+            except TamperDetected:
+                # The cache is no evidence: rebuilt from the stored leaf hashes alone, the proof
+                # either holds (a cached node was wrong: the cache is emptied) or the log is bad.
+                check(self._subtree_roots(ranges, size))
+                self._forget_nodes()
+        return checkpoint, tuple(sorted(idx for idx in leaves if idx >= size))

@@ -1,0 +1,238 @@
+"""The audit log's tables (``AUDIT_DDL``), its reference index and cache of block roots
+(``REFS_DDL``), the PostgreSQL append lock, and ``create_audit_tables``, which makes them and
+indexes the entries written before the index."""
+
+from __future__ import annotations
+
+from agentgate.errors import StoreError
+from agentgate.store._base import Dialect, Store, loaded_driver_errors
+
+APPEND_LOCK = 27416741019937140
+"""The PostgreSQL advisory lock that serializes appends (ASCII "agaudit"; the same number is
+written in ``agentgate_audit_lock_next`` below)."""
+
+AUDIT_DDL: dict[Dialect, str] = {
+    "sqlite": """
+CREATE TABLE IF NOT EXISTS audit_log (
+    idx INTEGER PRIMARY KEY,
+    entry BLOB NOT NULL,
+    leaf_hash BLOB NOT NULL CHECK (length(leaf_hash) = 32)
+);
+CREATE TABLE IF NOT EXISTS audit_checkpoints (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    size INTEGER NOT NULL,
+    root BLOB NOT NULL,
+    note TEXT NOT NULL,
+    created TEXT NOT NULL
+);
+CREATE TRIGGER IF NOT EXISTS audit_log_next_index BEFORE INSERT ON audit_log
+WHEN NEW.idx IS NOT (SELECT COALESCE(MAX(idx) + 1, 0) FROM audit_log)
+BEGIN SELECT RAISE(ABORT, 'audit_log: index must be the next one'); END;
+CREATE TRIGGER IF NOT EXISTS audit_log_no_update BEFORE UPDATE ON audit_log
+BEGIN SELECT RAISE(ABORT, 'audit_log is append-only'); END;
+CREATE TRIGGER IF NOT EXISTS audit_log_no_delete BEFORE DELETE ON audit_log
+BEGIN SELECT RAISE(ABORT, 'audit_log is append-only'); END;
+CREATE TRIGGER IF NOT EXISTS audit_checkpoints_no_update BEFORE UPDATE ON audit_checkpoints
+BEGIN SELECT RAISE(ABORT, 'audit_checkpoints is append-only'); END;
+CREATE TRIGGER IF NOT EXISTS audit_checkpoints_no_delete BEFORE DELETE ON audit_checkpoints
+BEGIN SELECT RAISE(ABORT, 'audit_checkpoints is append-only'); END;
+CREATE TRIGGER IF NOT EXISTS audit_checkpoints_no_replace BEFORE INSERT ON audit_checkpoints
+WHEN NEW.id IN (SELECT id FROM audit_checkpoints)
+BEGIN SELECT RAISE(ABORT, 'audit_checkpoints is append-only'); END;
+""",
+    "postgresql": """
+DO $$
+BEGIN
+    -- Everything is created only when missing, so that a role that may only SELECT and INSERT
+    -- (docs/operations.md, least privilege) can start agentgate on a schema made by the owner.
+    IF to_regclass('audit_log') IS NULL THEN
+        CREATE TABLE audit_log (
+            idx BIGINT PRIMARY KEY,
+            entry BYTEA NOT NULL,
+            leaf_hash BYTEA NOT NULL CHECK (octet_length(leaf_hash) = 32)
+        );
+    END IF;
+    IF to_regclass('audit_checkpoints') IS NULL THEN
+        CREATE TABLE audit_checkpoints (
+            id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+            size BIGINT NOT NULL,
+            root BYTEA NOT NULL,
+            note TEXT NOT NULL,
+            created TEXT NOT NULL
+        );
+    END IF;
+    IF to_regprocedure('agentgate_append_only()') IS NULL THEN
+        CREATE FUNCTION agentgate_append_only() RETURNS trigger LANGUAGE plpgsql AS $fn$
+        BEGIN
+            RAISE EXCEPTION '% is append-only (% refused)', TG_TABLE_NAME, TG_OP;
+        END;
+        $fn$;
+    END IF;
+    IF to_regprocedure('agentgate_audit_lock_next()') IS NULL THEN
+        -- One round trip: take the append lock (held to the end of the transaction), then read
+        -- the next index with a fresh snapshot (a volatile function's queries each take one).
+        CREATE FUNCTION agentgate_audit_lock_next() RETURNS bigint LANGUAGE plpgsql VOLATILE AS $fn$
+        BEGIN
+            PERFORM pg_advisory_xact_lock(27416741019937140);  -- APPEND_LOCK, ASCII "agaudit"
+            RETURN (SELECT COALESCE(MAX(idx) + 1, 0) FROM audit_log);
+        END;
+        $fn$;
+    END IF;
+    IF to_regprocedure('agentgate_audit_next_index()') IS NULL THEN
+        CREATE FUNCTION agentgate_audit_next_index() RETURNS trigger LANGUAGE plpgsql AS $fn$
+        BEGIN
+            IF NEW.idx IS DISTINCT FROM (SELECT COALESCE(MAX(idx) + 1, 0) FROM audit_log) THEN
+                RAISE EXCEPTION 'audit_log: index % is not the next one', NEW.idx;
+            END IF;
+            RETURN NEW;
+        END;
+        $fn$;
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = 'audit_log'::regclass
+                   AND tgname = 'audit_log_next_index') THEN
+        CREATE TRIGGER audit_log_next_index BEFORE INSERT ON audit_log
+            FOR EACH ROW EXECUTE FUNCTION agentgate_audit_next_index();
+        CREATE TRIGGER audit_log_append_only BEFORE UPDATE OR DELETE ON audit_log
+            FOR EACH ROW EXECUTE FUNCTION agentgate_append_only();
+        CREATE TRIGGER audit_log_no_truncate BEFORE TRUNCATE ON audit_log
+            FOR EACH STATEMENT EXECUTE FUNCTION agentgate_append_only();
+        CREATE TRIGGER audit_checkpoints_append_only BEFORE UPDATE OR DELETE ON audit_checkpoints
+            FOR EACH ROW EXECUTE FUNCTION agentgate_append_only();
+        CREATE TRIGGER audit_checkpoints_no_truncate BEFORE TRUNCATE ON audit_checkpoints
+            FOR EACH STATEMENT EXECUTE FUNCTION agentgate_append_only();
+    END IF;
+END;
+$$;
+""",
+}
+
+REFS_DDL: dict[Dialect, str] = {
+    # ``audit_refs(idx, ref)``: for each entry that refers to another (an outcome to its allow,
+    # an approval to its request), its index and that reference, kept by a trigger on audit_log
+    # so that every writer (whatever its version or its database role) keeps it complete.
+    # A lookup aid only, covered by no signature: ``AuditLog.explain`` re-reads and proves every
+    # entry it finds through it. ``audit_refs_built`` holds one row once existing entries were
+    # indexed (``AuditLog`` does that the first time it opens a log without it).
+    # ``audit_nodes(level, position, hash)``: a cache of the roots of aligned blocks of
+    # ``2**_NODE_LEVEL`` leaf hashes, filled by ``explain``; proofs built from it are checked
+    # against the signed root, and rebuilt from the leaf hashes if they do not match.
+    "sqlite": """
+CREATE TABLE IF NOT EXISTS audit_refs (
+    idx INTEGER PRIMARY KEY,
+    ref INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS audit_refs_by_ref ON audit_refs (ref);
+CREATE TABLE IF NOT EXISTS audit_refs_built (built INTEGER PRIMARY KEY CHECK (built = 1));
+CREATE TABLE IF NOT EXISTS audit_nodes (
+    level INTEGER NOT NULL,
+    position INTEGER NOT NULL,
+    hash BLOB NOT NULL,
+    PRIMARY KEY (level, position)
+);
+CREATE TRIGGER IF NOT EXISTS audit_log_index_ref AFTER INSERT ON audit_log
+WHEN json_valid(CAST(NEW.entry AS TEXT)) AND json_type(CAST(NEW.entry AS TEXT), '$.ref') = 'integer'
+BEGIN
+    INSERT OR REPLACE INTO audit_refs (idx, ref)
+    VALUES (NEW.idx, json_extract(CAST(NEW.entry AS TEXT), '$.ref'));
+END;
+""",
+    # PostgreSQL 15 has no error-free JSON test (and parsing costs), so the trigger reads the
+    # reference from the canonical bytes as text: the top-level ``,"ref":`` is the last one (args
+    # may hold the same text, but the keys after ``ref`` hold no objects, and a string cannot
+    # hold an unescaped quote), found from the end; a number and ``,"resource":`` must follow. SECURITY DEFINER: a
+    # role that may only insert into audit_log still keeps the index.
+    "postgresql": """
+CREATE TABLE IF NOT EXISTS audit_refs (
+    idx BIGINT PRIMARY KEY,
+    ref BIGINT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS audit_refs_by_ref ON audit_refs (ref);
+CREATE TABLE IF NOT EXISTS audit_refs_built (
+    built INTEGER PRIMARY KEY CHECK (built = 1)
+);
+CREATE TABLE IF NOT EXISTS audit_nodes (
+    level INTEGER NOT NULL,
+    position BIGINT NOT NULL,
+    hash BYTEA NOT NULL,
+    PRIMARY KEY (level, position)
+);
+DO $$
+DECLARE
+    -- The schema of the audit_refs this process's statements use: what the function must write.
+    home text := (SELECT nspname FROM pg_class JOIN pg_namespace ON pg_namespace.oid = relnamespace
+                  WHERE pg_class.oid = 'audit_refs'::regclass);
+BEGIN
+    -- Made when missing, and remade by its owner when an earlier version made it with the body
+    -- before 2026-11-30 04:00 (commit 0626663: a backtracking regex, about 50 us per append
+    -- against 18 us; the same rows). This body is the one that looks for ':"fer",'.
+    IF to_regprocedure('agentgate_audit_index_ref()') IS NULL
+       OR EXISTS (SELECT 1 FROM pg_proc WHERE oid = to_regprocedure('agentgate_audit_index_ref()')
+                  AND pg_has_role(proowner, 'USAGE') AND position(':"fer",' IN prosrc) = 0) THEN
+        CREATE OR REPLACE FUNCTION agentgate_audit_index_ref() RETURNS trigger LANGUAGE plpgsql
+        SECURITY DEFINER SET search_path FROM CURRENT AS $fn$
+        DECLARE
+            t text := encode(NEW.entry, 'escape');
+            p integer := position(':"fer",' IN reverse(t));  -- the last ,"ref": from the end
+            found text;
+        BEGIN
+            IF p > 0 THEN
+                found := substring(right(t, p - 1) FROM '^([0-9]{1,18}),"resource":');
+                IF found IS NOT NULL THEN
+                    INSERT INTO audit_refs (idx, ref) VALUES (NEW.idx, found::bigint)
+                    ON CONFLICT (idx) DO UPDATE SET ref = EXCLUDED.ref;
+                END IF;
+            END IF;
+            RETURN NULL;
+        END;
+        $fn$;
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = 'audit_log'::regclass
+                   AND tgname = 'audit_log_index_ref') THEN
+        CREATE TRIGGER audit_log_index_ref AFTER INSERT ON audit_log
+            FOR EACH ROW EXECUTE FUNCTION agentgate_audit_index_ref();
+    END IF;
+    -- It runs as its owner, so its search path names pg_temp last: first (where PostgreSQL puts
+    -- it unless named), a caller's temporary table called audit_refs, with a trigger of the
+    -- caller's, would run the caller's code as the owner. Set by its owner (functions made by
+    -- an earlier version are fixed when the owner opens the log).
+    IF EXISTS (SELECT 1 FROM pg_proc WHERE oid = 'agentgate_audit_index_ref()'::regprocedure
+               AND pg_has_role(proowner, 'USAGE')
+               AND proconfig IS DISTINCT FROM ARRAY['search_path=pg_catalog, ' || quote_ident(home) || ', pg_temp']) THEN
+        EXECUTE format('ALTER FUNCTION agentgate_audit_index_ref() SET search_path = pg_catalog, %I, pg_temp', home);
+    END IF;
+END;
+$$;
+""",
+}
+_BACKFILL: dict[Dialect, str] = {
+    "sqlite": "INSERT OR IGNORE INTO audit_refs (idx, ref) "
+    "SELECT idx, json_extract(CAST(entry AS TEXT), '$.ref') FROM audit_log "
+    "WHERE json_valid(CAST(entry AS TEXT)) AND json_type(CAST(entry AS TEXT), '$.ref') = 'integer'",
+    "postgresql": "INSERT INTO audit_refs (idx, ref) SELECT idx, found::bigint FROM ("
+    "SELECT idx, CASE WHEN p > 0 THEN substring(right(t, p - 1) FROM '^([0-9]{1,18}),\"resource\":') END "
+    "AS found FROM (SELECT idx, t, position(':\"fer\",' IN reverse(t)) AS p FROM ("
+    "SELECT idx, encode(entry, 'escape') AS t FROM audit_log) AS texts) AS found_at) AS refs "
+    "WHERE found IS NOT NULL ON CONFLICT (idx) DO NOTHING",
+}
+
+
+def create_audit_tables(store: Store) -> bool:
+    """Create the audit log's tables (``AUDIT_DDL``) and its reference index (``REFS_DDL``), and
+    index the entries written before the index, once. Returns whether the index is complete.
+
+    A role that may not create or fill the index (an owner has not opened the log since the
+    upgrade) gets ``False``, and ``explain`` scans instead. Raises ``StoreError`` when the audit
+    tables themselves cannot be created.
+    """
+    store.ensure_schema("audit", AUDIT_DDL)
+    try:
+        store.ensure_schema("audit_refs", REFS_DDL)
+        if store.query("SELECT 1 FROM audit_refs_built"):
+            return True
+        with store.transaction() as tx:
+            # Every append from now on fires the trigger; this indexes those before it.
+            tx.execute(_BACKFILL[store.dialect])
+            tx.execute("INSERT INTO audit_refs_built (built) VALUES (1) ON CONFLICT DO NOTHING")
+    except loaded_driver_errors(StoreError):
+        return False
+    return True

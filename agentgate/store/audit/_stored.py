@@ -1,0 +1,72 @@
+"""What the log's parts share: a stored note or entry read as text or bytes whatever its row
+holds (``_note``, ``_bytes``), the index an entry's bytes carry when they are a canonical entry
+(``_index_of``), and an index or size given by a caller checked (``_whole``)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import orjson
+
+from agentgate.audit.entry import AuditEntry, encode_entry
+from agentgate.errors import InputError, TamperDetected
+
+
+def _note(value: object) -> str:
+    """A stored signed note as text. SQLite's rows are read as bytes (a TEXT column can hold bytes
+    that are not UTF-8, which sqlite3 cannot even return): such bytes read with replacement
+    characters, a note whose signature then fails instead of an error that stops ``verify``."""
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value).decode("utf-8", errors="replace")
+    return str(value)
+
+
+def _bytes(value: object) -> bytes:
+    """A stored entry, leaf hash or root as bytes; a NULL (only in a tampered table) as empty."""
+    return b"" if value is None else bytes(value)  # type: ignore[call-overload]
+
+
+def _index_of(data: bytes) -> int | None:
+    """The ``index`` of the entry whose bytes are ``data``, or ``None`` if they are not exactly a
+    canonical entry (what ``AuditEntry.from_bytes`` accepts, checked without building the model:
+    this runs for every entry no checkpoint covers yet)."""
+    try:
+        fields = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        fields = None
+    if not (isinstance(fields, dict) and _encodes_to(fields, data)):
+        # orjson reads an integer beyond 64 bits as a float and refuses one beyond a double's
+        # range, both of which the log writes in ``args``: the reference parser decides.
+        try:
+            fields = json.loads(data)
+        except (ValueError, RecursionError):
+            return None
+        if not (isinstance(fields, dict) and _encodes_to(fields, data)):
+            return None
+    return int(fields["index"])
+
+
+def _encodes_to(fields: dict[str, Any], data: bytes) -> bool:
+    """Whether ``fields`` are an entry whose canonical bytes are ``data``.
+
+    ``encode_entry`` refuses what this version does not write; an entry an earlier version
+    wrote may hold it (args nested past ``MAX_DEPTH``): ``AuditEntry.from_bytes``, which reads
+    stored entries, then decides."""
+    try:
+        return encode_entry(fields) == data
+    except InputError:
+        try:
+            AuditEntry.from_bytes(data)
+        except TamperDetected:
+            return False
+        return True
+
+
+def _whole(value: object, what: str) -> int:
+    """``value`` as an index or size given by a caller: an ``int`` (not a bool), else ``InputError``
+    naming ``what``; one beyond what a store can hold is past any log's end (``BeyondLogEnd``
+    follows from the caller's check), never an overflow in the driver."""
+    if type(value) is not int:
+        raise InputError(f"audit log: {what} must be a whole number, got {value!r:.40}")
+    return value

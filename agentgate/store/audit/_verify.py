@@ -1,0 +1,340 @@
+"""``verify`` (``_Verification``): the tree recomputed from the entries' bytes in one pass, read
+in batches, and every check that can be made against the stored checkpoints, a saved one, and the
+reference index; the result is a ``VerifyReport`` that names the first bad index and what is
+wrong, never an exception for a tampered log."""
+
+from __future__ import annotations
+
+import bisect
+import hashlib
+import itertools
+import operator
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, cast
+
+from agentgate.audit.entry import AuditEntry, one_line
+from agentgate.audit.merkle import RootAccumulator
+from agentgate.audit.note import Checkpoint
+from agentgate.errors import TamperDetected
+from agentgate.store._base import Row, Store
+from agentgate.store.audit._stored import _bytes, _index_of, _note
+
+_sha256 = hashlib.sha256
+_REF_KEY = b',"ref":'
+"""The top-level ``ref`` key of an entry's bytes: its last occurrence (``args`` and ``reasons`` come
+before it, and the keys after it hold no objects; a string holds no unescaped quote)."""
+_NO_REF = b'null,"resource":'
+_REF_NEEDLE = b',"ref":%d,"resource":'
+"""What an entry holds at its last ``,"ref":`` when its reference is the number formatted in."""
+_MAX_REF = 10**18
+"""References the index holds: 1 to 18 digits (what PostgreSQL's trigger reads; no real log nears it)."""
+
+
+@dataclass(frozen=True)
+class VerifyReport:
+    """What ``AuditLog.verify`` found. ``ok`` is true only if nothing at all is wrong."""
+
+    size: int
+    """Entries in the log."""
+    root: bytes
+    """Merkle root recomputed from the entries' bytes."""
+    checkpoints_checked: int
+    """Stored checkpoints whose signature and root were checked."""
+    first_bad_index: int | None = None
+    """The smallest index implicated by a problem, when one can be named."""
+    problems: tuple[str, ...] = field(default_factory=tuple)
+    """Each thing that is wrong, in the order found."""
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+def _pick(values: Sequence[Any], positions: Sequence[int]) -> Sequence[Any]:
+    """``values`` at ``positions``, in that order (one C-level call for many)."""
+    if len(positions) < 2:
+        return [values[k] for k in positions]
+    return cast(tuple[Any, ...], operator.itemgetter(*positions)(values))
+
+
+_CHANGED_WITH_LEAF_HASH = "was changed together with its leaf hash"
+
+
+class _Verification:
+    """The ``AuditLog``'s ``verify``: indexes without gaps, entries against their leaf hashes,
+    uncovered entries against their own index, checkpoints against their signatures, each other
+    and the recomputed roots, and the reference index against the references entries carry."""
+
+    # The log's state this part reads (``AuditLog.__init__`` sets it).
+    store: Store
+    refs_indexed: bool
+
+    if TYPE_CHECKING:  # what this part calls of the log's other parts
+
+        def open_checkpoint(self, note: str) -> Checkpoint: ...
+
+        def _batches(self, start: int = 0) -> Iterator[list[tuple[int, bytes, bytes]]]: ...
+
+        def _rows(
+            self, *, include_entry_from: int, start: int = 0
+        ) -> Iterator[tuple[int, bytes | None, bytes]]: ...
+
+        def _checkpoint_rows(self) -> Iterator[Row]: ...
+
+    def verify(self, saved_checkpoint: str | None = None) -> VerifyReport:
+        """Recompute the tree from the entries' bytes and check everything that can be checked.
+
+        Checks: indexes run from 0 without gaps; each entry's bytes match its stored leaf hash;
+        each entry that no checkpoint covers carries its own index; each checkpoint row's size and
+        root columns match its signed note;
+        every stored checkpoint is signed by the log key, and no two disagree about one size; the
+        recomputed root at each checkpoint's size equals its root; no checkpoint is larger than
+        the log (deleted entries, or a database restored from an older copy); the log is
+        consistent with ``saved_checkpoint`` (a signed note kept elsewhere) when one is given; and
+        the reference index ``audit_refs`` (when this log keeps one) holds exactly the ``(idx, ref)``
+        pairs the entries carry, in the same pass (a missing or changed row hides an entry from
+        ``explain``; such a problem names no bad index, the entries being intact).
+        Never raises for a tampered log: the report names the first bad index and what is wrong.
+        """
+        problems: list[str] = []
+        bad: list[int] = []
+        expected, checked, saved_only = self._signed_roots(saved_checkpoint, problems)
+        acc = RootAccumulator()
+        last_good = 0
+        refs_seen = 0  # rows of audit_refs compared with the entries they index
+        sizes = sorted(expected)
+        uncovered = sizes[-1] if sizes else 0
+        for rows in self._batches():
+            first, count = acc.size, len(rows)
+            if rows[0][0] != first or rows[-1][0] != first + count - 1:  # ordered and unique: a gap inside
+                gap = next(k for k, row in enumerate(rows) if row[0] != first + k)
+                problems.append(f"entry {first + gap}: missing (the next stored index is {rows[gap][0]})")
+                bad.append(first + gap)
+                rows = rows[:gap]
+            computed = [_sha256(b"\x00" + row[1]).digest() for row in rows]
+            stored = [row[2] for row in rows]
+            edited = set()
+            if computed != stored:
+                for k, (c, h) in enumerate(zip(computed, stored, strict=True)):
+                    if c != h:
+                        problems.append(
+                            f"entry {first + k}: bytes do not match the stored leaf hash (entry edited)"
+                        )
+                        bad.append(first + k)
+                        edited.add(k)
+            # Entries no stored checkpoint covers: only their own index field can show that rows
+            # were swapped or moved (with their leaf hashes), and only their form that bytes no
+            # agentgate wrote were put there, so each of them is read and re-encoded.
+            misplaced: set[int] = set()
+            for k in range(max(0, uncovered - first), len(rows)):
+                carried = _index_of(rows[k][1])
+                if k not in edited and carried != first + k:
+                    what = (
+                        "is not a canonical entry (bytes written outside agentgate)"
+                        if carried is None
+                        else f"holds the entry of index {carried} (rows moved, inserted or reordered)"
+                    )
+                    problems.append(f"entry {first + k}: {what}")
+                    bad.append(first + k)
+                    misplaced.add(k)
+            if self.refs_indexed:
+                refs_seen += self._check_refs(rows, edited | misplaced, problems)
+            last_good = self._feed(acc, computed, sizes, expected, saved_only, last_good, bad, problems)
+            if len(rows) < count:
+                break
+        size = acc.size
+        if self.refs_indexed:
+            # Rows past the entries read are left alone: an entry appended since (its row committed
+            # with it) must not read as tampering, and a row for an index not written yet only
+            # names an entry that does not exist (the trigger overwrites it when one is written).
+            rows_in_index = int(
+                self.store.query(
+                    "SELECT COUNT(*) FROM audit_refs WHERE idx >= 0 AND idx < ? AND ref < ?", (size, _MAX_REF)
+                )[0][0]
+            )
+            if rows_in_index != refs_seen:
+                problems.append(
+                    f"audit_refs has {rows_in_index - refs_seen} row(s) that verify did not compare with "
+                    "their entries (the reference index changed while verify read it)"
+                )
+        for cp_size in sorted(s for s in expected if s > size):
+            problems.append(
+                f"a checkpoint covers {cp_size} entries but the log has {size}: "
+                "entries were deleted or the database was restored from an older copy"
+            )
+            bad.append(size)
+        return VerifyReport(size, acc.root(), checked, min(bad) if bad else None, tuple(problems))
+
+    def _signed_roots(
+        self, saved_checkpoint: str | None, problems: list[str]
+    ) -> tuple[dict[int, bytes], int, int | None]:
+        """The root each stored checkpoint (and ``saved_checkpoint``) signs, by size; how many
+        checkpoint rows were compared with their notes; and the size of the saved checkpoint when
+        no stored one has it. Each note that does not open, each row whose columns disagree with
+        its note and each fork is appended to ``problems``."""
+        expected: dict[int, bytes] = {}
+        checked = 0
+        in_rows: set[int] = set()  # the sizes of the stored checkpoints
+        saved_only: int | None = None  # the size of the saved checkpoint, when no stored one has it
+        # Checkpoints are read in batches and only their sizes and roots kept: a log checkpointed
+        # every minute for a year has half a million of them.
+        # The size column is compared as stored (SQLite keeps text, bytes or a fraction there if
+        # given one): such a row is reported as edited, never converted or raised on.
+        in_table: Iterator[tuple[str, object, bytes | None]] = (
+            (_note(note), size, _bytes(root)) for note, size, root in self._checkpoint_rows()
+        )
+        saved = [(saved_checkpoint, None, None)] if saved_checkpoint else []
+        for position, (note, size_column, root_column) in enumerate(itertools.chain(in_table, saved), 1):
+            label = f"checkpoint #{position}" if size_column is not None else "saved checkpoint"
+            try:
+                cp = self.open_checkpoint(note)
+            except TamperDetected as exc:  # may quote the note: a tamperer's text
+                problems.append(f"{label}: {one_line(str(exc))}")
+                continue
+            # The row's size and root columns are what the next checkpoint() builds on: edited,
+            # they make it refuse to sign, so they are checked against the signed note here too.
+            if size_column is not None:
+                checked += 1
+                if (cp.size, cp.root) != (size_column, root_column) or type(size_column) is not int:
+                    problems.append(
+                        f"{label}: its size or root column does not match its signed note (row edited)"
+                    )
+            if cp.size in expected and expected[cp.size] != cp.root:
+                problems.append(f"{label}: two checkpoints of size {cp.size} have different roots (a fork)")
+                continue
+            expected[cp.size] = cp.root
+            if size_column is not None:
+                in_rows.add(cp.size)
+            elif cp.size not in in_rows:
+                saved_only = cp.size
+        return expected, checked, saved_only
+
+    def _feed(
+        self,
+        acc: RootAccumulator,
+        computed: list[bytes],
+        sizes: list[int],
+        expected: dict[int, bytes],
+        saved_only: int | None,
+        last_good: int,
+        bad: list[int],
+        problems: list[str],
+    ) -> int:
+        """Add the leaf hashes ``computed`` to ``acc`` in segments that end at checkpoint sizes
+        (``sizes``, sorted), checking the root at each against ``expected``; a root that does not
+        match is appended to ``problems`` with its cause (an entry ``bad`` names already, or the
+        first bad index ``_diagnose`` finds, added to ``bad``; at ``saved_only``, the size only the
+        saved checkpoint has, an edit no entry shows reads as a restore). Returns the size of the
+        last checkpoint whose root matched."""
+        position = 0
+        while position < len(computed):
+            after = bisect.bisect_right(sizes, acc.size)  # the next checkpoint size
+            target = sizes[after] if after < len(sizes) else None
+            take = (
+                len(computed) - position
+                if target is None
+                else min(target - acc.size, len(computed) - position)
+            )
+            acc.extend(computed[position : position + take])
+            position += take
+            want = expected.get(acc.size)
+            if want is None:
+                continue
+            if acc.root() == want:
+                last_good = acc.size
+                continue
+            named = [i for i in bad if last_good <= i < acc.size]
+            if named:
+                cause = f"explained by entry {named[0]} above"
+            else:
+                first_bad, cause = self._diagnose(last_good, acc.size)
+                bad.append(first_bad)
+                if acc.size == saved_only and cause.endswith(_CHANGED_WITH_LEAF_HASH):
+                    # No entry shows an edit: a log that grew again after a restore does too.
+                    cause = (
+                        f"the log does not extend the saved checkpoint: the database was restored "
+                        f"from an older copy (or forked from one) and grew again, or {cause}; it "
+                        f"agrees with the stored checkpoints up to size {last_good}"
+                    )
+            problems.append(f"checkpoint of size {acc.size}: root does not match the entries; {cause}")
+        return last_good
+
+    def _check_refs(
+        self, rows: Sequence[tuple[int, bytes, bytes]], skip: set[int], problems: list[str]
+    ) -> int:
+        """Compare the rows of ``audit_refs`` for the entries ``rows`` (consecutive indexes) with the
+        references those entries carry, appending each difference to ``problems``; entries at
+        positions ``skip`` (already reported: edited, moved or not canonical) are left out.
+        Returns how many index rows it read.
+
+        The reference is read from each entry's bytes (the last ``,"ref":``) by C-level scans, not by
+        parsing the entry: this runs for every entry ``verify`` reads. An intact batch is confirmed
+        with C-level calls (a count of the entries whose reference is null, and each row's
+        reference where its entry's is); only a batch where that fails is examined entry by entry
+        to name the differences.
+        """
+        if not rows:
+            return 0
+        first, count = rows[0][0], len(rows)
+        entries = list(map(operator.itemgetter(1), rows))
+        at = list(map(bytes.rfind, entries, itertools.repeat(_REF_KEY)))
+        table = self.store.query(
+            "SELECT idx - ?, ref FROM audit_refs WHERE idx >= ? AND idx < ? AND ref < ? ORDER BY idx",
+            (first, first, first + count, _MAX_REF),
+        )
+        if not skip:
+            # Intact when each row's entry holds the row's reference at its last ,"ref": (so the
+            # rows, one per index, are among the entries with a reference) and there are as many
+            # rows as entries whose reference is not null.
+            nulls = sum(map(bytes.startswith, entries, itertools.repeat(_REF_KEY + _NO_REF), at))
+            spots = list(map(operator.itemgetter(0), table))
+            refs = list(map(operator.itemgetter(1), table))
+            needles = map(_REF_NEEDLE.__mod__, refs)
+            # Whole numbers only: %d would read a reference SQLite keeps as 0.5 as the 0 it is not
+            # (explain looks for 0 and does not find that row).
+            if (
+                len(table) == count - nulls
+                and set(map(type, refs)) <= {int}
+                and all(map(bytes.startswith, _pick(entries, spots), needles, _pick(at, spots)))
+            ):
+                return len(table)
+        said: dict[int, int] = {}
+        for k, (data, found) in enumerate(zip(entries, at, strict=True)):
+            start = found + len(_REF_KEY)
+            digits = data[start : data.find(b",", start)]
+            if found >= 0 and 0 < len(digits) <= 18 and digits.isdigit():
+                said[first + k] = int(digits)
+        held = {first + int(spot): ref for spot, ref in table}  # as stored: 0.5 is not 0
+        for k in skip:
+            said.pop(first + k, None)
+            held.pop(first + k, None)
+        for idx in sorted(said.keys() | held.keys()):
+            ref, row = said.get(idx), held.get(idx)
+            if ref == row:
+                continue
+            if ref is None:
+                problems.append(
+                    f"audit_refs has a row for entry {idx} (to {row}), which refers to no entry "
+                    "(the reference index was tampered with)"
+                )
+                continue
+            held_text = "has no row for it" if row is None else f"says {row}"
+            problems.append(
+                f"entry {idx} refers to entry {ref}, but audit_refs {held_text} (the reference index was "
+                f"tampered with: audit explain {ref} would not show entry {idx})"
+            )
+        return len(table)
+
+    def _diagnose(self, lo: int, hi: int) -> tuple[int, str]:
+        """Find the first entry in ``[lo, hi)`` that is not what it claims to be (after a root mismatch)."""
+        for idx, data, _stored in self._rows(include_entry_from=lo, start=lo):
+            if idx >= hi:
+                break
+            try:
+                entry = AuditEntry.from_bytes(data or b"")
+            except TamperDetected as exc:  # may quote what the entry holds: a tamperer's text
+                return idx, f"entry {idx} is malformed: {one_line(str(exc))}"
+            if entry.index != idx:
+                return idx, f"entry {idx} holds the entry of index {entry.index} (inserted or reordered)"
+        return lo, f"an entry in [{lo}, {hi}) {_CHANGED_WITH_LEAF_HASH}"
