@@ -294,8 +294,8 @@ def test_verify_and_checkpoint_read_large_entries_in_small_batches(
 ) -> None:
     """verify() read 20,000 rows at a time whatever their size: a log of entries that carry
     large loggable arguments (a document, a prompt) was read whole into memory."""
-    monkeypatch.setattr("agentgate.store.audit._log._FIRST_BATCH", 4, raising=False)
-    monkeypatch.setattr("agentgate.store.audit._log._BATCH_BYTES", 1 << 20, raising=False)
+    monkeypatch.setattr("agentgate.store.audit._log._FIRST_BATCH", 4)
+    monkeypatch.setattr("agentgate.store.audit._log._BATCH_BYTES", 1 << 20)
     log = AuditLog(sqlite_store, KEY, ORIGIN)
     for i in range(60):
         log.append({**ENTRY, "args": {"document": f"{i:04d}" + "x" * 100_000}})
@@ -316,7 +316,7 @@ def test_verify_checks_every_checkpoint_when_they_are_read_in_batches(
     """verify() looked up the next checkpoint size by scanning them all once per checkpoint
     (quadratic: 20,000 checkpoints took 11 s instead of 6) and held every note in memory; it now
     reads them in batches and bisects. Every one is still checked and named by its position."""
-    monkeypatch.setattr("agentgate.store.audit._log._CHECKPOINT_BATCH", 7, raising=False)
+    monkeypatch.setattr("agentgate.store.audit._log._CHECKPOINT_BATCH", 7)
     log = AuditLog(store, KEY, ORIGIN)
     for i in range(30):
         log.append({**ENTRY, "budget_delta": i})
@@ -346,7 +346,7 @@ def test_streamed_proofs_are_the_rfc_proofs_at_every_index(
     give exactly the RFC 9162 proofs computed from the whole list of leaf hashes."""
     from agentgate.audit.merkle import consistency_proof, inclusion_proof
 
-    monkeypatch.setattr("agentgate.store.audit._log._FIRST_BATCH", 3, raising=False)
+    monkeypatch.setattr("agentgate.store.audit._log._FIRST_BATCH", 3)
     monkeypatch.setattr("agentgate.store.audit._log._BATCH", 5)
     log = AuditLog(sqlite_store, KEY, ORIGIN)
     log.append_many([{**ENTRY, "budget_delta": i} for i in range(size)])
@@ -470,7 +470,7 @@ def test_report_of_a_large_log_is_bounded(sqlite_store: SQLiteStore, monkeypatch
     from agentgate.audit.report import render_report
 
     # the page's own memory
-    monkeypatch.setattr("agentgate.store.audit._log._BATCH_BYTES", 1 << 20, raising=False)
+    monkeypatch.setattr("agentgate.store.audit._log._BATCH_BYTES", 1 << 20)
     log = AuditLog(sqlite_store, KEY, ORIGIN)
     kinds = ("allow", "outcome", "deny")
     for start in range(0, 8_000, 4_000):

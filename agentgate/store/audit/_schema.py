@@ -114,7 +114,7 @@ REFS_DDL: dict[Dialect, str] = {
     # entry it finds through it. ``audit_refs_built`` holds one row once existing entries were
     # indexed (``AuditLog`` does that the first time it opens a log without it).
     # ``audit_nodes(level, position, hash)``: a cache of the roots of aligned blocks of
-    # ``2**_NODE_LEVEL`` leaf hashes, filled by ``explain``; proofs built from it are checked
+    # ``2**_NODE_LEVEL`` (_nodes.py) leaf hashes, filled by ``explain``; proofs built from it are checked
     # against the signed root, and rebuilt from the leaf hashes if they do not match.
     "sqlite": """
 CREATE TABLE IF NOT EXISTS audit_refs (
