@@ -37,7 +37,7 @@ from agentgate.capabilities import (
     pattern_within,
     witness,
 )
-from agentgate.capabilities import _same as same_value_and_kind
+from agentgate.capabilities._values import _same as same_value_and_kind
 from agentgate.errors import CapabilityError, ScopeCreep
 
 # --- strategies -----------------------------------------------------------------------------------

@@ -18,7 +18,7 @@ What holds (checked for real, CLI through ``main`` in process, files on disk):
 Defects found and fixed here:
 
 - ``attenuates("tool:x", ...)`` and ``lint(None)`` raised ``AttributeError`` from deep inside
-  (capabilities.py, policy/_lint.py): now ``CapabilityError`` / ``PolicyError`` naming the types;
+  (capabilities/_coverage.py, policy/_lint.py): now ``CapabilityError`` / ``PolicyError`` naming the types;
 - a policy principal written ``key: did:key:z6Mk...`` (a did under ``key:``) was reported as
   "key file 'did:key:...' does not exist (looked at /dir/did:key:...)": now "is a did, not a key
   file; write a did:key under 'did:'" (policy/_load.py);

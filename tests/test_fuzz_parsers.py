@@ -14,9 +14,9 @@ Defects found (each has a test below):
   Such a number is now refused where it is written, like a decimal one. And ``0x_`` or
   ``!!float abc`` said "number of 3 characters (expected a number of sensible size)"; now "not a
   number: '0x_'".
-- ``agentgate/capabilities.py`` (fixed): ``Constraint.of`` with an integer of more than 4,300
+- ``agentgate/capabilities/_values.py`` (fixed): ``Constraint.of`` with an integer of more than 4,300
   digits (a Python caller) raised a bare ``ValueError`` while wording its own ``CapabilityError``.
-- ``agentgate/capabilities.py`` (fixed): ``Constraint.of`` removed repeated ``in`` values by
+- ``agentgate/capabilities/_values.py`` (fixed): ``Constraint.of`` removed repeated ``in`` values by
   comparing every value with every other: a 1,000-value set holding a boolean (which the token
   fast path leaves to ``Constraint.of``) took 0.5 s, and a grant chain is parsed, every link's
   capabilities built, before any signature is checked: one unsigned 32 KiB header cost seconds of
@@ -58,7 +58,9 @@ import yaml
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-import agentgate.capabilities as capabilities_module
+import agentgate.capabilities._constraints as constraints_module
+import agentgate.capabilities._normal_forms as normal_forms_module
+import agentgate.capabilities._values as values_module
 from agentgate._yaml import load_yaml
 from agentgate.audit.entry import AuditEntry
 from agentgate.authority import Budget, Invocation, delegate, issue, verify_chain
@@ -81,7 +83,6 @@ from agentgate.capabilities import (
     Call,
     Capability,
     Constraint,
-    _same,
     attenuates,
     covers,
     format_capability,
@@ -89,6 +90,7 @@ from agentgate.capabilities import (
     parse_capability,
     witness,
 )
+from agentgate.capabilities._values import _same
 from agentgate.cli._common import json_object
 from agentgate.cli.grant import parse_duration
 from agentgate.errors import (
@@ -289,14 +291,17 @@ def test_a_token_of_large_sets_with_a_boolean_is_parsed_in_linear_comparisons(
     sets = [Capability.of(f"tool:t{i}", None, {"a": {"in": [True, *range(990)]}}) for i in range(2)]
     token = issue(ROOT, AGENT.public, sets, ttl=3600, now=NOW).token
     count = 0
-    real = capabilities_module._same
+    real = values_module._same
 
     def counted(a: object, b: object) -> bool:
         nonlocal count
         count += 1
         return real(a, b)
 
-    monkeypatch.setattr(capabilities_module, "_same", counted)
+    # Every module that reads ``_same``: the set's values (_distinct), a set's membership, a
+    # constraint's normal form.
+    for module in (values_module, normal_forms_module, constraints_module):
+        monkeypatch.setattr(module, "_same", counted)
     chain = parse_chain(token)
     assert [len(c.constraint_map["a"].one_of or ()) for c in chain.tip.capabilities] == [991, 991]
     assert count < 10_000  # the pairwise way: about 2 x 490,000

@@ -41,12 +41,12 @@ from agentgate.authority._invocation import (
 from agentgate.capabilities import (
     Call,
     Capability,
-    _prechecked,
     canonical_resource,
     covers,
     format_capability,
     pattern_matches,
 )
+from agentgate.capabilities._canonical import _prechecked
 from agentgate.errors import CapabilityError, InputError, InvalidSignature, StoreError, TokenFormatError
 from agentgate.findings import Finding, FindingKind, Outcome
 from agentgate.keys import PublicKey, SigningKey

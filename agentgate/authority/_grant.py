@@ -36,13 +36,12 @@ from agentgate.authority._encoding import (
 )
 from agentgate.capabilities import (
     Capability,
-    _prechecked,
     attenuates,
-    capability_from_canonical,
     format_capability,
     pattern_within,
     witness,
 )
+from agentgate.capabilities._canonical import _prechecked, capability_from_canonical
 from agentgate.errors import (
     AgentGateError,
     AuthorityError,

@@ -26,7 +26,8 @@ from agentgate.authority._encoding import (
     sha256_hex,
 )
 from agentgate.authority._grant import MAX_TIME, Chain, _as_chain, _cached_key, _did, _now, _signing_key
-from agentgate.capabilities import Call, _prechecked
+from agentgate.capabilities import Call
+from agentgate.capabilities._canonical import _prechecked
 from agentgate.errors import InputError, TokenFormatError
 from agentgate.keys import SIGNATURE_SIZE, SigningKey
 

@@ -1,0 +1,232 @@
+"""``Capability`` and its one-line form (``parse_capability``, ``format_capability``).
+
+One module because they use each other: ``Capability.parse`` and ``str(capability)`` are the
+one-line form, and ``parse_capability`` builds its result with ``Capability.of``.
+"""
+
+from __future__ import annotations
+
+import re
+import urllib.parse
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from agentgate.capabilities._constraints import Constraint
+from agentgate.capabilities._resources import DEFAULT_ACTIONS, _check_pattern
+from agentgate.capabilities._values import Scalar, _check_value, _text
+from agentgate.errors import CapabilityError
+
+_ACTION = re.compile(r"[a-z][a-z0-9_]*|\*")
+_FIELD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*")
+
+
+@dataclass(frozen=True)
+class Capability:
+    """A resource pattern, an action (or ``*``), and per-argument constraints (a conjunction)."""
+
+    resource: str
+    action: str
+    constraints: tuple[tuple[str, Constraint], ...] = ()
+
+    def __post_init__(self) -> None:
+        _check_pattern(_text(self.resource, "a capability's resource"))
+        if not _ACTION.fullmatch(_text(self.action, "a capability's action")):
+            raise CapabilityError(f"action {self.action!r} is not a lower-case identifier or '*'")
+        constraints = self.constraints
+        if not isinstance(constraints, tuple | list):
+            raise CapabilityError(
+                f"{self.resource}: constraints are (name, Constraint) pairs, got {type(constraints).__name__}; "
+                "Capability.of takes the mapping form"
+            )
+        for pair in constraints:
+            if not (isinstance(pair, tuple | list) and len(pair) == 2 and isinstance(pair[1], Constraint)):
+                raise CapabilityError(
+                    f"{self.resource}: constraints are (name, Constraint) pairs, got {repr(pair)[:80]}"
+                )
+        names = [name for name, _ in constraints]
+        if len(set(names)) != len(names):
+            raise CapabilityError(f"{self.resource}: an argument is constrained twice; merge the operators")
+        for name in names:
+            if not isinstance(name, str) or not _FIELD.fullmatch(name):
+                raise CapabilityError(f"{self.resource}: argument name {name!r} is not an identifier")
+        object.__setattr__(self, "constraints", tuple(sorted(self.constraints, key=lambda c: c[0])))
+
+    @classmethod
+    def of(
+        cls,
+        resource: str,
+        action: str | None = None,
+        constraints: Mapping[str, Mapping[str, Any]] | None = None,
+    ) -> Capability:
+        """Build from plain values; the action defaults to the resource kind's (``invoke`` for tools)."""
+        kind = _text(resource, "a capability's resource").partition(":")[0]
+        if constraints is None:
+            constraints = {}
+        elif not isinstance(constraints, Mapping):
+            raise CapabilityError(
+                f"{resource}: constraints are a mapping of argument names to operators, "
+                f"got {type(constraints).__name__}"
+            )
+        return cls(
+            resource,
+            DEFAULT_ACTIONS.get(kind, "invoke") if action is None else action,
+            tuple((name, Constraint.of(spec, f"{resource} {name}")) for name, spec in constraints.items()),
+        )
+
+    @classmethod
+    def parse(cls, text: str) -> Capability:
+        """Parse the one-line form ``RESOURCE[#ACTION][?FIELD OP VALUE(&...)]`` (docs/cli.md)."""
+        return parse_capability(text)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Capability:
+        if not isinstance(data, Mapping) or set(data) - {"resource", "action", "constraints"}:
+            raise CapabilityError("a capability has exactly the fields resource, action, constraints")
+        resource, action = data.get("resource"), data.get("action")
+        constraints = data.get("constraints", {})
+        if (
+            not isinstance(resource, str)
+            or not isinstance(action, str)
+            or not isinstance(constraints, Mapping)
+        ):
+            raise CapabilityError("capability resource and action must be strings, constraints a mapping")
+        return cls.of(resource, action, constraints)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "resource": self.resource,
+            "action": self.action,
+            "constraints": {name: c.to_dict() for name, c in self.constraints},
+        }
+
+    @property
+    def constraint_map(self) -> dict[str, Constraint]:
+        return dict(self.constraints)
+
+    def __str__(self) -> str:
+        return format_capability(self)
+
+
+# --- the one-line form ------------------------------------------------------------------------------
+
+
+_CLAUSE = re.compile(r"(?P<field>[A-Za-z_][A-Za-z0-9_.]*)(?P<op><=|>=|\^=|=|<|>)(?P<value>.*)", re.S)
+_NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?")
+_BAD_ESCAPE = re.compile(r"%(?![0-9A-Fa-f]{2})")
+
+
+def _parse_text(text: str, where: str) -> str:
+    """A string as written in a clause: ``"..."`` or bare, percent-decoded.
+
+    Refuses what a user did not mean literally: an empty bare value (an unfinished clause or
+    alternative; the empty string is ``""``), a ``"`` that does not enclose the whole value, a
+    ``%`` that starts no escape, and escapes that are not UTF-8 (never replaced by U+FFFD).
+    """
+    if len(text) >= 2 and text[0] == text[-1] == '"':
+        text = text[1:-1]
+    elif not text:
+        raise CapabilityError(f'{where}: empty value (the empty string is written "")')
+    if '"' in text:
+        raise CapabilityError(f"{where}: '\"' encloses a whole value; percent-encode it inside one (%22)")
+    if _BAD_ESCAPE.search(text):
+        raise CapabilityError(f"{where}: '%' starts a %XX escape (hex); write '%' as %25")
+    try:
+        return urllib.parse.unquote(text, errors="strict")
+    except UnicodeDecodeError:
+        raise CapabilityError(f"{where}: percent-escapes must spell UTF-8 text") from None
+
+
+def _parse_scalar(text: str, where: str) -> Scalar:
+    if text in ("true", "false"):
+        return text == "true"
+    if _NUMBER.fullmatch(text):
+        number = float(text) if any(c in text for c in ".eE") else int(text)
+        return _check_value(number, "value")
+    return _parse_text(text, where)
+
+
+def parse_capability(text: str) -> Capability:
+    """Parse ``tool:payments.refund?amount<=500&currency=EUR|USD``.
+
+    Grammar: ``RESOURCE [ "#" ACTION ] [ "?" CLAUSE ( "&" CLAUSE )* ]`` where a clause is
+    ``FIELD=V`` (equals), ``FIELD=V1|V2`` (one of), ``FIELD<N``, ``<=``, ``>``, ``>=``, or
+    ``FIELD^=PREFIX``. Values that look like numbers are numbers, ``true``/``false`` are
+    booleans; quote with ``"..."`` to force a string; percent-encode ``&``, ``|``, ``"``, ``%``.
+    Several clauses on one field are a conjunction.
+
+    Raises ``CapabilityError`` for anything outside the grammar rather than guess: an empty
+    action or clause list (``tool:x#``, ``tool:x?``), an empty value or alternative (``a=``,
+    ``a=1|``: the empty string is ``""``), an empty prefix (``a^=``, which would match every
+    string: ``a^=""`` says so), an equals value starting with ``=``, ``<`` or ``>`` (``a==1``,
+    ``a=<5``: a misspelled operator; quote or escape such a value), a stray ``"`` and a ``%``
+    that is not a UTF-8 percent-escape.
+    """
+    if not isinstance(text, str) or not text or len(text) > 4096:
+        raise CapabilityError("a capability is a non-empty string of at most 4096 characters")
+    head, has_query, query = text.partition("?")
+    resource, has_action, action = head.partition("#")
+    if has_action and not action:
+        raise CapabilityError(f"capability {text!r}: '#' with no action after it")
+    ops: dict[str, dict[str, Any]] = {}
+    for clause in query.split("&") if has_query else ():
+        match = _CLAUSE.fullmatch(clause)
+        if not match:
+            raise CapabilityError(f"capability {text!r}: cannot read clause {clause!r} (FIELD OP VALUE)")
+        name, op, raw = match["field"], match["op"], match["value"]
+        where = f"capability {text!r}: clause {clause!r}"
+        spec = ops.setdefault(name, {})
+        if op == "=":
+            if raw[:1] in ("=", "<", ">"):
+                raise CapabilityError(
+                    f"{where}: '={raw[0]}' is not an operator (use "
+                    "=, <, <=, >, >=, ^=); quote a value that starts with it"
+                )
+            values = [_parse_scalar(v, where) for v in raw.split("|")]
+            key, value = ("eq", values[0]) if len(values) == 1 else ("in", values)
+        elif op == "^=":
+            if not raw:
+                raise CapabilityError(
+                    f'{where}: an empty prefix matches every string; write ^="" if that is meant'
+                )
+            key, value = "prefix", _parse_text(raw, where)
+        else:
+            key = {"<": "lt", "<=": "le", ">": "gt", ">=": "ge"}[op]
+            value = _parse_scalar(raw, where)
+        if key in spec:
+            raise CapabilityError(f"capability {text!r}: {name} {op} given twice")
+        spec[key] = value
+    kind = resource.partition(":")[0]
+    return Capability.of(resource, action or DEFAULT_ACTIONS.get(kind), ops)
+
+
+def _format_scalar(value: Scalar) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    quoted = urllib.parse.quote(value, safe="")
+    plain = (
+        value != "" and not _NUMBER.fullmatch(value) and value not in ("true", "false") and quoted == value
+    )
+    return value if plain else f'"{quoted}"'
+
+
+def format_capability(cap: Capability) -> str:
+    """The one-line form; ``parse_capability(format_capability(c)) == c``."""
+    kind = cap.resource.partition(":")[0]
+    text = cap.resource + ("" if cap.action == DEFAULT_ACTIONS.get(kind) else f"#{cap.action}")
+    clauses: list[str] = []
+    symbols: dict[str, str] = {"lt": "<", "le": "<=", "gt": ">", "ge": ">="}
+    for name, c in cap.constraints:
+        for op, value in c.to_dict().items():
+            if op == "eq":
+                clauses.append(f"{name}={_format_scalar(value)}")
+            elif op == "in":
+                values = value if len(value) > 1 else value * 2  # `a=x|x` keeps a one-value set a set
+                clauses.append(f"{name}=" + "|".join(_format_scalar(v) for v in values))
+            elif op == "prefix":
+                clauses.append(f"{name}^=" + (urllib.parse.quote(value, safe="") or '""'))
+            else:
+                clauses.append(f"{name}{symbols[op]}{_format_scalar(value)}")
+    return text + ("?" + "&".join(clauses) if clauses else "")

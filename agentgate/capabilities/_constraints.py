@@ -1,0 +1,182 @@
+"""``Constraint``: a conjunction of operators on one argument, held with its normal form; and
+``intersects``, whether two constraints have a value in common.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from agentgate.capabilities._normal_forms import (
+    _Empty,
+    _Finite,
+    _Interval,
+    _interval_normal,
+    _Normal,
+    _Prefix,
+)
+from agentgate.capabilities._values import (
+    MAX_SET_SIZE,
+    Scalar,
+    _check_text,
+    _check_value,
+    _distinct,
+    _is_number,
+    _same,
+)
+from agentgate.errors import CapabilityError
+
+OPERATORS = ("eq", "in", "lt", "le", "gt", "ge", "prefix")
+
+
+@dataclass(frozen=True)
+class Constraint:
+    """A conjunction of operators on one argument. Immutable; build with ``Constraint.of``."""
+
+    eq: Scalar | None = None
+    one_of: tuple[Scalar, ...] | None = None
+    lt: float | None = None
+    le: float | None = None
+    gt: float | None = None
+    ge: float | None = None
+    prefix: str | None = None
+    _normal: _Normal = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_normal", self._normalize())
+
+    @classmethod
+    def of(cls, spec: Mapping[str, Any], where: str = "constraint") -> Constraint:
+        """From the mapping form ``{"le": 500, "in": ["EUR"]}``; refuses unknown operators and bad values."""
+        if not isinstance(spec, Mapping) or not spec:
+            raise CapabilityError(f"{where}: expected a non-empty mapping of operators {OPERATORS}")
+        kwargs: dict[str, Any] = {}
+        for op, raw in spec.items():
+            if op not in OPERATORS:
+                raise CapabilityError(f"{where}: unknown operator {op!r}; use one of {', '.join(OPERATORS)}")
+            if op == "in":
+                if not isinstance(raw, list | tuple) or not raw or len(raw) > MAX_SET_SIZE:
+                    raise CapabilityError(
+                        f"{where}: 'in' takes a non-empty list of at most {MAX_SET_SIZE} values"
+                    )
+                kwargs["one_of"] = _distinct(raw, where)
+            elif op == "eq":
+                kwargs["eq"] = _check_value(raw, where)
+            elif op == "prefix":
+                if not isinstance(raw, str):
+                    raise CapabilityError(f"{where}: 'prefix' takes a string")
+                kwargs["prefix"] = _check_text(raw, where)
+            else:
+                value = _check_value(raw, where)
+                if not _is_number(value):
+                    raise CapabilityError(f"{where}: {op!r} takes a number, got {raw!r}")
+                kwargs[op] = value
+        if "eq" not in kwargs and len(kwargs.get("one_of", ())) == 1:
+            kwargs["eq"] = kwargs.pop("one_of")[0]  # one canonical spelling of a single value
+        return cls(**kwargs)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The mapping form, operators in a fixed order; inverse of ``of``."""
+        out: dict[str, Any] = {}
+        if self.eq is not None:
+            out["eq"] = self.eq
+        if self.one_of is not None:
+            out["in"] = list(self.one_of)
+        for op in ("lt", "le", "gt", "ge"):
+            bound = getattr(self, op)
+            if bound is not None:
+                out[op] = bound
+        if self.prefix is not None:
+            out["prefix"] = self.prefix
+        return out
+
+    def _normalize(self) -> _Normal:
+        # The shapes grants and policies use most (one value, one set, one integer bound) are
+        # built directly; each gives exactly what the general computation below gives for it.
+        eq, one_of, le = self.eq, self.one_of, self.le
+        if self.prefix is None and self.lt is None and self.gt is None and self.ge is None:
+            if le is None:
+                if one_of is None and eq is not None:
+                    return _Finite((eq,))
+                if eq is None and one_of:
+                    return _Finite(tuple(one_of))
+            elif eq is None and one_of is None and type(le) is int:
+                return _Interval(-math.inf, le, True, False)
+        finite: list[Scalar] | None = None
+        if self.eq is not None:
+            finite = [self.eq]
+        if self.one_of is not None:
+            finite = [v for v in self.one_of if finite is None or any(_same(v, f) for f in finite)]
+        interval = self._bounds()
+        prefix = _Prefix(self.prefix) if self.prefix is not None else None
+        if finite is not None:
+            kept = tuple(
+                v
+                for v in finite
+                if (interval is None or interval.contains(v)) and (prefix is None or prefix.contains(v))
+            )
+            return _Finite(kept) if kept else _Empty()
+        if interval is not None and prefix is not None:
+            return _Empty()  # a value cannot be both a number and a string
+        if interval is not None:
+            return _interval_normal(interval)
+        assert prefix is not None  # Constraint.of refuses an empty spec
+        return prefix
+
+    def _bounds(self) -> _Interval | None:
+        """The tightest interval the numeric bounds (``gt``, ``ge``, ``lt``, ``le``) allow, or
+        ``None`` when there is none."""
+        lo, lo_open, hi, hi_open = -math.inf, True, math.inf, True
+        bounded = False
+        for bound, is_lower, is_open in (
+            (self.gt, True, True),
+            (self.ge, True, False),
+            (self.lt, False, True),
+            (self.le, False, False),
+        ):
+            if bound is None:
+                continue
+            bounded = True
+            b = bound  # an integer bound stays an integer: compared exactly, also beyond 2**53
+            if is_lower and (b > lo or (b == lo and is_open)):
+                lo, lo_open = b, is_open
+            if not is_lower and (b < hi or (b == hi and is_open)):
+                hi, hi_open = b, is_open
+        return _Interval(lo, hi, lo_open, hi_open) if bounded else None
+
+    @property
+    def is_empty(self) -> bool:
+        """True when no value satisfies it (a contradictory conjunction)."""
+        return isinstance(self._normal, _Empty)
+
+    def allows(self, value: object) -> bool:
+        return self._normal.contains(value)
+
+    def __str__(self) -> str:
+        return "&".join(f"{op}:{v}" for op, v in self.to_dict().items())
+
+
+def intersects(a: Constraint, b: Constraint) -> bool:
+    """Exact: whether some value satisfies both ``a`` and ``b`` (numbers are the reals).
+
+    Decided on the normal forms: a finite set meets what holds one of its values, two intervals
+    meet where the tighter bounds leave room, two prefixes when one extends the other, and an
+    interval never meets a prefix (no value is both a number and a string).
+    """
+    x, y = a._normal, b._normal
+    if isinstance(y, _Finite):
+        x, y = y, x
+    if isinstance(x, _Empty) or isinstance(y, _Empty):
+        return False
+    if isinstance(x, _Finite):
+        return any(y.contains(v) for v in x.values)
+    if isinstance(x, _Interval) and isinstance(y, _Interval):
+        # The tighter bound; at an equal value an open bound is the tighter one.
+        lo, lo_open = max((x.lo, x.lo_open), (y.lo, y.lo_open))
+        hi, hi_closed = min((x.hi, not x.hi_open), (y.hi, not y.hi_open))
+        return lo < hi or (lo == hi and not lo_open and hi_closed)
+    if isinstance(x, _Prefix) and isinstance(y, _Prefix):
+        return x.prefix.startswith(y.prefix) or y.prefix.startswith(x.prefix)
+    return False

@@ -1,0 +1,87 @@
+"""Resource names and patterns: a canonical name or a ``CapabilityError`` (never a guess),
+``kind:*`` and ``prefix.*`` patterns, what a pattern names and whether one lies within another.
+"""
+
+from __future__ import annotations
+
+import re
+
+from agentgate.errors import CapabilityError
+
+RESOURCE_KINDS = ("tool", "model", "gpu")
+DEFAULT_ACTIONS = {"tool": "invoke", "model": "generate", "gpu": "lease"}
+
+_TOOL_NAME = re.compile(r"[a-z0-9][a-z0-9_-]*(?:\.[a-z0-9][a-z0-9_-]*)*")
+_MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*(?:[./:][A-Za-z0-9][A-Za-z0-9_-]*)*")
+MAX_NAME_LENGTH = 200
+
+
+def canonical_resource(resource: str) -> str:
+    """Return ``resource`` if it is canonical (``kind:name``), else raise ``CapabilityError``.
+
+    Nothing is normalized silently: a name that differs from its canonical form in case,
+    whitespace, Unicode or path syntax is ambiguous, and ambiguity is refused.
+    """
+    if not isinstance(resource, str):
+        raise CapabilityError(f"resource must be a string, got {type(resource).__name__}")
+    if len(resource) > MAX_NAME_LENGTH:
+        raise CapabilityError(f"resource name longer than {MAX_NAME_LENGTH} characters")
+    kind, sep, name = resource.partition(":")
+    if not sep or kind not in RESOURCE_KINDS:
+        raise CapabilityError(
+            f"resource {resource!r} must start with one of {', '.join(k + ':' for k in RESOURCE_KINDS)}"
+        )
+    grammar = _MODEL_NAME if kind == "model" else _TOOL_NAME
+    if not grammar.fullmatch(name):
+        raise CapabilityError(
+            f"resource name {name!r} is not canonical for {kind}: "
+            + (
+                "letters, digits, '_', '-', joined by '.', '/' or ':'"
+                if kind == "model"
+                else "lower-case ASCII letters, digits, '_' and '-', joined by '.'"
+            )
+        )
+    return resource
+
+
+def _check_pattern(pattern: str) -> str:
+    if pattern.endswith(":*"):
+        kind = pattern[:-2]
+        if kind not in RESOURCE_KINDS:
+            raise CapabilityError(f"resource pattern {pattern!r}: unknown kind {kind!r}")
+        return pattern
+    if pattern.endswith(".*"):
+        canonical_resource(pattern[:-2])
+        return pattern
+    return canonical_resource(pattern)
+
+
+def pattern_matches(pattern: str, resource: str) -> bool:
+    """Whether a canonical ``resource`` is named by ``pattern`` (exact, ``kind:*`` or ``prefix.*``)."""
+    if pattern.endswith(":*"):
+        return resource.startswith(pattern[:-1]) and len(resource) > len(pattern) - 1
+    if pattern.endswith(".*"):
+        return resource.startswith(pattern[:-1]) and len(resource) > len(pattern) - 1
+    return resource == pattern
+
+
+def pattern_within(child: str, parent: str) -> bool:
+    """Exact: every resource named by ``child`` is named by ``parent``."""
+    if child == parent:
+        return True
+    if child.endswith((":*", ".*")):
+        # a wildcard child is within a wildcard parent whose stem it extends
+        if not parent.endswith((":*", ".*")):
+            return False
+        return child[:-1].startswith(parent[:-1])
+    return pattern_matches(parent, child)
+
+
+def _pattern_witness(child: str, parent: str) -> str:
+    """A resource named by ``child``, preferably one that ``parent`` does not name."""
+    if not child.endswith((":*", ".*")):
+        return child
+    for suffix in ("zz-witness", "zz-other.zz", "0"):
+        if not pattern_matches(parent, child[:-1] + suffix):
+            return child[:-1] + suffix
+    return child[:-1] + "zz-witness"
