@@ -87,7 +87,7 @@ roles:
   brief:
     kind: agent
     capabilities: [{{resource: tool:search}}, {{resource: tool:pay}}]
-    ttl_s: 1
+    ttl_s: 3
   helper:
     kind: agent
     capabilities:
@@ -603,7 +603,7 @@ def test_a_call_refused_on_an_expired_grant_ends_the_run_at_the_next_turn(crew: 
     brief = crew.gate.issue(crew.keys["root"], name="boss", key=crew.keys["boss"], role="brief")
 
     def search(query: str) -> str:
-        while time.time() <= brief.chain.tip.expires:  # until the one-second grant has expired
+        while time.time() <= brief.chain.tip.expires:  # until the three-second grant has expired
             time.sleep(0.05)
         return "slow results"
 
