@@ -1,7 +1,7 @@
 """Wrong Python types at the Gate and its LangGraph integration, after the fix: what
 tests/test_api_misuse.py does not pin down about the checks added to
-``agentgate/gate/_gate.py``, ``_approval.py``, ``_authorization.py`` and
-``agentgate/integrations/langgraph.py``.
+``agentgate/gate/`` (``_approval.py``, ``_authorization.py``, the Gate's parts) and
+``agentgate/integrations/langgraph/``.
 
 What holds (each test over a real ``Gate`` on a real SQLite file, counting the audit log and the
 store rows around each misuse):

@@ -29,7 +29,7 @@ What did not hold:
   while ``Gate.run`` waits for a concurrency slot leaves the call in the scheduler: it is granted
   the slot later and holds it, and its lease, for the life of the process; every later call of
   the tool waits for ever (and other processes too, the lease being renewed).
-- (fixed by the lead, ``agentgate/gate/_gate.py``) A Ctrl-C that lands while ``Gate.flush`` (or
+- (fixed by the lead, ``agentgate/gate/``) A Ctrl-C that lands while ``Gate.flush`` (or
   ``close``) writes pending outcomes lost them: the batch was taken from the pending list and is not put
   back on a ``KeyboardInterrupt``, so not even the exit-time flush records it: the allow has no
   outcome and its reservation stays held for ever.

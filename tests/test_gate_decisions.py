@@ -1,7 +1,8 @@
-"""The Gate's decisions (agentgate/gate/_gate.py: authorize, delegate, issue, revoke): a policy
-refusal is final, an allow is sealed to the fields that decided it, a budget that cannot be
-metered or a model call without its estimate allows nothing, a refusal leaves no reservation held,
-and only trust anchors and the policy's delegation rules hand authority on; each step audited."""
+"""The Gate's decisions (agentgate/gate/: authorize in _gate.py; delegate, issue, revoke in
+_delegation.py): a policy refusal is final, an allow is sealed to the fields that decided it, a
+budget that cannot be metered or a model call without its estimate allows nothing, a refusal
+leaves no reservation held, and only trust anchors and the policy's delegation rules hand
+authority on; each step audited."""
 
 from __future__ import annotations
 

@@ -11,7 +11,7 @@ What did not hold (found by this review):
   entry at all: a call without an id (``_NO_CALL_ID``) and a call of a registered tool whose name
   is no resource name (``Search``, ``GetWeather``). The model was told "agentgate refused the
   call", yet the log, which docs/audit-format.md says records every decision ("a call or a
-  delegation refused | deny"), had nothing. Fixed in agentgate/integrations/langgraph.py: each is
+  delegation refused | deny"), had nothing. Fixed in agentgate/integrations/langgraph/: each is
   recorded as a ``deny`` by the run's identity (``unknown`` without one) on ``tool:NAME`` as
   asked (a name too long for a resource is cut, its length and SHA-256 in a reason), its reason
   the one the model is told, which is unchanged; with ``enforce`` too, before ``Denied``

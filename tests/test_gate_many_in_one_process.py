@@ -63,7 +63,7 @@ Found, fixed in the fix round (were strict xfails, in files this review did not 
   trusting different roots and principals (fix in agentgate/policy/_load.py);
 - ``_DELEGATION_TOOLS`` marked a delegation tool process-wide, not per Gate: a delegation tool made
   for Gate A, given to an agent gated by Gate B, runs the sub-agent under A's delegation rule while
-  B's policy is never asked and B's log records nothing (fix in agentgate/integrations/langgraph.py).
+  B's policy is never asked and B's log records nothing (fix in agentgate/integrations/langgraph/).
 """
 
 from __future__ import annotations

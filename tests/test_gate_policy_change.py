@@ -8,10 +8,10 @@ while a grant keeps the budget, expiry and delegation depth it was signed with. 
 
 - ``Gate.delegate`` skips the policy's delegation rule for a parent the policy no longer names (a
   principal removed, or its key replaced): the grant is recorded with an ``allow`` entry (fix in
-  ``agentgate/gate/_gate.py``);
+  ``agentgate/gate/``);
 - ``Gate.issue`` signs and records a root grant from a key that is not a trust anchor of its
   policy (the anchor rotated away), which ``agentgate grant issue --policy`` refuses (fix in
-  ``agentgate/gate/_gate.py``);
+  ``agentgate/gate/``);
 - an approval request kept the quorum of the policy it was asked under, while the Gate counted to
   the new policy's quorum; a vote given by an approver the new policy no longer names still
   counted; quota usage was stored by quota name and window only, so a quota whose unit changed

@@ -52,7 +52,7 @@ What did not, fixed by the lead in review r38 (plain tests now):
   grants issued and delegated, approvals) names its policy. During a rolling deploy the log then
   cannot tell whether v1 or v2 refused the delegation (the delegation rule is the policy's), which
   docs/policy-reference.md promises ("Each audit entry records the digest of the policy that
-  decided it"). Fixed: the entry has ``policy_hash`` (agentgate/gate/_gate.py,
+  decided it"). Fixed: the entry has ``policy_hash`` (agentgate/gate/,
   ``Gate._audited_refusal``). Test:
   ``test_a_delegation_refused_by_the_policy_names_the_policy_that_refused``.
 

@@ -6,7 +6,7 @@ that executor takes it up. A hand-built graph whose ``gated_tool_node`` gets two
 answer: when the sibling pauses the run (``interrupt()``), LangGraph's node ends and the call is
 left running; ``asyncio.run`` (or any shutdown that cancels the loop's tasks) then cancels it.
 
-Defect (fixed, agentgate/gate/_gate.py ``Gate.arun`` and agentgate/integrations/langgraph.py
+Defect (fixed, agentgate/gate/ ``Gate.arun`` and agentgate/integrations/langgraph/
 ``_ThreadedCall``; seen by review R42 as a race, 3 of 8 runs):
 
 - A call cancelled after its attempt was entered but before the executor's thread began the

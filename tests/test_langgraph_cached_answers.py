@@ -13,7 +13,7 @@ What holds:
   ``length``) runs none of its tool calls, the complete ones included, and the refusals are
   recorded; the same answer finished (``tool_calls``) runs its calls.
 
-What did not hold (were strict xfails; fixed by the lead in agentgate/integrations/langgraph.py, which
+What did not hold (were strict xfails; fixed by the lead in agentgate/integrations/langgraph/, which
 the lead owns):
 
 - Without a checkpointer (no ``thread_id``: a stateless service invoking the agent once per

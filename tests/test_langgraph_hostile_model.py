@@ -11,7 +11,7 @@ What did not hold (found by this review):
   audited as an ``error``, its budget reservation released (a ``calls`` budget of 2 let 5 calls
   run and spent 0), and the model was told it failed. An empty id (``""``) left a tool that is
   not idempotent without its once-only record, so a task replayed after a crash ran it again.
-  Fixed in agentgate/integrations/langgraph.py: a tool call without an id is refused before it
+  Fixed in agentgate/integrations/langgraph/: a tool call without an id is refused before it
   is decided, under ``create_agent`` and in a hand-built graph's ``gated_tool_node``
   (``test_a_tool_call_without_an_id_never_runs``,
   ``test_a_call_with_an_empty_id_runs_at_most_once_across_a_crash_and_resume``,

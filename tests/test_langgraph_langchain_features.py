@@ -4,7 +4,7 @@
 defaults) and ``create_agent(response_format=...)``. Real agents, a real SQLite store, real
 ``InMemorySaver`` checkpointers; the model is ``ScriptedChatModel``.
 
-Fixed by the lead in agentgate/integrations/langgraph.py (were strict xfails):
+Fixed by the lead in agentgate/integrations/langgraph/ (were strict xfails):
 
 - A tool argument LangGraph injects (``InjectedState``, ``InjectedStore``, ``ToolRuntime``,
   ``InjectedToolCallId``) is decided on as the model sent it: a model that writes a value for it

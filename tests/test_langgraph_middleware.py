@@ -1,4 +1,4 @@
-"""The gate's LangGraph middleware (agentgate/integrations/langgraph.py: ``GateMiddleware`` under
+"""The gate's LangGraph middleware (agentgate/integrations/langgraph/: ``GateMiddleware`` under
 ``create_gated_agent`` and ``gated_tool_node``, and ``delegation_tool``): the idempotency scope of
 a tool call, the refusals that end a run (and those that do not end a supervisor's), what a
 refusal tells, approvals, and the output limit a model call is decided for; a run whose context

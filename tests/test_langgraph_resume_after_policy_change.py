@@ -16,7 +16,7 @@ a clear ToolMessage and never runs; a narrowed delegation rule refuses the resum
 a sub-agent resumed after a restart is asked again under its fresh grant and completes. No run
 lets a traceback out, and every audit log verifies.
 
-Fixed (agentgate/integrations/langgraph.py): a refusal that every later call of the identity
+Fixed (agentgate/integrations/langgraph/): a refusal that every later call of the identity
 gets too, because the new policy no longer trusts the chain's root (``untrusted_root``) or no
 longer names the principal (also for a delegation), did not end the run: with
 ``gate_models=False`` the model was asked again and again for calls that could only be refused

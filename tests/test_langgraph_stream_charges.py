@@ -1,4 +1,4 @@
-"""Fixes in the LangGraph middleware (agentgate/integrations/langgraph.py): the edges of
+"""Fixes in the LangGraph middleware (agentgate/integrations/langgraph/): the edges of
 the three fixes that tests/test_langgraph_streaming.py and tests/test_gate_many_in_one_process.py show.
 
 What holds:

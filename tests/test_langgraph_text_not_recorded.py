@@ -1,4 +1,4 @@
-"""What a LangGraph run through agentgate/integrations/langgraph.py never records: the user's
+"""What a LangGraph run through agentgate/integrations/langgraph/ never records: the user's
 prompt, a delegation's task text (the supervisor model's words to its sub-agent), the sub-agent's
 answer and the final answer reach no byte of the store, no span and no log record.
 

@@ -28,7 +28,7 @@ Defects found:
   place of the tool's result, and the audit log recorded an ``error`` outcome for a call that ran
   and succeeded (a caller told "failed" retries a refund). The store error is now counted
   (``lease_not_released``) and the lease expires within ``lease_ttl_s``, as ``_give_back``'s.
-- fixed by the lead (was a strict xfail), agentgate/gate/_gate.py (``_carry``): an outcome whose write meets a statement error (a
+- fixed by the lead (was a strict xfail), agentgate/gate/ (``_carry``): an outcome whose write meets a statement error (a
   trigger, a PostgreSQL lock or statement timeout on the budget row) is logged and dropped for
   good while the rest of its transaction commits: its allow never gets an outcome and its budget
   reservation stayed held until the grant expired, although the fault was passing. It is now

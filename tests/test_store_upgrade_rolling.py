@@ -42,7 +42,7 @@ What holds (SQLite and PostgreSQL):
 
 Fixed by the lead (was a strict xfail):
 
-- ``agentgate/gate/_gate.py`` (``_record_approval_request``): a request the earlier version asked
+- ``agentgate/gate/`` (``_record_approval_request``): a request the earlier version asked
   (no ``approval_calls`` row) that this version asks again for the same call under ``asked_in``
   is reused as is, without the call key, so when the call is then edited and asked again the
   earlier request is not superseded: it stays pending, listed to approvers, until it expires (the
