@@ -51,6 +51,10 @@ async def _ok(_attempt: object) -> str:
     return "ok"
 
 
+async def _aboom(_attempt: object) -> str:
+    raise ConnectionError("down")
+
+
 def _tools_in_events(events: dict[tuple[str, str], int]) -> set[str]:
     return {tool for _, tool in events}
 
@@ -134,12 +138,9 @@ async def test_an_open_breaker_still_refuses_after_a_flood_of_other_tool_names()
     )
     scheduler = Scheduler(config)
 
-    async def boom(_attempt: object) -> str:
-        raise ConnectionError("down")
-
     try:
         with pytest.raises(ConnectionError):
-            await scheduler.submit(ToolCall(tool="flaky"), boom)
+            await scheduler.submit(ToolCall(tool="flaky"), _aboom)
         for i in range(MANY):
             assert await scheduler.submit(ToolCall(tool=f"other-{i}", tenant=f"t-{i}"), _ok) == "ok"
         with pytest.raises(CircuitOpen):
@@ -260,15 +261,12 @@ async def test_token_buckets_of_idle_tools_are_forgotten_past_the_bound_and_a_dr
     )
     scheduler = Scheduler(config)
 
-    async def ok(_attempt: object) -> str:
-        return "ok"
-
     try:
-        assert await scheduler.submit(ToolCall(tool="drained"), ok) == "ok"  # one token of two left
+        assert await scheduler.submit(ToolCall(tool="drained"), _ok) == "ok"  # one token of two left
         drained = scheduler.shared.buckets["drained"]
         for i in range(PER_NAME_STATE + 10):
             scheduler.shared.buckets[f"idle-{i}"] = TokenBucket(1000.0, 2)  # full
-        assert await scheduler.submit(ToolCall(tool="new"), ok) == "ok"
+        assert await scheduler.submit(ToolCall(tool="new"), _ok) == "ok"
         assert len(scheduler.shared.buckets) == 2
         assert scheduler.shared.buckets["drained"] is drained and drained.level < 2
     finally:
@@ -291,11 +289,8 @@ def test_past_the_bound_invented_tools_share_one_breaker_and_a_named_tool_keeps_
         late = [shared.breaker_for(ToolCall(tool=f"late-{i}")) for i in range(3)]
         assert {b.key for b in late} == {OVERFLOW_BREAKER} and len({id(b) for b in late}) == 1
 
-        def boom(_attempt: object) -> str:
-            raise ConnectionError("down")
-
         with pytest.raises(ConnectionError):
-            sync.submit(ToolCall(tool="late-0"), boom)
+            sync.submit(ToolCall(tool="late-0"), _boom)
         with pytest.raises(CircuitOpen):
             sync.submit(ToolCall(tool="late-1"), lambda _a: "ok")  # shares the open breaker
         assert sync.submit(ToolCall(tool="pay"), lambda _a: "ok") == "ok"  # named: its own
@@ -321,6 +316,37 @@ def _boom(_attempt: object) -> str:
 def _flood(limits: SharedLimits, prefix: str = "made-up") -> None:
     for i in range(PER_NAME_STATE):
         limits.breaker_for(ToolCall(tool=f"{prefix}-{i}"))
+
+
+def _fill_breakers(shared: SharedLimits) -> None:
+    """Make idle breakers until ``shared`` holds ``PER_NAME_STATE`` (the next new key prunes)."""
+    while len(shared.breakers) < PER_NAME_STATE:
+        shared.breaker(f"idle-{len(shared.breakers)}")
+
+
+def _threshold_two(attempts: int | None = None) -> SchedulerConfig:
+    """A breaker that opens at the second failure and stays open; ``attempts``: each call's."""
+    breaker = BreakerPolicy(failure_threshold=2, reset_timeout_s=3600)
+    if attempts is None:
+        return SchedulerConfig(result_cache_size=0, breaker=breaker)
+    retry = RetryPolicy(attempts=attempts, backoff_initial_s=0, backoff_max_s=0)
+    return SchedulerConfig(result_cache_size=0, breaker=breaker, default_tool=ToolLimits(retry=retry))
+
+
+def _submit_in_thread(sync: SyncScheduler, fn: Any) -> tuple[threading.Thread, list[object]]:
+    """Start a thread that submits ``fn`` as a ``flaky`` call; its list gets the result or the
+    exception (the outcome is what the tests assert)."""
+    outcome: list[object] = []
+
+    def run() -> None:
+        try:
+            outcome.append(sync.submit(ToolCall(tool="flaky"), fn))
+        except Exception as exc:
+            outcome.append(exc)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread, outcome
 
 
 # --- the reserved name ---------------------------------------------------------------------
@@ -439,26 +465,23 @@ async def test_the_async_schedulers_circuit_open_names_the_tool_and_the_overflow
     async def down(_attempt: object) -> str:
         raise ConnectionError("down")
 
-    async def ok(_attempt: object) -> str:
-        return "ok"
-
     try:
         with pytest.raises(ConnectionError):
             await scheduler.submit(ToolCall("pay"), down)
         with pytest.raises(CircuitOpen) as named:
-            await scheduler.submit(ToolCall("pay"), ok)
+            await scheduler.submit(ToolCall("pay"), _ok)
         assert named.value.key == "tool:pay" and "shares" not in str(named.value)
         for i in range(PER_NAME_STATE):
             scheduler.shared.breaker_for(ToolCall(tool=f"made-up-{i}"))
         with pytest.raises(ConnectionError):
             await scheduler.submit(ToolCall("late-0"), down)
         with pytest.raises(CircuitOpen) as shared:
-            await scheduler.submit(ToolCall("late-1", breaker_key="backend:late"), ok)
+            await scheduler.submit(ToolCall("late-1", breaker_key="backend:late"), _ok)
         assert shared.value.key == OVERFLOW_BREAKER
         assert "'late-1'" in str(shared.value) and "late-0" not in str(shared.value)
         # A named tool with a late key stays under its own (open) breaker, not the overflow's.
         with pytest.raises(CircuitOpen) as late:
-            await scheduler.submit(ToolCall("pay", breaker_key="backend:late"), ok)
+            await scheduler.submit(ToolCall("pay", breaker_key="backend:late"), _ok)
         assert late.value.key == "tool:pay" and "shares" not in str(late.value)
     finally:
         await scheduler.aclose()
@@ -488,9 +511,6 @@ async def test_the_overflow_breaker_is_shared_across_processes_and_never_reaches
     first = Scheduler(config, store=stores[0])
     second = Scheduler(config, store=stores[1], registry=registry)
 
-    async def ok(_attempt: object) -> str:
-        return "ok"
-
     async def down(_attempt: object) -> str:
         raise ConnectionError("down")
 
@@ -501,10 +521,10 @@ async def test_the_overflow_breaker_is_shared_across_processes_and_never_reaches
             await first.submit(ToolCall("late-0"), down)
         await _stored(path, OVERFLOW_BREAKER, "open")
         with pytest.raises(CircuitOpen):  # adopted: the second process's own overflow never failed
-            await second.submit(ToolCall("late-1"), ok)
-        assert await second.submit(ToolCall("pay"), ok) == "ok"
-        assert await second.submit(ToolCall("made-up-0"), ok) == "ok"
-        assert await first.submit(ToolCall("pay"), ok) == "ok"
+            await second.submit(ToolCall("late-1"), _ok)
+        assert await second.submit(ToolCall("pay"), _ok) == "ok"
+        assert await second.submit(ToolCall("made-up-0"), _ok) == "ok"
+        assert await first.submit(ToolCall("pay"), _ok) == "ok"
         assert {b.key for b in SharedBreakers(stores[1]).all()} == {OVERFLOW_BREAKER}
         assert registry.get_sample_value("agentgate_tasks_breaker_state", {"key": OVERFLOW_BREAKER}) == 2
         assert registry.get_sample_value("agentgate_tasks_breaker_state", {"key": "tool:pay"}) in (0, None)
@@ -522,27 +542,19 @@ async def test_a_breaker_with_a_failure_counted_survives_a_flood_of_names() -> N
     """A breaker one failure short of opening is kept past ``PER_NAME_STATE`` new tool names (they
     share one breaker): the next failure opens it (a flood of invented names cannot reset a
     failing tool's count)."""
-    config = SchedulerConfig(
-        result_cache_size=0, breaker=BreakerPolicy(failure_threshold=2, reset_timeout_s=3600)
-    )
+    config = _threshold_two()
     scheduler = Scheduler(config)
-
-    async def boom(_attempt: object) -> str:
-        raise ConnectionError("down")
-
-    async def ok(_attempt: object) -> str:
-        return "ok"
 
     try:
         with pytest.raises(ConnectionError):
-            await scheduler.submit(ToolCall(tool="flaky"), boom)
+            await scheduler.submit(ToolCall(tool="flaky"), _aboom)
         for i in range(PER_NAME_STATE + 10):
-            assert await scheduler.submit(ToolCall(tool=f"other-{i}"), ok) == "ok"
+            assert await scheduler.submit(ToolCall(tool=f"other-{i}"), _ok) == "ok"
         assert len(scheduler.shared.breakers) <= PER_NAME_STATE + 1  # the flood shares one breaker
         with pytest.raises(ConnectionError):
-            await scheduler.submit(ToolCall(tool="flaky"), boom)
+            await scheduler.submit(ToolCall(tool="flaky"), _aboom)
         with pytest.raises(CircuitOpen):
-            await scheduler.submit(ToolCall(tool="flaky"), ok)
+            await scheduler.submit(ToolCall(tool="flaky"), _ok)
     finally:
         await scheduler.aclose()
 
@@ -558,20 +570,17 @@ async def test_a_breaker_opened_by_a_call_in_flight_during_a_flood_still_refuses
         await release.wait()
         raise ConnectionError("down")
 
-    async def ok(_attempt: object) -> str:
-        return "ok"
-
     try:
         running = asyncio.create_task(scheduler.submit(ToolCall(tool="flaky"), slow_boom))
         for _ in range(3):
             await asyncio.sleep(0)
         for i in range(PER_NAME_STATE + 10):  # names a caller invents while flaky's call runs
-            assert await scheduler.submit(ToolCall(tool=f"other-{i}"), ok) == "ok"
+            assert await scheduler.submit(ToolCall(tool=f"other-{i}"), _ok) == "ok"
         release.set()
         with pytest.raises(ConnectionError):
             await running
         with pytest.raises(CircuitOpen):
-            await scheduler.submit(ToolCall(tool="flaky"), ok)
+            await scheduler.submit(ToolCall(tool="flaky"), _ok)
     finally:
         await scheduler.aclose()
 
@@ -579,18 +588,13 @@ async def test_a_breaker_opened_by_a_call_in_flight_during_a_flood_still_refuses
 def _fail_succeed_fail(flood: bool) -> BreakerState:
     """Under a threshold of 2: call A (running) then B fails, A succeeds, C fails; ``flood``: names
     invented while A runs drop A's idle breaker before B starts. The state of flaky's breaker."""
-    config = SchedulerConfig(
-        result_cache_size=0, breaker=BreakerPolicy(failure_threshold=2, reset_timeout_s=3600)
-    )
+    config = _threshold_two()
     release, started = threading.Event(), threading.Event()
 
     def slow_ok(_attempt: object) -> str:
         started.set()
         assert release.wait(10)
         return "ok"
-
-    def boom(_attempt: object) -> str:
-        raise ConnectionError("down")
 
     with SyncScheduler(config) as sync:
         shared = sync.scheduler.shared
@@ -602,17 +606,16 @@ def _fail_succeed_fail(flood: bool) -> BreakerState:
         try:
             assert started.wait(10)
             if flood:
-                while len(shared.breakers) < PER_NAME_STATE:
-                    shared.breaker(f"idle-{len(shared.breakers)}")
+                _fill_breakers(shared)
                 assert sync.submit(ToolCall(tool="invented"), lambda _a: "ok") == "ok"  # prunes
             with pytest.raises(ConnectionError):
-                sync.submit(ToolCall(tool="flaky"), boom)  # B: 1 failure of 2
+                sync.submit(ToolCall(tool="flaky"), _boom)  # B: 1 failure of 2
         finally:
             release.set()
             running.join(10)
         assert results == ["ok"]  # A succeeded: the failures counted so far are reset
         with pytest.raises(ConnectionError):
-            sync.submit(ToolCall(tool="flaky"), boom)  # C: 1 failure of 2 again
+            sync.submit(ToolCall(tool="flaky"), _boom)  # C: 1 failure of 2 again
         return {s.key: s.state for s in shared.breaker_snapshots()}["tool:flaky"]
 
 
@@ -631,11 +634,7 @@ def _retry_after_the_key_opened(flood: bool) -> tuple[object, list[int]]:
     """Threshold 2, two attempts. Call A's first attempt runs; (``flood``: names invented meanwhile
     drop A's idle breaker, and the next call makes a new one); call C fails (1 of 2); A's first
     attempt fails (2 of 2: the key's breaker opens). What A ends with, and the attempts it ran."""
-    config = SchedulerConfig(
-        result_cache_size=0,
-        breaker=BreakerPolicy(failure_threshold=2, reset_timeout_s=3600),
-        default_tool=ToolLimits(retry=RetryPolicy(attempts=2, backoff_initial_s=0, backoff_max_s=0)),
-    )
+    config = _threshold_two(attempts=2)
     started, release = threading.Event(), threading.Event()
     ran: list[int] = []
 
@@ -648,29 +647,16 @@ def _retry_after_the_key_opened(flood: bool) -> tuple[object, list[int]]:
             raise ConnectionRefusedError("down")  # transient: retried
         return "ok"
 
-    def c(_attempt: object) -> str:
-        raise ConnectionError("down")  # connection: counted, not retried
-
     with SyncScheduler(config) as sync:
         shared = sync.scheduler.shared
-        outcome: list[object] = []
-
-        def run_a() -> None:
-            try:
-                outcome.append(sync.submit(ToolCall(tool="flaky"), a))
-            except Exception as exc:  # the outcome is what is asserted
-                outcome.append(exc)
-
-        thread = threading.Thread(target=run_a)
-        thread.start()
+        thread, outcome = _submit_in_thread(sync, a)
         try:
             assert started.wait(10)
             if flood:
-                while len(shared.breakers) < PER_NAME_STATE:
-                    shared.breaker(f"idle-{len(shared.breakers)}")
+                _fill_breakers(shared)
                 assert sync.submit(ToolCall(tool="invented"), lambda _a: "ok") == "ok"  # prunes
             with pytest.raises(ConnectionError):
-                sync.submit(ToolCall(tool="flaky"), c)
+                sync.submit(ToolCall(tool="flaky"), _boom)
         finally:
             release.set()
             thread.join(10)
@@ -692,11 +678,7 @@ def test_a_retry_is_refused_once_its_breaker_opened_after_a_flood() -> None:
 
 async def _async_retry_after_the_key_opened(flood: bool) -> tuple[object, list[int]]:
     """As ``_retry_after_the_key_opened``, on the async scheduler (one loop, asyncio events)."""
-    config = SchedulerConfig(
-        result_cache_size=0,
-        breaker=BreakerPolicy(failure_threshold=2, reset_timeout_s=3600),
-        default_tool=ToolLimits(retry=RetryPolicy(attempts=2, backoff_initial_s=0, backoff_max_s=0)),
-    )
+    config = _threshold_two(attempts=2)
     started, release = asyncio.Event(), asyncio.Event()
     ran: list[int] = []
 
@@ -708,23 +690,16 @@ async def _async_retry_after_the_key_opened(flood: bool) -> tuple[object, list[i
             raise ConnectionRefusedError("down")
         return "ok"
 
-    async def c(_attempt: object) -> str:
-        raise ConnectionError("down")
-
-    async def ok(_attempt: object) -> str:
-        return "ok"
-
     scheduler = Scheduler(config)
     try:
         shared = scheduler.shared
         task = asyncio.ensure_future(scheduler.submit(ToolCall(tool="flaky"), a))
         await started.wait()
         if flood:
-            while len(shared.breakers) < PER_NAME_STATE:
-                shared.breaker(f"idle-{len(shared.breakers)}")
-            assert await scheduler.submit(ToolCall(tool="invented"), ok) == "ok"  # prunes
+            _fill_breakers(shared)
+            assert await scheduler.submit(ToolCall(tool="invented"), _ok) == "ok"  # prunes
         with pytest.raises(ConnectionError):
-            await scheduler.submit(ToolCall(tool="flaky"), c)
+            await scheduler.submit(ToolCall(tool="flaky"), _aboom)
         release.set()
         outcome = (await asyncio.gather(task, return_exceptions=True))[0]
         assert shared.breakers["tool:flaky"].state is BreakerState.OPEN
@@ -749,11 +724,7 @@ def _fail_succeed_fail_within_one_call(flood: bool) -> tuple[object, list[int]]:
     """Threshold 2, three attempts. Call A's attempt 1 runs; (``flood``: A's idle breaker is
     dropped and call B makes a new one); A's attempt 1 fails; call C succeeds (the count is reset);
     A's attempt 2 fails: one failure since the success, so attempt 3 should run."""
-    config = SchedulerConfig(
-        result_cache_size=0,
-        breaker=BreakerPolicy(failure_threshold=2, reset_timeout_s=3600),
-        default_tool=ToolLimits(retry=RetryPolicy(attempts=3, backoff_initial_s=0, backoff_max_s=0)),
-    )
+    config = _threshold_two(attempts=3)
     started = [threading.Event(), threading.Event()]
     release = [threading.Event(), threading.Event()]
     ran: list[int] = []
@@ -768,21 +739,11 @@ def _fail_succeed_fail_within_one_call(flood: bool) -> tuple[object, list[int]]:
 
     with SyncScheduler(config) as sync:
         shared = sync.scheduler.shared
-        outcome: list[object] = []
-
-        def run_a() -> None:
-            try:
-                outcome.append(sync.submit(ToolCall(tool="flaky"), a))
-            except Exception as exc:  # the outcome is what is asserted
-                outcome.append(exc)
-
-        thread = threading.Thread(target=run_a)
-        thread.start()
+        thread, outcome = _submit_in_thread(sync, a)
         try:
             assert started[0].wait(10)
             if flood:
-                while len(shared.breakers) < PER_NAME_STATE:
-                    shared.breaker(f"idle-{len(shared.breakers)}")
+                _fill_breakers(shared)
                 assert sync.submit(ToolCall(tool="invented"), lambda _a: "ok") == "ok"  # prunes
                 assert sync.submit(ToolCall(tool="flaky"), lambda _a: "ok") == "ok"  # B: a new one
             release[0].set()
@@ -818,9 +779,6 @@ def test_a_success_under_a_healthy_breaker_calls_no_breaker_method() -> None:
         if event == "call":
             seen.add(frame.f_code.co_name)
 
-    async def ok(_attempt: object) -> str:
-        return "ok"
-
     config = SchedulerConfig(result_cache_size=0)
     with SyncScheduler(config) as sync:
         assert sync.submit(ToolCall(tool="t"), lambda _a: "ok") == "ok"
@@ -834,11 +792,11 @@ def test_a_success_under_a_healthy_breaker_calls_no_breaker_method() -> None:
     async def run_async() -> None:
         scheduler = Scheduler(config)
         try:
-            assert await scheduler.submit(ToolCall(tool="t"), ok) == "ok"
+            assert await scheduler.submit(ToolCall(tool="t"), _ok) == "ok"
             sys.setprofile(hook)
             try:
                 for _ in range(5):
-                    assert await scheduler.submit(ToolCall(tool="t"), ok) == "ok"
+                    assert await scheduler.submit(ToolCall(tool="t"), _ok) == "ok"
             finally:
                 sys.setprofile(None)
         finally:
