@@ -11,10 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from agentgate.authority import issue
 from agentgate.cli.grant import parse_duration
 from agentgate.cli.main import main
 from agentgate.errors import InputError
-from agentgate.keys import SigningKey, save_key
+from agentgate.keys import SigningKey, load_signing_key, save_key
 
 REFUND = "tool:payments.refund?amount<=500&currency=EUR|USD"
 
@@ -340,3 +341,38 @@ def test_a_grant_issue_with_a_repeated_bound_exits_2(
     assert main([*base, "--allow", "tool:payments.refund", "--budget", "500:"]) == 2
     assert "name the unit" in capsys.readouterr().err
     assert not (tmp_path / "a.tok").exists()
+
+
+def test_json_output_writes_text_as_utf_8_like_the_audit_log(
+    env: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Every ``--json`` writes text as itself (UTF-8), as ``audit show --json`` writes the logged
+    bytes: a purpose signed into a grant reads the same in ``grant inspect --json``, not as
+    ``\\u`` escapes, and the document still parses to the same value."""
+    purpose = "remboursement client № 42 — équipe Zürich"
+    assert cli(capsys, "grant", "issue", "--issuer", "k/root.key", "--to", "k/alice.pub", "--allow", REFUND,
+               "--ttl", "1h", "--purpose", purpose, "--out", "u.tok")[0] == 0  # fmt: skip
+    code, out, _ = cli(capsys, "grant", "inspect", "u.tok", "--json")
+    assert code == 0
+    assert purpose in out and "\\u" not in out
+    assert json.loads(out)["links"][0]["purpose"] == purpose
+
+
+def test_json_output_escapes_what_a_terminal_would_not_show_as_it_is(
+    env: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A token made elsewhere may carry a purpose the command line refuses to write: a bidi
+    override, a line separator, an invisible tag character (beyond U+FFFF). ``grant inspect
+    --json`` writes each as its ``\\u`` escape (a surrogate pair for the tag), printable text as
+    itself; the document parses back to the purpose signed into the token."""
+    purpose = "refund \u202eRUE\u2028forged line\U000e0041 for Zoë"
+    alice = (env / "k" / "alice.pub").read_text().strip()
+    chain = issue(
+        load_signing_key(env / "k" / "root.key"), alice, ["tool:search.web"], ttl=3600, purpose=purpose
+    )
+    (env / "hostile.tok").write_text(chain.token)
+    code, out, _ = cli(capsys, "grant", "inspect", "hostile.tok", "--json")
+    assert code == 0
+    assert not any(c in out for c in "\u202e\u2028\U000e0041") and "Zoë" in out
+    assert "\\u202e" in out and "\\u2028" in out and "\\udb40\\udc41" in out
+    assert json.loads(out)["links"][0]["purpose"] == purpose

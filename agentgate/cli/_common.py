@@ -385,11 +385,32 @@ def privilege_hint(message: str) -> str:
     )
 
 
+def write_json(value: object, indent: int | None = 2) -> None:
+    """Write ``value`` to standard output as one JSON document and a newline: the one way every
+    ``--json`` writes (``audit show --json`` aside, which writes the logged bytes). Text is written
+    as itself, UTF-8, so a name or a purpose reads the same as in the audit log; what is not
+    printable (``not_printable``: a bidi override, a line separator, a lone surrogate) is written as
+    its ``\\u`` escape, so that a hostile token's text cannot reorder or forge what a terminal
+    shows. ``indent=None`` keeps the document on one line."""
+    text = json.dumps(value, indent=indent, ensure_ascii=False)
+    # json.dumps escapes every C0 control inside a string: a raw line break is the layout's.
+    sys.stdout.write("".join(_json_escape(c) if c != "\n" and not_printable(c) else c for c in text) + "\n")
+
+
+def _json_escape(char: str) -> str:
+    """``char`` as a JSON escape: ``\\uXXXX``, or its UTF-16 surrogate pair beyond U+FFFF."""
+    code = ord(char)
+    if code <= 0xFFFF:
+        return f"\\u{code:04x}"
+    code -= 0x10000
+    return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
+
+
 def listed(rows: list[Any], as_json: bool, nothing: str) -> bool:
     """Write ``rows`` as one JSON array (``as_json``), or the line ``nothing`` when there are none;
     whether that was the whole answer (else the caller prints its table)."""
     if as_json:
-        sys.stdout.write(json.dumps(rows, indent=2) + "\n")
+        write_json(rows)
     elif not rows:
         sys.stdout.write(nothing + "\n")
     return as_json or not rows

@@ -12,7 +12,6 @@ named by ``--store`` or ``AGENTGATE_STORE``, and print when it was taken.
 from __future__ import annotations
 
 import argparse
-import json
 from typing import Any
 
 from agentgate.cli._common import (
@@ -23,6 +22,7 @@ from agentgate.cli._common import (
     shown_source_error,
     unix,
     utc,
+    write_json,
 )
 from agentgate.dispatch.broker import BrokerSnapshot, Lease, QueuedRequest, from_inventory
 from agentgate.dispatch.inventory import load_inventory
@@ -123,7 +123,7 @@ def _inventory(args: argparse.Namespace) -> int:
             for g in topology.gpus
         ]
         taken_at = None if snapshot is None else unix(snapshot.taken_at)
-        print(json.dumps({"taken_at": taken_at, "gpus": out, "unknown_gpus": unknown}, indent=2))
+        write_json({"taken_at": taken_at, "gpus": out, "unknown_gpus": unknown})
         return 0
     holder = {gpu: f"(reserved: {request})" for gpu, request in reserved.items()}
     holder.update(leased)  # a GPU reserved for a preemptor is still held by its victim's lease
@@ -179,7 +179,7 @@ def _leases(args: argparse.Namespace) -> int:
     if args.json:
         out = [_lease_json(x, decisions.get(x.id)) for x in leases]
         taken_at = None if snapshot is None else unix(snapshot.taken_at)
-        print(json.dumps({"taken_at": taken_at, "leases": out}))
+        write_json({"taken_at": taken_at, "leases": out}, indent=None)
         return 0
     print(_header(snapshot, args.broker))
     if not leases:
@@ -228,13 +228,12 @@ def _queue(args: argparse.Namespace) -> int:
     snapshot = _snapshot(args)
     queue = () if snapshot is None else snapshot.queue
     if args.json:
-        print(
-            json.dumps(
-                {
-                    "taken_at": None if snapshot is None else unix(snapshot.taken_at),
-                    "queue": [_queued_json(q) for q in queue],
-                }
-            )
+        write_json(
+            {
+                "taken_at": None if snapshot is None else unix(snapshot.taken_at),
+                "queue": [_queued_json(q) for q in queue],
+            },
+            indent=None,
         )
         return 0
     print(_header(snapshot, args.broker))

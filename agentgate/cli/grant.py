@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import re
 import sys
 import time
@@ -52,6 +51,7 @@ from agentgate.cli._common import (
     text,
     unprintable,
     utc,
+    write_json,
 )
 from agentgate.errors import (
     AuthorityError,
@@ -417,9 +417,7 @@ def _inspect(args: argparse.Namespace) -> int:
             }
         )
     if args.json:
-        sys.stdout.write(
-            json.dumps({"tip": chain.id, "holder": chain.holder, "links": links}, indent=2) + "\n"
-        )
+        write_json({"tip": chain.id, "holder": chain.holder, "links": links})
         return 0
     out = [f"chain of {len(links)} link(s); holder {chain.holder}; tip {chain.id}"]
     for i, shown in enumerate(links):
@@ -467,7 +465,7 @@ def _check(args: argparse.Namespace) -> int:
     with _repo() as repo:
         decision = decide(invocation, repo=repo, trusted=anchors)
     if args.json:
-        sys.stdout.write(json.dumps(decision.to_dict(), indent=2, ensure_ascii=False) + "\n")
+        write_json(decision.to_dict())
     else:
         lines = [f"{decision.outcome.value}: {reason}" for reason in decision.reasons]
         lines += ["  " + _finding_line(f) for f in decision.findings]
@@ -527,7 +525,7 @@ def _revoke(args: argparse.Namespace) -> int:
         audit([grant_id])
         below = repo.descendants(grant_id)
     if args.json:
-        sys.stdout.write(json.dumps({"revoked": [grant_id], "descendants": below}, indent=2) + "\n")
+        write_json({"revoked": [grant_id], "descendants": below})
         return 0
     sys.stdout.write(f"revoked {grant_id}\n")
     if below:
@@ -554,7 +552,7 @@ def _revoke_holder(args: argparse.Namespace) -> int:
             "descendants": below,
             "not_covered": not_covered,
         }
-        sys.stdout.write(json.dumps(shown, indent=2) + "\n")
+        write_json(shown)
         return 0
     lines = []
     if not held:

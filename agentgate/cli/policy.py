@@ -7,13 +7,12 @@ allow, 1 deny, 3 approval required, 2 invalid input.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import Any
 
 from agentgate.capabilities import Call
-from agentgate.cli._common import given, json_object, printable, shown_policy, text
+from agentgate.cli._common import given, json_object, printable, shown_policy, text, write_json
 from agentgate.errors import CapabilityError, InputError, PolicyError
 from agentgate.findings import Severity
 from agentgate.keys import replace_file
@@ -52,7 +51,9 @@ def _lint(args: argparse.Namespace) -> int:
         policy = load_policy(args.file)
     except PolicyError as exc:
         if args.json:
-            print(json.dumps({"file": args.file, "valid": False, "error": _error_dict(exc), "findings": []}))
+            write_json(
+                {"file": args.file, "valid": False, "error": _error_dict(exc), "findings": []}, indent=None
+            )
         else:
             sys.stderr.write(f"agentgate: error: {printable(' '.join(str(exc).split()))}\n")
         return 2
@@ -64,7 +65,7 @@ def _lint(args: argparse.Namespace) -> int:
             "valid": True,
             "findings": [f.model_dump(mode="json", exclude_none=True) for f in findings],
         }
-        print(json.dumps(out, indent=2))
+        write_json(out)
     else:
         # Messages quote the policy's own text (a prefix, an argument name): printed escaped, so a
         # policy under review cannot forge or erase lines of its own lint report.
@@ -96,13 +97,13 @@ def _explain(args: argparse.Namespace) -> int:
     except CapabilityError as exc:
         if args.json:
             refused = PolicyDecision(Outcome.DENY, None, f"tool:{args.tool}", reasons=(str(exc),))
-            print(json.dumps(_explain_json(policy, refused)))
+            write_json(_explain_json(policy, refused), indent=None)
         else:
             print(f"DENY: {printable(str(exc))}")
         return 1
     decision, text = explain(PolicyIndex(policy), args.principal, call)
     if args.json:
-        print(json.dumps(_explain_json(policy, decision)))
+        write_json(_explain_json(policy, decision), indent=None)
     else:
         print("\n".join(printable(line) for line in text.split("\n")))
     return {Outcome.ALLOW: 0, Outcome.DENY: 1, Outcome.APPROVAL_REQUIRED: 3}[decision.outcome]

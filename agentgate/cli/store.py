@@ -13,7 +13,6 @@ safe to run again. It creates no key: ``agentgate audit checkpoint`` makes the l
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from collections.abc import Callable
@@ -22,7 +21,7 @@ from typing import Any
 import psycopg
 
 from agentgate.authority import prune_grants
-from agentgate.cli._common import given, open_existing_store, parse_duration
+from agentgate.cli._common import given, open_existing_store, parse_duration, write_json
 from agentgate.errors import StoreError
 from agentgate.store import Store, open_store
 from agentgate.store.approvals import ApprovalStore
@@ -141,7 +140,7 @@ def _prune(args: argparse.Namespace) -> int:
     finally:
         store.close()
     if args.json:
-        sys.stdout.write(json.dumps({"before": before, "pruned": pruned}) + "\n")
+        write_json({"before": before, "pruned": pruned}, indent=None)
     else:
         for name, count in pruned.items():
             shown = "not pruned" if count is None else f"{count} pruned"
