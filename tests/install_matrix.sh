@@ -53,7 +53,7 @@ CORE_TESTS="test_authority_decisions.py test_authority_encoding.py test_authorit
   test_audit_log.py test_audit_entry.py test_audit_tamper.py test_store.py test_ledger.py test_gate.py
   test_gate_run.py test_cli_grant.py test_audit_cli.py test_audit_spans.py test_dispatch_dispatcher.py
   test_dispatch_metrics.py test_broker_docs_model.py test_store_fault_injection.py test_authority_stateful.py
-  test_packaging_extras.py"
+  test_packaging_extras.py test_gate_approvals.py"
 # The LangGraph subset adds the newer middleware, streaming and gateway files (R41: the matrix ran
 # none of dispatch streaming, cut answers, time travel, tracing or the gateway SDK files).
 LG_TESTS="$CORE_TESTS test_langgraph.py test_gateway.py test_gateway_hostile.py test_dispatch_usage.py

@@ -6,7 +6,6 @@ audit entry."""
 
 from __future__ import annotations
 
-import sqlite3
 import threading
 import time
 from collections.abc import Iterator
@@ -14,66 +13,21 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from langgraph.checkpoint.sqlite import SqliteSaver
-from langgraph.types import Command
 from test_audit_reconciliation import LOG_SEED, _keys, _read
 from test_audit_reconciliation import _policy_text as _r27_policy_text
 from test_gate_policy_change import KEYS, MODEL, REFUND, policy_text
 from test_gate_run import Setup
 from test_gate_run import setup as setup  # the fixture
-from test_langgraph import Team, _entries, _publisher
-from test_langgraph import team as team  # the fixture
 
 from agentgate.audit.entry import AuditEntry
 from agentgate.capabilities import Call
 from agentgate.cli.main import main
-from agentgate.errors import Denied, InputError
+from agentgate.errors import InputError
 from agentgate.gate import AgentIdentity, Approval, Authorization, Gate
 from agentgate.keys import SigningKey
 from agentgate.policy import parse_policy
 from agentgate.store import SQLiteStore, Store, open_store
 from agentgate.store.ledger import BudgetLedger
-
-
-def test_authorize_records_a_refusal_for_arguments_that_are_not_valid_unicode_behind_an_approval_gate(
-    team: Team,
-) -> None:
-    # Without an approval gate such a call is a recorded deny; behind one, _approval_request's
-    # argument_digest raises InputError out of authorize (its docstring: never raises for a
-    # refused call), and nothing is recorded.
-    call = Call.tool("publish", {"path": "reports/\ud83d"})
-    auth = team.gate.authorize(team.supervisor, call, agent="supervisor", call_id="c1")
-    assert not auth.allowed
-    assert [e.kind for e in _entries(team.gate) if e.resource == "tool:publish"] == ["deny"]
-
-
-def test_a_resume_after_a_restart_leaves_no_request_waiting_for_votes(team: Team) -> None:
-    # After a restart the resumed node asks Gate.authorize without the approval first, and the
-    # new Gate (its in-process _open_requests is empty) opens a SECOND request for the same call;
-    # the approval then consumes the first. The second stays pending: `agentgate approval list`
-    # shows a call that already ran as "waiting for votes", and the approval_given entry refers
-    # (ref) to the second request's approval_required entry while naming the first request.
-    db = team.path / "checkpoints.sqlite"
-    config = {"configurable": {"thread_id": "restart"}}
-    with sqlite3.connect(db, check_same_thread=False) as conn:
-        paused = _publisher(team.gate, SqliteSaver(conn), team).invoke(
-            {"messages": [{"role": "user", "content": "go"}]}, config, context=team.supervisor
-        )
-    conn.close()
-    payload = paused["__interrupt__"][0].value
-    gate = team.reopen()
-    with sqlite3.connect(db, check_same_thread=False) as conn:
-        agent = _publisher(gate, SqliteSaver(conn), team)
-        agent.invoke(
-            Command(resume=gate.approve(payload, team.keys["dana"])), config, context=team.supervisor
-        )
-    conn.close()
-    assert team.ran == ["publish:reports/final"]
-    assert gate.approvals.open_records() == []
-    asked = [e.index for e in _entries(gate) if e.kind == "approval_required"]
-    given = [e for e in _entries(gate) if e.kind == "approval_given"]
-    assert asked == [asked[0]] and [e.ref for e in given] == [asked[0]]
-
 
 R23_POLICY = """
 version: 1
@@ -199,22 +153,6 @@ def test_an_approval_that_does_not_count_says_why_in_the_answer_and_its_entry(
             assert entry.kind == "approval_required" and any("not counted" in r for r in entry.reasons)
         finally:
             made.gate.close()
-
-
-def test_running_a_call_that_waits_for_an_approval_raises_approval_required(team: Team) -> None:
-    from agentgate.capabilities import Call
-    from agentgate.errors import ApprovalRequired
-
-    auth = team.gate.authorize(team.supervisor, Call.tool("publish", {"path": "reports/x"}), call_id="c1")
-    assert auth.needs_approval
-    with pytest.raises(ApprovalRequired, match="approval required from dana") as raised:
-        team.gate.run(auth, lambda: team.ran.append("ran"))
-    assert isinstance(raised.value, Denied) and raised.value.decision is auth.decision
-    assert team.ran == []
-    refused = team.gate.authorize(team.supervisor, Call.tool("shell", {"cmd": "ls"}), call_id="c2")
-    with pytest.raises(Denied) as plain:
-        team.gate.run(refused, lambda: team.ran.append("ran"))
-    assert type(plain.value) is Denied and team.ran == []
 
 
 def test_an_approval_of_another_call_leaves_the_call_awaiting_approval_and_says_so(tmp_path: Path) -> None:

@@ -15,6 +15,7 @@ from langgraph.types import Command
 from test_langgraph import NAMES, Team, _ask_researcher, _calls, _entries, _policy_text, _tools
 from test_langgraph import team as team  # the fixture
 
+from agentgate.capabilities import Call
 from agentgate.errors import Denied
 from agentgate.gate import Gate
 from agentgate.integrations.langgraph import ScriptedChatModel, create_gated_agent
@@ -153,3 +154,31 @@ async def test_with_enforce_a_tool_whose_name_no_rule_can_name_raises_denied(tea
     with pytest.raises(Denied, match="not canonical"):
         await _runner(agent, team, mode)(GO)
     assert team.ran == []
+
+
+def test_authorize_records_a_refusal_for_arguments_that_are_not_valid_unicode_behind_an_approval_gate(
+    team: Team,
+) -> None:
+    # Without an approval gate such a call is a recorded deny; behind one, _approval_request's
+    # argument_digest raises InputError out of authorize (its docstring: never raises for a
+    # refused call), and nothing is recorded.
+    call = Call.tool("publish", {"path": "reports/\ud83d"})
+    auth = team.gate.authorize(team.supervisor, call, agent="supervisor", call_id="c1")
+    assert not auth.allowed
+    assert [e.kind for e in _entries(team.gate) if e.resource == "tool:publish"] == ["deny"]
+
+
+def test_running_a_call_that_waits_for_an_approval_raises_approval_required(team: Team) -> None:
+    from agentgate.capabilities import Call
+    from agentgate.errors import ApprovalRequired
+
+    auth = team.gate.authorize(team.supervisor, Call.tool("publish", {"path": "reports/x"}), call_id="c1")
+    assert auth.needs_approval
+    with pytest.raises(ApprovalRequired, match="approval required from dana") as raised:
+        team.gate.run(auth, lambda: team.ran.append("ran"))
+    assert isinstance(raised.value, Denied) and raised.value.decision is auth.decision
+    assert team.ran == []
+    refused = team.gate.authorize(team.supervisor, Call.tool("shell", {"cmd": "ls"}), call_id="c2")
+    with pytest.raises(Denied) as plain:
+        team.gate.run(refused, lambda: team.ran.append("ran"))
+    assert type(plain.value) is Denied and team.ran == []

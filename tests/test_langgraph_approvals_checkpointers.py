@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import sqlite3
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,8 +16,10 @@ from typing import Any
 import pytest
 from langchain_core.messages import AIMessage
 from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.types import Command
 from test_langgraph import Team, _calls, _entries, _tool_messages, _tools
+from test_langgraph import _publisher as _gated_publisher
 from test_langgraph import team as team  # the fixture
 
 from agentgate.integrations.langgraph import ScriptedChatModel, create_gated_agent
@@ -138,3 +141,31 @@ def test_the_research_example_resumes_two_publishes_asked_at_once(
     asyncio.run(example.main())
     out = capsys.readouterr().out
     assert out.count("approved by dana") == 2 and "VERIFIES" in out
+
+
+def test_a_resume_after_a_restart_leaves_no_request_waiting_for_votes(team: Team) -> None:
+    # After a restart the resumed node asks Gate.authorize without the approval first, and the
+    # new Gate (its in-process _open_requests is empty) opens a SECOND request for the same call;
+    # the approval then consumes the first. The second stays pending: `agentgate approval list`
+    # shows a call that already ran as "waiting for votes", and the approval_given entry refers
+    # (ref) to the second request's approval_required entry while naming the first request.
+    db = team.path / "checkpoints.sqlite"
+    config = {"configurable": {"thread_id": "restart"}}
+    with sqlite3.connect(db, check_same_thread=False) as conn:
+        paused = _gated_publisher(team.gate, SqliteSaver(conn), team).invoke(
+            {"messages": [{"role": "user", "content": "go"}]}, config, context=team.supervisor
+        )
+    conn.close()
+    payload = paused["__interrupt__"][0].value
+    gate = team.reopen()
+    with sqlite3.connect(db, check_same_thread=False) as conn:
+        agent = _gated_publisher(gate, SqliteSaver(conn), team)
+        agent.invoke(
+            Command(resume=gate.approve(payload, team.keys["dana"])), config, context=team.supervisor
+        )
+    conn.close()
+    assert team.ran == ["publish:reports/final"]
+    assert gate.approvals.open_records() == []
+    asked = [e.index for e in _entries(gate) if e.kind == "approval_required"]
+    given = [e for e in _entries(gate) if e.kind == "approval_given"]
+    assert asked == [asked[0]] and [e.ref for e in given] == [asked[0]]
