@@ -20,7 +20,7 @@ The gate composes; each rule lives in the part that owns it. A refusal is data: 
 why, without tokens, keys or argument values.
 Where each step lives: ``Gate`` (``_gate``: its making, ``close``, ``authorize`` and the
 evidence) inherits one part per concern, each in a module of its own: ``_delegation`` (grants
-issued, delegated and revoked), ``_approvals`` (approval requests, the votes of a quorum, an
+issued, delegated and revoked), ``_approval_gates`` (approval requests, the votes of a quorum, an
 approval consumed or put back), ``_recording`` (a decision's audit entry: refusals, and allows with
 their reservations and quotas), ``_costs`` (what a call costs, which budgets can meter it),
 ``_running`` (``run``/``arun`` under the scheduler, inside the call's span), ``_settlement`` (the

@@ -1,6 +1,6 @@
 """``Gate``: the composition root (the package docstring, ``agentgate.gate``, tells one call's
 path through it): its making, ``close``, the decision (``authorize``) and the evidence; the rest
-it inherits from its parts, one module each (``_delegation``, ``_approvals``, ``_recording``,
+it inherits from its parts, one module each (``_delegation``, ``_approval_gates``, ``_recording``,
 ``_costs``, ``_running``, ``_settlement``, ``_dispatching``)."""
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from agentgate.dispatch.dispatcher import Dispatcher
 from agentgate.errors import InputError, PolicyError, TokenFormatError
 from agentgate.findings import FindingKind
 from agentgate.gate._approval import Approval
-from agentgate.gate._approvals import _Approvals
+from agentgate.gate._approval_gates import _Approvals
 from agentgate.gate._authorization import AgentIdentity, Authorization, Verdict, expect, listed, shown
 from agentgate.gate._checks import (
     _IDENTITY,
