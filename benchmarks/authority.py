@@ -59,12 +59,14 @@ from agentgate.authority import (
     GrantRepository,
     Invocation,
     _decision,
-    _grant,
+    _findings,
+    _signatures,
     delegate,
     issue,
 )
 from agentgate.authority._decision import _decide
-from agentgate.authority._grant import _KEY_CACHE, DEFAULT_SKEW, GRANT_CONTEXT
+from agentgate.authority._grant import DEFAULT_SKEW, GRANT_CONTEXT
+from agentgate.authority._signatures import _KEY_CACHE
 from agentgate.capabilities import Call
 from agentgate.keys import SigningKey
 from agentgate.store import SQLiteStore
@@ -172,10 +174,10 @@ def _timing_parts(repo: GrantRepository, spent: dict[str, int]) -> Iterator[None
         return wrapper
 
     patches = [
-        (_grant, "_sign_open", "signatures"),
-        (_grant, "did_public_key", "did_keys"),
+        (_signatures, "_sign_open", "signatures"),
+        (_signatures, "did_public_key", "did_keys"),
         (_decision, "parse_chain", "parse"),
-        (_grant, "link_findings", "links"),
+        (_findings, "link_findings", "links"),
         (repo, "consume_nonce", "store"),
     ]
     originals = [(owner, attr, getattr(owner, attr)) for owner, attr, _ in patches]

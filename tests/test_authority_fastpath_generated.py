@@ -27,7 +27,7 @@ from agentgate.authority._encoding import (
     did_public_key,
     parse_canonical,
 )
-from agentgate.authority._grant import _grant_from_canonical, _parse_grant_reference
+from agentgate.authority._parsing import _grant_from_canonical, _parse_grant_reference
 from agentgate.capabilities import Call, Capability, capability_from_canonical
 from agentgate.cli.main import main
 from agentgate.errors import CapabilityError, KeyFileError, PolicyError, TokenFormatError

@@ -27,18 +27,10 @@ from agentgate.authority import (
     verify_chain,
 )
 from agentgate.authority._encoding import b64url_decode, b64url_encode, canonical_json, sha256_hex
-from agentgate.authority._grant import (
-    GRANT_CONTEXT,
-    TOKEN_PREFIX,
-    _anchors,
-    _bindings_open,
-    _encode_chain,
-    _grant_from_canonical,
-    _parse_grant_reference,
-    _sign,
-    _sign_open,
-    parse_grant,
-)
+from agentgate.authority._grant import GRANT_CONTEXT, TOKEN_PREFIX, _encode_chain
+from agentgate.authority._operations import _sign
+from agentgate.authority._parsing import _grant_from_canonical, _parse_grant_reference, parse_grant
+from agentgate.authority._signatures import _anchors, _bindings_open, _sign_open
 from agentgate.capabilities import Call, Capability
 from agentgate.errors import (
     AuthorityError,
@@ -369,12 +361,17 @@ def test_ten_thousand_link_chain_is_refused_in_bounded_time_and_memory(
     huge = ".".join([TOKEN_PREFIX] + [link] * 10_000)
     # Bounded time, observed as work not done rather than as wall time (which measures the
     # machine): no link is decoded, parsed or has its signature checked before the refusal.
-    from agentgate.authority import _grant
+    from agentgate.authority import _findings, _parsing
 
     work: list[str] = []
-    for name in ("b64url_decode_parts", "b64url_decode", "parse_grant", "verify_signature"):
-        real = getattr(_grant, name)
-        monkeypatch.setattr(_grant, name, lambda *a, _n=name, _f=real, **k: work.append(_n) or _f(*a, **k))
+    for module, name in (
+        (_parsing, "b64url_decode_parts"),
+        (_parsing, "b64url_decode"),
+        (_parsing, "parse_grant"),
+        (_findings, "verify_signature"),
+    ):
+        real = getattr(module, name)
+        monkeypatch.setattr(module, name, lambda *a, _n=name, _f=real, **k: work.append(_n) or _f(*a, **k))
     tracemalloc.start()
     with pytest.raises(TokenFormatError, match="limit"):
         verify_chain(huge, ROOT.public, now=NOW)

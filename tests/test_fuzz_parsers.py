@@ -71,14 +71,14 @@ from agentgate.authority._encoding import (
     canonical_json,
     did_public_key,
 )
-from agentgate.authority._grant import (
-    GRANT_CONTEXT,
+from agentgate.authority._grant import GRANT_CONTEXT
+from agentgate.authority._invocation import _decode_common
+from agentgate.authority._parsing import (
     _grant_from_canonical,
     _parse_grant_reference,
     parse_chain,
     parse_grant,
 )
-from agentgate.authority._invocation import _decode_common
 from agentgate.capabilities import (
     Call,
     Capability,

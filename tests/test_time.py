@@ -8,7 +8,8 @@ import time
 import pytest
 
 from agentgate._time import utc_text, when
-from agentgate.authority._grant import issue, time_finding
+from agentgate.authority._findings import time_finding
+from agentgate.authority._operations import issue
 from agentgate.keys import SigningKey
 
 

@@ -3,6 +3,12 @@
 ``issue`` and ``delegate`` make chains; ``Invocation.sign`` binds one call to its holder;
 ``decide`` (or ``Authority.decide``) answers allow, deny or approval required with findings;
 ``revoke`` kills a grant and every grant below it. docs/token-format.md specifies the bytes.
+
+Where each part lives: the grant values, the format's limits and the wire form (``_grant``),
+strict parsing (``_parsing``), signatures and trust anchors (``_signatures``), what stops a chain
+from being valid, as findings (``_findings``), ``issue``/``delegate``/``verify_chain``
+(``_operations``); beside them the byte encodings (``_encoding``), invocations (``_invocation``)
+and decisions (``_decision``).
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from agentgate.authority._decision import (
     revoke,
     revoke_holder,
 )
+from agentgate.authority._findings import findings_of
 from agentgate.authority._grant import (
     DEFAULT_SKEW,
     MAX_LINKS,
@@ -28,13 +35,10 @@ from agentgate.authority._grant import (
     Budget,
     Chain,
     Grant,
-    delegate,
-    findings_of,
-    issue,
-    parse_chain,
-    verify_chain,
 )
 from agentgate.authority._invocation import Invocation, args_digest
+from agentgate.authority._operations import delegate, issue, verify_chain
+from agentgate.authority._parsing import parse_chain
 from agentgate.findings import Outcome
 from agentgate.store.grants import GrantRepository
 

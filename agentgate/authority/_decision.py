@@ -18,26 +18,17 @@ from typing import Any, Protocol
 
 from agentgate._time import when
 from agentgate.authority._encoding import sha256_hex
-from agentgate.authority._grant import (
-    DEFAULT_SKEW,
-    Budget,
-    Chain,
-    Grant,
-    _anchors,
-    _encode_chain,
-    _now,
-    _short,
-    chain_finding,
-    parse_chain,
-    time_finding,
-    verify_signature,
-)
+from agentgate.authority._findings import _short, chain_finding, time_finding
+from agentgate.authority._grant import DEFAULT_SKEW, Budget, Chain, Grant, _encode_chain
 from agentgate.authority._invocation import (
     INVOCATION_CONTEXT,
     MAX_INVOCATION_TTL,
     Invocation,
     args_digest,
 )
+from agentgate.authority._operations import _now
+from agentgate.authority._parsing import parse_chain
+from agentgate.authority._signatures import _anchors, verify_signature
 from agentgate.capabilities import (
     Call,
     Capability,

@@ -25,7 +25,9 @@ from agentgate.authority._encoding import (
     require,
     sha256_hex,
 )
-from agentgate.authority._grant import MAX_TIME, Chain, _as_chain, _cached_key, _did, _now, _signing_key
+from agentgate.authority._grant import MAX_TIME, Chain
+from agentgate.authority._operations import _as_chain, _did, _now, _signing_key
+from agentgate.authority._signatures import _cached_key
 from agentgate.capabilities import Call
 from agentgate.capabilities._canonical import _prechecked
 from agentgate.errors import InputError, TokenFormatError

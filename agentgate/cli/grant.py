@@ -31,13 +31,9 @@ from agentgate.authority import (
     revoke,
     revoke_holder,
 )
-from agentgate.authority._grant import (
-    GRANT_CONTEXT,
-    MAX_DEPTH,
-    link_findings,
-    root_findings,
-    verify_signature,
-)
+from agentgate.authority._findings import link_findings, root_findings
+from agentgate.authority._grant import GRANT_CONTEXT, MAX_DEPTH
+from agentgate.authority._signatures import verify_signature
 from agentgate.capabilities import Call, Capability
 from agentgate.cli._common import (
     given,

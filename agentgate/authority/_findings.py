@@ -1,0 +1,322 @@
+"""What stops a chain from being valid, as findings, and the exception that enforces each.
+
+The root issuer must be a trust anchor the verifier was given; every later issuer must be the
+audience of the link before it, whose key that link's (already verified) signer vouched for, and
+every link must attenuate its parent. Time is checked apart (``time_finding``), so what
+``chain_finding`` answers may be cached by token.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from agentgate._time import when
+from agentgate.authority._grant import DEFAULT_SKEW, GRANT_CONTEXT, Chain, Grant
+from agentgate.authority._signatures import TrustAnchors, verify_signature
+from agentgate.capabilities import (
+    Capability,
+    attenuates,
+    format_capability,
+    pattern_within,
+    witness,
+)
+from agentgate.errors import (
+    AgentGateError,
+    AuthorityError,
+    Denied,
+    Expired,
+    InvalidSignature,
+    Revoked,
+    ScopeCreep,
+)
+from agentgate.findings import Finding, FindingKind
+
+_SCOPE = FindingKind.SCOPE_CREEP
+_TRUST = FindingKind.IMPLICIT_TRUST_INHERITANCE
+_REVOCABLE = FindingKind.NON_REVOCABLE_GRANT
+_OPACITY = FindingKind.AUTHORITY_CHAIN_OPACITY
+
+
+def _finding(
+    kind: FindingKind, code: str, message: str, grant: Grant | None, field: str | None = None
+) -> Finding:
+    return Finding(kind=kind, code=code, message=message, grant=grant.id if grant else None, field=field)
+
+
+def _short(did: str) -> str:
+    if not isinstance(did, str):  # a hand-built invocation's issuer: named, never a TypeError
+        return repr(did)[:40]
+    return did if len(did) <= 24 else did[:16] + "..." + did[-6:]
+
+
+def _capability_finding(parent: Grant, child: Grant, cap: Capability) -> Finding | None:
+    # ``attenuates`` is exact and agrees with ``witness`` (property-tested), without building
+    # witness calls: the common case of a valid link costs no more than that.
+    for p in parent.capabilities:
+        if attenuates(p, cap):
+            return None
+    near: tuple[Capability, Any] | None = None
+    for p in parent.capabilities:
+        call = witness(p, cap)
+        if call is None:
+            return None
+        if near is None and pattern_within(cap.resource, p.resource) and p.action in ("*", cap.action):
+            near = (p, call)
+    if near is not None:
+        p, call = near
+        for name, constraint in p.constraints:
+            if name not in call.args or not constraint.allows(call.args[name]):
+                value = call.args.get(name, "<any value>")
+                return _finding(
+                    _SCOPE,
+                    "constraint_widened",
+                    f"child capability {format_capability(cap)} allows {name}={value!r}, which the parent's "
+                    f"{format_capability(p)} does not; narrow {name} to within the parent's constraint",
+                    child,
+                    f"constraints.{name}",
+                )
+    call = witness(parent.capabilities[0], cap)
+    assert call is not None
+    held = ", ".join(format_capability(p) for p in parent.capabilities)
+    return _finding(
+        _SCOPE,
+        "capability_widened",
+        f"child capability {format_capability(cap)} allows {call.resource} {call.action}, which no parent "
+        f"capability covers (parent holds {held})",
+        child,
+        "capabilities",
+    )
+
+
+def link_findings(links: Sequence[Grant], child: Grant) -> list[Finding]:
+    """Everything that stops ``child`` from attenuating the chain ``links`` (signatures aside)."""
+    parent = links[-1]
+    out: list[Finding] = []
+    if child.parent != parent.id:
+        out.append(
+            _finding(
+                _OPACITY,
+                "parent_mismatch",
+                "link does not name the previous link as its parent "
+                "(links reordered, spliced from another chain, or one dropped)",
+                child,
+                "parent",
+            )
+        )
+        return out
+    if child.issuer != parent.audience:
+        out.append(
+            _finding(
+                _OPACITY,
+                "issuer_not_parent_audience",
+                f"link is signed by {_short(child.issuer)}, but "
+                f"the parent grant was given to {_short(parent.audience)}",
+                child,
+                "issuer",
+            )
+        )
+        return out
+    if child.audience == child.issuer:
+        out.append(
+            _finding(
+                _TRUST,
+                "self_delegation",
+                "a principal delegated to itself; delegate to the sub-agent's own key instead",
+                child,
+                "audience",
+            )
+        )
+    elif child.audience in {link.issuer for link in links} | {link.audience for link in links}:
+        out.append(
+            _finding(
+                _TRUST,
+                "delegation_cycle",
+                f"{_short(child.audience)} already appears in this chain; "
+                "authority may not flow back to an earlier holder",
+                child,
+                "audience",
+            )
+        )
+    if parent.max_depth == 0:
+        out.append(
+            _finding(
+                _SCOPE,
+                "delegation_not_allowed",
+                "the parent grant allows no further delegation (max depth 0)",
+                child,
+                "max_depth",
+            )
+        )
+    elif child.max_depth > parent.max_depth - 1:
+        out.append(
+            _finding(
+                _SCOPE,
+                "depth_widened",
+                f"child allows {child.max_depth} further delegation levels; "
+                f"the parent leaves at most {parent.max_depth - 1}",
+                child,
+                "max_depth",
+            )
+        )
+    for cap in child.capabilities:
+        found = _capability_finding(parent, child, cap)
+        if found is not None:
+            out.append(found)
+    if parent.budget is not None:
+        if child.budget is None:
+            out.append(
+                _finding(
+                    _SCOPE,
+                    "budget_widened",
+                    f"child has no budget limit; the parent is limited to {parent.budget}",
+                    child,
+                    "budget",
+                )
+            )
+        elif child.budget.unit != parent.budget.unit:
+            out.append(
+                _finding(
+                    _SCOPE,
+                    "budget_unit_changed",
+                    f"child budget is in {child.budget.unit}, the parent's in {parent.budget.unit}",
+                    child,
+                    "budget",
+                )
+            )
+        elif child.budget.amount > parent.budget.amount:
+            out.append(
+                _finding(
+                    _SCOPE,
+                    "budget_widened",
+                    f"child budget {child.budget} exceeds the parent's {parent.budget}",
+                    child,
+                    "budget",
+                )
+            )
+    if child.expires > parent.expires:
+        out.append(
+            _finding(
+                _REVOCABLE,
+                "outlives_parent",
+                f"child expires at {when(child.expires)}, after its parent "
+                f"({when(parent.expires)}); a child never outlives its parent",
+                child,
+                "expiry",
+            )
+        )
+    if child.not_before < parent.not_before:
+        out.append(
+            _finding(
+                _SCOPE,
+                "starts_before_parent",
+                "child becomes valid before its parent does",
+                child,
+                "not_before",
+            )
+        )
+    return out
+
+
+def root_findings(root: Grant) -> list[Finding]:
+    """What stops ``root`` from starting a chain (trust anchors aside): it names a parent."""
+    if root.parent is None:
+        return []
+    return [
+        _finding(
+            _OPACITY,
+            "root_has_parent",
+            "the first link names a parent: the chain's start was dropped, or its links reordered",
+            root,
+            "parent",
+        )
+    ]
+
+
+def chain_finding(chain: Chain, anchors: frozenset[str]) -> Finding | None:
+    """The first reason ``chain`` is not a valid, attenuating chain from one of ``anchors``; else ``None``.
+
+    Time-independent (signatures, links, attenuation), so the result may be cached by token.
+    """
+    root = chain.root
+    if started := root_findings(root):
+        return started[0]
+    if root.issuer not in anchors:
+        return _finding(
+            _OPACITY,
+            "untrusted_root",
+            f"root grant issued by {_short(root.issuer)}, which is not a trust anchor of this verifier",
+            root,
+            "issuer",
+        )
+    root_key = anchors.public_keys.get(root.issuer) if isinstance(anchors, TrustAnchors) else None
+    for i, link in enumerate(chain.links):
+        try:
+            verify_signature(
+                link.issuer, GRANT_CONTEXT + link.payload, link.signature, root_key if i == 0 else None
+            )
+        except InvalidSignature:
+            return _finding(
+                _OPACITY,
+                "bad_signature",
+                f"link {i} is not validly signed by its issuer {_short(link.issuer)}",
+                link,
+                "signature",
+            )
+        if i:
+            found = link_findings(chain.links[:i], link)
+            if found:
+                return found[0]
+    return None
+
+
+def time_finding(chain: Chain, now: int, skew: int = DEFAULT_SKEW) -> Finding | None:
+    """Whether every link is valid at ``now`` (not-before with ``skew`` tolerance; expiry exact)."""
+    for link in chain.links:
+        if now >= link.expires:
+            return _finding(
+                _SCOPE,
+                "grant_expired",
+                f"grant expired at {when(link.expires)} (now {when(now)}); ask its issuer for a new one",
+                link,
+                "expiry",
+            )
+        if now + skew < link.not_before:
+            return _finding(
+                _SCOPE,
+                "grant_not_yet_valid",
+                f"grant is valid from {when(link.not_before)} (now {when(now)}, tolerance {skew}s)",
+                link,
+                "not_before",
+            )
+    return None
+
+
+def error_for(finding: Finding) -> AuthorityError:
+    """The exception from ``agentgate.errors`` that enforces ``finding`` (with it attached)."""
+    cls: type[AuthorityError]
+    if finding.code in (
+        "grant_expired",
+        "grant_not_yet_valid",
+        "invocation_expired",
+        "invocation_not_yet_valid",
+    ):
+        cls = Expired
+    elif finding.code in ("revoked",):
+        cls = Revoked
+    elif finding.code in ("bad_signature", "bad_invocation_signature"):
+        cls = InvalidSignature
+    elif finding.kind == _SCOPE or finding.code == "outlives_parent":
+        cls = ScopeCreep
+    else:
+        cls = Denied
+    error = cls(f"{finding.code}: {finding.message}")
+    error.finding = finding
+    return error
+
+
+def findings_of(error: AgentGateError) -> list[Finding]:
+    """The finding an authority error carries, or an opacity finding for malformed input."""
+    if isinstance(error, AuthorityError) and isinstance(error.finding, Finding):
+        return [error.finding]
+    return [Finding(kind=_OPACITY, code="malformed_token", message=str(error))]

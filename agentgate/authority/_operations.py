@@ -1,0 +1,285 @@
+"""The public operations: ``issue`` and ``delegate`` sign grants, ``verify_chain`` checks a chain.
+
+Each checks its arguments before anything is signed (``_did``, ``_now`` and ``_signing_key`` are
+shared with invocations); ``delegate`` refuses, with the finding attached, a grant that would
+not attenuate its parent.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import os
+import time
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from agentgate._time import when
+from agentgate.authority._encoding import canonical_json
+from agentgate.authority._findings import (
+    _SCOPE,
+    _TRUST,
+    _finding,
+    _short,
+    chain_finding,
+    error_for,
+    link_findings,
+    time_finding,
+)
+from agentgate.authority._grant import (
+    DEFAULT_SKEW,
+    GRANT_CONTEXT,
+    MAX_CAPABILITIES,
+    MAX_DEPTH,
+    MAX_PAYLOAD_BYTES,
+    MAX_PURPOSE,
+    MAX_TIME,
+    VERSION,
+    Budget,
+    Chain,
+    Grant,
+    _encode_chain,
+)
+from agentgate.authority._parsing import parse_chain, parse_grant
+from agentgate.authority._signatures import _anchors, _cached_key
+from agentgate.capabilities import Capability
+from agentgate.errors import CapabilityError, InputError, TokenFormatError
+from agentgate.keys import PublicKey, SigningKey
+
+
+def _token_value(value: Any, where: str) -> Any:
+    """Constraint values as they go into a token: integral floats become integers, others are refused."""
+    if isinstance(value, float):
+        if not math.isfinite(value) or not value.is_integer():
+            raise CapabilityError(
+                f"{where}: {value!r} is not an integer; tokens carry integers only (use minor units)"
+            )
+        return int(value)
+    if isinstance(value, list):
+        return [_token_value(v, where) for v in value]
+    return value
+
+
+def _capability_payload(cap: Capability) -> dict[str, Any]:
+    data = cap.to_dict()
+    data["constraints"] = {
+        name: {op: _token_value(v, f"{cap.resource} {name}") for op, v in spec.items()}
+        for name, spec in data["constraints"].items()
+    }
+    return data
+
+
+def _did(value: str | PublicKey | SigningKey, what: str) -> str:
+    if isinstance(value, PublicKey | SigningKey):
+        return value.did
+    if not isinstance(value, str):  # a list is unhashable: no TypeError from the key cache
+        raise TokenFormatError(f"{what}: a did:key string or a PublicKey, got {type(value).__name__}")
+    try:
+        _cached_key(value)
+    except TokenFormatError as exc:
+        raise TokenFormatError(f"{what}: {exc}") from None
+    return value
+
+
+def _now(now: float | None) -> int:
+    """``now`` in whole Unix seconds (``None``: the clock). Raises ``InputError`` for what is not a
+    finite number (NaN, an infinity, a string, a boolean), which ``int`` would refuse with a bare
+    ``ValueError``/``OverflowError`` or take as a time."""
+    if now is None:
+        return int(time.time())
+    if type(now) is int:
+        return now
+    if isinstance(now, bool) or not isinstance(now, numbers.Real) or not math.isfinite(now):
+        raise InputError(f"now must be a finite number of Unix seconds, got {now!r}")
+    return int(now)
+
+
+def _signing_key(key: SigningKey, what: str) -> SigningKey:
+    """``key`` if it is a ``SigningKey``; else ``InputError`` (a ``PublicKey`` cannot sign)."""
+    if not isinstance(key, SigningKey):
+        hint = "; a public key cannot sign: give the private key" if isinstance(key, PublicKey) else ""
+        raise InputError(f"{what} must be a SigningKey, got {type(key).__name__}{hint}")
+    return key
+
+
+def _sign(
+    key: SigningKey,
+    *,
+    audience: str,
+    capabilities: Sequence[Capability],
+    budget: Budget | None,
+    not_before: int,
+    expires: int,
+    max_depth: int,
+    purpose: str,
+    parent: str | None,
+) -> Grant:
+    if not capabilities or len(capabilities) > MAX_CAPABILITIES:
+        raise TokenFormatError(f"a grant names 1 to {MAX_CAPABILITIES} capabilities")
+    if budget is not None and not isinstance(budget, Budget):
+        raise TokenFormatError(
+            f"budget must be a Budget (Budget(amount, unit) or Budget.parse), got {type(budget).__name__}"
+        )
+    if isinstance(max_depth, bool) or not isinstance(max_depth, int) or not 0 <= max_depth <= MAX_DEPTH:
+        raise TokenFormatError(f"max depth must be an integer from 0 to {MAX_DEPTH}")
+    if not isinstance(purpose, str) or len(purpose) > MAX_PURPOSE:
+        raise TokenFormatError(f"purpose must be a string of at most {MAX_PURPOSE} characters")
+    if not 0 <= not_before < expires < MAX_TIME:
+        raise TokenFormatError("expiry must be after not-before (a grant without expiry is refused)")
+    body: dict[str, Any] = {
+        "v": VERSION,
+        "iss": key.did,
+        "aud": audience,
+        "caps": [_capability_payload(c) for c in capabilities],
+        "budget": budget.to_dict() if budget else None,
+        "nbf": not_before,
+        "exp": expires,
+        "depth": max_depth,
+        "nonce": os.urandom(16).hex(),
+        "purpose": purpose,
+        "parent": parent,
+    }
+    payload = canonical_json(body)
+    if len(payload) > MAX_PAYLOAD_BYTES:
+        raise TokenFormatError(f"grant payload is {len(payload)} bytes; the limit is {MAX_PAYLOAD_BYTES}")
+    return parse_grant(payload, key.sign(GRANT_CONTEXT + payload))
+
+
+def _as_chain(chain: Chain | str) -> Chain:
+    return chain if isinstance(chain, Chain) else parse_chain(chain)
+
+
+def _caps(capabilities: Iterable[Capability | str]) -> list[Capability]:
+    if isinstance(capabilities, str | Capability) or not isinstance(capabilities, Iterable):
+        # One string would be read character by character, as capability 't'.
+        raise CapabilityError(f"capabilities are a list of capabilities, got {type(capabilities).__name__}")
+    return [c if isinstance(c, Capability) else Capability.parse(c) for c in capabilities]
+
+
+def issue(
+    issuer: SigningKey,
+    audience: str | PublicKey,
+    capabilities: Iterable[Capability | str],
+    *,
+    ttl: int,
+    budget: Budget | None = None,
+    max_depth: int = 2,
+    purpose: str = "",
+    now: float | None = None,
+) -> Chain:
+    """A root grant from ``issuer`` (a trust anchor) to ``audience``, valid from now for ``ttl`` seconds.
+
+    Raises ``TokenFormatError`` or ``CapabilityError`` for values that cannot go into a token
+    (non-positive ttl, non-integer constraint numbers, too many capabilities...).
+    """
+    if isinstance(ttl, bool) or not isinstance(ttl, int) or ttl <= 0:
+        raise TokenFormatError("ttl must be a positive whole number of seconds (expiry is required)")
+    start = _now(now)
+    grant = _sign(
+        _signing_key(issuer, "the issuer"),
+        audience=_did(audience, "audience"),
+        capabilities=_caps(capabilities),
+        budget=budget,
+        not_before=start,
+        expires=start + ttl,
+        max_depth=max_depth,
+        purpose=purpose,
+        parent=None,
+    )
+    return Chain((grant,), _encode_chain([grant]))
+
+
+def delegate(
+    parent: Chain | str,
+    holder: SigningKey,
+    audience: str | PublicKey,
+    capabilities: Iterable[Capability | str],
+    *,
+    ttl: int,
+    budget: Budget | None = None,
+    max_depth: int | None = None,
+    purpose: str = "",
+    now: float | None = None,
+) -> Chain:
+    """Extend ``parent`` with a narrower grant from its holder to ``audience``.
+
+    ``budget=None`` keeps the parent's budget; ``max_depth=None`` takes one less than the parent's.
+    Refuses (raising with the finding attached) anything that does not attenuate: ``ScopeCreep``
+    for wider capabilities, constraints, budget, depth or a later expiry, ``Denied`` when
+    ``holder`` is not the parent's audience or the delegation would cycle, ``Expired`` when the
+    parent is no longer valid (expired, or starting more than ``DEFAULT_SKEW`` seconds from now).
+    """
+    chain = _as_chain(parent)
+    tip = chain.tip
+    if _signing_key(holder, "the holder").did != tip.audience:
+        raise error_for(
+            _finding(
+                _TRUST,
+                "not_the_audience",
+                f"{_short(holder.did)} cannot delegate a grant given to {_short(tip.audience)}",
+                tip,
+                "audience",
+            )
+        )
+    if isinstance(ttl, bool) or not isinstance(ttl, int) or ttl <= 0:
+        raise TokenFormatError("ttl must be a positive whole number of seconds (expiry is required)")
+    start = _now(now)
+    # Not-before with the verifiers' tolerance: a grant issued on a host whose clock runs a few
+    # seconds ahead is usable here at once (decisions allow DEFAULT_SKEW), so it is delegable at
+    # once too; the child starts no earlier than its parent (``not_before`` below). Expiry is exact.
+    found = time_finding(chain, start, DEFAULT_SKEW)
+    if found is not None:
+        raise error_for(found)
+    if tip.max_depth == 0:
+        raise error_for(
+            _finding(
+                _SCOPE,
+                "delegation_not_allowed",
+                "the parent grant allows no further delegation (max depth 0)",
+                tip,
+                "max_depth",
+            )
+        )
+    if start + ttl <= tip.not_before:  # only within the tolerance above: a parent starting soon
+        raise TokenFormatError(
+            f"a ttl of {ttl}s from now ({when(start)}) ends before the parent grant starts "
+            f"({when(tip.not_before)}); give a longer ttl"
+        )
+    grant = _sign(
+        holder,
+        audience=_did(audience, "audience"),
+        capabilities=_caps(capabilities),
+        budget=tip.budget if budget is None else budget,
+        not_before=max(start, tip.not_before),
+        expires=start + ttl,
+        max_depth=tip.max_depth - 1 if max_depth is None else max_depth,
+        purpose=purpose,
+        parent=tip.id,
+    )
+    found_all = link_findings(chain.links, grant)
+    if found_all:
+        raise error_for(found_all[0])
+    links = (*chain.links, grant)
+    return Chain(links, _encode_chain(links))
+
+
+def verify_chain(
+    chain: Chain | str,
+    trusted: PublicKey | str | Iterable[PublicKey | str],
+    *,
+    now: float | None = None,
+    skew: int = DEFAULT_SKEW,
+) -> Chain:
+    """Parse and fully verify a chain against the trust anchors at time ``now``; return it.
+
+    Checks sizes, format, every signature, every link's parent hash and issuer, attenuation and
+    validity times; not revocation (that needs the store: use ``decide``). Raises
+    ``TokenFormatError`` for malformed bytes, else the ``AuthorityError`` of the first finding.
+    """
+    if type(skew) is not int or skew < 0:
+        raise InputError(f"skew must be a whole number of seconds, 0 or more, got {skew!r:.40}")
+    parsed = _as_chain(chain)
+    found = chain_finding(parsed, _anchors(trusted)) or time_finding(parsed, _now(now), skew)
+    if found is not None:
+        raise error_for(found)
+    return parsed
