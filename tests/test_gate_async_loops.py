@@ -1,7 +1,7 @@
 """The asyncio paths: many agent runs in one event loop, a loop per ``asyncio.run``,
 cancellation combined with blocking waits, on real SQLite files and a real PostgreSQL server.
 
-What was found (and fixed in ``agentgate/tasks/_scheduler.py``):
+What was found (and fixed in ``agentgate/tasks/_scheduler.py`` and ``_store_work.py``):
 
 - A cross-process lease taken by a worker thread while ``asyncio.run`` cancelled the call (its
   main returned, or raised, while the call polled for a lease) was never given back: the loop's

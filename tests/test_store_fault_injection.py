@@ -23,7 +23,7 @@ of the main paths):
 
 Defects found:
 
-- fixed, agentgate/tasks/_scheduler.py: on PostgreSQL, a cross-process lease that could not be
+- fixed, agentgate/tasks/_store_work.py: on PostgreSQL, a cross-process lease that could not be
   given back after the tool ran (the DELETE refused) made ``Gate.run`` raise ``StoreError`` in
   place of the tool's result, and the audit log recorded an ``error`` outcome for a call that ran
   and succeeded (a caller told "failed" retries a refund). The store error is now counted

@@ -403,7 +403,7 @@ def test_a_lease_taken_after_its_call_gave_up_is_given_back(tmp_path: Path) -> N
     slot held, and renewed by the heartbeat, for good: a tool limited to one at once ran at
     none. (The window is a thread race; ``_Taking`` is driven in the order the race produces.)
     Rule: whichever of ``take`` and ``abandon`` comes second gives the lease back."""
-    from agentgate.tasks._scheduler import _Taking
+    from agentgate.tasks._store_work import _Taking
 
     store = SQLiteStore(tmp_path / "s.db")
     manager, other = LeaseManager(store, holder="p1"), LeaseManager(store, holder="p2")

@@ -19,15 +19,21 @@ lease heartbeat is one thread, joined by ``aclose``).
 
 Everything runs on the event loop the scheduler is used from, one loop at a time (use
 ``SyncScheduler`` from threads). Its blocking store work (leases, rate tokens, breakers, dead
-letters) runs on a thread pool of its own, never the loop's default executor: a call holding a
-slot must never wait for a worker thread that a caller blocked on that slot holds (``Gate.run``
-under ``asyncio.to_thread``), and a lease taken must be given back whatever becomes of the loop
-that asked for it. The admission state (in-flight counts, rate buckets, breakers, the fair
+letters) runs on a thread pool of its own, never the loop's default executor (``_store_work.py``
+says why). The admission state (in-flight counts, rate buckets, breakers, the fair
 queue) lives in a ``SharedLimits`` (``_limits.py``), used under its lock: a Gate gives one to
 its sync scheduler and to the scheduler of every event loop, so a policy's limits hold across
 all of them. The attempt loop's steps (deadline, breaker, failure and retry handling, dead
-letters) are methods here that the sync facade's attempt loop calls too; only the loop itself is
-written twice (an ``await`` cannot be shared with a blocking call without slowing both).
+letters) are methods of the scheduler that the sync facade's attempt loop calls too; only the
+loop itself is written twice (an ``await`` cannot be shared with a blocking call without slowing
+both).
+
+Where each part lives: ``Scheduler`` (here: its making, ``aclose``, ``submit``, the attempt loop
+``_run`` with its wait for a turn in the fair queue, and the deadline helpers) inherits one part
+per concern: ``_StoreWork`` (``_store_work.py``: the store pool, cross-process leases and rate
+tokens, breaker transitions counted, published and adopted) and ``_Failures`` (``_failures.py``: a
+failed attempt classified, told to the breaker and put to the retry rule, the backoff, ``_GiveUp``
+and the errors of a call given up, dead letters).
 """
 
 from __future__ import annotations
@@ -36,14 +42,10 @@ import asyncio
 import bisect
 import concurrent.futures
 import contextlib
-import contextvars
-import functools
 import math
-import os
 import random
 import threading
 import time
-import uuid
 import weakref
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Coroutine
@@ -53,48 +55,24 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 from prometheus_client import CollectorRegistry
 
-from agentgate.errors import (
-    AgentGateError,
-    CircuitOpen,
-    DeadlineExceeded,
-    InputError,
-    Overloaded,
-    SchedulingError,
-    StoreError,
-)
+from agentgate.errors import AgentGateError, DeadlineExceeded, InputError, SchedulingError
 from agentgate.store._base import Store
 from agentgate.store.dead_letters import AttemptError, DeadLetter, DeadLetterStore
 from agentgate.store.leases import Lease, LeaseManager, SharedBreakers, SharedRateLimits
-from agentgate.tasks._backoff import full_jitter
-from agentgate.tasks._breaker import BreakerSnapshot, BreakerState, CircuitBreaker
-from agentgate.tasks._call import OVERFLOW_BREAKER, Attempt, ToolCall, require_tool_call
+from agentgate.tasks._breaker import BreakerSnapshot, CircuitBreaker
+from agentgate.tasks._call import Attempt, ToolCall, require_tool_call
 from agentgate.tasks._classify import DEFAULT_CLASSIFIER, Classifier
 from agentgate.tasks._config import PriorityClass, SchedulerConfig, ToolLimits
-from agentgate.tasks._limits import PER_NAME_STATE, RUNNING, SharedLimits, Waiter
+from agentgate.tasks._failures import _circuit_open, _Failures, _give_up, _GiveUp, _started_late, _twin_late
+from agentgate.tasks._limits import RUNNING, SharedLimits, Waiter
 from agentgate.tasks._metrics import SchedulerMetrics
-from agentgate.tasks._retry import Failure, RetryRule, rule_for
+from agentgate.tasks._retry import RetryRule
+from agentgate.tasks._store_work import _StoreWork
 
 T = TypeVar("T")
 
-#: Longest pause between two tries for a cross-process lease while all slots are held.
-_LEASE_POLL_MAX_S = 0.25
-_DEAD_LETTERS_KEPT = 1_000
-#: How often a scheduler with a store reads a breaker's shared state (per breaker key).
-_BREAKER_SYNC_S = 0.25
-#: Threads of a scheduler's own pool for its store work (leases, rate tokens, breakers, dead letters).
-_STORE_WORKERS = min(32, (os.cpu_count() or 1) + 4)
 
-
-class _GiveUp(Exception):
-    """Internal: the call is given up for ``reason``; ``error`` is what the caller gets."""
-
-    def __init__(self, reason: str, error: BaseException) -> None:
-        super().__init__(reason)
-        self.reason = reason
-        self.error = error
-
-
-class Scheduler:
+class Scheduler(_StoreWork, _Failures):
     """Schedules tool calls: priority, tenant fairness, limits, deadlines, safe retries, breakers.
 
     ``store``: when given, dead letters are persisted there, and per-tool concurrency and rate
@@ -204,10 +182,6 @@ class Scheduler:
         """The state of every breaker used through this scheduler's (maybe shared) limits."""
         return self.shared.breaker_snapshots()
 
-    def dead_letters(self) -> list[DeadLetter]:
-        """Dead letters recorded by this scheduler (the newest 1,000), oldest first."""
-        return list(self._dead)
-
     @property
     def queued(self) -> int:
         """Calls waiting to start (in every scheduler sharing this one's limits)."""
@@ -253,37 +227,6 @@ class Scheduler:
             pool, self._pool = self._pool, None
         if pool is not None:
             pool.shutdown(wait=False)  # idle now; a later use (a breaker to publish) makes another
-
-    def _store_pool(self) -> concurrent.futures.ThreadPoolExecutor:
-        """The scheduler's own pool for blocking store work (made on first use, from any thread).
-
-        Not the loop's default executor: its workers may all be held by callers that wait for a
-        slot this scheduler's calls hold (``Gate.run`` in ``asyncio.to_thread``), and a call
-        holding that slot that needed a worker to take or give back its lease waited for ever.
-        Its jobs never wait for a slot, so they always end."""
-        pool = self._pool
-        if pool is None:
-            with self._pool_lock:
-                pool = self._pool
-                if pool is None:
-                    pool = self._pool = concurrent.futures.ThreadPoolExecutor(
-                        _STORE_WORKERS, thread_name_prefix="agentgate-scheduler-store"
-                    )
-        return pool
-
-    def _blocking(self, fn: Callable[..., T], *args: Any) -> asyncio.Future[T]:
-        """``fn(*args)`` on the store pool in the caller's context (as ``asyncio.to_thread``: an
-        event it records lands on the call's span), submitted now: a future of the running loop,
-        not a task, so no loop shutdown cancels it before it started; the job runs to its end."""
-        context = contextvars.copy_context()
-        return asyncio.wrap_future(self._store_pool().submit(context.run, fn, *args))
-
-    def release_leases(self) -> None:
-        """Stop renewing this scheduler's cross-process leases and give them back, from any thread
-        (blocking, idempotent). For an owner that cannot await ``aclose`` on the scheduler's loop:
-        a ``Gate`` closing while that loop runs in another thread, or runs no more."""
-        if self._leases is not None:
-            self._leases.close()
 
     # --- the call -------------------------------------------------------------------------------
 
@@ -606,31 +549,6 @@ class Scheduler:
                 ) from exc
             raise
 
-    async def _release_lease(self, manager: LeaseManager, lease: Lease) -> None:
-        """Release an attempt's cross-process lease, to the end even if the call is cancelled."""
-        try:
-            await asyncio.shield(self._blocking(manager.release, lease))
-        except StoreError:
-            # The attempt has ended: its result, or its error, stands. Raised here, the store's
-            # error replaced them, and a tool that ran and succeeded was recorded as failed (its
-            # caller told so too). Not given back, the lease is not renewed either (``release``
-            # forgot it first): it expires within lease_ttl_s, as ``_give_back``'s.
-            with self.shared.lock:
-                self.metrics.tally("lease_not_released", lease.key)
-
-    async def _back_off(self, delay: float) -> None:
-        """Wait ``delay`` seconds before a retry, or until ``aclose`` begins: the retry is then
-        refused (``SchedulingError``, reason ``closed``) at once, as the sync facade's is, instead
-        of holding the drain for the rest of a backoff of up to ``backoff_max_s``."""
-        if self._closed:
-            return
-        loop = asyncio.get_running_loop()
-        if self._closing is None or self._closing[0] is not loop:
-            self._closing = (loop, asyncio.Event())
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(delay):
-                await self._closing[1].wait()
-
     # --- the steps of an attempt loop, shared with the sync facade's (``_sync.py``) --------------
 
     @staticmethod
@@ -639,255 +557,6 @@ class Scheduler:
         absolute = call.absolute_deadline()
         assert absolute is not None
         return now + (absolute - time.time())
-
-    def _failed(
-        self,
-        call: ToolCall,
-        limits: ToolLimits,
-        key: str | None,
-        error: Exception,
-        number: int,
-        errors: list[AttemptError],
-        breaker: CircuitBreaker,
-        deadline: float | None,
-        now: float,
-        probe: bool = False,
-        cut: bool = False,
-    ) -> float:
-        """Attempt ``number`` failed with ``error``: note it in ``errors``, tell the breaker (``probe``:
-        the attempt held a half-open probe), count it. An idempotency key counts for the retry rule
-        only when it reaches the tool (``ToolCall.key_reaches_tool``). ``cut``: the call's own
-        deadline, not the tool's ``timeout_s``, ended the attempt; as a cancelled call it says
-        nothing about the tool, so the breaker is not told (its probe is given back): one caller's
-        tight deadlines must not open the breaker of a tool that meets its own timeout for everyone.
-
-        Returns the backoff before the next attempt; raises ``_GiveUp`` when the retry rule has
-        no next attempt (or it would start past ``deadline``; ``now`` is the time on its clock),
-        and ``error`` itself when the call says it is a pause (``ToolCall.pauses``).
-        """
-        if call.pauses is not None and call.pauses(error):
-            # A pause (LangGraph's interrupt()), not a failure: as a cancellation, it says nothing
-            # of the tool (its probe is given back), and is neither retried nor a dead letter.
-            if probe:
-                breaker.release()
-            raise error
-        try:
-            found = self._classifier(error)
-        except Exception:  # a broken classifier must not hide the tool's error: the safe class
-            found = None
-        error_class = found if isinstance(found, str) and found else "error"
-        errors.append(
-            AttemptError(
-                number,
-                error_class,
-                type(error).__qualname__,
-                _message(error) if call.keep_error_text or isinstance(error, AgentGateError) else "",
-                time.time(),
-            )
-        )
-        if not cut:
-            breaker.record_failure(error_class, probe=probe)
-        elif probe:
-            breaker.release()
-        rule = self._rules.get(call.tool)
-        if rule is None:
-            if len(self._rules) >= PER_NAME_STATE:
-                self._rules.clear()  # derived from the limits: made again when asked
-            rule = self._rules[call.tool] = rule_for(limits)
-        keyed = key is not None and call.key_reaches_tool
-        reason = rule.objection(Failure(error, error_class, number, limits, keyed))
-        if reason is None:
-            delay = full_jitter(limits.retry, number, self._rng)
-            if deadline is None or now + delay < deadline:
-                with self.shared.lock:  # the sync facade's metrics are counted by many threads
-                    self.metrics.event(
-                        "retried",
-                        call.tool,
-                        {
-                            "agentgate.attempt": number,
-                            "agentgate.error_class": error_class,
-                            "agentgate.delay_s": delay,
-                        },
-                    )
-                return delay
-            reason = "deadline"
-        raise _GiveUp(reason, error) from error
-
-    async def _shared_token(
-        self, key: str, limits: ToolLimits, loop: asyncio.AbstractEventLoop, deadline: float | None
-    ) -> None:
-        """Take a token from the rate bucket shared through the store, waiting for one up to the deadline."""
-        assert self._rates is not None and limits.rate is not None
-        rate = limits.rate
-        while True:
-            try:
-                wait = await self._blocking(self._rates.try_take, key, rate.per_second, rate.burst)
-            except StoreError as exc:
-                raise _GiveUp("store_unavailable", exc) from exc
-            if wait <= 0:
-                return
-            if deadline is not None and loop.time() + wait >= deadline:
-                raise _GiveUp(
-                    "deadline",
-                    DeadlineExceeded(
-                        f"no {key} rate token across processes before the deadline",
-                        tool=key.removeprefix("tool:"),
-                    ),
-                )
-            # Jitter spreads the processes that all wait for the same token.
-            await asyncio.sleep(wait * (1.0 + 0.1 * self._rng.random()))
-
-    async def _lease(
-        self, key: str, limit: int, loop: asyncio.AbstractEventLoop, deadline: float | None
-    ) -> Lease:
-        assert self._leases is not None
-        pause = 0.005
-        while True:
-            # The lease is taken in a worker thread, which runs to its end even when this call is
-            # cancelled meanwhile: a lease it takes then is given back, never left held (and
-            # renewed by the heartbeat) with nobody to release it. The worker gives it back
-            # itself when the call was given up first: the loop that asked may be gone by then
-            # (``asyncio.run`` cancels what is left, then closes its loop), and nothing of it runs.
-            taking = _Taking(self._leases, key, limit)
-            asking = self._blocking(taking.take)
-            try:
-                lease = await asyncio.shield(asking)
-            except StoreError as exc:
-                raise _GiveUp("store_unavailable", exc) from exc
-            except asyncio.CancelledError:
-                asking.add_done_callback(_retrieved)
-                taken = taking.abandon()
-                if taken is not None:  # taken before the cancellation: given back from here
-                    self._give_back(self._leases, taken)
-                raise
-            if lease is not None:
-                return lease
-            if deadline is not None and loop.time() + pause >= deadline:
-                raise _GiveUp(
-                    "deadline",
-                    DeadlineExceeded(
-                        f"no {key} slot free across processes before the deadline",
-                        tool=key.removeprefix("tool:"),
-                    ),
-                )
-            await asyncio.sleep(self._rng.uniform(0, pause))
-            pause = min(pause * 2, _LEASE_POLL_MAX_S)
-
-    def _give_back(self, manager: LeaseManager, lease: Lease) -> None:
-        """Release ``lease`` (taken by ``manager``) on the store pool, submitted now, without
-        waiting for it: for a call that cannot wait (cancelled). ``aclose`` waits for it."""
-        # Not given back when it fails: it expires within lease_ttl_s once the heartbeat stops
-        # renewing it, which ``LeaseManager.release`` ensures by forgetting it first.
-        self._in_background(self._blocking(manager.release, lease), "lease_not_released", lease.key)
-
-    def _in_background(self, work: asyncio.Future[None], failure: str, key: str) -> None:
-        """Keep ``work`` (store work nobody awaits) for ``aclose`` to wait for; when it fails,
-        count ``failure`` for ``key``."""
-        self._background.add(work)
-        work.add_done_callback(functools.partial(self._background_done, failure, key))
-
-    def _background_done(self, failure: str, key: str, work: asyncio.Future[None]) -> None:
-        self._background.discard(work)
-        if not work.cancelled() and work.exception() is not None:
-            self.metrics.tally(failure, key)
-
-    # --- visibility -----------------------------------------------------------------------------
-
-    def _breaker_event(self, key: str, old: BreakerState, new: BreakerState, on_span: bool) -> None:
-        """Count a transition of a (shared) breaker; ``on_span``: also add it to the current span."""
-        names = {BreakerState.OPEN: "breaker_opened", BreakerState.HALF_OPEN: "breaker_half_open"}
-        if on_span:
-            self.metrics.event(names.get(new, "breaker_closed"), key, {"agentgate.breaker_from": old.value})
-        else:
-            self.metrics.tally(names.get(new, "breaker_closed"), key)
-
-    def _publish_breaker(self, key: str, new: BreakerState, opened_at: float) -> bool:
-        """Publish a transition to the other processes from this scheduler's loop; False if it cannot."""
-        loop = self._loop() if self._loop is not None else None
-        if self._shared_breakers is None or loop is None or loop.is_closed():
-            return False
-        state = "open" if new is BreakerState.OPEN else "closed"
-        try:
-            # Called under the breaker's lock, maybe from another thread: publish from the loop.
-            loop.call_soon_threadsafe(self._publish_on_loop, key, state, opened_at)
-        except RuntimeError:  # closed between the check and here
-            return False
-        return True
-
-    def _publish_on_loop(self, key: str, state: str, opened_at: float) -> None:
-        assert self._shared_breakers is not None
-        # When it fails, the local breaker still works; the other processes learn nothing from it.
-        publishing = self._blocking(self._shared_breakers.publish, key, state, opened_at)
-        self._in_background(publishing, "breaker_not_shared", key)
-
-    async def _sync_breaker(self, breaker: CircuitBreaker, loop: asyncio.AbstractEventLoop) -> None:
-        """Adopt a newer breaker state another process published (read at most every _BREAKER_SYNC_S)."""
-        assert self._shared_breakers is not None
-        key = breaker.key
-        now = loop.time()
-        seen = self._breaker_seen.get(key)
-        if seen is not None and now < seen[0]:
-            return
-        version = seen[1] if seen is not None else 0
-        self._breaker_seen[key] = (now + _BREAKER_SYNC_S, version)
-        try:
-            remote = await self._blocking(self._shared_breakers.read, key)
-        except StoreError:
-            return  # the local breaker still protects this process
-        if remote is None or remote.version <= version:
-            return
-        self._breaker_seen[key] = (now + _BREAKER_SYNC_S, remote.version)
-        opened_wall = self.shared.opened_wall
-        with self.shared.adopting():
-            if remote.state == "open":
-                known = opened_wall.get(key)
-                if breaker.state is BreakerState.CLOSED or known is None or remote.opened_at > known:
-                    breaker.adopt_open(time.time() - remote.opened_at)
-                    opened_wall[key] = remote.opened_at
-            elif breaker.state is not BreakerState.CLOSED:
-                breaker.adopt_closed()
-
-    async def _dead_letter(
-        self, call: ToolCall, key: str | None, errors: list[AttemptError], reason: str
-    ) -> None:
-        letter = self._record_dead(call, key, errors, reason)
-        if self._dead_store is not None:
-            await self._blocking(self._store_dead, letter)
-
-    def _store_dead(self, letter: DeadLetter) -> None:
-        """Persist ``letter`` (blocking; there is a dead-letter store). A failure is counted, not raised:
-        the caller gets the tool's error either way, and a lost record is counted, not hidden."""
-        assert self._dead_store is not None
-        try:
-            self._dead_store.record(letter)
-        except StoreError:
-            with self.shared.lock:  # the sync facade's metrics are counted by many threads
-                self.metrics.event("dead_letter_not_stored", letter.tool, {"agentgate.reason": letter.reason})
-
-    def _record_dead(
-        self, call: ToolCall, key: str | None, errors: list[AttemptError], reason: str
-    ) -> DeadLetter:
-        """Keep the dead letter of a call given up for ``reason`` in memory and count it; return it."""
-        letter = DeadLetter(
-            id=uuid.uuid4().hex,
-            recorded_at=time.time(),
-            tool=call.tool,
-            tenant=call.tenant,
-            principal=call.principal,
-            run_id=call.run_id,
-            call_id=call.call_id,
-            idempotency_key=key,
-            arguments_digest=_digest_or_unknown(call),
-            authority_chain=call.authority_chain,
-            reason=reason,
-            errors=tuple(errors),
-        )
-        self._dead.append(letter)
-        del self._dead[:-_DEAD_LETTERS_KEPT]
-        self.metrics.event(
-            "gave_up", call.tool, {"agentgate.reason": reason, "agentgate.attempts": len(errors)}
-        )
-        return letter
 
 
 def _drain_timeout(timeout_s: object) -> float | None:
@@ -898,57 +567,6 @@ def _drain_timeout(timeout_s: object) -> float | None:
     if isinstance(timeout_s, bool) or not isinstance(timeout_s, int | float) or timeout_s != timeout_s:
         raise InputError(f"the drain timeout_s must be a number of seconds or None, got {timeout_s!r}")
     return None if timeout_s == math.inf else max(float(timeout_s), 0.0)
-
-
-def _message(error: BaseException) -> str:
-    """The first 500 characters of ``str(error)``; a description of the error when its
-    ``__str__`` raises (the tool's error must still reach its caller and the dead letter)."""
-    try:
-        return str(error)[:500]
-    except Exception:
-        return f"<{type(error).__qualname__}: str() raised>"
-
-
-class _Taking:
-    """One try for a cross-process lease, made in a worker thread (``take``) for a call that may
-    be given up meanwhile (``abandon``): whichever comes second gives the lease back."""
-
-    __slots__ = ("_abandoned", "_key", "_limit", "_lock", "_manager", "_taken")
-
-    def __init__(self, manager: LeaseManager, key: str, limit: int) -> None:
-        self._manager = manager
-        self._key = key
-        self._limit = limit
-        self._lock = threading.Lock()
-        self._abandoned = False
-        self._taken: Lease | None = None
-
-    def take(self) -> Lease | None:
-        """Try for the lease (worker thread); one taken after ``abandon`` is given back here."""
-        lease = self._manager.try_acquire(self._key, self._limit)
-        with self._lock:
-            if not self._abandoned:
-                self._taken = lease
-                return lease
-        if lease is not None:
-            # StoreError: not given back now; not renewed either (``release`` forgot it first),
-            # so it expires within the lease's ttl.
-            with contextlib.suppress(StoreError):
-                self._manager.release(lease)
-        return None
-
-    def abandon(self) -> Lease | None:
-        """The call gave up: the lease ``take`` returned already (for the caller to give back),
-        else None, and a lease taken from now on is given back by ``take`` itself."""
-        with self._lock:
-            self._abandoned = True
-            return self._taken
-
-
-def _retrieved(future: asyncio.Future[Any]) -> None:
-    """Read the outcome of a future nobody awaits any more (no "never retrieved" log)."""
-    if not future.cancelled():
-        future.exception()
 
 
 async def _to_its_end(work: Awaitable[T]) -> T:
@@ -976,55 +594,6 @@ async def settled(future: asyncio.Future[Any]) -> None:
         future.exception()
 
 
-def _circuit_open(breaker: CircuitBreaker, tool: str | None = None) -> _GiveUp:
-    """A call (to ``tool``) refused by ``breaker``: the error says which breaker and when it lets a
-    probe through, and that the breaker is the shared overflow when it is."""
-    retry_after = breaker.snapshot().retry_after_s
-    shared = (
-        f" (tool {tool!r} shares it with the tools first seen past {PER_NAME_STATE} breaker keys)"
-        if breaker.key == OVERFLOW_BREAKER and tool is not None
-        else ""
-    )
-    return _GiveUp(
-        "circuit_open",
-        CircuitOpen(
-            f"the circuit breaker {breaker.key}{shared} is open (retry after {retry_after:.3f}s)",
-            key=breaker.key,
-            retry_after_s=retry_after,
-        ),
-    )
-
-
-def _started_late(tool: str, waiter: Waiter) -> _GiveUp:
-    """A call whose slots (a lease, a rate token) came only after its deadline: it never starts.
-
-    The queue's timer refuses a call at its deadline, but a slot given back by a loop that was
-    busy past it (a blocking tool), or a slow store, can grant the slots first."""
-    waited = time.monotonic() - waiter.queued_at if waiter.queued else None
-    queued = "" if waited is None else f" (queued {waited:.3f}s)"
-    return _GiveUp(
-        "deadline",
-        DeadlineExceeded(
-            f"tool {tool}: could not start before the call's deadline{queued}", tool=tool, waited_s=waited
-        ),
-    )
-
-
-def _twin_late(call: ToolCall) -> DeadlineExceeded:
-    """The error of a call whose running twin did not finish before this call's deadline."""
-    return DeadlineExceeded(
-        f"tool {call.tool}: the running call with this call's idempotency key did not finish "
-        "before this call's deadline",
-        tool=call.tool,
-    )
-
-
-def _give_up(error: SchedulingError) -> _GiveUp:
-    """A call that could not start: given up for the reason ``error`` names."""
-    reasons = {DeadlineExceeded: "deadline", Overloaded: "shed"}
-    return _GiveUp(reasons.get(type(error), "closed"), error)
-
-
 def _attempt_deadline(limits: ToolLimits, deadline: float | None, now: float) -> tuple[float, float]:
     """The attempt's deadline (monotonic, the clock of ``now``) and the same as Unix time.
 
@@ -1036,13 +605,6 @@ def _attempt_deadline(limits: ToolLimits, deadline: float | None, now: float) ->
         attempt_deadline = own if attempt_deadline is None else min(own, attempt_deadline)
     assert attempt_deadline is not None
     return attempt_deadline, time.time() + (attempt_deadline - now)
-
-
-def _digest_or_unknown(call: ToolCall) -> str:
-    try:
-        return call.digest()
-    except InputError:
-        return "unknown: arguments are not JSON values"
 
 
 async def _raise(error: BaseException) -> Any:

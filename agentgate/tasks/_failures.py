@@ -1,0 +1,267 @@
+"""What becomes of a failed attempt and of a call given up (``_Failures``, a part of ``Scheduler``):
+the error is classified, the breaker told, the retry rule asked, and a retry waits its backoff; a
+call given up (``_GiveUp``, carrying the error its caller gets) after at least one failed attempt
+becomes a dead letter. The sync facade's attempt loop (``_sync.py``) takes these same steps."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import time
+import uuid
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from agentgate.errors import (
+    AgentGateError,
+    CircuitOpen,
+    DeadlineExceeded,
+    InputError,
+    Overloaded,
+    SchedulingError,
+    StoreError,
+)
+from agentgate.store.dead_letters import AttemptError, DeadLetter, DeadLetterStore
+from agentgate.tasks._backoff import full_jitter
+from agentgate.tasks._breaker import CircuitBreaker
+from agentgate.tasks._call import OVERFLOW_BREAKER, ToolCall
+from agentgate.tasks._classify import Classifier
+from agentgate.tasks._config import ToolLimits
+from agentgate.tasks._limits import PER_NAME_STATE, SharedLimits, Waiter
+from agentgate.tasks._metrics import SchedulerMetrics
+from agentgate.tasks._retry import Failure, RetryRule, rule_for
+
+T = TypeVar("T")
+
+_DEAD_LETTERS_KEPT = 1_000
+
+
+class _GiveUp(Exception):
+    """Internal: the call is given up for ``reason``; ``error`` is what the caller gets."""
+
+    def __init__(self, reason: str, error: BaseException) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.error = error
+
+
+class _Failures:
+    """The ``Scheduler``'s failures: a failed attempt noted, told to the breaker and put to the
+    retry rule (``_failed``), the backoff before a retry (``_back_off``), and the dead letter of a
+    call given up after a failed attempt, kept in memory (``dead_letters``) and persisted when
+    there is a dead-letter store."""
+
+    # The scheduler's state this part reads (``Scheduler.__init__`` sets it).
+    shared: SharedLimits
+    metrics: SchedulerMetrics
+    _rng: random.Random
+    _classifier: Classifier
+    _rules: dict[str, RetryRule]
+    _dead: list[DeadLetter]
+    _dead_store: DeadLetterStore | None
+    _closing: tuple[asyncio.AbstractEventLoop, asyncio.Event] | None
+    _closed: bool
+
+    if TYPE_CHECKING:  # what this part calls of the scheduler's other parts
+
+        def _blocking(self, fn: Callable[..., T], *args: Any) -> asyncio.Future[T]: ...
+
+    def dead_letters(self) -> list[DeadLetter]:
+        """Dead letters recorded by this scheduler (the newest 1,000), oldest first."""
+        return list(self._dead)
+
+    async def _back_off(self, delay: float) -> None:
+        """Wait ``delay`` seconds before a retry, or until ``aclose`` begins: the retry is then
+        refused (``SchedulingError``, reason ``closed``) at once, as the sync facade's is, instead
+        of holding the drain for the rest of a backoff of up to ``backoff_max_s``."""
+        if self._closed:
+            return
+        loop = asyncio.get_running_loop()
+        if self._closing is None or self._closing[0] is not loop:
+            self._closing = (loop, asyncio.Event())
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(delay):
+                await self._closing[1].wait()
+
+    # --- the steps of an attempt loop, shared with the sync facade's (``_sync.py``) --------------
+
+    def _failed(
+        self,
+        call: ToolCall,
+        limits: ToolLimits,
+        key: str | None,
+        error: Exception,
+        number: int,
+        errors: list[AttemptError],
+        breaker: CircuitBreaker,
+        deadline: float | None,
+        now: float,
+        probe: bool = False,
+        cut: bool = False,
+    ) -> float:
+        """Attempt ``number`` failed with ``error``: note it in ``errors``, tell the breaker (``probe``:
+        the attempt held a half-open probe), count it. An idempotency key counts for the retry rule
+        only when it reaches the tool (``ToolCall.key_reaches_tool``). ``cut``: the call's own
+        deadline, not the tool's ``timeout_s``, ended the attempt; as a cancelled call it says
+        nothing about the tool, so the breaker is not told (its probe is given back): one caller's
+        tight deadlines must not open the breaker of a tool that meets its own timeout for everyone.
+
+        Returns the backoff before the next attempt; raises ``_GiveUp`` when the retry rule has
+        no next attempt (or it would start past ``deadline``; ``now`` is the time on its clock),
+        and ``error`` itself when the call says it is a pause (``ToolCall.pauses``).
+        """
+        if call.pauses is not None and call.pauses(error):
+            # A pause (LangGraph's interrupt()), not a failure: as a cancellation, it says nothing
+            # of the tool (its probe is given back), and is neither retried nor a dead letter.
+            if probe:
+                breaker.release()
+            raise error
+        try:
+            found = self._classifier(error)
+        except Exception:  # a broken classifier must not hide the tool's error: the safe class
+            found = None
+        error_class = found if isinstance(found, str) and found else "error"
+        errors.append(
+            AttemptError(
+                number,
+                error_class,
+                type(error).__qualname__,
+                _message(error) if call.keep_error_text or isinstance(error, AgentGateError) else "",
+                time.time(),
+            )
+        )
+        if not cut:
+            breaker.record_failure(error_class, probe=probe)
+        elif probe:
+            breaker.release()
+        rule = self._rules.get(call.tool)
+        if rule is None:
+            if len(self._rules) >= PER_NAME_STATE:
+                self._rules.clear()  # derived from the limits: made again when asked
+            rule = self._rules[call.tool] = rule_for(limits)
+        keyed = key is not None and call.key_reaches_tool
+        reason = rule.objection(Failure(error, error_class, number, limits, keyed))
+        if reason is None:
+            delay = full_jitter(limits.retry, number, self._rng)
+            if deadline is None or now + delay < deadline:
+                with self.shared.lock:  # the sync facade's metrics are counted by many threads
+                    self.metrics.event(
+                        "retried",
+                        call.tool,
+                        {
+                            "agentgate.attempt": number,
+                            "agentgate.error_class": error_class,
+                            "agentgate.delay_s": delay,
+                        },
+                    )
+                return delay
+            reason = "deadline"
+        raise _GiveUp(reason, error) from error
+
+    async def _dead_letter(
+        self, call: ToolCall, key: str | None, errors: list[AttemptError], reason: str
+    ) -> None:
+        letter = self._record_dead(call, key, errors, reason)
+        if self._dead_store is not None:
+            await self._blocking(self._store_dead, letter)
+
+    def _store_dead(self, letter: DeadLetter) -> None:
+        """Persist ``letter`` (blocking; there is a dead-letter store). A failure is counted, not raised:
+        the caller gets the tool's error either way, and a lost record is counted, not hidden."""
+        assert self._dead_store is not None
+        try:
+            self._dead_store.record(letter)
+        except StoreError:
+            with self.shared.lock:  # the sync facade's metrics are counted by many threads
+                self.metrics.event("dead_letter_not_stored", letter.tool, {"agentgate.reason": letter.reason})
+
+    def _record_dead(
+        self, call: ToolCall, key: str | None, errors: list[AttemptError], reason: str
+    ) -> DeadLetter:
+        """Keep the dead letter of a call given up for ``reason`` in memory and count it; return it."""
+        letter = DeadLetter(
+            id=uuid.uuid4().hex,
+            recorded_at=time.time(),
+            tool=call.tool,
+            tenant=call.tenant,
+            principal=call.principal,
+            run_id=call.run_id,
+            call_id=call.call_id,
+            idempotency_key=key,
+            arguments_digest=_digest_or_unknown(call),
+            authority_chain=call.authority_chain,
+            reason=reason,
+            errors=tuple(errors),
+        )
+        self._dead.append(letter)
+        del self._dead[:-_DEAD_LETTERS_KEPT]
+        self.metrics.event(
+            "gave_up", call.tool, {"agentgate.reason": reason, "agentgate.attempts": len(errors)}
+        )
+        return letter
+
+
+def _message(error: BaseException) -> str:
+    """The first 500 characters of ``str(error)``; a description of the error when its
+    ``__str__`` raises (the tool's error must still reach its caller and the dead letter)."""
+    try:
+        return str(error)[:500]
+    except Exception:
+        return f"<{type(error).__qualname__}: str() raised>"
+
+
+def _circuit_open(breaker: CircuitBreaker, tool: str | None = None) -> _GiveUp:
+    """A call (to ``tool``) refused by ``breaker``: the error says which breaker and when it lets a
+    probe through, and that the breaker is the shared overflow when it is."""
+    retry_after = breaker.snapshot().retry_after_s
+    shared = (
+        f" (tool {tool!r} shares it with the tools first seen past {PER_NAME_STATE} breaker keys)"
+        if breaker.key == OVERFLOW_BREAKER and tool is not None
+        else ""
+    )
+    return _GiveUp(
+        "circuit_open",
+        CircuitOpen(
+            f"the circuit breaker {breaker.key}{shared} is open (retry after {retry_after:.3f}s)",
+            key=breaker.key,
+            retry_after_s=retry_after,
+        ),
+    )
+
+
+def _started_late(tool: str, waiter: Waiter) -> _GiveUp:
+    """A call whose slots (a lease, a rate token) came only after its deadline: it never starts.
+
+    The queue's timer refuses a call at its deadline, but a slot given back by a loop that was
+    busy past it (a blocking tool), or a slow store, can grant the slots first."""
+    waited = time.monotonic() - waiter.queued_at if waiter.queued else None
+    queued = "" if waited is None else f" (queued {waited:.3f}s)"
+    return _GiveUp(
+        "deadline",
+        DeadlineExceeded(
+            f"tool {tool}: could not start before the call's deadline{queued}", tool=tool, waited_s=waited
+        ),
+    )
+
+
+def _twin_late(call: ToolCall) -> DeadlineExceeded:
+    """The error of a call whose running twin did not finish before this call's deadline."""
+    return DeadlineExceeded(
+        f"tool {call.tool}: the running call with this call's idempotency key did not finish "
+        "before this call's deadline",
+        tool=call.tool,
+    )
+
+
+def _give_up(error: SchedulingError) -> _GiveUp:
+    """A call that could not start: given up for the reason ``error`` names."""
+    reasons = {DeadlineExceeded: "deadline", Overloaded: "shed"}
+    return _GiveUp(reasons.get(type(error), "closed"), error)
+
+
+def _digest_or_unknown(call: ToolCall) -> str:
+    try:
+        return call.digest()
+    except InputError:
+        return "unknown: arguments are not JSON values"

@@ -1,0 +1,277 @@
+"""The scheduler's store work (``_StoreWork``, a part of ``Scheduler``): cross-process leases and
+rate tokens, breaker states shared with other processes, and the pool that runs this blocking work
+(and persists dead letters), never the loop's default executor: a call holding a slot must never
+wait for a worker thread that a caller blocked on that slot holds (``Gate.run`` under
+``asyncio.to_thread``), and a lease taken must be given back whatever becomes of the loop that
+asked for it."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import contextvars
+import functools
+import os
+import random
+import threading
+import time
+import weakref
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from agentgate.errors import DeadlineExceeded, StoreError
+from agentgate.store.leases import Lease, LeaseManager, SharedBreakers, SharedRateLimits
+from agentgate.tasks._breaker import BreakerState, CircuitBreaker
+from agentgate.tasks._config import ToolLimits
+from agentgate.tasks._failures import _GiveUp
+from agentgate.tasks._limits import SharedLimits
+from agentgate.tasks._metrics import SchedulerMetrics
+
+T = TypeVar("T")
+
+#: Longest pause between two tries for a cross-process lease while all slots are held.
+_LEASE_POLL_MAX_S = 0.25
+#: How often a scheduler with a store reads a breaker's shared state (per breaker key).
+_BREAKER_SYNC_S = 0.25
+#: Threads of a scheduler's own pool for its store work (leases, rate tokens, breakers, dead letters).
+_STORE_WORKERS = min(32, (os.cpu_count() or 1) + 4)
+
+
+class _StoreWork:
+    """The ``Scheduler``'s blocking store work: its own thread pool (``_blocking``), the
+    cross-process lease of an attempt (taken, given back, released by ``release_leases``), the
+    rate tokens shared through the store, and breaker transitions: counted, published to the other
+    processes, and adopted from them (``_sync_breaker``)."""
+
+    # The scheduler's state this part reads (``Scheduler.__init__`` sets it).
+    shared: SharedLimits
+    metrics: SchedulerMetrics
+    _rng: random.Random
+    _loop: weakref.ref[asyncio.AbstractEventLoop] | None
+    _leases: LeaseManager | None
+    _rates: SharedRateLimits | None
+    _shared_breakers: SharedBreakers | None
+    _breaker_seen: dict[str, tuple[float, int]]
+    _background: set[asyncio.Future[None]]
+    _pool: concurrent.futures.ThreadPoolExecutor | None
+    _pool_lock: threading.Lock
+
+    def _store_pool(self) -> concurrent.futures.ThreadPoolExecutor:
+        """The scheduler's own pool for blocking store work (made on first use, from any thread).
+
+        Not the loop's default executor: its workers may all be held by callers that wait for a
+        slot this scheduler's calls hold (``Gate.run`` in ``asyncio.to_thread``), and a call
+        holding that slot that needed a worker to take or give back its lease waited for ever.
+        Its jobs never wait for a slot, so they always end."""
+        pool = self._pool
+        if pool is None:
+            with self._pool_lock:
+                pool = self._pool
+                if pool is None:
+                    pool = self._pool = concurrent.futures.ThreadPoolExecutor(
+                        _STORE_WORKERS, thread_name_prefix="agentgate-scheduler-store"
+                    )
+        return pool
+
+    def _blocking(self, fn: Callable[..., T], *args: Any) -> asyncio.Future[T]:
+        """``fn(*args)`` on the store pool in the caller's context (as ``asyncio.to_thread``: an
+        event it records lands on the call's span), submitted now: a future of the running loop,
+        not a task, so no loop shutdown cancels it before it started; the job runs to its end."""
+        context = contextvars.copy_context()
+        return asyncio.wrap_future(self._store_pool().submit(context.run, fn, *args))
+
+    def release_leases(self) -> None:
+        """Stop renewing this scheduler's cross-process leases and give them back, from any thread
+        (blocking, idempotent). For an owner that cannot await ``aclose`` on the scheduler's loop:
+        a ``Gate`` closing while that loop runs in another thread, or runs no more."""
+        if self._leases is not None:
+            self._leases.close()
+
+    async def _release_lease(self, manager: LeaseManager, lease: Lease) -> None:
+        """Release an attempt's cross-process lease, to the end even if the call is cancelled."""
+        try:
+            await asyncio.shield(self._blocking(manager.release, lease))
+        except StoreError:
+            # The attempt has ended: its result, or its error, stands. Raised here, the store's
+            # error replaced them, and a tool that ran and succeeded was recorded as failed (its
+            # caller told so too). Not given back, the lease is not renewed either (``release``
+            # forgot it first): it expires within lease_ttl_s, as ``_give_back``'s.
+            with self.shared.lock:
+                self.metrics.tally("lease_not_released", lease.key)
+
+    async def _shared_token(
+        self, key: str, limits: ToolLimits, loop: asyncio.AbstractEventLoop, deadline: float | None
+    ) -> None:
+        """Take a token from the rate bucket shared through the store, waiting for one up to the deadline."""
+        assert self._rates is not None and limits.rate is not None
+        rate = limits.rate
+        while True:
+            try:
+                wait = await self._blocking(self._rates.try_take, key, rate.per_second, rate.burst)
+            except StoreError as exc:
+                raise _GiveUp("store_unavailable", exc) from exc
+            if wait <= 0:
+                return
+            if deadline is not None and loop.time() + wait >= deadline:
+                raise _GiveUp(
+                    "deadline",
+                    DeadlineExceeded(
+                        f"no {key} rate token across processes before the deadline",
+                        tool=key.removeprefix("tool:"),
+                    ),
+                )
+            # Jitter spreads the processes that all wait for the same token.
+            await asyncio.sleep(wait * (1.0 + 0.1 * self._rng.random()))
+
+    async def _lease(
+        self, key: str, limit: int, loop: asyncio.AbstractEventLoop, deadline: float | None
+    ) -> Lease:
+        assert self._leases is not None
+        pause = 0.005
+        while True:
+            # The lease is taken in a worker thread, which runs to its end even when this call is
+            # cancelled meanwhile: a lease it takes then is given back, never left held (and
+            # renewed by the heartbeat) with nobody to release it. The worker gives it back
+            # itself when the call was given up first: the loop that asked may be gone by then
+            # (``asyncio.run`` cancels what is left, then closes its loop), and nothing of it runs.
+            taking = _Taking(self._leases, key, limit)
+            asking = self._blocking(taking.take)
+            try:
+                lease = await asyncio.shield(asking)
+            except StoreError as exc:
+                raise _GiveUp("store_unavailable", exc) from exc
+            except asyncio.CancelledError:
+                asking.add_done_callback(_retrieved)
+                taken = taking.abandon()
+                if taken is not None:  # taken before the cancellation: given back from here
+                    self._give_back(self._leases, taken)
+                raise
+            if lease is not None:
+                return lease
+            if deadline is not None and loop.time() + pause >= deadline:
+                raise _GiveUp(
+                    "deadline",
+                    DeadlineExceeded(
+                        f"no {key} slot free across processes before the deadline",
+                        tool=key.removeprefix("tool:"),
+                    ),
+                )
+            await asyncio.sleep(self._rng.uniform(0, pause))
+            pause = min(pause * 2, _LEASE_POLL_MAX_S)
+
+    def _give_back(self, manager: LeaseManager, lease: Lease) -> None:
+        """Release ``lease`` (taken by ``manager``) on the store pool, submitted now, without
+        waiting for it: for a call that cannot wait (cancelled). ``aclose`` waits for it."""
+        # Not given back when it fails: it expires within lease_ttl_s once the heartbeat stops
+        # renewing it, which ``LeaseManager.release`` ensures by forgetting it first.
+        self._in_background(self._blocking(manager.release, lease), "lease_not_released", lease.key)
+
+    def _in_background(self, work: asyncio.Future[None], failure: str, key: str) -> None:
+        """Keep ``work`` (store work nobody awaits) for ``aclose`` to wait for; when it fails,
+        count ``failure`` for ``key``."""
+        self._background.add(work)
+        work.add_done_callback(functools.partial(self._background_done, failure, key))
+
+    def _background_done(self, failure: str, key: str, work: asyncio.Future[None]) -> None:
+        self._background.discard(work)
+        if not work.cancelled() and work.exception() is not None:
+            self.metrics.tally(failure, key)
+
+    # --- breaker transitions: counted, published to the other processes, adopted from them ------
+
+    def _breaker_event(self, key: str, old: BreakerState, new: BreakerState, on_span: bool) -> None:
+        """Count a transition of a (shared) breaker; ``on_span``: also add it to the current span."""
+        names = {BreakerState.OPEN: "breaker_opened", BreakerState.HALF_OPEN: "breaker_half_open"}
+        if on_span:
+            self.metrics.event(names.get(new, "breaker_closed"), key, {"agentgate.breaker_from": old.value})
+        else:
+            self.metrics.tally(names.get(new, "breaker_closed"), key)
+
+    def _publish_breaker(self, key: str, new: BreakerState, opened_at: float) -> bool:
+        """Publish a transition to the other processes from this scheduler's loop; False if it cannot."""
+        loop = self._loop() if self._loop is not None else None
+        if self._shared_breakers is None or loop is None or loop.is_closed():
+            return False
+        state = "open" if new is BreakerState.OPEN else "closed"
+        try:
+            # Called under the breaker's lock, maybe from another thread: publish from the loop.
+            loop.call_soon_threadsafe(self._publish_on_loop, key, state, opened_at)
+        except RuntimeError:  # closed between the check and here
+            return False
+        return True
+
+    def _publish_on_loop(self, key: str, state: str, opened_at: float) -> None:
+        assert self._shared_breakers is not None
+        # When it fails, the local breaker still works; the other processes learn nothing from it.
+        publishing = self._blocking(self._shared_breakers.publish, key, state, opened_at)
+        self._in_background(publishing, "breaker_not_shared", key)
+
+    async def _sync_breaker(self, breaker: CircuitBreaker, loop: asyncio.AbstractEventLoop) -> None:
+        """Adopt a newer breaker state another process published (read at most every _BREAKER_SYNC_S)."""
+        assert self._shared_breakers is not None
+        key = breaker.key
+        now = loop.time()
+        seen = self._breaker_seen.get(key)
+        if seen is not None and now < seen[0]:
+            return
+        version = seen[1] if seen is not None else 0
+        self._breaker_seen[key] = (now + _BREAKER_SYNC_S, version)
+        try:
+            remote = await self._blocking(self._shared_breakers.read, key)
+        except StoreError:
+            return  # the local breaker still protects this process
+        if remote is None or remote.version <= version:
+            return
+        self._breaker_seen[key] = (now + _BREAKER_SYNC_S, remote.version)
+        opened_wall = self.shared.opened_wall
+        with self.shared.adopting():
+            if remote.state == "open":
+                known = opened_wall.get(key)
+                if breaker.state is BreakerState.CLOSED or known is None or remote.opened_at > known:
+                    breaker.adopt_open(time.time() - remote.opened_at)
+                    opened_wall[key] = remote.opened_at
+            elif breaker.state is not BreakerState.CLOSED:
+                breaker.adopt_closed()
+
+
+class _Taking:
+    """One try for a cross-process lease, made in a worker thread (``take``) for a call that may
+    be given up meanwhile (``abandon``): whichever comes second gives the lease back."""
+
+    __slots__ = ("_abandoned", "_key", "_limit", "_lock", "_manager", "_taken")
+
+    def __init__(self, manager: LeaseManager, key: str, limit: int) -> None:
+        self._manager = manager
+        self._key = key
+        self._limit = limit
+        self._lock = threading.Lock()
+        self._abandoned = False
+        self._taken: Lease | None = None
+
+    def take(self) -> Lease | None:
+        """Try for the lease (worker thread); one taken after ``abandon`` is given back here."""
+        lease = self._manager.try_acquire(self._key, self._limit)
+        with self._lock:
+            if not self._abandoned:
+                self._taken = lease
+                return lease
+        if lease is not None:
+            # StoreError: not given back now; not renewed either (``release`` forgot it first),
+            # so it expires within the lease's ttl.
+            with contextlib.suppress(StoreError):
+                self._manager.release(lease)
+        return None
+
+    def abandon(self) -> Lease | None:
+        """The call gave up: the lease ``take`` returned already (for the caller to give back),
+        else None, and a lease taken from now on is given back by ``take`` itself."""
+        with self._lock:
+            self._abandoned = True
+            return self._taken
+
+
+def _retrieved(future: asyncio.Future[Any]) -> None:
+    """Read the outcome of a future nobody awaits any more (no "never retrieved" log)."""
+    if not future.cancelled():
+        future.exception()
