@@ -23,7 +23,7 @@ What did not hold:
   lifespan shutdown, so the event loop's end cancelled the lifespan task and uvicorn printed a
   traceback ("Exception in 'lifespan' protocol ... CancelledError") on stderr, and the
   dispatcher and its connection pool were never closed. Fixed in
-  ``agentgate/dispatch/gateway/_app.py`` (``_Server``): the forced exit ends the grace at once,
+  ``agentgate/dispatch/gateway/_server.py`` (``_Server``): the forced exit ends the grace at once,
   the calls are cut and settled as when the grace runs out, then the lifespan shutdown runs.
 - (xfail, ``agentgate/tasks/_sync.py``) With a PostgreSQL store (cross-process leases), a Ctrl-C
   while ``Gate.run`` waits for a concurrency slot leaves the call in the scheduler: it is granted

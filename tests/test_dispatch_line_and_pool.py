@@ -23,7 +23,7 @@ from test_router_order import MODEL, req
 
 from agentgate.dispatch import inventory_from_mapping
 from agentgate.dispatch import router as router_module
-from agentgate.dispatch.gateway._app import LAST_EVENT_S
+from agentgate.dispatch.gateway._stream import LAST_EVENT_S
 from agentgate.dispatch.inventory import Inventory
 from agentgate.dispatch.router import Router
 from agentgate.errors import StoreError

@@ -21,7 +21,7 @@ from test_gateway_hostile_backends import _OK_JSON, Hostile, _json, _settled
 from test_gateway_hostile_backends import RESERVED as R16_RESERVED
 from test_gateway_hostile_backends import _gateway as _r16_gateway
 
-from agentgate.dispatch.gateway._app import MAX_BODY_BYTES
+from agentgate.dispatch.gateway._request import MAX_BODY_BYTES
 from agentgate.dispatch.prefix import estimate_tokens, prompt_text
 
 pytest_plugins = ("test_gateway",)  # its ``backends`` and ``env`` fixtures

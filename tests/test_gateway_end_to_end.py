@@ -39,8 +39,9 @@ from agentgate.dispatch.gateway import (
     InvocationSigner,
     invocation_headers,
 )
-from agentgate.dispatch.gateway import _app as gateway_app
+from agentgate.dispatch.gateway import _errors as gateway_errors
 from agentgate.dispatch.gateway import _http as gateway_http
+from agentgate.dispatch.gateway import _request as gateway_request
 from agentgate.dispatch.prefix import estimate_tokens, prompt_text
 from agentgate.gate import AgentIdentity
 from agentgate.keys import SigningKey
@@ -357,7 +358,7 @@ def test_a_head_sent_too_slowly_is_408(env: Env, monkeypatch: pytest.MonkeyPatch
 
 
 def test_a_body_trickled_too_slowly_is_refused_and_audited(env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(gateway_app, "BODY_TIMEOUT_S", 0.3)
+    monkeypatch.setattr(gateway_request, "BODY_TIMEOUT_S", 0.3)
     body = json.dumps(_body()).encode()
     with socket.create_connection(("127.0.0.1", env.server.port), timeout=5) as sock:
         sock.sendall(
@@ -501,7 +502,7 @@ def test_a_shed_call_answers_the_routers_retry_after_not_always_one_second() -> 
     # docs/dispatch.md: Retry-After = the tenant bucket's refill time; the gateway sent "1" always.
     from agentgate.errors import Shed
 
-    answer = gateway_app._dispatch_error(Shed("tenant 'lab' is over its token quota", retry_after_s=7.2))
+    answer = gateway_errors._dispatch_error(Shed("tenant 'lab' is over its token quota", retry_after_s=7.2))
     assert answer.status_code == 429 and answer.headers["Retry-After"] == "8"
 
 

@@ -24,7 +24,7 @@ from test_gateway_end_to_end import _body
 from agentgate.dispatch import inventory_from_mapping
 from agentgate.dispatch.backends import BackendClient, Timeouts
 from agentgate.dispatch.gateway import Gateway, GatewayGate, GatewayServer, invocation_headers
-from agentgate.dispatch.gateway import _app as gateway_app
+from agentgate.dispatch.gateway import _request as gateway_request
 from agentgate.dispatch.gateway import _upstream as upstream
 from agentgate.dispatch.prefix import estimate_tokens, prompt_text
 from agentgate.errors import BackendFailed, DeadlineExceeded
@@ -490,7 +490,7 @@ def test_a_chunked_body_the_parser_refuses_gets_one_400_at_once_and_nothing_deci
     # chunked body broke was held so too: the app waited for the rest of its body until
     # BODY_TIMEOUT_S (60 s), answered 400 and audited a deny "the body did not arrive", and then
     # the protocol's 400 followed as a second answer to the same request.
-    monkeypatch.setattr(gateway_app, "BODY_TIMEOUT_S", 1.0)
+    monkeypatch.setattr(gateway_request, "BODY_TIMEOUT_S", 1.0)
     env.gate.flush()
     entries = len(list(env.gate.audit.entries()))
     with socket.create_connection(("127.0.0.1", env.server.port), timeout=10) as sock:
@@ -558,7 +558,7 @@ def test_a_health_or_metrics_answer_without_end_is_refused_while_it_arrives(prob
 
 
 def test_a_prompt_carried_in_an_assistant_turns_tool_calls_counts_in_the_reservation(env: Env) -> None:
-    # Defect (fixed in gateway._app._prompt_estimate): the reservation counted each message's
+    # Defect (fixed in gateway._request._prompt_estimate): the reservation counted each message's
     # role and content only. A chat template renders an assistant turn's tool_calls (and their
     # arguments) into the prompt too, so a caller with 100 micro-dollars left could send 10,000
     # tokens of prompt there: the budget check before sending passed on a reservation of about

@@ -32,7 +32,7 @@ from test_gateway_stall import MODEL, POLICY
 
 from agentgate.dispatch import inventory_from_mapping
 from agentgate.dispatch.gateway import Gateway, GatewayGate, GatewayServer, invocation_headers
-from agentgate.dispatch.gateway import _app as gateway_app
+from agentgate.dispatch.gateway import _stream as gateway_stream
 from agentgate.gate import AgentIdentity
 from agentgate.keys import SigningKey
 from agentgate.policy import parse_policy
@@ -293,7 +293,7 @@ def test_a_lagging_caller_gets_the_last_event_of_a_stream_cut_at_shutdown(
     # 2.5 s of slow reading still outlasts the old 1 s by far, and a loaded machine (the reading
     # thread starved, its sleeps longer) no longer drains the buffer past the limit (it failed
     # so once, in a run beside other work).
-    monkeypatch.setattr(gateway_app, "LAST_EVENT_S", 8.0)
+    monkeypatch.setattr(gateway_stream, "LAST_EVENT_S", 8.0)
     with _env(tmp_path, time_scale=0.002, grace_s=1) as env:
         sock = env.connect()
         try:

@@ -600,14 +600,14 @@ def test_a_call_shed_after_a_failed_attempt_does_not_tell_the_caller_which_backe
     # Since the dispatcher keeps a shed after failed attempts a Shed (9bc37fb), its message ends
     # with what failed before: backend names, addresses, their bytes. The gateway passed the
     # message on in the 429; it answers the router's own reason now, and logs the rest.
-    from agentgate.dispatch.gateway import _app as gateway_app
+    from agentgate.dispatch.gateway import _errors as gateway_errors
 
     shed = Shed(
         "SLO 2.00s cannot be met (best predicted 2.51s); class 1 shed "
         "(after: gpu-node-17: malformed chat completion: b'\\x00\\xffnot json')",
         retry_after_s=3,
     )
-    answer = gateway_app._dispatch_error(shed)
+    answer = gateway_errors._dispatch_error(shed)
     assert answer.status_code == 429 and answer.headers["Retry-After"] == "3"
     message = json.loads(answer.body)["error"]["message"]
     assert message == "SLO 2.00s cannot be met (best predicted 2.51s); class 1 shed"

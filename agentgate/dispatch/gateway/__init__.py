@@ -7,7 +7,7 @@ for ``openai`` and ``ChatOpenAI``) or ``invocation_headers(key, chain, body)``. 
 
 from __future__ import annotations
 
-from agentgate.dispatch.gateway._app import Gateway, GatewayServer, error_response
+from agentgate.dispatch.gateway._app import Gateway
 from agentgate.dispatch.gateway._authority import (
     APPROVAL_HEADER,
     CallerIdentity,
@@ -23,6 +23,8 @@ from agentgate.dispatch.gateway._client import (
     max_tokens_of,
     priority_of,
 )
+from agentgate.dispatch.gateway._errors import error_response
+from agentgate.dispatch.gateway._server import GatewayServer
 
 __all__ = [
     "APPROVAL_HEADER",

@@ -21,31 +21,30 @@
 
 ``POST /v1/chat/completions`` is dispatched straight from the ASGI entry point, not through
 Starlette's middleware and router (which serve the other endpoints); the answer is the same.
+
+Around the app: the error answers (``_errors.py``), what is read from a request before it is decided
+(``_request.py``), calls cut by their caller or by the shutdown (``_cuts.py``), the event stream
+(``_stream.py``), and the uvicorn server (``_server.py``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import math
-import socket
-import threading
 import time
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
-from dataclasses import dataclass
 from typing import Any, ParamSpec, TypeVar
 
-import uvicorn
 from opentelemetry import context as otel_context
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -61,83 +60,34 @@ from agentgate.dispatch.gateway._client import (
     max_tokens_of,
     priority_of,
 )
-from agentgate.dispatch.gateway._http import (
-    LOST,
-    ON_LOST,
-    RESET,
-    STALLED,
-    STREAM_STALL_S,
-    UNSENT,
-    BoundedHttpToolsProtocol,
+from agentgate.dispatch.gateway._cuts import (
+    STOPPED,
+    _Cut,
+    _gone_before_sending,
+    _left_reason,
+    _spent,
+    _stall_reason,
+    _uncancel_all,
+    _Watch,
 )
+from agentgate.dispatch.gateway._errors import _dispatch_error, _http_error, error_response
+from agentgate.dispatch.gateway._http import LOST, STALLED
+from agentgate.dispatch.gateway._request import _bearer, _parse_body, _prompt_estimate, _read_body
+from agentgate.dispatch.gateway._stream import _error_event, _EventStream, _sse
 from agentgate.dispatch.gateway._upstream import SENDING, SendMark, UpstreamPool
 from agentgate.dispatch.inventory import Inventory
-from agentgate.dispatch.prefix import estimate_tokens, prompt_text
 from agentgate.dispatch.router import Router
-from agentgate.errors import (
-    AgentGateError,
-    AuditError,
-    BackendFailed,
-    CallerGone,
-    DispatchError,
-    GatewayStopped,
-    InputError,
-    NoBackend,
-    Shed,
-    StoreError,
-)
+from agentgate.errors import AgentGateError, AuditError, CallerGone, GatewayStopped, InputError, StoreError
 
-_ERROR_TYPES = {
-    400: "invalid_request_error",
-    401: "authentication_error",
-    402: "insufficient_quota",
-    403: "permission_error",
-    404: "not_found_error",
-    405: "invalid_request_error",
-    429: "rate_limit_error",
-    502: "api_error",
-    503: "service_unavailable",
-}
 _UNPARSED = Call("gateway:chat.completions", "generate")
 """The call recorded for a body too malformed to name a model."""
-MAX_BODY_BYTES = 8 * 1024 * 1024
-BODY_TIMEOUT_S = 60.0
-"""Seconds a client has to send a whole request body once its head has arrived."""
-_ONE_CHOICE = ("n", "best_of")
-"""Body fields that ask a backend for several sequences (vLLM honours both): absent, null or 1."""
-STOPPED = "agentgate.stopped"
-"""Scope key set (True) on a streamed call cut by the end of the server's shutdown grace."""
 _STOPPED_UNSENT = "the gateway stopped before the call was sent to a backend"
 """``GatewayStopped``'s message for a JSON call cut while it waited for a backend: released."""
-LAST_EVENT_S = 3.0
-"""Seconds a stream cut at shutdown has to send its last event and see it leave the gateway's buffer."""
 _log = logging.getLogger(__name__)
 _TRACE_CONTEXT = TraceContextTextMapPropagator()
 """W3C Trace Context only: a caller's ``baggage`` is not read (nor, so, sent on to a backend)."""
 P = ParamSpec("P")
 T = TypeVar("T")
-
-
-def error_response(
-    status: int,
-    message: str,
-    code: str,
-    *,
-    headers: Mapping[str, str] | None = None,
-    extra: Mapping[str, Any] | None = None,
-) -> JSONResponse:
-    """An OpenAI-style error: ``{"error": {"message", "type", "param", "code"}}``, plus ``extra``'s
-    top-level keys (an approval request: ``{"agentgate": "approval_required", "request": {...}}``)."""
-    body: dict[str, Any] = {
-        "error": {
-            "message": message,
-            "type": _ERROR_TYPES.get(status, "api_error"),
-            "param": None,
-            "code": code,
-        },
-        **(extra or {}),
-    }
-    return JSONResponse(body, status_code=status, headers=dict(headers or {}))
 
 
 class Gateway:
@@ -612,287 +562,10 @@ class Gateway:
         self._tokens.labels(kind="completion").inc(completion)
 
 
-async def _read_body(request: Request) -> bytes:
-    """The request body, refused (``InputError``) as soon as it passes ``MAX_BODY_BYTES``, or when
-    it has not all arrived ``BODY_TIMEOUT_S`` after the head (a client trickling its body)."""
-    parts: list[bytes] = []
-    size = 0
-    try:
-        async with asyncio.timeout(BODY_TIMEOUT_S):
-            async for part in request.stream():
-                size += len(part)
-                if size > MAX_BODY_BYTES:
-                    raise InputError(f"the body is over {MAX_BODY_BYTES} bytes")
-                parts.append(part)
-    except TimeoutError:
-        raise InputError(f"the body did not arrive within {BODY_TIMEOUT_S:g} s") from None
-    return b"".join(parts)
-
-
-def _parse_body(raw: bytes) -> dict[str, Any]:
-    """The request body as a chat completion request; raises ``InputError`` naming what is wrong."""
-    try:
-        body = json.loads(raw)
-    except ValueError as exc:
-        raise InputError(f"the body is not JSON ({exc})") from None
-    except RecursionError:
-        raise InputError("the body is nested too deeply") from None
-    if not isinstance(body, dict):
-        raise InputError("the body must be a JSON object")
-    messages = body.get("messages")
-    if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) for m in messages):
-        raise InputError("'messages' must be a non-empty list of message objects")
-    # OpenAI's API takes ``"stream": null`` as false (the SDKs send it for ``stream=None``).
-    if body.get("stream") is not None and not isinstance(body["stream"], bool):
-        raise InputError("'stream' must be true, false or null")
-    # Several choices would generate several times the output the invocation signs and the
-    # reservation holds (and a grant's max_tokens caps per choice): one choice per call.
-    for name in _ONE_CHOICE:
-        if body.get(name) not in (None, 1) or isinstance(body.get(name), bool):
-            raise InputError(f"'{name}' must be 1: the gateway answers one choice per call")
-    return body
-
-
-def _prompt_estimate(body: Mapping[str, Any]) -> int:
-    """The prompt tokens reserved for a checked chat body: its messages' text and, since a chat
-    template renders them into the prompt too, its messages' other fields (an assistant turn's
-    ``tool_calls`` and their arguments, a ``name``) and its tool (or legacy function)
-    definitions, at four characters a token."""
-    tokens = estimate_tokens(prompt_text(m for m in body["messages"]))
-    for message in body["messages"]:
-        if rest := {k: v for k, v in message.items() if k != "role" and k != "content"}:
-            tokens += estimate_tokens(json.dumps(rest, separators=(",", ":"), ensure_ascii=False))
-    for name in ("tools", "functions"):
-        if body.get(name):
-            tokens += estimate_tokens(json.dumps(body[name], separators=(",", ":"), ensure_ascii=False))
-    return tokens
-
-
 def _log_failure(task: asyncio.Task[None]) -> None:
     # ``Gate.flush`` logs the outcomes a store error kept out; anything else is logged here.
     if not task.cancelled() and (exc := task.exception()) is not None:
         _log.error("agentgate gateway: committing outcomes failed: %s: %s", type(exc).__name__, exc)
-
-
-def _bearer(value: str | None) -> str | None:
-    if value is None:
-        return None
-    scheme, _, token = value.partition(" ")
-    if scheme.lower() != "bearer":
-        return None
-    return token.strip() or None
-
-
-async def _gone_before_sending() -> None:
-    """The backend call of a streamed call whose caller left while it was being decided."""
-    raise CallerGone("the caller went away before the call was sent")
-
-
-class _Watch:
-    """While entered: if the request's connection is lost before its answer began (the
-    protocol's ``ON_LOST`` hook), the task that entered is cancelled and ``gone`` set. A
-    ``CancelledError`` seen inside is this watch's own when ``gone`` is set and
-    ``task.uncancel()`` comes to 0; the cancellation then ends with the one who caught it."""
-
-    def __init__(self, scope: Scope) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        self.task = task
-        self.scope = scope
-        self.gone = bool(scope.get(LOST))
-        """Whether the connection is lost; already on entry if it was lost before (``LOST``)."""
-
-    def __enter__(self) -> _Watch:
-        self.scope[ON_LOST] = self._lost
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        del self.scope[ON_LOST]
-
-    def _lost(self) -> None:
-        self.gone = True
-        self.task.cancel()
-
-
-@dataclass(frozen=True)
-class _Cut:
-    """A JSON call cut before its answer: by its caller leaving, or by the server stopping."""
-
-    caller_gone: bool
-
-
-def _spent(result: ChatResult | _Cut) -> tuple[int, int] | None:
-    """What an answered call is charged: the usage the backend reported, or ``None`` when the
-    answer reports no completion token count: ``Gate`` then charges the whole reservation
-    (prompt, max output) and its outcome says so (the output went out; the gateway never charges
-    less than may have been used, nor reports a usage no backend reported).
-
-    Raises ``CallerGone`` for a call whose caller left, ``GatewayStopped`` for one the server's
-    shutdown cut (``_Cut``): ``Gate.arun`` then settles it as an ``error`` charged its
-    reservation (its usage cannot be read) and re-raises.
-    """
-    if isinstance(result, _Cut):
-        if result.caller_gone:
-            raise CallerGone("the caller went away before the answer; the backend request was cancelled")
-        raise GatewayStopped("the gateway stopped during the call; the backend request was cancelled")
-    usage = result.body.get("usage")
-    if not isinstance(usage, Mapping) or usage.get("completion_tokens") is None:
-        return None
-    return result.usage.prompt_tokens, result.usage.completion_tokens
-
-
-def _dispatch_error(exc: AgentGateError) -> Response:
-    """The HTTP answer for a call that was allowed but could not be served (nothing was charged).
-
-    A shed call gets the router's reason and its ``Retry-After`` (seconds, rounded up). A backend
-    failure or no backend gets a fixed message: what the dispatcher says (backend names and
-    addresses, the backend's own bytes) is for the gateway's log, not for remote callers. A
-    request the backend refused as invalid keeps the backend's message, it is about the request,
-    but not the backend's name.
-    """
-    if isinstance(exc, Shed):
-        # The router's reason is the caller's to read (its SLO, its tenant's quota); what failed
-        # before it (the dispatcher appends "(after: <backend>: <its error>; ...)") is not.
-        reason, after, _ = str(exc).partition(" (after: ")
-        if after:
-            _log.warning("agentgate gateway: %s: %s", type(exc).__name__, exc)
-        retry = str(max(1, math.ceil(exc.retry_after_s)))
-        return error_response(429, reason, "shed", headers={"Retry-After": retry})
-    if isinstance(exc, NoBackend | BackendFailed):
-        _log.warning("agentgate gateway: %s: %s", type(exc).__name__, exc)
-        if isinstance(exc, NoBackend):
-            return error_response(
-                503, "no backend could take the call now; nothing was charged", "no_backend"
-            )
-        return error_response(
-            502, "the backends failed to answer the call; nothing was charged", "backend_failed"
-        )
-    if isinstance(exc, DispatchError):
-        # The backend's words are about the request, the caller's to read; which backend said
-        # them (``BackendClient``'s "<name> rejected the request: ...") is the log's.
-        _, named, words = str(exc).partition(" rejected the request: ")
-        if named:
-            _log.info("agentgate gateway: %s", exc)
-        message = f"the backend rejected the request: {words}" if named else str(exc)
-        return error_response(400, message, "rejected_by_backend")
-    _log.warning("agentgate gateway: %s: %s", type(exc).__name__, exc)
-    return error_response(503, "the call could not be served; nothing was charged", type(exc).__name__)
-
-
-async def _http_error(request: Request, exc: Exception) -> Response:
-    """Starlette's own refusals (a path not served: 404; a method not allowed: 405, with its
-    ``Allow`` header) in OpenAI's error shape. Nothing is decided or audited: no call was made."""
-    assert isinstance(exc, HTTPException)
-    codes = {404: "not_found", 405: "method_not_allowed"}
-    code = codes.get(exc.status_code, "http_error")
-    message = f"{request.method} {request.url.path[:200]}: {exc.detail}"
-    return error_response(exc.status_code, message, code, headers=exc.headers)
-
-
-def _sse(body: Mapping[str, Any]) -> bytes:
-    """``body`` as one server-sent event of a streamed answer (compact JSON)."""
-    return b"data: " + json.dumps(body, separators=(",", ":")).encode() + b"\n\n"
-
-
-def _error_event(message: str, code: str) -> bytes:
-    """The server-sent event that ends a stream whose answer is incomplete: an OpenAI-shaped
-    ``error`` carrying ``message`` and ``code``."""
-    body = {"error": {"message": message, "type": "api_error", "param": None, "code": code}}
-    return b"data: " + json.dumps(body).encode() + b"\n\n"
-
-
-def _uncancel_all(task: asyncio.Task[Any]) -> None:
-    """Take back every cancellation request pending on ``task`` (the server's shutdown, however
-    many times it was delivered)."""
-    while task.uncancel() > 0:
-        pass
-
-
-def _left_reason(scope: Scope, handler: asyncio.Task[Any]) -> str | None:
-    """Why a stream ended before its answer did, for its outcome in the audit log: the caller
-    stopped reading (cut by the protocol), its connection was lost, or the server's shutdown
-    grace ran out (``STOPPED``, or its ``handler`` task is being cancelled: with the caller
-    still there only the server cancels it); ``None`` when none of these is known."""
-    if (stalled := _stall_reason(scope)) is not None:
-        return stalled
-    if scope.get(LOST):
-        return "CallerGone"
-    return "GatewayStopped" if scope.get(STOPPED) or handler.cancelling() > 0 else None
-
-
-def _stall_reason(scope: Scope) -> str | None:
-    """Why a stream's caller went away, when it stopped reading (the protocol cut it); else None."""
-    stall = scope.get(STALLED)
-    if stall is None:
-        return None
-    return f"caller_stalled: the caller read nothing of the stream for {stall:g} s; the stream was cut"
-
-
-class _EventStream(StreamingResponse):
-    """A ``StreamingResponse`` that closes its events when it ends, however it ends.
-
-    Starlette leaves a body iterator that was waiting on ``send`` (a caller that stopped reading,
-    then was cut) suspended, to be closed whenever it is collected; closing it here settles the
-    call and closes its backend request at once.
-    """
-
-    def __init__(self, events: AsyncGenerator[bytes, None], **kwargs: Any) -> None:
-        super().__init__(events, **kwargs)
-        self._events = events
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        try:
-            await super().__call__(scope, receive, send)
-        except asyncio.CancelledError:
-            # The server stopped and its shutdown grace is over. The stream ends with an error
-            # event, as a backend failure does, instead of a cut connection and a traceback in
-            # the server's log; its outcome is audited ``GatewayStopped``.
-            # Only the server cancels a request's task, and under load it reaches us counted more
-            # than once (anyio re-delivers a cancellation to the task its scope runs in): every
-            # count is the same shutdown, so all are taken back before the last event is sent.
-            task = asyncio.current_task()
-            if task is None or task.cancelling() == 0:
-                raise
-            scope[STOPPED] = True
-            _uncancel_all(task)
-            _log.warning("agentgate gateway: a stream was cut: the gateway is shutting down")
-            message = "the gateway is shutting down; the answer is incomplete"
-            await _last_words(task, scope, send, _error_event(message, "shutting_down"))
-        finally:
-            await self._events.aclose()
-
-
-async def _last_words(task: asyncio.Task[Any], scope: Scope, send: Send, event: bytes) -> None:
-    """Send a stream's last ``event`` and its end, then wait until the connection's buffer has
-    handed them to the kernel (which delivers them after the process has exited); a caller that
-    does not take them within ``LAST_EVENT_S`` seconds has its connection reset. Never raises: a
-    failed send ends the wait, and a cancellation meanwhile (the event loop's own end cancels
-    every task again) is taken back, since the wait is bounded."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + LAST_EVENT_S
-    messages = [
-        {"type": "http.response.body", "body": event, "more_body": True},
-        {"type": "http.response.body", "body": b"", "more_body": False},
-    ]
-    unsent = scope.get(UNSENT)
-    while loop.time() < deadline:
-        try:
-            async with asyncio.timeout_at(deadline):
-                while messages:
-                    await send(messages[0])
-                    del messages[0]
-                while callable(unsent) and unsent() > 0:
-                    await asyncio.sleep(0.01)
-                return
-        except asyncio.CancelledError:
-            _uncancel_all(task)
-        except Exception:
-            break
-    reset = scope.get(RESET)
-    if callable(unsent) and unsent() > 0 and callable(reset):
-        # The caller did not take them in time: the connection is reset now rather than left
-        # open, with its buffers, past the server's end (an embedded server's loop closed with it).
-        reset()
 
 
 class _Entry:
@@ -907,111 +580,3 @@ class _Entry:
             await self.chat(scope, receive, send)
         else:
             await self.other(scope, receive, send)
-
-
-class _Server(uvicorn.Server):
-    """uvicorn's server, whose forced exit still cuts and settles the calls in flight.
-
-    A second Ctrl-C during the shutdown grace (or Ctrl-C after SIGTERM) is uvicorn's forced
-    exit: it stopped waiting for the calls in flight without cancelling them and skipped the
-    app's lifespan shutdown. The calls were then cancelled by the event loop's own end, and
-    the lifespan task with them, which uvicorn logged as a traceback on stderr ("Exception in
-    'lifespan' protocol"), and the dispatcher and its connections were never closed. Here the
-    forced exit ends the grace at once instead: the calls are cancelled as when the grace runs
-    out (each settled and answered as docs/gateway.md says, a stream's last event sent within
-    ``LAST_EVENT_S``), then the app's lifespan shutdown runs.
-    """
-
-    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
-        await super().shutdown(sockets)
-        if not self.force_exit:
-            return
-        tasks = list(self.server_state.tasks)
-        for task in tasks:
-            task.cancel(msg="Task cancelled, forced exit")
-        if tasks:
-            await asyncio.wait(tasks, timeout=LAST_EVENT_S + 1.0)
-        await self.lifespan.shutdown()
-
-
-class GatewayServer:
-    """Serves a ``Gateway`` with uvicorn, in the foreground (``run``) or a background thread (``start``).
-
-    Stopped by SIGINT or SIGTERM (``run`` in the main thread) or ``stop()``, it lets the calls in
-    flight finish for ``shutdown_grace_s``; a second SIGINT meanwhile ends the grace at once.
-    Either way the calls still in flight are then cut and settled (docs/gateway.md).
-    """
-
-    def __init__(
-        self,
-        gateway: Gateway,
-        *,
-        host: str = "127.0.0.1",
-        port: int = 8000,
-        shutdown_grace_s: int = 10,
-        stream_stall_s: float = STREAM_STALL_S,
-    ) -> None:
-        """``shutdown_grace_s``: how long stopping waits for calls in flight (a stream whose caller
-        stopped reading would otherwise hold the shutdown for as long as it lasts); then they are
-        cancelled, and each is settled as a caller that went away (its outcome recorded).
-
-        ``stream_stall_s``: how long an answer may wait for a caller that reads none of it (its
-        bytes fill the socket's buffers, nothing leaves them) before the connection is aborted,
-        the backend request cancelled and the call settled as abandoned, its outcome audited as
-        ``caller_stalled``. Raises ``InputError`` unless it is a positive number of seconds.
-        """
-        self.gateway = gateway
-        self.host = host
-        self.shutdown_grace_s = shutdown_grace_s
-        self.stream_stall_s = stream_stall_s
-        config = uvicorn.Config(
-            gateway.app,
-            host=host,
-            port=port,
-            log_level="warning",
-            access_log=False,
-            lifespan="on",
-            ws="none",  # no WebSockets served: no websockets import (a DeprecationWarning in old uvicorn)
-            # Request heads are bounded in size and time (a chain token, in a header, may be up
-            # to 32 KiB: docs/token-format.md); uvicorn's own httptools protocol bounds neither.
-            http=BoundedHttpToolsProtocol.with_stall(stream_stall_s),
-            timeout_graceful_shutdown=shutdown_grace_s,
-        )
-        self.server: uvicorn.Server = _Server(config)
-        self.port = port
-        self._thread: threading.Thread | None = None
-
-    @property
-    def url(self) -> str:
-        """The OpenAI base URL, e.g. ``http://127.0.0.1:8000/v1`` (``http://[::1]:8000/v1`` for an
-        IPv6 host)."""
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"http://{host}:{self.port}/v1"
-
-    def run(self) -> None:
-        """Serve until interrupted."""
-        self.server.run()
-
-    def start(self, timeout: float = 10.0) -> GatewayServer:
-        """Serve in a background thread; returns once the port accepts connections (port 0: any
-        free port, then in ``port`` and ``url``).
-
-        Raises ``DispatchError`` if it does not start within ``timeout`` seconds.
-        """
-        self._thread = threading.Thread(target=self.server.run, name=f"gateway-{self.port}", daemon=True)
-        self._thread.start()
-        deadline = time.monotonic() + timeout
-        while not self.server.started:
-            if time.monotonic() > deadline or not self._thread.is_alive():
-                raise DispatchError(f"the gateway on {self.host}:{self.port} did not start")
-            time.sleep(0.01)
-        if self.port == 0:  # the operating system chose one
-            self.port = int(self.server.servers[0].sockets[0].getsockname()[1])
-        return self
-
-    def stop(self) -> None:
-        """Stop serving and wait for the thread (calls in flight: at most ``shutdown_grace_s``)."""
-        self.server.should_exit = True
-        if self._thread is not None:
-            self._thread.join(timeout=self.shutdown_grace_s + 10)
-            self._thread = None

@@ -1,0 +1,106 @@
+"""A chat call cut short: by its caller (the connection lost, seen by ``_Watch``; a stream's caller
+that stopped reading, ``STALLED``) or by the server (its shutdown grace over, the request's task is
+cancelled: ``STOPPED``). A JSON call cut once sent is charged its reservation (``_spent`` raises,
+``Gate.arun`` settles); a stream cut short has its outcome say why (``_left_reason``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from starlette.types import Scope
+
+from agentgate.dispatch.backends import ChatResult
+from agentgate.dispatch.gateway._http import LOST, ON_LOST, STALLED
+from agentgate.errors import CallerGone, GatewayStopped
+
+STOPPED = "agentgate.stopped"
+"""Scope key set (True) on a streamed call cut by the end of the server's shutdown grace."""
+
+
+async def _gone_before_sending() -> None:
+    """The backend call of a streamed call whose caller left while it was being decided."""
+    raise CallerGone("the caller went away before the call was sent")
+
+
+class _Watch:
+    """While entered: if the request's connection is lost before its answer began (the
+    protocol's ``ON_LOST`` hook), the task that entered is cancelled and ``gone`` set. A
+    ``CancelledError`` seen inside is this watch's own when ``gone`` is set and
+    ``task.uncancel()`` comes to 0; the cancellation then ends with the one who caught it."""
+
+    def __init__(self, scope: Scope) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self.task = task
+        self.scope = scope
+        self.gone = bool(scope.get(LOST))
+        """Whether the connection is lost; already on entry if it was lost before (``LOST``)."""
+
+    def __enter__(self) -> _Watch:
+        self.scope[ON_LOST] = self._lost
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        del self.scope[ON_LOST]
+
+    def _lost(self) -> None:
+        self.gone = True
+        self.task.cancel()
+
+
+@dataclass(frozen=True)
+class _Cut:
+    """A JSON call cut before its answer: by its caller leaving, or by the server stopping."""
+
+    caller_gone: bool
+
+
+def _spent(result: ChatResult | _Cut) -> tuple[int, int] | None:
+    """What an answered call is charged: the usage the backend reported, or ``None`` when the
+    answer reports no completion token count: ``Gate`` then charges the whole reservation
+    (prompt, max output) and its outcome says so (the output went out; the gateway never charges
+    less than may have been used, nor reports a usage no backend reported).
+
+    Raises ``CallerGone`` for a call whose caller left, ``GatewayStopped`` for one the server's
+    shutdown cut (``_Cut``): ``Gate.arun`` then settles it as an ``error`` charged its
+    reservation (its usage cannot be read) and re-raises.
+    """
+    if isinstance(result, _Cut):
+        if result.caller_gone:
+            raise CallerGone("the caller went away before the answer; the backend request was cancelled")
+        raise GatewayStopped("the gateway stopped during the call; the backend request was cancelled")
+    usage = result.body.get("usage")
+    if not isinstance(usage, Mapping) or usage.get("completion_tokens") is None:
+        return None
+    return result.usage.prompt_tokens, result.usage.completion_tokens
+
+
+def _uncancel_all(task: asyncio.Task[Any]) -> None:
+    """Take back every cancellation request pending on ``task`` (the server's shutdown, however
+    many times it was delivered)."""
+    while task.uncancel() > 0:
+        pass
+
+
+def _left_reason(scope: Scope, handler: asyncio.Task[Any]) -> str | None:
+    """Why a stream ended before its answer did, for its outcome in the audit log: the caller
+    stopped reading (cut by the protocol), its connection was lost, or the server's shutdown
+    grace ran out (``STOPPED``, or its ``handler`` task is being cancelled: with the caller
+    still there only the server cancels it); ``None`` when none of these is known."""
+    if (stalled := _stall_reason(scope)) is not None:
+        return stalled
+    if scope.get(LOST):
+        return "CallerGone"
+    return "GatewayStopped" if scope.get(STOPPED) or handler.cancelling() > 0 else None
+
+
+def _stall_reason(scope: Scope) -> str | None:
+    """Why a stream's caller went away, when it stopped reading (the protocol cut it); else None."""
+    stall = scope.get(STALLED)
+    if stall is None:
+        return None
+    return f"caller_stalled: the caller read nothing of the stream for {stall:g} s; the stream was cut"

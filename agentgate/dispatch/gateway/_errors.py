@@ -1,0 +1,101 @@
+"""The gateway's answers in OpenAI's error shape: ``error_response`` (a status and its OpenAI
+``type``), the answer to a call allowed but not served (``_dispatch_error``), and Starlette's own
+404 and 405 (``_http_error``). What the dispatcher says about backends (their names, addresses and
+bytes) goes to the gateway's log, never into an answer.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from agentgate.errors import AgentGateError, BackendFailed, DispatchError, NoBackend, Shed
+
+_ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    402: "insufficient_quota",
+    403: "permission_error",
+    404: "not_found_error",
+    405: "invalid_request_error",
+    429: "rate_limit_error",
+    502: "api_error",
+    503: "service_unavailable",
+}
+_log = logging.getLogger("agentgate.dispatch.gateway._app")  # the gateway's one logger (docs/gateway.md)
+
+
+def error_response(
+    status: int,
+    message: str,
+    code: str,
+    *,
+    headers: Mapping[str, str] | None = None,
+    extra: Mapping[str, Any] | None = None,
+) -> JSONResponse:
+    """An OpenAI-style error: ``{"error": {"message", "type", "param", "code"}}``, plus ``extra``'s
+    top-level keys (an approval request: ``{"agentgate": "approval_required", "request": {...}}``)."""
+    body: dict[str, Any] = {
+        "error": {
+            "message": message,
+            "type": _ERROR_TYPES.get(status, "api_error"),
+            "param": None,
+            "code": code,
+        },
+        **(extra or {}),
+    }
+    return JSONResponse(body, status_code=status, headers=dict(headers or {}))
+
+
+def _dispatch_error(exc: AgentGateError) -> Response:
+    """The HTTP answer for a call that was allowed but could not be served (nothing was charged).
+
+    A shed call gets the router's reason and its ``Retry-After`` (seconds, rounded up). A backend
+    failure or no backend gets a fixed message: what the dispatcher says (backend names and
+    addresses, the backend's own bytes) is for the gateway's log, not for remote callers. A
+    request the backend refused as invalid keeps the backend's message, it is about the request,
+    but not the backend's name.
+    """
+    if isinstance(exc, Shed):
+        # The router's reason is the caller's to read (its SLO, its tenant's quota); what failed
+        # before it (the dispatcher appends "(after: <backend>: <its error>; ...)") is not.
+        reason, after, _ = str(exc).partition(" (after: ")
+        if after:
+            _log.warning("agentgate gateway: %s: %s", type(exc).__name__, exc)
+        retry = str(max(1, math.ceil(exc.retry_after_s)))
+        return error_response(429, reason, "shed", headers={"Retry-After": retry})
+    if isinstance(exc, NoBackend | BackendFailed):
+        _log.warning("agentgate gateway: %s: %s", type(exc).__name__, exc)
+        if isinstance(exc, NoBackend):
+            return error_response(
+                503, "no backend could take the call now; nothing was charged", "no_backend"
+            )
+        return error_response(
+            502, "the backends failed to answer the call; nothing was charged", "backend_failed"
+        )
+    if isinstance(exc, DispatchError):
+        # The backend's words are about the request, the caller's to read; which backend said
+        # them (``BackendClient``'s "<name> rejected the request: ...") is the log's.
+        _, named, words = str(exc).partition(" rejected the request: ")
+        if named:
+            _log.info("agentgate gateway: %s", exc)
+        message = f"the backend rejected the request: {words}" if named else str(exc)
+        return error_response(400, message, "rejected_by_backend")
+    _log.warning("agentgate gateway: %s: %s", type(exc).__name__, exc)
+    return error_response(503, "the call could not be served; nothing was charged", type(exc).__name__)
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    """Starlette's own refusals (a path not served: 404; a method not allowed: 405, with its
+    ``Allow`` header) in OpenAI's error shape. Nothing is decided or audited: no call was made."""
+    assert isinstance(exc, HTTPException)
+    codes = {404: "not_found", 405: "method_not_allowed"}
+    code = codes.get(exc.status_code, "http_error")
+    message = f"{request.method} {request.url.path[:200]}: {exc.detail}"
+    return error_response(exc.status_code, message, code, headers=exc.headers)

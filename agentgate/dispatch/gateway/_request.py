@@ -1,0 +1,88 @@
+"""What the gateway reads from a chat request before deciding it: the body, bounded in size
+(``MAX_BODY_BYTES``) and in time (``BODY_TIMEOUT_S``) and checked as a chat completion request of
+one choice; the prompt tokens reserved for it; the bearer token of its ``Authorization`` header.
+A body refused raises ``InputError`` naming what is wrong.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from starlette.requests import Request
+
+from agentgate.dispatch.prefix import estimate_tokens, prompt_text
+from agentgate.errors import InputError
+
+MAX_BODY_BYTES = 8 * 1024 * 1024
+BODY_TIMEOUT_S = 60.0
+"""Seconds a client has to send a whole request body once its head has arrived."""
+_ONE_CHOICE = ("n", "best_of")
+"""Body fields that ask a backend for several sequences (vLLM honours both): absent, null or 1."""
+
+
+async def _read_body(request: Request) -> bytes:
+    """The request body, refused (``InputError``) as soon as it passes ``MAX_BODY_BYTES``, or when
+    it has not all arrived ``BODY_TIMEOUT_S`` after the head (a client trickling its body)."""
+    parts: list[bytes] = []
+    size = 0
+    try:
+        async with asyncio.timeout(BODY_TIMEOUT_S):
+            async for part in request.stream():
+                size += len(part)
+                if size > MAX_BODY_BYTES:
+                    raise InputError(f"the body is over {MAX_BODY_BYTES} bytes")
+                parts.append(part)
+    except TimeoutError:
+        raise InputError(f"the body did not arrive within {BODY_TIMEOUT_S:g} s") from None
+    return b"".join(parts)
+
+
+def _parse_body(raw: bytes) -> dict[str, Any]:
+    """The request body as a chat completion request; raises ``InputError`` naming what is wrong."""
+    try:
+        body = json.loads(raw)
+    except ValueError as exc:
+        raise InputError(f"the body is not JSON ({exc})") from None
+    except RecursionError:
+        raise InputError("the body is nested too deeply") from None
+    if not isinstance(body, dict):
+        raise InputError("the body must be a JSON object")
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) for m in messages):
+        raise InputError("'messages' must be a non-empty list of message objects")
+    # OpenAI's API takes ``"stream": null`` as false (the SDKs send it for ``stream=None``).
+    if body.get("stream") is not None and not isinstance(body["stream"], bool):
+        raise InputError("'stream' must be true, false or null")
+    # Several choices would generate several times the output the invocation signs and the
+    # reservation holds (and a grant's max_tokens caps per choice): one choice per call.
+    for name in _ONE_CHOICE:
+        if body.get(name) not in (None, 1) or isinstance(body.get(name), bool):
+            raise InputError(f"'{name}' must be 1: the gateway answers one choice per call")
+    return body
+
+
+def _prompt_estimate(body: Mapping[str, Any]) -> int:
+    """The prompt tokens reserved for a checked chat body: its messages' text and, since a chat
+    template renders them into the prompt too, its messages' other fields (an assistant turn's
+    ``tool_calls`` and their arguments, a ``name``) and its tool (or legacy function)
+    definitions, at four characters a token."""
+    tokens = estimate_tokens(prompt_text(m for m in body["messages"]))
+    for message in body["messages"]:
+        if rest := {k: v for k, v in message.items() if k != "role" and k != "content"}:
+            tokens += estimate_tokens(json.dumps(rest, separators=(",", ":"), ensure_ascii=False))
+    for name in ("tools", "functions"):
+        if body.get(name):
+            tokens += estimate_tokens(json.dumps(body[name], separators=(",", ":"), ensure_ascii=False))
+    return tokens
+
+
+def _bearer(value: str | None) -> str | None:
+    if value is None:
+        return None
+    scheme, _, token = value.partition(" ")
+    if scheme.lower() != "bearer":
+        return None
+    return token.strip() or None

@@ -1,0 +1,129 @@
+"""``GatewayServer``: a ``Gateway`` served by uvicorn, in the foreground or in a background
+thread, over the gateway's bounded HTTP protocol (``_http.py``). Stopping lets the calls in flight
+finish for a grace, then cuts and settles them, on uvicorn's forced exit too (``_Server``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+import time
+from typing import TYPE_CHECKING
+
+import uvicorn
+
+from agentgate.dispatch.gateway._http import STREAM_STALL_S, BoundedHttpToolsProtocol
+from agentgate.dispatch.gateway._stream import LAST_EVENT_S
+from agentgate.errors import DispatchError
+
+if TYPE_CHECKING:
+    from agentgate.dispatch.gateway._app import Gateway
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server, whose forced exit still cuts and settles the calls in flight.
+
+    A second Ctrl-C during the shutdown grace (or Ctrl-C after SIGTERM) is uvicorn's forced
+    exit: it stopped waiting for the calls in flight without cancelling them and skipped the
+    app's lifespan shutdown. The calls were then cancelled by the event loop's own end, and
+    the lifespan task with them, which uvicorn logged as a traceback on stderr ("Exception in
+    'lifespan' protocol"), and the dispatcher and its connections were never closed. Here the
+    forced exit ends the grace at once instead: the calls are cancelled as when the grace runs
+    out (each settled and answered as docs/gateway.md says, a stream's last event sent within
+    ``LAST_EVENT_S``), then the app's lifespan shutdown runs.
+    """
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().shutdown(sockets)
+        if not self.force_exit:
+            return
+        tasks = list(self.server_state.tasks)
+        for task in tasks:
+            task.cancel(msg="Task cancelled, forced exit")
+        if tasks:
+            await asyncio.wait(tasks, timeout=LAST_EVENT_S + 1.0)
+        await self.lifespan.shutdown()
+
+
+class GatewayServer:
+    """Serves a ``Gateway`` with uvicorn, in the foreground (``run``) or a background thread (``start``).
+
+    Stopped by SIGINT or SIGTERM (``run`` in the main thread) or ``stop()``, it lets the calls in
+    flight finish for ``shutdown_grace_s``; a second SIGINT meanwhile ends the grace at once.
+    Either way the calls still in flight are then cut and settled (docs/gateway.md).
+    """
+
+    def __init__(
+        self,
+        gateway: Gateway,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 8000,
+        shutdown_grace_s: int = 10,
+        stream_stall_s: float = STREAM_STALL_S,
+    ) -> None:
+        """``shutdown_grace_s``: how long stopping waits for calls in flight (a stream whose caller
+        stopped reading would otherwise hold the shutdown for as long as it lasts); then they are
+        cancelled, and each is settled as a caller that went away (its outcome recorded).
+
+        ``stream_stall_s``: how long an answer may wait for a caller that reads none of it (its
+        bytes fill the socket's buffers, nothing leaves them) before the connection is aborted,
+        the backend request cancelled and the call settled as abandoned, its outcome audited as
+        ``caller_stalled``. Raises ``InputError`` unless it is a positive number of seconds.
+        """
+        self.gateway = gateway
+        self.host = host
+        self.shutdown_grace_s = shutdown_grace_s
+        self.stream_stall_s = stream_stall_s
+        config = uvicorn.Config(
+            gateway.app,
+            host=host,
+            port=port,
+            log_level="warning",
+            access_log=False,
+            lifespan="on",
+            ws="none",  # no WebSockets served: no websockets import (a DeprecationWarning in old uvicorn)
+            # Request heads are bounded in size and time (a chain token, in a header, may be up
+            # to 32 KiB: docs/token-format.md); uvicorn's own httptools protocol bounds neither.
+            http=BoundedHttpToolsProtocol.with_stall(stream_stall_s),
+            timeout_graceful_shutdown=shutdown_grace_s,
+        )
+        self.server: uvicorn.Server = _Server(config)
+        self.port = port
+        self._thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        """The OpenAI base URL, e.g. ``http://127.0.0.1:8000/v1`` (``http://[::1]:8000/v1`` for an
+        IPv6 host)."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}/v1"
+
+    def run(self) -> None:
+        """Serve until interrupted."""
+        self.server.run()
+
+    def start(self, timeout: float = 10.0) -> GatewayServer:
+        """Serve in a background thread; returns once the port accepts connections (port 0: any
+        free port, then in ``port`` and ``url``).
+
+        Raises ``DispatchError`` if it does not start within ``timeout`` seconds.
+        """
+        self._thread = threading.Thread(target=self.server.run, name=f"gateway-{self.port}", daemon=True)
+        self._thread.start()
+        deadline = time.monotonic() + timeout
+        while not self.server.started:
+            if time.monotonic() > deadline or not self._thread.is_alive():
+                raise DispatchError(f"the gateway on {self.host}:{self.port} did not start")
+            time.sleep(0.01)
+        if self.port == 0:  # the operating system chose one
+            self.port = int(self.server.servers[0].sockets[0].getsockname()[1])
+        return self
+
+    def stop(self) -> None:
+        """Stop serving and wait for the thread (calls in flight: at most ``shutdown_grace_s``)."""
+        self.server.should_exit = True
+        if self._thread is not None:
+            self._thread.join(timeout=self.shutdown_grace_s + 10)
+            self._thread = None
