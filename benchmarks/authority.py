@@ -58,8 +58,8 @@ from agentgate.authority import (
     ChainCache,
     GrantRepository,
     Invocation,
+    _chain_findings,
     _decision,
-    _findings,
     _signatures,
     delegate,
     issue,
@@ -177,7 +177,7 @@ def _timing_parts(repo: GrantRepository, spent: dict[str, int]) -> Iterator[None
         (_signatures, "_sign_open", "signatures"),
         (_signatures, "did_public_key", "did_keys"),
         (_decision, "parse_chain", "parse"),
-        (_findings, "link_findings", "links"),
+        (_chain_findings, "link_findings", "links"),
         (repo, "consume_nonce", "store"),
     ]
     originals = [(owner, attr, getattr(owner, attr)) for owner, attr, _ in patches]

@@ -12,10 +12,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agentgate.authority import Authority, Decision, GrantRepository, Invocation
+from agentgate.authority import Authority, Decision, GrantRepository, Invocation, delegate, issue
 from agentgate.authority._encoding import b64url_decode, b64url_decode_parts, b64url_encode, parse_canonical
 from agentgate.authority._invocation import _decode_common
-from agentgate.authority._operations import delegate, issue
 from agentgate.authority._parsing import _grant_from_canonical, _parse_grant_reference
 from agentgate.capabilities import Call, Capability, covers
 from agentgate.errors import TokenFormatError

@@ -361,14 +361,14 @@ def test_ten_thousand_link_chain_is_refused_in_bounded_time_and_memory(
     huge = ".".join([TOKEN_PREFIX] + [link] * 10_000)
     # Bounded time, observed as work not done rather than as wall time (which measures the
     # machine): no link is decoded, parsed or has its signature checked before the refusal.
-    from agentgate.authority import _findings, _parsing
+    from agentgate.authority import _chain_findings, _parsing
 
     work: list[str] = []
     for module, name in (
         (_parsing, "b64url_decode_parts"),
         (_parsing, "b64url_decode"),
         (_parsing, "parse_grant"),
-        (_findings, "verify_signature"),
+        (_chain_findings, "verify_signature"),
     ):
         real = getattr(module, name)
         monkeypatch.setattr(module, name, lambda *a, _n=name, _f=real, **k: work.append(_n) or _f(*a, **k))

@@ -17,8 +17,8 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from agentgate.authority import Invocation, parse_chain, verify_chain
+from agentgate.authority._chain_findings import chain_finding
 from agentgate.authority._encoding import b64url_encode, canonical_json
-from agentgate.authority._findings import chain_finding
 from agentgate.capabilities import Call
 from agentgate.errors import TokenFormatError
 from agentgate.keys import SigningKey, did_from_public_key

@@ -9,9 +9,8 @@ from typing import Any
 
 import pytest
 
-from agentgate.authority import GrantRepository, Invocation, decide, verify_chain
-from agentgate.authority._findings import chain_finding, time_finding
-from agentgate.authority._parsing import parse_chain
+from agentgate.authority import GrantRepository, Invocation, decide, parse_chain, verify_chain
+from agentgate.authority._chain_findings import chain_finding, time_finding
 from agentgate.capabilities import Call
 from agentgate.errors import TokenFormatError
 from agentgate.store import SQLiteStore

@@ -799,7 +799,7 @@ sys.path.insert(0, sys.argv[3])
 from test_langgraph import NAMES, _calls, _policy_text
 from langchain_core.tools import StructuredTool
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
-from agentgate.authority._parsing import parse_chain
+from agentgate.authority import parse_chain
 from agentgate.gate import AgentIdentity, Gate
 from agentgate.integrations.langgraph import ScriptedChatModel, create_gated_agent, delegation_tool
 from agentgate.keys import SigningKey

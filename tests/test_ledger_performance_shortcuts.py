@@ -31,9 +31,7 @@ import httpx
 import pytest
 from test_ledger_settlement import POLICY, _gate
 
-from agentgate.authority import Authority, Decision, GrantRepository, Invocation
-from agentgate.authority._grant import Budget
-from agentgate.authority._operations import delegate, issue
+from agentgate.authority import Authority, Budget, Decision, GrantRepository, Invocation, delegate, issue
 from agentgate.capabilities import Call
 from agentgate.errors import BudgetExceeded, Denied, InputError, StoreError
 from agentgate.gate import AgentIdentity, Gate

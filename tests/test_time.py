@@ -8,8 +8,8 @@ import time
 import pytest
 
 from agentgate._time import utc_text, when
-from agentgate.authority._findings import time_finding
-from agentgate.authority._operations import issue
+from agentgate.authority import issue
+from agentgate.authority._chain_findings import time_finding
 from agentgate.keys import SigningKey
 
 

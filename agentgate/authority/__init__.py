@@ -6,13 +6,14 @@
 
 Where each part lives: the grant values, the format's limits and the wire form (``_grant``),
 strict parsing (``_parsing``), signatures and trust anchors (``_signatures``), what stops a chain
-from being valid, as findings (``_findings``), ``issue``/``delegate``/``verify_chain``
+from being valid, as findings (``_chain_findings``), ``issue``/``delegate``/``verify_chain``
 (``_operations``); beside them the byte encodings (``_encoding``), invocations (``_invocation``)
 and decisions (``_decision``).
 """
 
 from __future__ import annotations
 
+from agentgate.authority._chain_findings import findings_of
 from agentgate.authority._decision import (
     ApprovalHook,
     ApprovalRequirement,
@@ -27,7 +28,6 @@ from agentgate.authority._decision import (
     revoke,
     revoke_holder,
 )
-from agentgate.authority._findings import findings_of
 from agentgate.authority._grant import (
     DEFAULT_SKEW,
     MAX_LINKS,

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from agentgate._time import when
+from agentgate.authority._chain_findings import _short, chain_finding, time_finding
 from agentgate.authority._encoding import sha256_hex
-from agentgate.authority._findings import _short, chain_finding, time_finding
 from agentgate.authority._grant import DEFAULT_SKEW, Budget, Chain, Grant, _encode_chain
 from agentgate.authority._invocation import (
     INVOCATION_CONTEXT,

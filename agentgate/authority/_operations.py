@@ -15,8 +15,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from agentgate._time import when
-from agentgate.authority._encoding import canonical_json
-from agentgate.authority._findings import (
+from agentgate.authority._chain_findings import (
     _SCOPE,
     _TRUST,
     _finding,
@@ -26,6 +25,7 @@ from agentgate.authority._findings import (
     link_findings,
     time_finding,
 )
+from agentgate.authority._encoding import canonical_json
 from agentgate.authority._grant import (
     DEFAULT_SKEW,
     GRANT_CONTEXT,

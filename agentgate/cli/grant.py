@@ -31,7 +31,7 @@ from agentgate.authority import (
     revoke,
     revoke_holder,
 )
-from agentgate.authority._findings import link_findings, root_findings
+from agentgate.authority._chain_findings import link_findings, root_findings
 from agentgate.authority._grant import GRANT_CONTEXT, MAX_DEPTH
 from agentgate.authority._signatures import verify_signature
 from agentgate.capabilities import Call, Capability
