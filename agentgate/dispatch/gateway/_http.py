@@ -255,10 +255,8 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     def pause_writing(self) -> None:
         # The send buffer passed its high-water mark: the caller reads slower than we write.
         super().pause_writing()
-        self._stall_mark = self._untaken()
         self._stall_cycle = self._running
-        self._stop_stall_timer()
-        self._stall_timer = self.loop.call_later(self.stall_s, self._check_stall)
+        self._start_stall_clock(self._untaken())
 
     def resume_writing(self) -> None:
         self._stop_stall_timer()
@@ -297,9 +295,17 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         ):
             return  # the next answer is being written: its own end or pause starts the clock
         if self._stall_timer is None and self.transport.get_write_buffer_size() > 0:
-            self._stall_mark = self._untaken()
             self._stall_cycle = cycle
-            self._stall_timer = self.loop.call_later(self.stall_s, self._check_stall)
+            self._start_stall_clock(self._untaken())
+
+    def _start_stall_clock(self, untaken: int) -> None:
+        """(Re)start the stall clock, the one place it starts: ``stall_s`` from now,
+        ``_check_stall`` asks whether the caller took any of the ``untaken`` bytes it has not taken
+        now. Started when writing pauses, when an answer's tail waits (``_start_tail_clock``) and
+        again after progress (``_check_stall``); stopped by ``_stop_stall_timer`` alone."""
+        self._stop_stall_timer()
+        self._stall_mark = untaken
+        self._stall_timer = self.loop.call_later(self.stall_s, self._check_stall)
 
     def _stop_stall_timer(self) -> None:
         if self._stall_timer is not None:
@@ -332,8 +338,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             return  # all of it is with the kernel, which delivers it or gives up on its own
         waiting = self._untaken()
         if waiting < self._stall_mark:
-            self._stall_mark = waiting
-            self._stall_timer = self.loop.call_later(self.stall_s, self._check_stall)
+            self._start_stall_clock(waiting)
             return
         stalled = self._stall_cycle
         if stalled is not None and not stalled.response_complete:
