@@ -16,16 +16,15 @@ from pathlib import Path
 
 import httpx
 import pytest
+import test_audit_spans
 import test_observability
 from langchain_core.messages import AIMessage, ToolMessage
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode, Tracer
 from test_gateway import MODEL, NAMES, _policy_text
 from test_observability import Sweep, _calls
 
-from agentgate.audit.spans import DENIED, execute_tool_span, get_tracer, record_decision
+from agentgate.audit.spans import DENIED, execute_tool_span, record_decision
 from agentgate.dispatch import inventory_from_mapping
 from agentgate.dispatch.gateway import Gateway, GatewayGate, GatewayServer, invocation_headers
 from agentgate.errors import ScopeCreep, StoreError
@@ -36,18 +35,8 @@ from agentgate.store import SQLiteStore
 from agentgate.tasks import Attempt, BreakerPolicy, Scheduler, SchedulerConfig, ToolCall
 
 sweep = test_observability.sweep  # the fixture, shared
-
-
-@pytest.fixture
-def exporter() -> InMemorySpanExporter:
-    return InMemorySpanExporter()
-
-
-@pytest.fixture
-def tracer(exporter: InMemorySpanExporter) -> Tracer:
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    return get_tracer(provider)
+exporter = test_audit_spans.exporter  # the fixtures, shared: a tracer exporting into memory
+tracer = test_audit_spans.tracer
 
 
 # --- a refusal raised through its span keeps agentgate.denied ------------------------------------

@@ -83,7 +83,7 @@ _UNPARSED = Call("gateway:chat.completions", "generate")
 """The call recorded for a body too malformed to name a model."""
 _STOPPED_UNSENT = "the gateway stopped before the call was sent to a backend"
 """``GatewayStopped``'s message for a JSON call cut while it waited for a backend: released."""
-_log = logging.getLogger(__name__)
+_log = logging.getLogger("agentgate.dispatch.gateway._app")  # the gateway's one logger (docs/gateway.md)
 _TRACE_CONTEXT = TraceContextTextMapPropagator()
 """W3C Trace Context only: a caller's ``baggage`` is not read (nor, so, sent on to a backend)."""
 P = ParamSpec("P")
