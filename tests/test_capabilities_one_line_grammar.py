@@ -49,6 +49,26 @@ def test_a_capability_outside_the_grammar_is_refused_and_the_problem_named(text:
 
 
 @pytest.mark.parametrize(
+    ("text", "clause", "problem"),
+    [
+        ("tool:x?a<=1e999", "a<=1e999", "inf is not a finite number"),
+        ("tool:x?a=1|1e999", "a=1|1e999", "inf is not a finite number"),
+        ("tool:x?a>=-1e999", "a>=-1e999", "-inf is not a finite number"),
+        ("tool:x?a=9223372036854775808", "a=9223372036854775808", "out of range"),
+    ],
+)
+def test_a_number_out_of_range_is_refused_naming_its_capability_and_clause(
+    text: str, clause: str, problem: str
+) -> None:
+    """A user with several --allow flags must learn which one holds the bad number (the error
+    once began "value: ..." and named neither)."""
+    with pytest.raises(CapabilityError) as refused:
+        parse_capability(text)
+    assert str(refused.value).startswith(f"capability {text!r}: clause {clause!r}: ")
+    assert problem in str(refused.value)
+
+
+@pytest.mark.parametrize(
     ("text", "field", "op", "value"),
     [
         ('tool:x?a=""', "a", "eq", ""),

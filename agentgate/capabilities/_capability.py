@@ -142,7 +142,7 @@ def _parse_scalar(text: str, where: str) -> Scalar:
         return text == "true"
     if _NUMBER.fullmatch(text):
         number = float(text) if any(c in text for c in ".eE") else int(text)
-        return _check_value(number, "value")
+        return _check_value(number, where)
     return _parse_text(text, where)
 
 
