@@ -67,3 +67,17 @@ def test_a_consistency_proof_to_a_smaller_tree_is_refused() -> None:
     root2 = node_hash(node_hash(root1, c1), c2)
     with pytest.raises(TamperDetected, match="never shrinks"):
         verify_consistency(5, 3, [root1, c1, c2], root1, root2)
+
+
+def test_a_consistency_proof_between_negative_sizes_is_refused() -> None:
+    """Kills: ``verify_consistency`` without a check that the sizes are not negative. Rule: a tree
+    has 0 or more leaves; a proof "from size -1" proves nothing. Without the check, ``[root1, c]``
+    "proved" a tree of -1 leaves a prefix of the one of 2 leaves whose root is H(root1, c), and
+    any root "consistent" with itself between two sizes of -1."""
+    root1, c = leaf_hash(b"a"), b"\x01" * 32
+    with pytest.raises(TamperDetected, match="negative"):
+        verify_consistency(-1, 2, [root1, c], root1, node_hash(root1, c))
+    with pytest.raises(TamperDetected, match="negative"):
+        verify_consistency(-1, -1, [], root1, root1)
+    with pytest.raises(TamperDetected, match="negative"):
+        verify_consistency(-3, -2, [root1, c], root1, node_hash(root1, c))

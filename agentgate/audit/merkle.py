@@ -252,8 +252,11 @@ def verify_consistency(size1: int, size2: int, proof: Sequence[bytes], root1: by
     """Return if ``proof`` shows the tree (``size1``, ``root1``) is a prefix of (``size2``, ``root2``).
 
     Follows RFC 9162 2.1.4.2. A proof from the empty tree is refused (it proves nothing), as is a
-    non-empty proof between equal sizes. Raises ``TamperDetected`` naming the failed check.
+    non-empty proof between equal sizes, and a negative size (no tree has one). Raises
+    ``TamperDetected`` naming the failed check.
     """
+    if size1 < 0 or size2 < 0:
+        raise TamperDetected(f"tree sizes {size1} and {size2}: a tree size is never negative")
     if size1 > size2:
         raise TamperDetected(f"size1 {size1} is larger than size2 {size2}: a log never shrinks")
     if size1 == 0:
