@@ -19,7 +19,8 @@ from agentgate.audit.entry import AuditEntry, argument_digest, redact
 from agentgate.audit.merkle import leaf_hash, verify_consistency
 from agentgate.audit.note import Checkpoint, open_checkpoint
 from agentgate.audit.proof import verify_bundle
-from agentgate.errors import InputError, StoreError, TamperDetected
+from agentgate.cli.main import main
+from agentgate.errors import BeyondLogEnd, InputError, StoreError, TamperDetected
 from agentgate.keys import SigningKey
 from agentgate.store import SQLiteStore, Store
 from agentgate.store.audit import AuditLog, log_key_path, open_log_key
@@ -365,3 +366,77 @@ def test_append_many_writes_every_entry(tmp_path: Path) -> None:
     log = _checkpoints_log(tmp_path, 1)
     assert log.append_many([{"kind": "deny", "principal": CHECKPOINTS_ALICE}] * 3) == [1, 2, 3]
     assert log.size() == 4 and log.verify().ok
+
+
+@pytest.mark.parametrize("ref", [2**63, 2**64, 10**30])
+def test_explain_of_an_entry_referring_beyond_any_index_names_no_related_entry(
+    log: AuditLog, ref: int
+) -> None:
+    """Kills: ``explain`` reading the entry an entry refers to by an index no store's integer
+    holds (an ``OverflowError`` from the SQLite driver: a traceback from ``audit explain``).
+    Rule: an entry whose ``ref`` is 2**63 or more (the format bounds it from below only: an API
+    caller, or a tamperer after the last checkpoint, can write one) refers to no entry, as one
+    past the log's end does: it is explained with nothing related, and ``entries_at`` of such an
+    index is the ``BeyondLogEnd`` of any index past the end."""
+    log.append(decision(1))
+    index = log.append({"kind": "outcome", "principal": ALICE, "status": "ok", "ref": ref})
+    explained = log.explain(index)
+    assert explained.entry.ref == ref and explained.related == ()
+    assert [e.index for e in log.explain(0).related] == []
+    with pytest.raises(BeyondLogEnd):
+        log.entries_at([0, ref])
+
+
+def test_a_cli_explain_of_an_entry_referring_beyond_any_index_exits_0(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same rule at the command line: one entry shown, exit 0, no traceback."""
+    monkeypatch.setenv("AGENTGATE_LOG_ORIGIN", ORIGIN)
+    log = _log(tmp_path, 1)
+    index = log.append({"kind": "outcome", "principal": ALICE_DID, "status": "ok", "ref": 2**64})
+    log.checkpoint()
+    db = str(tmp_path / "agentgate.db")
+    assert main(["audit", "explain", str(index), "--store", db, "--key", KEY.public.did]) == 0
+    out = capsys.readouterr().out
+    assert f"entry {index}: outcome" in out and "1 of 1 entries proven" in out
+
+
+@pytest.mark.parametrize(
+    "garbage",
+    [b"\xff" + b"{}", b"not json", b"[1, 2]", b'{"index": 1}'],
+    ids=["not-utf8", "not-json", "not-an-object", "not-an-entry"],
+)
+def test_a_malformed_entry_read_from_the_log_is_named_by_its_index(tmp_path: Path, garbage: bytes) -> None:
+    """Kills: ``entries``, ``entry``, ``entries_at`` and ``explain`` raising ``from_bytes``'s error
+    as it is (``entry bytes are not UTF-8 JSON: ...``), which says what is wrong but not where:
+    ``audit show`` stopped on a tampered log with an error that named no entry. Rule: a row
+    whose bytes are no canonical entry is ``TamperDetected`` naming its index, however it is read."""
+    log = _log(tmp_path, 4)
+    _attack(log, "UPDATE audit_log SET entry = ? WHERE idx = 2", (garbage,))
+    named = "audit log: entry 2 is malformed: "
+    with pytest.raises(TamperDetected, match=named):
+        list(log.entries())
+    with pytest.raises(TamperDetected, match=named):
+        log.entry(2)
+    with pytest.raises(TamperDetected, match=named):
+        log.entries_at([1, 2])
+    with pytest.raises(TamperDetected, match=named):
+        log.explain(2)
+    assert [e.index for e in log.entries(skip_malformed=True)] == [0, 1, 3]
+
+
+def test_cli_show_names_the_malformed_entry_it_stops_at(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The same rule at the command line: ``audit show`` prints the entries before it, then one
+    error line naming the entry, exit 2."""
+    log = _log(tmp_path, 4)
+    _attack(log, "UPDATE audit_log SET entry = CAST(? AS BLOB) || entry WHERE idx = 2", (b"\xff",))
+    db = str(tmp_path / "agentgate.db")
+    assert main(["audit", "show", "--store", db, "--key", KEY.public.did]) == 2
+    captured = capsys.readouterr()
+    assert len(captured.out.splitlines()) == 2
+    assert captured.err.startswith(
+        "agentgate: error: audit log: entry 2 is malformed: entry bytes are not UTF-8"
+    )
+    assert len(captured.err.splitlines()) == 1

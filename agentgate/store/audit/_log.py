@@ -20,7 +20,7 @@ from agentgate.store.audit._keys import DEFAULT_ORIGIN, entry_limit
 from agentgate.store.audit._nodes import _CachedRoots
 from agentgate.store.audit._proofs import _Proofs
 from agentgate.store.audit._schema import APPEND_LOCK, create_audit_tables
-from agentgate.store.audit._stored import _bytes, _index_of, _note, _whole
+from agentgate.store.audit._stored import _bytes, _index_of, _note, _parsed, _whole
 from agentgate.store.audit._verify import _Verification
 
 _BATCH = 20_000
@@ -307,11 +307,10 @@ class AuditLog(_Proofs, _CachedRoots, _Verification):
         return rows[index]
 
     def entry(self, index: int, tx: Transaction | None = None) -> AuditEntry:
-        """Entry ``index``, parsed (read in ``tx`` when given); ``TamperDetected`` if its bytes
-        are not canonical."""
-        if tx is None:
-            return AuditEntry.from_bytes(self.entry_bytes(index))
-        return AuditEntry.from_bytes(self._stored_row(_whole(index, "entry index"), tx)[0])
+        """Entry ``index``, parsed (read in ``tx`` when given); ``TamperDetected`` naming ``index``
+        if its bytes are not canonical."""
+        index = _whole(index, "entry index")
+        return _parsed(index, self._stored_row(index, tx)[0])
 
     def entries_at(self, indexes: Iterable[int]) -> dict[int, AuditEntry]:
         """The entries at ``indexes``, parsed, read in a few statements (500 indexes each), not
@@ -322,17 +321,18 @@ class AuditLog(_Proofs, _CachedRoots, _Verification):
         for index in wanted:
             if index not in read:
                 self.entry(index)  # raises the error naming the missing entry
-        return {index: AuditEntry.from_bytes(read[index][0]) for index in wanted}
+        return {index: _parsed(index, read[index][0]) for index in wanted}
 
     def entries(self, start: int = 0, *, skip_malformed: bool = False) -> Iterator[AuditEntry]:
         """Every entry from ``start`` in index order, read in batches.
 
-        Raises ``TamperDetected`` at the first entry whose bytes are not a canonical entry, or
-        passes over it when ``skip_malformed`` (a report of a log that ``verify`` found tampered).
+        Raises ``TamperDetected`` (naming its index) at the first entry whose bytes are not a
+        canonical entry, or passes over it when ``skip_malformed`` (a report of a log that
+        ``verify`` found tampered).
         """
-        for _idx, data, _leaf in self._rows(include_entry_from=start, start=start):
+        for idx, data, _leaf in self._rows(include_entry_from=start, start=start):
             try:
-                yield AuditEntry.from_bytes(data or b"")
+                yield _parsed(idx, data or b"")
             except TamperDetected:
                 if not skip_malformed:
                     raise
@@ -448,6 +448,8 @@ class AuditLog(_Proofs, _CachedRoots, _Verification):
         (in ``tx`` when given)."""
         found: dict[int, tuple[bytes, bytes]] = {}
         read = self.store.query if tx is None else tx.execute
+        # An index no store's integer holds names no row (an entry's ``ref`` may be any size).
+        indexes = [index for index in indexes if 0 <= index <= _MAX_INDEX]
         for start in range(0, len(indexes), 500):
             chunk = list(indexes[start : start + 500])
             marks = ", ".join("?" * len(chunk))

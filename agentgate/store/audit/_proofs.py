@@ -15,7 +15,7 @@ from agentgate.audit.note import Checkpoint
 from agentgate.audit.proof import ProofBundle
 from agentgate.errors import BeyondLogEnd, InputError, TamperDetected
 from agentgate.store._base import Row, Store, Transaction
-from agentgate.store.audit._stored import _note, _whole
+from agentgate.store.audit._stored import _note, _parsed, _whole
 
 
 @dataclass(frozen=True)
@@ -140,7 +140,7 @@ class _Proofs:
         """
         index = _whole(index, "entry index")
         data, stored = self._stored_row(index)
-        entry = AuditEntry.from_bytes(data)
+        entry = _parsed(index, data)
         shown = {index: (data, stored, entry), **self._related(index, entry.ref)}
         for idx, (row_data, row_stored, parsed) in shown.items():
             if parsed.index != idx:
@@ -176,7 +176,7 @@ class _Proofs:
             rows = (row for batch in self._batches() for row in batch)
         for idx, data, stored in rows:
             # The reference index is no evidence: each row it names is read, parsed and checked.
-            other = AuditEntry.from_bytes(data)
+            other = _parsed(idx, data)
             if idx != index and (other.ref == index or idx == ref):
                 related[idx] = (data, stored, other)
         return related

@@ -1,6 +1,7 @@
 """What the log's parts share: a stored note or entry read as text or bytes whatever its row
-holds (``_note``, ``_bytes``), the index an entry's bytes carry when they are a canonical entry
-(``_index_of``), and an index or size given by a caller checked (``_whole``)."""
+holds (``_note``, ``_bytes``), a stored entry parsed (``_parsed``), the index an entry's bytes
+carry when they are a canonical entry (``_index_of``), and an index or size given by a caller
+checked (``_whole``)."""
 
 from __future__ import annotations
 
@@ -25,6 +26,15 @@ def _note(value: object) -> str:
 def _bytes(value: object) -> bytes:
     """A stored entry, leaf hash or root as bytes; a NULL (only in a tampered table) as empty."""
     return b"" if value is None else bytes(value)  # type: ignore[call-overload]
+
+
+def _parsed(idx: int, data: bytes) -> AuditEntry:
+    """The entry stored at ``idx``, parsed from its bytes; ``TamperDetected`` naming ``idx`` when
+    they are not a canonical entry (``from_bytes`` says what is wrong, not where it was read)."""
+    try:
+        return AuditEntry.from_bytes(data)
+    except TamperDetected as exc:
+        raise TamperDetected(f"audit log: entry {idx} is malformed: {exc}") from exc
 
 
 def _index_of(data: bytes) -> int | None:
