@@ -119,6 +119,24 @@ def test_deleted_last_entries_and_checkpoints_are_caught_by_a_saved_checkpoint(s
     assert "older copy" in report.problems[0]
 
 
+def test_a_row_inserted_below_index_0_is_reported(store: Store) -> None:
+    """Kills: ``verify`` reading the log from index 0 only, so that a row inserted at index -1 (a
+    copy of an entry, leaf hash and all) was seen by nothing but ``size`` and ``explain``: verify
+    said "intact", ``show --last N`` showed N - 1 entries, and ``explain`` of the entry it copies
+    refers to failed. Rule: a row at a negative index is no entry of the log; verify reports it
+    (no entry index is named: the entries themselves are intact)."""
+    log = _fill(store, 4)
+    log.checkpoint()
+    data, stored = _row(store, 3)
+    _attack(store, ("INSERT INTO audit_log (idx, entry, leaf_hash) VALUES (-1, ?, ?)", (data, stored)))
+    report = log.verify()
+    assert not report.ok and report.size == 4 and report.first_bad_index is None
+    assert report.problems == (
+        "audit_log has 1 row(s) at an index below 0 (the lowest -1), which no entry has: "
+        "rows inserted outside agentgate",
+    )
+
+
 def test_inserted_entry_is_named(store: Store) -> None:
     log = _fill(store)
     log.checkpoint()

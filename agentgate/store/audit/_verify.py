@@ -85,7 +85,8 @@ class _Verification:
     def verify(self, saved_checkpoint: str | None = None) -> VerifyReport:
         """Recompute the tree from the entries' bytes and check everything that can be checked.
 
-        Checks: indexes run from 0 without gaps; each entry's bytes match its stored leaf hash;
+        Checks: indexes run from 0 without gaps, and no row is below 0; each entry's bytes match
+        its stored leaf hash;
         each entry that no checkpoint covers carries its own index; each checkpoint row's size and
         root columns match its signed note;
         every stored checkpoint is signed by the log key, and no two disagree about one size; the
@@ -158,6 +159,14 @@ class _Verification:
                     f"audit_refs has {rows_in_index - refs_seen} row(s) that verify did not compare with "
                     "their entries (the reference index changed while verify read it)"
                 )
+        # Every read above starts at index 0: a row below it (inserted with the triggers dropped)
+        # is in no tree, and only this count sees it.
+        below, lowest = self.store.query("SELECT COUNT(*), MIN(idx) FROM audit_log WHERE idx < 0")[0]
+        if below:
+            problems.append(
+                f"audit_log has {below} row(s) at an index below 0 (the lowest {lowest}), which no "
+                "entry has: rows inserted outside agentgate"
+            )
         for cp_size in sorted(s for s in expected if s > size):
             problems.append(
                 f"a checkpoint covers {cp_size} entries but the log has {size}: "
