@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import html
 import itertools
+import math
 from collections import defaultdict, deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -40,6 +41,15 @@ ul.tree{list-style:none;padding-left:1em}ul.tree li{margin:.2em 0}
 
 def _e(text: object) -> str:
     return html.escape(str(text), quote=True)
+
+
+def _amount(total: int) -> str:
+    """``total`` in decimal, or, beyond the 4300 digits Python writes (a sum of entries'
+    ``budget_delta``, each within them), as its order of magnitude."""
+    try:
+        return str(total)
+    except ValueError:
+        return f"{'-' if total < 0 else ''}about 10^{int(math.log10(abs(total)))}"
 
 
 _WIDTH = 900
@@ -164,16 +174,18 @@ def _burn_down(summary: _Summary) -> str:
     for n, (principal, buckets) in enumerate(sorted(summary.spend.items())):
         colour = _PALETTE[n % len(_PALETTE)]
         points = [(0, 0), *(point for _bucket, point in sorted(buckets.items()))]
+        # A spend below -top is drawn at -top, under the chart already: v / top would overflow a
+        # float for one beyond a double's range (budget_delta is any integer).
         coords = " ".join(
-            f"{10 + width * i / last:.1f},{10 + height - height * v / top:.1f}" for i, v in points
+            f"{10 + width * i / last:.1f},{10 + height - height * max(v, -top) / top:.1f}" for i, v in points
         )
         parts.append(f'<polyline points="{coords}" fill="none" stroke="{colour}" stroke-width="2"/>')
         legend.append(
             f'<li><span class="k" style="background:{colour}"></span><code>{_e(principal)}</code>: '
-            f"{summary.totals[principal]} spent</li>"
+            f"{_amount(summary.totals[principal])} spent</li>"
         )
     parts.append(
-        f'<text x="12" y="{height + 25}" font-size="11">cumulative spend (max {top}) by entry index</text>'
+        f'<text x="12" y="{height + 25}" font-size="11">cumulative spend (max {_amount(top)}) by entry index</text>'
     )
     parts.append("</svg>")
     return "".join(parts) + "<ul>" + "".join(legend) + "</ul>"
