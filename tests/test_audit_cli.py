@@ -176,3 +176,33 @@ def test_explain_shows_the_grant_chain_when_the_grant_store_has_it(
     # R45: the expiry as every human output shows a time (docs/cli.md, Output conventions)
     assert "grant g-child: did:key:zBoss -> did:key:zAlice (expires 2030-03-17T17:46:40Z)" in out
     assert out.index("grant g-root:") < out.index("grant g-child:")
+
+
+@pytest.mark.parametrize(
+    "expires", ["'soon'", "1e400", "x'00'", "2.5"], ids=["text", "infinity", "bytes", "fraction"]
+)
+def test_explain_shows_a_grant_row_whose_expiry_is_no_time_without_a_traceback(
+    populated: Path, capsys: pytest.CaptureFixture[str], expires: str
+) -> None:
+    """Kills: ``_grant_chain`` converting each row's ``expires`` with ``int()`` (``ValueError`` for
+    text, ``OverflowError`` for the infinity SQLite stores for 1e400): ``audit explain`` ended in a
+    traceback when the grant store held a row edited in the database. Rule: the grant store is no
+    evidence (the entry is), and explain shows what it holds: an expiry that is no time as ``-``,
+    exit 0; a whole or fractional number of seconds as a time."""
+    from agentgate.store.grants import GrantRepository
+
+    db = populated / "agentgate.db"
+    with SQLiteStore(db) as store:
+        grants = GrantRepository(store)
+        grants.record_grants(
+            [("g-edited", None, "did:key:zAnchor", "did:key:zAlice", 2_000_000_000, "t")], now=1
+        )
+        grants.close()
+        with store.transaction() as tx:
+            tx.execute(f"UPDATE agentgate_grants SET expires = {expires} WHERE id = 'g-edited'")
+        index = AuditLog(store, open_log_key(store)).append(
+            {"kind": "allow", "principal": "did:key:zAlice", "chain_hash": "g-edited"}
+        )
+    assert main(["audit", "explain", str(index)]) == 0
+    shown = "1970-01-01T00:00:02Z" if expires == "2.5" else "-"
+    assert f"grant g-edited: did:key:zAnchor -> did:key:zAlice (expires {shown})" in capsys.readouterr().out

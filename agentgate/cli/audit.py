@@ -309,13 +309,14 @@ def _evidence(explained: Explanation) -> str:
     return text
 
 
-def _grant_chain(store: Store, tip: str) -> list[tuple[str, str, str, int, bool]] | None:
+def _grant_chain(store: Store, tip: str) -> list[tuple[str, str, str, float | None, bool]] | None:
     """Root-first ``(id, issuer, audience, expires, revoked)`` of the chain ending at ``tip``, if recorded.
 
     Reads the grant store's tables (``agentgate.store.grants``) when they exist; ``None`` when they
-    do not, or when they hold no grant ``tip``.
+    do not, or when they hold no grant ``tip``. The grant store is no evidence (the entry is): an
+    ``expires`` that is not a number (a row edited in the database) is ``None``, shown as ``-``.
     """
-    links: list[tuple[str, str, str, int, bool]] = []
+    links: list[tuple[str, str, str, float | None, bool]] = []
     current: str | None = tip
     try:
         while current is not None and len(links) < 64:
@@ -327,7 +328,8 @@ def _grant_chain(store: Store, tip: str) -> list[tuple[str, str, str, int, bool]
             if not rows:
                 break
             parent, issuer, audience, expires, revoked = rows[0]
-            links.append((current, str(issuer), str(audience), int(expires), revoked is not None))
+            expiry = expires if type(expires) in (int, float) else None
+            links.append((current, str(issuer), str(audience), expiry, revoked is not None))
             current = parent
     except (StoreError, sqlite3.Error):
         return None
