@@ -54,6 +54,30 @@ def test_a_checkpoint_of_another_log_does_not_open_when_the_origin_is_given() ->
         open_checkpoint(note, KEY.public, ORIGIN)
 
 
+def test_a_checkpoint_of_another_origin_is_refused_as_such_not_as_unsigned(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Kills: ``open_checkpoint`` checking the origin only after the signature, under the name the
+    caller gave: a log read with another origin (``AGENTGATE_LOG_ORIGIN`` unset or mistyped on
+    the auditor's machine) had every checkpoint reported as "note carries no signature by the
+    log key", a forgery, though each is signed by that very key. Rule: a checkpoint whose body
+    names another log is refused (still ``TamperDetected``: it is no checkpoint of this log)
+    saying which log it is for and which was expected."""
+    note = sign_checkpoint(Checkpoint(OTHER, 3, b"\x11" * 32), KEY)
+    with pytest.raises(TamperDetected, match=f"checkpoint is for log '{OTHER}', expected '{ORIGIN}'"):
+        open_checkpoint(note, KEY.public, ORIGIN)
+    from agentgate.cli.main import main
+
+    log = _log(tmp_path, 2)
+    log.checkpoint()
+    monkeypatch.setenv("AGENTGATE_LOG_ORIGIN", OTHER)
+    store = str(tmp_path / "agentgate.db")
+    assert main(["audit", "verify", "--store", store, "--key", KEY.public.did]) == 1
+    out = capsys.readouterr().out
+    assert f"checkpoint #1: checkpoint is for log '{ORIGIN}', expected '{OTHER}'" in out
+    assert "no signature" not in out
+
+
 def test_a_body_naming_another_origin_signed_under_this_name_is_refused() -> None:
     """Kills: the ``checkpoint.origin != name`` check dropped from ``open_checkpoint``. Rule: the
     signature line's key name and the body's origin must both be this log's: a body for log

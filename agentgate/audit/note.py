@@ -150,10 +150,16 @@ def sign_checkpoint(checkpoint: Checkpoint, key: SigningKey) -> str:
 def open_checkpoint(note: str, public_key: PublicKey, origin: str | None = None) -> Checkpoint:
     """A checkpoint whose signature by ``public_key`` verifies; raises ``TamperDetected`` otherwise.
 
-    ``origin``, when given, must match the checkpoint's; otherwise the origin on its first line is
-    taken as the key name.
+    ``origin``, when given, must match the checkpoint's (checked first: a checkpoint of another log
+    is refused as that, not as unsigned); otherwise the origin on its first line is taken as the
+    key name.
     """
     first_line = note.split("\n", 1)[0]
+    if origin is not None and first_line != origin:
+        # Before the signature, which is made under the body's origin: checked under another
+        # name it fails as if the note were unsigned, and a log read with the wrong origin
+        # (AGENTGATE_LOG_ORIGIN) would have every checkpoint reported as a forgery.
+        raise TamperDetected(f"checkpoint is for log {first_line[:100]!r}, expected {origin!r}")
     name = origin if origin is not None else first_line
     text = open_note(note, public_key, name)
     checkpoint = Checkpoint.parse(text)
