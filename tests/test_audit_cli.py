@@ -206,3 +206,68 @@ def test_explain_shows_a_grant_row_whose_expiry_is_no_time_without_a_traceback(
     assert main(["audit", "explain", str(index)]) == 0
     shown = "1970-01-01T00:00:02Z" if expires == "2.5" else "-"
     assert f"grant g-edited: did:key:zAnchor -> did:key:zAlice (expires {shown})" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("target", ["symlink", "no-directory", "directory"])
+def test_checkpoint_out_that_cannot_be_written_signs_nothing(
+    populated: Path, capsys: pytest.CaptureFixture[str], target: str
+) -> None:
+    """Kills: ``audit checkpoint --out FILE`` signing and storing a checkpoint before finding out
+    that FILE cannot be written (``_write`` refuses a symbolic link, a directory; no directory to
+    write it in). With FILE a symbolic link to the saved checkpoint, ``_saved`` read no
+    checkpoint there (not a regular file), so the check that the log extends it was skipped: a
+    database restored from an older copy and grown again was signed over (exit 2 all the same),
+    and ``audit verify`` without ``--checkpoint`` then said intact. Rule: a FILE that ``--out``
+    cannot replace is refused first (exit 2, one line), nothing signed or stored."""
+    import sqlite3
+
+    db = populated / "agentgate.db"
+    saved = populated / "saved.cp"
+    assert main(["audit", "checkpoint", "--out", str(saved)]) == 0
+    older = populated / "older.db"
+    source, copy = sqlite3.connect(db), sqlite3.connect(older)
+    source.backup(copy)
+    copy.close()
+    source.close()
+    with SQLiteStore(db) as store:
+        log = AuditLog(store, open_log_key(store))
+        log.append({"kind": "allow", "principal": "did:key:zAlice", "resource": "tool:wire"})
+        assert main(["audit", "checkpoint", "--out", str(saved)]) == 0
+    older.replace(db)  # restored from the older copy, then grown by two entries of its own
+    for suffix in ("-wal", "-shm"):
+        Path(f"{db}{suffix}").unlink(missing_ok=True)
+    with SQLiteStore(db) as store:
+        log = AuditLog(store, open_log_key(store))
+        for _ in range(2):
+            log.append({"kind": "deny", "principal": "did:key:zMallory", "resource": "tool:wire"})
+        stored = store.query("SELECT COUNT(*) FROM audit_checkpoints")[0][0]
+    out = {
+        "symlink": populated / "link.cp",
+        "no-directory": populated / "missing" / "saved.cp",
+        "directory": populated / "a-directory",
+    }[target]
+    if target == "symlink":
+        out.symlink_to(saved)
+    elif target == "directory":
+        out.mkdir()
+    capsys.readouterr()
+    assert main(["audit", "checkpoint", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"agentgate: error: {out}: cannot write: ") and len(err.splitlines()) == 1
+    with SQLiteStore(db) as store:
+        assert store.query("SELECT COUNT(*) FROM audit_checkpoints")[0][0] == stored  # nothing signed
+    assert main(["audit", "verify", "--checkpoint", str(saved)]) == 1
+
+
+def test_prove_out_that_cannot_be_written_signs_no_checkpoint(
+    populated: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Kills: ``audit prove INDEX --out FILE`` signing and storing a fresh checkpoint (the log has
+    grown since the last) before finding out that FILE cannot be written. Rule: a command that
+    fails stores nothing: FILE is refused first (exit 2, one line)."""
+    db = populated / "agentgate.db"
+    out = populated / "missing" / "entry.tlog-proof"
+    assert main(["audit", "prove", "0", "--out", str(out)]) == 2
+    assert capsys.readouterr().err.startswith(f"agentgate: error: {out}: cannot write: no directory")
+    with SQLiteStore(db) as store:
+        assert store.query("SELECT COUNT(*) FROM audit_checkpoints")[0][0] == 0

@@ -186,6 +186,24 @@ def _write(path: str, text: str) -> None:
         raise InputError(f"{path}: cannot write: {exc.strerror or exc}") from None
 
 
+def _refuse_unwritable(path: str) -> None:
+    """Raise ``InputError`` when ``_write`` could not replace ``path``: something other than a
+    regular file is there (a symbolic link, a directory, a FIFO, a device), or no directory to
+    write it in. Checked before anything is signed: a command that fails stores no checkpoint,
+    and ``checkpoint --out`` never signs a log it did not compare with the checkpoint there."""
+    try:
+        mode: int | None = os.lstat(path).st_mode
+    except FileNotFoundError:
+        mode = None
+    except OSError as exc:
+        raise InputError(f"{path}: cannot write: {exc.strerror or exc}") from None
+    if mode is not None and not stat.S_ISREG(mode):
+        kind = "a symbolic link" if stat.S_ISLNK(mode) else "not a regular file"
+        raise InputError(f"{path}: cannot write: {kind} is there; refusing to replace it")
+    if not Path(path).parent.is_dir():
+        raise InputError(f"{path}: cannot write: no directory {Path(path).parent} to write it in")
+
+
 def _verify(args: argparse.Namespace) -> int:
     saved = None
     if args.checkpoint:
@@ -338,8 +356,8 @@ def _grant_chain(store: Store, tip: str) -> list[tuple[str, str, str, float | No
 
 def _saved(path: str) -> str | None:
     """The checkpoint already saved in the regular file ``path``, or ``None`` when there is none
-    (no file, or one that does not hold a checkpoint: replaced as before, or refused by ``_write``
-    when it is not a regular file)."""
+    (no file, or one that does not hold a checkpoint: replaced as before; a path that is not a
+    regular file was refused by ``_refuse_unwritable`` before)."""
     try:
         if not stat.S_ISREG(os.lstat(path).st_mode):
             return None
@@ -351,6 +369,8 @@ def _saved(path: str) -> str | None:
 
 
 def _checkpoint(args: argparse.Namespace) -> int:
+    if args.out:
+        _refuse_unwritable(args.out)
     saved = _saved(args.out) if args.out else None
     store, log = _open(args, create_key=True)
     with store:
@@ -370,6 +390,7 @@ def _checkpoint(args: argparse.Namespace) -> int:
 
 
 def _prove(args: argparse.Namespace) -> int:
+    _refuse_unwritable(args.out)
     store, log = _open(args)
     with store:
         try:  # a bundle is returned only when it verifies: an entry edited in the database does not
