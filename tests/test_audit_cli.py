@@ -271,3 +271,36 @@ def test_prove_out_that_cannot_be_written_signs_no_checkpoint(
     assert capsys.readouterr().err.startswith(f"agentgate: error: {out}: cannot write: no directory")
     with SQLiteStore(db) as store:
         assert store.query("SELECT COUNT(*) FROM audit_checkpoints")[0][0] == 0
+
+
+@pytest.mark.parametrize("verb", ["checkpoint", "prove", "report"])
+@pytest.mark.parametrize("named", ["agentgate.db", "agentgate.db-wal", "log.key", "log.pub"])
+def test_out_naming_the_store_or_the_log_key_replaces_neither(
+    populated: Path, capsys: pytest.CaptureFixture[str], verb: str, named: str
+) -> None:
+    """Kills: ``--out`` replacing whatever regular file it names. ``audit report --out
+    agentgate.db`` replaced the audit log's own database with the HTML page, ``audit checkpoint
+    --out log.key`` and ``audit prove 0 --out log.key`` the private log key with a signed note
+    (exit 0, "wrote ..."): a slip of tab completion destroyed the evidence or the key that signs
+    it. Rule: ``--out`` naming a file the command reads (the SQLite database, its write-ahead
+    log, the log key or ``log.pub`` beside it), however the path is spelled, is refused first:
+    exit 2, one line, the file as it was, nothing signed."""
+    db = populated / "agentgate.db"
+    with SQLiteStore(db) as store:
+        (populated / "log.pub").write_text(open_log_key(store).public.did + "\n")
+    target = populated / named
+    if not target.exists():
+        target.write_bytes(b"")
+    (populated / "sub").mkdir()
+    spelled = f"{populated}/sub/../{named}"
+    before = target.read_bytes()
+    args = {"checkpoint": ["checkpoint"], "prove": ["prove", "0"], "report": ["report"]}[verb]
+    capsys.readouterr()
+    assert main(["audit", *args, "--out", spelled]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"agentgate: error: {spelled}: cannot write: ") and len(err.splitlines()) == 1
+    if named.startswith("log."):
+        assert target.read_bytes() == before
+    with SQLiteStore(db) as store:  # the database and its write-ahead log: still the log
+        assert store.query("SELECT COUNT(*) FROM audit_log")[0][0] == 13
+        assert store.query("SELECT COUNT(*) FROM audit_checkpoints")[0][0] == 0

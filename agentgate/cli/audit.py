@@ -40,10 +40,10 @@ from agentgate.audit.proof import HEADER as PROOF_HEADER
 from agentgate.audit.proof import verify_bundle
 from agentgate.audit.report import render_report
 from agentgate.cli._common import given, given_text, open_audit_log, printable, utc
-from agentgate.errors import InputError, StoreError, TamperDetected
+from agentgate.errors import InputError, KeyFileError, StoreError, TamperDetected
 from agentgate.keys import load_public_key, read_regular_file, replace_file
-from agentgate.store import Store
-from agentgate.store.audit import AuditLog, Explanation
+from agentgate.store import SQLiteStore, Store
+from agentgate.store.audit import AuditLog, Explanation, log_key_path
 
 
 def register(subparsers: Any) -> None:
@@ -202,6 +202,33 @@ def _refuse_unwritable(path: str) -> None:
         raise InputError(f"{path}: cannot write: {kind} is there; refusing to replace it")
     if not Path(path).parent.is_dir():
         raise InputError(f"{path}: cannot write: no directory {Path(path).parent} to write it in")
+
+
+def _refuse_own_files(path: str, store: Store, key: str | None) -> None:
+    """Raise ``InputError`` when ``path`` is a file this command reads, however spelled: the
+    SQLite database (with its write-ahead log, shared memory and journal), the log key and the
+    ``log.pub`` beside it, or the ``--key`` file. ``--out`` would replace it with what it
+    writes: the evidence, or the key that signs it, gone at a slip of tab completion."""
+    ours: list[tuple[Path, str]] = []
+    if isinstance(store, SQLiteStore):
+        ours += [
+            (Path(f"{store.path}{end}"), "the store's database") for end in ("", "-wal", "-shm", "-journal")
+        ]
+    try:
+        private = log_key_path(store)
+    except KeyFileError:
+        pass  # named in a way opening the log already refused or did not need
+    else:
+        ours += [(private, "the log key"), (private.with_suffix(".pub"), "the log's public key")]
+    if key:
+        ours.append((Path(key), "the --key file"))
+    for own, what in ours:
+        try:
+            same = os.path.samefile(path, own)
+        except (OSError, ValueError):
+            continue  # one of them does not exist (nothing there to lose), or cannot be named
+        if same:
+            raise InputError(f"{path}: cannot write: it is {what} ({own}); name another file")
 
 
 def _verify(args: argparse.Namespace) -> int:
@@ -374,6 +401,8 @@ def _checkpoint(args: argparse.Namespace) -> int:
     saved = _saved(args.out) if args.out else None
     store, log = _open(args, create_key=True)
     with store:
+        if args.out:
+            _refuse_own_files(args.out, store, None)
         try:
             note = log.checkpoint(saved=saved)
         except TamperDetected as exc:
@@ -393,6 +422,7 @@ def _prove(args: argparse.Namespace) -> int:
     _refuse_unwritable(args.out)
     store, log = _open(args)
     with store:
+        _refuse_own_files(args.out, store, None)
         try:  # a bundle is returned only when it verifies: an entry edited in the database does not
             bundle = log.prove(args.index)
         except TamperDetected as exc:
@@ -422,6 +452,7 @@ def _verify_proof(args: argparse.Namespace) -> int:
 def _report(args: argparse.Namespace) -> int:
     store, log = _open(args)
     with store:
+        _refuse_own_files(args.out, store, args.key)
         verified = log.verify()
         note = log.latest_checkpoint()
         checkpoint = log.open_checkpoint(note) if note and verified.ok else None
