@@ -151,3 +151,20 @@ def test_the_report_of_a_tampered_log_does_not_say_it_has_no_checkpoint(
     assert "TAMPERED" in text and "no signed checkpoint yet" not in text
     assert "no checkpoint shown: the log failed verification" in text
     assert "no signed checkpoint yet" in render_report([], None, [])  # an intact log without one
+
+
+def test_prove_of_an_edited_entry_signs_no_fresh_checkpoint(tmp_path: Path) -> None:
+    """Kills: ``prove`` signing and storing a fresh checkpoint (the log had grown since the last)
+    before finding that the entry's bytes do not match its stored leaf hash: ``audit prove``
+    failed (exit 2, no bundle) and yet wrote a checkpoint. Rule: a prove that fails stores
+    nothing; an entry edited in the database is refused before anything is signed."""
+    with SQLiteStore(tmp_path / "a.db") as store:
+        log = AuditLog(store, KEY, ORIGIN)
+        _fill(log, 7)
+        log.checkpoint()
+        _fill(log, 2)
+        _edit_entry(store, 3, b"zAgent1", b"zMallory")
+        with pytest.raises(TamperDetected, match="entry 3 is not the entry its signed checkpoint holds"):
+            log.prove(3)
+        assert store.query("SELECT COUNT(*) FROM audit_checkpoints")[0][0] == 1
+        assert verify_bundle(log.prove(4).text(), KEY.public, ORIGIN)[0].index == 4  # signs one now

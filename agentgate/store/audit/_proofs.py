@@ -77,16 +77,23 @@ class _Proofs:
 
         Raises ``InputError`` if the entry does not exist or the checkpoint does not cover it
         (``BeyondLogEnd`` for an index past the end of the log, against a fresh checkpoint: then
-        checked before anything is signed, so bad input stores no checkpoint), and
+        checked before anything is signed, so bad input stores no checkpoint, nor does an entry
+        whose bytes do not match its stored leaf hash), and
         ``TamperDetected`` when the entry's bytes do not lead to the checkpoint's root (edited in
         the database after it was signed): no bundle that cannot verify is returned.
         """
         index = _whole(index, "entry index")
-        if checkpoint_note is None:  # bad input signs nothing
+        if checkpoint_note is None:  # bad input, or an entry edited in the database, signs nothing
             if index < 0:
                 raise InputError(f"audit log has no entry {index}")
             if index >= self._end():
                 raise BeyondLogEnd(index, self.size(), "entry")
+            data, stored = self._stored_row(index)
+            if leaf_hash(data) != stored:
+                raise TamperDetected(
+                    f"audit log: entry {index} is not the entry its signed checkpoint holds "
+                    "(its bytes do not match its stored leaf hash)"
+                )
         note = self.checkpoint() if checkpoint_note is None else checkpoint_note
         checkpoint = self.open_checkpoint(note)
         if checkpoint_note is None and index >= checkpoint.size:
