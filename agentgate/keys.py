@@ -374,6 +374,27 @@ def _sync_directory(directory: Path) -> None:
         os.close(fd)
 
 
+_SQLITE_HEADERS = (b"SQLite format 3\x00", b"\x37\x7f\x06\x82", b"\x37\x7f\x06\x83")
+"""The first bytes of a SQLite database and of its write-ahead log (both byte orders)."""
+
+
+def _irreplaceable(path: Path) -> str | None:
+    """What the regular file ``path`` holds that an output must never replace, or ``None``: a
+    private key (PEM, any kind: lost for good) or a SQLite database or write-ahead log (a store's
+    grants, revocations and audit log). ``--out`` naming one is a slip of tab completion, and
+    the file would be gone with no error; unreadable files are left to the write to judge."""
+    try:
+        with open(path, "rb") as file:
+            head = file.read(4096)
+    except OSError:
+        return None
+    if head.startswith(_SQLITE_HEADERS):
+        return "a SQLite database"
+    if b"PRIVATE KEY-----" in head:
+        return "a private key"
+    return None
+
+
 def replace_file(path: Path, data: bytes, mode: int, before_rename: Callable[[], None] | None = None) -> None:
     """Write ``data`` to a new file beside ``path`` and rename it over ``path``, with ``mode``.
 
@@ -381,9 +402,11 @@ def replace_file(path: Path, data: bytes, mode: int, before_rename: Callable[[],
     synced before the rename: an existing file keeps neither its permissions nor its contents in
     part, and readers see the old file or the whole new one. Only a regular file is replaced:
     ``path`` being a symbolic link (neither followed nor replaced), a directory, a FIFO or a
-    device raises ``OSError`` before anything is written. ``before_rename`` runs after the data
-    is safely written and before the rename; if it raises, nothing is renamed. Raises ``OSError``
-    (or what ``before_rename`` raises); the temporary file never outlives a failure.
+    device raises ``OSError`` before anything is written, and so does a regular file that holds
+    what no output may replace: a private key or a SQLite database (``_irreplaceable``).
+    ``before_rename`` runs after the data is safely written and before the rename; if it raises,
+    nothing is renamed. Raises ``OSError`` (or what ``before_rename`` raises); the temporary file
+    never outlives a failure.
     """
     try:
         existing = os.lstat(path).st_mode
@@ -392,6 +415,8 @@ def replace_file(path: Path, data: bytes, mode: int, before_rename: Callable[[],
     if existing is not None and not stat.S_ISREG(existing):
         kind = "a symbolic link" if stat.S_ISLNK(existing) else "not a regular file"
         raise OSError(errno.EEXIST, f"{kind} is there; refusing to replace it")
+    if existing is not None and (held := _irreplaceable(path)):
+        raise OSError(errno.EEXIST, f"{held} is there; refusing to replace it (name another file)")
     fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=".agentgate-", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as out:

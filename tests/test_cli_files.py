@@ -271,6 +271,28 @@ def test_issue_that_cannot_write_its_token_records_no_grant(keys: Path, where: s
     assert not [p for p in keys.iterdir() if p.name.startswith(".agentgate-")]
 
 
+@pytest.mark.parametrize("target", ["root.key", "store.db", "store.db-wal"])
+def test_out_naming_a_private_key_or_a_database_replaces_neither(keys: Path, target: str) -> None:
+    """Mutant: ``replace_file`` replaced any regular file: `grant issue --out root.key` (a slip of
+    tab completion) put a token where the private key was, lost for good, and `--out store.db`
+    a token where the store's grants, revocations and audit log were, both with exit 0.
+    Rule: an output never replaces a private key, a SQLite database or its write-ahead log."""
+    code, _out, err = run(keys, *ISSUE, "--issuer", "root.key", "--to", "alice.pub")  # makes store.db
+    assert code == 0, err
+    with sqlite3.connect(keys / "store.db") as db:  # a write-ahead log beside it, as a live store has
+        db.execute("PRAGMA journal_mode=WAL")
+        (keys / "store.db-wal").write_bytes(b"\x37\x7f\x06\x82" + bytes(28))
+    before = (keys / target).read_bytes()
+    code, _out, err = run(keys, *ISSUE, "--issuer", "root.key", "--to", "alice.pub", "--out", target)
+    kind = "a private key" if target.endswith(".key") else "a SQLite database"
+    assert one_line_error(code, err) and f"{kind} is there" in err, (code, err)
+    assert (keys / target).read_bytes() == before
+    assert recorded_grants(keys / "store.db") == 1  # the refused issue recorded nothing
+    code, _out, err = run(keys, "policy", "schema", "--output", target)
+    assert one_line_error(code, err) and f"{kind} is there" in err, (code, err)
+    assert (keys / target).read_bytes() == before
+
+
 def test_replace_file_renames_nothing_when_the_hook_fails(tmp_path: Path) -> None:
     """``before_rename`` failing (the store refusing the grant) leaves the old file as it was and
     no temporary file behind."""
