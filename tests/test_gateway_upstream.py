@@ -314,3 +314,66 @@ def test_a_trace_header_with_a_line_break_is_refused_before_anything_is_sent(hea
             await pool.aclose()
 
     _run(scenario)
+
+
+_INTERIM = {
+    "100-continue": b"HTTP/1.1 100 Continue\r\n\r\n",
+    "103-early-hints": b"HTTP/1.1 103 Early Hints\r\nLink: </style.css>; rel=preload\r\n\r\n",
+    "two-interims": b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\n",
+}
+
+
+@pytest.mark.parametrize("interim", list(_INTERIM.values()), ids=list(_INTERIM))
+def test_an_interim_answer_before_the_final_one_is_read_past_not_taken_as_the_answer(interim: bytes) -> None:
+    """Kills: ``on_headers_complete`` taking the first head read as the answer's: a ``103 Early
+    Hints`` (a proxy's, or a server's) or an unasked ``100 Continue`` came back as the call's
+    status with an empty body, so every call through such a backend failed as a malformed
+    completion (aiohttp and httpx, on the dispatcher's side, read past it).
+
+    Rule: a client reads past any number of 1xx answers to the final one (RFC 9110, 15.2); the
+    final answer is the call's, streamed or not, and its connection is kept as after any other."""
+    whole = b'{"id":"x","choices":[]}'
+
+    async def answer(writer: asyncio.StreamWriter) -> bool:
+        writer.write(interim)
+        await writer.drain()
+        await asyncio.sleep(0.05)  # the final answer in reads of its own
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(whole), whole))
+        await writer.drain()
+        return True
+
+    async def scenario() -> None:
+        backend = _Backend(answer)
+        async with backend as url:
+            pool = UpstreamPool()
+            assert await pool.post(url, b"{}") == (200, whole)
+            async with pool.stream(url, b"{}") as (status, _, lines):
+                assert status == 200
+                assert [line async for line in lines] == [whole.decode()]
+            assert backend.connections == 1  # one connection carried both calls
+            await pool.aclose()
+
+    _run(scenario)
+
+
+def test_a_switch_of_protocol_is_an_upstream_error_not_an_empty_answer() -> None:
+    """Kills: httptools' ``HttpParserUpgrade`` (not an ``HttpParserError``) escaping
+    ``data_received`` to the event loop, which logged a fatal protocol error with its traceback,
+    while the call came back as an empty answer of status 101.
+
+    Rule: a backend that answers ``101 Switching Protocols`` (to a request that asked for no
+    upgrade) gave no answer: the call is an UpstreamError saying so."""
+
+    async def answer(writer: asyncio.StreamWriter) -> bool:
+        writer.write(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: h2c\r\nConnection: Upgrade\r\n\r\n")
+        await writer.drain()
+        return True
+
+    async def scenario() -> None:
+        async with _Backend(answer) as url:
+            pool = UpstreamPool()
+            with pytest.raises(UpstreamError, match="switched protocols"):
+                await pool.post(url, b"{}")
+            await pool.aclose()
+
+    _run(scenario)

@@ -83,6 +83,7 @@ class _Connection(asyncio.Protocol):
         self._status = 0
         self._error: Exception | None = None
         self._headers_done = False
+        self._interim = False  # reading a 1xx answer's head, which the final answer follows
         self._complete = False
         self._framed = False  # a Content-Length or chunked answer (else it ends when the connection does)
         self._keep_alive = False
@@ -100,6 +101,9 @@ class _Connection(asyncio.Protocol):
             return
         try:
             self._parser.feed_data(data)
+        except httptools.HttpParserUpgrade:  # not an HttpParserError: it would escape to the loop
+            self._fail(UpstreamError("the backend switched protocols (HTTP 101): not an answer"))
+            self.close()
         except httptools.HttpParserError as exc:
             self._fail(UpstreamError(f"not an HTTP answer: {exc}"))
             self.close()
@@ -122,8 +126,15 @@ class _Connection(asyncio.Protocol):
             self._too_large()
 
     def on_headers_complete(self) -> None:
+        status = self._parser.get_status_code()
+        if status < 200:
+            # An interim answer (100 Continue, 103 Early Hints) is not the answer: a client reads
+            # past any number of them to the final one (RFC 9110, 15.2), as aiohttp and httpx do.
+            # 101 (a switch of protocol) ends in ``HttpParserUpgrade``: refused in ``data_received``.
+            self._interim = True
+            return
         self._headers_done = True
-        self._status = self._parser.get_status_code()
+        self._status = status
         self._notify()
 
     def on_body(self, body: bytes) -> None:
@@ -144,6 +155,9 @@ class _Connection(asyncio.Protocol):
         self._notify()
 
     def on_message_complete(self) -> None:
+        if self._interim:  # the end of an interim answer: its head said nothing about the final one's
+            self._interim = self._framed = False
+            return
         self._complete = True
         # Read now: the parser answers False once it has moved past the message.
         self._keep_alive = self._framed and self._parser.should_keep_alive()
