@@ -6,12 +6,14 @@ a metrics page is a scrape only when it is a 200; only the trace context reaches
 
 from __future__ import annotations
 
+import asyncio
 import http.server
 import json
 import threading
 from collections.abc import Iterator
 from typing import Any
 
+import aiohttp
 import httpx
 import pytest
 from opentelemetry import baggage
@@ -22,6 +24,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from agentgate.audit.spans import chat_span, get_tracer
 from agentgate.dispatch import inventory_from_mapping
 from agentgate.dispatch.backends import BackendClient, ChatChunk, Timeouts, trace_headers
+from agentgate.dispatch.gateway._upstream import UpstreamPool
 from agentgate.errors import BackendFailed, DispatchError
 
 KEY = "sk-live-0123456789abcdefghijKLMNOPQRSTUV"
@@ -234,6 +237,66 @@ async def test_a_plain_text_line_in_a_stream_is_not_skipped(raw: Raw) -> None:
     async with httpx.AsyncClient() as http:
         with pytest.raises(BackendFailed, match="not an SSE event"):
             await _chunks(_client(raw, http))
+
+
+@pytest.mark.parametrize("path", ["httpx", "aiohttp", "gateway-pool"])
+@pytest.mark.parametrize(
+    ("status", "error"), [(503, BackendFailed), (400, DispatchError)], ids=["503", "400"]
+)
+async def test_a_streamed_call_refused_with_an_endless_body_quotes_its_start_at_once(
+    path: str, status: int, error: type[DispatchError]
+) -> None:
+    """Kills: ``stream`` reading an error answer's whole body before quoting its first kilobyte:
+    a backend that answers a streamed call with an error status and a body that never ends (here
+    a chunked body whose first chunk is sent, the rest never) held the call until its first-token
+    deadline, which then failed it as "no answer" (a 400 so became a failed backend, failed over
+    and marked down), and one that sends such a body as fast as it can filled the memory of the
+    dispatcher's clients (aiohttp and httpx read it with no bound) for that long.
+
+    Rule: an error answer's start is quoted as soon as it arrives, the rest neither waited for
+    nor held; a 400 stays the caller's ``DispatchError``, anything else a ``BackendFailed``."""
+    release = asyncio.Event()
+
+    async def refuse(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        length = next(
+            int(line[15:]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:")
+        )
+        await reader.readexactly(length)
+        start = b'{"error": {"message": "engine overloaded"}, "padding": "' + b"x" * 4096
+        writer.write(
+            b"HTTP/1.1 %d Refused\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n"
+            b"%x\r\n%s\r\n" % (status, len(start), start)
+        )
+        await writer.drain()
+        await release.wait()
+        writer.close()
+
+    server = await asyncio.start_server(refuse, "127.0.0.1", 0)
+    url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+    backend = inventory_from_mapping(
+        {"backends": [{"name": "b0", "url": url, "engine": "vllm", "models": ["m"]}]}
+    )
+    pool = UpstreamPool()
+    try:
+        async with httpx.AsyncClient() as http, aiohttp.ClientSession() as session:
+            client = BackendClient(
+                backend.backends[0],
+                http,
+                Timeouts(first_token_s=30, idle_s=30),
+                session=session if path == "aiohttp" else None,
+            )
+            if path == "gateway-pool":
+                client.transport = pool
+            with pytest.raises(error) as raised:
+                async with asyncio.timeout(10):  # well inside first_token_s: no waiting for the deadline
+                    await _chunks(client)
+        assert f"HTTP {status}" in str(raised.value) and "engine overloaded" in str(raised.value)
+    finally:
+        release.set()
+        await pool.aclose()
+        server.close()
+        await server.wait_closed()
 
 
 # --- the key never leaves in an error ---------------------------------------------------------

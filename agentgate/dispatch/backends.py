@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import inspect
 import json
 import math
@@ -59,6 +60,9 @@ MAX_ANSWER_BYTES = 64 * 1024 * 1024
 token's log-probabilities is a few MB; a larger body is garbage, or a bomb, not an answer."""
 _SMALL = 1 << 16
 """An answer of at most this many bytes, not compressed, is read in one go."""
+_QUOTED = 1024
+"""The most bytes of an error answer's body that are quoted (``_excerpt``): a streamed call reads
+no more of it than has arrived once any has (``_post_stream``)."""
 _SSE_IGNORED = (":", "event:", "id:", "retry:")
 """Stream lines that carry no chunk: SSE comments and the fields other than ``data``."""
 _JSON = {"content-type": "application/json"}
@@ -160,8 +164,9 @@ class ChatTransport(Protocol):
     ) -> contextlib.AbstractAsyncContextManager[
         tuple[int, Callable[[], Awaitable[bytes]], AsyncIterator[str]]
     ]:
-        """POST the JSON ``body`` for a streamed answer: the status, a reader of the whole body, its
-        lines; raises ``OSError`` if the answer cannot be read."""
+        """POST the JSON ``body`` for a streamed answer: the status, a reader of its body (called
+        only for an error status, to quote the body's first ``_QUOTED`` bytes: it may return just
+        what has arrived of it), its lines; raises ``OSError`` if the answer cannot be read."""
         ...
 
 
@@ -403,6 +408,7 @@ class BackendClient:
                 try:
                     async with asyncio.timeout_at(deadline):
                         status, read, lines = await opened.enter_async_context(self._post_stream(body, trace))
+                        # The start only: an error's body may never end (``_post_stream``).
                         refusal = self._excerpt(await read()) if status >= 300 else ""
                 except TimeoutError:
                     raise BackendFailed(f"{self.backend.name}: no answer within {wait}s") from None
@@ -442,8 +448,9 @@ class BackendClient:
     async def _post_stream(
         self, body: Mapping[str, Any], trace: Mapping[str, str]
     ) -> AsyncIterator[tuple[int, Callable[[], Awaitable[bytes]], AsyncIterator[str]]]:
-        """POST a streaming request (with the ``trace`` headers): the status, a reader of the
-        whole body, and its lines."""
+        """POST a streaming request (with the ``trace`` headers): the status, a reader of the start
+        of the body (what has arrived of it once any has, at most ``_QUOTED`` bytes: an error
+        answer's body is quoted, never waited for or held whole), and its lines."""
         if self.transport is not None:
             if trace and self._transport_headers(self.transport):
                 opening = cast(_HeaderTransport, self.transport).stream(
@@ -465,7 +472,11 @@ class BackendClient:
             ) as answer:
                 self._reading.add(answer)
                 try:
-                    yield answer.status, answer.read, _lines(answer.content)
+                    yield (
+                        answer.status,
+                        functools.partial(answer.content.read, _QUOTED),
+                        _lines(answer.content),
+                    )
                 finally:
                     self._reading.discard(answer)
             return
@@ -476,7 +487,7 @@ class BackendClient:
             headers=headers,
             timeout=self._stream_timeout,
         ) as response:
-            yield response.status_code, response.aread, response.aiter_lines()
+            yield response.status_code, functools.partial(_start, response), response.aiter_lines()
 
     def cut(self) -> None:
         """End every answer being read over ``session`` now: its reader fails at once with a
@@ -574,7 +585,7 @@ class BackendClient:
     def _excerpt(self, body: bytes) -> str:
         """The start of an error answer's ``body`` for a message, scrubbed of the key before it is
         cut (a key cut in two would not be found)."""
-        return _scrub(body[:1024].decode("utf-8", "replace"), self._key)[:200]
+        return _scrub(body[:_QUOTED].decode("utf-8", "replace"), self._key)[:200]
 
     def _shown(self, exc: DispatchError, payload: Mapping[str, Any]) -> DispatchError:
         """``exc`` made fit to leave this client: nothing chained to it (the exceptions it was
@@ -686,6 +697,14 @@ def _encode(body: Mapping[str, Any]) -> bytes:
         return orjson.dumps(body)
     except orjson.JSONEncodeError:  # what orjson does not take (an integer beyond 64 bits)
         return json.dumps(body).encode()
+
+
+async def _start(response: httpx.Response) -> bytes:
+    """The first piece of ``response``'s body to arrive, at most ``_QUOTED`` bytes."""
+    async for piece in response.aiter_bytes():
+        if piece:
+            return piece[:_QUOTED]
+    return b""
 
 
 async def _lines(content: aiohttp.StreamReader) -> AsyncIterator[str]:

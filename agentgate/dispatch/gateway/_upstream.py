@@ -63,7 +63,7 @@ class UpstreamError(ConnectionError):
 
 class _Connection(asyncio.Protocol):
     """One keep-alive connection carrying one request at a time: ``open`` sends it and waits for the
-    answer's head, then ``read_all`` or ``pieces`` read its body as it arrives."""
+    answer's head, then ``read_all``, ``read_start`` or ``pieces`` read its body as it arrives."""
 
     def __init__(self) -> None:
         self.transport: asyncio.Transport | None = None
@@ -187,6 +187,14 @@ class _Connection(asyncio.Protocol):
         body, self._body = b"".join(self._body), []
         return body
 
+    async def read_start(self) -> bytes:
+        """What has arrived of the answer's body once any of it has (all of it, if it is complete
+        by then); raises ``UpstreamError`` as ``open``. For an error answer's start, to quote: the
+        rest, which may never end, is neither waited for nor held."""
+        await self._until(lambda: bool(self._body) or self._complete)
+        body, self._body, self._buffered = b"".join(self._body), [], 0
+        return body
+
     async def pieces(self) -> AsyncGenerator[bytes, None]:
         """The answer's body as it arrives, until it is complete; raises ``UpstreamError`` as ``open``.
 
@@ -297,14 +305,15 @@ class UpstreamPool:
         headers: Mapping[str, str] | None = None,
     ) -> AsyncIterator[tuple[int, Callable[[], Awaitable[bytes]], AsyncIterator[str]]]:
         """POST ``body`` to ``url`` (with ``authorization`` as ``post``) for a streamed answer: its
-        status, a reader of its whole body, and its lines as they arrive (without line ends).
+        status, a reader of the start of its body (``read_start``: an error's, to quote), and its
+        lines as they arrive (without line ends).
 
         Raises as ``post``; reading the lines raises ``UpstreamError`` for a line over
         ``max_line`` bytes. Leaving before the answer is complete closes the connection.
         """
         origin, connection, status = await self._send(url, body, authorization, headers)
         try:
-            yield status, connection.read_all, _lines(connection.pieces(), self.max_line)
+            yield status, connection.read_start, _lines(connection.pieces(), self.max_line)
         except BaseException:
             connection.close()
             raise
