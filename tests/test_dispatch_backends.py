@@ -239,19 +239,21 @@ async def test_a_plain_text_line_in_a_stream_is_not_skipped(raw: Raw) -> None:
             await _chunks(_client(raw, http))
 
 
+@pytest.mark.parametrize("streamed", [True, False], ids=["streamed", "json"])
 @pytest.mark.parametrize("path", ["httpx", "aiohttp", "gateway-pool"])
 @pytest.mark.parametrize(
     ("status", "error"), [(503, BackendFailed), (400, DispatchError)], ids=["503", "400"]
 )
-async def test_a_streamed_call_refused_with_an_endless_body_quotes_its_start_at_once(
-    path: str, status: int, error: type[DispatchError]
+async def test_a_call_refused_with_an_endless_body_quotes_its_start_at_once(
+    path: str, status: int, error: type[DispatchError], streamed: bool
 ) -> None:
-    """Kills: ``stream`` reading an error answer's whole body before quoting its first kilobyte:
-    a backend that answers a streamed call with an error status and a body that never ends (here
-    a chunked body whose first chunk is sent, the rest never) held the call until its first-token
-    deadline, which then failed it as "no answer" (a 400 so became a failed backend, failed over
+    """Kills: ``stream`` and ``chat`` reading an error answer's whole body before quoting its
+    first kilobyte: a backend that answers a call with an error status and a body that never
+    ends (here a chunked body whose first chunk is sent, the rest never) held the call until its
+    first-token deadline, which then failed it as "no answer" (a 400 so became a failed backend, failed over
     and marked down), and one that sends such a body as fast as it can filled the memory of the
-    dispatcher's clients (aiohttp and httpx read it with no bound) for that long.
+    dispatcher's clients for that long (aiohttp and httpx read a streamed call's with no bound,
+    a JSON call's up to 64 MiB).
 
     Rule: an error answer's start is quoted as soon as it arrives, the rest neither waited for
     nor held; a 400 stays the caller's ``DispatchError``, anything else a ``BackendFailed``."""
@@ -290,7 +292,7 @@ async def test_a_streamed_call_refused_with_an_endless_body_quotes_its_start_at_
                 client.transport = pool
             with pytest.raises(error) as raised:
                 async with asyncio.timeout(10):  # well inside first_token_s: no waiting for the deadline
-                    await _chunks(client)
+                    await (_chunks(client) if streamed else client.chat(PAYLOAD))
         assert f"HTTP {status}" in str(raised.value) and "engine overloaded" in str(raised.value)
     finally:
         release.set()

@@ -156,7 +156,9 @@ class ChatTransport(Protocol):
     (``trace_headers``) there; one that does not take it is called as above, and sends none."""
 
     async def post(self, url: str, body: bytes, authorization: str | None = None) -> tuple[int, bytes]:
-        """POST the JSON ``body``: the status and the whole answer; raises ``OSError`` if none can be read."""
+        """POST the JSON ``body``: the status and the whole answer (for a status of 300 or more,
+        its body's start may do: only the first ``_QUOTED`` bytes are quoted); raises ``OSError``
+        if none can be read."""
         ...
 
     def stream(
@@ -330,8 +332,9 @@ class BackendClient:
 
     async def _post(self, content: bytes, trace: Mapping[str, str]) -> tuple[int, bytes]:
         """POST ``content`` to the chat endpoint (with the ``trace`` headers): the status and the
-        whole body (redirects not followed); raises ``BackendFailed`` for a body over
-        ``MAX_ANSWER_BYTES``."""
+        whole body (redirects not followed), or for a status of 300 or more what has arrived of
+        the body once any has, at most ``_QUOTED`` bytes (an error's body is quoted, never waited
+        for or held whole); raises ``BackendFailed`` for a body over ``MAX_ANSWER_BYTES``."""
         if self.transport is not None:
             if trace and self._transport_headers(self.transport):
                 traced = cast(_HeaderTransport, self.transport)
@@ -348,6 +351,8 @@ class BackendClient:
             ) as answer:
                 self._reading.add(answer)
                 try:
+                    if answer.status >= 300:
+                        return answer.status, await answer.content.read(_QUOTED)
                     small = answer.content_length is not None and answer.content_length <= _SMALL
                     if small and "content-encoding" not in answer.headers:
                         return answer.status, await answer.read()  # the usual answer: a few kB
@@ -361,6 +366,8 @@ class BackendClient:
             headers=headers,
             timeout=self._answer_timeout,
         ) as response:
+            if response.status_code >= 300:
+                return response.status_code, await _start(response)
             return response.status_code, await self._capped(response.aiter_bytes())
 
     async def _capped(self, chunks: AsyncIterator[bytes]) -> bytes:

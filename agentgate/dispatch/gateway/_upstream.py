@@ -280,7 +280,8 @@ class UpstreamPool:
         headers: Mapping[str, str] | None = None,
     ) -> tuple[int, bytes]:
         """POST ``body`` (JSON) to ``url`` (``http://host:port/path``), with the ``Authorization``
-        header ``authorization`` when given: the answer's status and body.
+        header ``authorization`` when given: the answer's status and body; for a status of 300 or
+        more, only the start of the body (``read_start``: an error's, to quote).
 
         Raises ``OSError`` (``UpstreamError``, a refused connection, an ``authorization`` a header
         cannot carry, ...) if no answer can be read, ``TimeoutError`` if no connection opens within
@@ -288,7 +289,9 @@ class UpstreamPool:
         """
         origin, connection, status = await self._send(url, body, authorization, headers)
         try:
-            answer = await connection.read_all()
+            # The rest of an error's body may never end: not waited for (nor the connection kept,
+            # unless its answer was complete).
+            answer = await (connection.read_start() if status >= 300 else connection.read_all())
         except BaseException:
             connection.close()
             raise
