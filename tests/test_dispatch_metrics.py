@@ -195,3 +195,24 @@ def test_kv_usage_alone_is_not_a_load_report() -> None:
     counts and published neither failed its scrape."""
     with pytest.raises(BackendFailed, match="none of"):
         load_from_text("vllm:kv_cache_usage_perc 0.99\n", "vllm")
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        'vllm:num_requests_running{engine="0"} -5\nvllm:num_requests_running{engine="1"} 7\n',
+        'vllm:num_requests_running 1\nvllm:kv_cache_usage_perc{engine="0"} -0.8\n'
+        'vllm:kv_cache_usage_perc{engine="1"} 0.9\n',
+        'vllm:num_requests_running 1\nvllm:prefix_cache_hits_total{engine="0"} -100\n'
+        'vllm:prefix_cache_hits_total{engine="1"} 150\n',
+    ],
+    ids=["running", "kv-usage", "prefix-hits"],
+)
+def test_a_negative_sample_hidden_in_a_sum_or_mean_is_a_failed_scrape(text: str) -> None:
+    """Kills: ``load_from_text`` checking the values only once summed (or averaged) over their
+    label sets: a data-parallel server's engines reporting -5 and 7 running read as 2, a KV
+    usage of -0.8 and 0.9 as 0.05, so garbage passed for a load that ``pick`` would have refused
+    from one engine. Rule: every sample of a series read is finite and non-negative, or the
+    scrape fails."""
+    with pytest.raises(BackendFailed, match="impossible"):
+        load_from_text(text, "vllm")

@@ -134,7 +134,8 @@ def load_from_text(text: str, engine: Engine, *, now: float = 0.0) -> EngineLoad
 
     Raises ``BackendFailed`` if the text is longer than ``MAX_METRICS_CHARS``, or a line of those
     names does not parse, or an engine that publishes load metrics published none of them, or a
-    value is not a finite non-negative number, or a request count is over ``MAX_REQUESTS``, or
+    value (any one sample of a series, before the series is summed or averaged) is not a finite
+    non-negative number, or a request count is over ``MAX_REQUESTS``, or
     the published KV capacity is negative or over ``MAX_KV_CAPACITY_TOKENS``.
     """
     if len(text) > MAX_METRICS_CHARS:
@@ -144,6 +145,13 @@ def load_from_text(text: str, engine: Engine, *, now: float = 0.0) -> EngineLoad
     flat: dict[str, float] = {}
     for name, series in samples.items():
         values = [v for _, v in series]
+        # Each sample, not only their sum or mean: -5 running on one engine and 7 on another sum
+        # to a plausible 2.
+        if (
+            name in read
+            and (bad := next((v for v in values if not math.isfinite(v) or v < 0), None)) is not None
+        ):
+            raise BackendFailed(f"metric {name} has an impossible value {bad!r}")
         flat[name] = (
             sum(values) / len(values)
             if name.endswith(("usage_perc", "token_usage", "ratio"))
