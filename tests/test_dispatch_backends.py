@@ -23,7 +23,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from agentgate.audit.spans import chat_span, get_tracer
 from agentgate.dispatch import inventory_from_mapping
-from agentgate.dispatch.backends import BackendClient, ChatChunk, Timeouts, trace_headers
+from agentgate.dispatch.backends import MAX_LINE_BYTES, BackendClient, ChatChunk, Timeouts, trace_headers
 from agentgate.dispatch.gateway._upstream import UpstreamPool
 from agentgate.errors import BackendFailed, DispatchError
 
@@ -297,6 +297,53 @@ async def test_a_call_refused_with_an_endless_body_quotes_its_start_at_once(
     finally:
         release.set()
         await pool.aclose()
+        server.close()
+        await server.wait_closed()
+
+
+@pytest.mark.parametrize("path", ["httpx", "aiohttp"])
+async def test_a_streamed_line_without_end_fails_the_stream_as_it_arrives(path: str) -> None:
+    """Kills: the dispatcher's clients reading a stream's lines with no bound of their own: over
+    httpx (``aiter_lines``) a line was held whole, however long, until the first-token deadline
+    (a backend sending one without end as fast as it can filled the memory for that long); over
+    aiohttp, whose reader does refuse it, its ``LineTooLong`` (not a ``ValueError`` since aiohttp
+    3.10, nor a ``ClientError``) escaped ``stream`` as itself: no ``BackendFailed``, so no fail
+    over, and a raw aiohttp error for the gateway (a 500) or the ``Gate``'s caller.
+
+    Rule: a streamed line over ``MAX_LINE_BYTES`` (aiohttp: its own, smaller limit) fails the
+    stream as it arrives, a ``BackendFailed`` naming the backend, on every client path."""
+    release = asyncio.Event()
+
+    async def endless_line(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        length = next(
+            int(line[15:]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:")
+        )
+        await reader.readexactly(length)
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n")
+        writer.write(b"data: " + b"x" * (MAX_LINE_BYTES + (1 << 16)))  # and no line end, ever
+        await writer.drain()
+        await release.wait()
+        writer.close()
+
+    server = await asyncio.start_server(endless_line, "127.0.0.1", 0)
+    url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+    backend = inventory_from_mapping(
+        {"backends": [{"name": "b0", "url": url, "engine": "vllm", "models": ["m"]}]}
+    )
+    try:
+        async with httpx.AsyncClient() as http, aiohttp.ClientSession() as session:
+            client = BackendClient(
+                backend.backends[0],
+                http,
+                Timeouts(first_token_s=30, idle_s=30),
+                session=session if path == "aiohttp" else None,
+            )
+            with pytest.raises(BackendFailed, match=r"b0: .*line is over"):
+                async with asyncio.timeout(10):  # well inside first_token_s: refused as it arrives
+                    await _chunks(client)
+    finally:
+        release.set()
         server.close()
         await server.wait_closed()
 

@@ -40,6 +40,7 @@ from urllib.parse import urlsplit
 import aiohttp
 import httpx
 import orjson
+from aiohttp.http_exceptions import LineTooLong
 from opentelemetry.context import Context
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
@@ -63,6 +64,9 @@ _SMALL = 1 << 16
 _QUOTED = 1024
 """The most bytes of an error answer's body that are quoted (``_excerpt``): a streamed call reads
 no more of it than has arrived once any has (``_post_stream``)."""
+MAX_LINE_BYTES = 1 << 20
+"""The longest line of a streamed answer held (an SSE event with every token's log-probabilities
+is a few kB): a longer one fails the stream as it arrives, never buffered whole."""
 _SSE_IGNORED = (":", "event:", "id:", "retry:")
 """Stream lines that carry no chunk: SSE comments and the fields other than ``data``."""
 _JSON = {"content-type": "application/json"}
@@ -445,7 +449,7 @@ class BackendClient:
                         wait = self.timeouts.idle_s
                         deadline = loop.time() + wait
         except (httpx.HTTPError, aiohttp.ClientError, ValueError, OSError) as exc:
-            # ValueError: aiohttp's line reader refusing a line over its limit.
+            # ValueError: a line over its limit (``_lines``, ``_httpx_lines``).
             error = self._shown(BackendFailed(f"{self.backend.name}: {type(exc).__name__}: {exc}"), payload)
         except DispatchError as exc:
             error = self._shown(exc, payload)
@@ -494,7 +498,7 @@ class BackendClient:
             headers=headers,
             timeout=self._stream_timeout,
         ) as response:
-            yield response.status_code, functools.partial(_start, response), response.aiter_lines()
+            yield response.status_code, functools.partial(_start, response), _httpx_lines(response)
 
     def cut(self) -> None:
         """End every answer being read over ``session`` now: its reader fails at once with a
@@ -715,8 +719,34 @@ async def _start(response: httpx.Response) -> bytes:
 
 
 async def _lines(content: aiohttp.StreamReader) -> AsyncIterator[str]:
-    async for line in content:
-        yield line.decode("utf-8", "replace").rstrip("\r\n")
+    """The lines of an aiohttp body, decoded as UTF-8; raises ``ValueError`` for a line over
+    aiohttp's own limit (its ``LineTooLong`` is none of the errors ``stream`` maps: it escaped
+    as itself, not a ``BackendFailed``)."""
+    try:
+        async for line in content:
+            yield line.decode("utf-8", "replace").rstrip("\r\n")
+    except LineTooLong:
+        raise ValueError("a streamed line is over aiohttp's line limit") from None
+
+
+async def _httpx_lines(response: httpx.Response, limit: int = MAX_LINE_BYTES) -> AsyncIterator[str]:
+    """The lines of an httpx body (``\\n`` or ``\\r\\n`` ends, removed), decoded as UTF-8; raises
+    ``ValueError`` once a line passes ``limit`` bytes, as it arrives (httpx's ``aiter_lines``
+    holds a line whole, however long). Split as the gateway's pool splits (``_upstream._lines``):
+    each piece searched once, each line copied once."""
+    buffer = bytearray()
+    async for piece in response.aiter_bytes():
+        search = len(buffer)  # the unfinished line held has no line end
+        buffer += piece
+        begin = 0
+        while (end := buffer.find(b"\n", search)) >= 0:
+            yield buffer[begin:end].decode("utf-8", "replace").rstrip("\r")
+            begin = search = end + 1
+        del buffer[:begin]
+        if len(buffer) > limit:
+            raise ValueError(f"a streamed line is over {limit} bytes")
+    if buffer:
+        yield buffer.decode("utf-8", "replace").rstrip("\r")
 
 
 def _parse_chunk(backend: str, data: str, key: str | None = None) -> ChatChunk | None:

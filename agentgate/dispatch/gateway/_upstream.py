@@ -31,7 +31,7 @@ from urllib.parse import urlsplit
 
 import httptools
 
-from agentgate.dispatch.backends import MAX_ANSWER_BYTES
+from agentgate.dispatch.backends import MAX_ANSWER_BYTES, MAX_LINE_BYTES
 
 HIGH_WATER = 1 << 18
 """Bytes of a streamed answer read ahead of its reader before the socket stops being read."""
@@ -261,7 +261,12 @@ class UpstreamPool:
     """
 
     def __init__(
-        self, *, connect_s: float = 2.0, idle_s: float = 4.0, max_idle: int = 100, max_line: int = 1 << 20
+        self,
+        *,
+        connect_s: float = 2.0,
+        idle_s: float = 4.0,
+        max_idle: int = 100,
+        max_line: int = MAX_LINE_BYTES,
     ) -> None:
         self.connect_s = connect_s
         self.max_line = max_line
