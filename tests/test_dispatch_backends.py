@@ -420,6 +420,24 @@ async def test_a_metrics_page_that_is_not_200_is_a_failed_scrape(raw: Raw) -> No
             await _client(raw, http).scrape(1.0)
 
 
+@pytest.mark.parametrize("charset", ["rot13", "base64", "utf-16"])
+async def test_a_metrics_page_is_read_as_utf8_whatever_charset_it_names(raw: Raw, charset: str) -> None:
+    """Kills: ``scrape`` decoding the page with the charset its Content-Type names: one that names
+    a codec that is not a text encoding (``rot13``, ``base64``) made ``decode`` raise
+    ``LookupError``, which escaped ``scrape`` (documented to raise ``BackendFailed`` only), and
+    a wrong one (``utf-16`` on UTF-8 bytes) read the engine's load as garbage.
+
+    Rule: Prometheus text is UTF-8 (its exposition format says so); a page is read as UTF-8,
+    whatever charset its header names."""
+    raw.routes["/metrics"] = (
+        200,
+        {"content-type": f"text/plain; charset={charset}"},
+        b"vllm:num_requests_running 3\n",
+    )
+    async with httpx.AsyncClient() as http:
+        assert (await _client(raw, http).scrape(1.0)).running == 3.0
+
+
 def _tracer(exporter: InMemorySpanExporter) -> Any:
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))

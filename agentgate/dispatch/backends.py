@@ -535,7 +535,9 @@ class BackendClient:
                             f"{self.backend.name}: metrics are over {MAX_METRICS_CHARS} bytes"
                         )
                     parts.append(chunk)
-                text = b"".join(parts).decode(response.encoding or "utf-8", "replace")
+                # UTF-8 whatever the header says: the exposition format is UTF-8, and a charset
+                # that names no text codec (``rot13``, ``base64``) made ``decode`` raise LookupError.
+                text = b"".join(parts).decode("utf-8", "replace")
         except (httpx.HTTPError, httpx.InvalidURL, TimeoutError) as exc:
             raise BackendFailed(f"{self.backend.name}: metrics: {type(exc).__name__}") from None
         return load_from_text(text, self.backend.engine, now=now)
