@@ -377,3 +377,37 @@ def test_a_switch_of_protocol_is_an_upstream_error_not_an_empty_answer() -> None
             await pool.aclose()
 
     _run(scenario)
+
+
+def test_a_second_answer_to_one_request_is_not_read_into_it_nor_its_connection_kept() -> None:
+    """Kills: the parser read on past the end of an answer: a backend that wrote two answers to
+    one request (in one write) had the second's body appended to the first's, so a valid
+    completion came back as garbage (a failed call, its backend marked down), and the connection
+    went back to the pool, desynchronised: what it sent next could be taken for the answer to
+    another caller's request.
+
+    Rule: an answer is the bytes of one HTTP message; one that nothing asked for ends that
+    connection (the answer read before it is whole and stands), and the next call opens another."""
+    calls = 0
+
+    async def twice(writer: asyncio.StreamWriter) -> bool:
+        nonlocal calls
+        calls += 1
+        own, extra = b'{"call":%d}' % calls, b'{"call":"nobody"}'
+        writer.write(
+            b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(own), own)
+            + b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(extra), extra)
+        )
+        await writer.drain()
+        return True
+
+    async def scenario() -> None:
+        backend = _Backend(twice)
+        async with backend as url:
+            pool = UpstreamPool()
+            assert await pool.post(url, b"{}") == (200, b'{"call":1}')
+            assert await pool.post(url, b"{}") == (200, b'{"call":2}')
+            assert backend.connections == 2  # the first connection was not used again
+            await pool.aclose()
+
+    _run(scenario)

@@ -104,7 +104,7 @@ class _Connection(asyncio.Protocol):
         except httptools.HttpParserUpgrade:  # not an HttpParserError: it would escape to the loop
             self._fail(UpstreamError("the backend switched protocols (HTTP 101): not an answer"))
             self.close()
-        except httptools.HttpParserError as exc:
+        except httptools.HttpParserError as exc:  # also an exception a callback raised
             self._fail(UpstreamError(f"not an HTTP answer: {exc}"))
             self.close()
 
@@ -117,6 +117,14 @@ class _Connection(asyncio.Protocol):
             self._fail(UpstreamError(f"the backend closed the connection ({exc or 'EOF'}) before answering"))
 
     # --- httptools callbacks ----------------------------------------------------------------
+
+    def on_message_begin(self) -> None:
+        if self._complete:
+            # A second answer to one request (or one sent to an idle connection): nothing asked
+            # for it, and a later request's answer could not be told from it. Parsing stops here
+            # (its body is not added to the answer read), and the connection is closed, not kept.
+            self._fail(UpstreamError("the backend sent an answer no request asked for"))
+            raise UpstreamError("an answer no request asked for")
 
     def on_header(self, name: bytes, value: bytes) -> None:
         name = name.lower()
