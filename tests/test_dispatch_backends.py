@@ -7,6 +7,7 @@ a metrics page is a scrape only when it is a 200; only the trace context reaches
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import http.server
 import json
 import threading
@@ -345,6 +346,66 @@ async def test_a_streamed_line_without_end_fails_the_stream_as_it_arrives(path: 
     finally:
         release.set()
         server.close()
+        await server.wait_closed()
+
+
+@pytest.mark.parametrize(
+    "chatter",
+    [
+        pytest.param({"choices": [{"index": 0, "delta": {}, "finish_reason": None}]}, id="empty-delta"),
+        pytest.param(
+            {"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]}, id="role-only"
+        ),
+    ],
+)
+async def test_chunks_that_carry_nothing_do_not_keep_a_stream_alive(chatter: dict[str, Any]) -> None:
+    """Kills: every chunk pushing the stream's deadline out, whatever it carried: a backend that
+    sent an empty delta (or the role alone) every fraction of a second, and no output ever, held
+    the call, its backend slot and its reservation for as long as it kept on (the caller, sent
+    each as an event, never stalled either).
+
+    Rule: a chunk that carries nothing of the answer (no content, tool call, finish reason, usage
+    or other delta value) is passed on but does not push the deadline out: with no output within
+    ``first_token_s``, the stream is a ``BackendFailed``. Content, once it comes, still does."""
+    release = asyncio.Event()
+    event = b"data: " + json.dumps(chatter).encode() + b"\n\n"
+    handlers: list[asyncio.Task[Any]] = []
+
+    async def chatty(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        handlers.append(task)
+        head = await reader.readuntil(b"\r\n\r\n")
+        length = next(
+            int(line[15:]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:")
+        )
+        await reader.readexactly(length)
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n")
+        with contextlib.suppress(ConnectionError):
+            while not release.is_set():
+                writer.write(event)
+                await writer.drain()
+                await asyncio.sleep(0.05)
+        writer.close()
+
+    server = await asyncio.start_server(chatty, "127.0.0.1", 0)
+    url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+    backend = inventory_from_mapping(
+        {"backends": [{"name": "b0", "url": url, "engine": "vllm", "models": ["m"]}]}
+    )
+    received: list[ChatChunk] = []
+    try:
+        async with httpx.AsyncClient() as http:
+            client = BackendClient(backend.backends[0], http, Timeouts(first_token_s=1, idle_s=1))
+            with pytest.raises(BackendFailed, match="silent"):
+                async with asyncio.timeout(20):  # the chatter never ends by itself
+                    async for chunk in client.stream(PAYLOAD):
+                        received.append(chunk)
+        assert received and not any(chunk.content for chunk in received)  # passed on, as sent
+    finally:
+        release.set()
+        server.close()
+        await asyncio.wait(handlers, timeout=5)  # each closes its writer once released
         await server.wait_closed()
 
 

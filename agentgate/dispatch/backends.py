@@ -397,7 +397,7 @@ class BackendClient:
 
         Raises ``BackendFailed`` on transport failure, no chunk within ``first_token_s`` of the
         request or within ``idle_s`` of the previous chunk (lines that carry no chunk, such as
-        keep-alive comments, do not count), a stream that ends without ``[DONE]``, an error event
+        keep-alive comments, do not count, nor do chunks that carry nothing: ``_advances``), a stream that ends without ``[DONE]``, an error event
         (``_reject_error``), or an event that is malformed (not JSON, nested too deeply, or fields
         of the wrong kind, as ``chat`` refuses them); raises as ``chat`` for an HTTP error status.
         No message holds the backend's key. Closing the iterator cancels the request (the
@@ -407,9 +407,9 @@ class BackendClient:
         trace = trace_headers(trace_context)
         loop = asyncio.get_running_loop()
         wait = self.timeouts.first_token_s
-        # A deadline per chunk, not per line: comments, other SSE fields and events without a
-        # chunk (keep-alive chatter) do not push it out, so a backend that chatters forever
-        # without producing output still fails in time.
+        # A deadline per chunk, not per line: comments, other SSE fields, events without a chunk
+        # and chunks that carry nothing (keep-alive chatter) do not push it out, so a backend that
+        # chatters forever without producing output still fails in time.
         deadline = loop.time() + wait
         try:
             async with contextlib.AsyncExitStack() as opened:
@@ -446,8 +446,9 @@ class BackendClient:
                     chunk = _parse_chunk(self.backend.name, data, self._key)
                     if chunk is not None:
                         yield chunk
-                        wait = self.timeouts.idle_s
-                        deadline = loop.time() + wait
+                        if _advances(chunk):
+                            wait = self.timeouts.idle_s
+                            deadline = loop.time() + wait
         except (httpx.HTTPError, aiohttp.ClientError, ValueError, OSError) as exc:
             # ValueError: a line over its limit (``_lines``, ``_httpx_lines``).
             error = self._shown(BackendFailed(f"{self.backend.name}: {type(exc).__name__}: {exc}"), payload)
@@ -786,6 +787,22 @@ def _parse_chunk(backend: str, data: str, key: str | None = None) -> ChatChunk |
         return ChatChunk(content, _finish_reason(choice), usage, tuple(calls), event, backend)
     except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
         raise BackendFailed(f"{backend}: malformed stream event: {exc}") from None
+
+
+def _advances(chunk: ChatChunk) -> bool:
+    """Whether ``chunk`` carries any of the answer: content, tool call fragments, a finish reason,
+    usage, or any other value in its delta but the role (a reasoning model's
+    ``reasoning_content``). A chunk that carries none (an empty delta, the role alone: what an
+    engine opens with) passes on, but is chatter: it does not push a stream's deadline out."""
+    if chunk.content or chunk.tool_calls or chunk.finish_reason or chunk.usage is not None:
+        return True
+    choices = chunk.event.get("choices")
+    return isinstance(choices, list) and any(
+        isinstance(choice, Mapping)
+        and isinstance(delta := choice.get("delta"), Mapping)
+        and any(value for name, value in delta.items() if name != "role")
+        for choice in choices
+    )
 
 
 def _reject_error(backend: str, body: object, key: str | None = None) -> None:
