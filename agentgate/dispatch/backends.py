@@ -397,9 +397,10 @@ class BackendClient:
 
         Raises ``BackendFailed`` on transport failure, no chunk within ``first_token_s`` of the
         request or within ``idle_s`` of the previous chunk (lines that carry no chunk, such as
-        keep-alive comments, do not count, nor do chunks that carry nothing: ``_advances``), a stream that ends without ``[DONE]``, an error event
-        (``_reject_error``), or an event that is malformed (not JSON, nested too deeply, or fields
-        of the wrong kind, as ``chat`` refuses them); raises as ``chat`` for an HTTP error status.
+        keep-alive comments, do not count, nor do chunks that carry nothing: ``_advances``), a
+        stream that ends without ``[DONE]``, an error event (``_reject_error``), or an event that
+        is malformed (not JSON, nested too deeply, or fields of the wrong kind, as ``chat``
+        refuses them); raises as ``chat`` for an HTTP error status.
         No message holds the backend's key. Closing the iterator cancels the request (the
         connection is closed).
         """
