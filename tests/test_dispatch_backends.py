@@ -24,7 +24,14 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from agentgate.audit.spans import chat_span, get_tracer
 from agentgate.dispatch import inventory_from_mapping
-from agentgate.dispatch.backends import MAX_LINE_BYTES, BackendClient, ChatChunk, Timeouts, trace_headers
+from agentgate.dispatch.backends import (
+    MAX_CHARS_PER_TOKEN,
+    MAX_LINE_BYTES,
+    BackendClient,
+    ChatChunk,
+    Timeouts,
+    trace_headers,
+)
 from agentgate.dispatch.gateway._upstream import UpstreamPool
 from agentgate.errors import BackendFailed, DispatchError
 
@@ -406,6 +413,74 @@ async def test_chunks_that_carry_nothing_do_not_keep_a_stream_alive(chatter: dic
         release.set()
         server.close()
         await asyncio.wait(handlers, timeout=5)  # each closes its writer once released
+        await server.wait_closed()
+
+
+@pytest.mark.parametrize("ends", [False, True], ids=["endless", "within-its-limit"])
+async def test_a_stream_past_what_its_max_tokens_allows_fails_as_it_arrives(ends: bool) -> None:
+    """Kills: a stream read for as long as the backend sent content. A backend that ignores
+    ``max_tokens`` and streams without end held the call, its backend slot and its reservation
+    for ever, each chunk pushing the idle deadline out (the call is charged ``max_tokens`` at
+    most, so nothing else noticed).
+
+    Rule: a stream may bring ``MAX_CHARS_PER_TOKEN`` characters of answer (content, tool call
+    fragments, reasoning) per token of ``max_tokens``; past that it is a ``BackendFailed`` that
+    says so, raised before the chunk that crosses the limit is passed on. An answer up to the
+    limit, ended by ``[DONE]``, is read whole."""
+    limit = PAYLOAD["max_tokens"] * MAX_CHARS_PER_TOKEN
+    piece = "abcdefgh"
+    events = [
+        b"data: " + json.dumps({"choices": [{"index": 0, "delta": {name: piece}}]}).encode() + b"\n\n"
+        for name in ("content", "reasoning_content")
+    ]
+    release = asyncio.Event()
+    handlers: list[asyncio.Task[Any]] = []
+
+    async def flood(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        handlers.append(task)
+        head = await reader.readuntil(b"\r\n\r\n")
+        length = next(
+            int(line[15:]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:")
+        )
+        await reader.readexactly(length)
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n")
+        sent = 0
+        with contextlib.suppress(ConnectionError):
+            while not release.is_set() and not (ends and sent == limit):
+                writer.write(events[sent // len(piece) % 2])  # content and reasoning both count
+                sent += len(piece)
+                await writer.drain()
+            if ends:
+                writer.write(b"data: [DONE]\n\n")
+                await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(flood, "127.0.0.1", 0)
+    url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+    backend = inventory_from_mapping(
+        {"backends": [{"name": "b0", "url": url, "engine": "vllm", "models": ["m"]}]}
+    )
+    received = 0
+    try:
+        async with httpx.AsyncClient() as http:
+            client = BackendClient(backend.backends[0], http, Timeouts(first_token_s=5, idle_s=5))
+            async with asyncio.timeout(30):  # the flood never ends by itself
+                if ends:
+                    async for chunk in client.stream(PAYLOAD):
+                        received += len(chunk.content) + len(
+                            chunk.event["choices"][0]["delta"].get("reasoning_content", "")
+                        )
+                else:
+                    with pytest.raises(BackendFailed, match="ignores max_tokens"):
+                        async for _chunk in client.stream(PAYLOAD):
+                            received += len(piece)
+        assert received == limit  # everything up to the limit passed on, nothing past it
+    finally:
+        release.set()
+        server.close()
+        await asyncio.wait(handlers, timeout=5)
         await server.wait_closed()
 
 

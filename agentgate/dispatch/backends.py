@@ -67,6 +67,12 @@ no more of it than has arrived once any has (``_post_stream``)."""
 MAX_LINE_BYTES = 1 << 20
 """The longest line of a streamed answer held (an SSE event with every token's log-probabilities
 is a few kB): a longer one fails the stream as it arrives, never buffered whole."""
+MAX_CHARS_PER_TOKEN = 1024
+"""How many characters of a streamed answer (content, tool call fragments, reasoning) one token of
+``max_tokens`` may bring before the stream is taken for a backend that ignores ``max_tokens``:
+far above what a token decodes to (a few characters; the longest tokens of common vocabularies,
+runs of spaces or punctuation, are far shorter than this), so an answer that keeps to its limit
+is never cut."""
 _SSE_IGNORED = (":", "event:", "id:", "retry:")
 """Stream lines that carry no chunk: SSE comments and the fields other than ``data``."""
 _JSON = {"content-type": "application/json"}
@@ -412,6 +418,8 @@ class BackendClient:
         # and chunks that carry nothing (keep-alive chatter) do not push it out, so a backend that
         # chatters forever without producing output still fails in time.
         deadline = loop.time() + wait
+        limit = _answer_limit(payload)
+        produced = 0
         try:
             async with contextlib.AsyncExitStack() as opened:
                 # The answer's head (and an error's body) come under the first chunk's deadline
@@ -446,6 +454,12 @@ class BackendClient:
                         return
                     chunk = _parse_chunk(self.backend.name, data, self._key)
                     if chunk is not None:
+                        produced += _answer_chars(chunk)
+                        if limit is not None and produced > limit:
+                            raise BackendFailed(
+                                f"{self.backend.name}: streamed over {limit} characters for a call "
+                                f"of max_tokens {limit // MAX_CHARS_PER_TOKEN}: it ignores max_tokens"
+                            )
                         yield chunk
                         if _advances(chunk):
                             wait = self.timeouts.idle_s
@@ -804,6 +818,40 @@ def _advances(chunk: ChatChunk) -> bool:
         and any(value for name, value in delta.items() if name != "role")
         for choice in choices
     )
+
+
+def _answer_limit(payload: Mapping[str, Any]) -> int | None:
+    """The most characters a stream for ``payload`` may bring: ``MAX_CHARS_PER_TOKEN`` for each
+    token of its ``max_completion_tokens`` (else ``max_tokens``); ``None`` when it names no
+    positive integer limit (the backend's own default applies, and nothing here knows it)."""
+    tokens = payload.get("max_completion_tokens") or payload.get("max_tokens")
+    if type(tokens) is not int or tokens <= 0:
+        return None
+    return tokens * MAX_CHARS_PER_TOKEN
+
+
+def _answer_chars(chunk: ChatChunk) -> int:
+    """The characters of the answer ``chunk`` carries: the text of every value in its choices'
+    deltas but the role (content, tool call names and arguments, a reasoning model's
+    ``reasoning_content``), counted however the engine nests them."""
+    count = 0
+    pending: list[object] = []
+    choices = chunk.event.get("choices")
+    if isinstance(choices, list):
+        for choice in choices:
+            if isinstance(choice, Mapping) and isinstance(delta := choice.get("delta"), Mapping):
+                pending.extend(value for name, value in delta.items() if name != "role")
+    else:  # a chunk made without its event
+        pending.extend((chunk.content, list(chunk.tool_calls)))
+    while pending:
+        value = pending.pop()
+        if isinstance(value, str):
+            count += len(value)
+        elif isinstance(value, Mapping):
+            pending.extend(value.values())
+        elif isinstance(value, list | tuple):
+            pending.extend(value)
+    return count
 
 
 def _reject_error(backend: str, body: object, key: str | None = None) -> None:
