@@ -189,6 +189,22 @@ def test_a_model_call_on_a_priced_budget_without_its_token_estimate_is_refused(s
     assert setup.gate.authorize(setup.agent, Call.model("small"), tokens=(10, 10)).allowed
 
 
+def test_a_model_call_a_tokens_quota_counts_without_its_token_estimate_is_refused(setup: Setup) -> None:
+    # Kills: _record_allow refusing a model call without ``tokens`` for a budget only. A call
+    # decided without its estimate costs no tokens and no money (``_cost``), so the tokens quota
+    # small-tokens on model:big counted nothing for it: a grant with no budget of its own (or a
+    # calls budget) made model:big calls without limit past the quota's 1,000 tokens per hour.
+    chain = issue(setup.keys["root"], setup.keys["agent"].did, ["model:big", "model:small"], ttl=600)
+    unbudgeted = AgentIdentity("agent", setup.keys["agent"], chain)
+    for _ in range(3):
+        auth = setup.gate.authorize(unbudgeted, Call.model("big", {"max_tokens": 5000}))
+        assert not auth.allowed and "small-tokens" in auth.explain() and "token estimate" in auth.explain()
+        assert auth.audit_index is not None  # the refusal is recorded
+    # No quota in tokens counts model:small: a call without its estimate there is decided as before.
+    assert setup.gate.authorize(unbudgeted, Call.model("small")).allowed
+    assert setup.gate.authorize(unbudgeted, Call.model("big"), tokens=(100, 100)).allowed
+
+
 def test_a_quota_refusal_rolls_back_the_budget_reserved_before_it(setup: Setup) -> None:
     # Kills: _record_allow without ``ROLLBACK TO SAVEPOINT`` on a refusal. The reservation is
     # written before the quota refuses (1,500 tokens, over the quota's 1,000): left in place, it
