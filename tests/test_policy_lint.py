@@ -382,6 +382,48 @@ def test_a_quota_on_a_misspelt_tool_is_an_error() -> None:
     assert _findings(_role() + quota.format("tool:pay.refund"), "rule_for_undeclared_resource") == []
 
 
+@pytest.mark.parametrize(
+    ("unit", "resources", "severity"),
+    [
+        ("tokens", "[tool:pay.refund]", Severity.ERROR),  # a tool call costs one call, no tokens
+        ("usd_micros", '["tool:*"]', Severity.ERROR),  # nor money
+        ("usd_micros", '["gpu:h100"]', Severity.ERROR),  # an unpriced GPU type leases free
+        ("tokens", '["gpu:a100"]', Severity.ERROR),  # a priced lease costs money, no tokens
+        ("calls", "[]", Severity.ERROR),  # no resources: nothing at all
+        ("tokens", '["model:*", "tool:*"]', Severity.WARNING),  # the model calls are counted
+        ("usd_micros", '["tool:pay.refund", "gpu:a100"]', Severity.WARNING),
+        ("usd_micros", '["gpu:*"]', None),  # gpu:a100 is priced
+        ("tokens", '["model:*"]', None),
+        ("calls", '["tool:pay.refund"]', None),
+        ("usd_micros", None, None),  # the default (tool:*, model:*) is no choice of the author's
+    ],
+)
+def test_a_quota_in_a_unit_its_resources_never_cost_is_reported(
+    unit: str, resources: str | None, severity: Severity | None
+) -> None:
+    """Mutant: quotas were checked for misspelt resources only.
+
+    Rule: the Gate charges a quota what a call costs in the quota's unit, and a tool call costs one
+    call and nothing else, a GPU lease money only for a type priced under ``gpus``. A quota in
+    ``tokens`` on tools counts nothing: the calls it was written to limit ran without limit and
+    lint said nothing. Such a quota is an error on its line; one pattern of it that can add nothing
+    is a warning."""
+    listed = f"    resources: {resources}\n" if resources is not None else ""
+    quota = f"quotas:\n  q:\n    principal: svc\n    window_s: 60\n    limit: 5\n    unit: {unit}\n{listed}"
+    head = (
+        SVC_HEAD
+        + "models:\n  m: {cost_per_mtok: {input: 1, output: 1}}\ngpus:\n  a100: {cost_per_gpu_hour: 5}\n"
+    )
+    found = _findings(_role() + quota, "quota_counts_nothing", head)
+    if severity is None:
+        assert found == []
+        return
+    (finding,) = found
+    assert finding.severity is severity and finding.kind is FindingKind.AUTHORITY_CHAIN_OPACITY
+    assert finding.line == 23 + (severity is Severity.WARNING or resources == "[]")  # unit, resources
+    assert "quota q" in finding.message and finding.hint
+
+
 def test_delegating_another_action_than_the_role_holds_is_reported() -> None:
     """Mutant: the action of a delegated capability was taken as held whatever it was (only the
     resource was compared).
