@@ -519,11 +519,13 @@ def test_policy_lint_and_explain_print_the_policys_text_escaped(
     line (ESC [2K, CR) and wrote "p.yaml: 0 error(s), 0 warning(s)" in its place on the reviewer's
     terminal, as ``audit show`` and ``grant inspect`` no longer allow for logged or signed text."""
     path = _hostile(tmp_path)
-    assert FORGED in str(load_policy(path).rules["evil"][0])  # the policy really holds that text
+    # The policy really holds that text (a rule's label writes it as JSON: escaped, quoted).
+    assert load_policy(path).rules["evil"][0].capability.constraints[0][1].prefix == FORGED
+    assert json.dumps(FORGED, ensure_ascii=False) in str(load_policy(path).rules["evil"][0])
     assert main(["policy", "lint", str(path)]) == 1
     out = capsys.readouterr().out
     _clean(out)
-    assert out.count("0 error(s)") == out.count("\\x1b[2K\\rp.yaml: 0 error(s)")  # only inside findings
+    assert out.count("0 error(s)") == out.count("[2K\\\\rp.yaml: 0 error(s)")  # only inside findings
     assert main(["policy", "explain", str(path), "--as", "bot", "--tool", "tickets.read"]) == 1
     _clean(capsys.readouterr().out)
 

@@ -176,7 +176,7 @@ def test_policy_explain_json_holds_every_fact_the_text_shows(capsys: pytest.Capt
     out = json.loads(capsys.readouterr().out)
     assert out["decision"] == "approval_required"
     assert out["roles_held"] == ["support-agent"] and out["held_role"] == "support-agent"
-    assert out["constraints"] == ["amount <= 2000 and amount > 0", "currency in [EUR, USD]"]
+    assert out["constraints"] == ["amount <= 2000 and amount > 0", 'currency in ["EUR", "USD"]']
     assert out["budget"] == {"limit": 50000000, "unit": "usd_micros"}
     assert out["approval"] == "large-refund" and out["approvers"] == ["alice", "bob"]
     assert out["quorum"] == 1 and out["approval_expiry_s"] == 900

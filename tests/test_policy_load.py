@@ -450,3 +450,45 @@ roles:
     with pytest.raises(PolicyError) as raised:
         parse_policy(text, source="p.yaml")
     assert raised.value.line == 8 and "bsae" in str(raised.value)
+
+
+def test_a_rules_constraints_are_shown_as_the_values_they_are() -> None:
+    """Mutant: ``describe_constraint`` wrote values with ``str``: a prefix holding a quote closed
+    its own quotes, so a rule read ``url starts with "https://ok/" and amount <= 100 ...`` in
+    ``policy explain`` and in every decision's reason while nothing limited the amount (999999
+    allowed); the text ``"1"`` read as the number 1 (``priority=1 does not satisfy priority = 1``).
+
+    Rule: each value is written as JSON (text quoted and escaped, true and false as such), so a
+    rule's label, explanation and reasons say exactly what it checks."""
+    from agentgate.policy import explain
+
+    prefix = 'https://ok/" and amount <= 100 and url starts with "https://ok/'
+    text = f"""version: 1
+principals:
+  bot: {{kind: service, did: {BOT}, roles: [r]}}
+tools:
+  web.fetch: {{args: {{url: {{type: string}}, amount: {{type: integer}}, code: {{type: string}}}}}}
+models:
+  m: {{cost_per_mtok: {{input: 1, output: 1}}}}
+roles:
+  r:
+    capabilities:
+      - resource: tool:web.fetch
+        constraints: {{url: {{prefix: {json.dumps(prefix)}}}, code: {{in: ["1", "2"]}}}}
+      - resource: model:m
+        constraints: {{priority: {{eq: "1"}}, stream: {{eq: true}}}}
+    ttl_s: 60
+"""
+    index = PolicyIndex(parse_policy(text, source="p.yaml"))
+    call = Call.tool("web.fetch", {"url": prefix + "x", "amount": 999999, "code": "1"})
+    decision, said = explain(index, "bot", call)
+    assert decision.allowed
+    code, url = 'code in ["1", "2"]', f"url starts with {json.dumps(prefix)}"
+    assert f"constraints checked: {code}; {url}\n" in said
+    shown = f"{code} and {url}"
+    assert decision.reasons == (f"allowed by role r rule 1: tool:web.fetch where {shown} (line 11)",)
+    denied = index.evaluate("bot", Call.model("m", {"priority": 1, "stream": True}))
+    assert denied.reasons == (
+        'role r rule 2: model:m where priority = "1" and stream = true (line 13): '
+        'priority=1 does not satisfy priority = "1"',
+    )

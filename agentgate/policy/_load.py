@@ -31,20 +31,27 @@ _SYMBOLS = {"eq": "=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
 
 
 def describe_constraint(name: str, constraint: Constraint) -> str:
-    """``amount > 0 and amount <= 2000``, ``currency in [EUR, USD]``, ``url starts with "https://"``."""
+    """``amount > 0 and amount <= 2000``, ``currency in ["EUR", "USD"]``, ``url starts with "https://"``.
+
+    Values are written as JSON: text quoted and escaped, so that ``"1"`` does not read as the
+    number 1 and a prefix holding a quote cannot close its own quotes and read as more operators."""
     parts = []
     for op, value in constraint.to_dict().items():
         if op == "in":
-            parts.append(f"{name} in [{', '.join(str(v) for v in value)}]")
+            parts.append(f"{name} in [{', '.join(_value(v) for v in value)}]")
         elif op == "prefix":
-            parts.append(f'{name} starts with "{value}"')
+            parts.append(f"{name} starts with {_value(value)}")
         else:
-            parts.append(f"{name} {_SYMBOLS[op]} {value}")
+            parts.append(f"{name} {_SYMBOLS[op]} {_value(value)}")
     return " and ".join(parts)
 
 
+def _value(value: object) -> str:
+    return json.dumps(value, ensure_ascii=False)
+
+
 def describe(capability: Capability) -> str:
-    """A capability in words: ``tool:payments.refund where amount <= 2000 and currency in [EUR]``."""
+    """A capability in words: ``tool:payments.refund where amount <= 2000 and currency in ["EUR"]``."""
     action = "" if capability.action in ("invoke", "generate", "lease") else f" ({capability.action})"
     if not capability.constraints:
         return f"{capability.resource}{action}"
