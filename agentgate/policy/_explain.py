@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from agentgate.capabilities import Call
 from agentgate.findings import Outcome
-from agentgate.policy._index import PolicyDecision, PolicyIndex
+from agentgate.policy._index import PolicyDecision, PolicyIndex, _shown
 from agentgate.policy._load import describe_constraint
 
 _VERDICT = {
@@ -19,7 +19,9 @@ def explain(index: PolicyIndex, principal: str, call: Call) -> tuple[PolicyDecis
     decision = index.evaluate(principal, call)
     policy = index.policy
     who = decision.principal or principal
-    lines = [f"{_VERDICT[decision.outcome]}: {who} calling {call.resource} with {dict(call.args)}"]
+    # Each argument by ``_shown``: ``repr`` of an integer of more than 4,300 digits raises.
+    args = "{" + ", ".join(f"{name!r}: {_shown(value)}" for name, value in call.args.items()) + "}"
+    lines = [f"{_VERDICT[decision.outcome]}: {who} calling {call.resource} with {args}"]
     if decision.principal is not None:
         roles = policy.principal_roles(decision.principal)
         lines.append(f"  roles held: {', '.join(roles) or 'none'}")

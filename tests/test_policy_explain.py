@@ -1,0 +1,46 @@
+"""``agentgate.policy.explain`` (agentgate/policy/_explain.py): the decision and its account in
+words, for any call ``PolicyIndex.evaluate`` decides."""
+
+from __future__ import annotations
+
+from agentgate.capabilities import Call
+from agentgate.findings import Outcome
+from agentgate.policy import PolicyIndex, explain, parse_policy
+
+POLICY = """version: 1
+principals:
+  bot: {kind: service, roles: [r]}
+tools:
+  t: {args: {x: {type: number}}}
+models:
+  m: {cost_per_mtok: {input: 1, output: 1}}
+roles:
+  r:
+    capabilities:
+      - resource: tool:t
+        constraints: {x: {ge: 5}}
+      - resource: model:m
+    ttl_s: 60
+"""
+
+
+def test_a_call_holding_an_integer_too_long_to_write_is_explained() -> None:
+    """Mutant: the account's first line wrote the call's arguments with ``repr``, which Python
+    refuses for an integer of more than 4,300 digits: ``explain`` raised a bare ``ValueError``
+    for a call that ``evaluate`` decides (a deny that says why, or here an allow: such an integer
+    is at least 5).
+
+    Rule: ``explain`` returns the decision and its account for every call; an argument it
+    cannot write in decimal is named, the others are written as they are."""
+    index = PolicyIndex(parse_policy(POLICY, source="p.yaml"))
+    huge = 10**5000
+    decision, said = explain(index, "bot", Call.tool("t", {"x": huge}))
+    assert decision.outcome is Outcome.ALLOW
+    assert said.splitlines()[0] == (
+        "ALLOW: bot calling tool:t with {'x': <int with an integer of too many digits to write>}"
+    )
+    decision, said = explain(index, "bot", Call.tool("t", {"x": -huge}))
+    assert decision.outcome is Outcome.DENY and "too many digits" in said
+    decision, said = explain(index, "bot", Call.model("m", {"max_tokens": 5, "stop": [huge]}))
+    assert decision.outcome is Outcome.ALLOW
+    assert "{'max_tokens': 5, 'stop': <list with an integer of too many digits to write>}" in said
