@@ -12,6 +12,7 @@ from test_policy_lint_bypass_siblings import _findings as _lint_findings
 from test_policy_load import ALICE, BOT, HEAD, ROOT, WORKER, _codes
 
 from agentgate.findings import Finding, FindingKind, Severity
+from agentgate.keys import SigningKey
 from agentgate.policy import RULES, lint, load_policy, parse_policy
 
 POLICIES = Path(__file__).resolve().parents[1] / "policies"
@@ -422,6 +423,25 @@ def test_a_quota_in_a_unit_its_resources_never_cost_is_reported(
     assert finding.severity is severity and finding.kind is FindingKind.AUTHORITY_CHAIN_OPACITY
     assert finding.line == 23 + (severity is Severity.WARNING or resources == "[]")  # unit, resources
     assert "quota q" in finding.message and finding.hint
+
+
+@pytest.mark.parametrize(
+    ("approvers", "flagged"),
+    [("[bot2]", 1), ("[alice, bot2, bot2]", 1), ("[alice]", 0), ("[svc]", 0)],
+)
+def test_an_agent_named_as_an_approver_is_reported(approvers: str, flagged: int) -> None:
+    """Mutant: no rule looked at who approves.
+
+    Rule: an approval gate asks a person to sign off; an agent (``kind: agent``) named as an
+    approver signs approvals the Gate counts, so one agent's risky call is let through by
+    another agent's decision. An error at the approver's line, once per agent (a service, an
+    automated approver its operators run, is not reported)."""
+    bot2 = SigningKey(b"\x0b" * 32).did
+    head = SVC_HEAD.replace("principals:\n", f"principals:\n  bot2: {{kind: agent, did: {bot2}}}\n")
+    gate = f"approvals:\n  g:\n    resource: tool:pay.refund\n    approvers: {approvers}\n"
+    found = _findings(_role() + gate, "agent_approves", head)
+    assert [f.line for f in found] == [18] * flagged
+    assert all(f.kind is FindingKind.IMPLICIT_TRUST_INHERITANCE and "agent bot2" in f.message for f in found)
 
 
 def test_delegating_another_action_than_the_role_holds_is_reported() -> None:

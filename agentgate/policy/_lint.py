@@ -500,6 +500,24 @@ class PrincipalWithoutKey(LintRule):
                 )
 
 
+class AgentApproves(LintRule):
+    code = "agent_approves"
+    kind = INHERIT
+    hint = "name human principals as approvers; an approval gate is a person's sign-off"
+
+    def check(self, policy: Policy) -> Iterator[Finding]:
+        principals = policy.document.principals
+        for gname, gate in policy.document.approvals.items():
+            for i, approver in enumerate(gate.approvers):
+                if principals[approver].kind == "agent" and approver not in gate.approvers[:i]:
+                    yield self.finding(
+                        policy,
+                        f"approval gate {gname} names agent {approver} as an approver: its sign-off lets "
+                        f"an agent's decision through where a person's was asked for",
+                        policy.line_of("approvals", gname, "approvers", i),
+                    )
+
+
 class SubAgentSharesGrant(LintRule):
     code = "sub_agent_shares_grant"
     kind = INHERIT
@@ -703,6 +721,57 @@ class RuleForUndeclaredResource(LintRule):
                         "and the calls it was written to limit run without it",
                         line,
                     )
+
+
+class QuotaCountsNothing(LintRule):
+    code = "quota_counts_nothing"
+    kind = OPAQUE
+    hint = (
+        "count resources whose calls use the quota's unit (tokens: models; usd_micros: models and "
+        "GPU types priced under gpus), or count calls"
+    )
+
+    def check(self, policy: Policy) -> Iterator[Finding]:
+        # The Gate charges a quota what the call costs in the quota's unit (gate/_costs.py): a
+        # tool call costs one call and nothing else, a lease money only for a GPU type priced
+        # under gpus. A quota in a unit none of its resources' calls use counts nothing: the
+        # calls it was written to limit run without limit, and the policy reads as if they were.
+        priced = [f"gpu:{n}" for n, gpu in policy.document.gpus.items() if gpu.cost_per_gpu_hour > 0]
+        for name, quota in policy.document.quotas.items():
+            if not quota.resources:
+                yield self.finding(
+                    policy,
+                    f"quota {name} lists no resources: it counts nothing",
+                    policy.line_of("quotas", name, "resources"),
+                )
+                continue
+            dead = [p for p in quota.resources if not _costs_in(quota.unit, p, priced)]
+            if len(dead) == len(quota.resources):
+                yield self.finding(
+                    policy,
+                    f"quota {name} counts {quota.unit}, which no call on {', '.join(quota.resources)} uses: "
+                    "it counts nothing, and the calls it was written to limit run without it",
+                    policy.line_of("quotas", name, "unit"),
+                )
+                continue
+            if "resources" not in quota.model_fields_set:
+                continue  # the default (tool:*, model:*) counts what the unit can, not a choice made here
+            for pattern in dead:
+                yield self.finding(
+                    policy,
+                    f"quota {name} counts {quota.unit}, which calls on {pattern} do not use: the entry counts nothing",
+                    policy.line_of("quotas", name, "resources", quota.resources.index(pattern)),
+                    severity=Severity.WARNING,
+                )
+
+
+def _costs_in(unit: str, pattern: str, priced: Sequence[str]) -> bool:
+    """Whether a call on a resource ``pattern`` names can cost something in ``unit``."""
+    if unit == "calls":
+        return True
+    if pattern.startswith("model:"):
+        return True
+    return unit == "usd_micros" and any(pattern_matches(pattern, gpu) for gpu in priced)
 
 
 class ConstraintOnUndeclaredArgument(LintRule):
@@ -975,6 +1044,7 @@ RULES: tuple[LintRule, ...] = (
     InheritsRulesNotBudget(),
     WildcardCapabilityForAgent(),
     PrincipalWithoutKey(),
+    AgentApproves(),
     SubAgentSharesGrant(),
     RoleWithoutTtl(),
     TtlAbovePolicyMax(),
@@ -983,6 +1053,7 @@ RULES: tuple[LintRule, ...] = (
     RevocationDisabled(),
     ToolWithoutRule(),
     RuleForUndeclaredResource(),
+    QuotaCountsNothing(),
     ConstraintOnUndeclaredArgument(),
     ContradictoryConstraint(),
     ConstraintTypeMismatch(),
