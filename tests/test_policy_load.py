@@ -492,3 +492,40 @@ roles:
         'role r rule 2: model:m where priority = "1" and stream = true (line 13): '
         'priority=1 does not satisfy priority = "1"',
     )
+
+
+def test_a_rule_for_another_action_than_its_kinds_is_shown_with_it() -> None:
+    """Mutant: ``describe`` left out any of the actions invoke, generate and lease, not only the
+    resource kind's own: a delegation entry ``tool:t`` for ``action: lease`` read "role r may
+    delegate tool:t, which it does not hold" of a role that holds ``tool:t``, and a rule that
+    never matches a tool call read as one that does.
+
+    Rule: a rule's label shows its action unless it is the kind's default (invoke for a tool,
+    generate for a model, lease for a GPU)."""
+    text = f"""version: 1
+principals:
+  bot: {{kind: service, did: {BOT}, roles: [r]}}
+tools:
+  t: {{}}
+models:
+  m: {{cost_per_mtok: {{input: 1, output: 1}}}}
+roles:
+  r:
+    capabilities:
+      - resource: tool:t
+      - resource: model:m
+        action: invoke
+      - resource: gpu:h100
+    ttl_s: 60
+    delegation:
+      max_ttl_s: 30
+      capabilities: [{{resource: tool:t, action: lease}}]
+"""
+    policy = parse_policy(text, source="p.yaml")
+    assert [rule.label for rule in policy.rules["r"]] == [
+        "role r rule 1: tool:t (line 11)",
+        "role r rule 2: model:m (invoke) (line 12)",
+        "role r rule 3: gpu:h100 (line 14)",
+    ]
+    (finding,) = (f for f in lint(policy) if f.code == "delegates_unheld_capability")
+    assert finding.message == "role r may delegate tool:t (lease), which it does not hold"

@@ -52,7 +52,8 @@ def _value(value: object) -> str:
 
 def describe(capability: Capability) -> str:
     """A capability in words: ``tool:payments.refund where amount <= 2000 and currency in ["EUR"]``."""
-    action = "" if capability.action in ("invoke", "generate", "lease") else f" ({capability.action})"
+    default = DEFAULT_ACTIONS.get(capability.resource.partition(":")[0])
+    action = "" if capability.action == default else f" ({capability.action})"
     if not capability.constraints:
         return f"{capability.resource}{action}"
     where = " and ".join(describe_constraint(n, c) for n, c in capability.constraints)
