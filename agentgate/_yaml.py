@@ -63,8 +63,10 @@ A shorter text holds at most about one node a character, far fewer than ``MAX_NO
 not parsed twice (counting first adds a tenth to loading a policy of a few KiB)."""
 _TEXT_1_2 = frozenset({"tag:yaml.org,2002:value", "tag:yaml.org,2002:merge"})
 _TIMESTAMP = "tag:yaml.org,2002:timestamp"
-_TAGGED = re.compile(r"(?:&\S+\s+)?!")
-"""A node's text that starts with a tag (after an anchor, if any): ``!!str 5``, ``&a !!str 5``."""
+_TAGGED = re.compile(r"(?:&\S+(?:\s+#[^\r\n\x85\u2028\u2029]*(?![^\r\n\x85\u2028\u2029]))*\s+)?!")
+"""A node's text that starts with a tag (after an anchor, if any, and the comments after it):
+``!!str 5``, ``&a !!str 5``, ``&a # why`` then ``!!str 5`` on the next line. A comment runs to
+its line's end (the lookahead): one way to match it, never a search over where it might stop."""
 _BREAK = re.compile("\r\n|[\r\n\x85\u2028\u2029]")
 """A line break as YAML counts them."""
 _MAX_DIGITS = 4300

@@ -231,6 +231,25 @@ def test_text_tagged_as_str_stays_text_even_when_it_looks_like_a_number() -> Non
     assert data == {"a": "1e3", "b": "0o17", "c": "-.5", "d": "09", "e": 1000.0, "f": 15}
 
 
+def test_a_tag_after_an_anchor_and_a_comment_is_still_a_tag() -> None:
+    """Mutant: the tag was looked for right after the anchor and its spaces only, so a comment
+    between them (``&x # why`` then ``!!str 1e3`` on the next line) hid it: the text the author
+    tagged ``!!str`` was read as the number 1000.0, and a ``!!timestamp`` tag was let through
+    as text instead of refused.
+
+    Rule: whatever whitespace and comments stand between an anchor and its tag, the value is
+    tagged: ``!!str`` keeps text, a tag outside the core schema is refused at its place."""
+    data, _ = load_yaml(
+        "a: &x # why\n  !!str 1e3\nb: &y # one\n  # two\n  !!str 0o17\nc: &z # why\n  1e3\n", source="p.yaml"
+    )
+    assert data == {"a": "1e3", "b": "0o17", "c": 1000.0}
+    with pytest.raises(PolicyError, match=r"tag 'tag:yaml\.org,2002:timestamp' is not allowed"):
+        load_yaml("a: &x # why\n  !!timestamp 2026-01-31\n", source="p.yaml")
+    # A comment of many '#': a pattern that may end a comment at any of them tries 2**63 ways
+    # here before it gives up (a load that never ends); a comment runs to its line's end.
+    assert load_yaml("a: &x " + "# " * 64 + "\n  1e3\n", source="p.yaml")[0] == {"a": 1000.0}
+
+
 def test_an_untagged_decimal_with_a_leading_zero_is_refused_as_ambiguous() -> None:
     """Mutant: the leading-zero test of plain text scalars was dropped, so ``09`` (text to
     PyYAML's YAML 1.1 rule, 9 in YAML 1.2) loaded as the text "09".
