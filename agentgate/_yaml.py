@@ -76,6 +76,16 @@ _MAX_INT = 10**_MAX_DIGITS
 they are written in, every message that quotes one can print it."""
 
 
+MAX_QUOTED = 100
+"""Most characters of the file's own text (a key, a tag) a message quotes: a key written ``? KEY``
+or a tag may be megabytes long, and an error is one line."""
+
+
+def shortened(text: str) -> str:
+    """``text`` for a message: itself, or its first ``MAX_QUOTED`` characters and its length."""
+    return text if len(text) <= MAX_QUOTED else f"{text[:MAX_QUOTED]}... ({len(text)} characters)"
+
+
 class Mark(NamedTuple):
     """A 1-based line and column in the source."""
 
@@ -402,7 +412,7 @@ class _Builder:
             if key in out:
                 raise self.error(
                     key_node,
-                    f"duplicate key {key!r} (first at line {self.locations.keys[child].line + 1})",
+                    f"duplicate key {shortened(key)!r} (first at line {self.locations.keys[child].line + 1})",
                     "each key once",
                     "remove one of them: YAML would silently keep only the last",
                 )
@@ -413,7 +423,7 @@ class _Builder:
     def _tag_error(self, node: yaml.Node) -> SourceError:
         return self.error(
             node,
-            f"tag {node.tag!r} is not allowed",
+            f"tag {shortened(node.tag)!r} is not allowed",
             "plain YAML values (strings, numbers, booleans, lists, mappings)",
             "remove the '!' tag; agentgate files use the YAML core schema only",
         )

@@ -529,3 +529,14 @@ roles:
     ]
     (finding,) = (f for f in lint(policy) if f.code == "delegates_unheld_capability")
     assert finding.message == "role r may delegate tool:t (lease), which it does not hold"
+
+
+def test_an_error_quotes_at_most_a_hundred_characters_of_a_key() -> None:
+    """Mutant: the location path of a schema error was written whole: an unknown field, or a
+    role, named by an explicit key (``? KEY``) of a megabyte made a one-megabyte error line.
+
+    Rule: each key of the path is quoted at most 100 characters long, saying how long it was."""
+    long = "k" * 1_000_000
+    for text in (f"version: 1\n? {long}\n: 1\n", f"version: 1\nroles:\n  ? {long}\n  : {{}}\n"):
+        error = _error(text)
+        assert len(str(error)) < 500 and "(1000000 characters)" in str(error) and error.line

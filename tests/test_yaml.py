@@ -310,3 +310,16 @@ def test_a_timestamp_tag_is_refused_as_every_tag_outside_the_core_schema(tagged:
     assert load_yaml("a: 2026-01-31\n", source="t.yaml")[0] == {"a": "2026-01-31"}
     with pytest.raises(PolicyError, match=r"t.yaml:1:4: tag 'tag:yaml.org,2002:timestamp' is not allowed"):
         load_yaml(f"a: {tagged}\n", source="t.yaml")
+
+
+def test_a_message_quotes_at_most_a_hundred_characters_of_a_key_or_a_tag() -> None:
+    """Mutant: a tag and a duplicate key were quoted whole: an explicit key (``? KEY``, no
+    1,024-character limit as for a plain one) or a tag of a megabyte made a one-megabyte error
+    line, which the command line prints as its one line on standard error.
+
+    Rule: a message quotes at most 100 characters of the file's text and says how long it was."""
+    long = "k" * 1_000_000
+    for text, length in ((f"a: !{long} 1\n", 1_000_001), (f"? {long}\n: 1\n? {long}\n: 2\n", 1_000_000)):
+        with pytest.raises(PolicyError) as info:
+            load_yaml(text, source="p.yaml")
+        assert len(str(info.value)) < 500 and f"... ({length} characters)" in str(info.value)

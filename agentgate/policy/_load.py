@@ -18,7 +18,7 @@ from pathlib import Path
 from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
-from agentgate._yaml import Locations, Mark, load_yaml, mark_at, read_source
+from agentgate._yaml import Locations, Mark, load_yaml, mark_at, read_source, shortened
 from agentgate.capabilities import DEFAULT_ACTIONS, Capability, Constraint, canonical_resource
 from agentgate.errors import CapabilityError, KeyFileError, PolicyError
 from agentgate.keys import as_path, is_key_text, load_public_key
@@ -310,7 +310,7 @@ def _schema_error(exc: ValidationError, source: str, locations: Locations) -> Po
     data_loc = _data_path(loc, locations)
     kind = first["type"]
     mark = locations.of(data_loc, key=kind == "extra_forbidden")
-    dotted = ".".join(str(p) for p in data_loc) or "<top>"
+    dotted = ".".join(shortened(str(p)) for p in data_loc) or "<top>"
     hint = "see docs/policy-reference.md for this section"
     if kind == "extra_forbidden":
         bad = str(loc[-1])
@@ -320,7 +320,7 @@ def _schema_error(exc: ValidationError, source: str, locations: Locations) -> Po
         )
         message = f"unknown field {dotted}"
     elif kind == "missing":
-        message = f"{'.'.join(str(p) for p in loc)} is required"
+        message = f"{'.'.join(shortened(str(p)) for p in loc)} is required"
         hint = "add it"
     elif kind == "value_error":  # a validator's own words: said once, without pydantic's prefix
         message = f"{dotted}: {first['msg'].removeprefix('Value error, ')}"
