@@ -540,3 +540,42 @@ def test_an_error_quotes_at_most_a_hundred_characters_of_a_key() -> None:
     for text in (f"version: 1\n? {long}\n: 1\n", f"version: 1\nroles:\n  ? {long}\n  : {{}}\n"):
         error = _error(text)
         assert len(str(error)) < 500 and "(1000000 characters)" in str(error) and error.line
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "roles:\n  r:\n    capabilities: [{{resource: tool:t, action: {long}}}]\n",
+        "roles:\n  r:\n    capabilities: [{{resource: tool:t, constraints: {{? {long} : {{le: 1}}}}}}]\n",
+        "principals: {{a: {{kind: human}}}}\napprovals:\n  g: {{resource: tool:t, approvers: [a], when: {{? {long} : {{}}}}}}\n",
+    ],
+)
+def test_an_error_on_a_long_value_is_one_short_line_that_still_says_what_is_wrong(body: str) -> None:
+    """Mutant: the references and capabilities were checked with messages that quote the value
+    whole (``action 'k-k-...' is not a lower-case identifier``): a value, which has no length
+    limit, or an argument name of a megabyte made a one-megabyte error line.
+
+    Rule: a message longer than 300 characters keeps its start and its end (what is wrong) and
+    says how much was left out between them."""
+    error = _error("version: 1\n" + body.format(long="k-" * 500_000))
+    assert len(str(error)) < 700 and "characters left out" in str(error) and error.line
+    assert (
+        str(error)
+        .split(" (expected")[0]
+        .endswith(
+            (
+                "is not a lower-case identifier or '*'",
+                "is not an identifier",
+                "of operators ('eq', 'in', 'lt', 'le', 'gt', 'ge', 'prefix')",
+            )
+        )
+    )
+
+
+def test_an_unknown_reference_lists_at_most_twenty_of_the_names_it_may_be() -> None:
+    """Mutant: an undeclared role was answered with every declared one: 5,000 roles made an
+    error line of 40,000 characters. Rule: the first 20 names, sorted, and how many more."""
+    roles = "".join(f"  r{i:04}: {{}}\n" for i in range(5000))
+    error = _error(f"version: 1\nprincipals:\n  a: {{kind: human, roles: [nope]}}\nroles:\n{roles}")
+    assert error.line == 3 and error.expected is not None
+    assert error.expected == "one of: " + ", ".join(f"r{i:04}" for i in range(20)) + ", and 4980 more"

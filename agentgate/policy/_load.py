@@ -25,6 +25,17 @@ from agentgate.keys import as_path, is_key_text, load_public_key
 from agentgate.policy import _schema as schema
 
 MAX_POLICY_BYTES = 8 * 1024 * 1024
+_MAX_MESSAGE = 300
+"""Longest error message kept whole: one quotes a key or a value of the file, which may be
+megabytes long, and an error is one line."""
+
+
+def _bounded(message: str) -> str:
+    """``message``, or past ``_MAX_MESSAGE`` characters its start and its end (which says what is
+    wrong) around how much was left out."""
+    if len(message) <= _MAX_MESSAGE:
+        return message
+    return f"{message[:200]} ...({len(message) - 300} characters left out)... {message[-100:]}"
 
 
 _SYMBOLS = {"eq": "=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
@@ -337,7 +348,7 @@ def _schema_error(exc: ValidationError, source: str, locations: Locations) -> Po
     if more:
         message += f" (and {more} more error{'s' if more > 1 else ''})"
     return PolicyError(
-        message,
+        _bounded(message),
         file=source,
         line=mark.line if mark else None,
         column=mark.column if mark else None,
@@ -389,6 +400,14 @@ def _union_member(error: ErrorDetails, first: ErrorDetails) -> bool:
 _UNION_MEMBERS = frozenset({"str", "int", "float", "bool"})
 
 
+def _known(names: list[str]) -> str:
+    """What a reference may name: ``one of: a, b, c``, the first 20 of them and how many more."""
+    if not names:
+        return "one of: (none declared)"
+    more = f", and {len(names) - 20} more" if len(names) > 20 else ""
+    return f"one of: {', '.join(names[:20])}{more}"
+
+
 def _data_path(loc: Sequence[str | int], locations: Locations) -> list[str | int]:
     """The longest prefix of a pydantic location that names a place in the data."""
     for n in range(len(loc), -1, -1):
@@ -414,7 +433,7 @@ class _Compiler:
     ) -> PolicyError:
         mark = self.locations.of(loc, key=key)
         return PolicyError(
-            message,
+            _bounded(message),
             file=self.source,
             line=mark.line if mark else None,
             column=mark.column if mark else None,
@@ -512,7 +531,7 @@ class _Compiler:
             raise self.error(
                 loc,
                 f"{name!r} is not declared in {section}",
-                f"one of: {', '.join(sorted(known)) or '(none declared)'}",
+                _known(sorted(known)),
                 f"did you mean {close[0]!r}?" if close else f"declare it under {section}",
             )
 
