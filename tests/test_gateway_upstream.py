@@ -233,7 +233,7 @@ def test_an_answer_over_the_size_limit_without_a_length_is_refused_while_it_arri
 
 
 def test_a_streamed_line_over_max_line_is_refused_while_it_arrives() -> None:
-    """Kills: ``_lines`` no longer checking the unfinished line against its limit.
+    """Kills: ``split_lines`` no longer checking the unfinished line against its limit.
 
     Rule: a streamed answer's line is held no longer than ``max_line`` bytes: a backend that
     sends a longer one (here 16 KiB, its end not yet arrived, against a 1 KiB limit) gets an UpstreamError, not the line

@@ -32,7 +32,7 @@ import functools
 import inspect
 import json
 import math
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, cast
 from urllib.parse import urlsplit
@@ -465,7 +465,7 @@ class BackendClient:
                             wait = self.timeouts.idle_s
                             deadline = loop.time() + wait
         except (httpx.HTTPError, aiohttp.ClientError, ValueError, OSError) as exc:
-            # ValueError: a line over its limit (``_lines``, ``_httpx_lines``).
+            # ValueError: a line over its limit (``_lines``, ``split_lines``).
             error = self._shown(BackendFailed(f"{self.backend.name}: {type(exc).__name__}: {exc}"), payload)
         except DispatchError as exc:
             error = self._shown(exc, payload)
@@ -514,7 +514,11 @@ class BackendClient:
             headers=headers,
             timeout=self._stream_timeout,
         ) as response:
-            yield response.status_code, functools.partial(_start, response), _httpx_lines(response)
+            yield (
+                response.status_code,
+                functools.partial(_start, response),
+                split_lines(response.aiter_bytes(), MAX_LINE_BYTES),
+            )
 
     def cut(self) -> None:
         """End every answer being read over ``session`` now: its reader fails at once with a
@@ -747,24 +751,36 @@ async def _lines(content: aiohttp.StreamReader) -> AsyncIterator[str]:
         raise ValueError("a streamed line is over aiohttp's line limit") from None
 
 
-async def _httpx_lines(response: httpx.Response, limit: int = MAX_LINE_BYTES) -> AsyncIterator[str]:
-    """The lines of an httpx body (``\\n`` or ``\\r\\n`` ends, removed), decoded as UTF-8; raises
-    ``ValueError`` once a line passes ``limit`` bytes, as it arrives (httpx's ``aiter_lines``
-    holds a line whole, however long). Split as the gateway's pool splits (``_upstream._lines``):
-    each piece searched once, each line copied once."""
+async def split_lines(
+    pieces: AsyncIterator[bytes], limit: int, too_long: Callable[[str], Exception] = ValueError
+) -> AsyncIterator[str]:
+    """The lines of a body read as ``pieces`` (``\\n`` or ``\\r\\n`` ends, removed), decoded as
+    UTF-8; raises ``too_long(message)`` once a line passes ``limit`` bytes, as it arrives (httpx's
+    ``aiter_lines`` holds a line whole, however long). ``pieces`` is closed at the end, when it is
+    an async generator. Used by the dispatcher's httpx client and the gateway's pool alike.
+
+    Linear in the bytes read: each piece is searched once, from where the unfinished line before
+    it ended, and each line copied once (cutting the rest of the buffer off after every line
+    copied the piece once per line: a piece of 256 KiB of short lines held the event loop for
+    seconds).
+    """
     buffer = bytearray()
-    async for piece in response.aiter_bytes():
-        search = len(buffer)  # the unfinished line held has no line end
-        buffer += piece
-        begin = 0
-        while (end := buffer.find(b"\n", search)) >= 0:
-            yield buffer[begin:end].decode("utf-8", "replace").rstrip("\r")
-            begin = search = end + 1
-        del buffer[:begin]
-        if len(buffer) > limit:
-            raise ValueError(f"a streamed line is over {limit} bytes")
-    if buffer:
-        yield buffer.decode("utf-8", "replace").rstrip("\r")
+    try:
+        async for piece in pieces:
+            search = len(buffer)  # the unfinished line held has no line end
+            buffer += piece
+            begin = 0
+            while (end := buffer.find(b"\n", search)) >= 0:
+                yield buffer[begin:end].decode("utf-8", "replace").rstrip("\r")
+                begin = search = end + 1
+            del buffer[:begin]
+            if len(buffer) > limit:
+                raise too_long(f"a streamed line is over {limit} bytes")
+        if buffer:
+            yield buffer.decode("utf-8", "replace").rstrip("\r")
+    finally:
+        if isinstance(pieces, AsyncGenerator):
+            await pieces.aclose()
 
 
 def _parse_chunk(backend: str, data: str, key: str | None = None) -> ChatChunk | None:
@@ -804,12 +820,11 @@ def _parse_chunk(backend: str, data: str, key: str | None = None) -> ChatChunk |
         raise BackendFailed(f"{backend}: malformed stream event: {exc}") from None
 
 
-def _advances(chunk: ChatChunk) -> bool:
-    """Whether ``chunk`` carries any of the answer: content, tool call fragments, a finish reason,
-    usage, or any other value in its delta but the role (a reasoning model's
-    ``reasoning_content``). A chunk that carries none (an empty delta, the role alone: what an
-    engine opens with) passes on, but is chatter: it does not push a stream's deadline out."""
-    if chunk.content or chunk.tool_calls or chunk.finish_reason or chunk.usage is not None:
+def carries_output(chunk: ChatChunk) -> bool:
+    """Whether ``chunk`` passes on any of the answer: its content, tool call fragments, or anything
+    else in its delta but the role (a reasoning model's ``reasoning_content``: tokens generated
+    and sent, charged as output)."""
+    if chunk.content or chunk.tool_calls:
         return True
     choices = chunk.event.get("choices")
     return isinstance(choices, list) and any(
@@ -818,6 +833,13 @@ def _advances(chunk: ChatChunk) -> bool:
         and any(value for name, value in delta.items() if name != "role")
         for choice in choices
     )
+
+
+def _advances(chunk: ChatChunk) -> bool:
+    """Whether ``chunk`` carries any of the answer: output (``carries_output``), a finish reason
+    or usage. A chunk that carries none (an empty delta, the role alone: what an engine opens
+    with) passes on, but is chatter: it does not push a stream's deadline out."""
+    return bool(chunk.finish_reason) or chunk.usage is not None or carries_output(chunk)
 
 
 def _answer_limit(payload: Mapping[str, Any]) -> int | None:

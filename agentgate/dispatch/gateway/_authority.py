@@ -27,7 +27,7 @@ from opentelemetry.trace import Tracer
 from agentgate.audit.spans import record_outcome, record_usage
 from agentgate.authority import Chain, Decision, Invocation, parse_chain
 from agentgate.capabilities import Call
-from agentgate.dispatch.backends import ChatChunk
+from agentgate.dispatch.backends import ChatChunk, carries_output
 from agentgate.errors import BackendFailed, NoBackend, TokenFormatError
 from agentgate.findings import Finding, FindingKind
 from agentgate.gate import MAX_ERROR_DETAIL, AgentIdentity, Approval, Authorization, Gate, Verdict
@@ -42,21 +42,6 @@ APPROVAL_HEADER = "X-Agentgate-Approval"
 """The header that carries a signed approval (compact JSON) for a call behind an approval gate."""
 STREAM_AHEAD = 64
 """Chunks of a streamed answer read from the backend ahead of the caller (``gated_stream``)."""
-
-
-def _carries_output(chunk: ChatChunk) -> bool:
-    """Whether ``chunk`` passes on any of the answer: its content, tool call fragments, or anything
-    else in its delta but the role (a reasoning model's ``reasoning_content``: tokens generated
-    and sent, charged as output)."""
-    if chunk.content or chunk.tool_calls:
-        return True
-    choices = chunk.event.get("choices")
-    return isinstance(choices, list) and any(
-        isinstance(choice, Mapping)
-        and isinstance(delta := choice.get("delta"), Mapping)
-        and any(value for name, value in delta.items() if name != "role")
-        for choice in choices
-    )
 
 
 def _approval(text: str) -> Approval | None:
@@ -375,7 +360,7 @@ class GatewayGate(Gate):
                 async for chunk in chunks:
                     if chunk.usage is not None:
                         usage = (chunk.usage.prompt_tokens, chunk.usage.completion_tokens)
-                    delivered = delivered or _carries_output(chunk)
+                    delivered = delivered or carries_output(chunk)
                     await queue.put(chunk)  # waits while the caller is STREAM_AHEAD chunks behind
             except Exception as exc:
                 error = error_type = type(exc).__name__

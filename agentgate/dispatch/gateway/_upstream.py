@@ -31,7 +31,7 @@ from urllib.parse import urlsplit
 
 import httptools
 
-from agentgate.dispatch.backends import MAX_ANSWER_BYTES, MAX_LINE_BYTES
+from agentgate.dispatch.backends import MAX_ANSWER_BYTES, MAX_LINE_BYTES, split_lines
 
 HIGH_WATER = 1 << 18
 """Bytes of a streamed answer read ahead of its reader before the socket stops being read."""
@@ -329,7 +329,11 @@ class UpstreamPool:
         """
         origin, connection, status = await self._send(url, body, authorization, headers)
         try:
-            yield status, connection.read_start, _lines(connection.pieces(), self.max_line)
+            yield (
+                status,
+                connection.read_start,
+                split_lines(connection.pieces(), self.max_line, UpstreamError),
+            )
         except BaseException:
             connection.close()
             raise
@@ -433,29 +437,3 @@ def _header_lines(headers: Mapping[str, str]) -> bytes:
             raise UpstreamError("a header value holds characters a header cannot carry")
         lines.append(f"{name}: {value}\r\n")
     return "".join(lines).encode()
-
-
-async def _lines(pieces: AsyncGenerator[bytes, None], limit: int) -> AsyncIterator[str]:
-    """The lines of a body read as ``pieces`` (``\\n`` or ``\\r\\n`` ends, removed), decoded as UTF-8.
-
-    Linear in the bytes read: each piece is searched once, from where the unfinished line before
-    it ended, and each line copied once (cutting the rest of the buffer off after every line
-    copied the piece once per line: a piece of 256 KiB of short lines held the event loop for
-    seconds).
-    """
-    buffer = bytearray()
-    try:
-        async for piece in pieces:
-            search = len(buffer)  # the unfinished line held has no line end
-            buffer += piece
-            begin = 0
-            while (end := buffer.find(b"\n", search)) >= 0:
-                yield buffer[begin:end].decode("utf-8", "replace").rstrip("\r")
-                begin = search = end + 1
-            del buffer[:begin]
-            if len(buffer) > limit:
-                raise UpstreamError(f"a streamed line is over {limit} bytes")
-        if buffer:
-            yield buffer.decode("utf-8", "replace").rstrip("\r")
-    finally:
-        await pieces.aclose()
