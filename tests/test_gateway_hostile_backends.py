@@ -381,10 +381,10 @@ def _line_splitting_seconds(lines: int) -> float:
 
 def test_splitting_a_streamed_piece_into_lines_is_linear_in_its_size() -> None:
     # Defect (fixed in _upstream._lines, now backends.split_lines): each line cut the rest of the
-    # buffer off, a copy of the piece per line. A backend sending a piece of 256 Ki short lines (or a normal stream piling
-    # up 256 KiB while its caller reads slowly) held the gateway's event loop, every caller's,
-    # for seconds: 2.5 s for 256 Ki lines here, against 0.2 s now. Eight times the lines must
-    # cost about eight times the time, not sixty-four.
+    # buffer off, a copy of the piece per line. A backend sending a piece of 256 Ki short lines
+    # (or a normal stream piling up 256 KiB while its caller reads slowly) held the gateway's
+    # event loop, every caller's, for seconds: 2.5 s for 256 Ki lines here, against 0.2 s now.
+    # Eight times the lines must cost about eight times the time, not sixty-four.
     small, large = _line_splitting_seconds(32 * 1024), _line_splitting_seconds(256 * 1024)
     assert large / max(small, 1e-3) < 24, (small, large)
 
