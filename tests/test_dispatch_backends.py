@@ -11,7 +11,7 @@ import contextlib
 import http.server
 import json
 import threading
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 import aiohttp
@@ -23,7 +23,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from agentgate.audit.spans import chat_span, get_tracer
-from agentgate.dispatch import inventory_from_mapping
+from agentgate.dispatch import Inventory, inventory_from_mapping
 from agentgate.dispatch.backends import (
     MAX_CHARS_PER_TOKEN,
     MAX_LINE_BYTES,
@@ -37,6 +37,27 @@ from agentgate.errors import BackendFailed, DispatchError
 
 KEY = "sk-live-0123456789abcdefghijKLMNOPQRSTUV"
 PAYLOAD = {"model": "m", "messages": [{"role": "user", "content": "hello"}], "max_tokens": 8}
+
+
+async def _read_request(reader: asyncio.StreamReader) -> None:
+    """Read one request (head and Content-Length body) off ``reader``: a raw backend's first step."""
+    head = await reader.readuntil(b"\r\n\r\n")
+    length = next(
+        int(line[15:]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:")
+    )
+    await reader.readexactly(length)
+
+
+async def _serving(
+    handler: Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]],
+) -> tuple[asyncio.Server, Inventory]:
+    """A loopback server answering with ``handler``, and an inventory of one vLLM backend ``b0``
+    (model ``m``) at its address."""
+    server = await asyncio.start_server(handler, "127.0.0.1", 0)
+    url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+    return server, inventory_from_mapping(
+        {"backends": [{"name": "b0", "url": url, "engine": "vllm", "models": ["m"]}]}
+    )
 
 
 class Raw:
@@ -268,11 +289,7 @@ async def test_a_call_refused_with_an_endless_body_quotes_its_start_at_once(
     release = asyncio.Event()
 
     async def refuse(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        head = await reader.readuntil(b"\r\n\r\n")
-        length = next(
-            int(line[15:]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:")
-        )
-        await reader.readexactly(length)
+        await _read_request(reader)
         start = b'{"error": {"message": "engine overloaded"}, "padding": "' + b"x" * 4096
         writer.write(
             b"HTTP/1.1 %d Refused\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n"
@@ -282,11 +299,7 @@ async def test_a_call_refused_with_an_endless_body_quotes_its_start_at_once(
         await release.wait()
         writer.close()
 
-    server = await asyncio.start_server(refuse, "127.0.0.1", 0)
-    url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
-    backend = inventory_from_mapping(
-        {"backends": [{"name": "b0", "url": url, "engine": "vllm", "models": ["m"]}]}
-    )
+    server, backend = await _serving(refuse)
     pool = UpstreamPool()
     try:
         async with httpx.AsyncClient() as http, aiohttp.ClientSession() as session:
@@ -323,22 +336,14 @@ async def test_a_streamed_line_without_end_fails_the_stream_as_it_arrives(path: 
     release = asyncio.Event()
 
     async def endless_line(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        head = await reader.readuntil(b"\r\n\r\n")
-        length = next(
-            int(line[15:]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:")
-        )
-        await reader.readexactly(length)
+        await _read_request(reader)
         writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n")
         writer.write(b"data: " + b"x" * (MAX_LINE_BYTES + (1 << 16)))  # and no line end, ever
         await writer.drain()
         await release.wait()
         writer.close()
 
-    server = await asyncio.start_server(endless_line, "127.0.0.1", 0)
-    url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
-    backend = inventory_from_mapping(
-        {"backends": [{"name": "b0", "url": url, "engine": "vllm", "models": ["m"]}]}
-    )
+    server, backend = await _serving(endless_line)
     try:
         async with httpx.AsyncClient() as http, aiohttp.ClientSession() as session:
             client = BackendClient(
@@ -382,11 +387,7 @@ async def test_chunks_that_carry_nothing_do_not_keep_a_stream_alive(chatter: dic
         task = asyncio.current_task()
         assert task is not None
         handlers.append(task)
-        head = await reader.readuntil(b"\r\n\r\n")
-        length = next(
-            int(line[15:]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:")
-        )
-        await reader.readexactly(length)
+        await _read_request(reader)
         writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n")
         with contextlib.suppress(ConnectionError):
             while not release.is_set():
@@ -395,11 +396,7 @@ async def test_chunks_that_carry_nothing_do_not_keep_a_stream_alive(chatter: dic
                 await asyncio.sleep(0.05)
         writer.close()
 
-    server = await asyncio.start_server(chatty, "127.0.0.1", 0)
-    url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
-    backend = inventory_from_mapping(
-        {"backends": [{"name": "b0", "url": url, "engine": "vllm", "models": ["m"]}]}
-    )
+    server, backend = await _serving(chatty)
     received: list[ChatChunk] = []
     try:
         async with httpx.AsyncClient() as http:
@@ -440,11 +437,7 @@ async def test_a_stream_past_what_its_max_tokens_allows_fails_as_it_arrives(ends
         task = asyncio.current_task()
         assert task is not None
         handlers.append(task)
-        head = await reader.readuntil(b"\r\n\r\n")
-        length = next(
-            int(line[15:]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:")
-        )
-        await reader.readexactly(length)
+        await _read_request(reader)
         writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n")
         sent = 0
         with contextlib.suppress(ConnectionError):
@@ -457,11 +450,7 @@ async def test_a_stream_past_what_its_max_tokens_allows_fails_as_it_arrives(ends
                 await writer.drain()
         writer.close()
 
-    server = await asyncio.start_server(flood, "127.0.0.1", 0)
-    url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
-    backend = inventory_from_mapping(
-        {"backends": [{"name": "b0", "url": url, "engine": "vllm", "models": ["m"]}]}
-    )
+    server, backend = await _serving(flood)
     received = 0
     try:
         async with httpx.AsyncClient() as http:
