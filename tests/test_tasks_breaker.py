@@ -138,6 +138,38 @@ async def test_cancelled_half_open_probe_is_given_back() -> None:
     await scheduler.aclose()
 
 
+@pytest.mark.parametrize("interrupt", [KeyboardInterrupt, SystemExit])
+async def test_a_half_open_probe_interrupted_by_a_base_exception_is_given_back(
+    interrupt: type[BaseException],
+) -> None:
+    """Kills: the async attempt loop gave a probe back only for ``CancelledError``; a tool that
+    raised KeyboardInterrupt or SystemExit while holding the only half-open probe kept it, and
+    the breaker stayed half open with every probe taken, refusing every later call with
+    ``CircuitOpen`` (retry after 0) for good. Rule: an interrupted call says nothing about the
+    tool, as a cancelled one: its probe goes back and the next call probes the tool."""
+    scheduler = Scheduler(SchedulerConfig(breaker=BreakerPolicy(failure_threshold=1, reset_timeout_s=0.01)))
+
+    async def fail(attempt: Attempt) -> None:
+        raise TimeoutError
+
+    async def interrupted(attempt: Attempt) -> None:
+        raise interrupt
+
+    async def ok(attempt: Attempt) -> str:
+        return "ok"
+
+    with pytest.raises(TimeoutError):
+        await scheduler.submit(ToolCall("x"), fail)
+    await asyncio.sleep(0.02)
+    assert scheduler.breaker("tool:x").state is BreakerState.HALF_OPEN
+    with pytest.raises(interrupt):
+        await scheduler.submit(ToolCall("x"), interrupted)
+    assert scheduler.in_flight == 0
+    assert await scheduler.submit(ToolCall("x"), ok) == "ok"  # the probe was given back
+    assert scheduler.breaker("tool:x").state is BreakerState.CLOSED
+    await scheduler.aclose()
+
+
 # --- a half-open probe whose attempt says nothing about the tool ------------------------------
 
 

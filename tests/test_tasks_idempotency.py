@@ -158,6 +158,41 @@ async def test_a_call_joined_to_a_cancelled_twin_fails_with_a_scheduling_error()
         await scheduler.aclose()
 
 
+async def test_a_call_joined_to_an_interrupted_twin_fails_with_a_scheduling_error() -> None:
+    """Kills: a twin whose tool raised SystemExit (or KeyboardInterrupt) handed that exception to
+    the calls joined to it, raised in their own tasks (where an uncaught one stops the event
+    loop), while a cancelled twin gives them ``SchedulingError``, as the sync facade does for
+    both. Rule: the interrupt is the twin's caller's own; a joiner gets ``SchedulingError``."""
+    scheduler = Scheduler()
+    release = asyncio.Event()
+
+    async def exits(_attempt: Attempt) -> str:
+        await release.wait()
+        raise SystemExit(3)
+
+    call = ToolCall("t", run_id="run", call_id="c1")
+
+    async def owner() -> str:
+        try:
+            return await scheduler.submit(call, exits)
+        except SystemExit:
+            return "exited"
+
+    first = asyncio.create_task(owner())
+    await asyncio.sleep(0.02)
+    joiner = asyncio.create_task(scheduler.submit(call, exits))
+    await asyncio.sleep(0.02)
+    release.set()
+    done, _ = await asyncio.wait({first, joiner}, timeout=WAIT_S)
+    try:
+        assert done == {first, joiner}
+        assert first.result() == "exited"
+        with pytest.raises(SchedulingError, match="twin"):
+            joiner.result()
+    finally:
+        await scheduler.aclose()
+
+
 # --- shared limits -------------------------------------------------------------------------------
 
 

@@ -303,9 +303,10 @@ class Scheduler(_StoreWork, _Failures):
         try:
             result = await self._run(call, fn, limits, priority, key, preemptible)
         except BaseException as exc:
-            if isinstance(exc, asyncio.CancelledError):
-                # The twin's cancellation is its caller's own: a joiner nobody cancelled gets the
-                # sync facade's answer, not a CancelledError it would take for its own.
+            if not isinstance(exc, Exception):
+                # The twin's cancellation (or KeyboardInterrupt, SystemExit) is its caller's own: a
+                # joiner nobody interrupted gets the sync facade's answer, not a CancelledError it
+                # would take for its own, or an interrupt that would stop its event loop.
                 outcome.set_exception(
                     SchedulingError(f"tool {call.tool}: the running twin of this call was interrupted")
                 )
@@ -472,10 +473,6 @@ class Scheduler(_StoreWork, _Failures):
                                     raise
                         finally:
                             RUNNING.set(parent)
-                    except asyncio.CancelledError:
-                        if held and not probing:  # a cancelled call says nothing about the tool
-                            breaker.release()
-                        raise
                     except _GiveUp:
                         raise
                     except Exception as exc:
@@ -485,6 +482,13 @@ class Scheduler(_StoreWork, _Failures):
                         delay = self._failed(
                             call, limits, key, exc, number, errors, breaker, deadline, loop.time(), held, cut
                         )
+                    except BaseException:
+                        # Cancelled, or interrupted (KeyboardInterrupt, SystemExit): says nothing
+                        # about the tool, and its half-open probe goes back (kept, the breaker
+                        # stayed half open with every probe taken and refused every call for good).
+                        if held and not probing:
+                            breaker.release()
+                        raise
                     else:
                         if not breaker.healthy:
                             breaker.record_success(probe=held)
