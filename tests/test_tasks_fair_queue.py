@@ -17,7 +17,7 @@ from agentgate.tasks import (
     ToolCall,
     _fair,
 )
-from agentgate.tasks._fair import FairQueue
+from agentgate.tasks._fair import Entry, FairQueue
 
 
 def _never(*_keys: str) -> bool:
@@ -76,3 +76,53 @@ async def test_one_agents_calls_to_two_tools_start_in_arrival_order() -> None:
     await asyncio.gather(holding, *waiting)
     assert order == ["a0", "b1", "a2", "b3", "b4", "a5"]
     await scheduler.aclose()
+
+
+def _serve_alone_then_race(first_weight: float, racers_weight: float, served_alone: int) -> str:
+    """Tenant ``first`` (``first_weight``) is served ``served_alone`` times with nothing else
+    waiting; then tenants a and b, both of ``racers_weight``, queue ten calls each (interleaved):
+    the order in which the next twenty start, as a string of tenant names."""
+    queue: FairQueue[str] = FairQueue()
+
+    def push(tenant: str, weight: float) -> None:
+        queue.push_entry(Entry(tenant), 0, "c", 1.0, tenant, weight, f"agent-{tenant}", "t")
+
+    for _ in range(served_alone):
+        push("first", first_weight)
+    while queue.size:
+        queue.pop({"t"}, None, None)
+    for _ in range(10):
+        push("a", racers_weight)
+        push("b", racers_weight)
+    return "".join(str(queue.pop({"t"}, None, None)) for _ in range(20))
+
+
+@pytest.mark.parametrize(
+    ("first_weight", "racers_weight", "served_alone"),
+    [
+        (1e-309, 1.0, 2),  # a tiny weight's stride 1/weight was infinite
+        (5e-324, 1.0, 2),  # the smallest float
+        (1.0, 1e17, 10),  # a huge weight's stride vanished against a pass of 10
+        (1.0, 1e12, 100_000),  # ... and a large one's against a pass of 100,000
+    ],
+)
+def test_two_tenants_of_equal_weight_alternate_whatever_the_weights(
+    first_weight: float, racers_weight: float, served_alone: int
+) -> None:
+    """Kills: passes grown by ``1.0 / weight`` in floats. A tiny weight made a pass infinite, and
+    then the virtual time of its level: every tenant entering after it tied at infinity and was
+    served in the order it was made (a, all ten, then b). A huge weight's stride was lost in the
+    pass it was added to, so the pass of a and of b never grew: a tie for good, a first. Rule: two
+    tenants of equal weight that both wait alternate, whatever the weights and the history."""
+    assert _serve_alone_then_race(first_weight, racers_weight, served_alone) == "ab" * 10
+
+
+def test_weights_still_share_in_their_ratio() -> None:
+    """Integer strides keep the ratios: weights 3 and 1 share 3 to 1, 0.5 and 0.25 share 2 to 1."""
+    for heavy, light, expected in ((3.0, 1.0, 3), (0.5, 0.25, 2)):
+        queue: FairQueue[str] = FairQueue()
+        for _ in range(40):
+            queue.push_entry(Entry("h"), 0, "c", 1.0, "h", heavy, "p", "t")
+            queue.push_entry(Entry("l"), 0, "c", 1.0, "l", light, "p", "t")
+        served = [queue.pop({"t"}, None, None) for _ in range(10 * (expected + 1))]
+        assert served.count("h") == expected * served.count("l"), served

@@ -10,9 +10,14 @@ This is agentgate's own scheduling idea, so it is written here. Waiting calls si
 
 At each level the next child is chosen by stride scheduling (Waldspurger and Weihl, 1995), the
 unit-cost form of weighted fair queueing: every child has a *pass*; the child with the lowest
-pass among those with work that can start is served, and its pass grows by ``1 / weight``. So
-over any period in which two tenants both have work waiting, the numbers of calls they start
-differ from the ratio of their weights by at most one. A child that had no work and gets some
+pass among those with work that can start is served, and its pass grows by its *stride*,
+``1 / weight``. So over any period in which two tenants both have work waiting, the numbers of
+calls they start differ from the ratio of their weights by at most one. Passes and strides are
+integers (the stride is ``_STRIDE_SCALE / weight``, rounded, at least 1), so they stay exact
+however long the queue runs and whatever the weights: in floats, a stride of a tiny weight
+(``1e-309``) was infinite, and after it every pass of its level was infinity, tied, served in
+the order the members were made; and the stride of a huge weight (``1e17``) vanished against a
+pass of a few units, so two such tenants tied for good and the first starved the second. A child that had no work and gets some
 starts at the parent's current virtual time (the pass of the child served last), so idle time
 does not turn into a burst of saved-up credit that would starve the others.
 
@@ -41,6 +46,7 @@ import itertools
 import operator
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
+from fractions import Fraction
 from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
@@ -50,12 +56,16 @@ _SWEEP_MIN = 16
 #: A node orders its waiting children with a heap from this many on, and by sorting below ``_HEAP_OFF``.
 _HEAP_AT = 32
 _HEAP_OFF = 8
+#: A weight of 1 has this stride: 720720 (the least common multiple of 1 to 16) times 2**32, so
+#: the strides of whole weights to 16 and of their halves and quarters are exact. Weights above
+#: it (about 3e15) all have the stride 1.
+_STRIDE_SCALE = 720_720 << 32
 #: Makes heap entries unique: a child entered again at an unchanged pass is never compared itself.
 _entries = itertools.count()
 
 Blocked = Callable[[str], bool]
 #: (pass, order, unique number, child): a child's place in its parent's heap.
-_HeapEntry = tuple[float, int, int, "_Node"]
+_HeapEntry = tuple[int, int, int, "_Node"]
 AgentBlocked = Callable[[str, str], bool]
 
 
@@ -73,15 +83,15 @@ class _Node:
         "order",
         "pass_",
         "queues",
+        "stride",
         "sweep_at",
         "tools",
         "vtime",
-        "weight",
     )
 
     def __init__(self, key: str, weight: float, order: int = 0) -> None:
         self.key = key
-        self.weight = weight
+        self.stride = _stride(weight)  # what its pass grows by when it is served
         self.order = order  # its rank among its parent's children by creation (ties of pass)
         self.made = 0  # children made so far (the next child's order)
         self.active = 0  # children with calls waiting
@@ -90,8 +100,8 @@ class _Node:
         self.heap: list[_HeapEntry] | None = None
         self.entry: _HeapEntry | None = None  # this node's live entry in its parent's heap
         self.sweep_at = _SWEEP_MIN  # children count at which idle children are forgotten
-        self.pass_ = 0.0
-        self.vtime = 0.0
+        self.pass_ = 0
+        self.vtime = 0
         self.backlog = 0
         self.tools: dict[str, int] = {}
         self.children: dict[str, _Node] = {}
@@ -326,11 +336,11 @@ class FairQueue(Generic[T]):
         missed in a row once its calls can start, starving the others as saved-up idle credit
         would (which ``push`` refuses the same way)."""
         served = root.vtime = max(klass.pass_, root.vtime)
-        klass.pass_ = served + 1.0 / klass.weight
+        klass.pass_ = served + klass.stride
         served = klass.vtime = max(tenant.pass_, klass.vtime)
-        tenant.pass_ = served + 1.0 / tenant.weight
+        tenant.pass_ = served + tenant.stride
         served = tenant.vtime = max(agent.pass_, tenant.vtime)
-        agent.pass_ = served + 1.0 / agent.weight
+        agent.pass_ = served + agent.stride
         self.discard(entry)
         # The served nodes' passes grew: where a heap orders them, enter them anew.
         if root.heap is not None and klass.backlog:
@@ -355,6 +365,14 @@ class FairQueue(Generic[T]):
             if best is None or queue[0].seq < best[0].seq:
                 best = queue
         return best[0] if best is not None else None
+
+
+def _stride(weight: float) -> int:
+    """The stride of ``weight`` (finite, > 0): ``_STRIDE_SCALE / weight`` rounded, at least 1,
+    computed exactly (a float quotient overflows for a weight below about 1e-293)."""
+    if weight == 1.0:  # agents, and most classes and tenants: no Fraction per node made
+        return _STRIDE_SCALE
+    return max(1, round(Fraction(_STRIDE_SCALE) / Fraction(weight)))
 
 
 def _leaf_keys(node: _Node, keys: tuple[str, ...]) -> Iterator[tuple[str, str, str]]:
