@@ -18,6 +18,7 @@ from agentgate.tasks import (
     RateLimit,
     Scheduler,
     SchedulerConfig,
+    SyncScheduler,
     ToolCall,
     ToolLimits,
 )
@@ -168,6 +169,50 @@ async def test_a_half_open_probe_interrupted_by_a_base_exception_is_given_back(
     assert await scheduler.submit(ToolCall("x"), ok) == "ok"  # the probe was given back
     assert scheduler.breaker("tool:x").state is BreakerState.CLOSED
     await scheduler.aclose()
+
+
+def _broken_pause_predicate(error: BaseException) -> bool:
+    return error.args[0] == "pause"  # IndexError for an exception without arguments
+
+
+async def test_a_pause_predicate_that_raises_says_not_a_pause() -> None:
+    """Kills: ``Scheduler._failed`` called ``ToolCall.pauses`` unguarded. A predicate that raised
+    (here an IndexError) replaced the tool's error, so the failure was not told to the breaker,
+    and a half-open probe the attempt held was kept: the breaker stayed half open refusing every
+    later call. Rule: a raising predicate says "not a pause" (as a raising classifier says
+    ``error``); the caller gets the tool's error, the breaker hears of it, sync and async alike."""
+    config = SchedulerConfig(breaker=BreakerPolicy(failure_threshold=1, reset_timeout_s=0.01))
+    scheduler = Scheduler(config)
+
+    async def down(attempt: Attempt) -> None:
+        raise ConnectionRefusedError
+
+    async def ok(attempt: Attempt) -> str:
+        return "ok"
+
+    with pytest.raises(ConnectionRefusedError):
+        await scheduler.submit(ToolCall("x"), down)
+    await asyncio.sleep(0.02)
+    assert scheduler.breaker("tool:x").state is BreakerState.HALF_OPEN
+    with pytest.raises(ConnectionRefusedError):  # the probe fails: the breaker opens again
+        await scheduler.submit(ToolCall("x", pauses=_broken_pause_predicate), down)
+    assert scheduler.breaker("tool:x").state is BreakerState.OPEN
+    await asyncio.sleep(0.02)
+    assert await scheduler.submit(ToolCall("x"), ok) == "ok"
+    await scheduler.aclose()
+
+    def sync_down(attempt: Attempt) -> None:
+        raise ConnectionRefusedError
+
+    with SyncScheduler(config) as sync:
+        with pytest.raises(ConnectionRefusedError):
+            sync.submit(ToolCall("x"), sync_down)
+        await asyncio.sleep(0.02)
+        with pytest.raises(ConnectionRefusedError):
+            sync.submit(ToolCall("x", pauses=_broken_pause_predicate), sync_down)
+        assert sync.scheduler.breaker("tool:x").state is BreakerState.OPEN
+        await asyncio.sleep(0.02)
+        assert sync.submit(ToolCall("x"), lambda attempt: "ok") == "ok"
 
 
 # --- a half-open probe whose attempt says nothing about the tool ------------------------------

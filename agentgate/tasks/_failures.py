@@ -109,9 +109,10 @@ class _Failures:
 
         Returns the backoff before the next attempt; raises ``_GiveUp`` when the retry rule has
         no next attempt (or it would start past ``deadline``; ``now`` is the time on its clock),
-        and ``error`` itself when the call says it is a pause (``ToolCall.pauses``).
+        and ``error`` itself when the call says it is a pause (``ToolCall.pauses``; a predicate
+        that raises says it is not).
         """
-        if call.pauses is not None and call.pauses(error):
+        if call.pauses is not None and _is_pause(call, error):
             # A pause (LangGraph's interrupt()), not a failure: as a cancellation, it says nothing
             # of the tool (its probe is given back), and is neither retried nor a dead letter.
             if probe:
@@ -200,6 +201,18 @@ class _Failures:
             "gave_up", call.tool, {"agentgate.reason": reason, "agentgate.attempts": len(errors)}
         )
         return letter
+
+
+def _is_pause(call: ToolCall, error: Exception) -> bool:
+    """Does ``call.pauses`` (given) say ``error`` is a pause? A predicate that raises says no, as a
+    broken classifier says ``error``: raised here, its exception replaced the tool's, the failure
+    was neither counted nor retried nor a dead letter, and a half-open probe the attempt held was
+    kept for good (the breaker refused every later call)."""
+    assert call.pauses is not None
+    try:
+        return bool(call.pauses(error))
+    except Exception:
+        return False
 
 
 def _message(error: BaseException) -> str:
