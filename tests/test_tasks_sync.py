@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import random
 import sys
 import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 
 from agentgate.errors import CircuitOpen, DeadlineExceeded, SchedulingError
+from agentgate.store import SQLiteStore
 from agentgate.tasks import (
     Attempt,
     BreakerPolicy,
@@ -498,3 +501,30 @@ def until(condition: object, timeout_s: float = 10.0) -> None:
     while not condition():  # type: ignore[operator]
         assert time.monotonic() < deadline, "condition never held"
         time.sleep(0.005)
+
+
+@pytest.mark.parametrize("with_store", [False, True])
+def test_a_tools_concurrent_futures_cancelled_error_reaches_its_caller_as_it_is(
+    with_store: bool, tmp_path: Path
+) -> None:
+    """Kills: with a store, the call's outcome came back through the future of
+    ``run_coroutine_threadsafe``, which turns a ``concurrent.futures.CancelledError`` (an
+    Exception: what ``result()`` of a cancelled executor future raises in a tool) into
+    ``asyncio.CancelledError`` (a BaseException), so the caller got an error that passes every
+    ``except Exception``. Rule: the caller gets the tool's own exception, with a store or not."""
+
+    def tool(attempt: Attempt) -> None:
+        future: concurrent.futures.Future[None] = concurrent.futures.Future()
+        future.cancel()
+        future.result()
+
+    store = SQLiteStore(tmp_path / "s.db") if with_store else None
+    try:
+        with SyncScheduler(store=store) as sync:
+            with pytest.raises(Exception) as raised:  # the type is checked below
+                sync.submit(ToolCall("t"), tool)
+            assert type(raised.value) is concurrent.futures.CancelledError
+            assert sync.submit(ToolCall("t"), lambda attempt: "ok") == "ok"
+    finally:
+        if store is not None:
+            store.close()

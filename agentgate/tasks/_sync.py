@@ -490,10 +490,16 @@ class SyncScheduler:
                         loop.call_soon_threadsafe(work[1].cancel)
             outcome.cancel()
 
-        async def in_caller_context() -> T:
+        async def in_caller_context() -> tuple[T | None, Exception | None]:
+            # The call's error is returned, not raised: the future of run_coroutine_threadsafe
+            # turns a concurrent.futures.CancelledError raised in the loop into asyncio's, a
+            # BaseException, so a tool's own (a cancelled executor future's result()) reached
+            # its caller as asyncio.CancelledError, past every ``except Exception``.
             token = otel_context.attach(caller_context)
             try:
-                return await self.scheduler.submit(call, hand_to_caller)
+                return await self.scheduler.submit(call, hand_to_caller), None
+            except Exception as exc:
+                return None, exc
             finally:
                 otel_context.detach(token)
 
@@ -511,11 +517,14 @@ class SyncScheduler:
                 raise
             if work is None:
                 try:
-                    return outcome.result()
+                    result, error = outcome.result()
                 except concurrent.futures.CancelledError as exc:
                     if returned:  # shut down while the tool ran to its end here: as in direct mode
                         return returned[0]
                     raise SchedulingError("the scheduler shut down before the call finished") from exc
+                if error is not None:
+                    raise error
+                return result  # type: ignore[return-value]  # T (None only beside an error)
             attempt, done, running = work
             token = RUNNING.set(running)
             try:
