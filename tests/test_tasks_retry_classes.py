@@ -482,6 +482,7 @@ def test_keys_new_racing_processes_leave_one_whole_pair(tmp_path: Path) -> None:
         ({"authority_chain": "grant-hash"}, "authority_chain must be a tuple of ids"),
         ({"authority_chain": ("a", 2)}, "authority_chain holds ids"),
         ({"key_reaches_tool": "no"}, "key_reaches_tool must be True or False"),
+        ({"pauses": True}, "pauses must be a function of an exception or None, got True"),
     ],
 )
 def test_a_tool_call_field_of_the_wrong_type_is_an_input_error_not_a_type_error(

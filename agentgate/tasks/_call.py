@@ -121,7 +121,8 @@ class ToolCall:
     it as not run wants it run, not given a result kept in memory).
     ``pauses``: an exception for which it is true is no failure of the call but a pause
     (LangGraph's ``interrupt()`` inside a tool): it leaves at once, not retried, not told to the
-    breaker, no dead letter.
+    breaker, no dead letter. A function or None (``InputError`` otherwise); one that raises says
+    the exception is not a pause.
     """
 
     tool: str
@@ -174,6 +175,7 @@ class ToolCall:
             or (self.reuse_result is not True and self.reuse_result is not False)
             or self.tool == OTHER
             or self.breaker_key == OVERFLOW_BREAKER
+            or (self.pauses is not None and not callable(self.pauses))
         ):
             self._check_fields()
         if self.deadline is not None or self.grant_expires_at is not None:
@@ -223,6 +225,11 @@ class ToolCall:
             value = getattr(self, name)
             if value is not True and value is not False:
                 raise InputError(f"tool call {name} must be True or False, got {value!r}")
+        if self.pauses is not None and not callable(self.pauses):
+            # Called on a failure only: a flag given here (pauses=True) would never be a pause.
+            raise InputError(
+                f"tool call pauses must be a function of an exception or None, got {self.pauses!r}"
+            )
 
     def digest(self) -> str:
         """The argument digest: the given one, else ``argument_digest(arguments)``."""
