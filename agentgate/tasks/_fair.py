@@ -14,12 +14,11 @@ pass among those with work that can start is served, and its pass grows by its *
 ``1 / weight``. So over any period in which two tenants both have work waiting, the numbers of
 calls they start differ from the ratio of their weights by at most one. Passes and strides are
 integers (the stride is ``_STRIDE_SCALE / weight``, rounded, at least 1), so they stay exact
-however long the queue runs and whatever the weights: in floats, a stride of a tiny weight
-(``1e-309``) was infinite, and after it every pass of its level was infinity, tied, served in
-the order the members were made; and the stride of a huge weight (``1e17``) vanished against a
-pass of a few units, so two such tenants tied for good and the first starved the second. A child that had no work and gets some
-starts at the parent's current virtual time (the pass of the child served last), so idle time
-does not turn into a burst of saved-up credit that would starve the others.
+however long the queue runs and whatever the weights: in floats, a tiny weight's stride was
+infinite and a huge weight's vanished against the pass, and members then tied for good, the
+first made starving the others. A child that had no work and gets some starts at the parent's
+current virtual time (the pass of the child served last), so idle time does not turn into a
+burst of saved-up credit that would starve the others.
 
 Within an agent the tool FIFOs are merged by arrival order, skipping tools that cannot start now
 (at their concurrency limit, out of rate tokens; the caller passes the set of tools that can): a call never waits behind a call to another,
