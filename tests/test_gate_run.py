@@ -203,6 +203,58 @@ def test_a_failed_callback_that_raises_leaves_an_outcome(two: TwoTenants) -> Non
     assert two.outcomes()[auth.audit_index].status == "error"  # type: ignore[index]
 
 
+@pytest.mark.parametrize("arun", [False, True])
+def test_a_paused_that_is_not_a_function_is_refused_before_the_allow_is_used(
+    two: TwoTenants, arun: bool
+) -> None:
+    """Kills: ``run``/``arun`` took ``paused=True``; the call's ``ToolCall`` refuses it
+    (``InputError``), and ``_fail`` then called ``True(exc)``: a TypeError, the outcome never
+    recorded. Rule: ``InputError`` before anything is run or written, the allow still usable."""
+    gate = two.gate
+    auth = gate.authorize(two.alice, Call.tool("orders", {}), call_id="p1")
+    ran: list[str] = []
+
+    async def tool_async() -> str:
+        ran.append("async")
+        return "ran"
+
+    with pytest.raises(InputError, match="paused must be a function of an exception or None"):
+        if arun:
+            asyncio.run(gate.arun(auth, tool_async, paused=True))  # type: ignore[arg-type]
+        else:
+            gate.run(auth, lambda: ran.append("sync"), paused=True)  # type: ignore[arg-type]
+    assert ran == []
+    assert auth.audit_index not in two.outcomes()
+    assert gate.run(auth, lambda: "ran") == "ran"  # the allow was not used
+    assert two.outcomes()[auth.audit_index].status == "ok"  # type: ignore[index]
+
+
+@pytest.mark.parametrize("arun", [False, True])
+def test_a_paused_that_raises_leaves_the_tools_error_and_an_outcome(two: TwoTenants, arun: bool) -> None:
+    """Kills: ``_fail`` called ``paused(exc)`` unguarded: a predicate that raised (IndexError on
+    an exception without arguments) replaced the tool's error, and the call's outcome was never
+    recorded (its reservation held, a once-only call left ``started``, as if its process had
+    died). Rule: a raising ``paused`` says "not a pause"; the tool's error, an ``error`` outcome."""
+    gate = two.gate
+    auth = gate.authorize(two.alice, Call.tool("orders", {}), call_id="p2")
+
+    def broken(error: BaseException) -> bool:
+        return bool(error.args[0] == "pause")
+
+    def tool() -> str:
+        raise LookupError
+
+    async def tool_async() -> str:
+        raise LookupError
+
+    with pytest.raises(LookupError):
+        if arun:
+            asyncio.run(gate.arun(auth, tool_async, paused=broken))
+        else:
+            gate.run(auth, tool, paused=broken)
+    assert two.outcomes()[auth.audit_index].status == "error"  # type: ignore[index]
+
+
 def test_gate_close_refuses_a_waiting_async_call_and_records_every_outcome(two: TwoTenants) -> None:
     # An async call queued behind a running sync call (one SharedLimits, concurrency 1): close()
     # refuses it (it never runs), waits for the sync call to settle, then commits both outcomes.

@@ -173,10 +173,10 @@ class _Running:
         An exception for which ``paused`` is true is a pause, not a failure (LangGraph's
         ``interrupt()`` inside a tool): the outcome is ``paused``, the reservation released, and
         an approval the call consumed is put back for this call, to be replayed when it resumes.
-        ``InputError`` (nothing run or written) for an ``auth`` that is not an ``Authorization`` or
-        an ``fn`` that is not callable.
+        ``InputError`` (nothing run or written) for an ``auth`` that is not an ``Authorization``,
+        an ``fn`` that is not callable, or a ``paused`` that is neither None nor a function.
         """
-        self._check_allowed(auth, fn)
+        self._check_allowed(auth, fn, paused)
         self._begin_run(auth)
         started = False  # whether an attempt reached ``fn``
         raised: list[BaseException] = []  # what ``fn`` itself raised (a nested call's refusal too)
@@ -235,7 +235,7 @@ class _Running:
         recorded as not started (a once-only call runs when its run is resumed), though an attempt
         was entered; one whose work began is recorded as started (never run twice). Without it, a
         call is started once an attempt entered ``fn``."""
-        self._check_allowed(auth, fn)
+        self._check_allowed(auth, fn, paused)
         loop = asyncio.get_running_loop()
         self._begin_run(auth, loop)
         started = False  # whether an attempt reached ``fn``
@@ -363,13 +363,19 @@ class _Running:
         ran: bool = False,
     ) -> None:
         """Settle a call that ``exc`` ended: ``paused`` if ``paused`` says so (LangGraph's
-        ``interrupt()``: not a failure of the call, and its span says so), else ``error``.
+        ``interrupt()``: not a failure of the call, and its span says so; a ``paused`` that raises
+        says it is not), else ``error``.
         ``started``: whether an attempt reached the call's function; a call that never did (the
         scheduler refused it, or its caller was cancelled while it waited for a slot) is
         recorded as not run, so a once-only call runs when its run is resumed. ``ran``: ``exc``
         came out of the call's function itself; a scheduler refusal it raised (a nested gated
         call's ``CircuitOpen``, after the call paid) is the call's failure, not a refusal of it."""
-        pause = paused is not None and paused(exc)
+        pause = False
+        if paused is not None:
+            try:
+                pause = bool(paused(exc))
+            except Exception:  # says "not a pause", as the scheduler takes it: the outcome is recorded
+                pause = False
         if pause and span.is_recording():
             record_outcome(span, "paused")
         error = type(exc).__name__
@@ -480,14 +486,17 @@ class _Running:
                 )
             return scheduler
 
-    def _check_allowed(self, auth: Authorization, fn: object = _NO_FN) -> None:
+    def _check_allowed(self, auth: Authorization, fn: object = _NO_FN, paused: object = None) -> None:
         """Refuse (``Denied``) a refusal, an allow this Gate did not decide (or one changed since),
         and an allow that was already used: one decision, one run. ``InputError`` first, the
-        allow left unused, for an ``auth`` that is not an ``Authorization`` and for an ``fn`` (the
-        function ``run``/``arun`` is to run) that cannot be called."""
+        allow left unused, for an ``auth`` that is not an ``Authorization``, for an ``fn`` (the
+        function ``run``/``arun`` is to run) that cannot be called, and for a ``paused`` that is
+        neither None nor a function (the call's ``ToolCall`` refuses it, and ``_fail`` calls it)."""
         expect(auth, Authorization, "auth", _AUTHORIZATION)
         if fn is not _NO_FN and not callable(fn):
             raise InputError(f"fn must be the function that makes the call, got {shown(fn)}")
+        if paused is not None and not callable(paused):
+            raise InputError(f"paused must be a function of an exception or None, got {shown(paused)}")
         if not auth.allowed or auth.audit_index is None:
             refused = ApprovalRequired if auth.needs_approval else Denied
             raise refused(self.explain_redacted(auth), auth.decision)
