@@ -27,6 +27,11 @@ What did not hold (found by this review):
   lead (``redact_reasons`` replaces undeclared names in what the log and spans keep; the model is
   still told the name;
   ``test_an_undeclared_argument_name_is_not_kept_in_clear_in_the_audit_log``).
+- (review R51) arguments nested about a thousand levels deep, in a run with a thread, ended the
+  run with a ``RecursionError`` traceback (the digest of the asking answer's tool calls was a
+  recursive ``json.dumps``); now the call is refused by the Gate and recorded as any call whose
+  arguments are too deep
+  (``test_arguments_nested_past_the_stack_are_refused_not_a_traceback``).
 
 What holds:
 - look-alike tool names (case, whitespace, zero-width, Cyrillic, ``../``, ``tool:``, the
@@ -372,6 +377,24 @@ def test_look_alike_tool_names_run_nothing(setup: Setup) -> None:
     assert setup.ran == [] and setup.gate.delegations == [("boss", child)]
     assert not [e for e in setup.entries() if e.kind == "allow" and e.resource.startswith("tool:")]
     assert ask.name == "ask_helper" and setup.verified()
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+async def test_arguments_nested_past_the_stack_are_refused_not_a_traceback(setup: Setup, mode: str) -> None:
+    # Was: in a run with a thread, the version of the asking answer (``_asked_in``) was a
+    # ``json.dumps`` of its tool calls, which raised ``RecursionError`` on arguments nested a
+    # thousand deep: the run ended in a traceback instead of a refusal told to the model.
+    deep: dict[str, Any] = {"q": "leaf"}
+    for _ in range(1500):
+        deep = {"a": deep}
+    turn = _answer(_call("search", {"query": deep}, "d1"))
+    agent = create_gated_agent(setup.gate, name="boss", model=Hostile(turns=[turn]), tools=setup.tools())
+    result = await _invoke(agent, mode, setup.boss, {"configurable": {"thread_id": f"deep-{mode}"}})
+    [refused] = _tool_messages(result)
+    assert refused.status == "error" and "tool:search" in str(refused.content)
+    assert setup.ran == []
+    denied = [e for e in setup.entries() if e.kind == "deny" and e.resource == "tool:search"]
+    assert len(denied) == 1 and setup.verified()
 
 
 # --- many calls at once -----------------------------------------------------------------------

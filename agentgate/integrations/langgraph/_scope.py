@@ -101,12 +101,19 @@ def _asked_in(request: ToolCallRequest) -> tuple[str, str] | None:
     thread and the outer tasks), and the version of that answer (its id and a digest of its tool
     calls): what the Gate closes the approval requests of edited or replaced calls by
     (``Gate.authorize``'s ``asked_in``; an answer edited in place with ``update_state`` keeps its
-    id, one appended in its place gets another). ``None`` without a thread or an asking answer."""
+    id, one appended in its place gets another). ``None`` without a thread or an asking answer,
+    or for an answer whose calls cannot be encoded (nested too deep)."""
     scope, answer = _thread_scope(request), _asking_answer(request)
     if scope is None or answer is None:
         return None
     calls = [(c.get("id"), c.get("name"), c.get("args")) for c in answer.tool_calls]
-    shown = json.dumps([answer.id, calls], sort_keys=True, default=repr, ensure_ascii=True)
+    try:
+        shown = json.dumps([answer.id, calls], sort_keys=True, default=repr, ensure_ascii=True)
+    except (RecursionError, ValueError):
+        # Arguments nested deeper than the encoder's stack reaches (a hostile model's): until
+        # review R51 the ``RecursionError`` ended the run with a traceback. No version then; the
+        # Gate refuses the call itself, as arguments too deep to digest (``MAX_DEPTH``).
+        return None
     return scope, hashlib.sha256(shown.encode()).hexdigest()
 
 
