@@ -61,7 +61,7 @@ from langchain.agents.middleware import (
 )
 from langchain.agents.structured_output import ToolStrategy
 from langchain.tools import ToolRuntime
-from langchain_core.messages import AIMessage, ToolMessage
+from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langchain_core.tools import InjectedToolCallId, StructuredTool, ToolException
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, MessagesState, StateGraph
@@ -273,6 +273,37 @@ def test_a_command_answer_of_a_call_that_ran_is_answered_again_on_resume(rig: Ri
     answers = _answers(done)
     assert answers["publish-1"].status == "success"
     assert answers["note-0"].status == "success" and answers["note-0"].content == "noted x"
+
+
+def test_a_list_answer_of_a_call_that_ran_is_answered_again_on_resume(rig: Rig) -> None:
+    # Review R51: as above, with ``note`` answering with a list (a ``ToolMessage`` and a
+    # ``Command``, which ``ToolNode`` passes on as the call's result): the list was not kept, so
+    # on the resume the model was told ``note`` was refused, and its state update was lost.
+    def note(text: str, runtime: ToolRuntime[Any, Any]) -> list[Any]:
+        rig.ran.append(f"note:{text}")
+        reply = ToolMessage(content=f"noted {text}", tool_call_id=runtime.tool_call_id or "", name="note")
+        return [Command(update={"messages": [HumanMessage(content=f"remember {text}")]}), reply]
+
+    def publish(path: str) -> str:
+        rig.ran.append(f"publish:{path}")
+        return "published"
+
+    graph = StateGraph(MessagesState)
+    graph.add_node("tools", gated_tool_node(rig.gate, [_tool(note), _tool(publish)], agent="supervisor"))
+    graph.add_edge(START, "tools")
+    graph.add_edge("tools", END)
+    app = graph.compile(checkpointer=InMemorySaver())
+    config = {"configurable": {"thread_id": "t"}}
+    ask = _calls(("note", {"text": "x"}), ("publish", {"path": "reports/a"}))
+    paused = app.invoke({"messages": [ask]}, config, context=rig.me)
+    assert rig.ran == ["note:x"]
+    approval = rig.gate.approve(paused["__interrupt__"][0].value, rig.keys["dana"])
+    done = app.invoke(Command(resume=approval), config, context=rig.me)
+    assert sorted(rig.ran) == ["note:x", "publish:reports/a"]
+    answers = _answers(done)
+    assert answers["publish-1"].status == "success"
+    assert answers["note-0"].status == "success" and answers["note-0"].content == "noted x"
+    assert [m.content for m in done["messages"] if isinstance(m, HumanMessage)] == ["remember x"]
 
 
 # --- built-in middlewares ------------------------------------------------------------------------

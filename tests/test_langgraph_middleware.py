@@ -596,6 +596,38 @@ def test_a_tool_whose_command_carries_an_error_message_is_recorded_as_failed_and
     assert [m.status for m in _tool_messages(second)] == ["success"]
 
 
+@pytest.mark.parametrize("wrapped", [False, True], ids=["messages", "commands"])
+def test_a_tool_whose_list_answer_carries_an_error_message_is_recorded_as_failed_and_may_run_again(
+    crew: Crew, wrapped: bool
+) -> None:
+    """Review R51: a tool may answer with a list of ``ToolMessage``s or ``Command``s (LangGraph's
+    ``ToolNode`` passes it on as the call's result); one that reported its failure so was
+    recorded as an ``ok`` outcome, charged, and, being "done", refused when asked again. It is an
+    ``error`` outcome, as the same message answered alone is, and the call runs again."""
+    tries: list[int] = []
+
+    def pay(amount: int, tool_call_id: Annotated[str, InjectedToolCallId]) -> list[Any]:
+        tries.append(amount)
+        status = "error" if len(tries) == 1 else "success"
+        message = ToolMessage(content=f"attempt {len(tries)}", tool_call_id=tool_call_id, status=status)
+        return [Command(update={"messages": [message]})] if wrapped else [message]
+
+    tool = StructuredTool.from_function(func=pay, name="pay", description="pay")
+    graph = StateGraph(MessagesState)
+    graph.add_node("tools", gated_tool_node(crew.gate, [tool], agent="boss"))
+    graph.add_edge(START, "tools")
+    graph.add_edge("tools", END)
+    app = graph.compile()
+    answer = _calls(("pay", {"amount": 5}), answer_id="same-answer")
+    first = app.invoke({"messages": [answer]}, context=crew.boss)
+    assert [m.status for m in _tool_messages(first)] == ["error"]
+    outcomes = [e for e in crew.entries() if e.kind == "outcome" and e.resource == "tool:pay"]
+    assert [e.status for e in outcomes] == ["error"]
+    second = app.invoke({"messages": [answer]}, context=crew.boss)
+    assert tries == [5, 5]
+    assert [m.status for m in _tool_messages(second)] == ["success"]
+
+
 def test_a_call_refused_on_an_expired_grant_ends_the_run_at_the_next_turn(crew: Crew) -> None:
     """Kills h17 (``grant_expired`` left out of ``_DEAD_IDENTITY``): once a call is refused because
     the run's grant expired, every later call would be too: the run ends on that refusal, and the

@@ -129,12 +129,20 @@ class _ThreadedCall:
 
 def _failed(result: object) -> bool:
     """Whether a tool's result reports a failure: a ``ToolMessage`` with ``status="error"``, also
-    inside the ``Command`` a tool may return (its ``update``'s ``messages``)."""
-    if isinstance(result, Command) and isinstance(result.update, Mapping):
-        messages = result.update.get("messages")
+    inside the ``Command`` a tool may return (its ``update``'s ``messages``), and in the list of
+    them a tool may return (LangGraph's ``ToolNode`` passes a list on as the call's result; until
+    review R51 such a list was an ``ok`` outcome, charged, whatever its messages said)."""
+    items = result if isinstance(result, list) else [result]
+    return any(_reports_failure(item) for item in items)
+
+
+def _reports_failure(item: object) -> bool:
+    """``_failed`` of one ``ToolMessage`` or ``Command``."""
+    if isinstance(item, Command) and isinstance(item.update, Mapping):
+        messages = item.update.get("messages")
         found = messages if isinstance(messages, list | tuple) else [messages]
         return any(isinstance(m, ToolMessage) and m.status == "error" for m in found)
-    return isinstance(result, ToolMessage) and result.status == "error"
+    return isinstance(item, ToolMessage) and item.status == "error"
 
 
 def _paused(exc: BaseException) -> bool:

@@ -123,6 +123,22 @@ def _refused_call(request: ToolCallRequest) -> tuple[Call, tuple[str, ...]]:
     )
 
 
+def _answers_a_call(result: object) -> bool:
+    """Whether ``result`` is what ``ToolNode`` answers a call with: a ``ToolMessage``, a
+    ``Command``, or a list of them (a tool may return one; ``ToolNode`` passes it on as is)."""
+    items = result if isinstance(result, list) else [result]
+    return bool(items) and all(isinstance(item, ToolMessage | Command) for item in items)
+
+
+def _copied(kept: ToolResult) -> ToolResult:
+    """A kept answer to hand out again (``_answer_again``): each ``ToolMessage`` a copy, not the
+    object the run's state already holds; a ``Command`` as it was (immutable: LangGraph applies
+    its update again)."""
+    if isinstance(kept, list):
+        return [item.model_copy() if isinstance(item, ToolMessage) else item for item in kept]
+    return kept.model_copy() if isinstance(kept, ToolMessage) else kept
+
+
 def _undecidable(tool_call_id: str, name: str, exc: InputError) -> ToolMessage:
     """A call the gate cannot decide never runs, and the model is told why: a registered tool
     whose name is no resource name (``tool:NAME``, in no policy rule), or a tool call without an
@@ -227,7 +243,7 @@ class GateMiddleware(AgentMiddleware[Any, Any, Any]):
         self.model = model
         self.max_tokens = max_tokens
         self._usage_copies: dict[int, tuple[weakref.ref[BaseChatModel], BaseChatModel]] = {}
-        self._results: collections.OrderedDict[str, ToolMessage | Command[Any]] = collections.OrderedDict()
+        self._results: collections.OrderedDict[str, ToolResult] = collections.OrderedDict()
         self._results_lock = threading.Lock()
         self._in_flight: dict[tuple[str | None, str | None, str], threading.Event] = {}
 
@@ -240,8 +256,9 @@ class GateMiddleware(AgentMiddleware[Any, Any, Any]):
     def _keep(self, auth: Authorization, result: ToolResult) -> ToolResult:
         """Keep the answer of a call that must run once and ran to completion, by its call-once
         key, for ``_answer_again``: a ``ToolMessage``, or the ``Command`` a tool answered with (its
-        state update; until review R42 it was lost when the node ran again); ``result`` as it is."""
-        if auth.once_key is not None and isinstance(result, ToolMessage | Command) and not _failed(result):
+        state update; until review R42 it was lost when the node ran again), or the list of them a
+        tool may answer with (until review R51 not kept); ``result`` as it is."""
+        if auth.once_key is not None and _answers_a_call(result) and not _failed(result):
             with self._results_lock:
                 self._results[auth.once_key] = result
                 while len(self._results) > KEPT_RESULTS:
@@ -289,10 +306,8 @@ class GateMiddleware(AgentMiddleware[Any, Any, Any]):
         if auth.once_key is not None:
             with self._results_lock:
                 kept = self._results.get(auth.once_key)
-            if isinstance(kept, ToolMessage):
-                return kept.model_copy()
             if kept is not None:
-                return kept  # a Command is immutable: LangGraph applies its update again, as it was
+                return _copied(kept)
         return _refusal(auth, call_id, name, self.gate)
 
     def _authorize_tool(self, request: ToolCallRequest) -> Authorization:
