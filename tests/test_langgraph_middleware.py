@@ -523,6 +523,37 @@ class _AskLess(AgentMiddleware):  # type: ignore[type-arg]
         return handler(request.override(model_settings={**request.model_settings, "max_tokens": 100}))
 
 
+@pytest.mark.parametrize("mode", ["sync", "async"])
+async def test_a_model_call_reserves_its_system_prompt_so_a_budget_it_cannot_pay_refuses_it(
+    tmp_path: Path, mode: str
+) -> None:
+    """Review R51: a model call's reservation counted the request's messages, which leave the
+    system message out, so an agent with a system prompt of about 10,000 tokens reserved 1,025
+    micro-dollars of a 6,000 budget, ran, and overran the budget by more than 4,000 (the
+    provider bills what was sent). The system prompt is counted: the call is refused before the
+    model runs, and nothing is spent or overrun."""
+    crew = _make(tmp_path, budget=6000)
+    try:
+        agent = create_gated_agent(
+            crew.gate,
+            name="boss",
+            model=ScriptedChatModel(turns=[]),
+            system_prompt="You are careful. " * 2500,
+        )
+        go = {"messages": [{"role": "user", "content": "go"}]}
+        ended = (
+            agent.invoke(go, context=crew.boss)
+            if mode == "sync"
+            else await agent.ainvoke(go, context=crew.boss)
+        )
+        assert "budget" in str(ended["messages"][-1].content)
+        models = [e for e in crew.entries() if e.resource == "model:scripted"]
+        assert [e.kind for e in models] == ["deny"]
+        assert crew.gate.remaining(crew.boss)[crew.boss.chain.root.id] == (0, 6000)
+    finally:
+        crew.gate.close()
+
+
 def test_a_model_call_is_decided_for_the_output_limit_its_request_asks_not_the_models_own(
     tmp_path: Path,
 ) -> None:

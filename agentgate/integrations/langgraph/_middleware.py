@@ -612,7 +612,12 @@ class GateMiddleware(AgentMiddleware[Any, Any, Any]):
     def _authorize_model(self, request: ModelRequest[Any]) -> tuple[Authorization, ModelRequest[Any]]:
         identity = identity_from_context(request.runtime.context)
         call = self._model_call(request)
-        prompt = sum(len(str(m.content)) for m in request.messages) // 4 + 1
+        # The system message is sent too, before the request's ``messages`` (which leave it out):
+        # until review R51 it was not counted, so a long system prompt made a call whose input
+        # the budget could not pay look affordable, and it ran and overran the budget.
+        system = getattr(request, "system_message", None)
+        sent = request.messages if system is None else [system, *request.messages]
+        prompt = sum(len(str(m.content)) for m in sent) // 4 + 1
         # A model call behind an approval gate (e.g. on ``max_tokens``) is asked for as a tool
         # call is: refused without asking, it could never run, since no resume could approve it.
         auth = self._authorize(identity, call, tokens=(prompt, call.args["max_tokens"]))
