@@ -158,6 +158,14 @@ def crew(tmp_path: Path) -> Iterator[Crew]:
     made.gate.close()
 
 
+@pytest.fixture
+def crew_small(tmp_path: Path) -> Iterator[Crew]:
+    """A crew whose boss has a budget of 6,000 micro-dollars (6,000 tokens of ``scripted``)."""
+    made = _make(tmp_path, budget=6000)
+    yield made
+    made.gate.close()
+
+
 def _calls(*calls: tuple[str, dict[str, Any]], answer_id: str | None = None) -> AIMessage:
     return AIMessage(
         content="",
@@ -552,6 +560,22 @@ async def test_a_model_call_reserves_its_system_prompt_so_a_budget_it_cannot_pay
         assert crew.gate.remaining(crew.boss)[crew.boss.chain.root.id] == (0, 6000)
     finally:
         crew.gate.close()
+
+
+def test_a_model_call_reserves_the_tool_call_arguments_it_sends_back(crew_small: Crew) -> None:
+    """Review R51: the reservation counted each message's content only; an answer's tool calls
+    (content ``""``) are sent back to the model with their arguments, so a conversation whose
+    call carried 40,000 characters reserved about 1,030 micro-dollars of a 6,000 budget for a
+    call billed above 10,000. They are counted: the second model call is refused before it
+    runs."""
+    card = "tok_" + "9" * 40_000
+    model = ScriptedChatModel(turns=[_calls(("charge", {"card": card}))])
+    agent = create_gated_agent(crew_small.gate, name="boss", model=model, tools=crew_small.tools())
+    ended = agent.invoke({"messages": [{"role": "user", "content": "go"}]}, context=crew_small.boss)
+    assert crew_small.ran == ["charge"]
+    assert "budget" in str(ended["messages"][-1].content)
+    models = [e.kind for e in crew_small.entries() if e.resource == "model:scripted" and e.kind != "outcome"]
+    assert models == ["allow", "deny"]
 
 
 def test_a_model_call_is_decided_for_the_output_limit_its_request_asks_not_the_models_own(

@@ -16,9 +16,10 @@ from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import replace
 from typing import Any, TypeVar
 
+import orjson
 from langchain.agents.middleware import AgentMiddleware, ModelRequest, ModelResponse
 from langchain_core.language_models.chat_models import BaseChatModel
-from langchain_core.messages import AIMessage, ToolMessage
+from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from langgraph.errors import GraphBubbleUp
 from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.types import Command, interrupt
@@ -617,7 +618,7 @@ class GateMiddleware(AgentMiddleware[Any, Any, Any]):
         # the budget could not pay look affordable, and it ran and overran the budget.
         system = getattr(request, "system_message", None)
         sent = request.messages if system is None else [system, *request.messages]
-        prompt = sum(len(str(m.content)) for m in sent) // 4 + 1
+        prompt = sum(_sent_chars(m) for m in sent) // 4 + 1
         # A model call behind an approval gate (e.g. on ``max_tokens``) is asked for as a tool
         # call is: refused without asking, it could never run, since no resume could approve it.
         auth = self._authorize(identity, call, tokens=(prompt, call.args["max_tokens"]))
@@ -735,6 +736,19 @@ class GateMiddleware(AgentMiddleware[Any, Any, Any]):
             return _answer(await self.gate.arun(auth, call, spent=_tokens_or_cut))
         finally:
             _WATCHED.reset(watching)
+
+
+def _sent_chars(message: BaseMessage) -> int:
+    """About how many characters of ``message`` a model call sends: its content, and the tool
+    calls of an answer (their names and arguments go back to the model with it; until review R51
+    they were not counted, so a conversation whose calls carried long arguments reserved less
+    than it was billed). Arguments that cannot be encoded (nested past 255 levels: such a call
+    was refused) count for nothing."""
+    size = len(str(message.content))
+    for call in getattr(message, "tool_calls", None) or ():
+        with contextlib.suppress(orjson.JSONEncodeError, TypeError):
+            size += len(str(call.get("name") or "")) + len(orjson.dumps(call.get("args"), default=str))
+    return size
 
 
 def _model_name(model: BaseChatModel) -> str:
