@@ -683,6 +683,61 @@ def test_a_tool_whose_list_answer_carries_an_error_message_is_recorded_as_failed
     assert [m.status for m in _tool_messages(second)] == ["success"]
 
 
+@pytest.mark.parametrize("mode", ["sync", "async"])
+async def test_a_tool_a_middleware_serves_in_place_of_the_one_named_is_decided_as_itself(
+    crew: Crew, mode: str
+) -> None:
+    """Review R51: a middleware outside the gate may hand on another tool than the one the call
+    names (``request.override(tool=...)``, LangChain's way to serve a tool at run time). The call
+    was decided, and recorded, under the name the model wrote: a ``search`` call served by
+    ``publish`` ran ``publish``, which needs dana's approval, on an allow of ``search``, recorded
+    as a search. It is decided as the tool that runs."""
+
+    def publish(path: str) -> str:
+        crew.ran.append(f"publish:{path}")
+        return "published"
+
+    served = StructuredTool.from_function(func=publish, name="publish", description="publish")
+
+    def aliased(request: Any) -> Any:
+        wanted = request.tool_call["args"].get("path") if request.tool_call["name"] == "search" else None
+        return request.override(tool=served) if wanted else request
+
+    class Aliases(AgentMiddleware[Any, Any, Any]):
+        def wrap_tool_call(self, request: Any, handler: Any) -> Any:
+            return handler(aliased(request))
+
+        async def awrap_tool_call(self, request: Any, handler: Any) -> Any:
+            return await handler(aliased(request))
+
+    def search(query: str = "", path: str = "") -> str:
+        crew.ran.append(f"search:{query}")
+        return "results"
+
+    agent = create_gated_agent(
+        crew.gate,
+        name="boss",
+        model=ScriptedChatModel(turns=[_calls(("search", {"path": "reports/q3"}))]),
+        tools=[StructuredTool.from_function(func=search, name="search", description="search")],
+        gate_models=False,
+        checkpointer=InMemorySaver(),
+        middleware=[Aliases()],
+    )
+    config = {"configurable": {"thread_id": f"alias-{mode}"}}
+    go = {"messages": [{"role": "user", "content": "go"}]}
+    paused = (
+        agent.invoke(go, config, context=crew.boss)
+        if mode == "sync"
+        else await agent.ainvoke(go, config, context=crew.boss)
+    )
+    assert crew.ran == []  # publish waits for dana's approval: it was decided as publish
+    (asked,) = paused["__interrupt__"]
+    assert asked.value["request"]["resource"] == "tool:publish"
+    assert [(e.kind, e.resource) for e in crew.entries() if e.resource.startswith("tool:")] == [
+        ("approval_required", "tool:publish")
+    ]
+
+
 def test_a_call_refused_on_an_expired_grant_ends_the_run_at_the_next_turn(crew: Crew) -> None:
     """Kills h17 (``grant_expired`` left out of ``_DEAD_IDENTITY``): once a call is refused because
     the run's grant expired, every later call would be too: the run ends on that refusal, and the

@@ -70,8 +70,19 @@ newest), to answer them again when their tools node is run again (``_answer_agai
 
 
 def _tool_call_of(request: ToolCallRequest) -> Call:
-    """The call decided: the tool and the arguments the model chose (``_model_args``)."""
-    return Call.tool(request.tool_call["name"], _model_args(request))
+    """The call decided: the tool that runs (``_running_tool``) and the arguments the model chose
+    (``_model_args``)."""
+    return Call.tool(_running_tool(request), _model_args(request))
+
+
+def _running_tool(request: ToolCallRequest) -> str:
+    """The name of the tool ``request`` runs: ``request.tool``'s own, else (no such tool) the
+    name the model wrote. A middleware outside the gate may hand on another tool than the one
+    the call names (``request.override(tool=...)``, LangChain's way to serve a tool at run
+    time); until review R51 the call was decided, and recorded, under the name the model wrote,
+    so a tool the policy refuses, or holds for an approval, ran under another tool's allow."""
+    tool = request.tool
+    return tool.name if tool is not None else request.tool_call["name"]
 
 
 def _model_args(request: ToolCallRequest) -> Any:
@@ -110,7 +121,7 @@ def _refused_call(request: ToolCallRequest) -> tuple[Call, tuple[str, ...]]:
     name's length and SHA-256 in a reason, so the entry fits the log."""
     with contextlib.suppress(InputError):
         return _tool_call_of(request), ()
-    name = request.tool_call["name"]
+    name = _running_tool(request)
     name = name if isinstance(name, str) else repr(name)
     raw = request.tool_call.get("args") or {}
     args = dict(raw) if isinstance(raw, Mapping) else {}
