@@ -319,8 +319,10 @@ def test_a_sub_agent_that_spent_part_of_its_budget_then_ran_out_does_not_end_the
     that paid for some of its calls and then ran out of its own budget is answered as usual; only
     one refused before paying anything ends the supervisor's run. The supervisor goes on."""
     turns = [_calls(("search", {"query": f"q{i}"})) for i in range(30)]
+    # Only the tool it calls: each model call reserves the schemas of the tools bound to it too.
+    searches = [tool for tool in crew.tools() if tool.name == "search"]
     helper = create_gated_agent(
-        crew.gate, name="helper", model=ScriptedChatModel(turns=turns), tools=crew.tools(), max_tokens=40
+        crew.gate, name="helper", model=ScriptedChatModel(turns=turns), tools=searches, max_tokens=40
     )
     ask = _ask_helper(
         crew, helper, budget=200, capabilities=["tool:pay?amount<=100", "tool:search", "model:scripted"]
@@ -576,6 +578,25 @@ def test_a_model_call_reserves_the_tool_call_arguments_it_sends_back(crew_small:
     assert "budget" in str(ended["messages"][-1].content)
     models = [e.kind for e in crew_small.entries() if e.resource == "model:scripted" and e.kind != "outcome"]
     assert models == ["allow", "deny"]
+
+
+def test_a_model_call_reserves_the_tool_schemas_it_sends(crew_small: Crew) -> None:
+    """Review R51: the tools' schemas (names, descriptions, argument schemas) are sent with every
+    model call and billed as input, and were not counted: a tool described in 40,000 characters
+    reserved about 1,025 micro-dollars of a 6,000 budget. They are: the call is refused before
+    the model runs."""
+
+    def search(query: str) -> str:
+        crew_small.ran.append(f"search:{query}")
+        return "results"
+
+    described = StructuredTool.from_function(func=search, name="search", description="Search. " * 5000)
+    agent = create_gated_agent(
+        crew_small.gate, name="boss", model=ScriptedChatModel(turns=[]), tools=[described]
+    )
+    ended = agent.invoke({"messages": [{"role": "user", "content": "go"}]}, context=crew_small.boss)
+    assert "budget" in str(ended["messages"][-1].content)
+    assert [e.kind for e in crew_small.entries() if e.resource == "model:scripted"] == ["deny"]
 
 
 def test_a_model_call_is_decided_for_the_output_limit_its_request_asks_not_the_models_own(

@@ -20,6 +20,8 @@ import orjson
 from langchain.agents.middleware import AgentMiddleware, ModelRequest, ModelResponse
 from langchain_core.language_models.chat_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
+from langchain_core.tools import BaseTool
+from langchain_core.utils.function_calling import convert_to_openai_tool
 from langgraph.errors import GraphBubbleUp
 from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.types import Command, interrupt
@@ -255,6 +257,7 @@ class GateMiddleware(AgentMiddleware[Any, Any, Any]):
         self.model = model
         self.max_tokens = max_tokens
         self._usage_copies: dict[int, tuple[weakref.ref[BaseChatModel], BaseChatModel]] = {}
+        self._schema_sizes: dict[int, tuple[weakref.ref[BaseTool], int]] = {}
         self._results: collections.OrderedDict[str, ToolResult] = collections.OrderedDict()
         self._results_lock = threading.Lock()
         self._in_flight: dict[tuple[str | None, str | None, str], threading.Event] = {}
@@ -629,7 +632,8 @@ class GateMiddleware(AgentMiddleware[Any, Any, Any]):
         # the budget could not pay look affordable, and it ran and overran the budget.
         system = getattr(request, "system_message", None)
         sent = request.messages if system is None else [system, *request.messages]
-        prompt = sum(_sent_chars(m) for m in sent) // 4 + 1
+        shown = sum(self._schema_chars(tool) for tool in request.tools)
+        prompt = (sum(_sent_chars(m) for m in sent) + shown) // 4 + 1
         # A model call behind an approval gate (e.g. on ``max_tokens``) is asked for as a tool
         # call is: refused without asking, it could never run, since no resume could approve it.
         auth = self._authorize(identity, call, tokens=(prompt, call.args["max_tokens"]))
@@ -656,6 +660,26 @@ class GateMiddleware(AgentMiddleware[Any, Any, Any]):
         elif auth.allowed and getattr(request.model, "stream_usage", True) is None:
             request = request.override(model=self._with_stream_usage(request.model))
         return auth, request
+
+    def _schema_chars(self, tool: BaseTool | dict[str, Any]) -> int:
+        """About how many characters of ``tool``'s schema a model call sends (its OpenAI-format
+        JSON; until review R51 not counted: many tools, or long descriptions, reserved less than
+        was billed). Measured once per tool object; a schema LangChain cannot build counts for
+        nothing (the model call fails on it, not the gate)."""
+        if isinstance(tool, dict):
+            with contextlib.suppress(orjson.JSONEncodeError, TypeError):
+                return len(orjson.dumps(tool, default=str))
+            return 0
+        found = self._schema_sizes.get(id(tool))
+        if found is not None and found[0]() is tool:
+            return found[1]
+        size = 0
+        with contextlib.suppress(Exception):
+            size = len(orjson.dumps(convert_to_openai_tool(tool), default=str))
+        if len(self._schema_sizes) >= 1024:  # tools made per run: forget them all, measure again
+            self._schema_sizes.clear()
+        self._schema_sizes[id(tool)] = (weakref.ref(tool), size)
+        return size
 
     def _with_stream_usage(self, model: BaseChatModel) -> BaseChatModel:
         """``model`` (a ``ChatOpenAI``-like model whose ``stream_usage`` was left unset) asking for
