@@ -9,6 +9,8 @@ from collections.abc import Sequence
 import pytest
 
 from agentgate.dispatch.broker import (
+    MAX_PRIORITY,
+    MIN_PRIORITY,
     Broker,
     BrokerEvent,
     CheckpointNotice,
@@ -701,3 +703,41 @@ def test_no_more_than_max_draining_gangs_drain_at_once(max_draining: int) -> Non
     assert len(queue) == 4
     assert sum(q.draining for q in queue) == max_draining
     assert broker.free_gpus() == 12 - 3 * max_draining  # each drain reserves its domain's 3 free
+
+
+@pytest.mark.parametrize(
+    ("fields", "match"),
+    [
+        ({"priority": MAX_PRIORITY + 1}, "priority must be between -2147483648 and 2147483647"),
+        ({"priority": MIN_PRIORITY - 1}, "priority must be between"),
+        ({"priority": -(2**70)}, "priority must be between .* got an integer of more than 18 digits"),
+        ({"priority": 10**5000}, "got an integer of more than 18 digits"),  # past what Python writes
+        ({"timeout_s": 10**400}, "timeout_s must be finite and >= 0, got an integer of more than 18"),
+        ({"ttl_s": 10**400}, "ttl_s must be finite"),
+        ({"min_memory_gb": 10**400}, "min_memory_gb must be finite"),
+        ({"id": "ft-\ud800"}, "id is not valid Unicode text"),
+        ({"holder": "agent-\udfff"}, "holder is not valid Unicode text"),
+        ({"gpu_type": "H\ud800"}, "gpu_type is not valid Unicode text"),
+    ],
+    ids=lambda v: "" if isinstance(v, str) else "-".join(v),
+)
+def test_a_request_no_journal_could_hold_is_refused_when_made(fields: dict[str, object], match: str) -> None:
+    # Each used to be granted and then fail the journal's write (OverflowError, StoreError), and
+    # every later write after it, for every tenant, while the lease lived; or, for a time too
+    # large for a float, raise OverflowError. An agent whose policy bounds priority from above
+    # only (``priority: {le: 1}``) could wedge the broker with priority -2**70.
+    with pytest.raises(BrokerError, match=match):
+        GangRequest(**{"id": "x", "tenant": "a", "gpus": 1, **fields})  # type: ignore[arg-type]
+
+
+def test_the_extreme_priorities_are_requests() -> None:
+    broker = make_broker(FakeClock())
+    broker.submit(GangRequest("low", "a", 1, priority=MIN_PRIORITY))
+    broker.submit(GangRequest("high", "a", 1, priority=MAX_PRIORITY))
+    assert {lease.priority for lease in broker.leases()} == {MIN_PRIORITY, MAX_PRIORITY}
+
+
+@pytest.mark.parametrize("value", [10**400, True, "60"], ids=["huge-integer", "bool", "text"])
+def test_a_broker_setting_that_is_no_usable_number_is_a_broker_error(value: object) -> None:
+    with pytest.raises(BrokerError, match="ttl_s must be finite and >= 0"):
+        Broker(synthetic_topology(1, 8), [TenantQuota("a", 8)], ttl_s=value)  # type: ignore[arg-type]

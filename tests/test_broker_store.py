@@ -16,6 +16,8 @@ from test_store_leases import _Hooked, _pg
 
 from agentgate.cli import broker as broker_cli
 from agentgate.dispatch.broker import (
+    MAX_PRIORITY,
+    MIN_PRIORITY,
     Broker,
     GangRequest,
     LeaseEnded,
@@ -78,6 +80,19 @@ def test_saved_state_reads_back_equal(store: Store) -> None:
     assert loaded.taken_at == clock.now
     assert {lease.id: lease.state for lease in loaded.leases} == {"low": "notified", "keep": "active"}
     assert [q.request.id for q in loaded.queue] == ["high", "wait"]
+
+
+def test_the_extreme_priorities_are_journaled_and_read_back(store: Store) -> None:
+    # A request's priority is a 32-bit integer (GangRequest): what the journal's column holds on
+    # both stores. Priority 2**63 used to be granted and then fail every write (OverflowError).
+    clock = FakeClock()
+    journal = BrokerLeaseStore(store)
+    broker = empty_broker(journal, clock)
+    broker.submit(GangRequest("low", "a", 1, priority=MIN_PRIORITY))
+    broker.submit(GangRequest("high", "b", 1, priority=MAX_PRIORITY))
+    loaded = journal.load()
+    assert loaded is not None and loaded.leases == broker.snapshot().leases
+    assert {lease.priority for lease in loaded.leases} == {MIN_PRIORITY, MAX_PRIORITY}
 
 
 def test_save_replaces_the_previous_state(store: Store) -> None:

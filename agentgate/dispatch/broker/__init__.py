@@ -19,6 +19,8 @@ if TYPE_CHECKING:  # the names, for type checkers; at run time each is imported 
     from agentgate.dispatch.broker._broker import Broker, Clock, LeaseJournal, SteadyWallClock
     from agentgate.dispatch.broker._gated import GatedBroker, GatedRequest
     from agentgate.dispatch.broker._model import (
+        MAX_PRIORITY,
+        MIN_PRIORITY,
         Bound,
         BrokerEvent,
         BrokerSnapshot,
@@ -77,6 +79,8 @@ _EXPORTS: dict[str, str] = {
     "Topology": "agentgate.dispatch.broker._topology",
     "TopologyAware": "agentgate.dispatch.broker._placement",
     "TopologyConstraint": "agentgate.dispatch.broker._model",
+    "MAX_PRIORITY": "agentgate.dispatch.broker._model",
+    "MIN_PRIORITY": "agentgate.dispatch.broker._model",
     "Withdrawn": "agentgate.dispatch.broker._model",
     "WorkloadHint": "agentgate.dispatch.broker._model",
     "from_inventory": "agentgate.dispatch.broker._topology",
@@ -88,6 +92,8 @@ __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 
 
 __all__ = [
+    "MAX_PRIORITY",
+    "MIN_PRIORITY",
     "Bound",
     "Broker",
     "BrokerEvent",

@@ -59,6 +59,8 @@ from agentgate.dispatch.broker._model import (
     TenantQuota,
     TimedOut,
     Withdrawn,
+    finite_non_negative,
+    shown_number,
 )
 from agentgate.dispatch.broker._placement import (
     FreeIndex,
@@ -139,12 +141,12 @@ class Broker:
         journal: LeaseJournal | None = None,
     ) -> None:
         for name, value in (("ttl_s", ttl_s), ("grace_s", grace_s), ("max_draining", max_draining)):
-            if not math.isfinite(value) or value < 0:
-                raise BrokerError(f"broker {name} must be finite and >= 0, got {value}")
+            if not finite_non_negative(value):
+                raise BrokerError(f"broker {name} must be finite and >= 0, got {shown_number(value)}")
         # An infinite wait is allowed: never loosen a preference, never drain.
         for name, value in (("locality_wait_s", locality_wait_s), ("drain_after_s", drain_after_s)):
-            if math.isnan(value) or value < 0:
-                raise BrokerError(f"broker {name} must be >= 0, got {value}")
+            if not (finite_non_negative(value) or value == math.inf):
+                raise BrokerError(f"broker {name} must be >= 0, got {shown_number(value)}")
         self.topology = topology
         self.policy: PlacementPolicy = policy or TopologyAware(topology)
         self.clock: Clock = SteadyWallClock() if clock is None else clock

@@ -25,6 +25,39 @@ EndReason = Literal["released", "expired", "preempted"]
 PreemptReason = Literal["priority", "reclaim"]
 """Why a lease is preempted: a higher-priority gang of its tenant, or a lender reclaiming quota."""
 
+MIN_PRIORITY, MAX_PRIORITY = -(2**31), 2**31 - 1
+"""The priorities a request may have: a 32-bit integer, as a Kubernetes PriorityClass value and
+the journal's ``priority`` column (PostgreSQL's ``INTEGER``) hold. One outside it could be granted
+and then never journaled: every later write of the broker failed on it, for every tenant."""
+
+
+def _storable(value: str) -> bool:
+    """Whether ``value`` is text a store can hold (UTF-8 encodable: no lone surrogate)."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def shown_number(value: object) -> str:
+    """``value`` as a message quotes it: its ``repr``, but no integer of more than 18 digits,
+    which could run to thousands of digits (or more than Python will write)."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**18:
+        return "an integer of more than 18 digits"
+    return repr(value)
+
+
+def finite_non_negative(value: object) -> bool:
+    """Whether ``value`` is a number (no bool), finite and >= 0; an integer too large for a float
+    is not (``math.isfinite`` raises ``OverflowError`` on it)."""
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return False
+    try:
+        return math.isfinite(value) and value >= 0
+    except OverflowError:
+        return False
+
 
 @dataclass(frozen=True, slots=True)
 class WorkloadHint:
@@ -69,10 +102,11 @@ class GangRequest:
     """A request for ``gpus`` GPUs, all granted together or none.
 
     Raises ``BrokerError`` on construction for an empty id or tenant, fewer than one GPU, a
-    negative or non-finite time, or a field of the wrong kind (a ``hint`` that is no
+    priority outside ``MIN_PRIORITY..MAX_PRIORITY``, a negative or non-finite time, text that is
+    not valid Unicode (a lone surrogate), or a field of the wrong kind (a ``hint`` that is no
     ``WorkloadHint``, a ``topology`` that is no ``TopologyConstraint``, an empty or non-text
     ``gpu_type``, a ``holder`` that is not text): a request the broker queues must be one it can
-    place, or every later call would fail on it.
+    place and journal, or every later call would fail on it.
     """
 
     id: str
@@ -109,6 +143,11 @@ class GangRequest:
                 raise BrokerError(f"request {self.id!r}: {name} must be an integer, got {value!r}")
         if self.gpus < 1:
             raise BrokerError(f"request {self.id!r}: gpus must be at least 1, got {self.gpus}")
+        if not MIN_PRIORITY <= self.priority <= MAX_PRIORITY:
+            raise BrokerError(
+                f"request {self.id!r}: priority must be between {MIN_PRIORITY} and {MAX_PRIORITY} "
+                f"(a 32-bit integer), got {shown_number(self.priority)}"
+            )
         if not isinstance(self.hint, WorkloadHint):
             raise BrokerError(f"request {self.id!r}: hint must be a WorkloadHint, got {self.hint!r}")
         if self.topology is not None and not isinstance(self.topology, TopologyConstraint):
@@ -121,17 +160,18 @@ class GangRequest:
             )
         if not isinstance(self.holder, str):
             raise BrokerError(f"request {self.id!r}: holder must be text, got {self.holder!r}")
+        for name in ("id", "tenant", "gpu_type", "holder"):
+            value = getattr(self, name)
+            if value is not None and not _storable(value):
+                raise BrokerError(f"request {self.id!r}: {name} is not valid Unicode text (a lone surrogate)")
         for name in ("timeout_s", "ttl_s", "grace_s", "min_memory_gb"):
             value = getattr(self, name)
             if value is None and name in ("ttl_s", "grace_s"):
                 continue
-            if (
-                not isinstance(value, int | float)
-                or isinstance(value, bool)
-                or not math.isfinite(value)
-                or value < 0
-            ):
-                raise BrokerError(f"request {self.id!r}: {name} must be finite and >= 0, got {value!r}")
+            if not finite_non_negative(value):
+                raise BrokerError(
+                    f"request {self.id!r}: {name} must be finite and >= 0, got {shown_number(value)}"
+                )
 
 
 @dataclass(frozen=True, slots=True)
