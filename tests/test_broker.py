@@ -220,6 +220,32 @@ def test_draining_reserves_one_domain_until_the_gang_fits() -> None:
     assert next(le for le in broker.leases() if le.id == "comm").level == "nvlink_domain"
 
 
+def test_a_draining_gang_is_granted_a_group_that_comes_free_elsewhere() -> None:
+    # It drains node 0, where "long" is renewed for as long as its holder runs; node 1 then comes
+    # free whole. Until review R51 the gang kept waiting on node 0, up to its timeout, with node 1
+    # free and its own 3 GPUs on node 0 reserved and idle.
+    clock = FakeClock()
+    broker = make_broker(
+        clock, topology=synthetic_topology(2, 4), ttl_s=100.0, drain_after_s=10.0, max_draining=1
+    )
+    broker.submit(GangRequest("long", "a", 1))
+    broker.submit(GangRequest("three", "a", 3))
+    broker.submit(GangRequest("two", "a", 2))
+    big = GangRequest("big", "b", 4, topology=TopologyConstraint("nvlink_domain"), timeout_s=3000)
+    assert broker.submit(big) == []
+    clock.now = 20
+    broker.release("three")  # node 0 has 3 free, node 1 has 2: node 0 is drained
+    (queued,) = broker.queue()
+    assert queued.draining and {g.split("/")[0] for g in queued.nominated} == {"n000"}
+    events = broker.release("two")  # node 1 is free whole
+    lease = granted(events)["big"]
+    assert {g.split("/")[0] for g in lease} == {"n001"}
+    assert broker.queue() == [] and broker.usage("b") == 4
+    assert broker.free_gpus() == 3  # node 0's reservation went back
+    broker.renew("long")
+    assert [le.id for le in broker.leases()] == ["long", "big"]
+
+
 def test_draining_gang_that_times_out_frees_its_reservation() -> None:
     clock = FakeClock()
     broker = make_broker(clock, drain_after_s=0.0, max_draining=1)

@@ -517,9 +517,11 @@ class Broker:
                 # reservation may bring about, not only a notified lease's end.
                 if self._ready(w):
                     self._grant(w, w.nominated, now)
+                elif w.draining:
+                    self._place_draining(w, now)
                 continue
             request = w.request
-            loosen = now - w.submitted_at >= self.locality_wait_s or not self._local_possible(request)
+            loosen = self._loosen(w, now)
             if self._quota.fits(request.tenant, request.gpus):
                 chosen = self.policy.place(request, self._free, loosen=loosen)
                 if chosen is not None:
@@ -533,6 +535,27 @@ class Broker:
                     continue
             if not self._try_preempt(w, now, loosen) and now - w.submitted_at >= self.drain_after_s:
                 self._try_drain(w)
+
+    def _loosen(self, w: _Waiting, now: float) -> bool:
+        """Whether ``w`` may be placed looser than it prefers (``PlacementPolicy.place``)."""
+        return now - w.submitted_at >= self.locality_wait_s or not self._local_possible(w.request)
+
+    def _place_draining(self, w: _Waiting, now: float) -> None:
+        """Grant draining ``w`` where it fits now, if it does, giving its reservation back: the
+        group it drains waits on leases that may be renewed for as long as their holders run,
+        while another group came free (until review R51 the gang waited on its drained group,
+        up to its timeout, with a whole domain free)."""
+        request = w.request
+        if not self._quota.fits(request.tenant, 0, with_leaving=True):
+            return
+        chosen = self.policy.place(request, self._free, loosen=self._loosen(w, now))
+        if chosen is None:
+            return
+        self._withdraw_nominated(w)
+        w.nominated, w.draining = (), False
+        self._free.take(chosen)
+        self._quota.charge(request.tenant, request.gpus)
+        self._grant(w, chosen, now)
 
     def _grant(self, w: _Waiting, gpus: Sequence[int], now: float) -> None:
         request = w.request
