@@ -246,6 +246,25 @@ def test_a_draining_gang_is_granted_a_group_that_comes_free_elsewhere() -> None:
     assert [le.id for le in broker.leases()] == ["long", "big"]
 
 
+def test_a_draining_gang_with_a_preferred_constraint_spreads_once_its_locality_wait_is_over() -> None:
+    clock = FakeClock()
+    broker = make_broker(
+        clock, topology=synthetic_topology(2, 4), locality_wait_s=100.0, drain_after_s=10.0, max_draining=1
+    )
+    broker.submit(GangRequest("long", "a", 1))
+    broker.submit(GangRequest("three", "a", 3))
+    broker.submit(GangRequest("two", "a", 2))
+    wide = GangRequest("wide", "b", 4, topology=TopologyConstraint("nvlink_domain", required=False))
+    broker.submit(wide)
+    clock.now = 20
+    broker.release("three")
+    assert broker.queue()[0].draining
+    assert broker.next_deadline() == 100  # its locality wait: then it may spread
+    clock.now = 100
+    lease = granted(broker.advance())["wide"]
+    assert {g.split("/")[0] for g in lease} == {"n000", "n001"} and broker.usage("b") == 4
+
+
 def test_draining_gang_that_times_out_frees_its_reservation() -> None:
     clock = FakeClock()
     broker = make_broker(clock, drain_after_s=0.0, max_draining=1)

@@ -263,10 +263,10 @@ class Broker:
             waits = []
             for w in self._waiting.values():
                 due.append(w.deadline)
-                if not w.nominated:
+                if not w.nominated or w.draining:  # a draining gang goes where it fits (_place_draining)
                     waits.append(w.submitted_at + self.locality_wait_s)
-                    if self.max_draining:
-                        waits.append(w.submitted_at + self.drain_after_s)
+                if not w.nominated and self.max_draining:
+                    waits.append(w.submitted_at + self.drain_after_s)
             now = self.clock()
             times = [max(t, now) for t in due if math.isfinite(t)]
             times += [t for t in waits if t > now and math.isfinite(t)]
@@ -541,14 +541,20 @@ class Broker:
         return now - w.submitted_at >= self.locality_wait_s or not self._local_possible(w.request)
 
     def _place_draining(self, w: _Waiting, now: float) -> None:
-        """Grant draining ``w`` where it fits now, if it does, giving its reservation back: the
-        group it drains waits on leases that may be renewed for as long as their holders run,
-        while another group came free (until review R51 the gang waited on its drained group,
-        up to its timeout, with a whole domain free)."""
+        """Grant draining ``w`` where it would be placed now were it not draining (its reserved GPUs
+        that are free counted), if anywhere, its reservation going back: the group it drains waits
+        on leases that may be renewed for as long as their holders run, while another group came
+        free, or its locality wait ended (until review R51 it waited on its drained group, up to
+        its timeout, with a whole domain free)."""
         request = w.request
         if not self._quota.fits(request.tenant, 0, with_leaving=True):
             return
-        chosen = self.policy.place(request, self._free, loosen=self._loosen(w, now))
+        own = [i for i in w.nominated if self._owner[i] is None]
+        if self._free.total + len(own) < request.gpus:
+            return
+        free = self._free.copy()  # with its own reserved GPUs that are free: they may be part of it
+        free.give(own)
+        chosen = self.policy.place(request, free, loosen=self._loosen(w, now))
         if chosen is None:
             return
         self._withdraw_nominated(w)
