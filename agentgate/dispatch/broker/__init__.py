@@ -20,6 +20,7 @@ if TYPE_CHECKING:  # the names, for type checkers; at run time each is imported 
     from agentgate.dispatch.broker._gated import GatedBroker, GatedRequest
     from agentgate.dispatch.broker._model import (
         MAX_PRIORITY,
+        MAX_REQUEST_ID,
         MIN_PRIORITY,
         Bound,
         BrokerEvent,
@@ -80,6 +81,7 @@ _EXPORTS: dict[str, str] = {
     "TopologyAware": "agentgate.dispatch.broker._placement",
     "TopologyConstraint": "agentgate.dispatch.broker._model",
     "MAX_PRIORITY": "agentgate.dispatch.broker._model",
+    "MAX_REQUEST_ID": "agentgate.dispatch.broker._model",
     "MIN_PRIORITY": "agentgate.dispatch.broker._model",
     "Withdrawn": "agentgate.dispatch.broker._model",
     "WorkloadHint": "agentgate.dispatch.broker._model",
@@ -93,6 +95,7 @@ __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 
 __all__ = [
     "MAX_PRIORITY",
+    "MAX_REQUEST_ID",
     "MIN_PRIORITY",
     "Bound",
     "Broker",

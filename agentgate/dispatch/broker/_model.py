@@ -31,6 +31,13 @@ the journal's ``priority`` column (PostgreSQL's ``INTEGER``) hold. One outside i
 and then never journaled: every later write of the broker failed on it, for every tenant."""
 
 
+MAX_REQUEST_ID = 256
+"""The most characters a request id may have (a UUID has 36). The broker writes every live id
+into its journal at each change, and quotes ids in its errors: a 1 MB id, which a grant
+bounding only ``count`` allowed, made each call of every tenant rewrite it (8 of them: 0.5 s a
+call, the broker locked meanwhile, against 3 ms)."""
+
+
 def _storable(value: str) -> bool:
     """Whether ``value`` is text a store can hold (UTF-8 encodable: no lone surrogate)."""
     try:
@@ -101,7 +108,8 @@ class TopologyConstraint:
 class GangRequest:
     """A request for ``gpus`` GPUs, all granted together or none.
 
-    Raises ``BrokerError`` on construction for an empty id or tenant, fewer than one GPU, a
+    Raises ``BrokerError`` on construction for an empty id or tenant, an id longer than
+    ``MAX_REQUEST_ID`` characters, fewer than one GPU, a
     priority outside ``MIN_PRIORITY..MAX_PRIORITY``, a negative or non-finite time, text that is
     not valid Unicode (a lone surrogate), or a field of the wrong kind (a ``hint`` that is no
     ``WorkloadHint``, a ``topology`` that is no ``TopologyConstraint``, an empty or non-text
@@ -137,6 +145,11 @@ class GangRequest:
     def __post_init__(self) -> None:
         if not isinstance(self.id, str) or not isinstance(self.tenant, str) or not self.id or not self.tenant:
             raise BrokerError("a gang request needs a non-empty id and tenant")
+        if len(self.id) > MAX_REQUEST_ID:
+            raise BrokerError(
+                f"request {self.id[:40]!r}... ({len(self.id)} characters): an id is at most "
+                f"{MAX_REQUEST_ID} characters (a UUID has 36)"
+            )
         for name in ("gpus", "priority"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool):
