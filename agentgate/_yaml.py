@@ -138,19 +138,22 @@ def read_source(path: str | Path, error: type[SourceError], *, limit: int, what:
     return data
 
 
-def load_yaml(text: str, *, source: str, error: type[SourceError] = PolicyError) -> tuple[Any, Locations]:
+def load_yaml(
+    text: str, *, source: str, error: type[SourceError] = PolicyError, max_nodes: int = MAX_NODES
+) -> tuple[Any, Locations]:
     """Parse ``text`` and return ``(data, locations)``; ``data`` is ``None`` for an empty document.
 
     Raises ``error`` (with ``source``, line and column) on malformed YAML, several documents,
-    more than ``MAX_NODES`` nodes, duplicate or non-string keys, merge keys, tags outside the
-    core schema, alias bombs, and nesting deeper than ``MAX_DEPTH``.
+    more than ``max_nodes`` nodes (``MAX_NODES`` unless the kind of file needs more: an
+    inventory lists every GPU), duplicate or non-string keys, merge keys, tags outside the core
+    schema, alias bombs, and nesting deeper than ``MAX_DEPTH``.
     """
     # A leading byte order mark is no content; libyaml's marks do not count it, PyYAML's do.
     text = text.removeprefix("\ufeff")
     loader = None
     try:
         if len(text) > _COUNT_ABOVE:
-            _refuse_too_many_nodes(text, source, error)
+            _refuse_too_many_nodes(text, source, error, max_nodes)
         loader = _Loader(text)  # PyYAML's own reader checks the characters here
         node = loader.get_single_node()
     except UnicodeEncodeError as exc:  # libyaml reads UTF-8: a lone surrogate cannot be encoded
@@ -194,15 +197,15 @@ def load_yaml(text: str, *, source: str, error: type[SourceError] = PolicyError)
     locations = Locations()
     if node is None:
         return None, locations
-    builder = _Builder(text, source, locations, error)
+    builder = _Builder(text, source, locations, error, max_nodes)
     try:
         return builder.build(node, ()), locations
     finally:
         builder.scalars.dispose()
 
 
-def _refuse_too_many_nodes(text: str, source: str, error: type[SourceError]) -> None:
-    """Raise ``error`` at the node past ``MAX_NODES``, counting the parser's events and keeping
+def _refuse_too_many_nodes(text: str, source: str, error: type[SourceError], max_nodes: int) -> None:
+    """Raise ``error`` at the node past ``max_nodes``, counting the parser's events and keeping
     none: time up to the budget, and memory for one event. PyYAML's errors propagate as they are."""
     parser = _Loader(text)
     try:
@@ -210,14 +213,15 @@ def _refuse_too_many_nodes(text: str, source: str, error: type[SourceError]) -> 
         while (event := parser.get_event()) is not None:
             if isinstance(event, _NODE_EVENTS):
                 count += 1
-                if count > MAX_NODES:
+                if count > max_nodes:
                     mark = event.start_mark
                     raise error(
-                        f"more than {MAX_NODES} YAML nodes (scalars, keys, lists, mappings, aliases)",
+                        f"more than {max_nodes} YAML nodes (scalars, keys, lists, mappings, aliases)",
                         file=source,
                         line=mark.line + 1 if mark is not None else None,
                         column=mark.column + 1 if mark is not None else None,
-                        expected=f"at most {MAX_NODES} nodes; an agentgate file holds a few hundred",
+                        expected=f"at most {max_nodes} nodes"
+                        + ("; an agentgate file holds a few hundred" if max_nodes == MAX_NODES else ""),
                         hint="remove generated or repeated entries",
                     )
     finally:
@@ -234,8 +238,11 @@ def _lone_surrogate(error: type[SourceError], source: str, index: int) -> Source
 
 
 class _Builder:
-    def __init__(self, text: str, source: str, locations: Locations, error: type[SourceError]) -> None:
+    def __init__(
+        self, text: str, source: str, locations: Locations, error: type[SourceError], max_nodes: int
+    ) -> None:
         self.text = text
+        self.max_nodes = max_nodes
         self.source = source
         self.error_type = error
         self.locations = locations
@@ -257,10 +264,10 @@ class _Builder:
 
     def build(self, node: yaml.Node, path: Path_) -> Any:
         self.count += 1
-        if self.count > MAX_NODES:
+        if self.count > self.max_nodes:
             raise self.error(
                 node,
-                f"the document expands to more than {MAX_NODES} values",
+                f"the document expands to more than {self.max_nodes} values",
                 "a file of sane size",
                 "remove aliases that repeat large structures",
             )

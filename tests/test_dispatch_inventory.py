@@ -11,7 +11,12 @@ from typing import Any
 import pytest
 from test_dispatch_dispatcher import MODEL
 
-from agentgate.dispatch.inventory import inventory_from_mapping, load_inventory, parse_inventory
+from agentgate.dispatch.inventory import (
+    MAX_INVENTORY_NODES,
+    inventory_from_mapping,
+    load_inventory,
+    parse_inventory,
+)
 from agentgate.errors import BackendCredentialError, InventoryError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -368,3 +373,29 @@ def test_a_group_writable_key_file_is_refused(tmp_path: Any) -> None:
     backend = {"name": "b", "url": "http://h:8000", "models": ["m"], "api_key_file": str(path)}
     with pytest.raises(BackendCredentialError, match="accessible by others"):
         inventory_from_mapping({"backends": [backend]})
+
+
+def _cluster(gpus: int) -> str:
+    """An inventory of ``gpus`` GPUs, 8 to a node and an NVLink domain, one rack."""
+    lines = ["racks: [{name: r0}]", "nodes:"]
+    lines += [f"  - {{name: n{k}, rack: r0}}" for k in range(gpus // 8)]
+    lines.append("gpus:")
+    lines += [
+        f"  - {{id: g{k}, type: H100, memory_gb: 80, node: n{k // 8}, nvlink_domain: d{k // 8}}}"
+        for k in range(gpus)
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def test_an_inventory_of_thousands_of_gpus_loads() -> None:
+    # 6,000 GPUs are 66,000 YAML nodes: until review R51 an inventory had a policy's limit of
+    # 50,000, and a cluster of 575 nodes of 8 GPUs was refused as "a few hundred" too many.
+    inventory = parse_inventory(_cluster(6000), source="cluster.yaml")
+    assert len(inventory.gpus) == 6000 and inventory.domain_of("g5999") == "d749"
+
+
+def test_an_inventory_past_its_node_limit_is_refused_at_its_line() -> None:
+    text = _cluster(8 * (MAX_INVENTORY_NODES // 88 + 1))  # 11 nodes a GPU, 1 a node: past the limit
+    with pytest.raises(InventoryError, match=f"more than {MAX_INVENTORY_NODES} YAML nodes") as info:
+        parse_inventory(text, source="cluster.yaml")
+    assert info.value.file == "cluster.yaml" and info.value.line is not None

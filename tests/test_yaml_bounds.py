@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from agentgate._yaml import MAX_NODES, load_yaml
-from agentgate.dispatch.inventory import MAX_INVENTORY_BYTES, load_inventory
+from agentgate.dispatch.inventory import MAX_INVENTORY_BYTES, MAX_INVENTORY_NODES, load_inventory
 from agentgate.errors import InventoryError, PolicyError
 from agentgate.policy import load_policy, parse_policy
 from agentgate.policy._load import MAX_POLICY_BYTES
@@ -73,7 +73,8 @@ def test_an_inventory_of_too_many_nodes_is_refused_the_same_way(tmp_path: Path) 
     path.write_text(SHAPES["block list of small items"](MAX_INVENTORY_BYTES - 64))
     error = _refused_within_bounds(lambda: load_inventory(path, read_keys=False), InventoryError)
     assert isinstance(error, InventoryError) and error.file == str(path)
-    assert f"more than {MAX_NODES} YAML nodes" in error.message
+    # Its own limit, five times a policy's: an inventory lists every GPU (review R51).
+    assert f"more than {MAX_INVENTORY_NODES} YAML nodes" in error.message
 
 
 def test_deep_nesting_is_refused_as_malformed_at_once() -> None:

@@ -538,7 +538,7 @@ def parse_inventory(text: str, *, source: str = "<inventory>", read_keys: bool =
     Raises ``InventoryError`` with ``source:line`` for malformed YAML, unknown or missing fields,
     out-of-range values and references that do not resolve.
     """
-    data, lines = load_yaml(text, source=source, error=InventoryError)
+    data, lines = load_yaml(text, source=source, error=InventoryError, max_nodes=MAX_INVENTORY_NODES)
     if data is None:
         data = {}
     if not isinstance(data, dict):
@@ -574,6 +574,13 @@ def inventory_from_mapping(
 
 
 MAX_INVENTORY_BYTES = 8 * 1024 * 1024
+
+MAX_INVENTORY_NODES = 250_000
+"""Most YAML nodes an inventory may hold, five times a policy's (``agentgate._yaml.MAX_NODES``):
+a GPU written as one mapping takes 11, its share of its node's entry less than 1, so about
+21,000 GPUs, loaded in a few seconds; a hostile file just under the limit peaks at about 100 MiB
+while it is read. Until review R51 an inventory had the policy's limit of 50,000, and one of
+4,600 GPUs (575 nodes of 8) was refused as "an agentgate file holds a few hundred"."""
 
 
 def load_inventory(path: str | Path, *, read_keys: bool = True) -> Inventory:
