@@ -641,52 +641,26 @@ def test_a_refusal_that_ended_an_earlier_turn_does_not_stop_the_next_turn_of_the
     assert _tool_messages(again)[-1].status == "success"
 
 
-def test_a_tool_whose_command_carries_an_error_message_is_recorded_as_failed_and_may_run_again(
-    crew: Crew,
+@pytest.mark.parametrize("form", ["command", "list-of-messages", "list-of-commands"])
+def test_a_tool_whose_answer_carries_an_error_message_is_recorded_as_failed_and_may_run_again(
+    crew: Crew, form: str
 ) -> None:
     """Kills g36 (``_failed`` never seeing a failure inside the ``Command`` a tool answers with):
     a tool that reports its failure in the message of its ``Command`` (``status="error"``) is
     recorded with an ``error`` outcome, not ``ok``; and a call that must run once and failed so
-    is not "done": asked again, it runs again instead of being answered with the kept failure."""
+    is not "done": asked again, it runs again instead of being answered with the kept failure.
+
+    Review R51: the same for the list of ``ToolMessage``s or ``Command``s a tool may answer with
+    (LangGraph's ``ToolNode`` passes it on as the call's result): such a list was recorded as an
+    ``ok`` outcome, charged, and, being "done", refused when asked again."""
     tries: list[int] = []
 
-    def pay(amount: int, tool_call_id: Annotated[str, InjectedToolCallId]) -> Command[Any]:
+    def pay(amount: int, tool_call_id: Annotated[str, InjectedToolCallId]) -> Any:
         tries.append(amount)
         status = "error" if len(tries) == 1 else "success"
         message = ToolMessage(content=f"attempt {len(tries)}", tool_call_id=tool_call_id, status=status)
-        return Command(update={"messages": [message]})
-
-    tool = StructuredTool.from_function(func=pay, name="pay", description="pay")
-    graph = StateGraph(MessagesState)
-    graph.add_node("tools", gated_tool_node(crew.gate, [tool], agent="boss"))
-    graph.add_edge(START, "tools")
-    graph.add_edge("tools", END)
-    app = graph.compile()
-    answer = _calls(("pay", {"amount": 5}), answer_id="same-answer")
-    first = app.invoke({"messages": [answer]}, context=crew.boss)
-    assert [m.status for m in _tool_messages(first)] == ["error"]
-    outcomes = [e for e in crew.entries() if e.kind == "outcome" and e.resource == "tool:pay"]
-    assert [e.status for e in outcomes] == ["error"]
-    second = app.invoke({"messages": [answer]}, context=crew.boss)
-    assert tries == [5, 5]
-    assert [m.status for m in _tool_messages(second)] == ["success"]
-
-
-@pytest.mark.parametrize("wrapped", [False, True], ids=["messages", "commands"])
-def test_a_tool_whose_list_answer_carries_an_error_message_is_recorded_as_failed_and_may_run_again(
-    crew: Crew, wrapped: bool
-) -> None:
-    """Review R51: a tool may answer with a list of ``ToolMessage``s or ``Command``s (LangGraph's
-    ``ToolNode`` passes it on as the call's result); one that reported its failure so was
-    recorded as an ``ok`` outcome, charged, and, being "done", refused when asked again. It is an
-    ``error`` outcome, as the same message answered alone is, and the call runs again."""
-    tries: list[int] = []
-
-    def pay(amount: int, tool_call_id: Annotated[str, InjectedToolCallId]) -> list[Any]:
-        tries.append(amount)
-        status = "error" if len(tries) == 1 else "success"
-        message = ToolMessage(content=f"attempt {len(tries)}", tool_call_id=tool_call_id, status=status)
-        return [Command(update={"messages": [message]})] if wrapped else [message]
+        command = Command(update={"messages": [message]})
+        return {"command": command, "list-of-messages": [message], "list-of-commands": [command]}[form]
 
     tool = StructuredTool.from_function(func=pay, name="pay", description="pay")
     graph = StateGraph(MessagesState)
