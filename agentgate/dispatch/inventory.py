@@ -130,13 +130,15 @@ class Interconnect(_Frozen):
     """The interconnect as an ordered hierarchy, innermost (fastest) level first."""
 
     hierarchy: tuple[Level, ...] = ("nvlink_domain", "node", "rack")
-    """Levels innermost first; must be a subsequence-preserving order of nvlink_domain, node, rack."""
+    """Levels innermost first; must be a subsequence-preserving order of nvlink_domain, node, rack.
+    Read by ``Inventory.shared_level``; the broker places over all three levels regardless."""
     bandwidth_gbps: dict[Level, Annotated[float, Field(gt=0, allow_inf_nan=False, strict=True)]] = Field(
         default_factory=dict
     )
     """Optional per-level bandwidth in GB/s. Informational: no routing or placement decision
-    reads it (the broker places a gang inside the innermost group of ``hierarchy`` that fits, the
-    order alone deciding); it is checked to agree with that order (it must not grow outward)."""
+    reads it (the broker places a gang inside the innermost group that fits, over all three
+    levels whatever ``hierarchy`` lists, the order alone deciding); it is checked to agree with
+    ``hierarchy`` (it must not grow outward)."""
 
     @field_validator("hierarchy")
     @classmethod
