@@ -70,9 +70,8 @@ is a few kB): a longer one fails the stream as it arrives, never buffered whole.
 MAX_CHARS_PER_TOKEN = 1024
 """How many characters of a streamed answer (content, tool call fragments, reasoning) one token of
 ``max_tokens`` may bring before the stream is taken for a backend that ignores ``max_tokens``:
-far above what a token decodes to (a few characters; the longest tokens of common vocabularies,
-runs of spaces or punctuation, are far shorter than this), so an answer that keeps to its limit
-is never cut."""
+a bound against a stream without end, set some hundred times above the few characters a token
+usually decodes to, so that an answer keeping to its limit is not cut."""
 _SSE_IGNORED = (":", "event:", "id:", "retry:")
 """Stream lines that carry no chunk: SSE comments and the fields other than ``data``."""
 _JSON = {"content-type": "application/json"}
@@ -454,8 +453,7 @@ class BackendClient:
                         return
                     chunk = _parse_chunk(self.backend.name, data, self._key)
                     if chunk is not None:
-                        produced += _answer_chars(chunk)
-                        if limit is not None and produced > limit:
+                        if limit is not None and (produced := produced + _answer_chars(chunk)) > limit:
                             raise BackendFailed(
                                 f"{self.backend.name}: streamed over {limit} characters for a call "
                                 f"of max_tokens {limit // MAX_CHARS_PER_TOKEN}: it ignores max_tokens"

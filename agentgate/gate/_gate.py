@@ -328,8 +328,9 @@ class Gate(_Delegation, _Approvals, _Recording, _Costs, _Running, _Settlement, _
         ``agent``/``agent_did``: the agent the caller runs as; an identity that belongs to another
         agent is refused (``implicit_trust_inheritance``). ``tokens``: (prompt, max output) for a
         model call, to reserve its cost; without it, a model call on a ``tokens`` or
-        ``usd_micros`` budget, or counted by a quota in those units, is a recorded refusal. ``call_id``: the framework's id for the call, which binds
-        an approval request to this very call. ``run_id``: the run (a LangGraph thread and task)
+        ``usd_micros`` budget, or counted by a quota in those units, is a recorded refusal.
+        ``call_id``: the framework's id for the call, which binds an approval request to this very
+        call. ``run_id``: the run (a LangGraph thread and task)
         the call belongs to, else the grant. A call of a tool the policy does not mark idempotent
         that has a ``call_id`` runs once: the same call (run, call id, arguments) decided again
         after it ran, or after its process stopped while it ran, is refused, also after a restart

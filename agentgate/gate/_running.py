@@ -41,6 +41,7 @@ from agentgate.policy import Policy
 from agentgate.store import Store
 from agentgate.store.dead_letters import DeadLetterStore
 from agentgate.tasks import Attempt, Scheduler, SharedLimits, SyncScheduler, ToolCall
+from agentgate.tasks._call import says_pause
 
 T = TypeVar("T")
 P = ParamSpec("P")
@@ -370,12 +371,7 @@ class _Running:
         recorded as not run, so a once-only call runs when its run is resumed. ``ran``: ``exc``
         came out of the call's function itself; a scheduler refusal it raised (a nested gated
         call's ``CircuitOpen``, after the call paid) is the call's failure, not a refusal of it."""
-        pause = False
-        if paused is not None:
-            try:
-                pause = bool(paused(exc))
-            except Exception:  # says "not a pause", as the scheduler takes it: the outcome is recorded
-                pause = False
+        pause = says_pause(paused, exc)  # a ``paused`` that raises says no: the outcome is recorded
         if pause and span.is_recording():
             record_outcome(span, "paused")
         error = type(exc).__name__

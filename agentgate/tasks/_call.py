@@ -95,6 +95,20 @@ def _encodable(text: str) -> None:
         raise InputError(f"tool call text {text!r} is not valid Unicode (a lone surrogate)") from None
 
 
+def says_pause(pauses: Callable[[BaseException], bool] | None, error: BaseException) -> bool:
+    """Whether ``pauses`` (a ``ToolCall.pauses``, or the Gate's ``paused``) says ``error`` is a
+    pause. ``None`` says no, and so does a predicate that raises, as a broken classifier says
+    ``error``: raised, its exception replaced the tool's, the failure was neither counted, retried
+    nor a dead letter (the Gate recorded no outcome), and a half-open probe the attempt held was
+    kept for good (the breaker refused every later call)."""
+    if pauses is None:
+        return False
+    try:
+        return bool(pauses(error))
+    except Exception:
+        return False
+
+
 @dataclass(frozen=True)
 class ToolCall:
     """One tool call to schedule.

@@ -25,7 +25,7 @@ from agentgate.errors import (
 from agentgate.store.dead_letters import AttemptError, DeadLetter, DeadLetterStore
 from agentgate.tasks._backoff import full_jitter
 from agentgate.tasks._breaker import CircuitBreaker
-from agentgate.tasks._call import OVERFLOW_BREAKER, ToolCall
+from agentgate.tasks._call import OVERFLOW_BREAKER, ToolCall, says_pause
 from agentgate.tasks._classify import Classifier
 from agentgate.tasks._config import ToolLimits
 from agentgate.tasks._limits import PER_NAME_STATE, SharedLimits, Waiter
@@ -112,7 +112,7 @@ class _Failures:
         and ``error`` itself when the call says it is a pause (``ToolCall.pauses``; a predicate
         that raises says it is not).
         """
-        if call.pauses is not None and _is_pause(call, error):
+        if says_pause(call.pauses, error):
             # A pause (LangGraph's interrupt()), not a failure: as a cancellation, it says nothing
             # of the tool (its probe is given back), and is neither retried nor a dead letter.
             if probe:
@@ -201,18 +201,6 @@ class _Failures:
             "gave_up", call.tool, {"agentgate.reason": reason, "agentgate.attempts": len(errors)}
         )
         return letter
-
-
-def _is_pause(call: ToolCall, error: Exception) -> bool:
-    """Does ``call.pauses`` (given) say ``error`` is a pause? A predicate that raises says no, as a
-    broken classifier says ``error``: raised here, its exception replaced the tool's, the failure
-    was neither counted nor retried nor a dead letter, and a half-open probe the attempt held was
-    kept for good (the breaker refused every later call)."""
-    assert call.pauses is not None
-    try:
-        return bool(call.pauses(error))
-    except Exception:
-        return False
 
 
 def _message(error: BaseException) -> str:
