@@ -220,6 +220,12 @@ async def main() -> None:
             served = [s.served for s in servers]
             per_backend = ", ".join(f"sim-{i} {n}" for i, n in enumerate(served))
             print(f"Model calls served by the simulated GPU backends: {sum(served)} ({per_backend})")
+            if min(served) == 0:
+                print(
+                    "  one run is one session (its thread id): the router keeps a session on the "
+                    "backend\n  that holds its prefix cache while that backend meets the SLO "
+                    "(docs/dispatch.md, Choose)"
+                )
         else:
             print(f"Model calls served by {os.environ['AGENTGATE_OPENAI_BASE_URL']}")
         summary(
