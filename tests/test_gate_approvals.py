@@ -552,3 +552,19 @@ def test_an_approval_already_used_is_refused_even_when_the_call_was_asked_for_ag
         assert again.needs_approval and again.request["id"] != approval.request, again.explain()
         replay = gate.authorize(agent, call, call_id="c1", run_id="run-1", approval=approval)
         assert not replay.allowed and not replay.needs_approval, replay.explain()
+
+
+def test_a_resume_value_nested_past_the_recursion_limit_is_no_approval() -> None:
+    """Review R52: ``Approval.parse`` read each field with ``str()``, so a resume value nested
+    past the interpreter's recursion limit (as a hostile client can send through
+    ``Command(resume=...)``) raised ``RecursionError`` out of the middleware instead of being a
+    value that is no approval. A field that is not text is no approval either."""
+    deep: dict[str, Any] = {}
+    for _ in range(10_000):
+        deep = {"request": deep}
+    signed = Approval.sign({"id": "r1", "call_hash": "h"}, SigningKey.generate()).to_dict()
+    assert Approval.parse(deep) is None
+    assert Approval.parse({**signed, "request": deep}) is None
+    assert Approval.parse({**signed, "call_hash": ["h"]}) is None
+    parsed = Approval.parse(signed)
+    assert parsed is not None and parsed.to_dict() == signed and parsed.verify()

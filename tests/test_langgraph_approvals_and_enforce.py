@@ -182,3 +182,32 @@ def test_running_a_call_that_waits_for_an_approval_raises_approval_required(team
     with pytest.raises(Denied) as plain:
         team.gate.run(refused, lambda: team.ran.append("ran"))
     assert type(plain.value) is Denied and team.ran == []
+
+
+@pytest.mark.parametrize("mode", ["invoke", "ainvoke"])
+async def test_a_resume_value_nested_past_the_recursion_limit_refuses_the_call(team: Team, mode: str) -> None:
+    # Review R52: a resume value nested ten thousand levels deep reached ``Approval.parse``, whose
+    # ``str()`` of it raised ``RecursionError``: the node failed, nothing was recorded, the request
+    # stayed pending. It is no approval: the call is refused and the request closed. (LangGraph's
+    # checkpointer then fails to store such a value, and says so when the run ends.)
+    model = ScriptedChatModel(turns=[_calls(("publish", {"path": "reports/q"}))])
+    agent = create_gated_agent(
+        team.gate,
+        name="supervisor",
+        model=model,
+        tools=_tools(team),
+        checkpointer=InMemorySaver(),
+        gate_models=False,
+    )
+    run = _runner(agent, team, mode)
+    assert (await run(GO))["__interrupt__"]
+    deep: dict[str, Any] = {}
+    for _ in range(10_000):
+        deep = {"request": deep}
+    with pytest.raises(Exception) as failed:
+        await run(Command(resume=deep))
+    assert not isinstance(failed.value, RecursionError), failed.value
+    assert team.ran == []
+    kinds = [e.kind for e in _entries(team.gate) if e.resource == "tool:publish"]
+    assert kinds == ["approval_required", "deny"]
+    assert team.gate.approvals.open_records() == []

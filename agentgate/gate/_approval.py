@@ -73,18 +73,20 @@ class Approval:
     @classmethod
     def parse(cls, value: object) -> Approval | None:
         """An approval from a resume value (an ``Approval`` or its ``to_dict()``); ``None`` for
-        anything else, which leaves the call unapproved rather than failing the run."""
+        anything else, which leaves the call unapproved rather than failing the run. Each field
+        must be text, as ``to_dict`` writes it: until review R52 a field was read with ``str()``,
+        and a resume value nested past the interpreter's recursion limit (``{"request": {...}}``
+        ten thousand levels deep) ended the run with ``RecursionError`` instead of refusing."""
         if isinstance(value, Approval):
             return value
         if not isinstance(value, Mapping):
             return None
         try:
-            parsed = cls(
-                str(value["request"]),
-                str(value["call_hash"]),
-                str(value["approver"]),
-                bytes.fromhex(str(value["signature"])),
-            )
+            fields = [value[key] for key in ("request", "call_hash", "approver", "signature")]
+            if not all(isinstance(text, str) for text in fields):
+                return None
+            request, call_hash, approver, signature = fields
+            parsed = cls(request, call_hash, approver, bytes.fromhex(signature))
             for text in (parsed.request, parsed.call_hash, parsed.approver):
                 text.encode("utf-8")  # a lone surrogate is no approval anyone signed
         except (KeyError, ValueError, TypeError):  # UnicodeEncodeError is a ValueError
