@@ -7,6 +7,7 @@ carries something else than an agent identity (``identity_from_context``) is a r
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -825,3 +826,34 @@ def test_a_run_context_that_carries_something_else_than_an_identity_is_a_run_wit
         assert len(denies) == 1
     finally:
         team.gate.close()
+
+
+# --- a model name that names no model resource -------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("given", "named"),
+    [
+        ({"model": ScriptedChatModel(turns=[], model_name="gpt 4o")}, "'gpt 4o' (the chat model's own name)"),
+        (
+            {"model": ScriptedChatModel(turns=[]), "model_name": "Llama 3@8B"},
+            "'Llama 3@8B' (the name given for the model)",
+        ),
+    ],
+)
+def test_a_model_name_that_names_no_model_resource_is_refused_when_the_agent_is_built(
+    crew: Crew, given: dict[str, Any], named: str
+) -> None:
+    # Review R52: the agent was built, and its first model call raised CapabilityError out of
+    # the run, naming neither the agent nor where the name came from.
+    from agentgate.errors import CapabilityError
+    from agentgate.integrations.langgraph import GateMiddleware
+
+    with pytest.raises(CapabilityError, match=rf"agentgate\[boss\]: the model name {re.escape(named)}"):
+        create_gated_agent(crew.gate, name="boss", tools=crew.tools(), **given)
+    with pytest.raises(CapabilityError, match="cannot name a model resource"):
+        GateMiddleware(crew.gate, agent="boss", model="gpt 4o")
+    # Not gating models, or a name the policy can use: built as before.
+    create_gated_agent(crew.gate, name="boss", tools=crew.tools(), gate_models=False, **given)
+    GateMiddleware(crew.gate, agent="boss", model="meta-llama/Llama-3.1-8B-Instruct")
+    assert [e for e in crew.entries() if e.resource.startswith("model:")] == []

@@ -27,7 +27,15 @@ from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.types import Command, interrupt
 
 from agentgate.capabilities import MAX_NAME_LENGTH, Call
-from agentgate.errors import AgentGateError, AuthorityError, Denied, Expired, InputError, Revoked
+from agentgate.errors import (
+    AgentGateError,
+    AuthorityError,
+    CapabilityError,
+    Denied,
+    Expired,
+    InputError,
+    Revoked,
+)
 from agentgate.findings import Finding
 from agentgate.gate import AgentIdentity, Approval, Authorization, Gate, Verdict
 from agentgate.gate._authorization import expect, shown
@@ -248,6 +256,10 @@ class GateMiddleware(AgentMiddleware[Any, Any, Any]):
         expect(model, _TEXT_OR_NONE, "model", "a model name or None")
         if type(max_tokens) is not int or max_tokens <= 0:
             raise InputError(f"agentgate[{agent}]: max_tokens must be a whole number > 0, got {max_tokens!r}")
+        if gate_models and model is not None:
+            _check_model_name(agent, model, "the name given for the model")
+        elif gate_models and isinstance(named, BaseChatModel):
+            _check_model_name(agent, _model_name(named), "the chat model's own name")
         self.named = named
         self.gate_models = gate_models
         self.gate = gate
@@ -784,6 +796,20 @@ def _sent_chars(message: BaseMessage) -> int:
         with contextlib.suppress(orjson.JSONEncodeError, TypeError):
             size += len(str(call.get("name") or "")) + len(orjson.dumps(call.get("args"), default=str))
     return size
+
+
+def _check_model_name(agent: str, name: str, given_as: str) -> None:
+    """Raise ``CapabilityError`` when ``name`` (``given_as``: where it came from) cannot name a
+    model resource (``model:NAME``): the middleware is being made, and every model call would be
+    refused with it. Until review R52 such a name failed at the agent's first model call."""
+    try:
+        Call.model(name)
+    except CapabilityError as exc:
+        raise CapabilityError(
+            f"agentgate[{agent}]: the model name {name!r} ({given_as}) cannot name a model "
+            f"resource (model:NAME): {exc}; pass the name the policy uses "
+            "(create_gated_agent(model_name=...), GateMiddleware(model=...))"
+        ) from exc
 
 
 def _model_name(model: BaseChatModel) -> str:
