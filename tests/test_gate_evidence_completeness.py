@@ -47,8 +47,7 @@ What holds (each checked on the entries themselves, then ``Gate.verify()``):
 - LangGraph tool calls: an allow and its ``ok`` outcome (``ref`` = the allow); a tool that raises:
   an ``error`` outcome naming only the exception type; a policy refusal: a ``deny`` with the rule's
   reasons and the policy hash; a call to a tool the agent does not have: ToolNode answers, nothing
-  runs, nothing is recorded (not a decision of agentgate: docs/langgraph.md says ToolNode answers
-  it, and does not say it is audited); an approval: ``approval_required``, then on resume with a
+  runs, and a ``deny`` is recorded (review R52; until then nothing was recorded); an approval: ``approval_required``, then on resume with a
   signed approval ``approval_given`` (``ref`` = the request, ``approver``), the ``allow`` naming
   the approver, the ``ok`` outcome; a resume with anything else: a ``deny`` whose ``ref`` is the
   request; a tool that calls ``interrupt()``: a ``paused`` outcome; an exhausted ``calls`` budget:
@@ -474,10 +473,14 @@ def test_allow_outcome_error_policy_deny_and_unknown_tool(setup: Setup) -> None:
     (deny,) = refund
     _is(deny, "deny", setup.boss, "tool:refund", policy=policy)
     assert any("amount" in r and "500" in r for r in deny.reasons)
-    # A tool the agent does not have: ToolNode answers, nothing is decided or recorded.
+    # A tool the agent does not have: ToolNode answers, nothing runs, and the refusal is recorded
+    # (review R52: until then nothing was, though a model asking for a tool that is not there is
+    # evidence a reviewer wants).
     assert "not a valid tool" in str(by_id["n1"].content)
-    assert not [e for e in entries if e.resource == "tool:no_such_tool"]
-    assert len(entries) == 5 and setup.verified()
+    (unknown,) = [e for e in entries if e.resource == "tool:no_such_tool"]
+    _is(unknown, "deny", setup.boss, "tool:no_such_tool")
+    assert unknown.reasons == ("the agent has no tool named 'no_such_tool'; nothing ran",)
+    assert len(entries) == 6 and setup.verified()
 
 
 def test_approval_asked_given_and_run_each_recorded(setup: Setup) -> None:

@@ -857,3 +857,63 @@ def test_a_model_name_that_names_no_model_resource_is_refused_when_the_agent_is_
     create_gated_agent(crew.gate, name="boss", tools=crew.tools(), gate_models=False, **given)
     GateMiddleware(crew.gate, agent="boss", model="meta-llama/Llama-3.1-8B-Instruct")
     assert [e for e in crew.entries() if e.resource.startswith("model:")] == []
+
+
+# --- a tool the agent does not have --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("asynchronous", [False, True])
+@pytest.mark.parametrize("built", ["create_gated_agent", "gated_tool_node"])
+async def test_a_call_of_a_tool_the_agent_does_not_have_is_recorded_as_a_refusal(
+    crew: Crew, asynchronous: bool, built: str
+) -> None:
+    # Review R52: LangChain's ToolNode answered such a call itself ("not a valid tool") and the
+    # gate let it through unrecorded, though a model asking for a tool that is not there is
+    # evidence a reviewer wants. It is now a ``deny`` on the name as asked; ToolNode's answer,
+    # which names the tools there are, still goes to the model, and nothing runs.
+    ask = _calls(("search", {"query": "q"}), ("wire_money", {"to": "x"}), ("Drop Tables", {}))
+    if built == "create_gated_agent":
+        app = create_gated_agent(
+            crew.gate,
+            name="boss",
+            model=ScriptedChatModel(turns=[ask]),
+            tools=crew.tools(),
+            gate_models=False,
+        )
+        state: dict[str, Any] = {"messages": [{"role": "user", "content": "go"}]}
+    else:
+        graph = StateGraph(MessagesState)
+        graph.add_node("tools", gated_tool_node(crew.gate, crew.tools(), agent="boss"))
+        graph.add_edge(START, "tools")
+        graph.add_edge("tools", END)
+        app = graph.compile()
+        state = {"messages": [ask]}
+    result = (
+        await app.ainvoke(state, context=crew.boss) if asynchronous else app.invoke(state, context=crew.boss)
+    )
+    answers = {m.tool_call_id: m for m in _tool_messages(result)}
+    assert answers["search-0"].status == "success" and crew.ran == ["search:q"]
+    for call_id in ("wire_money-1", "Drop Tables-2"):
+        assert answers[call_id].status == "error" and "not a valid tool" in str(answers[call_id].content)
+    denies = [e for e in crew.entries() if e.kind == "deny"]
+    assert sorted((e.resource, e.principal, e.reasons) for e in denies) == [
+        ("tool:Drop Tables", crew.boss.did, ("the agent has no tool named 'Drop Tables'; nothing ran",)),
+        ("tool:wire_money", crew.boss.did, ("the agent has no tool named 'wire_money'; nothing ran",)),
+    ]
+    assert all(e.args == {} for e in denies)  # no policy says these arguments are loggable
+    assert crew.gate.verify().ok
+
+
+@pytest.mark.parametrize("asynchronous", [False, True])
+async def test_with_enforce_a_call_of_a_tool_the_agent_does_not_have_raises_denied_after_it_is_recorded(
+    crew: Crew, asynchronous: bool
+) -> None:
+    graph = StateGraph(MessagesState)
+    graph.add_node("tools", gated_tool_node(crew.gate, crew.tools(), agent="boss", enforce=True))
+    graph.add_edge(START, "tools")
+    graph.add_edge("tools", END)
+    app = graph.compile()
+    state = {"messages": [_calls(("wire_money", {"to": "x"}))]}
+    with pytest.raises(Denied, match="no tool named 'wire_money'"):
+        await app.ainvoke(state, context=crew.boss) if asynchronous else app.invoke(state, context=crew.boss)
+    assert [(e.kind, e.resource) for e in crew.entries() if e.kind == "deny"] == [("deny", "tool:wire_money")]

@@ -186,6 +186,14 @@ once-only record (``Gate.authorize``), so a re-run of its task (a run resumed af
 it again."""
 
 
+def _no_such_tool(name: object) -> InputError:
+    """Why a call of a tool the agent does not have is refused (``GateMiddleware._unknown_tool``).
+    Recorded as a ``deny``: a model asking for a tool that is not there is evidence a reviewer
+    wants (until review R52 LangChain's ToolNode answered it and the log had nothing)."""
+    shown_name = name[:MAX_NAME_LENGTH] if isinstance(name, str) else repr(name)[:MAX_NAME_LENGTH]
+    return InputError(f"the agent has no tool named {shown_name!r}; nothing ran")
+
+
 def _refusal(auth: Authorization, tool_call_id: str, name: str, gate: Gate) -> ToolMessage:
     return ToolMessage(
         content=auth.explain(),
@@ -455,6 +463,15 @@ class GateMiddleware(AgentMiddleware[Any, Any, Any]):
         await self.gate.to_thread(self._record_undecidable, request, exc)
         return self._undecided(call_id, name, exc)
 
+    def _unknown_tool(
+        self, request: ToolCallRequest, handler: Callable[[ToolCallRequest], R], name: str
+    ) -> R:
+        """The answer to a call of a tool the agent does not have (recorded first): ToolNode's
+        own, which names the tools there are, and runs nothing; with ``enforce``, ``Denied``."""
+        if self.enforce:
+            raise Denied(f"agentgate refused the call: {_no_such_tool(name)}")
+        return handler(request)
+
     def _undecided(self, call_id: str, name: str, exc: InputError) -> ToolMessage:
         if self.enforce:
             raise Denied(f"agentgate refused the call: {exc}") from exc
@@ -470,7 +487,8 @@ class GateMiddleware(AgentMiddleware[Any, Any, Any]):
         if not isinstance(call_id, str) or not call_id:
             return self._refuse_undecidable(request, "", name, InputError(_NO_CALL_ID))
         if request.tool is None:  # no such tool: ToolNode answers so and runs nothing
-            return handler(request)
+            self._record_undecidable(request, _no_such_tool(name))
+            return self._unknown_tool(request, handler, name)
         if cut := _cut_at_limit(_asking_answer(request)):
             return self._refuse_undecidable(request, call_id, name, InputError(_CUT_CALL.format(reason=cut)))
         if _is_delegation(request, self.gate):
@@ -530,7 +548,8 @@ class GateMiddleware(AgentMiddleware[Any, Any, Any]):
         if not isinstance(call_id, str) or not call_id:
             return await self._arefuse_undecidable(request, "", name, InputError(_NO_CALL_ID))
         if request.tool is None:  # no such tool: ToolNode answers so and runs nothing
-            return await handler(request)
+            await self.gate.to_thread(self._record_undecidable, request, _no_such_tool(name))
+            return await self._unknown_tool(request, handler, name)
         if cut := _cut_at_limit(_asking_answer(request)):
             incomplete = InputError(_CUT_CALL.format(reason=cut))
             return await self._arefuse_undecidable(request, call_id, name, incomplete)
