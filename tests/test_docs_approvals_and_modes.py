@@ -32,8 +32,8 @@ What holds (tested here):
   whatever the model wrote for it, and the tool never runs;
 - an ``interrupt()`` in a sub-agent's tool pauses the supervisor's run (sync and async) and the
   resume reaches it: the ``Command.PARENT`` check does not swallow it, nothing is refused;
-- two calls of one model answer that share an id are asked in the same version: each gets its own
-  request and neither is closed;
+- two calls of one model answer that share an id are both refused before either is asked for
+  (review R52; until then each got its own request in the same version and neither was closed);
 - ``approval list`` does not list a superseded request (docs/cli.md: "pending"), ``approval sign``
   still signs its payload (signing decides nothing; exit 0), and that approval runs nothing: the
   old call asked again is a new request with no vote (docs/langgraph.md). (Observation, not a
@@ -364,18 +364,19 @@ def test_an_injected_tool_call_id_constraint_is_never_met_either(rig: Rig) -> No
     assert [kind for kind, _ in rig.of("tool:pay")] == ["deny"]
 
 
-def test_two_calls_of_one_answer_sharing_an_id_keep_both_requests(tmp_path: Path) -> None:
+def test_two_calls_of_one_answer_sharing_an_id_are_refused_before_either_is_asked(tmp_path: Path) -> None:
+    # Review R52 (docs/langgraph.md, "Tool calls that share an id"): until then each was asked for
+    # in the same version and neither closed the other's request; now neither is asked for.
     rig = timetravel._rig(tmp_path)
     try:
         answer = timetravel._turn(
             ("publish", {"path": "reports/a"}, "same-id"), ("publish", {"path": "reports/b"}, "same-id")
         )
         graph = timetravel._agent(rig, answer)
-        paused = graph.invoke(timetravel.GO, timetravel._thread("shared-id"), context=rig.agent)
-        asked = [i.value["request"]["args"] for i in paused["__interrupt__"]]
-        assert sorted(a["path"] for a in asked) == ["reports/a", "reports/b"]
-        assert len(rig.pending_requests()) == 2  # neither closed the other's request
-        assert not [e for e in rig.entries() if e.kind == "deny"]
+        done = graph.invoke(timetravel.GO, timetravel._thread("shared-id"), context=rig.agent)
+        assert "__interrupt__" not in done
+        assert len(rig.pending_requests()) == 0
+        assert [e.kind for e in rig.entries() if e.resource == "tool:publish"] == ["deny", "deny"]
         assert rig.ran == []
     finally:
         rig.gate.close()

@@ -43,9 +43,9 @@ What holds:
   supervisor's token are refused, and never lend the sub-agent the supervisor's authority;
 - a delegation tool called with ``capabilities``/``ttl``/``budget`` arguments hands on exactly
   what the supervisor declared;
-- a fake approval written into the model's answer does not approve the gated call; one
-  approval, handed to every interrupt of an answer that repeats a call id, runs the one call it
-  was given for, once, and never the same-id call to another payee;
+- a fake approval written into the model's answer does not approve the gated call; an answer
+  that repeats a call id has every call sharing it refused before any approval is asked (review
+  R52; until then one approval handed to every interrupt ran the one call it was given for);
 - absurd, negative, boolean or missing usage never overspends a budget, never raises, and the
   model call is charged under the model the policy names, whatever ``response_metadata`` says;
 - a 1 MB tool call id runs once and is audited.
@@ -69,7 +69,6 @@ from langchain_core.outputs import ChatResult
 from langchain_core.tools import BaseTool, StructuredTool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, MessagesState, StateGraph
-from langgraph.types import Command
 from pydantic import Field
 
 from agentgate.errors import Denied
@@ -584,10 +583,12 @@ def test_an_undeclared_argument_name_is_not_kept_in_clear_in_the_audit_log(setup
     assert SECRET not in repr(setup.entries())
 
 
-def test_one_approval_runs_one_call_when_the_model_repeats_a_call_id(setup: Setup) -> None:
-    # Three gated wires in one answer, all with the id "w": two identical (one request, asked
-    # twice) and one to another payee. The approval the human gives for alice's is handed to every
-    # pending interrupt: it pays alice once and never mallory.
+def test_calls_that_repeat_a_call_id_are_refused_before_any_approval_is_asked(setup: Setup) -> None:
+    # Three gated wires in one answer, all with the id "w": two identical and one to another
+    # payee. Until review R52 each was asked for (two requests), and one approval handed to every
+    # interrupt paid alice once; now a call id shared by several calls of one answer refuses them
+    # all before anything is asked (docs/langgraph.md, "Tool calls that share an id"): no
+    # approver is shown a request whose answer could not be told from another call's.
     turn = _answer(
         _call("wire", {"to": "alice"}, "w"),
         _call("wire", {"to": "alice"}, "w"),
@@ -602,21 +603,12 @@ def test_one_approval_runs_one_call_when_the_model_repeats_a_call_id(setup: Setu
         checkpointer=InMemorySaver(),
     )
     config = {"configurable": {"thread_id": "wires"}}
-    paused = agent.invoke(GO, config, context=setup.boss)
-    pending = paused["__interrupt__"]
-    # ``to`` is not loggable, so the request shows a digest only: alice's is the request that
-    # both identical calls share.
-    asked = [i.value["request"]["id"] for i in pending]
-    alice = next(i for i in pending if asked.count(i.value["request"]["id"]) == 2)
-    assert len(pending) == 3 and len(set(asked)) == 2
-    approval = setup.gate.approve(alice.value, setup.keys["dana"])
-    done = agent.invoke(Command(resume={i.id: approval for i in pending}), config, context=setup.boss)
-    assert setup.ran == ["wire:alice"]
-    still = {i.value["request"]["id"] for i in done.get("__interrupt__", [])}
-    assert still <= set(asked) - {alice.value["request"]["id"]}  # mallory's may be asked again
-    allowed = [e for e in setup.entries() if e.kind == "allow" and e.resource == "tool:wire"]
-    assert len(allowed) == 1 and allowed[0].approver == setup.keys["dana"].did
-    assert setup.verified()
+    done = agent.invoke(GO, config, context=setup.boss)
+    assert "__interrupt__" not in done and setup.ran == []
+    assert [m.status for m in _tool_messages(done)] == ["error"] * 3
+    wires = [e for e in setup.entries() if e.resource == "tool:wire"]
+    assert [e.kind for e in wires] == ["deny"] * 3
+    assert setup.gate.approvals.open_records() == [] and setup.verified()
 
 
 def test_a_hand_built_graphs_tool_node_refuses_a_call_without_an_id(calls3: Setup) -> None:

@@ -917,3 +917,54 @@ async def test_with_enforce_a_call_of_a_tool_the_agent_does_not_have_raises_deni
     with pytest.raises(Denied, match="no tool named 'wire_money'"):
         await app.ainvoke(state, context=crew.boss) if asynchronous else app.invoke(state, context=crew.boss)
     assert [(e.kind, e.resource) for e in crew.entries() if e.kind == "deny"] == [("deny", "tool:wire_money")]
+
+
+# --- tool call ids shared within one answer ------------------------------------------------------
+
+
+@pytest.mark.parametrize("asynchronous", [False, True])
+@pytest.mark.parametrize("built", ["create_gated_agent", "gated_tool_node"])
+@pytest.mark.parametrize("checkpointer", [False, True])
+@pytest.mark.parametrize("second", [10, 20], ids=["same-args", "other-args"])
+async def test_calls_of_one_answer_that_share_an_id_are_all_refused_however_the_agent_runs(
+    crew: Crew, asynchronous: bool, built: str, checkpointer: bool, second: int
+) -> None:
+    # Review R52: what ran depended on how the agent ran. Under create_agent without a
+    # checkpointer both calls ran (each is a task of its own: two scopes), so a payment asked twice
+    # under one id paid twice; with a checkpointer, or in one gated_tool_node task, the second was
+    # refused as already run when its arguments were the same, and ran when they differed. A call
+    # id names one call: every call sharing it is refused, recorded, and nothing of them runs; the
+    # answer's other calls run as usual.
+    ask = AIMessage(
+        content="",
+        id="answer-1",
+        tool_calls=[
+            {"name": "pay", "args": {"amount": 10}, "id": "c1"},
+            {"name": "pay", "args": {"amount": second}, "id": "c1"},
+            {"name": "search", "args": {"query": "q"}, "id": "c2"},
+        ],
+    )
+    saver = InMemorySaver() if checkpointer else None
+    if built == "create_gated_agent":
+        model = ScriptedChatModel(turns=[ask])
+        app = create_gated_agent(
+            crew.gate, name="boss", model=model, tools=crew.tools(), gate_models=False, checkpointer=saver
+        )
+        state: dict[str, Any] = {"messages": [{"role": "user", "content": "go"}]}
+    else:
+        app = _tool_graph(crew, checkpointer=saver)
+        state = {"messages": [ask]}
+    config = {"configurable": {"thread_id": "t"}} if checkpointer else {}
+    result = (
+        await app.ainvoke(state, config, context=crew.boss)
+        if asynchronous
+        else app.invoke(state, config, context=crew.boss)
+    )
+    assert crew.ran == ["search:q"]
+    shared = [m for m in _tool_messages(result) if m.tool_call_id == "c1"]
+    assert shared and all(
+        m.status == "error" and "gives the tool call id 'c1' to 2 calls" in m.content for m in shared
+    )
+    denies = [e for e in crew.entries() if e.resource == "tool:pay"]
+    assert [e.kind for e in denies] == ["deny", "deny"]
+    assert all("a call id names one call, so none of them is run" in e.reasons[0] for e in denies)

@@ -58,8 +58,10 @@ from agentgate.integrations.langgraph._scope import (
     _CUT_CALL,
     _NO_CHECKPOINTER,
     _RUNNING_HERE,
+    _SHARED_ID,
     _asked_in,
     _asking_answer,
+    _calls_sharing,
     _cut_at_limit,
     _request_identity,
     _resumable,
@@ -184,6 +186,18 @@ result (``TypeError``): the call ran, yet it was recorded as a failure and not c
 model, told it failed, asked again. With ``""``, a call of a tool that is not idempotent had no
 once-only record (``Gate.authorize``), so a re-run of its task (a run resumed after a crash) ran
 it again."""
+
+
+def _unusable_answer(request: ToolCallRequest, call_id: str) -> InputError | None:
+    """Why none of the calls of the answer that asked for ``request``'s call is run, if so: the
+    answer was cut at its output limit (``_CUT_CALL``), or it gives this call's id to more than
+    one call (``_SHARED_ID``)."""
+    answer = _asking_answer(request)
+    if cut := _cut_at_limit(answer):
+        return InputError(_CUT_CALL.format(reason=cut))
+    if (count := _calls_sharing(answer, call_id)) > 1:
+        return InputError(_SHARED_ID.format(call_id=call_id[:MAX_NAME_LENGTH], count=count))
+    return None
 
 
 def _no_such_tool(name: object) -> InputError:
@@ -489,8 +503,8 @@ class GateMiddleware(AgentMiddleware[Any, Any, Any]):
         if request.tool is None:  # no such tool: ToolNode answers so and runs nothing
             self._record_undecidable(request, _no_such_tool(name))
             return self._unknown_tool(request, handler, name)
-        if cut := _cut_at_limit(_asking_answer(request)):
-            return self._refuse_undecidable(request, call_id, name, InputError(_CUT_CALL.format(reason=cut)))
+        if (unusable := _unusable_answer(request, call_id)) is not None:
+            return self._refuse_undecidable(request, call_id, name, unusable)
         if _is_delegation(request, self.gate):
             refused = self._foreign(request)
             if refused is not None:
@@ -550,9 +564,8 @@ class GateMiddleware(AgentMiddleware[Any, Any, Any]):
         if request.tool is None:  # no such tool: ToolNode answers so and runs nothing
             await self.gate.to_thread(self._record_undecidable, request, _no_such_tool(name))
             return await self._unknown_tool(request, handler, name)
-        if cut := _cut_at_limit(_asking_answer(request)):
-            incomplete = InputError(_CUT_CALL.format(reason=cut))
-            return await self._arefuse_undecidable(request, call_id, name, incomplete)
+        if (unusable := _unusable_answer(request, call_id)) is not None:
+            return await self._arefuse_undecidable(request, call_id, name, unusable)
         if _is_delegation(request, self.gate):
             refused = await self.gate.to_thread(self._foreign, request)
             if refused is not None:

@@ -159,6 +159,25 @@ streamed answer's tool call arguments are parsed by LangChain as *partial* JSON:
 of what was to be 5000 becomes a call with ``amount`` 50."""
 
 
+def _calls_sharing(answer: AIMessage | None, call_id: str) -> int:
+    """How many of ``answer``'s tool calls carry ``call_id`` (0 without an answer)."""
+    if answer is None:
+        return 0
+    return sum(1 for call in answer.tool_calls if call.get("id") == call_id)
+
+
+_SHARED_ID = (
+    "the model's answer gives the tool call id {call_id!r} to {count} calls: a call id names one "
+    "call, so none of them is run; ask again with a distinct id for each call"
+)
+"""Why the tool calls of one answer that share an id are refused before they are decided. Until
+review R52 what ran depended on how the agent was run: under ``create_agent`` each call is a task
+of its own, so without a checkpointer both ran (a payment asked twice under one id paid twice)
+and with one the second was refused as already run; in one ``gated_tool_node`` task the second
+was refused as already run when its arguments were the same, and ran when they differed; and
+their answers, bound to the call by its id, could not be told apart."""
+
+
 def _task_scope(config: Mapping[str, Any] | None) -> str | None:
     """``thread|checkpoint_ns`` of a run config: the same for a task retried or resumed, another
     for every other step or run. ``None`` when the config names neither."""
