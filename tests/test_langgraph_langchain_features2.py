@@ -22,7 +22,17 @@ Defects:
   answers cross. Sync: the approved call is declined (the tool's "yes" reaches the approval;
   never runs). Async: the tool runs with the signed approval dict as its confirmation, which
   nobody gave it. Route such tools one call per task (``Send``), as ``create_agent`` does.
-  ``test_a_tools_own_interrupt_beside_an_approval_in_one_tool_node``.
+  ``test_a_tools_own_interrupt_beside_an_approval_in_one_tool_node``. (Review R52 weighed
+  deciding every call of the message first, in the node's own thread and in message order, so
+  that approvals take the first positions: it does not hold across resumes. Once an approved
+  call that must run once has run, deciding it again refuses it as already run without asking
+  (``Gate.authorize`` checks the once-only record before the approval gate), so the
+  ``interrupt()`` calls it made are not made again, every later position moves up, and the
+  tool's own ``interrupt()`` is handed the approval. Keeping positions would need LangGraph's
+  private resume map or scratchpad, or each call in a task of its own: ``Send``, or a
+  functional-API ``@task`` per call submitted from the node in message order (a quick check
+  showed each answer then reaches its own interrupt; not built: every call's result would be
+  checkpointed and serialized, and the node's runtime, limits and async path would change.)
 - Not a defect (the lead's decision): ``LLMToolSelectorMiddleware`` removes tools from what the
   model is offered, and a call of a removed tool the model makes anyway is decided by the policy
   alone (and runs when it allows it): what a middleware offers the model is no authority
