@@ -11,7 +11,7 @@ import contextlib
 import http.server
 import json
 import threading
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
 import aiohttp
@@ -30,6 +30,7 @@ from agentgate.dispatch.backends import (
     BackendClient,
     ChatChunk,
     Timeouts,
+    split_lines,
     trace_headers,
 )
 from agentgate.dispatch.gateway._upstream import UpstreamPool
@@ -331,8 +332,9 @@ async def test_a_streamed_line_without_end_fails_the_stream_as_it_arrives(path: 
     3.10, nor a ``ClientError``) escaped ``stream`` as itself: no ``BackendFailed``, so no fail
     over, and a raw aiohttp error for the gateway (a 500) or the ``Gate``'s caller.
 
-    Rule: a streamed line over ``MAX_LINE_BYTES`` (aiohttp: its own, smaller limit) fails the
-    stream as it arrives, a ``BackendFailed`` naming the backend, on every client path."""
+    Rule: a streamed line over ``MAX_LINE_BYTES`` fails the stream as it arrives, a
+    ``BackendFailed`` naming the backend, on every client path (aiohttp's too, read with
+    ``split_lines`` since review R52)."""
     release = asyncio.Event()
 
     async def endless_line(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -580,3 +582,66 @@ def test_trace_headers_carry_the_trace_context_never_baggage() -> None:
         headers = trace_headers(context)
     assert "traceparent" in headers
     assert not any("alice" in v for v in headers.values()) and "baggage" not in headers
+
+
+# --- SSE line ends ------------------------------------------------------------------------
+
+
+async def _pieces(pieces: list[bytes]) -> AsyncIterator[bytes]:
+    for piece in pieces:
+        yield piece
+
+
+@pytest.mark.parametrize(
+    ("pieces", "lines"),
+    [
+        pytest.param([b"a\rb\r\nc\nd"], ["a", "b", "c", "d"], id="all-three-ends"),
+        pytest.param([b"a\r", b"\nb\n"], ["a", "b"], id="crlf-across-pieces"),
+        pytest.param([b"a\r", b"", b"\nb\n"], ["a", "b"], id="crlf-across-an-empty-piece"),
+        pytest.param([b"a\r", b"\r\n"], ["a", ""], id="cr-then-crlf"),
+        pytest.param([b"a\r\n\r\nb"], ["a", "", "b"], id="blank-line-then-unended"),
+        pytest.param([b"a\n", b"\n"], ["a", ""], id="lf-then-lf-is-two"),
+    ],
+)
+async def test_split_lines_ends_a_line_at_crlf_lf_or_a_bare_cr(pieces: list[bytes], lines: list[str]) -> None:
+    """Kills: ``split_lines`` ending lines at ``\\n`` only: a backend (or a proxy) that ends its
+    SSE lines with a bare ``\\r``, as the SSE format allows, had its whole stream read as one line,
+    not an SSE event (or, past ``MAX_LINE_BYTES``, refused as too long).
+
+    Rule: ``\\r\\n``, ``\\n`` and a bare ``\\r`` each end a line; a ``\\r`` ending one piece and a
+    ``\\n`` starting the next are one line end, not two."""
+    assert [line async for line in split_lines(_pieces(pieces), 1 << 10)] == lines
+
+
+@pytest.mark.parametrize("path", ["httpx", "aiohttp", "gateway-pool"])
+async def test_a_stream_whose_lines_end_with_a_bare_cr_is_read_on_every_path(path: str) -> None:
+    """Kills: the clients splitting streamed lines at ``\\n`` only (the pool and httpx in
+    ``split_lines``, aiohttp in its own reader): a stream ending its lines with ``\\r`` failed as
+    "not an SSE event". Here one event's ``\\r\\n`` is cut between two writes, too.
+
+    Rule: every client path reads the lines of an SSE stream whatever line ends it uses."""
+
+    async def cr_lines(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await _read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n")
+        writer.write(_delta("Hel").encode() + b"\r\r: keep-alive\r")
+        await writer.drain()
+        await asyncio.sleep(0.05)
+        writer.write(b"\n" + _delta("lo").encode() + b"\r\n\r\ndata: [DONE]\r\r")
+        await writer.drain()
+        writer.close()
+
+    server, backend = await _serving(cr_lines)
+    pool = UpstreamPool()
+    try:
+        async with httpx.AsyncClient() as http, aiohttp.ClientSession() as session:
+            client = BackendClient(backend.backends[0], http, session=session if path == "aiohttp" else None)
+            if path == "gateway-pool":
+                client.transport = pool
+            async with asyncio.timeout(10):
+                chunks = await _chunks(client)
+        assert "".join(chunk.content for chunk in chunks) == "Hello"
+    finally:
+        await pool.aclose()
+        server.close()
+        await server.wait_closed()

@@ -411,3 +411,31 @@ def test_a_second_answer_to_one_request_is_not_read_into_it_nor_its_connection_k
             await pool.aclose()
 
     _run(scenario)
+
+
+@pytest.mark.parametrize("status", [400, 503])
+def test_an_error_answer_declaring_a_body_over_the_size_limit_is_quoted_not_refused(status: int) -> None:
+    """Kills: the up-front Content-Length bound applied to every answer: a 400 (the caller's bad
+    request) declaring a body over ``MAX_ANSWER_BYTES`` became an UpstreamError, so a
+    ``BackendFailed`` that failed the call over and marked the backend down, where any other 400
+    is the caller's ``DispatchError``.
+
+    Rule: only an answer read whole (status under 300) is refused for its declared length; an
+    error answer's start is read and returned with its status, whatever length it declares."""
+
+    async def answer(writer: asyncio.StreamWriter) -> bool:
+        writer.write(b"HTTP/1.1 %d Nope\r\nContent-Length: %d\r\n\r\n" % (status, MAX_ANSWER_BYTES + 1))
+        await writer.drain()
+        await asyncio.sleep(0.05)  # the body after the head, as a backend's own writes come
+        writer.write(b'{"error": "too long a prompt"}')
+        await writer.drain()
+        return False
+
+    async def scenario() -> None:
+        async with _Backend(answer) as url:
+            pool = UpstreamPool()
+            got, body = await pool.post(url, b"{}")
+            assert (got, body) == (status, b'{"error": "too long a prompt"}')
+            await pool.aclose()
+
+    _run(scenario)

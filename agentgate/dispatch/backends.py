@@ -40,7 +40,6 @@ from urllib.parse import urlsplit
 import aiohttp
 import httpx
 import orjson
-from aiohttp.http_exceptions import LineTooLong
 from opentelemetry.context import Context
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
@@ -463,7 +462,7 @@ class BackendClient:
                             wait = self.timeouts.idle_s
                             deadline = loop.time() + wait
         except (httpx.HTTPError, aiohttp.ClientError, ValueError, OSError) as exc:
-            # ValueError: a line over its limit (``_lines``, ``split_lines``).
+            # ValueError: a line over its limit (``split_lines``).
             error = self._shown(BackendFailed(f"{self.backend.name}: {type(exc).__name__}: {exc}"), payload)
         except DispatchError as exc:
             error = self._shown(exc, payload)
@@ -500,7 +499,7 @@ class BackendClient:
                     yield (
                         answer.status,
                         functools.partial(answer.content.read, _QUOTED),
-                        _lines(answer.content),
+                        split_lines(answer.content.iter_any(), MAX_LINE_BYTES),
                     )
                 finally:
                     self._reading.discard(answer)
@@ -738,44 +737,55 @@ async def _start(response: httpx.Response) -> bytes:
     return b""
 
 
-async def _lines(content: aiohttp.StreamReader) -> AsyncIterator[str]:
-    """The lines of an aiohttp body, decoded as UTF-8; raises ``ValueError`` for a line over
-    aiohttp's own limit (its ``LineTooLong`` is none of the errors ``stream`` maps: it escaped
-    as itself, not a ``BackendFailed``)."""
-    try:
-        async for line in content:
-            yield line.decode("utf-8", "replace").rstrip("\r\n")
-    except LineTooLong:
-        raise ValueError("a streamed line is over aiohttp's line limit") from None
-
-
 async def split_lines(
     pieces: AsyncIterator[bytes], limit: int, too_long: Callable[[str], Exception] = ValueError
 ) -> AsyncIterator[str]:
-    """The lines of a body read as ``pieces`` (``\\n`` or ``\\r\\n`` ends, removed), decoded as
-    UTF-8; raises ``too_long(message)`` once a line passes ``limit`` bytes, as it arrives (httpx's
-    ``aiter_lines`` holds a line whole, however long). ``pieces`` is closed at the end, when it is
-    an async generator. Used by the dispatcher's httpx client and the gateway's pool alike.
+    """The lines of a body read as ``pieces``, decoded as UTF-8, their ends removed: ``\\r\\n``,
+    ``\\n`` or a bare ``\\r``, as the SSE format allows all three (a ``\\r`` that ends one piece and
+    a ``\\n`` that starts the next are one line end, not two); raises ``too_long(message)`` once a
+    line passes ``limit`` bytes, as it arrives (httpx's ``aiter_lines`` holds a line whole, however
+    long). ``pieces`` is closed at the end, when it is an async generator. Used by every client
+    path: the dispatcher's httpx and aiohttp clients and the gateway's pool.
 
-    Linear in the bytes read: each piece is searched once, from where the unfinished line before
-    it ended, and each line copied once (cutting the rest of the buffer off after every line
-    copied the piece once per line: a piece of 256 KiB of short lines held the event loop for
-    seconds).
+    Linear in the bytes read: each piece is searched once for each of the two line end bytes,
+    from where the unfinished line before it ended, and each line copied once (cutting the rest
+    of the buffer off after every line copied the piece once per line: a piece of 256 KiB of
+    short lines held the event loop for seconds).
     """
     buffer = bytearray()
+    after_cr = False  # the last piece ended with a \r: a \n starting this one belongs to it
     try:
         async for piece in pieces:
+            if not piece:
+                continue  # an empty piece between a \r and its \n parts neither
             search = len(buffer)  # the unfinished line held has no line end
             buffer += piece
+            if after_cr and buffer[search : search + 1] == b"\n":
+                del buffer[search]
+            after_cr = False
             begin = 0
-            while (end := buffer.find(b"\n", search)) >= 0:
-                yield buffer[begin:end].decode("utf-8", "replace").rstrip("\r")
-                begin = search = end + 1
+            # The next \n and \r at or after ``search``; -1 once there is none left in the buffer.
+            lf = buffer.find(b"\n", search)
+            cr = buffer.find(b"\r", search)
+            while lf >= 0 or cr >= 0:
+                end = lf if cr < 0 or 0 <= lf < cr else cr
+                after = end + 1
+                if end == cr:
+                    if after == len(buffer):
+                        after_cr = True
+                    elif buffer[after] == 0x0A:  # \r\n: one line end
+                        after += 1
+                yield buffer[begin:end].decode("utf-8", "replace")
+                begin = search = after
+                if 0 <= lf < search:
+                    lf = buffer.find(b"\n", search)
+                if 0 <= cr < search:
+                    cr = buffer.find(b"\r", search)
             del buffer[:begin]
             if len(buffer) > limit:
                 raise too_long(f"a streamed line is over {limit} bytes")
         if buffer:
-            yield buffer.decode("utf-8", "replace").rstrip("\r")
+            yield buffer.decode("utf-8", "replace")
     finally:
         if isinstance(pieces, AsyncGenerator):
             await pieces.aclose()

@@ -130,7 +130,14 @@ class _Connection(asyncio.Protocol):
         name = name.lower()
         if name == b"content-length" or (name == b"transfer-encoding" and b"chunked" in value.lower()):
             self._framed = True
-        if name == b"content-length" and value.strip().isdigit() and int(value) > MAX_ANSWER_BYTES:
+        # Only an answer read whole is bounded up front: of an error answer (300 or more) only the
+        # start is read (``read_start``), whatever length it declares, and a 400 stays a 400.
+        if (
+            name == b"content-length"
+            and self._parser.get_status_code() < 300
+            and value.strip().isdigit()
+            and int(value) > MAX_ANSWER_BYTES
+        ):
             self._too_large()
 
     def on_headers_complete(self) -> None:
