@@ -200,7 +200,13 @@ class Shed(NoBackend):
 
 
 class BackendFailed(DispatchError):
-    """A backend answered with an error, garbage, or not at all."""
+    """A backend answered with an error, garbage, or not at all. ``retry_after_s``: how long the
+    backend asked not to be sent calls (its ``Retry-After`` on a 429 or 503, read by
+    ``dispatch.backends.retry_after_s``); ``None`` when it named no usable time."""
+
+    def __init__(self, message: str, *, retry_after_s: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
 
 
 class BackendRejectedCredentials(BackendFailed):

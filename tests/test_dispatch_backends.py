@@ -27,9 +27,11 @@ from agentgate.dispatch import Inventory, inventory_from_mapping
 from agentgate.dispatch.backends import (
     MAX_CHARS_PER_TOKEN,
     MAX_LINE_BYTES,
+    MAX_RETRY_AFTER_S,
     BackendClient,
     ChatChunk,
     Timeouts,
+    retry_after_s,
     split_lines,
     trace_headers,
 )
@@ -645,3 +647,95 @@ async def test_a_stream_whose_lines_end_with_a_bare_cr_is_read_on_every_path(pat
         await pool.aclose()
         server.close()
         await server.wait_closed()
+
+
+# --- Retry-After ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("value", "seconds"),
+    [
+        pytest.param("7", 7.0, id="delta-seconds"),
+        pytest.param(" 0 ", 0.0, id="zero"),
+        pytest.param("Wed, 21 Oct 2015 07:28:30 GMT", 30.0, id="http-date"),
+        pytest.param("Wednesday, 21-Oct-15 07:28:30 GMT", 30.0, id="rfc850-date"),
+        pytest.param("Wed, 21 Oct 2015 07:27:00 GMT", 0.0, id="date-past"),
+        pytest.param("86400", MAX_RETRY_AFTER_S, id="a-day-capped"),
+        pytest.param("9" * 5000, MAX_RETRY_AFTER_S, id="digits-beyond-int-parsing-capped"),
+        pytest.param("Wed, 21 Oct 2099 07:28:00 GMT", MAX_RETRY_AFTER_S, id="date-far-capped"),
+        pytest.param("-5", None, id="negative"),
+        pytest.param("1.5", None, id="fraction"),
+        pytest.param("soon", None, id="garbage"),
+        pytest.param("", None, id="empty"),
+        pytest.param("\u0663", None, id="non-ascii-digit"),
+        pytest.param(None, None, id="absent"),
+    ],
+)
+def test_retry_after_reads_seconds_or_a_date_and_ignores_garbage(
+    value: str | None, seconds: float | None
+) -> None:
+    """Rule: ``Retry-After`` is delta-seconds or an HTTP-date (RFC 9110 10.2.3); a date past is 0,
+    anything longer than ``MAX_RETRY_AFTER_S`` is that, and any other value is none (ignored)."""
+    now = 1445412480.0  # Wed, 21 Oct 2015 07:28:00 GMT
+    assert retry_after_s(value, now) == seconds
+
+
+@pytest.mark.parametrize("streamed", [True, False], ids=["streamed", "json"])
+@pytest.mark.parametrize("path", ["httpx", "aiohttp", "gateway-pool"])
+@pytest.mark.parametrize(("status", "asked"), [(429, 7.0), (503, 7.0), (500, None)])
+async def test_a_busy_answer_carries_its_retry_after_on_every_path(
+    path: str, streamed: bool, status: int, asked: float | None
+) -> None:
+    """Kills: ``Retry-After`` never read (every 429 or 503 a plain ``BackendFailed``, the backend
+    then left alone for ``cooldown_s`` whatever it asked), or read on some client paths only.
+
+    Rule: a 429 or 503's ``Retry-After`` is the ``BackendFailed``'s ``retry_after_s`` on every
+    client path, streamed or not; another status's is not read."""
+
+    async def busy(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await _read_request(reader)
+        body = b'{"error": {"message": "busy"}}'
+        writer.write(
+            b"HTTP/1.1 %d Busy\r\nretry-after: 7\r\ncontent-length: %d\r\nconnection: close\r\n\r\n%s"
+            % (status, len(body), body)
+        )
+        await writer.drain()
+        writer.close()
+
+    server, backend = await _serving(busy)
+    pool = UpstreamPool()
+    try:
+        async with httpx.AsyncClient() as http, aiohttp.ClientSession() as session:
+            client = BackendClient(backend.backends[0], http, session=session if path == "aiohttp" else None)
+            if path == "gateway-pool":
+                client.transport = pool
+            with pytest.raises(BackendFailed) as raised:
+                async with asyncio.timeout(10):
+                    await (_chunks(client) if streamed else client.chat(PAYLOAD))
+        assert raised.value.retry_after_s == asked
+    finally:
+        await pool.aclose()
+        server.close()
+        await server.wait_closed()
+
+
+async def test_a_transport_without_retry_after_is_still_used() -> None:
+    """Rule: a ``ChatTransport`` whose ``post`` gives status and body only (no third item) is
+    read as one whose answers carry no ``Retry-After``."""
+
+    class TwoItems:
+        async def post(self, url: str, body: bytes, authorization: str | None = None) -> tuple[int, bytes]:
+            return 429, b"busy"
+
+        def stream(self, url: str, body: bytes, authorization: str | None = None) -> Any:
+            raise NotImplementedError
+
+    backend = inventory_from_mapping(
+        {"backends": [{"name": "b0", "url": "http://127.0.0.1:9", "engine": "vllm", "models": ["m"]}]}
+    ).backends[0]
+    async with httpx.AsyncClient() as http:
+        client = BackendClient(backend, http)
+        client.transport = TwoItems()
+        with pytest.raises(BackendFailed, match="HTTP 429: busy") as raised:
+            await client.chat(PAYLOAD)
+    assert raised.value.retry_after_s is None

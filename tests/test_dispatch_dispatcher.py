@@ -163,7 +163,11 @@ class Canned:
 
     def __init__(self) -> None:
         self.answer: object = {}
+        self.status = 200
+        self.headers: dict[str, str] = {}
+        """The status and further headers of every chat answer."""
         self.posts = 0
+        self.gets = 0
         canned = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -171,6 +175,7 @@ class Canned:
                 pass
 
             def do_GET(self) -> None:
+                canned.gets += 1
                 self.send_response(200)
                 self.send_header("content-length", "2")
                 self.end_headers()
@@ -186,7 +191,9 @@ class Canned:
                 else:
                     body = json.dumps(answer).encode()
                     kind = "application/json"
-                self.send_response(200)
+                self.send_response(canned.status)
+                for name, value in canned.headers.items():
+                    self.send_header(name, value)
                 self.send_header("content-type", kind)
                 self.send_header("content-length", str(len(body)))
                 self.end_headers()
@@ -292,3 +299,42 @@ async def test_a_streamed_usage_without_a_completion_count_is_no_usage(canned: l
         chunks = [chunk async for chunk in dispatcher.stream(PAYLOAD, slo_ttft_s=30.0, priority=0)]
     assert [c.content for c in chunks] == ["hi"]
     assert all(c.usage is None for c in chunks)
+
+
+async def _probed(server: Canned, rounds: int) -> None:
+    """Return once ``server`` has answered ``rounds`` more health probes."""
+    target = server.gets + rounds
+    async with asyncio.timeout(10):
+        while server.gets < target:
+            await asyncio.sleep(0.01)
+
+
+@pytest.mark.parametrize("status", [429, 503])
+@pytest.mark.parametrize("streamed", [False, True], ids=["json", "streamed"])
+async def test_a_busy_backend_stays_down_for_the_time_its_retry_after_asks(
+    canned: list[Canned], status: int, streamed: bool
+) -> None:
+    """Kills: ``Retry-After`` never read: a backend answering 429 or 503 with ``Retry-After: 60``
+    was marked down for ``cooldown_s`` (1 s) only, and sent calls again at its next passing health
+    probe (an overloaded engine still answers ``/health``), 59 s before it asked to be.
+
+    Rule: a backend whose 429 or 503 names a ``Retry-After`` stays down for the longer of that
+    time and ``cooldown_s``, whatever its health probes say, and comes back after it."""
+    busy = canned[0]
+    busy.status, busy.headers, busy.answer = status, {"Retry-After": "60"}, {"error": {"message": "busy"}}
+    now = [1000.0]
+    async with _dispatcher(
+        _inventory([busy]), health_interval_s=0.02, max_attempts=1, clock=lambda: now[0]
+    ) as dispatcher:
+        with pytest.raises(BackendFailed, match=rf"HTTP {status} \(Retry-After: 60 s\)"):
+            if streamed:
+                async for _ in dispatcher.stream(PAYLOAD, slo_ttft_s=30.0, priority=0):
+                    pass
+            else:
+                await dispatcher.chat(PAYLOAD, slo_ttft_s=30.0, priority=0)
+        now[0] += 30  # past cooldown_s, short of the 60 s asked for
+        await _probed(busy, 3)
+        assert dispatcher.is_down("c0")
+        now[0] += 31
+        await _probed(busy, 3)
+        assert not dispatcher.is_down("c0")

@@ -853,20 +853,20 @@ def test_upstream_pool_keeps_connections_alive_and_reads_every_framing() -> None
         backend = _RawBackend()
         async with backend as url:
             pool = UpstreamPool()
-            assert await pool.post(url + "/cl", b'{"a":1}') == (200, b'{"a":1}')
-            assert await pool.post(url + "/cl", b'{"b":2}') == (200, b'{"b":2}')
-            assert await pool.post(url + "/chunked", b'{"chunked":true}') == (201, b'{"chunked":true}')
+            assert await pool.post(url + "/cl", b'{"a":1}') == (200, b'{"a":1}', None)
+            assert await pool.post(url + "/cl", b'{"b":2}') == (200, b'{"b":2}', None)
+            assert await pool.post(url + "/chunked", b'{"chunked":true}') == (201, b'{"chunked":true}', None)
             assert backend.connections == 1  # one kept-alive connection for all three
-            async with pool.stream(url + "/sse", b'{"x":1}') as (status, _, lines):
+            async with pool.stream(url + "/sse", b'{"x":1}') as (status, _, lines, _):
                 assert status == 200
                 assert [line async for line in lines] == ['data: {"x":1}', "", "data: [DONE]", ""]
             assert backend.connections == 1  # the stream was read to its end: the connection stays
-            async with pool.stream(url + "/sse", b"{}") as (status, _, lines):
+            async with pool.stream(url + "/sse", b"{}") as (status, _, lines, _):
                 assert await anext(lines) == "data: {}"  # left early: that connection is closed
-            assert await pool.post(url + "/cl", b"{}") == (200, b"{}")
+            assert await pool.post(url + "/cl", b"{}") == (200, b"{}", None)
             assert backend.connections == 2
-            assert await pool.post(url + "/eof", b"{}") == (200, b"{}")
-            assert await pool.post(url + "/cl", b"{}") == (200, b"{}")
+            assert await pool.post(url + "/eof", b"{}") == (200, b"{}", None)
+            assert await pool.post(url + "/cl", b"{}") == (200, b"{}", None)
             assert backend.connections == 3  # the closed one was not reused
             await pool.aclose()
 

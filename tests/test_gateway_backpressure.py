@@ -79,7 +79,7 @@ def test_a_slow_reader_stalls_the_backend_instead_of_filling_the_gateways_memory
         url = await flood.start()
         pool = UpstreamPool()
         try:
-            async with pool.stream(url, b"{}") as (status, _, lines):
+            async with pool.stream(url, b"{}") as (status, _, lines, _):
                 assert status == 200
                 assert await anext(lines) == _line(0)
                 # The caller stops reading. The backend can only get as far as the kernel's

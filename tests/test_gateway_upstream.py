@@ -118,8 +118,8 @@ def _connections_for_two_calls(answer: bytes) -> int:
         backend = _Backend(answering)
         async with backend as url:
             pool = UpstreamPool()
-            assert await pool.post(url, b"{}") == (200, b"{}")
-            assert await pool.post(url, b"{}") == (200, b"{}")
+            assert await pool.post(url, b"{}") == (200, b"{}", None)
+            assert await pool.post(url, b"{}") == (200, b"{}", None)
             await pool.aclose()
             return backend.connections
 
@@ -161,11 +161,11 @@ def test_an_idle_connection_older_than_idle_s_is_not_reused() -> None:
         backend = _Backend(answer)
         async with backend as url:
             pool = UpstreamPool(idle_s=0.05)
-            assert await pool.post(url, b"{}") == (200, b"{}")
-            assert await pool.post(url, b"{}") == (200, b"{}")
+            assert await pool.post(url, b"{}") == (200, b"{}", None)
+            assert await pool.post(url, b"{}") == (200, b"{}", None)
             assert backend.connections == 1  # reused while fresh
             await asyncio.sleep(0.1)
-            assert await pool.post(url, b"{}") == (200, b"{}")
+            assert await pool.post(url, b"{}") == (200, b"{}", None)
             assert backend.connections == 2
             await pool.aclose()
 
@@ -196,7 +196,7 @@ def test_a_connection_whose_call_ends_after_the_pool_closed_is_closed_not_kept()
                 await asyncio.sleep(0.01)
             await pool.aclose()
             answered.set()
-            assert await call == (200, b"{}")  # the call in flight is answered
+            assert await call == (200, b"{}", None)  # the call in flight is answered
             done, _ = await asyncio.wait(backend.handlers, timeout=5)
             assert len(done) == 1  # and its connection closed: the backend read its end
 
@@ -255,7 +255,7 @@ def test_a_streamed_line_over_max_line_is_refused_while_it_arrives() -> None:
         async with _Backend(answer) as url:
             pool = UpstreamPool(max_line=1024)
             with pytest.raises(UpstreamError, match="over 1024 bytes"):
-                async with pool.stream(url, b"{}") as (status, _, lines):
+                async with pool.stream(url, b"{}") as (status, _, lines, _):
                     assert status == 200
                     async for _ in lines:
                         pass
@@ -310,7 +310,7 @@ def test_a_trace_header_with_a_line_break_is_refused_before_anything_is_sent(hea
             assert "Injected" not in str(raised.value)
             assert backend.connections == 0
             # A clean trace header goes through on the same pool.
-            assert await pool.post(url, b"{}", headers={"traceparent": "00-abc"}) == (200, b"{}")
+            assert await pool.post(url, b"{}", headers={"traceparent": "00-abc"}) == (200, b"{}", None)
             await pool.aclose()
 
     _run(scenario)
@@ -346,8 +346,8 @@ def test_an_interim_answer_before_the_final_one_is_read_past_not_taken_as_the_an
         backend = _Backend(answer)
         async with backend as url:
             pool = UpstreamPool()
-            assert await pool.post(url, b"{}") == (200, whole)
-            async with pool.stream(url, b"{}") as (status, _, lines):
+            assert await pool.post(url, b"{}") == (200, whole, None)
+            async with pool.stream(url, b"{}") as (status, _, lines, _):
                 assert status == 200
                 assert [line async for line in lines] == [whole.decode()]
             assert backend.connections == 1  # one connection carried both calls
@@ -405,8 +405,8 @@ def test_a_second_answer_to_one_request_is_not_read_into_it_nor_its_connection_k
         backend = _Backend(twice)
         async with backend as url:
             pool = UpstreamPool()
-            assert await pool.post(url, b"{}") == (200, b'{"call":1}')
-            assert await pool.post(url, b"{}") == (200, b'{"call":2}')
+            assert await pool.post(url, b"{}") == (200, b'{"call":1}', None)
+            assert await pool.post(url, b"{}") == (200, b'{"call":2}', None)
             assert backend.connections == 2  # the first connection was not used again
             await pool.aclose()
 
@@ -434,7 +434,7 @@ def test_an_error_answer_declaring_a_body_over_the_size_limit_is_quoted_not_refu
     async def scenario() -> None:
         async with _Backend(answer) as url:
             pool = UpstreamPool()
-            got, body = await pool.post(url, b"{}")
+            got, body, _ = await pool.post(url, b"{}")
             assert (got, body) == (status, b'{"error": "too long a prompt"}')
             await pool.aclose()
 

@@ -28,12 +28,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import email.utils
 import functools
 import inspect
 import json
 import math
+import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC
 from typing import Any, Protocol, cast
 from urllib.parse import urlsplit
 
@@ -55,6 +58,12 @@ from agentgate.errors import (
 
 _CALLER_ERRORS = frozenset({400, 413, 422})
 _CREDENTIAL_ERRORS = frozenset({401, 403})
+_BUSY = frozenset({429, 503})
+"""The statuses whose ``Retry-After`` is read (``retry_after_s``): too many requests, unavailable."""
+MAX_RETRY_AFTER_S = 300.0
+"""The longest a backend's ``Retry-After`` is honoured for (seconds): a longer one (an hour, a
+date next year: a proxy's misconfiguration more likely than a plan) is taken as this, so that a
+backend is tried again within five minutes whatever it said."""
 MAX_ANSWER_BYTES = 64 * 1024 * 1024
 """The largest non-streamed answer read (after decompression): a chat completion with every
 token's log-probabilities is a few MB; a larger body is garbage, or a bomb, not an answer."""
@@ -155,6 +164,16 @@ class ChatResult:
     """The body as the backend sent it (``body`` is its decoded form); empty if not kept."""
 
 
+PostAnswer = tuple[int, bytes] | tuple[int, bytes, str | None]
+"""What a ``ChatTransport``'s ``post`` returns: status, body, and optionally ``Retry-After``."""
+StreamAnswer = (
+    tuple[int, Callable[[], Awaitable[bytes]], AsyncIterator[str]]
+    | tuple[int, Callable[[], Awaitable[bytes]], AsyncIterator[str], str | None]
+)
+"""What a ``ChatTransport``'s ``stream`` opens with: status, a reader of the body's start, the
+lines, and optionally ``Retry-After``."""
+
+
 class ChatTransport(Protocol):
     """What chat calls can go over instead of ``session`` (the gateway's lean pool).
     ``authorization``, when given, is sent as the ``Authorization`` header's value.
@@ -163,20 +182,20 @@ class ChatTransport(Protocol):
     further header names to values, or ``None``) is given the call's trace context headers
     (``trace_headers``) there; one that does not take it is called as above, and sends none."""
 
-    async def post(self, url: str, body: bytes, authorization: str | None = None) -> tuple[int, bytes]:
+    async def post(self, url: str, body: bytes, authorization: str | None = None) -> PostAnswer:
         """POST the JSON ``body``: the status and the whole answer (for a status of 300 or more,
-        its body's start may do: only the first ``_QUOTED`` bytes are quoted); raises ``OSError``
-        if none can be read."""
+        its body's start may do: only the first ``_QUOTED`` bytes are quoted), and, as a third
+        item, the answer's ``Retry-After`` header (``None`` without one; a transport that gives
+        no third item is taken to have none); raises ``OSError`` if none can be read."""
         ...
 
     def stream(
         self, url: str, body: bytes, authorization: str | None = None
-    ) -> contextlib.AbstractAsyncContextManager[
-        tuple[int, Callable[[], Awaitable[bytes]], AsyncIterator[str]]
-    ]:
+    ) -> contextlib.AbstractAsyncContextManager[StreamAnswer]:
         """POST the JSON ``body`` for a streamed answer: the status, a reader of its body (called
         only for an error status, to quote the body's first ``_QUOTED`` bytes: it may return just
-        what has arrived of it), its lines; raises ``OSError`` if the answer cannot be read."""
+        what has arrived of it), its lines, and, as a fourth item, its ``Retry-After`` header
+        (optional, as ``post``'s third); raises ``OSError`` if the answer cannot be read."""
         ...
 
 
@@ -190,7 +209,7 @@ class _HeaderTransport(Protocol):
         authorization: str | None = None,
         *,
         headers: Mapping[str, str] | None = None,
-    ) -> tuple[int, bytes]: ...
+    ) -> PostAnswer: ...
 
     def stream(
         self,
@@ -199,9 +218,7 @@ class _HeaderTransport(Protocol):
         authorization: str | None = None,
         *,
         headers: Mapping[str, str] | None = None,
-    ) -> contextlib.AbstractAsyncContextManager[
-        tuple[int, Callable[[], Awaitable[bytes]], AsyncIterator[str]]
-    ]: ...
+    ) -> contextlib.AbstractAsyncContextManager[StreamAnswer]: ...
 
 
 def _takes_headers(method: object) -> bool:
@@ -317,14 +334,14 @@ class BackendClient:
         content = _encode({**payload, "stream": False})
         try:
             async with asyncio.timeout(self.timeouts.first_token_s):
-                status, raw = await self._post(content, trace)
+                status, raw, retry_after = await self._post(content, trace)
         except TimeoutError:
             raise BackendFailed(
                 f"{self.backend.name}: no answer within {self.timeouts.first_token_s}s"
             ) from None
         except (httpx.HTTPError, aiohttp.ClientError, OSError) as exc:
             raise BackendFailed(f"{self.backend.name}: {type(exc).__name__}: {exc}") from None
-        self._check_status(status, self._excerpt(raw))
+        self._check_status(status, self._excerpt(raw), retry_after)
         try:
             data = orjson.loads(raw)
             _reject_error(self.backend.name, data, self._key)
@@ -338,16 +355,19 @@ class BackendClient:
         except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
             raise BackendFailed(f"{self.backend.name}: malformed chat completion: {exc}") from None
 
-    async def _post(self, content: bytes, trace: Mapping[str, str]) -> tuple[int, bytes]:
+    async def _post(self, content: bytes, trace: Mapping[str, str]) -> tuple[int, bytes, str | None]:
         """POST ``content`` to the chat endpoint (with the ``trace`` headers): the status and the
         whole body (redirects not followed), or for a status of 300 or more what has arrived of
         the body once any has, at most ``_QUOTED`` bytes (an error's body is quoted, never waited
-        for or held whole); raises ``BackendFailed`` for a body over ``MAX_ANSWER_BYTES``."""
+        for or held whole), and the answer's ``Retry-After`` (``None`` without one); raises
+        ``BackendFailed`` for a body over ``MAX_ANSWER_BYTES``."""
         if self.transport is not None:
             if trace and self._transport_headers(self.transport):
                 traced = cast(_HeaderTransport, self.transport)
-                return await traced.post(self.backend.chat_url, content, self._authorization, headers=trace)
-            return await self.transport.post(self.backend.chat_url, content, self._authorization)
+                got = await traced.post(self.backend.chat_url, content, self._authorization, headers=trace)
+            else:
+                got = await self.transport.post(self.backend.chat_url, content, self._authorization)
+            return got[0], got[1], got[2] if len(got) > 2 else None
         headers = self._with_trace(self._chat_headers, trace)
         if self.session is not None:
             async with self.session.post(
@@ -360,11 +380,12 @@ class BackendClient:
                 self._reading.add(answer)
                 try:
                     if answer.status >= 300:
-                        return answer.status, await answer.content.read(_QUOTED)
+                        retry_after = answer.headers.get("Retry-After")
+                        return answer.status, await answer.content.read(_QUOTED), retry_after
                     small = answer.content_length is not None and answer.content_length <= _SMALL
                     if small and "content-encoding" not in answer.headers:
-                        return answer.status, await answer.read()  # the usual answer: a few kB
-                    return answer.status, await self._capped(answer.content.iter_chunked(1 << 20))
+                        return answer.status, await answer.read(), None  # the usual answer: a few kB
+                    return answer.status, await self._capped(answer.content.iter_chunked(1 << 20)), None
                 finally:
                     self._reading.discard(answer)
         async with self.http.stream(
@@ -375,8 +396,8 @@ class BackendClient:
             timeout=self._answer_timeout,
         ) as response:
             if response.status_code >= 300:
-                return response.status_code, await _start(response)
-            return response.status_code, await self._capped(response.aiter_bytes())
+                return response.status_code, await _start(response), response.headers.get("Retry-After")
+            return response.status_code, await self._capped(response.aiter_bytes()), None
 
     async def _capped(self, chunks: AsyncIterator[bytes]) -> bytes:
         """The body, read up to ``MAX_ANSWER_BYTES`` (decoded: a gzip bomb counts at its size
@@ -425,12 +446,14 @@ class BackendClient:
                 # call, its slot and its reservation for ever (the lean pool has no timer of its own).
                 try:
                     async with asyncio.timeout_at(deadline):
-                        status, read, lines = await opened.enter_async_context(self._post_stream(body, trace))
+                        status, read, lines, retry_after = await opened.enter_async_context(
+                            self._post_stream(body, trace)
+                        )
                         # The start only: an error's body may never end (``_post_stream``).
                         refusal = self._excerpt(await read()) if status >= 300 else ""
                 except TimeoutError:
                     raise BackendFailed(f"{self.backend.name}: no answer within {wait}s") from None
-                self._check_status(status, refusal)
+                self._check_status(status, refusal, retry_after)
                 while True:
                     try:
                         async with asyncio.timeout_at(deadline):
@@ -471,10 +494,11 @@ class BackendClient:
     @contextlib.asynccontextmanager
     async def _post_stream(
         self, body: Mapping[str, Any], trace: Mapping[str, str]
-    ) -> AsyncIterator[tuple[int, Callable[[], Awaitable[bytes]], AsyncIterator[str]]]:
+    ) -> AsyncIterator[tuple[int, Callable[[], Awaitable[bytes]], AsyncIterator[str], str | None]]:
         """POST a streaming request (with the ``trace`` headers): the status, a reader of the start
         of the body (what has arrived of it once any has, at most ``_QUOTED`` bytes: an error
-        answer's body is quoted, never waited for or held whole), and its lines."""
+        answer's body is quoted, never waited for or held whole), its lines, and its
+        ``Retry-After`` (``None`` without one)."""
         if self.transport is not None:
             if trace and self._transport_headers(self.transport):
                 opening = cast(_HeaderTransport, self.transport).stream(
@@ -482,8 +506,8 @@ class BackendClient:
                 )
             else:
                 opening = self.transport.stream(self.backend.chat_url, _encode(body), self._authorization)
-            async with opening as answer:
-                yield answer
+            async with opening as opened:
+                yield opened[0], opened[1], opened[2], opened[3] if len(opened) > 3 else None
             return
         headers = self._with_trace(self._chat_headers, trace)
         if self.session is not None:
@@ -500,6 +524,7 @@ class BackendClient:
                         answer.status,
                         functools.partial(answer.content.read, _QUOTED),
                         split_lines(answer.content.iter_any(), MAX_LINE_BYTES),
+                        answer.headers.get("Retry-After"),
                     )
                 finally:
                     self._reading.discard(answer)
@@ -515,6 +540,7 @@ class BackendClient:
                 response.status_code,
                 functools.partial(_start, response),
                 split_lines(response.aiter_bytes(), MAX_LINE_BYTES),
+                response.headers.get("Retry-After"),
             )
 
     def cut(self) -> None:
@@ -593,10 +619,11 @@ class BackendClient:
             return False
         return response.status_code == 200
 
-    def _check_status(self, status: int, text: str) -> None:
+    def _check_status(self, status: int, text: str, retry_after: str | None = None) -> None:
         """Raise for an answer that is not a success: ``BackendRejectedCredentials`` for 401/403
         (the backend's text left out), ``DispatchError`` quoting ``text`` for a request the
-        backend calls invalid, else ``BackendFailed`` quoting it."""
+        backend calls invalid, else ``BackendFailed`` quoting it; for a 429 or 503, with the time
+        its ``retry_after`` header asks for (``retry_after_s``) as ``retry_after_s``."""
         if status < 300:
             return
         if status in _CREDENTIAL_ERRORS:
@@ -610,7 +637,9 @@ class BackendClient:
             )
         if status in _CALLER_ERRORS:
             raise DispatchError(f"{self.backend.name} rejected the request: HTTP {status}: {text}")
-        raise BackendFailed(f"{self.backend.name}: HTTP {status}: {text}")
+        wait = retry_after_s(retry_after) if status in _BUSY else None
+        asked = "" if wait is None else f" (Retry-After: {wait:g} s)"
+        raise BackendFailed(f"{self.backend.name}: HTTP {status}{asked}: {text}", retry_after_s=wait)
 
     def _excerpt(self, body: bytes) -> str:
         """The start of an error answer's ``body`` for a message, scrubbed of the key before it is
@@ -629,10 +658,35 @@ class BackendClient:
         text = str(exc)
         scrubbed = _scrub(text, self._key, _prompt_texts(payload))
         if scrubbed != text:
-            exc = type(exc)(scrubbed)
+            shown = type(exc)(scrubbed)
+            if isinstance(exc, BackendFailed) and isinstance(shown, BackendFailed):
+                shown.retry_after_s = exc.retry_after_s
+            exc = shown
         exc.__cause__ = exc.__context__ = None
         exc.__suppress_context__ = True
         return exc
+
+
+def retry_after_s(value: str | None, now: float | None = None) -> float | None:
+    """The seconds a ``Retry-After`` header's ``value`` asks a client to wait, from ``now`` (Unix
+    time; default: the time now): its delta-seconds (ASCII digits only, RFC 9110 10.2.3) or the
+    time to its HTTP-date (0 for a date past), at most ``MAX_RETRY_AFTER_S``. ``None`` for no
+    value or one of neither form: a negative or fractional number, garbage (ignored, never an
+    error: the backend's failure stands without it)."""
+    if value is None:
+        return None
+    text = value.strip()
+    if text.isascii() and text.isdigit():
+        return MAX_RETRY_AFTER_S if len(text) > 9 else min(float(text), MAX_RETRY_AFTER_S)
+    if not text or text[0].isdigit() or text[0] in "+-":
+        return None  # a number of another form (``-5``, ``1.5``) or nothing: no date either
+    try:
+        when = email.utils.parsedate_to_datetime(text)
+        seconds = when.timestamp() if when.tzinfo is not None else when.replace(tzinfo=UTC).timestamp()
+    except (TypeError, ValueError, OverflowError, IndexError):
+        return None
+    left = seconds - (time.time() if now is None else now)
+    return min(max(0.0, left), MAX_RETRY_AFTER_S)
 
 
 def _line_shown(line: str, key: str | None) -> str:

@@ -6,7 +6,9 @@ backend, two background loops (so that a backend whose probe hangs delays no oth
 metrics scraper (every ``scrape_interval_s``; a backend whose metrics cannot be read is simply
 left to the router's in-flight accounting once its last scrape is stale) and a health prober
 (every ``health_interval_s``; a backend that fails its probe, or a request, is marked down at
-once and skipped by the router; it is used again once it passes a probe after ``cooldown_s``). A call that fails before it has produced any output is retried on another
+once and skipped by the router; it is used again once it passes a probe after ``cooldown_s``, or
+after the time its ``Retry-After`` asked for if that is longer: a 429 or 503 names it, read by
+``backends.retry_after_s``, at most ``MAX_RETRY_AFTER_S``). A call that fails before it has produced any output is retried on another
 backend, at most ``max_attempts`` times in all; when every usable backend is marked down the
 call waits up to ``recovery_wait_s`` for one to come back before it fails with ``NoBackend``. A
 stream that fails after output has been delivered cannot be replayed transparently and ends
@@ -138,6 +140,8 @@ class Dispatcher:
         """Backends marked down for rejecting our credentials (a subset of ``_down_since``)."""
         self._rejections: dict[str, int] = {}
         """Backend -> how many times it rejected our credentials since it last served a call."""
+        self._held_until: dict[str, float] = {}
+        """Backend -> the ``clock`` time its ``Retry-After`` (a 429 or 503) keeps it down until."""
         self._live: set[str] = set()
         """The ids of the calls in flight (``_only``)."""
         self._waiting: dict[str, asyncio.Event] = {}
@@ -509,6 +513,9 @@ class Dispatcher:
         self._finished(request_id)
         if not self._closing:  # a connection cut by aclose is no fault of the backend's
             newly = self._mark_down(backend)
+            if exc.retry_after_s is not None:  # the backend said how long it wants to be left alone
+                until = self.clock() + exc.retry_after_s
+                self._held_until[backend] = max(until, self._held_until.get(backend, until))
             if isinstance(exc, BackendRejectedCredentials):
                 self._rejected.add(backend)
                 if newly:  # calls in flight when it went down are the same rejection, not more
@@ -552,8 +559,13 @@ class Dispatcher:
             (ok,) = await asyncio.gather(probe, return_exceptions=True)
             if ok is not True:
                 self._mark_down(name)
-            elif name in self._down_since and self.clock() - self._down_since[name] >= self._cooldown(name):
+            elif (
+                name in self._down_since
+                and self.clock() - self._down_since[name] >= self._cooldown(name)
+                and self.clock() >= self._held_until.get(name, -math.inf)
+            ):
                 del self._down_since[name]
+                self._held_until.pop(name, None)
                 self._rejected.discard(name)
                 self.router.mark_up(name)
                 self._slot_freed()

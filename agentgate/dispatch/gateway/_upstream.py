@@ -81,6 +81,8 @@ class _Connection(asyncio.Protocol):
         self._streaming = False  # read by ``pieces``: reading pauses when the reader falls behind
         self._resume()
         self._status = 0
+        self.retry_after: str | None = None
+        """The answer's ``Retry-After`` header, as sent (``None`` without one)."""
         self._error: Exception | None = None
         self._headers_done = False
         self._interim = False  # reading a 1xx answer's head, which the final answer follows
@@ -130,6 +132,8 @@ class _Connection(asyncio.Protocol):
         name = name.lower()
         if name == b"content-length" or (name == b"transfer-encoding" and b"chunked" in value.lower()):
             self._framed = True
+        elif name == b"retry-after":
+            self.retry_after = value.decode("latin-1")
         # Only an answer read whole is bounded up front: of an error answer (300 or more) only the
         # start is read (``read_start``), whatever length it declares, and a 400 stays a 400.
         if (
@@ -172,6 +176,7 @@ class _Connection(asyncio.Protocol):
     def on_message_complete(self) -> None:
         if self._interim:  # the end of an interim answer: its head said nothing about the final one's
             self._interim = self._framed = False
+            self.retry_after = None
             return
         self._complete = True
         # Read now: the parser answers False once it has moved past the message.
@@ -298,10 +303,11 @@ class UpstreamPool:
         authorization: str | None = None,
         *,
         headers: Mapping[str, str] | None = None,
-    ) -> tuple[int, bytes]:
+    ) -> tuple[int, bytes, str | None]:
         """POST ``body`` (JSON) to ``url`` (``http://host:port/path``), with the ``Authorization``
-        header ``authorization`` when given: the answer's status and body; for a status of 300 or
-        more, only the start of the body (``read_start``: an error's, to quote).
+        header ``authorization`` when given: the answer's status and body (for a status of 300 or
+        more, only the start of the body: ``read_start``, an error's, to quote), and its
+        ``Retry-After`` header (``None`` without one).
 
         Raises ``OSError`` (``UpstreamError``, a refused connection, an ``authorization`` a header
         cannot carry, ...) if no answer can be read, ``TimeoutError`` if no connection opens within
@@ -316,7 +322,7 @@ class UpstreamPool:
             connection.close()
             raise
         self._release(origin, connection)
-        return status, answer
+        return status, answer, connection.retry_after
 
     @contextlib.asynccontextmanager
     async def stream(
@@ -326,10 +332,10 @@ class UpstreamPool:
         authorization: str | None = None,
         *,
         headers: Mapping[str, str] | None = None,
-    ) -> AsyncIterator[tuple[int, Callable[[], Awaitable[bytes]], AsyncIterator[str]]]:
+    ) -> AsyncIterator[tuple[int, Callable[[], Awaitable[bytes]], AsyncIterator[str], str | None]]:
         """POST ``body`` to ``url`` (with ``authorization`` as ``post``) for a streamed answer: its
-        status, a reader of the start of its body (``read_start``: an error's, to quote), and its
-        lines as they arrive (without line ends).
+        status, a reader of the start of its body (``read_start``: an error's, to quote), its
+        lines as they arrive (without line ends), and its ``Retry-After`` (``None`` without one).
 
         Raises as ``post``; reading the lines raises ``UpstreamError`` for a line over
         ``max_line`` bytes. Leaving before the answer is complete closes the connection.
@@ -340,6 +346,7 @@ class UpstreamPool:
                 status,
                 connection.read_start,
                 split_lines(connection.pieces(), self.max_line, UpstreamError),
+                connection.retry_after,
             )
         except BaseException:
             connection.close()
