@@ -17,6 +17,7 @@ import pytest
 
 from agentgate.dispatch import Dispatcher, Router, inventory_from_mapping
 from agentgate.dispatch.inventory import Inventory
+from agentgate.dispatch.prefix import IMAGE_TOKENS, estimate_prompt_tokens
 from agentgate.errors import BackendFailed, DispatchError, NoBackend, Shed
 from agentgate.sim import SimServer
 
@@ -338,3 +339,16 @@ async def test_a_busy_backend_stays_down_for_the_time_its_retry_after_asks(
         now[0] += 31
         await _probed(busy, 3)
         assert not dispatcher.is_down("c0")
+
+
+def test_a_calls_image_is_routed_at_its_fixed_estimate_not_its_data_urls_length() -> None:
+    """Kills: ``route_request`` estimating the prompt by its text with an image part's base64 in it
+    (a 1 MB photo routed as a prompt of some 260,000 tokens: no backend's KV headroom fits it).
+
+    Rule: the route request's prompt is ``estimate_prompt_tokens`` of the messages: each image
+    part ``IMAGE_TOKENS``."""
+    inventory = _inventory([])
+    photo = {"type": "image_url", "image_url": {"url": "data:image/jpeg;base64," + "/9j/" * 250_000}}
+    messages = [{"role": "user", "content": [{"type": "text", "text": "What is this?"}, photo]}]
+    request = _dispatcher(inventory).route_request({"model": "m", "messages": messages})
+    assert request.prompt_tokens == estimate_prompt_tokens(messages) < 2 * IMAGE_TOKENS

@@ -5,7 +5,13 @@ it; token estimates round up.
 
 from __future__ import annotations
 
-from agentgate.dispatch.prefix import block_hashes, estimate_tokens, prompt_text
+from agentgate.dispatch.prefix import (
+    IMAGE_TOKENS,
+    block_hashes,
+    estimate_prompt_tokens,
+    estimate_tokens,
+    prompt_text,
+)
 from agentgate.dispatch.prefix_index import PrefixIndex
 
 
@@ -43,3 +49,26 @@ def test_token_estimates_round_up() -> None:
     estimate that reserves too little). Rule: a partial token counts as a token."""
     assert estimate_tokens("abcde") == 2
     assert estimate_tokens("a" * 400 + "b") == 101
+
+
+def test_an_image_part_is_estimated_at_a_fixed_count_whatever_its_size() -> None:
+    """Kills: a prompt's estimate counting an image content part by its characters (the base64 of
+    a photo: hundreds of thousands of tokens reserved, routed and checked against the context).
+
+    Rule: each ``image_url`` part is ``IMAGE_TOKENS``, a small one and a large one alike, an http
+    URL as a data URL; text parts and messages without images are estimated as before."""
+    text = {"type": "text", "text": "What is in this photo?"}
+
+    def image(url: str) -> dict[str, object]:
+        return {"type": "image_url", "image_url": {"url": url}}
+
+    def prompt(*parts: dict[str, object]) -> list[dict[str, object]]:
+        return [{"role": "system", "content": "Be brief."}, {"role": "user", "content": list(parts)}]
+
+    base = estimate_prompt_tokens(prompt(text))
+    assert base == estimate_tokens(prompt_text(prompt(text)))  # no image: as before
+    small = estimate_prompt_tokens(prompt(text, image("data:image/png;base64,AAAA")))
+    large = estimate_prompt_tokens(prompt(text, image("data:image/png;base64," + "A" * 4_000_000)))
+    linked = estimate_prompt_tokens(prompt(image("https://example.com/cat.png"), text))
+    assert small == large == linked == base + IMAGE_TOKENS
+    assert estimate_prompt_tokens(prompt(text, image("x"), image("y"))) == base + 2 * IMAGE_TOKENS

@@ -22,7 +22,7 @@ from test_gateway_hostile_backends import RESERVED as R16_RESERVED
 from test_gateway_hostile_backends import _gateway as _r16_gateway
 
 from agentgate.dispatch.gateway._request import MAX_BODY_BYTES
-from agentgate.dispatch.prefix import estimate_tokens, prompt_text
+from agentgate.dispatch.prefix import IMAGE_TOKENS, estimate_tokens, prompt_text
 
 pytest_plugins = ("test_gateway",)  # its ``backends`` and ``env`` fixtures
 
@@ -103,6 +103,35 @@ def test_a_calls_tool_definitions_are_reserved_as_prompt(tmp_path: Path, field: 
     tools_text = json.dumps(definitions, separators=(",", ":"), ensure_ascii=False)
     reserved = estimate_tokens(prompt_text(body["messages"])) + estimate_tokens(tools_text) + 8
     assert reserved > R16_RESERVED + 100
+    backend = _NoCompletionCount()
+    try:
+        with _r16_gateway(tmp_path, backend) as env:
+            backend.mode = "json_no_completion"
+            spent = env.spent()
+            answer = env.post(body)
+            assert answer.status_code == 200, answer.text
+            (outcome,) = _settled(env, 1)
+            assert outcome.status == "ok"
+            assert env.spent() == spent + reserved
+    finally:
+        backend.close()
+
+
+def test_an_image_is_reserved_at_its_fixed_estimate_never_by_its_data_urls_length(tmp_path: Path) -> None:
+    """Kills: ``_prompt_estimate`` counting an image content part by the characters of its base64
+    data URL: a photo of 1.5 MB reserved some 400,000 prompt tokens, so a budget that pays for the
+    call many times over refused it (and a quota in tokens was held for all of them meanwhile).
+
+    Rule: each ``image_url`` content part is reserved at ``IMAGE_TOKENS``, whatever its size; the
+    text beside it at four characters a token, as any message's."""
+    photo = "data:image/png;base64," + "iVBORw0KGgo" * 150_000  # 1.65 MB of base64
+    parts = [
+        {"type": "text", "text": "What is in this photo?"},
+        {"type": "image_url", "image_url": {"url": photo}},
+    ]
+    body = _r16_body(messages=[{"role": "user", "content": parts}])
+    text_only = [{"role": "user", "content": parts[:1]}]
+    reserved = estimate_tokens(prompt_text(text_only)) + IMAGE_TOKENS + 8
     backend = _NoCompletionCount()
     try:
         with _r16_gateway(tmp_path, backend) as env:

@@ -18,6 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from agentgate.dispatch.prefix import estimate_prompt_tokens
 from agentgate.sim import EngineConfig, SimServer
 
 MODEL = "llama-3.1-8b"
@@ -186,3 +187,17 @@ def test_serve_refuses_an_inventory_with_no_backends(tmp_path: Path) -> None:
     code, lines = _serve(tmp_path, *_POLICY, "--inventory", str(empty), "--port", free)
     assert (code, len(lines)) == (2, 1), (code, lines)
     assert str(empty) in lines[0] and "no backends" in lines[0]
+
+
+def test_an_image_part_is_counted_at_its_fixed_estimate_not_its_data_urls_length() -> None:
+    """Kills: the simulator counting a prompt's image by the characters of its base64 data URL: a
+    photo of 600 kB was a prompt of 150,000 tokens, refused 400 as over the model's context.
+
+    Rule: the simulated backend counts a prompt as the router does (``estimate_prompt_tokens``:
+    each image part ``IMAGE_TOKENS``), and reports that as its usage's prompt tokens."""
+    photo = {"type": "image_url", "image_url": {"url": "data:image/png;base64," + "iVBORw0KGgo" * 55_000}}
+    messages = [{"role": "user", "content": [{"type": "text", "text": "What is this?"}, photo]}]
+    with SimServer(time_scale=0.01) as server:
+        answer = _post(server, _body(messages=messages, max_tokens=2), timeout=10.0)
+    assert answer.status_code == 200, answer.text[:300]
+    assert answer.json()["usage"]["prompt_tokens"] == estimate_prompt_tokens(messages)

@@ -23,7 +23,7 @@ if TYPE_CHECKING:  # the names, for type checkers; at run time each is imported 
         parse_inventory,
     )
     from agentgate.dispatch.metrics import EngineLoad, load_from_text
-    from agentgate.dispatch.prefix import block_hashes, estimate_tokens, prompt_text
+    from agentgate.dispatch.prefix import block_hashes, estimate_prompt_tokens, estimate_tokens, prompt_text
     from agentgate.dispatch.quota import TenantQuota
     from agentgate.dispatch.router import Router
     from agentgate.dispatch.state import SpeedModel
@@ -54,6 +54,7 @@ _EXPORTS: dict[str, str] = {
     "Timeouts": "agentgate.dispatch.backends",
     "Usage": "agentgate.dispatch.backends",
     "block_hashes": "agentgate.dispatch.prefix",
+    "estimate_prompt_tokens": "agentgate.dispatch.prefix",
     "estimate_tokens": "agentgate.dispatch.prefix",
     "inventory_from_mapping": "agentgate.dispatch.inventory",
     "load_from_text": "agentgate.dispatch.metrics",
@@ -91,6 +92,7 @@ __all__ = [
     "Timeouts",
     "Usage",
     "block_hashes",
+    "estimate_prompt_tokens",
     "estimate_tokens",
     "inventory_from_mapping",
     "load_from_text",

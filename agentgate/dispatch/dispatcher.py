@@ -45,7 +45,7 @@ from opentelemetry import context as otel_context
 from agentgate.dispatch._policy import AllowedBackend, RoutePlan, RouteRequest, RoutingPolicy
 from agentgate.dispatch.backends import MAX_USAGE_TOKENS, BackendClient, ChatChunk, ChatResult, Timeouts
 from agentgate.dispatch.inventory import Inventory
-from agentgate.dispatch.prefix import block_hashes, estimate_tokens, prompt_text
+from agentgate.dispatch.prefix import block_hashes, estimate_prompt_tokens, prompt_text
 from agentgate.errors import (
     BackendFailed,
     BackendRejectedCredentials,
@@ -302,7 +302,8 @@ class Dispatcher:
         model = payload.get("model")
         if not isinstance(messages, list) or not messages or not isinstance(model, str):
             raise DispatchError("a chat call needs a model name and a non-empty list of messages")
-        text = prompt_text(m for m in messages if isinstance(m, Mapping))
+        chat = [m for m in messages if isinstance(m, Mapping)]
+        text = prompt_text(chat)
         try:
             # ``max_completion_tokens`` first, as OpenAI and vLLM read it: the limit the backend honours.
             max_tokens = int(payload.get("max_completion_tokens") or payload.get("max_tokens") or 256)
@@ -319,7 +320,7 @@ class Dispatcher:
         return RouteRequest(
             id=request_id,
             model=model,
-            prompt_tokens=estimate_tokens(text),
+            prompt_tokens=estimate_prompt_tokens(chat),
             max_output_tokens=max(1, max_tokens),
             prefix_hashes=block_hashes(text, self.router.block_tokens),
             tenant=tenant,

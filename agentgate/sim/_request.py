@@ -18,7 +18,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from agentgate.dispatch.prefix import estimate_tokens, prompt_text
+from agentgate.dispatch.prefix import estimate_prompt_tokens, prompt_text
 from agentgate.errors import InputError
 
 DEFAULT_MAX_TOKENS = 16
@@ -107,7 +107,7 @@ def parse_chat(raw: bytes, max_model_len: int) -> ChatRequest:
     if not 1 <= max_tokens <= max_model_len:
         raise InputError(f"max_tokens must be an integer from 1 to {max_model_len}, not {max_tokens}")
     text = prompt_text(data["messages"])
-    prompt_tokens = estimate_tokens(text)
+    prompt_tokens = estimate_prompt_tokens(data["messages"])
     if prompt_tokens + max_tokens > max_model_len:
         raise InputError(
             f"This model's maximum context length is {max_model_len} tokens. However, you requested "

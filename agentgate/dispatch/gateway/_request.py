@@ -13,7 +13,7 @@ from typing import Any
 
 from starlette.requests import Request
 
-from agentgate.dispatch.prefix import estimate_tokens, prompt_text
+from agentgate.dispatch.prefix import estimate_prompt_tokens, estimate_tokens
 from agentgate.errors import InputError
 
 MAX_BODY_BYTES = 8 * 1024 * 1024
@@ -68,8 +68,9 @@ def _prompt_estimate(body: Mapping[str, Any]) -> int:
     """The prompt tokens reserved for a checked chat body: its messages' text and, since a chat
     template renders them into the prompt too, its messages' other fields (an assistant turn's
     ``tool_calls`` and their arguments, a ``name``) and its tool (or legacy function)
-    definitions, at four characters a token."""
-    tokens = estimate_tokens(prompt_text(m for m in body["messages"]))
+    definitions, at four characters a token; each image content part at ``IMAGE_TOKENS``
+    (``estimate_prompt_tokens``), never at the length of its data URL."""
+    tokens = estimate_prompt_tokens(body["messages"])
     for message in body["messages"]:
         if rest := {k: v for k, v in message.items() if k != "role" and k != "content"}:
             tokens += estimate_tokens(json.dumps(rest, separators=(",", ":"), ensure_ascii=False))
