@@ -399,3 +399,37 @@ def test_an_inventory_past_its_node_limit_is_refused_at_its_line() -> None:
     with pytest.raises(InventoryError, match=f"more than {MAX_INVENTORY_NODES} YAML nodes") as info:
         parse_inventory(text, source="cluster.yaml")
     assert info.value.file == "cluster.yaml" and info.value.line is not None
+
+
+@pytest.mark.parametrize("gpu_type", ["H100 SXM", "H100/80GB", "A800:pcie", "h100.", "Ｈ100"])
+def test_a_gpu_type_that_makes_no_resource_name_is_refused_when_loaded(gpu_type: str) -> None:
+    """Kills: an inventory GPU type taken as any text: ``H100 SXM`` loaded, and ``GatedBroker``
+    then refused every request for it (``gpu:h100 sxm`` is no resource name, so no grant could
+    cover it), however the policy and grants were written.
+
+    Rule: each GPU's type, in lower case, is a resource name (``gpu:TYPE``); an inventory with
+    one that is not is refused when it is loaded, naming the GPU, its node and the type, at its
+    line."""
+    text = f"""nodes:
+  - name: n1
+gpus:
+  - id: n1/0
+    type: H100
+    memory_gb: 80
+    node: n1
+  - id: n1/1
+    type: "{gpu_type}"
+    memory_gb: 80
+    node: n1
+"""
+    with pytest.raises(InventoryError) as raised:
+        parse_inventory(text, source="inv.yaml")
+    message = str(raised.value)
+    assert "inv.yaml:8" in message and "'n1/1'" in message and "node 'n1'" in message
+    assert repr(gpu_type) in message
+
+
+def test_gpu_types_that_make_resource_names_load_in_any_case() -> None:
+    """Rule: a type whose lower case is a resource name loads as written (``H100-SXM5.80GB``)."""
+    text = "nodes:\n  - name: n1\ngpus:\n  - {id: n1/0, type: H100-SXM5.80GB, memory_gb: 80, node: n1}\n"
+    assert parse_inventory(text).gpus[0].type == "H100-SXM5.80GB"

@@ -57,7 +57,8 @@ from pydantic import (
 )
 
 from agentgate._yaml import Locations, load_yaml, read_source
-from agentgate.errors import BackendCredentialError, InputError, InventoryError
+from agentgate.capabilities import canonical_resource
+from agentgate.errors import BackendCredentialError, CapabilityError, InputError, InventoryError
 from agentgate.keys import read_regular_file
 
 MAX_KV_CAPACITY_TOKENS = 10**12
@@ -109,7 +110,9 @@ class GPU(_Frozen):
     id: str = Field(pattern=_NAME)
     """Unique GPU id (e.g. ``node-a/0``)."""
     type: str = Field(min_length=1, max_length=64)
-    """Model name, e.g. ``H100``, ``H200``, ``A800``."""
+    """Model name, e.g. ``H100``, ``H200``, ``A800``: in lower case a resource name (ASCII
+    letters, digits, ``_`` and ``-``, joined by ``.``), since a lease of it is authorized as
+    ``gpu:<type in lower case>``."""
     memory_gb: float = Field(gt=0, le=4096, strict=True)
     """Device memory in GB."""
     node: str
@@ -124,6 +127,19 @@ class GPU(_Frozen):
         if value is None:
             return None
         return _unreserved(value, "gpu:", "an nvlink domain name", "domain of a GPU without one")
+
+    @model_validator(mode="after")
+    def _type_is_a_resource_name(self) -> GPU:
+        # A lease of this type is authorized as ``gpu:<type in lower case>`` (``GatedBroker``):
+        # a type that makes no resource name could never be leased through the gate.
+        try:
+            canonical_resource(f"gpu:{self.type.lower()}")
+        except CapabilityError as exc:
+            raise ValueError(
+                f"GPU {self.id!r} on node {self.node!r}: type {self.type!r} makes no resource name "
+                f"(leases are authorized as gpu:TYPE, the type in lower case): {exc}"
+            ) from None
+        return self
 
 
 class Interconnect(_Frozen):
