@@ -8,6 +8,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import pytest
 from test_broker_gated import Setup as GatedSetup
 
 from agentgate.dispatch.broker import (
@@ -19,6 +20,7 @@ from agentgate.dispatch.broker import (
     TenantQuota,
     synthetic_topology,
 )
+from agentgate.errors import BrokerError
 
 
 class Clock:
@@ -53,12 +55,24 @@ def test_a_victim_with_no_grace_ends_when_notified_and_its_preemptor_is_granted(
     assert broker.next_deadline() == 610.0
 
 
-def test_a_lease_with_no_ttl_is_not_held_past_its_expiry() -> None:
+@pytest.mark.parametrize("ttl_s", [0.0, -0.0, 0])
+def test_a_lease_with_no_time_to_live_is_refused_as_bad_input(ttl_s: float) -> None:
+    """Kills: a ``ttl_s`` of 0 taken as a lease: it was granted and ended in one call, and in that
+    call it could be sent a ``CheckpointNotice`` (a waiting request of higher priority preempting
+    it) before its ``LeaseEnded``: a lease no holder could use, renew or checkpoint.
+
+    Rule: ``ttl_s`` must be more than 0, a request's and the broker's default alike; anything
+    else is a ``BrokerError`` naming it, before the broker sees the request."""
+    with pytest.raises(BrokerError, match=r"'z': ttl_s must be more than 0"):
+        GangRequest("z", "a", 8, ttl_s=ttl_s)
+    with pytest.raises(BrokerError, match=r"broker ttl_s must be more than 0"):
+        _broker(Clock(), ttl_s=ttl_s)
     clock = Clock()
-    broker = _broker(clock)
-    events = broker.submit(GangRequest("z", "a", 8, ttl_s=0.0))
-    assert [type(e) for e in events] == [Granted, LeaseEnded]
-    assert broker.leases() == [] and broker.free_gpus() == 8
+    broker = _broker(clock, ttl_s=0.001)  # the shortest lease still outlives the call granting it
+    events = broker.submit(GangRequest("z", "a", 8))
+    assert [type(e) for e in events] == [Granted]
+    clock.now = 1.0
+    assert [type(e) for e in broker.advance()] == [LeaseEnded]
 
 
 def test_next_deadline_names_now_for_an_expiry_the_clock_has_passed() -> None:

@@ -123,7 +123,8 @@ class Broker:
     ``locality_wait_s`` is how long a communication-bound gang (or one with a preferred
     constraint) waits for its preferred placement before it accepts a looser one (``inf``:
     never); ``drain_after_s`` and ``max_draining`` govern draining (module docstring; off by
-    default). Raises ``BrokerError`` for a negative setting or a tenant with two quotas.
+    default). Raises ``BrokerError`` for a negative setting, a ``ttl_s`` of 0, or a tenant with
+    two quotas.
     """
 
     def __init__(
@@ -143,6 +144,8 @@ class Broker:
         for name, value in (("ttl_s", ttl_s), ("grace_s", grace_s), ("max_draining", max_draining)):
             if not finite_non_negative(value):
                 raise BrokerError(f"broker {name} must be finite and >= 0, got {shown_number(value)}")
+        if ttl_s <= 0:  # as a request's own (``GangRequest``): a lease must outlive its grant's call
+            raise BrokerError(f"broker ttl_s must be more than 0, got {shown_number(ttl_s)}")
         # An infinite wait is allowed: never loosen a preference, never drain.
         for name, value in (("locality_wait_s", locality_wait_s), ("drain_after_s", drain_after_s)):
             if not (finite_non_negative(value) or value == math.inf):
@@ -482,7 +485,7 @@ class Broker:
         self._end_due_leases(now)
 
     def _end_due_leases(self, now: float) -> None:
-        # Again while an end grants a preemptor a lease that is due already (ttl_s=0).
+        # Again while an end makes another lease due (a victim notified with no grace).
         self._due = True
         while self._due:
             self._due = False
@@ -501,9 +504,8 @@ class Broker:
 
     def _schedule(self, now: float) -> None:
         self._place_waiting(now)
-        # A victim notified with no grace (grace_s=0), or a lease granted with ttl_s=0, ends now,
-        # not at some later call: its GPUs go to its preemptor or the queue in this call. Each
-        # round ends a lease, so this stops.
+        # A victim notified with no grace (grace_s=0) ends now, not at some later call: its GPUs
+        # go to its preemptor or the queue in this call. Each round ends a lease, so this stops.
         while self._due:
             self._end_due_leases(now)
             self._place_waiting(now)

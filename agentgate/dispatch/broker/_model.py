@@ -136,7 +136,7 @@ class GangRequest:
     timeout_s: float = 3600.0
     """How long the request may wait in the queue before it times out with nothing."""
     ttl_s: float | None = None
-    """Lease time-to-live between renewals; ``None``: the broker's default."""
+    """Lease time-to-live between renewals, more than 0; ``None``: the broker's default."""
     grace_s: float | None = None
     """Checkpoint grace after a preemption notice; ``None``: the broker's default."""
     holder: str = ""
@@ -185,6 +185,12 @@ class GangRequest:
                 raise BrokerError(
                     f"request {self.id!r}: {name} must be finite and >= 0, got {shown_number(value)}"
                 )
+        if self.ttl_s is not None and self.ttl_s <= 0:
+            # A lease that ends as it is granted could not be used or renewed, and in the call
+            # that granted it could be notified of a preemption and end in one breath.
+            raise BrokerError(
+                f"request {self.id!r}: ttl_s must be more than 0, got {shown_number(self.ttl_s)}"
+            )
 
 
 @dataclass(frozen=True, slots=True)
