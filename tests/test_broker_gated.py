@@ -421,3 +421,37 @@ def test_a_lease_whose_grant_could_not_be_recorded_is_charged_its_time_after_a_r
         assert after.gate.verify().ok
     finally:
         world.process.gate.close()
+
+
+def test_a_lease_renewed_many_times_keeps_one_reservation_per_unit_and_is_charged_its_time(
+    world: World,
+) -> None:
+    """Kills: each renewal appending its reservations to the lease's decision row: a lease
+    renewed every few seconds for a week held tens of thousands of reservations, its row (a JSON
+    list) rewritten whole at each renewal and each one settled one by one at its end.
+
+    Rule: a renewal's reservation is merged into the lease's reservation of its unit taken from
+    the same chain (``BudgetLedger.merge``): the row holds as many reservations as the first
+    decision did, however often the lease is renewed, holding all that was reserved; the lease's
+    end charges the time it held, returns the rest, and leaves no reservation open."""
+    gated = world.process.gated
+    spent_before = world.spent()
+    assert gated.submit(world.trainer, lease("ft-1")).lease() is not None
+    (first,) = gated.decisions.all()
+    for _ in range(40):
+        world.clock.now += 1
+        gated.renew(world.trainer, "ft-1")  # 2 GPUs x 1 s more, 1,000 per GPU-second
+    (decided,) = gated.decisions.all()
+    assert len(decided.reservations) == len(first.reservations)
+    assert [r for r, _u, _a in decided.reservations] == [r for r, _u, _a in first.reservations]
+    money = sum(amount for _r, unit, amount in decided.reservations if unit == "usd_micros")
+    assert money == 120_000 + 40 * 2_000  # the first 60 s, then 1 s more at each renewal
+    world.clock.now += 10
+    gated.release(world.trainer, "ft-1")
+    released = world.process.entries()[-1]
+    assert (released.status, released.budget_delta) == ("lease_released", 2 * 50 * 1_000)  # 50 s held
+    assert world.spent() - spent_before == 100_000
+    assert world.remaining() == world.budget - world.spent()
+    open_rows = world.process.store.query("SELECT COUNT(*) FROM budget_reservations WHERE state = 'reserved'")
+    assert open_rows[0][0] == 0
+    assert world.process.gate.verify().ok

@@ -96,3 +96,26 @@ def test_a_commit_beyond_a_column_returns_the_whole_shortfall_on_postgresql(post
         with store.transaction() as tx:
             again = ledger.reserve(tx, ["h"], {"h": MAX_AMOUNT}, 1)
         assert ledger.commit(again, MAX_AMOUNT + 5, exhaust=True) == 5
+
+
+def test_merge_moves_one_open_reservation_into_another_of_the_same_chain(store: Store) -> None:
+    """Rule: ``merge`` leaves the budgets as they were, ``into`` holding both amounts (settled
+    once, as one) and ``other`` settled at 0; it refuses (False, nothing written) reservations of
+    different chains, one already settled, or one merged into itself."""
+    ledger = BudgetLedger(store)
+    first = ledger.reserve(None, CHAIN, CAPS, 50)
+    second = ledger.reserve(None, CHAIN, CAPS, 30)
+    apart = ledger.reserve(None, ["root", "team"], CAPS, 5)
+    with store.transaction() as tx:
+        assert ledger.merge(first, second, tx)
+        assert not ledger.merge(first, second, tx)  # ``second`` is settled now
+        assert not ledger.merge(first, apart, tx) and not ledger.merge(first, first, tx)
+    assert [ledger.remaining(g) for g in CHAIN] == [915, 415, 120]
+    assert (ledger.reservation(first).amount, ledger.reservation(first).state) == (80, "reserved")
+    assert (ledger.reservation(second).amount, ledger.reservation(second).state) == (0, "committed")
+    assert ledger.reservation(apart).state == "reserved"
+    ledger.commit(first, 60)  # 20 of the 80 held come back
+    assert [ledger.remaining(g) for g in CHAIN] == [935, 435, 140]
+    assert [ledger.spent(g) for g in CHAIN] == [60, 60, 60]
+    with pytest.raises(InputError):
+        ledger.commit(second, 1)

@@ -13,7 +13,8 @@ Table (DDL per dialect below), keyed by the broker's name like ``store/broker_le
   cost_per_gpu_hour, reservations)``: ``audit_index`` is the index of the decision's audit entry,
   ``cost_per_gpu_hour`` the policy's price of the GPU type when the lease was decided (NULL: not
   priced), ``reservations`` a JSON list of ``[reservation id, unit, amount]`` in the budget ledger
-  (the request's, then each renewal's), in the order they were taken.
+  (the request's, in the order they were taken; a renewal's merged into the one of its unit and
+  chain, ``BudgetLedger.merge``, or added after them when there is none).
 """
 
 from __future__ import annotations
@@ -124,6 +125,13 @@ class BrokerDecisionStore:
                 (_encode((*held.reservations, *reservations)), self.broker, request_id),
             )
             return True
+
+    def set_reservations(self, request_id: str, reservations: Sequence[Reservation], tx: Transaction) -> None:
+        """Make ``reservations`` ``request_id``'s (its reservations merged: ``GatedBroker._link``)."""
+        tx.execute(
+            "UPDATE broker_decisions SET reservations = ? WHERE broker = ? AND request_id = ?",
+            (_encode(reservations), self.broker, request_id),
+        )
 
     def remove(self, request_id: str, tx: Transaction | None = None) -> None:
         """Forget ``request_id``'s decision (its lease ended); nothing happens if it has none."""

@@ -282,6 +282,35 @@ class BudgetLedger:
                 "UPDATE budget_ledger SET remaining = remaining + ? WHERE grant_id = ?", (amount, grant_id)
             )
 
+    def merge(self, into: str, other: str, tx: Transaction) -> bool:
+        """Move the open reservation ``other``'s amount into the open reservation ``into`` when
+        both were taken from the same chain: ``into`` then holds both amounts, and ``other`` is
+        settled, committed at 0 with its amount moved (0 left), so that nothing is refunded or
+        charged: the grants' budgets are as they were. For a holder that keeps adding to one
+        hold (a lease's renewals) with one reservation to settle in the end. False, and nothing
+        written, when either is not open or their chains differ."""
+        if into == other:
+            return False
+        rows = tx.execute(
+            "SELECT id, chain, amount FROM budget_reservations WHERE id IN (?, ?) AND state = 'reserved'",
+            (into, other),
+        )
+        found = {str(row[0]): (str(row[1]), int(row[2])) for row in rows}
+        if len(found) != 2 or found[into][0] != found[other][0]:
+            return False
+        tx.execute(
+            "UPDATE budget_reservations SET amount = amount + ? WHERE id = ? AND state = 'reserved'",
+            (found[other][1], into),
+        )
+        tx.execute(
+            "UPDATE budget_reservations SET amount = 0, state = 'committed', actual = 0, settled = ? "
+            "WHERE id = ? AND state = 'reserved'",
+            (utc_now(), other),
+        )
+        self._held.pop(into, None)  # its amount changed: settled by the general path
+        self._held.pop(other, None)
+        return True
+
     def _settle(
         self, t: Transaction, reservation: str, state: str, actual: int
     ) -> tuple[tuple[str, ...], int]:

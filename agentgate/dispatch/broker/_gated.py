@@ -278,7 +278,12 @@ class GatedBroker:
         auth: Authorization,
         held: tuple[Reservation, ...],
     ) -> None:
-        """Add a renewal's reservations to its lease's decision, settled when the lease ends."""
+        """Add a renewal's reservations to its lease's decision, settled when the lease ends: each
+        merged into the lease's reservation of its unit taken from the same chain
+        (``BudgetLedger.merge``), so that however often a lease is renewed its decision holds one
+        reservation per unit and chain, not one per renewal; one that has none is added."""
+        if held and self._merge(lease_id, held):
+            return
         if not self.decisions.add_reservations(lease_id, held):
             # Queued around the gate: this renewal is the first decision the gate made for it.
             # Its lease was granted (only a live lease is renewed), which a ``lease_granted``
@@ -303,6 +308,23 @@ class GatedBroker:
                     0,
                     tx,
                 )
+
+    def _merge(self, lease_id: str, held: tuple[Reservation, ...]) -> bool:
+        """Merge ``held`` into ``lease_id``'s decision (``_link``); False if it has none."""
+        with self.gate.store.transaction() as tx:
+            decided = self.decisions.get(lease_id, tx)
+            if decided is None:
+                return False
+            kept = list(decided.reservations)
+            for reservation, unit, amount in held:
+                for i, (into, kept_unit, kept_amount) in enumerate(kept):
+                    if kept_unit == unit and self.gate.ledger.merge(into, reservation, tx):
+                        kept[i] = (into, unit, kept_amount + amount)
+                        break
+                else:  # taken from another chain (renewed under another grant): kept apart
+                    kept.append((reservation, unit, amount))
+            self.decisions.set_reservations(lease_id, kept, tx)
+        return True
 
     def advance(self) -> list[BrokerEvent]:
         """Apply the clock (expiries, grace ends, timeouts, grants that follow); the events are audited."""
