@@ -682,16 +682,31 @@ class Broker:
         # All of them first: a gang that even they would not let fit is answered with one trial,
         # not one per candidate (each copies the free index: a gang waiting in vain on 1,000
         # GPUs made every call of the broker take 0.6 s, quadratic in the GPUs, until review R51).
-        if self._what_if(request, usable, loosen) is None:
+        # The shortest prefix of the candidates that lets the gang fit, found by bisection: more
+        # victims only free more GPUs and quota, so a prefix that fits stays fitting when it
+        # grows. (Until review R52 each prefix was tried in turn, each trial a copy of the free
+        # index: in a layout where a whole node frees only after most candidates, 4,000 GPUs
+        # took a minute.) ``placement`` is always that of ``usable[:fits]``.
+        placement = self._what_if(request, usable, loosen)
+        if placement is None:
             return False
-        chosen: list[tuple[Lease, PreemptReason]] = []
-        placement: list[int] | None = None
-        for candidate in usable:
-            chosen.append(candidate)
-            placement = self._what_if(request, chosen, loosen)
-            if placement is not None:
-                break
-        assert placement is not None  # the whole list fits, and it is the loop's last trial
+        short, fits = 0, len(usable)  # usable[:short] does not fit (0: not tried), usable[:fits] does
+        while fits - short > 1:
+            middle = (short + fits) // 2
+            trial = self._what_if(request, usable[:middle], loosen)
+            if trial is None:
+                short = middle
+            else:
+                fits, placement = middle, trial
+        chosen = usable[:fits]
+        assert placement is not None  # the whole list fits, and each narrowing kept a prefix that does
+        # Only the victims that hold GPUs of the placement are needed, unless the quota needs the
+        # others gone too: tried once as a whole, so that what the loop below tries is at most
+        # the gang's size, not every victim of a long prefix.
+        taken = set(placement)
+        holding = [c for c in chosen if any(self.topology.number(g) in taken for g in c[0].gpus)]
+        if len(holding) < len(chosen) and (again := self._what_if(request, holding, loosen)) is not None:
+            chosen, placement = holding, again
         # Minimize: drop any victim (newest choice first) the gang can do without.
         for victim in list(reversed(chosen[:-1])):
             fewer = [c for c in chosen if c is not victim]
