@@ -739,3 +739,18 @@ async def test_a_transport_without_retry_after_is_still_used() -> None:
         with pytest.raises(BackendFailed, match="HTTP 429: busy") as raised:
             await client.chat(PAYLOAD)
     assert raised.value.retry_after_s is None
+
+
+async def test_a_busy_answer_echoing_the_prompt_keeps_its_retry_after(raw: Raw) -> None:
+    """Kills: ``_shown`` rebuilding a scrubbed error from its message alone: a 429 whose body
+    echoed the caller's prompt lost its ``Retry-After`` as the prompt was redacted.
+
+    Rule: the error that leaves the client, scrubbed or not, keeps the time the backend asked for."""
+    prompt = "Summarise the quarterly report for the board"
+    raw.chat(f"slow down: {prompt}".encode(), status=429, **{"Retry-After": "12"})
+    payload = {**PAYLOAD, "messages": [{"role": "user", "content": prompt}]}
+    async with httpx.AsyncClient() as http:
+        with pytest.raises(BackendFailed) as raised:
+            await _client(raw, http).chat(payload)
+    assert "[redacted]" in str(raised.value) and prompt not in str(raised.value)
+    assert raised.value.retry_after_s == 12.0
