@@ -968,3 +968,34 @@ async def test_calls_of_one_answer_that_share_an_id_are_all_refused_however_the_
     denies = [e for e in crew.entries() if e.resource == "tool:pay"]
     assert [e.kind for e in denies] == ["deny", "deny"]
     assert all("a call id names one call, so none of them is run" in e.reasons[0] for e in denies)
+
+
+@pytest.mark.parametrize(
+    "part",
+    [
+        {"type": "image_url", "image_url": {"url": "data:image/png;base64," + "A" * 400_000}},
+        {"type": "image", "source_type": "base64", "mime_type": "image/png", "data": "A" * 400_000},
+    ],
+    ids=["openai", "langchain"],
+)
+def test_a_model_call_reserves_an_image_at_its_fixed_estimate_not_its_datas_length(
+    crew_small: Crew, part: dict[str, Any]
+) -> None:
+    """Review R52: an image content part was counted by its characters, so a 300 KB photo sent as
+    base64 reserved about 100,000 tokens of a 6,000 budget and the call was refused. It counts as
+    ``IMAGE_TOKENS`` (1,445), as the dispatcher estimates it: the call runs. Its text still counts."""
+    agent = create_gated_agent(crew_small.gate, name="boss", model=ScriptedChatModel(turns=[]))
+    look = {"role": "user", "content": [{"type": "text", "text": "what is this?"}, part]}
+    ended = agent.invoke({"messages": [look]}, context=crew_small.boss)
+    assert "budget" not in str(ended["messages"][-1].content)
+    assert [e.kind for e in crew_small.entries() if e.resource == "model:scripted"] == ["allow", "outcome"]
+
+
+def test_the_text_beside_an_image_is_still_counted(crew_small: Crew) -> None:
+    """Review R52's image estimate leaves the other parts of a message counted by their characters."""
+    agent = create_gated_agent(crew_small.gate, name="boss", model=ScriptedChatModel(turns=[]))
+    image = {"type": "image_url", "image_url": {"url": "https://example.org/cat.png"}}
+    look = {"role": "user", "content": [{"type": "text", "text": "describe " * 5000}, image]}
+    ended = agent.invoke({"messages": [look]}, context=crew_small.boss)
+    assert "budget" in str(ended["messages"][-1].content)
+    assert [e.kind for e in crew_small.entries() if e.resource == "model:scripted"] == ["deny"]

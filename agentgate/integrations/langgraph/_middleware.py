@@ -27,6 +27,7 @@ from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.types import Command, interrupt
 
 from agentgate.capabilities import MAX_NAME_LENGTH, Call
+from agentgate.dispatch.prefix import CHARS_PER_TOKEN, IMAGE_TOKENS
 from agentgate.errors import (
     AgentGateError,
     AuthorityError,
@@ -677,7 +678,7 @@ class GateMiddleware(AgentMiddleware[Any, Any, Any]):
         system = getattr(request, "system_message", None)
         sent = request.messages if system is None else [system, *request.messages]
         shown = sum(self._schema_chars(tool) for tool in request.tools)
-        prompt = (sum(_sent_chars(m) for m in sent) + shown) // 4 + 1
+        prompt = (sum(_sent_chars(m) for m in sent) + shown) // CHARS_PER_TOKEN + 1
         # A model call behind an approval gate (e.g. on ``max_tokens``) is asked for as a tool
         # call is: refused without asking, it could never run, since no resume could approve it.
         auth = self._authorize(identity, call, tokens=(prompt, call.args["max_tokens"]))
@@ -817,13 +818,25 @@ class GateMiddleware(AgentMiddleware[Any, Any, Any]):
             _WATCHED.reset(watching)
 
 
+_IMAGE_PARTS = frozenset({"image_url", "image"})
+"""The ``type`` of a content part that carries an image: OpenAI's ``image_url``, LangChain's and
+Anthropic's ``image`` (by URL, base64 data or file id)."""
+
+
 def _sent_chars(message: BaseMessage) -> int:
     """About how many characters of ``message`` a model call sends: its content, and the tool
     calls of an answer (their names and arguments go back to the model with it; until review R51
     they were not counted, so a conversation whose calls carried long arguments reserved less
-    than it was billed). Arguments that cannot be encoded (nested past 255 levels: such a call
-    was refused) count for nothing."""
-    size = len(str(message.content))
+    than it was billed). An image part counts as ``IMAGE_TOKENS`` tokens, as the dispatcher
+    estimates it, never by the length of its data (until review R52 a photo sent as base64
+    reserved hundreds of thousands of tokens, and a budget refused the call). Arguments that
+    cannot be encoded (nested past 255 levels: such a call was refused) count for nothing."""
+    content: object = message.content
+    images = 0
+    if isinstance(content, list):
+        kept = [p for p in content if not (isinstance(p, Mapping) and p.get("type") in _IMAGE_PARTS)]
+        images, content = len(content) - len(kept), kept
+    size = len(str(content)) + images * IMAGE_TOKENS * CHARS_PER_TOKEN
     for call in getattr(message, "tool_calls", None) or ():
         with contextlib.suppress(orjson.JSONEncodeError, TypeError):
             size += len(str(call.get("name") or "")) + len(orjson.dumps(call.get("args"), default=str))
