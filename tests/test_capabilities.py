@@ -375,14 +375,215 @@ def test_a_huge_integer_argument_is_compared_exactly_not_a_crash() -> None:
     assert not Constraint.of({"le": 5}).allows(math.nan) and not Constraint.of({"ge": 5}).allows(math.inf)
 
 
-def test_subclassed_values_keep_their_kind_in_sets() -> None:
-    """The general rule holds among plain values too: a string equals only a string of the same
-    type, a number any number of equal value (an int subclass included), never a boolean."""
-    assert not Constraint.of({"in": [_Str("EUR"), "USD"]}).allows("EUR")
-    assert Constraint.of({"in": [_Int(1), 2]}).allows(1)
+def test_a_subclassed_constraint_value_is_held_as_the_plain_value_it_holds() -> None:
+    """Constraint values enter the algebra as exact built-in types: a ``str`` or ``int`` subclass
+    is the text or integer it holds, a number equals any number of equal value, never a boolean."""
+    texts = Constraint.of({"in": [_Str("EUR"), "USD"]})
+    assert texts.one_of is not None and [type(v) for v in texts.one_of] == [str, str]
+    assert texts.allows("EUR") and texts.allows(_Str("EUR"))
+    numbers = Constraint.of({"in": [_Int(1), 2]})
+    assert numbers.one_of is not None and type(numbers.one_of[0]) is int and numbers.allows(1)
     assert Constraint.of({"in": ["EUR", 1]}).allows(1.0) and not Constraint.of({"in": ["EUR", 1]}).allows(
         True
     )
+
+
+class _AlwaysStartsWith(str):
+    """Text that says it starts with anything, equals anything, and hashes as ``/tmp/job``."""
+
+    def startswith(self, *args: Any, **kwargs: Any) -> bool:
+        return True
+
+    def __eq__(self, other: object) -> bool:
+        return True
+
+    def __hash__(self) -> int:
+        return hash("/tmp/job")
+
+
+class _AlwaysInRange(int):
+    """An integer that says it equals anything and lies inside every bound."""
+
+    def __eq__(self, other: object) -> bool:
+        return True
+
+    __hash__ = int.__hash__
+
+    def __le__(self, other: object) -> bool:
+        return True
+
+    __lt__ = __le__
+
+    def __ge__(self, other: object) -> bool:
+        return False
+
+    __gt__ = __ge__
+
+
+class _AlwaysInRangeFloat(float):
+    def __eq__(self, other: object) -> bool:
+        return True
+
+    __hash__ = float.__hash__
+
+    def __le__(self, other: object) -> bool:
+        return True
+
+    __lt__ = __le__
+
+    def __ge__(self, other: object) -> bool:
+        return False
+
+    __gt__ = __ge__
+
+
+class _ClaimsToBeText:
+    """Not a ``str`` at all, but ``isinstance(x, str)`` is true: its ``__class__`` says so."""
+
+    @property  # type: ignore[misc]
+    def __class__(self) -> type:
+        return str
+
+    def startswith(self, *args: Any, **kwargs: Any) -> bool:
+        return True
+
+    def __eq__(self, other: object) -> bool:
+        return True
+
+    def __hash__(self) -> int:
+        return 0
+
+
+class _ClaimsToBeAnInteger(_ClaimsToBeText):
+    @property  # type: ignore[misc]
+    def __class__(self) -> type:
+        return int
+
+
+_TEXT_SPECS = ['path^="/tmp/"', 'path="/tmp/job"', 'path="/tmp/job"|"/tmp/log"']
+_NUMBER_SPECS = ["amount<=500", "amount<500", "amount>=1&amount<=500", "amount=5", "amount=5|6"]
+
+
+@pytest.mark.parametrize(
+    ("spec", "value"),
+    [(spec, _AlwaysStartsWith("/etc/passwd")) for spec in _TEXT_SPECS]
+    + [(spec, _ClaimsToBeText()) for spec in _TEXT_SPECS]
+    + [(spec, _AlwaysInRange(10**6)) for spec in _NUMBER_SPECS]
+    + [(spec, _AlwaysInRangeFloat(1e6)) for spec in _NUMBER_SPECS]
+    + [(spec, _ClaimsToBeAnInteger()) for spec in _NUMBER_SPECS],
+    ids=lambda v: v if isinstance(v, str) and type(v) is str else type(v).__name__,
+)
+def test_an_argument_is_decided_on_its_plain_value_never_on_methods_its_caller_wrote(
+    spec: str, value: object
+) -> None:
+    """Review R51: ``prefix``, ``eq``, ``in`` and the bounds called the argument's own
+    ``startswith``, ``__eq__`` and ``__le__``, so an in-process caller's ``str``/``int``/``float``
+    subclass (or an object whose ``__class__`` claims ``str``) passed any constraint:
+    ``Call.model("m", {"path": Evil("/etc/passwd")})`` was covered by ``path^=/tmp/``. Now a
+    call holds the plain value (a subclass's methods are never called) and a constraint refuses
+    what is not a string, number or boolean."""
+    cap = parse_capability(f"model:m?{spec}")
+    ((name, constraint),) = cap.constraints
+    assert not covers(cap, Call.model("m", {name: value}))
+    assert not constraint.allows(value)
+
+
+def test_a_call_holds_exact_builtin_types_and_keeps_what_a_subclass_holds() -> None:
+    """``Call`` converts a ``str``/``int``/``float`` subclass argument (a ``str`` enum member) to
+    the plain value it holds, by the base type's method; a ``bool`` stays a ``bool``; nested
+    values and other types are kept as they are."""
+    import enum
+
+    class Currency(enum.StrEnum):
+        EUR = "EUR"
+
+    class Size(enum.IntEnum):
+        BIG = 7
+
+    nested = [_AlwaysStartsWith("x")]
+    call = Call.model(
+        "m",
+        {
+            "cur": Currency.EUR,
+            "n": Size.BIG,
+            "path": _AlwaysStartsWith("/etc/passwd"),
+            "x": _AlwaysInRangeFloat(2.5),
+            "flag": True,
+            "nested": nested,
+        },
+    )
+    assert call.args == {
+        "cur": "EUR",
+        "n": 7,
+        "path": "/etc/passwd",
+        "x": 2.5,
+        "flag": True,
+        "nested": nested,
+    }
+    assert [type(v) for v in call.args.values()] == [str, int, str, float, bool, list]
+    assert call.args["nested"] is nested
+    assert covers(parse_capability("model:m?cur=EUR&n<=7&flag=true"), call)
+    assert not covers(parse_capability("model:m?flag=1"), call)  # a boolean is never a number
+
+
+def test_a_calls_resource_action_and_argument_names_are_exact_strings() -> None:
+    """A resource that says it equals, and starts with, every pattern (``Call(Evil("tool:shell"),
+    ...)``) matched ``tool:safe`` by its own ``__eq__``; an argument name that hashes and
+    compares as another one could stand in for it. ``Call`` holds each as a plain ``str``, and
+    refuses two names that are one name as ``str``."""
+
+    class Anything(str):
+        def __eq__(self, other: object) -> bool:
+            return True
+
+        def __hash__(self) -> int:
+            return hash("tool:safe")
+
+        def startswith(self, *args: Any, **kwargs: Any) -> bool:
+            return True
+
+    call = Call(Anything("tool:shell"), Anything("invoke"), {Anything("amount"): 1})
+    assert (type(call.resource), type(call.action)) == (str, str)
+    assert [type(k) for k in call.args] == [str]
+    assert not covers(parse_capability("tool:safe"), call)
+    assert not covers(parse_capability("tool:safe.*"), call)
+
+    class Apart(str):  # a second key beside "amount" in one dict
+        __eq__ = object.__eq__
+        __hash__ = object.__hash__
+
+    with pytest.raises(CapabilityError, match="'amount' is given twice"):
+        Call("tool:x", "invoke", {"amount": 1, Apart("amount"): 10**6})
+    cap = Capability(
+        Anything("tool:x"), Anything("invoke"), ((Anything("amount"), Constraint.of({"le": 5})),)
+    )
+    assert (type(cap.resource), type(cap.action), type(cap.constraints[0][0])) == (str, str, str)
+    assert not covers(cap, Call("tool:safe", "invoke", {"amount": 1}))
+    with pytest.raises(CapabilityError, match="a call's resource and action are strings"):
+        Call(_ClaimsToBeText(), "invoke")  # type: ignore[arg-type]
+
+
+def test_a_call_reads_a_mapping_of_arguments_once() -> None:
+    """A ``Mapping`` that answers each read with another value (1 when checked, a million when
+    recorded) is read once, into the ``dict`` that is both checked and recorded."""
+    from collections.abc import Iterator, Mapping
+
+    class Shifting(Mapping[str, int]):
+        reads = 0
+
+        def __getitem__(self, key: str) -> int:
+            self.reads += 1
+            return 1 if self.reads == 1 else 10**6
+
+        def __iter__(self) -> Iterator[str]:
+            return iter(["amount"])
+
+        def __len__(self) -> int:
+            return 1
+
+    call = Call("tool:pay", "invoke", Shifting())
+    assert type(call.args) is dict
+    assert covers(parse_capability("tool:pay?amount<=500"), call) and call.args == {"amount": 1}
 
 
 # --- the grammar refuses rather than guesses -------------------------------------------------------

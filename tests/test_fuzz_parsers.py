@@ -90,7 +90,7 @@ from agentgate.capabilities import (
     parse_capability,
     witness,
 )
-from agentgate.capabilities._values import _same
+from agentgate.capabilities._values import _plain, _same
 from agentgate.cli._common import json_object
 from agentgate.cli.grant import parse_duration
 from agentgate.errors import (
@@ -256,9 +256,10 @@ class _Text(str):
 
 
 def _distinct_reference(values: list[object]) -> list[object]:
-    """What ``Constraint.of`` kept before: each value unless ``_same`` as one kept before it."""
+    """What ``Constraint.of`` keeps: each value as its plain built-in value (``_plain``: an
+    ``IntEnum`` member is the integer it holds), unless ``_same`` as one kept before it."""
     kept: list[object] = []
-    for value in values:
+    for value in map(_plain, values):
         if not any(_same(value, seen) for seen in kept):
             kept.append(value)
     return kept

@@ -393,3 +393,51 @@ approvals:
     assert large.approval.quorum == 2 and large.approval.expiry_s == 300
     assert large.approval.approvers == ("alice", "bob", "carol")
     assert "2 of alice, bob, carol must approve" in large.reasons[-1]
+
+
+class _StartsWithAnything(str):
+    def startswith(self, *args: Any, **kwargs: Any) -> bool:
+        return True
+
+
+class _EqualsAnything(int):
+    def __eq__(self, other: object) -> bool:
+        return True
+
+    __hash__ = int.__hash__
+
+
+def test_a_model_calls_arguments_are_decided_on_their_plain_values() -> None:
+    # Review R51: a model's (or a GPU's) arguments are not typed by a declaration, so a ``str``
+    # subclass whose ``startswith`` says yes passed ``user: {prefix: team-a/}`` and an ``int``
+    # subclass whose ``__eq__`` says yes passed ``n: {in: [1, 2]}``: the call was allowed, and
+    # recorded with the values it really held (``team-b/x``, 64). The call holds plain values.
+    policy = parse_policy(
+        """
+version: 1
+principals:
+  agent: {kind: agent, roles: [r]}
+models:
+  m: {cost_per_mtok: {input: 1, output: 1}}
+roles:
+  r:
+    kind: agent
+    ttl_s: 600
+    capabilities:
+      - resource: model:m
+        constraints: {user: {prefix: "team-a/"}, n: {in: [1, 2]}}
+      - resource: gpu:h100
+        constraints: {count: {eq: 1}}
+""",
+        source="plain.yaml",
+    )
+    index = PolicyIndex(policy)
+    assert index.evaluate("agent", Call.model("m", {"user": "team-a/x", "n": 1})).allowed
+    for args in (
+        {"user": _StartsWithAnything("team-b/x"), "n": 1},
+        {"user": "team-a/x", "n": _EqualsAnything(64)},
+    ):
+        decision = index.evaluate("agent", Call.model("m", args))
+        assert decision.outcome is Outcome.DENY, args
+    decision = index.evaluate("agent", Call("gpu:h100", "lease", {"count": _EqualsAnything(8)}))
+    assert decision.outcome is Outcome.DENY and "count=8 does not satisfy" in decision.reasons[0]

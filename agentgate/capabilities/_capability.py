@@ -30,8 +30,10 @@ class Capability:
     constraints: tuple[tuple[str, Constraint], ...] = ()
 
     def __post_init__(self) -> None:
-        _check_pattern(_text(self.resource, "a capability's resource"))
-        if not _ACTION.fullmatch(_text(self.action, "a capability's action")):
+        # Exact ``str`` (``_text``): a subclass's ``startswith`` or ``__eq__`` never decides a match.
+        object.__setattr__(self, "resource", _check_pattern(_text(self.resource, "a capability's resource")))
+        object.__setattr__(self, "action", _text(self.action, "a capability's action"))
+        if not _ACTION.fullmatch(self.action):
             raise CapabilityError(f"action {self.action!r} is not a lower-case identifier or '*'")
         constraints = self.constraints
         if not isinstance(constraints, tuple | list):
@@ -44,13 +46,13 @@ class Capability:
                 raise CapabilityError(
                     f"{self.resource}: constraints are (name, Constraint) pairs, got {repr(pair)[:80]}"
                 )
-        names = [name for name, _ in constraints]
-        if len(set(names)) != len(names):
-            raise CapabilityError(f"{self.resource}: an argument is constrained twice; merge the operators")
-        for name in names:
-            if not isinstance(name, str) or not _FIELD.fullmatch(name):
+        for name, _ in constraints:
+            if not issubclass(type(name), str) or not _FIELD.fullmatch(name):
                 raise CapabilityError(f"{self.resource}: argument name {name!r} is not an identifier")
-        object.__setattr__(self, "constraints", tuple(sorted(self.constraints, key=lambda c: c[0])))
+        exact = [(_text(name, "an argument name"), constraint) for name, constraint in constraints]
+        if len({name for name, _ in exact}) != len(exact):
+            raise CapabilityError(f"{self.resource}: an argument is constrained twice; merge the operators")
+        object.__setattr__(self, "constraints", tuple(sorted(exact, key=lambda c: c[0])))
 
     @classmethod
     def of(

@@ -19,11 +19,13 @@ from agentgate.capabilities._normal_forms import (
 )
 from agentgate.capabilities._values import (
     MAX_SET_SIZE,
+    PLAIN_SCALARS,
     Scalar,
     _check_text,
     _check_value,
     _distinct,
     _is_number,
+    _plain,
     _same,
 )
 from agentgate.errors import CapabilityError
@@ -152,6 +154,14 @@ class Constraint:
         return isinstance(self._normal, _Empty)
 
     def allows(self, value: object) -> bool:
+        """Whether ``value`` satisfies every operator. Decided on the exact built-in value
+        (``_plain``): a ``str``, ``int`` or ``float`` subclass's own methods are never called, and
+        a value of any other type (an object whose ``__class__`` claims ``str``) is refused."""
+        kind = type(value)
+        if kind is not str and kind is not int and kind is not float and kind is not bool:
+            value = _plain(value)
+            if type(value) not in PLAIN_SCALARS:
+                return False
         return self._normal.contains(value)
 
     def __str__(self) -> str:

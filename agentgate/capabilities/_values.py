@@ -3,6 +3,11 @@
 A constraint value is a string that is Unicode text, an integer with ``|v| < 2**63``, a finite
 float or a boolean; booleans are not numbers (``_same``: ``True`` never equals ``1``). Shared by
 the constraints, their normal forms, the one-line form and the token fast path.
+
+Values are held and compared as the exact built-in types (``_plain``): a subclass of ``str``,
+``int`` or ``float`` (a ``str`` enum member, or a class written to lie) is read through the base
+type's own method, so no check ever runs a method its caller wrote (``startswith``, ``__eq__``,
+``__le__``...); an object that only claims to be one (a ``__class__`` property) is no value.
 """
 
 from __future__ import annotations
@@ -15,6 +20,24 @@ from agentgate.errors import CapabilityError
 
 Scalar: TypeAlias = str | int | float | bool
 MAX_SET_SIZE = 1000
+PLAIN_SCALARS = frozenset({str, int, float, bool})
+
+
+def _plain(value: object) -> object:
+    """``value`` as its exact built-in type when its type is a subclass of ``str``, ``int`` or
+    ``float`` (copied by the base type's method, which reads the value itself, never an override);
+    any other value as it is. Types, not ``isinstance``: an object whose ``__class__`` claims
+    ``str`` is not one. ``bool`` has no subclasses."""
+    kind = type(value)
+    if kind in PLAIN_SCALARS:
+        return value
+    if issubclass(kind, str):
+        return str.__str__(value)
+    if issubclass(kind, int):
+        return int.__int__(value)  # type: ignore[arg-type]
+    if issubclass(kind, float):
+        return float.__float__(value)  # type: ignore[arg-type]
+    return value
 
 
 def _check_text(value: str, where: str) -> str:
@@ -29,15 +52,21 @@ def _check_text(value: str, where: str) -> str:
 
 
 def _text(value: object, what: str) -> str:
-    """``value`` if it is a string, else ``CapabilityError`` naming ``what`` it was to be (a name
-    is never put through an f-string unchecked: ``None`` would become the model ``None``)."""
-    if not isinstance(value, str):
+    """``value`` as an exact ``str`` if it is a string (``_plain``), else ``CapabilityError`` naming
+    ``what`` it was to be (a name is never put through an f-string unchecked: ``None`` would
+    become the model ``None``)."""
+    if not issubclass(type(value), str):
         raise CapabilityError(f"{what} must be a string, got {type(value).__name__}")
-    return value
+    return str.__str__(value)
 
 
 def _check_value(value: object, where: str) -> Scalar:
-    """A scalar the algebra accepts, or ``CapabilityError``."""
+    """A scalar the algebra accepts, as its exact built-in type (``_plain``), or ``CapabilityError``."""
+    value = _plain(value)
+    if type(value) not in PLAIN_SCALARS:
+        raise CapabilityError(
+            f"{where}: {type(value).__name__} is not a constraint value (string, number, boolean)"
+        )
     if isinstance(value, bool):
         return value
     if isinstance(value, str):
@@ -48,13 +77,10 @@ def _check_value(value: object, where: str) -> Scalar:
             shown = value if value.bit_length() <= 256 else f"of {value.bit_length()} bits"
             raise CapabilityError(f"{where}: integer {shown} is out of range (|v| < 2**63)")
         return value
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            raise CapabilityError(f"{where}: {value} is not a finite number")
-        return value
-    raise CapabilityError(
-        f"{where}: {type(value).__name__} is not a constraint value (string, number, boolean)"
-    )
+    assert isinstance(value, float)
+    if not math.isfinite(value):
+        raise CapabilityError(f"{where}: {value} is not a finite number")
+    return value
 
 
 def _is_number(value: object) -> bool:
@@ -77,33 +103,18 @@ def _distinct(raw: Iterable[object], where: str) -> tuple[Scalar, ...]:
     """The checked values of ``raw`` in order, each kept once (``_same``: ``1`` and ``1.0`` are one
     value, ``True`` and ``1`` two).
 
-    Linear: values of the plain types are told apart by a key whose equality is ``_same`` (a
-    number's hash agrees with its equality across ``int`` and ``float``); only a value of another
-    type (a subclass, from a Python caller) is compared one by one. A 1,000-value set with a
-    boolean in it took 0.5 s this way before (every value compared with every other), and a token
-    of a few such sets is parsed before any signature is checked.
+    Linear: checked values have the plain types, told apart by a key whose equality is ``_same``
+    (a number's hash agrees with its equality across ``int`` and ``float``). Comparing every
+    value with every other took 0.5 s for a 1,000-value set with a boolean in it, and a token of
+    a few such sets is parsed before any signature is checked.
     """
     values: list[Scalar] = []
     keys: set[tuple[str, Scalar]] = set()
-    others: list[Scalar] = []  # values of a type other than the plain four
     for v in raw:
         checked = _check_value(v, where)
         kind = type(checked)
-        if kind is bool:
-            key: tuple[str, Scalar] | None = ("b", checked)
-        elif kind is int or kind is float:
-            key = ("n", checked)
-        elif kind is str:
-            key = ("s", checked)
-        else:
-            key = None
-        if key is None:
-            if any(_same(checked, seen) for seen in values):
-                continue
-            others.append(checked)
-        else:
-            if key in keys or any(_same(checked, other) for other in others):
-                continue
+        key = ("b" if kind is bool else "s" if kind is str else "n", checked)
+        if key not in keys:
             keys.add(key)
-        values.append(checked)
+            values.append(checked)
     return tuple(values)

@@ -610,8 +610,8 @@ def _comparable(c: Constraint, value: Any) -> bool:
 
 def _kind(value: Any) -> str | None:
     """``text``, ``number`` or ``boolean`` for a value of exactly a type a condition can list;
-    ``None`` otherwise. Exact types: equality keeps a ``str`` subclass (a ``str`` enum member)
-    apart from the text it spells, so such a value is not comparable, and the gate applies."""
+    ``None`` otherwise. A ``Call`` holds exact built-in types (a ``str`` enum member arrives as
+    the text it holds); what is still of another type is not comparable, and the gate applies."""
     kind = type(value)
     if kind is bool:
         return "boolean"
