@@ -637,10 +637,16 @@ def test_an_inheritance_chain_thousands_deep_is_no_recursion_error(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     """3000 roles each inheriting the next: RecursionError out of load_policy (``policy lint``
-    printed a traceback); now it loads, and a cycle closing the chain is found and named."""
+    printed a traceback); now it is a ``PolicyError`` (a role holds at most MAX_ROLES_HELD
+    roles: review R51), and a cycle closing the chain is found and named."""
+    from agentgate.policy._load import MAX_ROLES_HELD
+
     inherits = {f"r{i}": [f"r{i + 1}"] for i in range(2999)} | {"r2999": []}
-    policy = parse_policy(_roles_policy(inherits), source="chain.yaml")
-    assert len(policy.role_closure("r0")) == 3000 and policy.role_closure("r2998") == ("r2998", "r2999")
+    with pytest.raises(PolicyError, match=f"role r0 holds more than {MAX_ROLES_HELD} roles"):
+        parse_policy(_roles_policy(inherits), source="chain.yaml")
+    held = {f"r{i}": [f"r{i + 1}"] for i in range(MAX_ROLES_HELD - 1)} | {f"r{MAX_ROLES_HELD - 1}": []}
+    policy = parse_policy(_roles_policy(held), source="chain.yaml")
+    assert len(policy.role_closure("r0")) == MAX_ROLES_HELD
     inherits["r2999"] = ["r0"]
     with pytest.raises(PolicyError, match="roles inherit in a cycle: r0 -> r1 -> ") as info:
         parse_policy(_roles_policy(inherits), source="chain.yaml")

@@ -579,3 +579,55 @@ def test_an_unknown_reference_lists_at_most_twenty_of_the_names_it_may_be() -> N
     error = _error(f"version: 1\nprincipals:\n  a: {{kind: human, roles: [nope]}}\nroles:\n{roles}")
     assert error.line == 3 and error.expected is not None
     assert error.expected == "one of: " + ", ".join(f"r{i:04}" for i in range(20)) + ", and 4980 more"
+
+
+def _chain(n: int) -> str:
+    """``n`` roles each inheriting the next, each with a rule on a tool of its own."""
+    lines = ["version: 1", "tools:", *(f"  t{i}: {{}}" for i in range(n)), "roles:"]
+    lines += [
+        f"  r{i}: {{ttl_s: 60, inherits: [r{i + 1}], capabilities: [{{resource: tool:t{i}}}]}}"
+        for i in range(n - 1)
+    ]
+    lines.append(f"  r{n - 1}: {{ttl_s: 60, capabilities: [{{resource: tool:t{n - 1}}}]}}")
+    return "\n".join(lines) + "\n"
+
+
+def test_a_role_holding_more_roles_than_the_limit_is_refused_at_its_inherits() -> None:
+    """Review R51: lint reads every role's rules with those of the roles it inherits, so a chain
+    1,500 roles deep (about 20 KB, far inside the node cap) took seconds to lint and grew with
+    the square of its depth. A role holds at most MAX_ROLES_HELD roles, itself included."""
+    from agentgate.policy._load import MAX_ROLES_HELD
+
+    assert len(parse_policy(_chain(MAX_ROLES_HELD), source="p.yaml").role_closure("r0")) == MAX_ROLES_HELD
+    error = _error(_chain(MAX_ROLES_HELD + 1))
+    assert error.line == 4 + MAX_ROLES_HELD + 1  # r0, after the tools and "roles:"
+    assert f"role r0 holds more than {MAX_ROLES_HELD} roles with those it inherits" in error.message
+    assert _error(_chain(1500)).message == error.message
+
+
+def _one_tool(own: int, inherited: int) -> str:
+    """Role ``r`` with ``own`` rules on ``tool:t`` (distinct bounds), inheriting ``base`` with
+    ``inherited`` more."""
+    rule = "      - {{resource: tool:t, constraints: {{n: {{le: {}}}}}}}"
+    lines = ["version: 1", "tools:", "  t: {args: {n: {type: integer}}}", "roles:"]
+    lines += ["  r:", "    ttl_s: 60", "    inherits: [base]", "    capabilities:"]
+    lines += [rule.format(i) for i in range(own)]
+    lines += ["  base:", "    ttl_s: 60", "    capabilities:"]
+    lines += [rule.format(1000 + i) for i in range(inherited)] or ["      []"]
+    return "\n".join(lines) + "\n"
+
+
+def test_more_rules_on_one_resource_than_the_limit_are_refused_at_the_roles_first_rule() -> None:
+    """Review R51: ``shadowed_rule`` compares a rule with every rule its role holds on the same
+    pattern: 2,000 rules on one tool took 28 s to lint (and a decision on the tool reads them in
+    turn). A role holds at most MAX_RULES_ON_ONE_RESOURCE rules on a pattern a rule of its own
+    names, inherited ones included; the error names the role, the count and the pattern."""
+    from agentgate.policy._load import MAX_RULES_ON_ONE_RESOURCE as most
+
+    parse_policy(_one_tool(most, 0), source="p.yaml")
+    parse_policy(_one_tool(most // 2, most - most // 2), source="p.yaml")
+    for own, inherited in ((most + 1, 0), (1, most), (2000, 0)):
+        error = _error(_one_tool(own, inherited))
+        assert error.line == 9, (own, inherited)  # the role's first rule on the tool
+        assert f"role r holds {own + inherited} rules on tool:t, its own and inherited ones" in error.message
+        assert f"at most {most} rules" in str(error)

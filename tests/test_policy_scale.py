@@ -211,6 +211,28 @@ def test_lint_of_many_wildcard_and_delegated_rules_is_not_pairwise() -> None:
     assert work_large <= 6 * work_small, (work_small, work_large)
 
 
+def heirs(n: int) -> str:
+    """A base role of ``n`` rules on ``n`` tools, and ``n`` roles inheriting it, each with a rule
+    of its own on one of those tools (which the base's rule shadows)."""
+    lines = ["version: 1", "tools:"] + [f"  t{i}: {{}}" for i in range(n)]
+    lines += ["roles:", "  base:", "    ttl_s: 60", "    capabilities:"]
+    lines += [f"      - {{resource: 'tool:t{i}'}}" for i in range(n)]
+    lines += [
+        f"  h{j}: {{ttl_s: 60, inherits: [base], capabilities: [{{resource: 'tool:t{j}'}}]}}"
+        for j in range(n)
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def test_lint_of_many_roles_inheriting_one_large_role_is_not_roles_times_its_rules() -> None:
+    """Review R51: ``shadowed_rule`` gathered, for every role with a rule of its own, every rule
+    it inherits: 2,000 roles inheriting a 1,000-rule role took 3.9 s to lint, roles x rules. Each
+    role's rules are now indexed once, and looked up by pattern in the roles a role holds."""
+    (work_small, found_small), (work_large, found_large) = lint_work(heirs, 40), lint_work(heirs, 160)
+    assert (found_small, found_large) == (40, 160)  # every heir's rule is shadowed by the base's
+    assert work_large <= 6 * work_small, (work_small, work_large)
+
+
 def gates(n: int) -> str:
     """``n`` tools in namespaces of 4, a wildcard rule per namespace, and a gate on the first tool
     of each: every rule reaches 3 siblings that pass no gate (one finding per gate)."""

@@ -929,22 +929,24 @@ class ShadowedRule(LintRule):
     hint = "remove the narrower rule, or narrow the wider one if the narrower was meant"
 
     def check(self, policy: Policy) -> Iterator[Finding]:
+        # Each role's own rules by pattern, once; a role's rules are looked up in those of the
+        # roles it holds (at most MAX_ROLES_HELD), never gathered anew for every role that
+        # inherits them, and each rule meets at most MAX_RULES_ON_ONE_RESOURCE on its pattern.
+        own_by_role = {role: _Holding(rules) for role, rules in policy.rules.items() if rules}
         for role in policy.document.roles:
-            if not policy.rules.get(role):
+            if role not in own_by_role:
                 continue  # only a role's own rules can be shadowed: none to check here
-            rules = policy.effective_rules(role)
-            own = [r for r in rules if r.role == role]
-            held = _Holding(rules)
-            for rule in own:
+            held = [own_by_role[r] for r in policy.role_closure(role) if r in own_by_role]
+            for rule in policy.rules[role]:
                 cap = rule.capability
                 # Only a rule whose pattern holds this one's can allow everything it allows; a
-                # rule that no call satisfies (an empty constraint) is within every rule.
-                wider = (
-                    held.every_wild
-                    if any(c.is_empty for _a, c in cap.constraints)
-                    else held.wider_wild(cap.resource)
-                )
-                same = [r for _position, r in held.exact.get(cap.resource, ())]
+                # rule that no call satisfies (an empty constraint) is within every rule. In
+                # the order the role holds them: the roles in closure order, each in file order.
+                empty = any(c.is_empty for _a, c in cap.constraints)
+                same = [r for h in held if cap.resource in h.exact for _p, r in h.exact[cap.resource]]
+                wider = [
+                    r for h in held if h.wild for r in (h.every_wild if empty else h.wider_wild(cap.resource))
+                ]
                 candidates = [*same, *wider]
                 for other in candidates:
                     if other is rule:

@@ -11,6 +11,7 @@ import hashlib
 import json
 import math
 import re
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +26,13 @@ from agentgate.keys import as_path, is_key_text, load_public_key
 from agentgate.policy import _schema as schema
 
 MAX_POLICY_BYTES = 8 * 1024 * 1024
+MAX_ROLES_HELD = 256
+"""A role and the roles it inherits, directly or not: at most this many (lint reads every role's
+rules with those of the roles it inherits, so the work is at most this many times the roles)."""
+MAX_RULES_ON_ONE_RESOURCE = 64
+"""Rules a role holds, inherited ones included, that name one resource pattern a rule of its own
+names: at most this many (``shadowed_rule`` compares a rule with each of them; a decision on the
+resource reads them in turn)."""
 _MAX_MESSAGE = 300
 """Longest error message kept whole: one quotes a key or a value of the file, which may be
 megabytes long, and an error is one line."""
@@ -480,6 +488,7 @@ class _Compiler:
             for role, spec in doc.roles.items()
             if spec.delegation is not None
         }
+        self._held(rules)
         gates = {}
         for name, gate in doc.approvals.items():
             self._pattern(("approvals", name, "resource"), gate.resource)
@@ -601,6 +610,43 @@ class _Compiler:
                     path.append(parent)
                     on_path.add(parent)
                     pending.append(iter(roles[parent].inherits))
+
+    def _held(self, rules: Mapping[str, tuple[RuleRef, ...]]) -> None:
+        """Refuse a role that holds more than ``MAX_ROLES_HELD`` roles, or a rule whose resource
+        pattern more than ``MAX_RULES_ON_ONE_RESOURCE`` rules of its role name (inherited ones
+        included). Linear: each role's closure is followed at most ``MAX_ROLES_HELD`` roles
+        deep, and only the patterns of its own rules are counted in it."""
+        roles = self.doc.roles
+        counts = {role: Counter(r.capability.resource for r in own) for role, own in rules.items() if own}
+        for name in roles:
+            held: dict[str, None] = {}
+            stack = [name]
+            while stack:
+                role = stack.pop()
+                if role in held:
+                    continue
+                if len(held) == MAX_ROLES_HELD:
+                    raise self.error(
+                        ("roles", name, "inherits"),
+                        f"role {name} holds more than {MAX_ROLES_HELD} roles with those it inherits",
+                        f"at most {MAX_ROLES_HELD} roles, itself and those it inherits directly or not",
+                        "merge roles, or give principals several roles instead of one chain",
+                    )
+                held[role] = None
+                stack.extend(reversed(roles[role].inherits))
+            own = counts.get(name)
+            if own is None:
+                continue
+            for pattern in own:
+                count = sum(counts[r].get(pattern, 0) for r in held if r in counts)
+                if count > MAX_RULES_ON_ONE_RESOURCE:
+                    first = next(r for r in rules[name] if r.capability.resource == pattern)
+                    raise self.error(
+                        ("roles", name, "capabilities", first.index),
+                        f"role {name} holds {count} rules on {pattern}, its own and inherited ones",
+                        f"at most {MAX_RULES_ON_ONE_RESOURCE} rules of a role on one resource pattern",
+                        "merge rules: an 'in' list or a wider bound allows what several rules do",
+                    )
 
     def _did(self, loc: tuple[str, str], did: str | None, key: str | None) -> str | None:
         resolved: str | None = None
