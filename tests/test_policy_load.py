@@ -631,3 +631,54 @@ def test_more_rules_on_one_resource_than_the_limit_are_refused_at_the_roles_firs
         assert error.line == 9, (own, inherited)  # the role's first rule on the tool
         assert f"role r holds {own + inherited} rules on tool:t, its own and inherited ones" in error.message
         assert f"at most {most} rules" in str(error)
+
+
+def _with_constraint(spec: str) -> str:
+    return f"""version: 1
+tools:
+  fetch: {{args: {{url: {{type: string}}}}}}
+principals:
+  lead: {{kind: human, roles: []}}
+roles:
+  r:
+    ttl_s: 60
+    capabilities:
+      - resource: tool:fetch
+      - resource: tool:fetch
+        constraints: {{url: {spec}}}
+    delegation:
+      capabilities:
+        - resource: tool:fetch
+          constraints: {{url: {spec}}}
+approvals:
+  g: {{resource: tool:fetch, approvers: [lead], when: {{url: {spec}}}}}
+"""
+
+
+def test_a_constraint_value_longer_than_the_limit_is_refused_naming_the_rule_and_argument() -> None:
+    """Review R51: a policy could hold a megabyte ``prefix`` (or ``in`` value), and a rule's
+    constraints are quoted in its label, in every reason and in every audit entry that names it.
+    A text value is at most MAX_CONSTRAINT_TEXT characters, a constraint's values at most
+    MAX_CONSTRAINT_CHARS together (as JSON); the error names the rule, the argument, the line."""
+    from agentgate.policy._load import MAX_CONSTRAINT_CHARS, MAX_CONSTRAINT_TEXT
+
+    at_most = "a" * MAX_CONSTRAINT_TEXT
+    policy = parse_policy(_with_constraint(f"{{prefix: {at_most}}}"), source="p.yaml")
+    assert policy.gate_conditions["g"][0][1].prefix == at_most
+    for op, value in (("prefix", "a" * 2**20), ("eq", "b" * (MAX_CONSTRAINT_TEXT + 1))):
+        error = _error(_with_constraint(f"{{{op}: {value}}}"))
+        assert error.line == 12, error  # the first rule holding it
+        assert (
+            error.message == f"role r rule 2, argument url: its {op!r} value is {len(value)} characters long"
+        )
+    many = "[" + ", ".join(f"v{i:04}-" + "x" * 30 for i in range(1000)) + "]"
+    error = _error(_with_constraint(f"{{in: {many}}}"))
+    assert error.line == 12 and "role r rule 2, argument url: its values are" in error.message
+    assert f"at most {MAX_CONSTRAINT_CHARS} characters" in str(error)
+    # the delegation rule and the approval gate are bounded alike
+    text = _with_constraint("{prefix: a}")
+    long_prefix = "          constraints: {url: {prefix: " + "d" * 2000 + "}}"
+    delegated = _error(text.replace("          constraints: {url: {prefix: a}}", long_prefix))
+    assert delegated.message.startswith("role r delegation rule 1, argument url: its 'prefix' value")
+    gate = _error(text.replace("when: {url: {prefix: a}}", "when: {url: {eq: " + "g" * 2000 + "}}"))
+    assert gate.message == "approval gate g, argument url: its 'eq' value is 2000 characters long"

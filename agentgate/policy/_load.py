@@ -26,6 +26,11 @@ from agentgate.keys import as_path, is_key_text, load_public_key
 from agentgate.policy import _schema as schema
 
 MAX_POLICY_BYTES = 8 * 1024 * 1024
+MAX_CONSTRAINT_TEXT = 1024
+"""Characters of one text value of a constraint (``eq``, a member of ``in``, ``prefix``)."""
+MAX_CONSTRAINT_CHARS = 32_768
+"""Characters of one constraint's values together, written as decisions quote them (JSON): a
+rule's constraints are repeated in its label, in every reason and audit entry that names it."""
 MAX_ROLES_HELD = 256
 """A role and the roles it inherits, directly or not: at most this many (lint reads every role's
 rules with those of the roles it inherits, so the work is at most this many times the roles)."""
@@ -77,6 +82,18 @@ def describe(capability: Capability) -> str:
         return f"{capability.resource}{action}"
     where = " and ".join(describe_constraint(n, c) for n, c in capability.constraints)
     return f"{capability.resource}{action} where {where}"
+
+
+def _rule_name(loc: Sequence[str | int]) -> str:
+    """``role r rule 2, argument path`` (or ``role r delegation rule 1``, ``approval gate g``)
+    for the location of a constraint, as the policy's words name it."""
+    arg = loc[-1]
+    if loc[0] == "approvals":
+        return f"approval gate {loc[1]}, argument {arg}"
+    delegation = "delegation " if loc[2] == "delegation" else ""
+    index = loc[-3]
+    assert isinstance(index, int)
+    return f"role {loc[1]} {delegation}rule {index + 1}, argument {arg}"
 
 
 @dataclass(frozen=True)
@@ -733,7 +750,7 @@ class _Compiler:
 
     def _constraint(self, loc: tuple[str | int, ...], spec: schema.ConstraintSpec) -> Constraint:
         try:
-            return Constraint.of(spec.as_mapping(), ".".join(str(p) for p in loc))
+            constraint = Constraint.of(spec.as_mapping(), ".".join(str(p) for p in loc))
         except CapabilityError as exc:
             raise self.error(
                 loc,
@@ -741,6 +758,30 @@ class _Compiler:
                 "operators eq, in, lt, le, gt, ge, prefix",
                 "lt, le, gt, ge take finite numbers, prefix a string, eq a value, in a non-empty list",
             ) from None
+        self._constraint_size(loc, constraint)
+        return constraint
+
+    def _constraint_size(self, loc: tuple[str | int, ...], constraint: Constraint) -> None:
+        """Refuse a text value past ``MAX_CONSTRAINT_TEXT`` characters, or values past
+        ``MAX_CONSTRAINT_CHARS`` together, naming the rule (or gate) and the argument."""
+        total = 0
+        for op, value in constraint.to_dict().items():
+            for v in value if op == "in" else (value,):
+                if type(v) is str and len(v) > MAX_CONSTRAINT_TEXT:
+                    raise self.error(
+                        loc,
+                        f"{_rule_name(loc)}: its {op!r} value is {len(v)} characters long",
+                        f"text values of at most {MAX_CONSTRAINT_TEXT} characters",
+                        "a decision quotes the rule's constraints; constrain a shorter prefix or value",
+                    )
+                total += len(_value(v))
+        if total > MAX_CONSTRAINT_CHARS:
+            raise self.error(
+                loc,
+                f"{_rule_name(loc)}: its values are {total} characters long together",
+                f"at most {MAX_CONSTRAINT_CHARS} characters of values in one constraint",
+                "a decision quotes the rule's constraints; split the rule or shorten the list",
+            )
 
     def _capability(self, loc: tuple[str | int, ...], rule: schema.CapabilityRule) -> Capability:
         constraints = tuple(
