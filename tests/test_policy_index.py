@@ -441,3 +441,44 @@ roles:
         assert decision.outcome is Outcome.DENY, args
     decision = index.evaluate("agent", Call("gpu:h100", "lease", {"count": _EqualsAnything(8)}))
     assert decision.outcome is Outcome.DENY and "count=8 does not satisfy" in decision.reasons[0]
+
+
+def test_a_decision_names_only_the_quotas_that_count_something_for_the_call() -> None:
+    # Review R51: an allow named every quota whose resources matched, so a tool call listed a
+    # ``usd_micros`` quota that the Gate never charges it (a tool call costs one call), and
+    # ``policy explain`` showed it as a limit on the call. A quota is named when the call costs
+    # something in its unit: calls always, tokens and money on a model, money on a priced GPU.
+    policy = parse_policy(
+        """
+version: 1
+principals:
+  agent: {kind: agent, roles: [r]}
+tools:
+  t: {args: {}}
+models:
+  m: {cost_per_mtok: {input: 1, output: 1}}
+gpus:
+  h100: {cost_per_gpu_hour: 1000000}
+roles:
+  r:
+    kind: agent
+    ttl_s: 600
+    capabilities: [{resource: tool:t}, {resource: model:m}, {resource: "gpu:*", action: lease}]
+quotas:
+  calls: {role: r, window_s: 60, limit: 10, resources: ["tool:*", "model:*", "gpu:*"]}
+  tokens: {role: r, window_s: 60, limit: 10, unit: tokens, resources: ["tool:*", "model:*", "gpu:*"]}
+  money: {role: r, window_s: 60, limit: 10, unit: usd_micros, resources: ["tool:*", "model:*", "gpu:*"]}
+""",
+        source="units.yaml",
+    )
+    index = PolicyIndex(policy)
+
+    def named(call: Call) -> list[str]:
+        decision = index.evaluate("agent", call)
+        assert decision.allowed, decision.reasons
+        return [q.name for q in decision.quotas]
+
+    assert named(Call.tool("t", {})) == ["calls"]
+    assert named(Call.model("m", {})) == ["calls", "tokens", "money"]
+    assert named(Call("gpu:h100", "lease", {})) == ["calls", "money"]
+    assert named(Call("gpu:b200", "lease", {})) == ["calls"]  # no price: the lease costs no money

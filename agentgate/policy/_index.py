@@ -55,7 +55,8 @@ class ApprovalRequirement:
 
 @dataclass(frozen=True)
 class QuotaRef:
-    """A quota that counts the call."""
+    """A quota that counts the call: it names the call's resource, and the call costs something
+    in its unit (a ``tokens`` or ``usd_micros`` quota never counts a tool call)."""
 
     name: str
     subject: str
@@ -152,6 +153,7 @@ class PolicyIndex:
         self.policy = policy
         doc = policy.document
         self._budgets: dict[str, Budget | None] = {name: role.budget for name, role in doc.roles.items()}
+        self._priced_gpus = frozenset(f"gpu:{name}" for name in doc.gpus)
         self._index_gates(policy)
         exact = self._index_rules(policy)
         self._slots = self._build_slots(policy, exact)
@@ -350,7 +352,10 @@ class PolicyIndex:
             cached = entry.quota_cache.get(resource)
             if cached is None:
                 cached = tuple(
-                    q.ref for q in entry.quotas if any(pattern_matches(p, resource) for p in q.patterns)
+                    q.ref
+                    for q in entry.quotas
+                    if any(pattern_matches(p, resource) for p in q.patterns)
+                    and _counts_in(q.ref.unit, resource, self._priced_gpus)
                 )
                 if len(entry.quota_cache) >= QUOTA_CACHE_SIZE:
                     entry.quota_cache.clear()
@@ -382,6 +387,16 @@ class PolicyIndex:
         return PolicyDecision(
             Outcome.ALLOW, entry.name, resource, rule.role, rule, budget, quotas, None, (allowed_by,), held
         )
+
+
+def _counts_in(unit: str, resource: str, priced_gpus: frozenset[str]) -> bool:
+    """Whether a call on ``resource`` costs something in ``unit`` (what the Gate charges): one
+    call always; tokens and money for a model; money for a GPU type the policy prices; nothing
+    else (a tool call costs one call). A quota in a unit the call does not use counts nothing
+    for it, so a decision does not name it."""
+    if unit == "calls" or resource.startswith("model:"):
+        return True
+    return unit == "usd_micros" and resource in priced_gpus
 
 
 def _index_principals(policy: Policy) -> dict[str, _Principal]:
