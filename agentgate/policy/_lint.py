@@ -12,7 +12,7 @@ import functools
 import json
 import math
 import sys
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import ClassVar
 
 from agentgate.capabilities import (
@@ -109,6 +109,21 @@ class _Holding:
         return [rule for _position, rule in sorted(found, key=lambda f: f[0])]
 
 
+def _held_by_role(policy: Policy, roles: Iterable[str]) -> dict[str, list[_Holding]]:
+    """For each of ``roles``, the ``_Holding`` of each role it holds that has rules (itself
+    first, then those it inherits, in closure order): each role's own rules are indexed once,
+    never gathered anew for every role that inherits them (2,000 roles inheriting a 1,000-rule
+    role took seconds per check). Looking a pattern up in each, in turn, finds the rules in the
+    order the role holds them, as one ``_Holding`` of its ``effective_rules`` would."""
+    own = {role: _Holding(rules) for role, rules in policy.rules.items() if rules}
+    return {role: [own[r] for r in policy.role_closure(role) if r in own] for role in roles}
+
+
+def _holding(held: list[_Holding], pattern: str) -> list[RuleRef]:
+    """The rules of ``held`` (``_held_by_role``) whose pattern holds ``pattern``, in order."""
+    return [rule for h in held for rule in h.holding(pattern)]
+
+
 def _tools_by_pattern(policy: Policy) -> dict[str, list[str]]:
     """Every wildcard pattern that names a declared tool -> the tools it names, in declaration order."""
     out: dict[str, list[str]] = {}
@@ -141,12 +156,13 @@ class DelegatesUnheldCapability(LintRule):
     hint = "delegate only capabilities the role holds, or add the capability to the role"
 
     def check(self, policy: Policy) -> Iterator[Finding]:
+        held_by_role = _held_by_role(policy, policy.delegable)
         for role, delegable in policy.delegable.items():
-            held = _Holding(policy.effective_rules(role))
+            held = held_by_role[role]
             for d in delegable:
                 cap = d.capability
                 if not any(
-                    _action_within(cap.action, h.capability.action) for h in held.holding(cap.resource)
+                    _action_within(cap.action, h.capability.action) for h in _holding(held, cap.resource)
                 ):
                     yield self.finding(
                         policy, f"role {role} may delegate {describe(cap)}, which it does not hold", d.line
@@ -159,12 +175,13 @@ class DelegationWiderThanRole(LintRule):
     hint = "narrow the delegated constraints to within the role's own (or drop the delegation entry)"
 
     def check(self, policy: Policy) -> Iterator[Finding]:
+        held_by_role = _held_by_role(policy, policy.delegable)
         for role, delegable in policy.delegable.items():
-            held = _Holding(policy.effective_rules(role))
+            held = held_by_role[role]
             for d in delegable:
                 cap = d.capability
                 named = [
-                    h for h in held.holding(cap.resource) if _action_within(cap.action, h.capability.action)
+                    h for h in _holding(held, cap.resource) if _action_within(cap.action, h.capability.action)
                 ]
                 if named and not any(attenuates(h.capability, cap) for h in named):
                     parent = named[0].capability
@@ -929,14 +946,10 @@ class ShadowedRule(LintRule):
     hint = "remove the narrower rule, or narrow the wider one if the narrower was meant"
 
     def check(self, policy: Policy) -> Iterator[Finding]:
-        # Each role's own rules by pattern, once; a role's rules are looked up in those of the
-        # roles it holds (at most MAX_ROLES_HELD), never gathered anew for every role that
-        # inherits them, and each rule meets at most MAX_RULES_ON_ONE_RESOURCE on its pattern.
-        own_by_role = {role: _Holding(rules) for role, rules in policy.rules.items() if rules}
-        for role in policy.document.roles:
-            if role not in own_by_role:
-                continue  # only a role's own rules can be shadowed: none to check here
-            held = [own_by_role[r] for r in policy.role_closure(role) if r in own_by_role]
+        # A role's rules are looked up in those of the roles it holds (at most MAX_ROLES_HELD),
+        # and each rule meets at most MAX_RULES_ON_ONE_RESOURCE on its own pattern.
+        # Only a role's own rules can be shadowed: roles without rules have none to check.
+        for role, held in _held_by_role(policy, (r for r, rules in policy.rules.items() if rules)).items():
             for rule in policy.rules[role]:
                 cap = rule.capability
                 # Only a rule whose pattern holds this one's can allow everything it allows; a
