@@ -482,3 +482,9 @@ quotas:
     assert named(Call.model("m", {})) == ["calls", "tokens", "money"]
     assert named(Call("gpu:h100", "lease", {})) == ["calls", "money"]
     assert named(Call("gpu:b200", "lease", {})) == ["calls"]  # no price: the lease costs no money
+
+
+def test_an_argument_of_the_wrong_type_is_refused_in_plain_words() -> None:
+    # Found: "argument 'n' must be a integer, got str" in every such refusal and audit entry.
+    reasons = INDEX.evaluate("agent", Call.tool("refund", {"n": "5"})).reasons
+    assert reasons == ("argument 'n' must be an integer, got str",)

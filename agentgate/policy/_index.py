@@ -529,7 +529,8 @@ def _check_arguments(slot: _Slot, call: Call) -> str | None:
             return f"{call.resource} does not declare an argument {name!r}"
         if type(value) not in accepted:
             expected = _TYPE_NAMES.get(accepted, "boolean")
-            return f"argument {name!r} must be a {expected}, got {type(value).__name__}"
+            article = "an" if expected == "integer" else "a"
+            return f"argument {name!r} must be {article} {expected}, got {type(value).__name__}"
     for name in slot.required:
         if name not in args:
             return f"required argument {name!r} is missing"
