@@ -15,7 +15,9 @@ concrete call that the child allows and the parent does not.
 Numbers are the reals: ``amount <= 500`` admits 499.5, so an interval is never a subset of a
 finite set unless it is a single point. Booleans are not numbers (``True`` never equals ``1``).
 NaN and infinities, and strings that are not Unicode text (a lone surrogate), are refused
-wherever a value enters the algebra.
+wherever a value enters the algebra. Values, names and a call's arguments are held as exact
+built-in types: a ``str``, ``int`` or ``float`` subclass is read as the plain value it holds, so
+no check ever calls a method its caller wrote (``_values._plain``).
 
 Resource names are canonical or refused, never guessed: a tool name is lower-case ASCII
 segments (``[a-z0-9_-]``) joined by dots, so ``Run_Shell``, `` run_shell``, ``run_shell\\n``,
