@@ -459,6 +459,7 @@ models:
   m: {cost_per_mtok: {input: 1, output: 1}}
 gpus:
   h100: {cost_per_gpu_hour: 1000000}
+  free: {cost_per_gpu_hour: 0}
 roles:
   r:
     kind: agent
@@ -482,6 +483,7 @@ quotas:
     assert named(Call.model("m", {})) == ["calls", "tokens", "money"]
     assert named(Call("gpu:h100", "lease", {})) == ["calls", "money"]
     assert named(Call("gpu:b200", "lease", {})) == ["calls"]  # no price: the lease costs no money
+    assert named(Call("gpu:free", "lease", {})) == ["calls"]  # a price of 0: nor does this one
 
 
 def test_an_argument_of_the_wrong_type_is_refused_in_plain_words() -> None:

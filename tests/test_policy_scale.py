@@ -250,6 +250,30 @@ def test_lint_of_many_roles_inheriting_one_large_role_is_not_roles_times_its_rul
     assert work_large <= 6 * work_small, (work_small, work_large)
 
 
+def priced_quotas(n: int) -> str:
+    """``n`` priced GPU types and ``n`` usd_micros quotas on ``gpu:*`` and ``tool:*``."""
+    lines = ["version: 1", "gpus:"] + [f"  g{i}: {{cost_per_gpu_hour: 1}}" for i in range(n)]
+    lines += ["roles:", "  r: {ttl_s: 60}", "quotas:"]
+    lines += [
+        f"  q{i}: {{role: r, window_s: 60, limit: 1, unit: usd_micros, resources: ['gpu:*', 'tool:*']}}"
+        for i in range(n)
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def test_lint_of_many_quotas_and_priced_gpus_is_not_quotas_times_gpus() -> None:
+    """Review R51: ``quota_counts_nothing`` matched each quota entry against every priced GPU
+    type: 2,000 quotas on 2,000 types took 1.4 s. The priced types and the wildcards that name
+    them are now a set each entry is looked up in."""
+    (work_small, found_small), (work_large, found_large) = (
+        lint_work(priced_quotas, 40),
+        lint_work(priced_quotas, 160),
+    )
+    # each quota's tool:* entry counts no money, and names no declared tool
+    assert (found_small, found_large) == (2 * 40, 2 * 160)
+    assert work_large <= 6 * work_small, (work_small, work_large)
+
+
 def gates(n: int) -> str:
     """``n`` tools in namespaces of 4, a wildcard rule per namespace, and a gate on the first tool
     of each: every rule reaches 3 siblings that pass no gate (one finding per gate)."""

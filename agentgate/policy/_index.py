@@ -153,7 +153,9 @@ class PolicyIndex:
         self.policy = policy
         doc = policy.document
         self._budgets: dict[str, Budget | None] = {name: role.budget for name, role in doc.roles.items()}
-        self._priced_gpus = frozenset(f"gpu:{name}" for name in doc.gpus)
+        self._priced_gpus = frozenset(
+            f"gpu:{name}" for name, gpu in doc.gpus.items() if gpu.cost_per_gpu_hour > 0
+        )
         self._index_gates(policy)
         exact = self._index_rules(policy)
         self._slots = self._build_slots(policy, exact)
@@ -391,8 +393,8 @@ class PolicyIndex:
 
 def _counts_in(unit: str, resource: str, priced_gpus: frozenset[str]) -> bool:
     """Whether a call on ``resource`` costs something in ``unit`` (what the Gate charges): one
-    call always; tokens and money for a model; money for a GPU type the policy prices; nothing
-    else (a tool call costs one call). A quota in a unit the call does not use counts nothing
+    call always; tokens and money for a model; money for a GPU type the policy prices above 0;
+    nothing else (a tool call costs one call; lint's ``quota_counts_nothing`` reads units alike). A quota in a unit the call does not use counts nothing
     for it, so a decision does not name it."""
     if unit == "calls" or resource.startswith("model:"):
         return True

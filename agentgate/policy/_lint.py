@@ -13,6 +13,7 @@ import json
 import math
 import sys
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from typing import ClassVar
 
 from agentgate.capabilities import (
@@ -753,7 +754,8 @@ class QuotaCountsNothing(LintRule):
         # tool call costs one call and nothing else, a lease money only for a GPU type priced
         # under gpus. A quota in a unit none of its resources' calls use counts nothing: the
         # calls it was written to limit run without limit, and the policy reads as if they were.
-        priced = [f"gpu:{n}" for n, gpu in policy.document.gpus.items() if gpu.cost_per_gpu_hour > 0]
+        priced_gpus = [f"gpu:{n}" for n, gpu in policy.document.gpus.items() if gpu.cost_per_gpu_hour > 0]
+        priced = frozenset(priced_gpus) | _named_patterns(priced_gpus)  # looked up, not matched in turn
         for name, quota in policy.document.quotas.items():
             if not quota.resources:
                 yield self.finding(
@@ -782,13 +784,16 @@ class QuotaCountsNothing(LintRule):
                 )
 
 
-def _costs_in(unit: str, pattern: str, priced: Sequence[str]) -> bool:
-    """Whether a call on a resource ``pattern`` names can cost something in ``unit``."""
+def _costs_in(unit: str, pattern: str, priced: AbstractSet[str]) -> bool:
+    """Whether a call on a resource ``pattern`` names can cost something in ``unit``; ``priced``:
+    the priced GPU types and every wildcard pattern that names one (``_named_patterns``), so that
+    a quota's entry is one lookup, not a match against every GPU type (2,000 quotas on 2,000
+    priced types took 1.4 s)."""
     if unit == "calls":
         return True
     if pattern.startswith("model:"):
         return True
-    return unit == "usd_micros" and any(pattern_matches(pattern, gpu) for gpu in priced)
+    return unit == "usd_micros" and pattern in priced
 
 
 class ConstraintOnUndeclaredArgument(LintRule):
