@@ -304,3 +304,82 @@ def test_out_naming_the_store_or_the_log_key_replaces_neither(
     with SQLiteStore(db) as store:  # the database and its write-ahead log: still the log
         assert store.query("SELECT COUNT(*) FROM audit_log")[0][0] == 13
         assert store.query("SELECT COUNT(*) FROM audit_checkpoints")[0][0] == 0
+
+
+@pytest.mark.parametrize("held", ["crlf-copy", "over-64-kib", "notes"])
+def test_checkpoint_out_refuses_a_file_that_holds_no_checkpoint(
+    populated: Path, capsys: pytest.CaptureFixture[str], held: str
+) -> None:
+    """Kills: ``audit checkpoint --out FILE`` read FILE as "no checkpoint saved" whenever it could
+    not parse one there (a copy of the saved checkpoint whose line breaks a transfer turned into
+    CRLF, a file over the 64 KiB a checkpoint file may hold, any other file) and replaced it
+    without comparing anything: the saved checkpoint, the evidence a rollback is caught with,
+    gone. Rule: exit 2, one line naming FILE and why, FILE unchanged, nothing signed."""
+    saved = populated / "saved.cp"
+    assert main(["audit", "checkpoint", "--out", str(saved)]) == 0
+    body = {
+        "crlf-copy": saved.read_bytes().replace(b"\n", b"\r\n"),
+        "over-64-kib": saved.read_bytes() + b"#" * (64 << 10),
+        "notes": b"audit notes: checkpoints go to the bucket on Fridays\n",
+    }[held]
+    out = populated / "kept.cp"
+    out.write_bytes(body)
+    with SQLiteStore(populated / "agentgate.db") as store:
+        stored = store.query("SELECT COUNT(*) FROM audit_checkpoints")[0][0]
+    capsys.readouterr()
+    assert main(["audit", "checkpoint", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"agentgate: error: {out}: ") and len(err.splitlines()) == 1
+    assert out.read_bytes() == body
+    with SQLiteStore(populated / "agentgate.db") as store:
+        assert store.query("SELECT COUNT(*) FROM audit_checkpoints")[0][0] == stored
+
+
+def test_checkpoint_out_writes_over_an_empty_file(populated: Path) -> None:
+    """An empty FILE (made by ``touch`` or ``mktemp``) holds nothing to lose: it is written."""
+    out = populated / "empty.cp"
+    out.touch()
+    assert main(["audit", "checkpoint", "--out", str(out)]) == 0
+    assert main(["audit", "verify", "--checkpoint", str(out)]) == 0
+
+
+def test_checkpoint_refusing_a_tampered_log_creates_no_log_key(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Kills: ``audit checkpoint`` on a log with no checkpoint yet created ``log.key`` and
+    ``log.pub`` first, then found an entry edited and refused (exit 1): the failed command left
+    a key behind, which the next checkpoint (of the log as it is then) would sign with. Rule: a
+    command that fails writes nothing."""
+    from agentgate.keys import SigningKey
+
+    db = audit_cli_store(tmp_path, monkeypatch)
+    with SQLiteStore(db) as store:
+        log = AuditLog(store, SigningKey.generate())  # appends need no log key; none is saved
+        for i in range(3):
+            log.append({"kind": "allow", "principal": "did:key:zAlice", "budget_delta": i})
+        with store.transaction() as tx:
+            tx.execute("DROP TRIGGER IF EXISTS audit_log_no_update")
+            tx.execute("UPDATE audit_log SET entry = CAST(? AS BLOB) WHERE idx = 1", (b"{}",))
+    before = sorted(p.name for p in tmp_path.iterdir())
+    assert main(["audit", "checkpoint"]) == 1
+    assert "REFUSED" in capsys.readouterr().out
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+    assert not (tmp_path / "log.key").exists() and not (tmp_path / "log.pub").exists()
+
+
+@pytest.mark.parametrize("name", ["log.key", "log.pub"])
+def test_checkpoint_out_naming_the_log_key_it_would_create_creates_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], name: str
+) -> None:
+    """Kills: on a log with no key yet, ``checkpoint --out log.pub`` created the key pair, then
+    found FILE to be the public key just made (exit 2), leaving the pair behind. Rule: an
+    ``--out`` naming the key (or ``log.pub``) it would create is refused before anything is made."""
+    db = audit_cli_store(tmp_path, monkeypatch)
+    with SQLiteStore(db) as store:
+        AuditLog(store, open_log_key(store, create=True)).append({"kind": "deny", "principal": "did:key:zA"})
+    for made in ("log.key", "log.pub"):
+        (tmp_path / made).unlink()
+    capsys.readouterr()
+    assert main(["audit", "checkpoint", "--out", str(tmp_path / name)]) == 2
+    assert f"it is the log{'' if name == 'log.key' else chr(39) + 's public'} key" in capsys.readouterr().err
+    assert not (tmp_path / "log.key").exists() and not (tmp_path / "log.pub").exists()

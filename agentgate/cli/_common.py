@@ -13,7 +13,7 @@ import os
 import re
 import stat
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -309,14 +309,21 @@ def open_audit_log(
     *,
     create_key: bool = False,
     reads: bool | None = None,
+    check_first: Callable[[AuditLog], object] | None = None,
 ) -> tuple[Store, AuditLog]:
     """The store (as ``open_existing_store``) and its audit log, read with ``public_key``
     (``log.pub`` or its did:key) when given, else with the log key where agentgate finds it
     (created only if ``create_key``). ``reads``: for a missing key's error line, whether the
     command takes ``--key PUBFILE`` instead (``True``), signs with the key (``False``), or
-    neither (``None``). The caller closes the store."""
-    from agentgate.keys import load_public_key  # the log and its keys: only for the verbs that read it
+    neither (``None``). ``check_first``: called with the log before a log key is created (read
+    with a public key nothing was signed with, and the rotated-out keys), so that a command it
+    refuses (by raising) leaves no key behind. The caller closes the store."""
+    from agentgate.keys import (
+        SigningKey,
+        load_public_key,
+    )  # the log and its keys: only for verbs that read it
     from agentgate.store.audit import AuditLog, log_key_path, log_origin, open_log_key, previous_log_keys
+    from agentgate.store.audit._keys import refuse_new_log_key
 
     store = open_existing_store(url)
     try:
@@ -324,8 +331,16 @@ def open_audit_log(
         if public_key:
             key = load_public_key(public_key)
         else:
+            path = log_key_path(store)
             if not create_key:
-                _refuse_missing_log_key(log_key_path(store), reads=reads)
+                _refuse_missing_log_key(path, reads=reads)
+            elif check_first is not None and not os.path.lexists(path):
+                refuse_new_log_key(store, path)  # as open_log_key would, before the log is read
+                check_first(
+                    AuditLog(
+                        store, SigningKey.generate().public, log_origin(), previous_keys=previous_log_keys()
+                    )
+                )
             key = open_log_key(store, create=create_key)
         return store, AuditLog(store, key, log_origin(), previous_keys=previous_log_keys())
     except BaseException:

@@ -224,9 +224,12 @@ def _refuse_own_files(path: str, store: Store, key: str | None) -> None:
         ours.append((Path(key), "the --key file"))
     for own, what in ours:
         try:
-            same = os.path.samefile(path, own)
+            if os.path.lexists(own):
+                same = os.path.samefile(path, own)
+            else:  # not made yet (a log key ``checkpoint`` is about to create): the same name
+                same = os.path.realpath(path) == os.path.realpath(own)
         except (OSError, ValueError):
-            continue  # one of them does not exist (nothing there to lose), or cannot be named
+            continue  # ``path`` does not exist (nothing there to lose), or one cannot be named
         if same:
             raise InputError(f"{path}: cannot write: it is {what} ({own}); name another file")
 
@@ -383,34 +386,54 @@ def _grant_chain(store: Store, tip: str) -> list[tuple[str, str, str, float | No
 
 def _saved(path: str) -> str | None:
     """The checkpoint already saved in the regular file ``path``, or ``None`` when there is none
-    (no file, or one that does not hold a checkpoint: replaced as before; a path that is not a
-    regular file was refused by ``_refuse_unwritable`` before)."""
-    try:
-        if not stat.S_ISREG(os.lstat(path).st_mode):
-            return None
-        text = _read(path, MAX_CHECKPOINT_FILE_BYTES, "checkpoint")
-        Checkpoint.parse(text.partition("\n\n")[0] + "\n")
-    except (OSError, InputError, TamperDetected):
+    to keep (no file, or an empty one). Raises ``InputError`` for a file there that holds
+    anything else (a copy whose line breaks became CRLF, a file over
+    ``MAX_CHECKPOINT_FILE_BYTES``, a file that cannot be read, any other text): ``--out`` would
+    replace it unread, and if it was the saved checkpoint, the evidence of a rollback would go
+    with it. A path that is not a regular file was refused by ``_refuse_unwritable`` before."""
+    if not os.path.lexists(path):
         return None
+    keep = "refusing to replace it (move it away or name another file)"
+    try:
+        text = _read(path, MAX_CHECKPOINT_FILE_BYTES, "checkpoint")
+    except InputError as exc:
+        raise InputError(f"{exc}; {keep}") from None
+    if not text:
+        return None
+    try:
+        Checkpoint.parse(text.partition("\n\n")[0] + "\n")
+    except TamperDetected as exc:
+        crlf = " (its line breaks are CRLF)" if "\r\n" in text else ""
+        raise InputError(f"{path}: holds no checkpoint{crlf}: {exc}; {keep}") from None
     return text
 
 
 def _checkpoint(args: argparse.Namespace) -> int:
     if args.out:
         _refuse_unwritable(args.out)
-    saved = _saved(args.out) if args.out else None
-    store, log = _open(args, create_key=True)
-    with store:
+    read: list[str | None] = []  # the checkpoint saved in --out, once read
+
+    def saved_in_out(log: AuditLog) -> str | None:
+        """What ``--out`` holds (``_saved``), once it is known not to be a file this command reads."""
         if args.out:
-            _refuse_own_files(args.out, store, None)
-        try:
-            note = log.checkpoint(saved=saved)
-        except TamperDetected as exc:
-            print(f"REFUSED: {exc}")
-            if saved is not None:
-                print(f"{args.out} is left as it was: it is the evidence")
-            return 1
-        public = log.public_key
+            _refuse_own_files(args.out, log.store, None)
+        if not read:
+            read.append(_saved(args.out) if args.out else None)
+        return read[0]
+
+    try:
+        # A log with no checkpoint yet is checked before its key is created: refused, none is left.
+        store, log = open_audit_log(
+            args.store, create_key=True, check_first=lambda log: log.check_extends(saved_in_out(log))
+        )
+        with store:
+            note = log.checkpoint(saved=saved_in_out(log))
+            public = log.public_key
+    except TamperDetected as exc:
+        print(f"REFUSED: {exc}")
+        if read and read[0] is not None:
+            print(f"{args.out} is left as it was: it is the evidence")
+        return 1
     if args.out:
         _write(args.out, note)
     sys.stdout.write(note)

@@ -84,6 +84,18 @@ def open_log_key(store: Store, *, create: bool = True) -> SigningKey:
     path = log_key_path(store)
     if not create or (path.exists() and not _left_half_made(path, store)):
         return load_signing_key(path)
+    refuse_new_log_key(store, path)
+    try:
+        save_key(SigningKey.generate(), path.parent, path.stem)
+    except KeyFileError:
+        if not path.exists():
+            raise
+    return load_signing_key(path)  # another process may have won the race: use its key
+
+
+def refuse_new_log_key(store: Store, path: Path) -> None:
+    """Raise ``KeyFileError`` when ``open_log_key`` may not create a log key at ``path``: a name
+    that does not end in ``.key``, or a log with checkpoints and no key rotation under way."""
     if path.suffix != ".key":
         raise KeyFileError(f"{path}: AGENTGATE_LOG_KEY must name a file ending in .key")
     if not _previous_specs() and _has_checkpoints(store):
@@ -92,12 +104,6 @@ def open_log_key(store: Store, *, create: bool = True) -> SigningKey:
             "AGENTGATE_LOG_KEY at it (to rotate the key, list the old public key in "
             "AGENTGATE_LOG_PREVIOUS_KEYS first). No key was created."
         )
-    try:
-        save_key(SigningKey.generate(), path.parent, path.stem)
-    except KeyFileError:
-        if not path.exists():
-            raise
-    return load_signing_key(path)  # another process may have won the race: use its key
 
 
 def _left_half_made(path: Path, store: Store) -> bool:

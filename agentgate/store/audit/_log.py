@@ -214,6 +214,34 @@ class AuditLog(_Proofs, _CachedRoots, _Verification):
         database restored from an older copy, or forked from one, is refused, not signed over.
         Reads the log in batches: memory does not grow with its size.
         """
+        acc, latest, prev_size = self._extension(saved)
+        if latest and acc.size == prev_size and (self.signer is None or self._signs(_note(latest[2]))):
+            # Nothing new to sign, and signed by this log's key: a log key rotated out since then
+            # gets a checkpoint of the same size under the new key (docs/operations.md, step 4).
+            return _note(latest[2])
+        if self.signer is None:
+            raise AuditError(
+                f"audit log: a new checkpoint of {acc.size} entries needs the log's private key "
+                "(this log was opened with its public key only)"
+            )
+        note = sign_checkpoint(Checkpoint(self.origin, acc.size, acc.root()), self.signer)
+        with self.store.transaction() as tx:
+            _execute(
+                tx,
+                "INSERT INTO audit_checkpoints (size, root, note, created) VALUES (?, ?, ?, ?)",
+                (acc.size, acc.root(), note, utc_now()),
+            )
+        return note
+
+    def check_extends(self, saved: str | None = None) -> None:
+        """Raise ``TamperDetected`` where ``checkpoint(saved)`` would refuse to sign; sign and
+        write nothing. Needs no private key: ``agentgate audit checkpoint`` checks a log with no
+        checkpoint yet this way before it creates the log key, so that a refused log leaves none."""
+        self._extension(saved)
+
+    def _extension(self, saved: str | None) -> tuple[RootAccumulator, Row | None, int]:
+        """The log's tree (its accumulator), the latest checkpoint row and its size, once the log is
+        checked to extend that checkpoint and ``saved``: ``checkpoint``'s checks, nothing signed."""
         # size -> (root, what it is): the roots the log must still have at those sizes.
         targets: dict[int, tuple[bytes, str]] = {}
         if saved is not None:
@@ -267,23 +295,7 @@ class AuditLog(_Proofs, _CachedRoots, _Verification):
                 f"audit log: has {acc.size} entries, {targets[min(beyond)][1]} had {min(beyond)} "
                 "(entries deleted, or the database restored from an older copy)"
             )
-        if latest and acc.size == prev_size and (self.signer is None or self._signs(_note(latest[2]))):
-            # Nothing new to sign, and signed by this log's key: a log key rotated out since then
-            # gets a checkpoint of the same size under the new key (docs/operations.md, step 4).
-            return _note(latest[2])
-        if self.signer is None:
-            raise AuditError(
-                f"audit log: a new checkpoint of {acc.size} entries needs the log's private key "
-                "(this log was opened with its public key only)"
-            )
-        note = sign_checkpoint(Checkpoint(self.origin, acc.size, acc.root()), self.signer)
-        with self.store.transaction() as tx:
-            _execute(
-                tx,
-                "INSERT INTO audit_checkpoints (size, root, note, created) VALUES (?, ?, ?, ?)",
-                (acc.size, acc.root(), note, utc_now()),
-            )
-        return note
+        return acc, latest, prev_size
 
     # --- reading ------------------------------------------------------------------------------
 
