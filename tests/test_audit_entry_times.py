@@ -74,6 +74,49 @@ def test_entry_times_in_the_format_still_read_back() -> None:
     assert entry.time == TIME
 
 
+NO_SUCH_TIMES = [
+    pytest.param("2026-13-01T00:00:00.000000Z", id="month-13"),
+    pytest.param("2026-00-10T00:00:00.000000Z", id="month-0"),
+    pytest.param("2026-01-32T00:00:00.000000Z", id="day-32"),
+    pytest.param("2026-02-29T00:00:00.000000Z", id="february-29-of-a-common-year"),
+    pytest.param("2026-11-29T25:00:00.000000Z", id="hour-25"),
+    pytest.param("2026-11-29T10:60:00.000000Z", id="minute-60"),
+    pytest.param("2026-11-29T10:15:60.000000Z", id="second-60"),
+    pytest.param("0000-01-01T00:00:00.000000Z", id="year-0"),
+]
+
+
+@pytest.mark.parametrize("time", NO_SUCH_TIMES)
+def test_an_entry_time_that_names_no_moment_is_refused_when_written(store: Store, time: str) -> None:
+    """Kills: ``time`` was checked by pattern only, so an API caller's month 13, day 32 or hour
+    25 was written into the log (on the fast path and through the model alike), and every reader
+    that parses times (``audit show --since``, a verifier from the doc) met a date that is none.
+    Rule: ``InputError`` naming ``time`` when an entry is made; nothing written."""
+    with pytest.raises(InputError, match="time"):
+        encode_entry({**FIELDS, "time": time})
+    with pytest.raises(InputError, match="time"):
+        AuditEntry.build(**{**FIELDS, "time": time})
+    log = AuditLog(store, KEY, ORIGIN)
+    with pytest.raises(InputError, match="time"):
+        log.append({"kind": "deny", "principal": "did:key:zAlice", "time": time})
+    with pytest.raises(InputError, match="time"):
+        log.append_many([{"kind": "deny", "principal": "did:key:zAlice", "time": time}])
+    assert log.size() == 0
+
+
+@pytest.mark.parametrize("time", NO_SUCH_TIMES)
+def test_a_stored_entry_with_a_time_that_names_no_moment_still_reads_back(time: str) -> None:
+    """Logs written before times were checked as dates may hold such an entry: it is read as it
+    is (its bytes are what the checkpoints signed), never made unreadable."""
+    data = encode_entry(FIELDS).replace(TIME.encode(), time.encode())
+    assert AuditEntry.from_bytes(data).time == time
+
+
+def test_leap_days_and_the_last_second_of_a_day_are_times() -> None:
+    for time in ("2024-02-29T23:59:59.999999Z", "2000-02-29T00:00:00.000000Z", "0001-01-01T00:00:00.000000Z"):
+        assert AuditEntry.from_bytes(encode_entry({**FIELDS, "time": time})).time == time
+
+
 @pytest.mark.parametrize("origin", [ORIGIN + "\n", "r35.example/\naudit", ORIGIN + " ", ORIGIN + "\udcff"])
 def test_a_log_origin_that_is_no_key_name_is_refused_when_the_log_is_opened(
     store: Store, origin: str

@@ -61,6 +61,18 @@ def utc_now() -> str:
 _second: tuple[int, str] = (-1, "")
 
 
+def _is_moment(when: str) -> bool:
+    """Whether ``when``, in the entry time format, names a moment: month 1 to 12, a day its month
+    has, hour 0 to 23, minute and second 0 to 59, year 0001 or later (``datetime``'s calendar)."""
+    if when[:19] == _second[1]:
+        return True  # this second's time as ``utc_now`` wrote it: the common case, no parsing
+    try:
+        datetime.fromisoformat(when[:19])
+    except ValueError:
+        return False
+    return True
+
+
 def format_time(moment: datetime) -> str:
     """``moment`` (timezone-aware) in entry time format; raises ``InputError`` if it is naive."""
     if moment.tzinfo is None:
@@ -307,6 +319,7 @@ def _fast_fields(fields: Mapping[str, Any]) -> dict[str, Any] | None:
         and index >= 0
         and type(when) is str
         and _TIME.match(when)
+        and _is_moment(when)
         and type(kind) is str
         and kind in _KINDS
         and type(principal) is str
@@ -403,9 +416,14 @@ class AuditEntry(BaseModel):
 
     @field_validator("time")
     @classmethod
-    def _time_format(cls, value: str) -> str:
+    def _time_format(cls, value: str, info: ValidationInfo) -> str:
         if not _TIME.match(value):
             raise ValueError("time must be UTC in the form YYYY-MM-DDTHH:MM:SS.ffffffZ")
+        # A stored entry (``from_bytes``) is read as written: versions before 2026-12-02 checked
+        # the pattern only, and a log holding month 13 from an API caller must still verify.
+        stored = isinstance(info.context, dict) and info.context.get("stored") is True
+        if not stored and not _is_moment(value):
+            raise ValueError(f"time {value} names no moment (no such month, day, hour, minute or second)")
         return value
 
     @field_validator("args")
