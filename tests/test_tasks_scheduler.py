@@ -578,3 +578,36 @@ async def test_the_scheduler_keeps_only_the_newest_thousand_dead_letters() -> No
     assert len(letters) == 1000
     assert (letters[0].call_id, letters[-1].call_id) == ("c5", "c1004")
     await scheduler.aclose()
+
+
+@pytest.mark.parametrize("preemptible", [True, False])
+@pytest.mark.parametrize("timeout_s", [None, 5.0])
+async def test_a_plain_function_submitted_runs_once_and_its_value_is_the_result(
+    preemptible: bool, timeout_s: float | None
+) -> None:
+    """Kills: ``Scheduler.submit`` of a plain (sync) function ran it, then awaited what it
+    returned: a ``TypeError`` after the tool's effect, so the call was reported failed (a dead
+    letter, the breaker told of an error; a retry would run it again). Rule (as ``Gate.arun``):
+    a function that returns a value, not an awaitable, has run; its value is the result."""
+    config = SchedulerConfig(tools={"refund": ToolLimits(timeout_s=timeout_s)})
+    scheduler = Scheduler(config)
+    paid: list[int] = []
+
+    def refund(attempt: Attempt) -> str:
+        paid.append(attempt.number)
+        return "refunded"
+
+    call = ToolCall("refund", run_id="r1", call_id="c1")
+    assert await scheduler.submit(call, refund, preemptible=preemptible) == "refunded"  # type: ignore[arg-type]
+    assert paid == [1]
+    assert scheduler.dead_letters() == [] and scheduler.breaker("refund").closed
+    assert scheduler.in_flight == 0
+
+    def broken(attempt: Attempt) -> str:
+        paid.append(-attempt.number)
+        raise ValueError("declined")
+
+    with pytest.raises(ValueError, match="declined"):  # its own error, as from a coroutine
+        await scheduler.submit(ToolCall("refund"), broken, preemptible=preemptible)  # type: ignore[arg-type]
+    assert paid == [1, -1]  # an error class not retried by default: one attempt
+    await scheduler.aclose()

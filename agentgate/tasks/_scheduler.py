@@ -42,6 +42,7 @@ import asyncio
 import bisect
 import concurrent.futures
 import contextlib
+import inspect
 import math
 import random
 import threading
@@ -49,6 +50,7 @@ import time
 import weakref
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Coroutine
+from types import CoroutineType
 from typing import Any, TypeVar
 
 from opentelemetry import context as otel_context
@@ -241,6 +243,11 @@ class Scheduler(_StoreWork, _Failures):
         the sync scheduler does. The deadline still bounds waiting for a slot and retries. A
         cancelled caller's attempt keeps its slots, lease and half-open probe until ``fn`` has
         ended, then the cancellation goes on.
+
+        A plain function (one that returns a value, not an awaitable) runs on the loop's thread,
+        blocking it, to its end (no deadline cuts it): its value is the attempt's result, as
+        under ``Gate.arun``. Blocking work belongs in a thread (``asyncio.to_thread`` with
+        ``preemptible=False``, or ``SyncScheduler``).
 
         Returns a coroutine (``await scheduler.submit(call, fn)``); errors are raised when it is
         awaited. A plain method rather than ``async def``: one coroutine less on the hot path.
@@ -453,15 +460,18 @@ class Scheduler(_StoreWork, _Failures):
                         # collections per 20,000-call run (640 in flight: 405/36/3 -> 375/34/3).
                         RUNNING.set(waiter)
                         try:
+                            work = fn(attempt)
+                            if type(work) is not CoroutineType:
+                                work = _awaitable(work)  # a plain function: it has run
                             if not preemptible:  # no cancellation stops it: slots held to its end
-                                result = await _to_its_end(fn(attempt))
+                                result = await _to_its_end(work)
                             elif attempt_deadline is None or not self._preemptive:
-                                result = await fn(attempt)
+                                result = await work
                             else:
                                 timeout = asyncio.timeout_at(attempt_deadline)
                                 try:
                                     async with timeout:
-                                        result = await fn(attempt)
+                                        result = await work
                                 except TimeoutError as exc:
                                     if timeout.expired():
                                         # The caller's deadline came before the tool's own timeout.
@@ -571,6 +581,21 @@ def _drain_timeout(timeout_s: object) -> float | None:
     if isinstance(timeout_s, bool) or not isinstance(timeout_s, int | float) or timeout_s != timeout_s:
         raise InputError(f"the drain timeout_s must be a number of seconds or None, got {timeout_s!r}")
     return None if timeout_s == math.inf else max(float(timeout_s), 0.0)
+
+
+def _awaitable(value: Any) -> Awaitable[Any]:
+    """What ``fn(attempt)`` returned, to await: itself when it can be awaited (a future, an
+    object with ``__await__``), else a finished awaitable of it. A plain function given where a
+    coroutine function belongs has already run when it returns: its value is the attempt's
+    result, as under ``Gate.arun`` (awaiting the value would fail after the tool's effect, and
+    the call would be reported failed, dead-lettered, perhaps retried: run again)."""
+    if inspect.isawaitable(value):
+        return value
+    return _returned(value)
+
+
+async def _returned(value: T) -> T:
+    return value
 
 
 async def _to_its_end(work: Awaitable[T]) -> T:
