@@ -230,6 +230,39 @@ def test_a_paused_that_is_not_a_function_is_refused_before_the_allow_is_used(
 
 
 @pytest.mark.parametrize("arun", [False, True])
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [("failed", True), ("failed", "yes"), ("spent", (10, 2)), ("spent", 12)],
+    ids=["failed-True", "failed-text", "spent-a-tuple", "spent-a-number"],
+)
+def test_a_failed_or_spent_that_is_not_a_function_is_refused_before_the_allow_is_used(
+    two: TwoTenants, arun: bool, name: str, value: object
+) -> None:
+    """Kills: ``run``/``arun`` checked ``paused=`` but took ``failed=True`` or ``spent=(10, 2)``
+    (the usage itself, not a function reading it): the tool ran, then ``_finish`` called
+    ``True(result)``, a TypeError, and the call was recorded as an ``error`` charged as
+    reserved though it succeeded. Rule: ``InputError`` naming the argument before anything is
+    run or written, the allow still usable."""
+    gate = two.gate
+    auth = gate.authorize(two.alice, Call.tool("orders", {}), call_id="f1")
+    ran: list[str] = []
+
+    async def tool_async() -> str:
+        ran.append("async")
+        return "ran"
+
+    with pytest.raises(InputError, match=f"{name} must be a function"):
+        if arun:
+            asyncio.run(gate.arun(auth, tool_async, **{name: value}))  # type: ignore[arg-type]
+        else:
+            gate.run(auth, lambda: ran.append("sync"), **{name: value})  # type: ignore[arg-type]
+    assert ran == []
+    assert auth.audit_index not in two.outcomes()
+    assert gate.run(auth, lambda: "ran") == "ran"  # the allow was not used
+    assert two.outcomes()[auth.audit_index].status == "ok"  # type: ignore[index]
+
+
+@pytest.mark.parametrize("arun", [False, True])
 def test_a_paused_that_raises_leaves_the_tools_error_and_an_outcome(two: TwoTenants, arun: bool) -> None:
     """Kills: ``_fail`` called ``paused(exc)`` unguarded: a predicate that raised (IndexError on
     an exception without arguments) replaced the tool's error, and the call's outcome was never

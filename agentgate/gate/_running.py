@@ -177,7 +177,7 @@ class _Running:
         ``InputError`` (nothing run or written) for an ``auth`` that is not an ``Authorization``,
         an ``fn`` that is not callable, or a ``paused`` that is neither None nor a function.
         """
-        self._check_allowed(auth, fn, paused)
+        self._check_allowed(auth, fn, paused, failed, spent)
         self._begin_run(auth)
         started = False  # whether an attempt reached ``fn``
         raised: list[BaseException] = []  # what ``fn`` itself raised (a nested call's refusal too)
@@ -236,7 +236,7 @@ class _Running:
         recorded as not started (a once-only call runs when its run is resumed), though an attempt
         was entered; one whose work began is recorded as started (never run twice). Without it, a
         call is started once an attempt entered ``fn``."""
-        self._check_allowed(auth, fn, paused)
+        self._check_allowed(auth, fn, paused, failed, spent)
         loop = asyncio.get_running_loop()
         self._begin_run(auth, loop)
         started = False  # whether an attempt reached ``fn``
@@ -482,17 +482,30 @@ class _Running:
                 )
             return scheduler
 
-    def _check_allowed(self, auth: Authorization, fn: object = _NO_FN, paused: object = None) -> None:
+    def _check_allowed(
+        self,
+        auth: Authorization,
+        fn: object = _NO_FN,
+        paused: object = None,
+        failed: object = None,
+        spent: object = None,
+    ) -> None:
         """Refuse (``Denied``) a refusal, an allow this Gate did not decide (or one changed since),
         and an allow that was already used: one decision, one run. ``InputError`` first, the
         allow left unused, for an ``auth`` that is not an ``Authorization``, for an ``fn`` (the
-        function ``run``/``arun`` is to run) that cannot be called, and for a ``paused`` that is
-        neither None nor a function (the call's ``ToolCall`` refuses it, and ``_fail`` calls it)."""
+        function ``run``/``arun`` is to run) that cannot be called, and for a ``paused``,
+        ``failed`` or ``spent`` that is neither None nor a function (the call's ``ToolCall``
+        refuses ``paused``; ``_fail`` calls it, and ``_finish`` the other two, after the tool ran)."""
         expect(auth, Authorization, "auth", _AUTHORIZATION)
         if fn is not _NO_FN and not callable(fn):
             raise InputError(f"fn must be the function that makes the call, got {shown(fn)}")
-        if paused is not None and not callable(paused):
-            raise InputError(f"paused must be a function of an exception or None, got {shown(paused)}")
+        for name, given, of in (
+            ("paused", paused, "an exception"),
+            ("failed", failed, "the result"),
+            ("spent", spent, "the result"),
+        ):
+            if given is not None and not callable(given):
+                raise InputError(f"{name} must be a function of {of} or None, got {shown(given)}")
         if not auth.allowed or auth.audit_index is None:
             refused = ApprovalRequired if auth.needs_approval else Denied
             raise refused(self.explain_redacted(auth), auth.decision)
