@@ -893,3 +893,42 @@ def test_a_call_refused_as_foreign_is_audited(setup: Setup) -> None:
     entry = setup.entries()[refused.audit_index]
     assert entry.kind == "deny" and entry.resource == "agent:helper"
     assert any("inherited_identity" in r for r in entry.reasons)
+
+
+def test_a_sync_run_inside_an_async_def_that_would_wait_for_its_loops_call_is_refused(
+    two: TwoTenants,
+) -> None:
+    """Kills: ``Gate.run`` called inside an ``async def`` while an ``arun`` of that loop held the
+    tool's only slot blocked the loop's thread waiting for the slot, which only that loop could
+    give back: a silent deadlock (up to the grant's expiry). Rule: ``SchedulingError`` at once
+    saying to use ``arun``, its call recorded as an ``error`` outcome; the ``arun`` finishes."""
+    gate = two.gate
+    first = gate.authorize(two.alice, Call.tool("orders", {}), call_id="l1")
+    second = gate.authorize(two.alice, Call.tool("orders", {}), call_id="l2")
+    seen: dict[str, object] = {}
+
+    async def main() -> None:
+        started, release = asyncio.Event(), asyncio.Event()
+
+        async def holds() -> str:
+            started.set()
+            await release.wait()
+            return "async"
+
+        task = asyncio.create_task(gate.arun(first, holds))
+        await started.wait()
+        try:
+            gate.run(second, lambda: "sync")
+        except SchedulingError as exc:
+            seen["refused"] = exc
+        release.set()
+        seen["async"] = await task
+
+    runner = threading.Thread(target=lambda: asyncio.run(main()), daemon=True)
+    runner.start()
+    runner.join(30)
+    assert not runner.is_alive(), "Gate.run waited for the slot its own event loop holds"
+    assert "Gate.arun" in str(seen["refused"]) and seen["async"] == "async"
+    outcomes = two.outcomes()
+    assert outcomes[second.audit_index].status == "error"  # type: ignore[index]
+    assert outcomes[first.audit_index].status == "ok"  # type: ignore[index]

@@ -21,6 +21,7 @@ from agentgate.tasks import (
     BreakerState,
     RateLimit,
     RetryPolicy,
+    Scheduler,
     SchedulerConfig,
     SharedLimits,
     SyncScheduler,
@@ -528,3 +529,78 @@ def test_a_tools_concurrent_futures_cancelled_error_reaches_its_caller_as_it_is(
     finally:
         if store is not None:
             store.close()
+
+
+def test_a_sync_call_on_an_event_loop_waiting_for_that_loops_own_calls_is_refused() -> None:
+    """Kills: a sync call (``SyncScheduler.submit``, so ``Gate.run``) made on the thread of a
+    running event loop, for a slot that a call of that loop holds, blocked the thread: the loop
+    could never run the call that holds the slot, and both waited forever (silently; with a
+    grant's expiry as the deadline, an hour). Rule: ``SchedulingError`` at once, saying to use
+    the async method; the loop's call goes on. A sync call from a worker thread (``to_thread``,
+    as LangGraph runs sync tools) still waits for the slot and runs; so does one on a loop
+    thread whose slot is held by another thread, which frees it."""
+    import asyncio
+
+    limits = SharedLimits(SchedulerConfig(tools={"t": ToolLimits(concurrency=1)}))
+    sync = SyncScheduler(limits=limits)
+    seen: dict[str, object] = {}
+
+    async def main() -> None:
+        core = Scheduler(limits=limits)
+        started = asyncio.Event()
+        release = asyncio.Event()
+
+        async def holds(attempt: Attempt) -> str:
+            started.set()
+            await release.wait()
+            return "async"
+
+        task = asyncio.create_task(core.submit(ToolCall("t"), holds))
+        await started.wait()
+        try:
+            sync.submit(ToolCall("t"), lambda attempt: "sync on the loop")
+        except SchedulingError as exc:
+            seen["refused"] = exc
+        worker = asyncio.ensure_future(
+            asyncio.to_thread(sync.submit, ToolCall("t"), lambda a: "from a worker")
+        )
+        await asyncio.sleep(0.05)  # the worker queues behind the loop's call
+        release.set()
+        seen["async"] = await task
+        seen["worker"] = await worker
+        await core.aclose()
+
+    def another_thread_holds_the_slot() -> None:
+        # No call of these limits on this loop: the slot is another thread's, which frees it.
+        entered, leave = threading.Event(), threading.Event()
+
+        def holding(attempt: Attempt) -> str:
+            entered.set()
+            leave.wait(10)
+            return "held"
+
+        holder = threading.Thread(target=sync.submit, args=(ToolCall("t"), holding))
+        holder.start()
+        entered.wait(10)
+
+        async def waits() -> str:
+            threading.Timer(0.05, leave.set).start()
+            return sync.submit(ToolCall("t"), lambda attempt: "waited on the loop")
+
+        seen["other thread"] = asyncio.run(waits())
+        holder.join(10)
+
+    def scenario() -> None:
+        asyncio.run(main())
+        another_thread_holds_the_slot()
+
+    runner = threading.Thread(target=scenario, daemon=True)
+    runner.start()
+    runner.join(30)
+    assert not runner.is_alive(), "the sync call on the loop thread waited for the loop's own call"
+    refused = seen["refused"]
+    assert isinstance(refused, SchedulingError) and "Gate.arun" in str(refused) and "tool t" in str(refused)
+    assert seen["async"] == "async" and seen["worker"] == "from a worker"
+    assert seen["other thread"] == "waited on the loop"
+    assert limits.in_flight == 0 and limits.queued == 0
+    sync.close()

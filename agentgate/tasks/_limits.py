@@ -251,6 +251,19 @@ class SharedLimits:
         with self._listeners_lock:
             self._listeners.add(scheduler)
 
+    def busy_on(self, loop: asyncio.AbstractEventLoop) -> bool:
+        """Whether a scheduler of these limits has calls running or waiting on ``loop``. Called
+        on ``loop``'s own thread (which then runs none of them): a sync call made there that has
+        to wait for a slot could wait for one of those calls, which cannot move on until the
+        thread returns to its loop."""
+        with self._listeners_lock:
+            listeners = list(self._listeners)
+        for scheduler in listeners:
+            used = scheduler._loop
+            if used is not None and used() is loop and scheduler._tasks:
+                return True
+        return False
+
     @contextlib.contextmanager
     def adopting(self) -> Iterator[None]:
         """Transitions in this thread inside the block came from another process: not published back."""

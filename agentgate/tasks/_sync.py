@@ -68,6 +68,23 @@ def _async_function(tool: str) -> InputError:
     )
 
 
+def _refuse_waiting_on_own_loop(shared: SharedLimits, call: ToolCall) -> None:
+    """Raise ``SchedulingError`` when this thread runs an event loop on which calls of ``shared``
+    are running or waiting: a sync call that waits for a slot here blocks that loop, so those
+    calls, which may hold the slot or be given it first, never move on, and the wait never ends.
+    A worker thread (``asyncio.to_thread``, a LangGraph tool pool) runs no loop: it waits."""
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        return  # no loop on this thread: whoever holds the slot gives it back meanwhile
+    if shared.busy_on(loop):
+        raise SchedulingError(
+            f"tool {call.tool}: a sync call on the thread of a running event loop would wait for a slot "
+            "that the loop's own calls hold or wait for, and block them forever; await Gate.arun "
+            "(Scheduler.submit) there, or make the sync call from a worker thread (asyncio.to_thread)"
+        )
+
+
 _Work = tuple[Attempt, "asyncio.Future[Any]", Waiter | None]
 #: Longest single lock wait: ``Lock.acquire`` overflows on timeouts past the platform's time_t.
 _LONGEST_WAIT_S = 86_400.0
@@ -425,6 +442,7 @@ class SyncScheduler:
                 if waiter is not None:
                     core.metrics.observe_wait(0.0)
                     return waiter
+                _refuse_waiting_on_own_loop(shared, call)
                 wake = _Wake()
                 waiter = shared.enqueue(call, limits, priority, traced, wake, core.metrics, parent=parent)
                 if waiter.granted:
