@@ -294,3 +294,79 @@ async def test_a_half_open_probe_given_up_before_its_tool_started_is_given_back(
     await first.aclose()
     await second.aclose()
     store.close()
+
+
+async def test_breaker_transitions_reach_the_store_in_the_order_they_were_made(tmp_path: Path) -> None:
+    """Kills: each breaker transition was published by a job of its own on the scheduler's store
+    pool, so with a short reset timeout a breaker's ``closed`` could be written while its
+    ``open`` still waited for the store, and ``open`` was then written last: the other
+    processes saw the tool's breaker open (refusing its calls) while it was closed here, until
+    the next transition. Rule: a key's transitions are written one at a time, in order; the
+    store ends with the breaker's state."""
+    import threading
+
+    from agentgate.store.leases import SharedBreakers
+
+    class HeldFirstWrite(SharedBreakers):
+        """The store, with the first write held (a slow commit) until the test lets it go."""
+
+        def __init__(self, store: SQLiteStore) -> None:
+            super().__init__(store)
+            self.release = threading.Event()
+            self.written: list[str] = []
+            self.calls = 0
+            self.running = 0
+            self.most_running = 0
+            self.lock = threading.Lock()
+
+        def publish(self, key: str, state: str, opened_at: float) -> None:
+            with self.lock:
+                self.calls += 1
+                first = self.calls == 1
+                self.running += 1
+                self.most_running = max(self.most_running, self.running)
+            try:
+                if first:
+                    self.release.wait(10)
+                super().publish(key, state, opened_at)
+                self.written.append(state)
+            finally:
+                with self.lock:
+                    self.running -= 1
+
+    store = SQLiteStore(tmp_path / "breakers.db")
+    config = SchedulerConfig(breaker=BreakerPolicy(failure_threshold=1, reset_timeout_s=0.001))
+    scheduler = Scheduler(config, store=store)
+    held = HeldFirstWrite(store)
+    scheduler._shared_breakers = held
+
+    async def down(_attempt: Attempt) -> str:
+        raise ConnectionError("down")
+
+    async def up(_attempt: Attempt) -> str:
+        return "up"
+
+    try:
+        with pytest.raises(ConnectionError):
+            await scheduler.submit(ToolCall("pay"), down)  # opens: its write is held
+        breaker = scheduler.breaker("tool:pay")
+        while True:  # past the reset timeout a probe succeeds and closes it
+            try:
+                assert await scheduler.submit(ToolCall("pay"), up) == "up"
+                break
+            except CircuitOpen:
+                await asyncio.sleep(0.005)
+        assert breaker.state is BreakerState.CLOSED
+        # Before the fix the close was written by a job of its own meanwhile; wait for it (at most 2 s).
+        for _ in range(200):
+            if held.written:
+                break
+            await asyncio.sleep(0.01)
+        held.release.set()
+    finally:
+        held.release.set()
+        await scheduler.aclose()  # waits for the publishing
+    found = SharedBreakers(store).read("tool:pay")
+    assert found is not None and found.state == "closed"
+    assert held.written[-1] == "closed" and held.most_running == 1
+    store.close()

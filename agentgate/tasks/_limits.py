@@ -190,6 +190,11 @@ class SharedLimits:
         self._listeners: weakref.WeakSet[Scheduler] = weakref.WeakSet()
         self._listeners_lock = threading.Lock()
         self._adopting = threading.local()
+        #: Breaker key -> its latest transition not yet written to the store (state, opened_at),
+        #: and the keys a store worker is writing now: one at a time per key, so in order.
+        self._to_publish: dict[str, tuple[str, float]] = {}
+        self._publishing: set[str] = set()
+        self._publish_lock = threading.Lock()
         #: Set by ``refuse_waiting``: why no call starts any more (None: calls start).
         self.refusing: str | None = None
         #: Queued nested calls: started by ``_start_nested_waiting`` once an ancestor can lend.
@@ -250,6 +255,26 @@ class SharedLimits:
         """Tell ``scheduler`` about breaker transitions from now on (held weakly)."""
         with self._listeners_lock:
             self._listeners.add(scheduler)
+
+    def queue_publication(self, key: str, state: str, opened_at: float) -> bool:
+        """Make ``state`` the next transition of ``key`` to write to the store (replacing one not
+        written yet). True when no worker is writing ``key`` now: the caller starts one
+        (``next_publication`` until None); else the worker writing it takes this one next."""
+        with self._publish_lock:
+            self._to_publish[key] = (state, opened_at)
+            if key in self._publishing:
+                return False
+            self._publishing.add(key)
+            return True
+
+    def next_publication(self, key: str) -> tuple[str, float] | None:
+        """The transition of ``key`` to write next, or None: then the worker writing ``key`` is
+        done, and the next ``queue_publication`` starts another."""
+        with self._publish_lock:
+            latest = self._to_publish.pop(key, None)
+            if latest is None:
+                self._publishing.discard(key)
+            return latest
 
     def busy_on(self, loop: asyncio.AbstractEventLoop) -> bool:
         """Whether a scheduler of these limits has calls running or waiting on ``loop``. Called

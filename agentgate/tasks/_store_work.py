@@ -202,10 +202,33 @@ class _StoreWork:
         return True
 
     def _publish_on_loop(self, key: str, state: str, opened_at: float) -> None:
-        assert self._shared_breakers is not None
-        # When it fails, the local breaker still works; the other processes learn nothing from it.
-        publishing = self._blocking(self._shared_breakers.publish, key, state, opened_at)
+        # One job per key at a time writes its transitions in the order they were made: a job
+        # per transition, on a pool of several workers, could write a breaker's close before its
+        # open, and the other processes then saw it open until its next transition.
+        if not self.shared.queue_publication(key, state, opened_at):
+            return  # the job writing this key now writes this transition next
+        try:
+            publishing = self._blocking(self._publish_in_order, key)
+        except BaseException:
+            while self.shared.next_publication(key) is not None:
+                pass  # not written: the key's next transition starts a job again
+            raise
         self._in_background(publishing, "breaker_not_shared", key)
+
+    def _publish_in_order(self, key: str) -> None:
+        """Write ``key``'s transitions to the store one by one, each time the latest one queued,
+        until none is left (a store worker). When one fails, the local breaker still works and
+        the other processes learn nothing from it; the later ones are still written, and the
+        failure is raised at the end (counted as ``breaker_not_shared``)."""
+        assert self._shared_breakers is not None
+        failed: Exception | None = None
+        while (latest := self.shared.next_publication(key)) is not None:
+            try:
+                self._shared_breakers.publish(key, *latest)
+            except Exception as exc:
+                failed = exc
+        if failed is not None:
+            raise failed
 
     async def _sync_breaker(self, breaker: CircuitBreaker, loop: asyncio.AbstractEventLoop) -> None:
         """Adopt a newer breaker state another process published (read at most every _BREAKER_SYNC_S)."""
