@@ -531,7 +531,10 @@ def test_a_tools_concurrent_futures_cancelled_error_reaches_its_caller_as_it_is(
             store.close()
 
 
-def test_a_sync_call_on_an_event_loop_waiting_for_that_loops_own_calls_is_refused() -> None:
+@pytest.mark.parametrize("with_store", [False, True], ids=["direct", "with-a-store"])
+def test_a_sync_call_on_an_event_loop_waiting_for_that_loops_own_calls_is_refused(
+    tmp_path: Path, with_store: bool
+) -> None:
     """Kills: a sync call (``SyncScheduler.submit``, so ``Gate.run``) made on the thread of a
     running event loop, for a slot that a call of that loop holds, blocked the thread: the loop
     could never run the call that holds the slot, and both waited forever (silently; with a
@@ -542,11 +545,12 @@ def test_a_sync_call_on_an_event_loop_waiting_for_that_loops_own_calls_is_refuse
     import asyncio
 
     limits = SharedLimits(SchedulerConfig(tools={"t": ToolLimits(concurrency=1)}))
-    sync = SyncScheduler(limits=limits)
+    store = SQLiteStore(tmp_path / "leases.db") if with_store else None
+    sync = SyncScheduler(limits=limits, store=store)  # with a store: attempts handed over
     seen: dict[str, object] = {}
 
     async def main() -> None:
-        core = Scheduler(limits=limits)
+        core = Scheduler(limits=limits, store=store)
         started = asyncio.Event()
         release = asyncio.Event()
 
@@ -604,3 +608,5 @@ def test_a_sync_call_on_an_event_loop_waiting_for_that_loops_own_calls_is_refuse
     assert seen["other thread"] == "waited on the loop"
     assert limits.in_flight == 0 and limits.queued == 0
     sync.close()
+    if store is not None:
+        store.close()

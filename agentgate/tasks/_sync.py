@@ -239,6 +239,8 @@ class SyncScheduler:
         if self._closed:
             raise SchedulingError("the scheduler is closed")
         if not self._direct:
+            if RUNNING.get() is None:  # a nested call may borrow its ancestor's slot: not refused
+                self._refuse_handed_wait_on_own_loop(call)
             return self._submit_handed(call, fn)
         core = self.scheduler
         limits = core._limits_cache.get(call.tool) or core.shared.tool_limits(call.tool)
@@ -474,6 +476,17 @@ class SyncScheduler:
             raise _give_up(exc) from exc
 
     # --- with a store: every attempt handed to the loop thread and back ---------------------------
+
+    def _refuse_handed_wait_on_own_loop(self, call: ToolCall) -> None:
+        """With a store: ``_refuse_waiting_on_own_loop`` when ``call`` could not start now in this
+        process (the core admits it on the loop thread, while this thread only waits for the
+        hand-off, so the question is asked here first)."""
+        shared = self.scheduler.shared
+        limits = self.scheduler._limits_cache.get(call.tool) or shared.tool_limits(call.tool)
+        with self._lock:
+            must_wait = bool(shared.queue.size) or not shared.has_room(call, limits)
+        if must_wait:
+            _refuse_waiting_on_own_loop(shared, call)
 
     def _submit_handed(self, call: ToolCall, fn: Callable[[Attempt], T]) -> T:
         loop = self._loop
