@@ -568,3 +568,46 @@ def test_a_resume_value_nested_past_the_recursion_limit_is_no_approval() -> None
     assert Approval.parse({**signed, "call_hash": ["h"]}) is None
     parsed = Approval.parse(signed)
     assert parsed is not None and parsed.to_dict() == signed and parsed.verify()
+
+
+def test_every_approval_that_does_not_count_is_an_entry_that_says_why(setup: Setup) -> None:
+    """Review R52: an approval no approver gave for the call (a key the policy does not name,
+    the requester's own, a bad signature, another gate's approver) presented while its request
+    was open left no audit entry: the answer said why, but the request's one
+    ``approval_required`` entry did not, so a forged or self-signed approval was invisible in
+    the log. Each is now an ``approval_required`` entry of its own, saying why, referring to the
+    request's first entry; the request stays open and the yes that counts still refers to that
+    first entry. A yes already counted, presented again (a LangGraph resume replays it), adds
+    nothing: no entry."""
+    gate, keys = setup.gate, setup.keys
+    refund, transfer = Call.tool("refund", {"amount": 500}), Call.tool("transfer", {"amount": 7})
+    asked = gate.authorize(setup.agent, refund, call_id="c1")
+    pair = gate.authorize(setup.agent, transfer, call_id="c2")
+    payload = asked.approval_payload()
+    forged = Approval(asked.request["id"], asked.request["call_hash"], keys["lead"].did, bytes(64))
+    tries = {
+        "a stranger": Approval.sign(payload, SigningKey.generate()),
+        "the requester": Approval.sign(payload, keys["agent"]),
+        "a bad signature": forged,
+        "another gate's approver": Approval.sign(payload, keys["second"]),
+    }
+    for who, approval in tries.items():
+        before = len(setup.entries())
+        answer = gate.authorize(setup.agent, refund, call_id="c1", approval=approval)
+        assert answer.needs_approval and answer.request["id"] == asked.request["id"], who
+        (why,) = [r for r in answer.reasons if "not counted" in r]
+        (entry,) = setup.entries()[before:]
+        assert entry.kind == "approval_required" and why in entry.reasons, who
+        assert entry.ref == asked.audit_index and entry.principal == keys["agent"].did, who
+    first = Approval.sign(pair.approval_payload(), keys["lead"])
+    assert gate.authorize(setup.agent, transfer, call_id="c2", approval=first).needs_approval
+    before = len(setup.entries())
+    twice = gate.authorize(setup.agent, transfer, call_id="c2", approval=first)
+    assert twice.needs_approval and any("each approver counts once" in r for r in twice.reasons)
+    assert setup.entries()[before:] == []
+    allowed = gate.authorize(setup.agent, refund, call_id="c1", approval=Approval.sign(payload, keys["lead"]))
+    assert allowed.allowed, allowed.explain()
+    (given,) = [e for e in setup.entries() if e.kind == "approval_given" and e.principal == keys["lead"].did][
+        -1:
+    ]
+    assert given.ref == asked.audit_index

@@ -316,3 +316,33 @@ def test_the_gateway_does_not_export_the_reservation_as_the_usage_of_a_call_with
     attributes = dict(span.attributes or {})
     assert attributes.get("gen_ai.usage.output_tokens") != 64, "max_tokens exported as the usage"
     assert any("charged as reserved" in r for r in outcome["reasons"]), outcome["reasons"]
+
+
+def test_an_approval_header_that_does_not_count_is_audited_with_why(env: Env) -> None:
+    # Review R52: a signed approval that did not count (the caller's own, a key the policy does
+    # not name, a bad signature) on a call whose request was open was answered 403
+    # approval_required and written nowhere: a caller trying to approve itself left no trace.
+    body = {"model": OTHER, "messages": [{"role": "user", "content": "Say a lot."}], "max_tokens": 200}
+
+    def send(approval: Approval | None = None) -> httpx.Response:
+        headers = invocation_headers(env.agent.key, env.agent.chain, body)
+        if approval is not None:
+            headers[APPROVAL_HEADER] = json.dumps(approval.to_dict())
+        return _post(env, body, headers)
+
+    payload = send().json()
+    asked = env.entries()[-1]
+    assert asked.kind == "approval_required"
+    request = payload["request"]
+    for approval in (
+        Approval.sign(payload, env.keys["agent"]),
+        Approval.sign(payload, env.keys["outsider"]),
+        Approval(request["id"], request["call_hash"], env.keys["lead"].did, bytes(64)),
+    ):
+        count = len(env.entries())
+        answer = send(approval)
+        assert answer.status_code == 403 and answer.json()["error"]["code"] == "approval_required"
+        (entry,) = env.entries()[count:]
+        assert entry.kind == "approval_required" and entry.ref == asked.index
+        assert any(r.startswith("approval not counted: ") for r in entry.reasons), entry.reasons
+    assert send(Approval.sign(payload, env.keys["lead"])).status_code == 200

@@ -347,9 +347,10 @@ def verified(rig: Rig) -> None:
 
 
 def every_request_answered(rig: Rig) -> bool:
-    """Whether every ``approval_required`` entry of the log is referred to by a later entry."""
+    """Whether every ``approval_required`` entry of the log that asks (one with a ``ref`` records
+    an approval that did not count, for the request it refers to) is referred to by a later entry."""
     entries = log(rig)
-    asked = {i for i, e in enumerate(entries) if e.kind == "approval_required"}
+    asked = {i for i, e in enumerate(entries) if e.kind == "approval_required" and e.ref is None}
     return asked <= {e.ref for e in entries}
 
 

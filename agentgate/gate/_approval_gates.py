@@ -140,6 +140,17 @@ class _Approvals:
             return f"approval not counted: its signature is not {approval.approver}'s"
         return None
 
+    def _refused_approval(
+        self, approval: Approval | None, request: Mapping[str, Any] | None, rule: QuorumRule | None
+    ) -> bool:
+        """Whether ``approval`` is one no approver of ``rule`` gave for ``request``'s call
+        (``_approval_invalid``): another call's, a key the gate does not list, the requester's
+        own, a bad signature. Not an approval given and no longer usable (a repeated yes, one
+        that expired), which a run replays when it resumes."""
+        if approval is None or request is None or rule is None:
+            return False
+        return self._approval_invalid(approval, request, rule) is not None
+
     def _superseded(self, approval: Approval, request: Mapping[str, Any], identity: AgentIdentity) -> bool:
         """Whether the call was asked for again under a newer request than ``approval``'s, one
         still open, because its own expired unused. A LangGraph run resumed with that approval first
@@ -301,11 +312,16 @@ class _Approvals:
         rule: QuorumRule | None,
         tx: Transaction | None = None,
         call_key: tuple[str, str] | None = None,
+        *,
+        uncounted: bool = False,
     ) -> Authorization:
         """Record that ``auth`` waits for an approval: the request open for its call, or a new
         one with its ``approval_required`` entry. A new request for a framework call
         (``call_key``, see ``_call_key``) closes the requests open for the same call under other
-        arguments or another tool (``_supersede``)."""
+        arguments or another tool (``_supersede``). ``uncounted``: ``auth`` was presented with an
+        approval that no approver gave for its call (``_refused_approval``; its reasons say why);
+        on a request already open that is an ``approval_required`` entry of its own, referring to
+        the request's."""
         assert request is not None and auth.identity is not None
         call_hash = request["call_hash"]
         # The store says which request is open, never this process's memory: another process
@@ -317,6 +333,10 @@ class _Approvals:
             known = self.approvals.open_for(call_hash, auth.identity.did, tx=t)
             if known is not None and call_key is not None:  # asked by an earlier version: keyed now
                 self.approvals.keep_call(known[0], call_key, tx=t)
+            if known is not None and uncounted:
+                # A forged, self-signed or misdirected approval is evidence too: without this
+                # entry only the answer said it was refused, and the log showed nothing.
+                self.audit.append({**self._entry(auth, "approval_required"), "ref": known[1]}, t)
         with self._lock:
             if known is None:
                 self._open_requests.pop(call_hash, None)

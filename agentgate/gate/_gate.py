@@ -421,7 +421,14 @@ class Gate(_Delegation, _Approvals, _Recording, _Costs, _Running, _Settlement, _
                 auth = self._refuse_ran_before(auth, once, last)
             if auth.needs_approval:
                 call_key = self._scoped_call_key(identity, call_id, asked_in)
-                auth = self._record_approval_request(auth, request, rule, tx, call_key)
+                auth = self._record_approval_request(
+                    auth,
+                    request,
+                    rule,
+                    tx,
+                    call_key,
+                    uncounted=self._refused_approval(approval, request, rule),
+                )
             elif auth.allowed:
                 auth = self._record_allow(auth, approved, request, tokens, tx, verdict.quotas, once, rule)
             else:

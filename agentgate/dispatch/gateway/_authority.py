@@ -247,6 +247,7 @@ class GatewayGate(Gate):
                 ),
                 request,
                 rule,
+                uncounted=self._refused_approval(approval, request, rule),
             )
             self._refusal_span(asked)  # the call waits for a person: it shows in the trace too
             return GatewayDecision(asked, 403, "approval_required")
