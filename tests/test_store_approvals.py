@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import Any
 
 import pytest
 from test_gate_approvals import Approvals, _request_id
 from test_gate_approvals import approvals as approvals  # the fixture
 
-from agentgate.errors import Denied, Expired, InputError, Revoked
+from agentgate.cli.main import main
+from agentgate.errors import Denied, Expired, InputError, Revoked, StoreError
 from agentgate.store import SQLiteStore, Store
 from agentgate.store.approvals import ApprovalStore, QuorumRule
 from agentgate.store.grants import GrantRepository
@@ -353,3 +355,23 @@ def test_an_open_request_is_found_only_for_its_requester(store: Store) -> None:
     assert approvals.open_for("call-1", ALICE) is None
     found = approvals.open_for("call-1", AGENT)
     assert found is not None and found[0] == request
+
+
+@pytest.mark.parametrize("voters", ["not json", "5", '{"did:key:zAlice": 1}', '["did:key:zAlice", 7]'])
+def test_counted_voters_that_are_no_list_of_dids_are_a_store_error_not_a_traceback(
+    sqlite_store: SQLiteStore, voters: str, tmp_path: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Review R52: ``votes_of`` read a request's ``approval_counted`` row with ``json.loads``
+    and ``set()``, so a row that is not a JSON list of DIDs (a store edited by hand, or damaged)
+    made ``agentgate approval list`` end with a ``JSONDecodeError`` or ``TypeError`` traceback
+    (or count a dict's keys as voters). It is a ``StoreError`` naming the request: exit 2, one
+    line."""
+    approvals = ApprovalStore(sqlite_store)
+    request = approvals.request("call-1", AGENT, time.time() + 60, quorum=2, voters=[ALICE, BOB])
+    with sqlite_store.transaction() as tx:
+        tx.execute("UPDATE approval_counted SET voters = ? WHERE approval_id = ?", (voters, request))
+    with pytest.raises(StoreError, match=f"approval request {request}.*not a JSON list of DIDs"):
+        approvals.votes(request)
+    assert main(["approval", "list", "--store", sqlite_store.url]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err and request in err

@@ -33,7 +33,7 @@ import uuid
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
-from agentgate.errors import Denied, Expired, InputError, Revoked
+from agentgate.errors import Denied, Expired, InputError, Revoked, StoreError
 from agentgate.store._base import Dialect, Store, Transaction
 from agentgate.store.grants import GRANTS_DDL
 
@@ -619,7 +619,7 @@ class ApprovalStore:
             for approval_id, voters in self.store.query(
                 f"SELECT approval_id, voters FROM approval_counted WHERE approval_id IN ({among})", chunk
             ):
-                counted[str(approval_id)] = set(json.loads(str(voters)))
+                counted[str(approval_id)] = _voters(str(approval_id), str(voters))
         found: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {}
         for approval_id, votes in given.items():
             voters = counted.get(approval_id)
@@ -631,3 +631,19 @@ class ApprovalStore:
                     tuple(v for v in votes if v not in voters),
                 )
         return found
+
+
+def _voters(approval_id: str, text: str) -> set[str]:
+    """The DIDs an ``approval_counted`` row holds (a JSON list of text, as ``_counted_among``
+    writes it); ``StoreError`` naming the request for anything else (a store edited by hand or
+    damaged), never a count made of what the row happens to hold."""
+    try:
+        voters = json.loads(text)
+    except (ValueError, RecursionError):
+        voters = None
+    if not isinstance(voters, list) or not all(isinstance(did, str) for did in voters):
+        raise StoreError(
+            f"approval request {approval_id}: its counted voters (approval_counted) are not a JSON "
+            "list of DIDs; the store was changed outside agentgate"
+        )
+    return set(voters)
