@@ -596,6 +596,7 @@ def test_every_approval_that_does_not_count_is_an_entry_that_says_why(setup: Set
         answer = gate.authorize(setup.agent, refund, call_id="c1", approval=approval)
         assert answer.needs_approval and answer.request["id"] == asked.request["id"], who
         (why,) = [r for r in answer.reasons if "not counted" in r]
+        assert ("must not be the requester" in why) == (who == "the requester"), (who, why)
         (entry,) = setup.entries()[before:]
         assert entry.kind == "approval_required" and why in entry.reasons, who
         assert entry.ref == asked.audit_index and entry.principal == keys["agent"].did, who

@@ -132,10 +132,12 @@ class _Approvals:
         """Why ``approval`` cannot count for ``request`` under ``rule``, or ``None`` when it can."""
         if approval.call_hash != request["call_hash"]:
             return "approval not counted: it was given for another call"
-        if approval.approver not in rule.voters:
-            return "approval not counted: its approver is not one of this call's approvers"
+        # The requester first: the policy takes the requester off the approvers, and a self-signed
+        # approval said only "not one of this call's approvers", hiding what was tried.
         if approval.approver == request["requester_did"]:
             return "approval not counted: the approver must not be the requester"
+        if approval.approver not in rule.voters:
+            return "approval not counted: its approver is not one of this call's approvers"
         if not approval.verify():
             return f"approval not counted: its signature is not {approval.approver}'s"
         return None
