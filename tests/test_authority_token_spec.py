@@ -105,6 +105,25 @@ def test_the_expired_vector_is_checked_at_the_expiry_instant_as_its_description_
     assert "after" not in vector["description"] and "at the child's expiry" in vector["description"]
 
 
+def test_every_signature_is_checked_before_any_link_as_the_page_orders_the_steps() -> None:
+    """Steps 4 (signatures) and 5 (links) run in that order over the whole chain: a verifier
+    written from the page answers ``bad_signature`` for a widened link followed by a forged one.
+    agentgate checked each link's signature and then its links, and answered
+    ``capability_widened``."""
+    vector = case("order-signature-before-links")
+    assert vector["expect"] == {"valid": False, "error": "bad_signature"}
+    anchors = frozenset(vector["trusted"])
+    # The case discriminates: without the forged link, the widened one is the chain's failure.
+    first_two = ".".join(vector["token"].split(".")[:5])
+    widened = chain_finding(parse_chain(first_two), anchors)
+    assert widened is not None and widened.code == "capability_widened"
+    found = chain_finding(parse_chain(vector["token"]), anchors)
+    assert found is not None and (found.code, found.grant) == (
+        "bad_signature",
+        parse_chain(vector["token"]).ids[2],
+    )
+
+
 # --- what the page now states, checked against agentgate ------------------------------------------
 
 

@@ -250,6 +250,9 @@ def chain_finding(chain: Chain, anchors: frozenset[str]) -> Finding | None:
             "issuer",
         )
     root_key = anchors.public_keys.get(root.issuer) if isinstance(anchors, TrustAnchors) else None
+    # Every signature before any link check (steps 4 and 5 of the page, in that order): a chain
+    # with a widened link and a forged one later is ``bad_signature``, as any verifier written
+    # from the page answers.
     for i, link in enumerate(chain.links):
         try:
             verify_signature(
@@ -263,10 +266,10 @@ def chain_finding(chain: Chain, anchors: frozenset[str]) -> Finding | None:
                 link,
                 "signature",
             )
-        if i:
-            found = link_findings(chain.links[:i], link)
-            if found:
-                return found[0]
+    for i in range(1, len(chain.links)):
+        found = link_findings(chain.links[:i], chain.links[i])
+        if found:
+            return found[0]
     return None
 
 

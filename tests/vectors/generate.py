@@ -226,6 +226,16 @@ def build_cases() -> dict[str, dict[str, Any]]:
     child_case("self-delegation", "alice delegates to alice", "self_delegation", aud=ALICE)
     child_case("issuer-not-audience", "child signed by someone the parent did not name",
                "issuer_not_parent_audience", signer=MALLORY)  # fmt: skip
+    shell = [{"resource": "tool:shell.run", "action": "invoke", "constraints": {}}]
+    widened_p = canonical_json(body(ALICE, BOB, shell, parent=gid(root_p), nonce=6, exp=NOW + 600, depth=1))
+    forged_p = canonical_json(
+        body(BOB, MALLORY, shell, parent=gid(widened_p), nonce=8, exp=NOW + 600, depth=0)
+    )
+    chain_case("order-signature-before-links",
+               "link 1 widens the tool (validly signed), link 2 is signed by another key than its issuer: "
+               "every signature is checked (step 4) before any link (step 5)",
+               token(root, link(ALICE, widened_p), (forged_p, MALLORY.sign(GRANT_CONTEXT + forged_p))),
+               {"valid": False, "error": "bad_signature"})  # fmt: skip
     chain_case("expired", "checked at the child's expiry (no tolerance)", good, {"valid": False, "error": "grant_expired"},
                now=NOW + 600)  # fmt: skip
     chain_case("not-yet-valid", "checked 31 s before not-before (tolerance 30 s)", good,
