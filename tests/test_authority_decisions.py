@@ -35,7 +35,7 @@ from agentgate.authority import (
 from agentgate.authority._encoding import b64url_encode, canonical_json
 from agentgate.authority._invocation import INVOCATION_CONTEXT
 from agentgate.capabilities import Call
-from agentgate.errors import TokenFormatError
+from agentgate.errors import InputError, TokenFormatError
 from agentgate.findings import FindingKind
 from agentgate.keys import SigningKey
 from agentgate.store import SQLiteStore, Store
@@ -559,6 +559,23 @@ def test_a_nonce_is_spent_for_verifiers_of_any_skew_sharing_the_store(local: Gra
     again = decide(inv, repo=local, trusted=ROOT_KEY.public, now=NOW + 1, skew=120, cache=ChainCache())
     assert first.allowed
     assert again.findings[0].code == "replayed_invocation"
+
+
+@pytest.mark.parametrize("skew", [float("nan"), float("inf"), 30.0, "30", None, -1, True])
+def test_a_clock_tolerance_that_is_not_whole_seconds_is_refused_when_configured(
+    local: GrantRepository, skew: object
+) -> None:
+    """``verify_chain`` refused such a ``skew``; ``decide`` and ``Authority`` took it, and a NaN
+    (false against every time) allowed a grant that starts in three hours, by an invocation dated
+    then. Rule: the tolerance is a whole number of seconds, 0 or more, or nothing is decided."""
+    later = issue(ROOT, ALICE.did, ["tool:payments.refund"], ttl=3600, now=NOW + 10_800)
+    inv = Invocation.sign(ALICE, later, CALL, now=NOW + 10_800)
+    assert run(local, inv) == (Outcome.DENY, "invocation_not_yet_valid")
+    with pytest.raises(InputError, match="skew must be a whole number of seconds"):
+        Authority(local, ROOT.public, skew=skew)  # type: ignore[arg-type]
+    with pytest.raises(InputError, match="skew must be a whole number of seconds"):
+        run(local, inv, skew=skew)
+    assert run(local, inv, skew=0) == (Outcome.DENY, "invocation_not_yet_valid")
 
 
 def test_revoking_the_root_kills_the_tip_signed_and_held(local: GrantRepository) -> None:

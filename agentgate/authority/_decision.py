@@ -26,7 +26,7 @@ from agentgate.authority._invocation import (
     Invocation,
     args_digest,
 )
-from agentgate.authority._operations import _now
+from agentgate.authority._operations import _now, _skew
 from agentgate.authority._parsing import parse_chain
 from agentgate.authority._signatures import _anchors, verify_signature
 from agentgate.capabilities import (
@@ -228,11 +228,12 @@ def decide(
     read is a deny (``non_revocable_grant``/``revocation_unreachable``): fail closed. The nonce is
     recorded only when the answer is ``allow``, so an ``approval_required`` invocation may be
     decided again once the approval exists. A caller's bug is raised, not decided: ``InputError``
-    for an ``invocation`` that is not an ``Invocation`` (of a ``Call``) and a ``now`` that is not a
-    finite number; ``TokenFormatError`` for ``trusted`` that is not anchors.
+    for an ``invocation`` that is not an ``Invocation`` (of a ``Call``), a ``now`` that is not a
+    finite number and a ``skew`` that is not a whole number of seconds, 0 or more;
+    ``TokenFormatError`` for ``trusted`` that is not anchors.
     """
     anchors = _anchors(trusted)
-    return _decide(invocation, repo, anchors, approvals, now, skew, cache or _SHARED_CACHE)
+    return _decide(invocation, repo, anchors, approvals, now, _skew(skew), cache or _SHARED_CACHE)
 
 
 def _verified_chain(
@@ -600,7 +601,7 @@ class Authority:
         self.repo = repo
         self.anchors = _anchors(trusted)
         self.approvals = approvals
-        self.skew = skew
+        self.skew = _skew(skew)
         self.cache = ChainCache(cache_size)
 
     def decide(self, invocation: Invocation, *, now: float | None = None) -> Decision:

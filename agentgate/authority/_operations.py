@@ -94,6 +94,16 @@ def _now(now: float | None) -> int:
     return int(now)
 
 
+def _skew(skew: object) -> int:
+    """``skew`` (seconds of clock tolerance on not-before and invocation times) if it is a whole
+    number of seconds, 0 or more; else ``InputError``. A NaN compares false with every time, so it
+    let a grant not yet valid and an invocation dated hours ahead through; a string or ``None``
+    raised a ``TypeError`` from the first decision instead of at configuration."""
+    if type(skew) is not int or skew < 0:
+        raise InputError(f"skew must be a whole number of seconds, 0 or more, got {skew!r:.40}")
+    return skew
+
+
 def _signing_key(key: SigningKey, what: str) -> SigningKey:
     """``key`` if it is a ``SigningKey``; else ``InputError`` (a ``PublicKey`` cannot sign)."""
     if not isinstance(key, SigningKey):
@@ -276,8 +286,7 @@ def verify_chain(
     validity times; not revocation (that needs the store: use ``decide``). Raises
     ``TokenFormatError`` for malformed bytes, else the ``AuthorityError`` of the first finding.
     """
-    if type(skew) is not int or skew < 0:
-        raise InputError(f"skew must be a whole number of seconds, 0 or more, got {skew!r:.40}")
+    skew = _skew(skew)
     parsed = _as_chain(chain)
     found = chain_finding(parsed, _anchors(trusted)) or time_finding(parsed, _now(now), skew)
     if found is not None:
