@@ -726,6 +726,21 @@ def test_a_negative_budget_is_refused() -> None:
     _refused(_root(budget={"amount": 2**63, "unit": "calls"}))
 
 
+@pytest.mark.parametrize(
+    "budget",
+    [{"amount": -1, "unit": "calls"}, {"amount": 2**63, "unit": "calls"}, {"amount": 5, "unit": "Calls"}],
+)
+def test_a_bad_budget_is_refused_naming_its_link(budget: dict[str, Any]) -> None:
+    """Every other field's refusal names its link; a budget's said only "budget amount -1 is
+    outside ...", so in a chain of several links nobody could tell which one. Rule: a refusal
+    names what and where."""
+    token = _linked_token(
+        (ROOT_KEY, _body()), (ALICE_KEY, _body(iss=ALICE_KEY.did, aud=BOB_KEY.did, depth=0, budget=budget))
+    )
+    with pytest.raises(TokenFormatError, match=r"^link 1: budget "):
+        parse_chain(token)
+
+
 def test_a_budget_with_a_field_beside_amount_and_unit_is_refused() -> None:
     """Mutant: the reference path accepts a budget holding amount, unit and more. Rule: a budget
     has exactly the fields amount and unit."""

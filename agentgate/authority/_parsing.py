@@ -109,7 +109,10 @@ def _parse_grant_reference(payload: bytes, signature: bytes, where: str) -> Gran
     if raw_budget is not None:
         if raw_budget.keys() != _BUDGET_FIELDS:
             raise TokenFormatError(f"{where}: budget has exactly the fields amount and unit")
-        budget = Budget(raw_budget["amount"], raw_budget["unit"])
+        try:
+            budget = Budget(raw_budget["amount"], raw_budget["unit"])
+        except TokenFormatError as exc:
+            raise TokenFormatError(f"{where}: {exc}") from None
     if not 0 <= not_before < expires < MAX_TIME:
         raise TokenFormatError(f"{where}: need 0 <= nbf < exp < 2**40")
     if not 0 <= depth <= MAX_DEPTH:
