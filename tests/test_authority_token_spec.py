@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from agentgate.authority import Invocation, parse_chain, verify_chain
+from agentgate.authority import Invocation, issue, parse_chain, verify_chain
 from agentgate.authority._chain_findings import chain_finding
 from agentgate.authority._encoding import b64url_encode, canonical_json
 from agentgate.capabilities import Call
@@ -192,5 +192,25 @@ def test_invocation_times_outside_the_ranges_the_page_states_are_refused_on_the_
         "args": hashlib.sha256(b"{}").hexdigest(), "nonce": "0" * 32, "iat": iat, "exp": exp,
     })  # fmt: skip
     wire = f"agi1.{b64url_encode(payload)}.{b64url_encode(ALICE.sign(INVOCATION_CONTEXT + payload))}"
-    with pytest.raises(TokenFormatError, match="iat < exp"):
+    with pytest.raises(TokenFormatError, match=r"0 <= iat < exp <= iat \+ 300 and exp < 2\*\*40"):
         Invocation.decode(wire, token(root), Call("tool:x", "invoke", {}))
+
+
+@pytest.mark.parametrize(("now", "ttl", "within"), [(-5, 10, 0), (2**40 - 10, 60, 2**40 - 61)])
+def test_an_invocation_the_wire_form_would_refuse_is_never_signed(now: int, ttl: int, within: int) -> None:
+    """``Invocation.sign`` signed times the page's ranges exclude (``iat`` before 1970, ``exp``
+    at 2**40 or later), whose wire form every verifier then refused with a message about
+    ``iat < exp``, which held. Rule: what cannot be decoded is refused when signing, naming why."""
+    chain = parse_chain(token(signed(ROOT, grant(ALICE.did, nbf=0, exp=2**40 - 1))))
+    with pytest.raises(TokenFormatError, match=r"invocation times lie in 0 \.\. 2\*\*40-1"):
+        Invocation.sign(ALICE, chain, Call("tool:x", "invoke", {}), now=now, ttl=ttl)
+    signed_within = Invocation.sign(ALICE, chain, Call("tool:x", "invoke", {}), now=within, ttl=ttl)
+    assert Invocation.decode(signed_within.encode(), chain, signed_within.call) == signed_within
+
+
+@pytest.mark.parametrize(("now", "ttl"), [(-5, 3600), (2**40 - 10, 60), (2**70, 60)])
+def test_grant_times_outside_the_format_are_refused_naming_the_range(now: int, ttl: int) -> None:
+    """``issue`` refused them saying "expiry must be after not-before", which held: a demanding
+    user read it as a bug in the order of their times. Rule: the error names the range."""
+    with pytest.raises(TokenFormatError, match=r"grant times lie in 0 \.\. 2\*\*40-1"):
+        issue(ROOT, ALICE.did, ["tool:x"], ttl=ttl, now=now)

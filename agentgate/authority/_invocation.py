@@ -141,7 +141,10 @@ class Invocation:
         now: float | None = None,
         ttl: int = DEFAULT_INVOCATION_TTL,
     ) -> Invocation:
-        """Sign ``call`` as ``key`` under ``chain``, with a fresh 128-bit nonce, valid ``ttl`` seconds."""
+        """Sign ``call`` as ``key`` under ``chain``, with a fresh 128-bit nonce, valid ``ttl`` seconds.
+
+        Raises ``TokenFormatError`` for a ``ttl`` outside 1 to 300 and for times the wire form
+        refuses (signed before 1970, or expiring at 2**40 or later)."""
         if isinstance(ttl, bool) or not isinstance(ttl, int) or not 0 < ttl <= MAX_INVOCATION_TTL:
             raise TokenFormatError(f"invocation ttl must be 1 to {MAX_INVOCATION_TTL} seconds")
         key = _signing_key(key, "the invocation's signer")
@@ -151,6 +154,10 @@ class Invocation:
             )
         parsed = _as_chain(chain)
         issued = _now(now)
+        if not 0 <= issued < issued + ttl < MAX_TIME:  # what the wire form refuses is never signed
+            raise TokenFormatError(
+                f"invocation times lie in 0 .. 2**40-1 Unix seconds; signed at {issued}, expiring at {issued + ttl}"
+            )
         unsigned = cls(
             chain_token=parsed.token,
             call=call,
@@ -206,7 +213,10 @@ class Invocation:
             raise TokenFormatError("invocation: tip and args are 64 hex digits, nonce 32")
         issued, expires = (require(obj, name, int, "invocation") for name in ("iat", "exp"))
         if not 0 <= issued < expires < MAX_TIME or expires - issued > MAX_INVOCATION_TTL:
-            raise TokenFormatError(f"invocation: need iat < exp <= iat + {MAX_INVOCATION_TTL}")
+            raise TokenFormatError(
+                f"invocation: need 0 <= iat < exp <= iat + {MAX_INVOCATION_TTL} and exp < 2**40 "
+                f"(iat {issued}, exp {expires})"
+            )
         return cls(
             chain_token=token,
             call=call,

@@ -134,7 +134,12 @@ def _sign(
         raise TokenFormatError(f"max depth must be an integer from 0 to {MAX_DEPTH}")
     if not isinstance(purpose, str) or len(purpose) > MAX_PURPOSE:
         raise TokenFormatError(f"purpose must be a string of at most {MAX_PURPOSE} characters")
-    if not 0 <= not_before < expires < MAX_TIME:
+    if not 0 <= not_before < MAX_TIME or not 0 <= expires < MAX_TIME:
+        raise TokenFormatError(
+            f"grant times lie in 0 .. 2**40-1 Unix seconds; not-before {not_before}, expiry {expires} "
+            "(a clock or now= before 1970, or a ttl reaching past 2**40)"
+        )
+    if not not_before < expires:
         raise TokenFormatError("expiry must be after not-before (a grant without expiry is refused)")
     body: dict[str, Any] = {
         "v": VERSION,
