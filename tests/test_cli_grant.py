@@ -94,6 +94,29 @@ def test_revoke_by_id(env: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert code == 1 and "revoked" in out
 
 
+def test_revoking_a_revoked_grant_again_writes_nothing_and_says_so(
+    env: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A retried script revoked again: a second ``revoke`` audit entry (a later time, another
+    reason, another ``--by``) for a grant revoked before, and "revoked ID" / ``"revoked": [ID]``
+    as if it had just been. Rule: as ``--holder``, a grant already revoked is left as it is."""
+    issue_and_delegate(capsys)
+    code, out, _ = cli(capsys, "grant", "inspect", "b.tok", "--json")
+    tip = json.loads(out)["tip"]
+    code, out, _ = cli(capsys, "grant", "revoke", tip, "--reason", "first", "--json")
+    assert code == 0 and json.loads(out) == {"revoked": [tip], "already_revoked": [], "descendants": []}
+    code, out, _ = cli(capsys, "grant", "revoke", "b.tok", "--reason", "again", "--by", "cron", "--json")
+    assert code == 0 and json.loads(out) == {"revoked": [], "already_revoked": [tip], "descendants": []}
+    code, out, _ = cli(capsys, "grant", "revoke", tip)
+    assert code == 0 and out == f"already revoked (nothing written) {tip}\n"
+    code, out, _ = cli(capsys, "audit", "show", "--kind", "revoke", "--json")
+    entries = [json.loads(line) for line in out.splitlines()]
+    assert [(e["chain_hash"], e["principal"], e["reasons"]) for e in entries] == [
+        (tip, "operator", ["first"])
+    ]
+    assert cli(capsys, "audit", "verify")[0] == 0
+
+
 def test_delegate_that_widens_exits_1_with_the_scope_creep_finding(
     env: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

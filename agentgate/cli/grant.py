@@ -517,13 +517,18 @@ def _revoke(args: argparse.Namespace) -> int:
     else:
         raise InputError(f"{target!r} is neither a token file nor a 64-hex grant id")
     with _revoking(open_store(args.store), args) as (repo, audit):
-        revoke(repo, grant_id, reason=args.reason)
-        audit([grant_id])
+        # Read under the audit log's lock, in the transaction that would revoke: a second run
+        # (a retried script) logs no second "revoke" with a later time and another reason.
+        already = bool(repo.revoked([grant_id]))
+        if not already:
+            revoke(repo, grant_id, reason=args.reason)
+            audit([grant_id])
         below = repo.descendants(grant_id)
     if args.json:
-        write_json({"revoked": [grant_id], "descendants": below})
+        done = {"revoked": [] if already else [grant_id], "already_revoked": [grant_id] if already else []}
+        write_json({**done, "descendants": below})
         return 0
-    sys.stdout.write(f"revoked {grant_id}\n")
+    sys.stdout.write(f"{'already revoked (nothing written)' if already else 'revoked'} {grant_id}\n")
     if below:
         sys.stdout.write(f"{len(below)} recorded descendant grant(s) are dead with it: {', '.join(below)}\n")
     return 0
