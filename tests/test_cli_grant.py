@@ -117,6 +117,28 @@ def test_revoking_a_revoked_grant_again_writes_nothing_and_says_so(
     assert cli(capsys, "audit", "verify")[0] == 0
 
 
+def test_inspect_creates_no_store_and_says_revocation_is_unknown_where_there_is_none(
+    env: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``grant inspect`` with ``AGENTGATE_STORE`` mistyped created that store (and its
+    directories) and, reading it empty, showed every link of a revoked chain as not revoked
+    (``"revoked": false``). Rule: a look at a token writes nothing, and an answer it has not
+    read is unknown, never "not revoked"."""
+    issue_and_delegate(capsys)
+    assert cli(capsys, "grant", "revoke", "a.tok")[0] == 0
+    mistyped = env / "typo" / "stor.db"
+    monkeypatch.setenv("AGENTGATE_STORE", str(mistyped))
+    code, out, err = cli(capsys, "grant", "inspect", "b.tok", "--json")
+    assert (code, err) == (0, "")
+    assert [link["revoked"] for link in json.loads(out)["links"]] == [None, None]
+    code, out, _ = cli(capsys, "grant", "inspect", "b.tok")
+    assert code == 0 and out.count("revocation unknown (no store at AGENTGATE_STORE)") == 2
+    assert not (env / "typo").exists()
+    monkeypatch.setenv("AGENTGATE_STORE", str(env / "store.db"))
+    code, out, _ = cli(capsys, "grant", "inspect", "b.tok", "--json")
+    assert [link["revoked"] for link in json.loads(out)["links"]] == [True, False]
+
+
 def test_delegate_that_widens_exits_1_with_the_scope_creep_finding(
     env: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

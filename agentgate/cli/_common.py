@@ -183,12 +183,8 @@ def open_existing_store(url: str | None) -> Store:
     """``open_store`` for a command that only reads: a SQLite file that does not exist is an
     ``InputError`` (a mistyped path), not a new empty store that looks like an empty answer."""
     target = store_url(url)
-    scheme = _SCHEME.match(target)
-    if scheme is None and is_conninfo(target):
-        return open_store(target)  # refused there, in words that name no value of the string
-    if scheme is None or (scheme.group(1).lower() == "sqlite" and target[scheme.end() :].startswith("/")):
-        # A SQLite file (a path or sqlite:///PATH, the scheme in any case, as open_store reads it).
-        path = target if scheme is None else target[scheme.end() + 1 :]
+    path = sqlite_path(target)
+    if path is not None:
         # The path as printed: escaped, so that a line break or white space at its end (a
         # CRLF env file: ``AGENTGATE_STORE=/var/lib/agentgate.db\r``) shows instead of vanishing
         # into the one error line, which would name a file that exists.
@@ -214,6 +210,18 @@ def open_existing_store(url: str | None) -> Store:
         store.close()
         raise
     return store
+
+
+def sqlite_path(target: str) -> str | None:
+    """The file a store URL names when it is a SQLite store (a path or ``sqlite:///PATH``, the
+    scheme in any case, as ``open_store`` reads it); ``None`` for any other (PostgreSQL, a
+    conninfo string, which ``open_store`` refuses)."""
+    scheme = _SCHEME.match(target)
+    if scheme is None and is_conninfo(target):
+        return None
+    if scheme is None or (scheme.group(1).lower() == "sqlite" and target[scheme.end() :].startswith("/")):
+        return target if scheme is None else target[scheme.end() + 1 :]
+    return None
 
 
 STORE_TABLES = (

@@ -44,6 +44,7 @@ from agentgate.cli._common import (
     parse_duration,
     printable,
     shown_policy,
+    sqlite_path,
     text,
     unprintable,
     utc,
@@ -59,7 +60,7 @@ from agentgate.errors import (
 )
 from agentgate.findings import Finding
 from agentgate.keys import load_public_key, load_signing_key, read_regular_file, replace_file
-from agentgate.store import Store, open_store
+from agentgate.store import Store, open_store, store_url
 
 
 def _depth(text: str) -> int:
@@ -385,14 +386,34 @@ def _delegate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _revocations(ids: tuple[str, ...]) -> tuple[set[str] | None, str]:
+    """Which of ``ids`` the store of ``AGENTGATE_STORE`` holds revoked, or ``None`` and why not.
+
+    A look at a token creates no store: where there is none (a mistyped path), an empty new one
+    would say "not revoked" of every link, so the answer is unknown instead."""
+    target = store_url(None)
+    path = sqlite_path(target)
+    if path is not None and not Path(path).exists():
+        return None, "no store at AGENTGATE_STORE"
+    try:
+        store = open_store(target)
+    except StoreError:
+        return None, "store unreachable"
+    try:
+        repo = GrantRepository(store)
+        try:
+            return repo.revoked(ids), ""
+        finally:
+            repo.close()
+    except StoreError:
+        return None, "store unreachable"
+    finally:
+        store.close()
+
+
 def _inspect(args: argparse.Namespace) -> int:
     chain = _read_token(args.token)
-    revoked: set[str] | None
-    try:
-        with _repo() as repo:
-            revoked = repo.revoked(chain.ids)
-    except StoreError:
-        revoked = None
+    revoked, unknown = _revocations(chain.ids)
     now = int(time.time())
     links: list[dict[str, Any]] = []
     for i, link in enumerate(chain.links):
@@ -422,7 +443,7 @@ def _inspect(args: argparse.Namespace) -> int:
         if shown["revoked"]:
             marks.append("REVOKED")
         elif shown["revoked"] is None:
-            marks.append("revocation unknown (store unreachable)")
+            marks.append(f"revocation unknown ({unknown})")
         if shown["expired"]:
             marks.append("EXPIRED")
         if shown["signature"] != "valid":
