@@ -578,6 +578,19 @@ def test_a_clock_tolerance_that_is_not_whole_seconds_is_refused_when_configured(
     assert run(local, inv, skew=0) == (Outcome.DENY, "invocation_not_yet_valid")
 
 
+def test_a_call_made_without_the_holders_private_key_is_decided_at_the_time_given(
+    local: GrantRepository,
+) -> None:
+    """``decide_held`` with a public key (``holder_key_missing``) stamped the wall clock as its
+    ``decided_at`` whatever ``now`` was given, and took a NaN ``now``, which every other decision
+    refuses. Rule: a decision is made at ``now``, and a ``now`` that is no time is a caller's bug."""
+    authority = Authority(local, ROOT.public)
+    decision = authority.decide_held(CAROL.public, chain3(), CALL, now=NOW + 5)  # type: ignore[arg-type]
+    assert (decision.findings[0].code, decision.decided_at) == ("holder_key_missing", NOW + 5)
+    with pytest.raises(InputError, match="now must be a finite number"):
+        authority.decide_held(CAROL.public, chain3(), CALL, now=float("nan"))  # type: ignore[arg-type]
+
+
 def test_revoking_the_root_kills_the_tip_signed_and_held(local: GrantRepository) -> None:
     """Mutants: revocation read for the tip's id only (signed path, or held path). Rule: every grant
     below a revoked grant is dead."""

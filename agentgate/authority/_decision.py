@@ -11,7 +11,6 @@ time-independent verification of the chain (signatures, links, attenuation) is c
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -629,7 +628,7 @@ class Authority:
         token, ids = (chain.token, chain.ids) if isinstance(chain, Chain) else (chain, None)
         if not isinstance(holder, SigningKey):
             # A public key (or anything else) proves nothing: holder binding needs the private key.
-            return _denial(int(time.time()), call, getattr(holder, "did", "") or "", None, (), None)(
+            return _denial(_now(now), call, getattr(holder, "did", "") or "", None, (), None)(
                 _f(
                     _TRUST,
                     "holder_key_missing",
