@@ -139,6 +139,25 @@ def test_inspect_creates_no_store_and_says_revocation_is_unknown_where_there_is_
     assert [link["revoked"] for link in json.loads(out)["links"]] == [True, False]
 
 
+def test_delegate_refuses_an_out_that_is_the_token_file_it_delegates_from(
+    env: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``grant delegate a.tok ... --out a.tok`` (or any other path to it) replaced alice's token
+    with the child's chain, held by bob: alice's own grant was gone from her file, exit 0. Rule:
+    as the audit verbs refuse an ``--out`` naming a file they read, exit 2, nothing written."""
+    issue_and_delegate(capsys)
+    before = (env / "a.tok").read_bytes()
+    os.symlink("a.tok", env / "a-link.tok")
+    for out in ("a.tok", "./a.tok", str(env / "a.tok")):
+        code, _, err = cli(capsys, "grant", "delegate", "a-link.tok", "--as", "k/alice.key", "--to", "k/bob.pub",
+                           "--allow", "tool:search.web", "--ttl", "10m", "--out", out)  # fmt: skip
+        assert code == 2 and "it is the token file delegated from" in err and err.count("\n") == 1
+        assert (env / "a.tok").read_bytes() == before
+    code, _, _ = cli(capsys, "grant", "delegate", "a.tok", "--as", "k/alice.key", "--to", "k/bob.pub",
+                     "--allow", "tool:search.web", "--ttl", "10m", "--out", "c.tok")  # fmt: skip
+    assert code == 0 and (env / "c.tok").exists()
+
+
 def test_delegate_that_widens_exits_1_with_the_scope_creep_finding(
     env: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

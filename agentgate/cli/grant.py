@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import re
 import sys
 import time
@@ -353,8 +354,24 @@ def _issue(args: argparse.Namespace) -> int:
     return 0
 
 
+def _refuse_out_over_token(out: Path | None, token: Path) -> None:
+    """Raise ``InputError`` when ``--out`` names, by any path, the token file delegated from:
+    the holder's own token would be replaced by the child's chain, whose holder is another key."""
+    if out is None:
+        return
+    try:
+        same = os.path.samefile(out, token)
+    except (OSError, ValueError):
+        return  # no file at --out (nothing there to lose)
+    if same:
+        raise InputError(
+            f"{out}: cannot write: it is the token file delegated from ({token}); name another file"
+        )
+
+
 def _delegate(args: argparse.Namespace) -> int:
     parent = _read_token(args.token)
+    _refuse_out_over_token(args.out, args.token)
     holder = load_signing_key(args.holder)
     audience, ttl, budget = load_public_key(args.to), parse_duration(args.ttl), _budget(args.budget)
     purpose = _purpose(args.purpose)
