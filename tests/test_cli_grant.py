@@ -158,6 +158,25 @@ def test_delegate_refuses_an_out_that_is_the_token_file_it_delegates_from(
     assert code == 0 and (env / "c.tok").exists()
 
 
+def test_revoke_names_what_a_pasted_token_or_an_upper_case_id_is(
+    env: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``grant revoke "$(cat a.tok)"`` answered ``<the whole token>: File name too long``, and an
+    id in upper case "is neither a token file nor a 64-hex grant id", though it is 64 hex digits.
+    Rule: exit 2, one line saying what was given and what is wanted; nothing revoked."""
+    issue_and_delegate(capsys)
+    token = (env / "a.tok").read_text().strip()
+    code, _, err = cli(capsys, "grant", "revoke", token)
+    assert code == 2 and err.count("\n") == 1 and "is a token itself, not the path of a token file" in err
+    assert token not in err
+    tip = json.loads(cli(capsys, "grant", "inspect", "a.tok", "--json")[1])["tip"]
+    code, _, err = cli(capsys, "grant", "revoke", tip.upper())
+    assert code == 2 and "64 lower-case hex digits" in err
+    code, out, _ = cli(capsys, "grant", "check", "b.tok", "--as", "k/bob.key", "--trust", "k/root.pub", "--tool",
+                       "payments.refund", "--args", '{"amount": 5, "currency": "EUR"}')  # fmt: skip
+    assert code == 0 and out.startswith("allow:")
+
+
 def test_delegate_that_widens_exits_1_with_the_scope_creep_finding(
     env: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -33,7 +33,7 @@ from agentgate.authority import (
     revoke_holder,
 )
 from agentgate.authority._chain_findings import link_findings, root_findings
-from agentgate.authority._grant import GRANT_CONTEXT, MAX_DEPTH
+from agentgate.authority._grant import GRANT_CONTEXT, MAX_DEPTH, TOKEN_PREFIX
 from agentgate.authority._signatures import verify_signature
 from agentgate.capabilities import Call, Capability
 from agentgate.cli._common import (
@@ -544,14 +544,29 @@ def _revoking(
         store.close()
 
 
+def _exists(path: str) -> bool:
+    """Whether anything is at ``path``; ``False`` for a name no file can have (too long)."""
+    try:
+        return Path(path).exists()
+    except (OSError, ValueError):
+        return False
+
+
 def _revoke(args: argparse.Namespace) -> int:
     if args.holder is not None:
         return _revoke_holder(args)
     target: str = args.target
     if re.fullmatch(r"[0-9a-f]{64}", target):
         grant_id = target
-    elif Path(target).exists():
+    elif _exists(target):
         grant_id = _read_token(Path(target)).id
+    elif target.startswith(f"{TOKEN_PREFIX}."):  # pasted, as "$(cat a.tok)": no file of that name
+        raise InputError(
+            "the argument is a token itself, not the path of a token file: give the file, or the "
+            "grant id (grant inspect shows it)"
+        )
+    elif re.fullmatch(r"[0-9a-fA-F]{64}", target):
+        raise InputError(f"{target!r}: a grant id is 64 lower-case hex digits (as grant inspect shows it)")
     else:
         raise InputError(f"{target!r} is neither a token file nor a 64-hex grant id")
     with _revoking(open_store(args.store), args) as (repo, audit):
