@@ -359,7 +359,10 @@ def test_issue_from_a_policy_role(env: Path, capsys: pytest.CaptureFixture[str])
     for argv, message in [
         (["--role", "refunder", "--ttl", "2h"], "TTL"),
         (["--role", "refunder", "--budget", "9000"], "budget"),
-        (["--role", "refunder", "--budget", "10:calls"], "budget"),
+        (
+            ["--role", "refunder", "--budget", "10:calls"],
+            "is in calls; role refunder's budget is 5000 usd_micros",
+        ),
         (["--role", "refunder", "--max-depth", "2"], "depth"),
         (["--role", "refunder", "--allow", "tool:x"], "--allow"),
         (["--role", "nobody"], "no role"),

@@ -252,7 +252,12 @@ def _role_grant(args: argparse.Namespace, issuer: str) -> tuple[list[Capability]
     budget = Budget(template.budget.limit, template.budget.unit) if template.budget else None
     if args.budget is not None:
         asked = Budget.parse(args.budget)
-        if budget is not None and (asked.unit != budget.unit or asked.amount > budget.amount):
+        if budget is not None and asked.unit != budget.unit:
+            raise InputError(
+                f"--budget {args.budget} is in {asked.unit}; role {args.role}'s budget is {budget}: give "
+                f"an amount in {budget.unit} (e.g. --budget {budget.amount}:{budget.unit})"
+            )
+        if budget is not None and asked.amount > budget.amount:
             raise InputError(f"--budget {args.budget} exceeds role {args.role}'s budget of {budget}")
         budget = asked
     depth = template.max_depth if args.max_depth is None else args.max_depth
