@@ -471,8 +471,15 @@ class GateMachine(RuleBasedStateMachine):
         elif verdict == "approval_required":
             assert auth.request is not None
             if before is not None:
-                assert auth.request["id"] == before.id  # asked again: the same request, no entry
+                assert auth.request["id"] == before.id  # asked again: the same request
                 before.asked.append(auth)
+                if signed is not None and not (signed.signer == "dana" and signed.request.key == key):
+                    # An approval no approver gave for this call (the requester's own, a
+                    # stranger's, another call's) is an entry of its own, referring to the
+                    # request's (review R52); a yes that no longer counts writes nothing.
+                    self.entries += 1
+                    newest = self.entry(self.g.audit.size() - 1)
+                    assert newest.kind == "approval_required" and newest.ref == auth.audit_index
             else:
                 self.entries += 1
                 assert auth.request["id"] not in self.requests
