@@ -1,7 +1,8 @@
 """The gateway's ASGI app (agentgate/dispatch/gateway/_app.py) between a chat request and its
 backend: a body over ``MAX_BODY_BYTES`` is refused however it arrives, the prompt reserved counts
-the tool definitions, an answer without a completion count is charged its whole reservation, and the
-body's ``priority`` class is never forwarded.
+the tool definitions, an answer without a completion count is charged its whole reservation, the
+body's ``priority`` class is never forwarded, and a call the shutdown cuts before it reaches a
+backend (its body still arriving, or its decision under way) is answered 503 and settled.
 
 Real loopback HTTP: the gateway tests' ``env`` fixture (GatewayServer, simulated vLLM backends,
 SQLite), and hand-written hostile backends (``test_gateway_hostile_backends.Hostile``)."""
@@ -11,6 +12,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
+import socket
+import sqlite3
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +26,9 @@ from test_gateway_end_to_end import _body as _r16_body
 from test_gateway_hostile_backends import _OK_JSON, Hostile, _json, _settled
 from test_gateway_hostile_backends import RESERVED as R16_RESERVED
 from test_gateway_hostile_backends import _gateway as _r16_gateway
+from test_gateway_shutdown_pipelining import MODEL as SHUTDOWN_MODEL
+from test_gateway_shutdown_pipelining import _env as _shutdown_env
+from test_gateway_shutdown_pipelining import _held_reservations, _stop_in_background
 
 from agentgate.dispatch.gateway._request import MAX_BODY_BYTES
 from agentgate.dispatch.prefix import IMAGE_TOKENS, estimate_tokens, prompt_text
@@ -193,3 +202,108 @@ def test_the_priority_class_is_never_forwarded_to_the_backend(tmp_path: Path) ->
             assert forwarded["messages"] == sent["messages"]
     finally:
         backend.close()
+
+
+# --- calls cut by the shutdown before they reach a backend -------------------------------------
+
+
+@contextlib.contextmanager
+def _uvicorn_errors() -> Iterator[list[str]]:
+    """The lines uvicorn logs as errors meanwhile (an exception that escaped the app: a traceback)."""
+    lines: list[str] = []
+
+    class Handler(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if record.levelno >= logging.ERROR and "graceful shutdown exceeded" not in record.getMessage():
+                lines.append(record.getMessage())
+
+    handler = Handler()
+    logger = logging.getLogger("uvicorn.error")
+    logger.addHandler(handler)
+    try:
+        yield lines
+    finally:
+        logger.removeHandler(handler)
+
+
+def _until(condition: Callable[[], bool], what: str, within: float = 10.0) -> None:
+    deadline = time.monotonic() + within
+    while not condition():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.02)
+
+
+def _answer_of(sock: socket.socket) -> bytes:
+    received = b""
+    with contextlib.suppress(ConnectionError):
+        while piece := sock.recv(65536):
+            received += piece
+    return received
+
+
+def test_a_call_whose_body_is_still_arriving_when_the_grace_ends_is_answered_503(tmp_path: Path) -> None:
+    """Kills: the shutdown's cancellation of a request still reading its body escaping the app.
+
+    Rule (docs/gateway.md, "Running it"): a call whose body has not all arrived when the shutdown
+    grace ends is answered 503 ``shutting_down``, nothing decided, audited or charged; it was an
+    exception out of the app (uvicorn's "Exception in ASGI application" and a traceback)."""
+    with _shutdown_env(tmp_path, time_scale=0.01, grace_s=1) as env, _uvicorn_errors() as errors:
+        request = env.request(_r16_body(model=SHUTDOWN_MODEL))
+        sock = socket.create_connection(("127.0.0.1", env.server.port), timeout=30)
+        try:
+            sock.sendall(request[:-10])  # the head and all of the body but its last 10 bytes
+            _until(lambda: env.server.gateway._in_flight == 1, "the call never reached the app")
+            stopper = _stop_in_background(env)
+            answer = _answer_of(sock)
+            stopper.join(30)
+        finally:
+            sock.close()
+        assert answer.startswith(b"HTTP/1.1 503"), answer[:300]
+        assert json.loads(answer.split(b"\r\n\r\n", 1)[1])["error"]["code"] == "shutting_down"
+        assert errors == []
+        env.gate.flush()
+        assert [e.kind for e in env.gate.audit.entries() if e.resource.startswith("model:")] == []
+        assert not _held_reservations(env)
+
+
+def test_a_call_being_decided_when_the_grace_ends_is_released_and_its_outcome_audited(
+    tmp_path: Path,
+) -> None:
+    """Kills: the shutdown's cancellation of a call whose decision runs in a worker thread (other
+    calls in flight) escaping the app while the thread records the allow: its reservation was
+    held until the grant expired, no outcome was ever audited, and uvicorn logged a traceback.
+
+    Rule: the decision, once begun, is waited for; a call it allows is then settled as one the
+    shutdown cut before it was sent (released, audited ``error`` ``GatewayStopped``) and answered
+    503 ``shutting_down``. The decision is held up here by another connection to the store that
+    holds its write lock (as a second process on the same file would)."""
+    with _shutdown_env(tmp_path, time_scale=0.01, grace_s=1) as env, _uvicorn_errors() as errors:
+        gateway = env.server.gateway
+        slow = socket.create_connection(("127.0.0.1", env.server.port), timeout=30)
+        sock = socket.create_connection(("127.0.0.1", env.server.port), timeout=30)
+        locker = sqlite3.connect(tmp_path / "agentgate.db", isolation_level=None, timeout=30)
+        try:
+            slow.sendall(env.request(_r16_body(model=SHUTDOWN_MODEL))[:-10])  # in flight meanwhile
+            _until(lambda: gateway._in_flight == 1, "the first call never reached the app")
+            locker.execute("BEGIN IMMEDIATE")
+            sock.sendall(env.request(_r16_body(model=SHUTDOWN_MODEL)))
+            _until(lambda: gateway._in_flight == 2, "the second call never reached the app")
+            time.sleep(0.3)  # its decision is waiting for the store's write lock
+            stopper = _stop_in_background(env)
+            time.sleep(2.0)  # the grace (1 s) is over: the calls are cancelled
+            locker.execute("COMMIT")
+            answer = _answer_of(sock)
+            stopper.join(30)
+        finally:
+            locker.close()
+            slow.close()
+            sock.close()
+        assert answer.startswith(b"HTTP/1.1 503"), answer[:300]
+        assert json.loads(answer.split(b"\r\n\r\n", 1)[1])["error"]["code"] == "shutting_down"
+        assert errors == []
+        env.gate.flush()
+        kinds = [e.kind for e in env.gate.audit.entries() if e.resource.startswith("model:")]
+        assert kinds == ["allow", "outcome"]
+        (outcome,) = env.outcomes()
+        assert outcome.status == "error" and "GatewayStopped" in outcome.reasons[0], outcome.reasons
+        assert not _held_reservations(env)

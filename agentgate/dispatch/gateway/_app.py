@@ -31,11 +31,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import logging
 import math
 import time
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
+from functools import partial
 from typing import Any, ParamSpec, TypeVar
 
 from opentelemetry import context as otel_context
@@ -63,10 +65,12 @@ from agentgate.dispatch.gateway._client import (
 from agentgate.dispatch.gateway._cuts import (
     STOPPED,
     _Cut,
+    _cut_by_shutdown,
     _gone_before_sending,
     _left_reason,
     _spent,
     _stall_reason,
+    _stopped_before_sending,
     _uncancel_all,
     _Watch,
 )
@@ -247,14 +251,26 @@ class Gateway:
         """Run a blocking gate step: inline when this is the only chat call in flight, else in a thread.
 
         Inline, it first waits (without blocking the loop) for an outcome commit in progress,
-        which holds the gate's store lock.
+        which holds the gate's store lock. A step begun in a thread runs to its end even if the
+        task is cancelled meanwhile (the shutdown): what it recorded (an allow and its
+        reservation) must be settled, so it is returned, the task left ``cancelling()`` for the
+        caller to see (``_cut_by_shutdown``); a cancellation before it began raises.
         """
         if self._in_flight <= 1:
             if self._flushing is not None and not self._flushing.done():
                 await asyncio.wait((self._flushing,))
             if self._in_flight <= 1:
                 return fn(*args, **kwargs)
-        return await asyncio.to_thread(fn, *args, **kwargs)
+        # ``asyncio.to_thread``'s future, but not a task: the event loop's own end cancels every
+        # task, and a cancelled one would lose the step's result while the thread runs on.
+        context = contextvars.copy_context()
+        step = asyncio.get_running_loop().run_in_executor(None, partial(context.run, fn, *args, **kwargs))
+        while True:
+            try:
+                return await asyncio.shield(step)
+            except asyncio.CancelledError:
+                if step.cancelled():
+                    raise
 
     async def _answer(self, request: Request) -> tuple[Response, bool]:
         """The answer to one chat call, and whether an allowed call's outcome was left to commit.
@@ -273,30 +289,47 @@ class Gateway:
     async def _answer_in_trace(self, request: Request) -> tuple[Response, bool]:
         arrived = time.perf_counter()
         try:
-            encoding = request.headers.get("content-encoding", "identity").strip().lower()
-            if encoding != "identity":
-                raise InputError(
-                    f"Content-Encoding {encoding[:40]!r} is not supported: send the body uncompressed"
-                )
-            raw = await _read_body(request)
-            received = time.perf_counter()
-            body = _parse_body(raw)
-            call = chat_call(body)
-        except InputError as exc:
-            return await self._refuse_body(str(exc)), False
-        max_tokens = max_tokens_of(body)
-        prompt = _prompt_estimate(body)
-        started = time.perf_counter()  # the body is read, checked and hashed
-        decision = await self._blocking(
-            self.gate.authorize_invocation,
-            _bearer(request.headers.get("authorization")),
-            request.headers.get(INVOCATION_HEADER),
-            call,
-            (prompt, max_tokens),
-            request.headers.get(APPROVAL_HEADER),
-        )
+            try:
+                encoding = request.headers.get("content-encoding", "identity").strip().lower()
+                if encoding != "identity":
+                    raise InputError(
+                        f"Content-Encoding {encoding[:40]!r} is not supported: send the body uncompressed"
+                    )
+                raw = await _read_body(request)
+                received = time.perf_counter()
+                body = _parse_body(raw)
+                call = chat_call(body)
+            except InputError as exc:
+                return await self._refuse_body(str(exc)), False
+            max_tokens = max_tokens_of(body)
+            prompt = _prompt_estimate(body)
+            started = time.perf_counter()  # the body is read, checked and hashed
+            decision = await self._blocking(
+                self.gate.authorize_invocation,
+                _bearer(request.headers.get("authorization")),
+                request.headers.get(INVOCATION_HEADER),
+                call,
+                (prompt, max_tokens),
+                request.headers.get(APPROVAL_HEADER),
+            )
+        except asyncio.CancelledError:
+            # The shutdown grace ran out before the call was decided (its body still arriving,
+            # or waiting for an outcome commit to end): nothing was decided, sent or charged.
+            if not _cut_by_shutdown():
+                raise
+            message = (
+                "the gateway is shutting down: the call was cut before it was decided; nothing was charged"
+            )
+            return error_response(503, message, "shutting_down"), False
         decided = time.perf_counter()
         self._decision_seconds.observe(decided - started)
+        if _cut_by_shutdown() and decision.allowed:
+            # The shutdown grace ran out while the call was being decided: it is not sent, and
+            # its reservation is released (its outcome audited ``GatewayStopped``).
+            with contextlib.suppress(GatewayStopped):
+                await self.gate.arun(decision.auth, _stopped_before_sending)
+            message = "the gateway is shutting down: the call was cut before it was sent; nothing was charged"
+            return error_response(503, message, "shutting_down"), True
         if not decision.allowed:
             # A call behind an approval gate: the body carries what an approver signs
             # (`agentgate approval sign`), and the caller retries the same body with the approval.

@@ -26,6 +26,22 @@ async def _gone_before_sending() -> None:
     raise CallerGone("the caller went away before the call was sent")
 
 
+async def _stopped_before_sending() -> None:
+    """The backend call of a call whose decision the shutdown grace's end cut short."""
+    raise GatewayStopped("the gateway stopped while the call was being decided; it was not sent")
+
+
+def _cut_by_shutdown() -> bool:
+    """Whether the current task was cancelled by the server's shutdown (the end of its grace;
+    before a call reaches its backend, nothing else cancels a request's task), the cancellation
+    then taken back so that the call can be settled and answered."""
+    task = asyncio.current_task()
+    if task is None or task.cancelling() == 0:
+        return False
+    _uncancel_all(task)
+    return True
+
+
 class _Watch:
     """While entered: if the request's connection is lost before its answer began (the
     protocol's ``ON_LOST`` hook), the task that entered is cancelled and ``gone`` set. A
