@@ -1,5 +1,6 @@
 """The gateway's ASGI app (agentgate/dispatch/gateway/_app.py) between a chat request and its
-backend: a body over ``MAX_BODY_BYTES`` is refused however it arrives, the prompt reserved counts
+backend: a body over ``MAX_BODY_BYTES`` is refused however it arrives (and before it is sent, when
+its caller waits for ``100 Continue``), the prompt reserved counts
 the tool definitions, an answer without a completion count is charged its whole reservation, the
 body's ``priority`` class is never forwarded, and a call the shutdown cuts before it reaches a
 backend (its body still arriving, or its decision under way) is answered 503 and settled.
@@ -30,6 +31,7 @@ from test_gateway_shutdown_pipelining import MODEL as SHUTDOWN_MODEL
 from test_gateway_shutdown_pipelining import _env as _shutdown_env
 from test_gateway_shutdown_pipelining import _held_reservations, _stop_in_background
 
+from agentgate.dispatch.gateway import invocation_headers
 from agentgate.dispatch.gateway._request import MAX_BODY_BYTES
 from agentgate.dispatch.prefix import IMAGE_TOKENS, estimate_tokens, prompt_text
 
@@ -307,3 +309,48 @@ def test_a_call_being_decided_when_the_grace_ends_is_released_and_its_outcome_au
         (outcome,) = env.outcomes()
         assert outcome.status == "error" and "GatewayStopped" in outcome.reasons[0], outcome.reasons
         assert not _held_reservations(env)
+
+
+def test_a_body_declared_over_the_limit_is_refused_before_the_caller_sends_it(env: Env) -> None:
+    """Kills: a caller that asks to be told before it sends its body (``Expect: 100-continue``,
+    as curl does for a body over 1 MiB) being told to go on (``100 Continue``) whatever size its
+    ``Content-Length`` declares: it then sent 8 MiB only to be refused.
+
+    Rule (docs/gateway.md, "Errors"): a body declared over ``MAX_BODY_BYTES`` by such a caller is
+    refused at once, 400 naming the limit, audited, nothing reserved; no ``100 Continue`` is
+    sent, and the connection closes (the caller may send the body or not: what follows on the
+    connection cannot be read as a next request)."""
+    before_entries = len(env.entries())
+    before = env.ledger()
+    head = (
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        f"Authorization: Bearer {env.agent.chain.token}\r\n"
+        f"Content-Length: {MAX_BODY_BYTES + 1}\r\nExpect: 100-continue\r\n\r\n"
+    )
+    with socket.create_connection(("127.0.0.1", env.server.port), timeout=10) as sock:
+        sock.sendall(head.encode())
+        answer = _answer_of(sock)  # the connection closes after the answer
+    assert answer.startswith(b"HTTP/1.1 400"), answer[:300]
+    error = json.loads(answer.split(b"\r\n\r\n", 1)[1])["error"]
+    assert f"over {MAX_BODY_BYTES} bytes" in error["message"]
+    entries = env.entries()
+    assert len(entries) == before_entries + 1 and entries[-1].kind == "deny"
+    assert env.ledger() == before
+
+
+def test_a_body_within_the_limit_is_still_asked_for_with_100_continue(env: Env) -> None:
+    """The other side of the rule above: a caller that waits for ``100 Continue`` with a body
+    within the limit is told to go on, and its call is answered."""
+    body = _body()
+    raw = json.dumps(body).encode()
+    headers = invocation_headers(env.agent.key, env.agent.chain, body)
+    head = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+    with socket.create_connection(("127.0.0.1", env.server.port), timeout=10) as sock:
+        sock.sendall(
+            f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n{head}Content-Length: {len(raw)}\r\n"
+            "Expect: 100-continue\r\nConnection: close\r\n\r\n".encode()
+        )
+        assert sock.recv(25) == b"HTTP/1.1 100 Continue\r\n\r\n"
+        sock.sendall(raw)
+        answer = _answer_of(sock)
+    assert answer.startswith(b"HTTP/1.1 200"), answer[:300]

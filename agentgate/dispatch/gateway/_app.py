@@ -76,7 +76,13 @@ from agentgate.dispatch.gateway._cuts import (
 )
 from agentgate.dispatch.gateway._errors import _dispatch_error, _http_error, error_response
 from agentgate.dispatch.gateway._http import LOST, STALLED
-from agentgate.dispatch.gateway._request import _bearer, _parse_body, _prompt_estimate, _read_body
+from agentgate.dispatch.gateway._request import (
+    _bearer,
+    _declared_too_large,
+    _parse_body,
+    _prompt_estimate,
+    _read_body,
+)
 from agentgate.dispatch.gateway._stream import _error_event, _EventStream, _sse
 from agentgate.dispatch.gateway._upstream import SENDING, SendMark, UpstreamPool
 from agentgate.dispatch.inventory import Inventory
@@ -295,6 +301,13 @@ class Gateway:
                     raise InputError(
                         f"Content-Encoding {encoding[:40]!r} is not supported: send the body uncompressed"
                     )
+                if (too_large := _declared_too_large(request)) is not None:
+                    # No ``100 Continue`` goes out (only reading the body sends it), and the
+                    # connection closes: whether the body follows or not, nothing after this
+                    # head can be read as a next request.
+                    refusal = await self._refuse_body(too_large)
+                    refusal.headers["connection"] = "close"
+                    return refusal, False
                 raw = await _read_body(request)
                 received = time.perf_counter()
                 body = _parse_body(raw)

@@ -40,6 +40,20 @@ async def _read_body(request: Request) -> bytes:
     return b"".join(parts)
 
 
+def _declared_too_large(request: Request) -> str | None:
+    """Why the body is refused before any of it is read: its caller waits for ``100 Continue``
+    before it sends it (``Expect: 100-continue``) and declares a ``Content-Length`` over
+    ``MAX_BODY_BYTES``; else ``None``. (A caller that does not wait is already sending: its body
+    is read up to the limit, ``_read_body``, since a refusal with the rest unread could be lost
+    in the connection's reset.)"""
+    if request.headers.get("expect", "").strip().lower() != "100-continue":
+        return None
+    declared = request.headers.get("content-length", "")
+    if not declared.isdigit() or int(declared) <= MAX_BODY_BYTES:
+        return None
+    return f"the body is over {MAX_BODY_BYTES} bytes (Content-Length: {int(declared)})"
+
+
 def _parse_body(raw: bytes) -> dict[str, Any]:
     """The request body as a chat completion request; raises ``InputError`` naming what is wrong."""
     try:
