@@ -1,6 +1,7 @@
 """The gateway's HTTP/1.1 server layer (agentgate/dispatch/gateway/_http.py): ``MAX_HEAD_BYTES``
-bounds a request head however many reads it arrives in (431), and once a pipelined request is
-refused nothing after it on that connection is read or served.
+bounds a request head however many reads it arrives in (431), once a pipelined request is
+refused nothing after it on that connection is read or served, and the rest of a body refused
+before it all arrived is bounded in time (``UNREAD_BODY_S``).
 
 Real loopback sockets written by hand, against the gateway tests' ``env`` fixture and the pipelining
 gateway of ``test_gateway_shutdown_pipelining``."""
@@ -19,6 +20,7 @@ from test_gateway_shutdown_pipelining import MODEL as PIPE_MODEL
 from test_gateway_shutdown_pipelining import _env as _pipe_env
 
 from agentgate.dispatch.gateway import _http as gateway_http
+from agentgate.dispatch.gateway import _request as gateway_request
 from agentgate.dispatch.gateway._http import MAX_HEAD_BYTES
 
 pytest_plugins = ("test_gateway",)  # its ``backends`` and ``env`` fixtures
@@ -94,3 +96,34 @@ def test_a_request_refused_for_a_slow_head_behind_a_running_call_is_never_served
             e for e in env.gate.audit.entries() if e.kind == "allow" and e.resource == f"model:{PIPE_MODEL}"
         ]
         assert len(allows) == 1
+
+
+def test_a_body_trickled_on_after_its_refusal_does_not_hold_the_connection(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Kills: the rest of a refused body read (and dropped) for as long as it trickles in.
+
+    Rule: a request answered before its body had all arrived (here refused 400 for a body slower
+    than ``BODY_TIMEOUT_S``) has ``UNREAD_BODY_S`` more for the rest of it; then the connection is
+    closed. It stayed open for as long as the caller sent a byte now and then (uvicorn's
+    keep-alive clock restarts on any data), so a trickled body, bounded before its refusal, held
+    its connection for ever after it."""
+    monkeypatch.setattr(gateway_request, "BODY_TIMEOUT_S", 0.3)
+    monkeypatch.setattr(gateway_http, "UNREAD_BODY_S", 0.5)
+    with socket.create_connection(("127.0.0.1", env.server.port), timeout=0.05) as sock:
+        sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000\r\n\r\n{")
+        received = b""
+        closed = False
+        deadline = time.monotonic() + 15  # far past both limits
+        while not closed and time.monotonic() < deadline:
+            try:
+                sock.sendall(b" ")  # a byte every 0.1 s, on and on
+                while piece := sock.recv(65536):
+                    received += piece
+                closed = True
+            except TimeoutError:
+                time.sleep(0.05)
+            except OSError:
+                closed = True
+    assert received.startswith(b"HTTP/1.1 400 ") and b"did not arrive within" in received, received[:300]
+    assert closed, "the connection was still open 15 s after the refusal"

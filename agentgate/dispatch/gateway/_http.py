@@ -6,7 +6,9 @@ that sends its head a byte at a time (or nothing at all) held its connection ope
 ``BoundedHttpToolsProtocol`` answers 431 and closes once a head passes ``MAX_HEAD_BYTES``, and
 408 and closes when a head is not complete ``HEAD_TIMEOUT_S`` after the connection opened or
 after the head's first byte arrived (an idle kept-alive connection stays under uvicorn's own
-keep-alive timeout).
+keep-alive timeout). A request answered before its body has all arrived (the app refused the body:
+too large, too slow) has ``UNREAD_BODY_S`` for the rest of it, dropped as it comes, before the
+connection is closed.
 
 It also bounds the answer's side: a caller that stops reading (its socket open, its receive
 window shut) made uvicorn wait for the socket to drain with no limit, so a stalled stream held
@@ -65,6 +67,9 @@ MAX_HEAD_BYTES = 64 * 1024
 """The most bytes of one request's line and headers (a chain token is at most 32 KiB)."""
 HEAD_TIMEOUT_S = 10.0
 """Seconds a client has to send a whole request head."""
+UNREAD_BODY_S = 10.0
+"""Seconds the rest of a request's body may take to arrive once the request was answered before
+all of it had (its body refused as too large or too slow); then the connection is closed."""
 STREAM_STALL_S = 30.0
 """Default seconds an answer may wait for its caller to read anything before the connection is cut."""
 _UPGRADE_HEADERS = frozenset({b"upgrade", b"http2-settings"})
@@ -98,6 +103,8 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     _tail = b""
     """The last bytes of the head read so far (an end of head may span two reads)."""
     _head_timer: asyncio.TimerHandle | None = None
+    _unread_timer: asyncio.TimerHandle | None = None
+    """Set while the rest of an answered request's body is read (and dropped): ``UNREAD_BODY_S``."""
     _stall_timer: asyncio.TimerHandle | None = None
     _stall_mark = 0
     """Bytes the caller had not taken when the stall clock last (re)started (``_untaken``)."""
@@ -222,6 +229,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         if self._reparse is not None or self._refusal is not None:
             return  # a head asking for an upgrade: the request is read again without it
         super().on_message_complete()
+        self._stop_unread_timer()
         self._reading_head = True
         self._head_bytes = 0
         self._tail = b""
@@ -233,6 +241,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._stop_head_timer()
+        self._stop_unread_timer()
         self._stop_stall_timer()
         super().connection_lost(exc)
         running = self._running
@@ -280,6 +289,12 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         # The answer's tail still waits in the transport (below the high-water mark, so writing
         # never paused): the connection's close or keep-alive would wait for it for ever.
         self._start_tail_clock(answered)
+        if answered is not None and answered.more_body and not self.transport.is_closing():
+            # Answered before its body had all arrived (refused: too large, or too slow): the rest
+            # is read and dropped, and every byte of it would hold the connection open again
+            # (uvicorn's keep-alive clock restarts on any data), so a body trickled past its
+            # refusal held the connection for ever. It has ``UNREAD_BODY_S`` more.
+            self._unread_timer = self.loop.call_later(UNREAD_BODY_S, self._unread_too_slow)
 
     def _start_tail_clock(self, cycle: RequestResponseCycle | None) -> None:
         """Start the stall clock for bytes written that wait in the transport, unless one runs:
@@ -355,6 +370,15 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             with contextlib.suppress(OSError, ValueError):
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         self.transport.abort()
+
+    def _stop_unread_timer(self) -> None:
+        if self._unread_timer is not None:
+            self._unread_timer.cancel()
+            self._unread_timer = None
+
+    def _unread_too_slow(self) -> None:
+        self._unread_timer = None
+        self.transport.close()
 
     def _start_head_timer(self) -> None:
         self._stop_head_timer()
