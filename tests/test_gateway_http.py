@@ -1,7 +1,8 @@
 """The gateway's HTTP/1.1 server layer (agentgate/dispatch/gateway/_http.py): ``MAX_HEAD_BYTES``
 bounds a request head however many reads it arrives in (431), once a pipelined request is
 refused nothing after it on that connection is read or served, and the rest of a body refused
-before it all arrived is bounded in time (``UNREAD_BODY_S``).
+before it all arrived is bounded in time (``UNREAD_BODY_S``), and a chunked body's trailer fields
+in size.
 
 Real loopback sockets written by hand, against the gateway tests' ``env`` fixture and the pipelining
 gateway of ``test_gateway_shutdown_pipelining``."""
@@ -127,3 +128,24 @@ def test_a_body_trickled_on_after_its_refusal_does_not_hold_the_connection(
                 closed = True
     assert received.startswith(b"HTTP/1.1 400 ") and b"did not arrive within" in received, received[:300]
     assert closed, "the connection was still open 15 s after the refusal"
+
+
+def _chunked_head(extra: str = "") -> bytes:
+    return (
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        f"Transfer-Encoding: chunked\r\n{extra}\r\n"
+    ).encode()
+
+
+def test_trailer_fields_past_64_kib_are_refused_not_buffered(env: Env) -> None:
+    """Kills: trailer fields (after a chunked body's last chunk) read without a bound.
+
+    Rule: the fields after a chunked body count as a head does, against ``MAX_HEAD_BYTES``; past
+    it the request is refused 431 and the connection closed, nothing decided. They were added
+    to the request's headers, without any bound: 400 MB of them grew the gateway by 460 MB in
+    under 2 s, from a caller with no credentials."""
+    before = len(env.entries())
+    trailers = (b"X-Pad: " + b"a" * 1000 + b"\r\n") * 1024  # 1 MiB of trailer fields
+    answer = _raw_request(env, [_chunked_head(), b"2\r\n{}\r\n0\r\n", trailers, b"\r\n"])
+    assert answer.startswith(b"HTTP/1.1 431 "), answer[:300]
+    assert len(env.entries()) == before

@@ -8,7 +8,9 @@ that sends its head a byte at a time (or nothing at all) held its connection ope
 after the head's first byte arrived (an idle kept-alive connection stays under uvicorn's own
 keep-alive timeout). A request answered before its body has all arrived (the app refused the body:
 too large, too slow) has ``UNREAD_BODY_S`` for the rest of it, dropped as it comes, before the
-connection is closed.
+connection is closed. A chunked body's trailer fields are dropped (uvicorn added them to the
+request's headers, with no bound: hundreds of MB of them were buffered); they and the chunks'
+framing may be at most ``MAX_HEAD_BYTES`` more than the body itself, else 431.
 
 It also bounds the answer's side: a caller that stops reading (its socket open, its receive
 window shut) made uvicorn wait for the socket to drain with no limit, so a stalled stream held
@@ -99,6 +101,10 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     """Seconds the send buffer may stay full with none of it read before the connection is aborted."""
 
     _head_bytes = 0
+    _message_bytes = 0
+    """Bytes read for the request's body so far (its chunks' framing and trailer fields included)."""
+    _body_bytes = 0
+    """Bytes of the request's body (the parser's ``on_body``) so far."""
     _reading_head = True
     _tail = b""
     """The last bytes of the head read so far (an end of head may span two reads)."""
@@ -148,7 +154,14 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
                 self._refuse(431, "Request Header Fields Too Large")
                 return
             self._tail = seen[-2:]
+        else:
+            self._message_bytes += len(data)
         self._unset_keepalive_if_required()
+        self._feed(data)
+        if not self._reading_head and self._refusal is None:
+            self._bound_framing()
+
+    def _feed(self, data: bytes) -> None:
         while True:
             # uvicorn's ``data_received``, but an upgrade it cannot serve is ignored, not half-read.
             try:
@@ -164,6 +177,28 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
                     self.parser = self._new_parser()
                     continue
             return
+
+    def _bound_framing(self) -> None:
+        """Refuse a body whose bytes beyond its content (a chunked body's framing and trailer
+        fields, which httptools buffers and uvicorn adds to the request's headers, without a
+        bound) pass ``MAX_HEAD_BYTES`` plus its content's size: 431, and the connection closed
+        (closed at once when the request was already answered, its body being dropped)."""
+        if self._message_bytes - self._body_bytes <= MAX_HEAD_BYTES + self._body_bytes:
+            return
+        if self.cycle is not None and self.cycle.response_complete:
+            self.transport.close()
+        else:
+            self._refuse(431, "Request Header Fields Too Large", "trailer fields or chunk framing too large")
+
+    def on_body(self, body: bytes) -> None:
+        self._body_bytes += len(body)
+        super().on_body(body)
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        if self._reading_head:
+            super().on_header(name, value)
+        # else a trailer field, after a chunked body: not one of the request's headers (RFC 9110,
+        # 6.5.1), which uvicorn would have it added to; its bytes are bounded (``_bound_framing``)
 
     def _new_parser(self) -> httptools.HttpRequestParser:
         """A request parser set as uvicorn sets its own (``HttpToolsProtocol.__init__``)."""
@@ -183,6 +218,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             return
         self._reading_head = False
         self._head_bytes = 0
+        self._message_bytes = self._body_bytes = 0
         self._tail = b""
         self._stop_head_timer()
         previous = self.cycle
