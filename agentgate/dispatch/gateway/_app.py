@@ -333,7 +333,7 @@ class Gateway:
             message = (
                 "the gateway is shutting down: the call was cut before it was decided; nothing was charged"
             )
-            return error_response(503, message, "shutting_down"), False
+            return _shutting_down(message), False
         decided = time.perf_counter()
         self._decision_seconds.observe(decided - started)
         if _cut_by_shutdown() and decision.allowed:
@@ -342,7 +342,7 @@ class Gateway:
             with contextlib.suppress(GatewayStopped):
                 await self.gate.arun(decision.auth, _stopped_before_sending)
             message = "the gateway is shutting down: the call was cut before it was sent; nothing was charged"
-            return error_response(503, message, "shutting_down"), True
+            return _shutting_down(message), True
         if not decision.allowed:
             # A call behind an approval gate: the body carries what an approver signs
             # (`agentgate approval sign`), and the caller retries the same body with the approval.
@@ -380,7 +380,7 @@ class Gateway:
                 )
             else:
                 message = "the gateway is shutting down: the call was cut, and charged as reserved"
-            return error_response(503, message, "shutting_down"), True
+            return _shutting_down(message), True
         except AgentGateError as exc:
             return _dispatch_error(exc), True
         assert not isinstance(result, _Cut)  # ``_spent`` raised for it
@@ -516,7 +516,7 @@ class Gateway:
             _uncancel_all(watch.task)
             await chunks.aclose()
             message = "the gateway is shutting down: the call was cut before its answer began"
-            return error_response(503, message, "shutting_down")
+            return _shutting_down(message)
         finally:
             SENDING.reset(sending)
         options = payload.get("stream_options")
@@ -606,6 +606,16 @@ class Gateway:
         # so the counter cannot turn an answered, charged call into an error.
         self._tokens.labels(kind="prompt").inc(prompt)
         self._tokens.labels(kind="completion").inc(completion)
+
+
+def _shutting_down(message: str) -> Response:
+    """The answer to a call the server's shutdown cut (503 ``shutting_down``), closing the
+    connection: a request pipelined behind it would otherwise be read and decided by a gateway
+    whose dispatcher is closed (review R52's answers to calls cut before their decision let one
+    through: an allow, then ``NoBackend``)."""
+    answer = error_response(503, message, "shutting_down")
+    answer.headers["connection"] = "close"
+    return answer
 
 
 def _log_failure(task: asyncio.Task[None]) -> None:
