@@ -750,7 +750,11 @@ def gw(tmp_path: Path) -> Iterator[Gw]:
     inventory = inventory_from_mapping(
         {"backends": [{"name": "sim", "url": backend.url, "engine": "vllm", "models": [MODEL]}]}
     )
-    server = GatewayServer(Gateway(gate, inventory), port=0).start()
+    # A loose SLO: on a loaded machine (make test beside other work, 2026-12-02) the failed
+    # attempts of the 502 case below spent the default 2 s budget and ended it shed (NoBackend),
+    # and the quota case after it then found a call left (200, not 429): that run's figures are
+    # not what this test is about (a known open question in the session note).
+    server = GatewayServer(Gateway(gate, inventory, slo_ttft_s=30.0), port=0).start()
     agent = gate.issue(keys["root"], name="agent", key=keys["agent"], role="chat")
     try:
         yield Gw(gate, server, backend, keys, agent)
