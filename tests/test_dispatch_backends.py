@@ -63,6 +63,31 @@ async def _serving(
     )
 
 
+@contextlib.asynccontextmanager
+async def _client_on(
+    path: str,
+    handler: Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]],
+    timeouts: Timeouts | None = None,
+) -> AsyncIterator[BackendClient]:
+    """A ``BackendClient`` of a loopback backend answering with ``handler`` (``_serving``), over
+    ``path``: ``httpx``, ``aiohttp`` or ``gateway-pool`` (the gateway's ``UpstreamPool``); the
+    clients, the pool and the server are closed on the way out."""
+    server, backend = await _serving(handler)
+    pool = UpstreamPool()
+    try:
+        async with httpx.AsyncClient() as http, aiohttp.ClientSession() as session:
+            client = BackendClient(
+                backend.backends[0], http, timeouts, session=session if path == "aiohttp" else None
+            )
+            if path == "gateway-pool":
+                client.transport = pool
+            yield client
+    finally:
+        await pool.aclose()
+        server.close()
+        await server.wait_closed()
+
+
 class Raw:
     """A real HTTP server on 127.0.0.1 answering each path with the exact ``(status, headers,
     body)`` set in ``routes`` (404 for any other path)."""
@@ -302,27 +327,14 @@ async def test_a_call_refused_with_an_endless_body_quotes_its_start_at_once(
         await release.wait()
         writer.close()
 
-    server, backend = await _serving(refuse)
-    pool = UpstreamPool()
-    try:
-        async with httpx.AsyncClient() as http, aiohttp.ClientSession() as session:
-            client = BackendClient(
-                backend.backends[0],
-                http,
-                Timeouts(first_token_s=30, idle_s=30),
-                session=session if path == "aiohttp" else None,
-            )
-            if path == "gateway-pool":
-                client.transport = pool
+    async with _client_on(path, refuse, Timeouts(first_token_s=30, idle_s=30)) as client:
+        try:
             with pytest.raises(error) as raised:
                 async with asyncio.timeout(10):  # well inside first_token_s: no waiting for the deadline
                     await (_chunks(client) if streamed else client.chat(PAYLOAD))
-        assert f"HTTP {status}" in str(raised.value) and "engine overloaded" in str(raised.value)
-    finally:
-        release.set()
-        await pool.aclose()
-        server.close()
-        await server.wait_closed()
+        finally:
+            release.set()  # before the server closes: its handler waits for it
+    assert f"HTTP {status}" in str(raised.value) and "engine overloaded" in str(raised.value)
 
 
 @pytest.mark.parametrize("path", ["httpx", "aiohttp"])
@@ -633,20 +645,9 @@ async def test_a_stream_whose_lines_end_with_a_bare_cr_is_read_on_every_path(pat
         await writer.drain()
         writer.close()
 
-    server, backend = await _serving(cr_lines)
-    pool = UpstreamPool()
-    try:
-        async with httpx.AsyncClient() as http, aiohttp.ClientSession() as session:
-            client = BackendClient(backend.backends[0], http, session=session if path == "aiohttp" else None)
-            if path == "gateway-pool":
-                client.transport = pool
-            async with asyncio.timeout(10):
-                chunks = await _chunks(client)
-        assert "".join(chunk.content for chunk in chunks) == "Hello"
-    finally:
-        await pool.aclose()
-        server.close()
-        await server.wait_closed()
+    async with _client_on(path, cr_lines) as client, asyncio.timeout(10):
+        chunks = await _chunks(client)
+    assert "".join(chunk.content for chunk in chunks) == "Hello"
 
 
 # --- Retry-After ----------------------------------------------------------------------------
@@ -702,21 +703,11 @@ async def test_a_busy_answer_carries_its_retry_after_on_every_path(
         await writer.drain()
         writer.close()
 
-    server, backend = await _serving(busy)
-    pool = UpstreamPool()
-    try:
-        async with httpx.AsyncClient() as http, aiohttp.ClientSession() as session:
-            client = BackendClient(backend.backends[0], http, session=session if path == "aiohttp" else None)
-            if path == "gateway-pool":
-                client.transport = pool
-            with pytest.raises(BackendFailed) as raised:
-                async with asyncio.timeout(10):
-                    await (_chunks(client) if streamed else client.chat(PAYLOAD))
-        assert raised.value.retry_after_s == asked
-    finally:
-        await pool.aclose()
-        server.close()
-        await server.wait_closed()
+    async with _client_on(path, busy) as client:
+        with pytest.raises(BackendFailed) as raised:
+            async with asyncio.timeout(10):
+                await (_chunks(client) if streamed else client.chat(PAYLOAD))
+    assert raised.value.retry_after_s == asked
 
 
 async def test_a_transport_without_retry_after_is_still_used() -> None:
