@@ -704,9 +704,11 @@ roles:
       - resource: model:{MODEL}
     ttl_s: 3600
 quotas:
-  two-per-hour:
+  two-per-decade:
     principal: agent
-    window_s: 3600
+    # The longest window (windows are aligned to the epoch: an hour's window reset between the
+    # allows below and the call that must be refused, once, in a run that crossed 17:00:00 UTC).
+    window_s: 315360000
     limit: 2
     resources: ["model:*"]
 approvals:
@@ -750,11 +752,7 @@ def gw(tmp_path: Path) -> Iterator[Gw]:
     inventory = inventory_from_mapping(
         {"backends": [{"name": "sim", "url": backend.url, "engine": "vllm", "models": [MODEL]}]}
     )
-    # A loose SLO: on a loaded machine (make test beside other work, 2026-12-02) the failed
-    # attempts of the 502 case below spent the default 2 s budget and ended it shed (NoBackend),
-    # and the quota case after it then found a call left (200, not 429): that run's figures are
-    # not what this test is about (a known open question in the session note).
-    server = GatewayServer(Gateway(gate, inventory, slo_ttft_s=30.0), port=0).start()
+    server = GatewayServer(Gateway(gate, inventory), port=0).start()
     agent = gate.issue(keys["root"], name="agent", key=keys["agent"], role="chat")
     try:
         yield Gw(gate, server, backend, keys, agent)
@@ -802,12 +800,12 @@ def test_gateway_refusals_and_failures_after_an_allow_are_each_recorded(gw: Gw) 
     _is(outcome, "outcome", gw.agent, resource, ref=allow.index)
     assert outcome.status == "error" and outcome.budget_delta == 0
 
-    # 429 quota_exceeded: two calls fit the hour's quota (the two allows above), the next is a deny
+    # 429 quota_exceeded: two calls fit the quota's window (the two allows above), the next is a deny
     over = gw.post(_chat())
     assert over.status_code == 429 and over.json()["error"]["code"] == "quota_exceeded", over.text
     deny = gw.entries()[-1]
     _is(deny, "deny", gw.agent, resource, policy=gw.gate.policy.digest)
-    assert any("two-per-hour" in r for r in deny.reasons)
+    assert any("two-per-decade" in r for r in deny.reasons)
     assert gw.gate.verify().ok
 
 
