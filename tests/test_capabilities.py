@@ -401,40 +401,33 @@ class _AlwaysStartsWith(str):
         return hash("/tmp/job")
 
 
-class _AlwaysInRange(int):
-    """An integer that says it equals anything and lies inside every bound."""
+class _LiesInRange:
+    """Mixed into a number type: says it equals anything and lies inside every bound."""
 
     def __eq__(self, other: object) -> bool:
         return True
+
+    def __le__(self, other: object) -> bool:
+        return True
+
+    __lt__ = __le__
+
+    def __ge__(self, other: object) -> bool:
+        return False
+
+    __gt__ = __ge__
+
+
+class _AlwaysInRange(_LiesInRange, int):
+    """An integer that says it equals anything and lies inside every bound."""
 
     __hash__ = int.__hash__
 
-    def __le__(self, other: object) -> bool:
-        return True
 
-    __lt__ = __le__
-
-    def __ge__(self, other: object) -> bool:
-        return False
-
-    __gt__ = __ge__
-
-
-class _AlwaysInRangeFloat(float):
-    def __eq__(self, other: object) -> bool:
-        return True
+class _AlwaysInRangeFloat(_LiesInRange, float):
+    """The same, a float."""
 
     __hash__ = float.__hash__
-
-    def __le__(self, other: object) -> bool:
-        return True
-
-    __lt__ = __le__
-
-    def __ge__(self, other: object) -> bool:
-        return False
-
-    __gt__ = __ge__
 
 
 class _ClaimsToBeText:

@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from test_gateway import Env, _body, _post
 from test_gateway_end_to_end import _body as _r16_body
@@ -69,6 +70,24 @@ class _NoCompletionCount(Hostile):
         return True
 
 
+def _charged(tmp_path: Path, body: dict[str, Any]) -> tuple[httpx.Response, int]:
+    """``body`` posted through the R16 gateway to a backend that answers JSON with no completion
+    count (so the call is charged its whole reservation): the answer, and what was charged (its
+    one ``ok`` outcome settled)."""
+    backend = _NoCompletionCount()
+    try:
+        with _r16_gateway(tmp_path, backend) as env:
+            backend.mode = "json_no_completion"
+            spent = env.spent()
+            answer = env.post(body)
+            assert answer.status_code == 200, answer.text
+            (outcome,) = _settled(env, 1)
+            assert outcome.status == "ok"
+            return answer, env.spent() - spent
+    finally:
+        backend.close()
+
+
 def test_a_json_answer_without_a_completion_count_is_charged_its_reservation(tmp_path: Path) -> None:
     """Kills: ``_spent`` charging a JSON answer's usage when it has no ``completion_tokens`` (the
     ``completion_tokens is None`` test dropped: the output went out charged as 0 tokens).
@@ -76,19 +95,9 @@ def test_a_json_answer_without_a_completion_count_is_charged_its_reservation(tmp
     Rule (docs/gateway.md, "What is charged"): a JSON answer whose ``usage`` has no
     ``completion_tokens`` is passed on and charged its whole reservation (prompt estimate plus
     ``max_tokens``), never less than may have been used."""
-    backend = _NoCompletionCount()
-    try:
-        with _r16_gateway(tmp_path, backend) as env:
-            backend.mode = "json_no_completion"
-            spent = env.spent()
-            answer = env.post(_r16_body())
-            assert answer.status_code == 200, answer.text
-            assert answer.json()["choices"][0]["message"]["content"] == "hi"
-            (outcome,) = _settled(env, 1)
-            assert outcome.status == "ok"
-            assert env.spent() == spent + R16_RESERVED
-    finally:
-        backend.close()
+    answer, charged = _charged(tmp_path, _r16_body())
+    assert answer.json()["choices"][0]["message"]["content"] == "hi"
+    assert charged == R16_RESERVED
 
 
 _TOOL = {
@@ -114,18 +123,7 @@ def test_a_calls_tool_definitions_are_reserved_as_prompt(tmp_path: Path, field: 
     tools_text = json.dumps(definitions, separators=(",", ":"), ensure_ascii=False)
     reserved = estimate_tokens(prompt_text(body["messages"])) + estimate_tokens(tools_text) + 8
     assert reserved > R16_RESERVED + 100
-    backend = _NoCompletionCount()
-    try:
-        with _r16_gateway(tmp_path, backend) as env:
-            backend.mode = "json_no_completion"
-            spent = env.spent()
-            answer = env.post(body)
-            assert answer.status_code == 200, answer.text
-            (outcome,) = _settled(env, 1)
-            assert outcome.status == "ok"
-            assert env.spent() == spent + reserved
-    finally:
-        backend.close()
+    assert _charged(tmp_path, body)[1] == reserved
 
 
 def test_an_image_is_reserved_at_its_fixed_estimate_never_by_its_data_urls_length(tmp_path: Path) -> None:
@@ -143,18 +141,7 @@ def test_an_image_is_reserved_at_its_fixed_estimate_never_by_its_data_urls_lengt
     body = _r16_body(messages=[{"role": "user", "content": parts}])
     text_only = [{"role": "user", "content": parts[:1]}]
     reserved = estimate_tokens(prompt_text(text_only)) + IMAGE_TOKENS + 8
-    backend = _NoCompletionCount()
-    try:
-        with _r16_gateway(tmp_path, backend) as env:
-            backend.mode = "json_no_completion"
-            spent = env.spent()
-            answer = env.post(body)
-            assert answer.status_code == 200, answer.text
-            (outcome,) = _settled(env, 1)
-            assert outcome.status == "ok"
-            assert env.spent() == spent + reserved
-    finally:
-        backend.close()
+    assert _charged(tmp_path, body)[1] == reserved
 
 
 class _Recording(Hostile):

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import difflib
 import hashlib
+import itertools
 import json
 import math
 import re
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -96,6 +97,21 @@ def _rule_name(loc: Sequence[str | int]) -> str:
     return f"role {loc[1]} {delegation}rule {index + 1}, argument {arg}"
 
 
+def _closure(roles: Mapping[str, schema.Role], role: str) -> Iterator[str]:
+    """``role``, then every role it inherits, depth first (pre-order, parents in the order
+    written), each once; a name that is no role is skipped. Lazy, so a caller may stop early
+    (``_Compiler._held`` follows at most ``MAX_ROLES_HELD``); linear in what it reaches."""
+    seen: set[str] = set()
+    stack = [role]
+    while stack:
+        name = stack.pop()
+        if name in seen or name not in roles:
+            continue
+        seen.add(name)
+        yield name
+        stack.extend(reversed(roles[name].inherits))
+
+
 @dataclass(frozen=True)
 class RuleRef:
     """One capability rule of a role, and where it is written."""
@@ -162,16 +178,7 @@ class Policy:
         """``role`` followed by every role it inherits, depth first (pre-order, parents in the order
         written), each once. Iterative and linear in the roles and ``inherits`` entries reached, so
         an inheritance chain thousands deep, or a lattice of diamonds, costs no more than its size."""
-        roles = self.document.roles
-        seen: dict[str, None] = {}
-        stack = [role]
-        while stack:
-            name = stack.pop()
-            if name in seen or name not in roles:
-                continue
-            seen[name] = None
-            stack.extend(reversed(roles[name].inherits))
-        return tuple(seen)
+        return tuple(_closure(self.document.roles, role))
 
     def effective_rules(self, role: str) -> tuple[RuleRef, ...]:
         """The rules a holder of ``role`` has: its own, then those of the roles it inherits."""
@@ -636,21 +643,14 @@ class _Compiler:
         roles = self.doc.roles
         counts = {role: Counter(r.capability.resource for r in own) for role, own in rules.items() if own}
         for name in roles:
-            held: dict[str, None] = {}
-            stack = [name]
-            while stack:
-                role = stack.pop()
-                if role in held:
-                    continue
-                if len(held) == MAX_ROLES_HELD:
-                    raise self.error(
-                        ("roles", name, "inherits"),
-                        f"role {name} holds more than {MAX_ROLES_HELD} roles with those it inherits",
-                        f"at most {MAX_ROLES_HELD} roles, itself and those it inherits directly or not",
-                        "merge roles, or give principals several roles instead of one chain",
-                    )
-                held[role] = None
-                stack.extend(reversed(roles[role].inherits))
+            held = list(itertools.islice(_closure(roles, name), MAX_ROLES_HELD + 1))
+            if len(held) > MAX_ROLES_HELD:
+                raise self.error(
+                    ("roles", name, "inherits"),
+                    f"role {name} holds more than {MAX_ROLES_HELD} roles with those it inherits",
+                    f"at most {MAX_ROLES_HELD} roles, itself and those it inherits directly or not",
+                    "merge roles, or give principals several roles instead of one chain",
+                )
             own = counts.get(name)
             if own is None:
                 continue
