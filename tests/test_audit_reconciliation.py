@@ -115,9 +115,11 @@ approvals:
     resource: tool:transfer
     approvers: [dana]
 quotas:
-  once-an-hour:
+  # The longest window (10 years): windows are aligned to the epoch, and an hour's could roll
+  # over between the allow of tool:limited and the call that must be refused.
+  once-a-decade:
     principal: boss
-    window_s: 3600
+    window_s: 315360000
     limit: 1
     resources: [tool:limited]
 """

@@ -94,6 +94,7 @@ from test_authority_findings_documented import _documented_kinds
 from test_gate_policy_change import (
     LOOKUP,
     MODEL,
+    OLD,
     approve,
     asked_under_old,
     issued_under_old,
@@ -553,7 +554,7 @@ def test_a_pre_keying_count_is_carried_into_each_identity_first_counted_in_its_w
     with SQLiteStore(tmp_path / "ag.db") as store, store.transaction() as tx:
         tx.execute(
             "INSERT INTO quota_usage (quota, window_start, used) VALUES (?, ?, ?)",
-            ("acme-usage", window_start(3600, time.time()), 2),
+            ("acme-usage", window_start(OLD["quota_window_s"], time.time()), 2),
         )
     calls = restart(tmp_path, quota_limit=3)
     try:

@@ -81,7 +81,7 @@ roles:
 quotas:
   acme-usage:
     tenant: acme
-    window_s: 3600
+    window_s: {quota_window_s}
     limit: {quota_limit}
     unit: {quota_unit}
 approvals:
@@ -102,6 +102,9 @@ OLD = {
     "quota_unit": "calls",
     "approvers": "[alice, bob, carol]",
     "quorum": 1,
+    # The longest window (10 years): windows are aligned to the epoch, and an hour's could roll
+    # over between the calls a test counts and the one that must be refused.
+    "quota_window_s": 315_360_000,
 }
 REFUND = Call.tool("refund", {"amount": 500})
 LOOKUP = Call.tool("lookup", {"id": "1"})
@@ -407,7 +410,7 @@ def test_a_window_counted_before_quotas_were_keyed_by_unit_is_carried_over(tmp_p
         with store.transaction() as tx:
             tx.execute(
                 "INSERT INTO quota_usage (quota, window_start, used) VALUES (?, ?, ?)",
-                ("acme-usage", window_start(3600, time.time()), 2),
+                ("acme-usage", window_start(OLD["quota_window_s"], time.time()), 2),
             )
     finally:
         store.close()

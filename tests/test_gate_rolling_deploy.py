@@ -147,7 +147,7 @@ roles:
 quotas:
   acme-usage:
     tenant: acme
-    window_s: 3600
+    window_s: {quota_window_s}
     limit: {quota_limit}
     unit: {quota_unit}
 approvals:
@@ -163,6 +163,9 @@ V1: dict[str, object] = {
     "delegated": ("tool:lookup", "model:small"),
     "quota_limit": 1_000_000,
     "quota_unit": "calls",
+    # The longest window (10 years): windows are aligned to the epoch, and an hour's could roll
+    # over between the calls a test counts and the one that must be refused.
+    "quota_window_s": 315_360_000,
     "approvers": "[alice, bob, carol]",
     "quorum": 2,
     "concurrency": 100,
@@ -399,7 +402,7 @@ def test_two_limits_on_one_count_each_refuse_at_their_own(deploy: Deploy, legacy
         with a.store.transaction() as tx:
             tx.execute(
                 "INSERT INTO quota_usage (quota, window_start, used) VALUES (?, ?, ?)",
-                ("acme-usage", window_start(3600, time.time()), legacy),
+                ("acme-usage", window_start(V1["quota_window_s"], time.time()), legacy),
             )
     jobs = [lambda g=g: [g.authorize(agent, LOOKUP) for _ in range(4)] for g in (a, b, a, b)]
     decided = [auth for batch in together(*jobs) for auth in batch]
@@ -414,7 +417,7 @@ def test_two_limits_on_one_count_each_refuse_at_their_own(deploy: Deploy, legacy
         else:
             assert log[index].policy_hash == b.policy.digest and count_before < 6
     rows = a.store.query("SELECT quota, used FROM quota_usage WHERE quota <> 'acme-usage'")
-    assert rows == [("acme-usage tenant:acme calls 3600", 6)]
+    assert rows == [(f"acme-usage tenant:acme calls {V1['quota_window_s']}", 6)]
 
 
 def test_a_quota_counted_in_calls_by_v1_and_in_tokens_by_v2_keeps_two_counts(deploy: Deploy) -> None:

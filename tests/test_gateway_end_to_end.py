@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import gzip
 import json
+import math
 import socket
 import threading
 import time
@@ -374,17 +375,24 @@ def test_concurrent_callers_against_a_quota_get_exactly_its_limit_and_429_with_r
     tmp_path: Path, scripted: _Scripted
 ) -> None:
     # The quota 429 carried no Retry-After (the shed one did): clients retried blind. Now the
-    # seconds to the quota's window end. 12 callers at once against 5 calls an hour: 5 served.
-    quota = "quotas:\n  agent-calls: {principal: agent, window_s: 3600, limit: 5}\n"
+    # seconds to the quota's window end. 12 callers at once against 5 calls a window: 5 served.
+    # The longest window (10 years): windows are aligned to the epoch, and an hour's could roll
+    # over while the 12 calls are decided, serving more than 5.
+    window = 315_360_000
+    quota = f"quotas:\n  agent-calls: {{principal: agent, window_s: {window}, limit: 5}}\n"
     with _gateway(tmp_path, scripted, quota) as env, ThreadPoolExecutor(max_workers=12) as pool:
+        first = time.time()
         answers = list(
             pool.map(lambda i: env.post(_body(messages=[{"role": "user", "content": f"q{i}"}])), range(12))
         )
+        last = time.time()
         statuses = sorted(a.status_code for a in answers)
         assert statuses == [200] * 5 + [429] * 7, statuses
+        # Retry-After: the seconds from its refusal to the window's end, rounded up.
+        most, least = (math.ceil(window - t % window) for t in (first, last))
         for refused in (a for a in answers if a.status_code == 429):
             assert refused.json()["error"]["code"] == "quota_exceeded"
-            assert 1 <= int(refused.headers["Retry-After"]) <= 3600
+            assert least <= int(refused.headers["Retry-After"]) <= most
             assert "Retry once the quota's window has passed" in refused.json()["error"]["message"]
         kinds = env.kinds()
         assert kinds.count("allow") == 5 and kinds.count("deny") == 7 and kinds.count("outcome") == 5

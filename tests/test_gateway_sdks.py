@@ -520,41 +520,65 @@ def test_every_refusal_is_a_typed_sdk_error_with_openais_shape_tried_once_and_au
 # --- the SDK's own retries: Retry-After honoured, each try decided, audited and charged once ------
 
 QUOTA = f"""quotas:
-  one-a-second:
+  one-per-two-seconds:
     principal: agent
-    window_s: 1
+    window_s: 2
     limit: 1
     resources: ["model:{TOOLY}"]
 """
 
 
+class _WallClock:
+    """The wall clock the gate counts quota windows by and the gateway's Retry-After reads, held
+    by the test: it stands still, and moves on by the seconds a Retry-After asks the SDK to wait
+    when the SDK receives it. (Real time let a loaded machine's slow first call run into the next
+    window, where the call that had to be refused was served.)"""
+
+    perf_counter = staticmethod(time.perf_counter)  # the gateway's timings: real
+
+    def __init__(self, now: float) -> None:
+        self.now = now
+
+    def time(self) -> float:
+        return self.now
+
+    def waits(self, response: httpx.Response) -> None:
+        if response.status_code == 429 and "retry-after" in response.headers:
+            self.now += float(response.headers["retry-after"])
+
+
 def test_a_quota_429_tells_the_sdk_when_to_retry_and_the_retry_lands_in_the_next_window(
-    tmp_path: Path, sim: SimServer, backend: _Backend
+    tmp_path: Path, sim: SimServer, backend: _Backend, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    from agentgate.dispatch.gateway import _app as gateway_app
+    from agentgate.gate import _recording as gate_recording
+
+    start = int(time.time()) // 2 * 2  # a window's start
+    clock = _WallClock(start + 1.5)  # half a second before its end
+    monkeypatch.setattr(gate_recording, "time", clock)
+    monkeypatch.setattr(gateway_app, "time", clock)
     with _gateway(tmp_path, sim, backend, extra=QUOTA) as env:
-        # Start early in a window, so both calls below fall in it (the gateway answers in ms).
-        while time.time() % 1 > 0.3:
-            time.sleep(0.02)
-        client = env.client(max_retries=1)
+        client = env.client(max_retries=1, hooks=[clock.waits])
         first = client.chat.completions.create(model=TOOLY, messages=_messages(), max_tokens=8)
         raw = client.chat.completions.with_raw_response.create(
             model=TOOLY, messages=_messages(), max_tokens=8
         )
         assert first.usage is not None and raw.parse().usage is not None
-        # The second call was refused 429 with a Retry-After the SDK slept for, then allowed at
-        # once: one retry was enough, so the Retry-After reached past the window's end.
+        # The second call was refused 429 with a Retry-After the SDK slept for (the half second
+        # left, rounded up), then allowed at once: one retry was enough, so the Retry-After
+        # reached past the window's end.
         assert env.statuses == [200, 429, 200]
-        assert raw.retries_taken == 1
+        assert raw.retries_taken == 1 and clock.now == start + 2.5
         assert env.kinds() == ["allow", "outcome:ok", "deny", "allow", "outcome:ok"]
         assert env.spent() == 2 * USAGE["total_tokens"] and len(env.backend.bodies) == 2
         env.check_log()
 
-        # Without retries the SDK surfaces it as a RateLimitError with the quota's code.
+        # Without retries the SDK surfaces it as a RateLimitError with the quota's code, and the
+        # seconds to this window's end (1.5, rounded up), not the window's length.
         with pytest.raises(openai.RateLimitError) as raised:
             env.client(max_retries=0).chat.completions.create(model=TOOLY, messages=_messages(), max_tokens=8)
         assert raised.value.code == "quota_exceeded"
-        retry_after = int(raised.value.response.headers["retry-after"])
-        assert 1 <= retry_after <= 1
+        assert int(raised.value.response.headers["retry-after"]) == 2
 
 
 def test_a_shed_429_is_retried_after_its_retry_after_and_only_the_served_try_is_charged(
@@ -837,10 +861,14 @@ def test_async_openai_concurrent_calls_are_each_decided_charged_and_audited_once
     env.check_log()
 
 
+# The longest window (10 years): windows are aligned to the epoch, and a shorter one could roll
+# over between two calls that must share it (R42: 2 s did not hold on a loaded machine, nor can
+# 30 s once in a while).
+TOKEN_WINDOW_S = 315_360_000
 TOKEN_QUOTA = f"""quotas:
   small-answers:
     principal: agent
-    window_s: 30
+    window_s: {TOKEN_WINDOW_S}
     limit: 40
     unit: tokens
     resources: ["model:{TOOLY}"]
@@ -867,8 +895,7 @@ def test_a_call_larger_than_its_quotas_whole_window_is_not_retried_by_the_sdk(
         client.chat.completions.create(model=TOOLY, messages=_messages(), max_tokens=30)
         with pytest.raises(openai.RateLimitError) as again:
             client.chat.completions.create(model=TOOLY, messages=_messages(), max_tokens=30)
-        # A window long enough for the two calls to share it on a loaded machine (R42: 2 s did not).
-        assert 1 <= int(again.value.response.headers["retry-after"]) <= 30
+        assert 1 <= int(again.value.response.headers["retry-after"]) <= TOKEN_WINDOW_S
         assert "x-should-retry" not in again.value.response.headers
         env.check_log()
 

@@ -266,14 +266,16 @@ approvals:
     when: {{max_tokens: {{gt: 1000}}}}
     approvers: [lead]
 quotas:
+  # The longest window (10 years): windows are aligned to the epoch, and an hour's could roll
+  # over between the allow and the refusal of the end-to-end test below.
   two-tools:
     principal: agent
-    window_s: 3600
+    window_s: 315360000
     limit: 5
     resources: [tool:other, tool:refund]
   inherited-role:
     role: base
-    window_s: 3600
+    window_s: 315360000
     limit: 1
     resources: [tool:other, tool:refund]
 """,
@@ -323,7 +325,7 @@ def test_a_quota_on_an_inherited_role_refuses_the_call_past_its_limit_on_its_sec
     second = gate.authorize(agent, Call.tool("refund", {"n": 2}), call_id="r2")
     assert not second.allowed
     assert second.quota_exceeded == "inherited-role"
-    assert second.reasons == ("quota inherited-role reached: 1 calls per 3600 s for role:base",)
+    assert second.reasons == ("quota inherited-role reached: 1 calls per 315360000 s for role:base",)
 
 
 def test_a_gpu_lease_without_its_constrained_argument_is_denied() -> None:

@@ -44,14 +44,16 @@ roles:
     budget: {{limit: 1000000, unit: usd_micros}}
     ttl_s: 600
 quotas:
-  one-refund-per-hour:
+  # The longest window (10 years): windows are aligned to the epoch, so an hour's window could
+  # roll over between the calls below and the one that must be refused.
+  one-refund-per-decade:
     principal: bot
-    window_s: 3600
+    window_s: 315360000
     limit: 1
     resources: [tool:payments.refund]
   team-tokens:
     tenant: team
-    window_s: 3600
+    window_s: 315360000
     limit: 1000
     unit: tokens
     resources: ["model:*"]
@@ -85,8 +87,10 @@ def test_a_principal_quota_refuses_the_call_past_its_limit_and_records_why(team:
     gate = team.gate
     assert [_refund(gate, team.bot, i) for i in range(3)] == [True, False, False]
     refused = gate.authorize(team.bot, Call.tool("payments.refund", {"amount": 5}))
-    assert refused.quota_exceeded == "one-refund-per-hour" and not refused.budget_exhausted
-    assert refused.reasons == ("quota one-refund-per-hour reached: 1 calls per 3600 s for principal:bot",)
+    assert refused.quota_exceeded == "one-refund-per-decade" and not refused.budget_exhausted
+    assert refused.reasons == (
+        "quota one-refund-per-decade reached: 1 calls per 315360000 s for principal:bot",
+    )
     assert refused.audit_index is not None and gate.audit.entry(refused.audit_index).kind == "deny"
     # Other resources and other principals are not counted by it.
     assert gate.authorize(team.bot, Call.tool("lookup", {"key": "k"})).allowed
