@@ -124,6 +124,17 @@ def test_replay_refuses_an_arrival_that_never_comes(arrival: float) -> None:
     assert not engine.has_work()
 
 
+@pytest.mark.parametrize("second_at", [0.001, 60.0], ids=["while-the-first-runs", "after-it-ended"])
+def test_replay_refuses_two_requests_with_one_id(second_at: float) -> None:
+    """Requests and outcomes were kept by id: the replay failed with a bare KeyError when the
+    second arrived while the first ran, and gave the second's outcome for both when it came later."""
+    trace = [TraceRequest("a", 0.0, 100, 50), TraceRequest("a", second_at, 100, 5)]
+    engine = Engine(LLAMA_8B_H100)
+    with pytest.raises(InputError, match="'a': two requests"):
+        replay(trace, {"b": engine}, _SendAll())  # type: ignore[arg-type]
+    assert not engine.has_work()
+
+
 def _chat(http: httpx.Client, server: SimServer, text: str) -> dict[str, Any]:
     answer = http.post(
         server.url + "/v1/chat/completions",

@@ -104,13 +104,19 @@ def replay(
     (one that could never finish there: ``Engine.add``). Raises ``ValueError`` if the dispatcher
     names an unknown backend, and ``InputError``, replaying nothing, for a ``scrape_interval`` that
     is not a positive number of seconds or an arrival that is not a finite time (either would keep
-    the replay from ever returning: it scraped at the same instant for ever, or waited for ever).
+    the replay from ever returning: it scraped at the same instant for ever, or waited for ever),
+    and for two requests with one ``id`` (requests and outcomes are kept by id: the replay failed
+    with a ``KeyError`` midway, or gave the second's outcome for both).
     """
     if not scrape_interval > 0:
         raise InputError(f"scrape_interval must be a positive number of seconds, not {scrape_interval!r}")
+    ids: set[str] = set()
     for r in requests:
         if not math.isfinite(r.arrival):
             raise InputError(f"request {r.id!r}: an arrival at {r.arrival!r} s never comes")
+        if r.id in ids:
+            raise InputError(f"request {r.id!r}: two requests of the trace have this id")
+        ids.add(r.id)
     routes: list[tuple[float, int, TraceRequest]] = [(r.arrival, i, r) for i, r in enumerate(requests)]
     heapq.heapify(routes)
     seq = len(requests)
