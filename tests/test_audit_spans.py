@@ -20,6 +20,7 @@ from test_dispatch_backends import KEY, _tracer
 from agentgate.audit.entry import redact
 from agentgate.audit.spans import (
     CAPTURE_CONTENT_ENV,
+    MAX_CALL_ID_CHARS,
     SCHEMA_URL,
     chat_span,
     decision_span,
@@ -80,6 +81,20 @@ def test_agent_tool_and_chat_spans_follow_the_genai_conventions(
     assert chat.attributes["gen_ai.usage.input_tokens"] == 120
     assert chat.attributes["gen_ai.usage.output_tokens"] == 30
     assert tool.instrumentation_scope.schema_url == SCHEMA_URL
+
+
+def test_a_call_id_of_any_length_is_recorded_within_its_bound(
+    tracer: Tracer, exporter: InMemorySpanExporter
+) -> None:
+    """The call id is the caller's (a model's tool call id) and was recorded whole: a 10 MB id
+    made a 10 MB attribute, more than an OTLP exporter's batch may hold (4 MiB over gRPC)."""
+    with execute_tool_span("lookup", call_id="call_" + "x" * 10_000_000, tracer=tracer):
+        pass
+    with execute_tool_span("lookup", call_id="call_1", tracer=tracer):
+        pass
+    long, short = exporter.get_finished_spans()
+    assert long.attributes["gen_ai.tool.call.id"] == ("call_" + "x" * MAX_CALL_ID_CHARS)[:MAX_CALL_ID_CHARS]
+    assert short.attributes["gen_ai.tool.call.id"] == "call_1"
 
 
 def test_deny_sets_error_status_and_type(tracer: Tracer, exporter: InMemorySpanExporter) -> None:

@@ -6,7 +6,7 @@ Followed: the GenAI agent, tool and model-call spans of OpenTelemetry semantic c
 - ``invoke_agent {name}`` (INTERNAL): ``gen_ai.operation.name=invoke_agent``, ``gen_ai.agent.name``,
   ``gen_ai.agent.id``;
 - ``execute_tool {name}`` (INTERNAL): ``gen_ai.operation.name=execute_tool``, ``gen_ai.tool.name``,
-  ``gen_ai.tool.call.id``, ``gen_ai.tool.type``; ``gen_ai.tool.call.arguments`` and
+  ``gen_ai.tool.call.id`` (its first ``MAX_CALL_ID_CHARS`` characters), ``gen_ai.tool.type``; ``gen_ai.tool.call.arguments`` and
   ``gen_ai.tool.call.result`` only when content capture is opted in (argument
   ``record_content=True`` or ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true``), and
   then only what the caller passes (pass ``redact``-ed arguments);
@@ -51,6 +51,10 @@ SCHEMA_URL = f"https://opentelemetry.io/schemas/{SEMCONV_VERSION}"
 CAPTURE_CONTENT_ENV = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
 DENIED = "agentgate.denied"
 FAILED = "agentgate.failed"
+MAX_CALL_ID_CHARS = 200
+"""Most characters of a call id a span records: the id is the caller's (a model's tool call id,
+whatever its text) and has no bound of its own, and one oversized attribute can make an
+exporter's whole batch too large to send."""
 _EXPORTERS = ("none", "console", "otlp")
 """The values ``configure_from_env`` reads in ``OTEL_TRACES_EXPORTER`` (any case)."""
 
@@ -112,11 +116,12 @@ def execute_tool_span(
     record_content: bool | None = None,
     tracer: Tracer | None = None,
 ) -> Iterator[Span]:
-    """A span for one tool call. ``arguments`` are recorded only if content capture is opted in."""
+    """A span for one tool call. ``arguments`` are recorded only if content capture is opted in;
+    ``call_id`` up to ``MAX_CALL_ID_CHARS`` characters."""
     attributes: dict[str, Any] = {
         "gen_ai.operation.name": "execute_tool",
         "gen_ai.tool.name": name,
-        "gen_ai.tool.call.id": call_id,
+        "gen_ai.tool.call.id": call_id[:MAX_CALL_ID_CHARS] if call_id is not None else None,
         "gen_ai.tool.type": tool_type,
     }
     if arguments is not None and _capture(record_content):
