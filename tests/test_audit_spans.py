@@ -152,6 +152,31 @@ def test_arguments_without_a_canonical_form_are_left_out_not_a_failed_call(
     assert ran and "gen_ai.tool.call.arguments" not in span.attributes
 
 
+def _cycle() -> list[object]:
+    looped: list[object] = []
+    looped.append(looped)
+    return looped
+
+
+@pytest.mark.parametrize(
+    "result",
+    [{1: "one", "a": "b"}, {(1, 2): "pair"}, _cycle(), "\ud800", 10**5000],
+    ids=["mixed-keys", "tuple-key", "cycle", "lone-surrogate", "huge-int"],
+)
+def test_a_result_without_a_json_form_is_left_out_not_a_failed_call(
+    tracer: Tracer, exporter: InMemorySpanExporter, result: object
+) -> None:
+    # With content capture on, record_tool_result raised (TypeError for keys json.dumps cannot
+    # sort or write, ValueError for a cycle or an integer past the digit limit) after the tool
+    # had run, and the span ended ERROR with that type: tracing made a call that worked fail.
+    # Text that is not valid Unicode was recorded as is, though OTLP carries text as UTF-8.
+    with execute_tool_span("search", record_content=True, tracer=tracer) as span:
+        record_tool_result(span, result, record_content=True)
+    (span,) = exporter.get_finished_spans()
+    assert "gen_ai.tool.call.result" not in span.attributes
+    assert span.status.status_code == StatusCode.UNSET
+
+
 def test_an_outcome_marks_a_failed_call_error_and_leaves_success_and_pauses_alone(
     tracer: Tracer, exporter: InMemorySpanExporter
 ) -> None:

@@ -133,10 +133,18 @@ def execute_tool_span(
 
 
 def record_tool_result(span: Span, result: Any, *, record_content: bool | None = None) -> None:
-    """Set ``gen_ai.tool.call.result`` if content capture is opted in; otherwise record nothing."""
-    if _capture(record_content):
+    """Set ``gen_ai.tool.call.result`` if content capture is opted in; otherwise record nothing.
+    A result JSON cannot encode (keys of mixed types, a cycle, nesting past the recursion limit)
+    or text that is not valid Unicode (a lone surrogate) is not recorded: the call goes on, as
+    with arguments."""
+    if not _capture(record_content):
+        return
+    try:
         text = result if isinstance(result, str) else json.dumps(result, default=str, sort_keys=True)
-        span.set_attribute("gen_ai.tool.call.result", text)
+        text.encode()  # UnicodeEncodeError (a ValueError): not UTF-8, as OTLP carries text
+    except (TypeError, ValueError, RecursionError):
+        return
+    span.set_attribute("gen_ai.tool.call.result", text)
 
 
 @contextmanager
