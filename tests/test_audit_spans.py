@@ -6,6 +6,7 @@ arguments and results reach a span only when content capture is opted in.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
@@ -261,6 +262,21 @@ def test_an_exception_leaving_a_chat_span_exports_its_type_never_its_message() -
     assert span.attributes is not None and span.attributes["error.type"] == "ValueError"
     everything = repr(span.to_json())
     assert KEY not in everything and "tell me the secret" not in everything
+
+
+def test_an_outcome_recorded_before_an_exception_leaves_the_span_is_kept(
+    tracer: Tracer, exporter: InMemorySpanExporter
+) -> None:
+    """The gateway records a stream cut because its caller left (``CallerGone``) and then lets the
+    ``CancelledError`` that cut it end the span: the span said ``error.type=CancelledError``
+    while the audit said CallerGone. An outcome on the span says how the call ended; the
+    exception that carries it out changes nothing, as with a pause."""
+    with pytest.raises(asyncio.CancelledError), chat_span("m", tracer=tracer) as span:
+        record_outcome(span, "error", error_type="CallerGone")
+        raise asyncio.CancelledError
+    (done,) = exporter.get_finished_spans()
+    assert done.attributes is not None and done.attributes["error.type"] == "CallerGone"
+    assert done.status.status_code is StatusCode.ERROR and done.status.description == "CallerGone"
 
 
 def test_a_paused_call_is_not_marked_failed_by_the_exception_carrying_the_pause() -> None:

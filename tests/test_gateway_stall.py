@@ -19,13 +19,17 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
 import httpx
 import pytest
 import uvicorn
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import StatusCode
 from test_gateway import _free_port, wait_until_serving
 
 from agentgate.cli.main import build_parser
@@ -64,6 +68,8 @@ class Env:
     server: GatewayServer
     sim: SimServer
     agent: AgentIdentity
+    spans: InMemorySpanExporter = field(default_factory=InMemorySpanExporter)
+    """The spans of ``gate`` when it was given a tracer exporting to it (the ``env`` fixture's)."""
 
     def kinds(self) -> list[str]:
         self.gate.flush()
@@ -74,7 +80,10 @@ class Env:
 def env(tmp_path: Path) -> Iterator[Env]:
     root, agent_key = SigningKey.generate(), SigningKey.generate()
     policy = parse_policy(POLICY.format(root=root.did, agent=agent_key.did, model=MODEL), source="p.yaml")
-    gate = GatewayGate(policy, SQLiteStore(tmp_path / "agentgate.db"))
+    spans = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(spans))
+    gate = GatewayGate(policy, SQLiteStore(tmp_path / "agentgate.db"), tracer=provider.get_tracer("stall"))
     # Fast (thousands of tokens a second, each an SSE event of ~130 bytes): a few seconds fill
     # the loopback socket buffers, which the kernel grows to several MiB.
     sim = SimServer(model_name=MODEL, time_scale=0.02).start()
@@ -84,7 +93,7 @@ def env(tmp_path: Path) -> Iterator[Env]:
     server = GatewayServer(Gateway(gate, inventory), port=0, stream_stall_s=STALL_S).start()
     agent = gate.issue(root, name="agent", key=agent_key, role="chat")
     try:
-        yield Env(gate, server, sim, agent)
+        yield Env(gate, server, sim, agent, spans)
     finally:
         server.stop()
         sim.stop()
@@ -167,6 +176,31 @@ def test_a_caller_that_stops_reading_a_stream_is_cut_settled_audited_and_closed(
         httpx.post(f"{env.server.url}/chat/completions", json=small, headers=headers, timeout=10).status_code
         == 200
     )
+
+
+@pytest.mark.slow
+def test_a_stalled_streams_span_names_its_error_type_not_the_sentence(env: Env) -> None:
+    """The span's ``error.type`` (and status) of a stream cut because its caller stopped reading
+    was the outcome's whole sentence ("caller_stalled: the caller read nothing of the stream for
+    0.5 s; the stream was cut"), where every other failure has a low-cardinality type
+    (``CallerGone``, ``BackendFailed``): the type is the sentence's code; the audit keeps the rest."""
+    body = {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": "Go on."}],
+        "max_tokens": 100_000,
+        "stream": True,
+    }
+    with _stalled_reader(env, body):
+        deadline = time.monotonic() + 20
+        while env.kinds().count("outcome") < 1:
+            assert time.monotonic() < deadline, "a stalled caller held its call for ever"
+            time.sleep(0.1)
+    (outcome,) = [e for e in env.gate.audit.entries() if e.kind == "outcome"]
+    assert any(reason.startswith("caller_stalled: the caller read nothing") for reason in outcome.reasons)
+    (span,) = [s for s in env.spans.get_finished_spans() if s.name == f"chat {MODEL}"]
+    assert span.attributes is not None and span.attributes["error.type"] == "caller_stalled"
+    assert span.attributes["agentgate.outcome"] == "error"
+    assert span.status.status_code == StatusCode.ERROR and span.status.description == "caller_stalled"
 
 
 class _Firehose:

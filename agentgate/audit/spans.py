@@ -21,7 +21,8 @@ Followed: the GenAI agent, tool and model-call spans of OpenTelemetry semantic c
 ``agentgate.audit.index`` (the index of the signed audit entry, so a trace links to the
 evidence). A deny sets the span status to ERROR and ``error.type=agentgate.denied``. An exception
 escaping a span sets ERROR and ``error.type`` to the exception's class name (its message is not
-exported), unless the span already records a deny (which it keeps, reasons and all) or a pause.
+exported), unless the span already records a deny (which it keeps, reasons and all) or an outcome
+(``record_outcome``: how the call ended, a pause included, which the exception only carries out).
 ``record_outcome`` adds ``agentgate.outcome`` and marks a call that ran and failed ERROR. Allowed
 calls that succeed keep the status UNSET, as the conventions ask of instrumentation libraries (OK
 is for applications to set).
@@ -82,11 +83,13 @@ def _span(name: str, kind: SpanKind, attributes: Mapping[str, Any], tracer: Trac
             yield span
         except BaseException as exc:
             # A call recorded as paused (LangGraph's interrupt() raises to pause a tool) has not
-            # failed, and a refusal recorded on the span (a refused delegation raises its
-            # AuthorityError through it) keeps agentgate.denied and its reasons: the exception
-            # that carries either out leaves the status alone.
+            # failed; one whose outcome is recorded says how it ended (a stream cut because its
+            # caller left: CallerGone, not the CancelledError that ends the span); and a refusal
+            # recorded on the span (a refused delegation raises its AuthorityError through it)
+            # keeps agentgate.denied and its reasons: the exception that carries any of them out
+            # leaves the status alone.
             recorded = getattr(span, "attributes", None) or {}
-            if recorded.get("agentgate.outcome") != "paused" and recorded.get("error.type") != DENIED:
+            if "agentgate.outcome" not in recorded and recorded.get("error.type") != DENIED:
                 span.set_attribute("error.type", type(exc).__qualname__)
                 span.set_status(Status(StatusCode.ERROR, type(exc).__qualname__))
             raise

@@ -369,7 +369,8 @@ class GatewayGate(Gate):
                     error = f"{error}: {str(exc)[:MAX_ERROR_DETAIL]}"  # why, as ``Gate`` keeps it
                 last = exc
             except BaseException as exc:  # cancelled: the caller is gone, nobody reads the queue
-                error = error_type = (left() if left is not None else None) or type(exc).__name__
+                error = (left() if left is not None else None) or type(exc).__name__
+                error_type = error.partition(":")[0]  # "caller_stalled: the caller read nothing..."
                 cut = not (unsent is not None and unsent())
                 raise
             finally:
