@@ -1,16 +1,20 @@
 """The PostgreSQL store (agentgate/store/_postgres.py): its connection pool's settings from the
-environment, and an application role on a store missing new tables told to run `store init`."""
+environment, an application role on a store missing new tables told to run `store init`, and
+another application's database refused as the store opens (review r53: its `audit_log` got
+agentgate's triggers, a command that only reads created agentgate's tables beside it)."""
 
 from __future__ import annotations
 
 import uuid
 from typing import Any
 
+import psycopg
 import pytest
 
 from agentgate.cli.main import main
 from agentgate.errors import StoreError
 from agentgate.store._postgres import PostgresStore
+from agentgate.store.audit import create_audit_tables
 from agentgate.store.once import OnceCalls
 
 
@@ -81,3 +85,50 @@ def test_a_pool_setting_out_of_range_is_one_line_naming_the_variable_before_any_
     assert main(["audit", "verify", "--store", url]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and name in err and "Traceback" not in err
+
+
+def _tables(url: str) -> list[str]:
+    with psycopg.connect(url) as conn:
+        rows = conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = 'public' ORDER BY 1")
+        return [row[0] for row in rows]
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize(
+    "argv",
+    [["store", "init"], ["approval", "list"], ["audit", "verify"], ["store", "prune", "--older-than", "1d"]],
+)
+def test_another_applications_table_of_agentgates_name_is_refused_whole_and_left_as_it_was(
+    postgres_server: Any, capsys: pytest.CaptureFixture[str], argv: list[str]
+) -> None:
+    """A PostgreSQL database of another application holding a table of one of agentgate's names
+    (its ``audit_log``): ``store init`` said "audit log: ready", put agentgate's append-only
+    triggers on that table (the application's own INSERT then failed with ``record "new" has no
+    field "idx"``, its UPDATE and DELETE as "append-only") and stopped half-way at the approvals;
+    ``approval list`` created nine tables there and answered "no open approval requests". As a
+    SQLite file of one is refused (test_store_hostile_files), it is refused as the store opens:
+    one line, nothing created, the application's table still its own."""
+    url = postgres_server.create_database()
+    with psycopg.connect(url) as conn:
+        conn.execute("CREATE TABLE audit_log (id serial PRIMARY KEY, msg text)")
+        conn.execute("INSERT INTO audit_log (msg) VALUES ('theirs')")
+    with pytest.raises(StoreError, match=r"table audit_log that is not agentgate's \(no column entry, idx"):
+        PostgresStore(url)
+    assert main([*argv, "--store", url]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "audit_log" in err and "another application's database" in err
+    assert _tables(url) == ["audit_log"]
+    with psycopg.connect(url) as conn:  # the other application still owns its table
+        conn.execute("INSERT INTO audit_log (msg) VALUES ('more')")
+        conn.execute("UPDATE audit_log SET msg = 'edited'")
+        conn.execute("DELETE FROM audit_log")
+
+
+@pytest.mark.postgres
+def test_a_store_agentgate_made_with_extra_columns_opens(postgres_url: str) -> None:
+    """The check passes agentgate's own tables, and one given more columns (a later release)."""
+    assert main(["store", "init", "--store", postgres_url]) == 0
+    with psycopg.connect(postgres_url) as conn:
+        conn.execute("ALTER TABLE audit_log ADD COLUMN added_later text")
+    with PostgresStore(postgres_url) as store:
+        assert create_audit_tables(store)

@@ -25,6 +25,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from agentgate.errors import InputError, StoreError
 from agentgate.store._base import Dialect, Row, Store, Transaction, env_setting, unstorable_text
+from agentgate.store._sqlite import foreign_table, required_store_columns
 
 IDLE_CHECK_S = 5.0
 """A pooled connection idle for longer is tested before a transaction uses it (``_connection``).
@@ -167,6 +168,37 @@ class PostgresStore(Store):
             self.pool.wait(timeout=timeout_s)
         except Exception as exc:  # psycopg_pool raises PoolTimeout, psycopg OperationalError...
             raise StoreError(f"cannot connect to PostgreSQL at {_redact(url)}: {exc}") from exc
+        try:
+            self._refuse_foreign_tables()
+        except BaseException:
+            self.pool.close()
+            raise
+
+    def _refuse_foreign_tables(self) -> None:
+        """Raise ``StoreError`` when the database holds, where agentgate's statements find it (the
+        search path), a table of one of agentgate's names without a column a row of agentgate's
+        must have: another application's table (its ``audit_log``, say), which ``CREATE TABLE IF
+        NOT EXISTS`` would keep, and agentgate's triggers put on it would then refuse that
+        application's own inserts, updates and deletes. Checked as the store opens, before any
+        part creates its tables, as ``SQLiteStore`` checks a file. Columns an upgrade adds have a
+        default or may be null, so a store an earlier version made passes; more columns pass."""
+        required = required_store_columns()
+        rows = self.query(
+            "SELECT c.relname, a.attname FROM pg_catalog.pg_class c JOIN pg_catalog.pg_attribute a "
+            "ON a.attrelid = c.oid WHERE c.relkind IN ('r', 'p') AND c.relname = ANY(?) "
+            "AND pg_catalog.pg_table_is_visible(c.oid) AND a.attnum > 0 AND NOT a.attisdropped",
+            (sorted(required),),
+        )
+        columns: dict[str, set[str]] = {}
+        for table, column in rows:
+            columns.setdefault(str(table), set()).add(str(column))
+        foreign = foreign_table([(t, frozenset(c)) for t, c in sorted(columns.items())], required)
+        if foreign is not None:
+            raise StoreError(
+                f"cannot open the PostgreSQL store {_redact(self.url)}: it holds a table {foreign[0]} "
+                f"that is not agentgate's (no column {', '.join(foreign[1])}); is it another "
+                "application's database? Check --store or AGENTGATE_STORE"
+            )
 
     @contextmanager
     def transaction(self, *, immediate: bool = True) -> Iterator[Transaction]:
