@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from agentgate.cli._common import open_existing_store
+from agentgate.cli.main import main
 from agentgate.errors import AgentGateError, StoreError
 from agentgate.store import SQLiteStore, Store, open_store
 from agentgate.store.approvals import ApprovalStore
@@ -141,6 +142,28 @@ def test_absolute_sqlite_forms_through_a_directory_named_like_a_scheme(tmp_path:
         with open_existing_store(name):
             pass
     assert sorted(p.name for p in odd.iterdir()) == ["a.db", "b.db"] and (tmp_path / "c.db").is_file()
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["sqlite:///agentgate.db?mode=ro", "sqlite:///agentgate.db?timeout=30", "sqlite:///agentgate.db#main"],
+)
+def test_a_sqlite_url_with_a_query_or_fragment_is_refused_not_a_new_store_of_that_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], name: str
+) -> None:
+    """``sqlite:///agentgate.db?mode=ro`` (SQLAlchemy's form) opened a new, empty store in a file
+    named ``agentgate.db?mode=ro``: ``grant revoke ID --store`` such a URL printed ``revoked ID``,
+    exit 0, and the store meant never learnt of it (review r53)."""
+    monkeypatch.chdir(tmp_path)
+    with open_store("agentgate.db"):  # the store meant
+        pass
+    before = sorted(p.name for p in tmp_path.iterdir())
+    with pytest.raises(StoreError, match="takes no query or fragment"):
+        open_store(name)
+    assert main(["grant", "revoke", "a" * 64, "--store", name]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "takes no query or fragment" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
 
 
 @pytest.mark.postgres

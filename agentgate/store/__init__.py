@@ -66,7 +66,9 @@ def open_store(url: str | os.PathLike[str] | None = None) -> Store:
     a libpq key=value connection string (``host=db dbname=agentgate``), for the same reason, and a
     store scheme without its ``//`` (``postgresql:/db``, ``sqlite:file.db``, ``file:x``). A NUL
     character is refused too (``StoreError``): libpq would read a database name only up to it, and
-    so is a URL or path with white space or a line break at an end (a CRLF env file).
+    so is a URL or path with white space or a line break at an end (a CRLF env file), and a
+    ``sqlite:///`` URL with a query or fragment (``sqlite:///x.db?mode=ro``), whose file would
+    otherwise be named ``x.db?mode=ro``.
     """
     url = store_url(url)
     if "\x00" in url:  # sqlite3 raised ValueError for it; libpq reads a name only up to it
@@ -96,6 +98,14 @@ def open_store(url: str | os.PathLike[str] | None = None) -> Store:
 
         return PostgresStore(name + url[len(name) :])
     if name == "sqlite" and url[scheme.end() :].startswith("/"):
+        if "?" in url or "#" in url:
+            # ``sqlite:///agentgate.db?mode=ro`` (SQLAlchemy's form, or SQLite's URI parameters)
+            # would be a new, empty store named ``agentgate.db?mode=ro`` beside the one meant.
+            raise StoreError(
+                "a sqlite:/// store URL takes no query or fragment (?... or #...): agentgate would "
+                "take it for a part of the file name, a new store beside the one meant; write "
+                "sqlite:///PATH alone"
+            )
         return SQLiteStore(url[scheme.end() + 1 :])  # sqlite:///rel.db, sqlite:////abs.db
     raise StoreError(
         f"unsupported store URL {url.split('://')[0]}://...: use a path, sqlite:///PATH or postgresql://..."
