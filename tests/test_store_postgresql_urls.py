@@ -50,6 +50,28 @@ def test_a_slash_written_percent_encoded_is_read_as_part_of_the_password() -> No
     assert "hunter" not in str(raised.value)
 
 
+@pytest.mark.parametrize(
+    "query",
+    [
+        "sslpassword=hunter2&sslmode=disable",  # the passphrase of the client's TLS key
+        "pass%77ord=hunter2",  # libpq percent-decodes a parameter's name: this is password=
+        "PASSWORD=hunter2&bogus=1",  # not a valid URL: refused before any connection
+    ],
+)
+def test_a_secret_given_as_a_url_parameter_is_never_quoted(
+    query: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Only a parameter written ``password=`` was masked: ``sslpassword=`` and ``pass%77ord=``
+    (which libpq reads as ``password=``) were quoted in "cannot connect to PostgreSQL at URL"
+    (review r53)."""
+    url = f"postgresql://alice@127.0.0.1:1/agentgate?{query}"
+    with pytest.raises(StoreError) as raised:
+        open_store(url)
+    assert "hunter2" not in str(raised.value) and "=***" in str(raised.value)
+    assert main(["approval", "list", "--store", url]) == 2
+    assert "hunter2" not in capsys.readouterr().err
+
+
 # --- store URLs: a postgresql:// URL is never a file name ----------------------------------------
 
 

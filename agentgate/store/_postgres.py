@@ -351,8 +351,20 @@ def _split_sql(script: str) -> list[str]:
     return [s for s in statements if s]
 
 
+_SECRET_PARAMETERS = frozenset({"password", "sslpassword"})
+"""The URL parameters whose value is a secret: the password, and the passphrase of the client's
+TLS key."""
+
+
 def _redact(url: str) -> str:
     """``url`` as an error message may show it: a password, in the user part or as a
-    ``password=`` parameter, replaced by ``***``."""
+    ``password=`` or ``sslpassword=`` parameter, replaced by ``***``. A parameter is named as
+    libpq reads its name, percent-decoded (``pass%77ord=`` is ``password=``)."""
     url = re.sub(r"//([^?#]*?):.*@", r"//\1:***@", url)  # up to the last @: a password may hold one
-    return re.sub(r"(?i)([?&]password=)[^&#]*", r"\1***", url)
+    return re.sub(
+        r"([?&])([^=&#]*)=[^&#]*",
+        lambda found: (
+            f"{found[1]}{found[2]}=***" if unquote(found[2]).lower() in _SECRET_PARAMETERS else found[0]
+        ),
+        url,
+    )
