@@ -166,6 +166,34 @@ def test_a_sqlite_url_with_a_query_or_fragment_is_refused_not_a_new_store_of_tha
     assert sorted(p.name for p in tmp_path.iterdir()) == before
 
 
+@pytest.mark.parametrize(
+    "name",
+    ["~/ag/agentgate.db", "sqlite:///~/agentgate.db", "$HOME/agentgate.db", "${STATE_DIRECTORY}/agentgate.db",
+     "sqlite:///sub/$ENV/agentgate.db"],
+)  # fmt: skip
+def test_a_path_with_an_unexpanded_tilde_or_variable_is_refused_not_a_new_store_beside_the_one_meant(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], name: str
+) -> None:
+    """``AGENTGATE_STORE=~/ag/agentgate.db`` in a systemd unit or an env file (neither expands
+    ``~`` or ``$HOME``) opened a new store under a directory named ``~`` in the working directory:
+    ``grant revoke ID`` printed ``revoked ID``, exit 0, into it (review r53)."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("AGENTGATE_STORE", name)
+    with pytest.raises(StoreError, match="does not expand"):
+        open_store()
+    assert main(["grant", "revoke", "a" * 64]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "does not expand" in err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_directory_named_tilde_is_named_as_such(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    with open_store("./~/a$b.db") as store:
+        assert isinstance(store, SQLiteStore)
+    assert (tmp_path / "~" / "a$b.db").is_file()
+
+
 @pytest.mark.postgres
 def test_a_postgresql_url_with_a_query_string_opens(postgres_url: str) -> None:
     separator = "&" if "?" in postgres_url else "?"

@@ -20,6 +20,9 @@ _SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
 _HALF_URL = re.compile(r"(postgres(?:ql)?|sqlite|file)(?:\+[A-Za-z0-9]+)?:(?!//)", re.IGNORECASE)
 """A store scheme whose ``//`` is missing (``postgresql:/db``, ``sqlite:file.db``): a mistyped URL."""
 _KEYWORD = re.compile(r"\s*([A-Za-z_]+)\s*=")
+_UNEXPANDED = re.compile(r"^~|(?:^|/)\$\{?[A-Za-z_]")
+"""A path that a shell would have expanded, left as written (``~/ag.db``, ``$HOME/ag.db``,
+``${STATE_DIRECTORY}/ag.db``): a systemd unit, a Docker env file or a dotenv file expands neither."""
 
 
 def is_conninfo(value: str) -> bool:
@@ -68,7 +71,8 @@ def open_store(url: str | os.PathLike[str] | None = None) -> Store:
     character is refused too (``StoreError``): libpq would read a database name only up to it, and
     so is a URL or path with white space or a line break at an end (a CRLF env file), and a
     ``sqlite:///`` URL with a query or fragment (``sqlite:///x.db?mode=ro``), whose file would
-    otherwise be named ``x.db?mode=ro``.
+    otherwise be named ``x.db?mode=ro``, and a SQLite path starting with ``~`` or holding a
+    ``$VARIABLE`` (``_literal_path``).
     """
     url = store_url(url)
     if "\x00" in url:  # sqlite3 raised ValueError for it; libpq reads a name only up to it
@@ -91,7 +95,7 @@ def open_store(url: str | os.PathLike[str] | None = None) -> Store:
                 f"the store URL {half.group(0)}... lacks the // after its scheme: write "
                 "postgresql://USER@HOST/DBNAME, sqlite:///PATH, or a plain path"
             )
-        return SQLiteStore(url)
+        return SQLiteStore(_literal_path(url))
     name = scheme.group(1).lower()
     if name in ("postgresql", "postgres"):
         from agentgate.store._postgres import PostgresStore
@@ -106,10 +110,23 @@ def open_store(url: str | os.PathLike[str] | None = None) -> Store:
                 "take it for a part of the file name, a new store beside the one meant; write "
                 "sqlite:///PATH alone"
             )
-        return SQLiteStore(url[scheme.end() + 1 :])  # sqlite:///rel.db, sqlite:////abs.db
+        return SQLiteStore(_literal_path(url[scheme.end() + 1 :]))  # sqlite:///rel.db, sqlite:////abs.db
     raise StoreError(
         f"unsupported store URL {url.split('://')[0]}://...: use a path, sqlite:///PATH or postgresql://..."
     )
+
+
+def _literal_path(path: str) -> str:
+    """``path``, read as written, unless it starts with ``~`` or holds a ``$NAME`` or ``${NAME}``
+    at the start of a part (``StoreError``): agentgate expands neither, so ``~/ag.db`` from a systemd unit or an
+    env file would be a new store under a directory named ``~`` in the working directory, and a
+    revocation written there would reach nothing. ``./~/ag.db`` names such a directory."""
+    if _UNEXPANDED.search(path):
+        raise StoreError(
+            "the SQLite store path starts with ~ or holds a $VARIABLE, which agentgate does not "
+            "expand (a systemd unit or an env file left it as written): write the path itself"
+        )
+    return path
 
 
 __all__ = [
