@@ -5,7 +5,9 @@ agentgate's triggers, a command that only reads created agentgate's tables besid
 
 from __future__ import annotations
 
+import multiprocessing
 import uuid
+import warnings
 from typing import Any
 
 import psycopg
@@ -132,3 +134,54 @@ def test_a_store_agentgate_made_with_extra_columns_opens(postgres_url: str) -> N
         conn.execute("ALTER TABLE audit_log ADD COLUMN added_later text")
     with PostgresStore(postgres_url) as store:
         assert create_audit_tables(store)
+
+
+_FORKED: list[PostgresStore] = []
+"""The store the children of ``test_a_store_opened_before_a_fork_...`` inherit (fork copies it)."""
+
+
+def _claim_in_child(keys: int) -> int:
+    """In a forked child: claim each of ``keys`` keys once; how many this child claimed first."""
+    (store,) = _FORKED
+    won = 0
+    for key in range(keys):
+        with store.transaction() as tx:
+            tx.execute("INSERT INTO forked (k) VALUES (?) ON CONFLICT (k) DO NOTHING", (f"k{key}",))
+            won += tx.rowcount
+    return won
+
+
+def _close_in_child() -> None:
+    (store,) = _FORKED
+    store.close()
+
+
+@pytest.mark.postgres
+def test_a_store_opened_before_a_fork_serves_each_child_on_connections_of_its_own(postgres_url: str) -> None:
+    """A store (a Gate) opened before ``fork`` (multiprocessing's default on Linux, gunicorn's
+    ``--preload``): the children used the parent's pooled connections, whose sockets are the
+    parent's sessions, all at once, and every child hung in its first transaction; a child that
+    closed the store ended the parent's sessions. Now each child opens a pool of its own on
+    first use and leaves the inherited one alone (review r53)."""
+    store = PostgresStore(postgres_url)
+    _FORKED[:] = [store]
+    context = multiprocessing.get_context("fork")
+    try:
+        store.query("CREATE TABLE forked (k TEXT PRIMARY KEY)")
+        with warnings.catch_warnings():  # Python >= 3.12 warns of fork() beside the pool's threads
+            warnings.simplefilter("ignore", DeprecationWarning)
+            children = context.Pool(4)
+            closer = context.Process(target=_close_in_child)
+            closer.start()
+        try:
+            claimed = children.map_async(_claim_in_child, [50] * 4).get(timeout=120)
+        finally:
+            children.terminate()
+            children.join()
+        closer.join(timeout=60)
+        assert sum(claimed) == 50  # every key claimed once, by exactly one child
+        # The parent's sessions outlived the children, the one that closed the store included.
+        assert store.query("SELECT count(*) FROM forked") == [(50,)]
+    finally:
+        _FORKED.clear()
+        store.close()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 import re
 import threading
 import time
@@ -154,20 +155,11 @@ class PostgresStore(Store):
         except psycopg.Error as exc:
             reason = " ".join(str(exc).split())[:300]
             raise StoreError(f"cannot connect to PostgreSQL at {_redact(url)}: {reason}") from None
-        try:
-            self.pool = ConnectionPool(
-                url,
-                min_size=min_size,
-                max_size=max_size,
-                open=True,
-                timeout=timeout_s,
-                reconnect_timeout=RECONNECT_S,
-                configure=_read_committed,
-                reset=_mark_idle,
-            )
-            self.pool.wait(timeout=timeout_s)
-        except Exception as exc:  # psycopg_pool raises PoolTimeout, psycopg OperationalError...
-            raise StoreError(f"cannot connect to PostgreSQL at {_redact(url)}: {exc}") from exc
+        self._sizes = (min_size, max_size, timeout_s)
+        self.pool = self._open_pool()
+        self._pid = os.getpid()
+        self._inherited: list[ConnectionPool] = []
+        self._fork_lock = threading.Lock()
         try:
             self._refuse_foreign_tables()
         except BaseException:
@@ -200,6 +192,43 @@ class PostgresStore(Store):
                 "application's database? Check --store or AGENTGATE_STORE"
             )
 
+    def _open_pool(self) -> ConnectionPool:
+        """A new pool of connections to the store, waited for until it holds its first one."""
+        min_size, max_size, timeout_s = self._sizes
+        try:
+            pool = ConnectionPool(
+                self.url,
+                min_size=min_size,
+                max_size=max_size,
+                open=True,
+                timeout=timeout_s,
+                reconnect_timeout=RECONNECT_S,
+                configure=_read_committed,
+                reset=_mark_idle,
+            )
+            pool.wait(timeout=timeout_s)
+        except Exception as exc:  # psycopg_pool raises PoolTimeout, psycopg OperationalError...
+            raise StoreError(f"cannot connect to PostgreSQL at {_redact(self.url)}: {exc}") from exc
+        return pool
+
+    def _own_pool(self) -> None:
+        """Give a child process (``fork``: multiprocessing's default on Linux, gunicorn's
+        ``--preload``) a pool of its own the first time it uses the store. The pool it inherited
+        holds the parent's connections, whose sockets are the parent's sessions: used by several
+        processes at once, every decision of the children hung (the replies went to whichever
+        process read first), and closed here they would end the parent's sessions. So they are
+        kept, never used nor closed in the child, and its worker threads (which ``fork`` does not
+        copy) and locks (which it copies as they were, perhaps held) are not relied on."""
+        if self._pid == os.getpid():
+            return
+        with self._fork_lock:
+            if self._pid == os.getpid():
+                return
+            self._inherited.append(self.pool)
+            self._lent, self._lent_lock = 0, threading.Lock()
+            self.pool = self._open_pool()
+            self._pid = os.getpid()
+
     @contextmanager
     def transaction(self, *, immediate: bool = True) -> Iterator[Transaction]:
         """As ``Store.transaction``; every PostgreSQL failure is a ``StoreError`` (see ``recheck``)."""
@@ -224,7 +253,9 @@ class PostgresStore(Store):
         stay idle, and the pool learnt it only from the decision that used one, which failed (a
         deny, or outcomes not recorded) after every quiet spell. A dead one is given back (the
         pool replaces it), the others are tested too (``recheck``) and another is taken. A
-        connection in steady use is taken as it is. Raises ``PoolTimeout`` as ``getconn``."""
+        connection in steady use is taken as it is. Raises ``PoolTimeout`` as ``getconn``, and
+        ``StoreError`` when a child process cannot open its own pool (``_own_pool``)."""
+        self._own_pool()
         held: psycopg.Connection[Any] | None = self.pool.getconn()
         with self._lent_lock:
             self._lent += 1
@@ -291,7 +322,8 @@ class PostgresStore(Store):
         self._schemas.add(name)
 
     def close(self) -> None:
-        self.pool.close()
+        if self._pid == os.getpid():  # a child that never used the store: the pool is the parent's
+            self.pool.close()
 
 
 def _read_committed(conn: psycopg.Connection[Any]) -> None:
