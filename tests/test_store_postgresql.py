@@ -114,7 +114,9 @@ def test_another_applications_table_of_agentgates_name_is_refused_whole_and_left
     with psycopg.connect(url) as conn:
         conn.execute("CREATE TABLE audit_log (id serial PRIMARY KEY, msg text)")
         conn.execute("INSERT INTO audit_log (msg) VALUES ('theirs')")
-    with pytest.raises(StoreError, match=r"table audit_log that is not agentgate's \(no column entry, idx"):
+    with pytest.raises(
+        StoreError, match=r"table or view audit_log that is not agentgate's \(no column entry, idx"
+    ):
         PostgresStore(url)
     assert main([*argv, "--store", url]) == 2
     err = capsys.readouterr().err
@@ -124,6 +126,20 @@ def test_another_applications_table_of_agentgates_name_is_refused_whole_and_left
         conn.execute("INSERT INTO audit_log (msg) VALUES ('more')")
         conn.execute("UPDATE audit_log SET msg = 'edited'")
         conn.execute("DELETE FROM audit_log")
+
+
+@pytest.mark.postgres
+def test_a_view_of_agentgates_table_name_is_refused_before_any_table_is_created(postgres_url: str) -> None:
+    """A view named ``approvals`` (another application's): ``store init`` created the audit,
+    grant, ledger and quota tables beside it, then failed on ``cannot create index on relation
+    "approvals"``."""
+    with psycopg.connect(postgres_url) as conn:
+        conn.execute("CREATE TABLE theirs (id int, who text)")
+        conn.execute("CREATE VIEW approvals AS SELECT id, who FROM theirs")
+    with pytest.raises(StoreError, match=r"table or view approvals that is not agentgate's"):
+        PostgresStore(postgres_url)
+    assert main(["store", "init", "--store", postgres_url]) == 2
+    assert _tables(postgres_url) == ["theirs"]
 
 
 @pytest.mark.postgres

@@ -169,27 +169,30 @@ class PostgresStore(Store):
     def _refuse_foreign_tables(self) -> None:
         """Raise ``StoreError`` when the database holds, where agentgate's statements find it (the
         search path), a table of one of agentgate's names without a column a row of agentgate's
-        must have: another application's table (its ``audit_log``, say), which ``CREATE TABLE IF
-        NOT EXISTS`` would keep, and agentgate's triggers put on it would then refuse that
-        application's own inserts, updates and deletes. Checked as the store opens, before any
-        part creates its tables, as ``SQLiteStore`` checks a file. Columns an upgrade adds have a
-        default or may be null, so a store an earlier version made passes; more columns pass."""
+        must have, or a view of one of them: another application's (its ``audit_log``, say),
+        which ``CREATE TABLE IF NOT EXISTS`` would keep, and agentgate's triggers put on it would
+        then refuse that application's own inserts, updates and deletes. Checked as the store
+        opens, before any part creates its tables, as ``SQLiteStore`` checks a file. Columns an
+        upgrade adds have a default or may be null, so a store an earlier version made passes;
+        more columns pass."""
         required = required_store_columns()
         rows = self.query(
-            "SELECT c.relname, a.attname FROM pg_catalog.pg_class c JOIN pg_catalog.pg_attribute a "
-            "ON a.attrelid = c.oid WHERE c.relkind IN ('r', 'p') AND c.relname = ANY(?) "
+            "SELECT c.relname, c.relkind, a.attname FROM pg_catalog.pg_class c JOIN pg_catalog.pg_attribute a "
+            "ON a.attrelid = c.oid WHERE c.relkind IN ('r', 'p', 'v', 'm', 'f') AND c.relname = ANY(?) "
             "AND pg_catalog.pg_table_is_visible(c.oid) AND a.attnum > 0 AND NOT a.attisdropped",
             (sorted(required),),
         )
         columns: dict[str, set[str]] = {}
-        for table, column in rows:
-            columns.setdefault(str(table), set()).add(str(column))
+        for table, kind, column in rows:
+            # A view, materialized view or foreign table of agentgate's name is never agentgate's
+            # (it makes tables only): read as one without columns, it is refused.
+            columns.setdefault(str(table), set()).update((str(column),) if kind in ("r", "p") else ())
         foreign = foreign_table([(t, frozenset(c)) for t, c in sorted(columns.items())], required)
         if foreign is not None:
             raise StoreError(
-                f"cannot open the PostgreSQL store {_redact(self.url)}: it holds a table {foreign[0]} "
-                f"that is not agentgate's (no column {', '.join(foreign[1])}); is it another "
-                "application's database? Check --store or AGENTGATE_STORE"
+                f"cannot open the PostgreSQL store {_redact(self.url)}: it holds a table or view "
+                f"{foreign[0]} that is not agentgate's (no column {', '.join(foreign[1])}); is it "
+                "another application's database? Check --store or AGENTGATE_STORE"
             )
 
     def _open_pool(self) -> ConnectionPool:
