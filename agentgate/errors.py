@@ -188,15 +188,27 @@ class DispatchError(AgentGateError):
 
 
 class NoBackend(DispatchError):
-    """No healthy backend that serves the model can take the request within its SLO."""
+    """No healthy backend that serves the model can take the request within its SLO.
+    ``retry_after_s``: when every backend that could serve it is held down by its own
+    ``Retry-After``, the seconds until the first of them is tried again; else ``None``."""
+
+    def __init__(self, message: str, *, retry_after_s: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
+class UnknownModel(NoBackend):
+    """No backend of the inventory serves the model at all (HTTP 404 ``model_not_found``): unlike
+    its parent, no later try can succeed."""
 
 
 class Shed(NoBackend):
     """Refused under load (priority class or tenant quota): HTTP 429 with ``retry_after_s``."""
 
+    retry_after_s: float
+
     def __init__(self, message: str, retry_after_s: float) -> None:
-        super().__init__(message)
-        self.retry_after_s = retry_after_s
+        super().__init__(message, retry_after_s=retry_after_s)
 
 
 class BackendFailed(DispatchError):

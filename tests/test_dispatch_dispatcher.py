@@ -18,7 +18,7 @@ import pytest
 from agentgate.dispatch import Dispatcher, Router, inventory_from_mapping
 from agentgate.dispatch.inventory import Inventory
 from agentgate.dispatch.prefix import IMAGE_TOKENS, estimate_prompt_tokens
-from agentgate.errors import BackendFailed, DispatchError, NoBackend, Shed
+from agentgate.errors import BackendFailed, DispatchError, NoBackend, Shed, UnknownModel
 from agentgate.sim import SimServer
 
 MODEL = "llama-3.1-8b"
@@ -352,3 +352,80 @@ def test_a_calls_image_is_routed_at_its_fixed_estimate_not_its_data_urls_length(
     messages = [{"role": "user", "content": [{"type": "text", "text": "What is this?"}, photo]}]
     request = _dispatcher(inventory).route_request({"model": "m", "messages": messages})
     assert request.prompt_tokens == estimate_prompt_tokens(messages) < 2 * IMAGE_TOKENS
+
+
+async def test_a_model_no_backend_serves_is_unknown_model_not_a_passing_lack_of_backends() -> None:
+    """Kills: the router raising plain ``NoBackend`` for a model that no backend of the inventory
+    serves (as for one whose backends are all down): a caller could not tell a call that can never
+    be served (the gateway's 404 ``model_not_found``) from one worth retrying (its 503).
+
+    Rule: a model no backend serves raises ``UnknownModel`` (a ``NoBackend``); a served model whose
+    every backend is down raises ``NoBackend`` that is not ``UnknownModel``."""
+    inventory = inventory_from_mapping(
+        {"backends": [{"name": "gone", "url": _dead_url(), "engine": "openai", "models": ["m"]}]}
+    )
+    async with _dispatcher(inventory, max_attempts=1) as dispatcher:
+        with pytest.raises(UnknownModel, match="no backend serves model 'other'"):
+            await dispatcher.chat({**PAYLOAD, "model": "other"})
+        with pytest.raises(BackendFailed):
+            await dispatcher.chat(PAYLOAD)
+        assert dispatcher.is_down("gone")
+        with pytest.raises(NoBackend) as raised:
+            await dispatcher.chat(PAYLOAD)
+        assert not isinstance(raised.value, UnknownModel) and raised.value.retry_after_s is None
+
+
+@pytest.mark.parametrize("streamed", [False, True], ids=["json", "streamed"])
+async def test_when_every_backend_is_held_down_by_its_retry_after_the_refusal_says_until_when(
+    canned: list[Canned], streamed: bool
+) -> None:
+    """Kills: ``NoBackend`` (and the last attempt's ``BackendFailed``) raised without the time the
+    backends asked for: with every backend of the model held down by its ``Retry-After`` the
+    caller was told nothing of when to come back (the gateway's 503 carried no ``Retry-After``),
+    and the call first waited out the whole recovery wait for backends that could not come back
+    within it.
+
+    Rule: when every backend that could serve the call is held down by its ``Retry-After``, the
+    call fails with ``retry_after_s`` = the seconds until the first of them may be used again, at
+    once when that is past the recovery wait; one backend down without a ``Retry-After`` (its
+    return unknown) leaves it ``None``."""
+    canned[0].status, canned[0].headers = 503, {"Retry-After": "60"}
+    canned[1].status, canned[1].headers = 429, {"Retry-After": "20"}
+    for server in canned:
+        server.answer = {"error": {"message": "busy"}}
+    now = [1000.0]
+
+    async def call(dispatcher: Dispatcher) -> None:
+        if streamed:
+            async for _ in dispatcher.stream(PAYLOAD, slo_ttft_s=30.0, priority=0):
+                pass
+        else:
+            await dispatcher.chat(PAYLOAD, slo_ttft_s=30.0, priority=0)
+
+    async with _dispatcher(_inventory(canned), recovery_wait_s=10.0, clock=lambda: now[0]) as dispatcher:
+        async with asyncio.timeout(30):  # the clock stands still: a recovery wait would never end
+            with pytest.raises(NoBackend) as raised:
+                await call(dispatcher)
+        assert sum(server.posts for server in canned) == 2
+        assert raised.value.retry_after_s == 20.0 and "after:" in str(raised.value)
+        now[0] += 5
+        async with asyncio.timeout(30):
+            with pytest.raises(NoBackend) as raised:
+                await call(dispatcher)
+        assert raised.value.retry_after_s == 15.0 and sum(server.posts for server in canned) == 2
+    # With two attempts only, both spent on the two busy backends: the last failure says it too.
+    for server in canned:
+        server.posts = 0
+    async with _dispatcher(_inventory(canned), max_attempts=2, clock=lambda: now[0]) as dispatcher:
+        with pytest.raises(BackendFailed, match="call failed on 2 attempts") as failed:
+            await call(dispatcher)
+        assert failed.value.retry_after_s == 20.0
+    # A backend down for a failure that named no time: when it comes back is unknown.
+    canned[1].status, canned[1].headers = 500, {}
+    async with _dispatcher(_inventory(canned), max_attempts=2, clock=lambda: now[0]) as dispatcher:
+        with pytest.raises(BackendFailed) as failed:
+            await call(dispatcher)
+        assert failed.value.retry_after_s is None
+        with pytest.raises(NoBackend) as raised:
+            await call(dispatcher)
+        assert raised.value.retry_after_s is None

@@ -25,7 +25,7 @@ import httpx
 import pytest
 from test_gateway import Env, _body, _post
 from test_gateway_end_to_end import _body as _r16_body
-from test_gateway_hostile_backends import _OK_JSON, Hostile, _json, _settled
+from test_gateway_hostile_backends import _OK_JSON, Hostile, _head, _json, _settled
 from test_gateway_hostile_backends import RESERVED as R16_RESERVED
 from test_gateway_hostile_backends import _gateway as _r16_gateway
 from test_gateway_shutdown_pipelining import MODEL as SHUTDOWN_MODEL
@@ -341,3 +341,71 @@ def test_a_body_within_the_limit_is_still_asked_for_with_100_continue(env: Env) 
         sock.sendall(raw)
         answer = _answer_of(sock)
     assert answer.startswith(b"HTTP/1.1 200"), answer[:300]
+
+
+# --- calls no backend takes: a model none serves, backends held down by their Retry-After -----
+
+
+class _Busy(Hostile):
+    """The hostile backend of review R16, with one more mode: ``busy``, every chat call answered
+    503 with ``Retry-After: 60`` (an engine that asks to be left alone for a minute)."""
+
+    async def _answer(self, w: asyncio.StreamWriter, r: asyncio.StreamReader, stream: bool) -> bool:
+        if self.mode != "busy":
+            return await super()._answer(w, r, stream)
+        body = b'{"error": {"message": "overloaded"}}'
+        headers = {"content-type": "application/json", "content-length": str(len(body)), "retry-after": "60"}
+        w.write(_head("503 Service Unavailable", headers) + body)
+        return True
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "streamed"])
+def test_a_model_no_backend_serves_is_404_model_not_found_and_nothing_is_charged(
+    tmp_path: Path, stream: bool
+) -> None:
+    """Kills: a call to a model that the policy declares and no backend serves answered 503
+    ``no_backend``, which the OpenAI SDKs retry (and a client loop may retry for ever) though no
+    try can ever be served.
+
+    Rule (docs/gateway.md, "Errors"): such a call is allowed, then answered 404
+    ``not_found_error`` / ``model_not_found`` naming the model, as OpenAI answers an unknown model;
+    its reservation is released and its outcome audited ``error`` (``UnknownModel``)."""
+    backend = Hostile()
+    try:
+        with _r16_gateway(tmp_path, backend) as env:
+            answer = env.post(_r16_body(model="qwen3-32b", stream=stream))  # declared, not served
+            assert answer.status_code == 404, answer.text
+            error = answer.json()["error"]
+            assert (error["type"], error["code"]) == ("not_found_error", "model_not_found")
+            assert "'qwen3-32b'" in error["message"]
+            (outcome,) = _settled(env, 1)
+            assert outcome.status == "error" and outcome.reasons[0].startswith("UnknownModel: ")
+            assert env.spent() == 0 and env.held() == []
+    finally:
+        backend.close()
+
+
+def test_a_call_every_backend_of_which_is_held_down_by_its_retry_after_gets_that_time(
+    tmp_path: Path,
+) -> None:
+    """Kills: the 503 ``no_backend`` of a call whose every backend asked, by its ``Retry-After``,
+    not to be sent calls for a minute carrying no ``Retry-After`` of its own: the OpenAI SDKs
+    retry it at once (twice), and a caller learns nothing of when to come back.
+
+    Rule (docs/gateway.md, "Errors"): that 503 carries ``Retry-After`` = the seconds until the
+    first of those backends may be used again (rounded up, at least 1), and its message says the
+    same; a later call within that minute is answered so without reaching the backend."""
+    backend = _Busy()
+    try:
+        with _r16_gateway(tmp_path, backend) as env:
+            backend.mode = "busy"
+            for _ in range(2):
+                answer = env.post(_r16_body())
+                assert answer.status_code == 503, answer.text
+                assert answer.json()["error"]["code"] == "no_backend"
+                retry = int(answer.headers["retry-after"])
+                assert 1 <= retry <= 60
+                assert f"for {retry} s" in answer.json()["error"]["message"]
+            assert env.spent() == 0 and env.held() == []
+    finally:
+        backend.close()

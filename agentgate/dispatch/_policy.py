@@ -18,7 +18,7 @@ from agentgate.dispatch.inventory import Backend, Inventory
 from agentgate.dispatch.metrics import EngineLoad
 from agentgate.dispatch.prefix_index import PrefixIndex
 from agentgate.dispatch.state import BackendState, SpeedModel
-from agentgate.errors import InputError, NoBackend, Shed
+from agentgate.errors import InputError, NoBackend, Shed, UnknownModel
 
 SATURATED_POLL_S = 0.02
 """How often a request waiting for a slot under ``max_concurrency`` asks again (seconds) where
@@ -142,13 +142,14 @@ class RoutingPolicy(ABC):
         """Choose a backend for ``request`` and count it there at once.
 
         When every usable backend already holds ``max_concurrency`` requests, the plan is to wait
-        (see ``_saturated``): the cap is never exceeded. Raises ``NoBackend`` when no backend
-        serves the model, is healthy and is allowed; ``Shed`` (a ``NoBackend``) when the policy
-        refuses the request under load or no slot freed within its SLO.
+        (see ``_saturated``): the cap is never exceeded. Raises ``UnknownModel`` (a
+        ``NoBackend``) when no backend serves the model at all, ``NoBackend`` when none that
+        serves it is healthy and allowed; ``Shed`` (a ``NoBackend``) when the policy refuses the
+        request under load or no slot freed within its SLO.
         """
         serving = [s for s in self.states.values() if request.model in s.backend.models]
         if not serving:
-            raise NoBackend(f"no backend serves model {request.model!r}")
+            raise UnknownModel(f"no backend serves model {request.model!r}")
         permitted = [s for s in serving if allowed is None or allowed(s.backend)]
         if not permitted:
             raise NoBackend(f"the caller may use none of the backends serving {request.model!r}")

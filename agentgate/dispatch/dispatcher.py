@@ -383,7 +383,10 @@ class Dispatcher:
                 self.router.first_token(request.id, self.clock())
                 self._finished(request.id)
                 return result
-            raise BackendFailed(f"call failed on {self.max_attempts} attempts: " + "; ".join(errors))
+            raise BackendFailed(
+                f"call failed on {self.max_attempts} attempts: " + "; ".join(errors),
+                retry_after_s=self._held_for(request.model, allowed),
+            )
 
     async def stream(
         self, payload: Mapping[str, Any], *, allowed: AllowedBackend | None = None, **route: Any
@@ -422,7 +425,10 @@ class Dispatcher:
                 finally:
                     self._finished(request.id)
                 return
-            raise BackendFailed(f"call failed on {self.max_attempts} attempts: " + "; ".join(errors))
+            raise BackendFailed(
+                f"call failed on {self.max_attempts} attempts: " + "; ".join(errors),
+                retry_after_s=self._held_for(request.model, allowed),
+            )
 
     def _require_started(self) -> None:
         if self._closing:
@@ -455,18 +461,22 @@ class Dispatcher:
             except NoBackend as exc:
                 # Everything we may use is marked down: wait (bounded) for the health loop to
                 # bring one back rather than fail a call over a transient blip. Only a backend
-                # this call could use is worth waiting for (not one of another model's).
+                # this call could use is worth waiting for (not one of another model's, nor one
+                # that its own ``Retry-After`` holds down past the wait).
                 if (
                     not isinstance(exc, Shed)
                     and self.clock() < recovery_deadline
-                    and self._could_come_back(request, allowed)
+                    and self._could_come_back(request, allowed, recovery_deadline)
                 ):
                     await self._pause(self.health_interval_s)
                     continue
+                held = self._held_for(request.model, allowed)
                 if errors:
                     # After failed attempts the failures are the cause, even of a shed (the SLO
                     # budget went on them): no backend could serve it (503), not "slow down" (429).
-                    raise NoBackend(f"{exc} (after: {'; '.join(errors)})") from None
+                    raise NoBackend(f"{exc} (after: {'; '.join(errors)})", retry_after_s=held) from None
+                if held is not None:
+                    raise NoBackend(str(exc), retry_after_s=held) from None
                 raise
             if plan.action == "dispatch":
                 return plan
@@ -488,12 +498,32 @@ class Dispatcher:
             else:
                 await self._pause(plan.wait_s)
 
-    def _could_come_back(self, request: RouteRequest, allowed: AllowedBackend | None) -> bool:
-        """Whether a backend that serves ``request``'s model and that ``allowed`` admits is down."""
+    def _could_come_back(self, request: RouteRequest, allowed: AllowedBackend | None, by: float) -> bool:
+        """Whether a backend that serves ``request``'s model and that ``allowed`` admits is down,
+        and not held down past the ``clock`` time ``by`` by its ``Retry-After``."""
         return any(
-            b.name in self._down_since and (allowed is None or allowed(b))
+            b.name in self._down_since
+            and self._held_until.get(b.name, -math.inf) < by
+            and (allowed is None or allowed(b))
             for b in self.inventory.backends_serving(request.model)
         )
+
+    def _held_for(self, model: str, allowed: AllowedBackend | None) -> float | None:
+        """When every backend that serves ``model`` and that ``allowed`` admits is down and held
+        down by its ``Retry-After``, the seconds until the first of them may be used again (the
+        health loop brings none back sooner); else ``None`` (one is up, or down for a failure
+        that named no time: when it is tried again is its next passing probe's)."""
+        until = [
+            max(held, self._down_since[b.name] + self._cooldown(b.name))
+            if b.name in self._down_since and (held := self._held_until.get(b.name)) is not None
+            else -math.inf
+            for b in self.inventory.backends_serving(model)
+            if allowed is None or allowed(b)
+        ]
+        now = self.clock()
+        if not until or min(until) <= now:
+            return None
+        return min(until) - now
 
     def _finished(self, request_id: str) -> None:
         """The request holds no slot any more: tell the router, and wake the calls waiting for one."""

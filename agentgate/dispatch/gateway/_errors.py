@@ -15,7 +15,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from agentgate.errors import AgentGateError, BackendFailed, DispatchError, NoBackend, Shed
+from agentgate.errors import AgentGateError, BackendFailed, DispatchError, NoBackend, Shed, UnknownModel
 
 _ERROR_TYPES = {
     400: "invalid_request_error",
@@ -56,11 +56,14 @@ def error_response(
 def _dispatch_error(exc: AgentGateError) -> Response:
     """The HTTP answer for a call that was allowed but could not be served (nothing was charged).
 
-    A shed call gets the router's reason and its ``Retry-After`` (seconds, rounded up). A backend
-    failure or no backend gets a fixed message: what the dispatcher says (backend names and
-    addresses, the backend's own bytes) is for the gateway's log, not for remote callers. A
-    request the backend refused as invalid keeps the backend's message, it is about the request,
-    but not the backend's name.
+    A shed call gets the router's reason and its ``Retry-After`` (seconds, rounded up). A model
+    that no backend serves is 404 ``model_not_found``, as OpenAI answers it (no later try can
+    succeed). A backend failure or no backend gets a fixed message: what the dispatcher says
+    (backend names and addresses, the backend's own bytes) is for the gateway's log, not for
+    remote callers; when every backend that could serve the call is held down by its own
+    ``Retry-After``, the seconds until the first is tried again (rounded up) are its
+    ``Retry-After`` and in its message. A request the backend refused as invalid keeps the
+    backend's message, it is about the request, but not the backend's name.
     """
     if isinstance(exc, Shed):
         # The router's reason is the caller's to read (its SLO, its tenant's quota); what failed
@@ -68,17 +71,24 @@ def _dispatch_error(exc: AgentGateError) -> Response:
         reason, after, _ = str(exc).partition(" (after: ")
         if after:
             _log.warning("agentgate gateway: %s: %s", type(exc).__name__, exc)
-        retry = str(max(1, math.ceil(exc.retry_after_s)))
-        return error_response(429, reason, "shed", headers={"Retry-After": retry})
+        return error_response(429, reason, "shed", headers={"Retry-After": _seconds(exc.retry_after_s)})
+    if isinstance(exc, UnknownModel):
+        # Only a model the policy declares gets here (any other is refused 403 first), and which
+        # models the gateway serves is public (``GET /v1/models``): the message may name it.
+        _log.info("agentgate gateway: %s", exc)
+        return error_response(404, f"{exc}; nothing was charged", "model_not_found")
     if isinstance(exc, NoBackend | BackendFailed):
         _log.warning("agentgate gateway: %s: %s", type(exc).__name__, exc)
-        if isinstance(exc, NoBackend):
-            return error_response(
-                503, "no backend could take the call now; nothing was charged", "no_backend"
-            )
-        return error_response(
-            502, "the backends failed to answer the call; nothing was charged", "backend_failed"
+        status, code, failed = (
+            (503, "no_backend", "no backend could take the call now")
+            if isinstance(exc, NoBackend)
+            else (502, "backend_failed", "the backends failed to answer the call")
         )
+        if exc.retry_after_s is None:
+            return error_response(status, f"{failed}; nothing was charged", code)
+        retry = _seconds(exc.retry_after_s)
+        message = f"{failed}: the backends asked not to be sent calls for {retry} s; nothing was charged"
+        return error_response(status, message, code, headers={"Retry-After": retry})
     if isinstance(exc, DispatchError):
         # The backend's words are about the request, the caller's to read; which backend said
         # them (``BackendClient``'s "<name> rejected the request: ...") is the log's.
@@ -89,6 +99,11 @@ def _dispatch_error(exc: AgentGateError) -> Response:
         return error_response(400, message, "rejected_by_backend")
     _log.warning("agentgate gateway: %s: %s", type(exc).__name__, exc)
     return error_response(503, "the call could not be served; nothing was charged", type(exc).__name__)
+
+
+def _seconds(delay: float) -> str:
+    """A ``Retry-After`` value: ``delay`` in whole seconds, rounded up, at least 1."""
+    return str(max(1, math.ceil(delay)))
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:
