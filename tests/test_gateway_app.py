@@ -409,3 +409,74 @@ def test_a_call_every_backend_of_which_is_held_down_by_its_retry_after_gets_that
             assert env.spent() == 0 and env.held() == []
     finally:
         backend.close()
+
+
+# --- credentials sent twice ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("repeated", ["Authorization", "X-Agentgate-Invocation", "X-Agentgate-Approval"])
+@pytest.mark.parametrize("order", ["valid_first", "valid_last"])
+def test_a_credential_header_sent_twice_is_refused_never_resolved_by_order(
+    env: Env, repeated: str, order: str
+) -> None:
+    """Kills: the gateway reading the first of two ``Authorization`` headers (or of two
+    invocations, or approvals) and deciding the call on it: a proxy in front that checks the last
+    one (or joins them) and the gateway then disagree on who is calling; with the valid one first
+    the call was allowed and charged.
+
+    Rule (docs/gateway.md, "Errors"): a request with more than one ``Authorization``,
+    ``X-Agentgate-Invocation`` or ``X-Agentgate-Approval`` header is refused 401
+    ``ambiguous_credentials`` naming the header, whatever their order or values; the refusal is
+    audited as a deny and nothing is charged."""
+    body = _body()
+    signed = invocation_headers(env.agent.key, env.agent.chain, body)
+    other = {
+        "Authorization": f"Bearer {env.poor.chain.token}",
+        "X-Agentgate-Invocation": invocation_headers(env.agent.key, env.agent.chain, body)[
+            "X-Agentgate-Invocation"
+        ],
+        "X-Agentgate-Approval": "{}",
+    }[repeated]
+    headers = [("content-type", "application/json"), *signed.items()]
+    valid = next((i for i, (name, _) in enumerate(headers) if name == repeated), None)
+    extra = (repeated, other)
+    if valid is None:  # the approval: sent twice, both unusable (the call needs none)
+        headers += [extra, extra]
+    elif order == "valid_first":
+        headers.insert(valid + 1, extra)
+    else:
+        headers.insert(valid, extra)
+    before, count = env.ledger(), len(env.entries())
+    answer = httpx.post(
+        f"{env.base_url}/chat/completions", content=json.dumps(body).encode(), headers=headers, timeout=10
+    )
+    assert answer.status_code == 401, answer.text
+    error = answer.json()["error"]
+    assert (error["type"], error["code"]) == ("authentication_error", "ambiguous_credentials")
+    assert f"2 {repeated} headers" in error["message"]
+    assert env.ledger() == before
+    assert [e.kind for e in env.entries()[count:]] == ["deny"]
+
+
+def test_every_content_encoding_header_counts_not_only_the_first(env: Env) -> None:
+    """Kills: the body's coding read from the first ``Content-Encoding`` header only: a request
+    with ``Content-Encoding: identity`` then ``Content-Encoding: gzip`` (one list, RFC 9110: a
+    gzipped body) was read as uncompressed, decided and sent to a backend.
+
+    Rule (docs/gateway.md, "Errors"): a coding other than ``identity`` in any ``Content-Encoding``
+    header is refused 400 naming them all; nothing is charged and the refusal is audited."""
+    body = _body()
+    headers = [
+        ("content-type", "application/json"),
+        *invocation_headers(env.agent.key, env.agent.chain, body).items(),
+        ("Content-Encoding", "identity"),
+        ("Content-Encoding", "gzip"),
+    ]
+    before, count = env.ledger(), len(env.entries())
+    answer = httpx.post(
+        f"{env.base_url}/chat/completions", content=json.dumps(body).encode(), headers=headers, timeout=10
+    )
+    assert answer.status_code == 400, answer.text
+    assert "Content-Encoding 'identity, gzip' is not supported" in answer.json()["error"]["message"]
+    assert env.ledger() == before
+    assert [e.kind for e in env.entries()[count:]] == ["deny"]

@@ -149,3 +149,32 @@ def test_trailer_fields_past_64_kib_are_refused_not_buffered(env: Env) -> None:
     answer = _raw_request(env, [_chunked_head(), b"2\r\n{}\r\n0\r\n", trailers, b"\r\n"])
     assert answer.startswith(b"HTTP/1.1 431 "), answer[:300]
     assert len(env.entries()) == before
+
+
+@pytest.mark.parametrize(
+    "framing",
+    [
+        "Content-Length: {n}\r\nContent-Length: {m}",
+        "Content-Length: {n}\r\nContent-Length: {n}",
+        "Content-Length: {n}, {n}",
+        "Content-Length: {n}\r\nTransfer-Encoding: chunked",
+        "Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked",
+    ],
+    ids=["two_lengths", "one_length_twice", "length_list", "length_and_chunked", "chunked_twice"],
+)
+def test_a_body_framed_twice_over_is_refused_by_the_parser_before_the_app(env: Env, framing: str) -> None:
+    """Pins down what held (review R53, duplicated headers): a request whose body length is
+    stated more than once (two ``Content-Length`` headers, equal or not, or a list of them; a
+    ``Content-Length`` beside ``Transfer-Encoding: chunked``; ``chunked`` twice), the ground of
+    request smuggling between a proxy and the gateway, is a bare 400 from the HTTP parser
+    (httptools) and closes the connection: no framing is picked by order, nothing reaches the
+    app, nothing is decided or audited."""
+    body = b'{"model": "m", "messages": [{"role": "user", "content": "hi"}]}'
+    head = framing.format(n=len(body), m=len(body) + 5).encode()
+    payload = b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body) if b"chunked" in head else body
+    before = len(env.entries())
+    request = b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n" + head + b"\r\n\r\n" + payload
+    answer = _raw_request(env, [request])
+    assert answer.startswith(b"HTTP/1.1 400 "), answer[:200]
+    assert b"connection: close" in answer.lower()
+    assert len(env.entries()) == before

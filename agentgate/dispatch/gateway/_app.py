@@ -82,6 +82,7 @@ from agentgate.dispatch.gateway._request import (
     _parse_body,
     _prompt_estimate,
     _read_body,
+    _repeated_credentials,
 )
 from agentgate.dispatch.gateway._stream import _error_event, _EventStream, _sse
 from agentgate.dispatch.gateway._upstream import SENDING, SendMark, UpstreamPool
@@ -296,8 +297,10 @@ class Gateway:
         arrived = time.perf_counter()
         try:
             try:
-                encoding = request.headers.get("content-encoding", "identity").strip().lower()
-                if encoding != "identity":
+                # Every Content-Encoding header counts: two of them are one list (RFC 9110, 5.3),
+                # and ``identity`` then ``gzip`` is a gzipped body.
+                encoding = ", ".join(request.headers.getlist("content-encoding")).strip().lower()
+                if any(coding.strip() not in ("identity", "") for coding in encoding.split(",")):
                     raise InputError(
                         f"Content-Encoding {encoding[:40]!r} is not supported: send the body uncompressed"
                     )
@@ -317,14 +320,20 @@ class Gateway:
             max_tokens = max_tokens_of(body)
             prompt = _prompt_estimate(body)
             started = time.perf_counter()  # the body is read, checked and hashed
-            decision = await self._blocking(
-                self.gate.authorize_invocation,
-                _bearer(request.headers.get("authorization")),
-                request.headers.get(INVOCATION_HEADER),
-                call,
-                (prompt, max_tokens),
-                request.headers.get(APPROVAL_HEADER),
-            )
+            if (ambiguous := _repeated_credentials(request.headers)) is not None:
+                # Never resolved by order: a proxy in front may have checked the other one.
+                decision = await self._blocking(
+                    self.gate.refuse, call, 401, "ambiguous_credentials", ambiguous
+                )
+            else:
+                decision = await self._blocking(
+                    self.gate.authorize_invocation,
+                    _bearer(request.headers.get("authorization")),
+                    request.headers.get(INVOCATION_HEADER),
+                    call,
+                    (prompt, max_tokens),
+                    request.headers.get(APPROVAL_HEADER),
+                )
         except asyncio.CancelledError:
             # The shutdown grace ran out before the call was decided (its body still arriving,
             # or waiting for an outcome commit to end): nothing was decided, sent or charged.

@@ -1,6 +1,7 @@
 """What the gateway reads from a chat request before deciding it: the body, bounded in size
 (``MAX_BODY_BYTES``) and in time (``BODY_TIMEOUT_S``) and checked as a chat completion request of
-one choice; the prompt tokens reserved for it; the bearer token of its ``Authorization`` header.
+one choice; the prompt tokens reserved for it; the bearer token of its ``Authorization`` header,
+and whether a header that carries credentials is repeated (``_repeated_credentials``).
 A body refused raises ``InputError`` naming what is wrong.
 """
 
@@ -11,8 +12,11 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from starlette.datastructures import Headers
 from starlette.requests import Request
 
+from agentgate.dispatch.gateway._authority import APPROVAL_HEADER
+from agentgate.dispatch.gateway._client import INVOCATION_HEADER
 from agentgate.dispatch.prefix import estimate_prompt_tokens, estimate_tokens
 from agentgate.errors import InputError
 
@@ -21,6 +25,8 @@ BODY_TIMEOUT_S = 60.0
 """Seconds a client has to send a whole request body once its head has arrived."""
 _ONE_CHOICE = ("n", "best_of")
 """Body fields that ask a backend for several sequences (vLLM honours both): absent, null or 1."""
+CREDENTIAL_HEADERS = ("Authorization", INVOCATION_HEADER, APPROVAL_HEADER)
+"""The headers that carry a call's credentials: each may be sent once (``_repeated_credentials``)."""
 
 
 async def _read_body(request: Request) -> bytes:
@@ -101,3 +107,13 @@ def _bearer(value: str | None) -> str | None:
     if scheme.lower() != "bearer":
         return None
     return token.strip() or None
+
+
+def _repeated_credentials(headers: Headers) -> str | None:
+    """Why the request's credentials are ambiguous: one of ``CREDENTIAL_HEADERS`` sent more than
+    once (each would be read as the first one, where a proxy or another server may read the last,
+    or join them); else ``None``."""
+    for name in CREDENTIAL_HEADERS:
+        if (count := len(headers.getlist(name))) > 1:
+            return f"the request has {count} {name} headers: send one"
+    return None
