@@ -11,12 +11,15 @@ SQLite), and hand-written hostile backends (``test_gateway_hostile_backends.Host
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
+import io
 import json
 import logging
 import socket
 import sqlite3
 import time
+import wave
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -34,7 +37,13 @@ from test_gateway_shutdown_pipelining import _held_reservations, _stop_in_backgr
 
 from agentgate.dispatch.gateway import invocation_headers
 from agentgate.dispatch.gateway._request import MAX_BODY_BYTES
-from agentgate.dispatch.prefix import IMAGE_TOKENS, estimate_tokens, prompt_text
+from agentgate.dispatch.prefix import (
+    AUDIO_TOKENS_PER_SECOND,
+    FILE_TOKENS,
+    IMAGE_TOKENS,
+    estimate_tokens,
+    prompt_text,
+)
 
 pytest_plugins = ("test_gateway",)  # its ``backends`` and ``env`` fixtures
 
@@ -142,6 +151,46 @@ def test_an_image_is_reserved_at_its_fixed_estimate_never_by_its_data_urls_lengt
     text_only = [{"role": "user", "content": parts[:1]}]
     reserved = estimate_tokens(prompt_text(text_only)) + IMAGE_TOKENS + 8
     assert _charged(tmp_path, body)[1] == reserved
+
+
+def _silence_wav(seconds: int) -> bytes:
+    """``seconds`` of 16 kHz 16-bit mono PCM silence, as a WAV file."""
+    out = io.BytesIO()
+    with wave.open(out, "wb") as writer:
+        writer.setnchannels(1)
+        writer.setsampwidth(2)
+        writer.setframerate(16_000)
+        writer.writeframes(b"\0" * 32_000 * seconds)
+    return out.getvalue()
+
+
+@pytest.mark.parametrize("kind", ["input_audio", "file"])
+def test_audio_and_files_are_reserved_by_their_estimate_never_by_their_base64(
+    tmp_path: Path, kind: str
+) -> None:
+    """Kills: ``_prompt_estimate`` counting an ``input_audio`` or ``file`` content part by the
+    characters of its base64 data: 30 s of speech (a WAV of 960 KB) reserved some 320,000 prompt
+    tokens, and a PDF of 1 MB some 350,000, so a budget that pays for the call many times over
+    refused it.
+
+    Rule (docs/gateway.md, "What is charged"): a WAV recording is reserved at its duration times
+    ``AUDIO_TOKENS_PER_SECOND`` (30 s: 751 tokens, its header's bytes counted), a ``file`` part at
+    ``FILE_TOKENS`` whatever its size; the text beside them at four characters a token."""
+    if kind == "input_audio":
+        data = base64.b64encode(_silence_wav(30)).decode()
+        part: dict[str, Any] = {"type": "input_audio", "input_audio": {"data": data, "format": "wav"}}
+        media = 30 * AUDIO_TOKENS_PER_SECOND + 1
+    else:
+        pdf = base64.b64encode(b"%PDF-1.7\n" + b"x" * 1_000_000).decode()
+        part = {
+            "type": "file",
+            "file": {"filename": "a.pdf", "file_data": f"data:application/pdf;base64,{pdf}"},
+        }
+        media = FILE_TOKENS
+    parts = [{"type": "text", "text": "What does it say?"}, part]
+    body = _r16_body(messages=[{"role": "user", "content": parts}])
+    text_only = [{"role": "user", "content": parts[:1]}]
+    assert _charged(tmp_path, body)[1] == estimate_tokens(prompt_text(text_only)) + media + 8
 
 
 class _Recording(Hostile):

@@ -1,15 +1,21 @@
 """Prompt text to token estimates and chained block hashes, shared by the router and the simulator.
 
 agentgate does not ship a tokenizer per model: a token is estimated as four characters of the
-canonical prompt text (the usual rule of thumb for English BPE vocabularies), and an image as
-``IMAGE_TOKENS`` whatever its size (``estimate_prompt_tokens``). Block hashes are
+canonical prompt text (the usual rule of thumb for English BPE vocabularies). A content part
+that carries media is never counted by the characters of its base64 data (a recording of 1 MB
+was some 330,000 tokens): an image is ``IMAGE_TOKENS`` whatever its size, audio is counted by
+its duration (``audio_tokens``), a file (OpenAI's ``file`` part, a PDF) is ``FILE_TOKENS``
+(``estimate_prompt_tokens``). Parts of any other type count by their characters. Block hashes are
 chained (block ``i``'s hash covers every block before it), so equal hashes mean equal prefixes;
 this is what vLLM's prefix cache keys on, at the router's chosen block size.
 """
 
 from __future__ import annotations
 
+import binascii
 import hashlib
+import math
+import struct
 from collections.abc import Iterable, Mapping
 
 CHARS_PER_TOKEN = 4
@@ -20,6 +26,20 @@ source: OpenAI's high-detail maximum (an image scaled to 768 x 2048: 8 tiles of 
 85). A base64 data URL is never counted by its characters (a photo of a few MB would reserve a
 million tokens); an engine whose vision encoder takes more tokens an image (Qwen2-VL at its
 largest) reports them in its usage, which is what is charged."""
+AUDIO_TOKENS_PER_SECOND = 25
+"""Tokens a second of audio in a prompt is estimated at: the most of the common audio encoders
+(Qwen2-Audio and Qwen2.5-Omni: one token per 40 ms; Voxtral and Phi-4-multimodal take 12.5 a
+second, OpenAI's audio models about 10). What the engine reports is what is charged."""
+AUDIO_FLOOR_BYTES_PER_SECOND = 4_000
+"""The bytes a second of audio is taken to hold when its length cannot be read from its header
+(MP3, or anything but PCM WAV): 32 kbit/s, low for speech, so its duration is rather over- than
+underestimated."""
+FILE_TOKENS = 4_096
+"""Tokens a ``file`` content part (OpenAI's, a PDF by data or id) is estimated at, whatever its
+size: a few pages as OpenAI reads a PDF (each page's text and an image of it, 1,000 to 2,000
+tokens a page). Its bytes say little of its pages (a scanned page weighs a hundred text pages),
+and its base64 read as text reserved a token per three bytes; a longer document's tokens are in
+the usage the backend reports, which is what is charged."""
 
 
 def prompt_text(messages: Iterable[Mapping[str, object]]) -> str:
@@ -34,19 +54,91 @@ def prompt_text(messages: Iterable[Mapping[str, object]]) -> str:
 
 def estimate_prompt_tokens(messages: Iterable[Mapping[str, object]]) -> int:
     """Estimated prompt tokens of chat ``messages``: ``estimate_tokens`` of their ``prompt_text``
-    with every image content part (``{"type": "image_url", ...}``) left out, plus
-    ``IMAGE_TOKENS`` for each of those."""
-    images = 0
+    with every media content part left out, plus each of those at ``media_part_tokens``."""
+    media = 0
     kept: list[Mapping[str, object]] = []
     for message in messages:
         content = message.get("content")
         if isinstance(content, list):
-            parts = [p for p in content if not (isinstance(p, Mapping) and p.get("type") == "image_url")]
+            parts = []
+            for part in content:
+                tokens = media_part_tokens(part) if isinstance(part, Mapping) else None
+                if tokens is None:
+                    parts.append(part)
+                else:
+                    media += tokens
             if len(parts) < len(content):
-                images += len(content) - len(parts)
                 message = {**message, "content": parts}
         kept.append(message)
-    return estimate_tokens(prompt_text(kept)) + images * IMAGE_TOKENS
+    return estimate_tokens(prompt_text(kept)) + media
+
+
+def media_part_tokens(part: Mapping[str, object]) -> int | None:
+    """The tokens of a content part that carries media, never counted by its characters: an
+    image (``image_url``) ``IMAGE_TOKENS``; audio (OpenAI's ``input_audio`` with its base64
+    ``data``, vLLM's ``audio_url`` with a base64 ``data:`` URL) ``audio_tokens`` of its data; a
+    ``file`` ``FILE_TOKENS``. ``None`` for any other part (text, an audio URL to fetch, a type
+    not known here, one whose data is not a string), which counts by its characters."""
+    kind = part.get("type")
+    if kind == "image_url":
+        return IMAGE_TOKENS
+    if kind == "file":
+        return FILE_TOKENS
+    if kind == "input_audio":
+        audio = part.get("input_audio")
+        data = audio.get("data") if isinstance(audio, Mapping) else None
+        return audio_tokens(data) if isinstance(data, str) else None
+    if kind == "audio_url":
+        audio = part.get("audio_url")
+        url = audio.get("url") if isinstance(audio, Mapping) else None
+        if isinstance(url, str) and url[:5].lower() == "data:":
+            media_type, comma, data = url.partition(",")
+            if comma and media_type.lower().endswith(";base64"):
+                return audio_tokens(data)
+    return None
+
+
+def audio_tokens(data: str) -> int:
+    """Estimated tokens of base64 audio ``data``: its duration times ``AUDIO_TOKENS_PER_SECOND``,
+    at least one. The duration is its decoded size over the byte rate its header states when it
+    is a PCM WAV file (RIFF ``WAVE`` with a ``fmt `` chunk of PCM or float samples: channels x
+    sample rate x bytes a sample), else over ``AUDIO_FLOOR_BYTES_PER_SECOND``. Only the first
+    few KiB are decoded (the header); malformed base64 is read as audio of no known format."""
+    size = len(data) * 3 // 4
+    rate = _wav_bytes_per_second(data) or AUDIO_FLOOR_BYTES_PER_SECOND
+    return max(1, math.ceil(size / rate * AUDIO_TOKENS_PER_SECOND))
+
+
+_WAV_HEAD_CHARS = 5_460
+"""The base64 characters decoded to find a WAV file's ``fmt `` chunk: 4,095 bytes, past the
+chunks some writers put before it (``JUNK``, ``LIST``)."""
+_PCM_FORMATS = frozenset({1, 3, 0xFFFE})
+"""WAV format tags whose byte rate follows from the samples: PCM, IEEE float, extensible."""
+
+
+def _wav_bytes_per_second(data: str) -> int | None:
+    """The bytes a second of PCM WAV audio ``data`` (base64) holds, from its ``fmt `` chunk;
+    ``None`` when it is not PCM WAV, or its header cannot be read."""
+    head = "".join(data[: _WAV_HEAD_CHARS + 256].split())[:_WAV_HEAD_CHARS]
+    try:
+        raw = binascii.a2b_base64(head[: len(head) - len(head) % 4])
+    except (binascii.Error, ValueError):
+        return None
+    if raw[:4] != b"RIFF" or raw[8:12] != b"WAVE":
+        return None
+    at = 12
+    while at + 8 <= len(raw):
+        chunk, size = raw[at : at + 4], int.from_bytes(raw[at + 4 : at + 8], "little")
+        if chunk == b"fmt ":
+            if size < 16 or at + 24 > len(raw):
+                return None
+            fields: tuple[int, ...] = struct.unpack_from("<HHIIHH", raw, at + 8)
+            tag, channels, rate, _, _, bits = fields
+            if tag not in _PCM_FORMATS or not (channels and rate and bits):
+                return None
+            return channels * rate * -(-bits // 8)
+        at += 8 + size + (size & 1)
+    return None
 
 
 def estimate_tokens(text: str) -> int:

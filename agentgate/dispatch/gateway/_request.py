@@ -88,8 +88,8 @@ def _prompt_estimate(body: Mapping[str, Any]) -> int:
     """The prompt tokens reserved for a checked chat body: its messages' text and, since a chat
     template renders them into the prompt too, its messages' other fields (an assistant turn's
     ``tool_calls`` and their arguments, a ``name``) and its tool (or legacy function)
-    definitions, at four characters a token; each image content part at ``IMAGE_TOKENS``
-    (``estimate_prompt_tokens``), never at the length of its data URL."""
+    definitions, at four characters a token; each media content part (an image, audio, a file)
+    at ``media_part_tokens`` (``estimate_prompt_tokens``), never at the length of its base64."""
     tokens = estimate_prompt_tokens(body["messages"])
     for message in body["messages"]:
         if rest := {k: v for k, v in message.items() if k != "role" and k != "content"}:
