@@ -429,3 +429,39 @@ async def test_when_every_backend_is_held_down_by_its_retry_after_the_refusal_sa
         with pytest.raises(NoBackend) as raised:
             await call(dispatcher)
         assert raised.value.retry_after_s is None
+
+
+async def test_an_engines_retry_after_holds_it_down_under_every_name_it_serves_by(
+    canned: list[Canned],
+) -> None:
+    """Kills: ``_failed`` holding down only the backend name whose call got the ``Retry-After``:
+    an engine listed under two names (the same URL: one per model alias, or per tenant) that
+    answered 503 ``Retry-After: 60`` was sent the same call again at once under its other name,
+    and every later call there too, for the minute it asked to be left alone.
+
+    Rule (docs/dispatch.md, "Dispatcher and failover"): a ``Retry-After`` holds down every backend
+    that shares the URL of the one that answered it (one engine); the call fails over only to
+    other engines, and fails with that engine's ``retry_after_s`` when there is none."""
+    busy = canned[0]
+    busy.status, busy.headers, busy.answer = 503, {"Retry-After": "60"}, {"error": {"message": "busy"}}
+    inventory = inventory_from_mapping(
+        {
+            "backends": [
+                {"name": name, "url": busy.url + slash, "engine": "openai", "models": ["m"]}
+                for name, slash in (("alias-a", ""), ("alias-b", "/"))
+            ]
+        }
+    )
+    now = [1000.0]
+    async with _dispatcher(inventory, recovery_wait_s=10.0, clock=lambda: now[0]) as dispatcher:
+        async with asyncio.timeout(30):
+            with pytest.raises(NoBackend) as raised:
+                await dispatcher.chat(PAYLOAD, slo_ttft_s=30.0, priority=0)
+        assert busy.posts == 1 and raised.value.retry_after_s == 60.0
+        assert dispatcher.is_down("alias-a") and dispatcher.is_down("alias-b")
+    # A failure that names no time stays the failing name's own (another name may be served well).
+    busy.status, busy.headers, busy.posts = 500, {}, 0
+    async with _dispatcher(inventory, max_attempts=2) as dispatcher:
+        with pytest.raises(BackendFailed, match="call failed on 2 attempts"):
+            await dispatcher.chat(PAYLOAD, slo_ttft_s=30.0, priority=0)
+        assert busy.posts == 2

@@ -8,7 +8,8 @@ left to the router's in-flight accounting once its last scrape is stale) and a h
 (every ``health_interval_s``; a backend that fails its probe, or a request, is marked down at
 once and skipped by the router; it is used again once it passes a probe after ``cooldown_s``, or
 after the time its ``Retry-After`` asked for if that is longer: a 429 or 503 names it, read by
-``backends.retry_after_s``, at most ``MAX_RETRY_AFTER_S``). A call that fails before it has produced any output is retried on another
+``backends.retry_after_s``, at most ``MAX_RETRY_AFTER_S``; it holds down every backend of that
+URL, one engine under several names). A call that fails before it has produced any output is retried on another
 backend, at most ``max_attempts`` times in all; when every usable backend is marked down the
 call waits up to ``recovery_wait_s`` for one to come back before it fails with ``NoBackend``. A
 stream that fails after output has been delivered cannot be replayed transparently and ends
@@ -544,9 +545,15 @@ class Dispatcher:
         self._finished(request_id)
         if not self._closing:  # a connection cut by aclose is no fault of the backend's
             newly = self._mark_down(backend)
-            if exc.retry_after_s is not None:  # the backend said how long it wants to be left alone
+            if exc.retry_after_s is not None:
+                # The engine said how long it wants to be left alone: under every name it is
+                # listed by (backends that share its URL are one engine), not only this one.
                 until = self.clock() + exc.retry_after_s
-                self._held_until[backend] = max(until, self._held_until.get(backend, until))
+                url = self.inventory.backend(backend).chat_url.lower()
+                for alias in self.inventory.backends:
+                    if alias.chat_url.lower() == url:
+                        self._mark_down(alias.name)
+                        self._held_until[alias.name] = max(until, self._held_until.get(alias.name, until))
             if isinstance(exc, BackendRejectedCredentials):
                 self._rejected.add(backend)
                 if newly:  # calls in flight when it went down are the same rejection, not more
