@@ -15,7 +15,7 @@ from agentgate.dispatch.metrics import EngineLoad
 from agentgate.dispatch.quota import TenantQuota
 from agentgate.dispatch.router import Router, RouteRequest
 from agentgate.dispatch.scorers import predicted_ttft
-from agentgate.errors import NoBackend, Shed
+from agentgate.errors import InputError, NoBackend, Shed
 from agentgate.sim import chain_hashes
 
 
@@ -420,3 +420,21 @@ def test_each_routing_candidate_reports_the_prefix_cached_on_that_backend() -> N
     assert set(by_backend) == {"b0", "b1", "b2"}
     assert by_backend[first.backend] == again.cached_tokens
     assert all(v == 0 for b, v in by_backend.items() if b != first.backend)
+
+
+@pytest.mark.parametrize("field", ["tie_tolerance", "affinity_slack"])
+@pytest.mark.parametrize("value", [float("nan"), -1.0, float("inf"), True, "0.1"])
+def test_a_tolerance_that_is_no_finite_number_at_least_zero_is_refused_when_the_router_is_made(
+    field: str, value: object
+) -> None:
+    """Kills: ``Router`` taking any ``tie_tolerance``: a negative or NaN one left no candidate
+    within it, not even the best, and the first routed call failed in ``choose`` with an untyped
+    ``ValueError`` (``min()`` of nothing); a NaN ``affinity_slack`` silently ended every
+    session's affinity.
+
+    Rule: both are finite numbers >= 0, else ``InputError`` naming the field when the router is
+    made; 0 is taken (no near-ties; affinity only while the session's backend is the best)."""
+    with pytest.raises(InputError, match=field):
+        Router(pool(2), **{field: value})  # type: ignore[arg-type]
+    router = Router(pool(2), **{field: 0.0})  # type: ignore[arg-type]
+    assert router.route(req(0, session="s"), 0.0).action == "dispatch"

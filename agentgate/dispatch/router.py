@@ -69,7 +69,7 @@ from agentgate.dispatch.inventory import Inventory
 from agentgate.dispatch.quota import TenantQuota, TokenBucket
 from agentgate.dispatch.scorers import Scorer, predicted_ttft
 from agentgate.dispatch.state import BackendState, SpeedModel
-from agentgate.errors import NoBackend, Shed
+from agentgate.errors import InputError, NoBackend, Shed
 
 __all__ = ["AllowedBackend", "Candidate", "RoutePlan", "RouteRequest", "Router"]
 
@@ -97,7 +97,12 @@ class _Waiter:
 
 
 class Router(RoutingPolicy):
-    """SLO-aware, cache-aware, quota-aware routing (see the module docstring)."""
+    """SLO-aware, cache-aware, quota-aware routing (see the module docstring).
+
+    Raises ``InputError`` for a ``tie_tolerance`` or ``affinity_slack`` that is not a finite
+    number >= 0 (a negative or NaN tolerance left no near-tie at all, and the first routed call
+    failed with an untyped ``ValueError``), and as ``RoutingPolicy`` does.
+    """
 
     name = "agentgate"
 
@@ -118,6 +123,9 @@ class Router(RoutingPolicy):
         super().__init__(
             inventory, speed=speed, block_tokens=block_tokens, seed=seed, metrics_max_age_s=metrics_max_age_s
         )
+        for name, value in (("tie_tolerance", tie_tolerance), ("affinity_slack", affinity_slack)):
+            if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < math.inf:
+                raise InputError(f"router {name} must be a finite number >= 0, got {value!r}")
         self.predictor = predictor or predicted_ttft()
         self.quotas = dict(quotas or {})
         self.tie_tolerance = tie_tolerance
