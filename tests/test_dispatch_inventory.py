@@ -5,6 +5,7 @@ checked at load without ever being quoted in an error."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -433,3 +434,31 @@ def test_gpu_types_that_make_resource_names_load_in_any_case() -> None:
     """Rule: a type whose lower case is a resource name loads as written (``H100-SXM5.80GB``)."""
     text = "nodes:\n  - name: n1\ngpus:\n  - {id: n1/0, type: H100-SXM5.80GB, memory_gb: 80, node: n1}\n"
     assert parse_inventory(text).gpus[0].type == "H100-SXM5.80GB"
+
+
+@pytest.mark.parametrize("model", ["llama 3.1 8b", "", "gpt-4o\n", "a" * 201, "llama..8b"])
+def test_a_model_name_that_makes_no_resource_name_is_refused_when_loaded(model: str) -> None:
+    """Kills: a backend's ``models`` taken as any text: ``llama 3.1 8b`` (or an empty name)
+    loaded, the gateway listed it in ``/v1/models``, and every call to it was refused (a call is
+    authorized as ``model:NAME``, which that is not), however the policy and grants were written.
+
+    Rule: each model a backend serves is a resource name as ``model:NAME``, written as such; an
+    inventory with one that is not is refused when it is loaded, naming the backend and the model
+    (its first 200 characters), at the backend's line."""
+    text = f"""backends:
+  - name: good
+    url: http://127.0.0.1:8000
+    models: [llama-3.1-8b, meta-llama/Llama-3.1-8B-Instruct, "gpt-4o:2024-08-06"]
+  - name: odd
+    url: http://127.0.0.1:8001
+    models: [m, {json.dumps(model)}]
+"""
+    with pytest.raises(InventoryError) as raised:
+        parse_inventory(text, source="inv.yaml")
+    message = str(raised.value)
+    assert "inv.yaml:5" in message and "backend 'odd'" in message and repr(model[:200]) in message
+    assert len(message) < 600
+    assert (
+        parse_inventory(text.split("  - name: odd")[0]).backends[0].models[1]
+        == "meta-llama/Llama-3.1-8B-Instruct"
+    )

@@ -203,7 +203,8 @@ class Backend(_Frozen):
     engine: Engine = "openai"
     """Which engine runs there; decides which metric names are read."""
     models: tuple[str, ...] = Field(min_length=1)
-    """Model names the backend serves."""
+    """Model names the backend serves: each a resource name as ``model:NAME`` (a call to it is
+    authorized as that resource)."""
     gpus: tuple[str, ...] = ()
     """GPU ids the backend runs on."""
     max_concurrency: int = Field(default=256, ge=1, le=1_000_000, strict=True)
@@ -242,6 +243,26 @@ class Backend(_Frozen):
                 BackendCredentialError,
             )
         return data
+
+    @model_validator(mode="after")
+    def _models_are_resource_names(self) -> Backend:
+        # A call is authorized as ``model:<name>`` (the gateway, ``Gate``): a name that makes no
+        # resource name (a space in it, an empty one) could never be called, while the gateway
+        # listed it in ``/v1/models`` and the backend sat in the inventory as if it served.
+        for name in self.models:
+            try:
+                canonical = canonical_resource(f"model:{name}")
+            except CapabilityError as exc:
+                raise ValueError(
+                    f"backend {self.name!r}: model {name[:200]!r} makes no resource name (calls are "
+                    f"authorized as model:NAME): {exc}"
+                ) from None
+            if canonical != f"model:{name}":
+                raise ValueError(
+                    f"backend {self.name!r}: model {name[:200]!r} is not written as its resource "
+                    f"name {canonical!r}"
+                )
+        return self
 
     @model_validator(mode="after")
     def _read_api_key(self, info: ValidationInfo) -> Backend:
