@@ -745,3 +745,24 @@ async def test_a_busy_answer_echoing_the_prompt_keeps_its_retry_after(raw: Raw) 
             await _client(raw, http).chat(payload)
     assert "[redacted]" in str(raised.value) and prompt not in str(raised.value)
     assert raised.value.retry_after_s == 12.0
+
+
+async def test_a_probe_answered_200_with_a_long_model_list_passes(raw: Raw) -> None:
+    """Kills: ``_probe`` failing any answer over 64 KiB whatever its status: a hosted endpoint
+    probed at ``GET /v1/models`` (its ``health_path`` as docs/dispatch.md advises, and the
+    credentials probe of any backend) answers a catalogue of hundreds of models, far over 64 KiB
+    (OpenRouter's and Together's are), so its every probe failed: marked down once, it never came
+    back, and the calls to it all failed ``NoBackend``.
+
+    Rule: a probe passes on a 200, whatever its length; only its first 64 KiB are read (the rest
+    is not held, the connection not reused); any other status fails it, long or short."""
+    catalogue = json.dumps(
+        {"object": "list", "data": [{"id": f"org/model-{i}", "object": "model"} for i in range(5_000)]}
+    ).encode()
+    assert len(catalogue) > 3 * 64 * 1024
+    raw.routes["/v1/models"] = (200, {"content-type": "application/json"}, catalogue)
+    async with httpx.AsyncClient() as http:
+        client = _client(raw, http)
+        assert await client.accepts_credentials()
+        raw.routes["/v1/models"] = (503, {"content-type": "application/json"}, catalogue)
+        assert not await client.accepts_credentials()

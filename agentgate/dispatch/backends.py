@@ -598,8 +598,10 @@ class BackendClient:
 
     async def _probe(self, path: str) -> bool:
         """True if ``GET {url}{path}`` (the probe headers: the key, if any) answers 200 within
-        ``probe_s`` with a body of at most ``_SMALL`` bytes (a probe's answer is a few bytes; a
-        larger one is not held, it fails the probe); False for any transport failure or timeout."""
+        ``probe_s``, whatever its length: only its first ``_SMALL`` bytes are read (a hosted
+        endpoint's ``/v1/models`` lists hundreds of models; until review R53 an answer over
+        ``_SMALL`` failed the probe, and such a backend never came back); False for any other
+        status, transport failure or timeout."""
         try:
             async with (
                 asyncio.timeout(self.timeouts.probe_s),
@@ -614,7 +616,7 @@ class BackendClient:
                 async for chunk in response.aiter_raw():
                     size += len(chunk)
                     if size > _SMALL:
-                        return False
+                        break  # not held; the connection, its answer unread, is closed
         except (httpx.HTTPError, httpx.InvalidURL, TimeoutError):
             return False
         return response.status_code == 200
