@@ -462,3 +462,23 @@ def test_a_model_name_that_makes_no_resource_name_is_refused_when_loaded(model: 
         parse_inventory(text.split("  - name: odd")[0]).backends[0].models[1]
         == "meta-llama/Llama-3.1-8B-Instruct"
     )
+
+
+@pytest.mark.parametrize(
+    "url", ["https://api.openai.com/v1", "http://127.0.0.1:8000/v1/", "http://h:1/proxy/V1"]
+)
+def test_a_backend_url_given_as_an_sdks_base_url_ending_in_v1_is_refused(url: str) -> None:
+    """Kills: a backend ``url`` taken as the OpenAI SDKs' ``base_url`` (which ends in ``/v1``):
+    every call went to ``.../v1/v1/chat/completions`` and got 404, every ``/v1/models`` probe
+    too, and the backend, marked down at its first call, never came back: every call to its
+    models failed ``no_backend``, with a 404 in the gateway's log as the only clue.
+
+    Rule: a backend's ``url`` is the server's root; one whose path ends in ``/v1`` is refused
+    when the inventory is loaded, at its line, saying to leave the ``/v1`` out; a path that only
+    contains it elsewhere loads, as does a ``metrics_url`` (whatever its path)."""
+    text = f"backends:\n  - name: b\n    models: [m]\n    url: {url}\n"
+    with pytest.raises(InventoryError, match="ends in /v1: give the server's base URL without it") as raised:
+        parse_inventory(text, source="inv.yaml")
+    assert "inv.yaml:4" in str(raised.value)
+    fine = "backends:\n  - {name: b, models: [m], url: 'http://h:1/v1x', metrics_url: 'http://h:1/v1'}\n"
+    assert parse_inventory(fine).backends[0].chat_url == "http://h:1/v1x/v1/chat/completions"

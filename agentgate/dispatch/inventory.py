@@ -362,6 +362,19 @@ class Backend(_Frozen):
             )
         return value
 
+    @field_validator("url")
+    @classmethod
+    def _a_servers_root(cls, value: str) -> str:
+        """The server's root, not an OpenAI SDK's ``base_url``, which ends in ``/v1``: every call
+        went to ``.../v1/v1/chat/completions`` (404), every ``/v1/models`` probe failed too, and
+        the backend, marked down at its first call, never came back."""
+        if urlsplit(value).path.rstrip("/").lower().endswith("/v1"):
+            raise ValueError(
+                "the URL ends in /v1: give the server's base URL without it (agentgate adds "
+                "/v1/chat/completions to it)"
+            )
+        return value
+
     @property
     def chat_url(self) -> str:
         """The chat-completions endpoint."""
