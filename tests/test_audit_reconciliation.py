@@ -774,7 +774,7 @@ def test_gateway_requests_over_http_reconcile(tmp_path: Path) -> None:
             ("ok", {}, agent),
             ("ok", {"max_tokens": 600}, agent),  # refused by the grant
             ("ok", {"model": OTHER, "max_tokens": 200}, agent),  # approval required
-            ("ok", {"model": OTHER}, agent),  # allowed, no backend
+            ("ok", {"model": OTHER}, agent),  # allowed, no backend serves it: 404 (503 until R53)
             ("die", {"stream": True}, agent),  # a stream the backend cut after output
             ("ok", {"stream": True}, agent),
             ("ok", {"max_tokens": 200}, poor),  # budget exhausted
@@ -791,7 +791,7 @@ def test_gateway_requests_over_http_reconcile(tmp_path: Path) -> None:
     try:
         gate.flush()
         entries = _read_any(gate.store)
-        assert answers == [200, 401, 403, 403, 503, 200, 200, 402, 401]
+        assert answers == [200, 401, 403, 403, 404, 200, 200, 402, 401]
         assert _reconcile(entries, gate.store) == {}
         calls = [e for e in entries if not (e["resource"] or "").startswith("agent:")]
         decisions = [e for e in calls if e["kind"] in ("allow", "deny", "approval_required")]
