@@ -7,6 +7,7 @@ carries something else than an agent identity (``identity_from_context``) is a r
 
 from __future__ import annotations
 
+import base64
 import re
 import time
 from collections.abc import Iterator
@@ -24,6 +25,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.types import Command
 from pydantic import Field
+from test_dispatch_prefix import _wav
 from test_langgraph import _entries, _make_team, _tools
 
 from agentgate.errors import Denied
@@ -984,6 +986,36 @@ def test_a_model_call_reserves_an_image_at_its_fixed_estimate_not_its_datas_leng
     """Review R52: an image content part was counted by its characters, so a 300 KB photo sent as
     base64 reserved about 100,000 tokens of a 6,000 budget and the call was refused. It counts as
     ``IMAGE_TOKENS`` (1,445), as the dispatcher estimates it: the call runs. Its text still counts."""
+    agent = create_gated_agent(crew_small.gate, name="boss", model=ScriptedChatModel(turns=[]))
+    look = {"role": "user", "content": [{"type": "text", "text": "what is this?"}, part]}
+    ended = agent.invoke({"messages": [look]}, context=crew_small.boss)
+    assert "budget" not in str(ended["messages"][-1].content)
+    assert [e.kind for e in crew_small.entries() if e.resource == "model:scripted"] == ["allow", "outcome"]
+
+
+_RECORDING = base64.b64encode(_wav(30)).decode()  # 30 s of 16 kHz speech: 1.28 MB of base64
+
+
+@pytest.mark.parametrize(
+    "part",
+    [
+        {"type": "input_audio", "input_audio": {"data": _RECORDING, "format": "wav"}},
+        {"type": "audio", "base64": _RECORDING, "mime_type": "audio/wav"},
+        {"type": "audio", "source_type": "base64", "data": _RECORDING, "mime_type": "audio/wav"},
+        {
+            "type": "file",
+            "file": {"filename": "a.pdf", "file_data": "data:application/pdf;base64," + "A" * 1_300_000},
+        },
+    ],
+    ids=["openai-audio", "langchain-audio", "langchain-audio-v0", "openai-file"],
+)
+def test_a_model_call_reserves_a_recording_or_a_file_at_its_estimate_not_its_datas_length(
+    crew_small: Crew, part: dict[str, Any]
+) -> None:
+    """Review R53: audio and file parts were counted by their characters (a 30 s recording, some
+    320,000 tokens of a 6,000 budget: refused). They count as the dispatcher estimates them
+    (``dispatch.prefix.media_part_tokens``: audio by its duration, 751 tokens here; a file at
+    ``FILE_TOKENS``): the call runs."""
     agent = create_gated_agent(crew_small.gate, name="boss", model=ScriptedChatModel(turns=[]))
     look = {"role": "user", "content": [{"type": "text", "text": "what is this?"}, part]}
     ended = agent.invoke({"messages": [look]}, context=crew_small.boss)

@@ -27,7 +27,7 @@ from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.types import Command, interrupt
 
 from agentgate.capabilities import MAX_NAME_LENGTH, Call
-from agentgate.dispatch.prefix import CHARS_PER_TOKEN, IMAGE_TOKENS
+from agentgate.dispatch.prefix import CHARS_PER_TOKEN, IMAGE_TOKENS, audio_tokens, media_part_tokens
 from agentgate.errors import (
     AgentGateError,
     AuthorityError,
@@ -827,20 +827,42 @@ def _sent_chars(message: BaseMessage) -> int:
     """About how many characters of ``message`` a model call sends: its content, and the tool
     calls of an answer (their names and arguments go back to the model with it; until review R51
     they were not counted, so a conversation whose calls carried long arguments reserved less
-    than it was billed). An image part counts as ``IMAGE_TOKENS`` tokens, as the dispatcher
-    estimates it, never by the length of its data (until review R52 a photo sent as base64
-    reserved hundreds of thousands of tokens, and a budget refused the call). Arguments that
-    cannot be encoded (nested past 255 levels: such a call was refused) count for nothing."""
+    than it was billed). A media part counts as the dispatcher estimates it (``_media_tokens``),
+    never by the length of its data (until review R52 a photo sent as base64 reserved hundreds of
+    thousands of tokens, and a budget refused the call; until review R53 so did a recording or a
+    file). Arguments that cannot be encoded (nested past 255 levels: such a call was refused)
+    count for nothing."""
     content: object = message.content
-    images = 0
+    media = 0
     if isinstance(content, list):
-        kept = [p for p in content if not (isinstance(p, Mapping) and p.get("type") in _IMAGE_PARTS)]
-        images, content = len(content) - len(kept), kept
-    size = len(str(content)) + images * IMAGE_TOKENS * CHARS_PER_TOKEN
+        kept = []
+        for part in content:
+            tokens = _media_tokens(part) if isinstance(part, Mapping) else None
+            if tokens is None:
+                kept.append(part)
+            else:
+                media += tokens
+        content = kept
+    size = len(str(content)) + media * CHARS_PER_TOKEN
     for call in getattr(message, "tool_calls", None) or ():
         with contextlib.suppress(orjson.JSONEncodeError, TypeError):
             size += len(str(call.get("name") or "")) + len(orjson.dumps(call.get("args"), default=str))
     return size
+
+
+def _media_tokens(part: Mapping[str, object]) -> int | None:
+    """The tokens of a content part that carries media, as ``dispatch.prefix`` estimates them for
+    the gateway and the dispatcher (OpenAI's ``image_url``, ``input_audio`` and ``file`` parts),
+    and for LangChain's own blocks: an ``image`` at ``IMAGE_TOKENS``, an ``audio`` block's base64
+    (``base64``, or ``data`` in the older form) by its duration (``audio_tokens``). ``None`` for
+    any other part (text, audio given by URL), which counts by its characters."""
+    kind = part.get("type")
+    if kind in _IMAGE_PARTS:
+        return IMAGE_TOKENS
+    if kind == "audio":
+        data = part.get("base64", part.get("data"))
+        return audio_tokens(data) if isinstance(data, str) else None
+    return media_part_tokens(part)
 
 
 def _check_model_name(agent: str, name: str, given_as: str) -> None:
