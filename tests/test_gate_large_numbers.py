@@ -27,8 +27,8 @@ priority_classes:
   interactive: {rank: 0}
 principals:
   agent: {kind: agent, roles: [r]}
-  alice: {kind: human}
-  bob: {kind: human}
+  alice: {kind: human, did: did:key:z6MkkBfAKBNKKnAqDCekq181CgEYG7u4aShm7E9yRQtUFbcj}
+  bob: {kind: human, did: did:key:z6Mkn3sUaRJMRwT4iPbBtHUzTk42mHDSA3M3D8krGpZfGW8D}
 models:
   m:
     cost_per_mtok: {input: 1, output: 1}

@@ -38,14 +38,19 @@ from agentgate.store import SQLiteStore
 # --- the policy index against a naive reading of the YAML -------------------------------------
 
 _DID = "did:key:z6MkqQP5oTUxZ95rgbJg29FwyrJ5N8HrRPpEBQbPrAUCkPXm"
+_APPROVER_DIDS = (
+    "did:key:z6MkkBfAKBNKKnAqDCekq181CgEYG7u4aShm7E9yRQtUFbcj",
+    "did:key:z6Mkn3sUaRJMRwT4iPbBtHUzTk42mHDSA3M3D8krGpZfGW8D",
+    "did:key:z6MkwEfJ4V5uWJ8dwxr6F8ASUA2f4jgYi6guf8KgTQBmaQ5a",
+)
 
 _TWO_GATES = """
 version: 1
 principals:
   agent: {kind: agent, did: DID, roles: [r]}
-  finance: {kind: human, roles: []}
-  compliance: {kind: human, roles: []}
-  auditor: {kind: human, roles: []}
+  finance: {kind: human, did: FINANCE, roles: []}
+  compliance: {kind: human, did: COMPLIANCE, roles: []}
+  auditor: {kind: human, did: AUDITOR, roles: []}
 tools:
   payments.refund: {args: {amount: {type: integer}}}
 roles:
@@ -55,7 +60,10 @@ roles:
 approvals:
   large: {resource: "tool:payments.refund", when: {amount: {gt: 1000}}, approvers: [finance, auditor]}
   every-payment: {resource: "tool:payments.*", approvers: [compliance, auditor], expiry_s: 60}
-""".replace("DID", _DID)
+"""
+for _name, _did in zip(("FINANCE", "COMPLIANCE", "AUDITOR"), _APPROVER_DIDS, strict=True):
+    _TWO_GATES = _TWO_GATES.replace(_name, _did)
+_TWO_GATES = _TWO_GATES.replace("DID", _DID)
 
 
 def test_every_approval_gate_that_applies_is_enforced_not_only_the_first() -> None:
@@ -164,6 +172,9 @@ def _policies(draw: st.DrawFn) -> dict[str, Any]:
         }
         for i in range(3)
     }
+    for i, spec in enumerate(principals.values()):
+        if draw(st.integers(0, 3)):  # most have a key of their own; a keyless one cannot approve
+            spec["did"] = _APPROVER_DIDS[i]
     approvals: dict[str, Any] = {}
     for i in range(draw(st.integers(0, 3))):
         resource = draw(st.sampled_from(["tool:*", "tool:pay.*", "tool:pay.refund", "tool:crm.read"]))
@@ -289,7 +300,9 @@ def _reference(doc: dict[str, Any], principal: str, call: Call) -> Outcome:
             quorum = max(quorum, gate["quorum"])
     if not approver_sets:
         return Outcome.ALLOW
-    return Outcome.APPROVAL_REQUIRED if len(set.intersection(*approver_sets)) >= quorum else Outcome.DENY
+    approvers = set.intersection(*approver_sets)
+    signers = {doc["principals"][a].get("did") for a in approvers} - {None}
+    return Outcome.APPROVAL_REQUIRED if min(len(approvers), len(signers)) >= quorum else Outcome.DENY
 
 
 def _holds(constraint: Constraint, value: object) -> bool:
@@ -503,9 +516,9 @@ def test_through_the_gate_an_approver_of_only_one_of_two_gates_cannot_release_th
     keys = {n: SigningKey.generate() for n in ("root", "agent", "finance", "compliance", "auditor")}
     text = (
         _TWO_GATES.replace(f"did: {_DID}", f'did: "{keys["agent"].did}"')
-        .replace("finance: {kind: human,", f'finance: {{kind: human, did: "{keys["finance"].did}",')
-        .replace("compliance: {kind: human,", f'compliance: {{kind: human, did: "{keys["compliance"].did}",')
-        .replace("auditor: {kind: human,", f'auditor: {{kind: human, did: "{keys["auditor"].did}",')
+        .replace(_APPROVER_DIDS[0], keys["finance"].did)
+        .replace(_APPROVER_DIDS[1], keys["compliance"].did)
+        .replace(_APPROVER_DIDS[2], keys["auditor"].did)
         .replace("version: 1\n", f'version: 1\ntrust_anchors: {{root: {{did: "{keys["root"].did}"}}}}\n', 1)
     )
     gate = Gate(parse_policy(text), sqlite_store)

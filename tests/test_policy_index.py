@@ -198,7 +198,7 @@ def test_an_approval_gate_on_an_exact_gpu_resource_applies() -> None:
 version: 1
 principals:
   svc: {kind: service, roles: [trainer]}
-  lead: {kind: human, roles: [trainer]}
+  lead: {kind: human, did: did:key:z6MkkBfAKBNKKnAqDCekq181CgEYG7u4aShm7E9yRQtUFbcj, roles: [trainer]}
 roles:
   trainer:
     kind: service
@@ -373,9 +373,9 @@ def test_two_gates_that_apply_need_the_larger_quorum_of_the_two() -> None:
 version: 1
 principals:
   agent: {{kind: agent, did: "{KEYS["agent"].did}", roles: [r]}}
-  alice: {{kind: human, roles: []}}
-  bob: {{kind: human, roles: []}}
-  carol: {{kind: human, roles: []}}
+  alice: {{kind: human, did: "{KEYS["root"].did}", roles: []}}
+  bob: {{kind: human, did: "{KEYS["lead"].did}", roles: []}}
+  carol: {{kind: human, did: "{SigningKey.generate().did}", roles: []}}
 tools:
   pay: {{args: {{amount: {{type: integer}}}}}}
 roles:
@@ -492,3 +492,49 @@ def test_an_argument_of_the_wrong_type_is_refused_in_plain_words() -> None:
     # Found: "argument 'n' must be a integer, got str" in every such refusal and audit entry.
     reasons = INDEX.evaluate("agent", Call.tool("refund", {"n": "5"})).reasons
     assert reasons == ("argument 'n' must be an integer, got str",)
+
+
+_KEYED_GATE = """
+version: 1
+principals:
+  agent: {{kind: agent, did: "{agent}", roles: [r]}}
+  alice: {{kind: human, did: "{alice}"}}
+  bob: {{kind: human{bob}}}
+tools:
+  pay: {{args: {{amount: {{type: integer}}}}}}
+roles:
+  r: {{ttl_s: 60, capabilities: [{{resource: tool:pay}}]}}
+approvals:
+  pay: {{resource: tool:pay, approvers: [alice, bob], quorum: {quorum}}}
+"""
+
+
+def _keyed_gate(quorum: int, bob: str = "", agent: str = "") -> PolicyIndex:
+    text = _KEYED_GATE.format(
+        agent=agent or KEYS["agent"].did, alice=KEYS["lead"].did, bob=bob, quorum=quorum
+    )
+    return PolicyIndex(parse_policy(text, source="keyed.yaml"))
+
+
+def test_a_quorum_that_only_an_approver_without_a_key_could_complete_is_denied_naming_it() -> None:
+    # R53: an approval is a signature, and bob has no key: a quorum of 2 over alice and bob can
+    # never be met, yet the call was approval_required each time it was asked, for ever.
+    refused = _keyed_gate(2).evaluate("agent", Call.tool("pay", {"amount": 1}))
+    assert refused.outcome is Outcome.DENY and refused.approval is None
+    assert "only 1 distinct key(s) for a quorum of 2 (bob has no key)" in refused.reasons[-1]
+    # Who may approve is unchanged: a quorum alice alone can meet still lists bob.
+    asked = _keyed_gate(1).evaluate("agent", Call.tool("pay", {"amount": 1}))
+    assert asked.outcome is Outcome.APPROVAL_REQUIRED and asked.approval is not None
+    assert asked.approval.approvers == ("alice", "bob") and asked.approval.quorum == 1
+
+
+def test_approvers_sharing_a_key_or_the_requesters_key_are_not_distinct_signers() -> None:
+    shared = _keyed_gate(2, bob=f', did: "{KEYS["lead"].did}"')
+    refused = shared.evaluate("agent", Call.tool("pay", {"amount": 1}))
+    assert refused.outcome is Outcome.DENY
+    assert "only 1 distinct key(s) for a quorum of 2 (some share a key" in refused.reasons[-1]
+    # The requester holds alice's key: only bob's signature could count, and he has none.
+    own = _keyed_gate(1, agent=KEYS["lead"].did)
+    assert own.evaluate("agent", Call.tool("pay", {"amount": 1})).outcome is Outcome.DENY
+    keyed = _keyed_gate(2, bob=f', did: "{KEYS["root"].did}"')
+    assert keyed.evaluate("agent", Call.tool("pay", {"amount": 1})).outcome is Outcome.APPROVAL_REQUIRED

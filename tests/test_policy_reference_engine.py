@@ -45,6 +45,7 @@ _DIDS = (
     "did:key:z6Mkn6co2nAe6kgBR8cNPwkVv7k6U393ZCNwQcMtXk9mB1gj",
     "did:key:z6MkkNV2MQswkwEnXrUkeM7T8qYE3qWB163VBePnsLBSTAru",
 )
+_LEAD_DID = "did:key:z6MkkBfAKBNKKnAqDCekq181CgEYG7u4aShm7E9yRQtUFbcj"
 _CANONICAL = {
     "tool": re.compile(r"[a-z0-9_-]+(?:\.[a-z0-9_-]+)*"),
     "gpu": re.compile(r"[a-z0-9_-]+(?:\.[a-z0-9_-]+)*"),
@@ -201,7 +202,9 @@ def _reference(doc: _Doc, principal: str, call: Call) -> tuple[Outcome, Any]:
     gates = [doc.gates[g] for g in applying]
     approvers = set.intersection(*(set(g["approvers"]) for g in gates)) - {name}
     quorum = max(g["quorum"] for g in gates)
-    if len(approvers) < quorum:
+    # An approval is a signature: only approvers with a key other than the requester's can sign.
+    signers = {doc.principals[a]["did"] for a in approvers} - {None, doc.principals[name]["did"]}
+    if len(approvers) < quorum or len(signers) < quorum:
         return Outcome.DENY, "quorum"
     # The gates on the resource itself first, then those on patterns, each in file order.
     joined = "+".join(sorted(applying, key=lambda g: doc.gates[g]["resource"].endswith("*")))
@@ -364,7 +367,8 @@ def _docs(draw: st.DrawFn) -> _Doc:
         }
         for i in range(draw(st.integers(1, 3)))
     }
-    principals["lead"] = {"kind": "human", "roles": [], "did": None, "tenant": None}  # an approver
+    lead = _LEAD_DID if draw(st.integers(0, 3)) else None  # a keyless approver cannot approve
+    principals["lead"] = {"kind": "human", "roles": [], "did": lead, "tenant": None}  # an approver
     gates = {}
     for i in range(draw(st.integers(0, 2))):
         approvers = draw(st.lists(st.sampled_from(list(principals)), min_size=1, max_size=3))
@@ -485,7 +489,7 @@ _GPU_POLICY = """
 version: 1
 principals:
   svc: {kind: service, roles: [trainer]}
-  lead: {kind: human}
+  lead: {kind: human, did: did:key:z6MkkBfAKBNKKnAqDCekq181CgEYG7u4aShm7E9yRQtUFbcj}
 roles:
   trainer:
     capabilities:
@@ -520,7 +524,7 @@ def test_the_reference_says_in_which_order_a_combined_gates_name_is_joined() -> 
 version: 1
 principals:
   p: {kind: service, roles: [r]}
-  a: {kind: human}
+  a: {kind: human, did: did:key:z6MkkBfAKBNKKnAqDCekq181CgEYG7u4aShm7E9yRQtUFbcj}
 tools:
   crm.read: {}
 roles:

@@ -367,7 +367,9 @@ class PolicyIndex:
         budget = self._budgets[held]
         applying = [gate for gate in gates if _gate_applies(gate.requirement.conditions, call.args)]
         if applying:
-            req, refusal = _combined_requirement(applying, entry.name)
+            req, refusal = _combined_requirement(
+                applying, entry.name, self.policy.principal_dids.get(entry.name)
+            )
             if req is None:
                 return PolicyDecision(Outcome.DENY, entry.name, resource, reasons=(allowed_by, refusal))
             reason = (
@@ -472,7 +474,7 @@ def wild_ancestors(resource: str) -> list[str]:
 
 
 def _combined_requirement(
-    applying: list[_Gate], requester: str
+    applying: list[_Gate], requester: str, requester_did: str | None
 ) -> tuple[ApprovalRequirement, str] | tuple[None, str]:
     """One requirement that an approval meets only if it meets EVERY gate in ``applying``, or
     ``None`` and the reason no approval can.
@@ -497,7 +499,7 @@ def _combined_requirement(
     named.discard(requester)
     keep = [i for i, a in enumerate(first.approvers) if a in named and a not in first.approvers[:i]]
     if len(applying) == 1 and len(keep) == len(first.approvers):
-        return first, ""
+        return _signable(first, requester_did)
     quorum = max(gate.requirement.quorum for gate in applying)
     names = " and ".join(gate.name for gate in applying)
     if len(keep) < quorum:
@@ -514,7 +516,32 @@ def _combined_requirement(
         tuple(c for gate in applying for c in gate.requirement.conditions),
         first.line,
     )
-    return combined, ""
+    return _signable(combined, requester_did)
+
+
+def _signable(
+    req: ApprovalRequirement, requester_did: str | None
+) -> tuple[ApprovalRequirement, str] | tuple[None, str]:
+    """``req``, or ``None`` and the reason no approval can meet it. An approval is a signature, so
+    only an approver with a key of its own can give one, approvers that share a key are one
+    signer, and the requester's key never counts. Until review R53 a gate whose quorum only
+    keyless approvers could complete asked for an approval that could never count, and its calls
+    waited for ever (``approval_required`` each time) instead of being refused."""
+    signers = {did for did in req.approver_dids if did is not None} - {requester_did}
+    if len(signers) >= req.quorum:
+        return req, ""
+    keyless = list(
+        dict.fromkeys(a for a, did in zip(req.approvers, req.approver_dids, strict=True) if did is None)
+    )
+    why = (
+        f"{', '.join(keyless)} {'has' if len(keyless) == 1 else 'have'} no key"
+        if keyless
+        else "some share a key, or the requester's"
+    )
+    return None, (
+        f"approval gate {req.gate} applies, and its approvers other than the requester hold only "
+        f"{len(signers)} distinct key(s) for a quorum of {req.quorum} ({why}): no approval can be valid"
+    )
 
 
 _TYPE_NAMES = {frozenset({str}): "string", frozenset({int}): "integer", frozenset({int, float}): "number"}
