@@ -23,7 +23,7 @@ from agentgate.audit.entry import AuditEntry
 from agentgate.capabilities import Call
 from agentgate.cli.main import main
 from agentgate.errors import InputError
-from agentgate.gate import AgentIdentity, Approval, Authorization, Gate
+from agentgate.gate import AgentIdentity, Approval, Authorization, Gate, approval_call_hash
 from agentgate.keys import SigningKey
 from agentgate.policy import parse_policy
 from agentgate.store import SQLiteStore, Store, open_store
@@ -562,7 +562,9 @@ def test_a_resume_value_nested_past_the_recursion_limit_is_no_approval() -> None
     deep: dict[str, Any] = {}
     for _ in range(10_000):
         deep = {"request": deep}
-    signed = Approval.sign({"id": "r1", "call_hash": "h"}, SigningKey.generate()).to_dict()
+    shown = {"resource": "tool:pay", "action": "invoke", "args_digest": "d", "grant": "g", "call_id": ""}
+    request = {"id": "r1", "call_hash": approval_call_hash(*shown.values()), **shown}
+    signed = Approval.sign(request, SigningKey.generate()).to_dict()
     assert Approval.parse(deep) is None
     assert Approval.parse({**signed, "request": deep}) is None
     assert Approval.parse({**signed, "call_hash": ["h"]}) is None
@@ -612,3 +614,47 @@ def test_every_approval_that_does_not_count_is_an_entry_that_says_why(setup: Set
         -1:
     ]
     assert given.ref == asked.audit_index
+
+
+def test_a_call_whose_quorum_needs_an_approver_without_a_key_is_refused_not_asked_for_ever(
+    tmp_path: Path,
+) -> None:
+    # R53: bob has no key, so a quorum of 2 over alice and bob can never be met; the call was
+    # approval_required each time (a request opened, alice's vote counted, the run asked again).
+    keys = {n: SigningKey.generate() for n in ("root", "agent", "alice")}
+    text = R23_POLICY.format(root=keys["root"].did, agent=keys["agent"].did, alice=keys["alice"].did)
+    text = text.replace("  alice: {kind", "  bob: {kind: human}\n  alice: {kind").replace(
+        "approvers: [alice]", "approvers: [alice, bob]\n    quorum: 2"
+    )
+    with Gate(parse_policy(text, source="keyless.yaml"), SQLiteStore(tmp_path / "a.db")) as gate:
+        agent = gate.issue(keys["root"], name="agent", key=keys["agent"], role="worker")
+        refused = gate.authorize(agent, Call.tool("pay", {"amount": 5}), call_id="c1", run_id="r|t")
+        assert refused.verdict == "deny" and not refused.needs_approval
+        assert "(bob has no key): no approval can be valid" in refused.reasons[-1]
+        assert gate.approvals.open_records() == []
+        (entry,) = [e for e in gate.audit.entries() if e.index == refused.audit_index]
+        assert entry.kind == "deny"
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("resource", "tool:lookup"), ("args_digest", "0" * 64), ("grant", "another"), ("call_id", "c2")],
+)
+def test_signing_a_request_whose_call_hash_is_not_the_call_it_shows_is_refused(
+    tmp_path: Path, field: str, value: str
+) -> None:
+    # R53: ``Approval.sign`` and ``Gate.approve`` signed whatever call_hash the payload carried,
+    # so an approver shown one call (a payload edited on its way) said yes to another; only
+    # ``agentgate approval sign`` compared the hash with the call shown.
+    keys = {n: SigningKey.generate() for n in ("root", "agent", "alice")}
+    with _r23_gate(tmp_path / "agentgate.db", keys) as gate:
+        agent = gate.issue(keys["root"], name="agent", key=keys["agent"], role="worker")
+        payload = gate.authorize(agent, Call.tool("pay", {"amount": 5}), call_id="c1").approval_payload()
+        shown = {**payload, "request": {**payload["request"], field: value}}
+        for sign in (Approval.sign, gate.approve):
+            with pytest.raises(InputError, match="call_hash is not the hash of the call it shows"):
+                sign(shown, keys["alice"])
+        hidden = {**payload, "request": {k: v for k, v in payload["request"].items() if k != field}}
+        with pytest.raises(InputError, match=f"no text {field!r}"):
+            gate.approve(hidden, keys["alice"])
+        assert Approval.sign(payload, keys["alice"]).verify()

@@ -39,8 +39,13 @@ class Approval:
     def sign(cls, payload: Mapping[str, Any], approver: SigningKey) -> Approval:
         """Sign the request shown in an interrupt payload (or the request itself) as ``approver``.
 
-        Raises ``InputError`` when the payload carries no request id and call hash, or when
-        ``approver`` is not a ``SigningKey`` (a public key cannot sign).
+        Raises ``InputError`` when the payload carries no request id and call hash, when the
+        request does not show, as text, every part of the call its hash covers (``resource``,
+        ``action``, ``args_digest``, ``grant``, ``call_id``; the Gate writes all five), when its
+        ``call_hash`` is not the hash of those parts (``approval_call_hash``: the approver would
+        sign a call other than the one shown), or when ``approver`` is not a ``SigningKey`` (a
+        public key cannot sign). Until review R53 only ``agentgate approval sign`` checked the
+        hash; this signed whatever hash the payload carried.
         """
         expect(payload, Mapping, "the approval payload", "the interrupt payload (a mapping)")
         expect(approver, SigningKey, "approver", "the approver's SigningKey")
@@ -50,6 +55,16 @@ class Approval:
         ):
             raise InputError(
                 "an approval needs the request's 'id' and 'call_hash': pass the interrupt payload"
+            )
+        for name in _HASHED_FIELDS:
+            if not isinstance(inner.get(name), str):
+                raise InputError(
+                    f"the approval request has no text {name!r}: it does not show the call it asks to approve"
+                )
+        if approval_call_hash(*(inner[name] for name in _HASHED_FIELDS)) != inner["call_hash"]:
+            raise InputError(
+                f"approval request {inner['id'][:100]!r}: its call_hash is not the hash of the call it "
+                f"shows ({', '.join(_HASHED_FIELDS)}); not signed"
             )
         unsigned = cls(inner["id"], inner["call_hash"], approver.did, b"")
         return replace(unsigned, signature=approver.sign(unsigned.signed_bytes()))
@@ -92,6 +107,10 @@ class Approval:
         except (KeyError, ValueError, TypeError):  # UnicodeEncodeError is a ValueError
             return None
         return parsed
+
+
+_HASHED_FIELDS = ("resource", "action", "args_digest", "grant", "call_id")
+"""The fields of an approval request that its ``call_hash`` covers, in ``approval_call_hash``'s order."""
 
 
 def approval_call_hash(resource: str, action: str, args_digest: str, grant: str, call_id: str) -> str:
