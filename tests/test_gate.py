@@ -768,6 +768,20 @@ def test_a_revocation_that_cannot_be_audited_is_not_made(
     assert not setup.gate.authorize(setup.agent, Call.tool("lookup", {"id": "2"})).allowed
 
 
+def test_revoking_a_grant_already_revoked_writes_nothing_and_says_so(setup: Setup) -> None:
+    # R53: Gate.revoke wrote another ``revoke`` entry (a later time, another reason) each time it
+    # was called for the same grant; ``agentgate grant revoke`` reports ``already_revoked`` and
+    # writes nothing.
+    first = setup.gate.revoke(setup.agent, reason="leaked")
+    assert (first.grant_id, first.already) == (setup.agent.grant_id, False)
+    before = [e.kind for e in setup.entries()]
+    again = setup.gate.revoke(setup.agent.grant_id, by="someone else", reason="again")
+    assert (again.grant_id, again.already) == (setup.agent.grant_id, True)
+    assert [e.kind for e in setup.entries()] == before and before.count("revoke") == 1
+    (row,) = setup.gate.store.query("SELECT reason FROM agentgate_revocations")
+    assert row[0] == "leaked"
+
+
 @pytest.mark.postgres
 def test_a_write_on_postgresql_takes_the_append_lock_before_any_row(postgres_url: str) -> None:
     """Every Gate write transaction takes the audit append lock first: a decision that locked a

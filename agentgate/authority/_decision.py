@@ -662,14 +662,19 @@ def revoke(repo: GrantRepository, grant: Chain | str, *, reason: str = "", now: 
     revocation to fail. Raises ``TokenFormatError`` for a value that is neither, ``StoreError``
     when the store cannot be written.
     """
-    if isinstance(grant, Chain):
-        grant_id = grant.id
-    elif isinstance(grant, str) and len(grant) == 64 and all(c in "0123456789abcdef" for c in grant):
-        grant_id = grant
-    else:
-        grant_id = parse_chain(grant).id
+    grant_id = revoked_id(grant)
     repo.revoke(grant_id, now=_now(now), reason=_storable_reason(reason))
     return grant_id
+
+
+def revoked_id(grant: Chain | str) -> str:
+    """The id of the grant ``revoke(repo, grant)`` revokes: a chain's tip, a chain token's tip, or
+    a 64-hex grant id itself. Raises ``TokenFormatError`` for a value that is none of these."""
+    if isinstance(grant, Chain):
+        return grant.id
+    if isinstance(grant, str) and len(grant) == 64 and all(c in "0123456789abcdef" for c in grant):
+        return grant
+    return parse_chain(grant).id
 
 
 def _storable_reason(reason: object) -> str:
@@ -677,6 +682,15 @@ def _storable_reason(reason: object) -> str:
     if not isinstance(reason, str):
         raise InputError(f"reason must be text, got {type(reason).__name__}")
     return reason.encode("utf-8", "backslashreplace").decode("utf-8").replace("\x00", "\\x00")
+
+
+@dataclass(frozen=True)
+class Revocation:
+    """What ``Gate.revoke`` did: the grant id, and whether it was revoked before (``already``:
+    nothing was written then, neither a revocation nor an audit entry)."""
+
+    grant_id: str
+    already: bool
 
 
 @dataclass(frozen=True)

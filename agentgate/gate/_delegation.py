@@ -18,6 +18,7 @@ from agentgate.authority import (
     Chain,
     GrantRepository,
     HolderRevocation,
+    Revocation,
     delegate,
     findings_of,
     issue,
@@ -26,6 +27,7 @@ from agentgate.authority import (
     revoke,
     revoke_holder,
 )
+from agentgate.authority._decision import revoked_id
 from agentgate.capabilities import Capability, attenuates
 from agentgate.errors import AuthorityError, CapabilityError, Denied, InputError, Revoked, ScopeCreep
 from agentgate.findings import FindingKind
@@ -410,8 +412,13 @@ class _Delegation:
                 )
 
     @_serialized
-    def revoke(self, grant: AgentIdentity | Chain | str, *, by: str = "operator", reason: str = "") -> str:
-        """Revoke a grant and, through it, every grant below it; audited. Returns the grant id.
+    def revoke(
+        self, grant: AgentIdentity | Chain | str, *, by: str = "operator", reason: str = ""
+    ) -> Revocation:
+        """Revoke a grant and, through it, every grant below it; audited. Returns the grant id
+        and whether it was revoked already (``Revocation.already``): then nothing is written, as
+        ``agentgate grant revoke`` reports ``already_revoked`` (until review R53 each call wrote
+        another ``revoke`` entry, with a later time and another reason, for the same grant).
 
         Raises ``TokenFormatError`` for a ``grant`` that is none, ``InputError`` for a ``by`` or
         ``reason`` that is not text; nothing is written then."""
@@ -419,10 +426,14 @@ class _Delegation:
         expect(reason, str, "reason", "text")
         target = grant.chain if isinstance(grant, AgentIdentity) else grant
         # The revocation and its audit entry: one transaction, so neither exists without the other.
+        # Read in that transaction, under the audit log's lock: two revokes at once write one entry.
         with self._decision_transaction() as tx, self.grants.within(tx):
-            grant_id = revoke(self.grants, target, reason=reason)
+            grant_id = revoked_id(target)
+            if self.grants.revoked([grant_id]):
+                return Revocation(grant_id, already=True)
+            revoke(self.grants, grant_id, reason=reason)
             self.audit.append(revocation_entry(grant_id, by, reason), tx)
-        return grant_id
+        return Revocation(grant_id, already=False)
 
     def revoke_holder(
         self, holder: PublicKey | str, *, by: str = "operator", reason: str = ""
