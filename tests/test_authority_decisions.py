@@ -561,7 +561,7 @@ def test_a_nonce_is_spent_for_verifiers_of_any_skew_sharing_the_store(local: Gra
     assert again.findings[0].code == "replayed_invocation"
 
 
-@pytest.mark.parametrize("skew", [float("nan"), float("inf"), 30.0, "30", None, -1, True])
+@pytest.mark.parametrize("skew", [float("nan"), float("inf"), 30.0, "30", None, -1, True, 3601, 10**12])
 def test_a_clock_tolerance_that_is_not_whole_seconds_is_refused_when_configured(
     local: GrantRepository, skew: object
 ) -> None:
@@ -576,6 +576,21 @@ def test_a_clock_tolerance_that_is_not_whole_seconds_is_refused_when_configured(
     with pytest.raises(InputError, match="skew must be a whole number of seconds"):
         run(local, inv, skew=skew)
     assert run(local, inv, skew=0) == (Outcome.DENY, "invocation_not_yet_valid")
+
+
+@pytest.mark.parametrize("skew", [float("nan"), -1, 10**12])
+def test_an_authoritys_clock_tolerance_cannot_be_changed_after_it_was_checked(
+    local: GrantRepository, skew: object
+) -> None:
+    """R53: ``Authority.skew`` was checked when the engine was made, then a plain attribute: set to
+    ``10**12`` it allowed an invocation dated three hours ahead; to -1 it refused calls made now."""
+    later = issue(ROOT, ALICE.did, ["tool:payments.refund"], ttl=3600, now=NOW + 10_800)
+    engine = Authority(local, ROOT.public)
+    with pytest.raises(AttributeError):
+        engine.skew = skew  # type: ignore[misc]
+    assert engine.skew == 30
+    early = engine.decide(Invocation.sign(ALICE, later, CALL, now=NOW + 10_800), now=NOW + 1)
+    assert early.findings[0].code == "invocation_not_yet_valid"
 
 
 def test_a_call_made_without_the_holders_private_key_is_decided_at_the_time_given(

@@ -32,6 +32,7 @@ from agentgate.authority._decision import (
 from agentgate.authority._grant import (
     DEFAULT_SKEW,
     MAX_LINKS,
+    MAX_SKEW,
     MAX_TOKEN_BYTES,
     Budget,
     Chain,
@@ -50,6 +51,7 @@ sign_invocation = Invocation.sign
 __all__ = [
     "DEFAULT_SKEW",
     "MAX_LINKS",
+    "MAX_SKEW",
     "MAX_TOKEN_BYTES",
     "ApprovalHook",
     "ApprovalRequirement",

@@ -600,8 +600,14 @@ class Authority:
         self.repo = repo
         self.anchors = _anchors(trusted)
         self.approvals = approvals
-        self.skew = _skew(skew)
+        self._checked_skew = _skew(skew)
         self.cache = ChainCache(cache_size)
+
+    @property
+    def skew(self) -> int:
+        """Seconds of clock tolerance on not-before and invocation times, as configured; read-only
+        (until review R53 it could be set to a NaN, a negative or a huge value after the check)."""
+        return self._checked_skew
 
     def decide(self, invocation: Invocation, *, now: float | None = None) -> Decision:
         """``decide`` with this engine's store, anchors, hook and cache."""

@@ -30,6 +30,10 @@ MAX_TIME = 2**40
 MAX_AMOUNT = 2**63 - 1
 DEFAULT_SKEW = 30
 """Seconds of clock skew tolerated on not-before and on invocation times (never on expiry)."""
+MAX_SKEW = 3600
+"""The most clock skew a verifier may be configured to tolerate (an hour): a larger tolerance makes
+a grant's not-before, and an invocation's signing time, mean nothing (review R53: ``skew=10**12``
+allowed an invocation dated three hours ahead)."""
 
 _UNIT = re.compile(r"[a-z][a-z0-9_]{0,31}")
 

@@ -33,6 +33,7 @@ from agentgate.authority._grant import (
     MAX_DEPTH,
     MAX_PAYLOAD_BYTES,
     MAX_PURPOSE,
+    MAX_SKEW,
     MAX_TIME,
     VERSION,
     Budget,
@@ -96,11 +97,11 @@ def _now(now: float | None) -> int:
 
 def _skew(skew: object) -> int:
     """``skew`` (seconds of clock tolerance on not-before and invocation times) if it is a whole
-    number of seconds, 0 or more; else ``InputError``. A NaN compares false with every time, so it
-    let a grant not yet valid and an invocation dated hours ahead through; a string or ``None``
-    raised a ``TypeError`` from the first decision instead of at configuration."""
-    if type(skew) is not int or skew < 0:
-        raise InputError(f"skew must be a whole number of seconds, 0 or more, got {skew!r:.40}")
+    number of seconds from 0 to ``MAX_SKEW``; else ``InputError``. A NaN compares false with every
+    time, so it let a grant not yet valid and an invocation dated hours ahead through; a string or
+    ``None`` raised a ``TypeError`` from the first decision instead of at configuration."""
+    if type(skew) is not int or not 0 <= skew <= MAX_SKEW:
+        raise InputError(f"skew must be a whole number of seconds, 0 to {MAX_SKEW}, got {skew!r:.40}")
     return skew
 
 
