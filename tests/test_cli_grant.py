@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import stat
@@ -137,6 +138,36 @@ def test_inspect_creates_no_store_and_says_revocation_is_unknown_where_there_is_
     monkeypatch.setenv("AGENTGATE_STORE", str(env / "store.db"))
     code, out, _ = cli(capsys, "grant", "inspect", "b.tok", "--json")
     assert [link["revoked"] for link in json.loads(out)["links"]] == [True, False]
+
+
+def test_inspect_reads_no_empty_or_foreign_file_as_a_store_and_leaves_it_as_it_was(
+    env: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """R53: ``grant inspect`` with ``AGENTGATE_STORE`` naming an empty file opened it as a store:
+    SQLite read it as an empty database, agentgate wrote its tables into it, and every link of a
+    revoked chain showed as not revoked. Another application's SQLite file got agentgate's
+    tables (and WAL mode) too. Rule: a look at a token writes to no file; revocation is unknown
+    where the file is no agentgate store, and the reason says which."""
+    import sqlite3
+
+    issue_and_delegate(capsys)
+    assert cli(capsys, "grant", "revoke", "a.tok")[0] == 0
+    empty = env / "empty.db"
+    empty.touch()
+    foreign = env / "other-app.db"
+    with contextlib.closing(sqlite3.connect(foreign)) as db:
+        db.execute("CREATE TABLE customers (id INTEGER)")
+        db.commit()
+    before = foreign.read_bytes()
+    for path, why in ((empty, "the file is empty"), (foreign, "not an agentgate store")):
+        monkeypatch.setenv("AGENTGATE_STORE", str(path))
+        code, out, err = cli(capsys, "grant", "inspect", "b.tok", "--json")
+        assert (code, err) == (0, "")
+        assert [link["revoked"] for link in json.loads(out)["links"]] == [None, None]
+        code, out, _ = cli(capsys, "grant", "inspect", "b.tok")
+        assert code == 0 and out.count(f"revocation unknown (no store at AGENTGATE_STORE: {why})") == 2
+    assert empty.stat().st_size == 0 and foreign.read_bytes() == before
+    assert sorted(p.name for p in env.glob("*.db*")) == ["empty.db", "other-app.db", "store.db"]
 
 
 def test_delegate_refuses_an_out_that_is_the_token_file_it_delegates_from(

@@ -191,14 +191,14 @@ def open_existing_store(url: str | None) -> Store:
         shown = printable(path) + ("" if path == path.strip() else " (white space or a line break at an end)")
         if not Path(path).exists():
             raise InputError(f"no store at {shown}: check --store or AGENTGATE_STORE")
-        if _empty_file(Path(path)):  # SQLite reads an empty file as an empty database
+        if empty_file(Path(path)):  # SQLite reads an empty file as an empty database
             raise InputError(f"no store at {shown}: the file is empty; check --store or AGENTGATE_STORE")
         # Before open_store: opening switches the file to WAL mode, a change to its header that
         # another application's database must not get from a command that only reads.
         _refuse_foreign_sqlite(shown, sqlite_tables_read_only(path))
     store = open_store(target)  # PostgreSQL in any case; any other scheme is open_store's StoreError
     try:
-        if store.dialect == "postgresql" and not _holds_a_store(store):
+        if store.dialect == "postgresql" and not holds_a_store(store):
             raise InputError(
                 "no store in the PostgreSQL database the store URL names: it holds none of "
                 "agentgate's tables; check --store or AGENTGATE_STORE (the database name), or run "
@@ -256,7 +256,7 @@ STORE_TABLES = (
 """Every table some part of agentgate creates (``agentgate store init`` makes them all)."""
 
 
-def _holds_a_store(store: Store) -> bool:
+def holds_a_store(store: Store) -> bool:
     """Whether the PostgreSQL database of ``store`` holds any of agentgate's tables, where its
     statements find them (the search path). A database that holds none is no store: a mistyped
     database name that exists (``postgres``, another service's) would otherwise get every part's
@@ -268,6 +268,14 @@ def _holds_a_store(store: Store) -> bool:
         f"AND c.relname IN ({names}) AND pg_catalog.pg_table_is_visible(c.oid) LIMIT 1"
     )
     return bool(rows)
+
+
+def others_tables_only(tables: list[tuple[str, frozenset[str]]] | None) -> bool:
+    """Whether a SQLite file's ``tables`` (``sqlite_tables_read_only``) are some, and none of them
+    is agentgate's: another application's database. Reads no part's schema (``grant inspect``
+    loads no other part of agentgate); ``_refuse_foreign_sqlite`` also checks each table's columns."""
+    names = {name for name, _ in tables or () if not name.lower().startswith("sqlite_")}
+    return bool(names) and not names & set(STORE_TABLES)
 
 
 def _refuse_foreign_sqlite(shown: str, tables: list[tuple[str, frozenset[str]]] | None) -> None:
@@ -295,7 +303,7 @@ def _refuse_foreign_sqlite(shown: str, tables: list[tuple[str, frozenset[str]]] 
     )
 
 
-def _empty_file(path: Path) -> bool:
+def empty_file(path: Path) -> bool:
     """Whether ``path`` is a regular file of 0 bytes with no write-ahead log beside it: a file
     touched, truncated or half copied, never a store (a store's first page is written when it is
     created)."""

@@ -37,11 +37,14 @@ from agentgate.authority._grant import GRANT_CONTEXT, MAX_DEPTH, TOKEN_PREFIX
 from agentgate.authority._signatures import verify_signature
 from agentgate.capabilities import Call, Capability
 from agentgate.cli._common import (
+    empty_file,
     given,
     given_path,
     given_text,
+    holds_a_store,
     json_object,
     open_existing_store,
+    others_tables_only,
     parse_duration,
     printable,
     shown_policy,
@@ -62,6 +65,7 @@ from agentgate.errors import (
 from agentgate.findings import Finding
 from agentgate.keys import load_public_key, load_signing_key, read_regular_file, replace_file
 from agentgate.store import Store, open_store, store_url
+from agentgate.store._sqlite import sqlite_tables_read_only
 
 
 def _depth(text: str) -> int:
@@ -411,17 +415,28 @@ def _delegate(args: argparse.Namespace) -> int:
 def _revocations(ids: tuple[str, ...]) -> tuple[set[str] | None, str]:
     """Which of ``ids`` the store of ``AGENTGATE_STORE`` holds revoked, or ``None`` and why not.
 
-    A look at a token creates no store: where there is none (a mistyped path), an empty new one
-    would say "not revoked" of every link, so the answer is unknown instead."""
+    A look at a token creates no store and writes to no file: where there is none (a mistyped
+    path), an empty new one would say "not revoked" of every link, so the answer is unknown
+    instead. So it is where ``AGENTGATE_STORE`` names an empty file, another application's SQLite
+    file (read before it is opened, by a read-only connection) or a PostgreSQL database that holds
+    none of agentgate's tables: until review R53 such a file was opened as a store, agentgate's
+    tables were written into it, and every link read as not revoked."""
     target = store_url(None)
     path = sqlite_path(target)
     if path is not None and not Path(path).exists():
         return None, "no store at AGENTGATE_STORE"
+    if path is not None and empty_file(Path(path)):
+        return None, "no store at AGENTGATE_STORE: the file is empty"
+    foreign = "no store at AGENTGATE_STORE: not an agentgate store"
+    if path is not None and others_tables_only(sqlite_tables_read_only(path)):
+        return None, foreign
     try:
         store = open_store(target)
     except StoreError:
         return None, "store unreachable"
     try:
+        if store.dialect == "postgresql" and not holds_a_store(store):
+            return None, foreign
         repo = GrantRepository(store)
         try:
             return repo.revoked(ids), ""
