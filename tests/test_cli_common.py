@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from agentgate.cli._common import utc
+from agentgate.cli._common import json_object, utc
 from agentgate.cli.main import main
+from agentgate.errors import InputError
 
 
 @pytest.mark.parametrize("verb", [["audit", "verify"], ["tasks", "unsettled"]])
@@ -63,3 +64,35 @@ def test_a_time_no_calendar_holds_is_shown_as_a_dash() -> None:
     assert utc(0) == "1970-01-01T00:00:00Z"
     assert utc(1e20) == "-" and utc(-1e20) == "-"
     assert utc(float("inf")) == "-" and utc(None) == "-"
+
+
+@pytest.mark.parametrize(
+    ("text", "where"),
+    [
+        ('{"amount": 100.00000000000000001}', "'amount'"),
+        ('{"amount": 1e-400}', "'amount'"),
+        ('{"items": [{"price": 0.1}, {"price": 9007199254740993.0}]}', "'items'[1]'price'"),
+    ],
+)
+def test_a_json_number_no_float_holds_as_written_is_refused_naming_the_argument(
+    text: str, where: str
+) -> None:
+    # R53: ``--args '{"amount": 100.00000000000000001}'`` was read as 100.0, so a bound
+    # ``amount<=100`` allowed a call whose written amount is above it.
+    with pytest.raises(InputError, match="no float holds") as caught:
+        json_object(text)
+    assert where in str(caught.value)
+
+
+def test_json_numbers_a_float_holds_as_written_stay_accepted() -> None:
+    text = (
+        '{"a": 0.1, "b": 1e2, "c": -0.0, "d": 5e-324, "e": 100.000000, "f": 123456789012345678901234567890}'
+    )
+    assert json_object(text) == {
+        "a": 0.1,
+        "b": 100.0,
+        "c": -0.0,
+        "d": 5e-324,
+        "e": 100.0,
+        "f": 123456789012345678901234567890,
+    }

@@ -170,6 +170,27 @@ def test_inspect_reads_no_empty_or_foreign_file_as_a_store_and_leaves_it_as_it_w
     assert sorted(p.name for p in env.glob("*.db*")) == ["empty.db", "other-app.db", "store.db"]
 
 
+def test_check_refuses_an_amount_no_float_holds_instead_of_rounding_it_under_the_bound(
+    env: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # R53: 100.00000000000000001 was read as 100.0, which the bound amount<=100 of b.tok allows.
+    issue_and_delegate(capsys)
+    base = [
+        "grant",
+        "check",
+        "b.tok",
+        "--as",
+        "k/bob.key",
+        "--trust",
+        "k/root.pub",
+        "--tool",
+        "payments.refund",
+    ]
+    code, _, err = cli(capsys, *base, "--args", '{"amount": 100.00000000000000001, "currency": "EUR"}')
+    assert code == 2 and "'amount'" in err and "no float holds" in err and len(err.splitlines()) == 1
+    assert cli(capsys, *base, "--args", '{"amount": 99.5, "currency": "EUR"}')[0] == 0
+
+
 def test_delegate_refuses_an_out_that_is_the_token_file_it_delegates_from(
     env: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
