@@ -797,3 +797,58 @@ def test_a_non_finite_value_is_refused_in_an_equality_or_a_set(spec: dict[str, A
         Constraint.of(spec)
     with pytest.raises(CapabilityError):
         Capability.of("tool:pay", constraints={"amount": spec})
+
+
+class _SaysItIsAbove(_LiesInRange, int):
+    """A bound that, compared with any value, says the value is within it (Python asks the
+    right operand's reflected method first when its type subclasses the left's)."""
+
+    __hash__ = int.__hash__
+
+    def __ge__(self, other: object) -> bool:
+        return True
+
+    __gt__ = __ge__
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"le": _SaysItIsAbove(100)},
+        {"lt": _SaysItIsAbove(100)},
+        {"eq": _AlwaysStartsWith("/tmp/job")},
+        {"prefix": _AlwaysStartsWith("/tmp/")},
+        {"one_of": (_AlwaysStartsWith("/tmp/job"), "x")},
+    ],
+    ids=lambda fields: next(iter(fields)),
+)
+def test_a_constraint_built_directly_holds_its_values_as_plain_built_in_types(fields: dict[str, Any]) -> None:
+    # R53: Call and Constraint.of hold exact built-in types; Constraint(...) built directly kept
+    # a subclass, whose own comparison then decided: Constraint(le=...) allowed 10**6.
+    constraint = Constraint(**fields)
+    held = [v for v in (*constraint.to_dict().values(),) for v in (v if isinstance(v, list) else [v])]
+    assert all(type(v) in (str, int, float, bool) for v in held), held
+    assert not constraint.allows(10**6) and not constraint.allows("/etc/passwd")
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {},
+        {"le": "100"},
+        {"le": True},
+        {"le": math.nan},
+        {"ge": math.inf},
+        {"eq": [1]},
+        {"eq": None, "one_of": ()},
+        {"one_of": ["EUR"]},
+        {"one_of": ("EUR", None)},
+        {"prefix": 5},
+        {"prefix": "\ud800"},
+        {"eq": _ClaimsToBeText()},
+    ],
+    ids=lambda fields: ",".join(f"{k}={type(v).__name__}" for k, v in fields.items()) or "none",
+)
+def test_a_constraint_built_directly_refuses_what_constraint_of_refuses(fields: dict[str, Any]) -> None:
+    with pytest.raises(CapabilityError):
+        Constraint(**fields)

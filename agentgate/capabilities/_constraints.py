@@ -47,7 +47,39 @@ class Constraint:
     _normal: _Normal = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        self._check_fields()
         object.__setattr__(self, "_normal", self._normalize())
+
+    def _check_fields(self) -> None:
+        """Refuse (``CapabilityError``) what ``of`` refuses, also in a ``Constraint`` built
+        directly, and hold each value as its exact built-in type (``_plain``). Until review R53
+        only ``of`` checked: ``Constraint(le=x)`` kept an ``int`` subclass whose own comparison
+        then decided (Python asks a right operand's reflected method first when its type
+        subclasses the left's), so it could allow any amount; no operator at all was an
+        ``AssertionError``. Integers are not range-checked here (lint builds the domain bound
+        ``-(2**63)``); ``of`` bounds them as tokens do."""
+        where = "Constraint"
+        given = (("eq", self.eq), ("lt", self.lt), ("le", self.le), ("gt", self.gt), ("ge", self.ge))
+        if self.one_of is None and self.prefix is None and all(value is None for _, value in given):
+            raise CapabilityError(f"{where}: no operator given; use one of {', '.join(OPERATORS)}")
+        for op, value in (*given, ("prefix", self.prefix)):
+            if value is None:
+                continue
+            held = _held(value, where)
+            if op == "prefix" and type(held) is not str:
+                raise CapabilityError(f"{where}: 'prefix' takes a string")
+            if op not in ("eq", "prefix") and not _is_number(held):
+                raise CapabilityError(f"{where}: {op!r} takes a number, got {value!r:.60}")
+            if held is not value:
+                object.__setattr__(self, op, held)
+        one_of = self.one_of
+        if one_of is not None:
+            if type(one_of) is not tuple or not one_of or len(one_of) > MAX_SET_SIZE:
+                raise CapabilityError(
+                    f"{where}: 'one_of' takes a non-empty tuple of at most {MAX_SET_SIZE} values"
+                )
+            if not all(_held(v, where) is v for v in one_of):
+                object.__setattr__(self, "one_of", _distinct(one_of, where))
 
     @classmethod
     def of(cls, spec: Mapping[str, Any], where: str = "constraint") -> Constraint:
@@ -166,6 +198,20 @@ class Constraint:
 
     def __str__(self) -> str:
         return "&".join(f"{op}:{v}" for op, v in self.to_dict().items())
+
+
+def _held(value: object, where: str) -> Scalar:
+    """``value`` itself when it is already a value ``of`` would hold as it is (an exact built-in
+    scalar: Unicode text, a finite float), else ``_check_value``'s plain copy of it, or its
+    ``CapabilityError``. The first test is the common case, and costs a type lookup."""
+    kind = type(value)
+    if kind is int or kind is bool:
+        return value  # type: ignore[return-value]
+    if kind is str and str.isascii(value):  # type: ignore[arg-type]
+        return value  # type: ignore[return-value]
+    if kind is float and math.isfinite(value):  # type: ignore[arg-type]
+        return value  # type: ignore[return-value]
+    return _check_value(value, where)
 
 
 def intersects(a: Constraint, b: Constraint) -> bool:
