@@ -6,6 +6,7 @@ import hashlib
 import hmac
 import json
 import tracemalloc
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -24,6 +25,7 @@ from agentgate.authority import (
     delegate,
     issue,
     parse_chain,
+    record,
     verify_chain,
 )
 from agentgate.authority._encoding import b64url_decode, b64url_encode, canonical_json, sha256_hex
@@ -997,3 +999,42 @@ def test_every_capability_of_a_delegation_is_checked_not_only_the_first(repo: Gr
         ],
     )
     assert _decide(repo, BOB_KEY, forged, Call.tool("shell.run")) == (Outcome.DENY, "capability_widened")
+
+
+def _lying(chain: Chain, **fields: object) -> Chain:
+    """``chain`` with its tip's fields edited, its signed payload, signature and token kept."""
+    return Chain((*chain.links[:-1], replace(chain.tip, **fields)), chain.token)
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"expires": NOW + 3600},  # the parent's: the signed tip expired at NOW + 600
+        {"capabilities": (Capability.parse("tool:payments.refund?amount<=500&currency=EUR"),)},
+        {"audience": CAROL.did},
+        {"max_depth": 0},
+    ],
+    ids=lambda fields: next(iter(fields)),
+)
+def test_a_chain_object_whose_fields_are_not_its_tokens_is_refused_where_it_is_trusted(
+    fields: dict[str, object], tmp_path: Any
+) -> None:
+    """R53: ``verify_chain``, ``delegate`` and ``record`` read a ``Chain`` object's fields, never
+    its token's: a chain whose tip's expiry was edited verified after it expired, one whose
+    capabilities were widened let its holder sign a delegation wider than the signed grant, and
+    ``record`` stored the edited audience (which ``revoke_holder`` reads). Decisions already
+    verify from the token (``tip_mismatch``); these now refuse such an object the same way."""
+    chain = two_links()
+    lying = _lying(chain, **fields)
+    later = NOW + 1800 if "expires" in fields else NOW + 1
+    with pytest.raises(Denied, match="tip_mismatch"):
+        verify_chain(lying, ROOT.did, now=later)
+    with pytest.raises(Denied, match="tip_mismatch"):
+        delegate(lying, BOB, CAROL.did, ["tool:payments.refund?amount<=5&currency=EUR"], ttl=60, now=NOW + 1)
+    with SQLiteStore(tmp_path / "g.db") as store:
+        repo = GrantRepository(store)
+        with pytest.raises(Denied, match="tip_mismatch"):
+            record(repo, lying, now=NOW)
+        assert store.query("SELECT count(*) FROM agentgate_grants")[0][0] == 0
+        record(repo, chain, now=NOW)
+    assert verify_chain(chain, ROOT.did, now=NOW + 1) == chain

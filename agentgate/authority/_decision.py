@@ -25,7 +25,7 @@ from agentgate.authority._invocation import (
     Invocation,
     args_digest,
 )
-from agentgate.authority._operations import _now, _skew
+from agentgate.authority._operations import _now, _signed_chain, _skew
 from agentgate.authority._parsing import parse_chain
 from agentgate.authority._signatures import _anchors, verify_signature
 from agentgate.capabilities import (
@@ -759,7 +759,11 @@ def _proves_expired(token: object, grant_id: str, cut: int) -> bool:
 
 
 def record(repo: GrantRepository, chain: Chain, *, now: float | None = None) -> None:
-    """Remember every link of ``chain`` in the store, so that revocation by id can list descendants."""
+    """Remember every link of ``chain`` in the store, so that revocation by id can list descendants.
+
+    Raises ``Denied`` (``tip_mismatch``) for a ``Chain`` object whose links are not its token's:
+    a row records a grant's audience and expiry for good (``revoke_holder`` reads the audience)."""
+    chain = _signed_chain(chain)
     rows = [
         (link.id, link.parent, link.issuer, link.audience, link.expires, _encode_chain(chain.links[: i + 1]))
         for i, link in enumerate(chain.links)

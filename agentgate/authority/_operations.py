@@ -16,6 +16,7 @@ from typing import Any
 
 from agentgate._time import when
 from agentgate.authority._chain_findings import (
+    _OPACITY,
     _SCOPE,
     _TRUST,
     _finding,
@@ -165,6 +166,30 @@ def _as_chain(chain: Chain | str) -> Chain:
     return chain if isinstance(chain, Chain) else parse_chain(chain)
 
 
+def _signed_chain(chain: Chain | str) -> Chain:
+    """``chain`` as its token says it is: a token parsed, or a ``Chain`` object checked against
+    its own token. Raises ``Denied`` (``tip_mismatch``, as a decision refuses it) for an object
+    whose links are not the ones its token carries (fields edited, ``dataclasses.replace``, a
+    ``Chain`` built by hand), and ``TokenFormatError`` for a token that does not parse. For what
+    trusts the links' fields: ``verify_chain``, ``delegate``, ``record``. Until review R53 they read
+    an object's fields as given: an edited expiry verified after the signed grant expired, widened
+    capabilities were delegated, an edited audience was recorded (``revoke_holder`` reads it)."""
+    if not isinstance(chain, Chain):
+        return parse_chain(chain)
+    signed = parse_chain(chain.token)
+    if signed != chain:
+        raise error_for(
+            _finding(
+                _OPACITY,
+                "tip_mismatch",
+                "the chain's links are not the ones its token carries",
+                signed.tip,
+                "tip",
+            )
+        )
+    return signed
+
+
 def _caps(capabilities: Iterable[Capability | str]) -> list[Capability]:
     if isinstance(capabilities, str | Capability) or not isinstance(capabilities, Iterable):
         # One string would be read character by character, as capability 't'.
@@ -225,7 +250,7 @@ def delegate(
     ``holder`` is not the parent's audience or the delegation would cycle, ``Expired`` when the
     parent is no longer valid (expired, or starting more than ``DEFAULT_SKEW`` seconds from now).
     """
-    chain = _as_chain(parent)
+    chain = _signed_chain(parent)
     tip = chain.tip
     if _signing_key(holder, "the holder").did != tip.audience:
         raise error_for(
@@ -293,7 +318,7 @@ def verify_chain(
     ``TokenFormatError`` for malformed bytes, else the ``AuthorityError`` of the first finding.
     """
     skew = _skew(skew)
-    parsed = _as_chain(chain)
+    parsed = _signed_chain(chain)
     found = chain_finding(parsed, _anchors(trusted)) or time_finding(parsed, _now(now), skew)
     if found is not None:
         raise error_for(found)
