@@ -20,6 +20,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import threading
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -32,10 +33,12 @@ from nacl.signing import VerifyKey
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import StatusCode
 
 from agentgate.audit.report import render_report
 from agentgate.capabilities import Call
 from agentgate.cli.main import main
+from agentgate.errors import Denied, SchedulingError, ScopeCreep
 from agentgate.gate import Approval, Authorization, Gate
 from agentgate.keys import SigningKey
 from agentgate.policy import parse_policy
@@ -275,23 +278,53 @@ def _reconcile(entries: list[dict[str, Any]], store: Store) -> dict[int, dict[st
 
 
 def _span_links(exporter: InMemorySpanExporter, entries: list[dict[str, Any]]) -> set[int]:
-    """Each span's audit index names an entry of the span's decision and resource; the indexes."""
-    linked = set()
+    """Each span's audit index names an entry of the span's decision and resource, and each span
+    with a decision has one; the indexes. A grant entry (``agent:NAME``) is linked by the span
+    ``Gate.issue`` or ``Gate.delegate`` made, naming the entry's principal as issuer and the grant
+    the entry names (under LangGraph, the tool call that asked for it links it too); a call's span
+    ends as its first outcome says: ERROR for an ``error``, ``agentgate.outcome`` as recorded."""
+    outcomes: dict[int, dict[str, Any]] = {}
+    for entry in entries:
+        if entry["kind"] == "outcome":
+            outcomes.setdefault(entry["ref"], entry)
+    linked, granted = set(), set()
     for span in exporter.get_finished_spans():
         attributes = dict(span.attributes or {})
         if "agentgate.audit.index" not in attributes:
+            assert "agentgate.decision" not in attributes, (span.name, attributes)
             continue
         index = int(attributes["agentgate.audit.index"])
         entry = entries[index]
         assert entry["kind"] == attributes["agentgate.decision"], (span.name, entry)
         kind, _, name = entry["resource"].partition(":")
-        if kind == "agent":  # a delegation: the supervisor's tool call that asked for it
-            assert span.name == f"execute_tool ask_{name}", span.name
-            linked.add(index)
+        linked.add(index)
+        if kind == "agent":
+            if span.name.startswith("execute_tool "):  # the supervisor's tool call that asked for it
+                assert span.name == f"execute_tool ask_{name}", span.name
+                continue
+            action = attributes["agentgate.action"]
+            assert span.name == f"{action} agent:{name}" and action in ("issue", "delegate"), span.name
+            assert attributes["agentgate.resource"] == entry["resource"]
+            assert attributes["agentgate.grant.issuer"] == entry["principal"]
+            if action == "delegate":  # the entry names the grant delegated from
+                assert attributes.get("agentgate.grant.parent") == entry["chain_hash"]
+            if entry["kind"] == "allow":  # "issued grant ID to ..." / "delegated grant ID to ..."
+                words = entry["reasons"][0].split(" ")
+                assert words[0] == {"issue": "issued", "delegate": "delegated"}[action], entry
+                assert attributes["agentgate.capability.id"] == words[2]
+            granted.add(index)
             continue
         assert span.name == {"tool": f"execute_tool {name}", "model": f"chat {name}"}[kind]
         assert attributes.get("agentgate.capability.id") == entry["chain_hash"]
-        linked.add(index)
+        outcome = outcomes.get(index)
+        if entry["kind"] == "allow" and outcome is not None:
+            assert (span.status.status_code == StatusCode.ERROR) == (outcome["status"] == "error"), (
+                span.name,
+                outcome,
+            )
+            assert attributes.get("agentgate.outcome", outcome["status"]) == outcome["status"]
+    grants = {i for i in linked if entries[i]["resource"].startswith("agent:")}
+    assert grants <= granted, f"grant entries without their grant span: {sorted(grants - granted)}"
     return linked
 
 
@@ -374,10 +407,11 @@ def test_every_path_through_the_gate_reconciles_with_ledger_and_spans(store: Sto
 
         asyncio.run(cancelled())
         asyncio.run(timed_out())
+        gate.abandon(decide("allow", Call.tool("lookup", {"id": "a"})))  # allow, never run
         helper = gate.delegate(
             boss, name="helper", key=keys["helper"], capabilities=["tool:lookup"], ttl=timedelta(minutes=5)
         )
-        with pytest.raises(Exception, match="hand on"):
+        with pytest.raises(ScopeCreep, match="hand on"):
             gate.delegate(
                 boss,
                 name="helper",
@@ -385,6 +419,16 @@ def test_every_path_through_the_gate_reconciles_with_ledger_and_spans(store: Sto
                 capabilities=["tool:explode"],
                 ttl=timedelta(minutes=5),
             )
+        with pytest.raises(Denied, match="no identity"):  # a delegation from nobody
+            gate.delegate(
+                None,
+                name="helper",
+                key=keys["helper"],
+                capabilities=["tool:lookup"],
+                ttl=timedelta(minutes=5),
+            )
+        with pytest.raises(Denied, match="not a trust anchor"):  # an issue by a key rotated out
+            gate.issue(SigningKey(b"\x09" * 32), name="rogue", key=keys["helper"], role="helper")
         during = decide("allow", Call.tool("lookup", {"id": "r"}))
         gate.run(during, lambda: gate.revoke(boss, reason="revoked mid-run"))
         decide("deny", Call.tool("lookup", {"id": "z"}))  # revoked
@@ -405,12 +449,57 @@ def test_every_path_through_the_gate_reconciles_with_ledger_and_spans(store: Sto
         page = render_report(gate.audit.entries(), None, ())
         assert "Every allowed call has its outcome." in page
         statuses = Counter(e["status"] for e in entries if e["kind"] == "outcome")
-        assert statuses == {"ok": 6, "error": 5, "not_run": 1}
+        assert statuses == {"ok": 6, "error": 6, "not_run": 1}
         (overrun,) = [e for e in entries if any(r.startswith("overran") for r in e["reasons"])]
         assert overrun["budget_delta"] == 1200 and store.query("SELECT spent FROM budget_ledger") == [(1000,)]
-        assert _span_links(exporter, entries) == set(decided) - grants
+        assert _span_links(exporter, entries) == set(decided)
     finally:
         gate.close()
+
+
+def test_calls_settled_without_running_while_the_gate_closes_reconcile(tmp_path: Path) -> None:
+    """Allows that never run, refused by ``run`` once ``close`` began or abandoned, each have
+    their outcome and a span that says it, as calls that ran do."""
+    gate, exporter = _traced_gate(SQLiteStore(tmp_path / "agentgate.db"))
+    keys = _keys()
+    boss = gate.issue(keys["root"], name="boss", key=keys["boss"], role="boss")
+    first = gate.authorize(boss, Call.tool("lookup", {"id": "1"}))
+    late = gate.authorize(boss, Call.model("scripted", {}), tokens=(10, 10))
+    dropped = gate.authorize(boss, Call.tool("lookup", {"id": "2"}))
+    running, release = threading.Event(), threading.Event()
+
+    def slow() -> str:
+        running.set()
+        assert release.wait(30)
+        return "done"
+
+    caller = threading.Thread(target=lambda: gate.run(first, slow), daemon=True)
+    caller.start()
+    assert running.wait(30)
+    closer = threading.Thread(target=gate.close, daemon=True)
+    closer.start()
+    try:
+        for _ in range(3000):  # close() has begun: it now waits for the running call
+            if gate._closing:
+                break
+            threading.Event().wait(0.01)
+        with pytest.raises(SchedulingError):
+            gate.run(late, lambda: "late")
+        gate.abandon(dropped)
+    finally:
+        release.set()
+        closer.join(30)
+        caller.join(30)
+    store = SQLiteStore(tmp_path / "agentgate.db")
+    try:
+        entries = _read(store)
+        assert _reconcile(entries, store) == {}
+        statuses = {e["ref"]: e["status"] for e in entries if e["kind"] == "outcome"}
+        assert statuses == {first.audit_index: "ok", late.audit_index: "error", dropped.audit_index: "error"}
+        decided = {e["index"] for e in entries if e["kind"] in ("allow", "deny", "approval_required")}
+        assert _span_links(exporter, entries) == decided
+    finally:
+        store.close()
 
 
 # --- a process killed between a decision and its outcome ------------------------------------------
@@ -701,10 +790,7 @@ def test_a_langgraph_run_with_delegation_approval_and_pause_reconciles(tmp_path:
         statuses = Counter(e["status"] for e in entries if e["kind"] == "outcome")
         assert statuses["paused"] == 1 and statuses["error"] == 1
         decided = {e["index"] for e in entries if e["kind"] in ("allow", "deny", "approval_required")}
-        issued = {
-            e["index"] for e in entries if e["kind"] == "allow" and e["reasons"][0].startswith("issued")
-        }
-        assert _span_links(sweep.exporter, entries) == decided - issued
+        assert _span_links(sweep.exporter, entries) == decided
     finally:
         sweep.gate.close()
 
@@ -797,8 +883,8 @@ def test_gateway_requests_over_http_reconcile(tmp_path: Path) -> None:
         decisions = [e for e in calls if e["kind"] in ("allow", "deny", "approval_required")]
         assert len(decisions) == len(answers)  # one entry per request, unidentified callers' too
         assert Counter(e["status"] for e in calls if e["kind"] == "outcome") == {"ok": 2, "error": 2}
-        linked = _span_links(served.exporter, entries)
-        assert linked == {e["index"] for e in decisions}
+        linked = _span_links(served.exporter, entries)  # the grants' too
+        assert linked == {e["index"] for e in entries if e["kind"] in ("allow", "deny", "approval_required")}
     finally:
         gate.close()
 

@@ -22,11 +22,13 @@ from agentgate.audit.entry import redact
 from agentgate.audit.spans import (
     CAPTURE_CONTENT_ENV,
     MAX_CALL_ID_CHARS,
+    MAX_GRANT_RESOURCES,
     SCHEMA_URL,
     chat_span,
     decision_span,
     execute_tool_span,
     get_tracer,
+    grant_span,
     invoke_agent_span,
     record_decision,
     record_outcome,
@@ -210,6 +212,45 @@ def test_a_decision_on_another_resource_is_no_genai_span(
     )
     assert not any(key.startswith("gen_ai.") for key in span.attributes)
     assert span.status.status_code == StatusCode.ERROR
+
+
+def test_a_grant_span_names_its_grant_within_bounds_and_no_genai_operation(
+    tracer: Tracer, exporter: InMemorySpanExporter
+) -> None:
+    """A grant decision (``Gate.issue``, ``Gate.delegate``) is ``{action} agent:{name}``, as other
+    decisions on a resource that is no GenAI operation; the sub-agent's name and the capabilities
+    listed are the caller's, of any size, and are bounded as the call id is."""
+    resources = [f"tool:t{n % 40}" for n in range(100_000)]
+    with grant_span(
+        "delegate",
+        "helper" + "x" * 1_000_000,
+        issuer="did:key:zBoss",
+        audience="did:key:zHelper",
+        parent="g-parent",
+        resources=resources,
+        tracer=tracer,
+    ) as span:
+        record_decision(span, "allow", capability_id="g-child", audit_index=3)
+    with grant_span("issue", "boss", issuer="did:key:zRoot", audience="did:key:zBoss", tracer=tracer) as span:
+        record_decision(span, "deny", reason="not a trust anchor", audit_index=4)
+    made, refused = exporter.get_finished_spans()
+    resource = "agent:" + ("helper" + "x" * MAX_CALL_ID_CHARS)[:MAX_CALL_ID_CHARS]
+    assert made.name == f"delegate {resource}" and made.kind == SpanKind.INTERNAL
+    assert (
+        made.attributes["agentgate.resource"] == resource
+        and made.attributes["agentgate.action"] == "delegate"
+    )
+    assert made.attributes["agentgate.grant.issuer"] == "did:key:zBoss"
+    assert made.attributes["agentgate.grant.audience"] == "did:key:zHelper"
+    assert made.attributes["agentgate.grant.parent"] == "g-parent"
+    assert made.attributes["agentgate.grant.resources"] == tuple(resources[:MAX_GRANT_RESOURCES])
+    assert made.attributes["agentgate.capability.id"] == "g-child"
+    assert made.status.status_code == StatusCode.UNSET
+    assert not any(key.startswith("gen_ai.") for key in made.attributes)
+    assert refused.name == "issue agent:boss" and "agentgate.grant.parent" not in refused.attributes
+    assert "agentgate.grant.resources" not in refused.attributes
+    assert refused.status.status_code == StatusCode.ERROR
+    assert refused.attributes["error.type"] == "agentgate.denied"
 
 
 def test_configure_from_env_twice_keeps_the_installed_provider() -> None:

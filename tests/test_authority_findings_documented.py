@@ -229,6 +229,7 @@ def test_a_delegation_with_no_identity_names_the_no_chain_finding(desk: Desk) ->
 
 
 def test_a_call_with_no_identity_says_why_on_its_span_and_to_the_model(desk: Desk) -> None:
+    desk.spans.clear()  # the span of the agent's grant, issued by the fixture
     refused = desk.gate.authorize(None, Call.tool("lookup", {"id": "x"}))
     assert [f.code for f in refused.findings] == ["no_chain"]
     (span,) = desk.spans.get_finished_spans()

@@ -6,6 +6,7 @@ failed on the code before its fix."""
 from __future__ import annotations
 
 import asyncio
+import threading
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,9 @@ from opentelemetry.trace import StatusCode
 from test_observability import Sweep, _calls
 
 from agentgate.capabilities import Call
+from agentgate.errors import Denied, SchedulingError, ScopeCreep
 from agentgate.integrations.langgraph import ScriptedChatModel, create_gated_agent, delegation_tool
+from agentgate.keys import SigningKey
 
 scripted = test_observability.scripted  # the fixtures, shared
 sweep = test_observability.sweep
@@ -224,3 +227,139 @@ def test_a_tools_exception_text_is_not_kept_in_its_dead_letter(sweep: Sweep, tmp
     assert shown.returncode == 0, shown.stderr
     assert "RuntimeError" in shown.stdout
     assert "CANARY-PASSWORD" not in shown.stdout
+
+
+def _grant_spans(sweep: Sweep) -> list[ReadableSpan]:
+    return [s for s in sweep.exporter.get_finished_spans() if " agent:" in s.name]
+
+
+def test_a_grant_made_or_refused_directly_is_a_span_linked_to_its_entry(sweep: Sweep) -> None:
+    """``Gate.issue`` and ``Gate.delegate`` audited each grant and each refusal to make one, but
+    made no span: a trace showed nothing of who handed authority to whom, nor of a refused
+    delegation (ScopeCreep) or an issue by a key that is no trust anchor."""
+    gate, keys = sweep.gate, sweep.keys
+    helper = gate.delegate(
+        sweep.boss, name="helper", key=keys["helper"], capabilities=["tool:lookup"], ttl=timedelta(minutes=5)
+    )
+    with pytest.raises(ScopeCreep) as creep:
+        gate.delegate(
+            sweep.boss,
+            name="helper",
+            key=keys["helper"],
+            capabilities=["tool:vault"],
+            ttl=timedelta(minutes=5),
+        )
+    with pytest.raises(Denied) as untrusted:
+        gate.issue(SigningKey.generate(), name="rogue", key=keys["helper"], role="helper")
+    with pytest.raises(Denied) as nobody:
+        gate.delegate(
+            None, name="orphan", key=keys["helper"], capabilities=["tool:lookup"], ttl=timedelta(minutes=5)
+        )
+    issued, made, scoped, rogue, orphan = _grant_spans(sweep)
+    entries = list(gate.audit.entries())
+    for span, index, decision in (
+        (issued, sweep.boss.audit_index, "allow"),
+        (made, helper.audit_index, "allow"),
+        (scoped, creep.value.audit_index, "deny"),
+        (rogue, untrusted.value.audit_index, "deny"),
+        (orphan, nobody.value.audit_index, "deny"),
+    ):
+        attributes = dict(span.attributes or {})
+        assert index is not None and attributes["agentgate.audit.index"] == index, span.name
+        entry = entries[index]
+        assert attributes["agentgate.decision"] == entry.kind == decision
+        assert attributes["agentgate.resource"] == entry.resource and span.name.endswith(str(entry.resource))
+        assert attributes["agentgate.grant.issuer"] == entry.principal
+        if decision == "deny":
+            assert (
+                span.status.status_code == StatusCode.ERROR and attributes["error.type"] == "agentgate.denied"
+            )
+        else:
+            assert span.status.status_code == StatusCode.UNSET
+    assert issued.name == "issue agent:boss" and made.name == "delegate agent:helper"
+    assert dict(issued.attributes or {})["agentgate.capability.id"] == sweep.boss.grant_id
+    assert dict(issued.attributes or {})["agentgate.grant.audience"] == keys["boss"].did
+    made_attributes = dict(made.attributes or {})
+    assert made_attributes["agentgate.capability.id"] == helper.grant_id
+    assert (
+        made_attributes["agentgate.grant.parent"]
+        == sweep.boss.grant_id
+        == entries[helper.audit_index or 0].chain_hash
+    )
+    assert made_attributes["agentgate.grant.audience"] == keys["helper"].did
+    assert made_attributes["agentgate.grant.resources"] == ("tool:lookup",)
+    assert dict(scoped.attributes or {})["agentgate.grant.resources"] == ("tool:vault",)
+    exported = test_observability._span_bytes(sweep.exporter)
+    assert helper.chain.token not in exported and sweep.boss.chain.token not in exported
+
+
+def test_a_delegation_tools_grant_span_is_a_child_of_its_tool_span(sweep: Sweep) -> None:
+    """Under LangGraph the grant's span is the one ``Gate.delegate`` makes, under the supervisor's
+    ``execute_tool ask_helper`` span and above the sub-agent's run."""
+    _team(sweep).invoke({"messages": [{"role": "user", "content": "go"}]}, context=sweep.boss)
+    spans = list(sweep.exporter.get_finished_spans())
+    (made,) = [s for s in spans if s.name == "delegate agent:helper"]
+    assert _ancestors(made, spans)[0] == "execute_tool ask_helper"
+    (ask,) = [s for s in spans if s.name == "execute_tool ask_helper"]
+    assert (
+        dict(made.attributes or {})["agentgate.audit.index"]
+        == dict(ask.attributes or {})["agentgate.audit.index"]
+    )
+
+
+def test_an_allowed_call_that_never_runs_has_its_span_with_its_outcome(sweep: Sweep) -> None:
+    """An allow ended by ``Gate.abandon``, or refused at run time because the gate is closing, has
+    an ``error`` outcome in the audit log but had no span (a call's span was made as it ran)."""
+    gate = sweep.gate
+    dropped = gate.authorize(sweep.boss, Call.tool("lookup", {"id": "1"}), call_id="d1")
+    gate.abandon(dropped)
+    first = gate.authorize(sweep.boss, Call.tool("lookup", {"id": "2"}), call_id="d2")
+    late = gate.authorize(sweep.boss, Call.model("scripted", {}), tokens=(10, 10))
+    running, release = threading.Event(), threading.Event()
+
+    def slow() -> str:
+        running.set()
+        assert release.wait(30)
+        return "done"
+
+    caller = threading.Thread(target=lambda: gate.run(first, slow, call_id="d2"), daemon=True)
+    caller.start()
+    assert running.wait(30)
+    closer = threading.Thread(target=gate.close, daemon=True)
+    closer.start()
+    try:
+        for _ in range(3000):  # close() has begun: it now waits for the running call
+            if gate._closing:
+                break
+            threading.Event().wait(0.01)
+        with pytest.raises(SchedulingError):
+            gate.run(late, lambda: "late")
+    finally:
+        release.set()
+        closer.join(30)
+        caller.join(30)
+    by_index = {
+        dict(s.attributes or {}).get("agentgate.audit.index"): s for s in sweep.exporter.get_finished_spans()
+    }
+    for auth, name, error in (
+        (dropped, "execute_tool lookup", "CancelledError"),
+        (late, "chat scripted", "SchedulingError"),
+    ):
+        span = by_index[auth.audit_index]
+        attributes = dict(span.attributes or {})
+        assert span.name == name and attributes["agentgate.decision"] == "allow"
+        assert attributes["agentgate.outcome"] == "error" and attributes["error.type"] == error
+        assert span.status.status_code == StatusCode.ERROR
+
+
+def test_a_grant_handed_on_again_is_a_span_without_an_entry_of_its_own(sweep: Sweep) -> None:
+    """``Gate.delegate(call=...)`` hands the grant made for the same call on again, unaudited: its
+    span names the same grant and links no entry (the grant's is the one recorded when made)."""
+    asked: dict[str, Any] = {"name": "helper", "key": sweep.keys["helper"], "ttl": timedelta(minutes=5)}
+    first = sweep.gate.delegate(sweep.boss, capabilities=["tool:lookup"], call="t|1", **asked)
+    again = sweep.gate.delegate(sweep.boss, capabilities=["tool:lookup"], call="t|1", **asked)
+    assert again.grant_id == first.grant_id and again.audit_index is None
+    made, handed = (dict(s.attributes or {}) for s in _grant_spans(sweep)[1:])
+    assert made["agentgate.audit.index"] == first.audit_index and "agentgate.audit.index" not in handed
+    assert made["agentgate.capability.id"] == handed["agentgate.capability.id"] == first.grant_id
+    assert handed["agentgate.decision"] == "allow"

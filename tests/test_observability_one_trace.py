@@ -160,6 +160,7 @@ def test_an_agent_run_is_one_trace_down_to_the_inference_server(
     )
     agent = create_gated_agent(gate, name="boss", model=model, tools=sweep.tools())
     start = {"messages": [{"role": "user", "content": "go"}]}
+    sweep.exporter.clear()  # the span of the boss's grant, issued by the fixture: a trace of its own
     with gate.tracer.start_as_current_span("app", context=_upstream_context()) as app:
         if mode == "sync":
             result = agent.invoke(start, context=sweep.boss)
@@ -197,6 +198,7 @@ def test_a_refused_tool_call_and_an_approval_request_are_in_the_runs_trace(sweep
     )
     start = {"messages": [{"role": "user", "content": "go"}]}
     config = {"configurable": {"thread_id": f"refused-{mode}"}}
+    sweep.exporter.clear()  # the span of the boss's grant, issued by the fixture: a trace of its own
     with sweep.gate.tracer.start_as_current_span("app", context=_upstream_context()):
         if mode == "sync":
             agent.invoke(start, config, context=sweep.boss)

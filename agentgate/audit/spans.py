@@ -14,7 +14,13 @@ Followed: the GenAI agent, tool and model-call spans of OpenTelemetry semantic c
   ``gen_ai.provider.name``, and ``gen_ai.usage.input_tokens`` / ``output_tokens`` via
   ``record_usage``;
 - ``{action} {resource}`` (INTERNAL, ``decision_span``): a decision on another kind of resource
-  (``lease gpu:h100``), with ``agentgate.resource`` and ``agentgate.action`` and no ``gen_ai.*``.
+  (``lease gpu:h100``), with ``agentgate.resource`` and ``agentgate.action`` and no ``gen_ai.*``;
+- ``issue agent:{name}`` and ``delegate agent:{name}`` (INTERNAL, ``grant_span``): a grant decision
+  (``Gate.issue``, ``Gate.delegate``), the same form with ``agentgate.grant.issuer`` and
+  ``agentgate.grant.audience`` (dids), ``agentgate.grant.parent`` (the grant delegated from) and
+  ``agentgate.grant.resources`` (what the capabilities name); GenAI's ``create_agent`` is the
+  creation of an agent at a provider, not a grant of authority, so it is not used. The new
+  grant, once made, is ``agentgate.capability.id``; no token or key is recorded.
 
 ``record_decision`` adds ``agentgate.decision``, ``agentgate.policy.id``,
 ``agentgate.capability.id``, ``agentgate.chain.depth``, ``agentgate.budget.remaining`` and
@@ -23,7 +29,9 @@ evidence). A deny sets the span status to ERROR and ``error.type=agentgate.denie
 escaping a span sets ERROR and ``error.type`` to the exception's class name (its message is not
 exported), unless the span already records a deny (which it keeps, reasons and all) or an outcome
 (``record_outcome``: how the call ended, a pause included, which the exception only carries out).
-``record_outcome`` adds ``agentgate.outcome`` and marks a call that ran and failed ERROR. Allowed
+``record_outcome`` adds ``agentgate.outcome`` and marks a call that ran and failed ERROR (the
+``Gate`` also gives an allowed call that never runs, ``Gate.abandon`` or a run refused while it
+closes, its span, ended at once with the ``error`` outcome its audit entry records). Allowed
 calls that succeed keep the status UNSET, as the conventions ask of instrumentation libraries (OK
 is for applications to set).
 
@@ -37,7 +45,7 @@ import contextlib
 import importlib
 import json
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
@@ -56,6 +64,9 @@ MAX_CALL_ID_CHARS = 200
 """Most characters of a call id a span records: the id is the caller's (a model's tool call id,
 whatever its text) and has no bound of its own, and one oversized attribute can make an
 exporter's whole batch too large to send."""
+MAX_GRANT_RESOURCES = 32
+"""Most resources a grant's span lists (the first, each once): a delegation names as many
+capabilities as its caller passes, and each resource is at most 200 characters already."""
 _EXPORTERS = ("none", "console", "otlp")
 """The values ``configure_from_env`` reads in ``OTEL_TRACES_EXPORTER`` (any case)."""
 
@@ -168,6 +179,41 @@ def decision_span(resource: str, action: str, *, tracer: Tracer | None = None) -
     leases): ``{action} {resource}`` (INTERNAL) with ``agentgate.resource`` and
     ``agentgate.action``; no ``gen_ai.*`` attribute, since it is no GenAI operation."""
     attributes = {"agentgate.resource": resource, "agentgate.action": action}
+    with _span(f"{action} {resource}", SpanKind.INTERNAL, attributes, tracer) as span:
+        yield span
+
+
+@contextmanager
+def grant_span(
+    action: str,
+    name: str,
+    *,
+    issuer: str,
+    audience: str,
+    parent: str | None = None,
+    resources: Iterable[str] = (),
+    tracer: Tracer | None = None,
+) -> Iterator[Span]:
+    """A span for one grant decision: ``{action} agent:{name}`` (INTERNAL; ``action`` is
+    ``issue`` or ``delegate``), as ``decision_span`` makes for ``agent:{name}``, with the grant's
+    ``issuer`` and ``audience`` (dids), the ``parent`` grant it is delegated from, and the first
+    ``MAX_GRANT_RESOURCES`` distinct ``resources`` of its capabilities. ``name`` (the caller's,
+    of any length) is cut to ``MAX_CALL_ID_CHARS`` characters. The decision is
+    ``record_decision``'s: the new grant as ``capability_id``, or the refusal."""
+    resource = f"agent:{name[:MAX_CALL_ID_CHARS]}"
+    listed: dict[str, None] = {}
+    for named in resources:
+        if len(listed) == MAX_GRANT_RESOURCES:
+            break
+        listed[named] = None
+    attributes = {
+        "agentgate.resource": resource,
+        "agentgate.action": action,
+        "agentgate.grant.issuer": issuer,
+        "agentgate.grant.audience": audience,
+        "agentgate.grant.parent": parent,
+        "agentgate.grant.resources": list(listed) or None,
+    }
     with _span(f"{action} {resource}", SpanKind.INTERNAL, attributes, tracer) as span:
         yield span
 

@@ -8,10 +8,13 @@ import hashlib
 import threading
 import time
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
+from opentelemetry.trace import INVALID_SPAN, Span, Tracer
+
+from agentgate.audit.spans import grant_span, record_decision
 from agentgate.authority import (
     Authority,
     Budget,
@@ -34,7 +37,7 @@ from agentgate.findings import FindingKind
 from agentgate.gate._authorization import AgentIdentity, expect, listed, shown
 from agentgate.gate._checks import _IDENTITY, _IDENTITY_OR_NONE, _NO_CHAIN, _TEXT_OR_NONE, _finding
 from agentgate.gate._lock import _serialized
-from agentgate.gate._records import revocation_entry
+from agentgate.gate._records import recordable, revocation_entry
 from agentgate.keys import PublicKey, SigningKey
 from agentgate.policy import Policy, PolicyIndex, role_grant_template
 from agentgate.store import Transaction
@@ -102,10 +105,13 @@ class _Delegation:
     delegations: list[tuple[str, AgentIdentity]]
     _purge_at: float
     _parsed_delegated: dict[str, Chain]
+    tracer: Tracer
 
     if TYPE_CHECKING:  # what this part calls of the gate's other parts
 
         def _tenant_of(self, did: str) -> str: ...
+
+        def _untraced(self) -> bool: ...
 
         @contextmanager
         def _decision_transaction(self) -> Iterator[Transaction]: ...
@@ -131,33 +137,37 @@ class _Delegation:
         expect(key, SigningKey, "key", "the agent's own SigningKey")
         expect(role, str, "role", "a role name of the policy")
         if anchor.did not in self.authority.anchors:
-            message = f"{anchor.did} is not a trust anchor of this policy: it issues nothing"
-            refused = Denied(message)
-            refused.finding = _finding(FindingKind.AUTHORITY_CHAIN_OPACITY, "untrusted_root", message)
-            raise self._audited_refusal(refused, anchor.did, f"agent:{name}")
+            with self._grant_span("issue", name, anchor.did, key) as span:
+                message = f"{anchor.did} is not a trust anchor of this policy: it issues nothing"
+                refused = Denied(message)
+                refused.finding = _finding(FindingKind.AUTHORITY_CHAIN_OPACITY, "untrusted_root", message)
+                raise self._refused_on(span, self._audited_refusal(refused, anchor.did, f"agent:{name}"))
         template = role_grant_template(self.policy, role)
         budget = Budget(template.budget.limit, template.budget.unit) if template.budget else None
-        chain = issue(
-            anchor,
-            key.public,
-            template.capabilities,
-            ttl=template.ttl_s,
-            budget=budget,
-            max_depth=template.max_depth,
-            purpose=f"role {role}",
-        )
-        # A root grant is an act of authority like a delegation: the log shows who issued what to whom.
-        index = self._record_grant(
-            chain,
-            anchor.did,
-            chain.id,
-            f"agent:{name}",
-            f"issued grant {chain.id} to {name} ({key.did}) as role {role}: "
-            + ", ".join(str(c) for c in template.capabilities)
-            + f"; {template.ttl_s}s"
-            + (f"; budget {budget.amount} {budget.unit}" if budget is not None else ""),
-        )
-        return AgentIdentity(name, key, chain, tenant or self._tenant_of(key.did), index)
+        with self._grant_span("issue", name, anchor.did, key, template.capabilities) as span:
+            chain = issue(
+                anchor,
+                key.public,
+                template.capabilities,
+                ttl=template.ttl_s,
+                budget=budget,
+                max_depth=template.max_depth,
+                purpose=f"role {role}",
+            )
+            # A root grant is an act of authority like a delegation: the log shows who issued what to whom.
+            index = self._record_grant(
+                chain,
+                anchor.did,
+                chain.id,
+                f"agent:{name}",
+                f"issued grant {chain.id} to {name} ({key.did}) as role {role}: "
+                + ", ".join(str(c) for c in template.capabilities)
+                + f"; {template.ttl_s}s"
+                + (f"; budget {budget.amount} {budget.unit}" if budget is not None else ""),
+            )
+            return self._granted_on(
+                span, AgentIdentity(name, key, chain, tenant or self._tenant_of(key.did), index)
+            )
 
     @_serialized
     def delegate(
@@ -196,46 +206,104 @@ class _Delegation:
         resource = f"agent:{name}"
         purpose = f"sub-agent {name}" if call is None else f"sub-agent {name}; call {_call_tag(call)}"
         if parent is None:
-            refused = Denied("no identity in the run context: there is no grant to delegate from")
-            refused.finding = _NO_CHAIN
-            raise self._audited_refusal(refused, "unknown", resource)
-        tip = parent.chain.tip
-        seconds = max(1, min(int(ttl.total_seconds()), tip.expires - int(time.time())))
-        try:
-            # A revoked grant (or ancestor) hands nothing on, whatever its signature still says;
-            # nor does a chain whose root this policy no longer trusts (its anchor rotated out):
-            # every call on it would be refused ``untrusted_root``, as Gate.issue refuses.
-            self._refuse_revoked(parent)
-            self._refuse_untrusted(parent)
-            self._check_delegation_rule(parent, caps, seconds, budget)
-            if call is not None and (again := self._delegated_before(parent, key, caps, budget, purpose)):
-                return self._handed_on(parent, AgentIdentity(name, key, again, parent.tenant), again=True)
-            unit = tip.budget.unit if tip.budget else "usd_micros"
-            chain = delegate(
-                parent.chain,
-                parent.key,
-                key.public,
-                caps,
-                ttl=seconds,
-                budget=Budget(budget, unit) if budget is not None else None,
-                purpose=purpose,
+            with self._grant_span("delegate", name, "unknown", key, caps) as span:
+                refused = Denied("no identity in the run context: there is no grant to delegate from")
+                refused.finding = _NO_CHAIN
+                raise self._refused_on(span, self._audited_refusal(refused, "unknown", resource))
+        with self._grant_span("delegate", name, parent.did, key, caps, parent.grant_id) as span:
+            tip = parent.chain.tip
+            seconds = max(1, min(int(ttl.total_seconds()), tip.expires - int(time.time())))
+            try:
+                # A revoked grant (or ancestor) hands nothing on, whatever its signature still says;
+                # nor does a chain whose root this policy no longer trusts (its anchor rotated out):
+                # every call on it would be refused ``untrusted_root``, as Gate.issue refuses.
+                self._refuse_revoked(parent)
+                self._refuse_untrusted(parent)
+                self._check_delegation_rule(parent, caps, seconds, budget)
+                if call is not None and (again := self._delegated_before(parent, key, caps, budget, purpose)):
+                    child = AgentIdentity(name, key, again, parent.tenant)
+                    return self._granted_on(span, self._handed_on(parent, child, again=True))
+                unit = tip.budget.unit if tip.budget else "usd_micros"
+                chain = delegate(
+                    parent.chain,
+                    parent.key,
+                    key.public,
+                    caps,
+                    ttl=seconds,
+                    budget=Budget(budget, unit) if budget is not None else None,
+                    purpose=purpose,
+                )
+                index = self._record_grant(
+                    chain,
+                    parent.did,
+                    parent.grant_id,
+                    resource,
+                    f"delegated grant {chain.id} to {name} ({key.did}): "
+                    + ", ".join(str(c) for c in caps)
+                    + f"; {seconds}s"
+                    # The budget the child carries: the one given, else its parent's, whole.
+                    + (
+                        f"; budget {held.amount} {held.unit}"
+                        if (held := chain.tip.budget) is not None
+                        else ""
+                    ),
+                    parent=parent,
+                )
+            except AuthorityError as exc:
+                self._refused_on(span, self._audited_refusal(exc, parent.did, resource, parent.grant_id))
+                raise
+            child = AgentIdentity(name, key, chain, parent.tenant, index)
+            return self._granted_on(span, self._handed_on(parent, child))
+
+    def _grant_span(
+        self,
+        action: str,
+        name: str,
+        issuer: str,
+        key: SigningKey,
+        caps: Iterable[Capability] = (),
+        parent: str | None = None,
+    ) -> AbstractContextManager[Span]:
+        """The span of one grant decision (``grant_span``); none while nothing could record it,
+        as for calls (``_untraced``)."""
+        if self._untraced():
+            return nullcontext(INVALID_SPAN)
+        return grant_span(
+            action,
+            recordable(name),
+            issuer=issuer,
+            audience=key.did,
+            parent=parent,
+            resources=(c.resource for c in caps),
+            tracer=self.tracer,
+        )
+
+    def _granted_on(self, span: Span, granted: AgentIdentity) -> AgentIdentity:
+        """``granted``, its grant recorded on ``span`` as an ``allow`` with its audit entry's index
+        (none for a grant handed on again: its entry is the one recorded when it was made)."""
+        if span.is_recording():
+            record_decision(
+                span,
+                "allow",
+                policy_id=self.policy.digest or None,
+                capability_id=granted.grant_id,
+                chain_depth=len(granted.chain.links),
+                audit_index=granted.audit_index,
             )
-            index = self._record_grant(
-                chain,
-                parent.did,
-                parent.grant_id,
-                resource,
-                f"delegated grant {chain.id} to {name} ({key.did}): "
-                + ", ".join(str(c) for c in caps)
-                + f"; {seconds}s"
-                # The budget the child carries: the one given, else its parent's, whole.
-                + (f"; budget {held.amount} {held.unit}" if (held := chain.tip.budget) is not None else ""),
-                parent=parent,
+        return granted
+
+    def _refused_on(self, span: Span, refused: AuthorityError) -> AuthorityError:
+        """``refused`` (audited), recorded on ``span`` as a ``deny`` with its entry's index and its
+        message (200 characters at most) as the span's description."""
+        if span.is_recording():
+            record_decision(
+                span,
+                "deny",
+                policy_id=self.policy.digest or None,
+                audit_index=refused.audit_index,
+                reason=recordable(str(refused))[:200],
             )
-        except AuthorityError as exc:
-            self._audited_refusal(exc, parent.did, resource, parent.grant_id)
-            raise
-        return self._handed_on(parent, AgentIdentity(name, key, chain, parent.tenant, index))
+        return refused
 
     def _delegated_before(
         self, parent: AgentIdentity, key: SigningKey, caps: list[Capability], budget: int | None, purpose: str

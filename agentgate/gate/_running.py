@@ -292,6 +292,7 @@ class _Running:
                 return
             if not self._outcomes_closed:  # close() flushes after this, under the same lock
                 self._settle(auth, "error", "SchedulingError", None, started=False)
+        self._not_run_span(auth, "SchedulingError")
         raise SchedulingError(f"{auth.call.resource}: the gate is closed; the call was not run")
 
     def _end_run(self, auth: Authorization, loop: asyncio.AbstractEventLoop | None = None) -> None:
@@ -317,9 +318,14 @@ class _Running:
         installed: nothing could record it (the current span, and so the context a tool sees,
         stays what it was). A provider installed later is used from the next call on.
         """
-        if self._global_tracer and isinstance(trace.get_tracer_provider(), ProxyTracerProvider):
+        if self._untraced():
             return nullcontext(INVALID_SPAN)
         return self._open_span(auth, call_id)
+
+    def _untraced(self) -> bool:
+        """Whether nothing could record a span: the gate traces through the global tracer and no
+        tracer provider is installed. Its spans are then not made at all (``_span``)."""
+        return self._global_tracer and isinstance(trace.get_tracer_provider(), ProxyTracerProvider)
 
     @contextmanager
     def _open_span(self, auth: Authorization, call_id: str | None) -> Iterator[Span]:
@@ -388,17 +394,29 @@ class _Running:
     def abandon(self, auth: Authorization, why: str = NOT_STARTED_DETAIL) -> None:
         """Settle an allow whose call will never run (its caller was cancelled between the
         decision and the run): an ``error`` outcome saying ``why``, its reservation released, a
-        once-only call left as not run (a resumed run runs it). The allow cannot be used after.
+        once-only call left as not run (a resumed run runs it), and the call's span, ERROR with
+        ``error.type=CancelledError``. The allow cannot be used after.
 
         Raises ``Denied`` for a refusal or an allow already used (``run``, ``arun``, ``abandon``),
         ``InputError`` for an ``auth`` that is not an ``Authorization``.
         """
         self._check_allowed(auth)
         with self._runs_changed:
-            if not self._outcomes_closed:  # close() flushes after this, under the same lock
+            lost = self._outcomes_closed
+            if not lost:  # close() flushes after this, under the same lock
                 self._settle(auth, "error", f"CancelledError: {why}", None, started=False)
-                return
-        _outcome_lost(auth)
+        self._not_run_span(auth, "CancelledError")
+        if lost:
+            _outcome_lost(auth)
+
+    def _not_run_span(self, auth: Authorization, error_type: str) -> None:
+        """The span of an allowed call settled without running (``abandon``, a ``run`` refused once
+        ``close`` began): the call's span with its decision, ended at once with the ``error``
+        outcome its audit entry records and ``error.type`` the exception's class name (the
+        spans of calls that run are made as they run)."""
+        with self._span(auth) as span:
+            if span.is_recording():
+                record_outcome(span, "error", error_type=error_type)
 
     def _finish(
         self,
