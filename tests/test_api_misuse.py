@@ -249,6 +249,21 @@ def test_issue_refuses_a_name_or_tenant_that_is_not_text(world: World, extra: di
     assert isinstance(error, InputError)
 
 
+@pytest.mark.parametrize("verb", ["issue", "delegate"])
+def test_a_name_that_is_not_valid_unicode_is_refused_naming_the_name(world: World, verb: str) -> None:
+    """A name with a lone surrogate (a hostile model's text) failed only when the grant's purpose
+    was signed (``TokenFormatError``: "value cannot be encoded canonically", not naming ``name``)
+    or its audit entry encoded, after the grant's span had begun."""
+
+    def misuse(w: World) -> object:
+        if verb == "issue":
+            return w.gate.issue(w.keys["root"], name="sub\ud800", key=w.keys["helper"], role="worker")
+        return _delegate(w, name="sub\ud800")
+
+    error = _typed_and_nothing_written(world, misuse)
+    assert type(error) is InputError and "name must be valid Unicode text" in str(error)
+
+
 @pytest.mark.parametrize("ttl", [timedelta(0), timedelta(seconds=-60)], ids=["zero", "negative"])
 def test_delegate_refuses_a_ttl_that_is_not_positive(world: World, ttl: timedelta) -> None:
     error = _typed_and_nothing_written(

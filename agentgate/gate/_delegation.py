@@ -58,20 +58,32 @@ def _call_tag(call: str) -> str:
     return hashlib.sha256(call.encode("utf-8", "surrogatepass")).hexdigest()[:32]
 
 
+def _unicode(text: str) -> bool:
+    """Whether ``text`` is valid Unicode (no lone surrogate), as a grant's purpose and an audit
+    entry hold it: an agent's name is signed into the one and recorded in the other."""
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _delegation_terms(
     name: object, key: object, capabilities: object, ttl: object, budget: object
 ) -> list[Capability]:
     """The capabilities of a delegation to ``key`` under ``name``, once its terms are checked
     (``Gate.delegate``, and ``delegation_tool`` when it is made): ``InputError`` naming the
-    parameter for a name that is not non-empty text, a key that is not a ``SigningKey``, a
-    ``ttl`` that is not a positive ``timedelta``, a budget that is not a non-negative whole
-    number or ``None``; ``CapabilityError`` (an ``InputError``) for a capability that does not
-    parse, and naming ``capabilities`` for one string (refused, not read character by
-    character) or anything else that is not a list."""
+    parameter for a name that is not non-empty, valid Unicode text (a lone surrogate), a key
+    that is not a ``SigningKey``, a ``ttl`` that is not a positive ``timedelta``, a budget that
+    is not a non-negative whole number or ``None``; ``CapabilityError`` (an ``InputError``) for
+    a capability that does not parse, and naming ``capabilities`` for one string (refused, not
+    read character by character) or anything else that is not a list."""
     if not isinstance(name, str) or not name:
         raise InputError(
             f"a sub-agent's name must be non-empty text, got {shown(name) if name != '' else 'empty text'}"
         )
+    if not _unicode(name):
+        raise InputError(f"a sub-agent's name must be valid Unicode text, got {name[:80]!r}")
     expect(key, SigningKey, "key", "the sub-agent's own SigningKey")
     if not isinstance(ttl, timedelta) or ttl <= timedelta(0):
         raise InputError(f"a delegation's ttl is a positive timedelta, got {shown(ttl)}")
@@ -123,16 +135,19 @@ class _Delegation:
         """A root grant from ``anchor`` (a trust anchor) to ``key`` holding exactly what ``role`` allows.
 
         The grant is recorded with its audit entry (an ``allow`` on ``agent:NAME`` by the anchor)
-        in one transaction. Raises ``InputError`` for a ``name`` that is not non-empty text (or a
-        ``tenant`` that is not text, an ``anchor`` or ``key`` that is not a ``SigningKey``, a
-        ``role`` that is not text), ``PolicyError`` for an unknown role, ``Denied`` (audited, as a
-        refused delegation) for an ``anchor`` that is not one of this Gate's trust anchors (a key
-        rotated out of the policy): every call on such a grant would be refused ``untrusted_root``.
+        in one transaction. Raises ``InputError`` for a ``name`` that is not non-empty, valid
+        Unicode text (or a ``tenant`` that is not text, an ``anchor`` or ``key`` that is not a
+        ``SigningKey``, a ``role`` that is not text), ``PolicyError`` for an unknown role,
+        ``Denied`` (audited, as a refused delegation) for an ``anchor`` that is not one of this
+        Gate's trust anchors (a key rotated out of the policy): every call on such a grant would
+        be refused ``untrusted_root``.
         """
         if not isinstance(name, str) or not name or not isinstance(tenant, str | None):
             raise InputError(
                 f"an agent's name is non-empty text, and its tenant text: got {name!r}, {tenant!r}"
             )
+        if not _unicode(name):
+            raise InputError(f"an agent's name must be valid Unicode text, got {name[:80]!r}")
         expect(anchor, SigningKey, "anchor", "the trust anchor's SigningKey")
         expect(key, SigningKey, "key", "the agent's own SigningKey")
         expect(role, str, "role", "a role name of the policy")
