@@ -293,13 +293,21 @@ def test_a_grant_made_or_refused_directly_is_a_span_linked_to_its_entry(sweep: S
     assert helper.chain.token not in exported and sweep.boss.chain.token not in exported
 
 
-def test_a_delegation_tools_grant_span_is_a_child_of_its_tool_span(sweep: Sweep) -> None:
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_delegation_tools_grant_span_is_a_child_of_its_tool_span(sweep: Sweep, mode: str) -> None:
     """Under LangGraph the grant's span is the one ``Gate.delegate`` makes, under the supervisor's
-    ``execute_tool ask_helper`` span and above the sub-agent's run."""
-    _team(sweep).invoke({"messages": [{"role": "user", "content": "go"}]}, context=sweep.boss)
+    ``execute_tool ask_helper`` span (async: on the worker thread the decision runs on), before
+    the sub-agent's run."""
+    start = {"messages": [{"role": "user", "content": "go"}]}
+    if mode == "sync":
+        _team(sweep).invoke(start, context=sweep.boss)
+    else:
+        asyncio.run(_team(sweep).ainvoke(start, context=sweep.boss))
     spans = list(sweep.exporter.get_finished_spans())
     (made,) = [s for s in spans if s.name == "delegate agent:helper"]
     assert _ancestors(made, spans)[0] == "execute_tool ask_helper"
+    (run,) = [s for s in spans if s.name == "invoke_agent helper"]
+    assert _ancestors(run, spans)[0] == "execute_tool ask_helper"  # after the grant, not in it
     (ask,) = [s for s in spans if s.name == "execute_tool ask_helper"]
     assert (
         dict(made.attributes or {})["agentgate.audit.index"]
