@@ -16,7 +16,7 @@ import binascii
 import hashlib
 import math
 import struct
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 CHARS_PER_TOKEN = 4
 """Characters per estimated token."""
@@ -60,17 +60,30 @@ def estimate_prompt_tokens(messages: Iterable[Mapping[str, object]]) -> int:
     for message in messages:
         content = message.get("content")
         if isinstance(content, list):
-            parts = []
-            for part in content:
-                tokens = media_part_tokens(part) if isinstance(part, Mapping) else None
-                if tokens is None:
-                    parts.append(part)
-                else:
-                    media += tokens
+            parts, tokens = split_media(content)
             if len(parts) < len(content):
+                media += tokens
                 message = {**message, "content": parts}
         kept.append(message)
     return estimate_tokens(prompt_text(kept)) + media
+
+
+def split_media(
+    content: Iterable[object], tokens_of: Callable[[Mapping[str, object]], int | None] | None = None
+) -> tuple[list[object], int]:
+    """The parts of a message's ``content`` that carry no media, and the tokens of those that do,
+    each at ``tokens_of(part)`` (``media_part_tokens`` unless given; ``None`` for a part that is
+    counted by its characters)."""
+    count = media_part_tokens if tokens_of is None else tokens_of
+    kept: list[object] = []
+    media = 0
+    for part in content:
+        tokens = count(part) if isinstance(part, Mapping) else None
+        if tokens is None:
+            kept.append(part)
+        else:
+            media += tokens
+    return kept, media
 
 
 def media_part_tokens(part: Mapping[str, object]) -> int | None:

@@ -27,7 +27,13 @@ from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.types import Command, interrupt
 
 from agentgate.capabilities import MAX_NAME_LENGTH, Call
-from agentgate.dispatch.prefix import CHARS_PER_TOKEN, IMAGE_TOKENS, audio_tokens, media_part_tokens
+from agentgate.dispatch.prefix import (
+    CHARS_PER_TOKEN,
+    IMAGE_TOKENS,
+    audio_tokens,
+    media_part_tokens,
+    split_media,
+)
 from agentgate.errors import (
     AgentGateError,
     AuthorityError,
@@ -835,14 +841,7 @@ def _sent_chars(message: BaseMessage) -> int:
     content: object = message.content
     media = 0
     if isinstance(content, list):
-        kept = []
-        for part in content:
-            tokens = _media_tokens(part) if isinstance(part, Mapping) else None
-            if tokens is None:
-                kept.append(part)
-            else:
-                media += tokens
-        content = kept
+        content, media = split_media(content, _media_tokens)
     size = len(str(content)) + media * CHARS_PER_TOKEN
     for call in getattr(message, "tool_calls", None) or ():
         with contextlib.suppress(orjson.JSONEncodeError, TypeError):
