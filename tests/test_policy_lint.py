@@ -1,4 +1,4 @@
-"""The policy linter (agentgate/policy/_lint.py): the examples lint clean, every rule reports
+"""The policy linter (the package agentgate/policy/_lint/): the examples lint clean, every rule reports
 located, fixable findings of its own kind, and an approval gate is judged by what it guards (a gate
 on a model call or a declared argument is no error, a gate on an undeclared resource is told what
 to name, a rule's bounds decide whether a sibling tool is a path around the gate)."""

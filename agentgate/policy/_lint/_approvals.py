@@ -1,0 +1,284 @@
+"""Lint rules on approval gates: a wildcard rule that reaches sibling tools taking the same
+arguments that no gate stops (scope_creep), an agent named as an approver
+(implicit_trust_inheritance), and a gate on a resource or an argument nothing declares
+(authority_chain_opacity).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Iterator, Mapping, Sequence
+
+from agentgate.capabilities import Capability, Constraint, Scalar, attenuates, intersects, pattern_matches
+from agentgate.findings import Finding
+from agentgate.policy._index import _comparable, wild_ancestors
+from agentgate.policy._lint._common import (
+    INHERIT,
+    OPAQUE,
+    SCOPE,
+    LintRule,
+    _declared,
+    _fits,
+    _greatest_integer,
+    _least_integer,
+    _named_patterns,
+    _tools_by_pattern,
+    _tools_named,
+    _type_can_satisfy,
+)
+from agentgate.policy._load import Policy, RuleRef
+from agentgate.policy._schema import Argument
+
+
+def _by_pattern(resources: list[str]) -> dict[str, list[str]]:
+    """Every wildcard pattern that names one of ``resources`` -> those it names, in order."""
+    out: dict[str, list[str]] = {}
+    for resource in resources:
+        for pattern in wild_ancestors(resource):
+            out.setdefault(pattern, []).append(resource)
+    return out
+
+
+class ApprovalGateBypass(LintRule):
+    code = "approval_gate_bypass"
+    kind = SCOPE
+    hint = "widen the gate's resource pattern to the sibling tools, or narrow the rule to the gated tool"
+
+    def check(self, policy: Policy) -> Iterator[Finding]:
+        declared = _declared(policy)
+        # What each pattern names, and the wildcard rules by pattern, by lookup: matching every
+        # gate, rule and sibling against every declared tool made this check cost gates x rules
+        # x tools (minutes for a policy of a few thousand of each).
+        by_pattern = _by_pattern(declared)
+        guarded = _gated_tools(policy, by_pattern, set(declared))
+        gates_on: dict[str, list[str]] = {}  # tool -> the gates that guard it
+        for g, named in guarded.items():
+            for r in named:
+                gates_on.setdefault(r, []).append(g)
+        wild_rules = _wildcard_rules(policy)
+        for gname, gate in policy.document.approvals.items():
+            gated = guarded[gname]
+            if not gated:
+                continue
+            reaching = _rules_reaching(gated, wild_rules)
+            if not reaching:
+                continue
+            for rule, around in _paths_around(policy, gname, gated, reaching, by_pattern, gates_on):
+                yield self.finding(
+                    policy,
+                    f"{rule} reaches {', '.join(sorted(around))}, which take the same arguments as "
+                    f"{gate.resource} but pass no approval gate {gname}",
+                    rule.line,
+                )
+
+
+def _gated_tools(
+    policy: Policy, by_pattern: Mapping[str, Sequence[str]], known: set[str]
+) -> dict[str, set[str]]:
+    """The declared tools each approval gate guards, by gate name."""
+    return {
+        g: set(by_pattern.get(spec.resource, ())) if spec.resource.endswith("*") else {spec.resource} & known
+        for g, spec in policy.document.approvals.items()
+    }
+
+
+def _wildcard_rules(policy: Policy) -> dict[str, list[tuple[int, int, RuleRef]]]:
+    """The rules whose resource is a wildcard pattern, by pattern, each with its role's position
+    and its index (the order the policy lists them in)."""
+    wild_rules: dict[str, list[tuple[int, int, RuleRef]]] = {}
+    for position, role in enumerate(policy.document.roles):
+        for rule in policy.rules.get(role, ()):
+            if rule.capability.resource.endswith("*"):
+                wild_rules.setdefault(rule.capability.resource, []).append((position, rule.index, rule))
+    return wild_rules
+
+
+def _rules_reaching(
+    gated: set[str], wild_rules: Mapping[str, list[tuple[int, int, RuleRef]]]
+) -> list[tuple[int, int, RuleRef]]:
+    """The wildcard rules that reach a tool in ``gated``, in the order the policy lists them."""
+    return sorted(
+        (found for pattern in _named_patterns(sorted(gated)) for found in wild_rules.get(pattern, ())),
+        key=lambda found: found[:2],
+    )
+
+
+def _paths_around(
+    policy: Policy,
+    gname: str,
+    gated: set[str],
+    reaching: Sequence[tuple[int, int, RuleRef]],
+    by_pattern: Mapping[str, Sequence[str]],
+    gates_on: Mapping[str, list[str]],
+) -> Iterator[tuple[RuleRef, list[str]]]:
+    """Each rule of ``reaching`` with the sibling tools it opens around gate ``gname``: tools that
+    take the same arguments, that no other gate stops, and on which the rule admits a call the gate
+    would stop."""
+    tools = policy.document.tools
+    gate = policy.document.approvals[gname]
+    # A sibling takes "the same arguments" when it declares those the gate looks at, or,
+    # for a gate on every call, those of a tool the gate guards.
+    looked_at = (
+        {frozenset(gate.when)}
+        if gate.when
+        else {frozenset(tools[r.removeprefix("tool:")].args) for r in gated if r.startswith("tool:")}
+    )
+    sibling: dict[str, bool] = {}  # tool -> whether it takes the same arguments and no gate stops it
+    conditions = policy.gate_conditions.get(gname, ())
+    for _position, _index, rule in reaching:
+        # A sibling is a path around the gate only for the calls the rule admits on
+        # it that the gate would stop: `amount <= 500` does not get around `amount > 500`.
+        around = []
+        for r in by_pattern.get(rule.capability.resource, ()):
+            open_path = sibling.get(r)
+            if open_path is None:
+                # A tool that another gate stops on every call this one stops is no path
+                # around it (asked of the gates on that tool only, not of every gate).
+                open_path = sibling[r] = (
+                    r not in gated
+                    and r.startswith("tool:")
+                    and any(args <= tools[r.removeprefix("tool:")].args.keys() for args in looked_at)
+                    and not any(
+                        other != gname and _applies_whenever(policy, other, gname)
+                        for other in gates_on.get(r, ())
+                    )
+                )
+            if open_path and _admits_gated_call(
+                rule.capability, conditions, tools[r.removeprefix("tool:")].args
+            ):
+                around.append(r)
+        if around:
+            yield rule, around
+
+
+def _applies_whenever(policy: Policy, gate: str, than: str) -> bool:
+    """Whether approval gate ``gate`` applies to every call gate ``than`` applies to: each of its
+    conditions is one ``than`` sets too, at least as narrowly (a call missing the argument, or
+    giving a value it cannot compare, needs approval from both)."""
+    conditions = dict(policy.gate_conditions.get(than, ()))
+    return all(
+        arg in conditions and _within(conditions[arg], condition)
+        for arg, condition in policy.gate_conditions.get(gate, ())
+    )
+
+
+@functools.lru_cache(maxsize=4096)
+def _within(inner: Constraint, outer: Constraint) -> bool:
+    """Whether every value ``inner`` admits, ``outer`` admits too."""
+    return attenuates(
+        Capability("tool:x", "invoke", (("v", outer),)), Capability("tool:x", "invoke", (("v", inner),))
+    )
+
+
+def _admits_gated_call(
+    rule: Capability, conditions: tuple[tuple[str, Constraint], ...], args: Mapping[str, Argument]
+) -> bool:
+    """Whether ``rule`` admits a call on a tool declaring ``args`` that a gate with ``conditions``
+    would stop: each argument the rule constrains is declared and can take a value of its type
+    that the rule admits, and on each argument the gate looks at, some such value meets the
+    condition. An argument the rule leaves open may take any value, or none (a gate without
+    conditions stops every call)."""
+    admitted: dict[str, Constraint] = {}
+    for arg, constraint in rule.constraints:
+        typed = _of_type(constraint, args[arg].type) if arg in args else None
+        if typed is None:
+            return False  # the tool refuses every call the rule admits
+        admitted[arg] = typed
+    return all(
+        arg not in admitted or _condition_may_hold(admitted[arg], condition, args[arg].type)
+        for arg, condition in conditions
+    )
+
+
+# A value of each declared type: whether a gate's condition can compare a value depends on its type only.
+_OF_TYPE: dict[str, Scalar] = {"string": "", "integer": 0, "number": 0, "boolean": False}
+
+
+def _condition_may_hold(admitted: Constraint, condition: Constraint, kind: str) -> bool:
+    """Whether some value of the declared ``kind`` that ``admitted`` allows makes a gate's
+    ``condition`` hold: it satisfies it, or is one the condition cannot compare (the gate then
+    applies: fail closed, as in ``PolicyIndex``)."""
+    if not _comparable(condition, _OF_TYPE[kind]):
+        return True
+    typed = _of_type(condition, kind)
+    return typed is not None and intersects(admitted, typed)
+
+
+def _of_type(constraint: Constraint, kind: str) -> Constraint | None:
+    """The values of the declared ``kind`` that ``constraint`` allows, as a constraint, or ``None``
+    when there is none. Integers are the whole numbers within the bounds, closed, so that two
+    such constraints intersect exactly when an integer satisfies both."""
+    if constraint.is_empty:
+        return None
+    listed = ((constraint.eq,) if constraint.eq is not None else ()) + (constraint.one_of or ())
+    if listed:
+        kept = tuple(v for v in listed if _fits(kind, v) and constraint.allows(v))
+        return Constraint(one_of=kept) if kept else None
+    if not _type_can_satisfy(kind, constraint):
+        return None
+    if kind == "integer":
+        lo, hi = _least_integer(constraint), _greatest_integer(constraint)
+        return Constraint(ge=None if math.isinf(lo) else lo, le=None if math.isinf(hi) else hi)
+    return constraint
+
+
+class AgentApproves(LintRule):
+    code = "agent_approves"
+    kind = INHERIT
+    hint = "name human principals as approvers; an approval gate is a person's sign-off"
+
+    def check(self, policy: Policy) -> Iterator[Finding]:
+        principals = policy.document.principals
+        for gname, gate in policy.document.approvals.items():
+            for i, approver in enumerate(gate.approvers):
+                if principals[approver].kind == "agent" and approver not in gate.approvers[:i]:
+                    yield self.finding(
+                        policy,
+                        f"approval gate {gname} names agent {approver} as an approver: its sign-off lets "
+                        f"an agent's decision through where a person's was asked for",
+                        policy.line_of("approvals", gname, "approvers", i),
+                    )
+
+
+class GateOnUndeclaredArgument(LintRule):
+    code = "gate_on_undeclared_argument"
+    kind = OPAQUE
+    hint = "name an argument the guarded tool declares"
+
+    def check(self, policy: Policy) -> Iterator[Finding]:
+        document = policy.document
+        tools = document.tools
+        by_pattern = _tools_by_pattern(policy)
+        for gname, gate in document.approvals.items():
+            kind = gate.resource.partition(":")[0]
+            if kind in ("model", "gpu"):
+                # Model and GPU calls have the arguments agentgate gives them (max_tokens,
+                # priority; count), declared nowhere: the gate must name a declared model or type.
+                declared = document.models if kind == "model" else document.gpus
+                if not any(pattern_matches(gate.resource, f"{kind}:{n}") for n in declared):
+                    yield self.finding(
+                        policy,
+                        f"approval gate {gname} guards {gate.resource}, which names no declared "
+                        + ("model" if kind == "model" else "GPU type"),
+                        policy.line_of("approvals", gname, "resource"),
+                        hint=f"make the gate's resource name a {kind} declared under {kind}s:",
+                    )
+                continue
+            names = _tools_named(gate.resource, tools, by_pattern)
+            if not names:
+                yield self.finding(
+                    policy,
+                    f"approval gate {gname} guards {gate.resource}, which names no declared tool",
+                    policy.line_of("approvals", gname, "resource"),
+                    hint="make the gate's resource name a tool declared under tools:",
+                )
+                continue
+            for name in names:
+                missing = sorted(a for a in gate.when if a not in tools[name].args)
+                if missing:
+                    yield self.finding(
+                        policy,
+                        f"approval gate {gname} looks at {', '.join(missing)}, which tool:{name} does not declare",
+                        policy.line_of("approvals", gname, "when"),
+                    )

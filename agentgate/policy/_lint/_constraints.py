@@ -1,0 +1,152 @@
+"""Lint rules on constraints (authority_chain_opacity): a rule that constrains an argument its
+tool does not declare, a constraint or an approval gate's condition that no value satisfies, or
+no value of the argument's declared type, and a rule shadowed by another that allows everything
+it allows.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+from agentgate.capabilities import Constraint, attenuates
+from agentgate.findings import Finding, Severity
+from agentgate.policy._lint._common import (
+    OPAQUE,
+    LintRule,
+    _held_by_role,
+    _tools_by_pattern,
+    _tools_named,
+    _type_can_satisfy,
+)
+from agentgate.policy._load import Policy
+
+
+class ConstraintOnUndeclaredArgument(LintRule):
+    code = "constraint_on_undeclared_argument"
+    kind = OPAQUE
+    hint = "constrain an argument the tool declares (a call with an undeclared argument is denied)"
+
+    def check(self, policy: Policy) -> Iterator[Finding]:
+        tools = policy.document.tools
+        by_pattern = _tools_by_pattern(policy)
+        for rules in (*policy.rules.values(), *policy.delegable.values()):
+            for rule in rules:
+                cap = rule.capability
+                for name in _tools_named(cap.resource, tools, by_pattern):
+                    missing = [a for a, _ in cap.constraints if a not in tools[name].args]
+                    if missing:
+                        yield self.finding(
+                            policy,
+                            f"{rule} constrains {', '.join(missing)}, which tool:{name} does not declare: it never matches",
+                            rule.line,
+                        )
+
+
+class ContradictoryConstraint(LintRule):
+    code = "contradictory_constraint"
+    kind = OPAQUE
+    hint = "fix the bounds so that some value satisfies all of them"
+
+    def check(self, policy: Policy) -> Iterator[Finding]:
+        for rules in (*policy.rules.values(), *policy.delegable.values()):
+            for rule in rules:
+                empty = [a for a, c in rule.capability.constraints if c.is_empty]
+                if empty:
+                    yield self.finding(
+                        policy,
+                        f"{rule}: no value of {', '.join(empty)} satisfies it: it never matches",
+                        rule.line,
+                    )
+        for gname, conditions in policy.gate_conditions.items():
+            empty = [a for a, c in conditions if c.is_empty]
+            if empty:
+                yield self.finding(
+                    policy,
+                    f"approval gate {gname}: no value of {', '.join(empty)} satisfies its condition",
+                    policy.line_of("approvals", gname, "when"),
+                )
+
+
+class ConstraintTypeMismatch(LintRule):
+    code = "constraint_type_mismatch"
+    kind = OPAQUE
+    hint = "use numeric bounds on integer/number arguments, prefix on strings, values of the declared type"
+
+    def check(self, policy: Policy) -> Iterator[Finding]:
+        tools = policy.document.tools
+        by_pattern = _tools_by_pattern(policy)
+        for rules in (*policy.rules.values(), *policy.delegable.values()):
+            for rule in rules:
+                for name in _tools_named(rule.capability.resource, tools, by_pattern):
+                    for arg, c in rule.capability.constraints:
+                        decl = tools[name].args.get(arg)
+                        if decl is not None and not c.is_empty and not _type_can_satisfy(decl.type, c):
+                            yield self.finding(
+                                policy,
+                                f"{rule}: {arg} is {_article(decl.type)} {decl.type} but the constraint "
+                                f"{_written(c)} admits no {decl.type}",
+                                rule.line,
+                            )
+        # A gate's condition that no value of the type satisfies does not say when the gate
+        # applies: a call it cannot compare needs approval (fail closed), any other never does.
+        for gname, gate in policy.document.approvals.items():
+            for name in _tools_named(gate.resource, tools, by_pattern):
+                for arg, c in policy.gate_conditions.get(gname, ()):
+                    decl = tools[name].args.get(arg)
+                    if decl is not None and not c.is_empty and not _type_can_satisfy(decl.type, c):
+                        yield self.finding(
+                            policy,
+                            f"approval gate {gname}: {arg} of tool:{name} is {_article(decl.type)} "
+                            f"{decl.type} but the condition {_written(c)} admits no {decl.type}",
+                            policy.line_of("approvals", gname, "when"),
+                        )
+
+
+def _article(kind: str) -> str:
+    return "an" if kind[0] in "aeiou" else "a"
+
+
+def _written(constraint: Constraint) -> str:
+    """The operators as JSON, so that a value keeps its type: ``{"eq": "5"}`` is text, not 5."""
+    return json.dumps(constraint.to_dict(), ensure_ascii=False)
+
+
+class ShadowedRule(LintRule):
+    code = "shadowed_rule"
+    kind = OPAQUE
+    severity = Severity.WARNING
+    hint = "remove the narrower rule, or narrow the wider one if the narrower was meant"
+
+    def check(self, policy: Policy) -> Iterator[Finding]:
+        # A role's rules are looked up in those of the roles it holds (at most MAX_ROLES_HELD),
+        # and each rule meets at most MAX_RULES_ON_ONE_RESOURCE on its own pattern.
+        # Only a role's own rules can be shadowed: roles without rules have none to check.
+        for role, held in _held_by_role(policy, (r for r, rules in policy.rules.items() if rules)).items():
+            for rule in policy.rules[role]:
+                cap = rule.capability
+                # Only a rule whose pattern holds this one's can allow everything it allows; a
+                # rule that no call satisfies (an empty constraint) is within every rule. In
+                # the order the role holds them: the roles in closure order, each in file order.
+                empty = any(c.is_empty for _a, c in cap.constraints)
+                same = [r for h in held if cap.resource in h.exact for _p, r in h.exact[cap.resource]]
+                wider = [
+                    r for h in held if h.wild for r in (h.every_wild if empty else h.wider_wild(cap.resource))
+                ]
+                candidates = [*same, *wider]
+                for other in candidates:
+                    if other is rule:
+                        continue
+                    # Of two equal rules, the role's own repeats an inherited one, or the later
+                    # of its own repeats the earlier: that one is reported.
+                    if attenuates(other.capability, cap) and (
+                        not attenuates(cap, other.capability)
+                        or other.role != rule.role
+                        or other.index < rule.index
+                    ):
+                        yield self.finding(
+                            policy,
+                            f"{rule} is shadowed by {other}, which allows everything it allows",
+                            rule.line,
+                        )
+                        break

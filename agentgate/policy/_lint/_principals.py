@@ -1,0 +1,119 @@
+"""Lint rules on principals, keys and roles: an agent role that inherits a whole role or holds a
+wildcard, a role that inherits rules but no budget, a principal without a key of its own or an
+agent holding a trust anchor's (implicit_trust_inheritance), and a trust anchor without a key
+(authority_chain_opacity).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from agentgate.findings import Finding, Severity
+from agentgate.policy._lint._common import INHERIT, OPAQUE, LintRule
+from agentgate.policy._load import Policy
+
+
+class AgentInheritsRole(LintRule):
+    code = "agent_inherits_role"
+    kind = INHERIT
+    hint = "list the capabilities the agent needs instead of inheriting a whole role"
+
+    def check(self, policy: Policy) -> Iterator[Finding]:
+        for name, role in policy.document.roles.items():
+            if role.inherits and policy.is_agent_role(name):
+                yield self.finding(
+                    policy,
+                    f"agent role {name} inherits {', '.join(role.inherits)} wholesale",
+                    policy.line_of("roles", name, "inherits"),
+                )
+
+
+class InheritsRulesNotBudget(LintRule):
+    code = "inherits_rules_not_budget"
+    kind = INHERIT
+    severity = Severity.WARNING
+    hint = "give the role a budget of its own: inherits brings another role's rules, never its budget"
+
+    def check(self, policy: Policy) -> Iterator[Finding]:
+        roles = policy.document.roles
+        for name, role in roles.items():
+            if not role.inherits or role.budget is not None:
+                continue
+            budgeted = [r for r in policy.role_closure(name)[1:] if roles[r].budget is not None]
+            if budgeted:
+                first = roles[budgeted[0]].budget
+                assert first is not None
+                yield self.finding(
+                    policy,
+                    f"role {name} holds the rules of {', '.join(budgeted)} but no budget: its grants "
+                    f"carry none, where {budgeted[0]}'s carry {first.limit} {first.unit}",
+                    policy.line_of("roles", name, "inherits"),
+                )
+
+
+class WildcardCapabilityForAgent(LintRule):
+    code = "wildcard_capability_for_agent"
+    kind = INHERIT
+    hint = "name the tools the agent needs; a wildcard also grants every tool added later"
+
+    def check(self, policy: Policy) -> Iterator[Finding]:
+        for name in policy.document.roles:
+            if not policy.is_agent_role(name):
+                continue
+            for rule in policy.rules.get(name, ()):
+                pattern = rule.capability.resource
+                if pattern.endswith(":*"):
+                    yield self.finding(
+                        policy, f"agent role {name} holds every {pattern[:-2]}: {pattern}", rule.line
+                    )
+                elif pattern.endswith(".*"):
+                    yield self.finding(
+                        policy,
+                        f"agent role {name} holds the wildcard {pattern}",
+                        rule.line,
+                        severity=Severity.WARNING,
+                    )
+
+
+class PrincipalWithoutKey(LintRule):
+    code = "principal_without_key"
+    kind = INHERIT
+    hint = "give the principal its own 'did:' or 'key:'; without one it can only act on someone else's key"
+
+    def check(self, policy: Policy) -> Iterator[Finding]:
+        first_holder: dict[str, str] = {}
+        for name, did in policy.principal_dids.items():
+            line = policy.line_of("principals", name, key=True)
+            if did is None:
+                yield self.finding(policy, f"principal {name} has no key of its own", line)
+            elif did in first_holder:
+                yield self.finding(
+                    policy,
+                    f"principal {name} uses the same key as {first_holder[did]}: neither has its own",
+                    line,
+                )
+            else:
+                first_holder[did] = name
+        anchors = {did: name for name, did in policy.anchor_dids.items() if did is not None}
+        for name, spec in policy.document.principals.items():
+            did = policy.principal_dids.get(name)
+            if spec.kind == "agent" and did in anchors:
+                yield self.finding(
+                    policy,
+                    f"agent {name} holds the key of trust anchor {anchors[did]}: it can issue itself any root grant",
+                    policy.line_of("principals", name, key=True),
+                    hint="give the agent its own key; keep trust anchor keys away from agents",
+                )
+
+
+class TrustAnchorWithoutKey(LintRule):
+    code = "trust_anchor_without_key"
+    kind = OPAQUE
+    hint = "give the anchor 'did:' or 'key:'; a root grant from it could not be verified"
+
+    def check(self, policy: Policy) -> Iterator[Finding]:
+        for name, did in policy.anchor_dids.items():
+            if did is None:
+                yield self.finding(
+                    policy, f"trust anchor {name} has no key", policy.line_of("trust_anchors", name, key=True)
+                )
