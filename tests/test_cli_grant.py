@@ -95,6 +95,45 @@ def test_revoke_by_id(env: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert code == 1 and "revoked" in out
 
 
+def test_revoke_refuses_a_store_that_does_not_exist(
+    env: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``grant revoke ID`` with a mistyped ``--store`` (or run from the wrong directory, with the
+    default ``.agentgate/agentgate.db``) created a new store there, recorded the revocation in it,
+    printed ``revoked ID`` and exited 0: no gateway reads that store, so the grant stayed live.
+    Rule: as ``--holder``, exit 2 and one line naming the store and how to create one; no file,
+    no log key written; the store in use still holds the grant unrevoked."""
+    issue_and_delegate(capsys)
+    code, out, _ = cli(capsys, "grant", "inspect", "a.tok", "--json")
+    tip = json.loads(out)["tip"]
+    typo = env / "sotre.db"
+    for argv in (["--store", str(typo)], ["--store", str(typo), "--json"]):
+        for target in (tip, "a.tok"):
+            code, out, err = cli(capsys, "grant", "revoke", target, *argv)
+            assert code == 2 and out == "", (code, out)
+            lines = err.splitlines()
+            assert len(lines) == 1 and f"no store at {typo}" in lines[0], err
+            assert f"agentgate store init --store {typo}" in lines[0], err
+            assert not typo.exists() and not (env / "log.key").exists()
+    # The default store, from a directory that has none: refused too, nothing created there.
+    elsewhere = env / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    monkeypatch.delenv("AGENTGATE_STORE")
+    code, out, err = cli(capsys, "grant", "revoke", tip)
+    assert code == 2 and out == "" and "no store at .agentgate/agentgate.db" in err
+    assert "agentgate store init --store .agentgate/agentgate.db" in err
+    assert not (elsewhere / ".agentgate").exists()
+    # What the error line says to run makes a store that the same command then revokes in.
+    assert cli(capsys, "store", "init", "--store", ".agentgate/agentgate.db")[0] == 0
+    code, out, _ = cli(capsys, "grant", "revoke", tip)
+    assert code == 0 and out == f"revoked {tip}\n"
+    monkeypatch.chdir(env)
+    monkeypatch.setenv("AGENTGATE_STORE", str(env / "store.db"))
+    code, out, _ = cli(capsys, "grant", "inspect", "a.tok", "--json")
+    assert [link["revoked"] for link in json.loads(out)["links"]] == [False]
+
+
 def test_revoking_a_revoked_grant_again_writes_nothing_and_says_so(
     env: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

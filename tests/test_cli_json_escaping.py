@@ -174,6 +174,8 @@ def test_a_revocation_by_a_name_that_is_not_utf8_goes_through_as_the_docs_say(
     monkeypatch.setenv("AGENTGATE_STORE", str(tmp_path / "s.db"))
     monkeypatch.setenv("AGENTGATE_LOG_KEY", str(tmp_path / "log.key"))
     grant = "a" * 64
+    assert main(["store", "init"]) == 0  # grant revoke refuses a store that does not exist
+    capsys.readouterr()
     assert main(["grant", "revoke", grant, "--by", "\udcff", "--reason", "\udcfe"]) == 0
     assert capsys.readouterr().out.startswith(f"revoked {grant}")
     assert main(["audit", "show", "--kind", "revoke", "--json"]) == 0

@@ -425,7 +425,8 @@ def test_a_database_without_a_store_is_refused_by_the_reading_verbs_and_gets_no_
     """docs/cli.md, Store: the commands that only read refuse a store that does not exist instead
     of creating an empty one whose emptiness reads as an answer. A PostgreSQL database that holds
     no agentgate table (a mistyped name that exists) answered "no open approval requests",
-    "intact: 0 entries", exit 0, and got 23 tables created in it."""
+    "intact: 0 entries", exit 0, and got 23 tables created in it. ``grant revoke ID`` is refused
+    too (review r53: it created the tables, took the revocation there and said ``revoked ID``)."""
     url = postgres_server.create_database()
     (tmp_path / "log.pub").write_text("did:key:z6MkhaXgBZDvotDkL5257faiztiGiC2QtKLGpbnnEGta2doK\n")
     reading = [
@@ -435,6 +436,7 @@ def test_a_database_without_a_store_is_refused_by_the_reading_verbs_and_gets_no_
         "tasks dead-letters",
         "broker leases",
         "store prune --older-than 1d",
+        "grant revoke " + "a" * 64,
     ]
     with ThreadPoolExecutor(4) as pool:
         done = list(pool.map(lambda line: agentgate(tmp_path, url, *shlex.split(line)), reading))

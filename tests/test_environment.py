@@ -154,6 +154,7 @@ def store_with_log(
     """A SQLite store holding one revocation entry and one checkpoint, named by AGENTGATE_STORE."""
     path = tmp_path / "db" / "store.db"
     monkeypatch.setenv("AGENTGATE_STORE", str(path))
+    assert cli(capsys, "store", "init")[0] == 0  # grant revoke refuses a store that does not exist
     assert cli(capsys, "grant", "revoke", OTHER)[0] == 0
     assert cli(capsys, "audit", "checkpoint")[0] == 0
     return path
@@ -163,9 +164,11 @@ def store_with_log(
 
 
 def test_documented_defaults_are_the_real_ones(tmp_path: Path) -> None:
-    done = agentgate(tmp_path, "grant", "revoke", GRANT)
+    done = agentgate(tmp_path, "store", "init")
     assert done.returncode == 0, done.stderr
     assert (tmp_path / ".agentgate" / "agentgate.db").is_file()
+    done = agentgate(tmp_path, "grant", "revoke", GRANT)
+    assert done.returncode == 0, done.stderr
     assert (tmp_path / ".agentgate" / "log.key").is_file()  # beside the SQLite file
     done = agentgate(tmp_path, "audit", "checkpoint")
     assert done.returncode == 0, done.stderr
@@ -247,7 +250,8 @@ def test_sqlite_synchronous_modes_take_effect_in_any_case(
 
 
 def test_a_refused_synchronous_mode_creates_no_store_directory(tmp_path: Path) -> None:
-    done = agentgate(tmp_path, "grant", "revoke", GRANT, AGENTGATE_SQLITE_SYNCHRONOUS="off")
+    # store init: the verb that creates a store (grant revoke refuses one that does not exist).
+    done = agentgate(tmp_path, "store", "init", AGENTGATE_SQLITE_SYNCHRONOUS="off")
     assert done.returncode == 2 and "'OFF'" in one_error_line(done.stderr)
     assert not (tmp_path / ".agentgate").exists()
 
@@ -277,6 +281,7 @@ def test_the_gate_signs_and_verifies_under_agentgate_log_origin(
     store = tmp_path / "store.db"
     monkeypatch.setenv("AGENTGATE_STORE", str(store))
     monkeypatch.setenv("AGENTGATE_LOG_ORIGIN", "audit.example.com/prod")
+    assert cli(capsys, "store", "init")[0] == 0
     assert cli(capsys, "grant", "revoke", GRANT)[0] == 0
     assert cli(capsys, "audit", "checkpoint")[0] == 0  # signed as audit.example.com/prod
     gate = Gate.open(str(POLICY), str(store))

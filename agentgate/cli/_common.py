@@ -11,6 +11,7 @@ import json
 import math
 import os
 import re
+import shlex
 import stat
 import sys
 from collections.abc import Callable, Iterator
@@ -21,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from agentgate._time import utc_text
 from agentgate.audit.entry import not_printable
 from agentgate.errors import InputError, KeyFileError, SourceError
-from agentgate.store import Store, is_conninfo, open_store, store_url
+from agentgate.store import Store, checked_sqlite_path, is_conninfo, open_store, store_url
 from agentgate.store._sqlite import (
     foreign_table,
     required_store_columns,
@@ -221,9 +222,11 @@ def unix(timestamp: float | None) -> int | float | None:
     return int(timestamp) if float(timestamp).is_integer() else float(timestamp)
 
 
-def open_existing_store(url: str | None) -> Store:
-    """``open_store`` for a command that only reads: a SQLite file that does not exist is an
-    ``InputError`` (a mistyped path), not a new empty store that looks like an empty answer."""
+def open_existing_store(url: str | None, *, init_hint: bool = False) -> Store:
+    """``open_store`` for a command that only reads, or that writes what must reach a store in
+    use (a revocation): a SQLite file that does not exist is an ``InputError`` (a mistyped path),
+    not a new empty store that looks like an empty answer, or that takes a revocation no gateway
+    reads. ``init_hint``: the error for a missing SQLite file also says how to create one there."""
     target = store_url(url)
     path = sqlite_path(target)
     if path is not None:
@@ -231,8 +234,14 @@ def open_existing_store(url: str | None) -> Store:
         # CRLF env file: ``AGENTGATE_STORE=/var/lib/agentgate.db\r``) shows instead of vanishing
         # into the one error line, which would name a file that exists.
         shown = printable(path) + ("" if path == path.strip() else " (white space or a line break at an end)")
+        checked_sqlite_path(path, from_url=path != target)  # a path open_store refuses: why
         if not Path(path).exists():
-            raise InputError(f"no store at {shown}: check --store or AGENTGATE_STORE")
+            hint = (
+                f"; to set up a new store there: agentgate store init --store {shlex.quote(printable(path))}"
+            )
+            raise InputError(
+                f"no store at {shown}: check --store or AGENTGATE_STORE{hint if init_hint else ''}"
+            )
         if empty_file(Path(path)):  # SQLite reads an empty file as an empty database
             raise InputError(f"no store at {shown}: the file is empty; check --store or AGENTGATE_STORE")
         # Before open_store: opening switches the file to WAL mode, a change to its header that

@@ -589,7 +589,9 @@ def _revoke(args: argparse.Namespace) -> int:
         raise InputError(f"{target!r}: a grant id is 64 lower-case hex digits (as grant inspect shows it)")
     else:
         raise InputError(f"{target!r} is neither a token file nor a 64-hex grant id")
-    with _revoking(open_store(args.store), args) as (repo, audit):
+    # A store that does not exist is a mistyped --store (or working directory): a new empty one
+    # would take the revocation where no gateway reads it, and the command would say "revoked".
+    with _revoking(open_existing_store(args.store, init_hint=True), args) as (repo, audit):
         # Read under the audit log's lock, in the transaction that would revoke: a second run
         # (a retried script) logs no second "revoke" with a later time and another reason.
         already = bool(repo.revoked([grant_id]))
@@ -612,7 +614,7 @@ def _revoke_holder(args: argparse.Namespace) -> int:
     per grant revoked, all in one transaction (nothing revoked or logged if any part fails)."""
     did = load_public_key(args.holder).did  # a bad DID or file: exit 2 before the store is opened
     # A store that does not exist is a mistyped --store, not an empty answer ("no recorded grants").
-    with _revoking(open_existing_store(args.store), args) as (repo, audit):
+    with _revoking(open_existing_store(args.store, init_hint=True), args) as (repo, audit):
         done = revoke_holder(repo, did, reason=args.reason)
         audit(done.revoked)
         held = set(done.revoked) | set(done.already)

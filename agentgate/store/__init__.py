@@ -95,25 +95,34 @@ def open_store(url: str | os.PathLike[str] | None = None) -> Store:
                 f"the store URL {half.group(0)}... lacks the // after its scheme: write "
                 "postgresql://USER@HOST/DBNAME, sqlite:///PATH, or a plain path"
             )
-        return SQLiteStore(_literal_path(url))
+        return SQLiteStore(checked_sqlite_path(url, from_url=False))
     name = scheme.group(1).lower()
     if name in ("postgresql", "postgres"):
         from agentgate.store._postgres import PostgresStore
 
         return PostgresStore(name + url[len(name) :])
     if name == "sqlite" and url[scheme.end() :].startswith("/"):
-        if "?" in url or "#" in url:
-            # ``sqlite:///agentgate.db?mode=ro`` (SQLAlchemy's form, or SQLite's URI parameters)
-            # would be a new, empty store named ``agentgate.db?mode=ro`` beside the one meant.
-            raise StoreError(
-                "a sqlite:/// store URL takes no query or fragment (?... or #...): agentgate would "
-                "take it for a part of the file name, a new store beside the one meant; write "
-                "sqlite:///PATH alone"
-            )
-        return SQLiteStore(_literal_path(url[scheme.end() + 1 :]))  # sqlite:///rel.db, sqlite:////abs.db
+        # sqlite:///rel.db, sqlite:////abs.db
+        return SQLiteStore(checked_sqlite_path(url[scheme.end() + 1 :], from_url=True))
     raise StoreError(
         f"unsupported store URL {url.split('://')[0]}://...: use a path, sqlite:///PATH or postgresql://..."
     )
+
+
+def checked_sqlite_path(path: str, *, from_url: bool) -> str:
+    """``path``, a SQLite store's file as a plain path or as what follows ``sqlite://``
+    (``from_url``), as ``open_store`` takes it, else ``StoreError``: a query or fragment in a URL,
+    an unexpanded ``~`` or ``$VARIABLE`` (``_literal_path``). A command that refuses a missing
+    store checks this first, so that it names the mistake, not a file that does not exist."""
+    if from_url and ("?" in path or "#" in path):
+        # ``sqlite:///agentgate.db?mode=ro`` (SQLAlchemy's form, or SQLite's URI parameters)
+        # would be a new, empty store named ``agentgate.db?mode=ro`` beside the one meant.
+        raise StoreError(
+            "a sqlite:/// store URL takes no query or fragment (?... or #...): agentgate would "
+            "take it for a part of the file name, a new store beside the one meant; write "
+            "sqlite:///PATH alone"
+        )
+    return _literal_path(path)
 
 
 def _literal_path(path: str) -> str:
@@ -136,6 +145,7 @@ __all__ = [
     "SQLiteStore",
     "Store",
     "Transaction",
+    "checked_sqlite_path",
     "is_conninfo",
     "open_store",
     "store_url",
