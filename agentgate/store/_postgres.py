@@ -51,6 +51,27 @@ MAX_POOL_TIMEOUT_S = 3600.0
 LOCK_TIMEOUT_S = 10.0
 """How long a statement waits for a lock (the audit append lock, a row) before it fails, unless the
 server, database or role sets its own ``lock_timeout``."""
+NETWORK_DEFAULTS = {
+    "keepalives": "1",
+    "keepalives_idle": "5",
+    "keepalives_interval": "2",
+    "keepalives_count": "3",
+    "tcp_user_timeout": "10000",
+}
+"""libpq parameters every connection to the store gets unless its URL sets that one itself
+(docs/operations.md, PostgreSQL over a network): a server that stops answering without closing
+the connection (a firewall that drops, a frozen host, a cable pulled) ends the connection after
+about 10 s of silence, where libpq's defaults (keepalives after 2 hours, the kernel's
+retransmissions for about 15 minutes) left a decision, or the check of an idle connection,
+waiting on the socket for that long. ``tcp_user_timeout`` (milliseconds) bounds data the server
+has not acknowledged; the keepalives (seconds) find the silence while a reply is awaited. Both
+are TCP's: a unix socket ignores them, and a server process that is stopped while its host's
+kernel still acknowledges is found by neither (``LOCK_TIMEOUT_S`` and the pool's wait bound
+what waits on it)."""
+POOL_CONNECT_TIMEOUT_S = 10
+"""How long the pool's attempt to open a connection may take (libpq's ``connect_timeout``), unless
+the URL or ``PGCONNECT_TIMEOUT`` sets it: without one, an attempt at a host that does not answer
+waited the kernel's retries (minutes) before the pool could try again."""
 _PLACEHOLDER = re.compile(r"\?")
 _PROBE_TIMEOUT_S = 2
 """How long the direct attempt that finds why the pool got no connection may take (seconds)."""
@@ -149,9 +170,10 @@ class PostgresStore(Store):
                 f"the user name or password of the PostgreSQL URL {_redact(url)} holds an @ or a / that is "
                 "not percent-encoded: write them as %40 and %2F (and a : in the user name as %3A)"
             )
+        self._network: dict[str, Any] = {k: v for k, v in NETWORK_DEFAULTS.items() if k not in parsed}
         try:  # one connection first: its error says why (refused, unknown host, password), where
             # the pool would wait 10 s and say only that it could not fill itself
-            psycopg.connect(url, connect_timeout=10).close()
+            psycopg.connect(url, connect_timeout=10, **self._network).close()
         except psycopg.Error as exc:
             reason = " ".join(str(exc).split())[:300]
             raise StoreError(f"cannot connect to PostgreSQL at {_redact(url)}: {reason}") from None
@@ -198,9 +220,15 @@ class PostgresStore(Store):
     def _open_pool(self) -> ConnectionPool:
         """A new pool of connections to the store, waited for until it holds its first one."""
         min_size, max_size, timeout_s = self._sizes
+        settings: dict[str, Any] = dict(self._network)
+        if "connect_timeout" not in psycopg.conninfo.conninfo_to_dict(self.url) and not os.environ.get(
+            "PGCONNECT_TIMEOUT"
+        ):
+            settings["connect_timeout"] = POOL_CONNECT_TIMEOUT_S
         try:
             pool = ConnectionPool(
                 self.url,
+                kwargs=settings,
                 min_size=min_size,
                 max_size=max_size,
                 open=True,
@@ -289,7 +317,7 @@ class PostgresStore(Store):
         waited = f"no connection within {self.pool.timeout:g} s"
         lent = self._lent  # as the wait ended, not after the probe
         try:
-            psycopg.connect(self.url, connect_timeout=_PROBE_TIMEOUT_S).close()
+            psycopg.connect(self.url, connect_timeout=_PROBE_TIMEOUT_S, **self._network).close()
         except psycopg.Error as probe:
             return f"{where} unreachable: {waited}: {' '.join(str(probe).split())[:300]}"
         if lent < self.pool.max_size:
