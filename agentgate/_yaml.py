@@ -19,7 +19,7 @@ errors by location path, ``("roles", "support", "ttl_s")``, which this map turns
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -201,7 +201,7 @@ def load_yaml(
     try:
         return builder.build(node, ()), locations
     finally:
-        builder.scalars.dispose()
+        builder.close()
 
 
 def _refuse_too_many_nodes(text: str, source: str, error: type[SourceError], max_nodes: int) -> None:
@@ -250,17 +250,52 @@ class _Builder:
         self.seen: set[int] = set()
         self.aliases = 0
         self.inside_alias = False
+        self.alias_at: Any = None
+        """While an alias is built: where the alias is written (every path under it is located
+        there, not at the anchor's text, which a path under the alias does not name)."""
+        self.alias_parser: Any = None
+        self.alias_marks: Iterator[Any] = iter(())
         self.scalars = yaml.SafeLoader("")
 
+    def close(self) -> None:
+        self.scalars.dispose()
+        if self.alias_parser is not None:
+            self.alias_parser.dispose()
+
     def error(self, node: yaml.Node, message: str, expected: str, hint: str) -> SourceError:
+        return self.error_at(node.start_mark, message, expected, hint)
+
+    def error_at(self, mark: Any, message: str, expected: str, hint: str) -> SourceError:
+        if self.alias_at is not None:
+            mark = self.alias_at
         return self.error_type(
             message,
             file=self.source,
-            line=node.start_mark.line + 1,
-            column=node.start_mark.column + 1,
+            line=mark.line + 1,
+            column=mark.column + 1,
             expected=expected,
             hint=hint,
         )
+
+    def alias_mark(self, node: yaml.Node) -> Any:
+        """Where the alias met now is written: the composer hands an alias over as its anchor's
+        node, marks included, so the aliases' own marks are read from the parser's events, in
+        order, as the builder meets them (in document order, an anchor before its aliases).
+        Only a file that holds an alias is parsed a second time, one event at a time."""
+        if self.alias_parser is None:
+            self.alias_parser = _Loader(self.text)
+            events = iter(self.alias_parser.get_event, None)
+            self.alias_marks = (e.start_mark for e in events if isinstance(e, yaml.AliasEvent))
+        return next(self.alias_marks, node.start_mark)
+
+    def is_alias(self, node: yaml.Node) -> bool:
+        """Whether ``node``, met now outside an alias's expansion, is an alias (met before)."""
+        if self.inside_alias:
+            return False
+        if id(node) in self.seen:
+            return True
+        self.seen.add(id(node))
+        return False
 
     def build(self, node: yaml.Node, path: Path_) -> Any:
         self.count += 1
@@ -271,25 +306,25 @@ class _Builder:
                 "a file of sane size",
                 "remove aliases that repeat large structures",
             )
-        self.locations.values.setdefault(path, node.start_mark)
+        alias_at = self.alias_mark(node) if self.is_alias(node) else None
+        self.locations.values.setdefault(path, alias_at or self.alias_at or node.start_mark)
         if isinstance(node, yaml.ScalarNode):
             return self._scalar(node)
         if len(path) >= MAX_DEPTH:
-            raise self.error(
-                node,
+            raise self.error_at(
+                alias_at or node.start_mark,
                 f"nested more than {MAX_DEPTH} levels deep",
                 "a file of sane structure",
                 "flatten the structure; no agentgate file nests this deep",
             )
         # Only collections expand when aliased, so only they are counted.
-        if id(node) in self.seen and not self.inside_alias:
-            self._alias(path)
-            self.inside_alias = True
+        if alias_at is not None:
+            self._alias(alias_at)
+            self.inside_alias, self.alias_at = True, alias_at
             try:
                 return self.build(node, path)
             finally:
-                self.inside_alias = False
-        self.seen.add(id(node))
+                self.inside_alias, self.alias_at = False, None
         if isinstance(node, yaml.MappingNode):
             return self._mapping(node, path)
         if isinstance(node, yaml.SequenceNode):
@@ -380,19 +415,16 @@ class _Builder:
             "YAML versions disagree on a leading zero: write the number without it, or quote text",
         )
 
-    def _alias(self, path: Path_) -> None:
+    def _alias(self, at: Any) -> None:
         # The composer shares one node between an anchor and its aliases, so a node met twice
         # is an alias; counting them stops an alias bomb long before it expands.
         self.aliases += 1
         if self.aliases > MAX_ALIASES:
-            mark = self.locations.of(path[:-1])
-            raise self.error_type(
+            raise self.error_at(
+                at,
                 f"more than {MAX_ALIASES} YAML aliases",
-                file=self.source,
-                line=mark.line if mark else None,
-                column=mark.column if mark else None,
-                expected="at most a few '*alias' references",
-                hint="write the values out; many aliases are how an alias bomb expands",
+                "at most a few '*alias' references",
+                "write the values out; many aliases are how an alias bomb expands",
             )
 
     def _mapping(self, node: yaml.MappingNode, path: Path_) -> dict[str, Any]:
@@ -400,16 +432,17 @@ class _Builder:
             raise self._tag_error(node)
         out: dict[str, Any] = {}
         for key_node, value_node in node.value:
+            key_at = self.alias_mark(key_node) if self.is_alias(key_node) else key_node.start_mark
             if key_node.tag == "tag:yaml.org,2002:merge":
-                raise self.error(
-                    key_node,
+                raise self.error_at(
+                    key_at,
                     "YAML merge keys ('<<') are not allowed",
                     "explicit keys",
                     "write the keys out: a merge silently brings in fields a reviewer does not see",
                 )
             if not isinstance(key_node, yaml.ScalarNode) or key_node.tag != "tag:yaml.org,2002:str":
-                raise self.error(
-                    key_node,
+                raise self.error_at(
+                    key_at,
                     "mapping keys must be plain strings",
                     "a string key",
                     "quote keys that look like numbers, booleans or null (e.g. 'yes')",
@@ -417,13 +450,13 @@ class _Builder:
             key = str(key_node.value)
             child = (*path, key)
             if key in out:
-                raise self.error(
-                    key_node,
+                raise self.error_at(
+                    key_at,
                     f"duplicate key {shortened(key)!r} (first at line {self.locations.keys[child].line + 1})",
                     "each key once",
                     "remove one of them: YAML would silently keep only the last",
                 )
-            self.locations.keys[child] = key_node.start_mark
+            self.locations.keys.setdefault(child, self.alias_at or key_at)
             out[key] = self.build(value_node, child)
         return out
 

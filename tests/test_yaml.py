@@ -5,9 +5,20 @@ as YAML 1.2 reads them."""
 from __future__ import annotations
 
 import pytest
+import yaml
 
+import agentgate._yaml
 from agentgate._yaml import MAX_ALIASES, load_yaml
 from agentgate.errors import PolicyError
+from agentgate.policy import parse_policy
+
+
+@pytest.fixture(params=["libyaml", "pure-python"])
+def parser(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Both parsers agentgate may run on."""
+    if request.param == "pure-python":
+        monkeypatch.setattr(agentgate._yaml, "_Loader", yaml.SafeLoader)
+    return str(request.param)
 
 
 def _error(text: str) -> PolicyError:
@@ -323,3 +334,61 @@ def test_a_message_quotes_at_most_a_hundred_characters_of_a_key_or_a_tag() -> No
         with pytest.raises(PolicyError) as info:
             load_yaml(text, source="p.yaml")
         assert len(str(info.value)) < 500 and f"... ({length} characters)" in str(info.value)
+
+
+_ANCHORS = "version: 1\ndescription: &text long\ntools:\n  x.y: &tool {timeout_s: 5}\nroles:\n"
+
+
+@pytest.mark.parametrize(
+    ("role", "where", "says"),
+    [
+        (
+            "  a:\n    capabilities: []\n    inherits:\n      - *text\n",
+            (9, 9),
+            "'long' is not declared in roles",
+        ),
+        (
+            "  b:\n    capabilities: []\n    ttl_s: *text\n",
+            (8, 12),
+            "roles.b.ttl_s: Input should be a valid integer",
+        ),
+        ("  c:\n    capabilities: []\n    budget: *tool\n", (8, 13), "roles.c.budget.limit is required"),
+    ],
+    ids=["alias in a list", "alias of a scalar", "alias of a mapping"],
+)
+def test_an_error_in_an_aliased_value_is_located_at_the_alias_not_the_anchor(
+    parser: str, role: str, where: tuple[int, int], says: str
+) -> None:
+    """Mutant (review r53): the composer hands an alias over as its anchor's node, marks and all,
+    so ``ttl_s: *text`` on line 8 was refused at line 2, ``description: &text long``, a line
+    that holds no ttl_s, under a message naming roles.b.ttl_s.
+
+    Rule: a value written as an alias, and every value under it, is located where the alias is
+    written: the line the message's path names."""
+    with pytest.raises(PolicyError) as info:
+        parse_policy(_ANCHORS + role, source="p.yaml")
+    assert says in info.value.message
+    assert (info.value.line, info.value.column) == where
+
+
+def test_a_key_written_as_an_alias_is_located_at_the_alias(parser: str) -> None:
+    """Mutant (review r53): a key written ``*k`` that repeats a key was refused at the anchor
+    (line 1), not where the second key is written (line 3).
+
+    Rule: a key written as an alias is located where the alias is written."""
+    error = _error("a: &k name\nname: 1\n*k : 2\n")
+    assert "duplicate key 'name' (first at line 2)" in error.message
+    assert (error.line, error.column) == (3, 1)
+    _, locations = load_yaml("a: &k name\n*k : 2\n", source="p.yaml")
+    assert locations.of(("name",), key=True) == (2, 1)
+
+
+def test_the_alias_past_the_limit_is_the_one_located(parser: str) -> None:
+    """Mutant (review r53): the refusal of one alias too many was located at the mapping or list
+    that holds it (line 1 here, for an alias on line 18).
+
+    Rule: the error points at the first alias past ``MAX_ALIASES``."""
+    text = "a: &x [1]\nb:\n" + "".join("  - *x\n" for _ in range(MAX_ALIASES + 1))
+    error = _error(text)
+    assert "YAML aliases" in error.message
+    assert (error.line, error.column) == (MAX_ALIASES + 3, 5)
