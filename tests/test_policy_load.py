@@ -682,3 +682,16 @@ def test_a_constraint_value_longer_than_the_limit_is_refused_naming_the_rule_and
     assert delegated.message.startswith("role r delegation rule 1, argument url: its 'prefix' value")
     gate = _error(text.replace("when: {url: {prefix: a}}", "when: {url: {eq: " + "g" * 2000 + "}}"))
     assert gate.message == "approval gate g, argument url: its 'eq' value is 2000 characters long"
+
+
+@pytest.mark.parametrize(
+    "section", ["roles", "tenants", "principals", "quotas", "approvals", "trust_anchors"]
+)
+def test_a_name_refused_as_a_mapping_key_is_located_at_the_key(section: str) -> None:
+    """Mutant (review r53): a refused name written as a key (``a b:``, a role name with a space)
+    was located at its value, on the line below (4:5), a line that holds no name.
+
+    Rule: the error points at the key the person must rename."""
+    error = _error(f"version: 1\n{section}:\n  a b:\n    description: d\n")
+    assert f"{section}.a b: 'a b' is not a valid name" in error.message
+    assert (error.line, error.column) == (3, 3)

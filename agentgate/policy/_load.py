@@ -352,7 +352,9 @@ def _schema_error(exc: ValidationError, source: str, locations: Locations) -> Po
     loc = [part for part in first["loc"] if isinstance(part, str | int)]
     data_loc = _data_path(loc, locations)
     kind = first["type"]
-    mark = locations.of(data_loc, key=kind == "extra_forbidden")
+    # A refused mapping key (pydantic's location ends in "[key]", e.g. a role named "a b") and an
+    # unknown field are located at the key, not at the value on the line below it.
+    mark = locations.of(data_loc, key=kind == "extra_forbidden" or loc[-1:] == ["[key]"])
     dotted = ".".join(shortened(str(p)) for p in data_loc) or "<top>"
     hint = "see docs/policy-reference.md for this section"
     if kind == "extra_forbidden":
