@@ -695,3 +695,27 @@ def test_a_name_refused_as_a_mapping_key_is_located_at_the_key(section: str) -> 
     error = _error(f"version: 1\n{section}:\n  a b:\n    description: d\n")
     assert f"{section}.a b: 'a b' is not a valid name" in error.message
     assert (error.line, error.column) == (3, 3)
+
+
+@pytest.mark.parametrize(
+    ("text", "path"),
+    [
+        ('version: 1\n"tll\\n_s\\e[2J": 1\n', "unknown field 'tll\\n_s\\x1b[2J'"),
+        ('version: 1\nsettings: {"a\\u202eb": 1}\n', "unknown field settings.'a\\u202eb'"),
+        (
+            "version: 1\nroles:\n  a:\n    capabilities:\n      - resource: tool:x.y\n"
+            '        constraints: {"a\\u2028b": {lt: x}}\n',
+            "roles.a.capabilities.0.constraints.'a\\u2028b'.lt: Input should be",
+        ),
+    ],
+    ids=["line break and escape", "bidi override", "line separator"],
+)
+def test_a_key_that_is_not_printable_is_quoted_in_the_message(text: str, path: str) -> None:
+    """Mutant (review r53): the location path of a schema error quoted the keys raw, so a key
+    written ``"tll\\n_s"`` broke the one-line error in two, and an escape or a bidi override in a
+    key reached the terminal of whoever printed it through the library.
+
+    Rule: the error is one line of printable text that says what the key holds."""
+    error = _error(text)
+    assert path in error.message
+    assert str(error).isprintable()
