@@ -10,6 +10,7 @@ errors by location path, ``("roles", "support", "ttl_s")``, which this map turns
 
 - duplicate keys (PyYAML silently keeps the last one, so a second ``ttl_s`` would win);
 - custom or Python tags (``!!python/object``, ``!include``), and merge keys (``<<``);
+- a lone surrogate escape (``"\\ud800"``), which libyaml refuses and PyYAML's own reader builds;
 - more than ``MAX_NODES`` nodes, counted from the parser's events before any node is built (8 MiB
   of ``[a,a,...`` composes into 1.3 GiB of nodes), more than ``MAX_ALIASES`` aliases or
   ``MAX_NODES`` built values (an alias bomb expands exponentially when the tree is built), or
@@ -67,6 +68,7 @@ _TAGGED = re.compile(r"(?:&\S+(?:\s+#[^\r\n\x85\u2028\u2029]*(?![^\r\n\x85\u2028
 """A node's text that starts with a tag (after an anchor, if any, and the comments after it):
 ``!!str 5``, ``&a !!str 5``, ``&a # why`` then ``!!str 5`` on the next line. A comment runs to
 its line's end (the lookahead): one way to match it, never a search over where it might stop."""
+_SURROGATE = re.compile("[\ud800-\udfff]")
 _BREAK = re.compile("\r\n|[\r\n\x85\u2028\u2029]")
 """A line break as YAML counts them."""
 _MAX_DIGITS = 4300
@@ -377,7 +379,22 @@ class _Builder:
                 raise self._ambiguous(node)
             if _FLOAT_1_2.fullmatch(value):
                 return float(value)
-        return node.value
+        return self._unicode(node)
+
+    def _unicode(self, node: yaml.Node) -> str:
+        """The text of a string scalar, refusing a lone surrogate. A double-quoted ``"\\ud800"``
+        is one: libyaml refuses the escape, PyYAML's pure-Python reader builds it, and the
+        same file would load or not with how PyYAML was installed (and its text, which UTF-8
+        cannot encode, would fail wherever it is written out)."""
+        value = str(node.value)
+        if not value.isascii() and _SURROGATE.search(value):
+            raise self.error(
+                node,
+                "malformed YAML: found invalid Unicode character escape code (a lone surrogate)",
+                "text that UTF-8 can encode",
+                "write the character itself, or its \\U escape; \\ud800-\\udfff are no characters",
+            )
+        return value
 
     def _constructed(self, node: yaml.Node) -> Any:
         """PyYAML's value for a scalar of a number, boolean or null tag, refusing one it cannot
@@ -447,7 +464,7 @@ class _Builder:
                     "a string key",
                     "quote keys that look like numbers, booleans or null (e.g. 'yes')",
                 )
-            key = str(key_node.value)
+            key = self._unicode(key_node)
             child = (*path, key)
             if key in out:
                 raise self.error_at(

@@ -392,3 +392,16 @@ def test_the_alias_past_the_limit_is_the_one_located(parser: str) -> None:
     error = _error(text)
     assert "YAML aliases" in error.message
     assert (error.line, error.column) == (MAX_ALIASES + 3, 5)
+
+
+@pytest.mark.parametrize(
+    "text", ['a: "\\ud800"\n', 'a: "x\\udc80"\n', '"\\ud800": 1\n', 'a: ["\\ud83d\\ude00"]\n']
+)
+def test_a_lone_surrogate_escape_is_refused_by_both_parsers(parser: str, text: str) -> None:
+    """Mutant (review r53): libyaml refuses the escape ``"\\ud800"``, PyYAML's pure-Python reader
+    built it: the same policy loaded, with text no UTF-8 file or JSON answer can hold, or not, as
+    PyYAML was installed with libyaml or without.
+
+    Rule: a lone surrogate, in a value or a key, is refused with its line, whichever parser reads."""
+    error = _error(text)
+    assert "invalid Unicode character escape" in error.message and error.line == 1
