@@ -88,6 +88,15 @@ def shortened(text: str) -> str:
     return text if len(text) <= MAX_QUOTED else f"{text[:MAX_QUOTED]}... ({len(text)} characters)"
 
 
+def dotted_path(loc: Sequence[str | int]) -> str:
+    """``roles.a.ttl_s``: a location path for a message, each key as written (``shortened``)
+    unless it holds a character that is not printable (a line break, an escape, a bidi
+    override), which is quoted as ``repr`` shows it: the message stays one line and says what
+    the key holds."""
+    parts = (shortened(str(p)) for p in loc)
+    return ".".join(p if p.isprintable() else repr(p) for p in parts)
+
+
 class Mark(NamedTuple):
     """A 1-based line and column in the source."""
 

@@ -482,3 +482,14 @@ def test_a_backend_url_given_as_an_sdks_base_url_ending_in_v1_is_refused(url: st
     assert "inv.yaml:4" in str(raised.value)
     fine = "backends:\n  - {name: b, models: [m], url: 'http://h:1/v1x', metrics_url: 'http://h:1/v1'}\n"
     assert parse_inventory(fine).backends[0].chat_url == "http://h:1/v1x/v1/chat/completions"
+
+
+def test_an_unknown_field_that_is_not_printable_is_quoted_in_the_error() -> None:
+    """Mutant (review r53): the path of a schema error quoted its keys raw, so a key written
+    ``"r\\nx"`` split the one-line ``InventoryError`` in two (and an escape sequence in a key
+    reached the terminal of whoever printed it).
+
+    Rule: the error is one line of printable text that says what the key holds."""
+    with pytest.raises(InventoryError) as info:
+        parse_inventory('nodes:\n  - {name: n, "r\\nx\\e[2J": 1}\n', source="inv.yaml")
+    assert str(info.value) == "inv.yaml:2: nodes.0.'r\\nx\\x1b[2J': unknown field"

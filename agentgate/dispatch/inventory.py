@@ -56,7 +56,7 @@ from pydantic import (
     model_validator,
 )
 
-from agentgate._yaml import Locations, load_yaml, read_source
+from agentgate._yaml import Locations, dotted_path, load_yaml, read_source
 from agentgate.capabilities import canonical_resource
 from agentgate.errors import BackendCredentialError, CapabilityError, InputError, InventoryError
 from agentgate.keys import read_regular_file
@@ -618,7 +618,7 @@ def inventory_from_mapping(
         if isinstance(ctx_error, _RefError):
             # ``loc`` locates the model whose validator raised it; its own ``loc`` is within that.
             raise _located(source, lines, loc + ctx_error.loc, ctx_error.message, ctx_error.error) from None
-        field = ".".join(str(p) for p in loc) or "inventory"
+        field = dotted_path(loc) or "inventory"
         message = f"{field}: {err['msg'].removeprefix('Value error, ')}"  # pydantic's, for a validator's own
         if err["type"] == "extra_forbidden":
             message = f"{field}: unknown field"

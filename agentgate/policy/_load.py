@@ -20,7 +20,7 @@ from pathlib import Path
 from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
-from agentgate._yaml import Locations, Mark, load_yaml, mark_at, read_source, shortened
+from agentgate._yaml import Locations, Mark, dotted_path, load_yaml, mark_at, read_source
 from agentgate.capabilities import DEFAULT_ACTIONS, Capability, Constraint, canonical_resource
 from agentgate.errors import CapabilityError, KeyFileError, PolicyError
 from agentgate.keys import as_path, is_key_text, load_public_key
@@ -355,7 +355,7 @@ def _schema_error(exc: ValidationError, source: str, locations: Locations) -> Po
     # A refused mapping key (pydantic's location ends in "[key]", e.g. a role named "a b") and an
     # unknown field are located at the key, not at the value on the line below it.
     mark = locations.of(data_loc, key=kind == "extra_forbidden" or loc[-1:] == ["[key]"])
-    dotted = _dotted(data_loc) or "<top>"
+    dotted = dotted_path(data_loc) or "<top>"
     hint = "see docs/policy-reference.md for this section"
     if kind == "extra_forbidden":
         bad = str(loc[-1])
@@ -365,7 +365,7 @@ def _schema_error(exc: ValidationError, source: str, locations: Locations) -> Po
         )
         message = f"unknown field {dotted}"
     elif kind == "missing":
-        message = f"{_dotted(loc)} is required"
+        message = f"{dotted_path(loc)} is required"
         hint = "add it"
     elif kind == "value_error":  # a validator's own words: said once, without pydantic's prefix
         message = f"{dotted}: {first['msg'].removeprefix('Value error, ')}"
@@ -391,14 +391,6 @@ def _schema_error(exc: ValidationError, source: str, locations: Locations) -> Po
         or (None if kind == "value_error" else first["msg"].removeprefix("Input should be ").strip() or None),
         hint=hint,
     )
-
-
-def _dotted(loc: Sequence[str | int]) -> str:
-    """``roles.a.ttl_s``: a location path for a message, each key as written unless it holds a
-    character that is not printable (a line break, an escape, a bidi override), which is quoted
-    as a Python string shows it: the message stays one line, and says what the key holds."""
-    parts = (shortened(str(p)) for p in loc)
-    return ".".join(p if p.isprintable() else repr(p) for p in parts)
 
 
 def _yaml_kind(value: object) -> str:
