@@ -192,16 +192,7 @@ def load_yaml(
             hint="remove the character, or write it as an escape in a double-quoted string",
         ) from None
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise error(
-            f"malformed YAML: {problem}",
-            file=source,
-            line=mark.line + 1 if mark is not None else None,
-            column=mark.column + 1 if mark is not None else None,
-            expected="a YAML mapping",
-            hint="check the indentation and quoting around this position",
-        ) from None
+        raise _malformed(exc, text, source, error) from None
     finally:
         if loader is not None:
             loader.dispose()
@@ -213,6 +204,32 @@ def load_yaml(
         return builder.build(node, ()), locations
     finally:
         builder.close()
+
+
+def _malformed(exc: yaml.YAMLError, text: str, source: str, error: type[SourceError]) -> SourceError:
+    """``error`` for what PyYAML could not parse. PyYAML says what it found and where (the
+    problem), and often what it was reading and where that began (the context: ``while scanning
+    a quoted scalar``, ``found duplicate anchor; first occurrence``): both are said. The error is
+    located at the problem, unless that is the end of the file, where nothing can be fixed: an
+    unclosed quote or bracket is then located where it opens."""
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+    context = getattr(exc, "context", None)
+    context_mark = getattr(exc, "context_mark", None)
+    message = f"malformed YAML: {problem}"
+    if context and context_mark is not None:
+        opened = Mark(context_mark.line + 1, context_mark.column + 1)
+        message = f"malformed YAML: {context} at line {opened.line}, column {opened.column}: {problem}"
+        if mark is None or (mark.line + 1, mark.column + 1) >= mark_at(text, len(text)):
+            mark = context_mark
+    return error(
+        message,
+        file=source,
+        line=mark.line + 1 if mark is not None else None,
+        column=mark.column + 1 if mark is not None else None,
+        expected="a YAML mapping",
+        hint="check the indentation and quoting around this position",
+    )
 
 
 def _refuse_too_many_nodes(text: str, source: str, error: type[SourceError], max_nodes: int) -> None:

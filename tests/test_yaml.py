@@ -405,3 +405,30 @@ def test_a_lone_surrogate_escape_is_refused_by_both_parsers(parser: str, text: s
     Rule: a lone surrogate, in a value or a key, is refused with its line, whichever parser reads."""
     error = _error(text)
     assert "invalid Unicode character escape" in error.message and error.line == 1
+
+
+@pytest.mark.parametrize("quote", ['"', "'"])
+def test_an_unclosed_quote_is_located_where_it_opens_not_at_the_end_of_the_file(
+    parser: str, quote: str
+) -> None:
+    """Mutant (review r53): an unclosed quote on line 2 was refused at the end of the file (line
+    24 here) as "found unexpected end of stream", a place where nothing can be fixed, without
+    saying what was left open.
+
+    Rule: the error is located at the quote that opens the unclosed scalar, and says so."""
+    text = f"version: 1\nname: {quote}abc\ndescription: x\n" + "x: 1\n" * 20
+    error = _error(text)
+    assert (error.line, error.column) == (2, 7)
+    assert "while scanning a quoted scalar at line 2, column 7" in error.message
+
+
+def test_a_malformed_file_says_what_the_parser_was_reading_and_where_it_began(parser: str) -> None:
+    """Mutant (review r53): PyYAML's context was dropped: a repeated anchor was refused as
+    "malformed YAML: second occurrence", naming neither the anchor nor the first occurrence.
+
+    Rule: the message says what was being read and where it began, the error where it failed."""
+    error = _error("a: &x 1\nb: &x 2\n")
+    assert "duplicate anchor" in error.message and "first occurrence at line 1, column 4" in error.message
+    assert (error.line, error.column) == (2, 4)
+    error = _error("a: [1, 2\nb: 3\n")
+    assert "while parsing a flow sequence at line 1, column 4" in error.message and error.line == 2
