@@ -385,7 +385,9 @@ class _Builder:
         if node.tag == _INT and not _INTEGER.fullmatch(node.value):
             if _SEXAGESIMAL.fullmatch(node.value):
                 return node.value  # ``10:30`` is 630 in YAML 1.1, text in YAML 1.2 and here
-            raise self._ambiguous(node)
+            if _LEADING_ZERO.fullmatch(node.value):
+                raise self._ambiguous(node)
+            raise self._not_a_number(node)  # ``!!int ""``, ``!!int +``: no digits to read
         return self._constructed(node)
 
     def _text(self, node: yaml.Node) -> Any:
@@ -430,20 +432,23 @@ class _Builder:
         except yaml.YAMLError as exc:
             problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
             raise self.error(node, f"bad value: {problem}", "a plain value", "quote the value") from None
-        except ValueError:
+        except (ValueError, IndexError):  # PyYAML reads ``!!float ""`` (or ``"_"``) at [0]
             if len(node.value) <= _MAX_DIGITS:  # no digits at all (``0x_``, ``!!float abc``)
-                raise self.error(
-                    node,
-                    f"not a number: {node.value[:40]!r}",
-                    "a number (0x, 0o and 0b followed by at least one digit)",
-                    "write the digits, or quote text",
-                ) from None
+                raise self._not_a_number(node) from None
             raise self._too_long(node) from None  # Python converts at most 4,300 decimal digits
         # ``0x`` with 3,600 hex digits converts (only decimal text is bounded), but is a number
         # nothing can print: every message that quotes it would raise a bare ValueError.
         if type(value) is int and not -_MAX_INT < value < _MAX_INT:
             raise self._too_long(node)
         return value
+
+    def _not_a_number(self, node: yaml.Node) -> SourceError:
+        return self.error(
+            node,
+            f"not a number: {node.value[:40]!r}",
+            "a number (0x, 0o and 0b followed by at least one digit)",
+            "write the digits, or quote text",
+        )
 
     def _too_long(self, node: yaml.Node) -> SourceError:
         return self.error(

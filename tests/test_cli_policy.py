@@ -182,3 +182,19 @@ def test_an_error_is_one_line_exit_2(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert main(["policy", "explain", path, "--as", "bot", "--tool", "t"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("agentgate: error: ") and err.count("\n") == 1
+
+
+def test_lint_of_a_number_tag_without_digits_is_exit_2_with_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Mutant (review r53): ``name: !!float ""`` raised PyYAML's IndexError through ``policy
+    lint``: a traceback and exit 1, which reads as "the policy has error findings".
+
+    Rule: a file that does not load is exit 2 and one line naming file:line:column."""
+    path = tmp_path / "p.yaml"
+    path.write_text('version: 1\nname: !!float ""\n')
+    assert main(["policy", "lint", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err == f"agentgate: error: {path}:2:7: not a number: '' " + (
+        "(expected a number (0x, 0o and 0b followed by at least one digit)); hint: write the digits, or quote text\n"
+    )

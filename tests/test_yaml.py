@@ -432,3 +432,14 @@ def test_a_malformed_file_says_what_the_parser_was_reading_and_where_it_began(pa
     assert (error.line, error.column) == (2, 4)
     error = _error("a: [1, 2\nb: 3\n")
     assert "while parsing a flow sequence at line 1, column 4" in error.message and error.line == 2
+
+
+@pytest.mark.parametrize("value", ['!!float ""', '!!float "_"', "!!float _", '!!int ""', '!!int "+"'])
+def test_a_tagged_number_without_digits_is_refused_as_not_a_number(value: str) -> None:
+    """Mutant (review r53): ``!!float ""`` raised PyYAML's IndexError (it reads the text's first
+    character), a traceback out of ``load_policy`` and ``agentgate policy lint`` (exit 1, read as
+    "error findings"); ``!!int ""`` was called an ambiguous number with a leading zero.
+
+    Rule: a number tag on text with no digits is refused as not a number, at its location."""
+    error = _error(f"version: 1\nname: {value}\n")
+    assert error.message.startswith("not a number: ") and (error.line, error.column) == (2, 7)
