@@ -719,3 +719,19 @@ def test_a_key_that_is_not_printable_is_quoted_in_the_message(text: str, path: s
     error = _error(text)
     assert path in error.message
     assert str(error).isprintable()
+
+
+def test_a_missing_key_file_with_an_escape_in_its_name_is_named_quoted(tmp_path: Path) -> None:
+    """Mutant (review r53): the path a missing key file was looked for at was quoted raw, so an
+    escape sequence or a line break in ``key:`` reached the error's one line as it was.
+
+    Rule: the error is one line of printable text that says what the path holds."""
+    with pytest.raises(PolicyError) as info:
+        parse_policy(
+            'version: 1\nprincipals:\n  p:\n    kind: agent\n    key: "x\\e[2J.pub"\n',
+            source="p.yaml",
+            base_dir=tmp_path,
+        )
+    looked = str(tmp_path / "x\x1b[2J.pub")
+    assert f"(looked at {looked!r})" in info.value.message
+    assert str(info.value).isprintable() and info.value.line == 5

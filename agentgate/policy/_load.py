@@ -714,9 +714,10 @@ class _Compiler:
                     "write a did:key under 'did:', not 'key:'",
                 )
             if not exists:
+                looked = str(path) if str(path).isprintable() else repr(str(path))  # one line
                 raise self.error(
                     (*loc, "key"),
-                    f"key file {key!r} does not exist (looked at {path})",
+                    f"key file {key!r} does not exist (looked at {looked})",
                     "an existing public key file",
                     "create it with 'agentgate keys new', or give 'did:' instead",
                 )
