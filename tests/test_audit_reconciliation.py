@@ -20,7 +20,6 @@ import signal
 import sqlite3
 import subprocess
 import sys
-import threading
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -34,6 +33,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
+from test_gate_run import closing_while_running
 
 from agentgate.audit.report import render_report
 from agentgate.capabilities import Call
@@ -466,30 +466,10 @@ def test_calls_settled_without_running_while_the_gate_closes_reconcile(tmp_path:
     first = gate.authorize(boss, Call.tool("lookup", {"id": "1"}))
     late = gate.authorize(boss, Call.model("scripted", {}), tokens=(10, 10))
     dropped = gate.authorize(boss, Call.tool("lookup", {"id": "2"}))
-    running, release = threading.Event(), threading.Event()
-
-    def slow() -> str:
-        running.set()
-        assert release.wait(30)
-        return "done"
-
-    caller = threading.Thread(target=lambda: gate.run(first, slow), daemon=True)
-    caller.start()
-    assert running.wait(30)
-    closer = threading.Thread(target=gate.close, daemon=True)
-    closer.start()
-    try:
-        for _ in range(3000):  # close() has begun: it now waits for the running call
-            if gate._closing:
-                break
-            threading.Event().wait(0.01)
+    with closing_while_running(gate, first):
         with pytest.raises(SchedulingError):
             gate.run(late, lambda: "late")
         gate.abandon(dropped)
-    finally:
-        release.set()
-        closer.join(30)
-        caller.join(30)
     store = SQLiteStore(tmp_path / "agentgate.db")
     try:
         entries = _read(store)

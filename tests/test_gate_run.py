@@ -26,7 +26,7 @@ import pytest
 from agentgate.audit.entry import AuditEntry
 from agentgate.capabilities import Call
 from agentgate.errors import AgentGateError, Denied, InputError, SchedulingError
-from agentgate.gate import AgentIdentity, Gate
+from agentgate.gate import AgentIdentity, Authorization, Gate
 from agentgate.keys import SigningKey
 from agentgate.policy import parse_policy
 from agentgate.store import SQLiteStore
@@ -727,24 +727,18 @@ def test_a_program_that_never_closes_its_gate_still_records_its_last_outcome(tmp
         gate.close()
 
 
-def test_a_call_started_while_the_gate_closes_is_refused_recorded_and_released(tmp_path: Path) -> None:
-    """Kills: _begin_run refusing a call once ``close`` began without settling it (the
-    ``_settle(... "SchedulingError" ...)`` dropped). The allow was recorded and its budget
-    reserved: refused unrecorded, the log would end at an allow with no outcome and the
-    reservation would stay held."""
-    setup = Setup(tmp_path)
-    gate = setup.gate
+@contextlib.contextmanager
+def closing_while_running(gate: Gate, first: Authorization, **run: Any) -> Iterator[None]:
+    """Inside: ``gate.run(first, ...)`` is running on one thread and ``gate.close()`` has begun on
+    another, waiting for it; on leaving, the call ends and both threads are joined."""
     running, release = threading.Event(), threading.Event()
-    first = gate.authorize(setup.agent, Call.tool("lookup", {"id": "1"}))
-    late = gate.authorize(setup.agent, Call.model("small"), tokens=(100, 10))
-    assert first.allowed and late.allowed and late.reservations
 
     def slow() -> str:
         running.set()
         assert release.wait(30)
         return "done"
 
-    caller = threading.Thread(target=lambda: gate.run(first, slow), daemon=True)
+    caller = threading.Thread(target=lambda: gate.run(first, slow, **run), daemon=True)
     caller.start()
     assert running.wait(30)
     closer = threading.Thread(target=gate.close, daemon=True)
@@ -754,14 +748,28 @@ def test_a_call_started_while_the_gate_closes_is_refused_recorded_and_released(t
             if gate._closing:
                 break
             threading.Event().wait(0.01)
-        ran: list[str] = []
-        with pytest.raises(SchedulingError):
-            gate.run(late, lambda: ran.append("late"))
-        assert ran == []
+        yield
     finally:
         release.set()
         closer.join(30)
         caller.join(30)
+
+
+def test_a_call_started_while_the_gate_closes_is_refused_recorded_and_released(tmp_path: Path) -> None:
+    """Kills: _begin_run refusing a call once ``close`` began without settling it (the
+    ``_settle(... "SchedulingError" ...)`` dropped). The allow was recorded and its budget
+    reserved: refused unrecorded, the log would end at an allow with no outcome and the
+    reservation would stay held."""
+    setup = Setup(tmp_path)
+    gate = setup.gate
+    first = gate.authorize(setup.agent, Call.tool("lookup", {"id": "1"}))
+    late = gate.authorize(setup.agent, Call.model("small"), tokens=(100, 10))
+    assert first.allowed and late.allowed and late.reservations
+    with closing_while_running(gate, first):
+        ran: list[str] = []
+        with pytest.raises(SchedulingError):
+            gate.run(late, lambda: ran.append("late"))
+        assert ran == []
     reopened = Gate(parse_policy(setup.text, source="gate.yaml"), SQLiteStore(tmp_path / "agentgate.db"))
     try:
         outcomes = {e.ref: e for e in reopened.audit.entries() if e.kind == "outcome"}

@@ -6,7 +6,6 @@ failed on the code before its fix."""
 from __future__ import annotations
 
 import asyncio
-import threading
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -16,6 +15,7 @@ import test_observability
 from langchain_core.messages import AIMessage, ToolMessage
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import StatusCode
+from test_gate_run import closing_while_running
 from test_observability import Sweep, _calls
 
 from agentgate.capabilities import Call
@@ -323,29 +323,8 @@ def test_an_allowed_call_that_never_runs_has_its_span_with_its_outcome(sweep: Sw
     gate.abandon(dropped)
     first = gate.authorize(sweep.boss, Call.tool("lookup", {"id": "2"}), call_id="d2")
     late = gate.authorize(sweep.boss, Call.model("scripted", {}), tokens=(10, 10))
-    running, release = threading.Event(), threading.Event()
-
-    def slow() -> str:
-        running.set()
-        assert release.wait(30)
-        return "done"
-
-    caller = threading.Thread(target=lambda: gate.run(first, slow, call_id="d2"), daemon=True)
-    caller.start()
-    assert running.wait(30)
-    closer = threading.Thread(target=gate.close, daemon=True)
-    closer.start()
-    try:
-        for _ in range(3000):  # close() has begun: it now waits for the running call
-            if gate._closing:
-                break
-            threading.Event().wait(0.01)
-        with pytest.raises(SchedulingError):
-            gate.run(late, lambda: "late")
-    finally:
-        release.set()
-        closer.join(30)
-        caller.join(30)
+    with closing_while_running(gate, first, call_id="d2"), pytest.raises(SchedulingError):
+        gate.run(late, lambda: "late")
     by_index = {
         dict(s.attributes or {}).get("agentgate.audit.index"): s for s in sweep.exporter.get_finished_spans()
     }
