@@ -527,6 +527,7 @@ def test_agentgate_serve_sends_the_key_and_prints_or_logs_it_nowhere(tmp_path: P
     policy = tmp_path / "policy.yaml"
     policy.write_text(_policy_text(root, key))
     store = tmp_path / "serve.db"
+    assert main(["store", "init", "--store", str(store)]) == 0  # serve refuses a store that does not exist
     port = _free_port()
     with SimServer(time_scale=0.01, api_key=KEY) as server:
         inventory = tmp_path / "inventory.yaml"

@@ -323,6 +323,7 @@ def test_serve_ends_on_ctrl_c_with_exit_0(tmp_path: Path) -> None:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
+    assert main(["store", "init", "--store", str(tmp_path / "s.db")]) == 0  # serve creates none
     process = subprocess.Popen(
         [sys.executable, "-m", "agentgate.cli.main", "serve", "--policy", str(POLICIES / "research_team.yaml"),
          "--inventory", INVENTORY, "--port", str(port), "--store", str(tmp_path / "s.db")],

@@ -134,6 +134,95 @@ def test_revoke_refuses_a_store_that_does_not_exist(
     assert [link["revoked"] for link in json.loads(out)["links"]] == [False]
 
 
+def test_check_refuses_a_store_that_does_not_exist_instead_of_allowing_a_revoked_grant(
+    env: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``grant check`` with ``AGENTGATE_STORE`` mistyped (or run from another directory, with the
+    default ``.agentgate/agentgate.db``) created a new store there and decided against its empty
+    revocation list: a revoked chain printed ``allow`` and exited 0. An empty file, or another
+    application's SQLite file, was opened as a store the same way (agentgate's tables written
+    into it). Rule: a check that cannot read the revocation state fails closed: exit 2, one line
+    naming the store and how to create one, no decision printed, nothing created or written."""
+    import sqlite3
+
+    issue_and_delegate(capsys)
+    assert cli(capsys, "grant", "revoke", "a.tok")[0] == 0
+    check = ["grant", "check", "b.tok", "--as", "k/bob.key", "--trust", "k/root.pub", "--tool",
+             "payments.refund", "--args", '{"amount": 50, "currency": "EUR"}']  # fmt: skip
+    typo = env / "typo" / "stor.db"
+    monkeypatch.setenv("AGENTGATE_STORE", str(typo))
+    for json_flag in ([], ["--json"]):
+        code, out, err = cli(capsys, *check, *json_flag)
+        assert code == 2 and out == "", (code, out)
+        lines = err.splitlines()
+        assert len(lines) == 1 and f"no store at {typo}" in lines[0], err
+        assert f"agentgate store init --store {typo}" in lines[0], err
+    assert not (env / "typo").exists()
+    empty = env / "empty.db"
+    empty.touch()
+    foreign, named = env / "other-app.db", env / "other-wal.db"
+    with contextlib.closing(sqlite3.connect(foreign)) as db:
+        db.execute("CREATE TABLE customers (id INTEGER)")
+        db.commit()
+    with contextlib.closing(sqlite3.connect(named)) as db:  # WAL mode, a table of agentgate's name
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("CREATE TABLE audit_log (id INTEGER)")
+        db.commit()
+    before = {path: path.read_bytes() for path in (foreign, named)}
+    for path in (empty, foreign, named):
+        monkeypatch.setenv("AGENTGATE_STORE", str(path))
+        code, out, err = cli(capsys, *check)
+        assert code == 2 and out == "" and len(err.splitlines()) == 1 and f"{path}" in err, (code, out, err)
+    assert empty.stat().st_size == 0 and {path: path.read_bytes() for path in before} == before
+    # The default store, from a directory that has none: refused too, nothing created there.
+    elsewhere = env / "elsewhere"
+    elsewhere.mkdir()
+    for name in ("b.tok", "k"):
+        (elsewhere / name).symlink_to(env / name)
+    monkeypatch.chdir(elsewhere)
+    monkeypatch.delenv("AGENTGATE_STORE")
+    code, out, err = cli(capsys, *check)
+    assert code == 2 and out == "" and "no store at .agentgate/agentgate.db" in err
+    assert "agentgate store init --store .agentgate/agentgate.db" in err
+    assert not (elsewhere / ".agentgate").exists()
+    # The store in use: the revoked chain is denied, as ever.
+    monkeypatch.chdir(env)
+    monkeypatch.setenv("AGENTGATE_STORE", str(env / "store.db"))
+    code, out, _ = cli(capsys, *check)
+    assert code == 1 and "revoked" in out
+    assert sorted(p.name for p in env.glob("*.db")) == [
+        "empty.db",
+        "other-app.db",
+        "other-wal.db",
+        "store.db",
+    ]
+
+
+def test_delegate_refuses_a_store_that_does_not_exist_instead_of_delegating_under_a_revoked_parent(
+    env: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``grant delegate`` checked the parent chain's revocation in a store it created where
+    ``AGENTGATE_STORE`` was mistyped: under a revoked parent it wrote the child's token and
+    exited 0. Rule: exit 2, one line naming the store and how to create one; no token written,
+    no store created; against the store in use, the revoked parent is a deny (exit 1)."""
+    issue_and_delegate(capsys)
+    assert cli(capsys, "grant", "revoke", "a.tok")[0] == 0
+    delegate = ["grant", "delegate", "a.tok", "--as", "k/alice.key", "--to", "k/bob.pub", "--allow",
+                "tool:search.web", "--ttl", "5m", "--out", "c.tok"]  # fmt: skip
+    typo = env / "sotre.db"
+    monkeypatch.setenv("AGENTGATE_STORE", str(typo))
+    for out_flag in (delegate, delegate[:-2]):  # to a file, and to stdout
+        code, out, err = cli(capsys, *out_flag)
+        assert code == 2 and out == "", (code, out)
+        lines = err.splitlines()
+        assert len(lines) == 1 and f"no store at {typo}" in lines[0], err
+        assert f"agentgate store init --store {typo}" in lines[0], err
+    assert not typo.exists() and not (env / "c.tok").exists()
+    monkeypatch.setenv("AGENTGATE_STORE", str(env / "store.db"))
+    code, out, err = cli(capsys, *delegate)
+    assert code == 1 and out == "" and "revoked" in err and not (env / "c.tok").exists()
+
+
 def test_revoking_a_revoked_grant_again_writes_nothing_and_says_so(
     env: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

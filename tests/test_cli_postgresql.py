@@ -58,6 +58,7 @@ import os
 import re
 import shlex
 import shutil
+import socket
 import subprocess
 import sys
 import threading
@@ -453,6 +454,41 @@ def test_a_database_without_a_store_is_refused_by_the_reading_verbs_and_gets_no_
     assert (listed.rc, listed.out) == (0, "no open approval requests\n"), listed
     with PostgresStore(url) as owner:  # the tables the refusal looks for: every one store init makes
         assert {row[0] for row in owner.query(tables)} == set(STORE_TABLES)
+
+
+def test_check_delegate_and_serve_refuse_a_database_without_a_store_and_give_it_no_tables(
+    postgres_server: Any, keys: Path, tmp_path: Path
+) -> None:
+    """A store URL naming a database that holds no agentgate table (a mistyped name that exists:
+    ``postgres``, another service's): ``grant check`` created the tables there and decided against
+    an empty revocation list (a revoked chain allowed, exit 0), ``grant delegate`` delegated under
+    a parent revoked in the store in use, and ``serve`` served from it (review r53). Rule: as
+    ``grant revoke``, exit 2, one line, ``no store in the PostgreSQL database ...``, no table
+    created, no token written; after ``store init`` there, each works."""
+    url = postgres_server.create_database()
+    d = workdir(tmp_path / "w", keys)
+    issued = agentgate(d, str(d / "issuing.db"), *shlex.split(
+        "grant issue --issuer keys/ops-root.key --to keys/alice.pub --allow tool:search --ttl 1h --out a.tok"
+    ))  # fmt: skip
+    assert issued.rc == 0, issued
+    check = "grant check a.tok --as keys/alice.key --trust keys/ops-root.pub --tool search"
+    delegate = (
+        "grant delegate a.tok --as keys/alice.key --to keys/bob.pub --allow tool:search --ttl 5m --out b.tok"
+    )
+    with socket.socket() as probe:  # a port free now: the store is what serve must refuse
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    serve = f"serve --policy support.yaml --inventory {ROOT / 'policies' / 'inventory.yaml'} --port {port}"
+    for line in (check, delegate, serve):
+        refused = agentgate(d, url, *shlex.split(line))
+        assert "no store in the PostgreSQL database" in one_error_line(refused), refused
+        assert refused.out == "" and "serving" not in refused.err, refused
+    assert not (d / "b.tok").exists()
+    with PostgresStore(url) as owner:
+        assert owner.query("SELECT tablename FROM pg_tables WHERE schemaname = 'public'") == []
+    assert agentgate(d, url, "store", "init").rc == 0
+    assert agentgate(d, url, *shlex.split(check)).rc == 0
+    assert agentgate(d, url, *shlex.split(delegate)).rc == 0 and (d / "b.tok").exists()
 
 
 # --- a role without the rights --------------------------------------------------------------------

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -570,6 +571,8 @@ def test_agentgate_serve_answers_models_health_and_chat(
         )
     )
     store = tmp_path / "serve.db"
+    init = [sys.executable, "-m", "agentgate.cli.main", "store", "init", "--store", str(store)]
+    assert subprocess.run(init, capture_output=True, timeout=60).returncode == 0  # serve creates none
     port = _free_port()
     command = [sys.executable, "-m", "agentgate.cli.main", "serve", "--policy", str(policy)]
     command += ["--inventory", str(inventory), "--port", str(port), "--store", str(store)]
@@ -614,6 +617,72 @@ def test_agentgate_serve_refuses_a_missing_policy_in_one_line(tmp_path: Path) ->
     )
     assert done.returncode == 2
     assert done.stderr.startswith("agentgate: error:") and len(done.stderr.strip().splitlines()) == 1
+
+
+def test_agentgate_serve_refuses_a_store_that_does_not_exist(tmp_path: Path) -> None:
+    """``agentgate serve --store typo.db`` (or ``AGENTGATE_STORE`` mistyped, or the default
+    ``.agentgate/agentgate.db`` from another working directory) started a gateway on a new empty
+    store: revocations, budgets and nonces written to the store in use never reached it, so a
+    revoked grant was served. An empty file was taken for a new store the same way. Rule: exit 2
+    before "serving", one line naming the store and how to create one (``agentgate store init
+    --store PATH``); nothing created. After that command, the same line serves."""
+    keys = {name: SigningKey.generate() for name in NAMES}
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(_policy_text({n: k.did for n, k in keys.items()}))
+    inventory = tmp_path / "inventory.yaml"
+    inventory.write_text(
+        f"backends:\n  - {{name: sim, url: 'http://127.0.0.1:9', engine: vllm, models: [{MODEL}]}}\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTGATE_")}
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (tmp_path / "empty.db").touch()
+
+    def serve(store: list[str], cwd: Path = tmp_path) -> subprocess.Popen[str]:
+        port = _free_port()
+        command = [sys.executable, "-m", "agentgate.cli.main", "serve", "--policy", str(policy)]
+        command += ["--inventory", str(inventory), "--port", str(port), *store]
+        process = subprocess.Popen(
+            command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        deadline = time.monotonic() + 60
+        while process.poll() is None and time.monotonic() < deadline:
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/healthz").status_code == 200:
+                    break
+            except httpx.TransportError:
+                time.sleep(0.1)
+        return process
+
+    typo = tmp_path / "typo" / "serve.db"
+    for store, cwd, named in (
+        (["--store", str(typo)], tmp_path, str(typo)),
+        ([], elsewhere, ".agentgate/agentgate.db"),
+        (["--store", str(tmp_path / "empty.db")], tmp_path, str(tmp_path / "empty.db")),
+    ):
+        process = serve(store, cwd)
+        if process.poll() is None:
+            process.terminate()
+            process.communicate(timeout=20)
+            pytest.fail(f"agentgate serve {store} served a store that does not exist")
+        _, err = process.communicate(timeout=20)
+        assert process.returncode == 2 and "serving" not in err, err
+        lines = err.splitlines()
+        assert len(lines) == 1 and lines[0].startswith(f"agentgate: error: no store at {named}"), err
+        if not store or store[1] == str(typo):
+            assert f"agentgate store init --store {named}" in lines[0], err
+    assert not (tmp_path / "typo").exists() and not (elsewhere / ".agentgate").exists()
+    assert (tmp_path / "empty.db").stat().st_size == 0
+    # What the error line says to run makes a store that the gateway then serves.
+    init = [sys.executable, "-m", "agentgate.cli.main", "store", "init", "--store", str(typo)]
+    assert subprocess.run(init, env=env, capture_output=True, timeout=60).returncode == 0
+    process = serve(["--store", str(typo)])
+    try:
+        assert process.poll() is None, process.communicate(timeout=20)
+    finally:
+        process.terminate()
+        process.communicate(timeout=20)
+    assert process.returncode == 0
 
 
 def test_a_chain_issued_elsewhere_is_honoured_and_charged(env: Env) -> None:

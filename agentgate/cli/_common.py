@@ -222,11 +222,18 @@ def unix(timestamp: float | None) -> int | float | None:
     return int(timestamp) if float(timestamp).is_integer() else float(timestamp)
 
 
-def open_existing_store(url: str | None, *, init_hint: bool = False) -> Store:
+def open_existing_store(
+    url: str | None, *, init_hint: bool = False, part_tables: frozenset[str] = frozenset()
+) -> Store:
     """``open_store`` for a command that only reads, or that writes what must reach a store in
-    use (a revocation): a SQLite file that does not exist is an ``InputError`` (a mistyped path),
-    not a new empty store that looks like an empty answer, or that takes a revocation no gateway
-    reads. ``init_hint``: the error for a missing SQLite file also says how to create one there."""
+    use (a revocation), or decides against its revocations (``grant check``, ``delegate``,
+    ``serve``): a SQLite file that does not exist is an ``InputError`` (a mistyped path), not a
+    new empty store that looks like an empty answer, that takes a revocation no gateway reads, or
+    whose empty revocation list lets a revoked chain through. ``init_hint``: the error for a
+    missing SQLite file also says how to create one there. ``part_tables``: the tables of the one
+    part the command uses (``grant check``: the grants part's); a SQLite file that holds them all
+    is not read for the columns of every part's tables (the part checks its own as it opens them,
+    ``ensure_schema``), so that a verb scripts run in loops loads no other part's schema."""
     target = store_url(url)
     path = sqlite_path(target)
     if path is not None:
@@ -246,7 +253,7 @@ def open_existing_store(url: str | None, *, init_hint: bool = False) -> Store:
             raise InputError(f"no store at {shown}: the file is empty; check --store or AGENTGATE_STORE")
         # Before open_store: opening switches the file to WAL mode, a change to its header that
         # another application's database must not get from a command that only reads.
-        _refuse_foreign_sqlite(shown, sqlite_tables_read_only(path))
+        _refuse_foreign_sqlite(shown, sqlite_tables_read_only(path), part_tables)
     store = open_store(target)  # PostgreSQL in any case; any other scheme is open_store's StoreError
     try:
         if store.dialect == "postgresql" and not holds_a_store(store):
@@ -256,7 +263,7 @@ def open_existing_store(url: str | None, *, init_hint: bool = False) -> Store:
                 "`agentgate store init` there as its owner to set up a new store"
             )
         if store.dialect == "sqlite":  # the file could not be read before it was opened: now
-            _refuse_foreign_sqlite(printable(store.url), tables_and_columns(store.query))
+            _refuse_foreign_sqlite(printable(store.url), tables_and_columns(store.query), part_tables)
     except BaseException:
         store.close()
         raise
@@ -329,16 +336,22 @@ def others_tables_only(tables: list[tuple[str, frozenset[str]]] | None) -> bool:
     return bool(names) and not names & set(STORE_TABLES)
 
 
-def _refuse_foreign_sqlite(shown: str, tables: list[tuple[str, frozenset[str]]] | None) -> None:
+def _refuse_foreign_sqlite(
+    shown: str,
+    tables: list[tuple[str, frozenset[str]]] | None,
+    part_tables: frozenset[str] = frozenset(),
+) -> None:
     """Raise ``InputError`` when a SQLite file holds ``tables`` and none of agentgate's, or a
     table of one of agentgate's names without a column a row of it must have: another
     application's database, in which a command that only reads would create every part's tables
     and answer from their emptiness (as a PostgreSQL database of none is refused). A file of no
-    tables (a store opened but never used) and one not read (``None``) pass."""
+    tables (a store opened but never used) and one not read (``None``) pass; so does, without its
+    columns read, one that holds every table of ``part_tables`` (``open_existing_store``)."""
     names = sorted(printable(name) for name, _ in tables or () if not name.lower().startswith("sqlite_"))
     if not names:
         return
-    foreign = foreign_table(tables or (), required_store_columns())
+    ours = bool(part_tables) and part_tables <= {name for name, _ in tables or ()}
+    foreign = None if ours else foreign_table(tables or (), required_store_columns())
     if foreign is not None:
         raise InputError(
             f"no store at {shown}: its table {printable(foreign[0])} is not agentgate's (no column "

@@ -319,13 +319,21 @@ def _purpose(text: str) -> str:
     return text
 
 
+_GRANT_TABLES = frozenset({"agentgate_grants", "agentgate_revocations", "agentgate_nonces"})
+"""The grants part's tables (``GRANTS_DDL``, agentgate/store/grants.py): it checks their columns
+as it opens them (``ensure_schema``)."""
+
+
 @contextlib.contextmanager
-def _repo() -> Iterator[GrantRepository]:
+def _repo(*, existing: bool = False) -> Iterator[GrantRepository]:
     """The grant store of ``AGENTGATE_STORE``, closed when the command is done with it. Left open,
     a PostgreSQL store's pool was collected at exit wherever its last reference went, at times in
     one of its own worker threads, whose ``__del__`` then printed a traceback (``RuntimeError:
-    cannot join current thread``) after the verdict."""
-    store = open_store()
+    cannot join current thread``) after the verdict. ``existing``: for a command that decides
+    against the store's revocations (``check``, ``delegate``), a store that does not exist is
+    refused (``open_existing_store``), not created: its empty revocation list would let a
+    revoked chain through."""
+    store = open_existing_store(None, init_hint=True, part_tables=_GRANT_TABLES) if existing else open_store()
     try:
         repo = GrantRepository(store)
         try:
@@ -384,7 +392,7 @@ def _delegate(args: argparse.Namespace) -> int:
     holder = load_signing_key(args.holder)
     audience, ttl, budget = load_public_key(args.to), parse_duration(args.ttl), _budget(args.budget)
     purpose = _purpose(args.purpose)
-    with _repo() as repo:
+    with _repo(existing=True) as repo:
         revoked = repo.revoked(parent.ids)
         if revoked:
             sys.stderr.write(
@@ -516,7 +524,7 @@ def _check(args: argparse.Namespace) -> int:
         else Call(f"model:{args.model}", "generate", call_args)
     )
     invocation = Invocation.sign(holder, chain, call)
-    with _repo() as repo:
+    with _repo(existing=True) as repo:
         decision = decide(invocation, repo=repo, trusted=anchors)
     if args.json:
         write_json(decision.to_dict())

@@ -4,7 +4,8 @@
 [--stream-stall-s SECONDS] [--shutdown-grace-s SECONDS]`` serves ``/v1/chat/completions``, ``/v1/models``, ``/metrics`` and ``/healthz`` with uvicorn until
 interrupted. Every call is decided under the policy's trust anchors and recorded in the store
 (``--store``, else ``AGENTGATE_STORE``, else the default SQLite file). A policy, inventory or
-store that cannot be opened, an inventory without backends, a ``--host`` that does not resolve
+store that cannot be opened or does not exist (``agentgate store init`` creates one), an
+inventory without backends, a ``--host`` that does not resolve
 and an address that cannot be bound (a port in use) are a one-line error and exit code 2; the
 socket is bound before "serving" is printed. It stops on SIGINT (Ctrl-C) or SIGTERM (what
 service managers send) alike: calls in flight get ``--shutdown-grace-s`` (default 10), then are
@@ -22,7 +23,7 @@ import sys
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from agentgate.cli._common import given, shown_policy, shown_source_error
+from agentgate.cli._common import given, open_existing_store, shown_policy, shown_source_error
 from agentgate.errors import InputError, InventoryError
 
 T = TypeVar("T")
@@ -96,7 +97,6 @@ def _serve(args: argparse.Namespace) -> int:
     # Imported here: the other commands need neither the gateway nor its web server.
     from agentgate.dispatch.gateway import Gateway, GatewayGate, GatewayServer
     from agentgate.dispatch.inventory import load_inventory
-    from agentgate.store import open_store
 
     policy = shown_policy(args.policy)
     with shown_source_error():
@@ -105,7 +105,9 @@ def _serve(args: argparse.Namespace) -> int:
         raise InventoryError("declares no backends: the gateway could answer nothing", file=args.inventory)
     listener = _listen(args.host, args.port)
     try:
-        gate = GatewayGate(policy, open_store(args.store))
+        # A store that does not exist is a mistyped --store (or working directory): a gateway on a
+        # new empty one would never see the revocations, budgets and nonces of the store in use.
+        gate = GatewayGate(policy, open_existing_store(args.store, init_hint=True))
         try:
             stall = {} if args.stream_stall_s is None else {"stream_stall_s": args.stream_stall_s}
             server = GatewayServer(
