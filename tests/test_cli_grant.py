@@ -46,6 +46,10 @@ def issue_and_delegate(capsys: pytest.CaptureFixture[str]) -> None:
                "tool:payments.refund?amount<=100&currency=EUR", "--ttl", "10m", "--out", "b.tok")[0] == 0  # fmt: skip
 
 
+CHECK_AS_BOB = ("grant", "check", "b.tok", "--as", "k/bob.key", "--trust", "k/root.pub", "--tool")
+"""``grant check`` of the delegated token b.tok as its holder, against the root key: the tool follows."""
+
+
 def test_keys_new_writes_a_private_0600_key_and_prints_the_did(
     env: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -59,17 +63,7 @@ def test_keys_new_writes_a_private_0600_key_and_prints_the_did(
 
 def test_issue_delegate_check_revoke(env: Path, capsys: pytest.CaptureFixture[str]) -> None:
     issue_and_delegate(capsys)
-    check = [
-        "grant",
-        "check",
-        "b.tok",
-        "--as",
-        "k/bob.key",
-        "--trust",
-        "k/root.pub",
-        "--tool",
-        "payments.refund",
-    ]
+    check = [*CHECK_AS_BOB, "payments.refund"]
     code, out, _ = cli(capsys, *check, "--args", '{"amount": 50, "currency": "EUR"}')
     assert code == 0 and out.startswith("allow:")
     code, out, _ = cli(capsys, *check, "--args", '{"amount": 150, "currency": "EUR"}', "--json")
@@ -90,8 +84,7 @@ def test_revoke_by_id(env: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = cli(capsys, "grant", "inspect", "b.tok", "--json")
     tip = json.loads(out)["tip"]
     assert cli(capsys, "grant", "revoke", tip)[0] == 0
-    code, out, _ = cli(capsys, "grant", "check", "b.tok", "--as", "k/bob.key", "--trust", "k/root.pub", "--tool",
-                       "payments.refund", "--args", '{"amount": 5, "currency": "EUR"}')  # fmt: skip
+    code, out, _ = cli(capsys, *CHECK_AS_BOB, "payments.refund", "--args", '{"amount": 5, "currency": "EUR"}')
     assert code == 1 and "revoked" in out
 
 
@@ -147,8 +140,7 @@ def test_check_refuses_a_store_that_does_not_exist_instead_of_allowing_a_revoked
 
     issue_and_delegate(capsys)
     assert cli(capsys, "grant", "revoke", "a.tok")[0] == 0
-    check = ["grant", "check", "b.tok", "--as", "k/bob.key", "--trust", "k/root.pub", "--tool",
-             "payments.refund", "--args", '{"amount": 50, "currency": "EUR"}']  # fmt: skip
+    check = [*CHECK_AS_BOB, "payments.refund", "--args", '{"amount": 50, "currency": "EUR"}']
     typo = env / "typo" / "stor.db"
     monkeypatch.setenv("AGENTGATE_STORE", str(typo))
     for json_flag in ([], ["--json"]):
@@ -303,17 +295,7 @@ def test_check_refuses_an_amount_no_float_holds_instead_of_rounding_it_under_the
 ) -> None:
     # R53: 100.00000000000000001 was read as 100.0, which the bound amount<=100 of b.tok allows.
     issue_and_delegate(capsys)
-    base = [
-        "grant",
-        "check",
-        "b.tok",
-        "--as",
-        "k/bob.key",
-        "--trust",
-        "k/root.pub",
-        "--tool",
-        "payments.refund",
-    ]
+    base = [*CHECK_AS_BOB, "payments.refund"]
     code, _, err = cli(capsys, *base, "--args", '{"amount": 100.00000000000000001, "currency": "EUR"}')
     assert code == 2 and "'amount'" in err and "no float holds" in err and len(err.splitlines()) == 1
     assert cli(capsys, *base, "--args", '{"amount": 99.5, "currency": "EUR"}')[0] == 0
@@ -352,8 +334,7 @@ def test_revoke_names_what_a_pasted_token_or_an_upper_case_id_is(
     tip = json.loads(cli(capsys, "grant", "inspect", "a.tok", "--json")[1])["tip"]
     code, _, err = cli(capsys, "grant", "revoke", tip.upper())
     assert code == 2 and "64 lower-case hex digits" in err
-    code, out, _ = cli(capsys, "grant", "check", "b.tok", "--as", "k/bob.key", "--trust", "k/root.pub", "--tool",
-                       "payments.refund", "--args", '{"amount": 5, "currency": "EUR"}')  # fmt: skip
+    code, out, _ = cli(capsys, *CHECK_AS_BOB, "payments.refund", "--args", '{"amount": 5, "currency": "EUR"}')
     assert code == 0 and out.startswith("allow:")
 
 
@@ -383,8 +364,7 @@ def test_token_copied_to_another_agent_is_denied(env: Path, capsys: pytest.Captu
 )
 def test_ambiguous_tool_names_are_denied(env: Path, capsys: pytest.CaptureFixture[str], tool: str) -> None:
     issue_and_delegate(capsys)
-    code, out, _ = cli(capsys, "grant", "check", "b.tok", "--as", "k/bob.key", "--trust", "k/root.pub", "--tool",
-                       tool, "--args", '{"amount": 5, "currency": "EUR"}', "--json")  # fmt: skip
+    code, out, _ = cli(capsys, *CHECK_AS_BOB, tool, "--args", '{"amount": 5, "currency": "EUR"}', "--json")
     assert code == 1 and json.loads(out)["findings"][0]["code"] == "ambiguous_resource"
 
 
