@@ -147,7 +147,7 @@ def test_check_refuses_a_store_that_does_not_exist_instead_of_allowing_a_revoked
         code, out, err = cli(capsys, *check, *json_flag)
         assert code == 2 and out == "", (code, out)
         lines = err.splitlines()
-        assert len(lines) == 1 and f"no store at {typo}" in lines[0], err
+        assert len(lines) == 1 and f"no store at {typo}: check AGENTGATE_STORE;" in lines[0], err
         assert f"agentgate store init --store {typo}" in lines[0], err
     assert not (env / "typo").exists()
     empty = env / "empty.db"
@@ -207,7 +207,7 @@ def test_delegate_refuses_a_store_that_does_not_exist_instead_of_delegating_unde
         code, out, err = cli(capsys, *out_flag)
         assert code == 2 and out == "", (code, out)
         lines = err.splitlines()
-        assert len(lines) == 1 and f"no store at {typo}" in lines[0], err
+        assert len(lines) == 1 and f"no store at {typo}: check AGENTGATE_STORE;" in lines[0], err
         assert f"agentgate store init --store {typo}" in lines[0], err
     assert not typo.exists() and not (env / "c.tok").exists()
     monkeypatch.setenv("AGENTGATE_STORE", str(env / "store.db"))

@@ -223,7 +223,11 @@ def unix(timestamp: float | None) -> int | float | None:
 
 
 def open_existing_store(
-    url: str | None, *, init_hint: bool = False, part_tables: frozenset[str] = frozenset()
+    url: str | None,
+    *,
+    init_hint: bool = False,
+    part_tables: frozenset[str] = frozenset(),
+    named_by: str = "--store or AGENTGATE_STORE",
 ) -> Store:
     """``open_store`` for a command that only reads, or that writes what must reach a store in
     use (a revocation), or decides against its revocations (``grant check``, ``delegate``,
@@ -233,7 +237,9 @@ def open_existing_store(
     missing SQLite file also says how to create one there. ``part_tables``: the tables of the one
     part the command uses (``grant check``: the grants part's); a SQLite file that holds them all
     is not read for the columns of every part's tables (the part checks its own as it opens them,
-    ``ensure_schema``), so that a verb scripts run in loops loads no other part's schema."""
+    ``ensure_schema``), so that a verb scripts run in loops loads no other part's schema.
+    ``named_by``: what names the store for the command, as its errors say to check it (``grant
+    check`` and ``delegate`` take no ``--store``: ``AGENTGATE_STORE``)."""
     target = store_url(url)
     path = sqlite_path(target)
     if path is not None:
@@ -246,24 +252,24 @@ def open_existing_store(
             hint = (
                 f"; to set up a new store there: agentgate store init --store {shlex.quote(printable(path))}"
             )
-            raise InputError(
-                f"no store at {shown}: check --store or AGENTGATE_STORE{hint if init_hint else ''}"
-            )
+            raise InputError(f"no store at {shown}: check {named_by}{hint if init_hint else ''}")
         if empty_file(Path(path)):  # SQLite reads an empty file as an empty database
-            raise InputError(f"no store at {shown}: the file is empty; check --store or AGENTGATE_STORE")
+            raise InputError(f"no store at {shown}: the file is empty; check {named_by}")
         # Before open_store: opening switches the file to WAL mode, a change to its header that
         # another application's database must not get from a command that only reads.
-        _refuse_foreign_sqlite(shown, sqlite_tables_read_only(path), part_tables)
+        _refuse_foreign_sqlite(shown, sqlite_tables_read_only(path), part_tables, named_by)
     store = open_store(target)  # PostgreSQL in any case; any other scheme is open_store's StoreError
     try:
         if store.dialect == "postgresql" and not holds_a_store(store):
             raise InputError(
                 "no store in the PostgreSQL database the store URL names: it holds none of "
-                "agentgate's tables; check --store or AGENTGATE_STORE (the database name), or run "
+                f"agentgate's tables; check {named_by} (the database name), or run "
                 "`agentgate store init` there as its owner to set up a new store"
             )
         if store.dialect == "sqlite":  # the file could not be read before it was opened: now
-            _refuse_foreign_sqlite(printable(store.url), tables_and_columns(store.query), part_tables)
+            _refuse_foreign_sqlite(
+                printable(store.url), tables_and_columns(store.query), part_tables, named_by
+            )
     except BaseException:
         store.close()
         raise
@@ -340,6 +346,7 @@ def _refuse_foreign_sqlite(
     shown: str,
     tables: list[tuple[str, frozenset[str]]] | None,
     part_tables: frozenset[str] = frozenset(),
+    named_by: str = "--store or AGENTGATE_STORE",
 ) -> None:
     """Raise ``InputError`` when a SQLite file holds ``tables`` and none of agentgate's, or a
     table of one of agentgate's names without a column a row of it must have: another
@@ -355,15 +362,14 @@ def _refuse_foreign_sqlite(
     if foreign is not None:
         raise InputError(
             f"no store at {shown}: its table {printable(foreign[0])} is not agentgate's (no column "
-            f"{', '.join(foreign[1])}); is it another application's database? Check --store or "
-            "AGENTGATE_STORE"
+            f"{', '.join(foreign[1])}); is it another application's database? Check {named_by}"
         )
     if any(name in STORE_TABLES for name in names):
         return
     listed_names = ", ".join(names[:5]) + (", ..." if len(names) > 5 else "")
     raise InputError(
         f"no store at {shown}: it is another application's SQLite database (tables {listed_names}), "
-        "holding none of agentgate's; check --store or AGENTGATE_STORE"
+        f"holding none of agentgate's; check {named_by}"
     )
 
 

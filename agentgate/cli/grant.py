@@ -333,7 +333,11 @@ def _repo(*, existing: bool = False) -> Iterator[GrantRepository]:
     against the store's revocations (``check``, ``delegate``), a store that does not exist is
     refused (``open_existing_store``), not created: its empty revocation list would let a
     revoked chain through."""
-    store = open_existing_store(None, init_hint=True, part_tables=_GRANT_TABLES) if existing else open_store()
+    store = (
+        open_existing_store(None, init_hint=True, part_tables=_GRANT_TABLES, named_by="AGENTGATE_STORE")
+        if existing
+        else open_store()
+    )
     try:
         repo = GrantRepository(store)
         try:
