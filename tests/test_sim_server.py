@@ -75,3 +75,18 @@ def test_cancelled_stream_frees_the_engine() -> None:
         while server.engine.has_work() and time.monotonic() < deadline:
             time.sleep(0.02)
         assert not server.engine.has_work()
+
+
+def test_authorizations_are_counted_within_a_bound() -> None:
+    """Review R53: ``authorizations`` kept a count for every distinct ``Authorization`` header, so
+    a long-running simulator grew with each caller's token. The first ``AUTHORIZATIONS_KEPT``
+    pairs are counted one by one, any later one under ``OTHERS``; nothing is lost from the total."""
+    from agentgate.sim._server import AUTHORIZATIONS_KEPT, OTHERS
+
+    with SimServer(time_scale=0.05) as server, httpx.Client() as http:
+        for i in range(AUTHORIZATIONS_KEPT + 5):
+            http.get(f"{server.url}/v1/models", headers={"Authorization": f"Bearer k{i}"})
+        assert len(server.authorizations) == AUTHORIZATIONS_KEPT + 1
+        assert server.authorizations[("/v1/models", OTHERS)] == 5
+        assert server.authorizations[("/v1/models", "Bearer k0")] == 1
+        assert sum(server.authorizations.values()) == AUTHORIZATIONS_KEPT + 5

@@ -19,7 +19,8 @@ With an ``api_key`` the ``/v1/*`` endpoints answer 401 (an OpenAI error body) to
 without ``Authorization: Bearer <api_key>``, as vLLM and SGLang started with ``--api-key`` do;
 ``/health`` and ``/metrics`` stay open, as theirs do. ``authorizations`` counts the
 ``Authorization`` headers the ``/v1/*`` endpoints received, per path (``None``: none), so that
-tests can check what a client sent. ``trace_headers`` keeps, for each of the latest
+tests can check what a client sent: the first ``AUTHORIZATIONS_KEPT`` distinct ones, then any
+other under ``OTHERS`` (a server that counted every distinct header grew without bound). ``trace_headers`` keeps, for each of the latest
 ``TRACE_HEADERS_KEPT`` chat requests, the trace context headers it carried (``traceparent``,
 ``tracestate``, ``baggage``: what a vLLM or SGLang server started with OTLP tracing reads to join
 the caller's trace), so that tests can check that a call's trace reaches the backend.
@@ -75,6 +76,10 @@ TRACE_HEADERS = ("traceparent", "tracestate", "baggage")
 """The trace context headers ``SimServer.trace_headers`` records (W3C Trace Context and Baggage)."""
 TRACE_HEADERS_KEPT = 1024
 """How many chat requests' trace headers ``SimServer.trace_headers`` keeps (the latest)."""
+AUTHORIZATIONS_KEPT = 1024
+"""How many distinct (path, ``Authorization``) pairs ``SimServer.authorizations`` counts one by
+one; the requests of any pair after those are counted together under (path, ``OTHERS``)."""
+OTHERS = "(others)"
 
 
 @dataclass(slots=True)
@@ -340,7 +345,10 @@ class SimServer:
     def _refused(self, request: Request) -> Response | None:
         """Count the request's ``Authorization``; a 401 if ``api_key`` is set and not presented."""
         sent = request.headers.getlist("authorization")
-        self.authorizations[(request.url.path, ", ".join(sent) if sent else None)] += 1
+        key = (request.url.path, ", ".join(sent) if sent else None)
+        if key not in self.authorizations and len(self.authorizations) >= AUTHORIZATIONS_KEPT:
+            key = (request.url.path, OTHERS)  # each caller's own header would grow it without end
+        self.authorizations[key] += 1
         if self.api_key is None:
             return None
         expected = f"Bearer {self.api_key}".encode()
