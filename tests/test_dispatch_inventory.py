@@ -82,6 +82,45 @@ def test_bad_inventory_is_rejected_with_file_and_line(text: str, line: int, word
     assert words in str(info.value)
 
 
+@pytest.mark.parametrize(
+    ("edit", "line", "said"),
+    [
+        (("id: g3,", "id: g 3,"), 9, "'g 3' must be 1 to 128 letters, digits and . _ : / -"),
+        (
+            ("name: b1", "name: -b1"),
+            11,
+            "'-b1' must be 1 to 128 letters, digits and . _ : / -, starting with",
+        ),
+        (
+            ("http://127.0.0.1:8000", "ftp://127.0.0.1"),
+            12,
+            "'ftp://127.0.0.1' must be an http:// or https:// URL",
+        ),
+        (
+            ("engine: vllm", "engine: vllm\n    health_path: health"),
+            14,
+            "'health' must be a path starting with /",
+        ),
+        (
+            ("engine: vllm", "engine: vllm\n    api_key_env: 1KEY"),
+            14,
+            "'1KEY' must be an environment variable's name",
+        ),
+    ],
+)
+def test_a_value_a_field_pattern_refuses_is_said_in_words_not_as_the_regex(
+    edit: tuple[str, str], line: int, said: str
+) -> None:
+    """Review R53: a name, URL, health path or key variable that its field's pattern refuses was
+    reported as pydantic's "String should match pattern '^[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}$'":
+    the line was right, but a person had to read the regex. The error says what the field takes."""
+    with pytest.raises(InventoryError) as info:
+        parse_inventory(SMALL.replace(*edit), source="inv.yaml")
+    message = str(info.value)
+    assert message.startswith(f"inv.yaml:{line}:") and said in message, message
+    assert "pattern" not in message and "^" not in message
+
+
 def test_nvlink_domain_cannot_span_racks() -> None:
     text = SMALL.replace("node: n2, nvlink_domain: d2", "node: n2, nvlink_domain: d1")
     with pytest.raises(InventoryError, match="spans racks"):

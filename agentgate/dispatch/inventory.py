@@ -56,7 +56,7 @@ from pydantic import (
     model_validator,
 )
 
-from agentgate._yaml import Locations, dotted_path, load_yaml, read_source
+from agentgate._yaml import Locations, dotted_path, load_yaml, read_source, shortened
 from agentgate.capabilities import canonical_resource
 from agentgate.errors import BackendCredentialError, CapabilityError, InputError, InventoryError
 from agentgate.keys import read_regular_file
@@ -72,6 +72,16 @@ Level = Literal["nvlink_domain", "node", "rack"]
 """A level of the interconnect hierarchy."""
 
 _NAME = r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}$"
+_URL = r"^https?://[^\s]+$"
+_HEALTH_PATH = r"^/[A-Za-z0-9._~/-]{0,255}$"
+_ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]{0,127}$"
+_PATTERNS_SAID = {
+    _NAME: "1 to 128 letters, digits and . _ : / -, starting with a letter or a digit",
+    _URL: "an http:// or https:// URL with no white space",
+    _HEALTH_PATH: "a path starting with /, of letters, digits and . _ ~ / - (at most 256 characters)",
+    _ENV_NAME: "an environment variable's name: letters, digits and _, not starting with a digit",
+}
+"""Each field pattern of the inventory said in words, for its error (pydantic quotes the regex)."""
 
 MAX_API_KEY_FILE_BYTES = 8192
 """The most an ``api_key_file`` may hold: API keys are tens to a few hundred characters."""
@@ -198,7 +208,7 @@ class Backend(_Frozen):
 
     name: str = Field(pattern=_NAME)
     """Unique backend name."""
-    url: str = Field(pattern=r"^https?://[^\s]+$")
+    url: str = Field(pattern=_URL)
     """Base URL; ``{url}/v1/chat/completions`` serves requests."""
     engine: Engine = "openai"
     """Which engine runs there; decides which metric names are read."""
@@ -209,7 +219,7 @@ class Backend(_Frozen):
     """GPU ids the backend runs on."""
     max_concurrency: int = Field(default=256, ge=1, le=1_000_000, strict=True)
     """Most requests the router keeps in flight on this backend."""
-    metrics_url: str | None = Field(default=None, pattern=r"^https?://[^\s]+$")
+    metrics_url: str | None = Field(default=None, pattern=_URL)
     """Prometheus text endpoint; ``None``: the router relies on its own in-flight accounting."""
     cost: BackendCost = Field(default_factory=BackendCost)
     """Token prices: the router's tie-break among backends about as fast prefers the cheapest
@@ -217,11 +227,11 @@ class Backend(_Frozen):
     kv_capacity_tokens: int | None = Field(default=None, ge=1, le=MAX_KV_CAPACITY_TOKENS, strict=True)
     """KV cache capacity in tokens; sizes the router's prefix index. ``None``: read it from
     ``vllm:cache_config_info`` when the engine publishes it, else assume 100,000."""
-    health_path: str = Field(default="/health", pattern=r"^/[A-Za-z0-9._~/-]{0,255}$")
+    health_path: str = Field(default="/health", pattern=_HEALTH_PATH)
     """The path the health probe GETs on ``url`` (200: healthy). vLLM, SGLang, TGI and llama.cpp
     serve ``/health``; a hosted OpenAI-compatible endpoint has none: ``/v1/models`` (sent with
     the API key) answers there."""
-    api_key_env: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+    api_key_env: str | None = Field(default=None, pattern=_ENV_NAME)
     """The environment variable holding the backend's API key (vLLM's or SGLang's ``--api-key``,
     a hosted endpoint's key), read when the inventory is loaded; ``None``: see ``api_key_file``."""
     api_key_file: str | None = Field(default=None, min_length=1, max_length=4096)
@@ -622,6 +632,10 @@ def inventory_from_mapping(
         message = f"{field}: {err['msg'].removeprefix('Value error, ')}"  # pydantic's, for a validator's own
         if err["type"] == "extra_forbidden":
             message = f"{field}: unknown field"
+        elif err["type"] == "string_pattern_mismatch" and (
+            said := _PATTERNS_SAID.get((err.get("ctx") or {}).get("pattern", ""))
+        ):
+            message = f"{field}: {shortened(str(err['input']))!r} must be {said}"
         raise _located(source, lines, loc, message) from None
 
 
