@@ -65,7 +65,8 @@ from agentgate.errors import (
 from agentgate.findings import Finding
 from agentgate.keys import load_public_key, load_signing_key, read_regular_file, replace_file
 from agentgate.store import Store, open_store, store_url
-from agentgate.store._sqlite import sqlite_tables_read_only
+from agentgate.store._sqlite import sqlite_tables_read_only, tables_of
+from agentgate.store.grants import GRANTS_DDL
 
 
 def _depth(text: str) -> int:
@@ -319,11 +320,6 @@ def _purpose(text: str) -> str:
     return text
 
 
-_GRANT_TABLES = frozenset({"agentgate_grants", "agentgate_revocations", "agentgate_nonces"})
-"""The grants part's tables (``GRANTS_DDL``, agentgate/store/grants.py): it checks their columns
-as it opens them (``ensure_schema``)."""
-
-
 @contextlib.contextmanager
 def _repo(*, existing: bool = False) -> Iterator[GrantRepository]:
     """The grant store of ``AGENTGATE_STORE``, closed when the command is done with it. Left open,
@@ -334,7 +330,9 @@ def _repo(*, existing: bool = False) -> Iterator[GrantRepository]:
     refused (``open_existing_store``), not created: its empty revocation list would let a
     revoked chain through."""
     store = (
-        open_existing_store(None, init_hint=True, part_tables=_GRANT_TABLES, named_by="AGENTGATE_STORE")
+        open_existing_store(
+            None, init_hint=True, part_tables=tables_of(GRANTS_DDL["sqlite"]), named_by="AGENTGATE_STORE"
+        )
         if existing
         else open_store()
     )

@@ -297,6 +297,11 @@ def required_store_columns() -> dict[str, frozenset[str]]:
     return required
 
 
+def tables_of(ddl: str) -> frozenset[str]:
+    """The names of the tables the SQLite script ``ddl`` creates (a part's ``*_DDL["sqlite"]``)."""
+    return frozenset(_required_columns(ddl))
+
+
 def foreign_table(
     tables: Sequence[tuple[str, frozenset[str]]], required: dict[str, frozenset[str]]
 ) -> tuple[str, list[str]] | None:
