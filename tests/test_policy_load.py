@@ -58,6 +58,34 @@ def test_empty_file_is_an_error_with_a_hint(tmp_path: Path) -> None:
     assert "empty" in info.value.message and "deny everything" in (info.value.hint or "")
 
 
+@pytest.mark.parametrize(
+    ("text", "where", "written"),
+    [
+        ("~\n", (1, 1), "'~'"),
+        ("# policy\n  null  # none\n", (2, 3), "'null'"),
+        ("--- Null\n", (1, 5), "'Null'"),
+    ],
+)
+def test_a_policy_written_as_null_is_said_to_be_null_not_empty(
+    tmp_path: Path, text: str, where: tuple[int, int], written: str
+) -> None:
+    """Review R54: a file holding only ``~`` (or ``null``) was called "the policy file is empty",
+    which sends its author looking for a truncated file; it says what it holds, where."""
+    (tmp_path / "p.yaml").write_text(text)
+    with pytest.raises(PolicyError) as info:
+        load_policy(tmp_path / "p.yaml")
+    assert info.value.message == f"the policy is null ({written}), not a mapping"
+    assert (info.value.line, info.value.column) == where
+
+
+@pytest.mark.parametrize("text", ["", "# nothing\n", "---\n", "---\n...\n"])
+def test_a_policy_with_no_value_at_all_is_empty(tmp_path: Path, text: str) -> None:
+    (tmp_path / "p.yaml").write_text(text)
+    with pytest.raises(PolicyError) as info:
+        load_policy(tmp_path / "p.yaml")
+    assert info.value.message == "the policy file is empty"
+
+
 def test_missing_file_is_an_error(tmp_path: Path) -> None:
     with pytest.raises(PolicyError) as info:
         load_policy(tmp_path / "absent.yaml")
