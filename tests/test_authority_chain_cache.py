@@ -4,6 +4,7 @@ their tokens' bytes, which underestimate it up to 20-fold."""
 from __future__ import annotations
 
 import gc
+import time
 import tracemalloc
 
 import pytest
@@ -18,9 +19,10 @@ CAPS = [f"tool:t{i:02d}.x?" + "&".join(f"a{j}<={j}" for j in range(12)) for i in
 
 def _constrained_chain(links: int = 4) -> str:
     keys = [SigningKey.generate() for _ in range(links)]
-    chain = issue(ROOT, keys[0].did, CAPS, ttl=3600, max_depth=links)
+    now = time.time()  # one instant for every link: each expires a second before its parent
+    chain = issue(ROOT, keys[0].did, CAPS, ttl=3600, max_depth=links, now=now)
     for i in range(1, links):
-        chain = delegate(chain, keys[i - 1], keys[i].did, CAPS, ttl=3000 - i)
+        chain = delegate(chain, keys[i - 1], keys[i].did, CAPS, ttl=3000 - i, now=now)
     return chain.token
 
 

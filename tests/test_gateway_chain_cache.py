@@ -8,6 +8,7 @@ entries of forged tokens held about 500 MiB before the cache kept only verified 
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -47,11 +48,14 @@ LONG = ["model:m"] + [f"tool:t{i:02d}.{'x' * 180}" for i in range(15)]
 
 def large_chain(issuer: SigningKey, first: SigningKey, caps: list[str] = LONG) -> tuple[Chain, SigningKey]:
     """A chain of ``caps`` from ``issuer`` to ``first`` delegated on to fresh keys until its
-    token is close to ``MAX_TOKEN_BYTES`` (over 24 KiB); and the key of its holder."""
-    chain, holder = issue(issuer, first.did, caps, ttl=3600, max_depth=15), first
+    token is close to ``MAX_TOKEN_BYTES`` (over 24 KiB); and the key of its holder. Every link is
+    dated from one instant: each expires a second before its parent, which a link dated a second
+    later (a loaded machine) would not."""
+    now = time.time()
+    chain, holder = issue(issuer, first.did, caps, ttl=3600, max_depth=15, now=now), first
     while True:
         key = SigningKey.generate()
-        longer = delegate(chain, holder, key.did, caps, ttl=3500 - len(chain.links))
+        longer = delegate(chain, holder, key.did, caps, ttl=3500 - len(chain.links), now=now)
         if len(longer.token) > MAX_TOKEN_BYTES:
             assert len(chain.token) > 24 * 1024
             return chain, holder
