@@ -41,7 +41,7 @@ from pathlib import Path
 import pytest
 
 from agentgate.authority import Authority, Chain, GrantRepository, Invocation, decide, delegate, issue, record
-from agentgate.authority._decision import revoke_holder
+from agentgate.authority._revocation import revoke_holder
 from agentgate.capabilities import Call
 from agentgate.cli.main import main
 from agentgate.errors import InputError, KeyFileError

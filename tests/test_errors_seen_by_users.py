@@ -44,7 +44,7 @@ Defects outside this review's files (were strict xfails, fixed by the lead):
 
 - dispatch/inventory.py prints pydantic's "Value error, " prefix in an inventory error;
 - authority/_operations.py: ``verify_chain(..., skew="30")`` is a ``TypeError`` from arithmetic;
-- authority/_decision.py: ``revoke(repo, chain, reason=None)`` is an ``AttributeError``.
+- authority/_revocation.py: ``revoke(repo, chain, reason=None)`` is an ``AttributeError``.
 """
 
 from __future__ import annotations

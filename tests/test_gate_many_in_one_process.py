@@ -3,8 +3,8 @@ server hosting many teams, or a test session), and the process-wide state that c
 decision from one of them into another.
 
 The process-wide state of agentgate, as found (``lru_cache``, module dicts, ``ContextVar``,
-``atexit``, class attributes): ``authority._decision._SHARED_CACHE`` (the chain cache of the module
-``decide``), ``authority._signatures._KEY_CACHE`` (did -> raw key, a pure function of the string),
+``atexit``, class attributes): ``authority._chain_cache._SHARED_CACHE`` (the chain cache of the
+module ``decide``), ``authority._signatures._KEY_CACHE`` (did -> raw key, a pure function of the string),
 ``store.grants._revoked_sql``/``_consume_sql``/``_consume_pg_sql`` and ``store._postgres._to_pyformat``
 (SQL text by arity: pure), ``audit.entry._second`` (the formatted second of the clock),
 ``gate._gate._pending_approval`` (a ``ContextVar``) and ``_OPEN_GATES`` with its one ``atexit``

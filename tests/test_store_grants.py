@@ -15,7 +15,7 @@ import pytest
 from test_store_approvals import AGENT, ALICE, BOB
 
 from agentgate.authority import issue, record, revoke
-from agentgate.authority._decision import revoke_holder
+from agentgate.authority._revocation import revoke_holder
 from agentgate.keys import SigningKey
 from agentgate.store import SQLiteStore, Store, open_store
 from agentgate.store import grants as grants_module

@@ -7,27 +7,21 @@
 Where each part lives: the grant values, the format's limits and the wire form (``_grant``),
 strict parsing (``_parsing``), signatures and trust anchors (``_signatures``), what stops a chain
 from being valid, as findings (``_chain_findings``), ``issue``/``delegate``/``verify_chain``
-(``_operations``); beside them the byte encodings (``_encoding``), invocations (``_invocation``)
-and decisions (``_decision``).
+(``_operations``); beside them the byte encodings (``_encoding``), invocations (``_invocation``),
+decisions (``_decision``), the cache of verified chains they read (``_chain_cache``), and
+revocation with the store's record of grants (``_revocation``).
 """
 
 from __future__ import annotations
 
+from agentgate.authority._chain_cache import ChainCache, chain_weight
 from agentgate.authority._chain_findings import findings_of
 from agentgate.authority._decision import (
     ApprovalHook,
     ApprovalRequirement,
     Authority,
-    ChainCache,
     Decision,
-    HolderRevocation,
-    Revocation,
-    chain_weight,
     decide,
-    prune_grants,
-    record,
-    revoke,
-    revoke_holder,
 )
 from agentgate.authority._grant import (
     DEFAULT_SKEW,
@@ -41,6 +35,14 @@ from agentgate.authority._grant import (
 from agentgate.authority._invocation import Invocation, args_digest
 from agentgate.authority._operations import delegate, issue, verify_chain
 from agentgate.authority._parsing import parse_chain
+from agentgate.authority._revocation import (
+    HolderRevocation,
+    Revocation,
+    prune_grants,
+    record,
+    revoke,
+    revoke_holder,
+)
 from agentgate.findings import Outcome
 from agentgate.store.grants import GrantRepository
 

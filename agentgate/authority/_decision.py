@@ -10,23 +10,24 @@ time-independent verification of the chain (signatures, links, attenuation) is c
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from agentgate._time import when
+from agentgate.authority._chain_cache import _SHARED_CACHE, ChainCache
 from agentgate.authority._chain_findings import _short, chain_finding, time_finding
 from agentgate.authority._encoding import sha256_hex
-from agentgate.authority._grant import DEFAULT_SKEW, Budget, Chain, Grant, _encode_chain
+from agentgate.authority._grant import DEFAULT_SKEW, Budget, Chain, Grant
 from agentgate.authority._invocation import (
     INVOCATION_CONTEXT,
     MAX_INVOCATION_TTL,
     Invocation,
     args_digest,
 )
-from agentgate.authority._operations import _now, _signed_chain, _skew
+from agentgate.authority._operations import _now, _skew
 from agentgate.authority._parsing import parse_chain
+from agentgate.authority._revocation import HolderRevocation, revoke, revoke_holder
 from agentgate.authority._signatures import _anchors, verify_signature
 from agentgate.capabilities import (
     Call,
@@ -118,60 +119,6 @@ class Decision:
             },
             "decided_at": self.decided_at,
         }
-
-
-PARSED_ITEM_BYTES = 600
-"""About what one link, capability or constraint of a parsed chain takes in memory (measured: 390
-to 570 bytes, the parsed constraint's normal form included), for ``chain_weight``."""
-
-
-def chain_weight(token: str, chain: Chain) -> int:
-    """About the memory ``chain``, parsed from ``token``, holds: the token and ``PARSED_ITEM_BYTES``
-    per link, capability and constraint. The token's length alone underestimates it up to 20-fold
-    (many constrained capabilities), and any holder of a delegable grant can mint such chains."""
-    items = sum(
-        1 + len(link.capabilities) + sum(len(cap.constraints) for cap in link.capabilities)
-        for link in chain.links
-    )
-    return len(token) + PARSED_ITEM_BYTES * items
-
-
-class ChainCache:
-    """Verified chains by (trust anchors, token), bounded in entries and in memory (``max_bytes``
-    of ``chain_weight``).
-
-    Only chains that passed the time-independent checks are stored; the oldest entries go first.
-    """
-
-    def __init__(self, size: int = 4096, max_bytes: int = 64 * 1024 * 1024) -> None:
-        self.size = size
-        self.max_bytes = max_bytes
-        self._items: dict[tuple[frozenset[str], str], tuple[Chain, int]] = {}
-        self._bytes = 0
-        self._lock = threading.Lock()
-
-    def get(self, anchors: frozenset[str], token: str) -> Chain | None:
-        kept = self._items.get((anchors, token))
-        return None if kept is None else kept[0]
-
-    def put(self, anchors: frozenset[str], token: str, chain: Chain) -> None:
-        weight = chain_weight(token, chain)
-        with self._lock:
-            if (anchors, token) in self._items or weight > self.max_bytes:
-                return
-            while self._items and (len(self._items) >= self.size or self._bytes + weight > self.max_bytes):
-                oldest = next(iter(self._items))
-                self._bytes -= self._items.pop(oldest)[1]
-            self._items[(anchors, token)] = (chain, weight)
-            self._bytes += weight
-
-    def clear(self) -> None:
-        with self._lock:
-            self._items.clear()
-            self._bytes = 0
-
-
-_SHARED_CACHE = ChainCache()
 
 
 def _f(
@@ -657,115 +604,3 @@ class Authority:
     ) -> HolderRevocation:
         """Revoke every grant this store records for ``holder``; see ``revoke_holder``."""
         return revoke_holder(self.repo, holder, reason=reason, now=now)
-
-
-def revoke(repo: GrantRepository, grant: Chain | str, *, reason: str = "", now: float | None = None) -> str:
-    """Revoke the tip of ``grant`` (a ``Chain``, a chain token, or a 64-hex grant id); return its id.
-
-    Durable before it returns; from then on every decision over a chain that contains this grant
-    (it, or any descendant, recorded or not) is denied. ``reason`` is free text: what no store can
-    hold in it (a lone surrogate, a NUL character) is recorded escaped, never a reason for the
-    revocation to fail. Raises ``TokenFormatError`` for a value that is neither, ``StoreError``
-    when the store cannot be written.
-    """
-    grant_id = revoked_id(grant)
-    repo.revoke(grant_id, now=_now(now), reason=_storable_reason(reason))
-    return grant_id
-
-
-def revoked_id(grant: Chain | str) -> str:
-    """The id of the grant ``revoke(repo, grant)`` revokes: a chain's tip, a chain token's tip, or
-    a 64-hex grant id itself. Raises ``TokenFormatError`` for a value that is none of these."""
-    if isinstance(grant, Chain):
-        return grant.id
-    if isinstance(grant, str) and len(grant) == 64 and all(c in "0123456789abcdef" for c in grant):
-        return grant
-    return parse_chain(grant).id
-
-
-def _storable_reason(reason: object) -> str:
-    """``reason`` as any store can hold it: a lone surrogate or a NUL character escaped."""
-    if not isinstance(reason, str):
-        raise InputError(f"reason must be text, got {type(reason).__name__}")
-    return reason.encode("utf-8", "backslashreplace").decode("utf-8").replace("\x00", "\\x00")
-
-
-@dataclass(frozen=True)
-class Revocation:
-    """What ``Gate.revoke`` did: the grant id, and whether it was revoked before (``already``:
-    nothing was written then, neither a revocation nor an audit entry)."""
-
-    grant_id: str
-    already: bool
-
-
-@dataclass(frozen=True)
-class HolderRevocation:
-    """What ``revoke_holder`` did: ``revoked`` (ids revoked now) and ``already`` (ids of the
-    holder's recorded grants that were revoked before), each sorted. Both empty: the store
-    records no grant for ``holder``. Grants never recorded in this store are in neither."""
-
-    holder: str
-    revoked: tuple[str, ...]
-    already: tuple[str, ...]
-
-
-def revoke_holder(
-    repo: GrantRepository, holder: PublicKey | str, *, reason: str = "", now: float | None = None
-) -> HolderRevocation:
-    """Revoke, in one transaction, every grant recorded in ``repo`` whose audience is ``holder``
-    (a ``PublicKey`` or a ``did:key`` string): a leaked key's grants, and through them every
-    grant below them (recorded or not: a grant the leaked key delegated offline dies too).
-
-    Durable before it returns, as ``revoke``; inside ``repo.within(tx)`` it runs in ``tx``, so
-    the caller can write one audit entry per revoked id in the same transaction (``agentgate
-    grant revoke --holder`` does). "Recorded" and the concurrency it gives:
-    ``GrantRepository.revoke_holder``. Not covered: a grant to ``holder`` that this store never
-    recorded (issued or delegated to it offline, or recorded in another store); only removing
-    the key from the policy refuses those. Raises ``KeyFileError`` (an ``InputError``) for a
-    ``holder`` that is no did:key, ``InputError`` for a ``reason`` that is not text,
-    ``StoreError`` when the store cannot be written (then nothing is revoked).
-    """
-    if isinstance(holder, PublicKey):
-        did = holder.did
-    elif isinstance(holder, str):
-        did = PublicKey.from_did(holder.strip()).did
-    else:
-        raise InputError(f"holder must be a did:key or a PublicKey, got {type(holder).__name__}")
-    storable = _storable_reason(reason)
-    revoked, already = repo.revoke_holder(did, now=_now(now), reason=storable)
-    return HolderRevocation(did, tuple(revoked), tuple(already))
-
-
-def prune_grants(repo: GrantRepository, before: float) -> tuple[int, int]:
-    """``GrantRepository.prune``: forget the grants long expired before ``before``, and the
-    revocations that their own recorded tokens prove expired; ``(grants, revocations)``."""
-    return repo.prune(before, expired=_proves_expired)
-
-
-def _proves_expired(token: object, grant_id: str, cut: int) -> bool:
-    """Whether ``token`` (a recorded chain up to ``grant_id``) proves that ``grant_id`` expired
-    before ``cut``: its tip's id (the SHA-256 of the signed payload, which holds ``exp``) is
-    ``grant_id`` and that ``exp`` is before ``cut``. A row's ``expires`` column alone proves
-    nothing: a role that may insert grant rows (the application role) could record a made-up
-    expiry for the id of a revoked grant it never recorded."""
-    if not isinstance(token, str):
-        return False
-    try:
-        tip = parse_chain(token).tip
-    except TokenFormatError:
-        return False
-    return tip.id == grant_id and tip.expires < cut
-
-
-def record(repo: GrantRepository, chain: Chain, *, now: float | None = None) -> None:
-    """Remember every link of ``chain`` in the store, so that revocation by id can list descendants.
-
-    Raises ``Denied`` (``tip_mismatch``) for a ``Chain`` object whose links are not its token's:
-    a row records a grant's audience and expiry for good (``revoke_holder`` reads the audience)."""
-    chain = _signed_chain(chain)
-    rows = [
-        (link.id, link.parent, link.issuer, link.audience, link.expires, _encode_chain(chain.links[: i + 1]))
-        for i, link in enumerate(chain.links)
-    ]
-    repo.record_grants(rows, now=_now(now))

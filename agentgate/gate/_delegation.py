@@ -30,7 +30,7 @@ from agentgate.authority import (
     revoke,
     revoke_holder,
 )
-from agentgate.authority._decision import revoked_id
+from agentgate.authority._revocation import revoked_id
 from agentgate.capabilities import Capability, attenuates
 from agentgate.errors import AuthorityError, CapabilityError, Denied, InputError, Revoked, ScopeCreep
 from agentgate.findings import FindingKind

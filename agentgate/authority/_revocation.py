@@ -1,0 +1,127 @@
+"""Revocation and the store's record of grants: ``revoke`` (a grant and, through it, every grant
+below it), ``revoke_holder`` (every recorded grant of a leaked key), ``record`` (the links of a
+chain, so that revocation by id can list descendants) and ``prune_grants``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from agentgate.authority._grant import Chain, _encode_chain
+from agentgate.authority._operations import _now, _signed_chain
+from agentgate.authority._parsing import parse_chain
+from agentgate.errors import InputError, TokenFormatError
+from agentgate.keys import PublicKey
+from agentgate.store.grants import GrantRepository
+
+
+def revoke(repo: GrantRepository, grant: Chain | str, *, reason: str = "", now: float | None = None) -> str:
+    """Revoke the tip of ``grant`` (a ``Chain``, a chain token, or a 64-hex grant id); return its id.
+
+    Durable before it returns; from then on every decision over a chain that contains this grant
+    (it, or any descendant, recorded or not) is denied. ``reason`` is free text: what no store can
+    hold in it (a lone surrogate, a NUL character) is recorded escaped, never a reason for the
+    revocation to fail. Raises ``TokenFormatError`` for a value that is neither, ``StoreError``
+    when the store cannot be written.
+    """
+    grant_id = revoked_id(grant)
+    repo.revoke(grant_id, now=_now(now), reason=_storable_reason(reason))
+    return grant_id
+
+
+def revoked_id(grant: Chain | str) -> str:
+    """The id of the grant ``revoke(repo, grant)`` revokes: a chain's tip, a chain token's tip, or
+    a 64-hex grant id itself. Raises ``TokenFormatError`` for a value that is none of these."""
+    if isinstance(grant, Chain):
+        return grant.id
+    if isinstance(grant, str) and len(grant) == 64 and all(c in "0123456789abcdef" for c in grant):
+        return grant
+    return parse_chain(grant).id
+
+
+def _storable_reason(reason: object) -> str:
+    """``reason`` as any store can hold it: a lone surrogate or a NUL character escaped."""
+    if not isinstance(reason, str):
+        raise InputError(f"reason must be text, got {type(reason).__name__}")
+    return reason.encode("utf-8", "backslashreplace").decode("utf-8").replace("\x00", "\\x00")
+
+
+@dataclass(frozen=True)
+class Revocation:
+    """What ``Gate.revoke`` did: the grant id, and whether it was revoked before (``already``:
+    nothing was written then, neither a revocation nor an audit entry)."""
+
+    grant_id: str
+    already: bool
+
+
+@dataclass(frozen=True)
+class HolderRevocation:
+    """What ``revoke_holder`` did: ``revoked`` (ids revoked now) and ``already`` (ids of the
+    holder's recorded grants that were revoked before), each sorted. Both empty: the store
+    records no grant for ``holder``. Grants never recorded in this store are in neither."""
+
+    holder: str
+    revoked: tuple[str, ...]
+    already: tuple[str, ...]
+
+
+def revoke_holder(
+    repo: GrantRepository, holder: PublicKey | str, *, reason: str = "", now: float | None = None
+) -> HolderRevocation:
+    """Revoke, in one transaction, every grant recorded in ``repo`` whose audience is ``holder``
+    (a ``PublicKey`` or a ``did:key`` string): a leaked key's grants, and through them every
+    grant below them (recorded or not: a grant the leaked key delegated offline dies too).
+
+    Durable before it returns, as ``revoke``; inside ``repo.within(tx)`` it runs in ``tx``, so
+    the caller can write one audit entry per revoked id in the same transaction (``agentgate
+    grant revoke --holder`` does). "Recorded" and the concurrency it gives:
+    ``GrantRepository.revoke_holder``. Not covered: a grant to ``holder`` that this store never
+    recorded (issued or delegated to it offline, or recorded in another store); only removing
+    the key from the policy refuses those. Raises ``KeyFileError`` (an ``InputError``) for a
+    ``holder`` that is no did:key, ``InputError`` for a ``reason`` that is not text,
+    ``StoreError`` when the store cannot be written (then nothing is revoked).
+    """
+    if isinstance(holder, PublicKey):
+        did = holder.did
+    elif isinstance(holder, str):
+        did = PublicKey.from_did(holder.strip()).did
+    else:
+        raise InputError(f"holder must be a did:key or a PublicKey, got {type(holder).__name__}")
+    storable = _storable_reason(reason)
+    revoked, already = repo.revoke_holder(did, now=_now(now), reason=storable)
+    return HolderRevocation(did, tuple(revoked), tuple(already))
+
+
+def prune_grants(repo: GrantRepository, before: float) -> tuple[int, int]:
+    """``GrantRepository.prune``: forget the grants long expired before ``before``, and the
+    revocations that their own recorded tokens prove expired; ``(grants, revocations)``."""
+    return repo.prune(before, expired=_proves_expired)
+
+
+def _proves_expired(token: object, grant_id: str, cut: int) -> bool:
+    """Whether ``token`` (a recorded chain up to ``grant_id``) proves that ``grant_id`` expired
+    before ``cut``: its tip's id (the SHA-256 of the signed payload, which holds ``exp``) is
+    ``grant_id`` and that ``exp`` is before ``cut``. A row's ``expires`` column alone proves
+    nothing: a role that may insert grant rows (the application role) could record a made-up
+    expiry for the id of a revoked grant it never recorded."""
+    if not isinstance(token, str):
+        return False
+    try:
+        tip = parse_chain(token).tip
+    except TokenFormatError:
+        return False
+    return tip.id == grant_id and tip.expires < cut
+
+
+def record(repo: GrantRepository, chain: Chain, *, now: float | None = None) -> None:
+    """Remember every link of ``chain`` in the store, so that revocation by id can list descendants.
+
+    Raises ``Denied`` (``tip_mismatch``) for a ``Chain`` object whose links are not its token's:
+    a row records a grant's audience and expiry for good (``revoke_holder`` reads the audience)."""
+    chain = _signed_chain(chain)
+    rows = [
+        (link.id, link.parent, link.issuer, link.audience, link.expires, _encode_chain(chain.links[: i + 1]))
+        for i, link in enumerate(chain.links)
+    ]
+    repo.record_grants(rows, now=_now(now))
