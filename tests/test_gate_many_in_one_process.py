@@ -8,7 +8,7 @@ module ``decide``), ``authority._signatures._KEY_CACHE`` (did -> raw key, a pure
 ``store.grants._revoked_sql``/``_consume_sql``/``_consume_pg_sql`` and ``store._postgres._to_pyformat``
 (SQL text by arity: pure), ``audit.entry._second`` (the formatted second of the clock),
 ``gate._gate._pending_approval`` (a ``ContextVar``) and ``_OPEN_GATES`` with its one ``atexit``
-hook, ``tasks._limits.RUNNING`` (a ``ContextVar``), ``tasks._metrics._COLLECTORS`` (per Prometheus
+hook, ``tasks._waiter.RUNNING`` (a ``ContextVar``), ``tasks._metrics._COLLECTORS`` (per Prometheus
 registry, weakly), ``integrations.langgraph._delegation._DELEGATION_TOOLS`` (weakly, by ``id``). Per object,
 not global: each ``Authority`` (so each ``Gate``) has its own ``ChainCache``, each ``GatewayGate``
 its own parsed-chain cache, each ``PolicyIndex`` its own quota cache.

@@ -40,7 +40,7 @@ from agentgate.policy import parse_policy
 from agentgate.store import SQLiteStore, Store
 from agentgate.store.ledger import BudgetLedger
 from agentgate.tasks import Attempt, Scheduler, SchedulerConfig, TenantShare, ToolCall, ToolLimits
-from agentgate.tasks._limits import RUNNING
+from agentgate.tasks._waiter import RUNNING
 
 CHAIN_IDS = ("g-root", "g-tip")
 CAPS = {"g-root": 1000, "g-tip": 300}

@@ -37,10 +37,10 @@ from agentgate.store import SQLiteStore, open_store
 from agentgate.store.leases import SharedBreakers
 from agentgate.tasks import Scheduler, SchedulerConfig, SyncScheduler, ToolCall
 from agentgate.tasks._breaker import BreakerState
-from agentgate.tasks._call import OVERFLOW_BREAKER
+from agentgate.tasks._call import OVERFLOW_BREAKER, PER_NAME_STATE
 from agentgate.tasks._config import BreakerPolicy, RateLimit, RetryPolicy, ToolLimits
 from agentgate.tasks._failures import _DEAD_LETTERS_KEPT
-from agentgate.tasks._limits import PER_NAME_STATE, SharedLimits
+from agentgate.tasks._limits import SharedLimits
 from agentgate.tasks._metrics import _COLLECTORS, MAX_LABEL_VALUES, OTHER
 from agentgate.tasks._token_bucket import TokenBucket
 

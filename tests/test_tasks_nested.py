@@ -561,7 +561,7 @@ def test_async_running_attempt_is_restored_after_each_call_and_attempt() -> None
     both run under the parent's slot at concurrency 1, a retried nested call's second attempt too,
     and outside any call nothing is marked, also after a call failed or was cancelled."""
     from agentgate.tasks import RetryPolicy
-    from agentgate.tasks._limits import RUNNING
+    from agentgate.tasks._waiter import RUNNING
 
     config = SchedulerConfig(
         tools={"a": ToolLimits(concurrency=1, retry=RetryPolicy(attempts=2, backoff_initial_s=0.0))},

@@ -16,7 +16,7 @@ import pytest
 
 from agentgate.store._sqlite import SQLiteStore
 from agentgate.tasks import Attempt, RetryPolicy, SchedulerConfig, SyncScheduler, ToolCall, ToolLimits
-from agentgate.tasks._limits import RUNNING
+from agentgate.tasks._waiter import RUNNING
 
 
 def _call(tool: str, **arguments: object) -> ToolCall:

@@ -25,6 +25,12 @@ from agentgate.errors import InputError
 OTHER = "_other"
 """The name metrics count the tools, tenants and breaker keys past their label bound under, and
 the tool of the breaker the scheduler shares past its own bound: reserved, no tool may have it."""
+PER_NAME_STATE = 4096
+"""How many tools (and tenants) the per-name state keeps before it forgets what a new entry would
+hold again (caches derived from the config, full token buckets) or shares one entry (breakers:
+``OVERFLOW_BREAKER``). Tool and tenant names reach a scheduler used alone from its callers (a
+Gate passes only those its policy declares), so without a bound a caller inventing names would
+grow them without end."""
 OVERFLOW_BREAKER = "tool:" + OTHER
 """The breaker of every key first seen past ``PER_NAME_STATE`` breakers that the config's
 ``tools`` does not name (``SharedLimits.breaker``)."""

@@ -25,12 +25,13 @@ from agentgate.errors import (
 from agentgate.store.dead_letters import AttemptError, DeadLetter, DeadLetterStore
 from agentgate.tasks._backoff import full_jitter
 from agentgate.tasks._breaker import CircuitBreaker
-from agentgate.tasks._call import OVERFLOW_BREAKER, ToolCall, says_pause
+from agentgate.tasks._call import OVERFLOW_BREAKER, PER_NAME_STATE, ToolCall, says_pause
 from agentgate.tasks._classify import Classifier
 from agentgate.tasks._config import ToolLimits
-from agentgate.tasks._limits import PER_NAME_STATE, SharedLimits, Waiter
+from agentgate.tasks._limits import SharedLimits
 from agentgate.tasks._metrics import SchedulerMetrics
 from agentgate.tasks._retry import Failure, RetryRule, rule_for
+from agentgate.tasks._waiter import Waiter
 
 T = TypeVar("T")
 

@@ -14,62 +14,36 @@ that loop's thread, else through ``loop.call_soon_threadsafe``. So a slot given 
 scheduler starts the fairest waiting call of any scheduler, and no waiter sleeps while its slot
 is free.
 
-Rate-limited waiting calls are started by one timer thread (made on first use, joined by
-``close``) that sleeps until the earliest token and then dispatches under the lock.
-
-Nested calls (a call made while a tool of these limits runs: ``RUNNING`` names the running
-attempt's ``Waiter``, in the caller's context) never wait for a slot their own ancestor holds:
-the ancestor is waiting for them, so that wait could never end. A nested call blocked on a full
-limit (global, tool, tenant, principal) that an ancestor holds a slot of borrows that slot
-(``Waiter.borrowed``; the lender's ``lent``) instead of waiting: it runs under its parent's
-slot, one borrower per slot at a time, so siblings are still limited. A borrowed slot goes back
-to its lender when the borrower finishes; a lender that finishes first hands the slot on to the
-borrower, which then holds it as its own, so the counts never fall below what is running.
+The limits are one object made of parts, one module per concern, as ``Scheduler`` is: this
+module holds the counts, the fair queue and admission (start at once, queue, dispatch, finish);
+``_breaker_sharing.py`` the breakers and the schedulers told of their transitions;
+``_lending.py`` how a nested call borrows a slot its ancestor holds; ``_rate_timer.py`` the timer
+thread that starts rate-limited waiting calls. A waiting call is a ``Waiter`` (``_waiter.py``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import contextvars
 import threading
 import time
 import weakref
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING
 
 from agentgate.errors import InputError, Overloaded, SchedulingError
-from agentgate.tasks._breaker import BreakerSnapshot, BreakerState, CircuitBreaker
-from agentgate.tasks._call import OVERFLOW_BREAKER, ToolCall
+from agentgate.tasks._breaker import CircuitBreaker
+from agentgate.tasks._breaker_sharing import _BreakerSharing
+from agentgate.tasks._call import PER_NAME_STATE, ToolCall
 from agentgate.tasks._config import PriorityClass, SchedulerConfig, TenantShare, ToolLimits
-from agentgate.tasks._fair import Entry, FairQueue
+from agentgate.tasks._fair import FairQueue
+from agentgate.tasks._lending import _decrement, _Lending
 from agentgate.tasks._metrics import SchedulerMetrics
+from agentgate.tasks._rate_timer import _NEVER, _RateTimer
 from agentgate.tasks._token_bucket import TokenBucket
+from agentgate.tasks._waiter import Signal, Waiter
 
 if TYPE_CHECKING:
-    from agentgate.store.leases import Lease, LeaseManager
     from agentgate.tasks._scheduler import Scheduler
-
-_LONGEST_TIMER_WAIT_S = 86_400.0
-_NEVER = float("inf")
-PER_NAME_STATE = 4096
-"""How many tools (and tenants) the per-name state keeps before it forgets what a new entry would
-hold again (caches derived from the config, full token buckets) or shares one entry (breakers:
-``OVERFLOW_BREAKER``). Tool and tenant names reach a scheduler used alone from its callers (a
-Gate passes only those its policy declares), so without a bound a caller inventing names would
-grow them without end."""
-#: The limits a slot counts against, in the order they are checked.
-_DIMENSIONS = ("global", "tool", "tenant", "principal")
-
-
-class Signal(Protocol):
-    """How a waiting call learns it was started (``set_result`` is called with the lock held)."""
-
-    def done(self) -> bool: ...
-
-    def set_result(self, result: None, /) -> None: ...
-
-    def cancel(self) -> object: ...
 
 
 def _resolve(future: Signal) -> None:
@@ -77,79 +51,7 @@ def _resolve(future: Signal) -> None:
         future.set_result(None)
 
 
-class Waiter(Entry["Waiter"]):
-    """One attempt's claim on slots: granted when started, ``queued`` while waiting.
-
-    It is its own place in the fair queue (an ``Entry`` whose item is itself): a call that waits
-    makes one object less (fewer for the garbage collector to walk while thousands wait).
-    """
-
-    __slots__ = (
-        "borrowed",
-        "call",
-        "finished",
-        "future",
-        "granted",
-        "lease",
-        "lent",
-        "limits",
-        "loop",
-        "owner",
-        "parent",
-        "queued",
-        "queued_at",
-        "thread",
-    )
-
-    future: Signal  # set only when the call has to wait
-    thread: int  # the thread of ``loop``, set with it
-
-    def __init__(self, call: ToolCall, limits: ToolLimits, queued_at: float, owner: SharedLimits) -> None:
-        self.call = call
-        self.limits = limits
-        self.queued_at = queued_at
-        self.owner = owner
-        self.granted = False
-        self.finished = False
-        #: Entered in the fair queue (it waited, or waits: ``alive``).
-        self.queued = False
-        #: The loop whose thread must resolve ``future`` (an asyncio future); None: thread-safe signal.
-        self.loop: asyncio.AbstractEventLoop | None = None
-        #: The running attempt this call was made from (a nested call), else None.
-        self.parent: Waiter | None = None
-        #: Limit dimension -> the ancestor whose slot this attempt runs under (None: none borrowed).
-        self.borrowed: dict[str, Waiter] | None = None
-        #: Limit dimension -> the nested attempt this one's slot is lent to (None: none lent).
-        self.lent: dict[str, Waiter] | None = None
-        #: The cross-process lease of this attempt's tool slot and the manager it came from (a
-        #: scheduler with a store sets it, and gives it back after ``finish``); passed on with the
-        #: tool slot to a nested attempt that outlives this one (``_finish_lending``). None: none.
-        self.lease: tuple[LeaseManager, Lease] | None = None
-
-    @property  # the entry's item is the waiter itself (a property: no reference cycle)
-    def item(self) -> Waiter:  # type: ignore[override]
-        """The fair queue's item for this entry: the waiter itself."""
-        return self
-
-
-#: The attempt whose tool is running in this context (set by the schedulers around the tool).
-RUNNING: contextvars.ContextVar[Waiter | None] = contextvars.ContextVar(
-    "agentgate_running_call", default=None
-)
-
-
-def _dimension_key(call: ToolCall, dimension: str) -> object:
-    """Which slot of ``dimension`` a call of ``call`` counts against (two calls share it when equal)."""
-    if dimension == "tool":
-        return call.tool
-    if dimension == "tenant":
-        return call.tenant
-    if dimension == "principal":
-        return (call.tenant, call.principal)
-    return None
-
-
-class SharedLimits:
+class SharedLimits(_BreakerSharing, _Lending, _RateTimer):
     """The limits of ``config`` and the fair queue, shared by every scheduler given this object.
 
     ``Scheduler(limits=...)`` and ``SyncScheduler(limits=...)`` admit through it; a scheduler
@@ -216,102 +118,6 @@ class SharedLimits:
             found = self.limits_cache[tool] = self.config.tool_limits(tool)
         return found
 
-    def breaker(self, key: str) -> CircuitBreaker:
-        """The circuit breaker for ``key``, created closed; one per key for all schedulers (no lock needed)."""
-        found = self.breakers.get(key)
-        if found is None:
-            if len(self.breakers) >= PER_NAME_STATE and key.removeprefix("tool:") not in self.config.tools:
-                # Past the bound, keys the config does not name share one breaker, as metrics
-                # labels share ``_other``: never dropped, so no call holds a breaker nobody lists.
-                key = OVERFLOW_BREAKER
-                found = self.breakers.get(key)
-                if found is not None:
-                    return found
-            made = CircuitBreaker(key, self.config.breaker, on_change=self._breaker_changed)
-            found = self.breakers.setdefault(key, made)  # atomic: two threads get the same one
-        return found
-
-    def breaker_for(self, call: ToolCall) -> CircuitBreaker:
-        """The breaker ``call`` runs under: its ``breaker_key``, else its tool's."""
-        if call.breaker_key is not None:
-            keyed = self.breakers.get(call.breaker_key) or self.breaker(call.breaker_key)
-            if keyed.key != call.breaker_key and call.tool in self.config.tools:
-                keyed = self.breaker("tool:" + call.tool)  # a named tool never shares the overflow
-            return keyed
-        found = self.tool_breakers.get(call.tool)
-        if found is None:
-            found = self.breaker("tool:" + call.tool)
-            if found.key != OVERFLOW_BREAKER and len(self.tool_breakers) < PER_NAME_STATE:
-                self.tool_breakers[call.tool] = found  # else found again through ``breaker``
-        return found
-
-    def breaker_snapshots(self) -> list[BreakerSnapshot]:
-        """The state of every breaker used so far."""
-        return [b.snapshot() for b in list(self.breakers.values())]
-
-    # --- breaker transitions: told to every scheduler, published to the store once -------------
-
-    def attach(self, scheduler: Scheduler) -> None:
-        """Tell ``scheduler`` about breaker transitions from now on (held weakly)."""
-        with self._listeners_lock:
-            self._listeners.add(scheduler)
-
-    def queue_publication(self, key: str, state: str, opened_at: float) -> bool:
-        """Make ``state`` the next transition of ``key`` to write to the store (replacing one not
-        written yet). True when no worker is writing ``key`` now: the caller starts one
-        (``next_publication`` until None); else the worker writing it takes this one next."""
-        with self._publish_lock:
-            self._to_publish[key] = (state, opened_at)
-            if key in self._publishing:
-                return False
-            self._publishing.add(key)
-            return True
-
-    def next_publication(self, key: str) -> tuple[str, float] | None:
-        """The transition of ``key`` to write next, or None: then the worker writing ``key`` is
-        done, and the next ``queue_publication`` starts another."""
-        with self._publish_lock:
-            latest = self._to_publish.pop(key, None)
-            if latest is None:
-                self._publishing.discard(key)
-            return latest
-
-    def busy_on(self, loop: asyncio.AbstractEventLoop) -> bool:
-        """Whether a scheduler of these limits has calls running or waiting on ``loop``. Called
-        on ``loop``'s own thread (which then runs none of them): a sync call made there that has
-        to wait for a slot could wait for one of those calls, which cannot move on until the
-        thread returns to its loop."""
-        with self._listeners_lock:
-            listeners = list(self._listeners)
-        for scheduler in listeners:
-            used = scheduler._loop
-            if used is not None and used() is loop and scheduler._tasks:
-                return True
-        return False
-
-    @contextlib.contextmanager
-    def adopting(self) -> Iterator[None]:
-        """Transitions in this thread inside the block came from another process: not published back."""
-        self._adopting.active = True
-        try:
-            yield
-        finally:
-            self._adopting.active = False
-
-    def _breaker_changed(self, key: str, old: BreakerState, new: BreakerState) -> None:
-        with self._listeners_lock:
-            listeners = list(self._listeners)
-        for number, scheduler in enumerate(listeners):
-            scheduler._breaker_event(key, old, new, number == 0)
-        if getattr(self._adopting, "active", False) or new is BreakerState.HALF_OPEN:
-            return
-        opened_at = time.time()
-        if new is BreakerState.OPEN:
-            self.opened_wall[key] = opened_at
-        for scheduler in listeners:
-            if scheduler._publish_breaker(key, new, opened_at):
-                break
-
     # --- admission (all with ``lock`` held) -----------------------------------------------------
 
     def start_now(self, call: ToolCall, limits: ToolLimits, parent: Waiter | None = None) -> Waiter | None:
@@ -347,82 +153,6 @@ class SharedLimits:
         self._lend(waiter, plan)
         self.start(waiter)
         return waiter
-
-    def _borrow_plan(
-        self, call: ToolCall, limits: ToolLimits, parent: Waiter, prefer_tool: bool = False
-    ) -> dict[str, Waiter] | None:
-        """For each limit ``call`` finds full, the nearest ancestor (from ``parent`` up) holding an
-        unlent slot of it; None when some full limit has none ({} when no limit is full).
-        ``prefer_tool``: the tool's limit is borrowed when an ancestor can lend it, full or not."""
-        config = self.config
-        full: list[str] = []
-        if config.max_concurrency is not None and self.in_flight >= config.max_concurrency:
-            full.append("global")
-        if limits.concurrency is not None and (
-            self.tool_in_flight.get(call.tool, 0) >= limits.concurrency
-            or (prefer_tool and self._lender(parent, "tool", call.tool) is not None)
-        ):
-            full.append("tool")
-        if not self.per_tool_only:
-            if self._tenant_blocked(call.tenant):
-                full.append("tenant")
-            if self._agent_blocked(call.tenant, call.principal):
-                full.append("principal")
-        plan: dict[str, Waiter] = {}
-        for dimension in full:
-            lender = self._lender(parent, dimension, _dimension_key(call, dimension))
-            if lender is None:
-                return None
-            plan[dimension] = lender
-        return plan
-
-    def _lender(self, parent: Waiter, dimension: str, key: object) -> Waiter | None:
-        """The nearest running ancestor (``parent`` first) holding an unlent slot of ``dimension``
-        counted for ``key`` in these limits, or None."""
-        lender: Waiter | None = parent
-        while lender is not None:
-            if (
-                lender.owner is self
-                and lender.granted
-                and not lender.finished
-                and (lender.lent is None or dimension not in lender.lent)
-                and _dimension_key(lender.call, dimension) == key
-            ):
-                return lender
-            lender = lender.parent
-        return None
-
-    @staticmethod
-    def _lend(waiter: Waiter, plan: dict[str, Waiter]) -> None:
-        """Record that ``waiter`` runs under the slots of ``plan`` (lock held)."""
-        waiter.borrowed = dict(plan)
-        for dimension, lender in plan.items():
-            if lender.lent is None:
-                lender.lent = {}
-            lender.lent[dimension] = waiter
-
-    def _start_nested_waiting(self) -> None:
-        """Start queued nested calls that can now run under an ancestor's slot (lock held)."""
-        for waiter in list(self.nested_waiting):
-            if waiter.granted or not waiter.queued or not waiter.alive or waiter.future.done():
-                self.nested_waiting.discard(waiter)
-                continue
-            assert waiter.parent is not None
-            plan = self._borrow_plan(waiter.call, waiter.limits, waiter.parent)
-            if not plan:
-                continue
-            limits = waiter.limits
-            if limits.rate is not None:
-                bucket = self._bucket(waiter.call.tool, limits)
-                if not bucket.try_take():
-                    self._arm(time.monotonic() + bucket.wait_s())
-                    continue
-            self.queue.discard(waiter)
-            if self._wake(waiter):
-                self._lend(waiter, plan)
-                self.start(waiter)
-            else:
-                self.nested_waiting.discard(waiter)
 
     def enqueue(
         self,
@@ -555,22 +285,6 @@ class SharedLimits:
             agent = (call.tenant, call.principal)
             self.principal_in_flight[agent] = self.principal_in_flight.get(agent, 0) + 1
 
-    def _start_borrowing(self, waiter: Waiter) -> None:
-        """``start`` for an attempt running under borrowed slots: only its own ones are counted."""
-        call = waiter.call
-        borrowed = waiter.borrowed
-        assert borrowed is not None
-        if "global" not in borrowed:
-            self.in_flight += 1
-        if "tool" not in borrowed:
-            self.tool_in_flight[call.tool] = self.tool_in_flight.get(call.tool, 0) + 1
-        if not self.per_tool_only:
-            if "tenant" not in borrowed:
-                self.tenant_in_flight[call.tenant] = self.tenant_in_flight.get(call.tenant, 0) + 1
-            if "principal" not in borrowed:
-                agent = (call.tenant, call.principal)
-                self.principal_in_flight[agent] = self.principal_in_flight.get(agent, 0) + 1
-
     def finish(self, waiter: Waiter) -> None:
         """Give ``waiter``'s slots back and start the fairest waiting calls that now have room.
 
@@ -593,39 +307,6 @@ class SharedLimits:
                 self._dispatch_queue(None)
             if self.nested_waiting:
                 self._start_nested_waiting()
-
-    def _finish_lending(self, waiter: Waiter) -> None:
-        """``finish``'s counting for an attempt that borrowed or lent slots (lock held)."""
-        call = waiter.call
-        borrowed = waiter.borrowed or {}
-        lent = waiter.lent or {}
-        waiter.borrowed = waiter.lent = None
-        for dimension in _DIMENSIONS:
-            heir = lent.get(dimension)
-            source = borrowed.get(dimension)
-            if heir is not None:  # still running: it keeps the slot, counted as before
-                assert heir.borrowed is not None
-                if source is not None:
-                    heir.borrowed[dimension] = source
-                    assert source.lent is not None
-                    source.lent[dimension] = heir
-                else:
-                    del heir.borrowed[dimension]  # now its own: given back when it finishes
-                    if dimension == "tool":  # and the slot's cross-process lease with it
-                        heir.lease, waiter.lease = waiter.lease, None
-            elif source is not None:
-                assert source.lent is not None
-                del source.lent[dimension]
-            elif dimension == "global":
-                self.in_flight -= 1
-            elif dimension == "tool":
-                _decrement(self.tool_in_flight, call.tool)
-            elif self.per_tool_only:
-                continue
-            elif dimension == "tenant":
-                _decrement(self.tenant_in_flight, call.tenant)
-            else:
-                _decrement(self.principal_in_flight, (call.tenant, call.principal))
 
     def abandon(self, waiter: Waiter) -> None:
         """A waiting call gives up (deadline, cancellation): out of the queue, or its slot back."""
@@ -740,63 +421,6 @@ class SharedLimits:
             self.nested_waiting.clear()
         return refused
 
-    # --- the rate timer -------------------------------------------------------------------------
-
-    def _arm(self, at: float) -> None:
-        """Have the timer thread dispatch at ``at`` (monotonic) unless it will sooner (lock held)."""
-        if self._stopped or at >= self._timer_at:
-            return
-        self._timer_at = at
-        if self._timer is None:
-            # The thread holds these limits weakly: limits dropped without ``close`` (a scheduler
-            # made per job and never closed) end their timer thread instead of leaking it.
-            self._timer = threading.Thread(
-                target=_run_timer,
-                args=(weakref.ref(self), self.lock, self._timer_wake),
-                name="agentgate-rate-timer",
-                daemon=True,
-            )
-            self._timer.start()
-            finalizer = weakref.finalize(self, _wake_timer, self._timer_wake, self._timer)
-            finalizer.atexit = False  # type: ignore[misc]  # a documented attribute the stubs miss
-        else:
-            self._timer_wake.notify()
-
-    def close(self) -> None:
-        """Stop and join the rate timer thread; waiting rate-limited calls then start only when a slot comes free."""
-        with self.lock:
-            self._stopped = True
-            self._timer_wake.notify()
-            timer = self._timer
-        if timer is not None and timer is not threading.current_thread():
-            timer.join()
-
-
-def _run_timer(ref: weakref.ref[SharedLimits], lock: threading.Lock, wake: threading.Condition) -> None:
-    """The rate timer thread of the limits ``ref`` names: dispatch when the next token is due,
-    until they are closed or collected."""
-    with lock:
-        while (limits := ref()) is not None and not limits._stopped:
-            delay = limits._timer_at - time.monotonic()
-            if delay <= 0:
-                limits._timer_at = _NEVER
-                limits.dispatch()
-                continue
-            # At most a day at once: a lock cannot wait longer (a token due in 1e300 s)
-            timeout = None if limits._timer_at == _NEVER else min(delay, _LONGEST_TIMER_WAIT_S)
-            del limits  # not held while waiting, so that the limits can be collected
-            if ref() is None:
-                return
-            wake.wait(timeout)
-
-
-def _wake_timer(wake: threading.Condition, timer: threading.Thread) -> None:
-    """Wake the timer thread of limits that were collected, so that it ends. Not from that
-    thread itself: it holds the lock then, and checks for itself before it waits."""
-    if timer is not threading.current_thread():
-        with wake:
-            wake.notify()
-
 
 def _refuse(waiter: Waiter, reason: str) -> None:
     """Tell a waiting call it will not start (lock held): a sync caller's signal is cancelled, an
@@ -819,11 +443,3 @@ def _refuse(waiter: Waiter, reason: str) -> None:
 def _fail(future: Signal, reason: str) -> None:
     if not future.done() and isinstance(future, asyncio.Future):
         future.set_exception(SchedulingError(reason))
-
-
-def _decrement(counts: dict[Any, int], key: Any) -> None:
-    left = counts[key] - 1
-    if left:
-        counts[key] = left
-    else:
-        del counts[key]

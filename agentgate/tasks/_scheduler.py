@@ -66,10 +66,11 @@ from agentgate.tasks._call import Attempt, ToolCall, require_tool_call
 from agentgate.tasks._classify import DEFAULT_CLASSIFIER, Classifier
 from agentgate.tasks._config import PriorityClass, SchedulerConfig, ToolLimits
 from agentgate.tasks._failures import _circuit_open, _Failures, _give_up, _GiveUp, _started_late, _twin_late
-from agentgate.tasks._limits import RUNNING, SharedLimits, Waiter
+from agentgate.tasks._limits import SharedLimits
 from agentgate.tasks._metrics import SchedulerMetrics
 from agentgate.tasks._retry import RetryRule
 from agentgate.tasks._store_work import _StoreWork
+from agentgate.tasks._waiter import RUNNING, Waiter
 
 T = TypeVar("T")
 

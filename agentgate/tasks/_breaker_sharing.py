@@ -1,0 +1,135 @@
+"""The circuit breakers that every scheduler of one ``SharedLimits`` shares (``_BreakerSharing``, a
+part of ``SharedLimits``): one breaker per key, made on first use and bounded in number
+(``PER_NAME_STATE``, then ``OVERFLOW_BREAKER``), and each transition told to every scheduler
+attached and published to the store once. Breakers are thread-safe on their own and are looked
+up without the limits' lock."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+import time
+import weakref
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from agentgate.tasks._breaker import BreakerSnapshot, BreakerState, CircuitBreaker
+from agentgate.tasks._call import OVERFLOW_BREAKER, PER_NAME_STATE, ToolCall
+from agentgate.tasks._config import SchedulerConfig
+
+if TYPE_CHECKING:
+    from agentgate.tasks._scheduler import Scheduler
+
+
+class _BreakerSharing:
+    """``SharedLimits``' breakers by key, the schedulers attached to these limits, and the
+    transitions queued for the store (one writer per key at a time, so written in order)."""
+
+    # The limits' state this part reads (``SharedLimits.__init__`` sets it).
+    config: SchedulerConfig
+    breakers: dict[str, CircuitBreaker]
+    tool_breakers: dict[str, CircuitBreaker]
+    opened_wall: dict[str, float]
+    _listeners: weakref.WeakSet[Scheduler]
+    _listeners_lock: threading.Lock
+    _adopting: threading.local
+    _to_publish: dict[str, tuple[str, float]]
+    _publishing: set[str]
+    _publish_lock: threading.Lock
+
+    def breaker(self, key: str) -> CircuitBreaker:
+        """The circuit breaker for ``key``, created closed; one per key for all schedulers (no lock needed)."""
+        found = self.breakers.get(key)
+        if found is None:
+            if len(self.breakers) >= PER_NAME_STATE and key.removeprefix("tool:") not in self.config.tools:
+                # Past the bound, keys the config does not name share one breaker, as metrics
+                # labels share ``_other``: never dropped, so no call holds a breaker nobody lists.
+                key = OVERFLOW_BREAKER
+                found = self.breakers.get(key)
+                if found is not None:
+                    return found
+            made = CircuitBreaker(key, self.config.breaker, on_change=self._breaker_changed)
+            found = self.breakers.setdefault(key, made)  # atomic: two threads get the same one
+        return found
+
+    def breaker_for(self, call: ToolCall) -> CircuitBreaker:
+        """The breaker ``call`` runs under: its ``breaker_key``, else its tool's."""
+        if call.breaker_key is not None:
+            keyed = self.breakers.get(call.breaker_key) or self.breaker(call.breaker_key)
+            if keyed.key != call.breaker_key and call.tool in self.config.tools:
+                keyed = self.breaker("tool:" + call.tool)  # a named tool never shares the overflow
+            return keyed
+        found = self.tool_breakers.get(call.tool)
+        if found is None:
+            found = self.breaker("tool:" + call.tool)
+            if found.key != OVERFLOW_BREAKER and len(self.tool_breakers) < PER_NAME_STATE:
+                self.tool_breakers[call.tool] = found  # else found again through ``breaker``
+        return found
+
+    def breaker_snapshots(self) -> list[BreakerSnapshot]:
+        """The state of every breaker used so far."""
+        return [b.snapshot() for b in list(self.breakers.values())]
+
+    # --- breaker transitions: told to every scheduler, published to the store once -------------
+
+    def attach(self, scheduler: Scheduler) -> None:
+        """Tell ``scheduler`` about breaker transitions from now on (held weakly)."""
+        with self._listeners_lock:
+            self._listeners.add(scheduler)
+
+    def queue_publication(self, key: str, state: str, opened_at: float) -> bool:
+        """Make ``state`` the next transition of ``key`` to write to the store (replacing one not
+        written yet). True when no worker is writing ``key`` now: the caller starts one
+        (``next_publication`` until None); else the worker writing it takes this one next."""
+        with self._publish_lock:
+            self._to_publish[key] = (state, opened_at)
+            if key in self._publishing:
+                return False
+            self._publishing.add(key)
+            return True
+
+    def next_publication(self, key: str) -> tuple[str, float] | None:
+        """The transition of ``key`` to write next, or None: then the worker writing ``key`` is
+        done, and the next ``queue_publication`` starts another."""
+        with self._publish_lock:
+            latest = self._to_publish.pop(key, None)
+            if latest is None:
+                self._publishing.discard(key)
+            return latest
+
+    def busy_on(self, loop: asyncio.AbstractEventLoop) -> bool:
+        """Whether a scheduler of these limits has calls running or waiting on ``loop``. Called
+        on ``loop``'s own thread (which then runs none of them): a sync call made there that has
+        to wait for a slot could wait for one of those calls, which cannot move on until the
+        thread returns to its loop."""
+        with self._listeners_lock:
+            listeners = list(self._listeners)
+        for scheduler in listeners:
+            used = scheduler._loop
+            if used is not None and used() is loop and scheduler._tasks:
+                return True
+        return False
+
+    @contextlib.contextmanager
+    def adopting(self) -> Iterator[None]:
+        """Transitions in this thread inside the block came from another process: not published back."""
+        self._adopting.active = True
+        try:
+            yield
+        finally:
+            self._adopting.active = False
+
+    def _breaker_changed(self, key: str, old: BreakerState, new: BreakerState) -> None:
+        with self._listeners_lock:
+            listeners = list(self._listeners)
+        for number, scheduler in enumerate(listeners):
+            scheduler._breaker_event(key, old, new, number == 0)
+        if getattr(self._adopting, "active", False) or new is BreakerState.HALF_OPEN:
+            return
+        opened_at = time.time()
+        if new is BreakerState.OPEN:
+            self.opened_wall[key] = opened_at
+        for scheduler in listeners:
+            if scheduler._publish_breaker(key, new, opened_at):
+                break

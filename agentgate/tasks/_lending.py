@@ -1,0 +1,201 @@
+"""How a nested call borrows a slot of its ancestor (``_Lending``, a part of ``SharedLimits``).
+
+Nested calls (a call made while a tool of these limits runs: ``RUNNING`` names the running
+attempt's ``Waiter``, in the caller's context) never wait for a slot their own ancestor holds:
+the ancestor is waiting for them, so that wait could never end. A nested call blocked on a full
+limit (global, tool, tenant, principal) that an ancestor holds a slot of borrows that slot
+(``Waiter.borrowed``; the lender's ``lent``) instead of waiting: it runs under its parent's
+slot, one borrower per slot at a time, so siblings are still limited. A borrowed slot goes back
+to its lender when the borrower finishes; a lender that finishes first hands the slot on to the
+borrower, which then holds it as its own, so the counts never fall below what is running.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+from agentgate.tasks._call import ToolCall
+from agentgate.tasks._config import SchedulerConfig, ToolLimits
+from agentgate.tasks._fair import FairQueue
+from agentgate.tasks._token_bucket import TokenBucket
+from agentgate.tasks._waiter import Waiter
+
+#: The limits a slot counts against, in the order they are checked.
+_DIMENSIONS = ("global", "tool", "tenant", "principal")
+
+
+def _dimension_key(call: ToolCall, dimension: str) -> object:
+    """Which slot of ``dimension`` a call of ``call`` counts against (two calls share it when equal)."""
+    if dimension == "tool":
+        return call.tool
+    if dimension == "tenant":
+        return call.tenant
+    if dimension == "principal":
+        return (call.tenant, call.principal)
+    return None
+
+
+class _Lending:
+    """Which ancestors' slots a nested call borrows (``_borrow_plan``, used by
+    ``SharedLimits.start_nested``), the start of queued nested calls once an ancestor can lend, and
+    the counting of borrowed and lent slots when an attempt starts and finishes (all with the
+    limits' ``lock`` held)."""
+
+    # The limits' state this part reads and counts in (``SharedLimits.__init__`` sets it).
+    config: SchedulerConfig
+    queue: FairQueue[Waiter]
+    in_flight: int
+    tool_in_flight: dict[str, int]
+    tenant_in_flight: dict[str, int]
+    principal_in_flight: dict[tuple[str, str], int]
+    per_tool_only: bool
+    nested_waiting: set[Waiter]
+
+    if TYPE_CHECKING:  # what this part calls of the limits' other parts
+
+        def start(self, waiter: Waiter) -> None: ...
+
+        def _bucket(self, tool: str, limits: ToolLimits) -> TokenBucket: ...
+
+        def _tenant_blocked(self, tenant: str) -> bool: ...
+
+        def _agent_blocked(self, tenant: str, principal: str) -> bool: ...
+
+        @staticmethod
+        def _wake(waiter: Waiter) -> bool: ...
+
+        def _arm(self, at: float) -> None: ...
+
+    def _borrow_plan(
+        self, call: ToolCall, limits: ToolLimits, parent: Waiter, prefer_tool: bool = False
+    ) -> dict[str, Waiter] | None:
+        """For each limit ``call`` finds full, the nearest ancestor (from ``parent`` up) holding an
+        unlent slot of it; None when some full limit has none ({} when no limit is full).
+        ``prefer_tool``: the tool's limit is borrowed when an ancestor can lend it, full or not."""
+        config = self.config
+        full: list[str] = []
+        if config.max_concurrency is not None and self.in_flight >= config.max_concurrency:
+            full.append("global")
+        if limits.concurrency is not None and (
+            self.tool_in_flight.get(call.tool, 0) >= limits.concurrency
+            or (prefer_tool and self._lender(parent, "tool", call.tool) is not None)
+        ):
+            full.append("tool")
+        if not self.per_tool_only:
+            if self._tenant_blocked(call.tenant):
+                full.append("tenant")
+            if self._agent_blocked(call.tenant, call.principal):
+                full.append("principal")
+        plan: dict[str, Waiter] = {}
+        for dimension in full:
+            lender = self._lender(parent, dimension, _dimension_key(call, dimension))
+            if lender is None:
+                return None
+            plan[dimension] = lender
+        return plan
+
+    def _lender(self, parent: Waiter, dimension: str, key: object) -> Waiter | None:
+        """The nearest running ancestor (``parent`` first) holding an unlent slot of ``dimension``
+        counted for ``key`` in these limits, or None."""
+        lender: Waiter | None = parent
+        while lender is not None:
+            if (
+                lender.owner is self
+                and lender.granted
+                and not lender.finished
+                and (lender.lent is None or dimension not in lender.lent)
+                and _dimension_key(lender.call, dimension) == key
+            ):
+                return lender
+            lender = lender.parent
+        return None
+
+    @staticmethod
+    def _lend(waiter: Waiter, plan: dict[str, Waiter]) -> None:
+        """Record that ``waiter`` runs under the slots of ``plan`` (lock held)."""
+        waiter.borrowed = dict(plan)
+        for dimension, lender in plan.items():
+            if lender.lent is None:
+                lender.lent = {}
+            lender.lent[dimension] = waiter
+
+    def _start_nested_waiting(self) -> None:
+        """Start queued nested calls that can now run under an ancestor's slot (lock held)."""
+        for waiter in list(self.nested_waiting):
+            if waiter.granted or not waiter.queued or not waiter.alive or waiter.future.done():
+                self.nested_waiting.discard(waiter)
+                continue
+            assert waiter.parent is not None
+            plan = self._borrow_plan(waiter.call, waiter.limits, waiter.parent)
+            if not plan:
+                continue
+            limits = waiter.limits
+            if limits.rate is not None:
+                bucket = self._bucket(waiter.call.tool, limits)
+                if not bucket.try_take():
+                    self._arm(time.monotonic() + bucket.wait_s())
+                    continue
+            self.queue.discard(waiter)
+            if self._wake(waiter):
+                self._lend(waiter, plan)
+                self.start(waiter)
+            else:
+                self.nested_waiting.discard(waiter)
+
+    def _start_borrowing(self, waiter: Waiter) -> None:
+        """``start`` for an attempt running under borrowed slots: only its own ones are counted."""
+        call = waiter.call
+        borrowed = waiter.borrowed
+        assert borrowed is not None
+        if "global" not in borrowed:
+            self.in_flight += 1
+        if "tool" not in borrowed:
+            self.tool_in_flight[call.tool] = self.tool_in_flight.get(call.tool, 0) + 1
+        if not self.per_tool_only:
+            if "tenant" not in borrowed:
+                self.tenant_in_flight[call.tenant] = self.tenant_in_flight.get(call.tenant, 0) + 1
+            if "principal" not in borrowed:
+                agent = (call.tenant, call.principal)
+                self.principal_in_flight[agent] = self.principal_in_flight.get(agent, 0) + 1
+
+    def _finish_lending(self, waiter: Waiter) -> None:
+        """``finish``'s counting for an attempt that borrowed or lent slots (lock held)."""
+        call = waiter.call
+        borrowed = waiter.borrowed or {}
+        lent = waiter.lent or {}
+        waiter.borrowed = waiter.lent = None
+        for dimension in _DIMENSIONS:
+            heir = lent.get(dimension)
+            source = borrowed.get(dimension)
+            if heir is not None:  # still running: it keeps the slot, counted as before
+                assert heir.borrowed is not None
+                if source is not None:
+                    heir.borrowed[dimension] = source
+                    assert source.lent is not None
+                    source.lent[dimension] = heir
+                else:
+                    del heir.borrowed[dimension]  # now its own: given back when it finishes
+                    if dimension == "tool":  # and the slot's cross-process lease with it
+                        heir.lease, waiter.lease = waiter.lease, None
+            elif source is not None:
+                assert source.lent is not None
+                del source.lent[dimension]
+            elif dimension == "global":
+                self.in_flight -= 1
+            elif dimension == "tool":
+                _decrement(self.tool_in_flight, call.tool)
+            elif self.per_tool_only:
+                continue
+            elif dimension == "tenant":
+                _decrement(self.tenant_in_flight, call.tenant)
+            else:
+                _decrement(self.principal_in_flight, (call.tenant, call.principal))
+
+
+def _decrement(counts: dict[Any, int], key: Any) -> None:
+    left = counts[key] - 1
+    if left:
+        counts[key] = left
+    else:
+        del counts[key]
