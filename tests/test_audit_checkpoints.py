@@ -104,6 +104,65 @@ def test_a_signature_line_under_another_name_is_ignored() -> None:
         open_checkpoint(relabelled, KEY.public, ORIGIN)
 
 
+@pytest.mark.parametrize(
+    "tail",
+    [
+        "trailing garbage\n",
+        "\n",
+        "\nmore\n",
+        "\u2014 r47.example/audit AAAA\n",
+        "\u2014 witness.example AAAA\n",
+        "{same}",
+        "{forged}",
+        "\u2014 witness.example AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA\n"
+        * 100,
+    ],
+    ids=[
+        "garbage",
+        "blank",
+        "blank-then-text",
+        "short-blob",
+        "short-witness",
+        "twice",
+        "forged-second",
+        "101-lines",
+    ],
+)
+def test_a_note_with_any_malformed_signature_line_after_a_valid_one_is_refused(tail: str) -> None:
+    """Review R54: a signed note with text after its valid signature line (trailing garbage, a
+    blank line, a second signature by the log key, a forged one) opened as valid, since
+    ``open_note`` returned at the first line that verified and never read the rest; the same
+    lines before it were refused. Rule (C2SP signed-note, as Go's note.Open reads it): every
+    signature line is read before the note is trusted, and one malformed line makes the note
+    malformed, wherever it stands."""
+    note = sign_checkpoint(Checkpoint(ORIGIN, 1, b"\x22" * 32), KEY)
+    line = note.split("\n\n", 1)[1]
+    dash, name, blob = line.split(" ")
+    flipped = bytearray(base64.b64decode(blob))
+    flipped[-1] ^= 1  # the same key id, a signature that does not verify
+    forged = f"{dash} {name} {base64.b64encode(bytes(flipped)).decode()}\n"
+    hostile = note + tail.format(same=line, forged=forged)
+    assert open_checkpoint(note, KEY.public, ORIGIN).size == 1
+    with pytest.raises(TamperDetected):
+        open_checkpoint(hostile, KEY.public, ORIGIN)
+
+
+def test_a_proof_bundle_with_trailing_garbage_is_invalid_on_the_command_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Review R54: ``audit verify-proof`` said ``valid`` (exit 0) for a bundle with a line of
+    garbage after its checkpoint's signature line. Rule: such a bundle is INVALID (exit 1)."""
+    from agentgate.cli.main import main
+
+    log = _log(tmp_path, 3)
+    bundle = tmp_path / "entry.tlog-proof"
+    bundle.write_text(log.prove(1).text() + "trailing garbage\n")
+    pub = tmp_path / "log.pub"
+    pub.write_text(KEY.public.did + "\n")
+    assert main(["audit", "verify-proof", str(bundle), "--key", str(pub)]) == 1
+    assert capsys.readouterr().out.startswith("INVALID: malformed signature line 'trailing garbage'")
+
+
 def test_a_checkpoint_note_body_with_a_short_root_is_malformed() -> None:
     """Kills: ``Checkpoint.parse`` accepting a root that is not 32 bytes. Rule: a body whose root
     hash is not a SHA-256 is malformed (``TamperDetected``), even when it is signed."""

@@ -24,6 +24,8 @@ _ED25519 = b"\x01"
 _EM_DASH = "\u2014"
 _NAME = re.compile(r"[^\s+]+\Z")  # ``\Z``: ``$`` would let a final newline through
 _MAX_NOTE = 1 << 16
+_MAX_SIGNATURES = 100
+"""The most signature lines a note may carry (as Go's golang.org/x/mod/sumdb/note reads them)."""
 
 
 def _check_name(name: str) -> None:
@@ -99,8 +101,11 @@ def sign_note(text: str, key: SigningKey, name: str) -> str:
 def open_note(note: str, public_key: PublicKey, name: str) -> str:
     """The text of ``note`` if it carries a valid signature by ``public_key`` under ``name``.
 
-    Signature lines by other keys are ignored (they may be witnesses'). Raises ``TamperDetected``
-    when the note is malformed or no line verifies under the key.
+    Every signature line is read before any is trusted (as C2SP signed-note readers do): a
+    malformed line anywhere (trailing text, a blank line, more than ``_MAX_SIGNATURES`` lines), a
+    second line by the key, or a line by the key that does not verify makes the whole note
+    malformed, wherever it stands. Lines by other keys are ignored (they may be witnesses').
+    Raises ``TamperDetected`` when the note is malformed or no line verifies under the key.
     """
     if len(note) > _MAX_NOTE:
         raise TamperDetected("signed note is too large")
@@ -112,9 +117,13 @@ def open_note(note: str, public_key: PublicKey, name: str) -> str:
     if not sep or not signatures.endswith("\n"):
         raise TamperDetected("signed note has no signature block")
     text += "\n"
+    lines = signatures[:-1].split("\n")
+    if len(lines) > _MAX_SIGNATURES:
+        raise TamperDetected(f"signed note has {len(lines)} signature lines, more than {_MAX_SIGNATURES}")
     wanted = key_id(name, public_key)
+    ours: bytes | None = None  # the signature by the key under ``name``
     others: list[str] = []  # key ids of the signatures under ``name`` by other keys
-    for line in signatures[:-1].split("\n"):
+    for line in lines:
         parts = line.split(" ")
         if len(parts) != 3 or parts[0] != _EM_DASH:
             raise TamperDetected(f"malformed signature line {line[:80]!r}")
@@ -122,12 +131,18 @@ def open_note(note: str, public_key: PublicKey, name: str) -> str:
             blob = base64.b64decode(parts[2], validate=True)
         except (binascii.Error, ValueError) as exc:
             raise TamperDetected("signature line is not base64") from exc
+        if len(blob) < 5:
+            raise TamperDetected(f"malformed signature line {line[:80]!r}: no key id and signature")
         if parts[1] != name or blob[:4] != wanted:
             if parts[1] == name and len(blob) == 4 + 64:
                 others.append(blob[:4].hex())
             continue
+        if ours is not None:
+            raise TamperDetected(f"signed note carries two signature lines by the log key {name}")
+        ours = blob[4:]
+    if ours is not None:
         try:
-            public_key.verify(text.encode(), blob[4:])
+            public_key.verify(text.encode(), ours)
         except InvalidSignature as exc:
             raise TamperDetected(f"checkpoint signature by {name} does not verify") from exc
         return text
