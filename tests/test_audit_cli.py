@@ -383,3 +383,38 @@ def test_checkpoint_out_naming_the_log_key_it_would_create_creates_nothing(
     assert main(["audit", "checkpoint", "--out", str(tmp_path / name)]) == 2
     assert f"it is the log{'' if name == 'log.key' else chr(39) + 's public'} key" in capsys.readouterr().err
     assert not (tmp_path / "log.key").exists() and not (tmp_path / "log.pub").exists()
+
+
+@pytest.mark.parametrize("hostile", ["another key", "another origin", "size edited", "trailing text"])
+def test_verify_refuses_a_saved_checkpoint_that_is_not_this_logs_as_unusable_input(
+    hostile: str, populated: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Review R54: ``audit verify --checkpoint FILE`` with a FILE that is no checkpoint of this
+    log (signed by another key, for another origin, its size edited, text after its signature)
+    said ``TAMPERED`` (exit 1) of a log nothing had touched. Rule: the saved checkpoint is the
+    caller's input; one that does not open under the log's key is unusable input (exit 2, one
+    line naming FILE and why), and tampering (exit 1) is said only of what the log holds."""
+    from agentgate.audit.note import Checkpoint, sign_checkpoint
+    from agentgate.keys import SigningKey
+
+    assert main(["audit", "checkpoint", "--out", str(populated / "good.cp")]) == 0
+    good = (populated / "good.cp").read_text()
+    body = Checkpoint.parse(good.partition("\n\n")[0] + "\n")
+    saved = {
+        "another key": sign_checkpoint(body, SigningKey(b"\x05" * 32)),
+        "another origin": sign_checkpoint(
+            Checkpoint("other.example/log", body.size, body.root), SigningKey(b"\x05" * 32)
+        ),
+        "size edited": good.replace(f"\n{body.size}\n", f"\n{body.size + 1}\n", 1),
+        "trailing text": good + "appended\n",
+    }[hostile]
+    (populated / "saved.cp").write_text(saved)
+    capsys.readouterr()
+    assert main(["audit", "verify", "--checkpoint", str(populated / "saved.cp")]) == 2
+    out, err = capsys.readouterr()
+    assert "TAMPERED" not in out and "intact" not in out
+    assert err.startswith(
+        f"agentgate: error: {populated / 'saved.cp'}: not a checkpoint of this log signed by its key: "
+    )
+    assert len(err.splitlines()) == 1
+    assert main(["audit", "verify", "--checkpoint", str(populated / "good.cp")]) == 0

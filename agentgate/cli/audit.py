@@ -244,6 +244,16 @@ def _verify(args: argparse.Namespace) -> int:
             raise InputError(f"{args.checkpoint}: not a checkpoint: {exc}") from exc
     store, log = _open(args)
     with store:
+        if saved is not None:
+            # The saved checkpoint is the caller's evidence, not the database's: one that is not
+            # this log's (another key or origin, an edited or damaged copy) says nothing about the
+            # log, so it is unusable input (exit 2), not tampering found in the log (exit 1).
+            try:
+                log.open_checkpoint(saved)
+            except TamperDetected as exc:
+                raise InputError(
+                    f"{args.checkpoint}: not a checkpoint of this log signed by its key: {printable(str(exc))}"
+                ) from exc
         report = log.verify(saved_checkpoint=saved)
     if report.ok:
         print(
