@@ -47,3 +47,24 @@ def test_text_that_is_not_utf8_encodable_is_an_input_error(fields: dict[str, obj
     base = {"index": 0, "time": utc_now(), "kind": "deny", "principal": "did:key:zabc", **fields}
     with pytest.raises(InputError):
         encode_entry(base)
+
+
+@pytest.mark.parametrize(
+    "reasons", ["no grant for tool:payments.refund", b"no grant", {"no grant"}, {"no": "grant"}, None, 7]
+)
+def test_reasons_that_are_not_a_list_or_tuple_are_an_input_error_not_split(
+    reasons: object, sqlite_store: SQLiteStore
+) -> None:
+    """Review R54: ``AuditLog.append({..., "reasons": "no grant for tool:payments.refund"})`` wrote
+    an entry whose reasons were ``["n", "o", " ", "g", ...]``, one per character (``build`` ran
+    ``tuple()`` over whatever it was given; a set was recorded in an order that changes from run
+    to run). Rule: ``reasons`` is a list or tuple of strings; anything else is an ``InputError``
+    and nothing is written."""
+    log = AuditLog(sqlite_store, SigningKey(b"\x07" * 32), origin="test.example/audit")
+    with pytest.raises(InputError, match="reasons"):
+        log.append({"kind": "deny", "principal": "did:key:zabc", "reasons": reasons})
+    with pytest.raises(InputError, match="reasons"):
+        AuditEntry.build(index=0, time=utc_now(), kind="deny", principal="did:key:zabc", reasons=reasons)
+    assert log.size() == 0
+    log.append({"kind": "deny", "principal": "did:key:zabc", "reasons": ("no grant",)})
+    assert log.entry(0).reasons == ("no grant",)

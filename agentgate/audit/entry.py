@@ -440,9 +440,16 @@ class AuditEntry(BaseModel):
 
     @classmethod
     def build(cls, **fields: Any) -> AuditEntry:
-        """An entry from plain values (lists accepted for ``reasons``); raises ``InputError`` on bad ones."""
-        if "reasons" in fields and fields["reasons"] is not None:
-            fields["reasons"] = tuple(fields["reasons"])
+        """An entry from plain values (a list or tuple for ``reasons``); raises ``InputError`` on bad
+        ones. Any other ``reasons`` is refused, not iterated: a string would be recorded as one
+        reason per character, a set in an order that changes from run to run."""
+        reasons = fields.get("reasons")
+        if isinstance(reasons, list):
+            fields["reasons"] = tuple(reasons)
+        elif "reasons" in fields and not isinstance(reasons, tuple):
+            raise InputError(
+                f"audit entry field reasons: must be a list or tuple of strings, got {type(reasons).__name__}"
+            )
         try:
             return cls(**fields)
         except ValidationError as exc:
