@@ -202,6 +202,29 @@ def test_forged_checkpoint_signature_is_reported(store: Store) -> None:
     assert not report.ok and "signature" in report.problems[0]
 
 
+@pytest.mark.parametrize("row_id", [0, -5, -(2**63)])
+def test_a_forged_checkpoint_row_at_a_negative_id_is_reported(store: Store, row_id: int) -> None:
+    """Review R54: a checkpoint row inserted with a negative id (no trigger refuses it: only an
+    existing id is) was never read by ``verify``, which read the rows from id 0 up, though
+    ``checkpoint``, ``explain`` and ``prove`` build on it as the latest (it has the largest
+    size): ``audit verify`` said intact while ``audit checkpoint`` refused a forged signature.
+    Rule: verify checks every checkpoint row, whatever its id."""
+    log = _fill(store)
+    log.checkpoint()
+    forged = sign_checkpoint(Checkpoint(ORIGIN, 1000, b"\x33" * 32), SigningKey(b"\x66" * 32))
+    overriding = " OVERRIDING SYSTEM VALUE" if store.dialect == "postgresql" else ""
+    with store.transaction() as tx:
+        tx.execute(
+            f"INSERT INTO audit_checkpoints (id, size, root, note, created){overriding} VALUES (?, ?, ?, ?, ?)",
+            (row_id, 1000, b"\x33" * 32, forged, "2026-01-01T00:00:00.000000Z"),
+        )
+    with pytest.raises(TamperDetected):
+        log.checkpoint()
+    report = log.verify()
+    assert report.checkpoints_checked == 1
+    assert not report.ok and any("no signature by the log key" in problem for problem in report.problems)
+
+
 def test_database_restored_from_an_older_copy_is_caught(tmp_path: Path) -> None:
     path = tmp_path / "agentgate.db"
     store = SQLiteStore(path)

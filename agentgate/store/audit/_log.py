@@ -404,12 +404,15 @@ class AuditLog(_Proofs, _CachedRoots, _Verification):
             yield from batch
 
     def _checkpoint_rows(self) -> Iterator[Row]:
-        """Every ``(note, size, root)`` checkpoint row, oldest first, read in batches."""
-        last = -1
+        """Every ``(note, size, root)`` checkpoint row, oldest first, read in batches; rows at a
+        negative id too (agentgate never writes one, but no trigger refuses one: an id of one's
+        own is refused only when it exists, and ``checkpoint`` builds on such a row)."""
+        last: int | None = None
         while True:
+            after = "" if last is None else "WHERE id > ? "
             rows = self.store.query(
-                f"SELECT id, {self._note}, size, {self._root} FROM audit_checkpoints WHERE id > ? ORDER BY id LIMIT ?",
-                (last, _CHECKPOINT_BATCH),
+                f"SELECT id, {self._note}, size, {self._root} FROM audit_checkpoints {after}ORDER BY id LIMIT ?",
+                (_CHECKPOINT_BATCH,) if last is None else (last, _CHECKPOINT_BATCH),
             )
             for row in rows:
                 yield row[1:]
