@@ -147,6 +147,15 @@ def test_a_note_with_any_malformed_signature_line_after_a_valid_one_is_refused(t
         open_checkpoint(hostile, KEY.public, ORIGIN)
 
 
+def test_a_blank_line_after_a_notes_signature_is_named_as_such() -> None:
+    """Review R54: a saved checkpoint to which an editor or ``echo >>`` added a blank line is
+    refused (as C2SP signed-note readers refuse it); the refusal says what is wrong in words, not
+    as ``malformed signature line ''``."""
+    note = sign_checkpoint(Checkpoint(ORIGIN, 1, b"\x22" * 32), KEY)
+    with pytest.raises(TamperDetected, match=r"^signed note has an empty line among its signature lines$"):
+        open_checkpoint(note + "\n", KEY.public, ORIGIN)
+
+
 def test_a_proof_bundle_with_trailing_garbage_is_invalid_on_the_command_line(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -124,6 +124,8 @@ def open_note(note: str, public_key: PublicKey, name: str) -> str:
     ours: bytes | None = None  # the signature by the key under ``name``
     others: list[str] = []  # key ids of the signatures under ``name`` by other keys
     for line in lines:
+        if not line:  # a blank line added after the note (an editor's, an echo's) included
+            raise TamperDetected("signed note has an empty line among its signature lines")
         parts = line.split(" ")
         if len(parts) != 3 or parts[0] != _EM_DASH:
             raise TamperDetected(f"malformed signature line {line[:80]!r}")
