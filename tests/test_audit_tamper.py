@@ -137,6 +137,31 @@ def test_a_row_inserted_below_index_0_is_reported(store: Store) -> None:
     )
 
 
+def test_show_last_n_shows_the_newest_entries_past_rows_below_index_0(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Review R54: with rows inserted below index 0, ``AuditLog.size`` counted them as entries and
+    ``audit show --last N`` started that many rows past the newest entries: with three such
+    rows, ``--last 2`` printed nothing (exit 0), hiding the newest entries. Rule: a row below
+    index 0 is no entry; ``size`` counts entries, and ``--last N`` shows the newest N."""
+    path = tmp_path / "agentgate.db"
+    store = SQLiteStore(path)
+    log = _fill(store, 4)
+    data, stored = _row(store, 3)
+    _attack(
+        store,
+        *(
+            ("INSERT INTO audit_log (idx, entry, leaf_hash) VALUES (?, ?, ?)", (-k, data, stored))
+            for k in (1, 2, 3)
+        ),
+    )
+    assert log.size() == 4
+    store.close()
+    capsys.readouterr()
+    assert main(["audit", "show", "--last", "2", "--store", str(path), "--key", KEY.public.did]) == 0
+    assert [int(line.split()[0]) for line in capsys.readouterr().out.splitlines()] == [2, 3]
+
+
 def test_inserted_entry_is_named(store: Store) -> None:
     log = _fill(store)
     log.checkpoint()

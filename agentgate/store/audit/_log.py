@@ -300,8 +300,10 @@ class AuditLog(_Proofs, _CachedRoots, _Verification):
     # --- reading ------------------------------------------------------------------------------
 
     def size(self) -> int:
-        """Entries in the log."""
-        return int(self.store.query("SELECT COUNT(*) FROM audit_log")[0][0])
+        """Entries in the log: rows at index 0 or more (a row below 0, inserted outside agentgate,
+        is no entry: no tree holds it, and counted it would make ``audit show --last N`` start
+        past the newest entries)."""
+        return int(self.store.query("SELECT COUNT(*) FROM audit_log WHERE idx >= 0")[0][0])
 
     def entry_bytes(self, index: int) -> bytes:
         """The stored bytes of entry ``index``; raises ``InputError`` if there is none
