@@ -465,3 +465,26 @@ async def test_an_engines_retry_after_holds_it_down_under_every_name_it_serves_b
         with pytest.raises(BackendFailed, match="call failed on 2 attempts"):
             await dispatcher.chat(PAYLOAD, slo_ttft_s=30.0, priority=0)
         assert busy.posts == 2
+
+
+async def test_a_retry_after_holds_down_only_the_engine_at_that_path(canned: list[Canned]) -> None:
+    """Review R54: engines were matched by the URL lower-cased, so a ``Retry-After`` from the
+    engine at ``/A`` held down the one at ``/a`` too (paths are case-sensitive: two engines behind
+    one proxy), and the call was refused without trying it.
+
+    Rule: a ``Retry-After`` holds down the backends with the answering one's ``engine_key``."""
+    busy = canned[0]
+    busy.status, busy.headers, busy.answer = 503, {"Retry-After": "60"}, {"error": {"message": "busy"}}
+    inventory = inventory_from_mapping(
+        {
+            "backends": [
+                {"name": name, "url": busy.url + path, "engine": "openai", "models": ["m"]}
+                for name, path in (("upper", "/A"), ("lower", "/a"))
+            ]
+        }
+    )
+    async with _dispatcher(inventory, recovery_wait_s=10.0) as dispatcher:
+        async with asyncio.timeout(30):
+            with pytest.raises(NoBackend):
+                await dispatcher.chat(PAYLOAD, slo_ttft_s=30.0, priority=0)
+    assert busy.posts == 2  # both engines were asked, each answered its own 503

@@ -532,3 +532,33 @@ def test_an_unknown_field_that_is_not_printable_is_quoted_in_the_error() -> None
     with pytest.raises(InventoryError) as info:
         parse_inventory('nodes:\n  - {name: n, "r\\nx\\e[2J": 1}\n', source="inv.yaml")
     assert str(info.value) == "inv.yaml:2: nodes.0.'r\\nx\\x1b[2J': unknown field"
+
+
+@pytest.mark.parametrize(
+    ("one", "other", "same"),
+    [
+        ("http://h", "http://h:80", True),
+        ("https://h/", "https://H:443", True),
+        ("http://H.example:8000/x", "http://h.example:8000/x/", True),
+        ("http://[::1]:8000", "http://[0:0::1]:8000", True),
+        ("http://[FE80::1]", "http://[fe80::1]:80", True),
+        ("http://h:8000/A", "http://h:8000/a", False),
+        ("http://h", "https://h", False),
+        ("http://h:8000", "http://h:8001", False),
+        ("http://h:443", "https://h", False),
+    ],
+)
+def test_backends_are_one_engine_when_their_urls_name_one_endpoint(one: str, other: str, same: bool) -> None:
+    """Review R54: engines were matched by the chat URL lower-cased, so ``http://h`` and ``http://h:80``
+    were two engines and ``/A`` and ``/a`` (paths are case-sensitive) one.
+
+    Rule: ``Backend.engine_key`` lower-cases the scheme and host, spells the default port out,
+    writes an IP address in its shortest form (IPv6 in brackets) and keeps the path as it is."""
+    inv = inventory_from_mapping(
+        {"backends": [{"name": n, "url": u, "models": ["m"]} for n, u in (("a", one), ("b", other))]}
+    )
+    a, b = inv.backend("a"), inv.backend("b")
+    assert (a.engine_key == b.engine_key) is same
+    assert a.engine_key.startswith(("http://", "https://")) and a.engine_key.endswith("/v1/chat/completions")
+    if "[" in one:
+        assert "[" in a.engine_key and "]:" in a.engine_key

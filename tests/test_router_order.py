@@ -128,6 +128,33 @@ def test_backends_with_one_url_share_the_smallest_cap(caps: tuple[int, int], sha
     assert router.route(req(f"r{shared + 1}", 1, 0.0), 0.1).action == "wait"
 
 
+@pytest.mark.parametrize(
+    ("one", "other", "shared"),
+    [
+        ("http://h", "http://h:80", True),
+        ("http://H:8000", "http://h:8000/", True),
+        ("http://h/A", "http://h/a", False),
+    ],
+)
+def test_one_engine_is_known_by_its_endpoint_not_its_spelling(one: str, other: str, shared: bool) -> None:
+    """Review R54: engines were matched by the URL lower-cased, so ``http://h`` and ``http://h:80``
+    each allowed their own cap and ``/A`` and ``/a`` (two paths, two engines) shared one.
+
+    Rule: backends whose URLs name one endpoint (``inventory.engine_key``) share one cap; others
+    keep their own."""
+    inventory = inventory_from_mapping(
+        {
+            "backends": [
+                {"name": "alias-1", "url": one, "models": [MODEL], "max_concurrency": 1},
+                {"name": "alias-2", "url": other, "models": [MODEL], "max_concurrency": 1},
+            ]
+        }
+    )
+    router = Router(inventory)
+    plans = [router.route(req(f"r{i}", 1, 0.0), 0.0) for i in range(2)]
+    assert [p.action for p in plans] == ["dispatch", "wait" if shared else "dispatch"]
+
+
 def test_with_real_concurrency_waiters_are_served_class_0_first_and_in_order() -> None:
     # A real dispatcher in front of a real simulated engine (HTTP on 127.0.0.1) with one slot:
     # a long call holds it while three class-1 calls and then three class-0 calls queue up, each

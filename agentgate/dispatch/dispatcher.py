@@ -549,9 +549,9 @@ class Dispatcher:
                 # The engine said how long it wants to be left alone: under every name it is
                 # listed by (backends that share its URL are one engine), not only this one.
                 until = self.clock() + exc.retry_after_s
-                url = self.inventory.backend(backend).chat_url.lower()
+                engine = self.inventory.backend(backend).engine_key
                 for alias in self.inventory.backends:
-                    if alias.chat_url.lower() == url:
+                    if alias.engine_key == engine:
                         self._mark_down(alias.name)
                         self._held_until[alias.name] = max(until, self._held_until.get(alias.name, until))
             if isinstance(exc, BackendRejectedCredentials):

@@ -35,6 +35,8 @@ inventory is loaded. The key is kept out of every ``repr``, ``str`` and dump of 
 
 from __future__ import annotations
 
+import contextlib
+import ipaddress
 import itertools
 import os
 import stat
@@ -389,6 +391,34 @@ class Backend(_Frozen):
     def chat_url(self) -> str:
         """The chat-completions endpoint."""
         return self.url.rstrip("/") + "/v1/chat/completions"
+
+    @cached_property
+    def engine_key(self) -> str:
+        """The engine this backend's calls go to (``engine_key`` of ``chat_url``): backends with
+        one key are one engine under several names."""
+        return engine_key(self.chat_url)
+
+
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def engine_key(url: str) -> str:
+    """``url`` spelled so that two URLs of one endpoint are equal: the scheme and host lower-cased
+    (as DNS and RFC 3986 compare them), an IP address written in its shortest form, kept in
+    brackets when it is IPv6, and the port always given (80 or 443 when ``url`` leaves it out).
+    The path is kept as it is: paths are case-sensitive, and ``/A`` and ``/a`` may be two
+    engines behind one proxy. Every comparison of backend URLs goes through it; comparing the
+    URLs lower-cased took ``http://h`` and ``http://h:80`` for two engines and ``/A`` and ``/a``
+    for one (review R54)."""
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    host = parts.hostname or ""
+    with contextlib.suppress(ValueError):  # a name, not an address, stays as it is
+        host = str(ipaddress.ip_address(host))
+    if ":" in host:
+        host = f"[{host}]"
+    port = parts.port if parts.port is not None else _DEFAULT_PORTS.get(scheme)
+    return f"{scheme}://{host}:{port}{parts.path}"
 
 
 class Inventory(_Frozen):

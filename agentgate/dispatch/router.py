@@ -44,7 +44,8 @@ pay for it is ``Shed`` at once (``Retry-After`` = the bucket's refill time) rath
 line, and a waiter whose tenant has spent its bucket meanwhile is given no slot while a waiter
 within its quota could use it (it is shed when it asks, unless a slot is left over).
 
-Backends that share a URL are one engine under several names (say one per tenant or per model
+Backends that share a URL (``inventory.engine_key``: ``http://h`` and ``http://h:80`` are one
+URL, ``/A`` and ``/a`` two) are one engine under several names (say one per tenant or per model
 alias): they share one cap, the smallest ``max_concurrency`` among them, counted over the
 requests in flight on all of them, instead of each allowing its own.
 """
@@ -142,7 +143,7 @@ class Router(RoutingPolicy):
         self._engines: dict[str, list[BackendState]] = {}
         """The backends of each engine (URL), which share one cap."""
         for state in self.states.values():
-            self._engines.setdefault(state.backend.chat_url.lower(), []).append(state)
+            self._engines.setdefault(state.backend.engine_key, []).append(state)
 
     def route(self, request: RouteRequest, now: float, allowed: AllowedBackend | None = None) -> RoutePlan:
         """As ``RoutingPolicy.route``, with the line for slots and the shared caps of backends
@@ -229,10 +230,10 @@ class Router(RoutingPolicy):
         spare = self._spare()
         left = set()
         for state in candidates:
-            url = state.backend.chat_url.lower()
+            url = state.backend.engine_key
             if url in spare and (url in left or _room(url, usable, given, spare, set())):
                 left.add(url)
-        return [s for s in candidates if s.backend.chat_url.lower() in left]
+        return [s for s in candidates if s.backend.engine_key in left]
 
     def _spare(self) -> dict[str, int]:
         """The free slots of each engine (URL) that has any, under its shared cap."""
@@ -272,7 +273,7 @@ class Router(RoutingPolicy):
             usable[name] = {
                 url
                 for state in self.states.values()
-                if (url := state.backend.chat_url.lower()) in spare
+                if (url := state.backend.engine_key) in spare
                 and waiter.model in state.backend.models
                 and state.healthy
                 and (waiter.allowed is None or waiter.allowed(state.backend))
