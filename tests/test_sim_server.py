@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import socket
 import time
 
 import httpx
 import openai
+import pytest
 
 from agentgate.dispatch.metrics import load_from_text
+from agentgate.errors import InputError
 from agentgate.sim import SimServer
 
 
@@ -90,3 +93,44 @@ def test_authorizations_are_counted_within_a_bound() -> None:
         assert server.authorizations[("/v1/models", OTHERS)] == 5
         assert server.authorizations[("/v1/models", "Bearer k0")] == 1
         assert sum(server.authorizations.values()) == AUTHORIZATIONS_KEPT + 5
+
+
+def test_a_body_that_trickles_in_is_answered_408_and_the_connection_closed() -> None:
+    """Review R54: the chat body was read with no time bound, so a client that sent its headers and
+    then one byte a second (or nothing) held a task and up to 16 MiB for ever.
+
+    Rule: a body not in full ``body_timeout_s`` after its headers is answered 408 with an OpenAI
+    error body, ``Connection: close``, and the connection is closed."""
+    with SimServer(time_scale=0.05, body_timeout_s=0.3) as server:
+        with socket.create_connection(("127.0.0.1", server.port), timeout=0.05) as conn:
+            conn.sendall(
+                b"POST /v1/chat/completions HTTP/1.1\r\nhost: sim\r\ncontent-type: application/json\r\n"
+                b"content-length: 100000\r\n\r\n{"
+            )
+            got, closed = b"", False
+            deadline = time.monotonic() + 10  # a bound on a failing test, not a timing asserted
+            while not closed and time.monotonic() < deadline:
+                try:
+                    conn.sendall(b" ")
+                    chunk = conn.recv(65536)
+                except TimeoutError:
+                    continue
+                except OSError:  # reset by the server after its answer
+                    closed = True
+                    continue
+                got += chunk
+                closed = not chunk
+        assert closed
+        head, _, body = got.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 408 ")
+        assert b"connection: close" in head.lower()
+        assert b"did not arrive within 0.3 s" in body and b'"code":408' in body
+        assert server.served == 0
+
+
+@pytest.mark.parametrize("seconds", [0, -1.0, float("nan"), float("inf"), True])
+def test_a_body_timeout_that_is_not_a_positive_number_is_refused(seconds: float) -> None:
+    """Review R54: ``body_timeout_s`` bounds the wait for a chat body; one that is not a positive
+    number of seconds would answer every request 408, or never."""
+    with pytest.raises(InputError, match="body_timeout_s must be a positive number"):
+        SimServer(body_timeout_s=seconds)

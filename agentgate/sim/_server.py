@@ -9,7 +9,8 @@ server on its own thread and event loop. Engine steps take their simulated durat
   request (``n`` or ``best_of`` other than 1 is refused). A malformed
   body, or one whose prompt plus ``max_tokens`` exceeds ``max_model_len`` (the lesser of the
   argument, default 131072, and the KV capacity), is a 400 with an OpenAI error body
-  (``_request.py``); a body over ``MAX_BODY_BYTES`` (16 MiB) is refused unread. A non-streaming request whose client hangs up is cancelled in the engine.
+  (``_request.py``); a body over ``MAX_BODY_BYTES`` (16 MiB) is refused unread, and one that has
+  not arrived in full ``body_timeout_s`` (default 30) seconds after its headers is a 408. A non-streaming request whose client hangs up is cancelled in the engine.
 - ``GET /v1/models``: the served model.
 - ``GET /metrics``: Prometheus text with vLLM's metric names, refreshed every ``scrape_lag_s``
   simulated seconds (vLLM's own gauges also trail the engine).
@@ -66,6 +67,10 @@ DEFAULT_MAX_MODEL_LEN = 131_072
 
 MAX_BODY_BYTES = 16 * 1024 * 1024
 """Largest chat body read; far above any prompt within the context limit, so memory stays bounded."""
+
+BODY_TIMEOUT_S = 30.0
+"""Default most wall-clock seconds a chat body may take to arrive in full, from when its headers
+were read (``SimServer(body_timeout_s=...)``); a body slower than that is answered 408."""
 
 MAX_LAG_S = 0.05
 """Most wall-clock seconds the runner may fall behind its engine's schedule and still catch up."""
@@ -204,7 +209,8 @@ class SimServer:
 
     Use as a context manager, or call ``start()`` / ``stop()``. ``url`` is the base URL.
     Raises ``InputError`` for a ``time_scale`` that is not a positive number, a negative
-    ``scrape_lag_s``, a ``max_model_len`` under 2, or an empty ``api_key``.
+    ``scrape_lag_s``, a ``max_model_len`` under 2, an empty ``api_key``, or a ``body_timeout_s``
+    that is not a positive number.
     """
 
     def __init__(
@@ -218,6 +224,7 @@ class SimServer:
         port: int = 0,
         max_model_len: int = DEFAULT_MAX_MODEL_LEN,
         api_key: str | None = None,
+        body_timeout_s: float = BODY_TIMEOUT_S,
     ) -> None:
         if not 0 < time_scale < math.inf:
             raise InputError(f"time_scale must be a positive number (1.0 is real time), not {time_scale!r}")
@@ -239,6 +246,11 @@ class SimServer:
         capacity, so that every admitted request can run to completion alone."""
         if api_key is not None and not api_key:
             raise InputError("api_key must not be empty (None: no key asked for)")
+        if isinstance(body_timeout_s, bool) or not 0 < body_timeout_s < math.inf:
+            raise InputError(f"body_timeout_s must be a positive number of seconds, not {body_timeout_s!r}")
+        self.body_timeout_s = body_timeout_s
+        """Most wall-clock seconds a chat body may take to arrive in full (not scaled by
+        ``time_scale``: the client's clock is the wall clock); a slower one is answered 408."""
         self.api_key = api_key
         """The key ``/v1/*`` asks for as ``Authorization: Bearer``; ``None``: none. May be changed
         while serving (a key rotated on the backend)."""
@@ -390,9 +402,19 @@ class SimServer:
         if self.fault in ("hang", "garbage", "error"):
             return await self._fault_response()
         try:
-            chat = parse_chat(await _read_body(request), self.max_model_len)
+            async with asyncio.timeout(self.body_timeout_s):
+                body = await _read_body(request)
+            chat = parse_chat(body, self.max_model_len)
         except InputError as exc:
             return _error(400, "invalid_request_error", str(exc))
+        except TimeoutError:
+            # As a real server does (nginx's client_body_timeout): 408, and the connection closed,
+            # since the rest of the body would be read as the next request.
+            response = _error(
+                408, "invalid_request_error", f"the body did not arrive within {self.body_timeout_s:g} s"
+            )
+            response.headers["connection"] = "close"
+            return response
         except ClientDisconnect:
             return _error(400, "invalid_request_error", "the client went away")
         if chat.model is not None and chat.model != self.model_name:
