@@ -199,7 +199,8 @@ def test_a_key_pasted_in_place_of_its_file_or_variable_is_not_quoted_by_the_refu
     with pytest.raises(BackendCredentialError) as info:
         parse_inventory(text, source="inv.yaml")
     message = str(info.value)
-    assert message.startswith("inv.yaml:5: backend 'b0': ")
+    column = len(f"    {next(iter(field))}: ") + 1  # where the value starts
+    assert message.startswith(f"inv.yaml:5:{column}: backend 'b0': ")
     assert pasted[:8] not in message and pasted[-8:] not in message
 
 

@@ -531,7 +531,7 @@ def test_an_unknown_field_that_is_not_printable_is_quoted_in_the_error() -> None
     Rule: the error is one line of printable text that says what the key holds."""
     with pytest.raises(InventoryError) as info:
         parse_inventory('nodes:\n  - {name: n, "r\\nx\\e[2J": 1}\n', source="inv.yaml")
-    assert str(info.value) == "inv.yaml:2: nodes.0.'r\\nx\\x1b[2J': unknown field"
+    assert str(info.value) == "inv.yaml:2:15: nodes.0.'r\\nx\\x1b[2J': unknown field"
 
 
 @pytest.mark.parametrize(
@@ -562,3 +562,40 @@ def test_backends_are_one_engine_when_their_urls_name_one_endpoint(one: str, oth
     assert a.engine_key.startswith(("http://", "https://")) and a.engine_key.endswith("/v1/chat/completions")
     if "[" in one:
         assert "[" in a.engine_key and "]:" in a.engine_key
+
+
+@pytest.mark.parametrize(
+    ("text", "where"),
+    [
+        ("nodes:\n  - {name: n, bogus: 1}\n", "inv.yaml:2:15: nodes.0.bogus: unknown field"),
+        ("nodes:\n  - name: n\n    bogus:\n      1\n", "inv.yaml:3:5: nodes.0.bogus: unknown field"),
+        ("gpus:\n  - {id: a0, type: H100, memory_gb: 80, node: nowhere}\n", "inv.yaml:2:47: gpu 'a0'"),
+        (
+            "backends:\n  - name: b\n    models: [m]\n    url: http://h:1/v1\n",
+            "inv.yaml:4:10: backends.0.url",
+        ),
+        ("nodes:\n  - {name: n, rack: 7}\n", "inv.yaml:2:21: nodes.0.rack"),
+        ("\n\n  - 1\n", "inv.yaml:3:3: the inventory must be a mapping"),
+    ],
+)
+def test_an_inventory_error_says_the_line_and_the_column_as_the_policy_loader_does(
+    text: str, where: str
+) -> None:
+    """Review R54: inventory schema errors said ``file:line`` where the policy loader says
+    ``file:line:column``, so a value in a flow mapping (``{id: a0, ..., node: nowhere}``) was found
+    by reading the whole line.
+
+    Rule: an inventory error is located at ``file:line:column`` where the value starts, at the key
+    for an unknown field (as the policy loader locates an unknown field)."""
+    with pytest.raises(InventoryError) as info:
+        parse_inventory(text, source="inv.yaml")
+    assert str(info.value).startswith(where)
+
+
+def test_an_inventory_file_that_is_not_utf8_says_where_the_first_bad_byte_is(tmp_path: Path) -> None:
+    """Review R54: as the policy loader does, the first byte that is not UTF-8 is located."""
+    path = tmp_path / "inv.yaml"
+    path.write_bytes(b"nodes:\n  - {name: n\xff}\n")
+    with pytest.raises(InventoryError) as info:
+        load_inventory(path)
+    assert str(info.value) == f"{path}:2:13: cannot read: not UTF-8 text (byte 19)"

@@ -2,7 +2,7 @@
 
 An inventory is a YAML file, loaded safely and validated like a policy: unknown fields are
 rejected, every reference (a GPU's node, a backend's GPUs) must resolve, and errors are
-``InventoryError`` naming ``file:line``. The loaded ``Inventory`` is immutable and answers the
+``InventoryError`` naming ``file:line:column``. The loaded ``Inventory`` is immutable and answers the
 topology questions the router and the GPU broker ask (``gpus``, ``domain_of``, ``node_of``,
 ``rack_of``, ``gpus_in``, ``shared_level``).
 
@@ -58,7 +58,7 @@ from pydantic import (
     model_validator,
 )
 
-from agentgate._yaml import Locations, dotted_path, load_yaml, read_source, shortened
+from agentgate._yaml import Locations, Mark, dotted_path, load_yaml, mark_at, read_source, shortened
 from agentgate.capabilities import canonical_resource
 from agentgate.errors import BackendCredentialError, CapabilityError, InputError, InventoryError
 from agentgate.keys import read_regular_file
@@ -627,14 +627,15 @@ def parse_inventory(text: str, *, source: str = "<inventory>", read_keys: bool =
     """Parse and validate inventory YAML text; ``read_keys=False`` reads no backend's API key
     (for views that never call a backend).
 
-    Raises ``InventoryError`` with ``source:line`` for malformed YAML, unknown or missing fields,
+    Raises ``InventoryError`` with ``source:line:column`` for malformed YAML, unknown or missing fields,
     out-of-range values and references that do not resolve.
     """
     data, lines = load_yaml(text, source=source, error=InventoryError, max_nodes=MAX_INVENTORY_NODES)
     if data is None:
         data = {}
     if not isinstance(data, dict):
-        raise InventoryError("the inventory must be a mapping", file=source, line=1)
+        at = lines.of(()) or Mark(1, 1)
+        raise InventoryError("the inventory must be a mapping", file=source, line=at.line, column=at.column)
     return inventory_from_mapping(data, source=source, lines=lines, read_keys=read_keys)
 
 
@@ -666,7 +667,8 @@ def inventory_from_mapping(
             said := _PATTERNS_SAID.get((err.get("ctx") or {}).get("pattern", ""))
         ):
             message = f"{field}: {shortened(str(err['input']))!r} must be {said}"
-        raise _located(source, lines, loc, message) from None
+        # An unknown field is located at its key, not at the value (maybe on the line below).
+        raise _located(source, lines, loc, message, key=err["type"] == "extra_forbidden") from None
 
 
 MAX_INVENTORY_BYTES = 8 * 1024 * 1024
@@ -681,13 +683,17 @@ while it is read. Until review R51 an inventory had the policy's limit of 50,000
 
 def load_inventory(path: str | Path, *, read_keys: bool = True) -> Inventory:
     """Load and validate an inventory file (``read_keys`` as ``parse_inventory``); raises
-    ``InventoryError`` naming ``file:line``, and for a file that is not regular (read like a
+    ``InventoryError`` naming ``file:line:column``, and for a file that is not regular (read like a
     policy: ``read_source``), larger than ``MAX_INVENTORY_BYTES``, or not UTF-8 text."""
     data = read_source(path, InventoryError, limit=MAX_INVENTORY_BYTES, what="inventory")
     try:
         text = data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise InventoryError("cannot read: not UTF-8 text", file=str(path)) from None
+    except UnicodeDecodeError as exc:
+        before = data[: exc.start].decode("utf-8")  # what precedes the first bad byte decodes
+        at = mark_at(before, len(before))
+        raise InventoryError(
+            f"cannot read: not UTF-8 text (byte {exc.start})", file=str(path), line=at.line, column=at.column
+        ) from None
     return parse_inventory(text, source=str(path), read_keys=read_keys)
 
 
@@ -697,6 +703,10 @@ def _located(
     loc: tuple[str | int, ...],
     message: str,
     error: type[InventoryError] = InventoryError,
+    *,
+    key: bool = False,
 ) -> InventoryError:
-    mark = lines.of(loc)
-    return error(message, file=source, line=mark.line if mark else None)
+    """``error`` at the line and column where ``loc``'s value starts (its key's, with ``key``), as
+    the policy loader locates its errors: ``file:line:column: message``."""
+    mark = lines.of(loc, key=key)
+    return error(message, file=source, line=mark.line if mark else None, column=mark.column if mark else None)
