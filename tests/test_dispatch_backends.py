@@ -429,6 +429,60 @@ async def test_chunks_that_carry_nothing_do_not_keep_a_stream_alive(chatter: dic
         await server.wait_closed()
 
 
+@pytest.mark.parametrize(
+    "repeated",
+    [
+        pytest.param({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}, id="finish-reason"),
+        pytest.param({"choices": [], "usage": {"prompt_tokens": 1, "completion_tokens": 1}}, id="usage"),
+    ],
+)
+async def test_a_finish_reason_or_usage_said_again_does_not_keep_a_stream_alive(
+    repeated: dict[str, Any],
+) -> None:
+    """Review R54: a finish reason or a usage pushed the stream's deadline out each time it came,
+    and the answer limit counts neither, so a backend that answered one token and then repeated
+    ``finish_reason: stop`` (or its usage) every fraction of a second, never ``[DONE]``, held the
+    call, its backend slot and its reservation for ever.
+
+    Rule: the first finish reason and the first usage push the deadline out; said again, each is
+    chatter, and with no ``[DONE]`` within ``idle_s`` the stream is a ``BackendFailed``."""
+    release = asyncio.Event()
+    first = (_delta("hi") + "\n\n").encode()
+    event = b"data: " + json.dumps(repeated).encode() + b"\n\n"
+    handlers: list[asyncio.Task[Any]] = []
+
+    async def repeating(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        handlers.append(task)
+        await _read_request(reader)
+        writer.write(
+            b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n" + first
+        )
+        with contextlib.suppress(ConnectionError):
+            while not release.is_set():
+                writer.write(event)
+                await writer.drain()
+                await asyncio.sleep(0.05)
+        writer.close()
+
+    server, backend = await _serving(repeating)
+    received: list[ChatChunk] = []
+    try:
+        async with httpx.AsyncClient() as http:
+            client = BackendClient(backend.backends[0], http, Timeouts(first_token_s=1, idle_s=0.5))
+            with pytest.raises(BackendFailed, match="silent"):
+                async with asyncio.timeout(20):  # the repeats never end by themselves
+                    async for chunk in client.stream(PAYLOAD):
+                        received.append(chunk)
+        assert [chunk.content for chunk in received[:1]] == ["hi"] and len(received) > 2
+    finally:
+        release.set()
+        server.close()
+        await asyncio.wait(handlers, timeout=5)
+        await server.wait_closed()
+
+
 @pytest.mark.parametrize("ends", [False, True], ids=["endless", "within-its-limit"])
 async def test_a_stream_past_what_its_max_tokens_allows_fails_as_it_arrives(ends: bool) -> None:
     """Kills: a stream read for as long as the backend sent content. A backend that ignores

@@ -422,7 +422,8 @@ class BackendClient:
 
         Raises ``BackendFailed`` on transport failure, no chunk within ``first_token_s`` of the
         request or within ``idle_s`` of the previous chunk (lines that carry no chunk, such as
-        keep-alive comments, do not count, nor do chunks that carry nothing: ``_advances``), a
+        keep-alive comments, do not count, nor do chunks that carry nothing, nor a finish reason or
+        usage said again: ``_advances``), a
         stream that ends without ``[DONE]``, an error event (``_reject_error``), or an event that
         is malformed (not JSON, nested too deeply, or fields of the wrong kind, as ``chat``
         refuses them); raises as ``chat`` for an HTTP error status.
@@ -439,6 +440,7 @@ class BackendClient:
         deadline = loop.time() + wait
         limit = _answer_limit(payload)
         produced = 0
+        seen = _Seen()
         try:
             async with contextlib.AsyncExitStack() as opened:
                 # The answer's head (and an error's body) come under the first chunk's deadline
@@ -481,7 +483,7 @@ class BackendClient:
                                 f"of max_tokens {limit // MAX_CHARS_PER_TOKEN}: it ignores max_tokens"
                             )
                         yield chunk
-                        if _advances(chunk):
+                        if _advances(chunk, seen):
                             wait = self.timeouts.idle_s
                             deadline = loop.time() + wait
         except (httpx.HTTPError, aiohttp.ClientError, ValueError, OSError) as exc:
@@ -899,11 +901,27 @@ def carries_output(chunk: ChatChunk) -> bool:
     )
 
 
-def _advances(chunk: ChatChunk) -> bool:
-    """Whether ``chunk`` carries any of the answer: output (``carries_output``), a finish reason
-    or usage. A chunk that carries none (an empty delta, the role alone: what an engine opens
-    with) passes on, but is chatter: it does not push a stream's deadline out."""
-    return bool(chunk.finish_reason) or chunk.usage is not None or carries_output(chunk)
+@dataclass(slots=True)
+class _Seen:
+    """What a stream has brought so far that it brings once: a finish reason, a usage."""
+
+    finished: bool = False
+    reported: bool = False
+
+
+def _advances(chunk: ChatChunk, seen: _Seen) -> bool:
+    """Whether ``chunk`` carries any of the answer: output (``carries_output``), or the stream's
+    first finish reason or first usage (``seen`` is updated). A chunk that carries none (an empty
+    delta, the role alone: what an engine opens with) passes on, but is chatter: it does not push
+    a stream's deadline out; nor does a finish reason or usage said again (until review R54 a
+    backend repeating ``finish_reason: stop``, or its usage, and never ``[DONE]`` held the call
+    for ever: the answer limit counts neither)."""
+    fresh = (bool(chunk.finish_reason) and not seen.finished) or (
+        chunk.usage is not None and not seen.reported
+    )
+    seen.finished = seen.finished or bool(chunk.finish_reason)
+    seen.reported = seen.reported or chunk.usage is not None
+    return fresh or carries_output(chunk)
 
 
 def _answer_limit(payload: Mapping[str, Any]) -> int | None:
