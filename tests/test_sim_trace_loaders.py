@@ -91,6 +91,39 @@ def test_an_azure_row_with_a_negative_length_is_refused_naming_its_line(tmp_path
         load_trace(path)
 
 
+def _azure(tokens: str) -> bytes:
+    return _HEADER + _AZURE_ROW + f"2023-11-16 18:15:47.0,{tokens}\n".encode()
+
+
+def _mooncake(tokens: int) -> bytes:
+    return (
+        _ROW + f'{{"timestamp": 1, "input_length": {tokens}, "output_length": 1, "hash_ids": [0]}}\n'.encode()
+    )
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "where"),
+    [
+        ("t.csv", _azure("1000000000000,4"), "t.csv:3: malformed trace row: ContextTokens"),
+        ("t.csv", _azure("3,1048577"), "t.csv:3: malformed trace row: GeneratedTokens"),
+        ("t.jsonl", _mooncake(1048577), "t.jsonl:2: malformed trace row: input_length"),
+    ],
+)
+def test_a_token_count_beyond_any_context_is_refused_naming_its_line(
+    tmp_path: Path, name: str, text: bytes, where: str
+) -> None:
+    """Review R54: a token count had no upper bound, and an Azure row's block hashes are made from
+    it, so one row of ``1000000000000`` context tokens asked for two billion hashes and took the
+    process's memory instead of being refused.
+
+    Rule: a count above ``MAX_TRACE_TOKENS`` (1,048,576) is a malformed row, named by file and line;
+    the bound itself loads."""
+    with pytest.raises(InputError, match=where.replace(".", "[.]") + " must be a whole number of tokens"):
+        load_trace(_trace(tmp_path, name, text))
+    assert load_trace(_trace(tmp_path, "edge.csv", _azure("1048576,1048576")))[-1].prompt_tokens == 1048576
+    assert load_trace(_trace(tmp_path, "edge.jsonl", _mooncake(1048576)))[-1].prompt_tokens == 1048576
+
+
 def test_well_formed_rows_still_load_with_their_line_as_id(tmp_path: Path) -> None:
     path = _trace(tmp_path, "t.csv", _HEADER + _AZURE_ROW + b"\n" + b"2023-11-16 18:15:47.6805900,0,1\n")
     first, second = load_trace(path)

@@ -22,6 +22,12 @@ from agentgate.errors import InputError
 MOONCAKE_BLOCK_TOKENS = 512
 """Tokens per ``hash_ids`` entry in the Mooncake traces."""
 
+MAX_TRACE_TOKENS = 1 << 20
+"""The most tokens a trace row's prompt or output may count (1,048,576: eight times Llama 3.1's
+context, and far above every row of the published traces). An Azure row's block hashes are made
+from its count (one per 512 tokens), so a row of ``1000000000000`` tokens asked for two billion of
+them and took the loading process's memory (review R54)."""
+
 
 @dataclass(frozen=True, slots=True)
 class TraceRequest:
@@ -146,9 +152,11 @@ def _text_lines(fh: BinaryIO, path: Path) -> Iterator[str]:
 
 
 def _tokens(value: object, column: str) -> int:
-    """A token count: an integer, 0 or more (a boolean or a fraction is no count)."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(f"{column} must be a whole number of tokens, 0 or more, not {value!r:.40}")
+    """A token count: an integer from 0 to ``MAX_TRACE_TOKENS`` (a boolean or a fraction is no count)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_TRACE_TOKENS:
+        raise ValueError(
+            f"{column} must be a whole number of tokens from 0 to {MAX_TRACE_TOKENS}, not {value!r:.40}"
+        )
     return value
 
 
