@@ -15,6 +15,7 @@ import http.server
 import json
 import logging
 import os
+import socket
 import subprocess
 import sys
 import threading
@@ -240,11 +241,11 @@ async def test_a_401_is_rejected_credentials_naming_the_backend_never_the_key(
 
 
 class _Recorder(http.server.ThreadingHTTPServer):
-    """A real HTTP server on 127.0.0.1 that records each GET's path and Authorization and answers
-    200 with vLLM-shaped metrics; a POST gets ``answer`` (status, body) with the request's
-    Authorization in place of ``{auth}``: a backend that echoes what it was sent."""
+    """A real HTTP server on ``host`` (127.0.0.1, or ::1) that records each GET's path and
+    Authorization and answers 200 with vLLM-shaped metrics; a POST gets ``answer`` (status, body)
+    with the request's Authorization in place of ``{auth}``: a backend that echoes what it was sent."""
 
-    def __init__(self) -> None:
+    def __init__(self, host: str = "127.0.0.1") -> None:
         self.seen: list[tuple[str, str | None]] = []
         self.answer = (500, "{auth}")
         recorder = self
@@ -270,13 +271,16 @@ class _Recorder(http.server.ThreadingHTTPServer):
             def log_message(self, format: str, *args: Any) -> None:
                 pass
 
-        super().__init__(("127.0.0.1", 0), Handler)
+        if ":" in host:
+            self.address_family = socket.AF_INET6
+        super().__init__((host, 0), Handler)
         self.thread = threading.Thread(target=self.serve_forever, args=(0.02,), daemon=True)
         self.thread.start()
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}"
+        host = f"[{self.server_address[0]}]" if self.address_family == socket.AF_INET6 else "127.0.0.1"
+        return f"http://{host}:{self.server_address[1]}"
 
     def close(self) -> None:
         self.shutdown()
@@ -306,6 +310,32 @@ async def test_probes_carry_the_key_to_the_backends_origin_only(
     probes = [("/health", bearer), ("/v1/models", bearer)]
     assert home.seen == [*probes, ("/metrics", bearer), *probes]
     assert other.seen == [("/metrics", None)]  # another origin never gets the key
+
+
+async def test_a_metrics_url_of_the_backends_origin_spelled_otherwise_gets_the_key(key_env: str) -> None:
+    """Review R54: origins were compared by the host as written, so a ``metrics_url`` of
+    ``http://[0:0::1]:P`` beside a ``url`` of ``http://[::1]:P`` (one address, one server) was
+    taken for a sidecar's, sent no key, and every scrape of an engine that guards its metrics
+    failed.
+
+    Rule: the origin is compared as ``inventory.origin`` spells it (an IP address in its shortest
+    form), the same spelling that decides which backends are one engine."""
+    try:
+        home = _Recorder("::1")
+    except OSError:
+        pytest.skip("no IPv6 loopback here")
+    try:
+        port = home.server_address[1]
+        backend = _inventory(
+            _backend(
+                f"http://[::1]:{port}", api_key_env=key_env, metrics_url=f"http://[0:0::1]:{port}/metrics"
+            )
+        ).backends[0]
+        async with httpx.AsyncClient() as http:
+            assert (await BackendClient(backend, http, Timeouts(probe_s=30.0)).scrape(0.0)).running == 1
+        assert home.seen == [("/metrics", f"Bearer {KEY}")]
+    finally:
+        home.close()
 
 
 @pytest.mark.parametrize(

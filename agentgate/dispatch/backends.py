@@ -38,7 +38,6 @@ from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, 
 from dataclasses import dataclass, field
 from datetime import UTC
 from typing import Any, Protocol, cast
-from urllib.parse import urlsplit
 
 import aiohttp
 import httpx
@@ -46,7 +45,7 @@ import orjson
 from opentelemetry.context import Context
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from agentgate.dispatch.inventory import Backend
+from agentgate.dispatch.inventory import Backend, origin
 from agentgate.dispatch.metrics import MAX_METRICS_CHARS, EngineLoad, load_from_text
 from agentgate.errors import (
     BackendCredentialError,
@@ -278,7 +277,7 @@ class BackendClient:
         auth = {"Authorization": self._authorization} if self._authorization is not None else {}
         self._chat_headers = {**_JSON, **auth}
         self._probe_headers = auth  # /health is on the origin of ``url``
-        same_origin = backend.metrics_url is not None and _origin(backend.metrics_url) == _origin(backend.url)
+        same_origin = backend.metrics_url is not None and origin(backend.metrics_url) == origin(backend.url)
         self._metrics_headers = auth if same_origin else {}
 
     def reload_key(self) -> bool:
@@ -770,14 +769,6 @@ def _prompt_texts(payload: Mapping[str, Any]) -> list[str]:
                 if escaped != text:
                     found.append(escaped)
     return found
-
-
-def _origin(url: str) -> tuple[str, str | None, int | None]:
-    """Scheme, host and port of ``url`` (the port a default one spells out), as a browser compares
-    origins."""
-    parts = urlsplit(url)
-    port = parts.port or {"http": 80, "https": 443}.get(parts.scheme)
-    return parts.scheme, parts.hostname, port
 
 
 def _encode(body: Mapping[str, Any]) -> bytes:

@@ -403,13 +403,20 @@ _DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
 def engine_key(url: str) -> str:
-    """``url`` spelled so that two URLs of one endpoint are equal: the scheme and host lower-cased
-    (as DNS and RFC 3986 compare them), an IP address written in its shortest form, kept in
-    brackets when it is IPv6, and the port always given (80 or 443 when ``url`` leaves it out).
-    The path is kept as it is: paths are case-sensitive, and ``/A`` and ``/a`` may be two
-    engines behind one proxy. Every comparison of backend URLs goes through it; comparing the
-    URLs lower-cased took ``http://h`` and ``http://h:80`` for two engines and ``/A`` and ``/a``
-    for one (review R54)."""
+    """``url`` spelled so that two URLs of one endpoint are equal: its ``origin`` (the scheme and
+    host lower-cased, as DNS and RFC 3986 compare them, an IP address written in its shortest form,
+    kept in brackets when it is IPv6, and the port always given: 80 or 443 when ``url`` leaves it
+    out), then the path as it is: paths are case-sensitive, and ``/A`` and ``/a`` may be two
+    engines behind one proxy. Every comparison of backend URLs goes through it or ``origin``;
+    comparing the URLs lower-cased took ``http://h`` and ``http://h:80`` for two engines and
+    ``/A`` and ``/a`` for one (review R54)."""
+    scheme, host, port = origin(url)
+    return f"{scheme}://{host}:{port}{urlsplit(url).path}"
+
+
+def origin(url: str) -> tuple[str, str, int | None]:
+    """The scheme, host and port of ``url`` as ``engine_key`` spells them (the port a default one
+    spells out; ``None`` for a scheme with none), as a browser compares origins."""
     parts = urlsplit(url)
     scheme = parts.scheme.lower()
     host = parts.hostname or ""
@@ -418,7 +425,7 @@ def engine_key(url: str) -> str:
     if ":" in host:
         host = f"[{host}]"
     port = parts.port if parts.port is not None else _DEFAULT_PORTS.get(scheme)
-    return f"{scheme}://{host}:{port}{parts.path}"
+    return scheme, host, port
 
 
 class Inventory(_Frozen):
