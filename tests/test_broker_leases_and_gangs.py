@@ -327,9 +327,11 @@ def test_a_renewal_that_would_carry_a_lease_past_its_grant_is_refused(tmp_path: 
 def test_an_inventory_number_that_is_a_boolean_or_text_is_a_located_error(line: str, field: str) -> None:
     """Numbers were read laxly: ``memory_gb: true`` loaded as a 1 GB GPU (a memory filter then
     never matched it) and ``max_concurrency: true`` as a backend capped at one request; "80" in
-    quotes as 80. Each is now an ``InventoryError`` naming the file, the line and the field."""
+    quotes as 80. Each is now an ``InventoryError`` naming the file, the line, the column and the field."""
     text = f"nodes: [{{name: n}}]\ngpus:\n{line}\n"
-    with pytest.raises(InventoryError, match=rf"^inv\.yaml:\d+: {re.escape(field)}: Input should be a valid"):
+    with pytest.raises(
+        InventoryError, match=rf"^inv\.yaml:\d+:\d+: {re.escape(field)}: Input should be a valid"
+    ):
         parse_inventory(text, source="inv.yaml", read_keys=False)
 
 
