@@ -286,6 +286,20 @@ async def test_a_usage_that_is_not_an_object_is_refused_not_read_as_zero(raw: Ra
             await _client(raw, http).chat(PAYLOAD)
 
 
+async def test_a_stream_opening_with_a_byte_order_mark_is_read(raw: Raw) -> None:
+    """Review R54: the SSE format lets a stream open with a UTF-8 byte order mark, and the first
+    line kept it, so ``\ufeffdata: {...}`` was refused as not SSE and the backend marked down.
+
+    Rule: one byte order mark at the start of a stream is dropped; anywhere else it stays text."""
+    body = f"{_delta('hi')}\n\ndata: [DONE]\n\n".encode()
+    raw.routes["/v1/chat/completions"] = (200, {"content-type": "text/event-stream"}, b"\xef\xbb\xbf" + body)
+    async with httpx.AsyncClient() as http:
+        assert [chunk.content for chunk in await _chunks(_client(raw, http))] == ["hi"]
+        raw.sse(_delta("a"), "\ufeff" + _delta("b"), "data: [DONE]")
+        with pytest.raises(BackendFailed, match="not an SSE event"):
+            await _chunks(_client(raw, http))
+
+
 async def test_a_plain_text_line_in_a_stream_is_not_skipped(raw: Raw) -> None:
     """Kills: ``_SSE_IGNORED`` matching ``event``/``id``/``retry`` without their colon (a line of
     plain text such as a proxy's ``identity check failed`` skipped as an SSE field, and the stream

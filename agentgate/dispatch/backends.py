@@ -455,6 +455,7 @@ class BackendClient:
                 except TimeoutError:
                     raise BackendFailed(f"{self.backend.name}: no answer within {wait}s") from None
                 self._check_status(status, refusal, retry_after)
+                first = True
                 while True:
                     try:
                         async with asyncio.timeout_at(deadline):
@@ -465,6 +466,10 @@ class BackendClient:
                         raise BackendFailed(
                             f"{self.backend.name}: stream silent for {wait}s (no chunk)"
                         ) from None
+                    if first:
+                        # The SSE format lets a stream open with a byte order mark, which belongs
+                        # to no line: the first event after it was refused as not SSE.
+                        line, first = line.removeprefix("\ufeff"), False
                     if not line or line.startswith(_SSE_IGNORED):
                         continue  # a comment, or an SSE field other than data (event, id, retry)
                     if not line.startswith("data:"):
