@@ -82,3 +82,18 @@ def test_cli_lists_shared_breakers(tmp_path: Path, capsys: pytest.CaptureFixture
     assert main(["tasks", "breakers", "--json", "--store", str(path)]) == 0
     states = {b["key"]: b["state"] for b in json.loads(capsys.readouterr().out)}
     assert states == {"tool:search": "open", "backend:gpu-1": "closed"}
+
+
+def test_cli_says_which_shared_breaker_row_is_corrupt(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Review R54: a breaker row whose opened_at is not a number ('abc', kept as text by SQLite)
+    made ``agentgate tasks breakers`` end in a ValueError traceback; it is a store error naming
+    the key and the field."""
+    path = tmp_path / "ag.db"
+    with SQLiteStore(path) as store:
+        SharedBreakers(store).publish("tool:search", "open", 1_800_000_000.0)
+        with store.transaction() as tx:
+            tx.execute("UPDATE agentgate_breakers SET opened_at = 'abc'")
+    assert main(["tasks", "breakers", "--store", str(path)]) == 2
+    assert "shared breaker 'tool:search': opened_at: the stored value 'abc'" in capsys.readouterr().err

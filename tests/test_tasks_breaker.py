@@ -370,3 +370,42 @@ async def test_breaker_transitions_reach_the_store_in_the_order_they_were_made(t
     assert found is not None and found.state == "closed"
     assert held.written[-1] == "closed" and held.most_running == 1
     store.close()
+
+
+@pytest.mark.parametrize(
+    ("state", "opened_at", "version"),
+    [("'open'", "'abc'", "99"), ("'open'", "1.0", "'x'"), ("'opne'", "1.0", "99")],
+)
+async def test_a_corrupt_shared_breaker_row_leaves_the_local_breaker_alone(
+    tmp_path: Path, state: str, opened_at: str, version: str
+) -> None:
+    """Review R54: a breaker row that no process wrote (opened_at 'abc', version 'x', a state
+    'opne') raised ValueError out of submit, or was taken as closed and closed the open local
+    breaker; the row is corrupt, so the call goes on under its local breaker, as when the store
+    cannot be read."""
+    from agentgate.store.leases import SharedBreakers
+
+    store = SQLiteStore(tmp_path / "s.db")
+    scheduler = Scheduler(SchedulerConfig(breaker=BreakerPolicy(failure_threshold=1)), store=store)
+
+    async def down(attempt: Attempt) -> None:
+        raise ConnectionRefusedError("upstream down")
+
+    async def up(attempt: Attempt) -> str:
+        return "ran"
+
+    with pytest.raises(ConnectionRefusedError):
+        await scheduler.submit(ToolCall("api"), down)
+    async with asyncio.timeout(5):  # the opening is written by a store worker: until it has been
+        while scheduler._background or SharedBreakers(store).read("tool:api") is None:
+            await asyncio.sleep(0.01)
+    with store.transaction() as tx:
+        tx.execute(
+            f"UPDATE agentgate_breakers SET state = {state}, opened_at = {opened_at}, version = {version}"
+        )
+    scheduler._breaker_seen.clear()  # read the row again now, not 0.25 s later
+    with pytest.raises(CircuitOpen):
+        await scheduler.submit(ToolCall("api"), up)
+    assert scheduler.breaker("tool:api").state is BreakerState.OPEN
+    await scheduler.aclose()
+    store.close()

@@ -4,6 +4,7 @@ hosts whose clocks differ must not shut a limit, expire leases early, or keep th
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import pytest
 
@@ -15,7 +16,8 @@ from agentgate.dispatch.broker import (
     TenantQuota,
     synthetic_topology,
 )
-from agentgate.store import Store
+from agentgate.errors import StoreError
+from agentgate.store import SQLiteStore, Store
 from agentgate.store.leases import BUCKET_AHEAD_S, SharedRateLimits
 
 
@@ -90,3 +92,22 @@ def test_the_steady_wall_clock_moves_with_the_monotonic_clock_not_the_wall(
     monkeypatch.setattr(time, "monotonic", lambda: monotonic + 5.0)
     assert clock() >= first + 5.0
     assert clock() < first + 6.0
+
+
+@pytest.mark.parametrize(
+    ("tokens", "updated_at"), [("'abc'", "5000.0"), ("1.0", "'later'"), ("1.0", "X'00'")]
+)
+def test_a_corrupt_shared_rate_bucket_row_is_a_store_error(
+    tmp_path: Path, tokens: str, updated_at: str
+) -> None:
+    """Review R54: a rate bucket row whose level or time is not a number (text kept by SQLite in
+    a REAL column, written by hand or by another program) raised ValueError or TypeError out of
+    ``try_take`` and so out of the scheduler's ``submit``; it is a ``StoreError`` naming the key
+    and the field, which the scheduler answers by refusing the call (fail closed)."""
+    store = SQLiteStore(tmp_path / "s.db")
+    rates = SharedRateLimits(store, clock=lambda: 5000.0)
+    with store.transaction() as tx:
+        tx.execute(f"INSERT INTO agentgate_rate_buckets VALUES ('tool:api', {tokens}, {updated_at})")
+    with pytest.raises(StoreError, match="rate bucket 'tool:api'"):
+        rates.try_take("tool:api", 1.0, 1)
+    store.close()

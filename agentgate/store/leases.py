@@ -33,6 +33,7 @@ clocks within a small fraction of ``ttl_s`` of each other (NTP does).
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 import socket
 import threading
@@ -310,7 +311,8 @@ class SharedRateLimits:
             with self.store.transaction() as tx:
                 tx.execute(_BUCKET_CREATE, (row_key, float(burst), now))
                 row = tx.execute(_BUCKET_READ, (row_key,))[0]
-                tokens, updated_at = float(row[0]), float(row[1])
+                tokens = _stored_number(row[0], f"rate bucket {key!r}: tokens")
+                updated_at = _stored_number(row[1], f"rate bucket {key!r}: updated_at")
                 since = min(updated_at, now + BUCKET_AHEAD_S)
                 level = min(float(burst), tokens + max(0.0, now - since) * per_second)
                 if level < 1.0:
@@ -360,7 +362,7 @@ class SharedBreakers:
         )
         if not rows:
             return None
-        return SharedBreakerState(key, str(rows[0][0]), float(rows[0][1]), int(rows[0][2]))
+        return _breaker_state(key, *rows[0])
 
     def all(self) -> list[SharedBreakerState]:
         """Every shared breaker state, by key as stored (``stored_key``: a key with a NUL or over
@@ -368,4 +370,27 @@ class SharedBreakers:
         rows = self.store.query(
             "SELECT breaker_key, state, opened_at, version FROM agentgate_breakers ORDER BY breaker_key"
         )
-        return [SharedBreakerState(str(r[0]), str(r[1]), float(r[2]), int(r[3])) for r in rows]
+        return [_breaker_state(str(r[0]), *r[1:]) for r in rows]
+
+
+def _breaker_state(key: str, state: object, opened_at: object, version: object) -> SharedBreakerState:
+    """A breaker row as read; ``StoreError`` naming the key and the field when a value is not
+    what ``publish`` writes (a row edited by hand, or by another program): the row is corrupt.
+    Read as before, ``'abc'`` raised ``ValueError`` out of the scheduler's ``submit`` and out of
+    ``agentgate tasks breakers``, and a state other than ``open`` counted as ``closed``."""
+    if state not in ("open", "closed"):
+        raise StoreError(f"shared breaker {key!r}: the stored state is {state!r}, not open or closed")
+    stored_version = _stored_number(version, f"shared breaker {key!r}: version")
+    if not stored_version.is_integer() or stored_version < 1:
+        raise StoreError(f"shared breaker {key!r}: the stored version is {version!r}, not an integer >= 1")
+    return SharedBreakerState(
+        key, str(state), _stored_number(opened_at, f"shared breaker {key!r}: opened_at"), int(stored_version)
+    )
+
+
+def _stored_number(value: object, what: str) -> float:
+    """``value`` read from a number column, as a float; ``StoreError`` when it is not a finite
+    number (SQLite keeps the text ``'abc'`` in a REAL column as text)."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise StoreError(f"{what}: the stored value {value!r} is not a finite number (a corrupt row)")
+    return float(value)
