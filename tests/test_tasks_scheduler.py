@@ -17,6 +17,7 @@ from agentgate.tasks import (
     Attempt,
     PriorityClass,
     RateLimit,
+    RetryPolicy,
     Scheduler,
     SchedulerConfig,
     SyncScheduler,
@@ -611,3 +612,22 @@ async def test_a_plain_function_submitted_runs_once_and_its_value_is_the_result(
         await scheduler.submit(ToolCall("refund"), broken, preemptible=preemptible)  # type: ignore[arg-type]
     assert paid == [1, -1]  # an error class not retried by default: one attempt
     await scheduler.aclose()
+
+
+@pytest.mark.parametrize("fn", [None, "search", 3])
+async def test_a_tool_function_that_cannot_be_called_is_refused_before_anything_runs(fn: object) -> None:
+    """Review R54: a tool function that is not callable (None, a tool's name) was run as an
+    attempt: it took a slot, its TypeError counted as the tool's failure (retried where
+    ``retry_on`` lists ``error``) and became a dead letter. Both entry points refuse it with
+    ``InputError``, before a slot is taken or an attempt counted."""
+    retry = RetryPolicy(attempts=3, retry_on=("error",), backoff_initial_s=0.0, backoff_max_s=0.0)
+    config = SchedulerConfig(default_tool=ToolLimits(idempotent=True, retry=retry))
+    scheduler = Scheduler(config)
+    with pytest.raises(InputError, match="tool function"):
+        await scheduler.submit(ToolCall("t"), fn)  # type: ignore[arg-type]
+    assert scheduler.dead_letters() == []
+    await scheduler.aclose()
+    with SyncScheduler(config) as sync:
+        with pytest.raises(InputError, match="tool function"):
+            sync.submit(ToolCall("t"), fn)  # type: ignore[arg-type]
+        assert sync.scheduler.dead_letters() == []

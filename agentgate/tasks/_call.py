@@ -293,6 +293,15 @@ def require_tool_call(call: object) -> None:
         )
 
 
+def require_tool_function(fn: object) -> None:
+    """Raise ``InputError`` unless ``fn`` can be called: the tool function the schedulers'
+    ``submit`` take. (Until review R54 a ``None`` or a string was run as an attempt: it took a
+    slot, its ``TypeError`` was the tool's failure, retried as such where ``retry_on`` lists
+    ``error``, and recorded as a dead letter.)"""
+    if not callable(fn):
+        raise InputError(f"a scheduler runs a tool function (attempt -> result), got {type(fn).__name__}")
+
+
 class Attempt(NamedTuple):
     """What a tool function receives: which attempt this is and what bounds it (immutable).
 

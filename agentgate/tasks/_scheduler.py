@@ -62,7 +62,7 @@ from agentgate.store._base import Store
 from agentgate.store.dead_letters import AttemptError, DeadLetter, DeadLetterStore
 from agentgate.store.leases import Lease, LeaseManager, SharedBreakers, SharedRateLimits
 from agentgate.tasks._breaker import BreakerSnapshot, CircuitBreaker
-from agentgate.tasks._call import Attempt, ToolCall, require_tool_call
+from agentgate.tasks._call import Attempt, ToolCall, require_tool_call, require_tool_function
 from agentgate.tasks._classify import DEFAULT_CLASSIFIER, Classifier
 from agentgate.tasks._config import PriorityClass, SchedulerConfig, ToolLimits
 from agentgate.tasks._failures import _circuit_open, _Failures, _give_up, _GiveUp, _started_late, _twin_late
@@ -255,13 +255,14 @@ class Scheduler(_StoreWork, _Failures):
 
         Raises ``Overloaded`` (queue full), ``DeadlineExceeded`` (could not start, or an attempt
         did not finish, before the deadline), ``CircuitOpen`` (breaker open), ``InputError`` (an
-        unknown priority class, arguments that are not JSON, a ``call`` that is not a ``ToolCall``), ``SchedulingError`` (scheduler
+        unknown priority class, arguments that are not JSON, a ``call`` that is not a ``ToolCall``, an ``fn`` that is not callable), ``SchedulingError`` (scheduler
         closed, limits refusing calls, or the running twin this call joined was cancelled), or the tool's own last exception when the call is given up (``DeadlineExceeded``
         instead when the deadline passed while a retry waited for its turn). Cancelling the
         caller cancels the running attempt and gives its slots back.
         """
         try:
             require_tool_call(call)
+            require_tool_function(fn)
             if self._closed:
                 raise SchedulingError("the scheduler is closed")
             limits = self._limits_cache.get(call.tool) or self.shared.tool_limits(call.tool)

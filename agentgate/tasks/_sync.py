@@ -50,7 +50,7 @@ from agentgate.errors import DeadlineExceeded, InputError, SchedulingError
 from agentgate.store._base import Store
 from agentgate.store.dead_letters import AttemptError, DeadLetter, DeadLetterStore
 from agentgate.tasks._breaker import BreakerSnapshot
-from agentgate.tasks._call import Attempt, ToolCall, require_tool_call
+from agentgate.tasks._call import Attempt, ToolCall, require_tool_call, require_tool_function
 from agentgate.tasks._classify import DEFAULT_CLASSIFIER, Classifier
 from agentgate.tasks._config import PriorityClass, SchedulerConfig, ToolLimits
 from agentgate.tasks._failures import _circuit_open, _give_up, _GiveUp, _started_late, _twin_late
@@ -232,9 +232,10 @@ class SyncScheduler:
 
         Blocks until the call is done. Raises what ``Scheduler.submit`` raises, and
         ``SchedulingError`` when the scheduler is closed or shuts down under the call, and
-        ``InputError`` for a ``call`` that is not a ``ToolCall``.
+        ``InputError`` for a ``call`` that is not a ``ToolCall`` or an ``fn`` that is not callable.
         """
         require_tool_call(call)
+        require_tool_function(fn)
         if threading.get_ident() == self._thread_id:
             raise SchedulingError("SyncScheduler.submit must not be called from the scheduler's own thread")
         if self._closed:
