@@ -45,3 +45,17 @@ def test_rate_limit_values_are_checked() -> None:
         RateLimit(per_second=0, burst=1)
     with pytest.raises(InputError, match="burst"):
         RateLimit(per_second=1, burst=0)
+
+
+def test_a_clock_that_steps_back_takes_no_tokens_away() -> None:
+    """Review R54: a clock stepped back (a wall clock given as ``clock``, set back an hour) was
+    counted as negative time: the level fell an hour's worth of tokens below zero and the
+    bucket refused every call for an hour. Time that runs back refills nothing and drains nothing."""
+    clock = Clock()
+    bucket = TokenBucket(rate=2.0, burst=2, clock=clock)
+    assert bucket.try_take()
+    clock.now -= 3600.0
+    assert bucket.try_take()  # the token that was there is still there
+    assert not bucket.try_take()
+    clock.now += 0.5
+    assert bucket.try_take()  # refilled for the half second that passed since the step

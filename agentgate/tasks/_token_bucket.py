@@ -2,7 +2,8 @@
 
 The bucket holds up to ``burst`` tokens and starts full. Tokens accrue continuously at ``rate``
 per second; a call takes one. Instead of a timer that adds tokens, the level is brought up to
-date lazily whenever the bucket is asked: ``level = min(burst, level + (now - last) * rate)``.
+date lazily whenever the bucket is asked: ``level = min(burst, level + (now - last) * rate)``,
+with time that ran backwards (a wall clock given as ``clock`` and stepped back) counted as none.
 ``wait_s`` says how long until one token is there, which the scheduler uses to set one timer for
 the earliest rate-limited call rather than polling.
 
@@ -40,7 +41,9 @@ class TokenBucket:
 
     def _refill(self) -> float:
         now = self._clock()
-        self._level = min(float(self.burst), self._level + (now - self._last) * self.rate)
+        # No refill for a clock that went back (a wall clock given as ``clock``, stepped back):
+        # counted as negative time, it drained tokens and left the bucket empty for as long as the step.
+        self._level = min(float(self.burst), self._level + max(0.0, now - self._last) * self.rate)
         self._last = now
         return self._level
 
