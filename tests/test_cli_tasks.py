@@ -97,3 +97,30 @@ def test_cli_says_which_shared_breaker_row_is_corrupt(
             tx.execute("UPDATE agentgate_breakers SET opened_at = 'abc'")
     assert main(["tasks", "breakers", "--store", str(path)]) == 2
     assert "shared breaker 'tool:search': opened_at: the stored value 'abc'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("column", "value", "said"),
+    [
+        ("recorded_at", "'abc'", "recorded_at 'abc'"),
+        ("authority_chain", "'not json'", "authority_chain 'not json'"),
+        ("authority_chain", "'{}'", "authority_chain '{}'"),
+        ("errors", "'[{\"x\": 1}]'", "errors '[{\"x\": 1}]'"),
+        ("errors", "'\"text\"'", "errors '\"text\"'"),
+    ],
+)
+def test_cli_says_which_dead_letter_row_is_corrupt(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], column: str, value: str, said: str
+) -> None:
+    """Review R54: a dead letter row holding what no scheduler writes (recorded_at 'abc', an
+    authority chain or errors that are not their JSON) made ``agentgate tasks dead-letters`` end
+    in a ValueError, JSONDecodeError or TypeError traceback (an object as the chain was listed as
+    its keys); it is a store error naming the letter and the field."""
+    path = tmp_path / "ag.db"
+    with SQLiteStore(path) as store:
+        DeadLetterStore(store).record(letter(1))
+        with store.transaction() as tx:
+            tx.execute(f"UPDATE agentgate_dead_letters SET {column} = {value}")
+    for json_flag in ([], ["--json"]):
+        assert main(["tasks", "dead-letters", *json_flag, "--store", str(path)]) == 2
+        assert f"dead letter 'id-1': the stored {said} is not" in capsys.readouterr().err

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, NoReturn
 
+from agentgate.errors import StoreError
 from agentgate.store._base import Dialect, Store
 
 _TABLES = """
@@ -137,6 +138,25 @@ def _storable(text: str | None) -> str | None:
 
 
 def _letter(row: tuple[Any, ...]) -> DeadLetter:
+    """A dead letter as read; ``StoreError`` naming the letter and the field when a value is not
+    what ``record`` writes (a row edited by hand, or by another program: it is corrupt). Read as
+    before, ``agentgate tasks dead-letters`` ended in a ``ValueError``, ``JSONDecodeError`` or
+    ``TypeError`` traceback at such a row."""
+    letter_id = row[0]
+    for number, field in _TEXT_FIELDS:
+        if not isinstance(row[number], str):
+            _corrupt(letter_id, field, row[number])
+    for number, field in _OPTIONAL_TEXT_FIELDS:
+        if row[number] is not None and not isinstance(row[number], str):
+            _corrupt(letter_id, field, row[number])
+    if isinstance(row[1], bool) or not isinstance(row[1], int | float):
+        _corrupt(letter_id, "recorded_at", row[1])
+    chain = _loaded(letter_id, "authority_chain", row[9])
+    if not isinstance(chain, list) or not all(isinstance(link, str) for link in chain):
+        _corrupt(letter_id, "authority_chain", row[9])
+    errors = _loaded(letter_id, "errors", row[11])
+    if not isinstance(errors, list) or not all(_attempt_error(error) for error in errors):
+        _corrupt(letter_id, "errors", row[11])
     return DeadLetter(
         id=row[0],
         recorded_at=float(row[1]),
@@ -147,7 +167,54 @@ def _letter(row: tuple[Any, ...]) -> DeadLetter:
         call_id=row[6],
         idempotency_key=row[7],
         arguments_digest=row[8],
-        authority_chain=tuple(json.loads(row[9])),
+        authority_chain=tuple(chain),
         reason=row[10],
-        errors=tuple(AttemptError(**e) for e in json.loads(row[11])),
+        errors=tuple(AttemptError(**e) for e in errors),
+    )
+
+
+_TEXT_FIELDS = (
+    (0, "id"),
+    (2, "tool"),
+    (3, "tenant"),
+    (4, "principal"),
+    (8, "arguments_digest"),
+    (10, "reason"),
+)
+_OPTIONAL_TEXT_FIELDS = ((5, "run_id"), (6, "call_id"), (7, "idempotency_key"))
+_ATTEMPT_ERROR_FIELDS = {
+    "attempt": int,
+    "error_class": str,
+    "error_type": str,
+    "message": str,
+    "at": int | float,
+}
+
+
+def _attempt_error(value: object) -> bool:
+    """Whether ``value`` is an ``AttemptError`` as ``record`` writes it: its fields, of their types."""
+    return (
+        isinstance(value, dict)
+        and value.keys() == _ATTEMPT_ERROR_FIELDS.keys()
+        and all(
+            isinstance(value[name], kind) and not isinstance(value[name], bool)
+            for name, kind in _ATTEMPT_ERROR_FIELDS.items()
+        )
+    )
+
+
+def _loaded(letter_id: object, field: str, text: object) -> Any:
+    """The JSON value ``text`` holds; ``StoreError`` when it holds none."""
+    if not isinstance(text, str):
+        _corrupt(letter_id, field, text)
+    try:
+        return json.loads(text)
+    except ValueError:
+        _corrupt(letter_id, field, text)
+
+
+def _corrupt(letter_id: object, field: str, value: object) -> NoReturn:
+    shown = repr(value) if len(repr(value)) <= 80 else repr(value)[:77] + "..."
+    raise StoreError(
+        f"dead letter {letter_id!r}: the stored {field} {shown} is not what a scheduler writes (a corrupt row)"
     )
