@@ -26,6 +26,7 @@ from agentgate.store._sqlite import SQLiteStore
 from agentgate.store.leases import LeaseManager
 from agentgate.tasks import (
     Attempt,
+    PriorityClass,
     Scheduler,
     SchedulerConfig,
     SharedLimits,
@@ -613,3 +614,57 @@ def test_async_running_attempt_is_restored_after_each_call_and_attempt() -> None
         await scheduler.aclose()
 
     asyncio.run(main())
+
+
+def test_a_nested_call_that_waits_queues_at_its_parents_more_urgent_class() -> None:
+    """Review R54: a nested call queued at its own class (the default one, less urgent than its
+    parent's): while its parent held tool x's slot waiting for it, every urgent call to y that
+    came later started first (priority inversion), and under a steady urgent load the parent
+    never finished. It queues at the most urgent class of itself and its ancestors."""
+    config = SchedulerConfig(
+        priority_classes=(PriorityClass("urgent", 0), PriorityClass("batch", 1)),
+        default_priority="batch",
+        tools={"x": ToolLimits(concurrency=1), "y": ToolLimits(concurrency=1)},
+    )
+    order: list[str | None] = []
+
+    async def main() -> None:
+        scheduler = Scheduler(config)
+        holding, release = asyncio.Event(), asyncio.Event()
+
+        async def hold(attempt: Attempt) -> None:
+            holding.set()
+            await release.wait()
+
+        async def record(attempt: Attempt) -> None:
+            order.append(attempt.call.call_id)
+
+        async def parent(attempt: Attempt) -> None:  # its nested call of y takes the default class
+            await scheduler.submit(
+                ToolCall("y", principal="p", call_id="nested", deadline=time.time() + 5), record
+            )
+            order.append("parent")
+
+        async def queued(count: int) -> None:
+            while scheduler.queued < count:
+                await asyncio.sleep(0)
+
+        deadline = time.time() + 5
+        held = asyncio.create_task(scheduler.submit(ToolCall("y", principal="u", deadline=deadline), hold))
+        await holding.wait()
+        urgent = ToolCall("x", priority="urgent", principal="p", deadline=deadline)
+        tasks = [held, asyncio.create_task(scheduler.submit(urgent, parent))]
+        async with asyncio.timeout(5):
+            await queued(1)  # the nested call waits for y
+            for number in range(3):
+                later = ToolCall(
+                    "y", priority="urgent", principal="o", call_id=f"o{number}", deadline=deadline
+                )
+                tasks.append(asyncio.create_task(scheduler.submit(later, record)))
+            await queued(4)
+        release.set()
+        await asyncio.gather(*tasks)
+        await scheduler.aclose()
+
+    asyncio.run(main())
+    assert order == ["nested", "parent", "o0", "o1", "o2"]

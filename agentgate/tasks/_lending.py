@@ -8,6 +8,11 @@ limit (global, tool, tenant, principal) that an ancestor holds a slot of borrows
 slot, one borrower per slot at a time, so siblings are still limited. A borrowed slot goes back
 to its lender when the borrower finishes; a lender that finishes first hands the slot on to the
 borrower, which then holds it as its own, so the counts never fall below what is running.
+
+A nested call that has to wait queues at the most urgent priority class of itself and its
+ancestors of these limits (``_inherited_priority``): its ancestors hold their slots while they
+wait for it, so it waiting at a less urgent rank than theirs would hold their slots behind every
+call of the ranks between (priority inversion).
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from agentgate.tasks._call import ToolCall
-from agentgate.tasks._config import SchedulerConfig, ToolLimits
+from agentgate.tasks._config import PriorityClass, SchedulerConfig, ToolLimits
 from agentgate.tasks._fair import FairQueue
 from agentgate.tasks._token_bucket import TokenBucket
 from agentgate.tasks._waiter import Waiter
@@ -66,6 +71,21 @@ class _Lending:
         def _wake(waiter: Waiter) -> bool: ...
 
         def _arm(self, at: float) -> None: ...
+
+    def _inherited_priority(self, priority: PriorityClass, parent: Waiter) -> PriorityClass:
+        """The class a nested call made under ``parent`` queues at: ``priority``, or the class of
+        the most urgent ancestor of these limits when its rank comes first. (Until review R54 a
+        nested call queued at its own class, the default one when its tool did not say: a parent
+        of an urgent class, holding its slot while it waited for the call, waited behind every
+        call of the classes between.)"""
+        ancestor: Waiter | None = parent
+        while ancestor is not None:
+            if ancestor.owner is self:
+                held = self.config.priority_class(ancestor.call.priority)
+                if held.rank < priority.rank:
+                    priority = held
+            ancestor = ancestor.parent
+        return priority
 
     def _borrow_plan(
         self, call: ToolCall, limits: ToolLimits, parent: Waiter, prefer_tool: bool = False

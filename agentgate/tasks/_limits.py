@@ -176,6 +176,8 @@ class SharedLimits(_BreakerSharing, _Lending, _RateTimer):
         """
         if self.refusing is not None:
             raise SchedulingError(self.refusing)
+        if parent is not None:  # its ancestors wait for it, holding their slots
+            priority = self._inherited_priority(priority, parent)
         waiter = Waiter(call, limits, time.monotonic(), self)
         waiter.future = future
         if loop is not None:
