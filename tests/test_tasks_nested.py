@@ -668,3 +668,29 @@ def test_a_nested_call_that_waits_queues_at_its_parents_more_urgent_class() -> N
 
     asyncio.run(main())
     assert order == ["nested", "parent", "o0", "o1", "o2"]
+
+
+def test_nested_siblings_that_wait_for_the_lent_slot_start_in_arrival_order() -> None:
+    """Review R54: nested calls waiting for their parent's lent slot were kept in a set and
+    started in the order of their hashes (n0, n6, n11, n1, ...), breaking "within one agent,
+    calls to the same tool start in arrival order"; they start in the order they came."""
+    config = SchedulerConfig(tools={"x": ToolLimits(concurrency=1)})
+    order: list[str | None] = []
+
+    async def main() -> None:
+        scheduler = Scheduler(config)
+
+        async def leaf(attempt: Attempt) -> None:
+            order.append(attempt.call.call_id)
+            await asyncio.sleep(0)
+
+        async def parent(attempt: Attempt) -> None:
+            deadline = time.time() + 5
+            siblings = [ToolCall("x", call_id=f"n{number}", deadline=deadline) for number in range(12)]
+            await asyncio.gather(*(scheduler.submit(call, leaf) for call in siblings))
+
+        await scheduler.submit(ToolCall("x", deadline=time.time() + 5), parent)
+        await scheduler.aclose()
+
+    asyncio.run(main())
+    assert order == [f"n{number}" for number in range(12)]

@@ -55,7 +55,7 @@ class _Lending:
     tenant_in_flight: dict[str, int]
     principal_in_flight: dict[tuple[str, str], int]
     per_tool_only: bool
-    nested_waiting: set[Waiter]
+    nested_waiting: dict[Waiter, None]
 
     if TYPE_CHECKING:  # what this part calls of the limits' other parts
 
@@ -141,10 +141,11 @@ class _Lending:
             lender.lent[dimension] = waiter
 
     def _start_nested_waiting(self) -> None:
-        """Start queued nested calls that can now run under an ancestor's slot (lock held)."""
+        """Start queued nested calls that can now run under an ancestor's slot, in the order they
+        came (lock held)."""
         for waiter in list(self.nested_waiting):
             if waiter.granted or not waiter.queued or not waiter.alive or waiter.future.done():
-                self.nested_waiting.discard(waiter)
+                self.nested_waiting.pop(waiter, None)
                 continue
             assert waiter.parent is not None
             plan = self._borrow_plan(waiter.call, waiter.limits, waiter.parent)
@@ -161,7 +162,7 @@ class _Lending:
                 self._lend(waiter, plan)
                 self.start(waiter)
             else:
-                self.nested_waiting.discard(waiter)
+                self.nested_waiting.pop(waiter, None)
 
     def _start_borrowing(self, waiter: Waiter) -> None:
         """``start`` for an attempt running under borrowed slots: only its own ones are counted."""

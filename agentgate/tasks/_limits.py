@@ -99,8 +99,10 @@ class SharedLimits(_BreakerSharing, _Lending, _RateTimer):
         self._publish_lock = threading.Lock()
         #: Set by ``refuse_waiting``: why no call starts any more (None: calls start).
         self.refusing: str | None = None
-        #: Queued nested calls: started by ``_start_nested_waiting`` once an ancestor can lend.
-        self.nested_waiting: set[Waiter] = set()
+        #: Queued nested calls, in arrival order (a dict: a set's order is its hashes', and siblings
+        #: of one agent and tool started out of order): started by ``_start_nested_waiting`` once an
+        #: ancestor can lend.
+        self.nested_waiting: dict[Waiter, None] = {}
 
     @property
     def queued(self) -> int:
@@ -215,7 +217,7 @@ class SharedLimits(_BreakerSharing, _Lending, _RateTimer):
         waiter.queued = True
         if parent is not None:
             waiter.parent = parent
-            self.nested_waiting.add(waiter)
+            self.nested_waiting[waiter] = None
         if traced:
             metrics.event(
                 "queued", call.tool, {"agentgate.tenant": call.tenant, "agentgate.priority": priority.name}
@@ -276,7 +278,7 @@ class SharedLimits(_BreakerSharing, _Lending, _RateTimer):
         call = waiter.call
         waiter.granted = True
         if waiter.parent is not None:
-            self.nested_waiting.discard(waiter)
+            self.nested_waiting.pop(waiter, None)
             if waiter.borrowed:
                 self._start_borrowing(waiter)
                 return
@@ -317,7 +319,7 @@ class SharedLimits(_BreakerSharing, _Lending, _RateTimer):
         elif waiter.queued:
             self.queue.discard(waiter)
             if waiter.parent is not None:
-                self.nested_waiting.discard(waiter)
+                self.nested_waiting.pop(waiter, None)
 
     def dispatch(self, tool: str | None = None) -> None:
         """Start waiting calls, fairest first, while limits have room; arm the rate timer if needed.
