@@ -610,3 +610,20 @@ def test_a_sync_call_on_an_event_loop_waiting_for_that_loops_own_calls_is_refuse
     sync.close()
     if store is not None:
         store.close()
+
+
+def test_with_a_store_a_sync_call_takes_one_local_rate_token_not_two(tmp_path: Path) -> None:
+    """Review R54: with a store, SyncScheduler.submit first asked whether the call could start
+    now (to refuse a wait on an event loop's own thread) with ``has_room``, which takes a rate
+    token when there is one, and kept it; the core's admission then took another. Every call took
+    two tokens, and of a burst of 3 one call started: the next waited for a refill until its
+    deadline. The question gives its token back."""
+    store = SQLiteStore(tmp_path / "s.db")
+    config = SchedulerConfig(tools={"api": ToolLimits(rate=RateLimit(per_second=0.001, burst=3))})
+    with SyncScheduler(config, store=store) as scheduler:
+        started = [
+            scheduler.submit(ToolCall("api", deadline=time.time() + 2), lambda a: a.number) for _ in range(3)
+        ]
+        assert started == [1, 1, 1]
+        assert scheduler.scheduler.shared.buckets["api"].level < 1  # the burst is spent, once
+    store.close()

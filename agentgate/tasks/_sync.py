@@ -487,6 +487,10 @@ class SyncScheduler:
         limits = self.scheduler._limits_cache.get(call.tool) or shared.tool_limits(call.tool)
         with self._lock:
             must_wait = bool(shared.queue.size) or not shared.has_room(call, limits)
+            if not must_wait and limits.rate is not None:
+                # has_room took a token: back, for the core's admission to take. (Until review
+                # R54 it was kept, every call took two, and a burst of 3 started one call.)
+                shared._bucket(call.tool, limits).give_back()
         if must_wait:
             _refuse_waiting_on_own_loop(shared, call)
 

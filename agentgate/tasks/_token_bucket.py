@@ -54,6 +54,10 @@ class TokenBucket:
             return True
         return False
 
+    def give_back(self) -> None:
+        """Return a token taken for a call that does not start with it (up to ``burst``)."""
+        self._level = min(float(self.burst), self._level + 1.0)
+
     def wait_s(self) -> float:
         """Seconds until one token is available (0 when one is there now)."""
         return max(0.0, (1.0 - self._refill()) / self.rate)
