@@ -631,3 +631,38 @@ async def test_a_tool_function_that_cannot_be_called_is_refused_before_anything_
         with pytest.raises(InputError, match="tool function"):
             sync.submit(ToolCall("t"), fn)  # type: ignore[arg-type]
         assert sync.scheduler.dead_letters() == []
+
+
+async def test_a_rate_token_granted_to_a_call_past_its_deadline_goes_back() -> None:
+    """Review R54: a queued call granted its start only after its deadline (the loop was busy
+    past it) never runs and gave its slot back, but the rate token taken for it was spent: with a
+    burst of 2 and a token every 1,000 s, the next waiting call then waited for a refill until
+    its own deadline. The token goes back with the slot."""
+    config = SchedulerConfig(
+        tools={"x": ToolLimits(concurrency=1, rate=RateLimit(per_second=0.001, burst=2))}
+    )
+    scheduler = Scheduler(config)
+    started = asyncio.Event()
+
+    async def busy(attempt: Attempt) -> None:
+        started.set()
+        await asyncio.sleep(0)  # the other two queue
+        await asyncio.sleep(0)
+        time.sleep(0.3)  # the loop is busy past the next call's deadline: it is granted late
+
+    async def quick(attempt: Attempt) -> str | None:
+        return attempt.call.call_id
+
+    first = asyncio.create_task(scheduler.submit(ToolCall("x", call_id="first"), busy))
+    await started.wait()
+    late = asyncio.create_task(
+        scheduler.submit(ToolCall("x", call_id="late", deadline=time.time() + 0.1), quick)
+    )
+    after = asyncio.create_task(
+        scheduler.submit(ToolCall("x", call_id="after", deadline=time.time() + 2), quick)
+    )
+    await first
+    with pytest.raises(DeadlineExceeded):
+        await late
+    assert await after == "after"
+    await scheduler.aclose()

@@ -313,13 +313,24 @@ class SharedLimits(_BreakerSharing, _Lending, _RateTimer):
                 self._start_nested_waiting()
 
     def abandon(self, waiter: Waiter) -> None:
-        """A waiting call gives up (deadline, cancellation): out of the queue, or its slot back."""
+        """A waiting call gives up (deadline, cancellation): out of the queue, or its slot (and
+        rate token) back."""
         if waiter.granted:
+            self.unused(waiter)
             self.finish(waiter)
         elif waiter.queued:
             self.queue.discard(waiter)
             if waiter.parent is not None:
                 self.nested_waiting.pop(waiter, None)
+
+    def unused(self, waiter: Waiter) -> None:
+        """``waiter`` was granted its start but its attempt never runs (it left at the grant, or
+        its deadline passed first): the rate token taken for it goes back, before ``finish``
+        gives back its slots. (Until review R54 it was spent: with a rate of one a minute, a
+        call granted as its deadline passed cost the next waiting call a minute.)"""
+        limits = waiter.limits
+        if limits.rate is not None:
+            self._bucket(waiter.call.tool, limits).give_back()
 
     def dispatch(self, tool: str | None = None) -> None:
         """Start waiting calls, fairest first, while limits have room; arm the rate timer if needed.

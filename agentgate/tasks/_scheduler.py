@@ -439,6 +439,8 @@ class Scheduler(_StoreWork, _Failures):
                         if deadline is not None or limits.timeout_s is not None:
                             now = loop.time()
                             if deadline is not None and deadline <= now:
+                                with lock:
+                                    shared.unused(waiter)
                                 raise _started_late(tool, waiter)
                             attempt_deadline, unix_deadline = _attempt_deadline(limits, deadline, now)
                         if traced:

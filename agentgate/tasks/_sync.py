@@ -371,6 +371,8 @@ class SyncScheduler:
                     if deadline is not None or limits.timeout_s is not None:
                         now = clock()
                         if deadline is not None and deadline <= now:
+                            with lock:
+                                shared.unused(waiter)
                             raise _started_late(tool, waiter)
                         unix_deadline = _attempt_deadline(limits, deadline, now)[1]
                     with lock:
