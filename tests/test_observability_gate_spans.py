@@ -350,3 +350,56 @@ def test_a_grant_handed_on_again_is_a_span_without_an_entry_of_its_own(sweep: Sw
     assert made["agentgate.audit.index"] == first.audit_index and "agentgate.audit.index" not in handed
     assert made["agentgate.capability.id"] == handed["agentgate.capability.id"] == first.grant_id
     assert handed["agentgate.decision"] == "allow"
+
+
+def test_a_run_refused_after_close_returned_says_its_outcome_is_lost(sweep: Sweep) -> None:
+    """Review R54: a run refused after ``Gate.close()`` returned had a span saying outcome
+    ``error``, like a call that ran and failed, though no outcome entry was written (logged as
+    lost): the span now says ``agentgate.outcome.lost``. One refused while the gate was still
+    closing (its outcome written) does not."""
+    gate = sweep.gate
+    first = gate.authorize(sweep.boss, Call.tool("lookup", {"id": "1"}), call_id="c1")
+    closing = gate.authorize(sweep.boss, Call.tool("lookup", {"id": "2"}), call_id="c2")
+    late = gate.authorize(sweep.boss, Call.tool("lookup", {"id": "3"}), call_id="c3")
+    with closing_while_running(gate, first, call_id="c1"), pytest.raises(SchedulingError):
+        gate.run(closing, lambda: "never")
+    with pytest.raises(SchedulingError):
+        gate.run(late, lambda: "never")
+    by_index = {
+        dict(s.attributes or {}).get("agentgate.audit.index"): dict(s.attributes or {})
+        for s in sweep.exporter.get_finished_spans()
+    }
+    assert by_index[late.audit_index]["agentgate.outcome.lost"] is True
+    assert "agentgate.outcome.lost" not in by_index[closing.audit_index]
+    assert "agentgate.outcome.lost" not in by_index[first.audit_index]
+
+
+def test_a_call_still_running_when_close_returned_says_its_outcome_is_lost(sweep: Sweep) -> None:
+    """Review R54: a call that settles after ``Gate.close()`` returned (close stopped waiting for
+    it) has no outcome entry (logged as lost), yet its span said ``agentgate.outcome=ok`` as if
+    it were recorded: it now says ``agentgate.outcome.lost`` too."""
+    gate = sweep.gate
+    auth = gate.authorize(sweep.boss, Call.tool("lookup", {"id": "1"}), call_id="r1")
+
+    async def main() -> str:
+        started, release = asyncio.Event(), asyncio.Event()
+
+        async def tool() -> str:
+            started.set()
+            await release.wait()
+            return "done"
+
+        task = asyncio.create_task(gate.arun(auth, tool))
+        await started.wait()
+        gate.close(timeout_s=0.0)  # from the loop's own thread: it cannot wait for the call
+        release.set()
+        return await task
+
+    assert asyncio.run(main()) == "done"
+    (span,) = [
+        s
+        for s in sweep.exporter.get_finished_spans()
+        if dict(s.attributes or {}).get("agentgate.audit.index") == auth.audit_index
+    ]
+    attributes = dict(span.attributes or {})
+    assert attributes["agentgate.outcome"] == "ok" and attributes["agentgate.outcome.lost"] is True

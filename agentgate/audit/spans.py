@@ -33,7 +33,9 @@ exported), unless the span already records a deny (which it keeps, reasons and a
 ``Gate`` also gives an allowed call that never runs, ``Gate.abandon`` or a run refused while it
 closes, its span, ended at once with the ``error`` outcome its audit entry records). Allowed
 calls that succeed keep the status UNSET, as the conventions ask of instrumentation libraries (OK
-is for applications to set).
+is for applications to set). A call whose outcome could not be written because the ``Gate``
+had closed (``close`` returned before it settled) also has ``agentgate.outcome.lost=true``
+(``record_outcome_lost``): its span says how it ended, the log has no outcome for it.
 
 Exporters: whatever ``TracerProvider`` the application installed; ``configure_from_env`` installs
 one from the standard ``OTEL_*`` variables for applications that have none.
@@ -265,6 +267,14 @@ def record_outcome(span: Span, status: str, *, error_type: str | None = None) ->
         kind = error_type or FAILED
         span.set_attribute("error.type", kind)
         span.set_status(Status(StatusCode.ERROR, kind))
+
+
+def record_outcome_lost(span: Span) -> None:
+    """The call's outcome was not written to the audit log: the ``Gate`` had closed (``close``
+    returned) before the call settled, so its ``outcome`` entry is missing from the log (logged
+    as lost) and its reservation stays held. ``agentgate.outcome.lost`` is ``true``; whatever
+    ``agentgate.outcome`` the span says is how the call ended, not what the log records."""
+    span.set_attribute("agentgate.outcome.lost", True)
 
 
 def configure_from_env() -> trace.TracerProvider:

@@ -23,6 +23,7 @@ from agentgate.audit.spans import (
     execute_tool_span,
     record_decision,
     record_outcome,
+    record_outcome_lost,
     record_usage,
 )
 from agentgate.capabilities import Call
@@ -205,7 +206,7 @@ class _Running:
                 self._finish(span, auth, result, failed, spent)
                 return result
         finally:
-            self._end_run(auth)
+            self._end_run()
 
     async def arun(
         self,
@@ -278,7 +279,7 @@ class _Running:
                 self._finish(span, auth, result, failed, spent)
                 return result
         finally:
-            self._end_run(auth, loop)
+            self._end_run(loop)
 
     def _begin_run(self, auth: Authorization, loop: asyncio.AbstractEventLoop | None = None) -> None:
         """Count a ``run``/``arun`` in flight (``close`` waits for it to settle). Once ``close``
@@ -290,13 +291,13 @@ class _Running:
                 if loop is not None:
                     self._loop_runs[loop] = self._loop_runs.get(loop, 0) + 1
                 return
-            if not self._outcomes_closed:  # close() flushes after this, under the same lock
-                self._settle(auth, "error", "SchedulingError", None, started=False)
-        self._not_run_span(auth, "SchedulingError")
+        lost = self._settle_unless_closed(auth, "error", "SchedulingError", None, started=False)
+        self._not_run_span(auth, "SchedulingError", lost=lost)
         raise SchedulingError(f"{auth.call.resource}: the gate is closed; the call was not run")
 
-    def _end_run(self, auth: Authorization, loop: asyncio.AbstractEventLoop | None = None) -> None:
-        """A ``run``/``arun`` settled (its outcome is pending) or failed to: count it out."""
+    def _end_run(self, loop: asyncio.AbstractEventLoop | None = None) -> None:
+        """A ``run``/``arun`` settled (its outcome pending, or lost: ``_settle_unless_closed``) or
+        failed to: count it out."""
         with self._runs_changed:
             self._runs -= 1
             if loop is not None:
@@ -307,9 +308,27 @@ class _Running:
                     del self._loop_runs[loop]
             if not self._runs:
                 self._runs_changed.notify_all()
+
+    def _settle_unless_closed(
+        self,
+        auth: Authorization,
+        status: str,
+        error: str | None,
+        usage: tuple[int, int] | None,
+        *,
+        started: bool = True,
+    ) -> bool:
+        """``_settle``, unless ``close`` has committed its last outcomes: then nothing will write
+        this one, which is logged as lost, and the answer is ``True`` (the call's span says so,
+        ``record_outcome_lost``). Decided under the lock ``close`` sets that under, so an outcome
+        queued here is one its last flush takes."""
+        with self._runs_changed:
             lost = self._outcomes_closed
+            if not lost:
+                self._settle(auth, status, error, usage, started=started)
         if lost:
             _outcome_lost(auth)
+        return lost
 
     def _span(self, auth: Authorization, call_id: str | None = None) -> AbstractContextManager[Span]:
         """The GenAI span of the call (``execute_tool NAME`` or ``chat MODEL``) with the decision on it.
@@ -389,7 +408,9 @@ class _Running:
         elif not started and not pause and error not in NOT_STARTED:
             error = f"{error}: {NOT_STARTED_DETAIL}"
         usage = usage_after(auth, exc) if started else None
-        self._settle(auth, "paused" if pause else "error", error, usage, started=started)
+        status = "paused" if pause else "error"
+        if self._settle_unless_closed(auth, status, error, usage, started=started) and span.is_recording():
+            record_outcome_lost(span)
 
     def abandon(self, auth: Authorization, why: str = NOT_STARTED_DETAIL) -> None:
         """Settle an allow whose call will never run (its caller was cancelled between the
@@ -401,22 +422,20 @@ class _Running:
         ``InputError`` for an ``auth`` that is not an ``Authorization``.
         """
         self._check_allowed(auth)
-        with self._runs_changed:
-            lost = self._outcomes_closed
-            if not lost:  # close() flushes after this, under the same lock
-                self._settle(auth, "error", f"CancelledError: {why}", None, started=False)
-        self._not_run_span(auth, "CancelledError")
-        if lost:
-            _outcome_lost(auth)
+        lost = self._settle_unless_closed(auth, "error", f"CancelledError: {why}", None, started=False)
+        self._not_run_span(auth, "CancelledError", lost=lost)
 
-    def _not_run_span(self, auth: Authorization, error_type: str) -> None:
+    def _not_run_span(self, auth: Authorization, error_type: str, *, lost: bool) -> None:
         """The span of an allowed call settled without running (``abandon``, a ``run`` refused once
         ``close`` began): the call's span with its decision, ended at once with the ``error``
         outcome its audit entry records and ``error.type`` the exception's class name (the
-        spans of calls that run are made as they run)."""
+        spans of calls that run are made as they run). ``lost``: the gate had closed, so that
+        outcome was not written (``agentgate.outcome.lost``)."""
         with self._span(auth) as span:
             if span.is_recording():
                 record_outcome(span, "error", error_type=error_type)
+                if lost:
+                    record_outcome_lost(span)
 
     def _finish(
         self,
@@ -433,14 +452,19 @@ class _Running:
             usage = spent(result) if spent is not None else None
             status = "error" if failed is not None and failed(result) else "ok"
         except BaseException as exc:
-            self._settle(auth, "error", type(exc).__name__, USAGE_UNREAD)
+            if (
+                self._settle_unless_closed(auth, "error", type(exc).__name__, USAGE_UNREAD)
+                and span.is_recording()
+            ):
+                record_outcome_lost(span)
             raise
         if span.is_recording():
             if usage is not None:
                 with contextlib.suppress(TypeError, ValueError):  # garbage usage: charged at settlement
                     record_usage(span, *usage)
             record_outcome(span, status)
-        self._settle(auth, status, None, usage)
+        if self._settle_unless_closed(auth, status, None, usage) and span.is_recording():
+            record_outcome_lost(span)
 
     async def to_thread(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         """Run a blocking gate step (store I/O) off the event loop, keeping the context variables."""
