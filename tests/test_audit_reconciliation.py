@@ -278,16 +278,20 @@ def _reconcile(entries: list[dict[str, Any]], store: Store) -> dict[int, dict[st
 
 
 def _span_links(exporter: InMemorySpanExporter, entries: list[dict[str, Any]]) -> set[int]:
-    """Each span's audit index names an entry of the span's decision and resource, and each span
-    with a decision has one; the indexes. A grant entry (``agent:NAME``) is linked by the span
-    ``Gate.issue`` or ``Gate.delegate`` made, naming the entry's principal as issuer and the grant
-    the entry names (under LangGraph, the tool call that asked for it links it too); a call's span
-    ends as its first outcome says: ERROR for an ``error``, ``agentgate.outcome`` as recorded."""
+    """Each span's audit index names an entry of the span's decision and resource, each span
+    with a decision has one, and no two spans name the same entry: exactly one span per entry
+    it links (a refused delegation counted by span is counted once); the indexes. A grant entry
+    (``agent:NAME``) is linked by the span ``Gate.issue`` or ``Gate.delegate`` made, naming the
+    entry's principal as issuer and the grant the entry names (under LangGraph, the tool call
+    that asked for it carries no decision of its own); a ``revoke`` entry by the ``revoke grant``
+    span of ``Gate.revoke`` or ``Gate.revoke_holder``, naming the grant and who revoked it; a
+    call's span ends as its first outcome says: ERROR for an ``error``, ``agentgate.outcome`` as
+    recorded."""
     outcomes: dict[int, dict[str, Any]] = {}
     for entry in entries:
         if entry["kind"] == "outcome":
             outcomes.setdefault(entry["ref"], entry)
-    linked, granted = set(), set()
+    linked, granted = Counter[int](), set()
     for span in exporter.get_finished_spans():
         attributes = dict(span.attributes or {})
         if "agentgate.audit.index" not in attributes:
@@ -295,12 +299,19 @@ def _span_links(exporter: InMemorySpanExporter, entries: list[dict[str, Any]]) -
             continue
         index = int(attributes["agentgate.audit.index"])
         entry = entries[index]
+        linked[index] += 1
+        if entry["kind"] == "revoke":
+            assert span.name == "revoke grant" and "agentgate.decision" not in attributes, span.name
+            assert attributes["agentgate.capability.id"] == entry["chain_hash"]
+            assert attributes["agentgate.revoke.by"] == entry["principal"]
+            assert attributes["agentgate.revoke.already"] is False
+            continue
         assert entry["kind"] == attributes["agentgate.decision"], (span.name, entry)
         kind, _, name = entry["resource"].partition(":")
-        linked.add(index)
         if kind == "agent":
             if span.name.startswith("execute_tool "):  # the supervisor's tool call that asked for it
                 assert span.name == f"execute_tool ask_{name}", span.name
+                linked[index] -= 1
                 continue
             action = attributes["agentgate.action"]
             assert span.name == f"{action} agent:{name}" and action in ("issue", "delegate"), span.name
@@ -323,9 +334,13 @@ def _span_links(exporter: InMemorySpanExporter, entries: list[dict[str, Any]]) -
                 outcome,
             )
             assert attributes.get("agentgate.outcome", outcome["status"]) == outcome["status"]
-    grants = {i for i in linked if entries[i]["resource"].startswith("agent:")}
+    # Not yet: an approval request asked again by the same call (LangGraph re-runs a node when it
+    # resumes) is handed out with its one entry, and each asking has a span naming it.
+    twice = sorted(i for i, n in linked.items() if n > 1 and entries[i]["kind"] != "approval_required")
+    assert not twice, f"entries linked by more than one span: {twice}"
+    grants = {i for i in linked if (entries[i]["resource"] or "").startswith("agent:")}
     assert grants <= granted, f"grant entries without their grant span: {sorted(grants - granted)}"
-    return linked
+    return set(linked)
 
 
 # --- every path through the Gate API --------------------------------------------------------------
@@ -432,6 +447,9 @@ def test_every_path_through_the_gate_reconciles_with_ledger_and_spans(store: Sto
         during = decide("allow", Call.tool("lookup", {"id": "r"}))
         gate.run(during, lambda: gate.revoke(boss, reason="revoked mid-run"))
         decide("deny", Call.tool("lookup", {"id": "z"}))  # revoked
+        assert gate.revoke(boss, by="r27").already  # nothing written: a span without an entry
+        dana = gate.issue(keys["root"], name="dana", key=keys["dana"], role="owner")
+        assert gate.revoke_holder(keys["dana"].public, by="r27").revoked == (dana.grant_id,)
         gate.flush()
         gate.audit.checkpoint()
         entries = _read(store)
@@ -452,7 +470,15 @@ def test_every_path_through_the_gate_reconciles_with_ledger_and_spans(store: Sto
         assert statuses == {"ok": 6, "error": 6, "not_run": 1}
         (overrun,) = [e for e in entries if any(r.startswith("overran") for r in e["reasons"])]
         assert overrun["budget_delta"] == 1200 and store.query("SELECT spent FROM budget_ledger") == [(1000,)]
-        assert _span_links(exporter, entries) == set(decided)
+        revoked = {e["index"] for e in entries if e["kind"] == "revoke"}
+        assert len(revoked) == 2
+        assert _span_links(exporter, entries) == set(decided) | revoked
+        (again,) = [
+            s
+            for s in exporter.get_finished_spans()
+            if s.name == "revoke grant" and dict(s.attributes or {}).get("agentgate.revoke.already")
+        ]
+        assert "agentgate.audit.index" not in dict(again.attributes or {})
     finally:
         gate.close()
 

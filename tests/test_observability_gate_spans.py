@@ -403,3 +403,34 @@ def test_a_call_still_running_when_close_returned_says_its_outcome_is_lost(sweep
     ]
     attributes = dict(span.attributes or {})
     assert attributes["agentgate.outcome"] == "ok" and attributes["agentgate.outcome.lost"] is True
+
+
+def test_a_revocation_is_a_span_linking_its_revoke_entry(sweep: Sweep) -> None:
+    """Review R54: a revocation (``Gate.revoke``, ``Gate.revoke_holder``), an audited act of
+    authority, had no span: a trace showed the grants made and refused, never one taken back.
+    Each grant revoked is now a ``revoke grant`` span with the grant, whether it was revoked
+    already, the recorded grants dead with it and its ``revoke`` entry's index."""
+    gate = sweep.gate
+    asked: dict[str, Any] = {"key": sweep.keys["helper"], "ttl": timedelta(minutes=5)}
+    helper = gate.delegate(sweep.boss, name="helper", capabilities=["tool:lookup"], **asked)
+    gate.revoke(sweep.boss, by="ops", reason="leaked")
+    gate.revoke(sweep.boss, by="ops")  # already: nothing written
+    dana = gate.issue(sweep.keys["root"], name="dana", key=sweep.keys["dana"], role="owner")
+    gate.revoke_holder(sweep.keys["dana"].public, by="ops")
+    revokes = [e for e in gate.audit.entries() if e.kind == "revoke"]
+    spans = list(sweep.exporter.get_finished_spans())
+    made = [dict(s.attributes or {}) for s in spans if s.name == "revoke grant"]
+    assert [(a["agentgate.capability.id"], a["agentgate.revoke.already"]) for a in made] == [
+        (sweep.boss.grant_id, False),
+        (sweep.boss.grant_id, True),
+        (dana.grant_id, False),
+    ]
+    assert [a.get("agentgate.audit.index") for a in made] == [revokes[0].index, None, revokes[1].index]
+    assert made[0]["agentgate.revoke.descendants"] == 1  # the helper's grant, dead with it
+    assert made[0]["agentgate.revoke.by"] == "ops" and made[0]["agentgate.action"] == "revoke"
+    assert helper.grant_id not in {a["agentgate.capability.id"] for a in made}
+    (holder,) = [s for s in spans if s.name == "revoke holder"]
+    assert dict(holder.attributes or {})["agentgate.grant.audience"] == sweep.keys["dana"].did
+    assert dict(holder.attributes or {})["agentgate.revoke.revoked_count"] == 1
+    (last,) = [s for s in spans if dict(s.attributes or {}).get("agentgate.audit.index") == revokes[1].index]
+    assert last.parent is not None and last.parent.span_id == holder.context.span_id

@@ -15,6 +15,8 @@ Followed: the GenAI agent, tool and model-call spans of OpenTelemetry semantic c
   ``record_usage``;
 - ``{action} {resource}`` (INTERNAL, ``decision_span``): a decision on another kind of resource
   (``lease gpu:h100``), with ``agentgate.resource`` and ``agentgate.action`` and no ``gen_ai.*``;
+- ``revoke grant`` and ``revoke holder`` (INTERNAL, ``revoke_span``): a revocation, with the
+  grant revoked and the index of its ``revoke`` entry (``record_revocation``);
 - ``issue agent:{name}`` and ``delegate agent:{name}`` (INTERNAL, ``grant_span``): a grant decision
   (``Gate.issue``, ``Gate.delegate``), the same form with ``agentgate.grant.issuer`` and
   ``agentgate.grant.audience`` (dids), ``agentgate.grant.parent`` (the grant delegated from) and
@@ -218,6 +220,41 @@ def grant_span(
     }
     with _span(f"{action} {resource}", SpanKind.INTERNAL, attributes, tracer) as span:
         yield span
+
+
+@contextmanager
+def revoke_span(by: str, *, holder: bool = False, tracer: Tracer | None = None) -> Iterator[Span]:
+    """A span for one revocation (``Gate.revoke``): ``revoke grant`` (INTERNAL); with ``holder``,
+    the revocation of every grant of a key (``Gate.revoke_holder``): ``revoke holder``, holding a
+    ``revoke grant`` span per grant it revoked (the caller adds ``agentgate.grant.audience``, the
+    key's did, and the counts). ``agentgate.action`` is ``revoke``; ``agentgate.revoke.by`` who
+    revokes (as the ``revoke`` entry's principal, cut to ``MAX_CALL_ID_CHARS`` characters). The
+    reason is not recorded (free text). What was revoked is ``record_revocation``'s."""
+    attributes = {"agentgate.action": "revoke", "agentgate.revoke.by": by[:MAX_CALL_ID_CHARS]}
+    with _span("revoke holder" if holder else "revoke grant", SpanKind.INTERNAL, attributes, tracer) as span:
+        yield span
+
+
+def record_revocation(
+    span: Span,
+    grant_id: str,
+    *,
+    already: bool,
+    descendants: int | None = None,
+    audit_index: int | None = None,
+) -> None:
+    """The grant a ``revoke grant`` span revoked: ``agentgate.capability.id`` (the grant, as the
+    ``revoke`` entry's ``chain_hash``), ``agentgate.revoke.already`` (it was revoked before:
+    nothing was written, and there is no ``agentgate.audit.index``), ``agentgate.revoke.descendants``
+    (how many grants recorded below it are dead with it) and ``agentgate.audit.index`` (its
+    ``revoke`` entry)."""
+    values: dict[str, Any] = {
+        "agentgate.capability.id": grant_id,
+        "agentgate.revoke.already": already,
+        "agentgate.revoke.descendants": descendants,
+        "agentgate.audit.index": audit_index,
+    }
+    span.set_attributes({k: v for k, v in values.items() if v is not None})
 
 
 def record_usage(

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from opentelemetry.trace import INVALID_SPAN, Span, Tracer
 
-from agentgate.audit.spans import grant_span, record_decision
+from agentgate.audit.spans import grant_span, record_decision, record_revocation, revoke_span
 from agentgate.authority import (
     Authority,
     Budget,
@@ -508,15 +508,19 @@ class _Delegation:
         expect(by, str, "by", "text (who revokes)")
         expect(reason, str, "reason", "text")
         target = grant.chain if isinstance(grant, AgentIdentity) else grant
-        # The revocation and its audit entry: one transaction, so neither exists without the other.
-        # Read in that transaction, under the audit log's lock: two revokes at once write one entry.
-        with self._decision_transaction() as tx, self.grants.within(tx):
-            grant_id = revoked_id(target)
-            if self.grants.revoked([grant_id]):
-                return Revocation(grant_id, already=True)
-            revoke(self.grants, grant_id, reason=reason)
-            self.audit.append(revocation_entry(grant_id, by, reason), tx)
-        return Revocation(grant_id, already=False)
+        with self._revoke_span(by) as span:
+            # The revocation and its audit entry: one transaction, so neither exists without the
+            # other. Read in that transaction, under the audit log's lock: two revokes at once
+            # write one entry.
+            index: int | None = None
+            with self._decision_transaction() as tx, self.grants.within(tx):
+                grant_id = revoked_id(target)
+                already = bool(self.grants.revoked([grant_id]))
+                if not already:
+                    revoke(self.grants, grant_id, reason=reason)
+                    index = self.audit.append(revocation_entry(grant_id, by, reason), tx)
+            self._revoked_on(span, grant_id, already, index)
+        return Revocation(grant_id, already=already)
 
     def revoke_holder(
         self, holder: PublicKey | str, *, by: str = "operator", reason: str = ""
@@ -529,8 +533,34 @@ class _Delegation:
         not text; nothing is written then."""
         expect(by, str, "by", "text (who revokes)")
         expect(reason, str, "reason", "text")
-        with self._decision_transaction() as tx, self.grants.within(tx):
-            done = revoke_holder(self.grants, holder, reason=reason)
-            for grant_id in done.revoked:
-                self.audit.append(revocation_entry(grant_id, by, reason), tx)
+        with self._revoke_span(by, holder=True) as span:
+            with self._decision_transaction() as tx, self.grants.within(tx):
+                done = revoke_holder(self.grants, holder, reason=reason)
+                indexes = [self.audit.append(revocation_entry(g, by, reason), tx) for g in done.revoked]
+            if span.is_recording():
+                span.set_attributes(
+                    {
+                        "agentgate.grant.audience": done.holder,
+                        "agentgate.revoke.revoked_count": len(done.revoked),
+                        "agentgate.revoke.already_count": len(done.already),
+                    }
+                )
+                # One span per grant revoked, as for Gate.revoke: each links its own entry.
+                for grant_id, index in zip(done.revoked, indexes, strict=True):
+                    with self._revoke_span(by) as each:
+                        self._revoked_on(each, grant_id, False, index)
         return done
+
+    def _revoke_span(self, by: str, *, holder: bool = False) -> AbstractContextManager[Span]:
+        """The span of one revocation (``revoke_span``); none while nothing could record it."""
+        if self._untraced():
+            return nullcontext(INVALID_SPAN)
+        return revoke_span(recordable(by), holder=holder, tracer=self.tracer)
+
+    def _revoked_on(self, span: Span, grant_id: str, already: bool, index: int | None) -> None:
+        """The revocation of ``grant_id`` recorded on ``span``: whether it was revoked before, how
+        many recorded grants below it are dead with it (a read, made only for a span that
+        records), and its ``revoke`` entry's index."""
+        if span.is_recording():
+            below = len(self.grants.descendants(grant_id))
+            record_revocation(span, grant_id, already=already, descendants=below, audit_index=index)
