@@ -309,10 +309,6 @@ def _span_links(exporter: InMemorySpanExporter, entries: list[dict[str, Any]]) -
         assert entry["kind"] == attributes["agentgate.decision"], (span.name, entry)
         kind, _, name = entry["resource"].partition(":")
         if kind == "agent":
-            if span.name.startswith("execute_tool "):  # the supervisor's tool call that asked for it
-                assert span.name == f"execute_tool ask_{name}", span.name
-                linked[index] -= 1
-                continue
             action = attributes["agentgate.action"]
             assert span.name == f"{action} agent:{name}" and action in ("issue", "delegate"), span.name
             assert attributes["agentgate.resource"] == entry["resource"]

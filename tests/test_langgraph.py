@@ -708,16 +708,20 @@ async def test_a_sync_tool_past_its_timeout_under_ainvoke_answers_with_its_resul
 def test_a_delegation_span_links_to_the_audit_entry_of_the_grant_it_made(tmp_path: Path) -> None:
     """``Gate.delegate`` audits every delegation (an ``allow`` entry for ``agent:NAME``), and
     docs/operations.md says the decision is on the span with ``agentgate.audit.index``, "the
-    signed audit entry it links to". The ``execute_tool ask_helper`` span carries
-    ``agentgate.decision=allow`` and the grant id but no audit index: the trace of a delegation
-    cannot be joined to its evidence (langgraph.py ``_delegated``)."""
+    signed audit entry it links to". The trace of a delegation is joined to its evidence by the
+    ``delegate agent:helper`` span; the ``execute_tool ask_helper`` span that holds it carries no
+    decision of its own since review R54 (one span per audited decision: it carried the same
+    decision and index, so a delegation counted by span was counted twice)."""
     sweep = Sweep(tmp_path)
     try:
         _team(sweep).invoke({"messages": [{"role": "user", "content": "go"}]}, context=sweep.boss)
-        (span,) = [s for s in sweep.exporter.get_finished_spans() if s.name == "execute_tool ask_helper"]
-        assert span.attributes is not None and span.attributes["agentgate.decision"] == "allow"
+        spans = sweep.exporter.get_finished_spans()
+        (made,) = [s for s in spans if s.name == "delegate agent:helper"]
+        (tool,) = [s for s in spans if s.name == "execute_tool ask_helper"]
+        assert made.attributes is not None and made.attributes["agentgate.decision"] == "allow"
         delegated = [e.index for e in sweep.gate.audit.entries() if e.resource == "agent:helper"]
-        assert delegated and span.attributes.get("agentgate.audit.index") == delegated[0]
+        assert delegated and made.attributes.get("agentgate.audit.index") == delegated[0]
+        assert not {"agentgate.decision", "agentgate.audit.index"} & set(tool.attributes or {})
     finally:
         sweep.gate.close()
 
@@ -934,9 +938,9 @@ async def test_an_approved_call_cancelled_while_it_waited_for_a_slot_keeps_its_a
 
 def test_a_refused_delegations_span_links_to_its_refusal(tmp_path: Path) -> None:
     """A delegation the policy refuses, asked through the LangGraph delegation tool, is audited
-    (a ``deny`` on ``agent:NAME``), but its ``execute_tool ask_NAME`` span carries no
-    ``agentgate.audit.index`` nor ``agentgate.decision``: every other refusal's span links to its
-    entry, and a granted delegation's span does too."""
+    (a ``deny`` on ``agent:NAME``), and one span links to that entry: its ``delegate agent:NAME``
+    span, with ``agentgate.decision=deny``. Since review R54 the ``execute_tool ask_NAME`` span
+    around it carries neither (it did, and a refused delegation counted by span counted twice)."""
     from datetime import timedelta
 
     from langchain_core.messages import AIMessage
@@ -963,12 +967,14 @@ def test_a_refused_delegations_span_links_to_its_refusal(tmp_path: Path) -> None
         sweep.gate.flush()
         entries = _read(sweep.gate.store)
         (refusal,) = [e for e in entries if e["kind"] == "deny" and e["resource"] == "agent:helper"]
-        (span,) = [s for s in sweep.exporter.get_finished_spans() if s.name == "execute_tool ask_helper"]
+        spans = sweep.exporter.get_finished_spans()
     finally:
         sweep.gate.close()
-    attributes = dict(span.attributes or {})
-    assert attributes.get("agentgate.decision") == "deny"
-    assert attributes.get("agentgate.audit.index") == refusal["index"]
+    linked = [s for s in spans if dict(s.attributes or {}).get("agentgate.audit.index") == refusal["index"]]
+    assert [s.name for s in linked] == ["delegate agent:helper"]
+    assert dict(linked[0].attributes or {}).get("agentgate.decision") == "deny"
+    (tool,) = [s for s in spans if s.name == "execute_tool ask_helper"]
+    assert "agentgate.decision" not in dict(tool.attributes or {})
 
 
 def test_an_agents_model_calls_carry_its_thread_as_the_dispatchers_session(team: Team) -> None:

@@ -1,16 +1,15 @@
 """``delegation_tool``: a sub-agent exposed to a supervisor as a tool, each call delegating it a
 fresh, attenuated grant; the registry of the tools it made (``_DELEGATION_TOOLS``,
 ``_is_delegation``: a delegation is known by the tool object and the Gate that made it), and its
-helpers: where the tool call runs (``_tool_call_place``), the decision on the delegation's span
-(``_delegated``), a sub-agent steering its parent refused (``_no_parent_command``), and the
-sub-agent's answer with the mark that ends the supervisor's run (``_reply``,
-``_paid_for_nothing``)."""
+helpers: where the tool call runs (``_tool_call_place``), a sub-agent steering its parent refused
+(``_no_parent_command``), and the sub-agent's answer with the mark that ends the supervisor's run
+(``_reply``, ``_paid_for_nothing``)."""
 
 from __future__ import annotations
 
 import contextlib
 import weakref
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import timedelta
 from typing import Annotated, Any
 
@@ -20,11 +19,10 @@ from langgraph.config import get_config
 from langgraph.errors import ParentCommand
 from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.runtime import get_runtime
-from opentelemetry.trace import Span
 
-from agentgate.audit.spans import execute_tool_span, invoke_agent_span, record_decision
+from agentgate.audit.spans import execute_tool_span, invoke_agent_span
 from agentgate.capabilities import Call, Capability
-from agentgate.errors import AuthorityError, Denied
+from agentgate.errors import Denied
 from agentgate.findings import Finding, FindingKind
 from agentgate.gate import AgentIdentity, Gate
 from agentgate.gate._authorization import expect
@@ -115,8 +113,11 @@ def delegation_tool(
             call=call,
         )
 
-    # Spans: the delegation is an ``execute_tool ask_NAME`` span holding an ``invoke_agent NAME``
-    # span, under which the sub-agent's own calls nest (a trace shows who asked whom).
+    # Spans: the delegation is an ``execute_tool ask_NAME`` span holding the ``delegate agent:NAME``
+    # span of ``Gate.delegate`` and then an ``invoke_agent NAME`` span, under which the sub-agent's
+    # own calls nest (a trace shows who asked whom). The decision, and its audit entry's index, is
+    # on the ``delegate`` span only: one span per audited decision, so that refusals counted by
+    # span count a refused delegation once (until review R54 the tool's span carried it too).
     # The run context and config are read where LangGraph keeps them for the running task
     # (``_tool_call_place``), not injected as a ``ToolRuntime`` argument: LangChain validates and
     # then serializes an injected runtime, the graph state and every message in it included, on
@@ -126,8 +127,8 @@ def delegation_tool(
     def run(
         task: str, tool_call_id: Annotated[str, InjectedToolCallId]
     ) -> tuple[str, dict[str, bool] | None]:
-        with execute_tool_span(f"ask_{name}", call_id=tool_call_id, tracer=gate.tracer) as span:
-            child = _delegated(span, _delegate, _tool_call_place(tool_call_id))
+        with execute_tool_span(f"ask_{name}", call_id=tool_call_id, tracer=gate.tracer):
+            child = _delegate(_tool_call_place(tool_call_id))
             with (
                 invoke_agent_span(name, agent_id=child.did, tracer=gate.tracer),
                 _no_parent_command(gate, child, name),
@@ -138,8 +139,8 @@ def delegation_tool(
     async def arun(
         task: str, tool_call_id: Annotated[str, InjectedToolCallId]
     ) -> tuple[str, dict[str, bool] | None]:
-        with execute_tool_span(f"ask_{name}", call_id=tool_call_id, tracer=gate.tracer) as span:
-            child = await gate.to_thread(_delegated, span, _delegate, _tool_call_place(tool_call_id))
+        with execute_tool_span(f"ask_{name}", call_id=tool_call_id, tracer=gate.tracer):
+            child = await gate.to_thread(_delegate, _tool_call_place(tool_call_id))
             with (
                 invoke_agent_span(name, agent_id=child.did, tracer=gate.tracer),
                 _no_parent_command(gate, child, name),
@@ -233,25 +234,3 @@ def _tool_call_place(tool_call_id: str | None) -> _ToolCallPlace:
         return None, None, tool_call_id
     runtime = get_runtime() if config.get("configurable") else None  # None: a runnable, no graph
     return getattr(runtime, "context", None), config, tool_call_id
-
-
-def _delegated(
-    span: Span, delegate: Callable[[_ToolCallPlace], AgentIdentity], where: _ToolCallPlace
-) -> AgentIdentity:
-    """``delegate(where)``, its decision on the delegation's span: the grant made, or the
-    refusal, each with the index of the audit entry that recorded it."""
-    try:
-        child = delegate(where)
-    except AuthorityError as exc:
-        if span.is_recording():
-            record_decision(span, "deny", audit_index=exc.audit_index, reason=str(exc)[:200])
-        raise
-    if span.is_recording():
-        record_decision(
-            span,
-            "allow",
-            capability_id=child.grant_id,
-            chain_depth=len(child.chain.links),
-            audit_index=child.audit_index,
-        )
-    return child
