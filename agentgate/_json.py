@@ -1,8 +1,14 @@
 """What agentgate's two canonical JSON encoders share (tokens: ``authority._encoding``; audit
-entries: ``audit.entry``): knowing when orjson's sorted output already is the canonical form."""
+entries: ``audit.entry``): knowing when orjson's sorted output already is the canonical form; and
+what the readers of a call's arguments as JSON text share (the command line's ``--args``, a
+LangGraph tool call's arguments as the model wrote them): finding a number no float holds as
+written (``exact_float``, ``first_inexact``, ``inexact_argument``)."""
 
 from __future__ import annotations
 
+import json
+import math
+from decimal import Decimal
 from typing import Any
 
 _SCALARS = frozenset({str, int, bool, type(None)})
@@ -39,3 +45,69 @@ def is_plain(value: Any) -> bool:
         if budget < 0:
             return False
     return True
+
+
+class Inexact:
+    """A JSON number that no float holds as written, as ``exact_float`` parsed it (its text)."""
+
+    __slots__ = ("text",)
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+
+def exact_float(text: str) -> float | Inexact:
+    """The float a JSON number with a fraction or an exponent is (``json.loads``'s
+    ``parse_float``), or ``Inexact`` when its value as written is not the float's
+    (``100.00000000000000001`` is read as ``100.0``, ``1e-400`` as ``0.0``): a bound
+    ``amount<=100`` would be checked against another value than the one given. A float's shortest
+    decimal form (``repr``) is what it holds as written: ``0.1`` stays ``0.1``. An infinite one is
+    left to the caller's check of values JSON cannot carry. (Integers are Python's, exact at any
+    size.)"""
+    value = float(text)
+    if math.isfinite(value) and Decimal(text) != Decimal(repr(value)):
+        return Inexact(text)
+    return value
+
+
+def first_inexact(value: object) -> tuple[str, str] | None:
+    """The first ``Inexact`` number in ``value`` (as parsed with ``exact_float``): its path inside
+    the objects and lists (``'amount'``, ``'items'[0]'price'``) and its text; ``None`` when there
+    is none. Walked without recursion, as the parser nests."""
+    stack: list[tuple[object, str]] = [(value, "")]
+    while stack:
+        item, path = stack.pop()
+        if isinstance(item, Inexact):
+            return path, item.text
+        if isinstance(item, dict):
+            stack.extend((v, f"{path}{k!r}") for k, v in reversed(item.items()))
+        elif isinstance(item, list):
+            stack.extend((v, f"{path}[{i}]") for i, v in reversed(list(enumerate(item))))
+    return None
+
+
+def inexact_said(path: str, text: str) -> str:
+    """Why an argument at ``path`` written as the number ``text`` (``first_inexact``) is refused."""
+    return (
+        f"argument {path} is {text[:40]}, a number no float holds as written "
+        f"(it would be read as {float(text)!r}); give it with fewer digits, or as text"
+    )
+
+
+def inexact_argument(text: str, parsed: object) -> str | None:
+    """Why arguments written as the JSON text ``text`` and read as ``parsed`` are refused: the
+    first number in ``text`` that no float holds as written (``inexact_said``), when ``parsed``
+    is what plain JSON reads from ``text`` (the value decided was read from that text, rounded);
+    ``None`` otherwise, and for text that is no JSON (its reader refuses it on its own)."""
+    try:
+        exact = json.loads(text, parse_float=exact_float)
+    except (ValueError, RecursionError):
+        return None
+    found = first_inexact(exact)
+    if found is None:
+        return None
+    try:
+        plain = json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+    return inexact_said(*found) if plain == parsed else None

@@ -15,10 +15,10 @@ import shlex
 import stat
 import sys
 from collections.abc import Callable, Iterator
-from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from agentgate._json import exact_float, first_inexact, inexact_said
 from agentgate._time import utc_text
 from agentgate.audit.entry import not_printable
 from agentgate.errors import InputError, KeyFileError, SourceError
@@ -62,7 +62,7 @@ def json_object(text: str, flag: str = "--args") -> dict[str, Any]:
 
     Duplicate keys (JSON would silently keep the last one), ``NaN`` and ``Infinity`` (also as a
     number too large for a float, ``1e400``), lone surrogates (``"\\ud800"``, not Unicode text),
-    a number with a fraction or an exponent that no float holds as written (``_exact_float``) and
+    a number with a fraction or an exponent that no float holds as written (``_json.exact_float``) and
     anything but an object are refused with ``InputError`` naming ``flag``.
     """
 
@@ -78,7 +78,7 @@ def json_object(text: str, flag: str = "--args") -> dict[str, Any]:
         raise InputError(f"{flag}: {name} is not a JSON value")
 
     try:
-        value = json.loads(text, object_pairs_hook=pairs, parse_constant=constant, parse_float=_exact_float)
+        value = json.loads(text, object_pairs_hook=pairs, parse_constant=constant, parse_float=exact_float)
     except (ValueError, RecursionError) as exc:
         raise InputError(
             f"{flag} is not JSON: {str(exc)[:120]}; quote it: {flag} '{{\"amount\": 80}}'"
@@ -93,43 +93,12 @@ def json_object(text: str, flag: str = "--args") -> dict[str, Any]:
     return value
 
 
-class _Inexact:
-    """A JSON number that no float holds as written, as ``json_object`` parsed it (its text)."""
-
-    __slots__ = ("text",)
-
-    def __init__(self, text: str) -> None:
-        self.text = text
-
-
-def _exact_float(text: str) -> float | _Inexact:
-    """The float a JSON number with a fraction or an exponent is, or ``_Inexact`` when its value
-    as written is not the float's (``100.00000000000000001`` is read as ``100.0``, ``1e-400`` as
-    ``0.0``): a bound ``amount<=100`` would be checked against another value than the one given.
-    A float's shortest decimal form (``repr``) is what it holds as written: ``0.1`` stays ``0.1``.
-    An infinite one is left to the caller's check of values JSON cannot carry. (Integers are
-    Python's, exact at any size.)"""
-    value = float(text)
-    if math.isfinite(value) and Decimal(text) != Decimal(repr(value)):
-        return _Inexact(text)
-    return value
-
-
 def _refuse_inexact(value: object, flag: str) -> None:
     """Raise ``InputError`` naming the first argument (with its path inside a list or object)
-    that holds an ``_Inexact`` number; walked without recursion, as the parser nests."""
-    stack: list[tuple[object, str]] = [(value, "")]
-    while stack:
-        item, path = stack.pop()
-        if isinstance(item, _Inexact):
-            raise InputError(
-                f"{flag}: argument {path} is {item.text[:40]}, a number no float holds as written "
-                f"(it would be read as {float(item.text)!r}); give it with fewer digits, or as text"
-            )
-        if isinstance(item, dict):
-            stack.extend((v, f"{path}{k!r}") for k, v in reversed(item.items()))
-        elif isinstance(item, list):
-            stack.extend((v, f"{path}[{i}]") for i, v in reversed(list(enumerate(item))))
+    that holds a number no float holds as written (``_json.first_inexact``)."""
+    found = first_inexact(value)
+    if found is not None:
+        raise InputError(f"{flag}: {inexact_said(*found)}")
 
 
 def given(text: str) -> str:

@@ -26,6 +26,7 @@ from langgraph.errors import GraphBubbleUp
 from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.types import Command, interrupt
 
+from agentgate._json import inexact_argument
 from agentgate.capabilities import MAX_NAME_LENGTH, Call
 from agentgate.dispatch.prefix import (
     CHARS_PER_TOKEN,
@@ -196,14 +197,39 @@ it again."""
 
 
 def _unusable_answer(request: ToolCallRequest, call_id: str) -> InputError | None:
-    """Why none of the calls of the answer that asked for ``request``'s call is run, if so: the
-    answer was cut at its output limit (``_CUT_CALL``), or it gives this call's id to more than
-    one call (``_SHARED_ID``)."""
+    """Why ``request``'s call is not run, if so: the answer that asked for it was cut at its
+    output limit (``_CUT_CALL``), or gives this call's id to more than one call (``_SHARED_ID``)
+    (none of its calls is run then), or the call's arguments as the model wrote them hold a number
+    no float holds as written (``_inexact_arguments``)."""
     answer = _asking_answer(request)
     if cut := _cut_at_limit(answer):
         return InputError(_CUT_CALL.format(reason=cut))
     if (count := _calls_sharing(answer, call_id)) > 1:
         return InputError(_SHARED_ID.format(call_id=call_id[:MAX_NAME_LENGTH], count=count))
+    return _inexact_arguments(request, answer, call_id)
+
+
+def _inexact_arguments(request: ToolCallRequest, answer: AIMessage | None, call_id: str) -> InputError | None:
+    """Why the call is refused when its arguments, as the model wrote them, hold a number that no
+    float holds as written (``100.00000000000000001``): the chat model read it as the nearest
+    float (``100.0``), and a bound ``amount<=100`` would be decided on another value than the
+    one the model gave (until review R54). The text is the OpenAI form of the call that chat
+    models keep beside the parsed calls (``additional_kwargs["tool_calls"]``: LangChain's OpenAI
+    model, ``DispatchedChatModel``); a call whose arguments were changed since they were read
+    from it (another middleware's edit) is decided as it is. As the command line refuses such
+    ``--args`` (``_json.inexact_argument``)."""
+    raw = answer.additional_kwargs.get("tool_calls") if answer is not None else None
+    if not isinstance(raw, list):
+        return None
+    for written in raw:
+        if not isinstance(written, Mapping) or written.get("id") != call_id:
+            continue
+        function = written.get("function")
+        if not isinstance(function, Mapping):
+            return None
+        text = function.get("arguments")
+        said = inexact_argument(text, request.tool_call.get("args")) if isinstance(text, str) else None
+        return InputError(said) if said is not None else None
     return None
 
 

@@ -76,6 +76,9 @@ class DispatchedChatModel(BaseChatModel):
             content=served.content,
             tool_calls=calls,
             invalid_tool_calls=invalid,
+            # The calls as the backend wrote them, as LangChain's OpenAI model keeps them: the
+            # middleware reads each call's arguments text for numbers no float holds.
+            additional_kwargs={"tool_calls": raw_calls} if raw_calls else {},
             usage_metadata=_usage_metadata(usage),
             response_metadata={"backend": served.backend, "finish_reason": served.finish_reason},
         )
@@ -279,7 +282,13 @@ class _Pieces:
             for c in invalid
         ]
         return ChatGenerationChunk(
-            message=AIMessageChunk(content="", tool_calls=calls, invalid_tool_calls=quoted)
+            message=AIMessageChunk(
+                content="",
+                tool_calls=calls,
+                invalid_tool_calls=quoted,
+                # As a whole answer keeps them (``_result``): the calls as the backend wrote them.
+                additional_kwargs={"tool_calls": whole} if whole else {},
+            )
         )
 
 
