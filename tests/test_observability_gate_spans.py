@@ -433,3 +433,17 @@ def test_a_revocation_is_a_span_linking_its_revoke_entry(sweep: Sweep) -> None:
     assert dict(holder.attributes or {})["agentgate.revoke.revoked_count"] == 1
     (last,) = [s for s in spans if dict(s.attributes or {}).get("agentgate.audit.index") == revokes[1].index]
     assert last.parent is not None and last.parent.span_id == holder.context.span_id
+
+
+def test_an_approval_request_asked_again_is_linked_by_one_span(sweep: Sweep) -> None:
+    """Review R54: a call asked again while its approval request is pending (LangGraph re-runs
+    a node when it resumes) is handed the same request and its one ``approval_required`` entry,
+    and both spans named that entry: approval requests counted by span were counted twice. The
+    span of the asking again links none, as a grant handed on again."""
+    gate = sweep.gate
+    first = gate.authorize(sweep.boss, Call.tool("transfer", {"to": "x"}), call_id="t1")
+    again = gate.authorize(sweep.boss, Call.tool("transfer", {"to": "x"}), call_id="t1")
+    assert first.needs_approval and again.needs_approval and again.audit_index == first.audit_index
+    asked = [dict(s.attributes or {}) for s in sweep.exporter.get_finished_spans()]
+    asked = [a for a in asked if a.get("agentgate.decision") == "approval_required"]
+    assert [a.get("agentgate.audit.index") for a in asked] == [first.audit_index, None]

@@ -354,6 +354,7 @@ class _Approvals:
                 auth,
                 audit_index=known[1],
                 request={**request, "id": known[0], "expires_at": known[2], "approved_by": votes},
+                _asked_again=True,
             )
         with self._decision_transaction() if tx is None else nullcontext(tx) as t:
             request_id = self.approvals.request(

@@ -138,6 +138,10 @@ class Authorization:
     ``max_tokens``), the most completion tokens its outcome is charged."""
     _use: _Once = field(default_factory=_Once, repr=False, compare=False)
     """Taken by the one ``Gate.run``/``arun``/gateway call an allow is good for (shared by copies)."""
+    _asked_again: bool = field(default=False, repr=False, compare=False)
+    """An approval request handed out again for the same call (LangGraph re-runs a node when it
+    resumes): ``audit_index`` is the entry recorded when it was first asked, which that asking's
+    span links, so this one's span links none (one span per audited decision)."""
 
     @property
     def allowed(self) -> bool:

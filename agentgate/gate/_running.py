@@ -365,7 +365,8 @@ class _Running:
                     policy_id=self.policy.digest or None,
                     capability_id=identity.grant_id if identity else None,
                     chain_depth=len(identity.chain.links) if identity else None,
-                    audit_index=auth.audit_index,
+                    # A request asked again links no entry: its first asking's span links it.
+                    audit_index=None if auth._asked_again else auth.audit_index,
                     # As the audit log keeps them: values the policy does not mark loggable hidden.
                     reason="; ".join(
                         redact_reasons(
