@@ -20,6 +20,7 @@ from test_observability import Sweep, _calls
 
 from agentgate.capabilities import Call
 from agentgate.errors import Denied, SchedulingError, ScopeCreep
+from agentgate.gate import Approval
 from agentgate.integrations.langgraph import ScriptedChatModel, create_gated_agent, delegation_tool
 from agentgate.keys import SigningKey
 
@@ -439,11 +440,17 @@ def test_an_approval_request_asked_again_is_linked_by_one_span(sweep: Sweep) -> 
     """Review R54: a call asked again while its approval request is pending (LangGraph re-runs
     a node when it resumes) is handed the same request and its one ``approval_required`` entry,
     and both spans named that entry: approval requests counted by span were counted twice. The
-    span of the asking again links none, as a grant handed on again."""
+    span of the asking again links none, as a grant handed on again; one asked again with an
+    approval that does not count (another principal's signature) records an entry of its own,
+    which no span linked: its span links that one."""
     gate = sweep.gate
-    first = gate.authorize(sweep.boss, Call.tool("transfer", {"to": "x"}), call_id="t1")
-    again = gate.authorize(sweep.boss, Call.tool("transfer", {"to": "x"}), call_id="t1")
+    call = Call.tool("transfer", {"to": "x"})
+    first = gate.authorize(sweep.boss, call, call_id="t1")
+    again = gate.authorize(sweep.boss, call, call_id="t1")
     assert first.needs_approval and again.needs_approval and again.audit_index == first.audit_index
+    forged = Approval.sign(dict(first.request or {}), sweep.keys["helper"])
+    assert gate.authorize(sweep.boss, call, call_id="t1", approval=forged).needs_approval
+    (uncounted,) = [e for e in gate.audit.entries() if e.kind == "approval_required" and e.ref is not None]
     asked = [dict(s.attributes or {}) for s in sweep.exporter.get_finished_spans()]
     asked = [a for a in asked if a.get("agentgate.decision") == "approval_required"]
-    assert [a.get("agentgate.audit.index") for a in asked] == [first.audit_index, None]
+    assert [a.get("agentgate.audit.index") for a in asked] == [first.audit_index, None, uncounted.index]

@@ -331,6 +331,7 @@ class _Approvals:
         # would ask approvers for an approval that can never be used), or asked first; and this
         # one may have asked before a restart (a run resumed from its checkpoint asks again
         # before its approval is read). The same open request is the same request.
+        asked: int | None = None  # the entry this asking records itself, if any
         with self._decision_transaction() if tx is None else nullcontext(tx) as t:
             known = self.approvals.open_for(call_hash, auth.identity.did, tx=t)
             if known is not None and call_key is not None:  # asked by an earlier version: keyed now
@@ -338,7 +339,7 @@ class _Approvals:
             if known is not None and uncounted:
                 # A forged, self-signed or misdirected approval is evidence too: without this
                 # entry only the answer said it was refused, and the log showed nothing.
-                self.audit.append({**self._entry(auth, "approval_required"), "ref": known[1]}, t)
+                asked = self.audit.append({**self._entry(auth, "approval_required"), "ref": known[1]}, t)
         with self._lock:
             if known is None:
                 self._open_requests.pop(call_hash, None)
@@ -355,6 +356,7 @@ class _Approvals:
                 audit_index=known[1],
                 request={**request, "id": known[0], "expires_at": known[2], "approved_by": votes},
                 _asked_again=True,
+                _asked_entry=asked,
             )
         with self._decision_transaction() if tx is None else nullcontext(tx) as t:
             request_id = self.approvals.request(

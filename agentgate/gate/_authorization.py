@@ -141,7 +141,10 @@ class Authorization:
     _asked_again: bool = field(default=False, repr=False, compare=False)
     """An approval request handed out again for the same call (LangGraph re-runs a node when it
     resumes): ``audit_index`` is the entry recorded when it was first asked, which that asking's
-    span links, so this one's span links none (one span per audited decision)."""
+    span links, so this one's span links ``_asked_entry`` instead (one span per audited decision)."""
+    _asked_entry: int | None = field(default=None, repr=False, compare=False)
+    """For a request asked again: the entry this asking recorded itself (an approval given that
+    did not count), else ``None``; the one its span links."""
 
     @property
     def allowed(self) -> bool:

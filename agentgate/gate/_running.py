@@ -365,8 +365,9 @@ class _Running:
                     policy_id=self.policy.digest or None,
                     capability_id=identity.grant_id if identity else None,
                     chain_depth=len(identity.chain.links) if identity else None,
-                    # A request asked again links no entry: its first asking's span links it.
-                    audit_index=None if auth._asked_again else auth.audit_index,
+                    # A request asked again links the entry it recorded itself, if any: its
+                    # first asking's span links the request's.
+                    audit_index=auth._asked_entry if auth._asked_again else auth.audit_index,
                     # As the audit log keeps them: values the policy does not mark loggable hidden.
                     reason="; ".join(
                         redact_reasons(
