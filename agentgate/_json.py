@@ -98,16 +98,17 @@ def inexact_argument(text: str, parsed: object) -> str | None:
     """Why arguments written as the JSON text ``text`` and read as ``parsed`` are refused: the
     first number in ``text`` that no float holds as written (``inexact_said``), when ``parsed``
     is what plain JSON reads from ``text`` (the value decided was read from that text, rounded);
-    ``None`` otherwise, and for text that is no JSON (its reader refuses it on its own)."""
+    ``None`` otherwise, and for text that is no JSON (its reader refuses it on its own). Read as
+    LangChain reads a tool call's arguments (``strict=False``: control characters in strings)."""
     try:
-        exact = json.loads(text, parse_float=exact_float)
+        exact = json.loads(text, parse_float=exact_float, strict=False)
     except (ValueError, RecursionError):
         return None
     found = first_inexact(exact)
     if found is None:
         return None
     try:
-        plain = json.loads(text)
+        plain = json.loads(text, strict=False)
     except (ValueError, RecursionError):
         return None
     return inexact_said(*found) if plain == parsed else None

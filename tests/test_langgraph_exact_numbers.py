@@ -109,6 +109,8 @@ def test_an_argument_no_float_holds_as_written_is_refused_not_rounded(
     assert "argument 'amount' is 100.00000000000000001, a number no float holds" in str(answer.content)
     (refusal,) = [e for e in gate.audit.entries() if e.resource == "tool:pay"]
     assert refusal.kind == "deny" and any("no float holds" in r for r in refusal.reasons)
+    (nested,) = run('{"amount": 5, "split": [{"amount": 1e-400}]}')
+    assert paid == [] and "argument 'split'[0]'amount' is 1e-400" in str(nested.content)
 
 
 def test_a_number_a_float_holds_as_written_is_decided_as_usual(
@@ -132,3 +134,16 @@ def test_a_streamed_answer_keeps_the_calls_as_written() -> None:
     last = pieces.tool_calls().message
     (written,) = last.additional_kwargs["tool_calls"]
     assert written["id"] == "c1" and written["function"]["arguments"] == '{"amount": 100.00000000000000001}'
+
+
+def test_arguments_are_read_as_langchain_reads_them() -> None:
+    """A control character inside a string (which LangChain's OpenAI model accepts, reading with
+    ``strict=False``) does not hide an inexact number; arguments changed since they were read
+    from the text (another middleware's edit) are not judged by it."""
+    from agentgate._json import inexact_argument
+
+    text = '{"a": "x\\ty", "b": 1.00000000000000000001}'.replace("\\t", "\t")
+    said = inexact_argument(text, {"a": "x\ty", "b": 1.0})
+    assert said is not None and said.startswith("argument 'b' is 1.00000000000000000001")
+    assert inexact_argument(text, {"a": "x\ty", "b": 2}) is None
+    assert inexact_argument('{"b": 1.5}', {"b": 1.5}) is None
