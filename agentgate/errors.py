@@ -8,6 +8,8 @@ family is raised only where the caller asked to enforce.
 
 from __future__ import annotations
 
+from typing import Literal
+
 
 class AgentGateError(Exception):
     """Base of every error agentgate raises on purpose."""
@@ -247,6 +249,24 @@ class LeaseLost(BrokerError):
 
 class StoreError(AgentGateError):
     """The store cannot be reached or refused a write; callers fail closed on it."""
+
+
+class NoStore(StoreError):
+    """The store named does not exist, and the caller asked that none be created
+    (``open_store(create=False)``): no file there, an empty file, another application's SQLite
+    database, a PostgreSQL database without agentgate's tables. ``reason``: ``missing``,
+    ``empty``, ``foreign`` (``tables``: the file's, sorted) or ``no_tables``."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        reason: Literal["missing", "empty", "foreign", "no_tables"],
+        tables: tuple[str, ...] = (),
+    ) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.tables = tables
 
 
 class AuditError(AgentGateError):

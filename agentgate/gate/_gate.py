@@ -196,20 +196,29 @@ class Gate(_Delegation, _Approvals, _Recording, _Costs, _Running, _Settlement, _
 
     @classmethod
     def open(
-        cls, policy: str | Path, store: str | Path | None = None, *, key_dir: str | Path | None = None
+        cls,
+        policy: str | Path,
+        store: str | Path | None = None,
+        *,
+        key_dir: str | Path | None = None,
+        create_store: bool = True,
     ) -> Gate:
         """A gate over a policy file and a store: a URL or a SQLite file's path (``AGENTGATE_STORE``,
-        else ``.agentgate/agentgate.db``).
+        else ``.agentgate/agentgate.db``), created if missing unless ``create_store`` is false
+        (``open_store(create=False)``: a service deciding against a store in use, whose
+        revocations and budgets a new, empty store would not hold).
 
         Raises ``PolicyError`` for a policy that cannot be loaded (or a ``policy`` that is no
-        path), ``StoreError`` for a store that cannot be opened, ``InputError`` for a ``store`` that
-        is neither text nor a path, or a ``key_dir`` that is no path.
+        path), ``StoreError`` for a store that cannot be opened (``NoStore`` for one that does
+        not exist, with ``create_store=False``), ``InputError`` for a ``store`` that is neither
+        text nor a path, a ``key_dir`` that is no path, or a ``create_store`` that is no bool.
         """
         expect(policy, (str, os.PathLike), "policy", "the path of a policy file", PolicyError)
         expect(store, (str, os.PathLike, _NONE), "store", "a store URL, a path or None")
         expect(key_dir, (str, os.PathLike, _NONE), "key_dir", "a directory path or None")
+        expect(create_store, bool, "create_store", "True or False")
         loaded = load_policy(policy, key_dir=key_dir)
-        opened = open_store(store)
+        opened = open_store(store, create=create_store)
         try:
             return cls(loaded, opened)
         except BaseException:  # a gate that cannot be made (a log key others can read...) keeps nothing open

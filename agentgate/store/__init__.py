@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import re
 
-from agentgate.errors import StoreError
+from agentgate.errors import InputError, StoreError
 from agentgate.store._base import Dialect, Row, Store, Transaction
 from agentgate.store._sqlite import SQLiteStore
 
@@ -59,8 +59,17 @@ def store_url(url: str | os.PathLike[str] | None = None) -> str:
     return url
 
 
-def open_store(url: str | os.PathLike[str] | None = None) -> Store:
+def open_store(url: str | os.PathLike[str] | None = None, *, create: bool = True) -> Store:
     """Open the store named by ``url``, else by ``AGENTGATE_STORE``, else the default SQLite file.
+
+    ``create``: whether a store that does not exist is created (its file, directory and
+    tables, on first use). A service that decides against a store in use opens it with
+    ``create=False``: then a missing or empty SQLite file, another application's SQLite
+    database and a PostgreSQL database holding none of agentgate's tables raise ``NoStore`` (a
+    ``StoreError``, naming the store without its password and saying how to set one up:
+    ``agentgate store init --store ...``), and nothing is created. A mistyped path would
+    otherwise be a new, empty store, whose empty revocation list lets a revoked chain through
+    and whose budgets start at nothing spent.
 
     ``postgresql://`` or ``postgres://`` (any case) is PostgreSQL; ``sqlite:///PATH`` or a plain
     path is SQLite. Any other ``scheme://`` raises ``StoreError``: taken as a path, a mistyped URL
@@ -74,6 +83,8 @@ def open_store(url: str | os.PathLike[str] | None = None) -> Store:
     otherwise be named ``x.db?mode=ro``, and a SQLite path starting with ``~`` or holding a
     ``$VARIABLE`` (``_literal_path``).
     """
+    if not isinstance(create, bool):
+        raise InputError(f"create must be True or False, got {type(create).__name__}")
     url = store_url(url)
     if "\x00" in url:  # sqlite3 raised ValueError for it; libpq reads a name only up to it
         raise StoreError("a store path or URL cannot hold a NUL character")
@@ -95,15 +106,15 @@ def open_store(url: str | os.PathLike[str] | None = None) -> Store:
                 f"the store URL {half.group(0)}... lacks the // after its scheme: write "
                 "postgresql://USER@HOST/DBNAME, sqlite:///PATH, or a plain path"
             )
-        return SQLiteStore(checked_sqlite_path(url, from_url=False))
+        return SQLiteStore(checked_sqlite_path(url, from_url=False), create=create)
     name = scheme.group(1).lower()
     if name in ("postgresql", "postgres"):
         from agentgate.store._postgres import PostgresStore
 
-        return PostgresStore(name + url[len(name) :])
+        return PostgresStore(name + url[len(name) :], create=create)
     if name == "sqlite" and url[scheme.end() :].startswith("/"):
         # sqlite:///rel.db, sqlite:////abs.db
-        return SQLiteStore(checked_sqlite_path(url[scheme.end() + 1 :], from_url=True))
+        return SQLiteStore(checked_sqlite_path(url[scheme.end() + 1 :], from_url=True), create=create)
     raise StoreError(
         f"unsupported store URL {url.split('://')[0]}://...: use a path, sqlite:///PATH or postgresql://..."
     )

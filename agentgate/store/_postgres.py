@@ -26,6 +26,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from agentgate.errors import InputError, StoreError
 from agentgate.store._base import Dialect, Row, Store, Transaction, env_setting, unstorable_text
+from agentgate.store._existing import refuse_empty_database
 from agentgate.store._sqlite import foreign_table, required_store_columns
 
 IDLE_CHECK_S = 5.0
@@ -145,13 +146,21 @@ class PostgresStore(Store):
     driver_errors = (psycopg.Error,)
 
     def __init__(
-        self, url: str, *, min_size: int = 1, max_size: int | None = None, timeout_s: float | None = None
+        self,
+        url: str,
+        *,
+        min_size: int = 1,
+        max_size: int | None = None,
+        timeout_s: float | None = None,
+        create: bool = True,
     ) -> None:
         """A pool of connections to ``url``: ``max_size`` connections at most (else
         ``AGENTGATE_PG_POOL_SIZE``, else ``POOL_SIZE``), a transaction waiting ``timeout_s`` for
         a free one (else ``AGENTGATE_PG_POOL_TIMEOUT``, else ``POOL_TIMEOUT_S``). ``InputError``
         for a size or wait out of range, naming where it came from; ``StoreError`` for a URL
-        that does not parse or a server that cannot be reached (nothing is left open)."""
+        that does not parse or a server that cannot be reached (nothing is left open), and,
+        unless ``create``, ``NoStore`` for a database that holds none of agentgate's tables
+        (``agentgate.store._existing``: the parts would otherwise create theirs in it)."""
         max_size, timeout_s = pool_settings(max_size, timeout_s)
         self.url = url
         self._schemas: set[str] = set()
@@ -184,6 +193,8 @@ class PostgresStore(Store):
         self._fork_lock = threading.Lock()
         try:
             self._refuse_foreign_tables()
+            if not create:
+                refuse_empty_database(self, _redact(url))
         except BaseException:
             self.pool.close()
             raise

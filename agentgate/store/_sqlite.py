@@ -23,6 +23,7 @@ from typing import Any
 
 from agentgate.errors import StoreError
 from agentgate.store._base import Dialect, Row, Store, Transaction, unstorable_text
+from agentgate.store._existing import missing_file, refuse_missing_sqlite, refuse_others_tables
 
 _SYNCHRONOUS = {"FULL", "NORMAL", "EXTRA"}
 _SYNCING = {"FULL", "EXTRA"}
@@ -115,10 +116,11 @@ def _wal(conn: sqlite3.Connection) -> None:
             time.sleep(0.005)
 
 
-def _prepare_file(path: Path) -> None:
+def _prepare_file(path: Path, *, create: bool = True) -> None:
     """Make sure ``path`` can hold a SQLite store before SQLite opens it.
 
-    A missing directory is created with mode 0700 and a missing file with mode 0600, whatever
+    Unless ``create`` is false (then a missing file is ``NoStore``, and nothing is created), a
+    missing directory is created with mode 0700 and a missing file with mode 0600, whatever
     the umask: the store holds grant tokens, approval requests and the audit log, and SQLite gives
     its ``-wal``, ``-shm`` and ``-journal`` files the database file's mode (an existing store keeps
     the mode its operator gave it). An existing path that is not a regular file (after following a
@@ -129,7 +131,8 @@ def _prepare_file(path: Path) -> None:
     no ``-shm`` file is there to read the WAL database through and the directory is not
     writable ("attempt to write a readonly database", docs/operations.md)."""
     try:
-        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if create:
+            path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     except (FileExistsError, NotADirectoryError):
         raise StoreError(
             f"cannot create the store directory {path.parent}: a part of that path is a file, not a directory"
@@ -141,6 +144,8 @@ def _prepare_file(path: Path) -> None:
     except ValueError:  # a NUL byte, which no file name holds
         raise StoreError("a store path cannot hold a NUL character") from None
     except FileNotFoundError:  # a new store (or a symbolic link to a file not made yet)
+        if not create:
+            raise missing_file(path) from None  # gone since ``refuse_missing_sqlite`` looked
         try:
             status = _create(path)
         except OSError as exc:
@@ -318,11 +323,14 @@ class SQLiteStore(Store):
     dialect: Dialect = "sqlite"
     driver_errors = (sqlite3.Error,)
 
-    def __init__(self, path: str | Path, *, synchronous: str | None = None) -> None:
-        """The store in the file ``path``. Raises ``StoreError`` when it cannot be opened, for an
-        unknown ``synchronous``, and for ``:memory:``: sqlite3 opens a new, empty database for each
-        connection to that name, gone when it closes, so the audit log, budgets and nonces would
-        vanish with the process (an invocation replayed after a restart would be fresh)."""
+    def __init__(self, path: str | Path, *, synchronous: str | None = None, create: bool = True) -> None:
+        """The store in the file ``path``, created there if missing unless ``create`` is false:
+        then a missing or empty file, or another application's SQLite database, is ``NoStore``
+        (a ``StoreError``), and nothing is created (``agentgate.store._existing``). Raises
+        ``StoreError`` when it cannot be opened, for an unknown ``synchronous``, and for
+        ``:memory:``: sqlite3 opens a new, empty database for each connection to that name, gone
+        when it closes, so the audit log, budgets and nonces would vanish with the process (an
+        invocation replayed after a restart would be fresh)."""
         if str(path) == ":memory:":
             raise StoreError(
                 "an in-memory SQLite store (:memory:) keeps nothing: name a file (AGENTGATE_STORE=PATH)"
@@ -335,7 +343,8 @@ class SQLiteStore(Store):
                 f"AGENTGATE_SQLITE_SYNCHRONOUS must be one of {sorted(_SYNCHRONOUS)}, got {mode!r}"
             )
         self.synchronous = mode
-        _prepare_file(self.path)
+        tables_read = create or refuse_missing_sqlite(self.path)
+        _prepare_file(self.path, create=create)
         # Before the first connection switches it to WAL mode, a change to the file's header
         # that another application's database must not get only to be refused afterwards.
         tables = sqlite_tables_read_only(self.path, unless_wal=True)
@@ -351,6 +360,13 @@ class SQLiteStore(Store):
         self._absolute = os.path.abspath(self.path)
         self._file: tuple[int, int] | None = None
         self._release(self._connect())  # fail now, not at the first decision, if the file is unusable
+        if not tables_read:  # could not be read before it was opened: now
+            try:
+                names = self.query("SELECT name FROM sqlite_master WHERE type = 'table'")
+                refuse_others_tables(self.path, [str(row[0]) for row in names])
+            except BaseException:
+                self.close()
+                raise
 
     def connect(self, synchronous: str | None = None) -> sqlite3.Connection:
         """A new connection outside the pool, set up as the pool's are (WAL, busy timeout,
