@@ -12,7 +12,6 @@ import math
 import os
 import re
 import shlex
-import stat
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -21,8 +20,9 @@ from typing import TYPE_CHECKING, Any
 from agentgate._json import exact_float, first_inexact, inexact_said
 from agentgate._time import utc_text
 from agentgate.audit.entry import not_printable
-from agentgate.errors import InputError, KeyFileError, SourceError
+from agentgate.errors import InputError, KeyFileError, NoStore, SourceError
 from agentgate.store import Store, checked_sqlite_path, is_conninfo, open_store, store_url
+from agentgate.store._existing import STORE_TABLES
 from agentgate.store._sqlite import (
     foreign_table,
     required_store_columns,
@@ -198,51 +198,74 @@ def open_existing_store(
     part_tables: frozenset[str] = frozenset(),
     named_by: str = "--store or AGENTGATE_STORE",
 ) -> Store:
-    """``open_store`` for a command that only reads, or that writes what must reach a store in
-    use (a revocation), or decides against its revocations (``grant check``, ``delegate``,
-    ``serve``): a SQLite file that does not exist is an ``InputError`` (a mistyped path), not a
-    new empty store that looks like an empty answer, that takes a revocation no gateway reads, or
-    whose empty revocation list lets a revoked chain through. ``init_hint``: the error for a
-    missing SQLite file also says how to create one there. ``part_tables``: the tables of the one
-    part the command uses (``grant check``: the grants part's); a SQLite file that holds them all
-    is not read for the columns of every part's tables (the part checks its own as it opens them,
-    ``ensure_schema``), so that a verb scripts run in loops loads no other part's schema.
-    ``named_by``: what names the store for the command, as its errors say to check it (``grant
-    check`` and ``delegate`` take no ``--store``: ``AGENTGATE_STORE``)."""
+    """``open_store(create=False)`` for a command that only reads, or that writes what must reach
+    a store in use (a revocation), or decides against its revocations (``grant check``,
+    ``delegate``, ``serve``): a store that does not exist (``NoStore``: a missing or empty SQLite
+    file, another application's, a PostgreSQL database of none of agentgate's tables) is an
+    ``InputError`` in the command's own words, not a new empty store that looks like an empty
+    answer, that takes a revocation no gateway reads, or whose empty revocation list lets a
+    revoked chain through. A SQLite file is also refused when it holds a table of one of
+    agentgate's names without a column a row of it must have (another application's
+    ``audit_log``). ``init_hint``: the error for a missing SQLite file also says how to create
+    one there. ``part_tables``: the tables of the one part the command uses (``grant check``: the
+    grants part's); a SQLite file that holds them all is not read for the columns of every part's
+    tables (the part checks its own as it opens them, ``ensure_schema``), so that a verb scripts
+    run in loops loads no other part's schema. ``named_by``: what names the store for the
+    command, as its errors say to check it (``grant check`` and ``delegate`` take no
+    ``--store``: ``AGENTGATE_STORE``)."""
     target = store_url(url)
     path = sqlite_path(target)
+    shown = "the store"
     if path is not None:
         # The path as printed: escaped, so that a line break or white space at its end (a
         # CRLF env file: ``AGENTGATE_STORE=/var/lib/agentgate.db\r``) shows instead of vanishing
         # into the one error line, which would name a file that exists.
         shown = printable(path) + ("" if path == path.strip() else " (white space or a line break at an end)")
         checked_sqlite_path(path, from_url=path != target)  # a path open_store refuses: why
-        if not Path(path).exists():
-            hint = (
-                f"; to set up a new store there: agentgate store init --store {shlex.quote(printable(path))}"
-            )
-            raise InputError(f"no store at {shown}: check {named_by}{hint if init_hint else ''}")
-        if empty_file(Path(path)):  # SQLite reads an empty file as an empty database
-            raise InputError(f"no store at {shown}: the file is empty; check {named_by}")
+        if path != path.strip() and not Path(path).exists():
+            # open_store refuses the white space before it looks for the file: say first that
+            # there is no store at the path, with the white space shown.
+            raise InputError(_no_store("missing", (), shown, path, init_hint, named_by))
         # Before open_store: opening switches the file to WAL mode, a change to its header that
         # another application's database must not get from a command that only reads.
-        _refuse_foreign_sqlite(shown, sqlite_tables_read_only(path), part_tables, named_by)
-    store = open_store(target)  # PostgreSQL in any case; any other scheme is open_store's StoreError
+        _refuse_foreign_table(shown, sqlite_tables_read_only(path), part_tables, named_by)
     try:
-        if store.dialect == "postgresql" and not holds_a_store(store):
-            raise InputError(
-                "no store in the PostgreSQL database the store URL names: it holds none of "
-                f"agentgate's tables; check {named_by} (the database name), or run "
-                "`agentgate store init` there as its owner to set up a new store"
-            )
+        store = open_store(target, create=False)  # any other scheme is open_store's StoreError
+    except NoStore as exc:
+        raise InputError(_no_store(exc.reason, exc.tables, shown, path, init_hint, named_by)) from None
+    try:
         if store.dialect == "sqlite":  # the file could not be read before it was opened: now
-            _refuse_foreign_sqlite(
+            _refuse_foreign_table(
                 printable(store.url), tables_and_columns(store.query), part_tables, named_by
             )
     except BaseException:
         store.close()
         raise
     return store
+
+
+def _no_store(
+    reason: str, tables: tuple[str, ...], shown: str, path: str | None, init_hint: bool, named_by: str
+) -> str:
+    """The one error line of a command for the store ``open_store(create=False)`` refused
+    (``NoStore``: its ``reason`` and ``tables``); ``shown``: its path as printed."""
+    if reason == "missing":
+        hint = f"; to set up a new store there: agentgate store init --store {shlex.quote(printable(path or ''))}"
+        return f"no store at {shown}: check {named_by}{hint if init_hint else ''}"
+    if reason == "empty":
+        return f"no store at {shown}: the file is empty; check {named_by}"
+    if reason == "foreign":
+        names = sorted(printable(name) for name in tables)
+        listed_names = ", ".join(names[:5]) + (", ..." if len(names) > 5 else "")
+        return (
+            f"no store at {shown}: it is another application's SQLite database (tables {listed_names}), "
+            f"holding none of agentgate's; check {named_by}"
+        )
+    return (
+        "no store in the PostgreSQL database the store URL names: it holds none of "
+        f"agentgate's tables; check {named_by} (the database name), or run "
+        "`agentgate store init` there as its owner to set up a new store"
+    )
 
 
 def sqlite_path(target: str) -> str | None:
@@ -257,105 +280,26 @@ def sqlite_path(target: str) -> str | None:
     return None
 
 
-STORE_TABLES = (
-    "agentgate_breakers",
-    "agentgate_dead_letters",
-    "agentgate_grants",
-    "agentgate_leases",
-    "agentgate_nonces",
-    "agentgate_once",
-    "agentgate_rate_buckets",
-    "agentgate_revocations",
-    "approval_asked",
-    "approval_calls",
-    "approval_counted",
-    "approval_grants",
-    "approval_votes",
-    "approvals",
-    "audit_checkpoints",
-    "audit_log",
-    "audit_nodes",
-    "audit_refs",
-    "audit_refs_built",
-    "broker_decisions",
-    "broker_leases",
-    "broker_queue",
-    "broker_state",
-    "broker_writer",
-    "budget_ledger",
-    "budget_reservations",
-    "quota_usage",
-)
-"""Every table some part of agentgate creates (``agentgate store init`` makes them all)."""
-
-
-def holds_a_store(store: Store) -> bool:
-    """Whether the PostgreSQL database of ``store`` holds any of agentgate's tables, where its
-    statements find them (the search path). A database that holds none is no store: a mistyped
-    database name that exists (``postgres``, another service's) would otherwise get every part's
-    tables created in it by a command that only reads, and answer from their emptiness (``no open
-    approval requests``, ``intact: 0 entries``), where a mistyped SQLite path is refused."""
-    names = ", ".join(f"'{name}'" for name in STORE_TABLES)  # constants: no value of the caller's
-    rows = store.query(
-        "SELECT 1 FROM pg_catalog.pg_class c WHERE c.relkind IN ('r', 'p') "
-        f"AND c.relname IN ({names}) AND pg_catalog.pg_table_is_visible(c.oid) LIMIT 1"
-    )
-    return bool(rows)
-
-
-def others_tables_only(tables: list[tuple[str, frozenset[str]]] | None) -> bool:
-    """Whether a SQLite file's ``tables`` (``sqlite_tables_read_only``) are some, and none of them
-    is agentgate's: another application's database. Reads no part's schema (``grant inspect``
-    loads no other part of agentgate); ``_refuse_foreign_sqlite`` also checks each table's columns."""
-    names = {name for name, _ in tables or () if not name.lower().startswith("sqlite_")}
-    return bool(names) and not names & set(STORE_TABLES)
-
-
-def _refuse_foreign_sqlite(
+def _refuse_foreign_table(
     shown: str,
     tables: list[tuple[str, frozenset[str]]] | None,
     part_tables: frozenset[str] = frozenset(),
     named_by: str = "--store or AGENTGATE_STORE",
 ) -> None:
-    """Raise ``InputError`` when a SQLite file holds ``tables`` and none of agentgate's, or a
-    table of one of agentgate's names without a column a row of it must have: another
-    application's database, in which a command that only reads would create every part's tables
-    and answer from their emptiness (as a PostgreSQL database of none is refused). A file of no
-    tables (a store opened but never used) and one not read (``None``) pass; so does, without its
-    columns read, one that holds every table of ``part_tables`` (``open_existing_store``)."""
-    names = sorted(printable(name) for name, _ in tables or () if not name.lower().startswith("sqlite_"))
-    if not names:
+    """Raise ``InputError`` when a SQLite file holds a table of one of agentgate's names without
+    a column a row of it must have: another application's, in which a command that only reads
+    would create every part's tables and answer from their emptiness. A file not read (``None``)
+    passes; so does, without its columns read, one that holds every table of ``part_tables``
+    (``open_existing_store``). A file of other tables only is ``open_store``'s ``NoStore``."""
+    names = {name for name, _ in tables or () if not name.lower().startswith("sqlite_")}
+    if not names or (part_tables and part_tables <= names):
         return
-    ours = bool(part_tables) and part_tables <= {name for name, _ in tables or ()}
-    foreign = None if ours else foreign_table(tables or (), required_store_columns())
+    foreign = foreign_table(tables or (), required_store_columns())
     if foreign is not None:
         raise InputError(
             f"no store at {shown}: its table {printable(foreign[0])} is not agentgate's (no column "
             f"{', '.join(foreign[1])}); is it another application's database? Check {named_by}"
         )
-    if any(name in STORE_TABLES for name in names):
-        return
-    listed_names = ", ".join(names[:5]) + (", ..." if len(names) > 5 else "")
-    raise InputError(
-        f"no store at {shown}: it is another application's SQLite database (tables {listed_names}), "
-        f"holding none of agentgate's; check {named_by}"
-    )
-
-
-def empty_file(path: Path) -> bool:
-    """Whether ``path`` is a regular file of 0 bytes with no write-ahead log beside it: a file
-    touched, truncated or half copied, never a store (a store's first page is written when it is
-    created)."""
-    try:
-        status = path.stat()
-    except OSError:
-        return False  # gone or unreadable: open_store says why
-    if not stat.S_ISREG(status.st_mode) or status.st_size:
-        return False
-    try:
-        return Path(f"{path}-wal").stat().st_size == 0
-    except OSError:
-        return True  # no write-ahead log
 
 
 def open_audit_log(

@@ -37,18 +37,14 @@ from agentgate.authority._grant import GRANT_CONTEXT, MAX_DEPTH, TOKEN_PREFIX
 from agentgate.authority._signatures import verify_signature
 from agentgate.capabilities import Call, Capability
 from agentgate.cli._common import (
-    empty_file,
     given,
     given_path,
     given_text,
-    holds_a_store,
     json_object,
     open_existing_store,
-    others_tables_only,
     parse_duration,
     printable,
     shown_policy,
-    sqlite_path,
     text,
     unprintable,
     utc,
@@ -59,13 +55,14 @@ from agentgate.errors import (
     InputError,
     InvalidSignature,
     KeyFileError,
+    NoStore,
     StoreError,
     TokenFormatError,
 )
 from agentgate.findings import Finding
 from agentgate.keys import load_public_key, load_signing_key, read_regular_file, replace_file
-from agentgate.store import Store, open_store, store_url
-from agentgate.store._sqlite import sqlite_tables_read_only, tables_of
+from agentgate.store import Store, open_store
+from agentgate.store._sqlite import tables_of
 from agentgate.store.grants import GRANTS_DDL
 
 
@@ -431,22 +428,17 @@ def _revocations(ids: tuple[str, ...]) -> tuple[set[str] | None, str]:
     file (read before it is opened, by a read-only connection) or a PostgreSQL database that holds
     none of agentgate's tables: until review R53 such a file was opened as a store, agentgate's
     tables were written into it, and every link read as not revoked."""
-    target = store_url(None)
-    path = sqlite_path(target)
-    if path is not None and not Path(path).exists():
-        return None, "no store at AGENTGATE_STORE"
-    if path is not None and empty_file(Path(path)):
-        return None, "no store at AGENTGATE_STORE: the file is empty"
-    foreign = "no store at AGENTGATE_STORE: not an agentgate store"
-    if path is not None and others_tables_only(sqlite_tables_read_only(path)):
-        return None, foreign
     try:
-        store = open_store(target)
+        store = open_store(None, create=False)
+    except NoStore as exc:
+        if exc.reason == "missing":
+            return None, "no store at AGENTGATE_STORE"
+        if exc.reason == "empty":
+            return None, "no store at AGENTGATE_STORE: the file is empty"
+        return None, "no store at AGENTGATE_STORE: not an agentgate store"
     except StoreError:
         return None, "store unreachable"
     try:
-        if store.dialect == "postgresql" and not holds_a_store(store):
-            return None, foreign
         repo = GrantRepository(store)
         try:
             return repo.revoked(ids), ""
