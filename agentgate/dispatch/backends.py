@@ -22,29 +22,63 @@ with ``--otlp-traces-endpoint``) records its span of the request as a child of t
 Only those two headers (``trace_headers``): never ``baggage``, which is the application's own
 data, whatever propagators the application installed. No span (or an invalid one): no header.
 A ``ChatTransport`` gets them only when its ``post`` and ``stream`` take a ``headers`` keyword.
+
+The client is here; the parts it is made of are beside it, one subject each, and the public
+ones are exported from here: ``_answers`` (``Usage``, ``ChatChunk``, ``ChatResult`` and the
+readers of usage, finish reasons and errors reported with HTTP 200), ``_sse`` (a stream's
+lines and chunks, ``split_lines``), ``_transport`` (``ChatTransport``, ``trace_headers``),
+``_redaction`` (the key and the prompt scrubbed from a backend's words) and ``_retry_after``
+(``retry_after_s``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import email.utils
 import functools
-import inspect
 import json
 import math
-import time
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from datetime import UTC
-from typing import Any, Protocol, cast
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, cast
 
 import aiohttp
 import httpx
 import orjson
 from opentelemetry.context import Context
-from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
+from agentgate.dispatch._answers import (
+    MAX_USAGE_TOKENS,
+    ChatChunk,
+    ChatResult,
+    Usage,
+    _finish_reason,
+    _reject_error,
+    _usage,
+)
+from agentgate.dispatch._redaction import _prompt_texts, _scrub
+from agentgate.dispatch._retry_after import MAX_RETRY_AFTER_S, retry_after_s
+from agentgate.dispatch._sse import (
+    _SSE_IGNORED,
+    MAX_CHARS_PER_TOKEN,
+    MAX_LINE_BYTES,
+    _advances,
+    _answer_chars,
+    _answer_limit,
+    _line_shown,
+    _parse_chunk,
+    _Seen,
+    carries_output,
+    split_lines,
+)
+from agentgate.dispatch._transport import (
+    ChatTransport,
+    PostAnswer,
+    StreamAnswer,
+    _HeaderTransport,
+    _takes_headers,
+    trace_headers,
+)
 from agentgate.dispatch.inventory import Backend, origin
 from agentgate.dispatch.metrics import MAX_METRICS_CHARS, EngineLoad, load_from_text
 from agentgate.errors import (
@@ -55,14 +89,30 @@ from agentgate.errors import (
     InputError,
 )
 
+__all__ = [
+    "MAX_ANSWER_BYTES",
+    "MAX_CHARS_PER_TOKEN",
+    "MAX_LINE_BYTES",
+    "MAX_RETRY_AFTER_S",
+    "MAX_USAGE_TOKENS",
+    "BackendClient",
+    "ChatChunk",
+    "ChatResult",
+    "ChatTransport",
+    "PostAnswer",
+    "StreamAnswer",
+    "Timeouts",
+    "Usage",
+    "carries_output",
+    "retry_after_s",
+    "split_lines",
+    "trace_headers",
+]
+
 _CALLER_ERRORS = frozenset({400, 413, 422})
 _CREDENTIAL_ERRORS = frozenset({401, 403})
 _BUSY = frozenset({429, 503})
 """The statuses whose ``Retry-After`` is read (``retry_after_s``): too many requests, unavailable."""
-MAX_RETRY_AFTER_S = 300.0
-"""The longest a backend's ``Retry-After`` is honoured for (seconds): a longer one (an hour, a
-date next year: a proxy's misconfiguration more likely than a plan) is taken as this, so that a
-backend is tried again within five minutes whatever it said."""
 MAX_ANSWER_BYTES = 64 * 1024 * 1024
 """The largest non-streamed answer read (after decompression): a chat completion with every
 token's log-probabilities is a few MB; a larger body is garbage, or a bomb, not an answer."""
@@ -71,27 +121,7 @@ _SMALL = 1 << 16
 _QUOTED = 1024
 """The most bytes of an error answer's body that are quoted (``_excerpt``): a streamed call reads
 no more of it than has arrived once any has (``_post_stream``)."""
-MAX_LINE_BYTES = 1 << 20
-"""The longest line of a streamed answer held (an SSE event with every token's log-probabilities
-is a few kB): a longer one fails the stream as it arrives, never buffered whole."""
-MAX_CHARS_PER_TOKEN = 1024
-"""How many characters of a streamed answer (content, tool call fragments, reasoning) one token of
-``max_tokens`` may bring before the stream is taken for a backend that ignores ``max_tokens``:
-a bound against a stream without end, set some hundred times above the few characters a token
-usually decodes to, so that an answer keeping to its limit is not cut."""
-_SSE_IGNORED = (":", "event:", "id:", "retry:")
-"""Stream lines that carry no chunk: SSE comments and the fields other than ``data``."""
 _JSON = {"content-type": "application/json"}
-_TRACE_CONTEXT = TraceContextTextMapPropagator()
-
-
-def trace_headers(context: Context | None = None) -> dict[str, str]:
-    """The W3C Trace Context headers of the span current in ``context`` (default: the current
-    context): ``traceparent``, and ``tracestate`` when the trace carries one; empty when there is
-    no valid span. Only W3C Trace Context, never ``baggage``: what a chat call sends a backend."""
-    carrier: dict[str, str] = {}
-    _TRACE_CONTEXT.inject(carrier, context)
-    return carrier
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,126 +143,6 @@ class Timeouts:
             value = getattr(self, name)
             if not 0 < value < math.inf:
                 raise InputError(f"timeout {name} must be positive and finite, got {value!r}")
-
-
-@dataclass(frozen=True, slots=True)
-class Usage:
-    """Token counts a backend reported: non-negative integers, always (budgets are charged and
-    counters incremented with them, and neither takes a negative count).
-
-    Raises ``ValueError`` when built with anything else; ``_usage`` reads a backend's answer into
-    one, and refuses (``BackendFailed``, through its callers) what would not make one.
-    """
-
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    cached_tokens: int = 0
-
-    def __post_init__(self) -> None:
-        for count in (self.prompt_tokens, self.completion_tokens, self.cached_tokens):
-            if type(count) is not int or count < 0:
-                raise ValueError(f"a token count must be a non-negative integer, not {count!r}")
-
-
-@dataclass(frozen=True, slots=True)
-class ChatChunk:
-    """One streamed piece of an answer."""
-
-    content: str
-    finish_reason: str | None = None
-    usage: Usage | None = None
-    tool_calls: tuple[Mapping[str, Any], ...] = ()
-    """The delta's tool call fragments (OpenAI's ``delta.tool_calls``), passed on as sent."""
-    event: Mapping[str, Any] = field(default_factory=dict, repr=False)
-    """The whole event as the backend sent it, decoded: what it carries beside the fields above
-    (a reasoning model's ``delta.reasoning_content``, ``logprobs``, its ``id``); empty if not kept."""
-    backend: str = ""
-    """The name of the backend that sent it (empty for a chunk made elsewhere)."""
-
-
-@dataclass(frozen=True, slots=True)
-class ChatResult:
-    """A complete answer."""
-
-    backend: str
-    content: str
-    finish_reason: str | None
-    usage: Usage
-    body: Mapping[str, Any]
-    raw: bytes = field(default=b"", repr=False)
-    """The body as the backend sent it (``body`` is its decoded form); empty if not kept."""
-
-
-PostAnswer = tuple[int, bytes] | tuple[int, bytes, str | None]
-"""What a ``ChatTransport``'s ``post`` returns: status, body, and optionally ``Retry-After``."""
-StreamAnswer = (
-    tuple[int, Callable[[], Awaitable[bytes]], AsyncIterator[str]]
-    | tuple[int, Callable[[], Awaitable[bytes]], AsyncIterator[str], str | None]
-)
-"""What a ``ChatTransport``'s ``stream`` opens with: status, a reader of the body's start, the
-lines, and optionally ``Retry-After``."""
-
-
-class ChatTransport(Protocol):
-    """What chat calls can go over instead of ``session`` (the gateway's lean pool).
-    ``authorization``, when given, is sent as the ``Authorization`` header's value.
-
-    A transport whose ``post`` and ``stream`` also take a keyword ``headers`` (a mapping of
-    further header names to values, or ``None``) is given the call's trace context headers
-    (``trace_headers``) there; one that does not take it is called as above, and sends none."""
-
-    async def post(self, url: str, body: bytes, authorization: str | None = None) -> PostAnswer:
-        """POST the JSON ``body``: the status and the whole answer (for a status of 300 or more,
-        its body's start may do: only the first ``_QUOTED`` bytes are quoted), and, as a third
-        item, the answer's ``Retry-After`` header (``None`` without one; a transport that gives
-        no third item is taken to have none); raises ``OSError`` if none can be read."""
-        ...
-
-    def stream(
-        self, url: str, body: bytes, authorization: str | None = None
-    ) -> contextlib.AbstractAsyncContextManager[StreamAnswer]:
-        """POST the JSON ``body`` for a streamed answer: the status, a reader of its body (called
-        only for an error status, to quote the body's first ``_QUOTED`` bytes: it may return just
-        what has arrived of it), its lines, and, as a fourth item, its ``Retry-After`` header
-        (optional, as ``post``'s third); raises ``OSError`` if the answer cannot be read."""
-        ...
-
-
-class _HeaderTransport(Protocol):
-    """A ``ChatTransport`` that also sends further headers (the call's trace context)."""
-
-    async def post(
-        self,
-        url: str,
-        body: bytes,
-        authorization: str | None = None,
-        *,
-        headers: Mapping[str, str] | None = None,
-    ) -> PostAnswer: ...
-
-    def stream(
-        self,
-        url: str,
-        body: bytes,
-        authorization: str | None = None,
-        *,
-        headers: Mapping[str, str] | None = None,
-    ) -> contextlib.AbstractAsyncContextManager[StreamAnswer]: ...
-
-
-def _takes_headers(method: object) -> bool:
-    """Whether ``method`` (a transport's ``post`` or ``stream``) takes a keyword ``headers``."""
-    if not callable(method):
-        return False
-    try:
-        parameters = inspect.signature(method).parameters
-    except (TypeError, ValueError):  # no signature to read (a builtin): called without headers
-        return False
-    found = parameters.get("headers")
-    return found is not None and found.kind in (
-        inspect.Parameter.POSITIONAL_OR_KEYWORD,
-        inspect.Parameter.KEYWORD_ONLY,
-    )
 
 
 class BackendClient:
@@ -675,107 +585,6 @@ class BackendClient:
         return exc
 
 
-def retry_after_s(value: str | None, now: float | None = None) -> float | None:
-    """The seconds a ``Retry-After`` header's ``value`` asks a client to wait, from ``now`` (Unix
-    time; default: the time now): its delta-seconds (ASCII digits only, RFC 9110 10.2.3) or the
-    time to its HTTP-date (0 for a date past), at most ``MAX_RETRY_AFTER_S``. ``None`` for no
-    value or one of neither form: a negative or fractional number, garbage (ignored, never an
-    error: the backend's failure stands without it)."""
-    if value is None:
-        return None
-    text = value.strip()
-    if text.isascii() and text.isdigit():
-        return MAX_RETRY_AFTER_S if len(text) > 9 else min(float(text), MAX_RETRY_AFTER_S)
-    if not text or text[0].isdigit() or text[0] in "+-":
-        return None  # a number of another form (``-5``, ``1.5``) or nothing: no date either
-    try:
-        when = email.utils.parsedate_to_datetime(text)
-        seconds = when.timestamp() if when.tzinfo is not None else when.replace(tzinfo=UTC).timestamp()
-    except (TypeError, ValueError, OverflowError, IndexError):
-        return None
-    left = seconds - (time.time() if now is None else now)
-    return min(max(0.0, left), MAX_RETRY_AFTER_S)
-
-
-def _line_shown(line: str, key: str | None) -> str:
-    """What a stream's line that is not an SSE event is shown as: a JSON object (an NDJSON
-    stream, Ollama's native ``{"message": {"content": ...}}``: its values are generated text) by
-    its first keys only, anything else (a proxy's words, an HTML page) as its first 80
-    characters, the key redacted."""
-    try:
-        value = orjson.loads(line[:65536]) if line.startswith("{") else None
-    except orjson.JSONDecodeError:
-        value = None
-    if isinstance(value, dict):
-        keys = ", ".join(repr(_scrub(str(k)[:32], key)) for k in list(value)[:8])
-        return f"a JSON object with keys {keys} (an NDJSON stream? the backend must speak OpenAI's SSE)"
-    return repr(_scrub(line[:1024], key)[:80])
-
-
-_FRAGMENT = 8
-"""The shortest piece of a key, or start of a prompt's message, that ``_scrub`` redacts."""
-
-
-def _scrub(text: str, key: str | None, prompts: Sequence[str] = ()) -> str:
-    """``text`` with ``key``, every start of it ``_FRAGMENT`` or more characters long (what a quote
-    cut mid-key, or a masked key, shows) and every other piece of it twice that long (a quote that
-    cut the key's start: a shorter piece may be a word of ours, ``credentials``, that a key holds),
-    and each of ``prompts`` with every start of it ``_FRAGMENT`` long or more (a backend's echo of
-    its input, cut), replaced by ``[redacted]``."""
-    if key:
-        text = _redact(_redact(text, key, anywhere=False), key, anywhere=True)
-    for prompt in prompts:
-        text = _redact(text, prompt, anywhere=False)
-    return text
-
-
-def _redact(text: str, secret: str, *, anywhere: bool) -> str:
-    """``text`` with each run of characters that stands in ``secret``, ``2 * _FRAGMENT`` or more
-    long (``anywhere``: a key, short), or that starts it, ``_FRAGMENT`` or more long (a key, or a
-    prompt's message of any length: found with ``str.find``, so a long conversation costs
-    little), as ``[redacted]``."""
-    text = text.replace(secret, "[redacted]")
-    size = min(2 * _FRAGMENT if anywhere else _FRAGMENT, len(secret))
-    heads = {secret[k : k + size] for k in range(len(secret) - size + 1)} if anywhere else set()
-    head = secret[:size]
-    parts: list[str] = []
-    start = i = 0
-    while True:
-        if anywhere:
-            while i + size <= len(text) and text[i : i + size] not in heads:
-                i += 1
-            if i + size > len(text):
-                break
-        elif (i := text.find(head, i)) < 0:
-            break
-        end = i + size
-        while end < len(text) and (
-            text[i : end + 1] in secret if anywhere else secret.startswith(text[i : end + 1])
-        ):
-            end += 1
-        parts += [text[start:i], "[redacted]"]
-        start = i = end
-    return "".join(parts) + text[start:]
-
-
-def _prompt_texts(payload: Mapping[str, Any]) -> list[str]:
-    """The texts of the request's messages that ``_scrub`` redacts: each ``_FRAGMENT`` characters
-    or longer, as sent and as JSON writes it (an echo inside a JSON body keeps its escapes)."""
-    messages = payload.get("messages")
-    found: list[str] = []
-    for message in messages if isinstance(messages, list) else ():
-        content = message.get("content") if isinstance(message, Mapping) else None
-        parts = content if isinstance(content, list) else [content]
-        for part in parts:
-            text = part.get("text") if isinstance(part, Mapping) else part
-            if isinstance(text, str) and len(text) >= _FRAGMENT:
-                found.append(text)
-                escaped = json.dumps(text, ensure_ascii=False)[1:-1]
-                if escaped != text:
-                    found.append(escaped)
-    return found
-
-
 def _encode(body: Mapping[str, Any]) -> bytes:
     try:
         return orjson.dumps(body)
@@ -789,226 +598,3 @@ async def _start(response: httpx.Response) -> bytes:
         if piece:
             return piece[:_QUOTED]
     return b""
-
-
-async def split_lines(
-    pieces: AsyncIterator[bytes], limit: int, too_long: Callable[[str], Exception] = ValueError
-) -> AsyncIterator[str]:
-    """The lines of a body read as ``pieces``, decoded as UTF-8, their ends removed: ``\\r\\n``,
-    ``\\n`` or a bare ``\\r``, as the SSE format allows all three (a ``\\r`` that ends one piece and
-    a ``\\n`` that starts the next are one line end, not two); raises ``too_long(message)`` once a
-    line passes ``limit`` bytes, as it arrives (httpx's ``aiter_lines`` holds a line whole, however
-    long). ``pieces`` is closed at the end, when it is an async generator. Used by every client
-    path: the dispatcher's httpx and aiohttp clients and the gateway's pool.
-
-    Linear in the bytes read: each piece is searched once for each of the two line end bytes,
-    from where the unfinished line before it ended, and each line copied once (cutting the rest
-    of the buffer off after every line copied the piece once per line: a piece of 256 KiB of
-    short lines held the event loop for seconds).
-    """
-    buffer = bytearray()
-    after_cr = False  # the last piece ended with a \r: a \n starting this one belongs to it
-    try:
-        async for piece in pieces:
-            if not piece:
-                continue  # an empty piece between a \r and its \n parts neither
-            search = len(buffer)  # the unfinished line held has no line end
-            buffer += piece
-            if after_cr and buffer[search : search + 1] == b"\n":
-                del buffer[search]
-            after_cr = False
-            begin = 0
-            # The next \n and \r at or after ``search``; -1 once there is none left in the buffer.
-            lf = buffer.find(b"\n", search)
-            cr = buffer.find(b"\r", search)
-            while lf >= 0 or cr >= 0:
-                end = lf if cr < 0 or 0 <= lf < cr else cr
-                after = end + 1
-                if end == cr:
-                    if after == len(buffer):
-                        after_cr = True
-                    elif buffer[after] == 0x0A:  # \r\n: one line end
-                        after += 1
-                yield buffer[begin:end].decode("utf-8", "replace")
-                begin = search = after
-                if 0 <= lf < search:
-                    lf = buffer.find(b"\n", search)
-                if 0 <= cr < search:
-                    cr = buffer.find(b"\r", search)
-            del buffer[:begin]
-            if len(buffer) > limit:
-                raise too_long(f"a streamed line is over {limit} bytes")
-        if buffer:
-            yield buffer.decode("utf-8", "replace")
-    finally:
-        if isinstance(pieces, AsyncGenerator):
-            await pieces.aclose()
-
-
-def _parse_chunk(backend: str, data: str, key: str | None = None) -> ChatChunk | None:
-    """One SSE event's chunk (``None`` for an event with neither choices nor usage; a usage
-    without ``completion_tokens`` counts as none).
-
-    orjson, not ``json``: it refuses ``NaN``, ``Infinity`` and numbers beyond float range, and
-    nesting past 1024 levels, as a ``ValueError`` (``json`` would read ``1e999`` as infinity and
-    overflow the stack on a line of a million ``[``).
-    Raises ``BackendFailed`` for a malformed event.
-    """
-    try:
-        event = orjson.loads(data)
-        _reject_error(backend, event, key)
-        # vLLM sends ``"usage": null`` on every chunk but the last: an empty usage is none. So is
-        # one without a completion count (charged as nothing generated, its output would go free:
-        # the stream is then settled as one that reported no usage, at its reservation).
-        raw = event.get("usage")
-        usage = _usage(raw) if raw else None
-        if usage is not None and raw.get("completion_tokens") is None:
-            usage = None
-        choices = event.get("choices") or []
-        if not isinstance(choices, list):
-            raise TypeError("choices is not a list")
-        if not choices:
-            return ChatChunk("", None, usage, event=event, backend=backend) if usage else None
-        choice = choices[0]
-        delta = choice.get("delta") or {}
-        content = delta.get("content") or ""
-        if not isinstance(content, str):
-            raise TypeError("content is not a string")
-        calls = delta.get("tool_calls") or []
-        if not isinstance(calls, list) or not all(isinstance(call, dict) for call in calls):
-            raise TypeError("tool_calls is not a list of objects")
-        return ChatChunk(content, _finish_reason(choice), usage, tuple(calls), event, backend)
-    except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
-        raise BackendFailed(f"{backend}: malformed stream event: {exc}") from None
-
-
-def carries_output(chunk: ChatChunk) -> bool:
-    """Whether ``chunk`` passes on any of the answer: its content, tool call fragments, or anything
-    else in its delta but the role (a reasoning model's ``reasoning_content``: tokens generated
-    and sent, charged as output)."""
-    if chunk.content or chunk.tool_calls:
-        return True
-    choices = chunk.event.get("choices")
-    return isinstance(choices, list) and any(
-        isinstance(choice, Mapping)
-        and isinstance(delta := choice.get("delta"), Mapping)
-        and any(value for name, value in delta.items() if name != "role")
-        for choice in choices
-    )
-
-
-@dataclass(slots=True)
-class _Seen:
-    """What a stream has brought so far that it brings once: a finish reason, a usage."""
-
-    finished: bool = False
-    reported: bool = False
-
-
-def _advances(chunk: ChatChunk, seen: _Seen) -> bool:
-    """Whether ``chunk`` carries any of the answer: output (``carries_output``), or the stream's
-    first finish reason or first usage (``seen`` is updated). A chunk that carries none (an empty
-    delta, the role alone: what an engine opens with) passes on, but is chatter: it does not push
-    a stream's deadline out; nor does a finish reason or usage said again (until review R54 a
-    backend repeating ``finish_reason: stop``, or its usage, and never ``[DONE]`` held the call
-    for ever: the answer limit counts neither)."""
-    fresh = (bool(chunk.finish_reason) and not seen.finished) or (
-        chunk.usage is not None and not seen.reported
-    )
-    seen.finished = seen.finished or bool(chunk.finish_reason)
-    seen.reported = seen.reported or chunk.usage is not None
-    return fresh or carries_output(chunk)
-
-
-def _answer_limit(payload: Mapping[str, Any]) -> int | None:
-    """The most characters a stream for ``payload`` may bring: ``MAX_CHARS_PER_TOKEN`` for each
-    token of its ``max_completion_tokens`` (else ``max_tokens``); ``None`` when it names no
-    positive integer limit (the backend's own default applies, and nothing here knows it)."""
-    tokens = payload.get("max_completion_tokens") or payload.get("max_tokens")
-    if type(tokens) is not int or tokens <= 0:
-        return None
-    return tokens * MAX_CHARS_PER_TOKEN
-
-
-def _answer_chars(chunk: ChatChunk) -> int:
-    """The characters of the answer ``chunk`` carries: the text of every value in its choices'
-    deltas but the role (content, tool call names and arguments, a reasoning model's
-    ``reasoning_content``), counted however the engine nests them."""
-    count = 0
-    pending: list[object] = []
-    choices = chunk.event.get("choices")
-    if isinstance(choices, list):
-        for choice in choices:
-            if isinstance(choice, Mapping) and isinstance(delta := choice.get("delta"), Mapping):
-                pending.extend(value for name, value in delta.items() if name != "role")
-    else:  # a chunk made without its event
-        pending.extend((chunk.content, list(chunk.tool_calls)))
-    while pending:
-        value = pending.pop()
-        if isinstance(value, str):
-            count += len(value)
-        elif isinstance(value, Mapping):
-            pending.extend(value.values())
-        elif isinstance(value, list | tuple):
-            pending.extend(value)
-    return count
-
-
-def _reject_error(backend: str, body: object, key: str | None = None) -> None:
-    """Raise ``BackendFailed`` if ``body`` is an error the backend reports with HTTP 200: OpenAI's
-    ``{"error": {...}}``, or vLLM's ``{"object": "error", "message": ...}``, which it sends as a
-    stream event when generation fails mid-stream and then ends the stream with ``[DONE]`` (read
-    as chunks, that would be a short answer passed off as a whole one)."""
-    if not isinstance(body, Mapping):
-        return
-    error = body.get("error")
-    if error is None and body.get("object") != "error":
-        return
-    detail = error.get("message", error) if isinstance(error, Mapping) else error or body.get("message")
-    quoted = _scrub(str(detail)[:1024], key)[:200]
-    raise BackendFailed(f"{backend}: the backend reported an error: {quoted!r}")
-
-
-MAX_USAGE_TOKENS = 1_000_000_000
-"""The most tokens one count of one call's usage may report (no context window comes near a
-billion tokens): a larger count is garbage, not a bill."""
-
-
-def _finish_reason(choice: Mapping[str, Any]) -> str | None:
-    """The choice's ``finish_reason``: a string or ``None``; raises ``TypeError`` for anything else."""
-    reason = choice.get("finish_reason")
-    if reason is not None and not isinstance(reason, str):
-        raise TypeError(f"finish_reason is not a string: {reason!r:.80}")
-    return reason
-
-
-def _count(raw: Mapping[str, Any], name: str) -> int:
-    """A token count of ``raw``: absent or ``null`` is 0; an integer (or a float with an integral
-    value, as orjson reads integers beyond 64 bits) from 0 to ``MAX_USAGE_TOKENS``.
-
-    Raises ``ValueError`` for anything else: a negative or huge count, a fraction, ``true``, a string.
-    """
-    value = raw.get(name)
-    if value is None:
-        return 0
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ValueError(f"usage {name} is not a number: {value!r:.80}")
-    if not (0 <= value <= MAX_USAGE_TOKENS) or value != int(value):
-        raise ValueError(f"usage {name} is not a token count from 0 to {MAX_USAGE_TOKENS}: {value!r:.80}")
-    return int(value)
-
-
-def _usage(raw: object) -> Usage:
-    """The usage a backend reported; ``None`` (not reported) is no usage.
-
-    Raises ``ValueError`` (which the callers turn into ``BackendFailed``) for usage that is not an
-    object or whose counts are not token counts (see ``_count``); ``prompt_tokens_details`` that
-    is not an object is ignored, as engines that do not cache omit or null it.
-    """
-    if raw is None:
-        return Usage()
-    if not isinstance(raw, Mapping):
-        raise ValueError(f"usage is not an object: {raw!r:.80}")
-    details = raw.get("prompt_tokens_details")
-    cached = _count(details, "cached_tokens") if isinstance(details, Mapping) else 0
-    return Usage(_count(raw, "prompt_tokens"), _count(raw, "completion_tokens"), cached)

@@ -1,0 +1,121 @@
+"""What a backend's answer is read into (``Usage``, ``ChatChunk``, ``ChatResult``) and the readers
+of the fields a streamed and a whole answer share: its usage, a choice's finish reason, an error
+reported with HTTP 200. Each refuses what is not what OpenAI's API promises (``ValueError``,
+``TypeError``; ``BackendFailed`` for a reported error)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from agentgate.dispatch._redaction import _scrub
+from agentgate.errors import BackendFailed
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """Token counts a backend reported: non-negative integers, always (budgets are charged and
+    counters incremented with them, and neither takes a negative count).
+
+    Raises ``ValueError`` when built with anything else; ``_usage`` reads a backend's answer into
+    one, and refuses (``BackendFailed``, through its callers) what would not make one.
+    """
+
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_tokens: int = 0
+
+    def __post_init__(self) -> None:
+        for count in (self.prompt_tokens, self.completion_tokens, self.cached_tokens):
+            if type(count) is not int or count < 0:
+                raise ValueError(f"a token count must be a non-negative integer, not {count!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class ChatChunk:
+    """One streamed piece of an answer."""
+
+    content: str
+    finish_reason: str | None = None
+    usage: Usage | None = None
+    tool_calls: tuple[Mapping[str, Any], ...] = ()
+    """The delta's tool call fragments (OpenAI's ``delta.tool_calls``), passed on as sent."""
+    event: Mapping[str, Any] = field(default_factory=dict, repr=False)
+    """The whole event as the backend sent it, decoded: what it carries beside the fields above
+    (a reasoning model's ``delta.reasoning_content``, ``logprobs``, its ``id``); empty if not kept."""
+    backend: str = ""
+    """The name of the backend that sent it (empty for a chunk made elsewhere)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ChatResult:
+    """A complete answer."""
+
+    backend: str
+    content: str
+    finish_reason: str | None
+    usage: Usage
+    body: Mapping[str, Any]
+    raw: bytes = field(default=b"", repr=False)
+    """The body as the backend sent it (``body`` is its decoded form); empty if not kept."""
+
+
+def _reject_error(backend: str, body: object, key: str | None = None) -> None:
+    """Raise ``BackendFailed`` if ``body`` is an error the backend reports with HTTP 200: OpenAI's
+    ``{"error": {...}}``, or vLLM's ``{"object": "error", "message": ...}``, which it sends as a
+    stream event when generation fails mid-stream and then ends the stream with ``[DONE]`` (read
+    as chunks, that would be a short answer passed off as a whole one)."""
+    if not isinstance(body, Mapping):
+        return
+    error = body.get("error")
+    if error is None and body.get("object") != "error":
+        return
+    detail = error.get("message", error) if isinstance(error, Mapping) else error or body.get("message")
+    quoted = _scrub(str(detail)[:1024], key)[:200]
+    raise BackendFailed(f"{backend}: the backend reported an error: {quoted!r}")
+
+
+MAX_USAGE_TOKENS = 1_000_000_000
+"""The most tokens one count of one call's usage may report (no context window comes near a
+billion tokens): a larger count is garbage, not a bill."""
+
+
+def _finish_reason(choice: Mapping[str, Any]) -> str | None:
+    """The choice's ``finish_reason``: a string or ``None``; raises ``TypeError`` for anything else."""
+    reason = choice.get("finish_reason")
+    if reason is not None and not isinstance(reason, str):
+        raise TypeError(f"finish_reason is not a string: {reason!r:.80}")
+    return reason
+
+
+def _count(raw: Mapping[str, Any], name: str) -> int:
+    """A token count of ``raw``: absent or ``null`` is 0; an integer (or a float with an integral
+    value, as orjson reads integers beyond 64 bits) from 0 to ``MAX_USAGE_TOKENS``.
+
+    Raises ``ValueError`` for anything else: a negative or huge count, a fraction, ``true``, a string.
+    """
+    value = raw.get(name)
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"usage {name} is not a number: {value!r:.80}")
+    if not (0 <= value <= MAX_USAGE_TOKENS) or value != int(value):
+        raise ValueError(f"usage {name} is not a token count from 0 to {MAX_USAGE_TOKENS}: {value!r:.80}")
+    return int(value)
+
+
+def _usage(raw: object) -> Usage:
+    """The usage a backend reported; ``None`` (not reported) is no usage.
+
+    Raises ``ValueError`` (which the callers turn into ``BackendFailed``) for usage that is not an
+    object or whose counts are not token counts (see ``_count``); ``prompt_tokens_details`` that
+    is not an object is ignored, as engines that do not cache omit or null it.
+    """
+    if raw is None:
+        return Usage()
+    if not isinstance(raw, Mapping):
+        raise ValueError(f"usage is not an object: {raw!r:.80}")
+    details = raw.get("prompt_tokens_details")
+    cached = _count(details, "cached_tokens") if isinstance(details, Mapping) else 0
+    return Usage(_count(raw, "prompt_tokens"), _count(raw, "completion_tokens"), cached)

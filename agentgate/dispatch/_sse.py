@@ -1,0 +1,205 @@
+"""Reading a streamed answer (OpenAI's server-sent events): its lines (``split_lines``), each
+event's chunk (``_parse_chunk``), and what a chunk brings (``carries_output``, ``_advances``,
+``_answer_chars``) against the bounds a stream is held to (``MAX_LINE_BYTES``,
+``MAX_CHARS_PER_TOKEN``)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from agentgate.dispatch._answers import ChatChunk, _finish_reason, _reject_error, _usage
+from agentgate.dispatch._redaction import _scrub
+from agentgate.errors import BackendFailed
+
+MAX_LINE_BYTES = 1 << 20
+"""The longest line of a streamed answer held (an SSE event with every token's log-probabilities
+is a few kB): a longer one fails the stream as it arrives, never buffered whole."""
+MAX_CHARS_PER_TOKEN = 1024
+"""How many characters of a streamed answer (content, tool call fragments, reasoning) one token of
+``max_tokens`` may bring before the stream is taken for a backend that ignores ``max_tokens``:
+a bound against a stream without end, set some hundred times above the few characters a token
+usually decodes to, so that an answer keeping to its limit is not cut."""
+_SSE_IGNORED = (":", "event:", "id:", "retry:")
+"""Stream lines that carry no chunk: SSE comments and the fields other than ``data``."""
+
+
+async def split_lines(
+    pieces: AsyncIterator[bytes], limit: int, too_long: Callable[[str], Exception] = ValueError
+) -> AsyncIterator[str]:
+    """The lines of a body read as ``pieces``, decoded as UTF-8, their ends removed: ``\\r\\n``,
+    ``\\n`` or a bare ``\\r``, as the SSE format allows all three (a ``\\r`` that ends one piece and
+    a ``\\n`` that starts the next are one line end, not two); raises ``too_long(message)`` once a
+    line passes ``limit`` bytes, as it arrives (httpx's ``aiter_lines`` holds a line whole, however
+    long). ``pieces`` is closed at the end, when it is an async generator. Used by every client
+    path: the dispatcher's httpx and aiohttp clients and the gateway's pool.
+
+    Linear in the bytes read: each piece is searched once for each of the two line end bytes,
+    from where the unfinished line before it ended, and each line copied once (cutting the rest
+    of the buffer off after every line copied the piece once per line: a piece of 256 KiB of
+    short lines held the event loop for seconds).
+    """
+    buffer = bytearray()
+    after_cr = False  # the last piece ended with a \r: a \n starting this one belongs to it
+    try:
+        async for piece in pieces:
+            if not piece:
+                continue  # an empty piece between a \r and its \n parts neither
+            search = len(buffer)  # the unfinished line held has no line end
+            buffer += piece
+            if after_cr and buffer[search : search + 1] == b"\n":
+                del buffer[search]
+            after_cr = False
+            begin = 0
+            # The next \n and \r at or after ``search``; -1 once there is none left in the buffer.
+            lf = buffer.find(b"\n", search)
+            cr = buffer.find(b"\r", search)
+            while lf >= 0 or cr >= 0:
+                end = lf if cr < 0 or 0 <= lf < cr else cr
+                after = end + 1
+                if end == cr:
+                    if after == len(buffer):
+                        after_cr = True
+                    elif buffer[after] == 0x0A:  # \r\n: one line end
+                        after += 1
+                yield buffer[begin:end].decode("utf-8", "replace")
+                begin = search = after
+                if 0 <= lf < search:
+                    lf = buffer.find(b"\n", search)
+                if 0 <= cr < search:
+                    cr = buffer.find(b"\r", search)
+            del buffer[:begin]
+            if len(buffer) > limit:
+                raise too_long(f"a streamed line is over {limit} bytes")
+        if buffer:
+            yield buffer.decode("utf-8", "replace")
+    finally:
+        if isinstance(pieces, AsyncGenerator):
+            await pieces.aclose()
+
+
+def _parse_chunk(backend: str, data: str, key: str | None = None) -> ChatChunk | None:
+    """One SSE event's chunk (``None`` for an event with neither choices nor usage; a usage
+    without ``completion_tokens`` counts as none).
+
+    orjson, not ``json``: it refuses ``NaN``, ``Infinity`` and numbers beyond float range, and
+    nesting past 1024 levels, as a ``ValueError`` (``json`` would read ``1e999`` as infinity and
+    overflow the stack on a line of a million ``[``).
+    Raises ``BackendFailed`` for a malformed event.
+    """
+    try:
+        event = orjson.loads(data)
+        _reject_error(backend, event, key)
+        # vLLM sends ``"usage": null`` on every chunk but the last: an empty usage is none. So is
+        # one without a completion count (charged as nothing generated, its output would go free:
+        # the stream is then settled as one that reported no usage, at its reservation).
+        raw = event.get("usage")
+        usage = _usage(raw) if raw else None
+        if usage is not None and raw.get("completion_tokens") is None:
+            usage = None
+        choices = event.get("choices") or []
+        if not isinstance(choices, list):
+            raise TypeError("choices is not a list")
+        if not choices:
+            return ChatChunk("", None, usage, event=event, backend=backend) if usage else None
+        choice = choices[0]
+        delta = choice.get("delta") or {}
+        content = delta.get("content") or ""
+        if not isinstance(content, str):
+            raise TypeError("content is not a string")
+        calls = delta.get("tool_calls") or []
+        if not isinstance(calls, list) or not all(isinstance(call, dict) for call in calls):
+            raise TypeError("tool_calls is not a list of objects")
+        return ChatChunk(content, _finish_reason(choice), usage, tuple(calls), event, backend)
+    except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
+        raise BackendFailed(f"{backend}: malformed stream event: {exc}") from None
+
+
+def carries_output(chunk: ChatChunk) -> bool:
+    """Whether ``chunk`` passes on any of the answer: its content, tool call fragments, or anything
+    else in its delta but the role (a reasoning model's ``reasoning_content``: tokens generated
+    and sent, charged as output)."""
+    if chunk.content or chunk.tool_calls:
+        return True
+    choices = chunk.event.get("choices")
+    return isinstance(choices, list) and any(
+        isinstance(choice, Mapping)
+        and isinstance(delta := choice.get("delta"), Mapping)
+        and any(value for name, value in delta.items() if name != "role")
+        for choice in choices
+    )
+
+
+@dataclass(slots=True)
+class _Seen:
+    """What a stream has brought so far that it brings once: a finish reason, a usage."""
+
+    finished: bool = False
+    reported: bool = False
+
+
+def _advances(chunk: ChatChunk, seen: _Seen) -> bool:
+    """Whether ``chunk`` carries any of the answer: output (``carries_output``), or the stream's
+    first finish reason or first usage (``seen`` is updated). A chunk that carries none (an empty
+    delta, the role alone: what an engine opens with) passes on, but is chatter: it does not push
+    a stream's deadline out; nor does a finish reason or usage said again (until review R54 a
+    backend repeating ``finish_reason: stop``, or its usage, and never ``[DONE]`` held the call
+    for ever: the answer limit counts neither)."""
+    fresh = (bool(chunk.finish_reason) and not seen.finished) or (
+        chunk.usage is not None and not seen.reported
+    )
+    seen.finished = seen.finished or bool(chunk.finish_reason)
+    seen.reported = seen.reported or chunk.usage is not None
+    return fresh or carries_output(chunk)
+
+
+def _answer_limit(payload: Mapping[str, Any]) -> int | None:
+    """The most characters a stream for ``payload`` may bring: ``MAX_CHARS_PER_TOKEN`` for each
+    token of its ``max_completion_tokens`` (else ``max_tokens``); ``None`` when it names no
+    positive integer limit (the backend's own default applies, and nothing here knows it)."""
+    tokens = payload.get("max_completion_tokens") or payload.get("max_tokens")
+    if type(tokens) is not int or tokens <= 0:
+        return None
+    return tokens * MAX_CHARS_PER_TOKEN
+
+
+def _answer_chars(chunk: ChatChunk) -> int:
+    """The characters of the answer ``chunk`` carries: the text of every value in its choices'
+    deltas but the role (content, tool call names and arguments, a reasoning model's
+    ``reasoning_content``), counted however the engine nests them."""
+    count = 0
+    pending: list[object] = []
+    choices = chunk.event.get("choices")
+    if isinstance(choices, list):
+        for choice in choices:
+            if isinstance(choice, Mapping) and isinstance(delta := choice.get("delta"), Mapping):
+                pending.extend(value for name, value in delta.items() if name != "role")
+    else:  # a chunk made without its event
+        pending.extend((chunk.content, list(chunk.tool_calls)))
+    while pending:
+        value = pending.pop()
+        if isinstance(value, str):
+            count += len(value)
+        elif isinstance(value, Mapping):
+            pending.extend(value.values())
+        elif isinstance(value, list | tuple):
+            pending.extend(value)
+    return count
+
+
+def _line_shown(line: str, key: str | None) -> str:
+    """What a stream's line that is not an SSE event is shown as: a JSON object (an NDJSON
+    stream, Ollama's native ``{"message": {"content": ...}}``: its values are generated text) by
+    its first keys only, anything else (a proxy's words, an HTML page) as its first 80
+    characters, the key redacted."""
+    try:
+        value = orjson.loads(line[:65536]) if line.startswith("{") else None
+    except orjson.JSONDecodeError:
+        value = None
+    if isinstance(value, dict):
+        keys = ", ".join(repr(_scrub(str(k)[:32], key)) for k in list(value)[:8])
+        return f"a JSON object with keys {keys} (an NDJSON stream? the backend must speak OpenAI's SSE)"
+    return repr(_scrub(line[:1024], key)[:80])

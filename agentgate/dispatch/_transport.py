@@ -1,0 +1,97 @@
+"""How a chat call reaches a backend besides the client's own pools: the ``ChatTransport`` a
+caller (the gateway's lean pool) may set, what its ``post`` and ``stream`` return, and the W3C
+trace context headers (``trace_headers``) a chat call carries (``agentgate.dispatch.backends``
+says which, and why only those)."""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from typing import Protocol
+
+from opentelemetry.context import Context
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+_TRACE_CONTEXT = TraceContextTextMapPropagator()
+
+
+def trace_headers(context: Context | None = None) -> dict[str, str]:
+    """The W3C Trace Context headers of the span current in ``context`` (default: the current
+    context): ``traceparent``, and ``tracestate`` when the trace carries one; empty when there is
+    no valid span. Only W3C Trace Context, never ``baggage``: what a chat call sends a backend."""
+    carrier: dict[str, str] = {}
+    _TRACE_CONTEXT.inject(carrier, context)
+    return carrier
+
+
+PostAnswer = tuple[int, bytes] | tuple[int, bytes, str | None]
+"""What a ``ChatTransport``'s ``post`` returns: status, body, and optionally ``Retry-After``."""
+StreamAnswer = (
+    tuple[int, Callable[[], Awaitable[bytes]], AsyncIterator[str]]
+    | tuple[int, Callable[[], Awaitable[bytes]], AsyncIterator[str], str | None]
+)
+"""What a ``ChatTransport``'s ``stream`` opens with: status, a reader of the body's start, the
+lines, and optionally ``Retry-After``."""
+
+
+class ChatTransport(Protocol):
+    """What chat calls can go over instead of ``session`` (the gateway's lean pool).
+    ``authorization``, when given, is sent as the ``Authorization`` header's value.
+
+    A transport whose ``post`` and ``stream`` also take a keyword ``headers`` (a mapping of
+    further header names to values, or ``None``) is given the call's trace context headers
+    (``trace_headers``) there; one that does not take it is called as above, and sends none."""
+
+    async def post(self, url: str, body: bytes, authorization: str | None = None) -> PostAnswer:
+        """POST the JSON ``body``: the status and the whole answer (for a status of 300 or more,
+        its body's start may do: only the first ``_QUOTED`` bytes are quoted), and, as a third
+        item, the answer's ``Retry-After`` header (``None`` without one; a transport that gives
+        no third item is taken to have none); raises ``OSError`` if none can be read."""
+        ...
+
+    def stream(
+        self, url: str, body: bytes, authorization: str | None = None
+    ) -> contextlib.AbstractAsyncContextManager[StreamAnswer]:
+        """POST the JSON ``body`` for a streamed answer: the status, a reader of its body (called
+        only for an error status, to quote the body's first ``_QUOTED`` bytes: it may return just
+        what has arrived of it), its lines, and, as a fourth item, its ``Retry-After`` header
+        (optional, as ``post``'s third); raises ``OSError`` if the answer cannot be read."""
+        ...
+
+
+class _HeaderTransport(Protocol):
+    """A ``ChatTransport`` that also sends further headers (the call's trace context)."""
+
+    async def post(
+        self,
+        url: str,
+        body: bytes,
+        authorization: str | None = None,
+        *,
+        headers: Mapping[str, str] | None = None,
+    ) -> PostAnswer: ...
+
+    def stream(
+        self,
+        url: str,
+        body: bytes,
+        authorization: str | None = None,
+        *,
+        headers: Mapping[str, str] | None = None,
+    ) -> contextlib.AbstractAsyncContextManager[StreamAnswer]: ...
+
+
+def _takes_headers(method: object) -> bool:
+    """Whether ``method`` (a transport's ``post`` or ``stream``) takes a keyword ``headers``."""
+    if not callable(method):
+        return False
+    try:
+        parameters = inspect.signature(method).parameters
+    except (TypeError, ValueError):  # no signature to read (a builtin): called without headers
+        return False
+    found = parameters.get("headers")
+    return found is not None and found.kind in (
+        inspect.Parameter.POSITIONAL_OR_KEYWORD,
+        inspect.Parameter.KEYWORD_ONLY,
+    )
