@@ -104,15 +104,19 @@ def test_a_body_trickled_on_after_its_refusal_does_not_hold_the_connection(
 ) -> None:
     """Kills: the rest of a refused body read (and dropped) for as long as it trickles in.
 
-    Rule: a request answered before its body had all arrived (here refused 400 for a body slower
-    than ``BODY_TIMEOUT_S``) has ``UNREAD_BODY_S`` more for the rest of it; then the connection is
-    closed. It stayed open for as long as the caller sent a byte now and then (uvicorn's
-    keep-alive clock restarts on any data), so a trickled body, bounded before its refusal, held
-    its connection for ever after it."""
-    monkeypatch.setattr(gateway_request, "BODY_TIMEOUT_S", 0.3)
+    Rule: a request answered before its body had all arrived (here refused 400 for a
+    ``Content-Encoding`` the gateway does not read, before any of its body is) has
+    ``UNREAD_BODY_S`` more for the rest of it; then the connection is closed. It stayed open for
+    as long as the caller sent a byte now and then (uvicorn's keep-alive clock restarts on any
+    data), so a trickled body, bounded before its refusal, held its connection for ever after it.
+    (Until review R54 this refusal was the 400 for a body slower than ``BODY_TIMEOUT_S``, which is
+    now a 408 that closes the connection at once: the next test.)"""
     monkeypatch.setattr(gateway_http, "UNREAD_BODY_S", 0.5)
     with socket.create_connection(("127.0.0.1", env.server.port), timeout=0.05) as sock:
-        sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000\r\n\r\n{")
+        sock.sendall(
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Encoding: gzip\r\n"
+            b"Content-Length: 1000000\r\n\r\n{"
+        )
         received = b""
         closed = False
         deadline = time.monotonic() + 15  # far past both limits
@@ -126,8 +130,38 @@ def test_a_body_trickled_on_after_its_refusal_does_not_hold_the_connection(
                 time.sleep(0.05)
             except OSError:
                 closed = True
-    assert received.startswith(b"HTTP/1.1 400 ") and b"did not arrive within" in received, received[:300]
+    assert received.startswith(b"HTTP/1.1 400 ") and b"is not supported" in received, received[:300]
     assert closed, "the connection was still open 15 s after the refusal"
+
+
+def test_a_body_that_does_not_arrive_in_time_is_answered_408_and_its_connection_closed(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Review R54: a body slower than ``BODY_TIMEOUT_S`` was answered 400, which no client retries.
+
+    Rule: a request whose body has not all arrived ``BODY_TIMEOUT_S`` after its head is answered
+    408 ``request_timeout`` with ``Connection: close``, and the connection is closed with the
+    answer (RFC 9110, 15.5.9; as nginx's ``client_body_timeout``): the request was not malformed,
+    and a client may send it again on a new connection (the OpenAI SDKs retry a 408, never a
+    400). It was a 400 ``invalid_request``, and the connection was held ``UNREAD_BODY_S`` more
+    for the rest of the body (here far longer than the socket's wait)."""
+    monkeypatch.setattr(gateway_request, "BODY_TIMEOUT_S", 0.3)
+    monkeypatch.setattr(gateway_http, "UNREAD_BODY_S", 60.0)
+    before = len(env.entries())
+    with socket.create_connection(("127.0.0.1", env.server.port), timeout=10) as sock:
+        sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{")
+        received, closed = b"", False
+        with contextlib.suppress(TimeoutError):
+            while piece := sock.recv(65536):
+                received += piece
+            closed = True
+    head, _, body = received.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 408 "), received[:300]
+    assert re.search(rb"(?im)^connection: close\r?$", head), head
+    assert b'"code":"request_timeout"' in body and b"did not arrive within" in body, body
+    assert closed, "the connection was left open after the 408"
+    entries = env.entries()[before:]
+    assert [e.kind for e in entries] == ["deny"], entries
 
 
 def _chunked_head(extra: str = "") -> bytes:

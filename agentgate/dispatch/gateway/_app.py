@@ -77,6 +77,7 @@ from agentgate.dispatch.gateway._cuts import (
 from agentgate.dispatch.gateway._errors import _dispatch_error, _http_error, error_response
 from agentgate.dispatch.gateway._http import LOST, STALLED
 from agentgate.dispatch.gateway._request import (
+    BodyTimedOut,
     _bearer,
     _declared_too_large,
     _parse_body,
@@ -315,6 +316,8 @@ class Gateway:
                 received = time.perf_counter()
                 body = _parse_body(raw)
                 call = chat_call(body)
+            except BodyTimedOut as exc:
+                return await self._refuse_slow_body(str(exc)), False
             except InputError as exc:
                 return await self._refuse_body(str(exc)), False
             max_tokens = max_tokens_of(body)
@@ -475,6 +478,16 @@ class Gateway:
     async def _refuse_body(self, reason: str) -> Response:
         decision = await self._blocking(self.gate.refuse, _UNPARSED, 400, "invalid_request", reason)
         return error_response(400, f"malformed chat completion request: {reason}", decision.code or "invalid")
+
+    async def _refuse_slow_body(self, reason: str) -> Response:
+        """The answer to a call whose body did not arrive in time: 408 ``request_timeout``, audited
+        as a refusal (nothing decided), and the connection closed (RFC 9110, 15.5.9; nginx's
+        ``client_body_timeout``). Not 400: the request was not malformed, and a client may send it
+        again (the OpenAI SDKs retry a 408, never a 400); the rest of its body is not waited for."""
+        decision = await self._blocking(self.gate.refuse, _UNPARSED, 408, "request_timeout", reason)
+        answer = error_response(408, reason, decision.code or "request_timeout")
+        answer.headers["connection"] = "close"
+        return answer
 
     async def _stream(
         self,

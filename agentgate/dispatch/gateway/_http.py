@@ -6,11 +6,11 @@ that sends its head a byte at a time (or nothing at all) held its connection ope
 ``BoundedHttpToolsProtocol`` answers 431 and closes once a head passes ``MAX_HEAD_BYTES``, and
 408 and closes when a head is not complete ``HEAD_TIMEOUT_S`` after the connection opened or
 after the head's first byte arrived (an idle kept-alive connection stays under uvicorn's own
-keep-alive timeout). A request answered before its body has all arrived (the app refused the body:
-too large, too slow) has ``UNREAD_BODY_S`` for the rest of it, dropped as it comes, before the
-connection is closed. A chunked body's trailer fields are dropped (uvicorn added them to the
-request's headers, with no bound: hundreds of MB of them were buffered); they and the chunks'
-framing may be at most ``MAX_HEAD_BYTES`` more than the body itself, else 431.
+keep-alive timeout). A request answered before its body has all arrived (the app refused it: a
+body too large, an encoding not supported) has ``UNREAD_BODY_S`` for the rest of it, dropped as it
+comes, before the connection is closed. A chunked body's trailer fields are dropped (uvicorn
+added them to the request's headers, with no bound: hundreds of MB of them were buffered); they
+and the chunks' framing may be at most ``MAX_HEAD_BYTES`` more than the body itself, else 431.
 
 It also bounds the answer's side: a caller that stops reading (its socket open, its receive
 window shut) made uvicorn wait for the socket to drain with no limit, so a stalled stream held
@@ -71,7 +71,8 @@ HEAD_TIMEOUT_S = 10.0
 """Seconds a client has to send a whole request head."""
 UNREAD_BODY_S = 10.0
 """Seconds the rest of a request's body may take to arrive once the request was answered before
-all of it had (its body refused as too large or too slow); then the connection is closed."""
+all of it had (the app refused it: a body too large, an encoding not supported); then the
+connection is closed."""
 STREAM_STALL_S = 30.0
 """Default seconds an answer may wait for its caller to read anything before the connection is cut."""
 _UPGRADE_HEADERS = frozenset({b"upgrade", b"http2-settings"})
@@ -326,10 +327,10 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         # never paused): the connection's close or keep-alive would wait for it for ever.
         self._start_tail_clock(answered)
         if answered is not None and answered.more_body and not self.transport.is_closing():
-            # Answered before its body had all arrived (refused: too large, or too slow): the rest
-            # is read and dropped, and every byte of it would hold the connection open again
-            # (uvicorn's keep-alive clock restarts on any data), so a body trickled past its
-            # refusal held the connection for ever. It has ``UNREAD_BODY_S`` more.
+            # Answered before its body had all arrived (refused: a body too large, an encoding not
+            # supported): the rest is read and dropped, and every byte of it would hold the
+            # connection open again (uvicorn's keep-alive clock restarts on any data), so a body
+            # trickled past its refusal held the connection for ever. It has ``UNREAD_BODY_S`` more.
             self._unread_timer = self.loop.call_later(UNREAD_BODY_S, self._unread_too_slow)
 
     def _start_tail_clock(self, cycle: RequestResponseCycle | None) -> None:
