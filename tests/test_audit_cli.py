@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -79,6 +80,36 @@ def test_prove_then_verify_proof_offline(populated: Path, capsys: pytest.Capture
     proof.write_text(proof.read_text().replace("index 12", "index 11"))
     assert main(["audit", "verify-proof", str(proof), "--key", str(pub)]) == 1
     assert main(["audit", "verify-proof", str(populated / "missing"), "--key", str(pub)]) == 2
+
+
+@pytest.mark.parametrize(
+    "malformed",
+    [
+        pytest.param(lambda lines: [*lines[:2], "index twelve", *lines[3:]], id="index-not-a-number"),
+        pytest.param(lambda lines: [lines[0], *lines[2:]], id="no-entry"),
+        pytest.param(lambda lines: [lines[0], "extra bm90IGpzb24=", *lines[2:]], id="entry-not-json"),
+        pytest.param(lambda lines: [lines[0], "extra eyJ2IjoxfQ==", *lines[2:]], id="entry-wrong-fields"),
+        pytest.param(lambda lines: [*lines[:3], "not base64!", *lines[3:]], id="hash-not-base64"),
+        pytest.param(lambda lines: [ln for ln in lines if ln != "13"], id="checkpoint-without-size"),
+    ],
+)
+def test_verify_proof_refuses_a_malformed_bundle_as_unusable_input(
+    populated: Path, capsys: pytest.CaptureFixture[str], malformed: Any
+) -> None:
+    """Review R54: ``audit verify-proof`` answered a malformed bundle (its entry not JSON or
+    without an entry's fields, no index, a hash line or checkpoint body it cannot read) with
+    INVALID, exit 1, as if the log had been caught lying. Rule: a file that is no well-formed
+    bundle is unusable input, exit 2 with one line naming FILE and what is wrong; a well-formed
+    bundle whose proof does not verify stays INVALID (exit 1, test_prove_then_verify_proof_offline)."""
+    proof, pub = populated / "entry.tlog-proof", populated / "log.pub"
+    assert main(["audit", "prove", "12", "--out", str(proof)]) == 0
+    proof.write_text("\n".join(malformed(proof.read_text().split("\n"))))
+    capsys.readouterr()
+    assert main(["audit", "verify-proof", str(proof), "--key", str(pub)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.startswith(f"agentgate: error: {proof}: not a well-formed proof bundle: ")
+    assert captured.err.count("\n") == 1, captured.err
 
 
 def test_report_is_one_self_contained_page(populated: Path) -> None:

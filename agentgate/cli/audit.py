@@ -37,7 +37,7 @@ from typing import Any
 from agentgate.audit.entry import ENTRY_KINDS, AuditEntry
 from agentgate.audit.note import Checkpoint, verifier_key
 from agentgate.audit.proof import HEADER as PROOF_HEADER
-from agentgate.audit.proof import verify_bundle
+from agentgate.audit.proof import ProofBundle, verify_bundle
 from agentgate.audit.report import render_report
 from agentgate.cli._common import given, given_text, open_audit_log, printable, utc
 from agentgate.errors import InputError, KeyFileError, StoreError, TamperDetected
@@ -470,6 +470,7 @@ def _verify_proof(args: argparse.Namespace) -> int:
     key = load_public_key(args.key)
     if text.partition("\n")[0] != PROOF_HEADER:  # another file (a key, a checkpoint): unusable, not INVALID
         raise InputError(f"{args.file}: not a proof bundle (its first line must be {PROOF_HEADER!r})")
+    _refuse_malformed_bundle(args.file, text)
     try:
         entry, checkpoint = verify_bundle(text, key, args.origin)
     except TamperDetected as exc:
@@ -480,6 +481,21 @@ def _verify_proof(args: argparse.Namespace) -> int:
     )
     print(f"       at tree size {checkpoint.size}, signed by {key.did}")
     return 0
+
+
+def _refuse_malformed_bundle(path: str, text: str) -> None:
+    """Raise ``InputError`` naming what is wrong when ``text`` is no well-formed proof bundle: its
+    lines are not the tlog-proof form (an ``extra`` line of base64, ``index N``, base64 hashes, a
+    blank line), its checkpoint body is not three lines of origin, size and root, or its entry is
+    not an audit entry in canonical form (not JSON, wrong fields). Such a file proves nothing
+    either way: unusable input (exit 2), where a well-formed bundle whose signature or inclusion
+    proof does not verify is INVALID (exit 1). The signature lines are checked by verification."""
+    try:
+        bundle = ProofBundle.parse(text)
+        Checkpoint.parse(bundle.checkpoint_note.partition("\n\n")[0] + "\n")
+        AuditEntry.from_bytes(bundle.entry)
+    except TamperDetected as exc:
+        raise InputError(f"{path}: not a well-formed proof bundle: {printable(str(exc))}") from None
 
 
 def _report(args: argparse.Namespace) -> int:
