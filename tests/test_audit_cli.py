@@ -209,6 +209,49 @@ def test_explain_shows_the_grant_chain_when_the_grant_store_has_it(
     assert out.index("grant g-root:") < out.index("grant g-child:")
 
 
+def test_explain_shows_the_chains_constraints_and_says_where_the_chain_comes_from(
+    populated: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Review R54: ``audit explain`` showed no grant's constraints (docs/cli.md said it did), and
+    its chain came from the grant store, which the log does not sign, with nothing saying so: a
+    row edited there (another audience) was shown as the authority behind the entry. Rule: the
+    chain is shown from the token the store keeps, with each link's capabilities, once its tip
+    hashes to the entry's chain hash and every link is signed by its issuer ("bound"); a chain
+    that is not is marked NOT bound, its constraints not shown; either way the output names the
+    grant store as the source."""
+    from agentgate.authority import delegate, issue, record
+    from agentgate.keys import SigningKey
+    from agentgate.store.grants import GrantRepository
+
+    anchor, boss, alice = (SigningKey(bytes([n]) * 32) for n in (1, 2, 3))
+    root = issue(anchor, boss.public, ["tool:payments.refund?amount<=500&currency=EUR|USD"], ttl=3600)
+    child = delegate(root, boss, alice.public, ["tool:payments.refund?amount<=100&currency=EUR"], ttl=600)
+    other = issue(anchor, alice.public, ["tool:search"], ttl=3600)
+    with SQLiteStore(populated / "agentgate.db") as store:
+        grants = GrantRepository(store)
+        record(grants, child)
+        record(grants, other)
+        grants.close()
+        log = AuditLog(store, open_log_key(store))
+        index = log.append({"kind": "allow", "principal": alice.public.did, "chain_hash": child.id})
+        with store.transaction() as tx:
+            tx.execute("UPDATE agentgate_grants SET audience = 'did:key:zMallory' WHERE id = ?", (child.id,))
+    assert main(["audit", "explain", str(index)]) == 0
+    out = capsys.readouterr().out
+    assert "source: the grant store (not signed by the audit log); bound to this entry" in out
+    assert f"grant {child.id[:24]}: {boss.public.did} -> {alice.public.did} (expires " in out
+    assert "allow tool:payments.refund?amount<=500&currency=EUR|USD" in out
+    assert "allow tool:payments.refund?amount<=100&currency=EUR" in out
+    assert out.index("amount<=500") < out.index("amount<=100") and "zMallory" not in out
+    with SQLiteStore(populated / "agentgate.db") as store, store.transaction() as tx:
+        tx.execute("UPDATE agentgate_grants SET token = ? WHERE id = ?", (other.token, child.id))
+    assert main(["audit", "explain", str(index)]) == 0
+    out = capsys.readouterr().out
+    assert "NOT bound to this entry (its token's tip is grant " in out
+    assert "constraints not shown" in out and "allow tool:" not in out
+    assert "-> did:key:zMallory (expires " in out  # the store's word, and said to be
+
+
 @pytest.mark.parametrize(
     "expires", ["'soon'", "1e400", "x'00'", "2.5"], ids=["text", "infinity", "bytes", "fraction"]
 )

@@ -31,6 +31,7 @@ import sqlite3
 import stat
 import sys
 from collections.abc import Iterable
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -324,12 +325,20 @@ def _explain(args: argparse.Namespace) -> int:
     print(f"├── authority: grant chain tip {printable(entry.chain_hash or '(none recorded)')}")
     if chain is None:
         print("│   └── (the grant store has no record of this chain: only what the entry holds is shown)")
-    for depth, (grant_id, issuer, audience, expires, revoked) in enumerate(chain or []):
-        pad = "│   " + "    " * depth
-        state = "REVOKED" if revoked else f"expires {utc(expires)}"
-        print(
-            f"{pad}└── grant {printable(grant_id[:24])}: {printable(issuer)} -> {printable(audience)} ({state})"
-        )
+    else:
+        links, source = chain
+        print(f"│   ├── source: {printable(source)}")
+        for depth, link in enumerate(links):
+            pad = "│   " + "    " * depth
+            state = "REVOKED" if link.revoked else f"expires {utc(link.expires)}"
+            print(
+                f"{pad}└── grant {printable(link.id[:24])}: {printable(link.issuer)} -> "
+                f"{printable(link.audience)} ({state})"
+            )
+            for capability in link.capabilities or ():
+                print(f"{pad}    │   allow {printable(capability)}")
+            if link.terms is not None:
+                print(f"{pad}    │   {link.terms}")
     print(f"├── policy: {printable(entry.policy_hash or '-')}   rule: {printable(entry.rule or '-')}")
     print(f"├── approver: {printable(entry.approver or '(no approval)')}")
     print(f"├── budget delta: {entry.budget_delta}")
@@ -367,31 +376,115 @@ def _evidence(explained: Explanation) -> str:
     return text
 
 
-def _grant_chain(store: Store, tip: str) -> list[tuple[str, str, str, float | None, bool]] | None:
-    """Root-first ``(id, issuer, audience, expires, revoked)`` of the chain ending at ``tip``, if recorded.
+@dataclass(frozen=True)
+class _ShownGrant:
+    """One link of the chain ``explain`` shows: from the signed grant when the chain is bound to
+    the entry (``capabilities`` and ``terms`` then set), else from the grant store's row."""
 
-    Reads the grant store's tables (``agentgate.store.grants``) when they exist; ``None`` when they
-    do not, or when they hold no grant ``tip``. The grant store is no evidence (the entry is): an
-    ``expires`` that is not a number (a row edited in the database) is ``None``, shown as ``-``.
+    id: str
+    issuer: str
+    audience: str
+    expires: float | None
+    revoked: bool
+    capabilities: tuple[str, ...] | None = None
+    terms: str | None = None
+
+
+def _grant_chain(store: Store, tip: str) -> tuple[list[_ShownGrant], str] | None:
+    """Root-first links of the chain ending at ``tip``, and where they come from, if recorded.
+
+    The grant store (``agentgate.store.grants``) is not signed by the audit log; the entry only
+    records the tip's hash. The chain is bound to the entry when the token the store keeps for
+    ``tip`` parses, its tip grant hashes to ``tip``, and every link names its parent by hash and
+    is signed by its issuer: its issuers, audiences, constraints and expiries are then the ones the
+    entry names, whatever the store's other columns say. Otherwise the store's rows are walked by
+    their ``parent`` column and shown as the store's word only, without constraints (an
+    ``expires`` that is not a number, a row edited in the database, is ``None``, shown as ``-``).
+    Whether a grant is revoked is the store's word in both cases. ``None`` when the store has no
+    grant ``tip`` (or no grant tables).
     """
-    links: list[tuple[str, str, str, float | None, bool]] = []
+    links: list[_ShownGrant] = []
+    token: object = None
     current: str | None = tip
     try:
         while current is not None and len(links) < 64:
             rows = store.query(
-                "SELECT g.parent, g.issuer, g.audience, g.expires, r.grant_id FROM agentgate_grants g "
+                "SELECT g.parent, g.issuer, g.audience, g.expires, r.grant_id, g.token FROM agentgate_grants g "
                 "LEFT JOIN agentgate_revocations r ON r.grant_id = g.id WHERE g.id = ?",
                 (current,),
             )
             if not rows:
                 break
-            parent, issuer, audience, expires, revoked = rows[0]
+            parent, issuer, audience, expires, revoked, row_token = rows[0]
+            if not links:
+                token = row_token
             expiry = expires if type(expires) in (int, float) else None
-            links.append((current, str(issuer), str(audience), expiry, revoked is not None))
+            links.append(_ShownGrant(current, str(issuer), str(audience), expiry, revoked is not None))
             current = parent
+        if not links:
+            return None
+        signed, why = _signed_chain(token, tip)
+        if signed is not None:
+            marks = ", ".join("?" * len(signed))
+            rows = store.query(
+                f"SELECT grant_id FROM agentgate_revocations WHERE grant_id IN ({marks})",
+                tuple(link.id for link in signed),
+            )
+            gone = {row[0] for row in rows}
+            return (
+                [replace(link, revoked=link.id in gone) for link in signed],
+                "the grant store (not signed by the audit log); bound to this entry: its token's tip "
+                "hashes to the chain hash the entry records, every link signed by its issuer; "
+                "revocation is the grant store's word",
+            )
     except (StoreError, sqlite3.Error):
         return None
-    return list(reversed(links)) or None
+    return (
+        list(reversed(links)),
+        f"the grant store (not signed by the audit log); NOT bound to this entry ({why}): "
+        "the grant store's word only, constraints not shown",
+    )
+
+
+def _signed_chain(token: object, tip: str) -> tuple[list[_ShownGrant] | None, str]:
+    """The links of ``token`` when it is a chain whose tip is the grant ``tip`` and whose links
+    are hash-linked and signed by their issuers (trust in the root issuer aside: that is the
+    policy's, which explain does not read); else ``None`` and why not."""
+    from agentgate.authority import parse_chain
+    from agentgate.authority._chain_findings import link_findings, root_findings
+    from agentgate.authority._grant import GRANT_CONTEXT
+    from agentgate.authority._signatures import verify_signature
+    from agentgate.capabilities import format_capability
+    from agentgate.errors import InvalidSignature
+
+    if not isinstance(token, str):
+        return None, "its token is not text"
+    try:
+        chain = parse_chain(token)
+    except InputError as exc:
+        return None, f"its token does not parse: {exc}"
+    if chain.id != tip:
+        return None, f"its token's tip is grant {chain.id[:24]}, not the chain hash the entry records"
+    for i, link in enumerate(chain.links):
+        found = link_findings(chain.links[:i], link) if i else root_findings(link)
+        if found:
+            return None, f"link {i}: {found[0].code}"
+        try:
+            verify_signature(link.issuer, GRANT_CONTEXT + link.payload, link.signature)
+        except (InvalidSignature, KeyFileError):
+            return None, f"link {i}: its signature does not verify"
+    return [
+        _ShownGrant(
+            link.id,
+            link.issuer,
+            link.audience,
+            link.expires,
+            False,
+            tuple(format_capability(cap) for cap in link.capabilities),
+            f"budget {'unlimited' if link.budget is None else link.budget} · may delegate {link.max_depth} more",
+        )
+        for link in chain.links
+    ], ""
 
 
 def _saved(path: str) -> str | None:
