@@ -123,6 +123,41 @@ def test_report_is_one_self_contained_page(populated: Path) -> None:
     assert "<script" not in page and "<link" not in page
 
 
+def test_verify_with_another_key_names_both_key_ids_and_stays_tampered(
+    populated: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Review R54: ``audit verify --key`` with another key's ``log.pub`` reported every stored
+    checkpoint as a forgery and nothing more. Rule: when no stored checkpoint verifies and all are
+    signed by one other key, a line says the likelier cause, a wrong key, naming both key ids;
+    the verdict stays TAMPERED, exit 1 (replacing every checkpoint looks the same). One forged
+    checkpoint among good ones gets no such line."""
+    from agentgate.audit.note import Checkpoint, key_id, sign_checkpoint
+    from agentgate.keys import SigningKey
+
+    assert main(["audit", "checkpoint"]) == 0
+    with SQLiteStore(populated / "agentgate.db") as store:
+        AuditLog(store, open_log_key(store)).append({"kind": "deny", "principal": "did:key:zBob"})
+    assert main(["audit", "checkpoint"]) == 0
+    origin = "agentgate.local/audit"
+    with SQLiteStore(populated / "agentgate.db") as store:
+        ours = open_log_key(store).public
+    other = SigningKey(b"\x42" * 32).public
+    capsys.readouterr()
+    assert main(["audit", "verify", "--key", other.did]) == 1
+    out = capsys.readouterr().out
+    assert out.startswith("TAMPERED: 2 problem(s)\nlikely cause: none of the 2 stored checkpoint(s) ")
+    assert f"(key id {key_id(origin, other).hex()})" in out
+    assert f"signed by one other key (key id {key_id(origin, ours).hex()})" in out
+    with SQLiteStore(populated / "agentgate.db") as store, store.transaction() as tx:
+        forged = sign_checkpoint(Checkpoint(origin, 1, b"\x01" * 32), SigningKey(b"\x43" * 32))
+        tx.execute(
+            "INSERT INTO audit_checkpoints (size, root, note, created) VALUES (1, ?, ?, 'x')",
+            (b"\x01" * 32, forged),
+        )
+    assert main(["audit", "verify", "--key", ours.did]) == 1
+    assert "likely cause" not in capsys.readouterr().out
+
+
 def test_verify_without_a_log_key_is_unusable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("agentgate.cli.main.GROUPS", ("agentgate.cli.audit",))
     SQLiteStore(tmp_path / "empty.db").close()

@@ -159,6 +159,24 @@ def open_note(note: str, public_key: PublicKey, name: str) -> str:
     raise TamperDetected(f"note carries no signature by the log key {name}")
 
 
+def signer_key_ids(note: str, name: str) -> tuple[str, ...]:
+    """The hex key ids of the well-formed signature lines under ``name`` in ``note`` (a 4-byte key
+    id and a 64-byte signature), in order, none of them verified: for saying which key signed a
+    note that does not open under the key given. Empty for text with no such line."""
+    ids: list[str] = []
+    for line in note.partition("\n\n")[2].split("\n")[:_MAX_SIGNATURES]:
+        parts = line.split(" ")
+        if len(parts) != 3 or parts[0] != _EM_DASH or parts[1] != name:
+            continue
+        try:
+            blob = base64.b64decode(parts[2], validate=True)
+        except (binascii.Error, ValueError):
+            continue
+        if len(blob) == 4 + 64:
+            ids.append(blob[:4].hex())
+    return tuple(ids)
+
+
 def sign_checkpoint(checkpoint: Checkpoint, key: SigningKey) -> str:
     """The checkpoint as a signed note, signed under its origin as key name."""
     return sign_note(checkpoint.text(), key, checkpoint.origin)

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from agentgate.audit.entry import ENTRY_KINDS, AuditEntry
-from agentgate.audit.note import Checkpoint, verifier_key
+from agentgate.audit.note import Checkpoint, key_id, verifier_key
 from agentgate.audit.proof import HEADER as PROOF_HEADER
 from agentgate.audit.proof import ProofBundle, verify_bundle
 from agentgate.audit.report import render_report
@@ -44,7 +44,7 @@ from agentgate.cli._common import given, given_text, open_audit_log, printable, 
 from agentgate.errors import InputError, KeyFileError, StoreError, TamperDetected
 from agentgate.keys import load_public_key, read_regular_file, replace_file
 from agentgate.store import SQLiteStore, Store
-from agentgate.store.audit import AuditLog, Explanation, log_key_path
+from agentgate.store.audit import AuditLog, Explanation, VerifyReport, log_key_path
 
 
 def register(subparsers: Any) -> None:
@@ -262,11 +262,33 @@ def _verify(args: argparse.Namespace) -> int:
         )
         return 0
     print(f"TAMPERED: {len(report.problems)} problem(s)")
+    wrong_key = _wrong_key(report, log)
+    if wrong_key:
+        print(wrong_key)
     if report.first_bad_index is not None:
         print(f"first bad index: {report.first_bad_index}")
     for problem in report.problems:
         print(f"  - {problem}")
     return 1
+
+
+def _wrong_key(report: VerifyReport, log: AuditLog) -> str | None:
+    """What to say when no stored checkpoint opened under the key given and every one is signed by
+    one and the same other key: the likelier story is a wrong ``--key`` (or log key), which is
+    named, with both key ids. It stays TAMPERED (exit 1): the same report is what replacing every
+    checkpoint with one's own would give, so the auditor, not verify, tells the two apart."""
+    if report.checkpoints_checked or not report.unopened_signers:
+        return None
+    if len(set(report.unopened_signers)) != 1 or len(report.unopened_signers[0]) != 1:
+        return None
+    given = key_id(log.origin, log.public_key).hex()
+    return (
+        f"likely cause: none of the {len(report.unopened_signers)} stored checkpoint(s) verifies under "
+        f"the key given (key id {given}), and all are signed by one other key (key id "
+        f"{report.unopened_signers[0][0]}): if the key given is not this log's public key (--key, "
+        "AGENTGATE_LOG_KEY), verify again with the right one; if it is, every checkpoint was "
+        "replaced: tampering"
+    )
 
 
 def _filtered(args: argparse.Namespace) -> bool:

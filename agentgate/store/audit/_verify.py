@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from agentgate.audit.entry import AuditEntry, one_line
 from agentgate.audit.merkle import RootAccumulator
-from agentgate.audit.note import Checkpoint
+from agentgate.audit.note import Checkpoint, signer_key_ids
 from agentgate.errors import TamperDetected
 from agentgate.store._base import Row, Store
 from agentgate.store.audit._stored import _bytes, _index_of, _note
@@ -45,6 +45,10 @@ class VerifyReport:
     """The smallest index implicated by a problem, when one can be named."""
     problems: tuple[str, ...] = field(default_factory=tuple)
     """Each thing that is wrong, in the order found."""
+    unopened_signers: tuple[tuple[str, ...], ...] = field(default_factory=tuple)
+    """For each stored checkpoint whose note did not open under the log's keys, the key ids (hex)
+    of its well-formed signature lines under the log's origin (``note.signer_key_ids``): all of
+    them one other key, with none that opened, is what a wrong public key given looks like."""
 
     @property
     def ok(self) -> bool:
@@ -68,6 +72,7 @@ class _Verification:
 
     # The log's state this part reads (``AuditLog.__init__`` sets it).
     store: Store
+    origin: str
     refs_indexed: bool
 
     if TYPE_CHECKING:  # what this part calls of the log's other parts
@@ -100,7 +105,8 @@ class _Verification:
         """
         problems: list[str] = []
         bad: list[int] = []
-        expected, checked, saved_only = self._signed_roots(saved_checkpoint, problems)
+        unopened: list[tuple[str, ...]] = []
+        expected, checked, saved_only = self._signed_roots(saved_checkpoint, problems, unopened)
         acc = RootAccumulator()
         last_good = 0
         refs_seen = 0  # rows of audit_refs compared with the entries they index
@@ -179,7 +185,9 @@ class _Verification:
                 "entries were deleted or the database was restored from an older copy"
             )
             bad.append(size)
-        return VerifyReport(size, acc.root(), checked, min(bad) if bad else None, tuple(problems))
+        return VerifyReport(
+            size, acc.root(), checked, min(bad) if bad else None, tuple(problems), tuple(unopened)
+        )
 
     def _check_repeated_indexes(self, size: int, bad: list[int], problems: list[str]) -> None:
         """Append to ``problems`` (and ``bad``) each index below ``size`` that more than one row of
@@ -207,12 +215,13 @@ class _Verification:
             problems.append(f"audit_log has {stored - size} more row(s) below index {size} than entries")
 
     def _signed_roots(
-        self, saved_checkpoint: str | None, problems: list[str]
+        self, saved_checkpoint: str | None, problems: list[str], unopened: list[tuple[str, ...]]
     ) -> tuple[dict[int, bytes], int, int | None]:
         """The root each stored checkpoint (and ``saved_checkpoint``) signs, by size; how many
         checkpoint rows were compared with their notes; and the size of the saved checkpoint when
         no stored one has it. Each note that does not open, each row whose columns disagree with
-        its note and each fork is appended to ``problems``."""
+        its note and each fork is appended to ``problems``; the key ids that signed each stored
+        note that does not open, to ``unopened``."""
         expected: dict[int, bytes] = {}
         checked = 0
         in_rows: set[int] = set()  # the sizes of the stored checkpoints
@@ -231,6 +240,8 @@ class _Verification:
                 cp = self.open_checkpoint(note)
             except TamperDetected as exc:  # may quote the note: a tamperer's text
                 problems.append(f"{label}: {one_line(str(exc))}")
+                if size_column is not None:
+                    unopened.append(signer_key_ids(note, self.origin))
                 continue
             # The row's size and root columns are what the next checkpoint() builds on: edited,
             # they make it refuse to sign, so they are checked against the signed note here too.
