@@ -50,7 +50,7 @@ ROOT = Path(__file__).resolve().parents[1]
 AGENTGATE = [sys.executable, "-m", "agentgate.cli.main"]
 LOG_SEED = b"\x07" * 32
 ORIGIN = "agentgate.local/audit"
-SEEDS = {name: bytes([n + 1]) * 32 for n, name in enumerate(("root", "boss", "helper", "dana"))}
+SEEDS = {name: bytes([n + 1]) * 32 for n, name in enumerate(("root", "boss", "helper", "dana", "erin"))}
 
 POLICY = """
 version: 1
@@ -60,6 +60,7 @@ principals:
   boss: {{kind: agent, did: "{boss}", roles: [boss]}}
   helper: {{kind: agent, did: "{helper}", roles: [helper]}}
   dana: {{kind: human, did: "{dana}", roles: [owner]}}
+  erin: {{kind: human, did: "{erin}", roles: [owner]}}
 tools:
   lookup:
     args: {{id: {{type: string, required: true}}}}
@@ -70,6 +71,9 @@ tools:
   vault:
     args: {{pin: {{type: string, required: true}}}}
   transfer:
+    args: {{to: {{type: string, required: true}}}}
+    loggable: [to]
+  wire:
     args: {{to: {{type: string, required: true}}}}
     loggable: [to]
   limited:
@@ -91,6 +95,7 @@ roles:
       - resource: tool:vault
         constraints: {{pin: {{prefix: "12"}}}}
       - resource: tool:transfer
+      - resource: tool:wire
       - resource: tool:limited
       - resource: tool:slow
       - resource: model:scripted
@@ -117,6 +122,10 @@ approvals:
   transfers:
     resource: tool:transfer
     approvers: [dana]
+  wires:
+    resource: tool:wire
+    approvers: [dana, erin]
+    quorum: 2
 quotas:
   # The longest window (10 years): windows are aligned to the epoch, and an hour's could roll
   # over between the allow of tool:limited and the call that must be refused.
@@ -125,6 +134,11 @@ quotas:
     window_s: 315360000
     limit: 1
     resources: [tool:limited]
+  one-transfer:
+    principal: boss
+    window_s: 315360000
+    limit: 1
+    resources: [tool:transfer]
 """
 
 
@@ -284,9 +298,12 @@ def _span_links(exporter: InMemorySpanExporter, entries: list[dict[str, Any]]) -
     (``agent:NAME``) is linked by the span ``Gate.issue`` or ``Gate.delegate`` made, naming the
     entry's principal as issuer and the grant the entry names (under LangGraph, the tool call
     that asked for it carries no decision of its own); a ``revoke`` entry by the ``revoke grant``
-    span of ``Gate.revoke`` or ``Gate.revoke_holder``, naming the grant and who revoked it; a
-    call's span ends as its first outcome says: ERROR for an ``error``, ``agentgate.outcome`` as
-    recorded."""
+    span of ``Gate.revoke`` or ``Gate.revoke_holder``, naming the grant and who revoked it; an
+    ``approval_given`` entry by an ``approve RESOURCE`` span naming the approver and the request;
+    a call's span ends as its first outcome says: ERROR for an
+    ``error``, ``agentgate.outcome`` as recorded. Every entry but a call's outcome (on its call's
+    span) is linked: an act of authority or a refusal with no span is missed by whoever counts
+    them by span."""
     outcomes: dict[int, dict[str, Any]] = {}
     for entry in entries:
         if entry["kind"] == "outcome":
@@ -310,6 +327,11 @@ def _span_links(exporter: InMemorySpanExporter, entries: list[dict[str, Any]]) -
             assert attributes["agentgate.capability.id"] == entry["chain_hash"]
             assert attributes["agentgate.revoke.by"] == entry["principal"]
             assert attributes["agentgate.revoke.already"] is False
+            continue
+        if entry["kind"] == "approval_given":
+            assert span.name == f"approve {entry['resource']}" and "agentgate.decision" not in attributes
+            assert attributes["agentgate.approval.approver"] == entry["principal"]
+            assert f"request:{attributes['agentgate.approval.request']}" == entry["reasons"][0]
             continue
         assert entry["kind"] == attributes["agentgate.decision"], (span.name, entry)
         kind, _, name = entry["resource"].partition(":")
@@ -339,6 +361,12 @@ def _span_links(exporter: InMemorySpanExporter, entries: list[dict[str, Any]]) -
     assert not twice, f"entries linked by more than one span: {twice}"
     grants = {i for i in linked if (entries[i]["resource"] or "").startswith("agent:")}
     assert grants <= granted, f"grant entries without their grant span: {sorted(grants - granted)}"
+    unlinked = [
+        (e["index"], e["kind"], e["resource"])
+        for e in entries
+        if e["index"] not in linked and e["kind"] != "outcome"
+    ]
+    assert not unlinked, f"entries no span links: {unlinked}"
     return set(linked)
 
 
@@ -471,7 +499,8 @@ def test_every_path_through_the_gate_reconciles_with_ledger_and_spans(store: Sto
         assert overrun["budget_delta"] == 1200 and store.query("SELECT spent FROM budget_ledger") == [(1000,)]
         revoked = {e["index"] for e in entries if e["kind"] == "revoke"}
         assert len(revoked) == 2
-        assert _span_links(exporter, entries) == set(decided) | revoked
+        (given,) = [e["index"] for e in entries if e["kind"] == "approval_given"]  # dana's yes
+        assert _span_links(exporter, entries) == set(decided) | revoked | {given}
         (again,) = [
             s
             for s in exporter.get_finished_spans()
@@ -505,6 +534,66 @@ def test_calls_settled_without_running_while_the_gate_closes_reconcile(tmp_path:
         assert _span_links(exporter, entries) == decided
     finally:
         store.close()
+
+
+def test_approvals_given_and_superseded_requests_are_each_linked_by_one_span(tmp_path: Path) -> None:
+    """Review R54: an approver's counted yes (``approval_given``) and the ``deny`` that closes a
+    superseded approval request had no span; each is now linked by one."""
+    gate, exporter = _traced_gate(SQLiteStore(tmp_path / "agentgate.db"))
+    keys = _keys()
+    try:
+        boss = gate.issue(keys["root"], name="boss", key=keys["boss"], role="boss")
+
+        def ask(to: str, version: str, approval: Approval | None = None) -> Authorization:
+            call = Call.tool("wire", {"to": to})
+            return gate.authorize(boss, call, call_id="w1", asked_in=("thread", version), approval=approval)
+
+        first = ask("x", "v1")
+        # The answer that asked for w1 was edited: asked for again, its first request is closed.
+        asked = ask("y", "v2")
+        assert first.needs_approval and asked.needs_approval
+        payload = dict(asked.request or {})
+        assert ask("y", "v2", Approval.sign(payload, keys["dana"])).needs_approval  # one yes of two
+        approved = ask("y", "v2", Approval.sign(payload, keys["erin"]))
+        assert approved.allowed
+        gate.run(approved, lambda: "wired", call_id="w1")
+        gate.flush()
+        entries = _read(gate.store)
+        assert _reconcile(entries, gate.store) == {}
+        (superseded,) = [e for e in entries if e["kind"] == "deny"]
+        assert superseded["ref"] == first.audit_index and superseded["args"] == {"to": "x"}
+        given = [e for e in entries if e["kind"] == "approval_given"]
+        assert [e["principal"] for e in given] == [keys["dana"].did, keys["erin"].did]
+        assert _span_links(exporter, entries) == {e["index"] for e in entries if e["kind"] != "outcome"}
+        (closed,) = [s for s in exporter.get_finished_spans() if s.status.status_code == StatusCode.ERROR]
+        assert closed.name == "execute_tool wire" and "superseded" in (closed.status.description or "")
+    finally:
+        gate.close()
+
+
+def test_a_yes_rolled_back_with_its_refused_call_has_no_span(tmp_path: Path) -> None:
+    """Review R54: the span of an approval used with the call's allow is made once the allow
+    commits; a yes whose call is then refused (its quota full) is rolled back with it, and no
+    span links an entry that is not in the log."""
+    gate, exporter = _traced_gate(SQLiteStore(tmp_path / "agentgate.db"))
+    keys = _keys()
+    try:
+        boss = gate.issue(keys["root"], name="boss", key=keys["boss"], role="boss")
+        for call_id, allowed in (("t1", True), ("t2", False)):  # one transfer a decade
+            call = Call.tool("transfer", {"to": call_id})
+            asked = gate.authorize(boss, call, call_id=call_id)
+            approval = Approval.sign(dict(asked.request or {}), keys["dana"])
+            auth = gate.authorize(boss, call, call_id=call_id, approval=approval)
+            assert auth.allowed is allowed and (allowed or auth.quota_exceeded == "one-transfer")
+            if allowed:
+                gate.run(auth, lambda: "sent", call_id=call_id)
+        gate.flush()
+        entries = _read(gate.store)
+        assert [e["index"] for e in entries if e["kind"] == "approval_given"] == [2]  # t1's, before its allow
+        assert _span_links(exporter, entries) == {e["index"] for e in entries if e["kind"] != "outcome"}
+        assert len([s for s in exporter.get_finished_spans() if s.name == "approve tool:transfer"]) == 1
+    finally:
+        gate.close()
 
 
 # --- a process killed between a decision and its outcome ------------------------------------------
@@ -795,7 +884,8 @@ def test_a_langgraph_run_with_delegation_approval_and_pause_reconciles(tmp_path:
         statuses = Counter(e["status"] for e in entries if e["kind"] == "outcome")
         assert statuses["paused"] == 1 and statuses["error"] == 1
         decided = {e["index"] for e in entries if e["kind"] in ("allow", "deny", "approval_required")}
-        assert _span_links(sweep.exporter, entries) == decided
+        given = {e["index"] for e in entries if e["kind"] == "approval_given"}
+        assert len(given) == 1 and _span_links(sweep.exporter, entries) == decided | given
     finally:
         sweep.gate.close()
 

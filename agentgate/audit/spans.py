@@ -17,6 +17,8 @@ Followed: the GenAI agent, tool and model-call spans of OpenTelemetry semantic c
   (``lease gpu:h100``), with ``agentgate.resource`` and ``agentgate.action`` and no ``gen_ai.*``;
 - ``revoke grant`` and ``revoke holder`` (INTERNAL, ``revoke_span``): a revocation, with the
   grant revoked and the index of its ``revoke`` entry (``record_revocation``);
+- ``approve {resource}`` (INTERNAL, ``approval_span``): one approver's counted yes, with the
+  approver, the request and the index of its ``approval_given`` entry;
 - ``issue agent:{name}`` and ``delegate agent:{name}`` (INTERNAL, ``grant_span``): a grant decision
   (``Gate.issue``, ``Gate.delegate``), the same form with ``agentgate.grant.issuer`` and
   ``agentgate.grant.audience`` (dids), ``agentgate.grant.parent`` (the grant delegated from) and
@@ -232,6 +234,27 @@ def revoke_span(by: str, *, holder: bool = False, tracer: Tracer | None = None) 
     reason is not recorded (free text). What was revoked is ``record_revocation``'s."""
     attributes = {"agentgate.action": "revoke", "agentgate.revoke.by": by[:MAX_CALL_ID_CHARS]}
     with _span("revoke holder" if holder else "revoke grant", SpanKind.INTERNAL, attributes, tracer) as span:
+        yield span
+
+
+@contextmanager
+def approval_span(
+    resource: str, approver: str, request_id: str, *, audit_index: int, tracer: Tracer | None = None
+) -> Iterator[Span]:
+    """A span for one approver's counted yes (an ``approval_given`` entry): ``approve {resource}``
+    (INTERNAL) with ``agentgate.action=approve``, ``agentgate.resource`` (the call's),
+    ``agentgate.approval.approver`` (the approver's did, the entry's principal),
+    ``agentgate.approval.request`` (the request answered; both cut to ``MAX_CALL_ID_CHARS``
+    characters) and ``agentgate.audit.index`` (its ``approval_given`` entry). No
+    ``agentgate.decision``: the decision is the call's, on the call's own span."""
+    attributes = {
+        "agentgate.action": "approve",
+        "agentgate.resource": resource,
+        "agentgate.approval.approver": approver[:MAX_CALL_ID_CHARS],
+        "agentgate.approval.request": request_id[:MAX_CALL_ID_CHARS],
+        "agentgate.audit.index": audit_index,
+    }
+    with _span(f"approve {resource}", SpanKind.INTERNAL, attributes, tracer) as span:
         yield span
 
 

@@ -4,14 +4,18 @@ is ``_approval.Approval``."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import threading
 import time
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager, nullcontext
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from opentelemetry.trace import Span, Tracer
+
 from agentgate.audit.entry import argument_digest, redact
+from agentgate.audit.spans import approval_span
 from agentgate.authority import ApprovalRequirement
 from agentgate.capabilities import Call
 from agentgate.errors import AuthorityError, Denied, Expired, InputError, Revoked
@@ -48,6 +52,7 @@ class _Approvals:
     _lock: threading.Lock
     _open_requests: dict[str, tuple[str, int | None, float]]
     _requests_purge_at: float
+    tracer: Tracer
 
     if TYPE_CHECKING:  # what this part calls of the gate's other parts
 
@@ -59,6 +64,12 @@ class _Approvals:
         def _decision_transaction(self) -> Iterator[Transaction]: ...
 
         def _refusal_span(self, refused: Authorization, call_id: str | None = None) -> None: ...
+
+        def _after_commit(self, span: Callable[[], None]) -> None: ...
+
+        def _untraced(self) -> bool: ...
+
+        def _span(self, auth: Authorization, call_id: str | None = None) -> AbstractContextManager[Span]: ...
 
     def _approval_state(
         self,
@@ -200,7 +211,10 @@ class _Approvals:
                 # A repeated, late, void or misdirected vote adds nothing; the count below decides.
                 unused = (f"approval by {approval.approver} not counted: {exc!s:.300}",)
             else:
-                self._write_approval_given(approval, request, self._asked_index(approval, request, tx), tx)
+                given = self._write_approval_given(
+                    approval, request, self._asked_index(approval, request, tx), tx
+                )
+                self._after_commit(functools.partial(self._approval_given_span, approval, request, given))
             votes = self.approvals.approvers(approval.request, tx=tx, rule=rule)
         return (approval, ()) if len(votes) >= rule.quorum else (None, unused)
 
@@ -216,12 +230,13 @@ class _Approvals:
 
     def _write_approval_given(
         self, approval: Approval, request: Mapping[str, Any], asked_index: int | None, tx: Transaction
-    ) -> None:
+    ) -> int:
         """Record one approver's counted yes (``approval_given``) in ``tx``, referring to the
-        request's ``approval_required`` entry when it is known (``asked_index``). The approval's
-        request id, call hash and signature are in ``reasons``, so the log alone shows that the
-        approver signed this very call (docs/audit-format.md)."""
-        self.audit.append(
+        request's ``approval_required`` entry when it is known (``asked_index``); its index. The
+        approval's request id, call hash and signature are in ``reasons``, so the log alone shows
+        that the approver signed this very call (docs/audit-format.md). Its span is the caller's
+        to make once ``tx`` commits (``_approval_given_span``)."""
+        return self.audit.append(
             {
                 "kind": "approval_given",
                 "principal": approval.approver,
@@ -240,6 +255,17 @@ class _Approvals:
             },
             tx,
         )
+
+    def _approval_given_span(self, approval: Approval, request: Mapping[str, Any], index: int) -> None:
+        """The span of the ``approval_given`` entry at ``index``: an act of authority, as a
+        revocation, linked by a span of its own (until review R54 none linked it)."""
+        if self._untraced():
+            return
+        resource = recordable(request["resource"])
+        with approval_span(
+            resource, approval.approver, approval.request, audit_index=index, tracer=self.tracer
+        ):
+            pass
 
     def approve(self, payload: Mapping[str, Any], approver: SigningKey) -> dict[str, str]:
         """Convenience for a human's tool: sign the request in ``payload``; the resume value.
@@ -391,7 +417,8 @@ class _Approvals:
         (LangGraph ``update_state``) before the call was asked for again, so no run will make the
         call they name, and they would stay listed to approvers until they expire (review R40).
         Each is closed as denied, and a ``deny`` entry of the call it named refers to its
-        ``approval_required`` entry, as a declined request's does."""
+        ``approval_required`` entry, as a declined request's does; once ``tx`` commits, each
+        such entry has its refusal span (``_superseded_span``)."""
         for old_id, old_hash, asked_index in self.approvals.supersede(call_key, tx=tx):
             with self._lock:
                 self._open_requests.pop(old_hash, None)
@@ -402,7 +429,7 @@ class _Approvals:
                 f"approval request {old_id} superseded by request {request_id}: tool call "
                 f"{request['call_id']!r} was changed and asked for again"
             )
-            self.audit.append(
+            index = self.audit.append(
                 {
                     **{name: getattr(asked, name) for name in _SUPERSEDED_FIELDS},
                     "kind": "deny",
@@ -412,6 +439,22 @@ class _Approvals:
                 },
                 tx,
             )
+            superseded = Call(asked.resource or "", request["action"], {})
+            call_id = request["call_id"] or None
+            self._after_commit(
+                functools.partial(self._superseded_span, superseded, asked.chain_hash, index, reason, call_id)
+            )
+
+    def _superseded_span(
+        self, call: Call, grant: str | None, index: int, reason: str, call_id: str | None
+    ) -> None:
+        """The refusal span of a superseded request's ``deny`` entry at ``index``: the span of a
+        refused ``call`` (until review R54 it had none, and refusals counted by span missed it),
+        its grant the one the request was asked under (``grant``, the entry's ``chain_hash``)."""
+        refused = Authorization(Verdict.DENY, call, None, (reason,), audit_index=index)
+        with self._span(refused, call_id) as span:
+            if grant is not None and span.is_recording():
+                span.set_attribute("agentgate.capability.id", grant)
 
     def _consume_approval(
         self,
@@ -420,10 +463,12 @@ class _Approvals:
         request: Mapping[str, Any],
         rule: QuorumRule | None,
         tx: Transaction,
-    ) -> Authorization:
+    ) -> tuple[Authorization, int | None]:
         """Use ``approval`` up for the call ``auth`` allows, in ``tx``: its vote counted (a quorum
         of one), the request closed and, for a vote counted now, its ``approval_given`` entry.
-        Returns ``auth`` naming the approvers and the request. Raises what ``approve`` and
+        Returns ``auth`` naming the approvers and the request, and the index of the
+        ``approval_given`` entry written (``None``: none was), whose span is the caller's to
+        make once the allow holds and ``tx`` commits. Raises what ``approve`` and
         ``consume`` raise (``Denied``, ``Expired``, ...) for an approval that does not hold."""
         voted = request["quorum"] == 1  # a larger quorum's votes were recorded as they came
         if voted:
@@ -437,14 +482,14 @@ class _Approvals:
         asked_index = self._asked_index(approval, request, tx)
         with self._lock:
             self._open_requests.pop(request["call_hash"], None)
-        if voted:
-            self._write_approval_given(approval, request, asked_index, tx)
+        given = self._write_approval_given(approval, request, asked_index, tx) if voted else None
         # The request, as a call that pauses before completing re-arms it (``_write_outcome``).
-        return replace(
+        consumed = replace(
             auth,
             approver=",".join(approvers),
             request={**request, "id": approval.request, "asked_index": asked_index},
         )
+        return consumed, given
 
     def _rearm_approval(self, tx: Transaction, auth: Authorization, status: str, reasons: list[str]) -> None:
         """Open again the approval request an approved call used when the call paused before

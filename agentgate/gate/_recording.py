@@ -4,10 +4,11 @@ its budget reservations, policy quotas and consumed approval, in the decision's 
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 import weakref
-from collections.abc import Container, Iterator, Mapping, Sequence
+from collections.abc import Callable, Container, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
@@ -63,7 +64,13 @@ class _Recording:
             request: Mapping[str, Any],
             rule: QuorumRule | None,
             tx: Transaction,
-        ) -> Authorization: ...
+        ) -> tuple[Authorization, int | None]: ...
+
+        def _approval_given_span(
+            self, approval: Approval, request: Mapping[str, Any], index: int
+        ) -> None: ...
+
+        def _after_commit(self, span: Callable[[], None]) -> None: ...
 
         @staticmethod
         def _unmetered(by_unit: Mapping[str, object]) -> str: ...
@@ -213,11 +220,12 @@ class _Recording:
             bool(quotas) or approval is not None or len(reserve) > 1 or any(len(c) > 1 for _, c, _ in reserve)
         )
         full: QuotaRef | None = None  # the quota whose window could not hold the call
+        given: int | None = None  # the approval_given entry of an approval consumed now
         if guarded:
             tx.execute("SAVEPOINT agentgate_allow")
         try:
             if approval is not None and request is not None:
-                auth = self._consume_approval(auth, approval, request, rule, tx)
+                auth, given = self._consume_approval(auth, approval, request, rule, tx)
             held = tuple(
                 (self.ledger.reserve(tx, identity.chain.ids, caps, amount), unit, amount)
                 for unit, caps, amount in reserve
@@ -232,6 +240,9 @@ class _Recording:
             return self._refuse_unheld_allow(auth, exc, full, amounts, approval, request, tx)
         if guarded:
             tx.execute("RELEASE SAVEPOINT agentgate_allow")
+        if given is not None:  # the yes holds with the allow: its span once the allow commits
+            assert approval is not None and request is not None
+            self._after_commit(functools.partial(self._approval_given_span, approval, request, given))
         entry = self._entry(auth, "allow")
         if held:
             entry["budget_delta"] = held[0][2]  # reserved, in the unit of the caller's own budget

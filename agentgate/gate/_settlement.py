@@ -7,8 +7,9 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import TYPE_CHECKING
 
 from agentgate.errors import AgentGateError, StoreError
@@ -32,6 +33,12 @@ OUTCOME_RETRY_FOR_S = 300.0
 """How long an outcome the store refuses on its own (a trigger, a lock or statement timeout on
 its budget row) is tried again, from its first refusal, before it is dropped (logged); its
 reservation then stays held until its grant expires."""
+
+
+_AFTER_COMMIT: ContextVar[list[Callable[[], None]] | None] = ContextVar(
+    "agentgate_after_commit", default=None
+)
+"""The spans waiting for the current decision transaction to commit (``_after_commit``)."""
 
 
 class _CarryFailed(Exception):
@@ -66,14 +73,33 @@ class _Settlement:
 
     @contextmanager
     def _decision_transaction(self) -> Iterator[Transaction]:
-        """A store transaction for a decision that also commits the outcomes pending until now."""
+        """A store transaction for a decision that also commits the outcomes pending until now;
+        once it has committed, the spans of the entries it wrote that no caller makes itself
+        (``_after_commit``) are made."""
         carried = self._outcomes.take()
+        spans: list[Callable[[], None]] = []
+        token = _AFTER_COMMIT.set(spans)
         try:
             with self._carrying(carried) as tx:
                 yield tx
         except BaseException:
             self._outcomes.restore(carried)
             raise
+        finally:
+            _AFTER_COMMIT.reset(token)
+        for span in spans:
+            span()
+
+    @staticmethod
+    def _after_commit(span: Callable[[], None]) -> None:
+        """Make ``span`` (the span of an entry written in the current decision transaction) once
+        that transaction has committed: a span never links an entry rolled back. Outside a
+        decision transaction it is made now."""
+        pending = _AFTER_COMMIT.get()
+        if pending is None:
+            span()
+        else:
+            pending.append(span)
 
     @contextmanager
     def _carrying(self, batch: list[PendingOutcome]) -> Iterator[Transaction]:
