@@ -38,7 +38,7 @@ from test_gate_run import closing_while_running
 from agentgate.audit.report import render_report
 from agentgate.capabilities import Call
 from agentgate.cli.main import main
-from agentgate.errors import Denied, SchedulingError, ScopeCreep
+from agentgate.errors import BrokerError, Denied, SchedulingError, ScopeCreep
 from agentgate.gate import Approval, Authorization, Gate
 from agentgate.keys import SigningKey
 from agentgate.policy import parse_policy
@@ -300,7 +300,8 @@ def _span_links(exporter: InMemorySpanExporter, entries: list[dict[str, Any]]) -
     that asked for it carries no decision of its own); a ``revoke`` entry by the ``revoke grant``
     span of ``Gate.revoke`` or ``Gate.revoke_holder``, naming the grant and who revoked it; an
     ``approval_given`` entry by an ``approve RESOURCE`` span naming the approver and the request;
-    a call's span ends as its first outcome says: ERROR for an
+    a GPU lease's decision by a ``lease gpu:TYPE`` span and each of its outcomes by a ``STATUS
+    gpu:TYPE`` span of its own; a call's span ends as its first outcome says: ERROR for an
     ``error``, ``agentgate.outcome`` as recorded. Every entry but a call's outcome (on its call's
     span) is linked: an act of authority or a refusal with no span is missed by whoever counts
     them by span."""
@@ -333,6 +334,13 @@ def _span_links(exporter: InMemorySpanExporter, entries: list[dict[str, Any]]) -
             assert attributes["agentgate.approval.approver"] == entry["principal"]
             assert f"request:{attributes['agentgate.approval.request']}" == entry["reasons"][0]
             continue
+        if entry["kind"] == "outcome":  # a GPU lease's, on a span of its own
+            assert span.name == f"{entry['status']} {entry['resource']}", (span.name, entry)
+            assert "agentgate.decision" not in attributes and attributes["agentgate.action"] == "lease"
+            assert attributes["agentgate.outcome"] == entry["status"]
+            assert attributes.get("agentgate.audit.ref") == entry["ref"]
+            assert (span.status.status_code == StatusCode.ERROR) == (entry["status"] == "error"), span.name
+            continue
         assert entry["kind"] == attributes["agentgate.decision"], (span.name, entry)
         kind, _, name = entry["resource"].partition(":")
         if kind == "agent":
@@ -348,10 +356,11 @@ def _span_links(exporter: InMemorySpanExporter, entries: list[dict[str, Any]]) -
                 assert attributes["agentgate.capability.id"] == words[2]
             granted.add(index)
             continue
-        assert span.name == {"tool": f"execute_tool {name}", "model": f"chat {name}"}[kind]
+        spans = {"tool": f"execute_tool {name}", "model": f"chat {name}", "gpu": f"lease {entry['resource']}"}
+        assert span.name == spans[kind], (span.name, entry)
         assert attributes.get("agentgate.capability.id") == entry["chain_hash"]
         outcome = outcomes.get(index)
-        if entry["kind"] == "allow" and outcome is not None:
+        if entry["kind"] == "allow" and outcome is not None and kind != "gpu":
             assert (span.status.status_code == StatusCode.ERROR) == (outcome["status"] == "error"), (
                 span.name,
                 outcome,
@@ -364,7 +373,7 @@ def _span_links(exporter: InMemorySpanExporter, entries: list[dict[str, Any]]) -
     unlinked = [
         (e["index"], e["kind"], e["resource"])
         for e in entries
-        if e["index"] not in linked and e["kind"] != "outcome"
+        if e["index"] not in linked and not (e["kind"] == "outcome" and not e["resource"].startswith("gpu:"))
     ]
     assert not unlinked, f"entries no span links: {unlinked}"
     return set(linked)
@@ -594,6 +603,44 @@ def test_a_yes_rolled_back_with_its_refused_call_has_no_span(tmp_path: Path) -> 
         assert len([s for s in exporter.get_finished_spans() if s.name == "approve tool:transfer"]) == 1
     finally:
         gate.close()
+
+
+def test_every_gpu_lease_decision_and_outcome_is_linked_by_one_span(tmp_path: Path) -> None:
+    """Review R54: an allowed GPU lease or renewal, and every outcome of a lease, had no span
+    (only a refused lease had one); each is now linked by a span of its own."""
+    from test_broker_gated import Setup
+
+    from agentgate.dispatch.broker import GangRequest
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    setup = Setup(tmp_path, tracer=provider.get_tracer("r54"))
+    try:
+        trainer = setup.ids["trainer"]
+        assert setup.gated.submit(trainer, GangRequest("ft-1", "x", 8, gpu_type="H100")).allowed
+        assert not setup.gated.submit(setup.ids["chat"], GangRequest("ft-2", "x", 8, gpu_type="H100")).allowed
+        with pytest.raises(BrokerError, match="already live"):  # allowed, then refused: an error outcome
+            setup.gated.submit(setup.ids["other"], GangRequest("ft-1", "x", 8, gpu_type="H100"))
+        setup.clock.now += 30
+        setup.gated.renew(trainer, "ft-1")
+        setup.gated.release(trainer, "ft-1")
+        setup.gate.flush()
+        entries = _read_any(setup.gate.store)
+        leases = [(e["kind"], e["status"]) for e in entries if e["resource"] == "gpu:h100"]
+        assert leases == [
+            ("allow", None),
+            ("outcome", "lease_granted"),
+            ("deny", None),
+            ("allow", None),
+            ("outcome", "error"),
+            ("allow", None),
+            ("outcome", "lease_released"),
+        ]
+        expected = {e["index"] for e in entries if e["kind"] != "outcome" or e["resource"] == "gpu:h100"}
+        assert _span_links(exporter, entries) == expected
+    finally:
+        setup.gate.close()
 
 
 # --- a process killed between a decision and its outcome ------------------------------------------

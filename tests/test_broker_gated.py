@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import test_dispatch_unrecorded_ends as second_dispatch
+from opentelemetry.trace import Tracer
 from test_broker import FakeClock
 from test_broker_restart_budget import World, lease
 
@@ -68,12 +69,16 @@ class Clock:
 
 
 class Setup:
-    def __init__(self, path: Path, constraints: str = "", approvals: str = "") -> None:
+    def __init__(
+        self, path: Path, constraints: str = "", approvals: str = "", tracer: Tracer | None = None
+    ) -> None:
         self.keys = {n: SigningKey.generate() for n in ("root", "trainer", "other", "chat")}
         extra = ", " + constraints if constraints else ""  # format arguments are not parsed again
         gates = f"approvals: {{{approvals}}}\n" if approvals else ""
         text = POLICY.format(extra=extra, **{n: k.did for n, k in self.keys.items()}) + gates
-        self.gate = Gate(parse_policy(text, source="gpu.yaml"), SQLiteStore(path / "agentgate.db"))
+        self.gate = Gate(
+            parse_policy(text, source="gpu.yaml"), SQLiteStore(path / "agentgate.db"), tracer=tracer
+        )
         self.clock = Clock()
         quotas = [TenantQuota("team-a", 16, cohort="lab"), TenantQuota("team-b", 8, cohort="lab")]
         self.broker = Broker(synthetic_topology(nodes=3, gpus_per_node=8), quotas, clock=self.clock, ttl_s=60)

@@ -19,7 +19,7 @@ from test_gate_run import closing_while_running
 from test_observability import Sweep, _calls
 
 from agentgate.capabilities import Call
-from agentgate.errors import Denied, SchedulingError, ScopeCreep
+from agentgate.errors import Denied, InputError, SchedulingError, ScopeCreep
 from agentgate.gate import Approval
 from agentgate.integrations.langgraph import ScriptedChatModel, create_gated_agent, delegation_tool
 from agentgate.keys import SigningKey
@@ -454,3 +454,21 @@ def test_an_approval_request_asked_again_is_linked_by_one_span(sweep: Sweep) -> 
     asked = [dict(s.attributes or {}) for s in sweep.exporter.get_finished_spans()]
     asked = [a for a in asked if a.get("agentgate.decision") == "approval_required"]
     assert [a.get("agentgate.audit.index") for a in asked] == [first.audit_index, None, uncounted.index]
+
+
+def test_trace_allowed_traces_a_recorded_allow_and_refuses_anything_else(sweep: Sweep) -> None:
+    """Review R54: ``Gate.trace_allowed`` (the span of an allow no run follows: a GPU lease)
+    links the allow's entry once; a refusal, whose span the Gate made already, or an object that
+    is no ``Authorization`` is an ``InputError`` and makes no span."""
+    gate = sweep.gate
+    allowed = gate.authorize(sweep.boss, Call.tool("lookup", {"id": "1"}))
+    refused = gate.authorize(sweep.boss, Call.tool("nosuch", {}))
+    before = len(sweep.exporter.get_finished_spans())
+    for wrong in (refused, "allow"):
+        with pytest.raises(InputError):
+            gate.trace_allowed(wrong)  # type: ignore[arg-type]
+    assert len(sweep.exporter.get_finished_spans()) == before
+    gate.trace_allowed(allowed)
+    span = sweep.exporter.get_finished_spans()[-1]
+    assert span.name == "execute_tool lookup"
+    assert dict(span.attributes or {})["agentgate.audit.index"] == allowed.audit_index

@@ -19,6 +19,8 @@ Followed: the GenAI agent, tool and model-call spans of OpenTelemetry semantic c
   grant revoked and the index of its ``revoke`` entry (``record_revocation``);
 - ``approve {resource}`` (INTERNAL, ``approval_span``): one approver's counted yes, with the
   approver, the request and the index of its ``approval_given`` entry;
+- ``{status} {resource}`` (INTERNAL, ``lease_outcome_span``): what happened to a GPU lease after
+  its decision (``lease_granted gpu:h100``), with the index of its ``outcome`` entry;
 - ``issue agent:{name}`` and ``delegate agent:{name}`` (INTERNAL, ``grant_span``): a grant decision
   (``Gate.issue``, ``Gate.delegate``), the same form with ``agentgate.grant.issuer`` and
   ``agentgate.grant.audience`` (dids), ``agentgate.grant.parent`` (the grant delegated from) and
@@ -255,6 +257,36 @@ def approval_span(
         "agentgate.audit.index": audit_index,
     }
     with _span(f"approve {resource}", SpanKind.INTERNAL, attributes, tracer) as span:
+        yield span
+
+
+@contextmanager
+def lease_outcome_span(
+    resource: str,
+    status: str,
+    *,
+    lease_id: str,
+    audit_index: int,
+    ref: int | None = None,
+    tracer: Tracer | None = None,
+) -> Iterator[Span]:
+    """A span for one thing that happened to a GPU lease after its decision (an ``outcome`` entry
+    of ``GatedBroker``): ``{status} {resource}`` (INTERNAL; ``lease_granted gpu:h100``,
+    ``lease_released gpu:h100``, ...) with ``agentgate.resource``, ``agentgate.action=lease``,
+    ``agentgate.lease.id`` (the request's id, cut to ``MAX_CALL_ID_CHARS`` characters),
+    ``agentgate.outcome`` (the status), ``agentgate.audit.index`` (the ``outcome`` entry) and
+    ``agentgate.audit.ref`` (the decision it refers to, when it has one). An ``error`` outcome
+    marks the span ERROR (``record_outcome``). No ``agentgate.decision``: the decision is on
+    its own ``lease {resource}`` span."""
+    attributes = {
+        "agentgate.resource": resource,
+        "agentgate.action": "lease",
+        "agentgate.lease.id": lease_id[:MAX_CALL_ID_CHARS],
+        "agentgate.audit.index": audit_index,
+        "agentgate.audit.ref": ref,
+    }
+    with _span(f"{status} {resource}", SpanKind.INTERNAL, attributes, tracer) as span:
+        record_outcome(span, status)
         yield span
 
 

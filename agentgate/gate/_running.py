@@ -427,6 +427,19 @@ class _Running:
         lost = self._settle_unless_closed(auth, "error", f"CancelledError: {why}", None, started=False)
         self._not_run_span(auth, "CancelledError", lost=lost)
 
+    def trace_allowed(self, auth: Authorization) -> None:
+        """The span of an allow that no ``run`` of this Gate follows: a GPU lease or a renewal
+        that ``GatedBroker`` hands to its broker. ``{action} {resource}`` (``lease gpu:h100``),
+        ended at once with the decision on it and ``agentgate.audit.index``, its ``allow`` entry,
+        as a refusal's span (until review R54 only refused leases had one). Not for an allow
+        that ``run``/``arun``/``abandon`` settles: their spans carry the decision already, and
+        an entry is linked by one span. ``InputError`` for an ``auth`` that is not an allow."""
+        expect(auth, Authorization, "auth", _AUTHORIZATION)
+        if not auth.allowed or auth.audit_index is None:
+            raise InputError("only a recorded allow is traced by trace_allowed")
+        with self._span(auth):
+            pass
+
     def _not_run_span(self, auth: Authorization, error_type: str, *, lost: bool) -> None:
         """The span of an allowed call settled without running (``abandon``, a ``run`` refused once
         ``close`` began): the call's span with its decision, ended at once with the ``error``

@@ -32,6 +32,7 @@ import time
 from dataclasses import dataclass
 from typing import Literal, NoReturn
 
+from agentgate.audit.spans import lease_outcome_span
 from agentgate.capabilities import Call, canonical_resource
 from agentgate.dispatch.broker._broker import Broker
 from agentgate.dispatch.broker._model import (
@@ -141,6 +142,7 @@ class GatedBroker:
             if not auth.allowed:
                 return GatedRequest(auth)
             assert identity is not None
+            self.gate.trace_allowed(auth)  # the refusal's span is the Gate's; the allow's is made here
             decided = LeaseDecision(
                 request.id,
                 identity.did,
@@ -232,6 +234,7 @@ class GatedBroker:
             auth = self.gate.authorize(identity, call, approval_gates=False)
             if not auth.allowed:
                 raise Denied(f"renewal of lease {lease_id!r} refused: {auth.explain()}", auth.decision)
+            self.gate.trace_allowed(auth)
             held = _held(auth)
             try:
                 renewed = self.broker.renew(lease_id)
@@ -245,7 +248,9 @@ class GatedBroker:
                 with self.gate.store.transaction() as tx:
                     self.gate.audit.lock(tx)
                     self._settle(tx, renewal, None)
-                    self._append(renewal, "error", f"lease {lease_id!r} ended before it was renewed", 0, tx)
+                    ended = f"lease {lease_id!r} ended before it was renewed"
+                    index = self._append(renewal, "error", ended, 0, tx)
+                self._outcome_span(renewal, "error", index)
                 self._record_pending()
                 raise
             except StoreError:
@@ -301,13 +306,14 @@ class GatedBroker:
             with self.gate.store.transaction() as tx:
                 self.gate.audit.lock(tx)
                 self.decisions.add(linked, tx)
-                self._append(
+                index = self._append(
                     linked,
                     "lease_granted",
                     "granted before its first decision; linked to it by this renewal",
                     0,
                     tx,
                 )
+            self._outcome_span(linked, "lease_granted", index)
 
     def _merge(self, lease_id: str, held: tuple[Reservation, ...]) -> bool:
         """Merge ``held`` into ``lease_id``'s decision (``_link``); False if it has none."""
@@ -453,7 +459,7 @@ class GatedBroker:
             decided = self.decisions.get(request.id)
             if decided is None:  # queued around the gate
                 decided = _unlinked(request.id, request.holder, _resource_or_any(request))
-            self._append(decided, status, reason, 0)
+            self._outcome_span(decided, status, self._append(decided, status, reason, 0))
 
     def _refuse_taken(self, decided: LeaseDecision) -> NoReturn:
         """Return an allowed request's reservations and record its ``error`` outcome, its id being
@@ -471,7 +477,8 @@ class GatedBroker:
             if recorded is not None and recorded.audit_index == decided.audit_index:
                 self.decisions.remove(decided.request_id, tx)  # written, though the store said not
             self._settle(tx, decided, None)
-            self._append(decided, "error", reason, 0, tx)
+            index = self._append(decided, "error", reason, 0, tx)
+        self._outcome_span(decided, "error", index)
 
     def _end(
         self,
@@ -484,7 +491,7 @@ class GatedBroker:
     ) -> None:
         """The last outcome of a request: its budget settled (``held``: GPUs and seconds held;
         ``None``: nothing held, all returned; ``"reserved"``: all charged), its decision
-        forgotten and the outcome appended, in one transaction."""
+        forgotten and the outcome appended, in one transaction; then the outcome's span."""
         with self.gate.store.transaction() as tx:
             self.gate.audit.lock(tx)  # before any row, as every Gate write (docs/operations.md)
             decided = self.decisions.get(request_id, tx)
@@ -492,7 +499,9 @@ class GatedBroker:
             if decided is not None:
                 delta = self._settle(tx, decided, held)
                 self.decisions.remove(request_id, tx)
-            self._append(decided or _unlinked(request_id, holder, resource), status, reason, delta, tx)
+            ended = decided or _unlinked(request_id, holder, resource)
+            index = self._append(ended, status, reason, delta, tx)
+        self._outcome_span(ended, status, index)
 
     def _settle(self, tx: Transaction, decided: LeaseDecision, held: Held) -> int:
         """Commit what the lease used of its reservations and return the rest; the amount committed
@@ -528,8 +537,10 @@ class GatedBroker:
 
     def _append(
         self, decided: LeaseDecision, status: str, reason: str, delta: int, tx: Transaction | None = None
-    ) -> None:
-        self.gate.audit.append(
+    ) -> int:
+        """Append the lease's ``outcome`` entry (in ``tx``, else committed on its own); its index.
+        Its span (``_outcome_span``) is the caller's to make once the entry is committed."""
+        return self.gate.audit.append(
             {
                 "kind": "outcome",
                 "principal": decided.principal,
@@ -542,6 +553,20 @@ class GatedBroker:
             },
             tx,
         )
+
+    def _outcome_span(self, decided: LeaseDecision, status: str, index: int) -> None:
+        """The span of the lease's committed ``outcome`` entry at ``index``: ``{status}
+        {resource}`` (``lease_outcome_span``), one per entry, as every decision has its own
+        (until review R54 a lease's outcomes had none)."""
+        with lease_outcome_span(
+            decided.resource,
+            status,
+            lease_id=decided.request_id,
+            audit_index=index,
+            ref=decided.audit_index,
+            tracer=self.gate.tracer,
+        ):
+            pass
 
 
 def _outlived(identity: AgentIdentity, ttl_s: float) -> str | None:
