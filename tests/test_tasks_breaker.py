@@ -409,3 +409,77 @@ async def test_a_corrupt_shared_breaker_row_leaves_the_local_breaker_alone(
     assert scheduler.breaker("tool:api").state is BreakerState.OPEN
     await scheduler.aclose()
     store.close()
+
+
+# --- half-open periods: a probe of an ended period touches nothing of the current one ---------
+
+
+def test_a_probe_of_an_ended_half_open_period_touches_nothing_of_the_current_one() -> None:
+    """Review R54: a probe admitted in an earlier half-open period, released or reported after
+    another probe reopened the breaker, freed or decided a probe of the new period.
+    Rule: ``admit_in_period`` names the period; a probe of an ended period gives no probe back,
+    and its outcome counts as a call admitted before the breaker opened (the probes decide)."""
+    clock = Clock()
+    breaker = CircuitBreaker(
+        "tool:x",
+        BreakerPolicy(failure_threshold=1, reset_timeout_s=10, half_open_max_calls=2),
+        clock=clock,
+    )
+    assert breaker.admit_in_period() == 0  # CLOSED: no probe
+    breaker.record_failure("transient", period=0)
+    clock.now += 10
+    early, failing = breaker.admit_in_period(), breaker.admit_in_period()
+    assert early == failing == 1
+    breaker.record_failure("transient", period=failing)  # period 1 ends: OPEN again
+    clock.now += 10
+    first, second = breaker.admit_in_period(), breaker.admit_in_period()
+    assert first == second == 2 and breaker.admit_in_period() is None
+    breaker.release(early)  # the early probe ends without a word: no probe of period 2 is freed
+    assert breaker.admit_in_period() is None
+    breaker.record_failure("error", period=early)  # nor by a failure that says nothing
+    assert breaker.admit_in_period() is None
+    breaker.record_success(period=early)  # its success leaves period 2's probes to decide
+    assert breaker.state is BreakerState.HALF_OPEN
+    breaker.record_failure("transient", period=early)  # and so does its failure
+    assert breaker.state is BreakerState.HALF_OPEN and breaker.snapshot().opened_count == 2
+    breaker.release(first)  # a current probe's release still frees its slot
+    assert breaker.admit_in_period() == 2
+    breaker.record_success(period=second)
+    assert breaker.state is BreakerState.CLOSED
+    assert breaker.admit() is False  # admit and the calls without a period work as before
+
+
+async def test_a_probe_outliving_its_half_open_period_frees_no_probe_of_the_next() -> None:
+    """Review R54: a scheduler's probe still running when another process reopened the breaker
+    gave back, at its end, the probe slot of the next half-open period, so a second probe ran
+    beside that period's one (more than ``half_open_max_calls`` at once).
+    Rule: the probe of an ended period frees nothing of the current one."""
+    config = SchedulerConfig(
+        breaker=BreakerPolicy(failure_threshold=1, reset_timeout_s=30, half_open_max_calls=1)
+    )
+    scheduler = Scheduler(config)
+    breaker = scheduler.breaker("tool:t")
+    breaker.adopt_open(60)  # opened by another process a minute ago: half open now
+    started = {"early": asyncio.Event(), "late": asyncio.Event()}
+    finish = {"early": asyncio.Event(), "late": asyncio.Event()}
+
+    async def probe(attempt: Attempt) -> str:
+        name = attempt.call.tenant
+        started[name].set()
+        await finish[name].wait()
+        return name
+
+    early = asyncio.create_task(scheduler.submit(ToolCall("t", tenant="early"), probe))
+    await started["early"].wait()
+    breaker.adopt_open(60)  # another process's probe failed: a new half-open period
+    late = asyncio.create_task(scheduler.submit(ToolCall("t", tenant="late"), probe))
+    await started["late"].wait()
+    assert breaker.admit() is None  # period 2's one probe runs
+    early.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await early
+    assert breaker.admit() is None, "the early probe's end freed the probe slot of the next period"
+    finish["late"].set()
+    assert await late == "late"
+    assert breaker.state is BreakerState.CLOSED
+    await scheduler.aclose()

@@ -11,6 +11,13 @@ States and transitions (one breaker per key, shared by every caller of one sched
   success closes neither an OPEN nor a HALF_OPEN breaker (a slow call that started before the
   failures says little about the tool now).
 
+Each entry into HALF_OPEN starts a new half-open period (numbered from 1). A probe still running
+when its period ended (another probe, or another process through the store, reopened or closed
+the breaker) is a call of an earlier period: ``admit_in_period`` says which period a probe holds,
+and a probe of an earlier period reported with its ``period`` counts as a call admitted before
+the breaker opened. Its outcome leaves the current probes to decide, and its release frees no
+probe of the current period (else more than ``half_open_max_calls`` probes could run at once).
+
 Failures outside ``trip_on`` (a bad argument, say) say nothing about the tool's health and leave
 the count alone, so one agent's bad calls cannot switch a tool off for everyone.
 
@@ -74,6 +81,7 @@ class CircuitBreaker:
         self._opened_at = 0.0
         self._opened_count = 0
         self._probes = 0
+        self._period = 0  # the latest half-open period; its probes are counted in ``_probes``
 
     def _set(self, new: BreakerState) -> None:
         old, self._state = self._state, new
@@ -82,8 +90,9 @@ class CircuitBreaker:
         if new is BreakerState.OPEN:
             self._opened_at = self._clock()
             self._opened_count += 1
-        if new is not BreakerState.HALF_OPEN:
-            self._probes = 0
+        if new is BreakerState.HALF_OPEN:
+            self._period += 1
+        self._probes = 0
         if self._on_change is not None and old is not new:
             self._on_change(self.key, old, new)
 
@@ -115,33 +124,54 @@ class CircuitBreaker:
         """Like ``allow``, saying what the call holds: None when refused, True when admitted as a
         HALF_OPEN probe (report its outcome with ``record_success`` or ``record_failure(probe=True)``,
         or ``release`` it), False when admitted while CLOSED (it holds no probe)."""
+        period = self.admit_in_period()
+        return None if period is None else period > 0
+
+    def admit_in_period(self) -> int | None:
+        """Like ``admit``, saying which half-open period a probe belongs to: None when refused, 0
+        when admitted while CLOSED (no probe), else the period (from 1) of the probe it holds.
+        Pass it back as ``period`` to ``release``, ``record_success`` and ``record_failure``: a
+        probe whose period has ended then touches nothing of the current one."""
         if self._state is BreakerState.CLOSED:
-            return False  # the common case, without the lock: a stale CLOSED read admits one call
+            return 0  # the common case, without the lock: a stale CLOSED read admits one call
         with self._lock:
             state = self._current()
             if state is BreakerState.CLOSED:
-                return False
+                return 0
             if state is BreakerState.HALF_OPEN and self._probes < self.policy.half_open_max_calls:
                 self._probes += 1
-                return True
+                return self._period
             return None
 
-    def release(self) -> None:
-        """Give back a probe reserved by ``allow`` for a call that did not run."""
+    def _holds_probe(self, probe: bool | None, period: int | None) -> bool | None:
+        """``probe`` as the calls below read it: with ``period`` given, True only for a probe of
+        the current half-open period; one of an earlier period is a call that holds none (False)."""
+        if period is None:
+            return probe
+        return period > 0 and self._state is BreakerState.HALF_OPEN and period == self._period
+
+    def release(self, period: int | None = None) -> None:
+        """Give back a probe reserved by ``allow`` for a call that did not run. ``period``: the
+        one ``admit_in_period`` answered; a probe of an ended period gives nothing back."""
         with self._lock:
+            if period is not None and not self._holds_probe(True, period):
+                return
             if self._state is BreakerState.HALF_OPEN and self._probes > 0:
                 self._probes -= 1
 
-    def record_success(self, *, probe: bool | None = None) -> None:
+    def record_success(self, *, probe: bool | None = None, period: int | None = None) -> None:
         """A call succeeded: reset the failure count; a probe success closes the breaker.
 
         ``probe=False``: the call is known to hold no probe (``admit`` answered False: admitted
         before the breaker opened); its success leaves an OPEN breaker to its reset timeout and
         a HALF_OPEN one to the probes, as its failure would. Left out: counted as before.
+        ``period``: what ``admit_in_period`` answered, in place of ``probe`` (a probe of an
+        ended period counts as ``probe=False``).
         """
         if self._state is BreakerState.CLOSED and not self._failures:
             return
         with self._lock:
+            probe = self._holds_probe(probe, period)
             if probe is False and self._current() is not BreakerState.CLOSED:
                 return
             self._failures = 0
@@ -149,7 +179,9 @@ class CircuitBreaker:
             if self._state is not BreakerState.CLOSED:
                 self._set(BreakerState.CLOSED)
 
-    def record_failure(self, error_class: str, *, probe: bool | None = None) -> None:
+    def record_failure(
+        self, error_class: str, *, probe: bool | None = None, period: int | None = None
+    ) -> None:
         """A call failed with ``error_class``; counts only if the class is in ``trip_on``.
 
         ``probe``: the call held a probe (``admit`` answered True). A failure outside ``trip_on``
@@ -157,10 +189,13 @@ class CircuitBreaker:
         (admitted while CLOSED) gives nothing back, so no more probes run than the policy allows.
         ``probe=False``: the call is known to hold none (``admit`` answered False: admitted
         before the breaker opened); while probes run in HALF_OPEN its failure is left to them.
-        Left out (a caller of ``allow``, which does not say): counted as before.
+        Left out (a caller of ``allow``, which does not say): counted as before. ``period``: what
+        ``admit_in_period`` answered, in place of ``probe`` (a probe of an ended period counts as
+        ``probe=False``: its failure is left to the current probes, and it gives none back).
         """
         with self._lock:
             state = self._current()
+            probe = self._holds_probe(probe, period)
             if error_class not in self.policy.trip_on:
                 if probe and state is BreakerState.HALF_OPEN and self._probes > 0:
                     self._probes -= 1

@@ -98,12 +98,12 @@ class _Failures:
         breaker: CircuitBreaker,
         deadline: float | None,
         now: float,
-        probe: bool = False,
+        probe: int = 0,
         cut: bool = False,
     ) -> float:
         """Attempt ``number`` failed with ``error``: note it in ``errors``, tell the breaker (``probe``:
-        the attempt held a half-open probe), count it. An idempotency key counts for the retry rule
-        only when it reaches the tool (``ToolCall.key_reaches_tool``). ``cut``: the call's own
+        the half-open period of the probe the attempt held, from ``admit_in_period``; 0: none),
+        count it. An idempotency key counts for the retry rule only when it reaches the tool (``ToolCall.key_reaches_tool``). ``cut``: the call's own
         deadline, not the tool's ``timeout_s``, ended the attempt; as a cancelled call it says
         nothing about the tool, so the breaker is not told (its probe is given back): one caller's
         tight deadlines must not open the breaker of a tool that meets its own timeout for everyone.
@@ -117,7 +117,7 @@ class _Failures:
             # A pause (LangGraph's interrupt()), not a failure: as a cancellation, it says nothing
             # of the tool (its probe is given back), and is neither retried nor a dead letter.
             if probe:
-                breaker.release()
+                breaker.release(probe)
             raise error
         try:
             found = self._classifier(error)
@@ -134,9 +134,9 @@ class _Failures:
             )
         )
         if not cut:
-            breaker.record_failure(error_class, probe=probe)
+            breaker.record_failure(error_class, period=probe)
         elif probe:
-            breaker.release()
+            breaker.release(probe)
         rule = self._rules.get(call.tool)
         if rule is None:
             if len(self._rules) >= PER_NAME_STATE:

@@ -414,10 +414,11 @@ class Scheduler(_StoreWork, _Failures):
                         raise _give_up(exc) from exc
                     # 2. the attempt, under the breaker, the cross-process lease and the attempt deadline
                     lease: Lease | None = None
-                    held = probing = False  # held: a half-open probe; probing: held, fn not started
+                    # held: the period of a half-open probe (0: none); probing: held, fn not started
+                    held = probing = 0
                     try:
                         if not breaker.closed:
-                            admitted = breaker.admit()
+                            admitted = breaker.admit_in_period()
                             if admitted is None:
                                 raise _circuit_open(breaker, tool)
                             held = probing = admitted
@@ -454,7 +455,7 @@ class Scheduler(_StoreWork, _Failures):
                             events[counted] = count + 1
                         # tuple.__new__ directly: Attempt's generated __new__ is one more Python call.
                         attempt = tuple.__new__(Attempt, (call, number, key, unix_deadline))
-                        probing = False  # from here on the outcome is reported to the breaker below
+                        probing = 0  # from here on the outcome is reported to the breaker below
                         # Calls the tool makes are nested in this one. Restored below by setting the
                         # value read at admission (``parent``: nothing else sets it in this task
                         # meanwhile) rather than by ``reset(token)``: the Token would be one more
@@ -501,15 +502,15 @@ class Scheduler(_StoreWork, _Failures):
                         # about the tool, and its half-open probe goes back (kept, the breaker
                         # stayed half open with every probe taken and refused every call for good).
                         if held and not probing:
-                            breaker.release()
+                            breaker.release(held)
                         raise
                     else:
                         if not breaker.healthy:
-                            breaker.record_success(probe=held)
+                            breaker.record_success(period=held)
                         return result
                     finally:
                         if probing:
-                            breaker.release()
+                            breaker.release(held)
                         # The local slot first: a second cancellation during the lease's release
                         # must not skip it. The release itself runs to the end, shielded.
                         with lock:

@@ -360,10 +360,11 @@ class SyncScheduler:
                     raise _circuit_open(breaker, tool)
                 waiter = self._admit(call, limits, priority, deadline, traced)
                 # 2. the attempt, under the breaker and the attempt deadline (checked, not enforced)
-                held = probing = False  # held: a half-open probe; probing: held, fn not started
+                # held: the period of a half-open probe (0: none); probing: held, fn not started
+                held = probing = 0
                 try:
                     if not breaker.closed:
-                        admitted = breaker.admit()
+                        admitted = breaker.admit_in_period()
                         if admitted is None:
                             raise _circuit_open(breaker, tool)
                         held = probing = admitted
@@ -381,7 +382,7 @@ class SyncScheduler:
                         else:
                             metrics.tally("started", tool)
                     attempt = tuple.__new__(Attempt, (call, number, key, unix_deadline))
-                    probing = False  # from here on the outcome is reported to the breaker below
+                    probing = 0  # from here on the outcome is reported to the breaker below
                     running = RUNNING.set(waiter)  # calls the tool makes are nested in this one
                     try:
                         result = fn(attempt)
@@ -396,20 +397,20 @@ class SyncScheduler:
                     )
                 except BaseException:
                     if held and not probing:  # interrupted while the tool ran: says nothing of the tool
-                        breaker.release()
+                        breaker.release(held)
                     raise
                 else:
                     if isinstance(result, CoroutineType):  # an async function: none of its body ran
                         result.close()
                         if held:
-                            breaker.release()  # says nothing of the tool
+                            breaker.release(held)  # says nothing of the tool
                         raise _async_function(tool)
                     if not breaker.healthy:
-                        breaker.record_success(probe=held)
+                        breaker.record_success(period=held)
                     return result
                 finally:
                     if probing:
-                        breaker.release()
+                        breaker.release(held)
                     with lock:
                         shared.finish(waiter)  # starts the fairest waiting call, of any scheduler
                 # 4. back off with every slot released (close() cuts it short), then try again
