@@ -323,6 +323,19 @@ def test_a_retry_policy_whose_cap_is_below_its_first_backoff_is_refused() -> Non
     assert RetryPolicy(attempts=3, backoff_initial_s=1.0, backoff_max_s=1.0).backoff_max_s == 1.0
 
 
+def test_a_backoff_longer_than_a_day_is_refused_naming_the_field() -> None:
+    """Review R54: ``backoff_max_s=1e308`` was taken, and a retried call with no deadline waited
+    that long. Rule: each backoff field is at most a day, refused by an ``InputError`` naming it."""
+    from agentgate.errors import InputError
+    from agentgate.tasks import RetryPolicy
+
+    with pytest.raises(InputError, match=r"retry\.backoff_max_s must be <= 86400, got 1e\+308"):
+        RetryPolicy(attempts=3, backoff_max_s=1e308)
+    with pytest.raises(InputError, match=r"retry\.backoff_initial_s must be <= 86400, got 86401"):
+        RetryPolicy(attempts=3, backoff_initial_s=86_401, backoff_max_s=86_401)
+    assert RetryPolicy(attempts=3, backoff_initial_s=86_400, backoff_max_s=86_400).backoff_max_s == 86_400
+
+
 # --- backoff past the deadline, a classifier that raises --------------------------------------
 
 

@@ -61,6 +61,7 @@ from agentgate.tasks import (
     by_type,
     from_function,
 )
+from agentgate.tasks._config import MAX_BACKOFF_S
 
 INF, NAN = math.inf, math.nan
 
@@ -315,9 +316,12 @@ async def test_a_rate_whose_next_token_is_centuries_away_does_not_kill_the_rate_
         await scheduler.aclose(drain=False)
 
 
-def test_a_sync_retry_backoff_longer_than_a_lock_can_wait_waits_until_close() -> None:
-    """Before: ``submit`` raised OverflowError from the backoff wait."""
-    policy = RetryPolicy(attempts=2, backoff_initial_s=1e300, backoff_max_s=1e300, retry_on=("transient",))
+def test_a_sync_retry_backoff_of_the_longest_allowed_waits_until_close() -> None:
+    """Before: ``submit`` raised OverflowError from the wait of a backoff of 1e300 s (a backoff
+    longer than a day is refused since review R54; the longest allowed still waits in steps)."""
+    policy = RetryPolicy(
+        attempts=2, backoff_initial_s=MAX_BACKOFF_S, backoff_max_s=MAX_BACKOFF_S, retry_on=("transient",)
+    )
     scheduler = SyncScheduler(SchedulerConfig(tools={"t": ToolLimits(retry=policy)}))
     calls: list[int] = []
     outcome: list[BaseException | str] = []

@@ -41,6 +41,11 @@ MAX_BURST = 2**53
 """Largest token bucket: buckets count tokens in floats, which hold integers exactly up to 2**53
 (a larger burst overflowed converting to float when the first call came)."""
 
+MAX_BACKOFF_S = 86_400.0
+"""Longest backoff a ``RetryPolicy`` takes, one day: a retry waits with every slot released and
+nothing to show for it, and a call without a deadline waited the whole backoff (a cap of 1e308 s
+was taken, and such a call never came back). Work retried a day later belongs to a job queue."""
+
 
 def _fail(what: str) -> NoReturn:
     raise InputError(f"scheduler configuration: {what}")
@@ -61,10 +66,16 @@ def _integer(value: object, where: str, minimum: int, *, optional: bool = False)
 
 
 def _number(
-    value: object, where: str, minimum: float, *, above: bool = False, optional: bool = False
+    value: object,
+    where: str,
+    minimum: float,
+    *,
+    above: bool = False,
+    optional: bool = False,
+    maximum: float | None = None,
 ) -> None:
-    """``value`` is a finite int or float (not a bool) >= ``minimum`` (> when ``above``), or None
-    when ``optional``."""
+    """``value`` is a finite int or float (not a bool) >= ``minimum`` (> when ``above``) and
+    <= ``maximum`` when given, or None when ``optional``."""
     if value is None and optional:
         return
     if isinstance(value, bool) or not isinstance(value, int | float):
@@ -74,6 +85,8 @@ def _number(
         _require(value > minimum, f"{where} must be > {minimum}, got {value}")
     else:
         _require(value >= minimum, f"{where} must be >= {minimum}, got {value}")
+    if maximum is not None:
+        _require(value <= maximum, f"{where} must be <= {maximum:g}, got {value}")
 
 
 def _flag(value: object, where: str) -> None:
@@ -111,7 +124,7 @@ class RetryPolicy:
     ``attempts`` counts every attempt, the first included (1 = never retry). Delays follow
     exponential backoff with full jitter: the n-th retry waits a uniform random time in
     ``[0, min(backoff_max_s, backoff_initial_s * multiplier ** (n - 1))]``, and never past the
-    call's deadline. Only failures whose error class is in ``retry_on`` are retried, and an
+    call's deadline. Each backoff field is at most ``MAX_BACKOFF_S`` (a day). Only failures whose error class is in ``retry_on`` are retried, and an
     ambiguous failure (``timeout``, ``connection``) only on a tool that is safe to repeat.
     """
 
@@ -123,8 +136,8 @@ class RetryPolicy:
 
     def __post_init__(self) -> None:
         _integer(self.attempts, "retry.attempts", 1)
-        _number(self.backoff_initial_s, "retry.backoff_initial_s", 0)
-        _number(self.backoff_max_s, "retry.backoff_max_s", 0)
+        _number(self.backoff_initial_s, "retry.backoff_initial_s", 0, maximum=MAX_BACKOFF_S)
+        _number(self.backoff_max_s, "retry.backoff_max_s", 0, maximum=MAX_BACKOFF_S)
         _require(
             self.backoff_max_s >= self.backoff_initial_s,
             f"retry.backoff_max_s ({self.backoff_max_s}) must be >= backoff_initial_s ({self.backoff_initial_s})",
