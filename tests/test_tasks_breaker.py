@@ -483,3 +483,87 @@ async def test_a_probe_outliving_its_half_open_period_frees_no_probe_of_the_next
     assert await late == "late"
     assert breaker.state is BreakerState.CLOSED
     await scheduler.aclose()
+
+
+# --- a stale shared row never undoes this process's own transition ----------------------------
+
+
+async def test_a_stale_shared_row_never_closes_the_breaker_this_process_just_opened(tmp_path: Path) -> None:
+    """Review R54: one stale read closed a newly opened local breaker: a "closed" row read
+    before this process's own "open" was written (read while the breaker opened, or while its
+    "open" still waited for the store, after a first read had failed and left version 0 seen)
+    was newer than the version seen and was adopted, and the next call ran against a tool that
+    had just failed. Rule: a row that may be older than a transition of this process is not
+    adopted; the breaker stays open."""
+    import threading
+
+    from agentgate.errors import StoreError
+    from agentgate.store.leases import SharedBreakers, SharedBreakerState
+
+    class Held(SharedBreakers):
+        """The store, with a read held after reading (a slow query), a write held before
+        writing (a slow commit), or a read that fails, as the test says."""
+
+        def __init__(self, store: SQLiteStore) -> None:
+            super().__init__(store)
+            self.hold_read = self.hold_write = self.fail_read = False
+            self.reading, self.read_go = threading.Event(), threading.Event()
+            self.wrote, self.write_go = threading.Event(), threading.Event()
+
+        def read(self, key: str) -> SharedBreakerState | None:
+            if self.fail_read:
+                self.fail_read = False
+                raise StoreError("the store is away")
+            found = super().read(key)
+            if self.hold_read:
+                self.hold_read = False
+                self.reading.set()
+                self.read_go.wait(10)
+            return found
+
+        def publish(self, key: str, state: str, opened_at: float) -> None:
+            if self.hold_write:
+                self.write_go.wait(10)
+            super().publish(key, state, opened_at)
+            self.wrote.set()
+
+    store = SQLiteStore(tmp_path / "s.db")
+    other = SharedBreakers(store)  # another process: it opened and closed both breakers
+    for key in ("tool:a", "tool:b"):
+        other.publish(key, "open", time.time() - 100)
+        other.publish(key, "closed", 0.0)
+    scheduler = Scheduler(SchedulerConfig(breaker=BreakerPolicy(failure_threshold=1)), store=store)
+    held = Held(store)
+    scheduler._shared_breakers = held
+
+    async def down(attempt: Attempt) -> None:
+        raise ConnectionRefusedError("upstream down")
+
+    async def up(attempt: Attempt) -> str:
+        return "ran"
+
+    try:
+        # 1. The "closed" row is read, then this process opens the breaker and writes "open".
+        held.hold_read = True
+        reading = asyncio.create_task(scheduler.submit(ToolCall("a"), up))
+        assert await asyncio.to_thread(held.reading.wait, 10)
+        with pytest.raises(ConnectionRefusedError):
+            await scheduler.submit(ToolCall("a"), down)
+        assert await asyncio.to_thread(held.wrote.wait, 10)
+        held.read_go.set()
+        with pytest.raises(CircuitOpen):
+            await reading
+        assert scheduler.breaker("tool:a").state is BreakerState.OPEN
+        # 2. The first read fails (version 0 seen); this process opens, its "open" not written yet.
+        held.fail_read = held.hold_write = True
+        with pytest.raises(ConnectionRefusedError):
+            await scheduler.submit(ToolCall("b"), down)
+        scheduler._breaker_seen.clear()  # read the row again now, not 0.25 s later
+        with pytest.raises(CircuitOpen):
+            await scheduler.submit(ToolCall("b"), up)
+        assert scheduler.breaker("tool:b").state is BreakerState.OPEN
+    finally:
+        held.read_go.set()
+        held.write_go.set()
+        await scheduler.aclose()
+    store.close()

@@ -34,7 +34,9 @@ class _BreakerSharing:
     _listeners: weakref.WeakSet[Scheduler]
     _listeners_lock: threading.Lock
     _adopting: threading.local
-    _to_publish: dict[str, tuple[str, float]]
+    _to_publish: dict[str, tuple[str, float, int]]
+    _made: dict[str, int]
+    _written: dict[str, int]
     _publishing: set[str]
     _publish_lock: threading.Lock
 
@@ -78,18 +80,19 @@ class _BreakerSharing:
         with self._listeners_lock:
             self._listeners.add(scheduler)
 
-    def queue_publication(self, key: str, state: str, opened_at: float) -> bool:
-        """Make ``state`` the next transition of ``key`` to write to the store (replacing one not
-        written yet). True when no worker is writing ``key`` now: the caller starts one
-        (``next_publication`` until None); else the worker writing it takes this one next."""
+    def queue_publication(self, key: str, state: str, opened_at: float, generation: int) -> bool:
+        """Make ``state`` (this process's transition ``generation`` of ``key``) the next one to
+        write to the store, replacing one not written yet. True when no worker is writing ``key``
+        now: the caller starts one (``next_publication`` until None, ``settle`` after each);
+        else the worker writing it takes this one next."""
         with self._publish_lock:
-            self._to_publish[key] = (state, opened_at)
+            self._to_publish[key] = (state, opened_at, generation)
             if key in self._publishing:
                 return False
             self._publishing.add(key)
             return True
 
-    def next_publication(self, key: str) -> tuple[str, float] | None:
+    def next_publication(self, key: str) -> tuple[str, float, int] | None:
         """The transition of ``key`` to write next, or None: then the worker writing ``key`` is
         done, and the next ``queue_publication`` starts another."""
         with self._publish_lock:
@@ -97,6 +100,21 @@ class _BreakerSharing:
             if latest is None:
                 self._publishing.discard(key)
             return latest
+
+    def settle(self, key: str, generation: int) -> None:
+        """This process's transitions of ``key`` up to ``generation`` are written to the store,
+        or will never be (the write failed, or no scheduler could publish)."""
+        with self._publish_lock:
+            if generation > self._written.get(key, 0):
+                self._written[key] = generation
+
+    def own_transitions(self, key: str) -> int | None:
+        """How many transitions of ``key`` this process has made, or None while one of them is
+        not written to the store yet. A row read while it is not None, when the count is the
+        same after the read, is at least as new as every transition of this process."""
+        with self._publish_lock:
+            made = self._made.get(key, 0)
+            return made if self._written.get(key, 0) >= made else None
 
     def busy_on(self, loop: asyncio.AbstractEventLoop) -> bool:
         """Whether a scheduler of these limits has calls running or waiting on ``loop``. Called
@@ -130,6 +148,9 @@ class _BreakerSharing:
         opened_at = time.time()
         if new is BreakerState.OPEN:
             self.opened_wall[key] = opened_at
+        with self._publish_lock:
+            generation = self._made[key] = self._made.get(key, 0) + 1
         for scheduler in listeners:
-            if scheduler._publish_breaker(key, new, opened_at):
-                break
+            if scheduler._publish_breaker(key, new, opened_at, generation):
+                return
+        self.settle(key, generation)  # no scheduler could publish it: none will

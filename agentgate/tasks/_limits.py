@@ -92,9 +92,12 @@ class SharedLimits(_BreakerSharing, _Lending, _RateTimer):
         self._listeners: weakref.WeakSet[Scheduler] = weakref.WeakSet()
         self._listeners_lock = threading.Lock()
         self._adopting = threading.local()
-        #: Breaker key -> its latest transition not yet written to the store (state, opened_at),
-        #: and the keys a store worker is writing now: one at a time per key, so in order.
-        self._to_publish: dict[str, tuple[str, float]] = {}
+        #: Breaker key -> its latest transition not yet written to the store (state, opened_at,
+        #: generation), and the keys a store worker is writing now: one at a time per key, so in order.
+        self._to_publish: dict[str, tuple[str, float, int]] = {}
+        #: Breaker key -> this process's transitions of it made, and those written (or given up).
+        self._made: dict[str, int] = {}
+        self._written: dict[str, int] = {}
         self._publishing: set[str] = set()
         self._publish_lock = threading.Lock()
         #: Set by ``refuse_waiting``: why no call starts any more (None: calls start).

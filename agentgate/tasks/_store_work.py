@@ -188,30 +188,32 @@ class _StoreWork:
         else:
             self.metrics.tally(names.get(new, "breaker_closed"), key)
 
-    def _publish_breaker(self, key: str, new: BreakerState, opened_at: float) -> bool:
-        """Publish a transition to the other processes from this scheduler's loop; False if it cannot."""
+    def _publish_breaker(self, key: str, new: BreakerState, opened_at: float, generation: int) -> bool:
+        """Publish this process's transition ``generation`` of ``key`` to the other processes
+        from this scheduler's loop; False if it cannot."""
         loop = self._loop() if self._loop is not None else None
         if self._shared_breakers is None or loop is None or loop.is_closed():
             return False
         state = "open" if new is BreakerState.OPEN else "closed"
         try:
             # Called under the breaker's lock, maybe from another thread: publish from the loop.
-            loop.call_soon_threadsafe(self._publish_on_loop, key, state, opened_at)
+            loop.call_soon_threadsafe(self._publish_on_loop, key, state, opened_at, generation)
         except RuntimeError:  # closed between the check and here
             return False
         return True
 
-    def _publish_on_loop(self, key: str, state: str, opened_at: float) -> None:
+    def _publish_on_loop(self, key: str, state: str, opened_at: float, generation: int) -> None:
         # One job per key at a time writes its transitions in the order they were made: a job
         # per transition, on a pool of several workers, could write a breaker's close before its
         # open, and the other processes then saw it open until its next transition.
-        if not self.shared.queue_publication(key, state, opened_at):
+        if not self.shared.queue_publication(key, state, opened_at, generation):
             return  # the job writing this key now writes this transition next
         try:
             publishing = self._blocking(self._publish_in_order, key)
         except BaseException:
-            while self.shared.next_publication(key) is not None:
-                pass  # not written: the key's next transition starts a job again
+            # Not written: the key's next transition starts a job again.
+            while (dropped := self.shared.next_publication(key)) is not None:
+                self.shared.settle(key, dropped[2])
             raise
         self._in_background(publishing, "breaker_not_shared", key)
 
@@ -223,15 +225,23 @@ class _StoreWork:
         assert self._shared_breakers is not None
         failed: Exception | None = None
         while (latest := self.shared.next_publication(key)) is not None:
+            state, opened_at, generation = latest
             try:
-                self._shared_breakers.publish(key, *latest)
+                self._shared_breakers.publish(key, state, opened_at)
             except Exception as exc:
                 failed = exc
+            finally:
+                self.shared.settle(key, generation)
         if failed is not None:
             raise failed
 
     async def _sync_breaker(self, breaker: CircuitBreaker, loop: asyncio.AbstractEventLoop) -> None:
-        """Adopt a newer breaker state another process published (read at most every _BREAKER_SYNC_S)."""
+        """Adopt a newer breaker state another process published (read at most every _BREAKER_SYNC_S).
+
+        Never a row that may be older than a transition of this process: none is read while one
+        is not written yet, and a row read while one was made is not adopted (read again next
+        time). Such a row, a stale "closed" read before this process's "open" was written, closed
+        the breaker this process had just opened (and a stale "open" reopened one it closed)."""
         assert self._shared_breakers is not None
         key = breaker.key
         now = loop.time()
@@ -240,11 +250,14 @@ class _StoreWork:
             return
         version = seen[1] if seen is not None else 0
         self._breaker_seen[key] = (now + _BREAKER_SYNC_S, version)
+        own = self.shared.own_transitions(key)
+        if own is None:
+            return  # the store does not have this process's latest transition yet
         try:
             remote = await self._blocking(self._shared_breakers.read, key)
         except StoreError:
             return  # the local breaker still protects this process
-        if remote is None or remote.version <= version:
+        if remote is None or remote.version <= version or self.shared.own_transitions(key) != own:
             return
         self._breaker_seen[key] = (now + _BREAKER_SYNC_S, remote.version)
         opened_wall = self.shared.opened_wall
