@@ -50,8 +50,9 @@ pytest_plugins = ("test_gateway",)  # its ``backends`` and ``env`` fixtures
 
 def test_a_body_over_the_limit_is_refused_however_it_is_split(env: Env) -> None:
     """Kills: the body's size counted per part (``size = len(part)``) or not checked at all.
+    Review R54: an oversized body was answered 400 invalid_request, not 413 Content Too Large.
 
-    Rule: a request body over ``MAX_BODY_BYTES`` (8 MiB) is refused 400 naming the limit, and the
+    Rule: a request body over ``MAX_BODY_BYTES`` (8 MiB) is refused 413 naming the limit, and the
     refusal is audited with nothing reserved, whatever the size of the parts it arrives in (the
     ASGI server hands it over in parts far smaller than the limit); even when it is valid JSON."""
     filler = "a" * (MAX_BODY_BYTES + 1024)
@@ -59,8 +60,10 @@ def test_a_body_over_the_limit_is_refused_however_it_is_split(env: Env) -> None:
     before_entries = len(env.entries())
     before = env.ledger()
     answer = _post(env, raw, {"Authorization": f"Bearer {env.agent.chain.token}"})
-    assert answer.status_code == 400, (answer.status_code, answer.text[:300])
-    assert f"over {MAX_BODY_BYTES} bytes" in answer.json()["error"]["message"]
+    assert answer.status_code == 413, (answer.status_code, answer.text[:300])
+    error = answer.json()["error"]
+    assert f"over {MAX_BODY_BYTES} bytes" in error["message"]
+    assert (error["type"], error["code"]) == ("invalid_request_error", "request_too_large")
     entries = env.entries()
     assert len(entries) == before_entries + 1 and entries[-1].kind != "allow"
     assert env.ledger() == before
@@ -351,9 +354,10 @@ def test_a_body_declared_over_the_limit_is_refused_before_the_caller_sends_it(en
     """Kills: a caller that asks to be told before it sends its body (``Expect: 100-continue``,
     as curl does for a body over 1 MiB) being told to go on (``100 Continue``) whatever size its
     ``Content-Length`` declares: it then sent 8 MiB only to be refused.
+    Review R54: a body declared over the limit was answered 400 invalid_request, not 413.
 
     Rule (docs/gateway.md, "Errors"): a body declared over ``MAX_BODY_BYTES`` by such a caller is
-    refused at once, 400 naming the limit, audited, nothing reserved; no ``100 Continue`` is
+    refused at once, 413 naming the limit, audited, nothing reserved; no ``100 Continue`` is
     sent, and the connection closes (the caller may send the body or not: what follows on the
     connection cannot be read as a next request)."""
     before_entries = len(env.entries())
@@ -366,9 +370,9 @@ def test_a_body_declared_over_the_limit_is_refused_before_the_caller_sends_it(en
     with socket.create_connection(("127.0.0.1", env.server.port), timeout=10) as sock:
         sock.sendall(head.encode())
         answer = _answer_of(sock)  # the connection closes after the answer
-    assert answer.startswith(b"HTTP/1.1 400"), answer[:300]
+    assert answer.startswith(b"HTTP/1.1 413"), answer[:300]
     error = json.loads(answer.split(b"\r\n\r\n", 1)[1])["error"]
-    assert f"over {MAX_BODY_BYTES} bytes" in error["message"]
+    assert f"over {MAX_BODY_BYTES} bytes" in error["message"] and error["code"] == "request_too_large"
     entries = env.entries()
     assert len(entries) == before_entries + 1 and entries[-1].kind == "deny"
     assert env.ledger() == before

@@ -78,6 +78,7 @@ from agentgate.dispatch.gateway._errors import _dispatch_error, _http_error, err
 from agentgate.dispatch.gateway._http import LOST, STALLED
 from agentgate.dispatch.gateway._request import (
     BodyTimedOut,
+    BodyTooLarge,
     _bearer,
     _declared_too_large,
     _parse_body,
@@ -309,7 +310,7 @@ class Gateway:
                     # No ``100 Continue`` goes out (only reading the body sends it), and the
                     # connection closes: whether the body follows or not, nothing after this
                     # head can be read as a next request.
-                    refusal = await self._refuse_body(too_large)
+                    refusal = await self._refuse_large_body(too_large)
                     refusal.headers["connection"] = "close"
                     return refusal, False
                 raw = await _read_body(request)
@@ -318,6 +319,8 @@ class Gateway:
                 call = chat_call(body)
             except BodyTimedOut as exc:
                 return await self._refuse_slow_body(str(exc)), False
+            except BodyTooLarge as exc:
+                return await self._refuse_large_body(str(exc)), False
             except InputError as exc:
                 return await self._refuse_body(str(exc)), False
             max_tokens = max_tokens_of(body)
@@ -478,6 +481,14 @@ class Gateway:
     async def _refuse_body(self, reason: str) -> Response:
         decision = await self._blocking(self.gate.refuse, _UNPARSED, 400, "invalid_request", reason)
         return error_response(400, f"malformed chat completion request: {reason}", decision.code or "invalid")
+
+    async def _refuse_large_body(self, reason: str) -> Response:
+        """The answer to a call whose body is over ``MAX_BODY_BYTES`` (read, or declared by a caller
+        waiting for ``100 Continue``): 413 ``request_too_large``, audited as a refusal (nothing
+        decided). Not 400: the request may be well formed, only too large (RFC 9110, 15.5.14;
+        OpenAI's API answers an oversized request 413 too)."""
+        decision = await self._blocking(self.gate.refuse, _UNPARSED, 413, "request_too_large", reason)
+        return error_response(413, reason, decision.code or "request_too_large")
 
     async def _refuse_slow_body(self, reason: str) -> Response:
         """The answer to a call whose body did not arrive in time: 408 ``request_timeout``, audited

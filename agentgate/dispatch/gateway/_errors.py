@@ -25,6 +25,7 @@ _ERROR_TYPES = {
     404: "not_found_error",
     405: "invalid_request_error",
     408: "invalid_request_error",
+    413: "invalid_request_error",
     429: "rate_limit_error",
     502: "api_error",
     503: "service_unavailable",

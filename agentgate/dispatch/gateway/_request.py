@@ -2,7 +2,8 @@
 (``MAX_BODY_BYTES``) and in time (``BODY_TIMEOUT_S``) and checked as a chat completion request of
 one choice; the prompt tokens reserved for it; the bearer token of its ``Authorization`` header,
 and whether a header that carries credentials is repeated (``_repeated_credentials``).
-A body refused raises ``InputError`` naming what is wrong (``BodyTimedOut`` for one too slow).
+A body refused raises ``InputError`` naming what is wrong (``BodyTooLarge`` for one over the
+limit, ``BodyTimedOut`` for one too slow).
 """
 
 from __future__ import annotations
@@ -29,12 +30,16 @@ CREDENTIAL_HEADERS = ("Authorization", INVOCATION_HEADER, APPROVAL_HEADER)
 """The headers that carry a call's credentials: each may be sent once (``_repeated_credentials``)."""
 
 
+class BodyTooLarge(InputError):
+    """A request body over ``MAX_BODY_BYTES``, read or declared (answered 413)."""
+
+
 class BodyTimedOut(InputError):
     """A request body that had not all arrived ``BODY_TIMEOUT_S`` after its head (answered 408)."""
 
 
 async def _read_body(request: Request) -> bytes:
-    """The request body, refused (``InputError``) as soon as it passes ``MAX_BODY_BYTES``, or
+    """The request body, refused (``BodyTooLarge``) as soon as it passes ``MAX_BODY_BYTES``, or
     (``BodyTimedOut``) when it has not all arrived ``BODY_TIMEOUT_S`` after the head (a client
     trickling its body)."""
     parts: list[bytes] = []
@@ -44,7 +49,7 @@ async def _read_body(request: Request) -> bytes:
             async for part in request.stream():
                 size += len(part)
                 if size > MAX_BODY_BYTES:
-                    raise InputError(f"the body is over {MAX_BODY_BYTES} bytes")
+                    raise BodyTooLarge(f"the body is over {MAX_BODY_BYTES} bytes")
                 parts.append(part)
     except TimeoutError:
         raise BodyTimedOut(f"the body did not arrive within {BODY_TIMEOUT_S:g} s") from None
