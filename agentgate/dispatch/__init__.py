@@ -7,8 +7,9 @@ from typing import TYPE_CHECKING
 from agentgate._lazy import lazy_exports
 
 if TYPE_CHECKING:  # the names, for type checkers; at run time each is imported on first use
+    from agentgate.dispatch._answers import ChatChunk, ChatResult, Usage
     from agentgate.dispatch._policy import AllowedBackend, Candidate, RoutePlan, RouteRequest, RoutingPolicy
-    from agentgate.dispatch.backends import BackendClient, ChatChunk, ChatResult, Timeouts, Usage
+    from agentgate.dispatch.backends import BackendClient, Timeouts
     from agentgate.dispatch.dispatcher import Dispatcher, model_slos
     from agentgate.dispatch.inventory import (
         GPU,
@@ -29,15 +30,16 @@ if TYPE_CHECKING:  # the names, for type checkers; at run time each is imported 
     from agentgate.dispatch.state import SpeedModel
 
 # The dispatcher brings aiohttp, httpx, OpenTelemetry and Prometheus; the store's broker tables and
-# the CLI need only the broker's value types: each name is imported from its module on first use.
+# the CLI need only the broker's value types: each name is imported from its module on first use,
+# the answer types (ChatChunk, ChatResult, Usage) from _answers, which imports no HTTP client.
 _EXPORTS: dict[str, str] = {
     "AllowedBackend": "agentgate.dispatch._policy",
     "Backend": "agentgate.dispatch.inventory",
     "BackendClient": "agentgate.dispatch.backends",
     "BackendCost": "agentgate.dispatch.inventory",
     "Candidate": "agentgate.dispatch._policy",
-    "ChatChunk": "agentgate.dispatch.backends",
-    "ChatResult": "agentgate.dispatch.backends",
+    "ChatChunk": "agentgate.dispatch._answers",
+    "ChatResult": "agentgate.dispatch._answers",
     "Dispatcher": "agentgate.dispatch.dispatcher",
     "EngineLoad": "agentgate.dispatch.metrics",
     "GPU": "agentgate.dispatch.inventory",
@@ -52,7 +54,7 @@ _EXPORTS: dict[str, str] = {
     "SpeedModel": "agentgate.dispatch.state",
     "TenantQuota": "agentgate.dispatch.quota",
     "Timeouts": "agentgate.dispatch.backends",
-    "Usage": "agentgate.dispatch.backends",
+    "Usage": "agentgate.dispatch._answers",
     "block_hashes": "agentgate.dispatch.prefix",
     "estimate_prompt_tokens": "agentgate.dispatch.prefix",
     "estimate_tokens": "agentgate.dispatch.prefix",
