@@ -223,6 +223,45 @@ def test_streamed_tool_call_fragments_add_up_to_the_tool_calls(tmp_path: Path, e
     assert whole.response_metadata["finish_reason"] == "tool_calls"
 
 
+def _usage_event(prompt: int, completion: int, delta: dict[str, Any] | None = None) -> str:
+    choices = [] if delta is None else [{"index": 0, "delta": delta, "finish_reason": None}]
+    usage = {"prompt_tokens": prompt, "completion_tokens": completion}
+    return json.dumps({"id": "c1", "choices": choices, "usage": usage})
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        pytest.param(
+            [
+                _event({"content": "a"}),
+                _usage_event(9, 1),
+                _event({"content": "b"}, "stop"),
+                _usage_event(9, 2),
+            ],
+            id="usage-said-twice",
+        ),
+        pytest.param(
+            [_usage_event(9, 1, {"content": "a"}), _usage_event(9, 2, {"content": "b"}), _event({}, "stop")],
+            id="usage-on-every-chunk",  # vLLM's continuous_usage_stats: each chunk the running total
+        ),
+    ],
+)
+def test_a_usage_reported_more_than_once_is_counted_once(
+    tmp_path: Path, evil: EvilBackend, answer: list[str]
+) -> None:
+    """Review R54: each usage a backend reported was put on its chunk, and LangChain adds up the
+    chunks' usage_metadata, so a usage said twice (or cumulative on every chunk) was counted twice.
+
+    Rule: the added-up answer carries the last usage reported, the one the call is charged."""
+    with _gate(tmp_path, evil.url, metrics=False) as gate:
+        evil.answer = [*answer, "[DONE]"]
+        chunks = list(_model(gate).stream([HumanMessage("hi")]))
+    assert _added_up(chunks).content == "ab"
+    assert _added_up(chunks).usage_metadata == {"input_tokens": 9, "output_tokens": 2, "total_tokens": 11}
+    assert sum(chunk.usage_metadata is not None for chunk in chunks) == 1
+
+
 @pytest.mark.parametrize(
     "fragment",
     [

@@ -218,9 +218,14 @@ def _usage_metadata(usage: Usage) -> UsageMetadata:
 
 class _Pieces:
     """A ``DispatchedChatModel`` stream as LangChain's chunks: each backend chunk's text as it
-    comes, with the usage on the chunk that carries it; the backend named on the first chunk
-    only and the finish reason where sent (LangChain concatenates text values of
-    ``response_metadata`` when it adds chunks up).
+    comes; the backend named on the first chunk only and the finish reason where sent (LangChain
+    concatenates text values of ``response_metadata`` when it adds chunks up).
+
+    The usage comes once, on the last chunk: the last the backend reported, which the call is
+    charged (the gateway and the dispatcher take the last too). LangChain adds up the
+    ``usage_metadata`` of the chunks it adds up, so a usage passed on each time the backend
+    sent one (said twice, or a running total on every chunk, as vLLM's
+    ``continuous_usage_stats``) was counted as many times, and the middleware charged the sum.
 
     Tool calls are not passed on fragment by fragment: LangChain would parse the added-up
     arguments as *partial* JSON, so arguments cut off (``{"amount": 50`` of a call stopped at
@@ -234,6 +239,7 @@ class _Pieces:
         self.named = False
         self.finished = False
         self.calls: dict[object, Any] = {}
+        self.usage: Usage | None = None
 
     def of(self, served: ChatChunk) -> ChatGenerationChunk:
         for fragment in served.tool_calls:
@@ -245,12 +251,9 @@ class _Pieces:
         if served.finish_reason is not None and not self.finished:
             metadata["finish_reason"] = served.finish_reason  # once: a second would be concatenated
             self.finished = True
-        usage = served.usage
-        message = AIMessageChunk(
-            content=served.content,
-            usage_metadata=None if usage is None else _usage_metadata(usage),
-            response_metadata=metadata,
-        )
+        if served.usage is not None:
+            self.usage = served.usage
+        message = AIMessageChunk(content=served.content, response_metadata=metadata)
         return ChatGenerationChunk(message=message)
 
     def _add(self, fragment: object) -> None:
@@ -274,7 +277,8 @@ class _Pieces:
         call.add(fragment, function)
 
     def tool_calls(self) -> ChatGenerationChunk:
-        """The last chunk: the calls put together, judged as a non-streamed answer's."""
+        """The last chunk: the calls put together, judged as a non-streamed answer's, and the
+        last usage reported."""
         whole = [call.whole() if isinstance(call, _StreamedCall) else call for call in self.calls.values()]
         calls, invalid = DispatchedChatModel._tool_calls(whole)
         quoted = [
@@ -286,6 +290,7 @@ class _Pieces:
                 content="",
                 tool_calls=calls,
                 invalid_tool_calls=quoted,
+                usage_metadata=None if self.usage is None else _usage_metadata(self.usage),
                 # As a whole answer keeps them (``_result``): the calls as the backend wrote them.
                 additional_kwargs={"tool_calls": whole} if whole else {},
             )
