@@ -300,6 +300,26 @@ async def test_a_stream_opening_with_a_byte_order_mark_is_read(raw: Raw) -> None
             await _chunks(_client(raw, http))
 
 
+async def test_an_event_spread_over_several_data_lines_is_refused(raw: Raw) -> None:
+    """Review R54 (decided, not changed): SSE lets one event span several ``data:`` lines, joined
+    with a line end, and no engine sends one (vLLM, SGLang, TGI, llama.cpp and OpenAI write each
+    chunk on one line). Reading them would mean ending events at blank lines only, and a stream
+    that ends each event at its line end, which this client reads (``Raw.sse`` serves one so),
+    would then fail.
+
+    Rule: each ``data:`` line is one whole event; one that is part of an event is a malformed
+    event, a ``BackendFailed`` before any of it is passed on (docs/dispatch.md)."""
+    raw.sse(
+        'data: {"choices": [{"delta": {"content": "x"},', 'data: "finish_reason": null}]}', "", "data: [DONE]"
+    )
+    passed: list[ChatChunk] = []
+    async with httpx.AsyncClient() as http:
+        with pytest.raises(BackendFailed, match="malformed stream event"):
+            async for chunk in _client(raw, http).stream(PAYLOAD):
+                passed.append(chunk)
+    assert passed == []
+
+
 async def test_a_plain_text_line_in_a_stream_is_not_skipped(raw: Raw) -> None:
     """Kills: ``_SSE_IGNORED`` matching ``event``/``id``/``retry`` without their colon (a line of
     plain text such as a proxy's ``identity check failed`` skipped as an SSE field, and the stream
