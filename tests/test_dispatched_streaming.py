@@ -363,7 +363,7 @@ def _answer(**message: Any) -> dict[str, Any]:
 
 
 def _agent_run(
-    tmp_path: Path, evil: ScriptedBackend, *, stream: bool
+    tmp_path: Path, evil: ScriptedBackend, *, stream: bool, usages: int = 1
 ) -> tuple[list[str], list[tuple[int, int]], int]:
     usage = json.dumps({"choices": [], "usage": {"prompt_tokens": 7, "completion_tokens": 3}})
     call = {
@@ -378,10 +378,15 @@ def _agent_run(
                 _event({"tool_calls": [{"index": 0, "function": {"arguments": '{"query": "kv'}}]}),
                 _event({"tool_calls": [{"index": 0, "function": {"arguments": ' cache"}'}}]}),
                 _event({}, finish="tool_calls"),
-                usage,
+                *[usage] * usages,
                 "[DONE]",
             ],
-            [_event({"content": "the kv "}), _event({"content": "cache holds it"}, "stop"), usage, "[DONE]"],
+            [
+                _event({"content": "the kv "}),
+                _event({"content": "cache holds it"}, "stop"),
+                *[usage] * usages,
+                "[DONE]",
+            ],
         ]
     else:
         evil.turns = [_answer(tool_calls=[call]), _answer(content="the kv cache holds it")]
@@ -422,6 +427,17 @@ def test_an_agent_streamed_through_the_dispatcher_runs_and_spends_as_under_invok
     assert streamed[0] == ["search:kv cache"]
     assert streamed[1] == [(20, 1_000_000)]  # two model calls at their reported 10 tokens each
     assert streamed == invoked
+
+
+def test_an_agent_streaming_a_usage_said_twice_is_charged_it_once(
+    tmp_path: Path, scripted: ScriptedBackend
+) -> None:
+    """Review R54: the middleware charged a streamed call the sum of its chunks' usage, and each
+    usage event a backend repeated was on a chunk of its own: charged twice.
+
+    Rule: a streamed call is charged the usage reported, however often the backend said it."""
+    streamed = _agent_run(tmp_path / "stream", scripted, stream=True, usages=2)
+    assert streamed[1] == [(20, 1_000_000)]  # two model calls at their reported 10 tokens each
 
 
 def test_a_stream_carries_the_callers_trace_to_the_backend(tmp_path: Path, sim: SimServer) -> None:
