@@ -14,7 +14,16 @@ from langchain_core.messages import AIMessage
 from langchain_core.tools import StructuredTool
 from langgraph.checkpoint.memory import InMemorySaver
 from pydantic import Field
-from test_langgraph import Team, _ask_researcher, _calls, _entries, _make_team, _tool_messages, _tools
+from test_langgraph import (
+    Team,
+    _ask_researcher,
+    _calls,
+    _entries,
+    _make_team,
+    _team_gate,
+    _tool_messages,
+    _tools,
+)
 from test_langgraph import team as team  # the fixture
 
 from agentgate.integrations.langgraph import ScriptedChatModel, create_gated_agent
@@ -420,3 +429,47 @@ def test_an_approved_tool_that_asks_the_human_itself_can_complete(tmp_path: Path
         assert made.gate.verify().ok
     finally:
         made.gate.close()
+
+
+def _with_shell(text: str) -> str:
+    """test_langgraph's team policy with ``tool:shell`` (not idempotent) granted to the supervisor."""
+    return text.replace(
+        "      - resource: tool:ask_stowaway\n      - resource: model:scripted\n    budget",
+        "      - resource: tool:ask_stowaway\n      - resource: tool:shell\n      - resource: model:scripted\n    budget",
+    )
+
+
+def test_an_async_only_tool_in_a_sync_run_is_refused_unrun_and_runs_when_replayed_async(
+    tmp_path: Path,
+) -> None:
+    """Review R54: an async-only tool under invoke was recorded as ran-and-failed, charged, and refused when replayed async."""
+    gate, _keys, supervisor = _team_gate(tmp_path / "agentgate.db", _with_shell)
+    ran: list[str] = []
+
+    async def shell(cmd: str) -> str:
+        ran.append(cmd)
+        return "ran"
+
+    tool = StructuredTool.from_function(coroutine=shell, name="shell", description="shell tool")
+    agent = create_gated_agent(
+        gate,
+        name="supervisor",
+        model=ScriptedChatModel(turns=[_calls(("shell", {"cmd": "ls"}))]),
+        tools=[tool],
+        checkpointer=InMemorySaver(),
+    )
+    config = {"configurable": {"thread_id": "t"}}
+    try:
+        (refused,) = _tool_messages(agent.invoke(GO, config, context=supervisor))
+        assert refused.status == "error" and "only an async implementation" in str(refused.content)
+        assert [e.kind for e in _entries(gate) if e.resource == "tool:shell"] == ["deny"]
+        assert list(gate.store.query("SELECT key FROM agentgate_once")) == []
+        assert ran == []
+
+        # The same call replayed under ainvoke (the checkpoint before the tools ran) runs.
+        (before_tools,) = [s for s in agent.get_state_history(config) if s.next == ("tools",)]
+        replayed = asyncio.run(agent.ainvoke(None, before_tools.config, context=supervisor))
+        assert [m.status for m in _tool_messages(replayed)] == ["success"]
+        assert ran == ["ls"]
+    finally:
+        gate.close()

@@ -36,6 +36,20 @@ def _runs_in_a_thread(tool: BaseTool) -> bool:
     return type(tool)._arun is BaseTool._arun
 
 
+def _async_only(tool: BaseTool) -> bool:
+    """Whether ``tool`` has no sync implementation: a ``StructuredTool`` or ``Tool`` made from a
+    coroutine alone, whose sync run (``invoke``, ``stream``) raises LangChain's
+    ``NotImplementedError`` before any of the tool's code runs."""
+    if not isinstance(tool, StructuredTool | Tool) or tool.func is not None or tool.coroutine is None:
+        return False
+    kind = type(tool)
+    return (
+        kind._run in (StructuredTool._run, Tool._run)
+        and kind.invoke is BaseTool.invoke
+        and kind.run is BaseTool.run
+    )
+
+
 def _marked_in_its_thread(tool: BaseTool, begin: Callable[[], None]) -> BaseTool | None:
     """A shallow copy of ``tool`` (a sync tool ``_runs_in_a_thread``) whose work calls ``begin()``
     in its worker thread before it begins (``tool._run``, bound to ``tool`` itself: what the work

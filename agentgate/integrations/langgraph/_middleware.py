@@ -52,6 +52,7 @@ from agentgate.integrations.langgraph._calls import (
     _WATCHED,
     ToolResult,
     _answer,
+    _async_only,
     _Cut,
     _failed,
     _paused,
@@ -184,6 +185,16 @@ def _undecidable(tool_call_id: str, name: str, exc: InputError) -> ToolMessage:
         status="error",
     )
 
+
+_ASYNC_ONLY = (
+    "tool {name} has only an async implementation (a coroutine), so it cannot run in a sync run "
+    "(invoke, stream); nothing ran; run the agent with ainvoke or astream"
+)
+"""Why a call of an async-only tool in a sync run is refused before it is decided. Until review
+R54 it was allowed and handed to LangChain, which raised ``NotImplementedError`` before any of
+the tool's code ran: the call was recorded as started and failed and charged, and a tool that
+must run once was refused as "already ran and failed" when its run was replayed under
+``ainvoke``."""
 
 _NO_CALL_ID = (
     "the tool call has no id; a call without one cannot be bound to one run or answered, so it is not run"
@@ -548,6 +559,8 @@ class GateMiddleware(AgentMiddleware[Any, Any, Any]):
                 raise  # the sub-agent's interrupt (an approval) pauses the supervisor's run
             except Exception as exc:  # a failing sub-agent is a failing tool, not the end of the run
                 return self._delegation_failed(request, call_id, name, exc)
+        if _async_only(request.tool):
+            return self._refuse_undecidable(request, call_id, name, InputError(_ASYNC_ONLY.format(name=name)))
         if (busy := self._ran_here(request)) is not None:
             busy.wait()
         with self._running(request):  # from its decision on: a run resumed meanwhile waits for it
