@@ -13,6 +13,7 @@ from langchain.agents.middleware import ModelFallbackMiddleware, ToolRetryMiddle
 from langchain_core.messages import AIMessage
 from langchain_core.tools import StructuredTool
 from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.types import Command
 from pydantic import Field
 from test_langgraph import (
     Team,
@@ -473,3 +474,38 @@ def test_an_async_only_tool_in_a_sync_run_is_refused_unrun_and_runs_when_replaye
         assert ran == ["ls"]
     finally:
         gate.close()
+
+
+def test_an_approval_that_does_not_count_is_asked_for_again_saying_why(team: Team) -> None:
+    """Review R54: a refused approval was asked for again with the policy's reasons only, not why it did not count."""
+
+    def publisher(path: str) -> Any:
+        model = ScriptedChatModel(turns=[_calls(("publish", {"path": path}))])
+        return create_gated_agent(
+            team.gate,
+            name="supervisor",
+            model=model,
+            tools=_tools(team),
+            checkpointer=InMemorySaver(),
+            gate_models=False,
+        )
+
+    agent, other = publisher("reports/a"), publisher("reports/b")
+    config, elsewhere = {"configurable": {"thread_id": "a"}}, {"configurable": {"thread_id": "b"}}
+    (pending,) = agent.invoke(GO, config, context=team.supervisor)["__interrupt__"]
+    (another,) = other.invoke(GO, elsewhere, context=team.supervisor)["__interrupt__"]
+    asked = pending.value["request"]["reasons"]
+    for approval, why in [
+        (team.gate.approve(pending.value, team.keys["supervisor"]), "the approver must not be the requester"),
+        (
+            team.gate.approve(pending.value, team.keys["researcher"]),
+            "its approver is not one of this call's approvers",
+        ),
+        (team.gate.approve(another.value, team.keys["dana"]), "it was given for another call"),
+    ]:
+        (pending,) = agent.invoke(Command(resume=approval), config, context=team.supervisor)["__interrupt__"]
+        assert pending.value["request"]["reasons"] == [*asked, f"approval not counted: {why}"]
+    agent.invoke(
+        Command(resume=team.gate.approve(pending.value, team.keys["dana"])), config, context=team.supervisor
+    )
+    assert team.ran == ["publish:reports/a"]

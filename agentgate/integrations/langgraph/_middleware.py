@@ -280,6 +280,20 @@ def _failure(tool_call_id: str, name: str, exc: BaseException, *, ends_run: bool
     )
 
 
+def _asking(auth: Authorization, first: Authorization) -> dict[str, Any]:
+    """The ``interrupt()`` payload of ``auth``, which waits for an approval, its request's reasons
+    followed by why the approval presented did not count: the reasons ``auth`` has that ``first``
+    (the call decided without an approval) has not (another call's, the requester's own, a key
+    the gate does not list, a vote not counted). Until review R54 the request showed only the
+    policy's reasons, so an approver asked again was not told why."""
+    payload = auth.approval_payload()
+    why = [reason for reason in auth.reasons if reason not in first.reasons]
+    if why:
+        request = payload["request"]
+        payload = {**payload, "request": {**request, "reasons": [*request.get("reasons", ()), *why]}}
+    return payload
+
+
 class GateMiddleware(AgentMiddleware[Any, Any, Any]):
     """Authorizes, schedules and audits every tool and model call of one agent through ``gate``.
 
@@ -427,13 +441,13 @@ class GateMiddleware(AgentMiddleware[Any, Any, Any]):
                 identity, call, agent=self.agent, agent_did=self.agent_did, approval=approval, **context
             )
 
-        auth = decide(None)
+        auth = first = decide(None)
         if auth.needs_approval and not _resumable():
             # interrupt() would end the run with the request open, and Command(resume=...) would
             # fail in LangGraph: an approval could never reach this call. Closed and refused now.
             auth = self._refuse_pending(auth, _NO_CHECKPOINTER)
         while auth.needs_approval:
-            approval = Approval.parse(interrupt(auth.approval_payload()))
+            approval = Approval.parse(interrupt(_asking(auth, first)))
             if approval is None:
                 auth = self._refuse_pending(auth, "the answer to the request was not an approval")
                 break
