@@ -763,3 +763,12 @@ def test_a_missing_key_file_with_an_escape_in_its_name_is_named_quoted(tmp_path:
     looked = str(tmp_path / "x\x1b[2J.pub")
     assert f"(looked at {looked!r})" in info.value.message
     assert str(info.value).isprintable() and info.value.line == 5
+
+
+def test_the_policy_bound_on_a_backoff_is_the_schedulers() -> None:
+    """Review R54: the scheduler refuses a backoff over a day (``MAX_BACKOFF_S``); the policy
+    schema writes the same bound out (so that loading a policy imports no scheduler)."""
+    from agentgate.policy import _schema
+    from agentgate.tasks._config import MAX_BACKOFF_S
+
+    assert _schema._MAX_BACKOFF_S == MAX_BACKOFF_S

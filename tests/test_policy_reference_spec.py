@@ -216,6 +216,8 @@ _MUTATIONS: list[tuple[str, object]] = [
     ("tools.pay.retry.attempts", 21),
     ("tools.pay.retry.backoff_initial_s", -0.1),
     ("tools.pay.retry.backoff_max_s", 0.05),
+    ("tools.pay.retry.backoff_max_s", 86_400.5),  # R54: over a day, refused at load, not at Gate
+    ("tools.pay.retry.backoff_initial_s", 86_401),
     ("tools.pay.retry.multiplier", 0.5),
     ("tools.pay.retry.retry_on", ["transient", "transient"]),
     ("tools.pay.retry.retry_on", ["fatal"]),
@@ -554,6 +556,7 @@ _BOUNDARIES: list[tuple[str, object]] = [
     ("tools.pay.retry.backoff_initial_s", 0),
     ("tools.pay.retry.multiplier", 1),
     ("tools.pay.retry.backoff_max_s", 0.1),
+    ("tools.pay.retry.backoff_max_s", 86_400),
     ("tools.pay.retry.retry_on", ["transient", "timeout", "connection", "error"]),
     ("tools.pay.retry.retry_on", []),
     ("models.m.cost_per_mtok.input", 0),

@@ -111,15 +111,21 @@ class RateLimit(_Model):
         return value
 
 
+_MAX_BACKOFF_S = 86_400.0
+"""``agentgate.tasks._config.MAX_BACKOFF_S``, written out so that loading a policy imports no
+scheduler (tests/test_policy_load.py checks that the two agree)."""
+
+
 class RetryPolicy(_Model):
     """How the scheduler retries a failed call (never after an ambiguous failure of a non-idempotent tool)."""
 
     attempts: int = Field(default=1, ge=1, le=20)
     """Total attempts, including the first; 1 means no retry."""
-    backoff_initial_s: float = Field(default=0.1, ge=0)
+    backoff_initial_s: float = Field(default=0.1, ge=0, le=_MAX_BACKOFF_S)
     """Wait before the second attempt."""
-    backoff_max_s: float = Field(default=10.0, ge=0)
-    """Longest wait between attempts."""
+    backoff_max_s: float = Field(default=10.0, ge=0, le=_MAX_BACKOFF_S)
+    """Longest wait between attempts (at most a day: ``agentgate.tasks._config.MAX_BACKOFF_S``,
+    refused here at its line rather than when a Gate is made)."""
     multiplier: float = Field(default=2.0, ge=1)
     """Each wait is the previous one times this (capped by ``backoff_max_s``)."""
     retry_on: list[RetryClass] = Field(default_factory=lambda: list(_RETRY_ON_DEFAULT))
