@@ -585,26 +585,6 @@ def test_dropping_the_checkpoints_alone_is_tampering_not_an_unsigned_log(
     assert "audit_checkpoints" not in _tables(db)
 
 
-def test_a_store_with_none_of_the_logs_tables_is_no_log_and_gets_none(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """Review R54: a store holding the grants part's tables and none of the log's (never made
-    there, or all dropped: the store cannot tell) verified as "intact: 0 entries" and got the
-    log's tables. Rule: no log to read, exit 2 for every audit verb, checkpoint included; no
-    table made."""
-    from agentgate.keys import SigningKey
-
-    db = audit_cli_store(tmp_path, monkeypatch)
-    with sqlite3.connect(db) as conn:
-        conn.executescript(GRANTS_DDL["sqlite"])
-    before = _tables(db)
-    key = SigningKey(b"\x42" * 32).public.did
-    for verb in (["verify", "--key", key], ["show", "--key", key], ["checkpoint"]):
-        assert main(["audit", *verb]) == 2
-        assert "no audit log in this store: it holds agentgate's other tables" in capsys.readouterr().err
-    assert _tables(db) == before and not (tmp_path / "log.key").exists()
-
-
 def test_reading_a_store_never_used_creates_nothing_in_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -315,10 +315,9 @@ def open_audit_log(
     (``log.pub`` or its did:key) when given, else with the log key where agentgate finds it
     (created only if ``create_key``). ``create_tables``: make the log's tables where missing;
     ``False`` for a verb that only reads the log, which creates nothing in the store
-    (``AuditLog(create=False)``); a log that was dropped is refused either way
-    (``refuse_dropped_log``). ``reads``: for a missing key's error line, whether the command
-    takes ``--key PUBFILE`` instead (``True``), signs with the key (``False``), or neither
-    (``None``). ``check_first``: called with the log before a log key is created (read
+    (``AuditLog(create=False)``); a log that was dropped is ``TamperDetected`` either way. ``reads``: for a missing key's error line, whether the
+    command takes ``--key PUBFILE`` instead (``True``), signs with the key (``False``), or
+    neither (``None``). ``check_first``: called with the log before a log key is created (read
     with a public key nothing was signed with, and the rotated-out keys), so that a command it
     refuses (by raising) leaves no key behind. The caller closes the store."""
     from agentgate.keys import (

@@ -243,9 +243,6 @@ def create_audit_tables(store: Store) -> bool:
 LOG_TABLES = ("audit_log", "audit_checkpoints")
 """The tables that hold the log itself: its entries and its signed checkpoints."""
 
-AUDIT_TABLES = frozenset((*LOG_TABLES, "audit_refs", "audit_refs_built", "audit_nodes"))
-"""Every table the log makes (``AUDIT_DDL``, ``REFS_DDL``), all at once."""
-
 
 def stored_tables(store: Store) -> frozenset[str]:
     """Which of agentgate's tables (``STORE_TABLES``) the store holds, where its statements find
@@ -262,14 +259,12 @@ def stored_tables(store: Store) -> frozenset[str]:
 
 
 def refuse_dropped_log(store: Store) -> bool:
-    """Raise when the store holds none or only some of the log's tables (``LOG_TABLES``) while it
-    holds others of agentgate's: ``TamperDetected`` when another of the log's tables is there
-    (``audit_refs``, ``audit_nodes``... are made with it, so the log was dropped; ``audit_refs``
-    missing from a log whose index was built, too), else ``AuditError``: none of the log's tables
-    is there, so it was never made in this store (a store that only ``grant check`` used) or all
-    of them were dropped, which the store cannot tell apart. Either way it is no empty log: one
-    made in its place would verify as intact. Returns whether the store holds the log's tables
-    (``False``: it holds none of agentgate's tables, a store never used)."""
+    """Raise ``TamperDetected`` when a table of the log (``LOG_TABLES``) is missing from a store
+    that holds another of agentgate's tables, or when ``audit_refs`` is missing from a log whose
+    reference index was built: every way agentgate sets up a store (``agentgate store init``, a
+    ``Gate``, ``grant revoke``) creates the log's tables with the others, so the log was dropped,
+    and an empty log made in its place would verify as intact. Returns whether the store holds
+    the log's tables (``False``: it holds none of agentgate's tables, a store never used)."""
     tables = stored_tables(store)
     missing = [name for name in LOG_TABLES if name not in tables]
     if "audit_refs_built" in tables and "audit_refs" not in tables:
@@ -280,18 +275,11 @@ def refuse_dropped_log(store: Store) -> bool:
         return False
     held = sorted(tables)
     listed = ", ".join(held[:4]) + (f" and {len(held) - 4} more" if len(held) > 4 else "")
-    if not tables & AUDIT_TABLES:
-        raise AuditError(
-            f"no audit log in this store: it holds agentgate's other tables ({listed}) but none of the "
-            "log's: never made here, or all of them dropped; nothing to read, and nothing was created "
-            "(agentgate store init makes the missing tables)"
-        )
     which = "table" if len(missing) == 1 else "tables"
-    are = "is" if len(missing) == 1 else "are"
     raise TamperDetected(
-        f"the audit log's {which} {', '.join(missing)} {are} missing from a store that holds its other "
-        f"tables and agentgate's ({listed}): the log was dropped, not an empty log; nothing was read "
-        "and nothing created"
+        f"the audit log's {which} {', '.join(missing)} {'is' if len(missing) == 1 else 'are'} missing from a store that holds agentgate's "
+        f"other tables ({listed}): the log was dropped (agentgate creates its tables with the "
+        "others), not an empty log; nothing was read and nothing created"
     )
 
 
