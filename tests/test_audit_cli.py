@@ -628,24 +628,3 @@ def test_show_lists_an_index_two_rows_hold_once_and_names_it_as_verify_does(
         assert err.splitlines() == [
             f"agentgate: warning: {named} (one of them shown; run agentgate audit verify)"
         ]
-
-
-def test_verify_says_a_log_without_a_checkpoint_is_unsigned(
-    populated: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """Review R54: verify said "intact" for a log with entries and no checkpoint, which nothing
-    signs. Rule: the verdict (still exit 0) says it is unsigned; a log with a checkpoint, or
-    checked against a saved one, gets no such words."""
-    assert main(["audit", "verify"]) == 0
-    out = capsys.readouterr().out
-    assert out.startswith("intact: 13 entries, ")
-    assert out.endswith(
-        ", 0 checkpoints (unsigned: no checkpoint yet, protected only by the database's triggers)\n"
-    )
-    saved = populated / "saved.note"
-    assert main(["audit", "checkpoint", "--out", str(saved)]) == 0
-    capsys.readouterr()
-    for given in ([], ["--checkpoint", str(saved)]):
-        assert main(["audit", "verify", *given]) == 0
-        out = capsys.readouterr().out
-        assert out.endswith(", 1 checkpoints\n") and "unsigned" not in out

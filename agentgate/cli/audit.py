@@ -239,10 +239,6 @@ def _refuse_own_files(path: str, store: Store, key: str | None) -> None:
             raise InputError(f"{path}: cannot write: it is {what} ({own}); name another file")
 
 
-UNSIGNED = " (unsigned: no checkpoint yet, protected only by the database's triggers)"
-"""What ``verify`` adds to the verdict ``intact`` of a log that no checkpoint signs."""
-
-
 def _verify(args: argparse.Namespace) -> int:
     saved = None
     if args.checkpoint:
@@ -270,12 +266,8 @@ def _verify(args: argparse.Namespace) -> int:
                 ) from exc
         report = log.verify(saved_checkpoint=saved)
     if report.ok:
-        # Nothing signs a log with no checkpoint: its verdict says so, so that "intact" is not read
-        # as "signed" (a log whose rows and checkpoints were all deleted reads the same).
-        unsigned = "" if report.checkpoints_checked or saved is not None else UNSIGNED
         print(
-            f"intact: {report.size} entries, root {report.root.hex()}, "
-            f"{report.checkpoints_checked} checkpoints{unsigned}"
+            f"intact: {report.size} entries, root {report.root.hex()}, {report.checkpoints_checked} checkpoints"
         )
         return 0
     print(f"TAMPERED: {len(report.problems)} problem(s)")
