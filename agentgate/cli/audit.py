@@ -337,13 +337,6 @@ def _show(args: argparse.Namespace) -> int:
                     f"{entry.index:>6}  {entry.time}  {entry.kind:<17} {printable(entry.principal[:32]):<32} "
                     f"{printable(entry.resource or '-'):<28} {entry.budget_delta:>8}  {reasons}"
                 )
-        # Each index is listed once, as verify reads one row of it; the other rows are named
-        # here, not listed as entries (on standard error: --json stays one entry a line).
-        for index, rows in log.repeated_indexes(start):
-            sys.stderr.write(
-                f"agentgate: warning: entry {index}: {rows} rows hold this index, which one entry has: "
-                "rows inserted outside agentgate (one of them shown; run agentgate audit verify)\n"
-            )
     return 0
 
 

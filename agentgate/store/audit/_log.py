@@ -348,15 +348,9 @@ class AuditLog(_Proofs, _CachedRoots, _Verification):
 
         Raises ``TamperDetected`` (naming its index) at the first entry whose bytes are not a
         canonical entry, or passes over it when ``skip_malformed`` (a report of a log that
-        ``verify`` found tampered). An index that more than one row holds (a table without its
-        primary key) yields one of them, as ``verify``'s pass reads one: an index is one entry;
-        ``repeated_indexes`` names such indexes.
+        ``verify`` found tampered).
         """
-        previous: int | None = None
         for idx, data, _leaf in self._rows(include_entry_from=start, start=start):
-            if idx == previous:
-                continue
-            previous = idx
             try:
                 yield _parsed(idx, data or b"")
             except TamperDetected:

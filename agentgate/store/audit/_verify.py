@@ -200,7 +200,11 @@ class _Verification:
         )
         if stored <= size:
             return
-        repeated = self.repeated_indexes(0, size)
+        repeated = self.store.query(
+            "SELECT idx, COUNT(*) FROM audit_log WHERE idx >= 0 AND idx < ? "
+            "GROUP BY idx HAVING COUNT(*) > 1 ORDER BY idx LIMIT 10",
+            (size,),
+        )
         for idx, rows in repeated:
             problems.append(
                 f"entry {idx}: {rows} rows hold this index, which one entry has: rows inserted outside "
@@ -209,18 +213,6 @@ class _Verification:
             bad.append(int(idx))
         if stored - size > sum(rows - 1 for _idx, rows in repeated):
             problems.append(f"audit_log has {stored - size} more row(s) below index {size} than entries")
-
-    def repeated_indexes(self, start: int = 0, end: int | None = None) -> list[tuple[int, int]]:
-        """The first ten indexes from ``start`` (below ``end`` when given) that more than one row of
-        ``audit_log`` holds, each with its number of rows: possible only in a table whose primary
-        key was dropped. ``verify`` names each as tampering; ``entries`` yields one row of each."""
-        below, params = ("AND idx < ? ", (start, end)) if end is not None else ("", (start,))
-        rows = self.store.query(
-            f"SELECT idx, COUNT(*) FROM audit_log WHERE idx >= ? {below}"
-            "GROUP BY idx HAVING COUNT(*) > 1 ORDER BY idx LIMIT 10",
-            params,
-        )
-        return [(int(idx), int(count)) for idx, count in rows]
 
     def _signed_roots(
         self, saved_checkpoint: str | None, problems: list[str], unopened: list[tuple[str, ...]]
