@@ -309,13 +309,10 @@ def open_audit_log(
     create_key: bool = False,
     reads: bool | None = None,
     check_first: Callable[[AuditLog], object] | None = None,
-    create_tables: bool = True,
 ) -> tuple[Store, AuditLog]:
     """The store (as ``open_existing_store``) and its audit log, read with ``public_key``
     (``log.pub`` or its did:key) when given, else with the log key where agentgate finds it
-    (created only if ``create_key``). ``create_tables``: make the log's tables where missing;
-    ``False`` for a verb that only reads the log, which creates nothing in the store
-    (``AuditLog(create=False)``); a log that was dropped is ``TamperDetected`` either way. ``reads``: for a missing key's error line, whether the
+    (created only if ``create_key``). ``reads``: for a missing key's error line, whether the
     command takes ``--key PUBFILE`` instead (``True``), signs with the key (``False``), or
     neither (``None``). ``check_first``: called with the log before a log key is created (read
     with a public key nothing was signed with, and the rotated-out keys), so that a command it
@@ -326,13 +323,9 @@ def open_audit_log(
     )  # the log and its keys: only for verbs that read it
     from agentgate.store.audit import AuditLog, log_key_path, log_origin, open_log_key, previous_log_keys
     from agentgate.store.audit._keys import refuse_new_log_key
-    from agentgate.store.audit._schema import refuse_dropped_log
 
     store = open_existing_store(url)
     try:
-        # Even a verb that signs refuses a log that was dropped: a log made anew in its place,
-        # then checkpointed, would verify as intact.
-        refuse_dropped_log(store)
         key: PublicKey | SigningKey
         if public_key:
             key = load_public_key(public_key)
@@ -348,9 +341,7 @@ def open_audit_log(
                     )
                 )
             key = open_log_key(store, create=create_key)
-        return store, AuditLog(
-            store, key, log_origin(), previous_keys=previous_log_keys(), create=create_tables
-        )
+        return store, AuditLog(store, key, log_origin(), previous_keys=previous_log_keys())
     except BaseException:
         store.close()
         raise

@@ -19,7 +19,7 @@ from agentgate.store._base import Row, Store, Transaction, loaded_driver_errors
 from agentgate.store.audit._keys import DEFAULT_ORIGIN, entry_limit
 from agentgate.store.audit._nodes import _CachedRoots
 from agentgate.store.audit._proofs import _Proofs
-from agentgate.store.audit._schema import APPEND_LOCK, create_audit_tables, open_audit_tables
+from agentgate.store.audit._schema import APPEND_LOCK, create_audit_tables
 from agentgate.store.audit._stored import _bytes, _index_of, _note, _parsed, _whole
 from agentgate.store.audit._verify import _Verification
 
@@ -62,7 +62,6 @@ class AuditLog(_Proofs, _CachedRoots, _Verification):
         *,
         previous_keys: Sequence[PublicKey] = (),
         max_entry_bytes: int | None = None,
-        create: bool = True,
     ) -> None:
         """The log in ``store``, signing new checkpoints with ``signer``.
 
@@ -74,11 +73,6 @@ class AuditLog(_Proofs, _CachedRoots, _Verification):
         still verify; new checkpoints are signed only with ``signer``. Given the log key's public
         key only (an auditor's copy), the log reads, verifies and proves against stored
         checkpoints, and ``checkpoint`` raises ``AuditError`` when it would have to sign.
-
-        ``create``: make the log's tables, triggers and reference index where missing
-        (``create_audit_tables``). ``False`` (the verbs that only read a log) makes nothing, and
-        raises ``TamperDetected`` for a store whose log was dropped and ``AuditError`` for one that
-        holds no table of agentgate's (``open_audit_tables``).
         """
         self.max_entry_bytes = entry_limit(max_entry_bytes)
         self.store = store
@@ -87,7 +81,7 @@ class AuditLog(_Proofs, _CachedRoots, _Verification):
         self.origin = origin
         self.previous_keys = tuple(previous_keys)
         Checkpoint(origin, 0, bytes(32)).text()  # validates the origin now, not at the first checkpoint
-        self.refs_indexed = create_audit_tables(store) if create else open_audit_tables(store)
+        self.refs_indexed = create_audit_tables(store)
         """Whether ``audit_refs`` indexes every entry's reference (else ``explain`` scans the log)."""
         # Appends guess the next index only where the next-index trigger is known to guard them.
         self._guessing = store.dialect == "sqlite" and bool(

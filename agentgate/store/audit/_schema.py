@@ -1,13 +1,11 @@
 """The audit log's tables (``AUDIT_DDL``), its reference index and cache of block roots
-(``REFS_DDL``), the PostgreSQL append lock, ``create_audit_tables``, which makes them and
-indexes the entries written before the index, and ``open_audit_tables``, which makes nothing:
-for the verbs that only read a log."""
+(``REFS_DDL``), the PostgreSQL append lock, and ``create_audit_tables``, which makes them and
+indexes the entries written before the index."""
 
 from __future__ import annotations
 
-from agentgate.errors import AuditError, StoreError, TamperDetected
+from agentgate.errors import StoreError
 from agentgate.store._base import Dialect, Store, loaded_driver_errors
-from agentgate.store._existing import STORE_TABLES
 
 APPEND_LOCK = 27416741019937140
 """The PostgreSQL advisory lock that serializes appends (ASCII "agaudit"; the same number is
@@ -238,61 +236,3 @@ def create_audit_tables(store: Store) -> bool:
     except loaded_driver_errors(StoreError):
         return False
     return True
-
-
-LOG_TABLES = ("audit_log", "audit_checkpoints")
-"""The tables that hold the log itself: its entries and its signed checkpoints."""
-
-
-def stored_tables(store: Store) -> frozenset[str]:
-    """Which of agentgate's tables (``STORE_TABLES``) the store holds, where its statements find
-    them (PostgreSQL: the search path)."""
-    if store.dialect == "sqlite":
-        rows = store.query("SELECT name FROM sqlite_master WHERE type = 'table'")
-    else:
-        names = ", ".join(f"'{name}'" for name in STORE_TABLES)  # constants: no value of the caller's
-        rows = store.query(
-            "SELECT c.relname FROM pg_catalog.pg_class c WHERE c.relkind IN ('r', 'p') "
-            f"AND c.relname IN ({names}) AND pg_catalog.pg_table_is_visible(c.oid)"
-        )
-    return frozenset(str(row[0]) for row in rows) & frozenset(STORE_TABLES)
-
-
-def refuse_dropped_log(store: Store) -> bool:
-    """Raise ``TamperDetected`` when a table of the log (``LOG_TABLES``) is missing from a store
-    that holds another of agentgate's tables, or when ``audit_refs`` is missing from a log whose
-    reference index was built: every way agentgate sets up a store (``agentgate store init``, a
-    ``Gate``, ``grant revoke``) creates the log's tables with the others, so the log was dropped,
-    and an empty log made in its place would verify as intact. Returns whether the store holds
-    the log's tables (``False``: it holds none of agentgate's tables, a store never used)."""
-    tables = stored_tables(store)
-    missing = [name for name in LOG_TABLES if name not in tables]
-    if "audit_refs_built" in tables and "audit_refs" not in tables:
-        missing.append("audit_refs")
-    if not missing:
-        return True
-    if not tables:
-        return False
-    held = sorted(tables)
-    listed = ", ".join(held[:4]) + (f" and {len(held) - 4} more" if len(held) > 4 else "")
-    which = "table" if len(missing) == 1 else "tables"
-    raise TamperDetected(
-        f"the audit log's {which} {', '.join(missing)} {'is' if len(missing) == 1 else 'are'} missing from a store that holds agentgate's "
-        f"other tables ({listed}): the log was dropped (agentgate creates its tables with the "
-        "others), not an empty log; nothing was read and nothing created"
-    )
-
-
-def open_audit_tables(store: Store) -> bool:
-    """The log's tables as they are, for a verb that only reads: creates nothing (no table, no
-    trigger, no index row). Returns whether the reference index ``audit_refs`` is complete.
-    Raises ``TamperDetected`` for a dropped log (``refuse_dropped_log``), and ``AuditError`` for a
-    store that holds no table of agentgate's (opened but never used: no log to read)."""
-    if not refuse_dropped_log(store):
-        raise AuditError(
-            "no audit log in this store: it holds none of agentgate's tables (a store never used); "
-            "nothing to read, and nothing was created (agentgate store init sets up a store)"
-        )
-    if not {"audit_refs", "audit_refs_built"} <= stored_tables(store):
-        return False  # a log from before the index: explain scans, verify has no index to compare
-    return bool(store.query("SELECT 1 FROM audit_refs_built"))
