@@ -127,6 +127,14 @@ class Locations:
             path = path[:-1]
 
 
+def null_written(text: str) -> str | None:
+    """How a document that ``load_yaml`` loaded as null wrote it (``~``, ``null``...), or None
+    where it holds no value at all (nothing, comments, a bare ``---``): a value written as null,
+    or an empty file. Only for a text ``load_yaml`` has already parsed."""
+    node = yaml.compose(text, Loader=_Loader)
+    return str(node.value) if isinstance(node, yaml.ScalarNode) and node.value else None
+
+
 def mark_at(text: str, index: int) -> Mark:
     """The line and column of ``text[index]``, counting line breaks as YAML does."""
     line, start = 1, 0

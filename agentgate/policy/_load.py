@@ -17,11 +17,10 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
 from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
-from agentgate._yaml import Locations, Mark, dotted_path, load_yaml, mark_at, read_source
+from agentgate._yaml import Locations, Mark, dotted_path, load_yaml, mark_at, null_written, read_source
 from agentgate.capabilities import DEFAULT_ACTIONS, Capability, Constraint, canonical_resource
 from agentgate.errors import CapabilityError, KeyFileError, PolicyError
 from agentgate.keys import as_path, is_key_text, load_public_key
@@ -273,25 +272,20 @@ def parse_policy(
             hint="re-save as UTF-8",
         ) from None
     content, locations = load_yaml(text, source=source)
-    written = _null_written(text) if content is None else None
-    if written is not None:
-        at = locations.of(()) or Mark(1, 1)
+    if content is None:
+        written = null_written(text)
+        if written is None:  # no value at all: nothing, comments, a bare ``---``
+            message, said, at = "the policy file is empty", "an empty policy", Mark(1, 1)
+        else:  # ``~``, ``null``: located where it is written
+            message, said = f"the policy is null ({written!r}), not a mapping", "a policy of null"
+            at = locations.of(()) or Mark(1, 1)
         raise PolicyError(
-            f"the policy is null ({written!r}), not a mapping",
+            message,
             file=source,
             line=at.line,
             column=at.column,
             expected="a mapping starting with 'version: 1'",
-            hint="a policy of null would deny everything; write 'version: 1' and the roles you mean",
-        )
-    if content is None:
-        raise PolicyError(
-            "the policy file is empty",
-            file=source,
-            line=1,
-            column=1,
-            expected="a mapping starting with 'version: 1'",
-            hint="an empty policy would deny everything; write 'version: 1' and the roles you mean",
+            hint=f"{said} would deny everything; write 'version: 1' and the roles you mean",
         )
     if not isinstance(content, dict):
         raise PolicyError(
@@ -403,16 +397,6 @@ def _schema_error(exc: ValidationError, source: str, locations: Locations) -> Po
         or (None if kind == "value_error" else first["msg"].removeprefix("Input should be ").strip() or None),
         hint=hint,
     )
-
-
-def _null_written(text: str) -> str | None:
-    """How a document that loaded as null wrote it (``~``, ``null``...), or None where it holds no
-    value at all (nothing, comments, a bare ``---``): the first is a policy written as null, the
-    second an empty file. Only called on a text ``load_yaml`` has already parsed."""
-    node = yaml.compose(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
-    if isinstance(node, yaml.ScalarNode) and node.value:
-        return str(node.value)
-    return None
 
 
 def _yaml_kind(value: object) -> str:
