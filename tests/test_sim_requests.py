@@ -114,7 +114,7 @@ def test_a_huge_prompt_on_the_default_server_is_refused_quickly() -> None:
 
 
 def test_a_body_over_the_size_limit_is_refused_without_reading_it_all() -> None:
-    """A body past ``MAX_BODY_BYTES`` is a 400 (memory stays bounded); the server keeps serving."""
+    """A body past ``MAX_BODY_BYTES`` is a 413 (memory stays bounded); the server keeps serving."""
     from agentgate.sim._server import MAX_BODY_BYTES
 
     with SimServer(time_scale=0.001) as server:
@@ -124,7 +124,7 @@ def test_a_body_over_the_size_limit_is_refused_without_reading_it_all() -> None:
         except httpx.TransportError:
             pass  # the server may close the connection while the client is still sending the rest
         else:
-            assert answer.status_code == 400
+            assert answer.status_code == 413
             assert "larger than" in answer.json()["error"]["message"]
         assert _post(server, _body(max_tokens=1)).status_code == 200
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
 import socket
 import time
 
@@ -12,6 +14,7 @@ import pytest
 from agentgate.dispatch.metrics import load_from_text
 from agentgate.errors import InputError
 from agentgate.sim import SimServer
+from agentgate.sim import _server as sim_server
 
 
 def test_openai_client_talks_to_the_simulator() -> None:
@@ -134,3 +137,48 @@ def test_a_body_timeout_that_is_not_a_positive_number_is_refused(seconds: float)
     number of seconds would answer every request 408, or never."""
     with pytest.raises(InputError, match="body_timeout_s must be a positive number"):
         SimServer(body_timeout_s=seconds)
+
+
+def _answer_to_endless_body(port: int, declared: int) -> tuple[bytes, int]:
+    """Send a chat head declaring ``declared`` bytes, then body bytes until an answer comes (or
+    the connection closes); return what was read and how many body bytes were sent by then."""
+    piece = b" " * 65536
+    sent, got = 0, b""
+    with socket.create_connection(("127.0.0.1", port), timeout=0.05) as conn:
+        conn.sendall(
+            b"POST /v1/chat/completions HTTP/1.1\r\nhost: sim\r\ncontent-type: application/json\r\n"
+            b"content-length: %d\r\n\r\n" % declared
+        )
+        deadline = time.monotonic() + 10  # a bound on a failing test, not a timing asserted
+        while b"\r\n\r\n" not in got and sent < declared and time.monotonic() < deadline:
+            with contextlib.suppress(TimeoutError):
+                sent += conn.send(piece[: declared - sent])
+            with contextlib.suppress(TimeoutError):
+                if not (chunk := conn.recv(65536)):
+                    break
+                got += chunk
+        with contextlib.suppress(TimeoutError, OSError):
+            while b'"code":' not in got and (chunk := conn.recv(65536)):
+                got += chunk
+    return got, sent
+
+
+def test_a_body_over_the_limit_is_answered_413_before_the_rest_is_read(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Review R55: the simulator answered a body over ``MAX_BODY_BYTES`` 400, where the gateway
+    (and OpenAI's API) answer 413: the request may be well formed, only too large.
+
+    Rule: a body that passes the limit is answered 413 with an OpenAI error body as soon as it
+    does, long before the rest of a body declared far larger has been sent; nothing is served."""
+    monkeypatch.setattr(sim_server, "MAX_BODY_BYTES", 256 * 1024)
+    declared = 256 * 1024 * 1024
+    with SimServer(time_scale=0.05) as server:
+        got, sent = _answer_to_endless_body(server.port, declared)
+        assert server.served == 0
+    head, _, body = got.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 413 "), got[:300]
+    error = json.loads(body)["error"]
+    assert error["type"] == "invalid_request_error" and error["code"] == 413
+    assert f"larger than {256 * 1024} bytes" in error["message"]
+    assert sent < declared // 4

@@ -9,8 +9,9 @@ server on its own thread and event loop. Engine steps take their simulated durat
   request (``n`` or ``best_of`` other than 1 is refused). A malformed
   body, or one whose prompt plus ``max_tokens`` exceeds ``max_model_len`` (the lesser of the
   argument, default 131072, and the KV capacity), is a 400 with an OpenAI error body
-  (``_request.py``); a body over ``MAX_BODY_BYTES`` (16 MiB) is refused unread, and one that has
-  not arrived in full ``body_timeout_s`` (default 30) seconds after its headers is a 408. A non-streaming request whose client hangs up is cancelled in the engine.
+  (``_request.py``); a body over ``MAX_BODY_BYTES`` (16 MiB) is a 413 as soon as it passes the
+  limit (the rest is not buffered), and one that has not arrived in full ``body_timeout_s``
+  (default 30) seconds after its headers is a 408. A non-streaming request whose client hangs up is cancelled in the engine.
 - ``GET /v1/models``: the served model.
 - ``GET /metrics``: Prometheus text with vLLM's metric names, refreshed every ``scrape_lag_s``
   simulated seconds (vLLM's own gauges also trail the engine).
@@ -405,6 +406,9 @@ class SimServer:
             async with asyncio.timeout(self.body_timeout_s):
                 body = await _read_body(request)
             chat = parse_chat(body, self.max_model_len)
+        except _BodyTooLarge as exc:
+            # 413, as the gateway and OpenAI's API answer it: the request may be well formed.
+            return _error(413, "invalid_request_error", str(exc))
         except InputError as exc:
             return _error(400, "invalid_request_error", str(exc))
         except TimeoutError:
@@ -495,13 +499,18 @@ class SimServer:
         }
 
 
+class _BodyTooLarge(InputError):
+    """A chat body over ``MAX_BODY_BYTES`` (answered 413)."""
+
+
 async def _read_body(request: Request) -> bytes:
-    """The request's body; ``InputError`` as soon as it passes ``MAX_BODY_BYTES``."""
+    """The request's body; ``_BodyTooLarge`` as soon as it passes ``MAX_BODY_BYTES`` (nothing more
+    of it is read into memory)."""
     body = bytearray()
     async for chunk in request.stream():
+        if len(body) + len(chunk) > MAX_BODY_BYTES:
+            raise _BodyTooLarge(f"the body is larger than {MAX_BODY_BYTES} bytes")
         body += chunk
-        if len(body) > MAX_BODY_BYTES:
-            raise InputError(f"the body is larger than {MAX_BODY_BYTES} bytes")
     return bytes(body)
 
 
