@@ -346,7 +346,7 @@ def test_a_request_head_over_64_kib_is_431_and_never_buffered_whole(env: Env) ->
 
 
 def test_a_head_sent_too_slowly_is_408(env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(gateway_http, "HEAD_TIMEOUT_S", 0.3)
+    monkeypatch.setattr(gateway_http.BoundedHttpToolsProtocol, "head_timeout_s", 0.3)
     with socket.create_connection(("127.0.0.1", env.server.port), timeout=5) as sock:
         sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n")
         time.sleep(0.6)

@@ -75,7 +75,7 @@ def test_a_request_refused_for_a_slow_head_behind_a_running_call_is_never_served
     read: the rest of its head, sent late, is not parsed into a request that would then be
     decided, charged and answered ahead of the refusal. The connection gets the first call's
     answer, the 408, and closes; one call allowed."""
-    monkeypatch.setattr(gateway_http, "HEAD_TIMEOUT_S", 0.3)
+    monkeypatch.setattr(gateway_http.BoundedHttpToolsProtocol, "head_timeout_s", 0.3)
     first = {"model": PIPE_MODEL, "messages": [{"role": "user", "content": "Hi."}], "max_tokens": 300}
     with _pipe_env(tmp_path, time_scale=1.0) as env:
         late = env.request({**first, "max_tokens": 5})

@@ -182,3 +182,46 @@ def test_a_body_over_the_limit_is_answered_413_before_the_rest_is_read(
     assert error["type"] == "invalid_request_error" and error["code"] == 413
     assert f"larger than {256 * 1024} bytes" in error["message"]
     assert sent < declared // 4
+
+
+def _trickled_head_answer(port: int) -> tuple[bytes, bool]:
+    """Open a connection and send a request head a byte at a time, never ending it; return what
+    the server answered and whether it closed the connection."""
+    got, closed = b"", False
+    with socket.create_connection(("127.0.0.1", port), timeout=0.05) as conn:
+        conn.sendall(b"GET /health HTTP/1.1\r\nhost: sim\r\nx-slow: ")
+        deadline = time.monotonic() + 10  # a bound on a failing test, not a timing asserted
+        while not closed and time.monotonic() < deadline:
+            try:
+                conn.sendall(b"a")
+                chunk = conn.recv(65536)
+            except TimeoutError:
+                continue
+            except OSError:  # reset by the server after its answer
+                closed = True
+                continue
+            got += chunk
+            closed = not chunk
+    return got, closed
+
+
+def test_a_head_that_trickles_in_is_answered_408_and_the_connection_closed() -> None:
+    """Review R55: the simulator read request heads with no time bound (uvicorn has none), so a
+    client that sent a header a byte at a time held its connection for ever.
+
+    Rule: a head not complete ``head_timeout_s`` after the connection opened is answered 408 and
+    the connection is closed; nothing is served."""
+    with SimServer(time_scale=0.05, head_timeout_s=0.3) as server:
+        got, closed = _trickled_head_answer(server.port)
+        assert closed
+        assert got.startswith(b"HTTP/1.1 408 "), got[:200]
+        assert server.served == 0
+        assert httpx.get(server.url + "/health").status_code == 200
+
+
+@pytest.mark.parametrize("seconds", [0, -1.0, float("nan"), float("inf"), True])
+def test_a_head_timeout_that_is_not_a_positive_number_is_refused(seconds: float) -> None:
+    """Review R55: ``head_timeout_s`` bounds the wait for a request head; one that is not a
+    positive number of seconds would refuse every request, or wait for ever."""
+    with pytest.raises(InputError, match="head_timeout_s must be a positive number"):
+        SimServer(head_timeout_s=seconds)

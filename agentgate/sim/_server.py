@@ -11,7 +11,11 @@ server on its own thread and event loop. Engine steps take their simulated durat
   argument, default 131072, and the KV capacity), is a 400 with an OpenAI error body
   (``_request.py``); a body over ``MAX_BODY_BYTES`` (16 MiB) is a 413 as soon as it passes the
   limit (the rest is not buffered), and one that has not arrived in full ``body_timeout_s``
-  (default 30) seconds after its headers is a 408. A non-streaming request whose client hangs up is cancelled in the engine.
+  (default 30) seconds after its headers is a 408.
+  A request head (line and headers) must arrive within ``head_timeout_s`` (default 10) seconds and
+  be at most 64 KiB, else a bare 408 or 431 and the connection is closed: the server speaks the
+  gateway's bounded HTTP protocol (``agentgate/dispatch/gateway/_http.py``), since uvicorn's own
+  bounds neither, and a client sending its head a byte at a time held a connection for ever. A non-streaming request whose client hangs up is cancelled in the engine.
 - ``GET /v1/models``: the served model.
 - ``GET /metrics``: Prometheus text with vLLM's metric names, refreshed every ``scrape_lag_s``
   simulated seconds (vLLM's own gauges also trail the engine).
@@ -68,6 +72,10 @@ DEFAULT_MAX_MODEL_LEN = 131_072
 
 MAX_BODY_BYTES = 16 * 1024 * 1024
 """Largest chat body read; far above any prompt within the context limit, so memory stays bounded."""
+
+HEAD_TIMEOUT_S = 10.0
+"""Default most wall-clock seconds a request head may take to arrive (``SimServer(head_timeout_s=...)``),
+as the gateway's; a slower one is answered 408 and its connection closed."""
 
 BODY_TIMEOUT_S = 30.0
 """Default most wall-clock seconds a chat body may take to arrive in full, from when its headers
@@ -211,7 +219,7 @@ class SimServer:
     Use as a context manager, or call ``start()`` / ``stop()``. ``url`` is the base URL.
     Raises ``InputError`` for a ``time_scale`` that is not a positive number, a negative
     ``scrape_lag_s``, a ``max_model_len`` under 2, an empty ``api_key``, or a ``body_timeout_s``
-    that is not a positive number.
+    or ``head_timeout_s`` that is not a positive number.
     """
 
     def __init__(
@@ -226,6 +234,7 @@ class SimServer:
         max_model_len: int = DEFAULT_MAX_MODEL_LEN,
         api_key: str | None = None,
         body_timeout_s: float = BODY_TIMEOUT_S,
+        head_timeout_s: float = HEAD_TIMEOUT_S,
     ) -> None:
         if not 0 < time_scale < math.inf:
             raise InputError(f"time_scale must be a positive number (1.0 is real time), not {time_scale!r}")
@@ -249,9 +258,14 @@ class SimServer:
             raise InputError("api_key must not be empty (None: no key asked for)")
         if isinstance(body_timeout_s, bool) or not 0 < body_timeout_s < math.inf:
             raise InputError(f"body_timeout_s must be a positive number of seconds, not {body_timeout_s!r}")
+        if isinstance(head_timeout_s, bool) or not 0 < head_timeout_s < math.inf:
+            raise InputError(f"head_timeout_s must be a positive number of seconds, not {head_timeout_s!r}")
         self.body_timeout_s = body_timeout_s
         """Most wall-clock seconds a chat body may take to arrive in full (not scaled by
         ``time_scale``: the client's clock is the wall clock); a slower one is answered 408."""
+        self.head_timeout_s = head_timeout_s
+        """Most wall-clock seconds a request head may take to arrive, from the connection's opening
+        or the head's first byte; a slower one is answered 408 and its connection closed."""
         self.api_key = api_key
         """The key ``/v1/*`` asks for as ``Authorization: Bearer``; ``None``: none. May be changed
         while serving (a key rotated on the backend)."""
@@ -282,6 +296,10 @@ class SimServer:
         """Serve in a background thread; returns once the port accepts connections."""
         if self._thread is not None:
             return self
+        # Imported here: the gateway package's import (its app, the authority engine) more than
+        # doubles the import time of a simulator that is used without it.
+        from agentgate.dispatch.gateway._http import BoundedHttpToolsProtocol
+
         config = uvicorn.Config(
             self._app(),
             host="127.0.0.1",
@@ -290,6 +308,7 @@ class SimServer:
             lifespan="on",
             access_log=False,
             ws="none",  # no WebSockets served: no websockets import (a DeprecationWarning in old uvicorn)
+            http=BoundedHttpToolsProtocol.with_head_timeout(self.head_timeout_s),
         )
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self._server.run, name=f"sim-{self.port}", daemon=True)

@@ -4,7 +4,8 @@ uvicorn's httptools protocol (the fast one, chosen when httptools is installed) 
 head of any size and for any time: one header line of 50 MB was buffered whole, and a client
 that sends its head a byte at a time (or nothing at all) held its connection open for ever.
 ``BoundedHttpToolsProtocol`` answers 431 and closes once a head passes ``MAX_HEAD_BYTES``, and
-408 and closes when a head is not complete ``HEAD_TIMEOUT_S`` after the connection opened or
+408 and closes when a head is not complete ``HEAD_TIMEOUT_S`` (or the ``head_timeout_s`` it was
+given) after the connection opened or
 after the head's first byte arrived (an idle kept-alive connection stays under uvicorn's own
 keep-alive timeout). A request answered before its body has all arrived (the app refused it: a
 body too large, an encoding not supported) has ``UNREAD_BODY_S`` for the rest of it, dropped as it
@@ -95,11 +96,14 @@ _BEGAN = "agentgate.began"
 
 class BoundedHttpToolsProtocol(HttpToolsProtocol):
     """``HttpToolsProtocol`` that refuses request heads over ``MAX_HEAD_BYTES`` (431) or slower
-    than ``HEAD_TIMEOUT_S`` (408); the connection is closed after either answer. An answer that
+    than ``head_timeout_s`` (408; ``HEAD_TIMEOUT_S`` unless ``with_head_timeout`` says otherwise);
+    the connection is closed after either answer. An answer that
     the caller stops reading is cut after ``stall_s`` seconds without progress (``with_stall``)."""
 
     stall_s = STREAM_STALL_S
     """Seconds the send buffer may stay full with none of it read before the connection is aborted."""
+    head_timeout_s = HEAD_TIMEOUT_S
+    """Seconds a request head may take to arrive (``with_head_timeout``)."""
 
     _head_bytes = 0
     _message_bytes = 0
@@ -131,9 +135,20 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
 
         Raises ``InputError`` for any other value.
         """
-        if not (isinstance(stall_s, int | float) and 0 < stall_s < math.inf) or isinstance(stall_s, bool):
-            raise InputError(f"the stream stall limit must be a positive number of seconds, not {stall_s!r}")
-        return type(cls.__name__, (cls,), {"stall_s": float(stall_s), "__doc__": cls.__doc__})
+        return cls._with("stall_s", _seconds(stall_s, "the stream stall limit"))
+
+    @classmethod
+    def with_head_timeout(cls, head_timeout_s: float) -> type[BoundedHttpToolsProtocol]:
+        """This protocol with ``head_timeout_s`` seconds for a request head (a positive finite
+        number) instead of ``HEAD_TIMEOUT_S``.
+
+        Raises ``InputError`` for any other value.
+        """
+        return cls._with("head_timeout_s", _seconds(head_timeout_s, "the request head timeout"))
+
+    @classmethod
+    def _with(cls, name: str, value: float) -> type[BoundedHttpToolsProtocol]:
+        return type(cls.__name__, (cls,), {name: value, "__doc__": cls.__doc__})
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -419,7 +434,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
 
     def _start_head_timer(self) -> None:
         self._stop_head_timer()
-        self._head_timer = self.loop.call_later(HEAD_TIMEOUT_S, self._head_too_slow)
+        self._head_timer = self.loop.call_later(self.head_timeout_s, self._head_too_slow)
 
     def _stop_head_timer(self) -> None:
         if self._head_timer is not None:
@@ -501,6 +516,14 @@ class _CloseDelimitedCycle(_AnswerCycle):
             # uvicorn checks an unchunked body against its length: each piece is its own length.
             self.expected_content_length = len(message.get("body", b""))
         await super().send(message)
+
+
+def _seconds(value: float, what: str) -> float:
+    """``value`` as a float if it is a positive finite number of seconds; else ``InputError``
+    naming ``what`` it limits."""
+    if not (isinstance(value, int | float) and 0 < value < math.inf) or isinstance(value, bool):
+        raise InputError(f"{what} must be a positive number of seconds, not {value!r}")
+    return float(value)
 
 
 def _head_end(data: bytes) -> int:
