@@ -565,6 +565,59 @@ def test_backends_are_one_engine_when_their_urls_name_one_endpoint(one: str, oth
 
 
 @pytest.mark.parametrize(
+    ("one", "other", "same"),
+    [
+        ("http://127.0.0.1:8000", "http://[::ffff:127.0.0.1]:8000", True),
+        ("http://10.0.0.1", "http://[::FFFF:a00:1]:80", True),
+        ("http://localhost:8000", "http://localhost.:8000", True),
+        ("http://gpu1.example", "http://GPU1.example.:80", True),
+        ("http://h/~vllm", "http://h/%7evllm", True),
+        ("http://h/Ab-1", "http://h/%41%62%2D%31", True),
+        ("http://h/a%2fb", "http://h/a%2Fb", True),
+        ("http://h/x", "http://h/x/./", True),
+        ("http://h/x", "http://h/x/y/..", True),
+        ("http://h/x", "http://h/w/../x", True),
+        ("http://h/x", "http://h/w/%2E%2E/x", True),
+        ("http://h/a%2fb", "http://h/a/b", False),
+        ("http://h/x", "http://h/x/y", False),
+        ("http://h/a", "http://h/%61b", False),
+        ("http://[::ffff:127.0.0.1]", "http://[::1]", False),
+        ("http://localhost..", "http://localhost", False),
+    ],
+)
+def test_spellings_of_one_endpoint_are_one_engine(one: str, other: str, same: bool) -> None:
+    """Review R55: ``engine_key`` kept percent-encoded unreserved characters, ``.`` and ``..``
+    segments, IPv4-mapped IPv6 addresses and a host name's trailing dot as written, so two
+    spellings of one engine were two engines (each with its own cap and load).
+
+    Rule: the key decodes percent-encoded unreserved characters (and upper-cases other escapes,
+    never decoding ``%2F``), resolves dot segments (RFC 3986, 6.2.2), writes an IPv4-mapped IPv6
+    address as the IPv4 one and drops a host name's one trailing dot."""
+    inv = inventory_from_mapping(
+        {"backends": [{"name": n, "url": u, "models": ["m"]} for n, u in (("a", one), ("b", other))]}
+    )
+    assert (inv.backend("a").engine_key == inv.backend("b").engine_key) is same
+
+
+def test_a_mapped_address_and_a_dot_segment_are_keyed_as_the_plain_url() -> None:
+    """Review R55: the router counts one cap per ``engine_key``; a backend that names an engine
+    through an IPv4-mapped address and a ``..`` segment gets that engine's plain key, and so its cap."""
+    inv = inventory_from_mapping(
+        {
+            "backends": [
+                {"name": "a", "url": "http://127.0.0.1:8000", "models": ["m"]},
+                {"name": "b", "url": "http://[::ffff:127.0.0.1]:8000/x/..", "models": ["m"]},
+            ]
+        }
+    )
+    assert (
+        inv.backend("a").engine_key
+        == inv.backend("b").engine_key
+        == "http://127.0.0.1:8000/v1/chat/completions"
+    )
+
+
+@pytest.mark.parametrize(
     ("text", "where"),
     [
         ("nodes:\n  - {name: n, bogus: 1}\n", "inv.yaml:2:15: nodes.0.bogus: unknown field"),

@@ -35,11 +35,12 @@ inventory is loaded. The key is kept out of every ``repr``, ``str`` and dump of 
 
 from __future__ import annotations
 
-import contextlib
 import ipaddress
 import itertools
 import os
+import re
 import stat
+import string
 from collections.abc import Mapping
 from functools import cached_property
 from pathlib import Path
@@ -403,29 +404,75 @@ _DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
 def engine_key(url: str) -> str:
-    """``url`` spelled so that two URLs of one endpoint are equal: its ``origin`` (the scheme and
-    host lower-cased, as DNS and RFC 3986 compare them, an IP address written in its shortest form,
-    kept in brackets when it is IPv6, and the port always given: 80 or 443 when ``url`` leaves it
-    out), then the path as it is: paths are case-sensitive, and ``/A`` and ``/a`` may be two
+    """``url`` spelled so that two URLs of one endpoint are equal (RFC 3986, section 6.2.2): its
+    ``origin`` (the scheme and host lower-cased, as DNS and RFC 3986 compare them, an IP address
+    written in its shortest form, an IPv4-mapped IPv6 address as its IPv4 one, kept in brackets
+    when it is IPv6, a host name's trailing dot dropped, and the port always given: 80 or 443 when
+    ``url`` leaves it out), then the path with its percent-encoded unreserved characters decoded
+    (``%7E`` is ``~``), other percent-encodings in upper case and its ``.`` and ``..`` segments
+    resolved, but otherwise as it is: paths are case-sensitive, and ``/A`` and ``/a`` may be two
     engines behind one proxy. Every comparison of backend URLs goes through it or ``origin``;
     comparing the URLs lower-cased took ``http://h`` and ``http://h:80`` for two engines and
-    ``/A`` and ``/a`` for one (review R54)."""
+    ``/A`` and ``/a`` for one (review R54), and ``http://[::ffff:127.0.0.1]``, ``http://localhost.``,
+    ``/%761`` or ``/x/../v1`` for engines other than ``http://127.0.0.1``, ``http://localhost`` and
+    ``/v1`` (review R55)."""
     scheme, host, port = origin(url)
-    return f"{scheme}://{host}:{port}{urlsplit(url).path}"
+    return f"{scheme}://{host}:{port}{_without_dot_segments(_decode_unreserved(urlsplit(url).path))}"
 
 
 def origin(url: str) -> tuple[str, str, int | None]:
     """The scheme, host and port of ``url`` as ``engine_key`` spells them (the port a default one
-    spells out; ``None`` for a scheme with none), as a browser compares origins."""
+    spells out; ``None`` for a scheme with none), as a browser compares origins, but for a host
+    name's trailing dot and an IPv4-mapped IPv6 address, which name the same host as without."""
     parts = urlsplit(url)
     scheme = parts.scheme.lower()
-    host = parts.hostname or ""
-    with contextlib.suppress(ValueError):  # a name, not an address, stays as it is
-        host = str(ipaddress.ip_address(host))
+    host = _decode_unreserved(parts.hostname or "").lower()
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:  # a name, not an address: ``localhost.`` is ``localhost`` (an absolute name)
+        host = host.removesuffix(".") or host
+    else:
+        mapped = address.ipv4_mapped if isinstance(address, ipaddress.IPv6Address) else None
+        host = str(mapped or address)
     if ":" in host:
         host = f"[{host}]"
     port = parts.port if parts.port is not None else _DEFAULT_PORTS.get(scheme)
     return scheme, host, port
+
+
+_ESCAPE = re.compile(r"%([0-9A-Fa-f]{2})")
+_UNRESERVED = frozenset(string.ascii_letters + string.digits + "-._~")
+"""The characters that mean the same percent-encoded or not (RFC 3986, section 2.3)."""
+
+
+def _decode_unreserved(text: str) -> str:
+    """``text`` with each percent-encoded unreserved character decoded and every other
+    percent-encoding's hex digits in upper case (RFC 3986, sections 6.2.2.1 and 6.2.2.2)."""
+
+    def spelled(escape: re.Match[str]) -> str:
+        char = chr(int(escape[1], 16))
+        return char if char in _UNRESERVED else escape[0].upper()
+
+    return _ESCAPE.sub(spelled, text)
+
+
+def _without_dot_segments(path: str) -> str:
+    """``path`` with its ``.`` and ``..`` segments resolved (RFC 3986, section 5.2.4; ``..`` at
+    the root stays at the root). By hand: the standard library has no public form of it, and
+    httpx's drops the slash that ends ``/a/.`` (RFC 3986 keeps it)."""
+    if "." not in path:
+        return path
+    segments = path.split("/")
+    kept: list[str] = []
+    for segment in segments[1:] if path.startswith("/") else segments:
+        if segment == "..":
+            if kept:
+                kept.pop()
+        elif segment != ".":
+            kept.append(segment)
+    if segments[-1] in (".", ".."):
+        kept.append("")  # a path that ends in a dot segment names a directory: ``/a/.`` is ``/a/``
+    return ("/" if path.startswith("/") else "") + "/".join(kept)
 
 
 class Inventory(_Frozen):
