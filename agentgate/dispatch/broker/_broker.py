@@ -41,20 +41,17 @@ import dataclasses
 import math
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from agentgate.dispatch.broker._model import (
     BrokerEvent,
     BrokerSnapshot,
-    CheckpointNotice,
     EndReason,
     GangRequest,
     Granted,
     Lease,
     LeaseEnded,
-    PreemptReason,
     QueuedRequest,
     TenantQuota,
     TimedOut,
@@ -70,8 +67,11 @@ from agentgate.dispatch.broker._placement import (
     levels_to_try,
     nested,
 )
+from agentgate.dispatch.broker._preemption import _Preempting
 from agentgate.dispatch.broker._quota import QuotaBook
+from agentgate.dispatch.broker._restore import _Restoring
 from agentgate.dispatch.broker._topology import Topology
+from agentgate.dispatch.broker._waiting import _Waiting
 from agentgate.errors import BrokerError, LeaseLost
 
 Clock = Callable[[], float]
@@ -104,18 +104,7 @@ class LeaseJournal(Protocol):
         ...
 
 
-@dataclass
-class _Waiting:
-    request: GangRequest
-    submitted_at: float
-    deadline: float
-    seq: int
-    nominated: tuple[int, ...] = ()
-    victims: set[str] = field(default_factory=set)
-    draining: bool = False
-
-
-class Broker:
+class Broker(_Restoring, _Preempting):
     """Leases GPUs of one topology to gangs. Thread-safe (one lock around every call).
 
     ``quotas`` lists every tenant that may ask; ``policy`` defaults to ``TopologyAware``.
@@ -332,73 +321,6 @@ class Broker:
                 self.journal.take_over(snapshot)  # the broker it was restored from writes no more
             self._release_ended_victims()
 
-    def _check_snapshot(self, snapshot: BrokerSnapshot) -> None:
-        """Raise ``BrokerError`` unless ``snapshot`` fits this topology and these quotas: each id
-        live once, each lease granting its own request, known tenants and GPUs, no GPU held or
-        nominated twice, gangs of their request's size."""
-        holders: dict[int, str] = {}
-        reserved: dict[int, str] = {}
-        ids = [lease.id for lease in snapshot.leases] + [q.request.id for q in snapshot.queue]
-        if len(set(ids)) != len(ids):
-            twice = next(i for i in ids if ids.count(i) > 1)
-            raise BrokerError(f"snapshot: names {twice!r} twice (a lease or request id is live once)")
-        for lease in snapshot.leases:
-            if lease.id != lease.request.id:
-                raise BrokerError(f"snapshot: lease {lease.id!r} grants request {lease.request.id!r}")
-            if lease.tenant not in self._quota:
-                raise BrokerError(f"snapshot: lease {lease.id!r} has unknown tenant {lease.tenant!r}")
-            self._claim_snapshot_gpus(lease.id, lease.gpus, lease.request.gpus, holders)
-        for q in snapshot.queue:
-            if q.request.tenant not in self._quota:
-                raise BrokerError(
-                    f"snapshot: request {q.request.id!r} has unknown tenant {q.request.tenant!r}"
-                )
-            self._claim_snapshot_gpus(q.request.id, q.nominated, q.request.gpus, reserved)
-
-    def _claim_snapshot_gpus(self, owner: str, gpus: Sequence[str], size: int, into: dict[int, str]) -> None:
-        """Record in ``into`` that ``owner`` holds ``gpus`` (none, or a whole gang of ``size``);
-        raise ``BrokerError`` for a GPU this topology lacks or one ``into`` has already."""
-        if len(gpus) not in (0, size):
-            raise BrokerError(f"snapshot: {owner!r} holds {len(gpus)} GPUs for a gang of {size}")
-        for gpu in gpus:
-            if gpu not in self.topology.index:
-                raise BrokerError(f"snapshot: {owner!r} names unknown gpu {gpu!r}")
-            i = self.topology.index[gpu]
-            if i in into:
-                raise BrokerError(f"snapshot: gpu {gpu!r} is held by {into[i]!r} and {owner!r}")
-            into[i] = owner
-
-    def _restore_leases(self, leases: Sequence[Lease]) -> None:
-        """Take the GPUs of checked ``leases`` and charge their tenants; a lease under notice
-        counts as a victim, no longer against its tenant's quota."""
-        for lease in leases:
-            nums = [self.topology.index[g] for g in lease.gpus]
-            for i in nums:
-                self._owner[i] = lease.id
-            self._free.take(nums)
-            self._leases[lease.id] = lease
-            if lease.notice_deadline is not None:
-                self._victims.add(lease.id)
-                self._quota.leave(lease.tenant, len(nums))
-            else:
-                self._quota.charge(lease.tenant, len(nums))
-
-    def _restore_queue(self, queue: Sequence[QueuedRequest]) -> None:
-        """Queue the checked requests in their saved order, reserving the GPUs nominated for them."""
-        for q in queue:
-            self._seq += 1
-            nums = [self.topology.index[g] for g in q.nominated]
-            # Journals written before review R36 saved a nominated request's deadline as inf.
-            deadline = min(q.deadline, q.submitted_at + q.request.timeout_s)
-            w = _Waiting(q.request, q.submitted_at, deadline, self._seq, tuple(nums), set(q.victims))
-            w.draining = q.draining
-            self._waiting[q.request.id] = w
-            if nums:
-                self._quota.charge(q.request.tenant, len(nums))
-                self._free.take(i for i in nums if self._owner[i] is None)
-                for i in nums:
-                    self._reserved[i] = q.request.id
-
     def _release_ended_victims(self) -> None:
         """Grant the nominated requests whose victims all ended while the broker was down."""
         # Under the rules of a live broker: not past its quota, nor once its wait is over (the
@@ -466,9 +388,6 @@ class Broker:
 
     def _ttl(self, request: GangRequest) -> float:
         return self.ttl_s if request.ttl_s is None else request.ttl_s
-
-    def _grace(self, request: GangRequest) -> float:
-        return self.grace_s if request.grace_s is None else request.grace_s
 
     # --- time -------------------------------------------------------------------------------
 
@@ -630,160 +549,6 @@ class Broker:
         for i in w.nominated:
             self._reserved[i] = None
         self._free.give(unowned)
-
-    # --- preemption ---------------------------------------------------------------------------
-
-    def _candidates(self, w: _Waiting, now: float) -> list[tuple[Lease, PreemptReason]]:
-        request = w.request
-        found: list[tuple[Lease, PreemptReason]] = []
-        for lease in self._leases.values():
-            # A lease whose grace would outlast the request's wait is no victim: the request
-            # would time out before it is sure to get the GPUs, and the checkpoint be for nobody.
-            if lease.id in self._victims or now + self._grace(lease.request) > w.deadline:
-                continue
-            if lease.tenant == request.tenant:
-                if lease.priority < request.priority:
-                    found.append((lease, "priority"))
-            elif self._quota.may_reclaim_from(request.tenant, request.gpus, lease.tenant):
-                found.append((lease, "reclaim"))
-        # Borrowed capacity first, then the least important, then the newest (least work lost).
-        found.sort(key=lambda c: (c[1] != "reclaim", c[0].priority, -c[0].granted_at, c[0].id))
-        return found
-
-    def _what_if(
-        self, request: GangRequest, victims: Iterable[tuple[Lease, PreemptReason]], loosen: bool
-    ) -> list[int] | None:
-        """The placement ``request`` would get, and fit its quota, were ``victims`` gone."""
-        released: dict[str, int] = {}
-        trial = self._free.copy()
-        for lease, _ in victims:
-            released[lease.tenant] = released.get(lease.tenant, 0) + len(lease.gpus)
-            # GPUs a draining gang reserved stay out of reach even when their lease ends.
-            nums = (self.topology.number(g) for g in lease.gpus)
-            trial.give(i for i in nums if self._reserved[i] is None)
-        if not self._quota.fits(request.tenant, request.gpus, released):
-            return None
-        return self.policy.place(request, trial, loosen=loosen)
-
-    def _try_preempt(self, w: _Waiting, now: float, loosen: bool) -> bool:
-        """Nominate ``w`` with the fewest victims that let it fit; whether it did."""
-        request = w.request
-        candidates = self._candidates(w, now)
-        if not candidates:
-            return False
-        usable: list[tuple[Lease, PreemptReason]] = []
-        borrowed = {lease.tenant: self._quota.borrowed(lease.tenant) for lease, _ in candidates}
-        for lease, reason in candidates:
-            # Reclaim only while the lender's tenant is still borrowing after earlier victims.
-            if reason == "reclaim" and borrowed[lease.tenant] <= 0:
-                continue
-            usable.append((lease, reason))
-            borrowed[lease.tenant] -= len(lease.gpus)
-        # All of them first: a gang that even they would not let fit is answered with one trial,
-        # not one per candidate (each copies the free index: a gang waiting in vain on 1,000
-        # GPUs made every call of the broker take 0.6 s, quadratic in the GPUs, until review R51).
-        # The shortest prefix of the candidates that lets the gang fit, found by bisection: more
-        # victims only free more GPUs and quota, so a prefix that fits stays fitting when it
-        # grows. (Until review R52 each prefix was tried in turn, each trial a copy of the free
-        # index: in a layout where a whole node frees only after most candidates, 4,000 GPUs
-        # took a minute.) ``placement`` is always that of ``usable[:fits]``.
-        placement = self._what_if(request, usable, loosen)
-        if placement is None:
-            return False
-        short, fits = 0, len(usable)  # usable[:short] does not fit (0: not tried), usable[:fits] does
-        while fits - short > 1:
-            middle = (short + fits) // 2
-            trial = self._what_if(request, usable[:middle], loosen)
-            if trial is None:
-                short = middle
-            else:
-                fits, placement = middle, trial
-        chosen = usable[:fits]
-        assert placement is not None  # the whole list fits, and each narrowing kept a prefix that does
-        # Only the victims that hold GPUs of the placement are needed, unless the quota needs the
-        # others gone too: tried once as a whole, so that what the loop below tries is at most
-        # the gang's size, not every victim of a long prefix.
-        taken = set(placement)
-        holding = [c for c in chosen if any(self.topology.number(g) in taken for g in c[0].gpus)]
-        if len(holding) < len(chosen) and (again := self._what_if(request, holding, loosen)) is not None:
-            chosen, placement = holding, again
-        # Minimize: drop any victim (newest choice first) the gang can do without.
-        for victim in list(reversed(chosen[:-1])):
-            fewer = [c for c in chosen if c is not victim]
-            again = self._what_if(request, fewer, loosen)
-            if again is not None:
-                chosen, placement = fewer, again
-        self._nominate(w, placement, chosen, now)
-        return True
-
-    def _try_drain(self, w: _Waiting) -> None:
-        """Reserve for ``w`` the group at its innermost level that is closest to holding it."""
-        request = w.request
-        levels = [level for level in levels_to_try(request, loosen=False) if level is not None]
-        if (
-            not levels
-            or request.gpus < 2
-            or not self._quota.fits(request.tenant, request.gpus, with_leaving=True)
-        ):
-            return
-        if sum(1 for x in self._waiting.values() if x.draining) >= self.max_draining:
-            return
-        # The innermost level with a group inside one group of the constraint's level.
-        level, allowed = next(
-            (lv, ok) for lv in levels if (ok := nested(request, self.topology, lv)) is None or any(ok)
-        )
-        eligible = eligibility(request, self.topology)
-        best: tuple[int, int, list[int]] | None = None
-        for g, members in enumerate(self.topology.members[level]):
-            if allowed is not None and not allowed[g]:
-                continue
-            usable = [i for i in members if self._reserved[i] is None and (eligible is None or eligible(i))]
-            if len(usable) < request.gpus:
-                continue
-            free = [i for i in usable if self._owner[i] is None]
-            # Free GPUs first, then those of the oldest leases.
-            busy = sorted((i for i in usable if self._owner[i] is not None), key=self._lease_age_key)
-            key = (-len(free), g, (free + busy)[: request.gpus])
-            if best is None or key[:2] < best[:2]:
-                best = key
-        if best is None:
-            return
-        w.draining = True
-        self._reserve(w, best[2])
-
-    def _lease_age_key(self, gpu: int) -> tuple[float, int]:
-        owner = self._owner[gpu]
-        return (self._leases[owner].granted_at if owner is not None else 0.0, gpu)
-
-    def _reserve(self, w: _Waiting, placement: list[int]) -> None:
-        """Nominate ``placement`` for ``w``: its tenant's quota is charged, its free GPUs taken
-        out of the free index, and every GPU of it reserved for ``w`` (busy ones until their
-        leases end)."""
-        request = w.request
-        self._dirty = True
-        w.nominated = tuple(placement)
-        self._quota.charge(request.tenant, request.gpus)
-        self._free.take(i for i in placement if self._owner[i] is None)
-        for i in placement:
-            self._reserved[i] = request.id
-
-    def _nominate(
-        self, w: _Waiting, placement: list[int], victims: list[tuple[Lease, PreemptReason]], now: float
-    ) -> None:
-        request = w.request
-        self._reserve(w, placement)
-        for lease, reason in victims:
-            grace = self._grace(lease.request)
-            notified = dataclasses.replace(
-                lease, notice_deadline=now + grace, preempted_by=request.id, preempt_reason=reason
-            )
-            self._leases[lease.id] = notified
-            self._victims.add(lease.id)
-            self._quota.charge(lease.tenant, -len(lease.gpus))
-            self._quota.leave(lease.tenant, len(lease.gpus))
-            w.victims.add(lease.id)
-            self._due = self._due or grace <= 0
-            self._outbox.append(CheckpointNotice(notified, now + grace, request.id, reason))
 
     # --- output -------------------------------------------------------------------------------
 

@@ -1,0 +1,96 @@
+"""How a restarted broker takes over a saved snapshot (``_Restoring``, a part of ``Broker``): the
+snapshot checked against this topology and these quotas, then its leases and queue taken over,
+GPUs, reservations and quota charges included. ``Broker.restore`` calls them in that order."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from agentgate.dispatch.broker._model import BrokerSnapshot, Lease, QueuedRequest
+from agentgate.dispatch.broker._placement import FreeIndex
+from agentgate.dispatch.broker._quota import QuotaBook
+from agentgate.dispatch.broker._topology import Topology
+from agentgate.dispatch.broker._waiting import _Waiting
+from agentgate.errors import BrokerError
+
+
+class _Restoring:
+    """``Broker``'s snapshot checks and take-over (module docstring)."""
+
+    # The broker's state this part reads and sets (``Broker.__init__`` sets it).
+    topology: Topology
+    _quota: QuotaBook
+    _free: FreeIndex
+    _owner: list[str | None]
+    _reserved: list[str | None]
+    _leases: dict[str, Lease]
+    _victims: set[str]
+    _waiting: dict[str, _Waiting]
+    _seq: int
+
+    def _check_snapshot(self, snapshot: BrokerSnapshot) -> None:
+        """Raise ``BrokerError`` unless ``snapshot`` fits this topology and these quotas: each id
+        live once, each lease granting its own request, known tenants and GPUs, no GPU held or
+        nominated twice, gangs of their request's size."""
+        holders: dict[int, str] = {}
+        reserved: dict[int, str] = {}
+        ids = [lease.id for lease in snapshot.leases] + [q.request.id for q in snapshot.queue]
+        if len(set(ids)) != len(ids):
+            twice = next(i for i in ids if ids.count(i) > 1)
+            raise BrokerError(f"snapshot: names {twice!r} twice (a lease or request id is live once)")
+        for lease in snapshot.leases:
+            if lease.id != lease.request.id:
+                raise BrokerError(f"snapshot: lease {lease.id!r} grants request {lease.request.id!r}")
+            if lease.tenant not in self._quota:
+                raise BrokerError(f"snapshot: lease {lease.id!r} has unknown tenant {lease.tenant!r}")
+            self._claim_snapshot_gpus(lease.id, lease.gpus, lease.request.gpus, holders)
+        for q in snapshot.queue:
+            if q.request.tenant not in self._quota:
+                raise BrokerError(
+                    f"snapshot: request {q.request.id!r} has unknown tenant {q.request.tenant!r}"
+                )
+            self._claim_snapshot_gpus(q.request.id, q.nominated, q.request.gpus, reserved)
+
+    def _claim_snapshot_gpus(self, owner: str, gpus: Sequence[str], size: int, into: dict[int, str]) -> None:
+        """Record in ``into`` that ``owner`` holds ``gpus`` (none, or a whole gang of ``size``);
+        raise ``BrokerError`` for a GPU this topology lacks or one ``into`` has already."""
+        if len(gpus) not in (0, size):
+            raise BrokerError(f"snapshot: {owner!r} holds {len(gpus)} GPUs for a gang of {size}")
+        for gpu in gpus:
+            if gpu not in self.topology.index:
+                raise BrokerError(f"snapshot: {owner!r} names unknown gpu {gpu!r}")
+            i = self.topology.index[gpu]
+            if i in into:
+                raise BrokerError(f"snapshot: gpu {gpu!r} is held by {into[i]!r} and {owner!r}")
+            into[i] = owner
+
+    def _restore_leases(self, leases: Sequence[Lease]) -> None:
+        """Take the GPUs of checked ``leases`` and charge their tenants; a lease under notice
+        counts as a victim, no longer against its tenant's quota."""
+        for lease in leases:
+            nums = [self.topology.index[g] for g in lease.gpus]
+            for i in nums:
+                self._owner[i] = lease.id
+            self._free.take(nums)
+            self._leases[lease.id] = lease
+            if lease.notice_deadline is not None:
+                self._victims.add(lease.id)
+                self._quota.leave(lease.tenant, len(nums))
+            else:
+                self._quota.charge(lease.tenant, len(nums))
+
+    def _restore_queue(self, queue: Sequence[QueuedRequest]) -> None:
+        """Queue the checked requests in their saved order, reserving the GPUs nominated for them."""
+        for q in queue:
+            self._seq += 1
+            nums = [self.topology.index[g] for g in q.nominated]
+            # Journals written before review R36 saved a nominated request's deadline as inf.
+            deadline = min(q.deadline, q.submitted_at + q.request.timeout_s)
+            w = _Waiting(q.request, q.submitted_at, deadline, self._seq, tuple(nums), set(q.victims))
+            w.draining = q.draining
+            self._waiting[q.request.id] = w
+            if nums:
+                self._quota.charge(q.request.tenant, len(nums))
+                self._free.take(i for i in nums if self._owner[i] is None)
+                for i in nums:
+                    self._reserved[i] = q.request.id
