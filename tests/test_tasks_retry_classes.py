@@ -61,7 +61,7 @@ from agentgate.tasks import (
     by_type,
     from_function,
 )
-from agentgate.tasks._config import MAX_BACKOFF_S
+from agentgate.tasks._config import MAX_BACKOFF_S, MAX_RESET_TIMEOUT_S
 
 INF, NAN = math.inf, math.nan
 
@@ -259,6 +259,17 @@ def test_every_bad_field_value_is_an_input_error_naming_the_field(
 ) -> None:
     with pytest.raises(InputError, match=match):
         make()
+
+
+def test_a_breaker_reset_timeout_is_at_most_a_day() -> None:
+    """Review R55: ``BreakerPolicy(reset_timeout_s=1e300)`` was taken, and its open breaker told
+    callers to retry after a 301-digit number of seconds. Rule: at most ``MAX_RESET_TIMEOUT_S``
+    (a day, the backoff's bound); a day itself is taken."""
+    assert MAX_RESET_TIMEOUT_S == MAX_BACKOFF_S == 86_400.0
+    for too_long in (MAX_RESET_TIMEOUT_S + 1, 1e300):
+        with pytest.raises(InputError, match=r"breaker.reset_timeout_s must be <= 86400, got"):
+            BreakerPolicy(reset_timeout_s=too_long)
+    assert BreakerPolicy(reset_timeout_s=MAX_RESET_TIMEOUT_S).reset_timeout_s == MAX_RESET_TIMEOUT_S
 
 
 def test_lists_are_taken_as_tuples_so_a_config_cannot_change_after_it_is_checked() -> None:

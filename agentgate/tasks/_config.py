@@ -46,6 +46,12 @@ MAX_BACKOFF_S = 86_400.0
 nothing to show for it, and a call without a deadline waited the whole backoff (a cap of 1e308 s
 was taken, and such a call never came back). Work retried a day later belongs to a job queue."""
 
+MAX_RESET_TIMEOUT_S = 86_400.0
+"""Longest time a ``BreakerPolicy`` keeps a breaker open before a probe, one day, as for a
+backoff: ``CircuitOpen`` says when to retry, and an open breaker of 1e300 s told callers to retry
+after a 301-digit number of seconds (a tool that should not be called for longer than a day is
+taken out of the policy, not left behind an open breaker)."""
+
 
 def _fail(what: str) -> NoReturn:
     raise InputError(f"scheduler configuration: {what}")
@@ -219,8 +225,9 @@ class BreakerPolicy:
     """When a circuit breaker opens and how it probes.
 
     ``failure_threshold`` consecutive failures of a class in ``trip_on`` open the breaker; after
-    ``reset_timeout_s`` it lets ``half_open_max_calls`` probe calls through; a probe success
-    closes it, a probe failure opens it again.
+    ``reset_timeout_s`` (more than 0, at most ``MAX_RESET_TIMEOUT_S``, a day) it lets
+    ``half_open_max_calls`` probe calls through; a probe success closes it, a probe failure opens
+    it again.
     """
 
     failure_threshold: int = 5
@@ -230,7 +237,7 @@ class BreakerPolicy:
 
     def __post_init__(self) -> None:
         _integer(self.failure_threshold, "breaker.failure_threshold", 1)
-        _number(self.reset_timeout_s, "breaker.reset_timeout_s", 0, above=True)
+        _number(self.reset_timeout_s, "breaker.reset_timeout_s", 0, above=True, maximum=MAX_RESET_TIMEOUT_S)
         _integer(self.half_open_max_calls, "breaker.half_open_max_calls", 1)
         _class_names(self, "trip_on", "breaker.trip_on")
 
