@@ -567,3 +567,48 @@ async def test_a_stale_shared_row_never_closes_the_breaker_this_process_just_ope
         held.write_go.set()
         await scheduler.aclose()
     store.close()
+
+
+async def test_an_opening_the_store_could_not_take_is_not_undone_by_its_older_row(tmp_path: Path) -> None:
+    """Review R55: a breaker transition whose write failed counted as settled, so when the store
+    came back its older "closed" row was adopted and closed the breaker this process had just
+    opened. Rule: the local state holds until a write succeeds; the next check writes it again."""
+    import os
+
+    from agentgate.store.leases import SharedBreakers
+
+    path = tmp_path / "s.db"
+    store = SQLiteStore(path)
+    other = SharedBreakers(store)  # another process: it opened and closed the breaker
+    other.publish("tool:c", "open", time.time() - 100)
+    other.publish("tool:c", "closed", 0.0)
+    scheduler = Scheduler(SchedulerConfig(breaker=BreakerPolicy(failure_threshold=1)), store=store)
+
+    async def down(attempt: Attempt) -> None:
+        raise ConnectionRefusedError("upstream down")
+
+    async def up(attempt: Attempt) -> str:
+        return "ran"
+
+    async def published() -> None:
+        async with asyncio.timeout(5):
+            while scheduler._background:
+                await asyncio.sleep(0.01)
+
+    try:
+        os.rename(path, tmp_path / "away.db")  # every commit and read now fails (check_in_place)
+        with pytest.raises(ConnectionRefusedError):
+            await scheduler.submit(ToolCall("c"), down)  # opens; the "open" cannot be written
+        await published()
+        assert scheduler.metrics.events.get(("breaker_not_shared", "tool:c")) == 1
+        os.rename(tmp_path / "away.db", path)  # the store is back, its row still "closed"
+        scheduler._breaker_seen.clear()  # read the row again now, not 0.25 s later
+        with pytest.raises(CircuitOpen):
+            await scheduler.submit(ToolCall("c"), up)
+        assert scheduler.breaker("tool:c").state is BreakerState.OPEN
+        await published()  # that check wrote the opening again
+        found = SharedBreakers(store).read("tool:c")
+        assert found is not None and found.state == "open"
+    finally:
+        await scheduler.aclose()
+        store.close()

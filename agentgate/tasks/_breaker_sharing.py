@@ -37,6 +37,7 @@ class _BreakerSharing:
     _to_publish: dict[str, tuple[str, float, int]]
     _made: dict[str, int]
     _written: dict[str, int]
+    _unwritten: dict[str, tuple[str, float, int]]
     _publishing: set[str]
     _publish_lock: threading.Lock
 
@@ -86,7 +87,9 @@ class _BreakerSharing:
         now: the caller starts one (``next_publication`` until None, ``settle`` after each);
         else the worker writing it takes this one next."""
         with self._publish_lock:
-            self._to_publish[key] = (state, opened_at, generation)
+            queued = self._to_publish.get(key)
+            if queued is None or queued[2] < generation:  # a transition written again is older
+                self._to_publish[key] = (state, opened_at, generation)
             if key in self._publishing:
                 return False
             self._publishing.add(key)
@@ -102,16 +105,34 @@ class _BreakerSharing:
             return latest
 
     def settle(self, key: str, generation: int) -> None:
-        """This process's transitions of ``key`` up to ``generation`` are written to the store,
-        or will never be (the write failed, or no scheduler could publish)."""
+        """This process's transitions of ``key`` up to ``generation`` are written to the store."""
         with self._publish_lock:
             if generation > self._written.get(key, 0):
                 self._written[key] = generation
+            failed = self._unwritten.get(key)
+            if failed is not None and failed[2] <= generation:
+                del self._unwritten[key]
+
+    def unwritten(self, key: str, transition: tuple[str, float, int]) -> None:
+        """``transition`` (state, opened_at, generation) of ``key`` was not written: the store
+        failed, or no scheduler could publish it. It stays this process's latest word on ``key``
+        (``own_transitions`` is None, so no older row is adopted over it) until a write of it, or
+        of a later transition, succeeds; ``to_write_again`` hands it back for that."""
+        with self._publish_lock:
+            failed = self._unwritten.get(key)
+            if transition[2] > self._written.get(key, 0) and (failed is None or failed[2] < transition[2]):
+                self._unwritten[key] = transition
+
+    def to_write_again(self, key: str) -> tuple[str, float, int] | None:
+        """The latest transition of ``key`` whose write failed, or None."""
+        with self._publish_lock:
+            return self._unwritten.get(key)
 
     def own_transitions(self, key: str) -> int | None:
         """How many transitions of ``key`` this process has made, or None while one of them is
-        not written to the store yet. A row read while it is not None, when the count is the
-        same after the read, is at least as new as every transition of this process."""
+        not written to the store yet (waiting for a store worker, or its write failed). A row
+        read while it is not None, when the count is the same after the read, is at least as new
+        as every transition of this process."""
         with self._publish_lock:
             made = self._made.get(key, 0)
             return made if self._written.get(key, 0) >= made else None
@@ -153,4 +174,5 @@ class _BreakerSharing:
         for scheduler in listeners:
             if scheduler._publish_breaker(key, new, opened_at, generation):
                 return
-        self.settle(key, generation)  # no scheduler could publish it: none will
+        # No scheduler could publish it now: the next one to check the key does.
+        self.unwritten(key, ("open" if new is BreakerState.OPEN else "closed", opened_at, generation))

@@ -95,9 +95,12 @@ class SharedLimits(_BreakerSharing, _Lending, _RateTimer):
         #: Breaker key -> its latest transition not yet written to the store (state, opened_at,
         #: generation), and the keys a store worker is writing now: one at a time per key, so in order.
         self._to_publish: dict[str, tuple[str, float, int]] = {}
-        #: Breaker key -> this process's transitions of it made, and those written (or given up).
+        #: Breaker key -> this process's transitions of it made, and those written.
         self._made: dict[str, int] = {}
         self._written: dict[str, int] = {}
+        #: Breaker key -> its latest transition whose write failed (or that no scheduler could
+        #: publish), written again at a scheduler's next check of the key (``_sync_breaker``).
+        self._unwritten: dict[str, tuple[str, float, int]] = {}
         self._publishing: set[str] = set()
         self._publish_lock = threading.Lock()
         #: Set by ``refuse_waiting``: why no call starts any more (None: calls start).

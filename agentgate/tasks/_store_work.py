@@ -211,27 +211,29 @@ class _StoreWork:
         try:
             publishing = self._blocking(self._publish_in_order, key)
         except BaseException:
-            # Not written: the key's next transition starts a job again.
+            # Not written: the key's next check or transition starts a job again.
             while (dropped := self.shared.next_publication(key)) is not None:
-                self.shared.settle(key, dropped[2])
+                self.shared.unwritten(key, dropped)
             raise
         self._in_background(publishing, "breaker_not_shared", key)
 
     def _publish_in_order(self, key: str) -> None:
         """Write ``key``'s transitions to the store one by one, each time the latest one queued,
         until none is left (a store worker). When one fails, the local breaker still works and
-        the other processes learn nothing from it; the later ones are still written, and the
-        failure is raised at the end (counted as ``breaker_not_shared``)."""
+        the other processes learn nothing from it yet: it is kept (``unwritten``) and written
+        again at the next check of the key, and until then no row of the key is adopted, since
+        the store's is older than it. The later ones are still written, and the failure is
+        raised at the end (counted as ``breaker_not_shared``)."""
         assert self._shared_breakers is not None
         failed: Exception | None = None
         while (latest := self.shared.next_publication(key)) is not None:
-            state, opened_at, generation = latest
             try:
-                self._shared_breakers.publish(key, state, opened_at)
+                self._shared_breakers.publish(key, latest[0], latest[1])
             except Exception as exc:
                 failed = exc
-            finally:
-                self.shared.settle(key, generation)
+                self.shared.unwritten(key, latest)
+            else:
+                self.shared.settle(key, latest[2])
         if failed is not None:
             raise failed
 
@@ -252,7 +254,12 @@ class _StoreWork:
         self._breaker_seen[key] = (now + _BREAKER_SYNC_S, version)
         own = self.shared.own_transitions(key)
         if own is None:
-            return  # the store does not have this process's latest transition yet
+            # The store does not have this process's latest transition yet: its row is older.
+            # One whose write failed is written again now (at most every _BREAKER_SYNC_S).
+            failed = self.shared.to_write_again(key)
+            if failed is not None:
+                self._publish_on_loop(key, *failed)
+            return
         try:
             remote = await self._blocking(self._shared_breakers.read, key)
         except StoreError:
