@@ -352,7 +352,7 @@ def _explain(args: argparse.Namespace) -> int:
         print(f"│   ├── source: {printable(source)}")
         for depth, link in enumerate(links):
             pad = "│   " + "    " * depth
-            state = "REVOKED" if link.revoked else f"expires {utc(link.expires)}"
+            state = f"{'REVOKED, ' if link.revoked else ''}expires {utc(link.expires)}"
             print(
                 f"{pad}└── grant {printable(link.id[:24])}: {printable(link.issuer)} -> "
                 f"{printable(link.audience)} ({state})"
