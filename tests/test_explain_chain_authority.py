@@ -1,4 +1,5 @@
-"""``agentgate audit explain``: how a chain's links show (revoked links with their expiry)."""
+"""``agentgate audit explain``: how a chain's links and its root show (revoked links with their
+expiry, the root issuer against the trust anchors given with ``--trust``)."""
 
 from __future__ import annotations
 
@@ -53,3 +54,57 @@ def test_a_revoked_link_shows_its_expiry_beside_revoked(db: Path, capsys: pytest
     )
     tip = child.links[-1]
     assert f"grant {tip.id[:24]}: {BOSS.public.did} -> {ALICE.public.did} (expires {utc(tip.expires)})" in out
+
+
+def test_explain_says_whether_the_root_issuer_is_a_trust_anchor_given(
+    db: Path, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """Review R55: audit explain never checked that a chain's root issuer is a trust anchor (it
+    reads no policy), and said nothing about it. Rule: with ``--trust PUBFILE|DID`` (repeatable,
+    as ``grant check`` names anchors) it says whether the root issuer is one of them; without,
+    that it was not checked."""
+    index, _, _ = _explained_entry(db)
+    anchor_file = tmp_path / "anchor.pub"
+    anchor_file.write_text(ANCHOR.public.did + "\n")
+    root = ANCHOR.public.did
+
+    assert main(["audit", "explain", str(index)]) == 0
+    out = capsys.readouterr().out
+    assert f"root issuer {root}: not checked against trust anchors (give --trust PUBFILE|DID)" in out
+
+    assert (
+        main(["audit", "explain", str(index), "--trust", STRANGER.public.did, "--trust", str(anchor_file)])
+        == 0
+    )
+    out = capsys.readouterr().out
+    assert f"root issuer {root}: a trust anchor given with --trust" in out
+
+    assert main(["audit", "explain", str(index), "--trust", STRANGER.public.did]) == 0
+    out = capsys.readouterr().out
+    assert f"root issuer {root}: NOT one of the trust anchors given with --trust" in out
+
+
+def test_explain_checks_no_anchor_for_a_chain_not_bound_to_the_entry(
+    db: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A chain shown from the grant store's rows only (its token's tip is another grant) has no
+    signed root to check: explain says so rather than judge the store's word."""
+    index, _, child = _explained_entry(db)
+    other = issue(ANCHOR, ALICE.public, ["tool:search"], ttl=3600)
+    with SQLiteStore(db) as store, store.transaction() as tx:
+        tx.execute("UPDATE agentgate_grants SET token = ? WHERE id = ?", (other.token, child.id))
+    assert main(["audit", "explain", str(index), "--trust", ANCHOR.public.did]) == 0
+    out = capsys.readouterr().out
+    assert "NOT bound to this entry" in out
+    assert "root issuer: not checked (the chain is not bound to this entry)" in out
+    assert "a trust anchor given" not in out
+
+
+@pytest.mark.parametrize("trust", ["did:key:zNotAKey", "missing.pub"])
+def test_a_trust_anchor_that_is_no_key_is_refused_before_anything_is_read(
+    db: Path, capsys: pytest.CaptureFixture[str], trust: str
+) -> None:
+    index, _, _ = _explained_entry(db)
+    assert main(["audit", "explain", str(index), "--trust", trust]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and "Traceback" not in captured.err and captured.err.count("\n") == 1

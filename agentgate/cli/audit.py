@@ -2,8 +2,9 @@
 
     agentgate audit verify [--checkpoint FILE] [--key PUBFILE]   exit 0 intact, 1 tampered, 2 unusable
     agentgate audit show [--principal DID] [--tool NAME] [--kind KIND] [--since TIME] [--json]
-    agentgate audit explain INDEX                    the authority behind one entry, its related
-                                                     entries (found by index), proven in the log
+    agentgate audit explain INDEX [--trust PUBFILE|DID]   the authority behind one entry, its
+                                                     related entries (found by index), proven in
+                                                     the log; whether the root is a trusted anchor
     agentgate audit checkpoint [--out FILE]          sign and store a checkpoint, print or save it
                                                      (exit 1, nothing signed: the log does not extend
                                                      the checkpoint stored last or saved in FILE)
@@ -99,6 +100,13 @@ def register(subparsers: Any) -> None:
 
     explain = add("explain", "the authority behind one entry", _explain)
     explain.add_argument("index", type=_index)
+    explain.add_argument(
+        "--trust",
+        action="append",
+        type=given,
+        metavar="PUBFILE|DID",
+        help="a trust anchor's public key: say whether the chain's root issuer is one (repeatable)",
+    )
 
     checkpoint = add("checkpoint", "sign and store a checkpoint of the log", _checkpoint, reads=False)
     checkpoint.add_argument(
@@ -332,6 +340,7 @@ def _show(args: argparse.Namespace) -> int:
 
 
 def _explain(args: argparse.Namespace) -> int:
+    anchors = None if args.trust is None else {load_public_key(spec).did for spec in args.trust}
     store, log = _open(args)
     with store:
         explained = log.explain(args.index)
@@ -348,8 +357,9 @@ def _explain(args: argparse.Namespace) -> int:
     if chain is None:
         print("│   └── (the grant store has no record of this chain: only what the entry holds is shown)")
     else:
-        links, source = chain
+        links, source, bound = chain
         print(f"│   ├── source: {printable(source)}")
+        print(f"│   ├── {_root_trust(links[0].issuer, bound, anchors)}")
         for depth, link in enumerate(links):
             pad = "│   " + "    " * depth
             state = f"{'REVOKED, ' if link.revoked else ''}expires {utc(link.expires)}"
@@ -384,6 +394,20 @@ def _explain(args: argparse.Namespace) -> int:
     return 0
 
 
+def _root_trust(issuer: str, bound: bool, anchors: set[str] | None) -> str:
+    """Whether the chain's root issuer is one of ``anchors`` (``--trust``): only a chain bound to
+    the entry has a signed root to check; the grant store's rows are its word, not the issuer's."""
+    if not bound:
+        return "root issuer: not checked (the chain is not bound to this entry)"
+    if anchors is None:
+        return (
+            f"root issuer {printable(issuer)}: not checked against trust anchors (give --trust PUBFILE|DID)"
+        )
+    if issuer in anchors:
+        return f"root issuer {printable(issuer)}: a trust anchor given with --trust"
+    return f"root issuer {printable(issuer)}: NOT one of the trust anchors given with --trust"
+
+
 def _evidence(explained: Explanation) -> str:
     """What proves that the entries ``explain`` printed are in the signed log."""
     shown = 1 + len(explained.related)
@@ -412,8 +436,9 @@ class _ShownGrant:
     terms: str | None = None
 
 
-def _grant_chain(store: Store, tip: str) -> tuple[list[_ShownGrant], str] | None:
-    """Root-first links of the chain ending at ``tip``, and where they come from, if recorded.
+def _grant_chain(store: Store, tip: str) -> tuple[list[_ShownGrant], str, bool] | None:
+    """Root-first links of the chain ending at ``tip``, where they come from, and whether they
+    are bound to the entry (below), if recorded.
 
     The grant store (``agentgate.store.grants``) is not signed by the audit log; the entry only
     records the tip's hash. The chain is bound to the entry when the token the store keeps for
@@ -458,6 +483,7 @@ def _grant_chain(store: Store, tip: str) -> tuple[list[_ShownGrant], str] | None
                 "the grant store (not signed by the audit log); bound to this entry: its token's tip "
                 "hashes to the chain hash the entry records, every link signed by its issuer; "
                 "revocation is the grant store's word",
+                True,
             )
     except (StoreError, sqlite3.Error):
         return None
@@ -465,13 +491,14 @@ def _grant_chain(store: Store, tip: str) -> tuple[list[_ShownGrant], str] | None
         list(reversed(links)),
         f"the grant store (not signed by the audit log); NOT bound to this entry ({why}): "
         "the grant store's word only, constraints not shown",
+        False,
     )
 
 
 def _signed_chain(token: object, tip: str) -> tuple[list[_ShownGrant] | None, str]:
     """The links of ``token`` when it is a chain whose tip is the grant ``tip`` and whose links
-    are hash-linked and signed by their issuers (trust in the root issuer aside: that is the
-    policy's, which explain does not read); else ``None`` and why not."""
+    are hash-linked and signed by their issuers (trust in the root issuer aside: ``--trust``
+    names the anchors, ``_root_trust`` checks it); else ``None`` and why not."""
     from agentgate.authority import parse_chain
     from agentgate.authority._chain_findings import link_findings, root_findings
     from agentgate.authority._grant import GRANT_CONTEXT
