@@ -27,7 +27,7 @@ from typing import Any, NamedTuple
 import yaml
 
 from agentgate.errors import InputError, PolicyError, SourceError
-from agentgate.keys import read_regular_file
+from agentgate.keys import read_regular_file, shown_path
 
 MAX_ALIASES = 16
 MAX_NODES = 50_000
@@ -153,7 +153,7 @@ def read_source(path: str | Path, error: type[SourceError], *, limit: int, what:
     try:
         data, _ = read_regular_file(path, limit, what)
     except InputError as exc:
-        raise error(str(exc).removeprefix(f"{path}: "), file=str(path)) from None
+        raise error(str(exc).removeprefix(f"{shown_path(path)}: "), file=str(path)) from None
     return data
 
 

@@ -57,6 +57,18 @@ def _bytes_expected(what: str, value: object) -> InputError:
     return InputError(f"{what} must be bytes, got {type(value).__name__}")
 
 
+def shown_path(path: object) -> str:
+    """``path`` as an error message quotes it: one line that a terminal or a log shows as it is,
+    each character that is not printable (a line break, an escape, a bidi override, a byte of the
+    name that is not UTF-8) written as its backslash escape. A backslash stays as it is, so the
+    CLI, which escapes the same characters in every error line (``cli.main._one_line``), shows
+    each escape once."""
+    text = os.fsdecode(path) if isinstance(path, str | bytes | os.PathLike) else str(path)
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
+
+
 def read_regular_file(
     path: Path | str, limit: int, what: str, error: type[InputError] = InputError
 ) -> tuple[bytes, os.stat_result]:
@@ -73,9 +85,9 @@ def read_regular_file(
     try:
         fd = os.open(path, flags)
     except OSError as exc:
-        raise error(f"{path}: cannot read {what}: {exc.strerror}") from None
+        raise error(f"{shown_path(path)}: cannot read {what}: {exc.strerror}") from None
     except ValueError:  # a NUL byte in the path, which no file name can hold
-        raise error(f"{str(path)!r}: cannot read {what}: the path holds a NUL byte") from None
+        raise error(f"{shown_path(path)}: cannot read {what}: the path holds a NUL byte") from None
     except TypeError:  # None, a number: not a path at all
         raise error(
             f"cannot read {what}: expected a file path (text or os.PathLike), got {type(path).__name__}"
@@ -83,9 +95,9 @@ def read_regular_file(
     try:
         status = os.fstat(fd)
         if not stat.S_ISREG(status.st_mode):
-            raise error(f"{path}: cannot read {what}: not a regular file")
+            raise error(f"{shown_path(path)}: cannot read {what}: not a regular file")
         if status.st_size > limit:
-            raise error(f"{path}: cannot read {what}: larger than {limit} bytes")
+            raise error(f"{shown_path(path)}: cannot read {what}: larger than {limit} bytes")
         chunks: list[bytes] = []
         size = 0
         while size <= limit:
@@ -95,11 +107,11 @@ def read_regular_file(
             chunks.append(chunk)
             size += len(chunk)
     except OSError as exc:
-        raise error(f"{path}: cannot read {what}: {exc.strerror}") from None
+        raise error(f"{shown_path(path)}: cannot read {what}: {exc.strerror}") from None
     finally:
         os.close(fd)
     if size > limit:
-        raise error(f"{path}: cannot read {what}: larger than {limit} bytes")
+        raise error(f"{shown_path(path)}: cannot read {what}: larger than {limit} bytes")
     return b"".join(chunks), status
 
 
@@ -436,7 +448,7 @@ def _refuse_more_than_one_pem_block(path: Path, data: bytes, what: str) -> None:
     """Raise ``KeyFileError`` when ``data`` holds more than one PEM block: the PEM readers take the
     first one silently, so two keys concatenated (or a pair in one file) would be read as one."""
     if data.count(b"-----BEGIN") > 1:
-        raise KeyFileError(f"{path}: holds more than one PEM block; give a file of one {what}")
+        raise KeyFileError(f"{shown_path(path)}: holds more than one PEM block; give a file of one {what}")
 
 
 _KEY_TEXT = re.compile(r"[A-Za-z0-9+/=_-]{40,}")
@@ -540,20 +552,20 @@ def load_signing_key(path: Path | str) -> SigningKey:
     try:
         private = serialization.load_pem_private_key(data, password=None)
     except (ValueError, TypeError, UnsupportedAlgorithm) as exc:
-        raise KeyFileError(f"{path}: not a PKCS#8 PEM private key") from exc
+        raise KeyFileError(f"{shown_path(path)}: not a PKCS#8 PEM private key") from exc
     if not isinstance(private, Ed25519PrivateKey):
-        raise KeyFileError(f"{path}: not an Ed25519 private key")
+        raise KeyFileError(f"{shown_path(path)}: not an Ed25519 private key")
     mode = status.st_mode
     if mode & (stat.S_IRWXG | stat.S_IRWXO):
         raise KeyFileError(
-            f"{path}: private key is accessible by others (mode {stat.S_IMODE(mode):04o}); run chmod 600 {path}"
+            f"{shown_path(path)}: private key is accessible by others (mode {stat.S_IMODE(mode):04o}); run chmod 600 {shown_path(path)}"
         )
     if status.st_uid not in (os.geteuid(), 0):
         # Readable here only by root's right to read any file: its owner may chmod or rewrite it
         # (and so choose the key this process signs with).
         raise KeyFileError(
-            f"{path}: private key is owned by another user (uid {status.st_uid}), who may change "
-            f"it; run chown {os.geteuid()} {path}"
+            f"{shown_path(path)}: private key is owned by another user (uid {status.st_uid}), who may change "
+            f"it; run chown {os.geteuid()} {shown_path(path)}"
         )
     return SigningKey(private.private_bytes_raw())
 
@@ -578,18 +590,20 @@ def load_public_key(spec: str | Path) -> PublicKey:
     stripped = data.removeprefix(b"\xef\xbb\xbf").strip()  # a UTF-8 BOM (an editor's), as a PEM file may have
     if stripped.startswith(b"did:"):
         if len(stripped.splitlines()) > 1:
-            raise KeyFileError(f"{path}: holds more than one line; a public key file holds one did:key")
+            raise KeyFileError(
+                f"{shown_path(path)}: holds more than one line; a public key file holds one did:key"
+            )
         try:
             return PublicKey.from_did(stripped.decode("ascii", errors="replace"))
         except KeyFileError as exc:  # which of several --trust files is wrong
-            raise KeyFileError(f"{path}: {exc}") from exc
+            raise KeyFileError(f"{shown_path(path)}: {exc}") from exc
     _refuse_more_than_one_pem_block(path, stripped, "public key")
     try:
         loaded = serialization.load_pem_public_key(stripped)
     except (ValueError, TypeError, UnsupportedAlgorithm) as exc:
-        raise KeyFileError(f"{path}: neither a did:key nor a PEM public key") from exc
+        raise KeyFileError(f"{shown_path(path)}: neither a did:key nor a PEM public key") from exc
     if not isinstance(loaded, Ed25519PublicKey):
-        raise KeyFileError(f"{path}: not an Ed25519 public key ({type(loaded).__name__})")
+        raise KeyFileError(f"{shown_path(path)}: not an Ed25519 public key ({type(loaded).__name__})")
     return PublicKey(loaded.public_bytes_raw())
 
 

@@ -172,3 +172,33 @@ def test_replace_file_gives_the_file_the_mode_asked_for(tmp_path: Path) -> None:
     assert path.read_bytes() == b"new" and (path.stat().st_mode & 0o777) == 0o644
     replace_file(path, b"newer", 0o600)
     assert path.read_bytes() == b"newer" and (path.stat().st_mode & 0o777) == 0o600
+
+
+HOSTILE_NAMES = ["a\nagentgate: error: forged line", "esc\x1b[2Jname", "rtl\u202egpj.pub", "bad\udcffbyte"]
+
+
+@pytest.mark.parametrize("name", HOSTILE_NAMES)
+def test_a_file_name_reaches_a_key_error_escaped_on_one_line(
+    tmp_path: Path, name: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Review R55: read_regular_file put the path raw in its error: a file name holding a line
+    break or an escape sequence reached a log line as it is. Rule: each character that is not
+    printable is its backslash escape in the library's message, one line; the CLI shows that
+    escape once (not escaped again), and a policy error names the file once."""
+    shown = "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in name)
+    missing = tmp_path / name
+    (tmp_path / f"{name}.d").mkdir()
+    for path, why in ((missing, "No such file"), (tmp_path / f"{name}.d", "not a regular file")):
+        with pytest.raises(KeyFileError) as caught:
+            read_regular_file(path, MAX_KEY_FILE_BYTES, "public key", KeyFileError)
+        message = str(caught.value)
+        assert message.isprintable() and message.startswith(f"{tmp_path}/{shown}") and why in message
+    with pytest.raises(PolicyError) as policy:
+        read_source(str(missing), PolicyError, limit=100, what="policy")
+    assert str(policy.value).count(name) == 1 and "No such file" in str(policy.value)
+
+    from agentgate.cli.main import main
+
+    assert main(["grant", "inspect", str(missing)]) == 2
+    err = capsys.readouterr().err
+    assert err == f"agentgate: error: {tmp_path}/{shown}: cannot read token: No such file or directory\n"
