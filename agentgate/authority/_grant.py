@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from agentgate.authority._encoding import b64url_encode
 from agentgate.capabilities import Capability, format_capability
@@ -135,6 +135,12 @@ class Chain:
     """The earliest expiry of any link: the chain is dead from then on."""
     budgets: tuple[tuple[str, Budget], ...] = field(init=False, repr=False, compare=False)
     """(grant id, budget) of every link that has a budget, root first."""
+    _parsed: ClassVar[Chain | None] = None
+    """This chain as its token parsed, a separate object, set on the instance once an operation
+    that trusts its fields has checked them against the token (``_operations._signed_chain``):
+    later ones compare the fields with it instead of parsing the token again. ``None`` (this class
+    default) for one not checked yet, ``dataclasses.replace`` and a ``Chain`` built by hand
+    included. Not a dataclass field: equality, ``repr`` and ``asdict`` see the links and token only."""
 
     def __post_init__(self) -> None:
         links = self.links
