@@ -40,5 +40,7 @@ def test_an_error_quoting_a_newline_is_one_line_with_white_space_runs_made_one_s
     assert code == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.endswith("\n")
-    assert f"{tmp_path}/no key: not a PKCS#8 PEM private key" in err
-    assert "\\n" not in err and "  " not in err
+    # Since review R55 the library quotes the path with its line break escaped (keys.shown_path):
+    # the escape stays, the run of spaces after it is one space.
+    assert f"{tmp_path}/no\\n key: not a PKCS#8 PEM private key" in err
+    assert "  " not in err
