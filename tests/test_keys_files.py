@@ -202,3 +202,20 @@ def test_a_file_name_reaches_a_key_error_escaped_on_one_line(
     assert main(["grant", "inspect", str(missing)]) == 2
     err = capsys.readouterr().err
     assert err == f"agentgate: error: {tmp_path}/{shown}: cannot read token: No such file or directory\n"
+
+
+def test_a_policy_error_quoting_an_escaped_key_path_is_escaped_once_on_the_cli(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Review R55: the CLI escaped a policy or inventory error again as a whole (backslashes
+    included), so a key path the library had already quoted escaped showed each escape twice
+    (``x\\\\x1b[2J.pub``). Rule: the CLI's line escapes what is still unprintable, once."""
+    from agentgate.cli.main import main
+
+    policy = tmp_path / "p.yaml"
+    policy.write_text('version: 1\nprincipals:\n  p:\n    kind: agent\n    key: "x\\e[2J.pub"\n')
+    assert main(["policy", "explain", str(policy), "--as", "p", "--tool", "t"]) == 2
+    err = capsys.readouterr().err
+    looked = str(tmp_path / "x\x1b[2J.pub")
+    assert f"(looked at {looked!r})" in err and "\\\\x1b" not in err
+    assert err.count("\n") == 1 and err[:-1].isprintable()

@@ -166,12 +166,18 @@ def shown_policy(path: str | Path) -> Policy:
 @contextlib.contextmanager
 def shown_source_error() -> Iterator[None]:
     """Turn a ``SourceError`` (a policy or inventory that does not load) into an ``InputError``
-    whose one line (``file:line:column: ...``) is ``printable``: it quotes the file's own text (a
-    key, a value), and a file under review must not send escape sequences to the reviewer."""
+    of one line (``file:line:column: ...``) with every ``not_printable`` character escaped: it
+    quotes the file's own text (a key, a value), and a file under review must not send escape
+    sequences to the reviewer. Backslashes are left as they are: the library quotes what it
+    names already escaped (a key path as ``'x\\x1b[2J.pub'``, a file name through
+    ``keys.shown_path``), and ``printable`` showed each such escape twice (until review R55)."""
     try:
         yield
     except SourceError as exc:
-        raise InputError(printable(" ".join(str(exc).split()))) from None
+        text = " ".join(str(exc).split())
+        raise InputError(
+            "".join(c.encode("unicode_escape").decode("ascii") if not_printable(c) else c for c in text)
+        ) from None
 
 
 def utc(timestamp: float | None) -> str:
