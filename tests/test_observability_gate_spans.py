@@ -472,3 +472,30 @@ def test_trace_allowed_traces_a_recorded_allow_and_refuses_anything_else(sweep: 
     span = sweep.exporter.get_finished_spans()[-1]
     assert span.name == "execute_tool lookup"
     assert dict(span.attributes or {})["agentgate.audit.index"] == allowed.audit_index
+
+
+def test_trace_allowed_links_an_entry_once_and_uses_the_allow_up(sweep: Sweep) -> None:
+    """Review R55: ``Gate.trace_allowed`` called twice on one allow, or followed by a ``run`` of
+    it, made two spans naming the same ``allow`` entry (one span per entry was documented, not
+    enforced). It now uses the allow up: a second trace is an ``InputError``, a run or an
+    abandon after it is refused as already used, and an allow already run is not traced; none of
+    these makes a span."""
+    gate = sweep.gate
+    traced = gate.authorize(sweep.boss, Call.tool("lookup", {"id": "1"}))
+    gate.trace_allowed(traced)
+    ran = gate.authorize(sweep.boss, Call.tool("lookup", {"id": "2"}))
+    assert gate.run(ran, lambda: "found") == "found"
+    before = len(sweep.exporter.get_finished_spans())
+    with pytest.raises(InputError, match="already used"):
+        gate.trace_allowed(traced)
+    with pytest.raises(Denied, match="already used"):
+        gate.run(traced, lambda: "found")
+    with pytest.raises(Denied, match="already used"):
+        gate.abandon(traced)
+    with pytest.raises(InputError, match="already used"):
+        gate.trace_allowed(ran)
+    assert len(sweep.exporter.get_finished_spans()) == before
+    linked = [
+        dict(s.attributes or {}).get("agentgate.audit.index") for s in sweep.exporter.get_finished_spans()
+    ]
+    assert linked.count(traced.audit_index) == 1 and linked.count(ran.audit_index) == 1

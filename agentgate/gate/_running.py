@@ -429,14 +429,26 @@ class _Running:
 
     def trace_allowed(self, auth: Authorization) -> None:
         """The span of an allow that no ``run`` of this Gate follows: a GPU lease or a renewal
-        that ``GatedBroker`` hands to its broker. ``{action} {resource}`` (``lease gpu:h100``),
-        ended at once with the decision on it and ``agentgate.audit.index``, its ``allow`` entry,
-        as a refusal's span (until review R54 only refused leases had one). Not for an allow
-        that ``run``/``arun``/``abandon`` settles: their spans carry the decision already, and
-        an entry is linked by one span. ``InputError`` for an ``auth`` that is not an allow."""
+        that ``GatedBroker`` hands to its broker, which settles it itself. ``{action} {resource}``
+        (``lease gpu:h100``), ended at once with the decision on it and ``agentgate.audit.index``,
+        its ``allow`` entry, as a refusal's span (until review R54 only refused leases had one).
+
+        An entry is linked by one span, so this uses the allow up as ``run`` does: ``run``,
+        ``arun`` and ``abandon`` refuse it afterwards (``Denied``, already used), whose spans
+        would link the entry a second time. ``InputError``, and no span, for an ``auth`` that is
+        not an allow this Gate decided, and for one already used (traced, run or abandoned: its
+        entry has its span). Until review R55 a second call, or a ``run`` after it, made a second
+        span of the same entry."""
         expect(auth, Authorization, "auth", _AUTHORIZATION)
         if not auth.allowed or auth.audit_index is None:
             raise InputError("only a recorded allow is traced by trace_allowed")
+        if auth._use.sealed != self._seal(auth):
+            raise InputError("only an allow this Gate decided is traced by trace_allowed")
+        if not auth._use.take():
+            raise InputError(
+                f"the allow of {auth.call.resource} (audit entry {auth.audit_index}) was already used "
+                "(traced, run or abandoned): its entry has its span"
+            )
         with self._span(auth):
             pass
 
