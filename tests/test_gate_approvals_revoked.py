@@ -22,12 +22,12 @@ import pytest
 
 from agentgate.capabilities import Call
 from agentgate.cli.main import main
-from agentgate.errors import Revoked
+from agentgate.errors import InputError, Revoked
 from agentgate.gate import AgentIdentity, Approval, Authorization, Gate
 from agentgate.keys import SigningKey
 from agentgate.policy import parse_policy
 from agentgate.store import SQLiteStore, Store
-from agentgate.store.approvals import ApprovalStore
+from agentgate.store.approvals import VOIDED, ApprovalStore
 from agentgate.store.grants import GrantRepository
 
 NAMES = ("root", "supervisor", "researcher", "dana", "erin")
@@ -214,6 +214,38 @@ def test_declining_a_void_request_is_recorded_as_declined(desk: Desk) -> None:
     assert not declined.allowed and declined.audit_index is not None
     entry = desk.gate.audit.entry(declined.audit_index)
     assert entry.kind == "deny" and entry.ref == auth.audit_index
+    assert auth.request is not None  # settled as void (review R55), no longer pending
+    assert desk.gate.approvals.get(auth.request["id"]).state == "denied"
+
+
+@pytest.mark.parametrize("with_approval", [False, True], ids=["resumed", "resumed_with_approval"])
+def test_a_paused_call_refused_after_the_revocation_settles_its_request(
+    desk: Desk, with_approval: bool
+) -> None:
+    """Review R55: a call paused for approval, its grant revoked, then resumed (decided again,
+    as LangGraph re-runs the node) was refused with a ``deny`` that referred to nothing, and its
+    request stayed ``pending`` in the table for good. The ``deny`` now refers to the request's
+    ``approval_required`` entry, as other approval outcomes do, and the request is closed as
+    denied by ``agentgate:revoked``; a vote for it still raises ``Revoked``."""
+    auth = desk.ask()
+    assert auth.request is not None
+    approval = Approval.parse(desk.gate.approve(auth.approval_payload(), desk.keys["dana"]))
+    desk.gate.revoke(desk.supervisor, reason="key leaked")
+
+    refused = desk.gate.authorize(
+        desk.supervisor, PUBLISH, call_id="publish-0", approval=approval if with_approval else None
+    )
+
+    assert not refused.allowed and not refused.needs_approval and refused.audit_index is not None
+    entry = desk.gate.audit.entry(refused.audit_index)
+    assert entry.kind == "deny" and entry.ref == auth.audit_index
+    record = desk.gate.approvals.get(auth.request["id"])
+    assert (record.state, record.approver) == ("denied", VOIDED)
+    with pytest.raises(Revoked, match=f"grant {desk.supervisor.grant_id} was revoked"):
+        desk.gate.approvals.approve(auth.request["id"], desk.keys["erin"].did)
+    with pytest.raises(InputError, match="cannot be declined"):
+        desk.gate.decline(auth, "after the refusal")  # settled: the log says how it ended
+    assert _kinds(desk.gate).count("deny") == 1
 
 
 OLD_SQLITE_TABLES = """

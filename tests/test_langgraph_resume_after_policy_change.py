@@ -539,6 +539,29 @@ def test_a_call_refused_on_resume_leaves_no_request_pending(
         rig.close()
 
 
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_call_refused_on_resume_after_a_revocation_answers_its_request(tmp_path: Path, mode: str) -> None:
+    """Review R55: a run paused for approval whose grant was revoked meanwhile, then resumed
+    with the approval, was refused with a ``deny`` that referred to nothing (the request, void,
+    was not found open), and the request stayed ``pending`` in the table. The ``deny`` now refers
+    to its ``approval_required`` entry and the request is closed."""
+    rig = Rig(tmp_path, "sqlite", mode)
+    try:
+        identity = begin(rig, policy())
+        asked = paused(rig.run(rig.agent(PUBLISHER), GO, identity))
+        assert rig.gate is not None
+        rig.gate.revoke(identity, reason="key leaked")
+        done = rig.run(rig.agent(PUBLISHER), Command(resume=sign(asked, "dana")), identity)
+        finished(done)
+        assert rig.ran == []
+        assert "revoked" in str(tool_messages(done)[0].content)
+        assert every_request_answered(rig)
+        assert set(states(rig).values()) == {"denied"}
+        verified(rig)
+    finally:
+        rig.close()
+
+
 # --- sub-agents ----------------------------------------------------------------------------------
 
 DELEGATING = [calls(("ask_researcher", {"task": "find and publish"}))]

@@ -298,8 +298,13 @@ class _Approvals:
         with self._decision_transaction() as tx:
             try:
                 self.approvals.deny(request["id"], "agentgate:declined", tx=tx)
-            except (Expired, Revoked):
-                pass  # nobody answered in time, or its grant was revoked (the request is void): declined
+            except Expired:
+                pass  # nobody answered in time: declined
+            except Revoked as exc:
+                # Its grant was revoked: a void request is declined, and settled as void; one
+                # settled already (its call was refused, with a ``deny`` referring to it) was decided.
+                if not self.approvals.void(request["id"], tx=tx):
+                    raise InputError(f"approval request {request['id']} cannot be declined: {exc}") from None
             except (AuthorityError, InputError) as exc:
                 raise InputError(f"approval request {request['id']} cannot be declined: {exc}") from None
             index = self.audit.append({**self._entry(refused, "deny"), "ref": auth.audit_index}, tx)
@@ -314,7 +319,11 @@ class _Approvals:
         refuses, if one was asked: a run paused for an approval and resumed after the policy
         changed is refused outright, and the request would stay pending, listed and never answered
         in the log. Returns the index of its ``approval_required`` entry, which the refusal then
-        refers to (as a declined request's does); ``None`` when no request is open."""
+        refers to (as a declined request's does); ``None`` when no request is open. A request
+        made void by a revocation (the usual reason for the refusal: its call's grant was revoked
+        while the run waited) is not open, but it is closed too, as denied by ``agentgate:revoked``
+        (``ApprovalStore.void_for``), and referred to: until review R55 it stayed ``pending`` in
+        the table, and the refusal referred to nothing."""
         identity = refused.identity
         if not call_id or identity is None or not refused.call.resource.startswith("tool:"):
             return None
@@ -326,7 +335,12 @@ class _Approvals:
         call_hash = approval_call_hash(call.resource, call.action, digest, identity.grant_id, call_id)
         known = self.approvals.open_for(call_hash, identity.did, tx=tx)
         if known is None:
-            return None
+            void = self.approvals.void_for(call_hash, identity.did, tx=tx)
+            if void is None:
+                return None
+            with self._lock:
+                self._open_requests.pop(call_hash, None)
+            return void[1]
         with contextlib.suppress(Denied, Expired, Revoked, InputError):  # decided meanwhile
             self.approvals.deny(known[0], "agentgate:refused", tx=tx)
         with self._lock:

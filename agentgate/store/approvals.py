@@ -13,7 +13,9 @@ A request also keeps the grant ids of its call's chain (``approval_grants``, roo
 whose grant, or any ancestor of it, is revoked (``agentgate_revocations``, which every process
 writes) is void: no longer open, and approving, denying or using it raises ``Revoked``. That is
 read when asked, never written into the request, so a revocation by another process, the CLI or
-another host counts at once. Requests opened before grants were kept have none and are unaffected.
+another host counts at once; only when its call is refused (or declined) is a void request closed,
+as denied by ``agentgate:revoked`` (``void_for``, ``void``). Requests opened before grants were
+kept have none and are unaffected.
 
 The quorum and the approvers that count are the policy's in force when a vote is cast or the
 approval used, not the one the request was asked under (docs/policy-reference.md, "Changing a
@@ -152,6 +154,9 @@ APPROVAL_CHILDREN = (
 
 SUPERSEDED = "agentgate:superseded"
 """Who closed a request whose call was changed and asked for again (``supersede``)."""
+
+VOIDED = "agentgate:revoked"
+"""Who closed a void request (a grant of its call revoked) when its call was refused (``void``)."""
 
 _IDS_PER_READ = 500
 """Request ids bound in one statement by ``ApprovalStore.votes_of`` (within every driver's limit)."""
@@ -355,6 +360,49 @@ class ApprovalStore:
         approval_id, index, expires_at = rows[0]
         return str(approval_id), None if index is None else int(index), float(expires_at)
 
+    def void_for(
+        self, call_hash: str, requester: str, *, now: float | None = None, tx: Transaction | None = None
+    ) -> tuple[str, int | None] | None:
+        """Close, as denied by ``agentgate:revoked``, the void requests for the call ``call_hash``
+        by ``requester``: not used, not expired, and standing on a revoked grant (which ``open_for``
+        leaves out). For a call refused because of that revocation: its request is settled with the
+        refusal instead of staying ``pending`` in the table for good. Returns the newest one's id
+        and the index of its ``approval_required`` entry (``None`` when it was not recorded), or
+        ``None`` when there is none."""
+        now = time.time() if now is None else now
+        with self.store.within(tx) as t:
+            rows = t.execute(
+                "SELECT a.id, k.audit_index FROM approvals a "
+                "LEFT JOIN approval_asked k ON k.approval_id = a.id "
+                "WHERE a.call_hash = ? AND a.requester = ? AND a.state IN ('pending', 'approved') "
+                f"AND a.expires_at > ? AND NOT {_UNREVOKED.format('a.id')} "
+                "ORDER BY a.created DESC, a.id",
+                (call_hash, requester, now),
+            )
+            for approval_id, _ in rows:
+                self.void(str(approval_id), now=now, tx=t)
+        if not rows:
+            return None
+        newest, index = rows[0]
+        return str(newest), None if index is None else int(index)
+
+    def void(self, approval_id: str, *, now: float | None = None, tx: Transaction | None = None) -> bool:
+        """Close request ``approval_id`` as denied by ``agentgate:revoked`` if it is void: open
+        (pending, or approved and not used), not expired, and a grant of its call revoked. Returns
+        whether it was closed; after that ``approve``, ``deny`` and ``consume`` raise ``Revoked``
+        for it, as before."""
+        now = time.time() if now is None else now
+        return (
+            self._run(
+                tx,
+                "UPDATE approvals SET state = 'denied', approver = ?, decided_at = ? "
+                "WHERE id = ? AND state IN ('pending', 'approved') AND expires_at > ? "
+                f"AND NOT {_UNREVOKED.format('?')}",
+                (VOIDED, now, approval_id, now, approval_id),
+            )
+            == 1
+        )
+
     def approve(
         self,
         approval_id: str,
@@ -521,6 +569,9 @@ class ApprovalStore:
             # Decided before it expired: said as such, never as expired. A caller that lets an
             # expired request be closed (``Gate.decline``) would otherwise record a second refusal
             # of a request the log already shows refused.
+            if record.approver == VOIDED:
+                grant = self._revoked_grant(tx, approval_id) or "of its call"
+                raise Revoked(f"approval request {approval_id} is void: grant {grant} was revoked")
             if record.approver == SUPERSEDED:
                 raise Denied(
                     f"approval {approval_id} is denied: superseded, its call was changed and asked "
