@@ -658,3 +658,67 @@ def test_signing_a_request_whose_call_hash_is_not_the_call_it_shows_is_refused(
         with pytest.raises(InputError, match=f"no text {field!r}"):
             gate.approve(hidden, keys["alice"])
         assert Approval.sign(payload, keys["alice"]).verify()
+
+
+def test_the_same_call_asked_in_two_threads_has_a_request_in_each(tmp_path: Path) -> None:
+    """Review R55: two LangGraph threads asking the same call (same tool call id, arguments and
+    grant) shared one approval request, because the call hash names no thread: an approval signed
+    for thread A's interrupt ran the call in thread B, and A's resume was refused as already
+    used; a refusal in B closed A's request. Each thread (``asked_in``'s scope) now has its own
+    request; an approval of A's is not counted in B (asked again, saying why), and still allows
+    the call in A."""
+    from test_gate_approvals_revoked import PUBLISH, _desk
+
+    desk = _desk(tmp_path)
+    try:
+        gate, me = desk.gate, desk.supervisor
+
+        def ask(thread: str, approval: Approval | None = None) -> Authorization:
+            return gate.authorize(
+                me,
+                PUBLISH,
+                call_id="publish-0",
+                run_id=f"{thread}|answer:1",
+                asked_in=(f"{thread}|", "answer-1"),
+                approval=approval,
+            )
+
+        in_a, in_b = ask("A"), ask("B")
+        assert in_a.request is not None and in_b.request is not None
+        assert in_a.request["id"] != in_b.request["id"]
+        assert ask("A").request == {**in_a.request, "approved_by": []}  # asked again: the same request
+        a_yes = Approval.parse(gate.approve(in_a.approval_payload(), desk.keys["dana"]))
+
+        b_again = ask("B", a_yes)
+        assert b_again.needs_approval and b_again.request is not None
+        assert b_again.request["id"] == in_b.request["id"]
+        assert any("another run" in reason for reason in b_again.reasons), b_again.reasons
+        assert gate.approvals.get(in_a.request["id"]).state == "pending"
+
+        assert ask("A", a_yes).allowed
+        b_yes = Approval.parse(gate.approve(in_b.approval_payload(), desk.keys["dana"]))
+        assert ask("B", b_yes).allowed
+    finally:
+        desk.gate.close()
+
+
+def test_a_refusal_in_one_thread_leaves_the_other_threads_request_open(tmp_path: Path) -> None:
+    """Review R55: a call refused in thread B (an approval answer that is no approval, a policy
+    that now refuses it) closed the request thread A was waiting on for the same call."""
+    from test_gate_approvals_revoked import PUBLISH, _desk
+
+    desk = _desk(tmp_path)
+    try:
+        gate, me = desk.gate, desk.supervisor
+        in_a = gate.authorize(me, PUBLISH, call_id="publish-0", asked_in=("A|", "answer-1"))
+        in_b = gate.authorize(me, PUBLISH, call_id="publish-0", asked_in=("B|", "answer-1"))
+        assert in_a.request is not None and in_b.request is not None
+        gate.decline(in_b, "no")
+        foreign = gate.authorize(
+            me, PUBLISH, call_id="publish-0", asked_in=("B|", "answer-1"), agent="someone-else"
+        )
+        assert not foreign.allowed
+        assert gate.approvals.get(in_a.request["id"]).state == "pending"
+        assert gate.approvals.get(in_b.request["id"]).state == "denied"
+    finally:
+        desk.gate.close()

@@ -14,6 +14,8 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.types import Command
 from test_langgraph import NAMES, Team, _ask_researcher, _calls, _entries, _policy_text, _tools
 from test_langgraph import team as team  # the fixture
+from test_langgraph_resume_after_policy_change import PUBLISHER, Rig, begin, finished, paused, sign
+from test_langgraph_resume_after_policy_change import policy as team_policy
 
 from agentgate.capabilities import Call
 from agentgate.errors import Denied
@@ -217,3 +219,30 @@ async def test_a_resume_value_nested_past_the_recursion_limit_refuses_the_call(t
     kinds = [e.kind for e in _entries(team.gate) if e.resource == "tool:publish"]
     assert kinds == ["approval_required", "deny"]
     assert team.gate.approvals.open_records() == []
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_two_threads_asking_the_same_call_are_approved_apart(tmp_path: Path, mode: str) -> None:
+    """Review R55: two threads whose model asked the same call (same tool call id, arguments and
+    grant) shared one approval request, its call hash naming no thread: thread B resumed with the
+    approval signed for thread A's interrupt ran the call, and A's resume was then refused as
+    already used. Each thread now has its own request; A's approval is not counted in B (asked
+    again), and runs the call in A."""
+    rig = Rig(tmp_path, "sqlite", mode)
+    try:
+        identity = begin(rig, team_policy())
+        asked_a = paused(rig.run(rig.agent(PUBLISHER), GO, identity, thread="A"))
+        asked_b = paused(rig.run(rig.agent(PUBLISHER), GO, identity, thread="B"))
+        assert asked_a["request"]["id"] != asked_b["request"]["id"]
+
+        again = paused(
+            rig.run(rig.agent(PUBLISHER), Command(resume=sign(asked_a, "dana")), identity, thread="B")
+        )
+        assert again["request"]["id"] == asked_b["request"]["id"] and rig.ran == []
+
+        finished(rig.run(rig.agent(PUBLISHER), Command(resume=sign(asked_a, "dana")), identity, thread="A"))
+        assert rig.ran == ["publish:reports/final"]
+        finished(rig.run(rig.agent(PUBLISHER), Command(resume=sign(asked_b, "dana")), identity, thread="B"))
+        assert rig.ran == ["publish:reports/final"] * 2
+    finally:
+        rig.close()

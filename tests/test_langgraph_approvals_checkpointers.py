@@ -52,20 +52,31 @@ def _every_request_answered(team: Team) -> bool:
 
 
 def test_a_call_refused_with_a_used_approval_leaves_no_request_pending(team: Team) -> None:
-    agent = _publisher(team)
-    first = {"configurable": {"thread_id": "a"}}
-    (pending,) = agent.invoke(GO, first, context=team.supervisor)["__interrupt__"]
+    """The same call asked again in a later answer of the thread, resumed with the approval its
+    first asking used. (Until review R55 the replay was in another thread, which then shared the
+    request; another thread's call is now another call, and an approval of it is not counted
+    there: tests/test_langgraph_approvals_and_enforce.py.)"""
+    publish = _calls(("publish", {"path": "reports/a"}))
+    agent = create_gated_agent(
+        team.gate,
+        name="supervisor",
+        model=ScriptedChatModel(turns=[publish, publish, AIMessage(content="done")]),
+        tools=_tools(team),
+        checkpointer=InMemorySaver(),
+        gate_models=False,
+    )
+    config = {"configurable": {"thread_id": "a"}}
+    (pending,) = agent.invoke(GO, config, context=team.supervisor)["__interrupt__"]
     used = team.gate.approve(pending.value, team.keys["dana"])
-    agent.invoke(Command(resume=used), first, context=team.supervisor)
+    (asked,) = agent.invoke(Command(resume=used), config, context=team.supervisor)["__interrupt__"]
     assert team.ran == ["publish:reports/a"]
+    assert asked.value["request"]["id"] != pending.value["request"]["id"]
 
-    replay = {"configurable": {"thread_id": "b"}}
-    (asked,) = agent.invoke(GO, replay, context=team.supervisor)["__interrupt__"]
-    done = agent.invoke(Command(resume=used), replay, context=team.supervisor)
-    (refused,) = _tool_messages(done)
+    done = agent.invoke(Command(resume=used), config, context=team.supervisor)
+    refused = _tool_messages(done)[-1]
     assert refused.status == "error" and "already used" in str(refused.content)
     assert team.ran == ["publish:reports/a"]
-    # The request thread b asked for is closed, not left for an approver to answer in vain.
+    # The request the later answer asked for is closed, not left for an approver to answer in vain.
     assert _requests(team)[asked.value["request"]["id"]] == "denied"
     assert "pending" not in _requests(team).values() and _every_request_answered(team)
 

@@ -427,22 +427,30 @@ def _publisher(crew: Crew, checkpointer: Any, path: str = "reports/a") -> Any:
 
 def test_a_reused_approval_is_refused_and_leaves_no_request_open(crew: Crew) -> None:
     """Kills g12 (the request a resumed call opened left pending when the call is refused with the
-    approval given): an approval already used, replayed to resume another run of the same call,
-    is refused; the publish does not run again, and the second run's request is closed in the
-    log (a ``deny``), not left for approvers to answer."""
-    agent = _publisher(crew, InMemorySaver())
-    first = {"configurable": {"thread_id": "one"}}
-    paused = agent.invoke({"messages": [{"role": "user", "content": "go"}]}, first, context=crew.boss)
+    approval given): an approval already used, replayed to resume the same call asked again in a
+    later answer of its thread, is refused; the publish does not run again, and the request the
+    later answer asked for is closed in the log (a ``deny``), not left for approvers to answer.
+    (Until review R55 the replay was in another thread, which then shared the request; there it
+    is now not counted and asked again: tests/test_langgraph_approvals_and_enforce.py.)"""
+    publish = _calls(("publish", {"path": "reports/a"}))
+    agent = create_gated_agent(
+        crew.gate,
+        name="boss",
+        model=ScriptedChatModel(turns=[publish, publish, AIMessage(content="done")]),
+        tools=crew.tools(),
+        checkpointer=InMemorySaver(),
+        gate_models=False,
+    )
+    thread = {"configurable": {"thread_id": "one"}}
+    paused = agent.invoke({"messages": [{"role": "user", "content": "go"}]}, thread, context=crew.boss)
     approval = crew.gate.approve(paused["__interrupt__"][0].value, crew.keys["dana"])
-    agent.invoke(Command(resume=approval), first, context=crew.boss)
+    paused = agent.invoke(Command(resume=approval), thread, context=crew.boss)
     assert crew.ran == ["publish:reports/a"]
 
-    second = {"configurable": {"thread_id": "two"}}
-    paused = agent.invoke({"messages": [{"role": "user", "content": "go"}]}, second, context=crew.boss)
     assert "__interrupt__" in paused and len(crew.gate.approvals.open_records()) == 1
-    replayed = agent.invoke(Command(resume=approval), second, context=crew.boss)
+    replayed = agent.invoke(Command(resume=approval), thread, context=crew.boss)
     assert "__interrupt__" not in replayed
-    (refused,) = _tool_messages(replayed)
+    refused = _tool_messages(replayed)[-1]
     assert refused.status == "error" and "already used" in str(refused.content)
     assert crew.ran == ["publish:reports/a"]
     assert crew.gate.approvals.open_records() == []

@@ -78,12 +78,14 @@ class _Approvals:
         rule: QuorumRule | None,
         gate: PolicyApproval | None,
         identity: AgentIdentity,
+        call_key: str | None = None,
     ) -> tuple[Approval | None, tuple[str, ...], ApprovalRequirement | None]:
         """For a call with an approval ``request``: the approval that completes it (``None`` when
         none does), the reasons an approval given was not used, and the approval the call still
-        needs (``None`` once approved, or when no policy gate asks for one)."""
-        approved, unused = self._approval_complete(approval, request, rule)
-        if approved is not None and self._superseded(approved, request, identity):
+        needs (``None`` once approved, or when no policy gate asks for one). ``call_key``: the
+        framework call (``_scoped_call_key``), whose run an approval's request must be of."""
+        approved, unused = self._approval_complete(approval, request, rule, call_key)
+        if approved is not None and self._superseded(approved, request, identity, call_key):
             unused = (
                 f"approval of request {approved.request} not used: it expired, and the call was asked for again",
             )
@@ -103,6 +105,17 @@ class _Approvals:
         if call_id and asked_in:
             return approval_call_key(identity.did, asked_in[0], call_id), asked_in[1]
         return None
+
+    @classmethod
+    def _call_scope(
+        cls, identity: AgentIdentity | None, call_id: str | None, asked_in: tuple[str, str] | None
+    ) -> str | None:
+        """The key of the framework call (``_scoped_call_key``) without its version: what keeps
+        the approval requests of one run's call apart from another run's asking the same call
+        (same tool call id, arguments and grant); ``None`` without an identity, a call id and a
+        scope."""
+        call_key = None if identity is None else cls._scoped_call_key(identity, call_id, asked_in)
+        return None if call_key is None else call_key[0]
 
     def _approval_request(
         self, identity: AgentIdentity, call: Call, verdict: PolicyDecision, call_id: str | None
@@ -138,11 +151,20 @@ class _Approvals:
             return None
         return QuorumRule(gate.quorum, frozenset(did for did in gate.approver_dids if did))
 
-    @staticmethod
-    def _approval_invalid(approval: Approval, request: Mapping[str, Any], rule: QuorumRule) -> str | None:
-        """Why ``approval`` cannot count for ``request`` under ``rule``, or ``None`` when it can."""
+    def _approval_invalid(
+        self, approval: Approval, request: Mapping[str, Any], rule: QuorumRule, call_key: str | None = None
+    ) -> str | None:
+        """Why ``approval`` cannot count for ``request`` under ``rule``, or ``None`` when it can.
+        ``call_key``: the framework call asking (``_scoped_call_key``); an approval of a request
+        keyed to another (the same call hash asked in another LangGraph thread) is that run's,
+        whatever became of it: a resumed node replays the answers it was given in order, so an
+        approval not counted once must not count later (once its own run used it, say)."""
         if approval.call_hash != request["call_hash"]:
             return "approval not counted: it was given for another call"
+        if call_key is not None and self.approvals.call_key_of(approval.request) not in (None, call_key):
+            # Until review R55 two threads asking the same call shared one request: an approval
+            # shown in one thread's interrupt ran the call in the other.
+            return "approval not counted: it was given for this call in another run (another thread)"
         # The requester first: the policy takes the requester off the approvers, and a self-signed
         # approval said only "not one of this call's approvers", hiding what was tried.
         if approval.approver == request["requester_did"]:
@@ -154,7 +176,11 @@ class _Approvals:
         return None
 
     def _refused_approval(
-        self, approval: Approval | None, request: Mapping[str, Any] | None, rule: QuorumRule | None
+        self,
+        approval: Approval | None,
+        request: Mapping[str, Any] | None,
+        rule: QuorumRule | None,
+        call_key: str | None = None,
     ) -> bool:
         """Whether ``approval`` is one no approver of ``rule`` gave for ``request``'s call
         (``_approval_invalid``): another call's, a key the gate does not list, the requester's
@@ -162,15 +188,21 @@ class _Approvals:
         that expired), which a run replays when it resumes."""
         if approval is None or request is None or rule is None:
             return False
-        return self._approval_invalid(approval, request, rule) is not None
+        return self._approval_invalid(approval, request, rule, call_key) is not None
 
-    def _superseded(self, approval: Approval, request: Mapping[str, Any], identity: AgentIdentity) -> bool:
+    def _superseded(
+        self,
+        approval: Approval,
+        request: Mapping[str, Any],
+        identity: AgentIdentity,
+        call_key: str | None = None,
+    ) -> bool:
         """Whether the call was asked for again under a newer request than ``approval``'s, one
         still open, because its own expired unused. A LangGraph run resumed with that approval first
         decides without it (the node runs again), which opens the new request; refusing the old
         approval then would leave the new request pending, shown to approvers and never answered
         in the log. It is asked for instead, as an approval that does not hold is."""
-        found = self.approvals.open_for(request["call_hash"], identity.did)
+        found = self.approvals.open_for(request["call_hash"], identity.did, call_key=call_key)
         if found is None or found[0] == approval.request:
             return False
         try:
@@ -181,7 +213,11 @@ class _Approvals:
         return own.state != "consumed" and own.expires_at <= time.time()
 
     def _approval_complete(
-        self, approval: Approval | None, request: Mapping[str, Any], rule: QuorumRule | None
+        self,
+        approval: Approval | None,
+        request: Mapping[str, Any],
+        rule: QuorumRule | None,
+        call_key: str | None = None,
     ) -> tuple[Approval | None, tuple[str, ...]]:
         """The approval that completes the gate's quorum, or ``None`` while it is not complete,
         and why the approval given did not count (a reason for the ``approval_required`` answer
@@ -196,7 +232,7 @@ class _Approvals:
         """
         if approval is None or rule is None:
             return None, ()
-        invalid = self._approval_invalid(approval, request, rule)
+        invalid = self._approval_invalid(approval, request, rule, call_key)
         if invalid is not None:
             return None, (invalid,)
         if rule.quorum == 1:
@@ -314,7 +350,9 @@ class _Approvals:
         self._refusal_span(refused)
         return refused
 
-    def _close_asked(self, refused: Authorization, call_id: str | None, tx: Transaction) -> int | None:
+    def _close_asked(
+        self, refused: Authorization, call_id: str | None, tx: Transaction, call_key: str | None = None
+    ) -> int | None:
         """Close (deny) the approval request still open for the tool call that ``refused``
         refuses, if one was asked: a run paused for an approval and resumed after the policy
         changed is refused outright, and the request would stay pending, listed and never answered
@@ -323,7 +361,8 @@ class _Approvals:
         made void by a revocation (the usual reason for the refusal: its call's grant was revoked
         while the run waited) is not open, but it is closed too, as denied by ``agentgate:revoked``
         (``ApprovalStore.void_for``), and referred to: until review R55 it stayed ``pending`` in
-        the table, and the refusal referred to nothing."""
+        the table, and the refusal referred to nothing. ``call_key``: the framework call refused
+        (``_scoped_call_key``); only its own requests are closed, never another run's."""
         identity = refused.identity
         if not call_id or identity is None or not refused.call.resource.startswith("tool:"):
             return None
@@ -333,9 +372,9 @@ class _Approvals:
             return None
         call = refused.call
         call_hash = approval_call_hash(call.resource, call.action, digest, identity.grant_id, call_id)
-        known = self.approvals.open_for(call_hash, identity.did, tx=tx)
+        known = self.approvals.open_for(call_hash, identity.did, call_key=call_key, tx=tx)
         if known is None:
-            void = self.approvals.void_for(call_hash, identity.did, tx=tx)
+            void = self.approvals.void_for(call_hash, identity.did, call_key=call_key, tx=tx)
             if void is None:
                 return None
             with self._lock:
@@ -373,7 +412,9 @@ class _Approvals:
         # before its approval is read). The same open request is the same request.
         asked: int | None = None  # the entry this asking records itself, if any
         with self._decision_transaction() if tx is None else nullcontext(tx) as t:
-            known = self.approvals.open_for(call_hash, auth.identity.did, tx=t)
+            known = self.approvals.open_for(
+                call_hash, auth.identity.did, call_key=None if call_key is None else call_key[0], tx=t
+            )
             if known is not None and call_key is not None:  # asked by an earlier version: keyed now
                 self.approvals.keep_call(known[0], call_key, tx=t)
             if known is not None and uncounted:

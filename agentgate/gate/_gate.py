@@ -368,25 +368,36 @@ class Gate(_Delegation, _Approvals, _Recording, _Costs, _Running, _Settlement, _
             and (asked_in is None or _is_text_pair(asked_in))
         ):
             self._check_decision(identity, call, call_id, run_id, asked_in)
+        # A refusal closes the call's own approval request, never another run's: the same call
+        # asked in another thread is another call (``_call_scope``).
         early = self._precheck(identity, call, agent, agent_did)
         if early is not None:
-            return self._record_refusal(early, call_id)
+            return self._record_refusal(
+                early, call_id, call_key=self._call_scope(identity, call_id, asked_in)
+            )
         assert identity is not None
         if approval is not None and not isinstance(approval, Approval):
             return self._refuse_unreadable_approval(identity, call, approval, call_id)
         verdict = self.index.evaluate(self._policy_principal(identity), call)
         if verdict.outcome is Outcome.DENY:
-            return self._record_refusal(Authorization(Verdict.DENY, call, identity, verdict.reasons), call_id)
+            refused = Authorization(Verdict.DENY, call, identity, verdict.reasons)
+            return self._record_refusal(
+                refused, call_id, call_key=self._call_scope(identity, call_id, asked_in)
+            )
         try:
             request = self._approval_request(identity, call, verdict, call_id) if approval_gates else None
         except InputError as exc:  # arguments with no digest (text that is not valid Unicode)
             refused = Authorization(
                 Verdict.DENY, call, identity, (f"the call's arguments cannot be recorded: {exc}",)
             )
-            return self._record_refusal(refused, call_id)
+            return self._record_refusal(
+                refused, call_id, call_key=self._call_scope(identity, call_id, asked_in)
+            )
         rule = self._quorum_rule(verdict.approval)
+        call_key = self._scoped_call_key(identity, call_id, asked_in) if request is not None else None
+        scope = None if call_key is None else call_key[0]
         approved, unused, pending = (
-            self._approval_state(approval, request, rule, verdict.approval, identity)
+            self._approval_state(approval, request, rule, verdict.approval, identity, scope)
             if request is not None
             else (None, (), None)
         )
@@ -429,19 +440,19 @@ class Gate(_Delegation, _Approvals, _Recording, _Costs, _Running, _Settlement, _
                 # Refused before a person is asked to approve a call that cannot run again.
                 auth = self._refuse_ran_before(auth, once, last)
             if auth.needs_approval:
-                call_key = self._scoped_call_key(identity, call_id, asked_in)
                 auth = self._record_approval_request(
                     auth,
                     request,
                     rule,
                     tx,
                     call_key,
-                    uncounted=self._refused_approval(approval, request, rule),
+                    uncounted=self._refused_approval(approval, request, rule, scope),
                 )
             elif auth.allowed:
                 auth = self._record_allow(auth, approved, request, tokens, tx, verdict.quotas, once, rule)
             else:
-                auth = self._write_refusal(auth, tx, ref=self._close_asked(auth, call_id, tx))
+                own = self._call_scope(identity, call_id, asked_in)  # also without an approval gate now
+                auth = self._write_refusal(auth, tx, ref=self._close_asked(auth, call_id, tx, own))
         if not auth.allowed:
             self._refusal_span(auth, call_id)
         return auth

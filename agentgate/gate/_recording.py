@@ -54,7 +54,7 @@ class _Recording:
         def _decision_transaction(self) -> Iterator[Transaction]: ...
 
         def _close_asked(
-            self, refused: Authorization, call_id: str | None, tx: Transaction
+            self, refused: Authorization, call_id: str | None, tx: Transaction, call_key: str | None = None
         ) -> int | None: ...
 
         def _consume_approval(
@@ -153,12 +153,18 @@ class _Recording:
         return self._record_refusal(refused, call_id)
 
     def _record_refusal(
-        self, auth: Authorization, call_id: str | None = None, *, close_asked: bool = True
+        self,
+        auth: Authorization,
+        call_id: str | None = None,
+        *,
+        close_asked: bool = True,
+        call_key: str | None = None,
     ) -> Authorization:
         """Record a refusal in a decision transaction of its own; the refused authorization. With
-        ``close_asked``, an approval request open for the call is closed (``_close_asked``)."""
+        ``close_asked``, an approval request open for the call is closed (``_close_asked``; of the
+        framework call ``call_key`` only, when given)."""
         with self._decision_transaction() as tx:
-            ref = self._close_asked(auth, call_id, tx) if close_asked else None
+            ref = self._close_asked(auth, call_id, tx, call_key) if close_asked else None
             refused = self._write_refusal(auth, tx, ref=ref)
         self._refusal_span(refused, call_id)
         return refused

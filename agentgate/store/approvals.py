@@ -168,6 +168,12 @@ _UNREVOKED = (
 """The condition that no grant of the request whose id is ``{}`` (a column or ``?``) is revoked."""
 
 
+_KEYED_TO_CALL = (
+    "AND NOT EXISTS (SELECT 1 FROM approval_calls c WHERE c.approval_id = a.id AND c.call_key <> ?) "
+)
+"""The condition that request ``a`` is keyed to the framework call ``?`` or to none."""
+
+
 @dataclass(frozen=True)
 class Approval:
     """One approval request and where it stands. Times are Unix seconds."""
@@ -337,47 +343,77 @@ class ApprovalStore:
         return int(rows[0][0]) if rows else None
 
     def open_for(
-        self, call_hash: str, requester: str, *, now: float | None = None, tx: Transaction | None = None
+        self,
+        call_hash: str,
+        requester: str,
+        *,
+        call_key: str | None = None,
+        now: float | None = None,
+        tx: Transaction | None = None,
     ) -> tuple[str, int | None, float] | None:
         """The newest request for the call ``call_hash`` by ``requester`` that is still open
         (pending or approved, not used, not expired, no grant revoked): its id, the index of its
         ``approval_required`` audit entry (``None`` when it was not recorded) and its expiry.
+        With ``call_key`` (``approval_call_key``: the framework call, its run included), only a
+        request keyed to that call or to none: the same call hash asked in another run (another
+        LangGraph thread) is another call, with a request of its own.
 
         A process that asks again for a call another process (or itself before a restart) asked
         for finds the request there, instead of opening a second one for the same call.
         """
+        keyed = "" if call_key is None else _KEYED_TO_CALL
         sql = (
             "SELECT a.id, k.audit_index, a.expires_at FROM approvals a "
             "LEFT JOIN approval_asked k ON k.approval_id = a.id "
             "WHERE a.call_hash = ? AND a.requester = ? AND a.state IN ('pending', 'approved') "
-            f"AND a.expires_at > ? AND {_UNREVOKED.format('a.id')} "
+            f"AND a.expires_at > ? AND {_UNREVOKED.format('a.id')} {keyed}"
             "ORDER BY a.created DESC, a.id LIMIT 1"
         )
-        params = (call_hash, requester, time.time() if now is None else now)
+        params: tuple[object, ...] = (call_hash, requester, time.time() if now is None else now)
+        if call_key is not None:
+            params = (*params, call_key)
         rows = tx.execute(sql, params) if tx is not None else self.store.query(sql, params)
         if not rows:
             return None
         approval_id, index, expires_at = rows[0]
         return str(approval_id), None if index is None else int(index), float(expires_at)
 
+    def call_key_of(self, approval_id: str, *, tx: Transaction | None = None) -> str | None:
+        """The framework call request ``approval_id`` is keyed to (``request``'s ``call_key``,
+        ``keep_call``), or ``None`` when it is keyed to none (or there is no such request)."""
+        sql = "SELECT call_key FROM approval_calls WHERE approval_id = ?"
+        rows = tx.execute(sql, (approval_id,)) if tx is not None else self.store.query(sql, (approval_id,))
+        return str(rows[0][0]) if rows else None
+
     def void_for(
-        self, call_hash: str, requester: str, *, now: float | None = None, tx: Transaction | None = None
+        self,
+        call_hash: str,
+        requester: str,
+        *,
+        call_key: str | None = None,
+        now: float | None = None,
+        tx: Transaction | None = None,
     ) -> tuple[str, int | None] | None:
         """Close, as denied by ``agentgate:revoked``, the void requests for the call ``call_hash``
         by ``requester``: not used, not expired, and standing on a revoked grant (which ``open_for``
         leaves out). For a call refused because of that revocation: its request is settled with the
         refusal instead of staying ``pending`` in the table for good. Returns the newest one's id
         and the index of its ``approval_required`` entry (``None`` when it was not recorded), or
-        ``None`` when there is none."""
+        ``None`` when there is none. ``call_key``: only the requests of that framework call, as
+        ``open_for``'s."""
         now = time.time() if now is None else now
+        keyed = "" if call_key is None else _KEYED_TO_CALL
+        params: tuple[object, ...] = (call_hash, requester, now)
+        if call_key is not None:
+            params = (*params, call_key)
         with self.store.within(tx) as t:
             rows = t.execute(
                 "SELECT a.id, k.audit_index FROM approvals a "
                 "LEFT JOIN approval_asked k ON k.approval_id = a.id "
                 "WHERE a.call_hash = ? AND a.requester = ? AND a.state IN ('pending', 'approved') "
-                f"AND a.expires_at > ? AND NOT {_UNREVOKED.format('a.id')} "
+                f"AND a.expires_at > ? AND NOT {_UNREVOKED.format('a.id')} {keyed}"
                 "ORDER BY a.created DESC, a.id",
-                (call_hash, requester, now),
+                params,
             )
             for approval_id, _ in rows:
                 self.void(str(approval_id), now=now, tx=t)
