@@ -269,6 +269,12 @@ class NoStore(StoreError):
         self.tables = tables
 
 
+class LogDropped(StoreError):
+    """The store records that its audit log was made (``agentgate_store_parts``), and the log's
+    tables are gone: a log dropped, not one never started. Nothing is created in its place: a new
+    log at index 0 would verify as intact."""
+
+
 class AuditError(AgentGateError):
     """The audit log cannot be written or read."""
 

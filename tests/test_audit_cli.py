@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -527,3 +528,98 @@ def test_verify_refuses_a_saved_checkpoint_that_is_not_this_logs_as_unusable_inp
     )
     assert len(err.splitlines()) == 1
     assert main(["audit", "verify", "--checkpoint", str(populated / "good.cp")]) == 0
+
+
+def _tables(db: Path) -> set[str]:
+    """The names of the tables, indexes and triggers in the SQLite file ``db``, read without
+    opening it as a store."""
+    raw = sqlite3.connect(db)
+    try:
+        return {row[0] for row in raw.execute("SELECT name FROM sqlite_master")}
+    finally:
+        raw.close()
+
+
+def _drop_the_log(db: Path) -> None:
+    raw = sqlite3.connect(db)
+    raw.execute("DROP TABLE audit_log")  # its triggers go with it
+    raw.execute("DROP TABLE audit_checkpoints")
+    raw.commit()
+    raw.close()
+
+
+def test_a_dropped_log_is_tampered_and_no_verb_makes_it_anew(
+    populated: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Review R55: dropping audit_log and audit_checkpoints gave ``audit verify`` "intact: 0
+    entries" (exit 0), and verify, show, explain and prove made the tables anew, empty. Rule: the
+    store records that its log was made, so a dropped log is TAMPERED (exit 1) for verify, a
+    refusal for the other verbs (exit 2; checkpoint's REFUSED, exit 1), and nothing is created."""
+    db = populated / "agentgate.db"
+    assert main(["audit", "checkpoint"]) == 0
+    _drop_the_log(db)
+    before = _tables(db)
+    capsys.readouterr()
+    assert main(["audit", "verify"]) == 1
+    out = capsys.readouterr().out
+    assert out.startswith("TAMPERED: 1 problem(s)\n") and "the audit log was dropped from this store" in out
+    for argv in (["show"], ["explain", "0"], ["prove", "0", "--out", str(populated / "p")]):
+        assert main(["audit", *argv]) == 2, argv
+        assert "the audit log was dropped" in capsys.readouterr().err, argv
+    assert main(["audit", "checkpoint"]) == 1
+    assert capsys.readouterr().out.startswith("REFUSED: the audit log was dropped")
+    assert _tables(db) == before and not {"audit_log", "audit_checkpoints"} & before
+    assert not (populated / "p").exists()
+
+
+def test_a_store_where_no_log_was_made_reads_as_empty_and_reading_creates_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Review R55: the verbs that only read made the log's tables in a store that had none (the
+    grants part's alone, as grant commands leave it). Rule: no log yet is intact and empty (exit
+    0, said so), explain and prove find no entry (exit 2), nothing is created; checkpoint then
+    starts the log, as docs/cli.md says."""
+    from agentgate.store.grants import GRANTS_DDL
+
+    db = audit_cli_store(tmp_path, monkeypatch)
+    with SQLiteStore(db) as store:
+        store.ensure_schema("grants", GRANTS_DDL)
+        open_log_key(store)  # a log key, as a first checkpoint makes it
+    before = _tables(db)
+    assert main(["audit", "verify"]) == 0
+    assert (
+        capsys.readouterr().out == "intact: 0 entries (no audit log in this store yet; nothing was created)\n"
+    )
+    assert main(["audit", "show", "--json"]) == 0
+    shown = capsys.readouterr()
+    assert shown.out == "" and "no audit log in this store yet" in shown.err
+    for argv in (["explain", "0"], ["prove", "0", "--out", str(tmp_path / "p")]):
+        assert main(["audit", *argv]) == 2, argv
+        assert "audit log has only 0 entries; entry 0 is past its end" in capsys.readouterr().err
+    assert main(["audit", "report", "--out", str(tmp_path / "r.html")]) == 0
+    assert _tables(db) == before and "audit_log" not in before
+    assert main(["audit", "checkpoint"]) == 0
+    capsys.readouterr()
+    assert main(["audit", "verify"]) == 0
+    assert capsys.readouterr().out.startswith("intact: 0 entries, root ")
+    assert {"audit_log", "audit_checkpoints", "agentgate_store_parts"} <= _tables(db)
+
+
+def test_a_saved_checkpoint_of_entries_is_not_met_by_a_store_with_no_log(
+    populated: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Review R55: a log dropped together with the store's record of it reads as no log yet;
+    the checkpoint saved outside the database still catches it (exit 1)."""
+    saved = populated / "saved.note"
+    assert main(["audit", "checkpoint", "--out", str(saved)]) == 0
+    db = populated / "agentgate.db"
+    _drop_the_log(db)
+    raw = sqlite3.connect(db)
+    raw.execute("DROP TABLE agentgate_store_parts")
+    raw.commit()
+    raw.close()
+    capsys.readouterr()
+    assert main(["audit", "verify", "--checkpoint", str(saved)]) == 1
+    out = capsys.readouterr().out
+    assert "the saved checkpoint signs 13 entries, and this store holds no audit log" in out
+    assert "audit_log" not in _tables(db)

@@ -440,3 +440,100 @@ def test_cli_show_names_the_malformed_entry_it_stops_at(
         "agentgate: error: audit log: entry 2 is malformed: entry bytes are not UTF-8"
     )
     assert len(captured.err.splitlines()) == 1
+
+
+def _reopened(store: Store) -> Store:
+    """Another store object on the same database, as a new process opens it (nothing cached)."""
+    if isinstance(store, SQLiteStore):
+        return SQLiteStore(store.path)
+    from agentgate.store._postgres import PostgresStore
+
+    return PostgresStore(store.url)
+
+
+def _log_tables(store: Store) -> set[str]:
+    names = "('audit_log', 'audit_checkpoints')"
+    if store.dialect == "sqlite":
+        rows = store.query(f"SELECT name FROM sqlite_master WHERE type = 'table' AND name IN {names}")
+    else:
+        rows = store.query(f"SELECT relname FROM pg_class WHERE relkind = 'r' AND relname IN {names}")
+    return {row[0] for row in rows}
+
+
+def _drop_log(store: Store, *tables: str) -> None:
+    with store.transaction() as tx:
+        for table in tables or ("audit_log", "audit_checkpoints"):
+            tx.execute(f"DROP TABLE {table}")
+
+
+def test_a_dropped_log_is_refused_by_every_writer_and_made_anew_by_none(store: Store) -> None:
+    """Review R55: a Gate (or ``grant revoke``) opened on a store whose audit tables were dropped
+    started a new log at index 0, which then verified as intact. Rule: the store records that its
+    log was made, with the log's tables; a log table missing beside that record is ``LogDropped``
+    (a ``StoreError``) for every opener, and nothing is created."""
+    from test_gate import POLICY
+
+    from agentgate.errors import LogDropped
+    from agentgate.gate import Gate
+    from agentgate.policy import parse_policy
+
+    key = SigningKey(b"\x07" * 32)
+    log = AuditLog(store, key)
+    log.append(decision(0))
+    log.checkpoint()
+    _drop_log(store)
+    keys = {n: SigningKey.generate().did for n in ("root", "agent", "lead", "helper")}
+    policy = parse_policy(POLICY.format(budget=1000, **keys), source="gate.yaml")
+    again = _reopened(store)
+    try:
+        for opening in (
+            lambda: AuditLog(again, key),
+            lambda: AuditLog(again, key, create=False),
+            lambda: Gate(policy, again, log_key=key),
+        ):
+            with pytest.raises(LogDropped, match="the audit log was dropped from this store") as raised:
+                opening()
+            assert isinstance(raised.value, StoreError)
+        assert _log_tables(again) == set()
+    finally:
+        again.close()
+
+
+def test_one_log_table_dropped_is_a_dropped_log(store: Store) -> None:
+    """Review R55: the checkpoints dropped alone were made anew, empty: the log then read as
+    never signed. Rule: either log table missing beside the record is a dropped log."""
+    from agentgate.errors import LogDropped
+
+    AuditLog(store, SigningKey(b"\x07" * 32)).append(decision(0))
+    _drop_log(store, "audit_checkpoints")
+    again = _reopened(store)
+    try:
+        with pytest.raises(LogDropped, match="its table audit_checkpoints is missing"):
+            AuditLog(again, SigningKey(b"\x07" * 32))
+        assert _log_tables(again) == {"audit_log"}
+    finally:
+        again.close()
+
+
+def test_a_log_made_before_the_record_gets_it_when_opened(store: Store) -> None:
+    """Review R55: a store made by a version before ``agentgate_store_parts`` holds the log's
+    tables and no record; opening the log writes the record, so that dropping the log is then
+    caught, and a log never made is still made."""
+    from agentgate.errors import LogDropped
+
+    AuditLog(store, SigningKey(b"\x07" * 32)).append(decision(0))
+    with store.transaction() as tx:
+        tx.execute("DROP TABLE agentgate_store_parts")  # as an earlier version left the store
+    upgraded = _reopened(store)
+    try:
+        assert AuditLog(upgraded, SigningKey(b"\x07" * 32)).size() == 1
+        assert [row[0] for row in upgraded.query("SELECT part FROM agentgate_store_parts")] == ["audit_log"]
+        _drop_log(upgraded)
+    finally:
+        upgraded.close()
+    later = _reopened(store)
+    try:
+        with pytest.raises(LogDropped):
+            AuditLog(later, SigningKey(b"\x07" * 32))
+    finally:
+        later.close()

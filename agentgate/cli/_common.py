@@ -315,6 +315,7 @@ def open_audit_log(
     create_key: bool = False,
     reads: bool | None = None,
     check_first: Callable[[AuditLog], object] | None = None,
+    create_log: bool = True,
 ) -> tuple[Store, AuditLog]:
     """The store (as ``open_existing_store``) and its audit log, read with ``public_key``
     (``log.pub`` or its did:key) when given, else with the log key where agentgate finds it
@@ -322,7 +323,10 @@ def open_audit_log(
     command takes ``--key PUBFILE`` instead (``True``), signs with the key (``False``), or
     neither (``None``). ``check_first``: called with the log before a log key is created (read
     with a public key nothing was signed with, and the rotated-out keys), so that a command it
-    refuses (by raising) leaves no key behind. The caller closes the store."""
+    refuses (by raising) leaves no key behind. ``create_log``: make the log's tables in a store
+    that has none yet; ``False`` for a verb that only reads, which creates nothing there (the
+    log's ``exists`` is then ``False``). A log that was dropped is ``LogDropped`` either way.
+    The caller closes the store."""
     from agentgate.keys import (
         SigningKey,
         load_public_key,
@@ -347,7 +351,7 @@ def open_audit_log(
                     )
                 )
             key = open_log_key(store, create=create_key)
-        return store, AuditLog(store, key, log_origin(), previous_keys=previous_log_keys())
+        return store, AuditLog(store, key, log_origin(), previous_keys=previous_log_keys(), create=create_log)
     except BaseException:
         store.close()
         raise
@@ -376,6 +380,7 @@ def _refuse_missing_log_key(path: Path, *, reads: bool | None) -> None:
 _APP_ROLE_RIGHTS = {
     "audit_log": "SELECT, INSERT",
     "audit_checkpoints": "SELECT, INSERT",
+    "agentgate_store_parts": "SELECT, INSERT",
     "audit_refs": "SELECT",
     "audit_refs_built": "SELECT",
     "audit_nodes": "SELECT, INSERT, DELETE",

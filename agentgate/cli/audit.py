@@ -42,7 +42,7 @@ from agentgate.audit.proof import HEADER as PROOF_HEADER
 from agentgate.audit.proof import ProofBundle, verify_bundle
 from agentgate.audit.report import render_report
 from agentgate.cli._common import given, given_text, open_audit_log, printable, utc
-from agentgate.errors import InputError, KeyFileError, StoreError, TamperDetected
+from agentgate.errors import BeyondLogEnd, InputError, KeyFileError, LogDropped, StoreError, TamperDetected
 from agentgate.keys import load_public_key, read_regular_file, replace_file
 from agentgate.store import SQLiteStore, Store
 from agentgate.store.audit import AuditLog, Explanation, VerifyReport, log_key_path
@@ -165,7 +165,15 @@ def _since(text: str) -> str:
 
 def _open(args: argparse.Namespace, *, create_key: bool = False) -> tuple[Store, AuditLog]:
     reads = hasattr(args, "key")  # verify, show, explain, report take --key PUBFILE; prove signs
-    return open_audit_log(args.store, getattr(args, "key", None), create_key=create_key, reads=reads)
+    # None of them makes the log's tables in a store that has none (``log.exists`` is then
+    # False): a verb that reads changes nothing, and prove proves an entry already written.
+    return open_audit_log(
+        args.store, getattr(args, "key", None), create_key=create_key, reads=reads, create_log=False
+    )
+
+
+_NO_LOG_YET = "no audit log in this store yet; nothing was created"
+"""What the verbs that only read say of a store where no log was ever made."""
 
 
 MAX_CHECKPOINT_FILE_BYTES = 1 << 16
@@ -251,7 +259,12 @@ def _verify(args: argparse.Namespace) -> int:
             Checkpoint.parse(saved.partition("\n\n")[0] + "\n")
         except TamperDetected as exc:
             raise InputError(f"{args.checkpoint}: not a checkpoint: {exc}") from exc
-    store, log = _open(args)
+    try:
+        store, log = _open(args)
+    except LogDropped as exc:  # not an empty log: the log's tables are gone
+        print("TAMPERED: 1 problem(s)")
+        print(f"  - {printable(str(exc))}")
+        return 1
     with store:
         if saved is not None:
             # The saved checkpoint is the caller's evidence, not the database's: one that is not
@@ -263,6 +276,8 @@ def _verify(args: argparse.Namespace) -> int:
                 raise InputError(
                     f"{args.checkpoint}: not a checkpoint of this log signed by its key: {printable(str(exc))}"
                 ) from exc
+        if not log.exists:
+            return _verify_no_log(log, saved)
         report = log.verify(saved_checkpoint=saved)
     if report.ok:
         print(
@@ -278,6 +293,22 @@ def _verify(args: argparse.Namespace) -> int:
     for problem in report.problems:
         print(f"  - {problem}")
     return 1
+
+
+def _verify_no_log(log: AuditLog, saved: str | None) -> int:
+    """``verify``'s verdict on a store where no log was ever made (``log.exists`` False): intact
+    and empty, unless a saved checkpoint of this log signed entries (exit 1: the log and the
+    store's record of it are gone, or the store is another one)."""
+    kept = log.open_checkpoint(saved).size if saved is not None else 0
+    if kept:
+        print("TAMPERED: 1 problem(s)")
+        print(
+            f"  - the saved checkpoint signs {kept} entries, and this store holds no audit log and no "
+            "record of one: the log was dropped with that record, or this is another store"
+        )
+        return 1
+    print(f"intact: 0 entries ({_NO_LOG_YET})")
+    return 0
 
 
 def _wrong_key(report: VerifyReport, log: AuditLog) -> str | None:
@@ -321,6 +352,9 @@ def _matches(entry: AuditEntry, args: argparse.Namespace) -> bool:
 def _show(args: argparse.Namespace) -> int:
     store, log = _open(args)
     with store:
+        if not log.exists:
+            print(f"agentgate audit show: {_NO_LOG_YET}", file=sys.stderr)
+            return 0
         start = args.start
         if args.last is not None and not _filtered(args):
             start = max(start, log.size() - args.last)  # read only the entries to be shown
@@ -343,6 +377,8 @@ def _explain(args: argparse.Namespace) -> int:
     anchors = None if args.trust is None else {load_public_key(spec).did for spec in args.trust}
     store, log = _open(args)
     with store:
+        if not log.exists:
+            raise BeyondLogEnd(args.index, 0, "entry")
         explained = log.explain(args.index)
         entry, related = explained.entry, explained.related
         chain = _grant_chain(store, entry.chain_hash) if entry.chain_hash else None
@@ -581,7 +617,7 @@ def _checkpoint(args: argparse.Namespace) -> int:
         with store:
             note = log.checkpoint(saved=saved_in_out(log))
             public = log.public_key
-    except TamperDetected as exc:
+    except (TamperDetected, LogDropped) as exc:
         print(f"REFUSED: {exc}")
         if read and read[0] is not None:
             print(f"{args.out} is left as it was: it is the evidence")
@@ -598,6 +634,8 @@ def _prove(args: argparse.Namespace) -> int:
     store, log = _open(args)
     with store:
         _refuse_own_files(args.out, store, None)
+        if not log.exists:
+            raise BeyondLogEnd(args.index, 0, "entry")
         try:  # a bundle is returned only when it verifies: an entry edited in the database does not
             bundle = log.prove(args.index)
         except TamperDetected as exc:
@@ -644,6 +682,11 @@ def _report(args: argparse.Namespace) -> int:
     store, log = _open(args)
     with store:
         _refuse_own_files(args.out, store, args.key)
+        if not log.exists:
+            page = render_report(iter(()), None, [])
+            _write(args.out, page)
+            print(f"wrote {args.out}: 0 entries, intact ({_NO_LOG_YET})")
+            return 0
         verified = log.verify()
         note = log.latest_checkpoint()
         checkpoint = log.open_checkpoint(note) if note and verified.ok else None

@@ -287,6 +287,7 @@ def required_store_columns() -> dict[str, frozenset[str]]:
     required: dict[str, frozenset[str]] = {}
     for ddl in (
         audit.AUDIT_DDL,
+        audit.PARTS_DDL,
         audit.REFS_DDL,
         grants.GRANTS_DDL,
         approvals.APPROVALS_DDL,

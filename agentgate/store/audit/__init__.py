@@ -6,6 +6,8 @@ Tables (DDL per dialect below):
   entry's canonical bytes and their RFC 9162 leaf hash. Triggers refuse UPDATE, DELETE (and on
   PostgreSQL TRUNCATE), and any INSERT whose ``idx`` is not the next one.
 - ``audit_checkpoints(id, size, root, note, created)``: signed checkpoints, append-only too.
+- ``agentgate_store_parts(part, made)``: a row ``audit_log`` written with the log's tables, which
+  tells a log dropped from one never made (``refuse_dropped_log``).
 - ``audit_refs(idx, ref)`` (kept by a trigger on ``audit_log``) and ``audit_nodes(level,
   position, hash)`` (a cache of block roots): lookup aids for ``explain`` and ``prove``, covered
   by no signature, so everything read through them is proven against a signed checkpoint.
@@ -43,13 +45,14 @@ from agentgate.store.audit._keys import (
 )
 from agentgate.store.audit._log import AuditLog
 from agentgate.store.audit._proofs import Explanation
-from agentgate.store.audit._schema import APPEND_LOCK, AUDIT_DDL, REFS_DDL, create_audit_tables
+from agentgate.store.audit._schema import APPEND_LOCK, AUDIT_DDL, PARTS_DDL, REFS_DDL, create_audit_tables
 from agentgate.store.audit._verify import VerifyReport
 
 __all__ = [
     "APPEND_LOCK",
     "AUDIT_DDL",
     "DEFAULT_ORIGIN",
+    "PARTS_DDL",
     "REFS_DDL",
     "AuditLog",
     "Explanation",

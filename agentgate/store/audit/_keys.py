@@ -12,6 +12,7 @@ from agentgate.errors import InputError, KeyFileError, StoreError
 from agentgate.keys import PublicKey, SigningKey, load_public_key, load_signing_key, refuse_key_text, save_key
 from agentgate.store._base import Store, env_setting, loaded_driver_errors
 from agentgate.store._sqlite import SQLiteStore
+from agentgate.store.audit._schema import refuse_dropped_log
 
 DEFAULT_ORIGIN = "agentgate.local/audit"
 
@@ -95,9 +96,11 @@ def open_log_key(store: Store, *, create: bool = True) -> SigningKey:
 
 def refuse_new_log_key(store: Store, path: Path) -> None:
     """Raise ``KeyFileError`` when ``open_log_key`` may not create a log key at ``path``: a name
-    that does not end in ``.key``, or a log with checkpoints and no key rotation under way."""
+    that does not end in ``.key``, or a log with checkpoints and no key rotation under way; and
+    ``LogDropped`` for a log that was dropped (no new key for a log made anew in its place)."""
     if path.suffix != ".key":
         raise KeyFileError(f"{path}: AGENTGATE_LOG_KEY must name a file ending in .key")
+    refuse_dropped_log(store)
     if not _previous_specs() and _has_checkpoints(store):
         raise KeyFileError(
             f"{path}: no log key there, but this audit log has checkpoints signed by one; point "

@@ -19,7 +19,7 @@ from agentgate.store._base import Row, Store, Transaction, loaded_driver_errors
 from agentgate.store.audit._keys import DEFAULT_ORIGIN, entry_limit
 from agentgate.store.audit._nodes import _CachedRoots
 from agentgate.store.audit._proofs import _Proofs
-from agentgate.store.audit._schema import APPEND_LOCK, create_audit_tables
+from agentgate.store.audit._schema import APPEND_LOCK, create_audit_tables, refuse_dropped_log
 from agentgate.store.audit._stored import _bytes, _index_of, _note, _parsed, _whole
 from agentgate.store.audit._verify import _Verification
 
@@ -62,6 +62,7 @@ class AuditLog(_Proofs, _CachedRoots, _Verification):
         *,
         previous_keys: Sequence[PublicKey] = (),
         max_entry_bytes: int | None = None,
+        create: bool = True,
     ) -> None:
         """The log in ``store``, signing new checkpoints with ``signer``.
 
@@ -73,6 +74,11 @@ class AuditLog(_Proofs, _CachedRoots, _Verification):
         still verify; new checkpoints are signed only with ``signer``. Given the log key's public
         key only (an auditor's copy), the log reads, verifies and proves against stored
         checkpoints, and ``checkpoint`` raises ``AuditError`` when it would have to sign.
+
+        ``create``: make the log's tables where the store has none (a log never made there).
+        ``False`` (the verbs that only read a log) creates nothing in such a store, and ``exists``
+        is then ``False``: there is nothing to read, and reading raises ``StoreError``. Either way
+        a log that was dropped raises ``LogDropped`` (a ``StoreError``) and nothing is created.
         """
         self.max_entry_bytes = entry_limit(max_entry_bytes)
         self.store = store
@@ -81,7 +87,9 @@ class AuditLog(_Proofs, _CachedRoots, _Verification):
         self.origin = origin
         self.previous_keys = tuple(previous_keys)
         Checkpoint(origin, 0, bytes(32)).text()  # validates the origin now, not at the first checkpoint
-        self.refs_indexed = create_audit_tables(store)
+        self.exists = create or refuse_dropped_log(store)
+        """Whether the store holds the log's tables (``False`` only for ``create=False``)."""
+        self.refs_indexed = create_audit_tables(store) if self.exists else False
         """Whether ``audit_refs`` indexes every entry's reference (else ``explain`` scans the log)."""
         # Appends guess the next index only where the next-index trigger is known to guard them.
         self._guessing = store.dialect == "sqlite" and bool(

@@ -1,10 +1,11 @@
 """The audit log's tables (``AUDIT_DDL``), its reference index and cache of block roots
-(``REFS_DDL``), the PostgreSQL append lock, and ``create_audit_tables``, which makes them and
-indexes the entries written before the index."""
+(``REFS_DDL``), the PostgreSQL append lock, ``create_audit_tables``, which makes them and
+indexes the entries written before the index, and ``refuse_dropped_log``, which tells a log
+never made from one dropped (the record ``agentgate_store_parts`` keeps)."""
 
 from __future__ import annotations
 
-from agentgate.errors import StoreError
+from agentgate.errors import LogDropped, StoreError
 from agentgate.store._base import Dialect, Store, loaded_driver_errors
 
 APPEND_LOCK = 27416741019937140
@@ -100,6 +101,52 @@ BEGIN
             FOR EACH ROW EXECUTE FUNCTION agentgate_append_only();
         CREATE TRIGGER audit_checkpoints_no_truncate BEFORE TRUNCATE ON audit_checkpoints
             FOR EACH STATEMENT EXECUTE FUNCTION agentgate_append_only();
+    END IF;
+END;
+$$;
+""",
+}
+
+PARTS_DDL: dict[Dialect, str] = {
+    # ``agentgate_store_parts(part, made)``: the record that a part of the store was made in it
+    # (``audit_log``: the audit log, ``made`` the UTC time), append-only, outside the log's own
+    # tables: ``refuse_dropped_log`` tells a log dropped from one never made by it. Run after
+    # ``AUDIT_DDL`` (its triggers use ``agentgate_append_only``); the row is written when missing.
+    "sqlite": """
+CREATE TABLE IF NOT EXISTS agentgate_store_parts (
+    part TEXT PRIMARY KEY,
+    made TEXT NOT NULL
+);
+CREATE TRIGGER IF NOT EXISTS agentgate_store_parts_no_update BEFORE UPDATE ON agentgate_store_parts
+BEGIN SELECT RAISE(ABORT, 'agentgate_store_parts is append-only'); END;
+CREATE TRIGGER IF NOT EXISTS agentgate_store_parts_no_delete BEFORE DELETE ON agentgate_store_parts
+BEGIN SELECT RAISE(ABORT, 'agentgate_store_parts is append-only'); END;
+INSERT OR IGNORE INTO agentgate_store_parts (part, made)
+VALUES ('audit_log', strftime('%Y-%m-%dT%H:%M:%SZ', 'now'));
+""",
+    "postgresql": """
+CREATE TABLE IF NOT EXISTS agentgate_store_parts (
+    part TEXT PRIMARY KEY,
+    made TEXT NOT NULL
+);
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = 'agentgate_store_parts'::regclass
+                   AND tgname = 'agentgate_store_parts_append_only') THEN
+        CREATE TRIGGER agentgate_store_parts_append_only BEFORE UPDATE OR DELETE ON agentgate_store_parts
+            FOR EACH ROW EXECUTE FUNCTION agentgate_append_only();
+        CREATE TRIGGER agentgate_store_parts_no_truncate BEFORE TRUNCATE ON agentgate_store_parts
+            FOR EACH STATEMENT EXECUTE FUNCTION agentgate_append_only();
+    END IF;
+    -- Read only where this role may read and insert (PL/pgSQL's AND does not stop at the first
+    -- false): a role of least privilege without rights there leaves it to the schema's owner.
+    IF has_table_privilege('agentgate_store_parts', 'SELECT')
+       AND has_table_privilege('agentgate_store_parts', 'INSERT') THEN
+        IF NOT EXISTS (SELECT 1 FROM agentgate_store_parts WHERE part = 'audit_log') THEN
+            INSERT INTO agentgate_store_parts (part, made)
+            VALUES ('audit_log', to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'))
+            ON CONFLICT DO NOTHING;
+        END IF;
     END IF;
 END;
 $$;
@@ -216,15 +263,86 @@ _BACKFILL: dict[Dialect, str] = {
 }
 
 
+LOG_TABLES = ("audit_log", "audit_checkpoints")
+"""The tables that hold the log itself: its entries and its signed checkpoints."""
+
+_PARTS = "agentgate_store_parts"
+"""The table that records which parts of the store were made in it (``part = 'audit_log'``:
+the audit log), append-only, outside the log's own tables."""
+
+
+def _tables_held(store: Store, names: tuple[str, ...]) -> set[str]:
+    """Which of ``names`` (constants) are tables of the store, where its statements find them
+    (PostgreSQL: the search path). Reads the catalog only: no right on the tables is needed."""
+    listed = ", ".join(f"'{name}'" for name in names)
+    if store.dialect == "sqlite":
+        sql = f"SELECT name FROM sqlite_master WHERE type = 'table' AND name IN ({listed})"
+    else:
+        sql = (
+            "SELECT c.relname FROM pg_catalog.pg_class c WHERE c.relkind IN ('r', 'p') "
+            f"AND c.relname IN ({listed}) AND pg_catalog.pg_table_is_visible(c.oid)"
+        )
+    return {str(row[0]) for row in store.query(sql)}
+
+
+def refuse_dropped_log(store: Store) -> bool:
+    """Whether the store holds the audit log's tables (``LOG_TABLES``): ``False`` for a log never
+    made here (no table of it, and no record of it in ``agentgate_store_parts``). Creates nothing.
+
+    Raises ``LogDropped`` (a ``StoreError``) when the log was dropped: a table of it is missing
+    and the store records the log as made. A log made again in its place would start at index 0
+    and verify as intact. A store without the record (its log made by a version before it, the
+    record written when it is next opened, or the record removed too) cannot tell: only a
+    checkpoint saved outside the database catches that (docs/operations.md)."""
+    held = _tables_held(store, (*LOG_TABLES, _PARTS))
+    missing = [name for name in LOG_TABLES if name not in held]
+    if not missing:
+        return True
+    made = store.query(f"SELECT made FROM {_PARTS} WHERE part = 'audit_log'") if _PARTS in held else []
+    if not made:
+        return len(missing) < len(LOG_TABLES)
+    tables = f"table {missing[0]} is" if len(missing) == 1 else f"tables {', '.join(missing)} are"
+    raise LogDropped(
+        f"the audit log was dropped from this store: its {tables} missing, and {_PARTS} records "
+        f"the log as made here at {made[0][0]}; nothing was created in its place (a new log would "
+        "start at index 0 and verify as intact): restore the database from a backup and verify it "
+        "against the checkpoint saved outside it (docs/operations.md, A dropped audit log)"
+    )
+
+
+def _recorded(store: Store) -> bool:
+    """Whether ``agentgate_store_parts`` records the log (``False`` where it cannot be read)."""
+    try:
+        return bool(store.query(f"SELECT 1 FROM {_PARTS} WHERE part = 'audit_log'"))
+    except loaded_driver_errors(StoreError):
+        return False
+
+
 def create_audit_tables(store: Store) -> bool:
     """Create the audit log's tables (``AUDIT_DDL``) and its reference index (``REFS_DDL``), and
     index the entries written before the index, once. Returns whether the index is complete.
+    The record that the log was made (``PARTS_DDL``) is written with its tables, in one
+    transaction, or the first time a log made before the record is opened where it may be.
 
     A role that may not create or fill the index (an owner has not opened the log since the
-    upgrade) gets ``False``, and ``explain`` scans instead. Raises ``StoreError`` when the audit
+    upgrade) gets ``False``, and ``explain`` scans instead. Raises ``LogDropped`` for a log that
+    was dropped (``refuse_dropped_log``), creating nothing, and ``StoreError`` when the audit
     tables themselves cannot be created.
     """
-    store.ensure_schema("audit", AUDIT_DDL)
+    if not refuse_dropped_log(store):
+        # A new log: its tables and the record of it commit together, or neither does.
+        store.ensure_schema(
+            "audit", {dialect: AUDIT_DDL[dialect] + PARTS_DDL[dialect] for dialect in AUDIT_DDL}
+        )
+    else:
+        store.ensure_schema("audit", AUDIT_DDL)
+        if not _recorded(store):
+            # A log made before the record: written now where this process may (not on a
+            # read-only copy, nor as a role without rights there; a later opener writes it).
+            try:
+                store.ensure_schema("audit_parts", PARTS_DDL)
+            except loaded_driver_errors(StoreError):
+                pass
     try:
         store.ensure_schema("audit_refs", REFS_DDL)
         if store.query("SELECT 1 FROM audit_refs_built"):
