@@ -623,3 +623,33 @@ def test_a_saved_checkpoint_of_entries_is_not_met_by_a_store_with_no_log(
     out = capsys.readouterr().out
     assert "the saved checkpoint signs 13 entries, and this store holds no audit log" in out
     assert "audit_log" not in _tables(db)
+
+
+def test_show_lists_an_index_two_rows_hold_once_and_names_it_as_verify_does(
+    populated: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Review R55: in an audit_log rebuilt without its primary key, a second row of index 5 was
+    listed by ``audit show`` as a second entry 5, while verify reads one and names the index as
+    tampering; ``AuditLog.size`` counted rows, so ``show --last 3`` started one late (two entries
+    shown). Rule: show lists each index once and names the repeated one on standard error, in
+    verify's words; size counts indexes."""
+    db = populated / "agentgate.db"
+    raw = sqlite3.connect(db)
+    raw.executescript(
+        "CREATE TABLE bare (idx INTEGER, entry BLOB, leaf_hash BLOB);"
+        "INSERT INTO bare SELECT idx, entry, leaf_hash FROM audit_log;"
+        "DROP TABLE audit_log; ALTER TABLE bare RENAME TO audit_log;"
+        "INSERT INTO audit_log SELECT idx, entry, leaf_hash FROM audit_log WHERE idx = 5;"
+    )
+    raw.close()
+    named = "entry 5: 2 rows hold this index, which one entry has: rows inserted outside agentgate"
+    assert main(["audit", "show", "--json"]) == 0
+    shown = capsys.readouterr()
+    assert [json.loads(line)["index"] for line in shown.out.splitlines()] == list(range(13))
+    assert named in shown.err
+    assert main(["audit", "show", "--last", "3", "--json"]) == 0
+    assert [json.loads(line)["index"] for line in capsys.readouterr().out.splitlines()] == [10, 11, 12]
+    with SQLiteStore(db) as store:
+        assert AuditLog(store, open_log_key(store)).size() == 13
+    assert main(["audit", "verify"]) == 1
+    assert named in capsys.readouterr().out

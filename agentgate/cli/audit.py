@@ -370,6 +370,14 @@ def _show(args: argparse.Namespace) -> int:
                     f"{entry.index:>6}  {entry.time}  {entry.kind:<17} {printable(entry.principal[:32]):<32} "
                     f"{printable(entry.resource or '-'):<28} {entry.budget_delta:>8}  {reasons}"
                 )
+        # Each index is listed once, the row verify reads; the others are named here, in verify's
+        # words, not listed as entries (on standard error: --json stays one entry a line).
+        for index, rows in log.repeated_indexes(start):
+            print(
+                f"agentgate: warning: entry {index}: {rows} rows hold this index, which one entry has: "
+                "rows inserted outside agentgate (one of them shown; run agentgate audit verify)",
+                file=sys.stderr,
+            )
     return 0
 
 

@@ -308,10 +308,11 @@ class AuditLog(_Proofs, _CachedRoots, _Verification):
     # --- reading ------------------------------------------------------------------------------
 
     def size(self) -> int:
-        """Entries in the log: rows at index 0 or more (a row below 0, inserted outside agentgate,
-        is no entry: no tree holds it, and counted it would make ``audit show --last N`` start
-        past the newest entries)."""
-        return int(self.store.query("SELECT COUNT(*) FROM audit_log WHERE idx >= 0")[0][0])
+        """Entries in the log: indexes of 0 or more that a row holds, each once (a row below 0,
+        inserted outside agentgate, is no entry: no tree holds it; nor is a second row of one
+        index, in a table whose primary key was dropped: ``verify`` reads one row of it. Counted,
+        either would make ``audit show --last N`` start past the newest entries)."""
+        return int(self.store.query("SELECT COUNT(DISTINCT idx) FROM audit_log WHERE idx >= 0")[0][0])
 
     def entry_bytes(self, index: int) -> bytes:
         """The stored bytes of entry ``index``; raises ``InputError`` if there is none
@@ -350,9 +351,15 @@ class AuditLog(_Proofs, _CachedRoots, _Verification):
 
         Raises ``TamperDetected`` (naming its index) at the first entry whose bytes are not a
         canonical entry, or passes over it when ``skip_malformed`` (a report of a log that
-        ``verify`` found tampered).
+        ``verify`` found tampered). An index that more than one row holds (a table whose primary
+        key was dropped) yields the row ``verify`` reads, once: an index is one entry;
+        ``repeated_indexes`` names such indexes.
         """
+        previous: int | None = None
         for idx, data, _leaf in self._rows(include_entry_from=start, start=start):
+            if idx == previous:  # a second row of it, read in the same batch (the next starts past it)
+                continue
+            previous = idx
             try:
                 yield _parsed(idx, data or b"")
             except TamperDetected:

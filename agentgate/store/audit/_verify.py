@@ -189,6 +189,19 @@ class _Verification:
             size, acc.root(), checked, min(bad) if bad else None, tuple(problems), tuple(unopened)
         )
 
+    def repeated_indexes(self, start: int = 0, end: int | None = None) -> list[tuple[int, int]]:
+        """The first ten indexes from ``start`` (below ``end`` when given) that more than one row
+        of ``audit_log`` holds, each with its number of rows: possible only in a table whose
+        primary key was dropped. ``verify`` names each as tampering; ``entries`` yields one row of
+        each, and ``agentgate audit show`` names them as ``verify`` does."""
+        below, params = ("AND idx < ? ", (start, end)) if end is not None else ("", (start,))
+        rows = self.store.query(
+            f"SELECT idx, COUNT(*) FROM audit_log WHERE idx >= ? {below}"
+            "GROUP BY idx HAVING COUNT(*) > 1 ORDER BY idx LIMIT 10",
+            params,
+        )
+        return [(int(idx), int(count)) for idx, count in rows]
+
     def _check_repeated_indexes(self, size: int, bad: list[int], problems: list[str]) -> None:
         """Append to ``problems`` (and ``bad``) each index below ``size`` that more than one row of
         ``audit_log`` holds: possible only in a table whose primary key was dropped. The pass read
@@ -200,17 +213,13 @@ class _Verification:
         )
         if stored <= size:
             return
-        repeated = self.store.query(
-            "SELECT idx, COUNT(*) FROM audit_log WHERE idx >= 0 AND idx < ? "
-            "GROUP BY idx HAVING COUNT(*) > 1 ORDER BY idx LIMIT 10",
-            (size,),
-        )
+        repeated = self.repeated_indexes(0, size)
         for idx, rows in repeated:
             problems.append(
                 f"entry {idx}: {rows} rows hold this index, which one entry has: rows inserted outside "
                 "agentgate (verify checked one of them)"
             )
-            bad.append(int(idx))
+            bad.append(idx)
         if stored - size > sum(rows - 1 for _idx, rows in repeated):
             problems.append(f"audit_log has {stored - size} more row(s) below index {size} than entries")
 
