@@ -653,3 +653,20 @@ def test_show_lists_an_index_two_rows_hold_once_and_names_it_as_verify_does(
         assert AuditLog(store, open_log_key(store)).size() == 13
     assert main(["audit", "verify"]) == 1
     assert named in capsys.readouterr().out
+
+
+def test_verify_says_a_log_without_a_checkpoint_is_unsigned(
+    populated: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Review R55: ``audit verify`` said "intact: 13 entries" for a log that no checkpoint signs,
+    although only the database's triggers keep it (docs/operations.md). Rule: the verdict says
+    it is unsigned, still starting "intact: N entries" and exit 0; once signed, it says nothing more."""
+    assert main(["audit", "verify"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("intact: 13 entries, root ") and out.endswith(
+        ", 0 checkpoints (unsigned: no checkpoint yet, protected only by the database's triggers)\n"
+    )
+    assert main(["audit", "checkpoint"]) == 0
+    capsys.readouterr()
+    assert main(["audit", "verify"]) == 0
+    assert capsys.readouterr().out.endswith(", 1 checkpoints\n")

@@ -251,6 +251,10 @@ def _refuse_own_files(path: str, store: Store, key: str | None) -> None:
             raise InputError(f"{path}: cannot write: it is {what} ({own}); name another file")
 
 
+UNSIGNED = " (unsigned: no checkpoint yet, protected only by the database's triggers)"
+"""What ``verify`` adds to the verdict ``intact`` of a log with entries that no checkpoint signs."""
+
+
 def _verify(args: argparse.Namespace) -> int:
     saved = None
     if args.checkpoint:
@@ -280,8 +284,12 @@ def _verify(args: argparse.Namespace) -> int:
             return _verify_no_log(log, saved)
         report = log.verify(saved_checkpoint=saved)
     if report.ok:
+        # Nothing signs a log with entries and no checkpoint: the verdict says so, so that "intact"
+        # is not read as "signed" (the triggers alone keep it; their owner can disable them).
+        unsigned = UNSIGNED if report.size and not report.checkpoints_checked and saved is None else ""
         print(
-            f"intact: {report.size} entries, root {report.root.hex()}, {report.checkpoints_checked} checkpoints"
+            f"intact: {report.size} entries, root {report.root.hex()}, "
+            f"{report.checkpoints_checked} checkpoints{unsigned}"
         )
         return 0
     print(f"TAMPERED: {len(report.problems)} problem(s)")
