@@ -670,3 +670,20 @@ def test_verify_says_a_log_without_a_checkpoint_is_unsigned(
     capsys.readouterr()
     assert main(["audit", "verify"]) == 0
     assert capsys.readouterr().out.endswith(", 1 checkpoints\n")
+
+
+def test_grant_revoke_on_a_dropped_log_is_refused_and_makes_no_log(
+    populated: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Review R55: ``grant revoke`` on a store whose audit log was dropped wrote its ``revoke``
+    entry at index 0 of a log made anew. Rule: refused (exit 2, the dropped log named), no
+    revocation and no log table written."""
+    monkeypatch.setattr("agentgate.cli.main.GROUPS", ("agentgate.cli.audit", "agentgate.cli.grant"))
+    db = populated / "agentgate.db"
+    _drop_the_log(db)
+    capsys.readouterr()
+    assert main(["grant", "revoke", "ab" * 32]) == 2
+    assert "the audit log was dropped from this store" in capsys.readouterr().err
+    assert not {"audit_log", "audit_checkpoints"} & _tables(db)
+    with SQLiteStore(db) as store:
+        assert store.query("SELECT COUNT(*) FROM agentgate_revocations") == [(0,)]
