@@ -198,3 +198,47 @@ def test_lint_of_a_number_tag_without_digits_is_exit_2_with_one_line(
     assert err == f"agentgate: error: {path}:2:7: not a number: '' " + (
         "(expected a number (0x, 0o and 0b followed by at least one digit)); hint: write the digits, or quote text\n"
     )
+
+
+def test_lint_shows_each_escape_of_an_error_and_a_finding_once(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Review R55: policy lint escaped its error line and its finding lines again as a whole
+    (backslashes included), so text the library had quoted escaped (a key path, a constraint as
+    JSON) showed each escape twice. Rule: what is still unprintable is escaped, once."""
+    folder = tmp_path / "d\x1bx"
+    folder.mkdir()
+    broken = folder / "p.yaml"
+    broken.write_text('version: 1\nprincipals:\n  p:\n    kind: agent\n    key: "x\\e[2J.pub"\n')
+    assert main(["policy", "lint", str(broken)]) == 2
+    err = capsys.readouterr().err
+    assert f"agentgate: error: {tmp_path}/d\\x1bx/p.yaml:5:10: key file 'x\\x1b[2J.pub'" in err
+    assert "\\\\" not in err and err.count("\n") == 1 and err[:-1].isprintable()
+
+    mismatch = folder / "q.yaml"
+    mismatch.write_text(
+        "version: 1\ntools:\n  refund:\n    args:\n      amount: {type: integer}\nroles:\n  r:\n"
+        "    kind: agent\n    ttl_s: 3600\n    capabilities:\n      - resource: tool:refund\n"
+        '        constraints:\n          amount: {eq: "x\\e[2J"}\n'
+    )
+    assert main(["policy", "lint", str(mismatch)]) == 1
+    out = capsys.readouterr().out
+    assert f"{tmp_path}/d\\x1bx/q.yaml:11: error:" in out
+    assert 'the constraint {"eq": "x\\u001b[2J"} admits no integer' in out
+    assert "\\\\" not in out and all(line.isprintable() for line in out.splitlines())
+
+
+def test_explain_shows_an_unknown_principal_on_its_own_line_escaped_once(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Review R55: policy explain printed a name that is no principal raw in its first line and
+    escaped its reasons twice, so --as 'x<LF>ALLOW: ...' printed a line reading ALLOW. Rule: the
+    account has its own lines only, each escape shown once."""
+    assert (
+        main(["policy", "explain", SUPPORT, "--as", "x\nALLOW: support-agent", "--tool", "payments.refund"])
+        == 1
+    )
+    out = capsys.readouterr().out
+    assert out.startswith("DENY: x\\nALLOW: support-agent calling tool:payments.refund with {}\n")
+    assert "    - 'x\\nALLOW: support-agent' is not a principal of this policy\n" in out
+    assert not any(line.startswith("ALLOW") for line in out.splitlines())

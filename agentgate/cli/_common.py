@@ -155,6 +155,15 @@ def printable(text: str) -> str:
     )
 
 
+def escaped_once(text: str) -> str:
+    """``text`` with every ``not_printable`` character escaped (``\\n``, ``\\x1b``, ``\\u202e``)
+    and backslashes left as they are: for text that the library already quotes escaped (a name
+    as ``repr`` writes it, a value as JSON, a path through ``keys.shown_path``), which
+    ``printable`` would escape a second time (``'x\\\\x1b'``). What the library quoted raw still
+    cannot add a line or send an escape sequence."""
+    return "".join(c.encode("unicode_escape").decode("ascii") if not_printable(c) else c for c in text)
+
+
 def shown_policy(path: str | Path) -> Policy:
     """``load_policy(path)`` for a command; a file that does not load is ``shown_source_error``."""
     from agentgate.policy import load_policy  # the policy schema: only for verbs that read one
@@ -174,10 +183,7 @@ def shown_source_error() -> Iterator[None]:
     try:
         yield
     except SourceError as exc:
-        text = " ".join(str(exc).split())
-        raise InputError(
-            "".join(c.encode("unicode_escape").decode("ascii") if not_printable(c) else c for c in text)
-        ) from None
+        raise InputError(escaped_once(" ".join(str(exc).split()))) from None
 
 
 def utc(timestamp: float | None) -> str:

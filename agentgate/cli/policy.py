@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from agentgate.capabilities import Call
-from agentgate.cli._common import given, json_object, printable, shown_policy, text, write_json
+from agentgate.cli._common import escaped_once, given, json_object, shown_policy, text, write_json
 from agentgate.errors import CapabilityError, InputError, PolicyError
 from agentgate.findings import Severity
 from agentgate.keys import replace_file
@@ -55,7 +55,7 @@ def _lint(args: argparse.Namespace) -> int:
                 {"file": args.file, "valid": False, "error": _error_dict(exc), "findings": []}, indent=None
             )
         else:
-            sys.stderr.write(f"agentgate: error: {printable(' '.join(str(exc).split()))}\n")
+            sys.stderr.write(f"agentgate: error: {escaped_once(' '.join(str(exc).split()))}\n")
         return 2
     findings = lint(policy)
     errors = sum(f.severity is Severity.ERROR for f in findings)
@@ -67,14 +67,15 @@ def _lint(args: argparse.Namespace) -> int:
         }
         write_json(out)
     else:
-        # Messages quote the policy's own text (a prefix, an argument name): printed escaped, so a
-        # policy under review cannot forge or erase lines of its own lint report.
+        # Messages quote the policy's own text (a prefix, an argument name), most of it already
+        # escaped (repr, JSON): what is still unprintable is escaped, once, so a policy under review
+        # cannot forge or erase lines of its own lint report.
         for f in findings:
-            print(printable(f"{f.where()}: {f.severity}: {f.kind}/{f.code}: {f.message}"))
+            print(escaped_once(f"{f.where()}: {f.severity}: {f.kind}/{f.code}: {f.message}"))
             if f.hint:
-                print(f"    fix: {printable(f.hint)}")
+                print(f"    fix: {escaped_once(f.hint)}")
         warnings = len(findings) - errors
-        print(f"{printable(args.file)}: {errors} error(s), {warnings} warning(s)")
+        print(f"{escaped_once(args.file)}: {errors} error(s), {warnings} warning(s)")
     return 1 if errors else 0
 
 
@@ -99,13 +100,13 @@ def _explain(args: argparse.Namespace) -> int:
             refused = PolicyDecision(Outcome.DENY, None, f"tool:{args.tool}", reasons=(str(exc),))
             write_json(_explain_json(policy, refused), indent=None)
         else:
-            print(f"DENY: {printable(str(exc))}")
+            print(f"DENY: {escaped_once(str(exc))}")
         return 1
     decision, text = explain(PolicyIndex(policy), args.principal, call)
     if args.json:
         write_json(_explain_json(policy, decision), indent=None)
     else:
-        print("\n".join(printable(line) for line in text.split("\n")))
+        print("\n".join(escaped_once(line) for line in text.split("\n")))
     return {Outcome.ALLOW: 0, Outcome.DENY: 1, Outcome.APPROVAL_REQUIRED: 3}[decision.outcome]
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from agentgate.capabilities import Call
 from agentgate.findings import Outcome
+from agentgate.keys import shown_path
 from agentgate.policy._index import PolicyDecision, PolicyIndex, _shown
 from agentgate.policy._load import describe_constraint
 
@@ -18,7 +19,9 @@ def explain(index: PolicyIndex, principal: str, call: Call) -> tuple[PolicyDecis
     """Evaluate ``call`` by ``principal`` and return the decision with a plain-text account of it."""
     decision = index.evaluate(principal, call)
     policy = index.policy
-    who = decision.principal or principal
+    # A name that is no principal of the policy is the caller's text: shown with its line breaks
+    # and escapes escaped (as a path is), so that it cannot add a line to the account (review R55).
+    who = decision.principal or shown_path(principal)
     # Each argument by ``_shown``: ``repr`` of an integer of more than 4,300 digits raises.
     args = "{" + ", ".join(f"{name!r}: {_shown(value)}" for name, value in call.args.items()) + "}"
     lines = [f"{_VERDICT[decision.outcome]}: {who} calling {call.resource} with {args}"]
