@@ -59,7 +59,13 @@ class SourceError(InputError):
         super().__init__(self.__str__())
 
     def __str__(self) -> str:
-        where = self.file or self.default_source
+        # ``file`` is kept as given (a caller opens it again; JSON output carries it as it is) and
+        # shown here as key-file errors show a path, so that ``str(exc)`` logged for a file named
+        # with a line break or an escape is one line, each escape once (until review R55, raw).
+        # Imported here: ``keys`` imports this module.
+        from agentgate.keys import shown_path
+
+        where = shown_path(self.file) if self.file else self.default_source
         if where is None:
             return self.message
         if self.line is not None:

@@ -56,7 +56,7 @@ import pytest
 
 import agentgate as ag
 from agentgate.cli.main import main
-from agentgate.errors import AgentGateError, CapabilityError, InputError, PolicyError
+from agentgate.errors import AgentGateError, CapabilityError, InputError, InventoryError, PolicyError
 from agentgate.keys import SigningKey
 
 DID = "did:key:z6MkuEv4U1KaJmsbwZ8ncJvLKLW1qrESatjBpr3vVfwuqjZr"
@@ -431,3 +431,13 @@ def test_a_policy_that_is_no_mapping_is_named_in_yaml_words(tmp_path: Path) -> N
     assert "the policy is text, not a mapping" in str(_policy_error(tmp_path, "just words\n"))
     assert "the policy is a number, not a mapping" in str(_policy_error(tmp_path, "5\n"))
     assert "the policy is a list, not a mapping" in str(_policy_error(tmp_path, "- 1\n"))
+
+
+@pytest.mark.parametrize("error", [PolicyError, InventoryError])
+def test_a_source_error_names_its_file_on_one_line_each_escape_once(error: type[PolicyError]) -> None:
+    """Review R55: str() of a PolicyError or InventoryError put its file raw, so a library user
+    logging it for a file named with a line break or an escape logged them as they are. Rule: the
+    text shows the file as keys.shown_path does; exc.file keeps the name as given."""
+    exc = error("not a mapping", file="a\x1b[2J\nb\\c.yaml", line=3, column=1)
+    assert str(exc) == "a\\x1b[2J\\nb\\c.yaml:3:1: not a mapping"
+    assert exc.file == "a\x1b[2J\nb\\c.yaml"

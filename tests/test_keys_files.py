@@ -184,7 +184,7 @@ def test_a_file_name_reaches_a_key_error_escaped_on_one_line(
     """Review R55: read_regular_file put the path raw in its error: a file name holding a line
     break or an escape sequence reached a log line as it is. Rule: each character that is not
     printable is its backslash escape in the library's message, one line; the CLI shows that
-    escape once (not escaped again), and a policy error names the file once."""
+    escape once (not escaped again), and a policy error names the file once, escaped the same way."""
     shown = "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in name)
     missing = tmp_path / name
     (tmp_path / f"{name}.d").mkdir()
@@ -195,7 +195,8 @@ def test_a_file_name_reaches_a_key_error_escaped_on_one_line(
         assert message.isprintable() and message.startswith(f"{tmp_path}/{shown}") and why in message
     with pytest.raises(PolicyError) as policy:
         read_source(str(missing), PolicyError, limit=100, what="policy")
-    assert str(policy.value).count(name) == 1 and "No such file" in str(policy.value)
+    said = str(policy.value)  # the file named once, escaped as the key error names it (review R55)
+    assert said.count(shown) == 1 and said.isprintable() and "No such file" in said
 
     from agentgate.cli.main import main
 
