@@ -43,8 +43,8 @@ def db(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 def test_a_revoked_link_shows_its_expiry_beside_revoked(db: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Review R55: audit explain showed a revoked link as "(REVOKED)" alone, its expiry dropped.
-    Rule: a revoked link says REVOKED and its expiry, as every other link shows it (the grant
-    store records the revoked grant only, so the link below it shows its expiry alone)."""
+    Rule: a revoked link says REVOKED and its expiry, as every other link shows it (the link
+    below it is revoked through it: test_a_link_below_a_revoked_one_is_shown_revoked_through_it)."""
     index, root, child = _explained_entry(db, revoked=True)
     assert main(["audit", "explain", str(index)]) == 0
     out = capsys.readouterr().out
@@ -53,7 +53,42 @@ def test_a_revoked_link_shows_its_expiry_beside_revoked(db: Path, capsys: pytest
         in out
     )
     tip = child.links[-1]
-    assert f"grant {tip.id[:24]}: {BOSS.public.did} -> {ALICE.public.did} (expires {utc(tip.expires)})" in out
+    assert (
+        f"grant {tip.id[:24]}: {BOSS.public.did} -> {ALICE.public.did} "
+        f"(revoked through grant {root.id[:24]}..., expires {utc(tip.expires)})" in out
+    )
+
+
+def test_a_link_below_a_revoked_one_is_shown_revoked_through_it(
+    db: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Review R55: audit explain showed a descendant of a revoked grant with its expiry only (the
+    grant store records only the grant revoked; the cascade is applied at decision time), as if
+    it still held. Rule: each link below a revoked one is shown revoked through it; links above
+    it are not."""
+    root = issue(ANCHOR, BOSS.public, ["tool:search"], ttl=3600)
+    middle = delegate(root, BOSS, ALICE.public, ["tool:search"], ttl=600)
+    chain = delegate(middle, ALICE, STRANGER.public, ["tool:search"], ttl=300)
+    with SQLiteStore(db) as store:
+        grants = GrantRepository(store)
+        record(grants, chain)
+        revoke(grants, middle.id)
+        grants.close()
+        index = AuditLog(store, open_log_key(store)).append(
+            {"kind": "allow", "principal": STRANGER.public.did, "chain_hash": chain.id}
+        )
+    assert main(["audit", "explain", str(index)]) == 0
+    out = capsys.readouterr().out
+    first, second, tip = chain.links
+    assert (
+        f"grant {first.id[:24]}: {ANCHOR.public.did} -> {BOSS.public.did} (expires {utc(first.expires)})"
+        in out
+    )
+    assert f"{BOSS.public.did} -> {ALICE.public.did} (REVOKED, expires {utc(second.expires)})" in out
+    assert (
+        f"grant {tip.id[:24]}: {ALICE.public.did} -> {STRANGER.public.did} "
+        f"(revoked through grant {second.id[:24]}..., expires {utc(tip.expires)})" in out
+    )
 
 
 def test_explain_says_whether_the_root_issuer_is_a_trust_anchor_given(

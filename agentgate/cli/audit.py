@@ -412,9 +412,8 @@ def _explain(args: argparse.Namespace) -> int:
         links, source, bound = chain
         print(f"│   ├── source: {printable(source)}")
         print(f"│   ├── {_root_trust(links[0].issuer, bound, anchors)}")
-        for depth, link in enumerate(links):
+        for depth, (link, state) in enumerate(zip(links, _link_states(links), strict=True)):
             pad = "│   " + "    " * depth
-            state = f"{'REVOKED, ' if link.revoked else ''}expires {utc(link.expires)}"
             print(
                 f"{pad}└── grant {printable(link.id[:24])}: {printable(link.issuer)} -> "
                 f"{printable(link.audience)} ({state})"
@@ -444,6 +443,23 @@ def _explain(args: argparse.Namespace) -> int:
     print(f"├── outcome status: {printable(entry.status or '-')}")
     print(f"└── evidence: {_evidence(explained)}")
     return 0
+
+
+def _link_states(links: list[_ShownGrant]) -> list[str]:
+    """Each link's state as ``explain`` shows it, root first: ``REVOKED`` where the grant store
+    records the grant revoked, ``revoked through grant ID...`` below such a link (the nearest
+    one), and the expiry. The store records only the grant that was revoked; a revocation takes
+    every descendant with it (applied at decision time), so a link below a revoked one is shown
+    revoked too, not as a grant that still holds (until review R55, its expiry alone)."""
+    states: list[str] = []
+    through: str | None = None
+    for link in links:
+        if link.revoked:
+            through, revoked = link.id, "REVOKED, "
+        else:
+            revoked = "" if through is None else f"revoked through grant {printable(through[:24])}..., "
+        states.append(f"{revoked}expires {utc(link.expires)}")
+    return states
 
 
 def _root_trust(issuer: str, bound: bool, anchors: set[str] | None) -> str:
