@@ -473,6 +473,17 @@ def test_duration_grammar() -> None:
             parse_duration(bad)
 
 
+@pytest.mark.parametrize("long", ["99999999999d", "1h9999999999s", "0000000000001s"])
+def test_a_duration_with_a_ten_digit_number_is_said_to_be_too_long(long: str) -> None:
+    """Review R55: a duration well written but with a number of ten digits or more
+    (``--ttl 99999999999d``) was refused as malformed ("write a positive whole number with a
+    unit"), which it is. Rule: it is refused as more than 10 years, naming the 9-digit limit."""
+    with pytest.raises(InputError) as refused:
+        parse_duration(long)
+    assert "at most 10 years" in str(refused.value) and "at most 9 digits" in str(refused.value)
+    assert "write a positive whole number" not in str(refused.value)
+
+
 POLICY = """\
 version: 1
 name: cli-test

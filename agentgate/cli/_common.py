@@ -37,6 +37,7 @@ if TYPE_CHECKING:  # imported where used: every verb group imports this module, 
 
 
 _DURATION = re.compile(r"(?:[0-9]{1,9}[smhd])+")
+_LONG_DURATION = re.compile(r"(?:[0-9]+[smhd])+")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
@@ -44,13 +45,20 @@ def parse_duration(text: str) -> int:
     """Seconds in ``30s``, ``15m``, ``1h``, ``7d`` or a sum like ``1h30m``; zero, negative or more
     than ten years of 365 days (315,360,000 s: the longest lifetime a policy may hold too) is
     refused with ``InputError``."""
+    from agentgate.policy._schema import MAX_TTL_S  # the schema's pydantic models: not at start-up
+
     shown = repr(text[:40]) + ("..." if len(text) > 40 else "") if isinstance(text, str) else repr(text)
+    if isinstance(text, str) and _LONG_DURATION.fullmatch(text) and not _DURATION.fullmatch(text):
+        # Well formed, with a number of ten digits or more (99999999999d): said to be too long,
+        # not malformed (until review R55), and never converted (a number of any length).
+        raise InputError(
+            f"duration {shown} must be more than zero and at most 10 years ({MAX_TTL_S}s); "
+            "write each number in at most 9 digits"
+        )
     if not isinstance(text, str) or not _DURATION.fullmatch(text):
         raise InputError(
             f"duration {shown}: write a positive whole number with a unit s, m, h or d (e.g. 15m, 7d)"
         )
-    from agentgate.policy._schema import MAX_TTL_S  # the schema's pydantic models: not at start-up
-
     seconds = sum(int(n) * _UNITS[u] for n, u in re.findall(r"([0-9]+)([smhd])", text))
     if seconds <= 0 or seconds > MAX_TTL_S:
         raise InputError(f"duration {shown} must be more than zero and at most 10 years ({MAX_TTL_S}s)")
