@@ -241,7 +241,11 @@ def test_explain_shows_the_grant_chain_when_the_grant_store_has_it(
     out = capsys.readouterr().out
     assert "grant g-root: did:key:zAnchor -> did:key:zBoss (REVOKED, expires 2033-05-18T03:33:20Z)" in out
     # R45: the expiry as every human output shows a time (docs/cli.md, Output conventions)
-    assert "grant g-child: did:key:zBoss -> did:key:zAlice (expires 2030-03-17T17:46:40Z)" in out
+    # R55: a link below a revoked one is revoked through it (the cascade), its expiry kept
+    assert (
+        "grant g-child: did:key:zBoss -> did:key:zAlice (revoked through grant g-root..., expires 2030-03-17T17:46:40Z)"
+        in out
+    )
     assert out.index("grant g-root:") < out.index("grant g-child:")
 
 
