@@ -212,3 +212,113 @@ def test_a_body_framed_twice_over_is_refused_by_the_parser_before_the_app(env: E
     assert answer.startswith(b"HTTP/1.1 400 "), answer[:200]
     assert b"connection: close" in answer.lower()
     assert len(env.entries()) == before
+
+
+_CHAT_BODY = b'{"model": "m", "messages": [{"role": "user", "content": "hi"}]}'
+_HEALTHZ = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
+
+
+@pytest.mark.parametrize(
+    "coding",
+    [
+        "Transfer-Encoding: gzip, chunked",
+        "Transfer-Encoding: deflate,chunked",
+        "Transfer-Encoding: gzip\r\nTransfer-Encoding: chunked",
+    ],
+    ids=["gzip_chunked", "deflate_chunked", "gzip_then_chunked_header"],
+)
+def test_a_transfer_coding_other_than_chunked_is_answered_501_and_the_connection_closed(
+    env: Env, coding: str
+) -> None:
+    """Review R55: a body sent with ``Transfer-Encoding: gzip, chunked`` was de-chunked and its
+    gzip coding ignored, so the app read the coded bytes as the body itself.
+
+    Rule: a request whose ``Transfer-Encoding`` names any coding but ``chunked`` (the one the
+    gateway decodes) is answered a bare 501 (RFC 9112, 6.1: a coding the server does not
+    understand) and the connection closed: nothing reaches the app, nothing is decided or
+    audited, and the request sent after it on the connection is never served."""
+    before = len(env.entries())
+    request = (
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        + coding.encode()
+        + b"\r\n\r\n%x\r\n%s\r\n0\r\n\r\n" % (len(_CHAT_BODY), _CHAT_BODY)
+    )
+    answer = _raw_request(env, [request + _HEALTHZ])
+    assert answer.startswith(b"HTTP/1.1 501 "), answer[:200]
+    assert b"connection: close" in answer.lower()
+    assert re.findall(rb"HTTP/1\.1 (\d{3}) ", answer) == [b"501"], answer
+    assert len(env.entries()) == before
+
+
+@pytest.mark.parametrize(
+    "head",
+    [
+        "GET /healthz HTTP/1.1",
+        "GET /healthz HTTP/1.1\r\nHost: a\r\nHost: b",
+        "GET /healthz HTTP/1.1\r\nHost: a, b",
+        "GET /healthz HTTP/1.1\r\nHost: a b",
+        "GET /healthz HTTP/1.0\r\nHost: a\r\nHost: a",
+    ],
+    ids=["none", "two", "list", "space", "two_in_1_0"],
+)
+def test_a_request_without_one_valid_host_is_answered_400_and_the_connection_closed(
+    env: Env, head: str
+) -> None:
+    """Review R55: an HTTP/1.1 request with no ``Host`` header, or with two, or with a list of
+    hosts, was served (a proxy before the gateway may read another host than it does).
+
+    Rule (RFC 9112, 3.2): an HTTP/1.1 request without a ``Host`` header, and any request with
+    more than one or with a value that is not a host (and port), is answered a bare 400 and the
+    connection closed; the request after it is never served."""
+    answer = _raw_request(env, [head.encode() + b"\r\n\r\n" + _HEALTHZ])
+    assert re.findall(rb"HTTP/1\.1 (\d{3}) ", answer) == [b"400"], answer
+    assert b"connection: close" in answer.lower() and b"Host" in answer
+
+
+@pytest.mark.parametrize(
+    "head",
+    [
+        "GET /healthz HTTP/1.0",
+        "GET /healthz HTTP/1.1\r\nHost: gateway.example:8000",
+        "GET /healthz HTTP/1.1\r\nHost: [::1]:8000",
+        "GET /healthz HTTP/1.1\r\nHost: ",
+        "GET http://gateway.example/healthz HTTP/1.1\r\nHost: other.example",
+    ],
+    ids=["1_0_without_host", "name_and_port", "ipv6", "empty", "absolute_form"],
+)
+def test_a_request_with_one_host_or_an_http_1_0_one_without_is_served(env: Env, head: str) -> None:
+    """Pins down what holds beside the rule above: an HTTP/1.0 request needs no ``Host``; a host
+    name or an IP literal, with or without a port, and an empty value are hosts; a request
+    target of absolute form (which RFC 9112, 3.2.2 says overrides ``Host``) is served by its
+    path alone."""
+    answer = _raw_request(env, [head.encode() + b"\r\nConnection: close\r\n\r\n"])
+    assert answer.startswith((b"HTTP/1.1 200 ", b"HTTP/1.0 200 ")), answer[:200]
+    assert answer.endswith(b'{"status":"ok"}'), answer
+
+
+@pytest.mark.parametrize("line", ["GET /healthz HTTP/2.0", "GET /healthz"], ids=["2_0", "0_9"])
+def test_a_request_of_another_http_version_is_answered_505(env: Env, line: str) -> None:
+    """Review R55: a request line of ``HTTP/2.0`` (or of none, HTTP/0.9) was served as
+    HTTP/1.1.
+
+    Rule: only HTTP/1.0 and HTTP/1.1 requests are served; any other version is answered a bare
+    505 and the connection closed (RFC 9110, 15.6.6)."""
+    answer = _raw_request(env, [line.encode() + b"\r\nHost: x\r\n\r\n" + _HEALTHZ])
+    assert re.findall(rb"HTTP/1\.1 (\d{3}) ", answer) == [b"505"], answer
+
+
+def test_a_head_refused_behind_a_running_call_is_answered_after_it(tmp_path: Path) -> None:
+    """Review R55: the refusals of ``_refused_head`` (here 505) take the way of the parser's own
+    400: pipelined behind a call still being answered, the refusal is written after that call's
+    answer, never ahead of it or into it, and nothing after it is read."""
+    first = {"model": PIPE_MODEL, "messages": [{"role": "user", "content": "Hi."}], "max_tokens": 20}
+    with _pipe_env(tmp_path, time_scale=1.0) as env:
+        with socket.create_connection(("127.0.0.1", env.server.port), timeout=15) as sock:
+            sock.sendall(env.request(first))
+            time.sleep(0.05)
+            sock.sendall(b"GET /healthz HTTP/2.0\r\nHost: x\r\n\r\n" + _HEALTHZ)
+            seen = b""
+            with contextlib.suppress(TimeoutError, ConnectionResetError):
+                while piece := sock.recv(65536):
+                    seen += piece
+        assert re.findall(rb"HTTP/1\.1 (\d{3}) ", seen) == [b"200", b"505"], seen[-300:]

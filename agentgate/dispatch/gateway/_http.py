@@ -28,7 +28,9 @@ Pipelined requests (several on one kept-alive connection, sent before the first 
 queued by uvicorn, which points its ``cycle`` at the newest one. The marks above (``STALLED``,
 ``LOST`` and the ``ON_LOST`` hook) go to the request whose answer is being written (the one
 running), not to one still queued behind it; a lost connection marks every unfinished request.
-A request refused by the protocol (a head the parser rejects: 400; too large: 431; too slow: 408)
+A request refused by the protocol (a head the parser rejects: 400; one without a single valid
+``Host``: 400; of another HTTP version: 505; with a transfer coding but ``chunked``: 501,
+``_refused_head``; too large: 431; too slow: 408)
 behind requests still being answered is refused after their answers, never written ahead of or
 into them; nothing after it is read, and the connection closes with the refusal.
 ``UNSENT`` lets an app ask how many bytes of its connection still wait in the gateway's own
@@ -52,6 +54,7 @@ import asyncio
 import contextlib
 import fcntl
 import math
+import re
 import socket
 import struct
 import sys
@@ -183,8 +186,9 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             try:
                 self.parser.feed_data(data)
             except httptools.HttpParserError:
-                self.logger.warning("Invalid HTTP request received.")
-                self.send_400_response("Invalid HTTP request received.")
+                if self._refusal is None:  # else a head refused by ``_refused_head``, answered
+                    self.logger.warning("Invalid HTTP request received.")
+                    self.send_400_response("Invalid HTTP request received.")
             except httptools.HttpParserUpgrade as exc:
                 if self._reparse is not None and self._refusal is None:
                     data, self._reparse = self._reparse + data[exc.args[0] :], None
@@ -232,6 +236,9 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             else:
                 self._reparse = self._head_without_upgrade()
             return
+        if (refused := _refused_head(self.parser.get_http_version(), self.headers)) is not None:
+            self._refuse(*refused)
+            raise _HeadRefused  # the parser stops here: nothing after this head is read
         self._reading_head = False
         self._head_bytes = 0
         self._message_bytes = self._body_bytes = 0
@@ -524,6 +531,34 @@ def _seconds(value: float, what: str) -> float:
     if not (isinstance(value, int | float) and 0 < value < math.inf) or isinstance(value, bool):
         raise InputError(f"{what} must be a positive number of seconds, not {value!r}")
     return float(value)
+
+
+class _HeadRefused(Exception):
+    """Raised in the parser's callback for a head ``_refused_head`` refuses, to stop the parser."""
+
+
+_HOST = re.compile(rb"(\[[0-9A-Za-z:.]+\]|[-A-Za-z0-9._~%!$&'()*+,;=]*)(:[0-9]*)?")
+"""A ``Host`` header's value: a host name or address, and a port (RFC 9110, 7.2; RFC 3986, 3.2.2)."""
+
+
+def _refused_head(version: str, headers: list[tuple[bytes, bytes]]) -> tuple[int, str, str] | None:
+    """The status, reason and text of the refusal of a request head the parser accepted, or
+    ``None``: an HTTP version other than 1.0 and 1.1 (505); an HTTP/1.1 request without a
+    ``Host`` header, or any with several or with one that is not a host (400, RFC 9112, 3.2);
+    a ``Transfer-Encoding`` that names a coding other than ``chunked`` (501, RFC 9112, 6.1: its
+    body would be read still coded; httptools refuses one where ``chunked`` is not the last)."""
+    if version not in ("1.0", "1.1"):
+        return 505, "HTTP Version Not Supported", f"HTTP/{version} is not supported: send HTTP/1.1"
+    hosts = [value for name, value in headers if name == b"host"]
+    if len(hosts) > 1 or (version == "1.1" and not hosts):
+        return 400, "Bad Request", f"the request has {len(hosts)} Host headers: send one"
+    if hosts and not _HOST.fullmatch(hosts[0]):
+        return 400, "Bad Request", "the Host header is not a host and port"
+    for name, value in headers:
+        codings = (c.strip().lower() for c in value.split(b",")) if name == b"transfer-encoding" else ()
+        if any(c and c != b"chunked" for c in codings):
+            return 501, "Not Implemented", "no transfer coding but chunked is supported"
+    return None
 
 
 def _head_end(data: bytes) -> int:
