@@ -41,8 +41,6 @@ from agentgate.dispatch.gateway import (
     invocation_headers,
 )
 from agentgate.dispatch.gateway import _errors as gateway_errors
-from agentgate.dispatch.gateway import _http as gateway_http
-from agentgate.dispatch.gateway import _request as gateway_request
 from agentgate.dispatch.prefix import estimate_tokens, prompt_text
 from agentgate.gate import AgentIdentity
 from agentgate.keys import SigningKey
@@ -346,7 +344,7 @@ def test_a_request_head_over_64_kib_is_431_and_never_buffered_whole(env: Env) ->
 
 
 def test_a_head_sent_too_slowly_is_408(env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(gateway_http.BoundedHttpToolsProtocol, "head_timeout_s", 0.3)
+    monkeypatch.setattr(env.server.server.config.http, "head_timeout_s", 0.3)  # the server's own class
     with socket.create_connection(("127.0.0.1", env.server.port), timeout=5) as sock:
         sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n")
         time.sleep(0.6)
@@ -359,7 +357,7 @@ def test_a_head_sent_too_slowly_is_408(env: Env, monkeypatch: pytest.MonkeyPatch
 
 
 def test_a_body_trickled_too_slowly_is_refused_and_audited(env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(gateway_request, "BODY_TIMEOUT_S", 0.3)
+    monkeypatch.setattr(env.server.gateway, "body_timeout_s", 0.3)
     body = json.dumps(_body()).encode()
     with socket.create_connection(("127.0.0.1", env.server.port), timeout=5) as sock:
         sock.sendall(

@@ -24,7 +24,6 @@ from test_gateway_end_to_end import _body
 from agentgate.dispatch import inventory_from_mapping
 from agentgate.dispatch.backends import BackendClient, Timeouts, split_lines
 from agentgate.dispatch.gateway import Gateway, GatewayGate, GatewayServer, invocation_headers
-from agentgate.dispatch.gateway import _request as gateway_request
 from agentgate.dispatch.gateway import _upstream as upstream
 from agentgate.dispatch.prefix import estimate_tokens, prompt_text
 from agentgate.errors import BackendFailed, DeadlineExceeded
@@ -490,7 +489,7 @@ def test_a_chunked_body_the_parser_refuses_gets_one_400_at_once_and_nothing_deci
     # chunked body broke was held so too: the app waited for the rest of its body until
     # BODY_TIMEOUT_S (60 s), answered 400 and audited a deny "the body did not arrive", and then
     # the protocol's 400 followed as a second answer to the same request.
-    monkeypatch.setattr(gateway_request, "BODY_TIMEOUT_S", 1.0)
+    monkeypatch.setattr(env.server.gateway, "body_timeout_s", 1.0)
     env.gate.flush()
     entries = len(list(env.gate.audit.entries()))
     with socket.create_connection(("127.0.0.1", env.server.port), timeout=10) as sock:

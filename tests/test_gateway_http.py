@@ -21,7 +21,6 @@ from test_gateway_shutdown_pipelining import MODEL as PIPE_MODEL
 from test_gateway_shutdown_pipelining import _env as _pipe_env
 
 from agentgate.dispatch.gateway import _http as gateway_http
-from agentgate.dispatch.gateway import _request as gateway_request
 from agentgate.dispatch.gateway._http import MAX_HEAD_BYTES
 
 pytest_plugins = ("test_gateway",)  # its ``backends`` and ``env`` fixtures
@@ -75,9 +74,10 @@ def test_a_request_refused_for_a_slow_head_behind_a_running_call_is_never_served
     read: the rest of its head, sent late, is not parsed into a request that would then be
     decided, charged and answered ahead of the refusal. The connection gets the first call's
     answer, the 408, and closes; one call allowed."""
-    monkeypatch.setattr(gateway_http.BoundedHttpToolsProtocol, "head_timeout_s", 0.3)
     first = {"model": PIPE_MODEL, "messages": [{"role": "user", "content": "Hi."}], "max_tokens": 300}
     with _pipe_env(tmp_path, time_scale=1.0) as env:
+        # The server's protocol class (``GatewayServer(head_timeout_s=...)`` sets it on its own).
+        monkeypatch.setattr(env.server.server.config.http, "head_timeout_s", 0.3)
         late = env.request({**first, "max_tokens": 5})
         with socket.create_connection(("127.0.0.1", env.server.port), timeout=15) as sock:
             sock.sendall(env.request(first))
@@ -145,7 +145,7 @@ def test_a_body_that_does_not_arrive_in_time_is_answered_408_and_its_connection_
     and a client may send it again on a new connection (the OpenAI SDKs retry a 408, never a
     400). It was a 400 ``invalid_request``, and the connection was held ``UNREAD_BODY_S`` more
     for the rest of the body (here far longer than the socket's wait)."""
-    monkeypatch.setattr(gateway_request, "BODY_TIMEOUT_S", 0.3)
+    monkeypatch.setattr(env.server.gateway, "body_timeout_s", 0.3)
     monkeypatch.setattr(gateway_http, "UNREAD_BODY_S", 60.0)
     before = len(env.entries())
     with socket.create_connection(("127.0.0.1", env.server.port), timeout=10) as sock:

@@ -1,7 +1,8 @@
 """``agentgate serve``: the OpenAI-compatible gateway (docs/gateway.md).
 
 ``agentgate serve --policy FILE --inventory FILE [--host 127.0.0.1] [--port 8000] [--store URL]
-[--stream-stall-s SECONDS] [--shutdown-grace-s SECONDS]`` serves ``/v1/chat/completions``, ``/v1/models``, ``/metrics`` and ``/healthz`` with uvicorn until
+[--stream-stall-s SECONDS] [--shutdown-grace-s SECONDS] [--head-timeout-s SECONDS]
+[--body-timeout-s SECONDS] [--max-body-bytes N]`` serves ``/v1/chat/completions``, ``/v1/models``, ``/metrics`` and ``/healthz`` with uvicorn until
 interrupted. Every call is decided under the policy's trust anchors and recorded in the store
 (``--store``, else ``AGENTGATE_STORE``, else the default SQLite file). A policy, inventory or
 store that cannot be opened or does not exist (``agentgate store init`` creates one), an
@@ -58,6 +59,27 @@ def register(subparsers: Any) -> None:
         metavar="SECONDS",
         help="on SIGINT/SIGTERM, how long calls in flight may finish before they are cut (default 10)",
     )
+    parser.add_argument(
+        "--head-timeout-s",
+        type=_head_timeout,
+        default=None,
+        metavar="SECONDS",
+        help="answer 408 to a request head (line and headers) not all arrived in this long (default 10)",
+    )
+    parser.add_argument(
+        "--body-timeout-s",
+        type=_body_timeout,
+        default=None,
+        metavar="SECONDS",
+        help="answer 408 to a request body not all arrived this long after its head (default 60)",
+    )
+    parser.add_argument(
+        "--max-body-bytes",
+        type=_max_body,
+        default=None,
+        metavar="N",
+        help="answer 413 to a request body over this many bytes (default 8388608, 8 MiB)",
+    )
     parser.set_defaults(handler=_serve)
 
 
@@ -83,6 +105,13 @@ _port = _parsed(int, "a port number", lambda v: 0 < v < 65536, "a port is 1 to 6
 _seconds = _parsed(
     float, "a number of seconds", lambda v: 0 < v < math.inf, "a stall limit is a positive number of seconds"
 )
+_head_timeout = _parsed(
+    float, "a number of seconds", lambda v: 0 < v < math.inf, "a head timeout is a positive number of seconds"
+)
+_body_timeout = _parsed(
+    float, "a number of seconds", lambda v: 0 < v < math.inf, "a body timeout is a positive number of seconds"
+)
+_max_body = _parsed(int, "a whole number of bytes", lambda v: v > 0, "a body limit is 1 byte or more")
 _grace = _parsed(int, "a whole number of seconds", lambda v: v >= 0, "a shutdown grace is 0 seconds or more")
 
 
@@ -109,13 +138,16 @@ def _serve(args: argparse.Namespace) -> int:
         # new empty one would never see the revocations, budgets and nonces of the store in use.
         gate = GatewayGate(policy, open_existing_store(args.store, init_hint=True))
         try:
-            stall = {} if args.stream_stall_s is None else {"stream_stall_s": args.stream_stall_s}
             server = GatewayServer(
-                Gateway(gate, inventory),
+                Gateway(
+                    gate,
+                    inventory,
+                    **_given(max_body_bytes=args.max_body_bytes, body_timeout_s=args.body_timeout_s),
+                ),
                 host=args.host,
                 port=args.port,
                 shutdown_grace_s=args.shutdown_grace_s,
-                **stall,
+                **_given(stream_stall_s=args.stream_stall_s, head_timeout_s=args.head_timeout_s),
             )
             sys.stderr.write(f"agentgate: serving {', '.join(server.gateway.models)} on {server.url}\n")
             # uvicorn shuts down gracefully on Ctrl-C (or SIGTERM), then raises it again: that is
@@ -132,6 +164,11 @@ def _serve(args: argparse.Namespace) -> int:
     finally:
         listener.close()
     return 0
+
+
+def _given(**settings: Any) -> dict[str, Any]:
+    """The settings a flag gave (the others keep their defaults, which live with the gateway)."""
+    return {name: value for name, value in settings.items() if value is not None}
 
 
 def _listen(host: str, port: int) -> socket.socket:

@@ -75,8 +75,10 @@ from agentgate.dispatch.gateway._cuts import (
     _Watch,
 )
 from agentgate.dispatch.gateway._errors import _dispatch_error, _http_error, error_response
-from agentgate.dispatch.gateway._http import LOST, STALLED
+from agentgate.dispatch.gateway._http import LOST, STALLED, _seconds
 from agentgate.dispatch.gateway._request import (
+    BODY_TIMEOUT_S,
+    MAX_BODY_BYTES,
     BodyTimedOut,
     BodyTooLarge,
     _bearer,
@@ -111,6 +113,10 @@ class Gateway:
 
     A call to a model whose policy entry declares ``slo.ttft_ms`` is routed under that SLO;
     ``slo_ttft_s`` is the SLO of calls to models that declare none.
+
+    A chat request's body may be at most ``max_body_bytes`` (else 413) and must arrive within
+    ``body_timeout_s`` of its head (else 408). Raises ``InputError`` naming the setting unless
+    ``max_body_bytes`` is a positive whole number and ``body_timeout_s`` a positive finite number.
     """
 
     def __init__(
@@ -121,7 +127,15 @@ class Gateway:
         router: RoutingPolicy | None = None,
         timeouts: Timeouts | None = None,
         slo_ttft_s: float = 2.0,
+        max_body_bytes: int = MAX_BODY_BYTES,
+        body_timeout_s: float = BODY_TIMEOUT_S,
     ) -> None:
+        if isinstance(max_body_bytes, bool) or not isinstance(max_body_bytes, int) or max_body_bytes < 1:
+            raise InputError(
+                f"max_body_bytes must be a positive whole number of bytes, not {max_body_bytes!r}"
+            )
+        self.max_body_bytes = max_body_bytes
+        self.body_timeout_s = _seconds(body_timeout_s, "body_timeout_s")
         self.gate = gate
         self.inventory = inventory
         self.dispatcher = Dispatcher(inventory, router or Router(inventory), timeouts=timeouts)
@@ -306,14 +320,14 @@ class Gateway:
                     raise InputError(
                         f"Content-Encoding {encoding[:40]!r} is not supported: send the body uncompressed"
                     )
-                if (too_large := _declared_too_large(request)) is not None:
+                if (too_large := _declared_too_large(request, self.max_body_bytes)) is not None:
                     # No ``100 Continue`` goes out (only reading the body sends it), and the
                     # connection closes: whether the body follows or not, nothing after this
                     # head can be read as a next request.
                     refusal = await self._refuse_large_body(too_large)
                     refusal.headers["connection"] = "close"
                     return refusal, False
-                raw = await _read_body(request)
+                raw = await _read_body(request, self.max_body_bytes, self.body_timeout_s)
                 received = time.perf_counter()
                 body = _parse_body(raw)
                 call = chat_call(body)
@@ -483,7 +497,7 @@ class Gateway:
         return error_response(400, f"malformed chat completion request: {reason}", decision.code or "invalid")
 
     async def _refuse_large_body(self, reason: str) -> Response:
-        """The answer to a call whose body is over ``MAX_BODY_BYTES`` (read, or declared by a caller
+        """The answer to a call whose body is over ``max_body_bytes`` (read, or declared by a caller
         waiting for ``100 Continue``): 413 ``request_too_large``, audited as a refusal (nothing
         decided). Not 400: the request may be well formed, only too large (RFC 9110, 15.5.14;
         OpenAI's API answers an oversized request 413 too)."""

@@ -1,5 +1,6 @@
 """What the gateway reads from a chat request before deciding it: the body, bounded in size
-(``MAX_BODY_BYTES``) and in time (``BODY_TIMEOUT_S``) and checked as a chat completion request of
+(``max_body_bytes``, default ``MAX_BODY_BYTES``) and in time (``body_timeout_s``, default
+``BODY_TIMEOUT_S``; both ``Gateway`` settings) and checked as a chat completion request of
 one choice; the prompt tokens reserved for it; the bearer token of its ``Authorization`` header,
 and whether a header that carries credentials is repeated (``_repeated_credentials``).
 A body refused raises ``InputError`` naming what is wrong (``BodyTooLarge`` for one over the
@@ -22,8 +23,10 @@ from agentgate.dispatch.prefix import estimate_prompt_tokens, estimate_tokens
 from agentgate.errors import InputError
 
 MAX_BODY_BYTES = 8 * 1024 * 1024
+"""Default most bytes of a request body (``Gateway(max_body_bytes=...)``)."""
 BODY_TIMEOUT_S = 60.0
-"""Seconds a client has to send a whole request body once its head has arrived."""
+"""Default seconds a client has to send a whole request body once its head has arrived
+(``Gateway(body_timeout_s=...)``)."""
 _ONE_CHOICE = ("n", "best_of")
 """Body fields that ask a backend for several sequences (vLLM honours both): absent, null or 1."""
 CREDENTIAL_HEADERS = ("Authorization", INVOCATION_HEADER, APPROVAL_HEADER)
@@ -31,43 +34,43 @@ CREDENTIAL_HEADERS = ("Authorization", INVOCATION_HEADER, APPROVAL_HEADER)
 
 
 class BodyTooLarge(InputError):
-    """A request body over ``MAX_BODY_BYTES``, read or declared (answered 413)."""
+    """A request body over the gateway's ``max_body_bytes``, read or declared (answered 413)."""
 
 
 class BodyTimedOut(InputError):
-    """A request body that had not all arrived ``BODY_TIMEOUT_S`` after its head (answered 408)."""
+    """A request body that had not all arrived ``body_timeout_s`` after its head (answered 408)."""
 
 
-async def _read_body(request: Request) -> bytes:
-    """The request body, refused (``BodyTooLarge``) as soon as it passes ``MAX_BODY_BYTES``, or
-    (``BodyTimedOut``) when it has not all arrived ``BODY_TIMEOUT_S`` after the head (a client
+async def _read_body(request: Request, max_bytes: int, timeout_s: float) -> bytes:
+    """The request body, refused (``BodyTooLarge``) as soon as it passes ``max_bytes``, or
+    (``BodyTimedOut``) when it has not all arrived ``timeout_s`` after the head (a client
     trickling its body)."""
     parts: list[bytes] = []
     size = 0
     try:
-        async with asyncio.timeout(BODY_TIMEOUT_S):
+        async with asyncio.timeout(timeout_s):
             async for part in request.stream():
                 size += len(part)
-                if size > MAX_BODY_BYTES:
-                    raise BodyTooLarge(f"the body is over {MAX_BODY_BYTES} bytes")
+                if size > max_bytes:
+                    raise BodyTooLarge(f"the body is over {max_bytes} bytes")
                 parts.append(part)
     except TimeoutError:
-        raise BodyTimedOut(f"the body did not arrive within {BODY_TIMEOUT_S:g} s") from None
+        raise BodyTimedOut(f"the body did not arrive within {timeout_s:g} s") from None
     return b"".join(parts)
 
 
-def _declared_too_large(request: Request) -> str | None:
+def _declared_too_large(request: Request, max_bytes: int) -> str | None:
     """Why the body is refused before any of it is read: its caller waits for ``100 Continue``
     before it sends it (``Expect: 100-continue``) and declares a ``Content-Length`` over
-    ``MAX_BODY_BYTES``; else ``None``. (A caller that does not wait is already sending: its body
+    ``max_bytes``; else ``None``. (A caller that does not wait is already sending: its body
     is read up to the limit, ``_read_body``, since a refusal with the rest unread could be lost
     in the connection's reset.)"""
     if request.headers.get("expect", "").strip().lower() != "100-continue":
         return None
     declared = request.headers.get("content-length", "")
-    if not declared.isdigit() or int(declared) <= MAX_BODY_BYTES:
+    if not declared.isdigit() or int(declared) <= max_bytes:
         return None
-    return f"the body is over {MAX_BODY_BYTES} bytes (Content-Length: {int(declared)})"
+    return f"the body is over {max_bytes} bytes (Content-Length: {int(declared)})"
 
 
 def _parse_body(raw: bytes) -> dict[str, Any]:

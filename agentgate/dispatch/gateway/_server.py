@@ -13,7 +13,12 @@ from typing import TYPE_CHECKING
 
 import uvicorn
 
-from agentgate.dispatch.gateway._http import STREAM_STALL_S, BoundedHttpToolsProtocol
+from agentgate.dispatch.gateway._http import (
+    HEAD_TIMEOUT_S,
+    STREAM_STALL_S,
+    BoundedHttpToolsProtocol,
+    _seconds,
+)
 from agentgate.dispatch.gateway._stream import LAST_EVENT_S
 from agentgate.errors import DispatchError
 
@@ -62,6 +67,7 @@ class GatewayServer:
         port: int = 8000,
         shutdown_grace_s: int = 10,
         stream_stall_s: float = STREAM_STALL_S,
+        head_timeout_s: float = HEAD_TIMEOUT_S,
     ) -> None:
         """``shutdown_grace_s``: how long stopping waits for calls in flight (a stream whose caller
         stopped reading would otherwise hold the shutdown for as long as it lasts); then they are
@@ -71,11 +77,17 @@ class GatewayServer:
         bytes fill the socket's buffers, nothing leaves them) before the connection is aborted,
         the backend request cancelled and the call settled as abandoned, its outcome audited as
         ``caller_stalled``. Raises ``InputError`` unless it is a positive number of seconds.
+
+        ``head_timeout_s``: how long a request head (line and headers) may take to arrive, from
+        the connection opening or the head's first byte; then it is answered 408 and the
+        connection closed. Raises ``InputError`` unless it is a positive number of seconds. (The
+        body's limits are the ``Gateway``'s: ``max_body_bytes``, ``body_timeout_s``.)
         """
         self.gateway = gateway
         self.host = host
         self.shutdown_grace_s = shutdown_grace_s
         self.stream_stall_s = stream_stall_s
+        self.head_timeout_s = _seconds(head_timeout_s, "head_timeout_s")
         config = uvicorn.Config(
             gateway.app,
             host=host,
@@ -86,7 +98,7 @@ class GatewayServer:
             ws="none",  # no WebSockets served: no websockets import (a DeprecationWarning in old uvicorn)
             # Request heads are bounded in size and time (a chain token, in a header, may be up
             # to 32 KiB: docs/token-format.md); uvicorn's own httptools protocol bounds neither.
-            http=BoundedHttpToolsProtocol.with_stall(stream_stall_s),
+            http=BoundedHttpToolsProtocol.with_stall(stream_stall_s).with_head_timeout(self.head_timeout_s),
             timeout_graceful_shutdown=shutdown_grace_s,
         )
         self.server: uvicorn.Server = _Server(config)
