@@ -309,7 +309,7 @@ def gated(tmp_path: Path) -> Iterator[tuple[GatedBroker, AgentIdentity]]:
 
 
 def test_a_lease_ttl_just_past_the_grants_expiry_is_refused(gated: tuple[GatedBroker, AgentIdentity]) -> None:
-    """Mutant n19 (_gated.py _outlived: ``ttl_s <= left`` made ``ttl_s <= left + 60``).
+    """Mutant n19 (_lease_calls.py _outlived, then _gated.py: ``ttl_s <= left`` made ``ttl_s <= left + 60``).
 
     A lease never outlives the grant that decided it, not even by seconds: a ``ttl_s`` 30 s past
     the grant chain's expiry is refused before any decision, and one 30 s short of it is granted.

@@ -21,6 +21,10 @@ settles their budgets. GPU time costs what the policy says (``gpus: {TYPE: {cost
 ...}}``): the decision of a request reserves ``count`` x ``ttl_s`` at that price, a renewal the
 time it adds, and the lease's end settles the time actually held, rounded up to the second, and
 returns the rest.
+
+The outcomes and the settlements are ``_lease_outcomes.py`` (``_Recording``, a part of
+``GatedBroker``); how a request is put to the Gate (its resource, its times, the time its grant
+chain leaves it) is ``_lease_calls.py``.
 """
 
 from __future__ import annotations
@@ -28,35 +32,16 @@ from __future__ import annotations
 import dataclasses
 import math
 import threading
-import time
 from dataclasses import dataclass
-from typing import Literal, NoReturn
 
-from agentgate.audit.spans import lease_outcome_span
-from agentgate.capabilities import Call, canonical_resource
+from agentgate.capabilities import Call
 from agentgate.dispatch.broker._broker import Broker
-from agentgate.dispatch.broker._model import (
-    BrokerEvent,
-    CheckpointNotice,
-    GangRequest,
-    Granted,
-    Lease,
-    LeaseEnded,
-    TimedOut,
-    Withdrawn,
-)
-from agentgate.errors import AuditError, BrokerError, CapabilityError, Denied, LeaseLost, StoreError
+from agentgate.dispatch.broker._lease_calls import _number, _outlived, _resource, _resource_or_any, _wait_left
+from agentgate.dispatch.broker._lease_outcomes import _held, _Recording
+from agentgate.dispatch.broker._model import BrokerEvent, GangRequest, Granted, Lease
+from agentgate.errors import BrokerError, Denied, LeaseLost, StoreError
 from agentgate.gate import AgentIdentity, Approval, Authorization, Gate
-from agentgate.policy._schema import lease_cost
-from agentgate.store import Transaction
-from agentgate.store.broker_decisions import BrokerDecisionStore, LeaseDecision, Reservation
-
-_MONEY = ("usd_micros", "micro_usd")
-"""The budget units a lease's price is reserved in (the Gate prices money under both names)."""
-
-Held = tuple[int, float] | Literal["reserved"] | None
-"""What a lease's end is charged for: the GPUs and seconds it held, everything reserved for it
-(a granted lease lost in a restart), or nothing (``None``: it never held GPUs)."""
+from agentgate.store.broker_decisions import BrokerDecisionStore, LeaseDecision
 
 
 @dataclass(frozen=True)
@@ -84,7 +69,7 @@ class GatedRequest:
         return next((e.lease for e in self.events if isinstance(e, Granted) and e.lease.id == own), None)
 
 
-class GatedBroker:
+class GatedBroker(_Recording):
     """``broker`` behind ``gate``: decide, audit, then queue; audit every change of the lease.
 
     ``name`` is the broker's name in the store, the same as its journal's
@@ -262,76 +247,6 @@ class GatedBroker:
             self._record_pending()
         return renewed
 
-    def _record_pending(self) -> None:
-        """Audit the events ``Broker.renew`` caused (other leases' expiries and grace ends, the
-        grants that follow), which it journals but does not return. Until review R40 they waited
-        for the next call: a restart before it lost them from the log although the journal had
-        them, and ``reconcile`` then returned an expired lease's reservation whole, its holder
-        never charged for the time it held. A journal write that fails leaves them queued in the
-        broker for its next call, as any call's events; an outcome that cannot be recorded leaves
-        them with this GatedBroker, recorded first at its next call (the renewal stands)."""
-        try:
-            self._record(self.broker.advance())
-        except (StoreError, AuditError):  # an outcome entry the log refused: as the store's error
-            return
-
-    def _link(
-        self,
-        identity: AgentIdentity,
-        lease_id: str,
-        resource: str,
-        auth: Authorization,
-        held: tuple[Reservation, ...],
-    ) -> None:
-        """Add a renewal's reservations to its lease's decision, settled when the lease ends: each
-        merged into the lease's reservation of its unit taken from the same chain
-        (``BudgetLedger.merge``), so that however often a lease is renewed its decision holds one
-        reservation per unit and chain, not one per renewal; one that has none is added."""
-        if held and self._merge(lease_id, held):
-            return
-        if not self.decisions.add_reservations(lease_id, held):
-            # Queued around the gate: this renewal is the first decision the gate made for it.
-            # Its lease was granted (only a live lease is renewed), which a ``lease_granted``
-            # outcome of this decision says, so that ``reconcile`` charges the lease if a restart
-            # loses it (review R42: its grant, logged before any decision, refers to none).
-            linked = LeaseDecision(
-                lease_id,
-                identity.did,
-                identity.grant_id,
-                resource,
-                auth.audit_index,
-                self._price(resource),
-                held,
-            )
-            with self.gate.store.transaction() as tx:
-                self.gate.audit.lock(tx)
-                self.decisions.add(linked, tx)
-                index = self._append(
-                    linked,
-                    "lease_granted",
-                    "granted before its first decision; linked to it by this renewal",
-                    0,
-                    tx,
-                )
-            self._outcome_span(linked, "lease_granted", index)
-
-    def _merge(self, lease_id: str, held: tuple[Reservation, ...]) -> bool:
-        """Merge ``held`` into ``lease_id``'s decision (``_link``); False if it has none."""
-        with self.gate.store.transaction() as tx:
-            decided = self.decisions.get(lease_id, tx)
-            if decided is None:
-                return False
-            kept = list(decided.reservations)
-            for reservation, unit, amount in held:
-                for i, (into, kept_unit, kept_amount) in enumerate(kept):
-                    if kept_unit == unit and self.gate.ledger.merge(into, reservation, tx):
-                        kept[i] = (into, unit, kept_amount + amount)
-                        break
-                else:  # taken from another chain (renewed under another grant): kept apart
-                    kept.append((reservation, unit, amount))
-            self.decisions.set_reservations(lease_id, kept, tx)
-        return True
-
     def advance(self) -> list[BrokerEvent]:
         """Apply the clock (expiries, grace ends, timeouts, grants that follow); the events are audited."""
         with self._lock:
@@ -407,10 +322,6 @@ class GatedBroker:
         now = self.broker.clock()
         return max(0.0, min(now + self._ttl(request), deadline) - min(lease.expires_at, deadline))
 
-    def _price(self, resource: str) -> int | None:
-        spec = self.gate.policy.document.gpus.get(resource.removeprefix("gpu:"))
-        return None if spec is None else spec.cost_per_gpu_hour
-
     def _live(self, request_id: str) -> bool:
         """Whether the broker holds ``request_id`` as a lease or a waiting request."""
         return any(lease.id == request_id for lease in self.broker.leases()) or any(
@@ -429,211 +340,3 @@ class GatedBroker:
                 f"lease {lease_id!r} is not held by you (released, expired, preempted, or never yours)"
             )
         return request
-
-    def _record(self, events: list[BrokerEvent]) -> None:
-        """Audit ``events``, after those an earlier call could not record. An outcome that cannot
-        be recorded (``StoreError``) raises, and it and the events after it stay unrecorded, to
-        be recorded first at the next call (until review R40 they were lost: the lease's
-        reservation stayed held and its allow had no end)."""
-        self._unrecorded.extend(events)
-        while self._unrecorded:
-            self._record_one(self._unrecorded[0])
-            del self._unrecorded[0]
-
-    def _record_one(self, event: BrokerEvent) -> None:
-        status, reason = _describe(event)
-        if isinstance(event, LeaseEnded):
-            lease = event.lease
-            deadline = math.inf if lease.notice_deadline is None else lease.notice_deadline
-            # When the broker ended it, not now: events a failed journal write held back
-            # are recorded a call later.
-            ended = self.broker.clock() if event.at is None else event.at
-            end = min(ended, lease.expires_at, deadline)
-            held = (len(lease.gpus), max(0.0, end - lease.granted_at))
-            self._end(lease.id, lease.request.holder, _resource_or_any(lease.request), status, reason, held)
-        elif isinstance(event, TimedOut | Withdrawn):
-            request = event.request
-            self._end(request.id, request.holder, _resource_or_any(request), status, reason)
-        else:
-            request = event.lease.request
-            decided = self.decisions.get(request.id)
-            if decided is None:  # queued around the gate
-                decided = _unlinked(request.id, request.holder, _resource_or_any(request))
-            self._outcome_span(decided, status, self._append(decided, status, reason, 0))
-
-    def _refuse_taken(self, decided: LeaseDecision) -> NoReturn:
-        """Return an allowed request's reservations and record its ``error`` outcome, its id being
-        another holder's live one; raise ``BrokerError``. (That holder's decision is untouched.)"""
-        reason = f"request {decided.request_id!r} is already live"
-        self._abandon(decided, reason)
-        raise BrokerError(reason)
-
-    def _abandon(self, decided: LeaseDecision, reason: str) -> None:
-        """Return the reservations of an allow the broker never saw and append its ``error``
-        outcome, in one transaction; its decision's row, if it is this allow's, is forgotten."""
-        with self.gate.store.transaction() as tx:
-            self.gate.audit.lock(tx)
-            recorded = self.decisions.get(decided.request_id, tx)
-            if recorded is not None and recorded.audit_index == decided.audit_index:
-                self.decisions.remove(decided.request_id, tx)  # written, though the store said not
-            self._settle(tx, decided, None)
-            index = self._append(decided, "error", reason, 0, tx)
-        self._outcome_span(decided, "error", index)
-
-    def _end(
-        self,
-        request_id: str,
-        holder: str,
-        resource: str,
-        status: str,
-        reason: str,
-        held: Held = None,
-    ) -> None:
-        """The last outcome of a request: its budget settled (``held``: GPUs and seconds held;
-        ``None``: nothing held, all returned; ``"reserved"``: all charged), its decision
-        forgotten and the outcome appended, in one transaction; then the outcome's span."""
-        with self.gate.store.transaction() as tx:
-            self.gate.audit.lock(tx)  # before any row, as every Gate write (docs/operations.md)
-            decided = self.decisions.get(request_id, tx)
-            delta = 0
-            if decided is not None:
-                delta = self._settle(tx, decided, held)
-                self.decisions.remove(request_id, tx)
-            ended = decided or _unlinked(request_id, holder, resource)
-            index = self._append(ended, status, reason, delta, tx)
-        self._outcome_span(ended, status, index)
-
-    def _settle(self, tx: Transaction, decided: LeaseDecision, held: Held) -> int:
-        """Commit what the lease used of its reservations and return the rest; the amount committed
-        in the unit of the first reservation (the caller's own budget's, see ``Gate._caps``).
-
-        Each decision's call is spent once the lease was granted. Money: the GPUs times the held
-        seconds (rounded up) at the lease's price, taken from its reservations in order. They
-        cover the lease from its grant to its expiry, rounded up, which bounds the time held; the
-        ``min`` keeps the charge within them for a clock that jumps.
-        """
-        if held is None:
-            for reservation, _unit, _amount in decided.reservations:
-                self.gate.ledger.release(reservation, tx)
-            return 0
-        reserved = {unit: sum(a for _, u, a in decided.reservations if u == unit) for unit in _MONEY}
-        if held == "reserved":
-            owed = reserved
-        else:
-            gpus, seconds = held
-            price = decided.cost_per_gpu_hour
-            cost = 0 if price is None else lease_cost(gpus, seconds, price)
-            owed = {unit: min(cost, reserved[unit]) for unit in _MONEY}
-        committed = 0
-        primary = decided.reservations[0][1] if decided.reservations else None  # the caller's own unit
-        for reservation, unit, amount in decided.reservations:
-            used = min(amount, owed[unit]) if unit in owed else amount
-            if unit in owed:
-                owed[unit] -= used
-            self.gate.ledger.commit(reservation, used, tx)
-            if unit == primary:  # an audit entry's budget_delta is in one unit, never a sum of several
-                committed += used
-        return committed
-
-    def _append(
-        self, decided: LeaseDecision, status: str, reason: str, delta: int, tx: Transaction | None = None
-    ) -> int:
-        """Append the lease's ``outcome`` entry (in ``tx``, else committed on its own); its index.
-        Its span (``_outcome_span``) is the caller's to make once the entry is committed."""
-        return self.gate.audit.append(
-            {
-                "kind": "outcome",
-                "principal": decided.principal,
-                "chain_hash": decided.chain_hash or None,
-                "resource": decided.resource,
-                "status": status,
-                "ref": decided.audit_index,
-                "budget_delta": delta,
-                "reasons": [reason],
-            },
-            tx,
-        )
-
-    def _outcome_span(self, decided: LeaseDecision, status: str, index: int) -> None:
-        """The span of the lease's committed ``outcome`` entry at ``index``: ``{status}
-        {resource}`` (``lease_outcome_span``), one per entry, as every decision has its own
-        (until review R54 a lease's outcomes had none)."""
-        with lease_outcome_span(
-            decided.resource,
-            status,
-            lease_id=decided.request_id,
-            audit_index=index,
-            ref=decided.audit_index,
-            tracer=self.gate.tracer,
-        ):
-            pass
-
-
-def _outlived(identity: AgentIdentity, ttl_s: float) -> str | None:
-    """Why a lease running ``ttl_s`` from now would outlive ``identity``'s grant chain (the
-    chain's earliest expiry), or ``None`` when it would not. A lease never does: the renewals,
-    which check the authority again, must come before the grant is gone."""
-    left = identity.chain.expires - time.time()
-    if ttl_s <= left:
-        return None
-    return (
-        f"a ttl_s of {ttl_s:g} s would outlive the grant, which expires in {max(0.0, left):.0f} s; "
-        "a lease never outlives the grant that decided it"
-    )
-
-
-def _wait_left(identity: AgentIdentity, ttl_s: float) -> float:
-    """How long a request may wait in the queue: a lease granted later than this would outlive
-    ``identity``'s grant chain (``_outlived`` checks the lease as if granted at once)."""
-    return max(0.0, identity.chain.expires - time.time() - ttl_s)
-
-
-def _held(auth: Authorization) -> tuple[Reservation, ...]:
-    return tuple((reservation, unit, amount) for reservation, unit, amount in auth.reservations)
-
-
-def _unlinked(request_id: str, holder: str, resource: str) -> LeaseDecision:
-    """A request with no recorded decision (queued on the broker directly): audited without ``ref``."""
-    return LeaseDecision(request_id, holder or "unknown", "", resource, None, None)
-
-
-def _resource(request: GangRequest) -> str:
-    if not request.gpu_type:
-        raise BrokerError(f"request {request.id!r}: name its gpu_type: grants cover gpu:TYPE, e.g. gpu:h100")
-    try:
-        return canonical_resource(f"gpu:{request.gpu_type.lower()}")
-    except CapabilityError as exc:
-        raise BrokerError(
-            f"request {request.id!r}: gpu_type {request.gpu_type!r} is no resource name: {exc}"
-        ) from exc
-
-
-def _number(seconds: float) -> int | float:
-    """A time as the decision sees it: an integer when it is one (``600``, not ``600.0``), since
-    the capability algebra compares numbers exactly; infinite times are refused by ``GangRequest``."""
-    return int(seconds) if float(seconds).is_integer() else float(seconds)
-
-
-def _resource_or_any(request: GangRequest) -> str:
-    try:
-        return _resource(request)
-    except BrokerError:
-        return "gpu:*"
-
-
-def _describe(event: BrokerEvent) -> tuple[str, str]:
-    """The outcome status and the one-line reason an event is audited with."""
-    if isinstance(event, Granted):
-        lease = event.lease
-        where = f" inside one {lease.level}" if lease.level else ""
-        return "lease_granted", f"granted {len(lease.gpus)} GPUs{where}: {', '.join(lease.gpus)}"
-    if isinstance(event, CheckpointNotice):
-        return (
-            "lease_preempt_notice",
-            f"preempted ({event.reason}) by {event.preemptor}: checkpoint and release before {event.deadline:.3f}",
-        )
-    if isinstance(event, LeaseEnded):
-        return f"lease_{event.reason}", f"lease ended ({event.reason}); {len(event.lease.gpus)} GPUs returned"
-    if isinstance(event, Withdrawn):
-        return "request_withdrawn", "withdrawn by its holder while it waited; held nothing"
-    return "lease_timed_out", f"waited {event.request.timeout_s:g} s without being placed whole; held nothing"
