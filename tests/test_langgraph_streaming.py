@@ -398,6 +398,12 @@ def _interrupts(chunks: list[Any]) -> list[Interrupt]:
     return found
 
 
+def _asked(request: dict[str, Any]) -> dict[str, Any]:
+    """What an approval request asks, without what tells two requests apart (its id, and its
+    expiry, counted from when it was opened)."""
+    return {k: v for k, v in request.items() if k not in ("id", "expires_at")}
+
+
 async def _drain(agent: Any, value: Any, config: dict[str, Any], team: Team, way: str) -> list[Any]:
     """Run ``agent`` on ``value`` the ``way`` named, everything it streamed."""
     if way == "astream_events":
@@ -425,8 +431,11 @@ async def test_approval_interrupt_in_the_stream_and_resume_through_it(team: Team
     (pending,) = _interrupts(await _drain(agent, INPUT, config, team, way))
     assert pending.value["agentgate"] == "approval_required"
     request = pending.value["request"]
-    # The same call asked again (another thread) finds its open request: one request, one payload
-    assert request == expected.value["request"]
+    # The same call asked in another thread has a request of its own (review R55: one shared
+    # request let an approval given for one thread's interrupt run the call in the other), asking
+    # the same of the same approvers
+    assert request["id"] != expected.value["request"]["id"]
+    assert _asked(request) == _asked(expected.value["request"])
     assert request["resource"] == "tool:publish" and request["approvers"] == ["dana"]
     assert request["requester"] == "supervisor" and request["args"] == {"path": "reports/final"}
     assert team.ran == []
@@ -570,7 +579,13 @@ def test_a_request_asked_again_has_the_payload_it_was_first_asked_with(team: Tea
     again = _publisher(team.gate, InMemorySaver(), team).invoke(
         INPUT, {"configurable": {"thread_id": "again"}}, context=team.supervisor
     )
-    assert asked["__interrupt__"][0].value == again["__interrupt__"][0].value
+    first_payload, again_payload = asked["__interrupt__"][0].value, again["__interrupt__"][0].value
+    # Another thread's request is its own (review R55), and asks what the first did
+    assert first_payload["request"]["id"] != again_payload["request"]["id"]
+    assert {**first_payload, "request": _asked(first_payload["request"])} == {
+        **again_payload,
+        "request": _asked(again_payload["request"]),
+    }
 
 
 @pytest.mark.parametrize("way", ["stream", "astream"])
