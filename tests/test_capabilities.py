@@ -180,6 +180,30 @@ def test_wildcards_narrow_only_downwards() -> None:
     assert not pattern_within("model:*", "tool:*")
 
 
+@pytest.mark.parametrize(
+    "resource",
+    [
+        "tool:search.web\n",
+        "tool:search.\u200bweb",
+        "tool:search.\uff57eb",
+        "tool:search.Web",
+        "tool:search..web",
+        "tool:search.*",
+        "tool:search.web/../admin",
+        "tool:search." + "a" * 200,
+    ],
+)
+def test_a_wildcard_never_matches_a_name_that_is_not_canonical(resource: str) -> None:
+    """Review R55: ``tool:search.*`` and ``tool:*`` covered a call on a non-canonical name (a
+    trailing newline, a zero-width or fullwidth letter, upper case, an empty segment, the pattern
+    itself); ``covers`` and ``pattern_matches`` must deny it as the decision does."""
+    call = Call(resource, "invoke", {})
+    for pattern in ("tool:search.*", "tool:*"):
+        assert not pattern_matches(pattern, resource), (pattern, resource)
+        assert not covers(Capability.of(pattern), call), (pattern, resource)
+    assert covers(Capability.of("tool:search.*"), Call("tool:search.web", "invoke", {}))
+
+
 def test_booleans_are_not_numbers() -> None:
     cap = parse_capability("tool:t?n<=5&flag=true")
     assert covers(cap, Call.tool("t", {"n": 1, "flag": True}))

@@ -56,12 +56,23 @@ def _check_pattern(pattern: str) -> str:
     return canonical_resource(pattern)
 
 
+def _is_canonical(resource: str) -> bool:
+    """Whether ``canonical_resource`` would return ``resource`` (a string) rather than refuse it."""
+    kind, _, name = resource.partition(":")
+    if len(resource) > MAX_NAME_LENGTH or kind not in RESOURCE_KINDS:
+        return False
+    return (_MODEL_NAME if kind == "model" else _TOOL_NAME).fullmatch(name) is not None
+
+
 def pattern_matches(pattern: str, resource: str) -> bool:
-    """Whether a canonical ``resource`` is named by ``pattern`` (exact, ``kind:*`` or ``prefix.*``)."""
-    if pattern.endswith(":*"):
-        return resource.startswith(pattern[:-1]) and len(resource) > len(pattern) - 1
-    if pattern.endswith(".*"):
-        return resource.startswith(pattern[:-1]) and len(resource) > len(pattern) - 1
+    """Whether ``resource`` is named by ``pattern`` (exact, ``kind:*`` or ``prefix.*``).
+
+    A wildcard names canonical resources only: ``tool:search.*`` never names
+    ``tool:search.web\n``, a zero-width or upper-case variant, or ``tool:search.*`` itself. An
+    exact pattern is canonical, so equal to it is canonical too."""
+    if pattern.endswith((":*", ".*")):
+        stem = pattern[:-1]
+        return len(resource) > len(stem) and resource.startswith(stem) and _is_canonical(resource)
     return resource == pattern
 
 
