@@ -283,12 +283,12 @@ def test_contradictory_child_covers_nothing_and_attenuates() -> None:
 TOKEN_VALUES = st.one_of(
     st.integers(min_value=-(2**64), max_value=2**64),
     st.sampled_from([2**63 - 1, 2**63, -(2**63) + 1, -(2**63), 0, 1]),
-    st.sampled_from(["EUR", "USD", "", "a", "1"]),
+    st.sampled_from(["EUR", "USD", "", "a", "1", "\u00e9", "a\ud800", "\udfff"]),
     st.booleans(),
     st.none(),
     st.floats(allow_nan=False),
 )
-SMALL = st.one_of(st.integers(-3, 3), st.sampled_from(["EUR", "USD", "a"]))
+SMALL = st.one_of(st.integers(-3, 3), st.sampled_from(["EUR", "USD", "a", "\u00e9", "a\ud800"]))
 TOKEN_SPECS = st.one_of(
     st.fixed_dictionaries(
         {},
@@ -358,6 +358,20 @@ def test_building_from_canonical_form_takes_the_token_shapes() -> None:
     for refused in ({"in": ["EUR"]}, {"in": ["EUR", "EUR"]}, {"le": 1.5}, {"eq": True}, {"le": 2**63}):
         data = {"resource": "tool:x", "action": "invoke", "constraints": {"a": refused}}
         assert capability_from_canonical(data) is None
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [{"prefix": "a\ud800"}, {"eq": "\udfff"}, {"eq": "b", "in": ["a\ud800", "b"]}, {"in": ["\ud800", "b"]}],
+)
+def test_building_from_canonical_form_refuses_a_lone_surrogate(spec: dict[str, object]) -> None:
+    """Review R55: ``capability_from_canonical`` built a capability holding a lone surrogate,
+    which ``from_dict`` refuses and whose one-line form raised ``UnicodeEncodeError``; it must
+    leave such a value to the reference steps (``None``), which refuse it."""
+    data = {"resource": "tool:x", "action": "invoke", "constraints": {"a": spec}}
+    assert capability_from_canonical(data) is None
+    with pytest.raises(CapabilityError, match="not valid Unicode text"):
+        Capability.from_dict(data)
 
 
 # --- membership of normal forms -------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 from agentgate.capabilities._capability import _ACTION, _FIELD, Capability
 from agentgate.capabilities._constraints import Constraint
 from agentgate.capabilities._resources import _check_pattern
-from agentgate.capabilities._values import MAX_SET_SIZE
+from agentgate.capabilities._values import MAX_SET_SIZE, _is_text
 from agentgate.errors import CapabilityError
 
 _T = TypeVar("_T")
@@ -40,7 +40,9 @@ def _constraint_from_canonical(spec: object) -> Constraint | None:
 
     Canonical means ``Constraint.of(spec).to_dict() == spec``: a set holds no repeated value and
     more than one value unless ``eq`` is also given (``Constraint.of`` rewrites a lone set member
-    as ``eq``). Values that are strings or integers with ``|v| < 2**63`` need no other check.
+    as ``eq``). Values that are Unicode text or integers with ``|v| < 2**63`` need no other check;
+    a string with a lone surrogate is left to the general path, which refuses it (before review
+    R55 it was built here, a capability ``from_dict`` refuses and whose one-line form raised).
     """
     if type(spec) is not dict or not spec:
         return None
@@ -52,7 +54,7 @@ def _constraint_from_canonical(spec: object) -> Constraint | None:
                 return None
             fields[op] = value
         elif kind is str:
-            if op != "eq" and op != "prefix":
+            if (op != "eq" and op != "prefix") or not _is_text(value):
                 return None
             fields[op] = value
         elif kind is list and op == "in":
@@ -60,7 +62,10 @@ def _constraint_from_canonical(spec: object) -> Constraint | None:
                 return None
             for item in value:
                 item_kind = type(item)
-                if item_kind is not str and (item_kind is not int or not -_INT_LIMIT < item < _INT_LIMIT):
+                if item_kind is str:
+                    if not _is_text(item):
+                        return None
+                elif item_kind is not int or not -_INT_LIMIT < item < _INT_LIMIT:
                     return None
             # Strings and integers only, so plain set equality is ``_same``.
             if not value or len(set(value)) != len(value) or (len(value) < 2 and "eq" not in spec):

@@ -40,14 +40,22 @@ def _plain(value: object) -> object:
     return value
 
 
+def _is_text(value: str) -> bool:
+    """Whether ``value`` is Unicode text: no lone surrogate."""
+    if value.isascii():
+        return True
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _check_text(value: str, where: str) -> str:
     """``value``, unless it is not Unicode text (a lone surrogate): no token can carry it, no
     call's arguments holding it can be digested, and the one-line form cannot spell it."""
-    if not value.isascii():
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError:
-            raise CapabilityError(f"{where}: {value!r} is not valid Unicode text") from None
+    if not _is_text(value):
+        raise CapabilityError(f"{where}: {value!r} is not valid Unicode text")
     return value
 
 
