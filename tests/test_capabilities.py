@@ -204,6 +204,23 @@ def test_a_wildcard_never_matches_a_name_that_is_not_canonical(resource: str) ->
     assert covers(Capability.of("tool:search.*"), Call("tool:search.web", "invoke", {}))
 
 
+def test_the_algebra_is_textual_as_the_policy_reference_says() -> None:
+    """Review R55: docs/policy-reference.md (capabilities) says the operators compare text as it
+    is: no path resolution, no Unicode normalization, no case folding; argument names are keys."""
+    drafts = parse_capability("tool:files.read?path^=reports/drafts/")
+    assert covers(drafts, Call.tool("files.read", {"path": "reports/drafts/../../etc/passwd"}))
+    cafe = Capability.of("tool:t", None, {"who": {"eq": "caf\u00e9"}})
+    assert covers(cafe, Call.tool("t", {"who": "caf\u00e9"}))
+    for other in ("cafe\u0301", "CAF\u00c9", "caf\u00e9\u200b", "caf\u00e9\n"):
+        assert not covers(cafe, Call.tool("t", {"who": other})), other
+    nested = Capability.of("tool:t", None, {"a.b": {"le": 5}})
+    assert covers(nested, Call.tool("t", {"a.b": 5, "a": {"b": 10**9}}))
+    assert not covers(nested, Call.tool("t", {"a": {"b": 1}}))
+    zero = parse_capability("tool:t?n=0")
+    assert covers(zero, Call.tool("t", {"n": -0.0})) and covers(zero, Call.tool("t", {"n": 0.0}))
+    assert not covers(zero, Call.tool("t", {"n": False}))
+
+
 def test_booleans_are_not_numbers() -> None:
     cap = parse_capability("tool:t?n<=5&flag=true")
     assert covers(cap, Call.tool("t", {"n": 1, "flag": True}))
