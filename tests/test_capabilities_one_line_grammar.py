@@ -69,6 +69,26 @@ def test_a_number_out_of_range_is_refused_naming_its_capability_and_clause(
 
 
 @pytest.mark.parametrize(
+    ("text", "read_as"),
+    [
+        ("tool:x?n>=9007199254740993.0", "9007199254740992.0"),  # was n>=2**53: it covered n=2**53
+        ("tool:x?n<=100.00000000000000001", "100.0"),
+        ("tool:x?n>1e-400", "0.0"),
+        ("tool:x?n=1|2.00000000000000001", "2.0"),
+    ],
+)
+def test_a_number_no_float_holds_as_written_is_refused(text: str, read_as: str) -> None:
+    """Review R55: a bound written with more digits than a float holds was read rounded, so
+    ``n>=9007199254740993.0`` became ``n>=9007199254740992.0`` and covered ``n=2**53``, which the
+    written bound excludes; it is refused, naming the value it would be read as (as ``--args``
+    refuses such an argument)."""
+    with pytest.raises(CapabilityError, match=f"no float holds as written.*{read_as}"):
+        parse_capability(text)
+    for exact in ("tool:x?n<=0.1", "tool:x?n<=1e2", "tool:x?n>=5e-324", "tool:x?n>=9007199254740993"):
+        assert parse_capability(format_capability(parse_capability(exact))) == parse_capability(exact)
+
+
+@pytest.mark.parametrize(
     ("text", "field", "op", "value"),
     [
         ('tool:x?a=""', "a", "eq", ""),

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from agentgate._json import Inexact, exact_float
 from agentgate.capabilities._constraints import Constraint
 from agentgate.capabilities._resources import DEFAULT_ACTIONS, _check_pattern
 from agentgate.capabilities._values import Scalar, _check_value, _text
@@ -140,10 +141,22 @@ def _parse_text(text: str, where: str) -> str:
 
 
 def _parse_scalar(text: str, where: str) -> Scalar:
+    """A value as written in a clause: a boolean, a number, or text (``_parse_text``).
+
+    A number with a fraction or an exponent that no float holds as written is refused
+    (``_json.exact_float``): read rounded, ``n>=9007199254740993.0`` was ``n>=2**53`` and allowed
+    ``n=2**53`` (before review R55), as ``--args`` refuses such an argument."""
     if text in ("true", "false"):
         return text == "true"
     if _NUMBER.fullmatch(text):
-        number = float(text) if any(c in text for c in ".eE") else int(text)
+        if not any(c in text for c in ".eE"):
+            return _check_value(int(text), where)
+        number = exact_float(text)
+        if isinstance(number, Inexact):
+            raise CapabilityError(
+                f"{where}: {text[:40]} is a number no float holds as written (it would be read as "
+                f"{float(text)!r}); write it with fewer digits, as an integer, or quoted as text"
+            )
         return _check_value(number, where)
     return _parse_text(text, where)
 
