@@ -87,6 +87,61 @@ def calls(draw: st.DrawFn) -> Call:
     return Call(resource, draw(st.sampled_from(["invoke", "read"])), args)
 
 
+# Wide values (review R55): the edges the narrow strategies above never reach: integers past 2**53
+# and near 2**63, -0.0, subnormal and huge doubles, booleans beside 0 and 1, non-ASCII and
+# look-alike text, and call resources that are not canonical.
+WIDE_NUMBERS = st.one_of(
+    NUMBERS,
+    st.integers(-(2**63) + 1, 2**63 - 1),
+    st.sampled_from([0, 1, -0.0, 2**53, 2**53 + 1, 2**62, 2**63 - 1, -(2**63) + 1, 5e-324, 1e300, -1e300]),
+)
+WIDE_STRINGS = st.one_of(
+    STRINGS,
+    st.sampled_from(["caf\u00e9", "cafe\u0301", "\uff41", "a\u200b", "a\n", "\x00", "\U0001f600", "../"]),
+)
+WIDE_SCALARS = st.one_of(WIDE_NUMBERS, WIDE_STRINGS, st.booleans())
+
+
+@st.composite
+def wide_constraint_specs(draw: st.DrawFn) -> dict[str, object]:
+    ops = draw(
+        st.sets(st.sampled_from(["eq", "in", "lt", "le", "gt", "ge", "prefix"]), min_size=1, max_size=3)
+    )
+    spec: dict[str, object] = {}
+    for op in ops:
+        if op == "eq":
+            spec[op] = draw(WIDE_SCALARS)
+        elif op == "in":
+            spec[op] = draw(st.lists(WIDE_SCALARS, min_size=1, max_size=4))
+        elif op == "prefix":
+            spec[op] = draw(WIDE_STRINGS)
+        else:
+            spec[op] = draw(WIDE_NUMBERS)
+    return spec
+
+
+@st.composite
+def wide_capabilities(draw: st.DrawFn) -> Capability:
+    fields = draw(st.dictionaries(FIELDS, wide_constraint_specs(), max_size=2))
+    resource = draw(st.one_of(RESOURCES, st.sampled_from(["model:*", "model:a.*", "model:a/b", "gpu:*"])))
+    return Capability.of(resource, draw(st.sampled_from(["invoke", "*", "generate"])), fields)
+
+
+@st.composite
+def wide_calls(draw: st.DrawFn) -> Call:
+    resource = draw(
+        st.sampled_from(
+            [
+                *("tool:search.web", "tool:search.web.deep", "tool:pay.refund", "model:a/b", "model:a.b"),
+                *("gpu:h100", "tool:search.web\n", "tool:Search.web", "tool:search..web"),
+                *("tool:search.\u200bweb", "tool:*"),
+            ]
+        )
+    )
+    args = draw(st.dictionaries(FIELDS, WIDE_SCALARS, max_size=3))
+    return Call(resource, draw(st.sampled_from(["invoke", "generate"])), args)
+
+
 # --- properties ------------------------------------------------------------------------------------
 
 
@@ -106,6 +161,25 @@ def test_attenuates_is_exact_with_a_witness(parent: Capability, child: Capabilit
 def test_an_attenuated_child_never_covers_more(parent: Capability, child: Capability, call: Call) -> None:
     if attenuates(parent, child) and covers(child, call):
         assert covers(parent, call)
+
+
+@settings(max_examples=400, deadline=None)
+@given(wide_capabilities(), wide_capabilities(), wide_calls())
+def test_an_attenuated_child_never_covers_more_over_wide_values(
+    parent: Capability, child: Capability, call: Call
+) -> None:
+    """Review R55: the properties over wide values; a witness, where there is one, is a call the
+    child covers and the parent does not, and a non-canonical resource is covered by nothing."""
+    if attenuates(parent, child) and covers(child, call):
+        assert covers(parent, call)
+    found = witness(parent, child)
+    if found is not None:
+        assert not attenuates(parent, child)
+        assert covers(child, found) and not covers(parent, found)
+    if covers(parent, call):
+        assert canonical_resource(call.resource) == call.resource
+    assert parse_capability(format_capability(child)) == child
+    assert Capability.from_dict(child.to_dict()) == child
 
 
 @settings(max_examples=200, deadline=None)
