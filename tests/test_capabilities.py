@@ -295,6 +295,17 @@ def test_the_algebra_is_textual_as_the_policy_reference_says() -> None:
     assert not covers(zero, Call.tool("t", {"n": False}))
 
 
+def test_attenuates_decides_over_the_reals_and_witness_over_numbers_a_call_can_hold() -> None:
+    """Review R55 (attenuates' docstring said it agrees with witness): a child wider only by reals
+    no integer or double can be is not attenuated, and has no witness call."""
+    for parent, child in (
+        ({"eq": 1}, {"gt": 4.999999999999999, "lt": 5}),
+        ({"le": 2**60}, {"lt": 2**60 + 1}),
+    ):
+        p, c = Capability.of("tool:t", None, {"x": parent}), Capability.of("tool:t", None, {"x": child})
+        assert not attenuates(p, c) and witness(p, c) is None
+
+
 def test_booleans_are_not_numbers() -> None:
     cap = parse_capability("tool:t?n<=5&flag=true")
     assert covers(cap, Call.tool("t", {"n": 1, "flag": True}))

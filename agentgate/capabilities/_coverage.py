@@ -39,9 +39,12 @@ def covers(capability: Capability, call: Call) -> bool:
 def attenuates(parent: Capability, child: Capability) -> bool:
     """Exact: every call that ``child`` covers, ``parent`` covers too.
 
-    Decided on the normal forms directly (no witness is built); agrees with ``witness``.
-    A child field left unconstrained where the parent constrains it is wider, since every
-    constraint refuses some value.
+    Decided on the normal forms directly (no witness is built), over the reals: it agrees with
+    ``witness`` except for a child wider only by reals that no integer or double can be
+    (``gt: 4.999999999999999, lt: 5`` under ``eq: 1``; ``lt: 2**60 + 1`` under ``le: 2**60``),
+    where it answers False and ``witness`` finds no call (``None``). A child field left
+    unconstrained where the parent constrains it is wider, since every constraint refuses some
+    value.
 
     Raises ``CapabilityError`` when given anything but two ``Capability`` objects.
     """
