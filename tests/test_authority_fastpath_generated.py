@@ -525,7 +525,8 @@ def test_policy_lint_and_explain_print_the_policys_text_escaped(
     assert main(["policy", "lint", str(path)]) == 1
     out = capsys.readouterr().out
     _clean(out)
-    assert out.count("0 error(s)") == out.count("[2K\\\\rp.yaml: 0 error(s)")  # only inside findings
+    # Only inside findings, the rule's text escaped once (as JSON writes it: review R55)
+    assert out.count("0 error(s)") == out.count("[2K\\rp.yaml: 0 error(s)") == 1
     assert main(["policy", "explain", str(path), "--as", "bot", "--tool", "tickets.read"]) == 1
     _clean(capsys.readouterr().out)
 
