@@ -205,9 +205,11 @@ def test_a_vote_after_the_revocation_is_not_logged_as_an_approval(tmp_path: Path
 
 
 def test_declining_a_void_request_is_recorded_as_declined(desk: Desk) -> None:
-    """As for an expired request: the call is refused in the log, referring to its request."""
+    """As for an expired request: the call is refused in the log, referring to its request. Void
+    by a revocation that did not close it (written straight into the store, as by an agentgate
+    from before review R55): ``Gate.revoke`` closes the requests it makes void itself."""
     auth = desk.ask()
-    desk.gate.revoke(desk.supervisor)
+    GrantRepository(desk.gate.store).revoke(desk.supervisor.grant_id, now=int(time.time()))
 
     declined = desk.gate.decline(auth, "revoked meanwhile")
 
@@ -245,7 +247,8 @@ def test_a_paused_call_refused_after_the_revocation_settles_its_request(
         desk.gate.approvals.approve(auth.request["id"], desk.keys["erin"].did)
     with pytest.raises(InputError, match="cannot be declined"):
         desk.gate.decline(auth, "after the refusal")  # settled: the log says how it ended
-    assert _kinds(desk.gate).count("deny") == 1
+    # The revocation's closure of the request (since review R55 also), then the call's refusal.
+    assert _kinds(desk.gate).count("deny") == 2
 
 
 OLD_SQLITE_TABLES = """
@@ -354,3 +357,80 @@ def test_on_postgresql_a_revoked_grant_voids_the_request_and_old_stores_open(pos
         assert approvals.consume("old", "h0") == ("did:key:human",)
     finally:
         store.close()
+
+
+def _voided(desk: Desk, auth: Authorization) -> list[int]:
+    """The indexes of the ``deny`` entries that refer to ``auth``'s ``approval_required`` entry."""
+    desk.gate.flush()
+    return [
+        i
+        for i, entry in enumerate(desk.gate.audit.entries())
+        if entry.kind == "deny" and entry.ref == auth.audit_index
+    ]
+
+
+def _three_requests(desk: Desk) -> tuple[Authorization, Authorization, Authorization]:
+    """The supervisor's request, its sub-agent's and an unrelated agent's, all pending."""
+    helper = desk.gate.delegate(
+        desk.supervisor,
+        name="helper",
+        key=SigningKey.generate(),
+        capabilities=["tool:publish"],
+        ttl=timedelta(minutes=5),
+    )
+    other = desk.gate.issue(desk.keys["root"], name="researcher", key=desk.keys["researcher"], role="writer")
+    return desk.ask(), desk.ask(helper, "publish-1"), desk.ask(other, "publish-2")
+
+
+@pytest.mark.parametrize("how", ["revoke", "revoke_holder", "cli"])
+def test_a_revocation_closes_the_requests_it_makes_void(desk: Desk, how: str) -> None:
+    """Review R55: a request made void by a revocation was closed only when its call was resumed
+    and refused; a run never resumed left it ``pending`` in the table, its ``approval_required``
+    entry unanswered, until pruned. The revocation now closes, in its own transaction, the
+    requests of the revoked grant and of every grant below it, as denied by ``agentgate:revoked``,
+    each with a ``deny`` entry referring to its ``approval_required`` entry; a later resume of the
+    call is still refused, its ``deny`` referring to the request too."""
+    own, below, unrelated = _three_requests(desk)
+    if how == "revoke":
+        desk.gate.revoke(desk.supervisor, reason="key leaked")
+    elif how == "revoke_holder":
+        desk.gate.revoke_holder(desk.supervisor.did, reason="key leaked")
+    else:
+        store = str(desk.path / "agentgate.db")
+        assert (
+            main(["grant", "revoke", desk.supervisor.grant_id, "--store", store, "--reason", "leaked"]) == 0
+        )
+
+    for auth in (own, below):
+        assert auth.request is not None
+        record = desk.gate.approvals.get(auth.request["id"])
+        assert (record.state, record.approver) == ("denied", VOIDED)
+        closing = _voided(desk, auth)
+        assert len(closing) == 1
+        entry = desk.gate.audit.entry(closing[0])
+        assert entry.resource == "tool:publish" and entry.chain_hash == auth.identity.grant_id  # type: ignore[union-attr]
+        assert entry.reasons == (
+            f"approval request {auth.request['id']} is void: grant {desk.supervisor.grant_id} was revoked",
+        )
+    assert unrelated.request is not None
+    assert desk.gate.approvals.get(unrelated.request["id"]).state == "pending"
+    assert _voided(desk, unrelated) == []
+
+    with pytest.raises(InputError, match="cannot be declined"):
+        desk.gate.decline(own, "after the revocation")  # answered in the log by the revocation
+    refused = desk.gate.authorize(desk.supervisor, PUBLISH, call_id="publish-0")
+    assert not refused.allowed and not refused.needs_approval and refused.audit_index is not None
+    assert desk.gate.audit.entry(refused.audit_index).ref == own.audit_index
+    assert len(_voided(desk, own)) == 2  # the request's closure, then the call's refusal
+
+
+def test_revoking_a_grant_revoked_already_closes_nothing_more(desk: Desk) -> None:
+    """Review R55: the second revocation of a grant writes nothing (``Revocation.already``), so
+    it closes no request twice either."""
+    desk.ask()
+    desk.gate.revoke(desk.supervisor)
+    before = _kinds(desk.gate)
+    assert before.count("deny") == 1
+
+    assert desk.gate.revoke(desk.supervisor).already
+    assert _kinds(desk.gate) == before

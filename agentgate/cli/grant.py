@@ -541,23 +541,33 @@ def _revoking(
     store: Store, args: argparse.Namespace
 ) -> Iterator[tuple[GrantRepository, Callable[[Iterable[str]], None]]]:
     """The store's grants bound to one transaction that holds the audit log's lock, as
-    ``Gate.revoke`` takes it, and what appends a ``revoke`` entry for each grant id given: the
+    ``Gate.revoke`` takes it, and what appends a ``revoke`` entry for each grant id given and
+    closes the approval requests their revocation makes void (each with its ``deny`` entry): the
     revocations and their entries commit together or not at all. The log key is refused at once
     if garbage; the store is closed at the end."""
     # The audit log's layer: only the revoking verbs write to it.
-    from agentgate.gate._records import revocation_entry
+    from agentgate.gate._records import revocation_entry, voided_request_entry, voided_request_reason
+    from agentgate.store.approvals import ApprovalStore
     from agentgate.store.audit import AuditLog, log_origin, open_log_key
 
     try:
         repo = GrantRepository(store)
         try:
             log = AuditLog(store, open_log_key(store), log_origin())
+            approvals = ApprovalStore(store)
             with store.transaction() as tx, repo.within(tx):
                 log.lock(tx)
 
                 def audit(grant_ids: Iterable[str]) -> None:
-                    for grant_id in grant_ids:
+                    revoked = list(grant_ids)
+                    for grant_id in revoked:
                         log.append(revocation_entry(grant_id, args.by, args.reason), tx)
+                    # The approval requests the revocation makes void, closed with it, as Gate.revoke does.
+                    for approval_id, grant_id, asked_index in approvals.void_standing_on(revoked, tx=tx):
+                        if asked_index is not None:
+                            reason = voided_request_reason(approval_id, grant_id)
+                            asked = log.entry(asked_index, tx)
+                            log.append(voided_request_entry(asked, asked_index, reason, None), tx)
 
                 yield repo, audit
         finally:

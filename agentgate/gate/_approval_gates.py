@@ -7,7 +7,7 @@ import contextlib
 import functools
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
@@ -24,17 +24,13 @@ from agentgate.gate._authorization import AgentIdentity, Authorization, Verdict,
 from agentgate.gate._checks import _AUTHORIZATION
 from agentgate.gate._delegation import DELEGATIONS_PURGE_S
 from agentgate.gate._lock import _serialized
-from agentgate.gate._records import recordable
+from agentgate.gate._records import ASKED_FIELDS, recordable, voided_request_entry, voided_request_reason
 from agentgate.keys import SigningKey
 from agentgate.policy import ApprovalRequirement as PolicyApproval
 from agentgate.policy import Outcome, Policy, PolicyDecision
 from agentgate.store import Transaction
 from agentgate.store.approvals import ApprovalStore, QuorumRule
 from agentgate.store.audit import AuditLog
-
-_SUPERSEDED_FIELDS = ("principal", "chain_hash", "rule", "resource", "args_digest", "args")
-"""What a superseded request's ``deny`` entry takes from its ``approval_required`` entry: the
-call it named, as asked."""
 
 
 class _Approvals:
@@ -486,7 +482,7 @@ class _Approvals:
             )
             index = self.audit.append(
                 {
-                    **{name: getattr(asked, name) for name in _SUPERSEDED_FIELDS},
+                    **{name: getattr(asked, name) for name in ASKED_FIELDS},
                     "kind": "deny",
                     "policy_hash": self.policy.digest or None,
                     "reasons": [recordable(reason)],
@@ -498,6 +494,35 @@ class _Approvals:
             call_id = request["call_id"] or None
             self._after_commit(
                 functools.partial(self._superseded_span, superseded, asked.chain_hash, index, reason, call_id)
+            )
+
+    def _void_revoked(self, grant_ids: Collection[str], tx: Transaction) -> None:
+        """Close the approval requests that revoking ``grant_ids`` in ``tx`` makes void (of those
+        grants and of every grant below them: ``ApprovalStore.void_standing_on``), as denied by
+        ``agentgate:revoked``, each with a ``deny`` entry of the call it named referring to its
+        ``approval_required`` entry (``voided_request_entry``), as a superseded request's; once
+        ``tx`` commits, each such entry has its refusal span. Until review R55 a void request was
+        closed only when its call was refused on resume: a run never resumed left it ``pending``
+        and its ``approval_required`` entry unanswered."""
+        closed = self.approvals.void_standing_on(grant_ids, tx=tx)
+        if not closed:
+            return
+        gone = {approval_id for approval_id, _, _ in closed}
+        with self._lock:
+            self._open_requests = {h: r for h, r in self._open_requests.items() if r[0] not in gone}
+        for approval_id, grant_id, asked_index in closed:
+            if asked_index is None:
+                continue
+            asked = self.audit.entry(asked_index, tx)
+            reason = voided_request_reason(approval_id, grant_id)
+            index = self.audit.append(
+                voided_request_entry(asked, asked_index, reason, self.policy.digest or None), tx
+            )
+            resource = asked.resource or ""
+            # The entry keeps no action; a span names one only for a resource neither a tool's nor a model's.
+            voided = Call(resource, "generate" if resource.startswith("model:") else "invoke", {})
+            self._after_commit(
+                functools.partial(self._superseded_span, voided, asked.chain_hash, index, reason, None)
             )
 
     def _superseded_span(

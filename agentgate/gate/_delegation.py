@@ -7,7 +7,7 @@ from __future__ import annotations
 import hashlib
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Collection, Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from datetime import timedelta
 from typing import TYPE_CHECKING
@@ -127,6 +127,8 @@ class _Delegation:
 
         @contextmanager
         def _decision_transaction(self) -> Iterator[Transaction]: ...
+
+        def _void_revoked(self, grant_ids: Collection[str], tx: Transaction) -> None: ...
 
     @_serialized
     def issue(
@@ -501,7 +503,9 @@ class _Delegation:
         """Revoke a grant and, through it, every grant below it; audited. Returns the grant id
         and whether it was revoked already (``Revocation.already``): then nothing is written, as
         ``agentgate grant revoke`` reports ``already_revoked`` (until review R53 each call wrote
-        another ``revoke`` entry, with a later time and another reason, for the same grant).
+        another ``revoke`` entry, with a later time and another reason, for the same grant). The
+        approval requests the revocation makes void are closed in its transaction, each with a
+        ``deny`` entry (``_void_revoked``).
 
         Raises ``TokenFormatError`` for a ``grant`` that is none, ``InputError`` for a ``by`` or
         ``reason`` that is not text; nothing is written then."""
@@ -519,6 +523,7 @@ class _Delegation:
                 if not already:
                     revoke(self.grants, grant_id, reason=reason)
                     index = self.audit.append(revocation_entry(grant_id, by, reason), tx)
+                    self._void_revoked([grant_id], tx)
             self._revoked_on(span, grant_id, already, index)
         return Revocation(grant_id, already=already)
 
@@ -526,7 +531,8 @@ class _Delegation:
         self, holder: PublicKey | str, *, by: str = "operator", reason: str = ""
     ) -> HolderRevocation:
         """Revoke every grant this gate's store records for the key ``holder`` (a leaked agent
-        key: ``authority.revoke_holder``), each with its ``revoke`` entry, in one transaction.
+        key: ``authority.revoke_holder``), each with its ``revoke`` entry, in one transaction, with
+        the approval requests they make void (``_void_revoked``).
         Grants to the key never recorded in this store are not reached: remove the key from the
         policy and restart for those (docs/operations.md, Rotating keys). Raises ``KeyFileError``
         for a ``holder`` that is no did:key, ``InputError`` for a ``by`` or ``reason`` that is
@@ -537,6 +543,7 @@ class _Delegation:
             with self._decision_transaction() as tx, self.grants.within(tx):
                 done = revoke_holder(self.grants, holder, reason=reason)
                 indexes = [self.audit.append(revocation_entry(g, by, reason), tx) for g in done.revoked]
+                self._void_revoked(done.revoked, tx)
             if span.is_recording():
                 span.set_attributes(
                     {

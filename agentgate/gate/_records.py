@@ -1,12 +1,13 @@
 """Text as the audit log may keep it: the arguments it keeps in clear, reasons with values that
 are not loggable replaced, invalid Unicode escaped, why a call that ran once is not run again,
-and a revocation's entry."""
+and a revocation's entry and the entries of the approval requests it makes void."""
 
 from __future__ import annotations
 
 from collections.abc import Container, Iterable, Mapping
 from typing import Any
 
+from agentgate.audit.entry import AuditEntry
 from agentgate.capabilities import Call
 from agentgate.store.once import OnceState
 
@@ -71,6 +72,33 @@ def revocation_entry(grant_id: str, by: str, reason: str) -> dict[str, Any]:
         "principal": recordable(by),
         "chain_hash": grant_id,
         "reasons": [recordable(reason)] if reason else [],
+    }
+
+
+ASKED_FIELDS = ("principal", "chain_hash", "rule", "resource", "args_digest", "args")
+"""What the ``deny`` entry closing an approval request (superseded, or void by a revocation) takes
+from its ``approval_required`` entry: the call it named, as asked."""
+
+
+def voided_request_reason(approval_id: str, grant_id: str) -> str:
+    """Why a revocation of ``grant_id`` closed approval request ``approval_id``."""
+    return f"approval request {approval_id} is void: grant {grant_id} was revoked"
+
+
+def voided_request_entry(
+    asked: AuditEntry, asked_index: int, reason: str, policy_hash: str | None
+) -> dict[str, Any]:
+    """The ``deny`` entry that closes an approval request made void by a revocation, written in
+    the revocation's transaction by every revoker (``Gate.revoke``, ``Gate.revoke_holder``,
+    ``agentgate grant revoke``): the call its ``approval_required`` entry (``asked``, at
+    ``asked_index``) named, refused for ``reason`` (``voided_request_reason``), referring to it, as
+    a superseded request's ``deny`` does."""
+    return {
+        **{name: getattr(asked, name) for name in ASKED_FIELDS},
+        "kind": "deny",
+        "policy_hash": policy_hash,
+        "reasons": [recordable(reason)],
+        "ref": asked_index,
     }
 
 

@@ -12,10 +12,13 @@ consumed.
 A request also keeps the grant ids of its call's chain (``approval_grants``, root to tip). One
 whose grant, or any ancestor of it, is revoked (``agentgate_revocations``, which every process
 writes) is void: no longer open, and approving, denying or using it raises ``Revoked``. That is
-read when asked, never written into the request, so a revocation by another process, the CLI or
-another host counts at once; only when its call is refused (or declined) is a void request closed,
-as denied by ``agentgate:revoked`` (``void_for``, ``void``). Requests opened before grants were
-kept have none and are unaffected.
+read when asked, so a revocation by another process or host counts at once. The revocation
+itself (``Gate.revoke``, ``Gate.revoke_holder``, ``agentgate grant revoke``) also closes, in its
+own transaction, the requests it makes void, as denied by ``agentgate:revoked``
+(``void_standing_on``; until review R55 a void request was closed only when its call was refused
+or declined, and a run never resumed left it ``pending`` until pruned); a call refused later
+still finds it (``void_for``). Requests opened before grants were kept have none and are
+unaffected.
 
 The quorum and the approvers that count are the policy's in force when a vote is cast or the
 approval used, not the one the request was asked under (docs/policy-reference.md, "Changing a
@@ -156,7 +159,8 @@ SUPERSEDED = "agentgate:superseded"
 """Who closed a request whose call was changed and asked for again (``supersede``)."""
 
 VOIDED = "agentgate:revoked"
-"""Who closed a void request (a grant of its call revoked) when its call was refused (``void``)."""
+"""Who closed a void request (a grant of its call revoked): the revocation (``void_standing_on``),
+or the refusal of its call (``void``)."""
 
 _IDS_PER_READ = 500
 """Request ids bound in one statement by ``ApprovalStore.votes_of`` (within every driver's limit)."""
@@ -385,6 +389,37 @@ class ApprovalStore:
         rows = tx.execute(sql, (approval_id,)) if tx is not None else self.store.query(sql, (approval_id,))
         return str(rows[0][0]) if rows else None
 
+    def void_standing_on(
+        self, grant_ids: Collection[str], *, now: float | None = None, tx: Transaction | None = None
+    ) -> list[tuple[str, str, int | None]]:
+        """Close, as denied by ``agentgate:revoked``, the open requests (pending, or approved and
+        not used; not expired) whose call's chain holds one of ``grant_ids``, which the caller
+        has just revoked in ``tx``: a request of a grant below one of them holds it too (its chain,
+        root to tip, is kept whole). Returns each one's id, the revoked grant it stands on (the
+        first of ``grant_ids`` by id) and the index of its ``approval_required`` entry (``None``
+        when it was not recorded), oldest first."""
+        now = time.time() if now is None else now
+        revoked = sorted(set(grant_ids))
+        closed: list[tuple[str, str, int | None]] = []
+        with self.store.within(tx) as t:
+            for at in range(0, len(revoked), _IDS_PER_READ):
+                chunk = tuple(revoked[at : at + _IDS_PER_READ])
+                rows = t.execute(
+                    "SELECT a.id, min(g.grant_id), k.audit_index FROM approvals a "
+                    "JOIN approval_grants g ON g.approval_id = a.id "
+                    "LEFT JOIN approval_asked k ON k.approval_id = a.id "
+                    f"WHERE g.grant_id IN ({', '.join('?' * len(chunk))}) "
+                    "AND a.state IN ('pending', 'approved') AND a.expires_at > ? "
+                    "GROUP BY a.id, k.audit_index, a.created ORDER BY a.created, a.id",
+                    (*chunk, now),
+                )
+                for approval_id, grant_id, index in rows:
+                    if self.void(str(approval_id), now=now, tx=t):
+                        closed.append(
+                            (str(approval_id), str(grant_id), None if index is None else int(index))
+                        )
+        return closed
+
     def void_for(
         self,
         call_hash: str,
@@ -397,20 +432,22 @@ class ApprovalStore:
         """Close, as denied by ``agentgate:revoked``, the void requests for the call ``call_hash``
         by ``requester``: not used, not expired, and standing on a revoked grant (which ``open_for``
         leaves out). For a call refused because of that revocation: its request is settled with the
-        refusal instead of staying ``pending`` in the table for good. Returns the newest one's id
-        and the index of its ``approval_required`` entry (``None`` when it was not recorded), or
-        ``None`` when there is none. ``call_key``: only the requests of that framework call, as
-        ``open_for``'s."""
+        refusal instead of staying ``pending`` in the table for good. A request the revocation
+        closed already (``void_standing_on``) is found too, so the refusal still refers to it.
+        Returns the newest one's id and the index of its ``approval_required`` entry (``None``
+        when it was not recorded), or ``None`` when there is none. ``call_key``: only the
+        requests of that framework call, as ``open_for``'s."""
         now = time.time() if now is None else now
         keyed = "" if call_key is None else _KEYED_TO_CALL
-        params: tuple[object, ...] = (call_hash, requester, now)
+        params: tuple[object, ...] = (call_hash, requester, VOIDED, now)
         if call_key is not None:
             params = (*params, call_key)
         with self.store.within(tx) as t:
             rows = t.execute(
                 "SELECT a.id, k.audit_index FROM approvals a "
                 "LEFT JOIN approval_asked k ON k.approval_id = a.id "
-                "WHERE a.call_hash = ? AND a.requester = ? AND a.state IN ('pending', 'approved') "
+                "WHERE a.call_hash = ? AND a.requester = ? "
+                "AND (a.state IN ('pending', 'approved') OR (a.state = 'denied' AND a.approver = ?)) "
                 f"AND a.expires_at > ? AND NOT {_UNREVOKED.format('a.id')} {keyed}"
                 "ORDER BY a.created DESC, a.id",
                 params,
