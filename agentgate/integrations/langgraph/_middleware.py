@@ -1,7 +1,9 @@
 """``GateMiddleware``: every tool call and model call of one agent decided, asked for approval,
-scheduled and audited through a ``Gate``; with what it decides (``_tool_call_of``, ``_model_args``,
-``_model_name``), how a refusal or a failure is told to the model (``_refusal``, ``_failure``,
-``_undecidable``) and how many answers of calls that must run once it keeps (``KEPT_RESULTS``)."""
+scheduled and audited through a ``Gate``, and how many answers of calls that must run once it
+keeps (``KEPT_RESULTS``). Its tool-call half is here; it inherits one part per concern: the
+approval loop (``_approving._ApprovalLoop``) and the model-call half
+(``_model_calls._ModelCalls``). What a tool-call request asks is read by ``_tool_calls``, and what
+the model is told (a refusal, a failure) is made by ``_replies``."""
 
 from __future__ import annotations
 
@@ -9,76 +11,57 @@ import asyncio
 import collections
 import contextlib
 import functools
-import hashlib
 import threading
 import weakref
-from collections.abc import Awaitable, Callable, Iterator, Mapping
-from dataclasses import replace
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any, TypeVar
 
-import orjson
-from langchain.agents.middleware import AgentMiddleware, ModelRequest, ModelResponse
+from langchain.agents.middleware import AgentMiddleware
 from langchain_core.language_models.chat_models import BaseChatModel
-from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
+from langchain_core.messages import ToolMessage
 from langchain_core.tools import BaseTool
-from langchain_core.utils.function_calling import convert_to_openai_tool
 from langgraph.errors import GraphBubbleUp
 from langgraph.prebuilt.tool_node import ToolCallRequest
-from langgraph.types import Command, interrupt
+from langgraph.types import Command
 
-from agentgate._json import inexact_argument
-from agentgate.capabilities import MAX_NAME_LENGTH, Call
-from agentgate.dispatch.prefix import (
-    CHARS_PER_TOKEN,
-    IMAGE_TOKENS,
-    audio_tokens,
-    media_part_tokens,
-    split_media,
-)
-from agentgate.errors import (
-    AgentGateError,
-    AuthorityError,
-    CapabilityError,
-    Denied,
-    Expired,
-    InputError,
-    Revoked,
-)
-from agentgate.findings import Finding
-from agentgate.gate import AgentIdentity, Approval, Authorization, Gate, Verdict
+from agentgate.errors import AgentGateError, AuthorityError, Denied, Expired, InputError, Revoked
+from agentgate.gate import Authorization, Gate
 from agentgate.gate._authorization import expect, shown
 from agentgate.gate._checks import _TEXT_OR_NONE
+from agentgate.integrations.langgraph._approving import _ApprovalLoop
 from agentgate.integrations.langgraph._calls import (
-    _WATCHED,
     ToolResult,
-    _answer,
     _async_only,
-    _Cut,
     _failed,
     _paused,
     _runs_in_a_thread,
-    _Streamed,
     _ThreadedCall,
-    _tokens_or_cut,
 )
 from agentgate.integrations.langgraph._delegation import _is_delegation
-from agentgate.integrations.langgraph._models import DispatchedChatModel, ScriptedChatModel
+from agentgate.integrations.langgraph._model_calls import _check_model_name, _model_name, _ModelCalls
+from agentgate.integrations.langgraph._replies import (
+    _answers_a_call,
+    _copied,
+    _failure,
+    _refusal,
+    _undecidable,
+)
 from agentgate.integrations.langgraph._scope import (
-    _CUT_CALL,
-    _NO_CHECKPOINTER,
     _RUNNING_HERE,
-    _SHARED_ID,
     _asked_in,
-    _asking_answer,
-    _calls_sharing,
-    _cut_at_limit,
     _request_identity,
-    _resumable,
     _run_id,
     _running_key,
-    identity_from_context,
 )
-from agentgate.integrations.langgraph._stops import STOP_KEY, _disowned, _run_messages, _run_stop, _stop_mark
+from agentgate.integrations.langgraph._stops import _disowned
+from agentgate.integrations.langgraph._tool_calls import (
+    _ASYNC_ONLY,
+    _NO_CALL_ID,
+    _no_such_tool,
+    _refused_call,
+    _tool_call_of,
+    _unusable_answer,
+)
 from agentgate.tasks import settled
 
 R = TypeVar("R")
@@ -90,211 +73,7 @@ KEPT_RESULTS = 256
 newest), to answer them again when their tools node is run again (``_answer_again``)."""
 
 
-def _tool_call_of(request: ToolCallRequest) -> Call:
-    """The call decided: the tool that runs (``_running_tool``) and the arguments the model chose
-    (``_model_args``)."""
-    return Call.tool(_running_tool(request), _model_args(request))
-
-
-def _running_tool(request: ToolCallRequest) -> str:
-    """The name of the tool ``request`` runs: ``request.tool``'s own, else (no such tool) the
-    name the model wrote. A middleware outside the gate may hand on another tool than the one
-    the call names (``request.override(tool=...)``, LangChain's way to serve a tool at run
-    time); until review R51 the call was decided, and recorded, under the name the model wrote,
-    so a tool the policy refuses, or holds for an approval, ran under another tool's allow."""
-    tool = request.tool
-    return tool.name if tool is not None else request.tool_call["name"]
-
-
-def _model_args(request: ToolCallRequest) -> Any:
-    """The arguments of ``request``'s tool call less those LangGraph injects (``InjectedState``,
-    ``InjectedStore``, ``InjectedToolCallId``, ``ToolRuntime``: in the tool's input schema, not
-    in the schema the model is shown). ``ToolNode`` replaces whatever the model wrote for them
-    with the injected value, so a value the model forged for one is never what runs: deciding
-    and auditing it would let a model meet a constraint with a value the tool never sees (until
-    review R42). A constraint on an injected argument is therefore never met (the argument is
-    missing from the call decided): a policy constrains what the model chooses."""
-    args = request.tool_call.get("args") or {}
-    tool = request.tool
-    if tool is None or not isinstance(args, Mapping) or not args:
-        return args
-    try:
-        shown = tool.tool_call_schema  # memoized by LangChain
-        if isinstance(shown, dict) or not hasattr(shown, "model_fields"):
-            return args  # a JSON schema given as is: nothing is injected into it
-        if shown.model_fields.keys() >= args.keys():
-            return args  # the usual call: only what the model is shown (no input schema built)
-        full = tool.get_input_schema()
-    except Exception:  # a schema LangChain cannot build: ToolNode's own error, when it runs
-        return args
-    if not hasattr(full, "model_fields"):
-        return args
-    injected = full.model_fields.keys() - shown.model_fields.keys()
-    if not injected.intersection(args):
-        return args
-    return {name: value for name, value in args.items() if name not in injected}
-
-
-def _refused_call(request: ToolCallRequest) -> tuple[Call, tuple[str, ...]]:
-    """The call to record the refusal of an undecidable tool call under (``_undecidable``), and
-    the reasons to add: ``Call.tool`` of it when its name is a resource name; else ``tool:NAME``
-    as asked (the Gate never decides it), cut to the longest resource name, with the full
-    name's length and SHA-256 in a reason, so the entry fits the log."""
-    with contextlib.suppress(InputError):
-        return _tool_call_of(request), ()
-    name = _running_tool(request)
-    name = name if isinstance(name, str) else repr(name)
-    raw = request.tool_call.get("args") or {}
-    args = dict(raw) if isinstance(raw, Mapping) else {}
-    resource = f"tool:{name}"
-    if len(resource) <= MAX_NAME_LENGTH:
-        return Call(resource, "invoke", args), ()
-    digest = hashlib.sha256(name.encode("utf-8", "surrogatepass")).hexdigest()
-    return Call(resource[:MAX_NAME_LENGTH], "invoke", args), (
-        f"the tool name has {len(name)} characters (sha256:{digest}); "
-        f"the resource recorded is its first {MAX_NAME_LENGTH - len('tool:')}",
-    )
-
-
-def _answers_a_call(result: object) -> bool:
-    """Whether ``result`` is what ``ToolNode`` answers a call with: a ``ToolMessage``, a
-    ``Command``, or a list of them (a tool may return one; ``ToolNode`` passes it on as is)."""
-    items = result if isinstance(result, list) else [result]
-    return bool(items) and all(isinstance(item, ToolMessage | Command) for item in items)
-
-
-def _copied(kept: ToolResult) -> ToolResult:
-    """A kept answer to hand out again (``_answer_again``): each ``ToolMessage`` a copy, not the
-    object the run's state already holds; a ``Command`` as it was (immutable: LangGraph applies
-    its update again)."""
-    if isinstance(kept, list):
-        return [item.model_copy() if isinstance(item, ToolMessage) else item for item in kept]
-    return kept.model_copy() if isinstance(kept, ToolMessage) else kept
-
-
-def _undecidable(tool_call_id: str, name: str, exc: InputError) -> ToolMessage:
-    """A call the gate cannot decide never runs, and the model is told why: a registered tool
-    whose name is no resource name (``tool:NAME``, in no policy rule), or a tool call without an
-    id (``_NO_CALL_ID``). (Arguments the gate cannot digest, such as text that is not valid
-    Unicode, are decided and refused by ``Gate.authorize`` itself.) The refusal is recorded as
-    a ``deny`` entry first (``GateMiddleware._record_undecidable``)."""
-    return ToolMessage(
-        content=f"agentgate refused the call: {exc}",
-        tool_call_id=tool_call_id,
-        name=name[:200],
-        status="error",
-    )
-
-
-_ASYNC_ONLY = (
-    "tool {name} has only an async implementation (a coroutine), so it cannot run in a sync run "
-    "(invoke, stream); nothing ran; run the agent with ainvoke or astream"
-)
-"""Why a call of an async-only tool in a sync run is refused before it is decided. Until review
-R54 it was allowed and handed to LangChain, which raised ``NotImplementedError`` before any of
-the tool's code ran: the call was recorded as started and failed and charged, and a tool that
-must run once was refused as "already ran and failed" when its run was replayed under
-``ainvoke``."""
-
-_NO_CALL_ID = (
-    "the tool call has no id; a call without one cannot be bound to one run or answered, so it is not run"
-)
-"""Why a tool call without an id (``None`` or ``""``: a model or backend that sent none) is
-refused before it is decided. With ``None``, LangChain runs the tool and then fails to wrap its
-result (``TypeError``): the call ran, yet it was recorded as a failure and not charged, and the
-model, told it failed, asked again. With ``""``, a call of a tool that is not idempotent had no
-once-only record (``Gate.authorize``), so a re-run of its task (a run resumed after a crash) ran
-it again."""
-
-
-def _unusable_answer(request: ToolCallRequest, call_id: str) -> InputError | None:
-    """Why ``request``'s call is not run, if so: the answer that asked for it was cut at its
-    output limit (``_CUT_CALL``), or gives this call's id to more than one call (``_SHARED_ID``)
-    (none of its calls is run then), or the call's arguments as the model wrote them hold a number
-    no float holds as written (``_inexact_arguments``)."""
-    answer = _asking_answer(request)
-    if cut := _cut_at_limit(answer):
-        return InputError(_CUT_CALL.format(reason=cut))
-    if (count := _calls_sharing(answer, call_id)) > 1:
-        return InputError(_SHARED_ID.format(call_id=call_id[:MAX_NAME_LENGTH], count=count))
-    return _inexact_arguments(request, answer, call_id)
-
-
-def _inexact_arguments(request: ToolCallRequest, answer: AIMessage | None, call_id: str) -> InputError | None:
-    """Why the call is refused when its arguments, as the model wrote them, hold a number that no
-    float holds as written (``100.00000000000000001``): the chat model read it as the nearest
-    float (``100.0``), and a bound ``amount<=100`` would be decided on another value than the
-    one the model gave (until review R54). The text is the OpenAI form of the call that chat
-    models keep beside the parsed calls (``additional_kwargs["tool_calls"]``: LangChain's OpenAI
-    model, ``DispatchedChatModel``); a call whose arguments were changed since they were read
-    from it (another middleware's edit) is decided as it is. As the command line refuses such
-    ``--args`` (``_json.inexact_argument``)."""
-    raw = answer.additional_kwargs.get("tool_calls") if answer is not None else None
-    if not isinstance(raw, list):
-        return None
-    for written in raw:
-        if not isinstance(written, Mapping) or written.get("id") != call_id:
-            continue
-        function = written.get("function")
-        if not isinstance(function, Mapping):
-            return None
-        text = function.get("arguments")
-        said = inexact_argument(text, request.tool_call.get("args")) if isinstance(text, str) else None
-        return InputError(said) if said is not None else None
-    return None
-
-
-def _no_such_tool(name: object) -> InputError:
-    """Why a call of a tool the agent does not have is refused (``GateMiddleware._unknown_tool``).
-    Recorded as a ``deny``: a model asking for a tool that is not there is evidence a reviewer
-    wants (until review R52 LangChain's ToolNode answered it and the log had nothing)."""
-    shown_name = name[:MAX_NAME_LENGTH] if isinstance(name, str) else repr(name)[:MAX_NAME_LENGTH]
-    return InputError(f"the agent has no tool named {shown_name!r}; nothing ran")
-
-
-def _refusal(auth: Authorization, tool_call_id: str, name: str, gate: Gate) -> ToolMessage:
-    return ToolMessage(
-        content=auth.explain(),
-        tool_call_id=tool_call_id,
-        name=name,
-        status="error",
-        artifact=_stop_mark(auth, gate),
-    )
-
-
-def _failure(tool_call_id: str, name: str, exc: BaseException, *, ends_run: bool = False) -> ToolMessage:
-    """The model's view of a call that failed. ``ends_run``: no later call can succeed (a
-    delegation refused because the delegating grant is revoked or expired), so the run ends at
-    the model's next turn (``_run_stop``)."""
-    # The exception's text can carry secrets from the tool's arguments or environment: the model
-    # is told the kind of failure only; the audit outcome records the same.
-    detail = str(exc) if isinstance(exc, AgentGateError) else type(exc).__name__
-    if isinstance(exc, AuthorityError) and isinstance(exc.finding, Finding):  # as ``explain`` names it
-        detail += f" [{exc.finding.kind}/{exc.finding.code}]"
-    return ToolMessage(
-        content=f"agentgate: tool {name} failed ({detail}); the failure is recorded.",
-        tool_call_id=tool_call_id,
-        name=name,
-        status="error",
-        artifact={STOP_KEY: True} if ends_run else None,
-    )
-
-
-def _asking(auth: Authorization, first: Authorization) -> dict[str, Any]:
-    """The ``interrupt()`` payload of ``auth``, which waits for an approval, its request's reasons
-    followed by why the approval presented did not count: the reasons ``auth`` has that ``first``
-    (the call decided without an approval) has not (another call's, the requester's own, a key
-    the gate does not list, a vote not counted). Until review R54 the request showed only the
-    policy's reasons, so an approver asked again was not told why."""
-    payload = auth.approval_payload()
-    why = [reason for reason in auth.reasons if reason not in first.reasons]
-    if why:
-        request = payload["request"]
-        payload = {**payload, "request": {**request, "reasons": [*request.get("reasons", ()), *why]}}
-    return payload
-
-
-class GateMiddleware(AgentMiddleware[Any, Any, Any]):
+class GateMiddleware(_ModelCalls, _ApprovalLoop, AgentMiddleware[Any, Any, Any]):
     """Authorizes, schedules and audits every tool and model call of one agent through ``gate``.
 
     ``agent`` is the name this agent runs under (required, non-empty text: without it the gate could
@@ -427,49 +206,6 @@ class GateMiddleware(AgentMiddleware[Any, Any, Any]):
             run_id=_run_id(request),
             asked_in=_asked_in(request),
         )
-
-    def _authorize(self, identity: AgentIdentity | None, call: Call, **context: Any) -> Authorization:
-        """``Gate.authorize`` of ``call`` as this agent (``context``: its other keyword arguments),
-        and while it needs a human approval, again with each answer to ``interrupt()``: an
-        approval that does not hold (wrong approver, the requester itself, another call's, already
-        used) is asked for again, and an answer that is not an approval at all ("deny") refuses the
-        call, recorded as a refusal that closes the request (``Gate.decline``). With ``enforce``, a
-        refusal raises ``Denied``."""
-
-        def decide(approval: Approval | None) -> Authorization:
-            return self.gate.authorize(
-                identity, call, agent=self.agent, agent_did=self.agent_did, approval=approval, **context
-            )
-
-        auth = first = decide(None)
-        if auth.needs_approval and not _resumable():
-            # interrupt() would end the run with the request open, and Command(resume=...) would
-            # fail in LangGraph: an approval could never reach this call. Closed and refused now.
-            auth = self._refuse_pending(auth, _NO_CHECKPOINTER)
-        while auth.needs_approval:
-            approval = Approval.parse(interrupt(_asking(auth, first)))
-            if approval is None:
-                auth = self._refuse_pending(auth, "the answer to the request was not an approval")
-                break
-            asked, auth = auth, decide(approval)
-            if not auth.allowed and not auth.needs_approval:
-                # Refused with an approval in hand (already used, denied elsewhere, a budget that
-                # cannot pay): the request the call has open (the resumed node opened a new one
-                # when the approval's own was closed) would stay pending, shown to approvers and
-                # never answered in the log. It is closed; the model is told the refusal's reason.
-                with contextlib.suppress(InputError):  # already closed (the approval's own, used)
-                    self.gate.decline(asked, "the call was refused with the approval given")
-        if not auth.allowed and self.enforce:
-            raise Denied(self.gate.explain_redacted(auth), auth.decision)
-        return auth
-
-    def _refuse_pending(self, auth: Authorization, reason: str) -> Authorization:
-        """The refusal of ``auth``, which waits for an approval, recorded with ``reason``
-        (``Gate.decline``), or with why it cannot be when it was decided meanwhile."""
-        try:
-            return self.gate.decline(auth, reason)
-        except InputError as exc:  # decided meanwhile (approved, used, denied elsewhere)
-            return replace(auth, verdict=Verdict.DENY, reasons=(*auth.reasons, str(exc)))
 
     def _foreign(self, request: ToolCallRequest) -> Authorization | None:
         """The recorded refusal of a delegation asked on an identity that is not this agent's own
@@ -713,230 +449,3 @@ class GateMiddleware(AgentMiddleware[Any, Any, Any]):
             raise
 
     # --- models ---------------------------------------------------------------------------
-
-    def _model_call(self, request: ModelRequest[Any]) -> Call:
-        """The model call to decide: ``model:NAME`` with the output limit it will run with (the
-        request's ``max_tokens``, else the chat model's own, else the middleware's)."""
-        named = self.model is not None and (self.named is None or request.model is self.named)
-        name = self.model if named else _model_name(request.model)
-        configured = getattr(request.model, "max_tokens", None)
-        own = configured if type(configured) is int and configured > 0 else None
-        limit = request.model_settings.get("max_tokens") or own or self.max_tokens
-        if isinstance(limit, float) and limit.is_integer():
-            limit = int(limit)
-        if type(limit) is not int or limit <= 0:  # ``int()`` raised on inf and NaN, cut 0.5 to 0
-            raise InputError(f"agentgate[{self.agent}]: max_tokens must be a whole number > 0, got {limit!r}")
-        return Call.model(str(name), {"max_tokens": limit})
-
-    def _authorize_model(self, request: ModelRequest[Any]) -> tuple[Authorization, ModelRequest[Any]]:
-        identity = identity_from_context(request.runtime.context)
-        call = self._model_call(request)
-        # The system message is sent too, before the request's ``messages`` (which leave it out):
-        # until review R51 it was not counted, so a long system prompt made a call whose input
-        # the budget could not pay look affordable, and it ran and overran the budget.
-        system = getattr(request, "system_message", None)
-        sent = request.messages if system is None else [system, *request.messages]
-        shown = sum(self._schema_chars(tool) for tool in request.tools)
-        prompt = (sum(_sent_chars(m) for m in sent) + shown) // CHARS_PER_TOKEN + 1
-        # A model call behind an approval gate (e.g. on ``max_tokens``) is asked for as a tool
-        # call is: refused without asking, it could never run, since no resume could approve it.
-        auth = self._authorize(identity, call, tokens=(prompt, call.args["max_tokens"]))
-        if auth.allowed and request.model_settings.get("max_tokens") != call.args["max_tokens"]:
-            # The call runs with the output limit it was decided (and its cost reserved) for:
-            # passed to the model as ``max_tokens``, as create_agent binds ``model_settings``.
-            request = request.override(
-                model_settings={**request.model_settings, "max_tokens": call.args["max_tokens"]}
-            )
-        if (
-            auth.allowed
-            and self.gate.dispatches
-            and not isinstance(request.model, ScriptedChatModel | DispatchedChatModel)
-        ):
-            # The dispatcher chooses the backend: the agent's own model is swapped for one that
-            # sends the same request through it (OpenAI-compatible chat completions).
-            model = DispatchedChatModel(
-                gate=self.gate,
-                model_name=call.resource.removeprefix("model:"),
-                max_tokens=call.args["max_tokens"],
-                tenant=self.gate.tenant_of(identity) if identity else "default",
-            )
-            request = request.override(model=model)
-        elif auth.allowed and getattr(request.model, "stream_usage", True) is None:
-            request = request.override(model=self._with_stream_usage(request.model))
-        return auth, request
-
-    def _schema_chars(self, tool: BaseTool | dict[str, Any]) -> int:
-        """About how many characters of ``tool``'s schema a model call sends (its OpenAI-format
-        JSON; until review R51 not counted: many tools, or long descriptions, reserved less than
-        was billed). Measured once per tool object; a schema LangChain cannot build counts for
-        nothing (the model call fails on it, not the gate)."""
-        if isinstance(tool, dict):
-            with contextlib.suppress(orjson.JSONEncodeError, TypeError):
-                return len(orjson.dumps(tool, default=str))
-            return 0
-        found = self._schema_sizes.get(id(tool))
-        if found is not None and found[0]() is tool:
-            return found[1]
-        size = 0
-        with contextlib.suppress(Exception):
-            size = len(orjson.dumps(convert_to_openai_tool(tool), default=str))
-        if len(self._schema_sizes) >= 1024:  # tools made per run: forget them all, measure again
-            self._schema_sizes.clear()
-        self._schema_sizes[id(tool)] = (weakref.ref(tool), size)
-        return size
-
-    def _with_stream_usage(self, model: BaseChatModel) -> BaseChatModel:
-        """``model`` (a ``ChatOpenAI``-like model whose ``stream_usage`` was left unset) asking for
-        the usage event when it streams, as the gateway does: langchain-openai leaves it off for a
-        ``base_url`` of its own (vLLM, SGLang), so a streamed call reported no usage and was charged
-        its reservation. A copy, made once per model instance; an explicit ``stream_usage=False``
-        (an endpoint that refuses ``stream_options``) is left as it is."""
-        found = self._usage_copies.get(id(model))
-        if found is not None and found[0]() is model:
-            return found[1]
-        copy = model.model_copy(update={"stream_usage": True})
-        if len(self._usage_copies) >= 8:  # a fallback middleware's models: a few at most
-            self._usage_copies.clear()
-        self._usage_copies[id(model)] = (weakref.ref(model), copy)
-        return copy
-
-    def _stopped(self, auth: Authorization) -> ModelResponse[Any]:
-        """The answer that ends the run on a refused model call."""
-        return self._last_word(auth.explain(), _stop_mark(auth, self.gate))
-
-    def _stop(self, refused: ToolMessage) -> ModelResponse[Any]:
-        """The answer that ends the run on the refused tool call ``refused`` (``_run_stop``)."""
-        return self._last_word(str(refused.content), refused.artifact)
-
-    def _last_word(self, content: str, mark: object) -> ModelResponse[Any]:
-        # An answer without tool calls is the agent's exit; its metadata carries the stop mark
-        # (``_stop_mark``), which a delegation tool reads on a sub-agent's answer (``_ran_out``).
-        metadata = dict(mark) if isinstance(mark, dict) else {}
-        return ModelResponse(result=[AIMessage(content=content, name=self.agent, response_metadata=metadata)])
-
-    def wrap_model_call(
-        self,
-        request: ModelRequest[Any],
-        handler: Callable[[ModelRequest[Any]], ModelResponse[Any]],
-    ) -> ModelResponse[Any] | AIMessage:
-        """Reserve the token budget, run the model, commit the tokens it reports using."""
-        if (stop := _run_stop(_run_messages(request))) is not None:
-            return self._stop(stop)
-        if not self.gate_models:
-            return handler(request)
-        auth, request = self._authorize_model(request)
-        if not auth.allowed:
-            return self._stopped(auth)
-        watch = _Streamed()
-        watching = _WATCHED.set(watch)
-        try:
-
-            def call() -> ModelResponse[Any] | _Cut:
-                try:
-                    return handler(request)
-                except GraphBubbleUp:
-                    raise
-                except Exception as exc:
-                    if watch.delivered:
-                        return _Cut(exc)
-                    raise
-
-            return _answer(self.gate.run(auth, call, spent=_tokens_or_cut))
-        finally:
-            _WATCHED.reset(watching)
-
-    async def awrap_model_call(
-        self,
-        request: ModelRequest[Any],
-        handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
-    ) -> ModelResponse[Any] | AIMessage:
-        """The async twin of ``wrap_model_call``."""
-        if (stop := _run_stop(_run_messages(request))) is not None:
-            return self._stop(stop)
-        if not self.gate_models:
-            return await handler(request)
-        auth, request = await self._decided(self._authorize_model, request, lambda decided: decided[0])
-        if not auth.allowed:
-            return self._stopped(auth)
-        watch = _Streamed()
-        watching = _WATCHED.set(watch)
-        try:
-
-            async def call() -> ModelResponse[Any] | _Cut:
-                try:
-                    return await handler(request)
-                except GraphBubbleUp:
-                    raise
-                except Exception as exc:
-                    if watch.delivered:
-                        return _Cut(exc)
-                    raise
-
-            return _answer(await self.gate.arun(auth, call, spent=_tokens_or_cut))
-        finally:
-            _WATCHED.reset(watching)
-
-
-_IMAGE_PARTS = frozenset({"image_url", "image"})
-"""The ``type`` of a content part that carries an image: OpenAI's ``image_url``, LangChain's and
-Anthropic's ``image`` (by URL, base64 data or file id)."""
-
-
-def _sent_chars(message: BaseMessage) -> int:
-    """About how many characters of ``message`` a model call sends: its content, and the tool
-    calls of an answer (their names and arguments go back to the model with it; until review R51
-    they were not counted, so a conversation whose calls carried long arguments reserved less
-    than it was billed). A media part counts as the dispatcher estimates it (``_media_tokens``),
-    never by the length of its data (until review R52 a photo sent as base64 reserved hundreds of
-    thousands of tokens, and a budget refused the call; until review R53 so did a recording or a
-    file). Arguments that cannot be encoded (nested past 255 levels: such a call was refused)
-    count for nothing."""
-    content: object = message.content
-    media = 0
-    if isinstance(content, list):
-        content, media = split_media(content, _media_tokens)
-    size = len(str(content)) + media * CHARS_PER_TOKEN
-    for call in getattr(message, "tool_calls", None) or ():
-        with contextlib.suppress(orjson.JSONEncodeError, TypeError):
-            size += len(str(call.get("name") or "")) + len(orjson.dumps(call.get("args"), default=str))
-    return size
-
-
-def _media_tokens(part: Mapping[str, object]) -> int | None:
-    """The tokens of a content part that carries media, as ``dispatch.prefix`` estimates them for
-    the gateway and the dispatcher (OpenAI's ``image_url``, ``input_audio`` and ``file`` parts),
-    and for LangChain's own blocks: an ``image`` at ``IMAGE_TOKENS``, an ``audio`` block's base64
-    (``base64``, or ``data`` in the older form) by its duration (``audio_tokens``). ``None`` for
-    any other part (text, audio given by URL), which counts by its characters."""
-    kind = part.get("type")
-    if kind in _IMAGE_PARTS:
-        return IMAGE_TOKENS
-    if kind == "audio":
-        data = part.get("base64", part.get("data"))
-        return audio_tokens(data) if isinstance(data, str) else None
-    return media_part_tokens(part)
-
-
-def _check_model_name(agent: str, name: str, given_as: str) -> None:
-    """Raise ``CapabilityError`` when ``name`` (``given_as``: where it came from) cannot name a
-    model resource (``model:NAME``): the middleware is being made, and every model call would be
-    refused with it. Until review R52 such a name failed at the agent's first model call."""
-    try:
-        Call.model(name)
-    except CapabilityError as exc:
-        raise CapabilityError(
-            f"agentgate[{agent}]: the model name {name!r} ({given_as}) cannot name a model "
-            f"resource (model:NAME): {exc}; pass the name the policy uses "
-            "(create_gated_agent(model_name=...), GateMiddleware(model=...))"
-        ) from exc
-
-
-def _model_name(model: BaseChatModel) -> str:
-    """The name a chat model was given: ``model_name`` (ChatOpenAI, ChatGroq), ``model``
-    (ChatOllama, ChatAnthropic, ChatGoogleGenerativeAI), ``model_id`` (ChatBedrock,
-    ChatHuggingFace), else its LangChain type."""
-    for attribute in ("model_name", "model", "model_id"):
-        value = getattr(model, attribute, None)
-        if isinstance(value, str) and value:
-            return value
-    return model._llm_type

@@ -1,0 +1,280 @@
+"""The model-call half of ``GateMiddleware`` (``_ModelCalls``): a model call decided with the
+tokens it sends and may answer with, run under the gate, its usage committed; with what it
+counts (``_sent_chars``, ``_media_tokens``) and the model's name (``_model_name``,
+``_check_model_name``)."""
+
+from __future__ import annotations
+
+import contextlib
+import weakref
+from collections.abc import Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+import orjson
+from langchain.agents.middleware import ModelRequest, ModelResponse
+from langchain_core.language_models.chat_models import BaseChatModel
+from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
+from langchain_core.tools import BaseTool
+from langchain_core.utils.function_calling import convert_to_openai_tool
+from langgraph.errors import GraphBubbleUp
+
+from agentgate.capabilities import Call
+from agentgate.dispatch.prefix import (
+    CHARS_PER_TOKEN,
+    IMAGE_TOKENS,
+    audio_tokens,
+    media_part_tokens,
+    split_media,
+)
+from agentgate.errors import CapabilityError, InputError
+from agentgate.gate import AgentIdentity, Authorization, Gate
+from agentgate.integrations.langgraph._calls import _WATCHED, _answer, _Cut, _Streamed, _tokens_or_cut
+from agentgate.integrations.langgraph._models import DispatchedChatModel, ScriptedChatModel
+from agentgate.integrations.langgraph._scope import identity_from_context
+from agentgate.integrations.langgraph._stops import _run_messages, _run_stop, _stop_mark
+
+
+class _ModelCalls:
+    """The part of ``GateMiddleware`` that decides, runs and settles model calls
+    (``wrap_model_call``, ``awrap_model_call``)."""
+
+    # The middleware's state this part reads (``GateMiddleware.__init__`` sets it).
+    gate: Gate
+    agent: str
+    model: str | None
+    named: BaseChatModel | None
+    max_tokens: int
+    gate_models: bool
+    _usage_copies: dict[int, tuple[weakref.ref[BaseChatModel], BaseChatModel]]
+    _schema_sizes: dict[int, tuple[weakref.ref[BaseTool], int]]
+
+    if TYPE_CHECKING:  # what this part calls of the middleware's other parts
+
+        def _authorize(self, identity: AgentIdentity | None, call: Call, **context: Any) -> Authorization: ...
+
+    def _model_call(self, request: ModelRequest[Any]) -> Call:
+        """The model call to decide: ``model:NAME`` with the output limit it will run with (the
+        request's ``max_tokens``, else the chat model's own, else the middleware's)."""
+        named = self.model is not None and (self.named is None or request.model is self.named)
+        name = self.model if named else _model_name(request.model)
+        configured = getattr(request.model, "max_tokens", None)
+        own = configured if type(configured) is int and configured > 0 else None
+        limit = request.model_settings.get("max_tokens") or own or self.max_tokens
+        if isinstance(limit, float) and limit.is_integer():
+            limit = int(limit)
+        if type(limit) is not int or limit <= 0:  # ``int()`` raised on inf and NaN, cut 0.5 to 0
+            raise InputError(f"agentgate[{self.agent}]: max_tokens must be a whole number > 0, got {limit!r}")
+        return Call.model(str(name), {"max_tokens": limit})
+
+    def _authorize_model(self, request: ModelRequest[Any]) -> tuple[Authorization, ModelRequest[Any]]:
+        identity = identity_from_context(request.runtime.context)
+        call = self._model_call(request)
+        # The system message is sent too, before the request's ``messages`` (which leave it out):
+        # until review R51 it was not counted, so a long system prompt made a call whose input
+        # the budget could not pay look affordable, and it ran and overran the budget.
+        system = getattr(request, "system_message", None)
+        sent = request.messages if system is None else [system, *request.messages]
+        shown = sum(self._schema_chars(tool) for tool in request.tools)
+        prompt = (sum(_sent_chars(m) for m in sent) + shown) // CHARS_PER_TOKEN + 1
+        # A model call behind an approval gate (e.g. on ``max_tokens``) is asked for as a tool
+        # call is: refused without asking, it could never run, since no resume could approve it.
+        auth = self._authorize(identity, call, tokens=(prompt, call.args["max_tokens"]))
+        if auth.allowed and request.model_settings.get("max_tokens") != call.args["max_tokens"]:
+            # The call runs with the output limit it was decided (and its cost reserved) for:
+            # passed to the model as ``max_tokens``, as create_agent binds ``model_settings``.
+            request = request.override(
+                model_settings={**request.model_settings, "max_tokens": call.args["max_tokens"]}
+            )
+        if (
+            auth.allowed
+            and self.gate.dispatches
+            and not isinstance(request.model, ScriptedChatModel | DispatchedChatModel)
+        ):
+            # The dispatcher chooses the backend: the agent's own model is swapped for one that
+            # sends the same request through it (OpenAI-compatible chat completions).
+            model = DispatchedChatModel(
+                gate=self.gate,
+                model_name=call.resource.removeprefix("model:"),
+                max_tokens=call.args["max_tokens"],
+                tenant=self.gate.tenant_of(identity) if identity else "default",
+            )
+            request = request.override(model=model)
+        elif auth.allowed and getattr(request.model, "stream_usage", True) is None:
+            request = request.override(model=self._with_stream_usage(request.model))
+        return auth, request
+
+    def _schema_chars(self, tool: BaseTool | dict[str, Any]) -> int:
+        """About how many characters of ``tool``'s schema a model call sends (its OpenAI-format
+        JSON; until review R51 not counted: many tools, or long descriptions, reserved less than
+        was billed). Measured once per tool object; a schema LangChain cannot build counts for
+        nothing (the model call fails on it, not the gate)."""
+        if isinstance(tool, dict):
+            with contextlib.suppress(orjson.JSONEncodeError, TypeError):
+                return len(orjson.dumps(tool, default=str))
+            return 0
+        found = self._schema_sizes.get(id(tool))
+        if found is not None and found[0]() is tool:
+            return found[1]
+        size = 0
+        with contextlib.suppress(Exception):
+            size = len(orjson.dumps(convert_to_openai_tool(tool), default=str))
+        if len(self._schema_sizes) >= 1024:  # tools made per run: forget them all, measure again
+            self._schema_sizes.clear()
+        self._schema_sizes[id(tool)] = (weakref.ref(tool), size)
+        return size
+
+    def _with_stream_usage(self, model: BaseChatModel) -> BaseChatModel:
+        """``model`` (a ``ChatOpenAI``-like model whose ``stream_usage`` was left unset) asking for
+        the usage event when it streams, as the gateway does: langchain-openai leaves it off for a
+        ``base_url`` of its own (vLLM, SGLang), so a streamed call reported no usage and was charged
+        its reservation. A copy, made once per model instance; an explicit ``stream_usage=False``
+        (an endpoint that refuses ``stream_options``) is left as it is."""
+        found = self._usage_copies.get(id(model))
+        if found is not None and found[0]() is model:
+            return found[1]
+        copy = model.model_copy(update={"stream_usage": True})
+        if len(self._usage_copies) >= 8:  # a fallback middleware's models: a few at most
+            self._usage_copies.clear()
+        self._usage_copies[id(model)] = (weakref.ref(model), copy)
+        return copy
+
+    def _stopped(self, auth: Authorization) -> ModelResponse[Any]:
+        """The answer that ends the run on a refused model call."""
+        return self._last_word(auth.explain(), _stop_mark(auth, self.gate))
+
+    def _stop(self, refused: ToolMessage) -> ModelResponse[Any]:
+        """The answer that ends the run on the refused tool call ``refused`` (``_run_stop``)."""
+        return self._last_word(str(refused.content), refused.artifact)
+
+    def _last_word(self, content: str, mark: object) -> ModelResponse[Any]:
+        # An answer without tool calls is the agent's exit; its metadata carries the stop mark
+        # (``_stop_mark``), which a delegation tool reads on a sub-agent's answer (``_ran_out``).
+        metadata = dict(mark) if isinstance(mark, dict) else {}
+        return ModelResponse(result=[AIMessage(content=content, name=self.agent, response_metadata=metadata)])
+
+    def wrap_model_call(
+        self,
+        request: ModelRequest[Any],
+        handler: Callable[[ModelRequest[Any]], ModelResponse[Any]],
+    ) -> ModelResponse[Any] | AIMessage:
+        """Reserve the token budget, run the model, commit the tokens it reports using."""
+        if (stop := _run_stop(_run_messages(request))) is not None:
+            return self._stop(stop)
+        if not self.gate_models:
+            return handler(request)
+        auth, request = self._authorize_model(request)
+        if not auth.allowed:
+            return self._stopped(auth)
+        watch = _Streamed()
+        watching = _WATCHED.set(watch)
+        try:
+
+            def call() -> ModelResponse[Any] | _Cut:
+                try:
+                    return handler(request)
+                except GraphBubbleUp:
+                    raise
+                except Exception as exc:
+                    if watch.delivered:
+                        return _Cut(exc)
+                    raise
+
+            return _answer(self.gate.run(auth, call, spent=_tokens_or_cut))
+        finally:
+            _WATCHED.reset(watching)
+
+    async def awrap_model_call(
+        self,
+        request: ModelRequest[Any],
+        handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
+    ) -> ModelResponse[Any] | AIMessage:
+        """The async twin of ``wrap_model_call``."""
+        if (stop := _run_stop(_run_messages(request))) is not None:
+            return self._stop(stop)
+        if not self.gate_models:
+            return await handler(request)
+        auth, request = await self._decided(self._authorize_model, request, lambda decided: decided[0])
+        if not auth.allowed:
+            return self._stopped(auth)
+        watch = _Streamed()
+        watching = _WATCHED.set(watch)
+        try:
+
+            async def call() -> ModelResponse[Any] | _Cut:
+                try:
+                    return await handler(request)
+                except GraphBubbleUp:
+                    raise
+                except Exception as exc:
+                    if watch.delivered:
+                        return _Cut(exc)
+                    raise
+
+            return _answer(await self.gate.arun(auth, call, spent=_tokens_or_cut))
+        finally:
+            _WATCHED.reset(watching)
+
+
+_IMAGE_PARTS = frozenset({"image_url", "image"})
+"""The ``type`` of a content part that carries an image: OpenAI's ``image_url``, LangChain's and
+Anthropic's ``image`` (by URL, base64 data or file id)."""
+
+
+def _sent_chars(message: BaseMessage) -> int:
+    """About how many characters of ``message`` a model call sends: its content, and the tool
+    calls of an answer (their names and arguments go back to the model with it; until review R51
+    they were not counted, so a conversation whose calls carried long arguments reserved less
+    than it was billed). A media part counts as the dispatcher estimates it (``_media_tokens``),
+    never by the length of its data (until review R52 a photo sent as base64 reserved hundreds of
+    thousands of tokens, and a budget refused the call; until review R53 so did a recording or a
+    file). Arguments that cannot be encoded (nested past 255 levels: such a call was refused)
+    count for nothing."""
+    content: object = message.content
+    media = 0
+    if isinstance(content, list):
+        content, media = split_media(content, _media_tokens)
+    size = len(str(content)) + media * CHARS_PER_TOKEN
+    for call in getattr(message, "tool_calls", None) or ():
+        with contextlib.suppress(orjson.JSONEncodeError, TypeError):
+            size += len(str(call.get("name") or "")) + len(orjson.dumps(call.get("args"), default=str))
+    return size
+
+
+def _media_tokens(part: Mapping[str, object]) -> int | None:
+    """The tokens of a content part that carries media, as ``dispatch.prefix`` estimates them for
+    the gateway and the dispatcher (OpenAI's ``image_url``, ``input_audio`` and ``file`` parts),
+    and for LangChain's own blocks: an ``image`` at ``IMAGE_TOKENS``, an ``audio`` block's base64
+    (``base64``, or ``data`` in the older form) by its duration (``audio_tokens``). ``None`` for
+    any other part (text, audio given by URL), which counts by its characters."""
+    kind = part.get("type")
+    if kind in _IMAGE_PARTS:
+        return IMAGE_TOKENS
+    if kind == "audio":
+        data = part.get("base64", part.get("data"))
+        return audio_tokens(data) if isinstance(data, str) else None
+    return media_part_tokens(part)
+
+
+def _check_model_name(agent: str, name: str, given_as: str) -> None:
+    """Raise ``CapabilityError`` when ``name`` (``given_as``: where it came from) cannot name a
+    model resource (``model:NAME``): the middleware is being made, and every model call would be
+    refused with it. Until review R52 such a name failed at the agent's first model call."""
+    try:
+        Call.model(name)
+    except CapabilityError as exc:
+        raise CapabilityError(
+            f"agentgate[{agent}]: the model name {name!r} ({given_as}) cannot name a model "
+            f"resource (model:NAME): {exc}; pass the name the policy uses "
+            "(create_gated_agent(model_name=...), GateMiddleware(model=...))"
+        ) from exc
+
+
+def _model_name(model: BaseChatModel) -> str:
+    """The name a chat model was given: ``model_name`` (ChatOpenAI, ChatGroq), ``model``
+    (ChatOllama, ChatAnthropic, ChatGoogleGenerativeAI), ``model_id`` (ChatBedrock,
+    ChatHuggingFace), else its LangChain type."""
+    for attribute in ("model_name", "model", "model_id"):
+        value = getattr(model, attribute, None)
+        if isinstance(value, str) and value:
+            return value
+    return model._llm_type

@@ -1,0 +1,88 @@
+"""What the model is told: a refusal (``_refusal``), a failure (``_failure``), a call that could
+not be decided (``_undecidable``), the question an approval interrupt asks (``_asking``), and
+whether a kept result answers a call (``_answers_a_call``, ``_copied``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from langchain_core.messages import ToolMessage
+from langgraph.types import Command
+
+from agentgate.errors import AgentGateError, AuthorityError, InputError
+from agentgate.findings import Finding
+from agentgate.gate import Authorization, Gate
+from agentgate.integrations.langgraph._calls import ToolResult
+from agentgate.integrations.langgraph._stops import STOP_KEY, _stop_mark
+
+
+def _answers_a_call(result: object) -> bool:
+    """Whether ``result`` is what ``ToolNode`` answers a call with: a ``ToolMessage``, a
+    ``Command``, or a list of them (a tool may return one; ``ToolNode`` passes it on as is)."""
+    items = result if isinstance(result, list) else [result]
+    return bool(items) and all(isinstance(item, ToolMessage | Command) for item in items)
+
+
+def _copied(kept: ToolResult) -> ToolResult:
+    """A kept answer to hand out again (``_answer_again``): each ``ToolMessage`` a copy, not the
+    object the run's state already holds; a ``Command`` as it was (immutable: LangGraph applies
+    its update again)."""
+    if isinstance(kept, list):
+        return [item.model_copy() if isinstance(item, ToolMessage) else item for item in kept]
+    return kept.model_copy() if isinstance(kept, ToolMessage) else kept
+
+
+def _undecidable(tool_call_id: str, name: str, exc: InputError) -> ToolMessage:
+    """A call the gate cannot decide never runs, and the model is told why: a registered tool
+    whose name is no resource name (``tool:NAME``, in no policy rule), or a tool call without an
+    id (``_NO_CALL_ID``). (Arguments the gate cannot digest, such as text that is not valid
+    Unicode, are decided and refused by ``Gate.authorize`` itself.) The refusal is recorded as
+    a ``deny`` entry first (``GateMiddleware._record_undecidable``)."""
+    return ToolMessage(
+        content=f"agentgate refused the call: {exc}",
+        tool_call_id=tool_call_id,
+        name=name[:200],
+        status="error",
+    )
+
+
+def _refusal(auth: Authorization, tool_call_id: str, name: str, gate: Gate) -> ToolMessage:
+    return ToolMessage(
+        content=auth.explain(),
+        tool_call_id=tool_call_id,
+        name=name,
+        status="error",
+        artifact=_stop_mark(auth, gate),
+    )
+
+
+def _failure(tool_call_id: str, name: str, exc: BaseException, *, ends_run: bool = False) -> ToolMessage:
+    """The model's view of a call that failed. ``ends_run``: no later call can succeed (a
+    delegation refused because the delegating grant is revoked or expired), so the run ends at
+    the model's next turn (``_run_stop``)."""
+    # The exception's text can carry secrets from the tool's arguments or environment: the model
+    # is told the kind of failure only; the audit outcome records the same.
+    detail = str(exc) if isinstance(exc, AgentGateError) else type(exc).__name__
+    if isinstance(exc, AuthorityError) and isinstance(exc.finding, Finding):  # as ``explain`` names it
+        detail += f" [{exc.finding.kind}/{exc.finding.code}]"
+    return ToolMessage(
+        content=f"agentgate: tool {name} failed ({detail}); the failure is recorded.",
+        tool_call_id=tool_call_id,
+        name=name,
+        status="error",
+        artifact={STOP_KEY: True} if ends_run else None,
+    )
+
+
+def _asking(auth: Authorization, first: Authorization) -> dict[str, Any]:
+    """The ``interrupt()`` payload of ``auth``, which waits for an approval, its request's reasons
+    followed by why the approval presented did not count: the reasons ``auth`` has that ``first``
+    (the call decided without an approval) has not (another call's, the requester's own, a key
+    the gate does not list, a vote not counted). Until review R54 the request showed only the
+    policy's reasons, so an approver asked again was not told why."""
+    payload = auth.approval_payload()
+    why = [reason for reason in auth.reasons if reason not in first.reasons]
+    if why:
+        request = payload["request"]
+        payload = {**payload, "request": {**request, "reasons": [*request.get("reasons", ()), *why]}}
+    return payload
