@@ -580,6 +580,34 @@ def test_approvals_given_and_superseded_requests_are_each_linked_by_one_span(tmp
         gate.close()
 
 
+def test_requests_closed_by_a_revocation_are_each_linked_by_one_span(tmp_path: Path) -> None:
+    """Review R55: a revocation closes the approval requests it makes void, each with a ``deny``
+    entry referring to its ``approval_required`` entry; each such entry is linked by one span
+    (a refused call's, as a superseded request's), and so is the refusal of the call resumed
+    after it."""
+    gate, exporter = _traced_gate(SQLiteStore(tmp_path / "agentgate.db"))
+    keys = _keys()
+    try:
+        boss = gate.issue(keys["root"], name="boss", key=keys["boss"], role="boss")
+        wire = Call.tool("wire", {"to": "x"})
+        asked = gate.authorize(boss, wire, call_id="w1", asked_in=("thread", "v1"))
+        assert asked.needs_approval
+        gate.revoke(boss, reason="key leaked")
+        refused = gate.authorize(boss, wire, call_id="w1", asked_in=("thread", "v1"))
+        assert not refused.allowed and not refused.needs_approval
+        gate.flush()
+        entries = _read(gate.store)
+        assert _reconcile(entries, gate.store) == {}
+        closing = [e for e in entries if e["kind"] == "deny"]
+        assert [e["ref"] for e in closing] == [asked.audit_index, asked.audit_index]
+        assert _span_links(exporter, entries) == {e["index"] for e in entries if e["kind"] != "outcome"}
+        errors = [s for s in exporter.get_finished_spans() if s.status.status_code == StatusCode.ERROR]
+        assert [s.name for s in errors] == ["execute_tool wire", "execute_tool wire"]
+        assert "is void" in (errors[0].status.description or "")
+    finally:
+        gate.close()
+
+
 def test_a_yes_rolled_back_with_its_refused_call_has_no_span(tmp_path: Path) -> None:
     """Review R54: the span of an approval used with the call's allow is made once the allow
     commits; a yes whose call is then refused (its quota full) is rolled back with it, and no
