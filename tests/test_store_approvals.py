@@ -375,3 +375,37 @@ def test_counted_voters_that_are_no_list_of_dids_are_a_store_error_not_a_traceba
     assert main(["approval", "list", "--store", sqlite_store.url]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "Traceback" not in err and request in err
+
+
+def test_a_revocation_closes_only_the_open_requests_standing_on_its_grants(store: Store) -> None:
+    """Review R55: ``void_standing_on`` (what every revoker calls in its transaction) closes, as
+    denied by ``agentgate:revoked``, the open requests whose chain holds a revoked grant (an
+    ancestor's too: the chain is kept root to tip), naming the first revoked grant by id and the
+    request's ``approval_required`` index; a request on other grants, one decided, used or
+    expired is left as it is, and a request closed so is still found by ``void_for``."""
+    approvals = ApprovalStore(store)
+    grants = GrantRepository(store)
+    later = time.time() + 60
+    own = approvals.request("call-1", AGENT, later, grants=["a" * 64, "b" * 64])
+    approvals.asked(own, 7)
+    below = approvals.request("call-2", AGENT, later, grants=["a" * 64, "b" * 64, "c" * 64])
+    approved = approvals.request("call-3", AGENT, later, grants=["b" * 64])
+    approvals.approve(approved, ALICE)
+    other = approvals.request("call-4", AGENT, later, grants=["d" * 64])
+    used = approvals.request("call-5", AGENT, later, grants=["b" * 64])
+    approvals.approve(used, ALICE)
+    approvals.consume(used, "call-5")
+    lapsed = approvals.request("call-6", AGENT, time.time() + 1, grants=["b" * 64])
+
+    with store.transaction() as tx, grants.within(tx):
+        grants.revoke("b" * 64, now=int(time.time()))
+        grants.revoke("a" * 64, now=int(time.time()))
+        closed = approvals.void_standing_on(["b" * 64, "a" * 64], now=time.time() + 2, tx=tx)
+
+    assert closed == [(own, "a" * 64, 7), (below, "a" * 64, None), (approved, "b" * 64, None)]
+    for request in (own, below, approved):
+        record = approvals.get(request)
+        assert (record.state, record.approver) == ("denied", "agentgate:revoked")
+    assert [approvals.get(r).state for r in (other, used, lapsed)] == ["pending", "consumed", "pending"]
+    assert approvals.void_for("call-1", AGENT) == (own, 7)
+    assert approvals.void_standing_on(["a" * 64, "b" * 64], now=time.time() + 2) == []
