@@ -22,7 +22,7 @@ import pytest
 
 from agentgate.capabilities import Call
 from agentgate.cli.main import main
-from agentgate.errors import InputError, Revoked
+from agentgate.errors import InputError, Revoked, StoreError
 from agentgate.gate import AgentIdentity, Approval, Authorization, Gate
 from agentgate.keys import SigningKey
 from agentgate.policy import parse_policy
@@ -434,3 +434,25 @@ def test_revoking_a_grant_revoked_already_closes_nothing_more(desk: Desk) -> Non
 
     assert desk.gate.revoke(desk.supervisor).already
     assert _kinds(desk.gate) == before
+
+
+def test_grant_revoke_revokes_when_the_approvals_tables_cannot_be_made(
+    desk: Desk, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Review R55: ``grant revoke`` now also closes the requests it makes void, which needs the
+    approvals tables; on a store whose upgrade (``store init``) was not run, a role that may not
+    create them must still revoke (the lever for a leaked key): the revocation and its entry are
+    written, and the void request, not listed and refused, is left to be closed with its call."""
+    auth = desk.ask()
+    assert auth.request is not None
+
+    def cannot(self: ApprovalStore, store: Store) -> None:
+        raise StoreError("approval_calls (approvals) is missing and this role may not create it")
+
+    monkeypatch.setattr(ApprovalStore, "__init__", cannot)
+    store = str(desk.path / "agentgate.db")
+    assert main(["grant", "revoke", desk.supervisor.grant_id, "--store", store]) == 0
+    monkeypatch.undo()
+
+    assert "revoke" in _kinds(desk.gate) and desk.open_ids() == []
+    assert desk.gate.approvals.get(auth.request["id"]).state == "pending"

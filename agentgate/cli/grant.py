@@ -554,7 +554,12 @@ def _revoking(
         repo = GrantRepository(store)
         try:
             log = AuditLog(store, open_log_key(store), log_origin())
-            approvals = ApprovalStore(store)
+            approvals: ApprovalStore | None = None
+            with contextlib.suppress(StoreError):
+                # Tables this version adds to approvals, missing and not creatable by this role (an
+                # upgrade whose ``store init`` was not run): the revocation is made all the same, and
+                # its void requests, already refused and unlisted, are closed when their call is.
+                approvals = ApprovalStore(store)
             with store.transaction() as tx, repo.within(tx):
                 log.lock(tx)
 
@@ -563,7 +568,8 @@ def _revoking(
                     for grant_id in revoked:
                         log.append(revocation_entry(grant_id, args.by, args.reason), tx)
                     # The approval requests the revocation makes void, closed with it, as Gate.revoke does.
-                    for approval_id, grant_id, asked_index in approvals.void_standing_on(revoked, tx=tx):
+                    closed = [] if approvals is None else approvals.void_standing_on(revoked, tx=tx)
+                    for approval_id, grant_id, asked_index in closed:
                         if asked_index is not None:
                             reason = voided_request_reason(approval_id, grant_id)
                             asked = log.entry(asked_index, tx)
