@@ -15,10 +15,14 @@ errors by location path, ``("roles", "support", "ttl_s")``, which this map turns
   of ``[a,a,...`` composes into 1.3 GiB of nodes), more than ``MAX_ALIASES`` aliases or
   ``MAX_NODES`` built values (an alias bomb expands exponentially when the tree is built), or
   nesting deeper than ``MAX_DEPTH`` (building recurses).
+
+It also records where a number loaded as a float other than the number written
+(``Locations.inexact``), for a caller that compares with it to refuse.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -26,6 +30,7 @@ from typing import Any, NamedTuple
 
 import yaml
 
+from agentgate._json import Inexact, exact_float
 from agentgate.errors import InputError, PolicyError, SourceError
 from agentgate.keys import read_regular_file, shown_path
 
@@ -112,6 +117,11 @@ class Locations:
         # than loading the values); ``of`` converts the one an error needs.
         self.values: dict[Path_, Any] = {}
         self.keys: dict[Path_, Any] = {}
+        self.inexact: dict[Path_, tuple[str, float]] = {}
+        """The text and the value of each number at a location path that loaded as a float
+        other than the number written (``9007199254740993.0`` loads as ``9007199254740992.0``,
+        ``1e-400`` as ``0.0``): it loads as that float, and a field that compares a call's
+        argument with it (a policy's constraint) refuses it, as ``_json.exact_float`` does."""
 
     def of(self, loc: Sequence[str | int], *, key: bool = False) -> Mark | None:
         """The mark of the longest prefix of ``loc`` that has one (the key's mark if ``key``)."""
@@ -273,6 +283,20 @@ def _lone_surrogate(error: type[SourceError], source: str, index: int) -> Source
     )
 
 
+def _written_exactly(text: str, value: float) -> bool:
+    """Whether the float ``value``, loaded from the scalar ``text`` (PyYAML's ``_`` between digits
+    allowed), is the number ``text`` writes, as ``exact_float`` decides it: ``0.1`` and ``1.5e3``
+    are, ``9007199254740993.0`` (2**53) and ``1e-400`` (0.0) are not. Infinity and NaN are
+    refused where they matter on their own. Text neither ``float`` nor ``Decimal`` reads whole is
+    not known to be exact, so counts as not."""
+    if not math.isfinite(value):
+        return True
+    try:
+        return not isinstance(exact_float(text.replace("_", "")), Inexact)
+    except (ValueError, ArithmeticError):  # decimal.InvalidOperation is an ArithmeticError
+        return False
+
+
 class _Builder:
     def __init__(
         self, text: str, source: str, locations: Locations, error: type[SourceError], max_nodes: int
@@ -345,7 +369,10 @@ class _Builder:
         alias_at = self.alias_mark(node) if self.is_alias(node) else None
         self.locations.values.setdefault(path, alias_at or self.alias_at or node.start_mark)
         if isinstance(node, yaml.ScalarNode):
-            return self._scalar(node)
+            value = self._scalar(node)
+            if type(value) is float and not _written_exactly(node.value, value):
+                self.locations.inexact[path] = (node.value, value)
+            return value
         if len(path) >= MAX_DEPTH:
             raise self.error_at(
                 alias_at or node.start_mark,

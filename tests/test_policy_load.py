@@ -772,3 +772,81 @@ def test_the_policy_bound_on_a_backoff_is_the_schedulers() -> None:
     from agentgate.tasks._config import MAX_BACKOFF_S
 
     assert _schema._MAX_BACKOFF_S == MAX_BACKOFF_S
+
+
+_EXACT = f"""version: 1
+principals:
+  bot: {{kind: agent, did: "{DID}", roles: [r]}}
+  alice: {{kind: human}}
+tools:
+  x: {{args: {{n: {{type: number}}}}, timeout_s: 30.000000000000000001}}
+roles:
+  r:
+    kind: agent
+    ttl_s: 600
+    capabilities:
+      - resource: tool:x
+        constraints:
+          n: {{BOUND}}
+"""
+
+
+@pytest.mark.parametrize(
+    ("bound", "column", "read_as"),
+    [
+        ("ge: 9007199254740993.0", 19, "9007199254740992.0"),
+        ("ge: 9_007_199_254_740_993.0", 19, "9007199254740992.0"),
+        ("le: 100.00000000000000001", 19, "100.0"),
+        ("gt: 1e-400", 19, "0.0"),
+        ("eq: !!float 9007199254740993", 19, "9007199254740992.0"),
+        ("in: [1, 1e-400]", 23, "0.0"),
+    ],
+)
+def test_a_constraint_number_no_float_holds_as_written_is_refused_at_the_number(
+    tmp_path: Path, bound: str, column: int, read_as: str
+) -> None:
+    """Review R55: a bound with more digits than a float holds loaded rounded (ge: 9007199254740993.0
+    as ge: 9007199254740992.0), and the policy allowed n = 2**53, which the bound as written excludes."""
+    path = tmp_path / "p.yaml"
+    path.write_text(_EXACT.replace("BOUND", bound))
+    with pytest.raises(PolicyError) as info:
+        load_policy(path)
+    error = info.value
+    assert (error.file, error.line, error.column) == (str(path), 14, column)
+    assert "role r rule 1, argument n" in error.message and "no float holds as written" in error.message
+    assert f"(it would be read as {read_as})" in error.message
+    assert (error.hint or "").startswith("write ")
+    # Written exactly, as the integer, the bound excludes 2**53 and admits the next integer.
+    path.write_text(_EXACT.replace("BOUND", "ge: 9007199254740993"))
+    index = PolicyIndex(load_policy(path))
+    assert index.evaluate("bot", Call.tool("x", {"n": 2**53})).outcome is Outcome.DENY
+    assert index.evaluate("bot", Call.tool("x", {"n": 2**53 + 1})).outcome is Outcome.ALLOW
+
+
+@pytest.mark.parametrize(
+    ("section", "line"),
+    [
+        (
+            "approvals:\n  big:\n    resource: tool:x\n    approvers: [alice]\n    when: {n: {gt: 1e-400}}\n",
+            19,
+        ),
+        (
+            "    delegation:\n      capabilities:\n        - resource: tool:x\n"
+            "          constraints: {n: {ge: 9007199254740993.0}}\n",
+            18,
+        ),
+    ],
+)
+def test_an_approval_gate_or_delegation_number_no_float_holds_is_refused(section: str, line: int) -> None:
+    """Review R55: an approval gate's when, and a delegation rule, held a number no float holds
+    rounded, as a role's rule did (gt: 1e-400 as gt: 0.0)."""
+    text = _EXACT.replace("BOUND", "ge: 0") + section
+    with pytest.raises(PolicyError) as info:
+        parse_policy(text, source="p.yaml")
+    assert info.value.line == line and "no float holds as written" in info.value.message
+
+
+def test_a_number_no_float_holds_loads_as_the_float_outside_constraints() -> None:
+    # A timeout compares no call's argument: its 21 digits load as the float, as before.
+    policy = parse_policy(_EXACT.replace("BOUND", "le: 0.1"), source="p.yaml")
+    assert policy.document.tools["x"].timeout_s == 30.0

@@ -443,3 +443,17 @@ def test_a_tagged_number_without_digits_is_refused_as_not_a_number(value: str) -
     Rule: a number tag on text with no digits is refused as not a number, at its location."""
     error = _error(f"version: 1\nname: {value}\n")
     assert error.message.startswith("not a number: ") and (error.line, error.column) == (2, 7)
+
+
+def test_a_float_other_than_the_number_written_is_recorded_where_it_is_written() -> None:
+    """Review R55: a float no number written holds (9007199254740993.0 loads as 2**53) was not told
+    from one that does, so a policy's constraint could not refuse it; it now is, by location path."""
+    text = "a: 9007199254740993.0\nb: [0.1, 1.5e3, -.5, 1e-400, &x 100.00000000000000001, *x]\nc: 2\nd: 1_000.5\n"
+    data, locations = load_yaml(text, source="x.yaml")
+    assert data["a"] == 2.0**53 and data["b"][3] == 0.0 and data["b"][5] == 100.0  # loaded as before
+    assert locations.inexact == {
+        ("a",): ("9007199254740993.0", 2.0**53),
+        ("b", 3): ("1e-400", 0.0),
+        ("b", 4): ("100.00000000000000001", 100.0),
+        ("b", 5): ("100.00000000000000001", 100.0),
+    }

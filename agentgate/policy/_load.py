@@ -15,12 +15,22 @@ import re
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from decimal import Decimal
 from pathlib import Path
 
 from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
-from agentgate._yaml import Locations, Mark, dotted_path, load_yaml, mark_at, null_written, read_source
+from agentgate._yaml import (
+    Locations,
+    Mark,
+    dotted_path,
+    load_yaml,
+    mark_at,
+    null_written,
+    read_source,
+    shortened,
+)
 from agentgate.capabilities import DEFAULT_ACTIONS, Capability, Constraint, canonical_resource
 from agentgate.errors import CapabilityError, KeyFileError, PolicyError
 from agentgate.keys import as_path, is_key_text, load_public_key
@@ -83,6 +93,25 @@ def describe(capability: Capability) -> str:
         return f"{capability.resource}{action}"
     where = " and ".join(describe_constraint(n, c) for n, c in capability.constraints)
     return f"{capability.resource}{action} where {where}"
+
+
+_EXACT_OPERATORS = ("eq", "lt", "le", "gt", "ge")
+
+
+def _exact_hint(text: str, value: float) -> str:
+    """How to write the number ``text``, read as ``value`` (no float holds it), exactly: as the
+    integer it is, when whole and of a size a constraint holds, else with fewer digits."""
+    try:
+        number = Decimal(text.replace("_", ""))
+        whole = number == number.to_integral_value() and number.adjusted() < 19
+    except ArithmeticError:  # text only PyYAML reads (``!!float -+1.5``): decimal.InvalidOperation
+        whole = False
+    if whole:
+        return f"write it exactly, as the integer {int(number)} (integers compare exactly at any size)"
+    return (
+        f"write the number you mean with fewer digits ({value!r} if you mean the number it would "
+        "be read as): a float holds 15 to 17 significant digits"
+    )
 
 
 def _rule_name(loc: Sequence[str | int]) -> str:
@@ -758,6 +787,7 @@ class _Compiler:
             ) from None
 
     def _constraint(self, loc: tuple[str | int, ...], spec: schema.ConstraintSpec) -> Constraint:
+        self._exact_numbers(loc, spec)
         try:
             constraint = Constraint.of(spec.as_mapping(), ".".join(str(p) for p in loc))
         except CapabilityError as exc:
@@ -769,6 +799,29 @@ class _Compiler:
             ) from None
         self._constraint_size(loc, constraint)
         return constraint
+
+    def _exact_numbers(self, loc: tuple[str | int, ...], spec: schema.ConstraintSpec) -> None:
+        """Refuse, at the number, a value of ``spec`` (a bound, ``eq``, a member of ``in``) written
+        as a number no float holds (``Locations.inexact``): ``ge: 9007199254740993.0`` would be
+        read as ``ge: 9007199254740992.0`` and allow n = 2**53, which the bound as written
+        excludes. The one-line form and ``--args`` refuse such a number too."""
+        inexact = self.locations.inexact
+        if not inexact:
+            return
+        values = [((*loc, op), f"its {op!r} value") for op in _EXACT_OPERATORS]
+        values += [((*loc, "in", i), f"member {i + 1} of its 'in' list") for i in range(len(spec.in_ or ()))]
+        for path, what in values:
+            found = inexact.get(path)
+            if found is None:
+                continue
+            text, value = found
+            raise self.error(
+                path,
+                f"{_rule_name(loc)}: {what}, {shortened(text)}, is a number no float holds as written "
+                f"(it would be read as {value!r})",
+                "a number a float holds as written",
+                _exact_hint(text, value),
+            )
 
     def _constraint_size(self, loc: tuple[str | int, ...], constraint: Constraint) -> None:
         """Refuse a text value past ``MAX_CONSTRAINT_TEXT`` characters, or values past
