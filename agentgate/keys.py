@@ -28,6 +28,7 @@ import nacl.exceptions
 import nacl.signing
 from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import dsa, ec, ed448, rsa, x448, x25519
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from agentgate.errors import InputError, InvalidSignature, KeyFileError
@@ -535,6 +536,42 @@ def shown_value(value: str, limit: int = 200) -> str:
     return "(not shown: it looks like a key itself)" if is_key_text(value) else repr(value[:limit])
 
 
+def _not_a_private_key(data: bytes) -> str:
+    """Why ``data``, which no PEM private key reader took, is no private key, for an error that
+    names what it is when it is a key of the wrong kind: a public key (PEM, or a did:key as
+    ``NAME.pub`` holds it) given where its private key belongs is told so, not called malformed."""
+    stripped = data.removeprefix(b"\xef\xbb\xbf").strip()
+    public = stripped.startswith(b"did:key:")
+    if not public and b"-----BEGIN" in stripped:
+        with contextlib.suppress(ValueError, UnsupportedAlgorithm):
+            serialization.load_pem_public_key(stripped)
+            public = True
+    if public:
+        return "a public key, not a private key; give the private key (NAME.key, not NAME.pub)"
+    return "not a PKCS#8 PEM private key"
+
+
+def _algorithm(key: object) -> str:
+    """The kind of a key that is not Ed25519, as an error names it, with its article (``an RSA``,
+    ``an EC (secp256r1)``, ``an X25519``), for either half of a pair."""
+    for kinds, name in _ALGORITHMS:
+        if isinstance(key, kinds):
+            curve = getattr(key, "curve", None)
+            return f"{name} ({curve.name})" if curve is not None else name
+    return "a non-Ed25519"
+
+
+_ALGORITHMS: tuple[tuple[tuple[type, ...], str], ...] = (
+    ((rsa.RSAPrivateKey, rsa.RSAPublicKey), "an RSA"),
+    ((ec.EllipticCurvePrivateKey, ec.EllipticCurvePublicKey), "an EC"),
+    ((dsa.DSAPrivateKey, dsa.DSAPublicKey), "a DSA"),
+    ((ed448.Ed448PrivateKey, ed448.Ed448PublicKey), "an Ed448"),
+    ((x25519.X25519PrivateKey, x25519.X25519PublicKey), "an X25519"),
+    ((x448.X448PrivateKey, x448.X448PublicKey), "an X448"),
+)
+"""The key kinds ``cryptography`` reads from PEM other than Ed25519, as errors name them."""
+
+
 def load_signing_key(path: Path | str) -> SigningKey:
     """Load an Ed25519 private key file (PKCS#8 PEM).
 
@@ -551,10 +588,19 @@ def load_signing_key(path: Path | str) -> SigningKey:
     _refuse_more_than_one_pem_block(path, data, "private key")
     try:
         private = serialization.load_pem_private_key(data, password=None)
-    except (ValueError, TypeError, UnsupportedAlgorithm) as exc:
-        raise KeyFileError(f"{shown_path(path)}: not a PKCS#8 PEM private key") from exc
+    except TypeError as exc:  # cryptography's "Password was not given but private key is encrypted"
+        raise KeyFileError(
+            f"{shown_path(path)}: an encrypted private key; agentgate reads unencrypted PKCS#8 PEM "
+            "keys only (as `agentgate keys new` writes them): decrypt it into a new file first "
+            "(openssl pkey -in FILE -out NEW.key; chmod 600 NEW.key)"
+        ) from exc
+    except (ValueError, UnsupportedAlgorithm) as exc:
+        raise KeyFileError(f"{shown_path(path)}: {_not_a_private_key(data)}") from exc
     if not isinstance(private, Ed25519PrivateKey):
-        raise KeyFileError(f"{shown_path(path)}: not an Ed25519 private key")
+        raise KeyFileError(
+            f"{shown_path(path)}: not an Ed25519 private key but {_algorithm(private)} one; agentgate signs "
+            "with Ed25519 keys only (`agentgate keys new` makes one)"
+        )
     mode = status.st_mode
     if mode & (stat.S_IRWXG | stat.S_IRWXO):
         raise KeyFileError(
@@ -601,9 +647,14 @@ def load_public_key(spec: str | Path) -> PublicKey:
     try:
         loaded = serialization.load_pem_public_key(stripped)
     except (ValueError, TypeError, UnsupportedAlgorithm) as exc:
+        if b"PRIVATE KEY-----" in stripped:  # never quoted: it is a secret
+            raise KeyFileError(
+                f"{shown_path(path)}: a private key, where its public key belongs; give the public "
+                "key (NAME.pub or its did:key), and keep the private key to its holder"
+            ) from exc
         raise KeyFileError(f"{shown_path(path)}: neither a did:key nor a PEM public key") from exc
     if not isinstance(loaded, Ed25519PublicKey):
-        raise KeyFileError(f"{shown_path(path)}: not an Ed25519 public key ({type(loaded).__name__})")
+        raise KeyFileError(f"{shown_path(path)}: not an Ed25519 public key but {_algorithm(loaded)} one")
     return PublicKey(loaded.public_bytes_raw())
 
 

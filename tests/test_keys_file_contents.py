@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec, rsa, x25519
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from agentgate.cli.main import main
@@ -98,4 +99,135 @@ def test_a_public_key_given_as_the_issuer_is_not_called_a_private_key_to_chmod(
     with pytest.raises(KeyFileError) as refused:
         load_signing_key(pub)
     assert "chmod 600" not in str(refused.value)
-    assert "not a PKCS#8 PEM private key" in str(refused.value)
+    assert "a public key, not a private key" in str(refused.value)
+
+
+def _issue_with(tmp_path: Path, issuer: Path, audience: str) -> list[str]:
+    return ["grant", "issue", "--issuer", str(issuer), "--to", audience, "--allow", "tool:t", "--ttl", "1h"]
+
+
+def _private_pem(key: object, encryption: serialization.KeySerializationEncryption, fmt: str) -> bytes:
+    private_format = {
+        "pkcs8": serialization.PrivateFormat.PKCS8,
+        "traditional": serialization.PrivateFormat.TraditionalOpenSSL,
+    }[fmt]
+    return key.private_bytes(serialization.Encoding.PEM, private_format, encryption)  # type: ignore[attr-defined, no-any-return]
+
+
+@pytest.mark.parametrize(("kind", "fmt"), [("ed25519", "pkcs8"), ("ec", "pkcs8"), ("ec", "traditional")])
+def test_an_encrypted_private_key_is_said_to_be_encrypted(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    kind: str,
+    fmt: str,
+) -> None:
+    """Review R55: an encrypted PKCS#8 key (or a traditional one with Proc-Type ENCRYPTED) given
+    as --issuer was said to be 'not a PKCS#8 PEM private key', which it is."""
+    monkeypatch.setenv("AGENTGATE_STORE", str(tmp_path / "store.db"))
+    key = Ed25519PrivateKey.generate() if kind == "ed25519" else ec.generate_private_key(ec.SECP256R1())
+    path = tmp_path / "enc.key"
+    path.write_bytes(_private_pem(key, serialization.BestAvailableEncryption(b"pass"), fmt))
+    path.chmod(0o600)
+    assert main(_issue_with(tmp_path, path, SigningKey.generate().did)) == 2
+    assert capsys.readouterr().err == (
+        f"agentgate: error: {path}: an encrypted private key; agentgate reads unencrypted PKCS#8 PEM "
+        "keys only (as `agentgate keys new` writes them): decrypt it into a new file first "
+        "(openssl pkey -in FILE -out NEW.key; chmod 600 NEW.key)\n"
+    )
+
+
+@pytest.mark.parametrize("kind", ["ed25519-pem", "rsa-pem", "did"])
+def test_a_public_key_given_as_the_issuer_is_said_to_be_a_public_key(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], kind: str
+) -> None:
+    """Review R55: a public key (PEM of any algorithm, or NAME.pub's did:key) given as --issuer
+    was said to be 'not a PKCS#8 PEM private key', not that it is the public half."""
+    monkeypatch.setenv("AGENTGATE_STORE", str(tmp_path / "store.db"))
+    key = SigningKey.generate()
+    path = tmp_path / "k.pub"
+    if kind == "did":
+        path.write_text(key.did + "\n")
+    else:
+        public = (
+            Ed25519PrivateKey.from_private_bytes(key.seed).public_key()
+            if kind == "ed25519-pem"
+            else rsa.generate_private_key(65537, 1024).public_key()
+        )
+        path.write_bytes(
+            public.public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+        )
+    path.chmod(0o600)
+    assert main(_issue_with(tmp_path, path, key.did)) == 2
+    assert capsys.readouterr().err == (
+        f"agentgate: error: {path}: a public key, not a private key; give the private key "
+        "(NAME.key, not NAME.pub)\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("kind", "fmt", "named"),
+    [
+        ("rsa", "pkcs8", "an RSA"),
+        ("rsa", "traditional", "an RSA"),
+        ("ec", "pkcs8", "an EC (secp256r1)"),
+        ("x25519", "pkcs8", "an X25519"),
+    ],
+)
+def test_a_private_key_of_another_algorithm_is_named_by_its_kind(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    kind: str,
+    fmt: str,
+    named: str,
+) -> None:
+    """Review R55: an RSA, EC or X25519 private key given as --issuer was 'not an Ed25519 private
+    key', without saying what it is."""
+    monkeypatch.setenv("AGENTGATE_STORE", str(tmp_path / "store.db"))
+    key = {
+        "rsa": lambda: rsa.generate_private_key(65537, 1024),
+        "ec": lambda: ec.generate_private_key(ec.SECP256R1()),
+        "x25519": x25519.X25519PrivateKey.generate,
+    }[kind]()
+    path = tmp_path / "other.key"
+    path.write_bytes(_private_pem(key, serialization.NoEncryption(), fmt))
+    path.chmod(0o600)
+    assert main(_issue_with(tmp_path, path, SigningKey.generate().did)) == 2
+    assert capsys.readouterr().err == (
+        f"agentgate: error: {path}: not an Ed25519 private key but {named} one; agentgate signs with "
+        "Ed25519 keys only (`agentgate keys new` makes one)\n"
+    )
+
+
+@pytest.mark.parametrize("kind", ["rsa", "x25519"])
+def test_a_public_key_of_another_algorithm_is_named_by_its_kind(tmp_path: Path, kind: str) -> None:
+    """Review R55: an RSA or X25519 PEM public key was named by cryptography's class name."""
+    private = rsa.generate_private_key(65537, 1024) if kind == "rsa" else x25519.X25519PrivateKey.generate()
+    path = tmp_path / "other.pem"
+    path.write_bytes(
+        private.public_key().public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+        )
+    )
+    named = {"rsa": "an RSA", "x25519": "an X25519"}[kind]
+    with pytest.raises(KeyFileError) as refused:
+        load_public_key(path)
+    assert str(refused.value) == f"{path}: not an Ed25519 public key but {named} one"
+
+
+def test_a_private_key_given_as_the_audience_is_said_to_be_one_and_not_quoted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Review R55: a private key given where a public key belongs (--to) was 'neither a did:key
+    nor a PEM public key'."""
+    monkeypatch.setenv("AGENTGATE_STORE", str(tmp_path / "store.db"))
+    issuer, _ = save_key(SigningKey.generate(), tmp_path / "keys", "root")
+    holder, _ = save_key(SigningKey.generate(), tmp_path / "keys", "agent")
+    out = tmp_path / "t.tok"
+    assert main([*_issue_with(tmp_path, issuer, str(holder)), "--out", str(out)]) == 2
+    assert capsys.readouterr().err == (
+        f"agentgate: error: {holder}: a private key, where its public key belongs; give the public "
+        "key (NAME.pub or its did:key), and keep the private key to its holder\n"
+    )
+    assert not out.exists()
