@@ -484,6 +484,25 @@ def test_a_duration_with_a_ten_digit_number_is_said_to_be_too_long(long: str) ->
     assert "write a positive whole number" not in str(refused.value)
 
 
+@pytest.mark.parametrize("budget", ["99999999999999999999", "9223372036854775808", "9" * 5000 + ":calls"])
+def test_a_budget_too_large_is_said_to_be_too_large_with_the_largest_accepted(
+    env: Path, capsys: pytest.CaptureFixture[str], budget: str
+) -> None:
+    """Review R55: --budget of 20 digits or more was refused as "must be a whole, non-negative
+    number", which it is. Rule: exit 2, one line saying it is too large and naming 2**63-1."""
+    shown = repr(budget[:40]) + ("..." if len(budget) > 40 else "")
+    code, _, err = cli(capsys, "grant", "issue", "--issuer", "k/root.key", "--to", "k/alice.pub",
+                       "--allow", "tool:search.web", "--ttl", "1h", "--budget", budget, "--out", "t.tok")  # fmt: skip
+    assert code == 2 and not (env / "t.tok").exists()
+    assert err == (
+        f"agentgate: error: budget {shown}: the amount is too large; the largest is "
+        "9223372036854775807 (2**63-1) minor units\n"
+    )
+    largest = ("--budget", "9223372036854775807", "--out", "t.tok")
+    assert cli(capsys, "grant", "issue", "--issuer", "k/root.key", "--to", "k/alice.pub",
+               "--allow", "tool:search.web", "--ttl", "1h", *largest)[0] == 0  # fmt: skip
+
+
 POLICY = """\
 version: 1
 name: cli-test

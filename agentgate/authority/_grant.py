@@ -63,6 +63,18 @@ class Budget:
         ``:`` with no unit after it (``500:``): a forgotten unit is refused, never defaulted.
         """
         amount, colon, unit = str(text).partition(":")
+        if re.fullmatch(r"[0-9]+", amount) and (len(amount) > 19 or int(amount) > MAX_AMOUNT):
+            # Well formed and too large (20 digits and more were said not to be a whole number
+            # until review R55): judged by its digits, converted only once at most 19 of them.
+            shown = repr(str(text)[:40]) + ("..." if len(str(text)) > 40 else "")
+            significant = amount.lstrip("0") or "0"
+            if len(significant) > 19 or int(significant) > MAX_AMOUNT:
+                raise TokenFormatError(
+                    f"budget {shown}: the amount is too large; the largest is {MAX_AMOUNT} (2**63-1) minor units"
+                )
+            raise TokenFormatError(
+                f"budget {shown}: write the amount in at most 19 digits (no leading zeros)"
+            )
         if not re.fullmatch(r"[0-9]{1,19}", amount):
             raise TokenFormatError(
                 f"budget {text!r}: the amount must be a whole, non-negative number of minor units (e.g. 500000:usd_micros)"
