@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Literal
 
+from agentgate._shown import shown_path
+
 
 class AgentGateError(Exception):
     """Base of every error agentgate raises on purpose."""
@@ -62,9 +64,6 @@ class SourceError(InputError):
         # ``file`` is kept as given (a caller opens it again; JSON output carries it as it is) and
         # shown here as key-file errors show a path, so that ``str(exc)`` logged for a file named
         # with a line break or an escape is one line, each escape once (until review R55, raw).
-        # Imported here: ``keys`` imports this module.
-        from agentgate.keys import shown_path
-
         where = shown_path(self.file) if self.file else self.default_source
         if where is None:
             return self.message

@@ -10,6 +10,8 @@ from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict
 
+from agentgate._shown import shown_path
+
 
 class FindingKind(StrEnum):
     """Exactly one of the four failure states (docs/concepts.md)."""
@@ -56,7 +58,11 @@ class Finding(BaseModel):
     """How to fix it."""
 
     def where(self) -> str:
-        """``file:line`` or the grant id, or an empty string."""
+        """``file:line`` or the grant id, or an empty string; the file as errors show one
+        (``_shown.shown_path``: one line, each unprintable character escaped), so that a finding
+        logged for a policy named with a line break or an escape is one line (until review R55,
+        raw)."""
         if self.file:
-            return f"{self.file}:{self.line}" if self.line is not None else self.file
+            file = shown_path(self.file)
+            return f"{file}:{self.line}" if self.line is not None else file
         return self.grant or ""

@@ -31,6 +31,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import dsa, ec, ed448, rsa, x448, x25519
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
+from agentgate._shown import shown_path as shown_path  # re-exported: callers quote paths through keys
 from agentgate.errors import InputError, InvalidSignature, KeyFileError
 
 _ED25519_MULTICODEC = b"\xed\x01"
@@ -56,18 +57,6 @@ def as_path(path: object, what: str, error: type[InputError] = InputError) -> Pa
 def _bytes_expected(what: str, value: object) -> InputError:
     """The error for a value that is not ``bytes`` where an Ed25519 operation takes bytes."""
     return InputError(f"{what} must be bytes, got {type(value).__name__}")
-
-
-def shown_path(path: object) -> str:
-    """``path`` as an error message quotes it: one line that a terminal or a log shows as it is,
-    each character that is not printable (a line break, an escape, a bidi override, a byte of the
-    name that is not UTF-8) written as its backslash escape. A backslash stays as it is, so the
-    CLI, which escapes the same characters in every error line (``cli.main._one_line``), shows
-    each escape once."""
-    text = os.fsdecode(path) if isinstance(path, str | bytes | os.PathLike) else str(path)
-    if text.isprintable():
-        return text
-    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
 
 
 def read_regular_file(

@@ -57,6 +57,7 @@ import pytest
 import agentgate as ag
 from agentgate.cli.main import main
 from agentgate.errors import AgentGateError, CapabilityError, InputError, InventoryError, PolicyError
+from agentgate.findings import Finding, FindingKind
 from agentgate.keys import SigningKey
 
 DID = "did:key:z6MkuEv4U1KaJmsbwZ8ncJvLKLW1qrESatjBpr3vVfwuqjZr"
@@ -441,3 +442,14 @@ def test_a_source_error_names_its_file_on_one_line_each_escape_once(error: type[
     exc = error("not a mapping", file="a\x1b[2J\nb\\c.yaml", line=3, column=1)
     assert str(exc) == "a\\x1b[2J\\nb\\c.yaml:3:1: not a mapping"
     assert exc.file == "a\x1b[2J\nb\\c.yaml"
+
+
+def test_a_finding_names_its_file_on_one_line_each_escape_once() -> None:
+    """Review R55: Finding.where() put a policy file's name raw, so a finding logged for a file
+    named with a line break or an escape broke the log line or sent the escape."""
+    finding = Finding(
+        kind=FindingKind.SCOPE_CREEP, code="c", message="m", file="p\nALLOW\x1b[2J\\.yaml", line=3
+    )
+    assert finding.where() == "p\\nALLOW\\x1b[2J\\.yaml:3"
+    assert finding.model_copy(update={"line": None}).where() == "p\\nALLOW\\x1b[2J\\.yaml"
+    assert finding.file == "p\nALLOW\x1b[2J\\.yaml"  # kept as given, as SourceError.file is

@@ -166,7 +166,7 @@ def printable(text: str) -> str:
 def escaped_once(text: str) -> str:
     """``text`` with every ``not_printable`` character escaped (``\\n``, ``\\x1b``, ``\\u202e``)
     and backslashes left as they are: for text that the library already quotes escaped (a name
-    as ``repr`` writes it, a value as JSON, a path through ``keys.shown_path``), which
+    as ``repr`` writes it, a value as JSON, a path through ``_shown.shown_path``), which
     ``printable`` would escape a second time (``'x\\\\x1b'``). What the library quoted raw still
     cannot add a line or send an escape sequence."""
     return "".join(c.encode("unicode_escape").decode("ascii") if not_printable(c) else c for c in text)
@@ -187,7 +187,7 @@ def shown_source_error() -> Iterator[None]:
     quotes the file's own text (a key, a value), and a file under review must not send escape
     sequences to the reviewer. Backslashes are left as they are: the library quotes what it
     names already escaped (a key path as ``'x\\x1b[2J.pub'``, a file name through
-    ``keys.shown_path``), and ``printable`` showed each such escape twice (until review R55)."""
+    ``_shown.shown_path``), and ``printable`` showed each such escape twice (until review R55)."""
     try:
         yield
     except SourceError as exc:
