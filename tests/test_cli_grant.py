@@ -484,6 +484,29 @@ def test_a_duration_with_a_ten_digit_number_is_said_to_be_too_long(long: str) ->
     assert "write a positive whole number" not in str(refused.value)
 
 
+@pytest.mark.parametrize(
+    ("ttl", "what"),
+    [
+        ("1h1h", "the unit h comes more than once"),
+        ("1h30m1h", "the unit h comes more than once"),
+        ("1s1h", "its units are out of order"),
+        ("30m1h", "its units are out of order"),
+    ],
+)
+def test_a_duration_with_a_unit_repeated_or_out_of_order_is_refused(
+    env: Path, capsys: pytest.CaptureFixture[str], ttl: str, what: str
+) -> None:
+    """Review R55: --ttl 1h1h was accepted as 2h (and 1s1h as 3601 s), a slip read as a sum.
+    Rule (docs/cli.md, DURATION): each unit at most once, largest first; else exit 2, one line."""
+    code, _, err = cli(capsys, "grant", "issue", "--issuer", "k/root.key", "--to", "k/alice.pub",
+                       "--allow", "tool:search.web", "--ttl", ttl, "--out", "t.tok")  # fmt: skip
+    assert code == 2 and not (env / "t.tok").exists()
+    assert err == (
+        f"agentgate: error: duration {ttl!r}: {what}; write each unit at most once, largest first "
+        "(d, h, m, s), e.g. 1h30m\n"
+    )
+
+
 @pytest.mark.parametrize("budget", ["99999999999999999999", "9223372036854775808", "9" * 5000 + ":calls"])
 def test_a_budget_too_large_is_said_to_be_too_large_with_the_largest_accepted(
     env: Path, capsys: pytest.CaptureFixture[str], budget: str

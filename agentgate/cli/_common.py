@@ -14,6 +14,7 @@ import re
 import shlex
 import sys
 from collections.abc import Callable, Iterator
+from itertools import pairwise
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -42,9 +43,10 @@ _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
 def parse_duration(text: str) -> int:
-    """Seconds in ``30s``, ``15m``, ``1h``, ``7d`` or a sum like ``1h30m``; zero, negative or more
-    than ten years of 365 days (315,360,000 s: the longest lifetime a policy may hold too) is
-    refused with ``InputError``."""
+    """Seconds in ``30s``, ``15m``, ``1h``, ``7d`` or a sum like ``1h30m`` (each unit at most once,
+    largest first: ``1h1h`` and ``30m1h`` are refused); zero, negative or more than ten years of
+    365 days (315,360,000 s: the longest lifetime a policy may hold too) is refused with
+    ``InputError``."""
     from agentgate.policy._schema import MAX_TTL_S  # the schema's pydantic models: not at start-up
 
     shown = repr(text[:40]) + ("..." if len(text) > 40 else "") if isinstance(text, str) else repr(text)
@@ -59,7 +61,17 @@ def parse_duration(text: str) -> int:
         raise InputError(
             f"duration {shown}: write a positive whole number with a unit s, m, h or d (e.g. 15m, 7d)"
         )
-    seconds = sum(int(n) * _UNITS[u] for n, u in re.findall(r"([0-9]+)([smhd])", text))
+    parts = re.findall(r"([0-9]+)([smhd])", text)
+    units = [u for _, u in parts]
+    if any(_UNITS[a] <= _UNITS[b] for a, b in pairwise(units)):
+        # 1h1h, 30m1h: a slip (a value pasted twice, a unit mistyped) more likely than a sum meant,
+        # in a grant's lifetime; refused, as Prometheus durations are (read as a sum until review R55).
+        repeated = next((u for u in units if units.count(u) > 1), None)
+        what = f"the unit {repeated} comes more than once" if repeated else "its units are out of order"
+        raise InputError(
+            f"duration {shown}: {what}; write each unit at most once, largest first (d, h, m, s), e.g. 1h30m"
+        )
+    seconds = sum(int(n) * _UNITS[u] for n, u in parts)
     if seconds <= 0 or seconds > MAX_TTL_S:
         raise InputError(f"duration {shown} must be more than zero and at most 10 years ({MAX_TTL_S}s)")
     return seconds
