@@ -755,3 +755,43 @@ def test_deciding_calls_never_runs_the_key_text_check(tmp_path: Path) -> None:
             sys.setprofile(None)
     assert "authorize" in seen  # the hook saw the decisions
     assert not seen & {"is_key_text", "refuse_key_text", "_shown_name", "load_public_key"}
+
+
+@pytest.mark.parametrize(
+    ("name", "shown", "char"),
+    [
+        ("bad\nname", "'bad\\nname'", "'\\n'"),
+        ("bad\r\nname", "'bad\\r\\nname'", "'\\r'"),
+        ("x\x1b[2J", "'x\\x1b[2J'", "'\\x1b'"),
+    ],
+)
+def test_keys_new_quotes_a_name_refused_for_a_control_character(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str, shown: str, char: str
+) -> None:
+    """Review R55: keys new $'bad\\nname' said the name was 'not shown: it looks like a key
+    itself', since any text of two lines is taken for a key; the name is refused for its control
+    character, and quoted escaped."""
+    assert main(["keys", "new", name, "--dir", str(tmp_path / "k")]) == 2
+    assert capsys.readouterr().err == (
+        f"agentgate: error: invalid key name {shown}: control character {char}; use a plain file name\n"
+    )
+    assert not (tmp_path / "k").exists()
+
+
+def test_keys_new_still_hides_a_pem_key_given_as_its_name(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Review R55: a key pasted as the name (``"$(cat agent.key)"``) stays unquoted."""
+    pem = (
+        Ed25519PrivateKey.generate()
+        .private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+        .decode()
+    )
+    assert main(["keys", "new", pem.strip(), "--dir", str(tmp_path / "k")]) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        "agentgate: error: invalid key name (not shown: it looks like a key itself): control character "
+        "'\\n'; use a plain file name\n"
+    )

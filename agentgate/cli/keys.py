@@ -9,7 +9,7 @@ from typing import Any
 from agentgate.audit.entry import not_printable
 from agentgate.cli._common import given_path, unprintable
 from agentgate.errors import KeyFileError
-from agentgate.keys import SigningKey, save_key, shown_value
+from agentgate.keys import SigningKey, is_key_text, save_key, shown_value
 
 
 def register(subparsers: Any) -> None:
@@ -35,9 +35,20 @@ def _new(args: argparse.Namespace) -> int:
     bad = next((c for c in args.name if not_printable(c)), None)
     if bad is not None:  # a line break or escape in a file name breaks every script that lists it
         raise KeyFileError(
-            f"invalid key name {shown_value(args.name, len(args.name))}: {unprintable(bad)}; use a plain file name"
+            f"invalid key name {_shown_name(args.name)}: {unprintable(bad)}; use a plain file name"
         )
     key = SigningKey.generate()
     save_key(key, args.dir, args.name)
     sys.stdout.write(key.did + "\n")
     return 0
+
+
+def _shown_name(name: str) -> str:
+    """``name``, which holds a control character, quoted for the error that refuses it, unless it
+    looks like a key's own text: judged with its line breaks as blanks, since ``is_key_text`` takes
+    any text of more than one line for a key (a key pasted where a path belongs), and a name with
+    a line break is refused for that very character (until review R55 it was not shown, as if a
+    key). A PEM block or a base64 or hex key word in it is still not shown."""
+    if is_key_text(" ".join(name.splitlines())):
+        return shown_value(name)
+    return repr(name)
