@@ -526,6 +526,52 @@ def test_a_budget_too_large_is_said_to_be_too_large_with_the_largest_accepted(
                "--allow", "tool:search.web", "--ttl", "1h", *largest)[0] == 0  # fmt: skip
 
 
+@pytest.mark.parametrize(
+    ("name", "content", "said"),
+    [
+        (
+            "two.tok",
+            "{t}\n{t}\n",
+            "two.tok: holds more than one line; a token file holds one token on one line",
+        ),
+        ("cr.tok", "{t}\rx\n", "cr.tok: holds more than one line; a token file holds one token on one line"),
+        ("nul.tok", "{t}\x00x\n", "nul.tok: the token holds control character '\\x00' at character {n}"),
+        ("tab.tok", "{t}\tx\n", "tab.tok: the token holds control character '\\t' at character {n}"),
+        (
+            "bom.tok",
+            "\ufeff{t}\n",
+            "bom.tok: starts with a UTF-8 byte order mark (an editor's); a token file holds the token as plain ASCII",
+        ),
+        (
+            "odd\nname.tok",
+            "{t}\n{t}\n",
+            "odd\\nname.tok: holds more than one line; a token file holds one token on one line",
+        ),
+    ],
+)
+@pytest.mark.parametrize("verb", ["check", "delegate", "revoke"])
+def test_a_token_file_that_is_not_one_line_of_token_is_said_so(
+    env: Path, capsys: pytest.CaptureFixture[str], verb: str, name: str, content: str, said: str
+) -> None:
+    """Review R55: a token file of two tokens, or with a NUL or a tab after the token, was
+    refused as 'link 0 signature: not unpadded base64url', one with a byte order mark as 'not
+    ASCII', and a file name with a line break was shown with a space. Rule: exit 2, one line
+    saying what the file holds, its name escaped."""
+    issue_and_delegate(capsys)
+    token = (env / "a.tok").read_text().strip()
+    (env / name).write_text(content.format(t=token), encoding="utf-8")
+    argv = {
+        "check": ("grant", "check", name, "--as", "k/alice.key", "--trust", "k/root.pub", "--tool", "search.web"),
+        "delegate": ("grant", "delegate", name, "--as", "k/alice.key", "--to", "k/bob.pub",
+                     "--allow", "tool:search.web", "--ttl", "10m", "--out", "c.tok"),
+        "revoke": ("grant", "revoke", name, "--reason", "r"),
+    }[verb]  # fmt: skip
+    code, out, err = cli(capsys, *argv)
+    assert (code, out) == (2, "")
+    assert err == f"agentgate: error: {said.format(n=len(token) + 1)}\n"
+    assert not (env / "c.tok").exists()
+
+
 POLICY = """\
 version: 1
 name: cli-test

@@ -60,7 +60,7 @@ from agentgate.errors import (
     TokenFormatError,
 )
 from agentgate.findings import Finding
-from agentgate.keys import load_public_key, load_signing_key, read_regular_file, replace_file
+from agentgate.keys import load_public_key, load_signing_key, read_regular_file, replace_file, shown_path
 from agentgate.store import Store, open_store
 from agentgate.store._sqlite import tables_of
 from agentgate.store.grants import GRANTS_DDL
@@ -278,14 +278,27 @@ def _read_token(path: Path) -> Chain:
     one that does not hold a token.
     """
     data, _ = read_regular_file(path, MAX_TOKEN_BYTES + 2, "token")
+    shown = shown_path(path)  # a line break in the name shown as \n, not as the CLI's one space
+    if data.startswith(b"\xef\xbb\xbf"):
+        raise TokenFormatError(
+            f"{shown}: starts with a UTF-8 byte order mark (an editor's); a token file holds the "
+            "token as plain ASCII"
+        )
     try:
         text = data.decode("ascii").rstrip("\r\n")
     except UnicodeDecodeError:
-        raise TokenFormatError(f"{path}: token is not ASCII") from None
+        raise TokenFormatError(f"{shown}: token is not ASCII") from None
+    if "\n" in text or "\r" in text:  # said so, not 'link 0 signature: not unpadded base64url'
+        raise TokenFormatError(f"{shown}: holds more than one line; a token file holds one token on one line")
+    control = next((c for c in text if not c.isprintable()), None)
+    if control is not None:
+        raise TokenFormatError(
+            f"{shown}: the token holds control character {control!r} at character {text.index(control) + 1}"
+        )
     try:
         return parse_chain(text)
     except TokenFormatError as exc:
-        raise TokenFormatError(f"{path}: {exc}") from None
+        raise TokenFormatError(f"{shown}: {exc}") from None
 
 
 def _record_and_write(repo: GrantRepository, chain: Chain, out: Path | None) -> None:
