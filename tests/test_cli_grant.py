@@ -572,6 +572,25 @@ def test_a_token_file_that_is_not_one_line_of_token_is_said_so(
     assert not (env / "c.tok").exists()
 
 
+def test_grant_revoke_of_a_symbolic_link_that_loops_says_why_it_cannot_be_read(
+    env: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Review R55: grant revoke of a symbolic link loop (or a dangling link) said "'loop' is
+    neither a token file nor a 64-hex grant id", as if nothing were there; grant check and
+    delegate said why the file cannot be read. Rule: revoke says it too, exit 2."""
+    os.symlink("loop2", env / "loop1")
+    os.symlink("loop1", env / "loop2")
+    os.symlink("nowhere.tok", env / "dangling.tok")
+    code, _, err = cli(capsys, "grant", "revoke", "loop1", "--reason", "r")
+    assert (
+        code == 2 and err == "agentgate: error: loop1: cannot read token: Too many levels of symbolic links\n"
+    )
+    code, _, err = cli(capsys, "grant", "revoke", "dangling.tok", "--reason", "r")
+    assert (
+        code == 2 and err == "agentgate: error: dangling.tok: cannot read token: No such file or directory\n"
+    )
+
+
 POLICY = """\
 version: 1
 name: cli-test

@@ -596,9 +596,12 @@ def _revoking(
 
 
 def _exists(path: str) -> bool:
-    """Whether anything is at ``path``; ``False`` for a name no file can have (too long)."""
+    """Whether anything is at ``path``, a symbolic link included (one that loops or names no file
+    is read as the token file named, and refused saying why, not as no file at all; until review
+    R55, 'neither a token file nor a 64-hex grant id'); ``False`` for a name no file can have
+    (too long)."""
     try:
-        return Path(path).exists()
+        return os.path.lexists(path)
     except (OSError, ValueError):
         return False
 
