@@ -124,3 +124,43 @@ def test_cli_says_which_dead_letter_row_is_corrupt(
     for json_flag in ([], ["--json"]):
         assert main(["tasks", "dead-letters", *json_flag, "--store", str(path)]) == 2
         assert f"dead letter 'id-1': the stored {said} is not" in capsys.readouterr().err
+
+
+def _argument_error(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
+    """The error line of an argument argparse refuses (exit 2, after the usage lines)."""
+    with pytest.raises(SystemExit) as exited:
+        main(list(argv))
+    assert exited.value.code == 2
+    return capsys.readouterr().err.splitlines()[-1]
+
+
+@pytest.mark.parametrize(
+    ("limit", "said"),
+    [
+        ("9" * 5000, "expected an integer from 1 to 1000000, got '" + "9" * 40 + "'..."),
+        (" 5", "expected a positive integer, got ' 5'"),
+        ("5_000", "expected a positive integer, got '5_000'"),
+        ("\u0665", "expected a positive integer, got '\u0665'"),
+    ],
+)
+def test_a_limit_is_ascii_digits_and_one_too_large_is_out_of_range(
+    capsys: pytest.CaptureFixture[str], limit: str, said: str
+) -> None:
+    """Review R55: --limit of more than 4,300 digits was 'expected a positive integer' (int()
+    refuses to convert it), which it is, and ' 5', '5_000' and Arabic-Indic digits were read as
+    int() reads them. Rule: ASCII digits, 1 to 1,000,000, a larger one of any length said so."""
+    assert _argument_error(capsys, "tasks", "dead-letters", "--limit", limit) == (
+        f"agentgate: error: argument --limit: {said}"
+    )
+
+
+@pytest.mark.parametrize("age", ["99999999999999999999", "1.0000000001"])
+def test_settle_older_than_in_too_many_digits_is_said_to_be_seconds_too_long(
+    capsys: pytest.CaptureFixture[str], age: str
+) -> None:
+    """Review R55: settle --older-than of 13 digits or more (or 10 after the point) was refused
+    with the duration's 'write a positive whole number with a unit', though it is seconds."""
+    assert _argument_error(capsys, "tasks", "settle", "k", "--ran", "--older-than", age) == (
+        f"agentgate: error: argument --older-than: {age!r}: seconds are written in at most 12 "
+        "digits, and at most 9 after the point (or give a duration such as 15m)"
+    )

@@ -116,6 +116,12 @@ def _age(value: str) -> float:
     two ways across verbs would refuse one or the other."""
     if re.fullmatch(r"[0-9]{1,12}(\.[0-9]{1,9})?", value, re.ASCII):
         return float(value)
+    if re.fullmatch(r"[0-9]+(\.[0-9]+)?", value, re.ASCII):
+        # Seconds, too many digits: said so, not 'write a number with a unit' (until review R55).
+        raise argparse.ArgumentTypeError(
+            f"{_shown(value)}: seconds are written in at most 12 digits, and at most 9 after the "
+            "point (or give a duration such as 15m)"
+        )
     try:
         return float(parse_duration(value))
     except InputError as exc:
@@ -129,13 +135,19 @@ MAX_LIMIT = 1_000_000
 
 
 def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if not 1 <= value <= MAX_LIMIT:
-        raise argparse.ArgumentTypeError(f"expected an integer from 1 to {MAX_LIMIT}, got {text!r}")
-    return value
+    """``--limit``: ASCII digits only (not ``int``'s `` 5``, ``+5``, ``5_000`` or other scripts'
+    digits), 1 to ``MAX_LIMIT``; a number of any length above it is said to be out of range (one
+    of more than 4,300 digits was 'expected a positive integer' until review R55)."""
+    if not re.fullmatch(r"[0-9]+", text, re.ASCII):
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {_shown(text)}")
+    if len(text.lstrip("0")) > len(str(MAX_LIMIT)) or not 1 <= int(text) <= MAX_LIMIT:
+        raise argparse.ArgumentTypeError(f"expected an integer from 1 to {MAX_LIMIT}, got {_shown(text)}")
+    return int(text)
+
+
+def _shown(text: str) -> str:
+    """An argument quoted in an error: its first 40 characters (it may be of any length)."""
+    return repr(text[:40]) + ("..." if len(text) > 40 else "")
 
 
 def _dead_letters(args: argparse.Namespace) -> int:
