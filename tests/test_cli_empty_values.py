@@ -141,6 +141,10 @@ def test_an_empty_store_does_not_create_the_default_store(
         ["grant", "issue", "--issuer", "k.key", "--to", "a.pub", "--allow", "tool:x", "--out="],
         ["grant", "inspect", ""],
         ["grant", "check", "t.tok", "--as", "k.key", "--trust", "", "--tool", "x"],
+        # Review R55: these three were a deny (exit 1) for no principal or tool, as if one were named.
+        ["grant", "check", "t.tok", "--as", "k.key", "--trust", "r.pub", "--tool", ""],
+        ["policy", "explain", "p.yaml", "--as", "", "--tool", "x"],
+        ["policy", "explain", "p.yaml", "--as", "a", "--tool", ""],
         ["grant", "revoke", ""],
     ],
     ids=lambda argv: " ".join(a or "''" for a in argv),

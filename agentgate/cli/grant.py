@@ -171,7 +171,7 @@ def register(subparsers: Any) -> None:
         "--trust", required=True, action="append", type=given, metavar="PUBFILE", help="root key (repeatable)"
     )
     target = p.add_mutually_exclusive_group(required=True)
-    target.add_argument("--tool", type=text, metavar="NAME", help="tool name, e.g. payments.refund")
+    target.add_argument("--tool", type=given_text, metavar="NAME", help="tool name, e.g. payments.refund")
     target.add_argument("--model", type=text, metavar="NAME", help="model name, e.g. llama-3.1-8b")
     p.add_argument(
         "--args", default="{}", type=text, metavar="JSON", help="the call's arguments as a JSON object"

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from agentgate.capabilities import Call
-from agentgate.cli._common import escaped_once, given, json_object, shown_policy, text, write_json
+from agentgate.cli._common import escaped_once, given, given_text, json_object, shown_policy, text, write_json
 from agentgate.errors import CapabilityError, InputError, PolicyError
 from agentgate.findings import Severity
 from agentgate.keys import replace_file
@@ -34,9 +34,9 @@ def register(subparsers: Any) -> None:
     p_explain = sub.add_parser("explain", help="say whether a call is allowed and why")
     p_explain.add_argument("file", type=given)
     p_explain.add_argument(
-        "--as", dest="principal", required=True, type=text, help="principal name or did:key"
+        "--as", dest="principal", required=True, type=given_text, help="principal name or did:key"
     )
-    p_explain.add_argument("--tool", required=True, type=text, help="tool name, e.g. payments.refund")
+    p_explain.add_argument("--tool", required=True, type=given_text, help="tool name, e.g. payments.refund")
     p_explain.add_argument("--args", default="{}", type=text, help="call arguments as a JSON object")
     p_explain.add_argument("--json", action="store_true")
     p_explain.set_defaults(handler=_explain)
