@@ -238,8 +238,18 @@ def save_key(key: SigningKey, directory: Path, name: str) -> tuple[Path, Path]:
         raise KeyFileError(f"invalid key name {shown_value(name)}: use a plain file name")
     try:
         directory.mkdir(mode=0o700, parents=True, exist_ok=True)  # as ssh-keygen makes ~/.ssh
+    except FileExistsError:  # something that is no directory is there (mkdir says "File exists")
+        kind = (
+            "a symbolic link to no directory" if os.path.islink(directory) else "a file that is no directory"
+        )
+        raise KeyFileError(
+            f"{shown_path(directory)}: cannot create the key directory: {kind} is there; give a "
+            "directory (created if missing)"
+        ) from None
     except OSError as exc:
-        raise KeyFileError(f"{directory}: cannot create the key directory: {exc.strerror}") from None
+        raise KeyFileError(
+            f"{shown_path(directory)}: cannot create the key directory: {exc.strerror}"
+        ) from None
     except ValueError:  # a NUL byte in the path
         raise KeyFileError(
             f"{str(directory)!r}: cannot create the key directory: the path holds a NUL byte"
