@@ -96,3 +96,22 @@ def test_json_numbers_a_float_holds_as_written_stay_accepted() -> None:
         "e": 100.0,
         "f": 123456789012345678901234567890,
     }
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        (
+            '{"n": 1e400}',
+            "--args: holds a number beyond the range of a float (such as 1e400, read as infinity); "
+            "give it in range, or as text",
+        ),
+        ('{"a": "\\ud800"}', "--args: holds \\ud800, half of a UTF-16 pair alone: not Unicode text"),
+    ],
+)
+def test_arguments_that_parse_but_are_no_value_are_said_so_in_words(text: str, said: str) -> None:
+    """Review R55: --args of 1e400 or a lone surrogate was refused with Python's own words ('Out
+    of range float values are not JSON compliant', "'utf-8' codec can't encode character")."""
+    with pytest.raises(InputError) as refused:
+        json_object(text)
+    assert str(refused.value) == said

@@ -108,8 +108,16 @@ def json_object(text: str, flag: str = "--args") -> dict[str, Any]:
     _refuse_inexact(value, flag)
     try:  # what parses but is no value a call can carry: 1e400 (read as infinity), "\ud800"
         json.dumps(value, ensure_ascii=False, allow_nan=False).encode("utf-8")
-    except (ValueError, RecursionError) as exc:
-        raise InputError(f"{flag}: {str(exc)[:120]}") from None
+    except UnicodeEncodeError as exc:  # said in these words, not the codec's (until review R55)
+        lone = exc.object[exc.start : exc.end].encode("unicode_escape").decode("ascii")
+        raise InputError(f"{flag}: holds {lone}, half of a UTF-16 pair alone: not Unicode text") from None
+    except ValueError:  # json's "Out of range float values are not JSON compliant"
+        raise InputError(
+            f"{flag}: holds a number beyond the range of a float (such as 1e400, read as infinity); "
+            "give it in range, or as text"
+        ) from None
+    except RecursionError:
+        raise InputError(f"{flag}: nested too deeply") from None
     return value
 
 
