@@ -992,3 +992,30 @@ def test_a_constraint_built_directly_holds_its_values_as_plain_built_in_types(fi
 def test_a_constraint_built_directly_refuses_what_constraint_of_refuses(fields: dict[str, Any]) -> None:
     with pytest.raises(CapabilityError):
         Constraint(**fields)
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"le": 10**5000},
+        {"ge": -(2**63)},
+        {"lt": 2**63},
+        {"eq": 2**63},
+        {"one_of": (1, -(10**5000))},
+    ],
+    ids=["le=10**5000", "ge=-2**63", "lt=2**63", "eq=2**63", "one_of"],
+)
+def test_a_constraint_built_directly_refuses_the_integers_of_refuses(fields: dict[str, Any]) -> None:
+    """Review R55: Constraint(le=10**5000) was held, and str() of it a bare ValueError (digits)."""
+    spec = {"in" if op == "one_of" else op: list(v) if op == "one_of" else v for op, v in fields.items()}
+    with pytest.raises(CapabilityError, match=r"out of range \(\|v\| < 2\*\*63\)") as refused_by_of:
+        Constraint.of(spec)
+    with pytest.raises(CapabilityError, match=r"out of range \(\|v\| < 2\*\*63\)") as refused:
+        Constraint(**fields)
+    assert str(refused.value).removeprefix("Constraint") == str(refused_by_of.value).removeprefix(
+        "constraint"
+    )
+    held = Constraint(le=2**63 - 1, ge=-(2**63 - 1))
+    assert format_capability(Capability("tool:x", "invoke", (("v", held),))) == (
+        "tool:x?v<=9223372036854775807&v>=-9223372036854775807"
+    )

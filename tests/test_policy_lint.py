@@ -550,3 +550,39 @@ approvals:
     assert _lint_findings(body, "approval_gate_bypass") == []
     found = _lint_findings(body.replace("in: [100, 900], le: 500", "in: [100, 900]"), "approval_gate_bypass")
     assert [f.code for f in found] == ["approval_gate_bypass"]
+
+
+@pytest.mark.parametrize(
+    ("rule", "gate", "bypass"),
+    [
+        ("{gt: 1.0e300}", "{gt: 500}", True),
+        ("{ge: 1.0e19}", "{lt: 1.0e19}", False),
+        ("{gt: 9223372036854775807}", "{lt: 9.223372036854776e18}", False),
+        ("{gt: 9223372036854775807}", "{le: 9.223372036854776e18}", True),
+        ("{le: -1.0e300}", "{ge: -1.0e301}", True),
+        ("{le: -1.0e300}", "{gt: -1.0e300}", False),
+    ],
+)
+def test_a_float_bound_past_2_63_on_an_integer_argument_is_linted_exactly(
+    rule: str, gate: str, bypass: bool
+) -> None:
+    """Review R55: the integers a bound past 2**63 admits no longer fit a Constraint; lint keeps
+    the float bound there, and still finds exactly the calls the rule lets around the gate."""
+    body = f"""tools:
+  payments.refund:
+    args: {{amount: {{type: integer, required: true}}}}
+  payments.refund_partial:
+    args: {{amount: {{type: integer, required: true}}}}
+roles:
+  r:
+    capabilities:
+      - {{resource: "tool:payments.*", constraints: {{amount: {rule}}}}}
+    ttl_s: 600
+approvals:
+  large-refund:
+    resource: tool:payments.refund
+    when: {{amount: {gate}}}
+    approvers: [alice]
+"""
+    found = _lint_findings(body, "approval_gate_bypass")
+    assert [f.code for f in found] == (["approval_gate_bypass"] if bypass else [])

@@ -201,7 +201,7 @@ roles:
     [
         ("number", "{le: 100}", "{'amount': 1000000}"),
         ("integer", "{le: 100}", "{'amount': 1000000}"),
-        ("integer", "{ge: 0}", "{'amount': -9223372036854775808}"),
+        ("integer", "{ge: 0}", "{'amount': -9223372036854775807}"),
         ("boolean", "{eq: false}", "{'amount': True}"),
     ],
 )

@@ -31,6 +31,7 @@ from agentgate.capabilities._values import (
 from agentgate.errors import CapabilityError
 
 OPERATORS = ("eq", "in", "lt", "le", "gt", "ge", "prefix")
+_INT_LIMIT = 2**63  # an integer value is within -(2**63) < v < 2**63, as in a token
 
 
 @dataclass(frozen=True)
@@ -56,8 +57,9 @@ class Constraint:
         only ``of`` checked: ``Constraint(le=x)`` kept an ``int`` subclass whose own comparison
         then decided (Python asks a right operand's reflected method first when its type
         subclasses the left's), so it could allow any amount; no operator at all was an
-        ``AssertionError``. Integers are not range-checked here (lint builds the domain bound
-        ``-(2**63)``); ``of`` bounds them as tokens do."""
+        ``AssertionError``. Integers are bounded as ``of`` and tokens bound them (``|v| < 2**63``):
+        until review R55 ``Constraint(le=10**5000)`` was held, and printing it was a bare
+        ``ValueError`` (Python's limit on the digits of an integer it prints)."""
         where = "Constraint"
         given = (("eq", self.eq), ("lt", self.lt), ("le", self.le), ("gt", self.gt), ("ge", self.ge))
         if self.one_of is None and self.prefix is None and all(value is None for _, value in given):
@@ -202,10 +204,10 @@ class Constraint:
 
 def _held(value: object, where: str) -> Scalar:
     """``value`` itself when it is already a value ``of`` would hold as it is (an exact built-in
-    scalar: Unicode text, a finite float), else ``_check_value``'s plain copy of it, or its
+    scalar: Unicode text, an integer within range, a finite float), else ``_check_value``'s plain copy of it, or its
     ``CapabilityError``. The first test is the common case, and costs a type lookup."""
     kind = type(value)
-    if kind is int or kind is bool:
+    if kind is bool or (kind is int and -_INT_LIMIT < value < _INT_LIMIT):  # type: ignore[operator]
         return value  # type: ignore[return-value]
     if kind is str and str.isascii(value):  # type: ignore[arg-type]
         return value  # type: ignore[return-value]

@@ -7,7 +7,6 @@ arguments that no gate stops (scope_creep), an agent named as an approver
 from __future__ import annotations
 
 import functools
-import math
 from collections.abc import Iterator, Mapping, Sequence
 
 from agentgate.capabilities import Capability, Constraint, Scalar, attenuates, intersects, pattern_matches
@@ -208,7 +207,10 @@ def _condition_may_hold(admitted: Constraint, condition: Constraint, kind: str) 
 def _of_type(constraint: Constraint, kind: str) -> Constraint | None:
     """The values of the declared ``kind`` that ``constraint`` allows, as a constraint, or ``None``
     when there is none. Integers are the whole numbers within the bounds, closed, so that two
-    such constraints intersect exactly when an integer satisfies both."""
+    such constraints intersect exactly when an integer satisfies both. A side whose integer bound
+    a constraint cannot hold (``|v| >= 2**63``, or none) keeps the constraint's own bounds there:
+    beyond ``2**63`` a float bound is a whole number, and no two such floats are one apart, so no
+    real both meet lies off the integers."""
     if constraint.is_empty:
         return None
     listed = ((constraint.eq,) if constraint.eq is not None else ()) + (constraint.one_of or ())
@@ -219,7 +221,9 @@ def _of_type(constraint: Constraint, kind: str) -> Constraint | None:
         return None
     if kind == "integer":
         lo, hi = _least_integer(constraint), _greatest_integer(constraint)
-        return Constraint(ge=None if math.isinf(lo) else lo, le=None if math.isinf(hi) else hi)
+        lower = {"ge": lo} if abs(lo) < 2**63 else {"gt": constraint.gt, "ge": constraint.ge}
+        upper = {"le": hi} if abs(hi) < 2**63 else {"lt": constraint.lt, "le": constraint.le}
+        return Constraint(**lower, **upper)
     return constraint
 
 

@@ -71,7 +71,7 @@ class DelegationWiderThanRole(LintRule):
 # delegated capability leaves open, so that the example is a call the tool would accept.
 _ANY_OF_TYPE = {
     "string": Constraint(prefix=""),
-    "integer": Constraint(ge=-(2**63)),
+    "integer": Constraint(ge=-(2**63 - 1)),
     "number": Constraint(ge=-sys.float_info.max),
     "boolean": Constraint(one_of=(True, False)),
 }
