@@ -583,6 +583,15 @@ def test_backends_are_one_engine_when_their_urls_name_one_endpoint(one: str, oth
         ("http://h/a", "http://h/%61b", False),
         ("http://[::ffff:127.0.0.1]", "http://[::1]", False),
         ("http://localhost..", "http://localhost", False),
+        ("http://127.0.0.1:8000", "http://127.1:8000", True),
+        ("http://127.0.0.1:8000", "http://0x7f.0.0.1:8000", True),
+        ("http://127.0.0.1", "http://0177.0.0.1", True),
+        ("http://127.0.0.1", "http://2130706433", True),
+        ("http://0x7f.0.0.1", "http://0x7f.0.0.1.example", False),
+        ("http://127.0.0.1", "http://0x.0.0.1", False),
+        ("http://xn--bcher-kva.example", "http://Bücher.example", True),
+        ("http://xn--strae-oqa.de", "http://straße.de", True),
+        ("http://strasse.de", "http://straße.de", False),
     ],
 )
 def test_spellings_of_one_endpoint_are_one_engine(one: str, other: str, same: bool) -> None:
@@ -592,7 +601,10 @@ def test_spellings_of_one_endpoint_are_one_engine(one: str, other: str, same: bo
 
     Rule: the key decodes percent-encoded unreserved characters (and upper-cases other escapes,
     never decoding ``%2F``), resolves dot segments (RFC 3986, 6.2.2), writes an IPv4-mapped IPv6
-    address as the IPv4 one and drops a host name's one trailing dot."""
+    address as the IPv4 one and drops a host name's one trailing dot.
+
+    Review R55: ``127.1``, ``0x7f.0.0.1`` (IPv4 as resolvers read it) and ``Bücher.example`` (its
+    IDNA form as the client sends it) were other engines than ``127.0.0.1`` and ``xn--bcher-kva``."""
     inv = inventory_from_mapping(
         {"backends": [{"name": n, "url": u, "models": ["m"]} for n, u in (("a", one), ("b", other))]}
     )

@@ -407,7 +407,9 @@ def engine_key(url: str) -> str:
     """``url`` spelled so that two URLs of one endpoint are equal (RFC 3986, section 6.2.2): its
     ``origin`` (the scheme and host lower-cased, as DNS and RFC 3986 compare them, an IP address
     written in its shortest form, an IPv4-mapped IPv6 address as its IPv4 one, kept in brackets
-    when it is IPv6, a host name's trailing dot dropped, and the port always given: 80 or 443 when
+    when it is IPv6, an IPv4 address in a form resolvers read (``127.1``, ``0x7f.0.0.1``) dotted,
+    a host name's trailing dot dropped, a non-ASCII name in the client's IDNA form (``xn--``), and
+    the port always given: 80 or 443 when
     ``url`` leaves it out), then the path with its percent-encoded unreserved characters decoded
     (``%7E`` is ``~``), other percent-encodings in upper case and its ``.`` and ``..`` segments
     resolved, but otherwise as it is: paths are case-sensitive, and ``/A`` and ``/a`` may be two
@@ -415,7 +417,7 @@ def engine_key(url: str) -> str:
     comparing the URLs lower-cased took ``http://h`` and ``http://h:80`` for two engines and
     ``/A`` and ``/a`` for one (review R54), and ``http://[::ffff:127.0.0.1]``, ``http://localhost.``,
     ``/%761`` or ``/x/../v1`` for engines other than ``http://127.0.0.1``, ``http://localhost`` and
-    ``/v1`` (review R55)."""
+    ``/v1`` (review R55), and so were ``http://127.1`` and ``http://Bücher.example`` (review R55)."""
     scheme, host, port = origin(url)
     return f"{scheme}://{host}:{port}{_without_dot_segments(_decode_unreserved(urlsplit(url).path))}"
 
@@ -428,9 +430,10 @@ def origin(url: str) -> tuple[str, str, int | None]:
     scheme = parts.scheme.lower()
     host = _decode_unreserved(parts.hostname or "").lower()
     try:
-        address = ipaddress.ip_address(host)
+        number = _inet_aton(host)
+        address = ipaddress.ip_address(host if number is None else number)
     except ValueError:  # a name, not an address: ``localhost.`` is ``localhost`` (an absolute name)
-        host = host.removesuffix(".") or host
+        host = _idna(host.removesuffix(".") or host)
     else:
         mapped = address.ipv4_mapped if isinstance(address, ipaddress.IPv6Address) else None
         host = str(mapped or address)
@@ -438,6 +441,44 @@ def origin(url: str) -> tuple[str, str, int | None]:
         host = f"[{host}]"
     port = parts.port if parts.port is not None else _DEFAULT_PORTS.get(scheme)
     return scheme, host, port
+
+
+def _inet_aton(host: str) -> int | None:
+    """The IPv4 address ``host`` names in a form ``inet_aton`` and so resolvers read (``127.1``,
+    ``0x7f.0.0.1``, ``0177.0.0.1``, ``2130706433``: one to four parts, each decimal, ``0x`` hex or
+    ``0`` octal, the last filling the bytes left), or ``None`` when it is none of these."""
+    parts = host.split(".")
+    if len(parts) > 4:
+        return None
+    numbers = []
+    for part in parts:
+        if part.startswith("0x"):
+            base, digits, allowed = 16, part[2:], string.hexdigits
+        elif part.startswith("0"):
+            base, digits, allowed = 8, part[1:] or "0", string.octdigits
+        else:
+            base, digits, allowed = 10, part, string.digits
+        if not digits or not all(c in allowed for c in digits):
+            return None
+        numbers.append(int(digits, base))
+    *head, last = numbers
+    if any(n > 255 for n in head) or last >= 256 ** (4 - len(head)):
+        return None
+    return sum(n << (8 * (3 - i)) for i, n in enumerate(head)) + last
+
+
+def _idna(host: str) -> str:
+    """``host`` as the HTTP client sends it (httpx: IDNA 2008, ``bücher.example`` is
+    ``xn--bcher-kva.example``), or as it is when it is ASCII or no IDNA name (the client then
+    reaches no host at all)."""
+    if host.isascii():
+        return host
+    import httpx  # the client's own encoding; imported here, for the rare host that needs it
+
+    try:
+        return httpx.URL(scheme="http", host=host).raw_host.decode("ascii")
+    except (httpx.InvalidURL, UnicodeError):
+        return host
 
 
 _ESCAPE = re.compile(r"%([0-9A-Fa-f]{2})")
