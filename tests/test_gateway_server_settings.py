@@ -90,16 +90,17 @@ def test_the_body_limit_and_timeout_are_gateway_settings(env: Env) -> None:
 
 
 @pytest.mark.parametrize("value", [0, -1, math.nan, math.inf, True, "10"])
-@pytest.mark.parametrize("setting", ["head_timeout_s", "body_timeout_s", "max_body_bytes"])
+@pytest.mark.parametrize("setting", ["head_timeout_s", "stream_stall_s", "body_timeout_s", "max_body_bytes"])
 def test_a_setting_that_is_not_a_positive_finite_number_is_refused_naming_it(
     env: Env, setting: str, value: Any
 ) -> None:
     """Review R55: each limit is a positive finite number (``max_body_bytes`` a whole one); any
-    other value is an ``InputError`` naming the setting, before anything is served."""
+    other value is an ``InputError`` naming the setting, before anything is served.
+    Review R55: ``stream_stall_s``'s error named "the stream stall limit", not the parameter."""
     inventory = env.server.gateway.inventory
-    with pytest.raises(InputError, match=setting):
-        if setting == "head_timeout_s":
-            GatewayServer(Gateway(env.gate, inventory), port=0, head_timeout_s=value)
+    with pytest.raises(InputError, match=f"^{setting} must be "):
+        if setting in ("head_timeout_s", "stream_stall_s"):
+            GatewayServer(Gateway(env.gate, inventory), port=0, **{setting: value})
         else:
             Gateway(env.gate, inventory, **{setting: value})
     if setting == "max_body_bytes":

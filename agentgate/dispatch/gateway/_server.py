@@ -86,7 +86,7 @@ class GatewayServer:
         self.gateway = gateway
         self.host = host
         self.shutdown_grace_s = shutdown_grace_s
-        self.stream_stall_s = stream_stall_s
+        self.stream_stall_s = _seconds(stream_stall_s, "stream_stall_s")
         self.head_timeout_s = _seconds(head_timeout_s, "head_timeout_s")
         config = uvicorn.Config(
             gateway.app,
@@ -98,7 +98,9 @@ class GatewayServer:
             ws="none",  # no WebSockets served: no websockets import (a DeprecationWarning in old uvicorn)
             # Request heads are bounded in size and time (a chain token, in a header, may be up
             # to 32 KiB: docs/token-format.md); uvicorn's own httptools protocol bounds neither.
-            http=BoundedHttpToolsProtocol.with_stall(stream_stall_s).with_head_timeout(self.head_timeout_s),
+            http=BoundedHttpToolsProtocol.with_stall(self.stream_stall_s).with_head_timeout(
+                self.head_timeout_s
+            ),
             timeout_graceful_shutdown=shutdown_grace_s,
         )
         self.server: uvicorn.Server = _Server(config)
