@@ -287,12 +287,16 @@ def _written_exactly(text: str, value: float) -> bool:
     """Whether the float ``value``, loaded from the scalar ``text`` (PyYAML's ``_`` between digits
     allowed), is the number ``text`` writes, as ``exact_float`` decides it: ``0.1`` and ``1.5e3``
     are, ``9007199254740993.0`` (2**53) and ``1e-400`` (0.0) are not. Infinity and NaN are
-    refused where they matter on their own. Text neither ``float`` nor ``Decimal`` reads whole is
-    not known to be exact, so counts as not."""
+    refused where they matter on their own. The text is read as PyYAML reads it: one sign taken
+    off first, what follows read by ``float`` (``!!float -+1.5`` is -1.5, ``!!float --1.5`` is
+    1.5; a sign does not change whether a float holds a number); until review R55 such a sign form
+    was refused as inexact. Text neither ``float`` nor ``Decimal`` reads whole is not known to be
+    exact, so counts as not."""
     if not math.isfinite(value):
         return True
+    plain = text.replace("_", "")
     try:
-        return not isinstance(exact_float(text.replace("_", "")), Inexact)
+        return not isinstance(exact_float(plain[1:] if plain.startswith(("+", "-")) else plain), Inexact)
     except (ValueError, ArithmeticError):  # decimal.InvalidOperation is an ArithmeticError
         return False
 

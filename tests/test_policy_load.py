@@ -823,6 +823,19 @@ def test_a_constraint_number_no_float_holds_as_written_is_refused_at_the_number(
     assert index.evaluate("bot", Call.tool("x", {"n": 2**53 + 1})).outcome is Outcome.ALLOW
 
 
+def test_a_constraint_number_in_a_pyyaml_sign_form_is_the_number_pyyaml_reads(tmp_path: Path) -> None:
+    """Review R55: ``le: !!float -+1.5`` (PyYAML reads -1.5) was refused as a number no float holds
+    as written, though -1.5 is one; it now loads as ``le: -1.5``, and a rounded one is still refused."""
+    path = tmp_path / "p.yaml"
+    path.write_text(_EXACT.replace("BOUND", "le: !!float -+1.5"))
+    index = PolicyIndex(load_policy(path))
+    assert index.evaluate("bot", Call.tool("x", {"n": -1.5})).outcome is Outcome.ALLOW
+    assert index.evaluate("bot", Call.tool("x", {"n": -1.25})).outcome is Outcome.DENY
+    path.write_text(_EXACT.replace("BOUND", "le: !!float -+9007199254740993.0"))
+    with pytest.raises(PolicyError, match="no float holds as written"):
+        load_policy(path)
+
+
 @pytest.mark.parametrize(
     ("section", "line"),
     [

@@ -457,3 +457,12 @@ def test_a_float_other_than_the_number_written_is_recorded_where_it_is_written()
         ("b", 4): ("100.00000000000000001", 100.0),
         ("b", 5): ("100.00000000000000001", 100.0),
     }
+
+
+def test_a_float_in_pyyamls_sign_forms_is_judged_by_the_number_it_reads() -> None:
+    """Review R55: ``!!float -+1.5`` (PyYAML reads -1.5) was recorded as a number no float holds as
+    written, since neither float() nor Decimal reads that text; so was ``--1.5`` (1.5)."""
+    text = "a: !!float -+1.5\nb: !!float --1.5\nc: !!float +-0.1\nd: !!float -+9007199254740993.0\n"
+    data, locations = load_yaml(text, source="x.yaml")
+    assert [data[k] for k in "abc"] == [-1.5, 1.5, -0.1]
+    assert locations.inexact == {("d",): ("-+9007199254740993.0", -(2.0**53))}
