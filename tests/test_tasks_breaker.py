@@ -612,3 +612,41 @@ async def test_an_opening_the_store_could_not_take_is_not_undone_by_its_older_ro
     finally:
         await scheduler.aclose()
         store.close()
+
+
+async def test_a_store_worker_stopped_by_a_base_exception_releases_its_key(tmp_path: Path) -> None:
+    """Review R55: a BaseException (not an Exception) out of a store worker's write left the key
+    marked as being written, so no later transition of it was published. Rule: the key is
+    released and the transition kept as unwritten, to be written again."""
+    from agentgate.store.leases import SharedBreakers
+
+    class Stopped(BaseException):
+        pass
+
+    class StopsOnce(SharedBreakers):
+        stopped = False
+
+        def publish(self, key: str, state: str, opened_at: float) -> None:
+            if not self.stopped:
+                self.stopped = True
+                raise Stopped
+            super().publish(key, state, opened_at)
+
+    store = SQLiteStore(tmp_path / "s.db")
+    scheduler = Scheduler(SchedulerConfig(breaker=BreakerPolicy(failure_threshold=1)), store=store)
+    scheduler._shared_breakers = StopsOnce(store)
+    shared = scheduler.shared
+    try:
+        opened = ("open", time.time(), 1)
+        assert shared.queue_publication("tool:k", *opened)
+        with pytest.raises(Stopped):
+            scheduler._publish_in_order("tool:k")
+        assert shared.to_write_again("tool:k") == opened
+        assert shared.queue_publication("tool:k", *opened)  # released: a worker may start again
+        scheduler._publish_in_order("tool:k")
+        assert shared.to_write_again("tool:k") is None
+        found = SharedBreakers(store).read("tool:k")
+        assert found is not None and found.state == "open"
+    finally:
+        await scheduler.aclose()
+        store.close()

@@ -232,6 +232,15 @@ class _StoreWork:
             except Exception as exc:
                 failed = exc
                 self.shared.unwritten(key, latest)
+            except BaseException:
+                # The worker stops here (a KeyboardInterrupt, a SystemExit): this transition and
+                # any queued after it stay unwritten, and the key is released, so that its next
+                # transition or check starts a worker again (until review R55 the key stayed
+                # marked as being written, and no later transition of it was ever published).
+                self.shared.unwritten(key, latest)
+                while (dropped := self.shared.next_publication(key)) is not None:
+                    self.shared.unwritten(key, dropped)
+                raise
             else:
                 self.shared.settle(key, latest[2])
         if failed is not None:
