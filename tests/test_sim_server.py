@@ -98,6 +98,27 @@ def test_authorizations_are_counted_within_a_bound() -> None:
         assert sum(server.authorizations.values()) == AUTHORIZATIONS_KEPT + 5
 
 
+def _trickled_answer(port: int, opening: bytes, byte: bytes) -> tuple[bytes, bool]:
+    """Open a connection, send ``opening``, then ``byte`` again and again, never ending the
+    request; return what the server answered and whether it closed the connection."""
+    got, closed = b"", False
+    with socket.create_connection(("127.0.0.1", port), timeout=0.05) as conn:
+        conn.sendall(opening)
+        deadline = time.monotonic() + 10  # a bound on a failing test, not a timing asserted
+        while not closed and time.monotonic() < deadline:
+            try:
+                conn.sendall(byte)
+                chunk = conn.recv(65536)
+            except TimeoutError:
+                continue
+            except OSError:  # reset by the server after its answer
+                closed = True
+                continue
+            got += chunk
+            closed = not chunk
+    return got, closed
+
+
 def test_a_body_that_trickles_in_is_answered_408_and_the_connection_closed() -> None:
     """Review R54: the chat body was read with no time bound, so a client that sent its headers and
     then one byte a second (or nothing) held a task and up to 16 MiB for ever.
@@ -105,24 +126,12 @@ def test_a_body_that_trickles_in_is_answered_408_and_the_connection_closed() -> 
     Rule: a body not in full ``body_timeout_s`` after its headers is answered 408 with an OpenAI
     error body, ``Connection: close``, and the connection is closed."""
     with SimServer(time_scale=0.05, body_timeout_s=0.3) as server:
-        with socket.create_connection(("127.0.0.1", server.port), timeout=0.05) as conn:
-            conn.sendall(
-                b"POST /v1/chat/completions HTTP/1.1\r\nhost: sim\r\ncontent-type: application/json\r\n"
-                b"content-length: 100000\r\n\r\n{"
-            )
-            got, closed = b"", False
-            deadline = time.monotonic() + 10  # a bound on a failing test, not a timing asserted
-            while not closed and time.monotonic() < deadline:
-                try:
-                    conn.sendall(b" ")
-                    chunk = conn.recv(65536)
-                except TimeoutError:
-                    continue
-                except OSError:  # reset by the server after its answer
-                    closed = True
-                    continue
-                got += chunk
-                closed = not chunk
+        got, closed = _trickled_answer(
+            server.port,
+            b"POST /v1/chat/completions HTTP/1.1\r\nhost: sim\r\ncontent-type: application/json\r\n"
+            b"content-length: 100000\r\n\r\n{",
+            b" ",
+        )
         assert closed
         head, _, body = got.partition(b"\r\n\r\n")
         assert head.startswith(b"HTTP/1.1 408 ")
@@ -184,27 +193,6 @@ def test_a_body_over_the_limit_is_answered_413_before_the_rest_is_read(
     assert sent < declared // 4
 
 
-def _trickled_head_answer(port: int) -> tuple[bytes, bool]:
-    """Open a connection and send a request head a byte at a time, never ending it; return what
-    the server answered and whether it closed the connection."""
-    got, closed = b"", False
-    with socket.create_connection(("127.0.0.1", port), timeout=0.05) as conn:
-        conn.sendall(b"GET /health HTTP/1.1\r\nhost: sim\r\nx-slow: ")
-        deadline = time.monotonic() + 10  # a bound on a failing test, not a timing asserted
-        while not closed and time.monotonic() < deadline:
-            try:
-                conn.sendall(b"a")
-                chunk = conn.recv(65536)
-            except TimeoutError:
-                continue
-            except OSError:  # reset by the server after its answer
-                closed = True
-                continue
-            got += chunk
-            closed = not chunk
-    return got, closed
-
-
 def test_a_head_that_trickles_in_is_answered_408_and_the_connection_closed() -> None:
     """Review R55: the simulator read request heads with no time bound (uvicorn has none), so a
     client that sent a header a byte at a time held its connection for ever.
@@ -212,7 +200,7 @@ def test_a_head_that_trickles_in_is_answered_408_and_the_connection_closed() -> 
     Rule: a head not complete ``head_timeout_s`` after the connection opened is answered 408 and
     the connection is closed; nothing is served."""
     with SimServer(time_scale=0.05, head_timeout_s=0.3) as server:
-        got, closed = _trickled_head_answer(server.port)
+        got, closed = _trickled_answer(server.port, b"GET /health HTTP/1.1\r\nhost: sim\r\nx-slow: ", b"a")
         assert closed
         assert got.startswith(b"HTTP/1.1 408 "), got[:200]
         assert server.served == 0
