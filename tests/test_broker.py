@@ -14,11 +14,13 @@ from agentgate.dispatch.broker import (
     MIN_PRIORITY,
     Broker,
     BrokerEvent,
+    BrokerSnapshot,
     CheckpointNotice,
     FreeIndex,
     GangRequest,
     Granted,
     LeaseEnded,
+    QueuedRequest,
     TenantQuota,
     TimedOut,
     Topology,
@@ -865,3 +867,39 @@ def test_the_extreme_priorities_are_requests() -> None:
 def test_a_broker_setting_that_is_no_usable_number_is_a_broker_error(value: object) -> None:
     with pytest.raises(BrokerError, match="ttl_s must be finite and >= 0"):
         Broker(synthetic_topology(1, 8), [TenantQuota("a", 8)], ttl_s=value)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("request_of", "quota", "match"),
+    [
+        (lambda: GangRequest("x", "a", -(10**5000)), 8, "gpus must be at least 1, got an integer of more"),
+        (lambda: GangRequest("x", "a", 10**5000), 8, "an integer of more than 18 digits GPUs exceed"),
+        (lambda: GangRequest("x", "a", 10**5000), 10**4999, r"may ever hold \(an integer of more than 18"),
+        (
+            lambda: GangRequest("x", "a", 10**5000, topology=TopologyConstraint("node")),
+            10**5000,
+            "an integer of more than 18 digits GPUs never fit in one node",
+        ),
+        (lambda: GangRequest("x", "a", 10**5000), 10**5000, "GPUs but only 16 match its filters"),
+    ],
+    ids=["negative", "above-the-quota", "above-a-huge-quota", "above-every-node", "above-the-cluster"],
+)
+def test_a_gang_of_more_digits_than_python_writes_is_a_broker_error(
+    request_of: object, quota: int, match: str
+) -> None:
+    """Review R56: a gang or quota of more than 4,300 digits raised ValueError (no str() of it), not BrokerError."""
+    # priority got shown_number in review R51; gpus, and the ceiling quoted beside it, did not.
+    broker = make_broker(FakeClock(), quotas=[TenantQuota("a", quota)])
+    with pytest.raises(BrokerError, match=match):
+        broker.submit(request_of())  # type: ignore[operator]
+    assert broker.leases() == [] and broker.queue() == []
+
+
+def test_a_snapshot_naming_a_gang_of_more_digits_than_python_writes_is_a_broker_error() -> None:
+    """Review R56: restoring a queued gang of more than 4,300 digits raised ValueError, not BrokerError."""
+    gpu = synthetic_topology(2, 8).gpus[0].id
+    waiting = QueuedRequest(GangRequest("x", "a", 10**5000), 0.0, 60.0, nominated=(gpu,))
+    broker = make_broker(FakeClock())
+    with pytest.raises(BrokerError, match="holds 1 GPUs for a gang of an integer of more than 18 digits"):
+        broker.restore(BrokerSnapshot(0.0, (), (waiting,)))
+    assert broker.queue() == []

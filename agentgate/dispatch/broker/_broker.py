@@ -340,8 +340,11 @@ class Broker(_Restoring, _Preempting):
             raise BrokerError(f"request {request.id!r}: {exc}") from None
         n = request.gpus
         if n > ceiling:
+            # A count or a quota of thousands of digits is quoted as shown_number says: an int past
+            # 4,300 digits has no str() (ValueError), and a traceback is no answer to bad input.
             raise BrokerError(
-                f"request {request.id!r}: {n} GPUs exceed what tenant {request.tenant!r} may ever hold ({ceiling})"
+                f"request {request.id!r}: {shown_number(n)} GPUs exceed what tenant {request.tenant!r} "
+                f"may ever hold ({shown_number(ceiling)})"
             )
         eligible = eligibility(request, self.topology)
         constraint = request.topology
@@ -350,12 +353,15 @@ class Broker(_Restoring, _Preempting):
             largest = max(sum(1 for i in g if eligible is None or eligible(i)) for g in groups)
             if n > largest:
                 raise BrokerError(
-                    f"request {request.id!r}: {n} GPUs never fit in one {constraint.level} (largest has {largest})"
+                    f"request {request.id!r}: {shown_number(n)} GPUs never fit in one {constraint.level} "
+                    f"(largest has {largest})"
                 )
         else:
             count = len(self.topology) if eligible is None else sum(map(eligible, range(len(self.topology))))
             if n > count:
-                raise BrokerError(f"request {request.id!r}: {n} GPUs but only {count} match its filters")
+                raise BrokerError(
+                    f"request {request.id!r}: {shown_number(n)} GPUs but only {count} match its filters"
+                )
 
     def _local_possible(self, request: GangRequest) -> bool:
         """Whether some group at a level ``request`` prefers (before the locality wait) could ever

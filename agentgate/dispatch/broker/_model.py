@@ -155,7 +155,7 @@ class GangRequest:
             if not isinstance(value, int) or isinstance(value, bool):
                 raise BrokerError(f"request {self.id!r}: {name} must be an integer, got {value!r}")
         if self.gpus < 1:
-            raise BrokerError(f"request {self.id!r}: gpus must be at least 1, got {self.gpus}")
+            raise BrokerError(f"request {self.id!r}: gpus must be at least 1, got {shown_number(self.gpus)}")
         if not MIN_PRIORITY <= self.priority <= MAX_PRIORITY:
             raise BrokerError(
                 f"request {self.id!r}: priority must be between {MIN_PRIORITY} and {MAX_PRIORITY} "

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from agentgate.dispatch.broker._model import BrokerSnapshot, Lease, QueuedRequest
+from agentgate.dispatch.broker._model import BrokerSnapshot, Lease, QueuedRequest, shown_number
 from agentgate.dispatch.broker._placement import FreeIndex
 from agentgate.dispatch.broker._quota import QuotaBook
 from agentgate.dispatch.broker._topology import Topology
@@ -55,7 +55,9 @@ class _Restoring:
         """Record in ``into`` that ``owner`` holds ``gpus`` (none, or a whole gang of ``size``);
         raise ``BrokerError`` for a GPU this topology lacks or one ``into`` has already."""
         if len(gpus) not in (0, size):
-            raise BrokerError(f"snapshot: {owner!r} holds {len(gpus)} GPUs for a gang of {size}")
+            raise BrokerError(
+                f"snapshot: {owner!r} holds {len(gpus)} GPUs for a gang of {shown_number(size)}"
+            )
         for gpu in gpus:
             if gpu not in self.topology.index:
                 raise BrokerError(f"snapshot: {owner!r} names unknown gpu {gpu!r}")
