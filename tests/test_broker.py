@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import random
+import time
 from collections.abc import Sequence
 
 import pytest
@@ -903,3 +904,28 @@ def test_a_snapshot_naming_a_gang_of_more_digits_than_python_writes_is_a_broker_
     with pytest.raises(BrokerError, match="holds 1 GPUs for a gang of an integer of more than 18 digits"):
         broker.restore(BrokerSnapshot(0.0, (), (waiting,)))
     assert broker.queue() == []
+
+
+def test_a_broker_restored_on_a_host_whose_clock_is_behind_still_expires_a_dead_holders_lease(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Review R56: a broker restored where the wall clock is behind the snapshot's kept every lease that much longer."""
+    wall, steady = [10_000.0], [0.0]
+    monkeypatch.setattr(time, "time", lambda: wall[0])
+    monkeypatch.setattr(time, "monotonic", lambda: steady[0])
+    quotas = [TenantQuota("a", 8)]
+    broker = Broker(synthetic_topology(1, 8), quotas, ttl_s=60.0)  # the default clock
+    broker.submit(GangRequest("ft-1", "a", 8))
+    steady[0] += 50
+    assert broker.renew("ft-1").expires_at == 10_110.0
+    saved = broker.snapshot()
+    # The process dies with the lease's holder; the broker restarts on a host an hour behind.
+    wall[0], steady[0] = 10_050.0 - 3600, 7.0
+    restored = Broker(synthetic_topology(1, 8), quotas, ttl_s=60.0)
+    restored.restore(saved)
+    steady[0] += 61  # past the lease's expiry: 60 s after its last renewal, 11 s after the save
+    assert [(e.lease.id, e.reason, e.at) for e in only(restored.advance(), LeaseEnded)] == [
+        ("ft-1", "expired", 10_111.0)  # its time held, 111 s, as a settlement reads it
+    ]
+    assert restored.free_gpus() == 8
+    assert restored.clock() == saved.taken_at + 61  # time on it never runs back past what it saved

@@ -90,6 +90,16 @@ class SteadyWallClock:
     def __call__(self) -> float:
         return self._wall + (time.monotonic() - self._steady)
 
+    def not_before(self, moment: float) -> None:
+        """Move this clock forward, if it is behind, so that it reads ``moment`` now; never back.
+        ``Broker.restore`` calls it with the snapshot's time: a host whose clock is behind the one
+        that wrote the snapshot (a failover to a host that lags, a clock reset at boot) would
+        otherwise keep every lease and wait that much longer, and settle a lease's time held
+        short by as much."""
+        behind = moment - self()
+        if behind > 0:
+            self._wall += behind
+
 
 class LeaseJournal(Protocol):
     """Where the broker writes its state after each change (``agentgate.store.broker_leases``)."""
@@ -306,6 +316,8 @@ class Broker(_Restoring, _Preempting):
 
         Only on a broker that has done nothing yet. Leases keep their expiry and notice
         deadlines, so a lease whose holder died while the broker was down ends at the next call.
+        The default clock (``SteadyWallClock``) is moved forward to the snapshot's time if it is
+        behind it: time on a restored broker never runs back past what it saved.
         Raises ``BrokerError``, changing nothing, when the broker is not empty or the snapshot
         does not match this topology and these quotas (unknown GPU or tenant, a GPU held twice,
         a gang of the wrong size) or names one lease or request id twice.
@@ -314,6 +326,8 @@ class Broker(_Restoring, _Preempting):
             if self._leases or self._waiting or self._seq:
                 raise BrokerError("restore needs a broker that has done nothing yet")
             self._check_snapshot(snapshot)
+            if isinstance(self.clock, SteadyWallClock):  # an injected clock is the caller's to keep
+                self.clock.not_before(snapshot.taken_at)
             self._restore_leases(snapshot.leases)
             self._restore_queue(snapshot.queue)
             self._dirty = True
