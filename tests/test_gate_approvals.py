@@ -722,3 +722,68 @@ def test_a_refusal_in_one_thread_leaves_the_other_threads_request_open(tmp_path:
         assert gate.approvals.get(in_b.request["id"]).state == "denied"
     finally:
         desk.gate.close()
+
+
+def test_the_open_requests_of_two_threads_asking_the_same_call_are_both_known(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Review R56: the Gate's memory of the requests it asked (``_open_requests``) was keyed by
+    call hash alone, so of two threads asking the same call the later asking evicted the
+    other's request (and a request asked again after its own expired evicted the live one of
+    the other thread): each approval of the shadowed request read its entry from the store
+    again. Both threads paused, A approved, B resumed, A expired and asked again: each approval
+    refers to its own thread's ``approval_required`` entry, read from memory, never the store."""
+    from test_gate_approvals_revoked import PUBLISH, _desk
+
+    desk = _desk(tmp_path)
+    try:
+        gate, me = desk.gate, desk.supervisor
+        store_reads: list[str] = []
+        read = gate.approvals.asked_index
+
+        def counted(approval_id: str, call_hash: str, **kw: Any) -> int | None:
+            store_reads.append(approval_id)
+            return read(approval_id, call_hash, **kw)
+
+        monkeypatch.setattr(gate.approvals, "asked_index", counted)
+
+        def ask(thread: str, approval: Approval | None = None) -> Authorization:
+            return gate.authorize(
+                me,
+                PUBLISH,
+                call_id="publish-0",
+                run_id=f"{thread}|t",
+                asked_in=(f"{thread}|", "answer-1"),
+                approval=approval,
+            )
+
+        def given_ref(auth: Authorization) -> int | None:
+            assert auth.allowed, auth.reasons
+            gate.flush()
+            (given,) = [e for e in gate.audit.entries() if e.kind == "approval_given"][-1:]
+            return given.ref
+
+        in_a, in_b = ask("A"), ask("B")
+        assert in_a.request is not None and in_b.request is not None
+        assert in_a.request["id"] != in_b.request["id"]
+        a_yes = Approval.parse(gate.approve(in_a.approval_payload(), desk.keys["dana"]))
+        assert given_ref(ask("A", a_yes)) == in_a.audit_index
+        b_again = ask("B")  # resumed before its approval came: the same request, the same entry
+        assert b_again.request is not None and b_again.request["id"] == in_b.request["id"]
+        assert b_again.audit_index == in_b.audit_index
+
+        in_c = ask("C")  # a third thread: its request expires unanswered, and it asks again
+        assert in_c.request is not None
+        with gate.store.transaction() as tx:
+            tx.execute(
+                "UPDATE approvals SET expires_at = ? WHERE id = ?", (time.time() - 1, in_c.request["id"])
+            )
+        c_again = ask("C")
+        assert c_again.request is not None and c_again.request["id"] != in_c.request["id"]
+        c_yes = Approval.parse(gate.approve(c_again.approval_payload(), desk.keys["erin"]))
+        b_yes = Approval.parse(gate.approve(b_again.approval_payload(), desk.keys["erin"]))
+        assert given_ref(ask("B", b_yes)) == in_b.audit_index
+        assert given_ref(ask("C", c_yes)) == c_again.audit_index
+        assert store_reads == []
+    finally:
+        desk.gate.close()

@@ -255,8 +255,8 @@ class _Approvals:
         here when this process asked that very request, else read from the store (another
         process sharing it asked, or this one before a restart)."""
         with self._lock:
-            asked = self._open_requests.get(request["call_hash"])
-        if asked is not None and asked[0] == approval.request:
+            asked = self._open_requests.get(approval.request)
+        if asked is not None and asked[0] == request["call_hash"]:
             return asked[1]
         return self.approvals.asked_index(approval.request, request["call_hash"], tx=tx)
 
@@ -341,7 +341,7 @@ class _Approvals:
                 raise InputError(f"approval request {request['id']} cannot be declined: {exc}") from None
             index = self.audit.append({**self._entry(refused, "deny"), "ref": auth.audit_index}, tx)
         with self._lock:
-            self._open_requests.pop(request["call_hash"], None)
+            self._open_requests.pop(request["id"], None)
         refused = replace(refused, audit_index=index)
         self._refusal_span(refused)
         return refused
@@ -374,12 +374,12 @@ class _Approvals:
             if void is None:
                 return None
             with self._lock:
-                self._open_requests.pop(call_hash, None)
+                self._open_requests.pop(void[0], None)
             return void[1]
         with contextlib.suppress(Denied, Expired, Revoked, InputError):  # decided meanwhile
             self.approvals.deny(known[0], "agentgate:refused", tx=tx)
         with self._lock:
-            self._open_requests.pop(call_hash, None)
+            self._open_requests.pop(known[0], None)
         return known[1]
 
     def _record_approval_request(
@@ -417,11 +417,9 @@ class _Approvals:
                 # A forged, self-signed or misdirected approval is evidence too: without this
                 # entry only the answer said it was refused, and the log showed nothing.
                 asked = self.audit.append({**self._entry(auth, "approval_required"), "ref": known[1]}, t)
-        with self._lock:
-            if known is None:
-                self._open_requests.pop(call_hash, None)
-            else:
-                self._open_requests[call_hash] = known
+        if known is not None:
+            with self._lock:
+                self._open_requests[known[0]] = (call_hash, known[1], known[2])
         if known is not None:
             # The same call asked again (LangGraph re-runs a node when it resumes): one request,
             # one audit entry, until it is answered or expires.
@@ -455,9 +453,9 @@ class _Approvals:
             if now >= self._requests_purge_at:
                 # Requests nobody answered (their runs abandoned) leave once expired, in one pass
                 # at most every DELEGATIONS_PURGE_S: a service's memory does not grow per request.
-                self._open_requests = {h: r for h, r in self._open_requests.items() if r[2] > now}
+                self._open_requests = {i: r for i, r in self._open_requests.items() if r[2] > now}
                 self._requests_purge_at = now + DELEGATIONS_PURGE_S
-            self._open_requests[call_hash] = (request_id, index, float(request["expires_at"]))
+            self._open_requests[request_id] = (call_hash, index, float(request["expires_at"]))
         return replace(auth, audit_index=index, request={**request, "id": request_id, "approved_by": []})
 
     def _supersede(
@@ -470,9 +468,9 @@ class _Approvals:
         Each is closed as denied, and a ``deny`` entry of the call it named refers to its
         ``approval_required`` entry, as a declined request's does; once ``tx`` commits, each
         such entry has its refusal span (``_superseded_span``)."""
-        for old_id, old_hash, asked_index in self.approvals.supersede(call_key, tx=tx):
+        for old_id, _, asked_index in self.approvals.supersede(call_key, tx=tx):
             with self._lock:
-                self._open_requests.pop(old_hash, None)
+                self._open_requests.pop(old_id, None)
             if asked_index is None:
                 continue
             asked = self.audit.entry(asked_index, tx)
@@ -507,9 +505,9 @@ class _Approvals:
         closed = self.approvals.void_standing_on(grant_ids, tx=tx)
         if not closed:
             return
-        gone = {approval_id for approval_id, _, _ in closed}
         with self._lock:
-            self._open_requests = {h: r for h, r in self._open_requests.items() if r[0] not in gone}
+            for approval_id, _, _ in closed:
+                self._open_requests.pop(approval_id, None)
         for approval_id, grant_id, asked_index in closed:
             if asked_index is None:
                 continue
@@ -561,7 +559,7 @@ class _Approvals:
         approvers = self.approvals.consume(approval.request, request["call_hash"], tx=tx, rule=rule)
         asked_index = self._asked_index(approval, request, tx)
         with self._lock:
-            self._open_requests.pop(request["call_hash"], None)
+            self._open_requests.pop(approval.request, None)
         given = self._write_approval_given(approval, request, asked_index, tx) if voted else None
         # The request, as a call that pauses before completing re-arms it (``_write_outcome``).
         consumed = replace(
@@ -583,8 +581,8 @@ class _Approvals:
         reasons.append(f"{when}: approval request {request['id']} is pending again")
         if request.get("asked_index") is not None:  # the resumed call asks for the same request
             with self._lock:
-                self._open_requests[request["call_hash"]] = (
-                    request["id"],
+                self._open_requests[request["id"]] = (
+                    request["call_hash"],
                     request["asked_index"],
                     float(request["expires_at"]),
                 )

@@ -181,8 +181,10 @@ class Gate(_Delegation, _Approvals, _Recording, _Costs, _Running, _Settlement, _
         self._dispatch_lock = threading.Lock()
         self._dispatch_closed = False
         self._open_requests: dict[str, tuple[str, int | None, float]] = {}
-        """Approval requests asked in this process and not yet answered: call hash -> (id, audit index, expiry);
-        expired ones leave at a later request (within ``DELEGATIONS_PURGE_S``)."""
+        """Approval requests asked in this process and not yet answered: request id -> (call hash,
+        audit index, expiry); expired ones leave at a later request (within ``DELEGATIONS_PURGE_S``).
+        Keyed by the request, as the store is: the same call asked in two threads has two requests
+        (``approval_calls``), and until review R56 one thread's asking evicted the other's."""
         self._requests_purge_at = 0.0
         self.delegations: list[tuple[str, AgentIdentity]] = []
         """(parent agent name, sub-agent identity) for the live delegations this gate made, in
