@@ -456,3 +456,39 @@ def test_grant_revoke_revokes_when_the_approvals_tables_cannot_be_made(
 
     assert "revoke" in _kinds(desk.gate) and desk.open_ids() == []
     assert desk.gate.approvals.get(auth.request["id"]).state == "pending"
+
+
+@pytest.mark.parametrize("quorum", [1, 2])
+@pytest.mark.parametrize("call_id", ["publish-0", None], ids=["tool_call_id", "no_call_id"])
+def test_an_approval_of_a_call_revoked_in_the_store_never_runs_it_and_closes_its_request(
+    tmp_path: Path, quorum: int, call_id: str | None
+) -> None:
+    """Review R56: a call without a call id (``Gate.authorize`` called directly; likewise a model
+    call or a GPU lease), paused for approval, its grant revoked straight in the store (another
+    process's ``GrantRepository.revoke``), then decided with a valid approval was refused, but its
+    void request stayed ``pending`` for good and the ``deny`` referred to nothing: only a tool
+    call with an id closed it. Any call refused as revoked now closes its void request, as denied
+    by ``agentgate:revoked``, its ``deny`` referring to the ``approval_required`` entry; the
+    approval is never used nor logged as given, and the request can no longer be declined."""
+    desk = _desk(tmp_path, quorum=quorum)
+    try:
+        gate = desk.gate
+        auth = gate.authorize(desk.supervisor, PUBLISH, call_id=call_id)
+        assert auth.needs_approval and auth.request is not None
+        yes = Approval.parse(gate.approve(auth.approval_payload(), desk.keys["dana"]))
+        GrantRepository(gate.store).revoke(desk.supervisor.grant_id, now=int(time.time()))
+
+        refused = gate.authorize(desk.supervisor, PUBLISH, call_id=call_id, approval=yes)
+
+        assert refused.verdict == "deny" and refused.audit_index is not None
+        assert any(finding.code == "revoked" for finding in refused.findings)
+        entry = gate.audit.entry(refused.audit_index)
+        assert entry.kind == "deny" and entry.ref == auth.audit_index
+        record = gate.approvals.get(auth.request["id"])
+        assert (record.state, record.approver) == ("denied", VOIDED)
+        assert gate.approvals.approvers(auth.request["id"]) == ()
+        assert _kinds(gate).count("approval_given") == 0
+        with pytest.raises(InputError, match="cannot be declined"):
+            gate.decline(auth, "after the refusal")
+    finally:
+        desk.gate.close()

@@ -358,17 +358,27 @@ class _Approvals:
         while the run waited) is not open, but it is closed too, as denied by ``agentgate:revoked``
         (``ApprovalStore.void_for``), and referred to: until review R55 it stayed ``pending`` in
         the table, and the refusal referred to nothing. ``call_key``: the framework call refused
-        (``_scoped_call_key``); only its own requests are closed, never another run's."""
+        (``_scoped_call_key``); only its own requests are closed, never another run's.
+
+        An open request is closed only for a tool call with an id. A void one is closed for any
+        call refused as revoked (one without an id, a model call, a GPU lease): no caller can use
+        it any more, and until review R56 such a request stayed ``pending`` for good when the
+        revocation was written straight into the store. Other refusals of those calls read nothing."""
         identity = refused.identity
-        if not call_id or identity is None or not refused.call.resource.startswith("tool:"):
+        if identity is None:
+            return None
+        tool_call = bool(call_id) and refused.call.resource.startswith("tool:")
+        if not tool_call and not any(finding.code == "revoked" for finding in refused.findings):
             return None
         try:
             digest = argument_digest(refused.call.args)
         except InputError:
             return None
         call = refused.call
-        call_hash = approval_call_hash(call.resource, call.action, digest, identity.grant_id, call_id)
-        known = self.approvals.open_for(call_hash, identity.did, call_key=call_key, tx=tx)
+        call_hash = approval_call_hash(call.resource, call.action, digest, identity.grant_id, call_id or "")
+        known = (
+            self.approvals.open_for(call_hash, identity.did, call_key=call_key, tx=tx) if tool_call else None
+        )
         if known is None:
             void = self.approvals.void_for(call_hash, identity.did, call_key=call_key, tx=tx)
             if void is None:
