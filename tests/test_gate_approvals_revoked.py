@@ -22,7 +22,7 @@ import pytest
 
 from agentgate.capabilities import Call
 from agentgate.cli.main import main
-from agentgate.errors import InputError, Revoked, StoreError
+from agentgate.errors import Expired, InputError, Revoked, StoreError
 from agentgate.gate import AgentIdentity, Approval, Authorization, Gate
 from agentgate.keys import SigningKey
 from agentgate.policy import parse_policy
@@ -492,3 +492,24 @@ def test_an_approval_of_a_call_revoked_in_the_store_never_runs_it_and_closes_its
             gate.decline(auth, "after the refusal")
     finally:
         desk.gate.close()
+
+
+def test_declining_a_void_request_that_expired_is_recorded_as_declined(desk: Desk) -> None:
+    """Review R56: a request void by a revocation written straight into the store, and expired
+    before anyone answered, could not be declined (``InputError``: void, and too late to be
+    closed as void), while an expired request is declined: the middleware then refused the call
+    with no entry, and the request's ``approval_required`` entry stayed unanswered in the log. It
+    is now declined as an expired one: a ``deny`` referring to it."""
+    auth = desk.ask()
+    assert auth.request is not None
+    GrantRepository(desk.gate.store).revoke(desk.supervisor.grant_id, now=int(time.time()))
+    with desk.gate.store.transaction() as tx:
+        tx.execute("UPDATE approvals SET expires_at = ? WHERE id = ?", (time.time() - 1, auth.request["id"]))
+
+    declined = desk.gate.decline(auth, "nobody answered")
+
+    assert not declined.allowed and declined.audit_index is not None
+    entry = desk.gate.audit.entry(declined.audit_index)
+    assert entry.kind == "deny" and entry.ref == auth.audit_index
+    with pytest.raises(Expired, match="expired"):
+        desk.gate.approvals.approve(auth.request["id"], desk.keys["dana"].did)

@@ -651,11 +651,15 @@ class ApprovalStore:
                     "for again under a new request"
                 )
             raise Denied(f"approval {approval_id} is denied")
+        # Expired before void: an expired request is over whatever its grants became, and a
+        # caller that closes an expired request (``Gate.decline``) must be told so. Until review
+        # R56 one also void (a revocation written straight into the store) was refused as void,
+        # which ``Gate.decline`` cannot settle once it expired: the request stayed unanswered.
+        if record.expires_at <= now:
+            raise Expired(f"approval {approval_id} expired")
         revoked = self._revoked_grant(tx, approval_id) if record.state in ("pending", "approved") else None
         if revoked is not None:
             raise Revoked(f"approval request {approval_id} is void: grant {revoked} was revoked")
-        if record.expires_at <= now:
-            raise Expired(f"approval {approval_id} expired")
         if approver and record.requester == approver:
             raise Denied("the approver must not be the requester")
         if (
