@@ -513,3 +513,28 @@ def test_declining_a_void_request_that_expired_is_recorded_as_declined(desk: Des
     assert entry.kind == "deny" and entry.ref == auth.audit_index
     with pytest.raises(Expired, match="expired"):
         desk.gate.approvals.approve(auth.request["id"], desk.keys["dana"].did)
+
+
+def test_an_approval_found_void_as_it_is_used_closes_its_request(
+    desk: Desk, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Review R56: on PostgreSQL a revocation written straight into the store (not through the
+    Gate, so without its lock) can commit between the decision's read of the revocations and the
+    use of the approval; the use then raises ``Revoked`` and the call was refused, referring to
+    its request, but the request stayed ``pending`` (void) for good. It is now closed with the
+    refusal, as denied by ``agentgate:revoked``. Here the decision's read is made to miss the
+    revocation committed before it, as that read would."""
+    auth = desk.ask()
+    assert auth.request is not None
+    yes = Approval.parse(desk.gate.approve(auth.approval_payload(), desk.keys["dana"]))
+    GrantRepository(desk.gate.store).revoke(desk.supervisor.grant_id, now=int(time.time()))
+    monkeypatch.setattr(desk.gate.grants, "revoked", lambda grant_ids: set())
+
+    refused = desk.gate.authorize(desk.supervisor, PUBLISH, call_id="publish-0", approval=yes)
+
+    assert refused.verdict == "deny" and refused.audit_index is not None
+    assert any("is void" in reason for reason in refused.reasons), refused.reasons
+    assert desk.gate.audit.entry(refused.audit_index).ref == auth.audit_index
+    record = desk.gate.approvals.get(auth.request["id"])
+    assert (record.state, record.approver) == ("denied", VOIDED)
+    assert _kinds(desk.gate).count("approval_given") == 0

@@ -316,6 +316,11 @@ class _Recording:
             # Refers to the request it ends, as a declined one does (if it was for this call).
             refused = replace(auth, reasons=(f"approval not usable: {exc}",))
             if approval is not None and request is not None:
+                if isinstance(exc, Revoked):
+                    # Void since the decision read the revocations (another process's, written
+                    # straight into a PostgreSQL store meanwhile): closed with this refusal, as
+                    # ``_close_asked`` closes one; until review R56 it stayed ``pending``.
+                    self.approvals.void(approval.request, tx=tx)
                 asked_at = self.approvals.asked_index(approval.request, request["call_hash"], tx=tx)
                 return self._write_refusal(refused, tx, ref=asked_at)
         return self._write_refusal(refused, tx)
