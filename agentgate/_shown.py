@@ -1,11 +1,50 @@
-"""File names as messages quote them: one line, each unprintable character escaped once.
+"""What messages quote: file names as one line, each unprintable character escaped once, and a
+character refused in typed text named as what it is, with its code point.
 
-Below ``errors``, ``findings`` and ``keys``, which all quote file names (a policy, a key file)
-in text that reaches terminals and logs, so that none of them imports another for it."""
+Below ``errors``, ``findings``, ``keys``, ``capabilities`` and the CLI, which all quote file
+names (a policy, a key file) or refuse characters in text that reaches terminals and logs, so
+that none of them imports another for it."""
 
 from __future__ import annotations
 
 import os
+import unicodedata
+
+_UNPRINTABLE = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
+
+_BIDI_CONTROLS = frozenset(
+    "\u061c\u200e\u200f" + "".join(map(chr, range(0x202A, 0x202F))) + "".join(map(chr, range(0x2066, 0x206A)))
+)
+"""The marks, embeddings, overrides and isolates that reorder the text around them (Unicode
+Standard Annex #9): ALM, LRM, RLM, LRE..RLO (U+202A..U+202E), LRI..PDI (U+2066..U+2069)."""
+
+
+def not_printable(char: str) -> bool:
+    """Whether ``char`` is a control, format, surrogate or line/paragraph-separator character: one
+    that can break a line, move the cursor, reorder text (bidi overrides) or hide in it."""
+    return unicodedata.category(char) in _UNPRINTABLE
+
+
+def character_named(char: str) -> str:
+    """What a ``not_printable`` character is, for the error that refuses it, with its code point:
+    ``control character '\\x1b' (U+001B)``, ``bidirectional-text control character U+202E``,
+    ``invisible format character U+200B``, ``line separator U+2028``; a byte that is not UTF-8
+    (which ``os.fsdecode`` and the CLI's ``text`` keep as ``\\udcXX``) is named as that byte."""
+    code = f"U+{ord(char):04X}"
+    if "\udc80" <= char <= "\udcff":
+        return f"a byte that is not UTF-8 (0x{ord(char) - 0xDC00:02x})"
+    if char in _BIDI_CONTROLS:
+        return f"bidirectional-text control character {code}"
+    category = unicodedata.category(char)
+    if category == "Cc":
+        return f"control character {char!r} ({code})"
+    named = {
+        "Cf": "invisible format character",
+        "Cs": "lone surrogate (half of a UTF-16 pair, not Unicode text)",
+        "Zl": "line separator",
+        "Zp": "paragraph separator",
+    }
+    return f"{named.get(category, 'character')} {code}"
 
 
 def shown_path(path: object) -> str:

@@ -760,9 +760,9 @@ def test_deciding_calls_never_runs_the_key_text_check(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("name", "shown", "char"),
     [
-        ("bad\nname", "'bad\\nname'", "'\\n'"),
-        ("bad\r\nname", "'bad\\r\\nname'", "'\\r'"),
-        ("x\x1b[2J", "'x\\x1b[2J'", "'\\x1b'"),
+        ("bad\nname", "'bad\\nname'", "'\\n' (U+000A)"),
+        ("bad\r\nname", "'bad\\r\\nname'", "'\\r' (U+000D)"),
+        ("x\x1b[2J", "'x\\x1b[2J'", "'\\x1b' (U+001B)"),
     ],
 )
 def test_keys_new_quotes_a_name_refused_for_a_control_character(
@@ -793,5 +793,5 @@ def test_keys_new_still_hides_a_pem_key_given_as_its_name(
     err = capsys.readouterr().err
     assert err == (
         "agentgate: error: invalid key name (not shown: it looks like a key itself): control character "
-        "'\\n'; use a plain file name\n"
+        "'\\n' (U+000A); use a plain file name\n"
     )

@@ -18,7 +18,6 @@ import json
 import math
 import re
 import time
-import unicodedata
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any, Literal, get_args
@@ -27,6 +26,7 @@ import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 from agentgate._json import is_plain
+from agentgate._shown import not_printable
 from agentgate.errors import InputError, TamperDetected
 
 EntryKind = Literal["allow", "deny", "approval_required", "approval_given", "revoke", "spend", "outcome"]
@@ -340,14 +340,7 @@ def _fast_fields(fields: Mapping[str, Any]) -> dict[str, Any] | None:
     return values
 
 
-_UNPRINTABLE = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
 _MAX_MESSAGE = 500
-
-
-def not_printable(char: str) -> bool:
-    """Whether ``char`` is a control, format, surrogate or line/paragraph-separator character: one
-    that can break a line, move the cursor, reorder text (bidi overrides) or hide in it."""
-    return unicodedata.category(char) in _UNPRINTABLE
 
 
 def one_line(text: str) -> str:

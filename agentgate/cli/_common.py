@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from agentgate._json import exact_float, first_inexact, inexact_said
+from agentgate._shown import character_named, not_printable
 from agentgate._time import utc_text
-from agentgate.audit.entry import not_printable
 from agentgate.errors import InputError, KeyFileError, NoStore, SourceError
 from agentgate.store import Store, checked_sqlite_path, is_conninfo, open_store, store_url
 from agentgate.store._existing import STORE_TABLES
@@ -164,12 +164,38 @@ def given_path(text: str) -> Path:
     return Path(given(text))
 
 
-def unprintable(char: str) -> str:
-    """What a ``not_printable`` character of an argument is, for an error: a byte that is not UTF-8
-    (``text`` keeps it as ``\\udcXX``) is named as that byte, anything else as a control character."""
-    if "\udc80" <= char <= "\udcff":
-        return f"a byte that is not UTF-8 (0x{ord(char) - 0xDC00:02x})"
-    return f"control character {char!r}"
+MAX_FREE_TEXT = 1000
+"""The most characters a free-text flag that is recorded (a reason, a name) may hold."""
+
+
+def one_line_text(
+    flag: str, limit: int = MAX_FREE_TEXT, *, names: bool = False, keeps_bytes: bool = False
+) -> Callable[[str], str]:
+    """An argparse ``type`` for free text that is recorded (in an audit entry, a signed grant):
+    ``text``, and refused with ``InputError`` (exit 2, one line naming ``flag``) when it holds a
+    ``not_printable`` character (C0, C1, DEL, a bidi override or isolate, a line separator),
+    named with its code point and position (``character_named``), or is longer than ``limit``
+    characters. Output escapes such characters, but the record kept them (until review R56).
+    ``names``: the value names someone (``--by``), and an empty one is refused as ``given``.
+    ``keeps_bytes``: a byte that is not UTF-8 (a Latin-1 terminal's ``é``, kept as ``\\udcXX``)
+    is let through, to be recorded escaped: ``grant revoke``'s text, since a revocation never
+    fails for a locale (review R29); a typed control character is no locale's doing."""
+
+    def refused(char: str) -> bool:
+        return not_printable(char) and not (keeps_bytes and "\udc80" <= char <= "\udcff")
+
+    def checked(value: str) -> str:
+        value = text(given(value) if names else value)
+        at = next((i for i, c in enumerate(value) if refused(c)), None)
+        if at is not None:
+            raise InputError(
+                f"{flag} holds {character_named(value[at])} at character {at + 1}; write one line of text"
+            )
+        if len(value) > limit:
+            raise InputError(f"{flag} is {len(value):,} characters long; at most {limit:,}")
+        return value
+
+    return checked
 
 
 def printable(text: str) -> str:

@@ -16,7 +16,6 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from agentgate.audit.entry import not_printable
 from agentgate.authority import (
     MAX_TOKEN_BYTES,
     Budget,
@@ -33,20 +32,21 @@ from agentgate.authority import (
     revoke_holder,
 )
 from agentgate.authority._chain_findings import link_findings, root_findings
-from agentgate.authority._grant import GRANT_CONTEXT, MAX_DEPTH, TOKEN_PREFIX
+from agentgate.authority._grant import GRANT_CONTEXT, MAX_DEPTH, MAX_PURPOSE, TOKEN_PREFIX
 from agentgate.authority._signatures import verify_signature
 from agentgate.capabilities import Call, Capability
 from agentgate.cli._common import (
+    MAX_FREE_TEXT,
     given,
     given_path,
     given_text,
     json_object,
+    one_line_text,
     open_existing_store,
     parse_duration,
     printable,
     shown_policy,
     text,
-    unprintable,
     utc,
     write_json,
 )
@@ -203,10 +203,16 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument("--store", type=given, metavar="URL", help="store URL or path (default: AGENTGATE_STORE)")
     p.add_argument("--json", action="store_true", help="print what was revoked as JSON")
-    p.add_argument("--reason", default="", type=text, help="recorded with the revocation")
+    p.add_argument(
+        "--reason",
+        default="",
+        type=one_line_text("--reason", keeps_bytes=True),
+        metavar="TEXT",
+        help=f"one line of text, recorded with the revocation (at most {MAX_FREE_TEXT:,} characters)",
+    )
     p.add_argument(
         "--by",
-        type=given_text,
+        type=one_line_text("--by", names=True, keeps_bytes=True),
         default="operator",
         metavar="NAME",
         help="who revokes, recorded as the audit entry's principal (default: operator)",
@@ -228,7 +234,13 @@ def _common_grant_args(p: argparse.ArgumentParser, *, required: bool = True) -> 
     p.add_argument(
         "--budget", metavar="AMOUNT", help="AMOUNT[:UNIT] in integer minor units (default usd_micros)"
     )
-    p.add_argument("--purpose", default="", type=text, help="free text, signed into the grant")
+    p.add_argument(
+        "--purpose",
+        default="",
+        type=one_line_text("--purpose", MAX_PURPOSE),
+        metavar="TEXT",
+        help=f"one line of text, signed into the grant (at most {MAX_PURPOSE} characters)",
+    )
     p.add_argument("--out", type=given_path, metavar="FILE", help="write the token here instead of stdout")
 
 
@@ -321,15 +333,6 @@ def _record_and_write(repo: GrantRepository, chain: Chain, out: Path | None) -> 
     sys.stderr.write(f"wrote {out} (grant {chain.id})\n")
 
 
-def _purpose(text: str) -> str:
-    """``--purpose`` as given; raises ``InputError`` for control or format characters in it
-    (a newline or an escape sequence would forge lines wherever the purpose is shown)."""
-    bad = next((c for c in text if not_printable(c)), None)
-    if bad is not None:
-        raise InputError(f"--purpose holds {unprintable(bad)}; write one line of text")
-    return text
-
-
 @contextlib.contextmanager
 def _repo(*, existing: bool = False) -> Iterator[GrantRepository]:
     """The grant store of ``AGENTGATE_STORE``, closed when the command is done with it. Left open,
@@ -368,7 +371,7 @@ def _finding_line(finding: Finding) -> str:
 def _issue(args: argparse.Namespace) -> int:
     key = load_signing_key(args.issuer)
     audience = load_public_key(args.to)
-    purpose = _purpose(args.purpose)
+    purpose = args.purpose
     if args.policy or args.role:
         capabilities, ttl, budget, depth = _role_grant(args, key.did)
         purpose = purpose or f"role {args.role}"
@@ -403,7 +406,7 @@ def _delegate(args: argparse.Namespace) -> int:
     _refuse_out_over_token(args.out, args.token)
     holder = load_signing_key(args.holder)
     audience, ttl, budget = load_public_key(args.to), parse_duration(args.ttl), _budget(args.budget)
-    purpose = _purpose(args.purpose)
+    purpose = args.purpose
     with _repo(existing=True) as repo:
         revoked = repo.revoked(parent.ids)
         if revoked:

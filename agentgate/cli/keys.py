@@ -6,8 +6,8 @@ import argparse
 import sys
 from typing import Any
 
-from agentgate.audit.entry import not_printable
-from agentgate.cli._common import given_path, unprintable
+from agentgate._shown import character_named, not_printable
+from agentgate.cli._common import given_path
 from agentgate.errors import KeyFileError
 from agentgate.keys import SigningKey, is_key_text, save_key, shown_value
 
@@ -35,7 +35,7 @@ def _new(args: argparse.Namespace) -> int:
     bad = next((c for c in args.name if not_printable(c)), None)
     if bad is not None:  # a line break or escape in a file name breaks every script that lists it
         raise KeyFileError(
-            f"invalid key name {_shown_name(args.name)}: {unprintable(bad)}; use a plain file name"
+            f"invalid key name {_shown_name(args.name)}: {character_named(bad)}; use a plain file name"
         )
     key = SigningKey.generate()
     save_key(key, args.dir, args.name)

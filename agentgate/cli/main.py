@@ -216,7 +216,7 @@ def _one_line(text: str) -> str:
     """An error as one line of at most 2,000 characters, safe on a terminal: white space runs made
     one space, and what could still move the cursor or reorder the text (escape sequences, bidi
     overrides from a hostile token quoted in the message) escaped."""
-    from agentgate.audit.entry import not_printable  # on the error path only: keeps --help light
+    from agentgate._shown import not_printable  # on the error path only: keeps --help light
 
     line = " ".join(text.split())[:2000]
     return "".join(c.encode("unicode_escape").decode("ascii") if not_printable(c) else c for c in line)

@@ -17,9 +17,11 @@ import sys
 from typing import Any
 
 from agentgate.cli._common import (
+    MAX_FREE_TEXT,
     given,
     given_text,
     listed,
+    one_line_text,
     open_audit_log,
     open_existing_store,
     parse_duration,
@@ -82,9 +84,19 @@ def register(subparsers: Any) -> None:
     said.add_argument("--ran", action="store_true", help="the call had its effect")
     said.add_argument("--not-run", action="store_true", help="the call had no effect")
     settling.add_argument(
-        "--by", default="operator", metavar="NAME", help="who settles it (default operator)"
+        "--by",
+        default="operator",
+        type=one_line_text("--by", names=True),
+        metavar="NAME",
+        help="who settles it (default operator)",
     )
-    settling.add_argument("--reason", default="", metavar="TEXT", help="why, for the audit entry")
+    settling.add_argument(
+        "--reason",
+        default="",
+        type=one_line_text("--reason"),
+        metavar="TEXT",
+        help=f"why, one line of text for the audit entry (at most {MAX_FREE_TEXT:,} characters)",
+    )
     settling.add_argument(
         "--older-than",
         type=_age,
