@@ -196,3 +196,29 @@ def test_a_hand_built_invocation_with_a_wrong_typed_field_is_denied_not_raised(
     decision = authority.decide(replace(_SIGNED, **{field: value}), now=_NOW)  # type: ignore[arg-type]
     assert decision.outcome is Outcome.DENY
     assert [f.code for f in decision.findings] == [code]
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        ("tool:x?note=\x1b[31m", "control character '\\x1b' (U+001B) at character 13"),
+        ("tool:x?note=a\x9bb", "control character '\\x9b' (U+009B) at character 14"),
+        ("tool:x?note=a\u202eb", "bidirectional-text control character U+202E at character 14"),
+        ("tool:x?a=1|\u2067b", "bidirectional-text control character U+2067 at character 12"),
+        ("tool:x?a^=x\u200b", "invisible format character U+200B at character 12"),
+        ("tool:x?a\x00=1", "control character '\\x00' (U+0000) at character 9"),
+    ],
+)
+def test_a_control_or_bidi_character_typed_in_a_clause_is_refused_where_it_stands(
+    text: str, said: str
+) -> None:
+    """Review R56: a clause value holding a raw ESC or bidi override was read into a signed grant."""
+    with pytest.raises(CapabilityError) as refused:
+        parse_capability(text)
+    assert f"holds {said}; percent-encode it" in str(refused.value)
+
+
+def test_a_percent_escaped_control_character_is_read_as_the_formatter_writes_it() -> None:
+    cap = Capability.of("tool:x", None, {"note": {"eq": "\x1b[31m"}, "dir": {"eq": "a\u202eb"}})
+    assert format_capability(cap) == 'tool:x?dir="a%E2%80%AEb"&note="%1B%5B31m"'
+    assert parse_capability(format_capability(cap)) == cap

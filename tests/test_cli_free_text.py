@@ -125,3 +125,24 @@ def test_keys_new_names_the_kind_of_character_it_refuses(
         == f"agentgate: error: invalid key name {shown}: {said}; use a plain file name\n"
     )
     assert not (tmp_path / "k").exists()
+
+
+@pytest.mark.parametrize(
+    ("cap", "said"),
+    [
+        ("tool:x?note=\x1b[31m", "control character '\\x1b' (U+001B) at character 13"),
+        ("tool:x?note=a\u202eb", "bidirectional-text control character U+202E at character 14"),
+    ],
+)
+def test_allow_refuses_a_control_or_bidi_character_naming_its_position(
+    cap: str, said: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Review R56: --allow 'tool:x?note=<ESC>[31m' was signed into a grant (escaped on output)."""
+    keys = str(tmp_path / "k")
+    assert main(["keys", "new", "a", "--dir", keys]) == 0
+    capsys.readouterr()
+    code, out, err = cli(capsys, "grant", "issue", "--issuer", f"{keys}/a.key", "--to", f"{keys}/a.pub",
+                         "--allow", cap, "--ttl", "1h", "--out", str(tmp_path / "a.tok"))  # fmt: skip
+    assert (code, out) == (2, "")
+    assert _one_error_line(err) == f"agentgate: error: --allow holds {said}; write one line of text\n"
+    assert not (tmp_path / "a.tok").exists()

@@ -13,10 +13,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentgate._json import Inexact, exact_float
+from agentgate._shown import character_named, not_printable
 from agentgate.capabilities._constraints import Constraint
 from agentgate.capabilities._resources import DEFAULT_ACTIONS, _check_pattern
 from agentgate.capabilities._values import Scalar, _check_value, _text
 from agentgate.errors import CapabilityError
+
+MAX_CAPABILITY_TEXT = 4096
+"""The most characters the one-line form of a capability may have."""
 
 _ACTION = re.compile(r"[a-z][a-z0-9_]*|\*")
 _FIELD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*")
@@ -175,10 +179,25 @@ def parse_capability(text: str) -> Capability:
     ``a=1|``: the empty string is ``""``), an empty prefix (``a^=``, which would match every
     string: ``a^=""`` says so), an equals value starting with ``=``, ``<`` or ``>`` (``a==1``,
     ``a=<5``: a misspelled operator; quote or escape such a value), a stray ``"`` and a ``%``
-    that is not a UTF-8 percent-escape.
+    that is not a UTF-8 percent-escape. A character in a clause that is not printable (a control
+    character, a bidi override or isolate, another invisible format character, a line separator)
+    is refused where it stands, written as itself: the one-line form is typed text, where such
+    a character hides or reorders what a reader sees (until review R56 ``note=\\x1b[31m`` was
+    signed into a grant). Percent-escaped (``%1B``) it is read, as ``format_capability`` writes it; the
+    structured form (``Capability.of``) takes any text.
     """
-    if not isinstance(text, str) or not text or len(text) > 4096:
-        raise CapabilityError("a capability is a non-empty string of at most 4096 characters")
+    if not isinstance(text, str) or not text or len(text) > MAX_CAPABILITY_TEXT:
+        raise CapabilityError(
+            f"a capability is a non-empty string of at most {MAX_CAPABILITY_TEXT} characters"
+        )
+    # Looked for in the clauses: the resource and the action are refused as not canonical anyway.
+    clauses = text.find("?") + 1
+    hidden = next((i for i, c in enumerate(text[clauses:], clauses) if not_printable(c)), None)
+    if clauses and hidden is not None:
+        raise CapabilityError(
+            f"capability {text!r}: holds {character_named(text[hidden])} at character {hidden + 1}; "
+            "percent-encode it in a value (%XX, UTF-8), or use the structured form"
+        )
     head, has_query, query = text.partition("?")
     resource, has_action, action = head.partition("#")
     if has_action and not action:

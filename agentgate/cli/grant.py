@@ -35,6 +35,7 @@ from agentgate.authority._chain_findings import link_findings, root_findings
 from agentgate.authority._grant import GRANT_CONTEXT, MAX_DEPTH, MAX_PURPOSE, TOKEN_PREFIX
 from agentgate.authority._signatures import verify_signature
 from agentgate.capabilities import Call, Capability
+from agentgate.capabilities._capability import MAX_CAPABILITY_TEXT
 from agentgate.cli._common import (
     MAX_FREE_TEXT,
     given,
@@ -226,9 +227,9 @@ def _common_grant_args(p: argparse.ArgumentParser, *, required: bool = True) -> 
         "--allow",
         required=required,
         action="append",
-        type=text,
+        type=one_line_text("--allow", MAX_CAPABILITY_TEXT),
         metavar="CAP",
-        help="capability (repeatable)",
+        help="capability, one line of text (repeatable)",
     )
     p.add_argument("--ttl", required=required, metavar="DURATION", help="lifetime: 30s, 15m, 1h, 7d")
     p.add_argument(
