@@ -60,12 +60,17 @@ def exact_float(text: str) -> float | Inexact:
     """The float a JSON number with a fraction or an exponent is (``json.loads``'s
     ``parse_float``), or ``Inexact`` when its value as written is not the float's
     (``100.00000000000000001`` is read as ``100.0``, ``1e-400`` as ``0.0``): a bound
-    ``amount<=100`` would be checked against another value than the one given. A float's shortest
-    decimal form (``repr``) is what it holds as written: ``0.1`` stays ``0.1``. An infinite one is
-    left to the caller's check of values JSON cannot carry. (Integers are Python's, exact at any
-    size.)"""
+    ``amount<=100`` would be checked against another value than the one given. A float holds as
+    written its shortest decimal form (``repr``: ``0.1`` stays ``0.1``) and its exact binary value
+    written out in full (``9.223372036854775808e18`` is 2**63, whose shortest form is
+    ``9.223372036854776e18``; until review R56 it was refused as a number no float holds). An
+    infinite one is left to the caller's check of values JSON cannot carry. (Integers are
+    Python's, exact at any size.)"""
     value = float(text)
-    if math.isfinite(value) and Decimal(text) != Decimal(repr(value)):
+    if not math.isfinite(value):
+        return value
+    written = Decimal(text)
+    if written != Decimal(repr(value)) and written != Decimal(value):
         return Inexact(text)
     return value
 

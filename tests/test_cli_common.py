@@ -84,6 +84,25 @@ def test_a_json_number_no_float_holds_as_written_is_refused_naming_the_argument(
     assert where in str(caught.value)
 
 
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        ('{"n": 9.223372036854775808e18}', 2.0**63),
+        ('{"n": -9223372036854775808.0}', -(2.0**63)),
+        ('{"n": 0.1000000000000000055511151231257827021181583404541015625}', 0.1),
+        ('{"n": 5e-324}', 5e-324),
+    ],
+)
+def test_a_json_number_written_as_the_float_s_exact_value_is_accepted(text: str, value: float) -> None:
+    """Review R56: --args '{"n": 9.223372036854775808e18}', exactly 2**63, was refused as a number
+    no float holds; the rounded neighbours still are."""
+    assert json_object(text) == {"n": value}
+    rounded = text.replace("808", "807").replace("625", "626")
+    if rounded != text:
+        with pytest.raises(InputError, match="no float holds"):
+            json_object(rounded)
+
+
 def test_json_numbers_a_float_holds_as_written_stay_accepted() -> None:
     text = (
         '{"a": 0.1, "b": 1e2, "c": -0.0, "d": 5e-324, "e": 100.000000, "f": 123456789012345678901234567890}'

@@ -863,3 +863,27 @@ def test_a_number_no_float_holds_loads_as_the_float_outside_constraints() -> Non
     # A timeout compares no call's argument: its 21 digits load as the float, as before.
     policy = parse_policy(_EXACT.replace("BOUND", "le: 0.1"), source="p.yaml")
     assert policy.document.tools["x"].timeout_s == 30.0
+
+
+@pytest.mark.parametrize(
+    ("bound", "value"),
+    [
+        ("le: 9.223372036854775808e18", 2.0**63),  # 2**63 in full; its shortest form is 9.223372036854776e18
+        ("le: 9.223372036854775808e+18", 2.0**63),
+        ("le: 0.1000000000000000055511151231257827021181583404541015625", 0.1),
+    ],
+)
+def test_a_constraint_number_written_as_the_float_s_exact_value_loads(
+    tmp_path: Path, bound: str, value: float
+) -> None:
+    """Review R56: le: 9.223372036854775808e18, exactly 2**63, was refused as a number no float holds."""
+    path = tmp_path / "p.yaml"
+    path.write_text(_EXACT.replace("BOUND", bound))
+    index = PolicyIndex(load_policy(path))
+    assert index.evaluate("bot", Call.tool("x", {"n": value})).outcome is Outcome.ALLOW
+    above = value * (1 + 2**-52)
+    assert index.evaluate("bot", Call.tool("x", {"n": above})).outcome is Outcome.DENY
+    # One unit off in the last digit written is a number no float holds: still refused.
+    path.write_text(_EXACT.replace("BOUND", bound.replace("808e", "807e").replace("625", "624")))
+    with pytest.raises(PolicyError, match="no float holds as written"):
+        load_policy(path)
