@@ -1,7 +1,7 @@
-"""The gateway's HTTP/1.1 server layer (agentgate/dispatch/gateway/_http.py): ``MAX_HEAD_BYTES``
+"""The gateway's HTTP/1.1 server layer (agentgate/_bounded_http.py): ``MAX_HEAD_BYTES``
 bounds a request head however many reads it arrives in (431), once a pipelined request is
 refused nothing after it on that connection is read or served, and the rest of a body refused
-before it all arrived is bounded in time (``UNREAD_BODY_S``), and a chunked body's trailer fields
+before it all arrived is bounded in time (``unread_body_s``), and a chunked body's trailer fields
 in size.
 
 Real loopback sockets written by hand, against the gateway tests' ``env`` fixture and the pipelining
@@ -20,8 +20,7 @@ from test_gateway import Env
 from test_gateway_shutdown_pipelining import MODEL as PIPE_MODEL
 from test_gateway_shutdown_pipelining import _env as _pipe_env
 
-from agentgate.dispatch.gateway import _http as gateway_http
-from agentgate.dispatch.gateway._http import MAX_HEAD_BYTES
+from agentgate._http_limits import MAX_HEAD_BYTES
 
 pytest_plugins = ("test_gateway",)  # its ``backends`` and ``env`` fixtures
 
@@ -106,12 +105,12 @@ def test_a_body_trickled_on_after_its_refusal_does_not_hold_the_connection(
 
     Rule: a request answered before its body had all arrived (here refused 400 for a
     ``Content-Encoding`` the gateway does not read, before any of its body is) has
-    ``UNREAD_BODY_S`` more for the rest of it; then the connection is closed. It stayed open for
+    ``unread_body_s`` more for the rest of it; then the connection is closed. It stayed open for
     as long as the caller sent a byte now and then (uvicorn's keep-alive clock restarts on any
     data), so a trickled body, bounded before its refusal, held its connection for ever after it.
     (Until review R54 this refusal was the 400 for a body slower than ``BODY_TIMEOUT_S``, which is
     now a 408 that closes the connection at once: the next test.)"""
-    monkeypatch.setattr(gateway_http, "UNREAD_BODY_S", 0.5)
+    monkeypatch.setattr(env.server.server.config.http, "unread_body_s", 0.5)  # the server's protocol
     with socket.create_connection(("127.0.0.1", env.server.port), timeout=0.05) as sock:
         sock.sendall(
             b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Encoding: gzip\r\n"
@@ -143,10 +142,10 @@ def test_a_body_that_does_not_arrive_in_time_is_answered_408_and_its_connection_
     408 ``request_timeout`` with ``Connection: close``, and the connection is closed with the
     answer (RFC 9110, 15.5.9; as nginx's ``client_body_timeout``): the request was not malformed,
     and a client may send it again on a new connection (the OpenAI SDKs retry a 408, never a
-    400). It was a 400 ``invalid_request``, and the connection was held ``UNREAD_BODY_S`` more
+    400). It was a 400 ``invalid_request``, and the connection was held ``unread_body_s`` more
     for the rest of the body (here far longer than the socket's wait)."""
     monkeypatch.setattr(env.server.gateway, "body_timeout_s", 0.3)
-    monkeypatch.setattr(gateway_http, "UNREAD_BODY_S", 60.0)
+    monkeypatch.setattr(env.server.server.config.http, "unread_body_s", 60.0)
     before = len(env.entries())
     with socket.create_connection(("127.0.0.1", env.server.port), timeout=10) as sock:
         sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{")

@@ -153,3 +153,114 @@ def test_agentgate_serve_applies_its_limit_flags(tmp_path: Path, backends: Any) 
     assert head.startswith(b"HTTP/1.1 408 "), head[:200]
     assert large.startswith(b"HTTP/1.1 413 ") and b"over 100 bytes" in large, large[:300]
     assert slow.startswith(b"HTTP/1.1 408 ") and b"within 0.3 s" in slow, slow[:300]
+
+
+def test_the_head_size_and_the_unread_body_time_are_server_settings(env: Env) -> None:
+    """Review R56: the head limit (64 KiB) and a refused body's remaining time (10 s) were module
+    constants of the protocol no operator could set.
+
+    Rule: ``GatewayServer(max_head_bytes=N)`` answers a bare 431 to a head over N bytes (the
+    default takes it), and ``GatewayServer(unread_body_s=...)`` closes the connection of a request
+    refused before its body all came once the rest has taken that long (here trickled on)."""
+    head = b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\nX-Big: %s\r\n\r\n" % (b"a" * 4096)
+    assert _answer(env.server.port, head).startswith(b"HTTP/1.1 200 ")
+    with _served(env, {"max_head_bytes": 2048, "unread_body_s": 0.3}) as server:
+        refused = _answer(server.port, head)
+        with socket.create_connection(("127.0.0.1", server.port), timeout=0.05) as sock:
+            sock.sendall(_HEAD + b"Content-Encoding: gzip\r\nContent-Length: 1000000\r\n\r\n{")
+            received, closed = b"", False
+            deadline = time.monotonic() + 5  # a bound on a failing test (the default is 10 s)
+            while not closed and time.monotonic() < deadline:
+                try:
+                    sock.sendall(b" ")
+                    while piece := sock.recv(65536):
+                        received += piece
+                    closed = True
+                except TimeoutError:
+                    time.sleep(0.05)
+                except OSError:
+                    closed = True
+    assert refused.startswith(b"HTTP/1.1 431 "), refused[:200]
+    assert received.startswith(b"HTTP/1.1 400 ") and b"is not supported" in received, received[:300]
+    assert closed, "the connection was still open 5 s after the refusal"
+
+
+_HEADS = ("max_head_bytes", (0, -1, 1023, 16 * 1024 * 1024 + 1, 1.5, True, "65536"))
+_TIMES = ("head_timeout_s", "stream_stall_s", "unread_body_s", "body_timeout_s")
+
+
+@pytest.mark.parametrize(
+    ("setting", "value"),
+    [(_HEADS[0], v) for v in _HEADS[1]]
+    + [(s, v) for s in _TIMES for v in (86_401, 1e300)]
+    + [("unread_body_s", v) for v in (0, -1, math.nan, math.inf, True, "10")],
+)
+def test_an_http_limit_out_of_its_range_is_refused_naming_it(env: Env, setting: str, value: Any) -> None:
+    """Review R56: a time limit past any use (1e300 s) was taken, and the head size and unread
+    body time were no settings at all.
+
+    Rule: each time limit is above 0 and at most a day, ``max_head_bytes`` a whole number from
+    1024 to 16 MiB; any other value is an ``InputError`` naming the setting."""
+    inventory = env.server.gateway.inventory
+    with pytest.raises(InputError, match=f"^{setting} must be "):
+        if setting == "body_timeout_s":
+            Gateway(env.gate, inventory, **{setting: value})
+        else:
+            GatewayServer(Gateway(env.gate, inventory), port=0, **{setting: value})
+
+
+@pytest.mark.parametrize(
+    ("flag", "value"),
+    [("--max-head-bytes", v) for v in ("0", "-1", "1023", "16777217", "1.5", "x")]
+    + [
+        (f, v)
+        for f in ("--unread-body-s", "--head-timeout-s", "--stream-stall-s", "--body-timeout-s")
+        for v in ("86401", "1e300")
+    ]
+    + [("--unread-body-s", v) for v in ("0", "-1", "nan", "inf", "x")],
+)
+def test_a_serve_http_limit_flag_out_of_range_is_one_line_naming_it(
+    flag: str, value: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Review R56: ``agentgate serve`` took ``--stream-stall-s 1e300``, and had no
+    ``--max-head-bytes`` or ``--unread-body-s``.
+
+    Rule: each is refused out of its range with exit 2 and one line naming the flag, before
+    anything is opened; ``--help`` lists both."""
+    with pytest.raises(SystemExit) as exited:
+        main(["serve", "--policy", "p.yaml", "--inventory", "i.yaml", flag, value])
+    err = capsys.readouterr().err
+    assert exited.value.code == 2 and "Traceback" not in err
+    lines = [line for line in err.splitlines() if line.startswith("agentgate: error: ")]
+    assert len(lines) == 1 and f"argument {flag}: " in lines[0], err
+    with pytest.raises(SystemExit):
+        main(["serve", "--help"])
+    shown = capsys.readouterr().out
+    assert "--max-head-bytes" in shown and "--unread-body-s" in shown
+
+
+def test_agentgate_serve_applies_its_head_size_flag(tmp_path: Path, backends: Any) -> None:
+    """Review R56: ``agentgate serve --max-head-bytes N`` reaches the server it runs: a head over
+    N bytes is a bare 431."""
+    keys = {name: SigningKey.generate() for name in NAMES}
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(_policy_text({n: k.did for n, k in keys.items()}))
+    inventory = tmp_path / "inventory.yaml"
+    sim = backends[0]
+    inventory.write_text(
+        f"backends:\n  - {{name: sim, url: '{sim.url}', engine: vllm, models: [{sim.model_name}]}}\n"
+    )
+    store = tmp_path / "serve.db"
+    assert main(["store", "init", "--store", str(store)]) == 0
+    port = _free_port()
+    command = [sys.executable, "-m", "agentgate.cli.main", "serve", "--policy", str(policy)]
+    command += ["--inventory", str(inventory), "--port", str(port), "--store", str(store)]
+    command += ["--max-head-bytes", "2048", "--unread-body-s", "0.3"]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        wait_until_serving(f"http://127.0.0.1:{port}", process)
+        big = _answer(port, b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: %s\r\n\r\n" % (b"a" * 4096))
+    finally:
+        process.terminate()
+        process.communicate(timeout=20)
+    assert big.startswith(b"HTTP/1.1 431 "), big[:200]

@@ -32,10 +32,11 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import StatusCode
 from test_gateway import _free_port, wait_until_serving
 
+from agentgate._bounded_http import STALLED, BoundedHttpToolsProtocol
+from agentgate._http_limits import HttpLimits
 from agentgate.cli.main import build_parser
 from agentgate.dispatch import inventory_from_mapping
 from agentgate.dispatch.gateway import Gateway, GatewayGate, GatewayServer, invocation_headers
-from agentgate.dispatch.gateway._http import STALLED, BoundedHttpToolsProtocol
 from agentgate.dispatch.prefix import estimate_tokens, prompt_text
 from agentgate.errors import InputError, Shed
 from agentgate.gate import AgentIdentity
@@ -221,7 +222,7 @@ class _Firehose:
             log_level="warning",
             lifespan="off",
             interface="asgi3",
-            http=BoundedHttpToolsProtocol.with_stall(STALL_S),
+            http=BoundedHttpToolsProtocol.with_limits(HttpLimits(stall_s=STALL_S)),
         )
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)

@@ -1,4 +1,4 @@
-"""The gateway's stall clock on the tail of an answer (agentgate/dispatch/gateway/_http.py
+"""The gateway's stall clock on the tail of an answer (agentgate/_bounded_http.py
 ``BoundedHttpToolsProtocol``): a caller that stops reading while bytes of its answer wait in the
 gateway's own write buffer is cut after the stall limit, however the answer ended (writing paused
 then resumed below the low-water mark, a next keep-alive or pipelined request answered, refused or
@@ -30,7 +30,8 @@ import test_gateway_stall
 import uvicorn
 from test_gateway_stall import MODEL, STALL_S, Env, _assert_reset, _request
 
-from agentgate.dispatch.gateway._http import BoundedHttpToolsProtocol
+from agentgate._bounded_http import BoundedHttpToolsProtocol
+from agentgate._http_limits import HttpLimits
 
 # Its ``env`` fixture, for this module only: a ``pytest_plugins`` entry would replace
 # test_gateway's ``env`` in every module of the session.
@@ -115,7 +116,7 @@ class _EndsPaused:
             lifespan="off",
             interface="asgi3",
             loop=loop,
-            http=BoundedHttpToolsProtocol.with_stall(STALL_S),
+            http=BoundedHttpToolsProtocol.with_limits(HttpLimits(stall_s=STALL_S)),
         )
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)

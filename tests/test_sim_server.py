@@ -11,6 +11,7 @@ import httpx
 import openai
 import pytest
 
+from agentgate._http_limits import HttpLimits
 from agentgate.dispatch.metrics import load_from_text
 from agentgate.errors import InputError
 from agentgate.sim import SimServer
@@ -213,3 +214,44 @@ def test_a_head_timeout_that_is_not_a_positive_number_is_refused(seconds: float)
     positive number of seconds would refuse every request, or wait for ever."""
     with pytest.raises(InputError, match="head_timeout_s must be a positive number"):
         SimServer(head_timeout_s=seconds)
+
+
+def _answer_to(port: int, request: bytes) -> bytes:
+    """Send ``request`` on a new connection and read until the server closes it."""
+    got = b""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as conn:
+        conn.sendall(request)
+        with contextlib.suppress(ConnectionResetError):
+            while chunk := conn.recv(65536):
+                got += chunk
+    return got
+
+
+def test_the_simulator_has_http_limits_of_its_own_modelled_on_vllm() -> None:
+    """Review R56: the simulator served the gateway's HTTP limits (a 64 KiB head, a 30 s stall cut).
+
+    Rule: ``SimServer``'s limits are its own, modelled on a vLLM server (uvicorn): a head of up
+    to 4 MiB (vLLM's ``--h11-max-incomplete-event-size``) is served, an answer is never cut for
+    a caller that stops reading, and each limit is a setting (a head over ``max_head_bytes``: a
+    bare 431, the connection closed). A 100 KiB head was refused 431, as the gateway refuses it."""
+    head = b"GET /health HTTP/1.1\r\nhost: sim\r\nconnection: close\r\nx-big: %s\r\n\r\n"
+    with SimServer(time_scale=0.05) as server:
+        served = _answer_to(server.port, head % (b"a" * 100_000))
+        assert served.startswith(b"HTTP/1.1 200 "), served[:200]
+        assert server.http_limits == HttpLimits(
+            max_head_bytes=4 * 1024 * 1024, head_timeout_s=10.0, stall_s=None, unread_body_s=10.0
+        )
+    with SimServer(time_scale=0.05, max_head_bytes=2048) as server:
+        refused = _answer_to(server.port, head % (b"a" * 4096))
+        assert refused.startswith(b"HTTP/1.1 431 "), refused[:200]
+        assert server.served == 0
+
+
+@pytest.mark.parametrize(
+    ("setting", "value"),
+    [("max_head_bytes", 0), ("max_head_bytes", 16 * 1024 * 1024 + 1), ("stall_s", 0), ("unread_body_s", -1)],
+)
+def test_an_http_limit_out_of_its_range_is_refused_naming_it(setting: str, value: float) -> None:
+    """Review R56: the simulator's HTTP limits are settings, each checked as the gateway's are."""
+    with pytest.raises(InputError, match=f"^{setting} must be "):
+        SimServer(**{setting: value})

@@ -2,7 +2,8 @@
 
 ``agentgate serve --policy FILE --inventory FILE [--host 127.0.0.1] [--port 8000] [--store URL]
 [--stream-stall-s SECONDS] [--shutdown-grace-s SECONDS] [--head-timeout-s SECONDS]
-[--body-timeout-s SECONDS] [--max-body-bytes N]`` serves ``/v1/chat/completions``, ``/v1/models``, ``/metrics`` and ``/healthz`` with uvicorn until
+[--max-head-bytes N] [--unread-body-s SECONDS] [--body-timeout-s SECONDS] [--max-body-bytes N]``
+serves ``/v1/chat/completions``, ``/v1/models``, ``/metrics`` and ``/healthz`` with uvicorn until
 interrupted. Every call is decided under the policy's trust anchors and recorded in the store
 (``--store``, else ``AGENTGATE_STORE``, else the default SQLite file). A policy, inventory or
 store that cannot be opened or does not exist (``agentgate store init`` creates one), an
@@ -17,13 +18,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import math
 import signal
 import socket
 import sys
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from agentgate._http_limits import LEAST_HEAD_BYTES, MOST_HEAD_BYTES, MOST_SECONDS
 from agentgate.cli._common import given, open_existing_store, shown_policy, shown_source_error
 from agentgate.errors import InputError, InventoryError
 
@@ -67,6 +68,21 @@ def register(subparsers: Any) -> None:
         help="answer 408 to a request head (line and headers) not all arrived in this long (default 10)",
     )
     parser.add_argument(
+        "--max-head-bytes",
+        type=_max_head,
+        default=None,
+        metavar="N",
+        help="answer 431 to a request head (line and headers) over this many bytes (default 65536, 64 KiB)",
+    )
+    parser.add_argument(
+        "--unread-body-s",
+        type=_unread_body,
+        default=None,
+        metavar="SECONDS",
+        help="close a connection whose request was answered before its body all came, if the rest "
+        "takes longer than this (default 10)",
+    )
+    parser.add_argument(
         "--body-timeout-s",
         type=_body_timeout,
         default=None,
@@ -101,15 +117,26 @@ def _parsed(
     return parse
 
 
+def _limit_seconds(what: str) -> Callable[[str], float]:
+    """An argparse type for a time limit: a number of seconds above 0 and at most a day."""
+    return _parsed(
+        float,
+        "a number of seconds",
+        lambda v: 0 < v <= MOST_SECONDS,
+        f"{what} is a positive number of seconds, at most {MOST_SECONDS:g}",
+    )
+
+
 _port = _parsed(int, "a port number", lambda v: 0 < v < 65536, "a port is 1 to 65535")
-_seconds = _parsed(
-    float, "a number of seconds", lambda v: 0 < v < math.inf, "a stall limit is a positive number of seconds"
-)
-_head_timeout = _parsed(
-    float, "a number of seconds", lambda v: 0 < v < math.inf, "a head timeout is a positive number of seconds"
-)
-_body_timeout = _parsed(
-    float, "a number of seconds", lambda v: 0 < v < math.inf, "a body timeout is a positive number of seconds"
+_seconds = _limit_seconds("a stall limit")
+_head_timeout = _limit_seconds("a head timeout")
+_unread_body = _limit_seconds("an unread body's time")
+_body_timeout = _limit_seconds("a body timeout")
+_max_head = _parsed(
+    int,
+    "a whole number of bytes",
+    lambda v: LEAST_HEAD_BYTES <= v <= MOST_HEAD_BYTES,
+    f"a head limit is {LEAST_HEAD_BYTES} to {MOST_HEAD_BYTES} bytes",
 )
 _max_body = _parsed(int, "a whole number of bytes", lambda v: v > 0, "a body limit is 1 byte or more")
 _grace = _parsed(int, "a whole number of seconds", lambda v: v >= 0, "a shutdown grace is 0 seconds or more")
@@ -147,7 +174,12 @@ def _serve(args: argparse.Namespace) -> int:
                 host=args.host,
                 port=args.port,
                 shutdown_grace_s=args.shutdown_grace_s,
-                **_given(stream_stall_s=args.stream_stall_s, head_timeout_s=args.head_timeout_s),
+                **_given(
+                    stream_stall_s=args.stream_stall_s,
+                    head_timeout_s=args.head_timeout_s,
+                    max_head_bytes=args.max_head_bytes,
+                    unread_body_s=args.unread_body_s,
+                ),
             )
             sys.stderr.write(f"agentgate: serving {', '.join(server.gateway.models)} on {server.url}\n")
             # uvicorn shuts down gracefully on Ctrl-C (or SIGTERM), then raises it again: that is

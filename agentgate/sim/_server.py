@@ -13,9 +13,15 @@ server on its own thread and event loop. Engine steps take their simulated durat
   limit (the rest is not buffered), and one that has not arrived in full ``body_timeout_s``
   (default 30) seconds after its headers is a 408.
   A request head (line and headers) must arrive within ``head_timeout_s`` (default 10) seconds and
-  be at most 64 KiB, else a bare 408 or 431 and the connection is closed: the server speaks the
-  gateway's bounded HTTP protocol (``agentgate/dispatch/gateway/_http.py``), since uvicorn's own
-  bounds neither, and a client sending its head a byte at a time held a connection for ever. A non-streaming request whose client hangs up is cancelled in the engine.
+  be at most ``max_head_bytes`` (default 4 MiB), else a bare 408 or 431 and the connection is
+  closed. The server speaks the bounded HTTP protocol the gateway also speaks
+  (``agentgate/_bounded_http.py``) with limits of its own, modelled on a vLLM server (uvicorn
+  with httptools): 4 MiB of head is vLLM's own bound (``--h11-max-incomplete-event-size``); an
+  answer waits for a caller that stops reading for ever (``stall_s=None``), as uvicorn's does;
+  the 10 s for a head and for the rest of a body answered before it all came
+  (``unread_body_s``) are the simulator's, which vLLM does not have (uvicorn waits for both for
+  ever), so that a test's client sending its head a byte at a time ends. A non-streaming request
+  whose client hangs up is cancelled in the engine.
 - ``GET /v1/models``: the served model.
 - ``GET /metrics``: Prometheus text with vLLM's metric names, refreshed every ``scrape_lag_s``
   simulated seconds (vLLM's own gauges also trail the engine).
@@ -61,6 +67,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from agentgate._http_limits import HttpLimits
 from agentgate.dispatch.prefix import block_hashes
 from agentgate.errors import InputError
 from agentgate.sim._engine import Engine, EngineConfig, SimRequest
@@ -74,8 +81,18 @@ MAX_BODY_BYTES = 16 * 1024 * 1024
 """Largest chat body read; far above any prompt within the context limit, so memory stays bounded."""
 
 HEAD_TIMEOUT_S = 10.0
-"""Default most wall-clock seconds a request head may take to arrive (``SimServer(head_timeout_s=...)``),
-as the gateway's; a slower one is answered 408 and its connection closed."""
+"""Default most wall-clock seconds a request head may take to arrive (``SimServer(head_timeout_s=...)``);
+a slower one is answered 408 and its connection closed. The simulator's own bound: vLLM (uvicorn)
+waits for a head for ever."""
+MAX_HEAD_BYTES = 4 * 1024 * 1024
+"""Default most bytes of a request head (``SimServer(max_head_bytes=...)``), vLLM's own
+(``--h11-max-incomplete-event-size``, 4 MiB); a larger one is answered 431 and its connection closed."""
+STALL_S: float | None = None
+"""Default seconds an answer waits for a caller that reads none of it (``SimServer(stall_s=...)``):
+for ever, as vLLM's uvicorn waits (the gateway cuts such a caller after 30 s)."""
+UNREAD_BODY_S = 10.0
+"""Default seconds for the rest of a body answered before it all came (a 413), read and dropped,
+before the connection is closed (``SimServer(unread_body_s=...)``). The simulator's own bound."""
 
 BODY_TIMEOUT_S = 30.0
 """Default most wall-clock seconds a chat body may take to arrive in full, from when its headers
@@ -218,8 +235,9 @@ class SimServer:
 
     Use as a context manager, or call ``start()`` / ``stop()``. ``url`` is the base URL.
     Raises ``InputError`` for a ``time_scale`` that is not a positive number, a negative
-    ``scrape_lag_s``, a ``max_model_len`` under 2, an empty ``api_key``, or a ``body_timeout_s``
-    or ``head_timeout_s`` that is not a positive number.
+    ``scrape_lag_s``, a ``max_model_len`` under 2, an empty ``api_key``, a ``body_timeout_s``
+    that is not a positive number, or HTTP limits (``head_timeout_s``, ``max_head_bytes``,
+    ``stall_s``, ``unread_body_s``) that ``HttpLimits`` refuses (``agentgate/_http_limits.py``).
     """
 
     def __init__(
@@ -235,6 +253,9 @@ class SimServer:
         api_key: str | None = None,
         body_timeout_s: float = BODY_TIMEOUT_S,
         head_timeout_s: float = HEAD_TIMEOUT_S,
+        max_head_bytes: int = MAX_HEAD_BYTES,
+        stall_s: float | None = STALL_S,
+        unread_body_s: float = UNREAD_BODY_S,
     ) -> None:
         if not 0 < time_scale < math.inf:
             raise InputError(f"time_scale must be a positive number (1.0 is real time), not {time_scale!r}")
@@ -258,12 +279,17 @@ class SimServer:
             raise InputError("api_key must not be empty (None: no key asked for)")
         if isinstance(body_timeout_s, bool) or not 0 < body_timeout_s < math.inf:
             raise InputError(f"body_timeout_s must be a positive number of seconds, not {body_timeout_s!r}")
-        if isinstance(head_timeout_s, bool) or not 0 < head_timeout_s < math.inf:
-            raise InputError(f"head_timeout_s must be a positive number of seconds, not {head_timeout_s!r}")
+        self.http_limits = HttpLimits(
+            max_head_bytes=max_head_bytes,
+            head_timeout_s=head_timeout_s,
+            stall_s=stall_s,
+            unread_body_s=unread_body_s,
+        )
+        """The bounds of each connection (the protocol's: ``agentgate/_bounded_http.py``)."""
         self.body_timeout_s = body_timeout_s
         """Most wall-clock seconds a chat body may take to arrive in full (not scaled by
         ``time_scale``: the client's clock is the wall clock); a slower one is answered 408."""
-        self.head_timeout_s = head_timeout_s
+        self.head_timeout_s = self.http_limits.head_timeout_s
         """Most wall-clock seconds a request head may take to arrive, from the connection's opening
         or the head's first byte; a slower one is answered 408 and its connection closed."""
         self.api_key = api_key
@@ -296,9 +322,8 @@ class SimServer:
         """Serve in a background thread; returns once the port accepts connections."""
         if self._thread is not None:
             return self
-        # Imported here: the gateway package's import (its app, the authority engine) more than
-        # doubles the import time of a simulator that is used without it.
-        from agentgate.dispatch.gateway._http import BoundedHttpToolsProtocol
+        # Imported here: httptools and uvicorn's protocol are needed only once serving.
+        from agentgate._bounded_http import BoundedHttpToolsProtocol
 
         config = uvicorn.Config(
             self._app(),
@@ -308,7 +333,7 @@ class SimServer:
             lifespan="on",
             access_log=False,
             ws="none",  # no WebSockets served: no websockets import (a DeprecationWarning in old uvicorn)
-            http=BoundedHttpToolsProtocol.with_head_timeout(self.head_timeout_s),
+            http=BoundedHttpToolsProtocol.with_limits(self.http_limits),
         )
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self._server.run, name=f"sim-{self.port}", daemon=True)

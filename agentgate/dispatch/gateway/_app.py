@@ -50,6 +50,8 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from agentgate._bounded_http import LOST, STALLED
+from agentgate._http_limits import positive_seconds
 from agentgate.capabilities import Call
 from agentgate.dispatch._policy import RoutingPolicy
 from agentgate.dispatch.backends import ChatChunk, ChatResult, Timeouts
@@ -75,7 +77,6 @@ from agentgate.dispatch.gateway._cuts import (
     _Watch,
 )
 from agentgate.dispatch.gateway._errors import _dispatch_error, _http_error, error_response
-from agentgate.dispatch.gateway._http import LOST, STALLED, _seconds
 from agentgate.dispatch.gateway._request import (
     BODY_TIMEOUT_S,
     MAX_BODY_BYTES,
@@ -135,7 +136,7 @@ class Gateway:
                 f"max_body_bytes must be a positive whole number of bytes, not {max_body_bytes!r}"
             )
         self.max_body_bytes = max_body_bytes
-        self.body_timeout_s = _seconds(body_timeout_s, "body_timeout_s")
+        self.body_timeout_s = positive_seconds(body_timeout_s, "body_timeout_s")
         self.gate = gate
         self.inventory = inventory
         self.dispatcher = Dispatcher(inventory, router or Router(inventory), timeouts=timeouts)

@@ -13,8 +13,8 @@ from typing import Any
 
 from starlette.types import Scope
 
+from agentgate._bounded_http import LOST, ON_LOST, STALLED
 from agentgate.dispatch.backends import ChatResult
-from agentgate.dispatch.gateway._http import LOST, ON_LOST, STALLED
 from agentgate.errors import CallerGone, GatewayStopped
 
 STOPPED = "agentgate.stopped"

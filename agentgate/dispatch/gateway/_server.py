@@ -1,5 +1,5 @@
 """``GatewayServer``: a ``Gateway`` served by uvicorn, in the foreground or in a background
-thread, over the gateway's bounded HTTP protocol (``_http.py``). Stopping lets the calls in flight
+thread, over the bounded HTTP protocol (``agentgate/_bounded_http.py``) with the limits it is given. Stopping lets the calls in flight
 finish for a grace, then cuts and settles them, on uvicorn's forced exit too (``_Server``).
 """
 
@@ -13,11 +13,14 @@ from typing import TYPE_CHECKING
 
 import uvicorn
 
-from agentgate.dispatch.gateway._http import (
+from agentgate._bounded_http import BoundedHttpToolsProtocol
+from agentgate._http_limits import (
     HEAD_TIMEOUT_S,
+    MAX_HEAD_BYTES,
     STREAM_STALL_S,
-    BoundedHttpToolsProtocol,
-    _seconds,
+    UNREAD_BODY_S,
+    HttpLimits,
+    positive_seconds,
 )
 from agentgate.dispatch.gateway._stream import LAST_EVENT_S
 from agentgate.errors import DispatchError
@@ -68,6 +71,8 @@ class GatewayServer:
         shutdown_grace_s: int = 10,
         stream_stall_s: float = STREAM_STALL_S,
         head_timeout_s: float = HEAD_TIMEOUT_S,
+        max_head_bytes: int = MAX_HEAD_BYTES,
+        unread_body_s: float = UNREAD_BODY_S,
     ) -> None:
         """``shutdown_grace_s``: how long stopping waits for calls in flight (a stream whose caller
         stopped reading would otherwise hold the shutdown for as long as it lasts); then they are
@@ -76,18 +81,37 @@ class GatewayServer:
         ``stream_stall_s``: how long an answer may wait for a caller that reads none of it (its
         bytes fill the socket's buffers, nothing leaves them) before the connection is aborted,
         the backend request cancelled and the call settled as abandoned, its outcome audited as
-        ``caller_stalled``. Raises ``InputError`` unless it is a positive number of seconds.
+        ``caller_stalled``.
 
         ``head_timeout_s``: how long a request head (line and headers) may take to arrive, from
         the connection opening or the head's first byte; then it is answered 408 and the
-        connection closed. Raises ``InputError`` unless it is a positive number of seconds. (The
-        body's limits are the ``Gateway``'s: ``max_body_bytes``, ``body_timeout_s``.)
+        connection closed.
+
+        ``max_head_bytes``: the most bytes of a request head (line and headers), and of a chunked
+        body's framing and trailer fields beyond its own bytes; past it the answer is 431 and the
+        connection is closed.
+
+        ``unread_body_s``: how long the rest of a body may take to arrive (read and dropped) once
+        its request was answered before it all came (refused: too large, an encoding not
+        supported); then the connection is closed.
+
+        Raises ``InputError`` naming the parameter unless each time is a positive number of
+        seconds, at most a day, and ``max_head_bytes`` a whole number from 1024 to 16 MiB
+        (``agentgate/_http_limits.py``). (The body's limits are the ``Gateway``'s:
+        ``max_body_bytes``, ``body_timeout_s``.)
         """
         self.gateway = gateway
         self.host = host
         self.shutdown_grace_s = shutdown_grace_s
-        self.stream_stall_s = _seconds(stream_stall_s, "stream_stall_s")
-        self.head_timeout_s = _seconds(head_timeout_s, "head_timeout_s")
+        self.stream_stall_s = positive_seconds(stream_stall_s, "stream_stall_s")
+        self.limits = HttpLimits(
+            max_head_bytes=max_head_bytes,
+            head_timeout_s=head_timeout_s,
+            stall_s=self.stream_stall_s,
+            unread_body_s=unread_body_s,
+        )
+        """The bounds of each connection (the protocol's: ``agentgate/_bounded_http.py``)."""
+        self.head_timeout_s = self.limits.head_timeout_s
         config = uvicorn.Config(
             gateway.app,
             host=host,
@@ -98,9 +122,7 @@ class GatewayServer:
             ws="none",  # no WebSockets served: no websockets import (a DeprecationWarning in old uvicorn)
             # Request heads are bounded in size and time (a chain token, in a header, may be up
             # to 32 KiB: docs/token-format.md); uvicorn's own httptools protocol bounds neither.
-            http=BoundedHttpToolsProtocol.with_stall(self.stream_stall_s).with_head_timeout(
-                self.head_timeout_s
-            ),
+            http=BoundedHttpToolsProtocol.with_limits(self.limits),
             timeout_graceful_shutdown=shutdown_grace_s,
         )
         self.server: uvicorn.Server = _Server(config)

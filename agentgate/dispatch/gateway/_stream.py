@@ -15,8 +15,8 @@ from typing import Any
 from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
+from agentgate._bounded_http import RESET, UNSENT
 from agentgate.dispatch.gateway._cuts import STOPPED, _uncancel_all
-from agentgate.dispatch.gateway._http import RESET, UNSENT
 
 LAST_EVENT_S = 3.0
 """Seconds a stream cut at shutdown has to send its last event and see it leave the gateway's buffer."""

@@ -1,17 +1,22 @@
-"""The gateway's HTTP/1.1 protocol: uvicorn's httptools protocol with bounds on the request head.
+"""The bounded HTTP/1.1 protocol that the gateway and the simulator serve: uvicorn's httptools
+protocol with bounds on the request head, on a refused body's rest and on a caller that stops reading.
+
+Shared by design: the gateway (``agentgate/dispatch/gateway/_server.py``) and the simulator
+(``agentgate/sim/_server.py``) each serve it with their own ``HttpLimits``
+(``agentgate/_http_limits.py``), through ``BoundedHttpToolsProtocol.with_limits``; the scope keys
+below are what the gateway's app reads.
 
 uvicorn's httptools protocol (the fast one, chosen when httptools is installed) reads a request
 head of any size and for any time: one header line of 50 MB was buffered whole, and a client
 that sends its head a byte at a time (or nothing at all) held its connection open for ever.
-``BoundedHttpToolsProtocol`` answers 431 and closes once a head passes ``MAX_HEAD_BYTES``, and
-408 and closes when a head is not complete ``HEAD_TIMEOUT_S`` (or the ``head_timeout_s`` it was
-given) after the connection opened or
+``BoundedHttpToolsProtocol`` answers 431 and closes once a head passes ``max_head_bytes``, and
+408 and closes when a head is not complete ``head_timeout_s`` after the connection opened or
 after the head's first byte arrived (an idle kept-alive connection stays under uvicorn's own
 keep-alive timeout). A request answered before its body has all arrived (the app refused it: a
-body too large, an encoding not supported) has ``UNREAD_BODY_S`` for the rest of it, dropped as it
+body too large, an encoding not supported) has ``unread_body_s`` for the rest of it, dropped as it
 comes, before the connection is closed. A chunked body's trailer fields are dropped (uvicorn
 added them to the request's headers, with no bound: hundreds of MB of them were buffered); they
-and the chunks' framing may be at most ``MAX_HEAD_BYTES`` more than the body itself, else 431.
+and the chunks' framing may be at most ``max_head_bytes`` more than the body itself, else 431.
 
 It also bounds the answer's side: a caller that stops reading (its socket open, its receive
 window shut) made uvicorn wait for the socket to drain with no limit, so a stalled stream held
@@ -53,7 +58,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
-import math
 import re
 import socket
 import struct
@@ -64,21 +68,11 @@ from typing import TYPE_CHECKING
 import httptools
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
-from agentgate.errors import InputError
+from agentgate._http_limits import HttpLimits
 
 if TYPE_CHECKING:
     from uvicorn._types import ASGISendEvent
 
-MAX_HEAD_BYTES = 64 * 1024
-"""The most bytes of one request's line and headers (a chain token is at most 32 KiB)."""
-HEAD_TIMEOUT_S = 10.0
-"""Seconds a client has to send a whole request head."""
-UNREAD_BODY_S = 10.0
-"""Seconds the rest of a request's body may take to arrive once the request was answered before
-all of it had (the app refused it: a body too large, an encoding not supported); then the
-connection is closed."""
-STREAM_STALL_S = 30.0
-"""Default seconds an answer may wait for its caller to read anything before the connection is cut."""
 _UPGRADE_HEADERS = frozenset({b"upgrade", b"http2-settings"})
 """Request headers that only serve a protocol upgrade (dropped when the upgrade is ignored)."""
 STALLED = "agentgate.stalled"
@@ -97,16 +91,25 @@ _BEGAN = "agentgate.began"
 """Scope key set to a callable: called when the request's answer begins (its head is sent)."""
 
 
-class BoundedHttpToolsProtocol(HttpToolsProtocol):
-    """``HttpToolsProtocol`` that refuses request heads over ``MAX_HEAD_BYTES`` (431) or slower
-    than ``head_timeout_s`` (408; ``HEAD_TIMEOUT_S`` unless ``with_head_timeout`` says otherwise);
-    the connection is closed after either answer. An answer that
-    the caller stops reading is cut after ``stall_s`` seconds without progress (``with_stall``)."""
+_GATEWAY = HttpLimits()
+"""The gateway's limits: the protocol's own unless ``with_limits`` says otherwise."""
 
-    stall_s = STREAM_STALL_S
-    """Seconds the send buffer may stay full with none of it read before the connection is aborted."""
-    head_timeout_s = HEAD_TIMEOUT_S
-    """Seconds a request head may take to arrive (``with_head_timeout``)."""
+
+class BoundedHttpToolsProtocol(HttpToolsProtocol):
+    """``HttpToolsProtocol`` that refuses request heads over ``max_head_bytes`` (431) or slower
+    than ``head_timeout_s`` (408); the connection is closed after either answer. An answer that
+    the caller stops reading is cut after ``stall_s`` seconds without progress. The limits are
+    the gateway's defaults (``HttpLimits()``) unless ``with_limits`` says otherwise."""
+
+    max_head_bytes = _GATEWAY.max_head_bytes
+    """Most bytes of a request head, and of a chunked body's framing and trailers beyond its content."""
+    head_timeout_s = _GATEWAY.head_timeout_s
+    """Seconds a request head may take to arrive."""
+    stall_s: float | None = _GATEWAY.stall_s
+    """Seconds the send buffer may stay full with none of it read before the connection is
+    aborted; ``None``: never."""
+    unread_body_s = _GATEWAY.unread_body_s
+    """Seconds for the rest of a body (dropped) once its request was answered before it all came."""
 
     _head_bytes = 0
     _message_bytes = 0
@@ -118,7 +121,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     """The last bytes of the head read so far (an end of head may span two reads)."""
     _head_timer: asyncio.TimerHandle | None = None
     _unread_timer: asyncio.TimerHandle | None = None
-    """Set while the rest of an answered request's body is read (and dropped): ``UNREAD_BODY_S``."""
+    """Set while the rest of an answered request's body is read (and dropped): ``unread_body_s``."""
     _stall_timer: asyncio.TimerHandle | None = None
     _stall_mark = 0
     """Bytes the caller had not taken when the stall clock last (re)started (``_untaken``)."""
@@ -133,25 +136,16 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     """The head of a request that asked for an upgrade, without it: parsed again in its place."""
 
     @classmethod
-    def with_stall(cls, stall_s: float) -> type[BoundedHttpToolsProtocol]:
-        """This protocol with a stall limit of ``stall_s`` seconds (a positive finite number).
-
-        Raises ``InputError`` for any other value.
-        """
-        return cls._with("stall_s", _seconds(stall_s, "the stream stall limit"))
-
-    @classmethod
-    def with_head_timeout(cls, head_timeout_s: float) -> type[BoundedHttpToolsProtocol]:
-        """This protocol with ``head_timeout_s`` seconds for a request head (a positive finite
-        number) instead of ``HEAD_TIMEOUT_S``.
-
-        Raises ``InputError`` for any other value.
-        """
-        return cls._with("head_timeout_s", _seconds(head_timeout_s, "the request head timeout"))
-
-    @classmethod
-    def _with(cls, name: str, value: float) -> type[BoundedHttpToolsProtocol]:
-        return type(cls.__name__, (cls,), {name: value, "__doc__": cls.__doc__})
+    def with_limits(cls, limits: HttpLimits) -> type[BoundedHttpToolsProtocol]:
+        """This protocol with ``limits`` (checked when they were made) instead of the gateway's
+        defaults: the class a ``uvicorn.Config(http=...)`` takes."""
+        settings = {
+            "max_head_bytes": limits.max_head_bytes,
+            "head_timeout_s": limits.head_timeout_s,
+            "stall_s": limits.stall_s,
+            "unread_body_s": limits.unread_body_s,
+        }
+        return type(cls.__name__, (cls,), {**settings, "__doc__": cls.__doc__})
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -169,7 +163,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             seen = self._tail + data
             end = _head_end(seen)
             self._head_bytes += len(data) if end < 0 else end - len(self._tail)
-            if self._head_bytes > MAX_HEAD_BYTES:
+            if self._head_bytes > self.max_head_bytes:
                 self._refuse(431, "Request Header Fields Too Large")
                 return
             self._tail = seen[-2:]
@@ -201,9 +195,9 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     def _bound_framing(self) -> None:
         """Refuse a body whose bytes beyond its content (a chunked body's framing and trailer
         fields, which httptools buffers and uvicorn adds to the request's headers, without a
-        bound) pass ``MAX_HEAD_BYTES`` plus its content's size: 431, and the connection closed
+        bound) pass ``max_head_bytes`` plus its content's size: 431, and the connection closed
         (closed at once when the request was already answered, its body being dropped)."""
-        if self._message_bytes - self._body_bytes <= MAX_HEAD_BYTES + self._body_bytes:
+        if self._message_bytes - self._body_bytes <= self.max_head_bytes + self._body_bytes:
             return
         if self.cycle is not None and self.cycle.response_complete:
             self.transport.close()
@@ -352,8 +346,8 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             # Answered before its body had all arrived (refused: a body too large, an encoding not
             # supported): the rest is read and dropped, and every byte of it would hold the
             # connection open again (uvicorn's keep-alive clock restarts on any data), so a body
-            # trickled past its refusal held the connection for ever. It has ``UNREAD_BODY_S`` more.
-            self._unread_timer = self.loop.call_later(UNREAD_BODY_S, self._unread_too_slow)
+            # trickled past its refusal held the connection for ever. It has ``unread_body_s`` more.
+            self._unread_timer = self.loop.call_later(self.unread_body_s, self._unread_too_slow)
 
     def _start_tail_clock(self, cycle: RequestResponseCycle | None) -> None:
         """Start the stall clock for bytes written that wait in the transport, unless one runs:
@@ -378,6 +372,8 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         now. Started when writing pauses, when an answer's tail waits (``_start_tail_clock``) and
         again after progress (``_check_stall``); stopped by ``_stop_stall_timer`` alone."""
         self._stop_stall_timer()
+        if self.stall_s is None:
+            return  # no stall limit: the answer waits for its caller for ever, as uvicorn's does
         self._stall_mark = untaken
         self._stall_timer = self.loop.call_later(self.stall_s, self._check_stall)
 
@@ -416,7 +412,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             return
         stalled = self._stall_cycle
         if stalled is not None and not stalled.response_complete:
-            stalled.scope[STALLED] = self.stall_s  # type: ignore[literal-required]
+            stalled.scope[STALLED] = self.stall_s  # type: ignore[literal-required]  # (not None: its clock ran)
         self._reset()
 
     def _reset(self) -> None:
@@ -523,14 +519,6 @@ class _CloseDelimitedCycle(_AnswerCycle):
             # uvicorn checks an unchunked body against its length: each piece is its own length.
             self.expected_content_length = len(message.get("body", b""))
         await super().send(message)
-
-
-def _seconds(value: float, what: str) -> float:
-    """``value`` as a float if it is a positive finite number of seconds; else ``InputError``
-    naming ``what`` it limits."""
-    if not (isinstance(value, int | float) and 0 < value < math.inf) or isinstance(value, bool):
-        raise InputError(f"{what} must be a positive number of seconds, not {value!r}")
-    return float(value)
 
 
 class _HeadRefused(Exception):

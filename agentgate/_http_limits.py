@@ -1,0 +1,81 @@
+"""``HttpLimits``: the bounds of the HTTP/1.1 protocol that the gateway and the simulator serve.
+
+The protocol itself (``agentgate/_bounded_http.py``) imports uvicorn and httptools; this module
+imports neither, so that a ``SimServer`` or a ``GatewayServer`` checks its limits when it is made
+and ``import agentgate.sim`` stays light. Each server passes its own limits: the gateway's
+defaults are the values below, the simulator's are its own (``agentgate/sim/_server.py``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from agentgate.errors import InputError
+
+MAX_HEAD_BYTES = 64 * 1024
+"""The gateway's most bytes of one request's line and headers (a chain token is at most 32 KiB)."""
+HEAD_TIMEOUT_S = 10.0
+"""The gateway's seconds for a client to send a whole request head."""
+STREAM_STALL_S = 30.0
+"""The gateway's seconds an answer may wait for its caller to read anything before the
+connection is cut."""
+UNREAD_BODY_S = 10.0
+"""The gateway's seconds for the rest of a request's body to arrive once the request was answered
+before all of it had (the app refused it: a body too large, an encoding not supported); then the
+connection is closed."""
+
+LEAST_HEAD_BYTES = 1024
+"""The least head limit: a request line and a ``Host`` header fit, a chain token does not."""
+MOST_HEAD_BYTES = 16 * 1024 * 1024
+"""The most head limit (four times vLLM's, ``--h11-max-incomplete-event-size``)."""
+MOST_SECONDS = 24 * 3600.0
+"""The most any of the time limits may be: a day. (uvloop's timers refuse a delay past about
+2**63 milliseconds; a limit that long bounds nothing.)"""
+
+
+@dataclass(frozen=True, slots=True)
+class HttpLimits:
+    """What one connection of the bounded HTTP/1.1 protocol may hold, in bytes and in time.
+
+    Raises ``InputError`` naming the field for a value out of its range: ``max_head_bytes`` a
+    whole number from ``LEAST_HEAD_BYTES`` to ``MOST_HEAD_BYTES``; each time a number of seconds
+    above 0 and at most ``MOST_SECONDS`` (``stall_s`` may also be ``None``: never cut).
+    """
+
+    max_head_bytes: int = MAX_HEAD_BYTES
+    """Most bytes of a request's line and headers (431 past it), and of a chunked body's framing
+    and trailer fields beyond the body's own bytes."""
+    head_timeout_s: float = HEAD_TIMEOUT_S
+    """Seconds a request head may take to arrive, from the connection opening or the head's first
+    byte (408 past it)."""
+    stall_s: float | None = STREAM_STALL_S
+    """Seconds an answer may wait for a caller that takes none of its bytes before the connection
+    is reset; ``None``: it waits for ever (uvicorn's own behaviour)."""
+    unread_body_s: float = UNREAD_BODY_S
+    """Seconds for the rest of a body to arrive (read and dropped) once its request was answered."""
+
+    def __post_init__(self) -> None:
+        heads = self.max_head_bytes
+        if (
+            not isinstance(heads, int)
+            or isinstance(heads, bool)
+            or not LEAST_HEAD_BYTES <= heads <= MOST_HEAD_BYTES
+        ):
+            raise InputError(
+                f"max_head_bytes must be a whole number of bytes from {LEAST_HEAD_BYTES} to "
+                f"{MOST_HEAD_BYTES}, not {heads!r}"
+            )
+        object.__setattr__(self, "head_timeout_s", positive_seconds(self.head_timeout_s, "head_timeout_s"))
+        if self.stall_s is not None:
+            object.__setattr__(self, "stall_s", positive_seconds(self.stall_s, "stall_s"))
+        object.__setattr__(self, "unread_body_s", positive_seconds(self.unread_body_s, "unread_body_s"))
+
+
+def positive_seconds(value: float, name: str) -> float:
+    """``value`` as a float if it is a number of seconds above 0 and at most ``MOST_SECONDS``;
+    else ``InputError`` naming ``name``, the setting it limits."""
+    if isinstance(value, bool) or not (isinstance(value, int | float) and 0 < value <= MOST_SECONDS):
+        raise InputError(
+            f"{name} must be a positive number of seconds, at most {MOST_SECONDS:g}, not {value!r}"
+        )
+    return float(value)
