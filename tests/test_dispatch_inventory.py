@@ -14,8 +14,10 @@ from test_dispatch_dispatcher import MODEL
 
 from agentgate.dispatch.inventory import (
     MAX_INVENTORY_NODES,
+    engine_key,
     inventory_from_mapping,
     load_inventory,
+    origin,
     parse_inventory,
 )
 from agentgate.errors import BackendCredentialError, InventoryError
@@ -609,6 +611,37 @@ def test_spellings_of_one_endpoint_are_one_engine(one: str, other: str, same: bo
         {"backends": [{"name": n, "url": u, "models": ["m"]} for n, u in (("a", one), ("b", other))]}
     )
     assert (inv.backend("a").engine_key == inv.backend("b").engine_key) is same
+
+
+_LOOPBACK_SPELLINGS = (
+    "127.0.0.1",
+    "127.0.1",
+    "127.1",
+    "0x7f.0.0.1",
+    "0x7f.1",
+    "0177.0.0.1",
+    "0177.1",
+    "2130706433",
+    "0x7f000001",
+    "017700000001",
+)
+
+
+@pytest.mark.parametrize("host", [*_LOOPBACK_SPELLINGS, *(h + "." for h in _LOOPBACK_SPELLINGS)])
+def test_every_spelling_of_an_ipv4_address_has_its_dotted_key(host: str) -> None:
+    """Review R56: a short IPv4 with a trailing dot (``127.1.``) kept its spelling as the key while
+    ``127.1`` and ``127.0.0.1.`` were keyed ``127.0.0.1``, so one engine counted as two.
+
+    Rule: each form ``inet_aton`` reads (one to four parts, decimal, hex or octal), with or without
+    the one trailing dot of an absolute name, is keyed as the dotted address."""
+    assert engine_key(f"http://{host}:8000/v1") == "http://127.0.0.1:8000/v1"
+    assert origin(f"HTTP://{host.upper()}") == ("http", "127.0.0.1", 80)
+
+
+@pytest.mark.parametrize("host", ["127.1..", "127.1.example", ".127.1", "127..1"])
+def test_a_name_that_only_looks_like_an_address_keeps_its_spelling(host: str) -> None:
+    """Review R56: only one trailing dot is an absolute name's; the rest are names, not addresses."""
+    assert engine_key(f"http://{host}:8000") != "http://127.0.0.1:8000"
 
 
 def test_a_mapped_address_and_a_dot_segment_are_keyed_as_the_plain_url() -> None:

@@ -408,9 +408,9 @@ def engine_key(url: str) -> str:
     ``origin`` (the scheme and host lower-cased, as DNS and RFC 3986 compare them, an IP address
     written in its shortest form, an IPv4-mapped IPv6 address as its IPv4 one, kept in brackets
     when it is IPv6, an IPv4 address in a form resolvers read (``127.1``, ``0x7f.0.0.1``) dotted,
-    a host name's trailing dot dropped, a non-ASCII name in the client's IDNA form (``xn--``), and
-    the port always given: 80 or 443 when
-    ``url`` leaves it out), then the path with its percent-encoded unreserved characters decoded
+    with or without one trailing dot, a host name's trailing dot dropped, a non-ASCII name in
+    the client's IDNA form (``xn--``), and the port always given: 80 or 443 when ``url`` leaves
+    it out), then the path with its percent-encoded unreserved characters decoded
     (``%7E`` is ``~``), other percent-encodings in upper case and its ``.`` and ``..`` segments
     resolved, but otherwise as it is: paths are case-sensitive, and ``/A`` and ``/a`` may be two
     engines behind one proxy. Every comparison of backend URLs goes through it or ``origin``;
@@ -429,11 +429,15 @@ def origin(url: str) -> tuple[str, str, int | None]:
     parts = urlsplit(url)
     scheme = parts.scheme.lower()
     host = _decode_unreserved(parts.hostname or "").lower()
+    # One trailing dot makes a name absolute (``localhost.`` is ``localhost``); an address in a
+    # form resolvers read is read without it too: ``127.1.``, like ``127.1`` and ``127.0.0.1.``,
+    # is ``127.0.0.1`` (review R56: it stayed ``127.1``, another engine).
+    bare = host.removesuffix(".") or host
     try:
-        number = _inet_aton(host)
+        number = _inet_aton(bare)
         address = ipaddress.ip_address(host if number is None else number)
-    except ValueError:  # a name, not an address: ``localhost.`` is ``localhost`` (an absolute name)
-        host = _idna(host.removesuffix(".") or host)
+    except ValueError:  # a name, not an address
+        host = _idna(bare)
     else:
         mapped = address.ipv4_mapped if isinstance(address, ipaddress.IPv6Address) else None
         host = str(mapped or address)
