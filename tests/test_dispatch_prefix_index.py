@@ -17,7 +17,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from agentgate.dispatch import inventory_from_mapping
+from agentgate.dispatch import inventory_from_mapping, prefix_index
 from agentgate.dispatch.backends import BackendClient, Timeouts
 from agentgate.dispatch.inventory import Inventory
 from agentgate.dispatch.metrics import EngineLoad, load_from_text
@@ -235,3 +235,24 @@ def test_confidence_settles_at_the_engines_share_of_the_index_matches() -> None:
     for _ in range(200):
         index.calibrate(index.confidence * own, engine)
     assert index.confidence == pytest.approx(0.25, abs=1e-3)
+
+
+def test_the_index_holds_at_most_max_blocks_whatever_capacity_a_backend_names(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Review R56: the index was sized to any capacity up to 10**12 KV tokens (the inventory's
+    bound, and a scrape's), 6.25e10 blocks, so a backend that declared or published such a cache
+    had the router keep every block it was ever sent (about 140 bytes each): memory without bound.
+
+    Rule: an index holds at most ``MAX_BLOCKS`` blocks, whether sized by the inventory or by the
+    engine's published cache size, evicting as it does at its capacity."""
+    monkeypatch.setattr(prefix_index, "MAX_BLOCKS", 64)
+    router = Router(_inventory("a", kv_capacity_tokens=10**12), block_tokens=BLOCK)
+    index = router.states["a"].index
+    index.record(tuple(range(1000)))
+    assert len(index) == index.capacity_blocks == 64
+    published = Router(_inventory("b"), block_tokens=BLOCK).states["b"]
+    published.observe(EngineLoad(running=0.0, waiting=0.0, kv_capacity_tokens=10**12, scraped_at=0.0))
+    published.index.record(tuple(range(1000)))
+    assert len(published.index) == published.index.capacity_blocks == 64
+    assert index.match(tuple(range(64))) == 64  # the newest (the prompt's head) kept

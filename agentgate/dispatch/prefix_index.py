@@ -8,6 +8,11 @@ request's blocks tail first, SGLang's radix tree evicts leaves): evicting the he
 lose the whole prefix, since chained blocks match only from the start, while the engine still
 holds it. The engine's measured hit rate corrects the estimate (``confidence``): when the
 engine hits less often than the index predicted, the index's matches are discounted.
+
+An index holds at most ``MAX_BLOCKS`` blocks, whatever capacity it is given: the capacity comes
+from the inventory or from the engine's published cache size, each believed up to 10**12 tokens
+(``inventory.MAX_KV_CAPACITY_TOKENS``), and an index that large kept every block the router ever
+sent there.
 """
 
 from __future__ import annotations
@@ -15,14 +20,19 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Sequence
 
+MAX_BLOCKS = 2**20
+"""The most blocks one index holds (16.8 M tokens at 16 a block, above the largest real engine's
+cache: an H200 holds about 0.9 M tokens of Llama 3.1 8B's KV); about 140 bytes each, so at most
+about 150 MB of the router's memory per backend."""
+
 
 class PrefixIndex:
-    """LRU set of chained block hashes believed cached on one backend."""
+    """LRU set of chained block hashes believed cached on one backend, at most ``MAX_BLOCKS``."""
 
     def __init__(self, capacity_blocks: int) -> None:
         if capacity_blocks <= 0:
             raise ValueError("capacity must be positive")
-        self.capacity_blocks = capacity_blocks
+        self.capacity_blocks = min(capacity_blocks, MAX_BLOCKS)
         self._blocks: OrderedDict[int, None] = OrderedDict()
         self.confidence = 1.0
 
@@ -48,8 +58,9 @@ class PrefixIndex:
             self._blocks.popitem(last=False)
 
     def resize(self, capacity_blocks: int) -> None:
-        """Change the capacity (the engine reported its real cache size), evicting if needed."""
-        self.capacity_blocks = max(1, capacity_blocks)
+        """Change the capacity (the engine reported its real cache size; at most ``MAX_BLOCKS``),
+        evicting if needed."""
+        self.capacity_blocks = min(max(1, capacity_blocks), MAX_BLOCKS)
         while len(self._blocks) > self.capacity_blocks:
             self._blocks.popitem(last=False)
 
