@@ -10,6 +10,7 @@ from collections import Counter
 import pytest
 
 from agentgate.dispatch import inventory_from_mapping
+from agentgate.dispatch._retry_after import MAX_RETRY_AFTER_S
 from agentgate.dispatch.inventory import Inventory
 from agentgate.dispatch.metrics import EngineLoad
 from agentgate.dispatch.quota import TenantQuota
@@ -438,3 +439,19 @@ def test_a_tolerance_that_is_no_finite_number_at_least_zero_is_refused_when_the_
         Router(pool(2), **{field: value})  # type: ignore[arg-type]
     router = Router(pool(2), **{field: 0.0})  # type: ignore[arg-type]
     assert router.route(req(0, session="s"), 0.0).action == "dispatch"
+
+
+@pytest.mark.parametrize("priority", [1, 2])
+def test_a_shed_for_an_unmet_slo_asks_for_at_most_max_retry_after_s(priority: int) -> None:
+    """Review R56: a backend that reported 10**7 requests waiting (the most its metrics may) made
+    the router predict 15 days to a first token, and a call shed for its SLO then carried
+    ``Retry-After: 1284020`` (the gateway's 429): a client that honoured it never came back.
+
+    Rule: the ``retry_after_s`` of a call shed because its SLO cannot be met is the router's
+    estimate of the excess, at least 1 s and at most ``MAX_RETRY_AFTER_S`` (300 s, the longest
+    a backend's own ``Retry-After`` is honoured for)."""
+    router = Router(pool(1))
+    router.observe("b0", EngineLoad(running=0.0, waiting=1e7, kv_usage=0.0, scraped_at=0.0))
+    with pytest.raises(Shed, match="cannot be met") as shed:
+        router.route(req(0, prompt=4000, priority=priority), 0.0)
+    assert 1.0 <= shed.value.retry_after_s <= MAX_RETRY_AFTER_S

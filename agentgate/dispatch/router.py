@@ -66,6 +66,7 @@ from agentgate.dispatch._policy import (
     RouteRequest,
     RoutingPolicy,
 )
+from agentgate.dispatch._retry_after import MAX_RETRY_AFTER_S
 from agentgate.dispatch.inventory import Inventory
 from agentgate.dispatch.quota import TenantQuota, TokenBucket
 from agentgate.dispatch.scorers import Scorer, predicted_ttft
@@ -371,7 +372,9 @@ class Router(RoutingPolicy):
         raise Shed(
             f"SLO {request.slo_ttft_s:.2f}s cannot be met (best predicted {best_p:.2f}s); "
             f"class {request.priority} shed",
-            retry_after_s=max(1.0, excess),
+            # A prediction, however far off: a backend reporting 10**7 requests waiting made it
+            # days, and the caller's Retry-After with it. Bounded as a backend's own is honoured.
+            retry_after_s=min(max(1.0, excess), MAX_RETRY_AFTER_S),
         )
 
     def _go(
