@@ -248,7 +248,11 @@ def test_audit_verify_reads_an_entry_retyped_as_text_as_its_bytes(
 ) -> None:
     """A row retyped as TEXT made verify raise TypeError (a traceback from ``audit verify``).
     Entries are read as bytes whatever their column type: the same bytes are the same evidence
-    (intact, exit 0); other bytes are an edited entry (exit 1)."""
+    (the entries verify); other bytes are an edited entry (exit 1).
+
+    Changed on purpose in review R56: the retyping drops the trigger audit_log_no_update, which
+    ``audit verify`` put back (and then said intact). It now reports the dropped trigger (exit 1)
+    with the entries verifying, and a writer's opening puts the trigger back."""
     monkeypatch.setattr("agentgate.cli.main.GROUPS", ("agentgate.cli.audit",))
     db = tmp_path / "agentgate.db"
     monkeypatch.setenv("AGENTGATE_STORE", str(db))
@@ -257,6 +261,12 @@ def test_audit_verify_reads_an_entry_retyped_as_text_as_its_bytes(
     store, _log = _log_with_checkpoint(db)
     store.close()
     _rewrite(db, "UPDATE audit_log SET entry = CAST(entry AS TEXT) WHERE idx = 1")
+    assert main(["audit", "verify"]) == 1
+    out = capsys.readouterr().out
+    assert "the protection trigger audit_log_no_update on table audit_log is missing" in out
+    assert "the entries verify: 5 entries" in out
+    with SQLiteStore(db) as writing:
+        AuditLog(writing, open_log_key(writing), ORIGIN)  # a writer's opening puts the trigger back
     assert main(["audit", "verify"]) == 0
     capsys.readouterr()
     _rewrite(db, "UPDATE audit_log SET entry = replace(entry, 'deny', 'allo') WHERE idx = 1")

@@ -165,8 +165,10 @@ def _since(text: str) -> str:
 
 def _open(args: argparse.Namespace, *, create_key: bool = False) -> tuple[Store, AuditLog]:
     reads = hasattr(args, "key")  # verify, show, explain, report take --key PUBFILE; prove signs
-    # None of them makes the log's tables in a store that has none (``log.exists`` is then
-    # False): a verb that reads changes nothing, and prove proves an entry already written.
+    # Each opens the log without writing (``create_log=False``): no table in a store that has none
+    # (``log.exists`` is then False), and in a log that exists no trigger, index row, cached node
+    # or record put back: a verb that reads changes nothing (verify reports a missing trigger),
+    # and prove writes only the checkpoint it signs when the log grew since the last one.
     return open_audit_log(
         args.store, getattr(args, "key", None), create_key=create_key, reads=reads, create_log=False
     )
@@ -292,14 +294,21 @@ def _verify(args: argparse.Namespace) -> int:
             f"{report.checkpoints_checked} checkpoints{unsigned}"
         )
         return 0
-    print(f"TAMPERED: {len(report.problems)} problem(s)")
+    print(f"TAMPERED: {len(report.problems) + len(report.unprotected)} problem(s)")
     wrong_key = _wrong_key(report, log)
     if wrong_key:
         print(wrong_key)
     if report.first_bad_index is not None:
         print(f"first bad index: {report.first_bad_index}")
-    for problem in report.problems:
+    for problem in (*report.problems, *report.unprotected):
         print(f"  - {problem}")
+    if report.entries_verify:
+        # Only the log's machinery is wrong: the entries as they are now still verify.
+        print(
+            f"the entries verify: {report.size} entries, root {report.root.hex()}, "
+            f"{report.checkpoints_checked} checkpoints; nothing refuses an edit of them until the "
+            "triggers are back"
+        )
     return 1
 
 
@@ -722,8 +731,9 @@ def _report(args: argparse.Namespace) -> int:
         verified = log.verify()
         note = log.latest_checkpoint()
         checkpoint = log.open_checkpoint(note) if note and verified.ok else None
-        page = render_report(log.entries(skip_malformed=True), checkpoint, verified.problems)
+        problems = (*verified.problems, *verified.unprotected)
+        page = render_report(log.entries(skip_malformed=True), checkpoint, problems)
     _write(args.out, page)
-    state = "intact" if verified.ok else f"TAMPERED, {len(verified.problems)} problem(s) shown in the report"
+    state = "intact" if verified.ok else f"TAMPERED, {len(problems)} problem(s) shown in the report"
     print(f"wrote {args.out}: {verified.size} entries, {state}")
     return 0 if verified.ok else 1

@@ -19,7 +19,12 @@ from agentgate.store._base import Row, Store, Transaction, loaded_driver_errors
 from agentgate.store.audit._keys import DEFAULT_ORIGIN, entry_limit
 from agentgate.store.audit._nodes import _CachedRoots
 from agentgate.store.audit._proofs import _Proofs
-from agentgate.store.audit._schema import APPEND_LOCK, create_audit_tables, refuse_dropped_log
+from agentgate.store.audit._schema import (
+    APPEND_LOCK,
+    create_audit_tables,
+    refs_complete,
+    refuse_dropped_log,
+)
 from agentgate.store.audit._stored import _bytes, _index_of, _note, _parsed, _whole
 from agentgate.store.audit._verify import _Verification
 
@@ -75,10 +80,15 @@ class AuditLog(_Proofs, _CachedRoots, _Verification):
         key only (an auditor's copy), the log reads, verifies and proves against stored
         checkpoints, and ``checkpoint`` raises ``AuditError`` when it would have to sign.
 
-        ``create``: make the log's tables where the store has none (a log never made there).
-        ``False`` (the verbs that only read a log) creates nothing in such a store, and ``exists``
-        is then ``False``: there is nothing to read, and reading raises ``StoreError``. Either way
-        a log that was dropped raises ``LogDropped`` (a ``StoreError``) and nothing is created.
+        ``create``: make the log's tables where the store has none (a log never made there), and
+        put back what is missing of an existing log's machinery (its triggers, the reference
+        index, the record that the log was made). ``False`` (the verbs that only read a log)
+        opens it without writing anything: no table, trigger or row is made, the reference index
+        is read only where it is complete (``explain`` reads the whole log otherwise), and the
+        cache of block roots is read, never written; ``verify`` reports a missing protection
+        trigger instead of hiding it. In a store where no log was made ``exists`` is then
+        ``False``: there is nothing to read, and reading raises ``StoreError``. Either way a log
+        that was dropped raises ``LogDropped`` (a ``StoreError``) and nothing is created.
         """
         self.max_entry_bytes = entry_limit(max_entry_bytes)
         self.store = store
@@ -89,8 +99,13 @@ class AuditLog(_Proofs, _CachedRoots, _Verification):
         Checkpoint(origin, 0, bytes(32)).text()  # validates the origin now, not at the first checkpoint
         self.exists = create or refuse_dropped_log(store)
         """Whether the store holds the log's tables (``False`` only for ``create=False``)."""
-        self.refs_indexed = create_audit_tables(store) if self.exists else False
+        if create:
+            self.refs_indexed = create_audit_tables(store)
+        else:
+            self.refs_indexed = self.exists and refs_complete(store)
         """Whether ``audit_refs`` indexes every entry's reference (else ``explain`` scans the log)."""
+        self._caches = create
+        """Whether reads may fill (and empty) the cache of block roots: not in a log opened to read."""
         # Appends guess the next index only where the next-index trigger is known to guard them.
         self._guessing = store.dialect == "sqlite" and bool(
             store.query(

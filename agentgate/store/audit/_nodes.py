@@ -25,6 +25,7 @@ class _CachedRoots:
     store: Store
     _hash: str
     _leaf: str
+    _caches: bool
 
     def _cached_roots(self, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
         """The roots of the RFC 9162 subtrees ``[lo, hi)`` in ``ranges`` (as ``_subtree_roots``),
@@ -52,7 +53,7 @@ class _CachedRoots:
     def _nodes(self, blocks: set[int]) -> dict[int, bytes]:
         """``block -> root`` of each block of ``2**_NODE_LEVEL`` leaves in ``blocks``: read from
         ``audit_nodes``, or computed from the leaf hashes and stored there (best effort: a role
-        that may not write the cache, or a log without it, only computes)."""
+        that may not write the cache, a log without it, or a log opened to read, only computes)."""
         found: dict[int, bytes] = {}
         ordered = sorted(blocks)
         for start in range(0, len(ordered), 500):
@@ -78,6 +79,8 @@ class _CachedRoots:
                 acc.extend(self._leaves(block * width, (block + 1) * width))
                 found[block] = acc.root()
                 made.append((_NODE_LEVEL, block, found[block]))
+            if not self._caches:
+                continue
             try:
                 with self.store.transaction() as tx:
                     tx.executemany(
@@ -89,7 +92,10 @@ class _CachedRoots:
         return found
 
     def _forget_nodes(self) -> None:
-        """Empty the node cache (one of its roots did not match the leaf hashes), if allowed."""
+        """Empty the node cache (one of its roots did not match the leaf hashes), if allowed (not
+        in a log opened to read: its reads build proofs from the leaf hashes after a wrong node)."""
+        if not self._caches:
+            return
         try:
             with self.store.transaction() as tx:
                 tx.execute("DELETE FROM audit_nodes")

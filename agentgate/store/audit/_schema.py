@@ -1,7 +1,10 @@
 """The audit log's tables (``AUDIT_DDL``), its reference index and cache of block roots
 (``REFS_DDL``), the PostgreSQL append lock, ``create_audit_tables``, which makes them and
 indexes the entries written before the index, and ``refuse_dropped_log``, which tells a log
-never made from one dropped (the record ``agentgate_store_parts`` keeps)."""
+never made from one dropped (the record ``agentgate_store_parts`` keeps); and, for a log opened
+to read, which writes nothing, ``refs_complete`` (whether the reference index may be read) and
+``missing_protection`` (the triggers of the log's machinery that are not in force, which
+``verify`` reports)."""
 
 from __future__ import annotations
 
@@ -354,3 +357,110 @@ def create_audit_tables(store: Store) -> bool:
     except loaded_driver_errors(StoreError):
         return False
     return True
+
+
+PROTECTION_TRIGGERS: dict[Dialect, tuple[tuple[str, str, str], ...]] = {
+    # ``(trigger, table, what it refuses)``: the triggers that keep the log and the record of it
+    # append-only. A missing one (or, on PostgreSQL, one disabled) is what ``missing_protection``
+    # reports; a writer's opening (``create_audit_tables``) puts it back.
+    "sqlite": (
+        ("audit_log_next_index", "audit_log", "an entry at any index but the next one"),
+        ("audit_log_no_update", "audit_log", "an entry's edit"),
+        ("audit_log_no_delete", "audit_log", "an entry's deletion"),
+        ("audit_checkpoints_no_update", "audit_checkpoints", "a checkpoint's edit"),
+        ("audit_checkpoints_no_delete", "audit_checkpoints", "a checkpoint's deletion"),
+        ("audit_checkpoints_no_replace", "audit_checkpoints", "a checkpoint's replacement"),
+        ("agentgate_store_parts_no_update", _PARTS, "an edit of the record that the log was made"),
+        ("agentgate_store_parts_no_delete", _PARTS, "a deletion of the record that the log was made"),
+    ),
+    "postgresql": (
+        ("audit_log_next_index", "audit_log", "an entry at any index but the next one"),
+        ("audit_log_append_only", "audit_log", "an entry's edit or deletion"),
+        ("audit_log_no_truncate", "audit_log", "the emptying of the log (TRUNCATE)"),
+        ("audit_checkpoints_append_only", "audit_checkpoints", "a checkpoint's edit or deletion"),
+        ("audit_checkpoints_no_truncate", "audit_checkpoints", "the emptying of the checkpoints (TRUNCATE)"),
+        (
+            "agentgate_store_parts_append_only",
+            _PARTS,
+            "an edit or deletion of the record that the log was made",
+        ),
+        ("agentgate_store_parts_no_truncate", _PARTS, "the emptying of the record that the log was made"),
+    ),
+}
+
+_INDEX_TRIGGER = "audit_log_index_ref"
+"""The trigger that keeps the reference index (``audit_refs``) complete as entries are appended."""
+
+
+def _triggers(store: Store, tables: tuple[str, ...]) -> dict[tuple[str, str], bool]:
+    """``(trigger, table) -> enabled`` for the triggers on ``tables`` (constants) where the store's
+    statements find them. Reads the catalog only. A PostgreSQL trigger is enabled when it fires
+    in an ordinary session (``tgenabled`` O or A: not D, disabled, nor R, replica only)."""
+    listed = ", ".join(f"'{name}'" for name in tables)
+    if store.dialect == "sqlite":
+        rows = store.query(
+            f"SELECT name, tbl_name, 1 FROM sqlite_master WHERE type = 'trigger' AND tbl_name IN ({listed})"
+        )
+    else:
+        rows = store.query(
+            "SELECT t.tgname, c.relname, t.tgenabled IN ('O', 'A') FROM pg_catalog.pg_trigger t "
+            "JOIN pg_catalog.pg_class c ON c.oid = t.tgrelid WHERE NOT t.tgisinternal "
+            f"AND c.relname IN ({listed}) AND pg_catalog.pg_table_is_visible(c.oid)"
+        )
+    return {(str(name), str(table)): bool(enabled) for name, table, enabled in rows}
+
+
+def refs_complete(store: Store) -> bool:
+    """Whether the reference index can be read as complete, read without writing: its tables are
+    there, its entries were indexed once (``audit_refs_built``) and its trigger keeps it (present,
+    and on PostgreSQL enabled). What ``AuditLog(create=False)`` reads it by; otherwise ``explain``
+    scans the log (slower, the same answer)."""
+    held = _tables_held(store, ("audit_refs", "audit_refs_built"))
+    if len(held) < 2 or not _triggers(store, ("audit_log",)).get((_INDEX_TRIGGER, "audit_log")):
+        return False
+    try:
+        return bool(store.query("SELECT 1 FROM audit_refs_built"))
+    except loaded_driver_errors(StoreError):
+        return False  # a role that may not read it: read as a log without the index
+
+
+def missing_protection(store: Store) -> list[str]:
+    """What is missing of the log's machinery, one line each, read from the catalog (nothing is
+    written): each protection trigger (``PROTECTION_TRIGGERS``) that is missing from its table, or
+    on PostgreSQL disabled, and the reference index's trigger where the index was built. Its
+    tables are there (the log's were checked as it opened; the record's triggers are looked for
+    only where the record's table is). Empty for a log whose machinery is whole."""
+    held = _tables_held(store, (*LOG_TABLES, _PARTS, "audit_refs_built"))
+    found = _triggers(store, (*LOG_TABLES, _PARTS))
+    lines = []
+    for name, table, refuses in PROTECTION_TRIGGERS[store.dialect]:
+        if table not in held or found.get((name, table)):
+            continue
+        state, fix = _state(name, table, found)
+        lines.append(
+            f"the protection trigger {name} on table {table} {state}: the log is no longer protected "
+            f"against {refuses} (someone with DDL rights on the store changed it); {fix}"
+        )
+    if "audit_refs_built" in held and not found.get((_INDEX_TRIGGER, "audit_log")):
+        try:
+            built = bool(store.query("SELECT 1 FROM audit_refs_built"))
+        except loaded_driver_errors(StoreError):
+            built = False  # a role that may not read it: an index it does not read
+        if built:
+            state, fix = _state(_INDEX_TRIGGER, "audit_log", found)
+            lines.append(
+                f"the trigger {_INDEX_TRIGGER} on table audit_log {state}: the reference index "
+                "audit_refs is no longer kept for new entries (audit explain reads the whole log "
+                f"instead); {fix}"
+            )
+    return lines
+
+
+def _state(name: str, table: str, found: dict[tuple[str, str], bool]) -> tuple[str, str]:
+    """How a trigger not in force is (missing, or disabled) and what puts it back in force."""
+    if (name, table) in found:
+        return (
+            "is disabled",
+            f"`ALTER TABLE {table} ENABLE TRIGGER {name}` run as the table's owner enables it",
+        )
+    return "is missing", "`agentgate store init` run as the store's owner puts it back"

@@ -18,6 +18,7 @@ from agentgate.audit.merkle import RootAccumulator
 from agentgate.audit.note import Checkpoint, signer_key_ids
 from agentgate.errors import TamperDetected
 from agentgate.store._base import Row, Store
+from agentgate.store.audit._schema import missing_protection
 from agentgate.store.audit._stored import _bytes, _index_of, _note
 
 _sha256 = hashlib.sha256
@@ -50,8 +51,20 @@ class VerifyReport:
     of its well-formed signature lines under the log's origin (``note.signer_key_ids``): all of
     them one other key, with none that opened, is what a wrong public key given looks like."""
 
+    unprotected: tuple[str, ...] = field(default_factory=tuple)
+    """Each trigger of the log's machinery that is not in force (``missing_protection``: a
+    protection trigger dropped or disabled, the reference index's trigger dropped), one line each:
+    the entries may still verify (``problems`` empty), but whoever changed the machinery could
+    edit them, and a later edit would be refused by nothing."""
+
     @property
     def ok(self) -> bool:
+        """Nothing at all is wrong: no problem with the entries, and the machinery is whole."""
+        return not self.problems and not self.unprotected
+
+    @property
+    def entries_verify(self) -> bool:
+        """The entries and checkpoints pass every check (``problems`` empty), whatever ``unprotected`` says."""
         return not self.problems
 
 
@@ -100,7 +113,9 @@ class _Verification:
         consistent with ``saved_checkpoint`` (a signed note kept elsewhere) when one is given; and
         the reference index ``audit_refs`` (when this log keeps one) holds exactly the ``(idx, ref)``
         pairs the entries carry, in the same pass (a missing or changed row hides an entry from
-        ``explain``; such a problem names no bad index, the entries being intact).
+        ``explain``; such a problem names no bad index, the entries being intact). The log's
+        triggers are read from the catalog: each one not in force is in ``unprotected``, not in
+        ``problems`` (the entries are checked as they are), and makes the report not ``ok``.
         Never raises for a tampered log: the report names the first bad index and what is wrong.
         """
         problems: list[str] = []
@@ -186,7 +201,13 @@ class _Verification:
             )
             bad.append(size)
         return VerifyReport(
-            size, acc.root(), checked, min(bad) if bad else None, tuple(problems), tuple(unopened)
+            size,
+            acc.root(),
+            checked,
+            min(bad) if bad else None,
+            tuple(problems),
+            tuple(unopened),
+            tuple(missing_protection(self.store)),
         )
 
     def repeated_indexes(self, start: int = 0, end: int | None = None) -> list[tuple[int, int]]:
