@@ -343,3 +343,47 @@ def test_postgresql_verify_reports_a_dropped_and_a_disabled_trigger(
         "`ALTER TABLE audit_checkpoints ENABLE TRIGGER audit_checkpoints_no_truncate` run as the table's "
         "owner enables it"
     )
+
+
+# --- a writer's opening puts back what is missing ------------------------------------------------------
+
+
+def test_a_writer_indexes_the_entries_appended_while_the_index_trigger_was_dropped(tmp_path: Path) -> None:
+    """Review R56: entries appended while audit_log_index_ref was dropped stayed out of the index
+    after a writer put the trigger back: explain missed them, verify called the index tampered."""
+    key = SigningKey(b"\x05" * 32)
+    first = _index_trigger_dropped_between_two_entries(tmp_path / "agentgate.db", key)
+    with SQLiteStore(tmp_path / "agentgate.db") as store:
+        writer = AuditLog(store, key, ORIGIN)
+        report = writer.verify()
+        explained = writer.explain(first)
+    assert report.ok, (report.problems, report.unprotected)
+    assert explained.indexed and [e.index for e in explained.related] == [1]
+
+
+def test_a_writer_puts_back_a_dropped_trigger_of_the_record(tmp_path: Path) -> None:
+    """Review R56: a writer put the record's triggers back only where the record itself was missing."""
+    db = tmp_path / "agentgate.db"
+    key = SigningKey(b"\x06" * 32)
+    with SQLiteStore(db) as store:
+        AuditLog(store, key, ORIGIN).append({"kind": "deny", "principal": "did:key:zA"})
+        with store.transaction() as tx:
+            tx.execute("DROP TRIGGER agentgate_store_parts_no_delete")
+    with SQLiteStore(db) as store:
+        AuditLog(store, key, ORIGIN)
+        assert AuditLog(store, key.public, ORIGIN, create=False).verify().ok
+
+
+@pytest.mark.postgres
+def test_a_writer_puts_back_a_postgresql_trigger_dropped_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, postgres_url: str
+) -> None:
+    """Review R56: a PostgreSQL writer made the log's five triggers only when audit_log_next_index
+    was missing, so audit_log_append_only dropped alone stayed dropped (and store init said so)."""
+    key = _postgres_log(postgres_url, tmp_path, monkeypatch, "trigger")
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        conn.execute("DROP TRIGGER agentgate_store_parts_no_truncate ON agentgate_store_parts")
+    with _postgres(postgres_url) as store:
+        AuditLog(store, key, ORIGIN)
+    with _postgres(postgres_url) as store:
+        assert AuditLog(store, key.public, ORIGIN, create=False).verify().ok

@@ -92,16 +92,30 @@ BEGIN
         END;
         $fn$;
     END IF;
+    -- Each trigger is made when it is missing, whichever others are there: one dropped alone is
+    -- put back by the next writer (``audit verify`` reports it first: missing_protection).
     IF NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = 'audit_log'::regclass
                    AND tgname = 'audit_log_next_index') THEN
         CREATE TRIGGER audit_log_next_index BEFORE INSERT ON audit_log
             FOR EACH ROW EXECUTE FUNCTION agentgate_audit_next_index();
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = 'audit_log'::regclass
+                   AND tgname = 'audit_log_append_only') THEN
         CREATE TRIGGER audit_log_append_only BEFORE UPDATE OR DELETE ON audit_log
             FOR EACH ROW EXECUTE FUNCTION agentgate_append_only();
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = 'audit_log'::regclass
+                   AND tgname = 'audit_log_no_truncate') THEN
         CREATE TRIGGER audit_log_no_truncate BEFORE TRUNCATE ON audit_log
             FOR EACH STATEMENT EXECUTE FUNCTION agentgate_append_only();
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = 'audit_checkpoints'::regclass
+                   AND tgname = 'audit_checkpoints_append_only') THEN
         CREATE TRIGGER audit_checkpoints_append_only BEFORE UPDATE OR DELETE ON audit_checkpoints
             FOR EACH ROW EXECUTE FUNCTION agentgate_append_only();
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = 'audit_checkpoints'::regclass
+                   AND tgname = 'audit_checkpoints_no_truncate') THEN
         CREATE TRIGGER audit_checkpoints_no_truncate BEFORE TRUNCATE ON audit_checkpoints
             FOR EACH STATEMENT EXECUTE FUNCTION agentgate_append_only();
     END IF;
@@ -138,6 +152,9 @@ BEGIN
                    AND tgname = 'agentgate_store_parts_append_only') THEN
         CREATE TRIGGER agentgate_store_parts_append_only BEFORE UPDATE OR DELETE ON agentgate_store_parts
             FOR EACH ROW EXECUTE FUNCTION agentgate_append_only();
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = 'agentgate_store_parts'::regclass
+                   AND tgname = 'agentgate_store_parts_no_truncate') THEN
         CREATE TRIGGER agentgate_store_parts_no_truncate BEFORE TRUNCATE ON agentgate_store_parts
             FOR EACH STATEMENT EXECUTE FUNCTION agentgate_append_only();
     END IF;
@@ -313,14 +330,6 @@ def refuse_dropped_log(store: Store) -> bool:
     )
 
 
-def _recorded(store: Store) -> bool:
-    """Whether ``agentgate_store_parts`` records the log (``False`` where it cannot be read)."""
-    try:
-        return bool(store.query(f"SELECT 1 FROM {_PARTS} WHERE part = 'audit_log'"))
-    except loaded_driver_errors(StoreError):
-        return False
-
-
 def create_audit_tables(store: Store) -> bool:
     """Create the audit log's tables (``AUDIT_DDL``) and its reference index (``REFS_DDL``), and
     index the entries written before the index, once. Returns whether the index is complete.
@@ -339,16 +348,22 @@ def create_audit_tables(store: Store) -> bool:
         )
     else:
         store.ensure_schema("audit", AUDIT_DDL)
-        if not _recorded(store):
-            # A log made before the record: written now where this process may (not on a
-            # read-only copy, nor as a role without rights there; a later opener writes it).
-            try:
-                store.ensure_schema("audit_parts", PARTS_DDL)
-            except loaded_driver_errors(StoreError):
-                pass
+        # The record's triggers put back where one was dropped, and for a log made before the
+        # record, the record written, where this process may (not as a role without rights
+        # there; a later opener writes it).
+        try:
+            store.ensure_schema("audit_parts", PARTS_DDL)
+        except loaded_driver_errors(StoreError):
+            pass
+    # Entries appended while the index's trigger was dropped are not in the index: indexed again
+    # once the trigger is back (the index's rows are one per entry, so this adds only those).
+    dropped = "audit_refs_built" in _tables_held(store, ("audit_refs_built",)) and (
+        _INDEX_TRIGGER,
+        "audit_log",
+    ) not in _triggers(store, ("audit_log",))
     try:
         store.ensure_schema("audit_refs", REFS_DDL)
-        if store.query("SELECT 1 FROM audit_refs_built"):
+        if not dropped and store.query("SELECT 1 FROM audit_refs_built"):
             return True
         with store.transaction() as tx:
             # Every append from now on fires the trigger; this indexes those before it.
