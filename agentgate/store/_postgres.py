@@ -433,12 +433,31 @@ TLS key."""
 def _redact(url: str) -> str:
     """``url`` as an error message may show it: a password, in the user part or as a
     ``password=`` or ``sslpassword=`` parameter, replaced by ``***``. A parameter is named as
-    libpq reads its name, percent-decoded (``pass%77ord=`` is ``password=``)."""
-    url = re.sub(r"//([^?#]*?):.*@", r"//\1:***@", url)  # up to the last @: a password may hold one
-    return re.sub(
-        r"([?&])([^=&#]*)=[^&#]*",
-        lambda found: (
-            f"{found[1]}{found[2]}=***" if unquote(found[2]).lower() in _SECRET_PARAMETERS else found[0]
-        ),
-        url,
-    )
+    libpq reads its name, percent-decoded (``pass%77ord=`` is ``password=``).
+
+    Masked as libpq reads the URL, or as it was meant where libpq refuses it: a parameter's value
+    runs to the next ``&`` that starts a parameter libpq knows (a ``#`` is a part of it, and so is
+    an ``&`` that starts none: ``password=sec&ret``), and a user name runs to its first ``:``
+    (it may hold a ``?`` or a ``#``, which libpq takes as written), the password after it to the
+    last ``@``. The parameters are masked first: masking the user part to its last ``@`` can join
+    a ``:`` before the query to an ``@`` in it, and would then leave a secret parameter's name
+    masked and a part of its value shown."""
+    head, query_mark, query = url.partition("?")
+    if query_mark:
+        shown: list[str] = []
+        secret = False
+        for part in query.split("&"):
+            name, has_value, _ = part.partition("=")
+            key = unquote(name)
+            if secret and not (has_value and key in _libpq_keywords()):
+                continue  # more of the secret value, masked with it
+            secret = bool(has_value) and key.lower() in _SECRET_PARAMETERS
+            shown.append(f"{name}=***" if secret else part)
+        url = head + query_mark + "&".join(shown)
+    return re.sub(r"//([^:]*?):.*@", r"//\1:***@", url, flags=re.DOTALL)
+
+
+@lru_cache(maxsize=1)
+def _libpq_keywords() -> frozenset[str]:
+    """The parameter names libpq knows (``host``, ``sslmode``, ...)."""
+    return frozenset(option.keyword.decode() for option in psycopg.pq.Conninfo.get_defaults())
