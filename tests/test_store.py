@@ -42,6 +42,24 @@ def test_conditional_update_reports_rowcount(store: Store) -> None:
         assert tx.rowcount == 1
 
 
+@pytest.mark.parametrize("value", [{"not": "bindable"}, 2**64], ids=["unbindable", "beyond-64-bits"])
+@pytest.mark.parametrize("many", [False, True], ids=["execute", "executemany"])
+def test_a_parameter_the_driver_cannot_send_is_a_store_error_and_nothing_is_written(
+    store: Store, value: object, many: bool
+) -> None:
+    """Review R56: on SQLite a parameter sqlite3 cannot bind ended in an ``AttributeError``
+    ('ProgrammingError' object has no attribute 'sqlite_errorcode') and one beyond 64 bits in an
+    ``OverflowError``, where PostgreSQL's store raised ``StoreError``, as every store failure is."""
+    store.ensure_schema("probe", DDL)
+    with pytest.raises(StoreError), store.transaction() as tx:
+        tx.execute("INSERT INTO t_probe (k, v) VALUES (?, ?)", ("a", 1))
+        if many:
+            tx.executemany("INSERT INTO t_probe (k, v) VALUES (?, ?)", [("b", value)])
+        else:
+            tx.execute("INSERT INTO t_probe (k, v) VALUES (?, ?)", ("b", value))
+    assert store.query("SELECT k, v FROM t_probe") == []
+
+
 def test_sqlite_store_is_wal_and_durable(tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("AGENTGATE_STORE", str(tmp_path / "x" / "a.db"))
     store = open_store()

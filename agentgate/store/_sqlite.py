@@ -49,6 +49,15 @@ Within A Transaction"): a full disk, an I/O error (a file system remounted read-
 or memory that ran out. Not one row's fault: a transaction that met one is never committed."""
 
 
+def _unstorable_integer() -> StoreError:
+    """The ``StoreError`` for an integer parameter beyond 64 bits, which sqlite3 refuses with a bare
+    ``OverflowError`` before the statement runs (PostgreSQL's driver sends it, and the server
+    refuses it as out of range: a ``StoreError`` there too)."""
+    return StoreError(
+        "an integer value is out of the range a store holds (-2**63 .. 2**63-1): the statement was not run"
+    )
+
+
 class _SQLiteTransaction(Transaction):
     def __init__(self, conn: sqlite3.Connection) -> None:
         self._conn = conn
@@ -66,6 +75,8 @@ class _SQLiteTransaction(Transaction):
             raise
         except UnicodeEncodeError as exc:
             raise unstorable_text(exc) from None
+        except OverflowError:
+            raise _unstorable_integer() from None
         self._rowcount = cursor.rowcount
         return rows
 
@@ -78,6 +89,8 @@ class _SQLiteTransaction(Transaction):
             raise
         except UnicodeEncodeError as exc:
             raise unstorable_text(exc) from None
+        except OverflowError:
+            raise _unstorable_integer() from None
 
     def _refuse_after_failure(self) -> None:
         # SQLite may have rolled the whole transaction back: a statement run now would be a
@@ -88,7 +101,10 @@ class _SQLiteTransaction(Transaction):
             )
 
     def _note(self, exc: sqlite3.Error) -> None:
-        if self.failed is None and exc.sqlite_errorcode & 0xFF in _ENDS_TRANSACTION:
+        # An error the sqlite3 module raises itself (a parameter of a type it cannot bind, a
+        # closed connection) has no result code: SQLite did not run the statement.
+        code = getattr(exc, "sqlite_errorcode", None)
+        if self.failed is None and code is not None and code & 0xFF in _ENDS_TRANSACTION:
             self.failed = exc
 
     @property
