@@ -149,6 +149,27 @@ def test_an_unbound_nonce_is_not_recorded_in_a_removed_store(tmp_path: Path) -> 
         grants.close()
 
 
+@pytest.mark.parametrize("pull", [_remove_directory, _replace_file])
+def test_revocations_are_never_read_from_a_store_file_removed_or_replaced(
+    tmp_path: Path, pull: object
+) -> None:
+    """Review R56: revocations read outside a transaction (``Authority.decide_held`` without a
+    Gate, the gateway's checks) came from the file the process had opened, after ``mv restored.db
+    agentgate.db`` put another at the path: a revocation made there since was not seen."""
+    db = tmp_path / "store" / "agentgate.db"
+    with SQLiteStore(db) as store:
+        grants = GrantRepository(store)
+        assert grants.revoked(["g"]) == set()
+        assert callable(pull)
+        pull(db)
+        if db.exists():
+            with SQLiteStore(db) as restored:  # another process revokes the grant at the path
+                GrantRepository(restored).revoke("g", now=1)
+        with pytest.raises(StoreError, match="removed, moved or replaced while in use"):
+            grants.revoked(["g"])
+        grants.close()
+
+
 def test_a_store_opened_by_a_relative_path_stays_that_file_after_a_chdir(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

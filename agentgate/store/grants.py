@@ -364,6 +364,11 @@ class GrantRepository:
             return {str(r[0]) for r in rows}
         hot = self._hot_connection()
         if hot is not None:
+            if self._sqlite is not None:
+                # The hot connection reads on from a file removed or replaced at the path (a
+                # restore with ``mv``), where revocations made since are not: refused, as a nonce
+                # is (``Authority.decide_held`` outside a Gate read no revocation there, an allow).
+                self._sqlite.check_in_place()
             with self._lock:
                 try:
                     rows = hot.execute(sql, tuple(grant_ids)).fetchall()
