@@ -1,20 +1,23 @@
 """The SQLite store (agentgate/store/_sqlite.py): a file is opened in WAL mode only if it is
 agentgate's, and opening or creating a store never drops the locks the process's other
-connections hold on the file."""
+connections hold on the file, nor in a process forked after it was opened."""
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import sqlite3
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from agentgate.cli.main import main
 from agentgate.errors import StoreError
 from agentgate.store import SQLiteStore, _sqlite
+from agentgate.store.grants import GrantRepository
 
 
 def _foreign(path: Path, script: str) -> bytes:
@@ -131,3 +134,47 @@ def test_creating_a_store_file_another_thread_made_keeps_this_processs_sqlite_lo
         assert _locked_by_another_process(path), "creating the store dropped this process's SQLite lock"
     finally:
         conn.close()
+
+
+_FORKED: list[Any] = []
+"""The store and grant repository a forked child inherits (fork copies them; nothing is pickled)."""
+
+
+def _decide_in_child(ready: Any, go: Any) -> None:
+    store, grants = _FORKED
+    ready.set()
+    assert go.wait(60)
+    for n in range(5):  # the grant repository's own connection
+        assert grants.consume_nonce("did:key:zA", f"n{n}", 2**40 - 1, ["g"]) == "fresh"
+    with store.transaction() as tx:  # a pooled one
+        tx.execute("INSERT INTO forked (k) VALUES (?)", ("child",))
+
+
+def test_what_a_child_forked_after_the_store_opened_commits_outlives_the_parents_close(
+    tmp_path: Path,
+) -> None:
+    """Review R56: a child used the connections it inherited, whose locks SQLite keeps in the
+    process's memory: the child held none of them. Once the parent closed the store (or exited)
+    it deleted the write-ahead log as no longer in use, and every later commit of the child, its
+    nonces and decisions, went into the deleted file: reported done, and lost."""
+    path = tmp_path / "agentgate.db"
+    store = SQLiteStore(path)
+    grants = GrantRepository(store)
+    store.query("CREATE TABLE forked (k TEXT PRIMARY KEY)")
+    _FORKED[:] = [store, grants]
+    context = multiprocessing.get_context("fork")
+    ready, go = context.Event(), context.Event()
+    child = context.Process(target=_decide_in_child, args=(ready, go))
+    child.start()
+    try:
+        assert ready.wait(60)
+        grants.close()
+        store.close()  # the parent is done with the store, as when it exits
+        go.set()
+        child.join(60)
+        assert child.exitcode == 0
+    finally:
+        _FORKED.clear()
+    with SQLiteStore(path) as reopened:
+        assert reopened.query("SELECT k FROM forked") == [("child",)]
+        assert reopened.query("SELECT count(*) FROM agentgate_nonces") == [(5,)]

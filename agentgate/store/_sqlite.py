@@ -370,6 +370,10 @@ class SQLiteStore(Store):
             raise self._foreign(foreign[0], foreign[1], "open the SQLite store")
         self._idle: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
+        self._made: set[sqlite3.Connection] = set()
+        """Every connection this process opened to the store and has not closed (``connect``)."""
+        self._pid = os.getpid()
+        self._fork_lock = threading.Lock()
         self._closed = False
         self._schemas: set[str] = set()
         # Where the file is, whatever the working directory later: what every connection opens
@@ -393,6 +397,7 @@ class SQLiteStore(Store):
         mode = (synchronous or self.synchronous).upper()
         if mode not in _SYNCHRONOUS:
             raise StoreError(f"synchronous must be one of {sorted(_SYNCHRONOUS)}, got {synchronous!r}")
+        self._leave_inherited()
         try:
             conn = sqlite3.connect(
                 self._absolute, timeout=30.0, isolation_level=None, check_same_thread=False
@@ -412,7 +417,38 @@ class SQLiteStore(Store):
         except StoreError:
             conn.close()
             raise
+        with self._lock:
+            self._made.add(conn)
         return conn
+
+    def disconnect(self, conn: sqlite3.Connection) -> None:
+        """Close ``conn``, a connection of ``connect``."""
+        with self._lock:
+            self._made.discard(conn)
+        conn.close()
+
+    def _leave_inherited(self) -> None:
+        """Close, in a child process (``fork``: multiprocessing's default on Linux, a daemon's
+        double fork, gunicorn's ``--preload``), every connection it inherited, before it opens its
+        own. SQLite keeps a process's file locks in memory, and a child copies them without
+        holding them: its connections, the inherited ones and any it opened beside them (they share
+        that memory), took none of the locks that tell another process the write-ahead log is in
+        use. Once the parent closed its last connection (or exited), the parent checkpointed the
+        log and deleted it, and every commit of the child went into the deleted file: reported
+        done, and lost (its nonces, budget spends and audit entries). Closing the inherited
+        connections in the child releases only what the child holds; the parent's stay. Not
+        thread-safe against the child's own threads before the first call returns, as a fork
+        leaves one thread."""
+        if self._pid == os.getpid():
+            return
+        with self._fork_lock:
+            if self._pid == os.getpid():
+                return
+            self._lock = threading.Lock()  # copied as it was: perhaps held by a thread not copied
+            inherited, self._made, self._idle = self._made, set(), []
+            for conn in inherited:
+                conn.close()
+            self._pid = os.getpid()
 
     def _identity(self) -> tuple[int, int] | None:
         """The device and inode of the file at the store's path; ``None`` when there is none."""
@@ -441,6 +477,7 @@ class SQLiteStore(Store):
         return self.connect()
 
     def _acquire(self) -> sqlite3.Connection:
+        self._leave_inherited()
         with self._lock:
             if self._closed:
                 raise StoreError("the store is closed")
@@ -450,10 +487,11 @@ class SQLiteStore(Store):
 
     def _release(self, conn: sqlite3.Connection) -> None:
         with self._lock:
-            if not self._closed and len(self._idle) < _MAX_IDLE:
+            # One this process did not open (a fork inside its transaction) is closed already.
+            if not self._closed and len(self._idle) < _MAX_IDLE and conn in self._made:
                 self._idle.append(conn)
                 return
-        conn.close()
+        self.disconnect(conn)
 
     @contextmanager
     def transaction(self, *, immediate: bool = True) -> Iterator[Transaction]:
@@ -499,7 +537,7 @@ class SQLiteStore(Store):
             if usable:
                 self._release(conn)
             else:
-                conn.close()
+                self.disconnect(conn)
 
     @staticmethod
     def _rollback(conn: sqlite3.Connection) -> bool:
@@ -533,7 +571,7 @@ class SQLiteStore(Store):
             if usable:
                 self._release(conn)
             else:
-                conn.close()
+                self.disconnect(conn)
         self._schemas.add(name)
 
     def _foreign(self, table: str, missing: list[str], doing: str) -> StoreError:
@@ -557,8 +595,10 @@ class SQLiteStore(Store):
                 raise self._foreign(table, missing, f"create the {name} tables in")
 
     def close(self) -> None:
+        self._leave_inherited()
         with self._lock:
             self._closed = True
             idle, self._idle = self._idle, []
+            self._made.difference_update(idle)
         for conn in idle:
             conn.close()

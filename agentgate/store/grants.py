@@ -38,6 +38,7 @@ unchanged (their key is stricter; pruning uses their ``expires`` index).
 from __future__ import annotations
 
 import itertools
+import os
 import sqlite3
 import threading
 import time
@@ -220,6 +221,7 @@ class GrantRepository:
 
             if isinstance(store, PostgresStore):
                 self._postgres = store
+        self._hot_pid = os.getpid()
         if isinstance(store, SQLiteStore):
             self._hot = store.connect("FULL" if durable_nonces else "NORMAL")
 
@@ -348,6 +350,12 @@ class GrantRepository:
     def _hot_connection(self) -> sqlite3.Connection | None:
         if self._sqlite is not None and self._hot is None:
             raise StoreError("the grant repository is closed")
+        if self._sqlite is not None and self._hot_pid != os.getpid():
+            # A child process (``fork``): the store closes the connection it inherited
+            # (``SQLiteStore._leave_inherited``) as it opens this one.
+            self._lock = threading.Lock()  # copied as it was: perhaps held by a thread not copied
+            self._hot = self._sqlite.connect("FULL" if self.durable_nonces else "NORMAL")
+            self._hot_pid = os.getpid()
         return self._hot
 
     def revoked(self, grant_ids: Sequence[str]) -> set[str]:
@@ -517,9 +525,14 @@ class GrantRepository:
 
     def close(self) -> None:
         """Close the dedicated connection (the store itself stays open)."""
+        if self._hot_pid != os.getpid():
+            # A child's that never used it: the connection is the store's to close with the others
+            # the child inherited (``SQLiteStore._leave_inherited``), and the lock may be held.
+            self._hot = None
+            return
         with self._lock:
-            if self._hot is not None:
-                self._hot.close()
+            if self._hot is not None and self._sqlite is not None:
+                self._sqlite.disconnect(self._hot)
                 self._hot = None
 
 
