@@ -78,6 +78,8 @@ def test_a_secret_given_as_a_url_parameter_is_never_quoted(
         # libpq reads the user name al#ice (al?ice) and the password hunter2
         ("postgresql://al#ice:hunter2@127.0.0.1:1/agentgate", "al#ice:***@"),
         ("postgresql://al?ice:hunter2@127.0.0.1:1/agentgate", "al?ice:***@"),
+        # and a password holding an @ after it: libpq read the host ter2@127.0.0.1, and quoted it
+        ("postgresql://al#ice:hun@ter2@127.0.0.1:1/agentgate", "al#ice:***@"),
         # libpq reads the password hun#ter2: a # is no fragment to it
         ("postgresql://alice@127.0.0.1:1/agentgate?password=hun#ter2", "?password=***:"),
         # not valid (an & that starts no parameter): refused before any connection
@@ -91,8 +93,9 @@ def test_a_secret_given_as_a_url_parameter_is_never_quoted(
 def test_a_password_holding_a_hash_or_an_ampersand_or_after_such_a_user_name_is_never_quoted(
     url: str, masked: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Review R56: a password after a user name holding a ? or a # was quoted whole, and one
-    given as password= was quoted from its first # or & on (``password=***#ter2``)."""
+    """Review R56: a password after a user name holding a ? or a # was quoted whole (or, holding
+    an @, from it on as libpq's host name), and one given as password= was quoted from its first
+    # or & on (``password=***#ter2``)."""
     with pytest.raises(StoreError) as raised:
         open_store(url)
     assert "ter2" not in str(raised.value) and masked in str(raised.value)

@@ -171,7 +171,13 @@ class PostgresStore(Store):
         except psycopg.ProgrammingError:  # its message may quote the password: not repeated
             raise StoreError(f"not a valid PostgreSQL URL: {_redact(url)}") from None
         written = _USER_INFO.match(url)
-        if written and unquote(written.group(2)) != parsed.get("password", ""):
+        # A host name never holds an "@" (a socket directory, given as a path, may): one that
+        # does is the rest of a password after a user name that ``_USER_INFO`` does not read
+        # (one holding a "?" or a "#", which libpq takes as written).
+        hosts = [h for h in str(parsed.get("host", "")).split(",") if not h.startswith("/")]
+        if (written and unquote(written.group(2)) != parsed.get("password", "")) or any(
+            "@" in h for h in hosts
+        ):
             # libpq ends the user part at its first "@", and finds none before a "/": the rest
             # of the password, or all of it, became the host, port or database, which its
             # errors quote.
