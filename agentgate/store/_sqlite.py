@@ -16,6 +16,7 @@ import stat
 import threading
 import time
 import urllib.parse
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -56,6 +57,11 @@ def _unstorable_integer() -> StoreError:
     return StoreError(
         "an integer value is out of the range a store holds (-2**63 .. 2**63-1): the statement was not run"
     )
+
+
+class _Connection(sqlite3.Connection):
+    """A connection a weak reference can name (``SQLiteStore._made``): one its holder drops is
+    closed as before, not kept open for the store to close."""
 
 
 class _SQLiteTransaction(Transaction):
@@ -370,8 +376,8 @@ class SQLiteStore(Store):
             raise self._foreign(foreign[0], foreign[1], "open the SQLite store")
         self._idle: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
-        self._made: set[sqlite3.Connection] = set()
-        """Every connection this process opened to the store and has not closed (``connect``)."""
+        self._made: weakref.WeakSet[sqlite3.Connection] = weakref.WeakSet()
+        """Every connection this process opened to the store (``connect``) and still holds."""
         self._pid = os.getpid()
         self._fork_lock = threading.Lock()
         self._closed = False
@@ -400,7 +406,11 @@ class SQLiteStore(Store):
         self._leave_inherited()
         try:
             conn = sqlite3.connect(
-                self._absolute, timeout=30.0, isolation_level=None, check_same_thread=False
+                self._absolute,
+                timeout=30.0,
+                isolation_level=None,
+                check_same_thread=False,
+                factory=_Connection,
             )
             _wal(conn)
             conn.execute(f"PRAGMA synchronous={mode}")
@@ -445,7 +455,7 @@ class SQLiteStore(Store):
             if self._pid == os.getpid():
                 return
             self._lock = threading.Lock()  # copied as it was: perhaps held by a thread not copied
-            inherited, self._made, self._idle = self._made, set(), []
+            inherited, self._made, self._idle = list(self._made), weakref.WeakSet(), []
             for conn in inherited:
                 conn.close()
             self._pid = os.getpid()
