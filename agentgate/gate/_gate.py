@@ -35,7 +35,7 @@ from agentgate.gate._checks import (
     _IDENTITY_OR_NONE,
     _NO_CHAIN,
     _NONE,
-    _TEXT_OR_NONE,
+    _expect_id,
     _finding,
     _is_text_pair,
 )
@@ -354,19 +354,20 @@ class Gate(_Delegation, _Approvals, _Recording, _Costs, _Running, _Settlement, _
         if even the refusal cannot be recorded (then nothing runs). Raises ``InputError``,
         writing nothing, for arguments of the wrong type (an ``identity`` that is neither an
         ``AgentIdentity`` nor ``None``, a ``call`` that is not a ``Call``, a ``call_id`` or
-        ``run_id`` that is not text) and for ``tokens`` that are not two token counts. An
+        ``run_id`` that is not valid Unicode text) and for ``tokens`` that are not two token counts. An
         ``approval`` that is not an ``Approval`` (``Approval.parse`` reads a resume value) is a
         recorded refusal. ``approval_gates=False``: the call continues one that its approval was
         given for (a GPU lease's renewal, ``GatedBroker.renew``), so the policy's approval gates
         are not asked again; everything else is decided as always.
         """
-        # The hot path: four isinstance checks against module-level tuples, nothing allocated;
-        # ``_check_decision`` names the argument only when one is wrong.
+        # The hot path: isinstance checks against module-level tuples and ASCII ids, nothing
+        # allocated; ``_check_decision`` (also for ids beyond ASCII, which it encodes to check)
+        # names the argument only when one is wrong.
         if not (
             isinstance(call, Call)
             and isinstance(identity, _IDENTITY_OR_NONE)
-            and isinstance(call_id, _TEXT_OR_NONE)
-            and isinstance(run_id, _TEXT_OR_NONE)
+            and (call_id is None or (isinstance(call_id, str) and call_id.isascii()))
+            and (run_id is None or (isinstance(run_id, str) and run_id.isascii()))
             and (asked_in is None or _is_text_pair(asked_in))
         ):
             self._check_decision(identity, call, call_id, run_id, asked_in)
@@ -551,8 +552,8 @@ class Gate(_Delegation, _Approvals, _Recording, _Costs, _Running, _Settlement, _
         """``InputError`` naming the first argument of a decision that has the wrong type."""
         expect(identity, _IDENTITY_OR_NONE, "identity", _IDENTITY + " or None")
         expect(call, Call, "call", "a Call (Call.tool, Call.model)")
-        expect(call_id, _TEXT_OR_NONE, "call_id", "text or None")
-        expect(run_id, _TEXT_OR_NONE, "run_id", "text or None")
+        _expect_id(call_id, "call_id")
+        _expect_id(run_id, "run_id")
         if not (asked_in is None or _is_text_pair(asked_in)):
             raise InputError(
                 f"asked_in must be a (scope, version) pair of text or None, got {shown(asked_in)}"
