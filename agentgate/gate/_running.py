@@ -29,7 +29,7 @@ from agentgate.audit.spans import (
 from agentgate.capabilities import Call
 from agentgate.errors import ApprovalRequired, BackendFailed, Denied, InputError, NoBackend, SchedulingError
 from agentgate.gate._authorization import AgentIdentity, Authorization, expect, shown
-from agentgate.gate._checks import _AUTHORIZATION
+from agentgate.gate._checks import _AUTHORIZATION, _expect_id
 from agentgate.gate._outcomes import (
     MAX_ERROR_DETAIL,
     NOT_STARTED,
@@ -175,10 +175,11 @@ class _Running:
         An exception for which ``paused`` is true is a pause, not a failure (LangGraph's
         ``interrupt()`` inside a tool): the outcome is ``paused``, the reservation released, and
         an approval the call consumed is put back for this call, to be replayed when it resumes.
-        ``InputError`` (nothing run or written) for an ``auth`` that is not an ``Authorization``,
-        an ``fn`` that is not callable, or a ``paused`` that is neither None nor a function.
+        ``InputError`` (nothing run or written, the allow left unused) for an ``auth`` that is not
+        an ``Authorization``, an ``fn`` that is not callable, a ``paused`` that is neither None nor
+        a function, or a ``call_id`` or ``run_id`` that is neither None nor valid Unicode text.
         """
-        self._check_allowed(auth, fn, paused, failed, spent)
+        self._check_allowed(auth, fn, paused, failed, spent, call_id=call_id, run_id=run_id)
         self._begin_run(auth)
         started = False  # whether an attempt reached ``fn``
         raised: list[BaseException] = []  # what ``fn`` itself raised (a nested call's refusal too)
@@ -237,7 +238,7 @@ class _Running:
         recorded as not started (a once-only call runs when its run is resumed), though an attempt
         was entered; one whose work began is recorded as started (never run twice). Without it, a
         call is started once an attempt entered ``fn``."""
-        self._check_allowed(auth, fn, paused, failed, spent)
+        self._check_allowed(auth, fn, paused, failed, spent, call_id=call_id, run_id=run_id)
         loop = asyncio.get_running_loop()
         self._begin_run(auth, loop)
         started = False  # whether an attempt reached ``fn``
@@ -558,14 +559,22 @@ class _Running:
         paused: object = None,
         failed: object = None,
         spent: object = None,
+        *,
+        call_id: object = None,
+        run_id: object = None,
     ) -> None:
         """Refuse (``Denied``) a refusal, an allow this Gate did not decide (or one changed since),
         and an allow that was already used: one decision, one run. ``InputError`` first, the
         allow left unused, for an ``auth`` that is not an ``Authorization``, for an ``fn`` (the
-        function ``run``/``arun`` is to run) that cannot be called, and for a ``paused``,
+        function ``run``/``arun`` is to run) that cannot be called, for a ``paused``,
         ``failed`` or ``spent`` that is neither None nor a function (the call's ``ToolCall``
-        refuses ``paused``; ``_fail`` calls it, and ``_finish`` the other two, after the tool ran)."""
+        refuses ``paused``; ``_fail`` calls it, and ``_finish`` the other two, after the tool ran),
+        and for a ``call_id`` or ``run_id`` that is neither None nor valid Unicode text (until
+        review R56 a ``call_id`` of 123 raised ``TypeError`` as the call's span was made, the
+        allow used up and its entry left with no outcome and no span)."""
         expect(auth, Authorization, "auth", _AUTHORIZATION)
+        _expect_id(call_id, "call_id")
+        _expect_id(run_id, "run_id")
         if fn is not _NO_FN and not callable(fn):
             raise InputError(f"fn must be the function that makes the call, got {shown(fn)}")
         for name, given, of in (
