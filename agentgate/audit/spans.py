@@ -75,6 +75,9 @@ exporter's whole batch too large to send."""
 MAX_GRANT_RESOURCES = 32
 """Most resources a grant's span lists (the first, each once): a delegation names as many
 capabilities as its caller passes, and each resource is at most 200 characters already."""
+MAX_ATTRIBUTE_INT = 2**63 - 1
+"""The largest integer an attribute may hold: OTLP carries integers as signed 64 bits, and its
+encoder refuses a larger one, failing the export of the whole batch the span is in."""
 _EXPORTERS = ("none", "console", "otlp")
 """The values ``configure_from_env`` reads in ``OTEL_TRACES_EXPORTER`` (any case)."""
 
@@ -315,11 +318,25 @@ def record_revocation(
 def record_usage(
     span: Span, input_tokens: int, output_tokens: int, *, response_model: str | None = None
 ) -> None:
-    """Token usage of a model call, as ``gen_ai.usage.*`` (and the model that answered)."""
-    span.set_attribute("gen_ai.usage.input_tokens", int(input_tokens))
-    span.set_attribute("gen_ai.usage.output_tokens", int(output_tokens))
+    """Token usage of a model call, as ``gen_ai.usage.*`` (and the model that answered).
+
+    Only two token counts are recorded: integers from 0 to ``MAX_ATTRIBUTE_INT``. Anything else
+    (a negative count, a fraction, a bool, text, a count past what OTLP carries) records no usage:
+    the ``Gate`` charges such a call as reserved and its audit outcome says why, so the span must
+    not show a count the log refused. Until review R56 ``int()`` of either was set (``"7"`` as 7,
+    ``True`` as 1, 2.9 as 2, -5 as is, and 2**63, which an OTLP exporter cannot encode: its whole
+    batch of spans was dropped)."""
+    if _token_count(input_tokens) and _token_count(output_tokens):
+        span.set_attribute("gen_ai.usage.input_tokens", input_tokens)
+        span.set_attribute("gen_ai.usage.output_tokens", output_tokens)
     if response_model is not None:
         span.set_attribute("gen_ai.response.model", response_model)
+
+
+def _token_count(value: object) -> bool:
+    """Whether ``value`` is a token count a span can carry: an ``int`` (not a bool) from 0 to
+    ``MAX_ATTRIBUTE_INT``."""
+    return type(value) is int and 0 <= value <= MAX_ATTRIBUTE_INT
 
 
 def record_decision(
