@@ -71,7 +71,8 @@ FAILED = "agentgate.failed"
 MAX_CALL_ID_CHARS = 200
 """Most characters of a call id a span records: the id is the caller's (a model's tool call id,
 whatever its text) and has no bound of its own, and one oversized attribute can make an
-exporter's whole batch too large to send."""
+exporter's whole batch too large to send. The same bound holds for every other name a caller
+gives a span: an agent's, a tool's or model's, a resource and an action (``_cut``)."""
 MAX_GRANT_RESOURCES = 32
 """Most resources a grant's span lists (the first, each once): a delegation names as many
 capabilities as its caller passes, and each resource is at most 200 characters already."""
@@ -80,6 +81,15 @@ MAX_ATTRIBUTE_INT = 2**63 - 1
 encoder refuses a larger one, failing the export of the whole batch the span is in."""
 _EXPORTERS = ("none", "console", "otlp")
 """The values ``configure_from_env`` reads in ``OTEL_TRACES_EXPORTER`` (any case)."""
+
+
+def _cut(text: str) -> str:
+    """``text`` as a span holds a name its caller gave: its first ``MAX_CALL_ID_CHARS``
+    characters. A refused call built by hand (``Call(resource, action, args)``) may name a
+    resource or an action of any length, and its span is the one that must reach the exporter;
+    until review R56 only call ids were cut, and a refusal's span carried a 100,000-character
+    action twice (its name and ``agentgate.action``)."""
+    return text[:MAX_CALL_ID_CHARS]
 
 
 def get_tracer(provider: trace.TracerProvider | None = None) -> Tracer:
@@ -121,7 +131,9 @@ def _span(name: str, kind: SpanKind, attributes: Mapping[str, Any], tracer: Trac
 def invoke_agent_span(
     name: str, *, agent_id: str | None = None, tracer: Tracer | None = None
 ) -> Iterator[Span]:
-    """A span for one run of the agent ``name`` (``agent_id``: its did, for example)."""
+    """A span for one run of the agent ``name`` (``agent_id``: its did, for example; the name cut
+    to ``MAX_CALL_ID_CHARS`` characters)."""
+    name = _cut(name)
     attributes = {
         "gen_ai.operation.name": "invoke_agent",
         "gen_ai.agent.name": name,
@@ -142,11 +154,12 @@ def execute_tool_span(
     tracer: Tracer | None = None,
 ) -> Iterator[Span]:
     """A span for one tool call. ``arguments`` are recorded only if content capture is opted in;
-    ``call_id`` up to ``MAX_CALL_ID_CHARS`` characters."""
+    ``name`` and ``call_id`` up to ``MAX_CALL_ID_CHARS`` characters."""
+    name = _cut(name)
     attributes: dict[str, Any] = {
         "gen_ai.operation.name": "execute_tool",
         "gen_ai.tool.name": name,
-        "gen_ai.tool.call.id": call_id[:MAX_CALL_ID_CHARS] if call_id is not None else None,
+        "gen_ai.tool.call.id": _cut(call_id) if call_id is not None else None,
         "gen_ai.tool.type": tool_type,
     }
     if arguments is not None and _capture(record_content):
@@ -174,7 +187,9 @@ def record_tool_result(span: Span, result: Any, *, record_content: bool | None =
 
 @contextmanager
 def chat_span(model: str, *, provider: str | None = None, tracer: Tracer | None = None) -> Iterator[Span]:
-    """A span for one chat model call to ``model`` (``provider``: e.g. ``openai``, ``vllm``)."""
+    """A span for one chat model call to ``model`` (``provider``: e.g. ``openai``, ``vllm``; the
+    model's name cut to ``MAX_CALL_ID_CHARS`` characters)."""
+    model = _cut(model)
     attributes = {
         "gen_ai.operation.name": "chat",
         "gen_ai.request.model": model,
@@ -188,7 +203,9 @@ def chat_span(model: str, *, provider: str | None = None, tracer: Tracer | None 
 def decision_span(resource: str, action: str, *, tracer: Tracer | None = None) -> Iterator[Span]:
     """A span for a decision on a resource that is neither a tool nor a model (``gpu:h100``
     leases): ``{action} {resource}`` (INTERNAL) with ``agentgate.resource`` and
-    ``agentgate.action``; no ``gen_ai.*`` attribute, since it is no GenAI operation."""
+    ``agentgate.action``, each cut to ``MAX_CALL_ID_CHARS`` characters; no ``gen_ai.*``
+    attribute, since it is no GenAI operation."""
+    resource, action = _cut(resource), _cut(action)
     attributes = {"agentgate.resource": resource, "agentgate.action": action}
     with _span(f"{action} {resource}", SpanKind.INTERNAL, attributes, tracer) as span:
         yield span
@@ -211,7 +228,7 @@ def grant_span(
     ``MAX_GRANT_RESOURCES`` distinct ``resources`` of its capabilities. ``name`` (the caller's,
     of any length) is cut to ``MAX_CALL_ID_CHARS`` characters. The decision is
     ``record_decision``'s: the new grant as ``capability_id``, or the refusal."""
-    resource = f"agent:{name[:MAX_CALL_ID_CHARS]}"
+    resource = f"agent:{_cut(name)}"
     listed: dict[str, None] = {}
     for named in resources:
         if len(listed) == MAX_GRANT_RESOURCES:
@@ -237,7 +254,7 @@ def revoke_span(by: str, *, holder: bool = False, tracer: Tracer | None = None) 
     key's did, and the counts). ``agentgate.action`` is ``revoke``; ``agentgate.revoke.by`` who
     revokes (as the ``revoke`` entry's principal, cut to ``MAX_CALL_ID_CHARS`` characters). The
     reason is not recorded (free text). What was revoked is ``record_revocation``'s."""
-    attributes = {"agentgate.action": "revoke", "agentgate.revoke.by": by[:MAX_CALL_ID_CHARS]}
+    attributes = {"agentgate.action": "revoke", "agentgate.revoke.by": _cut(by)}
     with _span("revoke holder" if holder else "revoke grant", SpanKind.INTERNAL, attributes, tracer) as span:
         yield span
 
@@ -255,8 +272,8 @@ def approval_span(
     attributes = {
         "agentgate.action": "approve",
         "agentgate.resource": resource,
-        "agentgate.approval.approver": approver[:MAX_CALL_ID_CHARS],
-        "agentgate.approval.request": request_id[:MAX_CALL_ID_CHARS],
+        "agentgate.approval.approver": _cut(approver),
+        "agentgate.approval.request": _cut(request_id),
         "agentgate.audit.index": audit_index,
     }
     with _span(f"approve {resource}", SpanKind.INTERNAL, attributes, tracer) as span:
@@ -284,7 +301,7 @@ def lease_outcome_span(
     attributes = {
         "agentgate.resource": resource,
         "agentgate.action": "lease",
-        "agentgate.lease.id": lease_id[:MAX_CALL_ID_CHARS],
+        "agentgate.lease.id": _cut(lease_id),
         "agentgate.audit.index": audit_index,
         "agentgate.audit.ref": ref,
     }

@@ -18,6 +18,7 @@ from opentelemetry.trace import INVALID_SPAN, ProxyTracerProvider, Span, Tracer
 from prometheus_client import CollectorRegistry
 
 from agentgate.audit.spans import (
+    MAX_CALL_ID_CHARS,
     chat_span,
     decision_span,
     execute_tool_span,
@@ -377,8 +378,8 @@ class _Running:
                     )[:200]
                     or None,
                 )
-                if identity is not None:
-                    span.set_attribute("gen_ai.agent.name", identity.name)
+                if identity is not None:  # the name's first characters, as every name on a span
+                    span.set_attribute("gen_ai.agent.name", identity.name[:MAX_CALL_ID_CHARS])
             yield span
 
     def _fail(
