@@ -329,7 +329,9 @@ def parse_policy(
     if type(version) is not int or version != schema.SCHEMA_VERSION:  # not True, not 1.0
         mark = locations.of(("version",)) if "version" in content else Mark(1, 1)
         raise PolicyError(
-            f"unsupported or missing policy version {version!r}",
+            # The value as written may be megabytes long (a list, a text): quoted shortened, as
+            # keys are, so that the error stays one readable line (until review R56 it was whole).
+            f"unsupported or missing policy version {shortened(repr(version))}",
             file=source,
             line=mark.line if mark else None,
             column=mark.column if mark else None,
