@@ -9,7 +9,13 @@ Hypothesis generates small policies (roles in inheritance chains, typed tools, m
 priority classes, GPU rules, quotas, budgets, 0-2 gates), writes them as YAML, loads them with
 the real loader and compares the engine with the reference on generated calls: wrong types,
 missing and extra arguments, booleans for numbers, huge integers, NaN, wildcard-looking,
-upper-case and space-padded names.
+upper-case and space-padded names. Since review R56 they also produce constraints and gate
+conditions of several operator families on one argument (``{eq: EUR, le: 1}``), tool and GPU
+names of three segments under a two-segment wildcard (``tool:pay.refund.*``), and model names
+with ``/``, ``.`` and ``:`` under ``model:org/m.*``; and the reference reads whether a gate's
+condition can compare a value from all of its operators together, as the approvals table says
+(it read them one by one, so ``{eq: EUR, gt: 1}`` did not apply to ``0``, where the engine,
+as documented, asks for approval).
 
 The one disagreement on the engine's side: a ``gpu:`` resource (which needs no declaration)
 was matched by a ``gpu:*`` rule whatever its spelling, so ``gpu:H100`` or ``gpu: h100`` was
@@ -105,16 +111,22 @@ def _holds(op: str, bound: Any, value: Any) -> bool:
     return {"lt": value < bound, "le": value <= bound, "gt": value > bound, "ge": value >= bound}[op]
 
 
-def _comparable(op: str, bound: Any, value: Any) -> bool:
-    """approvals, ``when``: a bound needs a finite number, a prefix text, eq/in a kind they list
-    (a finite number for numbers)."""
-    if op == "prefix":
-        return isinstance(value, str)
-    if op in ("lt", "le", "gt", "ge"):
-        return _finite_number(value)
+def _comparable(ops: dict[str, Any], value: Any) -> bool:
+    """approvals, ``when``: whether the condition on one argument (all its operators) can compare
+    ``value``: a bound needs a finite number, a prefix text, eq/in a value of a kind they list (a
+    finite number for numbers). Not operator by operator: ``{eq: EUR, gt: 1}`` cannot compare
+    ``0`` (``eq`` lists no number), so the gate applies, though ``gt`` alone could compare it."""
+    if any(op in ops for op in ("lt", "le", "gt", "ge")) and not _finite_number(value):
+        return False
+    if "prefix" in ops and not isinstance(value, str):
+        return False
+    listed = [ops["eq"]] if "eq" in ops else []
+    listed += ops.get("in", [])
+    if not listed:
+        return True
     if _kind(value) == "number" and not math.isfinite(value):  # NaN and inf compare with no listed number
         return False
-    return _kind(value) in {_kind(b) for b in (bound if op == "in" else [bound])}
+    return _kind(value) in {_kind(b) for b in listed}
 
 
 def _matches(pattern: str, resource: str) -> bool:
@@ -190,9 +202,10 @@ def _reference(doc: _Doc, principal: str, call: Call) -> tuple[Outcome, Any]:
         for gname, g in doc.gates.items()
         if _matches(g["resource"], resource)
         and all(
-            a not in args or not _comparable(op, b, args[a]) or _holds(op, b, args[a])
+            a not in args
+            or not _comparable(ops, args[a])
+            or all(_holds(op, b, args[a]) for op, b in ops.items())
             for a, ops in g["when"].items()
-            for op, b in ops.items()
         )
     ]
     if not applying:
@@ -296,19 +309,24 @@ def _yaml(doc: _Doc) -> str:
 
 # --- generated policies and calls --------------------------------------------------------------
 
-_TOOLS = ["pay.refund", "pay.void", "crm.read", "pay", "payx.refund"]
+_TOOLS = ["pay.refund", "pay.void", "crm.read", "pay", "payx.refund", "pay.refund.part", "pay.refund-x"]
 _ARGS = ["amount", "count", "cur", "flag", "priority"]
 _TYPES = ["string", "integer", "number", "boolean"]
 _PATTERNS = [
     *(f"tool:{t}" for t in _TOOLS),
     "tool:pay.*",
+    "tool:pay.refund.*",
     "tool:crm.*",
     "tool:*",
     "tool:other",
     "model:m1",
     "model:M1",
     "model:*",
+    "model:org/m.1",
+    "model:org/m.*",
+    "model:m.*",
     "gpu:h100",
+    "gpu:h100.*",
     "gpu:*",
     "gpu:*",
 ]
@@ -322,13 +340,29 @@ _TYPED = {
     "number": st.integers(-4, 4) | st.sampled_from([-0.0, 0.5, 2.5, 2.0**53, 2**53 + 1, 10**30, math.nan]),
     "boolean": st.booleans(),
 }
+_OPERAND = {
+    "eq": _VALUES,
+    "in": st.lists(_VALUES, min_size=1, max_size=3),
+    "prefix": st.sampled_from(_STRINGS),
+    **dict.fromkeys(["lt", "le", "gt", "ge"], _NUMBERS),
+}
+_MIXED = st.lists(st.sampled_from(list(_OPERAND)), min_size=2, max_size=3, unique=True).flatmap(
+    lambda ops: st.fixed_dictionaries({op: _OPERAND[op] for op in ops})
+)
+"""Operators of different families on one argument (``{in: [1, EUR], gt: 0}``, ``{eq: EUR,
+le: 1}``, ``{prefix: E, in: [EUR, 0]}``): a conjunction in a rule; in a gate's ``when``, a
+condition that compares a value only when every operator can."""
 _OPERATORS = st.one_of(
     st.fixed_dictionaries({"eq": _VALUES}),
     st.fixed_dictionaries({"in": st.lists(_VALUES, min_size=1, max_size=3)}),
     st.dictionaries(st.sampled_from(["lt", "le", "gt", "ge"]), _NUMBERS, min_size=1, max_size=2),
     st.fixed_dictionaries({"prefix": st.sampled_from(_STRINGS)}),
+    _MIXED,
 )
 _CONSTRAINTS = st.just({}) | st.dictionaries(st.sampled_from(_ARGS), _OPERATORS, max_size=2)
+_WHEN = st.just({}) | st.dictionaries(st.sampled_from(_ARGS), _MIXED | _OPERATORS, max_size=2)
+"""A gate's ``when``: mixed conditions half the time, where a value one operator can compare
+and another cannot is met often enough to be decided."""
 _RARELY = st.sampled_from([False] * 7 + [True])
 """One time in eight (hypothesis would draw ``integers(0, 7) == 0`` far more often)."""
 
@@ -374,14 +408,16 @@ def _docs(draw: st.DrawFn) -> _Doc:
         approvers = draw(st.lists(st.sampled_from(list(principals)), min_size=1, max_size=3))
         gates[f"g{i}"] = {
             "resource": draw(patterns),
-            "when": draw(_CONSTRAINTS),
+            "when": draw(_WHEN),
             "approvers": approvers,
             "quorum": draw(st.integers(1, len(set(approvers)))),
             "expiry": draw(st.sampled_from([60, 900, 3600])),
         }
     models = {
         m: draw(st.none() | st.lists(st.sampled_from(["interactive", "batch"]), min_size=1, unique=True))
-        for m in draw(st.lists(st.sampled_from(["m1", "M1"]), unique=True))
+        for m in draw(
+            st.lists(st.sampled_from(["m1", "M1", "org/m.1", "org/m.2", "m.x", "m:8b"]), unique=True)
+        )
     }
     quotas = {}
     for i in range(draw(st.integers(0, 2))):
@@ -414,8 +450,9 @@ def _calls(draw: st.DrawFn, doc: _Doc) -> tuple[str, Call]:
             args[draw(st.sampled_from([*_ARGS, "zzz"]))] = draw(_VALUES | _ODD)
         action = draw(st.sampled_from(["invoke"] * 5 + ["read", "generate", "Invoke"]))
         return principal, Call(f"tool:{tool}", action, args)
-    known = [*doc.models] * 3 if kind == "model" else ["h100", "a100"]
-    name = draw(st.sampled_from([*known, "m1", "M1", "m2"] if kind == "model" else [*known, "H100", " h100"]))
+    known = [*doc.models] * 3 if kind == "model" else ["h100", "a100", "h100.x", "h100.x.y"]
+    odd = ["m1", "M1", "m2", "org/m.3", "m."] if kind == "model" else ["H100", " h100", "h100x", "h100."]
+    name = draw(st.sampled_from([*known, *odd]))
     action = draw(st.sampled_from([_DEFAULT_ACTION[kind]] * 5 + ["invoke", "read"]))
     free = st.sampled_from(["interactive", "batch", "other"]) | _VALUES | _ODD
     return principal, Call(
@@ -461,6 +498,38 @@ def test_the_engine_decides_every_generated_call_as_the_reference_says(data: st.
         outcome, detail = _reference(doc, principal, call)
         engine = _engine(index, principal, call)
         assert engine == (outcome, None if outcome is Outcome.DENY else detail), (principal, call, detail)
+
+
+@settings(max_examples=300, deadline=None)
+@given(when=_MIXED | _OPERATORS, value=_VALUES | _ODD)
+def test_a_gate_condition_applies_to_each_value_as_the_reference_says(
+    when: dict[str, Any], value: Any
+) -> None:
+    """One gate, one condition of one or several operators, every kind of value: the gate applies
+    when the condition holds, or when it cannot compare the value (all its operators together)."""
+    doc = _Doc(
+        tools={"crm.read": {}},
+        roles={"r0": {"inherits": [], "caps": [("model:m1", None, {})], "budget": None}},
+        principals={
+            "p0": {"kind": "agent", "roles": ["r0"], "did": _DIDS[0], "tenant": None},
+            "lead": {"kind": "human", "roles": [], "did": _LEAD_DID, "tenant": None},
+        },
+        gates={
+            "g0": {
+                "resource": "model:m1",
+                "when": {"n": when},
+                "approvers": ["lead"],
+                "quorum": 1,
+                "expiry": 60,
+            }
+        },
+        models={"m1": None},
+    )
+    index = _loaded(doc)
+    assert index is not None
+    call = Call("model:m1", "generate", {"n": value})
+    outcome, detail = _reference(doc, "p0", call)
+    assert _engine(index, "p0", call) == (outcome, detail), (when, value)
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
