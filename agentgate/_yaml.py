@@ -73,6 +73,11 @@ _TAGGED = re.compile(r"(?:&\S+(?:\s+#[^\r\n\x85\u2028\u2029]*(?![^\r\n\x85\u2028
 """A node's text that starts with a tag (after an anchor, if any, and the comments after it):
 ``!!str 5``, ``&a !!str 5``, ``&a # why`` then ``!!str 5`` on the next line. A comment runs to
 its line's end (the lookahead): one way to match it, never a search over where it might stop."""
+_NON_SPECIFIC = re.compile(_TAGGED.pattern + r"(?=[\s,\]}]|\Z)")
+"""A node's text that starts with the non-specific tag ``!`` alone (``! 1``), after an anchor if
+any. YAML 1.2 reads such a scalar as text; PyYAML resolves it as if it were plain (``! 1`` the
+integer 1, ``! true`` a boolean, ``! null`` null)."""
+_RESOLVED = frozenset({_BOOL, _INT, _FLOAT, _TIMESTAMP, "tag:yaml.org,2002:null"})
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _BREAK = re.compile("\r\n|[\r\n\x85\u2028\u2029]")
 """A line break as YAML counts them."""
@@ -401,6 +406,15 @@ class _Builder:
         raise self._tag_error(node)
 
     def _scalar(self, node: yaml.Node) -> Any:
+        if (
+            node.tag in _RESOLVED
+            and isinstance(node, yaml.ScalarNode)
+            and not node.style
+            and _NON_SPECIFIC.match(self.text, node.start_mark.index)
+        ):
+            # ``! 1`` is the text "1" in YAML 1.2, as ``!!str 1`` is; until review R56 it was the
+            # integer PyYAML resolves it to, so ``in: [! 5]`` held what another reader reads as text.
+            return self._unicode(node)
         if node.tag in _TEXT_1_2 and node.value in ("=", "<<") and isinstance(node, yaml.ScalarNode):
             return node.value  # a plain '=' or '<<' value: YAML 1.1's value and merge tags, text in 1.2
         if (
