@@ -20,6 +20,8 @@ VERSION = 1
 TOKEN_PREFIX = "ag1"
 GRANT_CONTEXT = b"agentgate/grant/v1\x00"
 MAX_TOKEN_BYTES = 32 * 1024
+SIGNATURE_TEXT_BYTES = 86
+"""A 64-byte Ed25519 signature in unpadded base64url, as it stands in a token."""
 MAX_LINKS = 16
 MAX_DEPTH = MAX_LINKS - 1
 MAX_PAYLOAD_BYTES = 8 * 1024

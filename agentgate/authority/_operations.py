@@ -36,6 +36,8 @@ from agentgate.authority._grant import (
     MAX_PURPOSE,
     MAX_SKEW,
     MAX_TIME,
+    MAX_TOKEN_BYTES,
+    SIGNATURE_TEXT_BYTES,
     VERSION,
     Budget,
     Chain,
@@ -125,7 +127,13 @@ def _sign(
     max_depth: int,
     purpose: str,
     parent: str | None,
+    chain_bytes: int = 0,
 ) -> Grant:
+    """The grant, signed; ``chain_bytes`` is the length of the parent chain's token (0 for a root).
+
+    Raises ``TokenFormatError`` before signing for what no verifier would read: a payload over
+    ``MAX_PAYLOAD_BYTES``, or a chain whose token with this link would exceed ``MAX_TOKEN_BYTES``.
+    """
     if not capabilities or len(capabilities) > MAX_CAPABILITIES:
         raise TokenFormatError(f"a grant names 1 to {MAX_CAPABILITIES} capabilities")
     if budget is not None and not isinstance(budget, Budget):
@@ -159,6 +167,15 @@ def _sign(
     payload = canonical_json(body)
     if len(payload) > MAX_PAYLOAD_BYTES:
         raise TokenFormatError(f"grant payload is {len(payload)} bytes; the limit is {MAX_PAYLOAD_BYTES}")
+    if chain_bytes:
+        # ".payload.signature" appended to the parent's token, both unpadded base64url.
+        total = chain_bytes + 1 + (4 * len(payload) + 2) // 3 + 1 + SIGNATURE_TEXT_BYTES
+        if total > MAX_TOKEN_BYTES:
+            raise TokenFormatError(
+                f"the delegated chain's token would be {total} bytes; the limit is {MAX_TOKEN_BYTES}, "
+                "so no verifier would read it: delegate fewer or narrower capabilities, or from a "
+                "shorter chain"
+            )
     return parse_grant(payload, key.sign(GRANT_CONTEXT + payload))
 
 
@@ -304,6 +321,7 @@ def delegate(
         max_depth=tip.max_depth - 1 if max_depth is None else max_depth,
         purpose=purpose,
         parent=tip.id,
+        chain_bytes=len(chain.token),
     )
     found_all = link_findings(chain.links, grant)
     if found_all:
