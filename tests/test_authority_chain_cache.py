@@ -6,11 +6,25 @@ from __future__ import annotations
 import gc
 import time
 import tracemalloc
+from pathlib import Path
 
 import pytest
 
-from agentgate.authority import ChainCache, chain_weight, delegate, issue, parse_chain
+from agentgate.authority import (
+    Authority,
+    ChainCache,
+    GrantRepository,
+    Invocation,
+    chain_weight,
+    decide,
+    delegate,
+    issue,
+    parse_chain,
+)
+from agentgate.capabilities import Call
+from agentgate.errors import InputError
 from agentgate.keys import SigningKey
+from agentgate.store import SQLiteStore
 
 ROOT = SigningKey.generate()
 # Many constrained capabilities: the shape that takes the most memory per token byte.
@@ -64,3 +78,30 @@ def test_a_chain_heavier_than_the_whole_bound_is_not_kept(tokens: list[str]) -> 
     cache = ChainCache(size=100, max_bytes=chain_weight(tokens[0], chain) - 1)
     cache.put(anchors, tokens[0], chain)
     assert cache.get(anchors, tokens[0]) is None
+
+
+@pytest.mark.parametrize("size", ["100", None, 1.5, float("nan"), 0, -1, True])
+def test_a_cache_size_that_is_not_a_whole_number_is_refused_when_configured(
+    tmp_path: Path, size: object
+) -> None:
+    """Review R56: Authority(cache_size="100") (or None) was taken, and the decision that cached
+    a second chain raised TypeError ('>=' not supported); a NaN never evicted (every comparison
+    is false), 1.5 kept one chain. Rule: the size (and the memory bound) is a whole number, 1 or
+    more, refused with an InputError where the cache is configured."""
+    store = SQLiteStore(tmp_path / "s.db")
+    try:
+        with pytest.raises(InputError, match="whole number, 1 or more"):
+            Authority(GrantRepository(store), ROOT.public, cache_size=size)  # type: ignore[arg-type]
+        with pytest.raises(InputError, match="max_bytes is a whole number"):
+            ChainCache(max_bytes=size)  # type: ignore[arg-type]
+        with pytest.raises(InputError, match="a ChainCache as its cache"):
+            decide(None, repo=GrantRepository(store), trusted=ROOT.public, cache={"a": 1})  # type: ignore[arg-type]
+        authority = Authority(GrantRepository(store), ROOT.public, cache_size=1)
+        holder = SigningKey.generate()
+        call = Call.tool("t00.x")
+        for _ in range(2):  # two chains through a cache of one: the second pushes out the first
+            chain = issue(ROOT, holder.did, ["tool:t00.x"], ttl=60)
+            assert authority.decide(Invocation.sign(holder, chain, call)).allowed
+        assert authority.cache.get(authority.anchors, chain.token) is not None
+    finally:
+        store.close()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import threading
 
 from agentgate.authority._grant import Chain
+from agentgate.errors import InputError
 
 PARSED_ITEM_BYTES = 600
 """About what one link, capability or constraint of a parsed chain takes in memory (measured: 390
@@ -32,9 +33,15 @@ class ChainCache:
     of ``chain_weight``).
 
     Only chains that passed the time-independent checks are stored; the oldest entries go first.
+    Raises ``InputError`` for a ``size`` or ``max_bytes`` that is not a whole number, 1 or more:
+    until review R56 a string or ``None`` raised a ``TypeError`` from the decision that cached a
+    second chain, and a NaN bounded nothing (every comparison with it is false).
     """
 
     def __init__(self, size: int = 4096, max_bytes: int = 64 * 1024 * 1024) -> None:
+        for name, value in (("size", size), ("max_bytes", max_bytes)):
+            if type(value) is not int or value < 1:
+                raise InputError(f"a chain cache's {name} is a whole number, 1 or more, got {value!r:.40}")
         self.size = size
         self.max_bytes = max_bytes
         self._items: dict[tuple[frozenset[str], str], tuple[Chain, int]] = {}

@@ -175,9 +175,11 @@ def decide(
     recorded only when the answer is ``allow``, so an ``approval_required`` invocation may be
     decided again once the approval exists. A caller's bug is raised, not decided: ``InputError``
     for an ``invocation`` that is not an ``Invocation`` (of a ``Call``), a ``now`` that is not a
-    finite number and a ``skew`` that is not a whole number of seconds, 0 or more;
-    ``TokenFormatError`` for ``trusted`` that is not anchors.
+    finite number, a ``skew`` that is not a whole number of seconds, 0 or more, and a ``cache``
+    that is not a ``ChainCache``; ``TokenFormatError`` for ``trusted`` that is not anchors.
     """
+    if cache is not None and not isinstance(cache, ChainCache):
+        raise _not_a("a ChainCache as its cache", cache)
     anchors = _anchors(trusted)
     return _decide(invocation, repo, anchors, approvals, now, _skew(skew), cache or _SHARED_CACHE)
 
@@ -533,7 +535,11 @@ def _conclude(
 
 
 class Authority:
-    """The authority engine bound to one store and one set of trust anchors, with its own chain cache."""
+    """The authority engine bound to one store and one set of trust anchors, with its own chain cache.
+
+    Raises ``InputError`` for a ``skew`` that is not a whole number of seconds from 0 to
+    ``MAX_SKEW`` and a ``cache_size`` that is not a whole number, 1 or more (``ChainCache``).
+    """
 
     def __init__(
         self,
