@@ -406,6 +406,25 @@ def test_a_failing_approval_hook_fails_closed(local: GrantRepository) -> None:
     assert "approvals database is down" in d.findings[0].message
 
 
+@pytest.mark.parametrize("answer", [False, True, 0, "alice", {"approvers": ["alice"]}])
+def test_an_approval_hook_answering_neither_none_nor_a_requirement_fails_closed(
+    local: GrantRepository, answer: object
+) -> None:
+    """Review R56: a hook that answered False (meaning "no approval needed"), a name or a dict
+    made decide and decide_held raise AttributeError ('bool' object has no attribute
+    'approvers'). Rule: only None or an ApprovalRequirement is an answer; anything else is a
+    deny (approval_check_failed) naming what it answered, and no nonce is recorded."""
+    authority = Authority(local, ROOT.public, approvals=lambda call, chain, invocation: answer)
+    before = _nonce_count(local)
+    for d in (
+        authority.decide(Invocation.sign(CAROL, chain3(), CALL, now=NOW), now=NOW),
+        authority.decide_held(CAROL, chain3(), CALL, now=NOW),
+    ):
+        assert d.outcome is Outcome.DENY and d.findings[0].code == "approval_check_failed"
+        assert f"answered a {type(answer).__name__}" in d.findings[0].message
+    assert _nonce_count(local) == before
+
+
 # --- decide_held: the caller holds the holder's key (the Gate) --------------------------------
 
 

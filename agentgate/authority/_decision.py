@@ -455,6 +455,9 @@ def _conclude(
         return deny(_not_covered(call, tip.capabilities, tip.id))
     try:
         requirement = approvals(call, chain, inv) if approvals is not None else None
+        if requirement is not None and not isinstance(requirement, ApprovalRequirement):
+            # ``False`` for "no approval needed" is an easy slip; it is no answer, not an allow.
+            raise TypeError(f"it answered a {type(requirement).__name__}, not an ApprovalRequirement or None")
     except Exception as exc:  # a failing approval check must not let the call through: fail closed
         return deny(
             _f(
