@@ -21,7 +21,9 @@ from agentgate.authority import (
     issue,
     parse_chain,
 )
-from agentgate.capabilities import Call
+from agentgate.authority._chain_findings import chain_finding
+from agentgate.authority._signatures import _anchors
+from agentgate.capabilities import Call, Capability, covers
 from agentgate.errors import InputError
 from agentgate.keys import SigningKey
 from agentgate.store import SQLiteStore
@@ -105,3 +107,44 @@ def test_a_cache_size_that_is_not_a_whole_number_is_refused_when_configured(
         assert authority.cache.get(authority.anchors, chain.token) is not None
     finally:
         store.close()
+
+
+def _set_chain(values: list[object]) -> str:
+    """A chain of four links, each of the three delegations holding one ``in`` set of ``values``."""
+    keys = [SigningKey.generate() for _ in range(4)]
+    cap = Capability.from_dict(
+        {"resource": "tool:t", "action": "invoke", "constraints": {"a": {"in": values}}}
+    )
+    chain = issue(ROOT, keys[0].did, ["tool:*#*"], ttl=3600, max_depth=4)
+    for i in range(1, 4):
+        chain = delegate(chain, keys[i - 1], keys[i].did, [cap], ttl=3000 - i)
+    return chain.token
+
+
+def test_the_weight_of_a_chain_counts_the_values_of_its_sets() -> None:
+    """Review R56: chain_weight left out the values of ``in`` sets, so a verified, decided-on
+    chain of 1,000-value sets of 1-character strings held about 12 times its weight (392 KB for
+    33 KB), and a cache bounded at 64 MiB of weight could hold several hundred MiB. Rule: the
+    weight of a chain covers the memory it holds once verified and decided on, sets included."""
+    tokens = [
+        _set_chain([chr(0x4E00 + v) for v in range(1000)]),  # 1-character strings: the most per value
+        _set_chain([chr(0x1F300 + v) for v in range(1000)]),
+        _set_chain([f"{v:x}" for v in range(1000)]),
+        _set_chain([1000 + v for v in range(1000)]),
+    ]
+    anchors = _anchors(ROOT.public)
+    gc.collect()
+    tracemalloc.start()
+    try:
+        chains = [parse_chain(t) for t in tokens]
+        for chain in chains:  # what a cached chain has been through: verification, then decisions
+            assert chain_finding(chain, anchors) is None
+            for link in chain.links:
+                for cap in link.capabilities:
+                    for value in ("\u4e00", 1000, "absent"):
+                        covers(cap, Call.tool("t", {"a": value}))
+        gc.collect()
+        held = tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+    assert held <= sum(chain_weight(t, c) for t, c in zip(tokens, chains, strict=True))
