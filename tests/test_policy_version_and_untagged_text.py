@@ -1,4 +1,5 @@
-"""Defects found in the policy language by review R56, each with the test that failed before its fix."""
+"""A policy's version quoted shortened in its error, and a scalar with the non-specific tag `!`
+read as text (YAML 1.2): defects of review R56, each test failing before its fix."""
 
 from __future__ import annotations
 
