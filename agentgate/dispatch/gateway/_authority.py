@@ -25,7 +25,7 @@ from typing import Any
 from opentelemetry.trace import Tracer
 
 from agentgate.audit.spans import record_outcome, record_usage
-from agentgate.authority import Chain, Decision, Invocation, parse_chain
+from agentgate.authority import Chain, Decision, Invocation, chain_weight, parse_chain
 from agentgate.capabilities import Call
 from agentgate.dispatch.backends import ChatChunk, carries_output
 from agentgate.errors import BackendFailed, NoBackend, TokenFormatError
@@ -107,12 +107,15 @@ class GatewayGate(Gate):
     """A ``Gate`` that also decides invocations signed by remote callers (``authorize_invocation``)."""
 
     # Parsed chains kept for the next call with the same token: only chains the authority has
-    # verified, least recently used out first, within 1024 entries and 2 MiB of token text. A
-    # parsed chain takes up to about 20 times its token's bytes (many constrained capabilities),
-    # so the cache holds at most about 40 MiB; counting the token's length keeps the hot path free
-    # of any size measurement.
+    # verified, least recently used out first, within 1024 entries and 32 MiB of their
+    # ``chain_weight`` (the memory a parsed, decided-on chain holds, as the authority's own
+    # ``ChainCache`` counts it), weighed once, when a chain is kept. Until review R56 the bound
+    # was 2 MiB of token text, which a parsed chain exceeds up to 20-fold: 78 chains of
+    # 1,000-value ``in`` sets fit in it and held about 30 MiB. Its own cache, not a
+    # ``ChainCache``: that one is keyed by trust anchors too and lets out the first kept, used
+    # or not, where a chain in use here stays while others come and go.
     _parsed_limit = 1024
-    _parsed_max_bytes = 2 * 1024 * 1024
+    _parsed_max_bytes = 32 * 1024 * 1024
 
     def __init__(
         self,
@@ -128,7 +131,7 @@ class GatewayGate(Gate):
             policy, store, trust_anchors=trust_anchors, log_key=log_key, scheduler=scheduler, tracer=tracer
         )
         self._own_key = SigningKey.generate()
-        self._parsed: OrderedDict[str, Chain] = OrderedDict()
+        self._parsed: OrderedDict[str, tuple[Chain, int]] = OrderedDict()  # token: (chain, its weight)
         self._parsed_bytes = 0
         self._parsed_lock = threading.Lock()
 
@@ -423,28 +426,33 @@ class GatewayGate(Gate):
     def _kept_chain(self, token: str) -> Chain | None:
         """The parsed chain kept for ``token`` (marked as just used), or ``None``."""
         with self._parsed_lock:
-            chain = self._parsed.get(token)
-            if chain is not None:
-                self._parsed.move_to_end(token)
-            return chain
+            kept = self._parsed.get(token)
+            if kept is None:
+                return None
+            self._parsed.move_to_end(token)
+            return kept[0]
 
     def _keep_chain(self, chain: Chain) -> None:
         """Keep ``chain``, which the authority has verified, to save parsing its token again.
 
         Parsing checks no signature, so a chain is kept only once verified: a caller who cannot
         authenticate never displaces another's. The least recently used go first, to stay within
-        ``_parsed_limit`` entries and ``_parsed_max_bytes`` of token text (the authority engine
-        still verifies a kept chain on every decision, from its own cache).
+        ``_parsed_limit`` entries and ``_parsed_max_bytes`` of ``chain_weight``; a chain heavier
+        than that alone is not kept (the authority engine still verifies a kept chain on every
+        decision, from its own cache).
         """
         token = chain.token
         with self._parsed_lock:
-            if token in self._parsed or len(token) > self._parsed_max_bytes:
+            if token in self._parsed:
+                return
+            weight = chain_weight(token, chain)
+            if weight > self._parsed_max_bytes:
                 return
             while self._parsed and (
                 len(self._parsed) >= self._parsed_limit
-                or self._parsed_bytes + len(token) > self._parsed_max_bytes
+                or self._parsed_bytes + weight > self._parsed_max_bytes
             ):
-                oldest, _ = self._parsed.popitem(last=False)
-                self._parsed_bytes -= len(oldest)
-            self._parsed[token] = chain
-            self._parsed_bytes += len(token)
+                _, (_, gone) = self._parsed.popitem(last=False)
+                self._parsed_bytes -= gone
+            self._parsed[token] = (chain, weight)
+            self._parsed_bytes += weight
