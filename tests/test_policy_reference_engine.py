@@ -448,7 +448,7 @@ def _calls(draw: st.DrawFn, doc: _Doc) -> tuple[str, Call]:
         }
         if draw(_RARELY):
             args[draw(st.sampled_from([*_ARGS, "zzz"]))] = draw(_VALUES | _ODD)
-        action = draw(st.sampled_from(["invoke"] * 5 + ["read", "generate", "Invoke"]))
+        action = draw(st.sampled_from(["invoke"] * 5 + ["read", "generate", "invoke_"]))
         return principal, Call(f"tool:{tool}", action, args)
     known = [*doc.models] * 3 if kind == "model" else ["h100", "a100", "h100.x", "h100.x.y"]
     odd = ["m1", "M1", "m2", "org/m.3", "m."] if kind == "model" else ["H100", " h100", "h100x", "h100."]
