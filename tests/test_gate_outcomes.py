@@ -20,6 +20,7 @@ from test_gate_approvals import r27_gate as r27_gate  # the fixture
 from test_gate_policy_change import MODEL
 
 from agentgate.capabilities import Call
+from agentgate.dispatch.backends import MAX_USAGE_TOKENS
 from agentgate.gate import Gate
 from agentgate.keys import SigningKey
 from agentgate.policy import parse_policy
@@ -149,7 +150,8 @@ def test_an_outcome_on_postgresql_records_what_an_absurd_usage_was_charged(postg
         agent = _agent(gate)
         auth = gate.authorize(agent, MODEL, tokens=(10, 5))
         assert auth.allowed
-        gate.run(auth, lambda: "text", spent=lambda _: (10**30, 5))
+        # The most input tokens a call may report (more is garbage, charged as reserved: review R56).
+        gate.run(auth, lambda: "text", spent=lambda _: (MAX_USAGE_TOKENS, 5))
         gate.flush()
         outcome = [e for e in gate.audit.entries() if e.kind == "outcome"][-1]
         over = [r for r in outcome.reasons if r.startswith("overran the usd_micros budget by ")]

@@ -20,8 +20,10 @@ What did not hold (found by this review):
   but the ``outcome`` entry's overrun ``N`` was computed from the cap, so ``budget_delta - N``
   (what docs/audit-format.md says the budget was charged) was ~10**30, not what the ledger
   charged; fixed by the lead (``BudgetLedger.commit`` counts what no column can hold in the
-  shortfall it returns;
-  ``test_an_absurd_reported_usage_is_recorded_as_what_the_budget_paid``).
+  shortfall it returns). Since review R56 a count over ``MAX_USAGE_TOKENS`` (10^9) is garbage,
+  charged as reserved (tests/test_gate_reported_usage.py), and the overrun of the largest count
+  that is a bill is recorded as what the budget paid
+  (``test_an_absurd_reported_usage_is_recorded_as_what_the_budget_paid``).
 - an argument name the tool does not declare was quoted verbatim in the refusal's audit reason,
   so a secret the model wrote as an argument *name* was stored in clear for good; fixed by the
   lead (``redact_reasons`` replaces undeclared names in what the log and spans keep; the model is
@@ -71,6 +73,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, MessagesState, StateGraph
 from pydantic import Field
 
+from agentgate.dispatch.backends import MAX_USAGE_TOKENS
 from agentgate.errors import Denied
 from agentgate.gate import AgentIdentity, Gate
 from agentgate.integrations.langgraph import (
@@ -551,9 +554,11 @@ def test_absurd_usage_never_overspends_and_never_raises(setup: Setup, usage: Any
 
 
 def test_an_absurd_reported_usage_is_recorded_as_what_the_budget_paid(setup: Setup) -> None:
+    # The most input tokens a call may report (more is garbage, charged as reserved: review R56),
+    # a thousand times what the budget holds.
     model = Hostile(
         turns=[_answer(_call("search", {"query": "x"}, "s1"))],
-        usage={"input_tokens": 10**30, "output_tokens": 5, "total_tokens": 0},
+        usage={"input_tokens": MAX_USAGE_TOKENS, "output_tokens": 5, "total_tokens": 0},
     )
     agent = create_gated_agent(setup.gate, name="boss", model=model, tools=setup.tools(), max_tokens=64)
     agent.invoke(GO, context=setup.boss)

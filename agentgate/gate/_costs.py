@@ -8,6 +8,7 @@ from collections.abc import Mapping
 
 from agentgate.authority import Decision
 from agentgate.capabilities import Call
+from agentgate.dispatch._answers import MAX_USAGE_TOKENS
 from agentgate.errors import BudgetExceeded, InputError
 from agentgate.gate._authorization import AgentIdentity, Authorization
 from agentgate.policy import Policy
@@ -39,18 +40,29 @@ def _bounded_repr(value: object) -> str:
         return f"a {type(value).__name__} that cannot be shown"
 
 
+def _usage_counts(usage: object) -> tuple[int, int] | None:
+    """The ``(input, output)`` token counts a call reported using (``Gate.run``'s ``spent``, the
+    LangGraph middleware's ``usage_metadata``), or ``None`` when ``usage`` is not two integers from
+    0 to ``MAX_USAGE_TOKENS``: garbage, read as the dispatcher reads such a count in a backend's
+    answer (``dispatch._answers._count``), never a bill. The Gate charges such a call as reserved
+    and records no usage on its span. Until review R56 only the sign was checked: a model that
+    reported 10^20 tokens was charged them, and spent its budget out."""
+    if isinstance(usage, tuple | list) and len(usage) == 2:
+        prompt, output = usage
+        if all(type(n) is int and 0 <= n <= MAX_USAGE_TOKENS for n in (prompt, output)):
+            return prompt, output
+    return None
+
+
 def _output_capped(usage: tuple[int, int], limit: int | None) -> tuple[int, int]:
     """The usage a model call is charged: ``usage`` itself, or, when it reports more completion
     tokens than ``limit`` (the output reserved: the ``max_tokens`` the call was sent), the prompt
     tokens as reported with ``limit`` completion tokens. A backend that reports more output than it
     was allowed is broken or hostile; charged as reported, one call could drain a budget. (The
     prompt is charged as reported: the reservation's prompt is only an estimate.) ``limit``
-    ``None`` (no output was reserved): ``usage`` unchecked. Raises ``InputError`` for usage that is
-    not two token counts."""
-    if limit is None:
-        return usage
-    prompt, output = _token_counts(usage)
-    return (prompt, limit) if output > limit else usage
+    ``None`` (no output was reserved): ``usage`` unchecked."""
+    prompt, output = usage
+    return (prompt, limit) if limit is not None and output > limit else usage
 
 
 _METERED = frozenset({"calls", "tokens", "usd_micros", "micro_usd"})
@@ -134,21 +146,24 @@ class _Costs:
         self, auth: Authorization, usage: tuple[int, int], reasons: list[str]
     ) -> dict[str, int] | None:
         """What the ``usage`` a call reported costs in each budget unit, its output capped at the
-        call's ``max_tokens``; ``None`` for usage that is not two token counts (the reservation
-        is charged whole). Why a cost differs from what was reported is added to ``reasons``."""
-        try:
-            charged = _output_capped(usage, auth.output_tokens)
-            actual = self._cost(auth.call, charged)
-        except InputError:  # garbage from a backend: the whole reservation is charged
+        call's ``max_tokens``; ``None`` for usage that is not two token counts from 0 to
+        ``MAX_USAGE_TOKENS`` (``_usage_counts``: the reservation is charged whole). Why a cost
+        differs from what was reported is added to ``reasons``: for garbage, what was reported
+        and what the caller's budget was charged."""
+        counts = _usage_counts(usage)
+        if counts is None:
+            charged = f" ({auth.reservations[0][2]} {auth.reservations[0][1]})" if auth.reservations else ""
             reasons.append(
-                f"reported usage {_bounded_repr(usage)} is not two token counts; charged as reserved"
+                f"reported usage {_bounded_repr(usage)} is not two token counts from 0 to "
+                f"{MAX_USAGE_TOKENS:,}; charged as reserved{charged}"
             )
             return None
-        if charged is not usage:
+        capped = _output_capped(counts, auth.output_tokens)
+        if capped is not counts:
             over = (
-                f"the backend reported {usage[1]} completion tokens, over the call's max_tokens "
-                f"of {charged[1]}; charged {charged[1]}"
+                f"the backend reported {counts[1]} completion tokens, over the call's max_tokens "
+                f"of {capped[1]}; charged {capped[1]}"
             )
             reasons.append(over)
             _log.warning("agentgate: audit entry %s: %s", auth.audit_index, over)
-        return actual
+        return self._cost(auth.call, capped)

@@ -4,7 +4,6 @@ inside the call's span, and how the call's end is settled."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import inspect
 import logging
 import threading
@@ -31,6 +30,7 @@ from agentgate.capabilities import Call
 from agentgate.errors import ApprovalRequired, BackendFailed, Denied, InputError, NoBackend, SchedulingError
 from agentgate.gate._authorization import AgentIdentity, Authorization, expect, shown
 from agentgate.gate._checks import _AUTHORIZATION, _expect_id
+from agentgate.gate._costs import _usage_counts
 from agentgate.gate._outcomes import (
     MAX_ERROR_DETAIL,
     NOT_STARTED,
@@ -488,9 +488,10 @@ class _Running:
                 record_outcome_lost(span)
             raise
         if span.is_recording():
-            if usage is not None:
-                with contextlib.suppress(TypeError, ValueError):  # garbage usage: charged at settlement
-                    record_usage(span, *usage)
+            # Usage the settlement reads as garbage (``_usage_counts``) is charged as reserved and
+            # left off the span, which must not show a count the log refused.
+            if (counts := _usage_counts(usage)) is not None:
+                record_usage(span, *counts)
             record_outcome(span, status)
         if self._settle_unless_closed(auth, status, None, usage) and span.is_recording():
             record_outcome_lost(span)

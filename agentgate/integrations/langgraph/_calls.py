@@ -244,7 +244,10 @@ def _answer(response: ModelResponse[Any] | _Cut) -> ModelResponse[Any]:
 
 def _tokens_used(response: object) -> tuple[int, int] | None:
     """(input, output) tokens the response reports in ``usage_metadata``; ``None`` when it reports
-    none, or counts that are not non-negative integers (the call is then charged what it reserved)."""
+    none, or counts that are not non-negative integers (the call is then charged what it reserved).
+    Their size is the Gate's to judge, as for every caller's ``spent``: a count over
+    ``MAX_USAGE_TOKENS`` is charged as reserved there, and its outcome entry says what was
+    reported (``gate._costs._usage_counts``)."""
     messages = response.result if isinstance(response, ModelResponse) else [response]
     usages = [u for m in messages if (u := getattr(m, "usage_metadata", None))]
     counts = [(u.get("input_tokens", 0), u.get("output_tokens", 0)) for u in usages if isinstance(u, Mapping)]
