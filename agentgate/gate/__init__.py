@@ -42,7 +42,7 @@ if TYPE_CHECKING:  # the names, for type checkers; at run time each is imported 
     from agentgate.gate._approval import Approval, approval_call_hash
     from agentgate.gate._authorization import AgentIdentity, Authorization, Verdict
     from agentgate.gate._config import scheduler_config
-    from agentgate.gate._delegation import DELEGATIONS_PURGE_S
+    from agentgate.gate._delegation import DELEGATIONS_PURGE_S, MAX_AGENT_NAME_CHARS
     from agentgate.gate._gate import Gate
     from agentgate.gate._outcomes import MAX_ERROR_DETAIL
 
@@ -50,6 +50,7 @@ if TYPE_CHECKING:  # the names, for type checkers; at run time each is imported 
 # (``Approval``, ``_records``) without them: each name is imported from its module on first use.
 _EXPORTS: dict[str, str] = {
     "DELEGATIONS_PURGE_S": "agentgate.gate._delegation",
+    "MAX_AGENT_NAME_CHARS": "agentgate.gate._delegation",
     "MAX_ERROR_DETAIL": "agentgate.gate._outcomes",
     "AgentIdentity": "agentgate.gate._authorization",
     "Approval": "agentgate.gate._approval",
@@ -66,6 +67,7 @@ __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 
 __all__ = [
     "DELEGATIONS_PURGE_S",
+    "MAX_AGENT_NAME_CHARS",
     "MAX_ERROR_DETAIL",
     "AgentIdentity",
     "Approval",

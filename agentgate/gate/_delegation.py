@@ -14,7 +14,14 @@ from typing import TYPE_CHECKING
 
 from opentelemetry.trace import INVALID_SPAN, Span, Tracer
 
-from agentgate.audit.spans import grant_span, record_decision, record_revocation, revoke_span
+from agentgate._shown import character_named, not_printable
+from agentgate.audit.spans import (
+    MAX_CALL_ID_CHARS,
+    grant_span,
+    record_decision,
+    record_revocation,
+    revoke_span,
+)
 from agentgate.authority import (
     Authority,
     Budget,
@@ -58,6 +65,12 @@ def _call_tag(call: str) -> str:
     return hashlib.sha256(call.encode("utf-8", "surrogatepass")).hexdigest()[:32]
 
 
+MAX_AGENT_NAME_CHARS = MAX_CALL_ID_CHARS
+"""The most characters an agent's name may hold (``Gate.issue``, ``Gate.delegate``,
+``delegation_tool``): the spans of its grant and of all its calls carry it whole (they cut every
+name at ``MAX_CALL_ID_CHARS``), and a name longer than any reader can take in is no name."""
+
+
 def _unicode(text: str) -> bool:
     """Whether ``text`` is valid Unicode (no lone surrogate), as a grant's purpose and an audit
     entry hold it: an agent's name is signed into the one and recorded in the other."""
@@ -68,12 +81,35 @@ def _unicode(text: str) -> bool:
     return True
 
 
+def _check_name(name: str, whose: str) -> None:
+    """``InputError`` naming ``whose`` name unless ``name`` (non-empty text) is valid Unicode,
+    at most ``MAX_AGENT_NAME_CHARS`` characters, and one line of visible text: a character that is
+    not printable (``_shown.not_printable``: a control character, a bidi override or isolate, an
+    invisible format character, a line separator) hides in, or reorders, what a reader of the
+    audit log, a grant and the traces sees. Until review R56 a name of any length was signed
+    into its grant and recorded (up to the 64 KiB audit entry), with any such character."""
+    if len(name) > MAX_AGENT_NAME_CHARS:
+        raise InputError(
+            f"{whose} name must be at most {MAX_AGENT_NAME_CHARS} characters, got {len(name):,}: "
+            f"{name[:40]!r}..."
+        )
+    if not _unicode(name):
+        raise InputError(f"{whose} name must be valid Unicode text, got {name[:80]!r}")
+    hidden = next((at for at, char in enumerate(name) if not_printable(char)), None)
+    if hidden is not None:
+        raise InputError(
+            f"{whose} name holds {character_named(name[hidden])} at character {hidden + 1}: "
+            "a name is one line of visible text"
+        )
+
+
 def _delegation_terms(
     name: object, key: object, capabilities: object, ttl: object, budget: object
 ) -> list[Capability]:
     """The capabilities of a delegation to ``key`` under ``name``, once its terms are checked
     (``Gate.delegate``, and ``delegation_tool`` when it is made): ``InputError`` naming the
-    parameter for a name that is not non-empty, valid Unicode text (a lone surrogate), a key
+    parameter for a name that is not non-empty, valid Unicode text (a lone surrogate) of at most
+    ``MAX_AGENT_NAME_CHARS`` visible characters on one line (``_check_name``), a key
     that is not a ``SigningKey``, a ``ttl`` that is not a positive ``timedelta``, a budget that
     is not a non-negative whole number or ``None``; ``CapabilityError`` (an ``InputError``) for
     a capability that does not parse, and naming ``capabilities`` for one string (refused, not
@@ -82,8 +118,7 @@ def _delegation_terms(
         raise InputError(
             f"a sub-agent's name must be non-empty text, got {shown(name) if name != '' else 'empty text'}"
         )
-    if not _unicode(name):
-        raise InputError(f"a sub-agent's name must be valid Unicode text, got {name[:80]!r}")
+    _check_name(name, "a sub-agent's")
     expect(key, SigningKey, "key", "the sub-agent's own SigningKey")
     if not isinstance(ttl, timedelta) or ttl <= timedelta(0):
         raise InputError(f"a delegation's ttl is a positive timedelta, got {shown(ttl)}")
@@ -138,7 +173,8 @@ class _Delegation:
 
         The grant is recorded with its audit entry (an ``allow`` on ``agent:NAME`` by the anchor)
         in one transaction. Raises ``InputError`` for a ``name`` that is not non-empty, valid
-        Unicode text (or a ``tenant`` that is not text, an ``anchor`` or ``key`` that is not a
+        Unicode text of at most ``MAX_AGENT_NAME_CHARS`` visible characters on one line (no
+        control, bidi or invisible format character: ``_check_name``) (or a ``tenant`` that is not text, an ``anchor`` or ``key`` that is not a
         ``SigningKey``, a ``role`` that is not text), ``PolicyError`` for an unknown role,
         ``Denied`` (audited, as a refused delegation) for an ``anchor`` that is not one of this
         Gate's trust anchors (a key rotated out of the policy): every call on such a grant would
@@ -148,8 +184,7 @@ class _Delegation:
             raise InputError(
                 f"an agent's name is non-empty text, and its tenant text: got {name!r}, {tenant!r}"
             )
-        if not _unicode(name):
-            raise InputError(f"an agent's name must be valid Unicode text, got {name[:80]!r}")
+        _check_name(name, "an agent's")
         expect(anchor, SigningKey, "anchor", "the trust anchor's SigningKey")
         expect(key, SigningKey, "key", "the agent's own SigningKey")
         expect(role, str, "role", "a role name of the policy")

@@ -83,7 +83,8 @@ def delegation_tool(
     too (``_paid_for_nothing``).
 
     The terms are checked when the tool is made, not at its first call: ``InputError`` for a
-    ``gate`` that is not a ``Gate``, a ``name`` that is not non-empty text, a ``key`` that is not
+    ``gate`` that is not a ``Gate``, a ``name`` that ``Gate.delegate`` would refuse (not 1 to
+    ``MAX_AGENT_NAME_CHARS`` characters of visible text on one line), a ``key`` that is not
     a ``SigningKey``, a ``ttl`` that is not a positive ``timedelta``, a ``budget`` that is not a
     non-negative whole number or ``None``; ``CapabilityError`` for ``capabilities`` that are not
     a list (one string included) or hold one that does not parse.
