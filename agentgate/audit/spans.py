@@ -86,7 +86,8 @@ _EXPORTERS = ("none", "console", "otlp")
 def _cut(text: str) -> str:
     """``text`` as a span holds a name its caller gave: its first ``MAX_CALL_ID_CHARS``
     characters. A refused call built by hand (``Call(resource, action, args)``) may name a
-    resource or an action of any length, and its span is the one that must reach the exporter;
+    resource of any length (its action is at most ``MAX_NAME_LENGTH`` since review R56), and its
+    span is the one that must reach the exporter;
     until review R56 only call ids were cut, and a refusal's span carried a 100,000-character
     action twice (its name and ``agentgate.action``)."""
     return text[:MAX_CALL_ID_CHARS]
