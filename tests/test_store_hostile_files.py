@@ -363,11 +363,12 @@ def test_unwritable_places_for_the_store_are_one_line_and_the_next_run_works(use
     (user_dir / "locked").chmod(0o555)
     code, err = as_user("store", "init", "--store", str(user_dir / "locked" / "new.db"), cwd=user_dir)
     assert str(user_dir / "locked" / "new.db") in one_line(code, err)
-    # A read-only directory holding a writable store: SQLite cannot make its -wal and -shm files.
+    # A read-only directory holding a writable store: SQLite cannot make its -wal and -shm files,
+    # and a verb that only reads opens it to read only, which needs neither (refused until review R56).
     shutil.copy(user_dir / "good.db", user_dir / "locked" / "s.db")
     chown_tree(user_dir / "locked")
     code, err = as_user("approval", "list", "--store", str(user_dir / "locked" / "s.db"), cwd=user_dir)
-    assert str(user_dir / "locked" / "s.db") in one_line(code, err)
+    assert code == 0, err
     assert sorted(p.name for p in (user_dir / "locked").iterdir()) == ["s.db"]
     # An unwritable -wal file beside the store.
     wal = user_dir / "good.db-wal"

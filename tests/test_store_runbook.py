@@ -457,7 +457,10 @@ def test_the_auditors_copy_goes_through_a_handover_directory(capsys: pytest.Capt
         assert _as(OWNER, "cp", str(store.parent / "log.pub"), str(handover)).returncode == 0
         in_place = _as(AUDITOR, "agentgate", "audit", "verify", "--store", str(handover / "agentgate.db"),
                        "--key", str(handover / "log.pub"))  # fmt: skip
-        assert in_place.returncode == 2 and "readonly database" in in_place.stderr, in_place
+        # Read in place since review R56 (a verb that only reads opens the store to read only); it
+        # was exit 2, "attempt to write a readonly database", and the copy stays as it was.
+        assert in_place.returncode == 0 and in_place.stdout.startswith("intact: "), in_place
+        assert sorted(p.name for p in handover.iterdir()) == ["agentgate.db", "log.pub"]
         copied = _as(AUDITOR, "cp", str(handover / "agentgate.db"), str(handover / "log.pub"), str(audit))
         assert copied.returncode == 0
         done = _as(AUDITOR, "agentgate", "audit", "verify", "--store", str(audit / "agentgate.db"),

@@ -263,6 +263,7 @@ def open_existing_store(
     init_hint: bool = False,
     part_tables: frozenset[str] = frozenset(),
     named_by: str = "--store or AGENTGATE_STORE",
+    read_only: bool = False,
 ) -> Store:
     """``open_store(create=False)`` for a command that only reads, or that writes what must reach
     a store in use (a revocation), or decides against its revocations (``grant check``,
@@ -278,7 +279,9 @@ def open_existing_store(
     tables (the part checks its own as it opens them, ``ensure_schema``), so that a verb scripts
     run in loops loads no other part's schema. ``named_by``: what names the store for the
     command, as its errors say to check it (``grant check`` and ``delegate`` take no
-    ``--store``: ``AGENTGATE_STORE``)."""
+    ``--store``: ``AGENTGATE_STORE``). ``read_only``: a command that only reads opens the store
+    so (``open_store(read_only=True)``): nothing in it is written, a SQLite file's journal mode
+    and write-ahead log included, and a file it may only read can be read."""
     target = store_url(url)
     path = sqlite_path(target)
     shown = "the store"
@@ -296,7 +299,7 @@ def open_existing_store(
         # another application's database must not get from a command that only reads.
         _refuse_foreign_table(shown, sqlite_tables_read_only(path), part_tables, named_by)
     try:
-        store = open_store(target, create=False)  # any other scheme is open_store's StoreError
+        store = open_store(target, create=False, read_only=read_only)  # any other scheme: StoreError
     except NoStore as exc:
         raise InputError(_no_store(exc.reason, exc.tables, shown, path, init_hint, named_by)) from None
     try:
@@ -376,6 +379,7 @@ def open_audit_log(
     reads: bool | None = None,
     check_first: Callable[[AuditLog], object] | None = None,
     create_log: bool = True,
+    read_only: bool = False,
 ) -> tuple[Store, AuditLog]:
     """The store (as ``open_existing_store``) and its audit log, read with ``public_key``
     (``log.pub`` or its did:key) when given, else with the log key where agentgate finds it
@@ -386,7 +390,8 @@ def open_audit_log(
     refuses (by raising) leaves no key behind. ``create_log``: make the log's tables in a store
     that has none yet; ``False`` for a verb that only reads, which creates nothing there (the
     log's ``exists`` is then ``False``). A log that was dropped is ``LogDropped`` either way.
-    The caller closes the store."""
+    ``read_only``: the store is opened to read only (``open_existing_store``; with ``create_log``
+    false). The caller closes the store."""
     from agentgate.keys import (
         SigningKey,
         load_public_key,
@@ -394,7 +399,7 @@ def open_audit_log(
     from agentgate.store.audit import AuditLog, log_key_path, log_origin, open_log_key, previous_log_keys
     from agentgate.store.audit._keys import refuse_new_log_key
 
-    store = open_existing_store(url)
+    store = open_existing_store(url, read_only=read_only)
     try:
         key: PublicKey | SigningKey
         if public_key:

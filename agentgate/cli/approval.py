@@ -74,7 +74,7 @@ def register(subparsers: Any) -> None:
 
 
 def _list(args: argparse.Namespace) -> int:
-    store = open_existing_store(args.store)
+    store = open_existing_store(args.store, read_only=True)
     try:
         approvals = ApprovalStore(store)
         records = approvals.open_records()

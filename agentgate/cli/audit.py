@@ -169,8 +169,16 @@ def _open(args: argparse.Namespace, *, create_key: bool = False) -> tuple[Store,
     # (``log.exists`` is then False), and in a log that exists no trigger, index row, cached node
     # or record put back: a verb that reads changes nothing (verify reports a missing trigger),
     # and prove writes only the checkpoint it signs when the log grew since the last one.
+    # Those that only read (not prove) open the store to read only: nothing in it is written, a
+    # SQLite file's journal mode and write-ahead log included, and a copy the auditor may only read
+    # can be verified (docs/operations.md).
     return open_audit_log(
-        args.store, getattr(args, "key", None), create_key=create_key, reads=reads, create_log=False
+        args.store,
+        getattr(args, "key", None),
+        create_key=create_key,
+        reads=reads,
+        create_log=False,
+        read_only=reads,
     )
 
 

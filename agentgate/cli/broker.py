@@ -70,7 +70,7 @@ def _state(
 ) -> tuple[BrokerSnapshot | None, dict[str, LeaseDecision]]:
     """The broker's journal and, if ``decisions``, the decisions its gated leases were granted
     under (by lease id)."""
-    with open_existing_store(args.store) as store:
+    with open_existing_store(args.store, read_only=True) as store:
         snapshot = BrokerLeaseStore(store, args.broker).load()
         decided = (
             {d.request_id: d for d in BrokerDecisionStore(store, args.broker).all()} if decisions else {}

@@ -446,7 +446,7 @@ def _revocations(ids: tuple[str, ...]) -> tuple[set[str] | None, str]:
     none of agentgate's tables: until review R53 such a file was opened as a store, agentgate's
     tables were written into it, and every link read as not revoked."""
     try:
-        store = open_store(None, create=False)
+        store = open_store(None, create=False, read_only=True)
     except NoStore as exc:
         if exc.reason == "missing":
             return None, "no store at AGENTGATE_STORE"

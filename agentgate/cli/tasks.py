@@ -163,7 +163,7 @@ def _shown(text: str) -> str:
 
 
 def _dead_letters(args: argparse.Namespace) -> int:
-    store = open_existing_store(args.store)
+    store = open_existing_store(args.store, read_only=True)
     try:
         tool = args.tool.removeprefix("tool:") if args.tool else None  # as `agentgate audit show --tool`
         letters = DeadLetterStore(store).recent(limit=args.limit, tool=tool)
@@ -203,7 +203,7 @@ def _letter_json(letter: DeadLetter) -> dict[str, Any]:
 
 
 def _breakers(args: argparse.Namespace) -> int:
-    store = open_existing_store(args.store)
+    store = open_existing_store(args.store, read_only=True)
     try:
         states = SharedBreakers(store).all()
     finally:

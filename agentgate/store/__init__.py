@@ -59,7 +59,9 @@ def store_url(url: str | os.PathLike[str] | None = None) -> str:
     return url
 
 
-def open_store(url: str | os.PathLike[str] | None = None, *, create: bool = True) -> Store:
+def open_store(
+    url: str | os.PathLike[str] | None = None, *, create: bool = True, read_only: bool = False
+) -> Store:
     """Open the store named by ``url``, else by ``AGENTGATE_STORE``, else the default SQLite file.
 
     ``create``: whether a store that does not exist is created (its file, directory and
@@ -82,9 +84,23 @@ def open_store(url: str | os.PathLike[str] | None = None, *, create: bool = True
     ``sqlite:///`` URL with a query or fragment (``sqlite:///x.db?mode=ro``), whose file would
     otherwise be named ``x.db?mode=ro``, and a SQLite path starting with ``~`` or holding a
     ``$VARIABLE`` (``_literal_path``).
+
+    ``read_only`` (with ``create=False``; ``InputError`` with ``create=True``): the store is
+    opened to read and never written, for a command that only reads (an auditor's ``audit
+    verify`` of an evidence copy, a file or mount it may only read). A SQLite file is opened
+    through a ``file:...?mode=ro`` URI (``_sqlite.read_only_uri``: ``immutable=1`` where neither
+    a ``-wal`` nor a ``-journal`` is beside it), its journal mode left as it is and nothing
+    checkpointed; a PostgreSQL session is read only (``default_transaction_read_only``). No
+    part's tables are created (a part whose tables are missing is ``StoreError``), and a
+    statement that would write raises ``StoreError``.
     """
-    if not isinstance(create, bool):
-        raise InputError(f"create must be True or False, got {type(create).__name__}")
+    for flag, value in (("create", create), ("read_only", read_only)):
+        if not isinstance(value, bool):
+            raise InputError(f"{flag} must be True or False, got {type(value).__name__}")
+    if read_only and create:
+        raise InputError(
+            "a store opened to read only is never created: pass create=False with read_only=True"
+        )
     url = store_url(url)
     if "\x00" in url:  # sqlite3 raised ValueError for it; libpq reads a name only up to it
         raise StoreError("a store path or URL cannot hold a NUL character")
@@ -106,15 +122,17 @@ def open_store(url: str | os.PathLike[str] | None = None, *, create: bool = True
                 f"the store URL {half.group(0)}... lacks the // after its scheme: write "
                 "postgresql://USER@HOST/DBNAME, sqlite:///PATH, or a plain path"
             )
-        return SQLiteStore(checked_sqlite_path(url, from_url=False), create=create)
+        return SQLiteStore(checked_sqlite_path(url, from_url=False), create=create, read_only=read_only)
     name = scheme.group(1).lower()
     if name in ("postgresql", "postgres"):
         from agentgate.store._postgres import PostgresStore
 
-        return PostgresStore(name + url[len(name) :], create=create)
+        return PostgresStore(name + url[len(name) :], create=create, read_only=read_only)
     if name == "sqlite" and url[scheme.end() :].startswith("/"):
         # sqlite:///rel.db, sqlite:////abs.db
-        return SQLiteStore(checked_sqlite_path(url[scheme.end() + 1 :], from_url=True), create=create)
+        return SQLiteStore(
+            checked_sqlite_path(url[scheme.end() + 1 :], from_url=True), create=create, read_only=read_only
+        )
     raise StoreError(
         f"unsupported store URL {url.split('://')[0]}://...: use a path, sqlite:///PATH or postgresql://..."
     )

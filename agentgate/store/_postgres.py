@@ -27,7 +27,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 from agentgate.errors import InputError, StoreError
 from agentgate.store._base import Dialect, Row, Store, Transaction, env_setting, unstorable_text
 from agentgate.store._existing import refuse_empty_database
-from agentgate.store._sqlite import foreign_table, required_store_columns
+from agentgate.store._sqlite import foreign_table, required_store_columns, tables_of
 
 IDLE_CHECK_S = 5.0
 """A pooled connection idle for longer is tested before a transaction uses it (``_connection``).
@@ -73,6 +73,9 @@ POOL_CONNECT_TIMEOUT_S = 10
 """How long the pool's attempt to open a connection may take (libpq's ``connect_timeout``), unless
 the URL or ``PGCONNECT_TIMEOUT`` sets it: without one, an attempt at a host that does not answer
 waited the kernel's retries (minutes) before the pool could try again."""
+READ_ONLY_OPTION = "-c default_transaction_read_only=on"
+"""The libpq ``options`` that make every transaction of a session read only
+(``PostgresStore(read_only=True)``); the server refuses a write in one with SQLSTATE 25006."""
 _PLACEHOLDER = re.compile(r"\?")
 _PROBE_TIMEOUT_S = 2
 """How long the direct attempt that finds why the pool got no connection may take (seconds)."""
@@ -90,8 +93,10 @@ def _to_pyformat(sql: str) -> str:
 
 
 class _PgTransaction(Transaction):
-    def __init__(self, conn: psycopg.Connection[Any]) -> None:
+    def __init__(self, conn: psycopg.Connection[Any], read_only: str | None = None) -> None:
         self._conn = conn
+        self._read_only = read_only
+        """The store's URL as errors show it, when it is open to read only."""
         self._rowcount = 0
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
@@ -99,6 +104,8 @@ class _PgTransaction(Transaction):
             cursor = self._conn.execute(_to_pyformat(sql), tuple(params))
         except UnicodeEncodeError as exc:  # psycopg encodes before it sends: nothing ran
             raise unstorable_text(exc) from None
+        except psycopg.errors.ReadOnlySqlTransaction as exc:
+            raise self._refused(exc) from exc
         self._rowcount = cursor.rowcount
         return list(cursor.fetchall()) if cursor.description else []
 
@@ -108,6 +115,18 @@ class _PgTransaction(Transaction):
                 cursor.executemany(_to_pyformat(sql), [tuple(r) for r in rows])
             except UnicodeEncodeError as exc:
                 raise unstorable_text(exc) from None
+            except psycopg.errors.ReadOnlySqlTransaction as exc:
+                raise self._refused(exc) from exc
+
+    def _refused(self, exc: psycopg.Error) -> Exception:
+        """The store's ``StoreError`` for a write a read-only session refused, where the store
+        is open to read only; else the driver's error, as any other statement's."""
+        if self._read_only is None:
+            return exc
+        return StoreError(
+            f"the PostgreSQL store {self._read_only} is open to read only: a statement would have "
+            f"written to it ({str(exc).splitlines()[0]}); nothing was written"
+        )
 
     @property
     def rowcount(self) -> int:
@@ -153,6 +172,7 @@ class PostgresStore(Store):
         max_size: int | None = None,
         timeout_s: float | None = None,
         create: bool = True,
+        read_only: bool = False,
     ) -> None:
         """A pool of connections to ``url``: ``max_size`` connections at most (else
         ``AGENTGATE_PG_POOL_SIZE``, else ``POOL_SIZE``), a transaction waiting ``timeout_s`` for
@@ -160,7 +180,15 @@ class PostgresStore(Store):
         for a size or wait out of range, naming where it came from; ``StoreError`` for a URL
         that does not parse or a server that cannot be reached (nothing is left open), and,
         unless ``create``, ``NoStore`` for a database that holds none of agentgate's tables
-        (``agentgate.store._existing``: the parts would otherwise create theirs in it)."""
+        (``agentgate.store._existing``: the parts would otherwise create theirs in it).
+
+        ``read_only`` (with ``create`` false, else ``InputError``): every session is read only
+        (``default_transaction_read_only``, set as it starts through libpq's ``options``, after
+        the URL's own), ``ensure_schema`` creates nothing (a part whose tables are missing is
+        ``StoreError``), and a statement that would write raises ``StoreError``."""
+        if read_only and create:
+            raise InputError("a store opened to read only is never created: pass create=False")
+        self.read_only = read_only
         max_size, timeout_s = pool_settings(max_size, timeout_s)
         self.url = url
         self._schemas: set[str] = set()
@@ -186,6 +214,9 @@ class PostgresStore(Store):
                 "not percent-encoded: write them as %40 and %2F (and a : in the user name as %3A)"
             )
         self._network: dict[str, Any] = {k: v for k, v in NETWORK_DEFAULTS.items() if k not in parsed}
+        if read_only:  # the URL's own options kept (libpq takes the last of one setting)
+            own = str(parsed.get("options", "")).strip()
+            self._network["options"] = f"{own} {READ_ONLY_OPTION}".strip()
         try:  # one connection first: its error says why (refused, unknown host, password), where
             # the pool would wait 10 s and say only that it could not fill itself
             psycopg.connect(url, connect_timeout=10, **self._network).close()
@@ -285,12 +316,19 @@ class PostgresStore(Store):
             with self._connection() as conn:
                 used = conn  # before the BEGIN: the first statement a dropped connection fails
                 with conn.transaction():
-                    yield _PgTransaction(conn)
+                    yield _PgTransaction(conn, _redact(self.url) if self.read_only else None)
         except PoolTimeout as exc:  # a psycopg.Error too: its message alone does not say why
             raise StoreError(self._no_connection()) from exc
         except psycopg.Error as exc:
             if used is not None and used.broken:
                 recheck(self.pool)
+            if self.read_only and isinstance(exc, psycopg.errors.UndefinedColumn):
+                # Opened to read only, a part's tables are not brought up to this version.
+                raise StoreError(
+                    f"PostgreSQL error: {' '.join(str(exc).split())[:300]} (a table of an earlier "
+                    "version of agentgate, not upgraded where it is read only: run `agentgate store "
+                    "init` as the schema's owner; docs/operations.md, Upgrading)"
+                ) from exc
             raise StoreError(f"PostgreSQL error: {exc}") from exc
 
     @contextmanager
@@ -343,6 +381,21 @@ class PostgresStore(Store):
 
     def ensure_schema(self, name: str, ddl: dict[Dialect, str]) -> None:
         if name in self._schemas:
+            return
+        if self.read_only:  # nothing created: the part's tables (the same in both dialects) looked for
+            wanted = sorted(tables_of(ddl["sqlite"]))
+            held = self.query(
+                "SELECT t FROM unnest(?::text[]) AS t WHERE to_regclass(t) IS NOT NULL", (wanted,)
+            )
+            missing = sorted(set(wanted) - {str(row[0]) for row in held})
+            if missing:
+                raise StoreError(
+                    f"the PostgreSQL store {_redact(self.url)} holds no table {', '.join(missing)} "
+                    f"({name}), and it is open to read only, so none is created: a part of agentgate "
+                    "never used in this store, or one its version did not have (run `agentgate store "
+                    "init` as the schema's owner: docs/operations.md, Upgrading)"
+                )
+            self._schemas.add(name)
             return
         # Advisory lock: two processes creating the same tables at once would otherwise race.
         # A CREATE ... IF NOT EXISTS of a table or index that exists is skipped, not run:

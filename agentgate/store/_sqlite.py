@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from agentgate.errors import StoreError
+from agentgate.errors import InputError, StoreError
 from agentgate.store._base import Dialect, Row, Store, Transaction, unstorable_text
 from agentgate.store._existing import missing_file, refuse_missing_sqlite, refuse_others_tables
 
@@ -65,8 +65,10 @@ class _Connection(sqlite3.Connection):
 
 
 class _SQLiteTransaction(Transaction):
-    def __init__(self, conn: sqlite3.Connection) -> None:
+    def __init__(self, conn: sqlite3.Connection, read_only: str | None = None) -> None:
         self._conn = conn
+        self._read_only = read_only
+        """The store's path, when it is open to read only (``SQLiteStore(read_only=True)``)."""
         self._rowcount = 0
         self.failed: sqlite3.Error | None = None
         """The first error of ``_ENDS_TRANSACTION`` a statement met, even one the caller caught."""
@@ -77,6 +79,7 @@ class _SQLiteTransaction(Transaction):
             cursor = self._conn.execute(sql, tuple(params))
             rows = cursor.fetchall()
         except sqlite3.Error as exc:
+            self._refuse_write(exc)
             self._note(exc)
             raise
         except UnicodeEncodeError as exc:
@@ -91,6 +94,7 @@ class _SQLiteTransaction(Transaction):
         try:
             self._conn.executemany(sql, rows)
         except sqlite3.Error as exc:
+            self._refuse_write(exc)
             self._note(exc)
             raise
         except UnicodeEncodeError as exc:
@@ -105,6 +109,17 @@ class _SQLiteTransaction(Transaction):
             raise StoreError(
                 f"the transaction met {self.failed!s:.200} and is rolled back; nothing was written"
             )
+
+    def _refuse_write(self, exc: sqlite3.Error) -> None:
+        """Raise ``StoreError`` for a statement that would have written to a store open to read
+        only, which SQLite refused (``SQLITE_READONLY``): the store's error, not a driver's that a
+        caller might catch and go on from as from a row's fault."""
+        code = getattr(exc, "sqlite_errorcode", None)
+        if self._read_only is not None and code is not None and code & 0xFF == sqlite3.SQLITE_READONLY:
+            raise StoreError(
+                f"the SQLite store {self._read_only} is open to read only: a statement would have "
+                f"written to it ({exc}); nothing was written"
+            ) from exc
 
     def _note(self, exc: sqlite3.Error) -> None:
         # An error the sqlite3 module raises itself (a parameter of a type it cannot bind, a
@@ -220,6 +235,7 @@ def _statements(script: str) -> list[str]:
 _COMMENTS = re.compile(r"--[^\n]*|/\*.*?\*/", re.DOTALL)
 _CODE = re.compile(r"[^\s;]")
 _CREATE_TABLE = re.compile(r"\s*CREATE\s+TABLE\b", re.IGNORECASE)
+_CREATED_TABLE = re.compile(r"\s*CREATE\s+TABLE\s+(?:IF\s+NOT\s+EXISTS\s+)?[\"`]?(\w+)", re.IGNORECASE)
 _REQUIRED: dict[str, dict[str, frozenset[str]]] = {}
 
 
@@ -253,6 +269,52 @@ def _required_columns(ddl: str) -> dict[str, frozenset[str]]:
     return required
 
 
+def read_only_uri(path: str | Path) -> tuple[str, bool]:
+    """The URI that opens the SQLite file at ``path`` to read only, and whether it opens it as
+    ``immutable``: SQLite then neither writes nor creates anything, and refuses every write
+    (``SQLITE_READONLY``).
+
+    ``mode=ro`` reads the file as it is, through SQLite's locks, so that a process writing the
+    store meanwhile is seen as it commits; the pages its write-ahead log (``-wal``) holds are
+    read, and neither the log nor the file is written (no checkpoint: a read-only connection
+    never takes the lock that needs). To read the log SQLite needs its index, ``-shm``: it
+    creates or rebuilds that one where the directory allows (the ``-shm`` holds nothing of the
+    store's data), and cannot read the log without it in a directory it may not write.
+
+    With neither a ``-wal`` nor a ``-journal`` beside it the file holds every commit (SQLite
+    removes a WAL-mode file's ``-wal`` when its last connection closes), and no process has it
+    open to write; ``mode=ro`` would then create an empty ``-wal`` and a ``-shm`` beside it and
+    leave them (a read-only connection may not remove them), and could not open it at all in a
+    directory it may not write (a read-only mount). Such a file is opened ``immutable=1``:
+    nothing is created, no lock is taken, and what it holds is read from it alone. That is
+    right only while nobody writes it, so ``unchanged_since`` is checked at the end of every
+    read (a process that opened it to write since: ``StoreError``, run again)."""
+    absolute = os.path.abspath(path)
+    quiet = not any(os.path.lexists(f"{absolute}{end}") for end in ("-wal", "-journal"))
+    uri = "file:" + urllib.parse.quote(os.fsencode(absolute)) + "?mode=ro"
+    return (uri + "&immutable=1", True) if quiet else (uri, False)
+
+
+def file_state(path: str | Path) -> tuple[int, int, int, int] | None:
+    """The device, inode, size and modification time (ns) of the file at ``path``; ``None``
+    when there is none."""
+    try:
+        status = os.stat(path)
+    except OSError:
+        return None
+    return status.st_dev, status.st_ino, status.st_size, status.st_mtime_ns
+
+
+def unchanged_since(path: str | Path, state: tuple[int, int, int, int] | None) -> bool:
+    """Whether the file at ``path``, opened ``immutable`` when it had ``state`` (``file_state``),
+    is still as it was then, with no ``-wal`` or ``-journal`` beside it: no process has written it
+    since (a writer creates one of those before it writes, and changes the file's time when it
+    writes the file itself)."""
+    if state is None or file_state(path) != state:
+        return False
+    return not any(os.path.lexists(f"{os.path.abspath(path)}{end}") for end in ("-wal", "-journal"))
+
+
 def sqlite_tables_read_only(
     path: str | Path, *, unless_wal: bool = False
 ) -> list[tuple[str, frozenset[str]]] | None:
@@ -269,7 +331,12 @@ def sqlite_tables_read_only(
             return None  # a FIFO would block the open; _prepare_file refuses what is no file
     except (OSError, ValueError):
         return None
-    uri = "file:" + urllib.parse.quote(os.fsencode(os.path.abspath(path))) + "?mode=ro"
+    state = file_state(path)
+    # A writer about to open the file (``unless_wal``) removes what ``mode=ro`` leaves beside it
+    # as it closes: there the file's journal mode is read, which an immutable opening hides.
+    uri, immutable = read_only_uri(path)
+    if unless_wal:
+        uri, immutable = uri.removesuffix("&immutable=1"), False
     try:
         conn = sqlite3.connect(uri, uri=True, timeout=5.0)
     except (sqlite3.Error, ValueError):
@@ -277,11 +344,12 @@ def sqlite_tables_read_only(
     try:
         if unless_wal and str(conn.execute("PRAGMA journal_mode").fetchone()[0]).lower() == "wal":
             return None
-        return tables_and_columns(lambda sql: conn.execute(sql).fetchall())
+        tables = tables_and_columns(lambda sql: conn.execute(sql).fetchall())
     except sqlite3.Error:
         return None
     finally:
         conn.close()
+    return None if immutable and not unchanged_since(path, state) else tables
 
 
 def tables_and_columns(query: Callable[[str], Sequence[Sequence[Any]]]) -> list[tuple[str, frozenset[str]]]:
@@ -346,14 +414,28 @@ class SQLiteStore(Store):
     dialect: Dialect = "sqlite"
     driver_errors = (sqlite3.Error,)
 
-    def __init__(self, path: str | Path, *, synchronous: str | None = None, create: bool = True) -> None:
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        synchronous: str | None = None,
+        create: bool = True,
+        read_only: bool = False,
+    ) -> None:
         """The store in the file ``path``, created there if missing unless ``create`` is false:
         then a missing or empty file, or another application's SQLite database, is ``NoStore``
         (a ``StoreError``), and nothing is created (``agentgate.store._existing``). Raises
         ``StoreError`` when it cannot be opened, for an unknown ``synchronous``, and for
         ``:memory:``: sqlite3 opens a new, empty database for each connection to that name, gone
         when it closes, so the audit log, budgets and nonces would vanish with the process (an
-        invocation replayed after a restart would be fresh)."""
+        invocation replayed after a restart would be fresh).
+
+        ``read_only`` (with ``create`` false, else ``InputError``): the file is opened through
+        ``read_only_uri`` and never written, its journal mode left as it is (no switch to WAL
+        mode), no table created (``ensure_schema`` only checks that a part's tables are there),
+        nothing checkpointed; a statement that would write raises ``StoreError``."""
+        if read_only and create:
+            raise InputError("a store opened to read only is never created: pass create=False")
         if str(path) == ":memory:":
             raise StoreError(
                 "an in-memory SQLite store (:memory:) keeps nothing: name a file (AGENTGATE_STORE=PATH)"
@@ -366,14 +448,16 @@ class SQLiteStore(Store):
                 f"AGENTGATE_SQLITE_SYNCHRONOUS must be one of {sorted(_SYNCHRONOUS)}, got {mode!r}"
             )
         self.synchronous = mode
+        self.read_only = read_only
         tables_read = create or refuse_missing_sqlite(self.path)
         _prepare_file(self.path, create=create)
-        # Before the first connection switches it to WAL mode, a change to the file's header
-        # that another application's database must not get only to be refused afterwards.
-        tables = sqlite_tables_read_only(self.path, unless_wal=True)
-        foreign = foreign_table(tables, required_store_columns()) if tables else None
-        if foreign is not None:
-            raise self._foreign(foreign[0], foreign[1], "open the SQLite store")
+        if not read_only:
+            # Before the first connection switches it to WAL mode, a change to the file's header
+            # that another application's database must not get only to be refused afterwards.
+            tables = sqlite_tables_read_only(self.path, unless_wal=True)
+            foreign = foreign_table(tables, required_store_columns()) if tables else None
+            if foreign is not None:
+                raise self._foreign(foreign[0], foreign[1], "open the SQLite store")
         self._idle: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
         self._made: weakref.WeakSet[sqlite3.Connection] = weakref.WeakSet()
@@ -382,10 +466,18 @@ class SQLiteStore(Store):
         self._fork_lock = threading.Lock()
         self._closed = False
         self._schemas: set[str] = set()
+        self._stand_ins: list[str] = []
+        """Open to read only: what creates, in a connection's temporary schema, an empty table of
+        a part's that the file does not hold (``_check_schema``)."""
         # Where the file is, whatever the working directory later: what every connection opens
         # and what ``check_in_place`` looks at.
         self._absolute = os.path.abspath(self.path)
         self._file: tuple[int, int] | None = None
+        # Opened to read only: how (``read_only_uri``, decided once, for every connection), and
+        # for an ``immutable`` opening the file as it was, which every read checks it still is.
+        quiet = file_state(self._absolute) if read_only else None
+        self._uri, immutable = read_only_uri(self._absolute) if read_only else ("", False)
+        self._quiet = quiet if immutable else None
         self._release(self._connect())  # fail now, not at the first decision, if the file is unusable
         if not tables_read:  # could not be read before it was opened: now
             try:
@@ -404,6 +496,8 @@ class SQLiteStore(Store):
         if mode not in _SYNCHRONOUS:
             raise StoreError(f"synchronous must be one of {sorted(_SYNCHRONOUS)}, got {synchronous!r}")
         self._leave_inherited()
+        if self.read_only:
+            return self._connect_read_only()
         try:
             conn = sqlite3.connect(
                 self._absolute,
@@ -430,6 +524,59 @@ class SQLiteStore(Store):
         with self._lock:
             self._made.add(conn)
         return conn
+
+    def _connect_read_only(self) -> sqlite3.Connection:
+        """A connection of a store open to read only (``read_only_uri``): no pragma that writes,
+        ``query_only`` besides ``mode=ro``. Its first read is made here, so that a file SQLite
+        cannot read so fails now, saying why."""
+        try:
+            conn = sqlite3.connect(
+                self._uri,
+                uri=True,
+                timeout=30.0,
+                isolation_level=None,
+                check_same_thread=False,
+                factory=_Connection,
+            )
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot open the SQLite store {self.path} to read only: {exc}") from exc
+        try:
+            conn.execute("PRAGMA query_only=ON")
+            conn.execute("PRAGMA busy_timeout=30000")
+            conn.execute("PRAGMA schema_version").fetchone()
+        except sqlite3.Error as exc:
+            conn.close()
+            raise StoreError(self._unreadable(exc)) from exc
+        try:
+            with self._lock:
+                self._stand_in(conn)
+        except StoreError:
+            conn.close()
+            raise
+        if self._file is None:
+            self._file = self._identity()
+        try:
+            self.check_in_place()
+        except StoreError:
+            conn.close()
+            raise
+        with self._lock:
+            self._made.add(conn)
+        return conn
+
+    def _unreadable(self, exc: sqlite3.Error) -> str:
+        """Why the store open to read only cannot be read: SQLite's words, and where its
+        write-ahead log cannot be read without an index SQLite may not create, what to do."""
+        said = f"cannot read the SQLite store {self.path} (opened to read only): {exc}"
+        wal, shm = Path(f"{self._absolute}-wal"), Path(f"{self._absolute}-shm")
+        cannot_open = getattr(exc, "sqlite_errorcode", 0) & 0xFF == sqlite3.SQLITE_CANTOPEN
+        if cannot_open and wal.exists() and not shm.exists():
+            said += (
+                f"; its write-ahead log {wal.name} can be read only through {shm.name}, which is "
+                "not there and cannot be created in its directory: copy the files to a directory "
+                "that can be written and name the copy (docs/operations.md)"
+            )
+        return said
 
     def disconnect(self, conn: sqlite3.Connection) -> None:
         """Close ``conn``, a connection of ``connect``."""
@@ -482,6 +629,14 @@ class SQLiteStore(Store):
                 f"the SQLite store {self.path} was removed, moved or replaced while in use: nothing "
                 "more is written to it; restart the process on the store"
             )
+        if self._quiet is not None and not unchanged_since(self._absolute, self._quiet):
+            # Read as a file nobody writes (``immutable``), without SQLite's locks: what was read
+            # since a writer came may mix two states of it.
+            raise StoreError(
+                f"the SQLite store {self.path} was opened by a process that writes it while this "
+                "one read it as a closed file: what was read may mix two states of it; run the "
+                "command again"
+            )
 
     def _connect(self) -> sqlite3.Connection:
         return self.connect()
@@ -514,16 +669,16 @@ class SQLiteStore(Store):
         usable = True
         try:
             try:
-                conn.execute("BEGIN IMMEDIATE" if immediate else "BEGIN")
+                conn.execute("BEGIN IMMEDIATE" if immediate and not self.read_only else "BEGIN")
             except sqlite3.Error as exc:
                 raise StoreError(f"cannot start a transaction on {self.path}: {exc}") from exc
-            tx = _SQLiteTransaction(conn)
+            tx = _SQLiteTransaction(conn, str(self.path) if self.read_only else None)
             try:
                 yield tx
             except BaseException as exc:
                 usable = self._rollback(conn)
                 if isinstance(exc, sqlite3.Error):
-                    raise StoreError(f"SQLite error on {self.path}: {exc}") from exc
+                    raise StoreError(f"SQLite error on {self.path}: {exc}{self._not_upgraded(exc)}") from exc
                 raise
             if tx.failed is not None:
                 # Caught inside the block (a savepoint rolled back, the rest went on), but the disk
@@ -549,6 +704,16 @@ class SQLiteStore(Store):
             else:
                 self.disconnect(conn)
 
+    def _not_upgraded(self, exc: sqlite3.Error) -> str:
+        """What to add to the error of a statement that met a column missing from a table in a
+        store open to read only, whose parts' tables are not brought up to this version."""
+        if not self.read_only or "no such column" not in str(exc):
+            return ""
+        return (
+            " (a table of an earlier version of agentgate, not upgraded where it is read only: "
+            "`agentgate store init` upgrades it; docs/operations.md, Upgrading)"
+        )
+
     @staticmethod
     def _rollback(conn: sqlite3.Connection) -> bool:
         """Roll back; whether the connection can be used again (a damaged file may refuse even that)."""
@@ -562,6 +727,10 @@ class SQLiteStore(Store):
         """As ``Store.ensure_schema``, in one transaction: a script stopped half-way (a full disk)
         leaves nothing, never a table without the triggers that keep it append-only."""
         if name in self._schemas:
+            return
+        if self.read_only:
+            self._check_schema(name, ddl["sqlite"])
+            self._schemas.add(name)
             return
         statements = _statements(ddl["sqlite"])
         conn = self._acquire()
@@ -584,6 +753,44 @@ class SQLiteStore(Store):
                 self.disconnect(conn)
         self._schemas.add(name)
 
+    def _check_schema(self, name: str, ddl: str) -> None:
+        """``ensure_schema`` of a store open to read only: creates nothing in it, and raises
+        ``StoreError`` for a table of the script ``ddl`` that is another application's. A table
+        the file does not hold (a part never used in this store, or one an earlier version did
+        not have) is read as empty, as a store that can be written reads it once the part made
+        it: an empty table of its name in each connection's own temporary schema, which
+        ``query_only`` keeps from being written too (``_stand_in``)."""
+        with self.transaction(immediate=False) as tx:
+            held = {str(row[0]) for row in tx.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            self._refuse_foreign_tables(tx, name, ddl)
+        missing = tables_of(ddl) - held
+        if not missing:
+            return
+        statements = [
+            _CREATE_TABLE.sub("CREATE TEMP TABLE", bare, count=1)
+            for statement in _statements(ddl)
+            if (created := _CREATED_TABLE.match(bare := _COMMENTS.sub("", statement)))
+            and created.group(1) in missing
+        ]
+        with self._lock:
+            self._stand_ins.extend(statements)
+            made = list(self._made)
+        for conn in made:
+            self._stand_in(conn)
+
+    def _stand_in(self, conn: sqlite3.Connection) -> None:
+        """Create in ``conn``'s temporary schema the empty tables of ``_stand_ins`` it lacks."""
+        done = getattr(conn, "_agentgate_stand_ins", 0)
+        for statement in self._stand_ins[done:]:
+            try:
+                conn.execute("PRAGMA query_only=OFF")
+                conn.execute(statement)
+            except sqlite3.Error as exc:
+                raise StoreError(f"cannot read the SQLite store {self.path}: {exc}") from exc
+            finally:
+                conn.execute("PRAGMA query_only=ON")
+        conn._agentgate_stand_ins = len(self._stand_ins)  # type: ignore[attr-defined]
+
     def _foreign(self, table: str, missing: list[str], doing: str) -> StoreError:
         return StoreError(
             f"cannot {doing} {self.path}: it holds a table {table} that is not agentgate's (no "
@@ -591,7 +798,7 @@ class SQLiteStore(Store):
             "or AGENTGATE_STORE"
         )
 
-    def _refuse_foreign_tables(self, conn: sqlite3.Connection, name: str, ddl: str) -> None:
+    def _refuse_foreign_tables(self, conn: sqlite3.Connection | Transaction, name: str, ddl: str) -> None:
         """Raise ``StoreError`` when a table the script ``ddl`` creates exists in the file without
         a column the script gives it that a row must have (``NOT NULL`` without a default, or the
         primary key): another application's table of the same name (its ``audit_log``, say),
