@@ -126,3 +126,53 @@ def test_delegation_tool_refuses_such_a_name_when_it_is_made(setup: Setup, name:
             capabilities=["tool:lookup"],
             ttl=timedelta(seconds=60),
         )
+
+
+def _issue_for_tenant(setup: Setup, tenant: object) -> AgentIdentity:
+    return setup.gate.issue(
+        setup.keys["root"],
+        name="helper",
+        key=setup.keys["helper"],
+        role="worker",
+        tenant=tenant,  # type: ignore[arg-type]
+    )
+
+
+@pytest.mark.parametrize(
+    ("tenant", "named"),
+    [
+        ("t" * (MAX_AGENT_NAME_CHARS + 1), f"tenant name must be at most {MAX_AGENT_NAME_CHARS} characters"),
+        ("t" * 60_000, f"tenant name must be at most {MAX_AGENT_NAME_CHARS} characters, got 60,000"),
+        ("acme\u202e", "tenant name holds bidirectional-text control character U+202E at character 5"),
+        ("acme\nroot", "tenant name holds control character '\\n' (U+000A) at character 5"),
+        ("ac\u200bme", "tenant name holds invisible format character U+200B at character 3"),
+    ],
+    ids=["over-bound", "60k", "bidi", "newline", "zero-width"],
+)
+def test_a_tenant_that_is_no_name_is_refused_naming_it(setup: Setup, tenant: str, named: str) -> None:
+    """Review R56: Gate.issue(tenant=...) took any length and any character, onto the identity and its sub-agents."""
+    message = _refused_and_nothing_written(setup, _issue_for_tenant, tenant)
+    assert named in message
+    assert "t" * 100 not in message  # the tenant is not quoted whole
+
+
+def test_a_tenant_that_is_not_text_is_refused_without_quoting_the_name(setup: Setup) -> None:
+    """Review R56: a tenant that was not text was refused with the whole name quoted in the error."""
+    with pytest.raises(InputError, match="tenant must be text or None, got 5"):
+        _issue_for_tenant(setup, 5)
+    with pytest.raises(InputError) as refused:
+        setup.gate.issue(
+            setup.keys["root"],
+            name="n" * 60_000,
+            key=setup.keys["helper"],
+            role="worker",
+            tenant=5,  # type: ignore[arg-type]
+        )
+    assert len(str(refused.value)) < 200
+
+
+def test_a_tenant_of_the_bound_in_visible_text_is_the_identitys(setup: Setup) -> None:
+    tenant = "Mandant für Räume " + "m" * (MAX_AGENT_NAME_CHARS - 18)
+    identity = _issue_for_tenant(setup, tenant)
+    assert identity.tenant == tenant
+    assert _issue_for_tenant(setup, None).tenant == "default"

@@ -174,17 +174,23 @@ class _Delegation:
         The grant is recorded with its audit entry (an ``allow`` on ``agent:NAME`` by the anchor)
         in one transaction. Raises ``InputError`` for a ``name`` that is not non-empty, valid
         Unicode text of at most ``MAX_AGENT_NAME_CHARS`` visible characters on one line (no
-        control, bidi or invisible format character: ``_check_name``) (or a ``tenant`` that is not text, an ``anchor`` or ``key`` that is not a
-        ``SigningKey``, a ``role`` that is not text), ``PolicyError`` for an unknown role,
+        control, bidi or invisible format character: ``_check_name``), a ``tenant`` that is not
+        ``None`` or such text (until review R56 any text, carried on the identity and handed on to
+        its sub-agents), an ``anchor`` or ``key`` that is not a ``SigningKey``, a ``role`` that is
+        not text; ``PolicyError`` for an unknown role,
         ``Denied`` (audited, as a refused delegation) for an ``anchor`` that is not one of this
         Gate's trust anchors (a key rotated out of the policy): every call on such a grant would
         be refused ``untrusted_root``.
         """
-        if not isinstance(name, str) or not name or not isinstance(tenant, str | None):
+        if not isinstance(name, str) or not name:
             raise InputError(
-                f"an agent's name is non-empty text, and its tenant text: got {name!r}, {tenant!r}"
+                f"an agent's name must be non-empty text, got {shown(name) if name != '' else 'empty text'}"
             )
         _check_name(name, "an agent's")
+        if not isinstance(tenant, str | None):
+            raise InputError(f"an agent's tenant must be text or None, got {shown(tenant)}")
+        if tenant:  # empty text, as None: the tenant the policy gives the agent
+            _check_name(tenant, "an agent's tenant")
         expect(anchor, SigningKey, "anchor", "the trust anchor's SigningKey")
         expect(key, SigningKey, "key", "the agent's own SigningKey")
         expect(role, str, "role", "a role name of the policy")
