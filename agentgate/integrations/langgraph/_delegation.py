@@ -8,6 +8,7 @@ helpers: where the tool call runs (``_tool_call_place``), a sub-agent steering i
 from __future__ import annotations
 
 import contextlib
+import re
 import weakref
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import timedelta
@@ -22,7 +23,7 @@ from langgraph.runtime import get_runtime
 
 from agentgate.audit.spans import execute_tool_span, invoke_agent_span
 from agentgate.capabilities import Call, Capability
-from agentgate.errors import Denied
+from agentgate.errors import Denied, InputError
 from agentgate.findings import Finding, FindingKind
 from agentgate.gate import AgentIdentity, Gate
 from agentgate.gate._authorization import expect
@@ -30,6 +31,32 @@ from agentgate.gate._delegation import _delegation_terms
 from agentgate.integrations.langgraph._scope import _task_scope, identity_from_context
 from agentgate.integrations.langgraph._stops import _BUDGET_KEY, STOP_KEY
 from agentgate.keys import SigningKey
+
+TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+"""What a tool's name must be for the model API a supervisor's tools are bound to: OpenAI's chat
+completions API refuses a request holding a tool whose name does not match
+``^[a-zA-Z0-9_-]{1,64}$`` (``'Google Search' does not match ... - 'functions.0.name'``), and so do
+OpenAI-compatible servers that check as it does."""
+
+MAX_DELEGATION_NAME_CHARS = 64 - len("ask_")
+"""The most characters of a sub-agent's name ``delegation_tool`` takes: its tool is ``ask_NAME``."""
+
+
+def _check_tool_name(name: str) -> None:
+    """``InputError`` unless ``ask_{name}`` is a tool name model APIs take (``TOOL_NAME``): a
+    sub-agent's name is 1 to ``MAX_DELEGATION_NAME_CHARS`` ASCII letters, digits, ``_`` or ``-``.
+    Until review R56 a name such as ``research team`` made a tool that the supervisor's model API
+    refused at its first turn, ending the run; refused here, the error shows when the tool is
+    made. The name is not rewritten into a valid one: it is also the name the grant, the audit
+    log and the spans record, and two names rewritten alike would be one tool."""
+    if TOOL_NAME.fullmatch(f"ask_{name}") is None:
+        raise InputError(
+            f"a sub-agent's name must be 1 to {MAX_DELEGATION_NAME_CHARS} ASCII letters, digits, "
+            f"'_' or '-', since its tool ask_NAME is named for model APIs that take only "
+            f"{TOOL_NAME.pattern}: got {name[:80]!r}"
+            + (f" ({len(name):,} characters)" if len(name) > MAX_DELEGATION_NAME_CHARS else "")
+        )
+
 
 _DELEGATION_TOOLS: dict[int, tuple[weakref.ref[BaseTool], weakref.ref[Gate]]] = {}
 """The tools ``delegation_tool`` made, by ``id``, each with the Gate that made it, both held
@@ -84,7 +111,9 @@ def delegation_tool(
 
     The terms are checked when the tool is made, not at its first call: ``InputError`` for a
     ``gate`` that is not a ``Gate``, a ``name`` that ``Gate.delegate`` would refuse (not 1 to
-    ``MAX_AGENT_NAME_CHARS`` characters of visible text on one line), a ``key`` that is not
+    ``MAX_AGENT_NAME_CHARS`` characters of visible text on one line) or that makes no tool name
+    model APIs take (not 1 to ``MAX_DELEGATION_NAME_CHARS`` ASCII letters, digits, ``_`` or
+    ``-``: ``_check_tool_name``), a ``key`` that is not
     a ``SigningKey``, a ``ttl`` that is not a positive ``timedelta``, a ``budget`` that is not a
     non-negative whole number or ``None``; ``CapabilityError`` for ``capabilities`` that are not
     a list (one string included) or hold one that does not parse.
@@ -92,6 +121,7 @@ def delegation_tool(
     expect(gate, Gate, "gate", "a Gate")
     expect(description, (str, type(None)), "description", "text or None")
     caps = tuple(_delegation_terms(name, key, capabilities, ttl, budget))
+    _check_tool_name(name)
 
     # One grant per delegating tool call, in its task (thread and graph step): when LangGraph
     # re-runs the tool to resume an interrupt (a sub-agent waiting for an approval), the
