@@ -9,7 +9,9 @@ Followed: the GenAI agent, tool and model-call spans of OpenTelemetry semantic c
   ``gen_ai.tool.call.id`` (its first ``MAX_CALL_ID_CHARS`` characters), ``gen_ai.tool.type``; ``gen_ai.tool.call.arguments`` and
   ``gen_ai.tool.call.result`` only when content capture is opted in (argument
   ``record_content=True`` or ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true``), and
-  then only what the caller passes (pass ``redact``-ed arguments);
+  then only what the caller passes (pass ``redact``-ed arguments), each at most
+  ``MAX_CONTENT_BYTES`` of UTF-8 (a longer one cut, and marked
+  ``agentgate.content.truncated.<attribute>=true``);
 - ``chat {model}`` (CLIENT): ``gen_ai.operation.name=chat``, ``gen_ai.request.model``,
   ``gen_ai.provider.name``, and ``gen_ai.usage.input_tokens`` / ``output_tokens`` via
   ``record_usage``;
@@ -73,6 +75,16 @@ MAX_CALL_ID_CHARS = 200
 whatever its text) and has no bound of its own, and one oversized attribute can make an
 exporter's whole batch too large to send. The same bound holds for every other name a caller
 gives a span: an agent's, a tool's or model's, a resource and an action (``_cut``)."""
+MAX_CONTENT_BYTES = 16 * 1024
+"""Most bytes of UTF-8 of one captured content value a span records (``gen_ai.tool.call.arguments``,
+``gen_ai.tool.call.result``): a tool's arguments and results are the caller's, of any size, and
+one span holding a 10 MB result makes its exporter's whole batch too large to send (the
+Collector's OTLP gRPC receiver takes 4 MiB a message by default), the other spans of the batch
+lost with it. A longer value is cut on a character boundary and its
+``agentgate.content.truncated.<attribute>`` is ``true`` (``_bounded_content``)."""
+TRUNCATED = "agentgate.content.truncated."
+"""The prefix of the attribute that marks a captured value cut to ``MAX_CONTENT_BYTES``: the
+captured attribute's name follows (``agentgate.content.truncated.gen_ai.tool.call.result``)."""
 MAX_GRANT_RESOURCES = 32
 """Most resources a grant's span lists (the first, each once): a delegation names as many
 capabilities as its caller passes, and each resource is at most 200 characters already."""
@@ -91,6 +103,23 @@ def _cut(text: str) -> str:
     until review R56 only call ids were cut, and a refusal's span carried a 100,000-character
     action twice (its name and ``agentgate.action``)."""
     return text[:MAX_CALL_ID_CHARS]
+
+
+def _bounded_content(attribute: str, text: str) -> dict[str, Any]:
+    """The attributes that record ``text`` as the captured content ``attribute``: at most
+    ``MAX_CONTENT_BYTES`` of its UTF-8 (``text`` is valid Unicode), cut where a character ends,
+    and when cut ``agentgate.content.truncated.<attribute>=true`` beside it. Until review R56 a
+    captured value was recorded whole, whatever its size."""
+    if len(text) <= MAX_CONTENT_BYTES // 4:  # no character takes more than 4 bytes
+        return {attribute: text}
+    data = text.encode()
+    if len(data) <= MAX_CONTENT_BYTES:
+        return {attribute: text}
+    # "ignore" drops only the partial character the cut may leave at the end.
+    return {
+        attribute: data[:MAX_CONTENT_BYTES].decode("utf-8", "ignore"),
+        TRUNCATED + attribute: True,
+    }
 
 
 def get_tracer(provider: trace.TracerProvider | None = None) -> Tracer:
@@ -166,7 +195,9 @@ def execute_tool_span(
     if arguments is not None and _capture(record_content):
         # Arguments without a canonical form (NaN, a lone surrogate...) are not recorded; the call goes on.
         with contextlib.suppress(InputError):
-            attributes["gen_ai.tool.call.arguments"] = canonical_json(dict(arguments)).decode()
+            attributes |= _bounded_content(
+                "gen_ai.tool.call.arguments", canonical_json(dict(arguments)).decode()
+            )
     with _span(f"execute_tool {name}", SpanKind.INTERNAL, attributes, tracer) as span:
         yield span
 
@@ -183,7 +214,7 @@ def record_tool_result(span: Span, result: Any, *, record_content: bool | None =
         text.encode()  # UnicodeEncodeError (a ValueError): not UTF-8, as OTLP carries text
     except (TypeError, ValueError, RecursionError):
         return
-    span.set_attribute("gen_ai.tool.call.result", text)
+    span.set_attributes(_bounded_content("gen_ai.tool.call.result", text))
 
 
 @contextmanager
