@@ -514,6 +514,12 @@ class SQLiteStore(Store):
             conn.execute("PRAGMA busy_timeout=30000")
         except sqlite3.Error as exc:
             raise StoreError(f"cannot open the SQLite store {self.path}: {exc}") from exc
+        return self._adopt(conn)
+
+    def _adopt(self, conn: sqlite3.Connection) -> sqlite3.Connection:
+        """``conn``, just opened, kept among this process's connections (``_made``) once the file
+        it opened is known to be the one at the store's path (``check_in_place``); else closed, and
+        ``StoreError``."""
         if self._file is None:
             self._file = self._identity()
         try:
@@ -553,16 +559,7 @@ class SQLiteStore(Store):
         except StoreError:
             conn.close()
             raise
-        if self._file is None:
-            self._file = self._identity()
-        try:
-            self.check_in_place()
-        except StoreError:
-            conn.close()
-            raise
-        with self._lock:
-            self._made.add(conn)
-        return conn
+        return self._adopt(conn)
 
     def _unreadable(self, exc: sqlite3.Error) -> str:
         """Why the store open to read only cannot be read: SQLite's words, and where its
