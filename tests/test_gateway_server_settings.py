@@ -123,10 +123,9 @@ def test_a_serve_flag_out_of_range_is_one_line_naming_it(
     assert len(lines) == 1 and f"argument {flag}: " in lines[0], err
 
 
-def test_agentgate_serve_applies_its_limit_flags(tmp_path: Path, backends: Any) -> None:
-    """Review R55: ``agentgate serve --head-timeout-s --body-timeout-s --max-body-bytes`` reach
-    the gateway it serves: a slow head is a 408, a body over the limit a 413 naming it, a slow
-    body a 408 naming its timeout."""
+def _serve_command(tmp_path: Path, backends: Any) -> tuple[list[str], int]:
+    """The ``agentgate serve`` command line of a gateway over the first simulated backend, on a
+    store made in ``tmp_path`` and a free port (returned), for a test to add its flags to."""
     keys = {name: SigningKey.generate() for name in NAMES}
     policy = tmp_path / "policy.yaml"
     policy.write_text(_policy_text({n: k.did for n, k in keys.items()}))
@@ -140,6 +139,14 @@ def test_agentgate_serve_applies_its_limit_flags(tmp_path: Path, backends: Any) 
     port = _free_port()
     command = [sys.executable, "-m", "agentgate.cli.main", "serve", "--policy", str(policy)]
     command += ["--inventory", str(inventory), "--port", str(port), "--store", str(store)]
+    return command, port
+
+
+def test_agentgate_serve_applies_its_limit_flags(tmp_path: Path, backends: Any) -> None:
+    """Review R55: ``agentgate serve --head-timeout-s --body-timeout-s --max-body-bytes`` reach
+    the gateway it serves: a slow head is a 408, a body over the limit a 413 naming it, a slow
+    body a 408 naming its timeout."""
+    command, port = _serve_command(tmp_path, backends)
     command += ["--head-timeout-s", "0.3", "--body-timeout-s", "0.3", "--max-body-bytes", "100"]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
@@ -242,19 +249,7 @@ def test_a_serve_http_limit_flag_out_of_range_is_one_line_naming_it(
 def test_agentgate_serve_applies_its_head_size_flag(tmp_path: Path, backends: Any) -> None:
     """Review R56: ``agentgate serve --max-head-bytes N`` reaches the server it runs: a head over
     N bytes is a bare 431."""
-    keys = {name: SigningKey.generate() for name in NAMES}
-    policy = tmp_path / "policy.yaml"
-    policy.write_text(_policy_text({n: k.did for n, k in keys.items()}))
-    inventory = tmp_path / "inventory.yaml"
-    sim = backends[0]
-    inventory.write_text(
-        f"backends:\n  - {{name: sim, url: '{sim.url}', engine: vllm, models: [{sim.model_name}]}}\n"
-    )
-    store = tmp_path / "serve.db"
-    assert main(["store", "init", "--store", str(store)]) == 0
-    port = _free_port()
-    command = [sys.executable, "-m", "agentgate.cli.main", "serve", "--policy", str(policy)]
-    command += ["--inventory", str(inventory), "--port", str(port), "--store", str(store)]
+    command, port = _serve_command(tmp_path, backends)
     command += ["--max-head-bytes", "2048", "--unread-body-s", "0.3"]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
