@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Mapping
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -350,3 +351,44 @@ def test_an_approval_header_that_does_not_count_is_audited_with_why(env: Env) ->
         assert entry.kind == "approval_required" and entry.ref == asked.index
         assert any(r.startswith("approval not counted: ") for r in entry.reasons), entry.reasons
     assert send(Approval.sign(payload, env.keys["lead"])).status_code == 200
+
+
+def _claiming(
+    env: Env, body: dict[str, Any], signer: SigningKey, claimed: str, *, garbage: bool = False
+) -> dict[str, str]:
+    """Headers of an invocation for ``env.agent``'s chain that ``signer`` signed (or no key, with
+    ``garbage``) and that claims ``claimed`` signed it."""
+    invocation = replace(Invocation.sign(signer, env.agent.chain, chat_call(body)), issuer=claimed)
+    if garbage:
+        invocation = replace(invocation, signature=bytes(range(64)))
+    return {"Authorization": f"Bearer {env.agent.chain.token}", INVOCATION_HEADER: invocation.encode()}
+
+
+@pytest.mark.parametrize(
+    ("how", "code"),
+    [
+        ("another_key_claims_the_holder", "bad_invocation_signature"),
+        ("garbage_signature_claims_the_holder", "bad_invocation_signature"),
+        ("another_key_claims_a_third_party", "wrong_holder"),
+        ("gated_call_another_key_claims_the_holder", "bad_invocation_signature"),
+    ],
+)
+def test_a_forged_invocation_is_recorded_as_nobodys_not_the_claimed_signers(
+    env: Env, how: str, code: str
+) -> None:
+    """Review R56: a forged invocation's denial was recorded with its claimed signer (or the chain's holder) as principal."""
+    body = _body() if not how.startswith("gated") else {**_body(max_tokens=200), "model": OTHER}
+    outsider, agent, poor = env.keys["outsider"], env.agent.did, env.poor.did
+    claimed = poor if how == "another_key_claims_a_third_party" else agent
+    headers = _claiming(env, body, outsider, claimed, garbage=how.startswith("garbage"))
+    before, count = env.ledger(), len(env.entries())
+    assert _assert_refused(env, _post(env, body, headers), 401, before, count)["code"] == code
+    deny = env.entries()[-1]
+    assert deny.principal == "unknown" and deny.chain_hash == env.agent.grant_id, deny
+    assert env.gate.verify().ok
+    # Who did sign is named: the outsider with the agent's copied chain, and the agent itself.
+    signed = invocation_headers(outsider, env.agent.chain, body)
+    assert _post(env, body, signed).json()["error"]["code"] == "wrong_holder"
+    assert env.entries()[-1].principal == outsider.did
+    assert _post(env, _body(), invocation_headers(env.agent.key, env.agent.chain, _body())).status_code == 200
+    assert [e.principal for e in env.entries()[-2:]] == [agent, agent]  # its allow and its outcome

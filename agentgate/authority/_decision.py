@@ -4,6 +4,8 @@ Order of checks (docs/token-format.md, "Deciding"): the chain (from the cache, o
 verified and then cached by its token), holder binding, the invocation signature, the call
 against the signed fields, validity times, coverage by the tip's capabilities, the approval hook,
 and finally one store statement that checks revocation of every link and records the nonce.
+A decision's principal is the invocation's signer only once its signature verified: a denial
+made before that check names the claimed signer only if the signature verifies under its key.
 Everything that depends on time or on the store is checked on every decision; only the
 time-independent verification of the chain (signatures, links, attenuation) is cached.
 """
@@ -80,7 +82,10 @@ class Decision:
     reasons: tuple[str, ...]
     findings: tuple[Finding, ...] = ()
     principal: str | None = None
-    """The invoking principal (the invocation's signer)."""
+    """The invoking principal: the invocation's signer once its signature verified under the key
+    its ``iss`` names (the holder's key for ``decide_held``); ``None`` on a denial of an invocation
+    whose signature does not verify, whose claimed signer proved nothing (until review R56 it named
+    it, so a forger's denials were recorded as someone else's)."""
     resource: str | None = None
     action: str | None = None
     args_digest: str | None = None
@@ -206,8 +211,23 @@ def _verified_chain(
     return chain, chain.ids, None
 
 
+def _signer(inv: Invocation, payload: bytes) -> str | None:
+    """``inv.issuer`` when the invocation's signature verifies under the key that DID names, else
+    ``None``: a decision names no principal its signature did not prove."""
+    try:
+        verify_signature(inv.issuer, INVOCATION_CONTEXT + payload, inv.signature)
+    except (InvalidSignature, TypeError):  # TypeError: a hand-built signature that is not bytes
+        return None
+    return inv.issuer
+
+
 def _denial(
-    t: int, call: Call, principal: str, digest: str | None, ids: tuple[str, ...], invocation_id: str | None
+    t: int,
+    call: Call,
+    principal: str | None,
+    digest: str | None,
+    ids: tuple[str, ...],
+    invocation_id: str | None,
 ) -> Callable[[Finding], Decision]:
     def deny(finding: Finding) -> Decision:
         return Decision(
@@ -291,15 +311,21 @@ def _decide(
     invocation_id = sha256_hex(payload) if malformed is None else None
 
     chain, ids, found = _verified_chain(inv.chain_token, anchors, cache)
-    deny = _denial(t, call, inv.issuer, inv.args_digest, ids, invocation_id)
+
+    def unproven(finding: Finding) -> Decision:
+        """A denial before the signature check: its principal is the claimed signer only if the
+        signature verifies under the key that signer names (else anyone could be named)."""
+        signer = _signer(inv, payload) if malformed is None else None
+        return _denial(t, call, signer, inv.args_digest, ids, invocation_id)(finding)
+
     if chain is None:
         assert found is not None
-        return deny(found)
+        return unproven(found)
     tip = chain.tip
     if inv.issuer != tip.audience:
-        return deny(_wrong_holder(inv.issuer, tip, signed=True))
+        return unproven(_wrong_holder(inv.issuer, tip, signed=True))
     if inv.tip != tip.id:
-        return deny(
+        return unproven(
             _f(
                 _OPACITY,
                 "tip_mismatch",
@@ -308,12 +334,8 @@ def _decide(
                 "tip",
             )
         )
-    try:
-        if malformed is not None:
-            raise InvalidSignature(malformed)
-        verify_signature(inv.issuer, INVOCATION_CONTEXT + payload, inv.signature)
-    except (InvalidSignature, TypeError):  # TypeError: a hand-built signature that is not bytes
-        return deny(
+    if malformed is not None or _signer(inv, payload) is None:
+        return _denial(t, call, None, inv.args_digest, ids, invocation_id)(
             _f(
                 _OPACITY,
                 "bad_invocation_signature",
@@ -322,6 +344,7 @@ def _decide(
                 "signature",
             )
         )
+    deny = _denial(t, call, inv.issuer, inv.args_digest, ids, invocation_id)  # the signer is proven
     found = _resource_finding(call, tip)
     if found is not None:
         return deny(found)
@@ -589,8 +612,9 @@ class Authority:
             raise _not_a("a Call (Call.tool, Call.model)", call)
         token, ids = (chain.token, chain.ids) if isinstance(chain, Chain) else (chain, None)
         if not isinstance(holder, SigningKey):
-            # A public key (or anything else) proves nothing: holder binding needs the private key.
-            return _denial(_now(now), call, getattr(holder, "did", "") or "", None, (), None)(
+            # A public key (or anything else) proves nothing: holder binding needs the private key,
+            # and the decision names no principal (until review R56: the public key's DID).
+            return _denial(_now(now), call, None, None, (), None)(
                 _f(
                     _TRUST,
                     "holder_key_missing",

@@ -40,6 +40,9 @@ from agentgate.tasks import SchedulerConfig
 _COVERAGE_CODES = frozenset({"call_not_covered", "ambiguous_resource"})
 APPROVAL_HEADER = "X-Agentgate-Approval"
 """The header that carries a signed approval (compact JSON) for a call behind an approval gate."""
+UNVERIFIED_CALLER = "unknown"
+"""The ``principal`` of the entry of a call refused before its caller was known: the request
+named no readable invocation, or its invocation's signature does not verify (docs/audit-format.md)."""
 STREAM_AHEAD = 64
 """Chunks of a streamed answer read from the backend ahead of the caller (``gated_stream``)."""
 
@@ -74,7 +77,9 @@ class CallerIdentity(AgentIdentity):
     that holder). ``key`` is the gateway's own, required by ``AgentIdentity`` and never used to
     sign for the caller: the gateway never calls ``Gate.authorize`` or ``Gate.delegate`` with it.
     ``signer``: for a refusal whose invocation another key signed (``wrong_holder``: a copied
-    chain), that key, which ``did`` then is: the log names who made the call, not the victim.
+    chain), that key, which ``did`` then is: the log names who made the call, not the victim; for
+    a refusal of an invocation whose signature does not verify, ``UNVERIFIED_CALLER``: the key it
+    claims proved nothing (until review R56 the log named it, or the chain's holder).
     """
 
     signer: str | None = None
@@ -401,8 +406,10 @@ class GatewayGate(Gate):
         ``self.grants``, if any): a revoked grant is 401 ``revoked`` whatever it asks for.
         Raises ``StoreError`` when revocation cannot be read.
         """
-        if decision.principal and decision.principal != identity.chain.holder:
-            identity = replace(identity, signer=decision.principal)  # a copied chain: the signer made it
+        if decision.principal != identity.chain.holder:
+            # A copied chain: its verified signer made the call. An invocation whose signature
+            # did not verify names nobody, never the key it claims nor the chain's holder.
+            identity = replace(identity, signer=decision.principal or UNVERIFIED_CALLER)
         refused = Authorization(
             Verdict.DENY, call, identity, decision.reasons, decision.findings, decision=decision
         )
