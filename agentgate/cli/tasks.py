@@ -222,9 +222,13 @@ def _breakers(args: argparse.Namespace) -> int:
 
 
 def _unsettled(args: argparse.Namespace) -> int:
-    store, audit = open_audit_log(args.store)
+    # Read only (until review R56 it opened the store as a writer: a copy's journal mode switched,
+    # the log's and the once-only calls' tables made). Without a log no call was ever allowed,
+    # so none is unsettled: the once-only calls' tables are not looked for (a PostgreSQL store
+    # open to read only refuses a part whose tables it lacks).
+    store, audit = open_audit_log(args.store, create_log=False, read_only=True)
     try:
-        records = OnceCalls(store).unsettled()
+        records = OnceCalls(store).unsettled() if audit.exists else []
         # The allow entries of all of them in a few statements, not one read per call: a year of
         # failed payments is thousands of rows, and on PostgreSQL each read was a round trip.
         entries = audit.entries_at(r.allow_index for r in records)
