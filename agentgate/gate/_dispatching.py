@@ -15,10 +15,24 @@ from opentelemetry import context as otel_context
 
 from agentgate.dispatch.backends import ChatChunk, ChatResult
 from agentgate.dispatch.dispatcher import Dispatcher, model_slos
-from agentgate.errors import DispatchError
+from agentgate.errors import DispatchError, InputError
+from agentgate.gate._authorization import shown
+from agentgate.gate._delegation import _check_name
 from agentgate.policy import Policy
 
 T = TypeVar("T")
+
+
+def check_tenant(tenant: object) -> None:
+    """``InputError`` naming the ``tenant`` argument unless it is a name ``Gate.issue`` takes
+    (``_check_name``: non-empty, at most ``MAX_AGENT_NAME_CHARS`` characters of one line of
+    visible text). The tenant keys the dispatcher's token buckets, labels its metrics and is
+    shown in its errors; until review R56 any text was taken (a megabyte, a line break, a bidi
+    override), each distinct one a new bucket and a new metric series."""
+    if not isinstance(tenant, str) or not tenant:
+        shown_as = shown(tenant) if tenant != "" else "empty text"
+        raise InputError(f"a dispatched call's tenant must be non-empty text, got {shown_as}")
+    _check_name(tenant, "a dispatched call's tenant")
 
 
 class _Dispatching:
@@ -54,13 +68,16 @@ class _Dispatching:
         """Route and send an OpenAI-style chat payload (blocking). ``session``: the conversation
         (an agent run's thread) whose earlier calls' backend holds its prefix in cache, kept when
         it meets the SLO (docs/dispatch.md). Raises ``DispatchError`` when no dispatcher is
-        attached, and what ``Dispatcher.chat`` raises (``NoBackend``, ``Shed``, ``BackendFailed``)."""
+        attached, ``InputError`` for a ``tenant`` that is no name (``check_tenant``), and what
+        ``Dispatcher.chat`` raises (``NoBackend``, ``Shed``, ``BackendFailed``)."""
+        check_tenant(tenant)
         return self._send(lambda d: d.chat(payload, tenant=tenant, session=session)).result()
 
     async def adispatch(
         self, payload: Mapping[str, Any], *, tenant: str = "default", session: str | None = None
     ) -> ChatResult:
         """The async twin of ``dispatch``: awaits the dispatcher's loop without blocking this one."""
+        check_tenant(tenant)
         return await asyncio.wrap_future(
             self._send(lambda d: d.chat(payload, tenant=tenant, session=session))
         )
@@ -72,6 +89,7 @@ class _Dispatching:
         (blocking iterator). Raises as ``dispatch`` does, before or between chunks (a stream that
         breaks after output: ``BackendFailed``). Leaving the loop early, or closing the iterator,
         cancels the call on the backend."""
+        check_tenant(tenant)
         chunks: queue.SimpleQueue[ChatChunk | BaseException | None] = queue.SimpleQueue()
         relay = self._relay(payload, tenant, session, chunks.put)
         try:
@@ -86,6 +104,7 @@ class _Dispatching:
         self, payload: Mapping[str, Any], *, tenant: str = "default", session: str | None = None
     ) -> AsyncIterator[ChatChunk]:
         """The async twin of ``dispatch_stream``: awaits each chunk without blocking this loop."""
+        check_tenant(tenant)
         loop = asyncio.get_running_loop()
         chunks: asyncio.Queue[ChatChunk | BaseException | None] = asyncio.Queue()
 

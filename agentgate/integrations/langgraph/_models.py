@@ -25,10 +25,11 @@ from langchain_core.messages.tool import invalid_tool_call, tool_call
 from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from langgraph.config import get_config
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from agentgate.dispatch.backends import ChatChunk, Usage
 from agentgate.errors import BackendFailed
+from agentgate.gate._dispatching import check_tenant
 
 
 class DispatchedChatModel(BaseChatModel):
@@ -41,6 +42,14 @@ class DispatchedChatModel(BaseChatModel):
     max_tokens: int = 1024
     tenant: str = "default"
     tools: list[dict[str, Any]] = Field(default_factory=list)
+
+    @field_validator("tenant", mode="before")
+    @classmethod
+    def _tenant_is_a_name(cls, tenant: object) -> object:
+        """``InputError`` (not a validation error) for a tenant the gate would refuse at each
+        call (``check_tenant``): refused where the model is made, as ``Gate.dispatch`` refuses it."""
+        check_tenant(tenant)
+        return tenant
 
     @property
     def _llm_type(self) -> str:
