@@ -526,7 +526,7 @@ def test_a_call_refused_outright_closes_its_open_approval_request_and_refers_to_
 
 
 def test_an_approval_already_used_is_refused_even_when_the_call_was_asked_for_again(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Mutant a7: ``_superseded`` treating any expired approval as replaced by the newer request
     (``own.state != "consumed"`` dropped). Rule: an approval that was used is refused when it is
@@ -534,10 +534,10 @@ def test_an_approval_already_used_is_refused_even_when_the_call_was_asked_for_ag
     meanwhile: it is a replay, not an approval that came too late, and it ends the new request."""
     setup = Setup(tmp_path)
     setup.gate.close()
-    text = setup.text.replace("    approvers: [lead]\n", "    approvers: [lead]\n    expiry_s: 1\n", 1)
+    text = setup.text.replace("    approvers: [lead]\n", "    approvers: [lead]\n    expiry_s: 60\n", 1)
     refund = "  refund:\n    args: {amount: {type: integer, required: true}}\n"
     text = text.replace(refund, refund + "    idempotent: true\n", 1)  # may be decided again
-    assert text.count("expiry_s: 1") == 1 and text.count("idempotent: true") == 2
+    assert text.count("expiry_s: 60") == 1 and text.count("idempotent: true") == 2
     with Gate(parse_policy(text, source="gate.yaml"), SQLiteStore(tmp_path / "short.db")) as gate:
         agent = gate.issue(setup.keys["root"], name="agent", key=setup.keys["agent"], role="worker")
         call = Call.tool("refund", {"amount": 500})
@@ -546,7 +546,11 @@ def test_an_approval_already_used_is_refused_even_when_the_call_was_asked_for_ag
         used = gate.authorize(agent, call, call_id="c1", run_id="run-1", approval=approval)
         assert used.allowed, used.explain()
         gate.run(used, lambda: "refunded", call_id="c1", run_id="run-1")
-        time.sleep(1.1)  # the first request has expired
+        # The first request has expired: the clock moved on past its 60 s (until session 27 the
+        # request lived 1 s and the test slept, which a loaded machine could spend between the
+        # asking and the approval's use, expiring it before it was used).
+        wall = time.time
+        monkeypatch.setattr(time, "time", lambda: wall() + 61)
         # The same call decided again without the approval: a new request is opened.
         again = gate.authorize(agent, call, call_id="c1", run_id="run-1")
         assert again.needs_approval and again.request["id"] != approval.request, again.explain()
