@@ -392,3 +392,49 @@ def test_a_forged_invocation_is_recorded_as_nobodys_not_the_claimed_signers(
     assert env.entries()[-1].principal == outsider.did
     assert _post(env, _body(), invocation_headers(env.agent.key, env.agent.chain, _body())).status_code == 200
     assert [e.principal for e in env.entries()[-2:]] == [agent, agent]  # its allow and its outcome
+
+
+def test_the_span_of_a_forged_invocation_names_no_agent_and_a_copied_chain_its_signer(
+    tmp_path: Path,
+) -> None:
+    """Review R56: the span of a forged invocation's refusal named the chain holder's agent (gen_ai.agent.name)."""
+    with traced_gateway(tmp_path) as served:
+        gate, keys = served.gate, served.keys
+        try:
+            agent = gate.issue(keys["root"], name="agent", key=keys["agent"], role="chat")
+            gate.issue(keys["root"], name="poor", key=keys["poor"], role="thrifty")
+            gated = {"model": OTHER, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 200}
+
+            def agent_named(body: dict[str, Any], invocation: Invocation, garbage: bool = False) -> Any:
+                """The status and the ``gen_ai.agent.name`` of the span of a request for ``body``
+                with the agent's chain and ``invocation`` (its signature zeroed with ``garbage``)."""
+                if garbage:
+                    invocation = replace(invocation, signature=bytes(64))
+                headers = {
+                    "Authorization": f"Bearer {agent.chain.token}",
+                    INVOCATION_HEADER: invocation.encode(),
+                }
+                served.exporter.clear()
+                answer = httpx.post(f"{served.url}/chat/completions", json=body, headers=headers, timeout=10)
+                (span,) = served.exporter.get_finished_spans()
+                return answer.status_code, (span.attributes or {}).get("gen_ai.agent.name")
+
+            def signed(key: SigningKey, body: dict[str, Any], claimed: str | None = None) -> Invocation:
+                invocation = Invocation.sign(key, agent.chain, chat_call(body))
+                return invocation if claimed is None else replace(invocation, issuer=claimed)
+
+            body = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8}
+            # Signed by another key, or by none, claiming the agent or another principal: nobody.
+            assert agent_named(body, signed(keys["outsider"], body, agent.did)) == (401, None)
+            assert agent_named(body, signed(keys["outsider"], body, agent.did), garbage=True) == (401, None)
+            assert agent_named(body, signed(keys["outsider"], body, keys["poor"].did)) == (401, None)
+            assert agent_named(gated, signed(keys["outsider"], gated, agent.did)) == (401, None)
+            # A copied chain, signed by the caller's own key: that caller, by its policy name if any.
+            assert agent_named(body, signed(keys["poor"], body)) == (401, "poor")
+            assert agent_named(body, signed(keys["outsider"], body)) == (401, "caller")
+            # The agent itself, refused by its grant and allowed.
+            over = {**body, "max_tokens": 600}
+            assert agent_named(over, signed(keys["agent"], over)) == (403, "agent")
+            assert agent_named(body, signed(keys["agent"], body)) == (200, "agent")
+        finally:
+            gate.close()

@@ -378,7 +378,9 @@ class _Running:
                     )[:200]
                     or None,
                 )
-                if identity is not None:  # the name's first characters, as every name on a span
+                # The name's first characters, as every name on a span; none for a caller that
+                # proved no name (a gateway request whose invocation's signature does not verify).
+                if identity is not None and identity.name:
                     span.set_attribute("gen_ai.agent.name", identity.name[:MAX_CALL_ID_CHARS])
             yield span
 

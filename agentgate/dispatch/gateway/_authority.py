@@ -77,9 +77,11 @@ class CallerIdentity(AgentIdentity):
     that holder). ``key`` is the gateway's own, required by ``AgentIdentity`` and never used to
     sign for the caller: the gateway never calls ``Gate.authorize`` or ``Gate.delegate`` with it.
     ``signer``: for a refusal whose invocation another key signed (``wrong_holder``: a copied
-    chain), that key, which ``did`` then is: the log names who made the call, not the victim; for
-    a refusal of an invocation whose signature does not verify, ``UNVERIFIED_CALLER``: the key it
-    claims proved nothing (until review R56 the log named it, or the chain's holder).
+    chain), that key, which ``did`` then is, and ``name`` and ``tenant`` are its own: the log and
+    the span name who made the call, not the victim; for a refusal of an invocation whose
+    signature does not verify, ``UNVERIFIED_CALLER``, with ``name`` empty: the key it claims
+    proved nothing (until review R56 the log named it, or the chain's holder, and the span the
+    holder's principal).
     """
 
     signer: str | None = None
@@ -407,9 +409,7 @@ class GatewayGate(Gate):
         Raises ``StoreError`` when revocation cannot be read.
         """
         if decision.principal != identity.chain.holder:
-            # A copied chain: its verified signer made the call. An invocation whose signature
-            # did not verify names nobody, never the key it claims nor the chain's holder.
-            identity = replace(identity, signer=decision.principal or UNVERIFIED_CALLER)
+            identity = self._as_signer(identity, decision.principal)
         refused = Authorization(
             Verdict.DENY, call, identity, decision.reasons, decision.findings, decision=decision
         )
@@ -421,6 +421,19 @@ class GatewayGate(Gate):
         if revoked:
             return _revoked_refusal(decision, call, identity, revoked), 401, "revoked"
         return refused, 403, codes[0]
+
+    def _as_signer(self, identity: CallerIdentity, signer: str | None) -> CallerIdentity:
+        """``identity`` as the caller who signed its invocation, for a refusal whose signer is not
+        the chain's holder: ``signer``, a key the signature verified under (a copied chain), by its
+        own policy name and tenant (``caller`` and ``default`` where the policy names it not);
+        ``None``, an invocation whose signature does not verify: nobody, never the key it claims
+        nor the chain's holder (``UNVERIFIED_CALLER`` in the log, and no name, so no
+        ``gen_ai.agent.name`` on the span; until review R56 the span named the holder's principal).
+        """
+        if signer is None:
+            return replace(identity, name="", tenant="default", signer=UNVERIFIED_CALLER)
+        name = self.index.principal_name(signer) or "caller"
+        return replace(identity, name=name, tenant=self._tenant_of(signer), signer=signer)
 
     def refuse(self, call: Call, status: int, code: str, reason: str) -> GatewayDecision:
         """Audit a refusal of ``call`` by an unidentified caller (nothing reserved) and answer ``status``.
