@@ -8,12 +8,114 @@ to read, which writes nothing, ``refs_complete`` (whether the reference index ma
 
 from __future__ import annotations
 
+import functools
+import sqlite3
+
 from agentgate.errors import LogDropped, StoreError
 from agentgate.store._base import Dialect, Store, loaded_driver_errors
 
 APPEND_LOCK = 27416741019937140
 """The PostgreSQL advisory lock that serializes appends (ASCII "agaudit"; the same number is
 written in ``agentgate_audit_lock_next`` below)."""
+
+LOG_TABLES = ("audit_log", "audit_checkpoints")
+"""The tables that hold the log itself: its entries and its signed checkpoints."""
+
+_PARTS = "agentgate_store_parts"
+"""The table that records which parts of the store were made in it (``part = 'audit_log'``:
+the audit log), append-only, outside the log's own tables."""
+
+
+# The protection triggers on PostgreSQL, as agentgate makes them: ``trigger -> (table, tgtype,
+# function)``, ``tgtype`` being pg_trigger's bits (1 FOR EACH ROW, 2 BEFORE, 4 INSERT, 8 DELETE,
+# 16 UPDATE, 32 TRUNCATE). None has a WHEN clause, columns, arguments or a constraint.
+_PG_FIRES: dict[str, tuple[str, int, str]] = {
+    "audit_log_next_index": ("audit_log", 1 | 2 | 4, "agentgate_audit_next_index"),
+    "audit_log_append_only": ("audit_log", 1 | 2 | 8 | 16, "agentgate_append_only"),
+    "audit_log_no_truncate": ("audit_log", 2 | 32, "agentgate_append_only"),
+    "audit_checkpoints_append_only": ("audit_checkpoints", 1 | 2 | 8 | 16, "agentgate_append_only"),
+    "audit_checkpoints_no_truncate": ("audit_checkpoints", 2 | 32, "agentgate_append_only"),
+    "agentgate_store_parts_append_only": (_PARTS, 1 | 2 | 8 | 16, "agentgate_append_only"),
+    "agentgate_store_parts_no_truncate": (_PARTS, 2 | 32, "agentgate_append_only"),
+}
+
+# The bodies of the functions the protection triggers run, as agentgate makes them (every
+# release made them with these words; only whitespace may differ, which is not compared).
+_PG_TRIGGER_FUNCTIONS: dict[str, str] = {
+    "agentgate_append_only": """
+        BEGIN
+            RAISE EXCEPTION '% is append-only (% refused)', TG_TABLE_NAME, TG_OP;
+        END;
+        """,
+    "agentgate_audit_next_index": """
+        BEGIN
+            IF NEW.idx IS DISTINCT FROM (SELECT COALESCE(MAX(idx) + 1, 0) FROM audit_log) THEN
+                RAISE EXCEPTION 'audit_log: index % is not the next one', NEW.idx;
+            END IF;
+            RETURN NEW;
+        END;
+        """,
+}
+
+
+def _pg_function_differs(proc: str, name: str) -> str:
+    """SQL true when the function row ``proc`` (of pg_proc) is not ``name`` as agentgate makes it:
+    another body (whitespace aside), another language, or settings (``ALTER FUNCTION ... SET``)."""
+    body = " ".join(_PG_TRIGGER_FUNCTIONS[name].split())
+    return (
+        f"(btrim(regexp_replace({proc}.prosrc, '[[:space:]]+', ' ', 'g'), ' ') <> $body${body}$body$ "
+        f"OR {proc}.prolang IS DISTINCT FROM (SELECT oid FROM pg_catalog.pg_language WHERE lanname = 'plpgsql') "
+        f"OR {proc}.proconfig IS NOT NULL)"
+    )
+
+
+def _pg_made(tables: tuple[str, ...]) -> str:
+    """SQL rows ``made(name, tbl, type, fn)``: the protection triggers of ``tables`` as agentgate
+    makes them (``_PG_FIRES``)."""
+    rows = ", ".join(
+        f"('{name}', '{table}', {tgtype}, '{function}')"
+        for name, (table, tgtype, function) in _PG_FIRES.items()
+        if table in tables
+    )
+    return f"(VALUES {rows}) AS made(name, tbl, type, fn)"
+
+
+_PG_TRIGGER_DIFFERS = (
+    "(t.tgtype <> made.type OR t.tgqual IS NOT NULL OR t.tgnargs <> 0 OR t.tgconstraint <> 0 "
+    "OR cardinality(t.tgattr::int2[]) > 0 "
+    "OR t.tgfoid IS DISTINCT FROM pg_catalog.to_regprocedure(made.fn || '()'))"
+)
+"""SQL true when the trigger row ``t`` fires otherwise than ``made`` says: other events, timing or
+level, a WHEN clause, columns, arguments, a constraint trigger, or another function than the one
+of its name where the store's statements find it."""
+
+
+def _replace_changed_function(name: str) -> str:
+    """A PL/pgSQL step that makes the trigger function ``name`` when it is missing, and makes it
+    again (``CREATE OR REPLACE``) when its owner runs it and it is not agentgate's
+    (``_pg_function_differs``): a role that does not own it leaves it (``verify`` reports it)."""
+    return f"""
+    IF to_regprocedure('{name}()') IS NULL
+       OR EXISTS (SELECT 1 FROM pg_proc p WHERE p.oid = to_regprocedure('{name}()')
+                  AND pg_has_role(p.proowner, 'USAGE') AND {_pg_function_differs("p", name)}) THEN
+        CREATE OR REPLACE FUNCTION {name}() RETURNS trigger LANGUAGE plpgsql AS $fn${_PG_TRIGGER_FUNCTIONS[name]}$fn$;
+    END IF;
+"""
+
+
+def _drop_changed_triggers(tables: tuple[str, ...]) -> str:
+    """A PL/pgSQL step that drops each protection trigger of ``tables`` that is not the one
+    agentgate makes (``_PG_TRIGGER_DIFFERS``), where the table's owner runs it: the steps after it
+    make it again, in the same transaction. Needs a variable ``changed record``."""
+    return f"""
+    FOR changed IN SELECT t.tgname, c.relname FROM pg_trigger t
+            JOIN pg_class c ON c.oid = t.tgrelid
+            JOIN {_pg_made(tables)} ON t.tgname = made.name AND t.tgrelid = to_regclass(made.tbl)
+            WHERE NOT t.tgisinternal AND pg_has_role(c.relowner, 'USAGE') AND {_PG_TRIGGER_DIFFERS} LOOP
+        EXECUTE format('DROP TRIGGER %I ON %I', changed.tgname, changed.relname);
+    END LOOP;
+"""
+
 
 AUDIT_DDL: dict[Dialect, str] = {
     "sqlite": """
@@ -46,6 +148,8 @@ BEGIN SELECT RAISE(ABORT, 'audit_checkpoints is append-only'); END;
 """,
     "postgresql": """
 DO $$
+DECLARE
+    changed record;
 BEGIN
     -- Everything is created only when missing, so that a role that may only SELECT and INSERT
     -- (docs/operations.md, least privilege) can start agentgate on a schema made by the owner.
@@ -65,13 +169,9 @@ BEGIN
             created TEXT NOT NULL
         );
     END IF;
-    IF to_regprocedure('agentgate_append_only()') IS NULL THEN
-        CREATE FUNCTION agentgate_append_only() RETURNS trigger LANGUAGE plpgsql AS $fn$
-        BEGIN
-            RAISE EXCEPTION '% is append-only (% refused)', TG_TABLE_NAME, TG_OP;
-        END;
-        $fn$;
-    END IF;
+"""
+    + _replace_changed_function("agentgate_append_only")
+    + """
     IF to_regprocedure('agentgate_audit_lock_next()') IS NULL THEN
         -- One round trip: take the append lock (held to the end of the transaction), then read
         -- the next index with a fresh snapshot (a volatile function's queries each take one).
@@ -82,18 +182,13 @@ BEGIN
         END;
         $fn$;
     END IF;
-    IF to_regprocedure('agentgate_audit_next_index()') IS NULL THEN
-        CREATE FUNCTION agentgate_audit_next_index() RETURNS trigger LANGUAGE plpgsql AS $fn$
-        BEGIN
-            IF NEW.idx IS DISTINCT FROM (SELECT COALESCE(MAX(idx) + 1, 0) FROM audit_log) THEN
-                RAISE EXCEPTION 'audit_log: index % is not the next one', NEW.idx;
-            END IF;
-            RETURN NEW;
-        END;
-        $fn$;
-    END IF;
-    -- Each trigger is made when it is missing, whichever others are there: one dropped alone is
-    -- put back by the next writer (``audit verify`` reports it first: missing_protection).
+"""
+    + _replace_changed_function("agentgate_audit_next_index")
+    + _drop_changed_triggers(LOG_TABLES)
+    + """
+    -- Each trigger is made when it is missing, whichever others are there: one dropped alone, or
+    -- changed (dropped just above), is put back by the next writer (``audit verify`` reports it
+    -- first: missing_protection).
     IF NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = 'audit_log'::regclass
                    AND tgname = 'audit_log_next_index') THEN
         CREATE TRIGGER audit_log_next_index BEFORE INSERT ON audit_log
@@ -147,7 +242,11 @@ CREATE TABLE IF NOT EXISTS agentgate_store_parts (
     made TEXT NOT NULL
 );
 DO $$
-BEGIN
+DECLARE
+    changed record;
+BEGIN"""
+    + _drop_changed_triggers((_PARTS,))
+    + """
     IF NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = 'agentgate_store_parts'::regclass
                    AND tgname = 'agentgate_store_parts_append_only') THEN
         CREATE TRIGGER agentgate_store_parts_append_only BEFORE UPDATE OR DELETE ON agentgate_store_parts
@@ -283,14 +382,6 @@ _BACKFILL: dict[Dialect, str] = {
 }
 
 
-LOG_TABLES = ("audit_log", "audit_checkpoints")
-"""The tables that hold the log itself: its entries and its signed checkpoints."""
-
-_PARTS = "agentgate_store_parts"
-"""The table that records which parts of the store were made in it (``part = 'audit_log'``:
-the audit log), append-only, outside the log's own tables."""
-
-
 def _tables_held(store: Store, names: tuple[str, ...]) -> set[str]:
     """Which of ``names`` (constants) are tables of the store, where its statements find them
     (PostgreSQL: the search path). Reads the catalog only: no right on the tables is needed."""
@@ -347,6 +438,8 @@ def create_audit_tables(store: Store) -> bool:
             "audit", {dialect: AUDIT_DDL[dialect] + PARTS_DDL[dialect] for dialect in AUDIT_DDL}
         )
     else:
+        if store.dialect == "sqlite":  # PostgreSQL's DDL makes a changed one again itself
+            _put_back_changed_sqlite(store)
         store.ensure_schema("audit", AUDIT_DDL)
         # The record's triggers put back where one was dropped, and for a log made before the
         # record, the record written, where this process may (not as a role without rights
@@ -376,8 +469,9 @@ def create_audit_tables(store: Store) -> bool:
 
 PROTECTION_TRIGGERS: dict[Dialect, tuple[tuple[str, str, str], ...]] = {
     # ``(trigger, table, what it refuses)``: the triggers that keep the log and the record of it
-    # append-only. A missing one (or, on PostgreSQL, one disabled) is what ``missing_protection``
-    # reports; a writer's opening (``create_audit_tables``) puts it back.
+    # append-only. A missing one, one not made as agentgate makes it (or, on PostgreSQL, one
+    # disabled) is what ``missing_protection`` reports; a writer's opening (``create_audit_tables``)
+    # puts it back or makes it again.
     "sqlite": (
         ("audit_log_next_index", "audit_log", "an entry at any index but the next one"),
         ("audit_log_no_update", "audit_log", "an entry's edit"),
@@ -425,6 +519,88 @@ def _triggers(store: Store, tables: tuple[str, ...]) -> dict[tuple[str, str], bo
     return {(str(name), str(table)): bool(enabled) for name, table, enabled in rows}
 
 
+@functools.cache
+def _sqlite_made() -> dict[str, str]:
+    """``trigger -> CREATE TRIGGER statement`` for the SQLite protection triggers, as
+    ``sqlite_master`` holds those agentgate makes: the statement as written, ``IF NOT EXISTS`` and
+    the last ``;`` left out (read by running ``AUDIT_DDL`` and ``PARTS_DDL`` in memory)."""
+    memory = sqlite3.connect(":memory:")
+    try:
+        memory.executescript(AUDIT_DDL["sqlite"] + PARTS_DDL["sqlite"])
+        rows = memory.execute("SELECT name, sql FROM sqlite_master WHERE type = 'trigger'").fetchall()
+    finally:
+        memory.close()
+    return {str(name): str(sql) for name, sql in rows}
+
+
+def _same_sqlite(stored: object, made: str) -> bool:
+    """Whether the stored text of a trigger is ``made`` but for whitespace and letter case (SQLite
+    keeps the text as it was written; every release wrote these triggers with the same words)."""
+    return isinstance(stored, str) and " ".join(stored.split()).lower() == " ".join(made.split()).lower()
+
+
+def _changed(store: Store, tables: tuple[str, ...]) -> dict[tuple[str, str], str]:
+    """``(trigger, table) -> how it differs`` for each protection trigger on ``tables`` (constants)
+    that is there but is not the one agentgate makes. Reads the catalog only: SQLite's stored
+    text of the trigger; PostgreSQL's trigger row (events, timing, level, WHEN clause, columns,
+    arguments, function) and the body, language and settings of the function it runs."""
+    names = [name for name, table, _refuses in PROTECTION_TRIGGERS[store.dialect] if table in tables]
+    listed = ", ".join(f"'{name}'" for name in names)
+    if store.dialect == "sqlite":
+        made = _sqlite_made()
+        rows = store.query(
+            f"SELECT name, tbl_name, sql FROM sqlite_master WHERE type = 'trigger' AND name IN ({listed})"
+        )
+        return {
+            (str(name), str(table)): "its definition in sqlite_master is not the one agentgate runs"
+            for name, table, sql in rows
+            if not _same_sqlite(sql, made[str(name)])
+        }
+    differs = " ".join(
+        f"WHEN made.fn = '{function}' THEN {_pg_function_differs('p', function)}"
+        for function in _PG_TRIGGER_FUNCTIONS
+    )
+    rows = store.query(
+        f"SELECT t.tgname, c.relname, {_PG_TRIGGER_DIFFERS}, made.fn, CASE {differs} ELSE true END "
+        "FROM pg_catalog.pg_trigger t JOIN pg_catalog.pg_class c ON c.oid = t.tgrelid "
+        f"JOIN {_pg_made(tables)} ON t.tgname = made.name AND c.relname = made.tbl "
+        "JOIN pg_catalog.pg_proc p ON p.oid = t.tgfoid "
+        "WHERE NOT t.tgisinternal AND pg_catalog.pg_table_is_visible(c.oid)"
+    )
+    found: dict[tuple[str, str], str] = {}
+    for name, table, fires_otherwise, function, runs_otherwise in rows:
+        if fires_otherwise:
+            found[(str(name), str(table))] = (
+                "it fires otherwise (its events, timing, FOR EACH, WHEN clause, columns, arguments or "
+                f"function are not those of agentgate's, which runs {function}())"
+            )
+        elif runs_otherwise:
+            found[(str(name), str(table))] = (
+                f"its function {function}() is not the one agentgate made (its body, language or "
+                "settings were changed)"
+            )
+    return found
+
+
+def _put_back_changed_sqlite(store: Store) -> None:
+    """Make again, in one transaction, each SQLite protection trigger whose stored text is not
+    the one agentgate runs (``_changed``): dropped, then created as ``AUDIT_DDL`` and
+    ``PARTS_DDL`` write it. ``CREATE TRIGGER IF NOT EXISTS`` alone would keep the changed one."""
+    tables = (*LOG_TABLES, _PARTS)
+    if not _changed(store, tables):
+        return
+    made = _sqlite_made()
+    listed = ", ".join(f"'{name}'" for name, _table, _refuses in PROTECTION_TRIGGERS["sqlite"])
+    with store.transaction() as tx:
+        # Read again in the transaction: another writer may have put them back meanwhile.
+        for name, sql in tx.execute(
+            f"SELECT name, sql FROM sqlite_master WHERE type = 'trigger' AND name IN ({listed})"
+        ):
+            if not _same_sqlite(sql, made[str(name)]):
+                tx.execute(f'DROP TRIGGER "{name}"')
+                tx.execute(made[str(name)])
+
+
 def refs_complete(store: Store) -> bool:
     """Whether the reference index can be read as complete, read without writing: its tables are
     there, its entries were indexed once (``audit_refs_built``) and its trigger keeps it (present,
@@ -441,17 +617,18 @@ def refs_complete(store: Store) -> bool:
 
 def missing_protection(store: Store) -> list[str]:
     """What is missing of the log's machinery, one line each, read from the catalog (nothing is
-    written): each protection trigger (``PROTECTION_TRIGGERS``) that is missing from its table, or
-    on PostgreSQL disabled, and the reference index's trigger where the index was built. Its
+    written): each protection trigger (``PROTECTION_TRIGGERS``) that is missing from its table, is
+    not the one agentgate made (``_changed``), or on PostgreSQL is disabled, and the reference index's trigger where the index was built. Its
     tables are there (the log's were checked as it opened; the record's triggers are looked for
     only where the record's table is). Empty for a log whose machinery is whole."""
     held = _tables_held(store, (*LOG_TABLES, _PARTS, "audit_refs_built"))
     found = _triggers(store, (*LOG_TABLES, _PARTS))
+    changed = _changed(store, (*LOG_TABLES, _PARTS))
     lines = []
     for name, table, refuses in PROTECTION_TRIGGERS[store.dialect]:
-        if table not in held or found.get((name, table)):
+        if table not in held or (found.get((name, table)) and (name, table) not in changed):
             continue
-        state, fix = _state(name, table, found)
+        state, fix = _state(name, table, found, changed)
         lines.append(
             f"the protection trigger {name} on table {table} {state}: the log is no longer protected "
             f"against {refuses} (someone with DDL rights on the store changed it); {fix}"
@@ -462,7 +639,7 @@ def missing_protection(store: Store) -> list[str]:
         except loaded_driver_errors(StoreError):
             built = False  # a role that may not read it: an index it does not read
         if built:
-            state, fix = _state(_INDEX_TRIGGER, "audit_log", found)
+            state, fix = _state(_INDEX_TRIGGER, "audit_log", found, {})
             lines.append(
                 f"the trigger {_INDEX_TRIGGER} on table audit_log {state}: the reference index "
                 "audit_refs is no longer kept for new entries (audit explain reads the whole log "
@@ -471,8 +648,15 @@ def missing_protection(store: Store) -> list[str]:
     return lines
 
 
-def _state(name: str, table: str, found: dict[tuple[str, str], bool]) -> tuple[str, str]:
-    """How a trigger not in force is (missing, or disabled) and what puts it back in force."""
+def _state(
+    name: str, table: str, found: dict[tuple[str, str], bool], changed: dict[tuple[str, str], str]
+) -> tuple[str, str]:
+    """How a trigger not in force is (missing, changed, or disabled) and what puts it back in force."""
+    if (name, table) in changed:
+        return (
+            f"is not the one agentgate made: {changed[(name, table)]}",
+            "`agentgate store init` run as the store's owner makes it again",
+        )
     if (name, table) in found:
         return (
             "is disabled",

@@ -53,8 +53,8 @@ class VerifyReport:
 
     unprotected: tuple[str, ...] = field(default_factory=tuple)
     """Each trigger of the log's machinery that is not in force (``missing_protection``: a
-    protection trigger dropped or disabled, the reference index's trigger dropped), one line each:
-    the entries may still verify (``problems`` empty), but whoever changed the machinery could
+    protection trigger dropped, disabled or not the one agentgate made, the reference index's
+    trigger dropped), one line each: the entries may still verify (``problems`` empty), but whoever changed the machinery could
     edit them, and a later edit would be refused by nothing."""
 
     @property
