@@ -17,11 +17,11 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from test_audit_read_only import ORIGIN, _catalog, _files, _postgres, _run
 
 from agentgate.keys import SigningKey
 from agentgate.store import SQLiteStore
 from agentgate.store.audit import AuditLog
-from tests.test_audit_read_only import ORIGIN, _catalog, _files, _postgres, _run
 
 KEY = SigningKey(b"\x07" * 32)
 NO_OP = "CREATE TRIGGER audit_log_no_update BEFORE UPDATE ON audit_log BEGIN SELECT 1; END"

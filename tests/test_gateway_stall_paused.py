@@ -199,8 +199,9 @@ def test_an_answer_that_ended_paused_and_whose_caller_stops_reading_below_low_wa
     # transport's buffer falls below its low-water mark (asyncio resumes writing there, with
     # bytes left) and stops. resume_writing stopped the clock; on_response_complete, long past,
     # started none (one was running): the tail waited with no clock, the connection (and its
-    # close after the keep-alive timeout) held for ever. Up to three scenes: one must be set up.
-    assert any(_ends_paused_then_stops_reading() for _ in range(3)), "the scene was never set up"
+    # close after the keep-alive timeout) held for ever. Up to eight scenes: one must be set up
+    # (three in a row once missed the window below low water, in a clean-clone CI run).
+    assert any(_ends_paused_then_stops_reading() for _ in range(8)), "the scene was never set up"
 
 
 # --- a next keep-alive answer after resumed writing or a tail ----------------------------------
