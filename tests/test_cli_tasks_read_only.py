@@ -4,15 +4,13 @@ byte, and a store without an audit log or once-only calls lists nothing and gain
 
 from __future__ import annotations
 
-import hashlib
 import json
-import shutil
 import sqlite3
 from pathlib import Path
 
 import pytest
+from test_store_read_only import _digests, _run, copied_as
 
-from agentgate.cli.main import main
 from agentgate.store import SQLiteStore, open_store
 from agentgate.store.audit import AuditLog, open_log_key
 from agentgate.store.dead_letters import DeadLetterStore
@@ -28,21 +26,6 @@ def cli(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("AGENTGATE_LOG_KEY", str(tmp_path / "log.key"))
     monkeypatch.delenv("AGENTGATE_LOG_PREVIOUS_KEYS", raising=False)
     monkeypatch.delenv("AGENTGATE_STORE", raising=False)
-
-
-def _run(argv: list[str]) -> int:
-    try:
-        return main(argv)
-    except SystemExit as exit_:
-        return int(exit_.code or 0)
-
-
-def _digests(folder: Path) -> dict[str, str]:
-    return {
-        p.name: hashlib.sha256(p.read_bytes()).hexdigest()
-        for p in folder.iterdir()
-        if p.name.startswith("s.db")
-    }
 
 
 def _unsettled_copy(tmp_path: Path, journal: str) -> Path:
@@ -61,11 +44,7 @@ def _unsettled_copy(tmp_path: Path, journal: str) -> Path:
             once.start(tx, "pay-0", 0)
             once.start(tx, "pay-1", 1)
             once.finish(tx, "pay-1", "ok")
-    if journal == "delete":
-        raw = sqlite3.connect(live / "s.db")
-        assert raw.execute("PRAGMA journal_mode=DELETE").fetchone() == ("delete",)
-        raw.close()
-    shutil.copy(live / "s.db", copy / "s.db")
+    copied_as(journal, live / "s.db", copy / "s.db")
     return copy
 
 

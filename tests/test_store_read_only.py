@@ -109,12 +109,18 @@ def _evidence(tmp_path: Path, journal: str) -> Path:
         assert (copy / "s.db-wal").stat().st_size > 0
     store.close()
     if journal != "pending":
-        if journal == "delete":
-            raw = sqlite3.connect(live / "s.db")
-            assert raw.execute("PRAGMA journal_mode=DELETE").fetchone() == ("delete",)
-            raw.close()
-        shutil.copy(live / "s.db", copy / "s.db")
+        copied_as(journal, live / "s.db", copy / "s.db")
     return copy
+
+
+def copied_as(journal: str, db: Path, to: Path) -> None:
+    """Copy the closed store file ``db`` to ``to`` as an auditor keeps it: ``delete`` switched to
+    rollback-journal mode first, ``wal`` as agentgate left it."""
+    if journal == "delete":
+        raw = sqlite3.connect(db)
+        assert raw.execute("PRAGMA journal_mode=DELETE").fetchone() == ("delete",)
+        raw.close()
+    shutil.copy(db, to)
 
 
 @pytest.mark.parametrize("journal", ["delete", "wal", "pending"])
