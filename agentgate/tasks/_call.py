@@ -79,6 +79,16 @@ def _check_time(value: object, what: str) -> None:
     a NaN deadline compares false with every time, so it would bound nothing)."""
     if value is None or isinstance(value, datetime):
         return
+    if isinstance(value, int) and not isinstance(value, bool):
+        try:
+            float(value)
+        except OverflowError:
+            # No float holds it: the deadline's arithmetic raised OverflowError when the call was
+            # submitted (and repr of one past 4,300 digits raises ValueError).
+            raise InputError(
+                f"tool call {what} must be an aware datetime or Unix seconds, got an integer of "
+                f"{value.bit_length()} bits"
+            ) from None
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
         raise InputError(f"tool call {what} must be an aware datetime or Unix seconds, got {value!r}")
 

@@ -62,13 +62,22 @@ def _require(condition: bool, what: str) -> None:
         _fail(what)
 
 
+def _shown(value: object) -> str:
+    """``value`` as an error message writes it: an integer no float holds by its size (Python
+    refuses to write one of more than 4,300 digits: the message itself raised ``ValueError``)."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 1024:
+        return f"an integer of {value.bit_length()} bits"
+    return repr(value)
+
+
 def _integer(value: object, where: str, minimum: int, *, optional: bool = False) -> None:
     """``value`` is an int (not a bool) >= ``minimum``, or None when ``optional``."""
     if value is None and optional:
         return
     if isinstance(value, bool) or not isinstance(value, int):
-        _fail(f"{where} must be an integer, got {value!r}")
-    _require(value >= minimum, f"{where} must be >= {minimum}, got {value}")
+        _fail(f"{where} must be an integer, got {_shown(value)}")
+    if value < minimum:
+        _fail(f"{where} must be >= {minimum}, got {_shown(value)}")
 
 
 def _number(
@@ -85,8 +94,12 @@ def _number(
     if value is None and optional:
         return
     if isinstance(value, bool) or not isinstance(value, int | float):
-        _fail(f"{where} must be a number, got {value!r}")
-    _require(math.isfinite(value), f"{where} must be a finite number, got {value!r}")
+        _fail(f"{where} must be a number, got {_shown(value)}")
+    try:
+        finite = math.isfinite(value)
+    except OverflowError:  # an integer no float holds: it would overflow where the value is used
+        finite = False
+    _require(finite, f"{where} must be a finite number, got {_shown(value)}")
     if above:
         _require(value > minimum, f"{where} must be > {minimum}, got {value}")
     else:
@@ -162,7 +175,8 @@ class RateLimit:
     def __post_init__(self) -> None:
         _number(self.per_second, "rate.per_second", 0, above=True)
         _integer(self.burst, "rate.burst", 1)
-        _require(self.burst <= MAX_BURST, f"rate.burst must be <= {MAX_BURST}, got {self.burst}")
+        if self.burst > MAX_BURST:
+            _fail(f"rate.burst must be <= {MAX_BURST}, got {_shown(self.burst)}")
 
 
 @dataclass(frozen=True)

@@ -579,13 +579,20 @@ class Scheduler(_StoreWork, _Failures):
 
 
 def _drain_timeout(timeout_s: object) -> float | None:
-    """``timeout_s`` of ``aclose``/``close`` as a bound to wait: None for None or infinity, at
-    least 0; ``InputError`` for anything but a number (a bool included) and for NaN."""
+    """``timeout_s`` of ``aclose``/``close`` as a bound to wait: None for None, infinity or an
+    integer too large for a float (no wait is that long), at least 0; ``InputError`` for
+    anything but a number (a bool included) and for NaN."""
     if timeout_s is None:
         return None
     if isinstance(timeout_s, bool) or not isinstance(timeout_s, int | float) or timeout_s != timeout_s:
         raise InputError(f"the drain timeout_s must be a number of seconds or None, got {timeout_s!r}")
-    return None if timeout_s == math.inf else max(float(timeout_s), 0.0)
+    if timeout_s <= 0:
+        return 0.0
+    try:
+        seconds = float(timeout_s)
+    except OverflowError:  # an integer no float holds: longer than any wait
+        return None
+    return None if seconds == math.inf else seconds
 
 
 def _awaitable(value: Any) -> Awaitable[Any]:

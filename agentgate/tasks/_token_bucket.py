@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable
 
 from agentgate.errors import InputError
+from agentgate.tasks._config import MAX_BURST, _shown
 
 
 class TokenBucket:
@@ -28,10 +29,16 @@ class TokenBucket:
 
     def __init__(self, rate: float, burst: int, *, clock: Callable[[], float] = time.monotonic) -> None:
         rate_ok = not isinstance(rate, bool) and isinstance(rate, int | float) and 0 < rate < math.inf
-        burst_ok = not isinstance(burst, bool) and isinstance(burst, int) and burst >= 1
+        burst_ok = not isinstance(burst, bool) and isinstance(burst, int) and 1 <= burst <= MAX_BURST
+        if rate_ok and isinstance(rate, int):
+            try:  # an integer no float holds: the first refill raised OverflowError
+                float(rate)
+            except OverflowError:
+                rate_ok = False
         if not (rate_ok and burst_ok):  # a NaN rate never grants a token; an infinite one, NaN levels
             raise InputError(
-                f"a token bucket needs a finite rate > 0 and an integer burst >= 1, got rate={rate!r}, burst={burst!r}"
+                "a token bucket needs a finite rate > 0 and an integer burst from 1 to 2**53, "
+                f"got rate={_shown(rate)}, burst={_shown(burst)}"
             )
         self.rate = rate
         self.burst = burst
