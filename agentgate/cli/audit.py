@@ -374,12 +374,26 @@ def _matches(entry: AuditEntry, args: argparse.Namespace) -> bool:
     return True
 
 
+def _warn_unprotected(log: AuditLog) -> None:
+    """One line on standard error when a trigger of the log's machinery is not in force (what
+    ``verify`` reports as TAMPERED): ``show`` and ``explain`` show the log, they do not verify it,
+    so their exit code stays; reading the catalog writes nothing."""
+    unprotected = log.unprotected()
+    if unprotected:
+        more = f" (and {len(unprotected) - 1} more)" if len(unprotected) > 1 else ""
+        print(
+            f"agentgate: warning: {printable(unprotected[0])}{more}; run agentgate audit verify",
+            file=sys.stderr,
+        )
+
+
 def _show(args: argparse.Namespace) -> int:
     store, log = _open(args)
     with store:
         if not log.exists:
             print(f"agentgate audit show: {_NO_LOG_YET}", file=sys.stderr)
             return 0
+        _warn_unprotected(log)
         start = args.start
         if args.last is not None and not _filtered(args):
             start = max(start, log.size() - args.last)  # read only the entries to be shown
@@ -412,6 +426,7 @@ def _explain(args: argparse.Namespace) -> int:
     with store:
         if not log.exists:
             raise BeyondLogEnd(args.index, 0, "entry")
+        _warn_unprotected(log)
         explained = log.explain(args.index)
         entry, related = explained.entry, explained.related
         chain = _grant_chain(store, entry.chain_hash) if entry.chain_hash else None

@@ -207,8 +207,14 @@ class _Verification:
             min(bad) if bad else None,
             tuple(problems),
             tuple(unopened),
-            tuple(missing_protection(self.store)),
+            self.unprotected(),
         )
+
+    def unprotected(self) -> tuple[str, ...]:
+        """Each trigger of the log's machinery that is not in force (``missing_protection``), one
+        line each, read from the catalog only: what ``verify`` puts in ``VerifyReport.unprotected``,
+        without reading the entries (``audit show`` and ``explain`` warn with it)."""
+        return tuple(missing_protection(self.store))
 
     def repeated_indexes(self, start: int = 0, end: int | None = None) -> list[tuple[int, int]]:
         """The first ten indexes from ``start`` (below ``end`` when given) that more than one row
