@@ -117,6 +117,23 @@ def _drop_changed_triggers(tables: tuple[str, ...]) -> str:
 """
 
 
+def _fire_always(tables: tuple[str, ...]) -> str:
+    """A PL/pgSQL step that makes each protection trigger of ``tables`` that fires in ordinary
+    sessions only (``tgenabled`` O, as CREATE TRIGGER makes it) fire in every session (A, ENABLE
+    ALWAYS), where the table's owner runs it: ``session_replication_role = replica``, set for a
+    session, a role or the database, then no longer skips it. A disabled one (D, or R: replica
+    sessions only) is left for its owner to enable (``audit verify`` reports it). Needs a
+    variable ``changed record``."""
+    return f"""
+    FOR changed IN SELECT t.tgname, c.relname FROM pg_trigger t
+            JOIN pg_class c ON c.oid = t.tgrelid
+            JOIN {_pg_made(tables)} ON t.tgname = made.name AND t.tgrelid = to_regclass(made.tbl)
+            WHERE NOT t.tgisinternal AND t.tgenabled = 'O' AND pg_has_role(c.relowner, 'USAGE') LOOP
+        EXECUTE format('ALTER TABLE %I ENABLE ALWAYS TRIGGER %I', changed.relname, changed.tgname);
+    END LOOP;
+"""
+
+
 AUDIT_DDL: dict[Dialect, str] = {
     "sqlite": """
 CREATE TABLE IF NOT EXISTS audit_log (
@@ -214,6 +231,9 @@ BEGIN
         CREATE TRIGGER audit_checkpoints_no_truncate BEFORE TRUNCATE ON audit_checkpoints
             FOR EACH STATEMENT EXECUTE FUNCTION agentgate_append_only();
     END IF;
+"""
+    + _fire_always(LOG_TABLES)
+    + """
 END;
 $$;
 """,
@@ -257,6 +277,9 @@ BEGIN"""
         CREATE TRIGGER agentgate_store_parts_no_truncate BEFORE TRUNCATE ON agentgate_store_parts
             FOR EACH STATEMENT EXECUTE FUNCTION agentgate_append_only();
     END IF;
+"""
+    + _fire_always((_PARTS,))
+    + """
     -- Read only where this role may read and insert (PL/pgSQL's AND does not stop at the first
     -- false): a role of least privilege without rights there leaves it to the schema's owner.
     IF has_table_privilege('agentgate_store_parts', 'SELECT')
@@ -615,10 +638,96 @@ def refs_complete(store: Store) -> bool:
         return False  # a role that may not read it: read as a log without the index
 
 
+def _ordinary_only(store: Store) -> list[tuple[str, str]]:
+    """``(trigger, table)`` for each trigger of the log's machinery on PostgreSQL that fires in
+    ordinary sessions only (``tgenabled`` O: a protection trigger a writer has not yet made
+    ENABLE ALWAYS, and ``audit_log_index_ref``), which ``session_replication_role = replica``
+    skips. Reads the catalog only."""
+    names = [name for name, _table, _refuses in PROTECTION_TRIGGERS["postgresql"]] + [_INDEX_TRIGGER]
+    listed = ", ".join(f"'{name}'" for name in names)
+    rows = store.query(
+        "SELECT t.tgname, c.relname FROM pg_catalog.pg_trigger t JOIN pg_catalog.pg_class c "
+        f"ON c.oid = t.tgrelid WHERE NOT t.tgisinternal AND t.tgenabled = 'O' AND t.tgname IN ({listed}) "
+        "AND c.relname IN ('audit_log', 'audit_checkpoints', 'agentgate_store_parts') "
+        "AND pg_catalog.pg_table_is_visible(c.oid)"
+    )
+    order = {name: k for k, name in enumerate(names)}
+    return sorted(((str(name), str(table)) for name, table in rows), key=lambda found: order[found[0]])
+
+
+_REPLICA_SETTINGS = """
+SELECT CASE WHEN s.setrole = 0 AND s.setdatabase = 0 THEN 'every role'
+            WHEN s.setrole = 0 THEN 'database ' || quote_ident(d.datname)
+            WHEN s.setdatabase = 0 THEN 'role ' || quote_ident(r.rolname)
+            ELSE 'role ' || quote_ident(r.rolname) || ' in database ' || quote_ident(d.datname) END,
+       'ALTER ' || CASE WHEN s.setrole = 0 AND s.setdatabase = 0 THEN 'ROLE ALL'
+            WHEN s.setrole = 0 THEN 'DATABASE ' || quote_ident(d.datname)
+            WHEN s.setdatabase = 0 THEN 'ROLE ' || quote_ident(r.rolname)
+            ELSE 'ROLE ' || quote_ident(r.rolname) || ' IN DATABASE ' || quote_ident(d.datname) END
+            || ' RESET session_replication_role'
+FROM pg_catalog.pg_db_role_setting s
+LEFT JOIN pg_catalog.pg_roles r ON r.oid = s.setrole
+LEFT JOIN pg_catalog.pg_database d ON d.oid = s.setdatabase
+WHERE s.setdatabase IN (0, (SELECT oid FROM pg_catalog.pg_database WHERE datname = current_database()))
+  AND EXISTS (SELECT 1 FROM unnest(s.setconfig) AS c(v) WHERE lower(c.v) = 'session_replication_role=replica')
+UNION ALL
+SELECT 'this session (' || source || ')',
+       'a session without it (a connection without PGOPTIONS=''-c session_replication_role=replica'')'
+FROM pg_catalog.pg_settings
+WHERE name = 'session_replication_role' AND setting = 'replica'
+  AND source NOT IN ('database', 'user', 'database user')
+ORDER BY 1
+"""
+"""SQL rows ``(whose sessions, what removes it)``: each setting of ``session_replication_role =
+replica`` that applies in this database (``ALTER ROLE|DATABASE ... SET``, kept in
+pg_db_role_setting, for any role), and this session's own value when it is replica from
+elsewhere (the client's options). Readable by any role."""
+
+
+def _replica_sessions(store: Store) -> list[str]:
+    """A line for each setting of ``session_replication_role = replica`` in force here
+    (``_REPLICA_SETTINGS``) under which a trigger of the log's machinery does not fire
+    (``_ordinary_only``); empty where none applies, or every such trigger fires always."""
+    skipped = _ordinary_only(store)
+    if not skipped:
+        return []
+    protection = [f"{name} on table {table}" for name, table in skipped if name != _INDEX_TRIGGER]
+    index = any(name == _INDEX_TRIGGER for name, _table in skipped)
+    harm = []
+    if protection:
+        harm.append(
+            f"the protection trigger(s) {', '.join(protection)} do not fire there, so the log is not "
+            "protected in those sessions (an edit or deletion is refused by nothing)"
+        )
+    if index:
+        harm.append(
+            f"the trigger {_INDEX_TRIGGER} does not fire there, so entries appended in those sessions "
+            "are left out of the reference index audit_refs"
+        )
+    cure = (
+        "; `agentgate store init` run as the store's owner makes the protection triggers fire in "
+        "every session (ENABLE ALWAYS)"
+        if protection
+        else ""
+    )
+    lines = []
+    for whose, reset in store.query(_REPLICA_SETTINGS):
+        fix = (
+            f"`{reset}` run as a superuser removes the setting"
+            if reset.startswith("ALTER")
+            else f"verify from {reset}"
+        )
+        lines.append(f"session_replication_role = replica is set for {whose}: {'; '.join(harm)}; {fix}{cure}")
+    return lines
+
+
 def missing_protection(store: Store) -> list[str]:
     """What is missing of the log's machinery, one line each, read from the catalog (nothing is
     written): each protection trigger (``PROTECTION_TRIGGERS``) that is missing from its table, is
-    not the one agentgate made (``_changed``), or on PostgreSQL is disabled, and the reference index's trigger where the index was built. Its
+    not the one agentgate made (``_changed``), or on PostgreSQL is disabled, and the reference
+    index's trigger where the index was built; on PostgreSQL also each setting of
+    ``session_replication_role = replica`` under which one of them does not fire
+    (``_replica_sessions``). Its
     tables are there (the log's were checked as it opened; the record's triggers are looked for
     only where the record's table is). Empty for a log whose machinery is whole."""
     held = _tables_held(store, (*LOG_TABLES, _PARTS, "audit_refs_built"))
@@ -645,6 +754,8 @@ def missing_protection(store: Store) -> list[str]:
                 "audit_refs is no longer kept for new entries (audit explain reads the whole log "
                 f"instead); {fix}"
             )
+    if store.dialect == "postgresql":
+        lines.extend(_replica_sessions(store))
     return lines
 
 
@@ -660,6 +771,6 @@ def _state(
     if (name, table) in found:
         return (
             "is disabled",
-            f"`ALTER TABLE {table} ENABLE TRIGGER {name}` run as the table's owner enables it",
+            f"`ALTER TABLE {table} ENABLE ALWAYS TRIGGER {name}` run as the table's owner enables it",
         )
     return "is missing", "`agentgate store init` run as the store's owner puts it back"
