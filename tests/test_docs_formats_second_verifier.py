@@ -36,6 +36,8 @@ HEX64 = re.compile(r"[0-9a-f]{64}")
 HEX32 = re.compile(r"[0-9a-f]{32}")
 UNIT = re.compile(r"[a-z][a-z0-9_]{0,31}")
 RESOURCE = re.compile(r"(tool|model|gpu):[a-z0-9_-]+(\.[a-z0-9_-]+)*")
+ACTION = re.compile(r"[a-z][a-z0-9_]{0,199}|\*")
+ARGUMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 GRANT_FIELDS = {"v", "iss", "aud", "caps", "budget", "nbf", "exp", "depth", "nonce", "purpose", "parent"}
 INVOCATION_FIELDS = {"v", "iss", "tip", "res", "act", "args", "nonce", "iat", "exp"}
 SKEW = 30
@@ -155,7 +157,9 @@ def check_grant(payload: Any) -> dict[str, Any]:
             and set(cap) == {"resource", "action", "constraints"}
             and isinstance(cap["resource"], str)
             and isinstance(cap["action"], str)
+            and ACTION.fullmatch(cap["action"]) is not None
             and isinstance(cap["constraints"], dict)
+            and all(len(name) <= 200 and ARGUMENT.fullmatch(name) for name in cap["constraints"])
         ):
             raise Refused("format")
     return p

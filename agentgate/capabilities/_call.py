@@ -6,14 +6,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentgate._shown import character_named, not_printable
-from agentgate.capabilities._capability import _ACTION
-from agentgate.capabilities._resources import DEFAULT_ACTIONS, MAX_NAME_LENGTH, canonical_resource
+from agentgate.capabilities._capability import _check_action
+from agentgate.capabilities._resources import canonical_resource
 from agentgate.capabilities._values import PLAIN_SCALARS, _plain, _text
 from agentgate.errors import CapabilityError
-
-_USUAL_ACTIONS = frozenset(DEFAULT_ACTIONS.values())
-"""The actions of nearly every call (``invoke``, ``generate``, ``lease``): taken without the regex."""
 
 
 @dataclass(frozen=True)
@@ -47,7 +43,7 @@ class Call:
                 f"{type(self.action).__name__}: Call(resource, action, args)"
             )
         object.__setattr__(self, "resource", _text(self.resource, "a call's resource"))
-        object.__setattr__(self, "action", _check_action(_text(self.action, "a call's action")))
+        object.__setattr__(self, "action", _check_action(_text(self.action, "a call's action"), "a call's"))
         object.__setattr__(self, "args", _plain_arguments(self.args))
 
     @classmethod
@@ -57,28 +53,6 @@ class Call:
     @classmethod
     def model(cls, name: str, args: Mapping[str, Any] | None = None) -> Call:
         return cls(canonical_resource("model:" + _text(name, "a model name")), "generate", _arguments(args))
-
-
-def _check_action(action: str) -> str:
-    """``action`` if a capability could name it as one action: a lower-case identifier (the
-    grammar of a capability's action) of at most ``MAX_NAME_LENGTH`` characters, and not ``*``
-    (a capability's word for every action, not an action a call can take); else
-    ``CapabilityError`` naming it. Until review R56 a call's action was any string: under a
-    grant of every action, ``"invoke\\n"``, ``""``, one with a zero-width character or one of
-    5,000 characters was allowed, and its audit entry and spans carried it."""
-    if action in _USUAL_ACTIONS or (
-        len(action) <= MAX_NAME_LENGTH and action != "*" and _ACTION.fullmatch(action)
-    ):
-        return action
-    if len(action) > MAX_NAME_LENGTH:
-        why = f"is {len(action)} characters long, more than {MAX_NAME_LENGTH}"
-    elif (hidden := next((c for c in action if not_printable(c)), None)) is not None:
-        why = f"holds {character_named(hidden)}"
-    elif action == "*":
-        why = "names every action, which a capability may grant and a call cannot take"
-    else:
-        why = "is not a lower-case identifier (a-z, then a-z, 0-9 or '_')"
-    raise CapabilityError(f"a call's action {action[:40]!r}{'...' if len(action) > 40 else ''} {why}")
 
 
 def _arguments(args: Mapping[str, Any] | None) -> dict[str, Any]:

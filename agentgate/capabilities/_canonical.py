@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 
 from agentgate.capabilities._capability import _ACTION, _FIELD, Capability
 from agentgate.capabilities._constraints import Constraint
-from agentgate.capabilities._resources import _check_pattern
+from agentgate.capabilities._resources import MAX_NAME_LENGTH, _check_pattern
 from agentgate.capabilities._values import MAX_SET_SIZE, _is_text
 from agentgate.errors import CapabilityError
 
@@ -98,12 +98,12 @@ def capability_from_canonical(data: object) -> Capability | None:
         _check_pattern(resource)
     except CapabilityError:
         return None
-    if not _ACTION.fullmatch(action):
+    if len(action) > MAX_NAME_LENGTH or not _ACTION.fullmatch(action):
         return None
     constraints: list[tuple[str, Constraint]] = []
     for name, spec in raw.items():
         constraint = _constraint_from_canonical(spec)
-        if constraint is None or not _FIELD.fullmatch(name):
+        if constraint is None or len(name) > MAX_NAME_LENGTH or not _FIELD.fullmatch(name):
             return None
         constraints.append((name, constraint))
     constraints.sort(key=_name)

@@ -15,7 +15,7 @@ from typing import Any
 from agentgate._json import Inexact, exact_float
 from agentgate._shown import character_named, not_printable
 from agentgate.capabilities._constraints import Constraint
-from agentgate.capabilities._resources import DEFAULT_ACTIONS, _check_pattern
+from agentgate.capabilities._resources import DEFAULT_ACTIONS, MAX_NAME_LENGTH, _check_pattern
 from agentgate.capabilities._values import Scalar, _check_value, _text
 from agentgate.errors import CapabilityError
 
@@ -24,6 +24,50 @@ MAX_CAPABILITY_TEXT = 4096
 
 _ACTION = re.compile(r"[a-z][a-z0-9_]*|\*")
 _FIELD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*")
+_USUAL_ACTIONS = frozenset(DEFAULT_ACTIONS.values())
+"""The actions of nearly every call (``invoke``, ``generate``, ``lease``): taken without the regex."""
+
+
+def _check_action(action: str, whose: str, *, every: bool = False) -> str:
+    """``action`` if a capability could name it as one action: a lower-case identifier (the
+    grammar of a capability's action) of at most ``MAX_NAME_LENGTH`` characters; ``*`` (every
+    action) only where ``every`` (a capability's action, never a call's). Else ``CapabilityError``
+    naming ``whose`` action it is. Until review R56 a call's action was any string: under a grant
+    of every action, ``"invoke\\n"``, ``""``, one with a zero-width character or one of 5,000
+    characters was allowed, and its audit entry and spans carried it. Until review R57 a
+    capability's action, in a grant token or a policy, had no length limit."""
+    if action in _USUAL_ACTIONS or (
+        len(action) <= MAX_NAME_LENGTH and (action != "*" or every) and _ACTION.fullmatch(action)
+    ):
+        return action
+    if len(action) > MAX_NAME_LENGTH:
+        why = f"is {len(action)} characters long, more than {MAX_NAME_LENGTH}"
+    elif (hidden := next((c for c in action if not_printable(c)), None)) is not None:
+        why = f"holds {character_named(hidden)}"
+    elif action == "*":
+        why = "names every action, which a capability may grant and a call cannot take"
+    else:
+        why = "is not a lower-case identifier (a-z, then a-z, 0-9 or '_')" + (" or '*'" if every else "")
+    raise CapabilityError(f"{whose} action {action[:40]!r}{'...' if len(action) > 40 else ''} {why}")
+
+
+def _check_argument_name(name: object, resource: str) -> str:
+    """``name`` as an exact ``str`` if a constraint may name it: ``[A-Za-z_][A-Za-z0-9_]*``
+    segments joined by ``.``, at most ``MAX_NAME_LENGTH`` characters; else ``CapabilityError``
+    naming ``resource`` and the argument name (cut at 40 characters). Until review R57 an
+    argument name had no length limit: a grant token carried one of 8,000 characters, and every
+    decision and audit entry that quotes the capability carried it again."""
+    if not issubclass(type(name), str):
+        raise CapabilityError(f"{resource}: argument name {name!r:.60} is not an identifier")
+    text = str.__str__(name)
+    shown = f"{text[:40]!r}{'...' if len(text) > 40 else ''}"
+    if len(text) > MAX_NAME_LENGTH:
+        raise CapabilityError(
+            f"{resource}: argument name {shown} is {len(text)} characters long, more than {MAX_NAME_LENGTH}"
+        )
+    if not _FIELD.fullmatch(text):
+        raise CapabilityError(f"{resource}: argument name {shown} is not an identifier")
+    return text
 
 
 @dataclass(frozen=True)
@@ -37,9 +81,11 @@ class Capability:
     def __post_init__(self) -> None:
         # Exact ``str`` (``_text``): a subclass's ``startswith`` or ``__eq__`` never decides a match.
         object.__setattr__(self, "resource", _check_pattern(_text(self.resource, "a capability's resource")))
-        object.__setattr__(self, "action", _text(self.action, "a capability's action"))
-        if not _ACTION.fullmatch(self.action):
-            raise CapabilityError(f"action {self.action!r} is not a lower-case identifier or '*'")
+        object.__setattr__(
+            self,
+            "action",
+            _check_action(_text(self.action, "a capability's action"), "a capability's", every=True),
+        )
         constraints = self.constraints
         if not isinstance(constraints, tuple | list):
             raise CapabilityError(
@@ -51,10 +97,7 @@ class Capability:
                 raise CapabilityError(
                     f"{self.resource}: constraints are (name, Constraint) pairs, got {repr(pair)[:80]}"
                 )
-        for name, _ in constraints:
-            if not issubclass(type(name), str) or not _FIELD.fullmatch(name):
-                raise CapabilityError(f"{self.resource}: argument name {name!r} is not an identifier")
-        exact = [(_text(name, "an argument name"), constraint) for name, constraint in constraints]
+        exact = [(_check_argument_name(name, self.resource), constraint) for name, constraint in constraints]
         if len({name for name, _ in exact}) != len(exact):
             raise CapabilityError(f"{self.resource}: an argument is constrained twice; merge the operators")
         object.__setattr__(self, "constraints", tuple(sorted(exact, key=lambda c: c[0])))

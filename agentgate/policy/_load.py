@@ -31,7 +31,13 @@ from agentgate._yaml import (
     read_source,
     shortened,
 )
-from agentgate.capabilities import DEFAULT_ACTIONS, Capability, Constraint, canonical_resource
+from agentgate.capabilities import (
+    DEFAULT_ACTIONS,
+    MAX_NAME_LENGTH,
+    Capability,
+    Constraint,
+    canonical_resource,
+)
 from agentgate.errors import CapabilityError, KeyFileError, PolicyError
 from agentgate.keys import as_path, is_key_text, load_public_key
 from agentgate.policy import _schema as schema
@@ -555,6 +561,7 @@ class _Compiler:
         gates = {}
         for name, gate in doc.approvals.items():
             self._pattern(("approvals", name, "resource"), gate.resource)
+            self._gate_arguments(name, gate)
             gates[name] = tuple(
                 (arg, self._constraint(("approvals", name, "when", arg), spec))
                 for arg, spec in sorted(gate.when.items())
@@ -788,6 +795,22 @@ class _Compiler:
                 "resource names are lower-case, '.'-separated",
             ) from None
 
+    def _gate_arguments(self, name: str, gate: schema.ApprovalGate) -> None:
+        """Refuse, at its key, an argument name of ``gate``'s ``when`` longer than
+        ``MAX_NAME_LENGTH`` characters, as a capability's constraints refuse it (a gate's names
+        are matched as written, so any other text is one). Until review R57 it had no limit, and
+        every decision the gate applied to quoted it."""
+        for arg in gate.when:
+            if len(arg) > MAX_NAME_LENGTH:
+                raise self.error(
+                    ("approvals", name, "when", arg),
+                    f"approval gate {name}: argument name {arg[:40]!r}... is {len(arg)} characters long, "
+                    f"more than {MAX_NAME_LENGTH}",
+                    f"argument names of at most {MAX_NAME_LENGTH} characters",
+                    "name the arguments as the tool declares them",
+                    key=True,
+                )
+
     def _constraint(self, loc: tuple[str | int, ...], spec: schema.ConstraintSpec) -> Constraint:
         self._exact_numbers(loc, spec)
         try:
@@ -866,11 +889,24 @@ class _Compiler:
             Capability(rule.resource, action)
         except CapabilityError as exc:
             raise self.error(
-                (*loc, "action"), str(exc), "a lower-case identifier or '*'", "e.g. invoke, read or '*'"
+                (*loc, "action"),
+                str(exc),
+                f"a lower-case identifier of at most {MAX_NAME_LENGTH} characters, or '*'",
+                "e.g. invoke, read or '*'",
             ) from None
-        raise self.error(  # an argument name that is not an identifier
-            (*loc, "constraints"),
+        for arg, constraint in constraints:  # an argument name that is not an identifier, or too long
+            try:
+                Capability(rule.resource, action, ((arg, constraint),))
+            except CapabilityError as exc:
+                refused = exc
+                at: tuple[str | int, ...] = (*loc, "constraints", arg)
+                break
+        else:
+            at = (*loc, "constraints")
+        raise self.error(
+            at,
             str(refused),
-            "argument names that are identifiers",
+            f"argument names that are identifiers of at most {MAX_NAME_LENGTH} characters",
             "constrain the arguments by the names the tool declares",
+            key=at[-1] != "constraints",
         )

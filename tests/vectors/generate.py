@@ -185,6 +185,16 @@ def build_cases() -> dict[str, dict[str, Any]]:
         "negative budget",
         canonical_json({**b, "budget": {"amount": -1, "unit": "usd_micros"}}),
     )
+    signed_variant(
+        "action-too-long",
+        "a capability's action of 201 characters (at most 200)",
+        canonical_json({**b, "caps": [{**REFUND_500, "action": "a" * 201}]}),
+    )
+    signed_variant(
+        "argument-name-too-long",
+        "a constraint's argument name of 201 characters (at most 200)",
+        canonical_json({**b, "caps": [{**REFUND_500, "constraints": {"a" * 201: {"le": 500}}}]}),
+    )
     signed_variant("no-expiry", "expiry missing", canonical_json({k: v for k, v in b.items() if k != "exp"}))
     chain_case("unsigned", "payload without a signature segment", f"ag1.{b64url_encode(root_p)}",
                {"valid": False, "error": "format"})  # fmt: skip
