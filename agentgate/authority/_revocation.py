@@ -31,9 +31,14 @@ def revoke(repo: GrantRepository, grant: Chain | str, *, reason: str = "", now: 
 
 def revoked_id(grant: Chain | str) -> str:
     """The id of the grant ``revoke(repo, grant)`` revokes: a chain's tip, a chain token's tip, or
-    a 64-hex grant id itself. Raises ``TokenFormatError`` for a value that is none of these."""
+    a 64-hex grant id itself. Raises ``TokenFormatError`` for a value that is none of these.
+
+    A ``Chain``'s id is computed from its token's signed bytes, never read from its fields: until
+    review R57 a ``Chain`` whose tip's ``id`` was edited (``dataclasses.replace``, or one built by
+    hand around a real token) revoked the grant its field named, and the grant its token carries
+    stayed live."""
     if isinstance(grant, Chain):
-        return grant.id
+        return parse_chain(grant.token).id
     if isinstance(grant, str) and len(grant) == 64 and all(c in "0123456789abcdef" for c in grant):
         return grant
     return parse_chain(grant).id
