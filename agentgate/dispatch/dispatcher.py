@@ -43,6 +43,7 @@ import aiohttp
 import httpx
 from opentelemetry import context as otel_context
 
+from agentgate._names import check_tenant
 from agentgate.dispatch._policy import AllowedBackend, RoutePlan, RouteRequest, RoutingPolicy
 from agentgate.dispatch.backends import MAX_USAGE_TOKENS, BackendClient, ChatChunk, ChatResult, Timeouts
 from agentgate.dispatch.inventory import Inventory
@@ -298,7 +299,10 @@ class Dispatcher:
         """The ``RouteRequest`` for an OpenAI chat payload (its output limit: ``max_completion_tokens``,
         else ``max_tokens``, else 256; its TTFT budget: ``slo_ttft_s``, else ``slo_ttft(model)``);
         raises ``DispatchError`` if it is malformed (no model or messages, an output limit that is
-        no integer or over ``MAX_USAGE_TOKENS``)."""
+        no integer or over ``MAX_USAGE_TOKENS``), ``InputError`` for a ``tenant`` that is no name
+        (``check_tenant``, as ``Gate.dispatch`` checks it: until review R57 ``chat`` and
+        ``stream`` called directly took any tenant, each one a new token bucket and metric series)."""
+        check_tenant(tenant)
         messages = payload.get("messages")
         model = payload.get("model")
         if not isinstance(messages, list) or not messages or not isinstance(model, str):
@@ -350,7 +354,8 @@ class Dispatcher:
         Raises ``Shed`` / ``NoBackend`` when the router refuses or nothing can serve,
         ``BackendFailed`` after ``max_attempts`` failed tries, ``DispatchError`` for a bad request
         (or a ``request_id`` that a call in flight has) or a dispatcher that is not started (or
-        already closed); all when awaited.
+        already closed), ``InputError`` for a ``tenant`` that is no name (``route_request``); all
+        when awaited.
         """
         return self._chat(payload, allowed, route, otel_context.get_current())
 

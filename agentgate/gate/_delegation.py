@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING
 
 from opentelemetry.trace import INVALID_SPAN, Span, Tracer
 
-from agentgate._shown import character_named, not_printable
+from agentgate._names import MAX_NAME_CHARS
+from agentgate._names import check_name as _check_name
 from agentgate.audit.spans import (
-    MAX_CALL_ID_CHARS,
     grant_span,
     record_decision,
     record_revocation,
@@ -65,42 +65,11 @@ def _call_tag(call: str) -> str:
     return hashlib.sha256(call.encode("utf-8", "surrogatepass")).hexdigest()[:32]
 
 
-MAX_AGENT_NAME_CHARS = MAX_CALL_ID_CHARS
+MAX_AGENT_NAME_CHARS = MAX_NAME_CHARS
 """The most characters an agent's name may hold (``Gate.issue``, ``Gate.delegate``,
 ``delegation_tool``): the spans of its grant and of all its calls carry it whole (they cut every
-name at ``MAX_CALL_ID_CHARS``), and a name longer than any reader can take in is no name."""
-
-
-def _unicode(text: str) -> bool:
-    """Whether ``text`` is valid Unicode (no lone surrogate), as a grant's purpose and an audit
-    entry hold it: an agent's name is signed into the one and recorded in the other."""
-    try:
-        text.encode()
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
-def _check_name(name: str, whose: str) -> None:
-    """``InputError`` naming ``whose`` name unless ``name`` (non-empty text) is valid Unicode,
-    at most ``MAX_AGENT_NAME_CHARS`` characters, and one line of visible text: a character that is
-    not printable (``_shown.not_printable``: a control character, a bidi override or isolate, an
-    invisible format character, a line separator) hides in, or reorders, what a reader of the
-    audit log, a grant and the traces sees. Until review R56 a name of any length was signed
-    into its grant and recorded (up to the 64 KiB audit entry), with any such character."""
-    if len(name) > MAX_AGENT_NAME_CHARS:
-        raise InputError(
-            f"{whose} name must be at most {MAX_AGENT_NAME_CHARS} characters, got {len(name):,}: "
-            f"{name[:40]!r}..."
-        )
-    if not _unicode(name):
-        raise InputError(f"{whose} name must be valid Unicode text, got {name[:80]!r}")
-    hidden = next((at for at, char in enumerate(name) if not_printable(char)), None)
-    if hidden is not None:
-        raise InputError(
-            f"{whose} name holds {character_named(name[hidden])} at character {hidden + 1}: "
-            "a name is one line of visible text"
-        )
+name at ``MAX_CALL_ID_CHARS``), and a name longer than any reader can take in is no name. The
+check is ``_names.check_name``, which ``check_tenant`` and the dispatcher share."""
 
 
 def _delegation_terms(

@@ -13,26 +13,30 @@ from typing import Any, TypeVar
 
 from opentelemetry import context as otel_context
 
+from agentgate._names import check_tenant as check_tenant
 from agentgate.dispatch.backends import ChatChunk, ChatResult
 from agentgate.dispatch.dispatcher import Dispatcher, model_slos
 from agentgate.errors import DispatchError, InputError
-from agentgate.gate._authorization import shown
-from agentgate.gate._delegation import _check_name
+from agentgate.gate._checks import _expect_id
 from agentgate.policy import Policy
 
 T = TypeVar("T")
 
 
-def check_tenant(tenant: object) -> None:
-    """``InputError`` naming the ``tenant`` argument unless it is a name ``Gate.issue`` takes
-    (``_check_name``: non-empty, at most ``MAX_AGENT_NAME_CHARS`` characters of one line of
-    visible text). The tenant keys the dispatcher's token buckets, labels its metrics and is
-    shown in its errors; until review R56 any text was taken (a megabyte, a line break, a bidi
-    override), each distinct one a new bucket and a new metric series."""
-    if not isinstance(tenant, str) or not tenant:
-        shown_as = shown(tenant) if tenant != "" else "empty text"
-        raise InputError(f"a dispatched call's tenant must be non-empty text, got {shown_as}")
-    _check_name(tenant, "a dispatched call's tenant")
+MAX_SESSION_CHARS = 200
+"""The most characters of a dispatched call's ``session``: it keys the router's session affinity
+(up to ``Router.max_sessions`` of them held at once)."""
+
+
+def check_session(session: object) -> None:
+    """``InputError`` naming ``session`` unless it is ``None`` or valid Unicode text (``_expect_id``,
+    as a call's ``call_id`` and ``run_id``: a session is the caller's id of a conversation, compared
+    and never shown, so any visible or invisible character is its own) of at most
+    ``MAX_SESSION_CHARS`` characters. Until review R57 any object was taken, and text of any
+    length was held as a key of the router's affinity map, up to 100,000 of them."""
+    _expect_id(session, "session")
+    if isinstance(session, str) and len(session) > MAX_SESSION_CHARS:
+        raise InputError(f"session must be at most {MAX_SESSION_CHARS} characters, got {len(session):,}")
 
 
 class _Dispatching:
@@ -68,9 +72,11 @@ class _Dispatching:
         """Route and send an OpenAI-style chat payload (blocking). ``session``: the conversation
         (an agent run's thread) whose earlier calls' backend holds its prefix in cache, kept when
         it meets the SLO (docs/dispatch.md). Raises ``DispatchError`` when no dispatcher is
-        attached, ``InputError`` for a ``tenant`` that is no name (``check_tenant``), and what
+        attached, ``InputError`` for a ``tenant`` that is no name (``check_tenant``) or a
+        ``session`` that is no id (``check_session``), and what
         ``Dispatcher.chat`` raises (``NoBackend``, ``Shed``, ``BackendFailed``)."""
         check_tenant(tenant)
+        check_session(session)
         return self._send(lambda d: d.chat(payload, tenant=tenant, session=session)).result()
 
     async def adispatch(
@@ -78,6 +84,7 @@ class _Dispatching:
     ) -> ChatResult:
         """The async twin of ``dispatch``: awaits the dispatcher's loop without blocking this one."""
         check_tenant(tenant)
+        check_session(session)
         return await asyncio.wrap_future(
             self._send(lambda d: d.chat(payload, tenant=tenant, session=session))
         )
@@ -90,6 +97,7 @@ class _Dispatching:
         breaks after output: ``BackendFailed``). Leaving the loop early, or closing the iterator,
         cancels the call on the backend."""
         check_tenant(tenant)
+        check_session(session)
         chunks: queue.SimpleQueue[ChatChunk | BaseException | None] = queue.SimpleQueue()
         relay = self._relay(payload, tenant, session, chunks.put)
         try:
@@ -105,6 +113,7 @@ class _Dispatching:
     ) -> AsyncIterator[ChatChunk]:
         """The async twin of ``dispatch_stream``: awaits each chunk without blocking this loop."""
         check_tenant(tenant)
+        check_session(session)
         loop = asyncio.get_running_loop()
         chunks: asyncio.Queue[ChatChunk | BaseException | None] = asyncio.Queue()
 

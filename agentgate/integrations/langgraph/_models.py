@@ -5,7 +5,9 @@ run's thread as the dispatcher's session (``_session``)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
 from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
 from typing import Any
 
@@ -29,7 +31,7 @@ from pydantic import Field, field_validator
 
 from agentgate.dispatch.backends import ChatChunk, Usage
 from agentgate.errors import BackendFailed
-from agentgate.gate._dispatching import check_tenant
+from agentgate.gate._dispatching import MAX_SESSION_CHARS, check_tenant
 
 
 class DispatchedChatModel(BaseChatModel):
@@ -59,6 +61,11 @@ class DispatchedChatModel(BaseChatModel):
         return self.model_copy(update={"tools": [convert_to_openai_tool(t) for t in tools]})
 
     def _payload(self, messages: list[BaseMessage]) -> dict[str, Any]:
+        """The chat payload of ``messages``; first ``InputError`` for a tenant that is no name
+        (``check_tenant``): ``model_copy(update={"tenant": ...})`` runs no validator, so until
+        review R57 a copy carried whatever tenant it was given to the gate, or to any object
+        standing in for one. Every call builds its payload before it asks the gate."""
+        check_tenant(self.tenant)
         payload: dict[str, Any] = {
             "model": self.model_name,
             "messages": convert_to_openai_messages(messages),
@@ -419,15 +426,26 @@ class ScriptedChatModel(BaseChatModel):
         )
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+"""A lone surrogate: no UTF-8 text holds it, and the gate takes no session holding one."""
+
+
 def _session() -> str | None:
     """The LangGraph thread the model call belongs to, as the dispatcher's session: a
     conversation's turns go back to the backend that holds its prefix in cache. ``None`` outside
-    a run, or in a run without a thread id."""
+    a run, or in a run without a thread id. A thread id longer than ``MAX_SESSION_CHARS`` or
+    holding a lone surrogate is named by its SHA-256 (``sha256:`` and 64 hex digits)."""
     try:
         thread = get_config().get("configurable", {}).get("thread_id")
     except RuntimeError:  # not inside a runnable's context
         return None
-    return str(thread) if thread is not None else None
+    if thread is None:
+        return None
+    text = str(thread)
+    if len(text) <= MAX_SESSION_CHARS and not _SURROGATE.search(text):
+        return text
+    # A thread id the gate takes as no session (``check_session``): one per thread all the same.
+    return "sha256:" + hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def _role(message: BaseMessage) -> str:
