@@ -45,6 +45,14 @@ is for applications to set). A call whose outcome could not be written because t
 had closed (``close`` returned before it settled) also has ``agentgate.outcome.lost=true``
 (``record_outcome_lost``): its span says how it ended, the log has no outcome for it.
 
+Under a low attribute count limit (``OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT``; the SDK drops the oldest
+attribute to make room for a new one) the ``ESSENTIAL`` attributes, ``agentgate.audit.index``,
+``agentgate.outcome.lost``, ``agentgate.decision``, ``agentgate.outcome`` and ``error.type``, are
+set again as the span ends, last: a limit of five keeps them all. The status (ERROR, and a
+deny's reasons as its description) is no attribute and is kept under any limit. Whether a span
+already records a deny or an outcome is read from what it was given, not from what the limit
+left of its attributes (``_RECORDED``).
+
 Exporters: whatever ``TracerProvider`` the application installed; ``configure_from_env`` installs
 one from the standard ``OTEL_*`` variables for applications that have none.
 """
@@ -55,12 +63,14 @@ import contextlib
 import importlib
 import json
 import os
+import weakref
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
 from opentelemetry import trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer
+from opentelemetry.util.types import AttributeValue
 
 from agentgate.audit.entry import canonical_json
 from agentgate.errors import InputError
@@ -91,6 +101,23 @@ capabilities as its caller passes, and each resource is at most 200 characters a
 MAX_ATTRIBUTE_INT = 2**63 - 1
 """The largest integer an attribute may hold: OTLP carries integers as signed 64 bits, and its
 encoder refuses a larger one, failing the export of the whole batch the span is in."""
+ESSENTIAL = (
+    "agentgate.audit.index",
+    "agentgate.outcome.lost",
+    "agentgate.decision",
+    "agentgate.outcome",
+    "error.type",
+)
+"""The attributes that say what a span decided and how it ended, in the order ``_span`` sets them
+again as the span ends when its attribute limit dropped any (``_keep_essentials``): the
+OpenTelemetry SDK drops the oldest attribute to make room for a new one, so these, set last, are
+kept under any limit of ``len(ESSENTIAL)`` or more, and under a lower one the last of them
+(``error.type`` first of all)."""
+_RECORDED: weakref.WeakKeyDictionary[Span, dict[str, AttributeValue]] = weakref.WeakKeyDictionary()
+"""The ``ESSENTIAL`` attributes each span was given (``_record``), kept beside the span: its own
+attributes may have lost them to the limit, and what ``_span`` does with an exception (leave a
+deny or an outcome alone) is read here. Until review R57 it was read from the span's attributes,
+and with ``error.type`` dropped an exception relabelled a deny's span as a failure."""
 _EXPORTERS = ("none", "console", "otlp")
 """The values ``configure_from_env`` reads in ``OTEL_TRACES_EXPORTER`` (any case)."""
 
@@ -150,11 +177,41 @@ def _span(name: str, kind: SpanKind, attributes: Mapping[str, Any], tracer: Trac
             # recorded on the span (a refused delegation raises its AuthorityError through it)
             # keeps agentgate.denied and its reasons: the exception that carries any of them out
             # leaves the status alone.
-            recorded = getattr(span, "attributes", None) or {}
+            recorded = _RECORDED.get(span) or {}
             if "agentgate.outcome" not in recorded and recorded.get("error.type") != DENIED:
-                span.set_attribute("error.type", type(exc).__qualname__)
+                _record(span, {"error.type": type(exc).__qualname__})
                 span.set_status(Status(StatusCode.ERROR, type(exc).__qualname__))
             raise
+        finally:
+            _keep_essentials(span)
+
+
+def _record(span: Span, values: Mapping[str, AttributeValue]) -> None:
+    """Set ``values`` on ``span`` (one call: the SDK takes its lock once) and keep the
+    ``ESSENTIAL`` ones beside it (``_RECORDED``)."""
+    span.set_attributes(values)
+    _remember(span, values)
+
+
+def _remember(span: Span, values: Mapping[str, Any]) -> None:
+    """Keep the ``ESSENTIAL`` attributes of ``values``, set on ``span``, beside it (``_RECORDED``)."""
+    if span.is_recording():  # a span that records nothing keeps nothing (``INVALID_SPAN`` is shared)
+        kept = _RECORDED.get(span)
+        if kept is None:
+            kept = _RECORDED[span] = {}
+        kept.update((name, values[name]) for name in ESSENTIAL if name in values)
+
+
+def _keep_essentials(span: Span) -> None:
+    """Set the ``ESSENTIAL`` attributes recorded on ``span`` again, in that order, if its
+    attribute limit (``OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT``, 128 by default) dropped any of its
+    attributes: they are then its newest, which the SDK drops last. A span that dropped nothing
+    costs one read."""
+    if not getattr(span, "dropped_attributes", 0):
+        return
+    recorded = _RECORDED.get(span)
+    if recorded:
+        span.set_attributes({name: recorded[name] for name in ESSENTIAL if name in recorded})
 
 
 @contextmanager
@@ -309,6 +366,7 @@ def approval_span(
         "agentgate.audit.index": audit_index,
     }
     with _span(f"approve {resource}", SpanKind.INTERNAL, attributes, tracer) as span:
+        _remember(span, attributes)
         yield span
 
 
@@ -338,6 +396,7 @@ def lease_outcome_span(
         "agentgate.audit.ref": ref,
     }
     with _span(f"{status} {resource}", SpanKind.INTERNAL, attributes, tracer) as span:
+        _remember(span, attributes)
         record_outcome(span, status)
         yield span
 
@@ -361,7 +420,7 @@ def record_revocation(
         "agentgate.revoke.descendants": descendants,
         "agentgate.audit.index": audit_index,
     }
-    span.set_attributes({k: v for k, v in values.items() if v is not None})
+    _record(span, {k: v for k, v in values.items() if v is not None})
 
 
 def record_usage(
@@ -399,19 +458,24 @@ def record_decision(
     audit_index: int | None = None,
     reason: str | None = None,
 ) -> None:
-    """The authority decision behind the span. A ``deny`` marks the span ERROR, ``agentgate.denied``."""
+    """The authority decision behind the span. A ``deny`` marks the span ERROR, ``agentgate.denied``,
+    with ``reason`` as the status description. ``agentgate.decision``, ``agentgate.audit.index``
+    and a deny's ``error.type`` are ``ESSENTIAL``: set last, and again as an agentgate span ends
+    if its attribute limit dropped any, so that a low limit keeps them; an exception that
+    leaves the span later does not relabel a deny."""
     values: dict[str, Any] = {
-        "agentgate.decision": decision,
         "agentgate.policy.id": policy_id,
         "agentgate.capability.id": capability_id,
         "agentgate.chain.depth": chain_depth,
         "agentgate.budget.remaining": budget_remaining,
         "agentgate.audit.index": audit_index,
     }
-    span.set_attributes({k: v for k, v in values.items() if v is not None})
+    essential = {k: v for k, v in values.items() if v is not None}
+    essential["agentgate.decision"] = decision
     if decision == "deny":
-        span.set_attribute("error.type", DENIED)
+        essential["error.type"] = DENIED
         span.set_status(Status(StatusCode.ERROR, reason or "denied by agentgate"))
+    _record(span, essential)
 
 
 def record_outcome(span: Span, status: str, *, error_type: str | None = None) -> None:
@@ -420,11 +484,12 @@ def record_outcome(span: Span, status: str, *, error_type: str | None = None) ->
     ``error_type`` (an exception's class name) or ``agentgate.failed`` (the call returned a
     failure). ``ok`` and ``paused`` leave the status as it is, and after ``paused`` an exception
     leaving the span (the one that carries the pause out) does not mark it ERROR."""
-    span.set_attribute("agentgate.outcome", status)
     if status == "error":
         kind = error_type or FAILED
-        span.set_attribute("error.type", kind)
+        _record(span, {"agentgate.outcome": status, "error.type": kind})
         span.set_status(Status(StatusCode.ERROR, kind))
+    else:
+        _record(span, {"agentgate.outcome": status})
 
 
 def record_outcome_lost(span: Span) -> None:
@@ -432,7 +497,7 @@ def record_outcome_lost(span: Span) -> None:
     returned) before the call settled, so its ``outcome`` entry is missing from the log (logged
     as lost) and its reservation stays held. ``agentgate.outcome.lost`` is ``true``; whatever
     ``agentgate.outcome`` the span says is how the call ended, not what the log records."""
-    span.set_attribute("agentgate.outcome.lost", True)
+    _record(span, {"agentgate.outcome.lost": True})
 
 
 def configure_from_env() -> trace.TracerProvider:
