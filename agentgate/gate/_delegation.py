@@ -518,17 +518,17 @@ class _Delegation:
         ``deny`` entry (``_void_revoked``).
 
         Raises ``TokenFormatError`` for a ``grant`` that is none, ``InputError`` for a ``by`` or
-        ``reason`` that is not text; nothing is written then."""
+        ``reason`` that is not text; nothing is written then, and there is no span (until review
+        R57 a ``grant`` that is none left an ERROR ``revoke grant`` span linking no entry)."""
         expect(by, str, "by", "text (who revokes)")
         expect(reason, str, "reason", "text")
-        target = grant.chain if isinstance(grant, AgentIdentity) else grant
+        grant_id = revoked_id(grant.chain if isinstance(grant, AgentIdentity) else grant)
         with self._revoke_span(by) as span:
             # The revocation and its audit entry: one transaction, so neither exists without the
             # other. Read in that transaction, under the audit log's lock: two revokes at once
             # write one entry.
             index: int | None = None
             with self._decision_transaction() as tx, self.grants.within(tx):
-                grant_id = revoked_id(target)
                 already = bool(self.grants.revoked([grant_id]))
                 if not already:
                     revoke(self.grants, grant_id, reason=reason)
@@ -546,9 +546,13 @@ class _Delegation:
         Grants to the key never recorded in this store are not reached: remove the key from the
         policy and restart for those (docs/operations.md, Rotating keys). Raises ``KeyFileError``
         for a ``holder`` that is no did:key, ``InputError`` for a ``by`` or ``reason`` that is
-        not text; nothing is written then."""
+        not text; nothing is written then, and there is no span (until review R57 a ``holder``
+        that is no did:key left an ERROR ``revoke holder`` span)."""
         expect(by, str, "by", "text (who revokes)")
         expect(reason, str, "reason", "text")
+        if not isinstance(holder, PublicKey):
+            expect(holder, str, "holder", "a did:key or a PublicKey")
+            holder = PublicKey.from_did(holder.strip())
         with self._revoke_span(by, holder=True) as span:
             with self._decision_transaction() as tx, self.grants.within(tx):
                 done = revoke_holder(self.grants, holder, reason=reason)
