@@ -237,10 +237,14 @@ class Router(RoutingPolicy):
         return [s for s in candidates if s.backend.engine_key in left]
 
     def _spare(self) -> dict[str, int]:
-        """The free slots of each engine (URL) that has any, under its shared cap."""
+        """The free slots of each engine (URL) that has any, under its shared cap, among the
+        engines that can take work (one of its backends healthy). Until review R57 the slots of
+        engines marked down counted too: no waiter is given one, so the walk down the line
+        (``_match``) never found the free slots all given and went to its end at every ask."""
         free = {
             url: min(s.backend.max_concurrency for s in engine) - sum(s.in_flight for s in engine)
             for url, engine in self._engines.items()
+            if any(s.healthy for s in engine)
         }
         return {url: n for url, n in free.items() if n > 0}
 
