@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 import re
+import string
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -60,6 +61,11 @@ _OCTAL_1_2 = re.compile(r"[-+]?0o[0-7]+")
 """An octal integer as YAML 1.2 writes it (``0o17`` is 15); text to PyYAML's 1.1 rule."""
 _LEADING_ZERO = re.compile(r"[-+]?0[0-9_]+")
 """A decimal integer with a leading zero that PyYAML reads as text (``09``): 9 in YAML 1.2."""
+_STRAY_UNDERSCORE = re.compile(r"_(?![0-9])|(?<![0-9])_")
+"""An underscore in a decimal, octal or binary number's digits that is not between two digits:
+``1_``, ``1__0``, ``1_.5``. PyYAML's 1.1 rule reads them as 1, 10 and 1.5; almost surely a typo."""
+_STRAY_HEX_UNDERSCORE = re.compile(r"_(?![0-9a-fA-F])|(?<![0-9a-fA-F])_")
+"""The same in a hexadecimal number's digits (``0xff_``)."""
 _MAP, _SEQ = "tag:yaml.org,2002:map", "tag:yaml.org,2002:seq"
 _NODE_EVENTS = (yaml.ScalarEvent, yaml.SequenceStartEvent, yaml.MappingStartEvent, yaml.AliasEvent)
 _COUNT_ABOVE = 16 * 1024
@@ -288,6 +294,21 @@ def _lone_surrogate(error: type[SourceError], source: str, index: int) -> Source
     )
 
 
+def _stray_underscore(number: str) -> bool:
+    """Whether the number ``number`` (an int or float scalar, as PyYAML's 1.1 rule reads one) has
+    an underscore that is not between two of its digits: a trailing one (``1_``), two in a row
+    (``1__0``), one beside the point (``1_.5``). An underscore right after a base prefix is
+    Python's and kept (``0x_ff``). Until review R57 they were read, ``1_`` as 1."""
+    digits = number.lstrip("+-")
+    prefix = digits[:2].lower()
+    if prefix in ("0x", "0o", "0b"):
+        digits = digits[3:] if digits[2:3] == "_" else digits[2:]
+    hexadecimal = prefix == "0x"
+    if not any(c in (string.hexdigits if hexadecimal else string.digits) for c in digits):
+        return False  # no digits at all (``!!float _``): not a number, which ``_constructed`` says
+    return (_STRAY_HEX_UNDERSCORE if hexadecimal else _STRAY_UNDERSCORE).search(digits) is not None
+
+
 def _written_exactly(text: str, value: float) -> bool:
     """Whether the float ``value``, loaded from the scalar ``text`` (PyYAML's ``_`` between digits
     allowed), is the number ``text`` writes, as ``exact_float`` decides it: ``0.1`` and ``1.5e3``
@@ -441,6 +462,13 @@ class _Builder:
             if _LEADING_ZERO.fullmatch(node.value):
                 raise self._ambiguous(node)
             raise self._not_a_number(node)  # ``!!int ""``, ``!!int +``: no digits to read
+        if "_" in node.value and node.tag in (_INT, _FLOAT) and _stray_underscore(node.value):
+            raise self.error(
+                node,
+                f"stray underscore in the number {node.value[:40]!r}",
+                "digits with single underscores between them (1_000)",
+                "remove the underscore, or quote text",
+            )
         return self._constructed(node)
 
     def _text(self, node: yaml.Node) -> Any:
