@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from agentgate.errors import InputError
 from agentgate.store import SQLiteStore, Store
 from agentgate.store.dead_letters import AttemptError, DeadLetter, DeadLetterStore
 from agentgate.tasks import Attempt, RetryPolicy, Scheduler, SchedulerConfig, ToolCall, ToolLimits
@@ -100,3 +101,23 @@ def test_prune_keeps_a_dead_letter_recorded_at_the_cut(store: Store) -> None:
         )
     assert letters.prune(100.0) == 1
     assert [x.id for x in letters.recent()] == ["id-2", "id-1"]
+
+
+@pytest.mark.parametrize(
+    "limit", [-1, 0, True, 1.5, "5", None, 2**63, pytest.param(-(10**5000), id="-10**5000")]
+)
+def test_a_limit_that_is_not_a_positive_whole_number_is_refused_alike_on_both_stores(
+    store: Store, limit: object
+) -> None:
+    """Review R57: ``recent(limit=-1)`` listed every letter on SQLite (``LIMIT -1`` is no limit)
+    and was a ``StoreError`` on PostgreSQL (``0`` listed none, ``True`` one).
+    Rule: a limit that is not a whole number from 1 to 2**63 - 1 (a bool neither) is an
+    ``InputError`` with the same message on both stores, and nothing is listed."""
+    letters = DeadLetterStore(store)
+    letters.record(letter(1))
+    with pytest.raises(
+        InputError,
+        match=r"^the dead letters' limit must be a whole number from 1 to 9223372036854775807, got ",
+    ):
+        letters.recent(limit=limit)  # type: ignore[arg-type]
+    assert [x.id for x in letters.recent(limit=2**63 - 1)] == ["id-1"]

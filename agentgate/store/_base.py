@@ -51,6 +51,39 @@ def env_setting(name: str, convert: Callable[[str], T], default: T, what: str) -
         raise InputError(f"{name} must be {what}, got {text[:80]!r}") from None
 
 
+MAX_STORED_INTEGER = 2**63 - 1
+"""The largest integer a statement's parameter may be on both stores (SQLite's INTEGER and
+PostgreSQL's BIGINT are 64-bit signed; a larger one overflowed the SQLite driver)."""
+
+
+def whole_number(value: object, name: str, least: int, most: int = MAX_STORED_INTEGER) -> int:
+    """``value`` if it is an ``int`` (a bool is not one) from ``least`` to ``most``; else
+    ``InputError`` naming ``name``. For what a library caller hands a store method and the
+    method hands a statement (a ``LIMIT``, a count of slots), where the two stores read a value
+    out of range differently (SQLite's ``LIMIT -1`` is no limit, PostgreSQL refuses it)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not least <= value <= most:
+        raise InputError(f"{name} must be a whole number from {least} to {most}, got {_quoted(value)}")
+    return value
+
+
+def positive_number(value: object, name: str, most: float) -> float:
+    """``value`` as a float if it is a finite ``int`` or ``float`` (a bool is not one) above 0 and
+    at most ``most``; else ``InputError`` naming ``name``. NaN passed ``value <= 0`` checks (every
+    comparison with it is false), and infinity is no length of time a store can add to a clock."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= most:
+        raise InputError(f"{name} must be a finite number above 0 and at most {most:g}, got {_quoted(value)}")
+    return float(value)
+
+
+def _quoted(value: object) -> str:
+    """``value`` as an error quotes it: its ``repr``, at most 80 characters (an integer of
+    thousands of digits has none: Python refuses to write one of more than 4,300)."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 128:
+        return f"an integer of {value.bit_length()} bits"
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
 def loaded_driver_errors(*also: type[Exception]) -> tuple[type[Exception], ...]:
     """``also``, then the error classes of the database drivers this process has loaded:
     sqlite3's, and psycopg's once a PostgreSQL store imported it (``Store.driver_errors`` is one

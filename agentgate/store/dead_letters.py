@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, NoReturn
 
 from agentgate.errors import StoreError
-from agentgate.store._base import Dialect, Store
+from agentgate.store._base import Dialect, Store, whole_number
 
 _TABLES = """
 CREATE TABLE IF NOT EXISTS agentgate_dead_letters (
@@ -114,7 +114,12 @@ class DeadLetterStore:
 
     def recent(self, *, limit: int = 100, tool: str | None = None) -> list[DeadLetter]:
         """The newest ``limit`` dead letters (of ``tool`` when given, compared as ``record``
-        stores it), newest first."""
+        stores it), newest first.
+
+        Raises ``InputError`` for a ``limit`` that is not a whole number from 1 to 2**63 - 1 (a
+        bool neither), on both stores: until review R57, SQLite read ``-1`` as no limit and
+        PostgreSQL refused it with a ``StoreError``."""
+        whole_number(limit, "the dead letters' limit", 1)
         where, params = ("WHERE tool = ? ", [_storable(tool)]) if tool else ("", [])
         rows = self.store.query(
             f"SELECT {_COLUMNS} FROM agentgate_dead_letters {where}ORDER BY recorded_at DESC, id LIMIT ?",
