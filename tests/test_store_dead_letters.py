@@ -7,6 +7,7 @@ tests/test_cli_tasks.py.)
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
@@ -121,3 +122,21 @@ def test_a_limit_that_is_not_a_positive_whole_number_is_refused_alike_on_both_st
     ):
         letters.recent(limit=limit)  # type: ignore[arg-type]
     assert [x.id for x in letters.recent(limit=2**63 - 1)] == ["id-1"]
+
+
+@pytest.mark.parametrize(
+    "before", [math.nan, math.inf, -math.inf, True, "100", None, pytest.param(10**400, id="10**400")]
+)
+def test_prune_refuses_a_time_that_is_not_a_finite_number_and_forgets_nothing(
+    store: Store, before: object
+) -> None:
+    """Review R57: ``prune(before=nan)`` forgot every dead letter on PostgreSQL (NaN sorts above
+    every number there) and none on SQLite (NaN is bound as NULL). Rule: a prune time that is not
+    a finite number is an ``InputError`` on both stores, and every letter stays."""
+    letters = DeadLetterStore(store)
+    letters.record(letter(1))
+    with pytest.raises(
+        InputError, match=r"^the dead letters' prune time must be a finite number of Unix seconds"
+    ):
+        letters.prune(before)  # type: ignore[arg-type]
+    assert [x.id for x in letters.recent()] == ["id-1"]

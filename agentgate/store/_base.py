@@ -11,6 +11,7 @@ DDL may differ per dialect and is given per dialect to ``ensure_schema``.
 from __future__ import annotations
 
 import abc
+import math
 import os
 import sqlite3
 import sys
@@ -72,6 +73,19 @@ def positive_number(value: object, name: str, most: float) -> float:
     comparison with it is false), and infinity is no length of time a store can add to a clock."""
     if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= most:
         raise InputError(f"{name} must be a finite number above 0 and at most {most:g}, got {_quoted(value)}")
+    return float(value)
+
+
+def unix_time(value: object, name: str) -> float:
+    """``value`` as a float if it is a finite ``float`` or an ``int`` (a bool is not one) within
+    ``MAX_STORED_INTEGER`` either side of 0: a time in Unix seconds a statement compares a column
+    with. Else ``InputError`` naming ``name``: the stores read NaN differently (SQLite binds it as
+    NULL, which no row is below; PostgreSQL sorts it above every number, which every row is)."""
+    if isinstance(value, bool) or not (
+        (isinstance(value, float) and math.isfinite(value))
+        or (isinstance(value, int) and -MAX_STORED_INTEGER <= value <= MAX_STORED_INTEGER)
+    ):
+        raise InputError(f"{name} must be a finite number of Unix seconds, got {_quoted(value)}")
     return float(value)
 
 
