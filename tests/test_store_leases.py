@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import os
 import signal
 import subprocess
@@ -592,3 +593,68 @@ def test_a_shared_bucket_idle_for_long_holds_no_more_than_its_burst(store: Store
     assert rates.try_take("tool:api", 10.0, 2) == 0.0
     now[0] += 100.0
     assert [rates.try_take("tool:api", 10.0, 2) for _ in range(3)] == [0.0, 0.0, pytest.approx(0.1)]
+
+
+@pytest.mark.parametrize(
+    "ttl_s",
+    [math.nan, math.inf, -1.0, 0, True, "10", None, 11 * 365 * 86_400, pytest.param(10**400, id="10**400")],
+)
+def test_a_lease_manager_refuses_a_ttl_that_is_not_a_finite_positive_number(
+    sqlite_store: SQLiteStore, ttl_s: object
+) -> None:
+    """Review R57: ``LeaseManager(store, ttl_s=nan)`` and ``ttl_s=inf`` were taken (``ttl_s <= 0``
+    is false for NaN): leases that never expire, and a heartbeat that died of ``OverflowError``.
+    Rule: as ``SchedulerConfig.lease_ttl_s`` (whose upper bound it shares), a ttl that is not a
+    number of seconds above 0 and at most ten years is an ``InputError`` naming ``ttl_s``."""
+    with pytest.raises(InputError, match=r"^lease ttl_s must be a finite number above 0 and at most"):
+        LeaseManager(sqlite_store, ttl_s=ttl_s)  # type: ignore[arg-type]
+
+
+def test_the_lease_and_bucket_bounds_are_the_scheduler_configurations() -> None:
+    """The store's bounds on a lease's ttl and a bucket's burst are those ``SchedulerConfig`` and
+    ``RateLimit`` check, so that every configuration they accept the store accepts too."""
+    from agentgate.store.leases import MAX_BURST, MAX_TTL_S
+    from agentgate.tasks._config import MAX_BURST as CONFIG_MAX_BURST
+    from agentgate.tasks._config import MAX_LEASE_TTL_S
+
+    assert (MAX_TTL_S, MAX_BURST) == (MAX_LEASE_TTL_S, CONFIG_MAX_BURST)
+
+
+@pytest.mark.parametrize("limit", [1.5, 0, -1, True, math.nan, "2", None])
+def test_a_lease_limit_that_is_not_a_positive_whole_number_is_refused_and_takes_no_slot(
+    store: Store, limit: object
+) -> None:
+    """Review R57: ``try_acquire(key, 1.5)`` (or NaN) ended in a ``TypeError`` traceback from
+    ``range``, and ``True`` was taken as a limit of 1. Rule: ``InputError`` naming the limit,
+    and no slot is taken."""
+    manager = LeaseManager(store, ttl_s=30)
+    with pytest.raises(InputError, match=r"^the lease limit must be a whole number from 1 to "):
+        manager.try_acquire("tool:x", limit)  # type: ignore[arg-type]
+    assert manager.rows("tool:x") == [] and manager.held() == 0
+    manager.close()
+
+
+@pytest.mark.parametrize(
+    ("per_second", "burst", "named"),
+    [
+        (math.nan, 1, "per_second"),
+        (math.inf, 1, "per_second"),
+        (0, 1, "per_second"),
+        (True, 1, "per_second"),
+        (1.0, 1.5, "burst"),
+        (1.0, True, "burst"),
+        (1.0, math.nan, "burst"),
+        (1.0, 2**53 + 1, "burst"),
+        (1.0, 0, "burst"),
+    ],
+)
+def test_a_shared_rate_that_is_not_a_valid_rate_limit_is_refused_and_leaves_no_bucket(
+    store: Store, per_second: object, burst: object, named: str
+) -> None:
+    """Review R57: ``SharedRateLimits.try_take`` took a NaN or infinite ``per_second`` (a NaN
+    level, never refused again) and a fractional or NaN ``burst``, which ``RateLimit`` refuses.
+    Rule: ``InputError`` naming the parameter, and no bucket row is written."""
+    rates = SharedRateLimits(store, clock=lambda: 1000.0)
+    with pytest.raises(InputError, match=rf"^the rate's {named} must be "):
+        rates.try_take("tool:x", per_second, burst)  # type: ignore[arg-type]
+    assert store.query("SELECT count(*) FROM agentgate_rate_buckets")[0][0] == 0

@@ -67,12 +67,13 @@ def whole_number(value: object, name: str, least: int, most: int = MAX_STORED_IN
     return value
 
 
-def positive_number(value: object, name: str, most: float) -> float:
+def positive_number(value: object, name: str, most: float = sys.float_info.max) -> float:
     """``value`` as a float if it is a finite ``int`` or ``float`` (a bool is not one) above 0 and
     at most ``most``; else ``InputError`` naming ``name``. NaN passed ``value <= 0`` checks (every
     comparison with it is false), and infinity is no length of time a store can add to a clock."""
     if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= most:
-        raise InputError(f"{name} must be a finite number above 0 and at most {most:g}, got {_quoted(value)}")
+        bound = "" if most == sys.float_info.max else f" and at most {most:g}"
+        raise InputError(f"{name} must be a finite number above 0{bound}, got {_quoted(value)}")
     return float(value)
 
 

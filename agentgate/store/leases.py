@@ -43,7 +43,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from agentgate.errors import InputError, StoreError
-from agentgate.store._base import Dialect, Store, unstorable_text
+from agentgate.store._base import Dialect, Store, positive_number, unstorable_text, whole_number
 
 _TABLES = """
 CREATE TABLE IF NOT EXISTS agentgate_leases (
@@ -83,6 +83,11 @@ _RELEASE = "DELETE FROM agentgate_leases WHERE lease_key = ? AND slot = ? AND le
 _RENEW = "UPDATE agentgate_leases SET expires_at = ? WHERE holder = ? AND lease_id IN ({ids})"
 _RENEW_BATCH = 500
 """Lease ids renewed per statement (SQLite's default limit is 32,766 parameters)."""
+MAX_TTL_S = 10 * 365 * 86_400
+"""Longest lease lifetime, ten years: ``SchedulerConfig.lease_ttl_s``'s bound (the heartbeat
+waits a third of it, and ``threading.Event.wait`` refuses a wait of some hundred years)."""
+MAX_BURST = 2**53
+"""Largest shared bucket, as ``RateLimit.burst``'s: the level is a float, exact up to 2**53."""
 _KEY_BYTES = 1024
 """The longest key (UTF-8 bytes) stored as it is. A PostgreSQL B-tree index entry holds about
 2.7 KB, where SQLite has no bound: a longer key is stored by digest (``stored_key``)."""
@@ -131,7 +136,9 @@ class LeaseManager:
 
     ``holder`` names this process in the table (default ``host:pid:random``). The heartbeat
     thread starts with the first lease and stops in ``close()``, which also gives back every
-    lease still held.
+    lease still held. ``ttl_s``: a number of seconds above 0 and at most ``MAX_TTL_S``, else
+    ``InputError`` (until review R57 NaN and infinity were taken: a lease that never expires, and
+    a heartbeat thread that died of ``OverflowError`` at its first wait).
     """
 
     def __init__(
@@ -142,10 +149,8 @@ class LeaseManager:
         holder: str | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        if ttl_s <= 0:
-            raise InputError(f"lease ttl_s must be > 0, got {ttl_s}")
         self.store = store
-        self.ttl_s = ttl_s
+        self.ttl_s = positive_number(ttl_s, "lease ttl_s", MAX_TTL_S)
         self.holder = holder or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self._clock = clock
         self._lock = threading.Lock()
@@ -158,10 +163,11 @@ class LeaseManager:
     def try_acquire(self, key: str, limit: int) -> Lease | None:
         """Take a free slot of ``key`` (at most ``limit`` held at once, by everyone); None if all are held.
 
-        Raises ``StoreError`` when the store cannot be reached (callers fail closed: no slot).
+        Raises ``InputError`` for a ``limit`` that is not a whole number >= 1 (a bool neither: a
+        fractional one was a ``TypeError`` traceback), ``StoreError`` when the store cannot be
+        reached (callers fail closed: no slot).
         """
-        if limit < 1:
-            raise InputError(f"lease limit for {key!r} must be >= 1, got {limit}")
+        whole_number(limit, "the lease limit", 1)
         if self._closed:
             raise StoreError("the lease manager is closed")
         lease_id = uuid.uuid4().hex
@@ -300,11 +306,14 @@ class SharedRateLimits:
     def try_take(self, key: str, per_second: float, burst: int) -> float:
         """Take one token from ``key``'s bucket: 0.0 when taken, else the wait until one is due.
 
-        Raises ``StoreError`` when the store cannot be reached, or when the row keeps changing
+        Raises ``InputError`` for a ``per_second`` that is not a finite number above 0 or a
+        ``burst`` that is not a whole number from 1 to ``MAX_BURST`` (bools neither; until review
+        R57 NaN, infinity and fractions were taken, as ``RateLimit`` refuses them), and
+        ``StoreError`` when the store cannot be reached, or when the row keeps changing
         under us (``_SWAP_TRIES`` lost races in a row), so the caller fails closed.
         """
-        if per_second <= 0 or burst < 1:
-            raise InputError(f"rate for {key!r} needs per_second > 0 and burst >= 1")
+        positive_number(per_second, "the rate's per_second")
+        whole_number(burst, "the rate's burst", 1, MAX_BURST)
         row_key = stored_key(key)
         for _ in range(_SWAP_TRIES):
             now = self._clock()
