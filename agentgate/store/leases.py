@@ -137,8 +137,9 @@ class LeaseManager:
     ``holder`` names this process in the table (default ``host:pid:random``). The heartbeat
     thread starts with the first lease and stops in ``close()``, which also gives back every
     lease still held. ``ttl_s``: a number of seconds above 0 and at most ``MAX_TTL_S``, else
-    ``InputError`` (until review R57 NaN and infinity were taken: a lease that never expires, and
-    a heartbeat thread that died of ``OverflowError`` at its first wait).
+    ``InputError``. Until review R57 NaN and infinity were taken: infinity made leases that never
+    expire and a heartbeat thread that died of ``OverflowError`` at its first wait, NaN leases
+    that never expire on PostgreSQL and a heartbeat that renewed without a pause.
     """
 
     def __init__(
