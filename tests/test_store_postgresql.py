@@ -6,6 +6,8 @@ agentgate's triggers, a command that only reads created agentgate's tables besid
 from __future__ import annotations
 
 import multiprocessing
+import threading
+import time
 import uuid
 import warnings
 from typing import Any
@@ -17,6 +19,7 @@ from agentgate.cli.main import main
 from agentgate.errors import StoreError
 from agentgate.store._postgres import PostgresStore
 from agentgate.store.audit import create_audit_tables
+from agentgate.store.grants import GrantRepository
 from agentgate.store.once import OnceCalls
 
 
@@ -201,3 +204,49 @@ def test_a_store_opened_before_a_fork_serves_each_child_on_connections_of_its_ow
     finally:
         _FORKED.clear()
         store.close()
+
+
+def test_a_replay_racing_its_first_presentation_is_a_replay_on_a_serializable_database(
+    postgres_server: Any,
+) -> None:
+    """Review R57: on a database whose ``default_transaction_isolation`` is ``serializable``, the
+    nonce statement of an unbound decision (one autocommit round trip, where the pool's READ
+    COMMITTED, set per transaction, does not apply) that met the same nonce inserted by a
+    decision still committing failed with "could not serialize access due to concurrent update":
+    a ``StoreError``, read as "the revocation state cannot be read". Rule: it waits for the other
+    decision and is a ``replay``, as at READ COMMITTED (a deny either way, for the right reason)."""
+    url = postgres_server.create_database()
+    with PostgresStore(url) as owner, owner.transaction() as tx:
+        database = tx.execute("SELECT current_database()")[0][0]
+        tx.execute(f"ALTER DATABASE {database} SET default_transaction_isolation = 'serializable'")
+    with PostgresStore(url, max_size=4) as store:
+        repo = GrantRepository(store)
+        second: list[object] = []
+
+        def present_again() -> None:
+            try:
+                second.append(repo.consume_nonce("did:key:zA", "n-1", 2**40, ["g1"]))
+            except StoreError as exc:
+                second.append(exc)
+
+        again = threading.Thread(target=present_again)
+        with store.transaction() as tx:
+            with repo.within(tx):  # the first presentation, recorded with its decision
+                assert repo.consume_nonce("did:key:zA", "n-1", 2**40, ["g1"]) == "fresh"
+            again.start()
+            waiting = _waits_for_a_lock(store)
+        again.join(timeout=30)
+        assert waiting  # the second presentation met the first one's key before it committed
+        assert second == ["replay"]
+        repo.close()
+
+
+def _waits_for_a_lock(store: PostgresStore) -> bool:
+    """Whether another session of the database comes to wait for a row lock (within 10 s)."""
+    for _ in range(1000):
+        if store.query(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"
+        )[0][0]:
+            return True
+        time.sleep(0.01)
+    return False

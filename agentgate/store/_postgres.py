@@ -2,7 +2,8 @@
 
 psycopg 3 with a connection pool. Statements use ``?`` placeholders like the SQLite store and
 are rewritten to ``%s`` once (and cached). Transactions run at READ COMMITTED (set on every
-pooled connection, whatever the server's default); the domains that
+pooled connection, for its transactions and as its session's default for autocommit statements,
+whatever the server's default); the domains that
 need serialization (audit appends, budget spends) take row or advisory locks inside their own
 statements, documented where they do.
 """
@@ -429,21 +430,35 @@ class PostgresStore(Store):
 
 def _read_committed(conn: psycopg.Connection[Any]) -> None:
     """Run every transaction of ``conn`` at READ COMMITTED, whatever the server, database or role
-    default (``default_transaction_isolation``): the locks and conditional updates of the audit
+    default (``default_transaction_isolation``), an autocommit statement's included: the locks and conditional updates of the audit
     log, the ledger and the quotas are written for it, and at REPEATABLE READ or SERIALIZABLE
     concurrent decisions failed with serialization errors (most of them, under contention).
     A wait for a lock ends after ``LOCK_TIMEOUT_S`` unless the server sets a ``lock_timeout``, and
     ``synchronous_commit = off`` is set back on."""
     conn.isolation_level = psycopg.IsolationLevel.READ_COMMITTED
+    # The session's default too, for what runs outside a transaction block: psycopg names the
+    # level in its BEGIN, and an autocommit statement has none. The unbound nonce statement runs
+    # so (store/grants.py, one round trip per decision), and it is one INSERT ... ON CONFLICT DO
+    # NOTHING, which READ COMMITTED is what it needs: a key that a concurrent transaction inserted
+    # is waited for and then skipped (a replay). At REPEATABLE READ or SERIALIZABLE, a key
+    # committed after the statement's snapshot fails it with a serialization error, which the
+    # decision read as "the revocation state cannot be read" (until review R57). Set once here,
+    # read in the same round trip as the settings below, it costs a decision nothing.
+    row = conn.execute(
+        "SELECT set_config('default_transaction_isolation', 'read committed', false), "
+        "current_setting('lock_timeout'), current_setting('synchronous_commit')"
+    ).fetchone()
+    assert row is not None
+    _, lock_timeout, synchronous_commit = row
     # A writer that stops while it holds the audit append lock (SIGSTOP, a pause, a partition that
     # leaves its session open) would otherwise hold every other decision, in every process,
     # without end. One the server, database or role configures (not 0) is kept.
-    if conn.execute("SHOW lock_timeout").fetchone() == ("0",):
+    if lock_timeout == "0":
         conn.execute("SELECT set_config('lock_timeout', %s, false)", (f"{round(LOCK_TIMEOUT_S * 1000)}ms",))
     # A commit must be durable before agentgate says it happened (an allow runs after it): a
     # session started with synchronous_commit off (libpq's PGOPTIONS='-c synchronous_commit=off',
     # a role's or database's setting) is set back on. Other values (local, remote_*) are kept.
-    if conn.execute("SHOW synchronous_commit").fetchone() == ("off",):
+    if synchronous_commit == "off":
         conn.execute("SELECT set_config('synchronous_commit', 'on', false)")
     conn.commit()
     _mark_idle(conn)  # a new connection may wait in the pool too before it is first used
