@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import time
 import uuid
 from pathlib import Path
@@ -37,6 +38,7 @@ from test_gate_policy_change import KEYS, policy_text
 
 from agentgate.authority import Budget, Chain, delegate, issue, prune_grants, record, revoke
 from agentgate.cli.main import main
+from agentgate.errors import InputError
 from agentgate.keys import SigningKey
 from agentgate.policy import load_policy
 from agentgate.store import Store
@@ -245,3 +247,33 @@ def test_the_gate_records_the_policy_hash_that_covers_the_keys(tmp_path: Path) -
     finally:
         gate.close()
     assert [e.policy_hash for e in entries] == [policy.digest]
+
+
+@pytest.mark.parametrize("before", [math.nan, math.inf, True, "100", pytest.param(10**400, id="10**400")])
+def test_every_prune_refuses_a_time_that_is_not_a_finite_number_and_forgets_nothing(
+    store: Store, before: object
+) -> None:
+    """Review R57: ``ApprovalStore.prune(nan)`` forgot every approval request on PostgreSQL (NaN
+    sorts above every number there) and none on SQLite; ``BudgetLedger.prune``,
+    ``BudgetLedger.prune_expired`` and ``GrantRepository.prune`` ended in a ``ValueError``
+    traceback. Rule: each refuses a prune time that is not a finite number with an ``InputError``
+    naming what it prunes, on both stores, before it deletes anything."""
+    approvals, ledger, grants = ApprovalStore(store), BudgetLedger(store), GrantRepository(store)
+    with store.transaction() as tx:
+        tx.execute(
+            "INSERT INTO approvals (id, call_hash, requester, state, created, expires_at) "
+            "VALUES ('a-1', 'h', 'did:key:zA', 'pending', 1.0, 2.0)"
+        )
+    prunes = {
+        "approval requests": approvals.prune,
+        "settled reservations": ledger.prune,
+        "expired budgets": ledger.prune_expired,
+        "grants": lambda cut: grants.prune(cut, expired=lambda *_: True),
+    }
+    for what, prune in prunes.items():
+        with pytest.raises(
+            InputError, match=rf"^the {what}' prune time must be a finite number of Unix seconds"
+        ):
+            prune(before)
+    assert store.query("SELECT id FROM approvals") == [("a-1",)]
+    grants.close()

@@ -39,7 +39,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 from agentgate.errors import Denied, Expired, InputError, Revoked, StoreError
-from agentgate.store._base import Dialect, Store, Transaction
+from agentgate.store._base import Dialect, Store, Transaction, unix_time
 from agentgate.store.grants import GRANTS_DDL
 
 APPROVALS_DDL: dict[Dialect, str] = {
@@ -683,7 +683,10 @@ class ApprovalStore:
     def prune(self, before: float) -> int:
         """Forget the requests that expired before ``before`` (Unix seconds), whatever their
         state, with their votes and links; returns how many. An expired request can no longer
-        be approved, denied or used, and the audit log keeps what happened to it."""
+        be approved, denied or used, and the audit log keeps what happened to it. ``InputError``
+        for a ``before`` that is not a finite number (until review R57, NaN forgot every request
+        on PostgreSQL and none on SQLite)."""
+        before = unix_time(before, "the approval requests' prune time")
         with self.store.transaction() as tx:
             old = "SELECT id FROM approvals WHERE expires_at < ?"
             for child in APPROVAL_CHILDREN:

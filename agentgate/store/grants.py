@@ -48,7 +48,14 @@ from functools import lru_cache
 from typing import TYPE_CHECKING, Any, Literal
 
 from agentgate.errors import StoreError
-from agentgate.store._base import Dialect, Store, Transaction, loaded_driver_errors, unstorable_text
+from agentgate.store._base import (
+    Dialect,
+    Store,
+    Transaction,
+    loaded_driver_errors,
+    unix_time,
+    unstorable_text,
+)
 from agentgate.store._sqlite import SQLiteStore
 
 if TYPE_CHECKING:
@@ -489,8 +496,11 @@ class GrantRepository:
 
         Needs ``DELETE`` on ``agentgate_grants`` and ``agentgate_revocations`` (PostgreSQL's
         application role has none: run it as the owner); it issues no ``DELETE`` when nothing is
-        to go, so a role without them prunes nothing without error. Raises ``StoreError``.
+        to go, so a role without them prunes nothing without error. Raises ``StoreError``, and
+        ``InputError`` for a ``before`` that is not a finite number (until review R57, a
+        ``ValueError`` traceback).
         """
+        before = unix_time(before, "the grants' prune time")
         from agentgate.store.approvals import APPROVALS_DDL
         from agentgate.store.ledger import LEDGER_DDL
 

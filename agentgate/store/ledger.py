@@ -26,7 +26,7 @@ from datetime import UTC, datetime
 
 from agentgate.audit.entry import format_time, utc_now
 from agentgate.errors import BudgetExceeded, InputError
-from agentgate.store._base import Dialect, Store, Transaction
+from agentgate.store._base import Dialect, Store, Transaction, unix_time
 
 LEDGER_DDL: dict[Dialect, str] = {
     "sqlite": """
@@ -350,7 +350,9 @@ class BudgetLedger:
     def prune(self, before: float) -> int:
         """Forget the reservations settled (committed or released) before ``before`` (Unix
         seconds); returns how many. A settled reservation's amounts are in its grants' rows and
-        in the audit log; one still held is never touched."""
+        in the audit log; one still held is never touched. ``InputError`` for a ``before`` that is
+        not a finite number (until review R57, a ``ValueError`` traceback)."""
+        before = unix_time(before, "the settled reservations' prune time")
         settled = format_time(datetime.fromtimestamp(before, UTC))
         with self.store.transaction() as tx:
             tx.execute(
@@ -367,8 +369,12 @@ class BudgetLedger:
         log. A budget with a reservation still held (``reserved``: a call decided, not yet
         settled) stays until that reservation is settled, which updates the row. Budgets of grants
         never recorded in this store stay: nothing here says when they expire. Run it before
-        ``GrantRepository.prune``, which keeps the record of a grant whose budget is still here."""
+        ``GrantRepository.prune``, which keeps the record of a grant whose budget is still here.
+        ``InputError`` for a ``before`` that is not a finite number (until review R57, a
+        ``ValueError`` traceback)."""
         from agentgate.store.grants import GRANTS_DDL, expired_cut
+
+        before = unix_time(before, "the expired budgets' prune time")
 
         self.store.ensure_schema("grants", GRANTS_DDL)
         dialect = self.store.dialect
