@@ -141,19 +141,22 @@ class _Seen:
     reported: bool = False
 
 
-def _advances(chunk: ChatChunk, seen: _Seen) -> bool:
-    """Whether ``chunk`` carries any of the answer: output (``carries_output``), or the stream's
-    first finish reason or first usage (``seen`` is updated). A chunk that carries none (an empty
-    delta, the role alone: what an engine opens with) passes on, but is chatter: it does not push
-    a stream's deadline out; nor does a finish reason or usage said again (until review R54 a
-    backend repeating ``finish_reason: stop``, or its usage, and never ``[DONE]`` held the call
-    for ever: the answer limit counts neither)."""
+def _advances(chunk: ChatChunk, seen: _Seen, chars: int) -> bool:
+    """Whether ``chunk``, which brings ``chars`` characters of the answer (``_answer_chars``),
+    carries any of it: one character or more, or the stream's first finish reason or first usage
+    (``seen`` is updated). A chunk that carries none (an empty delta, the role alone: what an
+    engine opens with; a delta whose values hold no text, such as a tool call fragment that is its
+    ``index`` alone) passes on, but is chatter: it does not push a stream's deadline out; nor does
+    a finish reason or usage said again. Until review R54 a backend repeating
+    ``finish_reason: stop``, or its usage, and never ``[DONE]`` held the call for ever, and until
+    review R57 one repeating a delta without text (``{"tool_calls": [{"index": 0}]}``) did: the
+    answer limit counts none of them."""
     fresh = (bool(chunk.finish_reason) and not seen.finished) or (
         chunk.usage is not None and not seen.reported
     )
     seen.finished = seen.finished or bool(chunk.finish_reason)
     seen.reported = seen.reported or chunk.usage is not None
-    return fresh or carries_output(chunk)
+    return fresh or chars > 0
 
 
 def _answer_limit(payload: Mapping[str, Any]) -> int | None:

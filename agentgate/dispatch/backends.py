@@ -391,13 +391,14 @@ class BackendClient:
                         return
                     chunk = _parse_chunk(self.backend.name, data, self._key)
                     if chunk is not None:
-                        if limit is not None and (produced := produced + _answer_chars(chunk)) > limit:
+                        chars = _answer_chars(chunk)
+                        if limit is not None and (produced := produced + chars) > limit:
                             raise BackendFailed(
                                 f"{self.backend.name}: streamed over {limit} characters for a call "
                                 f"of max_tokens {limit // MAX_CHARS_PER_TOKEN}: it ignores max_tokens"
                             )
                         yield chunk
-                        if _advances(chunk, seen):
+                        if _advances(chunk, seen, chars):
                             wait = self.timeouts.idle_s
                             deadline = loop.time() + wait
         except (httpx.HTTPError, aiohttp.ClientError, ValueError, OSError) as exc:
