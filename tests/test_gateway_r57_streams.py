@@ -33,18 +33,24 @@ TEXTLESS = {
 
 
 class Chattering(Hostile):
-    """A backend whose streamed answer is one chunk of text, then the event ``tick`` every
-    ``TICK_S`` until the gateway closes the connection (``cut`` is set) or ``TICKS`` are sent."""
+    """A backend whose streamed answer is, in mode ``chatter``, one chunk of text, then the event
+    ``tick`` every ``TICK_S`` until the gateway closes the connection (``cut`` is set) or
+    ``TICKS`` are sent; in mode ``script``, the bytes ``script`` after the head."""
 
     def __init__(self) -> None:
         super().__init__()
         self.tick = b""
+        self.script = b""
         self.cut = threading.Event()
         self.ran_out = threading.Event()
 
     async def _answer(self, w: asyncio.StreamWriter, r: asyncio.StreamReader, stream: bool) -> bool:
         if self.mode == "ok" or not stream:
             return await super()._answer(w, r, stream)
+        if self.mode == "script":
+            w.write(_SSE + self.script)
+            await w.drain()
+            return False
         w.write(_SSE + _chunk("x"))
         try:
             for _ in range(TICKS):
@@ -106,3 +112,59 @@ def test_a_stream_of_deltas_without_text_does_not_hold_the_call_past_its_idle_li
     assert outcomes[-1].status == "error" and outcomes[-1].reasons, outcomes[-1]
     assert env.spent() == spent + RESERVED
     assert env.held() == []
+
+
+_ZERO_USAGE = b'data: {"choices":[],"usage":{"prompt_tokens":0,"completion_tokens":0}}\n\n'
+_WITH_ZERO_USAGE = (
+    b'data: {"choices":[{"index":0,"delta":{"content":"a"}}],'
+    b'"usage":{"prompt_tokens":0,"completion_tokens":0}}\n\n'
+)
+STALE_USAGE = {
+    "usage_first_then_done": _ZERO_USAGE + _chunk("a") * 5 + b"data: [DONE]\n\n",
+    "usage_first_then_break": _ZERO_USAGE + _chunk("a") * 5,
+    "usage_with_the_first_chunk_then_break": _WITH_ZERO_USAGE + _chunk("b") * 5,
+}
+
+
+@pytest.mark.parametrize("script", sorted(STALE_USAGE))
+def test_output_streamed_after_the_usage_reported_is_charged_its_reservation(
+    env: Env, chattering: Chattering, script: str
+) -> None:
+    """Review R57, a stream whose usage came before its output was charged that usage: nothing.
+
+    A backend that reported ``{"prompt_tokens": 0, "completion_tokens": 0}`` in its first event
+    and then streamed its answer (ended by ``[DONE]`` or not) was charged zero for the answer it
+    delivered. A usage counts the output sent with it and before it; output past the last one
+    reported leaves the call's usage unread, charged as reserved.
+    """
+    _in_service(env)
+    chattering.script = STALE_USAGE[script]
+    chattering.mode = "script"
+    spent, count = env.spent(), len(env.outcomes())
+    try:
+        answer = env.post(_body(stream=True))
+    finally:
+        chattering.mode = "ok"
+    assert answer.status_code == 200, answer.text
+    assert answer.text.count('"content":"a"') + answer.text.count('"content":"b"') >= 5, answer.text
+    outcomes = _settled(env, count + 1)
+    assert "charged as reserved" in " ".join(outcomes[-1].reasons), outcomes[-1]
+    assert env.spent() == spent + RESERVED
+    assert env.held() == []
+
+
+def test_a_usage_reported_after_the_output_is_what_is_charged(env: Env, chattering: Chattering) -> None:
+    """The rule's other side (review R57): a usage sent with the last output or after it is the
+    call's, however many were reported before it."""
+    _in_service(env)
+    usage = b'data: {"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":4}}\n\n'
+    chattering.script = _ZERO_USAGE + _chunk("a") * 5 + usage + b"data: [DONE]\n\n"
+    chattering.mode = "script"
+    spent, count = env.spent(), len(env.outcomes())
+    try:
+        answer = env.post(_body(stream=True))
+    finally:
+        chattering.mode = "ok"
+    assert answer.status_code == 200 and answer.text.rstrip().endswith("data: [DONE]"), answer.text
+    assert _settled(env, count + 1)[-1].status == "ok"
+    assert env.spent() == spent + 7

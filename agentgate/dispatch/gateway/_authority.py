@@ -322,7 +322,9 @@ class GatewayGate(Gate):
         The usage the backend reports is charged. A stream that ends without usage is charged its
         whole reservation (prompt, max output), and its outcome says so: the gateway cannot know
         how much was generated, and never charges less than may have been used; the span carries
-        no usage then. One the backend fails before it delivered anything is released. One cut
+        no usage then. So is one whose last usage was followed by more output (a usage counts the
+        output sent with it and before it: until review R57 a backend that reported zero usage
+        first, then streamed its answer, was charged nothing). One the backend fails before it delivered anything is released. One cut
         by the caller going away (or the server's shutdown) before any output is charged its
         reservation too, as a JSON call cut so is (a long prompt's prefill is work done; released,
         hanging up before the first token made it free), unless ``unsent`` says no backend was
@@ -361,6 +363,7 @@ class GatewayGate(Gate):
         unsent: Callable[[], bool] | None,
     ) -> None:
         usage: tuple[int, int] | None = None
+        stale = False  # a usage was reported, then output past it: not the call's usage
         delivered = False
         cut = False  # by the caller going away or the server stopping, not by the backend
         error: str | None = None  # the outcome's reason in the audit log
@@ -369,9 +372,14 @@ class GatewayGate(Gate):
         with self._span(auth) as span:
             try:
                 async for chunk in chunks:
+                    output = carries_output(chunk)
                     if chunk.usage is not None:
-                        usage = (chunk.usage.prompt_tokens, chunk.usage.completion_tokens)
-                    delivered = delivered or carries_output(chunk)
+                        usage, stale = (chunk.usage.prompt_tokens, chunk.usage.completion_tokens), False
+                    elif output and usage is not None:
+                        # A usage counts the output sent with it and before it (OpenAI's comes
+                        # last, vLLM's continuous one with each chunk): output past it is not in it.
+                        usage, stale = None, True
+                    delivered = delivered or output
                     await queue.put(chunk)  # waits while the caller is STREAM_AHEAD chunks behind
             except Exception as exc:
                 error = error_type = type(exc).__name__
@@ -388,8 +396,8 @@ class GatewayGate(Gate):
                     await chunks.aclose()  # closes the backend request now, not at garbage collection
                 if usage is not None:  # only what the backend reported is the call's usage
                     record_usage(span, *usage)
-                elif error is not None and (delivered or cut):  # its usage unread: charged as reserved
-                    usage = USAGE_UNREAD
+                elif stale or (error is not None and (delivered or cut)):  # its usage unread:
+                    usage = USAGE_UNREAD  # charged as reserved
                 if span.is_recording():
                     record_outcome(span, "ok" if error is None else "error", error_type=error_type)
                 self._settle(auth, "ok" if error is None else "error", error, usage)
