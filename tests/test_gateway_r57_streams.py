@@ -6,6 +6,7 @@ names what was wrong.
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 from collections.abc import Iterator
 
@@ -19,6 +20,7 @@ from test_gateway_hostile_backends import (
     _chunk,
     _gateway,
     _in_service,
+    _json,
     _settled,
 )
 
@@ -35,16 +37,21 @@ TEXTLESS = {
 class Chattering(Hostile):
     """A backend whose streamed answer is, in mode ``chatter``, one chunk of text, then the event
     ``tick`` every ``TICK_S`` until the gateway closes the connection (``cut`` is set) or
-    ``TICKS`` are sent; in mode ``script``, the bytes ``script`` after the head."""
+    ``TICKS`` are sent; in mode ``script``, the bytes ``script`` after the head; in mode ``json``,
+    the JSON answer ``json_answer`` to a call that is not streamed."""
 
     def __init__(self) -> None:
         super().__init__()
         self.tick = b""
         self.script = b""
+        self.json_answer = b""
         self.cut = threading.Event()
         self.ran_out = threading.Event()
 
     async def _answer(self, w: asyncio.StreamWriter, r: asyncio.StreamReader, stream: bool) -> bool:
+        if self.mode == "json" and not stream:
+            w.write(_json(self.json_answer))
+            return True
         if self.mode == "ok" or not stream:
             return await super()._answer(w, r, stream)
         if self.mode == "script":
@@ -168,3 +175,61 @@ def test_a_usage_reported_after_the_output_is_what_is_charged(env: Env, chatteri
     assert answer.status_code == 200 and answer.text.rstrip().endswith("data: [DONE]"), answer.text
     assert _settled(env, count + 1)[-1].status == "ok"
     assert env.spent() == spent + 7
+
+
+_GOOD_CHOICE = {"index": 0, "message": {"role": "assistant", "content": "hi"}, "finish_reason": "stop"}
+_USAGE = {"prompt_tokens": 5, "completion_tokens": 2}
+ODD_CHOICES = {
+    "a_number": [_GOOD_CHOICE, 5],
+    "a_string": [_GOOD_CHOICE, "junk"],
+    "a_message_that_is_a_list": [_GOOD_CHOICE, {"index": 1, "message": ["hi"]}],
+}
+
+
+@pytest.mark.parametrize("odd", sorted(ODD_CHOICES))
+def test_a_json_answer_with_a_choice_that_is_not_a_choice_is_a_backend_failure(
+    env: Env, chattering: Chattering, odd: str
+) -> None:
+    """Review R57, a backend's answer whose second choice was not a choice reached the caller as a 200.
+
+    Only the first choice was checked, and the gateway passes the backend's bytes on whole: the
+    caller got ``"choices": [{...}, 5]``, which the OpenAI SDKs keep as ``5``, and its code failed
+    on it. Such an answer is malformed: the call fails as a backend failure, nothing charged.
+    """
+    _in_service(env)
+    chattering.json_answer = json.dumps({"id": "c", "choices": ODD_CHOICES[odd], "usage": _USAGE}).encode()
+    chattering.mode = "json"
+    spent, count = env.spent(), len(env.outcomes())
+    try:
+        answer = env.post(_body())
+    finally:
+        chattering.mode = "ok"
+    assert answer.status_code in (502, 503), (answer.status_code, answer.text)
+    assert answer.json()["error"]["code"] in ("backend_failed", "no_backend"), answer.text
+    assert _settled(env, count + 1)[-1].status == "error"
+    assert env.spent() == spent
+    assert env.held() == []
+
+
+@pytest.mark.parametrize("odd", ["5", '"junk"', '{"index":1,"delta":["x"]}'])
+def test_a_streamed_event_with_a_choice_that_is_not_a_choice_ends_the_stream_in_an_error(
+    env: Env, chattering: Chattering, odd: str
+) -> None:
+    """Review R57, a streamed event whose second choice was not a choice was passed on to the caller.
+
+    After output, the stream ends with the error event instead, charged its reservation."""
+    _in_service(env)
+    event = b'data: {"choices":[{"index":0,"delta":{"content":"b"}},' + odd.encode() + b"]}\n\n"
+    chattering.script = _chunk("a") + event + b"data: [DONE]\n\n"
+    chattering.mode = "script"
+    spent, count = env.spent(), len(env.outcomes())
+    try:
+        answer = env.post(_body(stream=True))
+    finally:
+        chattering.mode = "ok"
+    assert answer.status_code == 200, answer.text
+    events = [line for line in answer.text.splitlines() if line.startswith("data: ")]
+    assert '"backend_failed"' in events[-1] and '"b"' not in answer.text, answer.text
+    assert _settled(env, count + 1)[-1].status == "error"
+    assert env.spent() == spent + RESERVED
+    assert env.held() == []

@@ -101,8 +101,8 @@ def _parse_chunk(backend: str, data: str, key: str | None = None) -> ChatChunk |
         if usage is not None and raw.get("completion_tokens") is None:
             usage = None
         choices = event.get("choices") or []
-        if not isinstance(choices, list):
-            raise TypeError("choices is not a list")
+        if not isinstance(choices, list) or not all(_is_choice(choice, "delta") for choice in choices):
+            raise TypeError("choices is not a list of objects, each with a delta object or none")
         if not choices:
             return ChatChunk("", None, usage, event=event, backend=backend) if usage else None
         choice = choices[0]
@@ -116,6 +116,15 @@ def _parse_chunk(backend: str, data: str, key: str | None = None) -> ChatChunk |
         return ChatChunk(content, _finish_reason(choice), usage, tuple(calls), event, backend)
     except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
         raise BackendFailed(f"{backend}: malformed stream event: {exc}") from None
+
+
+def _is_choice(choice: object, part: str) -> bool:
+    """Whether ``choice`` is a choice of OpenAI's shape: an object whose ``part`` (a stream's
+    ``delta``, an answer's ``message``) is an object, or absent or null. Every choice is checked,
+    not the first alone: the gateway passes the backend's answer on whole, and until review R57
+    one whose second choice was ``5`` reached the caller as a 200 (the OpenAI SDKs build no
+    choice of it: the caller's code failed on it)."""
+    return isinstance(choice, Mapping) and ((value := choice.get(part)) is None or isinstance(value, Mapping))
 
 
 def carries_output(chunk: ChatChunk) -> bool:

@@ -65,6 +65,7 @@ from agentgate.dispatch._sse import (
     _advances,
     _answer_chars,
     _answer_limit,
+    _is_choice,
     _line_shown,
     _parse_chunk,
     _Seen,
@@ -228,7 +229,7 @@ class BackendClient:
 
         Raises ``BackendFailed`` on any transport failure, timeout, redirect, 5xx/429, an error
         reported with HTTP 200 (``_reject_error``) or a malformed body (a body that is not JSON, a
-        choice without string content, a ``finish_reason`` that is not a string, usage that is
+        choice that is not an object with a message object, a first choice without string content, a ``finish_reason`` that is not a string, usage that is
         not counts: see ``_usage``); ``DispatchError`` when the backend rejects the request as
         invalid (400, 422, ...); ``BackendRejectedCredentials`` for 401/403. No message holds the
         backend's key (``_shown``).
@@ -254,7 +255,10 @@ class BackendClient:
         try:
             data = orjson.loads(raw)
             _reject_error(self.backend.name, data, self._key)
-            choice = data["choices"][0]
+            choices = data["choices"]
+            if not isinstance(choices, list) or not all(_is_choice(c, "message") for c in choices):
+                raise TypeError("choices is not a list of objects, each with a message object or none")
+            choice = choices[0]
             text = choice["message"]["content"] or ""
             if not isinstance(text, str):
                 raise TypeError("content is not a string")
