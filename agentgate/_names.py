@@ -1,10 +1,12 @@
 """The names a caller gives that readers see (an agent's name, a tenant): ``check_name`` and
-``check_tenant``, below ``gate`` and ``dispatch`` so that both check a tenant the one way
+``check_tenant``; and the ids a caller gives that are compared, never shown (a call's ``call_id``
+and ``run_id``, a dispatched call's session): ``_expect_id`` and ``check_session``. Below
+``gate`` and ``dispatch`` so that both check a tenant and a session the one way
 (``Gate.dispatch`` and ``Dispatcher.chat``, which the gateway and direct callers reach)."""
 
 from __future__ import annotations
 
-from agentgate._shown import character_named, not_printable
+from agentgate._shown import character_named, not_printable, shown
 from agentgate.errors import InputError
 
 MAX_NAME_CHARS = 200
@@ -58,3 +60,38 @@ def check_tenant(tenant: object) -> None:
         )
         raise InputError(f"a dispatched call's tenant must be non-empty text, got {shown_as}")
     check_name(tenant, "a dispatched call's tenant")
+
+
+def _expect_id(value: object, name: str) -> None:
+    """``InputError`` naming ``name`` unless ``value`` is ``None`` or valid Unicode text (no lone
+    surrogate): a call's ``call_id`` or ``run_id`` is hashed into its keys, kept in the store and
+    set on its span, and each of those encodes it as UTF-8 (until review R56 a lone surrogate
+    raised ``UnicodeEncodeError`` from inside ``Gate.authorize``, and ``Gate.run`` took the allow
+    before looking at either)."""
+    if value is None:
+        return
+    if not isinstance(value, str):
+        raise InputError(f"{name} must be text or None, got {shown(value)}")
+    if not value.isascii():  # the usual case, known without encoding a copy
+        try:
+            value.encode()
+        except UnicodeEncodeError:
+            raise InputError(f"{name} must be valid Unicode text, got {value[:80]!r}") from None
+
+
+MAX_SESSION_CHARS = 200
+"""The most characters of a dispatched call's ``session``: it keys the router's session affinity
+(up to ``Router.max_sessions`` of them held at once)."""
+
+
+def check_session(session: object) -> None:
+    """``InputError`` naming ``session`` unless it is ``None`` or valid Unicode text (``_expect_id``,
+    as a call's ``call_id`` and ``run_id``: a session is the caller's id of a conversation, compared
+    and never shown, so any visible or invisible character is its own) of at most
+    ``MAX_SESSION_CHARS`` characters. Until review R57 any object was taken, and text of any
+    length was held as a key of the router's affinity map, up to 100,000 of them, by
+    ``Gate.dispatch`` and its twins, and by ``Dispatcher.chat`` and ``Dispatcher.stream`` called
+    directly (``Dispatcher.route_request`` checks it)."""
+    _expect_id(session, "session")
+    if isinstance(session, str) and len(session) > MAX_SESSION_CHARS:
+        raise InputError(f"session must be at most {MAX_SESSION_CHARS} characters, got {len(session):,}")

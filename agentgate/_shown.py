@@ -1,5 +1,6 @@
-"""What messages quote: file names as one line, each unprintable character escaped once, and a
-character refused in typed text named as what it is, with its code point.
+"""What messages quote: file names as one line, each unprintable character escaped once, a
+character refused in typed text named as what it is, with its code point, and a wrong
+argument by its type (``shown``).
 
 Below ``errors``, ``findings``, ``keys``, ``capabilities`` and the CLI, which all quote file
 names (a policy, a key file) or refuse characters in text that reaches terminals and logs, so
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import os
 import unicodedata
+from datetime import timedelta
 
 _UNPRINTABLE = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
 
@@ -57,3 +59,11 @@ def shown_path(path: object) -> str:
     if text.isprintable():
         return text
     return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
+
+
+def shown(value: object) -> str:
+    """What a wrong argument was, for an error message: a number, a time span or ``None`` as
+    itself; anything else by its type only (text or bytes may be a key or a token)."""
+    if value is None or isinstance(value, int | float | timedelta):
+        return repr(value)[:80]
+    return f"a {type(value).__name__}"

@@ -43,7 +43,7 @@ import aiohttp
 import httpx
 from opentelemetry import context as otel_context
 
-from agentgate._names import check_tenant
+from agentgate._names import check_session, check_tenant
 from agentgate.dispatch._policy import AllowedBackend, RoutePlan, RouteRequest, RoutingPolicy
 from agentgate.dispatch.backends import MAX_USAGE_TOKENS, BackendClient, ChatChunk, ChatResult, Timeouts
 from agentgate.dispatch.inventory import Inventory
@@ -300,9 +300,12 @@ class Dispatcher:
         else ``max_tokens``, else 256; its TTFT budget: ``slo_ttft_s``, else ``slo_ttft(model)``);
         raises ``DispatchError`` if it is malformed (no model or messages, an output limit that is
         no integer or over ``MAX_USAGE_TOKENS``), ``InputError`` for a ``tenant`` that is no name
-        (``check_tenant``, as ``Gate.dispatch`` checks it: until review R57 ``chat`` and
-        ``stream`` called directly took any tenant, each one a new token bucket and metric series)."""
+        (``check_tenant``) or a ``session`` that is no id (``check_session``), as ``Gate.dispatch``
+        checks them: until review R57 ``chat`` and ``stream`` called directly took any tenant, each
+        one a new token bucket and metric series, and any session, kept as a key of the router's
+        affinity map."""
         check_tenant(tenant)
+        check_session(session)
         messages = payload.get("messages")
         model = payload.get("model")
         if not isinstance(messages, list) or not messages or not isinstance(model, str):

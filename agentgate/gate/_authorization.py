@@ -7,22 +7,14 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import timedelta
 from typing import Any
 
+from agentgate._shown import shown as shown  # re-exported: the Gate's parts quote arguments through it
 from agentgate.authority import Chain, Decision
 from agentgate.capabilities import Call
 from agentgate.errors import InputError
 from agentgate.findings import Finding
 from agentgate.keys import SigningKey
-
-
-def shown(value: object) -> str:
-    """What a wrong argument was, for an error message: a number, a time span or ``None`` as
-    itself; anything else by its type only (text or bytes may be a key or a token)."""
-    if value is None or isinstance(value, int | float | timedelta):
-        return repr(value)[:80]
-    return f"a {type(value).__name__}"
 
 
 def expect(

@@ -4,29 +4,12 @@ carries no identity (``_NO_CHAIN``)."""
 
 from __future__ import annotations
 
-from agentgate.errors import InputError
+from agentgate._names import _expect_id as _expect_id  # re-exported: the Gate's parts check ids with it
 from agentgate.findings import Finding, FindingKind
-from agentgate.gate._authorization import AgentIdentity, shown
+from agentgate.gate._authorization import AgentIdentity
 
 _NONE = type(None)
 _TEXT_OR_NONE = (str, _NONE)
-
-
-def _expect_id(value: object, name: str) -> None:
-    """``InputError`` naming ``name`` unless ``value`` is ``None`` or valid Unicode text (no lone
-    surrogate): a call's ``call_id`` or ``run_id`` is hashed into its keys, kept in the store and
-    set on its span, and each of those encodes it as UTF-8 (until review R56 a lone surrogate
-    raised ``UnicodeEncodeError`` from inside ``Gate.authorize``, and ``Gate.run`` took the allow
-    before looking at either)."""
-    if value is None:
-        return
-    if not isinstance(value, str):
-        raise InputError(f"{name} must be text or None, got {shown(value)}")
-    if not value.isascii():  # the usual case, known without encoding a copy
-        try:
-            value.encode()
-        except UnicodeEncodeError:
-            raise InputError(f"{name} must be valid Unicode text, got {value[:80]!r}") from None
 
 
 def _is_text_pair(value: object) -> bool:

@@ -13,30 +13,15 @@ from typing import Any, TypeVar
 
 from opentelemetry import context as otel_context
 
+from agentgate._names import MAX_SESSION_CHARS as MAX_SESSION_CHARS  # re-exported, as check_session
+from agentgate._names import check_session as check_session
 from agentgate._names import check_tenant as check_tenant
 from agentgate.dispatch.backends import ChatChunk, ChatResult
 from agentgate.dispatch.dispatcher import Dispatcher, model_slos
-from agentgate.errors import DispatchError, InputError
-from agentgate.gate._checks import _expect_id
+from agentgate.errors import DispatchError
 from agentgate.policy import Policy
 
 T = TypeVar("T")
-
-
-MAX_SESSION_CHARS = 200
-"""The most characters of a dispatched call's ``session``: it keys the router's session affinity
-(up to ``Router.max_sessions`` of them held at once)."""
-
-
-def check_session(session: object) -> None:
-    """``InputError`` naming ``session`` unless it is ``None`` or valid Unicode text (``_expect_id``,
-    as a call's ``call_id`` and ``run_id``: a session is the caller's id of a conversation, compared
-    and never shown, so any visible or invisible character is its own) of at most
-    ``MAX_SESSION_CHARS`` characters. Until review R57 any object was taken, and text of any
-    length was held as a key of the router's affinity map, up to 100,000 of them."""
-    _expect_id(session, "session")
-    if isinstance(session, str) and len(session) > MAX_SESSION_CHARS:
-        raise InputError(f"session must be at most {MAX_SESSION_CHARS} characters, got {len(session):,}")
 
 
 class _Dispatching:
