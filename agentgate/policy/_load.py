@@ -521,6 +521,7 @@ class _Compiler:
     def compile(self, file_digest: str) -> Policy:
         doc = self.doc
         self._names()
+        self._tool_arguments()
         self._references()
         anchors = {
             name: self._did(("trust_anchors", name), a.did, a.key) for name, a in doc.trust_anchors.items()
@@ -561,7 +562,10 @@ class _Compiler:
         gates = {}
         for name, gate in doc.approvals.items():
             self._pattern(("approvals", name, "resource"), gate.resource)
-            self._gate_arguments(name, gate)
+            for arg in gate.when:
+                self._argument_name(
+                    ("approvals", name, "when", arg), arg, f"approval gate {name}: argument name", key=True
+                )
             gates[name] = tuple(
                 (arg, self._constraint(("approvals", name, "when", arg), spec))
                 for arg, spec in sorted(gate.when.items())
@@ -795,21 +799,36 @@ class _Compiler:
                 "resource names are lower-case, '.'-separated",
             ) from None
 
-    def _gate_arguments(self, name: str, gate: schema.ApprovalGate) -> None:
-        """Refuse, at its key, an argument name of ``gate``'s ``when`` longer than
-        ``MAX_NAME_LENGTH`` characters, as a capability's constraints refuse it (a gate's names
-        are matched as written, so any other text is one). Until review R57 it had no limit, and
-        every decision the gate applied to quoted it."""
-        for arg in gate.when:
-            if len(arg) > MAX_NAME_LENGTH:
-                raise self.error(
-                    ("approvals", name, "when", arg),
-                    f"approval gate {name}: argument name {arg[:40]!r}... is {len(arg)} characters long, "
-                    f"more than {MAX_NAME_LENGTH}",
-                    f"argument names of at most {MAX_NAME_LENGTH} characters",
-                    "name the arguments as the tool declares them",
-                    key=True,
+    def _tool_arguments(self) -> None:
+        """Refuse, at its key or line, an argument name of a tool longer than ``MAX_NAME_LENGTH``
+        characters: one it declares (``args``) or marks ``loggable``, as an approval gate's
+        ``when`` and a capability's constraints refuse it. Until review R57 neither had a limit,
+        and every decision that quotes the call's arguments, every audit entry that keeps a
+        loggable one in clear, could carry it."""
+        for name, tool in self.doc.tools.items():
+            for arg in tool.args:
+                self._argument_name(
+                    ("tools", name, "args", arg), arg, f"tool {name}: argument name", key=True
                 )
+            for i, arg in enumerate(tool.loggable):
+                self._argument_name(
+                    ("tools", name, "loggable", i), arg, f"tool {name}: loggable argument name"
+                )
+
+    def _argument_name(self, loc: tuple[str | int, ...], arg: str, what: str, *, key: bool = False) -> None:
+        """Refuse ``arg``, the argument name at ``loc`` (its key when ``key``; ``what`` names it),
+        if it is longer than ``MAX_NAME_LENGTH`` characters, as a capability's
+        constraints refuse it (``_check_argument_name``). A tool's declared and loggable names and
+        a gate's ``when`` names are matched against a call's arguments as written, so any other
+        text is a name: only the length is bounded."""
+        if len(arg) > MAX_NAME_LENGTH:
+            raise self.error(
+                loc,
+                f"{what} {arg[:40]!r}... is {len(arg)} characters long, more than {MAX_NAME_LENGTH}",
+                f"argument names of at most {MAX_NAME_LENGTH} characters",
+                "name the arguments as the tool's calls name them",
+                key=key,
+            )
 
     def _constraint(self, loc: tuple[str | int, ...], spec: schema.ConstraintSpec) -> Constraint:
         self._exact_numbers(loc, spec)
