@@ -58,23 +58,70 @@ _PG_TRIGGER_FUNCTIONS: dict[str, str] = {
 }
 
 
-def _pg_function_differs(proc: str, name: str) -> str:
+# The reference index's trigger (``REFS_DDL``), as agentgate makes it: not a protection trigger
+# (nothing is refused without it), compared where the index was built all the same, since one
+# that does nothing leaves new entries out of the index that ``explain`` reads.
+_PG_INDEX_FIRES: dict[str, tuple[str, int, str]] = {
+    "audit_log_index_ref": ("audit_log", 1 | 4, "agentgate_audit_index_ref"),
+}
+
+_INDEX_REF_BODY = """
+        DECLARE
+            t text := encode(NEW.entry, 'escape');
+            p integer := position(':"fer",' IN reverse(t));  -- the last ,"ref": from the end
+            found text;
+        BEGIN
+            IF p > 0 THEN
+                found := substring(right(t, p - 1) FROM '^([0-9]{1,18}),"resource":');
+                IF found IS NOT NULL THEN
+                    INSERT INTO audit_refs (idx, ref) VALUES (NEW.idx, found::bigint)
+                    ON CONFLICT (idx) DO UPDATE SET ref = EXCLUDED.ref;
+                END IF;
+            END IF;
+            RETURN NULL;
+        END;
+        """
+"""The body of ``agentgate_audit_index_ref()``, the function of ``audit_log_index_ref`` (what
+``REFS_DDL`` makes it with, and what ``_changed`` compares, whitespace aside)."""
+
+_PG_HOME = (
+    "(SELECT n.nspname FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n "
+    "ON n.oid = c.relnamespace WHERE c.oid = pg_catalog.to_regclass('audit_refs'))"
+)
+"""SQL: the schema of the ``audit_refs`` the store's statements find, the one the index's function
+is made to write (its search path names it)."""
+
+
+def _pg_function_differs(proc: str, name: str, *, settings: bool = True) -> str:
     """SQL true when the function row ``proc`` (of pg_proc) is not ``name`` as agentgate makes it:
-    another body (whitespace aside), another language, or settings (``ALTER FUNCTION ... SET``)."""
-    body = " ".join(_PG_TRIGGER_FUNCTIONS[name].split())
-    return (
-        f"(btrim(regexp_replace({proc}.prosrc, '[[:space:]]+', ' ', 'g'), ' ') <> $body${body}$body$ "
-        f"OR {proc}.prolang IS DISTINCT FROM (SELECT oid FROM pg_catalog.pg_language WHERE lanname = 'plpgsql') "
-        f"OR {proc}.proconfig IS NOT NULL)"
+    another body (whitespace aside), another language, or (where ``settings``) other settings
+    (``ALTER FUNCTION ... SET``): a protection trigger's function has none; the index's
+    (``agentgate_audit_index_ref``) has the search path ``pg_catalog, <the schema of
+    audit_refs>, pg_temp``, and runs as its owner (SECURITY DEFINER), compared whatever
+    ``settings``."""
+    body = " ".join({**_PG_TRIGGER_FUNCTIONS, "agentgate_audit_index_ref": _INDEX_REF_BODY}[name].split())
+    differs = (
+        f"btrim(regexp_replace({proc}.prosrc, '[[:space:]]+', ' ', 'g'), ' ') <> $body${body}$body$ "
+        f"OR {proc}.prolang IS DISTINCT FROM (SELECT oid FROM pg_catalog.pg_language WHERE lanname = 'plpgsql')"
     )
+    if name == "agentgate_audit_index_ref":
+        differs += f" OR NOT {proc}.prosecdef"
+        if settings:
+            differs += (
+                f" OR {proc}.proconfig IS DISTINCT FROM "
+                f"ARRAY['search_path=pg_catalog, ' || quote_ident({_PG_HOME}) || ', pg_temp']"
+            )
+    elif settings:
+        differs += f" OR {proc}.proconfig IS NOT NULL"
+    return f"({differs})"
 
 
-def _pg_made(tables: tuple[str, ...]) -> str:
-    """SQL rows ``made(name, tbl, type, fn)``: the protection triggers of ``tables`` as agentgate
-    makes them (``_PG_FIRES``)."""
+def _pg_made(tables: tuple[str, ...], fires: dict[str, tuple[str, int, str]] = _PG_FIRES) -> str:
+    """SQL rows ``made(name, tbl, type, fn)``: the triggers of ``fires`` (the protection
+    triggers: ``_PG_FIRES``) on ``tables`` as agentgate makes them."""
     rows = ", ".join(
         f"('{name}', '{table}', {tgtype}, '{function}')"
-        for name, (table, tgtype, function) in _PG_FIRES.items()
+        for name, (table, tgtype, function) in fires.items()
         if table in tables
     )
     return f"(VALUES {rows}) AS made(name, tbl, type, fn)"
@@ -103,14 +150,17 @@ def _replace_changed_function(name: str) -> str:
 """
 
 
-def _drop_changed_triggers(tables: tuple[str, ...]) -> str:
-    """A PL/pgSQL step that drops each protection trigger of ``tables`` that is not the one
-    agentgate makes (``_PG_TRIGGER_DIFFERS``), where the table's owner runs it: the steps after it
-    make it again, in the same transaction. Needs a variable ``changed record``."""
+def _drop_changed_triggers(
+    tables: tuple[str, ...], fires: dict[str, tuple[str, int, str]] = _PG_FIRES
+) -> str:
+    """A PL/pgSQL step that drops each trigger of ``fires`` (the protection triggers) on
+    ``tables`` that is not the one agentgate makes (``_PG_TRIGGER_DIFFERS``), where the table's
+    owner runs it: the steps after it make it again, in the same transaction. Needs a variable
+    ``changed record``."""
     return f"""
     FOR changed IN SELECT t.tgname, c.relname FROM pg_trigger t
             JOIN pg_class c ON c.oid = t.tgrelid
-            JOIN {_pg_made(tables)} ON t.tgname = made.name AND t.tgrelid = to_regclass(made.tbl)
+            JOIN {_pg_made(tables, fires)} ON t.tgname = made.name AND t.tgrelid = to_regclass(made.tbl)
             WHERE NOT t.tgisinternal AND pg_has_role(c.relowner, 'USAGE') AND {_PG_TRIGGER_DIFFERS} LOOP
         EXECUTE format('DROP TRIGGER %I ON %I', changed.tgname, changed.relname);
     END LOOP;
@@ -350,31 +400,28 @@ DECLARE
     -- The schema of the audit_refs this process's statements use: what the function must write.
     home text := (SELECT nspname FROM pg_class JOIN pg_namespace ON pg_namespace.oid = relnamespace
                   WHERE pg_class.oid = 'audit_refs'::regclass);
+    changed record;
 BEGIN
-    -- Made when missing, and remade by its owner when an earlier version made it with the body
-    -- before 2026-11-30 04:00 (commit 0626663: a backtracking regex, about 50 us per append
-    -- against 18 us; the same rows). This body is the one that looks for ':"fer",'.
+    -- Made when missing, and made again by its owner when it is not agentgate's (another body,
+    -- whitespace aside, language or security: one made again to do nothing, or the body that
+    -- versions before 2026-11-30 04:00 made, commit 0626663, a backtracking regex, about 50 us
+    -- per append against 18 us, the same rows); its settings are set below.
     IF to_regprocedure('agentgate_audit_index_ref()') IS NULL
-       OR EXISTS (SELECT 1 FROM pg_proc WHERE oid = to_regprocedure('agentgate_audit_index_ref()')
-                  AND pg_has_role(proowner, 'USAGE') AND position(':"fer",' IN prosrc) = 0) THEN
+       OR EXISTS (SELECT 1 FROM pg_proc p WHERE p.oid = to_regprocedure('agentgate_audit_index_ref()')
+                  AND pg_has_role(p.proowner, 'USAGE')
+                  AND """
+    + _pg_function_differs("p", "agentgate_audit_index_ref", settings=False)
+    + """) THEN
         CREATE OR REPLACE FUNCTION agentgate_audit_index_ref() RETURNS trigger LANGUAGE plpgsql
-        SECURITY DEFINER SET search_path FROM CURRENT AS $fn$
-        DECLARE
-            t text := encode(NEW.entry, 'escape');
-            p integer := position(':"fer",' IN reverse(t));  -- the last ,"ref": from the end
-            found text;
-        BEGIN
-            IF p > 0 THEN
-                found := substring(right(t, p - 1) FROM '^([0-9]{1,18}),"resource":');
-                IF found IS NOT NULL THEN
-                    INSERT INTO audit_refs (idx, ref) VALUES (NEW.idx, found::bigint)
-                    ON CONFLICT (idx) DO UPDATE SET ref = EXCLUDED.ref;
-                END IF;
-            END IF;
-            RETURN NULL;
-        END;
-        $fn$;
+        SECURITY DEFINER SET search_path FROM CURRENT AS $fn$"""
+    + _INDEX_REF_BODY
+    + """$fn$;
     END IF;
+    -- One made again otherwise (other events, FOR EACH STATEMENT, a WHEN clause, another
+    -- function) is dropped where its owner runs this, and made again just below.
+"""
+    + _drop_changed_triggers(("audit_log",), _PG_INDEX_FIRES)
+    + """
     IF NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = 'audit_log'::regclass
                    AND tgname = 'audit_log_index_ref') THEN
         CREATE TRIGGER audit_log_index_ref AFTER INSERT ON audit_log
@@ -455,6 +502,7 @@ def create_audit_tables(store: Store) -> bool:
     was dropped (``refuse_dropped_log``), creating nothing, and ``StoreError`` when the audit
     tables themselves cannot be created.
     """
+    index_changed = False
     if not refuse_dropped_log(store):
         # A new log: its tables and the record of it commit together, or neither does.
         store.ensure_schema(
@@ -462,7 +510,9 @@ def create_audit_tables(store: Store) -> bool:
         )
     else:
         if store.dialect == "sqlite":  # PostgreSQL's DDL makes a changed one again itself
-            _put_back_changed_sqlite(store)
+            index_changed = _put_back_changed_sqlite(store)
+        else:  # read before REFS_DDL makes it again, where this role owns it
+            index_changed = _index_changed(store)
         store.ensure_schema("audit", AUDIT_DDL)
         # The record's triggers put back where one was dropped, and for a log made before the
         # record, the record written, where this process may (not as a role without rights
@@ -471,14 +521,16 @@ def create_audit_tables(store: Store) -> bool:
             store.ensure_schema("audit_parts", PARTS_DDL)
         except loaded_driver_errors(StoreError):
             pass
-    # Entries appended while the index's trigger was dropped are not in the index: indexed again
-    # once the trigger is back (the index's rows are one per entry, so this adds only those).
+    # Entries appended while the index's trigger was dropped, or changed, are not in the index:
+    # indexed again once the trigger is back (the index's rows are one per entry, so this adds
+    # only those).
     dropped = "audit_refs_built" in _tables_held(store, ("audit_refs_built",)) and (
-        _INDEX_TRIGGER,
-        "audit_log",
-    ) not in _triggers(store, ("audit_log",))
+        index_changed or (_INDEX_TRIGGER, "audit_log") not in _triggers(store, ("audit_log",))
+    )
     try:
         store.ensure_schema("audit_refs", REFS_DDL)
+        if index_changed and _index_changed(store):
+            return False  # a role that does not own it leaves it changed: the index is not read
         if not dropped and store.query("SELECT 1 FROM audit_refs_built"):
             return True
         with store.transaction() as tx:
@@ -544,12 +596,13 @@ def _triggers(store: Store, tables: tuple[str, ...]) -> dict[tuple[str, str], bo
 
 @functools.cache
 def _sqlite_made() -> dict[str, str]:
-    """``trigger -> CREATE TRIGGER statement`` for the SQLite protection triggers, as
-    ``sqlite_master`` holds those agentgate makes: the statement as written, ``IF NOT EXISTS`` and
-    the last ``;`` left out (read by running ``AUDIT_DDL`` and ``PARTS_DDL`` in memory)."""
+    """``trigger -> CREATE TRIGGER statement`` for the SQLite protection triggers and the reference
+    index's (``audit_log_index_ref``), as ``sqlite_master`` holds those agentgate makes: the
+    statement as written, ``IF NOT EXISTS`` and the last ``;`` left out (read by running
+    ``AUDIT_DDL``, ``PARTS_DDL`` and ``REFS_DDL`` in memory)."""
     memory = sqlite3.connect(":memory:")
     try:
-        memory.executescript(AUDIT_DDL["sqlite"] + PARTS_DDL["sqlite"])
+        memory.executescript(AUDIT_DDL["sqlite"] + PARTS_DDL["sqlite"] + REFS_DDL["sqlite"])
         rows = memory.execute("SELECT name, sql FROM sqlite_master WHERE type = 'trigger'").fetchall()
     finally:
         memory.close()
@@ -562,12 +615,17 @@ def _same_sqlite(stored: object, made: str) -> bool:
     return isinstance(stored, str) and " ".join(stored.split()).lower() == " ".join(made.split()).lower()
 
 
-def _changed(store: Store, tables: tuple[str, ...]) -> dict[tuple[str, str], str]:
-    """``(trigger, table) -> how it differs`` for each protection trigger on ``tables`` (constants)
-    that is there but is not the one agentgate makes. Reads the catalog only: SQLite's stored
-    text of the trigger; PostgreSQL's trigger row (events, timing, level, WHEN clause, columns,
-    arguments, function) and the body, language and settings of the function it runs."""
+def _changed(store: Store, tables: tuple[str, ...], *, index: bool = False) -> dict[tuple[str, str], str]:
+    """``(trigger, table) -> how it differs`` for each protection trigger on ``tables`` (constants),
+    and where ``index`` the reference index's (``audit_log_index_ref``, on audit_log), that is
+    there but is not the one agentgate makes. Reads the catalog only: SQLite's stored text of the
+    trigger; PostgreSQL's trigger row (events, timing, level, WHEN clause, columns, arguments,
+    function) and the body, language, security and settings of the function it runs."""
     names = [name for name, table, _refuses in PROTECTION_TRIGGERS[store.dialect] if table in tables]
+    fires = _PG_FIRES
+    if index and "audit_log" in tables:
+        names.append(_INDEX_TRIGGER)
+        fires = {**_PG_FIRES, **_PG_INDEX_FIRES}
     listed = ", ".join(f"'{name}'" for name in names)
     if store.dialect == "sqlite":
         made = _sqlite_made()
@@ -581,12 +639,12 @@ def _changed(store: Store, tables: tuple[str, ...]) -> dict[tuple[str, str], str
         }
     differs = " ".join(
         f"WHEN made.fn = '{function}' THEN {_pg_function_differs('p', function)}"
-        for function in _PG_TRIGGER_FUNCTIONS
+        for function in (*_PG_TRIGGER_FUNCTIONS, "agentgate_audit_index_ref")
     )
     rows = store.query(
         f"SELECT t.tgname, c.relname, {_PG_TRIGGER_DIFFERS}, made.fn, CASE {differs} ELSE true END "
         "FROM pg_catalog.pg_trigger t JOIN pg_catalog.pg_class c ON c.oid = t.tgrelid "
-        f"JOIN {_pg_made(tables)} ON t.tgname = made.name AND c.relname = made.tbl "
+        f"JOIN {_pg_made(tables, fires)} ON t.tgname = made.name AND c.relname = made.tbl "
         "JOIN pg_catalog.pg_proc p ON p.oid = t.tgfoid "
         "WHERE NOT t.tgisinternal AND pg_catalog.pg_table_is_visible(c.oid)"
     )
@@ -599,21 +657,25 @@ def _changed(store: Store, tables: tuple[str, ...]) -> dict[tuple[str, str], str
             )
         elif runs_otherwise:
             found[(str(name), str(table))] = (
-                f"its function {function}() is not the one agentgate made (its body, language or "
-                "settings were changed)"
+                f"its function {function}() is not the one agentgate made (its body, language, "
+                "security or settings were changed)"
             )
     return found
 
 
-def _put_back_changed_sqlite(store: Store) -> None:
-    """Make again, in one transaction, each SQLite protection trigger whose stored text is not
-    the one agentgate runs (``_changed``): dropped, then created as ``AUDIT_DDL`` and
-    ``PARTS_DDL`` write it. ``CREATE TRIGGER IF NOT EXISTS`` alone would keep the changed one."""
+def _put_back_changed_sqlite(store: Store) -> bool:
+    """Make again, in one transaction, each SQLite protection trigger, and the reference index's,
+    whose stored text is not the one agentgate runs (``_changed``): dropped, then created as
+    ``AUDIT_DDL``, ``PARTS_DDL`` and ``REFS_DDL`` write it. ``CREATE TRIGGER IF NOT EXISTS``
+    alone would keep the changed one. Returns whether the index's trigger was made again (the
+    entries appended while it was changed are then indexed again)."""
     tables = (*LOG_TABLES, _PARTS)
-    if not _changed(store, tables):
-        return
+    if not _changed(store, tables, index=True):
+        return False
     made = _sqlite_made()
-    listed = ", ".join(f"'{name}'" for name, _table, _refuses in PROTECTION_TRIGGERS["sqlite"])
+    names = [name for name, _table, _refuses in PROTECTION_TRIGGERS["sqlite"]] + [_INDEX_TRIGGER]
+    listed = ", ".join(f"'{name}'" for name in names)
+    remade = []
     with store.transaction() as tx:
         # Read again in the transaction: another writer may have put them back meanwhile.
         for name, sql in tx.execute(
@@ -622,15 +684,25 @@ def _put_back_changed_sqlite(store: Store) -> None:
             if not _same_sqlite(sql, made[str(name)]):
                 tx.execute(f'DROP TRIGGER "{name}"')
                 tx.execute(made[str(name)])
+                remade.append(str(name))
+    return _INDEX_TRIGGER in remade
+
+
+def _index_changed(store: Store) -> bool:
+    """Whether the reference index's trigger (``audit_log_index_ref``) is there but is not the one
+    agentgate makes (``_changed``). Reads the catalog only."""
+    return (_INDEX_TRIGGER, "audit_log") in _changed(store, ("audit_log",), index=True)
 
 
 def refs_complete(store: Store) -> bool:
     """Whether the reference index can be read as complete, read without writing: its tables are
     there, its entries were indexed once (``audit_refs_built``) and its trigger keeps it (present,
-    and on PostgreSQL enabled). What ``AuditLog(create=False)`` reads it by; otherwise ``explain``
-    scans the log (slower, the same answer)."""
+    the one agentgate makes, and on PostgreSQL enabled). What ``AuditLog(create=False)`` reads it
+    by; otherwise ``explain`` scans the log (slower, the same answer)."""
     held = _tables_held(store, ("audit_refs", "audit_refs_built"))
     if len(held) < 2 or not _triggers(store, ("audit_log",)).get((_INDEX_TRIGGER, "audit_log")):
+        return False
+    if _index_changed(store):
         return False
     try:
         return bool(store.query("SELECT 1 FROM audit_refs_built"))
@@ -725,14 +797,14 @@ def missing_protection(store: Store) -> list[str]:
     """What is missing of the log's machinery, one line each, read from the catalog (nothing is
     written): each protection trigger (``PROTECTION_TRIGGERS``) that is missing from its table, is
     not the one agentgate made (``_changed``), or on PostgreSQL is disabled, and the reference
-    index's trigger where the index was built; on PostgreSQL also each setting of
+    index's trigger, the same way, where the index was built; on PostgreSQL also each setting of
     ``session_replication_role = replica`` under which one of them does not fire
     (``_replica_sessions``). Its
     tables are there (the log's were checked as it opened; the record's triggers are looked for
     only where the record's table is). Empty for a log whose machinery is whole."""
     held = _tables_held(store, (*LOG_TABLES, _PARTS, "audit_refs_built"))
     found = _triggers(store, (*LOG_TABLES, _PARTS))
-    changed = _changed(store, (*LOG_TABLES, _PARTS))
+    changed = _changed(store, (*LOG_TABLES, _PARTS), index=True)
     lines = []
     for name, table, refuses in PROTECTION_TRIGGERS[store.dialect]:
         if table not in held or (found.get((name, table)) and (name, table) not in changed):
@@ -742,13 +814,14 @@ def missing_protection(store: Store) -> list[str]:
             f"the protection trigger {name} on table {table} {state}: the log is no longer protected "
             f"against {refuses} (someone with DDL rights on the store changed it); {fix}"
         )
-    if "audit_refs_built" in held and not found.get((_INDEX_TRIGGER, "audit_log")):
+    index = (_INDEX_TRIGGER, "audit_log")
+    if "audit_refs_built" in held and (not found.get(index) or index in changed):
         try:
             built = bool(store.query("SELECT 1 FROM audit_refs_built"))
         except loaded_driver_errors(StoreError):
             built = False  # a role that may not read it: an index it does not read
         if built:
-            state, fix = _state(_INDEX_TRIGGER, "audit_log", found, {})
+            state, fix = _state(_INDEX_TRIGGER, "audit_log", found, changed)
             lines.append(
                 f"the trigger {_INDEX_TRIGGER} on table audit_log {state}: the reference index "
                 "audit_refs is no longer kept for new entries (audit explain reads the whole log "
