@@ -233,6 +233,14 @@ class BackendRejectedCredentials(BackendFailed):
     and none are configured). The dispatcher stops using it until it accepts them again."""
 
 
+class AnswerTooLarge(DispatchError):
+    """A backend answered a call (HTTP 200) with more than agentgate reads of a non-streamed answer
+    (``dispatch.backends.MAX_ANSWER_BYTES``): what the call asked for (many tokens with their
+    log-probabilities, the prompt's log-probabilities) made it so, not a failure of the backend.
+    The dispatcher neither retries it on another backend nor marks the backend down, and the
+    gateway charges the call its reservation (the answer was generated; its usage cannot be read)."""
+
+
 class CallerGone(DispatchError):
     """The gateway's caller went away (closed its connection) before its answer was delivered."""
 

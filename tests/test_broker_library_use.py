@@ -42,6 +42,7 @@ from agentgate.dispatch.inventory import Backend, Inventory, load_inventory, par
 from agentgate.dispatch.quota import TenantQuota as TenantQuota_
 from agentgate.dispatch.router import Router, RouteRequest
 from agentgate.errors import (
+    AnswerTooLarge,
     BackendFailed,
     BrokerError,
     DispatchError,
@@ -714,20 +715,22 @@ def _huge(gzipped: bool) -> Callable[[http.server.BaseHTTPRequestHandler], None]
 
 @pytest.mark.parametrize("gzipped", [False, True], ids=["plain", "gzip-bomb"])
 @pytest.mark.parametrize("pooled", [True, False], ids=["aiohttp", "httpx"])
-async def test_an_answer_larger_than_any_chat_completion_is_backend_failed(
+async def test_an_answer_larger_than_any_chat_completion_is_answer_too_large(
     gzipped: bool, pooled: bool
 ) -> None:
+    """Refused while it is read, gzip bomb or not: ``AnswerTooLarge``, not retried (until review
+    R57 a ``BackendFailed``, which the dispatcher retried on every backend, marking each down)."""
     backend = RawBackend(_huge(gzipped))
     try:
         inv = _inventory(backend.url)
         if pooled:
             async with Dispatcher(inv, Router(inv), max_attempts=1) as d:
-                with pytest.raises(BackendFailed, match="larger than"):
+                with pytest.raises(AnswerTooLarge, match="larger than"):
                     await d.chat(_payload(), priority=0)
         else:
             async with httpx.AsyncClient() as http_client:
                 client = BackendClient(inv.backends[0], http_client, Timeouts(first_token_s=10))
-                with pytest.raises(BackendFailed, match="larger than"):
+                with pytest.raises(AnswerTooLarge, match="larger than"):
                     await client.chat(_payload())
     finally:
         backend.stop()

@@ -3,6 +3,8 @@
 The gateway's lean pool (``UpstreamPool``) read a non-streamed answer whole, however large, while
 ``BackendClient.chat`` capped the body at ``MAX_ANSWER_BYTES`` on its own clients (aiohttp,
 httpx): a backend answering 65 MiB (or an endless announced body) filled the gateway's memory.
+Every path raises ``AnswerTooLarge`` (until review R57 ``BackendFailed``, which the dispatcher
+retried on other backends: the call's own doing taken for the backend's failure).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from test_broker_library_use import RawBackend, _inventory, _payload
 
 from agentgate.dispatch.backends import MAX_ANSWER_BYTES, BackendClient, Timeouts
 from agentgate.dispatch.gateway._upstream import UpstreamPool
-from agentgate.errors import BackendFailed
+from agentgate.errors import AnswerTooLarge
 
 
 def _huge_answer(handler: http.server.BaseHTTPRequestHandler) -> None:
@@ -44,7 +46,7 @@ async def test_an_answer_larger_than_any_chat_completion_is_refused_on_every_pat
             )
             if pooled:
                 client.transport = pool
-            with pytest.raises(BackendFailed, match="larger than"):
+            with pytest.raises(AnswerTooLarge, match="larger than"):
                 await client.chat(_payload())
     finally:
         await pool.aclose()

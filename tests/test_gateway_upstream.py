@@ -14,6 +14,7 @@ import pytest
 
 from agentgate.dispatch.backends import MAX_ANSWER_BYTES
 from agentgate.dispatch.gateway._upstream import UpstreamError, UpstreamPool
+from agentgate.errors import AnswerTooLarge
 
 Answer = Callable[[asyncio.StreamWriter], Awaitable[bool]]
 """Writes one answer; returns whether the connection stays open for another request."""
@@ -208,8 +209,8 @@ def test_an_answer_over_the_size_limit_without_a_length_is_refused_while_it_arri
     ``MAX_ANSWER_BYTES`` ignored).
 
     Rule: a chunked answer (no Content-Length to refuse up front) is read no further than
-    ``MAX_ANSWER_BYTES``: past it the call is an UpstreamError and the connection closed, never
-    an unbounded buffer held whole in the gateway's memory."""
+    ``MAX_ANSWER_BYTES``: past it the call is an ``AnswerTooLarge`` (the call's own doing, review
+    R57) and the connection closed, never an unbounded buffer held whole in the gateway's memory."""
     piece = b"x" * (1 << 20)
     chunks = MAX_ANSWER_BYTES // len(piece) + 2
 
@@ -225,7 +226,7 @@ def test_an_answer_over_the_size_limit_without_a_length_is_refused_while_it_arri
     async def scenario() -> None:
         async with _Backend(answer) as url:
             pool = UpstreamPool()
-            with pytest.raises(UpstreamError, match="larger than"):
+            with pytest.raises(AnswerTooLarge, match="larger than"):
                 await pool.post(url, b"{}")
             await pool.aclose()
 

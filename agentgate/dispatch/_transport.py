@@ -47,7 +47,9 @@ class ChatTransport(Protocol):
         """POST the JSON ``body``: the status and the whole answer (for a status of 300 or more,
         its body's start may do: only the first ``_QUOTED`` bytes are quoted), and, as a third
         item, the answer's ``Retry-After`` header (``None`` without one; a transport that gives
-        no third item is taken to have none); raises ``OSError`` if none can be read."""
+        no third item is taken to have none); raises ``OSError`` if none can be read, and
+        ``agentgate.errors.AnswerTooLarge`` for a successful answer over
+        ``backends.MAX_ANSWER_BYTES`` (the call's doing, not a failure of the backend's)."""
         ...
 
     def stream(

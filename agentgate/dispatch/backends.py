@@ -83,6 +83,7 @@ from agentgate.dispatch._transport import (
 from agentgate.dispatch.inventory import Backend, origin
 from agentgate.dispatch.metrics import MAX_METRICS_CHARS, EngineLoad, load_from_text
 from agentgate.errors import (
+    AnswerTooLarge,
     BackendCredentialError,
     BackendFailed,
     BackendRejectedCredentials,
@@ -116,7 +117,9 @@ _BUSY = frozenset({429, 503})
 """The statuses whose ``Retry-After`` is read (``retry_after_s``): too many requests, unavailable."""
 MAX_ANSWER_BYTES = 64 * 1024 * 1024
 """The largest non-streamed answer read (after decompression): a chat completion with every
-token's log-probabilities is a few MB; a larger body is garbage, or a bomb, not an answer."""
+token's log-probabilities is a few MB. A larger one is ``AnswerTooLarge``: the call's own doing
+(tens of thousands of tokens each with 20 log-probabilities, or a long prompt's
+``prompt_logprobs``), not the backend's failure."""
 _SMALL = 1 << 16
 """An answer of at most this many bytes, not compressed, is read in one go."""
 _QUOTED = 1024
@@ -227,7 +230,10 @@ class BackendClient:
         """POST a non-streaming chat completion, with the trace context headers of the span current
         in ``trace_context`` (default: the current context; see the module docstring).
 
-        Raises ``BackendFailed`` on any transport failure, timeout, redirect, 5xx/429, an error
+        Raises ``AnswerTooLarge`` for a successful answer over ``MAX_ANSWER_BYTES`` (the call asked
+        for that much: not the backend's failure; until review R57 a ``BackendFailed``, which the
+        dispatcher retried on other backends, each marked down, the call released);
+        ``BackendFailed`` on any transport failure, timeout, redirect, 5xx/429, an error
         reported with HTTP 200 (``_reject_error``) or a malformed body (a body that is not JSON, a
         choice that is not an object with a message object, a first choice without string content, a ``finish_reason`` that is not a string, usage that is
         not counts: see ``_usage``); ``DispatchError`` when the backend rejects the request as
@@ -251,6 +257,11 @@ class BackendClient:
             ) from None
         except (httpx.HTTPError, aiohttp.ClientError, OSError) as exc:
             raise BackendFailed(f"{self.backend.name}: {type(exc).__name__}: {exc}") from None
+        except AnswerTooLarge as exc:  # from ``_capped``, or the transport's (the gateway's pool)
+            raise AnswerTooLarge(
+                f"{self.backend.name}: {exc}: the call asked for more than is read "
+                "(fewer tokens, or fewer log-probabilities)"
+            ) from None
         self._check_status(status, self._excerpt(raw), retry_after)
         try:
             data = orjson.loads(raw)
@@ -273,7 +284,7 @@ class BackendClient:
         whole body (redirects not followed), or for a status of 300 or more what has arrived of
         the body once any has, at most ``_QUOTED`` bytes (an error's body is quoted, never waited
         for or held whole), and the answer's ``Retry-After`` (``None`` without one); raises
-        ``BackendFailed`` for a body over ``MAX_ANSWER_BYTES``."""
+        ``AnswerTooLarge`` for a body over ``MAX_ANSWER_BYTES``."""
         if self.transport is not None:
             if trace and self._transport_headers(self.transport):
                 traced = cast(_HeaderTransport, self.transport)
@@ -314,15 +325,13 @@ class BackendClient:
 
     async def _capped(self, chunks: AsyncIterator[bytes]) -> bytes:
         """The body, read up to ``MAX_ANSWER_BYTES`` (decoded: a gzip bomb counts at its size
-        unpacked); raises ``BackendFailed`` once it is larger."""
+        unpacked); raises ``AnswerTooLarge`` once it is larger."""
         parts: list[bytes] = []
         size = 0
         async for chunk in chunks:
             size += len(chunk)
             if size > MAX_ANSWER_BYTES:
-                raise BackendFailed(
-                    f"{self.backend.name}: answer larger than {MAX_ANSWER_BYTES} bytes: no chat completion is"
-                )
+                raise AnswerTooLarge(f"the answer is larger than {MAX_ANSWER_BYTES} bytes")
             parts.append(chunk)
         return b"".join(parts)
 

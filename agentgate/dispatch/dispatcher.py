@@ -10,7 +10,9 @@ once and skipped by the router; it is used again once it passes a probe after ``
 after the time its ``Retry-After`` asked for if that is longer: a 429 or 503 names it, read by
 ``backends.retry_after_s``, at most ``MAX_RETRY_AFTER_S``; it holds down every backend of that
 URL, one engine under several names). A call that fails before it has produced any output is retried on another
-backend, at most ``max_attempts`` times in all; when every usable backend is marked down the
+backend, at most ``max_attempts`` times in all (not a call whose answer is ``AnswerTooLarge``: the
+call asked for that much, and another backend would generate it again; its backend is not marked
+down either); when every usable backend is marked down the
 call waits up to ``recovery_wait_s`` for one to come back before it fails with ``NoBackend``. A
 stream that fails after output has been delivered cannot be replayed transparently and ends
 with ``BackendFailed``.
@@ -49,6 +51,7 @@ from agentgate.dispatch.backends import MAX_USAGE_TOKENS, BackendClient, ChatChu
 from agentgate.dispatch.inventory import Inventory
 from agentgate.dispatch.prefix import block_hashes, estimate_prompt_tokens, prompt_text
 from agentgate.errors import (
+    AnswerTooLarge,
     BackendFailed,
     BackendRejectedCredentials,
     DispatchError,
@@ -355,7 +358,8 @@ class Dispatcher:
         own context holds no span of the caller's).
 
         Raises ``Shed`` / ``NoBackend`` when the router refuses or nothing can serve,
-        ``BackendFailed`` after ``max_attempts`` failed tries, ``DispatchError`` for a bad request
+        ``BackendFailed`` after ``max_attempts`` failed tries, ``AnswerTooLarge`` at once (not
+        retried) for an answer over ``backends.MAX_ANSWER_BYTES``, ``DispatchError`` for a bad request
         (or a ``request_id`` that a call in flight has) or a dispatcher that is not started (or
         already closed), ``InputError`` for a ``tenant`` that is no name (``route_request``); all
         when awaited.
@@ -385,6 +389,14 @@ class Dispatcher:
                     self._failed(request.id, plan.backend, exc, errors)
                     request = dataclasses.replace(request, failover=True)  # its tenant paid once
                     continue
+                except AnswerTooLarge:
+                    # The backend generated what the call asked for; the call's doing, not the
+                    # backend's: neither retried nor marked down (until review R57 a
+                    # ``BackendFailed``: each of ``max_attempts`` backends generated it again and
+                    # was marked down, and the gateway charged nothing).
+                    self._rejections.pop(plan.backend, None)  # it took our key
+                    self._finished(request.id)
+                    raise
                 except BaseException:
                     self._finished(request.id)
                     raise

@@ -73,6 +73,7 @@ from agentgate.dispatch.gateway._cuts import (
     _spent,
     _stall_reason,
     _stopped_before_sending,
+    _TooLarge,
     _uncancel_all,
     _Watch,
 )
@@ -93,7 +94,15 @@ from agentgate.dispatch.gateway._stream import _error_event, _EventStream, _sse
 from agentgate.dispatch.gateway._upstream import SENDING, SendMark, UpstreamPool
 from agentgate.dispatch.inventory import Inventory
 from agentgate.dispatch.router import Router
-from agentgate.errors import AgentGateError, AuditError, CallerGone, GatewayStopped, InputError, StoreError
+from agentgate.errors import (
+    AgentGateError,
+    AnswerTooLarge,
+    AuditError,
+    CallerGone,
+    GatewayStopped,
+    InputError,
+    StoreError,
+)
 
 _UNPARSED = Call("gateway:chat.completions", "generate")
 """The call recorded for a body too malformed to name a model."""
@@ -413,7 +422,7 @@ class Gateway:
             return _shutting_down(message), True
         except AgentGateError as exc:
             return _dispatch_error(exc), True
-        assert not isinstance(result, _Cut)  # ``_spent`` raised for it
+        assert not isinstance(result, _Cut | _TooLarge)  # ``_spent`` raised for it
         answered = time.perf_counter()
         self._count_tokens(result.usage.prompt_tokens, result.usage.completion_tokens)
         # Where the time went, for the caller's own measurements (W3C Server-Timing, milliseconds).
@@ -447,8 +456,10 @@ class Gateway:
 
     async def _backend_call(
         self, payload: Mapping[str, Any], route: Mapping[str, Any], scope: Scope
-    ) -> ChatResult | _Cut:
-        """The dispatcher's answer to a JSON chat call, or ``_Cut`` if the call was cut meanwhile.
+    ) -> ChatResult | _Cut | _TooLarge:
+        """The dispatcher's answer to a JSON chat call, ``_Cut`` if the call was cut meanwhile, or
+        ``_TooLarge`` if its answer was larger than is read (``AnswerTooLarge``): ``_spent`` then
+        settles the call as charged its reservation, as a cut one.
 
         The backend request is cancelled as soon as the connection is lost (the protocol calls
         the ``ON_LOST`` hook): the engine aborts it and frees its slot, instead of generating a
@@ -467,6 +478,8 @@ class Gateway:
             sending = SENDING.set(mark)
             try:
                 return await self.dispatcher.chat(payload, **route)
+            except AnswerTooLarge as exc:
+                return _TooLarge(exc)
             except asyncio.CancelledError:
                 if watch.task.uncancel() > 0:  # cancelled more than once: not this step's to end
                     raise

@@ -1,7 +1,8 @@
 """A chat call cut short: by its caller (the connection lost, seen by ``_Watch``; a stream's caller
 that stopped reading, ``STALLED``) or by the server (its shutdown grace over, the request's task is
 cancelled: ``STOPPED``). A JSON call cut once sent is charged its reservation (``_spent`` raises,
-``Gate.arun`` settles); a stream cut short has its outcome say why (``_left_reason``).
+``Gate.arun`` settles), as is one whose answer was too large to read (``_TooLarge``); a stream cut
+short has its outcome say why (``_left_reason``).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from starlette.types import Scope
 
 from agentgate._bounded_http import LOST, ON_LOST, STALLED
 from agentgate.dispatch.backends import ChatResult
-from agentgate.errors import CallerGone, GatewayStopped
+from agentgate.errors import AnswerTooLarge, CallerGone, GatewayStopped
 
 STOPPED = "agentgate.stopped"
 """Scope key set (True) on a streamed call cut by the end of the server's shutdown grace."""
@@ -75,16 +76,29 @@ class _Cut:
     caller_gone: bool
 
 
-def _spent(result: ChatResult | _Cut) -> tuple[int, int] | None:
+@dataclass(frozen=True)
+class _TooLarge:
+    """A JSON call whose backend answered more than is read (``AnswerTooLarge``): generated for
+    what the call asked, so charged its reservation, as a cut call is (until review R57 it was
+    released, and retried on every backend: a caller asking for a huge answer got it generated
+    three times, free)."""
+
+    error: AnswerTooLarge
+
+
+def _spent(result: ChatResult | _Cut | _TooLarge) -> tuple[int, int] | None:
     """What an answered call is charged: the usage the backend reported, or ``None`` when the
     answer reports no completion token count: ``Gate`` then charges the whole reservation
     (prompt, max output) and its outcome says so (the output went out; the gateway never charges
     less than may have been used, nor reports a usage no backend reported).
 
     Raises ``CallerGone`` for a call whose caller left, ``GatewayStopped`` for one the server's
-    shutdown cut (``_Cut``): ``Gate.arun`` then settles it as an ``error`` charged its
-    reservation (its usage cannot be read) and re-raises.
+    shutdown cut (``_Cut``), ``AnswerTooLarge`` for one whose answer was too large to read
+    (``_TooLarge``): ``Gate.arun`` then settles it as an ``error`` charged its reservation (its
+    usage cannot be read) and re-raises.
     """
+    if isinstance(result, _TooLarge):
+        raise result.error
     if isinstance(result, _Cut):
         if result.caller_gone:
             raise CallerGone("the caller went away before the answer; the backend request was cancelled")

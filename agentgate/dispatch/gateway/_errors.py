@@ -15,7 +15,16 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from agentgate.errors import AgentGateError, BackendFailed, DispatchError, NoBackend, Shed, UnknownModel
+from agentgate.dispatch.backends import MAX_ANSWER_BYTES
+from agentgate.errors import (
+    AgentGateError,
+    AnswerTooLarge,
+    BackendFailed,
+    DispatchError,
+    NoBackend,
+    Shed,
+    UnknownModel,
+)
 
 _ERROR_TYPES = {
     400: "invalid_request_error",
@@ -56,7 +65,8 @@ def error_response(
 
 
 def _dispatch_error(exc: AgentGateError) -> Response:
-    """The HTTP answer for a call that was allowed but could not be served (nothing was charged).
+    """The HTTP answer for a call that was allowed but could not be served (nothing was charged,
+    but for an answer too large to read).
 
     A shed call gets the router's reason and its ``Retry-After`` (seconds, rounded up). A model
     that no backend serves is 404 ``model_not_found``, as OpenAI answers it (no later try can
@@ -65,7 +75,9 @@ def _dispatch_error(exc: AgentGateError) -> Response:
     remote callers; when every backend that could serve the call is held down by its own
     ``Retry-After``, the seconds until the first is tried again (rounded up) are its
     ``Retry-After`` and in its message. A request the backend refused as invalid keeps the
-    backend's message, it is about the request, but not the backend's name.
+    backend's message, it is about the request, but not the backend's name. An answer over
+    ``MAX_ANSWER_BYTES`` (``AnswerTooLarge``) is 400 ``answer_too_large``, charged its reservation:
+    the call asked for it (a 4xx, which the OpenAI SDKs do not retry, each retry generating it again).
     """
     if isinstance(exc, Shed):
         # The router's reason is the caller's to read (its SLO, its tenant's quota); what failed
@@ -91,6 +103,13 @@ def _dispatch_error(exc: AgentGateError) -> Response:
         retry = _seconds(exc.retry_after_s)
         message = f"{failed}: the backends asked not to be sent calls for {retry} s; nothing was charged"
         return error_response(status, message, code, headers={"Retry-After": retry})
+    if isinstance(exc, AnswerTooLarge):
+        _log.info("agentgate gateway: %s", exc)
+        message = (
+            f"the backend's answer was larger than {MAX_ANSWER_BYTES // (1 << 20)} MiB, which the gateway "
+            "does not read: ask for fewer tokens or log-probabilities; the call was charged its reservation"
+        )
+        return error_response(400, message, "answer_too_large")
     if isinstance(exc, DispatchError):
         # The backend's words are about the request, the caller's to read; which backend said
         # them (``BackendClient``'s "<name> rejected the request: ...") is the log's.

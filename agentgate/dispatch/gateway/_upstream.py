@@ -32,6 +32,7 @@ from urllib.parse import urlsplit
 import httptools
 
 from agentgate.dispatch.backends import MAX_ANSWER_BYTES, MAX_LINE_BYTES, split_lines
+from agentgate.errors import AnswerTooLarge
 
 HIGH_WATER = 1 << 18
 """Bytes of a streamed answer read ahead of its reader before the socket stops being read."""
@@ -267,8 +268,13 @@ class _Connection(asyncio.Protocol):
         self._notify()
 
     def _too_large(self) -> None:
+        """Refuse a successful answer over ``MAX_ANSWER_BYTES``: ``AnswerTooLarge``, the call's own
+        doing (``BackendClient.chat``); an error answer's body that runs past it is an
+        ``UpstreamError`` (only its start is read: it cannot come here under ``read_start``'s use)."""
         if self._error is None:
-            self._fail(UpstreamError(f"the answer is larger than {MAX_ANSWER_BYTES} bytes"))
+            message = f"the answer is larger than {MAX_ANSWER_BYTES} bytes"
+            status = self._parser.get_status_code()
+            self._fail(AnswerTooLarge(message) if 200 <= status < 300 else UpstreamError(message))
         self._body, self._buffered = [], 0
         self.close()
 
@@ -311,7 +317,8 @@ class UpstreamPool:
 
         Raises ``OSError`` (``UpstreamError``, a refused connection, an ``authorization`` a header
         cannot carry, ...) if no answer can be read, ``TimeoutError`` if no connection opens within
-        ``connect_s``.
+        ``connect_s``, ``AnswerTooLarge`` for a successful answer over ``MAX_ANSWER_BYTES`` (refused
+        as it arrives, or for the length it declares; the connection closed).
         """
         origin, connection, status = await self._send(url, body, authorization, headers)
         try:
