@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 from test_gateway import MODEL, NAMES, _policy_text
 from test_gateway_end_to_end import _body
@@ -106,6 +108,13 @@ def _all_in_service(env: Env, within: float = 10.0) -> None:
         time.sleep(0.02)
 
 
+def _tokens_counted(env: Env) -> dict[str, float]:
+    """``agentgate_gateway_tokens_total`` by kind, read from the gateway's ``/metrics``."""
+    text = httpx.get(env.server.url.removesuffix("/v1") + "/metrics", timeout=10).text
+    found = re.findall(r'^agentgate_gateway_tokens_total\{kind="(\w+)"\} (\S+)$', text, re.MULTILINE)
+    return {kind: float(value) for kind, value in found}
+
+
 @pytest.mark.parametrize("mode", ["declared", "chunked"])
 def test_an_answer_too_large_to_read_is_asked_once_and_charged_its_reservation(
     env: Env, oversized: Oversized, mode: str
@@ -136,6 +145,42 @@ def test_an_answer_too_large_to_read_is_asked_once_and_charged_its_reservation(
     assert outcome.status == "error" and "AnswerTooLarge" in " ".join(outcome.reasons), outcome
     assert env.spent() == spent + RESERVED
     assert env.held() == []
+
+
+def test_a_stale_usage_is_not_counted_in_the_gateway_token_counter(env: Env, oversized: Oversized) -> None:
+    """Review R57, the gateway's token counter added a usage that the budget did not charge.
+
+    A stream whose usage came before more output is charged its reservation (the usage does not
+    count that output), but ``agentgate_gateway_tokens_total`` added the stale usage all the
+    same: it said 3 + 4 tokens for a call charged its reservation. It now counts a usage that
+    covers the whole answer, and nothing for a stale one.
+    """
+    _all_in_service(env)
+    stale = b'data: {"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":4}}\n\n'
+    before = _tokens_counted(env)
+    oversized.script = stale + _chunk("a") * 3 + b"data: [DONE]\n\n"
+    oversized.mode = "script"
+    spent = env.spent()
+    try:
+        answer = env.post(_body(stream=True))
+    finally:
+        oversized.mode = "ok"
+    assert answer.status_code == 200 and answer.text.count('"content":"a"') == 3, answer.text
+    assert _tokens_counted(env) == before
+    assert env.spent() == spent + RESERVED
+    # The rule's other side: a usage after the output is counted, as it is charged.
+    oversized.script = _chunk("a") * 3 + stale + b"data: [DONE]\n\n"
+    oversized.mode = "script"
+    try:
+        answer = env.post(_body(stream=True))
+    finally:
+        oversized.mode = "ok"
+    assert answer.status_code == 200, answer.text
+    after = _tokens_counted(env)
+    assert (after["prompt"] - before.get("prompt", 0), after["completion"] - before.get("completion", 0)) == (
+        3,
+        4,
+    )
 
 
 def test_a_stream_over_its_answer_limit_after_output_is_charged_its_reservation(

@@ -1,7 +1,7 @@
 """Reading a streamed answer (OpenAI's server-sent events): its lines (``split_lines``), each
 event's chunk (``_parse_chunk``), and what a chunk brings (``carries_output``, ``_advances``,
 ``_answer_chars``) against the bounds a stream is held to (``MAX_LINE_BYTES``,
-``MAX_CHARS_PER_TOKEN``)."""
+``MAX_CHARS_PER_TOKEN``), and the usage that counts what it brought (``_StreamUsage``)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Any
 
 import orjson
 
-from agentgate.dispatch._answers import ChatChunk, _finish_reason, _reject_error, _usage
+from agentgate.dispatch._answers import ChatChunk, Usage, _finish_reason, _reject_error, _usage
 from agentgate.dispatch._redaction import _scrub
 from agentgate.errors import BackendFailed
 
@@ -148,6 +148,24 @@ class _Seen:
 
     finished: bool = False
     reported: bool = False
+
+
+@dataclass(slots=True)
+class _StreamUsage:
+    """The usage a stream has reported that counts all its output so far (``see`` each chunk): a
+    usage counts the output sent with it and before it (OpenAI's comes last, vLLM's continuous
+    one with each chunk), so output past the last one reported leaves none (``usage`` None,
+    ``stale`` True) until another is reported. What the gateway charges (a stale usage: the
+    reservation) and what its token counter counts (a stale usage: nothing) both read this."""
+
+    usage: Usage | None = None
+    stale: bool = False
+
+    def see(self, chunk: ChatChunk) -> None:
+        if chunk.usage is not None:
+            self.usage, self.stale = chunk.usage, False
+        elif self.usage is not None and carries_output(chunk):
+            self.usage, self.stale = None, True
 
 
 def _advances(chunk: ChatChunk, seen: _Seen, chars: int) -> bool:

@@ -54,6 +54,7 @@ from agentgate._bounded_http import LOST, STALLED
 from agentgate._http_limits import positive_seconds
 from agentgate.capabilities import Call
 from agentgate.dispatch._policy import RoutingPolicy
+from agentgate.dispatch._sse import _StreamUsage
 from agentgate.dispatch.backends import ChatChunk, ChatResult, Timeouts
 from agentgate.dispatch.dispatcher import Dispatcher
 from agentgate.dispatch.gateway._authority import APPROVAL_HEADER, GatewayDecision, GatewayGate
@@ -607,14 +608,13 @@ class Gateway:
                 body["usage"] = usage
             return _sse(body)
 
-        usage = None
+        reported = _StreamUsage()
         usage_sent = False
         role_sent = False
         try:
             pending = first
             while pending is not None:
-                if pending.usage is not None:
-                    usage = pending.usage
+                reported.see(pending)
                 if pending.event:
                     # The backend's own event, whole (reasoning, logprobs, ...: what a JSON answer
                     # passes on too), less the usage the gateway asked for and the caller did not.
@@ -648,7 +648,9 @@ class Gateway:
             return
         finally:
             await chunks.aclose()
-        if usage is not None:
+        # The usage charged, not a stale one (reported before more output: the call is charged
+        # its reservation, ``GatewayGate._pump``); until review R57 the counter added that one.
+        if (usage := reported.usage) is not None:
             self._count_tokens(usage.prompt_tokens, usage.completion_tokens)
             if include_usage and not usage_sent:
                 yield event(

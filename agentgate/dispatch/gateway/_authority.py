@@ -27,6 +27,7 @@ from opentelemetry.trace import Tracer
 from agentgate.audit.spans import record_outcome, record_usage
 from agentgate.authority import Chain, Decision, Invocation, chain_weight, parse_chain
 from agentgate.capabilities import Call
+from agentgate.dispatch._sse import _StreamUsage
 from agentgate.dispatch.backends import ChatChunk, carries_output
 from agentgate.errors import BackendFailed, NoBackend, TokenFormatError
 from agentgate.findings import Finding, FindingKind
@@ -363,7 +364,7 @@ class GatewayGate(Gate):
         unsent: Callable[[], bool] | None,
     ) -> None:
         usage: tuple[int, int] | None = None
-        stale = False  # a usage was reported, then output past it: not the call's usage
+        reported = _StreamUsage()  # a usage followed by output (``stale``) is not the call's
         delivered = False
         cut = False  # by the caller going away or the server stopping, not by the backend
         error: str | None = None  # the outcome's reason in the audit log
@@ -372,14 +373,8 @@ class GatewayGate(Gate):
         with self._span(auth) as span:
             try:
                 async for chunk in chunks:
-                    output = carries_output(chunk)
-                    if chunk.usage is not None:
-                        usage, stale = (chunk.usage.prompt_tokens, chunk.usage.completion_tokens), False
-                    elif output and usage is not None:
-                        # A usage counts the output sent with it and before it (OpenAI's comes
-                        # last, vLLM's continuous one with each chunk): output past it is not in it.
-                        usage, stale = None, True
-                    delivered = delivered or output
+                    reported.see(chunk)
+                    delivered = delivered or carries_output(chunk)
                     await queue.put(chunk)  # waits while the caller is STREAM_AHEAD chunks behind
             except Exception as exc:
                 error = error_type = type(exc).__name__
@@ -394,9 +389,10 @@ class GatewayGate(Gate):
             finally:
                 if isinstance(chunks, AsyncGenerator):
                     await chunks.aclose()  # closes the backend request now, not at garbage collection
-                if usage is not None:  # only what the backend reported is the call's usage
+                if (known := reported.usage) is not None:  # only what the backend reported is the call's
+                    usage = (known.prompt_tokens, known.completion_tokens)
                     record_usage(span, *usage)
-                elif stale or (error is not None and (delivered or cut)):  # its usage unread:
+                elif reported.stale or (error is not None and (delivered or cut)):  # its usage unread:
                     usage = USAGE_UNREAD  # charged as reserved
                 if span.is_recording():
                     record_outcome(span, "ok" if error is None else "error", error_type=error_type)
