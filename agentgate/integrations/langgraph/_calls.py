@@ -141,6 +141,53 @@ class _ThreadedCall:
             raise
 
 
+class _AttemptEnd:
+    """The end of one tool call's attempt in this process (``GateMiddleware._running``: from its
+    decision until its outcome is handed to the Gate), for the same call of a resumed run to wait
+    for: in its thread (``wait``) or, under ``ainvoke``, as a task of the event loop
+    (``until_set``), which holds no worker thread while it waits. Waiting in a worker thread of
+    the loop's default executor (until review R57), a resumed run's calls could take every thread
+    (six on a two-core machine) while the calls they waited for needed one to be decided or to run
+    their sync tool: the resumed run hung for good."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._ended = threading.Event()
+        self._wakers: list[Callable[[], None]] = []
+
+    def set(self) -> None:
+        """The attempt ended: wake every waiter."""
+        with self._lock:
+            self._ended.set()
+            wakers, self._wakers = self._wakers, []
+        for wake in wakers:
+            wake()
+
+    def wait(self) -> None:
+        """Block this thread until the attempt ended."""
+        self._ended.wait()
+
+    async def until_set(self) -> None:
+        """Return once the attempt ended, the waiting task holding no thread meanwhile."""
+        loop = asyncio.get_running_loop()
+        ended: asyncio.Future[None] = loop.create_future()
+
+        def wake() -> None:
+            with contextlib.suppress(RuntimeError):  # the waiter's loop is closed: nobody waits
+                loop.call_soon_threadsafe(_resolve, ended)
+
+        with self._lock:
+            if self._ended.is_set():
+                return
+            self._wakers.append(wake)
+        await ended
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():  # a waiter cancelled meanwhile
+        future.set_result(None)
+
+
 def _failed(result: object) -> bool:
     """Whether a tool's result reports a failure: a ``ToolMessage`` with ``status="error"``, also
     inside the ``Command`` a tool may return (its ``update``'s ``messages``), and in the list of

@@ -32,6 +32,7 @@ from agentgate.integrations.langgraph._approving import _ApprovalLoop
 from agentgate.integrations.langgraph._calls import (
     ToolResult,
     _async_only,
+    _AttemptEnd,
     _failed,
     _paused,
     _runs_in_a_thread,
@@ -131,7 +132,7 @@ class GateMiddleware(_ModelCalls, _ApprovalLoop, AgentMiddleware[Any, Any, Any])
         self._schema_sizes: dict[int, tuple[weakref.ref[BaseTool], int]] = {}
         self._results: collections.OrderedDict[str, ToolResult] = collections.OrderedDict()
         self._results_lock = threading.Lock()
-        self._in_flight: dict[tuple[str | None, str | None, str], threading.Event] = {}
+        self._in_flight: dict[tuple[str | None, str | None, str], _AttemptEnd] = {}
 
     @property
     def name(self) -> str:
@@ -159,7 +160,7 @@ class GateMiddleware(_ModelCalls, _ApprovalLoop, AgentMiddleware[Any, Any, Any])
         call of its node paused the run has its allow recorded (the call started) before it runs,
         and the run resumed meanwhile would decide it between the two (refused as started, its
         outcome not recorded)."""
-        key, done = _running_key(request), threading.Event()
+        key, done = _running_key(request), _AttemptEnd()
         with self._results_lock:
             self._in_flight[key] = done
         own = _RUNNING_HERE.set(_RUNNING_HERE.get() | {key})
@@ -172,7 +173,7 @@ class GateMiddleware(_ModelCalls, _ApprovalLoop, AgentMiddleware[Any, Any, Any])
                     del self._in_flight[key]
             done.set()
 
-    def _ran_here(self, request: ToolCallRequest) -> threading.Event | None:
+    def _ran_here(self, request: ToolCallRequest) -> _AttemptEnd | None:
         """The end of the same call's attempt, when one runs in this process now: LangGraph's
         async tools node leaves a call running when another call of the node pauses the run (an
         approval), and the run resumed at once would decide the call while it runs (refused as
@@ -373,7 +374,7 @@ class GateMiddleware(_ModelCalls, _ApprovalLoop, AgentMiddleware[Any, Any, Any])
             except Exception as exc:
                 return self._delegation_failed(request, call_id, name, exc)
         if (busy := self._ran_here(request)) is not None:
-            await self.gate.to_thread(busy.wait)
+            await busy.until_set()  # holding no worker thread: the call waited for may need one
         with self._running(request):  # from its decision on: a run resumed meanwhile waits for it
             return await self._adecide_and_run(request, handler, call_id, name)
 
