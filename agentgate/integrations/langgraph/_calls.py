@@ -12,7 +12,7 @@ import functools
 import threading
 from collections.abc import Awaitable, Callable, Mapping
 from contextvars import ContextVar
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from langchain.agents.middleware import ModelResponse
 from langchain_core.callbacks import BaseCallbackHandler
@@ -26,6 +26,7 @@ from langgraph.types import Command
 from agentgate.tasks import settled
 
 ToolResult = ToolMessage | Command[Any]
+D = TypeVar("D")
 
 
 def _runs_in_a_thread(tool: BaseTool) -> bool:
@@ -181,6 +182,47 @@ class _AttemptEnd:
                 return
             self._wakers.append(wake)
         await ended
+
+
+class _Deciding(Generic[D]):
+    """One decision made in a worker thread for a task (``GateMiddleware._decided``), which tells
+    its end, and what it returned, whatever became of the task that awaited it: an event loop
+    shutting down (``asyncio.run`` returning while tasks of the run it ran are left, as LangGraph
+    leaves a tools node's other calls when one pauses for an approval) cancels the awaiting task
+    and the task that awaits the thread at once, so the decision, recorded anyway, could not be
+    read, and an allow was never settled (until review R57: a ``started`` call with no outcome,
+    refused on resume as "started and its outcome was never recorded", its reservation held)."""
+
+    def __init__(self, decide: Callable[[], D]) -> None:
+        self._decide = decide
+        self._lock = threading.Lock()
+        self._began = False
+        self._given_up = False
+        self.end = _AttemptEnd()
+        self.result: D | None = None
+        self.failed = False
+
+    def run(self) -> D:
+        """In the worker thread: the decision, unless given up before it began."""
+        with self._lock:
+            if self._given_up:
+                raise asyncio.CancelledError("the decision was given up before it began")
+            self._began = True
+        try:
+            self.result = self._decide()
+        except BaseException:
+            self.failed = True
+            raise
+        finally:
+            self.end.set()
+        return self.result
+
+    def give_up(self) -> bool:
+        """Whether the decision began (it then runs to its end: ``end``); from now on it does not
+        begin."""
+        with self._lock:
+            self._given_up = True
+            return self._began
 
 
 def _resolve(future: asyncio.Future[None]) -> None:

@@ -33,6 +33,7 @@ from agentgate.integrations.langgraph._calls import (
     ToolResult,
     _async_only,
     _AttemptEnd,
+    _Deciding,
     _failed,
     _paused,
     _runs_in_a_thread,
@@ -63,7 +64,6 @@ from agentgate.integrations.langgraph._tool_calls import (
     _tool_call_of,
     _unusable_answer,
 )
-from agentgate.tasks import settled
 
 R = TypeVar("R")
 D = TypeVar("D")
@@ -436,17 +436,21 @@ class GateMiddleware(_ModelCalls, _ApprovalLoop, AgentMiddleware[Any, Any, Any])
         did not run (``Gate.abandon``: an ``error`` outcome, ``CancelledError: given up before
         the call started``, its reservation released, a once-only call left to run when its run
         is resumed), and the cancellation goes on, without waiting for a free slot of the tool.
-        Raises what ``decide`` raises.
+        A decision cancelled before its thread began it is not made. The end of one under way is
+        read from its thread (``_Deciding``), not from the task awaiting it, which a loop shutting
+        down cancels too. Raises what ``decide`` raises.
         """
-        future = asyncio.ensure_future(self.gate.to_thread(decide, request))
+        deciding = _Deciding(functools.partial(decide, request))
+        future = asyncio.ensure_future(self.gate.to_thread(deciding.run))
         try:
             return await asyncio.shield(future)
         except asyncio.CancelledError:
-            await settled(future)
-            if not future.cancelled() and future.exception() is None:
-                auth = auth_of(future.result())
-                if auth.allowed:
-                    self.gate.abandon(auth)
+            if deciding.give_up():
+                await deciding.end.until_set()
+                if not deciding.failed and deciding.result is not None:
+                    auth = auth_of(deciding.result)
+                    if auth.allowed:
+                        self.gate.abandon(auth)
             raise
 
     # --- models ---------------------------------------------------------------------------
