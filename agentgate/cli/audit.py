@@ -41,7 +41,7 @@ from agentgate.audit.note import Checkpoint, key_id, verifier_key
 from agentgate.audit.proof import HEADER as PROOF_HEADER
 from agentgate.audit.proof import ProofBundle, verify_bundle
 from agentgate.audit.report import render_report
-from agentgate.cli._common import given, given_text, open_audit_log, printable, utc
+from agentgate.cli._common import given, given_text, open_audit_log, open_existing_store, printable, utc
 from agentgate.errors import BeyondLogEnd, InputError, KeyFileError, LogDropped, StoreError, TamperDetected
 from agentgate.keys import load_public_key, read_regular_file, replace_file
 from agentgate.store import SQLiteStore, Store
@@ -660,6 +660,20 @@ def _saved(path: str) -> str | None:
     return text
 
 
+def _unprotected(url: str | None) -> tuple[str, ...]:
+    """Each trigger of the log's machinery not in force, as ``audit verify`` reports it, read from
+    the catalog of the store opened to read only. ``audit checkpoint`` refuses such a log before it
+    opens it as a writer: the writer's opening would put the trigger back, and the checkpoint sign
+    what was edited while it was gone, so that ``verify`` said intact where it had said TAMPERED
+    (docs/operations.md: verify the log before putting anything back)."""
+    from agentgate.keys import SigningKey
+    from agentgate.store.audit import log_origin
+
+    store = open_existing_store(url, read_only=True)
+    with store:  # the catalog alone is read: any key will do
+        return AuditLog(store, SigningKey.generate().public, log_origin(), create=False).unprotected()
+
+
 def _checkpoint(args: argparse.Namespace) -> int:
     if args.out:
         _refuse_unwritable(args.out)
@@ -674,6 +688,15 @@ def _checkpoint(args: argparse.Namespace) -> int:
         return read[0]
 
     try:
+        unprotected = _unprotected(args.store)
+        if unprotected:
+            more = f" (and {len(unprotected) - 1} more)" if len(unprotected) > 1 else ""
+            print(
+                f"REFUSED: {printable(unprotected[0])}{more}; nothing was signed or put back: a "
+                "checkpoint would sign what was appended or edited while nothing refused it; run "
+                "agentgate audit verify (with --checkpoint and the checkpoint saved last) first"
+            )
+            return 1
         # A log with no checkpoint yet is checked before its key is created: refused, none is left.
         store, log = open_audit_log(
             args.store, create_key=True, check_first=lambda log: log.check_extends(saved_in_out(log))
