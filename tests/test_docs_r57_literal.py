@@ -18,17 +18,24 @@ What did not hold, each with its test below:
   signed: an entry rewritten (with its leaf hash) while the trigger was gone was signed into a
   checkpoint, and ``audit verify``, TAMPERED before, said ``intact``. The evidence was gone
   within a minute. It now refuses first (REFUSED, exit 1, nothing signed or put back).
+
+Checked mechanically from now on: each section's table in docs/policy-reference.md lists exactly
+the fields its model takes (the earlier test went from the page to the loader only).
 """
 
 from __future__ import annotations
 
 import hashlib
+import re
 import sqlite3
+import typing
 from pathlib import Path
 
 import pytest
+from pydantic import BaseModel
 
 from agentgate.cli.main import main
+from agentgate.policy import _schema as schema
 from agentgate.store import SQLiteStore
 from agentgate.store.audit import AuditLog, open_log_key
 
@@ -105,3 +112,80 @@ def test_checkpoint_signs_again_once_store_init_put_the_trigger_back(
     assert main(["audit", "checkpoint"]) == 0
     assert main(["audit", "verify"]) == 0
     assert capsys.readouterr().out.splitlines()[-1].startswith("intact: 2 entries")
+
+
+# --- docs/policy-reference.md: every field the loader takes has its table row -------------------
+
+_REFERENCE_TABLES: dict[str, type[BaseModel]] = {
+    "Top level": schema.PolicyDocument,
+    "settings": schema.Settings,
+    "trust_anchors": schema.TrustAnchor,
+    "tenants": schema.Tenant,
+    "principals": schema.Principal,
+    "tools": schema.Tool,
+    "models": schema.ModelSpec,
+    "gpus": schema.GpuType,
+    "priority_classes": schema.PriorityClass,
+    "roles": schema.Role,
+    "capabilities": schema.CapabilityRule,
+    "delegation": schema.Delegation,
+    "quotas": schema.Quota,
+    "approvals": schema.ApprovalGate,
+}
+
+
+def _documented_fields() -> dict[str, set[str]]:
+    """The field names in the first column of each section's table (``a` / `b`` split)."""
+    text = (Path(__file__).resolve().parents[1] / "docs" / "policy-reference.md").read_text(encoding="utf-8")
+    fields: dict[str, set[str]] = {}
+    section = header = ""
+    for line in text.splitlines():
+        if line.startswith("#"):
+            section = line.strip("# ")
+        elif line.startswith("| ") and not line.startswith("| `"):
+            header = line.split("|")[1].strip()  # "field", or "operator" for the operators' table
+        elif line.startswith("| `") and section in _REFERENCE_TABLES:
+            first = line.strip("|").split("|")[0]
+            table = section if header == "field" else f"{section} {header}s"
+            fields.setdefault(table, set()).update(re.findall(r"`([^`]+)`", first))
+    return fields
+
+
+def _submodel(annotation: object) -> tuple[type[BaseModel], bool] | None:
+    """The model a field holds, and whether it is held by name (a mapping), if it holds one."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation, False
+    for arg in typing.get_args(annotation):
+        found = _submodel(arg)
+        if found is not None:
+            return found[0], found[1] or typing.get_origin(annotation) is dict
+    return None
+
+
+def _loader_fields(model: type[BaseModel], documented: set[str]) -> set[str]:
+    """What the table of ``model`` should list: each field by its YAML name, and where the table
+    spells out a field's own fields (``rate.per_second``, ``args.NAME.type``), each of those."""
+    names = set()
+    for name, info in model.model_fields.items():
+        key = info.alias or name
+        held = _submodel(info.annotation)
+        prefix = f"{key}.NAME." if held and held[1] else f"{key}."
+        if held and any(d.startswith(prefix) for d in documented):
+            names |= {prefix + (f.alias or n) for n, f in held[0].model_fields.items()}
+            if key in documented:
+                names.add(key)
+        else:
+            names.add(key)
+    return names
+
+
+def test_every_field_the_loader_takes_is_a_row_of_its_section_in_policy_reference_md() -> None:
+    """Review R57: the reference's tables were checked from the page to the loader (a default
+    stated is the loader's), not from the loader to the page: a field added to a section's model
+    without its row went unseen. Each section's rows are now exactly its model's fields."""
+    documented = _documented_fields()
+    assert set(documented) == {*_REFERENCE_TABLES, "capabilities operators"}
+    for section, model in _REFERENCE_TABLES.items():
+        assert documented[section] == _loader_fields(model, documented[section]), section
+    operators = {info.alias or name for name, info in schema.ConstraintSpec.model_fields.items()}
+    assert documented["capabilities operators"] == operators
