@@ -18,6 +18,12 @@ What did not hold, each with its test below:
   signed: an entry rewritten (with its leaf hash) while the trigger was gone was signed into a
   checkpoint, and ``audit verify``, TAMPERED before, said ``intact``. The evidence was gone
   within a minute. It now refuses first (REFUSED, exit 1, nothing signed or put back).
+- ``audit prove`` on such a log signed a new checkpoint when the log had grown, so the bundle of
+  the rewritten entry verified offline as ``valid``. It now signs none over it (exit 2, one line,
+  nothing written).
+- docs/operations.md and cli.md's verify row said ``prove`` writes nothing "of an entry a stored
+  checkpoint covers"; it signs a checkpoint whenever the log grew since the last, as cli.md's
+  prove row says, whichever entry it proves. Docs fixed.
 
 Checked mechanically from now on: each section's table in docs/policy-reference.md lists exactly
 the fields its model takes (the earlier test went from the page to the loader only).
@@ -189,3 +195,41 @@ def test_every_field_the_loader_takes_is_a_row_of_its_section_in_policy_referenc
         assert documented[section] == _loader_fields(model, documented[section]), section
     operators = {info.alias or name for name, info in schema.ConstraintSpec.model_fields.items()}
     assert documented["capabilities operators"] == operators
+
+
+def test_prove_signs_no_checkpoint_over_a_log_whose_protection_trigger_is_missing(
+    checkpointed: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Review R57: audit prove signed a new checkpoint over a log whose trigger was dropped, so the
+    bundle of an entry rewritten meanwhile verified offline as valid; it is refused, as checkpoint."""
+    _rewrite_entry_1_past_a_dropped_trigger(checkpointed)
+    bundle = checkpointed.parent / "entry-1.proof"
+    for index in ("1", "0"):  # the forged entry, and one the stored checkpoint covers
+        assert main(["audit", "prove", index, "--out", str(bundle)]) == 2
+        err = capsys.readouterr().err
+        assert "audit_log_no_update on table audit_log is missing" in err and "no proof written" in err
+        assert not bundle.exists()
+    with sqlite3.connect(checkpointed) as conn:
+        assert conn.execute("SELECT COUNT(*) FROM audit_checkpoints").fetchone() == (1,)
+    conn.close()
+
+
+def test_prove_signs_a_checkpoint_when_the_log_grew_whichever_entry_it_proves(
+    checkpointed: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Review R57: docs/operations.md said prove writes nothing of an entry a stored checkpoint
+    covers; it signs one whenever the log grew since the last (cli.md's prove row), as here."""
+
+    def checkpoints() -> int:
+        with sqlite3.connect(checkpointed) as conn:
+            (count,) = conn.execute("SELECT COUNT(*) FROM audit_checkpoints").fetchone()
+        conn.close()
+        return int(count)
+
+    bundle = checkpointed.parent / "p"
+    assert main(["audit", "prove", "0", "--out", str(bundle)]) == 0  # covered, but the log grew
+    assert checkpoints() == 2
+    assert main(["audit", "prove", "0", "--out", str(bundle)]) == 0  # the last covers the whole log
+    assert main(["audit", "prove", "1", "--out", str(bundle)]) == 0
+    assert checkpoints() == 2
+    capsys.readouterr()

@@ -716,6 +716,24 @@ def _checkpoint(args: argparse.Namespace) -> int:
     return 0
 
 
+def _refuse_signing_unprotected(log: AuditLog) -> None:
+    """Raise ``TamperDetected`` when ``prove`` would sign a checkpoint (the log grew since the one
+    stored last) over a log whose protection trigger is not in force: the checkpoint, and the
+    bundle against it, would vouch for what was edited while nothing refused it (as ``audit
+    checkpoint`` refuses to)."""
+    unprotected = log.unprotected()
+    if not unprotected:
+        return
+    latest = log.latest_checkpoint()
+    if latest is not None and log.open_checkpoint(latest).size >= log.size():
+        return  # the stored checkpoint covers the whole log: nothing is signed
+    more = f" (and {len(unprotected) - 1} more)" if len(unprotected) > 1 else ""
+    raise TamperDetected(
+        f"{unprotected[0]}{more}; no checkpoint signed over it and no proof written, run agentgate "
+        "audit verify"
+    )
+
+
 def _prove(args: argparse.Namespace) -> int:
     _refuse_unwritable(args.out)
     store, log = _open(args)
@@ -723,6 +741,7 @@ def _prove(args: argparse.Namespace) -> int:
         _refuse_own_files(args.out, store, None)
         if not log.exists:
             raise BeyondLogEnd(args.index, 0, "entry")
+        _refuse_signing_unprotected(log)
         try:  # a bundle is returned only when it verifies: an entry edited in the database does not
             bundle = log.prove(args.index)
         except TamperDetected as exc:
