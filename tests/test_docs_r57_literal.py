@@ -37,6 +37,7 @@ import sqlite3
 import typing
 from pathlib import Path
 
+import psycopg
 import pytest
 from pydantic import BaseModel
 
@@ -233,3 +234,33 @@ def test_prove_signs_a_checkpoint_when_the_log_grew_whichever_entry_it_proves(
     assert main(["audit", "prove", "1", "--out", str(bundle)]) == 0
     assert checkpoints() == 2
     capsys.readouterr()
+
+
+@pytest.mark.postgres
+def test_checkpoint_refuses_a_disabled_postgresql_trigger_and_leaves_it_disabled(
+    postgres_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Review R57: audit checkpoint, as the owner, enabled a disabled PostgreSQL protection trigger and signed."""
+    from agentgate.store._postgres import PostgresStore
+
+    monkeypatch.delenv("AGENTGATE_LOG_ORIGIN", raising=False)
+    monkeypatch.delenv("AGENTGATE_LOG_PREVIOUS_KEYS", raising=False)
+    monkeypatch.setenv("AGENTGATE_LOG_KEY", str(tmp_path / "log.key"))
+    monkeypatch.setenv("AGENTGATE_STORE", postgres_url)
+    with PostgresStore(postgres_url) as store:
+        log = AuditLog(store, open_log_key(store, create=True))
+        log.append({"kind": "revoke", "principal": "operator", "reasons": ["first"]})
+        log.checkpoint()
+        log.append({"kind": "revoke", "principal": "operator", "reasons": ["second"]})
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        conn.execute("ALTER TABLE audit_log DISABLE TRIGGER audit_log_append_only")
+        assert main(["audit", "checkpoint"]) == 1
+        out = capsys.readouterr().out
+        assert out.startswith(
+            "REFUSED: the protection trigger audit_log_append_only on table audit_log is disabled"
+        )
+        state = conn.execute(
+            "SELECT tgenabled FROM pg_trigger WHERE tgname = 'audit_log_append_only'"
+        ).fetchone()
+        assert state == ("D",)
+        assert conn.execute("SELECT COUNT(*) FROM audit_checkpoints").fetchone() == (1,)
