@@ -24,6 +24,9 @@ What did not hold, each with its test below:
 - docs/operations.md and cli.md's verify row said ``prove`` writes nothing "of an entry a stored
   checkpoint covers"; it signs a checkpoint whenever the log grew since the last, as cli.md's
   prove row says, whichever entry it proves. Docs fixed.
+- ``grant revoke`` on such a log put the trigger back as it opened the log to write, without a
+  word, after which ``audit verify`` no longer named it. A revocation must go through, so it
+  still does; it now names the trigger on one warning line on standard error first.
 
 Checked mechanically from now on: each section's table in docs/policy-reference.md lists exactly
 the fields its model takes (the earlier test went from the page to the loader only).
@@ -264,3 +267,23 @@ def test_checkpoint_refuses_a_disabled_postgresql_trigger_and_leaves_it_disabled
         ).fetchone()
         assert state == ("D",)
         assert conn.execute("SELECT COUNT(*) FROM audit_checkpoints").fetchone() == (1,)
+
+
+def test_grant_revoke_says_it_puts_back_a_missing_protection_trigger_and_revokes_all_the_same(
+    checkpointed: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Review R57: grant revoke put a dropped protection trigger back without a word, so the one
+    trace of it (verify's TAMPERED line) was gone; the revocation goes through, and it says so."""
+    with sqlite3.connect(checkpointed) as conn:
+        conn.execute("DROP TRIGGER audit_log_no_update")
+    conn.close()
+    grant_id = "a" * 64
+    assert main(["grant", "revoke", grant_id, "--reason", "leaked"]) == 0
+    done = capsys.readouterr()
+    assert done.out == f"revoked {grant_id}\n"
+    lines = done.err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith(
+        "agentgate: warning: the protection trigger audit_log_no_update on table audit_log is missing"
+    )
+    assert "the revocation goes through" in lines[0] and "run agentgate audit verify" in lines[0]
+    assert "audit_log_no_update" in _triggers(checkpointed)  # the writer's opening put it back

@@ -553,6 +553,25 @@ _NOT_COVERED = (
 )
 
 
+def _warn_unprotected(store: Store) -> None:
+    """One line on standard error naming a trigger of the audit log's machinery not in force, read
+    from the catalog before the log is opened to write, which puts it back where this role may:
+    ``audit verify`` then no longer names it. A revocation always goes through, so this is said,
+    not refused (``audit checkpoint``, which would sign over the log, refuses)."""
+    from agentgate.keys import SigningKey
+    from agentgate.store.audit import AuditLog, log_origin
+
+    unprotected = AuditLog(store, SigningKey.generate().public, log_origin(), create=False).unprotected()
+    if unprotected:
+        more = f" (and {len(unprotected) - 1} more)" if len(unprotected) > 1 else ""
+        print(
+            f"agentgate: warning: {printable(unprotected[0])}{more}; the revocation goes through, and "
+            "opening the log to write puts the trigger back where this role may, after which audit "
+            "verify no longer names it: run agentgate audit verify for what was edited meanwhile",
+            file=sys.stderr,
+        )
+
+
 @contextlib.contextmanager
 def _revoking(
     store: Store, args: argparse.Namespace
@@ -570,6 +589,7 @@ def _revoking(
     try:
         repo = GrantRepository(store)
         try:
+            _warn_unprotected(store)
             log = AuditLog(store, open_log_key(store), log_origin())
             approvals: ApprovalStore | None = None
             with contextlib.suppress(StoreError):
