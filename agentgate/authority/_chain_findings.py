@@ -67,11 +67,16 @@ def _capability_finding(parent: Grant, child: Grant, cap: Capability) -> Finding
         p, call = near
         for name, constraint in p.constraints:
             if name not in call.args or not constraint.allows(call.args[name]):
-                value = call.args.get(name, "<any value>")
+                if name not in cap.constraint_map:
+                    # The witness of a dropped constraint is a made-up value (``'\x00zz-witness'``)
+                    # that says nothing to the person who dropped it.
+                    allows = f"leaves {name} unconstrained (any value, or none)"
+                else:
+                    allows = f"allows {name}={call.args.get(name, '<any value>')!r}"
                 return _finding(
                     _SCOPE,
                     "constraint_widened",
-                    f"child capability {format_capability(cap)} allows {name}={value!r}, which the parent's "
+                    f"child capability {format_capability(cap)} {allows}, which the parent's "
                     f"{format_capability(p)} does not; narrow {name} to within the parent's constraint",
                     child,
                     f"constraints.{name}",
@@ -79,11 +84,13 @@ def _capability_finding(parent: Grant, child: Grant, cap: Capability) -> Finding
     call = witness(parent.capabilities[0], cap)
     assert call is not None
     held = ", ".join(format_capability(p) for p in parent.capabilities)
+    # An action the witness made up (``zz_witness``) for a child's ``*`` is any action.
+    allows = f"{call.resource} {call.action}" if cap.action != "*" else f"every action on {call.resource}"
     return _finding(
         _SCOPE,
         "capability_widened",
-        f"child capability {format_capability(cap)} allows {call.resource} {call.action}, which no parent "
-        f"capability covers (parent holds {held})",
+        f"child capability {format_capability(cap)} allows {allows}, which no parent capability covers "
+        f"(parent holds {held}); delegate only capabilities within one the parent holds",
         child,
         "capabilities",
     )
@@ -111,7 +118,8 @@ def link_findings(links: Sequence[Grant], child: Grant) -> list[Finding]:
                 _OPACITY,
                 "issuer_not_parent_audience",
                 f"link is signed by {_short(child.issuer)}, but "
-                f"the parent grant was given to {_short(parent.audience)}",
+                f"the parent grant was given to {_short(parent.audience)}; only the parent's holder "
+                "may delegate it",
                 child,
                 "issuer",
             )
@@ -143,7 +151,8 @@ def link_findings(links: Sequence[Grant], child: Grant) -> list[Finding]:
             _finding(
                 _SCOPE,
                 "delegation_not_allowed",
-                "the parent grant allows no further delegation (max depth 0)",
+                "the parent grant allows no further delegation (max depth 0); ask its issuer for a "
+                "grant that allows delegation, or for the sub-agent's own grant",
                 child,
                 "max_depth",
             )
@@ -154,7 +163,8 @@ def link_findings(links: Sequence[Grant], child: Grant) -> list[Finding]:
                 _SCOPE,
                 "depth_widened",
                 f"child allows {child.max_depth} further delegation levels; "
-                f"the parent leaves at most {parent.max_depth - 1}",
+                f"the parent leaves at most {parent.max_depth - 1}: give it a max depth of at most "
+                f"{parent.max_depth - 1}",
                 child,
                 "max_depth",
             )
@@ -169,7 +179,8 @@ def link_findings(links: Sequence[Grant], child: Grant) -> list[Finding]:
                 _finding(
                     _SCOPE,
                     "budget_widened",
-                    f"child has no budget limit; the parent is limited to {parent.budget}",
+                    f"child has no budget limit; the parent is limited to {parent.budget}: give the "
+                    "child a budget of at most the parent's",
                     child,
                     "budget",
                 )
@@ -179,7 +190,8 @@ def link_findings(links: Sequence[Grant], child: Grant) -> list[Finding]:
                 _finding(
                     _SCOPE,
                     "budget_unit_changed",
-                    f"child budget is in {child.budget.unit}, the parent's in {parent.budget.unit}",
+                    f"child budget is in {child.budget.unit}, the parent's in {parent.budget.unit}: "
+                    f"give the child a budget in {parent.budget.unit}, at most the parent's",
                     child,
                     "budget",
                 )
@@ -189,7 +201,8 @@ def link_findings(links: Sequence[Grant], child: Grant) -> list[Finding]:
                 _finding(
                     _SCOPE,
                     "budget_widened",
-                    f"child budget {child.budget} exceeds the parent's {parent.budget}",
+                    f"child budget {child.budget} exceeds the parent's {parent.budget}: lower it to "
+                    "at most the parent's",
                     child,
                     "budget",
                 )
@@ -210,7 +223,8 @@ def link_findings(links: Sequence[Grant], child: Grant) -> list[Finding]:
             _finding(
                 _SCOPE,
                 "starts_before_parent",
-                "child becomes valid before its parent does",
+                f"child becomes valid at {when(child.not_before)}, before its parent "
+                f"({when(parent.not_before)}); a child starts no earlier than its parent",
                 child,
                 "not_before",
             )
@@ -245,7 +259,8 @@ def chain_finding(chain: Chain, anchors: frozenset[str]) -> Finding | None:
         return _finding(
             _OPACITY,
             "untrusted_root",
-            f"root grant issued by {_short(root.issuer)}, which is not a trust anchor of this verifier",
+            f"root grant issued by {_short(root.issuer)}, which is not a trust anchor of this verifier; "
+            "present a chain from one of its trust anchors, or configure that key as one",
             root,
             "issuer",
         )
