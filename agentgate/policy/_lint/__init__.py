@@ -17,7 +17,12 @@ from __future__ import annotations
 
 from agentgate.errors import PolicyError
 from agentgate.findings import Finding
-from agentgate.policy._lint._approvals import AgentApproves, ApprovalGateBypass, GateOnUndeclaredArgument
+from agentgate.policy._lint._approvals import (
+    AgentApproves,
+    ApprovalGateBypass,
+    ApprovalUnreachable,
+    GateOnUndeclaredArgument,
+)
 from agentgate.policy._lint._common import LintRule
 from agentgate.policy._lint._constraints import (
     ConstraintOnUndeclaredArgument,
@@ -79,6 +84,7 @@ RULES: tuple[LintRule, ...] = (
     TrustAnchorWithoutKey(),
     ToolNotAudited(),
     GateOnUndeclaredArgument(),
+    ApprovalUnreachable(),
 )
 """Every lint rule, in the order their findings are reported for the same line."""
 

@@ -1,7 +1,7 @@
 """Lint rules on approval gates: a wildcard rule that reaches sibling tools taking the same
 arguments that no gate stops (scope_creep), an agent named as an approver
-(implicit_trust_inheritance), and a gate on a resource or an argument nothing declares
-(authority_chain_opacity).
+(implicit_trust_inheritance), and a gate on a resource or an argument nothing declares, or one
+that no approval can satisfy for an approver's own calls (authority_chain_opacity).
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import functools
 from collections.abc import Iterator, Mapping, Sequence
 
 from agentgate.capabilities import Capability, Constraint, Scalar, attenuates, intersects, pattern_matches
-from agentgate.findings import Finding
+from agentgate.findings import Finding, Severity
 from agentgate.policy._index import _comparable, wild_ancestors
 from agentgate.policy._lint._common import (
     INHERIT,
@@ -286,3 +286,91 @@ class GateOnUndeclaredArgument(LintRule):
                         f"approval gate {gname} looks at {', '.join(missing)}, which tool:{name} does not declare",
                         policy.line_of("approvals", gname, "when"),
                     )
+
+
+class ApprovalUnreachable(LintRule):
+    code = "approval_unreachable"
+    kind = OPAQUE
+    severity = Severity.WARNING
+    hint = (
+        "name another approver (nobody approves their own call), lower the quorum, or take the "
+        "gated call from the approver's roles"
+    )
+
+    def check(self, policy: Policy) -> Iterator[Finding]:
+        document = policy.document
+        declared = _declared(policy)
+        by_pattern = _by_pattern(declared)
+        guarded = _gated_tools(policy, by_pattern, set(declared))
+        calls: dict[str, dict[_Shape, dict[str, RuleRef]]] = {}  # approver -> _calls_held, once
+        for gname, gate in document.approvals.items():
+            approvers = list(dict.fromkeys(gate.approvers))
+            gated = guarded[gname]  # a model it guards is in no tool call's reach: never hit
+            if len(approvers) - 1 >= gate.quorum or not gated:
+                continue  # every approver's own call still has enough others to approve it
+            conditions = policy.gate_conditions.get(gname, ())
+            for approver in approvers:
+                if approver not in calls:
+                    calls[approver] = _calls_held(policy, approver, by_pattern)
+                rule = _gated_call_held(calls[approver], gated, conditions)
+                if rule is not None:
+                    yield self.finding(
+                        policy,
+                        f"{approver} may make calls approval gate {gname} stops ({rule}), and without "
+                        f"{approver} only {len(approvers) - 1} approver(s) remain for a quorum of "
+                        f"{gate.quorum}: no approval of those calls can be valid, so they are denied",
+                        policy.line_of("approvals", gname, "approvers", gate.approvers.index(approver)),
+                    )
+
+
+_Shape = tuple[tuple[tuple[str, Constraint], ...], tuple[tuple[str, str], ...]]
+"""A rule's constraints and the declared arguments (name, type) of a tool it reaches: what
+``_admits_gated_call`` reads of the pair."""
+
+
+def _calls_held(
+    policy: Policy, principal: str, by_pattern: Mapping[str, Sequence[str]]
+) -> dict[_Shape, dict[str, RuleRef]]:
+    """The tool calls ``principal``'s roles (inherited ones included) admit, by shape: for each
+    shape, the declared tools a rule of that shape reaches, each with the first such rule. A
+    policy's rules and tools mostly share a few shapes, so a gate is checked against each shape
+    once, not against every rule and tool (gates x tools checks took tens of seconds)."""
+    tools = policy.document.tools
+    out: dict[_Shape, dict[str, RuleRef]] = {}
+    for role in policy.principal_roles(principal):
+        for rule in policy.rules.get(role, ()):
+            cap = rule.capability
+            if cap.action not in ("*", "invoke") or not cap.resource.startswith("tool:"):
+                continue
+            reached = by_pattern.get(cap.resource, ()) if cap.resource.endswith("*") else (cap.resource,)
+            for tool in reached:
+                spec = tools.get(tool.removeprefix("tool:"))
+                if spec is not None:
+                    shape = (cap.constraints, tuple(sorted((a, arg.type) for a, arg in spec.args.items())))
+                    out.setdefault(shape, {}).setdefault(tool, rule)
+    return out
+
+
+def _gated_call_held(
+    calls: Mapping[_Shape, Mapping[str, RuleRef]],
+    gated: set[str],
+    conditions: tuple[tuple[str, Constraint], ...],
+) -> RuleRef | None:
+    """A rule of ``calls`` (``_calls_held``) that admits a call on one of the ``gated`` tools that
+    a gate with ``conditions`` stops, else ``None``."""
+    for (constraints, args), reached in calls.items():
+        hit = gated.intersection(reached)
+        if hit and _admits_shape(constraints, conditions, args):
+            return reached[min(hit)]
+    return None
+
+
+@functools.lru_cache(maxsize=4096)
+def _admits_shape(
+    constraints: tuple[tuple[str, Constraint], ...],
+    conditions: tuple[tuple[str, Constraint], ...],
+    args: tuple[tuple[str, str], ...],
+) -> bool:
+    """``_admits_gated_call`` for a rule's ``constraints`` on a tool declaring ``args``."""
+    declared = {a: Argument(type=t) for a, t in args}  # type: ignore[arg-type]
+    return _admits_gated_call(Capability("tool:x", "invoke", constraints), conditions, declared)
