@@ -4,6 +4,7 @@ right kind with a specific code and a message that says what to do."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -190,3 +191,52 @@ def test_a_chain_from_a_stranger_says_which_anchors_it_needs(tmp_path: Path) -> 
     finding = _decided(stranger, tmp_path)
     assert (finding.kind.value, finding.code) == ("authority_chain_opacity", "untrusted_root")
     assert "present a chain from one of its trust anchors" in finding.message
+
+
+def _presented(tmp_path: Path, **changed: Any) -> Finding:
+    """A call by the chain's holder, signed, then presented with ``changed`` (the chain token,
+    the call or the signature swapped for another's)."""
+    chain = delegate(_parent(), ALICE, BOB.did, ["tool:search.*"], ttl=60, now=NOW)
+    invocation = Invocation.sign(BOB, chain, Call.tool("search.web", {"q": "a"}), now=NOW + 1)
+    repo = GrantRepository(SQLiteStore(tmp_path / "s.db"))
+    decision = decide(replace(invocation, **changed), repo=repo, trusted=ROOT.did, now=NOW + 1)
+    assert decision.outcome.value == "deny"
+    (finding,) = decision.findings
+    return finding
+
+
+@pytest.mark.parametrize(
+    ("changed", "code", "says"),
+    [
+        ("chain", "tip_mismatch", "sign the call for the chain presented with it"),
+        ("signature", "bad_invocation_signature", "sign the call with the key of the chain's holder"),
+        ("tool", "call_mismatch", "sign the call that is made"),
+        ("args", "args_digest_mismatch", "sign the call again with the arguments it is made with"),
+    ],
+)
+def test_a_call_presented_otherwise_than_signed_is_opacity_saying_what_to_do(
+    tmp_path: Path, changed: str, code: str, says: str
+) -> None:
+    """Review R57: a call presented with another chain, another signature, another tool or other
+    arguments than signed was denied without a word on what the caller should do."""
+    other = delegate(_parent(), ALICE, BOB.did, ["tool:search.web"], ttl=30, now=NOW)
+    swapped: dict[str, Any] = {
+        "chain": {"chain_token": other.token},
+        "signature": {
+            "signature": Invocation.sign(BOB, other, Call.tool("search.web", {}), now=NOW).signature
+        },
+        "tool": {"call": Call.tool("search.images", {"q": "a"})},
+        "args": {"call": Call.tool("search.web", {"q": "b"})},
+    }[changed]
+    finding = _presented(tmp_path, **swapped)
+    assert (finding.kind.value, finding.code) == ("authority_chain_opacity", code)
+    assert says in finding.message
+
+
+def test_a_forged_link_says_the_token_was_altered(tmp_path: Path) -> None:
+    """Review R57: bad_signature said a link is not validly signed, not what to do."""
+    chain = _hand_built()
+    forged = Chain(chain.links, chain.token[:-4] + ("AAAA" if not chain.token.endswith("AAAA") else "BBBB"))
+    finding = _decided(forged, tmp_path)
+    assert (finding.kind.value, finding.code) == ("authority_chain_opacity", "bad_signature")
+    assert "ask its issuer for a new one" in finding.message

@@ -277,7 +277,8 @@ def chain_finding(chain: Chain, anchors: frozenset[str]) -> Finding | None:
             return _finding(
                 _OPACITY,
                 "bad_signature",
-                f"link {i} is not validly signed by its issuer {_short(link.issuer)}",
+                f"link {i} is not validly signed by its issuer {_short(link.issuer)}: the token was "
+                "altered or forged; ask its issuer for a new one",
                 link,
                 "signature",
             )

@@ -329,7 +329,8 @@ def _decide(
             _f(
                 _OPACITY,
                 "tip_mismatch",
-                "the invocation names a different grant than the chain's tip",
+                "the invocation names a different grant than the chain's tip; sign the call for the "
+                "chain presented with it",
                 tip.id,
                 "tip",
             )
@@ -339,7 +340,8 @@ def _decide(
             _f(
                 _OPACITY,
                 "bad_invocation_signature",
-                f"the invocation is not validly signed by {_short(inv.issuer)}",
+                f"the invocation is not validly signed by {_short(inv.issuer)}; sign the call with the "
+                "key of the chain's holder",
                 tip.id,
                 "signature",
             )
@@ -354,7 +356,7 @@ def _decide(
                 _OPACITY,
                 "call_mismatch",
                 f"the invocation was signed for {inv.resource} {inv.action}, not "
-                f"{call.resource} {call.action}",
+                f"{call.resource} {call.action}; sign the call that is made",
                 tip.id,
                 "resource",
             )
@@ -368,7 +370,8 @@ def _decide(
             _f(
                 _OPACITY,
                 "args_digest_mismatch",
-                "the call's arguments differ from the ones the caller signed",
+                "the call's arguments differ from the ones the caller signed; sign the call again "
+                "with the arguments it is made with",
                 tip.id,
                 "args",
             )
