@@ -240,3 +240,49 @@ def test_a_forged_link_says_the_token_was_altered(tmp_path: Path) -> None:
     finding = _decided(forged, tmp_path)
     assert (finding.kind.value, finding.code) == ("authority_chain_opacity", "bad_signature")
     assert "ask its issuer for a new one" in finding.message
+
+
+# --- the reviewer's enumeration, at decision time: already refused, kept so ---------------------------
+
+
+def test_a_token_copied_to_another_agent_or_used_by_its_delegator_is_implicit_trust(tmp_path: Path) -> None:
+    child = delegate(_parent(), ALICE, BOB.did, ["tool:search.web"], ttl=60, now=NOW)
+    repo = GrantRepository(SQLiteStore(tmp_path / "s.db"))
+    for caller in (MALLORY, ALICE):  # a stranger holding a copy; the delegator using its child's grant
+        invocation = Invocation.sign(caller, child, Call.tool("search.web", {}), now=NOW + 1)
+        (finding,) = decide(invocation, repo=repo, trusted=ROOT.did, now=NOW + 1).findings
+        assert (finding.kind.value, finding.code) == ("implicit_trust_inheritance", "wrong_holder")
+        assert "delegate to the caller's own key" in finding.message
+
+
+def test_a_link_spliced_from_another_chain_or_the_root_dropped_is_opacity(tmp_path: Path) -> None:
+    child = delegate(_parent(), ALICE, BOB.did, ["tool:search.web"], ttl=60, now=NOW)
+    elsewhere = issue(ROOT, ALICE.did, ["tool:search.*"], ttl=600, now=NOW)
+    spliced = delegate(elsewhere, ALICE, BOB.did, ["tool:search.web"], ttl=60, now=NOW)
+    for links, code in (
+        ((child.links[0], spliced.links[1]), "parent_mismatch"),
+        ((child.links[1],), "root_has_parent"),
+    ):
+        finding = _decided(Chain(links, _encode_chain(list(links))), tmp_path)
+        assert (finding.kind.value, finding.code) == ("authority_chain_opacity", code)
+
+
+def test_a_grant_never_recorded_in_the_store_is_revoked_by_its_id_and_an_unreadable_store_fails_closed(
+    tmp_path: Path,
+) -> None:
+    child = delegate(_parent(), ALICE, BOB.did, ["tool:search.web"], ttl=60, now=NOW)
+    store = SQLiteStore(tmp_path / "s.db")
+    repo = GrantRepository(store)
+    repo.revoke(child.links[0].id, reason="leaked", now=NOW)  # issued outside the store: never recorded
+    invocation = Invocation.sign(BOB, child, Call.tool("search.web", {}), now=NOW + 1)
+    (finding,) = decide(invocation, repo=repo, trusted=ROOT.did, now=NOW + 1).findings
+    assert (finding.kind.value, finding.code) == ("non_revocable_grant", "revoked")
+    store.close()
+    for suffix in ("", "-wal", "-shm"):
+        (tmp_path / f"s.db{suffix}").unlink(missing_ok=True)
+    again = Invocation.sign(BOB, child, Call.tool("search.web", {}), now=NOW + 1)
+    decision = decide(again, repo=repo, trusted=ROOT.did, now=NOW + 1)
+    assert decision.outcome.value == "deny"
+    (finding,) = decision.findings
+    assert (finding.kind.value, finding.code) == ("non_revocable_grant", "revocation_unreachable")
+    assert not (tmp_path / "s.db").exists()
