@@ -8,6 +8,7 @@ import time
 import weakref
 from collections.abc import Callable
 
+from agentgate.errors import AnswerTooLarge
 from agentgate.gate._authorization import Authorization
 
 PendingOutcome = tuple[Authorization, str, str | None, tuple[int, int] | None, bool]
@@ -149,8 +150,12 @@ def usage_after(auth: Authorization, exc: BaseException) -> tuple[int, int] | No
     for an error, but a model call cancelled while it ran (``CancelledError``, a caller's
     timeout, ``KeyboardInterrupt``: not an ``Exception``) may have generated up to its limit
     already, so it is charged as reserved (``USAGE_UNREAD``), or repeated timeouts would be free
-    generations."""
-    if not isinstance(exc, Exception) and auth.call.resource.startswith("model:"):
+    generations. So is a model call whose answer was too large to read (``AnswerTooLarge``): the
+    backend generated what the call asked for, as the gateway charges it (until review R57 it was
+    released in process, each such call a free generation)."""
+    if auth.call.resource.startswith("model:") and (
+        not isinstance(exc, Exception) or isinstance(exc, AnswerTooLarge)
+    ):
         return USAGE_UNREAD
     return None
 
