@@ -22,7 +22,6 @@ It also records where a number loaded as a float other than the number written
 
 from __future__ import annotations
 
-import bisect
 import math
 import re
 import string
@@ -33,6 +32,7 @@ from typing import Any, NamedTuple
 import yaml
 
 from agentgate._json import Inexact, exact_float
+from agentgate._shown import character_named
 from agentgate.errors import InputError, PolicyError, SourceError
 from agentgate.keys import read_regular_file, shown_path
 
@@ -87,10 +87,10 @@ integer 1, ``! true`` a boolean, ``! null`` null)."""
 _RESOLVED = frozenset({_BOOL, _INT, _FLOAT, _TIMESTAMP, "tag:yaml.org,2002:null"})
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _BREAK = re.compile("\r\n|[\r\n]")
-"""A line break as an editor and ``grep -n`` count them, and so every message (review R57)."""
+"""A line break as YAML counts them in a text ``load_yaml`` parses (and an editor counts them)."""
 _YAML_ONLY_BREAK = re.compile("[\x85\u2028\u2029]")
-"""What YAML (libyaml and PyYAML alike) also counts as a line break, and editors show within a
-line: the lines and columns of the parsers' marks after one are recounted (``_Lines``)."""
+"""What YAML (libyaml and PyYAML alike) also reads as a line break and an editor, ``grep -n`` and
+a reviewer show within a line: refused (``load_yaml``)."""
 _MAX_DIGITS = 4300
 """Most decimal digits Python converts between text and integers by default."""
 _MAX_INT = 10**_MAX_DIGITS
@@ -124,38 +124,12 @@ class Mark(NamedTuple):
     column: int
 
 
-class _Lines:
-    """A text's lines as an editor counts them, to say where a parser's mark is.
-
-    libyaml and PyYAML count U+0085, U+2028 and U+2029 as line breaks too, so after one their
-    line numbers are one too high for an editor, ``grep -n`` and a reviewer (and their columns
-    count from it). A mark is recounted from its character index (which both parsers count in
-    characters of the text given) where the text holds any of them; where it holds none (almost
-    every file) the parsers' own lines and columns are right and are kept."""
-
-    def __init__(self, text: str) -> None:
-        self._text = text
-        self._recount = _YAML_ONLY_BREAK.search(text) is not None
-        self._starts: list[int] | None = None  # where each line begins, once a mark is recounted
-
-    def mark(self, mark: Any) -> Mark:
-        """The 1-based line and column of a parser's (0-based) mark."""
-        if not self._recount:
-            return Mark(mark.line + 1, mark.column + 1)
-        if self._starts is None:
-            self._starts = [0, *(found.end() for found in _BREAK.finditer(self._text))]
-        line = bisect.bisect_right(self._starts, mark.index)
-        return Mark(line, mark.index - self._starts[line - 1] + 1)
-
-
 class Locations:
-    """Where each location path's key and value start in the source (``text``, whose lines
-    ``of`` counts as an editor does)."""
+    """Where each location path's key and value start in the source."""
 
-    def __init__(self, text: str = "") -> None:
+    def __init__(self) -> None:
         # PyYAML's own 0-based marks, kept as they are (converting 20,000 of them costs more
         # than loading the values); ``of`` converts the one an error needs.
-        self.lines = _Lines(text)
         self.values: dict[Path_, Any] = {}
         self.keys: dict[Path_, Any] = {}
         self.inexact: dict[Path_, tuple[str, float]] = {}
@@ -172,7 +146,7 @@ class Locations:
             if found is None:
                 found = self.values.get(path)
             if found is not None:
-                return self.lines.mark(found)
+                return Mark(found.line + 1, found.column + 1)
             if not path:
                 return None
             path = path[:-1]
@@ -187,7 +161,7 @@ def null_written(text: str) -> str | None:
 
 
 def mark_at(text: str, index: int) -> Mark:
-    """The line and column of ``text[index]``, counting line breaks as an editor does."""
+    """The line and column of ``text[index]``, counting line breaks as YAML does."""
     line, start = 1, 0
     for found in _BREAK.finditer(text, 0, index):
         line, start = line + 1, found.end()
@@ -220,6 +194,21 @@ def load_yaml(
     """
     # A leading byte order mark is no content; libyaml's marks do not count it, PyYAML's do.
     text = text.removeprefix("\ufeff")
+    if (found := _YAML_ONLY_BREAK.search(text)) is not None:
+        # Until review R57 such a file loaded: the text after one inside a comment was read as
+        # YAML (``# note\u2028ttl_s: 99999`` set ttl_s while an editor showed one comment line),
+        # and every error after one named a line one too high.
+        at = mark_at(text, found.start())
+        raise error(
+            f"{character_named(found.group())}: YAML reads it as a line break, where an editor shows "
+            "the text after it on the same line (after a comment's '#', text YAML reads would hide "
+            "in the comment)",
+            file=source,
+            line=at.line,
+            column=at.column,
+            expected="printable text",
+            hint="remove it, or write it as an escape (\\u2028) in a double-quoted string",
+        )
     loader = None
     try:
         if len(text) > _COUNT_ABOVE:
@@ -255,7 +244,7 @@ def load_yaml(
     finally:
         if loader is not None:
             loader.dispose()
-    locations = Locations(text)
+    locations = Locations()
     if node is None:
         return None, locations
     builder = _Builder(text, source, locations, error, max_nodes)
@@ -271,23 +260,21 @@ def _malformed(exc: yaml.YAMLError, text: str, source: str, error: type[SourceEr
     a quoted scalar``, ``found duplicate anchor; first occurrence``): both are said. The error is
     located at the problem, unless that is the end of the file, where nothing can be fixed: an
     unclosed quote or bracket is then located where it opens."""
-    lines = _Lines(text)
     mark = getattr(exc, "problem_mark", None)
-    at = lines.mark(mark) if mark is not None else None
     problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
     context = getattr(exc, "context", None)
     context_mark = getattr(exc, "context_mark", None)
     message = f"malformed YAML: {problem}"
     if context and context_mark is not None:
-        opened = lines.mark(context_mark)
+        opened = Mark(context_mark.line + 1, context_mark.column + 1)
         message = f"malformed YAML: {context} at line {opened.line}, column {opened.column}: {problem}"
-        if at is None or at >= mark_at(text, len(text)):
-            at = opened
+        if mark is None or (mark.line + 1, mark.column + 1) >= mark_at(text, len(text)):
+            mark = context_mark
     return error(
         message,
         file=source,
-        line=at.line if at is not None else None,
-        column=at.column if at is not None else None,
+        line=mark.line + 1 if mark is not None else None,
+        column=mark.column + 1 if mark is not None else None,
         expected="a YAML mapping",
         hint="check the indentation and quoting around this position",
     )
@@ -303,12 +290,12 @@ def _refuse_too_many_nodes(text: str, source: str, error: type[SourceError], max
             if isinstance(event, _NODE_EVENTS):
                 count += 1
                 if count > max_nodes:
-                    at = _Lines(text).mark(event.start_mark) if event.start_mark is not None else None
+                    mark = event.start_mark
                     raise error(
                         f"more than {max_nodes} YAML nodes (scalars, keys, lists, mappings, aliases)",
                         file=source,
-                        line=at.line if at is not None else None,
-                        column=at.column if at is not None else None,
+                        line=mark.line + 1 if mark is not None else None,
+                        column=mark.column + 1 if mark is not None else None,
                         expected=f"at most {max_nodes} nodes"
                         + ("; an agentgate file holds a few hundred" if max_nodes == MAX_NODES else ""),
                         hint="remove generated or repeated entries",
@@ -390,12 +377,11 @@ class _Builder:
     def error_at(self, mark: Any, message: str, expected: str, hint: str) -> SourceError:
         if self.alias_at is not None:
             mark = self.alias_at
-        at = self.locations.lines.mark(mark)
         return self.error_type(
             message,
             file=self.source,
-            line=at.line,
-            column=at.column,
+            line=mark.line + 1,
+            column=mark.column + 1,
             expected=expected,
             hint=hint,
         )
@@ -614,7 +600,7 @@ class _Builder:
             if key in out:
                 raise self.error_at(
                     key_at,
-                    f"duplicate key {shortened(key)!r} (first at line {self.locations.lines.mark(self.locations.keys[child]).line})",
+                    f"duplicate key {shortened(key)!r} (first at line {self.locations.keys[child].line + 1})",
                     "each key once",
                     "remove one of them: YAML would silently keep only the last",
                 )
