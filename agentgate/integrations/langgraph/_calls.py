@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import json
 import threading
 from collections.abc import Awaitable, Callable, Mapping
 from contextvars import ContextVar
@@ -51,9 +52,12 @@ def _async_only(tool: BaseTool) -> bool:
     )
 
 
-def _marked_in_its_thread(tool: BaseTool, begin: Callable[[], None]) -> BaseTool | None:
+def _marked_in_its_thread(
+    tool: BaseTool, begin: Callable[[], None], end: Callable[[list[Any]], None]
+) -> BaseTool | None:
     """A shallow copy of ``tool`` (a sync tool ``_runs_in_a_thread``) whose work calls ``begin()``
-    in its worker thread before it begins (``tool._run``, bound to ``tool`` itself: what the work
+    in its worker thread before it begins and ``end([value])`` after it returned ``value``
+    (``end([])`` after it raised) (``tool._run``, bound to ``tool`` itself: what the work
     changes on its tool changes ``tool``); ``None`` for a tool that does not reach ``_run`` by
     LangChain's own path from ``ainvoke`` (a subclass that overrides it may begin its work some
     other way, which ``begin`` would not see)."""
@@ -69,7 +73,12 @@ def _marked_in_its_thread(tool: BaseTool, begin: Callable[[], None]) -> BaseTool
     @functools.wraps(work)
     def marked(*args: Any, **kwargs: Any) -> Any:
         begin()
-        return work(*args, **kwargs)
+        returned: list[Any] = []
+        try:
+            returned.append(work(*args, **kwargs))
+        finally:
+            end(returned)
+        return returned[0]
 
     try:
         copy = tool.model_copy()
@@ -79,11 +88,20 @@ def _marked_in_its_thread(tool: BaseTool, begin: Callable[[], None]) -> BaseTool
     return copy
 
 
+THREAD_END_WAIT_S = 30.0
+"""How long a sync tool's attempt cancelled with its task (an event loop shutting down cancels
+every task left, the one awaiting the tool's worker thread too) waits for the tool to end in its
+thread, to be recorded as it ended there (``_ThreadedCall.attempt``). A tool still running then is
+recorded as cancelled while it ran (``error``, ``CancelledError``): started, so a call that must
+run once is not run again, and its resumed run is told it may have had its effect."""
+
+
 class _ThreadedCall:
     """One call of a sync tool under ``ainvoke``, whose attempts run in worker threads that no
-    cancellation stops: whether an attempt runs now, and whether the tool's work began in its
-    thread (``request``'s tool marks it, ``_marked_in_its_thread``): an attempt may wait for a
-    free thread of a busy executor, and a call cancelled then never ran (``began``)."""
+    cancellation stops: whether an attempt runs now, whether the tool's work began in its thread
+    (``request``'s tool marks it, ``_marked_in_its_thread``: an attempt may wait for a free thread
+    of a busy executor, and a call cancelled then never ran, ``began``), and how the work ended
+    there (``attempt`` reads it when the task awaiting the thread is cancelled)."""
 
     def __init__(self, request: ToolCallRequest, tool: BaseTool) -> None:
         self._idle = asyncio.Event()
@@ -91,12 +109,15 @@ class _ThreadedCall:
         self._lock = threading.Lock()
         self._began = False
         self._given_up = False
-        marked = _marked_in_its_thread(tool, self._begin)
+        self._tool = tool
+        self._worked = _AttemptEnd()
+        self._returned: list[Any] = []  # what the work returned in its thread, once it did
+        marked = _marked_in_its_thread(tool, self._begin, self._end)
         self.marked = marked is not None
-        """Whether ``request``'s tool (``tool``) marks the start of its work (else ``began`` says
-        nothing)."""
+        """Whether ``request``'s tool (``tool``) marks the start and the end of its work (else
+        ``began`` says nothing, and a cancelled attempt is not read from its thread)."""
         self.request = request if marked is None else request.override(tool=marked)
-        """The request to run: its tool marks the start of its work."""
+        """The request to run: its tool marks the start and the end of its work."""
 
     def _begin(self) -> None:
         """In the tool's worker thread, before its work: note it began, unless the call was given
@@ -105,6 +126,15 @@ class _ThreadedCall:
             if self._given_up:
                 raise asyncio.CancelledError("the call was given up before its tool began")
             self._began = True
+            self._worked = _AttemptEnd()
+            self._returned = []
+
+    def _end(self, returned: list[Any]) -> None:
+        """In the tool's worker thread, after its work: what it returned (``[value]``; ``[]``
+        when it raised), and wake the attempt waiting for its end."""
+        with self._lock:
+            self._returned, worked = returned, self._worked
+        worked.set()
 
     def began(self) -> bool:
         """Whether the tool's work began in any attempt; from now on it does not begin (for
@@ -115,13 +145,57 @@ class _ThreadedCall:
             self._given_up = True
             return self._began
 
-    async def attempt(self, run: Callable[[], Awaitable[ToolResult]]) -> ToolResult:
-        """One attempt: ``run()`` awaited, its start and end noted."""
+    async def attempt(self, handler: Callable[[ToolCallRequest], Awaitable[ToolResult]]) -> ToolResult:
+        """One attempt: ``handler(request)`` awaited, its start and end noted. Cancelled itself
+        (not only the call awaiting it: an event loop shutting down cancels both at once), an
+        attempt whose tool began in its thread waits for the tool's end there, at most
+        ``THREAD_END_WAIT_S``, and ends as the tool did: with its answer (what LangChain makes of
+        the value the work returned) when it returned, else with the cancellation. One whose
+        tool had not begun gives the call up: its tool does not begin after."""
         self._idle.clear()
         try:
-            return await run()
+            return await handler(self.request)
+        except asyncio.CancelledError:
+            if not self.marked or not self.began():
+                raise
+            with self._lock:
+                worked = self._worked
+            if not await worked.within(THREAD_END_WAIT_S):
+                raise
+            with self._lock:
+                returned = self._returned
+            if not returned:  # the tool raised: a failure, recorded as the cancelled call's
+                raise
+            return self._answer(returned[0])
         finally:
             self._idle.set()
+
+    def _answer(self, value: object) -> ToolResult:
+        """The answer LangChain makes of ``value``, which the tool's work returned (``BaseTool.run``):
+        a ``ToolMessage`` or ``Command`` (or a list of them) as it is, else a ``ToolMessage`` of
+        the call holding its content (and artifact), as text unless it is a list of blocks."""
+        content, artifact = value, None
+        if (
+            self._tool.response_format == "content_and_artifact"
+            and isinstance(value, tuple)
+            and len(value) == 2
+        ):
+            content, artifact = value
+        if isinstance(content, ToolMessage | Command):
+            return content
+        if (
+            isinstance(content, list)
+            and content
+            and all(isinstance(i, ToolMessage | Command) for i in content)
+        ):
+            return content  # type: ignore[return-value]  # a list of answers, as LangChain passes it
+        if not isinstance(content, str | list):
+            try:
+                content = json.dumps(content, ensure_ascii=False)
+            except (TypeError, ValueError):
+                content = str(content)
+        call = self.request.tool_call
+        return ToolMessage(content, artifact=artifact, tool_call_id=call["id"], name=self._tool.name)
 
     async def outcome(self, running: Awaitable[ToolResult]) -> ToolResult:
         """Await ``running`` (``Gate.arun`` over ``attempt``). Cancelled while an attempt runs,
@@ -182,6 +256,30 @@ class _AttemptEnd:
                 return
             self._wakers.append(wake)
         await ended
+
+    async def within(self, seconds: float) -> bool:
+        """Whether the attempt ended, waiting for it at most ``seconds`` (holding no thread, and
+        through cancellations of the waiting task: what it waits for is how a call that ran
+        ended, which must be recorded)."""
+        loop = asyncio.get_running_loop()
+        ended: asyncio.Future[None] = loop.create_future()
+
+        def wake() -> None:
+            with contextlib.suppress(RuntimeError):  # the waiter's loop is closed: nobody waits
+                loop.call_soon_threadsafe(_resolve, ended)
+
+        with self._lock:
+            if self._ended.is_set():
+                return True
+            self._wakers.append(wake)
+        timer = loop.call_later(seconds, _resolve, ended)
+        try:
+            while not ended.done():
+                with contextlib.suppress(asyncio.CancelledError):
+                    await asyncio.shield(ended)
+        finally:
+            timer.cancel()
+        return self._ended.is_set()
 
 
 class _Deciding(Generic[D]):

@@ -397,18 +397,19 @@ class GateMiddleware(_ModelCalls, _ApprovalLoop, AgentMiddleware[Any, Any, Any])
         # runs, even when the run is cancelled), and past its timeout its result is returned
         # (not a timeout the model would retry), as under invoke.
         # A cancelled run waits for such an attempt and records the call as it ended
-        # (``_ThreadedCall``); one cancelled before the tool's thread began it (the executor was
-        # busy) is recorded as not started, and its tool does not begin after.
+        # (``_ThreadedCall``), also when its loop shuts down and cancels the attempt itself (the
+        # tool's end is then read from its thread); one cancelled before the tool's thread began
+        # it (the executor was busy) is recorded as not started, and its tool does not begin after.
         threaded = _ThreadedCall(request, request.tool) if _runs_in_a_thread(request.tool) else None
-        handled = request if threaded is None else threaded.request
 
         async def attempt() -> ToolResult:
-            return self._keep(auth, await handler(handled))
+            answered = handler(request) if threaded is None else threaded.attempt(handler)
+            return self._keep(auth, await answered)
 
         try:
             running = self.gate.arun(
                 auth,
-                functools.partial(threaded.attempt, attempt) if threaded else attempt,
+                attempt,
                 call_id=call_id,
                 run_id=_run_id(request),
                 failed=_failed,
