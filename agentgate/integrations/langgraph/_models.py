@@ -29,6 +29,7 @@ from langchain_core.utils.function_calling import convert_to_openai_tool
 from langgraph.config import get_config
 from pydantic import Field, field_validator
 
+from agentgate.dispatch._sse import _StreamUsage
 from agentgate.dispatch.backends import ChatChunk, Usage
 from agentgate.errors import BackendFailed
 from agentgate.gate._dispatching import MAX_SESSION_CHARS, check_tenant
@@ -238,7 +239,10 @@ class _Pieces:
     concatenates text values of ``response_metadata`` when it adds chunks up).
 
     The usage comes once, on the last chunk: the last the backend reported, which the call is
-    charged (the gateway and the dispatcher take the last too). LangChain adds up the
+    charged, unless output came after it (``_StreamUsage``: a usage counts the output sent with it
+    and before it, so a stale one is none, and the call is charged its reservation, as the gateway
+    charges it; until review R57 a backend reporting zero usage first, then streaming its answer,
+    was charged nothing in-process). LangChain adds up the
     ``usage_metadata`` of the chunks it adds up, so a usage passed on each time the backend
     sent one (said twice, or a running total on every chunk, as vLLM's
     ``continuous_usage_stats``) was counted as many times, and the middleware charged the sum.
@@ -255,7 +259,7 @@ class _Pieces:
         self.named = False
         self.finished = False
         self.calls: dict[object, Any] = {}
-        self.usage: Usage | None = None
+        self.usage = _StreamUsage()
 
     def of(self, served: ChatChunk) -> ChatGenerationChunk:
         for fragment in served.tool_calls:
@@ -267,8 +271,7 @@ class _Pieces:
         if served.finish_reason is not None and not self.finished:
             metadata["finish_reason"] = served.finish_reason  # once: a second would be concatenated
             self.finished = True
-        if served.usage is not None:
-            self.usage = served.usage
+        self.usage.see(served)
         message = AIMessageChunk(content=served.content, response_metadata=metadata)
         return ChatGenerationChunk(message=message)
 
@@ -294,7 +297,7 @@ class _Pieces:
 
     def tool_calls(self) -> ChatGenerationChunk:
         """The last chunk: the calls put together, judged as a non-streamed answer's, and the
-        last usage reported."""
+        last usage reported, unless output came after it (none then)."""
         whole = [call.whole() if isinstance(call, _StreamedCall) else call for call in self.calls.values()]
         calls, invalid = DispatchedChatModel._tool_calls(whole)
         quoted = [
@@ -306,7 +309,7 @@ class _Pieces:
                 content="",
                 tool_calls=calls,
                 invalid_tool_calls=quoted,
-                usage_metadata=None if self.usage is None else _usage_metadata(self.usage),
+                usage_metadata=None if (usage := self.usage.usage) is None else _usage_metadata(usage),
                 # As a whole answer keeps them (``_result``): the calls as the backend wrote them.
                 additional_kwargs={"tool_calls": whole} if whole else {},
             )
