@@ -2,8 +2,9 @@
 grants, approval requests, budgets and quota windows made under the old one are live.
 
 What holds (docs/policy-reference.md, "Changing a policy"): every decision reads the policy the
-process runs now (rules, constraints, principals, trust anchors, approval gates, quota limits),
-while a grant keeps the budget, expiry and delegation depth it was signed with. What did not
+process runs now (rules, constraints, principals, trust anchors, approval gates, quota limits,
+the TTL and delegation rules a chain is held to), while a grant keeps the budget it was signed
+with. What did not
 (fixed since):
 
 - ``Gate.delegate`` skips the policy's delegation rule for a parent the policy no longer names (a
@@ -182,18 +183,35 @@ def test_a_narrowed_rule_applies_at_once_to_grants_issued_under_the_old_one(tmp_
         new.close()
 
 
-def test_a_grant_keeps_the_budget_and_the_expiry_it_was_issued_with(tmp_path: Path) -> None:
-    """The budget, expiry and delegation depth are in the signed grant: a policy that lowers
-    them bounds the grants issued under it, not the live ones (revoke those to take it back)."""
+def test_a_grant_keeps_the_budget_it_was_issued_with(tmp_path: Path) -> None:
+    """The budget is in the signed grant: a policy that lowers it bounds the grants issued under
+    it, not the live ones (revoke those to take it back)."""
     agent, _ = issued_under_old(tmp_path)
-    new = restart(tmp_path, budget=1, ttl=1)
+    new = restart(tmp_path, budget=1)
     try:
-        assert agent.chain.tip.expires - time.time() > 500
         assert agent.chain.tip.budget is not None and agent.chain.tip.budget.amount == 10_000
         spent = new.authorize(agent, MODEL, tokens=(100, 10))
         assert spent.allowed and spent.reservations[0][2] == 110  # more than the role's new budget of 1
         fresh = new.issue(KEYS["root"], name="agent", key=KEYS["agent"], role="worker")
         assert fresh.chain.tip.budget is not None and fresh.chain.tip.budget.amount == 1
+    finally:
+        new.close()
+
+
+def test_a_lowered_ttl_refuses_the_live_grants_that_outlive_it(tmp_path: Path) -> None:
+    """Review R57: a root grant is held to the policy's TTL at each decision, so a grant issued
+    under a longer ``ttl_s`` is refused (``root_ttl_above_policy``) with its sub-agents; until
+    then it kept the expiry it was signed with (and so did one issued outside the Gate)."""
+    agent, sub = issued_under_old(tmp_path)
+    new = restart(tmp_path, ttl=1)
+    try:
+        assert agent.chain.tip.expires - time.time() > 500
+        for identity in (agent, sub):
+            refused = new.authorize(identity, LOOKUP)
+            assert [(f.kind, f.code) for f in refused.findings] == [
+                ("non_revocable_grant", "root_ttl_above_policy")
+            ]
+        fresh = new.issue(KEYS["root"], name="agent", key=KEYS["agent"], role="worker")
         assert fresh.chain.tip.expires - time.time() <= 1
     finally:
         new.close()

@@ -26,9 +26,9 @@ What holds:
   under v1 and tokens under v2 keeps two counts (documented: a changed unit starts a fresh count),
   so calls decided by B are not in A's count of calls: see "design choices" below.
 - delegation and budgets: a sub-agent's grant delegated by A under v1 is used by B under v2 (its
-  capabilities stay the grant's while B's policy allows the call for its principal); a new
-  delegation is bounded by B's delegation rule; both spend the sub-agent's budget at once from
-  threads and never overspend it; a revocation by one is seen by the other at its next call,
+  capabilities stay the grant's while B's policy allows the call for its principal and B's
+  delegation rule the delegation: review R57); a new delegation is bounded by B's delegation
+  rule; both spend the sub-agent's budget at once from threads and never overspend it; a revocation by one is seen by the other at its next call,
   for the grant and everything below it.
 - the audit log: two real processes, one per policy version, append to one log; it verifies
   (``Gate.verify()`` from either version, ``agentgate audit verify``); each decision entry's
@@ -530,22 +530,14 @@ def test_a_rate_limit_shared_by_two_versions_is_one_bucket_refilled_at_either_ra
 
 def test_a_delegation_made_under_v1_is_used_under_v2_and_revoked_by_either(deploy: Deploy) -> None:
     a = deploy.gate("v1.yaml")  # may delegate lookup and the model
-    b = deploy.gate("v2.yaml", delegated=("tool:lookup",), price=2_000_000)
+    b = deploy.gate("v2.yaml", price=2_000_000)  # the same delegation rule, another price
     agent = a.issue(KEYS["root"], name="agent", key=KEYS["agent"], role="worker")
     sub = a.delegate(
         agent, name="sub", key=KEYS["sub"], capabilities=["tool:lookup", "model:small"],
         ttl=timedelta(seconds=120), budget=200,
     )  # fmt: skip
-    # B, under a delegation rule that no longer hands out the model: the grant keeps what it was given.
     used = b.authorize(sub, MODEL, tokens=(10, 10))
     assert used.allowed and used.reservations[0][2] == 40  # at B's price
-    with pytest.raises(ScopeCreep):
-        b.delegate(
-            agent, name="sub2", key=KEYS["sub2"], capabilities=["model:small"], ttl=timedelta(seconds=60)
-        )
-    assert a.delegate(
-        agent, name="sub2", key=KEYS["sub2"], capabilities=["model:small"], ttl=timedelta(seconds=60)
-    ).chain.tip.capabilities  # A still may
     # Both spend the sub-agent's budget (200) at once, each at its own price: never past it.
     jobs = [lambda g=g: [g.authorize(sub, MODEL, tokens=(5, 5)) for _ in range(6)] for g in (a, b, a, b)]
     reserved = 40 + sum(
@@ -587,6 +579,18 @@ def test_a_delegation_refused_by_the_policy_names_the_policy_that_refused(tmp_pa
         entry = entries(b)[index]
         assert entry.kind == "deny" and entry.resource == "agent:sub"
         assert entry.policy_hash == b.policy.digest  # v2's delegation rule refused it
+        # A still may; the grant it makes is refused by B at each call, as B's rule does not let
+        # the agent hand the model on (review R57: each link is held to the rule at decision time).
+        sub = a.delegate(
+            agent, name="sub", key=KEYS["sub"], capabilities=["tool:lookup", "model:small"],
+            ttl=timedelta(seconds=60),
+        )  # fmt: skip
+        assert a.authorize(sub, LOOKUP).allowed
+        outside = b.authorize(sub, LOOKUP)
+        assert [(f.kind, f.code) for f in outside.findings] == [
+            ("scope_creep", "delegation_wider_than_policy")
+        ]
+        assert entries(b)[outside.audit_index].policy_hash == b.policy.digest
     finally:
         deploy.close()
 

@@ -38,7 +38,7 @@ from agentgate.authority import (
     revoke_holder,
 )
 from agentgate.authority._revocation import revoked_id
-from agentgate.capabilities import Capability, attenuates
+from agentgate.capabilities import Capability
 from agentgate.errors import AuthorityError, CapabilityError, Denied, InputError, Revoked, ScopeCreep
 from agentgate.findings import FindingKind
 from agentgate.gate._authorization import AgentIdentity, expect, listed, shown
@@ -450,61 +450,16 @@ class _Delegation:
     def _check_delegation_rule(
         self, parent: AgentIdentity, caps: list[Capability], seconds: int, budget: int | None
     ) -> None:
-        """Refuse (``ScopeCreep``) a delegation the policy's rules for the parent's roles do not allow."""
-        name = self.index.principal_name(parent.did)
-        principal = self.policy.document.principals.get(name) if name else None
-        roles = [
-            r for r in (principal.roles if principal else []) if self.policy.document.roles[r].delegation
-        ]
-
-        def refuse(code: str, message: str, kind: FindingKind = FindingKind.SCOPE_CREEP) -> ScopeCreep:
-            error = ScopeCreep(message)
-            error.finding = _finding(kind, code, message)
-            return error
-
-        if not roles:
-            if principal is None and self.index.principal_name(parent.chain.root.audience) is not None:
-                return  # a key made at run time: its grant's own depth and attenuation bound it
-            if principal is None:  # nor is the chain's first holder: removed, or its key replaced
-                raise refuse(
-                    "delegation_not_in_policy",
-                    f"{parent.name}'s chain was issued to {parent.chain.root.audience}, "
-                    "which is not a principal of this policy",
-                )
-            raise refuse("delegation_not_in_policy", f"the roles of {parent.name} may not delegate at all")
-        # Each capability is bounded by the rule of a role that may hand it on: one such role
-        # must admit the grant's whole lifetime and budget (another role's looser limits, for
-        # capabilities it hands on, do not widen this one's).
-        for cap in caps:
-            rules = [
-                delegation
-                for r in roles
-                if (delegation := self.policy.document.roles[r].delegation) is not None
-                and any(attenuates(rule.capability, cap) for rule in self.policy.delegable.get(r, ()))
-            ]
-            if not rules:
-                raise refuse(
-                    "delegation_wider_than_policy", f"the policy does not let {parent.name} hand on {cap}"
-                )
-            lasting = [d for d in rules if d.max_ttl_s is None or seconds <= d.max_ttl_s]
-            if not lasting:
-                longest = max(d.max_ttl_s or 0 for d in rules)
-                # Too long-lived, as a child outliving its parent and the linter's
-                # ttl_above_policy_max: authority that cannot be taken back in time.
-                raise refuse(
-                    "delegation_ttl_above_policy",
-                    f"a delegated grant with {cap} may live {longest}s at most, not {seconds}s",
-                    FindingKind.NON_REVOCABLE_GRANT,
-                )
-            if not any(
-                d.budget is None or (budget is not None and budget <= d.budget.limit) for d in lasting
-            ):
-                largest = max(d.budget.limit for d in lasting if d.budget)
-                asked = "the parent's whole budget" if budget is None else str(budget)
-                raise refuse(
-                    "delegation_budget_above_policy",
-                    f"a delegated grant with {cap} may carry a budget of {largest} at most, not {asked}",
-                )
+        """Refuse (``ScopeCreep``, with the finding) a delegation the policy's rules for the
+        parent's roles do not allow (``PolicyIndex.delegation_fault``, which decisions ask of each
+        link of a chain presented too)."""
+        fault = self.index.delegation_fault(
+            parent.did, parent.chain.root.audience, caps, seconds, budget, parent.name
+        )
+        if fault is not None:
+            error = ScopeCreep(fault.message)
+            error.finding = fault
+            raise error
 
     @_serialized
     def revoke(

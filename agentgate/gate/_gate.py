@@ -45,6 +45,7 @@ from agentgate.gate._delegation import _Delegation
 from agentgate.gate._dispatching import _Dispatching
 from agentgate.gate._lock import _serialized
 from agentgate.gate._outcomes import PendingOutcomes
+from agentgate.gate._policy_chain import PolicyChains
 from agentgate.gate._recording import _Recording
 from agentgate.gate._records import ran_before
 from agentgate.gate._running import _Running
@@ -135,6 +136,9 @@ class Gate(_Delegation, _Approvals, _Recording, _Costs, _Running, _Settlement, _
         self._global_tracer = tracer is None
         self.store = store
         self.index = PolicyIndex(policy)
+        self._policy_chains = PolicyChains(self.index)
+        """The policy's verdict on each chain presented (its root's lifetime, its delegations),
+        computed once per chain: the policy does not change under a Gate."""
         # What can refuse (the log key, the environment, the scheduler's settings) comes before
         # the grants' own connection is opened: a gate that cannot be made leaves nothing open.
         # The origin and rotated-out keys of the environment, as the CLI's: the gate's checkpoints
@@ -384,6 +388,14 @@ class Gate(_Delegation, _Approvals, _Recording, _Costs, _Running, _Settlement, _
         verdict = self.index.evaluate(self._policy_principal(identity), call)
         if verdict.outcome is Outcome.DENY:
             refused = Authorization(Verdict.DENY, call, identity, verdict.reasons)
+            return self._record_refusal(
+                refused, call_id, call_key=self._call_scope(identity, call_id, asked_in)
+            )
+        # A chain made outside the Gate never met the policy's bounds on root grants and
+        # delegations: refused here, before anyone is asked to approve a call on it.
+        fault = self._policy_chains.fault(identity.chain)
+        if fault is not None:
+            refused = Authorization(Verdict.DENY, call, identity, (fault.message,), (fault,))
             return self._record_refusal(
                 refused, call_id, call_key=self._call_scope(identity, call_id, asked_in)
             )

@@ -15,12 +15,20 @@ argument, or no rule that covers the call is a deny that says why.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from agentgate.capabilities import Call, Capability, Constraint, canonical_resource, pattern_matches
+from agentgate.capabilities import (
+    Call,
+    Capability,
+    Constraint,
+    attenuates,
+    canonical_resource,
+    pattern_matches,
+)
 from agentgate.errors import CapabilityError, PolicyError
-from agentgate.findings import Outcome
+from agentgate.findings import Finding, FindingKind, Outcome
 from agentgate.policy._load import Policy, RuleRef, describe_constraint
 from agentgate.policy._schema import Budget
 
@@ -252,6 +260,100 @@ class PolicyIndex:
         """The policy name of a principal given by name or did:key, or ``None`` if unknown."""
         entry = self._principals.get(principal)
         return entry.name if entry is not None else None
+
+    def _held_roles(self, did: str) -> tuple[str, ...]:
+        """The roles the principal ``did`` holds itself (not those they inherit); none for a key
+        the policy does not name."""
+        name = self.principal_name(did)
+        principal = self.policy.document.principals.get(name) if name else None
+        return tuple(principal.roles) if principal else ()
+
+    def root_ttl_s(self, holder: str) -> int:
+        """The longest a root grant to ``holder`` (a did:key) may live: the longest ``ttl_s`` of
+        the roles it holds, each capped by ``settings.max_ttl_s`` (``role_grant_template``);
+        ``settings.max_ttl_s`` for a key the policy does not name or that holds no role."""
+        roles = self._held_roles(holder)
+        if not roles:
+            return self.policy.document.settings.max_ttl_s
+        return max(role_grant_template(self.policy, role).ttl_s for role in roles)
+
+    def delegation_depth(self, holder: str) -> int:
+        """How many delegation steps may follow a root grant to ``holder`` (a did:key): the
+        deepest ``delegation.max_depth`` of the roles it holds (``role_grant_template``), 0 for a
+        key the policy does not name or whose roles delegate nothing."""
+        return max(
+            (role_grant_template(self.policy, role).max_depth for role in self._held_roles(holder)),
+            default=0,
+        )
+
+    def delegation_fault(
+        self,
+        delegator: str,
+        first_holder: str,
+        capabilities: Iterable[Capability],
+        seconds: int,
+        budget: int | None,
+        who: str,
+    ) -> Finding | None:
+        """Why the ``delegation`` rules of the roles of ``delegator`` (a did:key) do not let it hand
+        on a grant of ``capabilities`` that lives ``seconds`` and carries ``budget`` (``None``:
+        the delegator's whole budget); ``None`` when they let it. ``first_holder``: the audience
+        of the chain's root grant; ``who``: the delegator as the message names it.
+
+        The finding is ``scope_creep`` (``delegation_not_in_policy``,
+        ``delegation_wider_than_policy``, ``delegation_budget_above_policy``), or
+        ``non_revocable_grant`` (``delegation_ttl_above_policy``) for a grant that lives too long.
+        A delegator the policy does not name, in a chain first issued to a principal it names, is
+        a key made at run time: its grant's own depth and attenuation bound it (``None``). Both
+        ``Gate.delegate`` (a new grant) and the Gate's decisions (each link of a chain presented)
+        ask this, so that a chain made outside the Gate is held to the same rules."""
+        roles = [r for r in self._held_roles(delegator) if self.policy.document.roles[r].delegation]
+
+        def refuse(code: str, message: str, kind: FindingKind = FindingKind.SCOPE_CREEP) -> Finding:
+            return Finding(kind=kind, code=code, message=message)
+
+        if not roles:
+            named = self.principal_name(delegator) is not None
+            if not named and self.principal_name(first_holder) is not None:
+                return None  # a key made at run time: its grant's own depth and attenuation bound it
+            if not named:  # nor is the chain's first holder: removed, or its key replaced
+                return refuse(
+                    "delegation_not_in_policy",
+                    f"{who}'s chain was issued to {first_holder}, which is not a principal of this policy",
+                )
+            return refuse("delegation_not_in_policy", f"the roles of {who} may not delegate at all")
+        # Each capability is bounded by the rule of a role that may hand it on: one such role
+        # must admit the grant's whole lifetime and budget (another role's looser limits, for
+        # capabilities it hands on, do not widen this one's).
+        for cap in capabilities:
+            rules = [
+                delegation
+                for r in roles
+                if (delegation := self.policy.document.roles[r].delegation) is not None
+                and any(attenuates(rule.capability, cap) for rule in self.policy.delegable.get(r, ()))
+            ]
+            if not rules:
+                return refuse("delegation_wider_than_policy", f"the policy does not let {who} hand on {cap}")
+            lasting = [d for d in rules if d.max_ttl_s is None or seconds <= d.max_ttl_s]
+            if not lasting:
+                longest = max(d.max_ttl_s or 0 for d in rules)
+                # Too long-lived, as a child outliving its parent and the linter's
+                # ttl_above_policy_max: authority that cannot be taken back in time.
+                return refuse(
+                    "delegation_ttl_above_policy",
+                    f"a delegated grant with {cap} may live {longest}s at most, not {seconds}s",
+                    FindingKind.NON_REVOCABLE_GRANT,
+                )
+            if not any(
+                d.budget is None or (budget is not None and budget <= d.budget.limit) for d in lasting
+            ):
+                largest = max(d.budget.limit for d in lasting if d.budget)
+                asked = "the parent's whole budget" if budget is None else str(budget)
+                return refuse(
+                    "delegation_budget_above_policy",
+                    f"a delegated grant with {cap} may carry a budget of {largest} at most, not {asked}",
+                )
+        return None
 
     def evaluate(self, principal: str, call: Call) -> PolicyDecision:
         """Decide ``call`` by ``principal`` (a policy name or a did:key). Never raises for a bad call: denies.
