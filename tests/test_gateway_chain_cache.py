@@ -41,6 +41,9 @@ roles:
     capabilities: [{{resource: model:m}}]
     budget: {{limit: 1000000, unit: usd_micros}}
     ttl_s: 3600
+    delegation:  # the deep chains below are within it (each link is held to it: review R57)
+      max_depth: 15
+      capabilities: [{{resource: model:m}}, {{resource: "tool:*", action: "*"}}]
 """
 CALL = Call.model("m", {"max_tokens": 1})
 BUDGET = 1024 * 1024

@@ -216,6 +216,9 @@ class GatewayGate(Gate):
             elif verdict.outcome is Outcome.DENY:
                 refused = Authorization(Verdict.DENY, call, identity, verdict.reasons)
                 answer = GatewayDecision(self._write_refusal(refused, tx), 403, "policy_denied")
+            elif (outside := self._policy_chain_refusal(decision, call, identity)) is not None:
+                refused, status, code = outside
+                answer = GatewayDecision(self._write_refusal(refused, tx), status, code)
             else:
                 answer = self._allow(decision, verdict, identity, call, tokens, None, None, tx)
         if not answer.allowed:
@@ -234,8 +237,13 @@ class GatewayGate(Gate):
         """A call behind an approval gate: decided, then recorded in a second transaction, since
         an approval vote towards a quorum above one is written in a transaction of its own."""
         decision = self.authority.decide(invocation)
-        if not decision.allowed:
-            refused, status, code = self._authority_refusal(decision, call, identity)
+        refusal = (
+            self._policy_chain_refusal(decision, call, identity)
+            if decision.allowed
+            else self._authority_refusal(decision, call, identity)
+        )
+        if refusal is not None:
+            refused, status, code = refusal
             return GatewayDecision(self._record_refusal(refused), status, code)
         self._keep_chain(identity.chain)
         approval = None
@@ -425,6 +433,20 @@ class GatewayGate(Gate):
         if revoked:
             return _revoked_refusal(decision, call, identity, revoked), 401, "revoked"
         return refused, 403, codes[0]
+
+    def _policy_chain_refusal(
+        self, decision: Decision, call: Call, identity: CallerIdentity
+    ) -> tuple[Authorization, int, str] | None:
+        """The refusal of a call whose chain the authority verified but the policy does not allow
+        (``Gate``'s ``PolicyChains``: a root grant that lives too long, a delegation outside its
+        delegator's ``delegation`` rule), as ``Gate.authorize`` refuses it: 403 with the finding's
+        code, as the policy's other refusals (the caller proved its authority; the policy does not
+        grant it). ``None`` when the policy allows the chain."""
+        fault = self._policy_chains.fault(identity.chain)
+        if fault is None:
+            return None
+        refused = Authorization(Verdict.DENY, call, identity, (fault.message,), (fault,), decision=decision)
+        return refused, 403, fault.code
 
     def _as_signer(self, identity: CallerIdentity, signer: str | None) -> CallerIdentity:
         """``identity`` as the caller who signed its invocation, for a refusal whose signer is not
