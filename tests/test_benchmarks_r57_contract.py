@@ -1,0 +1,81 @@
+"""The benchmarks keep their contract on every input: one strict JSON line of numbers last when
+they measured what their goals name, and otherwise a clear error and a non-zero exit, never a
+traceback and never a goals line (review R57, benchmarks pass)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCHMARKS = ROOT / "benchmarks"
+
+
+def _load(name: str) -> ModuleType:
+    """The benchmark as a module, registered (its dataclasses look their module up)."""
+    spec = importlib.util.spec_from_file_location(f"r57_bench_{name}", BENCHMARKS / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _refuse_constant(text: str) -> Any:
+    raise AssertionError(f"not strict JSON: {text}")
+
+
+def _strict_last_line(name: str, output: str) -> dict[str, Any]:
+    """The last line as a strict JSON parser reads it (no NaN or Infinity), of the promised shape."""
+    result: dict[str, Any] = json.loads(output.rstrip("\n").splitlines()[-1], parse_constant=_refuse_constant)
+    assert set(result) == {"benchmark", "figures", "goals"} and result["benchmark"] == name
+    assert result["goals"]
+    for goal in result["goals"].values():
+        assert set(goal) == {"value", "limit", "better"} and goal["better"] in ("lower", "higher")
+        for number in (goal["value"], goal["limit"]):
+            assert isinstance(number, int | float) and not isinstance(number, bool) and math.isfinite(number)
+    return result
+
+
+def _run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, *args], capture_output=True, text=True, timeout=120, cwd=ROOT, check=False
+    )
+
+
+def _refused(done: subprocess.CompletedProcess[str]) -> None:
+    assert done.returncode != 0
+    assert "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert '"goals"' not in done.stdout
+
+
+def test_broker_quick_json_is_strict_and_names_its_goals() -> None:
+    done = _run(str(BENCHMARKS / "broker.py"), "--quick", "--json")
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = _strict_last_line("broker", done.stdout)
+    assert result["figures"]["agentgate_comm_grants"] > 0
+
+
+def test_broker_without_a_communication_bound_grant_claims_no_goal(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Review R57: a run granting no communication-bound gang reported 1.0 in one domain, goal met."""
+    bench = _load("broker")
+    assert bench.main(["--quick", "--json", "--load", "0.005"]) == 1  # seed 1: one job, not one such gang
+    out, err = capsys.readouterr()
+    assert '"goals"' not in out
+    assert "no communication-bound gang" in err
+
+
+@pytest.mark.parametrize("load", ["0", "-1", "nan", "inf", "lots"])
+def test_broker_refuses_a_load_it_cannot_offer(load: str) -> None:
+    """Review R57: --load 0 ended in a ZeroDivisionError traceback."""
+    _refused(_run(str(BENCHMARKS / "broker.py"), "--quick", "--json", "--load", load))
