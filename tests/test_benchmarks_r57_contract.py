@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -79,3 +80,26 @@ def test_broker_without_a_communication_bound_grant_claims_no_goal(
 def test_broker_refuses_a_load_it_cannot_offer(load: str) -> None:
     """Review R57: --load 0 ended in a ZeroDivisionError traceback."""
     _refused(_run(str(BENCHMARKS / "broker.py"), "--quick", "--json", "--load", load))
+
+
+@pytest.mark.parametrize("args", [["--calls", "0"], ["--calls", "3"], ["--repeat", "0"], ["--calls", "x"]])
+def test_tasks_refuses_counts_it_cannot_time(args: list[str]) -> None:
+    """Review R57: --calls 0, --calls 3 or --repeat 0 ended in a ZeroDivisionError or ValueError traceback."""
+    _refused(_run(str(BENCHMARKS / "tasks.py"), "--json", *args))
+
+
+def test_tasks_times_the_agentgate_of_its_own_tree(tmp_path: Path) -> None:
+    """Review R57: tasks.py imported whichever agentgate was installed (in a worktree, the main checkout's)."""
+    probe = "import runpy, sys; runpy.run_path(sys.argv[1]); print(sys.modules['agentgate.tasks'].__file__)"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    done = subprocess.run(
+        [sys.executable, "-c", probe, str(BENCHMARKS / "tasks.py")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+        env=env,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert Path(done.stdout.strip()).resolve() == ROOT / "agentgate" / "tasks" / "__init__.py"
