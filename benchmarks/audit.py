@@ -46,6 +46,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this tree's agentgate, not an installed one
+
 from agentgate.audit.entry import AuditEntry, argument_digest, encode_entry, utc_now
 from agentgate.audit.merkle import RootAccumulator, leaf_hash
 from agentgate.audit.note import Checkpoint, sign_checkpoint
@@ -338,15 +340,28 @@ def _bench_verify_memory(n: int, directory: Path) -> dict[str, float]:
     }
 
 
+def _positive_int(text: str) -> int:
+    """An argparse type: a whole number above zero."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1: {text!r}")
+    return value
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
     parser.add_argument("--json", action="store_true", help="(always) print the JSON line last")
-    parser.add_argument("--entries", type=int, help="entries to verify (default 1,000,000; --quick 50,000)")
+    parser.add_argument(
+        "--entries", type=_positive_int, help="entries to verify (default 1,000,000; --quick 50,000)"
+    )
     args = parser.parse_args()
     appends = 200 if args.quick else 2000
     rounds = 4 if args.quick else 10
-    n_verify = args.entries or (50_000 if args.quick else 1_000_000)
+    n_verify = args.entries if args.entries is not None else 50_000 if args.quick else 1_000_000
     n_explain = 20_000 if args.quick else 100_000
 
     figures: dict[str, Any] = {}

@@ -88,12 +88,14 @@ def test_tasks_refuses_counts_it_cannot_time(args: list[str]) -> None:
     _refused(_run(str(BENCHMARKS / "tasks.py"), "--json", *args))
 
 
-def test_tasks_times_the_agentgate_of_its_own_tree(tmp_path: Path) -> None:
-    """Review R57: tasks.py imported whichever agentgate was installed (in a worktree, the main checkout's)."""
-    probe = "import runpy, sys; runpy.run_path(sys.argv[1]); print(sys.modules['agentgate.tasks'].__file__)"
+@pytest.mark.parametrize("name", ["tasks", "audit"])
+def test_benchmark_times_the_agentgate_of_its_own_tree(tmp_path: Path, name: str) -> None:
+    """Review R57: tasks.py and audit.py imported whichever agentgate was installed (in a worktree, the
+    main checkout's)."""
+    probe = "import runpy, sys; runpy.run_path(sys.argv[1]); print(sys.modules['agentgate'].__file__)"
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     done = subprocess.run(
-        [sys.executable, "-c", probe, str(BENCHMARKS / "tasks.py")],
+        [sys.executable, "-c", probe, str(BENCHMARKS / f"{name}.py")],
         capture_output=True,
         text=True,
         timeout=60,
@@ -102,4 +104,10 @@ def test_tasks_times_the_agentgate_of_its_own_tree(tmp_path: Path) -> None:
         check=False,
     )
     assert done.returncode == 0, done.stderr[-2000:]
-    assert Path(done.stdout.strip()).resolve() == ROOT / "agentgate" / "tasks" / "__init__.py"
+    assert Path(done.stdout.strip()).resolve() == ROOT / "agentgate" / "__init__.py"
+
+
+@pytest.mark.parametrize("entries", ["0", "-5", "many"])
+def test_audit_refuses_an_entry_count_it_would_not_verify(entries: str) -> None:
+    """Review R57: audit.py --entries 0 verified 50,000 entries and -5 ended in a traceback."""
+    _refused(_run(str(BENCHMARKS / "audit.py"), "--quick", "--json", "--entries", entries))
