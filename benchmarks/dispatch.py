@@ -39,6 +39,7 @@ from agentgate.dispatch.inventory import Inventory  # noqa: E402
 from agentgate.dispatch.quota import TenantQuota  # noqa: E402
 from agentgate.dispatch.router import Router  # noqa: E402
 from agentgate.dispatch.state import SpeedModel  # noqa: E402
+from agentgate.errors import InputError  # noqa: E402
 from agentgate.sim import LLAMA_8B_H200, Engine, EngineConfig, LatencyModel, Outcome, load_trace, replay  # noqa: E402
 from agentgate.sim.routing import PolicyDispatcher  # noqa: E402
 from agentgate.sim.traces import TraceRequest  # noqa: E402
@@ -205,9 +206,9 @@ def ttft_floor_p99(requests: Sequence[TraceRequest], model: LatencyModel) -> flo
 
 
 def run_trace(
-    path: Path, loads: list[float], seeds: int, limit: int, backends: int, scrape: float
+    path: Path, base: list[TraceRequest], loads: list[float], seeds: int, backends: int, scrape: float
 ) -> dict[str, Any]:
-    base = load_trace(path, limit=limit)
+    """Replay ``base`` (the requests read from ``path``) at each load and seed through every router."""
     cap = capacity_rps(base, MODEL, backends)
     mean_tokens = statistics.fmean(r.prompt_tokens + r.output_tokens for r in base)
     quotas = {
@@ -366,26 +367,64 @@ def goals(all_results: list[dict[str, Any]]) -> tuple[dict[str, Any], dict[str, 
     return figs, gl
 
 
+def _positive_int(text: str) -> int:
+    """An argparse type: a whole number above zero."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1: {text!r}")
+    return value
+
+
+def _positive(text: str) -> float:
+    """An argparse type: a finite number above zero."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a finite number above 0: {text!r}")
+    return value
+
+
+def _loads(text: str) -> list[float]:
+    """An argparse type: comma-separated offered loads, each a finite number above zero."""
+    return [_positive(part.strip()) for part in text.split(",")]
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--trace", action="append", type=Path, help="trace file (repeatable); default: both")
-    ap.add_argument("--load", default="0.5,0.8,1.0,1.1")
-    ap.add_argument("--seeds", type=int, default=1)
-    ap.add_argument("--limit", type=int, default=3000, help="first N requests of each trace")
-    ap.add_argument("--backends", type=int, default=8)
-    ap.add_argument("--scrape", type=float, default=0.5, help="metrics scrape interval (s)")
+    ap.add_argument("--load", type=_loads, default=[0.5, 0.8, 1.0, 1.1], help="comma-separated")
+    ap.add_argument("--seeds", type=_positive_int, default=1)
+    ap.add_argument("--limit", type=_positive_int, default=3000, help="first N requests of each trace")
+    ap.add_argument("--backends", type=_positive_int, default=8)
+    ap.add_argument("--scrape", type=_positive, default=0.5, help="metrics scrape interval (s)")
     ap.add_argument("--quick", action="store_true", help="1000 requests, loads 0.8 and 1.0")
     ap.add_argument("--plot", type=Path, default=REPO / "out" / "dispatch_p99_ttft.png")
     ap.add_argument("--json", action="store_true", help="print the JSON line (always printed last)")
     args = ap.parse_args(argv)
-    loads = [float(x) for x in args.load.split(",")]
-    limit = args.limit
+    loads, limit = args.load, args.limit
     if args.quick:
         loads, limit = [0.8, 1.0], min(limit, 1000)
-    traces = args.trace or DEFAULT_TRACES
+    # Every trace is read before any replay: a missing or malformed one (they come from
+    # ../shared/data/traces/, never downloaded) ends the run at once, without a goals line.
+    traces: list[tuple[Path, list[TraceRequest]]] = []
+    for path in args.trace or DEFAULT_TRACES:
+        try:
+            requests = load_trace(path, limit=limit)
+        except InputError as exc:
+            print(f"dispatch: {exc}", file=sys.stderr)
+            return 2
+        if not requests:
+            print(f"dispatch: {path}: no requests to replay", file=sys.stderr)
+            return 2
+        traces.append((path, requests))
     all_results = []
-    for path in traces:
-        res = run_trace(path, loads, args.seeds, limit, args.backends, args.scrape)
+    for path, requests in traces:
+        res = run_trace(path, requests, loads, args.seeds, args.backends, args.scrape)
         print_table(res)
         all_results.append(res)
     plot(all_results, args.plot)

@@ -111,3 +111,32 @@ def test_benchmark_times_the_agentgate_of_its_own_tree(tmp_path: Path, name: str
 def test_audit_refuses_an_entry_count_it_would_not_verify(entries: str) -> None:
     """Review R57: audit.py --entries 0 verified 50,000 entries and -5 ended in a traceback."""
     _refused(_run(str(BENCHMARKS / "audit.py"), "--quick", "--json", "--entries", entries))
+
+
+def _bad_trace(tmp_path: Path, kind: str) -> Path:
+    if kind == "missing":
+        return tmp_path / "absent.jsonl"
+    path = tmp_path / f"{kind}.jsonl"
+    path.write_text("" if kind == "empty" else '{"timestamp": 0, "input_length": "x"}\n')
+    return path
+
+
+@pytest.mark.parametrize("kind", ["missing", "empty", "malformed"])
+def test_dispatch_refuses_a_trace_it_cannot_read_before_replaying_any(
+    tmp_path: Path, kind: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Review R57: a missing, empty or malformed --trace ended in an InputError or StatisticsError
+    traceback (after replaying the traces named before it)."""
+    bench = _load("dispatch")
+    path = _bad_trace(tmp_path, kind)
+    assert bench.main(["--quick", "--json", "--trace", str(path), "--plot", str(tmp_path / "p.png")]) == 2
+    out, err = capsys.readouterr()
+    assert err.startswith(f"dispatch: {path}") and '"goals"' not in out
+
+
+@pytest.mark.parametrize(
+    "args", [["--load", "abc"], ["--load", "0.8,0"], ["--load", "nan"], ["--scrape", "0"], ["--limit", "0"]]
+)
+def test_dispatch_refuses_arguments_it_cannot_replay(args: list[str]) -> None:
+    """Review R57: --load abc ended in a ValueError traceback, --limit 0 in a StatisticsError one."""
+    _refused(_run(str(BENCHMARKS / "dispatch.py"), "--quick", "--json", *args))
