@@ -140,3 +140,15 @@ def test_dispatch_refuses_a_trace_it_cannot_read_before_replaying_any(
 def test_dispatch_refuses_arguments_it_cannot_replay(args: list[str]) -> None:
     """Review R57: --load abc ended in a ValueError traceback, --limit 0 in a StatisticsError one."""
     _refused(_run(str(BENCHMARKS / "dispatch.py"), "--quick", "--json", *args))
+
+
+def test_dispatch_http_leaves_out_the_litellm_goal_it_could_not_measure() -> None:
+    """Review R57: without LiteLLM importable, dispatch_http's goal line held "value": null."""
+    bench = _load("dispatch_http")
+    output = "table\n" + json.dumps(
+        {"benchmark": "dispatch_http", "figures": {}, "goals": bench.goals_of(3.4, None)}
+    )
+    assert set(_strict_last_line("dispatch_http", output)["goals"]) == {"gateway_added_p50_ms"}
+    measured = bench.goals_of(3.4, 0.55)
+    assert measured["gateway_added_vs_litellm_added"] == {"value": 0.55, "limit": 0.5, "better": "lower"}
+    assert measured["gateway_added_p50_ms"] == {"value": 3.4, "limit": 1.0, "better": "lower"}
