@@ -445,6 +445,44 @@ def report(measurements: dict[str, Any], as_json: bool) -> None:
         print(json.dumps(line))
 
 
+POINT_FIELDS = {"decode": ("batch", "context"), "prefill": ("uncached", "cached")}
+
+
+def read_measurements(path: Path) -> dict[str, Any]:
+    """Measurements saved by ``--out``, checked before they are fitted.
+
+    Exits with a message naming the file (no traceback, no JSON line) when it cannot be read, is not
+    JSON, or lacks what the fit and the report read: ``info`` (``device``, ``shape``, ``torch``),
+    and ``decode`` and ``prefill`` points with whole numbers of tokens and a positive time each.
+    """
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        sys.exit(f"calibrate_gpu: --fit {path}: cannot read it: {exc}")
+    if not isinstance(data, dict):
+        sys.exit(f"calibrate_gpu: --fit {path}: not a JSON object of measurements")
+    info = data.get("info")
+    if not isinstance(info, dict) or not all(key in info for key in ("device", "shape", "torch")):
+        sys.exit(f"calibrate_gpu: --fit {path}: 'info' must name the device, shape and torch")
+    for kind, fields in POINT_FIELDS.items():
+        points = data.get(kind)
+        if not isinstance(points, list) or not points:
+            sys.exit(f"calibrate_gpu: --fit {path}: '{kind}' must be a list of points")
+        for number, point in enumerate(points):
+            if not (
+                isinstance(point, dict)
+                and all(type(point.get(field)) is int and point[field] >= 0 for field in fields)
+                and type(point.get("seconds")) in (int, float)
+                and math.isfinite(point["seconds"])
+                and point["seconds"] > 0
+            ):
+                sys.exit(
+                    f"calibrate_gpu: --fit {path}: {kind} point {number} needs whole numbers "
+                    f"{' and '.join(fields)} and a positive number of seconds"
+                )
+    return data
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="a few points only")
@@ -454,7 +492,7 @@ def main() -> None:
     parser.add_argument("--fit", type=Path, help="fit saved measurements instead of measuring")
     args = parser.parse_args()
     if args.fit:
-        measurements = json.loads(args.fit.read_text())
+        measurements = read_measurements(args.fit)
     else:
         measurements = measure(args.quick, args.tiny)
         if args.out:
@@ -464,6 +502,12 @@ def main() -> None:
         for p in measurements["decode"] + measurements["prefill"]
     ):
         sys.exit("calibrate_gpu: a measurement is not a positive number")
+    try:  # the report fits again (a few points): this only refuses what it could not fit
+        largest_error = fit(measurements)["max_abs_error"]
+    except ZeroDivisionError:
+        sys.exit("calibrate_gpu: the points do not determine the fit (too few distinct sizes)")
+    if not math.isfinite(largest_error):
+        sys.exit("calibrate_gpu: the fit's error is not a finite number")
     report(measurements, args.json)
 
 

@@ -152,3 +152,39 @@ def test_dispatch_http_leaves_out_the_litellm_goal_it_could_not_measure() -> Non
     measured = bench.goals_of(3.4, 0.55)
     assert measured["gateway_added_vs_litellm_added"] == {"value": 0.55, "limit": 0.5, "better": "lower"}
     assert measured["gateway_added_p50_ms"] == {"value": 3.4, "limit": 1.0, "better": "lower"}
+
+
+SAVED_FIT = BENCHMARKS / "calibration" / "llama-3.1-8b-h200.json"
+
+
+def test_calibrate_gpu_refit_of_the_saved_measurements_keeps_the_contract() -> None:
+    done = _run(str(BENCHMARKS / "calibrate_gpu.py"), "--fit", str(SAVED_FIT), "--json")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert _strict_last_line("calibrate_gpu", done.stdout)["figures"]["points"] > 0
+
+
+def _saved_fit_without(change: str) -> str:
+    data = json.loads(SAVED_FIT.read_text())
+    if change == "no-prefill":
+        del data["prefill"]
+    elif change == "no-info":
+        del data["info"]
+    elif change == "string-seconds":
+        data["decode"][0]["seconds"] = "fast"
+    elif change == "one-decode-size":
+        data["decode"] = [dict(data["decode"][0]) for _ in range(4)]
+    return json.dumps(data)
+
+
+@pytest.mark.parametrize(
+    "content", ["missing", "not json", "[]", "no-prefill", "no-info", "string-seconds", "one-decode-size"]
+)
+def test_calibrate_gpu_refuses_measurements_it_cannot_fit(tmp_path: Path, content: str) -> None:
+    """Review R57: --fit of a missing, non-JSON or incomplete file ended in a traceback."""
+    path = tmp_path / "measured.json"
+    if content != "missing":
+        known = ("no-prefill", "no-info", "string-seconds", "one-decode-size")
+        path.write_text(_saved_fit_without(content) if content in known else content)
+    done = _run(str(BENCHMARKS / "calibrate_gpu.py"), "--fit", str(path), "--json")
+    _refused(done)
+    assert done.stderr.startswith("calibrate_gpu: ")
