@@ -188,3 +188,24 @@ def test_calibrate_gpu_refuses_measurements_it_cannot_fit(tmp_path: Path, conten
     done = _run(str(BENCHMARKS / "calibrate_gpu.py"), "--fit", str(path), "--json")
     _refused(done)
     assert done.stderr.startswith("calibrate_gpu: ")
+
+
+def _replayed(loads: list[str]) -> dict[str, Any]:
+    """A replay's result as run_trace returns it, every router alike at every load."""
+    point = dict.fromkeys(("ttft_mean", "queue_delay_p99", "shed", "prefix_hit_rate"), 1.0)
+    point |= {"ttft_p99": 9.0, "goodput": 0.9}
+    names = ("agentgate", "random", "load-balanced", "mooncake")
+    return {
+        "trace": "mooncake_conversation_trace.jsonl",
+        "ttft_p99_floor": 8.0,
+        "routers": {name: {load: dict(point) for load in loads} for name in names},
+    }
+
+
+def test_dispatch_names_no_goal_of_loads_it_did_not_replay() -> None:
+    """Review R57: --load 0.5 reported mooncake_p99_ttft_vs_best_baseline_load_0.8_1.0 from load 0.5."""
+    bench = _load("dispatch")
+    _, at_half = bench.goals([_replayed(["0.5"])])
+    assert not any("load_0.8_1.0" in goal for goal in at_half)
+    _, in_window = bench.goals([_replayed(["0.5", "0.9"])])
+    assert in_window["mooncake_p99_ttft_vs_best_baseline_load_0.8_1.0"]["value"] == 1.0
