@@ -53,6 +53,8 @@ from pathlib import Path
 from typing import Any
 from unittest import mock
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this tree's agentgate, not an installed one
+
 import orjson
 from langchain.agents import create_agent
 from langchain.agents.middleware import AgentMiddleware

@@ -88,10 +88,11 @@ def test_tasks_refuses_counts_it_cannot_time(args: list[str]) -> None:
     _refused(_run(str(BENCHMARKS / "tasks.py"), "--json", *args))
 
 
-@pytest.mark.parametrize("name", ["tasks", "audit"])
+@pytest.mark.parametrize("name", ["tasks", "audit", "authority", "langgraph_overhead"])
 def test_benchmark_times_the_agentgate_of_its_own_tree(tmp_path: Path, name: str) -> None:
-    """Review R57: tasks.py and audit.py imported whichever agentgate was installed (in a worktree, the
-    main checkout's)."""
+    """Review R57: tasks.py, audit.py, authority.py and langgraph_overhead.py imported whichever
+    agentgate was installed (in a worktree, the main checkout's). Only a tree other than the one
+    installed can tell: in the checkout the venv was made from, both are the same file."""
     probe = "import runpy, sys; runpy.run_path(sys.argv[1]); print(sys.modules['agentgate'].__file__)"
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     done = subprocess.run(
