@@ -458,6 +458,17 @@ may not change freely; on every other agentgate table it has SELECT, INSERT, UPD
 _DENIED_TABLE = re.compile(r"permission denied for table ([a-z_]+)\b")
 
 
+def unprotected_log(store: Store) -> str | None:
+    """What ``audit verify`` would name first of the audit log's machinery not in force, with how
+    many more follow (``protection_said``), read from the catalog only: nothing is written and no
+    key is read or made. ``None`` for a store without a log, or a log whose machinery is whole.
+    Raises ``LogDropped`` for a log that was dropped, as opening it would."""
+    from agentgate.store.audit._schema import protection_said, refuse_dropped_log
+
+    refuse_dropped_log(store)
+    return protection_said(store)
+
+
 def privilege_hint(message: str) -> str:
     """``message``, and when it is PostgreSQL's ``permission denied for table T`` on one of
     agentgate's tables (a role set up without the rights docs/operations.md grants, or a table

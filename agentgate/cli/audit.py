@@ -41,7 +41,15 @@ from agentgate.audit.note import Checkpoint, key_id, verifier_key
 from agentgate.audit.proof import HEADER as PROOF_HEADER
 from agentgate.audit.proof import ProofBundle, verify_bundle
 from agentgate.audit.report import render_report
-from agentgate.cli._common import given, given_text, open_audit_log, open_existing_store, printable, utc
+from agentgate.cli._common import (
+    given,
+    given_text,
+    open_audit_log,
+    open_existing_store,
+    printable,
+    unprotected_log,
+    utc,
+)
 from agentgate.errors import BeyondLogEnd, InputError, KeyFileError, LogDropped, StoreError, TamperDetected
 from agentgate.keys import load_public_key, read_regular_file, replace_file
 from agentgate.store import SQLiteStore, Store
@@ -378,11 +386,10 @@ def _warn_unprotected(log: AuditLog) -> None:
     """One line on standard error when a trigger of the log's machinery is not in force (what
     ``verify`` reports as TAMPERED): ``show`` and ``explain`` show the log, they do not verify it,
     so their exit code stays; reading the catalog writes nothing."""
-    unprotected = log.unprotected()
+    unprotected = unprotected_log(log.store)
     if unprotected:
-        more = f" (and {len(unprotected) - 1} more)" if len(unprotected) > 1 else ""
         print(
-            f"agentgate: warning: {printable(unprotected[0])}{more}; run agentgate audit verify",
+            f"agentgate: warning: {printable(unprotected)}; run agentgate audit verify",
             file=sys.stderr,
         )
 
@@ -660,18 +667,15 @@ def _saved(path: str) -> str | None:
     return text
 
 
-def _unprotected(url: str | None) -> tuple[str, ...]:
+def _unprotected(url: str | None) -> str | None:
     """Each trigger of the log's machinery not in force, as ``audit verify`` reports it, read from
     the catalog of the store opened to read only. ``audit checkpoint`` refuses such a log before it
     opens it as a writer: the writer's opening would put the trigger back, and the checkpoint sign
     what was edited while it was gone, so that ``verify`` said intact where it had said TAMPERED
     (docs/operations.md: verify the log before putting anything back)."""
-    from agentgate.keys import SigningKey
-    from agentgate.store.audit import log_origin
-
     store = open_existing_store(url, read_only=True)
-    with store:  # the catalog alone is read: any key will do
-        return AuditLog(store, SigningKey.generate().public, log_origin(), create=False).unprotected()
+    with store:
+        return unprotected_log(store)
 
 
 def _checkpoint(args: argparse.Namespace) -> int:
@@ -690,9 +694,8 @@ def _checkpoint(args: argparse.Namespace) -> int:
     try:
         unprotected = _unprotected(args.store)
         if unprotected:
-            more = f" (and {len(unprotected) - 1} more)" if len(unprotected) > 1 else ""
             print(
-                f"REFUSED: {printable(unprotected[0])}{more}; nothing was signed or put back: a "
+                f"REFUSED: {printable(unprotected)}; nothing was signed or put back: a "
                 "checkpoint would sign what was appended or edited while nothing refused it; run "
                 "agentgate audit verify (with --checkpoint and the checkpoint saved last) first"
             )
@@ -721,16 +724,14 @@ def _refuse_signing_unprotected(log: AuditLog) -> None:
     stored last) over a log whose protection trigger is not in force: the checkpoint, and the
     bundle against it, would vouch for what was edited while nothing refused it (as ``audit
     checkpoint`` refuses to)."""
-    unprotected = log.unprotected()
+    unprotected = unprotected_log(log.store)
     if not unprotected:
         return
     latest = log.latest_checkpoint()
     if latest is not None and log.open_checkpoint(latest).size >= log.size():
         return  # the stored checkpoint covers the whole log: nothing is signed
-    more = f" (and {len(unprotected) - 1} more)" if len(unprotected) > 1 else ""
     raise TamperDetected(
-        f"{unprotected[0]}{more}; no checkpoint signed over it and no proof written, run agentgate "
-        "audit verify"
+        f"{unprotected}; no checkpoint signed over it and no proof written, run agentgate audit verify"
     )
 
 

@@ -48,6 +48,7 @@ from agentgate.cli._common import (
     printable,
     shown_policy,
     text,
+    unprotected_log,
     utc,
     write_json,
 )
@@ -558,14 +559,10 @@ def _warn_unprotected(store: Store) -> None:
     from the catalog before the log is opened to write, which puts it back where this role may:
     ``audit verify`` then no longer names it. A revocation always goes through, so this is said,
     not refused (``audit checkpoint``, which would sign over the log, refuses)."""
-    from agentgate.keys import SigningKey
-    from agentgate.store.audit import AuditLog, log_origin
-
-    unprotected = AuditLog(store, SigningKey.generate().public, log_origin(), create=False).unprotected()
+    unprotected = unprotected_log(store)
     if unprotected:
-        more = f" (and {len(unprotected) - 1} more)" if len(unprotected) > 1 else ""
         print(
-            f"agentgate: warning: {printable(unprotected[0])}{more}; the revocation goes through, and "
+            f"agentgate: warning: {printable(unprotected)}; the revocation goes through, and "
             "opening the log to write puts the trigger back where this role may, after which audit "
             "verify no longer names it: run agentgate audit verify for what was edited meanwhile",
             file=sys.stderr,

@@ -832,6 +832,17 @@ def missing_protection(store: Store) -> list[str]:
     return lines
 
 
+def protection_said(store: Store) -> str | None:
+    """The first line of ``missing_protection`` in ``audit verify``'s words, followed by
+    " (and N more)" where more are missing; ``None`` for a log whose machinery is whole. What
+    the verbs that warn or refuse over such a log name. Reads the catalog only: writes nothing
+    and needs no key."""
+    lines = missing_protection(store)
+    if not lines:
+        return None
+    return lines[0] + (f" (and {len(lines) - 1} more)" if len(lines) > 1 else "")
+
+
 def _state(
     name: str, table: str, found: dict[tuple[str, str], bool], changed: dict[tuple[str, str], str]
 ) -> tuple[str, str]:
