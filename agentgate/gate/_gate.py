@@ -594,7 +594,11 @@ class Gate(_Delegation, _Approvals, _Recording, _Costs, _Running, _Settlement, _
 
     @_serialized
     def verify(self) -> VerifyReport:
-        """Sign a checkpoint, then recompute the audit log's tree and check every checkpoint."""
+        """Sign a checkpoint, then recompute the audit log's tree and check every checkpoint.
+
+        Raises ``TamperDetected``, signing nothing, where ``AuditLog.checkpoint`` refuses: a log
+        that no longer extends its latest checkpoint, or, when the log grew, one whose protection
+        trigger is not in force (dropped, changed or disabled since the gate opened it)."""
         self.flush()
         self.audit.checkpoint()
         return self.audit.verify()

@@ -22,6 +22,7 @@ from agentgate.store.audit._proofs import _Proofs
 from agentgate.store.audit._schema import (
     APPEND_LOCK,
     create_audit_tables,
+    protection_said,
     refs_complete,
     refuse_dropped_log,
 )
@@ -235,6 +236,11 @@ class AuditLog(_Proofs, _CachedRoots, _Verification):
         ``saved``, a signed checkpoint of this log kept outside the database (the one ``agentgate
         audit checkpoint --out FILE`` wrote last), must still be a prefix of the log too: a
         database restored from an older copy, or forked from one, is refused, not signed over.
+        Refuses (``TamperDetected``, naming it in ``verify``'s words) to sign while a trigger of the
+        log's machinery is not in force (``missing_protection``: dropped, changed or disabled after
+        this log was opened, or never put back by a role that may not): the checkpoint would vouch
+        for what was appended or edited while nothing refused it. Returning the stored checkpoint
+        when the log has not grown signs nothing, and is not refused.
         Reads the log in batches: memory does not grow with its size.
         """
         acc, latest, prev_size = self._extension(saved)
@@ -242,6 +248,7 @@ class AuditLog(_Proofs, _CachedRoots, _Verification):
             # Nothing new to sign, and signed by this log's key: a log key rotated out since then
             # gets a checkpoint of the same size under the new key (docs/operations.md, step 4).
             return _note(latest[2])
+        self._refuse_unprotected(acc.size)
         if self.signer is None:
             raise AuditError(
                 f"audit log: a new checkpoint of {acc.size} entries needs the log's private key "
@@ -260,7 +267,19 @@ class AuditLog(_Proofs, _CachedRoots, _Verification):
         """Raise ``TamperDetected`` where ``checkpoint(saved)`` would refuse to sign; sign and
         write nothing. Needs no private key: ``agentgate audit checkpoint`` checks a log with no
         checkpoint yet this way before it creates the log key, so that a refused log leaves none."""
-        self._extension(saved)
+        acc, latest, prev_size = self._extension(saved)
+        if not latest or acc.size != prev_size:
+            self._refuse_unprotected(acc.size)
+
+    def _refuse_unprotected(self, size: int) -> None:
+        """Raise ``TamperDetected`` naming the first trigger of the log's machinery not in force
+        (``protection_said``), where a checkpoint of ``size`` entries would be signed."""
+        unprotected = protection_said(self.store)
+        if unprotected is not None:
+            raise TamperDetected(
+                f"audit log: {unprotected}; no checkpoint of {size} entries signed: it would vouch "
+                "for what was appended or edited while nothing refused it (run agentgate audit verify)"
+            )
 
     def _extension(self, saved: str | None) -> tuple[RootAccumulator, Row | None, int]:
         """The log's tree (its accumulator), the latest checkpoint row and its size, once the log is
