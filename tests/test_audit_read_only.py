@@ -22,6 +22,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from test_audit_r57_repairs import accept_repairs
 
 from agentgate.cli.main import main
 from agentgate.keys import SigningKey
@@ -174,6 +175,13 @@ def test_verify_reports_a_dropped_protection_trigger_and_store_init_puts_it_back
     capsys.readouterr()
     assert _run(["store", "init", "--store", str(db)]) == 0
     capsys.readouterr()
+    # The trigger is back, and its repair is reported until accepted (review R57).
+    assert _run(["audit", "verify"]) == 1
+    assert "a writer's opening of the log put it back" in capsys.readouterr().out
+    with SQLiteStore(db) as store:
+        assert accept_repairs(store) == [
+            "the protection trigger audit_log_no_update on table audit_log was missing"
+        ]
     assert _run(["audit", "verify"]) == 0
     assert capsys.readouterr().out.startswith(f"intact: {ENTRIES} entries")
 
@@ -371,6 +379,9 @@ def test_a_writer_puts_back_a_dropped_trigger_of_the_record(tmp_path: Path) -> N
             tx.execute("DROP TRIGGER agentgate_store_parts_no_delete")
     with SQLiteStore(db) as store:
         AuditLog(store, key, ORIGIN)
+        assert accept_repairs(store) == [
+            "the protection trigger agentgate_store_parts_no_delete on table agentgate_store_parts was missing"
+        ]
         assert AuditLog(store, key.public, ORIGIN, create=False).verify().ok
 
 
@@ -386,4 +397,8 @@ def test_a_writer_puts_back_a_postgresql_trigger_dropped_alone(
     with _postgres(postgres_url) as store:
         AuditLog(store, key, ORIGIN)
     with _postgres(postgres_url) as store:
+        assert accept_repairs(store) == [
+            "the protection trigger agentgate_store_parts_no_truncate on table agentgate_store_parts was missing",
+            "the protection trigger audit_log_append_only on table audit_log was missing",
+        ]
         assert AuditLog(store, key.public, ORIGIN, create=False).verify().ok

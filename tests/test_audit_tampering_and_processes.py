@@ -141,6 +141,7 @@ _APP_GRANTS = (
     "GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO ag_r14",
     "REVOKE UPDATE, DELETE ON audit_log, audit_checkpoints FROM ag_r14",
     "REVOKE INSERT, UPDATE, DELETE ON audit_refs, audit_refs_built FROM ag_r14",
+    "REVOKE INSERT, UPDATE, DELETE ON audit_repairs FROM ag_r14",
 )
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from test_audit_r57_repairs import accept_repairs
 from test_audit_read_only import ORIGIN, _catalog, _files, _postgres, _run
 
 from agentgate.keys import SigningKey
@@ -71,6 +72,10 @@ def test_a_sqlite_trigger_whose_body_does_nothing_is_reported_and_store_init_mak
     assert _files(tmp_path) == before  # verify wrote nothing
     assert _run(["store", "init", "--store", str(db)]) == 0
     capsys.readouterr()
+    with SQLiteStore(db) as store:  # the repair is reported until accepted (review R57)
+        assert accept_repairs(store) == [
+            "the protection trigger audit_log_no_update on table audit_log was not the one agentgate made"
+        ]
     assert _run(["audit", "verify", "--key", KEY.public.did]) == 0
     raw = sqlite3.connect(db)
     with pytest.raises(sqlite3.IntegrityError, match="append-only"):
@@ -124,6 +129,8 @@ _RUN_APPEND_ONLY = [
     ("audit_checkpoints_no_truncate", "audit_checkpoints"),
     ("agentgate_store_parts_append_only", "agentgate_store_parts"),
     ("agentgate_store_parts_no_truncate", "agentgate_store_parts"),
+    ("audit_repairs_append_only", "audit_repairs"),
+    ("audit_repairs_no_truncate", "audit_repairs"),
 ]
 _REMADE = "DROP TRIGGER audit_log_append_only ON audit_log"
 PG_CHANGES: dict[str, tuple[list[str], str]] = {
@@ -183,7 +190,9 @@ def test_a_changed_postgresql_trigger_is_reported_and_a_writer_makes_it_again(
     assert "`agentgate store init` run as the store's owner makes it again" in report.unprotected[0]
     with _postgres(postgres_url) as store:
         AuditLog(store, KEY, ORIGIN)
-    with _postgres(postgres_url) as store:
+    with _postgres(postgres_url) as store:  # each one made again is recorded (review R57)
+        repaired = accept_repairs(store)
+        assert all(what.endswith(" was not the one agentgate made") for what in repaired) and repaired
         assert AuditLog(store, KEY.public, ORIGIN, create=False).verify().ok
     with psycopg.connect(postgres_url, autocommit=True) as conn, pytest.raises(psycopg.errors.RaiseException):
         _edit(conn)

@@ -119,9 +119,14 @@ def test_checkpoint_signs_again_once_store_init_put_the_trigger_back(
     assert main(["audit", "checkpoint"]) == 1
     assert main(["store", "init"]) == 0
     capsys.readouterr()
+    # The repair store init made is recorded, and refused until accepted (review R57, later).
+    assert main(["audit", "checkpoint"]) == 1
+    assert capsys.readouterr().out.startswith("REFUSED: repair 1 at ")
+    assert main(["audit", "accept-repair", "1", "--by", "ops", "--reason", "entries checked"]) == 0
     assert main(["audit", "checkpoint"]) == 0
+    capsys.readouterr()
     assert main(["audit", "verify"]) == 0
-    assert capsys.readouterr().out.splitlines()[-1].startswith("intact: 2 entries")
+    assert capsys.readouterr().out.splitlines()[0].startswith("intact: 2 entries")
 
 
 # --- docs/policy-reference.md: every field the loader takes has its table row -------------------

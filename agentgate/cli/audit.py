@@ -44,6 +44,7 @@ from agentgate.audit.report import render_report
 from agentgate.cli._common import (
     given,
     given_text,
+    one_line_text,
     open_audit_log,
     open_existing_store,
     printable,
@@ -138,6 +139,38 @@ def register(subparsers: Any) -> None:
 
     report = add("report", "write a self-contained HTML report", _report)
     report.add_argument("--out", type=given, metavar="FILE.html", required=True)
+
+    accept = add(
+        "accept-repair",
+        "record that a repair of a protection trigger was checked against an outside copy",
+        _accept_repair,
+        reads=False,
+    )
+    accept.add_argument("repair", type=_repair_id, metavar="ID")
+    accept.add_argument("--by", type=one_line_text("--by", names=True), required=True, metavar="NAME")
+    accept.add_argument("--reason", type=one_line_text("--reason"), required=True, metavar="TEXT")
+
+
+def _repair_id(text: str) -> int:
+    """A repair's id as ``audit verify`` names it: ASCII digits, 1 .. 2**63-1."""
+    if not re.fullmatch(r"[0-9]{1,19}", text, re.ASCII) or not 0 < int(text) < 2**63:
+        raise argparse.ArgumentTypeError(
+            f"expected a repair id (digits 0-9, as audit verify names it), got {text!r}"
+        )
+    return int(text)
+
+
+def _accept_repair(args: argparse.Namespace) -> int:
+    """Write the acceptance of a repair into ``audit_repairs``; the log is not opened to write (no
+    trigger is put back, no key is read)."""
+    from agentgate.store.audit._schema import accept_repair, refuse_dropped_log
+
+    store = open_existing_store(args.store)
+    with store:
+        refuse_dropped_log(store)
+        said = accept_repair(store, args.repair, args.by, args.reason)
+    print(f"accepted: {printable(said)}, by {printable(args.by)}; audit verify now prints it as information")
+    return 0
 
 
 def _index(text: str) -> int:
@@ -309,6 +342,7 @@ def _verify(args: argparse.Namespace) -> int:
             f"intact: {report.size} entries, root {report.root.hex()}, "
             f"{report.checkpoints_checked} checkpoints{unsigned}"
         )
+        _print_accepted(report)
         return 0
     print(f"TAMPERED: {len(report.problems) + len(report.unprotected)} problem(s)")
     wrong_key = _wrong_key(report, log)
@@ -322,10 +356,21 @@ def _verify(args: argparse.Namespace) -> int:
         # Only the log's machinery is wrong: the entries as they are now still verify.
         print(
             f"the entries verify: {report.size} entries, root {report.root.hex()}, "
-            f"{report.checkpoints_checked} checkpoints; nothing refuses an edit of them until the "
-            "triggers are back"
+            f"{report.checkpoints_checked} checkpoints; "
+            + (
+                "nothing refuses an edit of them until the triggers are back"
+                if report.unprotected != report.repairs
+                else "the triggers are back, and the entries a repair names are vouched for by nothing"
+            )
         )
+    _print_accepted(report)
     return 1
+
+
+def _print_accepted(report: VerifyReport) -> None:
+    """A line for each accepted repair of a protection trigger: information, not a problem."""
+    for line in report.accepted_repairs:
+        print(f"note: {printable(line)}")
 
 
 def _verify_no_log(log: AuditLog, saved: str | None) -> int:

@@ -43,6 +43,7 @@ STORE_TABLES = (
     "audit_nodes",
     "audit_refs",
     "audit_refs_built",
+    "audit_repairs",
     "broker_decisions",
     "broker_leases",
     "broker_queue",

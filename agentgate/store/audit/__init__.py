@@ -8,6 +8,9 @@ Tables (DDL per dialect below):
 - ``audit_checkpoints(id, size, root, note, created)``: signed checkpoints, append-only too.
 - ``agentgate_store_parts(part, made)``: a row ``audit_log`` written with the log's tables, which
   tells a log dropped from one never made (``refuse_dropped_log``).
+- ``audit_repairs``: a row for each protection trigger a writer's opening put back or made again
+  (with the log's size and the latest checkpoint's size then), and for each acceptance of one;
+  append-only. ``verify`` reports a repair not accepted.
 - ``audit_refs(idx, ref)`` (kept by a trigger on ``audit_log``) and ``audit_nodes(level,
   position, hash)`` (a cache of block roots): lookup aids for ``explain`` and ``prove``, covered
   by no signature, so everything read through them is proven against a signed checkpoint.

@@ -3,15 +3,18 @@
 indexes the entries written before the index, and ``refuse_dropped_log``, which tells a log
 never made from one dropped (the record ``agentgate_store_parts`` keeps); and, for a log opened
 to read, which writes nothing, ``refs_complete`` (whether the reference index may be read) and
-``missing_protection`` (the triggers of the log's machinery that are not in force, which
-``verify`` reports)."""
+``missing_protection`` (the triggers of the log's machinery that are not in force, and the
+repairs of them not accepted, which ``verify`` reports). ``audit_repairs`` (``REPAIRS_DDL``)
+records each protection trigger a writer's opening puts back or makes again, in the transaction
+that does it, and each acceptance of such a repair (``accept_repair``)."""
 
 from __future__ import annotations
 
 import functools
+import logging
 import sqlite3
 
-from agentgate.errors import LogDropped, StoreError
+from agentgate.errors import InputError, LogDropped, StoreError
 from agentgate.store._base import Dialect, Store, loaded_driver_errors
 
 APPEND_LOCK = 27416741019937140
@@ -25,6 +28,12 @@ _PARTS = "agentgate_store_parts"
 """The table that records which parts of the store were made in it (``part = 'audit_log'``:
 the audit log), append-only, outside the log's own tables."""
 
+_REPAIRS = "audit_repairs"
+"""The table that records each protection trigger a writer's opening put back or made again
+(``REPAIRS_DDL``), append-only."""
+
+_logger = logging.getLogger("agentgate.audit")
+
 
 # The protection triggers on PostgreSQL, as agentgate makes them: ``trigger -> (table, tgtype,
 # function)``, ``tgtype`` being pg_trigger's bits (1 FOR EACH ROW, 2 BEFORE, 4 INSERT, 8 DELETE,
@@ -37,6 +46,8 @@ _PG_FIRES: dict[str, tuple[str, int, str]] = {
     "audit_checkpoints_no_truncate": ("audit_checkpoints", 2 | 32, "agentgate_append_only"),
     "agentgate_store_parts_append_only": (_PARTS, 1 | 2 | 8 | 16, "agentgate_append_only"),
     "agentgate_store_parts_no_truncate": (_PARTS, 2 | 32, "agentgate_append_only"),
+    "audit_repairs_append_only": (_REPAIRS, 1 | 2 | 8 | 16, "agentgate_append_only"),
+    "audit_repairs_no_truncate": (_REPAIRS, 2 | 32, "agentgate_append_only"),
 }
 
 # The bodies of the functions the protection triggers run, as agentgate makes them (every
@@ -345,6 +356,77 @@ $$;
 """,
 }
 
+REPAIRS_DDL: dict[Dialect, str] = {
+    # ``audit_repairs``: a row for each protection trigger that a writer's opening of an existing
+    # log found missing or not agentgate's and put back or made again (``what``, with the log's
+    # size and the size of the latest stored checkpoint then: the entries after that checkpoint,
+    # up to that size, were appended while nothing protected them), written in the transaction
+    # that repairs it; and a row for each acceptance of such a repair (``accepts``: the repair's
+    # id, ``accepted_by``, ``reason``). Append-only, with triggers of its own that are protection
+    # triggers like the log's. Run after ``AUDIT_DDL`` (its triggers use ``agentgate_append_only``).
+    "sqlite": """
+CREATE TABLE IF NOT EXISTS audit_repairs (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    created TEXT NOT NULL,
+    what TEXT NOT NULL,
+    log_size INTEGER,
+    checkpoint_size INTEGER,
+    accepts INTEGER,
+    accepted_by TEXT,
+    reason TEXT
+);
+CREATE TRIGGER IF NOT EXISTS audit_repairs_no_update BEFORE UPDATE ON audit_repairs
+BEGIN SELECT RAISE(ABORT, 'audit_repairs is append-only'); END;
+CREATE TRIGGER IF NOT EXISTS audit_repairs_no_delete BEFORE DELETE ON audit_repairs
+BEGIN SELECT RAISE(ABORT, 'audit_repairs is append-only'); END;
+""",
+    "postgresql": """
+CREATE TABLE IF NOT EXISTS audit_repairs (
+    id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    created TEXT NOT NULL,
+    what TEXT NOT NULL,
+    log_size BIGINT,
+    checkpoint_size BIGINT,
+    accepts BIGINT,
+    accepted_by TEXT,
+    reason TEXT
+);
+DO $$
+DECLARE
+    changed record;
+BEGIN"""
+    + _drop_changed_triggers((_REPAIRS,))
+    + """
+    IF NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = 'audit_repairs'::regclass
+                   AND tgname = 'audit_repairs_append_only') THEN
+        CREATE TRIGGER audit_repairs_append_only BEFORE UPDATE OR DELETE ON audit_repairs
+            FOR EACH ROW EXECUTE FUNCTION agentgate_append_only();
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = 'audit_repairs'::regclass
+                   AND tgname = 'audit_repairs_no_truncate') THEN
+        CREATE TRIGGER audit_repairs_no_truncate BEFORE TRUNCATE ON audit_repairs
+            FOR EACH STATEMENT EXECUTE FUNCTION agentgate_append_only();
+    END IF;
+"""
+    + _fire_always((_REPAIRS,))
+    + """
+END;
+$$;
+""",
+}
+
+_SIZES = (
+    "(SELECT COUNT(DISTINCT idx) FROM audit_log WHERE idx >= 0), (SELECT MAX(size) FROM audit_checkpoints)"
+)
+"""SQL: the log's size and the size of its latest stored checkpoint (NULL for none), as a repair
+records them."""
+
+_NOW: dict[Dialect, str] = {
+    "sqlite": "strftime('%Y-%m-%dT%H:%M:%SZ', 'now')",
+    "postgresql": "to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"')",
+}
+
+
 REFS_DDL: dict[Dialect, str] = {
     # ``audit_refs(idx, ref)``: for each entry that refers to another (an outcome to its allow,
     # an approval to its request), its index and that reference, kept by a trigger on audit_log
@@ -506,14 +588,30 @@ def create_audit_tables(store: Store) -> bool:
     if not refuse_dropped_log(store):
         # A new log: its tables and the record of it commit together, or neither does.
         store.ensure_schema(
-            "audit", {dialect: AUDIT_DDL[dialect] + PARTS_DDL[dialect] for dialect in AUDIT_DDL}
+            "audit",
+            {
+                dialect: AUDIT_DDL[dialect] + PARTS_DDL[dialect] + REPAIRS_DDL[dialect]
+                for dialect in AUDIT_DDL
+            },
         )
     else:
+        # Where a table of the log is made now (a store of an early release), it is not repaired.
+        record = len(_tables_held(store, LOG_TABLES)) == len(LOG_TABLES) and _repairs_recorded(store)
+        last = _last_repair(store) if record else 0
         if store.dialect == "sqlite":  # PostgreSQL's DDL makes a changed one again itself
-            index_changed = _put_back_changed_sqlite(store)
+            index_changed = _put_back_changed_sqlite(store, record)
         else:  # read before REFS_DDL makes it again, where this role owns it
             index_changed = _index_changed(store)
-        store.ensure_schema("audit", AUDIT_DDL)
+        # Each protection trigger put back or made again is recorded in the transaction that
+        # does it (``_RECORD_REPAIRS``, run first), so the repair leaves evidence.
+        store.ensure_schema(
+            "audit",
+            {d: _RECORD_REPAIRS[d] + AUDIT_DDL[d] + REPAIRS_DDL[d] for d in AUDIT_DDL}
+            if record
+            else AUDIT_DDL,
+        )
+        if record:
+            _warn_repaired(store, last)
         # The record's triggers put back where one was dropped, and for a log made before the
         # record, the record written, where this process may (not as a role without rights
         # there; a later opener writes it).
@@ -542,6 +640,46 @@ def create_audit_tables(store: Store) -> bool:
     return True
 
 
+def _record_missing() -> dict[Dialect, str]:
+    """``_RECORD_REPAIRS``: SQL that writes a row of ``audit_repairs`` for each protection trigger
+    that the DDL run after it in the same transaction puts back: on SQLite each one missing (a
+    changed one is recorded by ``_put_back_changed_sqlite``), on PostgreSQL each one missing or
+    not agentgate's (its row or its function) on a table this role owns (the DDL makes it again
+    there); the tables whose triggers are looked for are there (a table made now is not repaired).
+    The record's triggers (``agentgate_store_parts``) are put back by ``PARTS_DDL`` just after, in
+    a transaction of its own: the evidence is committed first."""
+    sqlite = "".join(
+        "INSERT INTO audit_repairs (created, what, log_size, checkpoint_size) "
+        f"SELECT {_NOW['sqlite']}, 'the protection trigger {name} on table {table} was missing', {_SIZES} "
+        f"WHERE NOT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'trigger' AND name = '{name}') "
+        f"AND EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = '{table}');\n"
+        for name, table, _refuses in PROTECTION_TRIGGERS["sqlite"]
+    )
+    differs = " ".join(
+        f"WHEN made.fn = '{function}' THEN {_pg_function_differs('p', function)}"
+        for function in _PG_TRIGGER_FUNCTIONS
+    )
+    postgresql = f"""
+DO $$
+BEGIN
+    INSERT INTO audit_repairs (created, what, log_size, checkpoint_size)
+    SELECT {_NOW["postgresql"]},
+           'the protection trigger ' || made.name || ' on table ' || made.tbl
+           || CASE WHEN t.oid IS NULL THEN ' was missing' ELSE ' was not the one agentgate made' END,
+           {_SIZES}
+    FROM {_pg_made((*LOG_TABLES, _PARTS, _REPAIRS))}
+    JOIN pg_class c ON c.oid = to_regclass(made.tbl)
+    LEFT JOIN pg_trigger t ON t.tgrelid = c.oid AND t.tgname = made.name AND NOT t.tgisinternal
+    LEFT JOIN pg_proc p ON p.oid = t.tgfoid
+    WHERE pg_has_role(c.relowner, 'USAGE')
+      AND (t.oid IS NULL OR {_PG_TRIGGER_DIFFERS} OR CASE {differs} ELSE true END)
+    ORDER BY made.name;
+END;
+$$;
+"""
+    return {"sqlite": sqlite, "postgresql": postgresql}
+
+
 PROTECTION_TRIGGERS: dict[Dialect, tuple[tuple[str, str, str], ...]] = {
     # ``(trigger, table, what it refuses)``: the triggers that keep the log and the record of it
     # append-only. A missing one, one not made as agentgate makes it (or, on PostgreSQL, one
@@ -556,6 +694,8 @@ PROTECTION_TRIGGERS: dict[Dialect, tuple[tuple[str, str, str], ...]] = {
         ("audit_checkpoints_no_replace", "audit_checkpoints", "a checkpoint's replacement"),
         ("agentgate_store_parts_no_update", _PARTS, "an edit of the record that the log was made"),
         ("agentgate_store_parts_no_delete", _PARTS, "a deletion of the record that the log was made"),
+        ("audit_repairs_no_update", _REPAIRS, "an edit of the record of a repair"),
+        ("audit_repairs_no_delete", _REPAIRS, "a deletion of the record of a repair"),
     ),
     "postgresql": (
         ("audit_log_next_index", "audit_log", "an entry at any index but the next one"),
@@ -569,8 +709,12 @@ PROTECTION_TRIGGERS: dict[Dialect, tuple[tuple[str, str, str], ...]] = {
             "an edit or deletion of the record that the log was made",
         ),
         ("agentgate_store_parts_no_truncate", _PARTS, "the emptying of the record that the log was made"),
+        ("audit_repairs_append_only", _REPAIRS, "an edit or deletion of the record of a repair"),
+        ("audit_repairs_no_truncate", _REPAIRS, "the emptying of the record of repairs"),
     ),
 }
+
+_RECORD_REPAIRS = _record_missing()
 
 _INDEX_TRIGGER = "audit_log_index_ref"
 """The trigger that keeps the reference index (``audit_refs``) complete as entries are appended."""
@@ -602,7 +746,9 @@ def _sqlite_made() -> dict[str, str]:
     ``AUDIT_DDL``, ``PARTS_DDL`` and ``REFS_DDL`` in memory)."""
     memory = sqlite3.connect(":memory:")
     try:
-        memory.executescript(AUDIT_DDL["sqlite"] + PARTS_DDL["sqlite"] + REFS_DDL["sqlite"])
+        memory.executescript(
+            AUDIT_DDL["sqlite"] + PARTS_DDL["sqlite"] + REPAIRS_DDL["sqlite"] + REFS_DDL["sqlite"]
+        )
         rows = memory.execute("SELECT name, sql FROM sqlite_master WHERE type = 'trigger'").fetchall()
     finally:
         memory.close()
@@ -663,13 +809,56 @@ def _changed(store: Store, tables: tuple[str, ...], *, index: bool = False) -> d
     return found
 
 
-def _put_back_changed_sqlite(store: Store) -> bool:
+def _repairs_recorded(store: Store) -> bool:
+    """Whether repairs can be recorded: ``audit_repairs`` is there, made (with its triggers) here
+    for a log made by a release before it. ``False`` where this role may not make it (a role of
+    least privilege on PostgreSQL, which may not put a trigger back either)."""
+    if _REPAIRS in _tables_held(store, (_REPAIRS,)):
+        # A role without rights there (least privilege) is not the owner, and puts nothing back.
+        return store.dialect == "sqlite" or bool(
+            store.query(
+                "SELECT has_table_privilege('audit_repairs', 'SELECT') "
+                "AND has_table_privilege('audit_repairs', 'INSERT')"
+            )[0][0]
+        )
+    try:
+        store.ensure_schema("audit_repairs", REPAIRS_DDL)
+    except loaded_driver_errors(StoreError):
+        return False
+    return True
+
+
+def _last_repair(store: Store) -> int:
+    """The id of the newest row of ``audit_repairs`` (0 for none)."""
+    return int(store.query("SELECT COALESCE(MAX(id), 0) FROM audit_repairs")[0][0])
+
+
+def _warn_repaired(store: Store, after: int) -> None:
+    """A warning on the ``agentgate.audit`` logger for each repair recorded after the row ``after``."""
+    for rid, what, size, checkpoint in store.query(
+        "SELECT id, what, log_size, checkpoint_size FROM audit_repairs WHERE id > ? AND accepts IS NULL "
+        "ORDER BY id",
+        (after,),
+    ):
+        _logger.warning(
+            "audit log: %s and was put back (repair %s): entries %s to %s were appended after the last "
+            "checkpoint while nothing protected them; audit verify reports it until it is accepted "
+            "(agentgate audit accept-repair)",
+            what,
+            rid,
+            checkpoint or 0,
+            int(size) - 1,
+        )
+
+
+def _put_back_changed_sqlite(store: Store, record: bool) -> bool:
     """Make again, in one transaction, each SQLite protection trigger, and the reference index's,
     whose stored text is not the one agentgate runs (``_changed``): dropped, then created as
     ``AUDIT_DDL``, ``PARTS_DDL`` and ``REFS_DDL`` write it. ``CREATE TRIGGER IF NOT EXISTS``
     alone would keep the changed one. Returns whether the index's trigger was made again (the
-    entries appended while it was changed are then indexed again)."""
-    tables = (*LOG_TABLES, _PARTS)
+    entries appended while it was changed are then indexed again). Where ``record``, each
+    protection trigger made again is recorded in ``audit_repairs`` in the same transaction."""
+    tables = (*LOG_TABLES, _PARTS, _REPAIRS)
     if not _changed(store, tables, index=True):
         return False
     made = _sqlite_made()
@@ -685,6 +874,13 @@ def _put_back_changed_sqlite(store: Store) -> bool:
                 tx.execute(f'DROP TRIGGER "{name}"')
                 tx.execute(made[str(name)])
                 remade.append(str(name))
+                if record and name != _INDEX_TRIGGER:
+                    table = next(t for n, t, _r in PROTECTION_TRIGGERS["sqlite"] if n == name)
+                    tx.execute(
+                        "INSERT INTO audit_repairs (created, what, log_size, checkpoint_size) "
+                        f"SELECT {_NOW['sqlite']}, ?, {_SIZES}",
+                        (f"the protection trigger {name} on table {table} was not the one agentgate made",),
+                    )
     return _INDEX_TRIGGER in remade
 
 
@@ -720,7 +916,7 @@ def _ordinary_only(store: Store) -> list[tuple[str, str]]:
     rows = store.query(
         "SELECT t.tgname, c.relname FROM pg_catalog.pg_trigger t JOIN pg_catalog.pg_class c "
         f"ON c.oid = t.tgrelid WHERE NOT t.tgisinternal AND t.tgenabled = 'O' AND t.tgname IN ({listed}) "
-        "AND c.relname IN ('audit_log', 'audit_checkpoints', 'agentgate_store_parts') "
+        "AND c.relname IN ('audit_log', 'audit_checkpoints', 'agentgate_store_parts', 'audit_repairs') "
         "AND pg_catalog.pg_table_is_visible(c.oid)"
     )
     order = {name: k for k, name in enumerate(names)}
@@ -799,12 +995,12 @@ def missing_protection(store: Store) -> list[str]:
     not the one agentgate made (``_changed``), or on PostgreSQL is disabled, and the reference
     index's trigger, the same way, where the index was built; on PostgreSQL also each setting of
     ``session_replication_role = replica`` under which one of them does not fire
-    (``_replica_sessions``). Its
-    tables are there (the log's were checked as it opened; the record's triggers are looked for
+    (``_replica_sessions``); and each repair recorded in ``audit_repairs`` that no acceptance
+    names (``_unaccepted_repairs``). Its tables are there (the log's were checked as it opened; the record's triggers are looked for
     only where the record's table is). Empty for a log whose machinery is whole."""
-    held = _tables_held(store, (*LOG_TABLES, _PARTS, "audit_refs_built"))
-    found = _triggers(store, (*LOG_TABLES, _PARTS))
-    changed = _changed(store, (*LOG_TABLES, _PARTS), index=True)
+    held = _tables_held(store, (*LOG_TABLES, _PARTS, _REPAIRS, "audit_refs_built"))
+    found = _triggers(store, (*LOG_TABLES, _PARTS, _REPAIRS))
+    changed = _changed(store, (*LOG_TABLES, _PARTS, _REPAIRS), index=True)
     lines = []
     for name, table, refuses in PROTECTION_TRIGGERS[store.dialect]:
         if table not in held or (found.get((name, table)) and (name, table) not in changed):
@@ -829,7 +1025,90 @@ def missing_protection(store: Store) -> list[str]:
             )
     if store.dialect == "postgresql":
         lines.extend(_replica_sessions(store))
+    if _REPAIRS in held:
+        lines.extend(_unaccepted_repairs(store))
     return lines
+
+
+_REPAIRS_UNACCEPTED = (
+    "SELECT r.id, r.created, r.what, r.log_size, r.checkpoint_size FROM audit_repairs r "
+    "WHERE r.accepts IS NULL AND {accepted} (SELECT 1 FROM audit_repairs a WHERE a.accepts = r.id) ORDER BY r.id"
+)
+
+
+def _window(log_size: object, checkpoint_size: object) -> str:
+    """The entries a repair found unprotected: after the checkpoint stored last then, up to the
+    log's size then."""
+    first, end = int(str(checkpoint_size or 0)), int(str(log_size or 0))
+    return (
+        f"entries {first} to {end - 1}" if end > first else "no entry (every one was covered by a checkpoint)"
+    )
+
+
+def _unaccepted_repairs(store: Store) -> list[str]:
+    """A line for each repair recorded in ``audit_repairs`` that no acceptance names: a protection
+    trigger a writer's opening put back or made again, after which the entries appended while it
+    was not in force (and not covered by a checkpoint then) cannot be vouched for. Reads only."""
+    try:
+        rows = store.query(_REPAIRS_UNACCEPTED.format(accepted="NOT EXISTS"))
+    except loaded_driver_errors(StoreError):
+        return []  # a role that may not read it
+    return [
+        f"repair {rid} at {created}: {what}, and a writer's opening of the log put it back: "
+        f"{_window(size, checkpoint)} were appended after the checkpoint stored last then while it "
+        "was not in force, and cannot be vouched for (someone with DDL rights on the store changed "
+        "it); check them against a copy kept outside the database, then run `agentgate audit "
+        f"accept-repair {rid} --by NAME --reason TEXT`"
+        for rid, created, what, size, checkpoint in rows
+    ]
+
+
+def accepted_repairs(store: Store) -> list[str]:
+    """A line for each repair in ``audit_repairs`` that an acceptance names (who accepted it, when,
+    why): what ``verify`` prints as information. Reads only."""
+    if _REPAIRS not in _tables_held(store, (_REPAIRS,)):
+        return []
+    try:
+        rows = store.query(
+            "SELECT r.id, r.what, r.log_size, r.checkpoint_size, a.accepted_by, a.created, a.reason "
+            "FROM audit_repairs r JOIN audit_repairs a ON a.accepts = r.id "
+            "WHERE r.accepts IS NULL ORDER BY r.id, a.id"
+        )
+    except loaded_driver_errors(StoreError):
+        return []
+    return [
+        f"repair {rid} ({what}; {_window(size, checkpoint)} unprotected) was accepted by {by} at {when}: {reason}"
+        for rid, what, size, checkpoint, by, when, reason in rows
+    ]
+
+
+def accept_repair(store: Store, repair: int, by: str, reason: str) -> str:
+    """Record that ``by`` checked the entries a repair left unprotected against a copy kept outside
+    the database and accepts it (``reason``): a row of ``audit_repairs`` naming the repair. Returns
+    the repair's line. Raises ``InputError`` for an id that names no repair, or one already
+    accepted, and for an empty ``by`` or ``reason``."""
+    if not by.strip() or not reason.strip():
+        raise InputError("accepting a repair needs who accepts it (--by) and why (--reason)")
+    if _REPAIRS not in _tables_held(store, (_REPAIRS,)):
+        raise InputError(f"this store records no repair (no table {_REPAIRS})")
+    with store.transaction() as tx:
+        if store.dialect == "postgresql":  # one acceptance of a repair, whoever else accepts it
+            tx.execute(f"SELECT pg_advisory_xact_lock({APPEND_LOCK})")
+        found = tx.execute(
+            "SELECT what, log_size, checkpoint_size FROM audit_repairs WHERE id = ? AND accepts IS NULL",
+            (repair,),
+        )
+        if not found:
+            raise InputError(f"audit_repairs holds no repair {repair}")
+        if tx.execute("SELECT 1 FROM audit_repairs WHERE accepts = ?", (repair,)):
+            raise InputError(f"repair {repair} was accepted already")
+        tx.execute(
+            f"INSERT INTO audit_repairs (created, what, accepts, accepted_by, reason) "
+            f"SELECT {_NOW[store.dialect]}, 'acceptance', ?, ?, ?",
+            (repair, by, reason),
+        )
+    what, size, checkpoint = found[0]
+    return f"repair {repair} ({what}; {_window(size, checkpoint)} unprotected)"
 
 
 def protection_said(store: Store) -> str | None:

@@ -18,7 +18,7 @@ from agentgate.audit.merkle import RootAccumulator
 from agentgate.audit.note import Checkpoint, signer_key_ids
 from agentgate.errors import TamperDetected
 from agentgate.store._base import Row, Store
-from agentgate.store.audit._schema import missing_protection
+from agentgate.store.audit._schema import accept_repair, accepted_repairs, missing_protection
 from agentgate.store.audit._stored import _bytes, _index_of, _note
 
 _sha256 = hashlib.sha256
@@ -56,6 +56,16 @@ class VerifyReport:
     protection trigger dropped, disabled or not the one agentgate made, the reference index's
     trigger dropped), one line each: the entries may still verify (``problems`` empty), but whoever changed the machinery could
     edit them, and a later edit would be refused by nothing."""
+
+    accepted_repairs: tuple[str, ...] = field(default_factory=tuple)
+    """Each repair of a protection trigger (``audit_repairs``) that was accepted, with who accepted
+    it, when and why, one line each: information, not a problem (an unaccepted repair is in
+    ``unprotected``)."""
+
+    @property
+    def repairs(self) -> tuple[str, ...]:
+        """The lines of ``unprotected`` that name a repair not accepted (``audit_repairs``)."""
+        return tuple(line for line in self.unprotected if line.startswith("repair "))
 
     @property
     def ok(self) -> bool:
@@ -208,6 +218,7 @@ class _Verification:
             tuple(problems),
             tuple(unopened),
             self.unprotected(),
+            tuple(accepted_repairs(self.store)),
         )
 
     def unprotected(self) -> tuple[str, ...]:
@@ -215,6 +226,15 @@ class _Verification:
         line each, read from the catalog only: what ``verify`` puts in ``VerifyReport.unprotected``,
         without reading the entries (``audit show`` and ``explain`` warn with it)."""
         return tuple(missing_protection(self.store))
+
+    def accept_repair(self, repair: int, by: str, reason: str) -> str:
+        """Accept repair ``repair`` of ``audit_repairs`` (a protection trigger a writer's opening put
+        back) once ``by`` checked the entries it left unprotected against a copy kept outside the
+        database: the acceptance is written to ``audit_repairs`` (append-only), and ``verify`` then
+        prints the repair as information, not a problem. Returns the repair, in words. Raises
+        ``InputError`` for an id of no repair, one accepted already, or an empty ``by`` or
+        ``reason``."""
+        return accept_repair(self.store, repair, by, reason)
 
     def repeated_indexes(self, start: int = 0, end: int | None = None) -> list[tuple[int, int]]:
         """The first ten indexes from ``start`` (below ``end`` when given) that more than one row
