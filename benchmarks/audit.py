@@ -55,6 +55,7 @@ from agentgate.keys import SigningKey
 from agentgate.store import SQLiteStore, Store
 from agentgate.store._pgserver import PostgresServer, pg_binary
 from agentgate.store.audit import AuditLog
+from benchmarks._args import positive_int
 
 BARE_DDL: dict[str, str] = {
     "sqlite": "CREATE TABLE IF NOT EXISTS bare_log (idx INTEGER PRIMARY KEY, entry BLOB NOT NULL);",
@@ -340,23 +341,12 @@ def _bench_verify_memory(n: int, directory: Path) -> dict[str, float]:
     }
 
 
-def _positive_int(text: str) -> int:
-    """An argparse type: a whole number above zero."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1: {text!r}")
-    return value
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
     parser.add_argument("--json", action="store_true", help="(always) print the JSON line last")
     parser.add_argument(
-        "--entries", type=_positive_int, help="entries to verify (default 1,000,000; --quick 50,000)"
+        "--entries", type=positive_int, help="entries to verify (default 1,000,000; --quick 50,000)"
     )
     args = parser.parse_args()
     appends = 200 if args.quick else 2000

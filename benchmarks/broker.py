@@ -70,6 +70,7 @@ from agentgate.dispatch.broker import (
     WorkloadHint,
     synthetic_topology,
 )
+from benchmarks._args import positive
 
 TENANTS = {"a": (24, 0.45), "b": (24, 0.35), "c": (16, 0.20)}  # nominal GPUs, share of arrivals
 SIZES = ((1, 0.25), (2, 0.20), (3, 0.05), (4, 0.25), (6, 0.05), (8, 0.20))
@@ -343,24 +344,13 @@ def decision_times(samples: int, seed: int) -> dict[str, float]:
     return out
 
 
-def _positive(text: str) -> float:
-    """An argparse type: a finite number above zero."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"must be a finite number above 0: {text!r}")
-    return value
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--quick", action="store_true", help="12 simulated hours instead of 72")
     parser.add_argument("--json", action="store_true", help="(the JSON line is always printed last)")
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--load", type=_positive, default=0.95, help="offered work / cluster capacity")
-    parser.add_argument("--spread-slowdown", type=_positive, default=1.5)
+    parser.add_argument("--load", type=positive, default=0.95, help="offered work / cluster capacity")
+    parser.add_argument("--spread-slowdown", type=positive, default=1.5)
     parser.add_argument("--locality-wait", type=float, default=LOCALITY_WAIT_S, help="agentgate's, seconds")
     parser.add_argument("--drain-after", type=float, default=DRAIN_AFTER_S, help="agentgate's, seconds")
     parser.add_argument("--max-draining", type=int, default=MAX_DRAINING, help="agentgate's")

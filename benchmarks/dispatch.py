@@ -43,6 +43,7 @@ from agentgate.errors import InputError  # noqa: E402
 from agentgate.sim import LLAMA_8B_H200, Engine, EngineConfig, LatencyModel, Outcome, load_trace, replay  # noqa: E402
 from agentgate.sim.routing import PolicyDispatcher  # noqa: E402
 from agentgate.sim.traces import TraceRequest  # noqa: E402
+from benchmarks._args import positive, positive_int  # noqa: E402
 
 TRACES = REPO.parent / "shared" / "data" / "traces"
 DEFAULT_TRACES = [TRACES / "mooncake_conversation_trace.jsonl", TRACES / "AzureLLMInferenceTrace_conv.csv"]
@@ -371,41 +372,19 @@ def goals(all_results: list[dict[str, Any]]) -> tuple[dict[str, Any], dict[str, 
     return figs, gl
 
 
-def _positive_int(text: str) -> int:
-    """An argparse type: a whole number above zero."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1: {text!r}")
-    return value
-
-
-def _positive(text: str) -> float:
-    """An argparse type: a finite number above zero."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"must be a finite number above 0: {text!r}")
-    return value
-
-
 def _loads(text: str) -> list[float]:
     """An argparse type: comma-separated offered loads, each a finite number above zero."""
-    return [_positive(part.strip()) for part in text.split(",")]
+    return [positive(part.strip()) for part in text.split(",")]
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--trace", action="append", type=Path, help="trace file (repeatable); default: both")
     ap.add_argument("--load", type=_loads, default=[0.5, 0.8, 1.0, 1.1], help="comma-separated")
-    ap.add_argument("--seeds", type=_positive_int, default=1)
-    ap.add_argument("--limit", type=_positive_int, default=3000, help="first N requests of each trace")
-    ap.add_argument("--backends", type=_positive_int, default=8)
-    ap.add_argument("--scrape", type=_positive, default=0.5, help="metrics scrape interval (s)")
+    ap.add_argument("--seeds", type=positive_int, default=1)
+    ap.add_argument("--limit", type=positive_int, default=3000, help="first N requests of each trace")
+    ap.add_argument("--backends", type=positive_int, default=8)
+    ap.add_argument("--scrape", type=positive, default=0.5, help="metrics scrape interval (s)")
     ap.add_argument("--quick", action="store_true", help="1000 requests, loads 0.8 and 1.0")
     ap.add_argument("--plot", type=Path, default=REPO / "out" / "dispatch_p99_ttft.png")
     ap.add_argument("--json", action="store_true", help="print the JSON line (always printed last)")
