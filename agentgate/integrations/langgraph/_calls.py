@@ -242,8 +242,9 @@ class _AttemptEnd:
         """Block this thread until the attempt ended."""
         self._ended.wait()
 
-    async def until_set(self) -> None:
-        """Return once the attempt ended, the waiting task holding no thread meanwhile."""
+    def _future(self) -> asyncio.Future[None] | None:
+        """A future of the running loop that the attempt's end resolves, or ``None`` when it has
+        ended already."""
         loop = asyncio.get_running_loop()
         ended: asyncio.Future[None] = loop.create_future()
 
@@ -253,26 +254,23 @@ class _AttemptEnd:
 
         with self._lock:
             if self._ended.is_set():
-                return
+                return None
             self._wakers.append(wake)
-        await ended
+        return ended
+
+    async def until_set(self) -> None:
+        """Return once the attempt ended, the waiting task holding no thread meanwhile."""
+        if (ended := self._future()) is not None:
+            await ended
 
     async def within(self, seconds: float) -> bool:
         """Whether the attempt ended, waiting for it at most ``seconds`` (holding no thread, and
         through cancellations of the waiting task: what it waits for is how a call that ran
         ended, which must be recorded)."""
-        loop = asyncio.get_running_loop()
-        ended: asyncio.Future[None] = loop.create_future()
-
-        def wake() -> None:
-            with contextlib.suppress(RuntimeError):  # the waiter's loop is closed: nobody waits
-                loop.call_soon_threadsafe(_resolve, ended)
-
-        with self._lock:
-            if self._ended.is_set():
-                return True
-            self._wakers.append(wake)
-        timer = loop.call_later(seconds, _resolve, ended)
+        ended = self._future()
+        if ended is None:
+            return True
+        timer = asyncio.get_running_loop().call_later(seconds, _resolve, ended)
         try:
             while not ended.done():
                 with contextlib.suppress(asyncio.CancelledError):
