@@ -178,6 +178,24 @@ def _drop_changed_triggers(
 """
 
 
+def _append_only_triggers(table: str) -> str:
+    """A PL/pgSQL step that makes ``table``'s two protection triggers where missing (one dropped
+    alone, or changed and dropped by ``_drop_changed_triggers`` just before, is put back):
+    ``TABLE_append_only`` refuses an UPDATE or DELETE of a row, ``TABLE_no_truncate`` a TRUNCATE."""
+    return f"""
+    IF NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = '{table}'::regclass
+                   AND tgname = '{table}_append_only') THEN
+        CREATE TRIGGER {table}_append_only BEFORE UPDATE OR DELETE ON {table}
+            FOR EACH ROW EXECUTE FUNCTION agentgate_append_only();
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = '{table}'::regclass
+                   AND tgname = '{table}_no_truncate') THEN
+        CREATE TRIGGER {table}_no_truncate BEFORE TRUNCATE ON {table}
+            FOR EACH STATEMENT EXECUTE FUNCTION agentgate_append_only();
+    END IF;
+"""
+
+
 def _fire_always(tables: tuple[str, ...]) -> str:
     """A PL/pgSQL step that makes each protection trigger of ``tables`` that fires in ordinary
     sessions only (``tgenabled`` O, as CREATE TRIGGER makes it) fire in every session (A, ENABLE
@@ -272,27 +290,8 @@ BEGIN
         CREATE TRIGGER audit_log_next_index BEFORE INSERT ON audit_log
             FOR EACH ROW EXECUTE FUNCTION agentgate_audit_next_index();
     END IF;
-    IF NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = 'audit_log'::regclass
-                   AND tgname = 'audit_log_append_only') THEN
-        CREATE TRIGGER audit_log_append_only BEFORE UPDATE OR DELETE ON audit_log
-            FOR EACH ROW EXECUTE FUNCTION agentgate_append_only();
-    END IF;
-    IF NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = 'audit_log'::regclass
-                   AND tgname = 'audit_log_no_truncate') THEN
-        CREATE TRIGGER audit_log_no_truncate BEFORE TRUNCATE ON audit_log
-            FOR EACH STATEMENT EXECUTE FUNCTION agentgate_append_only();
-    END IF;
-    IF NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = 'audit_checkpoints'::regclass
-                   AND tgname = 'audit_checkpoints_append_only') THEN
-        CREATE TRIGGER audit_checkpoints_append_only BEFORE UPDATE OR DELETE ON audit_checkpoints
-            FOR EACH ROW EXECUTE FUNCTION agentgate_append_only();
-    END IF;
-    IF NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = 'audit_checkpoints'::regclass
-                   AND tgname = 'audit_checkpoints_no_truncate') THEN
-        CREATE TRIGGER audit_checkpoints_no_truncate BEFORE TRUNCATE ON audit_checkpoints
-            FOR EACH STATEMENT EXECUTE FUNCTION agentgate_append_only();
-    END IF;
 """
+    + "".join(_append_only_triggers(table) for table in LOG_TABLES)
     + _fire_always(LOG_TABLES)
     + """
 END;
@@ -328,17 +327,8 @@ DECLARE
 BEGIN"""
     + _drop_changed_triggers((_PARTS,))
     + """
-    IF NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = 'agentgate_store_parts'::regclass
-                   AND tgname = 'agentgate_store_parts_append_only') THEN
-        CREATE TRIGGER agentgate_store_parts_append_only BEFORE UPDATE OR DELETE ON agentgate_store_parts
-            FOR EACH ROW EXECUTE FUNCTION agentgate_append_only();
-    END IF;
-    IF NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = 'agentgate_store_parts'::regclass
-                   AND tgname = 'agentgate_store_parts_no_truncate') THEN
-        CREATE TRIGGER agentgate_store_parts_no_truncate BEFORE TRUNCATE ON agentgate_store_parts
-            FOR EACH STATEMENT EXECUTE FUNCTION agentgate_append_only();
-    END IF;
 """
+    + _append_only_triggers(_PARTS)
     + _fire_always((_PARTS,))
     + """
     -- Read only where this role may read and insert (PL/pgSQL's AND does not stop at the first
@@ -397,17 +387,8 @@ DECLARE
 BEGIN"""
     + _drop_changed_triggers((_REPAIRS,))
     + """
-    IF NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = 'audit_repairs'::regclass
-                   AND tgname = 'audit_repairs_append_only') THEN
-        CREATE TRIGGER audit_repairs_append_only BEFORE UPDATE OR DELETE ON audit_repairs
-            FOR EACH ROW EXECUTE FUNCTION agentgate_append_only();
-    END IF;
-    IF NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = 'audit_repairs'::regclass
-                   AND tgname = 'audit_repairs_no_truncate') THEN
-        CREATE TRIGGER audit_repairs_no_truncate BEFORE TRUNCATE ON audit_repairs
-            FOR EACH STATEMENT EXECUTE FUNCTION agentgate_append_only();
-    END IF;
 """
+    + _append_only_triggers(_REPAIRS)
     + _fire_always((_REPAIRS,))
     + """
 END;
