@@ -312,8 +312,19 @@ def _pg(postgres_server: Any) -> Iterator[tuple[str, str, str]]:
 
 
 def _grant(url: str, role: str) -> None:
+    """docs/operations.md's grants, as the owner; a REVOKE names only the tables the store has (a
+    store of an earlier release lacks the tables added since, which that release's page did not
+    name: ``audit_repairs``, review R57)."""
     with open_store(url) as owner, owner.transaction() as tx:
         for statement in _docs_grants(role):
+            revoke = re.fullmatch(r"(REVOKE .* ON )(.*)( FROM .*)", statement, re.S)
+            if revoke is not None:
+                held = [
+                    t for t in revoke.group(2).split(", ") if tx.execute("SELECT to_regclass(?)", (t,))[0][0]
+                ]
+                if not held:
+                    continue
+                statement = revoke.group(1) + ", ".join(held) + revoke.group(3)
             tx.execute(statement)
 
 
