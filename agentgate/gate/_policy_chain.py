@@ -20,6 +20,9 @@ from agentgate.policy import PolicyIndex
 
 POLICY_CHAINS_MAX = 4096
 """How many chains' verdicts a Gate keeps (cleared when full, as its other caches)."""
+POLICY_CHAINS_MAX_CHARS = 8 * 1024 * 1024
+"""How many characters of chain tokens the verdicts are kept under (cleared past it): a token may
+hold up to ``MAX_TOKEN_BYTES`` (32 KiB), so 4,096 of them, each a key, would hold 128 MiB."""
 
 
 def _named(index: PolicyIndex, did: str) -> str:
@@ -91,9 +94,13 @@ def chain_fault(index: PolicyIndex, chain: Chain) -> Finding | None:
 class PolicyChains:
     """``chain_fault`` of the chains presented to one Gate, computed once per chain token."""
 
-    def __init__(self, index: PolicyIndex, size: int = POLICY_CHAINS_MAX) -> None:
+    def __init__(
+        self, index: PolicyIndex, size: int = POLICY_CHAINS_MAX, max_chars: int = POLICY_CHAINS_MAX_CHARS
+    ) -> None:
         self._index = index
         self._size = size
+        self._max_chars = max_chars
+        self._chars = 0  # of the tokens kept as keys
         self._faults: dict[str, Finding | None] = {}
 
     def fault(self, chain: Chain) -> Finding | None:
@@ -113,7 +120,9 @@ class PolicyChains:
         except TokenFormatError:
             fault = None
         faults = self._faults
-        if len(faults) >= self._size:
+        if len(faults) >= self._size or self._chars + len(token) > self._max_chars:
             faults.clear()
+            self._chars = 0
         faults[token] = fault
+        self._chars += len(token)
         return fault
