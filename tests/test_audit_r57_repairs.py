@@ -236,15 +236,30 @@ def test_accept_repair_refuses_an_id_of_no_repair(cli: Path, capsys: pytest.Capt
     assert _run(["audit", "accept-repair", "0", "--by", "Ana", "--reason", "x"]) == 2
 
 
+def as_made_before_the_record_of_repairs(db: Path) -> None:
+    """Make the SQLite store ``db`` as an earlier release left it: no ``audit_repairs`` (its
+    triggers go with it) and no row of ``agentgate_store_parts`` recording it (that record's own
+    triggers set aside for the deletion, then made again as they were)."""
+    raw = sqlite3.connect(db)
+    raw.execute("DROP TABLE audit_repairs")
+    triggers = raw.execute(
+        "SELECT name, sql FROM sqlite_master WHERE type = 'trigger' AND tbl_name = 'agentgate_store_parts'"
+    ).fetchall()
+    for name, _sql in triggers:
+        raw.execute(f'DROP TRIGGER "{name}"')
+    raw.execute("DELETE FROM agentgate_store_parts WHERE part = 'audit_repairs'")
+    for _name, sql in triggers:
+        raw.execute(sql)
+    raw.commit()
+    raw.close()
+
+
 def test_a_store_made_before_the_record_of_repairs_opens_and_records_none(tmp_path: Path) -> None:
     """Review R57: a log made by an earlier release (no audit_repairs) opens; a writer makes the table and records no repair."""
     db = tmp_path / "agentgate.db"
     with SQLiteStore(db) as store:
         AuditLog(store, KEY, ORIGIN).append_many([ENTRY] * 2)
-    raw = sqlite3.connect(db)
-    raw.execute("DROP TABLE audit_repairs")  # its triggers go with it
-    raw.commit()
-    raw.close()
+    as_made_before_the_record_of_repairs(db)
     with SQLiteStore(db) as store:
         assert AuditLog(store, KEY.public, ORIGIN, create=False).verify().ok
     with SQLiteStore(db) as store:

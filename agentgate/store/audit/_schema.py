@@ -6,7 +6,9 @@ to read, which writes nothing, ``refs_complete`` (whether the reference index ma
 ``missing_protection`` (the triggers of the log's machinery that are not in force, and the
 repairs of them not accepted, which ``verify`` reports). ``audit_repairs`` (``REPAIRS_DDL``)
 records each protection trigger a writer's opening puts back or makes again, in the transaction
-that does it, and each acceptance of such a repair (``accept_repair``)."""
+that does it, and each acceptance of such a repair (``accept_repair``); ``agentgate_store_parts``
+records it as made, so that a dropped one is reported and refused, not made again empty
+(``_repairs_dropped``)."""
 
 from __future__ import annotations
 
@@ -302,8 +304,11 @@ $$;
 PARTS_DDL: dict[Dialect, str] = {
     # ``agentgate_store_parts(part, made)``: the record that a part of the store was made in it
     # (``audit_log``: the audit log, ``made`` the UTC time), append-only, outside the log's own
-    # tables: ``refuse_dropped_log`` tells a log dropped from one never made by it. Run after
-    # ``AUDIT_DDL`` (its triggers use ``agentgate_append_only``); the row is written when missing.
+    # tables: ``refuse_dropped_log`` tells a log dropped from one never made by it; ``audit_repairs``:
+    # the record of repairs, written where that table is there, so that a dropped one is told from
+    # one never made (``_repairs_dropped``). Run after ``AUDIT_DDL`` (its triggers use
+    # ``agentgate_append_only``) and, for a new log, after ``REPAIRS_DDL`` (its row then commits with
+    # the table); a row is written when missing.
     "sqlite": """
 CREATE TABLE IF NOT EXISTS agentgate_store_parts (
     part TEXT PRIMARY KEY,
@@ -315,6 +320,9 @@ CREATE TRIGGER IF NOT EXISTS agentgate_store_parts_no_delete BEFORE DELETE ON ag
 BEGIN SELECT RAISE(ABORT, 'agentgate_store_parts is append-only'); END;
 INSERT OR IGNORE INTO agentgate_store_parts (part, made)
 VALUES ('audit_log', strftime('%Y-%m-%dT%H:%M:%SZ', 'now'));
+INSERT OR IGNORE INTO agentgate_store_parts (part, made)
+SELECT 'audit_repairs', strftime('%Y-%m-%dT%H:%M:%SZ', 'now')
+WHERE EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'audit_repairs');
 """,
     "postgresql": """
 CREATE TABLE IF NOT EXISTS agentgate_store_parts (
@@ -338,6 +346,12 @@ BEGIN"""
         IF NOT EXISTS (SELECT 1 FROM agentgate_store_parts WHERE part = 'audit_log') THEN
             INSERT INTO agentgate_store_parts (part, made)
             VALUES ('audit_log', to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'))
+            ON CONFLICT DO NOTHING;
+        END IF;
+        IF to_regclass('audit_repairs') IS NOT NULL
+           AND NOT EXISTS (SELECT 1 FROM agentgate_store_parts WHERE part = 'audit_repairs') THEN
+            INSERT INTO agentgate_store_parts (part, made)
+            VALUES ('audit_repairs', to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'))
             ON CONFLICT DO NOTHING;
         END IF;
     END IF;
@@ -562,8 +576,8 @@ def create_audit_tables(store: Store) -> bool:
 
     A role that may not create or fill the index (an owner has not opened the log since the
     upgrade) gets ``False``, and ``explain`` scans instead. Raises ``LogDropped`` for a log that
-    was dropped (``refuse_dropped_log``), creating nothing, and ``StoreError`` when the audit
-    tables themselves cannot be created.
+    was dropped (``refuse_dropped_log``) or whose record of repairs was (``_repairs_dropped``),
+    creating nothing, and ``StoreError`` when the audit tables themselves cannot be created.
     """
     index_changed = False
     if not refuse_dropped_log(store):
@@ -571,11 +585,15 @@ def create_audit_tables(store: Store) -> bool:
         store.ensure_schema(
             "audit",
             {
-                dialect: AUDIT_DDL[dialect] + PARTS_DDL[dialect] + REPAIRS_DDL[dialect]
+                dialect: AUDIT_DDL[dialect] + REPAIRS_DDL[dialect] + PARTS_DDL[dialect]
                 for dialect in AUDIT_DDL
             },
         )
     else:
+        # Refused rather than made again empty: the record of the repairs it held would be erased.
+        dropped_at = _repairs_dropped(store)
+        if dropped_at is not None:
+            raise LogDropped(f"{_repairs_dropped_said(dropped_at)}; nothing was created in its place")
         # Where a table of the log is made now (a store of an early release), it is not repaired.
         record = len(_tables_held(store, LOG_TABLES)) == len(LOG_TABLES) and _repairs_recorded(store)
         last = _last_repair(store) if record else 0
@@ -809,6 +827,31 @@ def _repairs_recorded(store: Store) -> bool:
     return True
 
 
+def _repairs_dropped(store: Store) -> str | None:
+    """When the store records ``audit_repairs`` as made (``agentgate_store_parts``), where that
+    table is missing: the record of repairs was dropped. ``None`` where it is there, or where the
+    store cannot tell (no record of it: made by a version before the record, or never made; or a
+    role that may not read the record). Reads only."""
+    held = _tables_held(store, (_PARTS, _REPAIRS))
+    if _REPAIRS in held or _PARTS not in held:
+        return None
+    try:
+        made = store.query(f"SELECT made FROM {_PARTS} WHERE part = 'audit_repairs'")
+    except loaded_driver_errors(StoreError):
+        return None  # a role that may not read the record cannot tell
+    return str(made[0][0]) if made else None
+
+
+def _repairs_dropped_said(made: str) -> str:
+    """What ``verify`` reports, and a writer's opening refuses with, for a dropped record of repairs."""
+    return (
+        f"the record of repairs was dropped from this store: its table {_REPAIRS} is missing, and "
+        f"{_PARTS} records it as made here at {made}, so the repairs of protection triggers it held "
+        "(and whether they were accepted) are lost; restore from a backup and verify against the "
+        "checkpoint saved outside it (docs/operations.md, A dropped audit log)"
+    )
+
+
 def _last_repair(store: Store) -> int:
     """The id of the newest row of ``audit_repairs`` (0 for none)."""
     return int(store.query("SELECT COALESCE(MAX(id), 0) FROM audit_repairs")[0][0])
@@ -977,7 +1020,8 @@ def missing_protection(store: Store) -> list[str]:
     index's trigger, the same way, where the index was built; on PostgreSQL also each setting of
     ``session_replication_role = replica`` under which one of them does not fire
     (``_replica_sessions``); and each repair recorded in ``audit_repairs`` that no acceptance
-    names (``_unaccepted_repairs``). Its tables are there (the log's were checked as it opened; the record's triggers are looked for
+    names (``_unaccepted_repairs``), or, where the store records ``audit_repairs`` as made, that
+    table missing (``_repairs_dropped``). Its tables are there (the log's were checked as it opened; the record's triggers are looked for
     only where the record's table is). Empty for a log whose machinery is whole."""
     held = _tables_held(store, (*LOG_TABLES, _PARTS, _REPAIRS, "audit_refs_built"))
     found = _triggers(store, (*LOG_TABLES, _PARTS, _REPAIRS))
@@ -1008,6 +1052,10 @@ def missing_protection(store: Store) -> list[str]:
         lines.extend(_replica_sessions(store))
     if _REPAIRS in held:
         lines.extend(_unaccepted_repairs(store))
+    else:
+        dropped_at = _repairs_dropped(store)
+        if dropped_at is not None:
+            lines.append(_repairs_dropped_said(dropped_at))
     return lines
 
 
