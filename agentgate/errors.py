@@ -284,8 +284,9 @@ class NoStore(StoreError):
 
 class LogDropped(StoreError):
     """The store records that its audit log was made (``agentgate_store_parts``), and the log's
-    tables are gone: a log dropped, not one never started. Nothing is created in its place: a new
-    log at index 0 would verify as intact."""
+    tables are gone: a log dropped, not one never started; or it records its record of repairs
+    (``audit_repairs``) as made, and that table is gone. Nothing is created in its place: a new
+    log at index 0 would verify as intact, a new record of repairs would hold none."""
 
 
 class AuditError(AgentGateError):
