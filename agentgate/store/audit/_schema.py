@@ -215,6 +215,13 @@ def _fire_always(tables: tuple[str, ...]) -> str:
 """
 
 
+def _protected(table: str) -> str:
+    """The PL/pgSQL steps that put ``table``'s protection triggers in force: a changed one dropped
+    (``_drop_changed_triggers``), a missing one made (``_append_only_triggers``), each made to fire
+    in every session (``_fire_always``)."""
+    return _drop_changed_triggers((table,)) + _append_only_triggers(table) + _fire_always((table,))
+
+
 AUDIT_DDL: dict[Dialect, str] = {
     "sqlite": """
 CREATE TABLE IF NOT EXISTS audit_log (
@@ -333,11 +340,7 @@ DO $$
 DECLARE
     changed record;
 BEGIN"""
-    + _drop_changed_triggers((_PARTS,))
-    + """
-"""
-    + _append_only_triggers(_PARTS)
-    + _fire_always((_PARTS,))
+    + _protected(_PARTS)
     + """
     -- Read only where this role may read and insert (PL/pgSQL's AND does not stop at the first
     -- false): a role of least privilege without rights there leaves it to the schema's owner.
@@ -399,11 +402,7 @@ DO $$
 DECLARE
     changed record;
 BEGIN"""
-    + _drop_changed_triggers((_REPAIRS,))
-    + """
-"""
-    + _append_only_triggers(_REPAIRS)
-    + _fire_always((_REPAIRS,))
+    + _protected(_REPAIRS)
     + """
 END;
 $$;
