@@ -16,16 +16,12 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from langchain_core.messages import ToolMessage
-from langchain_core.tools import StructuredTool
-from langgraph.checkpoint.memory import InMemorySaver
-from langgraph.graph import END, START, MessagesState, StateGraph
-from langgraph.prebuilt import ToolNode
 from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.types import Command
 from test_langgraph import Team, _calls, _entries
-from test_langgraph_r57_resume_threads import one_at_a_time
+from test_langgraph_r57_resume_threads import middleware_tool_node, one_at_a_time, tools_graph
 
-from agentgate.gate import AgentIdentity, Authorization
+from agentgate.gate import Authorization
 from agentgate.integrations.langgraph import GateMiddleware
 
 __all__ = ["one_at_a_time"]  # the fixture, imported for pytest
@@ -58,17 +54,7 @@ def test_a_call_decided_while_its_loop_shuts_down_is_settled_and_runs_when_resum
         return authorize_tool(request)
 
     middleware._authorize_tool = held  # type: ignore[method-assign]
-    tools = [
-        StructuredTool.from_function(func=f, name=f.__name__, description="t") for f in (search, publish)
-    ]
-    graph = StateGraph(MessagesState, context_schema=AgentIdentity)
-    graph.add_node(
-        "tools",
-        ToolNode(tools, wrap_tool_call=middleware.wrap_tool_call, awrap_tool_call=middleware.awrap_tool_call),
-    )
-    graph.add_edge(START, "tools")
-    graph.add_edge("tools", END)
-    agent = graph.compile(checkpointer=InMemorySaver())
+    agent = tools_graph(middleware_tool_node(middleware, search, publish))
     config: Any = {"configurable": {"thread_id": "shut"}}
     answer = _calls(
         ("publish", {"path": "reports/q"}), ("search", {"query": "q0"}), ("search", {"query": "q1"})

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 import test_langgraph as team_module
 from langchain_core.messages import ToolMessage
-from langchain_core.tools import StructuredTool
+from langchain_core.tools import BaseTool, StructuredTool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode
@@ -49,6 +49,29 @@ def one_at_a_time(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[T
     team = team_module._make_team(tmp_path)
     yield team
     team.gate.close()
+
+
+def tools_graph(node: Any) -> Any:
+    """A graph of one tools node, ``node``, run once per invocation, checkpointed in memory."""
+    graph = StateGraph(MessagesState, context_schema=AgentIdentity)
+    graph.add_node("tools", node)
+    graph.add_edge(START, "tools")
+    graph.add_edge("tools", END)
+    return graph.compile(checkpointer=InMemorySaver())
+
+
+def as_tools(*functions: Callable[..., Any]) -> list[BaseTool]:
+    """Each of ``functions`` as a LangChain tool of its own name."""
+    return [StructuredTool.from_function(func=f, name=f.__name__, description="t") for f in functions]
+
+
+def middleware_tool_node(middleware: GateMiddleware, *functions: Callable[..., Any]) -> ToolNode:
+    """A hand-built graph's ``ToolNode`` of ``functions`` with ``middleware``'s tool hooks."""
+    return ToolNode(
+        as_tools(*functions),
+        wrap_tool_call=middleware.wrap_tool_call,
+        awrap_tool_call=middleware.awrap_tool_call,
+    )
 
 
 async def test_a_resumed_run_waits_for_its_first_runs_calls_without_taking_their_threads(
@@ -84,17 +107,7 @@ async def test_a_resumed_run_waits_for_its_first_runs_calls_without_taking_their
         return found
 
     middleware._ran_here = counted  # type: ignore[method-assign]
-    tools = [
-        StructuredTool.from_function(func=f, name=f.__name__, description="t") for f in (search, publish)
-    ]
-    graph = StateGraph(MessagesState, context_schema=AgentIdentity)
-    graph.add_node(
-        "tools",
-        ToolNode(tools, wrap_tool_call=middleware.wrap_tool_call, awrap_tool_call=middleware.awrap_tool_call),
-    )
-    graph.add_edge(START, "tools")
-    graph.add_edge("tools", END)
-    agent = graph.compile(checkpointer=InMemorySaver())
+    agent = tools_graph(middleware_tool_node(middleware, search, publish))
     config: Any = {"configurable": {"thread_id": "busy"}}
     answer = _calls(
         ("publish", {"path": "reports/q"}), *[("search", {"query": f"q{i}"}) for i in range(SEARCHES)]

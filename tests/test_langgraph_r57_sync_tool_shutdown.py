@@ -16,14 +16,10 @@ from typing import Any
 
 import pytest
 from langchain_core.messages import ToolMessage
-from langchain_core.tools import StructuredTool
-from langgraph.checkpoint.memory import InMemorySaver
-from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.types import Command
 from test_langgraph import Team, _calls, _entries
-from test_langgraph_r57_resume_threads import one_at_a_time
+from test_langgraph_r57_resume_threads import as_tools, one_at_a_time, tools_graph
 
-from agentgate.gate import AgentIdentity
 from agentgate.integrations.langgraph import _calls as calls_module
 from agentgate.integrations.langgraph import gated_tool_node
 
@@ -37,14 +33,7 @@ def _graph(team: Team, search: Any) -> Any:
         team.ran.append(f"publish:{path}")
         return f"published {path}"
 
-    tools = [
-        StructuredTool.from_function(func=f, name=f.__name__, description="t") for f in (search, publish)
-    ]
-    graph = StateGraph(MessagesState, context_schema=AgentIdentity)
-    graph.add_node("tools", gated_tool_node(team.gate, tools, agent="supervisor"))
-    graph.add_edge(START, "tools")
-    graph.add_edge("tools", END)
-    return graph.compile(checkpointer=InMemorySaver())
+    return tools_graph(gated_tool_node(team.gate, as_tools(search, publish), agent="supervisor"))
 
 
 def _first_run(team: Team, agent: Any, config: Any, running: threading.Event, go: threading.Event) -> Any:
