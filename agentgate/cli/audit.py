@@ -356,15 +356,21 @@ def _verify(args: argparse.Namespace) -> int:
         # Only the log's machinery is wrong: the entries as they are now still verify.
         print(
             f"the entries verify: {report.size} entries, root {report.root.hex()}, "
-            f"{report.checkpoints_checked} checkpoints; "
-            + (
-                "nothing refuses an edit of them until the triggers are back"
-                if report.unprotected != report.repairs
-                else "the triggers are back, and the entries a repair names are vouched for by nothing"
-            )
+            f"{report.checkpoints_checked} checkpoints; {_machinery_said(report)}"
         )
     _print_accepted(report)
     return 1
+
+
+def _machinery_said(report: VerifyReport) -> str:
+    """What ``verify``'s closing line says of the log's machinery, for the lines it printed: a
+    trigger not in force, only repairs not accepted, or only the record of repairs dropped (its
+    triggers may all be in force: saying that nothing refuses an edit would be untrue)."""
+    if len(report.repairs) + len(report.records_lost) < len(report.unprotected):
+        return "nothing refuses an edit of them until the triggers are back"
+    if report.records_lost:
+        return "the record of repairs is gone, so whether a trigger was ever put back cannot be told"
+    return "the triggers are back, and the entries a repair names are vouched for by nothing"
 
 
 def _print_accepted(report: VerifyReport) -> None:

@@ -841,10 +841,14 @@ def _repairs_dropped(store: Store) -> str | None:
     return str(made[0][0]) if made else None
 
 
+RECORD_OF_REPAIRS_DROPPED = "the record of repairs was dropped from this store"
+"""How ``verify``'s line for a dropped record of repairs begins (``VerifyReport.records_lost``)."""
+
+
 def _repairs_dropped_said(made: str) -> str:
     """What ``verify`` reports, and a writer's opening refuses with, for a dropped record of repairs."""
     return (
-        f"the record of repairs was dropped from this store: its table {_REPAIRS} is missing, and "
+        f"{RECORD_OF_REPAIRS_DROPPED}: its table {_REPAIRS} is missing, and "
         f"{_PARTS} records it as made here at {made}, so the repairs of protection triggers it held "
         "(and whether they were accepted) are lost; restore from a backup and verify against the "
         "checkpoint saved outside it (docs/operations.md, A dropped audit log)"

@@ -18,7 +18,12 @@ from agentgate.audit.merkle import RootAccumulator
 from agentgate.audit.note import Checkpoint, signer_key_ids
 from agentgate.errors import TamperDetected
 from agentgate.store._base import Row, Store
-from agentgate.store.audit._schema import accept_repair, accepted_repairs, missing_protection
+from agentgate.store.audit._schema import (
+    RECORD_OF_REPAIRS_DROPPED,
+    accept_repair,
+    accepted_repairs,
+    missing_protection,
+)
 from agentgate.store.audit._stored import _bytes, _index_of, _note
 
 _sha256 = hashlib.sha256
@@ -66,6 +71,12 @@ class VerifyReport:
     def repairs(self) -> tuple[str, ...]:
         """The lines of ``unprotected`` that name a repair not accepted (``audit_repairs``)."""
         return tuple(line for line in self.unprotected if line.startswith("repair "))
+
+    @property
+    def records_lost(self) -> tuple[str, ...]:
+        """The line of ``unprotected`` that names a dropped record of repairs (``audit_repairs``
+        gone while the store records it as made): the protection triggers may all be in force."""
+        return tuple(line for line in self.unprotected if line.startswith(RECORD_OF_REPAIRS_DROPPED))
 
     @property
     def ok(self) -> bool:
