@@ -649,8 +649,8 @@ def _record_missing() -> dict[Dialect, str]:
     sqlite = "".join(
         "INSERT INTO audit_repairs (created, what, log_size, checkpoint_size) "
         f"SELECT {_NOW['sqlite']}, 'the protection trigger {name} on table {table} was missing', {_SIZES} "
-        f"WHERE NOT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'trigger' AND name = '{name}') "
-        f"AND EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = '{table}');\n"
+        f"WHERE NOT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'trigger' AND lower(name) = '{name}') "
+        f"AND EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND lower(name) = '{table}');\n"
         for name, table, _refuses in PROTECTION_TRIGGERS["sqlite"]
     )
     differs = " ".join(
@@ -725,7 +725,8 @@ def _triggers(store: Store, tables: tuple[str, ...]) -> dict[tuple[str, str], bo
     listed = ", ".join(f"'{name}'" for name in tables)
     if store.dialect == "sqlite":
         rows = store.query(
-            f"SELECT name, tbl_name, 1 FROM sqlite_master WHERE type = 'trigger' AND tbl_name IN ({listed})"
+            "SELECT lower(name), lower(tbl_name), 1 FROM sqlite_master "
+            f"WHERE type = 'trigger' AND lower(tbl_name) IN ({listed})"
         )
     else:
         rows = store.query(
@@ -774,7 +775,8 @@ def _changed(store: Store, tables: tuple[str, ...], *, index: bool = False) -> d
     if store.dialect == "sqlite":
         made = _sqlite_made()
         rows = store.query(
-            f"SELECT name, tbl_name, sql FROM sqlite_master WHERE type = 'trigger' AND name IN ({listed})"
+            "SELECT lower(name), lower(tbl_name), sql FROM sqlite_master "
+            f"WHERE type = 'trigger' AND lower(name) IN ({listed})"
         )
         return {
             (str(name), str(table)): "its definition in sqlite_master is not the one agentgate runs"
@@ -868,13 +870,11 @@ def _warn_repaired(store: Store, after: int) -> None:
         (after,),
     ):
         _logger.warning(
-            "audit log: %s and was put back (repair %s): entries %s to %s were appended after the last "
-            "checkpoint while nothing protected them; audit verify reports it until it is accepted "
-            "(agentgate audit accept-repair)",
+            "audit log: %s and was put back (repair %s): %s after the last checkpoint while nothing "
+            "protected them; audit verify reports it until it is accepted (agentgate audit accept-repair)",
             what,
             rid,
-            checkpoint or 0,
-            int(size) - 1,
+            _appended(size, checkpoint),
         )
 
 
@@ -895,12 +895,15 @@ def _put_back_changed_sqlite(store: Store, record: bool) -> bool:
     with store.transaction() as tx:
         # Read again in the transaction: another writer may have put them back meanwhile.
         for name, sql in tx.execute(
-            f"SELECT name, sql FROM sqlite_master WHERE type = 'trigger' AND name IN ({listed})"
+            f"SELECT name, sql FROM sqlite_master WHERE type = 'trigger' AND lower(name) IN ({listed})"
         ):
-            if not _same_sqlite(sql, made[str(name)]):
+            # SQLite's names ignore ASCII case: one made again as AUDIT_LOG_NO_UPDATE is agentgate's
+            # name (``CREATE TRIGGER IF NOT EXISTS`` skips it), so it is compared, not missed.
+            name = str(name).lower()
+            if not _same_sqlite(sql, made[name]):
                 tx.execute(f'DROP TRIGGER "{name}"')
-                tx.execute(made[str(name)])
-                remade.append(str(name))
+                tx.execute(made[name])
+                remade.append(name)
                 if record and name != _INDEX_TRIGGER:
                     table = next(t for n, t, _r in PROTECTION_TRIGGERS["sqlite"] if n == name)
                     tx.execute(
@@ -1077,6 +1080,13 @@ def _window(log_size: object, checkpoint_size: object) -> str:
     )
 
 
+def _appended(log_size: object, checkpoint_size: object) -> str:
+    """``_window`` as the subject of a sentence: "entries 3 to 4 were appended", or "no entry was
+    appended" (not "entries 2 to 1", nor "no entry ... were")."""
+    window = _window(log_size, checkpoint_size)
+    return f"{window} were appended" if window.startswith("entries") else f"{window} was appended"
+
+
 def _unaccepted_repairs(store: Store) -> list[str]:
     """A line for each repair recorded in ``audit_repairs`` that no acceptance names: a protection
     trigger a writer's opening put back or made again, after which the entries appended while it
@@ -1087,7 +1097,7 @@ def _unaccepted_repairs(store: Store) -> list[str]:
         return []  # a role that may not read it
     return [
         f"repair {rid} at {created}: {what}, and a writer's opening of the log put it back: "
-        f"{_window(size, checkpoint)} were appended after the checkpoint stored last then while it "
+        f"{_appended(size, checkpoint)} after the checkpoint stored last then while it "
         "was not in force, and cannot be vouched for (someone with DDL rights on the store changed "
         "it); check them against a copy kept outside the database, then run `agentgate audit "
         f"accept-repair {rid} --by NAME --reason TEXT`"
