@@ -224,7 +224,14 @@ def _collector(registry: CollectorRegistry) -> _Collector:
 
 
 class SchedulerMetrics:
-    """The scheduler's counters and their Prometheus view."""
+    """The scheduler's counters and their Prometheus view.
+
+    ``event`` and ``tally`` may be called from any thread: they count under the metrics' own lock
+    (a breaker transition is counted on the thread that made it, beside the scheduler's loop and
+    the sync facade's callers; unguarded, two threads counting one pair lost counts). The one
+    count made without it is the async scheduler's ``started``, on its hot path: only that
+    scheduler's loop counts ``started`` for it, so no other thread writes those pairs.
+    """
 
     def __init__(
         self,
@@ -242,31 +249,32 @@ class SchedulerMetrics:
         self.in_flight = in_flight
         self.breakers = breakers
         self._tools = _Admitted()
+        self._lock = threading.Lock()  # held around a count only, calling nothing: never nested
         _collector(self.registry).add(self)
 
     def _admit(self, name: str, tool: str) -> tuple[tuple[str, str], int]:
         """The key and count of a pair not counted yet: past ``MAX_LABEL_VALUES`` tools, ``OTHER``'s."""
-        key = (name, self._tools(tool))
-        return key, self.events.get(key, 0)
+        with self._lock:
+            key = (name, self._tools(tool))
+            return key, self.events.get(key, 0)
 
     def event(self, name: str, tool: str, attributes: Mapping[str, str | int | float | bool]) -> None:
         """Count ``name`` for ``tool`` and add it to the current span when one is recording."""
-        key = (name, tool)
-        count = self.events.get(key)
-        if count is None:
-            key, count = self._admit(name, tool)
-        self.events[key] = count + 1
+        self.tally(name, tool)
         span = trace.get_current_span()
         if span.is_recording():
             span.add_event(f"agentgate.task.{name}", {"agentgate.tool": tool, **attributes})
 
     def tally(self, name: str, tool: str) -> None:
         """Count ``name`` for ``tool`` only: for callers that know no span is recording."""
-        key = (name, tool)
-        count = self.events.get(key)
-        if count is None:
-            key, count = self._admit(name, tool)
-        self.events[key] = count + 1
+        events = self.events
+        with self._lock:
+            key = (name, tool)
+            count = events.get(key)
+            if count is None:  # a new name: past MAX_LABEL_VALUES, counted as OTHER
+                key = (name, self._tools(tool))
+                count = events.get(key, 0)
+            events[key] = count + 1
 
     def count(self, name: str, tool: str) -> int:
         """How many ``name`` events ``tool`` had (a tool past ``MAX_LABEL_VALUES`` is counted as ``OTHER``)."""
