@@ -152,6 +152,7 @@ class _Lending:
             if not plan:
                 continue
             limits = waiter.limits
+            bucket = None
             if limits.rate is not None:
                 bucket = self._bucket(waiter.call.tool, limits)
                 if not bucket.try_take():
@@ -162,7 +163,11 @@ class _Lending:
                 self._lend(waiter, plan)
                 self.start(waiter)
             else:
+                # Its loop is closed: it never runs, so the token taken for it goes back (until
+                # review R58 it was spent, and the tool had a token less than its rate allows).
                 self.nested_waiting.pop(waiter, None)
+                if bucket is not None:
+                    bucket.give_back()
 
     def _start_borrowing(self, waiter: Waiter) -> None:
         """``start`` for an attempt running under borrowed slots: only its own ones are counted."""
