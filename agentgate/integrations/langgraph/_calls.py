@@ -18,7 +18,7 @@ from typing import Any, Generic, TypeVar
 from langchain.agents.middleware import ModelResponse
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.messages import ToolMessage
-from langchain_core.tools import BaseTool, StructuredTool, Tool
+from langchain_core.tools import BaseTool, StructuredTool, Tool, ToolException
 from langchain_core.tracers.context import register_configure_hook
 from langgraph.errors import GraphInterrupt
 from langgraph.prebuilt.tool_node import ToolCallRequest
@@ -53,14 +53,21 @@ def _async_only(tool: BaseTool) -> bool:
 
 
 def _marked_in_its_thread(
-    tool: BaseTool, begin: Callable[[], None], end: Callable[[list[Any]], None]
+    tool: BaseTool, begin: Callable[[], None], end: Callable[[list[Any], BaseException | None], None]
 ) -> BaseTool | None:
     """A shallow copy of ``tool`` (a sync tool ``_runs_in_a_thread``) whose work calls ``begin()``
-    in its worker thread before it begins and ``end([value])`` after it returned ``value``
-    (``end([])`` after it raised) (``tool._run``, bound to ``tool`` itself: what the work
-    changes on its tool changes ``tool``); ``None`` for a tool that does not reach ``_run`` by
-    LangChain's own path from ``ainvoke`` (a subclass that overrides it may begin its work some
-    other way, which ``begin`` would not see)."""
+    in its worker thread before it begins (``tool._run``, bound to ``tool`` itself: what the work
+    changes on its tool changes ``tool``), and ``end([answer], None)`` after it ended, or
+    ``end([], error)`` when it raised ``error``; ``None`` for a tool that does not reach
+    ``_run`` by LangChain's own path from ``ainvoke`` (a subclass that overrides it may begin its
+    work some other way, which ``begin`` would not see).
+
+    For a ``StructuredTool`` or ``Tool`` the end is that of LangChain's ``run`` of it, which
+    ``ainvoke`` runs in the same thread: ``answer`` is LangChain's own answer, and ``error``
+    what ``run`` raised, also after the work returned (a ``content_and_artifact`` tool's value
+    that is not a pair, a callback's error). For another tool, ``run`` is not in the thread
+    (``arun`` makes its answer on the loop): the end is that of ``_run``, ``answer`` the value it
+    returned, which ``_ThreadedCall._answer`` makes the answer of."""
     kind = type(tool)
     if isinstance(tool, StructuredTool | Tool):  # ``ainvoke`` runs ``invoke`` in the executor
         own = kind.ainvoke in (StructuredTool.ainvoke, Tool.ainvoke) and kind.invoke is BaseTool.invoke
@@ -68,21 +75,35 @@ def _marked_in_its_thread(
         own = kind.ainvoke is BaseTool.ainvoke and kind.arun is BaseTool.arun
     if not own or kind.run is not BaseTool.run:
         return None
+
+    def ended(work: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(work)
+        def marked(*args: Any, **kwargs: Any) -> Any:
+            try:
+                value = work(*args, **kwargs)
+            except BaseException as exc:
+                end([], exc)
+                raise
+            end([value], None)
+            return value
+
+        return marked
+
     work = tool._run
 
     @functools.wraps(work)
-    def marked(*args: Any, **kwargs: Any) -> Any:
+    def beginning(*args: Any, **kwargs: Any) -> Any:
         begin()
-        returned: list[Any] = []
-        try:
-            returned.append(work(*args, **kwargs))
-        finally:
-            end(returned)
-        return returned[0]
+        return work(*args, **kwargs)
 
     try:
         copy = tool.model_copy()
-        object.__setattr__(copy, "_run", marked)  # the copy's own, found before its class's
+        # The copy's own, found before its class's.
+        if isinstance(tool, StructuredTool | Tool):
+            object.__setattr__(copy, "_run", beginning)
+            object.__setattr__(copy, "run", ended(copy.run))
+        else:
+            object.__setattr__(copy, "_run", ended(beginning))
     except Exception:  # a tool that cannot be copied: its attempt marks its start
         return None
     return copy
@@ -112,6 +133,8 @@ class _ThreadedCall:
         self._tool = tool
         self._worked = _AttemptEnd()
         self._returned: list[Any] = []  # what the work returned in its thread, once it did
+        self._raised: BaseException | None = None  # what it raised there, once it did
+        self._answered = isinstance(tool, StructuredTool | Tool)  # ``_returned`` is LangChain's answer
         marked = _marked_in_its_thread(tool, self._begin, self._end)
         self.marked = marked is not None
         """Whether ``request``'s tool (``tool``) marks the start and the end of its work (else
@@ -128,12 +151,13 @@ class _ThreadedCall:
             self._began = True
             self._worked = _AttemptEnd()
             self._returned = []
+            self._raised = None
 
-    def _end(self, returned: list[Any]) -> None:
+    def _end(self, returned: list[Any], raised: BaseException | None) -> None:
         """In the tool's worker thread, after its work: what it returned (``[value]``; ``[]``
-        when it raised), and wake the attempt waiting for its end."""
+        when it raised ``raised``), and wake the attempt waiting for its end."""
         with self._lock:
-            self._returned, worked = returned, self._worked
+            self._returned, self._raised, worked = returned, raised, self._worked
         worked.set()
 
     def began(self) -> bool:
@@ -150,8 +174,9 @@ class _ThreadedCall:
         (not only the call awaiting it: an event loop shutting down cancels both at once), an
         attempt whose tool began in its thread waits for the tool's end there, at most
         ``THREAD_END_WAIT_S``, and ends as the tool did: with its answer (what LangChain makes of
-        the value the work returned) when it returned, else with the cancellation. One whose
-        tool had not begun gives the call up: its tool does not begin after."""
+        the work's end: ``_answer``, ``_handled``) when there is one, else with the cancellation
+        (the work failed, or still runs). One whose tool had not begun gives the call up: its
+        tool does not begin after."""
         self._idle.clear()
         try:
             return await handler(self.request)
@@ -163,23 +188,27 @@ class _ThreadedCall:
             if not await worked.within(THREAD_END_WAIT_S):
                 raise
             with self._lock:
-                returned = self._returned
-            if not returned:  # the tool raised: a failure, recorded as the cancelled call's
+                returned, raised = self._returned, self._raised
+            answer = self._answer(returned[0]) if returned else self._handled(raised)
+            if answer is None:  # a failure: recorded as the cancelled call's
                 raise
-            return self._answer(returned[0])
+            return answer
         finally:
             self._idle.set()
 
-    def _answer(self, value: object) -> ToolResult:
-        """The answer LangChain makes of ``value``, which the tool's work returned (``BaseTool.run``):
-        a ``ToolMessage`` or ``Command`` (or a list of them) as it is, else a ``ToolMessage`` of
-        the call holding its content (and artifact), as text unless it is a list of blocks."""
+    def _answer(self, value: object) -> ToolResult | None:
+        """The answer of the work that returned ``value`` in its thread, None when LangChain's run
+        of it failed. For a ``StructuredTool`` or ``Tool``, ``value`` is what its ``run`` returned:
+        LangChain's own answer. For another tool, what ``BaseTool.arun`` makes of the value its
+        ``_run`` returned: None for a ``content_and_artifact`` tool's value that is not a pair
+        (``arun`` raises ``ValueError``; until review R58 the answer was the value, recorded
+        ``ok``), a ``ToolMessage`` or ``Command`` (or a list of them) as it is, else a
+        ``ToolMessage`` of the call holding its content (and artifact), as text unless it is a
+        list of blocks."""
         content, artifact = value, None
-        if (
-            self._tool.response_format == "content_and_artifact"
-            and isinstance(value, tuple)
-            and len(value) == 2
-        ):
+        if not self._answered and self._tool.response_format == "content_and_artifact":
+            if not isinstance(value, tuple) or len(value) != 2:
+                return None
             content, artifact = value
         if isinstance(content, ToolMessage | Command):
             return content
@@ -196,6 +225,23 @@ class _ThreadedCall:
                 content = str(content)
         call = self.request.tool_call
         return ToolMessage(content, artifact=artifact, tool_call_id=call["id"], name=self._tool.name)
+
+    def _handled(self, error: BaseException | None) -> ToolResult | None:
+        """The answer ``BaseTool.arun`` makes of ``error``, which the work of a tool other than a
+        ``StructuredTool`` or ``Tool`` raised in its thread: the error answer of a ``ToolException``
+        when the tool handles its errors (``handle_tool_error``); else None (the work failed).
+        A ``StructuredTool``'s or ``Tool``'s ``run`` handled it already: its answer is returned."""
+        flag = self._tool.handle_tool_error
+        if self._answered or not isinstance(error, ToolException) or not flag:
+            return None
+        if isinstance(flag, str):
+            content: Any = flag
+        elif callable(flag):
+            content = flag(error)
+        else:
+            content = error.args[0] if error.args else "Tool execution error"
+        call = self.request.tool_call
+        return ToolMessage(content, tool_call_id=call["id"], name=self._tool.name, status="error")
 
     async def outcome(self, running: Awaitable[ToolResult]) -> ToolResult:
         """Await ``running`` (``Gate.arun`` over ``attempt``). Cancelled while an attempt runs,
