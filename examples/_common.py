@@ -8,27 +8,32 @@ with ``AGENTGATE_OPENAI_BASE_URL`` set it talks to any OpenAI-compatible endpoin
     AGENTGATE_OPENAI_MODEL=meta-llama/Llama-3.1-8B-Instruct
     AGENTGATE_OPENAI_API_KEY=...                        # if the endpoint wants one
 
-(that mode needs ``pip install langchain-openai``).
+(that mode needs ``pip install langchain-openai``). An empty value counts as unset. A model call
+the endpoint fails (unreachable, a refused key, a model it does not serve, an error status, an
+answer that is no chat completion) stops the run with ``EndpointFailed``, whose message says what
+to check; the example then prints its summary of what was decided until then and exits with 1.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
 import shutil
 import sys
+import urllib.request
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import yaml
 from langchain_core.language_models.chat_models import BaseChatModel
-from langchain_core.messages import AIMessage
+from langchain_core.messages import AIMessage, BaseMessage
 
 from agentgate.gate import AgentIdentity, Gate
-from agentgate.integrations.langgraph import ScriptedChatModel
+from agentgate.integrations.langgraph import STOP_KEY, ScriptedChatModel
 from agentgate.keys import SigningKey, save_key
 from agentgate.policy import Policy, parse_policy
 
@@ -77,8 +82,18 @@ def fresh_keys(policy_file: Path, directory: Path) -> tuple[Policy, dict[str, Si
     return parse_policy(text, source=source, base_dir=directory), keys
 
 
+class EndpointFailed(Exception):
+    """A model call to the OpenAI-compatible endpoint failed; the message says how and what to check."""
+
+
+def _setting(name: str, default: str) -> str:
+    """The environment variable ``name``; unset or empty, ``default``."""
+    return os.environ.get(name) or default
+
+
 def chat_model(turns: Sequence[AIMessage], *, name: str, served_by: Gate | None = None) -> BaseChatModel:
-    """The scripted model, or the OpenAI-compatible endpoint named by the environment."""
+    """The scripted model, or the OpenAI-compatible endpoint named by the environment, whose
+    failures raise ``EndpointFailed``."""
     base_url = os.environ.get("AGENTGATE_OPENAI_BASE_URL")
     if not base_url:
         return ScriptedChatModel(turns=list(turns), model_name=name, served_by=served_by)
@@ -91,13 +106,118 @@ def chat_model(turns: Sequence[AIMessage], *, name: str, served_by: Gate | None 
         from langchain_openai import ChatOpenAI  # type: ignore[import-not-found]
     except ImportError:
         sys.exit("AGENTGATE_OPENAI_BASE_URL is set: install the client with `pip install langchain-openai`")
-    model: BaseChatModel = ChatOpenAI(
-        base_url=base_url,
-        model=os.environ.get("AGENTGATE_OPENAI_MODEL", name),
-        api_key=os.environ.get("AGENTGATE_OPENAI_API_KEY", "not-needed"),
-        temperature=0,
-    )
+    served = _setting("AGENTGATE_OPENAI_MODEL", name)
+    # An empty key is no key: the client refuses one at construction ("Missing credentials").
+    api_key = _setting("AGENTGATE_OPENAI_API_KEY", "not-needed")
+
+    def failed(error: Exception) -> EndpointFailed:
+        return EndpointFailed(_endpoint_trouble(error, base_url, served, api_key))
+
+    class EndpointChatModel(ChatOpenAI):  # type: ignore[misc]
+        """``ChatOpenAI`` whose every failure is one ``EndpointFailed`` saying what to check:
+        the client's own errors, and those of parsing an answer that is no chat completion."""
+
+        def _generate(self, *args: Any, **kwargs: Any) -> Any:
+            try:
+                return super()._generate(*args, **kwargs)
+            except Exception as error:
+                raise failed(error) from error
+
+        async def _agenerate(self, *args: Any, **kwargs: Any) -> Any:
+            try:
+                return await super()._agenerate(*args, **kwargs)
+            except Exception as error:
+                raise failed(error) from error
+
+        def _stream(self, *args: Any, **kwargs: Any) -> Iterator[Any]:
+            try:
+                yield from super()._stream(*args, **kwargs)
+            except Exception as error:
+                raise failed(error) from error
+
+        async def _astream(self, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:
+            try:
+                async for chunk in super()._astream(*args, **kwargs):
+                    yield chunk
+            except Exception as error:
+                raise failed(error) from error
+
+    model: BaseChatModel = EndpointChatModel(base_url=base_url, model=served, api_key=api_key, temperature=0)
     return model
+
+
+def _endpoint_trouble(error: Exception, base_url: str, model: str, api_key: str) -> str:
+    """What a person reads when a model call to the endpoint failed with ``error``."""
+    import openai
+
+    if isinstance(error, openai.APIConnectionError):  # timeouts too
+        return (
+            f"cannot reach the endpoint AGENTGATE_OPENAI_BASE_URL={base_url} ({error.message}): "
+            "is the server running there?"
+        )
+    if isinstance(error, openai.AuthenticationError | openai.PermissionDeniedError):
+        return (
+            f"the endpoint refused the request ({error.message}): set AGENTGATE_OPENAI_API_KEY "
+            "to a key it accepts"
+        )
+    if isinstance(error, openai.NotFoundError):
+        served = _served_models(base_url, api_key)
+        if served is None:
+            versioned = base_url.rstrip("/") + "/v1"
+            there = _served_models(versioned, api_key)
+            hint = (
+                f"set AGENTGATE_OPENAI_BASE_URL={versioned}, where the endpoint lists its models"
+                if there is not None and not base_url.rstrip("/").endswith("/v1")
+                else "the URL ends with the API's version, e.g. http://127.0.0.1:8000/v1 for vLLM or llama.cpp"
+            )
+            return (
+                f"no OpenAI-compatible API at AGENTGATE_OPENAI_BASE_URL={base_url} "
+                f"({error.message}; GET /models fails too): {hint}"
+            )
+        if model not in served:
+            return (
+                f"the endpoint does not serve AGENTGATE_OPENAI_MODEL={model!r} ({error.message}); "
+                f"it serves: {', '.join(served) or 'no model'}"
+            )
+    if isinstance(error, openai.APIStatusError):
+        return f"the endpoint failed the model call ({error.message})"
+    if isinstance(error, json.JSONDecodeError | openai.APIResponseValidationError):
+        return f"the endpoint's answer is not an OpenAI chat completion ({type(error).__name__}: {_short(str(error))})"
+    return f"the model call to the endpoint failed ({type(error).__name__}: {_short(str(error))})"
+
+
+def _served_models(base_url: str, api_key: str) -> list[str] | None:
+    """The model ids the endpoint lists at ``GET /models``; ``None`` where it lists none."""
+    request = urllib.request.Request(
+        base_url.rstrip("/") + "/models", headers={"Authorization": f"Bearer {api_key}"}
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=5) as response:
+            return [str(each["id"]) for each in json.load(response)["data"]]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def run_ending(messages: Sequence[BaseMessage]) -> str:
+    """How a run ended, as a person reads it: the model's last text, and the tool calls it asked
+    for whose arguments are no JSON object (LangChain's ``invalid_tool_calls``): these never reach
+    the tools, so they were neither decided nor run, and an answer holding only such calls ends
+    the run."""
+    last = messages[-1]
+    if last.response_metadata.get(STOP_KEY):  # the middleware's answer, not the model's
+        said = f"agentgate ended it, as no later call could be allowed: {readable(last.text, 60)}"
+    else:
+        said = f"the model said: {_short(last.text, 70) if last.text.strip() else '(no text)'}"
+    invalid: list[Mapping[str, Any]] = [
+        each for message in messages for each in (getattr(message, "invalid_tool_calls", None) or [])
+    ]
+    if not invalid:
+        return said
+    asked = "; ".join(f"{each.get('name') or '?'} {_short(str(each.get('args')), 30)}" for each in invalid)
+    return (
+        f"{said}\n  the model asked for {len(invalid)} tool call(s) whose arguments are no JSON "
+        f"object, not decided, not run: {asked}"
+    )
 
 
 def sign_pending(
@@ -163,14 +283,18 @@ def summary(
             f"  {who:<12} {tally[(who, 'allow')]:>3} allowed {tally[(who, 'deny')]:>3} denied"
             f" {tally[(who, 'approval_required')]:>3} approval asked; {tally[(who, 'model')]:>3} model calls"
         )
+    if not tally:
+        print("  (none)")
     print("\nRefused, and why:")
-    for e in entries:
-        if e.kind == "deny":
-            who = people.get(e.principal, "?")
-            why = _RULE.sub(
-                r"policy line \1: ", "; ".join(r for r in e.reasons if not r.startswith("approval gate"))
-            )
-            print(f"  #{e.index:<3} {who:<11} {e.resource:<18} {_short(why, 84)}")
+    refused = [e for e in entries if e.kind == "deny"]
+    for e in refused:
+        who = people.get(e.principal, "?")
+        why = _RULE.sub(
+            r"policy line \1: ", "; ".join(r for r in e.reasons if not r.startswith("approval gate"))
+        )
+        print(f"  #{e.index:<3} {who:<11} {e.resource:<18} {_short(why, 84)}")
+    if not refused:
+        print("  (none)")
     approved = [e for e in entries if e.kind == "allow" and e.approver]
     print("\nApproved by a human:")
     for e in approved:

@@ -35,7 +35,17 @@ from langgraph.types import Command
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import ROOT, calls, chat_model, demo_dir, fresh_keys, sign_pending, summary
+from _common import (
+    ROOT,
+    EndpointFailed,
+    calls,
+    chat_model,
+    demo_dir,
+    fresh_keys,
+    run_ending,
+    sign_pending,
+    summary,
+)
 
 from agentgate.dispatch import inventory_from_mapping
 from agentgate.dispatch.dispatcher import Dispatcher
@@ -164,7 +174,8 @@ def agents(gate: Gate, keys: dict[str, Any], bench: ToolBench) -> Any:
     )
 
 
-async def main() -> None:
+async def main() -> int:
+    """Run the team and print the summary; 1 where the endpoint failed a model call, else 0."""
     workdir = demo_dir("research_team")
     policy, keys = fresh_keys(ROOT / "policies" / "research_team.yaml", workdir)
     store = workdir / "agentgate.db"
@@ -198,24 +209,29 @@ async def main() -> None:
         config = {"configurable": {"thread_id": "research-1"}}
 
         print("agentgate demo: a supervisor and two sub-agents under policies/research_team.yaml")
-        state = await team.ainvoke(
-            {"messages": [{"role": "user", "content": "Write the report."}]}, config, context=supervisor
-        )
-        # Several gated calls at once are several interrupts, each resumed by its id; later turns
-        # may ask again: the run is resumed until none is pending.
-        while pending := state.get("__interrupt__"):
-            approvals = sign_pending(
-                gate,
-                pending,
-                keys["dana"],
-                lambda request: (
-                    f"\nPaused for approval: {request['requester']} asks to run "
-                    f"{request['resource']} {request['args']}\n  gate {request['gate']}; approvers "
-                    f"{', '.join(request['approvers'])}; dana signs it."
-                ),
+        stopped = None
+        try:
+            state = await team.ainvoke(
+                {"messages": [{"role": "user", "content": "Write the report."}]}, config, context=supervisor
             )
-            state = await team.ainvoke(Command(resume=approvals), config, context=supervisor)
-        print(f"Run finished: {state['messages'][-1].content}")
+            # Several gated calls at once are several interrupts, each resumed by its id; later
+            # turns may ask again: the run is resumed until none is pending.
+            while pending := state.get("__interrupt__"):
+                approvals = sign_pending(
+                    gate,
+                    pending,
+                    keys["dana"],
+                    lambda request: (
+                        f"\nPaused for approval: {request['requester']} asks to run "
+                        f"{request['resource']} {request['args']}\n  gate {request['gate']}; approvers "
+                        f"{', '.join(request['approvers'])}; dana signs it."
+                    ),
+                )
+                state = await team.ainvoke(Command(resume=approvals), config, context=supervisor)
+            print(f"Run finished: {run_ending(state['messages'])}")
+        except EndpointFailed as failure:
+            stopped = failure
+            print(f"Run stopped: {failure}")
         if servers:
             served = [s.served for s in servers]
             per_backend = ", ".join(f"sim-{i} {n}" for i, n in enumerate(served))
@@ -239,7 +255,8 @@ async def main() -> None:
         gate.close()
         for server in servers:
             server.stop()
+    return 1 if stopped else 0
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    sys.exit(asyncio.run(main()))

@@ -26,7 +26,18 @@ from langgraph.types import Command
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import ROOT, calls, chat_model, demo_dir, fresh_keys, readable, sign_pending, summary
+from _common import (
+    ROOT,
+    EndpointFailed,
+    calls,
+    chat_model,
+    demo_dir,
+    fresh_keys,
+    readable,
+    run_ending,
+    sign_pending,
+    summary,
+)
 
 from agentgate.gate import AgentIdentity, Gate
 from agentgate.integrations.langgraph import create_gated_agent
@@ -74,7 +85,8 @@ def tools(gate: Gate, agent: list[AgentIdentity]) -> list[BaseTool]:
     ]
 
 
-def main() -> None:
+def main() -> int:
+    """Run the agent and print the summary; 1 where the endpoint failed a model call, else 0."""
     workdir = demo_dir("support_agent")
     policy, keys = fresh_keys(ROOT / "policies" / "support.yaml", workdir)
     store = workdir / "agentgate.db"
@@ -84,6 +96,7 @@ def main() -> None:
     )
     config: Any = {"configurable": {"thread_id": "ticket-T-1001"}}
     print("agentgate demo: a support agent under policies/support.yaml")
+    stopped = None
     try:
         with sqlite3.connect(workdir / "checkpoints.sqlite", check_same_thread=False) as conn:
             agent = create_gated_agent(
@@ -94,32 +107,42 @@ def main() -> None:
                 checkpointer=SqliteSaver(conn),
                 gate_models=False,
             )
-            state = agent.invoke(
-                {"messages": [{"role": "user", "content": "Ticket T-1001"}]}, config, context=identity
-            )
-            # A model may ask for several gated calls at once (each its own interrupt, resumed by
-            # its id) and for more in later turns: the run is resumed until none is pending.
-            while pending := state.get("__interrupt__"):
-                approvals = sign_pending(
-                    gate,
-                    pending,
-                    keys["alice"],
-                    lambda request: (
-                        "Paused for approval (checkpoint saved in SQLite): "
-                        f"{request['resource']} {request['args']} by {request['requester']}; "
-                        f"approvers {', '.join(request['approvers'])}; alice signs it."
-                    ),
+            try:
+                state = agent.invoke(
+                    {"messages": [{"role": "user", "content": "Ticket T-1001"}]}, config, context=identity
                 )
-                state = agent.invoke(Command(resume=approvals), config, context=identity)
+                # A model may ask for several gated calls at once (each its own interrupt, resumed
+                # by its id) and for more in later turns: the run is resumed until none is pending.
+                while pending := state.get("__interrupt__"):
+                    approvals = sign_pending(
+                        gate,
+                        pending,
+                        keys["alice"],
+                        lambda request: (
+                            "Paused for approval (checkpoint saved in SQLite): "
+                            f"{request['resource']} {request['args']} by {request['requester']}; "
+                            f"approvers {', '.join(request['approvers'])}; alice signs it."
+                        ),
+                    )
+                    state = agent.invoke(Command(resume=approvals), config, context=identity)
+            except EndpointFailed as failure:
+                stopped = failure
+                print(f"Run stopped: {failure}")
+                state = agent.get_state(config).values
         conn.close()
+        if not stopped:
+            print(f"Run finished: {run_ending(state['messages'])}")
         print("\nWhat the model was told:")
-        for message in state["messages"]:
-            if message.type == "tool":
-                print(f"  {message.status:<7} {message.name:<16} {readable(str(message.content), 90)}")
+        told = [message for message in state.get("messages", []) if message.type == "tool"]
+        for message in told:
+            print(f"  {message.status:<7} {message.name:<16} {readable(str(message.content), 90)}")
+        if not told:
+            print("  (nothing: no tool call was answered)")
         summary(gate, [identity], store=store, names={k.did: n for n, k in keys.items()})
     finally:
         gate.close()
+    return 1 if stopped else 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
