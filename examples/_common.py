@@ -301,6 +301,16 @@ def summary(
         print(f"  #{e.index:<3} {e.resource} {e.args} approved by {people.get(e.approver or '', e.approver)}")
     if not approved:
         print("  (none)")
+    # A sub-agent's failure reaches its supervisor's model as a tool answer, not the person
+    # running the example: the log's outcomes say which allowed calls did not end well.
+    failed = [e for e in entries if e.kind == "outcome" and e.status not in (None, "ok")]
+    if failed:
+        print("\nAllowed, but did not end ok:")
+        for e in failed:
+            who = people.get(e.principal, "?")
+            print(
+                f"  #{e.index:<3} {who:<11} {e.resource:<18} {e.status}: {_short('; '.join(e.reasons), 60)}"
+            )
     if peaks:
         print("\nScheduled (peak concurrent calls / policy limit):")
         for tool, peak in sorted(peaks.items()):

@@ -216,6 +216,13 @@ def _summary_agrees_with_log(
     assert [(int(i), who) for i, who in approved] == [
         (e["index"], names[e["approver"]]) for e in entries if e["kind"] == "allow" and e["approver"]
     ]
+    section = out.partition("Allowed, but did not end ok:")[2].partition("Spent")[0]
+    failed = re.findall(r"^  #(\d+) .* (\w+): .*$", section, re.M)
+    assert [(int(i), status) for i, status in failed] == [
+        (e["index"], e["status"])
+        for e in entries
+        if e["kind"] == "outcome" and e["status"] not in (None, "ok")
+    ]
     # Every grant of this run is the root or a child of it: the root's spending is all of it.
     spent = re.search(r"^  grant \w+ of (\S+)\s+(\d+) of", out, re.M)
     assert spent is not None
@@ -301,6 +308,27 @@ def test_an_endpoint_that_fails_stops_the_run_with_a_clear_message_and_a_true_su
     if name == "research_team.py":
         entries = _summary_agrees_with_log(out, tmp_path / "research_team", capsys)
         assert [e["kind"] for e in entries if e["resource"].startswith("model:")] == ["allow", "outcome"]
+
+
+def test_a_sub_agent_whose_model_call_failed_is_named_in_the_summary(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Review R58: a sub-agent's failed model call reached only the supervisor's model; the summary said nothing of it."""
+
+    def answer(request: dict[str, Any]) -> tuple[int, bytes]:
+        offered = {tool["function"]["name"] for tool in request.get("tools", [])}
+        if "ask_researcher" not in offered:  # the researcher's model
+            return 500, b'{"error": {"message": "researcher backend died"}}'
+        if request["messages"][-1]["role"] == "user":
+            return _completion(None, [("ask_researcher", json.dumps({"task": "read arXiv on routing"}))])
+        return _completion("The researcher could not help.")
+
+    with Endpoint(answer) as endpoint:
+        status, out = _run("research_team.py", endpoint.url + "/v1", tmp_path, monkeypatch, capsys)
+    assert status == 0, out[-3000:]  # the supervisor's run ended; its sub-agent's did not
+    entries = _summary_agrees_with_log(out, tmp_path / "research_team", capsys)
+    assert [e["status"] for e in entries if e["kind"] == "outcome" and e["status"] != "ok"] == ["error"]
+    assert re.search(r"^  #\d+\s+researcher\s+model:llama-3.1-8b\s+error: EndpointFailed$", out, re.M), out
 
 
 # --- the environment variables, read by examples/_common.py --------------------------------------
