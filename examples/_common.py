@@ -163,11 +163,15 @@ def _endpoint_trouble(error: Exception, base_url: str, model: str, api_key: str)
     if isinstance(error, openai.NotFoundError):
         served = _served_models(base_url, api_key)
         if served is None:
-            versioned = base_url.rstrip("/") + "/v1"
-            there = _served_models(versioned, api_key)
+            # The usual slips: the version left out, or the whole endpoint's URL pasted.
+            base = base_url.rstrip("/")
+            guesses = [base.removesuffix("/chat/completions"), base + "/v1"]
+            right = next(
+                (url for url in guesses if url != base and _served_models(url, api_key) is not None), None
+            )
             hint = (
-                f"set AGENTGATE_OPENAI_BASE_URL={versioned}, where the endpoint lists its models"
-                if there is not None and not base_url.rstrip("/").endswith("/v1")
+                f"set AGENTGATE_OPENAI_BASE_URL={right}, where the endpoint lists its models"
+                if right is not None
                 else "the URL ends with the API's version, e.g. http://127.0.0.1:8000/v1 for vLLM or llama.cpp"
             )
             return (

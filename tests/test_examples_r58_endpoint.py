@@ -378,14 +378,20 @@ def test_an_empty_api_key_is_no_key(
 def test_a_base_url_without_v1_says_where_the_api_is(
     common: Any, plain_endpoint: Endpoint, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Review R58: a base URL without /v1 ended the example with a bare "Error code: 404" traceback."""
+    """Review R58: a base URL without /v1, or with /chat/completions, ended the example in a 404 traceback."""
     answer = _first_answer(
         common, monkeypatch, AGENTGATE_OPENAI_BASE_URL=plain_endpoint.url, AGENTGATE_OPENAI_MODEL=SERVED
     )
     assert answer.startswith(
         f"failed: no OpenAI-compatible API at AGENTGATE_OPENAI_BASE_URL={plain_endpoint.url} "
     )
-    assert f"set AGENTGATE_OPENAI_BASE_URL={plain_endpoint.url}/v1" in answer
+    hint = f"set AGENTGATE_OPENAI_BASE_URL={plain_endpoint.url}/v1, where the endpoint lists its models"
+    assert answer.endswith(hint)
+    pasted = plain_endpoint.url + "/v1/chat/completions"  # the whole endpoint's URL
+    answer = _first_answer(
+        common, monkeypatch, AGENTGATE_OPENAI_BASE_URL=pasted, AGENTGATE_OPENAI_MODEL=SERVED
+    )
+    assert answer.endswith(hint), answer
 
 
 def test_a_model_the_endpoint_does_not_serve_names_those_it_serves(
