@@ -417,3 +417,21 @@ def test_an_endpoint_nobody_listens_at_is_named(common: Any, monkeypatch: pytest
         url = endpoint.url + "/v1"
     answer = _first_answer(common, monkeypatch, AGENTGATE_OPENAI_BASE_URL=url, AGENTGATE_OPENAI_MODEL=SERVED)
     assert answer.startswith(f"failed: cannot reach the endpoint AGENTGATE_OPENAI_BASE_URL={url} ")
+
+
+def test_a_key_the_endpoint_refuses_says_which_variable_to_set(
+    common: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Review R58: an endpoint refusing the API key (401) ended the example with an authentication traceback."""
+    refused = (401, b'{"error": {"message": "Incorrect API key provided", "code": "invalid_api_key"}}')
+    with Endpoint(lambda request: refused) as endpoint:
+        answer = _first_answer(
+            common,
+            monkeypatch,
+            AGENTGATE_OPENAI_BASE_URL=endpoint.url + "/v1",
+            AGENTGATE_OPENAI_MODEL=SERVED,
+            AGENTGATE_OPENAI_API_KEY="sk-wrong",
+        )
+    assert answer.startswith("failed: the endpoint refused the request (Error code: 401 - ")
+    assert answer.endswith("set AGENTGATE_OPENAI_API_KEY to a key it accepts")
+    assert "sk-wrong" not in answer
