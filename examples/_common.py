@@ -107,7 +107,7 @@ def chat_model(turns: Sequence[AIMessage], *, name: str, served_by: Gate | None 
     except ImportError:
         sys.exit("AGENTGATE_OPENAI_BASE_URL is set: install the client with `pip install langchain-openai`")
     served = _setting("AGENTGATE_OPENAI_MODEL", name)
-    # An empty key is no key: the client refuses one at construction ("Missing credentials").
+    # An empty key counts as none: the client refuses an empty one when made ("Missing credentials").
     api_key = _setting("AGENTGATE_OPENAI_API_KEY", "not-needed")
 
     def failed(error: Exception) -> EndpointFailed:
