@@ -54,6 +54,7 @@ from agentgate.cli._common import (
 )
 from agentgate.errors import (
     AuthorityError,
+    CapabilityError,
     InputError,
     InvalidSignature,
     KeyFileError,
@@ -247,7 +248,21 @@ def _common_grant_args(p: argparse.ArgumentParser, *, required: bool = True) -> 
 
 
 def _capabilities(args: argparse.Namespace) -> list[Capability]:
-    return [Capability.parse(text) for text in args.allow]
+    """The capabilities of each ``--allow``; a value that is no capability is refused with a
+    ``CapabilityError`` naming the flag and the value, cut at 60 characters (an ``--allow`` may
+    be 4,096 long): until review R58 a too-long action or resource was refused without either,
+    and other errors quoted the whole value."""
+    return [_capability(text) for text in args.allow]
+
+
+def _capability(text: str) -> Capability:
+    try:
+        return Capability.parse(text)
+    except CapabilityError as exc:
+        shown = f"{text[:60]!r}{'...' if len(text) > 60 else ''}"
+        # The parser quotes the whole value first where it names it: said once, shortened, here.
+        why = str(exc).removeprefix(f"capability {text!r}: ")
+        raise CapabilityError(f"--allow {shown}: {why}") from None
 
 
 def _role_grant(args: argparse.Namespace, issuer: str) -> tuple[list[Capability], int, Budget | None, int]:

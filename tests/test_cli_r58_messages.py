@@ -1,0 +1,59 @@
+"""Review R58: the one-line messages of ``agentgate grant``, ``approval sign`` and ``policy
+explain`` name what they are about (the flag, the file, the cap), through the real entry point."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from agentgate.cli.main import main
+
+
+@pytest.fixture
+def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("AGENTGATE_STORE", str(tmp_path / "store.db"))
+    monkeypatch.chdir(tmp_path)
+    for name in ("root", "alice", "bob"):
+        assert main(["keys", "new", name, "--dir", "k"]) == 0
+    return tmp_path
+
+
+def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    try:
+        code = main(list(argv))
+    except SystemExit as exc:  # argparse refusals (usage, then one error line)
+        code = int(exc.code or 0)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+ISSUE = ("grant", "issue", "--issuer", "k/root.key", "--to", "k/alice.pub", "--ttl", "1h")
+
+
+def test_an_allow_value_that_is_no_capability_is_named_with_the_flag_and_shortened(
+    env: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Review R58: a too-long action in --allow was refused without naming the flag or the value.
+
+    Rule: exit 2, one line naming ``--allow`` and the value, cut at 60 characters, for issue and
+    delegate alike; the parser's own quote of the whole value is not repeated."""
+    long_action = "tool:search.web#" + "x" * 201
+    code, out, err = cli(capsys, *ISSUE, "--allow", "tool:search.*", "--allow", long_action)
+    assert code == 2 and out == ""
+    assert err == (
+        f"agentgate: error: --allow {long_action[:60]!r}...: a capability's action "
+        f"{'x' * 40!r}... is 201 characters long, more than 200\n"
+    )
+    assert not (env / "store.db").exists()  # nothing issued, nothing recorded
+    code, _, err = cli(capsys, *ISSUE, "--allow", "tool:search.web?q=", "--out", "a.tok")
+    assert code == 2 and err.count("\n") == 1
+    assert err == (
+        "agentgate: error: --allow 'tool:search.web?q=': clause 'q=': empty value "
+        '(the empty string is written "")\n'
+    )
+    assert cli(capsys, *ISSUE, "--allow", "tool:search.*", "--out", "a.tok")[0] == 0
+    delegate = ("grant", "delegate", "a.tok", "--as", "k/alice.key", "--to", "k/bob.pub", "--ttl", "5m")
+    code, out, err = cli(capsys, *delegate, "--allow", "tool:" + "y" * 300)
+    assert code == 2 and out == ""
+    assert err.startswith(f"agentgate: error: --allow {'tool:' + 'y' * 55!r}...: resource name longer")
