@@ -3,6 +3,7 @@ explain`` name what they are about (the flag, the file, the cap), through the re
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 import pytest
@@ -57,3 +58,34 @@ def test_an_allow_value_that_is_no_capability_is_named_with_the_flag_and_shorten
     code, out, err = cli(capsys, *delegate, "--allow", "tool:" + "y" * 300)
     assert code == 2 and out == ""
     assert err.startswith(f"agentgate: error: --allow {'tool:' + 'y' * 55!r}...: resource name longer")
+
+
+@pytest.mark.parametrize(
+    ("payload", "why"),
+    [
+        ("[1, 2]", "the payload must be a JSON object: the interrupt payload or its 'request'"),
+        ('{"request": {"id": "r1"}}', "the request has no 'call_hash'; pass the whole interrupt payload"),
+        (
+            '{"request": {"id": "r1", "call_hash": "h", "expires_at": "soon"}}',
+            "the request's 'expires_at' must be a time in seconds since 1970",
+        ),
+        (
+            '{"id": "r1", "call_hash": "h", "expires_at": 1, "resource": "tool:x", "action": "invoke", '
+            '"args_digest": "d", "grant": "g"}',
+            "the request has no 'call_id': it does not show the call it asks to approve",
+        ),
+    ],
+)
+def test_approval_sign_names_the_payload_file_it_read(
+    env: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, payload: str, why: str
+) -> None:
+    """Review R58: approval sign's errors about the request said PAYLOAD, not the file read.
+
+    Rule: exit 2, one line that starts with the file's name (``-`` for standard input), as the
+    errors reading the file do, nothing on standard output."""
+    (env / "asked.json").write_text(payload)
+    code, out, err = cli(capsys, "approval", "sign", "asked.json", "--as", "k/bob.key")
+    assert (code, out, err) == (2, "", f"agentgate: error: asked.json: {why}\n")
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(payload.encode())))
+    code, out, err = cli(capsys, "approval", "sign", "-", "--as", "k/bob.key")
+    assert (code, out, err) == (2, "", f"agentgate: error: -: {why}\n")

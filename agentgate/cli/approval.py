@@ -28,7 +28,7 @@ from agentgate.audit.entry import argument_digest
 from agentgate.cli._common import given, listed, open_existing_store, printable, unix, utc
 from agentgate.errors import InputError
 from agentgate.gate import Approval, approval_call_hash
-from agentgate.keys import load_signing_key, read_regular_file, replace_file
+from agentgate.keys import load_signing_key, read_regular_file, replace_file, shown_path
 from agentgate.store.approvals import ApprovalStore
 
 
@@ -104,7 +104,7 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def _sign(args: argparse.Namespace) -> int:
-    request = _request(_read(args.payload))
+    request = _request(_read(args.payload), args.payload)
     key = load_signing_key(args.key)
     if request["expires_at"] <= time.time():
         sys.stderr.write(
@@ -165,41 +165,43 @@ _HASHED_FIELDS = ("resource", "action", "args_digest", "grant", "call_id")
 _LATEST = 10**11  # seconds since 1970: the year 5138; later is no expiry a Gate writes
 
 
-def _request(payload: Any) -> dict[str, Any]:
+def _request(payload: Any, source: str) -> dict[str, Any]:
     """The request in an interrupt payload (or the request itself), checked for what signing needs.
 
     Raises ``InputError`` (exit 2) for a request without a text ``id`` and ``call_hash``, one
     that does not show every part of the call it hashes (``resource``, ``action``,
     ``args_digest``, ``grant``, ``call_id``: the Gate writes all five, ``call_id`` ``""`` when the
     call has none), an ``expires_at`` that is not a number of seconds, fields of the wrong type,
-    or text that is not valid Unicode.
+    or text that is not valid Unicode; each error names the file ``source`` (``-``: standard
+    input), as ``_read``'s do (until review R58 they said ``PAYLOAD``, whichever file it was).
     """
+    name = "-" if source == "-" else shown_path(source)
     inner = payload.get("request", payload) if isinstance(payload, dict) else None
     if not isinstance(inner, dict):
-        raise InputError("PAYLOAD must be a JSON object: the interrupt payload or its 'request'")
+        raise InputError(f"{name}: the payload must be a JSON object: the interrupt payload or its 'request'")
     for field in ("id", "call_hash"):
         if not isinstance(inner.get(field), str) or not inner[field]:
-            raise InputError(f"PAYLOAD: the request has no {field!r}; pass the whole interrupt payload")
+            raise InputError(f"{name}: the request has no {field!r}; pass the whole interrupt payload")
     expires = inner.get("expires_at")
     if isinstance(expires, bool) or not isinstance(expires, int | float) or not 0 <= expires < _LATEST:
-        raise InputError("PAYLOAD: the request's 'expires_at' must be a time in seconds since 1970")
+        raise InputError(f"{name}: the request's 'expires_at' must be a time in seconds since 1970")
     for field in _TEXT_FIELDS:
         if field in inner and not isinstance(inner[field], str):
-            raise InputError(f"PAYLOAD: the request's {field!r} must be text")
+            raise InputError(f"{name}: the request's {field!r} must be text")
     for field in ("approvers", "reasons"):
         value = inner.get(field, [])
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            raise InputError(f"PAYLOAD: the request's {field!r} must be a list of text")
+            raise InputError(f"{name}: the request's {field!r} must be a list of text")
     if not isinstance(inner.get("args", {}), dict):
-        raise InputError("PAYLOAD: the request's 'args' must be an object")
+        raise InputError(f"{name}: the request's 'args' must be an object")
     try:
         json.dumps(inner, ensure_ascii=False).encode("utf-8")
     except UnicodeEncodeError:
-        raise InputError("PAYLOAD holds text that is not valid Unicode") from None
+        raise InputError(f"{name}: the request holds text that is not valid Unicode") from None
     for field in _HASHED_FIELDS:
         if field not in inner:
             raise InputError(
-                f"PAYLOAD: the request has no {field!r}: it does not show the call it asks to approve"
+                f"{name}: the request has no {field!r}: it does not show the call it asks to approve"
             )
     return inner
 
