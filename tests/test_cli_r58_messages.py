@@ -89,3 +89,23 @@ def test_approval_sign_names_the_payload_file_it_read(
     monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(payload.encode())))
     code, out, err = cli(capsys, "approval", "sign", "-", "--as", "k/bob.key")
     assert (code, out, err) == (2, "", f"agentgate: error: -: {why}\n")
+
+
+SUPPORT = str(Path(__file__).resolve().parents[1] / "policies" / "support.yaml")
+
+
+def test_policy_explain_shows_the_call_arguments_as_json(capsys: pytest.CaptureFixture[str]) -> None:
+    """Review R58: policy explain showed the call's arguments as a Python dict ({'a': 1}).
+
+    Rule: the first line writes them as JSON, as --args takes them and as the rule's constraints
+    are written (text quoted with ", true/false/null, escapes); what a terminal would not show
+    as it is stays escaped (\\u202e)."""
+    args = '{"order_id": "o-1 \\"quoted\\" \\u202e", "amount": 80, "currency": "EUR", "rush": true}'
+    code = main(["policy", "explain", SUPPORT, "--as", "support-agent", "--tool", "payments.refund",
+                 "--args", args])  # fmt: skip
+    first = capsys.readouterr().out.splitlines()[0]
+    assert code == 1  # 'rush' is not an argument the tool declares
+    assert first == (
+        'DENY: support-agent calling tool:payments.refund with {"order_id": "o-1 \\"quoted\\" \\u202e", '
+        '"amount": 80, "currency": "EUR", "rush": true}'
+    )

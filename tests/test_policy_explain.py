@@ -37,10 +37,10 @@ def test_a_call_holding_an_integer_too_long_to_write_is_explained() -> None:
     decision, said = explain(index, "bot", Call.tool("t", {"x": huge}))
     assert decision.outcome is Outcome.ALLOW
     assert said.splitlines()[0] == (
-        "ALLOW: bot calling tool:t with {'x': <int with an integer of too many digits to write>}"
+        'ALLOW: bot calling tool:t with {"x": <int with an integer of too many digits to write>}'
     )
     decision, said = explain(index, "bot", Call.tool("t", {"x": -huge}))
     assert decision.outcome is Outcome.DENY and "too many digits" in said
     decision, said = explain(index, "bot", Call.model("m", {"max_tokens": 5, "stop": [huge]}))
     assert decision.outcome is Outcome.ALLOW
-    assert "{'max_tokens': 5, 'stop': <list with an integer of too many digits to write>}" in said
+    assert '{"max_tokens": 5, "stop": <list with an integer of too many digits to write>}' in said

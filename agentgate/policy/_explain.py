@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 from agentgate.capabilities import Call
 from agentgate.findings import Outcome
 from agentgate.keys import shown_path
@@ -15,6 +18,17 @@ _VERDICT = {
 }
 
 
+def _json(value: Any) -> str:
+    """``value`` as JSON, as ``--args`` and the rule's constraints are written (``{"a": 1}``, not
+    Python's ``{'a': 1}``, until review R58); where it has no JSON text, ``_shown``'s words: an
+    integer of more than 4,300 digits, which Python refuses to write in decimal, or a value no
+    JSON holds (from a Python caller)."""
+    try:
+        return json.dumps(value, ensure_ascii=False)
+    except (ValueError, TypeError):
+        return _shown(value)
+
+
 def explain(index: PolicyIndex, principal: str, call: Call) -> tuple[PolicyDecision, str]:
     """Evaluate ``call`` by ``principal`` and return the decision with a plain-text account of it."""
     decision = index.evaluate(principal, call)
@@ -22,8 +36,7 @@ def explain(index: PolicyIndex, principal: str, call: Call) -> tuple[PolicyDecis
     # A name that is no principal of the policy is the caller's text: shown with its line breaks
     # and escapes escaped (as a path is), so that it cannot add a line to the account (review R55).
     who = decision.principal or shown_path(principal)
-    # Each argument by ``_shown``: ``repr`` of an integer of more than 4,300 digits raises.
-    args = "{" + ", ".join(f"{name!r}: {_shown(value)}" for name, value in call.args.items()) + "}"
+    args = "{" + ", ".join(f"{_json(name)}: {_json(value)}" for name, value in call.args.items()) + "}"
     lines = [f"{_VERDICT[decision.outcome]}: {who} calling {call.resource} with {args}"]
     if decision.principal is not None:
         roles = policy.principal_roles(decision.principal)
