@@ -109,3 +109,57 @@ def test_policy_explain_shows_the_call_arguments_as_json(capsys: pytest.CaptureF
         'DENY: support-agent calling tool:payments.refund with {"order_id": "o-1 \\"quoted\\" \\u202e", '
         '"amount": 80, "currency": "EUR", "rush": true}'
     )
+
+
+CAPPED_POLICY = """\
+version: 1
+settings:
+  max_ttl_s: 3600
+trust_anchors:
+  root:
+    key: k/root.pub
+tools:
+  search.web:
+    args:
+      q: {type: string}
+roles:
+  long:
+    kind: agent
+    capabilities:
+      - resource: tool:search.web
+    ttl_s: 86400
+  unset:
+    kind: agent
+    capabilities:
+      - resource: tool:search.web
+  short:
+    kind: agent
+    capabilities:
+      - resource: tool:search.web
+    ttl_s: 600
+"""
+
+
+def test_a_ttl_over_the_policy_max_ttl_s_names_the_setting_not_the_role(
+    env: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Review R58: a --ttl over settings.max_ttl_s was said to exceed "the role's TTL".
+
+    Rule: the message names what caps the grant: the policy's settings.max_ttl_s (with the
+    role's own ttl_s, or that it sets none) where that is shorter, else the role's TTL."""
+    (env / "pol.yaml").write_text(CAPPED_POLICY)
+    base = ("grant", "issue", "--issuer", "k/root.key", "--to", "k/alice.pub", "--policy", "pol.yaml")
+    code, out, err = cli(capsys, *base, "--role", "long", "--ttl", "2h")
+    assert (code, out) == (2, "")
+    assert err == (
+        "agentgate: error: --ttl 2h exceeds the policy's settings.max_ttl_s of 3600s, which caps "
+        "every grant (role long's ttl_s of 86400s)\n"
+    )
+    code, _, err = cli(capsys, *base, "--role", "unset", "--ttl", "2h")
+    assert code == 2 and err == (
+        "agentgate: error: --ttl 2h exceeds the policy's settings.max_ttl_s of 3600s, which caps "
+        "every grant (role unset sets no ttl_s)\n"
+    )
+    code, _, err = cli(capsys, *base, "--role", "short", "--ttl", "20m")
+    assert code == 2 and err == "agentgate: error: --ttl 20m exceeds role short's TTL of 600s\n"
+    assert cli(capsys, *base, "--role", "long", "--ttl", "1h", "--out", "a.tok")[0] == 0

@@ -14,7 +14,7 @@ import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agentgate.authority import (
     MAX_TOKEN_BYTES,
@@ -67,6 +67,9 @@ from agentgate.keys import load_public_key, load_signing_key, read_regular_file,
 from agentgate.store import Store, open_store
 from agentgate.store._sqlite import tables_of
 from agentgate.store.grants import GRANTS_DDL
+
+if TYPE_CHECKING:  # the policy layer is imported only for --policy (_role_grant)
+    from agentgate.policy import Policy
 
 
 def _depth(text: str) -> int:
@@ -279,7 +282,7 @@ def _role_grant(args: argparse.Namespace, issuer: str) -> tuple[list[Capability]
     template = role_grant_template(policy, args.role)
     ttl = template.ttl_s if args.ttl is None else parse_duration(args.ttl)
     if ttl > template.ttl_s:
-        raise InputError(f"--ttl {args.ttl} exceeds role {args.role}'s TTL of {template.ttl_s}s")
+        raise InputError(f"--ttl {args.ttl} exceeds {_ttl_cap(policy, args.role, template.ttl_s)}")
     budget = Budget(template.budget.limit, template.budget.unit) if template.budget else None
     if args.budget is not None:
         asked = Budget.parse(args.budget)
@@ -297,6 +300,17 @@ def _role_grant(args: argparse.Namespace, issuer: str) -> tuple[list[Capability]
             f"--max-depth {depth} exceeds role {args.role}'s delegation depth {template.max_depth}"
         )
     return list(template.capabilities), ttl, budget, depth
+
+
+def _ttl_cap(policy: Policy, role: str, ttl_s: int) -> str:
+    """What caps the TTL ``ttl_s`` of a grant of ``role``, in words: the role's own ``ttl_s``, or
+    the policy's ``settings.max_ttl_s`` where the role's is longer or it sets none (until review
+    R58 both were called the role's TTL, and the role's own, longer, was nowhere said)."""
+    own = policy.document.roles[role].ttl_s
+    if own is not None and own <= ttl_s:
+        return f"role {role}'s TTL of {ttl_s}s"
+    whose = f"role {role}'s ttl_s of {own}s" if own is not None else f"role {role} sets no ttl_s"
+    return f"the policy's settings.max_ttl_s of {ttl_s}s, which caps every grant ({whose})"
 
 
 def _read_token(path: Path) -> Chain:
