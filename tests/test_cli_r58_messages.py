@@ -163,3 +163,23 @@ def test_a_ttl_over_the_policy_max_ttl_s_names_the_setting_not_the_role(
     code, _, err = cli(capsys, *base, "--role", "short", "--ttl", "20m")
     assert code == 2 and err == "agentgate: error: --ttl 20m exceeds role short's TTL of 600s\n"
     assert cli(capsys, *base, "--role", "long", "--ttl", "1h", "--out", "a.tok")[0] == 0
+
+
+def test_grant_delegate_prints_its_deny_on_stderr_and_leaves_stdout_to_the_token(
+    env: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Review R58 (the contract kept, documented): grant delegate's deny went to stderr where grant
+    check's goes to stdout. docs/cli.md now says why: delegate's standard output is the child's
+    token, so ``grant delegate ... > child.tok`` never writes a finding where a token belongs.
+
+    Rule: exit 1, standard output empty, one line ``deny: kind code [field]: message`` on
+    standard error, for a widening and for a parent revoked in the store alike."""
+    assert cli(capsys, *ISSUE, "--allow", "tool:search.*", "--out", "a.tok")[0] == 0
+    delegate = ("grant", "delegate", "a.tok", "--as", "k/alice.key", "--to", "k/bob.pub", "--ttl", "5m")
+    code, out, err = cli(capsys, *delegate, "--allow", "tool:payments.refund")
+    assert (code, out) == (1, "") and err.count("\n") == 1
+    assert err.startswith("deny: scope_creep capability_widened [capabilities]: child capability")
+    assert cli(capsys, "grant", "revoke", "a.tok")[0] == 0
+    code, out, err = cli(capsys, *delegate, "--allow", "tool:search.web")
+    assert (code, out) == (1, "") and err.count("\n") == 1
+    assert err.startswith("deny: non_revocable_grant revoked: grant ")
