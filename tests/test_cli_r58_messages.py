@@ -183,3 +183,26 @@ def test_grant_delegate_prints_its_deny_on_stderr_and_leaves_stdout_to_the_token
     code, out, err = cli(capsys, *delegate, "--allow", "tool:search.web")
     assert (code, out) == (1, "") and err.count("\n") == 1
     assert err.startswith("deny: non_revocable_grant revoked: grant ")
+
+
+@pytest.mark.parametrize(
+    ("verb", "usage"),
+    [
+        (("policy", "explain"), "--as PRINCIPAL --tool NAME [--args JSON] [--json] FILE"),
+        (("policy", "lint"), "[--json] FILE"),
+        (("policy", "schema"), "[--output FILE]"),
+        (("audit", "explain"), "[--store URL] [--key PUBFILE] [--trust PUBFILE|DID] INDEX"),
+        (("audit", "prove"), "[--store URL] --out FILE INDEX"),
+        (("broker", "leases"), "[--store URL] [--broker NAME] [--json]"),
+    ],
+)
+def test_help_names_the_placeholders_docs_cli_uses(
+    capsys: pytest.CaptureFixture[str], verb: tuple[str, str], usage: str
+) -> None:
+    """Review R58: --help wrote argparse's defaults (--tool TOOL, --args ARGS, file, index,
+    --store STORE, --broker BROKER) where docs/cli.md writes NAME, JSON, FILE, INDEX, URL.
+
+    Rule: each usage line uses the placeholders of the verb's synopsis in docs/cli.md."""
+    code, out, _ = cli(capsys, *verb, "--help")
+    assert code == 0
+    assert usage in " ".join(out.split("\n\n")[0].split())

@@ -66,7 +66,10 @@ def register(subparsers: Any) -> None:
     def add(name: str, help_text: str, handler: Any, *, reads: bool = True) -> argparse.ArgumentParser:
         p: argparse.ArgumentParser = sub.add_parser(name, help=help_text)
         p.add_argument(
-            "--store", type=given, help="store URL or SQLite path (default: AGENTGATE_STORE, then .agentgate)"
+            "--store",
+            type=given,
+            metavar="URL",
+            help="store URL or SQLite path (default: AGENTGATE_STORE, then .agentgate)",
         )
         if reads:
             p.add_argument(
@@ -108,7 +111,7 @@ def register(subparsers: Any) -> None:
     )
 
     explain = add("explain", "the authority behind one entry", _explain)
-    explain.add_argument("index", type=_index)
+    explain.add_argument("index", type=_index, metavar="INDEX")
     explain.add_argument(
         "--trust",
         action="append",
@@ -126,7 +129,7 @@ def register(subparsers: Any) -> None:
     )
 
     prove = add("prove", "write a proof bundle for one entry (signs a fresh checkpoint)", _prove, reads=False)
-    prove.add_argument("index", type=_index)
+    prove.add_argument("index", type=_index, metavar="INDEX")
     prove.add_argument("--out", type=given, metavar="FILE", required=True)
 
     verify_proof = sub.add_parser("verify-proof", help="verify a proof bundle offline")

@@ -38,10 +38,17 @@ def register(subparsers: Any) -> None:
 
     def common(p: argparse.ArgumentParser) -> None:
         p.add_argument(
-            "--store", type=given, help="store URL or SQLite path (default: AGENTGATE_STORE, then .agentgate)"
+            "--store",
+            type=given,
+            metavar="URL",
+            help="store URL or SQLite path (default: AGENTGATE_STORE, then .agentgate)",
         )
         p.add_argument(
-            "--broker", default="default", type=given_text, help="broker name in the store (default: default)"
+            "--broker",
+            default="default",
+            type=given_text,
+            metavar="NAME",
+            help="broker name in the store (default: default)",
         )
         p.add_argument("--json", action="store_true", help="print JSON instead of a table")
 

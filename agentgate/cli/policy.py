@@ -27,22 +27,33 @@ def register(subparsers: Any) -> None:
     sub.required = True
 
     p_lint = sub.add_parser("lint", help="find the four failure states in a policy file")
-    p_lint.add_argument("file", type=given)
+    p_lint.add_argument("file", type=given, metavar="FILE")
     p_lint.add_argument("--json", action="store_true", help="print findings as JSON")
     p_lint.set_defaults(handler=_lint)
 
     p_explain = sub.add_parser("explain", help="say whether a call is allowed and why")
-    p_explain.add_argument("file", type=given)
+    p_explain.add_argument("file", type=given, metavar="FILE")
     p_explain.add_argument(
-        "--as", dest="principal", required=True, type=given_text, help="principal name or did:key"
+        "--as",
+        dest="principal",
+        required=True,
+        type=given_text,
+        metavar="PRINCIPAL",
+        help="principal name or did:key",
     )
-    p_explain.add_argument("--tool", required=True, type=given_text, help="tool name, e.g. payments.refund")
-    p_explain.add_argument("--args", default="{}", type=text, help="call arguments as a JSON object")
-    p_explain.add_argument("--json", action="store_true")
+    p_explain.add_argument(
+        "--tool", required=True, type=given_text, metavar="NAME", help="tool name, e.g. payments.refund"
+    )
+    p_explain.add_argument(
+        "--args", default="{}", type=text, metavar="JSON", help="call arguments as a JSON object"
+    )
+    p_explain.add_argument("--json", action="store_true", help="print the decision as one JSON object")
     p_explain.set_defaults(handler=_explain)
 
     p_schema = sub.add_parser("schema", help="print the policy JSON Schema")
-    p_schema.add_argument("--output", "-o", type=given, help="write to this file instead of stdout")
+    p_schema.add_argument(
+        "--output", "-o", type=given, metavar="FILE", help="write to this file instead of stdout"
+    )
     p_schema.set_defaults(handler=_schema)
 
 
