@@ -24,7 +24,7 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff format --check agentgate tests benchmarks examples
 
 typecheck: $(STAMP)
-	$(VENV)/bin/mypy agentgate
+	$(VENV)/bin/mypy agentgate benchmarks
 
 # The suite runs on every core, up to four (pytest-xdist): each worker starts its own PostgreSQL
 # server. On two cores it takes a little over half the time of one process.

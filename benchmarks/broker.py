@@ -52,10 +52,12 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import cast
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from agentgate.dispatch.broker import (
+    Bound,
     Broker,
     BrokerEvent,
     CheckpointNotice,
@@ -80,6 +82,7 @@ GRACE_S = 120.0
 LOCALITY_WAIT_S = math.inf  # communication-bound gangs never spread (docs/broker.md, Benchmark)
 DRAIN_AFTER_S = 600.0
 MAX_DRAINING = 0
+_UNCOUPLED: list[Bound] = ["compute", "memory"]  # the probes' hints that are not communication-bound
 
 
 @dataclass
@@ -250,7 +253,7 @@ def simulate(
             assert isinstance(data, Job)
             events = submit(data, t)
         elif kind in ("done", "checkpointed"):
-            lease_id, version = data  # type: ignore[misc]
+            lease_id, version = cast(tuple[str, int], data)
             run = running.get(lease_id)
             if run is None or run.version != version:
                 continue
@@ -320,7 +323,7 @@ def decision_times(samples: int, seed: int) -> dict[str, float]:
         while broker.free_gpus() > 250:
             n += 1
             size = _pick(fill_rng, SIZES)
-            bound = "communication" if size >= 2 and fill_rng.random() < 0.5 else "compute"
+            bound: Bound = "communication" if size >= 2 and fill_rng.random() < 0.5 else "compute"
             broker.submit(
                 GangRequest(f"fill{n}", rng.choice(list(TENANTS)), size, hint=WorkloadHint(bound=bound))
             )
@@ -329,9 +332,11 @@ def decision_times(samples: int, seed: int) -> dict[str, float]:
         times: list[float] = []
         for k in range(samples):
             size = _pick(rng, SIZES)
-            bound = "communication" if size >= 2 and rng.random() < 0.5 else rng.choice(["compute", "memory"])
+            probe_bound: Bound = (
+                "communication" if size >= 2 and rng.random() < 0.5 else rng.choice(_UNCOUPLED)
+            )
             request = GangRequest(
-                f"probe{k}", rng.choice(list(TENANTS)), size, hint=WorkloadHint(bound=bound)
+                f"probe{k}", rng.choice(list(TENANTS)), size, hint=WorkloadHint(bound=probe_bound)
             )
             started = time.perf_counter()
             events = broker.submit(request)

@@ -216,7 +216,7 @@ class Timer:
     def median(self, fn: Any, repeats: int, warmup: int = 1) -> float:
         for _ in range(warmup):
             fn()
-        samples = []
+        samples: list[float] = []
         for _ in range(repeats):
             if self.cuda:
                 start, end = self.t.cuda.Event(enable_timing=True), self.t.cuda.Event(enable_timing=True)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
 import math
 import random
@@ -124,7 +125,7 @@ def routers(
     common: dict[str, Any] = {"speed": speed, "block_tokens": BLOCK, "seed": seed}
     made: dict[str, Callable[[], RoutingPolicy]] = {"agentgate": lambda: Router(inv, quotas=quotas, **common)}
     for name, cls in BASELINES.items():
-        made[name] = lambda cls=cls: cls(inv, **common)
+        made[name] = functools.partial(cls, inv, **common)
     return made
 
 
@@ -168,7 +169,7 @@ def figures(outcomes: list[Outcome]) -> dict[str, Any]:
         "ttft_p90": pct(ttft, 0.9),
         "ttft_p99": pct(ttft, 0.99),
         "queue_delay_p99": pct(excess, 0.99),
-        "tpot_mean": statistics.fmean(t for o in served if (t := o.tpot) is not None),
+        "tpot_mean": statistics.fmean(tpot for o in served if (tpot := o.tpot) is not None),
         "e2e_p50": pct([e for o in served if (e := o.e2e) is not None], 0.5),
         "e2e_p99": pct([e for o in served if (e := o.e2e) is not None], 0.99),
         "prefix_hit_rate": sum(o.cached_tokens for o in served) / prompt if prompt else 0.0,

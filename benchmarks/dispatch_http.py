@@ -159,7 +159,7 @@ def _litellm_router(backend_url: str) -> tuple[Any, str]:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     try:
         import litellm
-        from litellm import Router
+        from litellm.router import Router
     except Exception as exc:  # an import failure of an optional comparison must not stop the run
         return None, f"litellm not importable: {type(exc).__name__}: {exc}"
     litellm.telemetry = False

@@ -405,7 +405,7 @@ def alone_cold(workdir: Path, n: int) -> float:
     the same work as the tight loop, on caches as cold as LangGraph's work between two of an
     agent's calls leaves them. Apart from ``in_run_vs_alone`` (its heap is not alive there)."""
     gate, _keys, identity = _gate(workdir / "cold.db", "NORMAL")
-    heap = [{"n": i, "s": str(i)} for i in range(200_000)]
+    heap: list[dict[str, Any]] = [{"n": i, "s": str(i)} for i in range(200_000)]
     cold: list[float] = []
     try:
         for i in range(5):  # warm-up
