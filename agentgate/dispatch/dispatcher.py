@@ -15,7 +15,9 @@ call asked for that much, and another backend would generate it again; its backe
 down either); when every usable backend is marked down the
 call waits up to ``recovery_wait_s`` for one to come back before it fails with ``NoBackend``. A
 stream that fails after output has been delivered cannot be replayed transparently and ends
-with ``BackendFailed``.
+with ``BackendFailed``; chunks that carry no output (an engine's opening ``{"role": "assistant"}``)
+are held back until the first that does (``MAX_HELD_CHUNKS``), so a stream failing after them
+fails over as one failing before any chunk (until review R58 the role alone counted as delivered).
 
 A backend that answers 401 or 403 rejected our credentials (``BackendRejectedCredentials``): like
 any failure it is marked down and the call fails over, but passing ``/health`` does not bring it
@@ -47,7 +49,14 @@ from opentelemetry import context as otel_context
 
 from agentgate._names import check_session, check_tenant
 from agentgate.dispatch._policy import AllowedBackend, RoutePlan, RouteRequest, RoutingPolicy
-from agentgate.dispatch.backends import MAX_USAGE_TOKENS, BackendClient, ChatChunk, ChatResult, Timeouts
+from agentgate.dispatch.backends import (
+    MAX_USAGE_TOKENS,
+    BackendClient,
+    ChatChunk,
+    ChatResult,
+    Timeouts,
+    carries_output,
+)
 from agentgate.dispatch.inventory import Inventory
 from agentgate.dispatch.prefix import block_hashes, estimate_prompt_tokens, prompt_text
 from agentgate.errors import (
@@ -67,6 +76,14 @@ DEFAULT_SLO_TTFT_S = 2.0
 FREED_WAIT_S = 0.25
 """The longest a call waiting for a slot waits for one to free before it asks the router again
 (well under ``router.WAITER_TIMEOUT_S``, after which a waiter that has not asked leaves the line)."""
+
+
+MAX_HELD_CHUNKS = 64
+"""The most chunks of a stream held back before its first output (``stream``): chunks that carry
+none of the answer (the role alone, an empty delta, a usage) are passed on with the first that
+carries some, so that a backend failing after them is failed over as one failing before any chunk
+(nothing the caller can use was delivered). Past this many the stream counts as delivered: a
+bound on what a backend chattering without output can make the dispatcher hold."""
 
 
 MAX_REJECTED_COOLDOWN_S = 300.0
@@ -412,8 +429,12 @@ class Dispatcher:
     async def stream(
         self, payload: Mapping[str, Any], *, allowed: AllowedBackend | None = None, **route: Any
     ) -> AsyncIterator[ChatChunk]:
-        """Route and stream a call; fails over only before the first chunk has been yielded. Every
-        attempt carries the trace context of the span current where the stream is first read.
+        """Route and stream a call; fails over only before its first output has been yielded:
+        chunks that carry none (``carries_output``: the role alone, an empty delta, a usage) are
+        held back and passed on with the first that carries some (or at the stream's end), at
+        most ``MAX_HELD_CHUNKS`` of them; a failure meanwhile fails over and they are dropped, so
+        the caller sees the chunks of one backend only. Every attempt carries the trace context
+        of the span current where the stream is first read.
 
         Raises as ``chat`` does; a failure after output was delivered raises ``BackendFailed``.
         """
@@ -425,18 +446,29 @@ class Dispatcher:
                 plan = await self._plan(request, allowed, errors)
                 assert plan.backend is not None
                 delivered = False
+                held: list[ChatChunk] = []  # the chunks not yet passed on (``MAX_HELD_CHUNKS``)
                 client = self.clients[plan.backend]
                 own = client.transport is None  # over the dispatcher's own session, which ``aclose`` cuts
                 try:
                     self._require_started()  # the dispatcher may have closed while the call waited
                     with self._out_of_reach(client):
                         async for chunk in client.stream(payload):
+                            held.append(chunk)
                             if not delivered:
-                                self.router.first_token(request.id, self.clock())
-                                self._rejections.pop(plan.backend, None)  # as in ``chat``
+                                if not carries_output(chunk) and len(held) < MAX_HELD_CHUNKS:
+                                    continue  # nothing the caller can use yet: a failure fails over
+                                self._first_output(request.id, plan.backend)
                                 delivered = True
-                            with self._handed_out() if own else contextlib.nullcontext():
-                                yield chunk
+                            ready, held = held, []
+                            for out in ready:
+                                with self._handed_out() if own else contextlib.nullcontext():
+                                    yield out
+                        if held:  # an answer of no output at all (a finish reason, a usage)
+                            self._first_output(request.id, plan.backend)
+                            delivered = True
+                            for out in held:
+                                with self._handed_out() if own else contextlib.nullcontext():
+                                    yield out
                 except BackendFailed as exc:
                     self._failed(request.id, plan.backend, exc, errors)
                     if delivered:
@@ -450,6 +482,12 @@ class Dispatcher:
                 f"call failed on {self.max_attempts} attempts: " + "; ".join(errors),
                 retry_after_s=self._held_for(request.model, allowed),
             )
+
+    def _first_output(self, request_id: str, backend: str) -> None:
+        """A stream's first output has come from ``backend``: its first token for the router, and
+        the backend took our key (as a ``chat`` answered)."""
+        self.router.first_token(request_id, self.clock())
+        self._rejections.pop(backend, None)
 
     def _require_started(self) -> None:
         if self._closing:
