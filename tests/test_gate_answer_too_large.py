@@ -27,8 +27,8 @@ RESERVED = 120
 
 class Declared(Oversized):
     """A backend that, in mode ``sent``, answers a JSON call 200 with a ``Content-Length`` over
-    ``MAX_ANSWER_BYTES`` and sends that body, while the client reads. (The gateway's pool refuses
-    the declared length before any body; the dispatcher's own client reads up to the limit.)"""
+    ``MAX_ANSWER_BYTES`` and sends that body, while the client reads. (Every client path refuses
+    the declared length before any body: since review R58 the dispatcher's own too.)"""
 
     async def _answer(self, w: asyncio.StreamWriter, r: asyncio.StreamReader, stream: bool) -> bool:
         if self.mode != "sent" or stream:

@@ -128,6 +128,17 @@ no more of it than has arrived once any has (``_post_stream``)."""
 _JSON = {"content-type": "application/json"}
 
 
+def _refuse_declared(length: str | None) -> None:
+    """Raise ``AnswerTooLarge`` for a successful answer whose ``Content-Length`` (``length``, as
+    sent; ``None`` without one) declares more than ``MAX_ANSWER_BYTES``, at its head, before any
+    of its body is read: the declared length decides it, as the gateway's pool decides it
+    (``_upstream``). Until review R58 the dispatcher's own clients read up to the limit first
+    (64 MiB, or until ``first_token_s`` of a body held back), and a body cut short before the
+    limit was a ``BackendFailed``: retried on other backends, each marked down."""
+    if length is not None and length.strip().isdigit() and int(length) > MAX_ANSWER_BYTES:
+        raise AnswerTooLarge(f"the answer is larger than {MAX_ANSWER_BYTES} bytes")
+
+
 @dataclass(frozen=True, slots=True)
 class Timeouts:
     """How long a backend may take (seconds). Raises ``InputError`` for a limit that is not
@@ -284,7 +295,8 @@ class BackendClient:
         whole body (redirects not followed), or for a status of 300 or more what has arrived of
         the body once any has, at most ``_QUOTED`` bytes (an error's body is quoted, never waited
         for or held whole), and the answer's ``Retry-After`` (``None`` without one); raises
-        ``AnswerTooLarge`` for a body over ``MAX_ANSWER_BYTES``."""
+        ``AnswerTooLarge`` for a body over ``MAX_ANSWER_BYTES``, at the head for one whose
+        ``Content-Length`` declares more (``_refuse_declared``)."""
         if self.transport is not None:
             if trace and self._transport_headers(self.transport):
                 traced = cast(_HeaderTransport, self.transport)
@@ -306,6 +318,7 @@ class BackendClient:
                     if answer.status >= 300:
                         retry_after = answer.headers.get("Retry-After")
                         return answer.status, await answer.content.read(_QUOTED), retry_after
+                    _refuse_declared(answer.headers.get("Content-Length"))
                     small = answer.content_length is not None and answer.content_length <= _SMALL
                     if small and "content-encoding" not in answer.headers:
                         return answer.status, await answer.read(), None  # the usual answer: a few kB
@@ -321,6 +334,7 @@ class BackendClient:
         ) as response:
             if response.status_code >= 300:
                 return response.status_code, await _start(response), response.headers.get("Retry-After")
+            _refuse_declared(response.headers.get("Content-Length"))
             return response.status_code, await self._capped(response.aiter_bytes()), None
 
     async def _capped(self, chunks: AsyncIterator[bytes]) -> bytes:
