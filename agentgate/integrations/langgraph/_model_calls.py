@@ -28,8 +28,9 @@ from agentgate.dispatch.prefix import (
 )
 from agentgate.errors import CapabilityError, InputError
 from agentgate.gate import AgentIdentity, Authorization, Gate
+from agentgate.gate._outcomes import USAGE_UNREAD
 from agentgate.integrations.langgraph._calls import _WATCHED, _answer, _Cut, _Streamed, _tokens_or_cut
-from agentgate.integrations.langgraph._models import DispatchedChatModel, ScriptedChatModel
+from agentgate.integrations.langgraph._models import USAGE_STALE, DispatchedChatModel, ScriptedChatModel
 from agentgate.integrations.langgraph._scope import identity_from_context
 from agentgate.integrations.langgraph._stops import _run_messages, _run_stop, _stop_mark
 
@@ -179,7 +180,7 @@ class _ModelCalls:
                         return _Cut(exc)
                     raise
 
-            return _answer(self.gate.run(auth, call, spent=_tokens_or_cut))
+            return _answer(self.gate.run(auth, call, spent=_spent))
         finally:
             _WATCHED.reset(watching)
 
@@ -210,7 +211,7 @@ class _ModelCalls:
                         return _Cut(exc)
                     raise
 
-            return _answer(await self.gate.arun(auth, call, spent=_tokens_or_cut))
+            return _answer(await self.gate.arun(auth, call, spent=_spent))
         finally:
             _WATCHED.reset(watching)
 
@@ -267,6 +268,19 @@ def _check_model_name(agent: str, name: str, given_as: str) -> None:
             f"resource (model:NAME): {exc}; pass the name the policy uses "
             "(create_gated_agent(model_name=...), GateMiddleware(model=...))"
         ) from exc
+
+
+def _spent(response: ModelResponse[Any] | AIMessage | _Cut) -> tuple[int, int] | None:
+    """What a model call used (``_tokens_or_cut``), but ``USAGE_UNREAD`` for a dispatched stream
+    whose last usage was followed by more output (``USAGE_STALE``): charged as reserved, its
+    outcome saying "its usage could not be read", as the gateway's for the same stream (until
+    review R58 "no usage was reported", the reason of a stream that reported none)."""
+    if not isinstance(response, _Cut):
+        messages = response.result if isinstance(response, ModelResponse) else [response]
+        metadata = [getattr(m, "response_metadata", None) for m in messages]
+        if any(isinstance(meta, Mapping) and meta.get(USAGE_STALE) is True for meta in metadata):
+            return USAGE_UNREAD
+    return _tokens_or_cut(response)
 
 
 def _model_name(model: BaseChatModel) -> str:

@@ -34,6 +34,12 @@ from agentgate.dispatch.backends import ChatChunk, Usage
 from agentgate.errors import BackendFailed
 from agentgate.gate._dispatching import MAX_SESSION_CHARS, check_tenant
 
+USAGE_STALE = "usage_stale"
+"""The ``response_metadata`` key (``True``) of a streamed answer whose last usage reported was
+followed by more output (``_StreamUsage``): it carries no ``usage_metadata``, and the middleware
+charges it as reserved with the reason the gateway gives the same stream ("the call ran but its
+usage could not be read"), not that of a stream that reported none."""
+
 
 class DispatchedChatModel(BaseChatModel):
     """A chat model served through the gate's dispatcher: the router picks the backend (an
@@ -297,7 +303,8 @@ class _Pieces:
 
     def tool_calls(self) -> ChatGenerationChunk:
         """The last chunk: the calls put together, judged as a non-streamed answer's, and the
-        last usage reported, unless output came after it (none then)."""
+        last usage reported, unless output came after it (none then, and ``USAGE_STALE`` in its
+        ``response_metadata``)."""
         whole = [call.whole() if isinstance(call, _StreamedCall) else call for call in self.calls.values()]
         calls, invalid = DispatchedChatModel._tool_calls(whole)
         quoted = [
@@ -312,6 +319,8 @@ class _Pieces:
                 usage_metadata=None if (usage := self.usage.usage) is None else _usage_metadata(usage),
                 # As a whole answer keeps them (``_result``): the calls as the backend wrote them.
                 additional_kwargs={"tool_calls": whole} if whole else {},
+                # What the middleware reads to give the gateway's reason for the same stream.
+                response_metadata={USAGE_STALE: True} if self.usage.stale else {},
             )
         )
 
