@@ -92,6 +92,7 @@ from agentgate.errors import (
 )
 
 __all__ = [
+    "DEFAULT_OUTPUT_TOKENS",
     "MAX_ANSWER_BYTES",
     "MAX_CHARS_PER_TOKEN",
     "MAX_LINE_BYTES",
@@ -120,6 +121,9 @@ MAX_ANSWER_BYTES = 64 * 1024 * 1024
 token's log-probabilities is a few MB. A larger one is ``AnswerTooLarge``: the call's own doing
 (tens of thousands of tokens each with 20 log-probabilities, or a long prompt's
 ``prompt_logprobs``), not the backend's failure."""
+DEFAULT_OUTPUT_TOKENS = 256
+"""The output limit taken for a call that names none (``max_completion_tokens``, ``max_tokens``):
+what the router predicts it for, and what its non-streamed answer is waited for (``Timeouts.answer_s``)."""
 _SMALL = 1 << 16
 """An answer of at most this many bytes, not compressed, is read in one go."""
 _QUOTED = 1024
@@ -147,14 +151,31 @@ class Timeouts:
     connect_s: float = 2.0
     """To open a connection."""
     first_token_s: float = 60.0
-    """From sending the request to the first token (or the whole answer when not streaming)."""
+    """From sending the request to the first token of a stream; the part of a non-streamed
+    answer's deadline before its decode (``answer_s``)."""
     idle_s: float = 30.0
     """Between two chunks of a stream."""
     probe_s: float = 1.0
     """For a health check or a metrics scrape."""
+    decode_tokens_per_s: float = 5.0
+    """The slowest decode (tokens per second of one answer) a non-streamed answer is waited for
+    at: well under what an engine decodes one sequence at even in a full batch (tens of tokens
+    per second), so that only a backend that is stuck misses it."""
+
+    def answer_s(self, payload: Mapping[str, Any]) -> float:
+        """The deadline of a non-streamed answer to ``payload``, which comes whole, after its last
+        token: ``first_token_s`` plus its output limit (``max_completion_tokens``, else
+        ``max_tokens``; ``DEFAULT_OUTPUT_TOKENS`` when it names no positive integer) decoded at
+        ``decode_tokens_per_s``. Until review R58 it was ``first_token_s`` alone: an answer that
+        took longer to generate (a few thousand tokens at 30 a second) was a ``BackendFailed``,
+        sent again to each of three backends, and each marked down."""
+        tokens = payload.get("max_completion_tokens") or payload.get("max_tokens")
+        if isinstance(tokens, bool) or not isinstance(tokens, int | float) or not 0 < tokens < math.inf:
+            tokens = DEFAULT_OUTPUT_TOKENS  # as the router takes it (``Dispatcher.route_request``)
+        return self.first_token_s + tokens / self.decode_tokens_per_s
 
     def __post_init__(self) -> None:
-        for name in ("connect_s", "first_token_s", "idle_s", "probe_s"):
+        for name in ("connect_s", "first_token_s", "idle_s", "probe_s", "decode_tokens_per_s"):
             value = getattr(self, name)
             if not 0 < value < math.inf:
                 raise InputError(f"timeout {name} must be positive and finite, got {value!r}")
@@ -177,14 +198,11 @@ class BackendClient:
         self.session = session
         self.transport: ChatTransport | None = None
         self.timeouts = timeouts or Timeouts()
-        self._session_timeout = aiohttp.ClientTimeout(
-            total=None, connect=self.timeouts.connect_s, sock_read=self.timeouts.first_token_s
-        )
         self._stream_session_timeout = aiohttp.ClientTimeout(
             total=None, connect=self.timeouts.connect_s, sock_read=self.timeouts.idle_s
         )
-        # Built once: the same limits for every request of a kind.
-        self._answer_timeout = self._timeout(self.timeouts.first_token_s)
+        # Built once: the same limits for every request of a kind (a non-streamed answer's are
+        # its own: ``Timeouts.answer_s``).
         self._stream_timeout = self._timeout(self.timeouts.idle_s)
         self._probe_timeout = self._timeout(self.timeouts.probe_s)
         self._reading: set[aiohttp.ClientResponse] = set()
@@ -259,13 +277,12 @@ class BackendClient:
 
     async def _chat(self, payload: Mapping[str, Any], trace: Mapping[str, str]) -> ChatResult:
         content = _encode({**payload, "stream": False})
+        deadline = self.timeouts.answer_s(payload)
         try:
-            async with asyncio.timeout(self.timeouts.first_token_s):
-                status, raw, retry_after = await self._post(content, trace)
+            async with asyncio.timeout(deadline):
+                status, raw, retry_after = await self._post(content, trace, deadline)
         except TimeoutError:
-            raise BackendFailed(
-                f"{self.backend.name}: no answer within {self.timeouts.first_token_s}s"
-            ) from None
+            raise BackendFailed(f"{self.backend.name}: no answer within {deadline:g}s") from None
         except (httpx.HTTPError, aiohttp.ClientError, OSError) as exc:
             raise BackendFailed(f"{self.backend.name}: {type(exc).__name__}: {exc}") from None
         except AnswerTooLarge as exc:  # from ``_capped``, or the transport's (the gateway's pool)
@@ -290,8 +307,11 @@ class BackendClient:
         except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
             raise BackendFailed(f"{self.backend.name}: malformed chat completion: {exc}") from None
 
-    async def _post(self, content: bytes, trace: Mapping[str, str]) -> tuple[int, bytes, str | None]:
-        """POST ``content`` to the chat endpoint (with the ``trace`` headers): the status and the
+    async def _post(
+        self, content: bytes, trace: Mapping[str, str], deadline: float
+    ) -> tuple[int, bytes, str | None]:
+        """POST ``content`` to the chat endpoint (with the ``trace`` headers), its answer read
+        within ``deadline`` seconds (``Timeouts.answer_s``): the status and the
         whole body (redirects not followed), or for a status of 300 or more what has arrived of
         the body once any has, at most ``_QUOTED`` bytes (an error's body is quoted, never waited
         for or held whole), and the answer's ``Retry-After`` (``None`` without one); raises
@@ -310,7 +330,9 @@ class BackendClient:
                 self.backend.chat_url,
                 data=content,
                 headers=headers,
-                timeout=self._session_timeout,
+                timeout=aiohttp.ClientTimeout(
+                    total=None, connect=self.timeouts.connect_s, sock_read=deadline
+                ),
                 allow_redirects=False,
             ) as answer:
                 self._reading.add(answer)
@@ -330,7 +352,7 @@ class BackendClient:
             self.backend.chat_url,
             content=content,
             headers=headers,
-            timeout=self._answer_timeout,
+            timeout=self._timeout(deadline),
         ) as response:
             if response.status_code >= 300:
                 return response.status_code, await _start(response), response.headers.get("Retry-After")

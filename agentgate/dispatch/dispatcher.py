@@ -50,6 +50,7 @@ from opentelemetry import context as otel_context
 from agentgate._names import check_session, check_tenant
 from agentgate.dispatch._policy import AllowedBackend, RoutePlan, RouteRequest, RoutingPolicy
 from agentgate.dispatch.backends import (
+    DEFAULT_OUTPUT_TOKENS,
     MAX_USAGE_TOKENS,
     BackendClient,
     ChatChunk,
@@ -317,7 +318,7 @@ class Dispatcher:
         request_id: str | None = None,
     ) -> RouteRequest:
         """The ``RouteRequest`` for an OpenAI chat payload (its output limit: ``max_completion_tokens``,
-        else ``max_tokens``, else 256; its TTFT budget: ``slo_ttft_s``, else ``slo_ttft(model)``);
+        else ``max_tokens``, else ``DEFAULT_OUTPUT_TOKENS`` (256); its TTFT budget: ``slo_ttft_s``, else ``slo_ttft(model)``);
         raises ``DispatchError`` if it is malformed (no model or messages, an output limit that is
         no integer or over ``MAX_USAGE_TOKENS``), ``InputError`` for a ``tenant`` that is no name
         (``check_tenant``) or a ``session`` that is no id (``check_session``), as ``Gate.dispatch``
@@ -334,7 +335,9 @@ class Dispatcher:
         text = prompt_text(chat)
         try:
             # ``max_completion_tokens`` first, as OpenAI and vLLM read it: the limit the backend honours.
-            max_tokens = int(payload.get("max_completion_tokens") or payload.get("max_tokens") or 256)
+            max_tokens = int(
+                payload.get("max_completion_tokens") or payload.get("max_tokens") or DEFAULT_OUTPUT_TOKENS
+            )
         except (TypeError, ValueError, OverflowError):  # OverflowError: an infinite float
             raise DispatchError("max_tokens must be an integer") from None
         if max_tokens > MAX_USAGE_TOKENS:  # no backend generates that many; the router's floats overflow
