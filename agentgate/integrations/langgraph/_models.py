@@ -30,9 +30,10 @@ from langgraph.config import get_config
 from pydantic import Field, field_validator
 
 from agentgate.dispatch._sse import _StreamUsage
-from agentgate.dispatch.backends import ChatChunk, Usage
+from agentgate.dispatch.backends import ChatChunk, Usage, carries_output
 from agentgate.errors import BackendFailed
 from agentgate.gate._dispatching import MAX_SESSION_CHARS, check_tenant
+from agentgate.integrations.langgraph._calls import _WATCHED
 
 USAGE_STALE = "usage_stale"
 """The ``response_metadata`` key (``True``) of a streamed answer whose last usage reported was
@@ -208,6 +209,7 @@ class DispatchedChatModel(BaseChatModel):
             self._payload(messages), tenant=self.tenant, session=_session()
         ):
             piece = pieces.of(served)
+            _watched_output(served)
             if run_manager is not None:
                 run_manager.on_llm_new_token(piece.text, chunk=piece)
             yield piece
@@ -224,10 +226,22 @@ class DispatchedChatModel(BaseChatModel):
         payload = self._payload(messages)
         async for served in self.gate.adispatch_stream(payload, tenant=self.tenant, session=_session()):
             piece = pieces.of(served)
+            _watched_output(served)
             if run_manager is not None:
                 await run_manager.on_llm_new_token(piece.text, chunk=piece)
             yield piece
         yield pieces.tool_calls()
+
+
+def _watched_output(served: ChatChunk) -> None:
+    """Tell the middleware's watch of this model call (``_WATCHED``), if one is set, that
+    ``served`` carried output by the rule of the dispatcher and the gateway (``carries_output``):
+    a tool call fragment or reasoning, which this model does not hand LangChain's callbacks as it
+    comes, counts as text does, so a stream cut after it is charged as reserved, as the gateway
+    charges it (until review R58 the watch saw nothing, and the call was released)."""
+    watch = _WATCHED.get()
+    if watch is not None and not watch.delivered and carries_output(served):
+        watch.delivered = True
 
 
 def _usage_metadata(usage: Usage) -> UsageMetadata:
