@@ -111,8 +111,11 @@ def ran_before(call: Call, state: OnceState, allow_index: int) -> str:
             f"already ran and failed (allowed by audit entry {allow_index}); it may have had its effect"
         )
     else:
+        # Review R58: a worker sharing the store may be running it now (two processes resuming
+        # one LangGraph interrupt); until then this said only that its process may have stopped.
         happened = (
-            f"was started (allowed by audit entry {allow_index}) and its outcome was never recorded: its "
-            "process may have stopped while it ran, so it may have had its effect"
+            f"was started (allowed by audit entry {allow_index}) and its outcome was never recorded: "
+            "it may still be running in another process, or its process stopped while it ran, so it "
+            "may have had its effect"
         )
     return f"{what} {happened}; a tool that is not idempotent runs once, so it is not run again"
