@@ -36,6 +36,7 @@ trust_anchors: {{root: {{did: "{root}"}}}}
 principals:
   agent: {{kind: agent, did: "{agent}", roles: [worker, pinger]}}
   alice: {{kind: human, did: "{alice}"}}
+  bob: {{kind: human, did: "{bob}"}}
 tools:
   pay:
     args: {{amount: {{type: integer, required: true}}}}
@@ -48,10 +49,12 @@ tools:
   ping:
     args: {{n: {{type: integer, required: true}}}}
     idempotent: true
+  wire:
+    args: {{amount: {{type: integer, required: true}}}}
 roles:
   worker:
     kind: agent
-    capabilities: [{{resource: tool:pay}}, {{resource: tool:lookup}}, {{resource: tool:count}}]
+    capabilities: [{{resource: tool:pay}}, {{resource: tool:lookup}}, {{resource: tool:count}}, {{resource: tool:wire}}]
     budget: {{limit: {calls}, unit: calls}}
     ttl_s: 600
   pinger:
@@ -67,6 +70,11 @@ approvals:
   lookup:
     resource: tool:lookup
     approvers: [alice]
+    expiry_s: 600
+  wire:
+    resource: tool:wire
+    approvers: [alice, bob]
+    quorum: 2
     expiry_s: 600
 quotas:
   three-pings-per-decade:
@@ -109,6 +117,10 @@ if extra["mode"] == "broker":  # a broker restarted twice from one saved state: 
     broker = Broker(synthetic_topology(1, 4), [TenantQuota("a", 4)], ttl_s=600, journal=journal)
     broker.restore(journal.load())
     wait_for_go()
+    if extra.get("killed"):  # granted, journaled, and the broker process dies holding it
+        events = broker.submit(GangRequest("held", "a", 1, holder="trainer"))
+        assert any(isinstance(e, Granted) for e in events)
+        os.kill(os.getpid(), signal.SIGKILL)
     try:
         events = broker.submit(GangRequest(f"last-{me}", "a", 1))
     except StoreError as exc:
@@ -117,6 +129,13 @@ if extra["mode"] == "broker":  # a broker restarted twice from one saved state: 
         out = {"granted": any(isinstance(e, Granted) for e in events), "why": ""}
     print(json.dumps(out))
     sys.exit(0)
+
+if extra["mode"] == "lease":  # the last slot of a shared concurrency limit, taken at once
+    from agentgate.store.leases import LeaseManager
+    leases = LeaseManager(open_store(url), ttl_s=60)
+    wait_for_go()
+    print(json.dumps({"got": leases.try_acquire("tool:pay", 2) is not None}), flush=True)
+    os._exit(0)  # holding it: a lease not given back stays taken until its TTL
 
 gate = Gate(parse_policy((work / "policy.yaml").read_text(), source="r58.yaml"), open_store(url))
 name = extra.get("who", "agent")
@@ -209,7 +228,7 @@ class Shared:
 
     def __init__(self, work: Path, url: str) -> None:
         self.work, self.url = work, url
-        self.keys = {n: SigningKey.generate() for n in ("root", "agent", "alice")}
+        self.keys = {n: SigningKey.generate() for n in ("root", "agent", "alice", "bob")}
         text = POLICY.format(calls=CALLS, **{n: k.did for n, k in self.keys.items()})
         (work / "policy.yaml").write_text(text)
         with self.gate() as gate:
@@ -297,6 +316,33 @@ def test_one_approval_presented_by_two_processes_at_once_runs_its_call_once(
         assert gate.verify().ok
 
 
+def test_two_approvers_answering_in_two_processes_at_once_complete_the_quorum_once(
+    shared: Shared,
+) -> None:
+    """Review R58: a quorum of two, each approver's yes presented by its own process at the same
+    moment: both votes count (the request never stays pending with both in), the call runs once,
+    and the other process is told it still needs approval or that the approval was used."""
+    args = {"amount": 7}
+    with shared.gate() as gate:
+        asked = gate.authorize(
+            shared.agent, Call.tool("wire", args), call_id="w1", run_id="thread-1|tools:t1"
+        )
+        assert asked.needs_approval
+        payload = dict(asked.request or {})
+    extra = {"mode": "approved", "tool": "wire", "args": args, "call_id": "w1", "run_id": "thread-1|tools:t1"}
+    results = shared.run(
+        [
+            {**extra, "approval": Approval.sign(payload, shared.keys[who]).to_dict()}
+            for who in ("alice", "bob")
+        ]
+    )
+    assert sorted(r["allowed"] for r in results) == [False, True], results
+    assert len(shared.ran()) == 1
+    with shared.gate() as gate:
+        assert gate.approvals.open_records() == []
+        assert gate.verify().ok
+
+
 def test_one_langgraph_interrupt_resumed_by_two_processes_at_once_runs_its_tool_once(
     shared: Shared,
 ) -> None:
@@ -369,6 +415,69 @@ def test_two_brokers_restarted_from_one_saved_state_never_both_grant_the_last_gp
     try:
         saved = BrokerLeaseStore(store).load()
         assert saved is not None and sum(len(lease.gpus) for lease in saved.leases) == 4
+    finally:
+        store.close()
+
+
+def test_the_last_slot_of_a_shared_limit_taken_by_two_processes_at_once_goes_to_one(
+    shared: Shared,
+) -> None:
+    """Review R58: a concurrency limit of 2 with one slot held, two processes take the last at
+    once: one gets it (on SQLite as on PostgreSQL; tests/test_store_leases.py races processes
+    on PostgreSQL only)."""
+    from agentgate.store.leases import LeaseManager
+
+    store = open_store(shared.url)
+    held = LeaseManager(store, ttl_s=60)
+    try:
+        assert held.try_acquire("tool:pay", 2) is not None
+        results = shared.run([{"mode": "lease"}] * 2)
+        assert sorted(r["got"] for r in results) == [False, True], results
+        assert len(held.rows("tool:pay")) == 2
+    finally:
+        held.close()
+        store.close()
+
+
+def test_a_broker_killed_holding_a_lease_leaves_it_journaled_until_it_expires(shared: Shared) -> None:
+    """Review R58: a broker process SIGKILLed right after granting a lease: the broker restored
+    from the store holds it (the last GPU is not granted again) until its TTL, then ends it as
+    expired and grants the GPU to the request waiting for it."""
+    from agentgate.dispatch.broker import (
+        Broker,
+        GangRequest,
+        Granted,
+        LeaseEnded,
+        TenantQuota,
+        synthetic_topology,
+    )
+    from agentgate.store.broker_leases import BrokerLeaseStore
+
+    store = open_store(shared.url)
+    try:
+        first = Broker(
+            synthetic_topology(1, 4), [TenantQuota("a", 4)], ttl_s=600, journal=BrokerLeaseStore(store)
+        )
+        first.submit(GangRequest("three", "a", 3))
+        shared.run([{"mode": "broker", "killed": True}], expect_exit=-9)
+        journal = BrokerLeaseStore(store)
+        saved = journal.load()
+        assert saved is not None and sorted(lease.id for lease in saved.leases) == ["held", "three"]
+        now = [saved.taken_at + 1]
+        restored = Broker(
+            synthetic_topology(1, 4),
+            [TenantQuota("a", 4)],
+            ttl_s=600,
+            journal=journal,
+            clock=lambda: now[0],
+        )
+        restored.restore(saved)
+        assert not [e for e in restored.submit(GangRequest("next", "a", 1)) if isinstance(e, Granted)]
+        now[0] += 600  # nobody renewed "held" (nor "three")
+        events = restored.advance()
+        expired = {e.lease.id for e in events if isinstance(e, LeaseEnded) and e.reason == "expired"}
+        assert "held" in expired
+        assert [e.lease.id for e in events if isinstance(e, Granted)] == ["next"]
     finally:
         store.close()
 
