@@ -11,7 +11,9 @@ A holder renews all of the leases it holds in one statement from a heartbeat thr
 ``ttl_s / 3``, so a live holder keeps its slots however long its call runs, and the slots of a
 holder that was killed (SIGKILL, a lost host) come back at most ``ttl_s`` after its last
 heartbeat. A lease it gave back is never renewed again, even when the store did not take the
-release (it was unreachable): that slot comes back at most ``ttl_s`` later.
+release (it was unreachable): that slot comes back at most ``ttl_s`` later. A live holder that
+did not renew within ``ttl_s`` (paused, cut off from the store) may find its slot taken over: its
+next renewal forgets such a lease, with a warning (``LeaseManager._lost``).
 
 A rate limit shared by processes is one row per key: the token level and when it was last
 brought up to date. Taking a token reads the row, refills it for the time passed (never for time
@@ -33,6 +35,7 @@ clocks within a small fraction of ``ttl_s`` of each other (NTP does).
 from __future__ import annotations
 
 import hashlib
+import logging
 import math
 import os
 import socket
@@ -44,6 +47,8 @@ from dataclasses import dataclass
 
 from agentgate.errors import InputError, StoreError
 from agentgate.store._base import Dialect, Store, positive_number, unstorable_text, whole_number
+
+_logger = logging.getLogger(__name__)
 
 _TABLES = """
 CREATE TABLE IF NOT EXISTS agentgate_leases (
@@ -81,6 +86,7 @@ _CLAIM = (
 )
 _RELEASE = "DELETE FROM agentgate_leases WHERE lease_key = ? AND slot = ? AND lease_id = ? AND holder = ?"
 _RENEW = "UPDATE agentgate_leases SET expires_at = ? WHERE holder = ? AND lease_id IN ({ids})"
+_HELD = "SELECT lease_id FROM agentgate_leases WHERE holder = ? AND lease_id IN ({ids})"
 _RENEW_BATCH = 500
 """Lease ids renewed per statement (SQLite's default limit is 32,766 parameters)."""
 MAX_TTL_S = 10 * 365 * 86_400
@@ -227,13 +233,41 @@ class LeaseManager:
         renewed = 0
         if not ids:
             return renewed
+        gone: set[str] = set()
         with self.store.transaction() as tx:
             expires = self._clock() + self.ttl_s
             for start in range(0, len(ids), _RENEW_BATCH):
                 batch = ids[start : start + _RENEW_BATCH]
-                tx.execute(_RENEW.format(ids=", ".join("?" * len(batch))), (expires, self.holder, *batch))
+                marks = ", ".join("?" * len(batch))
+                tx.execute(_RENEW.format(ids=marks), (expires, self.holder, *batch))
                 renewed += tx.rowcount
+                if tx.rowcount < len(batch):
+                    found = tx.execute(_HELD.format(ids=marks), (self.holder, *batch))
+                    gone |= set(batch) - {str(row[0]) for row in found}
+        if gone:
+            self._lost(gone)
         return renewed
+
+    def _lost(self, lease_ids: set[str]) -> None:
+        """Forget the leases of ``lease_ids`` that this manager still holds and the store no
+        longer does, each with a warning: it expired unrenewed (this process was paused, or cut
+        off from the store, for longer than ``ttl_s``) and another holder took its slot over, or
+        it was pruned. The call that took it may still be running, so the limit may be passed.
+        Until review R58 such a lease was held and renewed in vain for good, and nothing said so.
+        One given back meanwhile (``release``) is not held any more and says nothing."""
+        with self._lock:
+            lost = [lease for lease in self._held if lease.lease_id in lease_ids]
+            self._held.difference_update(lost)
+        for lease in lost:
+            _logger.warning(
+                "lease %r slot %d of %s was lost: it expired before this process renewed it (paused "
+                "or cut off from the store for longer than its ttl of %ss) and its slot is another "
+                "holder's now or free; a call still running under it passes the limit",
+                lease.key,
+                lease.slot,
+                self.holder,
+                self.ttl_s,
+            )
 
     def held(self) -> int:
         """How many leases this manager holds now."""
