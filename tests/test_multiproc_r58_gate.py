@@ -1,11 +1,14 @@
-"""Several real processes deciding through their own ``Gate`` on one store (review R58): an
-approval presented by two workers at once runs its call once, a policy quota and a budget of
-calls at their edge are never passed by processes deciding together, and a process killed
+"""Several real processes on one store (review R58): an approval presented by two workers at
+once runs its call once (also one LangGraph interrupt resumed by two workers from one SqliteSaver
+or PostgresSaver checkpoint, and a quorum of two answered in two processes), a policy quota and a
+budget of calls at their edge are never passed by processes deciding together, the last slot of a
+shared concurrency limit and the last GPU of two brokers restored from one saved state go to one
+process, a broker killed holding a lease leaves it journaled until its TTL, and a process killed
 between its decision and its outcome leaves a log that verifies and a reservation held.
 
 Each worker is a fork of a fork server that imported agentgate once (as in
-tests/test_store_multiprocess.py); the workers open the store themselves, wait for a start
-file, decide and write one JSON line.
+tests/test_store_multiprocess.py); the workers open the store themselves, say they are ready,
+wait for a start file, act and write one JSON line.
 """
 
 from __future__ import annotations
