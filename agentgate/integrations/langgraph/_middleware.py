@@ -400,7 +400,8 @@ class GateMiddleware(_ModelCalls, _ApprovalLoop, AgentMiddleware[Any, Any, Any])
         # (``_ThreadedCall``), also when its loop shuts down and cancels the attempt itself (the
         # tool's end is then read from its thread); one cancelled before the tool's thread began
         # it (the executor was busy) is recorded as not started, and its tool does not begin after.
-        threaded = _ThreadedCall(request, request.tool) if _runs_in_a_thread(request.tool) else None
+        tool = request.tool  # not None: a call to no such tool was answered before its decision
+        threaded = _ThreadedCall(request, tool) if tool is not None and _runs_in_a_thread(tool) else None
 
         async def attempt() -> ToolResult:
             answered = handler(request) if threaded is None else threaded.attempt(handler)

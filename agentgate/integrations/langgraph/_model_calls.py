@@ -8,7 +8,7 @@ from __future__ import annotations
 import contextlib
 import weakref
 from collections.abc import Awaitable, Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import orjson
 from langchain.agents.middleware import ModelRequest, ModelResponse
@@ -34,6 +34,9 @@ from agentgate.integrations.langgraph._models import USAGE_STALE, DispatchedChat
 from agentgate.integrations.langgraph._scope import identity_from_context
 from agentgate.integrations.langgraph._stops import _run_messages, _run_stop, _stop_mark
 
+R = TypeVar("R")
+D = TypeVar("D")
+
 
 class _ModelCalls:
     """The part of ``GateMiddleware`` that decides, runs and settles model calls
@@ -52,6 +55,10 @@ class _ModelCalls:
     if TYPE_CHECKING:  # what this part calls of the middleware's other parts
 
         def _authorize(self, identity: AgentIdentity | None, call: Call, **context: Any) -> Authorization: ...
+
+        async def _decided(
+            self, decide: Callable[[R], D], request: R, auth_of: Callable[[D], Authorization]
+        ) -> D: ...
 
     def _model_call(self, request: ModelRequest[Any]) -> Call:
         """The model call to decide: ``model:NAME`` with the output limit it will run with (the

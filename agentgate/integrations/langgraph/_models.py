@@ -65,7 +65,7 @@ class DispatchedChatModel(BaseChatModel):
     def _llm_type(self) -> str:
         return "agentgate-dispatched"
 
-    def bind_tools(self, tools: Any, **kwargs: Any) -> DispatchedChatModel:  # type: ignore[override]
+    def bind_tools(self, tools: Any, **kwargs: Any) -> DispatchedChatModel:  # type: ignore[override, unused-ignore]
         return self.model_copy(update={"tools": [convert_to_openai_tool(t) for t in tools]})
 
     def _payload(self, messages: list[BaseMessage]) -> dict[str, Any]:
@@ -385,7 +385,7 @@ class ScriptedChatModel(BaseChatModel):
     def _llm_type(self) -> str:
         return "scripted"
 
-    def bind_tools(self, tools: Any, **kwargs: Any) -> ScriptedChatModel:  # type: ignore[override]
+    def bind_tools(self, tools: Any, **kwargs: Any) -> ScriptedChatModel:  # type: ignore[override, unused-ignore]
         return self
 
     def _answer(self, messages: list[BaseMessage]) -> tuple[AIMessage, dict[str, Any]]:

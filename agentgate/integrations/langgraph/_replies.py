@@ -4,7 +4,7 @@ whether a kept result answers a call (``_answers_a_call``, ``_copied``)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from langchain_core.messages import ToolMessage
 from langgraph.types import Command
@@ -28,7 +28,10 @@ def _copied(kept: ToolResult) -> ToolResult:
     object the run's state already holds; a ``Command`` as it was (immutable: LangGraph applies
     its update again)."""
     if isinstance(kept, list):
-        return [item.model_copy() if isinstance(item, ToolMessage) else item for item in kept]
+        # A list is what a tool may return and ToolNode passes on (``ToolResult`` names the one-item forms).
+        return cast(
+            ToolResult, [item.model_copy() if isinstance(item, ToolMessage) else item for item in kept]
+        )
     return kept.model_copy() if isinstance(kept, ToolMessage) else kept
 
 
