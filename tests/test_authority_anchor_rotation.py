@@ -45,7 +45,7 @@ import pytest
 
 from agentgate.audit.note import key_id
 from agentgate.audit.proof import verify_bundle
-from agentgate.authority import Chain, Invocation, delegate, issue
+from agentgate.authority import Budget, Chain, Invocation, delegate, issue
 from agentgate.capabilities import Call
 from agentgate.cli.main import main
 from agentgate.dispatch.gateway import GatewayGate
@@ -304,7 +304,13 @@ def test_a_leaked_agent_key_is_cut_off_at_once_by_revoking_every_grant_it_holds(
         assert [status(running, k, c) for k, c in calls] == [(401, "revoked")] * 3
         assert not running.authorize(one, LOOKUP).allowed
         # the gap until the restart below: a grant to the leaked key that the store never recorded
-        offline = issue(KEYS["root2"], KEYS["agent"].public, ["model:small"], ttl=60)
+        offline = issue(
+            KEYS["root2"],
+            KEYS["agent"].public,
+            ["model:small"],
+            ttl=60,
+            budget=Budget(1_000_000, "usd_micros"),
+        )
         assert status(running, KEYS["agent"], offline) == (200, None)
     finally:
         running.close()

@@ -74,9 +74,16 @@ quotas:
 
 
 class Setup:
-    def __init__(self, path: Path, budget: int = 10_000) -> None:
+    def __init__(self, path: Path, budget: int | None = 10_000) -> None:
+        """``budget``: the worker role's, ``None`` for none (then a root grant made outside the
+        Gate may carry any budget, or none: review R58 holds it to the role's where there is one)."""
         self.keys = {n: SigningKey.generate() for n in ("root", "agent", "lead", "helper")}
-        text = POLICY.format(budget=budget, **{n: k.did for n, k in self.keys.items()})
+        policy = (
+            POLICY
+            if budget is not None
+            else POLICY.replace("    budget: {{limit: {budget}, unit: usd_micros}}\n", "")
+        )
+        text = policy.format(budget=budget, **{n: k.did for n, k in self.keys.items()})
         self.gate = Gate(parse_policy(text, source="gate.yaml"), SQLiteStore(path / "agentgate.db"))
         self.agent = self.gate.issue(self.keys["root"], name="agent", key=self.keys["agent"], role="worker")
 
@@ -84,6 +91,14 @@ class Setup:
 @pytest.fixture
 def setup(tmp_path: Path) -> Iterator[Setup]:
     made = Setup(tmp_path)
+    yield made
+    made.gate.close()
+
+
+@pytest.fixture
+def unbudgeted(tmp_path: Path) -> Iterator[Setup]:
+    """A Setup whose worker role has no budget."""
+    made = Setup(tmp_path, budget=None)
     yield made
     made.gate.close()
 
@@ -168,9 +183,11 @@ def test_a_revoked_parent_does_not_hand_on_again_a_grant_it_delegated_for_the_sa
     assert last.kind == "deny" and last.resource == "agent:helper"
 
 
-def test_a_grant_whose_budget_cannot_be_metered_allows_nothing(setup: Setup) -> None:
+def test_a_grant_whose_budget_cannot_be_metered_allows_nothing(unbudgeted: Setup) -> None:
     # Kills: _record_allow without ``not by_unit.keys() <= _METERED`` (fail closed: a budget in
-    # a unit the Gate never charges would let its grant spend without limit).
+    # a unit the Gate never charges would let its grant spend without limit). A role without a
+    # budget: under one, such a root grant is refused root_budget_above_policy first (review R58).
+    setup = unbudgeted
     chain = issue(
         setup.keys["root"], setup.keys["agent"].did, ["tool:lookup"], ttl=600, budget=Budget(5, "widgets")
     )
@@ -189,11 +206,13 @@ def test_a_model_call_on_a_priced_budget_without_its_token_estimate_is_refused(s
     assert setup.gate.authorize(setup.agent, Call.model("small"), tokens=(10, 10)).allowed
 
 
-def test_a_model_call_a_tokens_quota_counts_without_its_token_estimate_is_refused(setup: Setup) -> None:
+def test_a_model_call_a_tokens_quota_counts_without_its_token_estimate_is_refused(unbudgeted: Setup) -> None:
     # Kills: _record_allow refusing a model call without ``tokens`` for a budget only. A call
     # decided without its estimate costs no tokens and no money (``_cost``), so the tokens quota
     # small-tokens on model:big counted nothing for it: a grant with no budget of its own (or a
     # calls budget) made model:big calls without limit past the quota's 1,000 tokens per hour.
+    # A role without a budget, under which a root grant without one is within the policy (R58).
+    setup = unbudgeted
     chain = issue(setup.keys["root"], setup.keys["agent"].did, ["model:big", "model:small"], ttl=600)
     unbudgeted = AgentIdentity("agent", setup.keys["agent"], chain)
     for _ in range(3):

@@ -3,8 +3,8 @@ grants, approval requests, budgets and quota windows made under the old one are 
 
 What holds (docs/policy-reference.md, "Changing a policy"): every decision reads the policy the
 process runs now (rules, constraints, principals, trust anchors, approval gates, quota limits,
-the TTL and delegation rules a chain is held to), while a grant keeps the budget it was signed
-with. What did not
+the TTL, budget and delegation rules a chain is held to: a root grant that carries more than
+its role's budget now is refused, since review R58). What did not
 (fixed since):
 
 - ``Gate.delegate`` skips the policy's delegation rule for a parent the policy no longer names (a
@@ -183,17 +183,23 @@ def test_a_narrowed_rule_applies_at_once_to_grants_issued_under_the_old_one(tmp_
         new.close()
 
 
-def test_a_grant_keeps_the_budget_it_was_issued_with(tmp_path: Path) -> None:
-    """The budget is in the signed grant: a policy that lowers it bounds the grants issued under
-    it, not the live ones (revoke those to take it back)."""
-    agent, _ = issued_under_old(tmp_path)
+def test_a_lowered_budget_refuses_the_live_grants_that_carry_more(tmp_path: Path) -> None:
+    """Review R58: a root grant is held to its role's budget at each decision, as to its TTL, so a
+    grant issued under a larger ``budget.limit`` is refused (``root_budget_above_policy``) with its
+    sub-agents; until then it kept the budget it was signed with, and spent past the new limit."""
+    agent, sub = issued_under_old(tmp_path)
     new = restart(tmp_path, budget=1)
     try:
         assert agent.chain.tip.budget is not None and agent.chain.tip.budget.amount == 10_000
-        spent = new.authorize(agent, MODEL, tokens=(100, 10))
-        assert spent.allowed and spent.reservations[0][2] == 110  # more than the role's new budget of 1
+        for identity in (agent, sub):
+            refused = new.authorize(identity, MODEL, tokens=(100, 10))
+            assert [(f.kind, f.code) for f in refused.findings] == [
+                ("scope_creep", "root_budget_above_policy")
+            ]
+            assert refused.reservations == ()
         fresh = new.issue(KEYS["root"], name="agent", key=KEYS["agent"], role="worker")
         assert fresh.chain.tip.budget is not None and fresh.chain.tip.budget.amount == 1
+        assert new.authorize(fresh, LOOKUP).allowed
     finally:
         new.close()
 

@@ -248,7 +248,10 @@ def test_the_verdict_on_a_chain_is_computed_once_and_read_from_its_token(
 
 def test_the_cache_of_verdicts_is_bounded(rig: Rig) -> None:
     chains = policy_chain_module.PolicyChains(rig.gate.index, size=2)
-    made = [issue(rig.keys["root"], rig.keys["sup"].public, ["tool:lookup"], ttl=60) for _ in range(5)]
+    made = [
+        issue(rig.keys["root"], rig.keys["sup"].public, ["tool:lookup"], ttl=60, budget=Budget(1000, "calls"))
+        for _ in range(5)
+    ]
     for chain in made:
         assert chains.fault(chain) is None
     assert len(chains._faults) <= 2
@@ -258,7 +261,10 @@ def test_the_cache_of_verdicts_is_bounded_in_the_characters_of_its_keys(rig: Rig
     """Review R57 (lead): the verdicts were keyed by whole tokens and bounded by count alone, so
     4,096 tokens of up to 32 KiB each held 128 MiB of keys in a gateway's Gate; they are kept
     under ``max_chars`` characters of tokens too."""
-    made = [issue(rig.keys["root"], rig.keys["sup"].public, ["tool:lookup"], ttl=60) for _ in range(5)]
+    made = [
+        issue(rig.keys["root"], rig.keys["sup"].public, ["tool:lookup"], ttl=60, budget=Budget(1000, "calls"))
+        for _ in range(5)
+    ]
     per_token = len(made[0].token)
     chains = policy_chain_module.PolicyChains(rig.gate.index, size=100, max_chars=2 * per_token + 10)
     for chain in made:

@@ -18,7 +18,16 @@ from pathlib import Path
 
 import pytest
 
-from agentgate.authority import MAX_TOKEN_BYTES, Chain, Invocation, chain_weight, delegate, issue, parse_chain
+from agentgate.authority import (
+    MAX_TOKEN_BYTES,
+    Budget,
+    Chain,
+    Invocation,
+    chain_weight,
+    delegate,
+    issue,
+    parse_chain,
+)
 from agentgate.authority._chain_findings import chain_finding
 from agentgate.authority._signatures import _anchors
 from agentgate.capabilities import Call, Capability, covers
@@ -45,6 +54,8 @@ roles:
       max_depth: 15
       capabilities: [{{resource: model:m}}, {{resource: "tool:*", action: "*"}}]
 """
+CHAT_BUDGET = Budget(1_000_000, "usd_micros")
+"""The chat role's budget, which a root grant may carry at most (review R58)."""
 CALL = Call.model("m", {"max_tokens": 1})
 BUDGET = 1024 * 1024
 """The ``chain_weight`` the gateway keeps parsed chains within in these tests: its own budget is
@@ -64,7 +75,7 @@ def large_chain(issuer: SigningKey, first: SigningKey, caps: list[str] = LONG) -
     dated from one instant: each expires a second before its parent, which a link dated a second
     later (a loaded machine) would not."""
     now = time.time()
-    chain, holder = issue(issuer, first.did, caps, ttl=3600, max_depth=15, now=now), first
+    chain, holder = issue(issuer, first.did, caps, ttl=3600, max_depth=15, budget=CHAT_BUDGET, now=now), first
     while True:
         key = SigningKey.generate()
         try:  # delegate refuses a chain past MAX_TOKEN_BYTES (review R56; it used to sign one)
@@ -112,7 +123,10 @@ def set_chain(issuer: SigningKey, first: SigningKey) -> tuple[Chain, SigningKey]
         {"resource": "tool:t", "action": "invoke", "constraints": {"a": {"in": values}}}
     )
     now = time.time()
-    chain, holder = issue(issuer, first.did, ["model:m", "tool:*#*"], ttl=3600, max_depth=4, now=now), first
+    chain, holder = (
+        issue(issuer, first.did, ["model:m", "tool:*#*"], ttl=3600, max_depth=4, budget=CHAT_BUDGET, now=now),
+        first,
+    )
     for i in range(3):
         key = SigningKey.generate()
         chain, holder = delegate(chain, holder, key.did, ["model:m", cap], ttl=3000 - i, now=now), key
@@ -154,7 +168,7 @@ def test_a_verified_chain_is_kept_and_served_from_the_cache(
     gate: tuple[GatewayGate, SigningKey, SigningKey],
 ) -> None:
     gateway, root, agent = gate
-    chain = issue(root, agent.did, ["model:m"], ttl=600)
+    chain = issue(root, agent.did, ["model:m"], ttl=600, budget=CHAT_BUDGET)
     assert send(gateway, chain, agent) == 200
     kept = gateway._parsed[chain.token]
     assert send(gateway, chain, agent) == 200
@@ -197,7 +211,7 @@ def test_a_chain_in_use_survives_a_flood_of_distinct_tokens(
     gate: tuple[GatewayGate, SigningKey, SigningKey],
 ) -> None:
     gateway, root, agent = gate
-    regular = issue(root, agent.did, ["model:m"], ttl=600)
+    regular = issue(root, agent.did, ["model:m"], ttl=600, budget=CHAT_BUDGET)
     assert send(gateway, regular, agent) == 200
     kept = gateway._parsed[regular.token]
     stranger = SigningKey.generate()
@@ -213,7 +227,7 @@ def test_a_chain_in_use_survives_a_flood_of_distinct_tokens(
 
 def test_an_unused_chain_is_the_first_out(gate: tuple[GatewayGate, SigningKey, SigningKey]) -> None:
     gateway, root, agent = gate
-    old = issue(root, agent.did, ["model:m"], ttl=600)
+    old = issue(root, agent.did, ["model:m"], ttl=600, budget=CHAT_BUDGET)
     assert send(gateway, old, agent) == 200
     chain, holder = large_chain(root, agent)
     for _ in range(BUDGET // weight(chain) + 1):

@@ -1,11 +1,12 @@
 """A chain presented to the Gate, held to the policy (``PolicyChains``): the root grant's lifetime
-against the policy's bounds, and each delegation below it against the delegating principal's
-``delegation`` rule, as ``Gate.delegate`` checks a new one.
+and budget against its holder's roles, and each delegation below it against the delegating
+principal's ``delegation`` rule, as ``Gate.delegate`` checks a new one.
 
 The authority engine checks that each link narrows its parent; only the policy knows how far a
-principal may hand on or how long its root grant may live. A chain made outside the Gate (the
-library's ``issue``/``delegate``, ``agentgate grant issue`` without ``--policy``, ``agentgate
-grant delegate``) never met those rules, so every decision asks them of the chain it decides on.
+principal may hand on, or how long its root grant may live and how much it may spend. A chain
+made outside the Gate (the library's ``issue``/``delegate``, ``agentgate grant issue`` without
+``--policy``, ``agentgate grant delegate``) never met those rules, so every decision asks them of
+the chain it decides on.
 The answer is a pure function of the chain's token and the policy, which does not change under a
 Gate (``Policy`` is frozen, the Gate's index is built once): it is computed once per chain and
 kept, so a repeated call pays one dict lookup.
@@ -34,7 +35,10 @@ def chain_fault(index: PolicyIndex, chain: Chain) -> Finding | None:
     """What the policy refuses in ``chain`` (read from its links), or ``None``.
 
     ``non_revocable_grant`` ``root_ttl_above_policy``: a root grant that lives longer than the
-    longest ``ttl_s`` of its holder's roles, each capped by ``settings.max_ttl_s``. For each link
+    longest ``ttl_s`` of its holder's roles, each capped by ``settings.max_ttl_s``.
+    ``scope_creep`` ``root_budget_above_policy``: a root grant whose budget is not within the
+    ``budget`` of one of its holder's roles (``PolicyIndex.root_budgets``: another unit, a larger
+    amount, or none at all where every role has one). For each link
     below the root, in order: what ``PolicyIndex.delegation_fault`` refuses of the principal that
     delegated it (``delegation_not_in_policy``, ``delegation_wider_than_policy``,
     ``delegation_ttl_above_policy``, ``delegation_budget_above_policy``), and
@@ -58,6 +62,24 @@ def chain_fault(index: PolicyIndex, chain: Chain) -> Finding | None:
             ),
             grant=root.id,
             field="expiry",
+        )
+    budgets = index.root_budgets(root.audience)
+    carried = root.budget
+    if budgets is not None and not any(
+        carried is not None and carried.unit == b.unit and carried.amount <= b.limit for b in budgets
+    ):
+        allowed = " or ".join(f"{b.limit} {b.unit}" for b in budgets)
+        asked = "no budget (no limit)" if carried is None else f"a budget of {carried.amount} {carried.unit}"
+        return Finding(
+            kind=FindingKind.SCOPE_CREEP,
+            code="root_budget_above_policy",
+            message=(
+                f"the root grant {root.id[:16]} to {holder} carries {asked}, more than the policy "
+                f"lets a grant to it carry ({allowed}: its role's budget); have a trust anchor "
+                "issue one within the policy (Gate.issue, agentgate grant issue --policy --role)"
+            ),
+            grant=root.id,
+            field="budget",
         )
     depth = index.delegation_depth(root.audience)
     for step, link in enumerate(chain.links[1:], start=1):

@@ -277,6 +277,20 @@ class PolicyIndex:
             return self.policy.document.settings.max_ttl_s
         return max(role_grant_template(self.policy, role).ttl_s for role in roles)
 
+    def root_budgets(self, holder: str) -> tuple[Budget, ...] | None:
+        """The budgets a root grant to ``holder`` (a did:key) may carry: the ``budget`` of each role
+        it holds (``role_grant_template``); the grant must carry one in the unit of one of them, no
+        larger than its ``limit``. ``None`` (no bound) when one of its roles has no budget, and for
+        a key the policy does not name or that holds no role (the policy's verdict refuses its
+        calls)."""
+        budgets: list[Budget] = []
+        for role in self._held_roles(holder):
+            budget = self._budgets[role]
+            if budget is None:
+                return None
+            budgets.append(budget)
+        return tuple(budgets) or None
+
     def delegation_depth(self, holder: str) -> int:
         """How many delegation steps may follow a root grant to ``holder`` (a did:key): the
         deepest ``delegation.max_depth`` of the roles it holds (``role_grant_template``), 0 for a
