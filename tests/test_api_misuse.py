@@ -490,7 +490,8 @@ def test_a_closed_gate_refuses_everything_typed_from_any_thread(tmp_path: Path) 
     gate.close()  # idempotent
     calls: list[Callable[[], object]] = [
         lambda: gate.authorize(agent, Call.tool("lookup", {"id": "1"})),
-        lambda: gate.issue(world.keys["root"], name="x", key=world.keys["helper"], role="worker"),
+        # A key the policy names: Gate.issue refuses another before the store (review R58).
+        lambda: gate.issue(world.keys["root"], name="x", key=world.keys["agent"], role="worker"),
         lambda: gate.delegate(
             agent,
             name="sub",

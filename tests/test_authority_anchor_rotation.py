@@ -49,7 +49,7 @@ from agentgate.authority import Budget, Chain, Invocation, delegate, issue
 from agentgate.capabilities import Call
 from agentgate.cli.main import main
 from agentgate.dispatch.gateway import GatewayGate
-from agentgate.errors import AgentGateError, TamperDetected
+from agentgate.errors import AgentGateError, ScopeCreep, TamperDetected
 from agentgate.gate import Approval, Gate
 from agentgate.keys import SigningKey, load_public_key, save_key
 from agentgate.policy import load_policy, parse_policy
@@ -438,8 +438,10 @@ def test_a_principals_key_file_replaced_under_a_running_gate_waits_for_the_resta
         old = running.issue(KEYS["root"], name="agent", key=KEYS["agent"], role="worker")
         (keys / "agent.pub").write_text(KEYS["agent2"].did + "\n")  # the agent's key rotated on disk
         assert running.authorize(old, LOOKUP).allowed  # not picked up: the policy loaded at start
-        new = running.issue(KEYS["root"], name="agent", key=KEYS["agent2"], role="worker")
-        assert not running.authorize(new, LOOKUP).allowed
+        # The new key is no principal of the policy loaded at start: since review R58 Gate.issue
+        # refuses it (until then it issued a grant every call on which was refused).
+        with pytest.raises(ScopeCreep, match="is not a principal of this policy"):
+            running.issue(KEYS["root"], name="agent", key=KEYS["agent2"], role="worker")
     finally:
         running.close()
     restarted = Gate(load_policy(env / "p.yaml"), SQLiteStore(env / "ag.db"))
@@ -447,6 +449,7 @@ def test_a_principals_key_file_replaced_under_a_running_gate_waits_for_the_resta
         assert restarted.authorize(old, LOOKUP).reasons == (
             f"{KEYS['agent'].did!r} is not a principal of this policy",
         )
+        new = restarted.issue(KEYS["root"], name="agent", key=KEYS["agent2"], role="worker")
         assert restarted.authorize(new, LOOKUP).allowed
     finally:
         restarted.close()

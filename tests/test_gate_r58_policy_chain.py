@@ -3,7 +3,9 @@
 - a root grant made outside the Gate is held to its holder's role's ``budget`` as to its ``ttl_s``
   (``scope_creep`` ``root_budget_above_policy``): until then a grant of 5,000 calls to a principal
   whose role allows 1,000 (library ``issue``, ``agentgate grant issue`` without ``--policy``) was
-  allowed.
+  allowed;
+- ``Gate.issue`` refuses a role its principal does not hold (``ScopeCreep``, ``role_not_held``):
+  until then it issued a grant every call on which was refused.
 
 Real components: a Gate over a SQLite store, chains signed with the library's ``issue`` and
 ``delegate``."""
@@ -19,6 +21,7 @@ import pytest
 
 from agentgate.authority import Budget, Chain, delegate, issue, parse_chain
 from agentgate.capabilities import Call
+from agentgate.errors import ScopeCreep
 from agentgate.findings import Finding
 from agentgate.gate import AgentIdentity, Authorization, Gate
 from agentgate.keys import SigningKey
@@ -165,3 +168,59 @@ def test_a_root_grant_wider_than_the_role_is_refused_by_the_policys_verdict(rig:
     refused = rig.gate.authorize(clerk, REFUND)
     assert refused.verdict == "deny" and "no rule" in " ".join(refused.reasons)
     assert rig.gate.authorize(clerk, LOOKUP).allowed
+
+
+# 2. Gate.issue refuses a role its principal does not hold.
+
+
+def test_gate_issue_refuses_a_role_the_principal_does_not_hold(rig: Rig) -> None:
+    """Review R58: Gate.issue gave the clerk a grant for role sup, every call on which was refused."""
+    before = len(list(rig.gate.audit.entries()))
+    with pytest.raises(ScopeCreep) as refused:
+        rig.gate.issue(rig.keys["root"], name="clerk", key=rig.keys["clerk"], role="sup")
+    message = str(refused.value)
+    assert "principal clerk does not hold role sup" in message and "its roles: clerk" in message
+    finding = refused.value.finding
+    assert isinstance(finding, Finding) and (finding.kind.value, finding.code) == (
+        "scope_creep",
+        "role_not_held",
+    )
+    reasons = _entry_reasons(rig, refused.value.audit_index)
+    assert "scope_creep:role_not_held" in reasons
+    entries = list(rig.gate.audit.entries())
+    assert len(entries) == before + 1 and entries[-1].kind == "deny"
+    assert _grants_to(rig, rig.keys["clerk"].did) == 0
+    # A key the policy does not name holds no role at all.
+    stranger = SigningKey.generate()
+    with pytest.raises(ScopeCreep, match="is not a principal of this policy") as unnamed:
+        rig.gate.issue(rig.keys["root"], name="stranger", key=stranger, role="clerk")
+    assert unnamed.value.finding is not None and unnamed.value.finding.code == "role_not_held"
+    # The role it holds is issued as before.
+    clerk = rig.gate.issue(rig.keys["root"], name="clerk", key=rig.keys["clerk"], role="clerk")
+    assert rig.gate.authorize(clerk, LOOKUP).allowed
+
+
+def test_gate_issue_refuses_an_inherited_role_whose_grant_the_policy_refuses(tmp_path: Path) -> None:
+    """Review R58: a principal holding role senior (ttl_s 60), which inherits clerk (ttl_s 3600),
+    was issued a grant for clerk living 3600 s, every call on which was refused
+    root_ttl_above_policy (the policy bounds a root grant by the roles its holder holds)."""
+    keys = {name: SigningKey.generate() for name in ("root", "senior")}
+    text = f"""
+version: 1
+trust_anchors:
+  root: {{did: "{keys["root"].did}"}}
+principals:
+  senior: {{kind: human, did: "{keys["senior"].did}", roles: [senior]}}
+tools:
+  lookup: {{args: {{id: {{type: string}}}}}}
+roles:
+  clerk: {{kind: human, capabilities: [{{resource: tool:lookup}}], ttl_s: 3600}}
+  senior: {{kind: human, inherits: [clerk], ttl_s: 60}}
+"""
+    with Gate(parse_policy(text, source="p.yaml"), SQLiteStore(tmp_path / "s.db")) as gate:
+        with pytest.raises(ScopeCreep, match="a grant for role clerk to s is outside the policy") as refused:
+            gate.issue(keys["root"], name="s", key=keys["senior"], role="clerk")
+        assert refused.value.finding is not None and refused.value.finding.code == "root_ttl_above_policy"
+        assert refused.value.audit_index is not None
+        senior = gate.issue(keys["root"], name="s", key=keys["senior"], role="senior")
+        assert gate.authorize(senior, LOOKUP).allowed

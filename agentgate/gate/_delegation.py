@@ -44,6 +44,7 @@ from agentgate.findings import FindingKind
 from agentgate.gate._authorization import AgentIdentity, expect, listed, shown
 from agentgate.gate._checks import _IDENTITY, _IDENTITY_OR_NONE, _NO_CHAIN, _TEXT_OR_NONE, _finding
 from agentgate.gate._lock import _serialized
+from agentgate.gate._policy_chain import PolicyChains
 from agentgate.gate._records import recordable, revocation_entry
 from agentgate.keys import PublicKey, SigningKey
 from agentgate.policy import Policy, PolicyIndex, role_grant_template
@@ -121,6 +122,7 @@ class _Delegation:
     delegations: list[tuple[str, AgentIdentity]]
     _purge_at: float
     _parsed_delegated: dict[str, Chain]
+    _policy_chains: PolicyChains
     tracer: Tracer
 
     if TYPE_CHECKING:  # what this part calls of the gate's other parts
@@ -149,7 +151,13 @@ class _Delegation:
         not text; ``PolicyError`` for an unknown role,
         ``Denied`` (audited, as a refused delegation) for an ``anchor`` that is not one of this
         Gate's trust anchors (a key rotated out of the policy): every call on such a grant would
-        be refused ``untrusted_root``.
+        be refused ``untrusted_root``; ``ScopeCreep`` (audited, with its finding) for a ``role``
+        the policy does not let ``key``'s principal hold, itself or through a role it inherits
+        (``role_not_held``, naming the principal and the role; a key the policy does not name
+        holds none), and for a grant the policy's decisions would refuse (a role held through
+        another whose ``ttl_s`` or ``budget`` is smaller: ``root_ttl_above_policy``,
+        ``root_budget_above_policy``): until review R58 such a grant was issued, and every call
+        on it refused.
         """
         if not isinstance(name, str) or not name:
             raise InputError(
@@ -170,6 +178,11 @@ class _Delegation:
                 refused.finding = _finding(FindingKind.AUTHORITY_CHAIN_OPACITY, "untrusted_root", message)
                 raise self._refused_on(span, self._audited_refusal(refused, anchor.did, f"agent:{name}"))
         template = role_grant_template(self.policy, role)
+        if not self.index.holds_role(key.did, role):
+            with self._grant_span("issue", name, anchor.did, key, template.capabilities) as span:
+                raise self._refused_on(
+                    span, self._audited_refusal(self._role_not_held(key, role), anchor.did, f"agent:{name}")
+                )
         budget = Budget(template.budget.limit, template.budget.unit) if template.budget else None
         with self._grant_span("issue", name, anchor.did, key, template.capabilities) as span:
             chain = issue(
@@ -181,6 +194,16 @@ class _Delegation:
                 max_depth=template.max_depth,
                 purpose=f"role {role}",
             )
+            # The role's template is within the policy's bounds for the role; a role held only
+            # through another that lives shorter or spends less is not: refused here, as the
+            # decisions on the grant would refuse every call.
+            fault = self._policy_chains.fault(chain)
+            if fault is not None:
+                outside = ScopeCreep(
+                    f"a grant for role {role} to {name} is outside the policy: {fault.message}"
+                )
+                outside.finding = fault
+                raise self._refused_on(span, self._audited_refusal(outside, anchor.did, f"agent:{name}"))
             # A root grant is an act of authority like a delegation: the log shows who issued what to whom.
             index = self._record_grant(
                 chain,
@@ -391,6 +414,25 @@ class _Delegation:
         refused.audit_index = self.audit.append(
             entry if chain_hash is None else {**entry, "chain_hash": chain_hash}
         )
+        return refused
+
+    def _role_not_held(self, key: SigningKey, role: str) -> ScopeCreep:
+        """The refusal (``scope_creep`` ``role_not_held``) of a root grant for ``role`` to ``key``,
+        which the policy does not let hold it: every call on such a grant would be refused."""
+        principal = self.index.principal_name(key.did)
+        if principal is None:
+            message = (
+                f"{key.did} is not a principal of this policy: it may hold no role, so a grant for "
+                f"role {role} to it would have every call refused; add it under principals"
+            )
+        else:
+            message = (
+                f"principal {principal} does not hold role {role} (its roles: "
+                f"{', '.join(self.index.roles_of(key.did)) or 'none'}): a grant for that role to it "
+                "would have every call refused; issue one for a role it holds"
+            )
+        refused = ScopeCreep(message)
+        refused.finding = _finding(FindingKind.SCOPE_CREEP, "role_not_held", message)
         return refused
 
     def _refuse_untrusted(self, parent: AgentIdentity) -> None:

@@ -291,6 +291,17 @@ class PolicyIndex:
             budgets.append(budget)
         return tuple(budgets) or None
 
+    def roles_of(self, holder: str) -> tuple[str, ...]:
+        """The roles the principal ``holder`` (a did:key or a policy name) holds, itself or through
+        a role it inherits, as ``evaluate`` reads its rules; none for one the policy does not name."""
+        entry = self._principals.get(holder)
+        return entry.roles if entry is not None else ()
+
+    def holds_role(self, holder: str, role: str) -> bool:
+        """Whether ``role`` is one of ``roles_of(holder)``: a root grant for it to ``holder`` is
+        one the policy's decisions can allow (``Gate.issue`` refuses any other)."""
+        return role in self.roles_of(holder)
+
     def delegation_depth(self, holder: str) -> int:
         """How many delegation steps may follow a root grant to ``holder`` (a did:key): the
         deepest ``delegation.max_depth`` of the roles it holds (``role_grant_template``), 0 for a
