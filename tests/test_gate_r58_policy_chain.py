@@ -5,7 +5,10 @@
   whose role allows 1,000 (library ``issue``, ``agentgate grant issue`` without ``--policy``) was
   allowed;
 - ``Gate.issue`` refuses a role its principal does not hold (``ScopeCreep``, ``role_not_held``):
-  until then it issued a grant every call on which was refused.
+  until then it issued a grant every call on which was refused;
+- ``Gate.authorize`` verifies the chain before it holds it to the policy, as the gateway does: a
+  forged chain that also breaks the policy was refused with the policy's code, not
+  ``bad_signature``.
 
 Real components: a Gate over a SQLite store, chains signed with the library's ``issue`` and
 ``delegate``."""
@@ -20,10 +23,12 @@ from typing import Any
 import pytest
 
 from agentgate.authority import Budget, Chain, delegate, issue, parse_chain
+from agentgate.authority import _chain_findings as chain_findings_module
 from agentgate.capabilities import Call
 from agentgate.errors import ScopeCreep
 from agentgate.findings import Finding
 from agentgate.gate import AgentIdentity, Authorization, Gate
+from agentgate.gate import _gate as gate_module
 from agentgate.keys import SigningKey
 from agentgate.policy import parse_policy
 from agentgate.store import SQLiteStore
@@ -224,3 +229,49 @@ roles:
         assert refused.value.audit_index is not None
         senior = gate.issue(keys["root"], name="s", key=keys["senior"], role="senior")
         assert gate.authorize(senior, LOOKUP).allowed
+
+
+# 3. The chain's signatures are verified before the policy's checks, as at the gateway.
+
+
+def test_a_forged_chain_that_also_breaks_the_policy_is_refused_bad_signature(rig: Rig) -> None:
+    """Review R58: Gate.authorize reported a forged chain beyond the policy's TTL as
+    root_ttl_above_policy, where the gateway (which verifies first) says bad_signature."""
+    long = _sup_root(rig, ttl=10 * 86400, budget=Budget(1000, "calls"))
+    forged = _forged(long, _sup_root(rig, ttl=60))
+    assert forged.ids == long.ids
+    auth = rig.gate.authorize(_holder(rig.keys["sup"], forged), REFUND)
+    _refused_with(rig, auth, "authority_chain_opacity", "bad_signature")
+    # A call the policy's verdict refuses (no rule of the clerk's role names tool:refund) on a
+    # forged chain is refused for the forgery too.
+    clerk_chain = issue(rig.keys["root"], rig.keys["clerk"].public, ["tool:*"], ttl=600)
+    forged_clerk = _forged(clerk_chain, _sup_root(rig, ttl=60))
+    auth = rig.gate.authorize(_holder(rig.keys["clerk"], forged_clerk, "clerk"), REFUND)
+    _refused_with(rig, auth, "authority_chain_opacity", "bad_signature")
+    # Unforged, each is refused with the policy's reason, as before.
+    auth = rig.gate.authorize(_holder(rig.keys["sup"], long), REFUND)
+    _refused_with(rig, auth, "non_revocable_grant", "root_ttl_above_policy")
+    refused = rig.gate.authorize(_holder(rig.keys["clerk"], clerk_chain, "clerk"), REFUND)
+    assert refused.verdict == "deny" and refused.findings == () and "no rule" in " ".join(refused.reasons)
+
+
+def test_verifying_first_costs_an_allowed_or_repeated_call_no_signature_check(
+    rig: Rig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Review R58: the chain is verified before the policy's checks only for a call the policy
+    refuses, and once per chain (the authority engine's cache): an allowed call's path is as before."""
+    checked: list[str] = []
+    real = chain_findings_module.chain_finding
+
+    def counted(chain: Chain, anchors: Any) -> Finding | None:
+        checked.append(chain.id)
+        return real(chain, anchors)
+
+    monkeypatch.setattr(gate_module, "chain_finding", counted)
+    for _ in range(3):
+        assert rig.gate.authorize(rig.sup, LOOKUP).allowed
+    assert checked == []
+    long = _holder(rig.keys["sup"], _sup_root(rig, ttl=10 * 86400, budget=Budget(1000, "calls")))
+    for _ in range(3):
+        _refused_with(rig, rig.gate.authorize(long, REFUND), "non_revocable_grant", "root_ttl_above_policy")
+    assert checked == [long.chain.id]

@@ -1,7 +1,8 @@
 """The gateway holds a root grant made outside the Gate to its holder's role's budget, as
 ``Gate.authorize`` does (review R58): it asks the Gate's ``PolicyChains`` once the authority has
 verified the chain, so a grant carrying more than the role's ``budget`` (or another unit, or none)
-is 403 ``root_budget_above_policy``, charged nothing, audited.
+is 403 ``root_budget_above_policy``, charged nothing, audited; and a forged one is 401
+``bad_signature`` before anything the policy refuses, as the Gate now answers too.
 
 Real components: the gateway on loopback HTTP before simulated vLLM backends, a SQLite store."""
 
@@ -10,7 +11,7 @@ from __future__ import annotations
 import pytest
 from test_gateway import MODEL, Env, _assert_refused, _body, _post
 
-from agentgate.authority import Budget, Chain, issue
+from agentgate.authority import Budget, Chain, issue, parse_chain
 from agentgate.dispatch.gateway import invocation_headers
 
 pytest_plugins = ("test_gateway",)  # its ``backends`` and ``env`` fixtures
@@ -41,3 +42,15 @@ def test_a_root_grant_issued_outside_the_gate_beyond_the_role_budget_is_403(
     within = _root(env, Budget(1_000_000, "usd_micros"))
     body = _body()
     assert _post(env, body, invocation_headers(env.keys["agent"], within, body)).status_code == 200
+
+
+def test_a_forged_root_grant_beyond_the_policy_is_401_bad_signature(env: Env) -> None:
+    """The order the Gate now keeps too: the chain's signatures before the policy's bounds."""
+    long = _root(env, Budget(5_000_000, "usd_micros"), ttl=7200)
+    other = _root(env, Budget(1_000_000, "usd_micros"))
+    forged = parse_chain(long.token.rpartition(".")[0] + "." + other.token.rpartition(".")[2])
+    body = _body()
+    before, count = env.ledger(), len(env.entries())
+    response = _post(env, body, invocation_headers(env.keys["agent"], forged, body))
+    error = _assert_refused(env, response, 401, before, count)
+    assert error["code"] == "bad_signature"

@@ -22,7 +22,16 @@ from prometheus_client import CollectorRegistry
 
 from agentgate.audit.entry import argument_digest
 from agentgate.audit.spans import get_tracer
-from agentgate.authority import ApprovalRequirement, Authority, Chain, Decision, GrantRepository, Invocation
+from agentgate.authority import (
+    ApprovalRequirement,
+    Authority,
+    Chain,
+    Decision,
+    GrantRepository,
+    Invocation,
+    parse_chain,
+)
+from agentgate.authority._chain_findings import chain_finding
 from agentgate.capabilities import Call
 from agentgate.dispatch.dispatcher import Dispatcher
 from agentgate.errors import InputError, PolicyError, TokenFormatError
@@ -386,16 +395,23 @@ class Gate(_Delegation, _Approvals, _Recording, _Costs, _Running, _Settlement, _
         if approval is not None and not isinstance(approval, Approval):
             return self._refuse_unreadable_approval(identity, call, approval, call_id)
         verdict = self.index.evaluate(self._policy_principal(identity), call)
-        if verdict.outcome is Outcome.DENY:
-            refused = Authorization(Verdict.DENY, call, identity, verdict.reasons)
-            return self._record_refusal(
-                refused, call_id, call_key=self._call_scope(identity, call_id, asked_in)
-            )
         # A chain made outside the Gate never met the policy's bounds on root grants and
         # delegations: refused here, before anyone is asked to approve a call on it.
-        fault = self._policy_chains.fault(identity.chain)
-        if fault is not None:
-            refused = Authorization(Verdict.DENY, call, identity, (fault.message,), (fault,))
+        fault = self._policy_chains.fault(identity.chain) if verdict.outcome is not Outcome.DENY else None
+        if verdict.outcome is Outcome.DENY or fault is not None:
+            if self._unverified(identity.chain):
+                # As the gateway: a chain the authority engine refuses itself (forged, broken,
+                # from no trust anchor) is refused for that, whatever the policy also refuses.
+                # Asked only of a call the policy refuses: an allowed call's chain is verified
+                # once, by the decision below.
+                unproven = self.authority.decide_held(identity.key, identity.chain, call)
+                refused = Authorization(
+                    Verdict.DENY, call, identity, unproven.reasons, unproven.findings, decision=unproven
+                )
+            elif fault is None:
+                refused = Authorization(Verdict.DENY, call, identity, verdict.reasons)
+            else:
+                refused = Authorization(Verdict.DENY, call, identity, (fault.message,), (fault,))
             return self._record_refusal(
                 refused, call_id, call_key=self._call_scope(identity, call_id, asked_in)
             )
@@ -471,6 +487,27 @@ class Gate(_Delegation, _Approvals, _Recording, _Costs, _Running, _Settlement, _
         if not auth.allowed:
             self._refusal_span(auth, call_id)
         return auth
+
+    def _unverified(self, chain: Chain) -> bool:
+        """Whether the authority engine refuses ``chain`` itself, whatever the call: its token does
+        not parse, a signature or a link does not verify, or its root is not from a trust anchor
+        (``chain_finding``). Read from the engine's cache of verified chains, and kept there."""
+        token = chain.token
+        anchors = self.authority.anchors
+        if not isinstance(token, str):  # a hand-built chain: the engine refuses it
+            return True
+        if self.authority.cache.get(anchors, token) is not None:
+            return False
+        try:
+            parsed = parse_chain(token)
+        except TokenFormatError:
+            return True
+        if chain_finding(parsed, anchors) is not None:
+            return True
+        # Kept as the engine keeps the chains it verifies: a chain the policy refuses at every
+        # call is verified once, not at each.
+        self.authority.cache.put(anchors, token, parsed)
+        return False
 
     def _refuse_unreadable_approval(
         self, identity: AgentIdentity, call: Call, approval: object, call_id: str | None
