@@ -1,4 +1,4 @@
-"""The policy at decision and at issue time, the leftovers of review R57 (review R58):
+"""The policy at decision and at issue time, the four leftovers of review R57 (review R58):
 
 - a root grant made outside the Gate is held to its holder's role's ``budget`` as to its ``ttl_s``
   (``scope_creep`` ``root_budget_above_policy``): until then a grant of 5,000 calls to a principal
@@ -8,7 +8,9 @@
   until then it issued a grant every call on which was refused;
 - ``Gate.authorize`` verifies the chain before it holds it to the policy, as the gateway does: a
   forged chain that also breaks the policy was refused with the policy's code, not
-  ``bad_signature``.
+  ``bad_signature``;
+- ``Gate.delegate`` refuses to hand on from a chain the policy refuses, with its finding: until
+  then it delegated, and every call of the sub-agent was then refused.
 
 Real components: a Gate over a SQLite store, chains signed with the library's ``issue`` and
 ``delegate``."""
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -275,3 +278,47 @@ def test_verifying_first_costs_an_allowed_or_repeated_call_no_signature_check(
     for _ in range(3):
         _refused_with(rig, rig.gate.authorize(long, REFUND), "non_revocable_grant", "root_ttl_above_policy")
     assert checked == [long.chain.id]
+
+
+# 4. Gate.delegate hands nothing on from a chain the policy refuses.
+
+
+@pytest.mark.parametrize(
+    ("terms", "kind", "code"),
+    [
+        (
+            {"ttl": 10 * 86400, "budget": Budget(1000, "calls")},
+            "non_revocable_grant",
+            "root_ttl_above_policy",
+        ),
+        ({"ttl": 600, "budget": Budget(5000, "calls")}, "scope_creep", "root_budget_above_policy"),
+    ],
+    ids=["ttl", "budget"],
+)
+def test_gate_delegate_refuses_to_hand_on_from_a_chain_outside_the_policy(
+    rig: Rig, terms: dict[str, Any], kind: str, code: str
+) -> None:
+    """Review R58: Gate.delegate from a root grant outside the policy succeeded; the sub-agent's
+    every call was then refused."""
+    parent = _holder(rig.keys["sup"], _sup_root(rig, **terms))
+    helper = SigningKey.generate()
+    with pytest.raises(ScopeCreep) as refused:
+        rig.gate.delegate(
+            parent,
+            name="helper",
+            key=helper,
+            capabilities=["tool:lookup"],
+            ttl=timedelta(seconds=30),
+            budget=10,
+        )
+    finding = refused.value.finding
+    assert isinstance(finding, Finding) and (finding.kind.value, finding.code) == (kind, code)
+    assert "sup's chain is outside the policy" in str(refused.value)
+    assert f"{kind}:{code}" in _entry_reasons(rig, refused.value.audit_index)
+    assert _grants_to(rig, helper.did) == 0
+    assert all(d[1].key is not helper for d in rig.gate.delegations)
+    # From a chain within the policy, the same delegation is made and its calls allowed.
+    made = rig.gate.delegate(
+        rig.sup, name="helper", key=helper, capabilities=["tool:lookup"], ttl=timedelta(seconds=30), budget=10
+    )
+    assert rig.gate.authorize(made, LOOKUP).allowed

@@ -245,7 +245,10 @@ class _Delegation:
         The policy's ``delegation`` rule of the parent's roles bounds what may be handed on
         (capabilities, TTL, budget); the authority engine checks attenuation against the
         parent's grant and its delegation depth. Raises ``ScopeCreep`` (with the finding) when
-        either refuses, ``Expired``/``Denied`` from the authority engine, ``Denied`` when there
+        either refuses, and when the parent's chain is one the policy refuses at every call
+        (``PolicyChains``: made outside the Gate beyond a root grant's ``ttl_s`` or ``budget``,
+        or a delegation rule; until review R58 it handed on, and the sub-agent's every call was
+        refused), ``Expired``/``Denied`` from the authority engine, ``Denied`` when there
         is no parent identity at all, and ``InputError`` (nothing written) for arguments of the
         wrong type: a ``parent`` that is not an ``AgentIdentity``, a ``ttl`` that is not a positive
         ``timedelta``, and the others ``_delegation_terms`` checks.
@@ -269,6 +272,7 @@ class _Delegation:
                 # every call on it would be refused ``untrusted_root``, as Gate.issue refuses.
                 self._refuse_revoked(parent)
                 self._refuse_untrusted(parent)
+                self._refuse_outside_policy(parent)
                 self._check_delegation_rule(parent, caps, seconds, budget)
                 if call is not None and (again := self._delegated_before(parent, key, caps, budget, purpose)):
                     child = AgentIdentity(name, key, again, parent.tenant)
@@ -445,6 +449,19 @@ class _Delegation:
             )
             refused = Denied(message)
             refused.finding = _finding(FindingKind.AUTHORITY_CHAIN_OPACITY, "untrusted_root", message)
+            raise refused
+
+    def _refuse_outside_policy(self, parent: AgentIdentity) -> None:
+        """Raise ``ScopeCreep`` with the finding every call on ``parent``'s chain is refused with
+        (``PolicyChains``: a root grant beyond its holder's roles, a delegation beyond its
+        delegator's rule), for a chain made outside the Gate: it hands nothing on, since every
+        call on a grant below it would be refused with the same finding."""
+        fault = self._policy_chains.fault(parent.chain)
+        if fault is not None:
+            refused = ScopeCreep(
+                f"{parent.name}'s chain is outside the policy, so it hands nothing on: {fault.message}"
+            )
+            refused.finding = fault
             raise refused
 
     def _refuse_revoked(self, parent: AgentIdentity) -> None:

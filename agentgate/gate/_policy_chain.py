@@ -6,7 +6,7 @@ The authority engine checks that each link narrows its parent; only the policy k
 principal may hand on, or how long its root grant may live and how much it may spend. A chain
 made outside the Gate (the library's ``issue``/``delegate``, ``agentgate grant issue`` without
 ``--policy``, ``agentgate grant delegate``) never met those rules, so every decision asks them of
-the chain it decides on.
+the chain it decides on, and ``Gate.delegate`` of the chain it hands on from.
 The answer is a pure function of the chain's token and the policy, which does not change under a
 Gate (``Policy`` is frozen, the Gate's index is built once): it is computed once per chain and
 kept, so a repeated call pays one dict lookup.
