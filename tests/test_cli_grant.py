@@ -615,6 +615,11 @@ roles:
     budget: {limit: 5000, unit: usd_micros}
     ttl_s: 600
     delegation: {max_depth: 1}
+principals:
+  alice:
+    kind: agent
+    key: k/alice.pub
+    roles: [refunder]
 """
 
 

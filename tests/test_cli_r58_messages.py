@@ -137,6 +137,15 @@ roles:
     capabilities:
       - resource: tool:search.web
     ttl_s: 600
+principals:
+  alice:
+    kind: agent
+    key: k/alice.pub
+    roles: [long, unset, short]
+  bob:
+    kind: agent
+    key: k/bob.pub
+    roles: [short]
 """
 
 
@@ -163,6 +172,40 @@ def test_a_ttl_over_the_policy_max_ttl_s_names_the_setting_not_the_role(
     code, _, err = cli(capsys, *base, "--role", "short", "--ttl", "20m")
     assert code == 2 and err == "agentgate: error: --ttl 20m exceeds role short's TTL of 600s\n"
     assert cli(capsys, *base, "--role", "long", "--ttl", "1h", "--out", "a.tok")[0] == 0
+
+
+def test_grant_issue_policy_role_refuses_a_role_its_holder_does_not_hold(
+    env: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Review R58: grant issue --policy --role issued a role to a key the policy does not name, or
+    whose principal does not hold it, where Gate.issue refuses: every call on it was then refused."""
+    (env / "pol.yaml").write_text(CAPPED_POLICY)
+    assert main(["keys", "new", "eve", "--dir", "k"]) == 0
+    capsys.readouterr()
+    base = ("grant", "issue", "--issuer", "k/root.key", "--policy", "pol.yaml")
+    code, out, err = cli(capsys, *base, "--to", "k/bob.pub", "--role", "long", "--out", "b.tok")
+    assert (code, out) == (2, "")
+    assert err.startswith(
+        "agentgate: error: --to k/bob.pub: principal bob does not hold role long (its roles: short)"
+    )
+    assert not (env / "b.tok").exists()
+    code, _, err = cli(capsys, *base, "--to", "k/eve.pub", "--role", "short")
+    assert code == 2 and "is not a principal of this policy" in err and "add it under principals" in err
+    assert cli(capsys, *base, "--to", "k/bob.pub", "--role", "short", "--out", "b.tok")[0] == 0
+    # A role held only through another that lives shorter: every call would be refused.
+    (env / "inherits.yaml").write_text(
+        "version: 1\ntrust_anchors:\n  root: {key: k/root.pub}\n"
+        "principals:\n  senior: {kind: human, key: k/alice.pub, roles: [senior]}\n"
+        "tools:\n  lookup: {args: {id: {type: string}}}\n"
+        "roles:\n  clerk: {kind: human, capabilities: [{resource: tool:lookup}], ttl_s: 3600}\n"
+        "  senior: {kind: human, inherits: [clerk], ttl_s: 60}\n"
+    )
+    held = ("grant", "issue", "--issuer", "k/root.key", "--policy", "inherits.yaml", "--to", "k/alice.pub")
+    code, out, err = cli(capsys, *held, "--role", "clerk", "--out", "c.tok")
+    assert (code, out) == (2, "") and err.startswith("agentgate: error: --role clerk: ")
+    assert "lives 3600s, longer than the policy lets a grant to it live (60s" in err, err
+    assert not (env / "c.tok").exists()
+    assert cli(capsys, *held, "--role", "senior", "--out", "s.tok")[0] == 0
 
 
 def test_grant_delegate_prints_its_deny_on_stderr_and_leaves_stdout_to_the_token(

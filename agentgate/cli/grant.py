@@ -69,7 +69,7 @@ from agentgate.store._sqlite import tables_of
 from agentgate.store.grants import GRANTS_DDL
 
 if TYPE_CHECKING:  # the policy layer is imported only for --policy (_role_grant)
-    from agentgate.policy import Policy
+    from agentgate.policy import Policy, PolicyIndex
 
 
 def _depth(text: str) -> int:
@@ -268,18 +268,28 @@ def _capability(text: str) -> Capability:
         raise CapabilityError(f"--allow {shown}: {why}") from None
 
 
-def _role_grant(args: argparse.Namespace, issuer: str) -> tuple[list[Capability], int, Budget | None, int]:
-    """Capabilities, TTL, budget and depth of ``--role`` in ``--policy``; the flags may only narrow them."""
+def _role_grant(
+    args: argparse.Namespace, issuer: str, audience: str
+) -> tuple[list[Capability], int, Budget | None, int, PolicyIndex]:
+    """Capabilities, TTL, budget and depth of ``--role`` in ``--policy`` for ``audience`` (a
+    did:key), which must hold the role (``PolicyIndex.role_refusal``); the flags may only narrow
+    them. With the policy's index, which the grant made is then held to (``_issue``)."""
     if not (args.policy and args.role):
         raise InputError("--policy and --role go together")
     if args.allow:
         raise InputError("--allow cannot be combined with --policy: the role names the capabilities")
-    from agentgate.policy import role_grant_template  # the policy layer: only for --policy
+    from agentgate.policy import PolicyIndex, role_grant_template  # the policy layer: only for --policy
 
     policy = shown_policy(args.policy)
     if issuer not in {did for did in policy.anchor_dids.values() if did}:
         raise InputError(f"{args.issuer}: not the key of a trust anchor of {args.policy}")
     template = role_grant_template(policy, args.role)
+    index = PolicyIndex(policy)
+    # As Gate.issue: a grant of a role its holder does not hold would have every call refused
+    # (until review R58 it was issued).
+    refusal = index.role_refusal(audience, args.role)
+    if refusal is not None:
+        raise InputError(f"--to {args.to}: {refusal}")
     ttl = template.ttl_s if args.ttl is None else parse_duration(args.ttl)
     if ttl > template.ttl_s:
         raise InputError(f"--ttl {args.ttl} exceeds {_ttl_cap(policy, args.role, template.ttl_s)}")
@@ -299,7 +309,7 @@ def _role_grant(args: argparse.Namespace, issuer: str) -> tuple[list[Capability]
         raise InputError(
             f"--max-depth {depth} exceeds role {args.role}'s delegation depth {template.max_depth}"
         )
-    return list(template.capabilities), ttl, budget, depth
+    return list(template.capabilities), ttl, budget, depth, index
 
 
 def _ttl_cap(policy: Policy, role: str, ttl_s: int) -> str:
@@ -403,8 +413,9 @@ def _issue(args: argparse.Namespace) -> int:
     key = load_signing_key(args.issuer)
     audience = load_public_key(args.to)
     purpose = args.purpose
+    index = None
     if args.policy or args.role:
-        capabilities, ttl, budget, depth = _role_grant(args, key.did)
+        capabilities, ttl, budget, depth, index = _role_grant(args, key.did, audience.did)
         purpose = purpose or f"role {args.role}"
     else:
         if not args.allow or args.ttl is None:
@@ -412,6 +423,14 @@ def _issue(args: argparse.Namespace) -> int:
         capabilities, ttl, budget = _capabilities(args), parse_duration(args.ttl), _budget(args.budget)
         depth = 2 if args.max_depth is None else args.max_depth
     chain = issue(key, audience, capabilities, ttl=ttl, budget=budget, max_depth=depth, purpose=purpose)
+    if index is not None:
+        from agentgate.gate._policy_chain import chain_fault
+
+        # A role held only through another that lives shorter or spends less: the decisions
+        # would refuse every call on the grant, as Gate.issue refuses to make it.
+        fault = chain_fault(index, chain)
+        if fault is not None:
+            raise InputError(f"--role {args.role}: {fault.message}")
     with _repo() as repo:
         _record_and_write(repo, chain, args.out)
     return 0

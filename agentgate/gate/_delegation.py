@@ -423,18 +423,7 @@ class _Delegation:
     def _role_not_held(self, key: SigningKey, role: str) -> ScopeCreep:
         """The refusal (``scope_creep`` ``role_not_held``) of a root grant for ``role`` to ``key``,
         which the policy does not let hold it: every call on such a grant would be refused."""
-        principal = self.index.principal_name(key.did)
-        if principal is None:
-            message = (
-                f"{key.did} is not a principal of this policy: it may hold no role, so a grant for "
-                f"role {role} to it would have every call refused; add it under principals"
-            )
-        else:
-            message = (
-                f"principal {principal} does not hold role {role} (its roles: "
-                f"{', '.join(self.index.roles_of(key.did)) or 'none'}): a grant for that role to it "
-                "would have every call refused; issue one for a role it holds"
-            )
+        message = self.index.role_refusal(key.did, role) or f"{key.did} may not hold role {role}"
         refused = ScopeCreep(message)
         refused.finding = _finding(FindingKind.SCOPE_CREEP, "role_not_held", message)
         return refused

@@ -302,6 +302,24 @@ class PolicyIndex:
         one the policy's decisions can allow (``Gate.issue`` refuses any other)."""
         return role in self.roles_of(holder)
 
+    def role_refusal(self, holder: str, role: str) -> str | None:
+        """Why a root grant for ``role`` to ``holder`` (a did:key) would have every call refused:
+        ``holder`` is not a principal of the policy, or does not hold ``role``; ``None`` where it
+        holds it (``Gate.issue`` and ``agentgate grant issue --policy --role`` refuse such a grant)."""
+        if self.holds_role(holder, role):
+            return None
+        principal = self.principal_name(holder)
+        if principal is None:
+            return (
+                f"{holder} is not a principal of this policy: it may hold no role, so a grant for "
+                f"role {role} to it would have every call refused; add it under principals"
+            )
+        return (
+            f"principal {principal} does not hold role {role} (its roles: "
+            f"{', '.join(self.roles_of(holder)) or 'none'}): a grant for that role to it "
+            "would have every call refused; issue one for a role it holds"
+        )
+
     def delegation_depth(self, holder: str) -> int:
         """How many delegation steps may follow a root grant to ``holder`` (a did:key): the
         deepest ``delegation.max_depth`` of the roles it holds (``role_grant_template``), 0 for a
