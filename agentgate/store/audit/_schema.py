@@ -129,6 +129,13 @@ def _pg_function_differs(proc: str, name: str, *, settings: bool = True) -> str:
     return f"({differs})"
 
 
+def _pg_runs_otherwise(proc: str, functions: tuple[str, ...] = tuple(_PG_TRIGGER_FUNCTIONS)) -> str:
+    """SQL true when the function row ``proc`` (of pg_proc) is not ``made.fn`` as agentgate makes it
+    (``_pg_function_differs``), ``made.fn`` being one of ``functions``; true for any other."""
+    cases = " ".join(f"WHEN made.fn = '{name}' THEN {_pg_function_differs(proc, name)}" for name in functions)
+    return f"(CASE {cases} ELSE true END)"
+
+
 def _pg_made(tables: tuple[str, ...], fires: dict[str, tuple[str, int, str]] = _PG_FIRES) -> str:
     """SQL rows ``made(name, tbl, type, fn)``: the triggers of ``fires`` (the protection
     triggers: ``_PG_FIRES``) on ``tables`` as agentgate makes them."""
@@ -643,7 +650,9 @@ def _record_missing() -> dict[Dialect, str]:
     that the DDL run after it in the same transaction puts back: on SQLite each one missing (a
     changed one is recorded by ``_put_back_changed_sqlite``), on PostgreSQL each one missing or
     not agentgate's (its row or its function) on a table this role owns (the DDL makes it again
-    there); the tables whose triggers are looked for are there (a table made now is not repaired).
+    there) whose function is agentgate's once the DDL ran (missing, or this role's, or unchanged:
+    a changed one that another role owns is left as it is, so nothing is recorded and ``verify``
+    goes on naming it); the tables whose triggers are looked for are there (a table made now is not repaired).
     The record's triggers (``agentgate_store_parts``) are put back by ``PARTS_DDL`` just after, in
     a transaction of its own: the evidence is committed first."""
     sqlite = "".join(
@@ -652,10 +661,6 @@ def _record_missing() -> dict[Dialect, str]:
         f"WHERE NOT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'trigger' AND lower(name) = '{name}') "
         f"AND EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND lower(name) = '{table}');\n"
         for name, table, _refuses in PROTECTION_TRIGGERS["sqlite"]
-    )
-    differs = " ".join(
-        f"WHEN made.fn = '{function}' THEN {_pg_function_differs('p', function)}"
-        for function in _PG_TRIGGER_FUNCTIONS
     )
     postgresql = f"""
 DO $$
@@ -669,8 +674,12 @@ BEGIN
     JOIN pg_class c ON c.oid = to_regclass(made.tbl)
     LEFT JOIN pg_trigger t ON t.tgrelid = c.oid AND t.tgname = made.name AND NOT t.tgisinternal
     LEFT JOIN pg_proc p ON p.oid = t.tgfoid
+    LEFT JOIN pg_proc q ON q.oid = to_regprocedure(made.fn || '()')
     WHERE pg_has_role(c.relowner, 'USAGE')
-      AND (t.oid IS NULL OR {_PG_TRIGGER_DIFFERS} OR CASE {differs} ELSE true END)
+      AND (t.oid IS NULL OR {_PG_TRIGGER_DIFFERS} OR {_pg_runs_otherwise("p")})
+      -- and the trigger runs agentgate's function once made: one made now, made again by its
+      -- owner (this role), or unchanged; one another role owns is left (verify names it).
+      AND (q.oid IS NULL OR pg_has_role(q.proowner, 'USAGE') OR NOT {_pg_runs_otherwise("q")})
     ORDER BY made.name;
 END;
 $$;
@@ -760,12 +769,22 @@ def _same_sqlite(stored: object, made: str) -> bool:
     return isinstance(stored, str) and " ".join(stored.split()).lower() == " ".join(made.split()).lower()
 
 
-def _changed(store: Store, tables: tuple[str, ...], *, index: bool = False) -> dict[tuple[str, str], str]:
-    """``(trigger, table) -> how it differs`` for each protection trigger on ``tables`` (constants),
-    and where ``index`` the reference index's (``audit_log_index_ref``, on audit_log), that is
-    there but is not the one agentgate makes. Reads the catalog only: SQLite's stored text of the
-    trigger; PostgreSQL's trigger row (events, timing, level, WHEN clause, columns, arguments,
-    function) and the body, language, security and settings of the function it runs."""
+_REMADE_BY_INIT = "`agentgate store init` run as the store's owner makes it again"
+"""What makes a trigger that is not agentgate's again, where nothing stops the store's owner."""
+
+
+def _changed(
+    store: Store, tables: tuple[str, ...], *, index: bool = False
+) -> dict[tuple[str, str], tuple[str, str]]:
+    """``(trigger, table) -> (how it differs, what makes it again)`` for each protection trigger on
+    ``tables`` (constants), and where ``index`` the reference index's (``audit_log_index_ref``, on
+    audit_log), that is there but is not the one agentgate makes. Reads the catalog only: SQLite's
+    stored text of the trigger; PostgreSQL's trigger row (events, timing, level, WHEN clause,
+    columns, arguments, function) and the body, language, security and settings of the function
+    it runs. On PostgreSQL a function that is not agentgate's and that a role other than the
+    table's owner owns (of which the owner is not a member) is made again by its owner only
+    (``_replace_changed_function``): what makes it again then names ``ALTER FUNCTION ... OWNER
+    TO`` first."""
     names = [name for name, table, _refuses in PROTECTION_TRIGGERS[store.dialect] if table in tables]
     fires = _PG_FIRES
     if index and "audit_log" in tables:
@@ -779,32 +798,47 @@ def _changed(store: Store, tables: tuple[str, ...], *, index: bool = False) -> d
             f"WHERE type = 'trigger' AND lower(name) IN ({listed})"
         )
         return {
-            (str(name), str(table)): "its definition in sqlite_master is not the one agentgate runs"
+            (str(name), str(table)): (
+                "its definition in sqlite_master is not the one agentgate runs",
+                _REMADE_BY_INIT,
+            )
             for name, table, sql in rows
             if not _same_sqlite(sql, made[str(name)])
         }
-    differs = " ".join(
-        f"WHEN made.fn = '{function}' THEN {_pg_function_differs('p', function)}"
-        for function in (*_PG_TRIGGER_FUNCTIONS, "agentgate_audit_index_ref")
-    )
+    functions = (*_PG_TRIGGER_FUNCTIONS, "agentgate_audit_index_ref")
+    # q: the function of the trigger's name where the store's statements find it, the one the
+    # trigger runs once made again; its owner, where the table's owner may not replace it.
     rows = store.query(
-        f"SELECT t.tgname, c.relname, {_PG_TRIGGER_DIFFERS}, made.fn, CASE {differs} ELSE true END "
+        f"SELECT t.tgname, c.relname, {_PG_TRIGGER_DIFFERS}, made.fn, {_pg_runs_otherwise('p', functions)}, "
+        "CASE WHEN q.oid IS NOT NULL AND NOT pg_catalog.pg_has_role(c.relowner, q.proowner, 'USAGE') "
+        f"AND {_pg_runs_otherwise('q', functions)} THEN quote_ident(pg_catalog.pg_get_userbyid(q.proowner)) END, "
+        "quote_ident(pg_catalog.pg_get_userbyid(c.relowner)) "
         "FROM pg_catalog.pg_trigger t JOIN pg_catalog.pg_class c ON c.oid = t.tgrelid "
         f"JOIN {_pg_made(tables, fires)} ON t.tgname = made.name AND c.relname = made.tbl "
         "JOIN pg_catalog.pg_proc p ON p.oid = t.tgfoid "
+        "LEFT JOIN pg_catalog.pg_proc q ON q.oid = pg_catalog.to_regprocedure(made.fn || '()') "
         "WHERE NOT t.tgisinternal AND pg_catalog.pg_table_is_visible(c.oid)"
     )
-    found: dict[tuple[str, str], str] = {}
-    for name, table, fires_otherwise, function, runs_otherwise in rows:
+    found: dict[tuple[str, str], tuple[str, str]] = {}
+    for name, table, fires_otherwise, function, runs_otherwise, function_owner, table_owner in rows:
+        fix = _REMADE_BY_INIT
+        if function_owner is not None:
+            fix = (
+                f"its function's owner {function_owner} is not the table's owner {table_owner}, whose "
+                f"`agentgate store init` leaves the function as it is: `ALTER FUNCTION {function}() "
+                f"OWNER TO {table_owner}` run as a superuser, then {_REMADE_BY_INIT}"
+            )
         if fires_otherwise:
             found[(str(name), str(table))] = (
                 "it fires otherwise (its events, timing, FOR EACH, WHEN clause, columns, arguments or "
-                f"function are not those of agentgate's, which runs {function}())"
+                f"function are not those of agentgate's, which runs {function}())",
+                fix,
             )
         elif runs_otherwise:
             found[(str(name), str(table))] = (
                 f"its function {function}() is not the one agentgate made (its body, language, "
-                "security or settings were changed)"
+                "security or settings were changed)",
+                fix,
             )
     return found
 
@@ -1165,14 +1199,15 @@ def protection_said(store: Store) -> str | None:
 
 
 def _state(
-    name: str, table: str, found: dict[tuple[str, str], bool], changed: dict[tuple[str, str], str]
+    name: str,
+    table: str,
+    found: dict[tuple[str, str], bool],
+    changed: dict[tuple[str, str], tuple[str, str]],
 ) -> tuple[str, str]:
     """How a trigger not in force is (missing, changed, or disabled) and what puts it back in force."""
     if (name, table) in changed:
-        return (
-            f"is not the one agentgate made: {changed[(name, table)]}",
-            "`agentgate store init` run as the store's owner makes it again",
-        )
+        how, fix = changed[(name, table)]
+        return f"is not the one agentgate made: {how}", fix
     if (name, table) in found:
         return (
             "is disabled",
