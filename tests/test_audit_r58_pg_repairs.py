@@ -6,7 +6,9 @@ row until it is accepted. Until review R58, on PostgreSQL:
 
 - a trigger whose function (``agentgate_append_only``) another role owns was recorded as made
   again ("was not the one agentgate made ... put it back"), while ``CREATE OR REPLACE`` is run by
-  the function's owner only: nothing was remade, edits stayed allowed, and the record was false.
+  the function's owner only: nothing was remade, edits stayed allowed, and the record was false;
+- a disabled protection trigger (``ALTER TABLE ... DISABLE TRIGGER``) was left disabled by the
+  table's owner, though a dropped one was put back.
 
 Also checked: a trigger made again under agentgate's name in upper case (quoted, a name of its
 own on PostgreSQL) is not agentgate's; agentgate's is made beside it and recorded as missing.
@@ -19,7 +21,7 @@ from dataclasses import dataclass
 
 import psycopg
 import pytest
-from test_audit_r57_repairs import ENTRY, KEY, ORIGIN, _postgres
+from test_audit_r57_repairs import ENTRY, KEY, ORIGIN, _postgres, accept_repairs
 
 from agentgate.store.audit import AuditLog
 
@@ -112,6 +114,31 @@ def test_a_function_another_role_owns_is_not_recorded_as_made_again(postgres_url
         "the protection trigger audit_log_append_only on table audit_log was not the one agentgate made"
         in (_repairs(postgres_url))
     )
+
+
+@pytest.mark.parametrize("how", ["DISABLE", "ENABLE REPLICA"])
+def test_a_disabled_trigger_is_enabled_by_the_owner_and_recorded(postgres_url: str, how: str) -> None:
+    """Review R58: a writer's opening as the owner left a disabled PostgreSQL protection trigger disabled."""
+    _filled(postgres_url)
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        conn.execute(f"ALTER TABLE audit_log {how} TRIGGER audit_log_append_only")  # type: ignore[arg-type]
+    assert not _update_refused(postgres_url)
+    with _postgres(postgres_url) as store:
+        log = AuditLog(store, KEY, ORIGIN)
+        (line,) = log.unprotected()
+        assert _update_refused(postgres_url)
+        with psycopg.connect(postgres_url) as conn:
+            (state,) = conn.execute(
+                "SELECT tgenabled FROM pg_trigger WHERE tgname = 'audit_log_append_only'"
+            ).fetchone() or ("",)
+        assert state == "A"
+        assert line.startswith("repair 1 at ")
+        assert "the protection trigger audit_log_append_only on table audit_log was disabled" in line
+        assert "entries 2 to 2 were appended" in line
+        assert accept_repairs(store) == [
+            "the protection trigger audit_log_append_only on table audit_log was disabled"
+        ]
+        assert log.verify().ok
 
 
 def test_a_trigger_made_again_in_upper_case_is_not_agentgates(postgres_url: str) -> None:

@@ -347,10 +347,7 @@ def test_postgresql_verify_reports_a_dropped_and_a_disabled_trigger(
         "the protection trigger audit_log_append_only on table audit_log is missing",
         "the protection trigger audit_checkpoints_no_truncate on table audit_checkpoints is disabled",
     ]
-    assert report.unprotected[1].endswith(
-        "`ALTER TABLE audit_checkpoints ENABLE ALWAYS TRIGGER audit_checkpoints_no_truncate` run as the table's "
-        "owner enables it"
-    )
+    assert report.unprotected[1].endswith("`agentgate store init` run as the store's owner enables it")
 
 
 # --- a writer's opening puts back what is missing ------------------------------------------------------

@@ -5,8 +5,8 @@ never made from one dropped (the record ``agentgate_store_parts`` keeps); and, f
 to read, which writes nothing, ``refs_complete`` (whether the reference index may be read) and
 ``missing_protection`` (the triggers of the log's machinery that are not in force, and the
 repairs of them not accepted, which ``verify`` reports). ``audit_repairs`` (``REPAIRS_DDL``)
-records each protection trigger a writer's opening puts back or makes again, in the transaction
-that does it, and each acceptance of such a repair (``accept_repair``); ``agentgate_store_parts``
+records each protection trigger a writer's opening puts back, makes again or (PostgreSQL)
+enables, in the transaction that does it, and each acceptance of such a repair (``accept_repair``); ``agentgate_store_parts``
 records it as made, so that a dropped one is reported and refused, not made again empty
 (``_repairs_dropped``)."""
 
@@ -206,17 +206,18 @@ def _append_only_triggers(table: str) -> str:
 
 
 def _fire_always(tables: tuple[str, ...]) -> str:
-    """A PL/pgSQL step that makes each protection trigger of ``tables`` that fires in ordinary
-    sessions only (``tgenabled`` O, as CREATE TRIGGER makes it) fire in every session (A, ENABLE
-    ALWAYS), where the table's owner runs it: ``session_replication_role = replica``, set for a
-    session, a role or the database, then no longer skips it. A disabled one (D, or R: replica
-    sessions only) is left for its owner to enable (``audit verify`` reports it). Needs a
-    variable ``changed record``."""
+    """A PL/pgSQL step that makes each protection trigger of ``tables`` that does not fire in every
+    session fire there (``tgenabled`` A, ENABLE ALWAYS), where the table's owner runs it: one that
+    fires in ordinary sessions only (O, as CREATE TRIGGER makes it), so that
+    ``session_replication_role = replica``, set for a session, a role or the database, no longer
+    skips it; and one disabled (D, or R: replica sessions only), put back in force like a dropped
+    one (``_RECORD_REPAIRS`` records it first, in the same transaction). Needs a variable
+    ``changed record``."""
     return f"""
     FOR changed IN SELECT t.tgname, c.relname FROM pg_trigger t
             JOIN pg_class c ON c.oid = t.tgrelid
             JOIN {_pg_made(tables)} ON t.tgname = made.name AND t.tgrelid = to_regclass(made.tbl)
-            WHERE NOT t.tgisinternal AND t.tgenabled = 'O' AND pg_has_role(c.relowner, 'USAGE') LOOP
+            WHERE NOT t.tgisinternal AND t.tgenabled <> 'A' AND pg_has_role(c.relowner, 'USAGE') LOOP
         EXECUTE format('ALTER TABLE %I ENABLE ALWAYS TRIGGER %I', changed.relname, changed.tgname);
     END LOOP;
 """
@@ -372,7 +373,7 @@ $$;
 
 REPAIRS_DDL: dict[Dialect, str] = {
     # ``audit_repairs``: a row for each protection trigger that a writer's opening of an existing
-    # log found missing or not agentgate's and put back or made again (``what``, with the log's
+    # log found missing, not agentgate's or disabled and put back in force (``what``, with the log's
     # size and the size of the latest stored checkpoint then: the entries after that checkpoint,
     # up to that size, were appended while nothing protected them), written in the transaction
     # that repairs it; and a row for each acceptance of such a repair (``accepts``: the repair's
@@ -649,8 +650,8 @@ def _record_missing() -> dict[Dialect, str]:
     """``_RECORD_REPAIRS``: SQL that writes a row of ``audit_repairs`` for each protection trigger
     that the DDL run after it in the same transaction puts back: on SQLite each one missing (a
     changed one is recorded by ``_put_back_changed_sqlite``), on PostgreSQL each one missing or
-    not agentgate's (its row or its function) on a table this role owns (the DDL makes it again
-    there) whose function is agentgate's once the DDL ran (missing, or this role's, or unchanged:
+    not agentgate's (its row or its function), or disabled (``_fire_always`` enables it), on a
+    table this role owns (the DDL makes it again there) whose function is agentgate's once the DDL ran (missing, or this role's, or unchanged:
     a changed one that another role owns is left as it is, so nothing is recorded and ``verify``
     goes on naming it); the tables whose triggers are looked for are there (a table made now is not repaired).
     The record's triggers (``agentgate_store_parts``) are put back by ``PARTS_DDL`` just after, in
@@ -668,7 +669,9 @@ BEGIN
     INSERT INTO audit_repairs (created, what, log_size, checkpoint_size)
     SELECT {_NOW["postgresql"]},
            'the protection trigger ' || made.name || ' on table ' || made.tbl
-           || CASE WHEN t.oid IS NULL THEN ' was missing' ELSE ' was not the one agentgate made' END,
+           || CASE WHEN t.oid IS NULL THEN ' was missing'
+                   WHEN {_PG_TRIGGER_DIFFERS} OR {_pg_runs_otherwise("p")} THEN ' was not the one agentgate made'
+                   ELSE ' was disabled' END,
            {_SIZES}
     FROM {_pg_made((*LOG_TABLES, _PARTS, _REPAIRS))}
     JOIN pg_class c ON c.oid = to_regclass(made.tbl)
@@ -676,7 +679,7 @@ BEGIN
     LEFT JOIN pg_proc p ON p.oid = t.tgfoid
     LEFT JOIN pg_proc q ON q.oid = to_regprocedure(made.fn || '()')
     WHERE pg_has_role(c.relowner, 'USAGE')
-      AND (t.oid IS NULL OR {_PG_TRIGGER_DIFFERS} OR {_pg_runs_otherwise("p")})
+      AND (t.oid IS NULL OR {_PG_TRIGGER_DIFFERS} OR {_pg_runs_otherwise("p")} OR t.tgenabled IN ('D', 'R'))
       -- and the trigger runs agentgate's function once made: one made now, made again by its
       -- owner (this role), or unchanged; one another role owns is left (verify names it).
       AND (q.oid IS NULL OR pg_has_role(q.proowner, 'USAGE') OR NOT {_pg_runs_otherwise("q")})
@@ -691,7 +694,7 @@ PROTECTION_TRIGGERS: dict[Dialect, tuple[tuple[str, str, str], ...]] = {
     # ``(trigger, table, what it refuses)``: the triggers that keep the log and the record of it
     # append-only. A missing one, one not made as agentgate makes it (or, on PostgreSQL, one
     # disabled) is what ``missing_protection`` reports; a writer's opening (``create_audit_tables``)
-    # puts it back or makes it again.
+    # puts it back, makes it again or enables it (PostgreSQL).
     "sqlite": (
         ("audit_log_next_index", "audit_log", "an entry at any index but the next one"),
         ("audit_log_no_update", "audit_log", "an entry's edit"),
@@ -1204,13 +1207,18 @@ def _state(
     found: dict[tuple[str, str], bool],
     changed: dict[tuple[str, str], tuple[str, str]],
 ) -> tuple[str, str]:
-    """How a trigger not in force is (missing, changed, or disabled) and what puts it back in force."""
+    """How a trigger not in force is (missing, changed, or disabled) and what puts it back in force:
+    a writer's opening as the store's owner, but for a disabled ``audit_log_index_ref``, which it
+    leaves (``_fire_always`` enables protection triggers only), enabled as ``REFS_DDL`` makes it
+    (fires in ordinary sessions only)."""
     if (name, table) in changed:
         how, fix = changed[(name, table)]
         return f"is not the one agentgate made: {how}", fix
-    if (name, table) in found:
+    if (name, table) in found and name == _INDEX_TRIGGER:
         return (
             "is disabled",
-            f"`ALTER TABLE {table} ENABLE ALWAYS TRIGGER {name}` run as the table's owner enables it",
+            f"`ALTER TABLE {table} ENABLE TRIGGER {name}` run as the table's owner enables it",
         )
+    if (name, table) in found:
+        return "is disabled", "`agentgate store init` run as the store's owner enables it"
     return "is missing", "`agentgate store init` run as the store's owner puts it back"
