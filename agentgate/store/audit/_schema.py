@@ -6,9 +6,9 @@ to read, which writes nothing, ``refs_complete`` (whether the reference index ma
 ``missing_protection`` (the triggers of the log's machinery that are not in force, and the
 repairs of them not accepted, which ``verify`` reports). ``audit_repairs`` (``REPAIRS_DDL``)
 records each protection trigger a writer's opening puts back, makes again or (PostgreSQL)
-enables, in the transaction that does it, and each acceptance of such a repair (``accept_repair``); ``agentgate_store_parts``
-records it as made, so that a dropped one is reported and refused, not made again empty
-(``_repairs_dropped``)."""
+enables, in the transaction that does it, and each acceptance of such a repair
+(``accept_repair``); ``agentgate_store_parts`` records it as made, so that a dropped one is
+reported and refused, not made again empty (``_repairs_dropped``)."""
 
 from __future__ import annotations
 
@@ -651,11 +651,12 @@ def _record_missing() -> dict[Dialect, str]:
     that the DDL run after it in the same transaction puts back: on SQLite each one missing (a
     changed one is recorded by ``_put_back_changed_sqlite``), on PostgreSQL each one missing or
     not agentgate's (its row or its function), or disabled (``_fire_always`` enables it), on a
-    table this role owns (the DDL makes it again there) whose function is agentgate's once the DDL ran (missing, or this role's, or unchanged:
-    a changed one that another role owns is left as it is, so nothing is recorded and ``verify``
-    goes on naming it); the tables whose triggers are looked for are there (a table made now is not repaired).
-    The record's triggers (``agentgate_store_parts``) are put back by ``PARTS_DDL`` just after, in
-    a transaction of its own: the evidence is committed first."""
+    table this role owns (the DDL makes it again there), whose function is agentgate's once the
+    DDL ran (missing, this role's, or unchanged: a changed one that another role owns is left as
+    it is, so nothing is recorded and ``verify`` goes on naming it); the tables whose triggers are
+    looked for are there (a table made now is not repaired). The record's triggers
+    (``agentgate_store_parts``) are put back by ``PARTS_DDL`` just after, in a transaction of its
+    own: the evidence is committed first."""
     sqlite = "".join(
         "INSERT INTO audit_repairs (created, what, log_size, checkpoint_size) "
         f"SELECT {_NOW['sqlite']}, 'the protection trigger {name} on table {table} was missing', {_SIZES} "
@@ -814,8 +815,9 @@ def _changed(
     rows = store.query(
         f"SELECT t.tgname, c.relname, {_PG_TRIGGER_DIFFERS}, made.fn, {_pg_runs_otherwise('p', functions)}, "
         "CASE WHEN q.oid IS NOT NULL AND NOT pg_catalog.pg_has_role(c.relowner, q.proowner, 'USAGE') "
-        f"AND {_pg_runs_otherwise('q', functions)} THEN quote_ident(pg_catalog.pg_get_userbyid(q.proowner)) END, "
-        "quote_ident(pg_catalog.pg_get_userbyid(c.relowner)) "
+        f"AND {_pg_runs_otherwise('q', functions)} "
+        "THEN pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(q.proowner)) END, "
+        "pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(c.relowner)) "
         "FROM pg_catalog.pg_trigger t JOIN pg_catalog.pg_class c ON c.oid = t.tgrelid "
         f"JOIN {_pg_made(tables, fires)} ON t.tgname = made.name AND c.relname = made.tbl "
         "JOIN pg_catalog.pg_proc p ON p.oid = t.tgfoid "
