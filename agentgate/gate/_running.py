@@ -69,6 +69,16 @@ def _outcome_lost(auth: Authorization) -> None:
     )
 
 
+def _failure_carried(raised: list[BaseException]) -> BaseException | None:
+    """The failure that the last exception ``fn`` raised carries, when that is a cancellation
+    raised from it (``raise cancelled from error``) and it is not a cancellation itself: the call
+    failed while it was cancelled (``arun``). Until review R58 it was recorded as cancelled."""
+    if not raised or not isinstance(raised[-1], asyncio.CancelledError):
+        return None
+    cause = raised[-1].__cause__
+    return None if cause is None or isinstance(cause, asyncio.CancelledError) else cause
+
+
 _NO_FN = object()
 """``_check_allowed``'s ``fn`` when the caller runs no function (``abandon``)."""
 
@@ -238,7 +248,12 @@ class _Running:
         and from then on keeps it from beginning. A cancelled call whose work never began is then
         recorded as not started (a once-only call runs when its run is resumed), though an attempt
         was entered; one whose work began is recorded as started (never run twice). Without it, a
-        call is started once an attempt entered ``fn``."""
+        call is started once an attempt entered ``fn``.
+
+        A cancellation that ``fn`` itself raised with a cause that is not a cancellation (``raise
+        cancelled from error``: a sync tool that failed in its thread while its loop shut down)
+        is recorded as that failure of the call, as if ``fn`` had raised it; the cancellation
+        goes on."""
         self._check_allowed(auth, fn, paused, failed, spent, call_id=call_id, run_id=run_id)
         loop = asyncio.get_running_loop()
         self._begin_run(auth, loop)
@@ -273,7 +288,10 @@ class _Running:
                     else:
                         if began is not None:  # whether the work began, not just an attempt
                             started = began() and started
-                        self._fail(span, auth, exc, paused, started=started)
+                        if (failure := _failure_carried(raised)) is not None:
+                            self._fail(span, auth, failure, paused, started=started, ran=True)
+                        else:
+                            self._fail(span, auth, exc, paused, started=started)
                     raise
                 except BaseException as exc:
                     self._fail(span, auth, exc, paused, started=started, ran=exc in raised)

@@ -174,13 +174,16 @@ class _ThreadedCall:
         (not only the call awaiting it: an event loop shutting down cancels both at once), an
         attempt whose tool began in its thread waits for the tool's end there, at most
         ``THREAD_END_WAIT_S``, and ends as the tool did: with its answer (what LangChain makes of
-        the work's end: ``_answer``, ``_handled``) when there is one, else with the cancellation
-        (the work failed, or still runs). One whose tool had not begun gives the call up: its
-        tool does not begin after."""
+        the work's end: ``_answer``, ``_handled``) when there is one; else with the cancellation,
+        carrying the tool's failure as its ``__cause__`` when the work failed (``Gate.arun``
+        records that failure, as it records a tool's error when nothing is cancelled: raised
+        here, it would end a task that nothing awaits at the loop's shutdown), and alone while
+        the work still runs. One whose tool had not begun gives the call up: its tool does not
+        begin after."""
         self._idle.clear()
         try:
             return await handler(self.request)
-        except asyncio.CancelledError:
+        except asyncio.CancelledError as cancelled:
             if not self.marked or not self.began():
                 raise
             with self._lock:
@@ -189,26 +192,29 @@ class _ThreadedCall:
                 raise
             with self._lock:
                 returned, raised = self._returned, self._raised
-            answer = self._answer(returned[0]) if returned else self._handled(raised)
-            if answer is None:  # a failure: recorded as the cancelled call's
-                raise
-            return answer
+            ended = self._answer(returned[0]) if returned else self._handled(raised)
+            if isinstance(ended, BaseException):  # until review R58 recorded as CancelledError
+                raise cancelled from ended
+            return ended
         finally:
             self._idle.set()
 
-    def _answer(self, value: object) -> ToolResult | None:
-        """The answer of the work that returned ``value`` in its thread, None when LangChain's run
-        of it failed. For a ``StructuredTool`` or ``Tool``, ``value`` is what its ``run`` returned:
-        LangChain's own answer. For another tool, what ``BaseTool.arun`` makes of the value its
-        ``_run`` returned: None for a ``content_and_artifact`` tool's value that is not a pair
-        (``arun`` raises ``ValueError``; until review R58 the answer was the value, recorded
+    def _answer(self, value: object) -> ToolResult | ValueError:
+        """The answer of the work that returned ``value`` in its thread, or the failure of
+        LangChain's run of it. For a ``StructuredTool`` or ``Tool``, ``value`` is what its ``run``
+        returned: LangChain's own answer. For another tool, what ``BaseTool.arun`` makes of the
+        value its ``_run`` returned: the ``ValueError`` it raises for a ``content_and_artifact``
+        tool's value that is not a pair (until review R58 the answer was the value, recorded
         ``ok``), a ``ToolMessage`` or ``Command`` (or a list of them) as it is, else a
         ``ToolMessage`` of the call holding its content (and artifact), as text unless it is a
         list of blocks."""
         content, artifact = value, None
         if not self._answered and self._tool.response_format == "content_and_artifact":
             if not isinstance(value, tuple) or len(value) != 2:
-                return None
+                return ValueError(
+                    "Since response_format='content_and_artifact' a two-tuple of the message content "
+                    f"and raw tool output is expected. Instead, generated response is of type: {type(value)}."
+                )
             content, artifact = value
         if isinstance(content, ToolMessage | Command):
             return content
@@ -226,14 +232,18 @@ class _ThreadedCall:
         call = self.request.tool_call
         return ToolMessage(content, artifact=artifact, tool_call_id=call["id"], name=self._tool.name)
 
-    def _handled(self, error: BaseException | None) -> ToolResult | None:
+    def _handled(self, error: BaseException | None) -> ToolResult | BaseException:
         """The answer ``BaseTool.arun`` makes of ``error``, which the work of a tool other than a
         ``StructuredTool`` or ``Tool`` raised in its thread: the error answer of a ``ToolException``
-        when the tool handles its errors (``handle_tool_error``); else None (the work failed).
-        A ``StructuredTool``'s or ``Tool``'s ``run`` handled it already: its answer is returned."""
+        when the tool handles its errors (``handle_tool_error``); else ``error`` (the work failed).
+        A ``StructuredTool``'s or ``Tool``'s ``run`` handled it already: what it raised is
+        returned. (``error`` is None only for a work that neither returned nor raised, which
+        cannot end: a cancellation stands for it.)"""
+        if error is None:  # pragma: no cover
+            return asyncio.CancelledError()
         flag = self._tool.handle_tool_error
         if self._answered or not isinstance(error, ToolException) or not flag:
-            return None
+            return error
         if isinstance(flag, str):
             content: Any = flag
         elif callable(flag):
