@@ -1,14 +1,14 @@
 """The model-call half of ``GateMiddleware`` (``_ModelCalls``): a model call decided with the
-tokens it sends and may answer with, run under the gate, its usage committed; with what it
-counts (``_sent_chars``, ``_media_tokens``) and the model's name (``_model_name``,
-``_check_model_name``)."""
+tokens it sends and may answer with, run under the gate, its usage committed, its answer made fit
+for the run's state (``_storable``); with what it counts (``_sent_chars``, ``_media_tokens``) and
+the model's name (``_model_name``, ``_check_model_name``)."""
 
 from __future__ import annotations
 
 import contextlib
 import weakref
 from collections.abc import Awaitable, Callable, Mapping
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import orjson
 from langchain.agents.middleware import ModelRequest, ModelResponse
@@ -33,6 +33,7 @@ from agentgate.integrations.langgraph._calls import _WATCHED, _answer, _Cut, _St
 from agentgate.integrations.langgraph._models import USAGE_STALE, DispatchedChatModel, ScriptedChatModel
 from agentgate.integrations.langgraph._scope import identity_from_context
 from agentgate.integrations.langgraph._stops import _run_messages, _run_stop, _stop_mark
+from agentgate.integrations.langgraph._tool_calls import _storable_answer
 
 R = TypeVar("R")
 D = TypeVar("D")
@@ -169,7 +170,7 @@ class _ModelCalls:
         if (stop := _run_stop(_run_messages(request))) is not None:
             return self._stop(stop)
         if not self.gate_models:
-            return handler(request)
+            return _storable(handler(request))
         auth, request = self._authorize_model(request)
         if not auth.allowed:
             return self._stopped(auth)
@@ -187,7 +188,7 @@ class _ModelCalls:
                         return _Cut(exc)
                     raise
 
-            return _answer(self.gate.run(auth, call, spent=_spent))
+            return _storable(_answer(self.gate.run(auth, call, spent=_spent)))
         finally:
             _WATCHED.reset(watching)
 
@@ -200,7 +201,7 @@ class _ModelCalls:
         if (stop := _run_stop(_run_messages(request))) is not None:
             return self._stop(stop)
         if not self.gate_models:
-            return await handler(request)
+            return _storable(await handler(request))
         auth, request = await self._decided(self._authorize_model, request, lambda decided: decided[0])
         if not auth.allowed:
             return self._stopped(auth)
@@ -218,7 +219,7 @@ class _ModelCalls:
                         return _Cut(exc)
                     raise
 
-            return _answer(await self.gate.arun(auth, call, spent=_spent))
+            return _storable(_answer(await self.gate.arun(auth, call, spent=_spent)))
         finally:
             _WATCHED.reset(watching)
 
@@ -288,6 +289,25 @@ def _spent(response: ModelResponse[Any] | AIMessage | _Cut) -> tuple[int, int] |
         if any(isinstance(meta, Mapping) and meta.get(USAGE_STALE) is True for meta in metadata):
             return USAGE_UNREAD
     return _tokens_or_cut(response)
+
+
+def _storable(response: R) -> R:
+    """``response`` (a ``ModelResponse``, or an ``AIMessage`` as a middleware may answer) with each
+    answer as the run's state can keep it (``_storable_answer``): a tool call whose arguments hold
+    an integer beyond 64 bits kept with that integer as text and marked refused, which the tool
+    hook then refuses before it is decided, telling the model why (until review R58 LangGraph's
+    checkpointer failed to store the answer and the run ended in a ``TypeError``). ``response``
+    itself when no answer changes (the usual case)."""
+    if isinstance(response, AIMessage):
+        return cast(R, _storable_answer(response)) if response.tool_calls else response
+    if not isinstance(response, ModelResponse):
+        return response
+    result = [
+        _storable_answer(m) if isinstance(m, AIMessage) and m.tool_calls else m for m in response.result
+    ]
+    if all(new is old for new, old in zip(result, response.result, strict=True)):
+        return response
+    return cast(R, ModelResponse(result=result, structured_response=response.structured_response))
 
 
 def _model_name(model: BaseChatModel) -> str:

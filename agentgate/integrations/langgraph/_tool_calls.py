@@ -1,13 +1,14 @@
 """What a tool-call request asks: the call to decide (``_tool_call_of``, ``_model_args``), the tool
 running it (``_running_tool``), and what makes a request unusable, refused before it is decided
-(``_refused_call``, ``_unusable_answer``, ``_inexact_arguments``, ``_no_such_tool``)."""
+(``_refused_call``, ``_unusable_answer``, ``_inexact_arguments``, ``_out_of_range``,
+``_no_such_tool``); and a model's answer made fit for a checkpointer (``_storable_answer``)."""
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 from langchain_core.messages import AIMessage
 from langgraph.prebuilt.tool_node import ToolCallRequest
@@ -115,13 +116,16 @@ it again."""
 def _unusable_answer(request: ToolCallRequest, call_id: str) -> InputError | None:
     """Why ``request``'s call is not run, if so: the answer that asked for it was cut at its
     output limit (``_CUT_CALL``), or gives this call's id to more than one call (``_SHARED_ID``)
-    (none of its calls is run then), or the call's arguments as the model wrote them hold a number
-    no float holds as written (``_inexact_arguments``)."""
+    (none of its calls is run then), or the call's arguments as the model wrote them hold an
+    integer out of range (``_out_of_range``) or a number no float holds as written
+    (``_inexact_arguments``)."""
     answer = _asking_answer(request)
     if cut := _cut_at_limit(answer):
         return InputError(_CUT_CALL.format(reason=cut))
     if (count := _calls_sharing(answer, call_id)) > 1:
         return InputError(_SHARED_ID.format(call_id=call_id[:MAX_NAME_LENGTH], count=count))
+    if (said := _out_of_range(request, answer, call_id)) is not None:
+        return InputError(said)
     return _inexact_arguments(request, answer, call_id)
 
 
@@ -155,3 +159,112 @@ def _no_such_tool(name: object) -> InputError:
     wants (until review R52 LangChain's ToolNode answered it and the log had nothing)."""
     shown_name = name[:MAX_NAME_LENGTH] if isinstance(name, str) else repr(name)[:MAX_NAME_LENGTH]
     return InputError(f"the agent has no tool named {shown_name!r}; nothing ran")
+
+
+INT_RANGE = 2**63
+"""A tool call's integers lie within ``-(2**63) < v < 2**63``: the range of the policy's integer
+values (a constraint's, ``capabilities._values``), within what LangGraph's checkpointers store
+(msgpack: 64 bits). Until review R58 a model's call holding a larger one ended a checkpointed run
+in LangGraph's ``TypeError: Type is not msgpack serializable: AIMessage``, and without a
+checkpointer it was decided (allowed where no constraint bounds the argument)."""
+
+OUT_OF_RANGE_KEY = "agentgate_out_of_range"
+"""The key of an answer's ``response_metadata`` that names, per tool call id, why its call is
+refused: its arguments held an integer out of range, which the answer kept for the run's state
+holds as text (``_storable_answer``)."""
+
+
+def _integers_out_of_range(value: object) -> list[tuple[tuple[object, ...], int]]:
+    """Each integer (not a boolean) of ``value`` out of range (``INT_RANGE``), with the keys and
+    indexes that lead to it inside the objects and lists; walked without recursion, as the
+    parser nests."""
+    found: list[tuple[tuple[object, ...], int]] = []
+    stack: list[tuple[object, tuple[object, ...]]] = [(value, ())]
+    while stack:
+        item, keys = stack.pop()
+        if isinstance(item, int) and not isinstance(item, bool):
+            if not -INT_RANGE < item < INT_RANGE:
+                found.append((keys, item))
+        elif isinstance(item, Mapping):
+            stack.extend((v, (*keys, k)) for k, v in reversed(list(item.items())))
+        elif isinstance(item, list | tuple):
+            stack.extend((v, (*keys, i)) for i, v in reversed(list(enumerate(item))))
+    return found
+
+
+def _integer_text(value: int) -> str:
+    """``value`` in decimal, or its size where Python will not print it (past 4,300 digits)."""
+    try:
+        return str(int(value))
+    except ValueError:
+        return f"an integer of {value.bit_length()} bits"
+
+
+def _out_of_range_said(keys: tuple[object, ...], value: int) -> str:
+    """Why a call whose argument at ``keys`` is the integer ``value`` (out of range) is refused."""
+    path = "".join(f"[{k}]" if isinstance(k, int) else repr(k) for k in keys)
+    text = _integer_text(value)
+    shown = text if len(text) <= 40 else f"{text[:40]}... ({len(text)} characters)"
+    return (
+        f"argument {path} is {shown}, an integer beyond the range a call's arguments may hold "
+        "(-2**63 < v < 2**63); the call is not run; give it with fewer digits, or as text"
+    )
+
+
+def _out_of_range(request: ToolCallRequest, answer: AIMessage | None, call_id: str) -> str | None:
+    """Why the call is refused when its arguments, as the model wrote them, hold an integer out of
+    range (``INT_RANGE``): as the answer that asked for it says (``OUT_OF_RANGE_KEY``: the model
+    hook kept that integer as text, ``_storable_answer``), or as the call's arguments show it (an
+    answer that did not pass through the model hook)."""
+    if answer is not None:
+        noted = answer.response_metadata.get(OUT_OF_RANGE_KEY)
+        if isinstance(noted, Mapping) and isinstance(said := noted.get(call_id), str):
+            return said
+    found = _integers_out_of_range(request.tool_call.get("args"))
+    return _out_of_range_said(*found[0]) if found else None
+
+
+def _storable_answer(message: AIMessage) -> AIMessage:
+    """``message`` as the run's state can keep it: when a tool call's arguments hold an integer
+    out of range (``INT_RANGE``), a copy in which each such integer is its decimal text and
+    ``response_metadata`` names why the call is refused (``OUT_OF_RANGE_KEY``), which the tool
+    hook reads (``_out_of_range``); else ``message`` itself. The other calls are kept as they are."""
+    said: dict[str, str] = {}
+    calls: list[Any] = []
+    for call in message.tool_calls:
+        found = _integers_out_of_range(call.get("args"))
+        if found:
+            said[str(call.get("id"))] = _out_of_range_said(*found[0])
+            calls.append({**call, "args": _with_text_for(call.get("args"), found)})
+        else:
+            calls.append(call)
+    if not said:
+        return message
+    metadata = {**message.response_metadata, OUT_OF_RANGE_KEY: said}
+    return message.model_copy(update={"tool_calls": calls, "response_metadata": metadata})
+
+
+def _with_text_for(args: object, found: list[tuple[tuple[object, ...], int]]) -> object:
+    """A copy of ``args`` whose integers at the places ``found`` names are their decimal text:
+    each dict and list on the way to one copied (without recursion), the rest shared."""
+    copy = _copied_container(args)
+    for keys, value in found:
+        if not keys:  # the arguments are the integer itself
+            return _integer_text(value)
+        place: Any = copy
+        for key in keys[:-1]:
+            inner = _copied_container(place[key])
+            place[key] = inner
+            place = inner
+        place[keys[-1]] = _integer_text(value)
+    return copy
+
+
+def _copied_container(item: object) -> object:
+    """A shallow copy of a dict or list (a tuple as a list), else ``item``. A container copied
+    already on the way to another integer is copied again: correct, and such calls are rare."""
+    if isinstance(item, Mapping):
+        return dict(item)
+    if isinstance(item, list | tuple):
+        return list(cast(list[object], item))
+    return item
