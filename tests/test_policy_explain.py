@@ -27,17 +27,17 @@ roles:
 def test_a_call_holding_an_integer_too_long_to_write_is_explained() -> None:
     """Mutant: the account's first line wrote the call's arguments with ``repr``, which Python
     refuses for an integer of more than 4,300 digits: ``explain`` raised a bare ``ValueError``
-    for a call that ``evaluate`` decides (a deny that says why, or here an allow: such an integer
-    is at least 5).
+    for a call that ``evaluate`` decides (a deny that says why).
 
     Rule: ``explain`` returns the decision and its account for every call; an argument it
     cannot write in decimal is named, the others are written as they are."""
     index = PolicyIndex(parse_policy(POLICY, source="p.yaml"))
     huge = 10**5000
     decision, said = explain(index, "bot", Call.tool("t", {"x": huge}))
-    assert decision.outcome is Outcome.ALLOW
+    # Denied since review R58: an integer argument lies within -2**63 < v < 2**63.
+    assert decision.outcome is Outcome.DENY and "beyond the range -2**63 < v < 2**63" in said
     assert said.splitlines()[0] == (
-        'ALLOW: bot calling tool:t with {"x": <int with an integer of too many digits to write>}'
+        'DENY: bot calling tool:t with {"x": <int with an integer of too many digits to write>}'
     )
     decision, said = explain(index, "bot", Call.tool("t", {"x": -huge}))
     assert decision.outcome is Outcome.DENY and "too many digits" in said

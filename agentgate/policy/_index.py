@@ -689,6 +689,10 @@ def _signable(
     )
 
 
+_INT_RANGE = 2**63
+"""A declared integer or number argument that is an integer lies within ``-(2**63) < v < 2**63``,
+the range of a constraint's integers (``capabilities._values``) and of LangGraph's checkpointers."""
+
 _TYPE_NAMES = {frozenset({str}): "string", frozenset({int}): "integer", frozenset({int, float}): "number"}
 
 
@@ -705,6 +709,10 @@ def _check_arguments(slot: _Slot, call: Call) -> str | None:
             expected = _TYPE_NAMES.get(accepted, "boolean")
             article = "an" if expected == "integer" else "a"
             return f"argument {name!r} must be {article} {expected}, got {type(value).__name__}"
+        if type(value) is int and not -_INT_RANGE < value < _INT_RANGE:
+            # As a constraint's integers: until review R58 a declared integer of any size was
+            # allowed where no constraint bounded it (the LangGraph middleware refused it).
+            return f"argument {name!r} is an integer of {value.bit_length()} bits, beyond the range -2**63 < v < 2**63"
     for name in slot.required:
         if name not in args:
             return f"required argument {name!r} is missing"
