@@ -271,6 +271,29 @@ class FairQueue(Generic[T]):
         else:
             del sizes[tool]
 
+    def rank_of(self, entry: Entry[T]) -> int:
+        """The rank ``entry`` (still in the queue) waits at."""
+        root = entry.path[0]
+        return next(rank for rank, node in self._ranks.items() if node is root)
+
+    def move(
+        self, entry: Entry[T], rank: int, priority: str, priority_weight: float, tenant_weight: float
+    ) -> None:
+        """Move ``entry`` (still in the queue) to the tail of its tool FIFO under ``rank`` and class
+        ``priority``, its tenant and agent kept, as if it left and came again: it is counted
+        waiting once throughout, and no pass grows (only serving an entry charges its nodes).
+
+        Its slot in its old FIFO holds a dead placeholder from now on (the FIFO drops it lazily,
+        as it drops any entry that left), found by a scan of that one FIFO: a move is rare (a
+        more urgent call joined this one's outcome), a scan on the hot path would not be."""
+        fifo = entry.path[3].queues[entry.tool]
+        gone: Entry[Any] = Entry(None)
+        gone.alive = False
+        fifo[fifo.index(entry)] = gone
+        tenant, agent, tool = entry.tenant, entry.path[3].key, entry.tool
+        self.discard(entry)
+        self.push_entry(entry, rank, priority, priority_weight, tenant, tenant_weight, agent, tool)
+
     def pop(
         self, open_tools: set[str], tenant_blocked: Blocked | None, agent_blocked: AgentBlocked | None
     ) -> T | None:

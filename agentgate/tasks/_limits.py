@@ -237,6 +237,23 @@ class SharedLimits(_BreakerSharing, _Lending, _RateTimer):
             self.dispatch(call.tool)
         return waiter
 
+    def hasten(self, waiter: Waiter, priority: PriorityClass) -> None:
+        """A call joined the outcome of ``waiter``'s call (its twin: the same idempotency key) at
+        ``priority``: while ``waiter`` waits in the queue at a less urgent rank, it moves to the
+        tail of its tool's FIFO at ``priority`` (its tenant and agent kept), so the joined call
+        does not wait behind calls less urgent than itself. Counted once throughout (no second
+        ``queued``, no queue bound asked again). A waiter granted, or no longer waiting, is left
+        as it is. (Until review R58 an urgent call joining a low-class twin waited at the low
+        rank: behind every call of the ranks between.)"""
+        if waiter.granted or not waiter.queued or not waiter.alive:
+            return
+        queue = self.queue
+        if queue.rank_of(waiter) <= priority.rank:
+            return
+        tenant = waiter.call.tenant
+        share = self.shares.get(tenant) or self.config.tenant_share(tenant)
+        queue.move(waiter, priority.rank, priority.name, priority.weight, share.weight)
+
     def has_room(self, call: ToolCall, limits: ToolLimits) -> bool:
         """Can ``call`` start now? Takes the rate token when it can (so: call once, then start)."""
         config = self.config

@@ -4,7 +4,8 @@ lease heartbeat is one thread, joined by ``aclose``).
 ``Scheduler.submit(call, fn)`` runs ``fn`` under the call's limits and returns its result:
 
 1. Reuse: a call with an idempotency key whose result is cached returns it without running; a
-   call whose twin (same key) is running waits for the twin's outcome instead of running again.
+   call whose twin (same key) is running waits for the twin's outcome instead of running again
+   (a twin still waiting for a slot then waits at the joiner's class when that is more urgent).
 2. Admission: a call that can start now (nothing waiting, every limit has room) starts at once;
    otherwise it waits in the fair queue (``_fair.py``), or is refused with ``Overloaded`` when the
    queue or its tenant's share of it is full, or with ``DeadlineExceeded`` when its deadline
@@ -131,6 +132,12 @@ class Scheduler(_StoreWork, _Failures):
         self._limits_cache = limits.limits_cache
         self._results: OrderedDict[str, Any] = OrderedDict()
         self._twins: dict[str, asyncio.Future[Any]] = {}
+        #: Key of a running keyed call -> the most urgent class among it and the calls joined to
+        #: it: its attempts queue at that class (``_submit_keyed``).
+        self._twin_classes: dict[str, PriorityClass] = {}
+        #: Key of a running keyed call -> its latest attempt's waiter that was queued (a joiner
+        #: more urgent than its class moves it up while it waits: ``SharedLimits.hasten``).
+        self._twin_waiters: dict[str, Waiter] = {}
         self._tasks: set[asyncio.Task[Any]] = set()  # tasks inside a call of this scheduler
         self._nested: dict[asyncio.Task[Any], int] = {}  # those inside more than one (a tool that submits)
         self._dead: list[DeadLetter] = []
@@ -295,6 +302,13 @@ class Scheduler(_StoreWork, _Failures):
             self.metrics.event(
                 "reused", call.tool, {"agentgate.idempotency_key": key, "agentgate.joined": True}
             )
+            if priority.rank < self._twin_classes[key].rank:
+                # Waiting for the twin, this call waits at the twin's class: it takes this one's.
+                self._twin_classes[key] = priority
+                waiter = self._twin_waiters.get(key)
+                if waiter is not None:
+                    with self.shared.lock:
+                        self.shared.hasten(waiter, priority)
             if call.deadline is None and call.grant_expires_at is None:
                 return await asyncio.shield(twin)
             # The twin may run longer than this call may wait: this call's deadline bounds the wait.
@@ -309,6 +323,7 @@ class Scheduler(_StoreWork, _Failures):
                 raise
         outcome: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._twins[key] = outcome
+        self._twin_classes[key] = priority
         try:
             result = await self._run(call, fn, limits, priority, key, preemptible)
         except BaseException as exc:
@@ -332,6 +347,8 @@ class Scheduler(_StoreWork, _Failures):
             return result
         finally:
             self._twins.pop(key, None)
+            self._twin_classes.pop(key, None)
+            self._twin_waiters.pop(key, None)
 
     async def _run(
         self,
@@ -398,9 +415,13 @@ class Scheduler(_StoreWork, _Failures):
                                     waiter = shared.start_now(call, limits, parent)
                             if waiter is None:
                                 future: asyncio.Future[None] = loop.create_future()
+                                if key is not None:  # at the class of the most urgent call joined to it
+                                    priority = self._twin_classes.get(key, priority)
                                 waiter = shared.enqueue(
                                     call, limits, priority, traced, future, self.metrics, loop, parent
                                 )
+                                if key is not None:
+                                    self._twin_waiters[key] = waiter
                         if not waiter.queued:
                             self.metrics.observe_wait(0.0)
                         else:

@@ -164,15 +164,22 @@ class _Twin:
     """The outcome of a running keyed call, for the calls with the same key that join it.
 
     Written under the scheduler's lock before ``finished`` (made by the first joiner) is set.
+    ``priority`` and ``waiter`` are read and written under that lock too.
     """
 
-    __slots__ = ("error", "finished", "interrupted", "result")
+    __slots__ = ("error", "finished", "interrupted", "priority", "result", "waiter")
 
-    def __init__(self) -> None:
+    def __init__(self, priority: PriorityClass) -> None:
         self.result: Any = None
         self.error: Exception | None = None
         self.interrupted = False
         self.finished: threading.Event | None = None
+        #: The most urgent class among the running call and the calls joined to it: its attempts
+        #: queue at that class.
+        self.priority = priority
+        #: Its latest attempt's waiter that was queued (a more urgent joiner moves it up while it
+        #: waits: ``SharedLimits.hasten``), else None.
+        self.waiter: Waiter | None = None
 
 
 class SyncScheduler:
@@ -284,11 +291,16 @@ class SyncScheduler:
                 return results[key]  # type: ignore[no-any-return]
             twin = self._twins.get(key)
             if twin is None:
-                mine = self._twins[key] = _Twin()
+                mine = self._twins[key] = _Twin(priority)
             else:
                 core.metrics.event(
                     "reused", call.tool, {"agentgate.idempotency_key": key, "agentgate.joined": True}
                 )
+                if priority.rank < twin.priority.rank:
+                    # Waiting for the twin, this call waits at the twin's class: it takes this one's.
+                    twin.priority = priority
+                    if twin.waiter is not None:
+                        core.shared.hasten(twin.waiter, priority)
                 if twin.finished is None:
                     twin.finished = threading.Event()
                 joined = twin.finished
@@ -304,7 +316,7 @@ class SyncScheduler:
                 raise SchedulingError(f"tool {call.tool}: the running twin of this call was interrupted")
             return twin.result  # type: ignore[no-any-return]
         try:
-            result = self._attempts(call, fn, limits, priority, key)
+            result = self._attempts(call, fn, limits, priority, key, mine)
         except BaseException as exc:
             with self._lock:
                 del self._twins[key]
@@ -335,9 +347,11 @@ class SyncScheduler:
         limits: ToolLimits,
         priority: PriorityClass,
         key: str | None,
+        twin: _Twin | None = None,
     ) -> T:
         """The attempts of one call: ``Scheduler._run`` step for step (its step helpers), with ``fn``
-        called in this thread."""
+        called in this thread. ``twin``: the record of a keyed call, which the calls joined to it
+        read (and whose class its attempts queue at)."""
         core = self.scheduler
         shared = core.shared
         lock = self._lock
@@ -358,7 +372,7 @@ class SyncScheduler:
                 # 1. admission: start now, or wait in the fair queue (never past the deadline)
                 if not breaker.closed and breaker.refuses():
                     raise _circuit_open(breaker, tool)
-                waiter = self._admit(call, limits, priority, deadline, traced)
+                waiter = self._admit(call, limits, priority, deadline, traced, twin)
                 # 2. the attempt, under the breaker and the attempt deadline (checked, not enforced)
                 # held: the period of a half-open probe (0: none); probing: held, fn not started
                 held = probing = 0
@@ -430,8 +444,10 @@ class SyncScheduler:
         priority: PriorityClass,
         deadline: float | None,
         traced: bool,
+        twin: _Twin | None = None,
     ) -> Waiter:
-        """Take the call's slots now, or wait for them in the fair queue; raises ``_GiveUp``."""
+        """Take the call's slots now, or wait for them in the fair queue (a keyed call's ``twin``
+        given: at its class, and where a more urgent joiner finds it); raises ``_GiveUp``."""
         core = self.scheduler
         shared = core.shared
         lock = self._lock
@@ -451,7 +467,11 @@ class SyncScheduler:
                     return waiter
                 _refuse_waiting_on_own_loop(shared, call)
                 wake = _Wake()
+                if twin is not None:
+                    priority = twin.priority
                 waiter = shared.enqueue(call, limits, priority, traced, wake, core.metrics, parent=parent)
+                if twin is not None:
+                    twin.waiter = waiter
                 if waiter.granted:
                     core.metrics.observe_wait(clock() - waiter.queued_at)
                     return waiter
