@@ -10,7 +10,11 @@ import asyncio
 import threading
 import time
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 
+import pytest
+
+from agentgate.store import SQLiteStore
 from agentgate.tasks import (
     Attempt,
     PriorityClass,
@@ -162,10 +166,15 @@ async def test_a_twin_joined_while_it_runs_retries_at_the_joined_class() -> None
     await scheduler.aclose()
 
 
-def test_an_urgent_sync_call_joining_a_queued_low_twin_runs_it_before_normal_calls() -> None:
+@pytest.mark.parametrize("with_store", [False, True])
+def test_an_urgent_sync_call_joining_a_queued_low_twin_runs_it_before_normal_calls(
+    with_store: bool, tmp_path: Path
+) -> None:
     """Review R58: under SyncScheduler too, an urgent call joining its queued low-class twin
-    waited behind every normal call; the twin now moves up to the urgent rank."""
-    scheduler = SyncScheduler(CONFIG)
+    waited behind every normal call; the twin now moves up to the urgent rank. (With a store
+    the calls are scheduled by the async core, without one in the callers' threads.)"""
+    store = SQLiteStore(tmp_path / "s.db") if with_store else None
+    scheduler = SyncScheduler(CONFIG, store=store)
     core = scheduler.scheduler
     order: list[str] = []
     results: dict[str, str] = {}
@@ -217,6 +226,8 @@ def test_an_urgent_sync_call_joining_a_queued_low_twin_runs_it_before_normal_cal
     finally:
         release.set()
         scheduler.close()
+        if store is not None:
+            store.close()
     assert results["urgent"] == results["low"] == "twin"
     assert order == ["twin", "normal-0", "normal-1", "normal-2"]
     assert core.metrics.count("queued", "x") == 4
