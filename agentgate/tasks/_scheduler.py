@@ -303,7 +303,7 @@ class Scheduler(_StoreWork, _Failures):
                 "reused", call.tool, {"agentgate.idempotency_key": key, "agentgate.joined": True}
             )
             if priority.rank < self._twin_classes[key].rank:
-                # Waiting for the twin, this call waits at the twin's class: it takes this one's.
+                # This call waits for the twin: the twin waits for a slot at this call's class.
                 self._twin_classes[key] = priority
                 waiter = self._twin_waiters.get(key)
                 if waiter is not None:

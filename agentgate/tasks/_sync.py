@@ -297,7 +297,7 @@ class SyncScheduler:
                     "reused", call.tool, {"agentgate.idempotency_key": key, "agentgate.joined": True}
                 )
                 if priority.rank < twin.priority.rank:
-                    # Waiting for the twin, this call waits at the twin's class: it takes this one's.
+                    # This call waits for the twin: the twin waits for a slot at this call's class.
                     twin.priority = priority
                     if twin.waiter is not None:
                         core.shared.hasten(twin.waiter, priority)
