@@ -18,16 +18,17 @@ Real components: a Gate over a SQLite store, chains signed with the library's ``
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+# The policy (a supervisor that may delegate lookups only, a clerk) and the Gate over it, as R57 wrote them.
+from test_gate_r57_policy_chain import LOOKUP, NAMES, REFUND, Rig, _policy
+
 from agentgate.authority import Budget, Chain, delegate, issue, parse_chain
 from agentgate.authority import _chain_findings as chain_findings_module
-from agentgate.capabilities import Call
 from agentgate.errors import ScopeCreep
 from agentgate.findings import Finding
 from agentgate.gate import AgentIdentity, Authorization, Gate
@@ -36,58 +37,12 @@ from agentgate.keys import SigningKey
 from agentgate.policy import parse_policy
 from agentgate.store import SQLiteStore
 
-NAMES = ("root", "sup", "clerk")
-
-
-def _policy(keys: dict[str, SigningKey]) -> str:
-    return f"""
-version: 1
-settings: {{max_ttl_s: 86400}}
-trust_anchors:
-  root: {{did: "{keys["root"].did}"}}
-principals:
-  sup: {{kind: agent, did: "{keys["sup"].did}", roles: [sup]}}
-  clerk: {{kind: agent, did: "{keys["clerk"].did}", roles: [clerk]}}
-tools:
-  lookup: {{args: {{id: {{type: string}}}}}}
-  refund: {{args: {{amount: {{type: integer}}}}}}
-roles:
-  sup:
-    kind: agent
-    capabilities: [{{resource: tool:lookup}}, {{resource: tool:refund}}]
-    budget: {{limit: 1000, unit: calls}}
-    ttl_s: 3600
-    delegation:
-      max_depth: 1
-      max_ttl_s: 60
-      budget: {{limit: 100, unit: calls}}
-      capabilities: [{{resource: tool:lookup}}]
-  clerk:
-    kind: agent
-    capabilities: [{{resource: tool:lookup}}]
-    ttl_s: 3600
-"""
-
-
-@dataclass
-class Rig:
-    gate: Gate
-    keys: dict[str, SigningKey]
-    sup: AgentIdentity
-
 
 @pytest.fixture
 def rig(tmp_path: Path) -> Iterator[Rig]:
     keys = {name: SigningKey.generate() for name in NAMES}
-    gate = Gate(parse_policy(_policy(keys), source="p.yaml"), SQLiteStore(tmp_path / "s.db"))
-    try:
+    with Gate(parse_policy(_policy(keys), source="p.yaml"), SQLiteStore(tmp_path / "s.db")) as gate:
         yield Rig(gate, keys, gate.issue(keys["root"], name="sup", key=keys["sup"], role="sup"))
-    finally:
-        gate.close()
-
-
-LOOKUP = Call.tool("lookup", {"id": "a"})
-REFUND = Call.tool("refund", {"amount": 5})
 
 
 def _holder(key: SigningKey, chain: Chain, name: str = "sup") -> AgentIdentity:
